@@ -1,0 +1,3 @@
+"""planner: a parallelism auto-planner for Megatron-style large-model training."""
+
+__version__ = "0.1.0"

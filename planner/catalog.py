@@ -1,0 +1,153 @@
+"""Load and validate the data files: `hardware_catalog/gpus/*.toml` and `model_zoo/*.toml`.
+
+Nothing is read at import time. Each file is validated at the boundary (pydantic, frozen,
+extra="forbid"); a file whose `name` differs from its file stem, or two files with one name, are
+errors that name the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from planner.arch import ModelArch
+from planner.errors import InputError, from_validation
+from planner.hardware import GpuSpec
+
+T = TypeVar("T", bound=BaseModel)
+
+_PKG = Path(__file__).resolve().parent
+
+
+def data_dir(name: str) -> Path:
+    """`hardware_catalog` or `model_zoo`: inside the installed wheel, else at the repo root."""
+    for candidate in (_PKG / name, _PKG.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"data directory '{name}' not found next to {_PKG}")
+
+
+def gpu_dir() -> Path:
+    return data_dir("hardware_catalog") / "gpus"
+
+
+def zoo_dir() -> Path:
+    return data_dir("model_zoo")
+
+
+def read_file(path: Path) -> str:
+    """Read a text file the user named; a missing path or a directory is an InputError."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; malformed TOML is an InputError quoting tomllib's line and column."""
+    text = read_file(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: malformed TOML: {e}") from None
+
+
+def validate(cls: type[T], data: dict[str, Any], path: Path | str | None, prefix: str = "") -> T:
+    """Build a pydantic model, turning a ValidationError into one InputError."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise from_validation(e, path, prefix) from None
+
+
+def _load_named(cls: type[T], path: Path) -> T:
+    obj = validate(cls, load_toml(path), path)
+    name = getattr(obj, "name", None)
+    if name != path.stem:
+        raise InputError(f"{path}: name: '{name}' does not match the file name '{path.stem}'")
+    return obj
+
+
+def _load_dir(cls: type[T], directory: Path) -> dict[str, T]:
+    found: dict[str, T] = {}
+    origin: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.toml")):
+        obj = _load_named(cls, path)
+        name = str(getattr(obj, "name", ""))
+        if name in found:
+            raise InputError(
+                f"{path}: name: '{name}' is also defined in {origin[name]} (names must be unique)"
+            )
+        found[name] = obj
+        origin[name] = path
+    return found
+
+
+def load_gpus(directory: Path | None = None) -> dict[str, GpuSpec]:
+    """Every GPU in a catalog directory, by name."""
+    return _load_dir(GpuSpec, directory or gpu_dir())
+
+
+def load_models(directory: Path | None = None) -> dict[str, ModelArch]:
+    """Every model in a zoo directory, by name."""
+    return _load_dir(ModelArch, directory or zoo_dir())
+
+
+@cache
+def gpus() -> dict[str, GpuSpec]:
+    """The bundled GPU catalog (loaded once, on first use)."""
+    return load_gpus()
+
+
+@cache
+def models() -> dict[str, ModelArch]:
+    """The bundled model zoo (loaded once, on first use)."""
+    return load_models()
+
+
+def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
+    """An error for an unknown catalog name, suggesting the closest known ones."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return InputError(f"unknown {kind} '{name}'{hint} (`planner catalog list` shows them all)")
+
+
+def get_gpu(name: str) -> GpuSpec:
+    table = gpus()
+    if name not in table:
+        raise unknown_name("GPU", name, sorted(table))
+    return table[name]
+
+
+def get_model(name: str) -> ModelArch:
+    table = models()
+    if name not in table:
+        raise unknown_name("model", name, sorted(table))
+    return table[name]
+
+
+def looks_like_path(ref: str) -> bool:
+    return ref.endswith((".json", ".toml")) or "/" in ref or "\\" in ref
+
+
+def resolve_model(ref: str, base_dir: Path | None = None) -> ModelArch:
+    """A zoo name, an HF config.json path or a model TOML path (relative to base_dir)."""
+    if not looks_like_path(ref):
+        return get_model(ref)
+    path = Path(ref)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    if path.suffix == ".toml":
+        return validate(ModelArch, load_toml(path), path)
+    from planner.hf_import import load_hf_config
+
+    return load_hf_config(path)
