@@ -69,19 +69,13 @@ def validate(cls: type[T], data: dict[str, Any], path: Path | str | None, prefix
         raise from_validation(e, path, prefix) from None
 
 
-def _load_named(cls: type[T], path: Path) -> T:
-    obj = validate(cls, load_toml(path), path)
-    name = getattr(obj, "name", None)
-    if name != path.stem:
-        raise InputError(f"{path}: name: '{name}' does not match the file name '{path.stem}'")
-    return obj
-
-
 def _load_dir(cls: type[T], directory: Path) -> dict[str, T]:
+    """Every `*.toml` in a directory. Two files with one name, then a name that differs from
+    its file stem, are errors naming the file, the field and the value."""
     found: dict[str, T] = {}
     origin: dict[str, Path] = {}
     for path in sorted(directory.glob("*.toml")):
-        obj = _load_named(cls, path)
+        obj = validate(cls, load_toml(path), path)
         name = str(getattr(obj, "name", ""))
         if name in found:
             raise InputError(
@@ -89,6 +83,9 @@ def _load_dir(cls: type[T], directory: Path) -> dict[str, T]:
             )
         found[name] = obj
         origin[name] = path
+    for name, path in origin.items():
+        if name != path.stem:
+            raise InputError(f"{path}: name: '{name}' does not match the file name '{path.stem}'")
     return found
 
 

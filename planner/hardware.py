@@ -8,6 +8,7 @@ this module is a constant of the code: they come from `hardware_catalog/gpus/*.t
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
@@ -42,7 +43,7 @@ def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> Non
     """Tiers must be nested: spans grow, each divides the next, and the last reaches every GPU."""
     if not tiers:
         raise ValueError("at least one network tier is needed")
-    for inner, outer in zip(tiers, tiers[1:], strict=False):
+    for inner, outer in itertools.pairwise(tiers):
         if inner.span_gpus is None:
             raise ValueError(
                 f"tier '{inner.name}' has no span_gpus (= every GPU) but is not the outermost"

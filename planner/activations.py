@@ -1,0 +1,169 @@
+"""Activation memory of one decoder layer for one micro-batch, in bytes, on one GPU.
+
+Derivation (Korthikanti et al. 2022, arXiv:2205.05198, section 4.1 and Table 2), generalised to
+GQA, gated MLPs, MoE, MLA and context parallelism. With 16-bit activations, s tokens, b sequences,
+h hidden, a heads, t = tp, per layer the backward pass needs:
+
+    attention  input of QKV (the LayerNorm output)          2sbh         replicated without SP
+               Q, K, V                                        2sb(a + 2g)d  split by t
+               softmax 2as^2b + its dropout mask as^2b + dropout output 2as^2b = 5as^2b
+                                                              (0 with flash attention) split by t
+               input of the output projection                 2sb(ad)      split by t
+               attention dropout mask                         sbh          replicated without SP
+    MLP        input of fc1                                   2sbh         replicated without SP
+               fc1 output (2F wide when gated)                2sbF(1+glu)  split by t
+               activation output (input of fc2)               2sbF         split by t
+               dropout mask                                   sbh          replicated without SP
+    2 norms    their inputs                                   4sbh         replicated without SP
+
+For MHA (g = a, ad = h) with F = 4h and no GLU this is Korthikanti's sbh(34 + 5as/h) exactly:
+replicated 10sbh, split 24sbh/t. Sequence parallelism splits the replicated part by t too.
+Selective recompute drops the 5as^2b term (already 0 with flash attention); full recompute keeps
+only the layer input, 2sbh (split by t under SP). Context parallelism divides s by cp.
+Dropout masks are counted even for models trained without dropout: a small over-estimate, on the
+safe side. FP8 (Transformer Engine) saves the inputs of the linear layers in 8 bits: those terms
+are halved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.arch import ModelArch
+
+BF16 = 2
+FP32 = 4
+MASK = 1
+
+MOE_LOAD_IMBALANCE = 1.25
+"""Tokens an expert-parallel rank receives, relative to the balanced share. Dropless routing
+(Megatron's default, no capacity factor) lets some ranks receive more than k/E of the tokens; 1.25
+is a planning margin, not a measured constant."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How one layer's activations are split on one GPU."""
+
+    tokens: int
+    """Tokens per micro-batch on this context-parallel rank: seq_length / cp x micro_batch_size."""
+    tp: int = 1
+    sequence_parallel: bool = False
+    etp: int = 1
+    recompute: Literal["none", "selective", "full"] = "none"
+    flash_attention: bool = True
+    fp8: bool = False
+    seq_per_cp_rank: int = 0
+    """s / cp (for the s^2 attention-score term without flash attention)."""
+    micro_batch_size: int = 1
+
+
+def _split(rep: float, split: float, sh: Shard) -> float:
+    """rep is replicated over TP unless SP; split is always divided by tp."""
+    return (rep + split) / sh.tp if sh.sequence_parallel else rep + split / sh.tp
+
+
+def _linear_in(nbytes: float, sh: Shard) -> float:
+    return nbytes / 2 if sh.fp8 else nbytes
+
+
+def attention_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Attention block (incl. its norm and dropout), Korthikanti's 11sbh + 5as^2b generalised."""
+    T, h = sh.tokens, arch.hidden_size
+    a = arch.num_attention_heads
+    if arch.multi_latent_attention:
+        return _mla_bytes(arch, sh)
+    d, g = arch.head_dim, arch.query_groups
+    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + BF16 * T * h  # QKV input, mask, norm input
+    split: float = BF16 * T * (a + 2 * g) * d + _linear_in(BF16 * T * a * d, sh)
+    if not sh.flash_attention and sh.recompute == "none":
+        s = sh.seq_per_cp_rank
+        split += 5 * a * s * s * sh.micro_batch_size
+    return _split(rep, split, sh)
+
+
+def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Multi-latent attention (DeepSeek-V2/V3): the latents, their norms, then full Q, K, V."""
+    T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
+    assert arch.kv_lora_rank and arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+    r_kv, dqk, drope, dv = (
+        arch.kv_lora_rank,
+        arch.qk_head_dim,
+        arch.qk_pos_emb_head_dim,
+        arch.v_head_dim,
+    )
+    r_q = arch.q_lora_rank or 0
+    # replicated: the block input (down projections' input), its norm input, the dropout mask,
+    # the compressed q and kv latents with their norms (they are not TP-split in Megatron)
+    rep = _linear_in(BF16 * T * h, sh) + BF16 * T * h + MASK * T * h
+    rep += BF16 * T * (2 * r_q + 2 * r_kv + drope)
+    split = BF16 * T * a * (2 * (dqk + drope) + dv) + _linear_in(BF16 * T * a * dv, sh)
+    return _split(rep, split, sh)
+
+
+def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
+    """A dense MLP of width ffn with its norm and dropout: Korthikanti's 19sbh + 4sbh/2."""
+    T, h = sh.tokens, arch.hidden_size
+    glu = 2 if arch.gated_linear_unit else 1
+    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + BF16 * T * h  # fc1 input, mask, norm input
+    split = BF16 * T * ffn * glu + _linear_in(BF16 * T * ffn, sh)
+    return _split(rep, split, sh)
+
+
+def moe_bytes(arch: ModelArch, sh: Shard) -> float:
+    """A mixture-of-experts MLP: router, permuted tokens, the experts' MLPs, shared experts.
+
+    Tokens are split by tp (MoE with TP requires SP). Each token goes to k experts, so a rank
+    processes about k x tokens / tp token-expert pairs (times MOE_LOAD_IMBALANCE); expert-TP
+    gathers them over etp ranks and splits the expert width by etp, which leaves the per-GPU
+    F-sized activations unchanged and multiplies the h-sized ones by etp.
+    """
+    assert arch.num_moe_experts is not None
+    T, h, E, k = sh.tokens, arch.hidden_size, arch.num_moe_experts, arch.moe_router_topk
+    t = sh.tp
+    local = T / t
+    norm_and_router = BF16 * local * h + MASK * local * h + 2 * FP32 * local * E
+    pairs = k * local * MOE_LOAD_IMBALANCE
+    glu = 2 if arch.gated_linear_unit else 1
+    F = arch.expert_ffn
+    # permuted input (kept for fc1's weight gradient) and the unpermute input, both h wide
+    expert = pairs * sh.etp * (_linear_in(BF16 * h, sh) + BF16 * h)
+    expert += pairs * (BF16 * F * glu + _linear_in(BF16 * F, sh))
+    shared = 0.0
+    if arch.moe_shared_expert_intermediate_size:
+        Fs = arch.moe_shared_expert_intermediate_size
+        shared = local * (_linear_in(BF16 * h, sh) + BF16 * Fs * glu + _linear_in(BF16 * Fs, sh))
+    return norm_and_router + expert + shared
+
+
+def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What full recompute keeps of a layer: its input, 2sbh (split by tp under SP)."""
+    nbytes = BF16 * sh.tokens * arch.hidden_size
+    return nbytes / sh.tp if sh.sequence_parallel else nbytes
+
+
+def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True) -> float:
+    """Bytes one decoder layer keeps for one micro-batch. recompute=False ignores full recompute
+    (the working set of the one layer being recomputed)."""
+    if recompute and sh.recompute == "full":
+        return layer_input_bytes(arch, sh)
+    mlp = moe_bytes(arch, sh) if is_moe else mlp_bytes(arch, arch.ffn_hidden_size, sh)
+    return attention_bytes(arch, sh) + mlp
+
+
+def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
+    """First stage, per micro-batch: token ids (int64) and the embedding output with its dropout
+    mask (Megatron's 8sbp + sbhp term, and the output itself)."""
+    T, h = sh.tokens, arch.hidden_size
+    out = (BF16 + MASK) * T * h
+    return 8 * T + (out / sh.tp if sh.sequence_parallel else out)
+
+
+def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
+    """Last stage, for the micro-batch at the loss: final norm input, the bf16 logits and the fp32
+    copy the vocab-parallel cross entropy keeps (Korthikanti's 4sbv/t term, plus the bf16 one)."""
+    T, h = sh.tokens, arch.hidden_size
+    norm: float = BF16 * T * h
+    norm = norm / sh.tp if sh.sequence_parallel else norm
+    return norm + (BF16 + FP32) * T * padded_vocab / sh.tp

@@ -1,0 +1,158 @@
+"""The `planner` command line: a thin typer app over the library.
+
+Exit codes: 0 success, 1 the answer is "no", 2 bad input (one message on stderr, no traceback
+unless --debug). With --json, stdout carries exactly one JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from planner import __version__, advice, catalog, memory, render, report
+from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
+from planner.spec import Plan, load_plan
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Parallelism auto-planner for large-model training.",
+    pretty_exceptions_enable=False,
+)
+catalog_app = typer.Typer(no_args_is_help=True, help="The GPUs and models planner knows.")
+app.add_typer(catalog_app, name="catalog")
+
+out = Console(width=None if sys.stdout.isatty() else 120)
+_state = {"debug": False}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
+    _state["debug"] = debug
+    if version:
+        print(__version__)
+        raise typer.Exit(EXIT_OK)
+
+
+@catalog_app.command("list")
+def catalog_list(
+    kind: Annotated[str, typer.Argument(help="gpus, models, or all")] = "all",
+    as_json: JsonOpt = False,
+) -> None:
+    """List the GPUs and/or models in the catalog."""
+    if kind not in ("gpus", "models", "all"):
+        raise InputError(f"catalog list: kind: expected gpus, models or all (got {kind!r})")
+    gpus = list(catalog.gpus().values()) if kind in ("gpus", "all") else []
+    models = list(catalog.models().values()) if kind in ("models", "all") else []
+    if as_json:
+        data: dict[str, Any] = {}
+        if kind in ("gpus", "all"):
+            data["gpus"] = [report.gpu_dict(g) for g in gpus]
+        if kind in ("models", "all"):
+            data["models"] = [report.model_dict(m, full=True) for m in models]
+        emit_json(data)
+        return
+    if gpus:
+        out.print(render.gpu_table(gpus))
+    if models:
+        out.print(render.model_table(models))
+
+
+@catalog_app.command("show")
+def catalog_show(
+    name: Annotated[str, typer.Argument(help="a catalog name, a config.json or a model TOML")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Every field of one GPU or model (models also get params_total and params_active)."""
+    data: dict[str, Any]
+    if not catalog.looks_like_path(name) and name in catalog.gpus():
+        data = report.gpu_dict(catalog.gpus()[name])
+        kind = "GPU"
+    elif catalog.looks_like_path(name) or name in catalog.models():
+        data = report.model_dict(catalog.resolve_model(name), full=True)
+        kind = "model"
+    else:
+        known = sorted(catalog.gpus()) + sorted(catalog.models())
+        raise catalog.unknown_name("GPU or model", name, known)
+    if as_json:
+        emit_json(data)
+    else:
+        out.print(render.fields_table(f"{kind} {data['name']}", data))
+
+
+def _need_layout(plan: Plan) -> None:
+    if plan.layout is None:
+        raise InputError(f"{plan.path}: parallel: the [parallel] table is missing")
+
+
+@app.command()
+def check(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    as_json: JsonOpt = False,
+    headroom: Annotated[
+        float, typer.Option("--headroom", help="percent of GPU memory kept free")
+    ] = memory.DEFAULT_HEADROOM_PCT,
+) -> None:
+    """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
+    if not 0 <= headroom < 100:
+        raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
+    plan = load_plan(plan_path)
+    _need_layout(plan)
+    assert plan.layout is not None
+    job, layout = plan.job, plan.layout
+    rep = memory.estimate(job, layout, headroom)
+    changes = [] if rep.fits else advice.memory_changes(job, layout, headroom)
+    if as_json:
+        data = {
+            "fits": rep.fits,
+            "memory": report.memory_dict(rep),
+            "model": report.model_dict(job.arch),
+            "parallel": report.layout_dict(layout),
+            "changes": [
+                {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
+                for c in changes
+            ],
+        }
+        emit_json(data)
+    else:
+        render.print_check(out, job, layout, rep, changes)
+    raise typer.Exit(EXIT_OK if rep.fits else EXIT_NO)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: maps PlannerError to its exit code and one stderr line."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rc = app(args=args, prog_name="planner", standalone_mode=False)
+    except PlannerError as e:
+        if debug:
+            raise
+        sys.stderr.write(f"planner: error: {e}\n")
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors carry their own exit code
+        code = getattr(e, "exit_code", None)
+        if code is not None and hasattr(e, "show"):
+            e.show()
+            sys.exit(code)
+        if debug:
+            raise
+        sys.stderr.write(f"planner: internal error: {type(e).__name__}: {e}\n")
+        sys.exit(EXIT_BAD_INPUT)
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -1,0 +1,88 @@
+"""Layout: one parallel layout (the `[parallel]` table, with dp resolved), a frozen value.
+
+Degree names follow torchtitan's ParallelDims; each says what 1 means. Megatron's rank order is
+tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+ZeroStage = Literal[0, 1, 2, 3]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A resolved parallel layout. Construct through `planner.spec` or `rules.check_layout`."""
+
+    tp: int = 1
+    """Tensor-parallel degree (1 = weights not split inside a layer)."""
+    pp: int = 1
+    """Pipeline stages (1 = no pipeline)."""
+    dp: int = 1
+    """Data-parallel replicas of the dense part (1 = no data parallelism)."""
+    cp: int = 1
+    """Context-parallel degree: the sequence is split across cp ranks (1 = not split)."""
+    ep: int = 1
+    """Expert-parallel degree: experts spread over ep ranks (1 = every rank holds every expert)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (None = tp, Megatron's default)."""
+    vpp: int = 1
+    """Virtual pipeline chunks per rank (1 = plain 1F1B, >1 = interleaved)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism inside the TP group (only meaningful with tp > 1)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch."""
+    zero_stage: ZeroStage = 1
+    """0 replicated; 1 optimizer sharded (distributed optimizer); 2 + grads; 3 + params (FSDP)."""
+    recompute: Recompute = "none"
+    """Activation recomputation: none, selective (attention core), full (every layer)."""
+    pipeline_layers: tuple[int, ...] | None = field(default=None)
+    """Decoder layers per pipeline rank (pp entries); None = even split."""
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel size: world / (etp x ep x pp) (Megatron's MoE folding)."""
+        return self.num_gpus // (self.expert_tp * self.ep * self.pp)
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """Micro-batches per pipeline per step: global_batch / (dp x micro_batch_size)."""
+        return global_batch_size // (self.dp * self.micro_batch_size)
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers on each pipeline rank (given split, or the even one)."""
+        if self.pipeline_layers is not None:
+            return self.pipeline_layers
+        base, extra = divmod(num_layers, self.pp)
+        return tuple(base + (1 if r < extra else 0) for r in range(self.pp))
+
+    def with_(self, **changes: object) -> Layout:
+        """A copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        """Short human form, e.g. 'tp8 pp16 dp128 mbs1 zero1 recompute=none'."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"etp{self.etp}")
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
+        parts.append(f"recompute={self.recompute}")
+        return " ".join(parts)

@@ -1,0 +1,130 @@
+"""Human output with rich: tables for the catalog and the per-stage memory breakdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner import params
+from planner.advice import Change
+from planner.arch import ModelArch
+from planner.hardware import GpuSpec
+from planner.layout import Layout
+from planner.memory import MemoryReport
+from planner.spec import Job
+from planner.units import GIB
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f}"
+
+
+def billions(n: float) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+def gpu_table(gpus: list[GpuSpec]) -> Table:
+    t = Table(title="GPUs (hardware_catalog/gpus)")
+    for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "scale-up", "node", "TDP W"):
+        t.add_column(col, justify="left" if col in ("name", "scale-up") else "right")
+    for g in gpus:
+        t.add_row(
+            g.name,
+            f"{g.peak_tflops_bf16:g}",
+            f"{g.peak_tflops_fp8:g}" if g.peak_tflops_fp8 else "-",
+            f"{g.memory_gib:.1f}",
+            f"{g.scaleup_name} x{g.scaleup_domain_gpus} "
+            f"{g.scaleup_bandwidth_gb_per_s_per_gpu:g} GB/s",
+            str(g.gpus_per_node),
+            f"{g.tdp_w:g}",
+        )
+    return t
+
+
+def model_table(models: list[ModelArch]) -> Table:
+    t = Table(title="Models (model_zoo)")
+    for col in ("name", "layers", "hidden", "heads/groups", "experts", "params", "active"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for m in models:
+        experts = f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "-"
+        t.add_row(
+            m.name,
+            str(m.num_layers),
+            str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.query_groups}",
+            experts,
+            billions(params.params_total(m)),
+            billions(params.params_active(m)),
+        )
+    return t
+
+
+def fields_table(title: str, data: dict[str, Any]) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")
+    for k, v in data.items():
+        t.add_row(k, "" if v is None else str(v))
+    return t
+
+
+def memory_table(rep: MemoryReport) -> Table:
+    t = Table(title=f"Memory per GPU (GiB), capacity {gib(rep.capacity)} after headroom")
+    for col in (
+        "stage",
+        "layers",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "other",
+        "total",
+    ):
+        t.add_column(col, justify="right")
+    worst = rep.worst.stage
+    for st in rep.stages:
+        mark = " <- worst" if st.stage == worst else ""
+        style = "bold red" if st.stage == worst and not rep.fits else None
+        t.add_row(
+            f"{st.stage}{mark}",
+            str(st.layers),
+            gib(st.weights),
+            gib(st.grads),
+            gib(st.optimizer),
+            gib(st.activations),
+            gib(st.other),
+            gib(st.total),
+            style=style,
+        )
+    return t
+
+
+def print_check(
+    console: Console, job: Job, layout: Layout, rep: MemoryReport, changes: list[Change]
+) -> None:
+    console.print(
+        f"[bold]{job.arch.name}[/] on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}"
+    )
+    console.print(memory_table(rep))
+    peak, cap = gib(rep.peak), gib(rep.capacity)
+    if rep.fits:
+        console.print(f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})")
+        return
+    console.print(
+        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on stage {rep.worst.stage}, "
+        f"{gib(rep.shortfall)} GiB over"
+    )
+    fitting = [c for c in changes if c.fits]
+    if fitting:
+        console.print("Single changes that make it fit (cheapest first):")
+        for c in fitting[:5]:
+            console.print(f"  {c.describe()} saves {gib(c.saves)} GiB")
+    elif changes:
+        best = max(changes, key=lambda c: c.saves)
+        console.print(
+            f"No single change makes it fit; the largest saving is {best.describe()} "
+            f"({gib(best.saves)} GiB)."
+        )

@@ -1,0 +1,173 @@
+"""The plan file (DESIGN.md section 2) as pydantic models, and its resolution into a Job.
+
+A plan file has `[model]`, `[cluster]`, `[training]` and, for check/explain/launch, `[parallel]`.
+`load_plan` validates every table at the boundary (frozen, extra="forbid"), resolves the model
+(zoo name, HF config path relative to the plan file, or inline Megatron fields) and the GPU
+(catalog name plus the plan's overrides), and checks the layout with `planner.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from planner import catalog
+from planner.arch import ModelArch
+from planner.errors import InputError
+from planner.hardware import ClusterSpec, LinkTier
+from planner.layout import Layout, Recompute, ZeroStage
+
+Precision = Literal["bf16", "fp8"]
+
+
+class ClusterSection(BaseModel):
+    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str = Field(min_length=1)
+    num_gpus: PositiveInt
+    gpus_per_node: PositiveInt | None = None
+    memory_gib: PositiveFloat | None = None
+    tiers: tuple[LinkTier, ...] | None = None
+
+
+class TrainingSection(BaseModel):
+    """`[training]`: sequence length, global batch (sequences per optimizer step), precision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_length: PositiveInt
+    global_batch_size: PositiveInt
+    precision: Precision = "bf16"
+    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+
+
+class ParallelSection(BaseModel):
+    """`[parallel]`: the layout. dp is derived from num_gpus when omitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    etp: PositiveInt | None = None
+    vpp: PositiveInt = 1
+    dp: PositiveInt | None = None
+    sequence_parallel: bool | None = Field(default=None, description="None = on when tp > 1")
+    micro_batch_size: PositiveInt = 1
+    zero_stage: ZeroStage = 1
+    recompute: Recompute = "none"
+    pipeline_layers: tuple[PositiveInt, ...] | None = None
+
+
+class PlanFile(BaseModel):
+    """The whole file. `[model]` is checked separately (it has three shapes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: dict[str, Any]
+    cluster: ClusterSection
+    training: TrainingSection
+    parallel: ParallelSection | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to train and on what: everything but the layout."""
+
+    arch: ModelArch
+    cluster: ClusterSpec
+    seq_length: int
+    global_batch_size: int
+    precision: Precision = "bf16"
+    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_length * self.global_batch_size
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A loaded plan: the job, its layout (None without `[parallel]`), where it came from."""
+
+    job: Job
+    layout: Layout | None
+    path: Path | None = None
+    model_ref: dict[str, Any] | None = None
+
+
+def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
+    """`[model]`: exactly one of name = zoo name, hf_config = path, or inline Megatron fields."""
+    where = str(path) if path else "<plan>"
+    base = path.parent if path else None
+    if "name" in table and len(table) == 1:
+        return catalog.resolve_model(str(table["name"]), base)
+    if "hf_config" in table:
+        if len(table) != 1:
+            extra = sorted(set(table) - {"hf_config"})
+            raise InputError(f"{where}: model: hf_config cannot be combined with {extra}")
+        ref = table["hf_config"]
+        if not isinstance(ref, str) or not ref:
+            raise InputError(f"{where}: model.hf_config: expected a path (got {ref!r})")
+        hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
+        from planner.hf_import import load_hf_config
+
+        return load_hf_config(hf_path)
+    if not table:
+        raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")
+    inline = {"name": "inline", "source": f"inline in {where}", **table}
+    return catalog.validate(ModelArch, inline, path, prefix="model")
+
+
+def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
+    """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, tiers) applied."""
+    gpu = catalog.get_gpu(section.gpu)
+    data = {
+        "gpu": gpu,
+        "num_gpus": section.num_gpus,
+        "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
+        "memory_gib": section.memory_gib or gpu.memory_gib,
+        "tiers": section.tiers or gpu.tiers,
+    }
+    return catalog.validate(ClusterSpec, data, path, prefix="cluster")
+
+
+def build_job(
+    arch: ModelArch, cluster: ClusterSpec, training: TrainingSection, path: Path | None
+) -> Job:
+    where = str(path) if path else "<plan>"
+    if training.precision == "fp8" and not cluster.gpu.has_fp8:
+        raise InputError(
+            f"{where}: training.precision: 'fp8' but {cluster.gpu.name} has no FP8 tensor cores"
+        )
+    return Job(
+        arch=arch,
+        cluster=cluster,
+        seq_length=training.seq_length,
+        global_batch_size=training.global_batch_size,
+        precision=training.precision,
+        main_grad_dtype=training.main_grad_dtype,
+    )
+
+
+def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
+    """Validate a parsed plan document and resolve it (the layout is checked by rules)."""
+    from planner.rules import check_layout
+
+    doc = catalog.validate(PlanFile, data, path)
+    arch = resolve_model_table(doc.model, path)
+    cluster = resolve_cluster(doc.cluster, path)
+    job = build_job(arch, cluster, doc.training, path)
+    layout = check_layout(job, doc.parallel, path) if doc.parallel is not None else None
+    return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
+
+
+def load_plan(path: Path) -> Plan:
+    """Read, validate and resolve a plan file."""
+    return parse_plan(catalog.load_toml(path), path)
