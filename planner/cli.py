@@ -37,15 +37,22 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def _print_version(value: bool) -> None:
+    """Eager `--version`: runs while the options are parsed, so no command is needed."""
+    if value:
+        print(__version__)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version.", is_eager=True, callback=_print_version),
+    ] = False,
 ) -> None:
     _state["debug"] = debug
-    if version:
-        print(__version__)
-        raise typer.Exit(EXIT_OK)
 
 
 @catalog_app.command("list")

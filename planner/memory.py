@@ -135,13 +135,15 @@ def _layer_ranges(job: Job, layout: Layout) -> list[range]:
     return out
 
 
-def _bytes_per_param(job: Job, layout: Layout, shard_group: int) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter for a given sharding group size."""
-    z = layout.zero_stage
-    grad = 4.0 if job.main_grad_dtype == "fp32" else 2.0
-    weights = 2.0 / shard_group if z >= 3 else 2.0
-    grads = grad / shard_group if z >= 2 else grad
-    optim = 12.0 / shard_group if z >= 1 else 12.0
+def state_bytes_per_param(
+    zero_stage: int, grad_bytes: float, shard_group: int
+) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per parameter: 2 bf16 weights, grad_bytes of gradient
+    (4 fp32 main_grad, 2 bf16) and 12 of fp32 master + Adam m, v; ZeRO stage z shards the
+    optimizer (z >= 1), the gradients (z >= 2) and the weights (z = 3) over shard_group ranks."""
+    weights = 2.0 / shard_group if zero_stage >= 3 else 2.0
+    grads = grad_bytes / shard_group if zero_stage >= 2 else grad_bytes
+    optim = 12.0 / shard_group if zero_stage >= 1 else 12.0
     return weights, grads, optim
 
 
@@ -157,7 +159,9 @@ def stage_params(job: Job, layout: Layout, rank: int, layers: range) -> tuple[fl
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.pp - 1
     if rank == 0:
-        dense += params.embedding_params(arch, vocab) / layout.tp
+        # word embeddings are split over tp; learned position embeddings are not
+        words = vocab * arch.hidden_size
+        dense += words / layout.tp + params.embedding_params(arch, vocab) - words
     if last:
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         out = params.output_params(arch, vocab)
@@ -194,8 +198,10 @@ def stage_memory(job: Job, layout: Layout, rank: int, layers: range) -> StageMem
     sh = _shard(job, layout)
     dense, expert = stage_params(job, layout, rank, layers)
     dense_group = layout.dp * layout.cp
-    w_d, g_d, o_d = _bytes_per_param(job, layout, dense_group)
-    w_e, g_e, o_e = _bytes_per_param(job, layout, max(layout.expert_dp, 1))
+    grad_bytes = 4.0 if job.main_grad_dtype == "fp32" else 2.0
+    z = layout.zero_stage
+    w_d, g_d, o_d = state_bytes_per_param(z, grad_bytes, dense_group)
+    w_e, g_e, o_e = state_bytes_per_param(z, grad_bytes, max(layout.expert_dp, 1))
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))

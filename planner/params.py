@@ -40,11 +40,11 @@ A decoder layer is either dense (attention + norms + dense MLP) or MoE (attentio
 shared experts + E routed experts), following moe_layer_freq. `layer_params` splits it into
 (non-expert, routed-expert) because the two shard differently (TP/PP vs EP/expert-TP).
 
-MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm (nw*h
-each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type, and a final
-norm (nw*h); it shares the embedding and output layer with the main model. DeepSeek reports 671B for
-the main model and 14B for the MTP module (the 14B includes the shared embedding and head), so
-`params_total` leaves MTP out and `mtp_params` counts only what MTP adds.
+MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm
+(nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type,
+and a final norm (nw*h); it shares the embedding and output layer with the main model. DeepSeek
+reports 671B for the main model and 14B for the MTP module (the 14B includes the shared embedding
+and head), so `params_total` leaves MTP out and `mtp_params` counts only what MTP adds.
 
 Checks (tests/test_params.py): for GPT (LayerNorm, biases, 4h gelu MLP, learned positions, tied
 embeddings) one layer is 12h^2 + 13h, so the total is SC21 eq.(2)
@@ -93,7 +93,7 @@ def _mla_attention_params(arch: ModelArch) -> int:
 
 
 def attention_params(arch: ModelArch) -> int:
-    """One layer's self-attention: QKV (or MLA projections), output projection, biases, q/k norms."""
+    """One layer's attention: QKV (or the MLA projections), output projection, biases, norms."""
     if arch.multi_latent_attention:
         return _mla_attention_params(arch)
     h, d_h = arch.hidden_size, arch.head_dim

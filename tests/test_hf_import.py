@@ -177,6 +177,30 @@ def test_llama31_8b_fixture_params_equal_zoo_model() -> None:
     assert params.params_total(imported) == params.params_total(catalog.get_model("llama3.1-8b"))
 
 
+# fixture -> zoo entry describing the same checkpoint (skipped while the zoo lacks it)
+SAME_AS_ZOO = {
+    "llama2-7b": "llama2-7b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "qwen2.5-7b": "qwen2.5-7b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "deepseek-v3": "deepseek-v3",
+    "gpt-neox-20b": "gpt-neox-20b",
+    "opt-175b": "opt-175b",
+    "nemotron-4-340b": "nemotron4-340b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_AS_ZOO))
+def test_fixture_params_equal_zoo_entry(name: str) -> None:
+    params = pytest.importorskip("planner.params")
+    if SAME_AS_ZOO[name] not in catalog.models():
+        pytest.skip(f"model_zoo has no {SAME_AS_ZOO[name]}")
+    imported = load_hf_config(HF / f"{name}.json")
+    zoo = catalog.get_model(SAME_AS_ZOO[name])
+    assert params.params_total(imported) == params.params_total(zoo)
+    assert params.params_active(imported) == params.params_active(zoo)
+
+
 # Exact: Hugging Face `num_parameters()` of the released checkpoints (tied weights counted once).
 EXACT_PARAMS = {
     "gpt2": 124_439_808,

@@ -164,18 +164,19 @@ SC21_GPT = [n for n in ZOO if n.startswith(("gpt-sc21-", "gpt-korthikanti-"))]
 
 @pytest.mark.parametrize("name", SC21_GPT)
 def test_sc21_eq2(name: str) -> None:
-    # Narayanan et al. 2021 (arXiv:2104.04473) eq.(2): P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)).
+    # Narayanan et al. 2021 (arXiv:2104.04473) eq.(2), with l = n_l layers:
+    #   P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)).
     # It counts per layer 12h^2 + 13h (QKV/proj/fc1/fc2 weights and biases, two LayerNorms) plus
     # a tied V x h embedding and s x h learned positions; it leaves out only the final LayerNorm
     # (2h), so our count is eq.(2) + 2h exactly (a relative difference below 1e-7).
     arch = ZOO[name]
-    l, h, v = arch.num_layers, arch.hidden_size, arch.vocab_size
+    n_l, h, v = arch.num_layers, arch.hidden_size, arch.vocab_size
     s = arch.max_position_embeddings
     assert s is not None
-    eq2 = 12 * l * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+    eq2 = 12 * n_l * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * n_l * h))
     total = params.params_total(arch)
     assert total == pytest.approx(eq2, rel=1e-3)
-    assert total == 12 * l * h * h + 13 * l * h + (v + s) * h + 2 * h
+    assert total == 12 * n_l * h * h + 13 * n_l * h + (v + s) * h + 2 * h
 
 
 # SC21 Table 1 "number of parameters (billion)" column; our counts round to it.
@@ -234,8 +235,8 @@ PUBLISHED: list[tuple[str, float, float | None, float]] = [
     ("opt-175b", 175e9, None, 0.015),
     # GPT-NeoX-20B paper arXiv:2204.06745: 20.6B
     ("gpt-neox-20b", 20.6e9, None, 0.015),
-    # Hagemann et al. 2023 (shared/reference/hagemann_layouts.md): N = 13.9985B implied by the
-    # sweep's MFU columns for llama-13b with the 128k vocab
+    # Hagemann et al. 2023, arXiv:2311.05610, sweep data (derivation: shared/reference/
+    # hagemann_layouts.md): N = 13.9985B implied by the MFU columns for llama-13b, 128k vocab
     ("hagemann-llama-13b", 13.9985e9, None, 0.015),
     # the same source: the 30B's implied N is 33.768B (our nominal ffn 17920 gives 0.12% more)
     ("hagemann-llama-30b", 33.768e9, None, 0.015),
@@ -250,9 +251,9 @@ def test_published_totals(name: str, total: float, active: float | None, tol: fl
     assert params.params_active(arch) == pytest.approx(expected_active, rel=tol)
 
 
-# Exact counts of the released checkpoints (HF safetensors metadata shown on the model cards, and the
-# model cards' own figures where they print one). Each line says what the architecture does not
-# describe, if anything.
+# Exact counts of the released checkpoints (HF safetensors metadata shown on the model cards, and
+# the model cards' own figures where they print one). Each line says what the architecture does
+# not describe, if anything.
 EXACT = [
     ("llama3.1-8b", 8_030_261_248),  # HF meta-llama/Llama-3.1-8B
     ("llama3.1-70b", 70_553_706_496),  # HF meta-llama/Llama-3.1-70B
