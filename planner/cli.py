@@ -15,8 +15,9 @@ import typer
 from rich.console import Console
 
 from planner import __version__, advice, catalog, memory, render, report
+from planner import megatron_args as megatron_args_mod
 from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
-from planner.spec import Plan, load_plan
+from planner.spec import Plan, load_plan, parse_plan
 
 app = typer.Typer(
     add_completion=False,
@@ -49,7 +50,9 @@ def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     version: Annotated[
         bool,
-        typer.Option("--version", help="Print the version.", is_eager=True, callback=_print_version),
+        typer.Option(
+            "--version", help="Print the version.", is_eager=True, callback=_print_version
+        ),
     ] = False,
 ) -> None:
     _state["debug"] = debug
@@ -106,18 +109,46 @@ def _need_layout(plan: Plan) -> None:
         raise InputError(f"{plan.path}: parallel: the [parallel] table is missing")
 
 
+def _plan_from_args(
+    plan_path: Path | None, megatron_args: str | None, gpu: str | None, num_gpus: int | None
+) -> Plan:
+    """A plan file, or an existing Megatron-LM command line with --gpu and --num-gpus."""
+    if megatron_args is None:
+        if plan_path is None:
+            raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
+        return load_plan(plan_path)
+    if plan_path is not None:
+        raise InputError("check: give either PLAN or --megatron-args, not both")
+    if gpu is None or num_gpus is None:
+        raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
+    where = "<stdin>" if megatron_args == "-" else megatron_args
+    return parse_plan(megatron_args_mod.load(megatron_args, gpu, num_gpus), Path(where))
+
+
 @app.command()
 def check(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    plan_path: Annotated[
+        Path | None, typer.Argument(metavar="[PLAN]", help="plan file (TOML)")
+    ] = None,
     as_json: JsonOpt = False,
     headroom: Annotated[
         float, typer.Option("--headroom", help="percent of GPU memory kept free")
     ] = memory.DEFAULT_HEADROOM_PCT,
+    megatron_args: Annotated[
+        str | None,
+        typer.Option(
+            "--megatron-args", help="a Megatron-LM command line or launch script ('-' = stdin)"
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args)")] = None,
+    num_gpus: Annotated[
+        int | None, typer.Option("--num-gpus", min=1, help="GPU count (--megatron-args)")
+    ] = None,
 ) -> None:
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     if not 0 <= headroom < 100:
         raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
-    plan = load_plan(plan_path)
+    plan = _plan_from_args(plan_path, megatron_args, gpu, num_gpus)
     _need_layout(plan)
     assert plan.layout is not None
     job, layout = plan.job, plan.layout

@@ -1,0 +1,313 @@
+"""Read an existing Megatron-LM command line or launch script into a plan document.
+
+Teams gate the launch scripts they already have: `planner check --megatron-args train.sh --gpu
+h100-sxm-80gb --num-gpus 1024`. The text is split like a shell would (comments, quotes and line
+continuations), simple `NAME=value` assignments are substituted into `$NAME` / `${NAME}`, and the
+flags that decide memory (model shape, parallel sizes, batch, recompute, distributed optimizer,
+precision, MoE, GQA, MLA) become a plan document for `planner.spec.parse_plan`. Flags that do not
+change memory are ignored; a parallelism flag planner does not know is an error, since it could
+change the layout. Flag names: Megatron-LM `megatron/training/arguments.py` (see
+../shared/reference/ecosystem.md section 1.1).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+# flag -> ModelArch field (integer valued)
+MODEL_INT = {
+    "--num-layers": "num_layers",
+    "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size",
+    "--num-attention-heads": "num_attention_heads",
+    "--num-query-groups": "num_query_groups",
+    "--kv-channels": "kv_channels",
+    "--vocab-size": "vocab_size",
+    "--padded-vocab-size": "vocab_size",
+    "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
+    "--max-position-embeddings": "max_position_embeddings",
+    "--num-experts": "num_moe_experts",
+    "--moe-router-topk": "moe_router_topk",
+    "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
+    "--q-lora-rank": "q_lora_rank",
+    "--kv-lora-rank": "kv_lora_rank",
+    "--qk-head-dim": "qk_head_dim",
+    "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim",
+    "--v-head-dim": "v_head_dim",
+    "--mtp-num-layers": "mtp_num_layers",
+}
+# flag -> ModelArch field set to a constant
+MODEL_SWITCH: dict[str, tuple[str, Any]] = {
+    "--untie-embeddings-and-output-weights": ("untie_embeddings_and_output_weights", True),
+    "--disable-bias-linear": ("add_bias_linear", False),
+    "--add-qkv-bias": ("add_qkv_bias", True),
+    "--qk-layernorm": ("qk_layernorm", True),
+    "--multi-latent-attention": ("multi_latent_attention", True),
+}
+PARALLEL_INT = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--expert-tensor-parallel-size": "etp",
+    "--micro-batch-size": "micro_batch_size",
+}
+# parallelism flags that are understood but do not change the memory model's inputs
+PARALLEL_IGNORED = {
+    "--tp-comm-overlap",
+    "--no-overlap-p2p-communication",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--overlap-param-gather-with-optimizer-step",
+    "--overlap-moe-expert-parallel-comm",
+    "--distributed-backend",
+    "--num-distributed-optimizer-instances",
+    "--ddp-bucket-size",
+    "--ddp-num-buckets",
+    "--ddp-average-in-collective",
+    "--ddp-pad-buckets-for-high-nccl-busbw",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
+    "--cp-comm-type",
+    "--moe-token-dispatcher-type",
+    "--moe-grouped-gemm",
+    "--moe-permute-fusion",
+    "--moe-shared-expert-overlap",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--data-parallel-sharding-strategy",
+    "--sequence-parallel",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--expert-tensor-parallel-size",
+    "--expert-model-parallel-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--data-parallel-random-init",
+}
+_PARALLEL_WORDS = ("parallel", "pipeline", "fsdp", "expert-model", "virtual-stage", "zero")
+_FSDP_STAGE = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def tokens(text: str) -> list[str]:
+    """Shell-like words of a script: comments dropped, `\\` continuations joined, simple
+    `NAME=value` assignments substituted into later `$NAME` / `${NAME}`."""
+    env: dict[str, str] = {}
+    words: list[str] = []
+    joined = re.sub(r"\\\r?\n", " ", text)
+    for line in joined.splitlines():
+        m = _ASSIGN.match(line)
+        if m:
+            env[m.group(1)] = m.group(2).strip("\"'")
+            continue
+
+        def sub(mm: re.Match[str]) -> str:
+            name = mm.group(1) or mm.group(2)
+            return env.get(name, mm.group(0))
+
+        try:
+            words += shlex.split(_VAR.sub(sub, line), comments=True)
+        except ValueError as e:
+            raise InputError(f"cannot split the line {line.strip()!r}: {e}") from None
+    return words
+
+
+def _flags(words: list[str]) -> dict[str, list[str]]:
+    """--flag -> the values that follow it (up to the next --flag); --a=b is split too."""
+    out: dict[str, list[str]] = {}
+    current: str | None = None
+    for w in words:
+        if w.startswith("--"):
+            name, _, value = w.partition("=")
+            current = name
+            out[current] = [value] if value else []
+        elif current is not None:
+            out[current].append(w)
+    return out
+
+
+def _int(flags: dict[str, list[str]], flag: str, where: str) -> int:
+    vals = flags[flag]
+    if not vals:
+        raise InputError(f"{where}: {flag}: expected an integer value (got nothing)")
+    try:
+        return int(vals[0])
+    except ValueError:
+        raise InputError(f"{where}: {flag}: expected an integer (got {vals[0]!r})") from None
+
+
+def _layer_freq(value: str, where: str) -> int | list[int]:
+    """--moe-layer-freq: an int, or a Python-list expression like "[0]*3+[1]*58"."""
+    if re.fullmatch(r"\d+", value):
+        return int(value)
+    out: list[int] = []
+    for part in value.replace(" ", "").split("+"):
+        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
+        if not m:
+            raise InputError(f"{where}: --moe-layer-freq: cannot read {value!r}")
+        items = [int(x) for x in m.group(1).split(",")]
+        out += items * int(m.group(2) or 1)
+    return out
+
+
+def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") -> dict[str, Any]:
+    """A plan document (as `planner.spec.parse_plan` takes) from Megatron-LM arguments."""
+    flags = _flags(tokens(text))
+    get: Callable[[str], int] = lambda f: _int(flags, f, where)  # noqa: E731
+    model: dict[str, Any] = {}
+    for flag, field in MODEL_INT.items():
+        if flag in flags:
+            model[field] = get(flag)
+    for flag, (field, value) in MODEL_SWITCH.items():
+        if flag in flags:
+            model[field] = value
+    if "--group-query-attention" not in flags:
+        model.pop("num_query_groups", None)  # Megatron ignores it without the switch
+    if "--swiglu" in flags:
+        model.update(gated_linear_unit=True, activation="swiglu")
+    elif "--squared-relu" in flags:
+        model["activation"] = "squared_relu"
+    if flags.get("--normalization"):
+        model["normalization"] = flags["--normalization"][0]
+    if flags.get("--position-embedding-type"):
+        model["position_embedding_type"] = flags["--position-embedding-type"][0]
+    if flags.get("--moe-layer-freq"):
+        model["moe_layer_freq"] = _layer_freq(flags["--moe-layer-freq"][0], where)
+    for required in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if required not in model:
+            flag = next(f for f, v in MODEL_INT.items() if v == required)
+            raise InputError(f"{where}: {flag}: required to size the model, but not given")
+    model.setdefault("ffn_hidden_size", _default_ffn(model))
+
+    unknown = [
+        f
+        for f in flags
+        if any(w in f for w in _PARALLEL_WORDS) and f not in PARALLEL_IGNORED | set(PARALLEL_INT)
+    ]
+    if unknown:
+        raise InputError(f"{where}: {unknown[0]}: unknown parallelism flag")
+
+    parallel: dict[str, Any] = {}
+    for flag, field in PARALLEL_INT.items():
+        if flag in flags:
+            parallel[field] = get(flag)
+    parallel["sequence_parallel"] = "--sequence-parallel" in flags and parallel.get("tp", 1) > 1
+    parallel["vpp"] = _vpp(flags, model["num_layers"], parallel.get("pp", 1), get)
+    first_last = _uneven(flags, model["num_layers"], parallel.get("pp", 1), get, where)
+    if first_last is not None:
+        parallel["pipeline_layers"] = first_last
+    parallel["zero_stage"] = _zero_stage(flags, where)
+    parallel["recompute"] = _recompute(flags)
+
+    if "--seq-length" not in flags:
+        raise InputError(f"{where}: --seq-length: required, but not given")
+    training: dict[str, Any] = {"seq_length": get("--seq-length")}
+    mbs = parallel.get("micro_batch_size", 1)
+    if "--global-batch-size" in flags:
+        training["global_batch_size"] = get("--global-batch-size")
+    else:  # Megatron's default: one micro-batch per data-parallel rank
+        model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
+        training["global_batch_size"] = mbs * max(num_gpus // model_size, 1)
+    fp8 = "--fp8-format" in flags or "--fp8" in flags
+    training["precision"] = "fp8" if fp8 else "bf16"
+    if "--grad-reduce-in-bf16" in flags:
+        training["main_grad_dtype"] = "bf16"
+    return {
+        "model": model,
+        "cluster": {"gpu": gpu, "num_gpus": num_gpus},
+        "training": training,
+        "parallel": parallel,
+    }
+
+
+def _default_ffn(model: dict[str, Any]) -> int:
+    """Megatron's default ffn_hidden_size: 4h, or int(4h x 2/3 / 64) x 64 with --swiglu."""
+    h = int(model["hidden_size"])
+    if model.get("gated_linear_unit"):
+        return int(4 * h * 2 / 3 / 64) * 64
+    return 4 * h
+
+
+def _vpp(flags: dict[str, list[str]], L: int, pp: int, get: Callable[[str], int]) -> int:
+    if "--num-virtual-stages-per-pipeline-rank" in flags:
+        return get("--num-virtual-stages-per-pipeline-rank")
+    if "--num-layers-per-virtual-pipeline-stage" in flags:
+        per = get("--num-layers-per-virtual-pipeline-stage")
+        return max(L // pp // max(per, 1), 1)
+    return 1
+
+
+def _uneven(
+    flags: dict[str, list[str]], L: int, pp: int, get: Callable[[str], int], where: str
+) -> tuple[int, ...] | None:
+    first_f, last_f = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
+    if first_f not in flags and last_f not in flags:
+        return None
+    if pp < 2:
+        raise InputError(f"{where}: {first_f}: needs --pipeline-model-parallel-size > 1")
+    first = get(first_f) if first_f in flags else None
+    last = get(last_f) if last_f in flags else None
+    ends = (first is not None) + (last is not None)
+    middle_ranks = pp - ends
+    rest = L - (first or 0) - (last or 0)
+    if middle_ranks == 0 or rest % middle_ranks or rest < 0:
+        raise InputError(
+            f"{where}: {first_f}: the middle layers ({rest}) must divide evenly over the "
+            f"{middle_ranks} middle pipeline ranks"
+        )
+    each = rest // middle_ranks
+    layers = [each] * pp
+    if first is not None:
+        layers[0] = first
+    if last is not None:
+        layers[-1] = last
+    return tuple(layers)
+
+
+def _zero_stage(flags: dict[str, list[str]], where: str) -> int:
+    if "--use-torch-fsdp2" in flags:
+        return 3
+    if "--use-megatron-fsdp" in flags:
+        value = (flags.get("--data-parallel-sharding-strategy") or ["optim_grads_params"])[0]
+        if value not in _FSDP_STAGE:
+            raise InputError(f"{where}: --data-parallel-sharding-strategy: unknown {value!r}")
+        return _FSDP_STAGE[value]
+    return 1 if "--use-distributed-optimizer" in flags else 0
+
+
+def _recompute(flags: dict[str, list[str]]) -> str:
+    """Megatron's recompute flags. Full recompute of only some layers per stage
+    (--recompute-method block with --recompute-num-layers) is read as no recompute: the
+    conservative side, since the layers not recomputed keep all their activations."""
+    granularity = (flags.get("--recompute-granularity") or [""])[0]
+    if granularity == "full":
+        method = (flags.get("--recompute-method") or ["uniform"])[0]
+        return "none" if method == "block" else "full"
+    if granularity == "selective" or "--recompute-activations" in flags:
+        return "selective"
+    return "none"
+
+
+def load(path: str, gpu: str, num_gpus: int) -> dict[str, Any]:
+    """Read a file (or '-' for standard input) of Megatron-LM arguments into a plan document."""
+    import sys
+
+    from planner.catalog import read_file
+
+    text = sys.stdin.read() if path == "-" else read_file(Path(path))
+    return to_plan(text, gpu, num_gpus, "<stdin>" if path == "-" else path)
