@@ -36,6 +36,21 @@ BF16 = 2
 FP32 = 4
 MASK = 1
 
+UNFUSED_NORM_EXTRA = 8
+"""Extra bytes per element a plain PyTorch RMSNorm/LayerNorm keeps over a fused kernel, which keeps
+its bf16 input (2) and one statistic per token: the unfused one also keeps the fp32 upcast of its
+input (4), the fp32 normalised tensor (4) for the multiplication by the weight; the bf16 output
+counts as the next layer's input. Fitted (range 4-10) by benchmarks/fit_memory.py on the
+Hagemann et al. rows without the fused kernel."""
+
+GATHERED_LOSS_BYTES_PER_LOGIT = 24
+"""Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
+loss), at the peak of its backward pass: the gathered bf16 logits (2), their fp32 upcast (4), the
+saved fp32 log-softmax (4), its fp32 gradient (4), the bf16 gradient (2), and the temporaries of
+an unfused softmax. Fitted (range 16-32) by benchmarks/fit_memory.py on the Hagemann et al.
+layouts, whose training code computes the loss this way. Megatron's vocab-parallel loss does not
+use it."""
+
 MOE_LOAD_IMBALANCE = 1.25
 """Tokens an expert-parallel rank receives, relative to the balanced share. Dropless routing
 (Megatron's default, no capacity factor) lets some ranks receive more than k/E of the tokens; 1.25
@@ -57,6 +72,13 @@ class Shard:
     seq_per_cp_rank: int = 0
     """s / cp (for the s^2 attention-score term without flash attention)."""
     micro_batch_size: int = 1
+    fused_norm: bool = True
+    vocab_parallel_loss: bool = True
+
+
+def _norm_input(T: int, h: int, sh: Shard) -> float:
+    """What one norm keeps per micro-batch (before any TP/SP split)."""
+    return (BF16 + (0 if sh.fused_norm else UNFUSED_NORM_EXTRA)) * T * h
 
 
 def _split(rep: float, split: float, sh: Shard) -> float:
@@ -75,7 +97,7 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     if arch.multi_latent_attention:
         return _mla_bytes(arch, sh)
     d, g = arch.head_dim, arch.query_groups
-    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + BF16 * T * h  # QKV input, mask, norm input
+    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + _norm_input(T, h, sh)  # QKV in, mask, norm
     split: float = BF16 * T * (a + 2 * g) * d + _linear_in(BF16 * T * a * d, sh)
     if not sh.flash_attention and sh.recompute == "none":
         s = sh.seq_per_cp_rank
@@ -96,7 +118,7 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
     r_q = arch.q_lora_rank or 0
     # replicated: the block input (down projections' input), its norm input, the dropout mask,
     # the compressed q and kv latents with their norms (they are not TP-split in Megatron)
-    rep = _linear_in(BF16 * T * h, sh) + BF16 * T * h + MASK * T * h
+    rep = _linear_in(BF16 * T * h, sh) + _norm_input(T, h, sh) + MASK * T * h
     rep += BF16 * T * (2 * r_q + 2 * r_kv + drope)
     split = BF16 * T * a * (2 * (dqk + drope) + dv) + _linear_in(BF16 * T * a * dv, sh)
     return _split(rep, split, sh)
@@ -106,7 +128,7 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     """A dense MLP of width ffn with its norm and dropout: Korthikanti's 19sbh + 4sbh/2."""
     T, h = sh.tokens, arch.hidden_size
     glu = 2 if arch.gated_linear_unit else 1
-    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + BF16 * T * h  # fc1 input, mask, norm input
+    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + _norm_input(T, h, sh)  # fc1 in, mask, norm
     split = BF16 * T * ffn * glu + _linear_in(BF16 * T * ffn, sh)
     return _split(rep, split, sh)
 
@@ -123,7 +145,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     T, h, E, k = sh.tokens, arch.hidden_size, arch.num_moe_experts, arch.moe_router_topk
     t = sh.tp
     local = T / t
-    norm_and_router = BF16 * local * h + MASK * local * h + 2 * FP32 * local * E
+    norm_and_router = _norm_input(1, h, sh) * local + MASK * local * h + 2 * FP32 * local * E
     pairs = k * local * MOE_LOAD_IMBALANCE
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
@@ -162,8 +184,15 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
 
 def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     """Last stage, for the micro-batch at the loss: final norm input, the bf16 logits and the fp32
-    copy the vocab-parallel cross entropy keeps (Korthikanti's 4sbv/t term, plus the bf16 one)."""
+    copy the vocab-parallel cross entropy keeps (Korthikanti's 4sbv/t term, plus the bf16 one).
+    Without a vocab-parallel loss every TP rank also holds the gathered logits' working set."""
     T, h = sh.tokens, arch.hidden_size
-    norm: float = BF16 * T * h
+    norm = _norm_input(T, h, sh)
     norm = norm / sh.tp if sh.sequence_parallel else norm
+    if not sh.vocab_parallel_loss:
+        return (
+            norm
+            + BF16 * T * padded_vocab / sh.tp
+            + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
+        )
     return norm + (BF16 + FP32) * T * padded_vocab / sh.tp

@@ -124,6 +124,8 @@ def _shard(job: Job, layout: Layout) -> Shard:
         fp8=job.precision == "fp8",
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
+        fused_norm=job.fused_norm,
+        vocab_parallel_loss=job.vocab_parallel_loss,
     )
 
 

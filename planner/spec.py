@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from planner import catalog
 from planner.arch import ModelArch
 from planner.errors import InputError
-from planner.hardware import ClusterSpec, LinkTier
+from planner.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, ZeroStage
 
 Precision = Literal["bf16", "fp8"]
@@ -44,6 +44,12 @@ class TrainingSection(BaseModel):
     global_batch_size: PositiveInt
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    fused_norm: bool = Field(
+        default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
+    )
+    vocab_parallel_loss: bool = Field(
+        default=True, description="cross entropy on vocab-split logits (Megatron); false: gathered"
+    )
 
 
 class ParallelSection(BaseModel):
@@ -86,6 +92,8 @@ class Job:
     global_batch_size: int
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    fused_norm: bool = True
+    vocab_parallel_loss: bool = True
 
     @property
     def tokens_per_step(self) -> int:
@@ -107,7 +115,13 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
     where = str(path) if path else "<plan>"
     base = path.parent if path else None
     if "name" in table and len(table) == 1:
-        return catalog.resolve_model(str(table["name"]), base)
+        ref = table["name"]
+        if not isinstance(ref, str) or not ref:
+            raise InputError(f"{where}: model.name: expected a zoo name or a path (got {ref!r})")
+        if not catalog.looks_like_path(ref) and ref not in catalog.models():
+            err = catalog.unknown_name("model", ref, sorted(catalog.models()))
+            raise InputError(f"{where}: model.name: {err}")
+        return catalog.resolve_model(ref, base)
     if "hf_config" in table:
         if len(table) != 1:
             extra = sorted(set(table) - {"hf_config"})
@@ -116,6 +130,9 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
         if not isinstance(ref, str) or not ref:
             raise InputError(f"{where}: model.hf_config: expected a path (got {ref!r})")
         hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
+        if not hf_path.is_file():
+            what = "is a directory" if hf_path.is_dir() else "no such file"
+            raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {ref!r})")
         from planner.hf_import import load_hf_config
 
         return load_hf_config(hf_path)
@@ -127,7 +144,16 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
 
 def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
     """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, tiers) applied."""
-    gpu = catalog.get_gpu(section.gpu)
+    where = str(path) if path else "<plan>"
+    try:
+        gpu = catalog.get_gpu(section.gpu)
+    except InputError as e:
+        raise InputError(f"{where}: cluster.gpu: {e}") from None
+    if section.tiers is not None:
+        try:
+            check_tiers(section.tiers, section.num_gpus)
+        except ValueError as e:
+            raise InputError(f"{where}: cluster.tiers: {e}") from None
     data = {
         "gpu": gpu,
         "num_gpus": section.num_gpus,
@@ -153,6 +179,8 @@ def build_job(
         global_batch_size=training.global_batch_size,
         precision=training.precision,
         main_grad_dtype=training.main_grad_dtype,
+        fused_norm=training.fused_norm,
+        vocab_parallel_loss=training.vocab_parallel_loss,
     )
 
 

@@ -1,0 +1,78 @@
+"""The Hagemann et al. 2023 layouts (arXiv:2311.05610) as planner jobs and layouts.
+
+Data: tests/data/hagemann_layouts.csv, a copy of ../shared/reference/hagemann_layouts.csv (numbers
+only, from the public repo Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts
+@e13c2cb; see ../shared/reference/hagemann_layouts.md). Settings per that note: A100 80 GB in
+8-GPU nodes, bf16, ZeRO-1 with 16-bit gradients, 128,000-token vocabulary, a fixed 4,194,304-token
+global batch; sequence parallelism only where the sheet records it. The training code is Aleph
+Alpha's, not Megatron-LM: its loss runs on gathered logits (no vocab-parallel cross entropy), and
+rows without the fused "RMS kernel" use PyTorch's RMSNorm.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner import catalog
+from planner.hardware import ClusterSpec
+from planner.layout import Layout
+from planner.spec import Job
+
+CSV = Path(__file__).resolve().parent.parent / "tests" / "data" / "hagemann_layouts.csv"
+
+
+@dataclass(frozen=True)
+class Row:
+    data: dict[str, str]
+    job: Job
+    layout: Layout
+
+    @property
+    def outcome(self) -> str:
+        return self.data["outcome"]
+
+    @property
+    def group(self) -> str:
+        """One measured sweep: model, sequence length, GPU count, source file."""
+        d = self.data
+        return f"{d['model']} s{d['seq_length']} n{d['num_gpus']} {Path(d['source_file']).stem}"
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        v = self.data["tokens_per_s_per_gpu"]
+        return float(v) if v else None
+
+
+def rows(path: Path = CSV, kernels: tuple[str, ...] = ("flash_attention2",)) -> Iterator[Row]:
+    """Every row with one of the given attention kernels that trained or ran out of memory."""
+    gpu = catalog.get_gpu("a100-sxm-80gb")
+    with path.open(newline="") as f:
+        for d in csv.DictReader(f):
+            if d["attention_kernel"] not in kernels or d["outcome"] not in ("ok", "oom"):
+                continue
+            n = int(d["num_gpus"])
+            cluster = ClusterSpec(
+                gpu=gpu, num_gpus=n, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
+            )
+            job = Job(
+                arch=catalog.get_model(f"hagemann-{d['model']}"),
+                cluster=cluster,
+                seq_length=int(d["seq_length"]),
+                global_batch_size=int(d["global_batch_size"]),
+                main_grad_dtype="bf16",
+                fused_norm=d["rms_norm_kernel"] == "1",
+                vocab_parallel_loss=False,
+            )
+            layout = Layout(
+                tp=int(d["tp"]),
+                pp=int(d["pp"]),
+                dp=int(d["dp"]),
+                sequence_parallel=d["sequence_parallel"] == "1",
+                micro_batch_size=int(d["micro_batch_size"]),
+                zero_stage=1,
+                recompute="full" if d["recompute"] == "full" else "none",
+            )
+            yield Row(d, job, layout)
