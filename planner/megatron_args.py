@@ -225,6 +225,8 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
         training["global_batch_size"] = mbs * max(num_gpus // model_size, 1)
     fp8 = "--fp8-format" in flags or "--fp8" in flags
     training["precision"] = "fp8" if fp8 else "bf16"
+    if fp8:
+        training["fp8_param_gather"] = "--fp8-param-gather" in flags
     if "--grad-reduce-in-bf16" in flags:
         training["main_grad_dtype"] = "bf16"
     return {

@@ -182,16 +182,21 @@ def _fixed_bytes(job: Job, layout: Layout) -> float:
 
 
 def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
-    """Buffers alive only part of the step: ZeRO-2/3 gradient buckets, ZeRO-3 gathered layers,
-    FP8 weight copies (Transformer Engine caches an fp8 copy and its transpose: 2 bytes/param)."""
+    """Buffers alive only part of the step: ZeRO-2/3 gradient buckets, ZeRO-3 gathered layers.
+
+    FP8 (Transformer Engine caches the fp8 weight and its transpose across micro-batches,
+    te/pytorch/module/linear.py `is_first_microbatch`): with `--fp8-param-gather` (Megatron's
+    examples/llama/train_llama3_8b_h100_fp8.sh; needs the distributed optimizer) the fp8 weight
+    (1 byte) and its transpose (1 byte) replace the bf16 weight (2 bytes): nothing extra;
+    without it both sit beside the bf16 weight: 2 bytes per parameter."""
     total = 0.0
+    if job.precision == "fp8" and not (job.fp8_param_gather and layout.zero_stage >= 1):
+        total += 2.0 * (dense + expert)
     if layout.zero_stage >= 2:
         total += 4.0 * DP_BUCKET_PARAMS
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
         total += 2 * per_layer * 2.0 + per_layer * 4.0  # two gathered layers (prefetch) + grads
-    if job.precision == "fp8":
-        total += 2.0 * (dense + expert)
     return total
 
 

@@ -50,6 +50,9 @@ class TrainingSection(BaseModel):
     vocab_parallel_loss: bool = Field(
         default=True, description="cross entropy on vocab-split logits (Megatron); false: gathered"
     )
+    fp8_param_gather: bool = Field(
+        default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
+    )
 
 
 class ParallelSection(BaseModel):
@@ -94,6 +97,7 @@ class Job:
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     fused_norm: bool = True
     vocab_parallel_loss: bool = True
+    fp8_param_gather: bool = True
 
     @property
     def tokens_per_step(self) -> int:
@@ -181,6 +185,7 @@ def build_job(
         main_grad_dtype=training.main_grad_dtype,
         fused_norm=training.fused_norm,
         vocab_parallel_loss=training.vocab_parallel_loss,
+        fp8_param_gather=training.fp8_param_gather,
     )
 
 
