@@ -8,6 +8,7 @@ unset take Megatron's defaults (`num_query_groups` = heads, `kv_channels` = hidd
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
@@ -56,7 +57,7 @@ class ModelArch(BaseModel):
     moe_shared_expert_intermediate_size: PositiveInt | None = Field(
         default=None, description="total width of the shared experts; None = no shared expert"
     )
-    moe_layer_freq: PositiveInt | list[Literal[0, 1]] = Field(
+    moe_layer_freq: PositiveInt | tuple[Literal[0, 1], ...] = Field(
         default=1, description="int N: every N-th layer is MoE; or a 0/1 list, one per layer"
     )
 
@@ -82,7 +83,7 @@ class ModelArch(BaseModel):
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_query_groups ({self.query_groups})"
             )
-        if isinstance(self.moe_layer_freq, list) and len(self.moe_layer_freq) != self.num_layers:
+        if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
                 f"{self.num_layers}"
@@ -122,14 +123,26 @@ class ModelArch(BaseModel):
         """Per-expert MLP width (moe_ffn_hidden_size, default ffn_hidden_size)."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
-    @property
+    @cached_property
     def moe_layers(self) -> list[bool]:
         """One flag per decoder layer: True where the MLP is a mixture of experts."""
         if not self.is_moe:
             return [False] * self.num_layers
-        if isinstance(self.moe_layer_freq, list):
+        if isinstance(self.moe_layer_freq, tuple):
             return [bool(x) for x in self.moe_layer_freq]
         return [i % self.moe_layer_freq == 0 for i in range(self.num_layers)]
+
+    @cached_property
+    def moe_prefix(self) -> tuple[int, ...]:
+        """moe_prefix[i] = MoE layers among the first i decoder layers (num_layers + 1 entries)."""
+        out = [0]
+        for flag in self.moe_layers:
+            out.append(out[-1] + flag)
+        return tuple(out)
+
+    def moe_count(self, layers: range) -> int:
+        """MoE layers in a contiguous range of decoder layers."""
+        return self.moe_prefix[layers.stop] - self.moe_prefix[layers.start]
 
     @property
     def num_moe_layers(self) -> int:

@@ -26,10 +26,12 @@ checked against measured runs by `benchmarks/memory_fidelity.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from planner import activations as act
 from planner import params
 from planner.activations import Shard
+from planner.arch import ModelArch
 from planner.layout import Layout
 from planner.spec import Job
 from planner.units import GIB, MIB
@@ -149,30 +151,47 @@ def state_bytes_per_param(
     return weights, grads, optim
 
 
+@cache
+def _layer_kinds(arch: ModelArch) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(non-expert, routed-expert) parameters of a dense layer and of an MoE layer."""
+    moe = arch.moe_layers
+    dense_i = moe.index(False) if False in moe else None
+    moe_i = moe.index(True) if True in moe else None
+    dense = params.layer_params(arch, dense_i) if dense_i is not None else (0, 0)
+    sparse = params.layer_params(arch, moe_i) if moe_i is not None else (0, 0)
+    return dense, sparse
+
+
+@cache
+def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
+    """(word embedding, position embedding, output layer incl. final norm, MTP split)."""
+    words = vocab * arch.hidden_size
+    positions = params.embedding_params(arch, vocab) - words
+    out = params.output_params(arch, vocab) or words  # tied: the last stage keeps a copy
+    return words, positions, out, params.mtp_layer_params(arch)
+
+
 def stage_params(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of pipeline rank `rank` holds."""
     arch = job.arch
-    dense = 0.0
-    expert = 0.0
-    for i in layers:
-        d, e = params.layer_params(arch, i)
-        dense += d / layout.tp
-        expert += e / (layout.ep * layout.expert_tp)
-    vocab = arch.padded_vocab(layout.tp)
-    last = rank == layout.pp - 1
+    (dd, de), (md, me) = _layer_kinds(arch)
+    n_moe = arch.moe_count(layers)
+    n_dense = len(layers) - n_moe
+    expert_split = layout.ep * layout.expert_tp
+    dense = (n_dense * dd + n_moe * md) / layout.tp
+    expert = (n_dense * de + n_moe * me) / expert_split
+    words, positions, out, (mtp_dense, mtp_expert) = _edge_params(
+        arch, arch.padded_vocab(layout.tp)
+    )
     if rank == 0:
         # word embeddings are split over tp; learned position embeddings are not
-        words = vocab * arch.hidden_size
-        dense += words / layout.tp + params.embedding_params(arch, vocab) - words
-    if last:
+        dense += words / layout.tp + positions
+    if rank == layout.pp - 1:
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
-        out = params.output_params(arch, vocab)
-        if out == 0 and layout.pp > 1:
-            out = vocab * arch.hidden_size
-        dense += out / layout.tp + params.final_norm_params(arch)
-        mtp_dense, mtp_expert = params.mtp_layer_params(arch)
-        dense += mtp_dense / layout.tp
-        expert += mtp_expert / (layout.ep * layout.expert_tp)
+        if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
+            dense += out / layout.tp
+        dense += params.final_norm_params(arch) + mtp_dense / layout.tp
+        expert += mtp_expert / expert_split
     return dense, expert
 
 
@@ -200,57 +219,80 @@ def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlay
     return total
 
 
-def stage_memory(job: Job, layout: Layout, rank: int, layers: range) -> StageMemory:
+@dataclass(frozen=True)
+class _PerLayer:
+    """Activation bytes of one layer for one micro-batch, by kind, for one layout."""
+
+    dense: float
+    moe: float
+    dense_full: float
+    """Without full recompute: the working set while one layer is recomputed."""
+    moe_full: float
+
+    def kept(self, n_dense: int, n_moe: int) -> float:
+        return n_dense * self.dense + n_moe * self.moe
+
+
+def _per_layer(arch: ModelArch, sh: Shard) -> _PerLayer:
+    dense = act.layer_bytes(arch, False, sh)
+    dense_full = act.layer_bytes(arch, False, sh, recompute=False)
+    if not arch.is_moe:
+        return _PerLayer(dense, dense, dense_full, dense_full)
+    moe = act.layer_bytes(arch, True, sh)
+    moe_full = act.layer_bytes(arch, True, sh, recompute=False)
+    return _PerLayer(dense, moe, dense_full, moe_full)
+
+
+def stage_memory(
+    job: Job, layout: Layout, rank: int, layers: range, per: _PerLayer | None = None
+) -> StageMemory:
     arch = job.arch
     sh = _shard(job, layout)
+    per = per or _per_layer(arch, sh)
     dense, expert = stage_params(job, layout, rank, layers)
-    dense_group = layout.dp * layout.cp
     grad_bytes = 4.0 if job.main_grad_dtype == "fp32" else 2.0
     z = layout.zero_stage
-    w_d, g_d, o_d = state_bytes_per_param(z, grad_bytes, dense_group)
+    w_d, g_d, o_d = state_bytes_per_param(z, grad_bytes, layout.dp * layout.cp)
     w_e, g_e, o_e = state_bytes_per_param(z, grad_bytes, max(layout.expert_dp, 1))
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))
-    moe = arch.moe_layers
-    chunks = stage_chunks(len(layers), layout.vpp)
-    per_mb = max(
-        sum(act.layer_bytes(arch, moe[i], sh) for i in layers[sum(chunks[:c]) :][: chunks[c]])
-        for c in range(len(chunks))
-    )
+    start, per_mb = layers.start, 0.0
+    for n in stage_chunks(len(layers), layout.vpp):
+        n_moe = arch.moe_count(range(start, start + n))
+        per_mb = max(per_mb, per.kept(n - n_moe, n_moe))
+        start += n
     acts = flight * per_mb
     if rank == 0:
         acts += flight * act.embedding_bytes(arch, sh)
     if rank == layout.pp - 1:
         logits = act.logits_bytes(arch, arch.padded_vocab(layout.tp), sh)
         # each MTP layer runs one more decoder layer and one more output layer and loss
-        mtp = arch.mtp_num_layers * (act.layer_bytes(arch, moe[-1], sh) + logits)
-        acts += logits + mtp
+        last = per.moe if arch.moe_layers[-1] else per.dense
+        acts += logits + arch.mtp_num_layers * (last + logits)
     if layout.recompute == "full" and len(layers):
         # the layer being recomputed holds its full activations during its backward pass
-        acts += max(act.layer_bytes(arch, moe[i], sh, recompute=False) for i in layers)
+        acts += per.moe_full if arch.moe_count(layers) else per.dense_full
     if layout.cp > 1 and len(layers):
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
-        kv = 2 * 2 * sh.tokens * arch.query_groups * arch.head_dim * 2 / layout.tp
-        acts += kv
+        acts += 2 * 2 * sh.tokens * arch.query_groups * arch.head_dim * 2 / layout.tp
     transient = _transient_bytes(job, layout, dense, expert, len(layers))
-    acts_total = acts * FRAGMENTATION
-    other = _fixed_bytes(job, layout) + transient * FRAGMENTATION
     return StageMemory(
         stage=rank,
         layers=len(layers),
         weights=dense * w_d + expert * w_e,
         grads=dense * g_d + expert * g_e,
         optimizer=dense * o_d + expert * o_e,
-        activations=acts_total,
-        other=other,
+        activations=acts * FRAGMENTATION,
+        other=_fixed_bytes(job, layout) + transient * FRAGMENTATION,
     )
 
 
 def estimate(job: Job, layout: Layout, headroom_pct: float = DEFAULT_HEADROOM_PCT) -> MemoryReport:
     """Per-stage memory of a layout that passed `planner.rules`."""
+    per = _per_layer(job.arch, _shard(job, layout))
     stages = tuple(
-        stage_memory(job, layout, r, rng) for r, rng in enumerate(_layer_ranges(job, layout))
+        stage_memory(job, layout, r, rng, per) for r, rng in enumerate(_layer_ranges(job, layout))
     )
     physical = job.cluster.capacity_bytes
     return MemoryReport(

@@ -96,7 +96,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         vocab_size=129280, max_position_embeddings=163840, multi_latent_attention=True,
         q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
         v_head_dim=128, num_moe_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
-        moe_shared_expert_intermediate_size=2048, moe_layer_freq=[0] * 3 + [1] * 58,
+        moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
         mtp_num_layers=1, gated_linear_unit=True, normalization="RMSNorm",
         untie_embeddings_and_output_weights=True,
     ),
@@ -287,7 +287,7 @@ def test_qwen3_moe_sparse_step_and_mlp_only_layers() -> None:
            "mlp_only_layers": [5]}  # fmt: skip
     arch = arch_from_hf(cfg, "x.json")
     # layer i is MoE when (i + 1) % 2 == 0 and i is not listed
-    assert arch.moe_layer_freq == [0, 1, 0, 1, 0, 0]
+    assert arch.moe_layer_freq == (0, 1, 0, 1, 0, 0)
 
 
 def test_deepseek_without_q_lora_or_shared_experts() -> None:
