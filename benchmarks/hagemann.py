@@ -6,7 +6,8 @@ only, from the public repo Aleph-Alpha/NeurIPS-WANT-submission-efficient-paralle
 8-GPU nodes, bf16, ZeRO-1 with 16-bit gradients, 128,000-token vocabulary, a fixed 4,194,304-token
 global batch; sequence parallelism only where the sheet records it. The training code is Aleph
 Alpha's, not Megatron-LM: its loss runs on gathered logits (no vocab-parallel cross entropy), and
-rows without the fused "RMS kernel" use PyTorch's RMSNorm.
+rows without the fused "RMS kernel" use PyTorch's RMSNorm, and its pipeline splits the embedding,
+the layers, the final norm and the head as L + 3 equal items (`uniform_item_split`).
 """
 
 from __future__ import annotations
@@ -46,25 +47,47 @@ class Row:
         return float(v) if v else None
 
 
-def rows(path: Path = CSV, kernels: tuple[str, ...] = ("flash_attention2",)) -> Iterator[Row]:
-    """Every row with one of the given attention kernels that trained or ran out of memory."""
+KERNELS = ("flash_attention2", "flash_attentionv1.0.8", "flash_attention", "fused", "torch")
+
+
+def uniform_item_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Decoder layers per stage when the embedding, the L layers, the final norm and the LM head
+    (L + 3 items) are split uniformly, the first stages taking the remainder (Aleph-Alpha/scaling
+    `pipe_partition_uniform`, its default `PipePartitionMethod.UNIFORM`)."""
+    if pp == 1:
+        return None
+    base, extra = divmod(num_layers + 3, pp)
+    sizes = [base + (1 if r < extra else 0) for r in range(pp)]
+    sizes[0] -= 1  # embedding
+    sizes[-1] -= 2  # final norm and LM head
+    return tuple(sizes)
+
+
+def rows(
+    path: Path = CSV,
+    kernels: tuple[str, ...] = ("flash_attention2",),
+    outcomes: tuple[str, ...] = ("ok", "oom"),
+) -> Iterator[Row]:
+    """Every row with one of the given attention kernels and outcomes."""
     gpu = catalog.get_gpu("a100-sxm-80gb")
     with path.open(newline="") as f:
         for d in csv.DictReader(f):
-            if d["attention_kernel"] not in kernels or d["outcome"] not in ("ok", "oom"):
+            if d["attention_kernel"] not in kernels or d["outcome"] not in outcomes:
                 continue
             n = int(d["num_gpus"])
             cluster = ClusterSpec(
                 gpu=gpu, num_gpus=n, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
             )
+            arch = catalog.get_model(f"hagemann-{d['model']}")
             job = Job(
-                arch=catalog.get_model(f"hagemann-{d['model']}"),
+                arch=arch,
                 cluster=cluster,
                 seq_length=int(d["seq_length"]),
                 global_batch_size=int(d["global_batch_size"]),
                 main_grad_dtype="bf16",
                 fused_norm=d["rms_norm_kernel"] == "1",
                 vocab_parallel_loss=False,
+                flash_attention=d["attention_kernel"].startswith("flash"),
             )
             layout = Layout(
                 tp=int(d["tp"]),
@@ -74,5 +97,6 @@ def rows(path: Path = CSV, kernels: tuple[str, ...] = ("flash_attention2",)) -> 
                 micro_batch_size=int(d["micro_batch_size"]),
                 zero_stage=1,
                 recompute="full" if d["recompute"] == "full" else "none",
+                pipeline_layers=uniform_item_split(arch.num_layers, int(d["pp"])),
             )
             yield Row(d, job, layout)

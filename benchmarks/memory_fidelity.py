@@ -38,7 +38,9 @@ def measured_gib(row: dict[str, Any]) -> float | None:
 
 
 def published() -> None:
-    rows = {r["id"]: r for r in yaml.safe_load((runs.REFERENCE / "published_runs.yaml").read_text())}
+    rows = {
+        r["id"]: r for r in yaml.safe_load((runs.REFERENCE / "published_runs.yaml").read_text())
+    }
     print("Published runs that trained (every one must be judged 'fits')")
     print(f"{'run':44} {'layout':44} {'peak GiB':>8} {'cap':>6} {'meas.':>6} {'err':>6}  fits")
     errors = []

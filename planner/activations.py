@@ -51,10 +51,10 @@ an unfused softmax. Fitted (range 16-32) by benchmarks/fit_memory.py on the Hage
 layouts, whose training code computes the loss this way. Megatron's vocab-parallel loss does not
 use it."""
 
-MOE_LOAD_IMBALANCE = 1.25
-"""Tokens an expert-parallel rank receives, relative to the balanced share. Dropless routing
-(Megatron's default, no capacity factor) lets some ranks receive more than k/E of the tokens; 1.25
-is a planning margin, not a measured constant."""
+MOE_LOAD_IMBALANCE = 1.2
+"""Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
+routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
+value, used by both the memory and the step-time model."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ class Layout:
     """Activation recomputation: none, selective (attention core), full (every layer)."""
     pipeline_layers: tuple[int, ...] | None = field(default=None)
     """Decoder layers per pipeline rank (pp entries); None = even split."""
+    tp_comm_overlap: bool = False
+    """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs SP)."""
 
     @property
     def expert_tp(self) -> int:
@@ -83,6 +85,8 @@ class Layout:
             parts.append(f"vpp{self.vpp}")
         if self.sequence_parallel:
             parts.append("sp")
+        if self.tp_comm_overlap:
+            parts.append("tpov")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
         parts.append(f"recompute={self.recompute}")
         return " ".join(parts)

@@ -32,7 +32,9 @@ from planner import activations as act
 from planner import params
 from planner.activations import Shard
 from planner.arch import ModelArch
+from planner.comms import DP_BUCKET_PARAMS
 from planner.layout import Layout
+from planner.schedule import stage_ranges
 from planner.spec import Job
 from planner.units import GIB, MIB
 
@@ -49,9 +51,6 @@ FRAGMENTATION = 1.10
 """PyTorch caching-allocator overhead on activation and transient memory: reserved / allocated,
 typically 1.05-1.15 in long training runs (Megatron's own estimator multiplies by 1.05)."""
 
-DP_BUCKET_PARAMS = 40_000_000
-"""Megatron's default DDP bucket (max(40M, 1M x dp) parameters): the transient full-precision
-gradient bucket of ZeRO-2/3 before it is reduce-scattered."""
 
 DEFAULT_HEADROOM_PCT = 3.0
 """Capacity kept free by default: the allocator's reserve and run-to-run variation."""
@@ -128,15 +127,8 @@ def _shard(job: Job, layout: Layout) -> Shard:
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
         vocab_parallel_loss=job.vocab_parallel_loss,
+        flash_attention=job.flash_attention,
     )
-
-
-def _layer_ranges(job: Job, layout: Layout) -> list[range]:
-    out, start = [], 0
-    for n in layout.stage_layers(job.arch.num_layers):
-        out.append(range(start, start + n))
-        start += n
-    return out
 
 
 def state_bytes_per_param(
@@ -212,6 +204,7 @@ def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlay
     if job.precision == "fp8" and not (job.fp8_param_gather and layout.zero_stage >= 1):
         total += 2.0 * (dense + expert)
     if layout.zero_stage >= 2:
+        # the full-precision gradient bucket before it is reduce-scattered
         total += 4.0 * DP_BUCKET_PARAMS
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
@@ -292,7 +285,8 @@ def estimate(job: Job, layout: Layout, headroom_pct: float = DEFAULT_HEADROOM_PC
     """Per-stage memory of a layout that passed `planner.rules`."""
     per = _per_layer(job.arch, _shard(job, layout))
     stages = tuple(
-        stage_memory(job, layout, r, rng, per) for r, rng in enumerate(_layer_ranges(job, layout))
+        stage_memory(job, layout, r, rng, per)
+        for r, rng in enumerate(stage_ranges(job.arch.num_layers, layout))
     )
     physical = job.cluster.capacity_bytes
     return MemoryReport(

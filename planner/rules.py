@@ -175,6 +175,12 @@ def _sequence_parallel(job: Job, lay: Layout) -> Violation | None:
             "parallel.sequence_parallel",
             "sequence_parallel = true needs tensor_model_parallel_size > 1 (got 1)",
         )
+    if lay.tp_comm_overlap and not lay.sequence_parallel:
+        return Violation(
+            "tp_overlap_sp",
+            "parallel.tp_comm_overlap",
+            "tp_comm_overlap = true needs sequence_parallel = true (Megatron validate_args)",
+        )
     return None
 
 
@@ -257,6 +263,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         zero_stage=section.zero_stage,
         recompute=section.recompute,
         pipeline_layers=section.pipeline_layers,
+        tp_comm_overlap=section.tp_comm_overlap,
     )
 
 

@@ -53,6 +53,9 @@ class TrainingSection(BaseModel):
     fp8_param_gather: bool = Field(
         default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
     )
+    flash_attention: bool = Field(
+        default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
+    )
 
 
 class ParallelSection(BaseModel):
@@ -72,6 +75,7 @@ class ParallelSection(BaseModel):
     zero_stage: ZeroStage = 1
     recompute: Recompute = "none"
     pipeline_layers: tuple[PositiveInt, ...] | None = None
+    tp_comm_overlap: bool = False
 
 
 class PlanFile(BaseModel):
@@ -98,6 +102,7 @@ class Job:
     fused_norm: bool = True
     vocab_parallel_loss: bool = True
     fp8_param_gather: bool = True
+    flash_attention: bool = True
 
     @property
     def tokens_per_step(self) -> int:
@@ -186,6 +191,7 @@ def build_job(
         fused_norm=training.fused_norm,
         vocab_parallel_loss=training.vocab_parallel_loss,
         fp8_param_gather=training.fp8_param_gather,
+        flash_attention=training.flash_attention,
     )
 
 

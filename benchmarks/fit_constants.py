@@ -1,0 +1,129 @@
+"""Fit the cost model's few calibration constants to published throughput.
+
+    /work/venv/bin/python benchmarks/fit_constants.py [--write]
+
+Fitted constants (planner/cost.py): GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY,
+ELEMENTWISE_PASSES. Every other constant is a documented physical or
+measured value and is not touched here.
+
+Fit rows (FIT_PREFIXES): the SC21 Table 1 weak-scaling runs (A100, 1.7B-1T, TP/PP/DP, full
+recompute, 2021 Megatron) and the Megatron-Core r0.8 H100 weak-scaling table (1.7B-462B); both are
+Megatron-LM on DGX nodes with their layouts published. Every other row (Korthikanti 2022, NeMo 24.07
+FP8, torchtitan) is held out and only reported by benchmarks/fidelity.py.
+
+Objective: the sum over fit rows of log(predicted / published tokens/s/GPU)^2 (relative errors,
+symmetric in over- and under-prediction), minimised by Nelder-Mead over the log of each constant
+(numpy only). `--write` prints the constants to paste into cost.py; nothing is written silently.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.runs import Case, load_published
+from planner import cost
+
+FIT_PREFIXES = ("sc21-", "mcore-h100-")
+NAMES = (
+    "GEMM_EFFICIENCY_MAX",
+    "ATTENTION_EFFICIENCY",
+    "ELEMENTWISE_PASSES",
+)
+BOUNDS = {
+    "GEMM_EFFICIENCY_MAX": (0.4, 0.95),
+    "ATTENTION_EFFICIENCY": (0.15, 0.9),
+    "ELEMENTWISE_PASSES": (0.5, 20.0),
+}
+
+
+def fit_rows(cases: Sequence[Case]) -> list[Case]:
+    return [c for c in cases if c.id.startswith(FIT_PREFIXES)]
+
+
+def set_constants(values: Sequence[float]) -> None:
+    for name, v in zip(NAMES, values, strict=True):
+        lo, hi = BOUNDS[name]
+        setattr(cost, name, min(max(v, lo), hi))
+
+
+def log_errors(cases: Sequence[Case]) -> list[float]:
+    out = []
+    for c in cases:
+        p = cost.estimate(c.job, c.layout)
+        out.append(math.log(p.tokens_per_s_per_gpu / c.tokens_per_s_per_gpu))
+    return out
+
+
+def nelder_mead(
+    f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.2, iters: int = 600
+) -> np.ndarray:
+    """Plain Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5)."""
+    n = len(x0)
+    pts = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if vals[-1] - vals[0] < 1e-10:
+            break
+        centroid = np.mean(pts[:-1], axis=0)
+        xr = centroid + (centroid - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centroid + 2 * (centroid - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (pts[-1] - centroid)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0] + 0.5 * (p - pts[0]) for p in pts]
+                vals = [f(p) for p in pts]
+    return pts[int(np.argmin(vals))]
+
+
+def fit(cases: Sequence[Case]) -> dict[str, float]:
+    rows = fit_rows(cases)
+
+    def objective(logx: np.ndarray) -> float:
+        set_constants(np.exp(logx).tolist())
+        return float(sum(e * e for e in log_errors(rows)))
+
+    x0 = np.log([float(getattr(cost, n)) for n in NAMES])
+    best = nelder_mead(objective, x0)
+    best = nelder_mead(objective, best, step=0.05)
+    set_constants(np.exp(best).tolist())
+    return {n: float(getattr(cost, n)) for n in NAMES}
+
+
+def main() -> None:
+    cases = load_published()
+    before = {n: float(getattr(cost, n)) for n in NAMES}
+    rows = fit_rows(cases)
+    e0 = [abs(math.expm1(e)) for e in log_errors(rows)]
+    fitted = fit(cases)
+    e1 = [abs(math.expm1(e)) for e in log_errors(rows)]
+    print(f"fit rows: {len(rows)} ({', '.join(FIT_PREFIXES)})")
+    print(f"median |error| on fit rows: {np.median(e0):.3f} -> {np.median(e1):.3f}")
+    print(f"worst  |error| on fit rows: {max(e0):.3f} -> {max(e1):.3f}")
+    for n in NAMES:
+        print(f"{n} = {fitted[n]:.4g}    (was {before[n]:.4g})")
+    if "--write" in sys.argv:
+        for n in NAMES:
+            print(f"{n} = {fitted[n]:.3g}")
+
+
+if __name__ == "__main__":
+    main()

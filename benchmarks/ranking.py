@@ -1,0 +1,94 @@
+"""Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
+
+    /work/venv/bin/python benchmarks/ranking.py [--verbose]
+
+Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
+that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
+zero_stage 1 with bf16 gradients, the csv's global batch (benchmarks/runs.py::load_hagemann).
+Within each (model, seq_length, num_gpus, source_file) group: Spearman rank correlation of
+predicted vs measured tokens/s/GPU, and whether the predicted best layout is within 5% of the
+measured best. Targets: Spearman >= 0.85, top pick within 5%.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.runs import Case, load_hagemann
+from planner import cost
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """Average ranks (1-based; ties share the mean rank)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation of the ranks."""
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5 if vx and vy else float("nan")
+
+
+def evaluate(cases: Sequence[Case], verbose: bool = False) -> list[tuple[str, int, float, float]]:
+    """Per group: (group, rows, spearman, measured shortfall of the predicted top pick)."""
+    groups: dict[str, list[Case]] = defaultdict(list)
+    for c in cases:
+        groups[c.group].append(c)
+    out = []
+    for name, rows in sorted(groups.items()):
+        pred = [cost.estimate(c.job, c.layout).tokens_per_s_per_gpu for c in rows]
+        meas = [c.tokens_per_s_per_gpu for c in rows]
+        rho = spearman(pred, meas) if len(rows) > 2 else float("nan")
+        top = max(range(len(rows)), key=lambda i: pred[i])
+        short = 1 - meas[top] / max(meas)
+        out.append((name, len(rows), rho, short))
+        if verbose:
+            print(f"\n{name}")
+            print(f"  {'layout':52s} {'measured':>9s} {'predicted':>9s} {'err':>6s}")
+            for i in sorted(range(len(rows)), key=lambda i: -meas[i]):
+                c = rows[i]
+                err = pred[i] / meas[i] - 1
+                mark = " <- predicted best" if i == top else ""
+                print(
+                    f"  {c.layout.describe():52s} {meas[i]:9.0f} {pred[i]:9.0f} {err:+6.1%}{mark}"
+                )
+    return out
+
+
+def main() -> None:
+    cases = load_hagemann()
+    res = evaluate(cases, verbose="--verbose" in sys.argv)
+    print(f"\nHagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs")
+    print(f"{'group':78s} {'n':>3s} {'spearman':>8s} {'top-pick gap':>12s}")
+    for name, n, rho, short in res:
+        ok = "ok" if rho >= 0.85 and short <= 0.05 else "MISS"
+        print(f"{name:78s} {n:3d} {rho:8.3f} {short:12.1%}  {ok}")
+    rhos = [r for _, _, r, _ in res if r == r]
+    print(
+        f"median spearman {statistics.median(rhos):.3f}, min {min(rhos):.3f}; "
+        f"top pick within 5%: {sum(s <= 0.05 for *_, s in res)}/{len(res)} groups"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Published runs as planner inputs: each row of published_runs.yaml and hagemann_layouts.csv
+mapped to a (Job, Layout) case with its measured tokens/s/GPU.
+
+The reference data live outside the repo, in ../shared/reference (relative to the repo root).
+Benchmarks read them; tests must not (tests/data holds the few numbers they need).
+
+Mapping rules (one place, shared by the fidelity, ranking, fitting and memory benchmarks):
+  model      a zoo model with the same num_layers / hidden_size / num_attention_heads (and vocab
+             when several match); rows that publish no shape map by name (MODEL_BY_NAME)
+  gpu        from the hardware text: "A100" + 80GB -> a100-sxm-80gb, "H100" -> h100-sxm-80gb
+  parallel   cp/ep/vpp null -> 1; micro_batch_size null -> 1 (assumed);
+             sequence_parallel null -> on when tp > 1 (Megatron/NeMo recipes);
+             recompute text "full..." / "selective..." / "none" / null -> none;
+             zero text: "distributed optimizer" -> 1, FSDP -> 3, "none"/"not ZeRO" -> 0,
+             null -> 1 (Megatron/NeMo recipes use the distributed optimizer);
+             precision text containing fp8/Float8 -> fp8, anything else (fp16, bf16) -> bf16
+  framework  flash_attention False for the 2021-2022 Megatron papers (SC21, Korthikanti: the
+             fused-softmax path); tp_comm_overlap on where the source lists --tp-comm-overlap or
+             AsyncTP, and for the NeMo 24.07 H100 recipes (they enable TP overlap by default)
+  seq        torchtitan's H100 benchmark omits it: 8192, its Llama 3 training default
+
+Known mismatches: the torchtitan H100 rows ran on H100 96GB HBM2e at a 500 W cap (not in the
+catalog; mapped to h100-sxm-80gb, so their peak is overstated); torchtitan's "selective (op)"
+recompute saves every other matmul, heavier than Megatron's selective (mapped to "selective").
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hagemann
+
+from planner import catalog
+from planner.arch import ModelArch
+from planner.hardware import ClusterSpec
+from planner.layout import Layout
+from planner.spec import Job
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / ".." / "shared" / "reference"
+
+MODEL_BY_NAME = {
+    "LLAMA2-70B": "llama2-70b",
+    "Nemotron-340B": "nemotron4-340b",
+    "Llama 2 13B": "llama2-13b",
+    "GPT3-175B": "gpt3-175b",
+    "LLAMA3-8B": "llama3.1-8b",
+    "LLAMA3-70B": "llama3.1-70b",
+    "Llama 3.1 8B": "llama3.1-8b",
+    "Llama 3.1 70B": "llama3.1-70b",
+    "Llama 3 8B": "llama3.1-8b",
+    "Llama 3 70B": "llama3.1-70b",
+    "Mixtral 8x7B (dropless)": "mixtral-8x7b",
+}
+"""Rows whose model block is partly null, or whose shape several zoo entries share."""
+
+NEMO_TP_OVERLAP = {"nemo2407-h100-fp8-llama3-70b-64gpu", "nemo2407-h100-fp8-llama2-70b-64gpu"}
+"""NeMo 24.07 recipes with ub_tp_comm_overlap on (benchmarks/data/nemo_recipes.md)."""
+
+NEMO_SELECTIVE = {"nemo2407-h100-fp8-nemotron-340b-128gpu"}
+"""NeMo 24.07's Nemotron-340B recipe uses selective recompute (benchmarks/data/nemo_recipes.md)."""
+
+DEFAULT_SEQ = {"torchtitan-h100": 8192}
+"""torchtitan's Llama 3 training config uses seq_len 8192 (the H100 benchmark omits it)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured run as planner inputs."""
+
+    id: str
+    job: Job
+    layout: Layout
+    tokens_per_s_per_gpu: float
+    mfu_pct: float | None = None
+    """Published MFU in %, where its convention is model FLOPs without causal halving."""
+    group: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The source row as read (yaml mapping or csv row), e.g. for measured memory or outcome."""
+
+
+def cluster(gpu_name: str, num_gpus: int) -> ClusterSpec:
+    gpu = catalog.get_gpu(gpu_name)
+    return ClusterSpec(
+        gpu=gpu,
+        num_gpus=num_gpus,
+        gpus_per_node=gpu.gpus_per_node,
+        memory_gib=gpu.memory_gib,
+        tiers=gpu.tiers,
+    )
+
+
+def gpu_name(text: str) -> str:
+    t = text.upper()
+    if "A100" in t:
+        return "a100-sxm-40gb" if "40GB" in t.replace(" ", "") else "a100-sxm-80gb"
+    if "H100" in t:
+        return "h100-sxm-80gb"
+    if "H200" in t:
+        return "h200-sxm-141gb"
+    raise ValueError(f"unknown GPU text {text!r}")
+
+
+def find_model(block: dict[str, Any]) -> ModelArch:
+    name = str(block.get("name") or "")
+    if name in MODEL_BY_NAME:
+        return catalog.get_model(MODEL_BY_NAME[name])
+    shape = (block.get("num_layers"), block.get("hidden_size"), block.get("num_attention_heads"))
+    hits = [
+        m
+        for m in catalog.models().values()
+        if (m.num_layers, m.hidden_size, m.num_attention_heads) == shape
+    ]
+    vocab = block.get("vocab_size")
+    if len(hits) > 1 and vocab:
+        hits = [m for m in hits if m.vocab_size == vocab] or hits
+    if not hits:
+        raise ValueError(f"no zoo model with shape {shape} ({name})")
+    return sorted(hits, key=lambda m: m.name)[0]
+
+
+def _recompute(text: Any) -> str:
+    t = str(text or "none").lower()
+    for r in ("full", "selective"):
+        if t.startswith(r):
+            return r
+    return "none"
+
+
+def _zero(text: Any) -> int:
+    if text is None:
+        return 1
+    t = str(text).lower()
+    if "fsdp" in t or "zero-3" in t:
+        return 3
+    if "distributed optimizer" in t:
+        return 1
+    return 0
+
+
+def _int(v: Any, default: int = 1) -> int:
+    return default if v is None else int(v)
+
+
+def published_tokens(row: dict[str, Any]) -> float | None:
+    res = row.get("result") or {}
+    der = row.get("derived") or {}
+    v = res.get("tokens_per_s_per_gpu") or der.get("tokens_per_s_per_gpu")
+    return float(v) if v else None
+
+
+def published_mfu(row: dict[str, Any]) -> float | None:
+    """Published (or derived) MFU in %, in the non-halved model-FLOPs convention."""
+    res = row.get("result") or {}
+    der = row.get("derived") or {}
+    if der.get("mfu_pct_72_formula"):
+        return float(der["mfu_pct_72_formula"])
+    if res.get("mfu_pct") and not str(row["id"]).startswith("torchtitan"):
+        return float(res["mfu_pct"])
+    return None
+
+
+def case_from_row(row: dict[str, Any]) -> Case:
+    rid = str(row["id"])
+    arch = find_model(row["model"])
+    hw, par = row["hardware"], row["parallel"]
+    seq = row["model"].get("seq_length")
+    if seq is None:
+        seq = next(v for k, v in DEFAULT_SEQ.items() if rid.startswith(k))
+    tp, pp, dp = _int(par["tp"]), _int(par["pp"]), _int(par["dp"])
+    sp = par.get("sequence_parallel")
+    precision = str(par.get("precision") or "").lower()
+    fp8 = "fp8" in precision or "float8" in precision
+    other = str(par.get("other") or "") + str(row.get("notes") or "")
+    nemo = rid.startswith("nemo2407")
+    job = Job(
+        arch=arch,
+        cluster=cluster(gpu_name(str(hw["gpu"])), int(hw["num_gpus"])),
+        seq_length=int(seq),
+        global_batch_size=int(par["global_batch_size"]),
+        precision="fp8" if fp8 else "bf16",
+        # NeMo 24.07 recipes: bf16 gradient buffers, no fp8 parameters (data/nemo_recipes.md)
+        main_grad_dtype="bf16" if nemo else "fp32",
+        fp8_param_gather=not nemo,
+        flash_attention=not rid.startswith(("sc21", "korthikanti")),
+    )
+    recompute = _recompute(par.get("recompute"))
+    if rid in NEMO_SELECTIVE:
+        recompute = "selective"
+    sp_on = bool(sp) if sp is not None else tp > 1
+    overlap = "tp-comm-overlap" in other or "AsyncTP" in other or rid in NEMO_TP_OVERLAP
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=_int(par.get("cp")),
+        ep=_int(par.get("ep")),
+        vpp=_int(par.get("vpp")),
+        sequence_parallel=sp_on,
+        micro_batch_size=_int(par.get("micro_batch_size")),
+        zero_stage=_zero(par.get("zero_or_dist_opt")),  # type: ignore[arg-type]
+        recompute=recompute,  # type: ignore[arg-type]
+        tp_comm_overlap=overlap and sp_on,
+    )
+    tokens = published_tokens(row)
+    group = rid.split("-")[0]
+    return Case(rid, job, layout, tokens or math.nan, published_mfu(row), group, row)
+
+
+def load_published(reference: Path = REFERENCE, with_throughput: bool = True) -> list[Case]:
+    """Published runs as planner cases: those with a throughput figure (tokens_per_s_per_gpu is
+    NaN for the others when with_throughput is False; rows that cannot be mapped are skipped)."""
+    rows = yaml.safe_load((reference / "published_runs.yaml").read_text())
+    out = []
+    for r in rows:
+        if with_throughput and not published_tokens(r):
+            continue
+        try:
+            out.append(case_from_row(r))
+        except (ValueError, StopIteration, KeyError, TypeError):
+            if with_throughput:
+                raise
+    return out
+
+
+def load_hagemann(
+    kernel: str | None = "flash_attention2", outcomes: tuple[str, ...] = ("ok",)
+) -> list[Case]:
+    """The Hagemann et al. rows (benchmarks/hagemann.py) with these outcomes and attention kernel
+    (None: every kernel); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none."""
+    kernels = (kernel,) if kernel else hagemann.KERNELS
+    out = []
+    for row in hagemann.rows(kernels=kernels, outcomes=outcomes):
+        r = row.data
+        tok = float(r["tokens_per_s_per_gpu"] or "nan")
+        mfu = float(r["mfu_pct"] or "nan")
+        rid = f"hagemann-{r['trial_id']}"
+        out.append(Case(rid, row.job, row.layout, tok, mfu, row.group, dict(r)))
+    return out

@@ -1,0 +1,215 @@
+"""Tests for planner.cost.
+
+Oracles: monotonic properties any correct step-time model has (each could fail: a sign error, a
+group placed on the wrong tier, a bubble or overlap computed the wrong way round), the breakdown's
+own arithmetic, and a regression guard on fidelity: tests/data/fidelity_rows.json holds eight
+published runs (source ids from ../shared/reference/published_runs.yaml, copied so that tests do
+not read ../shared); their median |error| was 3.0% when this test was written (benchmarks/
+fidelity.py prints the full table).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner import catalog, cost
+from planner.hardware import ClusterSpec
+from planner.layout import Layout
+from planner.spec import Job
+
+DATA = Path(__file__).parent / "data" / "fidelity_rows.json"
+
+FIDELITY_MEDIAN_MEASURED = 0.030
+"""Median |predicted / published - 1| over fidelity_rows.json when written."""
+FIDELITY_SLACK = 0.02
+
+
+def job(
+    model: str = "llama3.1-8b",
+    gpu: str = "h100-sxm-80gb",
+    num_gpus: int = 64,
+    seq: int = 4096,
+    gbs: int = 512,
+    precision: str = "bf16",
+    ib_gb_per_s: float | None = None,
+) -> Job:
+    spec = catalog.get_gpu(gpu)
+    tiers = spec.tiers
+    if ib_gb_per_s is not None:
+        tiers = (tiers[0], tiers[1].model_copy(update={"bandwidth_gb_per_s_per_gpu": ib_gb_per_s}))
+    cluster = ClusterSpec(
+        gpu=spec, num_gpus=num_gpus, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=tiers
+    )
+    return Job(
+        arch=catalog.get_model(model),
+        cluster=cluster,
+        seq_length=seq,
+        global_batch_size=gbs,
+        precision=precision,  # type: ignore[arg-type]
+    )
+
+
+def tok(j: Job, lay: Layout) -> float:
+    return cost.estimate(j, lay).tokens_per_s_per_gpu
+
+
+def test_breakdown_adds_up_and_mfu_is_consistent() -> None:
+    j = job("llama3.1-70b", num_gpus=64, gbs=256)
+    lay = Layout(tp=4, pp=4, dp=4, vpp=2, sequence_parallel=True, recompute="selective")
+    p = cost.estimate(j, lay)
+    b = p.breakdown
+    assert p.step_time_s == pytest.approx(b.step_time)
+    assert p.tokens_per_s_per_gpu == pytest.approx(256 * 4096 / (p.step_time_s * 64))
+    assert p.mfu == pytest.approx(p.model_tflops_per_gpu * 1e12 / 989e12)
+    assert 0 < p.mfu < 1
+    assert p.hardware_flops_per_step > p.model_flops_per_step
+    assert p.bottleneck() in {
+        "recompute",
+        "TP traffic",
+        "CP traffic",
+        "EP traffic",
+        "PP traffic",
+        "DP traffic",
+        "bubble",
+        "optimizer",
+        "other",
+    }
+    assert all(getattr(b, f) >= 0 for f in b.__dataclass_fields__)
+
+
+def test_more_data_parallel_at_fixed_batch_does_not_raise_per_gpu_throughput() -> None:
+    # same global batch spread over twice the replicas: fewer micro-batches to hide DP traffic
+    # behind and more GPUs in the DP ring
+    a = tok(job(num_gpus=32, gbs=64), Layout(tp=1, dp=32, micro_batch_size=1))
+    b = tok(job(num_gpus=64, gbs=64), Layout(tp=1, dp=64, micro_batch_size=1))
+    assert b <= a
+
+
+def test_more_microbatches_shrink_the_bubble() -> None:
+    lay = Layout(tp=8, pp=8, dp=1, sequence_parallel=True)
+    small = cost.estimate(job("llama3.1-70b", gbs=16), lay)
+    large = cost.estimate(job("llama3.1-70b", gbs=128), lay)
+    frac = [p.breakdown.bubble / p.step_time_s for p in (small, large)]
+    assert frac[1] < frac[0]
+    # (p-1)/(m + p-1) with m = 16: 7/23
+    assert frac[0] == pytest.approx(7 / 23, rel=0.15)
+
+
+def test_interleaving_shrinks_the_bubble() -> None:
+    j = job("llama3.1-70b", gbs=64)
+    base = Layout(tp=8, pp=8, dp=1, sequence_parallel=True)
+    p1 = cost.estimate(j, base)
+    p2 = cost.estimate(j, base.with_(vpp=2))
+    assert p2.breakdown.bubble < p1.breakdown.bubble
+    assert p2.tokens_per_s_per_gpu > p1.tokens_per_s_per_gpu
+
+
+def test_recompute_costs_time_in_order() -> None:
+    j = job("llama3.1-8b", num_gpus=8, gbs=64)
+    base = Layout(tp=1, dp=8, micro_batch_size=1)
+    t_none = tok(j, base)
+    t_sel = tok(j, base.with_(recompute="selective"))
+    t_full = tok(j, base.with_(recompute="full"))
+    assert t_full < t_sel < t_none
+
+
+def test_tp_across_nodes_pays_more_than_inside_one() -> None:
+    j = job("llama3.1-70b", num_gpus=64, gbs=64)
+    inside = cost.estimate(j, Layout(tp=8, pp=1, dp=8, sequence_parallel=True))
+    across = cost.estimate(j, Layout(tp=16, pp=1, dp=4, sequence_parallel=True))
+    per_gpu_in = inside.breakdown.tp_comm_exposed
+    per_gpu_out = across.breakdown.tp_comm_exposed
+    assert per_gpu_out > 2 * per_gpu_in
+
+
+def test_tp_comm_overlap_hides_traffic() -> None:
+    j = job("llama3.1-70b", num_gpus=64, gbs=64)
+    lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
+    off = cost.estimate(j, lay)
+    on = cost.estimate(j, lay.with_(tp_comm_overlap=True))
+    assert on.breakdown.tp_comm_exposed < off.breakdown.tp_comm_exposed
+    total_off = off.breakdown.tp_comm_exposed + off.breakdown.tp_comm_hidden
+    total_on = on.breakdown.tp_comm_exposed + on.breakdown.tp_comm_hidden
+    assert total_on == pytest.approx(total_off)
+
+
+def test_slower_network_exposes_more_dp_traffic() -> None:
+    lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True, micro_batch_size=1)
+    fast = cost.estimate(job("llama3.1-70b", gbs=32, ib_gb_per_s=50), lay)
+    slow = cost.estimate(job("llama3.1-70b", gbs=32, ib_gb_per_s=5), lay)
+    assert slow.breakdown.dp_comm_exposed > fast.breakdown.dp_comm_exposed
+    assert slow.tokens_per_s_per_gpu < fast.tokens_per_s_per_gpu
+
+
+def test_fp8_is_faster_but_not_twice() -> None:
+    lay = Layout(tp=4, pp=1, dp=16, sequence_parallel=True)
+    bf16 = tok(job("llama3.1-70b", gbs=64), lay)
+    fp8 = tok(job("llama3.1-70b", gbs=64, precision="fp8"), lay)
+    assert bf16 < fp8 < 2 * bf16
+
+
+def test_uneven_stages_slowest_sets_the_pace() -> None:
+    j = job("llama3.1-8b", num_gpus=32, gbs=64)  # 32 layers
+    even = Layout(tp=1, pp=4, dp=8)
+    uneven = even.with_(pipeline_layers=(6, 6, 6, 14))
+    assert tok(j, uneven) < tok(j, even)
+
+
+def test_ep_all_to_all_is_counted_for_moe() -> None:
+    j = job("mixtral-8x7b", num_gpus=64, gbs=256)
+    lay = Layout(tp=1, pp=4, dp=16, ep=8, vpp=8)
+    p = cost.estimate(j, lay)
+    assert p.breakdown.ep_comm_exposed > 0
+    assert cost.estimate(j, replace(lay, ep=1)).breakdown.ep_comm_exposed == 0
+
+
+def test_estimate_is_fast() -> None:
+    j = job("llama3.1-405b", num_gpus=16384, gbs=2048, seq=8192)
+    lay = Layout(tp=8, pp=16, dp=128, vpp=2, sequence_parallel=True)
+    cost.estimate(j, lay)
+    n = 200
+    t0 = time.perf_counter()
+    for _ in range(n):
+        cost.estimate(j, lay)
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 2e-3  # target 200 us; loose bound for slow CI machines
+
+
+def _fidelity_cases() -> list[tuple[str, Job, Layout, float]]:
+    doc = json.loads(DATA.read_text())
+    out = []
+    for r in doc["rows"]:
+        j = job(
+            r["model"],
+            r["gpu"],
+            r["num_gpus"],
+            r["seq_length"],
+            r["global_batch_size"],
+            r["precision"],
+        )
+        j = replace(j, **r["job"])
+        out.append(
+            (
+                r["source_id"],
+                j,
+                Layout(**r["layout"]),
+                float(r["published_tokens_per_s_per_gpu"]),
+            )
+        )
+    return out
+
+
+def test_fidelity_median_does_not_regress() -> None:
+    errors = []
+    for _, j, lay, published in _fidelity_cases():
+        pred = cost.estimate(j, lay).tokens_per_s_per_gpu
+        errors.append(abs(pred / published - 1))
+    assert len(errors) >= 5
+    assert statistics.median(errors) <= FIDELITY_MEDIAN_MEASURED + FIDELITY_SLACK
+    assert max(errors) <= 0.25

@@ -1,0 +1,38 @@
+"""Tests for planner.schedule. Oracle: hand arithmetic of the 1F1B and interleaved bubbles
+(Narayanan et al. 2021; ecosystem.md 3.3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import schedule
+
+
+def test_num_microbatches() -> None:
+    # 1536 sequences / (dp 32 x mbs 4) = 12
+    assert schedule.num_microbatches(1536, 32, 4) == 12
+
+
+def test_bubble_1f1b_and_interleaved() -> None:
+    # p = 4, m = 8: (p-1)/m = 3/8 of the ideal time, 3/11 of the step
+    assert schedule.bubble_ratio(4, 8) == pytest.approx(3 / 8)
+    assert schedule.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    # interleaved v = 2: (p-1)/(v m) = 3/16, 3/19 of the step
+    assert schedule.bubble_ratio(4, 8, 2) == pytest.approx(3 / 16)
+    assert schedule.bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
+    assert schedule.bubble_ratio(1, 8) == 0
+
+
+def test_pipeline_time_equal_stages_matches_bubble_ratio() -> None:
+    # 4 stages of 1 s per micro-batch, m = 8: steady 8 s, bubble 3 s = (p-1)/m x 8 s
+    steady, bubble = schedule.pipeline_time([1.0] * 4, 8)
+    assert (steady, bubble) == (8.0, 3.0)
+    steady, bubble = schedule.pipeline_time([1.0] * 4, 8, vpp=3)
+    assert bubble == pytest.approx(1.0)
+
+
+def test_slowest_stage_sets_the_pace() -> None:
+    # stages 1, 1, 2, 1 s, m = 10: steady 10 x 2 = 20 s; fill/drain = (1+1+2+1) - 2 = 3 s
+    steady, bubble = schedule.pipeline_time([1.0, 1.0, 2.0, 1.0], 10)
+    assert steady == 20.0
+    assert bubble == 3.0
