@@ -163,15 +163,21 @@ def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int,
     return words, positions, out, params.mtp_layer_params(arch)
 
 
+def decoder_params(job: Job, layout: Layout, layers: range) -> tuple[float, float]:
+    """(dense, expert) parameters of some decoder layers on one GPU (TP / EP x expert-TP split)."""
+    (dd, de), (md, me) = _layer_kinds(job.arch)
+    n_moe = job.arch.moe_count(layers)
+    n_dense = len(layers) - n_moe
+    dense = (n_dense * dd + n_moe * md) / layout.tp
+    expert = (n_dense * de + n_moe * me) / (layout.ep * layout.expert_tp)
+    return dense, expert
+
+
 def stage_params(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of pipeline rank `rank` holds."""
     arch = job.arch
-    (dd, de), (md, me) = _layer_kinds(arch)
-    n_moe = arch.moe_count(layers)
-    n_dense = len(layers) - n_moe
     expert_split = layout.ep * layout.expert_tp
-    dense = (n_dense * dd + n_moe * md) / layout.tp
-    expert = (n_dense * de + n_moe * me) / expert_split
+    dense, expert = decoder_params(job, layout, layers)
     words, positions, out, (mtp_dense, mtp_expert) = _edge_params(
         arch, arch.padded_vocab(layout.tp)
     )
@@ -192,17 +198,21 @@ def _fixed_bytes(job: Job, layout: Layout) -> float:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
 
 
-def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
-    """Buffers alive only part of the step: ZeRO-2/3 gradient buckets, ZeRO-3 gathered layers.
+def fp8_weight_cache_bytes(job: Job, layout: Layout, layers: range) -> float:
+    """Transformer Engine caches each FP8 GEMM weight and its transpose across micro-batches
+    (te/pytorch/module/linear.py `is_first_microbatch`; Megatron passes it). With
+    `--fp8-param-gather` (Megatron's examples/llama/train_llama3_8b_h100_fp8.sh; needs the
+    distributed optimizer) the fp8 weight (1 byte) and its transpose (1 byte) replace the bf16
+    weight (2 bytes): nothing extra. Without it both sit beside the bf16 weight: 2 bytes per
+    decoder-layer parameter (embedding and output layer are not FP8 GEMMs)."""
+    if job.precision != "fp8" or (job.fp8_param_gather and layout.zero_stage >= 1):
+        return 0.0
+    return 2.0 * sum(decoder_params(job, layout, layers))
 
-    FP8 (Transformer Engine caches the fp8 weight and its transpose across micro-batches,
-    te/pytorch/module/linear.py `is_first_microbatch`): with `--fp8-param-gather` (Megatron's
-    examples/llama/train_llama3_8b_h100_fp8.sh; needs the distributed optimizer) the fp8 weight
-    (1 byte) and its transpose (1 byte) replace the bf16 weight (2 bytes): nothing extra;
-    without it both sit beside the bf16 weight: 2 bytes per parameter."""
+
+def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
+    """Buffers alive only part of the step: ZeRO-2/3 gradient buckets, ZeRO-3 gathered layers."""
     total = 0.0
-    if job.precision == "fp8" and not (job.fp8_param_gather and layout.zero_stage >= 1):
-        total += 2.0 * (dense + expert)
     if layout.zero_stage >= 2:
         # the full-precision gradient bucket before it is reduce-scattered
         total += 4.0 * DP_BUCKET_PARAMS
@@ -277,7 +287,9 @@ def stage_memory(
         grads=dense * g_d + expert * g_e,
         optimizer=dense * o_d + expert * o_e,
         activations=acts * FRAGMENTATION,
-        other=_fixed_bytes(job, layout) + transient * FRAGMENTATION,
+        other=_fixed_bytes(job, layout)
+        + fp8_weight_cache_bytes(job, layout, layers)
+        + transient * FRAGMENTATION,
     )
 
 

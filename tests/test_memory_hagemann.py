@@ -3,7 +3,7 @@
 Oracle: tests/data/hagemann_layouts.csv, a copy of the measured outcomes (trained / out of memory)
 of 458 layouts of 13B and 30B models on 80 GB A100s (arXiv:2311.05610; see benchmarks/hagemann.py
 for the settings). Issue target: no out-of-memory layout judged "fits", at most 10% of those that
-trained judged "does not fit". benchmarks/fit_memory.py measured 10 / 280 and 14 / 178 with the
+trained judged "does not fit". benchmarks/fit_memory.py measured 8 / 280 and 13 / 178 with the
 constants in planner/activations.py; these bounds keep that from regressing.
 """
 
@@ -28,7 +28,7 @@ def test_classification_of_measured_layouts() -> None:
     oom_judged_fits = [r for r in oom if memory.estimate(r.job, r.layout).fits]
     ok_judged_not = [r for r in ok if not memory.estimate(r.job, r.layout).fits]
     assert len(ok_judged_not) <= 0.10 * len(ok)
-    assert len(oom_judged_fits) <= 10
+    assert len(oom_judged_fits) <= 8
 
 
 def test_fused_norm_and_parallel_loss_save_memory() -> None:
