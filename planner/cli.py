@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from planner import __version__, advice, catalog, memory, render, report
+from planner import __version__, advice, catalog, cost, memory, render, report
 from planner import megatron_args as megatron_args_mod
 from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
 from planner.spec import Plan, load_plan, parse_plan
@@ -153,22 +153,41 @@ def check(
     assert plan.layout is not None
     job, layout = plan.job, plan.layout
     rep = memory.estimate(job, layout, headroom)
-    changes = [] if rep.fits else advice.memory_changes(job, layout, headroom)
+    step_time = lambda lay: cost.estimate(job, lay).step_time_s  # noqa: E731
+    changes = [] if rep.fits else advice.memory_changes(job, layout, headroom, step_time)
     if as_json:
-        data = {
-            "fits": rep.fits,
-            "memory": report.memory_dict(rep),
-            "model": report.model_dict(job.arch),
-            "parallel": report.layout_dict(layout),
-            "changes": [
-                {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
-                for c in changes
-            ],
-        }
+        data = report.plan_dict(job.arch, layout, rep, cost.estimate(job, layout))
+        data["changes"] = [
+            {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
+            for c in changes
+        ]
         emit_json(data)
     else:
         render.print_check(out, job, layout, rep, changes)
     raise typer.Exit(EXIT_OK if rep.fits else EXIT_NO)
+
+
+@app.command()
+def explain(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    as_json: JsonOpt = False,
+    headroom: Annotated[
+        float, typer.Option("--headroom", help="percent of GPU memory kept free")
+    ] = memory.DEFAULT_HEADROOM_PCT,
+) -> None:
+    """Where the memory and the time go, per pipeline stage."""
+    if not 0 <= headroom < 100:
+        raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
+    plan = load_plan(plan_path)
+    _need_layout(plan)
+    assert plan.layout is not None
+    job, layout = plan.job, plan.layout
+    rep = memory.estimate(job, layout, headroom)
+    perf = cost.estimate(job, layout)
+    if as_json:
+        emit_json(report.plan_dict(job.arch, layout, rep, perf))
+    else:
+        render.print_explain(out, job, layout, rep, perf)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ from rich.table import Table
 from planner import params
 from planner.advice import Change
 from planner.arch import ModelArch
+from planner.cost import Performance
 from planner.hardware import GpuSpec
 from planner.layout import Layout
 from planner.memory import MemoryReport
@@ -128,3 +129,53 @@ def print_check(
             f"No single change makes it fit; the largest saving is {best.describe()} "
             f"({gib(best.saves)} GiB)."
         )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f}"
+
+
+def time_table(perf: Performance) -> Table:
+    b = perf.breakdown
+    t = Table(title=f"Step time {perf.step_time_s:.3f} s (slowest pipeline stage)")
+    t.add_column("where the time goes")
+    t.add_column("exposed ms", justify="right")
+    t.add_column("hidden ms", justify="right")
+    t.add_column("share", justify="right")
+    rows = [
+        ("compute (GEMMs, attention, elementwise)", b.compute, None),
+        ("recompute", b.recompute, None),
+        ("TP communication", b.tp_comm_exposed, b.tp_comm_hidden),
+        ("CP communication", b.cp_comm_exposed, b.cp_comm_hidden),
+        ("EP all-to-all", b.ep_comm_exposed, b.ep_comm_hidden),
+        ("PP send/receive", b.pp_comm_exposed, None),
+        ("DP gradient / parameter traffic", b.dp_comm_exposed, b.dp_comm_hidden),
+        ("pipeline bubble", b.bubble, None),
+        ("optimizer step", b.optimizer, None),
+        ("other per-step costs", b.other, None),
+    ]
+    for name, exposed, hidden in rows:
+        if exposed == 0 and not hidden:
+            continue
+        share = f"{exposed / perf.step_time_s:.0%}"
+        t.add_row(name, _ms(exposed), "" if hidden is None else _ms(hidden), share)
+    return t
+
+
+def print_explain(
+    console: Console, job: Job, layout: Layout, rep: MemoryReport, perf: Performance
+) -> None:
+    console.print(
+        f"[bold]{job.arch.name}[/] on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
+        f"{layout.describe()}"
+    )
+    console.print(memory_table(rep))
+    verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
+    console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB")
+    console.print(time_table(perf))
+    console.print(
+        f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
+        f"{perf.model_tflops_per_gpu:.0f}   MFU {perf.mfu:.1%} (model FLOPs, causal attention "
+        f"not halved)   largest cost besides compute: {perf.bottleneck()}"
+    )

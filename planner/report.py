@@ -7,6 +7,7 @@ from typing import Any
 
 from planner import params
 from planner.arch import ModelArch
+from planner.cost import Performance
 from planner.hardware import GpuSpec
 from planner.layout import Layout
 from planner.memory import MemoryReport, StageMemory
@@ -57,3 +58,31 @@ def model_dict(arch: ModelArch, full: bool = False) -> dict[str, Any]:
 
 def gpu_dict(gpu: GpuSpec) -> dict[str, Any]:
     return gpu.model_dump(mode="json")
+
+
+def performance_dict(perf: Performance) -> dict[str, Any]:
+    b = perf.breakdown
+    return {
+        "step_time_s": round(perf.step_time_s, 4),
+        "tokens_per_s_per_gpu": round(perf.tokens_per_s_per_gpu, 1),
+        "model_tflops_per_gpu": round(perf.model_tflops_per_gpu, 1),
+        "mfu": round(perf.mfu, 4),
+        "model_flops_per_step": perf.model_flops_per_step,
+        "hardware_flops_per_step": perf.hardware_flops_per_step,
+        "causal_attention_halved": False,
+        "bottleneck": perf.bottleneck(),
+        "breakdown_s": {k: round(float(v), 4) for k, v in asdict(b).items()},
+    }
+
+
+def plan_dict(
+    arch: ModelArch, layout: Layout, rep: MemoryReport, perf: Performance
+) -> dict[str, Any]:
+    """The object `check --json` and `explain --json` print (DESIGN.md section 2 keys)."""
+    return {
+        "fits": rep.fits,
+        "memory": memory_dict(rep),
+        "performance": performance_dict(perf),
+        "model": model_dict(arch),
+        "parallel": layout_dict(layout),
+    }

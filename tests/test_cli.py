@@ -197,7 +197,7 @@ def assert_check_contract(code: int, data: dict) -> None:
 def test_check_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = check_json(EXAMPLE, capsys)
     assert_check_contract(code, data)
-    assert data["parallel"]["dp"] == 8  # 8 GPUs / (tp 1 x pp 1 x cp 1)
+    assert data["parallel"]["dp"] == 4  # 8 GPUs / (tp 2 x pp 1 x cp 1)
     # Llama 3.1 8B, hand arithmetic (matches HF's 8,030,261,248):
     #   embeddings + untied output 2 x 128256 x 4096                    = 1,050,673,152
     #   per layer: q, o 2 x 4096^2 + k, v 2 x 4096 x 1024 + SwiGLU 3 x 4096 x 14336
@@ -300,7 +300,9 @@ def test_check_example_subprocess_end_to_end() -> None:
     proc = run_subprocess("check", "examples/llama3.1-8b-h100.toml", "--json")
     data = json.loads(proc.stdout)
     assert proc.returncode == (0 if data["fits"] else 1), proc.stderr
-    assert data["parallel"]["dp"] == 8
+    assert data["parallel"]["dp"] == 4
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"):
+        assert data["performance"][key] > 0
 
 
 def test_version_subprocess() -> None:
@@ -319,3 +321,25 @@ def test_unknown_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> N
     code, _out, err = run(["frobnicate"], capsys)
     assert code == 2
     assert "Traceback" not in err
+
+
+def test_explain_json_has_memory_and_time_side_by_side() -> None:
+    proc = run_subprocess("explain", "examples/llama3.1-8b-h100.toml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    perf = data["performance"]
+    # the breakdown's exposed parts add up to the step time (hidden ones overlap compute)
+    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
+    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
+    # tokens/s/GPU = seq x global batch / (step time x GPUs) = 8192 x 128 / (t x 8)
+    assert perf["tokens_per_s_per_gpu"] == pytest.approx(
+        8192 * 128 / (perf["step_time_s"] * 8), rel=1e-3
+    )
+    assert data["memory"]["stages"] and data["model"]["params_total"] > 8e9
+
+
+def test_explain_human_output_names_the_bottleneck() -> None:
+    proc = run_subprocess("explain", "examples/llama3.1-8b-h100.toml")
+    assert proc.returncode == 0, proc.stderr
+    assert "Step time" in proc.stdout and "MFU" in proc.stdout
+    assert "Memory per GPU" in proc.stdout

@@ -65,9 +65,9 @@ def test_example_plan_resolves_to_job_and_layout() -> None:
     assert job.main_grad_dtype == "fp32"
     # tokens per step: 8192 x 128 = 1,048,576 (hand arithmetic)
     assert job.tokens_per_step == 1_048_576
-    # dp derived: 8 GPUs / (tp 1 x pp 1 x cp 1) = 8; sequence_parallel defaults off at tp 1
+    # dp derived: 8 GPUs / (tp 2 x pp 1 x cp 1) = 4; sequence_parallel defaults on at tp 2
     assert layout == Layout(
-        tp=1, pp=1, dp=8, cp=1, ep=1, vpp=1, sequence_parallel=False, micro_batch_size=1
+        tp=2, pp=1, dp=4, cp=1, ep=1, vpp=1, sequence_parallel=True, micro_batch_size=1
     )
     assert layout.num_gpus == 8
 
