@@ -348,6 +348,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stage_times: list[float] = []
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
+    dp_seen: dict[tuple[int, int, bool, bool], tuple[float, float, float]] = {}
     for rank, layers in enumerate(stage_ranges(arch.num_layers, lay)):
         n_moe = arch.moe_count(layers)
         n_dense, last = len(layers) - n_moe, rank == lay.pp - 1
@@ -368,12 +369,16 @@ def estimate(job: Job, layout: Layout) -> Performance:
             bwd += 2 * out_layer / 3
         stage_times.append(c + rec + tp + cp + ep + pp_per_mb)
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep))
-        # DP traffic and optimizer: the stage where they take longest decides
-        dense, expert = stage_params(job, lay, rank, layers)
-        e, hid = comms.data_parallel(
-            job.cluster, lay, dense, expert, job.main_grad_dtype, fwd, bwd, m
-        )
-        o = _optimizer_time(lay, dense, expert, gpu)
+        # DP traffic and optimizer: the stage where they take longest decides (ranks with the
+        # same layers and role move the same bytes: computed once)
+        key = (n_dense, n_moe, rank == 0, last)
+        if key not in dp_seen:
+            dense, expert = stage_params(job, lay, rank, layers)
+            e, hid = comms.data_parallel(
+                job.cluster, lay, dense, expert, job.main_grad_dtype, fwd, bwd, m
+            )
+            dp_seen[key] = (e, hid, _optimizer_time(lay, dense, expert, gpu))
+        e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
 

@@ -26,7 +26,7 @@ checked against measured runs by `benchmarks/memory_fidelity.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from planner import activations as act
 from planner import params
@@ -236,6 +236,7 @@ class _PerLayer:
         return n_dense * self.dense + n_moe * self.moe
 
 
+@lru_cache(maxsize=4096)
 def _per_layer(arch: ModelArch, sh: Shard) -> _PerLayer:
     dense = act.layer_bytes(arch, False, sh)
     dense_full = act.layer_bytes(arch, False, sh, recompute=False)
@@ -247,10 +248,15 @@ def _per_layer(arch: ModelArch, sh: Shard) -> _PerLayer:
 
 
 def stage_memory(
-    job: Job, layout: Layout, rank: int, layers: range, per: _PerLayer | None = None
+    job: Job,
+    layout: Layout,
+    rank: int,
+    layers: range,
+    sh: Shard | None = None,
+    per: _PerLayer | None = None,
 ) -> StageMemory:
     arch = job.arch
-    sh = _shard(job, layout)
+    sh = sh or _shard(job, layout)
     per = per or _per_layer(arch, sh)
     dense, expert = stage_params(job, layout, rank, layers)
     grad_bytes = 4.0 if job.main_grad_dtype == "fp32" else 2.0
@@ -293,13 +299,30 @@ def stage_memory(
     )
 
 
-def estimate(job: Job, layout: Layout, headroom_pct: float = DEFAULT_HEADROOM_PCT) -> MemoryReport:
-    """Per-stage memory of a layout that passed `planner.rules`."""
-    per = _per_layer(job.arch, _shard(job, layout))
-    stages = tuple(
-        stage_memory(job, layout, r, rng, per)
-        for r, rng in enumerate(stage_ranges(job.arch.num_layers, layout))
-    )
+def _peak_candidates(job: Job, layout: Layout, ranges: list[range]) -> list[int]:
+    """The ranks that can hold the peak: among ranks with the same layers (count and MoE count)
+    and the same role (first, last, middle), the lowest rank has the most micro-batches in flight
+    and everything else equal."""
+    seen: dict[tuple[int, int, bool, bool], int] = {}
+    for r, rng in enumerate(ranges):
+        key = (len(rng), job.arch.moe_count(rng), r == 0, r == layout.pp - 1)
+        seen.setdefault(key, r)
+    return sorted(seen.values())
+
+
+def estimate(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float = DEFAULT_HEADROOM_PCT,
+    all_stages: bool = True,
+) -> MemoryReport:
+    """Per-stage memory of a layout that passed `planner.rules`. With all_stages=False only the
+    stages that can hold the peak are computed (the search's fast path; the peak is the same)."""
+    sh = _shard(job, layout)
+    per = _per_layer(job.arch, sh)
+    ranges = stage_ranges(job.arch.num_layers, layout)
+    ranks = range(len(ranges)) if all_stages else _peak_candidates(job, layout, ranges)
+    stages = tuple(stage_memory(job, layout, r, ranges[r], sh, per) for r in ranks)
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,
