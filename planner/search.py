@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import heapq
 import time
-from functools import cache
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cache
 
 from planner import cost, memory, params, rules, solver
 from planner.arch import ModelArch
@@ -129,7 +129,7 @@ def _sp(tp: int) -> bool:
 def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure]:
     """Every (tp, cp, pp, dp, ep, etp) that multiplies to the GPU count and passes the rules that
     concern only the degrees. Rejections are counted per rule (one per structure)."""
-    arch, n = job.arch, job.cluster.num_gpus
+    n = job.cluster.num_gpus
     domain = job.cluster.tiers[0].span_gpus or n
     out = []
     for tp in divisors(n):
@@ -332,7 +332,9 @@ def search(
         if progress and now - last_report > 0.5:
             progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")
             last_report = now
-    top = [replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct)) for c in best[:top_k]]
+    top = [
+        replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct)) for c in best[:top_k]
+    ]
     return SearchResult(
         candidates=top[:top_k],
         space_size=space_size,
