@@ -14,10 +14,24 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from planner import __version__, advice, catalog, cost, memory, render, report
+from planner import (
+    __version__,
+    advice,
+    catalog,
+    cost,
+    memory,
+    planfile,
+    render,
+    render_suggest,
+    report,
+    search,
+)
 from planner import megatron_args as megatron_args_mod
+from planner import suggest as suggest_mod
 from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
+from planner.search import Bound, Space
 from planner.spec import Plan, load_plan, parse_plan
+from planner.suggest import JobArgs, merge_bound, parse_bound
 
 app = typer.Typer(
     add_completion=False,
@@ -28,7 +42,7 @@ app = typer.Typer(
 catalog_app = typer.Typer(no_args_is_help=True, help="The GPUs and models planner knows.")
 app.add_typer(catalog_app, name="catalog")
 
-out = Console(width=None if sys.stdout.isatty() else 120)
+out = Console(width=None if sys.stdout.isatty() else 160)
 _state = {"debug": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
@@ -188,6 +202,111 @@ def explain(
         emit_json(report.plan_dict(job.arch, layout, rep, perf))
     else:
         render.print_explain(out, job, layout, rep, perf)
+
+
+def _bound(flag: str, text: str | None, max_value: int | None = None) -> Bound:
+    bound = parse_bound(f"--{flag}", text) if text is not None else Bound()
+    return merge_bound(flag, bound, max_value)
+
+
+RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
+MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
+
+
+@app.command()
+def suggest(
+    job_path: Annotated[
+        Path | None, typer.Argument(metavar="[JOB]", help="job file: a plan without [parallel]")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="zoo name, config.json or model TOML")] = None,
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU name")] = None,
+    num_gpus: Annotated[int | None, typer.Option(min=1)] = None,
+    nodes: Annotated[int | None, typer.Option(min=1)] = None,
+    seq_length: Annotated[int | None, typer.Option(min=1)] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1)] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16 or fp8")] = None,
+    tp: RangeOpt = None,
+    pp: RangeOpt = None,
+    cp: RangeOpt = None,
+    ep: RangeOpt = None,
+    dp: RangeOpt = None,
+    vpp: RangeOpt = None,
+    mbs: RangeOpt = None,
+    max_tp: MaxOpt = None,
+    max_pp: MaxOpt = None,
+    max_cp: MaxOpt = None,
+    max_ep: MaxOpt = None,
+    no_cp: Annotated[bool, typer.Option("--no-cp", help="no context parallelism")] = False,
+    no_uneven: Annotated[bool, typer.Option("--no-uneven", help="even splits only")] = False,
+    zero: Annotated[str | None, typer.Option(help="ZeRO stages to allow, e.g. 1 or 1,2")] = None,
+    recompute: Annotated[str | None, typer.Option(help="e.g. none or none,full")] = None,
+    tp_across_nodes: Annotated[bool, typer.Option(help="TP beyond the NVLink domain")] = False,
+    headroom: Annotated[
+        float, typer.Option(help="percent of GPU memory kept free")
+    ] = memory.DEFAULT_HEADROOM_PCT,
+    top: Annotated[int, typer.Option(min=1, max=100, help="how many layouts to list")] = 5,
+    as_json: JsonOpt = False,
+    write_plan: Annotated[
+        Path | None, typer.Option(help="write the top layout as a plan file")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="overwrite --write-plan's file")] = False,
+) -> None:
+    """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
+    if not 0 <= headroom < 100:
+        raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
+    args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
+    job, model_ref, origin = suggest_mod.load_job(job_path, args)
+    space = Space(
+        tp=_bound("tp", tp, max_tp),
+        pp=_bound("pp", pp, max_pp),
+        cp=Bound(1, 1) if no_cp else _bound("cp", cp, max_cp if max_cp else search.MAX_CP),
+        ep=_bound("ep", ep, max_ep),
+        dp=_bound("dp", dp),
+        vpp=_bound("vpp", vpp),
+        mbs=_bound("mbs", mbs, None if mbs else search.MAX_MICRO_BATCH),
+        zero_stages=suggest_mod.zero_list(zero),
+        recompute=suggest_mod.recompute_list(recompute),
+        tp_across_nodes=tp_across_nodes,
+        uneven=not no_uneven,
+        headroom_pct=headroom,
+    )
+    suggest_mod.check_space(job, space)
+    if write_plan is not None and write_plan.exists() and not force:
+        raise InputError(f"--write-plan: {write_plan} exists (use --force to overwrite)")
+    err = Console(stderr=True)
+    if not as_json:
+        err.print(
+            f"planning {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}"
+            f" ({origin})"
+        )
+    res = search.search(job, space, top, progress=lambda msg: err.print(msg))
+    if not res.candidates:
+        why = suggest_mod.explain_infeasible(job, space, res)
+        if as_json:
+            emit_json(report.infeasible_dict(why, res))
+        else:
+            render_suggest.print_infeasible(out, why, res)
+        raise typer.Exit(EXIT_NO)
+    if write_plan is not None:
+        best = res.candidates[0]
+        header = [
+            f"planner {__version__} suggest: {job.arch.name} on {job.cluster.num_gpus} x "
+            f"{job.cluster.gpu.name}",
+            f"predicted step {best.performance.step_time_s:.3f} s, "
+            f"{best.performance.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+            f"peak {best.memory.peak / 2**30:.1f} GiB",
+        ]
+        table = planfile.model_table(job, model_ref, write_plan)
+        try:
+            write_plan.write_text(planfile.render(job, best.layout, table, header))
+        except OSError as e:
+            raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
+    if as_json:
+        emit_json(report.suggest_dict(job, res))
+    else:
+        render_suggest.print_result(out, job, res, "step time")
+        if write_plan is not None:
+            out.print(f"wrote {write_plan}")
 
 
 def main(argv: list[str] | None = None) -> None:

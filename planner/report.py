@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from planner import params
+from planner import ops, params
 from planner.arch import ModelArch
 from planner.cost import Performance
 from planner.hardware import GpuSpec
 from planner.layout import Layout
 from planner.memory import MemoryReport, StageMemory
+from planner.search import Candidate, SearchResult
+from planner.spec import Job
+from planner.suggest import Infeasible
 from planner.units import GIB
 
 
@@ -85,4 +88,89 @@ def plan_dict(
         "performance": performance_dict(perf),
         "model": model_dict(arch),
         "parallel": layout_dict(layout),
+    }
+
+
+def operations_dict(o: ops.Operations) -> dict[str, Any]:
+    """`explain --tokens ... --json`'s `operations` object (planner.ops): days, GPU-hours, cost,
+    energy, checkpoint interval, goodput (the fraction of wall-clock time that trains)."""
+    r = o.resilience
+    p = o.params
+
+    def rnd(x: float | None, digits: int) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {
+        "tokens": o.tokens,
+        "steps": o.steps,
+        "days": rnd(o.days, 3),
+        "days_no_failures": rnd(o.days_no_failures, 3),
+        "gpu_hours": rnd(o.gpu_hours, 1),
+        "cost_usd": rnd(o.cost_usd, 0),
+        "price_usd_per_gpu_hour": o.price_usd_per_gpu_hour,
+        "price_source": o.price_source,
+        "usd_per_million_tokens": rnd(o.usd_per_million_tokens, 4),
+        "energy_mwh": rnd(o.energy_mwh, 2),
+        "facility_power_mw": round(o.facility_power_w / 1e6, 4),
+        "gpu_power_w": o.gpu_power_w,
+        "node_overhead_w": o.node_overhead_w,
+        "pue": o.pue,
+        "tokens_per_s": round(o.tokens_per_s, 1),
+        "effective_tokens_per_s": round(o.effective_tokens_per_s, 1),
+        "goodput": round(r.goodput, 5),
+        "lost_to_checkpoints": round(r.lost_checkpoint, 5),
+        "lost_to_failures": round(r.lost_failures, 5),
+        "lost_to_restarts": round(r.lost_restart, 5),
+        "lost_to_rework": round(r.lost_rework, 5),
+        "checkpoint_interval_min": round(r.interval_s / 60, 3),
+        "checkpoint_interval_steps": r.interval_steps,
+        "young_interval_min": round(r.young_interval_s / 60, 3),
+        "daly_interval_min": round(r.daly_interval_s / 60, 3),
+        "checkpoint_gb": round(r.checkpoint_bytes / 1e9, 2),
+        "checkpoint_write_s": round(r.checkpoint_write_s, 3),
+        "checkpoint_blocking_s": round(r.checkpoint_blocking_s, 4),
+        "async_checkpoint": r.async_checkpoint,
+        "mtbf_h": round(r.mtbf_s / 3600, 3),
+        "restart_s": round(r.restart_s, 1),
+        "expected_failures": rnd(o.expected_failures, 1),
+        "failure_rate_per_gpu_day": p.failure_rate_per_gpu_day,
+        "storage_gb_per_s_per_node": p.storage_gb_per_s_per_node,
+    }
+
+
+def candidate_dict(job: Job, c: Candidate) -> dict[str, Any]:
+    d = plan_dict(job.arch, c.layout, c.memory, c.performance)
+    d["parallel"]["num_microbatches"] = c.layout.num_microbatches(job.global_batch_size)
+    return d
+
+
+def suggest_dict(job: Job, res: SearchResult) -> dict[str, Any]:
+    return {
+        "candidates": [candidate_dict(job, c) for c in res.candidates],
+        "job": {
+            "model": job.arch.name,
+            "gpu": job.cluster.gpu.name,
+            "num_gpus": job.cluster.num_gpus,
+            "seq_length": job.seq_length,
+            "global_batch_size": job.global_batch_size,
+            "precision": job.precision,
+        },
+        "search": {
+            "space_size": res.space_size,
+            "structures": res.structures,
+            "expanded": res.expanded,
+            "scored": res.scored,
+            "certified": res.certified,
+            "seconds": round(res.seconds, 3),
+            "rejected": dict(res.rejected),
+        },
+    }
+
+
+def infeasible_dict(why: Infeasible, res: SearchResult) -> dict[str, Any]:
+    return {
+        "candidates": [],
+        "binding": why.binding,
+        "changes": why.changes,
+        "search": {"space_size": res.space_size, "rejected": dict(res.rejected)},
     }

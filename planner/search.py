@@ -91,6 +91,27 @@ class Candidate:
         return self.performance.step_time_s
 
 
+def simplicity(lay: Layout) -> tuple[int, ...]:
+    """Tie-break between equally fast layouts: fewer context-parallel, expert-parallel, pipeline
+    and tensor ranks, no interleaving, less sharding and recompute, then larger micro-batches."""
+    return (
+        lay.cp,
+        lay.ep,
+        lay.pp,
+        lay.tp,
+        lay.vpp,
+        lay.zero_stage,
+        RECOMPUTE_ORDER.index(lay.recompute),
+        -lay.micro_batch_size,
+        int(lay.pipeline_layers is not None),
+    )
+
+
+def rank_key(c: Candidate) -> tuple[float, tuple[int, ...]]:
+    """Step time first; `simplicity` breaks exact ties."""
+    return (c.step_time, simplicity(c.layout))
+
+
 @dataclass
 class SearchResult:
     candidates: list[Candidate]
@@ -313,11 +334,11 @@ def search(
 
     best: list[Candidate] = []
     scored = expanded = 0
-    key = objective or (lambda c: c.step_time)
+    key = objective or rank_key
     last_report = t0
     while queue:
         bound, _, s, opts = heapq.heappop(queue)
-        if len(best) >= top_k and objective is None and bound >= best[top_k - 1].step_time:
+        if len(best) >= top_k and objective is None and bound > best[top_k - 1].step_time:
             break
         expanded += 1
         for mbs, vpp, split in opts:

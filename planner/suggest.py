@@ -1,0 +1,229 @@
+"""`planner suggest`: the job (from a job file, flags, or the bundled default), the user's pins and
+bounds, the search, and, when nothing fits, why and the smallest change that would.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from planner import catalog, memory, search
+from planner.errors import InputError
+from planner.layout import Layout, Recompute
+from planner.search import Bound, SearchResult, Space
+from planner.spec import Job, parse_plan
+
+DEFAULT_JOB: dict[str, dict[str, Any]] = {
+    "model": {"name": "llama3.1-8b"},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+    "training": {"seq_length": 8192, "global_batch_size": 128, "precision": "bf16"},
+}
+"""The bundled default: Llama 3.1 8B on one 8-GPU H100 node, 8k sequences, 1M tokens per step."""
+
+DEFAULT_DESCRIPTION = "llama3.1-8b on 8 x h100-sxm-80gb, seq 8192, global batch 128"
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """Job flags; None = take it from the job file (or the default job)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    num_gpus: int | None = None
+    nodes: int | None = None
+    seq_length: int | None = None
+    global_batch_size: int | None = None
+    precision: str | None = None
+
+    def empty(self) -> bool:
+        return all(v is None for v in vars(self).values())
+
+
+def parse_bound(flag: str, text: str) -> Bound:
+    """ "8" pins, "1-16" bounds, "4-" is at least 4, "-8" at most 8."""
+    m = re.fullmatch(r"\s*(\d*)\s*(-?)\s*(\d*)\s*", text)
+    if not m or not (m.group(1) or m.group(3)) or (m.group(2) == "" and not m.group(1)):
+        raise InputError(f"{flag}: expected N, LO-HI, LO- or -HI (got {text!r})")
+    lo = int(m.group(1)) if m.group(1) else 1
+    hi = int(m.group(3)) if m.group(3) else (lo if not m.group(2) else 1 << 30)
+    if lo < 1 or hi < lo:
+        raise InputError(f"{flag}: the range {text!r} is empty")
+    return Bound(lo, hi)
+
+
+def merge_bound(flag: str, bound: Bound, max_value: int | None) -> Bound:
+    """Apply --max-X on top of --X; a pin above the maximum is a contradiction."""
+    if max_value is None:
+        return bound
+    if max_value < 1:
+        raise InputError(f"--max-{flag}: must be at least 1 (got {max_value})")
+    if bound.lo > max_value:
+        raise InputError(
+            f"--{flag} {bound.lo if bound.lo == bound.hi else f'{bound.lo}-'} contradicts "
+            f"--max-{flag} {max_value}"
+        )
+    return Bound(bound.lo, min(bound.hi, max_value))
+
+
+def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str]:
+    """The job, the model reference it used, and how to describe where it came from."""
+    if path is None and args.empty():
+        doc: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB.items()}
+        origin = f"no job given: planning the bundled default ({DEFAULT_DESCRIPTION})"
+        base = None
+    elif path is not None:
+        doc = catalog.load_toml(path)
+        doc.pop("parallel", None)
+        origin = str(path)
+        base = path
+    else:
+        doc = {k: dict(v) for k, v in DEFAULT_JOB.items()}
+        origin = "flags"
+        base = None
+    doc = _apply_flags(doc, args)
+    plan = parse_plan(doc, base)
+    return plan.job, plan.model_ref or {}, origin
+
+
+def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
+    doc = {k: dict(v) if isinstance(v, dict) else v for k, v in doc.items()}
+    for table in ("model", "cluster", "training"):
+        doc.setdefault(table, {})
+    if args.model is not None:
+        ref = args.model
+        doc["model"] = (
+            {"hf_config": str(Path(ref).resolve())}
+            if ref.endswith(".json")
+            else {"name": ref if not catalog.looks_like_path(ref) else str(Path(ref).resolve())}
+        )
+    if args.gpu is not None:
+        doc["cluster"]["gpu"] = args.gpu
+    if args.nodes is not None and args.num_gpus is not None:
+        raise InputError("--nodes and --num-gpus: give one of them")
+    if args.nodes is not None:
+        gpu = catalog.get_gpu(str(doc["cluster"].get("gpu", args.gpu)))
+        per_node = int(doc["cluster"].get("gpus_per_node", gpu.gpus_per_node))
+        doc["cluster"]["num_gpus"] = args.nodes * per_node
+    if args.num_gpus is not None:
+        doc["cluster"]["num_gpus"] = args.num_gpus
+    for key in ("seq_length", "global_batch_size", "precision"):
+        value = getattr(args, key)
+        if value is not None:
+            doc["training"][key] = value
+    return doc
+
+
+def check_space(job: Job, space: Space) -> None:
+    """Impossible requests exit 2 naming the contradiction."""
+    n = job.cluster.num_gpus
+    for name in ("tp", "pp", "cp", "ep", "dp"):
+        b: Bound = getattr(space, name)
+        if b.lo > n:
+            raise InputError(f"--{name} {b.lo} exceeds num_gpus ({n})")
+    if space.dp.lo > job.global_batch_size:
+        raise InputError(
+            f"--dp {space.dp.lo} exceeds global_batch_size ({job.global_batch_size}): every "
+            f"data-parallel rank needs at least one sequence"
+        )
+    if space.pp.lo > job.arch.num_layers:
+        raise InputError(f"--pp {space.pp.lo} exceeds num_layers ({job.arch.num_layers})")
+    if space.ep.lo > 1 and not job.arch.is_moe:
+        raise InputError(f"--ep {space.ep.lo}: {job.arch.name} has no experts")
+    if not space.zero_stages:
+        raise InputError("--zero: no ZeRO stage left to search")
+    if not space.recompute:
+        raise InputError("--recompute: no recompute policy left to search")
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """Why nothing fits, and the smallest changes that would make something fit."""
+
+    binding: str
+    changes: list[str]
+
+
+def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
+    """The smallest peak memory any layout of the space reaches (most sharding, most recompute,
+    smallest micro-batch, no interleaving), and that layout."""
+    lean = replace(
+        space,
+        zero_stages=(max(space.zero_stages),),
+        recompute=(space.recompute[-1],),
+        mbs=Bound(space.mbs.lo, space.mbs.lo),
+        vpp=Bound(1, 1),
+    )
+    best: tuple[float, Layout | None] = (float("inf"), None)
+    for s in search.structures(job, lean, Counter()):
+        for mbs, vpp, split in search._options(job, lean, s):
+            lay = search._layout(s, mbs, vpp, split, lean).with_(
+                zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
+            )
+            peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
+            if peak < best[0]:
+                best = (peak, lay)
+    return best
+
+
+def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasible:
+    """The binding constraint and the smallest single change (GPUs, memory, sequence, batch)."""
+    if result.structures == 0 or result.space_size == 0:
+        top = ", ".join(f"{k} ({v})" for k, v in result.rejected.most_common(3))
+        changes = _batch_changes(job, space)
+        return Infeasible(f"no layout passes the rules: {top}", changes)
+    cap = job.cluster.capacity_bytes * (1 - space.headroom_pct / 100)
+    peak, lay = _min_peak(job, space)
+    gib = 2**30
+    binding = (
+        f"memory: the leanest layout ({lay.describe() if lay else '?'}) needs "
+        f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
+    )
+    changes = [f"GPUs with at least {peak / gib / (1 - space.headroom_pct / 100):.0f} GiB each"]
+    for k in range(1, 7):
+        n = job.cluster.num_gpus * 2**k
+        bigger = replace(job, cluster=job.cluster.model_copy(update={"num_gpus": n}))
+        if _min_peak(bigger, space)[0] <= cap:
+            changes.append(f"{n} GPUs instead of {job.cluster.num_gpus}")
+            break
+    seq = job.seq_length
+    while seq > 256:
+        seq //= 2
+        if _min_peak(replace(job, seq_length=seq), space)[0] <= cap:
+            changes.append(f"seq_length {seq} instead of {job.seq_length}")
+            break
+    return Infeasible(binding, changes)
+
+
+def _batch_changes(job: Job, space: Space) -> list[str]:
+    out = []
+    for gbs in (job.global_batch_size * 2**k for k in range(1, 5)):
+        trial = replace(job, global_batch_size=gbs)
+        if search.structures(trial, space, Counter()):
+            out.append(f"global_batch_size {gbs} instead of {job.global_batch_size}")
+            break
+    return out
+
+
+def recompute_list(text: str | None) -> tuple[Recompute, ...]:
+    if text is None:
+        return search.RECOMPUTE_ORDER
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in search.RECOMPUTE_ORDER]
+    if bad:
+        raise InputError(f"--recompute: expected none, selective, full (got {bad[0]!r})")
+    return tuple(r for r in search.RECOMPUTE_ORDER if r in items)
+
+
+def zero_list(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return (0, 1, 2, 3)
+    try:
+        items = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise InputError(f"--zero: expected stages 0-3, e.g. 1 or 1,2 (got {text!r})") from None
+    if not items or any(z not in (0, 1, 2, 3) for z in items):
+        raise InputError(f"--zero: expected stages 0-3, e.g. 1 or 1,2 (got {text!r})")
+    return tuple(items)
