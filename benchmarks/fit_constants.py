@@ -2,7 +2,7 @@
 
     /work/venv/bin/python benchmarks/fit_constants.py [--write]
 
-Fitted constants (planner/cost.py): GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY,
+Fitted constants (planner/layer_time.py): GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY,
 ELEMENTWISE_PASSES. Every other constant is a documented physical or
 measured value and is not touched here.
 
@@ -13,7 +13,7 @@ FP8, torchtitan) is held out and only reported by benchmarks/fidelity.py.
 
 Objective: the sum over fit rows of log(predicted / published tokens/s/GPU)^2 (relative errors,
 symmetric in over- and under-prediction), minimised by Nelder-Mead over the log of each constant
-(numpy only). `--write` prints the constants to paste into cost.py; nothing is written silently.
+(numpy only). `--write` prints the constants to paste into layer_time.py; nothing is written silently.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
-from planner import cost
+from planner import cost, layer_time
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 NAMES = (
@@ -50,7 +50,7 @@ def fit_rows(cases: Sequence[Case]) -> list[Case]:
 def set_constants(values: Sequence[float]) -> None:
     for name, v in zip(NAMES, values, strict=True):
         lo, hi = BOUNDS[name]
-        setattr(cost, name, min(max(v, lo), hi))
+        setattr(layer_time, name, min(max(v, lo), hi))
 
 
 def log_errors(cases: Sequence[Case]) -> list[float]:
@@ -101,16 +101,16 @@ def fit(cases: Sequence[Case]) -> dict[str, float]:
         set_constants(np.exp(logx).tolist())
         return float(sum(e * e for e in log_errors(rows)))
 
-    x0 = np.log([float(getattr(cost, n)) for n in NAMES])
+    x0 = np.log([float(getattr(layer_time, n)) for n in NAMES])
     best = nelder_mead(objective, x0)
     best = nelder_mead(objective, best, step=0.05)
     set_constants(np.exp(best).tolist())
-    return {n: float(getattr(cost, n)) for n in NAMES}
+    return {n: float(getattr(layer_time, n)) for n in NAMES}
 
 
 def main() -> None:
     cases = load_published()
-    before = {n: float(getattr(cost, n)) for n in NAMES}
+    before = {n: float(getattr(layer_time, n)) for n in NAMES}
     rows = fit_rows(cases)
     e0 = [abs(math.expm1(e)) for e in log_errors(rows)]
     fitted = fit(cases)
