@@ -13,7 +13,8 @@ FP8, torchtitan) is held out and only reported by benchmarks/fidelity.py.
 
 Objective: the sum over fit rows of log(predicted / published tokens/s/GPU)^2 (relative errors,
 symmetric in over- and under-prediction), minimised by Nelder-Mead over the log of each constant
-(numpy only). `--write` prints the constants to paste into layer_time.py; nothing is written silently.
+(numpy only). `--write` prints the constants to paste into layer_time.py; nothing is written
+silently.
 """
 
 from __future__ import annotations
