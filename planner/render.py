@@ -7,13 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from planner import params
+from planner import ops, params, scaling
 from planner.advice import Change
 from planner.arch import ModelArch
 from planner.cost import Performance
 from planner.hardware import GpuSpec
 from planner.layout import Layout
 from planner.memory import MemoryReport
+from planner.schedule import timeline_text
 from planner.spec import Job
 from planner.units import GIB
 
@@ -174,8 +175,90 @@ def print_explain(
     verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
     console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB")
     console.print(time_table(perf))
+    if layout.pp > 1:
+        m = layout.num_microbatches(job.global_batch_size)
+        shown = min(m, 2 * layout.pp)
+        note = "" if layout.vpp == 1 else f" (drawn without the {layout.vpp}-way interleaving)"
+        console.print(
+            f"1F1B schedule of the first {shown} of {m} micro-batches{note}: "
+            "F forward, B backward (twice as long), . idle"
+        )
+        for line in timeline_text(layout.pp, shown, width=console.width - 10):
+            console.print(line, highlight=False)
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
         f"{perf.model_tflops_per_gpu:.0f}   MFU {perf.mfu:.1%} (model FLOPs, causal attention "
         f"not halved)   largest cost besides compute: {perf.bottleneck()}"
     )
+
+
+def operations_table(o: ops.Operations) -> Table:
+    """`explain --tokens ...`: days, GPU-hours, cost, energy, checkpoints, failures, goodput."""
+    r, p = o.resilience, o.params
+    t = Table(title="Operations (planner.ops; defaults and sources: planner/ops.py)")
+    t.add_column("what", style="bold")
+    t.add_column("estimate", overflow="fold")
+    if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
+        t.add_row("token budget", f"{ops.format_tokens(o.tokens)} tokens = {o.steps:,} steps")
+        t.add_row("wall-clock", f"{o.days:,.1f} days ({o.days_no_failures:,.1f} without failures)")
+        t.add_row("GPU-hours", f"{o.gpu_hours:,.0f}")
+        cost = (
+            f"{ops.format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour"
+            if o.cost_usd is not None and o.price_usd_per_gpu_hour is not None
+            else "unknown"
+        )
+        t.add_row("cost", f"{cost} ({o.price_source})")
+        t.add_row(
+            "energy",
+            f"{o.energy_mwh:,.1f} MWh at {o.facility_power_w / 1e6:,.3f} MW "
+            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {o.nodes:,} nodes, "
+            f"PUE {o.pue:g})",
+        )
+    mode = "asynchronous" if r.async_checkpoint else "synchronous"
+    t.add_row(
+        "checkpoint",
+        f"{ops.format_bytes(r.checkpoint_bytes)} {mode}: write "
+        f"{ops.format_duration(r.checkpoint_write_s)} at {p.storage_gb_per_s_per_node:g} GB/s "
+        f"x {o.nodes:,} nodes, training blocked {ops.format_duration(r.checkpoint_blocking_s)}",
+    )
+    how = "given" if p.checkpoint_interval_min is not None else "Daly optimum"
+    young, daly = ops.format_duration(r.young_interval_s), ops.format_duration(r.daly_interval_s)
+    t.add_row(
+        "checkpoint interval",
+        f"every {r.interval_steps:,} steps = {ops.format_duration(r.interval_s)} ({how}; "
+        f"Young {young}, Daly {daly})",
+    )
+    failures = (
+        f"; ~{o.expected_failures:,.0f} over the run" if o.expected_failures is not None else ""
+    )
+    t.add_row(
+        "failures",
+        f"MTBF {ops.format_duration(r.mtbf_s)} ({p.failure_rate_per_gpu_day:.3g} per GPU-day x "
+        f"{o.num_gpus:,} GPUs), {ops.format_duration(r.restart_s)} lost per restart{failures}",
+    )
+    t.add_row(
+        "goodput",
+        f"{r.goodput:.1%} of wall-clock trains; lost: checkpoints {r.lost_checkpoint:.1%}, "
+        f"restarts {r.lost_restart:.1%}, re-done work {r.lost_rework:.1%}",
+    )
+    t.add_row(
+        "tokens/s",
+        f"{o.effective_tokens_per_s:,.0f} effective ({o.tokens_per_s:,.0f} without failures)",
+    )
+    return t
+
+
+def scale_table(curve: scaling.ScaleCurve) -> Table:
+    """`planner scale`: one row per GPU count (planner.scaling.table_rows)."""
+    job = curve.job
+    budget = f", {ops.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
+    t = Table(
+        title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
+        f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
+    )
+    for col in scaling.SCALE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")
+    for p, row in zip(curve.points, scaling.table_rows(curve), strict=True):
+        style = "red" if p.num_gpus == curve.stops_paying_at else None
+        t.add_row(*row, style=style)
+    return t

@@ -36,3 +36,16 @@ def test_slowest_stage_sets_the_pace() -> None:
     steady, bubble = schedule.pipeline_time([1.0, 1.0, 2.0, 1.0], 10)
     assert steady == 20.0
     assert bubble == 3.0
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 2), (4, 8), (8, 8), (8, 32), (3, 7)])
+def test_simulated_1f1b_bubble_matches_closed_form(pp: int, m: int) -> None:
+    # Oracle: Narayanan et al. 2021 section 2.2: with forward f and backward b, 1F1B takes
+    # m (f + b) + (pp - 1)(f + b): the bubble is (pp - 1)(f + b), i.e. (pp - 1)/m of the ideal.
+    sched = schedule.one_f_one_b(pp, m, fwd=1, bwd=2)
+    end = max(e for rank in sched for _, e, _ in rank)
+    assert end == m * 3 + (pp - 1) * 3
+    # every rank runs every micro-batch forward and backward exactly once, never overlapping
+    for ops in sched:
+        assert sorted(op for _, _, op in ops) == ["B"] * m + ["F"] * m
+        assert all(a[1] <= b[0] for a, b in zip(ops, ops[1:], strict=False))
