@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from planner import schedule
@@ -48,4 +50,4 @@ def test_simulated_1f1b_bubble_matches_closed_form(pp: int, m: int) -> None:
     # every rank runs every micro-batch forward and backward exactly once, never overlapping
     for ops in sched:
         assert sorted(op for _, _, op in ops) == ["B"] * m + ["F"] * m
-        assert all(a[1] <= b[0] for a, b in zip(ops, ops[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(ops))
