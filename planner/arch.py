@@ -93,6 +93,11 @@ class ModelArch(BaseModel):
                 f"moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
                 f"({self.num_moe_experts})"
             )
+        learned = self.position_embedding_type == "learned_absolute"
+        if learned and self.max_position_embeddings is None and self.seq_length is None:
+            raise ValueError(
+                "position_embedding_type 'learned_absolute' needs max_position_embeddings"
+            )
         if self.multi_latent_attention:
             missing = [
                 f

@@ -64,7 +64,6 @@ PARALLEL_INT = {
 }
 # parallelism flags that are understood but do not change the memory model's inputs
 PARALLEL_IGNORED = {
-    "--tp-comm-overlap",
     "--no-overlap-p2p-communication",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
@@ -100,6 +99,8 @@ PARALLEL_IGNORED = {
     "--context-parallel-size",
     "--data-parallel-random-init",
 }
+# parallelism flags read below by hand
+PARALLEL_READ = {"--tp-comm-overlap", "--pipeline-model-parallel-layout"}
 _PARALLEL_WORDS = ("parallel", "pipeline", "fsdp", "expert-model", "virtual-stage", "zero")
 _FSDP_STAGE = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
@@ -186,6 +187,8 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
         model["normalization"] = flags["--normalization"][0]
     if flags.get("--position-embedding-type"):
         model["position_embedding_type"] = flags["--position-embedding-type"][0]
+    else:  # Megatron's default (arguments.py): learned absolute position embeddings
+        model["position_embedding_type"] = "learned_absolute"
     if flags.get("--moe-layer-freq"):
         model["moe_layer_freq"] = _layer_freq(flags["--moe-layer-freq"][0], where)
     for required in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
@@ -197,7 +200,8 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     unknown = [
         f
         for f in flags
-        if any(w in f for w in _PARALLEL_WORDS) and f not in PARALLEL_IGNORED | set(PARALLEL_INT)
+        if any(w in f for w in _PARALLEL_WORDS)
+        and f not in PARALLEL_IGNORED | PARALLEL_READ | set(PARALLEL_INT)
     ]
     if unknown:
         raise InputError(f"{where}: {unknown[0]}: unknown parallelism flag")
@@ -211,12 +215,19 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     first_last = _uneven(flags, model["num_layers"], parallel.get("pp", 1), get, where)
     if first_last is not None:
         parallel["pipeline_layers"] = first_last
+    if flags.get("--pipeline-model-parallel-layout"):
+        value = flags["--pipeline-model-parallel-layout"][0]
+        pp_layout = _pp_layout(value, parallel.get("pp", 1), where)
+        parallel["vpp"], parallel["pipeline_layers"] = pp_layout
+    parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
     parallel["zero_stage"] = _zero_stage(flags, where)
     parallel["recompute"] = _recompute(flags)
 
     if "--seq-length" not in flags:
         raise InputError(f"{where}: --seq-length: required, but not given")
     training: dict[str, Any] = {"seq_length": get("--seq-length")}
+    # Megatron requires --max-position-embeddings; a script without it is read as seq_length
+    model.setdefault("max_position_embeddings", training["seq_length"])
     mbs = parallel.get("micro_batch_size", 1)
     if "--global-batch-size" in flags:
         training["global_batch_size"] = get("--global-batch-size")
@@ -279,6 +290,26 @@ def _uneven(
     if last is not None:
         layers[-1] = last
     return tuple(layers)
+
+
+def _pp_layout(value: str, pp: int, where: str) -> tuple[int, tuple[int, ...]]:
+    """--pipeline-model-parallel-layout -> (vpp, decoder layers per pipeline rank). As Megatron's
+    PipelineParallelLayerLayout.parse_str_to_list: commas ignored, "(...)*n" then "x*n" unrolled,
+    stages split by "|" (E embedding, t decoder layer, m MTP, L loss); stage k runs on pipeline
+    rank k % pp, and vpp = stages / pp."""
+    text = value.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    stages = text.split("|")
+    flag = "--pipeline-model-parallel-layout"
+    if set(text) - set("EtmL|") or len(stages) % pp:
+        raise InputError(
+            f"{where}: {flag}: cannot read {value!r} as stages of E, t, m, L whose count is a "
+            f"multiple of --pipeline-model-parallel-size ({pp})"
+        )
+    vpp = len(stages) // pp
+    layers = tuple(sum(stages[v * pp + r].count("t") for v in range(vpp)) for r in range(pp))
+    return vpp, layers
 
 
 def _zero_stage(flags: dict[str, list[str]], where: str) -> int:

@@ -54,7 +54,6 @@ embeddings) one layer is 12h^2 + 13h, so the total is SC21 eq.(2)
 from __future__ import annotations
 
 from planner.arch import ModelArch
-from planner.errors import InputError
 
 
 def _norm_width(arch: ModelArch) -> int:
@@ -152,13 +151,8 @@ def embedding_params(arch: ModelArch, vocab: int | None = None) -> int:
     v = arch.vocab_size if vocab is None else vocab
     params = v * arch.hidden_size
     if arch.position_embedding_type == "learned_absolute":
-        positions = arch.max_position_embeddings or arch.seq_length
-        if positions is None:
-            raise InputError(
-                f"model '{arch.name}': max_position_embeddings is required with "
-                "position_embedding_type 'learned_absolute'"
-            )
-        params += positions * arch.hidden_size
+        # ModelArch guarantees one of the two for learned positions
+        params += (arch.max_position_embeddings or arch.seq_length or 0) * arch.hidden_size
     return params
 
 

@@ -207,10 +207,15 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
 @cache
 def _last_stage_extra(arch: ModelArch) -> float:
     """The output layer (and MTP) in units of one decoder layer's active parameters: the work the
-    last pipeline rank does besides its layers (the loss itself is memory-bound and small)."""
+    last pipeline rank does besides its layers (the loss itself is memory-bound and small). Each
+    MTP layer runs one more decoder layer (its active parameters: top-k of the routed experts) and
+    one more output layer (`cost._output_layer`)."""
+    routed = arch.moe_router_topk / max(arch.num_moe_experts or 1, 1)
     d, e = memory._layer_kinds(arch)[1 if arch.is_moe else 0]
-    per_layer = (d + arch.moe_router_topk * e / max(arch.num_moe_experts or 1, 1)) or 1
-    out_params = arch.padded_vocab() * arch.hidden_size + params.mtp_params(arch)
+    per_layer = (d + routed * e) or 1
+    mtp_dense, mtp_expert = params.mtp_layer_params(arch)
+    heads = 1 + arch.mtp_num_layers
+    out_params = heads * arch.padded_vocab() * arch.hidden_size + mtp_dense + routed * mtp_expert
     return round(out_params / per_layer, 3)
 
 
@@ -227,6 +232,22 @@ def _splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] |
     return out
 
 
+@cache
+def _vpp_candidates(num_layers: int, pp: int, uneven: bool) -> tuple[int, ...]:
+    if pp == 1:
+        return (1,)
+    even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
+    # an uneven split needs every rank's layers to be a multiple of vpp: vpp divides the layers
+    odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
+    return tuple(sorted(even | odd))
+
+
+def _vpps(job: Job, space: Space, pp: int) -> tuple[int, ...]:
+    """Interleaving degrees with some split: vpp | L / pp (even) or vpp | L, pp x vpp <= L
+    (uneven, `_splits` decides)."""
+    return _vpp_candidates(job.arch.num_layers, pp, space.uneven)
+
+
 def _options(job: Job, space: Space, s: Structure) -> list[tuple[int, int, tuple[int, ...] | None]]:
     """(micro_batch_size, vpp, split) choices of a structure that pass the schedule rules."""
     out = []
@@ -235,7 +256,7 @@ def _options(job: Job, space: Space, s: Structure) -> list[tuple[int, int, tuple
         if not space.mbs.admits(mbs):
             continue
         m = per_dp // mbs
-        for vpp in divisors(job.arch.num_layers // s.pp) if s.pp > 1 else [1]:
+        for vpp in _vpps(job, space, s.pp):
             if not space.vpp.admits(vpp):
                 continue
             if vpp > 1 and (m % s.pp or m < s.pp):

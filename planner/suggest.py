@@ -4,6 +4,7 @@ bounds, the search, and, when nothing fits, why and the smallest change that wou
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -85,7 +86,12 @@ def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str
         base = None
     doc = _apply_flags(doc, args)
     plan = parse_plan(doc, base)
-    return plan.job, plan.model_ref or {}, origin
+    ref = dict(plan.model_ref or {})
+    hf = ref.get("hf_config")
+    if base is not None and isinstance(hf, str) and not Path(hf).is_absolute():
+        # relative to the job file, not to where planner runs (the plan writer re-relativises it)
+        ref["hf_config"] = str((base.parent / hf).resolve())
+    return plan.job, ref, origin
 
 
 def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
@@ -123,6 +129,7 @@ def check_space(job: Job, space: Space) -> None:
         b: Bound = getattr(space, name)
         if b.lo > n:
             raise InputError(f"--{name} {b.lo} exceeds num_gpus ({n})")
+    _check_degrees(n, space)
     if space.dp.lo > job.global_batch_size:
         raise InputError(
             f"--dp {space.dp.lo} exceeds global_batch_size ({job.global_batch_size}): every "
@@ -136,6 +143,39 @@ def check_space(job: Job, space: Space) -> None:
         raise InputError("--zero: no ZeRO stage left to search")
     if not space.recompute:
         raise InputError("--recompute: no recompute policy left to search")
+
+
+def _flag(name: str, b: Bound) -> str:
+    if b.lo == b.hi:
+        return f"--{name} {b.lo}"
+    return f"--{name} {b.lo}-{'' if b.hi >= 1 << 30 else b.hi}"
+
+
+def _check_degrees(n: int, space: Space) -> None:
+    """Pins and bounds on tp, cp, pp, dp must leave some tp x cp x pp x dp equal to num_gpus."""
+    names = ("tp", "cp", "pp", "dp")
+    bounds: dict[str, Bound] = {k: getattr(space, k) for k in names}
+    for k, b in bounds.items():
+        if b.lo == b.hi and n % b.lo:
+            raise InputError(f"--{k} {b.lo} does not divide num_gpus ({n})")
+    ds = search.divisors(n)
+    b_tp, b_cp, b_pp, b_dp = bounds.values()
+    for tp in (d for d in ds if b_tp.admits(d)):
+        for cp in (d for d in ds if b_cp.admits(d) and (n // tp) % d == 0):
+            for pp in (d for d in ds if b_pp.admits(d) and (n // (tp * cp)) % d == 0):
+                if b_dp.admits(n // (tp * cp * pp)):
+                    return
+    default = Space()
+    given = " and ".join(_flag(k, b) for k, b in bounds.items() if b != getattr(default, k))
+    lo = math.prod(b.lo for b in bounds.values())
+    hi = math.prod(min(b.hi, n) for b in bounds.values())
+    if lo > n:
+        why = f"need at least {lo} GPUs (tp x cp x pp x dp) but num_gpus is {n}"
+    elif hi < n:
+        why = f"allow at most {hi} GPUs (tp x cp x pp x dp) but num_gpus is {n}"
+    else:
+        why = f"no tp x cp x pp x dp within them equals num_gpus ({n})"
+    raise InputError(f"{given}: {why}")
 
 
 @dataclass(frozen=True)
@@ -201,7 +241,9 @@ def _batch_changes(job: Job, space: Space) -> list[str]:
     out = []
     for gbs in (job.global_batch_size * 2**k for k in range(1, 5)):
         trial = replace(job, global_batch_size=gbs)
-        if search.structures(trial, space, Counter()):
+        if any(
+            search._options(trial, space, s) for s in search.structures(trial, space, Counter())
+        ):
             out.append(f"global_batch_size {gbs} instead of {job.global_batch_size}")
             break
     return out

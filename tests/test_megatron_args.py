@@ -19,6 +19,7 @@ MODEL_ARGS=(
   --num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128
   --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
   --vocab-size 128256 --seq-length 8192 --max-position-embeddings 8192  # model shape
+  --position-embedding-type rope
 )
 torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" \\
   --tensor-model-parallel-size ${TP} --pipeline-model-parallel-size $PP --sequence-parallel \\

@@ -308,11 +308,11 @@ def test_layer_split_sums_to_total() -> None:
 
 
 def test_learned_positions_need_a_length() -> None:
-    from planner.errors import InputError
+    from pydantic import ValidationError
 
-    arch = _tiny(**{**TINY_GPT, "max_position_embeddings": None})
-    with pytest.raises(InputError, match="max_position_embeddings"):
-        params.embedding_params(arch)
+    # ModelArch refuses learned positions without a length (validated at the boundary)
+    with pytest.raises(ValidationError, match="max_position_embeddings"):
+        _tiny(**{**TINY_GPT, "max_position_embeddings": None})
     # seq_length stands in when max_position_embeddings is not given
     arch = _tiny(**{**TINY_GPT, "max_position_embeddings": None, "seq_length": 6})
     assert params.embedding_params(arch) == 128

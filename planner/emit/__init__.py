@@ -1,0 +1,175 @@
+"""Launch-file emitters: pure functions from a loaded plan to the text of one file.
+
+`megatron` (Megatron-LM `pretrain_gpt.py` arguments), `torchrun` (a bash script), `slurm` (an
+sbatch script) and `k8s` (a Kubeflow PyTorchJob manifest) each expose `render(plan, job_name)`.
+This module holds what they share: the header every file starts with (the plan's predicted step
+time, tokens/s/GPU and peak memory, and the planner version), the environment Megatron needs,
+the node count, and the helpers that keep user-given names from breaking a comment, a shell
+script or a Kubernetes name. `planner.launch` picks the emitter and writes the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from planner import __version__, cost, memory
+from planner.errors import InputError
+from planner.hardware import GpuSpec
+from planner.layout import Layout
+from planner.spec import Plan
+from planner.units import GIB
+
+BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
+"""Catalog GPU names of compute capability 10+: Megatron no longer asks for
+CUDA_DEVICE_MAX_CONNECTIONS=1 there (validate_args: `get_device_arch_version() < 10`)."""
+
+RDZV_PORT = 29400
+"""torchrun's default c10d rendezvous port (torch/distributed/run.py)."""
+
+
+def need_layout(plan: Plan) -> Layout:
+    """The plan's layout; launch files need one."""
+    if plan.layout is None:
+        raise InputError(f"{plan.path}: parallel: the [parallel] table is missing")
+    return plan.layout
+
+
+def comment_safe(text: str) -> str:
+    """`text` with control and line-break characters escaped, so it stays on one comment line."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or code in (0x2028, 0x2029):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def check_job_name(name: str) -> str:
+    """A job name must be non-empty and free of NUL (no shell variable can hold one)."""
+    if not name or "\x00" in name:
+        raise InputError(f"--job-name: must be non-empty text without NUL bytes (got {name!r})")
+    return name
+
+
+def slug(name: str, max_len: int = 40) -> str:
+    """A DNS-1123 label from a free-form name (lower-case alphanumerics and '-'), for Kubernetes
+    and Slurm names; the original name is kept elsewhere, quoted."""
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:max_len].strip("-")
+    if not s:
+        raise InputError(
+            f"--job-name: {name!r} has no letters or digits to build a Kubernetes/Slurm name from"
+        )
+    return s
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """How the plan's GPUs are laid out on machines."""
+
+    nnodes: int
+    nproc_per_node: int
+
+
+def nodes(plan: Plan) -> Nodes:
+    """Whole nodes of cluster.gpus_per_node GPUs (or one partial node for a small job)."""
+    cl = plan.job.cluster
+    n, per = cl.num_gpus, cl.gpus_per_node
+    if n <= per:
+        return Nodes(1, n)
+    if n % per:
+        raise InputError(
+            f"{plan.path}: cluster.num_gpus: {n} GPUs are not a whole number of nodes of "
+            f"gpus_per_node ({per})"
+        )
+    return Nodes(n // per, per)
+
+
+def is_blackwell(gpu: GpuSpec) -> bool:
+    return gpu.vendor == "nvidia" and gpu.name.startswith(BLACKWELL_PREFIXES)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment setting; value None means `unset`."""
+
+    name: str
+    value: str | None
+    why: str
+
+
+def environment(plan: Plan) -> list[EnvVar]:
+    """The environment Megatron-LM needs for this plan, with the reason for each setting.
+
+    CUDA_DEVICE_MAX_CONNECTIONS: validate_args asserts it is "1" when TP > 1 or CP > 1 before
+    Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2). NCCL settings come
+    from Megatron-LM's own launch examples (examples/llama, examples/megatron_fsdp); on AMD the
+    ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
+    lay = need_layout(plan)
+    gpu = plan.job.cluster.gpu
+    env: list[EnvVar] = []
+    if lay.zero_stage >= 2:
+        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1"))
+    elif (lay.tp > 1 or lay.cp > 1) and not is_blackwell(gpu):
+        env.append(
+            EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "TP/CP > 1 before Blackwell (asserted)")
+        )
+    env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
+    if nodes(plan).nnodes > 1:
+        env.append(EnvVar("NCCL_IB_TIMEOUT", "19", "tolerate slow InfiniBand links at scale"))
+        env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152", "larger PP sends over the network"))
+    if gpu.vendor == "amd":
+        env.append(EnvVar("HSA_NO_SCRATCH_RECLAIM", "1", "ROCm: keep kernel scratch allocated"))
+    return env
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    peak_gib: float
+    capacity_gib: float
+    worst_stage: int
+    fits: bool
+
+
+def predict(plan: Plan) -> Prediction:
+    """planner.cost and planner.memory on the plan, as the header reports them."""
+    lay = need_layout(plan)
+    perf = cost.estimate(plan.job, lay)
+    rep = memory.estimate(plan.job, lay)
+    return Prediction(
+        step_time_s=perf.step_time_s,
+        tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
+        mfu=perf.mfu,
+        peak_gib=rep.peak / GIB,
+        capacity_gib=rep.capacity / GIB,
+        worst_stage=rep.worst.stage,
+        fits=rep.fits,
+    )
+
+
+def header(plan: Plan, target: str, job_name: str) -> list[str]:
+    """The comment lines (without '# ') every launch file starts with."""
+    lay = need_layout(plan)
+    job = plan.job
+    p = predict(plan)
+    verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
+    source = plan.path.name if plan.path is not None else "<inline plan>"
+    lines = [
+        f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
+        f"model {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
+        f"layout: {lay.describe()}",
+        f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
+        f"MFU {p.mfu:.1%}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
+        f"usable ({verdict})",
+    ]
+    return [comment_safe(line) for line in lines]
+
+
+def comment_block(lines: list[str]) -> str:
+    return "".join(f"# {comment_safe(line)}\n" if line else "#\n" for line in lines)

@@ -1,0 +1,338 @@
+"""Megatron-LM `pretrain_gpt.py` arguments for a plan: model shape, parallel layout, batch,
+recompute and precision, grouped by concern.
+
+Flag names are those of Megatron-LM's argument parser (megatron/training/arguments.py and the
+dataclasses it generates flags from; ../shared/reference/ecosystem.md section 1.1), and each
+combination emitted is one `validate_args` / `TransformerConfig.__post_init__` accepts (1.2):
+
+- zero_stage 0 plain DDP; 1 `--use-distributed-optimizer`; 2 / 3 Megatron-FSDP with
+  `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`, which asserts
+  `--ckpt-format fsdp_dtensor` (Megatron sets its distributed optimizer itself).
+- Pipeline split: even -> `--num-layers-per-virtual-pipeline-stage` when interleaved; only the
+  first and/or last rank different -> `--decoder-first/last-pipeline-num-layers` (with
+  `--num-virtual-stages-per-pipeline-rank`, the only VPP flag they combine with); any other split
+  -> `--pipeline-model-parallel-layout` ("E" embedding, "t" decoder layer, "m" MTP, "L" loss,
+  "|" between stages; stage k sits on rank k % pp, chunk k // pp).
+- `--max-position-embeddings` is required and must be >= `--seq-length`: max of the two for
+  rope models, the model's own table size for learned positions.
+`planner.megatron_args` reads these arguments back into the same plan.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from planner.arch import ModelArch
+from planner.emit import comment_block, environment, header, need_layout
+from planner.errors import InputError
+from planner.layout import Layout
+from planner.memory import stage_chunks
+from planner.spec import Plan
+
+Arg = tuple[str, ...]
+"""One flag followed by its values."""
+
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+NOT_IN_PLAN = (
+    "not in the plan (add your own): data and tokenizer, --train-iters, learning rate, "
+    "checkpoint paths, rotary base / rope scaling, norm epsilon, MoE router details"
+)
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The plan's Megatron-LM arguments by concern."""
+
+    model: tuple[Arg, ...]
+    parallel: tuple[Arg, ...]
+    training: tuple[Arg, ...]
+    notes: tuple[str, ...] = ()
+
+    def groups(self) -> list[tuple[str, tuple[Arg, ...]]]:
+        return [("model", self.model), ("parallel", self.parallel), ("training", self.training)]
+
+    def flat_args(self) -> list[Arg]:
+        return [arg for _, args in self.groups() for arg in args]
+
+    def flat(self) -> list[str]:
+        """Every word, as pretrain_gpt.py receives them."""
+        return [word for arg in self.flat_args() for word in arg]
+
+
+def _activation(arch: ModelArch, where: str) -> list[Arg]:
+    if arch.gated_linear_unit and arch.activation in ("swiglu", "silu"):
+        return [("--swiglu",)]
+    if not arch.gated_linear_unit and arch.activation == "gelu":
+        return []  # Megatron's default
+    if not arch.gated_linear_unit and arch.activation == "squared_relu":
+        return [("--squared-relu",)]
+    kind = f"gated {arch.activation}" if arch.gated_linear_unit else arch.activation
+    raise InputError(
+        f"{where}.activation: Megatron-LM pretrain_gpt.py has no flag for a {kind} MLP "
+        f"(it offers gelu, --swiglu and --squared-relu)"
+    )
+
+
+def _positions(plan: Plan, where: str) -> list[Arg]:
+    arch, seq = plan.job.arch, plan.job.seq_length
+    kind = arch.position_embedding_type
+    if kind == "alibi":
+        raise InputError(
+            f"{where}.position_embedding_type: Megatron-LM has no ALiBi position embedding "
+            f"(got 'alibi'; it offers learned_absolute, rope and none)"
+        )
+    if kind == "learned_absolute":
+        table = arch.max_position_embeddings or arch.seq_length
+        if table is None or table < seq:
+            raise InputError(
+                f"{where}.max_position_embeddings: a learned position table of {table} "
+                f"positions cannot hold seq_length ({seq})"
+            )
+    else:
+        table = max(arch.max_position_embeddings or 0, seq)
+    if arch.mtp_num_layers and kind not in ("rope", "none"):
+        raise InputError(
+            f"{where}.mtp_num_layers: Megatron supports multi-token prediction only with rope "
+            f"or no position embedding (got {kind!r})"
+        )
+    return [("--position-embedding-type", kind), ("--max-position-embeddings", str(table))]
+
+
+def moe_layer_freq(freq: int | tuple[int, ...]) -> str:
+    """--moe-layer-freq: an int N, or a Python list expression Megatron evaluates,
+    run-length encoded like its DeepSeek-V3 example: "[0]*3+[1]*58"."""
+    if isinstance(freq, int):
+        return str(freq)
+    runs: list[list[int]] = []
+    for x in freq:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "+".join(f"[{x}]*{n}" if n > 1 else f"[{x}]" for x, n in runs)
+
+
+def model_args(plan: Plan) -> list[Arg]:
+    """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
+    arch, job = plan.job.arch, plan.job
+    where = f"{plan.path}: model"
+    a: list[Arg] = [
+        ("--num-layers", str(arch.num_layers)),
+        ("--hidden-size", str(arch.hidden_size)),
+        ("--ffn-hidden-size", str(arch.ffn_hidden_size)),
+        ("--num-attention-heads", str(arch.num_attention_heads)),
+    ]
+    if arch.kv_channels is not None:
+        a.append(("--kv-channels", str(arch.kv_channels)))
+    if arch.multi_latent_attention:  # cannot be combined with GQA (asserted)
+        a.append(("--multi-latent-attention",))
+        if arch.q_lora_rank is not None:
+            a.append(("--q-lora-rank", str(arch.q_lora_rank)))
+        a += [
+            ("--kv-lora-rank", str(arch.kv_lora_rank)),
+            ("--qk-head-dim", str(arch.qk_head_dim)),
+            ("--qk-pos-emb-head-dim", str(arch.qk_pos_emb_head_dim)),
+            ("--v-head-dim", str(arch.v_head_dim)),
+        ]
+    elif arch.query_groups != arch.num_attention_heads:
+        a += [("--group-query-attention",), ("--num-query-groups", str(arch.query_groups))]
+    a += _activation(arch, where)
+    a.append(("--normalization", arch.normalization))
+    if not arch.add_bias_linear:
+        a.append(("--disable-bias-linear",))
+        if arch.add_qkv_bias:  # with biases on, Megatron puts them on QKV anyway
+            a.append(("--add-qkv-bias",))
+    if arch.qk_layernorm:
+        a.append(("--qk-layernorm",))
+    if arch.untie_embeddings_and_output_weights:
+        a.append(("--untie-embeddings-and-output-weights",))
+    a += [
+        ("--vocab-size", str(arch.vocab_size)),
+        ("--make-vocab-size-divisible-by", str(arch.make_vocab_size_divisible_by)),
+        ("--seq-length", str(job.seq_length)),
+    ]
+    a += _positions(plan, where)
+    if arch.num_moe_experts is not None:
+        a += [
+            ("--num-experts", str(arch.num_moe_experts)),
+            ("--moe-router-topk", str(arch.moe_router_topk)),
+            ("--moe-ffn-hidden-size", str(arch.expert_ffn)),
+        ]
+        if arch.moe_shared_expert_intermediate_size is not None:
+            size = arch.moe_shared_expert_intermediate_size
+            a.append(("--moe-shared-expert-intermediate-size", str(size)))
+        if arch.moe_layer_freq != 1:
+            a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
+    if arch.mtp_num_layers:
+        a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
+    return a
+
+
+def pipeline_layout(layers: tuple[int, ...], vpp: int, mtp_layers: int) -> str:
+    """--pipeline-model-parallel-layout for per-rank layer counts, each rank's layers split in
+    vpp chunks as planner.schedule.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
+    pp = len(layers)
+    chunks = [stage_chunks(n, vpp) for n in layers]
+    stages = []
+    for k in range(pp * vpp):
+        n = chunks[k % pp][k // pp]
+        s = ("E" if k == 0 else "") + ("t" if n == 1 else f"t*{n}" if n else "")
+        if k == pp * vpp - 1:
+            s += ("m" if mtp_layers == 1 else f"m*{mtp_layers}" if mtp_layers else "") + "L"
+        stages.append(s)
+    out, i = "", 0
+    while i < len(stages) - 1:
+        j = i
+        while j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
+            j += 1
+        run = j - i + 1
+        out += f"({stages[i]}|)*{run}" if run > 1 and stages[i] else stages[i] + "|" * run
+        i = j + 1
+    return out + stages[-1]
+
+
+def _first_last(layers: tuple[int, ...], vpp: int) -> list[Arg] | None:
+    """--decoder-first/last-pipeline-num-layers when only the end ranks differ (middle ranks
+    equal; every count a multiple of vpp, as TransformerConfig checks); None otherwise."""
+    if len(layers) == 2:  # one flag: the other rank is the lone "middle" rank
+        ends, middle = {"first": layers[0]}, [layers[1]]
+    else:
+        middle = list(layers[1:-1])
+        if len(set(middle)) != 1:
+            return None
+        ends = {k: n for k, n in (("first", layers[0]), ("last", layers[-1])) if n != middle[0]}
+    if any(n % vpp for n in [*ends.values(), middle[0]]):
+        return None
+    args: list[Arg] = [(f"--decoder-{k}-pipeline-num-layers", str(n)) for k, n in ends.items()]
+    if vpp > 1:
+        args.append(("--num-virtual-stages-per-pipeline-rank", str(vpp)))
+    return args
+
+
+def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
+    """How the decoder layers are split over pipeline ranks and virtual stages."""
+    layers = lay.stage_layers(arch.num_layers)
+    if lay.pp == 1:
+        return []
+    if len(set(layers)) == 1 and layers[0] % lay.vpp == 0:
+        if lay.vpp == 1:
+            return []
+        return [("--num-layers-per-virtual-pipeline-stage", str(layers[0] // lay.vpp))]
+    uneven = None if len(set(layers)) == 1 else _first_last(layers, lay.vpp)
+    if uneven is not None:
+        return uneven
+    return [
+        ("--pipeline-model-parallel-layout", pipeline_layout(layers, lay.vpp, arch.mtp_num_layers))
+    ]
+
+
+def parallel_args(plan: Plan) -> list[Arg]:
+    """Parallel sizes, pipeline split, sequence parallel, data-parallel sharding and overlap."""
+    lay, arch = need_layout(plan), plan.job.arch
+    a: list[Arg] = [
+        ("--tensor-model-parallel-size", str(lay.tp)),
+        ("--pipeline-model-parallel-size", str(lay.pp)),
+        ("--context-parallel-size", str(lay.cp)),
+    ]
+    a += pipeline_args(arch, lay)
+    if lay.sequence_parallel:
+        a.append(("--sequence-parallel",))
+    if lay.tp_comm_overlap:
+        a.append(("--tp-comm-overlap",))
+    if arch.is_moe:
+        a += [
+            ("--expert-model-parallel-size", str(lay.ep)),
+            ("--expert-tensor-parallel-size", str(lay.expert_tp)),
+            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-grouped-gemm",),
+        ]
+    if lay.zero_stage == 1:
+        a.append(("--use-distributed-optimizer",))
+    elif lay.zero_stage >= 2:
+        a += [
+            ("--use-megatron-fsdp",),
+            ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero_stage]),
+            ("--ckpt-format", "fsdp_dtensor"),
+            ("--init-model-with-meta-device",),
+        ]
+    if lay.dp * lay.cp > 1:
+        a.append(("--overlap-grad-reduce",))
+        if lay.zero_stage >= 1:  # needs the distributed optimizer or Megatron-FSDP
+            a.append(("--overlap-param-gather",))
+    return a
+
+
+def training_args(plan: Plan) -> list[Arg]:
+    """Batch, precision, gradient reduction dtype and recompute."""
+    lay, job = need_layout(plan), plan.job
+    a: list[Arg] = [
+        ("--micro-batch-size", str(lay.micro_batch_size)),
+        ("--global-batch-size", str(job.global_batch_size)),
+        ("--bf16",),
+    ]
+    if job.precision == "fp8":
+        a.append(("--fp8-format", "hybrid"))
+        if job.fp8_param_gather:
+            if lay.zero_stage == 0:
+                raise InputError(
+                    f"{plan.path}: training.fp8_param_gather: Megatron's --fp8-param-gather "
+                    f"needs the distributed optimizer or FSDP (zero_stage >= 1, got 0); set "
+                    f"fp8_param_gather = false or raise zero_stage"
+                )
+            a.append(("--fp8-param-gather",))
+    if job.main_grad_dtype == "bf16":
+        a.append(("--grad-reduce-in-bf16",))
+    if lay.recompute == "full":
+        a += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", "1"),
+        ]
+    elif lay.recompute == "selective":
+        a.append(("--recompute-granularity", "selective"))
+    if not job.flash_attention:
+        a.append(("--attention-backend", "unfused"))
+    return a
+
+
+def arguments(plan: Plan) -> Arguments:
+    """Every Megatron-LM argument the plan decides."""
+    job = plan.job
+    notes = []
+    if not job.fused_norm:
+        notes.append("training.fused_norm = false has no Megatron flag (its norms are fused)")
+    if not job.vocab_parallel_loss:
+        notes.append("training.vocab_parallel_loss = false has no Megatron flag")
+    return Arguments(
+        model=tuple(model_args(plan)),
+        parallel=tuple(parallel_args(plan)),
+        training=tuple(training_args(plan)),
+        notes=tuple(notes),
+    )
+
+
+def env_summary(plan: Plan) -> str:
+    return " ".join(
+        f"{e.name}={e.value}" if e.value is not None else f"(unset {e.name})"
+        for e in environment(plan)
+    )
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The arguments, one flag per line under a comment per concern, shell-quoted.
+    `planner check --megatron-args FILE --gpu G --num-gpus N` reads the file back."""
+    args = arguments(plan)
+    lines = header(plan, "megatron-args", job_name)
+    lines += [
+        "Megatron-LM pretrain_gpt.py arguments, shell-quoted, one flag per line",
+        f"environment: {env_summary(plan)}",
+        NOT_IN_PLAN,
+        *(f"note: {n}" for n in args.notes),
+    ]
+    out = comment_block(lines)
+    for name, group in args.groups():
+        out += f"# {name}\n"
+        out += "".join(" ".join(shlex.quote(w) for w in arg) + "\n" for arg in group)
+    return out

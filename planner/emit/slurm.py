@@ -1,0 +1,78 @@
+"""An sbatch script that runs the plan's torchrun job on Slurm.
+
+One task per node (`--ntasks-per-node=1`, the pattern of Megatron-LM's mcore-run-on-slurm guide,
+ecosystem.md 2.2): `srun` starts torchrun on every node, and torchrun's c10d rendezvous meets on
+the first node of the allocation (`scontrol show hostnames`), with the Slurm job id as the
+rendezvous id. The `#SBATCH --job-name` is a slug of the job name (sbatch reads directives
+itself, not through a shell); the exact name lives in the quoted JOB_NAME variable. The argument
+arrays, settings and environment are those of `planner.emit.torchrun`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from planner.emit import RDZV_PORT, comment_block, header, nodes, slug
+from planner.emit.torchrun import (
+    MEGATRON_WORDS,
+    array,
+    env_block,
+    megatron_arrays,
+    q,
+    settings_block,
+)
+from planner.spec import Plan
+
+DEFAULT_TIME = "04:00:00"
+
+
+def sbatch_name(job_name: str) -> str:
+    """The job name as a directive can hold it: letters, digits, '.', '_' and '-' (runs of
+    anything else become '-'); a name without any falls back to `slug`'s error."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", job_name).strip("-.")[:64]
+    return name or slug(job_name)
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole sbatch script."""
+    n = nodes(plan)
+    name = sbatch_name(job_name)
+    directives = [
+        f"--job-name={name}",
+        f"--nodes={n.nnodes}",
+        "--ntasks-per-node=1",
+        f"--gpus-per-node={n.nproc_per_node}",
+        "--exclusive",
+        f"--time={DEFAULT_TIME}",
+        f"--output={name}-%j.out",
+    ]
+    distributed = [
+        ("--nnodes", q(str(n.nnodes))),
+        ("--nproc-per-node", q(str(n.nproc_per_node))),
+        ("--rdzv-backend", "c10d"),
+        ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
+        ("--rdzv-id", '"$SLURM_JOB_ID"'),
+    ]
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "slurm", job_name),
+                "submit with sbatch; set --time (and --account / --partition if your cluster "
+                "needs them) in the #SBATCH lines",
+            ]
+        )
+        + "".join(f"#SBATCH {d}\n" for d in directives)
+        + "\nset -euo pipefail\n\n"
+        + settings_block(job_name, master_addr=False)
+        + "\n# the first node of the allocation hosts the c10d rendezvous\n"
+        + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+        + 'MASTER_ADDR="${NODES[0]}"\n\n'
+        + env_block(plan)
+        + "\n"
+        + array("DISTRIBUTED_ARGS", distributed)
+        + megatron_arrays(plan)
+        + "\n"
+        + "# one torchrun per node; it starts one worker per GPU\n"
+        + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+    )

@@ -1,0 +1,162 @@
+"""A bash script that runs Megatron-LM `pretrain_gpt.py` for a plan under torchrun.
+
+Arguments sit in bash arrays by concern (distributed, model, parallel, training, data,
+checkpoint) and reach torchrun as `"${ARRAY[@]}"`, so every word arrives intact. Every value from
+the plan or the user (the job name above all) is written with `shlex.quote`; the only unquoted
+text is the script's own. The user sets data, tokenizer and checkpoint paths in one marked block
+(each a variable with a default that can also come from the environment). torchrun uses the c10d
+rendezvous on the first node (`--rdzv-endpoint MASTER_ADDR:29400`, ecosystem.md 2.1); run the
+same script on every node. `planner.emit.slurm` reuses these blocks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from planner.emit import RDZV_PORT, comment_block, environment, header, nodes
+from planner.emit.megatron import Arg, arguments
+from planner.spec import Plan
+
+
+def q(word: str) -> str:
+    """shlex.quote, also quoting a word with a comma (shellcheck SC2054 in arrays)."""
+    quoted = shlex.quote(word)
+    return f"'{word}'" if quoted == word and "," in word else quoted
+
+
+TRAINING_EXTRA: tuple[tuple[str, ...], ...] = (
+    ("--train-iters", '"$TRAIN_ITERS"'),
+    ("--lr", '"$LR"'),
+    ("--min-lr", '"$MIN_LR"'),
+    ("--lr-decay-style", "cosine"),
+    ("--lr-warmup-iters", '"$WARMUP_ITERS"'),
+    ("--weight-decay", "0.1"),
+    ("--clip-grad", "1.0"),
+    ("--adam-beta1", "0.9"),
+    ("--adam-beta2", "0.95"),
+    ("--log-interval", "10"),
+)
+"""Optimizer and schedule (shell words; Llama-style values): not part of the plan."""
+
+CHECKPOINT_WORDS = (
+    ("--save", '"$CHECKPOINT_DIR"'),
+    ("--load", '"$CHECKPOINT_DIR"'),
+    ("--save-interval", '"$SAVE_INTERVAL"'),
+)
+
+
+def settings_block(job_name: str, master_addr: bool) -> str:
+    """The variables a user sets; each may also come from the environment."""
+    lines = [f"JOB_NAME={q(job_name)}"]
+    if "$" in job_name or "`" in job_name:  # quoted, so shellcheck's SC2016 is what we want
+        lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
+    lines += [
+        "",
+        "# ---- set these (or export them before running) " + "-" * 30,
+        "# a Megatron-LM checkout (the directory holding pretrain_gpt.py)",
+        'MEGATRON_DIR="${MEGATRON_DIR:-/opt/megatron-lm}"',
+        "# Megatron indexed dataset prefix (the .bin/.idx pair without extension), or MOCK",
+        'DATA_PATH="${DATA_PATH:-MOCK}"',
+        "# Hugging Face tokenizer name or directory (unused with DATA_PATH=MOCK)",
+        'TOKENIZER_MODEL="${TOKENIZER_MODEL:-}"',
+        "# where checkpoints are saved and resumed from (shared by every node)",
+        'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$JOB_NAME}"',
+        'SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"',
+        'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
+        'LR="${LR:-3e-4}"',
+        'MIN_LR="${MIN_LR:-3e-5}"',
+        'WARMUP_ITERS="${WARMUP_ITERS:-100}"',
+    ]
+    if master_addr:
+        lines += [
+            "# the first node's address, the same on every node (localhost for one node)",
+            'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
+        ]
+    lines.append("# " + "-" * 77)
+    return "\n".join(lines) + "\n"
+
+
+def env_block(plan: Plan) -> str:
+    out = "# environment Megatron-LM needs for this layout and hardware\n"
+    for e in environment(plan):
+        if e.value is None:
+            out += f"unset {e.name}  # {e.why}\n"
+        else:
+            out += f"export {e.name}={q(e.value)}  # {e.why}\n"
+    return out
+
+
+def array(name: str, words: Sequence[tuple[str, ...]]) -> str:
+    """A bash array, one flag and its (already shell-quoted) values per line."""
+    body = "".join(f"    {' '.join(arg)}\n" for arg in words)
+    return f"{name}=(\n{body})\n"
+
+
+def quoted(args: tuple[Arg, ...]) -> list[tuple[str, ...]]:
+    return [tuple(q(w) for w in arg) for arg in args]
+
+
+def data_block() -> str:
+    return (
+        'if [[ "$DATA_PATH" == MOCK ]]; then\n'
+        "    DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer)\n"
+        "else\n"
+        '    : "${TOKENIZER_MODEL:?set TOKENIZER_MODEL for a real dataset}"\n'
+        "    DATA_ARGS=(--data-path \"$DATA_PATH\" --split '99,1,0'\n"
+        '        --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER_MODEL")\n'
+        "fi\n"
+    )
+
+
+def megatron_arrays(plan: Plan) -> str:
+    """MODEL_ARGS, PARALLEL_ARGS, TRAINING_ARGS (the plan's, then optimizer and schedule),
+    DATA_ARGS and CHECKPOINT_ARGS."""
+    args = arguments(plan)
+    out = ""
+    for note in args.notes:
+        out += f"# note: {note}\n"
+    out += array("MODEL_ARGS", quoted(args.model))
+    out += array("PARALLEL_ARGS", quoted(args.parallel))
+    out += array("TRAINING_ARGS", quoted(args.training) + list(TRAINING_EXTRA))
+    out += data_block()
+    out += array("CHECKPOINT_ARGS", list(CHECKPOINT_WORDS))
+    return out
+
+
+MEGATRON_WORDS = (
+    '"$MEGATRON_DIR/pretrain_gpt.py" \\\n'
+    '    "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" \\\n'
+    '    "${DATA_ARGS[@]}" "${CHECKPOINT_ARGS[@]}"'
+)
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole torchrun script."""
+    n = nodes(plan)
+    distributed = [
+        ("--nnodes", q(str(n.nnodes))),
+        ("--nproc-per-node", q(str(n.nproc_per_node))),
+        ("--rdzv-backend", "c10d"),
+        ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
+        ("--rdzv-id", '"$JOB_NAME"'),
+    ]
+    how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "torchrun", job_name),
+                f"{n.nnodes} node(s) x {n.nproc_per_node} GPUs: {how}",
+            ]
+        )
+        + "set -euo pipefail\n\n"
+        + settings_block(job_name, master_addr=True)
+        + "\n"
+        + env_block(plan)
+        + "\n"
+        + array("DISTRIBUTED_ARGS", distributed)
+        + megatron_arrays(plan)
+        + "\n"
+        + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+    )

@@ -1,0 +1,77 @@
+"""`planner launch`: read a plan, render one launch file, write it (or hand it back for stdout).
+
+Targets: `megatron-args` (Megatron-LM pretrain_gpt.py arguments), `torchrun` (bash script),
+`slurm` (sbatch script), `k8s` (Kubeflow PyTorchJob). With an output directory the file gets the
+target's fixed name there; an existing file is kept unless `force` (InputError, exit 2, naming
+it). The job name defaults to the plan file's stem. Rendering is `planner.emit`'s pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.emit import check_job_name, k8s, megatron, slurm, torchrun
+from planner.errors import InputError
+from planner.spec import Plan, load_plan
+
+Renderer = Callable[[Plan, str], str]
+
+TARGETS: dict[str, tuple[Renderer, str]] = {
+    "megatron-args": (megatron.render, "megatron-args.txt"),
+    "torchrun": (torchrun.render, "train.sh"),
+    "slurm": (slurm.render, "train.sbatch"),
+    "k8s": (k8s.render, "pytorchjob.yaml"),
+}
+"""target -> (renderer, file name written under --out)."""
+
+EXECUTABLE = {"torchrun", "slurm"}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What `launch` produced: the text, and where it was written (None = for stdout)."""
+
+    target: str
+    text: str
+    path: Path | None = None
+
+
+def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, str]:
+    """(file name, text) of one target for a loaded plan."""
+    if target not in TARGETS:
+        raise InputError(f"--target: expected one of {', '.join(TARGETS)} (got {target!r})")
+    renderer, file_name = TARGETS[target]
+    if job_name is None:
+        job_name = plan.path.stem if plan.path is not None else "planner-job"
+    return file_name, renderer(plan, check_job_name(job_name))
+
+
+def launch(
+    plan_path: Path,
+    target: str,
+    out_dir: Path | None = None,
+    job_name: str | None = None,
+    force: bool = False,
+) -> Launched:
+    """Render `target` for the plan file; write it under `out_dir` when given."""
+    if target not in TARGETS:  # before reading the plan: the cheaper message first
+        raise InputError(f"--target: expected one of {', '.join(TARGETS)} (got {target!r})")
+    plan = load_plan(plan_path)
+    file_name, text = render(plan, target, job_name)
+    if out_dir is None:
+        return Launched(target, text)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out: {out_dir} exists and is not a directory")
+    path = out_dir / file_name
+    if path.exists() and not force:
+        raise InputError(f"{path}: already exists; pass --force to overwrite it")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if target in EXECUTABLE:
+            path.chmod(0o755)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write: {e.strerror or e}") from None
+    return Launched(target, text, path)

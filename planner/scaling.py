@@ -1,0 +1,325 @@
+"""Scaling curve: the best layout at each GPU count, and where adding GPUs stops paying.
+
+`scale(job, sizes, best_layout, ...)` plans the job at each size with `best_layout` (by default
+the search of `planner.search`, fastest step first) and reports, per size: tokens/s, effective
+tokens/s (x goodput, `planner.ops`), per-GPU efficiency against the smallest size that has a
+layout, cost per million tokens and days to the token budget.
+
+The global batch (sequences per step) is held fixed, as in the plan: more GPUs mean fewer
+micro-batches per pipeline or smaller micro-batches, so the pipeline bubble and the exposed
+communication grow. Failures grow with the GPU count too (MTBF = 1 / (rate x N)).
+
+Definitions (effective = with checkpoints and failures, `ops.resilience`):
+    efficiency(N)          = effective tokens/s/GPU at N / that at the smallest size N0
+    marginal efficiency(N) = (effective tokens/s(N) - effective tokens/s(N')) / (N - N')
+                             / effective tokens/s/GPU at N0, N' the previous size
+Adding GPUs "stops paying" at the first size whose marginal efficiency is below `threshold`
+(default 0.5: each added GPU buys less than half of what a GPU did at N0). Where efficiency rises
+with more GPUs the note names the layout change that causes it (the search switched, e.g.,
+pp 8->4 or mbs 1->2, because the larger size made another layout possible or better).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from planner import ops
+from planner.cost import Performance
+from planner.errors import InputError
+from planner.hardware import ClusterSpec
+from planner.layout import Layout
+from planner.spec import Job
+
+if TYPE_CHECKING:
+    from planner.search import Space
+
+BestLayout = Callable[[Job], tuple[Layout, Performance] | None]
+"""Plans one job: its best layout and that layout's performance, or None when nothing fits."""
+
+STOPS_PAYING_THRESHOLD = 0.5
+"""Marginal efficiency below which added GPUs are said to stop paying."""
+
+RISE_TOLERANCE = 0.005
+"""Efficiency must rise by more than this (relative) for the note to explain the rise."""
+
+MAX_SIZES = 64
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
+    """'64..16384' (doubling), '64..1024x4' (times 4), '64,256,1024', or one number."""
+    s = text.replace(" ", "")
+    m = re.fullmatch(r"(\d+)\.\.(\d+)(?:[x*](\d+))?", s)
+    if m:
+        lo, hi, factor = int(m[1]), int(m[2]), int(m[3] or 2)
+        if lo < 1 or hi < lo:
+            raise InputError(f"{option}: expected LO..HI with 1 <= LO <= HI (got {text!r})")
+        if factor < 2:
+            raise InputError(f"{option}: the step factor must be at least 2 (got {text!r})")
+        sizes = [lo]
+        while sizes[-1] * factor <= hi and len(sizes) < MAX_SIZES:
+            sizes.append(sizes[-1] * factor)
+        if sizes[-1] != hi and len(sizes) < MAX_SIZES:
+            sizes.append(hi)
+        return sizes
+    if re.fullmatch(r"\d+(,\d+)*", s):
+        sizes = sorted({int(x) for x in s.split(",")})
+        if sizes[0] < 1:
+            raise InputError(f"{option}: GPU counts must be positive (got {text!r})")
+        if len(sizes) > MAX_SIZES:
+            raise InputError(f"{option}: at most {MAX_SIZES} sizes (got {len(sizes)})")
+        return sizes
+    raise InputError(f"{option}: expected N, LO..HI, LO..HIxF or N1,N2,... (got {text!r})")
+
+
+def job_at(job: Job, num_gpus: int) -> Job:
+    """The same job on `num_gpus` GPUs of the same kind (the cluster re-validated)."""
+    c = job.cluster
+    try:
+        cluster = ClusterSpec(
+            gpu=c.gpu,
+            num_gpus=num_gpus,
+            gpus_per_node=c.gpus_per_node,
+            memory_gib=c.memory_gib,
+            tiers=c.tiers,
+        )
+    except (ValidationError, ValueError) as e:
+        raise InputError(f"--num-gpus: {num_gpus} GPUs: {e}") from None
+    return replace(job, cluster=cluster)
+
+
+def search_best_layout(space: Space | None = None) -> BestLayout:
+    """The fastest layout found by `planner.search.search` (top 1), or None when none fits."""
+    from planner import search
+
+    def best(job: Job) -> tuple[Layout, Performance] | None:
+        result = search.search(job, space, top_k=1)
+        if not result.candidates:
+            return None
+        top = result.candidates[0]
+        return top.layout, top.performance
+
+    return best
+
+
+# ----------------------------------------------------------------------------- the curve
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    num_gpus: int
+    layout: Layout | None
+    performance: Performance | None
+    operations: ops.Operations | None
+    efficiency: float | None = None
+    """Effective tokens/s/GPU relative to the smallest size with a layout."""
+    marginal_efficiency: float | None = None
+    """Effective tokens/s gained per added GPU, relative to a GPU's at the smallest size."""
+    note: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.layout is not None and self.operations is not None
+
+
+@dataclass(frozen=True)
+class ScaleCurve:
+    job: Job
+    points: tuple[ScalePoint, ...]
+    tokens: int | None
+    threshold: float
+    stops_paying_at: int | None
+    """The first GPU count whose marginal efficiency is below threshold (None: never)."""
+
+    @property
+    def baseline(self) -> ScalePoint | None:
+        return next((p for p in self.points if p.feasible), None)
+
+
+_CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("tp", "tp"),
+    ("pp", "pp"),
+    ("cp", "cp"),
+    ("ep", "ep"),
+    ("etp", "etp"),
+    ("vpp", "vpp"),
+    ("micro_batch_size", "mbs"),
+    ("zero_stage", "zero"),
+    ("recompute", "recompute"),
+    ("sequence_parallel", "sp"),
+    ("tp_comm_overlap", "tp-comm-overlap"),
+    ("pipeline_layers", "pipeline split"),
+)
+
+
+def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
+    """The fields that differ besides dp, e.g. 'pp 8->4, mbs 1->2'; 'dp only (dp 8->16)' when
+    nothing else changed. Expert degrees are compared only for MoE models (`moe`)."""
+    parts = []
+    for attr, name in _CHANGE_FIELDS:
+        a, b = getattr(prev, attr), getattr(cur, attr)
+        if a == b or (not moe and attr in ("ep", "etp")):
+            continue
+        if attr == "pipeline_layers":
+            shape = {True: "even", False: "uneven"}
+            was, now = shape[a is None], shape[b is None]
+            parts.append(f"{name} {was}->{now}" if was != now else f"{name} changed")
+        elif isinstance(a, bool):
+            parts.append(f"{name} {'on' if b else 'off'}")
+        else:
+            parts.append(f"{name} {a}->{b}")
+    if not parts:
+        return f"dp only (dp {prev.dp}->{cur.dp})"
+    return ", ".join(parts)
+
+
+def scale(
+    job: Job,
+    sizes: list[int],
+    best_layout: BestLayout | None = None,
+    tokens: int | None = None,
+    ops_params: ops.OpsParams | None = None,
+    threshold: float = STOPS_PAYING_THRESHOLD,
+) -> ScaleCurve:
+    """Plan `job` at each size in `sizes` (ascending) and compare them."""
+    if not sizes:
+        raise InputError("--num-gpus: no GPU counts given")
+    if not 0 < threshold <= 1:
+        raise InputError(f"--threshold: must be in (0, 1] (got {threshold})")
+    best_layout = best_layout or search_best_layout()
+    ops_params = ops_params or ops.OpsParams()
+    if tokens is not None:
+        ops.training_steps(job, tokens)  # a budget below one step is bad input at every size
+    raw: list[ScalePoint] = []
+    for n in sorted(set(sizes)):
+        j = job_at(job, n)
+        found = best_layout(j)
+        if found is None:
+            raw.append(ScalePoint(n, None, None, None, note="no layout fits"))
+            continue
+        lay, perf = found
+        raw.append(ScalePoint(n, lay, perf, ops.operations(j, lay, perf, tokens, ops_params)))
+
+    points: list[ScalePoint] = []
+    base: ScalePoint | None = None
+    prev: ScalePoint | None = None
+    stops_at: int | None = None
+    for p in raw:
+        if not p.feasible:
+            points.append(p)
+            continue
+        assert p.operations is not None and p.layout is not None
+        if base is None:
+            base = prev = p
+            points.append(replace(p, efficiency=1.0))
+            continue
+        assert base.operations is not None and prev is not None and prev.operations is not None
+        assert prev.layout is not None
+        per_gpu0 = base.operations.effective_tokens_per_s / base.num_gpus
+        eff = p.operations.effective_tokens_per_s / p.num_gpus / per_gpu0
+        gained = p.operations.effective_tokens_per_s - prev.operations.effective_tokens_per_s
+        marginal = gained / (p.num_gpus - prev.num_gpus) / per_gpu0
+        prev_eff = prev.operations.effective_tokens_per_s / prev.num_gpus / per_gpu0
+        notes = []
+        if eff > prev_eff * (1 + RISE_TOLERANCE):
+            change = layout_change(prev.layout, p.layout, job.arch.is_moe)
+            notes.append(f"efficiency up {prev_eff:.0%}->{eff:.0%}: {change}")
+        if stops_at is None and marginal < threshold:
+            stops_at = p.num_gpus
+            notes.append(
+                f"stops paying: each GPU added since {prev.num_gpus} buys {max(marginal, 0):.0%} "
+                f"of a GPU at {base.num_gpus}"
+            )
+        points.append(
+            replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
+        )
+        prev = p
+    return ScaleCurve(
+        job=job, points=tuple(points), tokens=tokens, threshold=threshold, stops_paying_at=stops_at
+    )
+
+
+# ----------------------------------------------------------------------------- output
+
+
+SCALE_COLUMNS = (
+    "GPUs",
+    "layout",
+    "tokens/s",
+    "tokens/s/GPU",
+    "efficiency",
+    "marginal",
+    "goodput",
+    "$/M tokens",
+    "days",
+    "note",
+)
+
+
+def _si(x: float) -> str:
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def table_rows(curve: ScaleCurve) -> list[tuple[str, ...]]:
+    """One row of strings per size, in SCALE_COLUMNS order (for render.scale_table)."""
+    rows: list[tuple[str, ...]] = []
+    for p in curve.points:
+        o = p.operations
+        if o is None or p.layout is None:
+            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+            continue
+        usd = o.usd_per_million_tokens
+        rows.append(
+            (
+                f"{p.num_gpus:,}",
+                p.layout.describe(),
+                _si(o.effective_tokens_per_s),
+                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
+                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
+                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
+                f"{o.resilience.goodput:.1%}",
+                f"{usd:,.2f}" if usd is not None else "-",
+                f"{o.days:,.1f}" if o.days is not None else "-",
+                p.note,
+            )
+        )
+    return rows
+
+
+def curve_dict(curve: ScaleCurve) -> dict[str, Any]:
+    """`scale --json`: the points with their layouts, performance and operations."""
+    from planner import report
+
+    pts = []
+    for p in curve.points:
+        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
+        if p.layout is not None and p.performance is not None and p.operations is not None:
+            d["parallel"] = report.layout_dict(p.layout)
+            d["layout"] = p.layout.describe()
+            d["performance"] = report.performance_dict(p.performance)
+            d["operations"] = report.operations_dict(p.operations)
+            d["efficiency"] = round(p.efficiency, 4) if p.efficiency is not None else None
+            d["marginal_efficiency"] = (
+                round(p.marginal_efficiency, 4) if p.marginal_efficiency is not None else None
+            )
+        pts.append(d)
+    return {
+        "model": curve.job.arch.name,
+        "gpu": curve.job.cluster.gpu.name,
+        "seq_length": curve.job.seq_length,
+        "global_batch_size": curve.job.global_batch_size,
+        "tokens": curve.tokens,
+        "threshold": curve.threshold,
+        "stops_paying_at": curve.stops_paying_at,
+        "points": pts,
+    }

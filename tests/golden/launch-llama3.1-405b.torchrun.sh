@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# planner 0.1.0: torchrun launch file for job 'launch-llama3.1-405b' from launch-llama3.1-405b.toml
+# model llama3.1-405b on 16384 x h100-sxm-80gb, seq 8192, global batch 2048, bf16
+# layout: tp8 pp16 dp64 cp2 sp mbs1 zero1 recompute=selective
+# predicted: step 8.280 s, 123.7 tokens/s/GPU, MFU 32.8%, peak memory 54.9 GiB of 77.3 GiB usable (fits)
+# 2048 node(s) x 8 GPUs: run this same script on each node
+set -euo pipefail
+
+JOB_NAME=launch-llama3.1-405b
+
+# ---- set these (or export them before running) ------------------------------
+# a Megatron-LM checkout (the directory holding pretrain_gpt.py)
+MEGATRON_DIR="${MEGATRON_DIR:-/opt/megatron-lm}"
+# Megatron indexed dataset prefix (the .bin/.idx pair without extension), or MOCK
+DATA_PATH="${DATA_PATH:-MOCK}"
+# Hugging Face tokenizer name or directory (unused with DATA_PATH=MOCK)
+TOKENIZER_MODEL="${TOKENIZER_MODEL:-}"
+# where checkpoints are saved and resumed from (shared by every node)
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$JOB_NAME}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"
+TRAIN_ITERS="${TRAIN_ITERS:-1000}"
+LR="${LR:-3e-4}"
+MIN_LR="${MIN_LR:-3e-5}"
+WARMUP_ITERS="${WARMUP_ITERS:-100}"
+# the first node's address, the same on every node (localhost for one node)
+MASTER_ADDR="${MASTER_ADDR:-localhost}"
+# -----------------------------------------------------------------------------
+
+# environment Megatron-LM needs for this layout and hardware
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP > 1 before Blackwell (asserted)
+export TORCH_NCCL_AVOID_RECORD_STREAMS=1  # free NCCL buffers sooner
+export NCCL_IB_TIMEOUT=19  # tolerate slow InfiniBand links at scale
+export NCCL_P2P_NET_CHUNKSIZE=2097152  # larger PP sends over the network
+
+DISTRIBUTED_ARGS=(
+    --nnodes 2048
+    --nproc-per-node 8
+    --rdzv-backend c10d
+    --rdzv-endpoint "$MASTER_ADDR:29400"
+    --rdzv-id "$JOB_NAME"
+)
+MODEL_ARGS=(
+    --num-layers 126
+    --hidden-size 16384
+    --ffn-hidden-size 53248
+    --num-attention-heads 128
+    --kv-channels 128
+    --group-query-attention
+    --num-query-groups 8
+    --swiglu
+    --normalization RMSNorm
+    --disable-bias-linear
+    --untie-embeddings-and-output-weights
+    --vocab-size 128256
+    --make-vocab-size-divisible-by 128
+    --seq-length 8192
+    --position-embedding-type rope
+    --max-position-embeddings 131072
+)
+PARALLEL_ARGS=(
+    --tensor-model-parallel-size 8
+    --pipeline-model-parallel-size 16
+    --context-parallel-size 2
+    --decoder-first-pipeline-num-layers 7
+    --decoder-last-pipeline-num-layers 7
+    --sequence-parallel
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 2048
+    --bf16
+    --recompute-granularity selective
+    --train-iters "$TRAIN_ITERS"
+    --lr "$LR"
+    --min-lr "$MIN_LR"
+    --lr-decay-style cosine
+    --lr-warmup-iters "$WARMUP_ITERS"
+    --weight-decay 0.1
+    --clip-grad 1.0
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+    --log-interval 10
+)
+if [[ "$DATA_PATH" == MOCK ]]; then
+    DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer)
+else
+    : "${TOKENIZER_MODEL:?set TOKENIZER_MODEL for a real dataset}"
+    DATA_ARGS=(--data-path "$DATA_PATH" --split '99,1,0'
+        --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER_MODEL")
+fi
+CHECKPOINT_ARGS=(
+    --save "$CHECKPOINT_DIR"
+    --load "$CHECKPOINT_DIR"
+    --save-interval "$SAVE_INTERVAL"
+)
+
+exec torchrun "${DISTRIBUTED_ARGS[@]}" "$MEGATRON_DIR/pretrain_gpt.py" \
+    "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" \
+    "${DATA_ARGS[@]}" "${CHECKPOINT_ARGS[@]}"
