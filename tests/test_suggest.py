@@ -242,6 +242,25 @@ def test_nothing_fits_offers_a_shorter_sequence(capsys: pytest.CaptureFixture[st
     assert any(c.startswith("seq_length") and "instead of 131072" in c for c in changes)
 
 
+def test_nothing_passes_the_schedule_offers_a_batch_that_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Interleaving needs at least pp micro-batches: 2 sequences cannot feed pp 4 with vpp 2."""
+    argv = ["suggest", "--global-batch-size", "2", "--pp", "4", "--vpp", "2", "--json"]
+    code, out, err = run(argv, capsys)
+    assert code == 1, err
+    data = json.loads(out)
+    assert "schedule" in data["binding"]
+    assert data["changes"] == ["global_batch_size 4 instead of 2"]
+
+
+def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[str]) -> None:
+    """vpp 3 never divides Llama 3.1 8B's 32 layers: a bigger batch would not help either."""
+    code, out, err = run(["suggest", "--pp", "2", "--vpp", "3", "--json"], capsys)
+    assert code == 1, err
+    assert json.loads(out)["changes"] == []
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
