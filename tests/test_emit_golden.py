@@ -33,7 +33,10 @@ UPDATE = os.environ.get("PLANNER_UPDATE_GOLDEN") == "1"
 
 def normalise(text: str) -> str:
     text = text.replace(f"planner {__version__}:", "planner VERSION:")
-    return re.sub(r"^# predicted: .*$", "# predicted: (masked)", text, flags=re.M)
+    text = re.sub(r"^# predicted: .*$", "# predicted: (masked)", text, flags=re.M)
+    text = re.sub(r"^# operations: .*$", "# operations: (masked)", text, flags=re.M)
+    text = re.sub(r"SAVE_INTERVAL:-\d+", "SAVE_INTERVAL:-N", text)
+    return re.sub(r"(--save-interval\W+)\d+", r"\1N", text)
 
 
 def test_the_four_golden_plans_are_there() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.emit import RDZV_PORT, slurm
+from planner.emit import RDZV_PORT, predict, slurm
 from planner.emit.megatron import arguments
 from planner.spec import load_plan
 
@@ -107,6 +107,7 @@ def test_srun_starts_torchrun_with_the_first_node_as_rendezvous(tmp_path: Path) 
     assert argv[11 : 11 + len(flat)] == flat
     assert argv[-6:] == [
         *("--save", f"checkpoints/{name}", "--load", f"checkpoints/{name}"),
-        *("--save-interval", "1000"),
+        # the default interval is Daly's optimum for the plan (planner.resilience)
+        *("--save-interval", str(predict(plan).checkpoint_interval_steps)),
     ]
     assert not list(tmp_path.glob("pwned*")), "a job name ran a command"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from planner import megatron_args
-from planner.emit import RDZV_PORT, nodes, torchrun
+from planner.emit import RDZV_PORT, nodes, predict, torchrun
 from planner.emit.megatron import arguments
 from planner.spec import Plan, load_plan, parse_plan
 
@@ -98,7 +98,8 @@ def expected_argv(plan: Plan, job_name: str, data: list[str]) -> list[str]:
         *training_extra,
         *data,
         *("--save", f"checkpoints/{job_name}", "--load", f"checkpoints/{job_name}"),
-        *("--save-interval", "1000"),
+        # the default interval is Daly's optimum for the plan (planner.resilience)
+        *("--save-interval", str(predict(plan).checkpoint_interval_steps)),
     ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from planner import __version__, cost, memory
+from planner import __version__, cost, memory, ops
 from planner.errors import InputError
 from planner.hardware import GpuSpec
 from planner.layout import Layout
@@ -134,6 +134,10 @@ class Prediction:
     capacity_gib: float
     worst_stage: int
     fits: bool
+    operations: list[str]
+    """planner.ops summary lines (checkpoint size and interval, goodput) for this plan."""
+    checkpoint_interval_steps: int
+    """Daly's optimum checkpoint interval in steps (the default --save-interval)."""
 
 
 def predict(plan: Plan) -> Prediction:
@@ -141,6 +145,7 @@ def predict(plan: Plan) -> Prediction:
     lay = need_layout(plan)
     perf = cost.estimate(plan.job, lay)
     rep = memory.estimate(plan.job, lay)
+    o = ops.operations(plan.job, lay, perf, None, ops.OpsParams())
     return Prediction(
         step_time_s=perf.step_time_s,
         tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
@@ -149,6 +154,8 @@ def predict(plan: Plan) -> Prediction:
         capacity_gib=rep.capacity / GIB,
         worst_stage=rep.worst.stage,
         fits=rep.fits,
+        operations=ops.summary_lines(o),
+        checkpoint_interval_steps=o.resilience.interval_steps,
     )
 
 
@@ -167,6 +174,7 @@ def header(plan: Plan, target: str, job_name: str) -> list[str]:
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
         f"MFU {p.mfu:.1%}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
         f"usable ({verdict})",
+        *(f"operations: {line}" for line in p.operations),
     ]
     return [comment_safe(line) for line in lines]
 

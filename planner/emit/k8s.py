@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planner.emit import RDZV_PORT, comment_block, environment, header, nodes, slug
+from planner.emit import RDZV_PORT, comment_block, environment, header, nodes, predict, slug
 from planner.emit.megatron import arguments
 from planner.spec import Plan
 
@@ -111,7 +111,14 @@ def manifest(plan: Plan, job_name: str) -> dict[str, Any]:
         *TRAINING_EXTRA,
         *("--data-path", "$(DATA_PATH)", "--split", "99,1,0"),
         *("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "$(TOKENIZER_MODEL)"),
-        *("--save", "$(CHECKPOINT_DIR)", "--load", "$(CHECKPOINT_DIR)", "--save-interval", "1000"),
+        *(
+            "--save",
+            "$(CHECKPOINT_DIR)",
+            "--load",
+            "$(CHECKPOINT_DIR)",
+            "--save-interval",
+            str(predict(plan).checkpoint_interval_steps),
+        ),
     ]
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v, _ in USER_ENV]
     env.append({"name": "CHECKPOINT_DIR", "value": f"/checkpoints/{name}"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from planner.emit import RDZV_PORT, comment_block, header, nodes, slug
+from planner.emit import RDZV_PORT, comment_block, header, nodes, predict, slug
 from planner.emit.torchrun import (
     MEGATRON_WORDS,
     array,
@@ -64,7 +64,7 @@ def render(plan: Plan, job_name: str) -> str:
         )
         + "".join(f"#SBATCH {d}\n" for d in directives)
         + "\nset -euo pipefail\n\n"
-        + settings_block(job_name, master_addr=False)
+        + settings_block(job_name, False, predict(plan).checkpoint_interval_steps)
         + "\n# the first node of the allocation hosts the c10d rendezvous\n"
         + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
         + 'MASTER_ADDR="${NODES[0]}"\n\n'

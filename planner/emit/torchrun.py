@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from planner.emit import RDZV_PORT, comment_block, environment, header, nodes
+from planner.emit import RDZV_PORT, comment_block, environment, header, nodes, predict
 from planner.emit.megatron import Arg, arguments
 from planner.spec import Plan
 
@@ -46,8 +46,9 @@ CHECKPOINT_WORDS = (
 )
 
 
-def settings_block(job_name: str, master_addr: bool) -> str:
-    """The variables a user sets; each may also come from the environment."""
+def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
+    """The variables a user sets; each may also come from the environment. The checkpoint
+    interval defaults to Daly's optimum for the plan (planner.resilience)."""
     lines = [f"JOB_NAME={q(job_name)}"]
     if "$" in job_name or "`" in job_name:  # quoted, so shellcheck's SC2016 is what we want
         lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
@@ -62,7 +63,8 @@ def settings_block(job_name: str, master_addr: bool) -> str:
         'TOKENIZER_MODEL="${TOKENIZER_MODEL:-}"',
         "# where checkpoints are saved and resumed from (shared by every node)",
         'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$JOB_NAME}"',
-        'SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"',
+        "# steps between checkpoints: Daly's optimum for this plan (see the header)",
+        f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{save_interval}}}"',
         'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
         'LR="${LR:-3e-4}"',
         'MIN_LR="${MIN_LR:-3e-5}"',
@@ -151,7 +153,7 @@ def render(plan: Plan, job_name: str) -> str:
             ]
         )
         + "set -euo pipefail\n\n"
-        + settings_block(job_name, master_addr=True)
+        + settings_block(job_name, True, predict(plan).checkpoint_interval_steps)
         + "\n"
         + env_block(plan)
         + "\n"
