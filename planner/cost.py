@@ -113,6 +113,25 @@ def _optimizer_time(lay: Layout, dense: float, expert: float, gpu: Gpu) -> float
     ) / (gpu.hbm)
 
 
+def compute_floor(job: Job, layout: Layout) -> float:
+    """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
+    `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
+    lower bound; recompute as in the layout)."""
+    arch, lay = job.arch, layout
+    gpu = gpu_of(job)
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    dense_l = layer_time(job, lay, gpu, False)
+    moe_l = layer_time(job, lay, gpu, True) if arch.is_moe else dense_l
+    out_layer = output_layer_time(job, lay, gpu)
+    worst = 0.0
+    for rank, layers in enumerate(stage_ranges(arch.num_layers, lay)):
+        n_moe = arch.moe_count(layers)
+        n_dense = len(layers) - n_moe
+        c = sum(n * (k.fwd + k.bwd + k.ep) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        worst = max(worst, c + (out_layer if rank == lay.pp - 1 else 0.0))
+    return m * worst
+
+
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
     arch, lay = job.arch, layout

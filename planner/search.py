@@ -298,8 +298,7 @@ def _layout(
 def lower_bound(job: Job, layout: Layout) -> float:
     """Seconds no layout of this structure, split and vpp can beat: compute without recompute at
     the given (largest) micro-batch plus the exposed expert all-to-all."""
-    b = cost.estimate(job, layout.with_(recompute="none")).breakdown
-    return b.compute + b.ep_comm_exposed
+    return cost.compute_floor(job, layout.with_(recompute="none"))
 
 
 def _best_variants(
@@ -308,7 +307,12 @@ def _best_variants(
     """The memory-feasible (zero, recompute) variants of a base layout not dominated by a
     feasible variant with no more sharding and no more recompute."""
     found: list[tuple[int, int, Layout, MemoryReport]] = []
+    # with flash attention Megatron's selective recompute (the core attention) keeps exactly
+    # what no recompute keeps (planner.activations): same memory, more time, never chosen
+    skip_selective = job.flash_attention and "none" in space.recompute
     for z, rc in _variants(space):
+        if rc == "selective" and skip_selective:
+            continue
         zi, ri = z, RECOMPUTE_ORDER.index(rc)
         if any(fz <= zi and fr <= ri for fz, fr, _, _ in found):
             continue
