@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import comms, flops
-from planner.layer_time import BF16, Gpu, gpu_of, layer_time, output_layer_time
+from planner.layer_time import BF16, Gpu, Layer, gpu_of, layer_time, output_layer_time
 from planner.layout import Layout
 from planner.memory import stage_params
 from planner.schedule import pipeline_time, stage_ranges
@@ -73,7 +73,8 @@ class StepBreakdown:
         return sum(float(getattr(self, f)) for f in self.__dataclass_fields__ if f not in hidden)
 
 
-_COST_NAMES = {
+COST_NAMES = {
+    # StepBreakdown field -> how output names it (everything but compute and hidden traffic)
     "recompute": "recompute",
     "tp_comm_exposed": "TP traffic",
     "cp_comm_exposed": "CP traffic",
@@ -100,8 +101,8 @@ class Performance:
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic"."""
         b = self.breakdown
-        name = max(_COST_NAMES, key=lambda f: float(getattr(b, f)))
-        return _COST_NAMES[name]
+        name = max(COST_NAMES, key=lambda f: float(getattr(b, f)))
+        return COST_NAMES[name]
 
 
 def _optimizer_time(lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
@@ -113,33 +114,33 @@ def _optimizer_time(lay: Layout, dense: float, expert: float, gpu: Gpu) -> float
     ) / (gpu.hbm)
 
 
+def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
+    """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
+    gpu = gpu_of(job)
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    dense_l = layer_time(job, lay, gpu, False)
+    moe_l = layer_time(job, lay, gpu, True) if job.arch.is_moe else dense_l
+    return gpu, m, dense_l, moe_l, output_layer_time(job, lay, gpu)
+
+
 def compute_floor(job: Job, layout: Layout) -> float:
     """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
     lower bound; recompute as in the layout)."""
-    arch, lay = job.arch, layout
-    gpu = gpu_of(job)
-    m = max(lay.num_microbatches(job.global_batch_size), 1)
-    dense_l = layer_time(job, lay, gpu, False)
-    moe_l = layer_time(job, lay, gpu, True) if arch.is_moe else dense_l
-    out_layer = output_layer_time(job, lay, gpu)
+    _, m, dense_l, moe_l, out_layer = _times(job, layout)
     worst = 0.0
-    for rank, layers in enumerate(stage_ranges(arch.num_layers, lay)):
-        n_moe = arch.moe_count(layers)
+    for rank, layers in enumerate(stage_ranges(job.arch.num_layers, layout)):
+        n_moe = job.arch.moe_count(layers)
         n_dense = len(layers) - n_moe
         c = sum(n * (k.fwd + k.bwd + k.ep) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
-        worst = max(worst, c + (out_layer if rank == lay.pp - 1 else 0.0))
+        worst = max(worst, c + (out_layer if rank == layout.pp - 1 else 0.0))
     return m * worst
 
 
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
     arch, lay = job.arch, layout
-    gpu = gpu_of(job)
-    m = max(lay.num_microbatches(job.global_batch_size), 1)
-    dense_l = layer_time(job, lay, gpu, False)
-    moe_l = layer_time(job, lay, gpu, True) if arch.is_moe else dense_l
-    out_layer = output_layer_time(job, lay, gpu)
+    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
     pp_msg = 0.0

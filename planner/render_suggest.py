@@ -6,23 +6,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from planner.cost import StepBreakdown
+from planner.cost import COST_NAMES, StepBreakdown
 from planner.search import Candidate, SearchResult
 from planner.spec import Job
 from planner.suggest import Infeasible
 from planner.units import GIB
 
-_PARTS = {
-    "compute": "compute",
-    "recompute": "recompute",
-    "tp_comm_exposed": "TP traffic",
-    "cp_comm_exposed": "CP traffic",
-    "ep_comm_exposed": "EP traffic",
-    "pp_comm_exposed": "PP traffic",
-    "dp_comm_exposed": "DP traffic",
-    "bubble": "pipeline bubble",
-    "optimizer": "optimizer step",
-}
+_PARTS = {"compute": "compute"} | {k: v for k, v in COST_NAMES.items() if k != "other"}
+"""Step-time components compared when explaining why #1 beats #2."""
 
 
 def _split(c: Candidate) -> str:
