@@ -263,19 +263,27 @@ def _tied(r: _Reader, default: bool) -> Fields:
 # --- one mapper per architecture family
 
 
-def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
-    """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
-    attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
+def _dense_shape(r: _Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
+    """The fields the HF-style configs spell alike: layers, hidden, ffn (under ffn_key), heads,
+    the attention shape, vocabulary and positions."""
     hidden = r.req_int("hidden_size")
     heads = r.req_int("num_attention_heads")
     return {
         "num_layers": r.req_int("num_hidden_layers"),
         "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int("intermediate_size"),
+        "ffn_hidden_size": r.req_int(ffn_key),
         "num_attention_heads": heads,
         **_attention(r, hidden, heads, head_dim_default),
         "vocab_size": r.req_int("vocab_size"),
         "max_position_embeddings": r.opt_int("max_position_embeddings"),
+    }
+
+
+def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
+    """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
+    attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
+    return {
+        **_dense_shape(r, "intermediate_size", head_dim_default),
         **_mlp(r, "hidden_act", "silu" if gated else "relu2", gated=gated),
         "normalization": "RMSNorm",
         "add_bias_linear": r.flag("attention_bias", False) or r.flag("mlp_bias", False),
@@ -373,16 +381,8 @@ def _gpt2(r: _Reader) -> Fields:
 
 def _gpt_neox(r: _Reader) -> Fields:
     """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
-    hidden = r.req_int("hidden_size")
-    heads = r.req_int("num_attention_heads")
     return {
-        "num_layers": r.req_int("num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int("intermediate_size"),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
-        "max_position_embeddings": r.opt_int("max_position_embeddings"),
+        **_dense_shape(r, "intermediate_size"),
         **_mlp(r, "hidden_act", "gelu", gated=False),
         "normalization": "LayerNorm",
         "add_bias_linear": True,
@@ -417,7 +417,6 @@ def _opt(r: _Reader) -> Fields:
     """OPT: ffn_dim, ReLU, learned positions, tied. A word_embed_proj_dim other than hidden_size
     (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
     hidden = r.req_int("hidden_size")
-    heads = r.req_int("num_attention_heads")
     proj = r.opt_int("word_embed_proj_dim", default=hidden)
     notes = (
         []
@@ -428,13 +427,7 @@ def _opt(r: _Reader) -> Fields:
         ]
     )
     return {
-        "num_layers": r.req_int("num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int("ffn_dim"),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
-        "max_position_embeddings": r.opt_int("max_position_embeddings"),
+        **_dense_shape(r, "ffn_dim"),
         **_mlp(r, "activation_function", "relu", gated=False),
         "normalization": "LayerNorm",
         "add_bias_linear": r.flag("enable_bias", True),
