@@ -35,9 +35,6 @@ app = typer.Typer(
 catalog_app = typer.Typer(no_args_is_help=True, help="The GPUs and models planner knows.")
 app.add_typer(catalog_app, name="catalog")
 
-_state = {"debug": False}
-
-
 def _print_version(value: bool) -> None:
     """Eager `--version`: runs while the options are parsed, so no command is needed."""
     if value:
@@ -55,7 +52,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    _state["debug"] = debug
+    """Options for every command; `main` reads --debug itself, before any parsing can fail."""
 
 
 @catalog_app.command("list")

@@ -36,7 +36,7 @@ from planner.comms import DP_BUCKET_PARAMS
 from planner.layout import Layout
 from planner.schedule import stage_ranges
 from planner.spec import Job
-from planner.units import GIB, MIB
+from planner.units import GIB
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN workspaces and PyTorch's own start-up allocations on one GPU:
@@ -310,6 +310,11 @@ def _peak_candidates(job: Job, layout: Layout, ranges: list[range]) -> list[int]
     return sorted(seen.values())
 
 
+def usable_bytes(physical: float, headroom_pct: float) -> float:
+    """The memory a layout may use: the GPU's capacity less the headroom."""
+    return physical * (1 - headroom_pct / 100)
+
+
 def estimate(
     job: Job,
     layout: Layout,
@@ -326,14 +331,7 @@ def estimate(
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,
-        capacity=physical * (1 - headroom_pct / 100),
+        capacity=usable_bytes(physical, headroom_pct),
         physical=physical,
         headroom_pct=headroom_pct,
     )
-
-
-def fmt_gib(nbytes: float) -> str:
-    return f"{nbytes / GIB:.1f} GiB"
-
-
-__all__ = ["MIB", "MemoryReport", "StageMemory", "estimate", "fmt_gib"]

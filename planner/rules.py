@@ -225,6 +225,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+STRUCTURAL_RULES: tuple[Rule, ...] = (_heads, _query_groups, _experts, _context, _batch)
+"""The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
+applies them to whole structures before it chooses micro-batches, vpp and splits."""
+
+
 def violations(job: Job, layout: Layout) -> list[Violation]:
     """Every rule the layout breaks (empty = Megatron would accept it)."""
     found = []

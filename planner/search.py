@@ -123,8 +123,8 @@ class SearchResult:
     expanded: int
     """Structures expanded before the bound certified the top K."""
     rejected: Counter[str] = field(default_factory=Counter)
-    """Layouts removed, by rule (structural rules count every layout they remove)."""
-    certified: bool = True
+    """Removed: structures by the first rule they break (rule ids of planner.rules), layouts by
+    memory."""
     seconds: float = 0.0
 
 
@@ -190,14 +190,10 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
             return f"user bound on {name}"
     if s.pp > job.arch.num_layers:
         return "pp exceeds num_layers"
-    if job.global_batch_size % s.dp:
-        return "global batch not divisible by dp"
-    if s.cp > 1 and job.seq_length % (2 * s.cp):
-        return "seq_length not divisible by 2 x cp"
     lay = Layout(
         tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, etp=s.etp, sequence_parallel=_sp(s.tp)
     )
-    for rule in (rules._heads, rules._query_groups, rules._experts):
+    for rule in rules.STRUCTURAL_RULES:
         v = rule(job, lay)
         if v is not None:
             return v.rule
@@ -234,18 +230,14 @@ def _splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] |
 
 @cache
 def _vpp_candidates(num_layers: int, pp: int, uneven: bool) -> tuple[int, ...]:
+    """Interleaving degrees with some split: vpp | L / pp (even) or vpp | L, pp x vpp <= L
+    (uneven; `_splits` decides)."""
     if pp == 1:
         return (1,)
     even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
     # an uneven split needs every rank's layers to be a multiple of vpp: vpp divides the layers
     odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
     return tuple(sorted(even | odd))
-
-
-def _vpps(job: Job, space: Space, pp: int) -> tuple[int, ...]:
-    """Interleaving degrees with some split: vpp | L / pp (even) or vpp | L, pp x vpp <= L
-    (uneven, `_splits` decides)."""
-    return _vpp_candidates(job.arch.num_layers, pp, space.uneven)
 
 
 def _options(job: Job, space: Space, s: Structure) -> list[tuple[int, int, tuple[int, ...] | None]]:
@@ -256,7 +248,7 @@ def _options(job: Job, space: Space, s: Structure) -> list[tuple[int, int, tuple
         if not space.mbs.admits(mbs):
             continue
         m = per_dp // mbs
-        for vpp in _vpps(job, space, s.pp):
+        for vpp in _vpp_candidates(job.arch.num_layers, s.pp, space.uneven):
             if not space.vpp.admits(vpp):
                 continue
             if vpp > 1 and (m % s.pp or m < s.pp):
@@ -329,12 +321,9 @@ def search(
     job: Job,
     space: Space | None = None,
     top_k: int = 5,
-    objective: Callable[[Candidate], float] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
-    """The top_k layouts by predicted step time (or `objective`, lower is better; certification
-    then assumes the objective is the step time times a factor that does not depend on the layout,
-    so a custom objective is evaluated on the candidates the time bound admits)."""
+    """The top_k layouts by predicted step time (ties: `simplicity`), certified exact."""
     space = space or Space()
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
@@ -359,11 +348,10 @@ def search(
 
     best: list[Candidate] = []
     scored = expanded = 0
-    key = objective or rank_key
     last_report = t0
     while queue:
         bound, _, s, opts = heapq.heappop(queue)
-        if len(best) >= top_k and objective is None and bound > best[top_k - 1].step_time:
+        if len(best) >= top_k and bound > best[top_k - 1].step_time:
             break
         expanded += 1
         for mbs, vpp, split in opts:
@@ -372,7 +360,7 @@ def search(
                 perf = cost.estimate(job, lay)
                 scored += 1
                 best.append(Candidate(lay, rep, perf))
-        best.sort(key=key)
+        best.sort(key=rank_key)
         del best[max(top_k, 1) * 4 :]
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
@@ -388,10 +376,5 @@ def search(
         structures=len(structs),
         expanded=expanded,
         rejected=rejected,
-        certified=objective is None,
         seconds=time.perf_counter() - t0,
     )
-
-
-def with_space(space: Space, **changes: object) -> Space:
-    return replace(space, **changes)  # type: ignore[arg-type]

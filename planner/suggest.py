@@ -214,14 +214,16 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
         top = ", ".join(f"{k} ({v})" for k, v in result.rejected.most_common(3))
         changes = _batch_changes(job, space)
         return Infeasible(f"no layout passes the rules: {top}", changes)
-    cap = job.cluster.capacity_bytes * (1 - space.headroom_pct / 100)
+    cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     peak, lay = _min_peak(job, space)
     gib = 2**30
     binding = (
         f"memory: the leanest layout ({lay.describe() if lay else '?'}) needs "
         f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
     )
-    changes = [f"GPUs with at least {peak / gib / (1 - space.headroom_pct / 100):.0f} GiB each"]
+    # the physical size whose usable part holds the peak
+    needed = peak * job.cluster.capacity_bytes / cap
+    changes = [f"GPUs with at least {needed / gib:.0f} GiB each"]
     for k in range(1, 7):
         n = job.cluster.num_gpus * 2**k
         bigger = replace(job, cluster=job.cluster.model_copy(update={"num_gpus": n}))
