@@ -26,6 +26,13 @@ import hagemann
 from planner import activations, memory
 
 
+def set_constants(loss_bytes: float, norm_extra: float) -> None:
+    """Set both constants and drop memory's cached per-layer activations, which depend on them."""
+    activations.GATHERED_LOSS_BYTES_PER_LOGIT = loss_bytes
+    activations.UNFUSED_NORM_EXTRA = norm_extra
+    memory._per_layer.cache_clear()
+
+
 def classify(rows: list[hagemann.Row]) -> tuple[int, int]:
     """(out-of-memory layouts judged fits, layouts that trained judged does-not-fit)."""
     fp = fn = 0
@@ -45,11 +52,11 @@ def main() -> None:
     results = []
     saved = (activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA)
     for lb, ne in itertools.product((16, 20, 24, 28, 32), (4, 6, 8, 10)):
-        activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA = lb, ne
+        set_constants(lb, ne)
         fp, fn = classify(rows)
         results.append((fp, fn, lb, ne))
         print(f"{lb:>11} {ne:>10} {fp:>9} {fn:>7}")
-    activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA = saved
+    set_constants(*saved)
     allowed = [r for r in results if r[1] <= 0.10 * n_ok]
     fp, fn, lb, ne = min(allowed, key=lambda r: (r[0], r[1], r[2], r[3]))
     print(

@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hagemann
@@ -38,9 +36,6 @@ def measured_gib(row: dict[str, Any]) -> float | None:
 
 
 def published() -> None:
-    rows = {
-        r["id"]: r for r in yaml.safe_load((runs.REFERENCE / "published_runs.yaml").read_text())
-    }
     print("Published runs that trained (every one must be judged 'fits')")
     print(f"{'run':44} {'layout':44} {'peak GiB':>8} {'cap':>6} {'meas.':>6} {'err':>6}  fits")
     errors = []
@@ -51,7 +46,7 @@ def published() -> None:
             if case.id.startswith(prefix):
                 job = replace(job, cluster=job.cluster.model_copy(update={"memory_gib": cap}))
         rep = memory.estimate(job, case.layout)
-        meas = measured_gib(rows[case.id])
+        meas = measured_gib(case.raw)
         err = ""
         if meas:
             e = rep.peak / GIB / meas - 1

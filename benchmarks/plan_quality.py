@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
-from planner import cost, memory, rules, search
+from planner import cost, memory, rules, search, units
 from planner.layout import Layout
 from planner.search import Bound, Space, Structure
 from planner.spec import Job
@@ -106,7 +106,7 @@ def not_feasible(job: Job, lay: Layout, space: Space) -> list[str]:
         rep = memory.estimate(job, lay, space.headroom_pct)
         if not rep.fits:
             why.append(
-                f"memory {rep.peak / 2**30:.1f} GiB > {rep.capacity / 2**30:.1f} GiB "
+                f"memory {units.gib(rep.peak):.1f} GiB > {units.gib(rep.capacity):.1f} GiB "
                 f"(stage {rep.worst.stage})"
             )
     return why
@@ -151,7 +151,7 @@ def evaluate(case: Case) -> Row:
     why = not_in_space(job, space, tw)
     if changes and not why:
         why = twin_dominates(job, space, lay, tw)
-    row = Row(
+    return Row(
         case=case,
         in_space=why,
         twin=", ".join(changes),
@@ -160,7 +160,6 @@ def evaluate(case: Case) -> Row:
         top=res.candidates[0] if res.candidates else None,
         seconds=seconds,
     )
-    return row
 
 
 def _short(lay: Layout) -> str:

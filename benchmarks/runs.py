@@ -41,7 +41,7 @@ from planner import catalog
 from planner.arch import ModelArch
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
-from planner.spec import Job
+from planner.spec import ClusterSection, Job, resolve_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / ".." / "shared" / "reference"
@@ -87,14 +87,8 @@ class Case:
 
 
 def cluster(gpu_name: str, num_gpus: int) -> ClusterSpec:
-    gpu = catalog.get_gpu(gpu_name)
-    return ClusterSpec(
-        gpu=gpu,
-        num_gpus=num_gpus,
-        gpus_per_node=gpu.gpus_per_node,
-        memory_gib=gpu.memory_gib,
-        tiers=gpu.tiers,
-    )
+    """A catalog GPU, num_gpus of them, as a plan's `[cluster]` table without overrides."""
+    return resolve_cluster(ClusterSection(gpu=gpu_name, num_gpus=num_gpus), None)
 
 
 def gpu_name(text: str) -> str:

@@ -20,7 +20,6 @@ from planner.cli_common import (
     JsonOpt,
     check_headroom,
     emit_json,
-    need_layout,
     out,
 )
 from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
@@ -34,6 +33,7 @@ app = typer.Typer(
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="The GPUs and models planner knows.")
 app.add_typer(catalog_app, name="catalog")
+
 
 def _print_version(value: bool) -> None:
     """Eager `--version`: runs while the options are parsed, so no command is needed."""
@@ -113,8 +113,8 @@ def _plan_from_args(
         raise InputError("check: give either PLAN or --megatron-args, not both")
     if gpu is None or num_gpus is None:
         raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
-    where = "<stdin>" if megatron_args == "-" else megatron_args
-    return parse_plan(megatron_args_mod.load(megatron_args, gpu, num_gpus), Path(where))
+    doc, where = megatron_args_mod.load(megatron_args, gpu, num_gpus)
+    return parse_plan(doc, Path(where))
 
 
 @app.command()
@@ -138,9 +138,7 @@ def check(
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     check_headroom(headroom)
     plan = _plan_from_args(plan_path, megatron_args, gpu, num_gpus)
-    need_layout(plan)
-    assert plan.layout is not None
-    job, layout = plan.job, plan.layout
+    job, layout = plan.job, plan.require_layout()
     rep = memory.estimate(job, layout, headroom)
     step_time = lambda lay: cost.estimate(job, lay).step_time_s  # noqa: E731
     changes = [] if rep.fits else advice.memory_changes(job, layout, headroom, step_time)

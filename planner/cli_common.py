@@ -11,7 +11,6 @@ from rich.console import Console
 
 from planner import memory
 from planner.errors import InputError
-from planner.spec import Plan
 
 out = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -27,8 +26,3 @@ def emit_json(data: Any) -> None:
 def check_headroom(headroom: float) -> None:
     if not 0 <= headroom < 100:
         raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
-
-
-def need_layout(plan: Plan) -> None:
-    if plan.layout is None:
-        raise InputError(f"{plan.path}: parallel: the [parallel] table is missing")

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from planner import cost, memory, render, report
+from planner import cost, memory, ops, render, report, scaling
+from planner import plot as plot_mod
 from planner import suggest as suggest_mod
 from planner.cli_common import (
     DEFAULT_HEADROOM,
@@ -17,11 +18,12 @@ from planner.cli_common import (
     JsonOpt,
     check_headroom,
     emit_json,
-    need_layout,
     out,
 )
-from planner.errors import EXIT_NO, InputError
-from planner.spec import load_plan
+from planner.cost import Performance
+from planner.errors import EXIT_NO
+from planner.layout import Layout
+from planner.spec import Job, load_plan
 from planner.suggest import JobArgs
 
 # operations options (planner.ops): shared by explain and scale; None = the documented default
@@ -54,7 +56,8 @@ IntervalOpt = Annotated[
 ]
 
 
-def _ops_params(
+def _ops_inputs(
+    tokens: str | None,
     price: float | None,
     failure_rate: float | None,
     restart_min: float | None,
@@ -64,10 +67,9 @@ def _ops_params(
     gpu_w: float | None,
     async_checkpoint: bool,
     interval: float | None,
-) -> Any:
-    """planner.ops.OpsParams from the options; None keeps the default (validated there)."""
-    from planner import ops
-
+) -> tuple[ops.OpsParams, int | None, bool]:
+    """planner.ops.OpsParams from the options (None keeps the default; validated there), the
+    token budget, and whether any operations option was given."""
     given: dict[str, Any] = {
         "price_usd_per_gpu_hour": price,
         "failure_rate_per_gpu_day": failure_rate,
@@ -79,7 +81,9 @@ def _ops_params(
         "checkpoint_interval_min": interval,
     }
     kwargs = {k: v for k, v in given.items() if v is not None}
-    return ops.OpsParams(async_checkpoint=async_checkpoint, **kwargs)
+    params = ops.OpsParams(async_checkpoint=async_checkpoint, **kwargs)
+    budget = ops.parse_tokens(tokens) if tokens is not None else None
+    return params, budget, bool(kwargs) or async_checkpoint or budget is not None
 
 
 def explain(
@@ -99,21 +103,16 @@ def explain(
 ) -> None:
     """Where the memory and the time go, per pipeline stage; with --tokens (or any operations
     option) also days, GPU-hours, cost, energy, checkpoint interval and goodput."""
-    from planner import ops
-
     check_headroom(headroom)
-    opts = (price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w, gpu_power_w)
-    params = _ops_params(*opts, async_checkpoint, checkpoint_interval_min)
-    budget = ops.parse_tokens(tokens) if tokens is not None else None
+    params, budget, wanted = _ops_inputs(
+        tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
+        gpu_power_w, async_checkpoint, checkpoint_interval_min,
+    )  # fmt: skip
     plan = load_plan(plan_path)
-    need_layout(plan)
-    assert plan.layout is not None
-    job, layout = plan.job, plan.layout
+    job, layout = plan.job, plan.require_layout()
     rep = memory.estimate(job, layout, headroom)
     perf = cost.estimate(job, layout)
-    wanted = budget is not None or async_checkpoint or checkpoint_interval_min is not None
-    wanted = wanted or any(v is not None for v in opts)
-    operations = ops.operations(job, layout, perf, budget, params) if wanted else None
+    operations = ops.operations(job, perf, budget, params) if wanted else None
     if as_json:
         data = report.plan_dict(job.arch, layout, rep, perf)
         if operations is not None:
@@ -149,27 +148,25 @@ def scale(
     checkpoint_interval_min: IntervalOpt = None,
     threshold: Annotated[
         float, typer.Option(help="marginal efficiency below which added GPUs stop paying")
-    ] = 0.5,
+    ] = scaling.STOPS_PAYING_THRESHOLD,
     plot: Annotated[Path | None, typer.Option("--plot", help="write the curve as SVG")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count: tokens/s, per-GPU efficiency, cost per token, days, and
     where adding GPUs stops paying. Exit 0, 1 when no size has a layout that fits."""
-    from planner import ops, scaling
-    from planner import plot as plot_mod
-
     sizes = scaling.parse_sizes(num_gpus)
-    opts = (price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w, gpu_power_w)
-    params = _ops_params(*opts, async_checkpoint, checkpoint_interval_min)
-    budget = ops.parse_tokens(tokens) if tokens is not None else None
-    if plot is not None and plot.suffix.lower() != ".svg":
-        raise InputError(f"--plot: only SVG is drawn; give a path ending in .svg (got {plot})")
+    params, budget, _ = _ops_inputs(
+        tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
+        gpu_power_w, async_checkpoint, checkpoint_interval_min,
+    )  # fmt: skip
+    if plot is not None:
+        plot_mod.check_svg_path(plot)
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
     job, _, origin = suggest_mod.load_job(job_path, args)
     err = Console(stderr=True)
     best = scaling.search_best_layout()
 
-    def planned(j: Any) -> Any:
+    def planned(j: Job) -> tuple[Layout, Performance] | None:
         if not as_json:
             err.print(f"planning {j.cluster.num_gpus:,} GPUs")
         return best(j)
@@ -180,7 +177,7 @@ def scale(
     if plot is not None:
         plot_mod.write_svg(plot, plot_mod.scaling_svg(curve))
     if as_json:
-        data = scaling.curve_dict(curve)
+        data = report.curve_dict(curve)
         data["plot"] = str(plot) if plot is not None else None
         emit_json(data)
     else:

@@ -169,7 +169,7 @@ def rerank(
     params = ops.OpsParams()
 
     def score(c: search.Candidate) -> float:
-        return ops.objective_value(job, c.layout, c.performance, objective, params)
+        return ops.objective_value(job, c.performance, objective, params)
 
     ranked = sorted(res.candidates, key=lambda c: (score(c), search.rank_key(c)))
     return replace(res, candidates=ranked[:top])

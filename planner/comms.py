@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from planner.activations import BF16
 from planner.hardware import ClusterSpec, LinkTier
 
 if TYPE_CHECKING:
@@ -203,43 +204,42 @@ def expert_all_to_all(
 DP_BUCKET_PARAMS = 40_000_000
 """Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
 
-BF16 = 2
+
+def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
+    """The groups gradients reduce over: dense parameters over dp x cp ranks tp apart, expert
+    parameters over expert_dp ranks etp x ep apart (MoE parallel folding). The same for every
+    pipeline stage: place them once per layout."""
+    dense = place(cluster, lay.tp, lay.dense_dp)
+    return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
 
 
 def data_parallel(
-    cluster: ClusterSpec,
+    groups: tuple[Group, Group],
     lay: Layout,
     dense: float,
     expert: float,
-    main_grad_dtype: str,
+    grad_bytes: float,
     fwd: float,
     bwd: float,
     m: int,
-    overlap_grad_reduce: bool = True,
-    overlap_param_gather: bool = True,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
 
-    `dense` / `expert` are the parameters one GPU holds (before ZeRO sharding); `fwd` / `bwd` are
-    one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
-    in. Dense parameters reduce over dp x cp ranks tp apart, expert parameters over expert_dp
-    ranks etp x ep apart (MoE parallel folding). ZeRO 0: gradient all-reduce; ZeRO 1/2:
+    `groups` are `data_parallel_groups`; `grad_bytes` per gradient element (Job.grad_bytes);
+    `dense` / `expert` are the parameters one GPU holds
+    (before ZeRO sharding); `fwd` / `bwd` are one micro-batch's forward and backward seconds on
+    the stage, the windows the traffic can hide in. ZeRO 0: gradient all-reduce; ZeRO 1/2:
     gradient reduce-scatter and bf16 parameter all-gather, hidden behind the last micro-batch's
     backward and the next step's first forward (Megatron --overlap-grad-reduce /
     --overlap-param-gather); ZeRO 3: parameter all-gather before every micro-batch's forward and
     backward plus the gradient reduce-scatter, each hidden behind that pass. What exceeds its
     window is exposed, and never less than one bucket.
     """
-    grad_bytes = 4.0 if main_grad_dtype == "fp32" else 2.0
-    groups = []
-    if dense > 0 and lay.dp * lay.cp > 1:
-        groups.append((dense, place(cluster, lay.tp, lay.dp * lay.cp), lay.dp * lay.cp))
-    edp = lay.expert_dp
-    if expert > 0 and edp > 1:
-        groups.append((expert, place(cluster, lay.expert_tp * lay.ep, edp), edp))
     exposed = hidden = 0.0
-    for n_params, grp, size in groups:
-        bucket = min(1.0, max(DP_BUCKET_PARAMS, 1_000_000 * size) / n_params)
+    for n_params, grp in zip((dense, expert), groups, strict=True):
+        if n_params <= 0 or grp.size <= 1:
+            continue
+        bucket = min(1.0, max(DP_BUCKET_PARAMS, 1_000_000 * grp.size) / n_params)
         if lay.zero_stage == 3:
             ag = all_gather(n_params * BF16, grp)
             rs = reduce_scatter(n_params * grad_bytes, grp)
@@ -252,8 +252,8 @@ def data_parallel(
         else:
             red = reduce_scatter(n_params * grad_bytes, grp)
             gather = all_gather(n_params * BF16, grp)
-        e_red = max(red - bwd, red * bucket) if overlap_grad_reduce else red
-        e_gat = max(gather - fwd, gather * bucket) if overlap_param_gather else gather
+        e_red = max(red - bwd, red * bucket)
+        e_gat = max(gather - fwd, gather * bucket)
         exposed += e_red + e_gat
         hidden += red + gather - e_red - e_gat
     return exposed, hidden

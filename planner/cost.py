@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import comms, flops
-from planner.layer_time import BF16, Gpu, Layer, gpu_of, layer_time, output_layer_time
+from planner.activations import BF16
+from planner.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
 from planner.layout import Layout
 from planner.memory import stage_params
 from planner.schedule import pipeline_time, stage_ranges
@@ -106,12 +107,13 @@ class Performance:
 
 
 def _optimizer_time(lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
-    shard_d = lay.dp * lay.cp if lay.zero_stage >= 1 else 1
+    """Seconds of one stage's optimizer step: the Adam update of the shard this GPU owns plus
+    the gradient buffer's norm read and zeroing, all memory-bound."""
+    shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
-    return (
-        OPTIMIZER_BYTES_PER_PARAM * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
-    ) / (gpu.hbm)
+    touched = OPTIMIZER_BYTES_PER_PARAM * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
+    return touched / gpu.hbm
 
 
 def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
@@ -152,6 +154,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
     pp_per_mb = 0.0 if interleaved else pp_msg
 
+    dp_groups = comms.data_parallel_groups(job.cluster, lay)
     stage_times: list[float] = []
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
@@ -181,9 +184,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         key = (n_dense, n_moe, rank == 0, last)
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, layers)
-            e, hid = comms.data_parallel(
-                job.cluster, lay, dense, expert, job.main_grad_dtype, fwd, bwd, m
-            )
+            e, hid = comms.data_parallel(dp_groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m)
             dp_seen[key] = (e, hid, _optimizer_time(lay, dense, expert, gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:

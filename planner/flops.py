@@ -6,7 +6,7 @@ halved** in the model-FLOP count (`CAUSAL_HALVED = False`): that is Megatron-Cor
 24.07, Korthikanti eq.(7), torchtitan and the Hagemann/PaLM MFU, i.e. every source in the reference
 set that reports MFU except Megatron-LM after 2025-03. The cost model's *time* uses the work a
 flash-attention kernel really executes (half the score matrix under a causal mask), see
-`planner.cost`; that choice is separate from this counting convention.
+`planner.layer_time`; that choice is separate from this counting convention.
 
 Forward FLOPs per token (h hidden, a heads, n_q query groups, d_h head dim, Q = a*d_h, F dense
 ffn, F_e expert ffn, F_s shared-expert ffn, k top-k, V vocab, s sequence; φ = 3 matrices for a
@@ -33,7 +33,10 @@ and for MHA with a 4h GELU MLP it is Korthikanti et al. 2022 eq.(7),
     72*B*L*s*h^2*(1 + s/(6h) + V/(12*h*L)).
 
 `linear_gemms` lists the (M, K, N) shapes those linear-layer FLOPs run as on one GPU under a
-tensor / expert-parallel split; `planner.cost` turns shapes into time.
+tensor / expert-parallel split; `planner.layer_time` turns shapes into time. The attention
+projections are listed once, in `attention_gemms`: their forward FLOPs per token are 2 x K x N
+summed over its shapes at one token and tp = 1 (2 x the weight count; `planner.params` also counts
+biases and norms, which the FLOP convention leaves out).
 
 Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
   - full: one more forward of every decoder layer (projections, core attention, MLP); the output
@@ -44,6 +47,8 @@ Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from planner.arch import ModelArch
 
@@ -60,24 +65,9 @@ def mlp_matrices(arch: ModelArch) -> int:
 
 
 def attention_linear_forward(arch: ModelArch) -> float:
-    """Forward FLOPs per token of one layer's attention projections (QKV/MLA + output)."""
-    h, a = arch.hidden_size, arch.num_attention_heads
-    if arch.multi_latent_attention:
-        assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
-        assert arch.qk_pos_emb_head_dim
-        r_kv, d_qk, d_r, d_v = (
-            arch.kv_lora_rank,
-            arch.qk_head_dim,
-            arch.qk_pos_emb_head_dim,
-            arch.v_head_dim,
-        )
-        r_q = arch.q_lora_rank
-        q = r_q * (h + a * (d_qk + d_r)) if r_q else h * a * (d_qk + d_r)
-        kv = h * (r_kv + d_r) + r_kv * a * (d_qk + d_v)
-        return 2.0 * (q + kv + a * d_v * h)
-    d = arch.head_dim
-    q_width = a * d
-    return 2.0 * (h * (q_width + 2 * arch.query_groups * d) + q_width * h)
+    """Forward FLOPs per token of one layer's attention projections (QKV/MLA + output):
+    2 x K x N of each of `attention_gemms` at one token, tp = 1."""
+    return sum(2.0 * k * n * c for _, k, n, c in attention_gemms(arch, 1.0, 1))
 
 
 def attention_core_width(arch: ModelArch) -> tuple[int, int]:
@@ -128,8 +118,10 @@ def mtp_forward(arch: ModelArch, seq_length: int) -> float:
     return arch.mtp_num_layers * (one + logits_forward(arch))
 
 
+@cache
 def decoder_forward(arch: ModelArch, seq_length: int) -> float:
-    """Forward FLOPs per token of all decoder layers (no logits, no MTP)."""
+    """Forward FLOPs per token of all decoder layers (no logits, no MTP). Cached: `cost.estimate`
+    asks for it, through the model and hardware FLOPs, on every layout the search scores."""
     moe = arch.num_moe_layers
     dense = arch.num_layers - moe
     out = dense * layer_forward(arch, seq_length, False)
@@ -138,8 +130,9 @@ def decoder_forward(arch: ModelArch, seq_length: int) -> float:
     return out
 
 
+@cache
 def forward_per_token(arch: ModelArch, seq_length: int) -> float:
-    """Forward FLOPs per token of the whole model: layers, logits, MTP."""
+    """Forward FLOPs per token of the whole model: layers, logits, MTP (cached, as above)."""
     return decoder_forward(arch, seq_length) + logits_forward(arch) + mtp_forward(arch, seq_length)
 
 
@@ -171,40 +164,47 @@ def hardware_flops(
     return model_flops(arch, seq_length, global_batch_size) + extra
 
 
+def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, float, float]]:
+    """(M, K, N, count) of one layer's forward attention projections on one GPU, for t tokens.
+
+    TP slices the weights' output (column-parallel) or input (row-parallel) dimension; KV heads
+    are replicated when tp exceeds num_query_groups; MLA's down-projections are not split."""
+    h, a = arch.hidden_size, arch.num_attention_heads
+    if not arch.multi_latent_attention:
+        d = arch.head_dim
+        kv_heads = max(arch.query_groups / tp, 1)
+        return [(t, h, a * d / tp + 2 * kv_heads * d, 1), (t, a * d / tp, h, 1)]
+    # the model validator guarantees these are set when multi_latent_attention is on
+    assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
+    assert arch.qk_pos_emb_head_dim
+    d_qk, d_r, d_v, r_kv = (
+        arch.qk_head_dim,
+        arch.qk_pos_emb_head_dim,
+        arch.v_head_dim,
+        arch.kv_lora_rank,
+    )
+    g: list[tuple[float, float, float, float]] = []
+    if arch.q_lora_rank:
+        g.append((t, h, arch.q_lora_rank, 1))
+        g.append((t, arch.q_lora_rank, a * (d_qk + d_r) / tp, 1))
+    else:
+        g.append((t, h, a * (d_qk + d_r) / tp, 1))
+    g.append((t, h, r_kv + d_r, 1))
+    g.append((t, r_kv, a * (d_qk + d_v) / tp, 1))
+    g.append((t, a * d_v / tp, h, 1))
+    return g
+
+
 def linear_gemms(
     arch: ModelArch, t: float, tp: int, ep: int, etp: int, moe: bool, imbalance: float = 1.0
 ) -> list[tuple[float, float, float, float]]:
     """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for t tokens.
 
-    TP slices the weights' output (column-parallel) or input (row-parallel) dimension; KV heads
-    are replicated when tp exceeds num_query_groups; MLA's down-projections are not split. Each
-    of the E/ep local experts receives t x top_k x ep / E tokens on average, times `imbalance`
-    for the busiest rank; expert weights are sliced by etp."""
+    The attention projections (`attention_gemms`), then the MLP: TP slices the dense MLP; each of
+    the E/ep local experts receives t x top_k x ep / E tokens on average, times `imbalance` for the
+    busiest rank; expert weights are sliced by etp; shared experts are sliced by tp."""
     h = arch.hidden_size
-    g: list[tuple[float, float, float, float]] = []
-    a = arch.num_attention_heads
-    if arch.multi_latent_attention:
-        assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
-        assert arch.qk_pos_emb_head_dim
-        d_qk, d_r, d_v, r_kv = (
-            arch.qk_head_dim,
-            arch.qk_pos_emb_head_dim,
-            arch.v_head_dim,
-            arch.kv_lora_rank,
-        )
-        if arch.q_lora_rank:
-            g.append((t, h, arch.q_lora_rank, 1))
-            g.append((t, arch.q_lora_rank, a * (d_qk + d_r) / tp, 1))
-        else:
-            g.append((t, h, a * (d_qk + d_r) / tp, 1))
-        g.append((t, h, r_kv + d_r, 1))
-        g.append((t, r_kv, a * (d_qk + d_v) / tp, 1))
-        g.append((t, a * d_v / tp, h, 1))
-    else:
-        d = arch.head_dim
-        kv_heads = max(arch.query_groups / tp, 1)
-        g.append((t, h, a * d / tp + 2 * kv_heads * d, 1))
-        g.append((t, a * d / tp, h, 1))
+    g = attention_gemms(arch, t, tp)
     glu = 2 if arch.gated_linear_unit else 1
     if not moe:
         f = arch.ffn_hidden_size / tp

@@ -31,29 +31,14 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from planner.arch import ModelArch
 from planner.catalog import read_file, validate
 from planner.errors import InputError, where
 
 Fields = dict[str, Any]
-
-# architectures[0] -> model_type, in the order error messages list them
-SUPPORTED: dict[str, str] = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "MixtralForCausalLM": "mixtral",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-    "GPT2LMHeadModel": "gpt2",
-    "GPTNeoXForCausalLM": "gpt_neox",
-    "BloomForCausalLM": "bloom",
-    "OPTForCausalLM": "opt",
-    "NemotronForCausalLM": "nemotron",
-}
+V = TypeVar("V", bool, str)
 
 _GELU = (  # every GeLU approximation maps to Megatron's gelu
     "gelu",
@@ -74,6 +59,7 @@ class _Reader:
         self.cfg = cfg
         self.file = where(path)
         self.arch = arch
+        self.notes: list[str] = []  # what ModelArch cannot express, added to `source`
 
     def error(self, key: str, msg: str) -> InputError:
         return InputError(f"{self.file}: {key}: {msg}")
@@ -111,21 +97,20 @@ class _Reader:
         value = self.cfg[key]
         return None if value is None else self._check_int(key, value, minimum)
 
-    def flag(self, key: str, default: bool) -> bool:
+    def _typed(self, key: str, default: V, what: str) -> V:
+        """An optional value of default's type: absent or null gives `default`."""
         value = self.cfg.get(key)
         if value is None:
             return default
-        if not isinstance(value, bool):
-            raise self.error(key, f"must be true or false (got {value!r})")
+        if not isinstance(value, type(default)):
+            raise self.error(key, f"must be {what} (got {value!r})")
         return value
 
+    def flag(self, key: str, default: bool) -> bool:
+        return self._typed(key, default, "true or false")
+
     def text(self, key: str, default: str) -> str:
-        value = self.cfg.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.error(key, f"must be a string (got {value!r})")
-        return value
+        return self._typed(key, default, "a string")
 
     def int_list(self, key: str) -> list[int]:
         value = self.cfg.get(key)
@@ -163,12 +148,11 @@ def arch_from_hf(cfg: dict[str, Any], path: Path | str | None = None) -> ModelAr
     """Map one parsed HF config dict to a validated ModelArch."""
     arch = architecture(cfg, path)
     reader = _Reader(cfg, path, arch)
-    fields = _MAPPERS[arch](reader)
-    notes = fields.pop("_notes", [])
+    fields = _FAMILIES[arch][1](reader)
     name_or_path = cfg.get("_name_or_path")
     fields["name"] = model_name(cfg, path)
     fields["display_name"] = name_or_path if isinstance(name_or_path, str) else ""
-    fields["source"] = "; ".join([f"HF config {where(path)}", *notes])
+    fields["source"] = "; ".join([f"HF config {where(path)}", *reader.notes])
     return validate(ModelArch, fields, path)
 
 
@@ -251,11 +235,6 @@ def _attention(r: _Reader, hidden: int, heads: int, head_dim_default: int | None
     }
 
 
-def _layer_flags(flags: list[bool]) -> int | list[int]:
-    """moe_layer_freq: 1 when every layer is MoE, else one 0/1 entry per layer."""
-    return 1 if all(flags) else [int(f) for f in flags]
-
-
 def _tied(r: _Reader, default: bool) -> Fields:
     return {"untie_embeddings_and_output_weights": not r.flag("tie_word_embeddings", default)}
 
@@ -279,6 +258,21 @@ def _dense_shape(r: _Reader, ffn_key: str, head_dim_default: int | None = None) 
     }
 
 
+def _gpt2_shape(r: _Reader, *hidden_keys: str) -> Fields:
+    """The same fields in GPT-2-era spelling (n_layer, n_head, n_inner; the newer names are also
+    accepted); n_inner absent or null -> 4 x hidden."""
+    hidden = r.req_int(*hidden_keys)
+    heads = r.req_int("n_head", "num_attention_heads")
+    return {
+        "num_layers": r.req_int("n_layer", "num_hidden_layers"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
+        "num_attention_heads": heads,
+        **_attention(r, hidden, heads),
+        "vocab_size": r.req_int("vocab_size"),
+    }
+
+
 def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
     """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
     attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
@@ -292,13 +286,22 @@ def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) 
     }
 
 
+def _moe(r: _Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
+    """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
+    else one 0/1 entry per layer."""
+    return {
+        "num_moe_experts": r.req_int(*experts),
+        "moe_router_topk": r.req_int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": expert_ffn,
+        "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],
+    }
+
+
 def _mixtral(r: _Reader) -> Fields:
+    """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
     f = _llama(r)
-    f["num_moe_experts"] = r.req_int("num_local_experts")
-    f["moe_router_topk"] = r.req_int("num_experts_per_tok")
-    f["moe_ffn_hidden_size"] = f["ffn_hidden_size"]
-    f["moe_layer_freq"] = 1
-    return f
+    every = [True] * f["num_layers"]
+    return f | _moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
 
 
 def _qwen2(r: _Reader) -> Fields:
@@ -316,12 +319,8 @@ def _qwen3_moe(r: _Reader) -> Fields:
     f = _qwen3(r)
     step = r.opt_int("decoder_sparse_step", default=1) or 1
     dense = set(r.int_list("mlp_only_layers"))
-    flags = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
-    f["num_moe_experts"] = r.req_int("num_experts")
-    f["moe_router_topk"] = r.req_int("num_experts_per_tok")
-    f["moe_ffn_hidden_size"] = r.req_int("moe_intermediate_size")
-    f["moe_layer_freq"] = _layer_flags(flags)
-    return f
+    moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
+    return f | _moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
 
 
 def _deepseek_v3(r: _Reader) -> Fields:
@@ -335,41 +334,28 @@ def _deepseek_v3(r: _Reader) -> Fields:
     freq = r.opt_int("moe_layer_freq", default=1) or 1
     shared = r.nullable_int("n_shared_experts", minimum=0)
     v_head_dim = r.req_int("v_head_dim")
-    f.update(
-        {
-            "num_query_groups": None,  # MLA: latent KV, no GQA groups
-            "kv_channels": v_head_dim,  # unused by MLA; hidden/heads (56) would mislead
-            "num_moe_experts": r.req_int("n_routed_experts", "num_local_experts"),
-            "moe_router_topk": r.req_int("num_experts_per_tok"),
-            "moe_ffn_hidden_size": expert_ffn,
-            "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
-            "moe_layer_freq": _layer_flags(
-                [i >= first_dense and i % freq == 0 for i in range(f["num_layers"])]
-            ),
-            "multi_latent_attention": True,
-            "qk_layernorm": True,  # MLA's q_a / kv_a latent RMSNorms (Megatron --qk-layernorm)
-            "q_lora_rank": r.nullable_int("q_lora_rank"),
-            "kv_lora_rank": r.req_int("kv_lora_rank"),
-            "qk_head_dim": r.req_int("qk_nope_head_dim"),
-            "qk_pos_emb_head_dim": r.req_int("qk_rope_head_dim"),
-            "v_head_dim": v_head_dim,
-            "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
-        }
-    )
-    return f
+    moe_layers = [i >= first_dense and i % freq == 0 for i in range(f["num_layers"])]
+    return {
+        **f,
+        "num_query_groups": None,  # MLA: latent KV, no GQA groups
+        "kv_channels": v_head_dim,  # unused by MLA; hidden/heads (56) would mislead
+        **_moe(r, ("n_routed_experts", "num_local_experts"), expert_ffn, moe_layers),
+        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+        "multi_latent_attention": True,
+        "qk_layernorm": True,  # MLA's q_a / kv_a latent RMSNorms (Megatron --qk-layernorm)
+        "q_lora_rank": r.nullable_int("q_lora_rank"),
+        "kv_lora_rank": r.req_int("kv_lora_rank"),
+        "qk_head_dim": r.req_int("qk_nope_head_dim"),
+        "qk_pos_emb_head_dim": r.req_int("qk_rope_head_dim"),
+        "v_head_dim": v_head_dim,
+        "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
+    }
 
 
 def _gpt2(r: _Reader) -> Fields:
-    """GPT-2: n_embd / n_layer / n_head / n_positions; n_inner null -> 4 x n_embd."""
-    hidden = r.req_int("n_embd", "hidden_size")
-    heads = r.req_int("n_head", "num_attention_heads")
+    """GPT-2: n_embd / n_layer / n_head / n_positions."""
     return {
-        "num_layers": r.req_int("n_layer", "num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
+        **_gpt2_shape(r, "n_embd", "hidden_size"),
         "max_position_embeddings": r.opt_int("n_positions", "max_position_embeddings"),
         **_mlp(r, "activation_function", "gelu_new", gated=False),
         "normalization": "LayerNorm",
@@ -392,18 +378,11 @@ def _gpt_neox(r: _Reader) -> Fields:
 
 
 def _bloom(r: _Reader) -> Fields:
-    """BLOOM: ALiBi (no position table), n_inner null -> 4 x hidden, GeLU, tied. BLOOM-176B's
-    config says n_embed / num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after
-    the word embedding (2h parameters) has no ModelArch field and is not counted."""
-    hidden = r.req_int("hidden_size", "n_embed")
-    heads = r.req_int("n_head", "num_attention_heads")
+    """BLOOM: ALiBi (no position table), GeLU, tied. BLOOM-176B's config says n_embed /
+    num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
+    (2h parameters) has no ModelArch field and is not counted."""
     return {
-        "num_layers": r.req_int("n_layer", "num_hidden_layers"),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
+        **_gpt2_shape(r, "hidden_size", "n_embed"),
         "activation": "gelu",
         "gated_linear_unit": False,
         "normalization": "LayerNorm",
@@ -418,14 +397,11 @@ def _opt(r: _Reader) -> Fields:
     (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
     hidden = r.req_int("hidden_size")
     proj = r.opt_int("word_embed_proj_dim", default=hidden)
-    notes = (
-        []
-        if proj == hidden
-        else [
+    if proj != hidden:
+        r.notes.append(
             f"word_embed_proj_dim {proj} != hidden_size {hidden}: embeddings are {proj} wide "
             "with project_in/project_out layers, not modelled"
-        ]
-    )
+        )
     return {
         **_dense_shape(r, "ffn_dim"),
         **_mlp(r, "activation_function", "relu", gated=False),
@@ -433,7 +409,6 @@ def _opt(r: _Reader) -> Fields:
         "add_bias_linear": r.flag("enable_bias", True),
         "position_embedding_type": "learned_absolute",
         **_tied(r, True),
-        "_notes": notes,
     }
 
 
@@ -442,17 +417,19 @@ def _nemotron(r: _Reader) -> Fields:
     return {**_llama(r, gated=False), "normalization": "LayerNorm"}
 
 
-_MAPPERS: dict[str, Callable[[_Reader], Fields]] = {
-    "LlamaForCausalLM": _llama,
-    "MistralForCausalLM": _llama,
-    "MixtralForCausalLM": _mixtral,
-    "Qwen2ForCausalLM": _qwen2,
-    "Qwen3ForCausalLM": _qwen3,
-    "Qwen3MoeForCausalLM": _qwen3_moe,
-    "DeepseekV3ForCausalLM": _deepseek_v3,
-    "GPT2LMHeadModel": _gpt2,
-    "GPTNeoXForCausalLM": _gpt_neox,
-    "BloomForCausalLM": _bloom,
-    "OPTForCausalLM": _opt,
-    "NemotronForCausalLM": _nemotron,
+# architectures[0] -> (model_type, mapper), in the order error messages list them
+_FAMILIES: dict[str, tuple[str, Callable[[_Reader], Fields]]] = {
+    "LlamaForCausalLM": ("llama", _llama),
+    "MistralForCausalLM": ("mistral", _llama),
+    "MixtralForCausalLM": ("mixtral", _mixtral),
+    "Qwen2ForCausalLM": ("qwen2", _qwen2),
+    "Qwen3ForCausalLM": ("qwen3", _qwen3),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
+    "GPT2LMHeadModel": ("gpt2", _gpt2),
+    "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),
+    "BloomForCausalLM": ("bloom", _bloom),
+    "OPTForCausalLM": ("opt", _opt),
+    "NemotronForCausalLM": ("nemotron", _nemotron),
 }
+SUPPORTED: dict[str, str] = {arch: model_type for arch, (model_type, _) in _FAMILIES.items()}

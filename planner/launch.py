@@ -33,16 +33,20 @@ EXECUTABLE = {"torchrun", "slurm"}
 class Launched:
     """What `launch` produced: the text, and where it was written (None = for stdout)."""
 
-    target: str
     text: str
     path: Path | None = None
 
 
-def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, str]:
-    """(file name, text) of one target for a loaded plan."""
+def _target(target: str) -> tuple[Renderer, str]:
+    """TARGETS[target], or the InputError naming the targets there are."""
     if target not in TARGETS:
         raise InputError(f"--target: expected one of {', '.join(TARGETS)} (got {target!r})")
-    renderer, file_name = TARGETS[target]
+    return TARGETS[target]
+
+
+def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, str]:
+    """(file name, text) of one target for a loaded plan."""
+    renderer, file_name = _target(target)
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(plan, check_job_name(job_name))
@@ -56,12 +60,11 @@ def launch(
     force: bool = False,
 ) -> Launched:
     """Render `target` for the plan file; write it under `out_dir` when given."""
-    if target not in TARGETS:  # before reading the plan: the cheaper message first
-        raise InputError(f"--target: expected one of {', '.join(TARGETS)} (got {target!r})")
+    _target(target)  # before reading the plan: the cheaper message first
     plan = load_plan(plan_path)
     file_name, text = render(plan, target, job_name)
     if out_dir is None:
-        return Launched(target, text)
+        return Launched(text)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out: {out_dir} exists and is not a directory")
     path = out_dir / file_name
@@ -74,4 +77,4 @@ def launch(
             path.chmod(0o755)
     except OSError as e:
         raise InputError(f"{path}: cannot write: {e.strerror or e}") from None
-    return Launched(target, text, path)
+    return Launched(text, path)

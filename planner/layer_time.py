@@ -29,9 +29,6 @@ sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches 
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
 Recompute: full repeats each layer's forward (compute and TP traffic) before its backward;
-selective repeats the core attention forward.
-
-Recompute: full repeats each layer's forward (compute and TP traffic) before its backward;
 selective repeats the core attention forward. The layer's TP, CP and EP traffic is computed here
 too (planner.comms), since how much of it hides depends on the layer's own kernels.
 
@@ -44,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner import activations, comms, flops
-from planner.activations import MOE_LOAD_IMBALANCE, Shard
+from planner.activations import BF16, MOE_LOAD_IMBALANCE, Shard
 from planner.layout import Layout
 from planner.spec import Job
 
@@ -77,8 +74,6 @@ twice that against ~6 fused."""
 FP8_CAST_BYTES = 4.0
 """Bytes moved per element to feed an FP8 GEMM (Transformer Engine cast-transpose: read bf16,
 write fp8 and its fp8 transpose), for each of its input, weight and output-gradient tensors."""
-
-BF16 = 2
 
 
 @dataclass(frozen=True)
@@ -113,8 +108,6 @@ class Layer:
     fwd: float = 0.0
     bwd: float = 0.0
     recompute: float = 0.0
-    gemm_fwd: float = 0.0
-    attn_fwd: float = 0.0
     tp: float = 0.0
     tp_hidden: float = 0.0
     cp: float = 0.0
@@ -139,6 +132,7 @@ def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
 
 
 def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
+    """Seconds per micro-batch of one dense (moe=False) or MoE decoder layer on one GPU."""
     arch = job.arch
     out = Layer()
     s = job.seq_length
@@ -147,23 +141,22 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     tp = lay.tp
     # --- linear layers (FP8: plus Transformer Engine's cast-transpose of inputs, weights and
     # output gradients, read 2 bytes and write 1 + 1 (the transpose) per element)
-    cast = 0.0
+    gemm_fwd = cast = 0.0
     shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, MOE_LOAD_IMBALANCE)
     for m, k, n, c in shapes:
-        out.gemm_fwd += gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, c)
+        gemm_fwd += gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, c)
         if job.precision == "fp8":
             cast += c * FP8_CAST_BYTES * (m * k + k * n + m * n) / gpu.hbm
     # --- core attention
-    qk_w, v_w = flops.attention_core_width(arch)
-    heads_local = arch.num_attention_heads / tp
-    full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
     ew_bytes = _activation_bytes(job, lay, moe)
     if job.flash_attention:
+        qk_w, v_w = flops.attention_core_width(arch)
+        full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
         attn_fwd = full / 2 / (gpu.peak_bf16 * ATTENTION_EFFICIENCY)
         attn_bwd = 2.5 * attn_fwd
     else:
-        d = arch.head_dim
-        bmm = gemm_time(s_local, d, s, gpu.peak_bf16, gpu.ridge, 2 * heads_local)
+        heads_local = arch.num_attention_heads / tp
+        bmm = gemm_time(s_local, arch.head_dim, s, gpu.peak_bf16, gpu.ridge, 2 * heads_local)
         attn_fwd = bmm * lay.micro_batch_size
         attn_bwd = 2 * attn_fwd
         ew_bytes += 5 * heads_local * s_local * s * lay.micro_batch_size
@@ -171,9 +164,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     if not job.fused_norm:
         norm_elems = t * 2 * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
-    out.attn_fwd = attn_fwd
-    out.fwd = out.gemm_fwd + attn_fwd + (ew + cast) / 3
-    out.bwd = 2 * out.gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
+    out.fwd = gemm_fwd + attn_fwd + (ew + cast) / 3
+    out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
     if lay.recompute == "full":
         out.recompute = out.fwd
     elif lay.recompute == "selective":
@@ -183,7 +175,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     if tp > 1:
         total = comms.tensor_parallel_layer(job.cluster, tp, t * arch.hidden_size * BF16, n_fwd)
         if lay.tp_comm_overlap and lay.sequence_parallel:
-            exposed = max(total - (2 + n_fwd) * out.gemm_fwd, 0.0)
+            exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
         else:
             exposed = total
         out.tp, out.tp_hidden = exposed, total - exposed
@@ -216,6 +208,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
 
 
 def gpu_of(job: Job) -> Gpu:
+    """The job's GPU as the roofline sees it: peaks, achieved HBM bandwidth, ridge point."""
     spec = job.cluster.gpu
     peak = spec.peak_flops("bf16")
     linear = spec.peak_flops("fp8") if job.precision == "fp8" else peak

@@ -12,6 +12,14 @@ from typing import Literal
 Recompute = Literal["none", "selective", "full"]
 ZeroStage = Literal[0, 1, 2, 3]
 
+FSDP_STRATEGY: dict[int, str] = {
+    0: "no_shard",
+    1: "optim",
+    2: "optim_grads",
+    3: "optim_grads_params",
+}
+"""ZeRO stage -> Megatron-FSDP `--data-parallel-sharding-strategy` (ecosystem.md 3.2)."""
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -51,6 +59,12 @@ class Layout:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def dense_dp(self) -> int:
+        """The group dense gradients are reduced and the optimizer is sharded over: dp x cp
+        (Megatron shards the distributed optimizer over the data-parallel x context group)."""
+        return self.dp * self.cp
 
     @property
     def expert_dp(self) -> int:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from planner.catalog import read_file
 from planner.errors import InputError
+from planner.layout import FSDP_STRATEGY
 
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -62,6 +66,20 @@ PARALLEL_INT = {
     "--expert-tensor-parallel-size": "etp",
     "--micro-batch-size": "micro_batch_size",
 }
+# parallelism flags read below by hand
+PARALLEL_READ = {
+    "--sequence-parallel",
+    "--tp-comm-overlap",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--data-parallel-sharding-strategy",
+}
 # parallelism flags that are understood but do not change the memory model's inputs
 PARALLEL_IGNORED = {
     "--no-overlap-p2p-communication",
@@ -83,26 +101,12 @@ PARALLEL_IGNORED = {
     "--moe-grouped-gemm",
     "--moe-permute-fusion",
     "--moe-shared-expert-overlap",
-    "--use-distributed-optimizer",
-    "--use-megatron-fsdp",
-    "--use-torch-fsdp2",
-    "--data-parallel-sharding-strategy",
-    "--sequence-parallel",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
-    "--expert-tensor-parallel-size",
-    "--expert-model-parallel-size",
-    "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size",
-    "--context-parallel-size",
     "--data-parallel-random-init",
 }
-# parallelism flags read below by hand
-PARALLEL_READ = {"--tp-comm-overlap", "--pipeline-model-parallel-layout"}
+# a flag with one of these words that is in none of the three tables is an error
 _PARALLEL_WORDS = ("parallel", "pipeline", "fsdp", "expert-model", "virtual-stage", "zero")
-_FSDP_STAGE = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+_PARALLEL_KNOWN = set(PARALLEL_INT) | PARALLEL_READ | PARALLEL_IGNORED
+_FSDP_STAGE = {strategy: stage for stage, strategy in FSDP_STRATEGY.items()}
 
 
 def tokens(text: str) -> list[str]:
@@ -110,17 +114,15 @@ def tokens(text: str) -> list[str]:
     `NAME=value` assignments substituted into later `$NAME` / `${NAME}`."""
     env: dict[str, str] = {}
     words: list[str] = []
-    joined = re.sub(r"\\\r?\n", " ", text)
-    for line in joined.splitlines():
+
+    def sub(m: re.Match[str]) -> str:
+        return env.get(m.group(1) or m.group(2), m.group(0))
+
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
         m = _ASSIGN.match(line)
         if m:
             env[m.group(1)] = m.group(2).strip("\"'")
             continue
-
-        def sub(mm: re.Match[str]) -> str:
-            name = mm.group(1) or mm.group(2)
-            return env.get(name, mm.group(0))
-
         try:
             words += shlex.split(_VAR.sub(sub, line), comments=True)
         except ValueError as e:
@@ -169,7 +171,7 @@ def _layer_freq(value: str, where: str) -> int | list[int]:
 def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") -> dict[str, Any]:
     """A plan document (as `planner.spec.parse_plan` takes) from Megatron-LM arguments."""
     flags = _flags(tokens(text))
-    get: Callable[[str], int] = lambda f: _int(flags, f, where)  # noqa: E731
+    get = partial(_int, flags, where=where)
     model: dict[str, Any] = {}
     for flag, field in MODEL_INT.items():
         if flag in flags:
@@ -198,10 +200,7 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     model.setdefault("ffn_hidden_size", _default_ffn(model))
 
     unknown = [
-        f
-        for f in flags
-        if any(w in f for w in _PARALLEL_WORDS)
-        and f not in PARALLEL_IGNORED | PARALLEL_READ | set(PARALLEL_INT)
+        f for f in flags if any(w in f for w in _PARALLEL_WORDS) and f not in _PARALLEL_KNOWN
     ]
     if unknown:
         raise InputError(f"{where}: {unknown[0]}: unknown parallelism flag")
@@ -210,15 +209,15 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     for flag, field in PARALLEL_INT.items():
         if flag in flags:
             parallel[field] = get(flag)
-    parallel["sequence_parallel"] = "--sequence-parallel" in flags and parallel.get("tp", 1) > 1
-    parallel["vpp"] = _vpp(flags, model["num_layers"], parallel.get("pp", 1), get)
-    first_last = _uneven(flags, model["num_layers"], parallel.get("pp", 1), get, where)
+    tp, pp = parallel.get("tp", 1), parallel.get("pp", 1)
+    parallel["sequence_parallel"] = "--sequence-parallel" in flags and tp > 1
+    parallel["vpp"] = _vpp(flags, model["num_layers"], pp, get)
+    first_last = _uneven(flags, model["num_layers"], pp, get, where)
     if first_last is not None:
         parallel["pipeline_layers"] = first_last
     if flags.get("--pipeline-model-parallel-layout"):
         value = flags["--pipeline-model-parallel-layout"][0]
-        pp_layout = _pp_layout(value, parallel.get("pp", 1), where)
-        parallel["vpp"], parallel["pipeline_layers"] = pp_layout
+        parallel["vpp"], parallel["pipeline_layers"] = _pp_layout(value, pp, where)
     parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
     parallel["zero_stage"] = _zero_stage(flags, where)
     parallel["recompute"] = _recompute(flags)
@@ -232,7 +231,7 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     if "--global-batch-size" in flags:
         training["global_batch_size"] = get("--global-batch-size")
     else:  # Megatron's default: one micro-batch per data-parallel rank
-        model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
+        model_size = tp * pp * parallel.get("cp", 1)
         training["global_batch_size"] = mbs * max(num_gpus // model_size, 1)
     fp8 = "--fp8-format" in flags or "--fp8" in flags
     training["precision"] = "fp8" if fp8 else "bf16"
@@ -336,11 +335,9 @@ def _recompute(flags: dict[str, list[str]]) -> str:
     return "none"
 
 
-def load(path: str, gpu: str, num_gpus: int) -> dict[str, Any]:
-    """Read a file (or '-' for standard input) of Megatron-LM arguments into a plan document."""
-    import sys
-
-    from planner.catalog import read_file
-
+def load(path: str, gpu: str, num_gpus: int) -> tuple[dict[str, Any], str]:
+    """Read a file (or '-' for standard input) of Megatron-LM arguments into a plan document;
+    also returns how messages name the source."""
+    where = "<stdin>" if path == "-" else path
     text = sys.stdin.read() if path == "-" else read_file(Path(path))
-    return to_plan(text, gpu, num_gpus, "<stdin>" if path == "-" else path)
+    return to_plan(text, gpu, num_gpus, where), where

@@ -259,10 +259,9 @@ def stage_memory(
     sh = sh or _shard(job, layout)
     per = per or _per_layer(arch, sh)
     dense, expert = stage_params(job, layout, rank, layers)
-    grad_bytes = 4.0 if job.main_grad_dtype == "fp32" else 2.0
     z = layout.zero_stage
-    w_d, g_d, o_d = state_bytes_per_param(z, grad_bytes, layout.dp * layout.cp)
-    w_e, g_e, o_e = state_bytes_per_param(z, grad_bytes, max(layout.expert_dp, 1))
+    w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp)
+    w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1))
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))
@@ -284,7 +283,9 @@ def stage_memory(
         acts += per.moe_full if arch.moe_count(layers) else per.dense_full
     if layout.cp > 1 and len(layers):
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
-        acts += 2 * 2 * sh.tokens * arch.query_groups * arch.head_dim * 2 / layout.tp
+        # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
+        kv_heads = max(arch.query_groups / layout.tp, 1)
+        acts += 2 * 2 * sh.tokens * kv_heads * arch.head_dim * 2
     transient = _transient_bytes(job, layout, dense, expert, len(layers))
     return StageMemory(
         stage=rank,

@@ -46,15 +46,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
 
 from planner.cost import Performance
 from planner.errors import InputError
-from planner.layout import Layout
 from planner.resilience import (
     FAILURE_RATE_PER_GPU_DAY,
     HOST_COPY_GB_PER_S,
     RESTART_MIN,
+    SECONDS_PER_DAY,
     STORAGE_GB_PER_S_PER_NODE,
     Resilience,
     num_nodes,
@@ -62,7 +61,6 @@ from planner.resilience import (
 )
 from planner.spec import Job
 
-SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
 
 NODE_OVERHEAD_W_PER_GPU = (10_200 - 8 * 700) / 8
@@ -72,7 +70,6 @@ PUE = 1.10
 """Power usage effectiveness: Google's fleet average (2021)."""
 
 
-Objective = Literal["throughput", "cost", "goodput"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
 
 OPTION_NAMES = {
@@ -153,14 +150,6 @@ def parse_tokens(text: str, option: str = "--tokens") -> int:
     return round(value)
 
 
-def format_tokens(n: float) -> str:
-    """15e12 -> '15T', 3e11 -> '300B', 1.2e6 -> '1.2M'."""
-    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{suffix}"
-    return f"{n:.0f}"
-
-
 # ----------------------------------------------------------------------------- the figures
 
 
@@ -186,11 +175,14 @@ class Operations:
     cost_usd: float | None
     gpu_power_w: float
     node_overhead_w: float
-    pue: float
     facility_power_w: float
     energy_mwh: float | None
     resilience: Resilience
     params: OpsParams
+
+    @property
+    def pue(self) -> float:
+        return self.params.pue
 
     @property
     def days(self) -> float | None:
@@ -249,11 +241,10 @@ def training_steps(job: Job, tokens: int, option: str = "--tokens") -> int:
 
 
 def operations(
-    job: Job, layout: Layout, perf: Performance, tokens: int | None, ops: OpsParams | None = None
+    job: Job, perf: Performance, tokens: int | None, ops: OpsParams | None = None
 ) -> Operations:
-    """Everything at once for `explain`, `scale` and the launch headers."""
+    """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`)."""
     ops = ops or OpsParams()
-    del layout  # the figures depend on the layout only through perf (kept for a stable signature)
     res = resilience(job, perf.step_time_s, ops)
     n = job.cluster.num_gpus
     tps = job.tokens_per_step / perf.step_time_s
@@ -282,7 +273,6 @@ def operations(
         cost_usd=cost,
         gpu_power_w=gpu_w,
         node_overhead_w=node_w,
-        pue=ops.pue,
         facility_power_w=facility,
         energy_mwh=energy,
         resilience=res,
@@ -292,7 +282,6 @@ def operations(
 
 def objective_value(
     job: Job,
-    layout: Layout,
     perf: Performance,
     objective: str,
     ops_params: OpsParams | None = None,
@@ -323,18 +312,35 @@ def objective_value(
 # ----------------------------------------------------------------------------- text
 
 
+def _scaled(x: float, units: tuple[tuple[str, float], ...], spec: str) -> str | None:
+    """x in the largest of the (suffix, scale) units it reaches, largest first (1.5e6 -> '1.5M');
+    None below the smallest."""
+    for suffix, scale in units:
+        if abs(x) >= scale:
+            return f"{x / scale:{spec}}{suffix}"
+    return None
+
+
+def format_si(x: float, spec: str = ".3g") -> str:
+    """67800 -> '67.8k', 1.35e5 -> '135k', 12.5 -> '12.5' (G, M, k)."""
+    return _scaled(x, (("G", 1e9), ("M", 1e6), ("k", 1e3)), spec) or f"{x:{spec}}"
+
+
+def format_tokens(n: float) -> str:
+    """15e12 -> '15T', 3e11 -> '300B', 1.2e6 -> '1.2M'."""
+    units = (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
+    return _scaled(n, units, ".3g") or f"{n:.0f}"
+
+
 def format_money(usd: float) -> str:
-    for suffix, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if usd >= scale:
-            return f"${usd / scale:.3g}{suffix}"
-    return f"${usd:,.0f}"
+    """7.1e7 -> '$71M', 950 -> '$950'."""
+    scaled = _scaled(usd, (("B", 1e9), ("M", 1e6), ("k", 1e3)), ".3g")
+    return f"${scaled or f'{usd:,.0f}'}"
 
 
 def format_bytes(n: float) -> str:
-    for suffix, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n >= scale:
-            return f"{n / scale:.3g} {suffix}"
-    return f"{n:.0f} B"
+    """5.68e12 -> '5.68 TB'."""
+    return _scaled(n, ((" TB", 1e12), (" GB", 1e9), (" MB", 1e6)), ".3g") or f"{n:.0f} B"
 
 
 def format_duration(seconds: float) -> str:
@@ -349,17 +355,19 @@ def format_duration(seconds: float) -> str:
     return f"{seconds * 1e3:.2g} ms"
 
 
+def cost_text(o: Operations) -> str | None:
+    """'$71M at $2/GPU-hour', or None without a price (or a budget)."""
+    if o.cost_usd is None or o.price_usd_per_gpu_hour is None:
+        return None
+    return f"{format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour"
+
+
 def summary_lines(o: Operations) -> list[str]:
     """Plain sentences (no comment marker) describing an Operations, for headers and logs."""
     r = o.resilience
     lines: list[str] = []
     if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
-        cost = (
-            f"{format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour "
-            f"({o.price_source})"
-            if o.cost_usd is not None and o.price_usd_per_gpu_hour is not None
-            else f"cost unknown ({o.price_source})"
-        )
+        cost = f"{cost_text(o) or 'cost unknown'} ({o.price_source})"
         lines.append(
             f"{format_tokens(o.tokens)} tokens in {o.steps:,} steps: {o.days:.1f} days "
             f"wall-clock ({o.days_no_failures:.1f} without failures), "
@@ -382,17 +390,3 @@ def summary_lines(o: Operations) -> list[str]:
         f"{r.lost_failures:.1%}); effective {o.effective_tokens_per_s:,.0f} tokens/s"
     )
     return lines
-
-
-def header_lines(
-    job: Job,
-    layout: Layout,
-    perf: Performance,
-    tokens: int | None = None,
-    ops_params: OpsParams | None = None,
-    prefix: str = "# ",
-) -> list[str]:
-    """Lines for the top of a launch file (slurm, torchrun, k8s YAML): days, GPU-hours, cost,
-    energy, checkpoint interval and goodput, each starting with `prefix`."""
-    o = operations(job, layout, perf, tokens, ops_params)
-    return [f"{prefix}{line}" for line in ["planner operations estimate:", *summary_lines(o)]]

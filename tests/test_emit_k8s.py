@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.emit import k8s, nodes
+from planner.emit import k8s, nodes, predict
 from planner.emit.megatron import arguments
 from planner.errors import InputError
 from planner.spec import load_plan, parse_plan
@@ -51,11 +51,16 @@ def test_yaml_strings_round_trip(text: str) -> None:
     }
 
 
+def test_empty_collections_keep_their_kind() -> None:
+    data: dict[str, Any] = {"a": [], "b": {}, "c": [[], {}, [1, []], {"d": []}]}
+    assert yaml.safe_load(k8s.to_yaml(data)) == data
+
+
 @pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
 def test_manifest_is_valid_yaml_with_the_plans_arguments(path: Path) -> None:
     plan = load_plan(path)
     doc = yaml.safe_load(k8s.render(plan, path.stem))
-    assert doc == k8s.manifest(plan, path.stem)
+    assert doc == k8s.manifest(plan, path.stem, predict(plan))
     assert doc["apiVersion"] == "kubeflow.org/v1" and doc["kind"] == "PyTorchJob"
     n = nodes(plan)
     spec = doc["spec"]

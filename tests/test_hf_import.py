@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from planner import catalog
+from planner import catalog, params
 from planner.arch import ModelArch
 from planner.errors import InputError
 from planner.hf_import import SUPPORTED, arch_from_hf, load_hf_config
@@ -172,12 +172,11 @@ def test_llama31_8b_fixture_equals_zoo_model() -> None:
 
 
 def test_llama31_8b_fixture_params_equal_zoo_model() -> None:
-    params = pytest.importorskip("planner.params")
     imported = load_hf_config(HF / "llama3.1-8b.json")
     assert params.params_total(imported) == params.params_total(catalog.get_model("llama3.1-8b"))
 
 
-# fixture -> zoo entry describing the same checkpoint (skipped while the zoo lacks it)
+# fixture -> zoo entry describing the same checkpoint (tests/test_zoo.py requires each one)
 SAME_AS_ZOO = {
     "llama2-7b": "llama2-7b",
     "mixtral-8x7b": "mixtral-8x7b",
@@ -192,9 +191,6 @@ SAME_AS_ZOO = {
 
 @pytest.mark.parametrize("name", sorted(SAME_AS_ZOO))
 def test_fixture_params_equal_zoo_entry(name: str) -> None:
-    params = pytest.importorskip("planner.params")
-    if SAME_AS_ZOO[name] not in catalog.models():
-        pytest.skip(f"model_zoo has no {SAME_AS_ZOO[name]}")
     imported = load_hf_config(HF / f"{name}.json")
     zoo = catalog.get_model(SAME_AS_ZOO[name])
     assert params.params_total(imported) == params.params_total(zoo)
@@ -226,13 +222,11 @@ ROUGH_PARAMS = {
 
 @pytest.mark.parametrize("name", sorted(EXACT_PARAMS))
 def test_published_exact_parameter_count(name: str) -> None:
-    params = pytest.importorskip("planner.params")
     assert params.params_total(load_hf_config(HF / f"{name}.json")) == EXACT_PARAMS[name]
 
 
 @pytest.mark.parametrize("name", sorted(ROUGH_PARAMS))
 def test_published_rough_parameter_count(name: str) -> None:
-    params = pytest.importorskip("planner.params")
     arch = load_hf_config(HF / f"{name}.json")
     total, active, rel = ROUGH_PARAMS[name]
     assert params.params_total(arch) == pytest.approx(total, rel=rel)

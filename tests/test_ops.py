@@ -170,7 +170,7 @@ def test_llama3_goodput_matches_meta_report() -> None:
         tp=8, pp=16, dp=128, sequence_parallel=True,
         pipeline_layers=(7,) + (8,) * 14 + (7,),
     )  # fmt: skip
-    r = ops.operations(job, layout, cost.estimate(job, layout), None).resilience
+    r = ops.operations(job, cost.estimate(job, layout), None).resilience
     assert 0.90 < r.goodput < 0.96
     assert r.lost_checkpoint + r.lost_failures == pytest.approx(1 - r.goodput, abs=1e-12)
 
@@ -234,7 +234,7 @@ def test_cost_and_energy_by_hand() -> None:
     p = ops.OpsParams(
         price_usd_per_gpu_hour=2.0, failure_rate_per_gpu_day=1e-12, storage_gb_per_s_per_node=1e9
     )
-    o = ops.operations(job, LAYOUT_64, perf, 1_048_576_000, p)
+    o = ops.operations(job, perf, 1_048_576_000, p)
     assert o.steps == 1000
     assert o.train_s == pytest.approx(2000.0)
     assert o.resilience.goodput == pytest.approx(1.0, abs=1e-9)
@@ -253,7 +253,7 @@ def test_cost_and_energy_by_hand() -> None:
 def test_failures_stretch_wall_clock_cost_and_energy_together() -> None:
     job = make_job(num_gpus=8192)
     perf = perf_with_step(job, LAYOUT_64, 1.0)
-    o = ops.operations(job, LAYOUT_64, perf, ops.parse_tokens("1T"))
+    o = ops.operations(job, perf, ops.parse_tokens("1T"))
     r = o.resilience
     assert r.goodput < 1
     assert o.wall_s == pytest.approx(o.train_s / r.goodput)  # type: ignore[operator]
@@ -266,7 +266,7 @@ def test_failures_stretch_wall_clock_cost_and_energy_together() -> None:
 
 def test_gpu_without_price_has_no_cost() -> None:
     job = make_job(num_gpus=64, gpu="h800-sxm-80gb")
-    o = ops.operations(job, LAYOUT_64, perf_with_step(job, LAYOUT_64, 2.0), 10**12)
+    o = ops.operations(job, perf_with_step(job, LAYOUT_64, 2.0), 10**12)
     assert o.cost_usd is None and o.usd_per_million_tokens is None
     assert "--price" in o.price_source
     assert o.gpu_hours is not None and o.energy_mwh is not None
@@ -275,7 +275,7 @@ def test_gpu_without_price_has_no_cost() -> None:
 def test_budget_smaller_than_one_step() -> None:
     job = make_job()
     with pytest.raises(InputError, match=r"--tokens: 1,000 tokens is less than one .*1,048,576"):
-        ops.operations(job, LAYOUT_64, perf_with_step(job, LAYOUT_64, 2.0), 1000)
+        ops.operations(job, perf_with_step(job, LAYOUT_64, 2.0), 1000)
 
 
 @pytest.mark.parametrize(
@@ -308,37 +308,33 @@ def test_objective_values() -> None:
     job = make_job(num_gpus=64)
     perf = perf_with_step(job, LAYOUT_64, 2.0)
     # 2.0 s / 1,048,576 tokens x 1e6 = 1.9073 s per million tokens
-    thr = ops.objective_value(job, LAYOUT_64, perf, "throughput")
+    thr = ops.objective_value(job, perf, "throughput")
     assert thr == pytest.approx(2.0 / 1_048_576 * 1e6)
-    good = ops.objective_value(job, LAYOUT_64, perf, "goodput")
+    good = ops.objective_value(job, perf, "goodput")
     assert good == pytest.approx(thr / resilience.resilience(job, 2.0, ops.OpsParams()).goodput)
     assert good > thr
-    usd = ops.objective_value(job, LAYOUT_64, perf, "cost")
+    usd = ops.objective_value(job, perf, "cost")
     assert usd == pytest.approx(64 * good / 3600 * 3.24)
-    priced = ops.objective_value(
-        job, LAYOUT_64, perf, "cost", ops.OpsParams(price_usd_per_gpu_hour=1.0)
-    )
+    priced = ops.objective_value(job, perf, "cost", ops.OpsParams(price_usd_per_gpu_hour=1.0))
     assert priced == pytest.approx(64 * good / 3600)
     faster = perf_with_step(job, LAYOUT_64, 1.5)
     for objective in ops.OBJECTIVES:
-        assert ops.objective_value(job, LAYOUT_64, faster, objective) < ops.objective_value(
-            job, LAYOUT_64, perf, objective
+        assert ops.objective_value(job, faster, objective) < ops.objective_value(
+            job, perf, objective
         )
     with pytest.raises(InputError, match=r"--objective.*'speed'"):
-        ops.objective_value(job, LAYOUT_64, perf, "speed")
+        ops.objective_value(job, perf, "speed")
 
 
-def test_header_lines() -> None:
+def test_summary_lines() -> None:
     job = make_job(num_gpus=64)
     perf = perf_with_step(job, LAYOUT_64, 2.0)
-    lines = ops.header_lines(job, LAYOUT_64, perf, ops.parse_tokens("15T"))
-    assert all(line.startswith("# ") for line in lines)
+    lines = ops.summary_lines(ops.operations(job, perf, ops.parse_tokens("15T")))
     text = "\n".join(lines)
     for word in ("days", "GPU-hours", "MWh", "checkpoint", "goodput", "$"):
         assert word in text
-    short = ops.header_lines(job, LAYOUT_64, perf, None, prefix="// ")
-    assert all(line.startswith("// ") for line in short)
-    assert "days" not in "\n".join(short) and "goodput" in "\n".join(short)
+    short = "\n".join(ops.summary_lines(ops.operations(job, perf, None)))
+    assert "days" not in short and "goodput" in short
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from planner import params
 from planner.arch import ModelArch
@@ -308,8 +309,6 @@ def test_layer_split_sums_to_total() -> None:
 
 
 def test_learned_positions_need_a_length() -> None:
-    from pydantic import ValidationError
-
     # ModelArch refuses learned positions without a length (validated at the boundary)
     with pytest.raises(ValidationError, match="max_position_embeddings"):
         _tiny(**{**TINY_GPT, "max_position_embeddings": None})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, cost, ops, plot, scaling
+from planner import catalog, cost, ops, plot, render, report, scaling
 from planner.cli import main
 from planner.cost import Performance
 from planner.errors import InputError
@@ -117,7 +117,7 @@ def test_efficiency_rise_names_the_layout_change_and_knee_is_found() -> None:
     assert curve.points[1].note == ""
     assert curve.stops_paying_at == 64
     assert "stops paying" in curve.points[3].note
-    rows = scaling.table_rows(curve)
+    rows = render.scale_rows(curve)
     assert rows[2][-1] == curve.points[2].note and rows[3][4] == "62%"
 
 
@@ -187,7 +187,7 @@ def test_real_search_small_curve() -> None:
     assert curve.points[0].efficiency == 1.0
     for p in curve.points:
         assert p.layout is not None and p.layout.num_gpus == p.num_gpus
-    data = scaling.curve_dict(curve)
+    data = report.curve_dict(curve)
     json.dumps(data)  # serialisable
     assert [p["num_gpus"] for p in data["points"]] == [8, 16, 32]
     assert data["points"][0]["operations"]["days"] > data["points"][2]["operations"]["days"]

@@ -1,5 +1,5 @@
-"""Tests for planner.schedule. Oracle: hand arithmetic of the 1F1B and interleaved bubbles
-(Narayanan et al. 2021; ecosystem.md 3.3)."""
+"""Tests for planner.schedule (and Layout.num_microbatches, the m it uses). Oracle: hand
+arithmetic of the 1F1B and interleaved bubbles (Narayanan et al. 2021; ecosystem.md 3.3)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,30 @@ import itertools
 import pytest
 
 from planner import schedule
+from planner.layout import Layout
 
 
 def test_num_microbatches() -> None:
     # 1536 sequences / (dp 32 x mbs 4) = 12
-    assert schedule.num_microbatches(1536, 32, 4) == 12
+    assert Layout(dp=32, micro_batch_size=4).num_microbatches(1536) == 12
+
+
+def _bubble_ratio_and_fraction(pp: int, m: int, vpp: int = 1) -> tuple[float, float]:
+    """Bubble / ideal time and bubble / step time of pp equal stages of 1 s per micro-batch."""
+    steady, bubble = schedule.pipeline_time([1.0] * pp, m, vpp)
+    return bubble / steady, bubble / (steady + bubble)
 
 
 def test_bubble_1f1b_and_interleaved() -> None:
     # p = 4, m = 8: (p-1)/m = 3/8 of the ideal time, 3/11 of the step
-    assert schedule.bubble_ratio(4, 8) == pytest.approx(3 / 8)
-    assert schedule.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    ratio, fraction = _bubble_ratio_and_fraction(4, 8)
+    assert ratio == pytest.approx(3 / 8)
+    assert fraction == pytest.approx(3 / 11)
     # interleaved v = 2: (p-1)/(v m) = 3/16, 3/19 of the step
-    assert schedule.bubble_ratio(4, 8, 2) == pytest.approx(3 / 16)
-    assert schedule.bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
-    assert schedule.bubble_ratio(1, 8) == 0
+    ratio, fraction = _bubble_ratio_and_fraction(4, 8, 2)
+    assert ratio == pytest.approx(3 / 16)
+    assert fraction == pytest.approx(3 / 19)
+    assert _bubble_ratio_and_fraction(1, 8)[0] == 0
 
 
 def test_pipeline_time_equal_stages_matches_bubble_ratio() -> None:

@@ -4,8 +4,9 @@
 sbatch script) and `k8s` (a Kubeflow PyTorchJob manifest) each expose `render(plan, job_name)`.
 This module holds what they share: the header every file starts with (the plan's predicted step
 time, tokens/s/GPU and peak memory, and the planner version), the environment Megatron needs,
-the node count, and the helpers that keep user-given names from breaking a comment, a shell
-script or a Kubernetes name. `planner.launch` picks the emitter and writes the file.
+the node count, the optimizer and schedule defaults, and the helpers that keep user-given names
+from breaking a comment, a shell script or a Kubernetes name. `planner.launch` picks the emitter
+and writes the file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from planner import __version__, cost, memory, ops
 from planner.errors import InputError
 from planner.hardware import GpuSpec
-from planner.layout import Layout
 from planner.spec import Plan
 from planner.units import GIB
 
@@ -27,12 +27,20 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 there (validate_args: `get_device_arch_version() <
 RDZV_PORT = 29400
 """torchrun's default c10d rendezvous port (torch/distributed/run.py)."""
 
-
-def need_layout(plan: Plan) -> Layout:
-    """The plan's layout; launch files need one."""
-    if plan.layout is None:
-        raise InputError(f"{plan.path}: parallel: the [parallel] table is missing")
-    return plan.layout
+SCHEDULE: tuple[tuple[str, str | None, str], ...] = (
+    ("--train-iters", "TRAIN_ITERS", "1000"),
+    ("--lr", "LR", "3e-4"),
+    ("--min-lr", "MIN_LR", "3e-5"),
+    ("--lr-decay-style", None, "cosine"),
+    ("--lr-warmup-iters", "WARMUP_ITERS", "100"),
+    ("--weight-decay", None, "0.1"),
+    ("--clip-grad", None, "1.0"),
+    ("--adam-beta1", None, "0.9"),
+    ("--adam-beta2", None, "0.95"),
+    ("--log-interval", None, "10"),
+)
+"""Optimizer and schedule arguments, not part of the plan (Llama-style values): (flag, the
+variable a user overrides it with in the torchrun / slurm scripts or None if fixed, value)."""
 
 
 def comment_safe(text: str) -> str:
@@ -107,7 +115,7 @@ def environment(plan: Plan) -> list[EnvVar]:
     Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2). NCCL settings come
     from Megatron-LM's own launch examples (examples/llama, examples/megatron_fsdp); on AMD the
     ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
-    lay = need_layout(plan)
+    lay = plan.require_layout()
     gpu = plan.job.cluster.gpu
     env: list[EnvVar] = []
     if lay.zero_stage >= 2:
@@ -141,11 +149,13 @@ class Prediction:
 
 
 def predict(plan: Plan) -> Prediction:
-    """planner.cost and planner.memory on the plan, as the header reports them."""
-    lay = need_layout(plan)
+    """planner.cost, planner.memory and planner.ops on the plan, as the header reports them.
+    Each emitter's `render` calls this once and hands the result to `header` and to whatever
+    else needs it (the default checkpoint interval)."""
+    lay = plan.require_layout()
     perf = cost.estimate(plan.job, lay)
     rep = memory.estimate(plan.job, lay)
-    o = ops.operations(plan.job, lay, perf, None, ops.OpsParams())
+    o = ops.operations(plan.job, perf, None)
     return Prediction(
         step_time_s=perf.step_time_s,
         tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
@@ -159,14 +169,14 @@ def predict(plan: Plan) -> Prediction:
     )
 
 
-def header(plan: Plan, target: str, job_name: str) -> list[str]:
-    """The comment lines (without '# ') every launch file starts with."""
-    lay = need_layout(plan)
+def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
+    """The lines (without '# '; `comment_block` makes them safe comments) every launch file
+    starts with; `p` is `predict(plan)`."""
+    lay = plan.require_layout()
     job = plan.job
-    p = predict(plan)
     verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
     source = plan.path.name if plan.path is not None else "<inline plan>"
-    lines = [
+    return [
         f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
         f"model {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
@@ -176,8 +186,8 @@ def header(plan: Plan, target: str, job_name: str) -> list[str]:
         f"usable ({verdict})",
         *(f"operations: {line}" for line in p.operations),
     ]
-    return [comment_safe(line) for line in lines]
 
 
 def comment_block(lines: list[str]) -> str:
+    """`lines` as '# ' comments, each kept on its own line by `comment_safe`."""
     return "".join(f"# {comment_safe(line)}\n" if line else "#\n" for line in lines)

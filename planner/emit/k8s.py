@@ -16,23 +16,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planner.emit import RDZV_PORT, comment_block, environment, header, nodes, predict, slug
+from planner.emit import (
+    RDZV_PORT,
+    SCHEDULE,
+    Prediction,
+    comment_block,
+    environment,
+    header,
+    nodes,
+    predict,
+    slug,
+)
 from planner.emit.megatron import arguments
 from planner.spec import Plan
 
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 
-USER_ENV = (
-    ("MEGATRON_DIR", "/opt/megatron-lm", "a Megatron-LM checkout in the image"),
-    ("DATA_PATH", "/data/SET-ME_text_document", "Megatron indexed dataset prefix"),
-    ("TOKENIZER_MODEL", "/data/SET-ME-tokenizer", "Hugging Face tokenizer name or directory"),
-)
-
-TRAINING_EXTRA = [
-    *("--train-iters", "1000", "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine"),
-    *("--lr-warmup-iters", "100", "--weight-decay", "0.1", "--clip-grad", "1.0"),
-    *("--adam-beta1", "0.9", "--adam-beta2", "0.95", "--log-interval", "10"),
-]
+USER_ENV = {
+    "MEGATRON_DIR": "/opt/megatron-lm",  # a Megatron-LM checkout in the image
+    "DATA_PATH": "/data/SET-ME_text_document",  # Megatron indexed dataset prefix
+    "TOKENIZER_MODEL": "/data/SET-ME-tokenizer",  # Hugging Face tokenizer name or directory
+}
 
 
 def yaml_str(s: str) -> str:
@@ -69,26 +73,28 @@ def _scalar(v: Any) -> str:
     return yaml_str(str(v))
 
 
+def _inline(v: Any) -> str | None:
+    """`v` on the line of its key or dash: a scalar or an empty collection; None = a block."""
+    if isinstance(v, dict | list):
+        return None if v else "{}" if isinstance(v, dict) else "[]"
+    return _scalar(v)
+
+
 def to_yaml(value: Any, indent: int = 0) -> str:
     """Block-style YAML of nested dicts, lists and scalars (strings always quoted)."""
     pad = " " * indent
+    out = ""
     if isinstance(value, dict):
-        out = ""
         for k, v in value.items():
-            key = _key(k)
-            if isinstance(v, dict | list) and v:
-                out += f"{pad}{key}:\n{to_yaml(v, indent + 2)}"
-            else:
-                out += f"{pad}{key}: {_scalar(v) if not isinstance(v, dict | list) else '{}'}\n"
+            line = _inline(v)
+            body = f" {line}\n" if line is not None else f"\n{to_yaml(v, indent + 2)}"
+            out += f"{pad}{_key(k)}:{body}"
         return out
     if isinstance(value, list):
-        out = ""
         for v in value:
-            if isinstance(v, dict | list) and v:
-                body = to_yaml(v, indent + 2)
-                out += f"{pad}- {body[indent + 2 :]}"
-            else:
-                out += f"{pad}- {_scalar(v) if not isinstance(v, dict | list) else '[]'}\n"
+            line = _inline(v)
+            body = line + "\n" if line is not None else to_yaml(v, indent + 2)[indent + 2 :]
+            out += f"{pad}- {body}"
         return out
     return f"{pad}{_scalar(value)}\n"
 
@@ -98,8 +104,8 @@ def k8s_literal(word: str) -> str:
     return word.replace("$(", "$$(")
 
 
-def manifest(plan: Plan, job_name: str) -> dict[str, Any]:
-    """The PyTorchJob as plain data."""
+def manifest(plan: Plan, job_name: str, p: Prediction) -> dict[str, Any]:
+    """The PyTorchJob as plain data; `p` is `predict(plan)`."""
     n = nodes(plan)
     name = slug(job_name)
     gpu = plan.job.cluster.gpu
@@ -108,7 +114,7 @@ def manifest(plan: Plan, job_name: str) -> dict[str, Any]:
         *("--rdzv-backend", "c10d"),
         "$(MEGATRON_DIR)/pretrain_gpt.py",
         *(k8s_literal(w) for w in arguments(plan).flat()),
-        *TRAINING_EXTRA,
+        *(word for flag, _, value in SCHEDULE for word in (flag, value)),
         *("--data-path", "$(DATA_PATH)", "--split", "99,1,0"),
         *("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "$(TOKENIZER_MODEL)"),
         *(
@@ -117,10 +123,10 @@ def manifest(plan: Plan, job_name: str) -> dict[str, Any]:
             "--load",
             "$(CHECKPOINT_DIR)",
             "--save-interval",
-            str(predict(plan).checkpoint_interval_steps),
+            str(p.checkpoint_interval_steps),
         ),
     ]
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v, _ in USER_ENV]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in USER_ENV.items()]
     env.append({"name": "CHECKPOINT_DIR", "value": f"/checkpoints/{name}"})
     env += [{"name": e.name, "value": e.value} for e in environment(plan) if e.value is not None]
     container = {
@@ -165,12 +171,13 @@ def manifest(plan: Plan, job_name: str) -> dict[str, Any]:
 
 def render(plan: Plan, job_name: str) -> str:
     """The manifest, after the header comment."""
+    p = predict(plan)
     unset = [e for e in environment(plan) if e.value is None]
     lines = [
-        *header(plan, "k8s", job_name),
+        *header(plan, "k8s", job_name, p),
         f"Kubeflow PyTorchJob: {nodes(plan).nnodes} Worker pod(s), torchrun with c10d rendezvous",
         "set: image, DATA_PATH, TOKENIZER_MODEL, and CHECKPOINT_DIR on a volume all pods share",
         "(add it under volumes / volumeMounts)",
         *(f"{e.name} must not be set in the image: {e.why}" for e in unset),
     ]
-    return comment_block(lines) + to_yaml(manifest(plan, job_name))
+    return comment_block(lines) + to_yaml(manifest(plan, job_name, p))

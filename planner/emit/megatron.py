@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from itertools import groupby
 
 from planner.arch import ModelArch
-from planner.emit import comment_block, environment, header, need_layout
+from planner.emit import comment_block, environment, header, predict
 from planner.errors import InputError
-from planner.layout import Layout
+from planner.layout import FSDP_STRATEGY, Layout
 from planner.memory import stage_chunks
 from planner.spec import Plan
 
 Arg = tuple[str, ...]
 """One flag followed by its values."""
-
-FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 NOT_IN_PLAN = (
     "not in the plan (add your own): data and tokenizer, --train-iters, learning rate, "
@@ -105,12 +104,7 @@ def moe_layer_freq(freq: int | tuple[int, ...]) -> str:
     run-length encoded like its DeepSeek-V3 example: "[0]*3+[1]*58"."""
     if isinstance(freq, int):
         return str(freq)
-    runs: list[list[int]] = []
-    for x in freq:
-        if runs and runs[-1][0] == x:
-            runs[-1][1] += 1
-        else:
-            runs.append([x, 1])
+    runs = [(x, len(list(run))) for x, run in groupby(freq)]
     return "+".join(f"[{x}]*{n}" if n > 1 else f"[{x}]" for x, n in runs)
 
 
@@ -154,7 +148,7 @@ def model_args(plan: Plan) -> list[Arg]:
         ("--seq-length", str(job.seq_length)),
     ]
     a += _positions(plan, where)
-    if arch.num_moe_experts is not None:
+    if arch.is_moe:
         a += [
             ("--num-experts", str(arch.num_moe_experts)),
             ("--moe-router-topk", str(arch.moe_router_topk)),
@@ -172,7 +166,7 @@ def model_args(plan: Plan) -> list[Arg]:
 
 def pipeline_layout(layers: tuple[int, ...], vpp: int, mtp_layers: int) -> str:
     """--pipeline-model-parallel-layout for per-rank layer counts, each rank's layers split in
-    vpp chunks as planner.schedule.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
+    vpp chunks as planner.memory.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
     pp = len(layers)
     chunks = [stage_chunks(n, vpp) for n in layers]
     stages = []
@@ -182,14 +176,10 @@ def pipeline_layout(layers: tuple[int, ...], vpp: int, mtp_layers: int) -> str:
         if k == pp * vpp - 1:
             s += ("m" if mtp_layers == 1 else f"m*{mtp_layers}" if mtp_layers else "") + "L"
         stages.append(s)
-    out, i = "", 0
-    while i < len(stages) - 1:
-        j = i
-        while j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
-            j += 1
-        run = j - i + 1
-        out += f"({stages[i]}|)*{run}" if run > 1 and stages[i] else stages[i] + "|" * run
-        i = j + 1
+    out = ""
+    for s, same in groupby(stages[:-1]):  # the last stage ends the string, without "|"
+        run = len(list(same))
+        out += f"({s}|)*{run}" if run > 1 and s else s + "|" * run
     return out + stages[-1]
 
 
@@ -213,16 +203,17 @@ def _first_last(layers: tuple[int, ...], vpp: int) -> list[Arg] | None:
 
 def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
     """How the decoder layers are split over pipeline ranks and virtual stages."""
-    layers = lay.stage_layers(arch.num_layers)
     if lay.pp == 1:
         return []
-    if len(set(layers)) == 1 and layers[0] % lay.vpp == 0:
+    layers = lay.stage_layers(arch.num_layers)
+    even = len(set(layers)) == 1
+    if even and layers[0] % lay.vpp == 0:
         if lay.vpp == 1:
             return []
         return [("--num-layers-per-virtual-pipeline-stage", str(layers[0] // lay.vpp))]
-    uneven = None if len(set(layers)) == 1 else _first_last(layers, lay.vpp)
-    if uneven is not None:
-        return uneven
+    first_last = None if even else _first_last(layers, lay.vpp)
+    if first_last is not None:
+        return first_last
     return [
         ("--pipeline-model-parallel-layout", pipeline_layout(layers, lay.vpp, arch.mtp_num_layers))
     ]
@@ -230,7 +221,7 @@ def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
 
 def parallel_args(plan: Plan) -> list[Arg]:
     """Parallel sizes, pipeline split, sequence parallel, data-parallel sharding and overlap."""
-    lay, arch = need_layout(plan), plan.job.arch
+    lay, arch = plan.require_layout(), plan.job.arch
     a: list[Arg] = [
         ("--tensor-model-parallel-size", str(lay.tp)),
         ("--pipeline-model-parallel-size", str(lay.pp)),
@@ -266,7 +257,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
 
 def training_args(plan: Plan) -> list[Arg]:
     """Batch, precision, gradient reduction dtype and recompute."""
-    lay, job = need_layout(plan), plan.job
+    lay, job = plan.require_layout(), plan.job
     a: list[Arg] = [
         ("--micro-batch-size", str(lay.micro_batch_size)),
         ("--global-batch-size", str(job.global_batch_size)),
@@ -324,8 +315,8 @@ def render(plan: Plan, job_name: str) -> str:
     """The arguments, one flag per line under a comment per concern, shell-quoted.
     `planner check --megatron-args FILE --gpu G --num-gpus N` reads the file back."""
     args = arguments(plan)
-    lines = header(plan, "megatron-args", job_name)
-    lines += [
+    lines = [
+        *header(plan, "megatron-args", job_name, predict(plan)),
         "Megatron-LM pretrain_gpt.py arguments, shell-quoted, one flag per line",
         f"environment: {env_summary(plan)}",
         NOT_IN_PLAN,

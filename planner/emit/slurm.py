@@ -12,15 +12,8 @@ from __future__ import annotations
 
 import re
 
-from planner.emit import RDZV_PORT, comment_block, header, nodes, predict, slug
-from planner.emit.torchrun import (
-    MEGATRON_WORDS,
-    array,
-    env_block,
-    megatron_arrays,
-    q,
-    settings_block,
-)
+from planner.emit import comment_block, header, nodes, predict, slug
+from planner.emit.torchrun import MEGATRON_WORDS, settings_block, torchrun_body
 from planner.spec import Plan
 
 DEFAULT_TIME = "04:00:00"
@@ -36,6 +29,7 @@ def sbatch_name(job_name: str) -> str:
 def render(plan: Plan, job_name: str) -> str:
     """The whole sbatch script."""
     n = nodes(plan)
+    p = predict(plan)
     name = sbatch_name(job_name)
     directives = [
         f"--job-name={name}",
@@ -46,33 +40,22 @@ def render(plan: Plan, job_name: str) -> str:
         f"--time={DEFAULT_TIME}",
         f"--output={name}-%j.out",
     ]
-    distributed = [
-        ("--nnodes", q(str(n.nnodes))),
-        ("--nproc-per-node", q(str(n.nproc_per_node))),
-        ("--rdzv-backend", "c10d"),
-        ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
-        ("--rdzv-id", '"$SLURM_JOB_ID"'),
-    ]
     return (
         "#!/usr/bin/env bash\n"
         + comment_block(
             [
-                *header(plan, "slurm", job_name),
+                *header(plan, "slurm", job_name, p),
                 "submit with sbatch; set --time (and --account / --partition if your cluster "
                 "needs them) in the #SBATCH lines",
             ]
         )
         + "".join(f"#SBATCH {d}\n" for d in directives)
         + "\nset -euo pipefail\n\n"
-        + settings_block(job_name, False, predict(plan).checkpoint_interval_steps)
+        + settings_block(job_name, False, p.checkpoint_interval_steps)
         + "\n# the first node of the allocation hosts the c10d rendezvous\n"
         + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
         + 'MASTER_ADDR="${NODES[0]}"\n\n'
-        + env_block(plan)
-        + "\n"
-        + array("DISTRIBUTED_ARGS", distributed)
-        + megatron_arrays(plan)
-        + "\n"
+        + torchrun_body(plan, n, '"$SLURM_JOB_ID"')
         + "# one torchrun per node; it starts one worker per GPU\n"
         + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
     )

@@ -14,7 +14,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from planner.emit import RDZV_PORT, comment_block, environment, header, nodes, predict
+from planner.emit import (
+    RDZV_PORT,
+    SCHEDULE,
+    Nodes,
+    comment_block,
+    environment,
+    header,
+    nodes,
+    predict,
+)
 from planner.emit.megatron import Arg, arguments
 from planner.spec import Plan
 
@@ -25,19 +34,10 @@ def q(word: str) -> str:
     return f"'{word}'" if quoted == word and "," in word else quoted
 
 
-TRAINING_EXTRA: tuple[tuple[str, ...], ...] = (
-    ("--train-iters", '"$TRAIN_ITERS"'),
-    ("--lr", '"$LR"'),
-    ("--min-lr", '"$MIN_LR"'),
-    ("--lr-decay-style", "cosine"),
-    ("--lr-warmup-iters", '"$WARMUP_ITERS"'),
-    ("--weight-decay", "0.1"),
-    ("--clip-grad", "1.0"),
-    ("--adam-beta1", "0.9"),
-    ("--adam-beta2", "0.95"),
-    ("--log-interval", "10"),
+TRAINING_EXTRA: tuple[tuple[str, ...], ...] = tuple(
+    (flag, f'"${var}"' if var else q(value)) for flag, var, value in SCHEDULE
 )
-"""Optimizer and schedule (shell words; Llama-style values): not part of the plan."""
+"""planner.emit.SCHEDULE as shell words: a variable of `settings_block` where one is named."""
 
 CHECKPOINT_WORDS = (
     ("--save", '"$CHECKPOINT_DIR"'),
@@ -65,10 +65,7 @@ def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
         'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$JOB_NAME}"',
         "# steps between checkpoints: Daly's optimum for this plan (see the header)",
         f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{save_interval}}}"',
-        'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
-        'LR="${LR:-3e-4}"',
-        'MIN_LR="${MIN_LR:-3e-5}"',
-        'WARMUP_ITERS="${WARMUP_ITERS:-100}"',
+        *(f'{var}="${{{var}:-{value}}}"' for _, var, value in SCHEDULE if var),
     ]
     if master_addr:
         lines += [
@@ -133,32 +130,41 @@ MEGATRON_WORDS = (
 )
 
 
-def render(plan: Plan, job_name: str) -> str:
-    """The whole torchrun script."""
-    n = nodes(plan)
+def torchrun_body(plan: Plan, n: Nodes, rdzv_id: str) -> str:
+    """The environment, then every array torchrun gets: DISTRIBUTED_ARGS (c10d rendezvous on
+    "$MASTER_ADDR", with the shell word `rdzv_id` as its id) and the Megatron-LM arrays."""
     distributed = [
         ("--nnodes", q(str(n.nnodes))),
         ("--nproc-per-node", q(str(n.nproc_per_node))),
         ("--rdzv-backend", "c10d"),
         ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
-        ("--rdzv-id", '"$JOB_NAME"'),
+        ("--rdzv-id", rdzv_id),
     ]
+    return (
+        env_block(plan)
+        + "\n"
+        + array("DISTRIBUTED_ARGS", distributed)
+        + megatron_arrays(plan)
+        + "\n"
+    )
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole torchrun script."""
+    n = nodes(plan)
+    p = predict(plan)
     how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
     return (
         "#!/usr/bin/env bash\n"
         + comment_block(
             [
-                *header(plan, "torchrun", job_name),
+                *header(plan, "torchrun", job_name, p),
                 f"{n.nnodes} node(s) x {n.nproc_per_node} GPUs: {how}",
             ]
         )
         + "set -euo pipefail\n\n"
-        + settings_block(job_name, True, predict(plan).checkpoint_interval_steps)
+        + settings_block(job_name, True, p.checkpoint_interval_steps)
         + "\n"
-        + env_block(plan)
-        + "\n"
-        + array("DISTRIBUTED_ARGS", distributed)
-        + megatron_arrays(plan)
-        + "\n"
+        + torchrun_body(plan, n, '"$JOB_NAME"')
         + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
     )
