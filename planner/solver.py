@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from functools import cache
 
-from ortools.sat.python import cp_model
-
 SCALE = 1000
 """Fixed-point scale for the extra work (in thousandths of a decoder layer)."""
 
@@ -38,6 +36,10 @@ def balanced_split(
     Extras are rounded to 3 decimals before solving (cache key)."""
     if pp < 2:
         return None
+    # imported here: OR-Tools (and the pandas it loads) costs ~0.25 s at start-up, which only a
+    # search that needs an uneven split should pay
+    from ortools.sat.python import cp_model
+
     e_first = round(first_extra * SCALE)
     e_last = round(last_extra * SCALE)
     m = cp_model.CpModel()
