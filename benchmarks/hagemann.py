@@ -86,7 +86,7 @@ def rows(
                 global_batch_size=int(d["global_batch_size"]),
                 main_grad_dtype="bf16",
                 fused_norm=d["rms_norm_kernel"] == "1",
-                vocab_parallel_loss=False,
+                cross_entropy="gathered",
                 flash_attention=d["attention_kernel"].startswith("flash"),
             )
             layout = Layout(

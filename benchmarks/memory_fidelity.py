@@ -6,13 +6,14 @@
    table, and the rows judged wrongly.
 
 Run: python benchmarks/memory_fidelity.py
+     python benchmarks/memory_fidelity.py --write-test-data   # rewrite tests/data/memory_rows.json
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,6 @@ import runs
 
 from planner import memory
 from planner.units import GIB
-
-CAPACITY_GIB = {"torchtitan-h100": 95.0}
-"""The torchtitan H100 rows ran on 96 GB HBM2e H100s (Grand Teton), not the 80 GB SXM part: the
-label behaves like GiB on H100s; 95 GiB leaves the driver's reserve (assumed)."""
 
 
 def measured_gib(row: dict[str, Any]) -> float | None:
@@ -41,11 +38,7 @@ def published() -> None:
     errors = []
     misjudged = 0
     for case in runs.load_published():
-        job = case.job
-        for prefix, cap in CAPACITY_GIB.items():
-            if case.id.startswith(prefix):
-                job = replace(job, cluster=job.cluster.model_copy(update={"memory_gib": cap}))
-        rep = memory.estimate(job, case.layout)
+        rep = memory.estimate(case.job, case.layout)
         meas = measured_gib(case.raw)
         err = ""
         if meas:
@@ -88,6 +81,68 @@ def hagemann_table() -> None:
         )
 
 
+JOB_FIELDS = (
+    "main_grad_dtype",
+    "optimizer_state_dtype",
+    "fused_norm",
+    "cross_entropy",
+    "fp8_param_gather",
+    "flash_attention",
+    "selective_recompute",
+)
+CLUSTER_FIELDS = ("memory_gib", "power_limit_w", "hbm_bandwidth_tb_per_s")
+LAYOUT_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "sequence_parallel",
+    "micro_batch_size",
+    "zero_stage",
+    "recompute",
+    "tp_comm_overlap",
+)
+
+
+def write_test_data(path: Path) -> None:
+    """Every published run as planner inputs (the mapping of runs.py), for the memory tests."""
+    rows = []
+    for case in runs.load_published(with_throughput=False):
+        job, cl = case.job, case.job.cluster
+        overrides = {f: getattr(cl, f) for f in CLUSTER_FIELDS}
+        overrides["memory_gib"] = None if cl.memory_gib == cl.gpu.memory_gib else cl.memory_gib
+        rows.append(
+            {
+                "source_id": case.id,
+                "model": job.arch.name,
+                "gpu": cl.gpu.name,
+                "num_gpus": cl.num_gpus,
+                "cluster": {k: v for k, v in overrides.items() if v is not None},
+                "seq_length": job.seq_length,
+                "global_batch_size": job.global_batch_size,
+                "precision": job.precision,
+                "job": {f: getattr(job, f) for f in JOB_FIELDS},
+                "layout": {f: getattr(case.layout, f) for f in LAYOUT_FIELDS},
+                "measured_gib": measured_gib(case.raw),
+            }
+        )
+    about = (
+        "Every run of ../shared/reference/published_runs.yaml (all trained), mapped to planner "
+        "inputs by benchmarks/runs.py (source_id = its id; cluster = the plan's [cluster] "
+        "overrides); measured_gib is the published per-GPU peak where there is one. Written by "
+        "benchmarks/memory_fidelity.py --write-test-data; used by tests/test_memory_published.py."
+    )
+    path.write_text(json.dumps({"about": about, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {len(rows)} rows to {path}")
+
+
 if __name__ == "__main__":
-    published()
-    hagemann_table()
+    if "--write-test-data" in sys.argv:
+        write_test_data(
+            Path(__file__).resolve().parent.parent / "tests" / "data" / "memory_rows.json"
+        )
+    else:
+        published()
+        hagemann_table()

@@ -18,10 +18,19 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
              fused-softmax path); tp_comm_overlap on where the source lists --tp-comm-overlap or
              AsyncTP, and for the NeMo 24.07 H100 recipes (they enable TP overlap by default)
   seq        torchtitan's H100 benchmark omits it: 8192, its Llama 3 training default
-
-Known mismatches: the torchtitan H100 rows ran on H100 96GB HBM2e at a 500 W cap (not in the
-catalog; mapped to h100-sxm-80gb, so their peak is overstated); torchtitan's "selective (op)"
-recompute saves every other matmul, heavier than Megatron's selective (mapped to "selective").
+  torchtitan selective recompute is its default "op" policy (selective_recompute = "per_op"); its
+             loss is torch's cross entropy on each rank's logits (cross_entropy = "pytorch");
+             the H100 benchmark rows without torch.compile run eager nn.RMSNorm (fused_norm =
+             false); the A100 doc does not say, so its rows keep the default
+  GPU        the torchtitan H100 rows ran on Meta's H100 with 96 GB of HBM2e at a 500 W cap
+             ("non-standard ... peak between SXM and NVL", torchtitan paper arXiv:2410.06511):
+             h100-sxm-80gb (the same GH100 die) with power_limit_w = 500 ("the default 500W
+             power limit"), hbm_bandwidth_tb_per_s = 2.4 ("96GB HBM2e with 2.4 TB/sec", both
+             benchmarks/llama3_h100_202412_torchtitan.md) and memory_gib = 95 (the label
+             behaves like GiB on H100s; 95 leaves the driver's reserve, assumed)
+  AsyncTP    torchtitan's AsyncTP is mapped to tp_comm_overlap = false: the same benchmark's
+             Table 4 measures it at +5.7% over no overlap (829 -> 876 TPS/GPU), far from the
+             hiding of Megatron's userbuffer overlap that tp_comm_overlap models
 """
 
 from __future__ import annotations
@@ -61,11 +70,22 @@ MODEL_BY_NAME = {
 }
 """Rows whose model block is partly null, or whose shape several zoo entries share."""
 
-NEMO_TP_OVERLAP = {"nemo2407-h100-fp8-llama3-70b-64gpu", "nemo2407-h100-fp8-llama2-70b-64gpu"}
-"""NeMo 24.07 recipes with ub_tp_comm_overlap on (benchmarks/data/nemo_recipes.md)."""
+NEMOTRON = "nemo2407-h100-fp8-nemotron-340b-128gpu"
+"""No 24.07 file holds this layout; the DGX Cloud benchmark recipe with the same layout (NeMo
+24.09) uses selective recompute, TP overlap, FP8 parameters and bf16 optimizer states
+(benchmarks/data/nemo_recipes.md)."""
 
-NEMO_SELECTIVE = {"nemo2407-h100-fp8-nemotron-340b-128gpu"}
-"""NeMo 24.07's Nemotron-340B recipe uses selective recompute (benchmarks/data/nemo_recipes.md)."""
+NEMO_TP_OVERLAP = {
+    "nemo2407-h100-fp8-llama3-70b-64gpu",
+    "nemo2407-h100-fp8-llama2-70b-64gpu",
+    NEMOTRON,
+}
+"""NeMo recipes with ub_tp_comm_overlap on (benchmarks/data/nemo_recipes.md)."""
+
+CLUSTER_OVERRIDES: dict[str, dict[str, float]] = {
+    "torchtitan-h100": {"power_limit_w": 500.0, "hbm_bandwidth_tb_per_s": 2.4, "memory_gib": 95.0}
+}
+"""`[cluster]` overrides for rows whose GPU differs from its catalog part (see above)."""
 
 DEFAULT_SEQ = {"torchtitan-h100": 8192}
 """torchtitan's Llama 3 training config uses seq_len 8192 (the H100 benchmark omits it)."""
@@ -86,9 +106,9 @@ class Case:
     """The source row as read (yaml mapping or csv row), e.g. for measured memory or outcome."""
 
 
-def cluster(gpu_name: str, num_gpus: int) -> ClusterSpec:
-    """A catalog GPU, num_gpus of them, as a plan's `[cluster]` table without overrides."""
-    return resolve_cluster(ClusterSection(gpu=gpu_name, num_gpus=num_gpus), None)
+def cluster(gpu_name: str, num_gpus: int, **overrides: Any) -> ClusterSpec:
+    """A catalog GPU, num_gpus of them, as a plan's `[cluster]` table (with overrides)."""
+    return resolve_cluster(ClusterSection(gpu=gpu_name, num_gpus=num_gpus, **overrides), None)
 
 
 def gpu_name(text: str) -> str:
@@ -174,22 +194,28 @@ def case_from_row(row: dict[str, Any]) -> Case:
     fp8 = "fp8" in precision or "float8" in precision
     other = str(par.get("other") or "") + str(row.get("notes") or "")
     nemo = rid.startswith("nemo2407")
+    titan = rid.startswith("torchtitan")
+    overrides = next((v for k, v in CLUSTER_OVERRIDES.items() if rid.startswith(k)), {})
     job = Job(
         arch=arch,
-        cluster=cluster(gpu_name(str(hw["gpu"])), int(hw["num_gpus"])),
+        cluster=cluster(gpu_name(str(hw["gpu"])), int(hw["num_gpus"]), **overrides),
         seq_length=int(seq),
         global_batch_size=int(par["global_batch_size"]),
         precision="fp8" if fp8 else "bf16",
         # NeMo 24.07 recipes: bf16 gradient buffers, no fp8 parameters (data/nemo_recipes.md)
         main_grad_dtype="bf16" if nemo else "fp32",
-        fp8_param_gather=not nemo,
+        fp8_param_gather=not nemo or rid == NEMOTRON,
+        optimizer_state_dtype="bf16" if rid == NEMOTRON else "fp32",
         flash_attention=not rid.startswith(("sc21", "korthikanti")),
+        cross_entropy="pytorch" if titan else "fused",
+        fused_norm=not rid.startswith("torchtitan-h100") or "torch.compile" in other,
+        selective_recompute="per_op" if titan else "core_attn",
     )
     recompute = _recompute(par.get("recompute"))
-    if rid in NEMO_SELECTIVE:
+    if rid == NEMOTRON:
         recompute = "selective"
     sp_on = bool(sp) if sp is not None else tp > 1
-    overlap = "tp-comm-overlap" in other or "AsyncTP" in other or rid in NEMO_TP_OVERLAP
+    overlap = "tp-comm-overlap" in other or rid in NEMO_TP_OVERLAP
     layout = Layout(
         tp=tp,
         pp=pp,

@@ -20,6 +20,12 @@ For MHA (g = a, ad = h) with F = 4h and no GLU this is Korthikanti's sbh(34 + 5a
 replicated 10sbh, split 24sbh/t. Sequence parallelism splits the replicated part by t too.
 Selective recompute drops the 5as^2b term (already 0 with flash attention); full recompute keeps
 only the layer input, 2sbh (split by t under SP). Context parallelism divides s by cp.
+
+PyTorch's per-op selective checkpointing (`Job.selective_recompute = "per_op"`, torchtitan's
+`selective_ac_option = "op"`: torch.utils.checkpoint with a policy that saves the outputs of the
+attention kernel and of every other matmul, and recomputes everything else) keeps the layer input,
+the attention kernel's output and log-sum-exp, and on average half of the layer's matmul outputs
+(the counter alternates across layers, so two consecutive layers save all of them once).
 Dropout masks are counted even for models trained without dropout: a small over-estimate, on the
 safe side. FP8 (Transformer Engine) saves the inputs of the linear layers in 8 bits: those terms
 are halved.
@@ -30,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from planner import flops
 from planner.arch import ModelArch
 
 BF16 = 2
@@ -48,8 +55,14 @@ GATHERED_LOSS_BYTES_PER_LOGIT = 24
 loss), at the peak of its backward pass: the gathered bf16 logits (2), their fp32 upcast (4), the
 saved fp32 log-softmax (4), its fp32 gradient (4), the bf16 gradient (2), and the temporaries of
 an unfused softmax. Fitted (range 16-32) by benchmarks/fit_memory.py on the Hagemann et al.
-layouts, whose training code computes the loss this way. Megatron's vocab-parallel loss does not
-use it."""
+layouts, whose training code computes the loss this way (`cross_entropy = "gathered"`)."""
+
+PYTORCH_LOSS_BYTES_PER_LOGIT = 12
+"""Bytes per logit at the backward peak of torch's cross_entropy on the fp32 upcast of a rank's
+logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP), by hand from
+autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
+logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
+gradient (4) before the first is released. Megatron's fused vocab-parallel kernel keeps 2 + 4."""
 
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
@@ -67,13 +80,14 @@ class Shard:
     sequence_parallel: bool = False
     etp: int = 1
     recompute: Literal["none", "selective", "full"] = "none"
+    selective: Literal["core_attn", "per_op"] = "core_attn"
     flash_attention: bool = True
     fp8: bool = False
     seq_per_cp_rank: int = 0
     """s / cp (for the s^2 attention-score term without flash attention)."""
     micro_batch_size: int = 1
     fused_norm: bool = True
-    vocab_parallel_loss: bool = True
+    cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
 
 
 def _norm_input(T: int, h: int, sh: Shard) -> float:
@@ -165,11 +179,27 @@ def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 
+def per_op_bytes(arch: ModelArch, is_moe: bool, sh: Shard) -> float:
+    """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
+    output (bf16) and log-sum-exp (fp32 per head and token), half of its matmul outputs (M x N of
+    each GEMM, `planner.flops.linear_gemms`; MoE experts at the busiest rank's load)."""
+    t, a = sh.tokens, arch.num_attention_heads
+    _, v_width = flops.attention_core_width(arch)
+    attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
+    # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
+    # pairs an expert-parallel rank receives, so the same bytes
+    gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, MOE_LOAD_IMBALANCE)
+    matmul_out = sum(BF16 * m * n * c for m, _, n, c in gemms)
+    return layer_input_bytes(arch, sh) + attention_out + matmul_out / 2
+
+
 def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True) -> float:
-    """Bytes one decoder layer keeps for one micro-batch. recompute=False ignores full recompute
-    (the working set of the one layer being recomputed)."""
+    """Bytes one decoder layer keeps for one micro-batch. recompute=False ignores full and per-op
+    recompute (the working set of the one layer being recomputed)."""
     if recompute and sh.recompute == "full":
         return layer_input_bytes(arch, sh)
+    if recompute and sh.recompute == "selective" and sh.selective == "per_op":
+        return per_op_bytes(arch, is_moe, sh)
     mlp = moe_bytes(arch, sh) if is_moe else mlp_bytes(arch, arch.ffn_hidden_size, sh)
     return attention_bytes(arch, sh) + mlp
 
@@ -185,14 +215,14 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
 def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     """Last stage, for the micro-batch at the loss: final norm input, the bf16 logits and the fp32
     copy the vocab-parallel cross entropy keeps (Korthikanti's 4sbv/t term, plus the bf16 one).
-    Without a vocab-parallel loss every TP rank also holds the gathered logits' working set."""
+    PyTorch's cross entropy on each rank's logits keeps PYTORCH_LOSS_BYTES_PER_LOGIT instead; with
+    the logits gathered over TP every rank also holds the gathered logits' working set."""
     T, h = sh.tokens, arch.hidden_size
     norm = _norm_input(T, h, sh)
     norm = norm / sh.tp if sh.sequence_parallel else norm
-    if not sh.vocab_parallel_loss:
-        return (
-            norm
-            + BF16 * T * padded_vocab / sh.tp
-            + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
-        )
-    return norm + (BF16 + FP32) * T * padded_vocab / sh.tp
+    local = T * padded_vocab / sh.tp
+    if sh.cross_entropy == "gathered":
+        return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
+    if sh.cross_entropy == "pytorch":
+        return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
+    return norm + (BF16 + FP32) * local

@@ -18,8 +18,10 @@ stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last s
 output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
 The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
 
-Optimizer: memory-bound; OPTIMIZER_BYTES_PER_PARAM bytes touched for each parameter shard a GPU
-updates, plus reading and zeroing the local gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
+Optimizer: memory-bound; for each parameter of the shard a GPU updates, Adam reads the gradient
+(ADAM_GRAD_READ_BYTES) and reads and writes its master weight and two moments (Job.optimizer_bytes
+each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroing the local
+gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
 Other: STEP_OVERHEAD_S per step (data loading, logging, launch latencies).
 
 Calibration: the three fitted constants live in planner/layer_time.py; everything here is a
@@ -38,8 +40,9 @@ from planner.memory import stage_params
 from planner.schedule import pipeline_time, stage_ranges
 from planner.spec import Job
 
-OPTIMIZER_BYTES_PER_PARAM = 28.0
-"""Adam with fp32 master weights: read grad, master, m, v (16 bytes), write master, m, v (12)."""
+ADAM_GRAD_READ_BYTES = 4.0
+"""Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
+written: `Job.optimizer_bytes` each way)."""
 
 GRAD_BUFFER_BYTES_PER_PARAM = 8.0
 """Per local parameter per step: the gradient-norm read and the zeroing write of the fp32 buffer."""
@@ -106,13 +109,14 @@ class Performance:
         return COST_NAMES[name]
 
 
-def _optimizer_time(lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
+def _optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
     """Seconds of one stage's optimizer step: the Adam update of the shard this GPU owns plus
     the gradient buffer's norm read and zeroing, all memory-bound."""
     shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
-    touched = OPTIMIZER_BYTES_PER_PARAM * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
+    per_updated = ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
+    touched = per_updated * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
     return touched / gpu.hbm
 
 
@@ -185,7 +189,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, layers)
             e, hid = comms.data_parallel(dp_groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m)
-            dp_seen[key] = (e, hid, _optimizer_time(lay, dense, expert, gpu))
+            dp_seen[key] = (e, hid, _optimizer_time(job, lay, dense, expert, gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
@@ -214,7 +218,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
     step = breakdown.step_time
     n_gpus = lay.num_gpus
     model = flops.model_flops(arch, job.seq_length, job.global_batch_size)
-    hw = flops.hardware_flops(arch, job.seq_length, job.global_batch_size, lay.recompute)
+    hw = flops.hardware_flops(
+        arch, job.seq_length, job.global_batch_size, lay.recompute, job.selective_recompute
+    )
     peak = job.cluster.gpu.peak_flops(job.precision)
     return Performance(
         breakdown=breakdown,

@@ -44,6 +44,8 @@ Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
     is SC21 eq.(3): 96*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)).
   - selective: one more forward of core attention, 4*s*Q per token per layer. (Korthikanti eq.(8)
     writes 1 + s/(3h), i.e. three forwards' worth; we count the one forward that is re-executed.)
+    PyTorch's per-op policy (torchtitan "op") instead re-executes every other linear-layer matmul:
+    half the decoder's forward FLOPs without core attention.
 """
 
 from __future__ import annotations
@@ -146,21 +148,31 @@ def model_flops(arch: ModelArch, seq_length: int, global_batch_size: int) -> flo
     return model_flops_per_token(arch, seq_length) * seq_length * global_batch_size
 
 
-def recompute_flops_per_token(arch: ModelArch, seq_length: int, recompute: str) -> float:
-    """Extra forward FLOPs per token re-executed by activation recomputation."""
+def recompute_flops_per_token(
+    arch: ModelArch, seq_length: int, recompute: str, selective: str = "core_attn"
+) -> float:
+    """Extra forward FLOPs per token re-executed by activation recomputation (selective: the core
+    attention, or with PyTorch's per-op policy half of the linear layers)."""
+    core = arch.num_layers * attention_core_forward(arch, seq_length)
     if recompute == "full":
         return decoder_forward(arch, seq_length)
+    if recompute == "selective" and selective == "per_op":
+        return (decoder_forward(arch, seq_length) - core) / 2
     if recompute == "selective":
-        return arch.num_layers * attention_core_forward(arch, seq_length)
+        return core
     return 0.0
 
 
 def hardware_flops(
-    arch: ModelArch, seq_length: int, global_batch_size: int, recompute: str
+    arch: ModelArch,
+    seq_length: int,
+    global_batch_size: int,
+    recompute: str,
+    selective: str = "core_attn",
 ) -> float:
     """Model FLOPs plus the recomputed forward FLOPs of one step (for HFU)."""
     tokens = seq_length * global_batch_size
-    extra = recompute_flops_per_token(arch, seq_length, recompute) * tokens
+    extra = recompute_flops_per_token(arch, seq_length, recompute, selective) * tokens
     return model_flops(arch, seq_length, global_batch_size) + extra
 
 

@@ -116,12 +116,33 @@ class ClusterSpec(BaseModel):
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt
     memory_gib: PositiveFloat
+    power_limit_w: PositiveFloat | None = Field(
+        default=None, description="power cap per GPU; None = the catalog TDP"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, description="None = the catalog GPU's"
+    )
     tiers: tuple[LinkTier, ...]
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         check_tiers(self.tiers, self.num_gpus)
+        if self.power_limit_w is not None and self.power_limit_w > self.gpu.tdp_w:
+            raise ValueError(
+                f"power_limit_w ({self.power_limit_w:g}) is above {self.gpu.name}'s TDP "
+                f"({self.gpu.tdp_w:g} W); a cap can only lower it"
+            )
         return self
+
+    @property
+    def hbm_tb_per_s(self) -> float:
+        """HBM bandwidth, TB/s: the plan's override or the catalog GPU's."""
+        return self.hbm_bandwidth_tb_per_s or self.gpu.hbm_bandwidth_tb_per_s
+
+    @property
+    def power_w(self) -> float:
+        """Board power per GPU under load: the cap where one is set, else the TDP."""
+        return self.power_limit_w if self.power_limit_w is not None else self.gpu.tdp_w
 
     @property
     def capacity_bytes(self) -> float:

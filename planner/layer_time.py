@@ -29,8 +29,14 @@ sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches 
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
 Recompute: full repeats each layer's forward (compute and TP traffic) before its backward;
-selective repeats the core attention forward. The layer's TP, CP and EP traffic is computed here
+selective repeats the core attention forward (Megatron) or, per-op (PyTorch's policy that saves
+every other matmul output and the attention output), half the linear GEMMs and the elementwise
+forward. The layer's TP, CP and EP traffic is computed here
 too (planner.comms), since how much of it hides depends on the layer's own kernels.
+
+Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
+clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
+by (cap / TDP)^(1/3) (POWER_CLOCK_EXPONENT). HBM bandwidth is not scaled.
 
 Calibration: GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY and ELEMENTWISE_PASSES are fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows of published_runs.yaml.
@@ -74,6 +80,12 @@ twice that against ~6 fused."""
 FP8_CAST_BYTES = 4.0
 """Bytes moved per element to feed an FP8 GEMM (Transformer Engine cast-transpose: read bf16,
 write fp8 and its fp8 transpose), for each of its input, weight and output-gradient tensors."""
+
+
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+"""Sustained clock ~ power^(1/3) under a cap: CMOS dynamic power P = C V^2 f with the voltage
+scaled with the clock along the DVFS curve (P ~ f^3). An upper bound on the slowdown for
+compute-bound kernels at or near the TDP; not fitted."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
     if lay.recompute == "full":
         out.recompute = out.fwd
+    elif lay.recompute == "selective" and job.selective_recompute == "per_op":
+        out.recompute = gemm_fwd / 2 + (ew + cast) / 3
     elif lay.recompute == "selective":
         out.recompute = attn_fwd
     # --- TP, CP, EP traffic of the layer (planner.comms)
@@ -197,10 +211,11 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = arch.padded_vocab(lay.tp) / lay.tp
     fwd = gemm_time(t, arch.hidden_size, vocab, gpu.peak_bf16, gpu.ridge)
-    loss_vocab = vocab if job.vocab_parallel_loss else vocab * lay.tp
+    gathered = job.cross_entropy == "gathered"
+    loss_vocab = vocab * lay.tp if gathered else vocab
     ce = ELEMENTWISE_PASSES * t * loss_vocab * 4 / gpu.hbm  # fp32 logits through softmax/CE
     gather = 0.0
-    if not job.vocab_parallel_loss and lay.tp > 1:
+    if gathered and lay.tp > 1:
         # logits all-gathered forward, their gradient sliced backward
         gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
     heads = 1 + arch.mtp_num_layers
@@ -208,9 +223,11 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
 
 
 def gpu_of(job: Job) -> Gpu:
-    """The job's GPU as the roofline sees it: peaks, achieved HBM bandwidth, ridge point."""
+    """The job's GPU as the roofline sees it: peaks (lowered under a power cap), achieved HBM
+    bandwidth, ridge point."""
     spec = job.cluster.gpu
-    peak = spec.peak_flops("bf16")
-    linear = spec.peak_flops("fp8") if job.precision == "fp8" else peak
-    hbm_nominal = spec.hbm_bandwidth_tb_per_s * 1e12
+    clock = (job.cluster.power_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
+    peak = spec.peak_flops("bf16") * clock
+    linear = spec.peak_flops("fp8") * clock if job.precision == "fp8" else peak
+    hbm_nominal = job.cluster.hbm_tb_per_s * 1e12
     return Gpu(peak, linear, hbm_nominal * HBM_EFFICIENCY, peak / hbm_nominal)

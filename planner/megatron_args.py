@@ -239,6 +239,13 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
         training["fp8_param_gather"] = "--fp8-param-gather" in flags
     if "--grad-reduce-in-bf16" in flags:
         training["main_grad_dtype"] = "bf16"
+    if "--use-precision-aware-optimizer" in flags:
+        # both moments in 16 bits (each defaults to fp32)
+        moments = [
+            (flags.get(f) or ["fp32"])[-1] for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")
+        ]
+        if all(m in ("bf16", "fp16") for m in moments):
+            training["optimizer_state_dtype"] = "bf16"
     return {
         "model": model,
         "cluster": {"gpu": gpu, "num_gpus": num_gpus},

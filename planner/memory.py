@@ -126,20 +126,22 @@ def _shard(job: Job, layout: Layout) -> Shard:
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
-        vocab_parallel_loss=job.vocab_parallel_loss,
+        cross_entropy=job.cross_entropy,
+        selective=job.selective_recompute,
         flash_attention=job.flash_attention,
     )
 
 
 def state_bytes_per_param(
-    zero_stage: int, grad_bytes: float, shard_group: int
+    zero_stage: int, grad_bytes: float, shard_group: int, optimizer_bytes: float = 12.0
 ) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes per parameter: 2 bf16 weights, grad_bytes of gradient
-    (4 fp32 main_grad, 2 bf16) and 12 of fp32 master + Adam m, v; ZeRO stage z shards the
-    optimizer (z >= 1), the gradients (z >= 2) and the weights (z = 3) over shard_group ranks."""
+    (4 fp32 main_grad, 2 bf16) and optimizer_bytes of fp32 master + Adam m, v (12; 8 with bf16
+    moments); ZeRO stage z shards the optimizer (z >= 1), the gradients (z >= 2) and the weights
+    (z = 3) over shard_group ranks."""
     weights = 2.0 / shard_group if zero_stage >= 3 else 2.0
     grads = grad_bytes / shard_group if zero_stage >= 2 else grad_bytes
-    optim = 12.0 / shard_group if zero_stage >= 1 else 12.0
+    optim = optimizer_bytes / shard_group if zero_stage >= 1 else optimizer_bytes
     return weights, grads, optim
 
 
@@ -260,8 +262,9 @@ def stage_memory(
     per = per or _per_layer(arch, sh)
     dense, expert = stage_params(job, layout, rank, layers)
     z = layout.zero_stage
-    w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp)
-    w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1))
+    opt = job.optimizer_bytes
+    w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp, opt)
+    w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1), opt)
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))
@@ -278,7 +281,7 @@ def stage_memory(
         # each MTP layer runs one more decoder layer and one more output layer and loss
         last = per.moe if arch.moe_layers[-1] else per.dense
         acts += logits + arch.mtp_num_layers * (last + logits)
-    if layout.recompute == "full" and len(layers):
+    if recomputes_layers(job, layout) and len(layers):
         # the layer being recomputed holds its full activations during its backward pass
         acts += per.moe_full if arch.moe_count(layers) else per.dense_full
     if layout.cp > 1 and len(layers):
@@ -297,6 +300,13 @@ def stage_memory(
         other=_fixed_bytes(job, layout)
         + fp8_weight_cache_bytes(job, layout, layers)
         + transient * FRAGMENTATION,
+    )
+
+
+def recomputes_layers(job: Job, layout: Layout) -> bool:
+    """Whether backward re-runs most of each layer's forward first (full, or per-op selective)."""
+    return layout.recompute == "full" or (
+        layout.recompute == "selective" and job.selective_recompute == "per_op"
     )
 
 

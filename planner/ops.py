@@ -13,8 +13,9 @@ work); cost = GPU-hours x price ($/GPU-hour: the catalog's `price_usd_per_gpu_ho
 `price_source`, or `--price`).
 
 Energy. IT power P_it = N x P_gpu + nodes x P_node, nodes = ceil(N / gpus_per_node), P_gpu the
-GPU's TDP (`--gpu-power-w` overrides: training typically draws 70-90 % of TDP, so the default is
-an upper bound) and P_node the per-node overhead (CPUs, DRAM, NICs, switches' share, fans).
+GPU's TDP or the plan's `[cluster] power_limit_w` (`--gpu-power-w` overrides: training typically
+draws 70-90 % of TDP, so the default is an upper bound) and P_node the per-node overhead (CPUs,
+DRAM, NICs, switches' share, fans).
 Facility power = P_it x PUE; energy = facility power x T_wall (GPUs stay powered while they wait).
 
 Checkpoints, failures and goodput: planner/resilience.py.
@@ -218,7 +219,7 @@ def price(job: Job, ops: OpsParams) -> tuple[float | None, str]:
 def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
     """(per-GPU W, per-node overhead W, facility W = (N x GPU + nodes x node) x PUE)."""
     c = job.cluster
-    gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.gpu.tdp_w
+    gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.power_w
     node_w = (
         ops.node_overhead_w
         if ops.node_overhead_w is not None

@@ -53,15 +53,25 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         cluster["gpus_per_node"] = job.cluster.gpus_per_node
     if job.cluster.memory_gib != gpu.memory_gib:
         cluster["memory_gib"] = job.cluster.memory_gib
+    if job.cluster.power_limit_w is not None:
+        cluster["power_limit_w"] = job.cluster.power_limit_w
+    if job.cluster.hbm_bandwidth_tb_per_s is not None:
+        cluster["hbm_bandwidth_tb_per_s"] = job.cluster.hbm_bandwidth_tb_per_s
     training: dict[str, Any] = {
         "seq_length": job.seq_length,
         "global_batch_size": job.global_batch_size,
         "precision": job.precision,
         "main_grad_dtype": job.main_grad_dtype,
     }
-    for flag in ("fused_norm", "vocab_parallel_loss", "fp8_param_gather", "flash_attention"):
+    if job.optimizer_state_dtype != "fp32":
+        training["optimizer_state_dtype"] = job.optimizer_state_dtype
+    for flag in ("fused_norm", "fp8_param_gather", "flash_attention"):
         if not getattr(job, flag):
             training[flag] = False
+    if job.cross_entropy != "fused":
+        training["cross_entropy"] = job.cross_entropy
+    if job.selective_recompute != "core_attn":
+        training["selective_recompute"] = job.selective_recompute
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,

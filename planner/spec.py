@@ -21,6 +21,8 @@ from planner.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, ZeroStage
 
 Precision = Literal["bf16", "fp8"]
+CrossEntropy = Literal["fused", "pytorch", "gathered"]
+SelectivePolicy = Literal["core_attn", "per_op"]
 
 
 class ClusterSection(BaseModel):
@@ -32,6 +34,12 @@ class ClusterSection(BaseModel):
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt | None = None
     memory_gib: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = Field(
+        default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)"
+    )
     tiers: tuple[LinkTier, ...] | None = None
 
 
@@ -44,11 +52,23 @@ class TrainingSection(BaseModel):
     global_batch_size: PositiveInt
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
+    )
     fused_norm: bool = Field(
         default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
     )
-    vocab_parallel_loss: bool = Field(
-        default=True, description="cross entropy on vocab-split logits (Megatron); false: gathered"
+    cross_entropy: CrossEntropy = Field(
+        default="fused",
+        description="fused: Megatron's vocab-parallel kernel; pytorch: torch cross_entropy on "
+        "each rank's fp32 logits (vocab-split under TP); gathered: logits gathered over TP first",
+    )
+    selective_recompute: SelectivePolicy = Field(
+        default="core_attn",
+        description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
+        "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
     )
     fp8_param_gather: bool = Field(
         default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
@@ -99,15 +119,25 @@ class Job:
     global_batch_size: int
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
     fused_norm: bool = True
-    vocab_parallel_loss: bool = True
+    cross_entropy: CrossEntropy = "fused"
     fp8_param_gather: bool = True
     flash_attention: bool = True
+    selective_recompute: SelectivePolicy = "core_attn"
 
     @property
     def grad_bytes(self) -> float:
         """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
         return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    @property
+    def optimizer_bytes(self) -> float:
+        """Optimizer bytes per parameter: the fp32 master weight (4) and Adam's two moments
+        (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with Transformer
+        Engine >= 2.1 keeps only the master's 16-bit remainder (store_param_remainders, on by
+        default; OptimizerConfig @d98e8a64), 2 bytes fewer: counting 4 is the safe side."""
+        return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)
 
     @property
     def tokens_per_step(self) -> int:
@@ -163,7 +193,8 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
 
 
 def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
-    """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, tiers) applied."""
+    """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
+    hbm_bandwidth_tb_per_s, tiers) applied."""
     where = str(path) if path else "<plan>"
     try:
         gpu = catalog.get_gpu(section.gpu)
@@ -179,6 +210,8 @@ def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
         "num_gpus": section.num_gpus,
         "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
         "memory_gib": section.memory_gib or gpu.memory_gib,
+        "power_limit_w": section.power_limit_w,
+        "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
         "tiers": section.tiers or gpu.tiers,
     }
     return catalog.validate(ClusterSpec, data, path, prefix="cluster")
@@ -199,10 +232,12 @@ def build_job(
         global_batch_size=training.global_batch_size,
         precision=training.precision,
         main_grad_dtype=training.main_grad_dtype,
+        optimizer_state_dtype=training.optimizer_state_dtype,
         fused_norm=training.fused_norm,
-        vocab_parallel_loss=training.vocab_parallel_loss,
+        cross_entropy=training.cross_entropy,
         fp8_param_gather=training.fp8_param_gather,
         flash_attention=training.flash_attention,
+        selective_recompute=training.selective_recompute,
     )
 
 

@@ -114,3 +114,56 @@ def test_logits_are_split_by_tp() -> None:
     # (2 + 4) bytes per logit over t ranks, plus the final norm input 2sbh (split under SP)
     sh = Shard(tokens=S, tp=8, sequence_parallel=True, seq_per_cp_rank=S)
     assert act.logits_bytes(GPT, 51200, sh) == pytest.approx(6 * S * 51200 / 8 + 2 * S * H / 8)
+
+
+LLAMA8 = ModelArch(
+    name="l",
+    num_layers=32,
+    hidden_size=4096,
+    ffn_hidden_size=14336,
+    num_attention_heads=32,
+    num_query_groups=8,
+    vocab_size=128256,
+    gated_linear_unit=True,
+    activation="swiglu",
+)
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_per_op_checkpointing_keeps_half_the_matmul_outputs(t: int) -> None:
+    # Llama-3.1-8B layer, T tokens, no SP. By hand, bytes per token:
+    #   layer input 2h = 8192 (replicated without SP)
+    #   attention output 2 x 32 x 128 / t + log-sum-exp 4 x 32 / t = (8192 + 128) / t
+    #   matmul outputs: QKV 2 x (32 + 16) x 128 / t = 12288 / t, output projection 2h = 8192
+    #   (a partial sum before the all-reduce: full width), fc1 2 x 2 x 14336 / t = 57344 / t,
+    #   fc2 8192 -> half of (69632 / t + 16384)
+    T = 4096
+    sh = Shard(tokens=T, tp=t, recompute="selective", selective="per_op", seq_per_cp_rank=T)
+    per_token = 8192 + 8320 / t + (69632 / t + 16384) / 2
+    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(per_token * T)
+    # Megatron's selective keeps every saved tensor with flash attention: 36 sbh at t = 1
+    core = Shard(tokens=T, recompute="selective", seq_per_cp_rank=T)
+    assert act.layer_bytes(LLAMA8, False, core) == pytest.approx(36 * 4096 * T)
+
+
+def test_per_op_working_set_is_the_whole_layer() -> None:
+    T = 4096
+    sh = Shard(tokens=T, recompute="selective", selective="per_op", seq_per_cp_rank=T)
+    assert act.layer_bytes(LLAMA8, False, sh, recompute=False) == pytest.approx(36 * 4096 * T)
+
+
+def test_loss_bytes_per_logit_by_implementation() -> None:
+    # per local logit: Megatron's fused kernel 2 + 4 = 6; torch cross_entropy on fp32 logits 12
+    # (log-softmax output, its incoming gradient, the input gradient); gathered over TP: the
+    # bf16 local logits plus GATHERED_LOSS_BYTES_PER_LOGIT on the full vocabulary
+    V, t = 51200, 8
+    norm = 2 * S * H / t
+
+    def loss(kind: str) -> float:
+        sh = Shard(tokens=S, tp=t, sequence_parallel=True, cross_entropy=kind)  # type: ignore[arg-type]
+        return act.logits_bytes(GPT, V, sh) - norm
+
+    assert loss("fused") == pytest.approx(6 * S * V / t)
+    assert loss("pytorch") == pytest.approx(12 * S * V / t)
+    gathered = 2 * S * V / t + act.GATHERED_LOSS_BYTES_PER_LOGIT * S * V
+    assert loss("gathered") == pytest.approx(gathered)

@@ -20,6 +20,7 @@ import pytest
 
 from planner import catalog, cost
 from planner.hardware import ClusterSpec
+from planner.layer_time import gpu_of
 from planner.layout import Layout
 from planner.spec import Job
 
@@ -117,6 +118,37 @@ def test_recompute_costs_time_in_order() -> None:
     t_sel = tok(j, base.with_(recompute="selective"))
     t_full = tok(j, base.with_(recompute="full"))
     assert t_full < t_sel < t_none
+
+
+def test_per_op_selective_recomputes_half_the_linear_forward() -> None:
+    # Megatron's selective re-runs core attention only; PyTorch's per-op policy re-runs half the
+    # matmuls and the elementwise forward: more recompute time, between "selective" and "full"
+    j = job("llama3.1-8b", num_gpus=8, gbs=64)
+    lay = Layout(tp=1, dp=8, micro_batch_size=1, recompute="selective")
+    core = cost.estimate(j, lay).breakdown.recompute
+    per_op = cost.estimate(replace(j, selective_recompute="per_op"), lay).breakdown.recompute
+    full = cost.estimate(j, lay.with_(recompute="full")).breakdown.recompute
+    assert core < per_op < full
+
+
+def test_power_cap_lowers_the_compute_peaks_by_the_cube_root() -> None:
+    # P ~ f^3 along the DVFS curve: a 350 W cap on a 700 W H100 runs at (1/2)^(1/3) = 0.794 of
+    # the peak; a step gets slower, by less than 1/0.794 (communication is not slowed)
+    j = job("llama3.1-8b", num_gpus=8, gbs=64)
+    capped = replace(j, cluster=j.cluster.model_copy(update={"power_limit_w": 350.0}))
+    assert gpu_of(capped).peak_bf16 == pytest.approx(989e12 * 0.5 ** (1 / 3))
+    lay = Layout(tp=1, dp=8, micro_batch_size=1)
+    slow, fast = cost.estimate(capped, lay).step_time_s, cost.estimate(j, lay).step_time_s
+    assert fast < slow <= fast / 0.5 ** (1 / 3) + 1e-9
+
+
+def test_hbm_override_moves_the_ridge_point() -> None:
+    # H100 with 2.4 TB/s HBM2e instead of 3.35 TB/s HBM3: ridge 989e12 / 2.4e12 = 412 FLOP/B
+    j = job("llama3.1-8b", num_gpus=8, gbs=64)
+    hbm2e = replace(j, cluster=j.cluster.model_copy(update={"hbm_bandwidth_tb_per_s": 2.4}))
+    assert gpu_of(hbm2e).ridge == pytest.approx(989 / 2.4)
+    lay = Layout(tp=1, dp=8, micro_batch_size=1)
+    assert tok(hbm2e, lay) < tok(j, lay)
 
 
 def test_tp_across_nodes_pays_more_than_inside_one() -> None:

@@ -88,6 +88,9 @@ VERIFIED = {
     "--fp8-format": "TransformerConfig.fp8 (arg_names; e4m3 | hybrid)",
     "--fp8-param-gather": "hand (_add_transformer_engine_args)",
     "--grad-reduce-in-bf16": "hand (_add_mixed_precision_args)",
+    "--use-precision-aware-optimizer": "hand (_add_experimental_args)",
+    "--exp-avg-dtype": "hand (_add_experimental_args; fp32 fp16 bf16 fp8)",
+    "--exp-avg-sq-dtype": "hand (_add_experimental_args; fp32 fp16 bf16 fp8)",
     "--recompute-granularity": "TransformerConfig.recompute_granularity (full | selective)",
     "--recompute-method": "TransformerConfig.recompute_method (uniform | block)",
     "--recompute-num-layers": "TransformerConfig.recompute_num_layers",
@@ -231,6 +234,26 @@ def test_fp8_param_gather_without_distributed_optimizer_is_refused() -> None:
     plan = make_plan("llama3.1-8b", 16, {"tp": 2, "zero_stage": 0}, precision="fp8")
     with pytest.raises(InputError, match="fp8_param_gather"):
         megatron.arguments(plan)
+
+
+def test_bf16_optimizer_states_use_the_precision_aware_optimizer() -> None:
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer_state_dtype="bf16")
+    f = flags(plan)
+    assert "--use-precision-aware-optimizer" in f
+    assert f["--exp-avg-dtype"] == ["bf16"] and f["--exp-avg-sq-dtype"] == ["bf16"]
+    assert round_trip(plan).job.optimizer_state_dtype == "bf16"
+    assert "--use-precision-aware-optimizer" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+    # Megatron: the precision-aware optimizer needs the distributed optimizer
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2, "zero_stage": 0}, optimizer_state_dtype="bf16")
+    with pytest.raises(InputError, match="optimizer_state_dtype"):
+        megatron.arguments(plan)
+
+
+def test_non_megatron_training_code_is_noted() -> None:
+    par = {"tp": 2, "recompute": "selective"}
+    plan = make_plan("llama3.1-8b", 16, par, cross_entropy="pytorch", selective_recompute="per_op")
+    notes = " ".join(megatron.arguments(plan).notes)
+    assert "cross_entropy" in notes and "selective_recompute" in notes
 
 
 def test_tp_comm_overlap_and_sequence_parallel() -> None:

@@ -91,6 +91,11 @@ def test_recompute_adds_exactly_one_forward() -> None:
     sel = flops.hardware_flops(arch, s, B, "selective")
     assert sel - model == pytest.approx(tokens * 32 * 4 * s * 4096, rel=1e-12)
     assert flops.hardware_flops(arch, s, B, "none") == model
+    # per-op selective (torchtitan "op"): every other linear matmul, i.e. half the forward of
+    # the decoder without QK^T and AV: per token per layer 2 x (QKV 4096 x 6144 + proj 4096^2 +
+    # MLP 3 x 4096 x 14336) = 2 x 218103808 FLOPs, halved
+    per_op = flops.hardware_flops(arch, s, B, "selective", "per_op")
+    assert per_op - model == pytest.approx(tokens * 32 * 218103808, rel=1e-12)
 
 
 def test_moe_counts_topk_shared_and_dense_layers() -> None:

@@ -46,6 +46,16 @@ def test_megatron_distributed_optimizer_bytes() -> None:
     assert sum(memory.state_bytes_per_param(1, 4.0, 8)) == pytest.approx(6 + 12 / 8)
 
 
+def test_bf16_adam_moments_shrink_the_optimizer() -> None:
+    # Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16:
+    # K = 4 (fp32 master) + 2 + 2 = 8 instead of 12. ZeRO's 7.5B example at stage 1, N_d = 64:
+    # 7.5 x (2 + 2 + 8/64) = 30.94 GB (31.4 with K = 12).
+    j = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 64, optimizer_state_dtype="bf16")
+    assert j.optimizer_bytes == 8.0
+    w, g, o = memory.state_bytes_per_param(1, 2.0, 64, j.optimizer_bytes)
+    assert (w + g + o) * 7.5e9 / GB == pytest.approx(30.94, abs=0.01)
+
+
 def megatron_theoretical(
     j: Job, lay: Layout
 ) -> tuple[float, float]:  # (weights+optimizer bytes, activation bytes) on stage 0

@@ -35,5 +35,5 @@ def test_fused_norm_and_parallel_loss_save_memory() -> None:
     # the same layout with Megatron's fused norms and vocab-parallel loss needs less memory
     row = next(r for r in hagemann.rows() if r.layout.tp == 4 and r.layout.pp == 2)
     base = memory.estimate(row.job, row.layout).peak
-    fused = replace(row.job, fused_norm=True, vocab_parallel_loss=True)
+    fused = replace(row.job, fused_norm=True, cross_entropy="fused")
     assert memory.estimate(fused, row.layout).peak < base

@@ -267,6 +267,24 @@ def test_bad_memory_override(tmp_path: Path) -> None:
     assert f"{path}: cluster.memory_gib:" in msg and "(got -80)" in msg
 
 
+def test_power_limit_above_tdp_is_bad_input(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(cluster=CLUSTER + "power_limit_w = 800\n"))
+    msg = load_error(path)
+    assert f"{path}: cluster" in msg and "power_limit_w (800)" in msg and "700" in msg
+
+
+def test_cluster_variant_overrides(tmp_path: Path) -> None:
+    extra = "power_limit_w = 500\nhbm_bandwidth_tb_per_s = 2.4\nmemory_gib = 95\n"
+    training = TRAINING + 'cross_entropy = "pytorch"\nselective_recompute = "per_op"\n'
+    plan = load_plan(write(tmp_path, plan_text(cluster=CLUSTER + extra, training=training)))
+    c = plan.job.cluster
+    assert (c.power_w, c.hbm_tb_per_s, c.memory_gib) == (500, 2.4, 95)
+    assert plan.job.cross_entropy == "pytorch" and plan.job.selective_recompute == "per_op"
+    # without overrides the catalog figures stand
+    base = load_plan(write(tmp_path, plan_text(), "base.toml")).job.cluster
+    assert (base.power_w, base.hbm_tb_per_s) == (700, 3.35)
+
+
 def test_missing_required_field(tmp_path: Path) -> None:
     path = write(tmp_path, plan_text(training="[training]\nseq_length = 8192\n"))
     msg = load_error(path)

@@ -275,6 +275,18 @@ def training_args(plan: Plan) -> list[Arg]:
             a.append(("--fp8-param-gather",))
     if job.main_grad_dtype == "bf16":
         a.append(("--grad-reduce-in-bf16",))
+    if job.optimizer_state_dtype == "bf16":
+        if lay.zero_stage == 0:
+            raise InputError(
+                f"{plan.path}: training.optimizer_state_dtype: Megatron's "
+                f"--use-precision-aware-optimizer needs the distributed optimizer or FSDP "
+                f"(zero_stage >= 1, got 0); set optimizer_state_dtype = 'fp32' or raise zero_stage"
+            )
+        a += [
+            ("--use-precision-aware-optimizer",),
+            ("--exp-avg-dtype", "bf16"),
+            ("--exp-avg-sq-dtype", "bf16"),
+        ]
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),
@@ -294,8 +306,16 @@ def arguments(plan: Plan) -> Arguments:
     notes = []
     if not job.fused_norm:
         notes.append("training.fused_norm = false has no Megatron flag (its norms are fused)")
-    if not job.vocab_parallel_loss:
-        notes.append("training.vocab_parallel_loss = false has no Megatron flag")
+    if job.cross_entropy != "fused":
+        notes.append(
+            f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (its loss is "
+            "the fused vocab-parallel kernel)"
+        )
+    if job.selective_recompute != "core_attn" and plan.require_layout().recompute == "selective":
+        notes.append(
+            f"training.selective_recompute = {job.selective_recompute!r} has no Megatron flag: "
+            "--recompute-granularity selective recomputes the core attention"
+        )
     return Arguments(
         model=tuple(model_args(plan)),
         parallel=tuple(parallel_args(plan)),
