@@ -301,7 +301,10 @@ def _best_variants(
     found: list[tuple[int, int, Layout, MemoryReport]] = []
     # with flash attention Megatron's selective recompute (the core attention) keeps exactly
     # what no recompute keeps (planner.activations): same memory, more time, never chosen
-    skip_selective = job.flash_attention and "none" in space.recompute
+    # (PyTorch's per-op policy does save memory)
+    skip_selective = (
+        job.flash_attention and job.selective_recompute == "core_attn" and "none" in space.recompute
+    )
     for z, rc in _variants(space):
         if rc == "selective" and skip_selective:
             continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -178,6 +179,14 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
         Space(cp=Bound(1, 1), ep=Bound(1, 4), expert_tp=("tp",), recompute=("selective", "full")),
     ),
+    "llama8b-per-op-selective": (
+        # PyTorch per-op checkpointing: selective saves memory with flash attention too
+        replace(
+            make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, memory_gib=40),
+            selective_recompute="per_op",
+        ),
+        Space(tp=Bound(1, 2), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1)),
+    ),
     "llama8b-tp-across-nodes": (
         make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
         Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),
@@ -229,6 +238,7 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     pinned = references["llama8b-pinned"]
     assert all(c.layout.tp == 2 and c.layout.pp <= 2 and c.layout.zero_stage == 1 for c in pinned)
     assert all(c.layout.recompute in ("none", "full") for c in pinned)
+    assert any(c.layout.recompute == "selective" for c in references["llama8b-per-op-selective"])
 
 
 def test_nothing_fits_matches_brute_force() -> None:
