@@ -31,14 +31,14 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import Any
 
 from planner.arch import ModelArch
 from planner.catalog import read_file, validate
 from planner.errors import InputError, where
+from planner.hf_fields import Reader
 
 Fields = dict[str, Any]
-V = TypeVar("V", bool, str)
 
 _GELU = (  # every GeLU approximation maps to Megatron's gelu
     "gelu",
@@ -50,77 +50,6 @@ _GELU = (  # every GeLU approximation maps to Megatron's gelu
     "gelu_10",
     "quick_gelu",
 )
-
-
-class _Reader:
-    """Typed access to one parsed config; every failure names the file, field and architecture."""
-
-    def __init__(self, cfg: dict[str, Any], path: Path | str | None, arch: str) -> None:
-        self.cfg = cfg
-        self.file = where(path)
-        self.arch = arch
-        self.notes: list[str] = []  # what ModelArch cannot express, added to `source`
-
-    def error(self, key: str, msg: str) -> InputError:
-        return InputError(f"{self.file}: {key}: {msg}")
-
-    def _first(self, keys: tuple[str, ...]) -> tuple[str, Any]:
-        """The first of `keys` present with a non-null value, else (keys[0], None)."""
-        for key in keys:
-            if self.cfg.get(key) is not None:
-                return key, self.cfg[key]
-        return keys[0], None
-
-    def _check_int(self, key: str, value: Any, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            need = "a positive integer" if minimum > 0 else f"an integer >= {minimum}"
-            raise self.error(key, f"must be {need} for {self.arch} (got {value!r})")
-        return value
-
-    def req_int(self, *keys: str, minimum: int = 1) -> int:
-        """A required size; aliases after the first are also accepted."""
-        key, value = self._first(keys)
-        if value is None:
-            also = f" (also accepted: {', '.join(keys[1:])})" if len(keys) > 1 else ""
-            raise self.error(key, f"required field missing for {self.arch}{also}")
-        return self._check_int(key, value, minimum)
-
-    def opt_int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int | None:
-        """An optional size: absent or null gives `default`."""
-        key, value = self._first(keys)
-        return default if value is None else self._check_int(key, value, minimum)
-
-    def nullable_int(self, key: str, minimum: int = 1) -> int | None:
-        """A key that must be present but may be null (e.g. DeepSeek q_lora_rank)."""
-        if key not in self.cfg:
-            raise self.error(key, f"required field missing for {self.arch} (null is allowed)")
-        value = self.cfg[key]
-        return None if value is None else self._check_int(key, value, minimum)
-
-    def _typed(self, key: str, default: V, what: str) -> V:
-        """An optional value of default's type: absent or null gives `default`."""
-        value = self.cfg.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, type(default)):
-            raise self.error(key, f"must be {what} (got {value!r})")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        return self._typed(key, default, "true or false")
-
-    def text(self, key: str, default: str) -> str:
-        return self._typed(key, default, "a string")
-
-    def int_list(self, key: str) -> list[int]:
-        value = self.cfg.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise self.error(key, f"must be a list of layer indices (got {value!r})")
-        return value
 
 
 # --- entry points
@@ -147,7 +76,7 @@ def parse_json(text: str, path: Path | str | None) -> dict[str, Any]:
 def arch_from_hf(cfg: dict[str, Any], path: Path | str | None = None) -> ModelArch:
     """Map one parsed HF config dict to a validated ModelArch."""
     arch = architecture(cfg, path)
-    reader = _Reader(cfg, path, arch)
+    reader = Reader(cfg, path, arch)
     fields = _FAMILIES[arch][1](reader)
     name_or_path = cfg.get("_name_or_path")
     fields["name"] = model_name(cfg, path)
@@ -203,7 +132,7 @@ def model_name(cfg: dict[str, Any], path: Path | str | None = None) -> str:
 # --- shared pieces
 
 
-def _mlp(r: _Reader, key: str, default: str, gated: bool) -> Fields:
+def _mlp(r: Reader, key: str, default: str, gated: bool) -> Fields:
     """activation + gated_linear_unit from hidden_act / activation_function."""
     act = r.text(key, default)
     if gated:
@@ -223,7 +152,7 @@ def _mlp(r: _Reader, key: str, default: str, gated: bool) -> Fields:
     return {"activation": table[act], "gated_linear_unit": gated}
 
 
-def _attention(r: _Reader, hidden: int, heads: int, head_dim_default: int | None = None) -> Fields:
+def _attention(r: Reader, hidden: int, heads: int, head_dim_default: int | None = None) -> Fields:
     """num_query_groups and kv_channels from num_key_value_heads and head_dim."""
     kv = r.opt_int("num_key_value_heads")
     head_dim = r.opt_int("head_dim", default=head_dim_default)
@@ -235,14 +164,14 @@ def _attention(r: _Reader, hidden: int, heads: int, head_dim_default: int | None
     }
 
 
-def _tied(r: _Reader, default: bool) -> Fields:
+def _tied(r: Reader, default: bool) -> Fields:
     return {"untie_embeddings_and_output_weights": not r.flag("tie_word_embeddings", default)}
 
 
 # --- one mapper per architecture family
 
 
-def _dense_shape(r: _Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
+def _dense_shape(r: Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
     """The fields the HF-style configs spell alike: layers, hidden, ffn (under ffn_key), heads,
     the attention shape, vocabulary and positions."""
     hidden = r.req_int("hidden_size")
@@ -258,7 +187,7 @@ def _dense_shape(r: _Reader, ffn_key: str, head_dim_default: int | None = None) 
     }
 
 
-def _gpt2_shape(r: _Reader, *hidden_keys: str) -> Fields:
+def _gpt2_shape(r: Reader, *hidden_keys: str) -> Fields:
     """The same fields in GPT-2-era spelling (n_layer, n_head, n_inner; the newer names are also
     accepted); n_inner absent or null -> 4 x hidden."""
     hidden = r.req_int(*hidden_keys)
@@ -273,7 +202,7 @@ def _gpt2_shape(r: _Reader, *hidden_keys: str) -> Fields:
     }
 
 
-def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
+def _llama(r: Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
     """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
     attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
     return {
@@ -286,7 +215,7 @@ def _llama(r: _Reader, head_dim_default: int | None = None, gated: bool = True) 
     }
 
 
-def _moe(r: _Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
+def _moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
     """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
     else one 0/1 entry per layer."""
     return {
@@ -297,24 +226,24 @@ def _moe(r: _Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list
     }
 
 
-def _mixtral(r: _Reader) -> Fields:
+def _mixtral(r: Reader) -> Fields:
     """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
     f = _llama(r)
     every = [True] * f["num_layers"]
     return f | _moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
 
 
-def _qwen2(r: _Reader) -> Fields:
+def _qwen2(r: Reader) -> Fields:
     """Qwen2 / Qwen2.5: bias on q, k, v only."""
     return {**_llama(r), "add_qkv_bias": True, "add_bias_linear": False}
 
 
-def _qwen3(r: _Reader) -> Fields:
+def _qwen3(r: Reader) -> Fields:
     """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
     return {**_llama(r, head_dim_default=128), "qk_layernorm": True}
 
 
-def _qwen3_moe(r: _Reader) -> Fields:
+def _qwen3_moe(r: Reader) -> Fields:
     """Layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
     f = _qwen3(r)
     step = r.opt_int("decoder_sparse_step", default=1) or 1
@@ -323,7 +252,7 @@ def _qwen3_moe(r: _Reader) -> Fields:
     return f | _moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
 
 
-def _deepseek_v3(r: _Reader) -> Fields:
+def _deepseek_v3(r: Reader) -> Fields:
     """MLA + DeepSeekMoE. Layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq
     == 0; intermediate_size is the dense layers' MLP width. The fields that change the parameter
     count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
@@ -352,7 +281,7 @@ def _deepseek_v3(r: _Reader) -> Fields:
     }
 
 
-def _gpt2(r: _Reader) -> Fields:
+def _gpt2(r: Reader) -> Fields:
     """GPT-2: n_embd / n_layer / n_head / n_positions."""
     return {
         **_gpt2_shape(r, "n_embd", "hidden_size"),
@@ -365,7 +294,7 @@ def _gpt2(r: _Reader) -> Fields:
     }
 
 
-def _gpt_neox(r: _Reader) -> Fields:
+def _gpt_neox(r: Reader) -> Fields:
     """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
     return {
         **_dense_shape(r, "intermediate_size"),
@@ -377,7 +306,7 @@ def _gpt_neox(r: _Reader) -> Fields:
     }
 
 
-def _bloom(r: _Reader) -> Fields:
+def _bloom(r: Reader) -> Fields:
     """BLOOM: ALiBi (no position table), GeLU, tied. BLOOM-176B's config says n_embed /
     num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
     (2h parameters) has no ModelArch field and is not counted."""
@@ -392,7 +321,7 @@ def _bloom(r: _Reader) -> Fields:
     }
 
 
-def _opt(r: _Reader) -> Fields:
+def _opt(r: Reader) -> Fields:
     """OPT: ffn_dim, ReLU, learned positions, tied. A word_embed_proj_dim other than hidden_size
     (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
     hidden = r.req_int("hidden_size")
@@ -412,13 +341,13 @@ def _opt(r: _Reader) -> Fields:
     }
 
 
-def _nemotron(r: _Reader) -> Fields:
+def _nemotron(r: Reader) -> Fields:
     """Nemotron-4: squared ReLU without GLU, LayerNorm1p (a LayerNorm), partial RoPE, head_dim."""
     return {**_llama(r, gated=False), "normalization": "LayerNorm"}
 
 
 # architectures[0] -> (model_type, mapper), in the order error messages list them
-_FAMILIES: dict[str, tuple[str, Callable[[_Reader], Fields]]] = {
+_FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "LlamaForCausalLM": ("llama", _llama),
     "MistralForCausalLM": ("mistral", _llama),
     "MixtralForCausalLM": ("mixtral", _mixtral),
