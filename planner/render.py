@@ -102,11 +102,22 @@ def memory_table(rep: MemoryReport) -> Table:
     return t
 
 
+def cluster_text(job: Job) -> str:
+    """'8 x h100-sxm-80gb', with the plan's power cap and HBM override where set."""
+    c = job.cluster
+    extra = []
+    if c.power_limit_w is not None:
+        extra.append(f"{c.power_limit_w:g} W cap")
+    if c.hbm_bandwidth_tb_per_s is not None:
+        extra.append(f"HBM {c.hbm_bandwidth_tb_per_s:g} TB/s")
+    return f"{c.num_gpus} x {c.gpu.name}" + (f" ({', '.join(extra)})" if extra else "")
+
+
 def print_check(
     console: Console, job: Job, layout: Layout, rep: MemoryReport, changes: list[Change]
 ) -> None:
     console.print(
-        f"[bold]{job.arch.name}[/] on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}"
     )
     console.print(memory_table(rep))
@@ -166,7 +177,7 @@ def print_explain(
     console: Console, job: Job, layout: Layout, rep: MemoryReport, perf: Performance
 ) -> None:
     console.print(
-        f"[bold]{job.arch.name}[/] on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
         f"{layout.describe()}"
     )
