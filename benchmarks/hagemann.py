@@ -87,6 +87,8 @@ def rows(
                 main_grad_dtype="bf16",
                 fused_norm=d["rms_norm_kernel"] == "1",
                 cross_entropy="gathered",
+                fused_swiglu=False,
+                sp_keeps_gathered_input=True,
                 flash_attention=d["attention_kernel"].startswith("flash"),
             )
             layout = Layout(

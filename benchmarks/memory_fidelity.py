@@ -89,6 +89,8 @@ JOB_FIELDS = (
     "fp8_param_gather",
     "flash_attention",
     "selective_recompute",
+    "fused_swiglu",
+    "sp_keeps_gathered_input",
 )
 CLUSTER_FIELDS = ("memory_gib", "power_limit_w", "hbm_bandwidth_tb_per_s")
 LAYOUT_FIELDS = (

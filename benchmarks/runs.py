@@ -20,8 +20,10 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
   seq        torchtitan's H100 benchmark omits it: 8192, its Llama 3 training default
   torchtitan selective recompute is its default "op" policy (selective_recompute = "per_op"); its
              loss is torch's cross entropy on each rank's logits (cross_entropy = "pytorch");
-             the H100 benchmark rows without torch.compile run eager nn.RMSNorm (fused_norm =
-             false); the A100 doc does not say, so its rows keep the default
+             the H100 benchmark rows without torch.compile run eager nn.RMSNorm and
+             silu(x) * gate (fused_norm = fused_swiglu = false); the A100 doc does not say, so
+             its rows keep the defaults; DTensor sequence parallelism saves the all-gathered
+             input of the column-parallel linears (sp_keeps_gathered_input)
   GPU        the torchtitan H100 rows ran on Meta's H100 with 96 GB of HBM2e at a 500 W cap
              ("non-standard ... peak between SXM and NVL", torchtitan paper arXiv:2410.06511):
              h100-sxm-80gb (the same GH100 die) with power_limit_w = 500 ("the default 500W
@@ -195,6 +197,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
     other = str(par.get("other") or "") + str(row.get("notes") or "")
     nemo = rid.startswith("nemo2407")
     titan = rid.startswith("torchtitan")
+    eager = rid.startswith("torchtitan-h100") and "torch.compile" not in other
     overrides = next((v for k, v in CLUSTER_OVERRIDES.items() if rid.startswith(k)), {})
     job = Job(
         arch=arch,
@@ -208,7 +211,9 @@ def case_from_row(row: dict[str, Any]) -> Case:
         optimizer_state_dtype="bf16" if rid == NEMOTRON else "fp32",
         flash_attention=not rid.startswith(("sc21", "korthikanti")),
         cross_entropy="pytorch" if titan else "fused",
-        fused_norm=not rid.startswith("torchtitan-h100") or "torch.compile" in other,
+        fused_norm=not eager,
+        fused_swiglu=not eager,
+        sp_keeps_gathered_input=titan,
         selective_recompute="per_op" if titan else "core_attn",
     )
     recompute = _recompute(par.get("recompute"))

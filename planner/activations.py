@@ -43,12 +43,12 @@ BF16 = 2
 FP32 = 4
 MASK = 1
 
-UNFUSED_NORM_EXTRA = 8
+UNFUSED_NORM_EXTRA = 6
 """Extra bytes per element a plain PyTorch RMSNorm/LayerNorm keeps over a fused kernel, which keeps
-its bf16 input (2) and one statistic per token: the unfused one also keeps the fp32 upcast of its
-input (4), the fp32 normalised tensor (4) for the multiplication by the weight; the bf16 output
-counts as the next layer's input. Fitted (range 4-10) by benchmarks/fit_memory.py on the
-Hagemann et al. rows without the fused kernel."""
+its bf16 input (2) and one statistic per token: the unfused one also keeps intermediate tensors
+for autograd (a bf16 normalised tensor, 2; with a LLaMA-style fp32 upcast 4-8 more); the bf16
+output counts as the next layer's input. Fitted (grid 4-10, picked 6) by benchmarks/fit_memory.py
+on the Hagemann et al. rows without the fused kernel."""
 
 GATHERED_LOSS_BYTES_PER_LOGIT = 24
 """Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
@@ -63,6 +63,12 @@ logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP)
 autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
 logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
 gradient (4) before the first is released. Megatron's fused vocab-parallel kernel keeps 2 + 4."""
+
+GATHERED_HELD_BYTES_PER_LOGIT = 4
+"""Bytes per logit still alive on the last stage after the gathered loss's backward: the current
+and the previous micro-batch's bf16 logits, both referenced by the pipeline's two output buffers
+(Aleph-Alpha/scaling PipelineScheduleTrain.required_buffer_count = 2 on the last stage; its
+PIPELINE_STAGE_OUTPUT is never taken there)."""
 
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
@@ -88,6 +94,8 @@ class Shard:
     micro_batch_size: int = 1
     fused_norm: bool = True
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
+    fused_swiglu: bool = True
+    sp_keeps_gathered_input: bool = False
 
 
 def _norm_input(T: int, h: int, sh: Shard) -> float:
@@ -116,7 +124,15 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     if not sh.flash_attention and sh.recompute == "none":
         s = sh.seq_per_cp_rank
         split += 5 * a * s * s * sh.micro_batch_size
-    return _split(rep, split, sh)
+    return _split(rep, split, sh) + _gathered_input_extra(T, h, sh)
+
+
+def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:
+    """What a column-parallel linear keeps beyond its SP shard when it saves the all-gathered input
+    (`sp_keeps_gathered_input`: PyTorch DTensor SP, Aleph-Alpha's code): (1 - 1/tp) of it."""
+    if not (sh.sequence_parallel and sh.sp_keeps_gathered_input):
+        return 0.0
+    return _linear_in(BF16 * T * h, sh) * (1 - 1 / sh.tp)
 
 
 def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -144,7 +160,9 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     glu = 2 if arch.gated_linear_unit else 1
     rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + _norm_input(T, h, sh)  # fc1 in, mask, norm
     split = BF16 * T * ffn * glu + _linear_in(BF16 * T * ffn, sh)
-    return _split(rep, split, sh)
+    if glu == 2 and not sh.fused_swiglu:
+        split += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
+    return _split(rep, split, sh) + _gathered_input_extra(T, h, sh)
 
 
 def moe_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -127,6 +127,8 @@ def _shard(job: Job, layout: Layout) -> Shard:
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
         cross_entropy=job.cross_entropy,
+        fused_swiglu=job.fused_swiglu,
+        sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         selective=job.selective_recompute,
         flash_attention=job.flash_attention,
     )
@@ -283,7 +285,14 @@ def stage_memory(
         acts += logits + arch.mtp_num_layers * (last + logits)
     if recomputes_layers(job, layout) and len(layers):
         # the layer being recomputed holds its full activations during its backward pass
-        acts += per.moe_full if arch.moe_count(layers) else per.dense_full
+        working = per.moe_full if arch.moe_count(layers) else per.dense_full
+        if rank == layout.pp - 1 and job.cross_entropy == "gathered":
+            # that happens after the loss backward has released its fp32 buffers: only the two
+            # bf16 logits tensors the pipeline's output buffers hold are still alive then
+            vocab = arch.padded_vocab(layout.tp)
+            released = logits - act.GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
+            working = max(0.0, working - released)
+        acts += working
     if layout.cp > 1 and len(layers):
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
         # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)

@@ -65,9 +65,11 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     }
     if job.optimizer_state_dtype != "fp32":
         training["optimizer_state_dtype"] = job.optimizer_state_dtype
-    for flag in ("fused_norm", "fp8_param_gather", "flash_attention"):
+    for flag in ("fused_norm", "fp8_param_gather", "flash_attention", "fused_swiglu"):
         if not getattr(job, flag):
             training[flag] = False
+    if job.sp_keeps_gathered_input:
+        training["sp_keeps_gathered_input"] = True
     if job.cross_entropy != "fused":
         training["cross_entropy"] = job.cross_entropy
     if job.selective_recompute != "core_attn":

@@ -76,6 +76,15 @@ class TrainingSection(BaseModel):
     flash_attention: bool = Field(
         default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
     )
+    fused_swiglu: bool = Field(
+        default=True,
+        description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
+    )
+    sp_keeps_gathered_input: bool = Field(
+        default=False,
+        description="sequence parallelism saves the all-gathered input of the column-parallel "
+        "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
+    )
 
 
 class ParallelSection(BaseModel):
@@ -122,6 +131,8 @@ class Job:
     optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
     fused_norm: bool = True
     cross_entropy: CrossEntropy = "fused"
+    fused_swiglu: bool = True
+    sp_keeps_gathered_input: bool = False
     fp8_param_gather: bool = True
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
@@ -238,6 +249,8 @@ def build_job(
         fp8_param_gather=training.fp8_param_gather,
         flash_attention=training.flash_attention,
         selective_recompute=training.selective_recompute,
+        fused_swiglu=training.fused_swiglu,
+        sp_keeps_gathered_input=training.sp_keeps_gathered_input,
     )
 
 

@@ -167,3 +167,31 @@ def test_loss_bytes_per_logit_by_implementation() -> None:
     assert loss("pytorch") == pytest.approx(12 * S * V / t)
     gathered = 2 * S * V / t + act.GATHERED_LOSS_BYTES_PER_LOGIT * S * V
     assert loss("gathered") == pytest.approx(gathered)
+
+
+def test_eager_swiglu_also_keeps_the_silu_output() -> None:
+    # silu(x) * gate in eager PyTorch saves silu(x) for the multiplication: + 2 x F bytes per
+    # token, split by t. Llama-3.1-8B layer at t = 2: 2 x 14336 / 2 = 14336 bytes per token
+    T = 4096
+    fused = Shard(tokens=T, tp=2, seq_per_cp_rank=T)
+    eager = Shard(tokens=T, tp=2, seq_per_cp_rank=T, fused_swiglu=False)
+    extra = act.layer_bytes(LLAMA8, False, eager) - act.layer_bytes(LLAMA8, False, fused)
+    assert extra == pytest.approx(14336 * T)
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_linear_inputs() -> None:
+    # Megatron SP keeps 1/t of the QKV and fc1 inputs (2Th each) and re-gathers in backward;
+    # keeping the gathered input adds (1 - 1/t) of each: 2 x 2 x 4096 x 3/4 = 12288 bytes per
+    # token at t = 4
+    T = 4096
+    sp = Shard(tokens=T, tp=4, sequence_parallel=True, seq_per_cp_rank=T)
+    kept = Shard(
+        tokens=T, tp=4, sequence_parallel=True, seq_per_cp_rank=T, sp_keeps_gathered_input=True
+    )
+    extra = act.layer_bytes(LLAMA8, False, kept) - act.layer_bytes(LLAMA8, False, sp)
+    assert extra == pytest.approx(12288 * T)
+    # without SP there is nothing to gather
+    no_sp = Shard(tokens=T, tp=4, seq_per_cp_rank=T, sp_keeps_gathered_input=True)
+    assert act.layer_bytes(LLAMA8, False, no_sp) == act.layer_bytes(
+        LLAMA8, False, Shard(tokens=T, tp=4, seq_per_cp_rank=T)
+    )

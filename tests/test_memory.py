@@ -3,6 +3,8 @@ in-flight counts against Megatron's schedule, and the structure of the report.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner import activations as act
@@ -184,3 +186,24 @@ def test_headroom_lowers_capacity() -> None:
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(tp=8, dp=1, sequence_parallel=True)
     assert memory.estimate(j, lay, 10).capacity == pytest.approx(j.cluster.capacity_bytes * 0.9)
+
+
+def test_gathered_loss_buffers_are_free_before_the_last_layer_is_recomputed() -> None:
+    # Last stage, full recompute, loss on gathered logits: the recomputed layer's working set
+    # comes after the loss backward has freed all but the two bf16 logits buffers (4 bytes per
+    # logit), so it adds max(0, working - (logits - 4 T V)) on top of the loss peak, not working.
+    j = job("llama2-13b", "a100-sxm-80gb", 8, 2048, 64, cross_entropy="gathered")
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch_size=2, recompute="full")
+    sh = memory._shard(j, lay)
+    V = j.arch.padded_vocab(1)
+    logits = act.logits_bytes(j.arch, V, sh)
+    working = act.layer_bytes(j.arch, False, sh, recompute=False)
+    released = logits - 4 * sh.tokens * V
+    kept = j.arch.num_layers * act.layer_input_bytes(j.arch, sh) + act.embedding_bytes(j.arch, sh)
+    want = (kept + logits + max(0.0, working - released)) * memory.FRAGMENTATION
+    assert memory.estimate(j, lay).stages[0].activations == pytest.approx(want)
+    # Megatron's fused loss: the working set is added whole (the safe side)
+    fused = replace(j, cross_entropy="fused")
+    logits_f = act.logits_bytes(j.arch, V, memory._shard(fused, lay))
+    want_f = (kept + logits_f + working) * memory.FRAGMENTATION
+    assert memory.estimate(fused, lay).stages[0].activations == pytest.approx(want_f)

@@ -306,6 +306,13 @@ def arguments(plan: Plan) -> Arguments:
     notes = []
     if not job.fused_norm:
         notes.append("training.fused_norm = false has no Megatron flag (its norms are fused)")
+    if not job.fused_swiglu:
+        notes.append("training.fused_swiglu = false has no Megatron flag (--swiglu is fused)")
+    if job.sp_keeps_gathered_input:
+        notes.append(
+            "training.sp_keeps_gathered_input = true has no Megatron flag (it re-gathers in "
+            "backward)"
+        )
     if job.cross_entropy != "fused":
         notes.append(
             f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (its loss is "
