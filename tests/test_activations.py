@@ -31,6 +31,19 @@ GPT = ModelArch(
 )
 S, B, H, A = 2048, 1, 12288, 96
 
+# Llama-3.1-8B's layer shape (GQA with 8 groups, SwiGLU)
+LLAMA8 = ModelArch(
+    name="l",
+    num_layers=32,
+    hidden_size=4096,
+    ffn_hidden_size=14336,
+    num_attention_heads=32,
+    num_query_groups=8,
+    vocab_size=128256,
+    gated_linear_unit=True,
+    activation="swiglu",
+)
+
 
 def layer(t: int, sp: bool, recompute: str, flash: bool = False) -> float:
     sh = Shard(
@@ -86,19 +99,8 @@ def test_gqa_and_swiglu_change_the_layer() -> None:
     # attention: replicated 2 (QKV in) + 1 (mask) + 2 (norm in) = 5; Q,K,V = 2(32+16)128/4096 = 3;
     #            output projection input 2  -> 10
     # MLP: replicated 5; fc1 output 2 * 2 * 14336/4096 = 14; activation output 2 * 3.5 = 7 -> 26
-    llama = ModelArch(
-        name="l",
-        num_layers=32,
-        hidden_size=4096,
-        ffn_hidden_size=14336,
-        num_attention_heads=32,
-        num_query_groups=8,
-        vocab_size=128256,
-        gated_linear_unit=True,
-        activation="swiglu",
-    )
     sh = Shard(tokens=8192, seq_per_cp_rank=8192)
-    assert act.layer_bytes(llama, False, sh) == pytest.approx(36 * 8192 * 4096)
+    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(36 * 8192 * 4096)
 
 
 def test_fp8_halves_the_linear_inputs() -> None:
@@ -114,19 +116,6 @@ def test_logits_are_split_by_tp() -> None:
     # (2 + 4) bytes per logit over t ranks, plus the final norm input 2sbh (split under SP)
     sh = Shard(tokens=S, tp=8, sequence_parallel=True, seq_per_cp_rank=S)
     assert act.logits_bytes(GPT, 51200, sh) == pytest.approx(6 * S * 51200 / 8 + 2 * S * H / 8)
-
-
-LLAMA8 = ModelArch(
-    name="l",
-    num_layers=32,
-    hidden_size=4096,
-    ffn_hidden_size=14336,
-    num_attention_heads=32,
-    num_query_groups=8,
-    vocab_size=128256,
-    gated_linear_unit=True,
-    activation="swiglu",
-)
 
 
 @pytest.mark.parametrize("t", [1, 4])
