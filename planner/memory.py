@@ -289,6 +289,8 @@ def stage_memory(
         if rank == layout.pp - 1 and job.cross_entropy == "gathered":
             # that happens after the loss backward has released its fp32 buffers: only the two
             # bf16 logits tensors the pipeline's output buffers hold are still alive then
+            # (measured on the Hagemann et al. layouts; for the other loss kernels both peaks
+            # are added, the safe side, as no measured run separates them)
             vocab = arch.padded_vocab(layout.tp)
             released = logits - act.GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
             working = max(0.0, working - released)
