@@ -182,8 +182,10 @@ def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
         ],
         [str(PLANS / "hf-llama2-7b.toml")],  # hf_config relative to the job file
         [str(PLANS / "inline-overrides.toml"), "--max-pp", "2"],  # inline model, tier overrides
+        # every non-Megatron switch and GPU-variant override must survive the round trip
+        [str(PLANS / "torchtitan-style.toml"), "--max-pp", "2", "--recompute", "selective"],
     ],
-    ids=["default", "moe", "uneven", "hf-config", "inline-overrides"],
+    ids=["default", "moe", "uneven", "hf-config", "inline-overrides", "torchtitan-style"],
 )
 def test_write_plan_round_trips(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -194,6 +196,20 @@ def test_write_plan_round_trips(
     _same_layout(top, checked)
     if "--pp" in argv:
         assert top["parallel"]["pipeline_layers"] == [41, 39]
+    if "--recompute" in argv:
+        text = plan.read_text()
+        for line in (
+            "power_limit_w = 500",
+            "hbm_bandwidth_tb_per_s = 2.4",
+            'optimizer_state_dtype = "bf16"',
+            "fused_norm = false",
+            "fused_swiglu = false",
+            'cross_entropy = "pytorch"',
+            'selective_recompute = "per_op"',
+            "sp_keeps_gathered_input = true",
+        ):
+            assert line in text, line
+        assert top["parallel"]["recompute"] == "selective"
     code, out, err = run(["launch", str(plan), "--target", "megatron-args"], capsys)
     assert code == 0, err
     assert f"--tensor-model-parallel-size {top['parallel']['tp']}" in out
