@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ import hagemann
 import runs
 
 from planner import memory
+from planner.layout import Layout
+from planner.spec import Job
 from planner.units import GIB
 
 
@@ -81,31 +84,8 @@ def hagemann_table() -> None:
         )
 
 
-JOB_FIELDS = (
-    "main_grad_dtype",
-    "optimizer_state_dtype",
-    "fused_norm",
-    "cross_entropy",
-    "fp8_param_gather",
-    "flash_attention",
-    "selective_recompute",
-    "fused_swiglu",
-    "sp_keeps_gathered_input",
-)
 CLUSTER_FIELDS = ("memory_gib", "power_limit_w", "hbm_bandwidth_tb_per_s")
-LAYOUT_FIELDS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "sequence_parallel",
-    "micro_batch_size",
-    "zero_stage",
-    "recompute",
-    "tp_comm_overlap",
-)
+JOB_WRITTEN_APART = {"arch", "cluster", "seq_length", "global_batch_size", "precision"}
 
 
 def write_test_data(path: Path) -> None:
@@ -125,8 +105,16 @@ def write_test_data(path: Path) -> None:
                 "seq_length": job.seq_length,
                 "global_batch_size": job.global_batch_size,
                 "precision": job.precision,
-                "job": {f: getattr(job, f) for f in JOB_FIELDS},
-                "layout": {f: getattr(case.layout, f) for f in LAYOUT_FIELDS},
+                "job": {
+                    f.name: getattr(job, f.name)
+                    for f in fields(Job)
+                    if f.name not in JOB_WRITTEN_APART
+                },
+                "layout": {
+                    f.name: getattr(case.layout, f.name)
+                    for f in fields(Layout)
+                    if getattr(case.layout, f.name) is not None
+                },
                 "measured_gib": measured_gib(case.raw),
             }
         )

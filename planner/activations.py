@@ -21,7 +21,7 @@ replicated 10sbh, split 24sbh/t. Sequence parallelism splits the replicated part
 Selective recompute drops the 5as^2b term (already 0 with flash attention); full recompute keeps
 only the layer input, 2sbh (split by t under SP). Context parallelism divides s by cp.
 
-PyTorch's per-op selective checkpointing (`Job.selective_recompute = "per_op"`, torchtitan's
+PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan's
 `selective_ac_option = "op"`: torch.utils.checkpoint with a policy that saves the outputs of the
 attention kernel and of every other matmul, and recomputes everything else) keeps the layer input,
 the attention kernel's output and log-sum-exp, and on average half of the layer's matmul outputs
@@ -38,6 +38,7 @@ from typing import Literal
 
 from planner import flops
 from planner.arch import ModelArch
+from planner.layout import RecomputePolicy
 
 BF16 = 2
 FP32 = 4
@@ -85,8 +86,7 @@ class Shard:
     tp: int = 1
     sequence_parallel: bool = False
     etp: int = 1
-    recompute: Literal["none", "selective", "full"] = "none"
-    selective: Literal["core_attn", "per_op"] = "core_attn"
+    recompute: RecomputePolicy = "none"
     flash_attention: bool = True
     fp8: bool = False
     seq_per_cp_rank: int = 0
@@ -216,7 +216,7 @@ def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True
     recompute (the working set of the one layer being recomputed)."""
     if recompute and sh.recompute == "full":
         return layer_input_bytes(arch, sh)
-    if recompute and sh.recompute == "selective" and sh.selective == "per_op":
+    if recompute and sh.recompute == "per_op":
         return per_op_bytes(arch, is_moe, sh)
     mlp = moe_bytes(arch, sh) if is_moe else mlp_bytes(arch, arch.ffn_hidden_size, sh)
     return attention_bytes(arch, sh) + mlp

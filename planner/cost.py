@@ -218,9 +218,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     step = breakdown.step_time
     n_gpus = lay.num_gpus
     model = flops.model_flops(arch, job.seq_length, job.global_batch_size)
-    hw = flops.hardware_flops(
-        arch, job.seq_length, job.global_batch_size, lay.recompute, job.selective_recompute
-    )
+    policy = job.recompute_policy(lay.recompute)
+    hw = flops.hardware_flops(arch, job.seq_length, job.global_batch_size, policy)
     peak = job.cluster.gpu.peak_flops(job.precision)
     return Performance(
         breakdown=breakdown,

@@ -148,31 +148,23 @@ def model_flops(arch: ModelArch, seq_length: int, global_batch_size: int) -> flo
     return model_flops_per_token(arch, seq_length) * seq_length * global_batch_size
 
 
-def recompute_flops_per_token(
-    arch: ModelArch, seq_length: int, recompute: str, selective: str = "core_attn"
-) -> float:
-    """Extra forward FLOPs per token re-executed by activation recomputation (selective: the core
-    attention, or with PyTorch's per-op policy half of the linear layers)."""
+def recompute_flops_per_token(arch: ModelArch, seq_length: int, policy: str) -> float:
+    """Extra forward FLOPs per token re-executed by activation recomputation, for a recompute
+    policy (`Job.recompute_policy`): none, core_attn, per_op (half the linear layers) or full."""
     core = arch.num_layers * attention_core_forward(arch, seq_length)
-    if recompute == "full":
+    if policy == "full":
         return decoder_forward(arch, seq_length)
-    if recompute == "selective" and selective == "per_op":
+    if policy == "per_op":
         return (decoder_forward(arch, seq_length) - core) / 2
-    if recompute == "selective":
+    if policy == "core_attn":
         return core
     return 0.0
 
 
-def hardware_flops(
-    arch: ModelArch,
-    seq_length: int,
-    global_batch_size: int,
-    recompute: str,
-    selective: str = "core_attn",
-) -> float:
+def hardware_flops(arch: ModelArch, seq_length: int, global_batch_size: int, policy: str) -> float:
     """Model FLOPs plus the recomputed forward FLOPs of one step (for HFU)."""
     tokens = seq_length * global_batch_size
-    extra = recompute_flops_per_token(arch, seq_length, recompute, selective) * tokens
+    extra = recompute_flops_per_token(arch, seq_length, policy) * tokens
     return model_flops(arch, seq_length, global_batch_size) + extra
 
 

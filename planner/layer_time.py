@@ -178,11 +178,12 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
     out.fwd = gemm_fwd + attn_fwd + (ew + cast) / 3
     out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
-    if lay.recompute == "full":
+    policy = job.recompute_policy(lay.recompute)
+    if policy == "full":
         out.recompute = out.fwd
-    elif lay.recompute == "selective" and job.selective_recompute == "per_op":
+    elif policy == "per_op":
         out.recompute = gemm_fwd / 2 + (ew + cast) / 3
-    elif lay.recompute == "selective":
+    elif policy == "core_attn":
         out.recompute = attn_fwd
     # --- TP, CP, EP traffic of the layer (planner.comms)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Recompute = Literal["none", "selective", "full"]
+RecomputePolicy = Literal["none", "core_attn", "per_op", "full"]
+"""What is recomputed: "selective" resolved by the training code (`Job.recompute_policy`)."""
 ZeroStage = Literal[0, 1, 2, 3]
 
 FSDP_STRATEGY: dict[int, str] = {

@@ -121,7 +121,7 @@ def _shard(job: Job, layout: Layout) -> Shard:
         tp=layout.tp,
         sequence_parallel=layout.sequence_parallel,
         etp=layout.expert_tp,
-        recompute=layout.recompute,
+        recompute=job.recompute_policy(layout.recompute),
         fp8=job.precision == "fp8",
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
@@ -129,7 +129,6 @@ def _shard(job: Job, layout: Layout) -> Shard:
         cross_entropy=job.cross_entropy,
         fused_swiglu=job.fused_swiglu,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
-        selective=job.selective_recompute,
         flash_attention=job.flash_attention,
     )
 
@@ -283,7 +282,7 @@ def stage_memory(
         # each MTP layer runs one more decoder layer and one more output layer and loss
         last = per.moe if arch.moe_layers[-1] else per.dense
         acts += logits + arch.mtp_num_layers * (last + logits)
-    if recomputes_layers(job, layout) and len(layers):
+    if sh.recompute in ("full", "per_op") and len(layers):
         # the layer being recomputed holds its full activations during its backward pass
         working = per.moe_full if arch.moe_count(layers) else per.dense_full
         if rank == layout.pp - 1 and job.cross_entropy == "gathered":
@@ -311,13 +310,6 @@ def stage_memory(
         other=_fixed_bytes(job, layout)
         + fp8_weight_cache_bytes(job, layout, layers)
         + transient * FRAGMENTATION,
-    )
-
-
-def recomputes_layers(job: Job, layout: Layout) -> bool:
-    """Whether backward re-runs most of each layer's forward first (full, or per-op selective)."""
-    return layout.recompute == "full" or (
-        layout.recompute == "selective" and job.selective_recompute == "per_op"
     )
 
 

@@ -18,7 +18,7 @@ from planner import catalog
 from planner.arch import ModelArch
 from planner.errors import InputError
 from planner.hardware import ClusterSpec, LinkTier, check_tiers
-from planner.layout import Layout, Recompute, ZeroStage
+from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
 
 Precision = Literal["bf16", "fp8"]
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
@@ -141,6 +141,11 @@ class Job:
     def grad_bytes(self) -> float:
         """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
         return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    def recompute_policy(self, recompute: Recompute) -> RecomputePolicy:
+        """What a layout's recompute setting recomputes in this training code: "selective" is
+        the core attention (Megatron) or PyTorch's per-op policy."""
+        return self.selective_recompute if recompute == "selective" else recompute
 
     @property
     def optimizer_bytes(self) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from planner import activations as act
+from planner import catalog
 from planner.activations import Shard
 from planner.arch import ModelArch
 
@@ -31,18 +32,8 @@ GPT = ModelArch(
 )
 S, B, H, A = 2048, 1, 12288, 96
 
-# Llama-3.1-8B's layer shape (GQA with 8 groups, SwiGLU)
-LLAMA8 = ModelArch(
-    name="l",
-    num_layers=32,
-    hidden_size=4096,
-    ffn_hidden_size=14336,
-    num_attention_heads=32,
-    num_query_groups=8,
-    vocab_size=128256,
-    gated_linear_unit=True,
-    activation="swiglu",
-)
+# Llama-3.1-8B's layer shape: h 4096, F 14336, 32 heads, 8 query groups, SwiGLU (the zoo entry)
+LLAMA8 = catalog.get_model("llama3.1-8b")
 
 
 def layer(t: int, sp: bool, recompute: str, flash: bool = False) -> float:
@@ -78,9 +69,9 @@ def test_table2_no_parallelism() -> None:
 @pytest.mark.parametrize("t", [1, 2, 8])
 def test_table2_selective(t: int) -> None:
     sbh = S * B * H
-    assert layer(t, False, "selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert layer(t, False, "core_attn") == pytest.approx(sbh * (10 + 24 / t))
     if t > 1:
-        assert layer(t, True, "selective") == pytest.approx(34 * sbh / t)
+        assert layer(t, True, "core_attn") == pytest.approx(34 * sbh / t)
 
 
 def test_table2_full_recompute() -> None:
@@ -91,7 +82,7 @@ def test_table2_full_recompute() -> None:
 
 def test_flash_attention_drops_the_score_term() -> None:
     # with flash attention nothing of size s^2 is stored: the selective value, with or without it
-    assert layer(8, True, "none", flash=True) == pytest.approx(layer(8, True, "selective"))
+    assert layer(8, True, "none", flash=True) == pytest.approx(layer(8, True, "core_attn"))
 
 
 def test_gqa_and_swiglu_change_the_layer() -> None:
@@ -127,17 +118,17 @@ def test_per_op_checkpointing_keeps_half_the_matmul_outputs(t: int) -> None:
     #   (a partial sum before the all-reduce: full width), fc1 2 x 2 x 14336 / t = 57344 / t,
     #   fc2 8192 -> half of (69632 / t + 16384)
     T = 4096
-    sh = Shard(tokens=T, tp=t, recompute="selective", selective="per_op", seq_per_cp_rank=T)
+    sh = Shard(tokens=T, tp=t, recompute="per_op", seq_per_cp_rank=T)
     per_token = 8192 + 8320 / t + (69632 / t + 16384) / 2
     assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(per_token * T)
     # Megatron's selective keeps every saved tensor with flash attention: 36 sbh at t = 1
-    core = Shard(tokens=T, recompute="selective", seq_per_cp_rank=T)
+    core = Shard(tokens=T, recompute="core_attn", seq_per_cp_rank=T)
     assert act.layer_bytes(LLAMA8, False, core) == pytest.approx(36 * 4096 * T)
 
 
 def test_per_op_working_set_is_the_whole_layer() -> None:
     T = 4096
-    sh = Shard(tokens=T, recompute="selective", selective="per_op", seq_per_cp_rank=T)
+    sh = Shard(tokens=T, recompute="per_op", seq_per_cp_rank=T)
     assert act.layer_bytes(LLAMA8, False, sh, recompute=False) == pytest.approx(36 * 4096 * T)
 
 

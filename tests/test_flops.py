@@ -88,13 +88,13 @@ def test_recompute_adds_exactly_one_forward() -> None:
     full = flops.hardware_flops(arch, s, B, "full")
     assert full - model == pytest.approx(tokens * flops.decoder_forward(arch, s), rel=1e-12)
     # selective: one more forward of QK^T and AV, 4*s*Q per token per layer (Q = 4096)
-    sel = flops.hardware_flops(arch, s, B, "selective")
+    sel = flops.hardware_flops(arch, s, B, "core_attn")
     assert sel - model == pytest.approx(tokens * 32 * 4 * s * 4096, rel=1e-12)
     assert flops.hardware_flops(arch, s, B, "none") == model
     # per-op selective (torchtitan "op"): every other linear matmul, i.e. half the forward of
     # the decoder without QK^T and AV: per token per layer 2 x (QKV 4096 x 6144 + proj 4096^2 +
     # MLP 3 x 4096 x 14336) = 2 x 218103808 FLOPs, halved
-    per_op = flops.hardware_flops(arch, s, B, "selective", "per_op")
+    per_op = flops.hardware_flops(arch, s, B, "per_op")
     assert per_op - model == pytest.approx(tokens * 32 * 218103808, rel=1e-12)
 
 

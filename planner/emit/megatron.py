@@ -318,7 +318,7 @@ def arguments(plan: Plan) -> Arguments:
             f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (its loss is "
             "the fused vocab-parallel kernel)"
         )
-    if job.selective_recompute != "core_attn" and plan.require_layout().recompute == "selective":
+    if job.recompute_policy(plan.require_layout().recompute) == "per_op":
         notes.append(
             f"training.selective_recompute = {job.selective_recompute!r} has no Megatron flag: "
             "--recompute-granularity selective recomputes the core attention"
