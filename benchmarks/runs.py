@@ -33,6 +33,8 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
   AsyncTP    torchtitan's AsyncTP is mapped to tp_comm_overlap = false: the same benchmark's
              Table 4 measures it at +5.7% over no overlap (829 -> 876 TPS/GPU), far from the
              hiding of Megatron's userbuffer overlap that tp_comm_overlap models
+  DP sync    overlap_grad_reduce = false where the source says the gradient all-reduce does not
+             overlap the backward (Korthikanti et al.'s 2240-GPU run); otherwise overlapped
 """
 
 from __future__ import annotations
@@ -233,6 +235,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         zero_stage=_zero(par.get("zero_or_dist_opt")),  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
         tp_comm_overlap=overlap and sp_on,
+        overlap_grad_reduce="no overlap of DP gradient" not in other,
     )
     tokens = published_tokens(row)
     group = rid.split("-")[0]

@@ -233,8 +233,12 @@ def data_parallel(
     backward and the next step's first forward (Megatron --overlap-grad-reduce /
     --overlap-param-gather); ZeRO 3: parameter all-gather before every micro-batch's forward and
     backward plus the gradient reduce-scatter, each hidden behind that pass. What exceeds its
-    window is exposed, and never less than one bucket.
+    window is exposed, and never less than one bucket. Without `lay.overlap_grad_reduce` the
+    gradient reduction has no window (it starts after the backward), nor without
+    `lay.overlap_param_gather` the parameter all-gather.
     """
+    bwd = bwd if lay.overlap_grad_reduce else 0.0
+    fwd = fwd if lay.overlap_param_gather else 0.0
     exposed = hidden = 0.0
     for n_params, grp in zip((dense, expert), groups, strict=True):
         if n_params <= 0 or grp.size <= 1:
@@ -255,5 +259,5 @@ def data_parallel(
         e_red = max(red - bwd, red * bucket)
         e_gat = max(gather - fwd, gather * bucket)
         exposed += e_red + e_gat
-        hidden += red + gather - e_red - e_gat
+        hidden += (red - e_red) + (gather - e_gat)
     return exposed, hidden

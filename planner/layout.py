@@ -53,6 +53,12 @@ class Layout:
     """Decoder layers per pipeline rank (pp entries); None = even split."""
     tp_comm_overlap: bool = False
     """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs SP)."""
+    overlap_grad_reduce: bool = True
+    """Reduce gradients in buckets during the backward (Megatron --overlap-grad-reduce). False:
+    the whole reduction runs after the last micro-batch's backward, exposed."""
+    overlap_param_gather: bool = True
+    """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
+    --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""
 
     @property
     def expert_tp(self) -> int:
@@ -103,6 +109,10 @@ class Layout:
             parts.append("sp")
         if self.tp_comm_overlap:
             parts.append("tpov")
+        if not self.overlap_grad_reduce:
+            parts.append("grad-sync-exposed")
+        if self.zero_stage >= 1 and not self.overlap_param_gather:
+            parts.append("param-gather-exposed")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
         parts.append(f"recompute={self.recompute}")
         return " ".join(parts)

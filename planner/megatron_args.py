@@ -79,12 +79,12 @@ PARALLEL_READ = {
     "--use-megatron-fsdp",
     "--use-torch-fsdp2",
     "--data-parallel-sharding-strategy",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
 }
 # parallelism flags that are understood but do not change the memory model's inputs
 PARALLEL_IGNORED = {
     "--no-overlap-p2p-communication",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
     "--overlap-param-gather-with-optimizer-step",
     "--overlap-moe-expert-parallel-comm",
     "--distributed-backend",
@@ -220,6 +220,13 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
         parallel["vpp"], parallel["pipeline_layers"] = _pp_layout(value, pp, where)
     parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
     parallel["zero_stage"] = _zero_stage(flags, where)
+    # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
+    # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no
+    # sharded optimizer) there is no such traffic and the plan default (true) is kept.
+    moot = "--use-torch-fsdp2" in flags or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
+    parallel["overlap_grad_reduce"] = moot or "--overlap-grad-reduce" in flags
+    moot = moot or parallel["zero_stage"] == 0
+    parallel["overlap_param_gather"] = moot or "--overlap-param-gather" in flags
     parallel["recompute"] = _recompute(flags)
 
     if "--seq-length" not in flags:

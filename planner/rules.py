@@ -184,6 +184,17 @@ def _sequence_parallel(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def _overlap(job: Job, lay: Layout) -> Violation | None:
+    if lay.zero_stage >= 1 and lay.overlap_param_gather and not lay.overlap_grad_reduce:
+        return Violation(
+            "param_gather_overlap",
+            "parallel.overlap_param_gather",
+            "overlap_param_gather = true needs overlap_grad_reduce = true (Megatron "
+            "validate_args); set both, or overlap_param_gather = false",
+        )
+    return None
+
+
 def _batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp
@@ -220,6 +231,7 @@ RULES: tuple[Rule, ...] = (
     _experts,
     _context,
     _sequence_parallel,
+    _overlap,
     _batch,
     _positions,
 )
@@ -269,6 +281,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         recompute=section.recompute,
         pipeline_layers=section.pipeline_layers,
         tp_comm_overlap=section.tp_comm_overlap,
+        overlap_grad_reduce=section.overlap_grad_reduce,
+        overlap_param_gather=section.overlap_param_gather,
     )
 
 

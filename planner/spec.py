@@ -105,6 +105,12 @@ class ParallelSection(BaseModel):
     recompute: Recompute = "none"
     pipeline_layers: tuple[PositiveInt, ...] | None = None
     tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = Field(
+        default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
+    )
+    overlap_param_gather: bool = Field(
+        default=True, description="Megatron --overlap-param-gather (planner launches with it)"
+    )
 
 
 class PlanFile(BaseModel):

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, cost
+from planner import catalog, comms, cost
 from planner.hardware import ClusterSpec
 from planner.layer_time import gpu_of
 from planner.layout import Layout
+from planner.memory import stage_params
 from planner.spec import Job
 
 DATA = Path(__file__).parent / "data" / "fidelity_rows.json"
@@ -177,6 +178,27 @@ def test_slower_network_exposes_more_dp_traffic() -> None:
     slow = cost.estimate(job("llama3.1-70b", gbs=32, ib_gb_per_s=5), lay)
     assert slow.breakdown.dp_comm_exposed > fast.breakdown.dp_comm_exposed
     assert slow.tokens_per_s_per_gpu < fast.tokens_per_s_per_gpu
+
+
+def test_dp_sync_after_the_backward_is_all_exposed() -> None:
+    """Without --overlap-grad-reduce / --overlap-param-gather nothing hides the DP traffic: the
+    exposed time is the whole reduce-scatter plus all-gather (comms' own formulas, per stage),
+    the same total that the overlapped layout splits into exposed and hidden."""
+    j = job("llama3.1-70b", gbs=32, ib_gb_per_s=5)
+    lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
+    on = cost.estimate(j, lay).breakdown
+    off = cost.estimate(j, lay.with_(overlap_grad_reduce=False, overlap_param_gather=False))
+    grp = comms.data_parallel_groups(j.cluster, lay)[0]
+    dense, _ = stage_params(j, lay, 0, range(j.arch.num_layers))
+    whole = comms.reduce_scatter(dense * j.grad_bytes, grp) + comms.all_gather(dense * 2, grp)
+    assert off.breakdown.dp_comm_exposed == pytest.approx(whole)
+    assert off.breakdown.dp_comm_hidden == 0
+    assert on.dp_comm_exposed + on.dp_comm_hidden == pytest.approx(whole)
+    assert on.dp_comm_exposed < whole
+    assert off.step_time_s - on.step_time == pytest.approx(whole - on.dp_comm_exposed)
+    # only the gradient reduction exposed: the all-gather still hides in the first forward
+    grad_only = cost.estimate(j, lay.with_(overlap_param_gather=False)).breakdown
+    assert on.dp_comm_exposed < grad_only.dp_comm_exposed < whole
 
 
 def test_fp8_is_faster_but_not_twice() -> None:

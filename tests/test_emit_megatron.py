@@ -216,6 +216,17 @@ def test_no_grad_overlap_without_data_parallelism() -> None:
     assert "--overlap-grad-reduce" not in f and "--overlap-param-gather" not in f
 
 
+def test_dp_overlap_flags_follow_the_plan() -> None:
+    on = flags(make_plan("llama3.1-8b", 16, {"tp": 8}))
+    assert "--overlap-grad-reduce" in on and "--overlap-param-gather" in on
+    par = {"tp": 8, "overlap_param_gather": False}
+    half = flags(make_plan("llama3.1-8b", 16, par))
+    assert "--overlap-grad-reduce" in half and "--overlap-param-gather" not in half
+    par = {"tp": 8, "overlap_grad_reduce": False, "overlap_param_gather": False}
+    off = flags(make_plan("llama3.1-8b", 16, par))
+    assert "--overlap-grad-reduce" not in off and "--overlap-param-gather" not in off
+
+
 def test_precision_and_recompute_flags() -> None:
     par = {"tp": 2, "recompute": "full"}
     f = flags(make_plan("llama3.1-8b", 16, par, precision="fp8", main_grad_dtype="bf16"))
@@ -448,6 +459,8 @@ VARIANTS: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = [
     ("gpt3-175b", 64, {"tp": 8, "pp": 8, "recompute": "full"}, {"seq_length": 2048}),
     ("nemotron4-340b", 64, {"tp": 8, "pp": 8}, {}),
     ("qwen2.5-7b", 8, {"tp": 4, "pp": 2}, {}),
+    ("llama3.1-8b", 16, {"tp": 2, "overlap_param_gather": False}, {}),
+    ("llama3.1-8b", 16, {"tp": 2, "overlap_grad_reduce": False, "overlap_param_gather": False}, {}),
 ]
 
 

@@ -41,6 +41,26 @@ def test_reads_the_llama3_example_into_the_zoo_model() -> None:
     assert plan.job.seq_length == 8192 and plan.job.global_batch_size == 128
 
 
+def test_dp_overlap_flags_are_read() -> None:
+    """Megatron overlaps DP traffic only when asked: a script without the flags is predicted
+    with the reduction and the all-gather after the backward."""
+    with_flags = parse_plan(megatron_args.to_plan(LLAMA3_8B, "h100-sxm-80gb", 16)).layout
+    assert with_flags is not None
+    assert with_flags.overlap_grad_reduce and with_flags.overlap_param_gather
+    bare = LLAMA3_8B.replace("--overlap-grad-reduce --overlap-param-gather", "")
+    plan = parse_plan(megatron_args.to_plan(bare, "h100-sxm-80gb", 16))
+    assert plan.layout is not None
+    assert not plan.layout.overlap_grad_reduce and not plan.layout.overlap_param_gather
+    # only the reduction overlapped
+    half = LLAMA3_8B.replace("--overlap-param-gather", "")
+    lay = parse_plan(megatron_args.to_plan(half, "h100-sxm-80gb", 16)).layout
+    assert lay is not None and lay.overlap_grad_reduce and not lay.overlap_param_gather
+    # Megatron rejects a parameter-gather overlap without the reduction overlap; so does check
+    bad = LLAMA3_8B.replace("--overlap-grad-reduce", "")
+    with pytest.raises(InputError, match="overlap_param_gather"):
+        parse_plan(megatron_args.to_plan(bad, "h100-sxm-80gb", 16))
+
+
 def test_fsdp_and_fp8_and_moe_flags() -> None:
     text = (
         "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "

@@ -263,6 +263,16 @@ def test_sequence_parallel_needs_tp() -> None:
     assert_ok(job, Layout(tp=2, dp=4, sequence_parallel=True))
 
 
+def test_param_gather_overlap_needs_grad_reduce_overlap() -> None:
+    job = make_job(num_gpus=8)
+    v = broken(job, Layout(dp=8, overlap_grad_reduce=False))["param_gather_overlap"]
+    assert v.field == "parallel.overlap_param_gather"
+    assert "needs overlap_grad_reduce = true" in v.message
+    assert_ok(job, Layout(dp=8, overlap_grad_reduce=False, overlap_param_gather=False))
+    # without a sharded optimizer there is no parameter all-gather to overlap
+    assert_ok(job, Layout(dp=8, zero_stage=0, overlap_grad_reduce=False))
+
+
 # --- batch
 
 

@@ -163,7 +163,8 @@ def _round_trip(
 
 
 def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
-    for key in (*LAYOUT_KEYS, "pipeline_layers", "sequence_parallel", "tp_comm_overlap"):
+    extra = ("pipeline_layers", "sequence_parallel", "tp_comm_overlap", "overlap_grad_reduce")
+    for key in (*LAYOUT_KEYS, *extra, "overlap_param_gather"):
         assert checked["parallel"][key] == top["parallel"][key], key
     assert checked["fits"] is True
     assert checked["memory"]["peak_gib"] == top["memory"]["peak_gib"]

@@ -248,9 +248,10 @@ def parallel_args(plan: Plan) -> list[Arg]:
             ("--ckpt-format", "fsdp_dtensor"),
             ("--init-model-with-meta-device",),
         ]
-    if lay.dp * lay.cp > 1:
+    if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))
-        if lay.zero_stage >= 1:  # needs the distributed optimizer or Megatron-FSDP
+        # needs the distributed optimizer or Megatron-FSDP
+        if lay.zero_stage >= 1 and lay.overlap_param_gather:
             a.append(("--overlap-param-gather",))
     return a
 
