@@ -1,6 +1,6 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
-    /work/venv/bin/python benchmarks/ranking.py [--verbose]
+    /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
 that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
@@ -23,8 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np
+
 from benchmarks.runs import Case, load_hagemann
 from planner import cost
+from planner.memory import stage_params
+from planner.schedule import stage_ranges
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -90,6 +94,47 @@ def evaluate(
     return out
 
 
+def dp_sync_bytes_per_node(c: Case) -> float:
+    """Bytes one node sends across the network if the data-parallel sync ran after the backward
+    the way the Aleph-Alpha/scaling code does it (gradients all-reduced in fp32, then the bf16
+    parameters all-gathered: 10 bytes per parameter, times (n-1)/n), one ring per DP group with
+    members on the node. Zero when the DP groups stay inside a node."""
+    lay = c.layout
+    if lay.tp * lay.dp <= c.job.cluster.gpus_per_node:
+        return 0.0
+    ranges = stage_ranges(c.job.arch.num_layers, lay)
+    held = max(sum(stage_params(c.job, lay, r, layers)) for r, layers in enumerate(ranges))
+    groups_per_node = min(lay.tp, c.job.cluster.gpus_per_node)
+    return 10.0 * held * (lay.dp - 1) / lay.dp * groups_per_node
+
+
+def residuals(cases: Sequence[Case]) -> None:
+    """Per sweep, a least-squares line through (DP-sync bytes per node, measured - predicted step
+    seconds): a slope of 1/B (correlation >= 0.3) says the sweep behaves as if that sync were
+    exposed at B bytes/s per node; a flat or negative one says it does not."""
+    groups: dict[str, list[Case]] = defaultdict(list)
+    for c in cases:
+        groups[c.group].append(c)
+    print("\nstep-time residual against DP-sync bytes per node (fp32 all-reduce + bf16 all-gather)")
+    print(f"{'sweep':22s} {'n':>3s} {'GB/node':>9s} {'intercept s':>11s} {'corr':>5s} implied")
+    for name, rows in sorted(groups.items()):
+        v = np.array([dp_sync_bytes_per_node(c) / 1e9 for c in rows])
+        r = np.array(
+            [
+                c.job.tokens_per_step / (c.tokens_per_s_per_gpu * c.layout.num_gpus)
+                - cost.estimate(c.job, c.layout).step_time_s
+                for c in rows
+            ]
+        )
+        slope, intercept = np.polyfit(v, r, 1)
+        corr = float(np.corrcoef(v, r)[0, 1])
+        exposed = slope > 0 and corr >= 0.3
+        implied = f"{1 / slope:5.1f} GB/s per node" if exposed else "no exposed sync"
+        span = f"{v.min():.0f}-{v.max():.0f}"
+        short = " ".join(name.split()[:3])
+        print(f"{short:22s} {len(rows):3d} {span:>9s} {intercept:11.2f} {corr:5.2f} {implied}")
+
+
 def report(title: str, res: list[tuple[str, int, float, float]]) -> None:
     print(f"\n{title}")
     print(f"{'group':78s} {'n':>3s} {'spearman':>8s} {'top-pick gap':>12s}")
@@ -110,6 +155,8 @@ def main() -> None:
     verbose = "--verbose" in sys.argv
     report("by model and sequence length", evaluate(cases, key=by_model_and_seq))
     report("by sweep (one GPU count each)", evaluate(cases, verbose, key=by_sweep))
+    if "--residuals" in sys.argv:
+        residuals(cases)
 
 
 if __name__ == "__main__":
