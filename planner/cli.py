@@ -24,6 +24,7 @@ from planner.cli_common import (
 )
 from planner.errors import EXIT_BAD_INPUT, EXIT_NO, EXIT_OK, InputError, PlannerError
 from planner.spec import Plan, load_plan, parse_plan
+from planner.suggest import JobArgs, name_flags
 
 app = typer.Typer(
     add_completion=False,
@@ -114,7 +115,11 @@ def _plan_from_args(
     if gpu is None or num_gpus is None:
         raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
     doc, where = megatron_args_mod.load(megatron_args, gpu, num_gpus)
-    return parse_plan(doc, Path(where))
+    try:
+        return parse_plan(doc, Path(where))
+    except InputError as e:  # --gpu / --num-gpus are flags, not lines of the script
+        flags = JobArgs(gpu=gpu, num_gpus=num_gpus)
+        raise InputError(name_flags(str(e), Path(where), flags)) from None
 
 
 @app.command()

@@ -85,13 +85,41 @@ def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str
         origin = "flags"
         base = None
     doc = _apply_flags(doc, args)
-    plan = parse_plan(doc, base)
+    try:
+        plan = parse_plan(doc, base)
+    except InputError as e:
+        raise InputError(name_flags(str(e), base, args)) from None
     ref = dict(plan.model_ref or {})
     hf = ref.get("hf_config")
     if base is not None and isinstance(hf, str) and not Path(hf).is_absolute():
         # relative to the job file, not to where planner runs (the plan writer re-relativises it)
         ref["hf_config"] = str((base.parent / hf).resolve())
     return plan.job, ref, origin
+
+
+FLAG_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("model.name", "model.hf_config", "model"),
+    "gpu": ("cluster.gpu",),
+    "num_gpus": ("cluster.num_gpus",),
+    "nodes": ("cluster.num_gpus",),
+    "seq_length": ("training.seq_length",),
+    "global_batch_size": ("training.global_batch_size",),
+    "precision": ("training.precision",),
+}
+"""The plan fields each job flag sets: an error in one of them names the flag instead."""
+
+
+def name_flags(message: str, base: Path | None, args: JobArgs) -> str:
+    """An error about a field a flag set, reworded to name the flag ('--model: ...')."""
+    wheres = (str(base),) if base is not None else ("<plan>", "<inline>")
+    for attr, fields in FLAG_FIELDS.items():
+        if getattr(args, attr) is None:
+            continue
+        flag = "--" + attr.replace("_", "-")
+        for where in wheres:
+            for field in fields:
+                message = message.replace(f"{where}: {field}: ", f"{flag}: ")
+    return message
 
 
 def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:

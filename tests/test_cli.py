@@ -255,6 +255,28 @@ def test_check_bad_headroom(headroom: str, capsys: pytest.CaptureFixture[str]) -
     assert "--headroom" in err
 
 
+@pytest.mark.parametrize(
+    ("gpu", "needle"),
+    [
+        ("no-such-gpu", "--gpu: unknown GPU 'no-such-gpu'"),
+        # the script asks for fp8: the error names the script and the field, not a flag
+        ("a100-sxm-80gb", "train.sh: training.precision: 'fp8'"),
+    ],
+)
+def test_check_megatron_args_names_the_flag_or_the_script(
+    gpu: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "
+        "--seq-length 4096 --fp8-format hybrid\n"
+    )
+    argv = ["check", "--megatron-args", str(script), "--gpu", gpu, "--num-gpus", "8"]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert needle in err, err
+
+
 def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     """name -> (plan path, a string the error must contain)."""
     return {

@@ -298,8 +298,10 @@ def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[s
         (["--num-gpus", "64", "--pp", "64"], ["--pp 64", "num_layers (32)"]),
         (["--nodes", "2", "--num-gpus", "16"], ["--nodes", "--num-gpus"]),
         (["--headroom", "100"], ["--headroom"]),
-        (["--model", "no-such-model"], ["no-such-model"]),
-        (["--gpu", "a100-sxm-80gb", "--precision", "fp8"], ["fp8", "a100-sxm-80gb"]),
+        (["--model", "no-such-model"], ["--model: unknown model 'no-such-model'"]),
+        (["--gpu", "no-such-gpu"], ["--gpu: unknown GPU 'no-such-gpu'"]),
+        (["--precision", "fp9"], ["--precision:", "'fp9'"]),
+        (["--gpu", "a100-sxm-80gb", "--precision", "fp8"], ["--precision: 'fp8'", "a100-sxm-80gb"]),
     ],
 )
 def test_impossible_requests_exit_2(
