@@ -168,6 +168,20 @@ def _context(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def _context_attention(job: Job, lay: Layout) -> Violation | None:
+    # Megatron's own DotProductAttention asserts "Context parallelism is only supported by
+    # TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
+    # (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels
+    if lay.cp > 1 and not job.flash_attention:
+        return Violation(
+            "cp_attention",
+            "parallel.cp",
+            f"context_parallel_size {lay.cp} needs flash attention (Transformer Engine's flash "
+            "or fused backend); training.flash_attention is false",
+        )
+    return None
+
+
 def _sequence_parallel(job: Job, lay: Layout) -> Violation | None:
     if lay.sequence_parallel and lay.tp == 1:
         return Violation(
@@ -230,6 +244,7 @@ RULES: tuple[Rule, ...] = (
     _vpp,
     _experts,
     _context,
+    _context_attention,
     _sequence_parallel,
     _overlap,
     _batch,
@@ -237,7 +252,14 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-STRUCTURAL_RULES: tuple[Rule, ...] = (_heads, _query_groups, _experts, _context, _batch)
+STRUCTURAL_RULES: tuple[Rule, ...] = (
+    _heads,
+    _query_groups,
+    _experts,
+    _context,
+    _context_attention,
+    _batch,
+)
 """The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
 applies them to whole structures before it chooses micro-batches, vpp and splits."""
 

@@ -8,6 +8,7 @@ integer arithmetic in the comments.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,17 @@ def test_seq_length_must_split_over_two_cp() -> None:
     # seq 4100: 4100 % (2 x 2) == 0 but 4100 % (2 x 4) = 4
     assert_ok(make_job(num_gpus=2, seq_length=4100), Layout(cp=2, dp=1))
     assert "seq_cp" in broken(make_job(num_gpus=4, seq_length=4100), Layout(cp=4, dp=1))
+
+
+def test_context_parallelism_needs_flash_attention() -> None:
+    """Megatron's local attention asserts CP == 1 and Transformer Engine drops its unfused
+    backend under CP: a job without flash attention cannot use cp > 1."""
+    job = replace(make_job(num_gpus=4), flash_attention=False)
+    v = broken(job, Layout(cp=4, dp=1))["cp_attention"]
+    assert v.field == "parallel.cp"
+    assert "training.flash_attention is false" in v.message
+    assert_ok(job, Layout(dp=4))
+    assert_ok(make_job(num_gpus=4), Layout(cp=4, dp=1))
 
 
 def test_sequence_parallel_needs_tp() -> None:
