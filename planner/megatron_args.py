@@ -223,10 +223,10 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
     # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no
     # sharded optimizer) there is no such traffic and the plan default (true) is kept.
-    moot = "--use-torch-fsdp2" in flags or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
-    parallel["overlap_grad_reduce"] = moot or "--overlap-grad-reduce" in flags
-    moot = moot or parallel["zero_stage"] == 0
-    parallel["overlap_param_gather"] = moot or "--overlap-param-gather" in flags
+    always = "--use-torch-fsdp2" in flags or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
+    parallel["overlap_grad_reduce"] = always or "--overlap-grad-reduce" in flags
+    no_gather = parallel["zero_stage"] == 0
+    parallel["overlap_param_gather"] = always or no_gather or "--overlap-param-gather" in flags
     parallel["recompute"] = _recompute(flags)
 
     if "--seq-length" not in flags:
