@@ -74,6 +74,12 @@ class GpuSpec(BaseModel):
     source: str = Field(min_length=1)
     peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
     peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
+    mamf_tflops_bf16: PositiveFloat | None = Field(
+        default=None, description="measured Maximum Achievable Matmul FLOPS; None = not measured"
+    )
+    mamf_tflops_fp8: PositiveFloat | None = Field(
+        default=None, description="the same for FP8 inputs; None = take the bf16 fraction"
+    )
     memory_gib: PositiveFloat = Field(description="usable capacity in GiB (2^30 bytes)")
     memory_label: str = Field(description="the vendor's label, e.g. '80 GB'")
     memory_label_unit: Literal["GiB", "GB"] = Field(
@@ -98,6 +104,16 @@ class GpuSpec(BaseModel):
     @property
     def has_fp8(self) -> bool:
         return self.peak_tflops_fp8 is not None
+
+    def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
+        """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls
+        back to the bf16 fraction where only that was measured."""
+        fp8 = precision == "fp8" and self.mamf_tflops_fp8 and self.peak_tflops_fp8
+        if fp8:
+            return self.mamf_tflops_fp8 / self.peak_tflops_fp8  # type: ignore[operator]
+        if self.mamf_tflops_bf16 is None:
+            return None
+        return self.mamf_tflops_bf16 / self.peak_tflops_bf16
 
     def peak_flops(self, precision: Literal["bf16", "fp8"]) -> float:
         """Dense peak FLOP/s for a precision (fp8 only where the GPU has it)."""

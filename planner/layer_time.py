@@ -4,14 +4,17 @@ Compute. Each GPU runs, per micro-batch of t = micro_batch_size x seq_length / c
 of its TP shard of each layer (QKV, output projection, fc1, fc2, experts, logits; M = t rows,
 K and N the TP-sliced weight dims). A GEMM of 2MKN FLOPs runs at
 
-    peak x GEMM_EFFICIENCY_MAX / (1 + GEMM_EFFICIENCY_MAX x ridge / I),
+    peak x e / (1 + e x ridge / I),    e = min(GEMM_EFFICIENCY_MAX, the part's matmul ceiling),
 
 I = 1 / (1/M + 1/K + 1/N) its arithmetic intensity in FLOP per byte of 16-bit operands (set by
 the smallest dimension: a thin TP slice, a small micro-batch, a rarely-routed expert) and
 ridge = bf16 peak / HBM bandwidth the GPU's roofline ridge point. This is the additive roofline: the
-GEMM's FLOPs at e_max x peak plus its operand traffic (2MKN / I bytes) at HBM speed, so a GEMM with
-I = e_max x ridge gets half of e_max and memory-bound ones fall off like I / ridge; no constant
-beyond e_max. Backward = 2 x forward (dgrad and wgrad have the same three dimensions).
+GEMM's FLOPs at e x peak plus its operand traffic (2MKN / I bytes) at HBM speed, so a GEMM with
+I = e x ridge gets half of e and memory-bound ones fall off like I / ridge; no constant beyond
+GEMM_EFFICIENCY_MAX. The ceiling is measured per part and precision (the best-shape throughput of
+the vendor's BLAS over the dense peak, from the catalog): a part whose best matmul is slower than
+GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best. Backward = 2 x forward (dgrad and wgrad
+have the same three dimensions).
 FP8 runs the decoder's linear layers at the FP8 peak plus Transformer Engine's cast-transpose
 traffic (FP8_CAST_BYTES per input, weight and output-gradient element); attention and the output
 layer stay in bf16.
@@ -45,6 +48,7 @@ benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows of published
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from planner import activations, comms, flops
 from planner.activations import BF16, MOE_LOAD_IMBALANCE, Shard
@@ -54,7 +58,9 @@ from planner.spec import Job
 GEMM_EFFICIENCY_MAX = 0.744
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
-power cap). Fitted by benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
+power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
+and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
+benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
 ATTENTION_EFFICIENCY = 0.188
 """Fraction of bf16 peak a flash-attention kernel sustains on the work it executes (causal half,
@@ -97,20 +103,26 @@ class Gpu:
     """Achieved HBM bandwidth, bytes/s."""
     ridge: float
     """bf16 peak / nominal HBM bandwidth, FLOP per byte."""
+    e_bf16: float
+    """Large-GEMM fraction of the bf16 peak: GEMM_EFFICIENCY_MAX, at most the measured ceiling."""
+    e_linear: float
+    """The same for the decoder's linear layers, in the job's precision."""
 
 
-def gemm_efficiency(m: float, k: float, n: float, ridge: float) -> float:
-    """Fraction of peak for an M x K x N GEMM (additive roofline): e / (1 + e x ridge / I)."""
+def gemm_efficiency(m: float, k: float, n: float, ridge: float, e: float) -> float:
+    """Fraction of peak for an M x K x N GEMM (additive roofline): e / (1 + e x ridge / I), e the
+    large-GEMM fraction."""
     intensity = 1.0 / (1.0 / m + 1.0 / k + 1.0 / n)
-    e = GEMM_EFFICIENCY_MAX
     return e / (1.0 + e * ridge / intensity)
 
 
-def gemm_time(m: float, k: float, n: float, peak: float, ridge: float, count: float = 1) -> float:
-    """Seconds for `count` forward GEMMs of M x K x N."""
+def gemm_time(
+    m: float, k: float, n: float, peak: float, ridge: float, e: float, count: float = 1
+) -> float:
+    """Seconds for `count` forward GEMMs of M x K x N at large-GEMM fraction e of `peak`."""
     if m <= 0 or k <= 0 or n <= 0 or count <= 0:
         return 0.0
-    return count * 2.0 * m * k * n / (peak * gemm_efficiency(m, k, n, ridge))
+    return count * 2.0 * m * k * n / (peak * gemm_efficiency(m, k, n, ridge, e))
 
 
 @dataclass
@@ -156,7 +168,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     gemm_fwd = cast = 0.0
     shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, MOE_LOAD_IMBALANCE)
     for m, k, n, c in shapes:
-        gemm_fwd += gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, c)
+        gemm_fwd += gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c)
         if job.precision == "fp8":
             cast += c * FP8_CAST_BYTES * (m * k + k * n + m * n) / gpu.hbm
     # --- core attention
@@ -168,7 +180,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         attn_bwd = 2.5 * attn_fwd
     else:
         heads_local = arch.num_attention_heads / tp
-        bmm = gemm_time(s_local, arch.head_dim, s, gpu.peak_bf16, gpu.ridge, 2 * heads_local)
+        bmm = gemm_time(
+            s_local, arch.head_dim, s, gpu.peak_bf16, gpu.ridge, gpu.e_bf16, 2 * heads_local
+        )
         attn_fwd = bmm * lay.micro_batch_size
         attn_bwd = 2 * attn_fwd
         ew_bytes += 5 * heads_local * s_local * s * lay.micro_batch_size
@@ -211,7 +225,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = arch.padded_vocab(lay.tp) / lay.tp
-    fwd = gemm_time(t, arch.hidden_size, vocab, gpu.peak_bf16, gpu.ridge)
+    fwd = gemm_time(t, arch.hidden_size, vocab, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
     gathered = job.cross_entropy == "gathered"
     loss_vocab = vocab * lay.tp if gathered else vocab
     ce = ELEMENTWISE_PASSES * t * loss_vocab * 4 / gpu.hbm  # fp32 logits through softmax/CE
@@ -225,10 +239,16 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
 
 def gpu_of(job: Job) -> Gpu:
     """The job's GPU as the roofline sees it: peaks (lowered under a power cap), achieved HBM
-    bandwidth, ridge point."""
+    bandwidth, ridge point, large-GEMM fractions."""
     spec = job.cluster.gpu
     clock = (job.cluster.power_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
     peak = spec.peak_flops("bf16") * clock
     linear = spec.peak_flops("fp8") * clock if job.precision == "fp8" else peak
     hbm_nominal = job.cluster.hbm_tb_per_s * 1e12
-    return Gpu(peak, linear, hbm_nominal * HBM_EFFICIENCY, peak / hbm_nominal)
+
+    def e(precision: Literal["bf16", "fp8"]) -> float:
+        ceiling = spec.matmul_ceiling(precision)
+        return GEMM_EFFICIENCY_MAX if ceiling is None else min(GEMM_EFFICIENCY_MAX, ceiling)
+
+    hbm = hbm_nominal * HBM_EFFICIENCY
+    return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e(job.precision))

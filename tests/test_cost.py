@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, comms, cost
+from planner import catalog, comms, cost, layer_time
 from planner.hardware import ClusterSpec
 from planner.layer_time import gpu_of
 from planner.layout import Layout
@@ -199,6 +199,17 @@ def test_dp_sync_after_the_backward_is_all_exposed() -> None:
     # only the gradient reduction exposed: the all-gather still hides in the first forward
     grad_only = cost.estimate(j, lay.with_(overlap_param_gather=False)).breakdown
     assert on.dp_comm_exposed < grad_only.dp_comm_exposed < whole
+
+
+def test_gemms_never_beat_the_measured_matmul_ceiling() -> None:
+    """GEMM_EFFICIENCY_MAX of the peak, capped at the part's measured best matmul: MI300X's
+    668.4 of 1300 TFLOP/s (51.4%) and H100 FP8's 1402.6 of 1979 (70.9%) are below 0.744, A100's
+    271.2 of 312 (86.9%) and H100 bf16's 794.5 of 989 (80.3%) are above it."""
+    assert gpu_of(job(gpu="mi300x-192gb")).e_linear == pytest.approx(668.4 / 1300)
+    assert gpu_of(job(precision="fp8")).e_linear == pytest.approx(1402.6 / 1979)
+    assert gpu_of(job(precision="fp8")).e_bf16 == layer_time.GEMM_EFFICIENCY_MAX
+    assert gpu_of(job(gpu="a100-sxm-80gb")).e_linear == layer_time.GEMM_EFFICIENCY_MAX
+    assert gpu_of(job(gpu="l40s-48gb")).e_linear == layer_time.GEMM_EFFICIENCY_MAX  # unmeasured
 
 
 def test_fp8_is_faster_but_not_twice() -> None:

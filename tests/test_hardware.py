@@ -183,6 +183,33 @@ def test_gb200_is_one_72_gpu_nvlink_domain(gpus: dict[str, GpuSpec]) -> None:
 # --- GpuSpec --------------------------------------------------------------------------------
 
 
+# Measured best-shape matmul TFLOP/s (stas00/ml-engineering compute/accelerator/README.md, MAMF
+# table @b9e29720; B200, GB200 and the H200's FP8 from a later revision), bf16 and fp8.
+MAMF = {
+    "a100-sxm-80gb": (271.2, None),
+    "h100-sxm-80gb": (794.5, 1402.6),
+    "b200-sxm-180gb": (1745.0, 3432.5),
+    "mi300x-192gb": (668.4, None),
+    "mi325x-256gb": (784.9, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAMF))
+def test_matmul_ceiling_is_measured_over_peak(gpus: dict[str, GpuSpec], name: str) -> None:
+    bf16, fp8 = MAMF[name]
+    gpu = gpus[name]
+    assert gpu.matmul_ceiling("bf16") == pytest.approx(bf16 / gpu.peak_tflops_bf16)
+    if gpu.peak_tflops_fp8 is not None:
+        # no FP8 measurement: the bf16 fraction stands in
+        want = fp8 / gpu.peak_tflops_fp8 if fp8 is not None else bf16 / gpu.peak_tflops_bf16
+        assert gpu.matmul_ceiling("fp8") == pytest.approx(want)
+
+
+def test_unmeasured_part_has_no_ceiling(gpus: dict[str, GpuSpec]) -> None:
+    assert gpus["l40s-48gb"].mamf_tflops_bf16 is None
+    assert gpus["l40s-48gb"].matmul_ceiling("bf16") is None
+
+
 def test_a100_has_no_fp8(gpus: dict[str, GpuSpec]) -> None:
     for name in ("a100-sxm-40gb", "a100-sxm-80gb"):
         gpu = gpus[name]
