@@ -108,9 +108,9 @@ class GpuSpec(BaseModel):
     def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
         """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls
         back to the bf16 fraction where only that was measured."""
-        fp8 = precision == "fp8" and self.mamf_tflops_fp8 and self.peak_tflops_fp8
-        if fp8:
-            return self.mamf_tflops_fp8 / self.peak_tflops_fp8  # type: ignore[operator]
+        fp8_mamf, fp8_peak = self.mamf_tflops_fp8, self.peak_tflops_fp8
+        if precision == "fp8" and fp8_mamf is not None and fp8_peak is not None:
+            return fp8_mamf / fp8_peak
         if self.mamf_tflops_bf16 is None:
             return None
         return self.mamf_tflops_bf16 / self.peak_tflops_bf16
