@@ -66,15 +66,20 @@ def by_model_and_seq(c: Case) -> str:
     return " ".join(c.group.split()[:2])
 
 
+def grouped(cases: Sequence[Case], key: Callable[[Case], str]) -> list[tuple[str, list[Case]]]:
+    """The cases by group name, sorted."""
+    groups: dict[str, list[Case]] = defaultdict(list)
+    for c in cases:
+        groups[key(c)].append(c)
+    return sorted(groups.items())
+
+
 def evaluate(
     cases: Sequence[Case], verbose: bool = False, key: Callable[[Case], str] = by_sweep
 ) -> list[tuple[str, int, float, float]]:
     """Per group: (group, rows, spearman, measured shortfall of the predicted top pick)."""
-    groups: dict[str, list[Case]] = defaultdict(list)
-    for c in cases:
-        groups[key(c)].append(c)
     out = []
-    for name, rows in sorted(groups.items()):
+    for name, rows in grouped(cases, key):
         pred = [cost.estimate(c.job, c.layout).tokens_per_s_per_gpu for c in rows]
         meas = [c.tokens_per_s_per_gpu for c in rows]
         rho = spearman(pred, meas) if len(rows) > 2 else float("nan")
@@ -112,12 +117,9 @@ def residuals(cases: Sequence[Case]) -> None:
     """Per sweep, a least-squares line through (DP-sync bytes per node, measured - predicted step
     seconds): a slope of 1/B (correlation >= 0.3) says the sweep behaves as if that sync were
     exposed at B bytes/s per node; a flat or negative one says it does not."""
-    groups: dict[str, list[Case]] = defaultdict(list)
-    for c in cases:
-        groups[c.group].append(c)
     print("\nstep-time residual against DP-sync bytes per node (fp32 all-reduce + bf16 all-gather)")
     print(f"{'sweep':22s} {'n':>3s} {'GB/node':>9s} {'intercept s':>11s} {'corr':>5s} implied")
-    for name, rows in sorted(groups.items()):
+    for name, rows in grouped(cases, by_sweep):
         v = np.array([dp_sync_bytes_per_node(c) / 1e9 for c in rows])
         r = np.array(
             [
