@@ -67,16 +67,23 @@ def rows(
     path: Path = CSV,
     kernels: tuple[str, ...] = ("flash_attention2",),
     outcomes: tuple[str, ...] = ("ok", "oom"),
+    nvlink_scale: float = 1.0,
 ) -> Iterator[Row]:
-    """Every row with one of the given attention kernels and outcomes."""
+    """Every row with one of the given attention kernels and outcomes. `nvlink_scale` multiplies
+    the scale-up (NVLink) tier's bandwidth: a what-if for the cluster's unpublished achieved TP
+    bandwidth (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100."""
     gpu = catalog.get_gpu("a100-sxm-80gb")
+    tiers = list(gpu.tiers)
+    tiers[0] = tiers[0].model_copy(
+        update={"bandwidth_gb_per_s_per_gpu": tiers[0].bandwidth_gb_per_s_per_gpu * nvlink_scale}
+    )
     with path.open(newline="") as f:
         for d in csv.DictReader(f):
             if d["attention_kernel"] not in kernels or d["outcome"] not in outcomes:
                 continue
             n = int(d["num_gpus"])
             cluster = ClusterSpec(
-                gpu=gpu, num_gpus=n, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
+                gpu=gpu, num_gpus=n, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=tiers
             )
             arch = catalog.get_model(f"hagemann-{d['model']}")
             job = Job(

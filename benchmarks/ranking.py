@@ -1,6 +1,7 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
-    /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals]
+    /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
+                                                [--cross-fit]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
 that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
@@ -11,10 +12,16 @@ groupings:
   by model and sequence length   the issue's target; pools the sweeps of one model and sequence
                                  length run at different GPU counts (tokens/s/GPU is per GPU)
   by sweep                       stricter: one source file, one GPU count, i.e. one planning job
+--residuals prints, per sweep, how the step-time residual goes with two costs the paper's cluster
+may have paid beyond the model (an exposed DP sync, a slower TP link). --nvlink-scale X reruns
+everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for that
+cluster's achieved TP bandwidth, which is not published; --cross-fit fits that factor on one
+model's sweeps and checks the ranking of the other's.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -116,25 +123,66 @@ def dp_sync_bytes_per_node(c: Case) -> float:
 def residuals(cases: Sequence[Case]) -> None:
     """Per sweep, a least-squares line through (DP-sync bytes per node, measured - predicted step
     seconds): a slope of 1/B (correlation >= 0.3) says the sweep behaves as if that sync were
-    exposed at B bytes/s per node; a flat or negative one says it does not."""
+    exposed at B bytes/s per node; a flat or negative one says it does not. Beside it, the
+    correlation of the relative residual with the modelled share of exposed TP traffic: positive
+    where layouts with more TP run slower than modelled (a TP link slower than the catalog's)."""
     print("\nstep-time residual against DP-sync bytes per node (fp32 all-reduce + bf16 all-gather)")
-    print(f"{'sweep':22s} {'n':>3s} {'GB/node':>9s} {'intercept s':>11s} {'corr':>5s} implied")
+    print("and relative residual against the modelled TP share of the step")
+    head = (
+        f"{'sweep':22s} {'n':>3s} {'GB/node':>9s} {'intercept s':>11s} {'corr':>5s} {'implied':24s}"
+    )
+    print(f"{head} TP corr")
     for name, rows in grouped(cases, by_sweep):
+        est = [cost.estimate(c.job, c.layout) for c in rows]
+        measured = [
+            c.job.tokens_per_step / (c.tokens_per_s_per_gpu * c.layout.num_gpus) for c in rows
+        ]
         v = np.array([dp_sync_bytes_per_node(c) / 1e9 for c in rows])
-        r = np.array(
-            [
-                c.job.tokens_per_step / (c.tokens_per_s_per_gpu * c.layout.num_gpus)
-                - cost.estimate(c.job, c.layout).step_time_s
-                for c in rows
-            ]
-        )
+        r = np.array([m - e.step_time_s for m, e in zip(measured, est, strict=True)])
+        rel = np.array([m / e.step_time_s - 1 for m, e in zip(measured, est, strict=True)])
+        tp = np.array([e.breakdown.tp_comm_exposed / e.step_time_s for e in est])
         slope, intercept = np.polyfit(v, r, 1)
         corr = float(np.corrcoef(v, r)[0, 1])
         exposed = slope > 0 and corr >= 0.3
         implied = f"{1 / slope:5.1f} GB/s per node" if exposed else "no exposed sync"
         span = f"{v.min():.0f}-{v.max():.0f}"
         short = " ".join(name.split()[:3])
-        print(f"{short:22s} {len(rows):3d} {span:>9s} {intercept:11.2f} {corr:5.2f} {implied}")
+        tp_corr = f"{np.corrcoef(tp, rel)[0, 1]:+.2f}" if tp.std() > 0 else "n/a"
+        row = f"{short:22s} {len(rows):3d} {span:>9s} {intercept:11.2f} {corr:5.2f} {implied:24s}"
+        print(f"{row} {tp_corr}")
+
+
+NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33)
+
+
+def cross_fit_nvlink() -> None:
+    """Fit the NVLink factor on one model's sweeps (least median |error| on NVLINK_GRID) and check
+    the other model's ranking at that factor: does one TP bandwidth describe the cluster?"""
+    print("\nNVLink factor fitted on one model, ranking checked on the other")
+    print(
+        f"{'fit on':10s} {'factor':>6s} {'median |err|':>12s}  "
+        "held-out groups (spearman / top-pick gap)"
+    )
+    by_scale = {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+    models = sorted({c.group.split()[0] for c in by_scale[1.0]})
+
+    def median_error(cases: Sequence[Case]) -> float:
+        errs = [
+            abs(cost.estimate(c.job, c.layout).tokens_per_s_per_gpu / c.tokens_per_s_per_gpu - 1)
+            for c in cases
+        ]
+        return statistics.median(errs)
+
+    for fit in models:
+        errs = {
+            x: median_error([c for c in cs if c.group.startswith(fit)])
+            for x, cs in by_scale.items()
+        }
+        best = min(errs, key=errs.__getitem__)
+        held = [c for c in by_scale[best] if not c.group.startswith(fit)]
+        res = evaluate(held, key=by_model_and_seq)
+        shown = "  ".join(f"{g} {r:.3f} / {sh:.1%}" for g, _, r, sh in res)
+        print(f"{fit:10s} {best:6.2f} {errs[best]:12.1%}  {shown}")
 
 
 def report(title: str, res: list[tuple[str, int, float, float]]) -> None:
@@ -152,13 +200,29 @@ def report(title: str, res: list[tuple[str, int, float, float]]) -> None:
 
 
 def main() -> None:
-    cases = load_hagemann()
-    print(f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs")
-    verbose = "--verbose" in sys.argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--verbose", action="store_true", help="every layout, measured and predicted")
+    ap.add_argument("--residuals", action="store_true", help="residuals against DP and TP costs")
+    ap.add_argument(
+        "--cross-fit",
+        action="store_true",
+        help="NVLink factor fitted per model, checked on the other",
+    )
+    ap.add_argument(
+        "--nvlink-scale", type=float, default=1.0, help="NVLink bandwidth factor (what-if, > 0)"
+    )
+    args = ap.parse_args()
+    if args.nvlink_scale <= 0:
+        ap.error(f"--nvlink-scale must be > 0, got {args.nvlink_scale}")
+    cases = load_hagemann(nvlink_scale=args.nvlink_scale)
+    scale = f", NVLink x{args.nvlink_scale:g}" if args.nvlink_scale != 1 else ""
+    print(f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{scale}")
     report("by model and sequence length", evaluate(cases, key=by_model_and_seq))
-    report("by sweep (one GPU count each)", evaluate(cases, verbose, key=by_sweep))
-    if "--residuals" in sys.argv:
+    report("by sweep (one GPU count each)", evaluate(cases, args.verbose, key=by_sweep))
+    if args.residuals:
         residuals(cases)
+    if args.cross_fit:
+        cross_fit_nvlink()
 
 
 if __name__ == "__main__":

@@ -259,13 +259,15 @@ def load_published(reference: Path = REFERENCE, with_throughput: bool = True) ->
 
 
 def load_hagemann(
-    kernel: str | None = "flash_attention2", outcomes: tuple[str, ...] = ("ok",)
+    kernel: str | None = "flash_attention2",
+    outcomes: tuple[str, ...] = ("ok",),
+    nvlink_scale: float = 1.0,
 ) -> list[Case]:
     """The Hagemann et al. rows (benchmarks/hagemann.py) with these outcomes and attention kernel
     (None: every kernel); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none."""
     kernels = (kernel,) if kernel else hagemann.KERNELS
     out = []
-    for row in hagemann.rows(kernels=kernels, outcomes=outcomes):
+    for row in hagemann.rows(kernels=kernels, outcomes=outcomes, nvlink_scale=nvlink_scale):
         r = row.data
         tok = float(r["tokens_per_s_per_gpu"] or "nan")
         mfu = float(r["mfu_pct"] or "nan")
