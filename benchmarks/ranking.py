@@ -1,7 +1,7 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
     /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
-                                                [--cross-fit]
+                                                [--cross-fit] [--pairs]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
 that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
@@ -16,7 +16,8 @@ groupings:
 may have paid beyond the model (an exposed DP sync, a slower TP link). --nvlink-scale X reruns
 everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for that
 cluster's achieved TP bandwidth, which is not published; --cross-fit fits that factor on one
-model's sweeps and checks the ranking of the other's.
+model's sweeps and checks the ranking of the other's; --pairs estimates it from matched layouts
+that differ only in TP.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def residuals(cases: Sequence[Case]) -> None:
         print(f"{row} {tp_corr}")
 
 
-NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33)
+NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33, 0.25, 0.2)
 
 
 def cross_fit_nvlink() -> None:
@@ -185,6 +186,51 @@ def cross_fit_nvlink() -> None:
         print(f"{fit:10s} {best:6.2f} {errs[best]:12.1%}  {shown}")
 
 
+def implied_nvlink() -> None:
+    """Matched pairs: each tp > 1 layout against the tp 1 layout of the same sweep with the same
+    pp, micro-batch, recompute and norm kernel (same GPUs, same work per GPU). The measured time
+    ratio of the pair, against the ratio predicted at each NVLink factor of NVLINK_GRID, gives
+    the factor that reproduces it: the pair's implied achieved TP bandwidth, free of any error
+    the two layouts share. NaN: the ratio is outside what the grid predicts."""
+    by_scale = {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+    base = by_scale[1.0]
+
+    def key(c: Case, tp: int) -> tuple[object, ...]:
+        lay = c.layout
+        return (c.group, tp, lay.pp, lay.micro_batch_size, lay.recompute, c.job.fused_norm)
+
+    tp1 = {key(c, 1): i for i, c in enumerate(base) if c.layout.tp == 1}
+    implied: dict[str, list[float]] = defaultdict(list)
+    for i, c in enumerate(base):
+        j = tp1.get(key(c, 1))
+        if c.layout.tp == 1 or j is None:
+            continue
+        measured = base[j].tokens_per_s_per_gpu / c.tokens_per_s_per_gpu
+        pred = [
+            cost.estimate(cs[j].job, cs[j].layout).tokens_per_s_per_gpu
+            / cost.estimate(cs[i].job, cs[i].layout).tokens_per_s_per_gpu
+            for cs in by_scale.values()
+        ]
+        found = float("nan")
+        for a in range(len(NVLINK_GRID) - 1):
+            lo, hi = pred[a], pred[a + 1]
+            if lo != hi and (lo - measured) * (hi - measured) <= 0:
+                t = (measured - lo) / (hi - lo)
+                found = NVLINK_GRID[a] + t * (NVLINK_GRID[a + 1] - NVLINK_GRID[a])
+                break
+        implied[" ".join(c.group.split()[:3])].append(found)
+    print(
+        "\nNVLink factor implied by matched tp > 1 / tp 1 pairs (time ratio measured = predicted)"
+    )
+    print(f"{'sweep':22s} {'pairs':>5s} {'in grid':>7s} {'median':>6s}  factors")
+    for name, vals in sorted(implied.items()):
+        ok = sorted(v for v in vals if v == v)
+        med = f"{statistics.median(ok):6.2f}" if ok else "   n/a"
+        print(f"{name:22s} {len(vals):5d} {len(ok):7d} {med}  {' '.join(f'{v:.2f}' for v in ok)}")
+    every = [v for vals in implied.values() for v in vals if v == v]
+    print(f"all sweeps: {len(every)} pairs in grid, median factor {statistics.median(every):.2f}")
+
+
 def report(title: str, res: list[tuple[str, int, float, float]]) -> None:
     print(f"\n{title}")
     print(f"{'group':78s} {'n':>3s} {'spearman':>8s} {'top-pick gap':>12s}")
@@ -209,6 +255,9 @@ def main() -> None:
         help="NVLink factor fitted per model, checked on the other",
     )
     ap.add_argument(
+        "--pairs", action="store_true", help="NVLink factor implied by matched tp / tp1 pairs"
+    )
+    ap.add_argument(
         "--nvlink-scale", type=float, default=1.0, help="NVLink bandwidth factor (what-if, > 0)"
     )
     args = ap.parse_args()
@@ -223,6 +272,8 @@ def main() -> None:
         residuals(cases)
     if args.cross_fit:
         cross_fit_nvlink()
+    if args.pairs:
+        implied_nvlink()
 
 
 if __name__ == "__main__":
