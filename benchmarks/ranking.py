@@ -156,6 +156,11 @@ def residuals(cases: Sequence[Case]) -> None:
 NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33, 0.25, 0.2)
 
 
+def cases_by_nvlink() -> dict[float, list[Case]]:
+    """The cases at each NVLink factor of NVLINK_GRID, in the same order."""
+    return {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+
+
 def cross_fit_nvlink() -> None:
     """Fit the NVLink factor on one model's sweeps (least median |error| on NVLINK_GRID) and check
     the other model's ranking at that factor: does one TP bandwidth describe the cluster?"""
@@ -164,7 +169,7 @@ def cross_fit_nvlink() -> None:
         f"{'fit on':10s} {'factor':>6s} {'median |err|':>12s}  "
         "held-out groups (spearman / top-pick gap)"
     )
-    by_scale = {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+    by_scale = cases_by_nvlink()
     models = sorted({c.group.split()[0] for c in by_scale[1.0]})
 
     def median_error(cases: Sequence[Case]) -> float:
@@ -192,7 +197,7 @@ def implied_nvlink() -> None:
     ratio of the pair, against the ratio predicted at each NVLink factor of NVLINK_GRID, gives
     the factor that reproduces it: the pair's implied achieved TP bandwidth, free of any error
     the two layouts share. NaN: the ratio is outside what the grid predicts."""
-    by_scale = {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+    by_scale = cases_by_nvlink()
     base = by_scale[1.0]
 
     def key(c: Case, tp: int) -> tuple[object, ...]:
