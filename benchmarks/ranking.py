@@ -69,6 +69,11 @@ def by_sweep(c: Case) -> str:
     return c.group
 
 
+def sweep_label(group: str) -> str:
+    """A sweep's short name: model, sequence length, GPU count (without the source file)."""
+    return " ".join(group.split()[:3])
+
+
 def by_model_and_seq(c: Case) -> str:
     """Model and sequence length (the issue's grouping)."""
     return " ".join(c.group.split()[:2])
@@ -147,7 +152,7 @@ def residuals(cases: Sequence[Case]) -> None:
         exposed = slope > 0 and corr >= 0.3
         implied = f"{1 / slope:5.1f} GB/s per node" if exposed else "no exposed sync"
         span = f"{v.min():.0f}-{v.max():.0f}"
-        short = " ".join(name.split()[:3])
+        short = sweep_label(name)
         tp_corr = f"{np.corrcoef(tp, rel)[0, 1]:+.2f}" if tp.std() > 0 else "n/a"
         row = f"{short:22s} {len(rows):3d} {span:>9s} {intercept:11.2f} {corr:5.2f} {implied:24s}"
         print(f"{row} {tp_corr}")
@@ -200,14 +205,14 @@ def implied_nvlink() -> None:
     by_scale = cases_by_nvlink()
     base = by_scale[1.0]
 
-    def key(c: Case, tp: int) -> tuple[object, ...]:
+    def twin(c: Case) -> tuple[object, ...]:
         lay = c.layout
-        return (c.group, tp, lay.pp, lay.micro_batch_size, lay.recompute, c.job.fused_norm)
+        return (c.group, lay.pp, lay.micro_batch_size, lay.recompute, c.job.fused_norm)
 
-    tp1 = {key(c, 1): i for i, c in enumerate(base) if c.layout.tp == 1}
+    tp1 = {twin(c): i for i, c in enumerate(base) if c.layout.tp == 1}
     implied: dict[str, list[float]] = defaultdict(list)
     for i, c in enumerate(base):
-        j = tp1.get(key(c, 1))
+        j = tp1.get(twin(c))
         if c.layout.tp == 1 or j is None:
             continue
         measured = base[j].tokens_per_s_per_gpu / c.tokens_per_s_per_gpu
@@ -223,7 +228,7 @@ def implied_nvlink() -> None:
                 t = (measured - lo) / (hi - lo)
                 found = NVLINK_GRID[a] + t * (NVLINK_GRID[a + 1] - NVLINK_GRID[a])
                 break
-        implied[" ".join(c.group.split()[:3])].append(found)
+        implied[sweep_label(c.group)].append(found)
     print(
         "\nNVLink factor implied by matched tp > 1 / tp 1 pairs (time ratio measured = predicted)"
     )
