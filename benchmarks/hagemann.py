@@ -8,6 +8,20 @@ global batch; sequence parallelism only where the sheet records it. The training
 Alpha's, not Megatron-LM: its loss runs on gathered logits (no vocab-parallel cross entropy), and
 rows without the fused "RMS kernel" use PyTorch's RMSNorm, and its pipeline splits the embedding,
 the layers, the final norm and the head as L + 3 equal items (`uniform_item_split`).
+
+Cluster, per the paper's experimental-setup section (OpenReview Y0AHNkVDeu; read in a public
+Chinese-language reading note of it that links BBuf/how-to-optim-algorithm-in-cuda, as the paper
+itself could not be fetched): 32 NVIDIA DGX A100 nodes of 8 A100 80 GB, third-generation NVLink
+(600 GB/s) inside a node, NVIDIA Mellanox 200 Gb/s HDR InfiniBand between nodes; each layout ran
+10 steps and the mean of the last 9 was recorded. That is the catalog a100-sxm-80gb as it stands
+(NVLink3 300 GB/s per direction, 200 Gb/s HDR per GPU), so the rows use it unchanged.
+
+What the training code did differently from Megatron-LM is modelled only where it changes memory
+(above). Its data-parallel sync (public Aleph-Alpha/scaling, `core/optimizer/optimizer.py`) runs
+inside the optimizer step, after the whole backward: the gradients are all-reduced in fp32 and the
+ZeRO-1 shards all-gathered in bf16, neither overlapped. The rows keep Megatron's overlapped
+reduce-scatter because that is what the planner launches; benchmarks/ranking.py --residuals
+measures how far the sweeps look like the serial sync instead.
 """
 
 from __future__ import annotations
@@ -70,8 +84,8 @@ def rows(
     nvlink_scale: float = 1.0,
 ) -> Iterator[Row]:
     """Every row with one of the given attention kernels and outcomes. `nvlink_scale` multiplies
-    the scale-up (NVLink) tier's bandwidth: a what-if for the cluster's unpublished achieved TP
-    bandwidth (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100."""
+    the scale-up (NVLink) tier's bandwidth: a what-if for the TP bandwidth the training code
+    achieved on that NVLink (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100."""
     gpu = catalog.get_gpu("a100-sxm-80gb")
     tiers = list(gpu.tiers)
     tiers[0] = tiers[0].model_copy(

@@ -12,12 +12,14 @@ groupings:
   by model and sequence length   the issue's target; pools the sweeps of one model and sequence
                                  length run at different GPU counts (tokens/s/GPU is per GPU)
   by sweep                       stricter: one source file, one GPU count, i.e. one planning job
---residuals prints, per sweep, how the step-time residual goes with two costs the paper's cluster
-may have paid beyond the model (an exposed DP sync, a slower TP link). --nvlink-scale X reruns
-everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for that
-cluster's achieved TP bandwidth, which is not published; --cross-fit fits that factor on one
-model's sweeps and checks the ranking of the other's; --pairs estimates it from matched layouts
-that differ only in TP.
+The paper's cluster is the catalog's: DGX A100 nodes, NVLink3, 200 Gb/s HDR InfiniBand (see
+benchmarks/hagemann.py). The diagnostics below measure what its training code achieved on it:
+--residuals prints, per sweep, how the step-time residual goes with two costs the runs may have
+paid beyond the model (the code's serial DP sync, a TP cost above NVLink's). --nvlink-scale X
+reruns everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for the
+TP bandwidth the code achieved; --cross-fit fits that factor on one model's sweeps and checks the
+ranking of the other's. --pairs estimates it from matched layouts that differ only in TP, and the
+pipeline's cost from matched layouts that differ only in PP.
 """
 
 from __future__ import annotations
@@ -196,26 +198,46 @@ def cross_fit_nvlink() -> None:
         print(f"{fit:10s} {best:6.2f} {errs[best]:12.1%}  {shown}")
 
 
+def twins(cases: Sequence[Case], vary: str) -> list[tuple[int, int]]:
+    """Matched pairs (i, j): layout i has `vary` ("tp" or "pp") > 1, layout j is the one of the
+    same sweep with `vary` = 1 and the same everything else it can share (the other of tp / pp,
+    micro-batch, recompute, norm kernel), so both do the same work per GPU on the same GPUs."""
+    other = "pp" if vary == "tp" else "tp"
+
+    def key(c: Case) -> tuple[object, ...]:
+        lay = c.layout
+        return (c.group, getattr(lay, other), lay.micro_batch_size, lay.recompute, c.job.fused_norm)
+
+    ones = {key(c): j for j, c in enumerate(cases) if getattr(c.layout, vary) == 1}
+    return [
+        (i, ones[key(c)])
+        for i, c in enumerate(cases)
+        if getattr(c.layout, vary) > 1 and key(c) in ones
+    ]
+
+
+def print_implied(title: str, unit: str, implied: dict[str, list[float]]) -> None:
+    """Per sweep: the pairs, how many gave a value, their median and the values."""
+    print(f"\n{title}")
+    print(f"{'sweep':22s} {'pairs':>5s} {'valued':>6s} {'median':>6s}  {unit}")
+    for name, vals in sorted(implied.items()):
+        ok = sorted(v for v in vals if v == v)
+        med = f"{statistics.median(ok):6.2f}" if ok else "   n/a"
+        print(f"{name:22s} {len(vals):5d} {len(ok):6d} {med}  {' '.join(f'{v:.2f}' for v in ok)}")
+    every = [v for vals in implied.values() for v in vals if v == v]
+    print(f"all sweeps: {len(every)} pairs valued, median {statistics.median(every):.2f}")
+
+
 def implied_nvlink() -> None:
-    """Matched pairs: each tp > 1 layout against the tp 1 layout of the same sweep with the same
-    pp, micro-batch, recompute and norm kernel (same GPUs, same work per GPU). The measured time
-    ratio of the pair, against the ratio predicted at each NVLink factor of NVLINK_GRID, gives
-    the factor that reproduces it: the pair's implied achieved TP bandwidth, free of any error
-    the two layouts share. NaN: the ratio is outside what the grid predicts."""
+    """Matched tp > 1 / tp 1 pairs (`twins`). The measured time ratio of the pair, against the
+    ratio predicted at each NVLink factor of NVLINK_GRID, gives the factor that reproduces it:
+    the pair's implied achieved TP bandwidth, free of any error the two layouts share. NaN: the
+    ratio is outside what the grid predicts."""
     by_scale = cases_by_nvlink()
     base = by_scale[1.0]
-
-    def twin(c: Case) -> tuple[object, ...]:
-        lay = c.layout
-        return (c.group, lay.pp, lay.micro_batch_size, lay.recompute, c.job.fused_norm)
-
-    tp1 = {twin(c): i for i, c in enumerate(base) if c.layout.tp == 1}
     implied: dict[str, list[float]] = defaultdict(list)
-    for i, c in enumerate(base):
-        j = tp1.get(twin(c))
-        if c.layout.tp == 1 or j is None:
-            continue
-        measured = base[j].tokens_per_s_per_gpu / c.tokens_per_s_per_gpu
+    for i, j in twins(base, "tp"):
+        measured = base[j].tokens_per_s_per_gpu / base[i].tokens_per_s_per_gpu
         pred = [
             cost.estimate(cs[j].job, cs[j].layout).tokens_per_s_per_gpu
             / cost.estimate(cs[i].job, cs[i].layout).tokens_per_s_per_gpu
@@ -228,17 +250,43 @@ def implied_nvlink() -> None:
                 t = (measured - lo) / (hi - lo)
                 found = NVLINK_GRID[a] + t * (NVLINK_GRID[a + 1] - NVLINK_GRID[a])
                 break
-        implied[sweep_label(c.group)].append(found)
-    print(
-        "\nNVLink factor implied by matched tp > 1 / tp 1 pairs (time ratio measured = predicted)"
+        implied[sweep_label(base[i].group)].append(found)
+    print_implied(
+        "NVLink factor implied by matched tp > 1 / tp 1 pairs (time ratio measured = predicted)",
+        "factors",
+        implied,
     )
-    print(f"{'sweep':22s} {'pairs':>5s} {'in grid':>7s} {'median':>6s}  factors")
-    for name, vals in sorted(implied.items()):
-        ok = sorted(v for v in vals if v == v)
-        med = f"{statistics.median(ok):6.2f}" if ok else "   n/a"
-        print(f"{name:22s} {len(vals):5d} {len(ok):7d} {med}  {' '.join(f'{v:.2f}' for v in ok)}")
-    every = [v for vals in implied.values() for v in vals if v == v]
-    print(f"all sweeps: {len(every)} pairs in grid, median factor {statistics.median(every):.2f}")
+
+
+def bubble_micro_batches(
+    pipe: cost.Performance, flat: cost.Performance, ratio: float, pp: int
+) -> float:
+    """The k that makes `pipe` (pp stages) take `ratio` times `flat` (its pp 1 twin) when its
+    bubble of pp - 1 micro-batch times is replaced by k of them. NaN without a bubble."""
+    per_mb = pipe.breakdown.bubble / (pp - 1)
+    rest = pipe.step_time_s - pipe.breakdown.bubble
+    return (ratio * flat.step_time_s - rest) / per_mb if per_mb > 0 else float("nan")
+
+
+def implied_bubble() -> None:
+    """Matched pp > 1 / pp 1 pairs (`twins`): the pipeline's cost in micro-batch times. The model
+    charges a pp-stage 1F1B pipeline (pp - 1) micro-batch times of the slowest stage (`bubble`);
+    k is the number that makes the predicted time ratio of the pair equal the measured one:
+    k = (measured ratio x predicted pp1 time - predicted pp time without its bubble) / (one
+    micro-batch time). k = pp - 1 where the pipeline costs what the schedule says."""
+    cases = load_hagemann()
+    implied: dict[str, list[float]] = defaultdict(list)
+    for i, j in twins(cases, "pp"):
+        pipe, flat = (cost.estimate(cases[x].job, cases[x].layout) for x in (i, j))
+        measured = cases[j].tokens_per_s_per_gpu / cases[i].tokens_per_s_per_gpu
+        k = bubble_micro_batches(pipe, flat, measured, cases[i].layout.pp)
+        implied[f"{sweep_label(cases[i].group)} pp{cases[i].layout.pp}"].append(k)
+    print_implied(
+        "pipeline cost implied by matched pp > 1 / pp 1 pairs, in micro-batch times "
+        "(the 1F1B bubble is pp - 1)",
+        "k per pair",
+        implied,
+    )
 
 
 def report(title: str, res: list[tuple[str, int, float, float]]) -> None:
@@ -264,9 +312,7 @@ def main() -> None:
         action="store_true",
         help="NVLink factor fitted per model, checked on the other",
     )
-    ap.add_argument(
-        "--pairs", action="store_true", help="NVLink factor implied by matched tp / tp1 pairs"
-    )
+    ap.add_argument("--pairs", action="store_true", help="TP and PP costs implied by matched pairs")
     ap.add_argument(
         "--nvlink-scale", type=float, default=1.0, help="NVLink bandwidth factor (what-if, > 0)"
     )
@@ -284,6 +330,7 @@ def main() -> None:
         cross_fit_nvlink()
     if args.pairs:
         implied_nvlink()
+        implied_bubble()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""The helpers of benchmarks/ranking.py, which prints the issue's ranking figures.
+
+Oracles: Spearman's rank correlation by hand (the textbook 1 - 6 sum d^2 / (n (n^2 - 1)) where
+there are no ties); the matched-pair rule restated on the real Hagemann rows; the bubble identity
+(a pair that runs exactly as predicted implies the schedule's pp - 1 micro-batch times).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import ranking
+from benchmarks.runs import load_hagemann
+from planner import cost
+
+
+def test_spearman_matches_the_no_ties_formula() -> None:
+    x = [1.0, 2.0, 3.0, 4.0, 5.0]
+    y = [2.0, 1.0, 4.0, 3.0, 5.0]
+    # rank differences d = (-1, 1, -1, 1, 0): 1 - 6 * 4 / (5 * 24) = 0.8
+    assert ranking.spearman(x, y) == pytest.approx(0.8)
+    assert ranking.spearman(x, x[::-1]) == pytest.approx(-1.0)
+
+
+def test_ties_share_their_mean_rank() -> None:
+    assert ranking.ranks([10.0, 20.0, 20.0, 5.0]) == [2.0, 3.5, 3.5, 1.0]
+
+
+@pytest.mark.parametrize("vary", ["tp", "pp"])
+def test_twins_differ_only_in_the_varied_degree(vary: str) -> None:
+    cases = load_hagemann()
+    pairs = ranking.twins(cases, vary)
+    assert pairs
+    other = "pp" if vary == "tp" else "tp"
+    for i, j in pairs:
+        a, b = cases[i], cases[j]
+        assert getattr(a.layout, vary) > 1 and getattr(b.layout, vary) == 1
+        assert a.group == b.group and a.job.fused_norm == b.job.fused_norm
+        assert getattr(a.layout, other) == getattr(b.layout, other)
+        assert a.layout.micro_batch_size == b.layout.micro_batch_size
+        assert a.layout.recompute == b.layout.recompute
+
+
+def test_a_pair_that_runs_as_predicted_implies_the_1f1b_bubble() -> None:
+    cases = load_hagemann()
+    i, j = ranking.twins(cases, "pp")[0]
+    pipe, flat = (cost.estimate(cases[x].job, cases[x].layout) for x in (i, j))
+    pp = cases[i].layout.pp
+    k = ranking.bubble_micro_batches(pipe, flat, pipe.step_time_s / flat.step_time_s, pp)
+    assert k == pytest.approx(pp - 1)
+    # 10% slower than predicted is more than the schedule's bubble
+    assert (
+        ranking.bubble_micro_batches(pipe, flat, 1.1 * pipe.step_time_s / flat.step_time_s, pp)
+        > pp - 1
+    )
