@@ -261,11 +261,7 @@ def stage_memory(
     arch = job.arch
     sh = sh or _shard(job, layout)
     per = per or _per_layer(arch, sh)
-    dense, expert = stage_params(job, layout, rank, layers)
-    z = layout.zero_stage
-    opt = job.optimizer_bytes
-    w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp, opt)
-    w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1), opt)
+    weights, grads, optimizer, other = _state(job, layout, rank, layers)
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))
@@ -299,18 +295,31 @@ def stage_memory(
         # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
         kv_heads = max(arch.query_groups / layout.tp, 1)
         acts += 2 * 2 * sh.tokens * kv_heads * arch.head_dim * 2
-    transient = _transient_bytes(job, layout, dense, expert, len(layers))
     return StageMemory(
         stage=rank,
         layers=len(layers),
-        weights=dense * w_d + expert * w_e,
-        grads=dense * g_d + expert * g_e,
-        optimizer=dense * o_d + expert * o_e,
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
         activations=acts * FRAGMENTATION,
-        other=_fixed_bytes(job, layout)
-        + fp8_weight_cache_bytes(job, layout, layers)
-        + transient * FRAGMENTATION,
+        other=other,
     )
+
+
+def _state(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, ...]:
+    """(weights, grads, optimizer, other) bytes on one GPU of pipeline rank `rank`: all but the
+    activations, so the same at every micro-batch size and recompute policy."""
+    dense, expert = stage_params(job, layout, rank, layers)
+    z, opt = layout.zero_stage, job.optimizer_bytes
+    w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp, opt)
+    w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1), opt)
+    transient = _transient_bytes(job, layout, dense, expert, len(layers))
+    other = (
+        _fixed_bytes(job, layout)
+        + fp8_weight_cache_bytes(job, layout, layers)
+        + transient * FRAGMENTATION
+    )
+    return dense * w_d + expert * w_e, dense * g_d + expert * g_e, dense * o_d + expert * o_e, other
 
 
 def _peak_candidates(job: Job, layout: Layout, ranges: list[range]) -> list[int]:
@@ -322,6 +331,17 @@ def _peak_candidates(job: Job, layout: Layout, ranges: list[range]) -> list[int]
         key = (len(rng), job.arch.moe_count(rng), r == 0, r == layout.pp - 1)
         seen.setdefault(key, r)
     return sorted(seen.values())
+
+
+def state_floor(job: Job, layout: Layout) -> float:
+    """The most a stage that can hold the peak (`_peak_candidates`) keeps besides activations:
+    a lower bound on `estimate(...).peak` that holds for every micro-batch size and recompute
+    policy of the layout (the search rejects a ZeRO stage on it before trying either)."""
+    ranges = stage_ranges(job.arch.num_layers, layout)
+    return max(
+        (sum(_state(job, layout, r, ranges[r])) for r in _peak_candidates(job, layout, ranges)),
+        default=0.0,
+    )
 
 
 def usable_bytes(physical: float, headroom_pct: float) -> float:

@@ -294,11 +294,19 @@ def lower_bound(job: Job, layout: Layout) -> float:
 
 
 def _best_variants(
-    job: Job, space: Space, base: Layout, rejected: Counter[str]
+    job: Job,
+    space: Space,
+    base: Layout,
+    rejected: Counter[str],
+    too_big: dict[tuple[object, ...], bool],
 ) -> list[tuple[Layout, MemoryReport]]:
     """The memory-feasible (zero, recompute) variants of a base layout not dominated by a
-    feasible variant with no more sharding and no more recompute."""
+    feasible variant with no more sharding and no more recompute. A ZeRO stage whose weights,
+    gradients, optimizer state and buffers alone (`memory.state_floor`) exceed the capacity is
+    rejected without estimating its recompute variants; `too_big` remembers that verdict per
+    (vpp, split, ZeRO stage) of one structure, since it holds at every micro-batch size."""
     found: list[tuple[int, int, Layout, MemoryReport]] = []
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     # with flash attention Megatron's selective recompute (the core attention) keeps exactly
     # what no recompute keeps (planner.activations): same memory, more time, never chosen
     # (PyTorch's per-op policy does save memory)
@@ -312,6 +320,12 @@ def _best_variants(
         if any(fz <= zi and fr <= ri for fz, fr, _, _ in found):
             continue
         lay = base.with_(zero_stage=z, recompute=rc)
+        key = (base.vpp, base.pipeline_layers, z)
+        if key not in too_big:
+            too_big[key] = memory.state_floor(job, lay) > capacity
+        if too_big[key]:
+            rejected["memory"] += 1
+            continue
         rep = memory.estimate(job, lay, space.headroom_pct, all_stages=False)
         if rep.fits:
             found.append((zi, ri, lay, rep))
@@ -357,9 +371,10 @@ def search(
         if len(best) >= top_k and bound > best[top_k - 1].step_time:
             break
         expanded += 1
+        too_big: dict[tuple[object, ...], bool] = {}
         for mbs, vpp, split in opts:
             base = _layout(s, mbs, vpp, split, space)
-            for lay, rep in _best_variants(job, space, base, rejected):
+            for lay, rep in _best_variants(job, space, base, rejected, too_big):
                 perf = cost.estimate(job, lay)
                 scored += 1
                 best.append(Candidate(lay, rep, perf))

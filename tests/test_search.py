@@ -301,6 +301,26 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
+def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
+    """memory.state_floor, on which the search rejects a ZeRO stage before estimating its
+    recompute variants, is no more than the peak `estimate` (the search's fast path) finds for
+    any micro-batch size and recompute policy of that layout, and does not depend on them."""
+    job, space = PROBLEMS[name]
+    floors: dict[tuple[object, ...], float] = {}
+    checked = 0
+    for lay in _sample_layouts(job, space, 60):
+        for z, r in _zero_recompute(space):
+            v = lay.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+            floor = memory.state_floor(job, v)
+            peak = memory.estimate(job, v, all_stages=False).peak
+            assert floor <= peak, (v.describe(), floor, peak)
+            shape = (v.tp, v.cp, v.pp, v.dp, v.ep, v.expert_tp, v.vpp, v.pipeline_layers, z)
+            assert floors.setdefault(shape, floor) == floor, v.describe()
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
 def test_search_enumerates_the_whole_space(name: str) -> None:
     """The search's structures and options are exactly the reference's layouts (every vpp with
     a split included, not only the divisors of layers / pp), and space_size counts them times the
