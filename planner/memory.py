@@ -306,7 +306,7 @@ def stage_memory(
     )
 
 
-def _state(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, ...]:
+def _state(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, other) bytes on one GPU of pipeline rank `rank`: all but the
     activations, so the same at every micro-batch size and recompute policy."""
     dense, expert = stage_params(job, layout, rank, layers)
