@@ -7,7 +7,9 @@ only, from the public repo Aleph-Alpha/NeurIPS-WANT-submission-efficient-paralle
 global batch; sequence parallelism only where the sheet records it. The training code is Aleph
 Alpha's, not Megatron-LM: its loss runs on gathered logits (no vocab-parallel cross entropy), and
 rows without the fused "RMS kernel" use PyTorch's RMSNorm, and its pipeline splits the embedding,
-the layers, the final norm and the head as L + 3 equal items (`uniform_item_split`).
+the layers, the final norm and the head as L + 3 equal items (`uniform_item_split`, the code's
+default partition method; the paper does not name one, and the other, balanced by parameter
+count, is a what-if: `balanced_item_split`).
 
 Cluster, per the paper's experimental-setup section (OpenReview Y0AHNkVDeu; read in a public
 Chinese-language reading note of it that links BBuf/how-to-optim-algorithm-in-cuda, as the paper
@@ -31,7 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner import catalog
+from planner import catalog, params
+from planner.arch import ModelArch
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
 from planner.spec import Job
@@ -77,15 +80,64 @@ def uniform_item_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
     return tuple(sizes)
 
 
+def balanced_item_split(arch: ModelArch, pp: int) -> tuple[int, ...] | None:
+    """Decoder layers per stage under Aleph-Alpha/scaling's other partition method
+    (`PipePartitionMethod.BALANCED`, `pipe_partition_balanced`, the one its example config
+    selects): the same L + 3 items weighted by parameter count, cut where the heaviest stage is
+    as light as it can be, each stage taking as many items as fit under that bound from the
+    left. The paper does not say which method its runs used; this is a what-if."""
+    if pp == 1:
+        return None
+    weights = [
+        params.embedding_params(arch),
+        *(sum(params.layer_params(arch, i)) for i in range(arch.num_layers)),
+        params.final_norm_params(arch),
+        params.output_params(arch),
+    ]
+
+    def packed(bound: int) -> list[int]:
+        """Items per stage, greedily from the left, no stage heavier than `bound`."""
+        counts, load = [0], 0
+        for w in weights:
+            if counts[-1] and load + w > bound:
+                counts.append(0)
+                load = 0
+            counts[-1] += 1
+            load += w
+        return counts
+
+    lo, hi = max(weights), sum(weights)  # the lightest possible heaviest stage is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if len(packed(mid)) <= pp else (mid + 1, hi)
+    counts = packed(lo) + [0] * pp
+    first = 0
+    layers = []
+    for n in counts[:pp]:
+        # items [first, first + n) hold the decoder layers with item index 1..L
+        layers.append(max(0, min(first + n, arch.num_layers + 1) - max(first, 1)))
+        first += n
+    return tuple(layers)
+
+
+SPLITS = ("uniform", "balanced")
+"""The pipeline partition methods of the training code (`rows(split=...)`)."""
+
+
 def rows(
     path: Path = CSV,
     kernels: tuple[str, ...] = ("flash_attention2",),
     outcomes: tuple[str, ...] = ("ok", "oom"),
     nvlink_scale: float = 1.0,
+    split: str = "uniform",
 ) -> Iterator[Row]:
     """Every row with one of the given attention kernels and outcomes. `nvlink_scale` multiplies
     the scale-up (NVLink) tier's bandwidth: a what-if for the TP bandwidth the training code
-    achieved on that NVLink (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100."""
+    achieved on that NVLink (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100.
+    `split` is the code's pipeline partition method: "uniform" (its default, used throughout)
+    or "balanced" (`balanced_item_split`, a what-if)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     gpu = catalog.get_gpu("a100-sxm-80gb")
     tiers = list(gpu.tiers)
     tiers[0] = tiers[0].model_copy(
@@ -120,6 +172,10 @@ def rows(
                 micro_batch_size=int(d["micro_batch_size"]),
                 zero_stage=1,
                 recompute="full" if d["recompute"] == "full" else "none",
-                pipeline_layers=uniform_item_split(arch.num_layers, int(d["pp"])),
+                pipeline_layers=(
+                    uniform_item_split(arch.num_layers, int(d["pp"]))
+                    if split == "uniform"
+                    else balanced_item_split(arch, int(d["pp"]))
+                ),
             )
             yield Row(d, job, layout)

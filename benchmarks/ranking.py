@@ -1,7 +1,7 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
     /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
-                                                [--cross-fit] [--pairs]
+                                                [--cross-fit] [--pairs] [--split balanced]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
 that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
@@ -19,7 +19,9 @@ paid beyond the model (the code's serial DP sync, a TP cost above NVLink's). --n
 reruns everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for the
 TP bandwidth the code achieved; --cross-fit fits that factor on one model's sweeps and checks the
 ranking of the other's. --pairs estimates it from matched layouts that differ only in TP, and the
-pipeline's cost from matched layouts that differ only in PP.
+pipeline's cost from matched layouts that differ only in PP. --split balanced reruns everything
+with the code's other pipeline partition method (hagemann.balanced_item_split; the paper does not
+say which its runs used).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+from benchmarks.hagemann import SPLITS
 from benchmarks.runs import Case, load_hagemann
 from planner import cost
 from planner.memory import stage_params
@@ -201,12 +204,16 @@ def cross_fit_nvlink() -> None:
 def twins(cases: Sequence[Case], vary: str) -> list[tuple[int, int]]:
     """Matched pairs (i, j): layout i has `vary` ("tp" or "pp") > 1, layout j is the one of the
     same sweep with `vary` = 1 and the same everything else it can share (the other of tp / pp,
-    micro-batch, recompute, norm kernel), so both do the same work per GPU on the same GPUs."""
+    micro-batch, recompute, norm kernel and, for pipeline pairs with tp > 1, sequence
+    parallelism), so both do the same work per GPU on the same GPUs. (A tensor-parallel pair
+    keeps its tp > 1 side's sequence parallelism: it is part of how that side does TP.)"""
     other = "pp" if vary == "tp" else "tp"
 
     def key(c: Case) -> tuple[object, ...]:
         lay = c.layout
-        return (c.group, getattr(lay, other), lay.micro_batch_size, lay.recompute, c.job.fused_norm)
+        sp = vary == "pp" and lay.tp > 1 and lay.sequence_parallel
+        shared = (getattr(lay, other), lay.micro_batch_size, lay.recompute, c.job.fused_norm, sp)
+        return (c.group, *shared)
 
     ones = {key(c): j for j, c in enumerate(cases) if getattr(c.layout, vary) == 1}
     return [
@@ -316,11 +323,18 @@ def main() -> None:
     ap.add_argument(
         "--nvlink-scale", type=float, default=1.0, help="NVLink bandwidth factor (what-if, > 0)"
     )
+    ap.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="uniform",
+        help="the training code's pipeline partition method (what-if: balanced)",
+    )
     args = ap.parse_args()
     if args.nvlink_scale <= 0:
         ap.error(f"--nvlink-scale must be > 0, got {args.nvlink_scale}")
-    cases = load_hagemann(nvlink_scale=args.nvlink_scale)
+    cases = load_hagemann(nvlink_scale=args.nvlink_scale, split=args.split)
     scale = f", NVLink x{args.nvlink_scale:g}" if args.nvlink_scale != 1 else ""
+    scale += f", {args.split} pipeline split" if args.split != "uniform" else ""
     print(f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{scale}")
     report("by model and sequence length", evaluate(cases, key=by_model_and_seq))
     report("by sweep (one GPU count each)", evaluate(cases, args.verbose, key=by_sweep))

@@ -262,12 +262,15 @@ def load_hagemann(
     kernel: str | None = "flash_attention2",
     outcomes: tuple[str, ...] = ("ok",),
     nvlink_scale: float = 1.0,
+    split: str = "uniform",
 ) -> list[Case]:
     """The Hagemann et al. rows (benchmarks/hagemann.py) with these outcomes and attention kernel
-    (None: every kernel); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none."""
+    (None: every kernel); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none.
+    `nvlink_scale` and `split` are hagemann.rows' what-ifs."""
     kernels = (kernel,) if kernel else hagemann.KERNELS
     out = []
-    for row in hagemann.rows(kernels=kernels, outcomes=outcomes, nvlink_scale=nvlink_scale):
+    rows = hagemann.rows(kernels=kernels, outcomes=outcomes, nvlink_scale=nvlink_scale, split=split)
+    for row in rows:
         r = row.data
         tok = float(r["tokens_per_s_per_gpu"] or "nan")
         mfu = float(r["mfu_pct"] or "nan")

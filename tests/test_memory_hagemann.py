@@ -4,20 +4,24 @@ Oracle: tests/data/hagemann_layouts.csv, a copy of the measured outcomes (traine
 of 458 layouts of 13B and 30B models on 80 GB A100s (arXiv:2311.05610; see benchmarks/hagemann.py
 for the settings). Issue target: no out-of-memory layout judged "fits", at most 10% of those that
 trained judged "does not fit". benchmarks/fit_memory.py measured 0 / 280 and 11 / 178 with the
-constants in planner/activations.py; the test holds the issue's targets.
+constants in planner/activations.py; the test holds the issue's targets. The what-if pipeline
+split (hagemann.balanced_item_split) is checked against a brute-force search of every cut.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import hagemann
 
-from planner import memory
+from planner import catalog, memory, params
 
 
 def test_classification_of_measured_layouts() -> None:
@@ -43,3 +47,31 @@ def test_fused_norm_and_parallel_loss_save_memory() -> None:
         sp_keeps_gathered_input=False,
     )
     assert memory.estimate(fused, row.layout).peak < base
+
+
+@pytest.mark.parametrize("model", ["llama-13b", "llama-30b"])
+@pytest.mark.parametrize("pp", [2, 3, 4])
+def test_balanced_split_is_the_lightest_heaviest_stage(model: str, pp: int) -> None:
+    # oracle: every way to cut the L + 3 items (embedding, layers, final norm, head) into pp
+    # contiguous non-empty stages, by brute force; the balanced split's heaviest stage must be
+    # the lightest any of them achieves, and its layers must add up to L
+    arch = catalog.get_model(f"hagemann-{model}")
+    layer = sum(params.layer_params(arch, 0))
+    weights = [
+        params.embedding_params(arch),
+        *[layer] * arch.num_layers,
+        params.final_norm_params(arch),
+        params.output_params(arch),
+    ]
+    prefix = [0, *itertools.accumulate(weights)]
+    best = min(
+        max(prefix[b] - prefix[a] for a, b in itertools.pairwise((0, *cuts, len(weights))))
+        for cuts in itertools.combinations(range(1, len(weights)), pp - 1)
+    )
+    split = hagemann.balanced_item_split(arch, pp)
+    assert split is not None and sum(split) == arch.num_layers
+    # stage r holds split[r] layers, plus the embedding on the first and norm + head on the last
+    loads = [n * layer for n in split]
+    loads[0] += weights[0]
+    loads[-1] += weights[-2] + weights[-1]
+    assert max(loads) == best

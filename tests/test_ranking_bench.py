@@ -44,6 +44,8 @@ def test_twins_differ_only_in_the_varied_degree(vary: str) -> None:
         assert getattr(a.layout, other) == getattr(b.layout, other)
         assert a.layout.micro_batch_size == b.layout.micro_batch_size
         assert a.layout.recompute == b.layout.recompute
+        if vary == "pp" and a.layout.tp > 1:
+            assert a.layout.sequence_parallel == b.layout.sequence_parallel
 
 
 def test_a_pair_that_runs_as_predicted_implies_the_1f1b_bubble() -> None:
