@@ -166,12 +166,12 @@ def residuals(cases: Sequence[Case]) -> None:
 NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33, 0.25, 0.2)
 
 
-def cases_by_nvlink() -> dict[float, list[Case]]:
+def cases_by_nvlink(split: str = "uniform") -> dict[float, list[Case]]:
     """The cases at each NVLink factor of NVLINK_GRID, in the same order."""
-    return {x: load_hagemann(nvlink_scale=x) for x in NVLINK_GRID}
+    return {x: load_hagemann(nvlink_scale=x, split=split) for x in NVLINK_GRID}
 
 
-def cross_fit_nvlink() -> None:
+def cross_fit_nvlink(split: str = "uniform") -> None:
     """Fit the NVLink factor on one model's sweeps (least median |error| on NVLINK_GRID) and check
     the other model's ranking at that factor: does one TP bandwidth describe the cluster?"""
     print("\nNVLink factor fitted on one model, ranking checked on the other")
@@ -179,7 +179,7 @@ def cross_fit_nvlink() -> None:
         f"{'fit on':10s} {'factor':>6s} {'median |err|':>12s}  "
         "held-out groups (spearman / top-pick gap)"
     )
-    by_scale = cases_by_nvlink()
+    by_scale = cases_by_nvlink(split)
     models = sorted({c.group.split()[0] for c in by_scale[1.0]})
 
     def median_error(cases: Sequence[Case]) -> float:
@@ -235,12 +235,12 @@ def print_implied(title: str, unit: str, implied: dict[str, list[float]]) -> Non
     print(f"all sweeps: {len(every)} pairs valued, median {statistics.median(every):.2f}")
 
 
-def implied_nvlink() -> None:
+def implied_nvlink(split: str = "uniform") -> None:
     """Matched tp > 1 / tp 1 pairs (`twins`). The measured time ratio of the pair, against the
     ratio predicted at each NVLink factor of NVLINK_GRID, gives the factor that reproduces it:
     the pair's implied achieved TP bandwidth, free of any error the two layouts share. NaN: the
     ratio is outside what the grid predicts."""
-    by_scale = cases_by_nvlink()
+    by_scale = cases_by_nvlink(split)
     base = by_scale[1.0]
     implied: dict[str, list[float]] = defaultdict(list)
     for i, j in twins(base, "tp"):
@@ -275,13 +275,12 @@ def bubble_micro_batches(
     return (ratio * flat.step_time_s - rest) / per_mb if per_mb > 0 else float("nan")
 
 
-def implied_bubble() -> None:
+def implied_bubble(cases: Sequence[Case]) -> None:
     """Matched pp > 1 / pp 1 pairs (`twins`): the pipeline's cost in micro-batch times. The model
     charges a pp-stage 1F1B pipeline (pp - 1) micro-batch times of the slowest stage (`bubble`);
     k is the number that makes the predicted time ratio of the pair equal the measured one:
     k = (measured ratio x predicted pp1 time - predicted pp time without its bubble) / (one
     micro-batch time). k = pp - 1 where the pipeline costs what the schedule says."""
-    cases = load_hagemann()
     implied: dict[str, list[float]] = defaultdict(list)
     for i, j in twins(cases, "pp"):
         pipe, flat = (cost.estimate(cases[x].job, cases[x].layout) for x in (i, j))
@@ -341,10 +340,10 @@ def main() -> None:
     if args.residuals:
         residuals(cases)
     if args.cross_fit:
-        cross_fit_nvlink()
+        cross_fit_nvlink(args.split)
     if args.pairs:
-        implied_nvlink()
-        implied_bubble()
+        implied_nvlink(args.split)
+        implied_bubble(load_hagemann(split=args.split))
 
 
 if __name__ == "__main__":
