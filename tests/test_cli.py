@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run
 
 import planner
-from planner.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "llama3.1-8b-h100.toml"
@@ -29,15 +29,6 @@ STAGE_KEYS = {
     "other_gib",
     "total_gib",
 }
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(argv) in-process: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
 
 
 def run_subprocess(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

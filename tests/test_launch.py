@@ -8,22 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
+from cli_run import run
 
 from planner import __version__, cost, memory
-from planner.cli import main
 from planner.launch import TARGETS, launch, render
 from planner.spec import load_plan
 
 PLANS = Path(__file__).resolve().parent / "data" / "plans"
 PLAN = PLANS / "launch-llama3.1-70b.toml"
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

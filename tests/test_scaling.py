@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_run import run
 
 from planner import catalog, cost, ops, plot, render, report, scaling
-from planner.cli import main
 from planner.cost import Performance
 from planner.errors import InputError
 from planner.hardware import ClusterSpec
@@ -225,14 +225,6 @@ def test_svg_without_budget_or_layouts() -> None:
 
 
 # ----------------------------------------------------------------------------- CLI
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
 
 
 def test_cli_scale_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

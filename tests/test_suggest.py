@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run
 
 from planner import search
-from planner.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 PLANS = REPO / "tests" / "data" / "plans"
@@ -32,15 +32,6 @@ STAGE_KEYS = {
 }
 PERF_KEYS = {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"}
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute")
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(argv) in-process: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
 
 
 def suggest_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

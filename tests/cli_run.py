@@ -1,0 +1,16 @@
+"""The planner CLI run in-process, for the tests that drive it (pytest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cli import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """main(argv) in-process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    captured = capsys.readouterr()
+    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
