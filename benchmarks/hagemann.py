@@ -162,6 +162,7 @@ def rows(
                 cross_entropy="gathered",
                 fused_swiglu=False,
                 sp_keeps_gathered_input=True,
+                tp_backward_overlap=False,
                 flash_attention=d["attention_kernel"].startswith("flash"),
             )
             layout = Layout(

@@ -216,6 +216,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fused_norm=not eager,
         fused_swiglu=not eager,
         sp_keeps_gathered_input=titan,
+        tp_backward_overlap=not titan,
         selective_recompute="per_op" if titan else "core_attn",
     )
     recompute = _recompute(par.get("recompute"))

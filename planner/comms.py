@@ -168,11 +168,49 @@ def p2p_link(cluster: ClusterSpec, stride: int, size: int) -> Link:
     return grp.outer or grp.inner
 
 
-def tensor_parallel_layer(cluster: ClusterSpec, tp: int, act_bytes: float, n_fwd: int) -> float:
-    """Seconds of one decoder layer's TP traffic per micro-batch: two all-reduces of the t x h
-    activations per forward pass (n_fwd: 2 with full recompute) and two in the backward; with
-    sequence parallelism each is an all-gather + reduce-scatter pair, the same bytes."""
-    return (2 * n_fwd + 2) * all_reduce(act_bytes, place(cluster, 1, tp))
+def tensor_parallel_layer(
+    cluster: ClusterSpec,
+    tp: int,
+    act_bytes: float,
+    n_fwd: int,
+    sequence_parallel: bool,
+    windows: tuple[float, ...],
+    overlap_backward: bool = True,
+    regather: bool = True,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
+    activation bytes. Each block (attention, MLP) is a column-parallel linear and a row-parallel
+    one (Megatron's f and g operators, Shoeybi et al. 2019 / Korthikanti et al. 2022):
+
+    forward, per pass (n_fwd: 2 with full recompute): an all-reduce after each row-parallel
+      linear, or with sequence parallelism an all-gather before the column-parallel one and a
+      reduce-scatter after the row-parallel one; always exposed.
+    backward, per block: the column-parallel linear's input gradient is all-reduced (with SP:
+      reduce-scattered), and with SP the row-parallel linear's output gradient is all-gathered
+      and, unless the gathered input was saved (`regather` False), the column-parallel input is
+      all-gathered again for its weight gradient.
+
+    `overlap_backward` (Megatron-LM's and Transformer Engine's column-parallel backward): the
+    re-gather runs under the dgrad GEMM and the input-gradient all-reduce / reduce-scatter under
+    the wgrad GEMM, each exposed only beyond that GEMM's time, the block's `windows` entry (its
+    column-parallel forward GEMM time: dgrad and wgrad each equal it; 0 where nothing overlaps).
+    Otherwise every collective blocks."""
+    grp = place(cluster, 1, tp)
+    ar = all_reduce(act_bytes, grp)
+    half = reduce_scatter(act_bytes, grp)
+    exposed = 2 * n_fwd * ar
+    hidden = 0.0
+    for window in windows:
+        # (seconds, GEMM it can run under: 0 = none) of each backward collective of the block
+        if sequence_parallel:
+            parts = [(half, 0.0), (half, window)] + ([(half, window)] if regather else [])
+        else:
+            parts = [(ar, window)]
+        for cost, under in parts:
+            shown = max(cost - under, 0.0) if overlap_backward else cost
+            exposed += shown
+            hidden += cost - shown
+    return exposed, hidden
 
 
 def context_parallel_ring(

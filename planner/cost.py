@@ -4,8 +4,10 @@
 calls it thousands of times. Every time is per GPU, per step, in seconds.
 
 Communication (planner.comms, each group on the tier it spans in Megatron's tp-cp-ep-dp-pp order):
-TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward, exposed
-unless `tp_comm_overlap` (then only what exceeds the layer's GEMMs); CP the ring-attention K/V
+TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward (SP adds
+Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones under
+their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
+collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
 hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of t x top_k tokens
 times MOE_LOAD_IMBALANCE, exposed; PP one activation send forward and one gradient send backward
 per micro-batch (t x h bf16, /tp with SP), on the critical path in 1F1B, hidden in steady state

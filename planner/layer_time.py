@@ -52,24 +52,25 @@ from typing import Literal
 
 from planner import activations, comms, flops
 from planner.activations import BF16, MOE_LOAD_IMBALANCE, Shard
+from planner.arch import ModelArch
 from planner.layout import Layout
 from planner.spec import Job
 
-GEMM_EFFICIENCY_MAX = 0.744
+GEMM_EFFICIENCY_MAX = 0.728
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-ATTENTION_EFFICIENCY = 0.188
+ATTENTION_EFFICIENCY = 0.211
 """Fraction of bf16 peak a flash-attention kernel sustains on the work it executes (causal half,
 backward = 2.5 forwards). Fitted (same rows). Lower than kernel benchmarks (FlashAttention-2:
 ~0.6 on A100, ~0.35 on H100) because it also absorbs what small-hidden, long-sequence models lose
 elsewhere (softmax exp throughput, launch gaps); it only acts on flash-attention rows, i.e. the
 H100 ones of the fit set."""
 
-ELEMENTWISE_PASSES = 5.0
+ELEMENTWISE_PASSES = 5.34
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
@@ -167,8 +168,11 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     # output gradients, read 2 bytes and write 1 + 1 (the transpose) per element)
     gemm_fwd = cast = 0.0
     shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, MOE_LOAD_IMBALANCE)
-    for m, k, n, c in shapes:
-        gemm_fwd += gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c)
+    times = [
+        gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c) for m, k, n, c in shapes
+    ]
+    for (m, k, n, c), seconds in zip(shapes, times, strict=True):
+        gemm_fwd += seconds
         if job.precision == "fp8":
             cast += c * FP8_CAST_BYTES * (m * k + k * n + m * n) / gpu.hbm
     # --- core attention
@@ -202,12 +206,21 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     # --- TP, CP, EP traffic of the layer (planner.comms)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
-        total = comms.tensor_parallel_layer(job.cluster, tp, t * arch.hidden_size * BF16, n_fwd)
+        exposed, hidden = comms.tensor_parallel_layer(
+            job.cluster,
+            tp,
+            t * arch.hidden_size * BF16,
+            n_fwd,
+            lay.sequence_parallel,
+            _column_parallel_windows(arch, shapes, times, moe),
+            job.tp_backward_overlap,
+            regather=not job.sp_keeps_gathered_input,
+        )
         if lay.tp_comm_overlap and lay.sequence_parallel:
+            total = exposed + hidden
             exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
-        else:
-            exposed = total
-        out.tp, out.tp_hidden = exposed, total - exposed
+            hidden = total - exposed
+        out.tp, out.tp_hidden = exposed, hidden
     if lay.cp > 1:
         kv_bytes = t * 2 * max(arch.query_groups / tp, 1) * arch.head_dim * BF16
         out.cp, out.cp_hidden = comms.context_parallel_ring(
@@ -218,6 +231,23 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         size = tokens * arch.moe_router_topk * arch.hidden_size * BF16 * MOE_LOAD_IMBALANCE
         out.ep = comms.expert_all_to_all(job.cluster, lay.expert_tp, lay.ep, size, n_fwd)
     return out
+
+
+def _column_parallel_windows(
+    arch: ModelArch,
+    shapes: list[tuple[float, float, float, float]],
+    times: list[float],
+    moe: bool,
+) -> tuple[float, float]:
+    """Seconds of the attention block's and the MLP block's column-parallel forward GEMMs (those
+    reading the h-wide layer input; one backward GEMM, dgrad or wgrad, takes as long): what the
+    block's backward TP collectives can run under. An MoE block's input is gathered by its token
+    dispatcher before the experts, so nothing overlaps there (0)."""
+    n_attn = len(flops.attention_gemms(arch, 1.0, 1))
+    h = arch.hidden_size
+    attn = sum(s for (_, k, _, _), s in zip(shapes[:n_attn], times[:n_attn], strict=True) if k == h)
+    mlp = 0.0 if moe else times[n_attn]
+    return attn, mlp
 
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:

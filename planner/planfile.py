@@ -65,7 +65,14 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     }
     if job.optimizer_state_dtype != "fp32":
         training["optimizer_state_dtype"] = job.optimizer_state_dtype
-    for flag in ("fused_norm", "fp8_param_gather", "flash_attention", "fused_swiglu"):
+    on_by_default = (
+        "fused_norm",
+        "fp8_param_gather",
+        "flash_attention",
+        "fused_swiglu",
+        "tp_backward_overlap",
+    )
+    for flag in on_by_default:
         if not getattr(job, flag):
             training[flag] = False
     if job.sp_keeps_gathered_input:

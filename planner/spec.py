@@ -85,6 +85,12 @@ class TrainingSection(BaseModel):
         description="sequence parallelism saves the all-gathered input of the column-parallel "
         "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
     )
+    tp_backward_overlap: bool = Field(
+        default=True,
+        description="the column-parallel linears' backward TP collectives run under their dgrad "
+        "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
+        "(plain autograd functions, PyTorch DTensor)",
+    )
 
 
 class ParallelSection(BaseModel):
@@ -139,6 +145,7 @@ class Job:
     cross_entropy: CrossEntropy = "fused"
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
+    tp_backward_overlap: bool = True
     fp8_param_gather: bool = True
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
@@ -262,6 +269,7 @@ def build_job(
         selective_recompute=training.selective_recompute,
         fused_swiglu=training.fused_swiglu,
         sp_keeps_gathered_input=training.sp_keeps_gathered_input,
+        tp_backward_overlap=training.tp_backward_overlap,
     )
 
 

@@ -80,3 +80,31 @@ def test_pipeline_neighbours_across_nodes() -> None:
     assert comms.p2p_link(h100(32), stride=8, size=4).bandwidth == pytest.approx(50e9 * 0.92)
     # tp 2, pp 4: all 4 stages in one node
     assert comms.p2p_link(h100(8), stride=2, size=4).bandwidth == pytest.approx(450e9 * 0.80)
+
+
+def _tp(**kw: object) -> tuple[float, float]:
+    """TP traffic of one layer, tp 8 in an H100 node, S = 64 MB, one forward pass."""
+    args: dict = {"n_fwd": 1, "sequence_parallel": False, "windows": (0.0, 0.0)} | kw
+    return comms.tensor_parallel_layer(h100(8), 8, 64e6, **args)
+
+
+def test_tensor_parallel_layer_by_hand() -> None:
+    # all-reduce of S on tp 8: 2*7/8 * 64 MB / 360 GB/s + 14 * 2 us; each half-collective is half
+    ar = 2 * 7 / 8 * 64e6 / (450e9 * 0.80) + 14 * 2e-6
+    half = ar / 2
+    # synchronous code: 2 all-reduces forward, one per block backward, all exposed
+    assert _tp(overlap_backward=False) == pytest.approx((4 * ar, 0.0))
+    # ... with full recompute the forward's two run twice
+    assert _tp(overlap_backward=False, n_fwd=2) == pytest.approx((6 * ar, 0.0))
+    # SP, gathered input saved (DTensor): all-gather + reduce-scatter per block per direction
+    sp = {"sequence_parallel": True, "overlap_backward": False, "regather": False}
+    assert _tp(**sp) == pytest.approx((4 * ar, 0.0))
+    # Megatron's SP saves the shard: one more all-gather per block backward
+    assert _tp(**(sp | {"regather": True})) == pytest.approx((4 * ar + 2 * half, 0.0))
+    # Megatron, GEMMs longer than every collective: the backward input-gradient all-reduces hide
+    assert _tp(windows=(1.0, 1.0)) == pytest.approx((2 * ar, 2 * ar))
+    # ... with SP only the row-parallel gradient all-gather per block stays exposed
+    both = _tp(sequence_parallel=True, windows=(1.0, 1.0))
+    assert both == pytest.approx((2 * ar + 2 * half, 4 * half))
+    # a window a quarter of the all-reduce hides a quarter of it; no window hides nothing
+    assert _tp(windows=(ar / 4, 0.0)) == pytest.approx((2 * ar + 3 / 4 * ar + ar, ar / 4))

@@ -279,3 +279,20 @@ def test_fidelity_median_does_not_regress() -> None:
     assert len(errors) >= 5
     assert statistics.median(errors) <= FIDELITY_MEDIAN_MEASURED + FIDELITY_SLACK
     assert max(errors) <= 0.25
+
+
+def test_megatron_hides_backward_tp_traffic_synchronous_code_does_not() -> None:
+    # Megatron/TE overlap the column-parallel backward collectives with dgrad/wgrad GEMMs: same
+    # traffic as a code whose TP collectives block (with Megatron's SP re-gather on both sides),
+    # less of it exposed, so the step is faster
+    j = job("llama3.1-70b", num_gpus=64, gbs=64)
+    blocking = replace(j, tp_backward_overlap=False)
+    for sp in (False, True):
+        lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=sp)
+        meg, sync = cost.estimate(j, lay).breakdown, cost.estimate(blocking, lay).breakdown
+        assert sync.tp_comm_hidden == 0.0
+        assert meg.tp_comm_hidden > 0.0
+        assert meg.tp_comm_exposed < sync.tp_comm_exposed
+        total = meg.tp_comm_exposed + meg.tp_comm_hidden
+        assert total == pytest.approx(sync.tp_comm_exposed)
+        assert cost.estimate(j, lay).step_time_s < cost.estimate(blocking, lay).step_time_s

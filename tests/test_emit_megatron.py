@@ -262,9 +262,20 @@ def test_bf16_optimizer_states_use_the_precision_aware_optimizer() -> None:
 
 def test_non_megatron_training_code_is_noted() -> None:
     par = {"tp": 2, "recompute": "selective"}
-    plan = make_plan("llama3.1-8b", 16, par, cross_entropy="pytorch", selective_recompute="per_op")
+    plan = make_plan(
+        "llama3.1-8b",
+        16,
+        par,
+        cross_entropy="pytorch",
+        selective_recompute="per_op",
+        tp_backward_overlap=False,
+    )
     notes = " ".join(megatron.arguments(plan).notes)
     assert "cross_entropy" in notes and "selective_recompute" in notes
+    assert "tp_backward_overlap" in notes
+    assert "tp_backward_overlap" not in " ".join(
+        megatron.arguments(make_plan("llama3.1-8b", 16, par)).notes
+    )
 
 
 def test_tp_comm_overlap_and_sequence_parallel() -> None:

@@ -199,6 +199,7 @@ def test_write_plan_round_trips(
             'cross_entropy = "pytorch"',
             'selective_recompute = "per_op"',
             "sp_keeps_gathered_input = true",
+            "tp_backward_overlap = false",
         ):
             assert line in text, line
         assert top["parallel"]["recompute"] == "selective"

@@ -314,6 +314,11 @@ def arguments(plan: Plan) -> Arguments:
             "training.sp_keeps_gathered_input = true has no Megatron flag (it re-gathers in "
             "backward)"
         )
+    if not job.tp_backward_overlap:
+        notes.append(
+            "training.tp_backward_overlap = false has no Megatron flag (its column-parallel "
+            "backward overlaps the TP collectives with the dgrad and wgrad GEMMs)"
+        )
     if job.cross_entropy != "fused":
         notes.append(
             f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (its loss is "
