@@ -18,8 +18,10 @@ itself could not be fetched): 32 NVIDIA DGX A100 nodes of 8 A100 80 GB, third-ge
 10 steps and the mean of the last 9 was recorded. That is the catalog a100-sxm-80gb as it stands
 (NVLink3 300 GB/s per direction, 200 Gb/s HDR per GPU), so the rows use it unchanged.
 
-What the training code did differently from Megatron-LM is modelled only where it changes memory
-(above). Its data-parallel sync (public Aleph-Alpha/scaling, `core/optimizer/optimizer.py`) runs
+What the training code did differently from Megatron-LM is modelled where it changes memory
+(above) and in its TP collectives, which are plain blocking autograd functions
+(`scaling/core/nn/linear/utils.py`: no backward overlap, `tp_backward_overlap=False`). Its
+data-parallel sync (public Aleph-Alpha/scaling, `core/optimizer/optimizer.py`) runs
 inside the optimizer step, after the whole backward: the gradients are all-reduced in fp32 and the
 ZeRO-1 shards all-gathered in bf16, neither overlapped. The rows keep Megatron's overlapped
 reduce-scatter because that is what the planner launches; benchmarks/ranking.py --residuals

@@ -15,15 +15,16 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
              null -> 1 (Megatron/NeMo recipes use the distributed optimizer);
              precision text containing fp8/Float8 -> fp8, anything else (fp16, bf16) -> bf16
   framework  flash_attention False for the 2021-2022 Megatron papers (SC21, Korthikanti: the
-             fused-softmax path); tp_comm_overlap on where the source lists --tp-comm-overlap or
-             AsyncTP, and for the NeMo 24.07 H100 recipes (they enable TP overlap by default)
+             fused-softmax path); tp_comm_overlap on where the source lists --tp-comm-overlap, and
+             for the NeMo 24.07 H100 recipes (they enable TP overlap by default)
   seq        torchtitan's H100 benchmark omits it: 8192, its Llama 3 training default
   torchtitan selective recompute is its default "op" policy (selective_recompute = "per_op"); its
              loss is torch's cross entropy on each rank's logits (cross_entropy = "pytorch");
              the H100 benchmark rows without torch.compile run eager nn.RMSNorm and
              silu(x) * gate (fused_norm = fused_swiglu = false); the A100 doc does not say, so
              its rows keep the defaults; DTensor sequence parallelism saves the all-gathered
-             input of the column-parallel linears (sp_keeps_gathered_input)
+             input of the column-parallel linears (sp_keeps_gathered_input) and its collectives
+             block, with no backward overlap (tp_backward_overlap = false)
   GPU        the torchtitan H100 rows ran on Meta's H100 with 96 GB of HBM2e at a 500 W cap
              ("non-standard ... peak between SXM and NVL", torchtitan paper arXiv:2410.06511):
              h100-sxm-80gb (the same GH100 die) with power_limit_w = 500 ("the default 500W
