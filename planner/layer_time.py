@@ -241,11 +241,14 @@ def _column_parallel_windows(
 ) -> tuple[float, float]:
     """Seconds of the attention block's and the MLP block's column-parallel forward GEMMs (those
     reading the h-wide layer input; one backward GEMM, dgrad or wgrad, takes as long): what the
-    block's backward TP collectives can run under. An MoE block's input is gathered by its token
-    dispatcher before the experts, so nothing overlaps there (0)."""
+    block's backward TP collectives can run under. The attention block's last GEMM is its
+    row-parallel output projection (`flops.attention_gemms`), the MLP's first its fc1. An MoE
+    block's input is gathered by its token dispatcher before the experts, so nothing overlaps
+    there (0)."""
     n_attn = len(flops.attention_gemms(arch, 1.0, 1))
     h = arch.hidden_size
-    attn = sum(s for (_, k, _, _), s in zip(shapes[:n_attn], times[:n_attn], strict=True) if k == h)
+    inputs = range(n_attn - 1)
+    attn = sum(times[i] for i in inputs if shapes[i][1] == h)
     mlp = 0.0 if moe else times[n_attn]
     return attn, mlp
 

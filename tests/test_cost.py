@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, comms, cost, layer_time
+from planner import catalog, comms, cost, flops, layer_time
 from planner.hardware import ClusterSpec
 from planner.layer_time import gpu_of
 from planner.layout import Layout
@@ -296,3 +296,23 @@ def test_megatron_hides_backward_tp_traffic_synchronous_code_does_not() -> None:
         total = meg.tp_comm_exposed + meg.tp_comm_hidden
         assert total == pytest.approx(sync.tp_comm_exposed)
         assert cost.estimate(j, lay).step_time_s < cost.estimate(blocking, lay).step_time_s
+
+
+@pytest.mark.parametrize(
+    ("model", "attn_inputs"),
+    [
+        # [QKV, output projection]: QKV reads the layer input
+        ("llama3.1-8b", (0,)),
+        # MLA [q down, q up, kv down, kv up, output projection]: the two down-projections read it
+        ("deepseek-v3", (0, 2)),
+    ],
+)
+def test_backward_tp_windows_are_the_input_side_gemms(model: str, attn_inputs: tuple) -> None:
+    arch = catalog.get_model(model)
+    shapes = flops.linear_gemms(arch, 4096.0, 2, 1, 1, moe=False)
+    times = [float(10**i) for i in range(len(shapes))]  # 1, 10, 100, ...: each sum is unique
+    n_attn = len(flops.attention_gemms(arch, 4096.0, 2))
+    attn, mlp = layer_time._column_parallel_windows(arch, shapes, times, moe=False)
+    assert attn == sum(times[i] for i in attn_inputs)
+    assert mlp == times[n_attn]  # fc1
+    assert layer_time._column_parallel_windows(arch, shapes, times, moe=True)[1] == 0.0
