@@ -206,10 +206,10 @@ def tensor_parallel_layer(
             parts = [(half, 0.0), (half, window)] + ([(half, window)] if regather else [])
         else:
             parts = [(ar, window)]
-        for cost, under in parts:
-            shown = max(cost - under, 0.0) if overlap_backward else cost
+        for seconds, under in parts:
+            shown = max(seconds - under, 0.0) if overlap_backward else seconds
             exposed += shown
-            hidden += cost - shown
+            hidden += seconds - shown
     return exposed, hidden
 
 
