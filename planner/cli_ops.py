@@ -12,6 +12,7 @@ from rich.console import Console
 from planner import cost, memory, ops, render, report, scaling
 from planner import plot as plot_mod
 from planner import suggest as suggest_mod
+from planner import timeline as timeline_mod
 from planner.cli_common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -100,10 +101,16 @@ def explain(
     gpu_power_w: GpuWOpt = None,
     async_checkpoint: AsyncOpt = False,
     checkpoint_interval_min: IntervalOpt = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
+    ] = None,
 ) -> None:
     """Where the memory and the time go, per pipeline stage; with --tokens (or any operations
     option) also days, GPU-hours, cost, energy, checkpoint interval and goodput."""
     check_headroom(headroom)
+    if timeline is not None:
+        plot_mod.check_svg_path(timeline, "--timeline")
     params, budget, wanted = _ops_inputs(
         tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
         gpu_power_w, async_checkpoint, checkpoint_interval_min,
@@ -113,15 +120,22 @@ def explain(
     rep = memory.estimate(job, layout, headroom)
     perf = cost.estimate(job, layout)
     operations = ops.operations(job, perf, budget, params) if wanted else None
+    if timeline is not None:
+        svg = timeline_mod.pipeline_svg(job, layout, perf)
+        plot_mod.write_svg(timeline, svg, "--timeline")
     if as_json:
         data = report.plan_dict(job.arch, layout, rep, perf)
         if operations is not None:
             data["operations"] = report.operations_dict(operations)
+        if timeline is not None:
+            data["timeline"] = str(timeline)
         emit_json(data)
     else:
         render.print_explain(out, job, layout, rep, perf)
         if operations is not None:
             out.print(render.operations_table(operations))
+        if timeline is not None:
+            out.print(f"wrote {timeline}")
 
 
 def scale(

@@ -103,6 +103,10 @@ class Performance:
     model_tflops_per_gpu: float
     mfu: float
     """Model FLOPs / (step time x GPUs x dense peak of the job's precision)."""
+    stages: tuple[tuple[float, float], ...] = ()
+    """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
+    per micro-batch, exposed traffic included, split in proportion to its forward and backward
+    (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
 
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic"."""
@@ -162,6 +166,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     dp_groups = comms.data_parallel_groups(job.cluster, lay)
     stage_times: list[float] = []
+    stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[int, int, bool, bool], tuple[float, float, float]] = {}
@@ -184,6 +189,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
             fwd += out_layer / 3
             bwd += 2 * out_layer / 3
         stage_times.append(c + rec + tp + cp + ep + pp_per_mb)
+        forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
+        stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers and role move the same bytes: computed once)
@@ -231,4 +238,5 @@ def estimate(job: Job, layout: Layout) -> Performance:
         hardware_flops_per_step=hw,
         model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
         mfu=model / (step * n_gpus * peak),
+        stages=tuple(stages),
     )

@@ -42,7 +42,7 @@ def _nice_log_ticks(lo: float, hi: float) -> list[float]:
     return ticks or [lo, hi]
 
 
-def _nice_linear_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+def nice_linear_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     raw = (hi - lo) / n or 1.0
     mag = 10 ** math.floor(math.log10(raw))
     step = next(s * mag for s in (1, 2, 2.5, 5, 10) if s * mag >= raw)
@@ -98,7 +98,7 @@ class _Panel:
             if hi - lo < 1e-9:
                 lo, hi = lo - 1, hi + 1
             self.ymap = lambda v: self.bottom - pad_bottom - (v - lo) / (hi - lo) * span
-            ticks = _nice_linear_ticks(lo, hi)
+            ticks = nice_linear_ticks(lo, hi)
         for t in ticks:
             y = self.ymap(t)
             self.items.append(

@@ -40,12 +40,19 @@ def stage_ranges(num_layers: int, lay: Layout) -> list[range]:
     return out
 
 
-def one_f_one_b(pp: int, m: int, fwd: int = 1, bwd: int = 2) -> list[list[tuple[int, int, str]]]:
-    """The 1F1B schedule as (start, end, op) per rank, in time units (forward fwd, backward bwd).
+def one_f_one_b(
+    pp: int, m: int, fwd: float | Sequence[float] = 1, bwd: float | Sequence[float] = 2
+) -> list[list[tuple[float, float, str]]]:
+    """The 1F1B schedule as (start, end, op) per rank, in time units: forward fwd and backward
+    bwd, the same on every rank or one per rank (uneven stages).
 
     Rank r runs min(pp - r - 1, m) warm-up forwards, then alternates one forward and one backward,
     then drains its backwards (Narayanan et al. 2021). A forward of micro-batch i on rank r waits
     for rank r - 1's; a backward waits for rank r + 1's."""
+    f_of = [float(fwd)] * pp if isinstance(fwd, int | float) else [float(t) for t in fwd]
+    b_of = [float(bwd)] * pp if isinstance(bwd, int | float) else [float(t) for t in bwd]
+    if len(f_of) != pp or len(b_of) != pp:
+        raise ValueError(f"one forward and one backward time per rank: {pp} ranks")
     order: list[list[tuple[str, int]]] = []
     for r in range(pp):
         warm = min(pp - r - 1, m)
@@ -58,10 +65,10 @@ def one_f_one_b(pp: int, m: int, fwd: int = 1, bwd: int = 2) -> list[list[tuple[
             ops.append(("B", b))
             b += 1
         order.append(ops)
-    done: dict[tuple[str, int, int], int] = {}
-    clock = [0] * pp
+    done: dict[tuple[str, int, int], float] = {}
+    clock = [0.0] * pp
     pos = [0] * pp
-    out: list[list[tuple[int, int, str]]] = [[] for _ in range(pp)]
+    out: list[list[tuple[float, float, str]]] = [[] for _ in range(pp)]
     while any(pos[r] < len(order[r]) for r in range(pp)):
         progressed = False
         for r in range(pp):
@@ -74,9 +81,9 @@ def one_f_one_b(pp: int, m: int, fwd: int = 1, bwd: int = 2) -> list[list[tuple[
                 dep = ("B", r + 1, i) if r < pp - 1 else ("F", r, i)
             if dep is not None and dep not in done:
                 continue
-            ready = done[dep] if dep is not None else 0
+            ready = done[dep] if dep is not None else 0.0
             start = max(clock[r], ready)
-            end = start + (fwd if op == "F" else bwd)
+            end = start + (f_of[r] if op == "F" else b_of[r])
             out[r].append((start, end, op))
             done[(op, r, i)] = end
             clock[r] = end
@@ -89,7 +96,7 @@ def one_f_one_b(pp: int, m: int, fwd: int = 1, bwd: int = 2) -> list[list[tuple[
 
 def timeline_text(pp: int, m: int, width: int = 100) -> list[str]:
     """One text line per pipeline rank: F forward, B backward, . idle (the bubble)."""
-    sched = one_f_one_b(pp, m)
+    sched = [[(int(a), int(b), op) for a, b, op in rank] for rank in one_f_one_b(pp, m)]
     end = max(e for rank in sched for _, e, _ in rank)
     scale = max(1, -(-end // width))
     lines = []

@@ -60,3 +60,17 @@ def test_simulated_1f1b_bubble_matches_closed_form(pp: int, m: int) -> None:
     for ops in sched:
         assert sorted(op for _, _, op in ops) == ["B"] * m + ["F"] * m
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(ops))
+
+
+def test_1f1b_with_uneven_stages_by_hand() -> None:
+    # pp 2, m 2, rank 0 forward 1 / backward 2, rank 1 forward 2 / backward 4.
+    # rank 0 runs F0 F1 B0 B1 (one warm-up forward), rank 1 runs F0 B0 F1 B1:
+    #   r0 F0 0-1, r1 F0 1-3, r0 F1 1-2, r1 B0 3-7, r0 B0 7-9 (after r1 B0),
+    #   r1 F1 7-9, r1 B1 9-13, r0 B1 13-15 (after r1 B1): the step ends at 15,
+    # which is pipeline_time's m x max(t) + (sum(t) - max(t)) = 2 x 6 + 3
+    sched = schedule.one_f_one_b(2, 2, fwd=[1, 2], bwd=[2, 4])
+    assert sched[0] == [(0, 1, "F"), (1, 2, "F"), (7, 9, "B"), (13, 15, "B")]
+    assert sched[1] == [(1, 3, "F"), (3, 7, "B"), (7, 9, "F"), (9, 13, "B")]
+    assert sum(schedule.pipeline_time([3.0, 6.0], 2)) == 15.0
+    with pytest.raises(ValueError, match="per rank"):
+        schedule.one_f_one_b(3, 2, fwd=[1, 2], bwd=2)

@@ -1,0 +1,121 @@
+"""One step's pipeline schedule as a self-contained SVG (`planner explain PLAN --timeline F.svg`).
+
+Each pipeline rank is a row; its forwards and backwards are drawn to scale from the cost model's
+per-stage times (`Performance.stages`: one micro-batch's forward and backward on that stage,
+exposed TP/CP/EP/PP traffic included), scheduled by the 1F1B simulation of planner.schedule, so
+uneven stages and the fill and drain show as they are modelled. Gaps are idle time (the bubble).
+After the last backward every rank pays the step's exposed DP traffic, optimizer and fixed costs.
+The interleaved schedule is drawn without its interleaving (the bubble it shortens is the
+closed form of planner.schedule), and long steps are drawn for their first MAX_MICROBATCHES
+micro-batches, as the text timeline of `explain` is.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from planner.cost import Performance
+from planner.layout import Layout
+from planner.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
+from planner.schedule import one_f_one_b
+from planner.spec import Job
+
+MAX_MICROBATCHES = 32
+"""Micro-batches drawn at most: enough for the fill, a steady state and the drain."""
+
+WIDTH = 920
+LEFT, RIGHT, TOP = 70, 24, 64
+ROW, GAP = 22, 6
+
+
+def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
+    """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
+    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    shown = min(m, MAX_MICROBATCHES)
+    fwd = [f for f, _ in perf.stages]
+    bwd = [b for _, b in perf.stages]
+    sched = one_f_one_b(layout.pp, shown, fwd, bwd)
+    pipe_end = max(end for rank in sched for _, end, _ in rank)
+    b = perf.breakdown
+    tail = b.dp_comm_exposed + b.optimizer + b.other
+    total = pipe_end + tail
+    span = WIDTH - LEFT - RIGHT
+
+    def x(t: float) -> float:
+        return LEFT + t / total * span
+
+    height = TOP + layout.pp * (ROW + GAP) + 96
+    which = f"all {m}" if shown == m else f"the first {shown} of {m}"
+    title = f"{job.arch.name}, {layout.describe()}"
+    sub = f"one step's 1F1B schedule, {which} micro-batches" + (
+        f", drawn without the {layout.vpp}-way interleaving" if layout.vpp > 1 else ""
+    )
+    body = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' "
+        f"viewBox='0 0 {WIDTH} {height}'>",
+        f"<rect width='{WIDTH}' height='{height}' fill='#fafafa'/>",
+        f"<text x='{LEFT}' y='24' {FONT} font-size='16' font-weight='bold'>{escape(title)}</text>",
+        f"<text x='{LEFT}' y='44' {FONT} font-size='12' fill='#444'>{escape(sub)}</text>",
+    ]
+    for r, ops in enumerate(sched):
+        y = TOP + r * (ROW + GAP)
+        body.append(
+            f"<rect x='{LEFT}' y='{y}' width='{span}' height='{ROW}' fill='#eeeeee'>"
+            "<title>idle</title></rect>"
+        )
+        body.append(
+            f"<text x='{LEFT - 8}' y='{y + ROW / 2 + 4}' {FONT} font-size='11' "
+            f"text-anchor='end'>rank {r}</text>"
+        )
+        counts = {"F": 0, "B": 0}
+        for start, end, op in ops:
+            i = counts[op]
+            counts[op] += 1
+            color, name = (BLUE, "forward") if op == "F" else (GREEN, "backward")
+            w = x(end) - x(start)
+            body.append(
+                f"<rect x='{x(start):.2f}' y='{y}' width='{w:.2f}' height='{ROW}' fill='{color}' "
+                f"stroke='white' stroke-width='0.5'><title>{name} of micro-batch {i}: "
+                f"{start:.4f}-{end:.4f} s</title></rect>"
+            )
+            if w >= 14:
+                body.append(
+                    f"<text x='{x(start) + w / 2:.2f}' y='{y + ROW / 2 + 4}' {FONT} "
+                    f"font-size='10' fill='white' text-anchor='middle'>{op}{i}</text>"
+                )
+        if tail > 0:
+            body.append(
+                f"<rect x='{x(pipe_end):.2f}' y='{y}' width='{x(total) - x(pipe_end):.2f}' "
+                f"height='{ROW}' fill='{ORANGE}'><title>DP traffic, optimizer and fixed costs: "
+                f"{tail:.4f} s</title></rect>"
+            )
+    axis_y = TOP + layout.pp * (ROW + GAP) + 4
+    for t in nice_linear_ticks(0.0, total):
+        body.append(
+            f"<line x1='{x(t):.2f}' x2='{x(t):.2f}' y1='{axis_y - 4}' y2='{axis_y + 2}' "
+            f"stroke='{GREY}'/><text x='{x(t):.2f}' y='{axis_y + 14}' {FONT} font-size='10' "
+            f"text-anchor='middle' fill='#444'>{t:g} s</text>"
+        )
+    legend = [
+        (BLUE, "forward"),
+        (GREEN, "backward" + (" (with recompute)" if layout.recompute != "none" else "")),
+        (ORANGE, "exposed DP traffic, optimizer, fixed"),
+        ("#eeeeee", "idle (bubble)"),
+    ]
+    ly = axis_y + 34
+    lx = LEFT
+    for color, label in legend:
+        body.append(f"<rect x='{lx}' y='{ly - 10}' width='12' height='12' fill='{color}'/>")
+        body.append(f"<text x='{lx + 16}' y='{ly}' {FONT} font-size='11'>{escape(label)}</text>")
+        lx += 22 + 7 * len(label)
+    modelled = " with the interleaving" if layout.vpp > 1 else ""
+    foot = (
+        f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble{modelled} "
+        f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%}); times per micro-batch and stage "
+        "include the exposed TP, CP, EP and PP traffic"
+    )
+    body.append(
+        f"<text x='{LEFT}' y='{ly + 26}' {FONT} font-size='11' fill='#333'>{escape(foot)}</text>"
+    )
+    body.append("</svg>")
+    return "\n".join(body) + "\n"
