@@ -6,8 +6,8 @@ exposed TP/CP/EP/PP traffic included), scheduled by the 1F1B simulation of plann
 uneven stages and the fill and drain show as they are modelled. Gaps are idle time (the bubble).
 After the last backward every rank pays the step's exposed DP traffic, optimizer and fixed costs.
 The interleaved schedule is drawn without its interleaving (the bubble it shortens is the
-closed form of planner.schedule), and long steps are drawn for their first MAX_MICROBATCHES
-micro-batches, as the text timeline of `explain` is.
+closed form of planner.schedule), and a long step is drawn for its first MAX_MICROBATCHES
+micro-batches.
 """
 
 from __future__ import annotations
