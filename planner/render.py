@@ -190,10 +190,12 @@ def print_explain(
         shown = min(m, 2 * layout.pp)
         note = "" if layout.vpp == 1 else f" (drawn without the {layout.vpp}-way interleaving)"
         console.print(
-            f"1F1B schedule of the first {shown} of {m} micro-batches{note}: "
-            "F forward, B backward (twice as long), . idle"
+            f"1F1B schedule of the first {shown} of {m} micro-batches{note}, each stage's times "
+            "to scale: F forward, B backward, . idle"
         )
-        for line in timeline_text(layout.pp, shown, width=console.width - 10):
+        fwd = [f for f, _ in perf.stages]
+        bwd = [b for _, b in perf.stages]
+        for line in timeline_text(layout.pp, shown, console.width - 10, fwd, bwd):
             console.print(line, highlight=False)
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "

@@ -18,6 +18,7 @@ the bubble is (p-1)/(v*m) of the ideal time m*t: the textbook (p-1)/m for 1F1B a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from planner.layout import Layout
@@ -94,16 +95,27 @@ def one_f_one_b(
     return out
 
 
-def timeline_text(pp: int, m: int, width: int = 100) -> list[str]:
-    """One text line per pipeline rank: F forward, B backward, . idle (the bubble)."""
-    sched = [[(int(a), int(b), op) for a, b, op in rank] for rank in one_f_one_b(pp, m)]
+def timeline_text(
+    pp: int,
+    m: int,
+    width: int = 100,
+    fwd: float | Sequence[float] = 1,
+    bwd: float | Sequence[float] = 2,
+) -> list[str]:
+    """One text line per pipeline rank: F forward, B backward, . idle (the bubble), at most
+    `width` characters of equal time, each op at least one, its edges rounded to the nearest
+    (`one_f_one_b`'s durations)."""
+    sched = one_f_one_b(pp, m, fwd, bwd)
     end = max(e for rank in sched for _, e, _ in rank)
-    scale = max(1, -(-end // width))
+    cell = end / width if end > width or not float(end).is_integer() else 1.0
+    cols = math.ceil(end / cell - 1e-9)
     lines = []
     for r, ops in enumerate(sched):
-        row = ["."] * (-(-end // scale))
+        row = ["."] * cols
         for start, stop, op in ops:
-            for t in range(start // scale, max(start // scale + 1, stop // scale)):
+            # rounded edges: back-to-back ops tile without a gap
+            first = min(round(start / cell), cols - 1)
+            for t in range(first, min(max(first + 1, round(stop / cell)), cols)):
                 row[t] = op
         lines.append(f"rank {r:>2} " + "".join(row))
     return lines

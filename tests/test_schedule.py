@@ -74,3 +74,17 @@ def test_1f1b_with_uneven_stages_by_hand() -> None:
     assert sum(schedule.pipeline_time([3.0, 6.0], 2)) == 15.0
     with pytest.raises(ValueError, match="per rank"):
         schedule.one_f_one_b(3, 2, fwd=[1, 2], bwd=2)
+
+
+def test_timeline_text_by_hand() -> None:
+    # equal stages, forward 1 and backward 2 units, one character each: pp 2, m 2 takes
+    # (m + pp - 1) x 3 = 9 units. r0 F0 0-1, F1 1-2; r1 F0 1-2, B0 2-4; r0 B0 4-6 (after r1's);
+    # r1 F1 4-5, B1 5-7; r0 B1 7-9
+    assert schedule.timeline_text(2, 2, width=100) == ["rank  0 FF..BB.BB", "rank  1 .FBBFBB.."]
+    # the uneven schedule of the test above (step 15), one character per unit at width 15,
+    # and squeezed into 5 characters of 3 units (each op keeps at least one)
+    uneven = {"fwd": [1, 2], "bwd": [2, 4]}
+    wide = schedule.timeline_text(2, 2, width=15, **uneven)
+    assert wide == ["rank  0 FF.....BB....BB", "rank  1 .FFBBBBFFBBBB.."]
+    narrow = schedule.timeline_text(2, 2, width=5, **uneven)
+    assert [len(line) for line in narrow] == [len("rank  0 ") + 5] * 2
