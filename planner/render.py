@@ -14,7 +14,7 @@ from planner.cost import Performance
 from planner.hardware import GpuSpec
 from planner.layout import Layout
 from planner.memory import MemoryReport
-from planner.schedule import timeline_text
+from planner.schedule import shown_microbatches, timeline_text
 from planner.spec import Job
 
 
@@ -187,15 +187,16 @@ def print_explain(
     console.print(time_table(perf))
     if layout.pp > 1:
         m = layout.num_microbatches(job.global_batch_size)
-        shown = min(m, 2 * layout.pp)
-        note = "" if layout.vpp == 1 else f" (drawn without the {layout.vpp}-way interleaving)"
+        shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp)
+        kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
+        odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"
         console.print(
-            f"1F1B schedule of the first {shown} of {m} micro-batches{note}, each stage's times "
-            "to scale: F forward, B backward, . idle"
+            f"{kind} schedule of the first {shown} of {m} micro-batches, each stage's times "
+            f"to scale: F forward, B backward{odd}, . idle"
         )
         fwd = [f for f, _ in perf.stages]
         bwd = [b for _, b in perf.stages]
-        for line in timeline_text(layout.pp, shown, console.width - 10, fwd, bwd):
+        for line in timeline_text(layout.pp, shown, console.width - 10, fwd, bwd, layout.vpp):
             console.print(line, highlight=False)
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "

@@ -2,12 +2,13 @@
 
 Each pipeline rank is a row; its forwards and backwards are drawn to scale from the cost model's
 per-stage times (`Performance.stages`: one micro-batch's forward and backward on that stage,
-exposed TP/CP/EP/PP traffic included), scheduled by the 1F1B simulation of planner.schedule, so
-uneven stages and the fill and drain show as they are modelled. Gaps are idle time (the bubble).
-After the last backward every rank pays the step's exposed DP traffic, optimizer and fixed costs.
-The interleaved schedule is drawn without its interleaving (the bubble it shortens is the
-closed form of planner.schedule), and a long step is drawn for its first MAX_MICROBATCHES
-micro-batches.
+exposed TP/CP/EP/PP traffic included), scheduled by planner.schedule.simulate in Megatron-LM's
+order (1F1B, or interleaved 1F1B with each chunk 1/vpp of its rank's time, the odd chunks in a
+lighter shade), so uneven stages and the fill and drain show as they run. Gaps are idle time (the
+bubble). After the last backward every rank pays the step's exposed DP traffic, optimizer and fixed
+costs. A long step is drawn for its first micro-batches: at most MAX_OPS forwards per rank, or
+when interleaved whole groups of pp micro-batches, at least two (a steady state between the fill
+and the drain).
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from html import escape
 from planner.cost import Performance
 from planner.layout import Layout
 from planner.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
-from planner.schedule import one_f_one_b
+from planner.schedule import shown_microbatches, simulate
 from planner.spec import Job
 
-MAX_MICROBATCHES = 32
-"""Micro-batches drawn at most: enough for the fill, a steady state and the drain."""
+MAX_OPS = 32
+"""Forwards drawn per rank at most (micro-batches x chunks): enough for the fill, a steady state
+and the drain."""
+
+LIGHT_BLUE, LIGHT_GREEN = "#6baed6", "#74c476"
+"""The odd chunks of an interleaved schedule."""
 
 WIDTH = 920
 LEFT, RIGHT, TOP = 70, 24, 64
@@ -31,11 +36,12 @@ ROW, GAP = 22, 6
 def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    shown = min(m, MAX_MICROBATCHES)
+    vpp = layout.vpp
+    shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp))
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
-    sched = one_f_one_b(layout.pp, shown, fwd, bwd)
-    pipe_end = max(end for rank in sched for _, end, _ in rank)
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp)
+    pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
     tail = b.dp_comm_exposed + b.optimizer + b.other
     total = pipe_end + tail
@@ -47,8 +53,9 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     height = TOP + layout.pp * (ROW + GAP) + 96
     which = f"all {m}" if shown == m else f"the first {shown} of {m}"
     title = f"{job.arch.name}, {layout.describe()}"
-    sub = f"one step's 1F1B schedule, {which} micro-batches" + (
-        f", drawn without the {layout.vpp}-way interleaving" if layout.vpp > 1 else ""
+    kind = "1F1B" if vpp == 1 else "interleaved 1F1B"
+    sub = f"one step's {kind} schedule, {which} micro-batches" + (
+        f", {vpp} model chunks per rank" if vpp > 1 else ""
     )
     body = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' "
@@ -67,21 +74,23 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
             f"<text x='{LEFT - 8}' y='{y + ROW / 2 + 4}' {FONT} font-size='11' "
             f"text-anchor='end'>rank {r}</text>"
         )
-        counts = {"F": 0, "B": 0}
-        for start, end, op in ops:
-            i = counts[op]
-            counts[op] += 1
-            color, name = (BLUE, "forward") if op == "F" else (GREEN, "backward")
-            w = x(end) - x(start)
+        for op in ops:
+            odd = op.chunk % 2 == 1
+            if op.kind == "F":
+                color, name = (LIGHT_BLUE if odd else BLUE), "forward"
+            else:
+                color, name = (LIGHT_GREEN if odd else GREEN), "backward"
+            chunk = f", chunk {op.chunk}" if vpp > 1 else ""
+            w = x(op.end) - x(op.start)
             body.append(
-                f"<rect x='{x(start):.2f}' y='{y}' width='{w:.2f}' height='{ROW}' fill='{color}' "
-                f"stroke='white' stroke-width='0.5'><title>{name} of micro-batch {i}: "
-                f"{start:.4f}-{end:.4f} s</title></rect>"
+                f"<rect x='{x(op.start):.2f}' y='{y}' width='{w:.2f}' height='{ROW}' "
+                f"fill='{color}' stroke='white' stroke-width='0.5'><title>{name} of micro-batch "
+                f"{op.micro}{chunk}: {op.start:.4f}-{op.end:.4f} s</title></rect>"
             )
             if w >= 14:
                 body.append(
-                    f"<text x='{x(start) + w / 2:.2f}' y='{y + ROW / 2 + 4}' {FONT} "
-                    f"font-size='10' fill='white' text-anchor='middle'>{op}{i}</text>"
+                    f"<text x='{x(op.start) + w / 2:.2f}' y='{y + ROW / 2 + 4}' {FONT} "
+                    f"font-size='10' fill='white' text-anchor='middle'>{op.kind}{op.micro}</text>"
                 )
         if tail > 0:
             body.append(
@@ -102,15 +111,16 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         (ORANGE, "exposed DP traffic, optimizer, fixed"),
         ("#eeeeee", "idle (bubble)"),
     ]
+    if vpp > 1:
+        legend.append((LIGHT_BLUE, "odd chunks (lighter)"))
     ly = axis_y + 34
     lx = LEFT
     for color, label in legend:
         body.append(f"<rect x='{lx}' y='{ly - 10}' width='12' height='12' fill='{color}'/>")
         body.append(f"<text x='{lx + 16}' y='{ly}' {FONT} font-size='11'>{escape(label)}</text>")
         lx += 22 + 7 * len(label)
-    modelled = " with the interleaving" if layout.vpp > 1 else ""
     foot = (
-        f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble{modelled} "
+        f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble "
         f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%}); times per micro-batch and stage "
         "include the exposed TP, CP, EP and PP traffic"
     )

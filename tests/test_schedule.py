@@ -4,6 +4,7 @@ arithmetic of the 1F1B and interleaved bubbles (Narayanan et al. 2021; ecosystem
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -49,17 +50,93 @@ def test_slowest_stage_sets_the_pace() -> None:
     assert bubble == 3.0
 
 
-@pytest.mark.parametrize(("pp", "m"), [(2, 2), (4, 8), (8, 8), (8, 32), (3, 7)])
-def test_simulated_1f1b_bubble_matches_closed_form(pp: int, m: int) -> None:
-    # Oracle: Narayanan et al. 2021 section 2.2: with forward f and backward b, 1F1B takes
-    # m (f + b) + (pp - 1)(f + b): the bubble is (pp - 1)(f + b), i.e. (pp - 1)/m of the ideal.
-    sched = schedule.one_f_one_b(pp, m, fwd=1, bwd=2)
-    end = max(e for rank in sched for _, e, _ in rank)
-    assert end == m * 3 + (pp - 1) * 3
-    # every rank runs every micro-batch forward and backward exactly once, never overlapping
+def _end(sched: list[list[schedule.Op]]) -> float:
+    return max(op.end for rank in sched for op in rank)
+
+
+@pytest.mark.parametrize(
+    ("pp", "m", "vpp"),
+    [
+        (2, 2, 1),
+        (4, 8, 1),
+        (8, 8, 1),
+        (8, 32, 1),
+        (3, 7, 1),
+        (2, 2, 2),
+        (4, 8, 2),
+        (4, 4, 3),
+        (8, 32, 4),
+        (3, 9, 2),
+        (2, 6, 40),
+    ],
+)
+def test_simulated_schedule_matches_closed_form(pp: int, m: int, vpp: int) -> None:
+    # Oracle: Narayanan et al. 2021 section 2.2: with forward f and backward b per stage, 1F1B
+    # takes m (f + b) + (pp - 1)(f + b), and the interleaved schedule shortens the fill and drain
+    # v-fold: m (f + b) + (pp - 1)(f + b) / v. f = 1, b = 2.
+    sched = schedule.simulate(pp, m, fwd=1, bwd=2, vpp=vpp)
+    assert _end(sched) == pytest.approx(m * 3 + (pp - 1) * 3 / vpp, rel=1e-12)
+    # every rank runs every (micro-batch, chunk) forward and backward exactly once, in order
+    want = sorted((k, i, c) for k in "BF" for i in range(m) for c in range(vpp))
     for ops in sched:
-        assert sorted(op for _, _, op in ops) == ["B"] * m + ["F"] * m
-        assert all(a[1] <= b[0] for a, b in itertools.pairwise(ops))
+        assert sorted((op.kind, op.micro, op.chunk) for op in ops) == want
+        assert all(a.end <= b.start + 1e-12 for a, b in itertools.pairwise(ops))
+
+
+def test_megatron_warmup_counts() -> None:
+    # Megatron's get_pp_rank_microbatches: 1F1B warms up with pp - rank - 1 forwards;
+    # interleaved with (pp - rank - 1) x 2 + (vpp - 1) x pp, at most m x vpp (ecosystem.md 3.2);
+    # the steady state then starts with a forward, so a rank's first backward comes after
+    # warm-up + 1 forwards
+    def leading_forwards(pp: int, m: int, vpp: int, rank: int) -> int:
+        order = schedule.op_order(pp, m, vpp, rank)
+        return next((k for k, op in enumerate(order) if op[0] == "B"), len(order))
+
+    assert [leading_forwards(4, 8, 1, r) for r in range(4)] == [3 + 1, 2 + 1, 1 + 1, 0 + 1]
+    # pp 4, vpp 2: warm-ups 6 + 4, 4 + 4, 2 + 4, 0 + 4
+    assert [leading_forwards(4, 8, 2, r) for r in range(4)] == [11, 9, 7, 5]
+    # pp 2, m 2, vpp 2: rank 0 would warm up 2 + 2 = 4 = every forward; then only backwards
+    assert [op[0] for op in schedule.op_order(2, 2, 2, 0)] == ["F"] * 4 + ["B"] * 4
+    # the forwards walk chunk 0 of a group of pp micro-batches, then chunk 1; backwards mirror
+    order = schedule.op_order(2, 4, 2, 1)
+    forwards = [op[1:] for op in order if op[0] == "F"]
+    assert forwards == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]
+    backwards = [op[1:] for op in order if op[0] == "B"]
+    assert backwards == [(0, 1), (1, 1), (0, 0), (1, 0), (2, 1), (3, 1), (2, 0), (3, 0)]
+
+
+def test_interleaved_schedule_by_hand() -> None:
+    # pp 2, m 2, vpp 2, each rank's forward 1 and backward 2: chunks take 0.5 and 1.
+    # rank 0 (all warm-up): F(0,0) 0-0.5, F(1,0) 0.5-1, F(0,1) 1-1.5 (after r1 F(0,0) 0.5-1),
+    #   F(1,1) 1.5-2 (after r1 F(1,0) 1-1.5); r1: F(0,1) 1.5-2, B(0,1) 2-3 (its own forward),
+    #   F(1,1) 3-3.5, B(1,1) 3.5-4.5; r0 B(0,1) 3-4, B(1,1) 4.5-5.5; r1 B(0,0) 4.5-5.5 (after
+    #   r0 B(0,1)), B(1,0) 5.5-6.5 (after r0 B(1,1)); r0 B(0,0) 5.5-6.5, B(1,0) 6.5-7.5.
+    # End 7.5 = m (f + b) + (pp - 1)(f + b) / v = 6 + 1.5
+    sched = schedule.simulate(2, 2, fwd=1, bwd=2, vpp=2)
+    r0 = [(op.start, op.end, op.kind, op.micro, op.chunk) for op in sched[0]]
+    assert r0 == [
+        (0, 0.5, "F", 0, 0),
+        (0.5, 1, "F", 1, 0),
+        (1, 1.5, "F", 0, 1),
+        (1.5, 2, "F", 1, 1),
+        (3, 4, "B", 0, 1),
+        (4.5, 5.5, "B", 1, 1),
+        (5.5, 6.5, "B", 0, 0),
+        (6.5, 7.5, "B", 1, 0),
+    ]
+    r1 = [(op.start, op.end, op.kind, op.micro, op.chunk) for op in sched[1]]
+    assert r1 == [
+        (0.5, 1, "F", 0, 0),
+        (1, 1.5, "F", 1, 0),
+        (1.5, 2, "F", 0, 1),
+        (2, 3, "B", 0, 1),
+        (3, 3.5, "F", 1, 1),
+        (3.5, 4.5, "B", 1, 1),
+        (4.5, 5.5, "B", 0, 0),
+        (5.5, 6.5, "B", 1, 0),
+    ]
+    with pytest.raises(ValueError, match="multiple of pp"):
+        schedule.simulate(4, 6, vpp=2)
 
 
 def test_1f1b_with_uneven_stages_by_hand() -> None:
@@ -68,12 +145,35 @@ def test_1f1b_with_uneven_stages_by_hand() -> None:
     #   r0 F0 0-1, r1 F0 1-3, r0 F1 1-2, r1 B0 3-7, r0 B0 7-9 (after r1 B0),
     #   r1 F1 7-9, r1 B1 9-13, r0 B1 13-15 (after r1 B1): the step ends at 15,
     # which is pipeline_time's m x max(t) + (sum(t) - max(t)) = 2 x 6 + 3
-    sched = schedule.one_f_one_b(2, 2, fwd=[1, 2], bwd=[2, 4])
-    assert sched[0] == [(0, 1, "F"), (1, 2, "F"), (7, 9, "B"), (13, 15, "B")]
-    assert sched[1] == [(1, 3, "F"), (3, 7, "B"), (7, 9, "F"), (9, 13, "B")]
+    sched = schedule.simulate(2, 2, fwd=[1, 2], bwd=[2, 4])
+    assert [op[:3] for op in sched[0]] == [(0, 1, "F"), (1, 2, "F"), (7, 9, "B"), (13, 15, "B")]
+    assert [op[:3] for op in sched[1]] == [(1, 3, "F"), (3, 7, "B"), (7, 9, "F"), (9, 13, "B")]
     assert sum(schedule.pipeline_time([3.0, 6.0], 2)) == 15.0
     with pytest.raises(ValueError, match="per rank"):
-        schedule.one_f_one_b(3, 2, fwd=[1, 2], bwd=2)
+        schedule.simulate(3, 2, fwd=[1, 2], bwd=2)
+
+
+def test_closed_form_against_the_simulated_schedule() -> None:
+    # Brute-force reference: the simulated Megatron schedule. With uneven 1F1B stages the closed
+    # form m max(t) + sum(t) - max(t) is exact when the last stage is the slowest (it holds the
+    # output layer) and never shorter than the schedule otherwise (the upstream stages' fill
+    # overlaps the slow stage's wait). A slow first stage, pp 2, m 2: f = (1.5, 1), b = (3, 2):
+    # r0 F0 0-1.5, F1 1.5-3; r1 F0 1.5-2.5, B0 2.5-4.5; r0 B0 4.5-7.5, B1 7.5-10.5 (r1 F1
+    # 4.5-5.5, B1 5.5-7.5): 10.5, against 2 x 4.5 + 3 = 12.
+    assert _end(schedule.simulate(2, 2, fwd=[1.5, 1], bwd=[3, 2])) == 10.5
+    rng = random.Random(7)
+    for _ in range(200):
+        pp, k = rng.choice([2, 3, 4, 8]), rng.randint(1, 6)
+        f = [rng.uniform(0.5, 1.5) for _ in range(pp)]
+        b = [x * rng.uniform(1.8, 2.6) for x in f]
+        t = [x + y for x, y in zip(f, b, strict=True)]
+        closed = sum(schedule.pipeline_time(t, pp * k))
+        simulated = _end(schedule.simulate(pp, pp * k, f, b))
+        assert closed >= simulated - 1e-9
+        f[-1] = b[-1] = 10.0  # the last stage slowest: the closed form is exact
+        t[-1] = 20.0
+        closed = sum(schedule.pipeline_time(t, pp * k))
+        assert closed == pytest.approx(_end(schedule.simulate(pp, pp * k, f, b)))
 
 
 def test_timeline_text_by_hand() -> None:
@@ -86,5 +186,9 @@ def test_timeline_text_by_hand() -> None:
     uneven = {"fwd": [1, 2], "bwd": [2, 4]}
     wide = schedule.timeline_text(2, 2, width=15, **uneven)
     assert wide == ["rank  0 FF.....BB....BB", "rank  1 .FFBBBBFFBBBB.."]
+    # the interleaved schedule of test_interleaved_schedule_by_hand (ends at 7.5) at width 15:
+    # 0.5 units per character, the odd chunk in lower case
+    inter = schedule.timeline_text(2, 2, width=15, vpp=2)
+    assert inter == ["rank  0 FFff..bb.bbBBBB", "rank  1 .FFfbbfbbBBBB.."]
     narrow = schedule.timeline_text(2, 2, width=5, **uneven)
     assert [len(line) for line in narrow] == [len("rank  0 ") + 5] * 2

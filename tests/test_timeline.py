@@ -52,7 +52,7 @@ def _rects(svg: str) -> list[ET.Element]:
     return list(ET.fromstring(svg).iter(f"{SVG}rect"))
 
 
-@pytest.mark.parametrize(("gbs", "shown"), [(64, 16), (512, timeline.MAX_MICROBATCHES)])
+@pytest.mark.parametrize(("gbs", "shown"), [(64, 16), (512, timeline.MAX_OPS)])
 def test_svg_draws_every_rank_and_micro_batch(gbs: int, shown: int) -> None:
     j = job(gbs)
     perf = cost.estimate(j, UNEVEN)
@@ -74,6 +74,28 @@ def test_svg_draws_every_rank_and_micro_batch(gbs: int, shown: int) -> None:
     first = forwards[0]
     seconds = re.findall(r"([\d.]+)-([\d.]+) s", first.findtext(f"{SVG}title") or "")[0]
     assert float(seconds[1]) - float(seconds[0]) == pytest.approx(perf.stages[0][0], abs=1e-4)
+
+
+def test_svg_draws_the_interleaving() -> None:
+    # 32 layers on pp 4 x vpp 2 chunks of 4; gbs 64 / (dp 4 x mbs 1) = 16 micro-batches, of which
+    # whole groups of pp fit in MAX_OPS / vpp = 16 forwards per rank: all 16 are drawn
+    lay = Layout(tp=2, pp=4, dp=4, vpp=2, sequence_parallel=True)
+    j = job()
+    perf = cost.estimate(j, lay)
+    svg = timeline.pipeline_svg(j, lay, perf)
+    assert "interleaved 1F1B schedule, all 16 micro-batches, 2 model chunks per rank" in svg
+    titles = [r.findtext(f"{SVG}title") or "" for r in _rects(svg)]
+    for kind in ("forward", "backward"):
+        for chunk in (0, 1):
+            blocks = [t for t in titles if t.startswith(kind) and f"chunk {chunk}:" in t]
+            assert len(blocks) == 4 * 16  # every rank, every micro-batch, once per chunk
+    # a chunk's forward is half its stage's: rank 0's first block
+    first = next(t for t in titles if t.startswith("forward of micro-batch 0, chunk 0"))
+    start, end = map(float, re.findall(r"([\d.]+)-([\d.]+) s", first)[0])
+    assert end - start == pytest.approx(perf.stages[0][0] / 2, abs=1e-4)
+    # the odd chunks in the lighter shade
+    fills = {r.get("fill") for r in _rects(svg) if "chunk 1:" in (r.findtext(f"{SVG}title") or "")}
+    assert fills == {timeline.LIGHT_BLUE, timeline.LIGHT_GREEN}
 
 
 def test_cli_explain_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
