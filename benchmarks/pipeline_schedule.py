@@ -3,9 +3,11 @@
     /work/venv/bin/python benchmarks/pipeline_schedule.py [--verbose]
 
 planner.cost prices a step's pipeline as m x max(t) + (sum(t) - max(t)) / vpp (planner.schedule,
-the search's hot path). planner.schedule.simulate times Megatron-LM's own op order (1F1B or
-interleaved, each op when its rank is free and its input is ready) with the same per-stage forward
-and backward times (Performance.stages). The two agree exactly for equal stages (tested); this
+the search's hot path), plus, when interleaved, the exposed point-to-point hops
+(schedule.interleaved_p2p_exposed). planner.schedule.simulate times Megatron-LM's own op order
+(1F1B or interleaved, each op when its rank is free and its input is ready, an interleaved send
+delaying its receiver by Performance.p2p_hop) with the same per-stage forward and backward times
+(Performance.stages). The two agree exactly for equal stages (tested); this
 measures them on uneven ones: every row with pp > 1 of published_runs.yaml (with a throughput
 figure), of the Hagemann et al. sweep (outcome ok), and the top TOP_K layouts `planner suggest`
 picks for the SUGGEST jobs (its uneven splits can leave a middle rank slowest), as the difference
@@ -60,7 +62,11 @@ def difference(c: Case) -> tuple[float, int]:
     bwd = [b for _, b in perf.stages]
     per_mb = [f + b for f, b in perf.stages]
     closed = sum(schedule.pipeline_time(per_mb, m, lay.vpp))
-    sched = schedule.simulate(lay.pp, m, fwd, bwd, lay.vpp)
+    hop = 0.0
+    if lay.vpp > 1:  # the sends the interleaved schedule overlaps: in the sim, on its edges
+        closed += perf.breakdown.pp_comm_exposed
+        hop = perf.p2p_hop
+    sched = schedule.simulate(lay.pp, m, fwd, bwd, lay.vpp, hop)
     simulated = max(op.end for rank in sched for op in rank)
     return (closed - simulated) / perf.step_time_s, per_mb.index(max(per_mb))
 

@@ -10,10 +10,11 @@ their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the t
 collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
 hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of t x top_k tokens
 times MOE_LOAD_IMBALANCE, exposed; PP one activation send forward and one gradient send backward
-per micro-batch (t x h bf16, /tp with SP), on the critical path in 1F1B, hidden in steady state
-and exposed on fill and drain when interleaved; DP gradient reduce-scatter / all-reduce and
-parameter all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap windows
-(`comms.data_parallel`).
+per micro-batch (t x h bf16, /tp with SP), on the critical path in 1F1B (blocking sends); when
+interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
+boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter /
+all-reduce and parameter all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap
+windows (`comms.data_parallel`).
 
 Pipeline (planner.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
@@ -39,7 +40,7 @@ from planner.activations import BF16
 from planner.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
 from planner.layout import Layout
 from planner.memory import stage_params
-from planner.schedule import pipeline_time, stage_ranges
+from planner.schedule import interleaved_p2p_exposed, pipeline_time, stage_ranges
 from planner.spec import Job
 
 ADAM_GRAD_READ_BYTES = 4.0
@@ -107,6 +108,9 @@ class Performance:
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
     (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
+    p2p_hop: float = 0.0
+    """Seconds of one point-to-point message between pipeline stages (one micro-batch's
+    activations): in the stage times for 1F1B, overlapped by the interleaved schedule."""
 
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic"."""
@@ -155,14 +159,14 @@ def estimate(job: Job, layout: Layout) -> Performance:
     gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
-    pp_msg = 0.0
+    hop = 0.0
     if lay.pp > 1:
         t = lay.micro_batch_size * job.seq_length / lay.cp
         size = t * arch.hidden_size * BF16 / (lay.tp if lay.sequence_parallel else 1)
         stride = lay.tp * lay.cp * lay.dp
-        pp_msg = 2 * comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
+        hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
-    pp_per_mb = 0.0 if interleaved else pp_msg
+    pp_per_mb = 0.0 if interleaved else 2 * hop
 
     dp_groups = comms.data_parallel_groups(job.cluster, lay)
     stage_times: list[float] = []
@@ -206,7 +210,10 @@ def estimate(job: Job, layout: Layout) -> Performance:
     _, bubble = pipeline_time(stage_times, m, lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep = rows[worst]
-    pp_exposed = m * pp_per_mb + (pp_msg * (lay.pp - 1) if interleaved else 0.0)
+    pp_exposed = m * pp_per_mb
+    if interleaved:
+        fwds, bwds = zip(*stages, strict=True)
+        pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
 
     breakdown = StepBreakdown(
         compute=m * c,
@@ -239,4 +246,5 @@ def estimate(job: Job, layout: Layout) -> Performance:
         model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
         mfu=model / (step * n_gpus * peak),
         stages=tuple(stages),
+        p2p_hop=hop,
     )

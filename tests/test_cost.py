@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, comms, cost, flops, layer_time
+from planner import catalog, comms, cost, flops, layer_time, schedule
 from planner.hardware import ClusterSpec
 from planner.layer_time import gpu_of
 from planner.layout import Layout
@@ -110,6 +110,35 @@ def test_interleaving_shrinks_the_bubble() -> None:
     p2 = cost.estimate(j, base.with_(vpp=2))
     assert p2.breakdown.bubble < p1.breakdown.bubble
     assert p2.tokens_per_s_per_gpu > p1.tokens_per_s_per_gpu
+
+
+def test_interleaved_p2p_matches_the_simulated_schedule() -> None:
+    # Llama 3.1 70B (h 8192), seq 4096, tp 8 with SP, pp 8 at stride tp x dp = 8: each stage on
+    # its own node, so a hop is one InfiniBand message of 4096 x 8192 x 2 bytes / 8 = 8 MiB.
+    # 1F1B: two blocking messages per micro-batch on every stage, m = 64 of them exposed.
+    # Interleaved: what the hops add to the simulated schedule of the model's own stage times
+    # (brute force). The last stage, with the output layer, is ~9% slower, and its slack hides
+    # the chunk wraps' hops up to vpp 5: only the 2 (pp - 1) hops of the first pass and the last
+    # stay exposed; at vpp 10 and 20 more show, never more than one per chunk boundary.
+    j = job("llama3.1-70b", gbs=64)
+    base = Layout(tp=8, pp=8, dp=1, sequence_parallel=True)
+    hop = comms.p2p(4096 * 8192 * 2 / 8, comms.p2p_link(j.cluster, 8, 8))
+    p1 = cost.estimate(j, base)
+    assert p1.p2p_hop == pytest.approx(hop)
+    assert p1.breakdown.pp_comm_exposed == pytest.approx(64 * 2 * hop)
+    for vpp in (2, 5, 10, 20):
+        p = cost.estimate(j, base.with_(vpp=vpp))
+        fwd, bwd = zip(*p.stages, strict=True)
+        plain = schedule.simulate(8, 64, fwd, bwd, vpp)
+        sent = schedule.simulate(8, 64, fwd, bwd, vpp, p2p=hop)
+        extra = max(op.end for r in sent for op in r) - max(op.end for r in plain for op in r)
+        exposed = p.breakdown.pp_comm_exposed
+        assert exposed == pytest.approx(extra, rel=1e-6)
+        assert 2 * hop * (8 - 1) <= exposed * (1 + 1e-9) <= 2 * hop * (8 * vpp - 1) * (1 + 1e-9)
+        if vpp <= 5:
+            assert exposed == pytest.approx(2 * hop * (8 - 1))
+        else:
+            assert exposed > 2 * hop * (8 - 1) * 1.5
 
 
 def test_recompute_costs_time_in_order() -> None:

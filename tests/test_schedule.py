@@ -139,6 +139,46 @@ def test_interleaved_schedule_by_hand() -> None:
         schedule.simulate(4, 6, vpp=2)
 
 
+@pytest.mark.parametrize(("pp", "m", "vpp"), [(2, 16, 40), (4, 16, 5), (4, 32, 5), (8, 32, 4)])
+def test_interleaved_p2p_against_the_simulated_schedule(pp: int, m: int, vpp: int) -> None:
+    # Brute-force reference: simulate with a one-way delay on every dependency between ranks.
+    # Equal stages (forward 1, backward 2): while a hop fits in a chunk's forward (1/vpp) the
+    # step grows by exactly 2 (pp vpp - 1) hops; a longer hop adds at most its excess per
+    # (micro-batch, chunk)
+    chunk_fwd = 1 / vpp
+    base = _end(schedule.simulate(pp, m, 1, 2, vpp))
+    for ratio in (0.25, 0.5, 1.0, 1.5, 3.0):
+        hop = ratio * chunk_fwd
+        extra = _end(schedule.simulate(pp, m, 1, 2, vpp, p2p=hop)) - base
+        formula = schedule.interleaved_p2p_exposed(vpp, m, hop, [1.0] * pp, [2.0] * pp)
+        if ratio <= 1:
+            assert extra == pytest.approx(2 * hop * (pp * vpp - 1))
+            assert formula == pytest.approx(extra)
+        else:
+            assert 2 * hop * (pp * vpp - 1) < extra <= formula
+
+
+def test_closed_form_with_p2p_near_the_simulated_schedule() -> None:
+    # uneven interleaved stages (each within +-30%, half the time the last one 20% slower,
+    # m >= pp, hops up to a chunk's forward): the closed-form bubble plus the exposed hops stays
+    # within -2% .. +15% of the simulated schedule (measured on 2,000 such draws: -1.5% .. +11.9%,
+    # median +0.6%; the 1F1B closed form alone is the longer, test above)
+    rng = random.Random(3)
+    for _ in range(150):
+        pp, vpp = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 4, 6])
+        m = pp * rng.randint(1, 6)
+        f = [rng.uniform(0.7, 1.3) for _ in range(pp)]
+        b = [x * rng.uniform(1.8, 2.4) for x in f]
+        if rng.random() < 0.5:
+            f[-1], b[-1] = 1.2 * f[-1], 1.2 * b[-1]
+        hop = rng.choice([0.0, 0.1, 0.5, 1.0]) * min(f) / vpp
+        t = [x + y for x, y in zip(f, b, strict=True)]
+        closed = sum(schedule.pipeline_time(t, m, vpp))
+        closed += schedule.interleaved_p2p_exposed(vpp, m, hop, f, b)
+        simulated = _end(schedule.simulate(pp, m, f, b, vpp, p2p=hop))
+        assert 0.98 * simulated <= closed <= 1.15 * simulated
+
+
 def test_1f1b_with_uneven_stages_by_hand() -> None:
     # pp 2, m 2, rank 0 forward 1 / backward 2, rank 1 forward 2 / backward 4.
     # rank 0 runs F0 F1 B0 B1 (one warm-up forward), rank 1 runs F0 B0 F1 B1:
