@@ -197,11 +197,12 @@ def timeline_text(
     fwd: float | Sequence[float] = 1,
     bwd: float | Sequence[float] = 2,
     vpp: int = 1,
+    p2p: float = 0.0,
 ) -> list[str]:
     """One text line per pipeline rank: F forward, B backward (f and b for the odd chunks of an
     interleaved schedule), . idle (the bubble), at most `width` characters of equal time, each op
     at least one, its edges rounded to the nearest (`simulate`'s durations)."""
-    sched = simulate(pp, m, fwd, bwd, vpp)
+    sched = simulate(pp, m, fwd, bwd, vpp, p2p)
     end = max(op.end for rank in sched for op in rank)
     cell = end / width if end > width or not float(end).is_integer() else 1.0
     cols = math.ceil(end / cell - 1e-9)
