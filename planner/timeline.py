@@ -50,7 +50,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     def x(t: float) -> float:
         return LEFT + t / total * span
 
-    height = TOP + layout.pp * (ROW + GAP) + 96
+    height = TOP + layout.pp * (ROW + GAP) + 112
     which = f"all {m}" if shown == m else f"the first {shown} of {m}"
     title = f"{job.arch.name}, {layout.describe()}"
     kind = "1F1B" if vpp == 1 else "interleaved 1F1B"
@@ -119,13 +119,18 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         body.append(f"<rect x='{lx}' y='{ly - 10}' width='12' height='12' fill='{color}'/>")
         body.append(f"<text x='{lx + 16}' y='{ly}' {FONT} font-size='11'>{escape(label)}</text>")
         lx += 22 + 7 * len(label)
-    foot = (
+    hop = f"each PP send ({perf.p2p_hop * 1e3:.2f} ms) delays its receiver"
+    foot = [
         f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble "
-        f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%}); times per micro-batch and stage "
-        "include the exposed TP, CP, EP and PP traffic"
-    )
-    body.append(
-        f"<text x='{LEFT}' y='{ly + 26}' {FONT} font-size='11' fill='#333'>{escape(foot)}</text>"
-    )
+        f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%})",
+        "times per micro-batch and stage include the exposed TP, CP, EP and PP traffic"
+        if vpp == 1
+        else f"times per micro-batch and stage include the exposed TP, CP and EP traffic; {hop}",
+    ]
+    for k, line in enumerate(foot):
+        body.append(
+            f"<text x='{LEFT}' y='{ly + 26 + 16 * k}' {FONT} font-size='11' fill='#333'>"
+            f"{escape(line)}</text>"
+        )
     body.append("</svg>")
     return "\n".join(body) + "\n"
