@@ -2,13 +2,14 @@
 
 Each pipeline rank is a row; its forwards and backwards are drawn to scale from the cost model's
 per-stage times (`Performance.stages`: one micro-batch's forward and backward on that stage,
-exposed TP/CP/EP/PP traffic included), scheduled by planner.schedule.simulate in Megatron-LM's
-order (1F1B, or interleaved 1F1B with each chunk 1/vpp of its rank's time, the odd chunks in a
-lighter shade), so uneven stages and the fill and drain show as they run. Gaps are idle time (the
-bubble). After the last backward every rank pays the step's exposed DP traffic, optimizer and fixed
-costs. A long step is drawn for its first micro-batches: at most MAX_OPS forwards per rank, or
-when interleaved whole groups of pp micro-batches, at least two (a steady state between the fill
-and the drain).
+exposed TP/CP/EP traffic included, and 1F1B's blocking PP sends), scheduled by
+planner.schedule.simulate in Megatron-LM's order (1F1B, or interleaved 1F1B with each chunk 1/vpp
+of its rank's time, the odd chunks in a lighter shade, each overlapped send delaying its receiver
+by `Performance.p2p_hop`), so uneven stages and the fill and drain show as they run. Gaps are
+idle time (the bubble). After the last backward every rank pays the step's exposed DP traffic,
+optimizer and fixed costs. A long step is drawn for its first micro-batches: at most MAX_OPS
+forwards per rank, or when interleaved whole groups of pp micro-batches, at least two (a steady
+state between the fill and the drain).
 """
 
 from __future__ import annotations

@@ -113,8 +113,8 @@ def test_interleaved_schedule_by_hand() -> None:
     #   r0 B(0,1)), B(1,0) 5.5-6.5 (after r0 B(1,1)); r0 B(0,0) 5.5-6.5, B(1,0) 6.5-7.5.
     # End 7.5 = m (f + b) + (pp - 1)(f + b) / v = 6 + 1.5
     sched = schedule.simulate(2, 2, fwd=1, bwd=2, vpp=2)
-    r0 = [(op.start, op.end, op.kind, op.micro, op.chunk) for op in sched[0]]
-    assert r0 == [
+    # (start, end, kind, micro-batch, chunk) per op
+    assert sched[0] == [
         (0, 0.5, "F", 0, 0),
         (0.5, 1, "F", 1, 0),
         (1, 1.5, "F", 0, 1),
@@ -124,8 +124,7 @@ def test_interleaved_schedule_by_hand() -> None:
         (5.5, 6.5, "B", 0, 0),
         (6.5, 7.5, "B", 1, 0),
     ]
-    r1 = [(op.start, op.end, op.kind, op.micro, op.chunk) for op in sched[1]]
-    assert r1 == [
+    assert sched[1] == [
         (0.5, 1, "F", 0, 0),
         (1, 1.5, "F", 1, 0),
         (1.5, 2, "F", 0, 1),
