@@ -71,34 +71,25 @@ def fields_table(title: str, data: dict[str, Any]) -> Table:
     return t
 
 
-def memory_table(rep: MemoryReport) -> Table:
-    t = Table(title=f"Memory per GPU (GiB), capacity {gib(rep.capacity)} after headroom")
-    for col in (
-        "stage",
-        "layers",
-        "weights",
-        "grads",
-        "optimizer",
-        "activations",
-        "other",
-        "total",
-    ):
+def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
+    """Per-stage memory; with `perf` (explain) also each stage's time per micro-batch."""
+    title = f"Memory per GPU (GiB), capacity {gib(rep.capacity)} after headroom"
+    timed = perf is not None and len(perf.stages) == len(rep.stages)
+    t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
+    cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
+    for col in cols + (["fwd ms", "bwd ms"] if timed else []):
         t.add_column(col, justify="right")
     worst = rep.worst.stage
     for st in rep.stages:
         mark = " <- worst" if st.stage == worst else ""
         style = "bold red" if st.stage == worst and not rep.fits else None
-        t.add_row(
-            f"{st.stage}{mark}",
-            str(st.layers),
-            gib(st.weights),
-            gib(st.grads),
-            gib(st.optimizer),
-            gib(st.activations),
-            gib(st.other),
-            gib(st.total),
-            style=style,
-        )
+        cells = [f"{st.stage}{mark}", str(st.layers)]
+        cells += [gib(v) for v in (st.weights, st.grads, st.optimizer, st.activations, st.other)]
+        cells.append(gib(st.total))
+        if timed and perf is not None:
+            fwd, bwd = perf.stages[st.stage]
+            cells += [f"{1e3 * fwd:,.1f}", f"{1e3 * bwd:,.1f}"]
+        t.add_row(*cells, style=style)
     return t
 
 
@@ -181,7 +172,7 @@ def print_explain(
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
         f"{layout.describe()}"
     )
-    console.print(memory_table(rep))
+    console.print(memory_table(rep, perf))
     verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
     console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB")
     console.print(time_table(perf))

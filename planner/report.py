@@ -74,6 +74,10 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
         "causal_attention_halved": False,
         "bottleneck": perf.bottleneck(),
         "breakdown_s": {k: round(float(v), 4) for k, v in asdict(b).items()},
+        "stages": [
+            {"stage": r, "forward_s": round(f, 6), "backward_s": round(bw, 6)}
+            for r, (f, bw) in enumerate(perf.stages)
+        ],
     }
 
 

@@ -342,6 +342,27 @@ def test_explain_json_has_memory_and_time_side_by_side() -> None:
     assert data["memory"]["stages"] and data["model"]["params_total"] > 8e9
 
 
+def test_explain_gives_each_stage_its_time() -> None:
+    # Llama 3.1 405B, pp 16 with Meta's split: 7 layers on the first and last ranks, 8 between
+    proc = run_subprocess("explain", "tests/data/plans/launch-llama3.1-405b.toml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    perf, mem = data["performance"], data["memory"]["stages"]
+    stages = perf["stages"]
+    assert [s["stage"] for s in stages] == list(range(16)) == [s["stage"] for s in mem]
+    per_mb = [s["forward_s"] + s["backward_s"] for s in stages]
+    # the step is m x the slowest stage + the fill and drain (sum - max, 1F1B) + the tail:
+    # m = 2048 sequences / (dp 64 x mbs 1) = 32
+    b = perf["breakdown_s"]
+    tail = b["dp_comm_exposed"] + b["optimizer"] + b["other"]
+    rebuilt = 32 * max(per_mb) + (sum(per_mb) - max(per_mb)) + tail
+    assert rebuilt == pytest.approx(perf["step_time_s"], rel=1e-4)
+    # a 7-layer rank is faster than an 8-layer one; the last also runs the output layer
+    assert per_mb[0] < per_mb[1] == pytest.approx(per_mb[14]) and per_mb[15] > per_mb[0]
+    text = run_subprocess("explain", "tests/data/plans/launch-llama3.1-405b.toml").stdout
+    assert "fwd ms" in text and "bwd ms" in text
+
+
 def test_explain_human_output_names_the_bottleneck() -> None:
     proc = run_subprocess("explain", "examples/llama3.1-8b-h100.toml")
     assert proc.returncode == 0, proc.stderr
