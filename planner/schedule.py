@@ -19,11 +19,11 @@ the bubble is (p-1)/(v*m) of the ideal time m*t: the textbook (p-1)/m for 1F1B a
 interleaved chunks in its schedule table), each op when its rank is free and its input is ready:
 `explain` draws it. It agrees with the closed form exactly for equal stages and, in 1F1B, whenever
 the last stage is the slowest; otherwise 1F1B's closed form is the longer (a slow early stage's
-wait overlaps the others' fill), and an interleaved one lies within -3% .. +35% of it on random
-stages within +-30% (tested). benchmarks/pipeline_schedule.py measures the gap with the model's
-per-stage times: 0 on the published runs with pp > 1, at most 1.65% of the step on the Hagemann
-sweep and 0.43% on suggest's top picks, so the search keeps the closed form (the simulation costs
-O(p x m x v) per layout).
+wait overlaps the others' fill); an interleaved one, with its exposed hops, lies within -1.5% ..
++11.9% of it on 2,000 random uneven draws (tests/test_schedule.py). benchmarks/pipeline_schedule.py
+measures the gap with the model's per-stage times: 0 on the published runs with pp > 1, at most
+1.65% of the step on the Hagemann sweep and 0.43% on suggest's top picks, so the search keeps the
+closed form (the simulation costs O(p x m x v) per layout).
 """
 
 from __future__ import annotations

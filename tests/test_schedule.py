@@ -161,7 +161,7 @@ def test_closed_form_with_p2p_near_the_simulated_schedule() -> None:
     # uneven interleaved stages (each within +-30%, half the time the last one 20% slower,
     # m >= pp, hops up to a chunk's forward): the closed-form bubble plus the exposed hops stays
     # within -2% .. +15% of the simulated schedule (measured on 2,000 such draws: -1.5% .. +11.9%,
-    # median +0.6%; the 1F1B closed form alone is the longer, test above)
+    # median +0.6%; 1F1B's closed form is never the shorter: test below)
     rng = random.Random(3)
     for _ in range(150):
         pp, vpp = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 4, 6])
