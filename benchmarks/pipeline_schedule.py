@@ -62,11 +62,9 @@ def difference(c: Case) -> tuple[float, int]:
     bwd = [b for _, b in perf.stages]
     per_mb = [f + b for f, b in perf.stages]
     closed = sum(schedule.pipeline_time(per_mb, m, lay.vpp))
-    hop = 0.0
     if lay.vpp > 1:  # the sends the interleaved schedule overlaps: in the sim, on its edges
         closed += perf.breakdown.pp_comm_exposed
-        hop = perf.p2p_hop
-    sched = schedule.simulate(lay.pp, m, fwd, bwd, lay.vpp, hop)
+    sched = schedule.simulate(lay.pp, m, fwd, bwd, lay.vpp, perf.p2p_hop)
     simulated = max(op.end for rank in sched for op in rank)
     return (closed - simulated) / perf.step_time_s, per_mb.index(max(per_mb))
 

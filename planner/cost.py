@@ -109,8 +109,9 @@ class Performance:
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
     (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
     p2p_hop: float = 0.0
-    """Seconds of one point-to-point message between pipeline stages (one micro-batch's
-    activations): in the stage times for 1F1B, overlapped by the interleaved schedule."""
+    """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
+    delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the
+    stage times."""
 
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic"."""
@@ -246,5 +247,5 @@ def estimate(job: Job, layout: Layout) -> Performance:
         model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
         mfu=model / (step * n_gpus * peak),
         stages=tuple(stages),
-        p2p_hop=hop,
+        p2p_hop=hop if interleaved else 0.0,
     )

@@ -187,9 +187,8 @@ def print_explain(
         )
         fwd = [f for f, _ in perf.stages]
         bwd = [b for _, b in perf.stages]
-        hop = perf.p2p_hop if layout.vpp > 1 else 0.0
         width = console.width - 10
-        for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, hop):
+        for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop):
             console.print(line, highlight=False)
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "

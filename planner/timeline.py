@@ -41,7 +41,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp))
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
-    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop if vpp > 1 else 0.0)
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop)
     pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
     tail = b.dp_comm_exposed + b.optimizer + b.other
