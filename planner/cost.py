@@ -9,8 +9,10 @@ Megatron's backward re-gather), the forward ones exposed, the column-parallel ba
 their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
 collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
 hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of t x top_k tokens
-times MOE_LOAD_IMBALANCE, exposed; PP one activation send forward and one gradient send backward
-per micro-batch (t x h bf16, /tp with SP), on the critical path in 1F1B (blocking sends); when
+times MOE_LOAD_IMBALANCE, exposed, or with `ep_comm_overlap` hidden under the merged other
+micro-batch's compute where the schedule pairs them (`ep_exposed`); PP one activation send
+forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on the critical
+path in 1F1B (blocking sends); when
 interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
 boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter /
 all-reduce and parameter all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap
@@ -40,7 +42,12 @@ from planner.activations import BF16
 from planner.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
 from planner.layout import Layout
 from planner.memory import stage_params
-from planner.schedule import interleaved_p2p_exposed, pipeline_time, stage_ranges
+from planner.schedule import (
+    interleaved_p2p_exposed,
+    pipeline_time,
+    stage_ranges,
+    unmerged_share,
+)
 from planner.spec import Job
 
 ADAM_GRAD_READ_BYTES = 4.0
@@ -131,25 +138,75 @@ def _optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu
     return touched / gpu.hbm
 
 
+_LAYER_MEMO: dict[int, tuple[Job, dict[Layout, tuple[Gpu, Layer, Layer, float]]]] = {}
+"""Layer times per job (by identity; the entry holds the job, so its id is not reused while the
+entry lives) and per layout with the fields the layer times do not read set to fixed values. The
+search scores thousands of layouts that differ only in those fields."""
+
+_LAYER_MEMO_JOBS = 8
+
+
+def _layer_key(lay: Layout) -> Layout:
+    """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
+    overlap fields do not change one layer's time per micro-batch."""
+    return lay.with_(
+        pp=1,
+        dp=1,
+        vpp=1,
+        zero_stage=1,
+        pipeline_layers=None,
+        ep_comm_overlap=False,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+
+
 def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
-    gpu = gpu_of(job)
     m = max(lay.num_microbatches(job.global_batch_size), 1)
-    dense_l = layer_time(job, lay, gpu, False)
-    moe_l = layer_time(job, lay, gpu, True) if job.arch.is_moe else dense_l
-    return gpu, m, dense_l, moe_l, output_layer_time(job, lay, gpu)
+    entry = _LAYER_MEMO.get(id(job))
+    if entry is None or entry[0] is not job:
+        if len(_LAYER_MEMO) >= _LAYER_MEMO_JOBS:
+            _LAYER_MEMO.clear()
+        entry = _LAYER_MEMO[id(job)] = (job, {})
+    key = _layer_key(lay)
+    if key not in entry[1]:
+        gpu = gpu_of(job)
+        dense_l = layer_time(job, key, gpu, False)
+        moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
+        entry[1][key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
+    gpu, dense_l, moe_l, out_layer = entry[1][key]
+    return gpu, m, dense_l, moe_l, out_layer
+
+
+def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> float:
+    """Seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward and backward) left
+    on the critical path. Without `lay.ep_comm_overlap` all of it. With it (Megatron's merged
+    forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
+    micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
+    shows only beyond it; the forwards and backwards that run alone expose theirs. An optimistic
+    bound: each all-to-all really hides under one attention or MLP phase of the other pass, and
+    the communication kernels' SMs are not taken from the compute."""
+    if not lay.ep_comm_overlap:
+        return a2a
+    alone = unmerged_share(lay.pp, lay.vpp, rank, m)
+    return alone * a2a + (1 - alone) * max(a2a - window, 0.0)
 
 
 def compute_floor(job: Job, layout: Layout) -> float:
     """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
-    lower bound; recompute as in the layout)."""
+    lower bound; recompute and EP overlap as in the layout, the overlap taken as if every
+    forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
+    of them, and the bound holds at the structure's largest micro-batch)."""
     _, m, dense_l, moe_l, out_layer = _times(job, layout)
     worst = 0.0
     for rank, layers in enumerate(stage_ranges(job.arch.num_layers, layout)):
         n_moe = job.arch.moe_count(layers)
         n_dense = len(layers) - n_moe
-        c = sum(n * (k.fwd + k.bwd + k.ep) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        c = sum(n * (k.fwd + k.bwd) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        a2a = sum(n * k.ep for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        c += max(a2a - c, 0.0) if layout.ep_comm_overlap else a2a
         worst = max(worst, c + (out_layer if rank == layout.pp - 1 else 0.0))
     return m * worst
 
@@ -189,14 +246,15 @@ def estimate(job: Job, layout: Layout) -> Performance:
             cp += n * k.cp
             cp_h += n * k.cp_hidden
             ep += n * k.ep
+        ep_e = ep_exposed(lay, rank, m, ep, c + rec)
         if last:
             c += out_layer
             fwd += out_layer / 3
             bwd += 2 * out_layer / 3
-        stage_times.append(c + rec + tp + cp + ep + pp_per_mb)
+        stage_times.append(c + rec + tp + cp + ep_e + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
-        rows.append((c, rec, tp, tp_h, cp, cp_h, ep))
+        rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep - ep_e))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers and role move the same bytes: computed once)
         key = (n_dense, n_moe, rank == 0, last)
@@ -210,7 +268,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     _, bubble = pipeline_time(stage_times, m, lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
-    c, rec, tp, tp_h, cp, cp_h, ep = rows[worst]
+    c, rec, tp, tp_h, cp, cp_h, ep, ep_h = rows[worst]
     pp_exposed = m * pp_per_mb
     if interleaved:
         fwds, bwds = zip(*stages, strict=True)
@@ -224,7 +282,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         cp_comm_exposed=m * cp,
         cp_comm_hidden=m * cp_h,
         ep_comm_exposed=m * ep,
-        ep_comm_hidden=0.0,
+        ep_comm_hidden=m * ep_h,
         pp_comm_exposed=pp_exposed,
         dp_comm_exposed=dp_exp,
         dp_comm_hidden=dp_hid,

@@ -63,6 +63,10 @@ def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> Non
         )
 
 
+BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
+"""Catalog GPU names of compute capability 10+ (Blackwell)."""
+
+
 class GpuSpec(BaseModel):
     """One accelerator model, from one `hardware_catalog/gpus/<name>.toml` file."""
 
@@ -104,6 +108,12 @@ class GpuSpec(BaseModel):
     @property
     def has_fp8(self) -> bool:
         return self.peak_tflops_fp8 is not None
+
+    @property
+    def needs_one_device_connection(self) -> bool:
+        """Whether Megatron-LM wants CUDA_DEVICE_MAX_CONNECTIONS=1 for TP / CP here: everywhere
+        but Blackwell (validate_args: `get_device_arch_version() < 10`; BLACKWELL_PREFIXES)."""
+        return not (self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES))
 
     def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
         """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls

@@ -53,6 +53,11 @@ class Layout:
     """Decoder layers per pipeline rank (pp entries); None = even split."""
     tp_comm_overlap: bool = False
     """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs SP)."""
+    ep_comm_overlap: bool = False
+    """Hide the expert all-to-all under another micro-batch's compute by running the forward of one
+    micro-batch and the backward of another as one merged op (Megatron
+    --overlap-moe-expert-parallel-comm --delay-wgrad-compute; needs ep > 1, and vpp > 1 when
+    pp > 1)."""
     overlap_grad_reduce: bool = True
     """Reduce gradients in buckets during the backward (Megatron --overlap-grad-reduce). False:
     the whole reduction runs after the last micro-batch's backward, exposed."""
@@ -109,6 +114,8 @@ class Layout:
             parts.append("sp")
         if self.tp_comm_overlap:
             parts.append("tpov")
+        if self.ep_comm_overlap:
+            parts.append("epov")
         if not self.overlap_grad_reduce:
             parts.append("grad-sync-exposed")
         if self.zero_stage >= 1 and not self.overlap_param_gather:

@@ -70,6 +70,7 @@ PARALLEL_INT = {
 PARALLEL_READ = {
     "--sequence-parallel",
     "--tp-comm-overlap",
+    "--overlap-moe-expert-parallel-comm",
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
     "--decoder-first-pipeline-num-layers",
@@ -86,7 +87,6 @@ PARALLEL_READ = {
 PARALLEL_IGNORED = {
     "--no-overlap-p2p-communication",
     "--overlap-param-gather-with-optimizer-step",
-    "--overlap-moe-expert-parallel-comm",
     "--distributed-backend",
     "--num-distributed-optimizer-instances",
     "--ddp-bucket-size",
@@ -219,6 +219,7 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
         value = flags["--pipeline-model-parallel-layout"][0]
         parallel["vpp"], parallel["pipeline_layers"] = _pp_layout(value, pp, where)
     parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
+    parallel["ep_comm_overlap"] = "--overlap-moe-expert-parallel-comm" in flags
     parallel["zero_stage"] = _zero_stage(flags, where)
     # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
     # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no

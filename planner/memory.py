@@ -34,7 +34,7 @@ from planner.activations import Shard
 from planner.arch import ModelArch
 from planner.comms import DP_BUCKET_PARAMS
 from planner.layout import Layout
-from planner.schedule import stage_ranges
+from planner.schedule import stage_ranges, warmup
 from planner.spec import Job
 from planner.units import GIB
 
@@ -106,12 +106,14 @@ def stage_chunks(layers_on_rank: int, vpp: int) -> list[int]:
 
 
 def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
-    """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved)."""
+    """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
+    its warm-up forwards and the steady state's next one. With the EP all-to-all overlap on one
+    stage (pp = 1) a micro-batch's forward runs merged with the previous one's backward: two."""
     pp, vpp = layout.pp, layout.vpp
-    if vpp == 1:
-        return min(pp - rank, num_microbatches)
-    warmup = 2 * (pp - rank - 1) + (vpp - 1) * pp
-    return min(warmup + 1, num_microbatches * vpp)
+    total = num_microbatches * vpp
+    if layout.ep_comm_overlap and pp == 1:
+        return min(2, total)
+    return min(warmup(pp, vpp, rank, total) + 1, total)
 
 
 def _shard(job: Job, layout: Layout) -> Shard:

@@ -91,6 +91,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         "vpp": layout.vpp,
         "sequence_parallel": layout.sequence_parallel,
         "tp_comm_overlap": layout.tp_comm_overlap,
+        "ep_comm_overlap": layout.ep_comm_overlap,
         "overlap_grad_reduce": layout.overlap_grad_reduce,
         "overlap_param_gather": layout.overlap_param_gather,
         "micro_batch_size": layout.micro_batch_size,

@@ -38,7 +38,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             str(lay.pp),
             str(lay.dp),
             str(lay.cp),
-            str(lay.ep),
+            f"{lay.ep} ov" if lay.ep_comm_overlap else str(lay.ep),
             str(lay.vpp),
             str(lay.micro_batch_size),
             str(lay.num_microbatches(job.global_batch_size)),
@@ -52,6 +52,8 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             p.bottleneck(),
         )
     t.caption = "m = micro-batches per step; split = layers on first/middle/last pipeline rank"
+    if any(c.layout.ep_comm_overlap for c in cands):
+        t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
     return t
 
 

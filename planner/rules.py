@@ -209,6 +209,40 @@ def _overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def _expert_overlap(job: Job, lay: Layout) -> Violation | None:
+    """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm, and validate_args'
+    warning against TP or CP with it before Blackwell (they want CUDA_DEVICE_MAX_CONNECTIONS=1,
+    the overlap more): the planner does not plan what Megatron warns against."""
+    if not lay.ep_comm_overlap:
+        return None
+    field, why = "parallel.ep_comm_overlap", "ep_comm_overlap = true"
+    if lay.ep == 1:
+        return Violation("ep_overlap_ep", field, f"{why} needs expert_model_parallel_size > 1")
+    if lay.pp > 1 and lay.vpp == 1:
+        return Violation(
+            "ep_overlap_vpp",
+            field,
+            f"{why} needs vpp > 1 when pipeline_model_parallel_size ({lay.pp}) > 1",
+        )
+    if lay.recompute == "full":
+        return Violation("ep_overlap_recompute", field, f"{why} needs recompute other than full")
+    if job.arch.mtp_num_layers > 1:
+        return Violation(
+            "ep_overlap_mtp",
+            field,
+            f"{why} supports at most one MTP layer (model has {job.arch.mtp_num_layers})",
+        )
+    gpu = job.cluster.gpu
+    if (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
+        return Violation(
+            "ep_overlap_connections",
+            field,
+            f"{why} needs CUDA_DEVICE_MAX_CONNECTIONS > 1, and tp ({lay.tp}) or cp ({lay.cp}) "
+            f"> 1 needs it at 1 on {gpu.name}: use tp = cp = 1 with it",
+        )
+    return None
+
+
 def _batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp
@@ -247,6 +281,7 @@ RULES: tuple[Rule, ...] = (
     _context_attention,
     _sequence_parallel,
     _overlap,
+    _expert_overlap,
     _batch,
     _positions,
 )
@@ -303,6 +338,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         recompute=section.recompute,
         pipeline_layers=section.pipeline_layers,
         tp_comm_overlap=section.tp_comm_overlap,
+        ep_comm_overlap=section.ep_comm_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
     )

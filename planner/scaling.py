@@ -143,6 +143,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("recompute", "recompute"),
     ("sequence_parallel", "sp"),
     ("tp_comm_overlap", "tp-comm-overlap"),
+    ("ep_comm_overlap", "ep-comm-overlap"),
     ("overlap_grad_reduce", "overlap-grad-reduce"),
     ("overlap_param_gather", "overlap-param-gather"),
     ("pipeline_layers", "pipeline split"),

@@ -64,6 +64,25 @@ class Op(NamedTuple):
     """The rank's model chunk (0 .. vpp - 1; always 0 without interleaving)."""
 
 
+def warmup(pp: int, vpp: int, rank: int, total: int) -> int:
+    """Forwards a rank runs before its first backward (Megatron `get_pp_rank_microbatches`):
+    pp - rank - 1 without interleaving, (pp - rank - 1) x 2 + (vpp - 1) x pp with it, at most
+    `total` (the rank's m x vpp chunk forwards)."""
+    warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * pp
+    return min(warm, total)
+
+
+def unmerged_share(pp: int, vpp: int, rank: int, m: int) -> float:
+    """Share of a rank's forwards (and of its backwards) that Megatron's EP all-to-all overlap
+    (--overlap-moe-expert-parallel-comm) cannot pair with another micro-batch's backward (or
+    forward). That schedule runs each steady-state forward and backward as one merged op: the
+    warm-up forwards and cool-down backwards run alone, and where there is no warm-up (pp = 1,
+    or the last rank) the first forward and the last backward do, since a micro-batch's backward
+    cannot merge with its own forward."""
+    total = m * vpp
+    return min(1.0, max(warmup(pp, vpp, rank, total), 1) / total)
+
+
 def op_order(pp: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:
     """Megatron-LM's order of (kind, micro-batch, chunk) on one pipeline rank.
 
@@ -81,8 +100,7 @@ def op_order(pp: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]
         for i in range(g, m if g + pp >= m else g + pp)
     ]
     total = m * vpp
-    warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * pp
-    warm = min(warm, total)
+    warm = warmup(pp, vpp, rank, total)
     ops = [("F", *table[k]) for k in range(warm)]
     for k in range(total - warm):
         ops.append(("F", *table[warm + k]))

@@ -77,6 +77,8 @@ class Space:
     """Expert-TP choices: 1 and/or equal to tp (Megatron's default)."""
     tp_comm_overlap: bool = True
     """Use --tp-comm-overlap wherever sequence parallelism allows it."""
+    ep_comm_overlap: bool = True
+    """Also try Megatron's EP all-to-all overlap wherever it is allowed."""
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
 
 
@@ -240,7 +242,11 @@ def _vpp_candidates(num_layers: int, pp: int, uneven: bool) -> tuple[int, ...]:
     return tuple(sorted(even | odd))
 
 
-def _options(job: Job, space: Space, s: Structure) -> list[tuple[int, int, tuple[int, ...] | None]]:
+Option = tuple[int, int, tuple[int, ...] | None]
+"""(micro-batch size, vpp, pipeline split) of one structure."""
+
+
+def _options(job: Job, space: Space, s: Structure) -> list[Option]:
     """(micro_batch_size, vpp, split) choices of a structure that pass the schedule rules."""
     out = []
     per_dp = job.global_batch_size // s.dp
@@ -268,11 +274,20 @@ def _variants(space: Space) -> list[tuple[int, Recompute]]:
     return [(z, r) for z in zeros for r in recs]
 
 
-def _layout(
-    s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
-) -> Layout:
+Base = tuple[Layout, tuple[Recompute, ...]]
+"""A base layout and the recompute policies to try on it."""
+
+
+def _bases(
+    job: Job, s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
+) -> list[Base]:
+    """The base layouts of one shape: TP overlap where sequence parallelism allows it, and where
+    Megatron allows the EP all-to-all overlap (`rules._expert_overlap`) a second one with it too,
+    without full recompute (Megatron refuses the pair). With pipelines the overlap holds no more
+    activations (only pp = 1 merges a micro-batch's forward with the previous backward) and only
+    hides time, so there the plain base is tried with full recompute only."""
     sp = _sp(s.tp)
-    return Layout(
+    plain = Layout(
         tp=s.tp,
         pp=s.pp,
         dp=s.dp,
@@ -284,6 +299,31 @@ def _layout(
         micro_batch_size=mbs,
         pipeline_layers=split,
         tp_comm_overlap=sp and space.tp_comm_overlap,
+    )
+    if not _ep_overlap_allowed(job, s, vpp, space):
+        return [(plain, space.recompute)]
+    overlap = plain.with_(ep_comm_overlap=True)
+    partial = tuple(r for r in space.recompute if r != "full")
+    plain_recs = space.recompute if s.pp == 1 else ("full",)
+    return [(plain, plain_recs), (overlap, partial)]
+
+
+def _ep_overlap_allowed(job: Job, s: Structure, vpp: int, space: Space) -> bool:
+    """Whether a shape gets the EP-overlap base (Megatron's conditions bar full recompute, which
+    `_best_variants` skips for it)."""
+    ep_ok = s.ep > 1 and (s.pp == 1 or vpp > 1) and job.arch.mtp_num_layers <= 1
+    connections = s.tp == s.cp == 1 or not job.cluster.gpu.needs_one_device_connection
+    return space.ep_comm_overlap and ep_ok and connections
+
+
+def _space_size(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
+    """Layouts the options of one structure stand for: each base times its (zero, recompute)
+    variants (no full recompute with the EP overlap)."""
+    variants = _variants(space)
+    plain = len(variants) or 1
+    overlap = sum(1 for _, rc in variants if rc != "full")
+    return sum(
+        plain + (overlap if _ep_overlap_allowed(job, s, vpp, space) else 0) for _, vpp, _ in opts
     )
 
 
@@ -297,14 +337,16 @@ def _best_variants(
     job: Job,
     space: Space,
     base: Layout,
+    recomputes: tuple[Recompute, ...],
     rejected: Counter[str],
     too_big: dict[tuple[object, ...], bool],
 ) -> list[tuple[Layout, MemoryReport]]:
-    """The memory-feasible (zero, recompute) variants of a base layout not dominated by a
-    feasible variant with no more sharding and no more recompute. A ZeRO stage whose weights,
-    gradients, optimizer state and buffers alone (`memory.state_floor`) exceed the capacity is
-    rejected without estimating its recompute variants; `too_big` remembers that verdict per
-    (vpp, split, ZeRO stage) of one structure, since it holds at every micro-batch size."""
+    """The memory-feasible (zero, recompute in `recomputes`) variants of a base layout not
+    dominated by a feasible variant with no more sharding and no more recompute. A ZeRO stage
+    whose weights, gradients, optimizer state and buffers alone (`memory.state_floor`) exceed the
+    capacity is rejected without estimating its recompute variants; `too_big` remembers that
+    verdict per (vpp, split, ZeRO stage) of one structure, since it holds at every micro-batch
+    size."""
     found: list[tuple[int, int, Layout, MemoryReport]] = []
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     # with flash attention Megatron's selective recompute (the core attention) keeps exactly
@@ -314,7 +356,7 @@ def _best_variants(
         job.flash_attention and job.selective_recompute == "core_attn" and "none" in space.recompute
     )
     for z, rc in _variants(space):
-        if rc == "selective" and skip_selective:
+        if rc not in recomputes or (rc == "selective" and skip_selective):
             continue
         zi, ri = z, RECOMPUTE_ORDER.index(rc)
         if any(fz <= zi and fr <= ri for fz, fr, _, _ in found):
@@ -345,20 +387,21 @@ def search(
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)
-    variants = len(_variants(space)) or 1
     # bound each structure at its largest micro-batch, for each (vpp, split)
-    queue: list[tuple[float, int, Structure, list[tuple[int, int, tuple[int, ...] | None]]]] = []
+    queue: list[tuple[float, int, Structure, list[Option]]] = []
     space_size = 0
     for i, s in enumerate(structs):
         opts = _options(job, space, s)
         if not opts:
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue
-        space_size += len(opts) * variants
+        space_size += _space_size(job, space, s, opts)
         top_mbs = max(o[0] for o in opts)
         shapes = {(vpp, split) for _, vpp, split in opts}
         bound = min(
-            lower_bound(job, _layout(s, top_mbs, vpp, split, space)) for vpp, split in shapes
+            lower_bound(job, lay)
+            for vpp, split in shapes
+            for lay, _ in _bases(job, s, top_mbs, vpp, split, space)
         )
         queue.append((bound, i, s, opts))
     heapq.heapify(queue)
@@ -373,11 +416,11 @@ def search(
         expanded += 1
         too_big: dict[tuple[object, ...], bool] = {}
         for mbs, vpp, split in opts:
-            base = _layout(s, mbs, vpp, split, space)
-            for lay, rep in _best_variants(job, space, base, rejected, too_big):
-                perf = cost.estimate(job, lay)
-                scored += 1
-                best.append(Candidate(lay, rep, perf))
+            for base, recomputes in _bases(job, s, mbs, vpp, split, space):
+                for lay, rep in _best_variants(job, space, base, recomputes, rejected, too_big):
+                    perf = cost.estimate(job, lay)
+                    scored += 1
+                    best.append(Candidate(lay, rep, perf))
         best.sort(key=rank_key)
         del best[max(top_k, 1) * 4 :]
         now = time.perf_counter()

@@ -111,6 +111,10 @@ class ParallelSection(BaseModel):
     recompute: Recompute = "none"
     pipeline_layers: tuple[PositiveInt, ...] | None = None
     tp_comm_overlap: bool = False
+    ep_comm_overlap: bool = Field(
+        default=False,
+        description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
+    )
     overlap_grad_reduce: bool = Field(
         default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
     )

@@ -227,7 +227,7 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     best: tuple[float, Layout | None] = (float("inf"), None)
     for s in search.structures(job, lean, Counter()):
         for mbs, vpp, split in search._options(job, lean, s):
-            lay = search._layout(s, mbs, vpp, split, lean).with_(
+            lay = search._bases(job, s, mbs, vpp, split, lean)[0][0].with_(
                 zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
             )
             peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak

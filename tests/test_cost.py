@@ -265,6 +265,69 @@ def test_ep_all_to_all_is_counted_for_moe() -> None:
     assert cost.estimate(j, replace(lay, ep=1)).breakdown.ep_comm_exposed == 0
 
 
+def test_ep_exposed_by_hand() -> None:
+    lay = Layout(pp=4, vpp=2, dp=2, ep=8)
+    assert cost.ep_exposed(lay, 0, 8, 10.0, 4.0) == 10.0  # no overlap: all of it
+    ov = lay.with_(ep_comm_overlap=True)
+    # rank 3 runs 4 of its 16 chunk forwards (and backwards) alone: 1/4 x 10 + 3/4 x (10 - 4)
+    assert cost.ep_exposed(ov, 3, 8, 10.0, 4.0) == pytest.approx(7.0)
+    # a window longer than the all-to-all hides all of the merged share: 1/4 x 10
+    assert cost.ep_exposed(ov, 3, 8, 10.0, 40.0) == pytest.approx(2.5)
+
+
+def test_ep_overlap_hides_the_all_to_all_under_the_merged_compute() -> None:
+    # Mixtral 8x7B, one stage, ep 8 inside a node: the all-to-all is shorter than a micro-batch's
+    # compute, so only the first forward's and the last backward's show, 1/m of it
+    j = job("mixtral-8x7b", num_gpus=16, gbs=64)
+    lay = Layout(tp=1, pp=1, dp=16, ep=8)
+    m = lay.num_microbatches(64)
+    off, on = cost.estimate(j, lay), cost.estimate(j, lay.with_(ep_comm_overlap=True))
+    a2a = off.breakdown.ep_comm_exposed
+    assert 0 < a2a < 0.5 * off.breakdown.compute
+    assert on.breakdown.ep_comm_exposed == pytest.approx(a2a / m)
+    assert on.breakdown.ep_comm_hidden == pytest.approx(a2a * (1 - 1 / m))
+    assert off.step_time_s - on.step_time_s == pytest.approx(on.breakdown.ep_comm_hidden)
+
+
+def test_ep_overlap_longer_than_compute_shows_the_excess() -> None:
+    # Qwen3-30B-A3B, ep 16 over two nodes on a 2 GB/s network: the all-to-all outlasts the
+    # compute, so a merged pair exposes all-to-all - compute; per step A - (1 - 1/m) x W, with W
+    # the stage's decoder compute (the output layer is not in the window)
+    j = job("qwen3-30b-a3b", num_gpus=16, gbs=64, ib_gb_per_s=2.0)
+    lay = Layout(tp=1, pp=1, dp=16, ep=16)
+    m = lay.num_microbatches(64)
+    off, on = cost.estimate(j, lay), cost.estimate(j, lay.with_(ep_comm_overlap=True))
+    window = off.breakdown.compute - m * cost._times(j, lay)[4]
+    a2a = off.breakdown.ep_comm_exposed
+    assert a2a > window
+    assert on.breakdown.ep_comm_exposed == pytest.approx(a2a - (1 - 1 / m) * window)
+
+
+def test_layer_memo_gives_the_uncached_times() -> None:
+    # the memo keys layer times by the layout without its pipeline, DP, ZeRO and overlap-schedule
+    # fields: estimates after other layouts filled it equal estimates from an empty memo
+    j = job("mixtral-8x7b", num_gpus=64, gbs=256)
+    lays = [
+        Layout(tp=1, pp=4, dp=16, ep=8, vpp=8),
+        Layout(tp=1, pp=4, dp=16, ep=8, vpp=8, ep_comm_overlap=True, zero_stage=2),
+        Layout(
+            tp=1,
+            pp=2,
+            dp=32,
+            ep=8,
+            pipeline_layers=(15, 17),
+            overlap_grad_reduce=False,
+            overlap_param_gather=False,
+        ),
+        Layout(tp=2, pp=2, dp=16, ep=4, sequence_parallel=True, recompute="full"),
+        Layout(tp=2, pp=1, dp=32, ep=8, sequence_parallel=True, micro_batch_size=2),
+    ]
+    warm = [cost.estimate(j, lay) for lay in lays]
+    for lay, w in zip(lays, warm, strict=True):
+        cost._LAYER_MEMO.clear()
+        assert cost.estimate(j, lay) == w
+
+
 def test_estimate_is_fast() -> None:
     j = job("llama3.1-405b", num_gpus=16384, gbs=2048, seq=8192)
     lay = Layout(tp=8, pp=16, dp=128, vpp=2, sequence_parallel=True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from planner import catalog, megatron_args, memory
-from planner.emit import megatron
+from planner.emit import environment, megatron
 from planner.errors import InputError
 from planner.spec import Plan, load_plan, parse_plan
 
@@ -67,6 +67,8 @@ VERIFIED = {
     "--expert-tensor-parallel-size": "ModelParallelConfig.expert_tensor_parallel_size",
     "--sequence-parallel": "ModelParallelConfig.sequence_parallel",
     "--tp-comm-overlap": "ModelParallelConfig.tp_comm_overlap",
+    "--overlap-moe-expert-parallel-comm": "ModelParallelConfig.overlap_moe_expert_parallel_comm",
+    "--delay-wgrad-compute": "ModelParallelConfig.delay_wgrad_compute",
     "--num-layers-per-virtual-pipeline-stage": "hand (_add_distributed_args)",
     "--num-virtual-stages-per-pipeline-rank": "hand (_add_distributed_args)",
     "--decoder-first-pipeline-num-layers": "hand (_add_distributed_args)",
@@ -285,6 +287,21 @@ def test_tp_comm_overlap_and_sequence_parallel() -> None:
     assert "--sequence-parallel" not in f
 
 
+def test_ep_comm_overlap_flags_and_connections() -> None:
+    # Megatron's MoE README: --overlap-moe-expert-parallel-comm --delay-wgrad-compute, with
+    # CUDA_DEVICE_MAX_CONNECTIONS > 1 (validate_args does not assert 1 with it)
+    par = {"tp": 1, "pp": 2, "vpp": 4, "ep": 8, "ep_comm_overlap": True}
+    plan = make_plan("mixtral-8x7b", 64, par)
+    f = flags(plan)
+    assert "--overlap-moe-expert-parallel-comm" in f and "--delay-wgrad-compute" in f
+    assert f["--moe-token-dispatcher-type"] == ["alltoall"]
+    env = {e.name: e.value for e in environment(plan)}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    plain = make_plan("mixtral-8x7b", 64, {**par, "ep_comm_overlap": False})
+    assert "--overlap-moe-expert-parallel-comm" not in flags(plain)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in {e.name for e in environment(plain)}
+
+
 def test_unfused_attention_is_the_unfused_backend() -> None:
     f = flags(make_plan("llama3.1-8b", 8, {"tp": 8}, flash_attention=False))
     assert f["--attention-backend"] == ["unfused"]
@@ -471,6 +488,8 @@ VARIANTS: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = [
     ("nemotron4-340b", 64, {"tp": 8, "pp": 8}, {}),
     ("qwen2.5-7b", 8, {"tp": 4, "pp": 2}, {}),
     ("llama3.1-8b", 16, {"tp": 2, "overlap_param_gather": False}, {}),
+    ("mixtral-8x7b", 64, {"tp": 1, "pp": 2, "vpp": 4, "ep": 8, "ep_comm_overlap": True}, {}),
+    ("qwen3-30b-a3b", 16, {"tp": 1, "ep": 8, "ep_comm_overlap": True}, {}),
     ("llama3.1-8b", 16, {"tp": 2, "overlap_grad_reduce": False, "overlap_param_gather": False}, {}),
 ]
 

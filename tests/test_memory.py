@@ -144,6 +144,16 @@ def test_few_microbatches_cap_in_flight() -> None:
     assert memory.in_flight(Layout(pp=8), 0, 3) == 3
 
 
+def test_ep_overlap_on_one_stage_holds_two_microbatches() -> None:
+    # merged F(k+1) + B(k): micro-batch k's activations are still held while k+1's are made;
+    # with pipelines the warm-up already holds the next forward's (interleaved counts unchanged)
+    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 64) == 2
+    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 1) == 1
+    assert memory.in_flight(Layout(ep=8), 0, 64) == 1
+    lay = Layout(pp=4, vpp=2, ep=8, ep_comm_overlap=True)
+    assert memory.in_flight(lay, 0, 64) == 11
+
+
 def test_expert_parameters_shard_over_expert_data_parallel() -> None:
     # Mixtral 8x7B on 64 GPUs, tp 1, pp 4, ep 8: dense dp = 16, expert dp = 64/(1*8*4) = 2.
     j = job("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 256)

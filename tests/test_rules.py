@@ -285,6 +285,39 @@ def test_param_gather_overlap_needs_grad_reduce_overlap() -> None:
     assert_ok(job, Layout(dp=8, zero_stage=0, overlap_grad_reduce=False))
 
 
+def test_ep_comm_overlap_conditions() -> None:
+    """TransformerConfig asserts ep > 1, vpp with pp > 1, no full recompute and at most one MTP
+    layer; before Blackwell TP or CP with it is refused (CUDA_DEVICE_MAX_CONNECTIONS)."""
+    job = make_job("mixtral-8x7b", num_gpus=16)
+    ov = Layout(dp=16, ep=8, ep_comm_overlap=True)
+    assert_ok(job, ov)
+    assert_ok(job, Layout(pp=2, vpp=2, dp=8, ep=8, ep_comm_overlap=True))
+    v = broken(job, Layout(dp=16, ep_comm_overlap=True))["ep_overlap_ep"]
+    assert v.field == "parallel.ep_comm_overlap"
+    assert "expert_model_parallel_size > 1" in v.message
+    v = broken(job, Layout(pp=2, dp=8, ep=8, ep_comm_overlap=True))["ep_overlap_vpp"]
+    assert "pipeline_model_parallel_size (2)" in v.message
+    assert "ep_overlap_recompute" in broken(job, ov.with_(recompute="full"))
+    assert_ok(job, ov.with_(recompute="selective"))
+    v = broken(job, Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True))[
+        "ep_overlap_connections"
+    ]
+    assert "tp (2) or cp (1)" in v.message and "h100-sxm-80gb" in v.message
+    assert "ep_overlap_connections" in broken(job, Layout(cp=2, dp=8, ep=8, ep_comm_overlap=True))
+    # Blackwell does not need CUDA_DEVICE_MAX_CONNECTIONS=1 for TP
+    b200 = make_job("mixtral-8x7b", num_gpus=16, gpu="b200-sxm-180gb")
+    assert_ok(b200, Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True))
+    # DeepSeek-V3 has one MTP layer: allowed; two are not
+    two = catalog.get_model("deepseek-v3").model_copy(update={"mtp_num_layers": 2})
+    v = broken(make_job(two, num_gpus=64), Layout(dp=64, ep=64, ep_comm_overlap=True))[
+        "ep_overlap_mtp"
+    ]
+    assert "(model has 2)" in v.message
+    assert "ep_overlap_mtp" not in broken(
+        make_job("deepseek-v3", num_gpus=64), Layout(dp=64, ep=64, ep_comm_overlap=True)
+    )
+
+
 # --- batch
 
 

@@ -105,6 +105,16 @@ def test_megatron_warmup_counts() -> None:
     assert backwards == [(0, 1), (1, 1), (0, 0), (1, 0), (2, 1), (3, 1), (2, 0), (3, 0)]
 
 
+def test_unmerged_share_by_hand() -> None:
+    # EP overlap merges each steady-state forward with a backward: the warm-up forwards (and as
+    # many cool-down backwards) run alone, at least one (a micro-batch's own F and B cannot merge)
+    assert schedule.unmerged_share(1, 1, 0, 8) == 1 / 8  # pp 1: F1 alone, then F2+B1 ...
+    assert schedule.unmerged_share(4, 2, 0, 8) == 10 / 16  # warm-up 3 x 2 + 1 x 4 of 16
+    assert schedule.unmerged_share(4, 2, 3, 8) == 4 / 16  # last rank: (vpp - 1) x pp = 4
+    assert schedule.unmerged_share(4, 2, 0, 4) == 1.0  # warm-up 10 > 8 chunk forwards
+    assert schedule.warmup(4, 2, 0, 8) == 8 and schedule.warmup(4, 1, 1, 8) == 2
+
+
 def test_interleaved_schedule_by_hand() -> None:
     # pp 2, m 2, vpp 2, each rank's forward 1 and backward 2: chunks take 0.5 and 1.
     # rank 0 (all warm-up): F(0,0) 0-0.5, F(1,0) 0.5-1, F(0,1) 1-1.5 (after r1 F(0,0) 0.5-1),

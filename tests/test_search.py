@@ -108,6 +108,21 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                     )
                     if _user_ok(space, lay, domain) and not rules.violations(job, lay):
                         out.append(lay)
+                    # Megatron's EP all-to-all overlap instead of the TP one, where it is allowed
+                    ep_ov = lay.with_(ep_comm_overlap=True)
+                    allowed = space.ep_comm_overlap and not rules.violations(job, ep_ov)
+                    if _user_ok(space, ep_ov, domain) and allowed:
+                        out.append(ep_ov)
+    return out
+
+
+def _variants(job: Job, space: Space, base: Layout) -> list[tuple[int, int, Layout]]:
+    """The (zero, recompute) variants of a base layout that Megatron's rules accept."""
+    out = []
+    for z, r in _zero_recompute(space):
+        lay = base.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+        if not rules.violations(job, lay):
+            out.append((z, r, lay))
     return out
 
 
@@ -124,8 +139,7 @@ def reference_top(job: Job, space: Space, k: int = TOP_K) -> list[Candidate]:
     scored = []
     for base in all_layouts(job, space):
         fitting = []
-        for z, r in _zero_recompute(space):
-            lay = base.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+        for z, r, lay in _variants(job, space, base):
             rep = memory.estimate(job, lay, space.headroom_pct)
             if rep.fits:
                 fitting.append((z, r, lay, rep))
@@ -133,8 +147,23 @@ def reference_top(job: Job, space: Space, k: int = TOP_K) -> list[Candidate]:
             dominated = any((fz, fr) != (z, r) and fz <= z and fr <= r for fz, fr, _, _ in fitting)
             if not dominated:
                 scored.append(Candidate(lay, rep, cost.estimate(job, lay)))
+    scored = [c for c in scored if not _overlap_twin_dominates(job, space, c)]
     scored.sort(key=search.rank_key)
     return scored[:k]
+
+
+def _overlap_twin_dominates(job: Job, space: Space, c: Candidate) -> bool:
+    """A layout without the EP all-to-all overlap is dominated by its twin with it where Megatron
+    accepts that twin and it fits in no more memory at no more step time."""
+    lay = c.layout
+    if lay.ep_comm_overlap or not space.ep_comm_overlap:
+        return False
+    twin = lay.with_(ep_comm_overlap=True)
+    if rules.violations(job, twin):
+        return False
+    rep = memory.estimate(job, twin, space.headroom_pct)
+    faster = cost.estimate(job, twin).step_time_s <= c.step_time
+    return rep.fits and rep.peak <= c.memory.peak and faster
 
 
 # ----------------------------------------------------------------------------- the problems
@@ -178,6 +207,11 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
     "mixtral-expert-tp": (
         make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
         Space(cp=Bound(1, 1), ep=Bound(1, 4), expert_tp=("tp",), recompute=("selective", "full")),
+    ),
+    "mixtral-ep-overlap": (
+        # tp = cp = 1 on H100: where Megatron allows the EP all-to-all overlap
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 32, 4096, 128),
+        Space(tp=Bound(1, 1), cp=Bound(1, 1)),
     ),
     "llama8b-per-op-selective": (
         # PyTorch per-op checkpointing: selective saves memory with flash attention too
@@ -229,6 +263,7 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     tops = [c.layout for cands in references.values() for c in cands]
     assert any(lay.pp > 1 for lay in tops)
     assert any(lay.ep > 1 for lay in tops)
+    assert any(lay.ep_comm_overlap for lay in tops)
     assert any(lay.pipeline_layers is not None for lay in tops)
     assert len({lay.zero_stage for lay in tops}) >= 2
     # 24 GiB: only full recompute fits, anywhere in the space
@@ -284,16 +319,18 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     checked = 0
     for lays in groups.values():
         top_mbs = max(lay.micro_batch_size for lay in lays)
-        shapes = {(lay.vpp, lay.pipeline_layers) for lay in lays}
+        shapes = {(lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap) for lay in lays}
         bound = min(
             search.lower_bound(
-                job, lays[0].with_(micro_batch_size=top_mbs, vpp=v, pipeline_layers=pl)
+                job,
+                lays[0].with_(
+                    micro_batch_size=top_mbs, vpp=v, pipeline_layers=pl, ep_comm_overlap=ov
+                ),
             )
-            for v, pl in shapes
+            for v, pl, ov in shapes
         )
         for lay in lays:
-            for z, r in _zero_recompute(space):
-                v = lay.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+            for _, _, v in _variants(job, space, lay):
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
                 checked += 1
@@ -330,10 +367,10 @@ def test_search_enumerates_the_whole_space(name: str) -> None:
     got = set()
     for s in search.structures(job, space, Counter()):
         for mbs, vpp, split in search._options(job, space, s):
-            got.add(search._layout(s, mbs, vpp, split, space))
+            got.update(lay for lay, _ in search._bases(job, s, mbs, vpp, split, space))
     assert got == ref, (sorted(ref - got, key=str)[:3], sorted(got - ref, key=str)[:3])
     res = search.search(job, space)
-    assert res.space_size == len(ref) * len(_zero_recompute(space))
+    assert res.space_size == sum(len(_variants(job, space, lay)) for lay in ref)
 
 
 def test_rank_key_prefers_simpler_on_ties() -> None:

@@ -146,7 +146,8 @@ def _round_trip(
 
 
 def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
-    extra = ("pipeline_layers", "sequence_parallel", "tp_comm_overlap", "overlap_grad_reduce")
+    extra = ("pipeline_layers", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap")
+    extra += ("overlap_grad_reduce",)
     for key in (*LAYOUT_KEYS, *extra, "overlap_param_gather"):
         assert checked["parallel"][key] == top["parallel"][key], key
     assert checked["fits"] is True
@@ -159,6 +160,11 @@ def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
     [
         [],
         ["--model", "mixtral-8x7b", "--num-gpus", "16", "--seq-length", "4096"],
+        # the EP all-to-all overlap on top: the plan keeps it and launch passes Megatron's flags
+        [
+            *("--model", "mixtral-8x7b", "--num-gpus", "64", "--seq-length", "4096"),
+            *("--global-batch-size", "256"),
+        ],
         # an uneven CP-SAT split on top: pipeline_layers must survive the round trip
         [
             *("--model", "llama3.1-70b", "--num-gpus", "32", "--seq-length", "4096"),
@@ -169,7 +175,10 @@ def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
         # every non-Megatron switch and GPU-variant override must survive the round trip
         [str(PLANS / "torchtitan-style.toml"), "--max-pp", "2", "--recompute", "selective"],
     ],
-    ids=["default", "moe", "uneven", "hf-config", "inline-overrides", "torchtitan-style"],
+    ids=[
+        *("default", "moe", "moe-ep-overlap", "uneven"),
+        *("hf-config", "inline-overrides", "torchtitan-style"),
+    ],
 )
 def test_write_plan_round_trips(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -198,6 +207,8 @@ def test_write_plan_round_trips(
     code, out, err = run(["launch", str(plan), "--target", "megatron-args"], capsys)
     assert code == 0, err
     assert f"--tensor-model-parallel-size {top['parallel']['tp']}" in out
+    overlapped = "--overlap-moe-expert-parallel-comm" in out
+    assert overlapped == top["parallel"]["ep_comm_overlap"] == ("256" in argv)
     assert f"--pipeline-model-parallel-size {top['parallel']['pp']}" in out
 
 

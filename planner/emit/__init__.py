@@ -16,13 +16,8 @@ from dataclasses import dataclass
 
 from planner import __version__, cost, memory, ops
 from planner.errors import InputError
-from planner.hardware import GpuSpec
 from planner.spec import Plan
 from planner.units import GIB
-
-BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
-"""Catalog GPU names of compute capability 10+: Megatron no longer asks for
-CUDA_DEVICE_MAX_CONNECTIONS=1 there (validate_args: `get_device_arch_version() < 10`)."""
 
 RDZV_PORT = 29400
 """torchrun's default c10d rendezvous port (torch/distributed/run.py)."""
@@ -95,10 +90,6 @@ def nodes(plan: Plan) -> Nodes:
     return Nodes(n // per, per)
 
 
-def is_blackwell(gpu: GpuSpec) -> bool:
-    return gpu.vendor == "nvidia" and gpu.name.startswith(BLACKWELL_PREFIXES)
-
-
 @dataclass(frozen=True)
 class EnvVar:
     """One environment setting; value None means `unset`."""
@@ -112,7 +103,9 @@ def environment(plan: Plan) -> list[EnvVar]:
     """The environment Megatron-LM needs for this plan, with the reason for each setting.
 
     CUDA_DEVICE_MAX_CONNECTIONS: validate_args asserts it is "1" when TP > 1 or CP > 1 before
-    Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2). NCCL settings come
+    Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2); the EP all-to-all
+    overlap needs it above 1 (Megatron's MoE README; validate_args then only warns about TP / CP),
+    and 32 is the value that warning names. NCCL settings come
     from Megatron-LM's own launch examples (examples/llama, examples/megatron_fsdp); on AMD the
     ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
     lay = plan.require_layout()
@@ -120,7 +113,9 @@ def environment(plan: Plan) -> list[EnvVar]:
     env: list[EnvVar] = []
     if lay.zero_stage >= 2:
         env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1"))
-    elif (lay.tp > 1 or lay.cp > 1) and not is_blackwell(gpu):
+    elif lay.ep_comm_overlap:
+        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "32", "EP all-to-all overlap needs > 1"))
+    elif (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
         env.append(
             EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "TP/CP > 1 before Blackwell (asserted)")
         )

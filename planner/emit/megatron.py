@@ -239,6 +239,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             ("--moe-token-dispatcher-type", "alltoall"),
             ("--moe-grouped-gemm",),
         ]
+        if lay.ep_comm_overlap:
+            a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
     elif lay.zero_stage >= 2:
