@@ -51,7 +51,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hagemann
 
-from planner import catalog
+from planner import catalog, flops
 from planner.arch import ModelArch
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
@@ -168,11 +168,36 @@ def _int(v: Any, default: int = 1) -> int:
     return default if v is None else int(v)
 
 
-def published_tokens(row: dict[str, Any]) -> float | None:
+MCORE_R08_BASIS = "Megatron-Core formula (r0.8)"
+"""A TFLOP/s figure counted by Megatron-Core r0.8's num_floating_point_operations
+(conventions.md item 3: attention not halved, MoE as top_k x expert FFN), which is
+planner.flops.model_flops_per_token's convention: tokens/s/GPU = TFLOP/s / FLOPs per token."""
+
+
+def published_tokens(row: dict[str, Any], arch: ModelArch | None = None) -> float | None:
+    """Published (or derived) tokens/s/GPU; with the row's model, also from a TFLOP/s figure
+    counted by Megatron-Core r0.8 (MCORE_R08_BASIS) where no token rate is published."""
     res = row.get("result") or {}
     der = row.get("derived") or {}
     v = res.get("tokens_per_s_per_gpu") or der.get("tokens_per_s_per_gpu")
-    return float(v) if v else None
+    if v:
+        return float(v)
+    if (
+        arch is not None
+        and res.get("tflops_per_gpu")
+        and res.get("tflops_basis") == MCORE_R08_BASIS
+    ):
+        seq = int(row["model"]["seq_length"])
+        return float(res["tflops_per_gpu"]) * 1e12 / flops.model_flops_per_token(arch, seq)
+    return None
+
+
+def has_throughput(row: dict[str, Any]) -> bool:
+    """A token rate, or a TFLOP/s figure published_tokens can convert."""
+    res = row.get("result") or {}
+    return bool(published_tokens(row)) or (
+        bool(res.get("tflops_per_gpu")) and res.get("tflops_basis") == MCORE_R08_BASIS
+    )
 
 
 def published_mfu(row: dict[str, Any]) -> float | None:
@@ -239,7 +264,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         tp_comm_overlap=overlap and sp_on,
         overlap_grad_reduce="no overlap of DP gradient" not in other,
     )
-    tokens = published_tokens(row)
+    tokens = published_tokens(row, arch)
     group = rid.split("-")[0]
     return Case(rid, job, layout, tokens or math.nan, published_mfu(row), group, row)
 
@@ -250,7 +275,7 @@ def load_published(reference: Path = REFERENCE, with_throughput: bool = True) ->
     rows = yaml.safe_load((reference / "published_runs.yaml").read_text())
     out = []
     for r in rows:
-        if with_throughput and not published_tokens(r):
+        if with_throughput and not has_throughput(r):
             continue
         try:
             out.append(case_from_row(r))
