@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
 from planner import cost, memory, rules, search, units
+from planner import space as space_mod
 from planner.layout import Layout
-from planner.search import Bound, Space, Structure
+from planner.space import Bound, Space, Structure, options
 from planner.spec import Job
 
 TOLERANCE = 1e-9
@@ -49,8 +50,8 @@ def space_for(job: Job, lay: Layout) -> Space:
     """The default space, widened where the published layout needs it."""
     domain = job.cluster.tiers[0].span_gpus or job.cluster.num_gpus
     return Space(
-        cp=Bound(1, max(search.MAX_CP, lay.cp)),
-        mbs=Bound(1, max(search.MAX_MICRO_BATCH, lay.micro_batch_size)),
+        cp=Bound(1, max(space_mod.MAX_CP, lay.cp)),
+        mbs=Bound(1, max(space_mod.MAX_MICRO_BATCH, lay.micro_batch_size)),
         tp_across_nodes=lay.tp > domain,
         tp_comm_overlap=lay.tp_comm_overlap,
     )
@@ -84,10 +85,10 @@ def not_in_space(job: Job, space: Space, lay: Layout) -> list[str]:
     why = []
     s = Structure(lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
     rejected: Counter[str] = Counter()
-    if s not in search.structures(job, space, rejected):
-        rule = search._structure_rule(job, space, s)
+    if s not in space_mod.structures(job, space, rejected):
+        rule = space_mod._structure_rule(job, space, s)
         why.append(f"structure rejected ({rule or 'not enumerated'})")
-    elif (lay.micro_batch_size, lay.vpp, lay.pipeline_layers) not in search._options(job, space, s):
+    elif (lay.micro_batch_size, lay.vpp, lay.pipeline_layers) not in options(job, space, s):
         why.append(f"mbs{lay.micro_batch_size}/vpp{lay.vpp}/split not an option")
     if lay.zero_stage not in space.zero_stages:
         why.append(f"zero {lay.zero_stage} not searched")

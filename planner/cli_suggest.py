@@ -22,7 +22,7 @@ from planner.cli_common import (
     out,
 )
 from planner.errors import EXIT_NO, InputError
-from planner.search import Bound, Space
+from planner.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.suggest import JobArgs, merge_bound, parse_bound
 
 
@@ -80,11 +80,11 @@ def suggest(
     space = Space(
         tp=_bound("tp", tp, max_tp),
         pp=_bound("pp", pp, max_pp),
-        cp=Bound(1, 1) if no_cp else _bound("cp", cp, max_cp if max_cp else search.MAX_CP),
+        cp=Bound(1, 1) if no_cp else _bound("cp", cp, max_cp if max_cp else MAX_CP),
         ep=_bound("ep", ep, max_ep),
         dp=_bound("dp", dp),
         vpp=_bound("vpp", vpp),
-        mbs=_bound("mbs", mbs, None if mbs else search.MAX_MICRO_BATCH),
+        mbs=_bound("mbs", mbs, None if mbs else MAX_MICRO_BATCH),
         zero_stages=suggest_mod.zero_list(zero),
         recompute=suggest_mod.recompute_list(recompute),
         tp_across_nodes=tp_across_nodes,

@@ -32,6 +32,7 @@ from planner.cost import Performance
 from planner.errors import InputError
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
+from planner.space import Space
 from planner.spec import Job
 
 BestLayout = Callable[[Job], tuple[Layout, Performance] | None]
@@ -84,7 +85,7 @@ def job_at(job: Job, num_gpus: int) -> Job:
     return replace(job, cluster=cluster)
 
 
-def search_best_layout(space: search.Space | None = None) -> BestLayout:
+def search_best_layout(space: Space | None = None) -> BestLayout:
     """The fastest layout found by `planner.search.search` (top 1), or None when none fits."""
 
     def best(job: Job) -> tuple[Layout, Performance] | None:

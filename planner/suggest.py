@@ -11,10 +11,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner import catalog, memory, search
+from planner import catalog, memory
+from planner import space as space_mod
 from planner.errors import InputError
 from planner.layout import Layout, Recompute
-from planner.search import Bound, SearchResult, Space
+from planner.search import SearchResult
+from planner.space import Bound, Space
 from planner.spec import Job, parse_plan
 
 DEFAULT_JOB: dict[str, dict[str, Any]] = {
@@ -186,7 +188,7 @@ def _check_degrees(n: int, space: Space) -> None:
     for k, b in bounds.items():
         if b.lo == b.hi and n % b.lo:
             raise InputError(f"--{k} {b.lo} does not divide num_gpus ({n})")
-    ds = search.divisors(n)
+    ds = space_mod.divisors(n)
     b_tp, b_cp, b_pp, b_dp = bounds.values()
     for tp in (d for d in ds if b_tp.admits(d)):
         for cp in (d for d in ds if b_cp.admits(d) and (n // tp) % d == 0):
@@ -225,9 +227,9 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
         vpp=Bound(1, 1),
     )
     best: tuple[float, Layout | None] = (float("inf"), None)
-    for s in search.structures(job, lean, Counter()):
-        for mbs, vpp, split in search._options(job, lean, s):
-            lay = search._bases(job, s, mbs, vpp, split, lean)[0][0].with_(
+    for s in space_mod.structures(job, lean, Counter()):
+        for mbs, vpp, split in space_mod.options(job, lean, s):
+            lay = space_mod.bases(job, s, mbs, vpp, split, lean)[0][0].with_(
                 zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
             )
             peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
@@ -271,9 +273,8 @@ def _batch_changes(job: Job, space: Space) -> list[str]:
     out = []
     for gbs in (job.global_batch_size * 2**k for k in range(1, 5)):
         trial = replace(job, global_batch_size=gbs)
-        if any(
-            search._options(trial, space, s) for s in search.structures(trial, space, Counter())
-        ):
+        structs = space_mod.structures(trial, space, Counter())
+        if any(space_mod.options(trial, space, s) for s in structs):
             out.append(f"global_batch_size {gbs} instead of {job.global_batch_size}")
             break
     return out
@@ -281,12 +282,12 @@ def _batch_changes(job: Job, space: Space) -> list[str]:
 
 def recompute_list(text: str | None) -> tuple[Recompute, ...]:
     if text is None:
-        return search.RECOMPUTE_ORDER
+        return space_mod.RECOMPUTE_ORDER
     items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in search.RECOMPUTE_ORDER]
+    bad = [t for t in items if t not in space_mod.RECOMPUTE_ORDER]
     if bad:
         raise InputError(f"--recompute: expected none, selective, full (got {bad[0]!r})")
-    return tuple(r for r in search.RECOMPUTE_ORDER if r in items)
+    return tuple(r for r in space_mod.RECOMPUTE_ORDER if r in items)
 
 
 def zero_list(text: str | None) -> tuple[int, ...]:

@@ -5,8 +5,9 @@ count, every micro-batch size, every vpp, the pipeline splits, every ZeRO stage 
 policy), filters by `planner.rules` plus the scale-up-domain and user rules, scores every
 memory-feasible layout with `planner.cost` and ranks with `search.rank_key`. It shares none of the
 search's pruning (no bound, no structure order, no early stop, no skipped variants): only
-`search._splits` (which defines the split candidates of a (pp, vpp)), the dominance definition
-(DESIGN.md section 4, the search's docstring) and the rank key.
+`space_mod.splits` (which defines the split candidates of a (pp, vpp)), the dominance definitions
+(DESIGN.md section 4, the search's docstring: less sharding and recompute; a layout's twin with
+the EP all-to-all overlap, `_overlap_twin_dominates`) and the rank key.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 import pytest
 
 from planner import cost, memory, rules, search
+from planner import space as space_mod
 from planner.layout import Layout
-from planner.search import Bound, Candidate, Space
+from planner.search import Candidate
+from planner.space import Bound, Space
 from planner.spec import Job, parse_plan
 
 TOP_K = 5
@@ -88,11 +91,11 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
             etps = sorted({1 if e == "1" else tp for e in space.expert_tp})
         else:
             eps, etps = [1], [tp]
-        for ep, etp, mbs in itertools.product(eps, etps, range(1, search.MAX_MICRO_BATCH + 1)):
+        for ep, etp, mbs in itertools.product(eps, etps, range(1, space_mod.MAX_MICRO_BATCH + 1)):
             if (gbs // dp) % mbs:
                 continue
             for vpp in range(1, L // pp + 1):
-                for split in search._splits(job, space, pp, vpp):
+                for split in space_mod.splits(job, space, pp, vpp):
                     lay = Layout(
                         tp=tp,
                         pp=pp,
@@ -120,7 +123,7 @@ def _variants(job: Job, space: Space, base: Layout) -> list[tuple[int, int, Layo
     """The (zero, recompute) variants of a base layout that Megatron's rules accept."""
     out = []
     for z, r in _zero_recompute(space):
-        lay = base.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+        lay = base.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
         if not rules.violations(job, lay):
             out.append((z, r, lay))
     return out
@@ -130,7 +133,7 @@ def _zero_recompute(space: Space) -> list[tuple[int, int]]:
     zeros = list(space.zero_stages)
     if 0 in zeros and 1 in zeros:  # ZeRO 1 is never slower, never bigger (tested below)
         zeros.remove(0)
-    recs = [search.RECOMPUTE_ORDER.index(r) for r in space.recompute]
+    recs = [space_mod.RECOMPUTE_ORDER.index(r) for r in space.recompute]
     return [(z, r) for z in zeros for r in recs]
 
 
@@ -300,7 +303,7 @@ def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
     """The dominance the search relies on to skip ZeRO 0 whenever ZeRO 1 is allowed."""
     job, space = PROBLEMS[name]
     for base in _sample_layouts(job, space, 40):
-        for rc in search.RECOMPUTE_ORDER:
+        for rc in space_mod.RECOMPUTE_ORDER:
             z0 = base.with_(zero_stage=0, recompute=rc)
             z1 = base.with_(zero_stage=1, recompute=rc)
             assert cost.estimate(job, z1).step_time_s <= cost.estimate(job, z0).step_time_s, z1
@@ -347,7 +350,7 @@ def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
     checked = 0
     for lay in _sample_layouts(job, space, 60):
         for z, r in _zero_recompute(space):
-            v = lay.with_(zero_stage=z, recompute=search.RECOMPUTE_ORDER[r])
+            v = lay.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
             floor = memory.state_floor(job, v)
             peak = memory.estimate(job, v, all_stages=False).peak
             assert floor <= peak, (v.describe(), floor, peak)
@@ -365,9 +368,9 @@ def test_search_enumerates_the_whole_space(name: str) -> None:
     job, space = PROBLEMS[name]
     ref = set(all_layouts(job, space))
     got = set()
-    for s in search.structures(job, space, Counter()):
-        for mbs, vpp, split in search._options(job, space, s):
-            got.update(lay for lay, _ in search._bases(job, s, mbs, vpp, split, space))
+    for s in space_mod.structures(job, space, Counter()):
+        for mbs, vpp, split in space_mod.options(job, space, s):
+            got.update(lay for lay, _ in space_mod.bases(job, s, mbs, vpp, split, space))
     assert got == ref, (sorted(ref - got, key=str)[:3], sorted(got - ref, key=str)[:3])
     res = search.search(job, space)
     assert res.space_size == sum(len(_variants(job, space, lay)) for lay in ref)

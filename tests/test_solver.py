@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from planner import catalog, search
+from planner import catalog, space
 from planner.solver import balanced_split
 from planner.spec import Job, parse_plan
 
@@ -39,13 +39,13 @@ def test_llama3_405b_published_split() -> None:
     """Llama 3 405B: 126 layers on 16 pipeline ranks, one fewer layer on the first and last rank
     (Llama 3 paper, section 3.3.2), with the extra work the output layer gives the last rank."""
     arch = catalog.get_model("llama3.1-405b")
-    extra = search._last_stage_extra(arch)
+    extra = space._last_stage_extra(arch)
     assert 0.3 < extra < 1.0  # a 128k x 16k output layer vs a 16k-wide decoder layer
     split = balanced_split(126, 16, 1, 0.0, extra)
     assert split == (7,) + (8,) * 14 + (7,)
     # and the search offers it for pp 16 (126 is not a multiple of 16: no even split)
     job = search_job("llama3.1-405b", 16384)
-    assert search._splits(job, search.Space(), 16, 1) == [split]
+    assert space.splits(job, space.Space(), 16, 1) == [split]
 
 
 def search_job(model: str, num_gpus: int) -> Job:

@@ -18,6 +18,7 @@ import pytest
 from cli_run import STAGE_KEYS, run
 
 from planner import search
+from planner.space import Space
 
 REPO = Path(__file__).resolve().parents[1]
 PLANS = REPO / "tests" / "data" / "plans"
@@ -81,7 +82,7 @@ def test_json_top_pick_is_the_library_search(capsys: pytest.CaptureFixture[str])
     from planner.suggest import DEFAULT_JOB
 
     data = suggest_json(["--top", "3"], capsys)
-    res = search.search(parse_plan(DEFAULT_JOB).job, search.Space(), top_k=3)
+    res = search.search(parse_plan(DEFAULT_JOB).job, Space(), top_k=3)
     assert len(data["candidates"]) == 3
     for c, lay in zip(data["candidates"], res.candidates, strict=True):
         assert all(c["parallel"][k] == getattr(lay.layout, k) for k in LAYOUT_KEYS)
