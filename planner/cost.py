@@ -12,11 +12,10 @@ hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of
 times MOE_LOAD_IMBALANCE, exposed, or with `ep_comm_overlap` hidden under the merged other
 micro-batch's compute where the schedule pairs them (`ep_exposed`); PP one activation send
 forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on the critical
-path in 1F1B (blocking sends); when
-interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
-boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter /
-all-reduce and parameter all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap
-windows (`comms.data_parallel`).
+path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill and drain
+expose up to one hop per chunk boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`);
+DP gradient reduce-scatter / all-reduce and parameter all-gather (ZeRO-3: per micro-batch),
+exposed beyond their overlap windows (`comms.data_parallel`).
 
 Pipeline (planner.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the

@@ -76,9 +76,9 @@ def unmerged_share(pp: int, vpp: int, rank: int, m: int) -> float:
     """Share of a rank's forwards (and of its backwards) that Megatron's EP all-to-all overlap
     (--overlap-moe-expert-parallel-comm) cannot pair with another micro-batch's backward (or
     forward). That schedule runs each steady-state forward and backward as one merged op: the
-    warm-up forwards and cool-down backwards run alone, and where there is no warm-up (pp = 1,
-    or the last rank) the first forward and the last backward do, since a micro-batch's backward
-    cannot merge with its own forward."""
+    warm-up forwards and cool-down backwards run alone, and where there is no warm-up (pp = 1)
+    the first forward and the last backward do, since a micro-batch's backward cannot merge with
+    its own forward."""
     total = m * vpp
     return min(1.0, max(warmup(pp, vpp, rank, total), 1) / total)
 

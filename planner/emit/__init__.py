@@ -105,9 +105,9 @@ def environment(plan: Plan) -> list[EnvVar]:
     CUDA_DEVICE_MAX_CONNECTIONS: validate_args asserts it is "1" when TP > 1 or CP > 1 before
     Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2); the EP all-to-all
     overlap needs it above 1 (Megatron's MoE README; validate_args then only warns about TP / CP),
-    and 32 is the value that warning names. NCCL settings come
-    from Megatron-LM's own launch examples (examples/llama, examples/megatron_fsdp); on AMD the
-    ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
+    and 32 is the value that warning names. NCCL settings come from Megatron-LM's own launch
+    examples (examples/llama, examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's
+    HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
     lay = plan.require_layout()
     gpu = plan.job.cluster.gpu
     env: list[EnvVar] = []
