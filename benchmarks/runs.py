@@ -174,6 +174,13 @@ MCORE_R08_BASIS = "Megatron-Core formula (r0.8)"
 planner.flops.model_flops_per_token's convention: tokens/s/GPU = TFLOP/s / FLOPs per token."""
 
 
+def _mcore_tflops(row: dict[str, Any]) -> float | None:
+    """The row's TFLOP/s per GPU where Megatron-Core r0.8 counted it (MCORE_R08_BASIS)."""
+    res = row.get("result") or {}
+    v = res.get("tflops_per_gpu")
+    return float(v) if v and res.get("tflops_basis") == MCORE_R08_BASIS else None
+
+
 def published_tokens(row: dict[str, Any], arch: ModelArch | None = None) -> float | None:
     """Published (or derived) tokens/s/GPU; with the row's model, also from a TFLOP/s figure
     counted by Megatron-Core r0.8 (MCORE_R08_BASIS) where no token rate is published."""
@@ -182,22 +189,16 @@ def published_tokens(row: dict[str, Any], arch: ModelArch | None = None) -> floa
     v = res.get("tokens_per_s_per_gpu") or der.get("tokens_per_s_per_gpu")
     if v:
         return float(v)
-    if (
-        arch is not None
-        and res.get("tflops_per_gpu")
-        and res.get("tflops_basis") == MCORE_R08_BASIS
-    ):
+    tflops = _mcore_tflops(row)
+    if arch is not None and tflops:
         seq = int(row["model"]["seq_length"])
-        return float(res["tflops_per_gpu"]) * 1e12 / flops.model_flops_per_token(arch, seq)
+        return tflops * 1e12 / flops.model_flops_per_token(arch, seq)
     return None
 
 
 def has_throughput(row: dict[str, Any]) -> bool:
     """A token rate, or a TFLOP/s figure published_tokens can convert."""
-    res = row.get("result") or {}
-    return bool(published_tokens(row)) or (
-        bool(res.get("tflops_per_gpu")) and res.get("tflops_basis") == MCORE_R08_BASIS
-    )
+    return bool(published_tokens(row) or _mcore_tflops(row))
 
 
 def published_mfu(row: dict[str, Any]) -> float | None:

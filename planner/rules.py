@@ -209,7 +209,7 @@ def _overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _expert_overlap(job: Job, lay: Layout) -> Violation | None:
+def expert_overlap(job: Job, lay: Layout) -> Violation | None:
     """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm, and validate_args'
     warning against TP or CP with it before Blackwell (they want CUDA_DEVICE_MAX_CONNECTIONS=1,
     the overlap more): the planner does not plan what Megatron warns against."""
@@ -281,7 +281,7 @@ RULES: tuple[Rule, ...] = (
     _context_attention,
     _sequence_parallel,
     _overlap,
-    _expert_overlap,
+    expert_overlap,
     _batch,
     _positions,
 )

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from planner import memory, params, rules, solver
 from planner.arch import ModelArch
@@ -72,6 +73,20 @@ class Structure:
     ep: int
     etp: int
 
+    def layout(self, **fields: Any) -> Layout:
+        """The structure's layout with these fields (sequence parallel with TP; Layout's defaults
+        for the rest)."""
+        return Layout(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            etp=self.etp,
+            sequence_parallel=_sp(self.tp),
+            **fields,
+        )
+
 
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
@@ -125,9 +140,7 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
             return f"user bound on {name}"
     if s.pp > job.arch.num_layers:
         return "pp exceeds num_layers"
-    lay = Layout(
-        tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, etp=s.etp, sequence_parallel=_sp(s.tp)
-    )
+    lay = s.layout()
     for rule in rules.STRUCTURAL_RULES:
         v = rule(job, lay)
         if v is not None:
@@ -215,46 +228,41 @@ def bases(
     job: Job, s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
 ) -> list[Base]:
     """The base layouts of one shape: TP overlap where sequence parallelism allows it, and where
-    Megatron allows the EP all-to-all overlap (`rules._expert_overlap`) a second one with it too,
+    Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second one with it too,
     without full recompute (Megatron refuses the pair). With pipelines the overlap holds no more
     activations (only pp = 1 merges a micro-batch's forward with the previous backward) and only
     hides time, so there the plain base is tried with full recompute only."""
     sp = _sp(s.tp)
-    plain = Layout(
-        tp=s.tp,
-        pp=s.pp,
-        dp=s.dp,
-        cp=s.cp,
-        ep=s.ep,
-        etp=s.etp,
+    plain = s.layout(
         vpp=vpp,
-        sequence_parallel=sp,
         micro_batch_size=mbs,
         pipeline_layers=split,
         tp_comm_overlap=sp and space.tp_comm_overlap,
     )
-    if not _ep_overlap_allowed(job, s, vpp, space):
+    overlap = _ep_overlap(job, plain, space)
+    if overlap is None:
         return [(plain, space.recompute)]
-    overlap = plain.with_(ep_comm_overlap=True)
     partial = tuple(r for r in space.recompute if r != "full")
     plain_recs = space.recompute if s.pp == 1 else ("full",)
     return [(plain, plain_recs), (overlap, partial)]
 
 
-def _ep_overlap_allowed(job: Job, s: Structure, vpp: int, space: Space) -> bool:
-    """Whether a shape gets the EP-overlap base: Megatron's conditions on the degrees (the one on
-    recompute is `bases`' recompute choice), `rules._expert_overlap`."""
-    ep_ok = s.ep > 1 and (s.pp == 1 or vpp > 1) and job.arch.mtp_num_layers <= 1
-    connections = s.tp == s.cp == 1 or not job.cluster.gpu.needs_one_device_connection
-    return space.ep_comm_overlap and ep_ok and connections
+def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
+    """The base with the EP all-to-all overlap, where `rules.expert_overlap` accepts it (its
+    condition on recompute is `bases`' recompute choice); None elsewhere."""
+    if not space.ep_comm_overlap or plain.ep == 1:
+        return None
+    overlap = plain.with_(ep_comm_overlap=True)
+    return None if rules.expert_overlap(job, overlap) else overlap
 
 
 def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
     """Layouts the options of one structure stand for: each base times its (zero, recompute)
-    variants (no full recompute with the EP overlap)."""
+    variants (no full recompute with the EP overlap); whether a shape has the overlap base is
+    decided once per vpp (no rule on it reads the micro-batch or the split)."""
     pairs = zero_recompute(space)
     plain = len(pairs) or 1
     overlap = sum(1 for _, rc in pairs if rc != "full")
-    return sum(
-        plain + (overlap if _ep_overlap_allowed(job, s, vpp, space) else 0) for _, vpp, _ in opts
-    )
+    vpps = {vpp for _, vpp, _ in opts}
+    allowed = {v: _ep_overlap(job, s.layout(vpp=v), space) is not None for v in vpps}
+    return sum(plain + (overlap if allowed[vpp] else 0) for _, vpp, _ in opts)
