@@ -9,9 +9,11 @@ unset take Megatron's defaults (`num_query_groups` = heads, `kv_channels` = hidd
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.fields import Flag, Integer, NonNegativeInt, PositiveInt
 
 
 class ModelArch(BaseModel):
@@ -39,14 +41,14 @@ class ModelArch(BaseModel):
     max_position_embeddings: PositiveInt | None = None
     seq_length: PositiveInt | None = Field(default=None, description="training length, if fixed")
 
-    gated_linear_unit: bool = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
+    gated_linear_unit: Flag = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
     activation: Literal["gelu", "swiglu", "geglu", "squared_relu", "relu", "silu"] = "gelu"
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
-    add_bias_linear: bool = Field(default=True, description="biases on every linear layer")
-    add_qkv_bias: bool = Field(default=False, description="bias on QKV only (Qwen2)")
-    qk_layernorm: bool = False
+    add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
+    add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")
+    qk_layernorm: Flag = False
     position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "rope"
-    untie_embeddings_and_output_weights: bool = False
+    untie_embeddings_and_output_weights: Flag = False
 
     # --- mixture of experts (Megatron: --num-experts, --moe-*)
     num_moe_experts: PositiveInt | None = Field(default=None, description="None = dense model")
@@ -57,19 +59,19 @@ class ModelArch(BaseModel):
     moe_shared_expert_intermediate_size: PositiveInt | None = Field(
         default=None, description="total width of the shared experts; None = no shared expert"
     )
-    moe_layer_freq: PositiveInt | tuple[Literal[0, 1], ...] = Field(
+    moe_layer_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] = Field(
         default=1, description="int N: every N-th layer is MoE; or a 0/1 list, one per layer"
     )
 
     # --- multi-latent attention (DeepSeek)
-    multi_latent_attention: bool = False
+    multi_latent_attention: Flag = False
     q_lora_rank: PositiveInt | None = None
     kv_lora_rank: PositiveInt | None = None
     qk_head_dim: PositiveInt | None = None
     qk_pos_emb_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
 
-    mtp_num_layers: int = Field(default=0, ge=0, description="multi-token-prediction layers")
+    mtp_num_layers: NonNegativeInt = Field(default=0, description="multi-token-prediction layers")
 
     @model_validator(mode="after")
     def _check(self) -> ModelArch:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner import units
+from planner.fields import NonNegativeFloat, PositiveFloat, PositiveInt
 
 
 class LinkTier(BaseModel):
@@ -28,7 +29,7 @@ class LinkTier(BaseModel):
     bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(
         description="line rate per GPU, one direction, decimal GB/s"
     )
-    latency_us: float = Field(default=5.0, ge=0, description="per-message latency")
+    latency_us: NonNegativeFloat = Field(default=5.0, description="per-message latency")
 
     @property
     def bandwidth_bytes_per_s(self) -> float:

@@ -141,7 +141,8 @@ def _experts(job: Job, lay: Layout) -> Violation | None:
     if lay.num_gpus % grid:
         return Violation(
             "expert_grid",
-            "parallel.ep",
+            # an etp of its own is the likelier slip; otherwise the ep that etp (= tp) multiplies
+            "parallel.etp" if lay.expert_tp != lay.tp else "parallel.ep",
             f"num_gpus ({lay.num_gpus}) must be a multiple of expert_tensor_parallel_size x "
             f"expert_model_parallel_size x pipeline_model_parallel_size "
             f"({lay.expert_tp} x {lay.ep} x {lay.pp} = {grid})",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from planner import catalog
 from planner.arch import ModelArch
 from planner.errors import InputError
+from planner.fields import Flag, Integer, PositiveFloat, PositiveInt
 from planner.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
 
@@ -57,7 +58,7 @@ class TrainingSection(BaseModel):
         description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
     )
-    fused_norm: bool = Field(
+    fused_norm: Flag = Field(
         default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
     )
     cross_entropy: CrossEntropy = Field(
@@ -70,22 +71,22 @@ class TrainingSection(BaseModel):
         description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
         "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
     )
-    fp8_param_gather: bool = Field(
+    fp8_param_gather: Flag = Field(
         default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
     )
-    flash_attention: bool = Field(
+    flash_attention: Flag = Field(
         default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
     )
-    fused_swiglu: bool = Field(
+    fused_swiglu: Flag = Field(
         default=True,
         description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
     )
-    sp_keeps_gathered_input: bool = Field(
+    sp_keeps_gathered_input: Flag = Field(
         default=False,
         description="sequence parallelism saves the all-gathered input of the column-parallel "
         "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
     )
-    tp_backward_overlap: bool = Field(
+    tp_backward_overlap: Flag = Field(
         default=True,
         description="the column-parallel linears' backward TP collectives run under their dgrad "
         "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
@@ -105,20 +106,20 @@ class ParallelSection(BaseModel):
     etp: PositiveInt | None = None
     vpp: PositiveInt = 1
     dp: PositiveInt | None = None
-    sequence_parallel: bool | None = Field(default=None, description="None = on when tp > 1")
+    sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
     micro_batch_size: PositiveInt = 1
-    zero_stage: ZeroStage = 1
+    zero_stage: Annotated[ZeroStage, Integer] = 1
     recompute: Recompute = "none"
     pipeline_layers: tuple[PositiveInt, ...] | None = None
-    tp_comm_overlap: bool = False
-    ep_comm_overlap: bool = Field(
+    tp_comm_overlap: Flag = False
+    ep_comm_overlap: Flag = Field(
         default=False,
         description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
     )
-    overlap_grad_reduce: bool = Field(
+    overlap_grad_reduce: Flag = Field(
         default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
     )
-    overlap_param_gather: bool = Field(
+    overlap_param_gather: Flag = Field(
         default=True, description="Megatron --overlap-param-gather (planner launches with it)"
     )
 

@@ -220,6 +220,10 @@ def test_expert_grid_must_divide_world() -> None:
     assert_ok(job, Layout(tp=2, dp=4, ep=4, sequence_parallel=True))
     v = broken(job, Layout(tp=2, dp=4, ep=8, sequence_parallel=True))["expert_grid"]
     assert "(2 x 8 x 1 = 16)" in v.message
+    # an etp other than tp is named: etp 2 x ep 8 x pp 1 = 16 does not divide 8
+    v = broken(job, Layout(dp=8, ep=8, etp=2))["expert_grid"]
+    assert v.field == "parallel.etp"
+    assert "(2 x 8 x 1 = 16)" in v.message
 
 
 def test_moe_with_tp_needs_sequence_parallel() -> None:
