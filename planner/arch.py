@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.fields import Flag, Integer, NonNegativeInt, PositiveInt
 
+MAX_LAYERS = 10_000
+"""Decoder layers a model may have. The deepest published decoders have 96-126 (GPT-3, Llama 3.1
+405B); ten thousand leaves room for experiments and bounds the per-layer tables (MoE pattern,
+pipeline splits) that a mistyped count would otherwise make unbounded."""
+
 
 class ModelArch(BaseModel):
     """One model architecture. Validated on construction; frozen afterwards."""
@@ -26,7 +31,9 @@ class ModelArch(BaseModel):
     display_name: str = ""
 
     # --- dense shape
-    num_layers: PositiveInt = Field(description="decoder layers (MTP layers not included)")
+    num_layers: PositiveInt = Field(
+        le=MAX_LAYERS, description="decoder layers (MTP layers not included)"
+    )
     hidden_size: PositiveInt
     ffn_hidden_size: PositiveInt = Field(description="dense MLP width (per GLU branch)")
     num_attention_heads: PositiveInt
@@ -71,7 +78,9 @@ class ModelArch(BaseModel):
     qk_pos_emb_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
 
-    mtp_num_layers: NonNegativeInt = Field(default=0, description="multi-token-prediction layers")
+    mtp_num_layers: NonNegativeInt = Field(
+        default=0, le=MAX_LAYERS, description="multi-token-prediction layers"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelArch:

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner import units
 from planner.fields import NonNegativeFloat, PositiveFloat, PositiveInt
 
+MAX_GPUS = 1 << 24
+"""GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
+far (~100,000-200,000 GPUs). Above it a count is a typo; below it the search's enumeration of
+divisors stays instant (it walks up to the square root)."""
+
 
 class LinkTier(BaseModel):
     """One level of the network, seen from one GPU."""
@@ -140,7 +145,7 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu: GpuSpec
-    num_gpus: PositiveInt
+    num_gpus: PositiveInt = Field(le=MAX_GPUS)
     gpus_per_node: PositiveInt
     memory_gib: PositiveFloat
     power_limit_w: PositiveFloat | None = Field(

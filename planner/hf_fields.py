@@ -31,19 +31,21 @@ class Reader:
                 return key, self.cfg[key]
         return keys[0], None
 
-    def _check_int(self, key: str, value: Any, minimum: int) -> int:
+    def _check_int(self, key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             need = "a positive integer" if minimum > 0 else f"an integer >= {minimum}"
             raise self.error(key, f"must be {need} for {self.arch} (got {value!r})")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be at most {maximum:,} (got {value!r})")
         return value
 
-    def req_int(self, *keys: str, minimum: int = 1) -> int:
+    def req_int(self, *keys: str, minimum: int = 1, maximum: int | None = None) -> int:
         """A required size; aliases after the first are also accepted."""
         key, value = self._first(keys)
         if value is None:
             also = f" (also accepted: {', '.join(keys[1:])})" if len(keys) > 1 else ""
             raise self.error(key, f"required field missing for {self.arch}{also}")
-        return self._check_int(key, value, minimum)
+        return self._check_int(key, value, minimum, maximum)
 
     def opt_int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int | None:
         """An optional size: absent or null gives `default`."""

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from planner.arch import ModelArch
+from planner.arch import MAX_LAYERS, ModelArch
 from planner.catalog import read_file, validate
 from planner.errors import InputError, where
 from planner.hf_fields import Reader
@@ -177,7 +177,7 @@ def _dense_shape(r: Reader, ffn_key: str, head_dim_default: int | None = None) -
     hidden = r.req_int("hidden_size")
     heads = r.req_int("num_attention_heads")
     return {
-        "num_layers": r.req_int("num_hidden_layers"),
+        "num_layers": r.req_int("num_hidden_layers", maximum=MAX_LAYERS),
         "hidden_size": hidden,
         "ffn_hidden_size": r.req_int(ffn_key),
         "num_attention_heads": heads,
@@ -193,7 +193,7 @@ def _gpt2_shape(r: Reader, *hidden_keys: str) -> Fields:
     hidden = r.req_int(*hidden_keys)
     heads = r.req_int("n_head", "num_attention_heads")
     return {
-        "num_layers": r.req_int("n_layer", "num_hidden_layers"),
+        "num_layers": r.req_int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
         "hidden_size": hidden,
         "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
         "num_attention_heads": heads,

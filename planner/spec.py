@@ -18,12 +18,18 @@ from planner import catalog
 from planner.arch import ModelArch
 from planner.errors import InputError
 from planner.fields import Flag, Integer, PositiveFloat, PositiveInt
-from planner.hardware import ClusterSpec, LinkTier, check_tiers
+from planner.hardware import MAX_GPUS, ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
 
 Precision = Literal["bf16", "fp8"]
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
 SelectivePolicy = Literal["core_attn", "per_op"]
+
+
+MAX_GLOBAL_BATCH = 1 << 24
+"""Sequences per optimizer step: 16,777,216, thousands of times the batches published (Llama 3
+405B: 2,048 sequences of 8,192 tokens; even a billion-token batch of 128-token sequences is
+8 million). Bounds the search's enumeration of micro-batch sizes, as MAX_GPUS bounds its degrees."""
 
 
 class ClusterSection(BaseModel):
@@ -32,7 +38,7 @@ class ClusterSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu: str = Field(min_length=1)
-    num_gpus: PositiveInt
+    num_gpus: PositiveInt = Field(le=MAX_GPUS)
     gpus_per_node: PositiveInt | None = None
     memory_gib: PositiveFloat | None = None
     power_limit_w: PositiveFloat | None = Field(
@@ -50,7 +56,7 @@ class TrainingSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     seq_length: PositiveInt
-    global_batch_size: PositiveInt
+    global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     optimizer_state_dtype: Literal["fp32", "bf16"] = Field(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from planner import catalog, params
-from planner.arch import ModelArch
+from planner.arch import MAX_LAYERS, ModelArch
 from planner.errors import InputError
 from planner.hf_import import SUPPORTED, arch_from_hf, load_hf_config
 
@@ -399,6 +399,19 @@ def test_bad_size_names_hf_field_and_value(
     message = load_error(path)
     assert message.startswith(f"{path}: {field}: must be a positive integer")
     assert repr(value) in message
+
+
+@pytest.mark.parametrize(
+    ("name", "field"), [("deepseek-v3", "num_hidden_layers"), ("gpt2", "n_layer")]
+)
+def test_layer_count_above_the_cap_is_bad_input(tmp_path: Path, name: str, field: str) -> None:
+    # 10^30 layers once built a per-layer MoE table (MemoryError, or every byte of the machine)
+    path = write(tmp_path, {**fixture(name), field: 10**30})
+    message = load_error(path)
+    assert message.startswith(f"{path}: {field}: must be at most {MAX_LAYERS:,}")
+    assert repr(10**30) in message
+    # the cap itself is a layer count like any other
+    assert load_hf_config(write(tmp_path, {**fixture(name), field: MAX_LAYERS}, "at.json"))
 
 
 def test_inconsistent_shape_names_megatron_fields(tmp_path: Path) -> None:

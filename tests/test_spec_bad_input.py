@@ -11,7 +11,9 @@ import pytest
 from cli_run import run
 from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, plan_text, write
 
-from planner.spec import load_plan
+from planner.arch import MAX_LAYERS
+from planner.hardware import MAX_GPUS
+from planner.spec import MAX_GLOBAL_BATCH, load_plan
 
 # --- bad plans: InputError naming file, field and value
 
@@ -290,9 +292,36 @@ def test_sizes_must_be_finite(tmp_path: Path, value: str) -> None:
     assert plan.job.cluster.memory_gib == 70.0
 
 
+@pytest.mark.parametrize(
+    ("table", "cap", "field"),
+    [("cluster", MAX_GPUS, "num_gpus"), ("training", MAX_GLOBAL_BATCH, "global_batch_size")],
+)
+def test_counts_above_their_cap_are_bad_input(
+    tmp_path: Path, table: str, cap: int, field: str
+) -> None:
+    # 10^21 sequences once sent the search's divisor walk (up to the square root) into a hang
+    big = 10**21
+    path = write(tmp_path, plan_text().replace(f"{field} = ", f"{field} = {big} # "))
+    msg = load_error(path)
+    assert (
+        f"{path}: {table}.{field}: Input should be less than or equal to {cap} (got {big})" in msg
+    )
+
+
+def test_layer_count_above_its_cap_is_bad_input(tmp_path: Path) -> None:
+    model = "[model]\nnum_layers = {}\nhidden_size = 64\nffn_hidden_size = 256\n"
+    model += "num_attention_heads = 4\nvocab_size = 1000\n"
+    path = write(tmp_path, plan_text(model=model.format(MAX_LAYERS + 1), parallel=""))
+    assert f"{path}: model.num_layers: Input should be less than or equal to {MAX_LAYERS}" in (
+        load_error(path)
+    )
+    plan = load_plan(write(tmp_path, plan_text(model=model.format(MAX_LAYERS), parallel=""), "a"))
+    assert plan.job.arch.num_layers == MAX_LAYERS
+
+
 EVERY_FIELD = PLANS / "every-field.toml"
 SCALAR = re.compile(r"^(\w+) = (.+)$")
-WRONG = ("true", "2.5", "inf", "nan", "-1", "0", '"x"', "[]")
+WRONG = ("true", "2.5", "inf", "nan", "-1", "0", str(10**30), '"x"', "[]")
 
 
 def _scalar_lines() -> list[tuple[int, str, str]]:
