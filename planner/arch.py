@@ -20,6 +20,11 @@ MAX_LAYERS = 10_000
 405B); ten thousand leaves room for experiments and bounds the per-layer tables (MoE pattern,
 pipeline splits) that a mistyped count would otherwise make unbounded."""
 
+MAX_EXPERTS = 1 << 20
+"""Routed experts per MoE layer: 1,048,576, the product-key "million experts" of PEER (He 2024);
+production MoEs have 8-384. Bounds the search's walk over the expert-parallel degrees (the
+divisors of the expert count)."""
+
 
 class ModelArch(BaseModel):
     """One model architecture. Validated on construction; frozen afterwards."""
@@ -58,7 +63,9 @@ class ModelArch(BaseModel):
     untie_embeddings_and_output_weights: Flag = False
 
     # --- mixture of experts (Megatron: --num-experts, --moe-*)
-    num_moe_experts: PositiveInt | None = Field(default=None, description="None = dense model")
+    num_moe_experts: PositiveInt | None = Field(
+        default=None, le=MAX_EXPERTS, description="None = dense model"
+    )
     moe_router_topk: PositiveInt = 2
     moe_ffn_hidden_size: PositiveInt | None = Field(
         default=None, description="per-expert MLP width; None = ffn_hidden_size"

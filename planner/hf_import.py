@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from planner.arch import MAX_LAYERS, ModelArch
+from planner.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
 from planner.catalog import read_file, validate
 from planner.errors import InputError, where
 from planner.hf_fields import Reader
@@ -219,7 +219,7 @@ def _moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[
     """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
     else one 0/1 entry per layer."""
     return {
-        "num_moe_experts": r.req_int(*experts),
+        "num_moe_experts": r.req_int(*experts, maximum=MAX_EXPERTS),
         "moe_router_topk": r.req_int("num_experts_per_tok"),
         "moe_ffn_hidden_size": expert_ffn,
         "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],

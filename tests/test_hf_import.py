@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from planner import catalog, params
-from planner.arch import MAX_LAYERS, ModelArch
+from planner.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
 from planner.errors import InputError
 from planner.hf_import import SUPPORTED, arch_from_hf, load_hf_config
 
@@ -402,16 +402,22 @@ def test_bad_size_names_hf_field_and_value(
 
 
 @pytest.mark.parametrize(
-    ("name", "field"), [("deepseek-v3", "num_hidden_layers"), ("gpt2", "n_layer")]
+    ("name", "field", "cap"),
+    [
+        ("deepseek-v3", "num_hidden_layers", MAX_LAYERS),
+        ("gpt2", "n_layer", MAX_LAYERS),
+        ("mixtral-8x7b", "num_local_experts", MAX_EXPERTS),
+    ],
 )
-def test_layer_count_above_the_cap_is_bad_input(tmp_path: Path, name: str, field: str) -> None:
-    # 10^30 layers once built a per-layer MoE table (MemoryError, or every byte of the machine)
+def test_count_above_its_cap_is_bad_input(tmp_path: Path, name: str, field: str, cap: int) -> None:
+    # 10^30 layers once built a per-layer MoE table (MemoryError, or every byte of the machine);
+    # 10^12 experts stalled the search's walk over the expert-parallel degrees
     path = write(tmp_path, {**fixture(name), field: 10**30})
     message = load_error(path)
-    assert message.startswith(f"{path}: {field}: must be at most {MAX_LAYERS:,}")
+    assert message.startswith(f"{path}: {field}: must be at most {cap:,}")
     assert repr(10**30) in message
-    # the cap itself is a layer count like any other
-    assert load_hf_config(write(tmp_path, {**fixture(name), field: MAX_LAYERS}, "at.json"))
+    # the cap itself is a count like any other
+    assert load_hf_config(write(tmp_path, {**fixture(name), field: cap}, "at.json"))
 
 
 def test_inconsistent_shape_names_megatron_fields(tmp_path: Path) -> None:

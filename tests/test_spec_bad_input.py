@@ -11,7 +11,7 @@ import pytest
 from cli_run import run
 from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, plan_text, write
 
-from planner.arch import MAX_LAYERS
+from planner.arch import MAX_EXPERTS, MAX_LAYERS
 from planner.hardware import MAX_GPUS
 from planner.spec import MAX_GLOBAL_BATCH, load_plan
 
@@ -308,15 +308,18 @@ def test_counts_above_their_cap_are_bad_input(
     )
 
 
-def test_layer_count_above_its_cap_is_bad_input(tmp_path: Path) -> None:
-    model = "[model]\nnum_layers = {}\nhidden_size = 64\nffn_hidden_size = 256\n"
-    model += "num_attention_heads = 4\nvocab_size = 1000\n"
-    path = write(tmp_path, plan_text(model=model.format(MAX_LAYERS + 1), parallel=""))
-    assert f"{path}: model.num_layers: Input should be less than or equal to {MAX_LAYERS}" in (
-        load_error(path)
-    )
-    plan = load_plan(write(tmp_path, plan_text(model=model.format(MAX_LAYERS), parallel=""), "a"))
-    assert plan.job.arch.num_layers == MAX_LAYERS
+@pytest.mark.parametrize(
+    ("field", "cap"), [("num_layers", MAX_LAYERS), ("num_moe_experts", MAX_EXPERTS)]
+)
+def test_model_count_above_its_cap_is_bad_input(tmp_path: Path, field: str, cap: int) -> None:
+    model = "[model]\nnum_layers = 4\nhidden_size = 64\nffn_hidden_size = 256\n"
+    model += "num_attention_heads = 4\nvocab_size = 1000\nnum_moe_experts = 8\n"
+    model = model.replace(f"{field} = ", f"{field} = {{}} # ")
+    path = write(tmp_path, plan_text(model=model.format(cap + 1), parallel=""))
+    msg = load_error(path)
+    assert f"{path}: model.{field}: Input should be less than or equal to {cap}" in msg
+    plan = load_plan(write(tmp_path, plan_text(model=model.format(cap), parallel=""), "a"))
+    assert getattr(plan.job.arch, field) == cap
 
 
 EVERY_FIELD = PLANS / "every-field.toml"
