@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.fields import Flag, Integer, NonNegativeInt, PositiveInt
 
 MAX_LAYERS = 10_000
-"""Decoder layers a model may have. The deepest published decoders have 96-126 (GPT-3, Llama 3.1
-405B); ten thousand leaves room for experiments and bounds the per-layer tables (MoE pattern,
-pipeline splits) that a mistyped count would otherwise make unbounded."""
+"""Decoder layers a model may have. The deepest published decoders have about a hundred (GPT-3 96,
+Llama 3.1 405B 126, the 1T-parameter GPT of Narayanan et al. 2021 128); ten thousand leaves room for
+experiments and bounds the per-layer tables (MoE pattern, pipeline splits) that a mistyped count
+would otherwise make unbounded."""
 
 MAX_EXPERTS = 1 << 20
 """Routed experts per MoE layer: 1,048,576, the product-key "million experts" of PEER (He 2024);
