@@ -11,13 +11,14 @@ import difflib
 import tomllib
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from planner.arch import ModelArch
 from planner.errors import InputError, from_validation
 from planner.hardware import GpuSpec
+from planner.units import MIB
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -40,6 +41,26 @@ def zoo_dir() -> Path:
     return data_dir("model_zoo")
 
 
+MAX_INPUT_CHARS = 16 * MIB
+"""The most a user's file may hold. What planner reads (a plan, a model TOML, an HF config.json, a
+Megatron launch script) is a few kB; a file of 16 MiB is something else (or /dev/zero), and reading
+it whole would only fill memory."""
+
+
+def read_text(stream: IO[str], where: str) -> str:
+    """Read a user's text stream, at most MAX_INPUT_CHARS; more, or bytes that are not UTF-8, is an
+    InputError naming `where`."""
+    try:
+        text = stream.read(MAX_INPUT_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{where}: cannot read: {e}") from None
+    if len(text) > MAX_INPUT_CHARS:
+        raise InputError(
+            f"{where}: more than {MAX_INPUT_CHARS:,} characters: not a plan, config or launch file"
+        )
+    return text
+
+
 def read_file(path: Path) -> str:
     """Read a text file the user named; a missing path or a directory is an InputError."""
     if not path.exists():
@@ -47,8 +68,9 @@ def read_file(path: Path) -> str:
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        with path.open(encoding="utf-8") as f:
+            return read_text(f, str(path))
+    except OSError as e:
         raise InputError(f"{path}: cannot read: {e}") from None
 
 

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from planner.catalog import read_file
+from planner.catalog import read_file, read_text
 from planner.errors import InputError
 from planner.layout import FSDP_STRATEGY
 
@@ -354,5 +354,5 @@ def load(path: str, gpu: str, num_gpus: int) -> tuple[dict[str, Any], str]:
     """Read a file (or '-' for standard input) of Megatron-LM arguments into a plan document;
     also returns how messages name the source."""
     where = "<stdin>" if path == "-" else path
-    text = sys.stdin.read() if path == "-" else read_file(Path(path))
+    text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     return to_plan(text, gpu, num_gpus, where), where

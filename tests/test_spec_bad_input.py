@@ -11,7 +11,9 @@ import pytest
 from cli_run import run
 from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, plan_text, write
 
+from planner import catalog
 from planner.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.catalog import MAX_INPUT_CHARS
 from planner.hardware import MAX_GPUS
 from planner.spec import MAX_GLOBAL_BATCH, load_plan
 
@@ -290,6 +292,18 @@ def test_sizes_must_be_finite(tmp_path: Path, value: str) -> None:
     # an integer where a float is expected is a number all the same
     plan = load_plan(write(tmp_path, plan_text(cluster=CLUSTER + "memory_gib = 70\n"), "ok.toml"))
     assert plan.job.cluster.memory_gib == 70.0
+
+
+def test_an_endless_or_huge_file_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /dev/zero once filled memory (MemoryError, or the machine); reading stops after the limit
+    if Path("/dev/zero").exists():
+        msg = load_error(Path("/dev/zero"))
+        assert msg.startswith(f"/dev/zero: more than {MAX_INPUT_CHARS:,} characters: not a plan")
+    monkeypatch.setattr(catalog, "MAX_INPUT_CHARS", 64)
+    path = write(tmp_path, plan_text())  # well over 64 characters
+    assert f"{path}: more than 64 characters" in load_error(path)
 
 
 @pytest.mark.parametrize(
