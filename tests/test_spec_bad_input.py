@@ -367,9 +367,8 @@ def test_every_field_set_wrong_exits_0_1_or_2_and_names_it(
         assert code in (0, 1, 2), (key, wrong, err)
         if code == 2:
             assert str(path) in err and key in err, (key, wrong, err)
-        wrong_value = tomllib.loads(f"v = {wrong}")["v"]
         other_type = _toml_type(wrong) is not kind and not (
             kind is float and _toml_type(wrong) is int
         )
-        if other_type or wrong_value != wrong_value or wrong in ("inf", "nan"):
+        if other_type or wrong in ("inf", "nan"):
             assert code == 2, (key, wrong, err)
