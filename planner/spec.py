@@ -18,7 +18,7 @@ from planner import catalog
 from planner.arch import ModelArch
 from planner.errors import InputError
 from planner.fields import Flag, Integer, PositiveFloat, PositiveInt
-from planner.hardware import MAX_GPUS, ClusterSpec, LinkTier, check_tiers
+from planner.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
 
 Precision = Literal["bf16", "fp8"]
@@ -29,7 +29,8 @@ SelectivePolicy = Literal["core_attn", "per_op"]
 MAX_GLOBAL_BATCH = 1 << 24
 """Sequences per optimizer step: 16,777,216, thousands of times the batches published (Llama 3
 405B: 2,048 sequences of 8,192 tokens; even a billion-token batch of 128-token sequences is
-8 million). Bounds the search's enumeration of micro-batch sizes, as MAX_GPUS bounds its degrees."""
+8 million). Bounds the search's enumeration of micro-batch sizes, as hardware.MAX_GPUS bounds its
+degrees."""
 
 
 class ClusterSection(BaseModel):
@@ -38,7 +39,7 @@ class ClusterSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu: str = Field(min_length=1)
-    num_gpus: PositiveInt = Field(le=MAX_GPUS)
+    num_gpus: PositiveInt  # at most hardware.MAX_GPUS, checked on the ClusterSpec
     gpus_per_node: PositiveInt | None = None
     memory_gib: PositiveFloat | None = None
     power_limit_w: PositiveFloat | None = Field(
