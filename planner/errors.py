@@ -6,6 +6,9 @@ file, the field and the value) on stderr and exits 2. Nothing below the CLI prin
 
 from __future__ import annotations
 
+import datetime
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,37 @@ def where(path: Path | str | None) -> str:
     return str(path) if path is not None else "<inline>"
 
 
+def spelled(value: Any, json_syntax: bool = False) -> str:
+    """A parsed value as the user wrote it: in TOML (`true`, `"fp16"`, `inf`, `[1, 2]`,
+    `{ a = 1 }`), or in JSON for a config.json (`true`, `null`, `"fp16"`, `{"a": 1}`), not in
+    Python's spelling (`True`, `'fp16'`)."""
+    if json_syntax:
+        return json.dumps(value, default=str)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string escapes as JSON does
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(spelled(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {spelled(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return repr(value)
+
+
+def spelled_json(value: Any) -> str:
+    """`spelled` for a value read from a config.json."""
+    return spelled(value, json_syntax=True)
+
+
+def is_json(path: Path | str | None) -> bool:
+    """Whether a file is read as JSON (a Hugging Face config.json) rather than TOML."""
+    return path is not None and str(path).lower().endswith(".json")
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) if loc else "(top level)"
 
@@ -45,8 +79,10 @@ def from_validation(err: ValidationError, path: Path | str | None, prefix: str =
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif e["type"] == "literal_error":
+            msg = msg.replace("'", '"')  # "Input should be 'bf16' or 'fp8'": the choices as TOML
         value: Any = e.get("input")
-        shown = "" if e["type"] == "missing" else f" (got {value!r})"
+        shown = "" if e["type"] == "missing" else f" (got {spelled(value, is_json(path))})"
         if isinstance(value, dict):
             shown = ""
         lines.append(f"{where(path)}: {field}: {msg}{shown}")

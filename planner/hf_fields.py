@@ -7,9 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
-from planner.errors import InputError, where
+from planner.errors import InputError, spelled_json, where
 
 V = TypeVar("V", bool, str)
+
+
+def _got(value: Any) -> str:
+    """The bad value as the config.json spells it."""
+    return f"(got {spelled_json(value)})"
 
 
 class Reader:
@@ -34,9 +39,9 @@ class Reader:
     def _check_int(self, key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             need = "a positive integer" if minimum > 0 else f"an integer >= {minimum}"
-            raise self.error(key, f"must be {need} for {self.arch} (got {value!r})")
+            raise self.error(key, f"must be {need} for {self.arch} {_got(value)}")
         if maximum is not None and value > maximum:
-            raise self.error(key, f"must be at most {maximum:,} (got {value!r})")
+            raise self.error(key, f"must be at most {maximum:,} {_got(value)}")
         return value
 
     def req_int(self, *keys: str, minimum: int = 1, maximum: int | None = None) -> int:
@@ -65,7 +70,7 @@ class Reader:
         if value is None:
             return default
         if not isinstance(value, type(default)):
-            raise self.error(key, f"must be {what} (got {value!r})")
+            raise self.error(key, f"must be {what} {_got(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -81,5 +86,5 @@ class Reader:
         if not isinstance(value, list) or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in value
         ):
-            raise self.error(key, f"must be a list of layer indices (got {value!r})")
+            raise self.error(key, f"must be a list of layer indices {_got(value)}")
         return value

@@ -35,7 +35,7 @@ from typing import Any
 
 from planner.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
 from planner.catalog import read_file, validate
-from planner.errors import InputError, where
+from planner.errors import InputError, spelled_json, where
 from planner.hf_fields import Reader
 
 Fields = dict[str, Any]
@@ -91,11 +91,13 @@ def architecture(cfg: dict[str, Any], path: Path | str | None = None) -> str:
     if archs is not None:
         if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
             raise InputError(
-                f"{where(path)}: architectures: expected a list of names (got {archs!r})"
+                f"{where(path)}: architectures: expected a list of names "
+                f"(got {spelled_json(archs)})"
             )
         if archs[0] not in SUPPORTED:
             raise InputError(
-                f"{where(path)}: architectures: unsupported architecture '{archs[0]}'; "
+                f"{where(path)}: architectures: unsupported architecture "
+                f"{spelled_json(archs[0])}; "
                 f"supported: {', '.join(SUPPORTED)}"
             )
         return str(archs[0])
@@ -108,7 +110,7 @@ def architecture(cfg: dict[str, Any], path: Path | str | None = None) -> str:
         )
     if not isinstance(model_type, str) or model_type not in by_type:
         raise InputError(
-            f"{where(path)}: model_type: unsupported model_type {model_type!r}; "
+            f"{where(path)}: model_type: unsupported model_type {spelled_json(model_type)}; "
             f"supported: {', '.join(by_type)}"
         )
     return by_type[model_type]
@@ -147,7 +149,9 @@ def _mlp(r: Reader, key: str, default: str, gated: bool) -> Fields:
         }
     if act not in table:
         raise r.error(
-            key, f"unsupported activation {act!r} for {r.arch}; supported: {', '.join(table)}"
+            key,
+            f"unsupported activation {spelled_json(act)} for {r.arch}; "
+            f"supported: {', '.join(table)}",
         )
     return {"activation": table[act], "gated_linear_unit": gated}
 

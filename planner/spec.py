@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner import catalog
 from planner.arch import ModelArch
-from planner.errors import InputError
+from planner.errors import InputError, spelled
 from planner.fields import Flag, Integer, PositiveFloat, PositiveInt
 from planner.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
@@ -208,7 +208,9 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
     if "name" in table and len(table) == 1:
         ref = table["name"]
         if not isinstance(ref, str) or not ref:
-            raise InputError(f"{where}: model.name: expected a zoo name or a path (got {ref!r})")
+            raise InputError(
+                f"{where}: model.name: expected a zoo name or a path (got {spelled(ref)})"
+            )
         if not catalog.looks_like_path(ref) and ref not in catalog.models():
             err = catalog.unknown_name("model", ref, sorted(catalog.models()))
             raise InputError(f"{where}: model.name: {err}")
@@ -219,11 +221,11 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
             raise InputError(f"{where}: model: hf_config cannot be combined with {extra}")
         ref = table["hf_config"]
         if not isinstance(ref, str) or not ref:
-            raise InputError(f"{where}: model.hf_config: expected a path (got {ref!r})")
+            raise InputError(f"{where}: model.hf_config: expected a path (got {spelled(ref)})")
         hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
         if not hf_path.is_file():
             what = "is a directory" if hf_path.is_dir() else "no such file"
-            raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {ref!r})")
+            raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
         from planner.hf_import import load_hf_config
 
         return load_hf_config(hf_path)
@@ -264,7 +266,7 @@ def build_job(
     where = str(path) if path else "<plan>"
     if training.precision == "fp8" and not cluster.gpu.has_fp8:
         raise InputError(
-            f"{where}: training.precision: 'fp8' but {cluster.gpu.name} has no FP8 tensor cores"
+            f'{where}: training.precision: "fp8" but {cluster.gpu.name} has no FP8 tensor cores'
         )
     return Job(
         arch=arch,

@@ -242,7 +242,7 @@ def test_check_bad_headroom(headroom: str, capsys: pytest.CaptureFixture[str]) -
     [
         ("no-such-gpu", "--gpu: unknown GPU 'no-such-gpu'"),
         # the script asks for fp8: the error names the script and the field, not a flag
-        ("a100-sxm-80gb", "train.sh: training.precision: 'fp8'"),
+        ("a100-sxm-80gb", 'train.sh: training.precision: "fp8"'),
     ],
 )
 def test_check_megatron_args_names_the_flag_or_the_script(

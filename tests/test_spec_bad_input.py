@@ -41,7 +41,12 @@ def test_malformed_toml_names_file_and_line() -> None:
             "model.flavour",
             "3",
         ),
-        ("cluster", plan_text(cluster=CLUSTER + 'colour = "red"\n'), "cluster.colour", "'red'"),
+        (
+            "cluster",
+            plan_text(cluster=CLUSTER + 'colour = "red"\n'),
+            "cluster.colour",
+            '"red"',
+        ),
         (
             "cluster.tiers",
             plan_text(
@@ -58,7 +63,7 @@ def test_malformed_toml_names_file_and_line() -> None:
             "parallel.tensor_parallel",
             "2",
         ),
-        ("top level", plan_text() + "\nsuggest = true\n", "suggest", "True"),
+        ("top level", plan_text() + "\nsuggest = true\n", "suggest", "true"),
     ],
 )
 def test_unknown_key_in_each_table(
@@ -90,7 +95,7 @@ def test_zero_and_negative_sizes() -> None:
         ("[parallel]\ntp = 0\n", "parallel.tp", "0"),
         ("[parallel]\nmicro_batch_size = -2\n", "parallel.micro_batch_size", "-2"),
         ("[parallel]\nzero_stage = 4\n", "parallel.zero_stage", "4"),
-        ('[parallel]\nrecompute = "some"\n', "parallel.recompute", "'some'"),
+        ('[parallel]\nrecompute = "some"\n', "parallel.recompute", '"some"'),
         ("[parallel]\npipeline_layers = [16, 0]\npp = 2\n", "parallel.pipeline_layers.1", "0"),
     ],
 )
@@ -170,7 +175,7 @@ def test_hf_config_missing_file_names_plan_and_field(tmp_path: Path) -> None:
     path = write(tmp_path, plan_text(model='[model]\nhf_config = "nothere.json"\n'))
     msg = load_error(path)
     assert f"{path}: model.hf_config:" in msg
-    assert "'nothere.json'" in msg
+    assert '(got "nothere.json")' in msg
 
 
 def test_empty_model_table(tmp_path: Path) -> None:
@@ -185,14 +190,14 @@ def test_fp8_on_a100_is_rejected(tmp_path: Path) -> None:
     path = write(tmp_path, plan_text(cluster=cluster, training=training))
     msg = load_error(path)
     assert f"{path}: training.precision:" in msg
-    assert "'fp8'" in msg and "a100-sxm-80gb" in msg
+    assert '"fp8"' in msg and "a100-sxm-80gb" in msg
 
 
 def test_unknown_precision(tmp_path: Path) -> None:
     training = '[training]\nseq_length = 8192\nglobal_batch_size = 128\nprecision = "fp16"\n'
     path = write(tmp_path, plan_text(training=training))
     msg = load_error(path)
-    assert f"{path}: training.precision:" in msg and "(got 'fp16')" in msg
+    assert f"{path}: training.precision:" in msg and '(got "fp16")' in msg
 
 
 def tiers(*spans: int | None) -> str:
@@ -268,11 +273,11 @@ def test_explicit_dp_that_disagrees_with_num_gpus(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "field", "value"),
     [
-        ("[parallel]\ntp = true\n", "parallel.tp", "True"),  # not 1
+        ("[parallel]\ntp = true\n", "parallel.tp", "true"),  # not 1
         ("[parallel]\ntp = 2.0\n", "parallel.tp", "2.0"),  # not 2
-        ("[parallel]\nzero_stage = true\n", "parallel.zero_stage", "True"),  # not stage 1
+        ("[parallel]\nzero_stage = true\n", "parallel.zero_stage", "true"),  # not stage 1
         ("[parallel]\ntp = 2\nsequence_parallel = 1\n", "parallel.sequence_parallel", "1"),
-        ('[parallel]\ntp_comm_overlap = "yes"\n', "parallel.tp_comm_overlap", "'yes'"),
+        ('[parallel]\ntp_comm_overlap = "yes"\n', "parallel.tp_comm_overlap", '"yes"'),
     ],
 )
 def test_values_of_the_wrong_toml_type_are_not_coerced(

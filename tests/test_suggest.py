@@ -296,8 +296,8 @@ def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[s
         (["--headroom", "100"], ["--headroom"]),
         (["--model", "no-such-model"], ["--model: unknown model 'no-such-model'"]),
         (["--gpu", "no-such-gpu"], ["--gpu: unknown GPU 'no-such-gpu'"]),
-        (["--precision", "fp9"], ["--precision:", "'fp9'"]),
-        (["--gpu", "a100-sxm-80gb", "--precision", "fp8"], ["--precision: 'fp8'", "a100-sxm-80gb"]),
+        (["--precision", "fp9"], ["--precision:", '(got "fp9")']),
+        (["--gpu", "a100-sxm-80gb", "--precision", "fp8"], ['--precision: "fp8"', "a100-sxm-80gb"]),
     ],
 )
 def test_impossible_requests_exit_2(
