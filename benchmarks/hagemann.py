@@ -25,7 +25,8 @@ data-parallel sync (public Aleph-Alpha/scaling, `core/optimizer/optimizer.py`) r
 inside the optimizer step, after the whole backward: the gradients are all-reduced in fp32 and the
 ZeRO-1 shards all-gathered in bf16, neither overlapped. The rows keep Megatron's overlapped
 reduce-scatter because that is what the planner launches; benchmarks/ranking.py --residuals
-measures how far the sweeps look like the serial sync instead.
+measures how far the sweeps look like the serial sync instead, and `--dp-sync fp32_after_backward`
+reruns them with it (`Job.dp_sync`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from planner import catalog, params
 from planner.arch import ModelArch
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
-from planner.spec import Job
+from planner.spec import DpSync, Job
 
 CSV = Path(__file__).resolve().parent.parent / "tests" / "data" / "hagemann_layouts.csv"
 
@@ -132,12 +133,15 @@ def rows(
     outcomes: tuple[str, ...] = ("ok", "oom"),
     nvlink_scale: float = 1.0,
     split: str = "uniform",
+    dp_sync: DpSync = "megatron",
 ) -> Iterator[Row]:
     """Every row with one of the given attention kernels and outcomes. `nvlink_scale` multiplies
     the scale-up (NVLink) tier's bandwidth: a what-if for the TP bandwidth the training code
     achieved on that NVLink (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100.
     `split` is the code's pipeline partition method: "uniform" (its default, used throughout)
-    or "balanced" (`balanced_item_split`, a what-if)."""
+    or "balanced" (`balanced_item_split`, a what-if). `dp_sync` "fp32_after_backward" models
+    the data-parallel sync the public code runs (`Job.dp_sync`), a what-if: "megatron", the
+    default, keeps the overlapped reduce-scatter the planner launches."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     gpu = catalog.get_gpu("a100-sxm-80gb")
@@ -166,6 +170,7 @@ def rows(
                 sp_keeps_gathered_input=True,
                 tp_backward_overlap=False,
                 flash_attention=d["attention_kernel"].startswith("flash"),
+                dp_sync=dp_sync,
             )
             layout = Layout(
                 tp=int(d["tp"]),

@@ -2,6 +2,7 @@
 
     /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
                                                 [--cross-fit] [--pairs] [--split balanced]
+                                                [--dp-sync fp32_after_backward]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
 that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
@@ -21,7 +22,9 @@ TP bandwidth the code achieved; --cross-fit fits that factor on one model's swee
 ranking of the other's. --pairs estimates it from matched layouts that differ only in TP, and the
 pipeline's cost from matched layouts that differ only in PP. --split balanced reruns everything
 with the code's other pipeline partition method (hagemann.balanced_item_split; the paper does not
-say which its runs used).
+say which its runs used). --dp-sync fp32_after_backward reruns everything with the data-parallel
+sync the public code runs (Job.dp_sync: fp32 gradient all-reduce and bf16 parameter all-gather
+after the backward, not overlapped), where the rows otherwise keep Megatron's overlapped one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -42,6 +46,7 @@ from benchmarks.runs import Case, load_hagemann
 from planner import cost
 from planner.memory import stage_params
 from planner.schedule import stage_ranges
+from planner.spec import DpSync
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -166,12 +171,14 @@ def residuals(cases: Sequence[Case]) -> None:
 NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33, 0.25, 0.2)
 
 
-def cases_by_nvlink(split: str = "uniform") -> dict[float, list[Case]]:
+def cases_by_nvlink(
+    split: str = "uniform", dp_sync: DpSync = "megatron"
+) -> dict[float, list[Case]]:
     """The cases at each NVLink factor of NVLINK_GRID, in the same order."""
-    return {x: load_hagemann(nvlink_scale=x, split=split) for x in NVLINK_GRID}
+    return {x: load_hagemann(nvlink_scale=x, split=split, dp_sync=dp_sync) for x in NVLINK_GRID}
 
 
-def cross_fit_nvlink(split: str = "uniform") -> None:
+def cross_fit_nvlink(split: str = "uniform", dp_sync: DpSync = "megatron") -> None:
     """Fit the NVLink factor on one model's sweeps (least median |error| on NVLINK_GRID) and check
     the other model's ranking at that factor: does one TP bandwidth describe the cluster?"""
     print("\nNVLink factor fitted on one model, ranking checked on the other")
@@ -179,7 +186,7 @@ def cross_fit_nvlink(split: str = "uniform") -> None:
         f"{'fit on':10s} {'factor':>6s} {'median |err|':>12s}  "
         "held-out groups (spearman / top-pick gap)"
     )
-    by_scale = cases_by_nvlink(split)
+    by_scale = cases_by_nvlink(split, dp_sync)
     models = sorted({c.group.split()[0] for c in by_scale[1.0]})
 
     def median_error(cases: Sequence[Case]) -> float:
@@ -235,12 +242,12 @@ def print_implied(title: str, unit: str, implied: dict[str, list[float]]) -> Non
     print(f"all sweeps: {len(every)} pairs valued, median {statistics.median(every):.2f}")
 
 
-def implied_nvlink(split: str = "uniform") -> None:
+def implied_nvlink(split: str = "uniform", dp_sync: DpSync = "megatron") -> None:
     """Matched tp > 1 / tp 1 pairs (`twins`). The measured time ratio of the pair, against the
     ratio predicted at each NVLink factor of NVLINK_GRID, gives the factor that reproduces it:
     the pair's implied achieved TP bandwidth, free of any error the two layouts share. NaN: the
     ratio is outside what the grid predicts."""
-    by_scale = cases_by_nvlink(split)
+    by_scale = cases_by_nvlink(split, dp_sync)
     base = by_scale[1.0]
     implied: dict[str, list[float]] = defaultdict(list)
     for i, j in twins(base, "tp"):
@@ -328,22 +335,29 @@ def main() -> None:
         default="uniform",
         help="the training code's pipeline partition method (what-if: balanced)",
     )
+    ap.add_argument(
+        "--dp-sync",
+        choices=get_args(DpSync),
+        default="megatron",
+        help="data-parallel sync (what-if: fp32_after_backward, the training code's own)",
+    )
     args = ap.parse_args()
     if args.nvlink_scale <= 0:
         ap.error(f"--nvlink-scale must be > 0, got {args.nvlink_scale}")
-    cases = load_hagemann(nvlink_scale=args.nvlink_scale, split=args.split)
+    cases = load_hagemann(nvlink_scale=args.nvlink_scale, split=args.split, dp_sync=args.dp_sync)
     scale = f", NVLink x{args.nvlink_scale:g}" if args.nvlink_scale != 1 else ""
     scale += f", {args.split} pipeline split" if args.split != "uniform" else ""
+    scale += f", {args.dp_sync} DP sync" if args.dp_sync != "megatron" else ""
     print(f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{scale}")
     report("by model and sequence length", evaluate(cases, key=by_model_and_seq))
     report("by sweep (one GPU count each)", evaluate(cases, args.verbose, key=by_sweep))
     if args.residuals:
         residuals(cases)
     if args.cross_fit:
-        cross_fit_nvlink(args.split)
+        cross_fit_nvlink(args.split, args.dp_sync)
     if args.pairs:
-        implied_nvlink(args.split)
-        implied_bubble(load_hagemann(split=args.split))
+        implied_nvlink(args.split, args.dp_sync)
+        implied_bubble(load_hagemann(split=args.split, dp_sync=args.dp_sync))
 
 
 if __name__ == "__main__":

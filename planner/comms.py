@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.activations import BF16
+from planner.activations import BF16, FP32
 from planner.hardware import ClusterSpec, LinkTier
 
 if TYPE_CHECKING:
@@ -260,6 +260,7 @@ def data_parallel(
     fwd: float,
     bwd: float,
     m: int,
+    fp32_after_backward: bool = False,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
 
@@ -274,7 +275,17 @@ def data_parallel(
     window is exposed, and never less than one bucket. Without `lay.overlap_grad_reduce` the
     gradient reduction has no window (it starts after the backward), nor without
     `lay.overlap_param_gather` the parameter all-gather.
+    `fp32_after_backward` (`Job.dp_sync`): the gradients are all-reduced in fp32 once the
+    backward is done and, with ZeRO, the bf16 parameters all-gathered after the optimizer step
+    (10 bytes per parameter through each phase of a ring, 8 without ZeRO), all exposed.
     """
+    if fp32_after_backward:
+        exposed = 0.0
+        for n_params, grp in zip((dense, expert), groups, strict=True):
+            if n_params > 0 and grp.size > 1:
+                exposed += all_reduce(n_params * FP32, grp)
+                exposed += all_gather(n_params * BF16, grp) if lay.zero_stage else 0.0
+        return exposed, 0.0
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
     exposed = hidden = 0.0

@@ -259,7 +259,17 @@ def estimate(job: Job, layout: Layout) -> Performance:
         key = (n_dense, n_moe, rank == 0, last)
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, layers)
-            e, hid = comms.data_parallel(dp_groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m)
+            e, hid = comms.data_parallel(
+                dp_groups,
+                lay,
+                dense,
+                expert,
+                job.grad_bytes,
+                fwd,
+                bwd,
+                m,
+                fp32_after_backward=job.dp_sync == "fp32_after_backward",
+            )
             dp_seen[key] = (e, hid, _optimizer_time(job, lay, dense, expert, gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:

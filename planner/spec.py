@@ -24,6 +24,7 @@ from planner.layout import Layout, Recompute, RecomputePolicy, ZeroStage
 Precision = Literal["bf16", "fp8"]
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
 SelectivePolicy = Literal["core_attn", "per_op"]
+DpSync = Literal["megatron", "fp32_after_backward"]
 
 
 MAX_GLOBAL_BATCH = 1 << 24
@@ -161,6 +162,13 @@ class Job:
     fp8_param_gather: bool = True
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
+    dp_sync: DpSync = "megatron"
+    """How the training code synchronises data-parallel replicas (`comms.data_parallel`):
+    "megatron" reduces the gradients in main_grad_dtype and gathers the parameters as the layout
+    says (overlapped or not); "fp32_after_backward" is Aleph-Alpha/scaling's optimizer step
+    (`core/optimizer/optimizer.py`, `allreduce.py`): after the whole backward it all-reduces the
+    gradients in fp32, then with ZeRO all-gathers the updated bf16 parameters, nothing
+    overlapped. Not a plan-file field: it describes measured runs of that code."""
 
     @property
     def grad_bytes(self) -> float:

@@ -11,6 +11,7 @@ full table).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -231,6 +232,21 @@ def test_dp_sync_after_the_backward_is_all_exposed() -> None:
     # only the gradient reduction exposed: the all-gather still hides in the first forward
     grad_only = cost.estimate(j, lay.with_(overlap_param_gather=False)).breakdown
     assert on.dp_comm_exposed < grad_only.dp_comm_exposed < whole
+
+
+def test_fp32_sync_after_the_backward_costs_the_whole_fp32_all_reduce() -> None:
+    """Job.dp_sync "fp32_after_backward" (Aleph-Alpha/scaling's optimizer step): the exposed DP
+    time is an fp32 all-reduce of the stage's gradients plus a bf16 all-gather of its
+    parameters (comms' formulas): more than the overlapped bf16 sync exposes, or hides."""
+    j = job("llama3.1-70b", gbs=32, ib_gb_per_s=5)
+    lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
+    megatron = cost.estimate(j, lay).breakdown
+    code = cost.estimate(dataclasses.replace(j, dp_sync="fp32_after_backward"), lay).breakdown
+    grp = comms.data_parallel_groups(j.cluster, lay)[0]
+    dense, _ = stage_params(j, lay, 0, range(j.arch.num_layers))
+    whole = comms.all_reduce(dense * 4, grp) + comms.all_gather(dense * 2, grp)
+    assert code.dp_comm_exposed == pytest.approx(whole) and code.dp_comm_hidden == 0
+    assert code.dp_comm_exposed > megatron.dp_comm_exposed + megatron.dp_comm_hidden
 
 
 def test_gemms_never_beat_the_measured_matmul_ceiling() -> None:

@@ -60,3 +60,16 @@ def test_a_pair_that_runs_as_predicted_implies_the_1f1b_bubble() -> None:
         ranking.bubble_micro_batches(pipe, flat, 1.1 * pipe.step_time_s / flat.step_time_s, pp)
         > pp - 1
     )
+
+
+def test_the_codes_own_dp_sync_is_never_faster() -> None:
+    # --dp-sync fp32_after_backward: the fp32 all-reduce + bf16 all-gather after the backward
+    # exposes more than Megatron's overlapped bf16 reduce-scatter + all-gather can (its exposed
+    # part is at most the whole bf16 reduce-scatter, half the bytes of one fp32 all-reduce phase)
+    base = load_hagemann()
+    code = load_hagemann(dp_sync="fp32_after_backward")
+    assert [c.id for c in code] == [c.id for c in base]
+    for a, b in zip(base, code, strict=True):
+        assert b.job.dp_sync == "fp32_after_backward"
+        fast, slow = (cost.estimate(c.job, c.layout).tokens_per_s_per_gpu for c in (a, b))
+        assert slow < fast if a.layout.dp > 1 else slow == fast
