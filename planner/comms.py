@@ -277,7 +277,8 @@ def data_parallel(
     `lay.overlap_param_gather` the parameter all-gather.
     `fp32_after_backward` (`Job.dp_sync`): the gradients are all-reduced in fp32 once the
     backward is done and, with ZeRO, the bf16 parameters all-gathered after the optimizer step
-    (10 bytes per parameter through each phase of a ring, 8 without ZeRO), all exposed.
+    (per parameter 2 x 4 bytes through the all-reduce's two ring phases plus 2 through the
+    all-gather; 8 without ZeRO), all exposed.
     """
     if fp32_after_backward:
         exposed = 0.0
