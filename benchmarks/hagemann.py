@@ -124,31 +124,59 @@ def balanced_item_split(arch: ModelArch, pp: int) -> tuple[int, ...] | None:
 
 
 SPLITS = ("uniform", "balanced")
-"""The pipeline partition methods of the training code (`rows(split=...)`)."""
+"""The pipeline partition methods of the training code (`Assumptions.split`)."""
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """How the rows describe what the paper does not record: its runs' settings and the network
+    the code achieved. The defaults are the modelled ones; each other value is a what-if
+    (benchmarks/ranking.py options of the same names).
+
+    nvlink_scale, ib_scale  the scale-up (NVLink) / scale-out (InfiniBand) tier's bandwidth
+                            times this, 1 = the catalog A100 node (8 x 200 Gb/s HDR)
+    split                   the code's pipeline partition method: "uniform" (its default) or
+                            "balanced" (`balanced_item_split`)
+    dp_sync                 "megatron" keeps the overlapped reduce-scatter the planner
+                            launches; "fp32_after_backward" is the public code's own sync
+                            (`Job.dp_sync`)
+    """
+
+    nvlink_scale: float = 1.0
+    ib_scale: float = 1.0
+    split: str = "uniform"
+    dp_sync: DpSync = "megatron"
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        if self.nvlink_scale <= 0 or self.ib_scale <= 0:
+            raise ValueError("bandwidth factors must be > 0")
+
+    def describe(self) -> str:
+        """The what-ifs in force, e.g. ", NVLink x0.5, balanced pipeline split" ("" if none)."""
+        out = f", NVLink x{self.nvlink_scale:g}" if self.nvlink_scale != 1 else ""
+        out += f", InfiniBand x{self.ib_scale:g}" if self.ib_scale != 1 else ""
+        out += f", {self.split} pipeline split" if self.split != "uniform" else ""
+        return out + (f", {self.dp_sync} DP sync" if self.dp_sync != "megatron" else "")
+
+
+MODELLED = Assumptions()
+"""The settings the benchmarks model the rows with."""
 
 
 def rows(
     path: Path = CSV,
     kernels: tuple[str, ...] = ("flash_attention2",),
     outcomes: tuple[str, ...] = ("ok", "oom"),
-    nvlink_scale: float = 1.0,
-    split: str = "uniform",
-    dp_sync: DpSync = "megatron",
+    assume: Assumptions = MODELLED,
 ) -> Iterator[Row]:
-    """Every row with one of the given attention kernels and outcomes. `nvlink_scale` multiplies
-    the scale-up (NVLink) tier's bandwidth: a what-if for the TP bandwidth the training code
-    achieved on that NVLink (benchmarks/ranking.py --nvlink-scale), 1 = the catalog A100.
-    `split` is the code's pipeline partition method: "uniform" (its default, used throughout)
-    or "balanced" (`balanced_item_split`, a what-if). `dp_sync` "fp32_after_backward" models
-    the data-parallel sync the public code runs (`Job.dp_sync`), a what-if: "megatron", the
-    default, keeps the overlapped reduce-scatter the planner launches."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    """Every row with one of the given attention kernels and outcomes, described per `assume`."""
     gpu = catalog.get_gpu("a100-sxm-80gb")
-    tiers = list(gpu.tiers)
-    tiers[0] = tiers[0].model_copy(
-        update={"bandwidth_gb_per_s_per_gpu": tiers[0].bandwidth_gb_per_s_per_gpu * nvlink_scale}
-    )
+    tiers = [
+        t.model_copy(update={"bandwidth_gb_per_s_per_gpu": t.bandwidth_gb_per_s_per_gpu * x})
+        for t, x in zip(gpu.tiers, (assume.nvlink_scale, assume.ib_scale), strict=True)
+    ]
     with path.open(newline="") as f:
         for d in csv.DictReader(f):
             if d["attention_kernel"] not in kernels or d["outcome"] not in outcomes:
@@ -170,7 +198,7 @@ def rows(
                 sp_keeps_gathered_input=True,
                 tp_backward_overlap=False,
                 flash_attention=d["attention_kernel"].startswith("flash"),
-                dp_sync=dp_sync,
+                dp_sync=assume.dp_sync,
             )
             layout = Layout(
                 tp=int(d["tp"]),
@@ -182,7 +210,7 @@ def rows(
                 recompute="full" if d["recompute"] == "full" else "none",
                 pipeline_layers=(
                     uniform_item_split(arch.num_layers, int(d["pp"]))
-                    if split == "uniform"
+                    if assume.split == "uniform"
                     else balanced_item_split(arch, int(d["pp"]))
                 ),
             )

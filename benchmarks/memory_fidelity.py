@@ -64,7 +64,7 @@ def published() -> None:
 
 
 def hagemann_table(split: str = "uniform") -> None:
-    rows = list(hagemann.rows(split=split))
+    rows = list(hagemann.rows(assume=hagemann.Assumptions(split=split)))
     what_if = f", {split} pipeline split (what-if)" if split != "uniform" else ""
     print(f"\nHagemann et al. flash-attention-2 layouts (A100 80 GB){what_if}")
     counts = {("ok", True): 0, ("ok", False): 0, ("oom", True): 0, ("oom", False): 0}

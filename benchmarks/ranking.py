@@ -1,7 +1,8 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
     /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
-                                                [--cross-fit] [--pairs] [--split balanced]
+                                                [--ib-scale X] [--cross-fit] [--pairs]
+                                                [--split balanced]
                                                 [--dp-sync fp32_after_backward]
 
 Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
@@ -18,13 +19,15 @@ benchmarks/hagemann.py). The diagnostics below measure what its training code ac
 --residuals prints, per sweep, how the step-time residual goes with two costs the runs may have
 paid beyond the model (the code's serial DP sync, a TP cost above NVLink's). --nvlink-scale X
 reruns everything with the A100's NVLink tier at X times its catalog bandwidth: a what-if for the
-TP bandwidth the code achieved; --cross-fit fits that factor on one model's sweeps and checks the
-ranking of the other's. --pairs estimates it from matched layouts that differ only in TP, and the
-pipeline's cost from matched layouts that differ only in PP. --split balanced reruns everything
-with the code's other pipeline partition method (hagemann.balanced_item_split; the paper does not
-say which its runs used). --dp-sync fp32_after_backward reruns everything with the data-parallel
-sync the public code runs (Job.dp_sync: fp32 gradient all-reduce and bf16 parameter all-gather
-after the backward, not overlapped), where the rows otherwise keep Megatron's overlapped one.
+TP bandwidth the code achieved; --ib-scale X does the same for the InfiniBand tier (the paper
+names 200 Gb/s HDR, not how many links a node had). --cross-fit fits the NVLink factor on one
+model's sweeps and checks the ranking of the other's. --pairs estimates it from matched layouts
+that differ only in TP, and the pipeline's cost from matched layouts that differ only in PP.
+--split balanced reruns everything with the code's other pipeline partition method
+(hagemann.balanced_item_split; the paper does not say which its runs used). --dp-sync
+fp32_after_backward reruns everything with the data-parallel sync the public code runs
+(Job.dp_sync: fp32 gradient all-reduce and bf16 parameter all-gather after the backward, not
+overlapped), where the rows otherwise keep Megatron's overlapped one.
 Neither setting is recorded for the 2023 runs, and the top picks depend on the split: with the
 code's sync, every group meets both targets under the balanced split (at any --nvlink-scale from
 0.2 to 1); under the uniform one the llama-13b s2048 top pick misses by 10.9% at every factor
@@ -38,6 +41,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -45,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from benchmarks.hagemann import SPLITS
+from benchmarks.hagemann import SPLITS, Assumptions
 from benchmarks.runs import Case, load_hagemann
 from planner import cost
 from planner.memory import stage_params
@@ -175,14 +179,12 @@ def residuals(cases: Sequence[Case]) -> None:
 NVLINK_GRID = (1.0, 0.8, 0.67, 0.5, 0.4, 0.33, 0.25, 0.2)
 
 
-def cases_by_nvlink(
-    split: str = "uniform", dp_sync: DpSync = "megatron"
-) -> dict[float, list[Case]]:
-    """The cases at each NVLink factor of NVLINK_GRID, in the same order."""
-    return {x: load_hagemann(nvlink_scale=x, split=split, dp_sync=dp_sync) for x in NVLINK_GRID}
+def cases_by_nvlink(assume: Assumptions) -> dict[float, list[Case]]:
+    """The cases at each NVLink factor of NVLINK_GRID (the other assumptions kept), in order."""
+    return {x: load_hagemann(assume=replace(assume, nvlink_scale=x)) for x in NVLINK_GRID}
 
 
-def cross_fit_nvlink(split: str = "uniform", dp_sync: DpSync = "megatron") -> None:
+def cross_fit_nvlink(assume: Assumptions) -> None:
     """Fit the NVLink factor on one model's sweeps (least median |error| on NVLINK_GRID) and check
     the other model's ranking at that factor: does one TP bandwidth describe the cluster?"""
     print("\nNVLink factor fitted on one model, ranking checked on the other")
@@ -190,7 +192,7 @@ def cross_fit_nvlink(split: str = "uniform", dp_sync: DpSync = "megatron") -> No
         f"{'fit on':10s} {'factor':>6s} {'median |err|':>12s}  "
         "held-out groups (spearman / top-pick gap)"
     )
-    by_scale = cases_by_nvlink(split, dp_sync)
+    by_scale = cases_by_nvlink(assume)
     models = sorted({c.group.split()[0] for c in by_scale[1.0]})
 
     def median_error(cases: Sequence[Case]) -> float:
@@ -246,12 +248,12 @@ def print_implied(title: str, unit: str, implied: dict[str, list[float]]) -> Non
     print(f"all sweeps: {len(every)} pairs valued, median {statistics.median(every):.2f}")
 
 
-def implied_nvlink(split: str = "uniform", dp_sync: DpSync = "megatron") -> None:
+def implied_nvlink(assume: Assumptions) -> None:
     """Matched tp > 1 / tp 1 pairs (`twins`). The measured time ratio of the pair, against the
     ratio predicted at each NVLink factor of NVLINK_GRID, gives the factor that reproduces it:
     the pair's implied achieved TP bandwidth, free of any error the two layouts share. NaN: the
     ratio is outside what the grid predicts."""
-    by_scale = cases_by_nvlink(split, dp_sync)
+    by_scale = cases_by_nvlink(assume)
     base = by_scale[1.0]
     implied: dict[str, list[float]] = defaultdict(list)
     for i, j in twins(base, "tp"):
@@ -334,6 +336,9 @@ def main() -> None:
         "--nvlink-scale", type=float, default=1.0, help="NVLink bandwidth factor (what-if, > 0)"
     )
     ap.add_argument(
+        "--ib-scale", type=float, default=1.0, help="InfiniBand bandwidth factor (what-if, > 0)"
+    )
+    ap.add_argument(
         "--split",
         choices=SPLITS,
         default="uniform",
@@ -346,22 +351,23 @@ def main() -> None:
         help="data-parallel sync (what-if: fp32_after_backward, the training code's own)",
     )
     args = ap.parse_args()
-    if args.nvlink_scale <= 0:
-        ap.error(f"--nvlink-scale must be > 0, got {args.nvlink_scale}")
-    cases = load_hagemann(nvlink_scale=args.nvlink_scale, split=args.split, dp_sync=args.dp_sync)
-    scale = f", NVLink x{args.nvlink_scale:g}" if args.nvlink_scale != 1 else ""
-    scale += f", {args.split} pipeline split" if args.split != "uniform" else ""
-    scale += f", {args.dp_sync} DP sync" if args.dp_sync != "megatron" else ""
-    print(f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{scale}")
+    for option, value in (("--nvlink-scale", args.nvlink_scale), ("--ib-scale", args.ib_scale)):
+        if value <= 0:
+            ap.error(f"{option} must be > 0, got {value}")
+    assume = Assumptions(args.nvlink_scale, args.ib_scale, args.split, args.dp_sync)
+    cases = load_hagemann(assume=assume)
+    print(
+        f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{assume.describe()}"
+    )
     report("by model and sequence length", evaluate(cases, key=by_model_and_seq))
     report("by sweep (one GPU count each)", evaluate(cases, args.verbose, key=by_sweep))
     if args.residuals:
         residuals(cases)
     if args.cross_fit:
-        cross_fit_nvlink(args.split, args.dp_sync)
+        cross_fit_nvlink(assume)
     if args.pairs:
-        implied_nvlink(args.split, args.dp_sync)
-        implied_bubble(load_hagemann(split=args.split, dp_sync=args.dp_sync))
+        implied_nvlink(assume)
+        implied_bubble(cases)
 
 
 if __name__ == "__main__":

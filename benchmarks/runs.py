@@ -55,7 +55,7 @@ from planner import catalog, flops
 from planner.arch import ModelArch
 from planner.hardware import ClusterSpec
 from planner.layout import Layout
-from planner.spec import ClusterSection, DpSync, Job, resolve_cluster
+from planner.spec import ClusterSection, Job, resolve_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / ".." / "shared" / "reference"
@@ -289,22 +289,14 @@ def load_published(reference: Path = REFERENCE, with_throughput: bool = True) ->
 def load_hagemann(
     kernel: str | None = "flash_attention2",
     outcomes: tuple[str, ...] = ("ok",),
-    nvlink_scale: float = 1.0,
-    split: str = "uniform",
-    dp_sync: DpSync = "megatron",
+    assume: hagemann.Assumptions = hagemann.MODELLED,
 ) -> list[Case]:
     """The Hagemann et al. rows (benchmarks/hagemann.py) with these outcomes and attention kernel
-    (None: every kernel); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none.
-    `nvlink_scale`, `split` and `dp_sync` are hagemann.rows' what-ifs."""
+    (None: every kernel), described per `assume` (hagemann.Assumptions: the modelled settings or
+    a what-if); tokens_per_s_per_gpu and mfu_pct are NaN where the row has none."""
     kernels = (kernel,) if kernel else hagemann.KERNELS
     out = []
-    rows = hagemann.rows(
-        kernels=kernels,
-        outcomes=outcomes,
-        nvlink_scale=nvlink_scale,
-        split=split,
-        dp_sync=dp_sync,
-    )
+    rows = hagemann.rows(kernels=kernels, outcomes=outcomes, assume=assume)
     for row in rows:
         r = row.data
         tok = float(r["tokens_per_s_per_gpu"] or "nan")

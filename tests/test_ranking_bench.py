@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import ranking
+from benchmarks.hagemann import Assumptions
 from benchmarks.runs import load_hagemann
 from planner import cost
 
@@ -67,7 +68,7 @@ def test_the_codes_own_dp_sync_is_never_faster() -> None:
     # exposes more than Megatron's overlapped bf16 reduce-scatter + all-gather can (its exposed
     # part is at most the whole bf16 reduce-scatter, half the bytes of one fp32 all-reduce phase)
     base = load_hagemann()
-    code = load_hagemann(dp_sync="fp32_after_backward")
+    code = load_hagemann(assume=Assumptions(dp_sync="fp32_after_backward"))
     assert [c.id for c in code] == [c.id for c in base]
     for a, b in zip(base, code, strict=True):
         assert b.job.dp_sync == "fp32_after_backward"
