@@ -74,3 +74,18 @@ def test_the_codes_own_dp_sync_is_never_faster() -> None:
         assert b.job.dp_sync == "fp32_after_backward"
         fast, slow = (cost.estimate(c.job, c.layout).tokens_per_s_per_gpu for c in (a, b))
         assert slow < fast if a.layout.dp > 1 else slow == fast
+
+
+def test_assumptions_scale_the_named_tier_and_reject_nonsense() -> None:
+    half_ib = load_hagemann(assume=Assumptions(ib_scale=0.5))
+    for a, b in zip(load_hagemann(), half_ib, strict=True):
+        assert b.job.cluster.tiers[0] == a.job.cluster.tiers[0]  # NVLink untouched
+        assert b.job.cluster.tiers[1].bandwidth_gb_per_s_per_gpu == pytest.approx(
+            0.5 * a.job.cluster.tiers[1].bandwidth_gb_per_s_per_gpu
+        )
+        # a slower network never makes a layout faster
+        slow, fast = (cost.estimate(c.job, c.layout).step_time_s for c in (b, a))
+        assert slow >= fast
+    for bad in ({"split": "random"}, {"nvlink_scale": 0.0}, {"ib_scale": -1.0}):
+        with pytest.raises(ValueError):
+            Assumptions(**bad)  # type: ignore[arg-type]
