@@ -151,7 +151,10 @@ class Assumptions:
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
         if self.nvlink_scale <= 0 or self.ib_scale <= 0:
-            raise ValueError("bandwidth factors must be > 0")
+            raise ValueError(
+                f"bandwidth factors must be > 0, got NVLink x{self.nvlink_scale:g}, "
+                f"InfiniBand x{self.ib_scale:g}"
+            )
 
     def describe(self) -> str:
         """The what-ifs in force, e.g. ", NVLink x0.5, balanced pipeline split" ("" if none)."""

@@ -351,10 +351,10 @@ def main() -> None:
         help="data-parallel sync (what-if: fp32_after_backward, the training code's own)",
     )
     args = ap.parse_args()
-    for option, value in (("--nvlink-scale", args.nvlink_scale), ("--ib-scale", args.ib_scale)):
-        if value <= 0:
-            ap.error(f"{option} must be > 0, got {value}")
-    assume = Assumptions(args.nvlink_scale, args.ib_scale, args.split, args.dp_sync)
+    try:
+        assume = Assumptions(args.nvlink_scale, args.ib_scale, args.split, args.dp_sync)
+    except ValueError as e:
+        ap.error(str(e))
     cases = load_hagemann(assume=assume)
     print(
         f"Hagemann et al. 2023, flash_attention2, outcome ok: {len(cases)} runs{assume.describe()}"

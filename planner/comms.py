@@ -280,18 +280,15 @@ def data_parallel(
     (per parameter 2 x 4 bytes through the all-reduce's two ring phases plus 2 through the
     all-gather; 8 without ZeRO), all exposed.
     """
-    if fp32_after_backward:
-        exposed = 0.0
-        for n_params, grp in zip((dense, expert), groups, strict=True):
-            if n_params > 0 and grp.size > 1:
-                exposed += all_reduce(n_params * FP32, grp)
-                exposed += all_gather(n_params * BF16, grp) if lay.zero_stage else 0.0
-        return exposed, 0.0
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
     exposed = hidden = 0.0
     for n_params, grp in zip((dense, expert), groups, strict=True):
         if n_params <= 0 or grp.size <= 1:
+            continue
+        if fp32_after_backward:
+            exposed += all_reduce(n_params * FP32, grp)
+            exposed += all_gather(n_params * BF16, grp) if lay.zero_stage else 0.0
             continue
         bucket = min(1.0, max(DP_BUCKET_PARAMS, 1_000_000 * grp.size) / n_params)
         if lay.zero_stage == 3:
