@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fit_constants import FIT_PREFIXES
 from benchmarks.runs import Case, load_published
-from planner import cost
+from planner.model import cost
 
 
 def rows(cases: list[Case]) -> list[tuple[Case, cost.Performance, float]]:

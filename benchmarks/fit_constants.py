@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
-from planner import cost, layer_time
+from planner.model import cost, layer_time
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 NAMES = (

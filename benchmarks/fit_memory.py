@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hagemann
 
-from planner import activations, memory
+from planner.model import activations, memory
 
 
 def set_constants(loss_bytes: float, norm_extra: float) -> None:

@@ -26,21 +26,30 @@ inside the optimizer step, after the whole backward: the gradients are all-reduc
 ZeRO-1 shards all-gathered in bf16, neither overlapped. The rows keep Megatron's overlapped
 reduce-scatter because that is what the planner launches; benchmarks/ranking.py --residuals
 measures how far the sweeps look like the serial sync instead, and `--dp-sync fp32_after_backward`
-reruns them with it (`Job.dp_sync`).
+reruns them with it (`estimate`, `serial_dp_sync`: a setting of this training code, not of a
+plan, so it lives here and not in planner).
 """
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
-from planner import catalog, params
-from planner.arch import ModelArch
-from planner.hardware import ClusterSpec
-from planner.layout import Layout
-from planner.spec import DpSync, Job
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, cost, layer_time, memory, params, schedule
+from planner.model.activations import BF16, FP32
+from planner.model.cost import Performance
+
+DpSync = Literal["megatron", "fp32_after_backward"]
+"""How the data-parallel replicas synchronise: Megatron's overlapped sync (what planner
+models and launches), or the training code's own fp32 all-reduce after the backward."""
 
 CSV = Path(__file__).resolve().parent.parent / "tests" / "data" / "hagemann_layouts.csv"
 
@@ -50,6 +59,7 @@ class Row:
     data: dict[str, str]
     job: Job
     layout: Layout
+    dp_sync: DpSync = "megatron"
 
     @property
     def outcome(self) -> str:
@@ -139,7 +149,7 @@ class Assumptions:
                             "balanced" (`balanced_item_split`)
     dp_sync                 "megatron" keeps the overlapped reduce-scatter the planner
                             launches; "fp32_after_backward" is the public code's own sync
-                            (`Job.dp_sync`)
+                            (`serial_dp_sync`)
     """
 
     nvlink_scale: float = 1.0
@@ -201,7 +211,6 @@ def rows(
                 sp_keeps_gathered_input=True,
                 tp_backward_overlap=False,
                 flash_attention=d["attention_kernel"].startswith("flash"),
-                dp_sync=assume.dp_sync,
             )
             layout = Layout(
                 tp=int(d["tp"]),
@@ -217,4 +226,48 @@ def rows(
                     else balanced_item_split(arch, int(d["pp"]))
                 ),
             )
-            yield Row(d, job, layout)
+            yield Row(d, job, layout, assume.dp_sync)
+
+
+def serial_dp_sync(job: Job, lay: Layout) -> tuple[float, float]:
+    """(exposed DP seconds, optimizer seconds) per step of the public code's optimizer step
+    (Aleph-Alpha/scaling `core/optimizer/optimizer.py`, `allreduce.py`): after the whole backward
+    it all-reduces each stage's gradients in fp32, then with ZeRO all-gathers the updated bf16
+    parameters, nothing overlapped (per parameter 2 x 4 bytes through the all-reduce's two ring
+    phases plus 2 through the all-gather), on the groups and tiers planner places them
+    (`comms.data_parallel_groups`). As in `cost.estimate`, the stage whose sync and optimizer
+    step take longest decides."""
+    groups = comms.data_parallel_groups(job.cluster, lay)
+    gpu = layer_time.gpu_of(job)
+    best = (0.0, 0.0)
+    for rank, layers in enumerate(schedule.stage_ranges(job.arch.num_layers, lay)):
+        dense, expert = memory.stage_params(job, lay, rank, layers)
+        exposed = 0.0
+        for n_params, grp in zip((dense, expert), groups, strict=True):
+            if n_params <= 0 or grp.size <= 1:
+                continue
+            exposed += comms.all_reduce(n_params * FP32, grp)
+            exposed += comms.all_gather(n_params * BF16, grp) if lay.zero_stage else 0.0
+        opt = cost.optimizer_time(job, lay, dense, expert, gpu)
+        if exposed + opt >= sum(best):
+            best = (exposed, opt)
+    return best
+
+
+def estimate(job: Job, lay: Layout, dp_sync: DpSync = "megatron") -> Performance:
+    """`cost.estimate`, with the training code's own DP sync in place of Megatron's where
+    `dp_sync` says so (the rates scale with the step time)."""
+    perf = cost.estimate(job, lay)
+    if dp_sync == "megatron":
+        return perf
+    exposed, opt = serial_dp_sync(job, lay)
+    b = replace(perf.breakdown, dp_comm_exposed=exposed, dp_comm_hidden=0.0, optimizer=opt)
+    faster = perf.step_time_s / b.step_time
+    return replace(
+        perf,
+        breakdown=b,
+        step_time_s=b.step_time,
+        tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu * faster,
+        model_tflops_per_gpu=perf.model_tflops_per_gpu * faster,
+        mfu=perf.mfu * faster,
+    )

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hagemann
 import runs
 
-from planner import memory
-from planner.layout import Layout
-from planner.spec import Job
-from planner.units import GIB
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model import memory
 
 
 def measured_gib(row: dict[str, Any]) -> float | None:

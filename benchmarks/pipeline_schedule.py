@@ -24,8 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, cluster, load_hagemann, load_published
-from planner import catalog, cost, schedule, search
-from planner.spec import Job
+from planner.inputs import catalog
+from planner.inputs.plan import Job
+from planner.model import cost, schedule
+from planner.search import top_k as search
 
 TOP_K = 10
 SUGGEST = (

@@ -36,11 +36,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
-from planner import cost, memory, rules, search, units
-from planner import space as space_mod
-from planner.layout import Layout
-from planner.space import Bound, Space, Structure, options
-from planner.spec import Job
+from planner.inputs import units
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, memory
+from planner.search import rules
+from planner.search import space as space_mod
+from planner.search import top_k as search
+from planner.search.space import Bound, Space, Structure, options
 
 TOLERANCE = 1e-9
 """Relative slack on 'top pick predicts at least the published layout' (float round-off)."""

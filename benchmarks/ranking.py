@@ -26,8 +26,8 @@ that differ only in TP, and the pipeline's cost from matched layouts that differ
 --split balanced reruns everything with the code's other pipeline partition method
 (hagemann.balanced_item_split; the paper does not say which its runs used). --dp-sync
 fp32_after_backward reruns everything with the data-parallel sync the public code runs
-(Job.dp_sync: fp32 gradient all-reduce and bf16 parameter all-gather after the backward, not
-overlapped), where the rows otherwise keep Megatron's overlapped one.
+(hagemann.serial_dp_sync: fp32 gradient all-reduce and bf16 parameter all-gather after the
+backward, not overlapped), where the rows otherwise keep Megatron's overlapped one.
 Neither setting is recorded for the 2023 runs, and the top picks depend on the split: with the
 code's sync, every group meets both targets under the balanced split (at any --nvlink-scale from
 0.2 to 1); under the uniform one the llama-13b s2048 top pick misses by 10.9% at every factor
@@ -49,12 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from benchmarks.hagemann import SPLITS, Assumptions
+from benchmarks.hagemann import SPLITS, Assumptions, DpSync
 from benchmarks.runs import Case, load_hagemann
-from planner import cost
-from planner.memory import stage_params
-from planner.schedule import stage_ranges
-from planner.spec import DpSync
+from planner.model import cost
+from planner.model.memory import stage_params
+from planner.model.schedule import stage_ranges
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -111,7 +110,7 @@ def evaluate(
     """Per group: (group, rows, spearman, measured shortfall of the predicted top pick)."""
     out = []
     for name, rows in grouped(cases, key):
-        pred = [cost.estimate(c.job, c.layout).tokens_per_s_per_gpu for c in rows]
+        pred = [c.estimate().tokens_per_s_per_gpu for c in rows]
         meas = [c.tokens_per_s_per_gpu for c in rows]
         rho = spearman(pred, meas) if len(rows) > 2 else float("nan")
         top = max(range(len(rows)), key=lambda i: pred[i])
@@ -157,7 +156,7 @@ def residuals(cases: Sequence[Case]) -> None:
     )
     print(f"{head} TP corr")
     for name, rows in grouped(cases, by_sweep):
-        est = [cost.estimate(c.job, c.layout) for c in rows]
+        est = [c.estimate() for c in rows]
         measured = [
             c.job.tokens_per_step / (c.tokens_per_s_per_gpu * c.layout.num_gpus) for c in rows
         ]
@@ -196,10 +195,7 @@ def cross_fit_nvlink(assume: Assumptions) -> None:
     models = sorted({c.group.split()[0] for c in by_scale[1.0]})
 
     def median_error(cases: Sequence[Case]) -> float:
-        errs = [
-            abs(cost.estimate(c.job, c.layout).tokens_per_s_per_gpu / c.tokens_per_s_per_gpu - 1)
-            for c in cases
-        ]
+        errs = [abs(c.estimate().tokens_per_s_per_gpu / c.tokens_per_s_per_gpu - 1) for c in cases]
         return statistics.median(errs)
 
     for fit in models:
@@ -259,8 +255,7 @@ def implied_nvlink(assume: Assumptions) -> None:
     for i, j in twins(base, "tp"):
         measured = base[j].tokens_per_s_per_gpu / base[i].tokens_per_s_per_gpu
         pred = [
-            cost.estimate(cs[j].job, cs[j].layout).tokens_per_s_per_gpu
-            / cost.estimate(cs[i].job, cs[i].layout).tokens_per_s_per_gpu
+            cs[j].estimate().tokens_per_s_per_gpu / cs[i].estimate().tokens_per_s_per_gpu
             for cs in by_scale.values()
         ]
         found = float("nan")
@@ -296,7 +291,7 @@ def implied_bubble(cases: Sequence[Case]) -> None:
     micro-batch time). k = pp - 1 where the pipeline costs what the schedule says."""
     implied: dict[str, list[float]] = defaultdict(list)
     for i, j in twins(cases, "pp"):
-        pipe, flat = (cost.estimate(cases[x].job, cases[x].layout) for x in (i, j))
+        pipe, flat = (cases[x].estimate() for x in (i, j))
         measured = cases[j].tokens_per_s_per_gpu / cases[i].tokens_per_s_per_gpu
         k = bubble_micro_batches(pipe, flat, measured, cases[i].layout.pp)
         implied[f"{sweep_label(cases[i].group)} pp{cases[i].layout.pp}"].append(k)

@@ -51,11 +51,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hagemann
 
-from planner import catalog, flops
-from planner.arch import ModelArch
-from planner.hardware import ClusterSpec
-from planner.layout import Layout
-from planner.spec import ClusterSection, Job, resolve_cluster
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import ClusterSection, Job, resolve_cluster
+from planner.model import flops
+from planner.model.cost import Performance
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / ".." / "shared" / "reference"
@@ -109,6 +111,12 @@ class Case:
     group: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The source row as read (yaml mapping or csv row), e.g. for measured memory or outcome."""
+    dp_sync: hagemann.DpSync = "megatron"
+    """How the run's training code synchronised its data-parallel replicas (hagemann.DpSync)."""
+
+    def estimate(self) -> Performance:
+        """The model's prediction for this run (with the run's own DP sync)."""
+        return hagemann.estimate(self.job, self.layout, self.dp_sync)
 
 
 def cluster(gpu_name: str, num_gpus: int, **overrides: Any) -> ClusterSpec:
@@ -302,5 +310,5 @@ def load_hagemann(
         tok = float(r["tokens_per_s_per_gpu"] or "nan")
         mfu = float(r["mfu_pct"] or "nan")
         rid = f"hagemann-{r['trial_id']}"
-        out.append(Case(rid, row.job, row.layout, tok, mfu, row.group, dict(r)))
+        out.append(Case(rid, row.job, row.layout, tok, mfu, row.group, dict(r), row.dp_sync))
     return out

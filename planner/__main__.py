@@ -1,5 +1,5 @@
 """`python -m planner` runs the same CLI as the `planner` console script."""
 
-from planner.cli import main
+from planner.cli.app import main
 
 main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.cli import main
+from planner.cli.app import main
 
 STAGE_KEYS = {
     "weights_gib",

@@ -1,5 +1,6 @@
-"""Plan-file text for the tests of planner.spec: the four tables, written into tmp_path so the file
-name in an error message is known, and the error a bad plan raises."""
+"""Plan-file text for the tests of planner.inputs.plan: the four tables, written into tmp_path so
+the file name in an error message is known, and the error a bad plan raises where a command reads
+it (the plan file, then Megatron-LM's rules on its layout)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-from planner.errors import InputError
-from planner.spec import load_plan
+from planner.inputs.errors import InputError
+from planner.inputs.plan import load_plan
+from planner.search.rules import check_plan
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "llama3.1-8b-h100.toml"
 PLANS = REPO / "tests" / "data" / "plans"
 HF = REPO / "tests" / "data" / "hf"
@@ -36,5 +38,5 @@ def plan_text(
 
 def load_error(path: Path) -> str:
     with pytest.raises(InputError) as info:
-        load_plan(path)
+        check_plan(load_plan(path))
     return str(info.value)

@@ -15,10 +15,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 import planner
 
-REPO = Path(__file__).resolve().parents[1]
 DATA_DIRS = ("hardware_catalog", "model_zoo")
 
 
@@ -97,7 +97,7 @@ def test_unpacked_wheel_finds_its_own_data(wheel: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     script = (
-        "import planner, planner.catalog as c; "
+        "import planner, planner.inputs.catalog as c; "
         "print(planner.__file__); print(c.data_dir('hardware_catalog')); "
         "print(c.data_dir('model_zoo')); print(len(c.gpus()), len(c.models()))"
     )

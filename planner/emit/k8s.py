@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planner.emit import (
+from planner.emit.common import (
     RDZV_PORT,
     SCHEDULE,
     Prediction,
@@ -28,7 +28,7 @@ from planner.emit import (
     slug,
 )
 from planner.emit.megatron import arguments
-from planner.spec import Plan
+from planner.inputs.plan import Plan
 
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 

@@ -24,12 +24,12 @@ import shlex
 from dataclasses import dataclass
 from itertools import groupby
 
-from planner.arch import ModelArch
-from planner.emit import comment_block, environment, header, predict
-from planner.errors import InputError
-from planner.layout import FSDP_STRATEGY, Layout
-from planner.memory import stage_chunks
-from planner.spec import Plan
+from planner.emit.common import comment_block, environment, header, predict
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.layout import FSDP_STRATEGY, Layout
+from planner.inputs.plan import Plan
+from planner.model.memory import stage_chunks
 
 Arg = tuple[str, ...]
 """One flag followed by its values."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from planner.emit import comment_block, header, nodes, predict, slug
+from planner.emit.common import comment_block, header, nodes, predict, slug
 from planner.emit.torchrun import MEGATRON_WORDS, settings_block, torchrun_body
-from planner.spec import Plan
+from planner.inputs.plan import Plan
 
 DEFAULT_TIME = "04:00:00"
 

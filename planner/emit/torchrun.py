@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from planner.emit import (
+from planner.emit.common import (
     RDZV_PORT,
     SCHEDULE,
     Nodes,
@@ -25,7 +25,7 @@ from planner.emit import (
     predict,
 )
 from planner.emit.megatron import Arg, arguments
-from planner.spec import Plan
+from planner.inputs.plan import Plan
 
 
 def q(word: str) -> str:

@@ -1,0 +1,92 @@
+"""`planner explain`: where a plan's memory and time go, per pipeline stage; with `--tokens` (or any
+operations option) also days, GPU-hours, cost, energy, checkpoint interval and goodput; with
+`--timeline` one step's pipeline schedule as SVG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.cli import plot, render, report, timeline
+from planner.cli.common import (
+    DEFAULT_HEADROOM,
+    HeadroomOpt,
+    JsonOpt,
+    check_headroom,
+    emit_json,
+    out,
+)
+from planner.cli.ops_options import (
+    AsyncOpt,
+    FailureRateOpt,
+    GpuWOpt,
+    IntervalOpt,
+    NodeWOpt,
+    PriceOpt,
+    PueOpt,
+    RestartOpt,
+    StorageOpt,
+    TokensOpt,
+    named_options,
+    ops_inputs,
+)
+from planner.inputs.plan import load_plan
+from planner.model import cost, memory
+from planner.ops import operations
+from planner.search.rules import check_plan
+
+
+def explain(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    as_json: JsonOpt = False,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,
+    tokens: TokensOpt = None,
+    price: PriceOpt = None,
+    failure_rate: FailureRateOpt = None,
+    restart_min: RestartOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    pue: PueOpt = None,
+    node_overhead_w: NodeWOpt = None,
+    gpu_power_w: GpuWOpt = None,
+    async_checkpoint: AsyncOpt = False,
+    checkpoint_interval_min: IntervalOpt = None,
+    timeline_path: Annotated[
+        Path | None,
+        typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
+    ] = None,
+) -> None:
+    """Where the memory and the time go, per pipeline stage; with --tokens (or any operations
+    option) also days, GPU-hours, cost, energy, checkpoint interval and goodput."""
+    check_headroom(headroom)
+    if timeline_path is not None:
+        plot.check_svg_path(timeline_path, "--timeline")
+    params, budget, wanted = ops_inputs(
+        tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
+        gpu_power_w, async_checkpoint, checkpoint_interval_min,
+    )  # fmt: skip
+    plan = check_plan(load_plan(plan_path))
+    job, layout = plan.job, plan.require_layout()
+    rep = memory.estimate(job, layout, headroom)
+    perf = cost.estimate(job, layout)
+    ops = None
+    if wanted:
+        with named_options():
+            ops = operations.operations(job, perf, budget, params)
+    if timeline_path is not None:
+        svg = timeline.pipeline_svg(job, layout, perf)
+        plot.write_svg(timeline_path, svg, "--timeline")
+    if as_json:
+        data = report.plan_dict(job.arch, layout, rep, perf)
+        if ops is not None:
+            data["operations"] = report.operations_dict(ops)
+        if timeline_path is not None:
+            data["timeline"] = str(timeline_path)
+        emit_json(data)
+    else:
+        render.print_explain(out, job, layout, rep, perf)
+        if ops is not None:
+            out.print(render.operations_table(ops))
+        if timeline_path is not None:
+            out.print(f"wrote {timeline_path}")

@@ -1,0 +1,31 @@
+"""`planner launch`: the plan's launch file (Megatron-LM arguments, torchrun, Slurm or Kubernetes),
+to stdout or written under `--out` (`planner.emit.launch`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.emit import launch as launch_files
+
+
+def launch(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    target: Annotated[str, typer.Option("--target", help="megatron-args, torchrun, slurm or k8s")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="write into this directory (default: stdout)")
+    ] = None,
+    job_name: Annotated[
+        str | None, typer.Option("--job-name", help="job name (default: the plan file's stem)")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+) -> None:
+    """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm or Kubernetes."""
+    done = launch_files.launch(plan_path, target, out_dir, job_name, force)
+    if done.path is None:
+        sys.stdout.write(done.text)
+    else:
+        print(done.path)

@@ -1,0 +1,311 @@
+"""Human output with rich: tables for the catalog and the per-stage memory breakdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.emit.common import cost_text
+from planner.inputs import units
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import GpuSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import params
+from planner.model.cost import Performance
+from planner.model.memory import MemoryReport
+from planner.model.schedule import shown_microbatches, timeline_text
+from planner.ops.operations import Operations
+from planner.search import scaling
+from planner.search.advice import Change
+
+
+def gib(nbytes: float) -> str:
+    return f"{units.gib(nbytes):.1f}"
+
+
+def billions(n: float) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+def gpu_table(gpus: list[GpuSpec]) -> Table:
+    t = Table(title="GPUs (hardware_catalog/gpus)")
+    for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "scale-up", "node", "TDP W"):
+        t.add_column(col, justify="left" if col in ("name", "scale-up") else "right")
+    for g in gpus:
+        t.add_row(
+            g.name,
+            f"{g.peak_tflops_bf16:g}",
+            f"{g.peak_tflops_fp8:g}" if g.peak_tflops_fp8 else "-",
+            f"{g.memory_gib:.1f}",
+            f"{g.scaleup_name} x{g.scaleup_domain_gpus} "
+            f"{g.scaleup_bandwidth_gb_per_s_per_gpu:g} GB/s",
+            str(g.gpus_per_node),
+            f"{g.tdp_w:g}",
+        )
+    return t
+
+
+def model_table(models: list[ModelArch]) -> Table:
+    t = Table(title="Models (model_zoo)")
+    for col in ("name", "layers", "hidden", "heads/groups", "experts", "params", "active"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for m in models:
+        experts = f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "-"
+        t.add_row(
+            m.name,
+            str(m.num_layers),
+            str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.query_groups}",
+            experts,
+            billions(params.params_total(m)),
+            billions(params.params_active(m)),
+        )
+    return t
+
+
+def fields_table(title: str, data: dict[str, Any]) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")
+    for k, v in data.items():
+        t.add_row(k, "" if v is None else str(v))
+    return t
+
+
+def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
+    """Per-stage memory; with `perf` (explain) also each stage's time per micro-batch."""
+    title = f"Memory per GPU (GiB), capacity {gib(rep.capacity)} after headroom"
+    timed = perf is not None and len(perf.stages) == len(rep.stages)
+    t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
+    cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
+    for col in cols + (["fwd ms", "bwd ms"] if timed else []):
+        t.add_column(col, justify="right")
+    worst = rep.worst.stage
+    for st in rep.stages:
+        mark = " <- worst" if st.stage == worst else ""
+        style = "bold red" if st.stage == worst and not rep.fits else None
+        cells = [f"{st.stage}{mark}", str(st.layers)]
+        cells += [gib(v) for v in (st.weights, st.grads, st.optimizer, st.activations, st.other)]
+        cells.append(gib(st.total))
+        if timed and perf is not None:
+            fwd, bwd = perf.stages[st.stage]
+            cells += [f"{1e3 * fwd:,.1f}", f"{1e3 * bwd:,.1f}"]
+        t.add_row(*cells, style=style)
+    return t
+
+
+def cluster_text(job: Job) -> str:
+    """'8 x h100-sxm-80gb', with the plan's power cap and HBM override where set."""
+    c = job.cluster
+    extra = []
+    if c.power_limit_w is not None:
+        extra.append(f"{c.power_limit_w:g} W cap")
+    if c.hbm_bandwidth_tb_per_s is not None:
+        extra.append(f"HBM {c.hbm_bandwidth_tb_per_s:g} TB/s")
+    return f"{c.num_gpus} x {c.gpu.name}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def print_check(
+    console: Console, job: Job, layout: Layout, rep: MemoryReport, changes: list[Change]
+) -> None:
+    console.print(
+        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}"
+    )
+    console.print(memory_table(rep))
+    peak, cap = gib(rep.peak), gib(rep.capacity)
+    if rep.fits:
+        console.print(f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})")
+        return
+    console.print(
+        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on stage {rep.worst.stage}, "
+        f"{gib(rep.shortfall)} GiB over"
+    )
+    fitting = [c for c in changes if c.fits]
+    if fitting:
+        console.print("Single changes that make it fit (cheapest first):")
+        for c in fitting[:5]:
+            console.print(f"  {c.describe()} saves {gib(c.saves)} GiB")
+    elif changes:
+        best = max(changes, key=lambda c: c.saves)
+        console.print(
+            f"No single change makes it fit; the largest saving is {best.describe()} "
+            f"({gib(best.saves)} GiB)."
+        )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f}"
+
+
+def time_table(perf: Performance) -> Table:
+    b = perf.breakdown
+    t = Table(title=f"Step time {perf.step_time_s:.3f} s (slowest pipeline stage)")
+    t.add_column("where the time goes")
+    t.add_column("exposed ms", justify="right")
+    t.add_column("hidden ms", justify="right")
+    t.add_column("share", justify="right")
+    rows = [
+        ("compute (GEMMs, attention, elementwise)", b.compute, None),
+        ("recompute", b.recompute, None),
+        ("TP communication", b.tp_comm_exposed, b.tp_comm_hidden),
+        ("CP communication", b.cp_comm_exposed, b.cp_comm_hidden),
+        ("EP all-to-all", b.ep_comm_exposed, b.ep_comm_hidden),
+        ("PP send/receive", b.pp_comm_exposed, None),
+        ("DP gradient / parameter traffic", b.dp_comm_exposed, b.dp_comm_hidden),
+        ("pipeline bubble", b.bubble, None),
+        ("optimizer step", b.optimizer, None),
+        ("other per-step costs", b.other, None),
+    ]
+    for name, exposed, hidden in rows:
+        if exposed == 0 and not hidden:
+            continue
+        share = f"{exposed / perf.step_time_s:.0%}"
+        t.add_row(name, _ms(exposed), "" if hidden is None else _ms(hidden), share)
+    return t
+
+
+def print_explain(
+    console: Console, job: Job, layout: Layout, rep: MemoryReport, perf: Performance
+) -> None:
+    console.print(
+        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
+        f"{layout.describe()}"
+    )
+    console.print(memory_table(rep, perf))
+    verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
+    console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB")
+    console.print(time_table(perf))
+    if layout.pp > 1:
+        m = layout.num_microbatches(job.global_batch_size)
+        shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp)
+        kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
+        odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"
+        console.print(
+            f"{kind} schedule of the first {shown} of {m} micro-batches, each stage's times "
+            f"to scale: F forward, B backward{odd}, . idle"
+        )
+        fwd = [f for f, _ in perf.stages]
+        bwd = [b for _, b in perf.stages]
+        width = console.width - 10
+        for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop):
+            console.print(line, highlight=False)
+    console.print(
+        f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
+        f"{perf.model_tflops_per_gpu:.0f}   MFU {perf.mfu:.1%} (model FLOPs, causal attention "
+        f"not halved)   largest cost besides compute: {perf.bottleneck()}"
+    )
+
+
+def operations_table(o: Operations) -> Table:
+    """`explain --tokens ...`: days, GPU-hours, cost, energy, checkpoints, failures, goodput."""
+    r, p = o.resilience, o.params
+    t = Table(title="Operations (planner.ops; defaults and sources: planner/ops.py)")
+    t.add_column("what", style="bold")
+    t.add_column("estimate", overflow="fold")
+    if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
+        t.add_row("token budget", f"{units.format_tokens(o.tokens)} tokens = {o.steps:,} steps")
+        t.add_row("wall-clock", f"{o.days:,.1f} days ({o.days_no_failures:,.1f} without failures)")
+        t.add_row("GPU-hours", f"{o.gpu_hours:,.0f}")
+        t.add_row("cost", f"{cost_text(o) or 'unknown'} ({o.price_source})")
+        t.add_row(
+            "energy",
+            f"{o.energy_mwh:,.1f} MWh at {o.facility_power_w / 1e6:,.3f} MW "
+            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {o.nodes:,} nodes, "
+            f"PUE {o.pue:g})",
+        )
+    mode = "asynchronous" if r.async_checkpoint else "synchronous"
+    t.add_row(
+        "checkpoint",
+        f"{units.format_bytes(r.checkpoint_bytes)} {mode}: write "
+        f"{units.format_duration(r.checkpoint_write_s)} at {p.storage_gb_per_s_per_node:g} GB/s "
+        f"x {o.nodes:,} nodes, training blocked {units.format_duration(r.checkpoint_blocking_s)}",
+    )
+    how = "given" if p.checkpoint_interval_min is not None else "Daly optimum"
+    young, daly = (
+        units.format_duration(r.young_interval_s),
+        units.format_duration(r.daly_interval_s),
+    )
+    t.add_row(
+        "checkpoint interval",
+        f"every {r.interval_steps:,} steps = {units.format_duration(r.interval_s)} ({how}; "
+        f"Young {young}, Daly {daly})",
+    )
+    failures = (
+        f"; ~{o.expected_failures:,.0f} over the run" if o.expected_failures is not None else ""
+    )
+    t.add_row(
+        "failures",
+        f"MTBF {units.format_duration(r.mtbf_s)} ({p.failure_rate_per_gpu_day:.3g} per GPU-day x "
+        f"{o.num_gpus:,} GPUs), {units.format_duration(r.restart_s)} lost per restart{failures}",
+    )
+    t.add_row(
+        "goodput",
+        f"{r.goodput:.1%} of wall-clock trains; lost: checkpoints {r.lost_checkpoint:.1%}, "
+        f"restarts {r.lost_restart:.1%}, re-done work {r.lost_rework:.1%}",
+    )
+    t.add_row(
+        "tokens/s",
+        f"{o.effective_tokens_per_s:,.0f} effective ({o.tokens_per_s:,.0f} without failures)",
+    )
+    return t
+
+
+SCALE_COLUMNS = (
+    "GPUs",
+    "layout",
+    "tokens/s",
+    "tokens/s/GPU",
+    "efficiency",
+    "marginal",
+    "goodput",
+    "$/M tokens",
+    "days",
+    "note",
+)
+
+
+def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
+    """One row of strings per size, in SCALE_COLUMNS order."""
+    rows: list[tuple[str, ...]] = []
+    for p in curve.points:
+        o = p.operations
+        if o is None or p.layout is None:
+            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+            continue
+        usd = o.usd_per_million_tokens
+        rows.append(
+            (
+                f"{p.num_gpus:,}",
+                p.layout.describe(),
+                units.format_si(o.effective_tokens_per_s),
+                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
+                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
+                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
+                f"{o.resilience.goodput:.1%}",
+                f"{usd:,.2f}" if usd is not None else "-",
+                f"{o.days:,.1f}" if o.days is not None else "-",
+                p.note,
+            )
+        )
+    return rows
+
+
+def scale_table(curve: scaling.ScaleCurve) -> Table:
+    """`planner scale`: one row per GPU count (`scale_rows`)."""
+    job = curve.job
+    budget = f", {units.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
+    t = Table(
+        title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
+        f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
+    )
+    for col in SCALE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")
+    for p, row in zip(curve.points, scale_rows(curve), strict=True):
+        style = "red" if p.num_gpus == curve.stops_paying_at else None
+        t.add_row(*row, style=style)
+    return t

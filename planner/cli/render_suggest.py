@@ -1,0 +1,101 @@
+"""Human output of `planner suggest`: the ranked table, why the first beats the second, what the
+search considered and rejected, and, when nothing fits, why and what would."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model.cost import COST_NAMES, StepBreakdown
+from planner.search.suggest import Infeasible
+from planner.search.top_k import Candidate, SearchResult
+
+_PARTS = {"compute": "compute"} | {k: v for k, v in COST_NAMES.items() if k != "other"}
+"""Step-time components compared when explaining why #1 beats #2."""
+
+
+def _split(c: Candidate) -> str:
+    pl = c.layout.pipeline_layers
+    if not pl:
+        return "even"
+    return f"{pl[0]}/{pl[1] if len(pl) > 2 else ''}.../{pl[-1]}" if len(pl) > 2 else f"{pl}"
+
+
+def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
+    cap = cands[0].memory.capacity / GIB if cands else 0.0
+    t = Table(title=f"Top {len(cands)} layouts by {objective} (memory capacity {cap:.1f} GiB)")
+    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
+    cols += ["peak GiB", "step s", "tok/s/GPU", "MFU", "top cost"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("split", "recompute", "top cost") else "right")
+    for i, c in enumerate(cands, 1):
+        lay, p = c.layout, c.performance
+        t.add_row(
+            str(i),
+            str(lay.tp),
+            str(lay.pp),
+            str(lay.dp),
+            str(lay.cp),
+            f"{lay.ep} ov" if lay.ep_comm_overlap else str(lay.ep),
+            str(lay.vpp),
+            str(lay.micro_batch_size),
+            str(lay.num_microbatches(job.global_batch_size)),
+            _split(c),
+            str(lay.zero_stage),
+            lay.recompute,
+            f"{c.memory.peak / GIB:.1f}",
+            f"{p.step_time_s:.3f}",
+            f"{p.tokens_per_s_per_gpu:,.0f}",
+            f"{p.mfu:.1%}",
+            p.bottleneck(),
+        )
+    t.caption = "m = micro-batches per step; split = layers on first/middle/last pipeline rank"
+    if any(c.layout.ep_comm_overlap for c in cands):
+        t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
+    return t
+
+
+def why_first(a: Candidate, b: Candidate) -> str:
+    """One line: the step-time components where #1 gains most over #2."""
+    da: StepBreakdown = a.performance.breakdown
+    db: StepBreakdown = b.performance.breakdown
+    gains = {name: getattr(db, f) - getattr(da, f) for f, name in _PARTS.items()}
+    best = max(gains, key=lambda k: gains[k])
+    worst = min(gains, key=lambda k: gains[k])
+    gap = b.performance.step_time_s - a.performance.step_time_s
+    if gap <= 0:
+        return "#1 and #2 predict the same step time; #1 is listed first as the simpler layout"
+    line = (
+        f"#1 beats #2 by {gap * 1e3:,.0f} ms per step, mostly on {best} "
+        f"({gains[best] * 1e3:,.0f} ms less)"
+    )
+    if gains[worst] < 0:
+        line += f", though it spends {-gains[worst] * 1e3:,.0f} ms more on {worst}"
+    return line
+
+
+def print_result(console: Console, job: Job, res: SearchResult, objective: str) -> None:
+    console.print(candidates_table(job, res.candidates, objective))
+    if len(res.candidates) > 1:
+        console.print(why_first(res.candidates[0], res.candidates[1]))
+    console.print(summary(res))
+
+
+def summary(res: SearchResult) -> str:
+    rej = ", ".join(f"{k}: {v}" for k, v in res.rejected.most_common())
+    return (
+        f"{res.space_size:,} layouts in {res.structures} parallel structures; "
+        f"{res.expanded} structures expanded, {res.scored:,} layouts scored exactly "
+        f"(certified exact top K) in {res.seconds:.2f} s. Rejected: {rej or 'none'}."
+    )
+
+
+def print_infeasible(console: Console, why: Infeasible, res: SearchResult) -> None:
+    console.print(f"[red]nothing fits[/]: {why.binding}")
+    if why.changes:
+        console.print("Smallest changes that would make something fit:")
+        for c in why.changes:
+            console.print(f"  {c}")
+    console.print(summary(res))

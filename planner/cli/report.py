@@ -1,0 +1,209 @@
+"""Plain dictionaries for `--json` output (DESIGN.md section 2 keys). Pure: no printing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from planner.inputs import units
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import GpuSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import params
+from planner.model.cost import Performance
+from planner.model.memory import MemoryReport, StageMemory
+from planner.ops import operations as ops
+from planner.search import scaling
+from planner.search.suggest import Infeasible
+from planner.search.top_k import Candidate, SearchResult
+
+
+def _gib(nbytes: float) -> float:
+    return round(units.gib(nbytes), 3)
+
+
+def layout_dict(layout: Layout) -> dict[str, Any]:
+    d = asdict(layout)
+    d["etp"] = layout.expert_tp
+    d["pipeline_layers"] = list(layout.pipeline_layers) if layout.pipeline_layers else None
+    return d
+
+
+def stage_dict(st: StageMemory) -> dict[str, Any]:
+    return {
+        "stage": st.stage,
+        "layers": st.layers,
+        "weights_gib": _gib(st.weights),
+        "grads_gib": _gib(st.grads),
+        "optimizer_gib": _gib(st.optimizer),
+        "activations_gib": _gib(st.activations),
+        "other_gib": _gib(st.other),
+        "total_gib": _gib(st.total),
+    }
+
+
+def memory_dict(rep: MemoryReport) -> dict[str, Any]:
+    return {
+        "peak_gib": _gib(rep.peak),
+        "capacity_gib": _gib(rep.capacity),
+        "physical_gib": _gib(rep.physical),
+        "headroom_pct": rep.headroom_pct,
+        "worst_stage": rep.worst.stage,
+        "stages": [stage_dict(st) for st in rep.stages],
+    }
+
+
+def model_dict(arch: ModelArch, full: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = arch.model_dump() if full else {"name": arch.name}
+    d["params_total"] = params.params_total(arch)
+    d["params_active"] = params.params_active(arch)
+    return d
+
+
+def gpu_dict(gpu: GpuSpec) -> dict[str, Any]:
+    return gpu.model_dump(mode="json")
+
+
+def performance_dict(perf: Performance) -> dict[str, Any]:
+    b = perf.breakdown
+    return {
+        "step_time_s": round(perf.step_time_s, 4),
+        "tokens_per_s_per_gpu": round(perf.tokens_per_s_per_gpu, 1),
+        "model_tflops_per_gpu": round(perf.model_tflops_per_gpu, 1),
+        "mfu": round(perf.mfu, 4),
+        "model_flops_per_step": perf.model_flops_per_step,
+        "hardware_flops_per_step": perf.hardware_flops_per_step,
+        "causal_attention_halved": False,
+        "bottleneck": perf.bottleneck(),
+        "breakdown_s": {k: round(float(v), 4) for k, v in asdict(b).items()},
+        "stages": [
+            {"stage": r, "forward_s": round(f, 6), "backward_s": round(bw, 6)}
+            for r, (f, bw) in enumerate(perf.stages)
+        ],
+    }
+
+
+def plan_dict(
+    arch: ModelArch, layout: Layout, rep: MemoryReport, perf: Performance
+) -> dict[str, Any]:
+    """The object `check --json` and `explain --json` print (DESIGN.md section 2 keys)."""
+    return {
+        "fits": rep.fits,
+        "memory": memory_dict(rep),
+        "performance": performance_dict(perf),
+        "model": model_dict(arch),
+        "parallel": layout_dict(layout),
+    }
+
+
+def operations_dict(o: ops.Operations) -> dict[str, Any]:
+    """`explain --tokens ... --json`'s `operations` object (planner.ops): days, GPU-hours, cost,
+    energy, checkpoint interval, goodput (the fraction of wall-clock time that trains)."""
+    r = o.resilience
+    p = o.params
+
+    def rnd(x: float | None, digits: int) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {
+        "tokens": o.tokens,
+        "steps": o.steps,
+        "days": rnd(o.days, 3),
+        "days_no_failures": rnd(o.days_no_failures, 3),
+        "gpu_hours": rnd(o.gpu_hours, 1),
+        "cost_usd": rnd(o.cost_usd, 0),
+        "price_usd_per_gpu_hour": o.price_usd_per_gpu_hour,
+        "price_source": o.price_source,
+        "usd_per_million_tokens": rnd(o.usd_per_million_tokens, 4),
+        "energy_mwh": rnd(o.energy_mwh, 2),
+        "facility_power_mw": round(o.facility_power_w / 1e6, 4),
+        "gpu_power_w": o.gpu_power_w,
+        "node_overhead_w": o.node_overhead_w,
+        "pue": o.pue,
+        "tokens_per_s": round(o.tokens_per_s, 1),
+        "effective_tokens_per_s": round(o.effective_tokens_per_s, 1),
+        "goodput": round(r.goodput, 5),
+        "lost_to_checkpoints": round(r.lost_checkpoint, 5),
+        "lost_to_failures": round(r.lost_failures, 5),
+        "lost_to_restarts": round(r.lost_restart, 5),
+        "lost_to_rework": round(r.lost_rework, 5),
+        "checkpoint_interval_min": round(r.interval_s / 60, 3),
+        "checkpoint_interval_steps": r.interval_steps,
+        "young_interval_min": round(r.young_interval_s / 60, 3),
+        "daly_interval_min": round(r.daly_interval_s / 60, 3),
+        "checkpoint_gb": round(r.checkpoint_bytes / units.GB, 2),
+        "checkpoint_write_s": round(r.checkpoint_write_s, 3),
+        "checkpoint_blocking_s": round(r.checkpoint_blocking_s, 4),
+        "async_checkpoint": r.async_checkpoint,
+        "mtbf_h": round(r.mtbf_s / ops.SECONDS_PER_HOUR, 3),
+        "restart_s": round(r.restart_s, 1),
+        "expected_failures": rnd(o.expected_failures, 1),
+        "failure_rate_per_gpu_day": p.failure_rate_per_gpu_day,
+        "storage_gb_per_s_per_node": p.storage_gb_per_s_per_node,
+    }
+
+
+def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
+    """`scale --json`: the points with their layouts, performance and operations."""
+    pts = []
+    for p in curve.points:
+        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
+        if p.layout is not None and p.performance is not None and p.operations is not None:
+            d["parallel"] = layout_dict(p.layout)
+            d["layout"] = p.layout.describe()
+            d["performance"] = performance_dict(p.performance)
+            d["operations"] = operations_dict(p.operations)
+            d["efficiency"] = round(p.efficiency, 4) if p.efficiency is not None else None
+            d["marginal_efficiency"] = (
+                round(p.marginal_efficiency, 4) if p.marginal_efficiency is not None else None
+            )
+        pts.append(d)
+    return {
+        "model": curve.job.arch.name,
+        "gpu": curve.job.cluster.gpu.name,
+        "seq_length": curve.job.seq_length,
+        "global_batch_size": curve.job.global_batch_size,
+        "tokens": curve.tokens,
+        "threshold": curve.threshold,
+        "stops_paying_at": curve.stops_paying_at,
+        "points": pts,
+    }
+
+
+def candidate_dict(job: Job, c: Candidate) -> dict[str, Any]:
+    d = plan_dict(job.arch, c.layout, c.memory, c.performance)
+    d["parallel"]["num_microbatches"] = c.layout.num_microbatches(job.global_batch_size)
+    return d
+
+
+def suggest_dict(job: Job, res: SearchResult) -> dict[str, Any]:
+    return {
+        "candidates": [candidate_dict(job, c) for c in res.candidates],
+        "job": {
+            "model": job.arch.name,
+            "gpu": job.cluster.gpu.name,
+            "num_gpus": job.cluster.num_gpus,
+            "seq_length": job.seq_length,
+            "global_batch_size": job.global_batch_size,
+            "precision": job.precision,
+        },
+        "search": {
+            "space_size": res.space_size,
+            "structures": res.structures,
+            "expanded": res.expanded,
+            "scored": res.scored,
+            "certified": True,  # the search always stops on a certified bound
+            "seconds": round(res.seconds, 3),
+            "rejected": dict(res.rejected),
+        },
+    }
+
+
+def infeasible_dict(why: Infeasible, res: SearchResult) -> dict[str, Any]:
+    return {
+        "candidates": [],
+        "binding": why.binding,
+        "changes": why.changes,
+        "search": {"space_size": res.space_size, "rejected": dict(res.rejected)},
+    }

@@ -1,0 +1,135 @@
+"""`planner scale`: the best layout at each GPU count (`planner.search.scaling`): tokens/s,
+per-GPU efficiency, cost per token, days to the token budget, where adding GPUs stops paying, and
+`--plot` the curve as SVG. Exit 1 when no size has a layout that fits."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from planner.cli import plot, render, report
+from planner.cli.common import JsonOpt, emit_json, out
+from planner.cli.ops_options import (
+    AsyncOpt,
+    FailureRateOpt,
+    GpuWOpt,
+    IntervalOpt,
+    NodeWOpt,
+    PriceOpt,
+    PueOpt,
+    RestartOpt,
+    StorageOpt,
+    TokensOpt,
+    named_options,
+    ops_inputs,
+)
+from planner.inputs.errors import EXIT_NO, InputError
+from planner.inputs.job_request import JobArgs, load_job
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.cost import Performance
+from planner.search import scaling
+
+MAX_SIZES = 64
+"""GPU counts one `--num-gpus` may list."""
+
+
+def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
+    """'64..16384' (doubling), '64..1024x4' (times 4), '64,256,1024', or one number."""
+    s = text.replace(" ", "")
+    m = re.fullmatch(r"(\d+)\.\.(\d+)(?:[x*](\d+))?", s)
+    if m:
+        lo, hi, factor = int(m[1]), int(m[2]), int(m[3] or 2)
+        if lo < 1 or hi < lo:
+            raise InputError(f"{option}: expected LO..HI with 1 <= LO <= HI (got {text!r})")
+        if factor < 2:
+            raise InputError(f"{option}: the step factor must be at least 2 (got {text!r})")
+        sizes = [lo]
+        while sizes[-1] * factor <= hi and len(sizes) < MAX_SIZES:
+            sizes.append(sizes[-1] * factor)
+        if sizes[-1] != hi and len(sizes) < MAX_SIZES:
+            sizes.append(hi)
+        return sizes
+    if re.fullmatch(r"\d+(,\d+)*", s):
+        sizes = sorted({int(x) for x in s.split(",")})
+        if sizes[0] < 1:
+            raise InputError(f"{option}: GPU counts must be positive (got {text!r})")
+        if len(sizes) > MAX_SIZES:
+            raise InputError(f"{option}: at most {MAX_SIZES} sizes (got {len(sizes)})")
+        return sizes
+    raise InputError(f"{option}: expected N, LO..HI, LO..HIxF or N1,N2,... (got {text!r})")
+
+
+def scale(
+    job_path: Annotated[
+        Path | None, typer.Argument(metavar="[JOB]", help="job file: a plan without [parallel]")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="zoo name, config.json or model TOML")] = None,
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU name")] = None,
+    num_gpus: Annotated[
+        str, typer.Option("--num-gpus", help="sizes: 64..16384 (doubling), 64..4096x4, 8,64,512")
+    ] = "8..1024",
+    seq_length: Annotated[int | None, typer.Option(min=1)] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1)] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16 or fp8")] = None,
+    tokens: TokensOpt = None,
+    price: PriceOpt = None,
+    failure_rate: FailureRateOpt = None,
+    restart_min: RestartOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    pue: PueOpt = None,
+    node_overhead_w: NodeWOpt = None,
+    gpu_power_w: GpuWOpt = None,
+    async_checkpoint: AsyncOpt = False,
+    checkpoint_interval_min: IntervalOpt = None,
+    threshold: Annotated[
+        float, typer.Option(help="marginal efficiency below which added GPUs stop paying")
+    ] = scaling.STOPS_PAYING_THRESHOLD,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="write the curve as SVG")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Best layout at each GPU count: tokens/s, per-GPU efficiency, cost per token, days, and
+    where adding GPUs stops paying. Exit 0, 1 when no size has a layout that fits."""
+    sizes = parse_sizes(num_gpus)
+    scaling.check_threshold(threshold, "--threshold")
+    params, budget, _ = ops_inputs(
+        tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
+        gpu_power_w, async_checkpoint, checkpoint_interval_min,
+    )  # fmt: skip
+    if plot_path is not None:
+        plot.check_svg_path(plot_path)
+    args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
+    job, _, origin = load_job(job_path, args)
+    err = Console(stderr=True)
+    best = scaling.search_best_layout()
+
+    def planned(j: Job) -> tuple[Layout, Performance] | None:
+        if not as_json:
+            err.print(f"planning {j.cluster.num_gpus:,} GPUs")
+        return best(j)
+
+    if not as_json:
+        err.print(f"scaling {job.arch.name} on {job.cluster.gpu.name} ({origin})")
+    with named_options():
+        curve = scaling.scale(job, sizes, planned, budget, params, threshold)
+    if plot_path is not None:
+        plot.write_svg(plot_path, plot.scaling_svg(curve))
+    if as_json:
+        data = report.curve_dict(curve)
+        data["plot"] = str(plot_path) if plot_path is not None else None
+        emit_json(data)
+    else:
+        out.print(render.scale_table(curve))
+        if curve.stops_paying_at is not None:
+            out.print(
+                f"adding GPUs stops paying at {curve.stops_paying_at:,}: marginal efficiency "
+                f"below {curve.threshold:.0%}"
+            )
+        if plot_path is not None:
+            out.print(f"wrote {plot_path}")
+    if curve.baseline is None:
+        raise typer.Exit(EXIT_NO)

@@ -1,0 +1,136 @@
+"""`planner suggest`: search every layout of the job (a job file, flags, or the bundled default)
+within the user's pins and bounds, list the fastest that fit (or, ranked by cost or goodput, the
+cheapest), and write the top one as a plan file; when nothing fits, why and what would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from planner import __version__
+from planner.cli import render_suggest, report
+from planner.cli.common import (
+    DEFAULT_HEADROOM,
+    HeadroomOpt,
+    JsonOpt,
+    check_headroom,
+    emit_json,
+    out,
+)
+from planner.cli.space_flags import bound, recompute_list, zero_list
+from planner.inputs import plan_writer
+from planner.inputs.errors import EXIT_NO, InputError
+from planner.inputs.job_request import JobArgs, load_job
+from planner.ops.operations import OBJECTIVES
+from planner.search import top_k
+from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
+from planner.search.suggest import check_space, explain_infeasible, rerank
+
+RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
+MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
+
+
+def suggest(
+    job_path: Annotated[
+        Path | None, typer.Argument(metavar="[JOB]", help="job file: a plan without [parallel]")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="zoo name, config.json or model TOML")] = None,
+    gpu: Annotated[str | None, typer.Option(help="catalog GPU name")] = None,
+    num_gpus: Annotated[int | None, typer.Option(min=1)] = None,
+    nodes: Annotated[int | None, typer.Option(min=1)] = None,
+    seq_length: Annotated[int | None, typer.Option(min=1)] = None,
+    global_batch_size: Annotated[int | None, typer.Option(min=1)] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16 or fp8")] = None,
+    tp: RangeOpt = None,
+    pp: RangeOpt = None,
+    cp: RangeOpt = None,
+    ep: RangeOpt = None,
+    dp: RangeOpt = None,
+    vpp: RangeOpt = None,
+    mbs: RangeOpt = None,
+    max_tp: MaxOpt = None,
+    max_pp: MaxOpt = None,
+    max_cp: MaxOpt = None,
+    max_ep: MaxOpt = None,
+    no_cp: Annotated[bool, typer.Option("--no-cp", help="no context parallelism")] = False,
+    no_uneven: Annotated[bool, typer.Option("--no-uneven", help="even splits only")] = False,
+    zero: Annotated[str | None, typer.Option(help="ZeRO stages to allow, e.g. 1 or 1,2")] = None,
+    recompute: Annotated[str | None, typer.Option(help="e.g. none or none,full")] = None,
+    tp_across_nodes: Annotated[bool, typer.Option(help="TP beyond the NVLink domain")] = False,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,
+    top: Annotated[int, typer.Option(min=1, max=100, help="how many layouts to list")] = 5,
+    as_json: JsonOpt = False,
+    write_plan: Annotated[
+        Path | None, typer.Option(help="write the top layout as a plan file")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="overwrite --write-plan's file")] = False,
+    objective: Annotated[
+        str, typer.Option(help="rank by throughput, cost ($ per token) or goodput")
+    ] = "throughput",
+) -> None:
+    """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
+    check_headroom(headroom)
+    args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
+    job, model_ref, origin = load_job(job_path, args)
+    space = Space(
+        tp=bound("tp", tp, max_tp),
+        pp=bound("pp", pp, max_pp),
+        cp=Bound(1, 1) if no_cp else bound("cp", cp, max_cp if max_cp else MAX_CP),
+        ep=bound("ep", ep, max_ep),
+        dp=bound("dp", dp),
+        vpp=bound("vpp", vpp),
+        mbs=bound("mbs", mbs, None if mbs else MAX_MICRO_BATCH),
+        zero_stages=zero_list(zero),
+        recompute=recompute_list(recompute),
+        tp_across_nodes=tp_across_nodes,
+        uneven=not no_uneven,
+        headroom_pct=headroom,
+    )
+    check_space(job, space)
+    if write_plan is not None and write_plan.exists() and not force:
+        raise InputError(f"--write-plan: {write_plan} exists (use --force to overwrite)")
+    err = Console(stderr=True)
+    if not as_json:
+        err.print(
+            f"planning {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}"
+            f" ({origin})"
+        )
+    if objective not in OBJECTIVES:
+        raise InputError(
+            f"--objective: expected one of {', '.join(OBJECTIVES)} (got {objective!r})"
+        )
+    wide = top if objective == "throughput" else max(top * 4, 20)
+    res = top_k.search(job, space, wide, progress=lambda msg: err.print(msg))
+    if objective != "throughput":
+        res = rerank(job, top, objective, res)
+    if not res.candidates:
+        why = explain_infeasible(job, space, res)
+        if as_json:
+            emit_json(report.infeasible_dict(why, res))
+        else:
+            render_suggest.print_infeasible(out, why, res)
+        raise typer.Exit(EXIT_NO)
+    if write_plan is not None:
+        best = res.candidates[0]
+        header = [
+            f"planner {__version__} suggest: {job.arch.name} on {job.cluster.num_gpus} x "
+            f"{job.cluster.gpu.name}",
+            f"predicted step {best.performance.step_time_s:.3f} s, "
+            f"{best.performance.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+            f"peak {best.memory.peak / 2**30:.1f} GiB",
+        ]
+        table = plan_writer.model_table(job, model_ref, write_plan)
+        try:
+            write_plan.write_text(plan_writer.render(job, best.layout, table, header))
+        except OSError as e:
+            raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
+    if as_json:
+        emit_json(report.suggest_dict(job, res))
+    else:
+        label = {"throughput": "step time", "cost": "cost per token"}.get(objective, objective)
+        render_suggest.print_result(out, job, res, label)
+        if write_plan is not None:
+            out.print(f"wrote {write_plan}")

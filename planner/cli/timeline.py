@@ -1,0 +1,137 @@
+"""One step's pipeline schedule as a self-contained SVG (`planner explain PLAN --timeline F.svg`).
+
+Each pipeline rank is a row; its forwards and backwards are drawn to scale from the cost model's
+per-stage times (`Performance.stages`: one micro-batch's forward and backward on that stage,
+exposed TP/CP/EP traffic included, and 1F1B's blocking PP sends), scheduled by
+planner.schedule.simulate in Megatron-LM's order (1F1B, or interleaved 1F1B with each chunk 1/vpp
+of its rank's time, the odd chunks in a lighter shade, each overlapped send delaying its receiver
+by `Performance.p2p_hop`), so uneven stages and the fill and drain show as they run. Gaps are
+idle time (the bubble). After the last backward every rank pays the step's exposed DP traffic,
+optimizer and fixed costs. A long step is drawn for its first micro-batches: at most MAX_OPS
+forwards per rank, or when interleaved whole groups of pp micro-batches, at least two (a steady
+state between the fill and the drain).
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from planner.cli.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.cost import Performance
+from planner.model.schedule import shown_microbatches, simulate
+
+MAX_OPS = 32
+"""Forwards drawn per rank at most (micro-batches x chunks): enough for the fill, a steady state
+and the drain."""
+
+LIGHT_BLUE, LIGHT_GREEN = "#6baed6", "#74c476"
+"""The odd chunks of an interleaved schedule."""
+
+WIDTH = 920
+LEFT, RIGHT, TOP = 70, 24, 64
+ROW, GAP = 22, 6
+
+
+def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
+    """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
+    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    vpp = layout.vpp
+    shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp))
+    fwd = [f for f, _ in perf.stages]
+    bwd = [b for _, b in perf.stages]
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop)
+    pipe_end = max(op.end for rank in sched for op in rank)
+    b = perf.breakdown
+    tail = b.dp_comm_exposed + b.optimizer + b.other
+    total = pipe_end + tail
+    span = WIDTH - LEFT - RIGHT
+
+    def x(t: float) -> float:
+        return LEFT + t / total * span
+
+    height = TOP + layout.pp * (ROW + GAP) + 112
+    which = f"all {m}" if shown == m else f"the first {shown} of {m}"
+    title = f"{job.arch.name}, {layout.describe()}"
+    kind = "1F1B" if vpp == 1 else "interleaved 1F1B"
+    sub = f"one step's {kind} schedule, {which} micro-batches" + (
+        f", {vpp} model chunks per rank" if vpp > 1 else ""
+    )
+    body = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' "
+        f"viewBox='0 0 {WIDTH} {height}'>",
+        f"<rect width='{WIDTH}' height='{height}' fill='#fafafa'/>",
+        f"<text x='{LEFT}' y='24' {FONT} font-size='16' font-weight='bold'>{escape(title)}</text>",
+        f"<text x='{LEFT}' y='44' {FONT} font-size='12' fill='#444'>{escape(sub)}</text>",
+    ]
+    for r, ops in enumerate(sched):
+        y = TOP + r * (ROW + GAP)
+        body.append(
+            f"<rect x='{LEFT}' y='{y}' width='{span}' height='{ROW}' fill='#eeeeee'>"
+            "<title>idle</title></rect>"
+        )
+        body.append(
+            f"<text x='{LEFT - 8}' y='{y + ROW / 2 + 4}' {FONT} font-size='11' "
+            f"text-anchor='end'>rank {r}</text>"
+        )
+        for op in ops:
+            odd = op.chunk % 2 == 1
+            if op.kind == "F":
+                color, name = (LIGHT_BLUE if odd else BLUE), "forward"
+            else:
+                color, name = (LIGHT_GREEN if odd else GREEN), "backward"
+            chunk = f", chunk {op.chunk}" if vpp > 1 else ""
+            w = x(op.end) - x(op.start)
+            body.append(
+                f"<rect x='{x(op.start):.2f}' y='{y}' width='{w:.2f}' height='{ROW}' "
+                f"fill='{color}' stroke='white' stroke-width='0.5'><title>{name} of micro-batch "
+                f"{op.micro}{chunk}: {op.start:.4f}-{op.end:.4f} s</title></rect>"
+            )
+            if w >= 14:
+                body.append(
+                    f"<text x='{x(op.start) + w / 2:.2f}' y='{y + ROW / 2 + 4}' {FONT} "
+                    f"font-size='10' fill='white' text-anchor='middle'>{op.kind}{op.micro}</text>"
+                )
+        if tail > 0:
+            body.append(
+                f"<rect x='{x(pipe_end):.2f}' y='{y}' width='{x(total) - x(pipe_end):.2f}' "
+                f"height='{ROW}' fill='{ORANGE}'><title>DP traffic, optimizer and fixed costs: "
+                f"{tail:.4f} s</title></rect>"
+            )
+    axis_y = TOP + layout.pp * (ROW + GAP) + 4
+    for t in nice_linear_ticks(0.0, total):
+        body.append(
+            f"<line x1='{x(t):.2f}' x2='{x(t):.2f}' y1='{axis_y - 4}' y2='{axis_y + 2}' "
+            f"stroke='{GREY}'/><text x='{x(t):.2f}' y='{axis_y + 14}' {FONT} font-size='10' "
+            f"text-anchor='middle' fill='#444'>{t:g} s</text>"
+        )
+    legend = [
+        (BLUE, "forward"),
+        (GREEN, "backward" + (" (with recompute)" if layout.recompute != "none" else "")),
+        (ORANGE, "exposed DP traffic, optimizer, fixed"),
+        ("#eeeeee", "idle (bubble)"),
+    ]
+    if vpp > 1:
+        legend.append((LIGHT_BLUE, "odd chunks (lighter)"))
+    ly = axis_y + 34
+    lx = LEFT
+    for color, label in legend:
+        body.append(f"<rect x='{lx}' y='{ly - 10}' width='12' height='12' fill='{color}'/>")
+        body.append(f"<text x='{lx + 16}' y='{ly}' {FONT} font-size='11'>{escape(label)}</text>")
+        lx += 22 + 7 * len(label)
+    hop = f"each PP send ({perf.p2p_hop * 1e3:.2f} ms) delays its receiver"
+    foot = [
+        f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble "
+        f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%})",
+        "times per micro-batch and stage include the exposed TP, CP, EP and PP traffic"
+        if vpp == 1
+        else f"times per micro-batch and stage include the exposed TP, CP and EP traffic; {hop}",
+    ]
+    for k, line in enumerate(foot):
+        body.append(
+            f"<text x='{LEFT}' y='{ly + 26 + 16 * k}' {FONT} font-size='11' fill='#333'>"
+            f"{escape(line)}</text>"
+        )
+    body.append("</svg>")
+    return "\n".join(body) + "\n"

@@ -1,0 +1,227 @@
+"""What the launch-file emitters share.
+
+`megatron` (Megatron-LM `pretrain_gpt.py` arguments), `torchrun` (a bash script), `slurm` (an
+sbatch script) and `k8s` (a Kubeflow PyTorchJob manifest) each expose `render(plan, job_name)`.
+This module holds what they share: the header every file starts with (the plan's predicted step
+time, tokens/s/GPU and peak memory, and the planner version), the environment Megatron needs,
+the node count, the optimizer and schedule defaults, and the helpers that keep user-given names
+from breaking a comment, a shell script or a Kubernetes name, and the operations figures (cost,
+checkpoints, goodput) in sentences. `planner.emit.launch` picks the emitter and writes the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from planner import __version__
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Plan
+from planner.inputs.units import GIB, format_bytes, format_duration, format_money, format_tokens
+from planner.model import cost, memory
+from planner.ops.operations import Operations, operations
+
+RDZV_PORT = 29400
+"""torchrun's default c10d rendezvous port (torch/distributed/run.py)."""
+
+SCHEDULE: tuple[tuple[str, str | None, str], ...] = (
+    ("--train-iters", "TRAIN_ITERS", "1000"),
+    ("--lr", "LR", "3e-4"),
+    ("--min-lr", "MIN_LR", "3e-5"),
+    ("--lr-decay-style", None, "cosine"),
+    ("--lr-warmup-iters", "WARMUP_ITERS", "100"),
+    ("--weight-decay", None, "0.1"),
+    ("--clip-grad", None, "1.0"),
+    ("--adam-beta1", None, "0.9"),
+    ("--adam-beta2", None, "0.95"),
+    ("--log-interval", None, "10"),
+)
+"""Optimizer and schedule arguments, not part of the plan (Llama-style values): (flag, the
+variable a user overrides it with in the torchrun / slurm scripts or None if fixed, value)."""
+
+
+def comment_safe(text: str) -> str:
+    """`text` with control and line-break characters escaped, so it stays on one comment line."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or code in (0x2028, 0x2029):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def check_job_name(name: str) -> str:
+    """A job name must be non-empty and free of NUL (no shell variable can hold one)."""
+    if not name or "\x00" in name:
+        raise InputError(f"--job-name: must be non-empty text without NUL bytes (got {name!r})")
+    return name
+
+
+def slug(name: str, max_len: int = 40) -> str:
+    """A DNS-1123 label from a free-form name (lower-case alphanumerics and '-'), for Kubernetes
+    and Slurm names; the original name is kept elsewhere, quoted."""
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:max_len].strip("-")
+    if not s:
+        raise InputError(
+            f"--job-name: {name!r} has no letters or digits to build a Kubernetes/Slurm name from"
+        )
+    return s
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """How the plan's GPUs are laid out on machines."""
+
+    nnodes: int
+    nproc_per_node: int
+
+
+def nodes(plan: Plan) -> Nodes:
+    """Whole nodes of cluster.gpus_per_node GPUs (or one partial node for a small job)."""
+    cl = plan.job.cluster
+    n, per = cl.num_gpus, cl.gpus_per_node
+    if n <= per:
+        return Nodes(1, n)
+    if n % per:
+        raise InputError(
+            f"{plan.path}: cluster.num_gpus: {n} GPUs are not a whole number of nodes of "
+            f"gpus_per_node ({per})"
+        )
+    return Nodes(n // per, per)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment setting; value None means `unset`."""
+
+    name: str
+    value: str | None
+    why: str
+
+
+def environment(plan: Plan) -> list[EnvVar]:
+    """The environment Megatron-LM needs for this plan, with the reason for each setting.
+
+    CUDA_DEVICE_MAX_CONNECTIONS: validate_args asserts it is "1" when TP > 1 or CP > 1 before
+    Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2); the EP all-to-all
+    overlap needs it above 1 (Megatron's MoE README; validate_args then only warns about TP / CP),
+    and 32 is the value that warning names. NCCL settings come from Megatron-LM's own launch
+    examples (examples/llama, examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's
+    HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
+    lay = plan.require_layout()
+    gpu = plan.job.cluster.gpu
+    env: list[EnvVar] = []
+    if lay.zero_stage >= 2:
+        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1"))
+    elif lay.ep_comm_overlap:
+        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "32", "EP all-to-all overlap needs > 1"))
+    elif (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
+        env.append(
+            EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "TP/CP > 1 before Blackwell (asserted)")
+        )
+    env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
+    if nodes(plan).nnodes > 1:
+        env.append(EnvVar("NCCL_IB_TIMEOUT", "19", "tolerate slow InfiniBand links at scale"))
+        env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152", "larger PP sends over the network"))
+    if gpu.vendor == "amd":
+        env.append(EnvVar("HSA_NO_SCRATCH_RECLAIM", "1", "ROCm: keep kernel scratch allocated"))
+    return env
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    peak_gib: float
+    capacity_gib: float
+    worst_stage: int
+    fits: bool
+    operations: list[str]
+    """planner.ops summary lines (checkpoint size and interval, goodput) for this plan."""
+    checkpoint_interval_steps: int
+    """Daly's optimum checkpoint interval in steps (the default --save-interval)."""
+
+
+def predict(plan: Plan) -> Prediction:
+    """planner.cost, planner.memory and planner.ops on the plan, as the header reports them.
+    Each emitter's `render` calls this once and hands the result to `header` and to whatever
+    else needs it (the default checkpoint interval)."""
+    lay = plan.require_layout()
+    perf = cost.estimate(plan.job, lay)
+    rep = memory.estimate(plan.job, lay)
+    o = operations(plan.job, perf, None)
+    return Prediction(
+        step_time_s=perf.step_time_s,
+        tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
+        mfu=perf.mfu,
+        peak_gib=rep.peak / GIB,
+        capacity_gib=rep.capacity / GIB,
+        worst_stage=rep.worst.stage,
+        fits=rep.fits,
+        operations=summary_lines(o),
+        checkpoint_interval_steps=o.resilience.interval_steps,
+    )
+
+
+def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
+    """The lines (without '# '; `comment_block` makes them safe comments) every launch file
+    starts with; `p` is `predict(plan)`."""
+    lay = plan.require_layout()
+    job = plan.job
+    verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
+    source = plan.path.name if plan.path is not None else "<inline plan>"
+    return [
+        f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
+        f"model {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
+        f"layout: {lay.describe()}",
+        f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
+        f"MFU {p.mfu:.1%}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
+        f"usable ({verdict})",
+        *(f"operations: {line}" for line in p.operations),
+    ]
+
+
+def comment_block(lines: list[str]) -> str:
+    """`lines` as '# ' comments, each kept on its own line by `comment_safe`."""
+    return "".join(f"# {comment_safe(line)}\n" if line else "#\n" for line in lines)
+
+
+def cost_text(o: Operations) -> str | None:
+    """'$71M at $2/GPU-hour', or None without a price (or a budget)."""
+    if o.cost_usd is None or o.price_usd_per_gpu_hour is None:
+        return None
+    return f"{format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour"
+
+
+def summary_lines(o: Operations) -> list[str]:
+    """Plain sentences (no comment marker) describing an Operations, for headers and logs."""
+    r = o.resilience
+    lines: list[str] = []
+    if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
+        cost = f"{cost_text(o) or 'cost unknown'} ({o.price_source})"
+        lines.append(
+            f"{format_tokens(o.tokens)} tokens in {o.steps:,} steps: {o.days:.1f} days "
+            f"wall-clock ({o.days_no_failures:.1f} without failures), "
+            f"{o.gpu_hours / 1e6:.3g}M GPU-hours, {cost}"
+        )
+        lines.append(
+            f"energy {o.energy_mwh:,.0f} MWh: {o.facility_power_w / 1e6:.2f} MW facility "
+            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node overhead, PUE {o.pue:g})"
+        )
+    mode = "async" if r.async_checkpoint else "sync"
+    lines.append(
+        f"checkpoint {format_bytes(r.checkpoint_bytes)} ({mode}, write "
+        f"{format_duration(r.checkpoint_write_s)}, blocks "
+        f"{format_duration(r.checkpoint_blocking_s)}) every {r.interval_steps:,} steps = "
+        f"{format_duration(r.interval_s)}; MTBF {format_duration(r.mtbf_s)} at "
+        f"{o.params.failure_rate_per_gpu_day:.3g} failures/GPU-day"
+    )
+    lines.append(
+        f"goodput {r.goodput:.1%} (checkpoints {r.lost_checkpoint:.1%}, failures "
+        f"{r.lost_failures:.1%}); effective {o.effective_tokens_per_s:,.0f} tokens/s"
+    )
+    return lines

@@ -1,0 +1,16 @@
+"""Inputs: what planner reads and writes about a job, validated at the boundary.
+
+- `plan` the plan file (pydantic, frozen, extra="forbid") -> `Job` and `Layout`; `plan_writer`
+  writes one back; `job_request` the job of `suggest` / `scale` (job file, flags or the default)
+- `arch` the model (Megatron-LM field names), `hardware` GPUs, link tiers and clusters, `layout`
+  the parallel layout (degrees named as torchtitan's ParallelDims)
+- `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_fields`) a
+  Hugging Face config.json; `megatron_args` an existing Megatron-LM command line; `files` reading
+  the user's files
+- `errors` (exit codes, messages naming file, field and value), `fields` (strict input types),
+  `units` (SI conversions; quantities as people write them)
+
+The bottom layer: it imports nothing of planner's above it (only pydantic and the standard
+library). A new GPU is a TOML file in hardware_catalog/gpus/, a new model one in model_zoo/; a
+new plan-file field is a field of a section in `plan`, carried on `Job` or `Layout`.
+"""

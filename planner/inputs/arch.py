@@ -1,0 +1,178 @@
+"""ModelArch: a decoder-only transformer described with Megatron-LM's field names.
+
+Field names are Megatron-Core `TransformerConfig` names (so `foo_bar` becomes `--foo-bar`), which is
+what `model_zoo/*.toml`, inline `[model]` tables and the HF importer produce. Optional fields left
+unset take Megatron's defaults (`num_query_groups` = heads, `kv_channels` = hidden / heads,
+`moe_ffn_hidden_size` = `ffn_hidden_size`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveInt
+
+MAX_LAYERS = 10_000
+"""Decoder layers a model may have. The deepest published decoders have about a hundred (GPT-3 96,
+Llama 3.1 405B 126, the 1T-parameter GPT of Narayanan et al. 2021 128); ten thousand leaves room for
+experiments and bounds the per-layer tables (MoE pattern, pipeline splits) that a mistyped count
+would otherwise make unbounded."""
+
+MAX_EXPERTS = 1 << 20
+"""Routed experts per MoE layer: 1,048,576, the product-key "million experts" of PEER (He 2024);
+production MoEs have 8-384. Bounds the search's walk over the expert-parallel degrees (the
+divisors of the expert count)."""
+
+
+class ModelArch(BaseModel):
+    """One model architecture. Validated on construction; frozen afterwards."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="catalog name, lower-case and hyphenated")
+    source: str = Field(default="", description="where the figures come from")
+    display_name: str = ""
+
+    # --- dense shape
+    num_layers: PositiveInt = Field(
+        le=MAX_LAYERS, description="decoder layers (MTP layers not included)"
+    )
+    hidden_size: PositiveInt
+    ffn_hidden_size: PositiveInt = Field(description="dense MLP width (per GLU branch)")
+    num_attention_heads: PositiveInt
+    num_query_groups: PositiveInt | None = Field(
+        default=None, description="KV heads for GQA/MQA; None = num_attention_heads (MHA)"
+    )
+    kv_channels: PositiveInt | None = Field(
+        default=None, description="head dimension; None = hidden_size / num_attention_heads"
+    )
+    vocab_size: PositiveInt
+    make_vocab_size_divisible_by: PositiveInt = 128
+    max_position_embeddings: PositiveInt | None = None
+    seq_length: PositiveInt | None = Field(default=None, description="training length, if fixed")
+
+    gated_linear_unit: Flag = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
+    activation: Literal["gelu", "swiglu", "geglu", "squared_relu", "relu", "silu"] = "gelu"
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
+    add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")
+    qk_layernorm: Flag = False
+    position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "rope"
+    untie_embeddings_and_output_weights: Flag = False
+
+    # --- mixture of experts (Megatron: --num-experts, --moe-*)
+    num_moe_experts: PositiveInt | None = Field(
+        default=None, le=MAX_EXPERTS, description="None = dense model"
+    )
+    moe_router_topk: PositiveInt = 2
+    moe_ffn_hidden_size: PositiveInt | None = Field(
+        default=None, description="per-expert MLP width; None = ffn_hidden_size"
+    )
+    moe_shared_expert_intermediate_size: PositiveInt | None = Field(
+        default=None, description="total width of the shared experts; None = no shared expert"
+    )
+    moe_layer_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] = Field(
+        default=1, description="int N: every N-th layer is MoE; or a 0/1 list, one per layer"
+    )
+
+    # --- multi-latent attention (DeepSeek)
+    multi_latent_attention: Flag = False
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_head_dim: PositiveInt | None = None
+    qk_pos_emb_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+
+    mtp_num_layers: NonNegativeInt = Field(
+        default=0, le=MAX_LAYERS, description="multi-token-prediction layers"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelArch:
+        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}) when kv_channels is not given"
+            )
+        if self.num_attention_heads % self.query_groups:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_query_groups ({self.query_groups})"
+            )
+        if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
+            raise ValueError(
+                f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
+                f"{self.num_layers}"
+            )
+        if self.num_moe_experts is not None and self.moe_router_topk > self.num_moe_experts:
+            raise ValueError(
+                f"moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
+                f"({self.num_moe_experts})"
+            )
+        learned = self.position_embedding_type == "learned_absolute"
+        if learned and self.max_position_embeddings is None and self.seq_length is None:
+            raise ValueError(
+                "position_embedding_type 'learned_absolute' needs max_position_embeddings"
+            )
+        if self.multi_latent_attention:
+            missing = [
+                f
+                for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                if getattr(self, f) is None
+            ]
+            if missing:
+                raise ValueError(f"multi_latent_attention needs {', '.join(missing)}")
+        return self
+
+    # --- derived shape (Megatron's defaults applied)
+    @property
+    def query_groups(self) -> int:
+        """KV heads: num_query_groups, or num_attention_heads for plain multi-head attention."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """kv_channels, or hidden_size / num_attention_heads."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_moe_experts is not None
+
+    @property
+    def expert_ffn(self) -> int:
+        """Per-expert MLP width (moe_ffn_hidden_size, default ffn_hidden_size)."""
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @cached_property
+    def moe_layers(self) -> list[bool]:
+        """One flag per decoder layer: True where the MLP is a mixture of experts."""
+        if not self.is_moe:
+            return [False] * self.num_layers
+        if isinstance(self.moe_layer_freq, tuple):
+            return [bool(x) for x in self.moe_layer_freq]
+        return [i % self.moe_layer_freq == 0 for i in range(self.num_layers)]
+
+    @cached_property
+    def moe_prefix(self) -> tuple[int, ...]:
+        """moe_prefix[i] = MoE layers among the first i decoder layers (num_layers + 1 entries)."""
+        out = [0]
+        for flag in self.moe_layers:
+            out.append(out[-1] + flag)
+        return tuple(out)
+
+    def moe_count(self, layers: range) -> int:
+        """MoE layers in a contiguous range of decoder layers."""
+        return self.moe_prefix[layers.stop] - self.moe_prefix[layers.start]
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_layers)
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        """Megatron's padded vocabulary: a multiple of make_vocab_size_divisible_by x tp."""
+        m = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // m) * m

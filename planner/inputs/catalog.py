@@ -1,0 +1,121 @@
+"""Load and validate the data files: `hardware_catalog/gpus/*.toml` and `model_zoo/*.toml`.
+
+Nothing is read at import time. Each file is validated at the boundary (pydantic, frozen,
+extra="forbid"); a file whose `name` differs from its file stem, or two files with one name, are
+errors that name the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.files import load_toml, validate
+from planner.inputs.hardware import GpuSpec
+from planner.inputs.hf_import import load_hf_config
+
+T = TypeVar("T", bound=BaseModel)
+
+_PKG = Path(__file__).resolve().parent.parent
+"""The `planner` package directory: the wheel ships the data directories inside it."""
+
+
+def data_dir(name: str) -> Path:
+    """`hardware_catalog` or `model_zoo`: inside the installed wheel, else at the repo root."""
+    for candidate in (_PKG / name, _PKG.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"data directory '{name}' not found next to {_PKG}")
+
+
+def gpu_dir() -> Path:
+    return data_dir("hardware_catalog") / "gpus"
+
+
+def zoo_dir() -> Path:
+    return data_dir("model_zoo")
+
+
+def _load_dir(cls: type[T], directory: Path) -> dict[str, T]:
+    """Every `*.toml` in a directory. Two files with one name, then a name that differs from
+    its file stem, are errors naming the file, the field and the value."""
+    found: dict[str, T] = {}
+    origin: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.toml")):
+        obj = validate(cls, load_toml(path), path)
+        name = str(getattr(obj, "name", ""))
+        if name in found:
+            raise InputError(
+                f"{path}: name: '{name}' is also defined in {origin[name]} (names must be unique)"
+            )
+        found[name] = obj
+        origin[name] = path
+    for name, path in origin.items():
+        if name != path.stem:
+            raise InputError(f"{path}: name: '{name}' does not match the file name '{path.stem}'")
+    return found
+
+
+def load_gpus(directory: Path | None = None) -> dict[str, GpuSpec]:
+    """Every GPU in a catalog directory, by name."""
+    return _load_dir(GpuSpec, directory or gpu_dir())
+
+
+def load_models(directory: Path | None = None) -> dict[str, ModelArch]:
+    """Every model in a zoo directory, by name."""
+    return _load_dir(ModelArch, directory or zoo_dir())
+
+
+@cache
+def gpus() -> dict[str, GpuSpec]:
+    """The bundled GPU catalog (loaded once, on first use)."""
+    return load_gpus()
+
+
+@cache
+def models() -> dict[str, ModelArch]:
+    """The bundled model zoo (loaded once, on first use)."""
+    return load_models()
+
+
+def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
+    """An error for an unknown catalog name, suggesting the closest known ones."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return InputError(f"unknown {kind} '{name}'{hint} (`planner catalog list` shows them all)")
+
+
+def get_gpu(name: str) -> GpuSpec:
+    table = gpus()
+    if name not in table:
+        raise unknown_name("GPU", name, sorted(table))
+    return table[name]
+
+
+def get_model(name: str) -> ModelArch:
+    table = models()
+    if name not in table:
+        raise unknown_name("model", name, sorted(table))
+    return table[name]
+
+
+def looks_like_path(ref: str) -> bool:
+    return ref.endswith((".json", ".toml")) or "/" in ref or "\\" in ref
+
+
+def resolve_model(ref: str, base_dir: Path | None = None) -> ModelArch:
+    """A zoo name, an HF config.json path or a model TOML path (relative to base_dir)."""
+    if not looks_like_path(ref):
+        return get_model(ref)
+    path = Path(ref)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    if path.suffix == ".toml":
+        return validate(ModelArch, load_toml(path), path)
+    return load_hf_config(path)

@@ -1,0 +1,69 @@
+"""Reading the files a user names: plans, model TOMLs, HF config.json files, Megatron launch
+scripts (or standard input), and validating what they hold.
+
+Every failure is an InputError naming the file (exit 2): a missing path, a directory, bytes that
+are not UTF-8, malformed TOML, a file too large to be any of these, or a pydantic validation error
+(one `file: field: message (got value)` line per problem, `errors.from_validation`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from planner.inputs.errors import InputError, from_validation
+from planner.inputs.units import MIB
+
+T = TypeVar("T", bound=BaseModel)
+
+MAX_INPUT_CHARS = 16 * MIB
+"""The most a user's file may hold. What planner reads (a plan, a model TOML, an HF config.json, a
+Megatron launch script) is a few kB; a file of 16 MiB is something else (or /dev/zero), and reading
+it whole would only fill memory."""
+
+
+def read_text(stream: IO[str], where: str) -> str:
+    """Read a user's text stream, at most MAX_INPUT_CHARS; more, or bytes that are not UTF-8, is an
+    InputError naming `where`."""
+    try:
+        text = stream.read(MAX_INPUT_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{where}: cannot read: {e}") from None
+    if len(text) > MAX_INPUT_CHARS:
+        raise InputError(
+            f"{where}: more than {MAX_INPUT_CHARS:,} characters: not a plan, config or launch file"
+        )
+    return text
+
+
+def read_file(path: Path) -> str:
+    """Read a text file the user named; a missing path or a directory is an InputError."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return read_text(f, str(path))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; malformed TOML is an InputError quoting tomllib's line and column."""
+    text = read_file(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: malformed TOML: {e}") from None
+
+
+def validate(cls: type[T], data: dict[str, Any], path: Path | str | None, prefix: str = "") -> T:
+    """Build a pydantic model, turning a ValidationError into one InputError."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise from_validation(e, path, prefix) from None

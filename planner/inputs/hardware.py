@@ -1,0 +1,188 @@
+"""GpuSpec, LinkTier, ClusterSpec: what the hardware is, as data.
+
+Network tiers are data, innermost first: the scale-up domain (NVLink / xGMI), then scale-out
+(InfiniBand / RoCE), then whatever a user adds (an oversubscribed spine, a cross-datacentre link).
+A group of ranks that fits inside a tier's span talks at that tier's per-GPU bandwidth. No figure in
+this module is a constant of the code: they come from `hardware_catalog/gpus/*.toml` or the plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.inputs import units
+from planner.inputs.fields import NonNegativeFloat, PositiveFloat, PositiveInt
+
+MAX_GPUS = 1 << 24
+"""GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
+far (~100,000-200,000 GPUs). Above it a count is a typo; below it the search's enumeration of
+divisors stays instant (it walks up to the square root)."""
+
+
+class LinkTier(BaseModel):
+    """One level of the network, seen from one GPU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    span_gpus: PositiveInt | None = Field(
+        default=None, description="GPUs reachable inside this tier; None = every GPU (outermost)"
+    )
+    bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(
+        description="line rate per GPU, one direction, decimal GB/s"
+    )
+    latency_us: NonNegativeFloat = Field(default=5.0, description="per-message latency")
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return units.gb_per_s(self.bandwidth_gb_per_s_per_gpu)
+
+    @property
+    def latency_s(self) -> float:
+        return units.microseconds(self.latency_us)
+
+
+def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> None:
+    """Tiers must be nested: spans grow, each divides the next, and the last reaches every GPU."""
+    if not tiers:
+        raise ValueError("at least one network tier is needed")
+    for inner, outer in itertools.pairwise(tiers):
+        if inner.span_gpus is None:
+            raise ValueError(
+                f"tier '{inner.name}' has no span_gpus (= every GPU) but is not the outermost"
+            )
+        if outer.span_gpus is not None and (
+            outer.span_gpus <= inner.span_gpus or outer.span_gpus % inner.span_gpus
+        ):
+            raise ValueError(
+                f"tier '{outer.name}' span_gpus ({outer.span_gpus}) must be a larger multiple of "
+                f"tier '{inner.name}' span_gpus ({inner.span_gpus})"
+            )
+    last = tiers[-1]
+    if num_gpus is not None and last.span_gpus is not None and last.span_gpus < num_gpus:
+        raise ValueError(
+            f"the outermost tier '{last.name}' spans {last.span_gpus} GPUs but num_gpus is "
+            f"{num_gpus}: some GPUs cannot reach each other"
+        )
+
+
+BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
+"""Catalog GPU names of compute capability 10+ (Blackwell)."""
+
+
+class GpuSpec(BaseModel):
+    """One accelerator model, from one `hardware_catalog/gpus/<name>.toml` file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="catalog name == file stem")
+    display_name: str
+    vendor: Literal["nvidia", "amd"]
+    source: str = Field(min_length=1)
+    peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
+    peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
+    mamf_tflops_bf16: PositiveFloat | None = Field(
+        default=None, description="measured Maximum Achievable Matmul FLOPS; None = not measured"
+    )
+    mamf_tflops_fp8: PositiveFloat | None = Field(
+        default=None, description="the same for FP8 inputs; None = take the bf16 fraction"
+    )
+    memory_gib: PositiveFloat = Field(description="usable capacity in GiB (2^30 bytes)")
+    memory_label: str = Field(description="the vendor's label, e.g. '80 GB'")
+    memory_label_unit: Literal["GiB", "GB"] = Field(
+        description="whether the vendor's 'GB' behaves as GiB or as 10^9 bytes"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat
+    scaleup_name: str
+    scaleup_domain_gpus: PositiveInt
+    scaleup_bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(description="one direction")
+    gpus_per_node: PositiveInt
+    nic_bandwidth_gbit_per_s_per_gpu: PositiveFloat | None = None
+    tdp_w: PositiveFloat
+    price_usd_per_gpu_hour: PositiveFloat | None = None
+    price_source: str = ""
+    tiers: tuple[LinkTier, ...] = Field(description="network tiers, innermost first")
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuSpec:
+        check_tiers(self.tiers)
+        return self
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_tflops_fp8 is not None
+
+    @property
+    def needs_one_device_connection(self) -> bool:
+        """Whether Megatron-LM wants CUDA_DEVICE_MAX_CONNECTIONS=1 for TP / CP here: everywhere
+        but Blackwell (validate_args: `get_device_arch_version() < 10`; BLACKWELL_PREFIXES)."""
+        return not (self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES))
+
+    def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
+        """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls
+        back to the bf16 fraction where only that was measured."""
+        fp8_mamf, fp8_peak = self.mamf_tflops_fp8, self.peak_tflops_fp8
+        if precision == "fp8" and fp8_mamf is not None and fp8_peak is not None:
+            return fp8_mamf / fp8_peak
+        if self.mamf_tflops_bf16 is None:
+            return None
+        return self.mamf_tflops_bf16 / self.peak_tflops_bf16
+
+    def peak_flops(self, precision: Literal["bf16", "fp8"]) -> float:
+        """Dense peak FLOP/s for a precision (fp8 only where the GPU has it)."""
+        value = self.peak_tflops_fp8 if precision == "fp8" else self.peak_tflops_bf16
+        if value is None:
+            raise ValueError(f"{self.name} has no {precision} tensor cores")
+        return units.tflops(value)
+
+
+class ClusterSpec(BaseModel):
+    """The GPUs of one job: a catalog GPU, a count, and the plan's overrides applied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: GpuSpec
+    num_gpus: PositiveInt = Field(le=MAX_GPUS)
+    gpus_per_node: PositiveInt
+    memory_gib: PositiveFloat
+    power_limit_w: PositiveFloat | None = Field(
+        default=None, description="power cap per GPU; None = the catalog TDP"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, description="None = the catalog GPU's"
+    )
+    tiers: tuple[LinkTier, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        check_tiers(self.tiers, self.num_gpus)
+        if self.power_limit_w is not None and self.power_limit_w > self.gpu.tdp_w:
+            raise ValueError(
+                f"power_limit_w ({self.power_limit_w:g}) is above {self.gpu.name}'s TDP "
+                f"({self.gpu.tdp_w:g} W); a cap can only lower it"
+            )
+        return self
+
+    @property
+    def hbm_tb_per_s(self) -> float:
+        """HBM bandwidth, TB/s: the plan's override or the catalog GPU's."""
+        return self.hbm_bandwidth_tb_per_s or self.gpu.hbm_bandwidth_tb_per_s
+
+    @property
+    def power_w(self) -> float:
+        """Board power per GPU under load: the cap where one is set, else the TDP."""
+        return self.power_limit_w if self.power_limit_w is not None else self.gpu.tdp_w
+
+    @property
+    def capacity_bytes(self) -> float:
+        return units.from_gib(self.memory_gib)
+
+    def tier_for_span(self, span_gpus: int) -> LinkTier:
+        """The innermost tier whose span holds `span_gpus` consecutive ranks."""
+        for tier in self.tiers:
+            if tier.span_gpus is None or span_gpus <= tier.span_gpus:
+                return tier
+        return self.tiers[-1]

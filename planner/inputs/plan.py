@@ -1,0 +1,342 @@
+"""The plan file (DESIGN.md section 2) as pydantic models, and its resolution into a Job and a
+Layout.
+
+A plan file has `[model]`, `[cluster]`, `[training]` and, for check/explain/launch, `[parallel]`.
+`load_plan` validates every table at the boundary (frozen, extra="forbid"), resolves the model
+(zoo name, HF config path relative to the plan file, or inline Megatron fields) and the GPU
+(catalog name plus the plan's overrides), and builds the layout (dp derived when omitted). Whether
+Megatron-LM accepts that layout is `planner.search.rules` (`check_plan`), which every command that
+reads a `[parallel]` table applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError, spelled
+from planner.inputs.fields import Flag, Integer, PositiveFloat, PositiveInt
+from planner.inputs.files import load_toml, validate
+from planner.inputs.hardware import ClusterSpec, LinkTier, check_tiers
+from planner.inputs.hf_import import load_hf_config
+from planner.inputs.layout import Layout, Recompute, RecomputePolicy, ZeroStage
+
+Precision = Literal["bf16", "fp8"]
+CrossEntropy = Literal["fused", "pytorch", "gathered"]
+SelectivePolicy = Literal["core_attn", "per_op"]
+
+
+MAX_GLOBAL_BATCH = 1 << 24
+"""Sequences per optimizer step: 16,777,216, thousands of times the batches published (Llama 3
+405B: 2,048 sequences of 8,192 tokens; even a billion-token batch of 128-token sequences is
+8 million). Bounds the search's enumeration of micro-batch sizes, as hardware.MAX_GPUS bounds its
+degrees."""
+
+
+class ClusterSection(BaseModel):
+    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str = Field(min_length=1)
+    num_gpus: PositiveInt  # at most hardware.MAX_GPUS, checked on the ClusterSpec
+    gpus_per_node: PositiveInt | None = None
+    memory_gib: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = Field(
+        default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)"
+    )
+    tiers: tuple[LinkTier, ...] | None = None
+
+
+class TrainingSection(BaseModel):
+    """`[training]`: sequence length, global batch (sequences per optimizer step), precision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_length: PositiveInt
+    global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
+    precision: Precision = "bf16"
+    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
+    )
+    fused_norm: Flag = Field(
+        default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
+    )
+    cross_entropy: CrossEntropy = Field(
+        default="fused",
+        description="fused: Megatron's vocab-parallel kernel; pytorch: torch cross_entropy on "
+        "each rank's fp32 logits (vocab-split under TP); gathered: logits gathered over TP first",
+    )
+    selective_recompute: SelectivePolicy = Field(
+        default="core_attn",
+        description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
+        "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
+    )
+    fp8_param_gather: Flag = Field(
+        default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
+    )
+    flash_attention: Flag = Field(
+        default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
+    )
+    fused_swiglu: Flag = Field(
+        default=True,
+        description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
+    )
+    sp_keeps_gathered_input: Flag = Field(
+        default=False,
+        description="sequence parallelism saves the all-gathered input of the column-parallel "
+        "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
+    )
+    tp_backward_overlap: Flag = Field(
+        default=True,
+        description="the column-parallel linears' backward TP collectives run under their dgrad "
+        "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
+        "(plain autograd functions, PyTorch DTensor)",
+    )
+
+
+class ParallelSection(BaseModel):
+    """`[parallel]`: the layout. dp is derived from num_gpus when omitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    etp: PositiveInt | None = None
+    vpp: PositiveInt = 1
+    dp: PositiveInt | None = None
+    sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
+    micro_batch_size: PositiveInt = 1
+    zero_stage: Annotated[ZeroStage, Integer] = 1
+    recompute: Recompute = "none"
+    pipeline_layers: tuple[PositiveInt, ...] | None = None
+    tp_comm_overlap: Flag = False
+    ep_comm_overlap: Flag = Field(
+        default=False,
+        description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
+    )
+    overlap_grad_reduce: Flag = Field(
+        default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
+    )
+    overlap_param_gather: Flag = Field(
+        default=True, description="Megatron --overlap-param-gather (planner launches with it)"
+    )
+
+
+class PlanFile(BaseModel):
+    """The whole file. `[model]` is checked separately (it has three shapes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: dict[str, Any]
+    cluster: ClusterSection
+    training: TrainingSection
+    parallel: ParallelSection | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to train and on what: everything but the layout."""
+
+    arch: ModelArch
+    cluster: ClusterSpec
+    seq_length: int
+    global_batch_size: int
+    precision: Precision = "bf16"
+    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
+    fused_norm: bool = True
+    cross_entropy: CrossEntropy = "fused"
+    fused_swiglu: bool = True
+    sp_keeps_gathered_input: bool = False
+    tp_backward_overlap: bool = True
+    fp8_param_gather: bool = True
+    flash_attention: bool = True
+    selective_recompute: SelectivePolicy = "core_attn"
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
+        return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    def recompute_policy(self, recompute: Recompute) -> RecomputePolicy:
+        """What a layout's recompute setting recomputes in this training code: "selective" is
+        the core attention (Megatron) or PyTorch's per-op policy."""
+        return self.selective_recompute if recompute == "selective" else recompute
+
+    @property
+    def optimizer_bytes(self) -> float:
+        """Optimizer bytes per parameter: the fp32 master weight (4) and Adam's two moments
+        (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with Transformer
+        Engine >= 2.1 keeps only the master's 16-bit remainder (store_param_remainders, on by
+        default; OptimizerConfig @d98e8a64), 2 bytes fewer: counting 4 is the safe side."""
+        return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_length * self.global_batch_size
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A loaded plan: the job, its layout (None without `[parallel]`), where it came from."""
+
+    job: Job
+    layout: Layout | None
+    path: Path | None = None
+    model_ref: dict[str, Any] | None = None
+
+    def require_layout(self) -> Layout:
+        """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""
+        if self.layout is None:
+            raise InputError(f"{self.path}: parallel: the [parallel] table is missing")
+        return self.layout
+
+
+def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
+    """`[model]`: exactly one of name = zoo name, hf_config = path, or inline Megatron fields."""
+    where = str(path) if path else "<plan>"
+    base = path.parent if path else None
+    if "name" in table and len(table) == 1:
+        ref = table["name"]
+        if not isinstance(ref, str) or not ref:
+            raise InputError(
+                f"{where}: model.name: expected a zoo name or a path (got {spelled(ref)})"
+            )
+        if not catalog.looks_like_path(ref) and ref not in catalog.models():
+            err = catalog.unknown_name("model", ref, sorted(catalog.models()))
+            raise InputError(f"{where}: model.name: {err}")
+        return catalog.resolve_model(ref, base)
+    if "hf_config" in table:
+        if len(table) != 1:
+            extra = sorted(set(table) - {"hf_config"})
+            raise InputError(f"{where}: model: hf_config cannot be combined with {extra}")
+        ref = table["hf_config"]
+        if not isinstance(ref, str) or not ref:
+            raise InputError(f"{where}: model.hf_config: expected a path (got {spelled(ref)})")
+        hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
+        if not hf_path.is_file():
+            what = "is a directory" if hf_path.is_dir() else "no such file"
+            raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
+        return load_hf_config(hf_path)
+    if not table:
+        raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")
+    inline = {"name": "inline", "source": f"inline in {where}", **table}
+    return validate(ModelArch, inline, path, prefix="model")
+
+
+def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
+    """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
+    hbm_bandwidth_tb_per_s, tiers) applied."""
+    where = str(path) if path else "<plan>"
+    try:
+        gpu = catalog.get_gpu(section.gpu)
+    except InputError as e:
+        raise InputError(f"{where}: cluster.gpu: {e}") from None
+    if section.tiers is not None:
+        try:
+            check_tiers(section.tiers, section.num_gpus)
+        except ValueError as e:
+            raise InputError(f"{where}: cluster.tiers: {e}") from None
+    data = {
+        "gpu": gpu,
+        "num_gpus": section.num_gpus,
+        "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
+        "memory_gib": section.memory_gib or gpu.memory_gib,
+        "power_limit_w": section.power_limit_w,
+        "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
+        "tiers": section.tiers or gpu.tiers,
+    }
+    return validate(ClusterSpec, data, path, prefix="cluster")
+
+
+def build_job(
+    arch: ModelArch, cluster: ClusterSpec, training: TrainingSection, path: Path | None
+) -> Job:
+    where = str(path) if path else "<plan>"
+    if training.precision == "fp8" and not cluster.gpu.has_fp8:
+        raise InputError(
+            f'{where}: training.precision: "fp8" but {cluster.gpu.name} has no FP8 tensor cores'
+        )
+    return Job(
+        arch=arch,
+        cluster=cluster,
+        seq_length=training.seq_length,
+        global_batch_size=training.global_batch_size,
+        precision=training.precision,
+        main_grad_dtype=training.main_grad_dtype,
+        optimizer_state_dtype=training.optimizer_state_dtype,
+        fused_norm=training.fused_norm,
+        cross_entropy=training.cross_entropy,
+        fp8_param_gather=training.fp8_param_gather,
+        flash_attention=training.flash_attention,
+        selective_recompute=training.selective_recompute,
+        fused_swiglu=training.fused_swiglu,
+        sp_keeps_gathered_input=training.sp_keeps_gathered_input,
+        tp_backward_overlap=training.tp_backward_overlap,
+    )
+
+
+def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:
+    """Build a Layout from `[parallel]`, deriving dp (which must then be a whole number) and
+    sequence parallelism (on when tp > 1 unless the table says otherwise)."""
+    where = str(path) if path else "<plan>"
+    model_size = section.tp * section.pp * section.cp
+    n = job.cluster.num_gpus
+    if section.dp is None:
+        if n % model_size:
+            raise InputError(
+                f"{where}: parallel: num_gpus ({n}) must be a multiple of tp x pp x cp "
+                f"({section.tp} x {section.pp} x {section.cp} = {model_size})"
+            )
+        dp = n // model_size
+    else:
+        dp = section.dp
+    sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
+    return Layout(
+        tp=section.tp,
+        pp=section.pp,
+        dp=dp,
+        cp=section.cp,
+        ep=section.ep,
+        etp=section.etp,
+        vpp=section.vpp,
+        sequence_parallel=sp,
+        micro_batch_size=section.micro_batch_size,
+        zero_stage=section.zero_stage,
+        recompute=section.recompute,
+        pipeline_layers=section.pipeline_layers,
+        tp_comm_overlap=section.tp_comm_overlap,
+        ep_comm_overlap=section.ep_comm_overlap,
+        overlap_grad_reduce=section.overlap_grad_reduce,
+        overlap_param_gather=section.overlap_param_gather,
+    )
+
+
+def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
+    """Validate a parsed plan document and resolve it. The layout is as written: check it
+    against Megatron-LM's rules with `planner.search.rules.check_plan`."""
+    doc = validate(PlanFile, data, path)
+    arch = resolve_model_table(doc.model, path)
+    cluster = resolve_cluster(doc.cluster, path)
+    job = build_job(arch, cluster, doc.training, path)
+    layout = layout_from_section(job, doc.parallel, path) if doc.parallel is not None else None
+    return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
+
+
+def load_plan(path: Path) -> Plan:
+    """Read, validate and resolve a plan file (its layout not yet checked by the rules)."""
+    return parse_plan(load_toml(path), path)

@@ -1,0 +1,110 @@
+"""Write a plan file (DESIGN.md section 2) that `check`, `explain` and `launch` read back unchanged.
+
+The `[model]` table is written the way the job named it (a zoo name, an HF config path made
+relative to the new plan file, or the inline Megatron fields); the cluster overrides only where they
+differ from the catalog; `[parallel]` in full, dp included.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from planner.inputs import catalog
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    text = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def _table(name: str, items: dict[str, Any]) -> list[str]:
+    lines = [f"[{name}]"]
+    lines += [f"{k} = {_value(v)}" for k, v in items.items() if v is not None]
+    return lines
+
+
+def model_table(job: Job, ref: dict[str, Any] | None, plan_path: Path) -> dict[str, Any]:
+    """The [model] table for a plan written at plan_path."""
+    if ref and "hf_config" in ref:
+        src = Path(ref["hf_config"]).resolve()
+        return {"hf_config": os.path.relpath(src, plan_path.resolve().parent)}
+    if ref and set(ref) == {"name"} and ref["name"] in catalog.models():
+        return {"name": ref["name"]}
+    if job.arch.name in catalog.models() and catalog.models()[job.arch.name] == job.arch:
+        return {"name": job.arch.name}
+    fields = job.arch.model_dump(exclude_defaults=True)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
+def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -> str:
+    gpu = job.cluster.gpu
+    cluster: dict[str, Any] = {"gpu": gpu.name, "num_gpus": job.cluster.num_gpus}
+    if job.cluster.gpus_per_node != gpu.gpus_per_node:
+        cluster["gpus_per_node"] = job.cluster.gpus_per_node
+    if job.cluster.memory_gib != gpu.memory_gib:
+        cluster["memory_gib"] = job.cluster.memory_gib
+    if job.cluster.power_limit_w is not None:
+        cluster["power_limit_w"] = job.cluster.power_limit_w
+    if job.cluster.hbm_bandwidth_tb_per_s is not None:
+        cluster["hbm_bandwidth_tb_per_s"] = job.cluster.hbm_bandwidth_tb_per_s
+    training: dict[str, Any] = {
+        "seq_length": job.seq_length,
+        "global_batch_size": job.global_batch_size,
+        "precision": job.precision,
+        "main_grad_dtype": job.main_grad_dtype,
+    }
+    if job.optimizer_state_dtype != "fp32":
+        training["optimizer_state_dtype"] = job.optimizer_state_dtype
+    on_by_default = (
+        "fused_norm",
+        "fp8_param_gather",
+        "flash_attention",
+        "fused_swiglu",
+        "tp_backward_overlap",
+    )
+    for flag in on_by_default:
+        if not getattr(job, flag):
+            training[flag] = False
+    if job.sp_keeps_gathered_input:
+        training["sp_keeps_gathered_input"] = True
+    if job.cross_entropy != "fused":
+        training["cross_entropy"] = job.cross_entropy
+    if job.selective_recompute != "core_attn":
+        training["selective_recompute"] = job.selective_recompute
+    parallel: dict[str, Any] = {
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "dp": layout.dp,
+        "cp": layout.cp,
+        "ep": layout.ep,
+        "etp": layout.etp,
+        "vpp": layout.vpp,
+        "sequence_parallel": layout.sequence_parallel,
+        "tp_comm_overlap": layout.tp_comm_overlap,
+        "ep_comm_overlap": layout.ep_comm_overlap,
+        "overlap_grad_reduce": layout.overlap_grad_reduce,
+        "overlap_param_gather": layout.overlap_param_gather,
+        "micro_batch_size": layout.micro_batch_size,
+        "zero_stage": layout.zero_stage,
+        "recompute": layout.recompute,
+        "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
+    }
+    lines = [f"# {h}" for h in header]
+    lines += [*_table("model", model), ""]
+    lines += _table("cluster", cluster)
+    if job.cluster.tiers != gpu.tiers:
+        for tier in job.cluster.tiers:
+            lines += ["", "[[cluster.tiers]]"]
+            lines += [f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None]
+    lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""The one place units are converted, and quantities written as people write them.
+
+Inside planner everything is SI: bytes, seconds, FLOP/s, bytes/s. Data files carry their units in
+their key names (`bandwidth_gb_per_s_per_gpu`, `memory_gib`, `peak_tflops_bf16`) and are converted
+here, once, at load time. A token budget typed as "15T" is read here (`parse_tokens`), and the
+human output of every layer writes its numbers with the `format_*` functions ("67.8k", "$71M",
+"5.68 TB", "2.5 h").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from planner.inputs.errors import InputError
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+GB = 10**9  # decimal gigabyte, as in link bandwidths and vendor "GB/s"
+TERA = 10**12
+SECONDS_PER_HOUR = 3_600.0
+SECONDS_PER_DAY = 86_400.0
+
+
+def gib(n_bytes: float) -> float:
+    """Bytes -> GiB (2^30 bytes)."""
+    return n_bytes / GIB
+
+
+def from_gib(n_gib: float) -> float:
+    """GiB -> bytes."""
+    return n_gib * GIB
+
+
+def gb_per_s(value_gb_per_s: float) -> float:
+    """Decimal GB/s -> bytes/s."""
+    return value_gb_per_s * GB
+
+
+def gbit_per_s(value_gbit_per_s: float) -> float:
+    """Line rate in Gb/s -> bytes/s."""
+    return value_gbit_per_s * GB / 8
+
+
+def tflops(value_tflops: float) -> float:
+    """TFLOP/s -> FLOP/s."""
+    return value_tflops * TERA
+
+
+def microseconds(value_us: float) -> float:
+    """Microseconds -> seconds."""
+    return value_us * 1e-6
+
+
+# --- quantities as people write them
+
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+_TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*\.?[0-9_]*(?:[eE][+-]?[0-9]+)?)\s*([KMBGTP]?)\s*$")
+
+
+def parse_tokens(text: str, option: str) -> int:
+    """A token count: '15T', '2.5e12', '300B', '1.2M', '500k', '1_000_000' -> int (> 0).
+
+    Suffixes are decimal: K 1e3, M 1e6, B or G 1e9, T 1e12, P 1e15 (case-insensitive)."""
+    m = _TOKENS_RE.match(text.upper()) if isinstance(text, str) else None
+    if m is None:
+        raise InputError(
+            f"{option}: expected a token count like 15T, 300B, 1.2M or 2.5e12 (got {text!r})"
+        )
+    number, suffix = m.groups()
+    try:
+        value = float(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
+    except ValueError:
+        raise InputError(f"{option}: expected a token count (got {text!r})") from None
+    if not math.isfinite(value) or value < 1:
+        raise InputError(f"{option}: must be at least one token (got {text!r})")
+    return round(value)
+
+
+def _scaled(x: float, units: tuple[tuple[str, float], ...], spec: str) -> str | None:
+    """x in the largest of the (suffix, scale) units it reaches, largest first (1.5e6 -> '1.5M');
+    None below the smallest."""
+    for suffix, scale in units:
+        if abs(x) >= scale:
+            return f"{x / scale:{spec}}{suffix}"
+    return None
+
+
+def format_si(x: float, spec: str = ".3g") -> str:
+    """67800 -> '67.8k', 1.35e5 -> '135k', 12.5 -> '12.5' (G, M, k)."""
+    return _scaled(x, (("G", 1e9), ("M", 1e6), ("k", 1e3)), spec) or f"{x:{spec}}"
+
+
+def format_tokens(n: float) -> str:
+    """15e12 -> '15T', 3e11 -> '300B', 1.2e6 -> '1.2M'."""
+    units = (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
+    return _scaled(n, units, ".3g") or f"{n:.0f}"
+
+
+def format_money(usd: float) -> str:
+    """7.1e7 -> '$71M', 950 -> '$950'."""
+    scaled = _scaled(usd, (("B", 1e9), ("M", 1e6), ("k", 1e3)), ".3g")
+    return f"${scaled or f'{usd:,.0f}'}"
+
+
+def format_bytes(n: float) -> str:
+    """5.68e12 -> '5.68 TB'."""
+    return _scaled(n, ((" TB", 1e12), (" GB", 1e9), (" MB", 1e6)), ".3g") or f"{n:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds >= 2 * SECONDS_PER_HOUR:
+        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
+    if seconds >= 600:
+        return f"{seconds / 60:.0f} min"
+    if seconds >= 120:
+        return f"{seconds / 60:.1f} min"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1e3:.2g} ms"

@@ -1,0 +1,13 @@
+"""The model of the world: what a layout costs in memory and time, as pure functions of
+(`Job`, `Layout`), every formula derived in its module's docstring and its constants documented
+where they are defined.
+
+- `params` parameter counts; `flops` FLOPs and GEMM shapes (Megatron's counting)
+- `activations` activation bytes per layer (Korthikanti et al. 2022, generalised); `memory` memory
+  per pipeline stage (ZeRO 0-3, in-flight micro-batches, fixed costs)
+- `comms` collectives on the link tier each group spans (a new collective goes here);
+  `layer_time` one layer's compute and TP / CP / EP traffic per micro-batch; `schedule` pipeline
+  bubbles and Megatron's 1F1B / interleaved order; `cost` the step time, its breakdown, MFU
+
+May import `planner.inputs` only; nothing here searches, prints or reads files.
+"""

@@ -1,0 +1,298 @@
+"""Collective-communication time on the link tiers a process group actually spans.
+
+Placement. Megatron orders ranks tp-cp-ep-dp-pp (TP fastest, ecosystem.md 1.2), so a group of n
+ranks whose members are `stride` ranks apart lies on `stride x n` consecutive ranks;
+`ClusterSpec.tier_for_span` gives the innermost tier that holds them. When that is not the
+innermost tier, g = min(n, span_0 / stride) members share each innermost domain (an NVLink node)
+and k = n / g domains take part: a two-level group.
+
+Cost model (NVIDIA nccl-tests doc/PERFORMANCE.md; ecosystem.md section 4), S the payload in bytes,
+B the achieved bus bandwidth per GPU, α the per-message latency:
+
+    all-reduce       2(n-1)/n * S/B          reduce-scatter, all-gather   (n-1)/n * S/B
+    all-to-all       (n-1)/n * S/B           point-to-point               S/B
+(S is the whole array; for all-to-all, the bytes one rank sends including its own share.)
+
+Two-level groups are modelled hierarchically (stas00/ml-engineering network/README.md, quoted in
+ecosystem.md section 4): reduce-scatter inside the node over the inner link, all-reduce of the
+S/g shard across the k nodes over each GPU's own NIC, all-gather inside the node:
+    2(g-1)/g * S/B_in + 2(k-1)/k * (S/g)/B_out
+(reduce-scatter and all-gather take half of each term). An all-to-all sends (k-1)/k of its bytes
+over the NIC and (g-1)/n over NVLink at the same time, so the slower of the two counts.
+
+Latency: a ring inside one domain takes n-1 steps per phase (α each); across domains NCCL uses
+trees for latency-bound sizes, so the inter-domain part pays ceil(log2 k) steps per phase.
+
+Achieved bus bandwidth = line rate x an efficiency (constants below, from measured busbw).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.inputs.hardware import ClusterSpec, LinkTier
+from planner.inputs.layout import Layout
+from planner.model.activations import BF16
+
+SCALEUP_BUS_EFFICIENCY = 0.80
+"""Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink, xGMI). Measured:
+H100 NVLink4 ~370 of 450 GB/s for ring collectives (0.82; NVIDIA/nccl-tests#212, nccl#1455),
+A100 NVLink3 ~235 of 300 GB/s (0.78; stas00/ml-engineering). ecosystem.md section 4."""
+
+SCALEOUT_BUS_EFFICIENCY = 0.92
+"""Achieved bus bandwidth / NIC line rate across nodes (InfiniBand / RoCE): NDR 400 Gb/s gives
+46-48 of 50 GB/s per NIC (0.92-0.96; nccl-tests#290, #267), HDR ~24 of 25 GB/s (nccl#412)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """An achieved link: bus bandwidth in bytes/s per GPU and per-message latency in seconds."""
+
+    bandwidth: float
+    latency: float
+
+
+def achieved(tier: LinkTier, innermost: bool) -> Link:
+    """A tier's line rate times the scale-up or scale-out bus efficiency."""
+    eff = SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY
+    return Link(tier.bandwidth_bytes_per_s * eff, tier.latency_s)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group as placed on the cluster: n ranks, g per innermost domain, k domains."""
+
+    size: int
+    per_domain: int
+    domains: int
+    inner: Link
+    outer: Link | None
+    """The link between domains (None when the whole group sits in one innermost domain)."""
+    tier_name: str
+
+
+def place(cluster: ClusterSpec, stride: int, size: int) -> Group:
+    """Where a group of `size` ranks, `stride` ranks apart, lands (Megatron rank order)."""
+    tiers = cluster.tiers
+    inner = achieved(tiers[0], True)
+    tier = cluster.tier_for_span(stride * size)
+    if size <= 1 or tier is tiers[0]:
+        return Group(max(size, 1), max(size, 1), 1, inner, None, tier.name)
+    span0 = tiers[0].span_gpus or stride * size
+    g = max(1, min(size, span0 // stride))
+    while size % g:
+        g -= 1
+    return Group(size, g, size // g, inner, achieved(tier, False), tier.name)
+
+
+def _steps(n: int) -> int:
+    return max(n - 1, 0)
+
+
+def _tree_steps(k: int) -> int:
+    return math.ceil(math.log2(k)) if k > 1 else 0
+
+
+def _phase_latency(grp: Group) -> float:
+    """Latency of one reduce-scatter or all-gather phase."""
+    lat = _steps(grp.per_domain) * grp.inner.latency
+    if grp.outer is not None:
+        lat += _tree_steps(grp.domains) * grp.outer.latency
+    return lat
+
+
+def ring_all_reduce(size_bytes: float, n: int, link: Link) -> float:
+    """Flat ring all-reduce: 2(n-1)/n * S/B + 2(n-1) alpha."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * size_bytes / link.bandwidth + 2 * (n - 1) * link.latency
+
+
+def all_reduce(size_bytes: float, grp: Group) -> float:
+    """All-reduce of S bytes over a (possibly two-level) group."""
+    if grp.size <= 1 or size_bytes <= 0:
+        return 0.0
+    if grp.outer is None:
+        return ring_all_reduce(size_bytes, grp.size, grp.inner)
+    return 2 * _half_collective(size_bytes, grp)
+
+
+def _half_collective(size_bytes: float, grp: Group) -> float:
+    """One reduce-scatter (or all-gather) of an S-byte array over the group."""
+    g, k = grp.per_domain, grp.domains
+    t = (g - 1) / g * size_bytes / grp.inner.bandwidth
+    if grp.outer is not None:
+        t += (k - 1) / k * (size_bytes / g) / grp.outer.bandwidth
+    return t + _phase_latency(grp)
+
+
+def reduce_scatter(size_bytes: float, grp: Group) -> float:
+    """Reduce-scatter of an S-byte array (each rank ends with S/n): (n-1)/n * S/B."""
+    if grp.size <= 1 or size_bytes <= 0:
+        return 0.0
+    return _half_collective(size_bytes, grp)
+
+
+def all_gather(size_bytes: float, grp: Group) -> float:
+    """All-gather into an S-byte array (each rank contributes S/n): (n-1)/n * S/B."""
+    return reduce_scatter(size_bytes, grp)
+
+
+def all_to_all(size_bytes: float, grp: Group) -> float:
+    """All-to-all where each rank sends S bytes spread evenly over the group (incl. itself)."""
+    n = grp.size
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    if grp.outer is None:
+        return (n - 1) / n * size_bytes / grp.inner.bandwidth + _steps(n) * grp.inner.latency
+    g, k = grp.per_domain, grp.domains
+    intra = (g - 1) / n * size_bytes / grp.inner.bandwidth
+    inter = (k - 1) / k * size_bytes / grp.outer.bandwidth
+    return max(intra, inter) + _steps(k) * grp.outer.latency
+
+
+def p2p(size_bytes: float, link: Link) -> float:
+    """One point-to-point message: S/B + alpha."""
+    if size_bytes <= 0:
+        return 0.0
+    return size_bytes / link.bandwidth + link.latency
+
+
+def p2p_link(cluster: ClusterSpec, stride: int, size: int) -> Link:
+    """The link between neighbours of a group (e.g. adjacent pipeline stages): the slowest hop."""
+    grp = place(cluster, stride, size)
+    return grp.outer or grp.inner
+
+
+def tensor_parallel_layer(
+    cluster: ClusterSpec,
+    tp: int,
+    act_bytes: float,
+    n_fwd: int,
+    sequence_parallel: bool,
+    windows: tuple[float, ...],
+    overlap_backward: bool = True,
+    regather: bool = True,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
+    activation bytes. Each block (attention, MLP) is a column-parallel linear and a row-parallel
+    one (Megatron's f and g operators, Shoeybi et al. 2019 / Korthikanti et al. 2022):
+
+    forward, per pass (n_fwd: 2 with full recompute): an all-reduce after each row-parallel
+      linear, or with sequence parallelism an all-gather before the column-parallel one and a
+      reduce-scatter after the row-parallel one; always exposed.
+    backward, per block: the column-parallel linear's input gradient is all-reduced (with SP:
+      reduce-scattered), and with SP the row-parallel linear's output gradient is all-gathered
+      and, unless the gathered input was saved (`regather` False), the column-parallel input is
+      all-gathered again for its weight gradient.
+
+    `overlap_backward` (Megatron-LM's and Transformer Engine's column-parallel backward): the
+    re-gather runs under the dgrad GEMM and the input-gradient all-reduce / reduce-scatter under
+    the wgrad GEMM, each exposed only beyond that GEMM's time, the block's `windows` entry (its
+    column-parallel forward GEMM time: dgrad and wgrad each equal it; 0 where nothing overlaps).
+    Otherwise every collective blocks."""
+    grp = place(cluster, 1, tp)
+    ar = all_reduce(act_bytes, grp)
+    half = reduce_scatter(act_bytes, grp)
+    exposed = 2 * n_fwd * ar
+    hidden = 0.0
+    for window in windows:
+        # (seconds, GEMM it can run under: 0 = none) of each backward collective of the block
+        if sequence_parallel:
+            parts = [(half, 0.0), (half, window)] + ([(half, window)] if regather else [])
+        else:
+            parts = [(ar, window)]
+        for seconds, under in parts:
+            shown = max(seconds - under, 0.0) if overlap_backward else seconds
+            exposed += shown
+            hidden += seconds - shown
+    return exposed, hidden
+
+
+def context_parallel_ring(
+    cluster: ClusterSpec,
+    tp: int,
+    cp: int,
+    kv_bytes: float,
+    attn_fwd: float,
+    attn_bwd: float,
+    n_fwd: int,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per layer and micro-batch of ring attention: the K/V chunk
+    passes cp-1 hops per forward, K/V and their gradients per backward, each pass overlapped
+    with the attention kernel it feeds (Megatron's p2p context parallelism)."""
+    hop = p2p(kv_bytes, p2p_link(cluster, tp, cp))
+    fwd, bwd = (cp - 1) * hop, 2 * (cp - 1) * hop
+    exposed = n_fwd * max(fwd - attn_fwd, 0.0) + max(bwd - attn_bwd, 0.0)
+    return exposed, n_fwd * fwd + bwd - exposed
+
+
+def expert_all_to_all(
+    cluster: ClusterSpec, etp: int, ep: int, dispatch_bytes: float, n_fwd: int
+) -> float:
+    """Seconds per MoE layer and micro-batch of the EP all-to-alls: dispatch and combine in each
+    forward pass and in the backward (EP ranks are etp apart: MoE parallel folding)."""
+    return (2 * n_fwd + 2) * all_to_all(dispatch_bytes, place(cluster, etp, ep))
+
+
+DP_BUCKET_PARAMS = 40_000_000
+"""Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
+
+
+def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
+    """The groups gradients reduce over: dense parameters over dp x cp ranks tp apart, expert
+    parameters over expert_dp ranks etp x ep apart (MoE parallel folding). The same for every
+    pipeline stage: place them once per layout."""
+    dense = place(cluster, lay.tp, lay.dense_dp)
+    return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
+
+
+def data_parallel(
+    groups: tuple[Group, Group],
+    lay: Layout,
+    dense: float,
+    expert: float,
+    grad_bytes: float,
+    fwd: float,
+    bwd: float,
+    m: int,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
+
+    `groups` are `data_parallel_groups`; `grad_bytes` per gradient element (Job.grad_bytes);
+    `dense` / `expert` are the parameters one GPU holds
+    (before ZeRO sharding); `fwd` / `bwd` are one micro-batch's forward and backward seconds on
+    the stage, the windows the traffic can hide in. ZeRO 0: gradient all-reduce; ZeRO 1/2:
+    gradient reduce-scatter and bf16 parameter all-gather, hidden behind the last micro-batch's
+    backward and the next step's first forward (Megatron --overlap-grad-reduce /
+    --overlap-param-gather); ZeRO 3: parameter all-gather before every micro-batch's forward and
+    backward plus the gradient reduce-scatter, each hidden behind that pass. What exceeds its
+    window is exposed, and never less than one bucket. Without `lay.overlap_grad_reduce` the
+    gradient reduction has no window (it starts after the backward), nor without
+    `lay.overlap_param_gather` the parameter all-gather.
+    """
+    bwd = bwd if lay.overlap_grad_reduce else 0.0
+    fwd = fwd if lay.overlap_param_gather else 0.0
+    exposed = hidden = 0.0
+    for n_params, grp in zip((dense, expert), groups, strict=True):
+        if n_params <= 0 or grp.size <= 1:
+            continue
+        bucket = min(1.0, max(DP_BUCKET_PARAMS, 1_000_000 * grp.size) / n_params)
+        if lay.zero_stage == 3:
+            ag = all_gather(n_params * BF16, grp)
+            rs = reduce_scatter(n_params * grad_bytes, grp)
+            per_mb = max(ag - fwd, ag * bucket) + max(ag + rs - bwd, (ag + rs) * bucket)
+            exposed += m * per_mb
+            hidden += m * (2 * ag + rs - per_mb)
+            continue
+        if lay.zero_stage == 0:
+            red, gather = all_reduce(n_params * grad_bytes, grp), 0.0
+        else:
+            red = reduce_scatter(n_params * grad_bytes, grp)
+            gather = all_gather(n_params * BF16, grp)
+        e_red = max(red - bwd, red * bucket)
+        e_gat = max(gather - fwd, gather * bucket)
+        exposed += e_red + e_gat
+        hidden += (red - e_red) + (gather - e_gat)
+    return exposed, hidden

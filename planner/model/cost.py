@@ -1,0 +1,317 @@
+"""Step time of a layout: compute, communication, pipeline bubble, optimizer.
+
+`estimate(job, layout)` is pure and cheap (one pass over two layer types and pp stages); the search
+calls it thousands of times. Every time is per GPU, per step, in seconds.
+
+Communication (planner.comms, each group on the tier it spans in Megatron's tp-cp-ep-dp-pp order):
+TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward (SP adds
+Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones under
+their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
+collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
+hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of t x top_k tokens
+times MOE_LOAD_IMBALANCE, exposed, or with `ep_comm_overlap` hidden under the merged other
+micro-batch's compute where the schedule pairs them (`ep_exposed`); PP one activation send
+forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on the critical
+path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill and drain
+expose up to one hop per chunk boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`);
+DP gradient reduce-scatter / all-reduce and parameter all-gather (ZeRO-3: per micro-batch),
+exposed beyond their overlap windows (`comms.data_parallel`).
+
+Pipeline (planner.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
+stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
+output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
+The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
+
+Optimizer: memory-bound; for each parameter of the shard a GPU updates, Adam reads the gradient
+(ADAM_GRAD_READ_BYTES) and reads and writes its master weight and two moments (Job.optimizer_bytes
+each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroing the local
+gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
+Other: STEP_OVERHEAD_S per step (data loading, logging, launch latencies).
+
+Calibration: the three fitted constants live in planner/layer_time.py; everything here is a
+documented physical or measured constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, flops
+from planner.model.activations import BF16
+from planner.model.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
+from planner.model.memory import stage_params
+from planner.model.schedule import (
+    interleaved_p2p_exposed,
+    pipeline_time,
+    stage_ranges,
+    unmerged_share,
+)
+
+ADAM_GRAD_READ_BYTES = 4.0
+"""Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
+written: `Job.optimizer_bytes` each way)."""
+
+GRAD_BUFFER_BYTES_PER_PARAM = 8.0
+"""Per local parameter per step: the gradient-norm read and the zeroing write of the fp32 buffer."""
+
+STEP_OVERHEAD_S = 0.01
+"""Per-step fixed cost: data loader hand-off, loss/grad-norm all-reduces, logging, launches."""
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds per step on the slowest pipeline stage, by cause."""
+
+    compute: float
+    recompute: float
+    tp_comm_exposed: float
+    tp_comm_hidden: float
+    cp_comm_exposed: float
+    cp_comm_hidden: float
+    ep_comm_exposed: float
+    ep_comm_hidden: float
+    pp_comm_exposed: float
+    dp_comm_exposed: float
+    dp_comm_hidden: float
+    bubble: float
+    optimizer: float
+    other: float
+
+    @property
+    def step_time(self) -> float:
+        """Compute, recompute, every exposed communication, bubble, optimizer and other."""
+        hidden = ("tp_comm_hidden", "cp_comm_hidden", "ep_comm_hidden", "dp_comm_hidden")
+        return sum(float(getattr(self, f)) for f in self.__dataclass_fields__ if f not in hidden)
+
+
+COST_NAMES = {
+    # StepBreakdown field -> how output names it (everything but compute and hidden traffic)
+    "recompute": "recompute",
+    "tp_comm_exposed": "TP traffic",
+    "cp_comm_exposed": "CP traffic",
+    "ep_comm_exposed": "EP traffic",
+    "pp_comm_exposed": "PP traffic",
+    "dp_comm_exposed": "DP traffic",
+    "bubble": "bubble",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+
+
+@dataclass(frozen=True)
+class Performance:
+    breakdown: StepBreakdown
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    model_tflops_per_gpu: float
+    mfu: float
+    """Model FLOPs / (step time x GPUs x dense peak of the job's precision)."""
+    stages: tuple[tuple[float, float], ...] = ()
+    """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
+    per micro-batch, exposed traffic included, split in proportion to its forward and backward
+    (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
+    p2p_hop: float = 0.0
+    """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
+    delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the
+    stage times."""
+
+    def bottleneck(self) -> str:
+        """The largest cost other than compute, e.g. "bubble" or "TP traffic"."""
+        b = self.breakdown
+        name = max(COST_NAMES, key=lambda f: float(getattr(b, f)))
+        return COST_NAMES[name]
+
+
+def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
+    """Seconds of one stage's optimizer step: the Adam update of the shard this GPU owns plus
+    the gradient buffer's norm read and zeroing, all memory-bound."""
+    shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
+    shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
+    updated = dense / shard_d + expert / shard_e
+    per_updated = ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
+    touched = per_updated * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
+    return touched / gpu.hbm
+
+
+_LAYER_MEMO: dict[int, tuple[Job, dict[Layout, tuple[Gpu, Layer, Layer, float]]]] = {}
+"""Layer times per job (by identity; the entry holds the job, so its id is not reused while the
+entry lives) and per layout with the fields the layer times do not read set to fixed values. The
+search scores thousands of layouts that differ only in those fields."""
+
+_LAYER_MEMO_JOBS = 8
+
+
+def _layer_key(lay: Layout) -> Layout:
+    """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
+    overlap fields do not change one layer's time per micro-batch."""
+    return lay.with_(
+        pp=1,
+        dp=1,
+        vpp=1,
+        zero_stage=1,
+        pipeline_layers=None,
+        ep_comm_overlap=False,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+
+
+def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
+    """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    entry = _LAYER_MEMO.get(id(job))
+    if entry is None or entry[0] is not job:
+        if len(_LAYER_MEMO) >= _LAYER_MEMO_JOBS:
+            _LAYER_MEMO.clear()
+        entry = _LAYER_MEMO[id(job)] = (job, {})
+    key = _layer_key(lay)
+    if key not in entry[1]:
+        gpu = gpu_of(job)
+        dense_l = layer_time(job, key, gpu, False)
+        moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
+        entry[1][key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
+    gpu, dense_l, moe_l, out_layer = entry[1][key]
+    return gpu, m, dense_l, moe_l, out_layer
+
+
+def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> float:
+    """Seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward and backward) left
+    on the critical path. Without `lay.ep_comm_overlap` all of it. With it (Megatron's merged
+    forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
+    micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
+    shows only beyond it; the forwards and backwards that run alone expose theirs. An optimistic
+    bound: each all-to-all really hides under one attention or MLP phase of the other pass, and
+    the communication kernels' SMs are not taken from the compute."""
+    if not lay.ep_comm_overlap:
+        return a2a
+    alone = unmerged_share(lay.pp, lay.vpp, rank, m)
+    return alone * a2a + (1 - alone) * max(a2a - window, 0.0)
+
+
+def compute_floor(job: Job, layout: Layout) -> float:
+    """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
+    `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
+    lower bound; recompute and EP overlap as in the layout, the overlap taken as if every
+    forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
+    of them, and the bound holds at the structure's largest micro-batch)."""
+    _, m, dense_l, moe_l, out_layer = _times(job, layout)
+    worst = 0.0
+    for rank, layers in enumerate(stage_ranges(job.arch.num_layers, layout)):
+        n_moe = job.arch.moe_count(layers)
+        n_dense = len(layers) - n_moe
+        c = sum(n * (k.fwd + k.bwd) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        a2a = sum(n * k.ep for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+        c += max(a2a - c, 0.0) if layout.ep_comm_overlap else a2a
+        worst = max(worst, c + (out_layer if rank == layout.pp - 1 else 0.0))
+    return m * worst
+
+
+def estimate(job: Job, layout: Layout) -> Performance:
+    """Predicted step time and throughput of a layout that passed `planner.rules`."""
+    arch, lay = job.arch, layout
+    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
+
+    # PP point-to-point per micro-batch: activations forward, gradients backward
+    hop = 0.0
+    if lay.pp > 1:
+        t = lay.micro_batch_size * job.seq_length / lay.cp
+        size = t * arch.hidden_size * BF16 / (lay.tp if lay.sequence_parallel else 1)
+        stride = lay.tp * lay.cp * lay.dp
+        hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
+    interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
+    pp_per_mb = 0.0 if interleaved else 2 * hop
+
+    dp_groups = comms.data_parallel_groups(job.cluster, lay)
+    stage_times: list[float] = []
+    stages: list[tuple[float, float]] = []
+    rows: list[tuple[float, ...]] = []
+    dp_exp = dp_hid = opt = 0.0
+    dp_seen: dict[tuple[int, int, bool, bool], tuple[float, float, float]] = {}
+    for rank, layers in enumerate(stage_ranges(arch.num_layers, lay)):
+        n_moe = arch.moe_count(layers)
+        n_dense, last = len(layers) - n_moe, rank == lay.pp - 1
+        c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
+        for k, n in ((dense_l, n_dense), (moe_l, n_moe)):
+            c += n * (k.fwd + k.bwd)
+            fwd += n * k.fwd
+            bwd += n * (k.bwd + k.recompute)
+            rec += n * k.recompute
+            tp += n * k.tp
+            tp_h += n * k.tp_hidden
+            cp += n * k.cp
+            cp_h += n * k.cp_hidden
+            ep += n * k.ep
+        ep_e = ep_exposed(lay, rank, m, ep, c + rec)
+        if last:
+            c += out_layer
+            fwd += out_layer / 3
+            bwd += 2 * out_layer / 3
+        stage_times.append(c + rec + tp + cp + ep_e + pp_per_mb)
+        forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
+        stages.append((forward, stage_times[-1] - forward))
+        rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep - ep_e))
+        # DP traffic and optimizer: the stage where they take longest decides (ranks with the
+        # same layers and role move the same bytes: computed once)
+        key = (n_dense, n_moe, rank == 0, last)
+        if key not in dp_seen:
+            dense, expert = stage_params(job, lay, rank, layers)
+            e, hid = comms.data_parallel(
+                dp_groups,
+                lay,
+                dense,
+                expert,
+                job.grad_bytes,
+                fwd,
+                bwd,
+                m,
+            )
+            dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, gpu))
+        e, hid, o = dp_seen[key]
+        if e + o >= dp_exp + opt:
+            dp_exp, dp_hid, opt = e, hid, o
+
+    _, bubble = pipeline_time(stage_times, m, lay.vpp)
+    worst = max(range(len(stage_times)), key=stage_times.__getitem__)
+    c, rec, tp, tp_h, cp, cp_h, ep, ep_h = rows[worst]
+    pp_exposed = m * pp_per_mb
+    if interleaved:
+        fwds, bwds = zip(*stages, strict=True)
+        pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
+
+    breakdown = StepBreakdown(
+        compute=m * c,
+        recompute=m * rec,
+        tp_comm_exposed=m * tp,
+        tp_comm_hidden=m * tp_h,
+        cp_comm_exposed=m * cp,
+        cp_comm_hidden=m * cp_h,
+        ep_comm_exposed=m * ep,
+        ep_comm_hidden=m * ep_h,
+        pp_comm_exposed=pp_exposed,
+        dp_comm_exposed=dp_exp,
+        dp_comm_hidden=dp_hid,
+        bubble=bubble,
+        optimizer=opt,
+        other=STEP_OVERHEAD_S,
+    )
+    step = breakdown.step_time
+    n_gpus = lay.num_gpus
+    model = flops.model_flops(arch, job.seq_length, job.global_batch_size)
+    policy = job.recompute_policy(lay.recompute)
+    hw = flops.hardware_flops(arch, job.seq_length, job.global_batch_size, policy)
+    peak = job.cluster.gpu.peak_flops(job.precision)
+    return Performance(
+        breakdown=breakdown,
+        step_time_s=step,
+        tokens_per_s_per_gpu=job.tokens_per_step / (step * n_gpus),
+        model_flops_per_step=model,
+        hardware_flops_per_step=hw,
+        model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
+        mfu=model / (step * n_gpus * peak),
+        stages=tuple(stages),
+        p2p_hop=hop if interleaved else 0.0,
+    )

@@ -1,0 +1,225 @@
+"""FLOPs of one training step, counted the way Megatron-LM counts them.
+
+Convention (read ../shared/reference/conventions.md): a multiply-accumulate is 2 FLOPs; backward
+costs twice the forward (dgrad + wgrad), so a step is 3 x forward. **Causal attention is NOT
+halved** in the model-FLOP count (`CAUSAL_HALVED = False`): that is Megatron-Core r0.8.0, NeMo
+24.07, Korthikanti eq.(7), torchtitan and the Hagemann/PaLM MFU, i.e. every source in the reference
+set that reports MFU except Megatron-LM after 2025-03. The cost model's *time* uses the work a
+flash-attention kernel really executes (half the score matrix under a causal mask), see
+`planner.layer_time`; that choice is separate from this counting convention.
+
+Forward FLOPs per token (h hidden, a heads, n_q query groups, d_h head dim, Q = a*d_h, F dense
+ffn, F_e expert ffn, F_s shared-expert ffn, k top-k, V vocab, s sequence; φ = 3 matrices for a
+gated (SwiGLU) MLP, 2 otherwise):
+
+    attention projections (MHA/GQA)  2*[h*(Q + 2*n_q*d_h) + Q*h]
+    attention projections (MLA)      2*[q + h*(r_kv + d_r) + r_kv*a*(d_qk + d_v) + a*d_v*h],
+                                     q = r_q*(h + a*(d_qk + d_r)) with q-LoRA, else h*a*(d_qk + d_r)
+    core attention (QK^T and AV)     2*s*a*d_qk' + 2*s*a*d_v  (= 4*s*Q for MHA/GQA; MLA:
+                                     d_qk' = d_qk + d_r); not halved for the causal mask
+    dense MLP                        2*φ*h*F
+    MoE MLP                          2*φ*h*(k*F_e + F_s)   (the router's 2*h*E is not counted,
+                                                          as in Megatron)
+    logits                           2*h*V
+    MTP layer                        one decoder layer of the last layer's type + eh_proj 2*2h*h
+                                     + logits 2*h*V (Megatron counts 6*(3h + 2h^2) for the
+                                     norms and projection; the 3h norm term is left out here)
+
+Model FLOPs per step = 3 x forward x (B x s) tokens. This is ecosystem.md 1.5
+(`num_floating_point_operations`) with the attention term not halved: for GQA + SwiGLU it is
+conventions.md item 3 (Megatron-Core r0.8.0),
+    12*B*s*L*h^2*[(1 + g/n + s/h)*(Q/h) + (F/h)*(3/2) + V/(2*L*h)],
+and for MHA with a 4h GELU MLP it is Korthikanti et al. 2022 eq.(7),
+    72*B*L*s*h^2*(1 + s/(6h) + V/(12*h*L)).
+
+`linear_gemms` lists the (M, K, N) shapes those linear-layer FLOPs run as on one GPU under a
+tensor / expert-parallel split; `planner.layer_time` turns shapes into time. The attention
+projections are listed once, in `attention_gemms`: their forward FLOPs per token are 2 x K x N
+summed over its shapes at one token and tp = 1 (2 x the weight count; `planner.params` also counts
+biases and norms, which the FLOP convention leaves out).
+
+Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
+  - full: one more forward of every decoder layer (projections, core attention, MLP); the output
+    layer is not recomputed (Megatron checkpoints transformer layers only). With a 4h MHA model this
+    is SC21 eq.(3): 96*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)).
+  - selective: one more forward of core attention, 4*s*Q per token per layer. (Korthikanti eq.(8)
+    writes 1 + s/(3h), i.e. three forwards' worth; we count the one forward that is re-executed.)
+    PyTorch's per-op policy (torchtitan "op") instead re-executes every other linear-layer matmul:
+    half the decoder's forward FLOPs without core attention.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from planner.inputs.arch import ModelArch
+
+CAUSAL_HALVED = False
+"""Model FLOPs count the full s x s attention matrix (Megatron-Core r0.8 / Korthikanti eq.(7))."""
+
+FWD_BWD = 3
+"""Forward + backward = 3 forwards (dgrad and wgrad each cost one forward)."""
+
+
+def mlp_matrices(arch: ModelArch) -> int:
+    """φ: weight matrices in one MLP: 3 when gated (SwiGLU/GeGLU), 2 otherwise."""
+    return 3 if arch.gated_linear_unit else 2
+
+
+def attention_linear_forward(arch: ModelArch) -> float:
+    """Forward FLOPs per token of one layer's attention projections (QKV/MLA + output):
+    2 x K x N of each of `attention_gemms` at one token, tp = 1."""
+    return sum(2.0 * k * n * c for _, k, n, c in attention_gemms(arch, 1.0, 1))
+
+
+def attention_core_width(arch: ModelArch) -> tuple[int, int]:
+    """(a x score head dim, a x value head dim): the widths of QK^T and AV per token."""
+    a = arch.num_attention_heads
+    if arch.multi_latent_attention:
+        assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+        return a * (arch.qk_head_dim + arch.qk_pos_emb_head_dim), a * arch.v_head_dim
+    return a * arch.head_dim, a * arch.head_dim
+
+
+def attention_core_forward(arch: ModelArch, seq_length: int) -> float:
+    """Forward FLOPs per token of QK^T and AV at sequence length s (full matrix, not halved)."""
+    qk, v = attention_core_width(arch)
+    full = 2.0 * seq_length * (qk + v)
+    return full / 2 if CAUSAL_HALVED else full
+
+
+def dense_mlp_forward(arch: ModelArch) -> float:
+    """Forward FLOPs per token of one dense MLP."""
+    return 2.0 * mlp_matrices(arch) * arch.hidden_size * arch.ffn_hidden_size
+
+
+def moe_mlp_forward(arch: ModelArch) -> float:
+    """Forward FLOPs per token of one MoE MLP: top-k routed experts plus the shared experts."""
+    shared = arch.moe_shared_expert_intermediate_size or 0
+    width = arch.moe_router_topk * arch.expert_ffn + shared
+    return 2.0 * mlp_matrices(arch) * arch.hidden_size * width
+
+
+def layer_forward(arch: ModelArch, seq_length: int, moe: bool) -> float:
+    """Forward FLOPs per token of one decoder layer."""
+    mlp = moe_mlp_forward(arch) if moe else dense_mlp_forward(arch)
+    return attention_linear_forward(arch) + attention_core_forward(arch, seq_length) + mlp
+
+
+def logits_forward(arch: ModelArch) -> float:
+    """Forward FLOPs per token of the output layer (unpadded vocabulary)."""
+    return 2.0 * arch.hidden_size * arch.vocab_size
+
+
+def mtp_forward(arch: ModelArch, seq_length: int) -> float:
+    """Forward FLOPs per token of the multi-token-prediction layers (0 without MTP)."""
+    if arch.mtp_num_layers == 0:
+        return 0.0
+    h = arch.hidden_size
+    one = layer_forward(arch, seq_length, arch.moe_layers[-1]) + 2.0 * 2 * h * h
+    return arch.mtp_num_layers * (one + logits_forward(arch))
+
+
+@cache
+def decoder_forward(arch: ModelArch, seq_length: int) -> float:
+    """Forward FLOPs per token of all decoder layers (no logits, no MTP). Cached: `cost.estimate`
+    asks for it, through the model and hardware FLOPs, on every layout the search scores."""
+    moe = arch.num_moe_layers
+    dense = arch.num_layers - moe
+    out = dense * layer_forward(arch, seq_length, False)
+    if moe:
+        out += moe * layer_forward(arch, seq_length, True)
+    return out
+
+
+@cache
+def forward_per_token(arch: ModelArch, seq_length: int) -> float:
+    """Forward FLOPs per token of the whole model: layers, logits, MTP (cached, as above)."""
+    return decoder_forward(arch, seq_length) + logits_forward(arch) + mtp_forward(arch, seq_length)
+
+
+def model_flops_per_token(arch: ModelArch, seq_length: int) -> float:
+    """Model FLOPs (forward + backward, no recompute) per token."""
+    return FWD_BWD * forward_per_token(arch, seq_length)
+
+
+def model_flops(arch: ModelArch, seq_length: int, global_batch_size: int) -> float:
+    """Model FLOPs of one step (global_batch_size sequences of seq_length tokens): for MFU."""
+    return model_flops_per_token(arch, seq_length) * seq_length * global_batch_size
+
+
+def recompute_flops_per_token(arch: ModelArch, seq_length: int, policy: str) -> float:
+    """Extra forward FLOPs per token re-executed by activation recomputation, for a recompute
+    policy (`Job.recompute_policy`): none, core_attn, per_op (half the linear layers) or full."""
+    core = arch.num_layers * attention_core_forward(arch, seq_length)
+    if policy == "full":
+        return decoder_forward(arch, seq_length)
+    if policy == "per_op":
+        return (decoder_forward(arch, seq_length) - core) / 2
+    if policy == "core_attn":
+        return core
+    return 0.0
+
+
+def hardware_flops(arch: ModelArch, seq_length: int, global_batch_size: int, policy: str) -> float:
+    """Model FLOPs plus the recomputed forward FLOPs of one step (for HFU)."""
+    tokens = seq_length * global_batch_size
+    extra = recompute_flops_per_token(arch, seq_length, policy) * tokens
+    return model_flops(arch, seq_length, global_batch_size) + extra
+
+
+def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, float, float]]:
+    """(M, K, N, count) of one layer's forward attention projections on one GPU, for t tokens.
+
+    TP slices the weights' output (column-parallel) or input (row-parallel) dimension; KV heads
+    are replicated when tp exceeds num_query_groups; MLA's down-projections are not split."""
+    h, a = arch.hidden_size, arch.num_attention_heads
+    if not arch.multi_latent_attention:
+        d = arch.head_dim
+        kv_heads = max(arch.query_groups / tp, 1)
+        return [(t, h, a * d / tp + 2 * kv_heads * d, 1), (t, a * d / tp, h, 1)]
+    # the model validator guarantees these are set when multi_latent_attention is on
+    assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
+    assert arch.qk_pos_emb_head_dim
+    d_qk, d_r, d_v, r_kv = (
+        arch.qk_head_dim,
+        arch.qk_pos_emb_head_dim,
+        arch.v_head_dim,
+        arch.kv_lora_rank,
+    )
+    g: list[tuple[float, float, float, float]] = []
+    if arch.q_lora_rank:
+        g.append((t, h, arch.q_lora_rank, 1))
+        g.append((t, arch.q_lora_rank, a * (d_qk + d_r) / tp, 1))
+    else:
+        g.append((t, h, a * (d_qk + d_r) / tp, 1))
+    g.append((t, h, r_kv + d_r, 1))
+    g.append((t, r_kv, a * (d_qk + d_v) / tp, 1))
+    g.append((t, a * d_v / tp, h, 1))
+    return g
+
+
+def linear_gemms(
+    arch: ModelArch, t: float, tp: int, ep: int, etp: int, moe: bool, imbalance: float = 1.0
+) -> list[tuple[float, float, float, float]]:
+    """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for t tokens.
+
+    The attention projections (`attention_gemms`), then the MLP: TP slices the dense MLP; each of
+    the E/ep local experts receives t x top_k x ep / E tokens on average, times `imbalance` for the
+    busiest rank; expert weights are sliced by etp; shared experts are sliced by tp."""
+    h = arch.hidden_size
+    g = attention_gemms(arch, t, tp)
+    glu = 2 if arch.gated_linear_unit else 1
+    if not moe:
+        f = arch.ffn_hidden_size / tp
+        g += [(t, h, glu * f, 1), (t, f, h, 1)]
+        return g
+    e = arch.num_moe_experts or 1
+    per_expert = t * arch.moe_router_topk * ep / e * imbalance
+    local = e / ep
+    fe = arch.expert_ffn / etp
+    g += [(per_expert, h, glu * fe, local), (per_expert, fe, h, local)]
+    if arch.moe_shared_expert_intermediate_size:
+        fs = arch.moe_shared_expert_intermediate_size / tp
+        g += [(t, h, glu * fs, 1), (t, fs, h, 1)]
+    return g

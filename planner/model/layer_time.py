@@ -1,0 +1,287 @@
+"""Time of one decoder layer (and of the output layer) for one micro-batch on one GPU.
+
+Compute. Each GPU runs, per micro-batch of t = micro_batch_size x seq_length / cp tokens, the GEMMs
+of its TP shard of each layer (QKV, output projection, fc1, fc2, experts, logits; M = t rows,
+K and N the TP-sliced weight dims). A GEMM of 2MKN FLOPs runs at
+
+    peak x e / (1 + e x ridge / I),    e = min(GEMM_EFFICIENCY_MAX, the part's matmul ceiling),
+
+I = 1 / (1/M + 1/K + 1/N) its arithmetic intensity in FLOP per byte of 16-bit operands (set by
+the smallest dimension: a thin TP slice, a small micro-batch, a rarely-routed expert) and
+ridge = bf16 peak / HBM bandwidth the GPU's roofline ridge point. This is the additive roofline: the
+GEMM's FLOPs at e x peak plus its operand traffic (2MKN / I bytes) at HBM speed, so a GEMM with
+I = e x ridge gets half of e and memory-bound ones fall off like I / ridge; no constant beyond
+GEMM_EFFICIENCY_MAX. The ceiling is measured per part and precision (the best-shape throughput of
+the vendor's BLAS over the dense peak, from the catalog): a part whose best matmul is slower than
+GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best. Backward = 2 x forward (dgrad and wgrad
+have the same three dimensions).
+FP8 runs the decoder's linear layers at the FP8 peak plus Transformer Engine's cast-transpose
+traffic (FP8_CAST_BYTES per input, weight and output-gradient element); attention and the output
+layer stay in bf16.
+
+Core attention with flash attention executes half the s x s matrix under the causal mask (the
+work, not the FLOP convention of `planner.flops`) and its backward recomputes the scores: 2 + 5
+matmuls, i.e. forward + 2.5 forwards; it runs at ATTENTION_EFFICIENCY of the bf16 peak. Without
+flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed by
+batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
+
+Non-GEMM work (norms, activation functions, dropout, residuals, rotary, softmax, cross-entropy) is
+memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (Korthikanti et al.
+2022 Table 2 terms, generalised to GQA/GLU; the replicated terms are split by tp only with
+sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
+work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
+
+Recompute: full repeats each layer's forward (compute and TP traffic) before its backward;
+selective repeats the core attention forward (Megatron) or, per-op (PyTorch's policy that saves
+every other matmul output and the attention output), half the linear GEMMs and the elementwise
+forward. The layer's TP, CP and EP traffic is computed here
+too (planner.comms), since how much of it hides depends on the layer's own kernels.
+
+Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
+clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
+by (cap / TDP)^(1/3) (POWER_CLOCK_EXPONENT). HBM bandwidth is not scaled.
+
+Calibration: GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY and ELEMENTWISE_PASSES are fitted by
+benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows of published_runs.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import activations, comms, flops
+from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
+
+GEMM_EFFICIENCY_MAX = 0.728
+"""Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
+reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
+power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
+and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
+benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
+
+ATTENTION_EFFICIENCY = 0.211
+"""Fraction of bf16 peak a flash-attention kernel sustains on the work it executes (causal half,
+backward = 2.5 forwards). Fitted (same rows). Lower than kernel benchmarks (FlashAttention-2:
+~0.6 on A100, ~0.35 on H100) because it also absorbs what small-hidden, long-sequence models lose
+elsewhere (softmax exp throughput, launch gaps); it only acts on flash-attention rows, i.e. the
+H100 ones of the fit set."""
+
+ELEMENTWISE_PASSES = 5.34
+"""HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
+saved activations (each saved tensor is written once, read by the backward, and its gradient is
+written and read again: 4-6 passes). Fitted (same rows)."""
+
+HBM_EFFICIENCY = 0.80
+"""Achieved / nominal HBM bandwidth for streaming kernels (STREAM-like copies reach 80-90%)."""
+
+UNFUSED_NORM_BYTES = 80.0
+"""Extra HBM bytes per normalised element, forward + backward, of a composite (unfused) PyTorch
+RMSNorm over a fused kernel: in fp32, x.float() (r2 w4), pow (r4 w4), mean (r4), x * rsqrt (r4 w4),
+* weight and cast (r4 w2) is ~30 bytes forward against ~4 fused, and autograd's backward about
+twice that against ~6 fused."""
+
+FP8_CAST_BYTES = 4.0
+"""Bytes moved per element to feed an FP8 GEMM (Transformer Engine cast-transpose: read bf16,
+write fp8 and its fp8 transpose), for each of its input, weight and output-gradient tensors."""
+
+
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+"""Sustained clock ~ power^(1/3) under a cap: CMOS dynamic power P = C V^2 f with the voltage
+scaled with the clock along the DVFS curve (P ~ f^3). An upper bound on the slowdown for
+compute-bound kernels at or near the TDP; not fitted."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    peak_bf16: float
+    peak_linear: float
+    """Peak for the decoder's linear layers (FP8 when the job is fp8)."""
+    hbm: float
+    """Achieved HBM bandwidth, bytes/s."""
+    ridge: float
+    """bf16 peak / nominal HBM bandwidth, FLOP per byte."""
+    e_bf16: float
+    """Large-GEMM fraction of the bf16 peak: GEMM_EFFICIENCY_MAX, at most the measured ceiling."""
+    e_linear: float
+    """The same for the decoder's linear layers, in the job's precision."""
+
+
+def gemm_efficiency(m: float, k: float, n: float, ridge: float, e: float) -> float:
+    """Fraction of peak for an M x K x N GEMM (additive roofline): e / (1 + e x ridge / I), e the
+    large-GEMM fraction."""
+    intensity = 1.0 / (1.0 / m + 1.0 / k + 1.0 / n)
+    return e / (1.0 + e * ridge / intensity)
+
+
+def gemm_time(
+    m: float, k: float, n: float, peak: float, ridge: float, e: float, count: float = 1
+) -> float:
+    """Seconds for `count` forward GEMMs of M x K x N at large-GEMM fraction e of `peak`."""
+    if m <= 0 or k <= 0 or n <= 0 or count <= 0:
+        return 0.0
+    return count * 2.0 * m * k * n / (peak * gemm_efficiency(m, k, n, ridge, e))
+
+
+@dataclass
+class Layer:
+    """One layer type's seconds per micro-batch on one GPU."""
+
+    fwd: float = 0.0
+    bwd: float = 0.0
+    recompute: float = 0.0
+    tp: float = 0.0
+    tp_hidden: float = 0.0
+    cp: float = 0.0
+    cp_hidden: float = 0.0
+    ep: float = 0.0
+
+
+def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
+    """Saved-activation bytes of one layer per micro-batch (planner.activations, with fused norms,
+    flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added apart): the
+    proxy for the memory traffic of its elementwise kernels."""
+    s_local = job.seq_length // lay.cp
+    sh = Shard(
+        tokens=s_local * lay.micro_batch_size,
+        tp=lay.tp,
+        sequence_parallel=lay.sequence_parallel,
+        etp=lay.expert_tp,
+        seq_per_cp_rank=s_local,
+        micro_batch_size=lay.micro_batch_size,
+    )
+    return activations.layer_bytes(job.arch, moe, sh, recompute=False)
+
+
+def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
+    """Seconds per micro-batch of one dense (moe=False) or MoE decoder layer on one GPU."""
+    arch = job.arch
+    out = Layer()
+    s = job.seq_length
+    s_local = s // lay.cp
+    t = float(lay.micro_batch_size * s_local)
+    tp = lay.tp
+    # --- linear layers (FP8: plus Transformer Engine's cast-transpose of inputs, weights and
+    # output gradients, read 2 bytes and write 1 + 1 (the transpose) per element)
+    gemm_fwd = cast = 0.0
+    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, MOE_LOAD_IMBALANCE)
+    times = [
+        gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c) for m, k, n, c in shapes
+    ]
+    for (m, k, n, c), seconds in zip(shapes, times, strict=True):
+        gemm_fwd += seconds
+        if job.precision == "fp8":
+            cast += c * FP8_CAST_BYTES * (m * k + k * n + m * n) / gpu.hbm
+    # --- core attention
+    ew_bytes = _activation_bytes(job, lay, moe)
+    if job.flash_attention:
+        qk_w, v_w = flops.attention_core_width(arch)
+        full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
+        attn_fwd = full / 2 / (gpu.peak_bf16 * ATTENTION_EFFICIENCY)
+        attn_bwd = 2.5 * attn_fwd
+    else:
+        heads_local = arch.num_attention_heads / tp
+        bmm = gemm_time(
+            s_local, arch.head_dim, s, gpu.peak_bf16, gpu.ridge, gpu.e_bf16, 2 * heads_local
+        )
+        attn_fwd = bmm * lay.micro_batch_size
+        attn_bwd = 2 * attn_fwd
+        ew_bytes += 5 * heads_local * s_local * s * lay.micro_batch_size
+    ew = ELEMENTWISE_PASSES * ew_bytes / gpu.hbm
+    if not job.fused_norm:
+        norm_elems = t * 2 * arch.hidden_size / (tp if lay.sequence_parallel else 1)
+        ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
+    out.fwd = gemm_fwd + attn_fwd + (ew + cast) / 3
+    out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
+    policy = job.recompute_policy(lay.recompute)
+    if policy == "full":
+        out.recompute = out.fwd
+    elif policy == "per_op":
+        out.recompute = gemm_fwd / 2 + (ew + cast) / 3
+    elif policy == "core_attn":
+        out.recompute = attn_fwd
+    # --- TP, CP, EP traffic of the layer (planner.comms)
+    n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
+    if tp > 1:
+        exposed, hidden = comms.tensor_parallel_layer(
+            job.cluster,
+            tp,
+            t * arch.hidden_size * BF16,
+            n_fwd,
+            lay.sequence_parallel,
+            _column_parallel_windows(arch, shapes, times, moe),
+            job.tp_backward_overlap,
+            regather=not job.sp_keeps_gathered_input,
+        )
+        if lay.tp_comm_overlap and lay.sequence_parallel:
+            total = exposed + hidden
+            exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
+            hidden = total - exposed
+        out.tp, out.tp_hidden = exposed, hidden
+    if lay.cp > 1:
+        kv_bytes = t * 2 * max(arch.query_groups / tp, 1) * arch.head_dim * BF16
+        out.cp, out.cp_hidden = comms.context_parallel_ring(
+            job.cluster, tp, lay.cp, kv_bytes, attn_fwd, attn_bwd, n_fwd
+        )
+    if moe and lay.ep > 1:
+        tokens = t / (tp if lay.sequence_parallel else 1)
+        size = tokens * arch.moe_router_topk * arch.hidden_size * BF16 * MOE_LOAD_IMBALANCE
+        out.ep = comms.expert_all_to_all(job.cluster, lay.expert_tp, lay.ep, size, n_fwd)
+    return out
+
+
+def _column_parallel_windows(
+    arch: ModelArch,
+    shapes: list[tuple[float, float, float, float]],
+    times: list[float],
+    moe: bool,
+) -> tuple[float, float]:
+    """Seconds of the attention block's and the MLP block's column-parallel forward GEMMs (those
+    reading the h-wide layer input; one backward GEMM, dgrad or wgrad, takes as long): what the
+    block's backward TP collectives can run under. The attention block's last GEMM is its
+    row-parallel output projection (`flops.attention_gemms`), the MLP's first its fc1. An MoE
+    block's input is gathered by its token dispatcher before the experts, so nothing overlaps
+    there (0)."""
+    n_attn = len(flops.attention_gemms(arch, 1.0, 1))
+    h = arch.hidden_size
+    inputs = range(n_attn - 1)
+    attn = sum(times[i] for i in inputs if shapes[i][1] == h)
+    mlp = 0.0 if moe else times[n_attn]
+    return attn, mlp
+
+
+def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
+    """Seconds per micro-batch of the output layer and loss (fwd + bwd) on the last stage."""
+    arch = job.arch
+    t = float(lay.micro_batch_size * job.seq_length // lay.cp)
+    vocab = arch.padded_vocab(lay.tp) / lay.tp
+    fwd = gemm_time(t, arch.hidden_size, vocab, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
+    gathered = job.cross_entropy == "gathered"
+    loss_vocab = vocab * lay.tp if gathered else vocab
+    ce = ELEMENTWISE_PASSES * t * loss_vocab * 4 / gpu.hbm  # fp32 logits through softmax/CE
+    gather = 0.0
+    if gathered and lay.tp > 1:
+        # logits all-gathered forward, their gradient sliced backward
+        gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
+    heads = 1 + arch.mtp_num_layers
+    return heads * (3 * fwd + ce + gather)
+
+
+def gpu_of(job: Job) -> Gpu:
+    """The job's GPU as the roofline sees it: peaks (lowered under a power cap), achieved HBM
+    bandwidth, ridge point, large-GEMM fractions."""
+    spec = job.cluster.gpu
+    clock = (job.cluster.power_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
+    peak = spec.peak_flops("bf16") * clock
+    linear = spec.peak_flops("fp8") * clock if job.precision == "fp8" else peak
+    hbm_nominal = job.cluster.hbm_tb_per_s * 1e12
+
+    def e(precision: Literal["bf16", "fp8"]) -> float:
+        ceiling = spec.matmul_ceiling(precision)
+        return GEMM_EFFICIENCY_MAX if ceiling is None else min(GEMM_EFFICIENCY_MAX, ceiling)
+
+    hbm = hbm_nominal * HBM_EFFICIENCY
+    return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e(job.precision))

@@ -1,0 +1,223 @@
+"""Parameter counts of a ModelArch, counted the way Megatron-LM builds the model.
+
+Pure functions of a `ModelArch`; nothing here knows about parallelism. The memory model shards these
+counts; the FLOP model and `params_total` / `params_active` reports use them whole.
+
+Notation (Megatron names, as in `megatron/training/theoretical_memory_usage.py`): h hidden_size,
+a num_attention_heads, n_q num_query_groups, d_h kv_channels, Q = a*d_h, F ffn_hidden_size, F_e
+moe_ffn_hidden_size, F_s moe_shared_expert_intermediate_size, E num_moe_experts, k moe_router_topk,
+V vocab_size (unpadded: counts describe the model, padding is a memory detail), P max position
+embeddings, nw = 1 weight per channel for RMSNorm and 2 (weight + bias) for LayerNorm.
+
+Attention, MHA / GQA (one layer):
+    linear_qkv   h -> Q + 2*n_q*d_h      weights h*(Q + 2*n_q*d_h), bias Q + 2*n_q*d_h
+    linear_proj  Q -> h                  weights Q*h,               bias h
+    q/k norm     over d_h (qk_layernorm) 2 * nw * d_h
+  The QKV bias is present with add_bias_linear or add_qkv_bias (Qwen2); the output bias only with
+  add_bias_linear. With n_q = a and no biases this is Megatron's `2*h*Q*(1 + n_q/a)`.
+
+Attention, MLA (DeepSeek-V2/V3; r_q q_lora_rank, r_kv kv_lora_rank, d_qk qk_head_dim, d_r
+qk_pos_emb_head_dim, d_v v_head_dim):
+    q            with q-LoRA: h*r_q + r_q*a*(d_qk + d_r) (+ nw*r_q for q_layernorm)
+                 without:     h*a*(d_qk + d_r)
+    kv           h*(r_kv + d_r) + r_kv*a*(d_qk + d_v) (+ nw*r_kv for kv_layernorm)
+    linear_proj  a*d_v*h (+ h bias with add_bias_linear)
+  Megatron builds the four latent projections with bias=False and the two latent norms only with
+  --qk-layernorm; with RMSNorm and both norms this is ecosystem.md 1.4's
+  `r_q*(h + a*(d_qk+d_r) + 1) + r_kv*(h + a*(d_qk+d_v) + 1) + h*d_r + a*d_v*h`.
+
+MLP with width W (dense: W = F; one routed expert: W = F_e; the shared experts: W = F_s):
+    linear_fc1   h -> W, or h -> 2W when gated (SwiGLU/GeGLU)   bias W or 2W
+    linear_fc2   W -> h                                         bias h
+  so 2*h*W*γ weights with γ = 3/2 gated, 1 otherwise (gated: 3*h*W), plus W + h biases (2W + h
+  gated) with add_bias_linear.
+
+Router: h*E (no bias; DeepSeek's expert-bias buffer of E per layer is not a trained parameter).
+Per-layer norms: input_layernorm + pre_mlp_layernorm = 2*nw*h. Final norm: nw*h.
+Embedding: V*h, plus P*h for learned absolute positions. Output layer: V*h when untied, else 0.
+
+A decoder layer is either dense (attention + norms + dense MLP) or MoE (attention + norms + router +
+shared experts + E routed experts), following moe_layer_freq. `layer_params` splits it into
+(non-expert, routed-expert) because the two shard differently (TP/PP vs EP/expert-TP).
+
+MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm
+(nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type,
+and a final norm (nw*h); it shares the embedding and output layer with the main model. DeepSeek
+reports 671B for the main model and 14B for the MTP module (the 14B includes the shared embedding
+and head), so `params_total` leaves MTP out and `mtp_params` counts only what MTP adds.
+
+Checks (tests/test_params.py): for GPT (LayerNorm, biases, 4h gelu MLP, learned positions, tied
+embeddings) one layer is 12h^2 + 13h, so the total is SC21 eq.(2)
+`12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h))` plus the final LayerNorm's 2h.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from planner.inputs.arch import ModelArch
+
+
+def _norm_width(arch: ModelArch) -> int:
+    """Parameters per normalized channel: weight (RMSNorm) or weight + bias (LayerNorm)."""
+    return 2 if arch.normalization == "LayerNorm" else 1
+
+
+def _mlp_params(arch: ModelArch, width: int) -> int:
+    """One MLP of width `width` (per GLU branch): fc1 (2x wide when gated) + fc2, with biases."""
+    h = arch.hidden_size
+    fc1_out = 2 * width if arch.gated_linear_unit else width
+    weights = h * fc1_out + width * h
+    biases = fc1_out + h if arch.add_bias_linear else 0
+    return weights + biases
+
+
+def _mla_attention_params(arch: ModelArch) -> int:
+    h, a, nw = arch.hidden_size, arch.num_attention_heads, _norm_width(arch)
+    # The model validator guarantees these are set when multi_latent_attention is on.
+    assert arch.kv_lora_rank and arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+    r_kv, d_qk, d_r, d_v = (
+        arch.kv_lora_rank,
+        arch.qk_head_dim,
+        arch.qk_pos_emb_head_dim,
+        arch.v_head_dim,
+    )
+    latent_norm = arch.qk_layernorm
+    if arch.q_lora_rank:
+        r_q = arch.q_lora_rank
+        q = h * r_q + r_q * a * (d_qk + d_r) + (nw * r_q if latent_norm else 0)
+    else:
+        q = h * a * (d_qk + d_r)
+    kv = h * (r_kv + d_r) + r_kv * a * (d_qk + d_v) + (nw * r_kv if latent_norm else 0)
+    out = a * d_v * h + (h if arch.add_bias_linear else 0)
+    return q + kv + out
+
+
+def attention_params(arch: ModelArch) -> int:
+    """One layer's attention: QKV (or the MLA projections), output projection, biases, norms."""
+    if arch.multi_latent_attention:
+        return _mla_attention_params(arch)
+    h, d_h = arch.hidden_size, arch.head_dim
+    q_out = arch.num_attention_heads * d_h
+    qkv_out = q_out + 2 * arch.query_groups * d_h
+    qkv = h * qkv_out + (qkv_out if arch.add_bias_linear or arch.add_qkv_bias else 0)
+    out = q_out * h + (h if arch.add_bias_linear else 0)
+    qk_norm = 2 * _norm_width(arch) * d_h if arch.qk_layernorm else 0
+    return qkv + out + qk_norm
+
+
+def dense_mlp_params(arch: ModelArch) -> int:
+    """One dense MLP of width ffn_hidden_size (gated: 3*h*F weights), with biases."""
+    return _mlp_params(arch, arch.ffn_hidden_size)
+
+
+def expert_params(arch: ModelArch) -> int:
+    """ONE routed expert's MLP (width moe_ffn_hidden_size); 0 for a dense model."""
+    return _mlp_params(arch, arch.expert_ffn) if arch.is_moe else 0
+
+
+def shared_expert_params(arch: ModelArch) -> int:
+    """All shared experts of one MoE layer (one MLP of the total shared width); 0 if none."""
+    if not arch.is_moe or arch.moe_shared_expert_intermediate_size is None:
+        return 0
+    return _mlp_params(arch, arch.moe_shared_expert_intermediate_size)
+
+
+def router_params(arch: ModelArch) -> int:
+    """The router's h x E gate of one MoE layer; 0 for a dense model."""
+    return arch.hidden_size * arch.num_moe_experts if arch.num_moe_experts else 0
+
+
+def layer_norm_params(arch: ModelArch) -> int:
+    """The two per-layer norms (before attention, before the MLP)."""
+    return 2 * _norm_width(arch) * arch.hidden_size
+
+
+def _layer_params(arch: ModelArch, moe: bool) -> tuple[int, int]:
+    common = attention_params(arch) + layer_norm_params(arch)
+    if not moe:
+        return common + dense_mlp_params(arch), 0
+    non_expert = common + router_params(arch) + shared_expert_params(arch)
+    return non_expert, (arch.num_moe_experts or 0) * expert_params(arch)
+
+
+def layer_params(arch: ModelArch, i: int) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of decoder layer i (0-based)."""
+    if not 0 <= i < arch.num_layers:
+        raise IndexError(f"layer index ({i}) must be in [0, num_layers ({arch.num_layers}))")
+    return _layer_params(arch, arch.moe_layers[i])
+
+
+@cache
+def layer_kinds(arch: ModelArch) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((non-expert, routed-expert) parameters of a dense layer, the same of an MoE layer); (0, 0)
+    for a kind the model does not have. Cached: the memory model and the search ask per layout."""
+    moe = arch.moe_layers
+    dense_i = moe.index(False) if False in moe else None
+    moe_i = moe.index(True) if True in moe else None
+    dense = layer_params(arch, dense_i) if dense_i is not None else (0, 0)
+    sparse = layer_params(arch, moe_i) if moe_i is not None else (0, 0)
+    return dense, sparse
+
+
+def embedding_params(arch: ModelArch, vocab: int | None = None) -> int:
+    """Word embedding (vocab defaults to the unpadded vocab_size), plus learned positions."""
+    v = arch.vocab_size if vocab is None else vocab
+    params = v * arch.hidden_size
+    if arch.position_embedding_type == "learned_absolute":
+        # ModelArch guarantees one of the two for learned positions
+        params += (arch.max_position_embeddings or arch.seq_length or 0) * arch.hidden_size
+    return params
+
+
+def output_params(arch: ModelArch, vocab: int | None = None) -> int:
+    """The output layer (h x V) when untied from the embedding; 0 when tied."""
+    if not arch.untie_embeddings_and_output_weights:
+        return 0
+    v = arch.vocab_size if vocab is None else vocab
+    return v * arch.hidden_size
+
+
+def final_norm_params(arch: ModelArch) -> int:
+    """The norm after the last decoder layer."""
+    return _norm_width(arch) * arch.hidden_size
+
+
+def mtp_layer_params(arch: ModelArch) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of all MTP layers together; (0, 0) without MTP.
+
+    Each layer: enorm + hnorm + final norm (3 norms of width h), eh_proj (2h x h, no bias) and one
+    decoder layer of the last decoder layer's type. Embedding and output layer are shared.
+    """
+    if arch.mtp_num_layers == 0:
+        return 0, 0
+    h = arch.hidden_size
+    non_expert, experts = _layer_params(arch, arch.moe_layers[-1])
+    non_expert += 3 * _norm_width(arch) * h + 2 * h * h
+    return arch.mtp_num_layers * non_expert, arch.mtp_num_layers * experts
+
+
+def mtp_params(arch: ModelArch) -> int:
+    """What the MTP layers add (their embedding and output layer are the main model's)."""
+    return sum(mtp_layer_params(arch))
+
+
+def _outside_layers(arch: ModelArch) -> int:
+    return embedding_params(arch) + output_params(arch) + final_norm_params(arch)
+
+
+def params_total(arch: ModelArch) -> int:
+    """Every parameter of the main model (MTP layers excluded, as DeepSeek reports 671B)."""
+    layers = sum(sum(_layer_params(arch, moe)) for moe in arch.moe_layers)
+    return _outside_layers(arch) + layers
+
+
+def params_active(arch: ModelArch) -> int:
+    """Parameters one token uses: everything dense, shared experts, and top-k routed experts."""
+    total = _outside_layers(arch)
+    for moe in arch.moe_layers:
+        non_expert, _ = _layer_params(arch, moe)
+        total += non_expert
+        if moe:
+            total += arch.moe_router_topk * expert_params(arch)
+    return total

@@ -1,0 +1,116 @@
+"""What operations figures assume besides the job: failure rate, restart time, storage and host-copy
+bandwidth, node power, PUE, price. Each default is a named constant with its source; `OpsParams`
+collects them, any of them overridden (the CLI's operations options set its fields).
+
+Defaults (sources):
+- FAILURE_RATE_PER_GPU_DAY = 419 / (54 x 16,384) = 4.74e-4: Llama 3 405B pre-training, 419
+  unexpected interruptions in a 54-day snapshot on 16,384 H100 GPUs (The Llama 3 Herd of Models,
+  arXiv:2407.21783, section 3.3.4 and Table 5; 466 interruptions in all, 47 planned; 78 % of the
+  unexpected ones hardware; one every ~3 hours). Meta reported > 90 % effective training time.
+- RESTART_MIN = 10: the restart Daly's worked examples use (R = 10 min); TrainMover
+  (arXiv:2412.12636) measures checkpoint-restart recovery on 1,024 GPUs at up to ~70 x its own
+  10-20 s, i.e. of the order of ten minutes. With these defaults Llama 3 405B on 16,384 H100
+  comes out at ~92 % goodput, consistent with Meta's > 90 % (tests/ops/test_operations.py).
+- STORAGE_GB_PER_S_PER_NODE = 1.0: Llama 3's Tectonic file system sustained 2 TB/s (7 TB/s
+  peak) for 16,384 GPUs = 2,048 nodes, ~0.98 GB/s per node (same section of the Llama 3 paper).
+- HOST_COPY_GB_PER_S = 25: planning assumption for the blocking device-to-host copy of an
+  asynchronous save, ~40 % of PCIe Gen5 x16's 64 GB/s because eight GPUs share the hosts' memory.
+- NODE_OVERHEAD_W_PER_GPU = 575: an NVIDIA DGX H100 draws at most 10.2 kW (DGX H100 user guide,
+  power specifications: six 3.3 kW supplies, 4+2 redundant) of which 8 x 700 W are GPUs, leaving
+  4.6 kW per 8-GPU node for CPUs, memory, NICs, NVSwitches and fans; the default node overhead is
+  575 W x gpus_per_node.
+- PUE = 1.10: Google's fleet-wide trailing average (1.10 in 2021, reported by CNBC 2022-04-13);
+  the Uptime Institute's 2021 survey average for large data centres is 1.57.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.inputs.errors import InputError
+
+FAILURE_RATE_PER_GPU_DAY = 419 / (54 * 16_384)
+"""Job interruptions per GPU per day: Llama 3 405B, 419 unexpected in 54 days on 16,384 H100."""
+
+RESTART_MIN = 10.0
+"""Minutes from an interruption to training again, excluding the checkpoint load (Daly 2006's
+R = 10 min; checkpoint-restart baselines of TrainMover, arXiv:2412.12636)."""
+
+STORAGE_GB_PER_S_PER_NODE = 1.0
+"""Checkpoint write (and read) bandwidth per node, decimal GB/s: Llama 3's Tectonic, 2 TB/s
+sustained over 2,048 nodes."""
+
+HOST_COPY_GB_PER_S = 25.0
+"""Device-to-host copy rate per GPU for the blocking part of an asynchronous save (assumption)."""
+
+NODE_OVERHEAD_W_PER_GPU = (10_200 - 8 * 700) / 8
+"""Non-GPU power of a node per GPU slot: DGX H100 10.2 kW maximum minus 8 x 700 W GPUs, / 8."""
+
+PUE = 1.10
+"""Power usage effectiveness: Google's fleet average (2021)."""
+
+
+class AssumptionError(InputError):
+    """An assumption out of range: an OpsParams field, or the token budget (`field` "tokens").
+    `field` names it, so that the command line can name the option that set it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+POSITIVE_FIELDS = (
+    "price_usd_per_gpu_hour",
+    "failure_rate_per_gpu_day",
+    "restart_min",
+    "storage_gb_per_s_per_node",
+    "pue",
+    "node_overhead_w",
+    "gpu_power_w",
+    "host_copy_gb_per_s",
+    "checkpoint_interval_min",
+)
+"""The OpsParams fields that must be positive, finite numbers where set."""
+
+
+@dataclass(frozen=True)
+class OpsParams:
+    """What operations depend on besides the job: prices, failures, storage, power. None = default
+    derived from the catalog (price, GPU power, node overhead) or computed (checkpoint interval)."""
+
+    price_usd_per_gpu_hour: float | None = None
+    """$ per GPU-hour; None = the catalog price of the GPU (may itself be missing)."""
+    failure_rate_per_gpu_day: float = FAILURE_RATE_PER_GPU_DAY
+    """Job-stopping interruptions per GPU per day."""
+    restart_min: float = RESTART_MIN
+    """Minutes to get going again after an interruption, not counting the checkpoint load."""
+    storage_gb_per_s_per_node: float = STORAGE_GB_PER_S_PER_NODE
+    """Checkpoint write/read bandwidth per node, decimal GB/s."""
+    pue: float = PUE
+    """Facility power / IT power (>= 1)."""
+    node_overhead_w: float | None = None
+    """Non-GPU power per node in W; None = NODE_OVERHEAD_W_PER_GPU x gpus_per_node."""
+    gpu_power_w: float | None = None
+    """Power per GPU in W; None = the catalog TDP."""
+    async_checkpoint: bool = False
+    """Asynchronous save: training blocks only for the copy to host memory."""
+    host_copy_gb_per_s: float = HOST_COPY_GB_PER_S
+    """Device-to-host copy rate per GPU for asynchronous save, decimal GB/s."""
+    checkpoint_interval_min: float | None = None
+    """Minutes of training between checkpoints; None = Daly's optimum."""
+
+    def __post_init__(self) -> None:
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise AssumptionError(name, f"expected a number (got {value!r})")
+            if not math.isfinite(value) or value <= 0:
+                raise AssumptionError(name, f"must be a positive number (got {value!r})")
+        if self.pue < 1:
+            raise AssumptionError(
+                "pue", f"must be >= 1 (facility power / IT power; got {self.pue!r})"
+            )

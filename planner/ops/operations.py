@@ -1,0 +1,191 @@
+"""Operations: days, GPU-hours, dollars, energy and goodput under failures for a token budget.
+
+Pure functions over (job, performance); nothing here prints, parses or reads files. Every figure
+the code assumes is a named default in planner/ops/assumptions.py with its source, overridden
+through `OpsParams`.
+
+Time. A budget of B tokens takes S = ceil(B / tokens_per_step) optimizer steps, i.e.
+T_train = S x step_time seconds without failures. Wall-clock time is T_wall = T_train / goodput
+(below); days = T_wall / 86400.
+
+Cost. GPU-hours = N x T_wall / 3600 (GPUs are paid for while they checkpoint, restart and redo
+work); cost = GPU-hours x price ($/GPU-hour: the catalog's `price_usd_per_gpu_hour` and its
+`price_source`, or `--price`).
+
+Energy. IT power P_it = N x P_gpu + nodes x P_node, nodes = ceil(N / gpus_per_node), P_gpu the
+GPU's TDP or the plan's `[cluster] power_limit_w` (`--gpu-power-w` overrides: training typically
+draws 70-90 % of TDP, so the default is an upper bound) and P_node the per-node overhead (CPUs,
+DRAM, NICs, switches' share, fans).
+Facility power = P_it x PUE; energy = facility power x T_wall (GPUs stay powered while they wait).
+
+Checkpoints, failures and goodput: planner/ops/resilience.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.plan import Job
+from planner.inputs.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+from planner.model.cost import Performance
+from planner.ops.assumptions import NODE_OVERHEAD_W_PER_GPU, AssumptionError, OpsParams
+from planner.ops.resilience import Resilience, num_nodes, resilience
+
+OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
+
+
+@dataclass(frozen=True)
+class Operations:
+    """Days, dollars, energy and goodput of a job and layout, for a token budget (or None)."""
+
+    num_gpus: int
+    nodes: int
+    tokens: int | None
+    steps: int | None
+    tokens_per_s: float
+    """Cluster tokens/s without failures."""
+    effective_tokens_per_s: float
+    """tokens_per_s x goodput."""
+    train_s: float | None
+    """Failure-free training time for the budget."""
+    wall_s: float | None
+    """Wall-clock time including checkpoints, restarts and re-done work."""
+    gpu_hours: float | None
+    price_usd_per_gpu_hour: float | None
+    price_source: str
+    cost_usd: float | None
+    gpu_power_w: float
+    node_overhead_w: float
+    facility_power_w: float
+    energy_mwh: float | None
+    resilience: Resilience
+    params: OpsParams
+
+    @property
+    def pue(self) -> float:
+        return self.params.pue
+
+    @property
+    def days(self) -> float | None:
+        return None if self.wall_s is None else self.wall_s / SECONDS_PER_DAY
+
+    @property
+    def days_no_failures(self) -> float | None:
+        return None if self.train_s is None else self.train_s / SECONDS_PER_DAY
+
+    @property
+    def expected_failures(self) -> float | None:
+        return None if self.wall_s is None else self.wall_s / self.resilience.mtbf_s
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        """$ per million trained tokens, failures included (None without a price)."""
+        if self.price_usd_per_gpu_hour is None:
+            return None
+        per_hour = self.num_gpus * self.price_usd_per_gpu_hour
+        return per_hour / SECONDS_PER_HOUR / self.effective_tokens_per_s * 1e6
+
+
+def price(job: Job, ops: OpsParams) -> tuple[float | None, str]:
+    """$/GPU-hour and where it comes from: the option, the catalog, or nowhere (None)."""
+    if ops.price_usd_per_gpu_hour is not None:
+        return ops.price_usd_per_gpu_hour, "--price"
+    gpu = job.cluster.gpu
+    if gpu.price_usd_per_gpu_hour is not None:
+        return gpu.price_usd_per_gpu_hour, gpu.price_source or f"catalog ({gpu.name})"
+    return None, f"no catalog price for {gpu.name}; give --price"
+
+
+def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
+    """(per-GPU W, per-node overhead W, facility W = (N x GPU + nodes x node) x PUE)."""
+    c = job.cluster
+    gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.power_w
+    node_w = (
+        ops.node_overhead_w
+        if ops.node_overhead_w is not None
+        else NODE_OVERHEAD_W_PER_GPU * c.gpus_per_node
+    )
+    facility = (c.num_gpus * gpu_w + num_nodes(job) * node_w) * ops.pue
+    return gpu_w, node_w, facility
+
+
+def training_steps(job: Job, tokens: int) -> int:
+    """ceil(tokens / tokens_per_step); a budget smaller than one step is an AssumptionError."""
+    per_step = job.tokens_per_step
+    if tokens < per_step:
+        raise AssumptionError(
+            "tokens",
+            f"{tokens:,} tokens is less than one optimizer step "
+            f"({per_step:,} tokens = global_batch_size {job.global_batch_size} x seq_length "
+            f"{job.seq_length})",
+        )
+    return -(-tokens // per_step)
+
+
+def operations(
+    job: Job, perf: Performance, tokens: int | None, ops: OpsParams | None = None
+) -> Operations:
+    """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`)."""
+    ops = ops or OpsParams()
+    res = resilience(job, perf.step_time_s, ops)
+    n = job.cluster.num_gpus
+    tps = job.tokens_per_step / perf.step_time_s
+    usd, source = price(job, ops)
+    gpu_w, node_w, facility = power_w(job, ops)
+    steps = train = wall = gpu_hours = cost = energy = None
+    if tokens is not None:
+        steps = training_steps(job, tokens)
+        train = steps * perf.step_time_s
+        wall = train / res.goodput
+        gpu_hours = n * wall / SECONDS_PER_HOUR
+        cost = None if usd is None else gpu_hours * usd
+        energy = facility * wall / SECONDS_PER_HOUR / 1e6  # W x h -> MWh
+    return Operations(
+        num_gpus=n,
+        nodes=num_nodes(job),
+        tokens=tokens,
+        steps=steps,
+        tokens_per_s=tps,
+        effective_tokens_per_s=tps * res.goodput,
+        train_s=train,
+        wall_s=wall,
+        gpu_hours=gpu_hours,
+        price_usd_per_gpu_hour=usd,
+        price_source=source,
+        cost_usd=cost,
+        gpu_power_w=gpu_w,
+        node_overhead_w=node_w,
+        facility_power_w=facility,
+        energy_mwh=energy,
+        resilience=res,
+        params=ops,
+    )
+
+
+def objective_value(
+    job: Job,
+    perf: Performance,
+    objective: str,
+    ops_params: OpsParams | None = None,
+) -> float:
+    """A score to rank layouts by (lower is better), per million tokens trained:
+
+    throughput  seconds per 1M tokens, failure-free (step_time / tokens_per_step x 1e6)
+    goodput     wall-clock seconds per 1M tokens with checkpoints and failures (/ goodput)
+    cost        $ per 1M tokens with failures; GPU-hours per 1M tokens when the GPU has no price
+                and no --price was given (same ranking for one GPU type)
+    """
+    if objective not in OBJECTIVES:
+        raise AssumptionError(
+            "objective", f"expected one of {', '.join(OBJECTIVES)} (got {objective!r})"
+        )
+    ops_params = ops_params or OpsParams()
+    s_per_mtok = perf.step_time_s / job.tokens_per_step * 1e6
+    if objective == "throughput":
+        return s_per_mtok
+    wall_per_mtok = s_per_mtok / resilience(job, perf.step_time_s, ops_params).goodput
+    if objective == "goodput":
+        return wall_per_mtok
+    gpu_hours = job.cluster.num_gpus * wall_per_mtok / SECONDS_PER_HOUR
+    usd, _ = price(job, ops_params)
+    return gpu_hours if usd is None else gpu_hours * usd

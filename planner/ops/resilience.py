@@ -1,0 +1,183 @@
+"""Checkpoints, failures and goodput: how much of the wall clock a job spends training.
+
+Checkpoint. Size = params_total x 14 bytes: bf16 weights (2) + fp32 master weights (4) + Adam m
+and v (4 + 4). Gradients are not saved (Megatron rebuilds them in the next step). Megatron Core's
+distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state so that
+every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per node, so
+    C = size / (nodes x storage_bytes_per_s_per_node)
+and reading it back at restart takes the same time. Asynchronous save (`--async-save`) blocks
+only for the copy of each GPU's shard (size / N) to host memory at HOST_COPY_GB_PER_S; the write
+to storage then overlaps training, must finish before the next checkpoint starts, and makes the
+newest durable checkpoint older by the write time.
+
+Failures. Interruptions of the whole job arrive as a Poisson process with rate
+lambda = failure_rate_per_gpu_day x N / 86400 per second; MTBF M = 1 / lambda. One interruption
+costs the restart time R (reschedule, re-initialise, NCCL set-up: RESTART_MIN) plus the checkpoint
+load C, plus the work since the last durable checkpoint. With tau the compute time between
+checkpoints and delta the time a checkpoint blocks training:
+
+    Young (1974):  tau = sqrt(2 delta M)
+    Daly (2006):   tau = sqrt(2 delta M) (1 + sqrt(delta / 2M) / 3 + delta / (9 x 2M)) - delta
+                   for delta < 2M, else tau = M
+
+("A higher order estimate of the optimum checkpoint interval for restart dumps", Future
+Generation Computer Systems 22 (2006) 303-312, the perturbation solution). Asynchronous
+checkpoints use delta = the blocking copy and tau >= the write time. tau is rounded to whole
+steps (>= 1).
+
+Goodput (the fraction of wall-clock time that trains) is Daly's complete cost model for
+solve time T_s:
+    T_wall = M e^(R'/M) (e^((tau + delta)/M) - 1) T_s / tau,     goodput = T_s / T_wall
+with R' = R + C (load) (+ C again with asynchronous save: the durable checkpoint lags by the
+write). To first order it is 1 - delta/tau - (tau/2 + R')/M: the checkpoint share delta/tau plus
+the rework tau/2 and restart R' per failure times failures per second. Time lost to checkpoints is
+goodput x delta / tau of the wall clock; the rest of 1 - goodput is lost to failures (restart
+about R'/M, the remainder re-doing work). Effective tokens/s = tokens/s x goodput.
+
+Defaults (the failure rate, restart time, storage and host-copy rates) and their sources:
+planner/ops/assumptions.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.inputs.plan import Job
+from planner.inputs.units import GB, SECONDS_PER_DAY
+from planner.model import params as params_mod
+from planner.ops.assumptions import OpsParams
+
+CHECKPOINT_BYTES_PER_PARAM = 2 + 4 + 4 + 4
+"""bf16 weights + fp32 master weights + Adam first and second moments; gradients are not saved."""
+
+
+def young_interval(delta_s: float, mtbf_s: float) -> float:
+    """Young (1974): tau = sqrt(2 delta M), the first-order optimum compute time between
+    checkpoints that each cost delta, under Poisson failures with mean time M."""
+    return math.sqrt(2.0 * delta_s * mtbf_s)
+
+
+def daly_interval(delta_s: float, mtbf_s: float) -> float:
+    """Daly (2006), higher-order estimate:
+    sqrt(2 delta M)(1 + sqrt(delta/2M)/3 + delta/(9 x 2M)) - delta for delta < 2M, else M."""
+    if delta_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = delta_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * delta_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - delta_s
+
+
+def daly_wall_time(
+    solve_s: float, tau_s: float, delta_s: float, mtbf_s: float, restart_s: float
+) -> float:
+    """Daly (2006), complete model: expected wall-clock time to finish `solve_s` of work with a
+    checkpoint costing delta after every tau of work, restart R, exponential failures of mean M:
+    M e^(R/M) (e^((tau + delta)/M) - 1) solve / tau."""
+    return (
+        mtbf_s
+        * math.exp(restart_s / mtbf_s)
+        * math.expm1((tau_s + delta_s) / mtbf_s)
+        * solve_s
+        / tau_s
+    )
+
+
+@dataclass(frozen=True)
+class Resilience:
+    """Checkpointing and failures for one job and step time (no token budget needed)."""
+
+    checkpoint_bytes: float
+    """Size of one checkpoint (weights + fp32 master + Adam m, v)."""
+    checkpoint_write_s: float
+    """Time to write it to storage, all nodes in parallel (and to read it back)."""
+    checkpoint_blocking_s: float
+    """Time a checkpoint stops training: the write, or with async save the host copy (plus any
+    wait for the previous write)."""
+    mtbf_s: float
+    """Mean time between job interruptions."""
+    restart_s: float
+    """Time lost per interruption before re-doing work: restart + load (+ write lag if async)."""
+    interval_s: float
+    """Training time between checkpoints (whole steps)."""
+    interval_steps: int
+    young_interval_s: float
+    daly_interval_s: float
+    goodput: float
+    """Fraction of wall-clock time that trains."""
+    lost_checkpoint: float
+    """Fraction of wall-clock time spent blocked on checkpoints."""
+    lost_failures: float
+    """Fraction lost to failures: restarts and re-done work."""
+    lost_restart: float
+    """Of lost_failures, the restarts themselves (~ R'/M)."""
+    async_checkpoint: bool
+
+    @property
+    def lost_rework(self) -> float:
+        return max(0.0, self.lost_failures - self.lost_restart)
+
+
+def num_nodes(job: Job) -> int:
+    c = job.cluster
+    return -(-c.num_gpus // c.gpus_per_node)
+
+
+def checkpoint_bytes(job: Job) -> float:
+    """params_total x 14 bytes (bf16 weights, fp32 master weights, Adam m and v)."""
+    return float(params_mod.params_total(job.arch) * CHECKPOINT_BYTES_PER_PARAM)
+
+
+def checkpoint_write_s(job: Job, ops: OpsParams) -> float:
+    """Size / (nodes x per-node storage bandwidth): every GPU writes its own 1/N shard."""
+    bandwidth = num_nodes(job) * ops.storage_gb_per_s_per_node * GB
+    return checkpoint_bytes(job) / bandwidth
+
+
+def mtbf_s(job: Job, ops: OpsParams) -> float:
+    """Mean time between job interruptions: 86400 / (rate per GPU-day x N) seconds."""
+    return SECONDS_PER_DAY / (ops.failure_rate_per_gpu_day * job.cluster.num_gpus)
+
+
+def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
+    """Checkpoint cost, optimal interval (Daly, rounded to whole steps), goodput and its losses."""
+    size = checkpoint_bytes(job)
+    write = checkpoint_write_s(job, ops)
+    m = mtbf_s(job, ops)
+    restart = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
+    if ops.async_checkpoint:
+        delta0 = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)  # copy to host
+        restart += write  # the newest durable checkpoint lags by one write
+    else:
+        delta0 = write
+    young = young_interval(delta0, m)
+    daly = daly_interval(delta0, m)
+    if ops.checkpoint_interval_min is not None:
+        tau = ops.checkpoint_interval_min * 60.0
+    elif ops.async_checkpoint:
+        tau = max(daly, write)
+    else:
+        tau = daly
+    steps = max(1, round(tau / step_time_s))
+    tau = steps * step_time_s
+    # async: a checkpoint that starts before the previous write finished waits for it
+    delta = delta0 + max(0.0, write - tau) if ops.async_checkpoint else delta0
+    wall_per_work = daly_wall_time(1.0, tau, delta, m, restart)
+    goodput = 1.0 / wall_per_work
+    lost_ckpt = goodput * delta / tau
+    lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
+    return Resilience(
+        checkpoint_bytes=size,
+        checkpoint_write_s=write,
+        checkpoint_blocking_s=delta,
+        mtbf_s=m,
+        restart_s=restart,
+        interval_s=tau,
+        interval_steps=steps,
+        young_interval_s=young,
+        daly_interval_s=daly,
+        goodput=goodput,
+        lost_checkpoint=lost_ckpt,
+        lost_failures=lost_fail,
+        lost_restart=min(lost_fail, restart / m),
+        async_checkpoint=ops.async_checkpoint,
+    )

@@ -1,0 +1,93 @@
+"""Single changes to a layout that save memory, with the bytes each saves.
+
+`planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
+knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp) and must still
+pass `planner.rules`; the total GPU count and the global batch stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import memory
+from planner.search import rules
+
+
+@dataclass(frozen=True)
+class Change:
+    field: str
+    before: object
+    after: object
+    layout: Layout
+    saves: float
+    """Bytes the worst stage saves."""
+    fits: bool
+    order: int
+    """Rough cost rank when no step-time model orders them (lower is cheaper)."""
+
+    def describe(self) -> str:
+        return f"{self.field} {self.before} -> {self.after}"
+
+
+def _halve_dp(lay: Layout, **changes: int) -> Layout | None:
+    factor = 1
+    for k, v in changes.items():
+        factor *= v // getattr(lay, k)
+    if lay.dp % factor:
+        return None
+    return lay.with_(dp=lay.dp // factor, **changes)
+
+
+def _candidates(lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]:
+    if lay.zero_stage < 3:
+        yield 0, "zero_stage", lay.zero_stage + 1, lay.with_(zero_stage=lay.zero_stage + 1)
+    if lay.tp > 1 and not lay.sequence_parallel:
+        yield 1, "sequence_parallel", True, lay.with_(sequence_parallel=True)
+    if lay.recompute == "none":
+        yield 2, "recompute", "selective", lay.with_(recompute="selective")
+    if lay.micro_batch_size > 1:
+        mbs = lay.micro_batch_size // 2 if lay.micro_batch_size % 2 == 0 else 1
+        yield 3, "micro_batch_size", mbs, lay.with_(micro_batch_size=mbs)
+    if lay.recompute != "full":
+        yield 4, "recompute", "full", lay.with_(recompute="full")
+    if lay.vpp > 1:
+        yield 5, "vpp", 1, lay.with_(vpp=1)
+    yield 6, "tp", lay.tp * 2, _halve_dp(lay, tp=lay.tp * 2)
+    yield 7, "cp", lay.cp * 2, _halve_dp(lay, cp=lay.cp * 2)
+    if lay.pipeline_layers is None:
+        yield 8, "pp", lay.pp * 2, _halve_dp(lay, pp=lay.pp * 2)
+
+
+def memory_changes(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
+    cost: Callable[[Layout], float] | None = None,
+) -> list[Change]:
+    """Every valid single change that lowers the peak, those that fit first, cheapest first.
+
+    `cost` (e.g. predicted step time) orders them when given; otherwise a fixed rank does.
+    """
+    base = memory.estimate(job, layout, headroom_pct)
+    out = []
+    for order, field, after, new in _candidates(layout):
+        if new is None:
+            continue
+        if new.tp > 1 and job.arch.is_moe:
+            new = new.with_(sequence_parallel=True)
+        if rules.violations(job, new):
+            continue
+        rep = memory.estimate(job, new, headroom_pct)
+        saves = base.peak - rep.peak
+        if saves <= 0:
+            continue
+        before = getattr(layout, field)
+        out.append(Change(field, before, after, new, saves, rep.fits, order))
+
+    def key(c: Change) -> tuple[bool, float]:
+        return (not c.fits, cost(c.layout) if cost else float(c.order))
+
+    return sorted(out, key=key)

@@ -1,0 +1,218 @@
+"""Scaling curve: the best layout at each GPU count, and where adding GPUs stops paying.
+
+`scale(job, sizes, best_layout, ...)` plans the job at each size with `best_layout` (by default
+the search of `planner.search`, fastest step first) and reports, per size: tokens/s, effective
+tokens/s (x goodput, `planner.ops`), per-GPU efficiency against the smallest size that has a
+layout, cost per million tokens and days to the token budget.
+
+The global batch (sequences per step) is held fixed, as in the plan: more GPUs mean fewer
+micro-batches per pipeline or smaller micro-batches, so the pipeline bubble and the exposed
+communication grow. Failures grow with the GPU count too (MTBF = 1 / (rate x N)).
+
+Definitions (effective = with checkpoints and failures, `planner.ops.resilience`):
+    efficiency(N)          = effective tokens/s/GPU at N / that at the smallest size N0
+    marginal efficiency(N) = (effective tokens/s(N) - effective tokens/s(N')) / (N - N')
+                             / effective tokens/s/GPU at N0, N' the previous size
+Adding GPUs "stops paying" at the first size whose marginal efficiency is below `threshold`
+(default 0.5: each added GPU buys less than half of what a GPU did at N0). Where efficiency rises
+with more GPUs the note names the layout change that causes it (the search switched, e.g.,
+pp 8->4 or mbs 1->2, because the larger size made another layout possible or better).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pydantic import ValidationError
+
+from planner.inputs.errors import InputError
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.cost import Performance
+from planner.ops import operations as ops
+from planner.ops.assumptions import OpsParams
+from planner.search import top_k as search
+from planner.search.space import Space
+
+BestLayout = Callable[[Job], tuple[Layout, Performance] | None]
+"""Plans one job: its best layout and that layout's performance, or None when nothing fits."""
+
+STOPS_PAYING_THRESHOLD = 0.5
+"""Marginal efficiency below which added GPUs are said to stop paying."""
+
+RISE_TOLERANCE = 0.005
+"""Efficiency must rise by more than this (relative) for the note to explain the rise."""
+
+
+def check_threshold(threshold: float, name: str = "threshold") -> None:
+    """The stops-paying threshold is a marginal efficiency: in (0, 1]."""
+    if not 0 < threshold <= 1:
+        raise InputError(f"{name}: must be in (0, 1] (got {threshold})")
+
+
+def job_at(job: Job, num_gpus: int) -> Job:
+    """The same job on `num_gpus` GPUs of the same kind (the cluster re-validated)."""
+    try:
+        cluster = ClusterSpec.model_validate({**dict(job.cluster), "num_gpus": num_gpus})
+    except (ValidationError, ValueError) as e:
+        raise InputError(f"num_gpus: {num_gpus} GPUs: {e}") from None
+    return replace(job, cluster=cluster)
+
+
+def search_best_layout(space: Space | None = None) -> BestLayout:
+    """The fastest layout found by `planner.search.top_k.search` (top 1), or None when none fits."""
+
+    def best(job: Job) -> tuple[Layout, Performance] | None:
+        result = search.search(job, space, top_k=1)
+        if not result.candidates:
+            return None
+        top = result.candidates[0]
+        return top.layout, top.performance
+
+    return best
+
+
+# ----------------------------------------------------------------------------- the curve
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    num_gpus: int
+    layout: Layout | None
+    performance: Performance | None
+    operations: ops.Operations | None
+    efficiency: float | None = None
+    """Effective tokens/s/GPU relative to the smallest size with a layout."""
+    marginal_efficiency: float | None = None
+    """Effective tokens/s gained per added GPU, relative to a GPU's at the smallest size."""
+    note: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.layout is not None and self.operations is not None
+
+
+@dataclass(frozen=True)
+class ScaleCurve:
+    job: Job
+    points: tuple[ScalePoint, ...]
+    tokens: int | None
+    threshold: float
+    stops_paying_at: int | None
+    """The first GPU count whose marginal efficiency is below threshold (None: never)."""
+
+    @property
+    def baseline(self) -> ScalePoint | None:
+        return next((p for p in self.points if p.feasible), None)
+
+
+_CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("tp", "tp"),
+    ("pp", "pp"),
+    ("cp", "cp"),
+    ("ep", "ep"),
+    ("etp", "etp"),
+    ("vpp", "vpp"),
+    ("micro_batch_size", "mbs"),
+    ("zero_stage", "zero"),
+    ("recompute", "recompute"),
+    ("sequence_parallel", "sp"),
+    ("tp_comm_overlap", "tp-comm-overlap"),
+    ("ep_comm_overlap", "ep-comm-overlap"),
+    ("overlap_grad_reduce", "overlap-grad-reduce"),
+    ("overlap_param_gather", "overlap-param-gather"),
+    ("pipeline_layers", "pipeline split"),
+)
+
+
+def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
+    """The fields that differ besides dp, e.g. 'pp 8->4, mbs 1->2'; 'dp only (dp 8->16)' when
+    nothing else changed. Expert degrees are compared only for MoE models (`moe`)."""
+    parts = []
+    for attr, name in _CHANGE_FIELDS:
+        a, b = getattr(prev, attr), getattr(cur, attr)
+        if a == b or (not moe and attr in ("ep", "etp")):
+            continue
+        if attr == "pipeline_layers":
+            shape = {True: "even", False: "uneven"}
+            was, now = shape[a is None], shape[b is None]
+            parts.append(f"{name} {was}->{now}" if was != now else f"{name} changed")
+        elif isinstance(a, bool):
+            parts.append(f"{name} {'on' if b else 'off'}")
+        else:
+            parts.append(f"{name} {a}->{b}")
+    if not parts:
+        return f"dp only (dp {prev.dp}->{cur.dp})"
+    return ", ".join(parts)
+
+
+def scale(
+    job: Job,
+    sizes: list[int],
+    best_layout: BestLayout | None = None,
+    tokens: int | None = None,
+    ops_params: OpsParams | None = None,
+    threshold: float = STOPS_PAYING_THRESHOLD,
+) -> ScaleCurve:
+    """Plan `job` at each size in `sizes` (ascending) and compare them."""
+    if not sizes:
+        raise InputError("num_gpus: no GPU counts given")
+    check_threshold(threshold)
+    best_layout = best_layout or search_best_layout()
+    ops_params = ops_params or OpsParams()
+    if tokens is not None:
+        ops.training_steps(job, tokens)  # a budget below one step is bad input at every size
+    raw: list[ScalePoint] = []
+    for n in sorted(set(sizes)):
+        j = job_at(job, n)
+        found = best_layout(j)
+        if found is None:
+            raw.append(ScalePoint(n, None, None, None, note="no layout fits"))
+            continue
+        lay, perf = found
+        raw.append(ScalePoint(n, lay, perf, ops.operations(j, perf, tokens, ops_params)))
+    points, stops_at = _compare(raw, threshold, job.arch.is_moe)
+    return ScaleCurve(
+        job=job, points=tuple(points), tokens=tokens, threshold=threshold, stops_paying_at=stops_at
+    )
+
+
+def _compare(
+    raw: list[ScalePoint], threshold: float, moe: bool
+) -> tuple[list[ScalePoint], int | None]:
+    """Each feasible point's efficiency and marginal efficiency against the first feasible one,
+    its notes, and the first size whose marginal efficiency is below `threshold`."""
+    points: list[ScalePoint] = []
+    base_n, per_gpu0 = 0, 0.0  # the baseline's GPUs and effective tokens/s/GPU
+    prev: ScalePoint | None = None  # the previous feasible point, compared
+    stops_at: int | None = None
+    for p in raw:
+        if p.operations is None or p.layout is None:
+            points.append(p)
+            continue
+        tps = p.operations.effective_tokens_per_s
+        if prev is None:
+            base_n, per_gpu0 = p.num_gpus, tps / p.num_gpus
+            prev = replace(p, efficiency=1.0)
+            points.append(prev)
+            continue
+        assert prev.operations is not None and prev.layout is not None
+        assert prev.efficiency is not None
+        eff = tps / p.num_gpus / per_gpu0
+        gained = tps - prev.operations.effective_tokens_per_s
+        marginal = gained / (p.num_gpus - prev.num_gpus) / per_gpu0
+        notes = []
+        if eff > prev.efficiency * (1 + RISE_TOLERANCE):
+            change = layout_change(prev.layout, p.layout, moe)
+            notes.append(f"efficiency up {prev.efficiency:.0%}->{eff:.0%}: {change}")
+        if stops_at is None and marginal < threshold:
+            stops_at = p.num_gpus
+            notes.append(
+                f"stops paying: each GPU added since {prev.num_gpus} buys {max(marginal, 0):.0%} "
+                f"of a GPU at {base_n}"
+            )
+        prev = replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
+        points.append(prev)
+    return points, stops_at

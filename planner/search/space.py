@@ -1,0 +1,269 @@
+"""The search space of `planner suggest`: what the user pins and bounds (`Space`), the parallel
+structures that pass Megatron's rules on their degrees (`structures`), and each structure's
+options (micro-batch size, vpp, pipeline split) and base layouts (`bases`) with the (ZeRO stage,
+recompute) variants tried on them. `planner.search` bounds, scores and certifies over it.
+
+Pipeline splits: the even split where pp divides the layers, and the CP-SAT split of
+`planner.solver` that balances the first rank's embedding and the last rank's output layer against
+whole layers (Megatron's first/last uneven form).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout, Recompute
+from planner.inputs.plan import Job
+from planner.model import memory, params
+from planner.search import rules, solver
+
+RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
+MAX_MICRO_BATCH = 16
+"""Largest micro-batch searched unless the user bounds it (larger ones only add memory)."""
+MAX_CP = 16
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An inclusive range for one degree; pin with lo == hi."""
+
+    lo: int = 1
+    hi: int = 1 << 30
+
+    def admits(self, value: int) -> bool:
+        return self.lo <= value <= self.hi
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the user pins, bounds, allows or forbids."""
+
+    tp: Bound = Bound()
+    pp: Bound = Bound()
+    cp: Bound = Bound(1, MAX_CP)
+    ep: Bound = Bound()
+    dp: Bound = Bound()
+    vpp: Bound = Bound()
+    mbs: Bound = Bound(1, MAX_MICRO_BATCH)
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
+    tp_across_nodes: bool = False
+    """Allow TP groups larger than the scale-up (NVLink) domain."""
+    uneven: bool = True
+    """Consider uneven pipeline splits (Megatron's first/last stage layer counts)."""
+    expert_tp: tuple[str, ...] = ("1", "tp")
+    """Expert-TP choices: 1 and/or equal to tp (Megatron's default)."""
+    tp_comm_overlap: bool = True
+    """Use --tp-comm-overlap wherever sequence parallelism allows it."""
+    ep_comm_overlap: bool = True
+    """Also try Megatron's EP all-to-all overlap wherever it is allowed."""
+    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
+
+
+@dataclass(frozen=True)
+class Structure:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    etp: int
+
+    def layout(self, **fields: Any) -> Layout:
+        """The structure's layout with these fields (sequence parallel with TP; Layout's defaults
+        for the rest)."""
+        return Layout(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            etp=self.etp,
+            sequence_parallel=_sp(self.tp),
+            **fields,
+        )
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _sp(tp: int) -> bool:
+    return tp > 1
+
+
+def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure]:
+    """Every (tp, cp, pp, dp, ep, etp) that multiplies to the GPU count and passes the rules that
+    concern only the degrees. Rejections are counted per rule (one per structure)."""
+    n = job.cluster.num_gpus
+    domain = job.cluster.tiers[0].span_gpus or n
+    out = []
+    for tp in divisors(n):
+        if not space.tp.admits(tp):
+            rejected["user bound on tp"] += 1
+            continue
+        if tp > domain and not space.tp_across_nodes:
+            rejected["tp beyond the scale-up domain"] += 1
+            continue
+        for cp in divisors(n // tp):
+            for pp in divisors(n // (tp * cp)):
+                dp = n // (tp * cp * pp)
+                for ep, etp in _expert_options(job, space, tp, pp):
+                    s = Structure(tp, cp, pp, dp, ep, etp)
+                    why = _structure_rule(job, space, s)
+                    if why:
+                        rejected[why] += 1
+                    else:
+                        out.append(s)
+    return out
+
+
+def _expert_options(job: Job, space: Space, tp: int, pp: int) -> Iterator[tuple[int, int]]:
+    if not job.arch.is_moe:
+        yield 1, tp
+        return
+    etps = sorted({1 if e == "1" else tp for e in space.expert_tp})
+    for ep in divisors(job.arch.num_moe_experts or 1):
+        for etp in etps:
+            yield ep, etp
+
+
+def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
+    """The first rule a structure breaks, or None (user bounds first, then Megatron's rules)."""
+    for name in ("cp", "pp", "ep", "dp"):
+        if not getattr(space, name).admits(getattr(s, name)):
+            return f"user bound on {name}"
+    if s.pp > job.arch.num_layers:
+        return "pp exceeds num_layers"
+    lay = s.layout()
+    for rule in rules.STRUCTURAL_RULES:
+        v = rule(job, lay)
+        if v is not None:
+            return v.rule
+    return None
+
+
+@cache
+def _last_stage_extra(arch: ModelArch) -> float:
+    """The output layer (and MTP) in units of one decoder layer's active parameters: the work the
+    last pipeline rank does besides its layers (the loss itself is memory-bound and small). Each
+    MTP layer runs one more decoder layer (its active parameters: top-k of the routed experts) and
+    one more output layer (`layer_time.output_layer_time`)."""
+    routed = arch.moe_router_topk / max(arch.num_moe_experts or 1, 1)
+    d, e = params.layer_kinds(arch)[1 if arch.is_moe else 0]
+    per_layer = (d + routed * e) or 1
+    mtp_dense, mtp_expert = params.mtp_layer_params(arch)
+    heads = 1 + arch.mtp_num_layers
+    out_params = heads * arch.padded_vocab() * arch.hidden_size + mtp_dense + routed * mtp_expert
+    return round(out_params / per_layer, 3)
+
+
+def splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] | None]:
+    """Pipeline splits to consider: even (None) when it exists, and the CP-SAT balanced one."""
+    L = job.arch.num_layers
+    out: list[tuple[int, ...] | None] = []
+    if L % (pp * vpp) == 0:
+        out.append(None)
+    if space.uneven and pp > 1:
+        split = solver.balanced_split(L, pp, vpp, 0.0, _last_stage_extra(job.arch))
+        if split is not None and len(set(split)) > 1:
+            out.append(split)
+    return out
+
+
+@cache
+def _vpp_candidates(num_layers: int, pp: int, uneven: bool) -> tuple[int, ...]:
+    """Interleaving degrees with some split: vpp | L / pp (even) or vpp | L, pp x vpp <= L
+    (uneven; `splits` decides)."""
+    if pp == 1:
+        return (1,)
+    even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
+    # an uneven split needs every rank's layers to be a multiple of vpp: vpp divides the layers
+    odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
+    return tuple(sorted(even | odd))
+
+
+Option = tuple[int, int, tuple[int, ...] | None]
+"""(micro-batch size, vpp, pipeline split) of one structure."""
+
+
+def options(job: Job, space: Space, s: Structure) -> list[Option]:
+    """(micro_batch_size, vpp, split) choices of a structure that pass the schedule rules."""
+    out = []
+    per_dp = job.global_batch_size // s.dp
+    for mbs in divisors(per_dp):
+        if not space.mbs.admits(mbs):
+            continue
+        m = per_dp // mbs
+        for vpp in _vpp_candidates(job.arch.num_layers, s.pp, space.uneven):
+            if not space.vpp.admits(vpp):
+                continue
+            if vpp > 1 and (m % s.pp or m < s.pp):
+                continue
+            for split in splits(job, space, s.pp, vpp):
+                out.append((mbs, vpp, split))
+    return out
+
+
+def zero_recompute(space: Space) -> list[tuple[int, Recompute]]:
+    """(zero, recompute) pairs in the order they are tried; zero 0 only when 1 is not allowed
+    (ZeRO 1 moves the same bytes and shards the optimizer step: never slower, never bigger)."""
+    zeros = sorted(space.zero_stages)
+    if 1 in zeros and 0 in zeros:
+        zeros.remove(0)
+    recs = [r for r in RECOMPUTE_ORDER if r in space.recompute]
+    return [(z, r) for z in zeros for r in recs]
+
+
+Base = tuple[Layout, tuple[Recompute, ...]]
+"""A base layout and the recompute policies to try on it."""
+
+
+def bases(
+    job: Job, s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
+) -> list[Base]:
+    """The base layouts of one shape: TP overlap where sequence parallelism allows it, and where
+    Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second one with it too,
+    without full recompute (Megatron refuses the pair). With pipelines the overlap holds no more
+    activations (only pp = 1 merges a micro-batch's forward with the previous backward) and only
+    hides time, so there the plain base is tried with full recompute only."""
+    sp = _sp(s.tp)
+    plain = s.layout(
+        vpp=vpp,
+        micro_batch_size=mbs,
+        pipeline_layers=split,
+        tp_comm_overlap=sp and space.tp_comm_overlap,
+    )
+    overlap = _ep_overlap(job, plain, space)
+    if overlap is None:
+        return [(plain, space.recompute)]
+    partial = tuple(r for r in space.recompute if r != "full")
+    plain_recs = space.recompute if s.pp == 1 else ("full",)
+    return [(plain, plain_recs), (overlap, partial)]
+
+
+def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
+    """The base with the EP all-to-all overlap, where `rules.expert_overlap` accepts it (its
+    condition on recompute is `bases`' recompute choice); None elsewhere."""
+    if not space.ep_comm_overlap or plain.ep == 1:
+        return None
+    overlap = plain.with_(ep_comm_overlap=True)
+    return None if rules.expert_overlap(job, overlap) else overlap
+
+
+def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
+    """Layouts the options of one structure stand for: each base times its (zero, recompute)
+    variants (no full recompute with the EP overlap); whether a shape has the overlap base is
+    decided once per vpp (no rule on it reads the micro-batch or the split)."""
+    pairs = zero_recompute(space)
+    plain = len(pairs) or 1
+    overlap = sum(1 for _, rc in pairs if rc != "full")
+    vpps = {vpp for _, vpp, _ in opts}
+    allowed = {v: _ep_overlap(job, s.layout(vpp=v), space) is not None for v in vpps}
+    return sum(plain + (overlap if allowed[vpp] else 0) for _, vpp, _ in opts)

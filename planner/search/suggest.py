@@ -1,0 +1,163 @@
+"""What `planner suggest` adds around the search: requests that contradict themselves (exit 2),
+ranking by cost or goodput instead of step time, and, when nothing fits, the binding constraint and
+the smallest changes that would make something fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from planner.inputs.errors import InputError
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import memory
+from planner.ops import operations as ops
+from planner.ops.assumptions import OpsParams
+from planner.search import space as space_mod
+from planner.search.space import Bound, Space
+from planner.search.top_k import Candidate, SearchResult, rank_key
+
+
+def check_space(job: Job, space: Space) -> None:
+    """Impossible requests exit 2 naming the contradiction."""
+    n = job.cluster.num_gpus
+    for name in ("tp", "pp", "cp", "ep", "dp"):
+        b: Bound = getattr(space, name)
+        if b.lo > n:
+            raise InputError(f"--{name} {b.lo} exceeds num_gpus ({n})")
+    _check_degrees(n, space)
+    if space.dp.lo > job.global_batch_size:
+        raise InputError(
+            f"--dp {space.dp.lo} exceeds global_batch_size ({job.global_batch_size}): every "
+            f"data-parallel rank needs at least one sequence"
+        )
+    if space.pp.lo > job.arch.num_layers:
+        raise InputError(f"--pp {space.pp.lo} exceeds num_layers ({job.arch.num_layers})")
+    if space.ep.lo > 1 and not job.arch.is_moe:
+        raise InputError(f"--ep {space.ep.lo}: {job.arch.name} has no experts")
+    if not space.zero_stages:
+        raise InputError("--zero: no ZeRO stage left to search")
+    if not space.recompute:
+        raise InputError("--recompute: no recompute policy left to search")
+
+
+def _flag(name: str, b: Bound) -> str:
+    if b.lo == b.hi:
+        return f"--{name} {b.lo}"
+    return f"--{name} {b.lo}-{'' if b.hi >= 1 << 30 else b.hi}"
+
+
+def _check_degrees(n: int, space: Space) -> None:
+    """Pins and bounds on tp, cp, pp, dp must leave some tp x cp x pp x dp equal to num_gpus."""
+    names = ("tp", "cp", "pp", "dp")
+    bounds: dict[str, Bound] = {k: getattr(space, k) for k in names}
+    for k, b in bounds.items():
+        if b.lo == b.hi and n % b.lo:
+            raise InputError(f"--{k} {b.lo} does not divide num_gpus ({n})")
+    ds = space_mod.divisors(n)
+    b_tp, b_cp, b_pp, b_dp = bounds.values()
+    for tp in (d for d in ds if b_tp.admits(d)):
+        for cp in (d for d in ds if b_cp.admits(d) and (n // tp) % d == 0):
+            for pp in (d for d in ds if b_pp.admits(d) and (n // (tp * cp)) % d == 0):
+                if b_dp.admits(n // (tp * cp * pp)):
+                    return
+    default = Space()
+    given = " and ".join(_flag(k, b) for k, b in bounds.items() if b != getattr(default, k))
+    lo = math.prod(b.lo for b in bounds.values())
+    hi = math.prod(min(b.hi, n) for b in bounds.values())
+    if lo > n:
+        why = f"need at least {lo} GPUs (tp x cp x pp x dp) but num_gpus is {n}"
+    elif hi < n:
+        why = f"allow at most {hi} GPUs (tp x cp x pp x dp) but num_gpus is {n}"
+    else:
+        why = f"no tp x cp x pp x dp within them equals num_gpus ({n})"
+    raise InputError(f"{given}: {why}")
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """Why nothing fits, and the smallest changes that would make something fit."""
+
+    binding: str
+    changes: list[str]
+
+
+def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
+    """The smallest peak memory any layout of the space reaches (most sharding, most recompute,
+    smallest micro-batch, no interleaving), and that layout."""
+    lean = replace(
+        space,
+        zero_stages=(max(space.zero_stages),),
+        recompute=(space.recompute[-1],),
+        mbs=Bound(space.mbs.lo, space.mbs.lo),
+        vpp=Bound(1, 1),
+    )
+    best: tuple[float, Layout | None] = (float("inf"), None)
+    for s in space_mod.structures(job, lean, Counter()):
+        for mbs, vpp, split in space_mod.options(job, lean, s):
+            lay = space_mod.bases(job, s, mbs, vpp, split, lean)[0][0].with_(
+                zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
+            )
+            peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
+            if peak < best[0]:
+                best = (peak, lay)
+    return best
+
+
+def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasible:
+    """The binding constraint and the smallest single change (GPUs, memory, sequence, batch)."""
+    if result.structures == 0 or result.space_size == 0:
+        top = ", ".join(f"{k} ({v})" for k, v in result.rejected.most_common(3))
+        changes = _batch_changes(job, space)
+        return Infeasible(f"no layout passes the rules: {top}", changes)
+    cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    peak, lay = _min_peak(job, space)
+    gib = 2**30
+    binding = (
+        f"memory: the leanest layout ({lay.describe() if lay else '?'}) needs "
+        f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
+    )
+    # the physical size whose usable part holds the peak
+    needed = peak * job.cluster.capacity_bytes / cap
+    changes = [f"GPUs with at least {needed / gib:.0f} GiB each"]
+    for k in range(1, 7):
+        n = job.cluster.num_gpus * 2**k
+        bigger = replace(job, cluster=job.cluster.model_copy(update={"num_gpus": n}))
+        if _min_peak(bigger, space)[0] <= cap:
+            changes.append(f"{n} GPUs instead of {job.cluster.num_gpus}")
+            break
+    seq = job.seq_length
+    while seq > 256:
+        seq //= 2
+        if _min_peak(replace(job, seq_length=seq), space)[0] <= cap:
+            changes.append(f"seq_length {seq} instead of {job.seq_length}")
+            break
+    return Infeasible(binding, changes)
+
+
+def _batch_changes(job: Job, space: Space) -> list[str]:
+    out = []
+    for gbs in (job.global_batch_size * 2**k for k in range(1, 5)):
+        trial = replace(job, global_batch_size=gbs)
+        structs = space_mod.structures(trial, space, Counter())
+        if any(space_mod.options(trial, space, s) for s in structs):
+            out.append(f"global_batch_size {gbs} instead of {job.global_batch_size}")
+            break
+    return out
+
+
+def rerank(job: Job, top: int, objective: str, res: SearchResult) -> SearchResult:
+    """Rank by cost or goodput (`planner.ops.operations.objective_value`). For one job both are
+    the step time times a factor that does not depend on the layout (GPU count x price; 1 /
+    goodput, which depends on the step time only through the checkpoint interval's rounding to
+    whole steps), so the leading candidates of the certified time ranking are re-scored and
+    re-sorted."""
+    params = OpsParams()
+
+    def score(c: Candidate) -> float:
+        return ops.objective_value(job, c.performance, objective, params)
+
+    ranked = sorted(res.candidates, key=lambda c: (score(c), rank_key(c)))
+    return replace(res, candidates=ranked[:top])

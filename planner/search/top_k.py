@@ -1,0 +1,213 @@
+"""The layout search behind `planner suggest`: bound, score exactly, certify.
+
+The space (DESIGN.md section 4, issue "suggest"): tp, cp, pp, dp, ep (and expert-tp), vpp,
+micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stage, recompute.
+
+1. Structures. Every (tp, cp, pp, dp, ep, etp) whose product is the GPU count and that passes
+   Megatron's rules on those degrees and the user's pins and bounds (`Space`) is a structure.
+   Each rule that removes some is counted.
+2. Bound. For each structure a lower bound on the step time of every layout in it: the step's
+   compute at the largest micro-batch (GEMM efficiency only grows with the micro-batch), without
+   recompute, plus the expert all-to-all, or with Megatron's EP overlap only what of it outlasts
+   the compute (`planner.cost.compute_floor`).
+3. Score. Structures are expanded in order of their bound: every (micro-batch size, vpp, pipeline
+   split) and base layout (with and, where Megatron allows it, without the EP all-to-all overlap),
+   each with its cheapest memory-feasible (ZeRO stage, recompute) variants scored by the exact
+   model (`planner.memory`, `planner.cost`). A variant (z, r) is only scored when no variant with
+   less sharding and less recompute fits, since those are never slower (ZeRO 1 over 0: same
+   traffic, sharded optimizer step; tests/test_search.py checks it); with pipelines the layout
+   without the EP overlap is only tried with full recompute, the one policy Megatron bars from
+   the overlap (the overlap holds no more memory there and only hides time).
+4. Certify. Once the K-th best exact time is no worse than the next structure's bound, no layout
+   left can enter the top K: the result is the exact top K of the model (the brute-force test
+   enumerates every layout to prove it).
+
+The space itself (structures, options, base layouts, variants) is `planner.space`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from planner.inputs.layout import Layout, Recompute
+from planner.inputs.plan import Job
+from planner.model import cost, memory
+from planner.model.cost import Performance
+from planner.model.memory import MemoryReport
+from planner.search.space import (
+    RECOMPUTE_ORDER,
+    Option,
+    Space,
+    Structure,
+    bases,
+    layouts_in,
+    options,
+    structures,
+    zero_recompute,
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    memory: MemoryReport
+    performance: Performance
+
+    @property
+    def step_time(self) -> float:
+        return self.performance.step_time_s
+
+
+def simplicity(lay: Layout) -> tuple[int, ...]:
+    """Tie-break between equally fast layouts: fewer context-parallel, expert-parallel, pipeline
+    and tensor ranks, no interleaving, less sharding and recompute, then larger micro-batches."""
+    return (
+        lay.cp,
+        lay.ep,
+        lay.pp,
+        lay.tp,
+        lay.vpp,
+        lay.zero_stage,
+        RECOMPUTE_ORDER.index(lay.recompute),
+        -lay.micro_batch_size,
+        int(lay.pipeline_layers is not None),
+    )
+
+
+def rank_key(c: Candidate) -> tuple[float, tuple[int, ...]]:
+    """Step time first; `simplicity` breaks exact ties."""
+    return (c.step_time, simplicity(c.layout))
+
+
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    space_size: int
+    """Layouts in the space (every structure x micro-batch x vpp x split x zero x recompute)."""
+    scored: int
+    """Layouts scored by the exact model."""
+    structures: int
+    expanded: int
+    """Structures expanded before the bound certified the top K."""
+    rejected: Counter[str] = field(default_factory=Counter)
+    """Removed: structures by the first rule they break (rule ids of planner.rules), layouts by
+    memory."""
+    seconds: float = 0.0
+
+
+def lower_bound(job: Job, layout: Layout) -> float:
+    """Seconds no layout of this structure, split and vpp can beat: compute without recompute at
+    the given (largest) micro-batch plus the exposed expert all-to-all."""
+    return cost.compute_floor(job, layout.with_(recompute="none"))
+
+
+def _best_variants(
+    job: Job,
+    space: Space,
+    base: Layout,
+    recomputes: tuple[Recompute, ...],
+    rejected: Counter[str],
+    too_big: dict[tuple[object, ...], bool],
+) -> list[tuple[Layout, MemoryReport]]:
+    """The memory-feasible (zero, recompute in `recomputes`) variants of a base layout not
+    dominated by a feasible variant with no more sharding and no more recompute. A ZeRO stage
+    whose weights, gradients, optimizer state and buffers alone (`memory.state_floor`) exceed the
+    capacity is rejected without estimating its recompute variants; `too_big` remembers that
+    verdict per (vpp, split, ZeRO stage) of one structure, since it holds at every micro-batch
+    size."""
+    found: list[tuple[int, int, Layout, MemoryReport]] = []
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    # with flash attention Megatron's selective recompute (the core attention) keeps exactly
+    # what no recompute keeps (planner.activations): same memory, more time, never chosen
+    # (PyTorch's per-op policy does save memory)
+    skip_selective = (
+        job.flash_attention and job.selective_recompute == "core_attn" and "none" in space.recompute
+    )
+    for z, rc in zero_recompute(space):
+        if rc not in recomputes or (rc == "selective" and skip_selective):
+            continue
+        zi, ri = z, RECOMPUTE_ORDER.index(rc)
+        if any(fz <= zi and fr <= ri for fz, fr, _, _ in found):
+            continue
+        lay = base.with_(zero_stage=z, recompute=rc)
+        key = (base.vpp, base.pipeline_layers, z)
+        if key not in too_big:
+            too_big[key] = memory.state_floor(job, lay) > capacity
+        if too_big[key]:
+            rejected["memory"] += 1
+            continue
+        rep = memory.estimate(job, lay, space.headroom_pct, all_stages=False)
+        if rep.fits:
+            found.append((zi, ri, lay, rep))
+        else:
+            rejected["memory"] += 1
+    return [(lay, rep) for _, _, lay, rep in found]
+
+
+def search(
+    job: Job,
+    space: Space | None = None,
+    top_k: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> SearchResult:
+    """The top_k layouts by predicted step time (ties: `simplicity`), certified exact."""
+    space = space or Space()
+    t0 = time.perf_counter()
+    rejected: Counter[str] = Counter()
+    structs = structures(job, space, rejected)
+    # bound each structure at its largest micro-batch, for each (vpp, split)
+    queue: list[tuple[float, int, Structure, list[Option]]] = []
+    space_size = 0
+    for i, s in enumerate(structs):
+        opts = options(job, space, s)
+        if not opts:
+            rejected["no micro-batch / vpp satisfies the schedule"] += 1
+            continue
+        space_size += layouts_in(job, space, s, opts)
+        top_mbs = max(o[0] for o in opts)
+        shapes = {(vpp, split) for _, vpp, split in opts}
+        bound = min(
+            lower_bound(job, lay)
+            for vpp, split in shapes
+            for lay, _ in bases(job, s, top_mbs, vpp, split, space)
+        )
+        queue.append((bound, i, s, opts))
+    heapq.heapify(queue)
+
+    best: list[Candidate] = []
+    scored = expanded = 0
+    last_report = t0
+    while queue:
+        bound, _, s, opts = heapq.heappop(queue)
+        if len(best) >= top_k and bound > best[top_k - 1].step_time:
+            break
+        expanded += 1
+        too_big: dict[tuple[object, ...], bool] = {}
+        for mbs, vpp, split in opts:
+            for base, recomputes in bases(job, s, mbs, vpp, split, space):
+                for lay, rep in _best_variants(job, space, base, recomputes, rejected, too_big):
+                    perf = cost.estimate(job, lay)
+                    scored += 1
+                    best.append(Candidate(lay, rep, perf))
+        best.sort(key=rank_key)
+        del best[max(top_k, 1) * 4 :]
+        now = time.perf_counter()
+        if progress and now - last_report > 0.5:
+            progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")
+            last_report = now
+    top = [
+        replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct)) for c in best[:top_k]
+    ]
+    return SearchResult(
+        candidates=top[:top_k],
+        space_size=space_size,
+        scored=scored,
+        structures=len(structs),
+        expanded=expanded,
+        rejected=rejected,
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,116 @@
+"""Tests for planner.timeline (`explain --timeline`) and Performance.stages, which it draws.
+
+Oracles: the step-time identity of planner.cost (the slowest stage's time per micro-batch times m,
+plus the bubble, the exposed DP traffic, the optimizer and the fixed cost), the 1F1B schedule's own
+counts (every rank runs each micro-batch's forward and backward once), and the SVG's geometry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from paths import EXAMPLES
+
+from planner.cli import timeline
+from planner.inputs import catalog
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, schedule
+
+SVG = "{http://www.w3.org/2000/svg}"
+PLAN = EXAMPLES / "llama3.1-8b-h100.toml"
+
+
+def job(gbs: int = 64) -> Job:
+    gpu = catalog.get_gpu("h100-sxm-80gb")
+    cluster = ClusterSpec(gpu=gpu, num_gpus=32, gpus_per_node=8, memory_gib=80.0, tiers=gpu.tiers)
+    arch = catalog.get_model("llama3.1-8b")
+    return Job(arch=arch, cluster=cluster, seq_length=4096, global_batch_size=gbs)
+
+
+# 32 layers in uneven stages; the last also runs the output layer
+UNEVEN = Layout(tp=2, pp=4, dp=4, pipeline_layers=(6, 9, 9, 8), sequence_parallel=True)
+
+
+def test_stages_rebuild_the_step_time() -> None:
+    perf = cost.estimate(job(), UNEVEN)
+    b = perf.breakdown
+    per_mb = [f + bw for f, bw in perf.stages]
+    assert len(per_mb) == 4
+    assert all(0 < f < bw for f, bw in perf.stages)  # a backward is about two forwards
+    m = UNEVEN.num_microbatches(64)
+    steady, bubble = schedule.pipeline_time(per_mb, m)
+    assert bubble == pytest.approx(b.bubble)
+    tail = b.dp_comm_exposed + b.optimizer + b.other
+    assert steady + bubble + tail == pytest.approx(perf.step_time_s)
+
+
+def _rects(svg: str) -> list[ET.Element]:
+    return list(ET.fromstring(svg).iter(f"{SVG}rect"))
+
+
+@pytest.mark.parametrize(("gbs", "shown"), [(64, 16), (512, timeline.MAX_OPS)])
+def test_svg_draws_every_rank_and_micro_batch(gbs: int, shown: int) -> None:
+    j = job(gbs)
+    perf = cost.estimate(j, UNEVEN)
+    svg = timeline.pipeline_svg(j, UNEVEN, perf)
+    m = UNEVEN.num_microbatches(gbs)
+    assert ("all 16 micro-batches" if m == shown else f"the first {shown} of {m}") in svg
+    titled = [(r, r.findtext(f"{SVG}title") or "") for r in _rects(svg)]
+    forwards = [r for r, t in titled if t.startswith("forward of micro-batch")]
+    backwards = [r for r, t in titled if t.startswith("backward of micro-batch")]
+    assert len(forwards) == len(backwards) == 4 * shown
+    # to scale: every block inside the plot, the last (the DP/optimizer tail) at its right edge
+    ends = [float(r.get("x", 0)) + float(r.get("width", 0)) for r, t in titled if "micro" in t]
+    assert min(float(r.get("x", 0)) for r, _ in titled if r in forwards) >= timeline.LEFT
+    tail = next(r for r, t in titled if t.startswith("DP traffic"))
+    right = float(tail.get("x", 0)) + float(tail.get("width", 0))
+    assert max(ends) <= right + 1e-6
+    assert right == pytest.approx(timeline.WIDTH - timeline.RIGHT, abs=0.01)
+    # a block's width is its duration: rank 0's first forward lasts stages[0][0] seconds
+    first = forwards[0]
+    seconds = re.findall(r"([\d.]+)-([\d.]+) s", first.findtext(f"{SVG}title") or "")[0]
+    assert float(seconds[1]) - float(seconds[0]) == pytest.approx(perf.stages[0][0], abs=1e-4)
+
+
+def test_svg_draws_the_interleaving() -> None:
+    # 32 layers on pp 4 x vpp 2 chunks of 4; gbs 64 / (dp 4 x mbs 1) = 16 micro-batches, of which
+    # whole groups of pp fit in MAX_OPS / vpp = 16 forwards per rank: all 16 are drawn
+    lay = Layout(tp=2, pp=4, dp=4, vpp=2, sequence_parallel=True)
+    j = job()
+    perf = cost.estimate(j, lay)
+    svg = timeline.pipeline_svg(j, lay, perf)
+    assert "interleaved 1F1B schedule, all 16 micro-batches, 2 model chunks per rank" in svg
+    titles = [r.findtext(f"{SVG}title") or "" for r in _rects(svg)]
+    for kind in ("forward", "backward"):
+        for chunk in (0, 1):
+            blocks = [t for t in titles if t.startswith(kind) and f"chunk {chunk}:" in t]
+            assert len(blocks) == 4 * 16  # every rank, every micro-batch, once per chunk
+    # a chunk's forward is half its stage's: rank 0's first block
+    first = next(t for t in titles if t.startswith("forward of micro-batch 0, chunk 0"))
+    start, end = map(float, re.findall(r"([\d.]+)-([\d.]+) s", first)[0])
+    assert end - start == pytest.approx(perf.stages[0][0] / 2, abs=1e-4)
+    # the odd chunks in the lighter shade
+    fills = {r.get("fill") for r in _rects(svg) if "chunk 1:" in (r.findtext(f"{SVG}title") or "")}
+    assert fills == {timeline.LIGHT_BLUE, timeline.LIGHT_GREEN}
+
+
+def test_cli_explain_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_svg = tmp_path / "step.svg"
+    code, out, err = run(["explain", str(PLAN), "--timeline", str(out_svg)], capsys)
+    assert code == 0, err
+    assert f"wrote {out_svg}" in out
+    ET.fromstring(out_svg.read_text())
+    code, out, err = run(["explain", str(PLAN), "--json", "--timeline", str(out_svg)], capsys)
+    assert code == 0, err
+    assert json.loads(out)["timeline"] == str(out_svg)
+    # only SVG is drawn: bad input, exit 2, before any work
+    code, out, err = run(["explain", str(PLAN), "--timeline", str(tmp_path / "step.png")], capsys)
+    assert code == 2
+    assert "--timeline" in err and "step.png" in err

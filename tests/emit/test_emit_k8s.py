@@ -1,0 +1,138 @@
+"""planner.emit.k8s: the PyTorchJob manifest is valid YAML (yaml.safe_load is the oracle), its
+strings come back exactly as written (hostile job names and odd characters included), and the
+torchrun arguments in it are the plan's Megatron-LM arguments word for word.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from paths import PLANS
+
+from planner.emit import k8s
+from planner.emit.common import nodes, predict
+from planner.emit.megatron import arguments
+from planner.inputs.errors import InputError
+from planner.inputs.plan import load_plan, parse_plan
+
+GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
+DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+ODD = [
+    'a b"c$(touch /tmp/pwned)`backtick`',
+    "x'; rm -rf ~; echo '",
+    "two\nlines\r\n\ttab: # not a comment",
+    "- [list] {map}: &anchor *alias !tag %dir @at `tick` | > ? ,",
+    "ünïcødé ✓ 😀 \u2028\u2029\u0085\ufeff \x00\x07\x1b\x7f",
+    "yes",
+    "null",
+    "0x10",
+    "1e3",
+    "",
+    "\\",
+    '"',
+]
+
+
+def container(doc: dict[str, Any]) -> dict[str, Any]:
+    worker = doc["spec"]["pytorchReplicaSpecs"]["Worker"]
+    c: dict[str, Any] = worker["template"]["spec"]["containers"][0]
+    return c
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_yaml_strings_round_trip(text: str) -> None:
+    assert yaml.safe_load(k8s.yaml_str(text)) == text
+    assert yaml.safe_load(k8s.to_yaml({text or "k": [text, {"v": text}]})) == {
+        text or "k": [text, {"v": text}]
+    }
+
+
+def test_empty_collections_keep_their_kind() -> None:
+    data: dict[str, Any] = {"a": [], "b": {}, "c": [[], {}, [1, []], {"d": []}]}
+    assert yaml.safe_load(k8s.to_yaml(data)) == data
+
+
+@pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
+def test_manifest_is_valid_yaml_with_the_plans_arguments(path: Path) -> None:
+    plan = load_plan(path)
+    doc = yaml.safe_load(k8s.render(plan, path.stem))
+    assert doc == k8s.manifest(plan, path.stem, predict(plan))
+    assert doc["apiVersion"] == "kubeflow.org/v1" and doc["kind"] == "PyTorchJob"
+    n = nodes(plan)
+    spec = doc["spec"]
+    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == n.nnodes
+    assert spec["nprocPerNode"] == str(n.nproc_per_node)
+    policy = spec["elasticPolicy"]
+    assert policy["rdzvBackend"] == "c10d"
+    assert policy["minReplicas"] == policy["maxReplicas"] == n.nnodes
+    c = container(doc)
+    assert c["name"] == "pytorch" and c["command"] == ["torchrun"]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": n.nproc_per_node}
+    args = c["args"]
+    flat = arguments(plan).flat()
+    start = args.index("$(MEGATRON_DIR)/pretrain_gpt.py") + 1
+    assert args[start : start + len(flat)] == flat
+    assert args[:6] == [
+        *("--nnodes", str(n.nnodes), "--nproc-per-node", str(n.nproc_per_node)),
+        *("--rdzv-backend", "c10d"),
+    ]
+    # every $(NAME) the arguments use is defined in the container's env
+    names = {e["name"] for e in c["env"]}
+    used = {m for a in args for m in re.findall(r"\$\((\w+)\)", a)}
+    assert used <= names
+
+
+@pytest.mark.parametrize("name", [n for n in ODD if re.search(r"[A-Za-z0-9]", n)])
+def test_hostile_job_names_stay_data(name: str) -> None:
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")
+    if "\x00" in name:
+        with pytest.raises(InputError, match="NUL"):
+            from planner.emit.launch import render
+
+            render(plan, "k8s", name)
+        return
+    text = k8s.render(plan, name)
+    doc = yaml.safe_load(text)
+    meta = doc["metadata"]
+    assert DNS1123.fullmatch(meta["name"]) and len(meta["name"]) <= 40
+    assert meta["annotations"]["planner/job-name"] == name
+    # the header comment stays comments: only the manifest is data
+    head = text.split("apiVersion:")[0]
+    assert all(line.startswith("#") for line in head.splitlines())
+
+
+def test_a_name_without_letters_or_digits_is_refused() -> None:
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")
+    with pytest.raises(InputError, match="job-name"):
+        k8s.render(plan, "!!! ---")
+
+
+def test_kubernetes_does_not_expand_dollar_paren_in_values() -> None:
+    assert k8s.k8s_literal("a$(HOME)b") == "a$$(HOME)b"
+    assert k8s.k8s_literal("$HOME") == "$HOME"
+
+
+def test_amd_gpus_are_requested_as_amd_resources() -> None:
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {"gpu": "mi300x-192gb", "num_gpus": 16},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "parallel": {"tp": 8},
+    }
+    manifest = yaml.safe_load(k8s.render(parse_plan(doc), "amd-job"))
+    env = {e["name"]: e["value"] for e in container(manifest)["env"]}
+    assert container(manifest)["resources"]["limits"] == {"amd.com/gpu": 8}
+    assert env["HSA_NO_SCRATCH_RECLAIM"] == "1" and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def test_fsdp_manifest_leaves_cuda_device_max_connections_out() -> None:
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")  # zero_stage 3
+    text = k8s.render(plan, "j")
+    env = {e["name"] for e in container(yaml.safe_load(text))["env"]}
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env
+    assert "# CUDA_DEVICE_MAX_CONNECTIONS must not be set in the image" in text

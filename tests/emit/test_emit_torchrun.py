@@ -1,0 +1,188 @@
+"""planner.emit.torchrun: the bash script is valid (bash -n, shellcheck), and run with a stub
+`torchrun` first on PATH it hands torchrun every argument intact, hostile job names included,
+without running anything hidden in them. The stub records its argv NUL-separated, so the oracle
+is the exact list of words the emitter meant (planner.emit.megatron.arguments plus the script's
+own), compared word for word.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from paths import PLANS
+from shell_check import check_script
+
+from planner.emit import torchrun
+from planner.emit.common import RDZV_PORT, nodes, predict
+from planner.emit.megatron import arguments
+from planner.inputs import megatron_args
+from planner.inputs.plan import Plan, load_plan, parse_plan
+
+GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
+
+# Each {d} is the test's temporary directory: a name that ran anything would leave a file there.
+HOSTILE = [
+    'a b"c$(touch {d}/pwned1)`touch {d}/pwned2`',
+    "x'; touch {d}/pwned3; echo '",
+    "two\nlines $(touch {d}/pwned4) ; touch {d}/pwned5",
+    "$HOME ${{PATH}} \\ * ? [a] ~ # ! & | ; < > {{a,b}}",
+    "--nnodes 1 -- ünïcødé ✓ \u2028 tab\there \x1b[31m",
+]
+
+
+def stub_bin(tmp: Path) -> Path:
+    """A directory with a `torchrun` that records argv (NUL-separated) and one env variable."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "torchrun"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        'printf \'%s\\0\' "$@" > "$ARGV_OUT"\n'
+        'printf \'%s\' "${CUDA_DEVICE_MAX_CONNECTIONS-<unset>}" > "$ARGV_OUT.cdmc"\n'
+    )
+    stub.chmod(0o755)
+    return bin_dir
+
+
+def run_script(
+    script: Path, tmp: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    env = {
+        "PATH": f"{stub_bin(tmp)}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp),
+        "ARGV_OUT": str(tmp / "argv"),
+        "MEGATRON_DIR": "/opt/mlm dir",
+        **(extra_env or {}),
+    }
+    return subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=60)
+
+
+def recorded(tmp: Path) -> list[str]:
+    data = (tmp / "argv").read_bytes()
+    assert data.endswith(b"\0")
+    return data[:-1].decode("utf-8").split("\0")
+
+
+def expected_argv(plan: Plan, job_name: str, data: list[str]) -> list[str]:
+    n = nodes(plan)
+    values = {'"$TRAIN_ITERS"': "1000", '"$LR"': "3e-4", '"$MIN_LR"': "3e-5"}
+    values['"$WARMUP_ITERS"'] = "100"
+    training_extra = [values.get(w, w) for a in torchrun.TRAINING_EXTRA for w in a]
+    args = arguments(plan)
+    return [
+        *("--nnodes", str(n.nnodes), "--nproc-per-node", str(n.nproc_per_node)),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{RDZV_PORT}"),
+        *("--rdzv-id", job_name),
+        "/opt/mlm dir/pretrain_gpt.py",
+        *(w for a in args.model for w in a),
+        *(w for a in args.parallel for w in a),
+        *(w for a in args.training for w in a),
+        *training_extra,
+        *data,
+        *("--save", f"checkpoints/{job_name}", "--load", f"checkpoints/{job_name}"),
+        # the default interval is Daly's optimum for the plan (planner.resilience)
+        *("--save-interval", str(predict(plan).checkpoint_interval_steps)),
+    ]
+
+
+@pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
+def test_bash_n_and_shellcheck_clean(path: Path, tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(load_plan(path), path.stem))
+    check_script(script)
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_hostile_job_names_reach_torchrun_intact(index: int, tmp_path: Path) -> None:
+    name = HOSTILE[index].format(d=tmp_path)
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(plan, name))
+    check_script(script)
+    res = run_script(script, tmp_path)
+    assert res.returncode == 0, res.stderr.decode()
+    mock = ["--mock-data", "--tokenizer-type", "NullTokenizer"]
+    assert recorded(tmp_path) == expected_argv(plan, name, mock)
+    assert not list(tmp_path.glob("pwned*")), "a job name ran a command"
+
+
+def test_data_and_tokenizer_paths_with_spaces(tmp_path: Path) -> None:
+    plan = load_plan(PLANS / "launch-llama3.1-405b.toml")
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(plan, "j"))
+    extra = {"DATA_PATH": "/data/my corpus_text_document", "TOKENIZER_MODEL": "/tok $(x)"}
+    res = run_script(script, tmp_path, extra)
+    assert res.returncode == 0, res.stderr.decode()
+    data = ["--data-path", "/data/my corpus_text_document", "--split", "99,1,0"]
+    data += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/tok $(x)"]
+    assert recorded(tmp_path) == expected_argv(plan, "j", data)
+
+
+def test_real_data_without_a_tokenizer_stops_before_torchrun(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(load_plan(PLANS / "launch-llama3.1-405b.toml"), "j"))
+    res = run_script(script, tmp_path, {"DATA_PATH": "/data/x"})
+    assert res.returncode != 0
+    assert b"TOKENIZER_MODEL" in res.stderr
+    assert not (tmp_path / "argv").exists()
+
+
+def make(model: str, gpu: str, n: int, parallel: dict[str, object]) -> Plan:
+    doc = {
+        "model": {"name": model},
+        "cluster": {"gpu": gpu, "num_gpus": n},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "parallel": parallel,
+    }
+    return parse_plan(doc)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "parallel", "seen"),
+    [
+        ("h100-sxm-80gb", {"tp": 2}, "1"),  # TP > 1 before Blackwell: asserted "1"
+        ("h100-sxm-80gb", {"tp": 1}, "<unset>"),  # nothing asked: left as it was (unset)
+        ("h100-sxm-80gb", {"tp": 2, "zero_stage": 3}, "<unset>"),  # FSDP: must not be 1
+        ("b200-sxm-180gb", {"tp": 2}, "<unset>"),  # Blackwell: no longer needed
+        ("mi300x-192gb", {"tp": 2}, "1"),  # the assert reads the env on ROCm too
+    ],
+)
+def test_cuda_device_max_connections(
+    gpu: str, parallel: dict[str, object], seen: str, tmp_path: Path
+) -> None:
+    plan = make("llama3.1-8b", gpu, 8, parallel)
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(plan, "j"))
+    check_script(script)
+    # start from "1" when FSDP must clear it, from unset otherwise
+    extra = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if parallel.get("zero_stage") == 3 else {}
+    res = run_script(script, tmp_path, extra)
+    assert res.returncode == 0, res.stderr.decode()
+    assert (tmp_path / "argv.cdmc").read_text() == seen
+
+
+def test_amd_and_multi_node_environment() -> None:
+    text = torchrun.render(make("llama3.1-8b", "mi300x-192gb", 16, {"tp": 8}), "j")
+    assert "export HSA_NO_SCRATCH_RECLAIM=1" in text
+    assert "export NCCL_IB_TIMEOUT=19" in text
+    single = torchrun.render(make("llama3.1-8b", "h100-sxm-80gb", 8, {"tp": 8}), "j")
+    assert "NCCL_IB_TIMEOUT" not in single and "--nnodes 1" in single
+
+
+@pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
+def test_planner_reads_the_script_back(path: Path) -> None:
+    """`planner check --megatron-args train.sh` on the script gives the plan's layout back."""
+    plan = load_plan(path)
+    cluster = plan.job.cluster
+    doc = megatron_args.to_plan(torchrun.render(plan, "j"), cluster.gpu.name, cluster.num_gpus)
+    back = parse_plan(doc)
+    assert plan.layout is not None and back.layout is not None
+    assert back.layout.stage_layers(plan.job.arch.num_layers) == plan.layout.stage_layers(
+        plan.job.arch.num_layers
+    )
+    assert back.layout.with_(etp=None, pipeline_layers=None) == plan.layout.with_(
+        etp=None, pipeline_layers=None
+    )

@@ -1,0 +1,128 @@
+"""`planner launch` (planner.launch and the CLI command): stdout or --out DIR, --force, --job-name,
+exit 2 on bad input; and the header's prediction is planner.cost / planner.memory's."""
+
+from __future__ import annotations
+
+import re
+import stat
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from paths import PLANS
+
+from planner import __version__
+from planner.emit.launch import TARGETS, launch, render
+from planner.inputs.plan import load_plan
+from planner.model import cost, memory
+
+PLAN = PLANS / "launch-llama3.1-70b.toml"
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_stdout_is_the_rendered_file(target: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["launch", str(PLAN), "--target", target], capsys)
+    assert code == 0, err
+    assert out == render(load_plan(PLAN), target)[1]
+    first = out.splitlines()[1 if out.startswith("#!") else 0]
+    assert first.startswith(f"# planner {__version__}: {target} launch file")
+    assert "'launch-llama3.1-70b'" in first  # the default job name: the plan file's stem
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_out_dir_then_force(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "new" / "dir"
+    argv = ["launch", str(PLAN), "--target", target, "--out", str(out_dir)]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    written = out_dir / TARGETS[target][1]
+    assert out.strip() == str(written)
+    assert written.read_text() == render(load_plan(PLAN), target)[1]
+    if target in ("torchrun", "slurm"):
+        assert written.stat().st_mode & stat.S_IXUSR
+    written.write_text("mine")
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert str(written) in err and "--force" in err and "Traceback" not in err
+    assert written.read_text() == "mine"
+    code, out, err = run([*argv, "--force", "--job-name", "other job"], capsys)
+    assert code == 0, err
+    assert "'other job'" in written.read_text()
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["launch", str(PLAN), "--target", "docker"], capsys)
+    assert code == 2 and "--target" in err and "megatron-args" in err
+    code, _, err = run(["launch", str(PLANS / "no-parallel.toml"), "--target", "slurm"], capsys)
+    assert code == 2 and "parallel" in err
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    argv = ["launch", str(PLAN), "--target", "k8s", "--out", str(a_file)]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "not a directory" in err
+    code, _, err = run(["launch", str(PLAN), "--target", "k8s", "--job-name", "???"], capsys)
+    assert code == 2 and "job-name" in err
+
+
+def test_target_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["launch", str(PLAN)], capsys)
+    assert code == 2 and "--target" in err
+
+
+def test_launch_returns_what_it_wrote(tmp_path: Path) -> None:
+    done = launch(PLAN, "megatron-args", tmp_path, job_name="j")
+    assert done.path == tmp_path / "megatron-args.txt"
+    assert done.path.read_text() == done.text
+    assert launch(PLAN, "megatron-args").path is None
+
+
+def test_header_prediction_is_the_cost_and_memory_models() -> None:
+    plan = load_plan(PLAN)
+    assert plan.layout is not None
+    perf = cost.estimate(plan.job, plan.layout)
+    rep = memory.estimate(plan.job, plan.layout)
+    text = render(plan, "megatron-args")[1]
+    m = re.search(
+        r"^# predicted: step ([\d.]+) s, ([\d.]+) tokens/s/GPU, MFU ([\d.]+)%, "
+        r"peak memory ([\d.]+) GiB of ([\d.]+) GiB usable \((fits)\)$",
+        text,
+        flags=re.M,
+    )
+    assert m, text
+    assert float(m.group(1)) == pytest.approx(perf.step_time_s, abs=5e-4)
+    assert float(m.group(2)) == pytest.approx(perf.tokens_per_s_per_gpu, abs=0.05)
+    assert float(m.group(3)) == pytest.approx(100 * perf.mfu, abs=0.05)
+    assert float(m.group(4)) == pytest.approx(rep.peak / 2**30, abs=0.05)
+    assert float(m.group(5)) == pytest.approx(rep.capacity / 2**30, abs=0.05)
+
+
+def test_a_plan_that_does_not_fit_says_so() -> None:
+    plan = load_plan(PLANS / "launch-llama3.1-405b.toml")
+    assert plan.layout is not None
+    tight = plan.layout.with_(cp=1, dp=128, recompute="none")
+    text = render(plan.__class__(plan.job, tight, plan.path), "torchrun")[1]
+    assert "DOES NOT FIT (worst: stage" in text
+
+
+def test_header_comments_cannot_be_broken_by_names() -> None:
+    name = "x\nexport EVIL=1\r\n# y \u2028z"
+    for target in TARGETS:
+        text = render(load_plan(PLAN), target, name)[1]
+        lines = text.splitlines()
+        first = lines[1] if lines[0].startswith("#!") else lines[0]
+        assert first.endswith("'x\\nexport EVIL=1\\r\\n# y \\u2028z' from launch-llama3.1-70b.toml")
+        # the header is one comment block, then the file's own first line
+        start = lines.index(first)
+        assert all(ln.startswith("# ") for ln in lines[start : start + 4])
+
+
+def test_unwritable_out_dir_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    argv = ["launch", str(PLAN), "--target", "k8s", "--out", str(a_file / "sub")]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "cannot write" in err and "Traceback" not in err

@@ -1,0 +1,385 @@
+"""Tests for planner.hardware (GpuSpec, LinkTier, ClusterSpec) and the bundled GPU catalog.
+
+Oracles: the catalog names of DESIGN.md section 2; vendor and benchmark figures hard-coded below
+with their source (the same citations as each TOML's `source`); hand arithmetic in comments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.errors import InputError
+from planner.inputs.hardware import ClusterSpec, GpuSpec, LinkTier, check_tiers
+
+# DESIGN.md section 2, "Catalog names".
+CATALOG_NAMES = {
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "h100-sxm-80gb",
+    "h800-sxm-80gb",
+    "h200-sxm-141gb",
+    "b200-sxm-180gb",
+    "gb200-nvl72",
+    "mi300x-192gb",
+    "mi325x-256gb",
+    "l40s-48gb",
+}
+
+# Dense peak TFLOP/s (bf16, fp8; None = no FP8).
+# S1 = stas00/ml-engineering compute/accelerator/README.md @744d01e1
+# S3 = pytorch/torchtitan torchtitan/tools/utils.py get_peak_flops @b5bcd76c
+PEAKS = {
+    "a100-sxm-40gb": (312, None),  # S1, S3 (624 with sparsity); no FP8 on Ampere (S1)
+    "a100-sxm-80gb": (312, None),  # S1, S3
+    "h100-sxm-80gb": (989, 1979),  # S1, S3 (1979 / 3958 with sparsity)
+    "h800-sxm-80gb": (989, 1979),  # third-party: same GH100 tensor throughput as H100
+    "h200-sxm-141gb": (989, 1979),  # S1, S3
+    "b200-sxm-180gb": (2250, 4500),  # S1, S3 (DGX B200 datasheet)
+    "gb200-nvl72": (2500, 5000),  # S1, S3, per GPU
+    "mi300x-192gb": (1300, 2610),  # S1, S3 (AMD: 1307.4 dense)
+    "mi325x-256gb": (1300, 2610),  # S1, S3
+    "l40s-48gb": (362, 733),  # S1, S3 (733 bf16 with sparsity)
+}
+
+# Usable capacity as the driver reports it, in MiB (nvidia-smi memory.total; rocm-smi bytes / 2^20).
+REPORTED_MIB = {
+    "a100-sxm-40gb": 40960,  # modal-labs/modal-client PR #2797; 40960 / 1024 = 40.0 GiB
+    "a100-sxm-80gb": 81920,  # modal-labs/modal-client PR #2797; 81920 / 1024 = 80.0 GiB
+    "h100-sxm-80gb": 81559,  # PR #2797 and NVIDIA/nccl#1264; 81559 / 1024 = 79.647 GiB
+    "h800-sxm-80gb": 81559,  # public nvidia-smi logs of H800 boards; as H100 = 79.647 GiB
+    "h200-sxm-141gb": 143771,  # public nvidia-smi logs of 8 x H200; 143771 / 1024 = 140.401 GiB
+    "b200-sxm-180gb": 183359,  # AWS DLAMI guide, P6-B200 example; 183359 / 1024 = 179.062 GiB
+    "gb200-nvl72": 189471,  # public nvidia-smi captures of GB200 trays; / 1024 = 185.030 GiB
+    # rocm-smi VRAM Total 205822885888 B / 2^20 = 196288 MiB; / 1024 = 191.6875 GiB
+    "mi300x-192gb": 196288,
+    "l40s-48gb": 46068,  # modal-labs/modal-client PR #2797; 46068 / 1024 = 44.988 GiB
+}
+
+# HBM TB/s, scale-up GB/s per direction, NIC Gb/s per GPU, TDP W.
+# S2 = stas00/ml-engineering network/README.md @744d01e1; S6 = glennklockwood.com A100 page.
+LINKS = {
+    "a100-sxm-40gb": (1.555, 300, 200, 400),  # S6; S2 NVLink3 600 bidir; HDR; S1
+    "a100-sxm-80gb": (2.039, 300, 200, 400),  # S6; S2; HDR; S1
+    "h100-sxm-80gb": (3.35, 450, 400, 700),  # S1; S2 NVLink4 900 bidir; DGX H100 CX-7; S1
+    "h800-sxm-80gb": (3.35, 200, 400, 700),  # third-party; NVLink 400 bidir; TDP assumed
+    "h200-sxm-141gb": (4.8, 450, 400, 700),  # S1; S2
+    "b200-sxm-180gb": (8.0, 900, 400, 1000),  # S1; S2 NVLink5 1800 bidir; AWS P6 EFA; S1
+    "gb200-nvl72": (8.0, 900, 400, 1200),  # S1; S2; DGX GB200 CX-7; S1
+    "mi300x-192gb": (5.3, 448, 400, 750),  # S1; S2 7 x 64 all-to-all; NIC assumed; S1
+    "mi325x-256gb": (6.0, 448, 400, 1000),  # S1; S2; NIC assumed; S1
+    "l40s-48gb": (0.864, 31, 200, 350),  # S1; PCIe Gen4 x16 (S2 table); NIC assumed; S1
+}
+
+
+@pytest.fixture(scope="module")
+def gpus() -> dict[str, GpuSpec]:
+    return catalog.load_gpus()
+
+
+# --- the bundled catalog ----------------------------------------------------------------------
+
+
+def test_catalog_has_exactly_the_design_names(gpus: dict[str, GpuSpec]) -> None:
+    assert set(gpus) == CATALOG_NAMES
+    assert set(catalog.gpus()) == CATALOG_NAMES
+    assert catalog.get_gpu("h100-sxm-80gb").name == "h100-sxm-80gb"
+
+
+def test_every_file_stem_is_its_name() -> None:
+    stems = {p.stem for p in catalog.gpu_dir().glob("*.toml")}
+    assert stems == CATALOG_NAMES
+
+
+def test_unknown_gpu_suggests_close_names() -> None:
+    with pytest.raises(InputError, match="h100-sxm-80gb"):
+        catalog.get_gpu("h100-80gb")
+
+
+@pytest.mark.parametrize("name", sorted(PEAKS))
+def test_peaks_match_cited_figures(gpus: dict[str, GpuSpec], name: str) -> None:
+    bf16, fp8 = PEAKS[name]
+    gpu = gpus[name]
+    assert gpu.peak_tflops_bf16 == bf16
+    assert gpu.peak_tflops_fp8 == fp8
+    assert gpu.peak_flops("bf16") == bf16 * 1e12
+    if fp8 is not None:
+        assert gpu.has_fp8
+        assert gpu.peak_flops("fp8") == fp8 * 1e12
+
+
+@pytest.mark.parametrize("name", sorted(REPORTED_MIB))
+def test_memory_matches_reported_total(gpus: dict[str, GpuSpec], name: str) -> None:
+    reported_gib = REPORTED_MIB[name] / 1024
+    gpu = gpus[name]
+    # Stored rounded down to 0.01 GiB: never more than the driver reports, at most 10 MiB less.
+    assert gpu.memory_gib <= reported_gib
+    assert reported_gib - gpu.memory_gib < 0.01
+
+
+def test_mi325x_memory_is_the_documented_assumption(gpus: dict[str, GpuSpec]) -> None:
+    # No measured total: 256 GiB less the 320 MiB MI300X withholds (196608 - 196288 MiB).
+    assert gpus["mi325x-256gb"].memory_gib == pytest.approx(256 - 320 / 1024, abs=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG_NAMES))
+def test_memory_label_unit_is_consistent(gpus: dict[str, GpuSpec], name: str) -> None:
+    gpu = gpus[name]
+    label = float(gpu.memory_label.split()[0])
+    # "GiB": the label is GiB, e.g. 80 vs 79.65. "GB": label x 10^9 / 2^30, e.g. 48 -> 44.70.
+    as_gib = label if gpu.memory_label_unit == "GiB" else label * 1e9 / 2**30
+    assert gpu.memory_gib == pytest.approx(as_gib, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_bandwidths_power_match_cited_figures(gpus: dict[str, GpuSpec], name: str) -> None:
+    hbm, scaleup, nic, tdp = LINKS[name]
+    gpu = gpus[name]
+    assert gpu.hbm_bandwidth_tb_per_s == hbm
+    assert gpu.scaleup_bandwidth_gb_per_s_per_gpu == scaleup
+    assert gpu.nic_bandwidth_gbit_per_s_per_gpu == nic
+    assert gpu.tdp_w == tdp
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG_NAMES))
+def test_tiers_agree_with_scalar_fields(gpus: dict[str, GpuSpec], name: str) -> None:
+    gpu = gpus[name]
+    inner, outer = gpu.tiers[0], gpu.tiers[-1]
+    assert len(gpu.tiers) == 2
+    assert inner.span_gpus == gpu.scaleup_domain_gpus
+    assert inner.bandwidth_gb_per_s_per_gpu == gpu.scaleup_bandwidth_gb_per_s_per_gpu
+    assert outer.span_gpus is None
+    # Line rate in Gb/s / 8 = GB/s: 400 -> 50, 200 -> 25.
+    assert gpu.nic_bandwidth_gbit_per_s_per_gpu is not None
+    assert outer.bandwidth_gb_per_s_per_gpu == gpu.nic_bandwidth_gbit_per_s_per_gpu / 8
+    # A scale-up domain is whole nodes: 8 / 8, and 72 / 4 = 18 trays on NVL72.
+    assert gpu.scaleup_domain_gpus % gpu.gpus_per_node == 0
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG_NAMES))
+def test_every_file_is_sourced_and_priced_with_a_source(
+    gpus: dict[str, GpuSpec], name: str
+) -> None:
+    gpu = gpus[name]
+    assert "stas00/ml-engineering" in gpu.source or "third-party" in gpu.source
+    assert (gpu.price_usd_per_gpu_hour is None) == (gpu.price_source == "")
+    assert gpu.vendor == ("amd" if name.startswith("mi") else "nvidia")
+
+
+def test_assumed_figures_say_so(gpus: dict[str, GpuSpec]) -> None:
+    for name in ("mi300x-192gb", "mi325x-256gb", "l40s-48gb"):
+        assert "ASSUMED" in gpus[name].source
+
+
+def test_gb200_is_one_72_gpu_nvlink_domain(gpus: dict[str, GpuSpec]) -> None:
+    gpu = gpus["gb200-nvl72"]
+    assert (gpu.scaleup_domain_gpus, gpu.gpus_per_node) == (72, 4)
+    assert gpu.tiers[0].name == "nvlink"
+    assert gpu.tiers[0].span_gpus == 72
+
+
+# --- GpuSpec --------------------------------------------------------------------------------
+
+
+# Measured best-shape matmul TFLOP/s (stas00/ml-engineering compute/accelerator/README.md, MAMF
+# table @b9e29720; B200, GB200 and the H200's FP8 from a later revision), bf16 and fp8.
+MAMF = {
+    "a100-sxm-80gb": (271.2, None),
+    "h100-sxm-80gb": (794.5, 1402.6),
+    "b200-sxm-180gb": (1745.0, 3432.5),
+    "mi300x-192gb": (668.4, None),
+    "mi325x-256gb": (784.9, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAMF))
+def test_matmul_ceiling_is_measured_over_peak(gpus: dict[str, GpuSpec], name: str) -> None:
+    bf16, fp8 = MAMF[name]
+    gpu = gpus[name]
+    assert gpu.matmul_ceiling("bf16") == pytest.approx(bf16 / gpu.peak_tflops_bf16)
+    if gpu.peak_tflops_fp8 is not None:
+        # no FP8 measurement: the bf16 fraction stands in
+        want = fp8 / gpu.peak_tflops_fp8 if fp8 is not None else bf16 / gpu.peak_tflops_bf16
+        assert gpu.matmul_ceiling("fp8") == pytest.approx(want)
+
+
+def test_unmeasured_part_has_no_ceiling(gpus: dict[str, GpuSpec]) -> None:
+    assert gpus["l40s-48gb"].mamf_tflops_bf16 is None
+    assert gpus["l40s-48gb"].matmul_ceiling("bf16") is None
+
+
+def test_a100_has_no_fp8(gpus: dict[str, GpuSpec]) -> None:
+    for name in ("a100-sxm-40gb", "a100-sxm-80gb"):
+        gpu = gpus[name]
+        assert not gpu.has_fp8
+        assert gpu.peak_tflops_fp8 is None
+        with pytest.raises(ValueError, match="no fp8"):
+            gpu.peak_flops("fp8")
+
+
+def test_gpuspec_rejects_bad_tiers(gpus: dict[str, GpuSpec]) -> None:
+    data = gpus["h100-sxm-80gb"].model_dump()
+    data["tiers"] = [
+        {"name": "nvlink", "bandwidth_gb_per_s_per_gpu": 450},
+        {"name": "infiniband", "bandwidth_gb_per_s_per_gpu": 50},
+    ]
+    with pytest.raises(ValueError, match="not the outermost"):
+        GpuSpec.model_validate(data)
+
+
+# --- check_tiers ----------------------------------------------------------------------------
+
+
+def _tier(name: str, span: int | None, bw: float = 100.0) -> LinkTier:
+    return LinkTier(name=name, span_gpus=span, bandwidth_gb_per_s_per_gpu=bw)
+
+
+def test_check_tiers_accepts_nested_spans() -> None:
+    check_tiers((_tier("a", 8), _tier("b", 64), _tier("c", None)), num_gpus=4096)
+    check_tiers((_tier("a", 8), _tier("b", 64)), num_gpus=64)
+
+
+def test_check_tiers_rejects_no_tiers() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        check_tiers(())
+
+
+def test_check_tiers_rejects_shrinking_span() -> None:
+    with pytest.raises(ValueError, match=r"'b' span_gpus \(4\) must be a larger multiple"):
+        check_tiers((_tier("a", 8), _tier("b", 4), _tier("c", None)))
+
+
+def test_check_tiers_rejects_equal_span() -> None:
+    with pytest.raises(ValueError, match="larger multiple"):
+        check_tiers((_tier("a", 8), _tier("b", 8), _tier("c", None)))
+
+
+def test_check_tiers_rejects_span_that_does_not_divide() -> None:
+    # 12 % 8 = 4: a 12-GPU tier cannot be built of whole 8-GPU domains.
+    with pytest.raises(ValueError, match=r"'b' span_gpus \(12\).*'a' span_gpus \(8\)"):
+        check_tiers((_tier("a", 8), _tier("b", 12), _tier("c", None)))
+
+
+def test_check_tiers_rejects_unbounded_inner_tier() -> None:
+    with pytest.raises(ValueError, match="'a' has no span_gpus"):
+        check_tiers((_tier("a", None), _tier("b", None)))
+
+
+def test_check_tiers_rejects_outermost_smaller_than_cluster() -> None:
+    with pytest.raises(ValueError, match=r"spans 64 GPUs but num_gpus is 128"):
+        check_tiers((_tier("a", 8), _tier("b", 64)), num_gpus=128)
+
+
+# --- ClusterSpec ----------------------------------------------------------------------------
+
+
+def _cluster(gpu: GpuSpec, num_gpus: int, tiers: tuple[LinkTier, ...] | None = None) -> ClusterSpec:
+    return ClusterSpec(
+        gpu=gpu,
+        num_gpus=num_gpus,
+        gpus_per_node=gpu.gpus_per_node,
+        memory_gib=gpu.memory_gib,
+        tiers=gpu.tiers if tiers is None else tiers,
+    )
+
+
+def test_cluster_rejects_outermost_span_smaller_than_num_gpus(gpus: dict[str, GpuSpec]) -> None:
+    h100 = gpus["h100-sxm-80gb"]
+    tiers = (_tier("nvlink", 8, 450), _tier("rail", 64, 50))
+    assert _cluster(h100, 64, tiers).num_gpus == 64
+    with pytest.raises(ValueError, match="spans 64 GPUs but num_gpus is 128"):
+        _cluster(h100, 128, tiers)
+
+
+def test_tier_for_span_picks_innermost_covering_tier(gpus: dict[str, GpuSpec]) -> None:
+    cluster = _cluster(gpus["h100-sxm-80gb"], 16)
+    assert cluster.tier_for_span(1).name == "nvlink"
+    assert cluster.tier_for_span(8).name == "nvlink"
+    assert cluster.tier_for_span(9).name == "infiniband"
+    assert cluster.tier_for_span(16).name == "infiniband"
+    # 79.64 GiB x 2^30 bytes
+    assert cluster.capacity_bytes == 79.64 * 2**30
+
+
+def test_tier_for_span_on_nvl72(gpus: dict[str, GpuSpec]) -> None:
+    cluster = _cluster(gpus["gb200-nvl72"], 144)
+    assert cluster.tier_for_span(72).name == "nvlink"
+    assert cluster.tier_for_span(73).name == "infiniband"
+
+
+def test_tier_for_span_with_three_tiers(gpus: dict[str, GpuSpec]) -> None:
+    tiers = (_tier("nvlink", 8, 450), _tier("leaf", 256, 50), _tier("spine", None, 25))
+    cluster = _cluster(gpus["h100-sxm-80gb"], 1024, tiers)
+    assert [cluster.tier_for_span(n).name for n in (8, 16, 256, 512)] == [
+        "nvlink",
+        "leaf",
+        "leaf",
+        "spine",
+    ]
+
+
+def test_link_tier_units() -> None:
+    tier = LinkTier(name="ib", bandwidth_gb_per_s_per_gpu=50, latency_us=5)
+    assert tier.bandwidth_bytes_per_s == 50e9  # decimal GB/s
+    assert tier.latency_s == pytest.approx(5e-6)
+
+
+# --- catalog.load_gpus on bad directories ---------------------------------------------------
+
+
+@pytest.fixture
+def h100_text() -> str:
+    return (catalog.gpu_dir() / "h100-sxm-80gb.toml").read_text(encoding="utf-8")
+
+
+def test_load_gpus_on_a_copy(tmp_path: Path, h100_text: str) -> None:
+    (tmp_path / "h100-sxm-80gb.toml").write_text(h100_text, encoding="utf-8")
+    assert list(catalog.load_gpus(tmp_path)) == ["h100-sxm-80gb"]
+
+
+def test_name_differs_from_stem(tmp_path: Path, h100_text: str) -> None:
+    path = tmp_path / "h100.toml"
+    path.write_text(h100_text, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        catalog.load_gpus(tmp_path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "name" in message
+    assert "'h100-sxm-80gb'" in message
+
+
+def test_two_files_with_one_name(tmp_path: Path, h100_text: str) -> None:
+    # Since the name must equal the stem, the second file is caught as a mismatch, naming it.
+    (tmp_path / "h100-sxm-80gb.toml").write_text(h100_text, encoding="utf-8")
+    second = tmp_path / "zz-copy.toml"
+    second.write_text(h100_text, encoding="utf-8")
+    with pytest.raises(InputError, match="h100-sxm-80gb") as info:
+        catalog.load_gpus(tmp_path)
+    assert str(second) in str(info.value)
+
+
+def test_unknown_key(tmp_path: Path, h100_text: str) -> None:
+    path = tmp_path / "h100-sxm-80gb.toml"
+    path.write_text(h100_text.replace("tdp_w = 700", "tdp_w = 700\ntdp_watts = 700"), "utf-8")
+    with pytest.raises(InputError, match="unknown key") as info:
+        catalog.load_gpus(tmp_path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "tdp_watts" in message
+
+
+def test_bad_value_names_field(tmp_path: Path, h100_text: str) -> None:
+    path = tmp_path / "h100-sxm-80gb.toml"
+    path.write_text(h100_text.replace("tdp_w = 700", "tdp_w = -700"), "utf-8")
+    with pytest.raises(InputError, match=r"tdp_w: .*\(got -700\)"):
+        catalog.load_gpus(tmp_path)
+
+
+def test_malformed_toml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "h100-sxm-80gb.toml"
+    path.write_text('name = "h100-sxm-80gb"\ntdp_w = = 700\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"malformed TOML.*line 2") as info:
+        catalog.load_gpus(tmp_path)
+    assert str(path) in str(info.value)

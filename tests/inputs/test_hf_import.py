@@ -1,0 +1,435 @@
+"""HF config.json -> ModelArch.
+
+Oracles: the fixtures in tests/data/hf/ are the published config.json files (shapes as listed in
+shared/reference/models.yaml); the expected Megatron fields follow its megatron_mapping_notes and
+Megatron-LM's example scripts; parameter counts are the published totals (Hugging Face
+`model.num_parameters()` where an exact figure is quoted, the model card otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import HF
+
+from planner.inputs import catalog
+from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.hf_import import SUPPORTED, arch_from_hf, load_hf_config
+from planner.model import params
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((HF / f"{name}.json").read_text())
+    return data
+
+
+def write(tmp_path: Path, cfg: dict[str, Any] | str, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    return path
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(InputError) as err:
+        load_hf_config(path)
+    message = str(err.value)
+    assert str(path) in message, message
+    return message
+
+
+# --- every fixture maps to the expected Megatron fields
+
+EXPECTED: dict[str, dict[str, Any]] = {
+    # Megatron examples/llama/train_llama3_8b_h100_fp8.sh
+    "llama3.1-8b": dict(
+        num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+        num_query_groups=8, kv_channels=128, vocab_size=128256, max_position_embeddings=131072,
+        gated_linear_unit=True, activation="swiglu", normalization="RMSNorm",
+        add_bias_linear=False, position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True, num_moe_experts=None,
+    ),
+    # no num_key_value_heads key: plain multi-head attention
+    "llama2-7b": dict(
+        num_layers=32, hidden_size=4096, ffn_hidden_size=11008, num_attention_heads=32,
+        num_query_groups=None, kv_channels=128, vocab_size=32000, max_position_embeddings=4096,
+        gated_linear_unit=True, activation="swiglu", untie_embeddings_and_output_weights=True,
+    ),
+    "mistral-7b": dict(
+        num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+        num_query_groups=8, kv_channels=128, vocab_size=32000, max_position_embeddings=32768,
+        gated_linear_unit=True, normalization="RMSNorm", add_bias_linear=False,
+        untie_embeddings_and_output_weights=True,
+    ),
+    "mixtral-8x7b": dict(
+        num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+        num_query_groups=8, vocab_size=32000, num_moe_experts=8, moe_router_topk=2,
+        moe_ffn_hidden_size=14336, moe_shared_expert_intermediate_size=None, moe_layer_freq=1,
+        gated_linear_unit=True, untie_embeddings_and_output_weights=True,
+    ),
+    # Qwen2: bias on q, k, v only
+    "qwen2.5-7b": dict(
+        num_layers=28, hidden_size=3584, ffn_hidden_size=18944, num_attention_heads=28,
+        num_query_groups=4, kv_channels=128, vocab_size=152064, max_position_embeddings=131072,
+        add_qkv_bias=True, add_bias_linear=False, qk_layernorm=False,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # 64 heads x head_dim 128 = 8192 != hidden 5120: kv_channels must carry the 128
+    "qwen3-32b": dict(
+        num_layers=64, hidden_size=5120, ffn_hidden_size=25600, num_attention_heads=64,
+        num_query_groups=8, kv_channels=128, vocab_size=151936, max_position_embeddings=40960,
+        qk_layernorm=True, add_qkv_bias=False, add_bias_linear=False, gated_linear_unit=True,
+        untie_embeddings_and_output_weights=True,
+    ),
+    "qwen3-30b-a3b": dict(
+        num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
+        num_query_groups=4, kv_channels=128, vocab_size=151936, num_moe_experts=128,
+        moe_router_topk=8, moe_ffn_hidden_size=768, moe_layer_freq=1, qk_layernorm=True,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # models.yaml megatron note: first_k_dense_replace 3 -> --moe-layer-freq [0]*3+[1]*58 etc.
+    "deepseek-v3": dict(
+        num_layers=61, hidden_size=7168, ffn_hidden_size=18432, num_attention_heads=128,
+        vocab_size=129280, max_position_embeddings=163840, multi_latent_attention=True,
+        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+        v_head_dim=128, num_moe_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
+        mtp_num_layers=1, gated_linear_unit=True, normalization="RMSNorm",
+        untie_embeddings_and_output_weights=True,
+    ),
+    # n_inner null -> 4 x 768; learned positions (n_positions); tied; biases
+    "gpt2": dict(
+        num_layers=12, hidden_size=768, ffn_hidden_size=3072, num_attention_heads=12,
+        num_query_groups=None, kv_channels=64, vocab_size=50257, max_position_embeddings=1024,
+        gated_linear_unit=False, activation="gelu", normalization="LayerNorm",
+        add_bias_linear=True, position_embedding_type="learned_absolute",
+        untie_embeddings_and_output_weights=False,
+    ),
+    "gpt-neox-20b": dict(
+        num_layers=44, hidden_size=6144, ffn_hidden_size=24576, num_attention_heads=64,
+        kv_channels=96, vocab_size=50432, max_position_embeddings=2048, activation="gelu",
+        gated_linear_unit=False, normalization="LayerNorm", add_bias_linear=True,
+        position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+    ),
+    "bloom-560m": dict(
+        num_layers=24, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+        vocab_size=250880, max_position_embeddings=None, activation="gelu",
+        normalization="LayerNorm", add_bias_linear=True, position_embedding_type="alibi",
+        untie_embeddings_and_output_weights=False,
+    ),
+    "opt-175b": dict(
+        num_layers=96, hidden_size=12288, ffn_hidden_size=49152, num_attention_heads=96,
+        vocab_size=50272, max_position_embeddings=2048, activation="relu",
+        gated_linear_unit=False, normalization="LayerNorm", add_bias_linear=True,
+        position_embedding_type="learned_absolute", untie_embeddings_and_output_weights=False,
+    ),
+    # relu2 -> squared ReLU, no GLU; LayerNorm1p -> LayerNorm; head_dim 192
+    "nemotron-4-340b": dict(
+        num_layers=96, hidden_size=18432, ffn_hidden_size=73728, num_attention_heads=96,
+        num_query_groups=8, kv_channels=192, vocab_size=256000, max_position_embeddings=4096,
+        activation="squared_relu", gated_linear_unit=False, normalization="LayerNorm",
+        add_bias_linear=False, position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True,
+    ),
+}  # fmt: skip
+
+
+def test_every_fixture_has_expectations() -> None:
+    assert sorted(p.stem for p in HF.glob("*.json")) == sorted(EXPECTED)
+
+
+def test_every_supported_architecture_has_a_fixture() -> None:
+    archs = {fixture(name)["architectures"][0] for name in EXPECTED}
+    assert archs == set(SUPPORTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_maps_to_megatron_fields(name: str) -> None:
+    arch = load_hf_config(HF / f"{name}.json")
+    got = {field: getattr(arch, field) for field in EXPECTED[name]}
+    assert got == EXPECTED[name]
+    assert arch.source.startswith(f"HF config {HF / name}.json")
+
+
+def test_moe_layer_pattern() -> None:
+    qwen = load_hf_config(HF / "qwen3-30b-a3b.json")
+    assert qwen.num_moe_layers == 48
+    dsv3 = load_hf_config(HF / "deepseek-v3.json")
+    assert dsv3.moe_layers[:3] == [False] * 3
+    assert dsv3.num_moe_layers == 58
+
+
+# --- the llama3.1-8b fixture is the zoo's llama3.1-8b
+
+
+def test_llama31_8b_fixture_equals_zoo_model() -> None:
+    ignore = {"name", "source", "display_name"}
+    imported = load_hf_config(HF / "llama3.1-8b.json").model_dump(exclude=ignore)
+    assert imported == catalog.get_model("llama3.1-8b").model_dump(exclude=ignore)
+
+
+def test_llama31_8b_fixture_params_equal_zoo_model() -> None:
+    imported = load_hf_config(HF / "llama3.1-8b.json")
+    assert params.params_total(imported) == params.params_total(catalog.get_model("llama3.1-8b"))
+
+
+# fixture -> zoo entry describing the same checkpoint (tests/test_zoo.py requires each one)
+SAME_AS_ZOO = {
+    "llama2-7b": "llama2-7b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "qwen2.5-7b": "qwen2.5-7b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "deepseek-v3": "deepseek-v3",
+    "gpt-neox-20b": "gpt-neox-20b",
+    "opt-175b": "opt-175b",
+    "nemotron-4-340b": "nemotron4-340b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_AS_ZOO))
+def test_fixture_params_equal_zoo_entry(name: str) -> None:
+    imported = load_hf_config(HF / f"{name}.json")
+    zoo = catalog.get_model(SAME_AS_ZOO[name])
+    assert params.params_total(imported) == params.params_total(zoo)
+    assert params.params_active(imported) == params.params_active(zoo)
+
+
+# Exact: Hugging Face `num_parameters()` of the released checkpoints (tied weights counted once).
+EXACT_PARAMS = {
+    "gpt2": 124_439_808,
+    "llama2-7b": 6_738_415_616,
+    "llama3.1-8b": 8_030_261_248,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+}
+
+# Approximate (model cards / papers, rounded): (total, active, relative tolerance).
+# BLOOM's embedding LayerNorm (2h) and OPT's 2 extra position rows have no ModelArch field.
+ROUGH_PARAMS = {
+    "qwen2.5-7b": (7.61e9, None, 0.002),
+    "qwen3-32b": (32.8e9, None, 0.002),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.02),
+    "deepseek-v3": (671e9, 37e9, 0.02),  # main model, MTP excluded, as DeepSeek reports
+    "gpt-neox-20b": (20.55e9, None, 0.002),
+    "bloom-560m": (559.2e6, None, 0.002),
+    "opt-175b": (175e9, None, 0.005),
+    "nemotron-4-340b": (340e9, None, 0.005),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_PARAMS))
+def test_published_exact_parameter_count(name: str) -> None:
+    assert params.params_total(load_hf_config(HF / f"{name}.json")) == EXACT_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(ROUGH_PARAMS))
+def test_published_rough_parameter_count(name: str) -> None:
+    arch = load_hf_config(HF / f"{name}.json")
+    total, active, rel = ROUGH_PARAMS[name]
+    assert params.params_total(arch) == pytest.approx(total, rel=rel)
+    if active is not None:
+        assert params.params_active(arch) == pytest.approx(active, rel=rel)
+
+
+# --- quirks
+
+
+def test_name_from_name_or_path_file_stem_or_directory(tmp_path: Path) -> None:
+    assert load_hf_config(HF / "qwen2.5-7b.json").name == "qwen2.5-7b"  # "Qwen/Qwen2.5-7B"
+    assert load_hf_config(HF / "llama2-7b.json").name == "llama-2-7b-hf"
+    assert load_hf_config(HF / "gpt-neox-20b.json").name == "gpt-neox-20b"
+    cfg = fixture("mistral-7b")
+    (tmp_path / "Mistral-7B_v0.1").mkdir()
+    path = write(tmp_path / "Mistral-7B_v0.1", cfg)
+    arch = load_hf_config(path)
+    assert arch.name == "mistral-7b-v0.1"
+    assert arch.source == f"HF config {path}"
+    cfg["_name_or_path"] = "/checkpoints/My Llama/"
+    assert arch_from_hf(cfg, path).name == "my-llama"
+
+
+def test_model_type_when_architectures_is_absent() -> None:
+    cfg = fixture("qwen3-30b-a3b")
+    del cfg["architectures"]
+    assert arch_from_hf(cfg, "x.json") == arch_from_hf(fixture("qwen3-30b-a3b"), "x.json")
+
+
+def test_rope_parameters_spelling_is_accepted() -> None:
+    legacy = fixture("llama3.1-8b")
+    new = dict(legacy)
+    scaling = new.pop("rope_scaling")
+    new["rope_parameters"] = {**scaling, "rope_theta": new.pop("rope_theta")}
+    assert arch_from_hf(new, "x.json") == arch_from_hf(legacy, "x.json")
+    neox = fixture("gpt-neox-20b")
+    del neox["rotary_pct"], neox["rotary_emb_base"]
+    neox["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000,
+                               "partial_rotary_factor": 0.25}  # fmt: skip
+    assert arch_from_hf(neox, "x.json") == arch_from_hf(fixture("gpt-neox-20b"), "x.json")
+
+
+def test_explicit_head_dim_beside_hidden_over_heads() -> None:
+    # Mistral-NeMo-style: 32 heads x 128 != 5120
+    cfg = {**fixture("mistral-7b"), "hidden_size": 5120, "head_dim": 128}
+    assert arch_from_hf(cfg, "x.json").kv_channels == 128
+
+
+def test_qwen3_moe_sparse_step_and_mlp_only_layers() -> None:
+    cfg = {**fixture("qwen3-30b-a3b"), "num_hidden_layers": 6, "decoder_sparse_step": 2,
+           "mlp_only_layers": [5]}  # fmt: skip
+    arch = arch_from_hf(cfg, "x.json")
+    # layer i is MoE when (i + 1) % 2 == 0 and i is not listed
+    assert arch.moe_layer_freq == (0, 1, 0, 1, 0, 0)
+
+
+def test_deepseek_without_q_lora_or_shared_experts() -> None:
+    cfg = {**fixture("deepseek-v3"), "q_lora_rank": None, "n_shared_experts": None}
+    arch = arch_from_hf(cfg, "x.json")
+    assert arch.q_lora_rank is None
+    assert arch.moe_shared_expert_intermediate_size is None
+
+
+def test_llama_biases_and_tied_embeddings() -> None:
+    cfg = {**fixture("llama3.1-8b"), "attention_bias": True, "tie_word_embeddings": True}
+    arch = arch_from_hf(cfg, "x.json")
+    assert arch.add_bias_linear
+    assert not arch.untie_embeddings_and_output_weights
+
+
+def test_qwen2_small_model_ties_embeddings() -> None:
+    cfg = {**fixture("qwen2.5-7b"), "tie_word_embeddings": True}
+    assert not arch_from_hf(cfg, "x.json").untie_embeddings_and_output_weights
+
+
+def test_gpt_neox_untied_by_default_and_gpt2_n_inner() -> None:
+    neox = fixture("gpt-neox-20b")
+    del neox["tie_word_embeddings"]
+    assert arch_from_hf(neox, "x.json").untie_embeddings_and_output_weights
+    assert arch_from_hf({**fixture("gpt2"), "n_inner": 1000}, "x.json").ffn_hidden_size == 1000
+
+
+def test_bloom_176b_spellings() -> None:
+    # bigscience/bloom's config.json says n_embed and num_attention_heads
+    cfg = {"architectures": ["BloomForCausalLM"], "n_embed": 14336, "n_layer": 70,
+           "num_attention_heads": 112, "vocab_size": 250880}  # fmt: skip
+    arch = arch_from_hf(cfg, "x.json")
+    assert (arch.hidden_size, arch.num_attention_heads, arch.ffn_hidden_size) == (14336, 112, 57344)
+
+
+def test_opt_word_embed_proj_dim_is_noted() -> None:
+    # facebook/opt-350m: 512-wide embeddings projected to hidden 1024
+    cfg = {**fixture("opt-175b"), "hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "word_embed_proj_dim": 512}  # fmt: skip
+    arch = arch_from_hf(cfg, "x.json")
+    assert "word_embed_proj_dim 512 != hidden_size 1024" in arch.source
+
+
+def test_gelu_on_a_gated_mlp_is_geglu() -> None:
+    arch = arch_from_hf({**fixture("llama3.1-8b"), "hidden_act": "gelu_pytorch_tanh"}, "x.json")
+    assert (arch.activation, arch.gated_linear_unit) == ("geglu", True)
+
+
+# --- errors: always InputError, always naming the file
+
+
+def test_unknown_architecture_lists_supported(tmp_path: Path) -> None:
+    path = write(tmp_path, {**fixture("llama3.1-8b"), "architectures": ["FalconForCausalLM"]})
+    message = load_error(path)
+    assert 'architectures: unsupported architecture "FalconForCausalLM"' in message
+    for arch in SUPPORTED:
+        assert arch in message
+
+
+def test_unknown_model_type_without_architectures(tmp_path: Path) -> None:
+    cfg = fixture("llama3.1-8b")
+    del cfg["architectures"]
+    cfg["model_type"] = "falcon"
+    message = load_error(write(tmp_path, cfg))
+    assert 'model_type: unsupported model_type "falcon"' in message
+    assert "llama" in message
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    cfg = fixture("llama3.1-8b")
+    del cfg["hidden_size"]
+    path = write(tmp_path, cfg)
+    assert load_error(path) == f"{path}: hidden_size: required field missing for LlamaForCausalLM"
+
+
+def test_missing_required_deepseek_field(tmp_path: Path) -> None:
+    cfg = fixture("deepseek-v3")
+    del cfg["kv_lora_rank"]
+    assert "kv_lora_rank: required field missing" in load_error(write(tmp_path, cfg))
+
+
+def test_malformed_json_names_line(tmp_path: Path) -> None:
+    path = write(tmp_path, '{\n  "hidden_size": 4096,\n  "vocab_size": \n}\n')
+    message = load_error(path)
+    assert "malformed JSON at line 4" in message
+
+
+def test_json_that_is_not_an_object(tmp_path: Path) -> None:
+    assert "expected a JSON object" in load_error(write(tmp_path, "[1, 2]"))
+
+
+def test_path_that_does_not_exist(tmp_path: Path) -> None:
+    assert "no such file" in load_error(tmp_path / "missing" / "config.json")
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    assert "is a directory" in load_error(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "value"),
+    [
+        ("llama3.1-8b", "hidden_size", -4096),
+        ("llama3.1-8b", "num_hidden_layers", 0),
+        ("gpt2", "n_embd", -768),
+        ("mixtral-8x7b", "num_local_experts", 0),
+        ("qwen3-32b", "head_dim", "128"),
+    ],
+)
+def test_bad_size_names_hf_field_and_value(
+    tmp_path: Path, name: str, field: str, value: object
+) -> None:
+    path = write(tmp_path, {**fixture(name), field: value})
+    message = load_error(path)
+    assert message.startswith(f"{path}: {field}: must be a positive integer")
+    assert f"(got {json.dumps(value)})" in message  # as config.json spells it
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "cap"),
+    [
+        ("deepseek-v3", "num_hidden_layers", MAX_LAYERS),
+        ("gpt2", "n_layer", MAX_LAYERS),
+        ("mixtral-8x7b", "num_local_experts", MAX_EXPERTS),
+    ],
+)
+def test_count_above_its_cap_is_bad_input(tmp_path: Path, name: str, field: str, cap: int) -> None:
+    # 10^30 layers once built a per-layer MoE table (MemoryError, or every byte of the machine);
+    # 10^12 experts stalled the search's walk over the expert-parallel degrees
+    path = write(tmp_path, {**fixture(name), field: 10**30})
+    message = load_error(path)
+    assert message.startswith(f"{path}: {field}: must be at most {cap:,}")
+    assert repr(10**30) in message
+    # the cap itself is a count like any other
+    assert load_hf_config(write(tmp_path, {**fixture(name), field: cap}, "at.json"))
+
+
+def test_inconsistent_shape_names_megatron_fields(tmp_path: Path) -> None:
+    path = write(tmp_path, {**fixture("llama3.1-8b"), "num_key_value_heads": 5})
+    message = load_error(path)
+    assert "num_attention_heads (32) must be a multiple of num_query_groups (5)" in message
+
+
+def test_unsupported_activation(tmp_path: Path) -> None:
+    path = write(tmp_path, {**fixture("gpt2"), "activation_function": "tanh"})
+    assert 'activation_function: unsupported activation "tanh"' in load_error(path)
+
+
+def test_result_is_a_model_arch() -> None:
+    assert isinstance(load_hf_config(HF / "gpt2.json"), ModelArch)

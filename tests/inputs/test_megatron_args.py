@@ -1,0 +1,145 @@
+"""Reading Megatron-LM launch scripts into plans (`planner check --megatron-args`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs import catalog, megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import parse_plan
+from planner.model import memory, params
+from planner.search.rules import check_plan
+
+# Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh (ecosystem.md 1.6), with variables and
+# continuations as such scripts have them.
+LLAMA3_8B = """#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+TP=2
+PP=2
+MODEL_ARGS=(
+  --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336
+  --num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128
+  --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+  --vocab-size 128256 --seq-length 8192 --max-position-embeddings 8192  # model shape
+  --position-embedding-type rope
+)
+torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" \\
+  --tensor-model-parallel-size ${TP} --pipeline-model-parallel-size $PP --sequence-parallel \\
+  --micro-batch-size 1 --global-batch-size 128 --bf16 \\
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \\
+  --recompute-granularity selective --lr 3e-4 --data-path "/data/my corpus"
+"""
+
+
+def test_reads_the_llama3_example_into_the_zoo_model() -> None:
+    doc = megatron_args.to_plan(LLAMA3_8B, "h100-sxm-80gb", 16)
+    plan = parse_plan(doc)
+    zoo = catalog.get_model("llama3.1-8b")
+    assert params.params_total(plan.job.arch) == params.params_total(zoo)
+    lay = plan.layout
+    assert lay is not None
+    assert (lay.tp, lay.pp, lay.dp, lay.micro_batch_size) == (2, 2, 4, 1)
+    assert lay.sequence_parallel and lay.zero_stage == 1 and lay.recompute == "selective"
+    assert plan.job.seq_length == 8192 and plan.job.global_batch_size == 128
+
+
+def test_dp_overlap_flags_are_read() -> None:
+    """Megatron overlaps DP traffic only when asked: a script without the flags is predicted
+    with the reduction and the all-gather after the backward."""
+    with_flags = parse_plan(megatron_args.to_plan(LLAMA3_8B, "h100-sxm-80gb", 16)).layout
+    assert with_flags is not None
+    assert with_flags.overlap_grad_reduce and with_flags.overlap_param_gather
+    bare = LLAMA3_8B.replace("--overlap-grad-reduce --overlap-param-gather", "")
+    plan = parse_plan(megatron_args.to_plan(bare, "h100-sxm-80gb", 16))
+    assert plan.layout is not None
+    assert not plan.layout.overlap_grad_reduce and not plan.layout.overlap_param_gather
+    # only the reduction overlapped
+    half = LLAMA3_8B.replace("--overlap-param-gather", "")
+    lay = parse_plan(megatron_args.to_plan(half, "h100-sxm-80gb", 16)).layout
+    assert lay is not None and lay.overlap_grad_reduce and not lay.overlap_param_gather
+    # Megatron rejects a parameter-gather overlap without the reduction overlap; so does check
+    bad = LLAMA3_8B.replace("--overlap-grad-reduce", "")
+    with pytest.raises(InputError, match="overlap_param_gather"):
+        check_plan(parse_plan(megatron_args.to_plan(bad, "h100-sxm-80gb", 16)))
+
+
+def test_fsdp_and_fp8_and_moe_flags() -> None:
+    text = (
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "
+        "--seq-length 4096 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 2048 "
+        "--moe-layer-freq [0]*1+[1]*3 --expert-model-parallel-size 4 --use-megatron-fsdp "
+        "--data-parallel-sharding-strategy optim_grads --fp8-format hybrid"
+    )
+    doc = megatron_args.to_plan(text, "h100-sxm-80gb", 8)
+    plan = parse_plan(doc)
+    assert plan.job.arch.moe_layers == [False, True, True, True]
+    assert plan.job.precision == "fp8"
+    assert plan.layout is not None and plan.layout.zero_stage == 2 and plan.layout.ep == 4
+    # Megatron's default ffn_hidden_size without --swiglu is 4h
+    assert plan.job.arch.ffn_hidden_size == 4096
+
+
+def test_uneven_first_and_last_stages() -> None:
+    # Llama 3 405B style: one fewer layer on the first and last stage (126 layers, pp 16):
+    # (126 - 7 - 7) / 14 = 8 layers on each middle rank
+    text = (
+        "--num-layers 126 --hidden-size 16384 --num-attention-heads 128 --vocab-size 128256 "
+        "--seq-length 8192 --pipeline-model-parallel-size 16 "
+        "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7"
+    )
+    doc = megatron_args.to_plan(text, "h100-sxm-80gb", 16)
+    assert doc["parallel"]["pipeline_layers"] == (7,) + (8,) * 14 + (7,)
+
+
+def test_without_group_query_attention_the_groups_are_ignored() -> None:
+    # Megatron passes num_query_groups only with --group-query-attention (ecosystem.md 1.1)
+    text = (
+        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --num-query-groups 2 "
+        "--vocab-size 1000 --seq-length 128"
+    )
+    assert "num_query_groups" not in megatron_args.to_plan(text, "h100-sxm-80gb", 1)["model"]
+
+
+def test_partial_block_recompute_is_read_conservatively() -> None:
+    text = (
+        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+        "--seq-length 128 --recompute-granularity full --recompute-method block "
+        "--recompute-num-layers 1"
+    )
+    assert megatron_args.to_plan(text, "h100-sxm-80gb", 1)["parallel"]["recompute"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "--hidden-size 512 --num-attention-heads 8 --vocab-size 10 --seq-length 8",
+            "--num-layers",
+        ),
+        (
+            "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8 --hierarchical-pipeline-parallel-size 2",
+            "unknown parallelism flag",
+        ),
+        (
+            "--num-layers x --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8",
+            "'x'",
+        ),
+    ],
+)
+def test_bad_arguments(text: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        megatron_args.to_plan(text, "h100-sxm-80gb", 8, "train.sh")
+
+
+def test_memory_of_script_equals_memory_of_plan() -> None:
+    doc = megatron_args.to_plan(LLAMA3_8B, "h100-sxm-80gb", 16)
+    plan = parse_plan(doc)
+    assert plan.layout is not None
+    a = memory.estimate(plan.job, plan.layout).peak
+    zoo_doc = dict(doc, model={"name": "llama3.1-8b"})
+    zoo = parse_plan(zoo_doc)
+    assert zoo.layout is not None
+    # same shape; the script's max_position_embeddings differs, which RoPE models do not store
+    assert memory.estimate(zoo.job, zoo.layout).peak == pytest.approx(a)

@@ -1,0 +1,379 @@
+"""planner.spec: every way a plan file can be bad. Each raises `InputError` (exit 2) with a message
+naming the file, the field and the value (DESIGN.md section 2)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, plan_text, write
+
+from planner.inputs import files
+from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.files import MAX_INPUT_CHARS
+from planner.inputs.hardware import MAX_GPUS
+from planner.inputs.plan import MAX_GLOBAL_BATCH, load_plan
+
+# --- bad plans: InputError naming file, field and value
+
+
+def test_malformed_toml_names_file_and_line() -> None:
+    path = PLANS / "bad-malformed.toml"
+    msg = load_error(path)
+    assert str(path) in msg
+    assert "malformed TOML" in msg
+    assert "line 6" in msg  # the unclosed `[cluster` header is on line 6 of the fixture
+
+
+@pytest.mark.parametrize(
+    ("table", "text", "field", "value"),
+    [
+        ("model", plan_text(model=MODEL + "colour = 1\n"), "model.colour", "1"),
+        (
+            "model-inline",
+            plan_text(
+                model="[model]\nnum_layers = 2\nhidden_size = 64\nffn_hidden_size = 256\n"
+                "num_attention_heads = 4\nvocab_size = 1000\nflavour = 3\n"
+            ),
+            "model.flavour",
+            "3",
+        ),
+        (
+            "cluster",
+            plan_text(cluster=CLUSTER + 'colour = "red"\n'),
+            "cluster.colour",
+            '"red"',
+        ),
+        (
+            "cluster.tiers",
+            plan_text(
+                cluster=CLUSTER + '[[cluster.tiers]]\nname = "nvlink"\n'
+                "bandwidth_gb_per_s_per_gpu = 450\nspeed = 9\n"
+            ),
+            "cluster.tiers.0.speed",
+            "9",
+        ),
+        ("training", plan_text(training=TRAINING + "seqlen = 4096\n"), "training.seqlen", "4096"),
+        (
+            "parallel",
+            plan_text(parallel=PARALLEL + "tensor_parallel = 2\n"),
+            "parallel.tensor_parallel",
+            "2",
+        ),
+        ("top level", plan_text() + "\nsuggest = true\n", "suggest", "true"),
+    ],
+)
+def test_unknown_key_in_each_table(
+    tmp_path: Path, table: str, text: str, field: str, value: str
+) -> None:
+    path = write(tmp_path, text)
+    msg = load_error(path)
+    assert str(path) in msg
+    assert f"{field}: unknown key (got {value})" in msg
+
+
+def test_unknown_table(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text() + "\n[search]\nk = 3\n")
+    msg = load_error(path)
+    assert f"{path}: search: unknown key" in msg
+
+
+def test_zero_and_negative_sizes() -> None:
+    path = PLANS / "bad-negative.toml"
+    msg = load_error(path)
+    # both errors reported, one per line, each with file, field and value
+    assert f"{path}: cluster.num_gpus: Input should be greater than 0 (got 0)" in msg
+    assert f"{path}: training.seq_length: Input should be greater than 0 (got -1)" in msg
+
+
+@pytest.mark.parametrize(
+    ("parallel", "field", "value"),
+    [
+        ("[parallel]\ntp = 0\n", "parallel.tp", "0"),
+        ("[parallel]\nmicro_batch_size = -2\n", "parallel.micro_batch_size", "-2"),
+        ("[parallel]\nzero_stage = 4\n", "parallel.zero_stage", "4"),
+        ('[parallel]\nrecompute = "some"\n', "parallel.recompute", '"some"'),
+        ("[parallel]\npipeline_layers = [16, 0]\npp = 2\n", "parallel.pipeline_layers.1", "0"),
+    ],
+)
+def test_bad_parallel_values(tmp_path: Path, parallel: str, field: str, value: str) -> None:
+    path = write(tmp_path, plan_text(parallel=parallel))
+    msg = load_error(path)
+    assert f"{path}: {field}:" in msg
+    assert f"(got {value})" in msg
+
+
+def test_bad_memory_override(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(cluster=CLUSTER + "memory_gib = -80\n"))
+    msg = load_error(path)
+    assert f"{path}: cluster.memory_gib:" in msg and "(got -80)" in msg
+
+
+def test_power_limit_above_tdp_is_bad_input(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(cluster=CLUSTER + "power_limit_w = 800\n"))
+    msg = load_error(path)
+    assert f"{path}: cluster" in msg and "power_limit_w (800)" in msg and "700" in msg
+
+
+def test_cluster_variant_overrides(tmp_path: Path) -> None:
+    extra = "power_limit_w = 500\nhbm_bandwidth_tb_per_s = 2.4\nmemory_gib = 95\n"
+    training = TRAINING + 'cross_entropy = "pytorch"\nselective_recompute = "per_op"\n'
+    plan = load_plan(write(tmp_path, plan_text(cluster=CLUSTER + extra, training=training)))
+    c = plan.job.cluster
+    assert (c.power_w, c.hbm_tb_per_s, c.memory_gib) == (500, 2.4, 95)
+    assert plan.job.cross_entropy == "pytorch" and plan.job.selective_recompute == "per_op"
+    # without overrides the catalog figures stand
+    base = load_plan(write(tmp_path, plan_text(), "base.toml")).job.cluster
+    assert (base.power_w, base.hbm_tb_per_s) == (700, 3.35)
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(training="[training]\nseq_length = 8192\n"))
+    msg = load_error(path)
+    assert f"{path}: training.global_batch_size: Field required" in msg
+
+
+def test_nonexistent_plan_path(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    msg = load_error(path)
+    assert msg == f"{path}: no such file"
+
+
+def test_directory_as_plan_path(tmp_path: Path) -> None:
+    msg = load_error(tmp_path)
+    assert msg == f"{tmp_path}: is a directory, expected a file"
+
+
+def test_unknown_gpu_suggests_close_names(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(cluster='[cluster]\ngpu = "h100"\nnum_gpus = 8\n'))
+    msg = load_error(path)
+    assert f"{path}: cluster.gpu:" in msg
+    assert "'h100'" in msg
+    assert "did you mean h100-sxm-80gb" in msg
+
+
+def test_unknown_zoo_model_suggests_close_names(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(model='[model]\nname = "llama3-405b"\n'))
+    msg = load_error(path)
+    assert f"{path}: model.name:" in msg
+    assert "'llama3-405b'" in msg
+    assert "llama3.1-405b" in msg.split("did you mean", 1)[1]
+
+
+def test_hf_config_and_name_together(tmp_path: Path) -> None:
+    model = '[model]\nname = "llama3.1-8b"\nhf_config = "../hf/llama2-7b.json"\n'
+    path = write(tmp_path, plan_text(model=model))
+    msg = load_error(path)
+    assert f"{path}: model:" in msg
+    assert "hf_config" in msg and "'name'" in msg
+
+
+def test_hf_config_missing_file_names_plan_and_field(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(model='[model]\nhf_config = "nothere.json"\n'))
+    msg = load_error(path)
+    assert f"{path}: model.hf_config:" in msg
+    assert '(got "nothere.json")' in msg
+
+
+def test_empty_model_table(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(model="[model]\n"))
+    msg = load_error(path)
+    assert f"{path}: model:" in msg
+
+
+def test_fp8_on_a100_is_rejected(tmp_path: Path) -> None:
+    cluster = '[cluster]\ngpu = "a100-sxm-80gb"\nnum_gpus = 8\n'
+    training = '[training]\nseq_length = 8192\nglobal_batch_size = 128\nprecision = "fp8"\n'
+    path = write(tmp_path, plan_text(cluster=cluster, training=training))
+    msg = load_error(path)
+    assert f"{path}: training.precision:" in msg
+    assert '"fp8"' in msg and "a100-sxm-80gb" in msg
+
+
+def test_unknown_precision(tmp_path: Path) -> None:
+    training = '[training]\nseq_length = 8192\nglobal_batch_size = 128\nprecision = "fp16"\n'
+    path = write(tmp_path, plan_text(training=training))
+    msg = load_error(path)
+    assert f"{path}: training.precision:" in msg and '(got "fp16")' in msg
+
+
+def tiers(*spans: int | None) -> str:
+    out = []
+    for i, span in enumerate(spans):
+        out.append(f'[[cluster.tiers]]\nname = "t{i}"\nbandwidth_gb_per_s_per_gpu = 50\n')
+        if span is not None:
+            out[-1] += f"span_gpus = {span}\n"
+    return "".join(out)
+
+
+def test_tiers_leaving_gpus_unreachable(tmp_path: Path) -> None:
+    # outermost tier spans 8 GPUs but the job has 16: two islands that cannot talk
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n' + tiers(4, 8)
+    path = write(tmp_path, plan_text(cluster=cluster))
+    msg = load_error(path)
+    assert f"{path}: cluster.tiers:" in msg
+    assert "8" in msg and "16" in msg
+    # just inside: an outer span of exactly 16 reaches every GPU
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n' + tiers(4, 16)
+    plan = load_plan(write(tmp_path, plan_text(cluster=cluster), "ok.toml"))
+    assert [t.span_gpus for t in plan.job.cluster.tiers] == [4, 16]
+
+
+@pytest.mark.parametrize(
+    ("spans", "shown"),
+    [
+        ((8, 12, None), ("12", "8")),  # 12 is not a multiple of 8
+        ((8, 4, None), ("4", "8")),  # shrinking
+        ((8, 8, None), ("8",)),  # not larger
+        ((None, 8), ("t0",)),  # an "everything" tier that is not the outermost
+    ],
+)
+def test_tiers_not_nested(tmp_path: Path, spans: tuple[int | None, ...], shown: tuple[str]) -> None:
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n' + tiers(*spans)
+    path = write(tmp_path, plan_text(cluster=cluster))
+    msg = load_error(path)
+    assert f"{path}: cluster.tiers:" in msg
+    for s in shown:
+        assert s in msg
+
+
+def test_layout_rule_violation_names_file_and_field(tmp_path: Path) -> None:
+    # 40 GPUs / tp 5 = dp 8, but 32 heads do not split 5 ways
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 40\n'
+    training = "[training]\nseq_length = 8192\nglobal_batch_size = 128\n"
+    path = write(
+        tmp_path, plan_text(cluster=cluster, training=training, parallel="[parallel]\ntp = 5\n")
+    )
+    msg = load_error(path)
+    assert (
+        f"{path}: parallel.tp: num_attention_heads (32) must be a multiple of "
+        "tensor_model_parallel_size (5)"
+    ) in msg
+
+
+def test_dp_not_whole(tmp_path: Path) -> None:
+    # 8 GPUs / (tp 1 x pp 3 x cp 1) is not whole
+    path = write(tmp_path, plan_text(parallel="[parallel]\npp = 3\n"))
+    msg = load_error(path)
+    assert f"{path}: parallel: num_gpus (8) must be a multiple of tp x pp x cp" in msg
+    assert "(1 x 3 x 1 = 3)" in msg
+
+
+def test_explicit_dp_that_disagrees_with_num_gpus(tmp_path: Path) -> None:
+    path = write(tmp_path, plan_text(parallel="[parallel]\ntp = 2\ndp = 2\n"))
+    msg = load_error(path)
+    # 2 x 1 x 1 x 2 = 4 GPUs in the layout, 8 in the cluster
+    assert "(2 x 1 x 1 x 2 = 4) must equal num_gpus (8)" in msg
+    assert f"{path}: parallel:" in msg
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "value"),
+    [
+        ("[parallel]\ntp = true\n", "parallel.tp", "true"),  # not 1
+        ("[parallel]\ntp = 2.0\n", "parallel.tp", "2.0"),  # not 2
+        ("[parallel]\nzero_stage = true\n", "parallel.zero_stage", "true"),  # not stage 1
+        ("[parallel]\ntp = 2\nsequence_parallel = 1\n", "parallel.sequence_parallel", "1"),
+        ('[parallel]\ntp_comm_overlap = "yes"\n', "parallel.tp_comm_overlap", '"yes"'),
+    ],
+)
+def test_values_of_the_wrong_toml_type_are_not_coerced(
+    tmp_path: Path, line: str, field: str, value: str
+) -> None:
+    path = write(tmp_path, plan_text(parallel=line))
+    msg = load_error(path)
+    assert f"{path}: {field}:" in msg and f"(got {value})" in msg
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_sizes_must_be_finite(tmp_path: Path, value: str) -> None:
+    # memory_gib = inf would make every layout fit
+    path = write(tmp_path, plan_text(cluster=CLUSTER + f"memory_gib = {value}\n"))
+    msg = load_error(path)
+    assert f"{path}: cluster.memory_gib: Input should be a finite number (got {value})" in msg
+    # an integer where a float is expected is a number all the same
+    plan = load_plan(write(tmp_path, plan_text(cluster=CLUSTER + "memory_gib = 70\n"), "ok.toml"))
+    assert plan.job.cluster.memory_gib == 70.0
+
+
+def test_an_endless_or_huge_file_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /dev/zero once filled memory (MemoryError, or the machine); reading stops after the limit
+    if Path("/dev/zero").exists():
+        msg = load_error(Path("/dev/zero"))
+        assert msg.startswith(f"/dev/zero: more than {MAX_INPUT_CHARS:,} characters: not a plan")
+    monkeypatch.setattr(files, "MAX_INPUT_CHARS", 64)
+    path = write(tmp_path, plan_text())  # well over 64 characters
+    assert f"{path}: more than 64 characters" in load_error(path)
+
+
+@pytest.mark.parametrize(
+    ("table", "cap", "field"),
+    [("cluster", MAX_GPUS, "num_gpus"), ("training", MAX_GLOBAL_BATCH, "global_batch_size")],
+)
+def test_counts_above_their_cap_are_bad_input(
+    tmp_path: Path, table: str, cap: int, field: str
+) -> None:
+    # 10^21 sequences once sent the search's divisor walk (up to the square root) into a hang
+    big = 10**21
+    path = write(tmp_path, plan_text().replace(f"{field} = ", f"{field} = {big} # "))
+    msg = load_error(path)
+    assert (
+        f"{path}: {table}.{field}: Input should be less than or equal to {cap} (got {big})" in msg
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "cap"), [("num_layers", MAX_LAYERS), ("num_moe_experts", MAX_EXPERTS)]
+)
+def test_model_count_above_its_cap_is_bad_input(tmp_path: Path, field: str, cap: int) -> None:
+    model = "[model]\nnum_layers = 4\nhidden_size = 64\nffn_hidden_size = 256\n"
+    model += "num_attention_heads = 4\nvocab_size = 1000\nnum_moe_experts = 8\n"
+    model = model.replace(f"{field} = ", f"{field} = {{}} # ")
+    path = write(tmp_path, plan_text(model=model.format(cap + 1), parallel=""))
+    msg = load_error(path)
+    assert f"{path}: model.{field}: Input should be less than or equal to {cap}" in msg
+    plan = load_plan(write(tmp_path, plan_text(model=model.format(cap), parallel=""), "a"))
+    assert getattr(plan.job.arch, field) == cap
+
+
+EVERY_FIELD = PLANS / "every-field.toml"
+SCALAR = re.compile(r"^(\w+) = (.+)$")
+WRONG = ("true", "2.5", "inf", "nan", "-1", "0", str(10**30), '"x"', "[]")
+
+
+def _scalar_lines() -> list[tuple[int, str, str]]:
+    lines = EVERY_FIELD.read_text().splitlines()
+    return [(i, m[1], m[2]) for i, line in enumerate(lines) if (m := SCALAR.match(line))]
+
+
+def _toml_type(literal: str) -> type:
+    return type(tomllib.loads(f"v = {literal}")["v"])
+
+
+@pytest.mark.parametrize(("index", "key", "literal"), _scalar_lines())
+def test_every_field_set_wrong_exits_0_1_or_2_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], index: int, key: str, literal: str
+) -> None:
+    """Each scalar of a plan that sets every field (a MoE model inline, tiers overridden), set in
+    turn to each of WRONG: `check` answers 0 / 1 / 2 and never raises (DESIGN.md's exit codes); a
+    2 names the file and the field; and a value of another TOML type than the field's (a boolean
+    for a count, a number for a switch, inf or nan for anything) is always a 2, never coerced."""
+    lines = EVERY_FIELD.read_text().splitlines()
+    kind = _toml_type(literal)
+    for wrong in WRONG:
+        lines[index] = f"{key} = {wrong}"
+        path = write(tmp_path, "\n".join(lines) + "\n")
+        code, _, err = run(["check", str(path)], capsys)
+        assert code in (0, 1, 2), (key, wrong, err)
+        if code == 2:
+            assert str(path) in err and key in err, (key, wrong, err)
+        other_type = _toml_type(wrong) is not kind and not (
+            kind is float and _toml_type(wrong) is int
+        )
+        if other_type or wrong in ("inf", "nan"):
+            assert code == 2, (key, wrong, err)

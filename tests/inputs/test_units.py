@@ -1,0 +1,41 @@
+"""planner.inputs.units: token budgets as people write them, and numbers written back.
+
+Oracles: the decimal suffixes by hand (K 1e3, M 1e6, B/G 1e9, T 1e12), and the round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs.errors import InputError
+from planner.inputs.units import format_tokens, parse_tokens
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("15T", 15 * 10**12),
+        ("15t", 15 * 10**12),
+        ("2.5e12", 2_500_000_000_000),
+        ("300B", 300 * 10**9),
+        ("300G", 300 * 10**9),
+        ("1.2M", 1_200_000),
+        ("500k", 500_000),
+        ("1_000_000", 1_000_000),
+        ("1,000", 1_000),
+        (" 7 ", 7),
+    ],
+)
+def test_parse_tokens(text: str, expected: int) -> None:
+    assert parse_tokens(text, "--tokens") == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-5T", "0", "0.1", "1.5X", "T", "1e", "nanT"])
+def test_parse_tokens_rejects(text: str) -> None:
+    with pytest.raises(InputError, match="--tokens") as info:
+        parse_tokens(text, "--tokens")
+    assert repr(text) in str(info.value)
+
+
+def test_format_tokens_round_trips() -> None:
+    for text in ("15T", "300B", "1.2M"):
+        assert format_tokens(parse_tokens(text, "--tokens")) == text

@@ -1,0 +1,95 @@
+"""model_zoo/: every file loads, the required models are there, each names its source, and the
+parameter counts are sane."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs.catalog import load_models, zoo_dir
+from planner.model import params
+
+ZOO = load_models()
+
+REQUIRED = [
+    # models the planner is asked about by name
+    "gpt3-175b",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "llama3.1-8b",
+    "llama3.1-70b",
+    "llama3.1-405b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "deepseek-v3",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "nemotron4-340b",
+    "bloom-176b",
+    "opt-175b",
+    "gpt-neox-20b",
+    "mt-nlg-530b",
+    # SC21 Table 1 (Narayanan et al. 2021)
+    "gpt-sc21-1.7b",
+    "gpt-sc21-3.6b",
+    "gpt-sc21-7.5b",
+    "gpt-sc21-18.4b",
+    "gpt-sc21-39.1b",
+    "gpt-sc21-76.1b",
+    "gpt-sc21-145.6b",
+    "gpt-sc21-310.1b",
+    "gpt-sc21-529.6b",
+    "gpt-sc21-1008b",
+    # Korthikanti et al. 2022 Table 3 (vocab 51200, so not gpt3-175b / mt-nlg-530b)
+    "gpt-korthikanti-22b",
+    "gpt-korthikanti-175b",
+    "gpt-korthikanti-530b",
+    "gpt-korthikanti-1t",
+    # Megatron-Core H100 weak-scaling table
+    "gpt-mcore-1.7b",
+    "gpt-mcore-7.1b",
+    "gpt-mcore-16b",
+    "gpt-mcore-32b",
+    "gpt-mcore-70b",
+    "gpt-mcore-119b",
+    "gpt-mcore-177b",
+    "gpt-mcore-314b",
+    "gpt-mcore-462b",
+    # Hagemann et al. 2023
+    "hagemann-llama-13b",
+    "hagemann-llama-30b",
+]
+
+
+def test_every_file_loads() -> None:
+    files = sorted(p.stem for p in zoo_dir().glob("*.toml"))
+    assert files == sorted(ZOO)
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_required_model_exists(name: str) -> None:
+    assert name in ZOO
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_model_is_documented_and_sane(name: str) -> None:
+    arch = ZOO[name]
+    assert arch.source.strip(), f"{name}: empty source"
+    assert arch.display_name.strip(), f"{name}: empty display_name"
+    total = params.params_total(arch)
+    active = params.params_active(arch)
+    assert 0 < active <= total
+    if arch.is_moe:
+        assert active < total
+    else:
+        assert active == total
+    if arch.gated_linear_unit:
+        assert arch.activation in ("swiglu", "geglu")
+
+
+def test_deepseek_v3_layout() -> None:
+    arch = ZOO["deepseek-v3"]
+    assert arch.moe_layers == [False] * 3 + [True] * 58
+    assert arch.padded_vocab(8) == arch.vocab_size == 129280

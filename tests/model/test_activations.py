@@ -1,0 +1,177 @@
+"""Activation bytes per layer against Korthikanti et al. 2022 (arXiv:2205.05198), Table 2.
+
+Oracle: the paper's closed forms, for a GPT layer (MHA, 4h GELU MLP, LayerNorm, dropout) with
+16-bit activations, written out here independently of planner.activations:
+
+    no parallelism          sbh(34 + 5as/h)
+    TP                      sbh(10 + 24/t + 5as/(ht))
+    TP + SP                 sbh/t (34 + 5as/h)
+    TP + selective          sbh(10 + 24/t)
+    TP + SP + selective     34 sbh / t
+    full recompute          2sbh
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.model import activations as act
+from planner.model.activations import Shard
+
+# GPT-3 175B's layer shape (Korthikanti Table 3 uses it): h 12288, a 96, s 2048.
+GPT = ModelArch(
+    name="gpt-layer",
+    num_layers=96,
+    hidden_size=12288,
+    ffn_hidden_size=4 * 12288,
+    num_attention_heads=96,
+    vocab_size=51200,
+    activation="gelu",
+)
+S, B, H, A = 2048, 1, 12288, 96
+
+# Llama-3.1-8B's layer shape: h 4096, F 14336, 32 heads, 8 query groups, SwiGLU (the zoo entry)
+LLAMA8 = catalog.get_model("llama3.1-8b")
+
+
+def layer(t: int, sp: bool, recompute: str, flash: bool = False) -> float:
+    sh = Shard(
+        tokens=S * B,
+        tp=t,
+        sequence_parallel=sp,
+        recompute=recompute,  # type: ignore[arg-type]
+        flash_attention=flash,
+        seq_per_cp_rank=S,
+        micro_batch_size=B,
+    )
+    return act.layer_bytes(GPT, False, sh)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_table2_tensor_parallel(t: int) -> None:
+    sbh = S * B * H
+    assert layer(t, False, "none") == pytest.approx(sbh * (10 + 24 / t + 5 * A * S / (H * t)))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_table2_sequence_parallel(t: int) -> None:
+    sbh = S * B * H
+    assert layer(t, True, "none") == pytest.approx(sbh / t * (34 + 5 * A * S / H))
+
+
+def test_table2_no_parallelism() -> None:
+    sbh = S * B * H
+    assert layer(1, False, "none") == pytest.approx(sbh * (34 + 5 * A * S / H))
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_table2_selective(t: int) -> None:
+    sbh = S * B * H
+    assert layer(t, False, "core_attn") == pytest.approx(sbh * (10 + 24 / t))
+    if t > 1:
+        assert layer(t, True, "core_attn") == pytest.approx(34 * sbh / t)
+
+
+def test_table2_full_recompute() -> None:
+    # 2sbh: only the layer input is kept (without SP; Megatron splits it by t under SP)
+    assert layer(8, False, "full") == pytest.approx(2 * S * B * H)
+    assert layer(8, True, "full") == pytest.approx(2 * S * B * H / 8)
+
+
+def test_flash_attention_drops_the_score_term() -> None:
+    # with flash attention nothing of size s^2 is stored: the selective value, with or without it
+    assert layer(8, True, "none", flash=True) == pytest.approx(layer(8, True, "core_attn"))
+
+
+def test_gqa_and_swiglu_change_the_layer() -> None:
+    # Llama-3.1-8B-like layer, t = 1, no SP, flash. By hand, in units of sbh (h = 4096):
+    # attention: replicated 2 (QKV in) + 1 (mask) + 2 (norm in) = 5; Q,K,V = 2(32+16)128/4096 = 3;
+    #            output projection input 2  -> 10
+    # MLP: replicated 5; fc1 output 2 * 2 * 14336/4096 = 14; activation output 2 * 3.5 = 7 -> 26
+    sh = Shard(tokens=8192, seq_per_cp_rank=8192)
+    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(36 * 8192 * 4096)
+
+
+def test_fp8_halves_the_linear_inputs() -> None:
+    # GPT layer, t = 1: linear inputs are QKV in (2), proj in (2), fc1 in (2), fc2 in (8) = 14 sbh,
+    # halved under FP8 -> 7 sbh saved of 34 sbh (flash attention).
+    base = Shard(tokens=S, seq_per_cp_rank=S)
+    fp8 = Shard(tokens=S, seq_per_cp_rank=S, fp8=True)
+    saved = act.layer_bytes(GPT, False, base) - act.layer_bytes(GPT, False, fp8)
+    assert saved == pytest.approx(7 * S * H)
+
+
+def test_logits_are_split_by_tp() -> None:
+    # (2 + 4) bytes per logit over t ranks, plus the final norm input 2sbh (split under SP)
+    sh = Shard(tokens=S, tp=8, sequence_parallel=True, seq_per_cp_rank=S)
+    assert act.logits_bytes(GPT, 51200, sh) == pytest.approx(6 * S * 51200 / 8 + 2 * S * H / 8)
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_per_op_checkpointing_keeps_half_the_matmul_outputs(t: int) -> None:
+    # Llama-3.1-8B layer, T tokens, no SP. By hand, bytes per token:
+    #   layer input 2h = 8192 (replicated without SP)
+    #   attention output 2 x 32 x 128 / t + log-sum-exp 4 x 32 / t = (8192 + 128) / t
+    #   matmul outputs: QKV 2 x (32 + 16) x 128 / t = 12288 / t, output projection 2h = 8192
+    #   (a partial sum before the all-reduce: full width), fc1 2 x 2 x 14336 / t = 57344 / t,
+    #   fc2 8192 -> half of (69632 / t + 16384)
+    T = 4096
+    sh = Shard(tokens=T, tp=t, recompute="per_op", seq_per_cp_rank=T)
+    per_token = 8192 + 8320 / t + (69632 / t + 16384) / 2
+    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(per_token * T)
+    # Megatron's selective keeps every saved tensor with flash attention: 36 sbh at t = 1
+    core = Shard(tokens=T, recompute="core_attn", seq_per_cp_rank=T)
+    assert act.layer_bytes(LLAMA8, False, core) == pytest.approx(36 * 4096 * T)
+
+
+def test_per_op_working_set_is_the_whole_layer() -> None:
+    T = 4096
+    sh = Shard(tokens=T, recompute="per_op", seq_per_cp_rank=T)
+    assert act.layer_bytes(LLAMA8, False, sh, recompute=False) == pytest.approx(36 * 4096 * T)
+
+
+def test_loss_bytes_per_logit_by_implementation() -> None:
+    # per local logit: Megatron's fused kernel 2 + 4 = 6; torch cross_entropy on fp32 logits 12
+    # (log-softmax output, its incoming gradient, the input gradient); gathered over TP: the
+    # bf16 local logits plus GATHERED_LOSS_BYTES_PER_LOGIT on the full vocabulary
+    V, t = 51200, 8
+    norm = 2 * S * H / t
+
+    def loss(kind: str) -> float:
+        sh = Shard(tokens=S, tp=t, sequence_parallel=True, cross_entropy=kind)  # type: ignore[arg-type]
+        return act.logits_bytes(GPT, V, sh) - norm
+
+    assert loss("fused") == pytest.approx(6 * S * V / t)
+    assert loss("pytorch") == pytest.approx(12 * S * V / t)
+    gathered = 2 * S * V / t + act.GATHERED_LOSS_BYTES_PER_LOGIT * S * V
+    assert loss("gathered") == pytest.approx(gathered)
+
+
+def test_eager_swiglu_also_keeps_the_silu_output() -> None:
+    # silu(x) * gate in eager PyTorch saves silu(x) for the multiplication: + 2 x F bytes per
+    # token, split by t. Llama-3.1-8B layer at t = 2: 2 x 14336 / 2 = 14336 bytes per token
+    T = 4096
+    fused = Shard(tokens=T, tp=2, seq_per_cp_rank=T)
+    eager = Shard(tokens=T, tp=2, seq_per_cp_rank=T, fused_swiglu=False)
+    extra = act.layer_bytes(LLAMA8, False, eager) - act.layer_bytes(LLAMA8, False, fused)
+    assert extra == pytest.approx(14336 * T)
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_linear_inputs() -> None:
+    # Megatron SP keeps 1/t of the QKV and fc1 inputs (2Th each) and re-gathers in backward;
+    # keeping the gathered input adds (1 - 1/t) of each: 2 x 2 x 4096 x 3/4 = 12288 bytes per
+    # token at t = 4
+    T = 4096
+    sp = Shard(tokens=T, tp=4, sequence_parallel=True, seq_per_cp_rank=T)
+    kept = Shard(
+        tokens=T, tp=4, sequence_parallel=True, seq_per_cp_rank=T, sp_keeps_gathered_input=True
+    )
+    extra = act.layer_bytes(LLAMA8, False, kept) - act.layer_bytes(LLAMA8, False, sp)
+    assert extra == pytest.approx(12288 * T)
+    # without SP there is nothing to gather
+    no_sp = Shard(tokens=T, tp=4, seq_per_cp_rank=T, sp_keeps_gathered_input=True)
+    assert act.layer_bytes(LLAMA8, False, no_sp) == act.layer_bytes(
+        LLAMA8, False, Shard(tokens=T, tp=4, seq_per_cp_rank=T)
+    )

@@ -1,0 +1,111 @@
+"""Tests for planner.comms.
+
+Oracles: NVIDIA nccl-tests doc/PERFORMANCE.md bus-bandwidth factors (all-reduce 2(n-1)/n,
+reduce-scatter / all-gather / all-to-all (n-1)/n) and the two-level all-reduce of
+stas00/ml-engineering, evaluated by hand in comments; Megatron's tp-cp-ep-dp-pp rank order for
+placement.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.hardware import ClusterSpec
+from planner.model import comms
+
+
+def h100(num_gpus: int) -> ClusterSpec:
+    gpu = catalog.get_gpu("h100-sxm-80gb")
+    return ClusterSpec(
+        gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
+    )
+
+
+def test_ring_all_reduce_by_hand() -> None:
+    # n = 8, S = 1 GB, B = 100 GB/s, alpha = 5 us: 2*7/8 * 1e9/1e11 + 2*7*5e-6 = 0.0175 + 7e-5
+    link = comms.Link(bandwidth=100e9, latency=5e-6)
+    assert comms.ring_all_reduce(1e9, 8, link) == pytest.approx(0.0175 + 7e-5)
+    assert comms.ring_all_reduce(1e9, 1, link) == 0.0
+
+
+def test_tp_group_of_8_in_a_node_uses_nvlink() -> None:
+    grp = comms.place(h100(64), stride=1, size=8)
+    assert grp.tier_name == "nvlink"
+    assert grp.outer is None
+    # achieved bus bandwidth: 450 GB/s x 0.80
+    assert grp.inner.bandwidth == pytest.approx(450e9 * comms.SCALEUP_BUS_EFFICIENCY)
+    # flat ring: 2*7/8 * 1 GB / 360 GB/s + 14 * 2 us
+    expected = 2 * 7 / 8 * 1e9 / (450e9 * 0.80) + 14 * 2e-6
+    assert comms.all_reduce(1e9, grp) == pytest.approx(expected)
+
+
+def test_dp_group_across_nodes_uses_infiniband() -> None:
+    # tp = 8: DP ranks are 8 apart, one per node; 4 of them span 32 ranks = 4 nodes
+    grp = comms.place(h100(64), stride=8, size=4)
+    assert grp.tier_name == "infiniband"
+    assert (grp.per_domain, grp.domains) == (1, 4)
+    assert grp.outer is not None
+    assert grp.outer.bandwidth == pytest.approx(50e9 * comms.SCALEOUT_BUS_EFFICIENCY)
+    # one GPU per node: the whole all-reduce crosses the NICs, 2*3/4 * S/B_out + 2*ceil(log2 4)*5us
+    b_out = 50e9 * 0.92
+    expected = 2 * (3 / 4 * 1e9 / b_out + 2 * 5e-6)
+    assert comms.all_reduce(1e9, grp) == pytest.approx(expected)
+
+
+def test_hierarchical_all_reduce_by_hand() -> None:
+    # tp = 1, dp = 16 on 8-GPU nodes: g = 8 per node, k = 2 nodes. Reduce-scatter + all-gather
+    # inside the node 2*(7/8)*S/B_in, all-reduce of S/8 across nodes 2*(1/2)*(S/8)/B_out.
+    grp = comms.place(h100(16), stride=1, size=16)
+    assert (grp.per_domain, grp.domains) == (8, 2)
+    S, b_in, b_out = 8e9, 450e9 * 0.80, 50e9 * 0.92
+    bw = 2 * (7 / 8 * S / b_in) + 2 * (1 / 2 * (S / 8) / b_out)
+    lat = 2 * (7 * 2e-6 + 1 * 5e-6)
+    assert comms.all_reduce(S, grp) == pytest.approx(bw + lat)
+    # reduce-scatter and all-gather are each half of it
+    assert comms.reduce_scatter(S, grp) == pytest.approx((bw + lat) / 2)
+    assert comms.all_gather(S, grp) == pytest.approx((bw + lat) / 2)
+
+
+def test_all_to_all_and_p2p() -> None:
+    # EP 8 inside a node: (n-1)/n * S/B + (n-1) alpha
+    grp = comms.place(h100(8), stride=1, size=8)
+    b = 450e9 * 0.80
+    assert comms.all_to_all(1e9, grp) == pytest.approx(7 / 8 * 1e9 / b + 7 * 2e-6)
+    link = comms.Link(bandwidth=10e9, latency=1e-5)
+    assert comms.p2p(1e9, link) == pytest.approx(0.1 + 1e-5)
+
+
+def test_pipeline_neighbours_across_nodes() -> None:
+    # tp 8 x dp 1: stage r and r+1 are 8 ranks apart, on different nodes
+    assert comms.p2p_link(h100(32), stride=8, size=4).bandwidth == pytest.approx(50e9 * 0.92)
+    # tp 2, pp 4: all 4 stages in one node
+    assert comms.p2p_link(h100(8), stride=2, size=4).bandwidth == pytest.approx(450e9 * 0.80)
+
+
+def _tp(**kw: object) -> tuple[float, float]:
+    """TP traffic of one layer, tp 8 in an H100 node, S = 64 MB, one forward pass."""
+    args: dict = {"n_fwd": 1, "sequence_parallel": False, "windows": (0.0, 0.0)} | kw
+    return comms.tensor_parallel_layer(h100(8), 8, 64e6, **args)
+
+
+def test_tensor_parallel_layer_by_hand() -> None:
+    # all-reduce of S on tp 8: 2*7/8 * 64 MB / 360 GB/s + 14 * 2 us; each half-collective is half
+    ar = 2 * 7 / 8 * 64e6 / (450e9 * 0.80) + 14 * 2e-6
+    half = ar / 2
+    # synchronous code: 2 all-reduces forward, one per block backward, all exposed
+    assert _tp(overlap_backward=False) == pytest.approx((4 * ar, 0.0))
+    # ... with full recompute the forward's two run twice
+    assert _tp(overlap_backward=False, n_fwd=2) == pytest.approx((6 * ar, 0.0))
+    # SP, gathered input saved (DTensor): all-gather + reduce-scatter per block per direction
+    sp = {"sequence_parallel": True, "overlap_backward": False, "regather": False}
+    assert _tp(**sp) == pytest.approx((4 * ar, 0.0))
+    # Megatron's SP saves the shard: one more all-gather per block backward
+    assert _tp(**(sp | {"regather": True})) == pytest.approx((4 * ar + 2 * half, 0.0))
+    # Megatron, GEMMs longer than every collective: the backward input-gradient all-reduces hide
+    assert _tp(windows=(1.0, 1.0)) == pytest.approx((2 * ar, 2 * ar))
+    # ... with SP only the row-parallel gradient all-gather per block stays exposed
+    both = _tp(sequence_parallel=True, windows=(1.0, 1.0))
+    assert both == pytest.approx((2 * ar + 2 * half, 4 * half))
+    # a window a quarter of the all-reduce hides a quarter of it; no window hides nothing
+    assert _tp(windows=(ar / 4, 0.0)) == pytest.approx((2 * ar + 3 / 4 * ar + ar, ar / 4))

@@ -1,0 +1,149 @@
+"""Tests for planner.flops.
+
+Oracles: Korthikanti et al. 2022 eq.(7) (model FLOPs of an MHA GPT with a 4h MLP); Narayanan et al.
+2021 (SC21) eq.(3) (hardware FLOPs with full recompute); Megatron-Core r0.8.0
+`num_floating_point_operations` (conventions.md item 3) for a GQA SwiGLU model; hand arithmetic
+in comments for MoE and recompute.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs.arch import ModelArch
+from planner.model import flops
+
+
+def gpt(L: int, h: int, a: int, V: int = 51200, s: int = 2048) -> ModelArch:
+    """An SC21/Korthikanti GPT: MHA, 4h GELU MLP, LayerNorm, biases, learned positions, tied."""
+    return ModelArch(
+        name="gpt-test",
+        num_layers=L,
+        hidden_size=h,
+        ffn_hidden_size=4 * h,
+        num_attention_heads=a,
+        vocab_size=V,
+        max_position_embeddings=s,
+        position_embedding_type="learned_absolute",
+    )
+
+
+LLAMA3_8B = ModelArch(
+    name="llama3-8b-test",
+    num_layers=32,
+    hidden_size=4096,
+    ffn_hidden_size=14336,
+    num_attention_heads=32,
+    num_query_groups=8,
+    vocab_size=128256,
+    gated_linear_unit=True,
+    activation="swiglu",
+    normalization="RMSNorm",
+    add_bias_linear=False,
+    untie_embeddings_and_output_weights=True,
+)
+
+
+def test_causal_attention_not_halved() -> None:
+    # conventions.md: Megatron-Core r0.8 / Korthikanti eq.(7) count the full s x s matrix.
+    assert flops.CAUSAL_HALVED is False
+
+
+@pytest.mark.parametrize(
+    ("L", "h", "a", "B"),
+    [(96, 12288, 96, 1536), (48, 6144, 64, 4), (128, 25600, 160, 512)],
+)
+def test_korthikanti_eq7_model_flops(L: int, h: int, a: int, B: int) -> None:
+    # Korthikanti 2022 eq.(7): 72*B*L*s*h^2*(1 + s/(6h) + V/(12*h*L)), s = 2048, V = 51200.
+    s, V = 2048, 51200
+    expected = 72 * B * L * s * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    assert flops.model_flops(gpt(L, h, a), s, B) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("L", "h", "a", "B"), [(24, 2304, 24, 512), (105, 20480, 128, 2520)])
+def test_sc21_eq3_hardware_flops_with_full_recompute(L: int, h: int, a: int, B: int) -> None:
+    # SC21 eq.(3): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) counts one extra forward of every
+    # transformer layer (not of the logits).
+    s, V = 2048, 51200
+    expected = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+    got = flops.hardware_flops(gpt(L, h, a), s, B, "full")
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_megatron_r08_formula_gqa_swiglu() -> None:
+    # conventions.md item 3 (Megatron-Core r0.8.0), by hand for Llama-3-8B at s = 8192, B = 1:
+    # 12*B*s*L*h^2*[(1 + g/n + s/h)*(Q/h) + (F/h)*(3/2) + V/(2*L*h)]
+    # g/n = 8/32 = 0.25, s/h = 2, Q/h = 1, F/h = 14336/4096 = 3.5, V/(2Lh) = 128256/262144
+    B, s, L, h = 1, 8192, 32, 4096
+    bracket = (1 + 0.25 + 2.0) * 1.0 + 3.5 * 1.5 + 128256 / (2 * 32 * 4096)
+    expected = 12 * B * s * L * h**2 * bracket
+    assert flops.model_flops(LLAMA3_8B, s, B) == pytest.approx(expected, rel=1e-12)
+
+
+def test_recompute_adds_exactly_one_forward() -> None:
+    arch, s, B = LLAMA3_8B, 4096, 8
+    model = flops.model_flops(arch, s, B)
+    tokens = s * B
+    # full: one more forward of the decoder layers (3x forward is the model count)
+    full = flops.hardware_flops(arch, s, B, "full")
+    assert full - model == pytest.approx(tokens * flops.decoder_forward(arch, s), rel=1e-12)
+    # selective: one more forward of QK^T and AV, 4*s*Q per token per layer (Q = 4096)
+    sel = flops.hardware_flops(arch, s, B, "core_attn")
+    assert sel - model == pytest.approx(tokens * 32 * 4 * s * 4096, rel=1e-12)
+    assert flops.hardware_flops(arch, s, B, "none") == model
+    # per-op selective (torchtitan "op"): every other linear matmul, i.e. half the forward of
+    # the decoder without QK^T and AV: per token per layer 2 x (QKV 4096 x 6144 + proj 4096^2 +
+    # MLP 3 x 4096 x 14336) = 2 x 218103808 FLOPs, halved
+    per_op = flops.hardware_flops(arch, s, B, "per_op")
+    assert per_op - model == pytest.approx(tokens * 32 * 218103808, rel=1e-12)
+
+
+def test_moe_counts_topk_shared_and_dense_layers() -> None:
+    # 4 layers, the first dense (moe_layer_freq list), h = 1024, 8 experts top-2 of width 512,
+    # shared experts of total width 1024, dense ffn 4096, SwiGLU (3 matrices), MHA 8 heads.
+    arch = ModelArch(
+        name="moe-test",
+        num_layers=4,
+        hidden_size=1024,
+        ffn_hidden_size=4096,
+        num_attention_heads=8,
+        vocab_size=1000,
+        gated_linear_unit=True,
+        activation="swiglu",
+        num_moe_experts=8,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=512,
+        moe_shared_expert_intermediate_size=1024,
+        moe_layer_freq=[0, 1, 1, 1],
+    )
+    s = 256
+    h = 1024
+    attn = 2 * (h * (h + 2 * h) + h * h) + 4 * s * h  # MHA: QKV 3h^2 + O h^2, core 4sh
+    dense = 2 * 3 * h * 4096
+    moe = 2 * 3 * h * (2 * 512 + 1024)
+    per_token = 4 * attn + dense + 3 * moe + 2 * h * 1000
+    assert flops.forward_per_token(arch, s) == pytest.approx(per_token, rel=1e-12)
+
+
+def test_mla_projections_and_core() -> None:
+    # DeepSeek-style MLA, by hand: h 1024, a 8, q_lora 256, kv_lora 128, d_qk 64, d_r 32, d_v 64.
+    arch = ModelArch(
+        name="mla-test",
+        num_layers=1,
+        hidden_size=1024,
+        ffn_hidden_size=2048,
+        num_attention_heads=8,
+        vocab_size=1000,
+        multi_latent_attention=True,
+        q_lora_rank=256,
+        kv_lora_rank=128,
+        qk_head_dim=64,
+        qk_pos_emb_head_dim=32,
+        v_head_dim=64,
+    )
+    q = 256 * (1024 + 8 * 96)
+    kv = 1024 * (128 + 32) + 128 * 8 * (64 + 64)
+    out = 8 * 64 * 1024
+    assert flops.attention_linear_forward(arch) == 2 * (q + kv + out)
+    # core: 2*s*a*(d_qk + d_r) + 2*s*a*d_v at s = 100
+    assert flops.attention_core_forward(arch, 100) == 2 * 100 * 8 * 96 + 2 * 100 * 8 * 64

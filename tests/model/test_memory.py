@@ -1,0 +1,220 @@
+"""Per-stage memory: model states against the ZeRO paper and Megatron's estimator, pipeline
+in-flight counts against Megatron's schedule, and the structure of the report."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import activations as act
+from planner.model import memory, params
+
+GB = 1e9
+
+
+def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
+    g = catalog.get_gpu(gpu)
+    cluster = ClusterSpec(
+        gpu=g, num_gpus=n, gpus_per_node=g.gpus_per_node, memory_gib=g.memory_gib, tiers=g.tiers
+    )
+    return Job(
+        arch=catalog.get_model(model),
+        cluster=cluster,
+        seq_length=seq,
+        global_batch_size=gbs,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected_gb"),
+    # Rajbhandari et al. 2020 (ZeRO), Figure 1 / section 5: Psi = 7.5B, N_d = 64, K = 12,
+    # 16-bit gradients: 120 GB unsharded, 31.4 GB P_os, 16.6 GB P_os+g, 1.9 GB P_os+g+p.
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
+)
+def test_zero_paper_example(stage: int, expected_gb: float) -> None:
+    w, g, o = memory.state_bytes_per_param(stage, grad_bytes=2.0, shard_group=64)
+    assert (w + g + o) * 7.5e9 / GB == pytest.approx(expected_gb, abs=0.05)
+
+
+def test_megatron_distributed_optimizer_bytes() -> None:
+    # docs/user-guide/features/dist_optimizer.md: bf16 params + fp32 grads: 18 bytes without,
+    # 6 + 12/d with the distributed optimizer.
+    assert sum(memory.state_bytes_per_param(0, 4.0, 8)) == 18
+    assert sum(memory.state_bytes_per_param(1, 4.0, 8)) == pytest.approx(6 + 12 / 8)
+
+
+def test_bf16_adam_moments_shrink_the_optimizer() -> None:
+    # Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16:
+    # K = 4 (fp32 master) + 2 + 2 = 8 instead of 12. ZeRO's 7.5B example at stage 1, N_d = 64:
+    # 7.5 x (2 + 2 + 8/64) = 30.94 GB (31.4 with K = 12).
+    j = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 64, optimizer_state_dtype="bf16")
+    assert j.optimizer_bytes == 8.0
+    w, g, o = memory.state_bytes_per_param(1, 2.0, 64, j.optimizer_bytes)
+    assert (w + g + o) * 7.5e9 / GB == pytest.approx(30.94, abs=0.01)
+
+
+def megatron_theoretical(
+    j: Job, lay: Layout
+) -> tuple[float, float]:  # (weights+optimizer bytes, activation bytes) on stage 0
+    """Megatron-LM megatron/training/theoretical_memory_usage.py, transcribed in
+    ../shared/reference/ecosystem.md 1.4, for a GPT (MHA, 4h GELU, LayerNorm, tied embeddings)
+    with the distributed optimizer, sequence parallelism and selective recompute:
+      per layer params 2hQ(1 + nq/a) + 2hF + 2h*2 ; embedding hV ; stage 0 holds L/p layers + hV,
+      all / t ; bytes (6 + 12/dp) per parameter;
+      activations  L * sbh(18 + 4F/h) + 8sbp + sbhp, x min(1, M/p) when p > 1, all / t.
+    It counts neither biases nor the learned position embeddings (max_positions x h, replicated
+    over tp); we add the latter here and compare within 0.1% (the biases)."""
+    a = j.arch
+    h, L, F, V = a.hidden_size, a.num_layers, a.ffn_hidden_size, a.padded_vocab(lay.tp)
+    per_layer = 2 * h * h * 2 + 2 * h * F + 2 * h * 2
+    shard = (per_layer * L / lay.pp + h * V) / lay.tp + h * (a.max_position_embeddings or 0)
+    states = shard * (6 + 12 / lay.dp)
+    s, b, p = j.seq_length, lay.micro_batch_size, lay.pp
+    m = lay.num_microbatches(j.global_batch_size)
+    acts = L * s * b * h * (18 + 4 * F / h) + 8 * s * b * p + s * b * h * p
+    if p > 1:
+        acts *= min(1, m / p)
+    return states, acts / lay.tp
+
+
+@pytest.mark.parametrize(
+    ("model", "n", "lay"),
+    [
+        # GPT-3 175B on 1024 A100: tp 8, pp 16 (Megatron-LM's example script shape)
+        (
+            "gpt3-175b",
+            1024,
+            Layout(tp=8, pp=16, dp=8, sequence_parallel=True, recompute="selective"),
+        ),
+        # SC21 18.4B on 256 GPUs: tp 8, pp 2
+        (
+            "gpt-sc21-18.4b",
+            256,
+            Layout(tp=8, pp=2, dp=16, sequence_parallel=True, recompute="selective"),
+        ),
+    ],
+)
+def test_megatron_theoretical_memory(model: str, n: int, lay: Layout) -> None:
+    j = job(model, "a100-sxm-80gb", n, 2048, 1024)
+    want_states, want_acts = megatron_theoretical(j, lay)
+    st = memory.estimate(j, lay).stages[0]
+    assert st.weights + st.grads + st.optimizer == pytest.approx(want_states, rel=1e-3)
+    # our layer activations (before fragmentation) equal Megatron's 34sbh/t per layer exactly;
+    # our embedding term keeps the bf16 output too (3sbh vs sbh per micro-batch): a little more
+    sh = memory._shard(j, lay)
+    ours_layers = lay.pp * sum(
+        act.layer_bytes(j.arch, False, sh) for _ in range(j.arch.num_layers // lay.pp)
+    )
+    assert ours_layers == pytest.approx(j.arch.num_layers * 34 * 2048 * j.arch.hidden_size / lay.tp)
+    assert st.activations / memory.FRAGMENTATION >= want_acts
+    assert st.activations / memory.FRAGMENTATION == pytest.approx(want_acts, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("pp", "vpp", "rank", "expected"),
+    [
+        # 1F1B: rank r holds pp - r micro-batches (Narayanan et al. 2021, section 2.2)
+        (4, 1, 0, 4),
+        (4, 1, 3, 1),
+        # interleaved: warm-up 2(pp - r - 1) + (vpp - 1)pp, plus the one in flight
+        # (megatron/core/pipeline_parallel/schedules.py): pp 4, vpp 2, rank 0: 6 + 4 + 1 = 11
+        (4, 2, 0, 11),
+        (4, 2, 3, 5),
+    ],
+)
+def test_in_flight(pp: int, vpp: int, rank: int, expected: int) -> None:
+    assert memory.in_flight(Layout(pp=pp, vpp=vpp), rank, 64) == expected
+
+
+def test_interleaving_factor_matches_korthikanti() -> None:
+    # Korthikanti et al. section 4.2.3: interleaving multiplies the first stage's activations by
+    # 1 + (p - 1)/(p m) for m chunks per rank. Chunks in flight x layers per chunk, divided by
+    # the L layers of plain 1F1B: (11 chunks x 2 layers) / 16 layers = 1 + 3/8.
+    pp, vpp, L = 4, 2, 16
+    chunks = memory.in_flight(Layout(pp=pp, vpp=vpp), 0, 64)
+    assert chunks * (L // (pp * vpp)) / L == pytest.approx(1 + (pp - 1) / (pp * vpp))
+
+
+def test_few_microbatches_cap_in_flight() -> None:
+    assert memory.in_flight(Layout(pp=8), 0, 3) == 3
+
+
+def test_ep_overlap_on_one_stage_holds_two_microbatches() -> None:
+    # merged F(k+1) + B(k): micro-batch k's activations are still held while k+1's are made;
+    # with pipelines the warm-up already holds the next forward's (interleaved counts unchanged)
+    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 64) == 2
+    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 1) == 1
+    assert memory.in_flight(Layout(ep=8), 0, 64) == 1
+    lay = Layout(pp=4, vpp=2, ep=8, ep_comm_overlap=True)
+    assert memory.in_flight(lay, 0, 64) == 11
+
+
+def test_expert_parameters_shard_over_expert_data_parallel() -> None:
+    # Mixtral 8x7B on 64 GPUs, tp 1, pp 4, ep 8: dense dp = 16, expert dp = 64/(1*8*4) = 2.
+    j = job("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 256)
+    lay = Layout(tp=1, pp=4, dp=16, ep=8, zero_stage=1)
+    st = memory.estimate(j, lay).stages[1]
+    dense, expert = memory.stage_params(j, lay, 1, range(8, 16))
+    # optimizer: 12 bytes per parameter over dp x cp = 16 (dense) or expert dp = 2 (experts)
+    assert st.optimizer == pytest.approx(dense * 12 / 16 + expert * 12 / 2)
+    # a stage of 8 layers holds 8 layers x 8 experts / ep 8 = 8 expert MLPs
+    assert expert == pytest.approx(8 * params.expert_params(j.arch))
+
+
+def test_more_sharding_never_costs_memory() -> None:
+    j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 256)
+    peaks = [
+        memory.estimate(j, Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=z)).peak
+        for z in (0, 1, 2, 3)
+    ]
+    assert peaks == sorted(peaks, reverse=True)
+    assert peaks[0] > peaks[3]
+
+
+def test_worst_stage_decides() -> None:
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    rep = memory.estimate(j, Layout(tp=1, pp=4, dp=2))
+    assert rep.peak == max(st.total for st in rep.stages)
+    # 1F1B: stage 0 holds 4 micro-batches in flight, the last stage 1 (plus the logits)
+    assert rep.stages[0].activations > rep.stages[3].activations
+
+
+def test_uneven_pipeline_layers_move_memory() -> None:
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    even = memory.estimate(j, Layout(tp=1, pp=4, dp=2)).stages[0]
+    light = memory.estimate(j, Layout(tp=1, pp=4, dp=2, pipeline_layers=(6, 9, 9, 8))).stages[0]
+    assert light.layers == 6
+    assert light.total < even.total
+
+
+def test_headroom_lowers_capacity() -> None:
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    lay = Layout(tp=8, dp=1, sequence_parallel=True)
+    assert memory.estimate(j, lay, 10).capacity == pytest.approx(j.cluster.capacity_bytes * 0.9)
+
+
+def test_gathered_loss_buffers_are_free_before_the_last_layer_is_recomputed() -> None:
+    # Last stage, full recompute, loss on gathered logits: the recomputed layer's working set
+    # comes after the loss backward has freed all but the two bf16 logits buffers (4 bytes per
+    # logit), so it adds max(0, working - (logits - 4 T V)) on top of the loss peak, not working.
+    j = job("llama2-13b", "a100-sxm-80gb", 8, 2048, 64, cross_entropy="gathered")
+    lay = Layout(tp=1, pp=1, dp=8, micro_batch_size=2, recompute="full")
+    sh = memory._shard(j, lay)
+    V = j.arch.padded_vocab(1)
+    logits = act.logits_bytes(j.arch, V, sh)
+    working = act.layer_bytes(j.arch, False, sh, recompute=False)
+    released = logits - 4 * sh.tokens * V
+    kept = j.arch.num_layers * act.layer_input_bytes(j.arch, sh) + act.embedding_bytes(j.arch, sh)
+    want = (kept + logits + max(0.0, working - released)) * memory.FRAGMENTATION
+    assert memory.estimate(j, lay).stages[0].activations == pytest.approx(want)
+    # Megatron's fused loss: the working set is added whole (the safe side)
+    fused = replace(j, cross_entropy="fused")
+    logits_f = act.logits_bytes(j.arch, V, memory._shard(fused, lay))
+    want_f = (kept + logits_f + working) * memory.FRAGMENTATION
+    assert memory.estimate(fused, lay).stages[0].activations == pytest.approx(want_f)

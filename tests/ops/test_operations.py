@@ -1,0 +1,364 @@
+"""Tests for planner.ops (operations, resilience, assumptions): time, cost, energy,
+checkpoints, failures and goodput.
+
+Oracles: the closed forms of Young (1974) and Daly (2006) and the optimum intervals Daly's paper
+reports for its own examples; a brute-force minimisation of Daly's complete wall-time model; hand
+arithmetic in comments for cost, energy and checkpoint time; Meta's Llama 3 report (419
+unexpected interruptions in 54 days on 16,384 GPUs, > 90 % effective training time); and the CLI
+contract (exit 2 naming the option for bad input).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from cli_run import run
+from paths import REPO
+
+from planner.cli.ops_options import named_options
+from planner.emit.common import summary_lines
+from planner.inputs import catalog
+from planner.inputs.errors import InputError
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, params
+from planner.model.cost import Performance
+from planner.ops import operations as ops
+from planner.ops import resilience
+from planner.ops.assumptions import FAILURE_RATE_PER_GPU_DAY, AssumptionError, OpsParams
+
+EXAMPLE = REPO / "examples" / "llama3.1-8b-h100.toml"
+
+
+def make_job(model: str = "llama3.1-8b", num_gpus: int = 64, gpu: str = "h100-sxm-80gb") -> Job:
+    g = catalog.get_gpu(gpu)
+    cluster = ClusterSpec(
+        gpu=g, num_gpus=num_gpus, gpus_per_node=g.gpus_per_node, memory_gib=g.memory_gib,
+        tiers=g.tiers,
+    )  # fmt: skip
+    return Job(
+        arch=catalog.resolve_model(model), cluster=cluster, seq_length=8192, global_batch_size=128
+    )
+
+
+def perf_with_step(job: Job, layout: Layout, step_time_s: float) -> Performance:
+    """A real Performance with its step time set to a round number for hand arithmetic."""
+    return replace(cost.estimate(job, layout), step_time_s=step_time_s)
+
+
+LAYOUT_64 = Layout(tp=2, pp=1, dp=32, sequence_parallel=True)
+
+
+# ----------------------------------------------------------------------------- Young / Daly
+
+
+def test_young_closed_form() -> None:
+    # delta = 300 s, M = 1 day: sqrt(2 x 300 x 86,400) = sqrt(51,840,000) = 7,200 s exactly
+    assert resilience.young_interval(300, 86_400) == pytest.approx(7_200, rel=1e-12)
+
+
+@pytest.mark.parametrize(("delta", "mtbf"), [(300.0, 86_400.0), (5.0, 3_600.0), (60.0, 900.0)])
+def test_daly_closed_form(delta: float, mtbf: float) -> None:
+    x = delta / (2 * mtbf)
+    expected = math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - delta
+    assert resilience.daly_interval(delta, mtbf) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("mtbf_min", "expected_min", "tol_min"),
+    [(24 * 60, 117, 0.5), (6 * 60, 57, 0.5), (15, 9.1, 0.05)],
+)
+def test_daly_reproduces_the_paper(mtbf_min: float, expected_min: float, tol_min: float) -> None:
+    # Daly 2006, Figs. 3-5: delta = 5 min, R = 10 min; the model predicts tau_opt = 117, 57 and
+    # 9.1 min for M = 24 h, 6 h and 15 min
+    got = resilience.daly_interval(5 * 60, mtbf_min * 60) / 60
+    assert got == pytest.approx(expected_min, abs=tol_min)
+
+
+def test_daly_beyond_two_mtbf_is_mtbf() -> None:
+    assert resilience.daly_interval(700, 300) == 300
+    assert resilience.daly_interval(600, 300) == 300
+
+
+def test_daly_tends_to_young_for_cheap_checkpoints() -> None:
+    ratio = resilience.daly_interval(1, 1e7) / resilience.young_interval(1, 1e7)
+    assert ratio == pytest.approx(1, abs=1e-3)
+
+
+@pytest.mark.parametrize(("delta", "mtbf", "restart"), [(5.0, 3_600.0, 600.0), (60, 20_000, 300)])
+def test_daly_interval_minimises_the_complete_model(
+    delta: float, mtbf: float, restart: float
+) -> None:
+    """Brute force: the tau that minimises Daly's complete wall-time model on a fine grid is the
+    higher-order estimate (to within the estimate's own accuracy, ~1 %)."""
+    grid = [delta * 0.5 + i * 0.25 for i in range(40_000)]
+    best = min(grid, key=lambda t: resilience.daly_wall_time(1.0, t, delta, mtbf, restart))
+    assert resilience.daly_interval(delta, mtbf) == pytest.approx(best, rel=0.01)
+
+
+def test_complete_model_limits() -> None:
+    # no failures (M -> infinity): wall = solve x (tau + delta) / tau
+    assert resilience.daly_wall_time(100.0, 50.0, 5.0, 1e15, 600.0) == pytest.approx(
+        110.0, rel=1e-6
+    )
+    # small ratios: 1 / goodput ~ 1 + delta/tau + (tau/2 + R)/M (first order)
+    delta, tau, mtbf, restart = 3.0, 240.0, 11_000.0, 600.0
+    first_order = 1 + delta / tau + (tau / 2 + restart) / mtbf
+    assert resilience.daly_wall_time(1.0, tau, delta, mtbf, restart) == pytest.approx(
+        first_order, rel=0.01
+    )
+
+
+# ----------------------------------------------------------------------------- checkpoint, failures
+
+
+def test_checkpoint_size_and_write_time_by_hand() -> None:
+    job = make_job("llama3.1-405b", num_gpus=16_384)
+    n_params = params.params_total(job.arch)
+    # 2 (bf16) + 4 (fp32 master) + 4 + 4 (Adam m, v) = 14 bytes per parameter, no gradients
+    assert resilience.checkpoint_bytes(job) == n_params * 14
+    assert 5.6e12 < resilience.checkpoint_bytes(job) < 5.75e12  # ~405.9e9 x 14 = 5.68 TB
+    # 16,384 GPUs / 8 = 2,048 nodes x 1 GB/s = 2.048e12 B/s -> 5.68e12 / 2.048e12 = 2.77 s
+    expected = n_params * 14 / 2.048e12
+    assert resilience.checkpoint_write_s(job, OpsParams()) == pytest.approx(expected, rel=1e-12)
+    assert 2.7 < expected < 2.8
+
+
+def test_mtbf_of_llama3() -> None:
+    # 419 interruptions in 54 days: 54 x 24 / 419 = 3.093 h between interruptions at 16,384 GPUs
+    job = make_job("llama3.1-405b", num_gpus=16_384)
+    assert resilience.mtbf_s(job, OpsParams()) / 3600 == pytest.approx(54 * 24 / 419, rel=1e-12)
+
+
+def test_llama3_goodput_matches_meta_report() -> None:
+    """Meta: > 90 % effective training time for Llama 3 405B on 16,384 H100 (tp8 pp16)."""
+    job = make_job("llama3.1-405b", num_gpus=16_384)
+    job = replace(job, global_batch_size=2048)
+    layout = Layout(
+        tp=8, pp=16, dp=128, sequence_parallel=True,
+        pipeline_layers=(7,) + (8,) * 14 + (7,),
+    )  # fmt: skip
+    r = ops.operations(job, cost.estimate(job, layout), None).resilience
+    assert 0.90 < r.goodput < 0.96
+    assert r.lost_checkpoint + r.lost_failures == pytest.approx(1 - r.goodput, abs=1e-12)
+
+
+def test_goodput_falls_with_size_and_failure_rate() -> None:
+    small, big = make_job(num_gpus=64), make_job(num_gpus=8192)
+    p = OpsParams()
+    assert resilience.resilience(small, 2.0, p).goodput > resilience.resilience(big, 2.0, p).goodput
+    worse = OpsParams(failure_rate_per_gpu_day=10 * FAILURE_RATE_PER_GPU_DAY)
+    assert (
+        resilience.resilience(big, 2.0, worse).goodput < resilience.resilience(big, 2.0, p).goodput
+    )
+
+
+def test_interval_is_whole_steps_and_can_be_given() -> None:
+    job = make_job("llama3.1-405b", num_gpus=1024)
+    r = resilience.resilience(job, 7.0, OpsParams())
+    assert r.interval_s == pytest.approx(r.interval_steps * 7.0)
+    assert abs(r.interval_s - r.daly_interval_s) <= 3.5 + 1e-9
+    given = resilience.resilience(job, 7.0, OpsParams(checkpoint_interval_min=30))
+    assert given.interval_steps == round(30 * 60 / 7.0)
+    assert given.goodput <= r.goodput + 1e-12  # Daly's optimum is at least as good
+
+
+def test_async_checkpoint_blocks_less_and_lags_by_a_write() -> None:
+    job = make_job("llama3.1-405b", num_gpus=1024)  # 128 nodes: a 5.68 TB write takes 44 s
+    sync = resilience.resilience(job, 7.0, OpsParams())
+    asyn = resilience.resilience(job, 7.0, OpsParams(async_checkpoint=True))
+    # blocking part: 5.68e12 / 1024 GPUs / 25 GB/s = 0.22 s per checkpoint
+    assert asyn.checkpoint_blocking_s == pytest.approx(
+        resilience.checkpoint_bytes(job) / 1024 / 25e9, rel=1e-9
+    )
+    assert asyn.checkpoint_blocking_s < sync.checkpoint_blocking_s
+    assert asyn.interval_s >= asyn.checkpoint_write_s  # a write must finish before the next
+    assert asyn.restart_s == pytest.approx(sync.restart_s + sync.checkpoint_write_s)
+    assert asyn.lost_checkpoint < sync.lost_checkpoint
+    assert asyn.goodput > sync.goodput
+
+
+def test_async_with_too_short_interval_waits_for_the_write() -> None:
+    job = make_job("llama3.1-405b", num_gpus=1024)
+    p = OpsParams(async_checkpoint=True, checkpoint_interval_min=0.25)  # 15 s < 44 s write
+    r = resilience.resilience(job, 5.0, p)
+    copy = resilience.checkpoint_bytes(job) / 1024 / 25e9
+    assert r.checkpoint_blocking_s == pytest.approx(copy + r.checkpoint_write_s - 15.0)
+
+
+# ----------------------------------------------------------------------------- time, cost, energy
+
+
+def test_cost_and_energy_by_hand() -> None:
+    """64 H100 (8 nodes), 2.0 s steps of 128 x 8192 = 1,048,576 tokens, failures and checkpoints
+    made negligible so that goodput ~ 1:
+      budget 1,048,576,000 tokens = 1,000 steps = 2,000 s = 0.023148 days
+      GPU-hours = 64 x 2,000 / 3,600 = 35.556; cost at $2 = $71.11
+      IT power = 64 x 700 W + 8 x 4,600 W = 44,800 + 36,800 = 81,600 W; x PUE 1.1 = 89,760 W
+      energy = 89,760 W x 2,000 s / 3.6e9 = 0.049867 MWh
+    """
+    job = make_job(num_gpus=64)
+    perf = perf_with_step(job, LAYOUT_64, 2.0)
+    p = OpsParams(
+        price_usd_per_gpu_hour=2.0, failure_rate_per_gpu_day=1e-12, storage_gb_per_s_per_node=1e9
+    )
+    o = ops.operations(job, perf, 1_048_576_000, p)
+    assert o.steps == 1000
+    assert o.train_s == pytest.approx(2000.0)
+    assert o.resilience.goodput == pytest.approx(1.0, abs=1e-9)
+    assert o.days == pytest.approx(2000 / 86_400, rel=1e-6)
+    assert o.gpu_hours == pytest.approx(35.5556, rel=1e-4)
+    assert o.cost_usd == pytest.approx(71.111, rel=1e-4)
+    assert o.nodes == 8
+    assert o.node_overhead_w == pytest.approx(4600.0)
+    assert o.facility_power_w == pytest.approx(89_760.0)
+    assert o.energy_mwh == pytest.approx(0.049867, rel=1e-4)
+    assert o.price_source == "--price"
+    # $ per million tokens: 64 x $2 / 3600 s = $0.035556/s over 524,288 tokens/s = $0.0678/M
+    assert o.usd_per_million_tokens == pytest.approx(0.035556 / 524_288 * 1e6, rel=1e-4)
+
+
+def test_failures_stretch_wall_clock_cost_and_energy_together() -> None:
+    job = make_job(num_gpus=8192)
+    perf = perf_with_step(job, LAYOUT_64, 1.0)
+    o = ops.operations(job, perf, 10**12)
+    r = o.resilience
+    assert r.goodput < 1
+    assert o.wall_s == pytest.approx(o.train_s / r.goodput)  # type: ignore[operator]
+    assert o.gpu_hours == pytest.approx(8192 * o.wall_s / 3600)  # type: ignore[operator]
+    assert o.cost_usd == pytest.approx(o.gpu_hours * 3.24)  # type: ignore[operator]
+    assert o.effective_tokens_per_s == pytest.approx(o.tokens_per_s * r.goodput)
+    assert o.expected_failures == pytest.approx(o.wall_s / r.mtbf_s)  # type: ignore[operator]
+    assert o.price_source.startswith("pricegpu.pages.dev")  # the catalog's source
+
+
+def test_gpu_without_price_has_no_cost() -> None:
+    job = make_job(num_gpus=64, gpu="h800-sxm-80gb")
+    o = ops.operations(job, perf_with_step(job, LAYOUT_64, 2.0), 10**12)
+    assert o.cost_usd is None and o.usd_per_million_tokens is None
+    assert "--price" in o.price_source
+    assert o.gpu_hours is not None and o.energy_mwh is not None
+
+
+def test_budget_smaller_than_one_step() -> None:
+    job = make_job()
+    with pytest.raises(AssumptionError, match=r"1,000 tokens is less than one .*1,048,576") as e:
+        ops.operations(job, perf_with_step(job, LAYOUT_64, 2.0), 1000)
+    assert e.value.field == "tokens"  # the command line names it --tokens (test_cli_names_...)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("price_usd_per_gpu_hour", 0.0, "--price"),
+        ("price_usd_per_gpu_hour", -2.0, "--price"),
+        ("failure_rate_per_gpu_day", 0.0, "--failure-rate"),
+        ("failure_rate_per_gpu_day", -1e-4, "--failure-rate"),
+        ("restart_min", 0.0, "--restart-min"),
+        ("storage_gb_per_s_per_node", 0.0, "--storage-gb-per-s"),
+        ("storage_gb_per_s_per_node", float("nan"), "--storage-gb-per-s"),
+        ("pue", 0.9, "--pue"),
+        ("node_overhead_w", -1.0, "--node-overhead-w"),
+        ("gpu_power_w", float("inf"), "--gpu-power-w"),
+        ("checkpoint_interval_min", 0.0, "--checkpoint-interval-min"),
+        ("host_copy_gb_per_s", -5.0, "--host-copy-gb-per-s"),
+    ],
+)
+def test_bad_parameters_name_the_option(field: str, value: float, option: str) -> None:
+    with pytest.raises(AssumptionError, match=field) as info:
+        OpsParams(**{field: value})  # type: ignore[arg-type]
+    assert info.value.field == field and repr(value) in str(info.value)
+    # the command line reports it under the option that set it
+    with pytest.raises(InputError, match=f"^{option}: ") as named, named_options():
+        OpsParams(**{field: value})  # type: ignore[arg-type]
+    assert repr(value) in str(named.value)
+
+
+# ----------------------------------------------------------------------------- objectives, headers
+
+
+def test_objective_values() -> None:
+    job = make_job(num_gpus=64)
+    perf = perf_with_step(job, LAYOUT_64, 2.0)
+    # 2.0 s / 1,048,576 tokens x 1e6 = 1.9073 s per million tokens
+    thr = ops.objective_value(job, perf, "throughput")
+    assert thr == pytest.approx(2.0 / 1_048_576 * 1e6)
+    good = ops.objective_value(job, perf, "goodput")
+    assert good == pytest.approx(thr / resilience.resilience(job, 2.0, OpsParams()).goodput)
+    assert good > thr
+    usd = ops.objective_value(job, perf, "cost")
+    assert usd == pytest.approx(64 * good / 3600 * 3.24)
+    priced = ops.objective_value(job, perf, "cost", OpsParams(price_usd_per_gpu_hour=1.0))
+    assert priced == pytest.approx(64 * good / 3600)
+    faster = perf_with_step(job, LAYOUT_64, 1.5)
+    for objective in ops.OBJECTIVES:
+        assert ops.objective_value(job, faster, objective) < ops.objective_value(
+            job, perf, objective
+        )
+    with pytest.raises(AssumptionError, match=r"objective.*'speed'"):
+        ops.objective_value(job, perf, "speed")
+
+
+def test_summary_lines() -> None:
+    job = make_job(num_gpus=64)
+    perf = perf_with_step(job, LAYOUT_64, 2.0)
+    lines = summary_lines(ops.operations(job, perf, 15 * 10**12))
+    text = "\n".join(lines)
+    for word in ("days", "GPU-hours", "MWh", "checkpoint", "goodput", "$"):
+        assert word in text
+    short = "\n".join(summary_lines(ops.operations(job, perf, None)))
+    assert "days" not in short and "goodput" in short
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_explain_tokens_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["explain", str(EXAMPLE), "--tokens", "15T", "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    o = data["operations"]
+    for key in ("days", "gpu_hours", "cost_usd", "energy_mwh", "checkpoint_interval_min"):
+        assert o[key] > 0, key
+    assert 0 < o["goodput"] <= 1
+    assert o["tokens"] == 15 * 10**12
+    assert data["performance"]["step_time_s"] > 0  # the rest of the contract is still there
+
+
+def test_explain_without_ops_options_has_no_operations(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["explain", str(EXAMPLE), "--json"], capsys)
+    assert code == 0, err
+    assert "operations" not in json.loads(out)
+
+
+def test_explain_tokens_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        ["explain", str(EXAMPLE), "--tokens", "1T", "--price", "2.5", "--async-checkpoint"], capsys
+    )
+    assert code == 0, err
+    assert "Operations" in out and "goodput" in out and "asynchronous" in out and "$2.5" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tokens", "100"], "--tokens: 100 tokens is less than one"),
+        (["--tokens", "lots"], "--tokens"),
+        (["--tokens", "1T", "--price", "-1"], "--price"),
+        (["--tokens", "1T", "--failure-rate", "0"], "--failure-rate"),
+        (["--tokens", "1T", "--storage-gb-per-s", "0"], "--storage-gb-per-s"),
+        (["--tokens", "1T", "--pue", "0.5"], "--pue"),
+        (["--restart-min", "-3"], "--restart-min"),
+    ],
+)
+def test_explain_bad_ops_input_exits_2(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["explain", str(EXAMPLE), *args], capsys)
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err and out == ""

@@ -1,0 +1,325 @@
+"""`planner suggest` as a user runs it: the bundled default, --json (DESIGN.md section 2),
+--write-plan round trips through check / explain / launch, nothing fits (exit 1, the binding
+constraint and a change that would fit), impossible requests (exit 2 naming the contradiction).
+
+Most checks run `planner.cli.main(argv)` in-process; the default-job check runs `python -m planner`
+in a subprocess to see exactly what a user's shell sees.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_run import STAGE_KEYS, run
+from paths import REPO
+
+from planner.search import top_k as search
+from planner.search.space import Space
+
+PLANS = REPO / "tests" / "data" / "plans"
+
+PERF_KEYS = {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"}
+LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute")
+
+
+def suggest_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = run(["suggest", *argv, "--json"], capsys)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+# ----------------------------------------------------------------------------- the default job
+
+
+def test_no_arguments_plans_the_bundled_default() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "planner", "suggest"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    err = " ".join(p.stderr.split())  # rich wraps stderr lines at 80 columns when piped
+    assert "bundled default" in err
+    assert "llama3.1-8b" in err and "h100-sxm-80gb" in err
+    assert "Top 5 layouts" in p.stdout
+    assert "certified" in p.stdout
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_json_is_one_document_with_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    data = suggest_json([], capsys)
+    cands = data["candidates"]
+    assert len(cands) == 5
+    for c in cands:
+        assert c["fits"] is True
+        par = c["parallel"]
+        assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == 8
+        for key in (*LAYOUT_KEYS, "sequence_parallel", "pipeline_layers"):
+            assert key in par
+        mem = c["memory"]
+        assert 0 < mem["peak_gib"] <= mem["capacity_gib"]
+        assert mem["stages"] and all(set(st) >= STAGE_KEYS for st in mem["stages"])
+        assert len(mem["stages"]) == par["pp"]
+        assert set(c["performance"]) >= PERF_KEYS
+        assert "params_total" in c["model"] and "params_active" in c["model"]
+    times = [c["performance"]["step_time_s"] for c in cands]
+    assert times == sorted(times)
+    assert data["search"]["certified"] is True
+    assert data["search"]["space_size"] >= data["search"]["scored"] > 0
+    assert data["job"]["num_gpus"] == 8 and data["job"]["global_batch_size"] == 128
+
+
+def test_json_top_pick_is_the_library_search(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.inputs.job_request import DEFAULT_JOB
+    from planner.inputs.plan import parse_plan
+
+    data = suggest_json(["--top", "3"], capsys)
+    res = search.search(parse_plan(DEFAULT_JOB).job, Space(), top_k=3)
+    assert len(data["candidates"]) == 3
+    for c, lay in zip(data["candidates"], res.candidates, strict=True):
+        assert all(c["parallel"][k] == getattr(lay.layout, k) for k in LAYOUT_KEYS)
+
+
+def test_nodes_counts_gpus_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    data = suggest_json(["--nodes", "2", "--top", "1"], capsys)
+    assert data["job"]["num_gpus"] == 16
+    par = data["candidates"][0]["parallel"]
+    assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == 16
+
+
+def test_pins_and_bounds_are_respected(capsys: pytest.CaptureFixture[str]) -> None:
+    data = suggest_json(
+        ["--nodes", "2", "--tp", "2", "--max-pp", "2", "--zero", "1", "--recompute", "none,full"],
+        capsys,
+    )
+    for c in data["candidates"]:
+        par = c["parallel"]
+        assert par["tp"] == 2 and par["pp"] <= 2 and par["zero_stage"] == 1
+        assert par["recompute"] in ("none", "full")
+
+
+def test_long_search_reports_progress_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Progress lines go to stderr (every 0.5 s of search); stdout stays one JSON document."""
+
+    class SlowClock:
+        t = 0.0
+
+        def perf_counter(self) -> float:
+            self.t += 1.0
+            return self.t
+
+    monkeypatch.setattr(search, "time", SlowClock())
+    code, out, err = run(["suggest", "--json", "--nodes", "2"], capsys)
+    assert code == 0, err
+    assert "searched" in err and "structures" in err
+    assert json.loads(out)["candidates"]
+
+
+# ----------------------------------------------------------------------------- --write-plan
+
+
+def _round_trip(
+    argv: list[str], plan: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """suggest --write-plan, then check and explain the written file: (suggested, checked)."""
+    code, out, err = run(["suggest", *argv, "--json", "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    top = json.loads(out)["candidates"][0]
+    assert plan.is_file()
+    code, out, err = run(["check", str(plan), "--json"], capsys)
+    assert code == 0, err
+    checked = json.loads(out)
+    code, out, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    explained = json.loads(out)
+    assert explained["parallel"] == checked["parallel"]
+    return top, checked
+
+
+def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
+    extra = ("pipeline_layers", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap")
+    extra += ("overlap_grad_reduce",)
+    for key in (*LAYOUT_KEYS, *extra, "overlap_param_gather"):
+        assert checked["parallel"][key] == top["parallel"][key], key
+    assert checked["fits"] is True
+    assert checked["memory"]["peak_gib"] == top["memory"]["peak_gib"]
+    assert checked["performance"]["step_time_s"] == top["performance"]["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--model", "mixtral-8x7b", "--num-gpus", "16", "--seq-length", "4096"],
+        # the EP all-to-all overlap on top: the plan keeps it and launch passes Megatron's flags
+        [
+            *("--model", "mixtral-8x7b", "--num-gpus", "64", "--seq-length", "4096"),
+            *("--global-batch-size", "256"),
+        ],
+        # an uneven CP-SAT split on top: pipeline_layers must survive the round trip
+        [
+            *("--model", "llama3.1-70b", "--num-gpus", "32", "--seq-length", "4096"),
+            *("--global-batch-size", "64", "--tp", "8", "--pp", "2", "--vpp", "1", "--no-cp"),
+        ],
+        [str(PLANS / "hf-llama2-7b.toml")],  # hf_config relative to the job file
+        [str(PLANS / "inline-overrides.toml"), "--max-pp", "2"],  # inline model, tier overrides
+        # every non-Megatron switch and GPU-variant override must survive the round trip
+        [str(PLANS / "torchtitan-style.toml"), "--max-pp", "2", "--recompute", "selective"],
+    ],
+    ids=[
+        *("default", "moe", "moe-ep-overlap", "uneven"),
+        *("hf-config", "inline-overrides", "torchtitan-style"),
+    ],
+)
+def test_write_plan_round_trips(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "sub" / "plan.toml"
+    plan.parent.mkdir()
+    top, checked = _round_trip(argv, plan, capsys)
+    _same_layout(top, checked)
+    if "--pp" in argv:
+        assert top["parallel"]["pipeline_layers"] == [41, 39]
+    if "--recompute" in argv:
+        text = plan.read_text()
+        for line in (
+            "power_limit_w = 500",
+            "hbm_bandwidth_tb_per_s = 2.4",
+            'optimizer_state_dtype = "bf16"',
+            "fused_norm = false",
+            "fused_swiglu = false",
+            'cross_entropy = "pytorch"',
+            'selective_recompute = "per_op"',
+            "sp_keeps_gathered_input = true",
+            "tp_backward_overlap = false",
+        ):
+            assert line in text, line
+        assert top["parallel"]["recompute"] == "selective"
+    code, out, err = run(["launch", str(plan), "--target", "megatron-args"], capsys)
+    assert code == 0, err
+    assert f"--tensor-model-parallel-size {top['parallel']['tp']}" in out
+    overlapped = "--overlap-moe-expert-parallel-comm" in out
+    assert overlapped == top["parallel"]["ep_comm_overlap"] == ("256" in argv)
+    assert f"--pipeline-model-parallel-size {top['parallel']['pp']}" in out
+
+
+def test_write_plan_refuses_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text("# mine\n")
+    code, out, err = run(["suggest", "--write-plan", str(plan)], capsys)
+    assert code == 2
+    assert "--force" in err and str(plan) in err
+    assert plan.read_text() == "# mine\n"
+    code, out, err = run(["suggest", "--write-plan", str(plan), "--force"], capsys)
+    assert code == 0, err
+    assert "[parallel]" in plan.read_text()
+    assert f"wrote {plan}" in out.replace("\n", "")
+
+
+# ----------------------------------------------------------------------------- nothing fits
+
+
+def test_nothing_fits_names_the_binding_constraint(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["suggest", "--model", "llama3.1-405b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    code, out, err = run(argv, capsys)
+    assert code == 1, err
+    assert "nothing fits" in out and "memory" in out
+    assert "GPUs instead of 8" in out  # more GPUs
+    assert "GiB each" in out  # more memory
+    assert "Traceback" not in out + err
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 1
+    data = json.loads(out)
+    assert data["candidates"] == []
+    assert data["binding"].startswith("memory")
+    assert any("GPUs instead of 8" in c for c in data["changes"])
+
+
+def test_nothing_fits_offers_a_shorter_sequence(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["suggest", "--model", "llama3.1-70b", "--num-gpus", "16", "--seq-length", "131072"]
+    code, out, err = run([*argv, "--global-batch-size", "16", "--no-cp", "--json"], capsys)
+    assert code == 1, err
+    changes = json.loads(out)["changes"]
+    assert any(c.startswith("seq_length") and "instead of 131072" in c for c in changes)
+
+
+def test_nothing_passes_the_schedule_offers_a_batch_that_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Interleaving needs at least pp micro-batches: 2 sequences cannot feed pp 4 with vpp 2."""
+    argv = ["suggest", "--global-batch-size", "2", "--pp", "4", "--vpp", "2", "--json"]
+    code, out, err = run(argv, capsys)
+    assert code == 1, err
+    data = json.loads(out)
+    assert "schedule" in data["binding"]
+    assert data["changes"] == ["global_batch_size 4 instead of 2"]
+
+
+def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[str]) -> None:
+    """vpp 3 never divides Llama 3.1 8B's 32 layers: a bigger batch would not help either."""
+    code, out, err = run(["suggest", "--pp", "2", "--vpp", "3", "--json"], capsys)
+    assert code == 1, err
+    assert json.loads(out)["changes"] == []
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--tp", "16"], ["--tp 16", "num_gpus (8)"]),
+        (["--tp", "8", "--max-tp", "4"], ["--tp 8", "--max-tp 4"]),
+        (["--num-gpus", "512", "--dp", "256", "--global-batch-size", "128"], ["--dp 256", "128"]),
+        (["--dp", "256", "--global-batch-size", "128"], ["--dp 256"]),
+        (["--zero", "5"], ["--zero", "'5'"]),
+        (["--recompute", "bogus"], ["--recompute", "'bogus'"]),
+        (["--tp", "0"], ["--tp", "'0'"]),
+        (["--pp", "1-x"], ["--pp", "'1-x'"]),
+        (["--tp", "8", "--pp", "2"], ["--tp 8", "--pp 2", "16", "num_gpus is 8"]),
+        (["--dp", "3"], ["--dp 3", "num_gpus (8)"]),
+        (["--ep", "2"], ["--ep 2", "no experts"]),
+        (["--num-gpus", "64", "--pp", "64"], ["--pp 64", "num_layers (32)"]),
+        (["--nodes", "2", "--num-gpus", "16"], ["--nodes", "--num-gpus"]),
+        (["--headroom", "100"], ["--headroom"]),
+        (["--model", "no-such-model"], ["--model: unknown model 'no-such-model'"]),
+        (["--gpu", "no-such-gpu"], ["--gpu: unknown GPU 'no-such-gpu'"]),
+        (["--precision", "fp9"], ["--precision:", '(got "fp9")']),
+        (["--gpu", "a100-sxm-80gb", "--precision", "fp8"], ['--precision: "fp8"', "a100-sxm-80gb"]),
+    ],
+)
+def test_impossible_requests_exit_2(
+    argv: list[str], names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["suggest", *argv], capsys)
+    assert code == 2, (out, err)
+    assert out == ""
+    assert err.startswith("planner: error:")
+    assert "Traceback" not in err
+    for name in names:
+        assert name in err, (name, err)
+
+
+def test_bad_input_in_a_subprocess_has_no_traceback() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "planner", "suggest", "--tp", "8", "--max-tp", "4", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "contradicts" in p.stderr and "Traceback" not in p.stderr

@@ -1,0 +1,390 @@
+"""planner.search: the certified top K equals a brute-force enumeration under the same exact model.
+
+The reference below enumerates the whole space itself (every degree tuple whose product is the GPU
+count, every micro-batch size, every vpp, the pipeline splits, every ZeRO stage and recompute
+policy), filters by `planner.rules` plus the scale-up-domain and user rules, scores every
+memory-feasible layout with `planner.cost` and ranks with `search.rank_key`. It shares none of the
+search's pruning (no bound, no structure order, no early stop, no skipped variants): only
+`space_mod.splits` (which defines the split candidates of a (pp, vpp)), the dominance definitions
+(DESIGN.md section 4, the search's docstring: less sharding and recompute; a layout's twin with
+the EP all-to-all overlap, `_overlap_twin_dominates`) and the rank key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, parse_plan
+from planner.model import cost, memory
+from planner.search import rules
+from planner.search import space as space_mod
+from planner.search import top_k as search
+from planner.search.space import Bound, Space
+from planner.search.top_k import Candidate
+
+TOP_K = 5
+
+
+def make_job(
+    model: str,
+    gpu: str,
+    num_gpus: int,
+    seq: int,
+    gbs: int,
+    precision: str = "bf16",
+    **cluster: Any,
+) -> Job:
+    doc = {
+        "model": {"name": model},
+        "cluster": {"gpu": gpu, "num_gpus": num_gpus, **cluster},
+        "training": {"seq_length": seq, "global_batch_size": gbs, "precision": precision},
+    }
+    return parse_plan(doc).job
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+def _factorizations(n: int) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) of positive integers whose product is n."""
+    out = []
+    for tp in range(1, n + 1):
+        if n % tp:
+            continue
+        for cp in range(1, n // tp + 1):
+            if (n // tp) % cp:
+                continue
+            for pp in range(1, n // (tp * cp) + 1):
+                if (n // (tp * cp)) % pp:
+                    continue
+                out.append((tp, cp, pp, n // (tp * cp * pp)))
+    return out
+
+
+def _user_ok(space: Space, lay: Layout, domain: int) -> bool:
+    if lay.tp > domain and not space.tp_across_nodes:
+        return False
+    degrees = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "ep": lay.ep, "dp": lay.dp}
+    degrees |= {"vpp": lay.vpp, "mbs": lay.micro_batch_size}
+    return all(getattr(space, k).admits(v) for k, v in degrees.items())
+
+
+def all_layouts(job: Job, space: Space) -> list[Layout]:
+    """Every layout of the space that Megatron's rules and the user's rules accept (before
+    ZeRO / recompute, which are expanded by `reference_top`)."""
+    n, arch = job.cluster.num_gpus, job.arch
+    L, gbs = arch.num_layers, job.global_batch_size
+    domain = job.cluster.tiers[0].span_gpus or n
+    out = []
+    for tp, cp, pp, dp in _factorizations(n):
+        if gbs % dp:
+            continue
+        sp = tp > 1
+        if arch.is_moe:
+            experts = arch.num_moe_experts or 1
+            eps = [e for e in range(1, experts + 1) if experts % e == 0]
+            etps = sorted({1 if e == "1" else tp for e in space.expert_tp})
+        else:
+            eps, etps = [1], [tp]
+        for ep, etp, mbs in itertools.product(eps, etps, range(1, space_mod.MAX_MICRO_BATCH + 1)):
+            if (gbs // dp) % mbs:
+                continue
+            for vpp in range(1, L // pp + 1):
+                for split in space_mod.splits(job, space, pp, vpp):
+                    lay = Layout(
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        cp=cp,
+                        ep=ep,
+                        etp=etp,
+                        vpp=vpp,
+                        sequence_parallel=sp,
+                        micro_batch_size=mbs,
+                        pipeline_layers=split,
+                        tp_comm_overlap=sp and space.tp_comm_overlap,
+                    )
+                    if _user_ok(space, lay, domain) and not rules.violations(job, lay):
+                        out.append(lay)
+                    # Megatron's EP all-to-all overlap instead of the TP one, where it is allowed
+                    ep_ov = lay.with_(ep_comm_overlap=True)
+                    allowed = space.ep_comm_overlap and not rules.violations(job, ep_ov)
+                    if _user_ok(space, ep_ov, domain) and allowed:
+                        out.append(ep_ov)
+    return out
+
+
+def _variants(job: Job, space: Space, base: Layout) -> list[tuple[int, int, Layout]]:
+    """The (zero, recompute) variants of a base layout that Megatron's rules accept."""
+    out = []
+    for z, r in _zero_recompute(space):
+        lay = base.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
+        if not rules.violations(job, lay):
+            out.append((z, r, lay))
+    return out
+
+
+def _zero_recompute(space: Space) -> list[tuple[int, int]]:
+    zeros = list(space.zero_stages)
+    if 0 in zeros and 1 in zeros:  # ZeRO 1 is never slower, never bigger (tested below)
+        zeros.remove(0)
+    recs = [space_mod.RECOMPUTE_ORDER.index(r) for r in space.recompute]
+    return [(z, r) for z in zeros for r in recs]
+
+
+def reference_top(job: Job, space: Space, k: int = TOP_K) -> list[Candidate]:
+    """Score every fitting, non-dominated (zero, recompute) variant of every layout; the top k."""
+    scored = []
+    for base in all_layouts(job, space):
+        fitting = []
+        for z, r, lay in _variants(job, space, base):
+            rep = memory.estimate(job, lay, space.headroom_pct)
+            if rep.fits:
+                fitting.append((z, r, lay, rep))
+        for z, r, lay, rep in fitting:
+            dominated = any((fz, fr) != (z, r) and fz <= z and fr <= r for fz, fr, _, _ in fitting)
+            if not dominated:
+                scored.append(Candidate(lay, rep, cost.estimate(job, lay)))
+    scored = [c for c in scored if not _overlap_twin_dominates(job, space, c)]
+    scored.sort(key=search.rank_key)
+    return scored[:k]
+
+
+def _overlap_twin_dominates(job: Job, space: Space, c: Candidate) -> bool:
+    """A layout without the EP all-to-all overlap is dominated by its twin with it where Megatron
+    accepts that twin and it fits in no more memory at no more step time."""
+    lay = c.layout
+    if lay.ep_comm_overlap or not space.ep_comm_overlap:
+        return False
+    twin = lay.with_(ep_comm_overlap=True)
+    if rules.violations(job, twin):
+        return False
+    rep = memory.estimate(job, twin, space.headroom_pct)
+    faster = cost.estimate(job, twin).step_time_s <= c.step_time
+    return rep.fits and rep.peak <= c.memory.peak and faster
+
+
+# ----------------------------------------------------------------------------- the problems
+
+
+PROBLEMS: dict[str, tuple[Job, Space]] = {
+    "llama8b-8xh100-s8192": (make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128), Space()),
+    "llama8b-16xh100-s4096": (make_job("llama3.1-8b", "h100-sxm-80gb", 16, 4096, 64), Space()),
+    "sc21-1.7b-32xa100": (make_job("gpt-sc21-1.7b", "a100-sxm-80gb", 32, 2048, 512), Space()),
+    "mixtral-8x7b-16xh100": (
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(cp=Bound(1, 2)),
+    ),
+    "llama8b-pinned": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 64),
+        Space(
+            tp=Bound(2, 2),
+            pp=Bound(1, 2),
+            zero_stages=(1,),
+            recompute=("none", "full"),
+        ),
+    ),
+    "llama8b-fp8": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, precision="fp8"),
+        Space(),
+    ),
+    "llama8b-tiny-memory": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, memory_gib=24),
+        Space(zero_stages=(0, 1)),
+    ),
+    "llama70b-uneven": (
+        # no interleaving: the CP-SAT split (41, 39) beats the even one
+        make_job("llama3.1-70b", "h100-sxm-80gb", 32, 4096, 64),
+        Space(tp=Bound(8, 8), pp=Bound(2, 4), vpp=Bound(1, 1), cp=Bound(1, 1)),
+    ),
+    "qwen7b-small-memory": (
+        # 28 layers: pp 8 has no even split; 20 GiB forces pipelines, CP and sharding
+        make_job("qwen2.5-7b", "h100-sxm-80gb", 16, 8192, 64, memory_gib=20),
+        Space(tp=Bound(1, 2), vpp=Bound(1, 2)),
+    ),
+    "mixtral-expert-tp": (
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(cp=Bound(1, 1), ep=Bound(1, 4), expert_tp=("tp",), recompute=("selective", "full")),
+    ),
+    "mixtral-ep-overlap": (
+        # tp = cp = 1 on H100: where Megatron allows the EP all-to-all overlap
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 32, 4096, 128),
+        Space(tp=Bound(1, 1), cp=Bound(1, 1)),
+    ),
+    "llama8b-per-op-selective": (
+        # PyTorch per-op checkpointing: selective saves memory with flash attention too
+        replace(
+            make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, memory_gib=40),
+            selective_recompute="per_op",
+        ),
+        Space(tp=Bound(1, 2), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1)),
+    ),
+    "llama8b-tp-across-nodes": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
+        Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def references() -> dict[str, list[Candidate]]:
+    return {name: reference_top(job, space) for name, (job, space) in PROBLEMS.items()}
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_top_k_equals_brute_force(name: str, references: dict[str, list[Candidate]]) -> None:
+    job, space = PROBLEMS[name]
+    ref = references[name]
+    res = search.search(job, space, top_k=TOP_K)
+    assert len(ref) == TOP_K, f"{name}: the reference found only {len(ref)} layouts"
+    got = [c.layout for c in res.candidates]
+    want = [c.layout for c in ref]
+    assert got == want, "\n".join(
+        [f"{name}: search vs brute force"]
+        + [
+            f"  {g.describe():60} {gc.step_time:.6f} | {w.describe():60} {wc.step_time:.6f}"
+            for g, gc, w, wc in zip(got, res.candidates, want, ref, strict=False)
+        ]
+    )
+    for g, w in zip(res.candidates, ref, strict=True):
+        assert g.step_time == w.step_time
+        assert g.memory.peak == w.memory.peak
+        assert g.memory.fits
+    assert res.scored <= res.space_size
+    # K = 1 is the head of the same ranking
+    assert [c.layout for c in search.search(job, space, top_k=1).candidates] == want[:1]
+
+
+def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> None:
+    """The problems are not trivial: somewhere the top K holds pipeline, CP, EP, uneven splits,
+    full recompute and several ZeRO stages (so a wrong bound or dominance rule would show)."""
+    tops = [c.layout for cands in references.values() for c in cands]
+    assert any(lay.pp > 1 for lay in tops)
+    assert any(lay.ep > 1 for lay in tops)
+    assert any(lay.ep_comm_overlap for lay in tops)
+    assert any(lay.pipeline_layers is not None for lay in tops)
+    assert len({lay.zero_stage for lay in tops}) >= 2
+    # 24 GiB: only full recompute fits, anywhere in the space
+    job, space = PROBLEMS["llama8b-tiny-memory"]
+    every = reference_top(job, space, k=10**6)
+    assert every and all(c.layout.recompute == "full" for c in every)
+    pinned = references["llama8b-pinned"]
+    assert all(c.layout.tp == 2 and c.layout.pp <= 2 and c.layout.zero_stage == 1 for c in pinned)
+    assert all(c.layout.recompute in ("none", "full") for c in pinned)
+    assert any(c.layout.recompute == "selective" for c in references["llama8b-per-op-selective"])
+
+
+def test_nothing_fits_matches_brute_force() -> None:
+    job = make_job("llama3.1-70b", "h100-sxm-80gb", 8, 8192, 64, memory_gib=16)
+    space = Space()
+    assert reference_top(job, space) == []
+    res = search.search(job, space, top_k=TOP_K)
+    assert res.candidates == []
+    assert res.space_size > 0
+    assert res.rejected["memory"] > 0
+
+
+# ----------------------------------------------------------------------------- the assumptions
+
+
+def _sample_layouts(job: Job, space: Space, count: int) -> list[Layout]:
+    lays = all_layouts(job, space)
+    step = max(len(lays) // count, 1)
+    return lays[::step]
+
+
+@pytest.mark.parametrize("name", ["llama8b-16xh100-s4096", "mixtral-8x7b-16xh100", "llama8b-fp8"])
+def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
+    """The dominance the search relies on to skip ZeRO 0 whenever ZeRO 1 is allowed."""
+    job, space = PROBLEMS[name]
+    for base in _sample_layouts(job, space, 40):
+        for rc in space_mod.RECOMPUTE_ORDER:
+            z0 = base.with_(zero_stage=0, recompute=rc)
+            z1 = base.with_(zero_stage=1, recompute=rc)
+            assert cost.estimate(job, z1).step_time_s <= cost.estimate(job, z0).step_time_s, z1
+            assert memory.estimate(job, z1).peak <= memory.estimate(job, z0).peak, z1
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
+    """search.lower_bound at the structure's largest micro-batch (what the search queues) is no
+    more than the exact step time of any layout of that structure, split and vpp."""
+    job, space = PROBLEMS[name]
+    groups: dict[tuple[int, ...], list[Layout]] = {}
+    for lay in all_layouts(job, space):
+        key = (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
+        groups.setdefault(key, []).append(lay)
+    checked = 0
+    for lays in groups.values():
+        top_mbs = max(lay.micro_batch_size for lay in lays)
+        shapes = {(lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap) for lay in lays}
+        bound = min(
+            search.lower_bound(
+                job,
+                lays[0].with_(
+                    micro_batch_size=top_mbs, vpp=v, pipeline_layers=pl, ep_comm_overlap=ov
+                ),
+            )
+            for v, pl, ov in shapes
+        )
+        for lay in lays:
+            for _, _, v in _variants(job, space, lay):
+                exact = cost.estimate(job, v).step_time_s
+                assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
+                checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
+    """memory.state_floor, on which the search rejects a ZeRO stage before estimating its
+    recompute variants, is no more than the peak `estimate` (the search's fast path) finds for
+    any micro-batch size and recompute policy of that layout, and does not depend on them."""
+    job, space = PROBLEMS[name]
+    floors: dict[tuple[object, ...], float] = {}
+    checked = 0
+    for lay in _sample_layouts(job, space, 60):
+        for z, r in _zero_recompute(space):
+            v = lay.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
+            floor = memory.state_floor(job, v)
+            peak = memory.estimate(job, v, all_stages=False).peak
+            assert floor <= peak, (v.describe(), floor, peak)
+            shape = (v.tp, v.cp, v.pp, v.dp, v.ep, v.expert_tp, v.vpp, v.pipeline_layers, z)
+            assert floors.setdefault(shape, floor) == floor, v.describe()
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_search_enumerates_the_whole_space(name: str) -> None:
+    """The search's structures and options are exactly the reference's layouts (every vpp with
+    a split included, not only the divisors of layers / pp), and space_size counts them times the
+    (zero, recompute) variants searched."""
+    job, space = PROBLEMS[name]
+    ref = set(all_layouts(job, space))
+    got = set()
+    for s in space_mod.structures(job, space, Counter()):
+        for mbs, vpp, split in space_mod.options(job, space, s):
+            got.update(lay for lay, _ in space_mod.bases(job, s, mbs, vpp, split, space))
+    assert got == ref, (sorted(ref - got, key=str)[:3], sorted(got - ref, key=str)[:3])
+    res = search.search(job, space)
+    assert res.space_size == sum(len(_variants(job, space, lay)) for lay in ref)
+
+
+def test_rank_key_prefers_simpler_on_ties() -> None:
+    job, _ = PROBLEMS["llama8b-8xh100-s8192"]
+    a = Layout(tp=2, dp=4, sequence_parallel=True, micro_batch_size=1)
+    b = a.with_(zero_stage=2)
+    perf = cost.estimate(job, a)
+    rep = memory.estimate(job, a)
+    ca, cb = Candidate(a, rep, perf), Candidate(b, rep, perf)
+    assert sorted([cb, ca], key=search.rank_key) == [ca, cb]
+    assert search.simplicity(a) < search.simplicity(b)
+    assert math.isfinite(perf.step_time_s)
