@@ -1,8 +1,8 @@
 """Predicted vs published throughput for every published run with a throughput figure.
 
-    /work/venv/bin/python benchmarks/fidelity.py
+    python benchmarks/fidelity.py
 
-Rows: ../shared/reference/published_runs.yaml, those with result.tokens_per_s_per_gpu or
+Rows: benchmarks/data/published_runs.yaml, those with result.tokens_per_s_per_gpu or
 derived.tokens_per_s_per_gpu, mapped to planner inputs by benchmarks/runs.py. Prints predicted and
 published tokens/s/GPU, the relative error, predicted and published MFU where the source's
 convention is ours (model FLOPs, no causal halving, no recompute: SC21's derived eq.(7) figure,

@@ -1,6 +1,6 @@
 """Fit the cost model's few calibration constants to published throughput.
 
-    /work/venv/bin/python benchmarks/fit_constants.py [--write]
+    python benchmarks/fit_constants.py [--write]
 
 Fitted constants (planner/layer_time.py): GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY,
 ELEMENTWISE_PASSES. Every other constant is a documented physical or

@@ -1,8 +1,8 @@
 """The Hagemann et al. 2023 layouts (arXiv:2311.05610) as planner jobs and layouts.
 
-Data: tests/data/hagemann_layouts.csv, a copy of ../shared/reference/hagemann_layouts.csv (numbers
-only, from the public repo Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts
-@e13c2cb; see ../shared/reference/hagemann_layouts.md). Settings per that note: A100 80 GB in
+Data: benchmarks/data/hagemann_layouts.csv (numbers only, from the public repo
+Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts @e13c2cb; see
+benchmarks/data/hagemann_layouts.md). Settings per that note: A100 80 GB in
 8-GPU nodes, bf16, ZeRO-1 with 16-bit gradients, 128,000-token vocabulary, a fixed 4,194,304-token
 global batch; sequence parallelism only where the sheet records it. The training code is Aleph
 Alpha's, not Megatron-LM: its loss runs on gathered logits (no vocab-parallel cross entropy), and
@@ -51,7 +51,7 @@ DpSync = Literal["megatron", "fp32_after_backward"]
 """How the data-parallel replicas synchronise: Megatron's overlapped sync (what planner
 models and launches), or the training code's own fp32 all-reduce after the backward."""
 
-CSV = Path(__file__).resolve().parent.parent / "tests" / "data" / "hagemann_layouts.csv"
+CSV = Path(__file__).resolve().parent / "data" / "hagemann_layouts.csv"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Predicted memory against every published figure and known outcome.
 
-1. Every run in ../shared/reference/published_runs.yaml that trained: is it judged "fits"? Where
+1. Every run in benchmarks/data/published_runs.yaml that trained: is it judged "fits"? Where
    the source gives a measured per-GPU figure, the predicted peak beside it.
 2. Every flash-attention-2 layout of Hagemann et al. (trained or out of memory): the confusion
    table, and the rows judged wrongly.
@@ -121,7 +121,7 @@ def write_test_data(path: Path) -> None:
             }
         )
     about = (
-        "Every run of ../shared/reference/published_runs.yaml (all trained), mapped to planner "
+        "Every run of benchmarks/data/published_runs.yaml (all trained), mapped to planner "
         "inputs by benchmarks/runs.py (source_id = its id; cluster = the plan's [cluster] "
         "overrides); measured_gib is the published per-GPU peak where there is one. Written by "
         "benchmarks/memory_fidelity.py --write-test-data; used by tests/test_memory_published.py."

@@ -1,18 +1,17 @@
 """How far the cost model's closed-form pipeline time is from the schedule Megatron-LM runs.
 
-    /work/venv/bin/python benchmarks/pipeline_schedule.py [--verbose]
+    python benchmarks/pipeline_schedule.py [--verbose]
 
-planner.cost prices a step's pipeline as m x max(t) + (sum(t) - max(t)) / vpp (planner.schedule,
-the search's hot path), plus, when interleaved, the exposed point-to-point hops
-(schedule.interleaved_p2p_exposed). planner.schedule.simulate times Megatron-LM's own op order
-(1F1B or interleaved, each op when its rank is free and its input is ready, an interleaved send
-delaying its receiver by Performance.p2p_hop) with the same per-stage forward and backward times
-(Performance.stages). The two agree exactly for equal stages (tested); this
-measures them on uneven ones: every row with pp > 1 of published_runs.yaml (with a throughput
-figure), of the Hagemann et al. sweep (outcome ok), and the top TOP_K layouts `planner suggest`
-picks for the SUGGEST jobs (its uneven splits can leave a middle rank slowest), as the difference
-in step time. Positive: the closed form is slower than the schedule (pessimistic).
-"""
+planner.model.cost prices a step's pipeline as m x max(t) + (sum(t) - max(t)) / vpp
+(planner.model.schedule, the search's hot path), plus, when interleaved, the exposed point-to-point
+hops (schedule.interleaved_p2p_exposed). planner.model.schedule.simulate times Megatron-LM's own op
+order (1F1B or interleaved, each op when its rank is free and its input is ready, an interleaved
+send delaying its receiver by Performance.p2p_hop) with the same per-stage forward and backward
+times (Performance.stages). The two agree exactly for equal stages (tested); this measures them on
+uneven ones: every row with pp > 1 of published_runs.yaml (with a throughput figure), of the
+Hagemann et al. sweep (outcome ok), and the top TOP_K layouts `planner suggest` picks for the
+SUGGEST jobs (its uneven splits can leave a middle rank slowest), as the difference in step time.
+Positive: the closed form is slower than the schedule (pessimistic)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Does `planner suggest` find layouts at least as good as the ones published runs used?
 
-    /work/venv/bin/python benchmarks/plan_quality.py
+    python benchmarks/plan_quality.py
 
-For each run of ../shared/reference/published_runs.yaml with a throughput figure (mapped to planner
+For each run of benchmarks/data/published_runs.yaml with a throughput figure (mapped to planner
 inputs by benchmarks/runs.py): search that run's model, GPU, GPU count, sequence length and global
 batch with every dimension open, in a space that admits the published layout (its context-parallel
 degree and micro-batch within the bounds, TP across nodes if it went there, and TP communication
@@ -17,7 +17,7 @@ Three conditions per run:
              parallelism off with tp > 1 (2021-22 Megatron) through SP on (the search turns it on
              whenever tp > 1: same TP bytes, the replicated activations and their elementwise
              work split by tp). Marked "twin" in the table.
-  feasible   planner.rules accepts it and planner.memory says it fits
+  feasible   planner.search.rules accepts it and planner.model.memory says it fits
   top >= pub the top pick's predicted tokens/s/GPU is at least the published layout's prediction
 
 The table also prints what the run measured (the cost model's fidelity against it is

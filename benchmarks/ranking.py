@@ -1,13 +1,13 @@
 """Does the cost model rank layouts the way the GPUs did? (Hagemann et al. 2023 sweep)
 
-    /work/venv/bin/python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X]
-                                                [--ib-scale X] [--cross-fit] [--pairs]
-                                                [--split balanced]
-                                                [--dp-sync fp32_after_backward]
+    python benchmarks/ranking.py [--verbose] [--residuals] [--nvlink-scale X] [--ib-scale X]
+                                 [--cross-fit] [--pairs] [--split balanced]
+                                 [--dp-sync fp32_after_backward]
 
-Rows: ../shared/reference/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts
-that trained), modelled per hagemann_layouts.md as hagemann-llama-13b / 30b on a100-sxm-80gb,
-zero_stage 1 with bf16 gradients, the csv's global batch (benchmarks/runs.py::load_hagemann).
+Rows: benchmarks/data/hagemann_layouts.csv, flash_attention2 kernel, outcome ok (the layouts that
+trained), modelled per benchmarks/data/hagemann_layouts.md as hagemann-llama-13b / 30b on
+a100-sxm-80gb, zero_stage 1 with bf16 gradients, the csv's global batch
+(benchmarks/runs.py::load_hagemann).
 Spearman rank correlation of predicted vs measured tokens/s/GPU, and whether the predicted best
 layout is within 5% of the measured best (targets: Spearman >= 0.85, top pick within 5%), in two
 groupings:

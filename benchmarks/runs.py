@@ -1,8 +1,9 @@
 """Published runs as planner inputs: each row of published_runs.yaml and hagemann_layouts.csv
 mapped to a (Job, Layout) case with its measured tokens/s/GPU.
 
-The reference data live outside the repo, in ../shared/reference (relative to the repo root).
-Benchmarks read them; tests must not (tests/data holds the few numbers they need).
+The reference data live in benchmarks/data (with their sources: benchmarks/data/README.md).
+Benchmarks read them; tests read only hagemann_layouts.csv there (tests/data holds the few other
+numbers they need).
 
 Mapping rules (one place, shared by the fidelity, ranking, fitting and memory benchmarks):
   model      a zoo model with the same num_layers / hidden_size / num_attention_heads (and vocab
@@ -60,7 +61,7 @@ from planner.model import flops
 from planner.model.cost import Performance
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO / ".." / "shared" / "reference"
+REFERENCE = REPO / "benchmarks" / "data"
 
 MODEL_BY_NAME = {
     "LLAMA2-70B": "llama2-70b",
@@ -178,8 +179,8 @@ def _int(v: Any, default: int = 1) -> int:
 
 MCORE_R08_BASIS = "Megatron-Core formula (r0.8)"
 """A TFLOP/s figure counted by Megatron-Core r0.8's num_floating_point_operations
-(conventions.md item 3: attention not halved, MoE as top_k x expert FFN), which is
-planner.flops.model_flops_per_token's convention: tokens/s/GPU = TFLOP/s / FLOPs per token."""
+(benchmarks/data/conventions.md item 3: attention not halved, MoE as top_k x expert FFN), which is
+planner.model.flops.model_flops_per_token's convention: tokens/s/GPU = TFLOP/s / FLOPs per token."""
 
 
 def _mcore_tflops(row: dict[str, Any]) -> float | None:

@@ -1,6 +1,6 @@
 """How long `planner suggest` takes, timed as a user runs it: whole processes, start-up included.
 
-    /work/venv/bin/python benchmarks/search_speed.py [--runs N]
+    python benchmarks/search_speed.py [--runs N]
 
 Each case runs `python -m planner suggest --model ... --gpu ... --num-gpus ... --seq-length ...
 --global-batch-size ... --json` N times (default 5) with every dimension open (tp, cp, pp, dp, ep,

@@ -21,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Parallelism auto-planner for large-model training.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 app.add_typer(catalog.app, name="catalog")
 app.command()(check.check)

@@ -11,7 +11,9 @@ from planner.cli.common import JsonOpt, emit_json, out
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
 
-app = typer.Typer(no_args_is_help=True, help="The GPUs and models planner knows.")
+app = typer.Typer(
+    no_args_is_help=True, help="The GPUs and models planner knows.", rich_markup_mode=None
+)
 
 
 @app.command("list")

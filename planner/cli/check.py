@@ -51,7 +51,7 @@ def plan_from_args(
 
 def check(
     plan_path: Annotated[
-        Path | None, typer.Argument(metavar="[PLAN]", help="plan file (TOML)")
+        Path | None, typer.Argument(metavar="PLAN", help="plan file (TOML)")
     ] = None,
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,

@@ -10,13 +10,42 @@ import typer
 from rich.console import Console
 
 from planner.inputs.errors import InputError
+from planner.inputs.job_request import DEFAULT_JOB
 from planner.model import memory
 
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+"""stdout. No rich markup: names and paths a user gave print as they are (`render`)."""
+err = Console(stderr=True, markup=False)
+"""stderr: the job planned, progress."""
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="percent of GPU memory kept free")]
 DEFAULT_HEADROOM = memory.DEFAULT_HEADROOM_PCT
+
+
+def _default(table: str, key: str) -> str:
+    return f"(default: the job file's, else {DEFAULT_JOB[table][key]})"
+
+
+# the job flags of suggest and scale; each says the default it falls back to
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(help=f"zoo name, config.json or model TOML {_default('model', 'name')}"),
+]
+GpuOpt = Annotated[str | None, typer.Option(help=f"catalog GPU name {_default('cluster', 'gpu')}")]
+SeqOpt = Annotated[
+    int | None,
+    typer.Option(min=1, help=f"tokens per sequence {_default('training', 'seq_length')}"),
+]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1, help=f"sequences per optimizer step {_default('training', 'global_batch_size')}"
+    ),
+]
+PrecisionOpt = Annotated[
+    str | None, typer.Option(help=f"bf16 or fp8 {_default('training', 'precision')}")
+]
 
 
 def emit_json(data: Any) -> None:

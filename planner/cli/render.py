@@ -1,10 +1,15 @@
-"""Human output with rich: tables for the catalog and the per-stage memory breakdown."""
+"""Human output with rich: tables for the catalog and the per-stage memory breakdown.
+
+The consoles (`planner.cli.common`) do not read rich markup, so names and paths a user gave print
+as they are ("x[bold]y" stays "x[bold]y"); the few styled lines pass markup=True and escape what
+they interpolate."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planner.emit.common import cost_text
@@ -14,7 +19,7 @@ from planner.inputs.hardware import GpuSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
-from planner.model.cost import Performance
+from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.memory import MemoryReport
 from planner.model.schedule import shown_microbatches, timeline_text
 from planner.ops.operations import Operations
@@ -75,9 +80,14 @@ def fields_table(title: str, data: dict[str, Any]) -> Table:
     return t
 
 
+def capacity_text(rep: MemoryReport) -> str:
+    """'77.3 GiB (79.6 less 3% headroom)': the usable memory and where it comes from."""
+    return f"{gib(rep.capacity)} GiB ({gib(rep.physical)} less {rep.headroom_pct:g}% headroom)"
+
+
 def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
     """Per-stage memory; with `perf` (explain) also each stage's time per micro-batch."""
-    title = f"Memory per GPU (GiB), capacity {gib(rep.capacity)} after headroom"
+    title = f"Memory per GPU (GiB), capacity {capacity_text(rep)}"
     timed = perf is not None and len(perf.stages) == len(rep.stages)
     t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
     cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
@@ -112,17 +122,21 @@ def print_check(
     console: Console, job: Job, layout: Layout, rep: MemoryReport, changes: list[Change]
 ) -> None:
     console.print(
-        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
-        f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}"
+        f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}",
+        markup=True,
     )
     console.print(memory_table(rep))
     peak, cap = gib(rep.peak), gib(rep.capacity)
     if rep.fits:
-        console.print(f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})")
+        console.print(
+            f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})", markup=True
+        )
         return
     console.print(
         f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on stage {rep.worst.stage}, "
-        f"{gib(rep.shortfall)} GiB over"
+        f"{gib(rep.shortfall)} GiB over",
+        markup=True,
     )
     fitting = [c for c in changes if c.fits]
     if fitting:
@@ -172,13 +186,14 @@ def print_explain(
     console: Console, job: Job, layout: Layout, rep: MemoryReport, perf: Performance
 ) -> None:
     console.print(
-        f"[bold]{job.arch.name}[/] on {cluster_text(job)}, "
+        f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
-        f"{layout.describe()}"
+        f"{layout.describe()}",
+        markup=True,
     )
     console.print(memory_table(rep, perf))
     verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
-    console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB")
+    console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB", markup=True)
     console.print(time_table(perf))
     if layout.pp > 1:
         m = layout.num_microbatches(job.global_batch_size)
@@ -197,14 +212,29 @@ def print_explain(
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
         f"{perf.model_tflops_per_gpu:.0f}   MFU {perf.mfu:.1%} (model FLOPs, causal attention "
-        f"not halved)   largest cost besides compute: {perf.bottleneck()}"
+        f"not halved)"
     )
+    console.print(top_cost_text(perf))
+
+
+def top_cost_text(perf: Performance) -> str:
+    """explain's verdict on the step: its largest cost besides compute with its share, or
+    compute-bound when none reaches BOTTLENECK_MIN_SHARE (`Performance.bottleneck`)."""
+    name = perf.bottleneck()
+    if name == COMPUTE_BOUND:
+        return (
+            f"{COMPUTE_BOUND}: no cost besides compute reaches {BOTTLENECK_MIN_SHARE:.0%} "
+            "of the step"
+        )
+    field = next(f for f, n in COST_NAMES.items() if n == name)
+    share = float(getattr(perf.breakdown, field)) / perf.step_time_s
+    return f"largest cost besides compute: {name} ({share:.0%} of the step)"
 
 
 def operations_table(o: Operations) -> Table:
     """`explain --tokens ...`: days, GPU-hours, cost, energy, checkpoints, failures, goodput."""
     r, p = o.resilience, o.params
-    t = Table(title="Operations (planner.ops; defaults and sources: planner/ops.py)")
+    t = Table(title="Operations (defaults and their sources: planner/ops/assumptions.py)")
     t.add_column("what", style="bold")
     t.add_column("estimate", overflow="fold")
     if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
@@ -308,4 +338,18 @@ def scale_table(curve: scaling.ScaleCurve) -> Table:
     for p, row in zip(curve.points, scale_rows(curve), strict=True):
         style = "red" if p.num_gpus == curve.stops_paying_at else None
         t.add_row(*row, style=style)
+    t.caption = scale_caption(curve)
     return t
+
+
+def scale_caption(curve: scaling.ScaleCurve) -> str:
+    """What the days and cost columns assume, or which option fills them."""
+    notes = []
+    if not curve.tokens:
+        notes.append("days: give --tokens (the token budget)")
+    o = next((p.operations for p in curve.points if p.operations is not None), None)
+    if o is not None and o.price_usd_per_gpu_hour is None:
+        notes.append("$/M tokens: give --price ($ per GPU-hour)")
+    elif o is not None:
+        notes.append(f"$/M tokens at ${o.price_usd_per_gpu_hour:g}/GPU-hour ({o.price_source})")
+    return "; ".join(notes)

@@ -1,16 +1,20 @@
-"""Human output of `planner suggest`: the ranked table, why the first beats the second, what the
-search considered and rejected, and, when nothing fits, why and what would."""
+"""Human output of `planner suggest`: the ranked table, the layouts folded into its rows (same step
+time, cp traded for micro-batch size), why the first beats the second, what the search considered
+and rejected, and, when nothing fits, why and what would."""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from planner.cli.render import capacity_text
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model.cost import COST_NAMES, StepBreakdown
+from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
+from planner.search.twins import Row
 
 _PARTS = {"compute": "compute"} | {k: v for k, v in COST_NAMES.items() if k != "other"}
 """Step-time components compared when explaining why #1 beats #2."""
@@ -24,8 +28,9 @@ def _split(c: Candidate) -> str:
 
 
 def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
-    cap = cands[0].memory.capacity / GIB if cands else 0.0
-    t = Table(title=f"Top {len(cands)} layouts by {objective} (memory capacity {cap:.1f} GiB)")
+    cap = capacity_text(cands[0].memory) if cands else "?"
+    noun = "layout" if len(cands) == 1 else "layouts"
+    t = Table(title=f"Top {len(cands)} {noun} by {objective}, memory capacity {cap}")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
     cols += ["peak GiB", "step s", "tok/s/GPU", "MFU", "top cost"]
     for col in cols:
@@ -51,7 +56,11 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             f"{p.mfu:.1%}",
             p.bottleneck(),
         )
-    t.caption = "m = micro-batches per step; split = layers on first/middle/last pipeline rank"
+    t.caption = (
+        "m = micro-batches per step; split = layers on first/middle/last pipeline rank; "
+        f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
+        f"else {COMPUTE_BOUND}"
+    )
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
     return t
@@ -76,8 +85,38 @@ def why_first(a: Candidate, b: Candidate) -> str:
     return line
 
 
-def print_result(console: Console, job: Job, res: SearchResult, objective: str) -> None:
+def twin_lines(rows: list[Row[Candidate]]) -> list[str]:
+    """'#1 also: cp 2 x mbs 4 (dp 2, peak 70.7 GiB), ...' for each row with twins folded into it,
+    under a line saying what they are."""
+    lines = [
+        f"  #{i} also: "
+        + ", ".join(
+            f"cp {t.layout.cp} x mbs {t.layout.micro_batch_size} (dp {t.layout.dp}, "
+            f"peak {t.memory.peak / GIB:.1f} GiB)"
+            for t in r.equivalents
+        )
+        for i, r in enumerate(rows, 1)
+        if r.equivalents
+    ]
+    if not lines:
+        return []
+    head = (
+        "Same step time, folded into the row: cp traded for micro-batch size "
+        "(dp x cp, mbs / cp and all else unchanged):"
+    )
+    return [head, *lines]
+
+
+def print_result(
+    console: Console,
+    job: Job,
+    res: SearchResult,
+    objective: str,
+    rows: list[Row[Candidate]] | None = None,
+) -> None:
     console.print(candidates_table(job, res.candidates, objective))
+    for line in twin_lines(rows or []):
+        console.print(line, highlight=False)
     if len(res.candidates) > 1:
         console.print(why_first(res.candidates[0], res.candidates[1]))
     console.print(summary(res))
@@ -93,7 +132,7 @@ def summary(res: SearchResult) -> str:
 
 
 def print_infeasible(console: Console, why: Infeasible, res: SearchResult) -> None:
-    console.print(f"[red]nothing fits[/]: {why.binding}")
+    console.print(f"[red]nothing fits[/]: {escape(why.binding)}", markup=True)
     if why.changes:
         console.print("Smallest changes that would make something fit:")
         for c in why.changes:

@@ -8,6 +8,7 @@ from typing import Any
 from planner.inputs import units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import GpuSpec
+from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
@@ -17,6 +18,7 @@ from planner.ops import operations as ops
 from planner.search import scaling
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
+from planner.search.twins import Row
 
 
 def _gib(nbytes: float) -> float:
@@ -171,23 +173,43 @@ def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
     }
 
 
-def candidate_dict(job: Job, c: Candidate) -> dict[str, Any]:
-    d = plan_dict(job.arch, c.layout, c.memory, c.performance)
-    d["parallel"]["num_microbatches"] = c.layout.num_microbatches(job.global_batch_size)
+def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
+    d = layout_dict(lay)
+    d["num_microbatches"] = lay.num_microbatches(job.global_batch_size)
     return d
 
 
-def suggest_dict(job: Job, res: SearchResult) -> dict[str, Any]:
+def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) -> dict[str, Any]:
+    """A plan_dict plus `parallel.num_microbatches` and `equivalents`: the layouts folded into
+    this one (planner.search.twins.Row), each as its `parallel` and `memory.peak_gib`."""
+    d = plan_dict(job.arch, c.layout, c.memory, c.performance)
+    d["parallel"] = _parallel(job, c.layout)
+    d["equivalents"] = [
+        {"parallel": _parallel(job, t.layout), "memory": {"peak_gib": _gib(t.memory.peak)}}
+        for t in twins
+    ]
+    return d
+
+
+def job_dict(job: Job, defaulted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The job suggest planned; `defaulted`: its fields neither a job file nor a flag set."""
+    return {**job_values(job), "defaulted": list(defaulted)}
+
+
+def suggest_dict(
+    job: Job,
+    res: SearchResult,
+    rows: list[Row[Candidate]] | None = None,
+    defaulted: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """`suggest --json`: the candidates (with the twins `rows` folded into each), the job (with
+    `defaulted`: the fields neither a job file nor a flag set) and the search's counts."""
+    twins = [r.equivalents for r in rows] if rows is not None else [()] * len(res.candidates)
     return {
-        "candidates": [candidate_dict(job, c) for c in res.candidates],
-        "job": {
-            "model": job.arch.name,
-            "gpu": job.cluster.gpu.name,
-            "num_gpus": job.cluster.num_gpus,
-            "seq_length": job.seq_length,
-            "global_batch_size": job.global_batch_size,
-            "precision": job.precision,
-        },
+        "candidates": [
+            candidate_dict(job, c, t) for c, t in zip(res.candidates, twins, strict=True)
+        ],
+        "job": job_dict(job, defaulted),
         "search": {
             "space_size": res.space_size,
             "structures": res.structures,
@@ -200,10 +222,15 @@ def suggest_dict(job: Job, res: SearchResult) -> dict[str, Any]:
     }
 
 
-def infeasible_dict(why: Infeasible, res: SearchResult) -> dict[str, Any]:
-    return {
+def infeasible_dict(
+    why: Infeasible, res: SearchResult, job: Job | None = None, defaulted: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    d: dict[str, Any] = {
         "candidates": [],
         "binding": why.binding,
         "changes": why.changes,
         "search": {"space_size": res.space_size, "rejected": dict(res.rejected)},
     }
+    if job is not None:
+        d["job"] = job_dict(job, defaulted)
+    return d

@@ -9,10 +9,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from planner.cli import plot, render, report
-from planner.cli.common import JsonOpt, emit_json, out
+from planner.cli.common import (
+    BatchOpt,
+    GpuOpt,
+    JsonOpt,
+    ModelOpt,
+    PrecisionOpt,
+    SeqOpt,
+    emit_json,
+    err,
+    out,
+)
+from planner.cli.job_text import print_job
 from planner.cli.ops_options import (
     AsyncOpt,
     FailureRateOpt,
@@ -28,7 +38,7 @@ from planner.cli.ops_options import (
     ops_inputs,
 )
 from planner.inputs.errors import EXIT_NO, InputError
-from planner.inputs.job_request import JobArgs, load_job
+from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.cost import Performance
@@ -64,18 +74,26 @@ def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
     raise InputError(f"{option}: expected N, LO..HI, LO..HIxF or N1,N2,... (got {text!r})")
 
 
+DEFAULT_SIZES = "8..1024"
+
+
 def scale(
     job_path: Annotated[
-        Path | None, typer.Argument(metavar="[JOB]", help="job file: a plan without [parallel]")
+        Path | None, typer.Argument(metavar="JOB", help="job file: a plan without [parallel]")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="zoo name, config.json or model TOML")] = None,
-    gpu: Annotated[str | None, typer.Option(help="catalog GPU name")] = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
     num_gpus: Annotated[
-        str, typer.Option("--num-gpus", help="sizes: 64..16384 (doubling), 64..4096x4, 8,64,512")
-    ] = "8..1024",
-    seq_length: Annotated[int | None, typer.Option(min=1)] = None,
-    global_batch_size: Annotated[int | None, typer.Option(min=1)] = None,
-    precision: Annotated[str | None, typer.Option(help="bf16 or fp8")] = None,
+        str | None,
+        typer.Option(
+            "--num-gpus",
+            help="sizes: 64..16384 (doubling), 64..4096x4, 8,64,512 (default "
+            f"{DEFAULT_SIZES}, also with a job file)",
+        ),
+    ] = None,
+    seq_length: SeqOpt = None,
+    global_batch_size: BatchOpt = None,
+    precision: PrecisionOpt = None,
     tokens: TokensOpt = None,
     price: PriceOpt = None,
     failure_rate: FailureRateOpt = None,
@@ -94,7 +112,7 @@ def scale(
 ) -> None:
     """Best layout at each GPU count: tokens/s, per-GPU efficiency, cost per token, days, and
     where adding GPUs stops paying. Exit 0, 1 when no size has a layout that fits."""
-    sizes = parse_sizes(num_gpus)
+    sizes = parse_sizes(num_gpus if num_gpus is not None else DEFAULT_SIZES)
     scaling.check_threshold(threshold, "--threshold")
     params, budget, _ = ops_inputs(
         tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
@@ -103,8 +121,13 @@ def scale(
     if plot_path is not None:
         plot.check_svg_path(plot_path)
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
-    job, _, origin = load_job(job_path, args)
-    err = Console(stderr=True)
+    req = request_job(job_path, args)
+    job = req.job
+    # the sizes replace the job's num_gpus; they default when --num-gpus is not given
+    defaulted = tuple(f for f in req.defaulted if f != "num_gpus")
+    if num_gpus is None:
+        defaulted = ("num_gpus", *defaulted)
+    values = req.values() | {"num_gpus": num_gpus if num_gpus is not None else DEFAULT_SIZES}
     best = scaling.search_best_layout()
 
     def planned(j: Job) -> tuple[Layout, Performance] | None:
@@ -113,13 +136,14 @@ def scale(
         return best(j)
 
     if not as_json:
-        err.print(f"scaling {job.arch.name} on {job.cluster.gpu.name} ({origin})")
+        print_job(err, "scaling", req, values, tuple(f for f in values if f in defaulted))
     with named_options():
         curve = scaling.scale(job, sizes, planned, budget, params, threshold)
     if plot_path is not None:
         plot.write_svg(plot_path, plot.scaling_svg(curve))
     if as_json:
         data = report.curve_dict(curve)
+        data["defaulted"] = [f for f in req.values() if f in defaulted]
         data["plot"] = str(plot_path) if plot_path is not None else None
         emit_json(data)
     else:

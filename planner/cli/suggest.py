@@ -8,42 +8,50 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from planner import __version__
 from planner.cli import render_suggest, report
 from planner.cli.common import (
     DEFAULT_HEADROOM,
+    BatchOpt,
+    GpuOpt,
     HeadroomOpt,
     JsonOpt,
+    ModelOpt,
+    PrecisionOpt,
+    SeqOpt,
     check_headroom,
     emit_json,
+    err,
     out,
 )
+from planner.cli.job_text import print_job
 from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
-from planner.inputs.job_request import JobArgs, load_job
+from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
 from planner.ops.operations import OBJECTIVES
-from planner.search import top_k
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
-from planner.search.suggest import check_space, explain_infeasible, rerank
+from planner.search.suggest import check_space, explain_infeasible, search_rows
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
 MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
+_gpus_default = f"(default: the job file's, else {DEFAULT_JOB['cluster']['num_gpus']})"
 
 
 def suggest(
     job_path: Annotated[
-        Path | None, typer.Argument(metavar="[JOB]", help="job file: a plan without [parallel]")
+        Path | None, typer.Argument(metavar="JOB", help="job file: a plan without [parallel]")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="zoo name, config.json or model TOML")] = None,
-    gpu: Annotated[str | None, typer.Option(help="catalog GPU name")] = None,
-    num_gpus: Annotated[int | None, typer.Option(min=1)] = None,
-    nodes: Annotated[int | None, typer.Option(min=1)] = None,
-    seq_length: Annotated[int | None, typer.Option(min=1)] = None,
-    global_batch_size: Annotated[int | None, typer.Option(min=1)] = None,
-    precision: Annotated[str | None, typer.Option(help="bf16 or fp8")] = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: Annotated[int | None, typer.Option(min=1, help=f"GPUs {_gpus_default}")] = None,
+    nodes: Annotated[
+        int | None, typer.Option(min=1, help="nodes of the GPU's gpus_per_node (or --num-gpus)")
+    ] = None,
+    seq_length: SeqOpt = None,
+    global_batch_size: BatchOpt = None,
+    precision: PrecisionOpt = None,
     tp: RangeOpt = None,
     pp: RangeOpt = None,
     cp: RangeOpt = None,
@@ -74,7 +82,8 @@ def suggest(
     """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
     check_headroom(headroom)
     args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
-    job, model_ref, origin = load_job(job_path, args)
+    req = request_job(job_path, args)
+    job, model_ref = req.job, req.model_ref
     space = Space(
         tp=bound("tp", tp, max_tp),
         pp=bound("pp", pp, max_pp),
@@ -92,24 +101,17 @@ def suggest(
     check_space(job, space)
     if write_plan is not None and write_plan.exists() and not force:
         raise InputError(f"--write-plan: {write_plan} exists (use --force to overwrite)")
-    err = Console(stderr=True)
-    if not as_json:
-        err.print(
-            f"planning {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}"
-            f" ({origin})"
-        )
     if objective not in OBJECTIVES:
         raise InputError(
             f"--objective: expected one of {', '.join(OBJECTIVES)} (got {objective!r})"
         )
-    wide = top if objective == "throughput" else max(top * 4, 20)
-    res = top_k.search(job, space, wide, progress=lambda msg: err.print(msg))
-    if objective != "throughput":
-        res = rerank(job, top, objective, res)
+    if not as_json:
+        print_job(err, "planning", req)
+    res, rows = search_rows(job, space, top, objective, progress=lambda msg: err.print(msg))
     if not res.candidates:
         why = explain_infeasible(job, space, res)
         if as_json:
-            emit_json(report.infeasible_dict(why, res))
+            emit_json(report.infeasible_dict(why, res, job, req.defaulted))
         else:
             render_suggest.print_infeasible(out, why, res)
         raise typer.Exit(EXIT_NO)
@@ -128,9 +130,9 @@ def suggest(
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
     if as_json:
-        emit_json(report.suggest_dict(job, res))
+        emit_json(report.suggest_dict(job, res, rows, req.defaulted))
     else:
         label = {"throughput": "step time", "cost": "cost per token"}.get(objective, objective)
-        render_suggest.print_result(out, job, res, label)
+        render_suggest.print_result(out, job, res, label, rows)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")

@@ -140,15 +140,15 @@ class Prediction:
     worst_stage: int
     fits: bool
     operations: list[str]
-    """planner.ops summary lines (checkpoint size and interval, goodput) for this plan."""
+    """planner.ops figures in sentences (checkpoint size and interval, goodput) for this plan."""
     checkpoint_interval_steps: int
     """Daly's optimum checkpoint interval in steps (the default --save-interval)."""
 
 
 def predict(plan: Plan) -> Prediction:
-    """planner.cost, planner.memory and planner.ops on the plan, as the header reports them.
-    Each emitter's `render` calls this once and hands the result to `header` and to whatever
-    else needs it (the default checkpoint interval)."""
+    """planner.model.cost, planner.model.memory and planner.ops on the plan, as the header
+    reports them. Each emitter's `render` calls this once and hands the result to `header` and
+    to whatever else needs it (the default checkpoint interval)."""
     lay = plan.require_layout()
     perf = cost.estimate(plan.job, lay)
     rep = memory.estimate(plan.job, lay)

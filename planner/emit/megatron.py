@@ -2,7 +2,7 @@
 recompute and precision, grouped by concern.
 
 Flag names are those of Megatron-LM's argument parser (megatron/training/arguments.py and the
-dataclasses it generates flags from; ../shared/reference/ecosystem.md section 1.1), and each
+dataclasses it generates flags from, at NVIDIA/Megatron-LM d98e8a64), and each
 combination emitted is one `validate_args` / `TransformerConfig.__post_init__` accepts (1.2):
 
 - zero_stage 0 plain DDP; 1 `--use-distributed-optimizer`; 2 / 3 Megatron-FSDP with
@@ -15,7 +15,7 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
   "|" between stages; stage k sits on rank k % pp, chunk k // pp).
 - `--max-position-embeddings` is required and must be >= `--seq-length`: max of the two for
   rope models, the model's own table size for learned positions.
-`planner.megatron_args` reads these arguments back into the same plan.
+`planner.inputs.megatron_args` reads these arguments back into the same plan.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def model_args(plan: Plan) -> list[Arg]:
 
 def pipeline_layout(layers: tuple[int, ...], vpp: int, mtp_layers: int) -> str:
     """--pipeline-model-parallel-layout for per-rank layer counts, each rank's layers split in
-    vpp chunks as planner.memory.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
+    vpp chunks as planner.model.memory.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
     pp = len(layers)
     chunks = [stage_chunks(n, vpp) for n in layers]
     stages = []

@@ -48,7 +48,7 @@ CHECKPOINT_WORDS = (
 
 def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
     """The variables a user sets; each may also come from the environment. The checkpoint
-    interval defaults to Daly's optimum for the plan (planner.resilience)."""
+    interval defaults to Daly's optimum for the plan (planner.ops.resilience)."""
     lines = [f"JOB_NAME={q(job_name)}"]
     if "$" in job_name or "`" in job_name:  # quoted, so shellcheck's SC2016 is what we want
         lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")

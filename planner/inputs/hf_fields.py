@@ -1,4 +1,4 @@
-"""Typed reading of one parsed Hugging Face config.json for `planner.hf_import`: required and
+"""Typed reading of one parsed Hugging Face config.json for `planner.inputs.hf_import`: required and
 optional sizes (with accepted aliases), flags, strings and layer lists, each failure an InputError
 naming the file, the HF field, the value and the architecture."""
 

@@ -2,8 +2,8 @@
 
 `load_hf_config(path)` reads and parses the file; `arch_from_hf(cfg, path)` maps the parsed dict.
 The architecture is `architectures[0]` (or, when that key is absent, `model_type`); each supported
-one has a small mapping function below. Field names and quirks follow
-`shared/reference/models.yaml` (`hf_config_fields`, `megatron_mapping_notes`):
+one has a small mapping function below. Field names and quirks follow the published config.json
+files (tests/data/hf) and transformers' config classes:
 
 - num_key_value_heads -> num_query_groups (absent, null or equal to the heads: plain MHA, None);
   head_dim -> kv_channels (set whenever known; Qwen3 and Nemotron-4 need it because

@@ -1,5 +1,10 @@
 """The job `planner suggest` and `planner scale` plan: a job file (a plan without `[parallel]`),
 job flags on top of it, or the bundled default job; errors in a field a flag set name the flag.
+
+`request_job` also says which of the job's headline fields (`JOB_FIELDS`) neither the job file nor
+a flag set, so the output can mark them: without a job file they come from `DEFAULT_JOB` (a
+user who gives only `--model`, `--gpu` and `--num-gpus` gets its 8k sequences and batch of 128),
+with one only `precision` can be left to the plan file's default ("bf16").
 """
 
 from __future__ import annotations
@@ -20,7 +25,16 @@ DEFAULT_JOB: dict[str, dict[str, Any]] = {
 }
 """The bundled default: Llama 3.1 8B on one 8-GPU H100 node, 8k sequences, 1M tokens per step."""
 
-DEFAULT_DESCRIPTION = "llama3.1-8b on 8 x h100-sxm-80gb, seq 8192, global batch 128"
+JOB_FIELDS: dict[str, tuple[str, str]] = {
+    "model": ("model", "--model"),
+    "gpu": ("cluster", "--gpu"),
+    "num_gpus": ("cluster", "--num-gpus"),
+    "seq_length": ("training", "--seq-length"),
+    "global_batch_size": ("training", "--global-batch-size"),
+    "precision": ("training", "--precision"),
+}
+"""The job's headline fields (the keys of `suggest --json`'s `job` object): the plan-file table
+each lives in and the flag that sets it."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +53,59 @@ class JobArgs:
         return all(v is None for v in vars(self).values())
 
 
+@dataclass(frozen=True)
+class JobRequest:
+    """The job to plan and where its values came from."""
+
+    job: Job
+    model_ref: dict[str, Any]
+    """The `[model]` table it used (an `hf_config` path made absolute), for the plan writer."""
+    origin: str
+    """Where it came from, for people: a job file's path, "flags", or the bundled default."""
+    defaulted: tuple[str, ...]
+    """The `JOB_FIELDS` neither the job file nor a flag set, in `JOB_FIELDS` order."""
+
+    def values(self) -> dict[str, object]:
+        """The `JOB_FIELDS` of the job, by name."""
+        return job_values(self.job)
+
+
+def job_values(job: Job) -> dict[str, object]:
+    """A job's `JOB_FIELDS`, by name (model and GPU by their catalog names)."""
+    return {
+        "model": job.arch.name,
+        "gpu": job.cluster.gpu.name,
+        "num_gpus": job.cluster.num_gpus,
+        "seq_length": job.seq_length,
+        "global_batch_size": job.global_batch_size,
+        "precision": job.precision,
+    }
+
+
 def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str]:
     """The job, the model reference it used, and how to describe where it came from."""
+    req = request_job(path, args)
+    return req.job, req.model_ref, req.origin
+
+
+def _flagged(args: JobArgs, name: str) -> bool:
+    if name == "num_gpus":
+        return args.num_gpus is not None or args.nodes is not None
+    return getattr(args, name) is not None
+
+
+def _in_file(doc: dict[str, Any], name: str) -> bool:
+    table = doc.get(JOB_FIELDS[name][0])
+    if not isinstance(table, dict):
+        return False
+    return bool(table) if name == "model" else name in table
+
+
+def request_job(path: Path | None, args: JobArgs) -> JobRequest:
+    """The job, the model reference it used, where it came from, and which fields defaulted."""
     if path is None and args.empty():
         doc: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB.items()}
-        origin = f"no job given: planning the bundled default ({DEFAULT_DESCRIPTION})"
+        origin = "no job given: the bundled default job"
         base = None
     elif path is not None:
         doc = load_toml(path)
@@ -54,6 +116,8 @@ def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str
         doc = {k: dict(v) for k, v in DEFAULT_JOB.items()}
         origin = "flags"
         base = None
+    given = {} if path is None else doc
+    defaulted = tuple(f for f in JOB_FIELDS if not _flagged(args, f) and not _in_file(given, f))
     doc = _apply_flags(doc, args)
     try:
         plan = parse_plan(doc, base)
@@ -64,7 +128,7 @@ def load_job(path: Path | None, args: JobArgs) -> tuple[Job, dict[str, Any], str
     if base is not None and isinstance(hf, str) and not Path(hf).is_absolute():
         # relative to the job file, not to where planner runs (the plan writer re-relativises it)
         ref["hf_config"] = str((base.parent / hf).resolve())
-    return plan.job, ref, origin
+    return JobRequest(plan.job, ref, origin, defaulted)
 
 
 FLAG_FIELDS: dict[str, tuple[str, ...]] = {

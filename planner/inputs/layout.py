@@ -25,7 +25,8 @@ FSDP_STRATEGY: dict[int, str] = {
 
 @dataclass(frozen=True)
 class Layout:
-    """A resolved parallel layout. Construct through `planner.spec` or `rules.check_layout`."""
+    """A resolved parallel layout, built from a plan's `[parallel]` table
+    (`planner.inputs.plan.layout_from_section`) or by the search."""
 
     tp: int = 1
     """Tensor-parallel degree (1 = weights not split inside a layer)."""

@@ -4,10 +4,10 @@ Teams gate the launch scripts they already have: `planner check --megatron-args 
 h100-sxm-80gb --num-gpus 1024`. The text is split like a shell would (comments, quotes and line
 continuations), simple `NAME=value` assignments are substituted into `$NAME` / `${NAME}`, and the
 flags that decide memory (model shape, parallel sizes, batch, recompute, distributed optimizer,
-precision, MoE, GQA, MLA) become a plan document for `planner.spec.parse_plan`. Flags that do not
-change memory are ignored; a parallelism flag planner does not know is an error, since it could
-change the layout. Flag names: Megatron-LM `megatron/training/arguments.py` (see
-../shared/reference/ecosystem.md section 1.1).
+precision, MoE, GQA, MLA) become a plan document for `planner.inputs.plan.parse_plan`. Flags
+that do not change memory are ignored; a parallelism flag planner does not know is an error,
+since it could change the layout. Flag names: Megatron-LM `megatron/training/arguments.py`
+(NVIDIA/Megatron-LM d98e8a64).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _layer_freq(value: str, where: str) -> int | list[int]:
 
 
 def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") -> dict[str, Any]:
-    """A plan document (as `planner.spec.parse_plan` takes) from Megatron-LM arguments."""
+    """A plan document (as `planner.inputs.plan.parse_plan` takes) from Megatron-LM arguments."""
     flags = _flags(tokens(text))
     get = partial(_int, flags, where=where)
     model: dict[str, Any] = {}

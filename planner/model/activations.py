@@ -200,7 +200,7 @@ def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
 def per_op_bytes(arch: ModelArch, is_moe: bool, sh: Shard) -> float:
     """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
     output (bf16) and log-sum-exp (fp32 per head and token), half of its matmul outputs (M x N of
-    each GEMM, `planner.flops.linear_gemms`; MoE experts at the busiest rank's load)."""
+    each GEMM, `planner.model.flops.linear_gemms`; MoE experts at the busiest rank's load)."""
     t, a = sh.tokens, arch.num_attention_heads
     _, v_width = flops.attention_core_width(arch)
     attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp

@@ -1,12 +1,12 @@
 """FLOPs of one training step, counted the way Megatron-LM counts them.
 
-Convention (read ../shared/reference/conventions.md): a multiply-accumulate is 2 FLOPs; backward
+Convention (benchmarks/data/conventions.md): a multiply-accumulate is 2 FLOPs; backward
 costs twice the forward (dgrad + wgrad), so a step is 3 x forward. **Causal attention is NOT
 halved** in the model-FLOP count (`CAUSAL_HALVED = False`): that is Megatron-Core r0.8.0, NeMo
 24.07, Korthikanti eq.(7), torchtitan and the Hagemann/PaLM MFU, i.e. every source in the reference
 set that reports MFU except Megatron-LM after 2025-03. The cost model's *time* uses the work a
 flash-attention kernel really executes (half the score matrix under a causal mask), see
-`planner.layer_time`; that choice is separate from this counting convention.
+`planner.model.layer_time`; that choice is separate from this counting convention.
 
 Forward FLOPs per token (h hidden, a heads, n_q query groups, d_h head dim, Q = a*d_h, F dense
 ffn, F_e expert ffn, F_s shared-expert ffn, k top-k, V vocab, s sequence; φ = 3 matrices for a
@@ -33,10 +33,10 @@ and for MHA with a 4h GELU MLP it is Korthikanti et al. 2022 eq.(7),
     72*B*L*s*h^2*(1 + s/(6h) + V/(12*h*L)).
 
 `linear_gemms` lists the (M, K, N) shapes those linear-layer FLOPs run as on one GPU under a
-tensor / expert-parallel split; `planner.layer_time` turns shapes into time. The attention
+tensor / expert-parallel split; `planner.model.layer_time` turns shapes into time. The attention
 projections are listed once, in `attention_gemms`: their forward FLOPs per token are 2 x K x N
-summed over its shapes at one token and tp = 1 (2 x the weight count; `planner.params` also counts
-biases and norms, which the FLOP convention leaves out).
+summed over its shapes at one token and tp = 1 (2 x the weight count; `planner.model.params`
+also counts biases and norms, which the FLOP convention leaves out).
 
 Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
   - full: one more forward of every decoder layer (projections, core attention, MLP); the output

@@ -20,10 +20,10 @@ traffic (FP8_CAST_BYTES per input, weight and output-gradient element); attentio
 layer stay in bf16.
 
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
-work, not the FLOP convention of `planner.flops`) and its backward recomputes the scores: 2 + 5
-matmuls, i.e. forward + 2.5 forwards; it runs at ATTENTION_EFFICIENCY of the bf16 peak. Without
-flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed by
-batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
+work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
+2 + 5 matmuls, i.e. forward + 2.5 forwards; it runs at ATTENTION_EFFICIENCY of the bf16 peak.
+Without flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed
+by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
 
 Non-GEMM work (norms, activation functions, dropout, residuals, rotary, softmax, cross-entropy) is
 memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (Korthikanti et al.
@@ -35,7 +35,7 @@ Recompute: full repeats each layer's forward (compute and TP traffic) before its
 selective repeats the core attention forward (Megatron) or, per-op (PyTorch's policy that saves
 every other matmul output and the attention output), half the linear GEMMs and the elementwise
 forward. The layer's TP, CP and EP traffic is computed here
-too (planner.comms), since how much of it hides depends on the layer's own kernels.
+too (planner.model.comms), since how much of it hides depends on the layer's own kernels.
 
 Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
@@ -141,9 +141,9 @@ class Layer:
 
 
 def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
-    """Saved-activation bytes of one layer per micro-batch (planner.activations, with fused norms,
-    flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added apart): the
-    proxy for the memory traffic of its elementwise kernels."""
+    """Saved-activation bytes of one layer per micro-batch (planner.model.activations, with fused
+    norms, flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added
+    apart): the proxy for the memory traffic of its elementwise kernels."""
     s_local = job.seq_length // lay.cp
     sh = Shard(
         tokens=s_local * lay.micro_batch_size,
@@ -203,7 +203,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         out.recompute = gemm_fwd / 2 + (ew + cast) / 3
     elif policy == "core_attn":
         out.recompute = attn_fwd
-    # --- TP, CP, EP traffic of the layer (planner.comms)
+    # --- TP, CP, EP traffic of the layer (planner.model.comms)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
         exposed, hidden = comms.tensor_parallel_layer(

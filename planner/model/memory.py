@@ -13,8 +13,8 @@ so zero_stage 1 with fp32 grads is Megatron's 6 + 12/d, with bf16 grads the ZeRO
 parameters (Megatron shards over the DP x CP group) and the expert-data-parallel size
 world / (etp x ep x pp) for expert parameters.
 
-Activations: `planner.activations` per layer and micro-batch, times the micro-batches in flight on
-each stage (1F1B: pp - r on rank r; interleaved: Megatron's warm-up count
+Activations: `planner.model.activations` per layer and micro-batch, times the micro-batches in
+flight on each stage (1F1B: pp - r on rank r; interleaved: Megatron's warm-up count
 2(pp - r - 1) + (vpp - 1) pp + 1 chunks, which on rank 0 gives Korthikanti's
 1 + (pp - 1)/(pp x vpp) factor), capped by the micro-batches there are.
 
@@ -346,8 +346,9 @@ def estimate(
     headroom_pct: float = DEFAULT_HEADROOM_PCT,
     all_stages: bool = True,
 ) -> MemoryReport:
-    """Per-stage memory of a layout that passed `planner.rules`. With all_stages=False only the
-    stages that can hold the peak are computed (the search's fast path; the peak is the same)."""
+    """Per-stage memory of a layout that passed `planner.search.rules`. With all_stages=False
+    only the stages that can hold the peak are computed (the search's fast path; the peak is the
+    same)."""
     sh = _shard(job, layout)
     per = _per_layer(job.arch, sh)
     ranges = stage_ranges(job.arch.num_layers, layout)

@@ -2,7 +2,7 @@
 
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
 knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp) and must still
-pass `planner.rules`; the total GPU count and the global batch stay as they are.
+pass `planner.search.rules`; the total GPU count and the global batch stay as they are.
 """
 
 from __future__ import annotations

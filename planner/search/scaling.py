@@ -1,7 +1,7 @@
 """Scaling curve: the best layout at each GPU count, and where adding GPUs stops paying.
 
 `scale(job, sizes, best_layout, ...)` plans the job at each size with `best_layout` (by default
-the search of `planner.search`, fastest step first) and reports, per size: tokens/s, effective
+the search of `planner.search.top_k`, fastest step first) and reports, per size: tokens/s, effective
 tokens/s (x goodput, `planner.ops`), per-GPU efficiency against the smallest size that has a
 layout, cost per million tokens and days to the token budget.
 

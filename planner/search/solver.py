@@ -2,9 +2,9 @@
 
 Why here and not as the layout enumerator: on this machine class CP-SAT costs about 1 ms per
 enumerated solution (DESIGN.md section 4), while planner's exact cost model scores a layout in
-0.05-0.2 ms; `planner.search` therefore walks the structural space itself, bounded and certified,
-and hands CP-SAT the sub-problem that is a genuine integer program: how many decoder layers each
-pipeline rank gets.
+0.05-0.2 ms; `planner.search.top_k` therefore walks the structural space itself, bounded and
+certified, and hands CP-SAT the sub-problem that is a genuine integer program: how many decoder
+layers each pipeline rank gets.
 
 The split problem (Megatron-LM's uneven pipeline: `--decoder-first-pipeline-num-layers`,
 `--decoder-last-pipeline-num-layers`, the middle ranks equal; ecosystem.md section 1.2):

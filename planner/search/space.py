@@ -1,11 +1,11 @@
 """The search space of `planner suggest`: what the user pins and bounds (`Space`), the parallel
 structures that pass Megatron's rules on their degrees (`structures`), and each structure's
 options (micro-batch size, vpp, pipeline split) and base layouts (`bases`) with the (ZeRO stage,
-recompute) variants tried on them. `planner.search` bounds, scores and certifies over it.
+recompute) variants tried on them. `planner.search.top_k` bounds, scores and certifies over it.
 
 Pipeline splits: the even split where pp divides the layers, and the CP-SAT split of
-`planner.solver` that balances the first rank's embedding and the last rank's output layer against
-whole layers (Megatron's first/last uneven form).
+`planner.search.solver` that balances the first rank's embedding and the last rank's output layer
+against whole layers (Megatron's first/last uneven form).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """What `planner suggest` adds around the search: requests that contradict themselves (exit 2),
-ranking by cost or goodput instead of step time, and, when nothing fits, the binding constraint and
-the smallest changes that would make something fit.
+its rows (layouts that only trade context parallelism for micro-batch size folded into one,
+`planner.search.twins`) ranked by step time, cost or goodput, and, when nothing fits, the binding
+constraint and the smallest changes that would make something fit.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from planner.inputs.errors import InputError
@@ -16,8 +18,10 @@ from planner.model import memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import space as space_mod
+from planner.search import top_k
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
+from planner.search.twins import Row
 
 
 def check_space(job: Job, space: Space) -> None:
@@ -148,16 +152,32 @@ def _batch_changes(job: Job, space: Space) -> list[str]:
     return out
 
 
-def rerank(job: Job, top: int, objective: str, res: SearchResult) -> SearchResult:
-    """Rank by cost or goodput (`planner.ops.operations.objective_value`). For one job both are
-    the step time times a factor that does not depend on the layout (GPU count x price; 1 /
-    goodput, which depends on the step time only through the checkpoint interval's rounding to
-    whole steps), so the leading candidates of the certified time ranking are re-scored and
-    re-sorted."""
-    params = OpsParams()
+def search_rows(
+    job: Job,
+    space: Space,
+    top: int,
+    objective: str = "throughput",
+    progress: Callable[[str], None] | None = None,
+) -> tuple[SearchResult, list[Row[Candidate]]]:
+    """The `top` best rows of twins (`planner.search.twins`: layouts that only trade cp for
+    micro-batch size at the same step time share a row), ranked by step time or by `objective`,
+    and the search result whose candidates are the rows' layouts.
 
-    def score(c: Candidate) -> float:
-        return ops.objective_value(job, c.performance, objective, params)
+    By step time the search certifies the rows itself (`top_k.search(..., fold_twins=True)`). By
+    cost or goodput the first max(4 x top, 20) rows by time are re-scored and re-sorted: for one
+    job both are the step time times a factor that does not depend on the layout (GPU count x
+    price; 1 / goodput, which depends on the step time only through the checkpoint interval's
+    rounding to whole steps); twins have the same step time and so the same cost and goodput."""
+    ask = top if objective == "throughput" else max(4 * top, 20)
+    res = top_k.search(job, space, ask, progress=progress, fold_twins=True)
+    rows = res.rows
+    if objective != "throughput":
+        params = OpsParams()
 
-    ranked = sorted(res.candidates, key=lambda c: (score(c), rank_key(c)))
-    return replace(res, candidates=ranked[:top])
+        def score(r: Row[Candidate]) -> tuple[float, tuple[float, tuple[int, ...]]]:
+            value = ops.objective_value(job, r.candidate.performance, objective, params)
+            return value, rank_key(r.candidate)
+
+        rows = sorted(rows, key=score)
+    rows = rows[:top]
+    return replace(res, candidates=[r.candidate for r in rows], rows=rows), rows

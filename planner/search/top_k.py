@@ -20,7 +20,11 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
    the overlap (the overlap holds no more memory there and only hides time).
 4. Certify. Once the K-th best exact time is no worse than the next structure's bound, no layout
    left can enter the top K: the result is the exact top K of the model (the brute-force test
-   enumerates every layout to prove it).
+   enumerates every layout to prove it). With `fold_twins` the K-th best is the K-th row of the
+   ranking folded by `planner.search.twins` (layouts that only trade cp for micro-batch size at
+   the same step time share a row): every layout no slower than that row's time has then been
+   scored, and so every twin of the first K rows (a twin has its row's time); the scored layouts
+   are kept down to that time, not to a count, so none of them is dropped.
 
 The space itself (structures, options, base layouts, variants) is `planner.space`.
 """
@@ -49,6 +53,7 @@ from planner.search.space import (
     structures,
     zero_recompute,
 )
+from planner.search.twins import Row, fold, same_time
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,9 @@ class SearchResult:
     """Removed: structures by the first rule they break (rule ids of planner.rules), layouts by
     memory."""
     seconds: float = 0.0
+    rows: list[Row[Candidate]] = field(default_factory=list)
+    """The candidates as rows of twins (`planner.search.twins`): folded with `fold_twins`, else
+    one row per candidate."""
 
 
 def lower_bound(job: Job, layout: Layout) -> float:
@@ -148,13 +156,36 @@ def _best_variants(
     return [(lay, rep) for _, _, lay, rep in found]
 
 
+def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None:
+    """The step time of the K-th best layout (or, folding twins, of the K-th row), None while
+    fewer have been scored: a structure whose bound exceeds it holds nothing of the top K."""
+    if not fold_twins:
+        return best[top_k - 1].step_time if len(best) >= top_k else None
+    rows = fold(best)
+    return rows[top_k - 1].candidate.step_time if len(rows) >= top_k else None
+
+
+def _kept(best: list[Candidate], top_k: int, fold_twins: bool) -> list[Candidate]:
+    """The scored layouts worth keeping (`best` ranked): the first 4 K, or, folding twins, every
+    layout no slower than the K-th row (its twins have its time)."""
+    if not fold_twins:
+        return best[: max(top_k, 1) * 4]
+    cut = _cutoff(best, top_k, fold_twins)
+    if cut is None:
+        return best
+    return [c for c in best if c.step_time <= cut or same_time(c.step_time, cut)]
+
+
 def search(
     job: Job,
     space: Space | None = None,
     top_k: int = 5,
     progress: Callable[[str], None] | None = None,
+    fold_twins: bool = False,
 ) -> SearchResult:
-    """The top_k layouts by predicted step time (ties: `simplicity`), certified exact."""
+    """The top_k layouts by predicted step time (ties: `simplicity`), certified exact; with
+    `fold_twins`, the top_k rows of twins (`planner.search.twins`), each row's layouts all
+    scored."""
     space = space or Space()
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
@@ -183,7 +214,8 @@ def search(
     last_report = t0
     while queue:
         bound, _, s, opts = heapq.heappop(queue)
-        if len(best) >= top_k and bound > best[top_k - 1].step_time:
+        cut = _cutoff(best, top_k, fold_twins)
+        if cut is not None and bound > cut:
             break
         expanded += 1
         too_big: dict[tuple[object, ...], bool] = {}
@@ -194,16 +226,20 @@ def search(
                     scored += 1
                     best.append(Candidate(lay, rep, perf))
         best.sort(key=rank_key)
-        del best[max(top_k, 1) * 4 :]
+        best = _kept(best, top_k, fold_twins)
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
             progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")
             last_report = now
-    top = [
-        replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct)) for c in best[:top_k]
-    ]
+
+    def whole(c: Candidate) -> Candidate:  # every stage's memory, for the report
+        return replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct))
+
+    rows = fold(best) if fold_twins else [Row(c) for c in best]
+    rows = [Row(whole(r.candidate), tuple(map(whole, r.equivalents))) for r in rows[:top_k]]
     return SearchResult(
-        candidates=top[:top_k],
+        candidates=[r.candidate for r in rows],
+        rows=rows,
         space_size=space_size,
         scored=scored,
         structures=len(structs),

@@ -1,9 +1,9 @@
-"""Tests for planner.timeline (`explain --timeline`) and Performance.stages, which it draws.
+"""Tests for planner.cli.timeline (`explain --timeline`) and Performance.stages, which it draws.
 
-Oracles: the step-time identity of planner.cost (the slowest stage's time per micro-batch times m,
-plus the bubble, the exposed DP traffic, the optimizer and the fixed cost), the 1F1B schedule's own
-counts (every rank runs each micro-batch's forward and backward once), and the SVG's geometry.
-"""
+Oracles: the step-time identity of planner.model.cost (the slowest stage's time per micro-batch
+times m, plus the bubble, the exposed DP traffic, the optimizer and the fixed cost), the 1F1B
+schedule's own counts (every rank runs each micro-batch's forward and backward once), and the SVG's
+geometry."""
 
 from __future__ import annotations
 

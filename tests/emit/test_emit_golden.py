@@ -4,7 +4,7 @@ an uneven-pipeline (Llama 3.1 405B) plan, for every target.
 The oracle is the reviewed file in tests/golden/. Two header details are masked before comparing,
 since they change without the launch file changing: the planner version, and the predicted
 figures (the cost and memory models evolve; test_launch.py checks those figures against
-planner.cost and planner.memory instead). Rewrite with PLANNER_UPDATE_GOLDEN=1.
+planner.model.cost and planner.model.memory instead). Rewrite with PLANNER_UPDATE_GOLDEN=1.
 """
 
 from __future__ import annotations

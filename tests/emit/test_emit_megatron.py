@@ -1,11 +1,10 @@
 """planner.emit.megatron: the Megatron-LM arguments of a plan.
 
-Oracles: Megatron-LM's own source (NVIDIA/Megatron-LM d98e8a64, the snapshot
-../shared/reference/ecosystem.md pins): every flag emitted is in VERIFIED, which names where the
-parser defines it; the combinations follow validate_args / TransformerConfig.__post_init__. The
-round trip through planner.megatron_args (what `planner check --megatron-args` runs) must give
-back the same layout and the same memory, for every zoo model.
-"""
+Oracles: Megatron-LM's own source (NVIDIA/Megatron-LM d98e8a64): every flag emitted is in VERIFIED,
+which names where the parser defines it; the combinations follow validate_args /
+TransformerConfig.__post_init__. The round trip through planner.inputs.megatron_args (what `planner
+check --megatron-args` runs) must give back the same layout and the same memory, for every zoo
+model."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_srun_starts_torchrun_with_the_first_node_as_rendezvous(tmp_path: Path) 
     assert argv[11 : 11 + len(flat)] == flat
     assert argv[-6:] == [
         *("--save", f"checkpoints/{name}", "--load", f"checkpoints/{name}"),
-        # the default interval is Daly's optimum for the plan (planner.resilience)
+        # the default interval is Daly's optimum for the plan (planner.ops.resilience)
         *("--save-interval", str(predict(plan).checkpoint_interval_steps)),
     ]
     assert not list(tmp_path.glob("pwned*")), "a job name ran a command"

@@ -83,7 +83,7 @@ def expected_argv(plan: Plan, job_name: str, data: list[str]) -> list[str]:
         *training_extra,
         *data,
         *("--save", f"checkpoints/{job_name}", "--load", f"checkpoints/{job_name}"),
-        # the default interval is Daly's optimum for the plan (planner.resilience)
+        # the default interval is Daly's optimum for the plan (planner.ops.resilience)
         *("--save-interval", str(predict(plan).checkpoint_interval_steps)),
     ]
 

@@ -1,5 +1,6 @@
-"""`planner launch` (planner.launch and the CLI command): stdout or --out DIR, --force, --job-name,
-exit 2 on bad input; and the header's prediction is planner.cost / planner.memory's."""
+"""`planner launch` (planner.emit.launch and the CLI command): stdout or --out DIR, --force,
+--job-name, exit 2 on bad input; and the header's prediction is planner.model.cost /
+planner.model.memory's."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """HF config.json -> ModelArch.
 
-Oracles: the fixtures in tests/data/hf/ are the published config.json files (shapes as listed in
-shared/reference/models.yaml); the expected Megatron fields follow its megatron_mapping_notes and
-Megatron-LM's example scripts; parameter counts are the published totals (Hugging Face
-`model.num_parameters()` where an exact figure is quoted, the model card otherwise).
-"""
+Oracles: the fixtures in tests/data/hf/ are the published config.json files; the expected Megatron
+fields follow Megatron-LM's example scripts (and the team's notes on mapping HF fields to them);
+parameter counts are the published totals (Hugging Face `model.num_parameters()` where an exact
+figure is quoted, the model card otherwise)."""
 
 from __future__ import annotations
 
@@ -172,8 +171,10 @@ def test_llama31_8b_fixture_equals_zoo_model() -> None:
 
 
 def test_llama31_8b_fixture_params_equal_zoo_model() -> None:
+    # both are the released checkpoint's 8,030,261,248 parameters (HF num_parameters())
     imported = load_hf_config(HF / "llama3.1-8b.json")
-    assert params.params_total(imported) == params.params_total(catalog.get_model("llama3.1-8b"))
+    assert params.params_total(imported) == 8_030_261_248
+    assert params.params_total(catalog.get_model("llama3.1-8b")) == 8_030_261_248
 
 
 # fixture -> zoo entry describing the same checkpoint (tests/test_zoo.py requires each one)

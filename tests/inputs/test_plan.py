@@ -1,5 +1,8 @@
-"""planner.spec: the plan file (DESIGN.md section 2) -> Job + Layout. Every way a plan can be bad:
-tests/test_spec_bad_input.py."""
+"""planner.inputs.plan: the plan file (DESIGN.md section 2) -> Job + Layout. Every way a plan can
+be bad: tests/inputs/test_plan_bad_input.py.
+
+Oracles: the fixture files' own values, the catalog entries a plan names, and hand arithmetic in
+comments (dp = GPUs / (tp x pp x cp), tokens per step)."""
 
 from __future__ import annotations
 

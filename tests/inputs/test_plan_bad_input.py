@@ -1,5 +1,10 @@
-"""planner.spec: every way a plan file can be bad. Each raises `InputError` (exit 2) with a message
-naming the file, the field and the value (DESIGN.md section 2)."""
+"""planner.inputs.plan: every way a plan file can be bad. Each raises `InputError` (exit 2) with a
+message naming the file, the field and the value (DESIGN.md section 2).
+
+Oracles: the contract itself (exit codes and the message's file, field and value), TOML's own
+types (tomllib decides what type a literal is), hand arithmetic in comments for the layout rules,
+and a sweep that sets every scalar of tests/data/plans/every-field.toml to each kind of wrong
+value."""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from cli_run import run
+import typer
 from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, plan_text, write
 
+from planner.cli import check as check_command
 from planner.inputs import files
 from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.errors import PlannerError
 from planner.inputs.files import MAX_INPUT_CHARS
 from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.plan import MAX_GLOBAL_BATCH, load_plan
@@ -342,17 +349,46 @@ def test_model_count_above_its_cap_is_bad_input(tmp_path: Path, field: str, cap:
 
 
 EVERY_FIELD = PLANS / "every-field.toml"
+EVERY_FIELD_LINES = EVERY_FIELD.read_text().splitlines()
 SCALAR = re.compile(r"^(\w+) = (.+)$")
 WRONG = ("true", "2.5", "inf", "nan", "-1", "0", str(10**30), '"x"', "[]")
 
 
 def _scalar_lines() -> list[tuple[int, str, str]]:
-    lines = EVERY_FIELD.read_text().splitlines()
-    return [(i, m[1], m[2]) for i, line in enumerate(lines) if (m := SCALAR.match(line))]
+    return [
+        (i, m[1], m[2]) for i, line in enumerate(EVERY_FIELD_LINES) if (m := SCALAR.match(line))
+    ]
 
 
 def _toml_type(literal: str) -> type:
     return type(tomllib.loads(f"v = {literal}")["v"])
+
+
+def _check_exit(path: Path) -> tuple[int, str]:
+    """`planner check PATH` in-process, called as the command function itself: its exit code,
+    and for a PlannerError the message `main` would print after "planner: error: ". Building the
+    typer app around it on every call took 80% of this sweep's time and proves nothing about the
+    plan's fields (tests/cli/test_cli.py checks that `main` maps these to the same exit codes and
+    lines). Any other exception propagates and fails the test, where `main` would have hidden it
+    as an "internal error" exit 2."""
+    try:
+        check_command.check(path)
+    except PlannerError as e:
+        return e.exit_code, str(e)
+    except typer.Exit as e:
+        return e.exit_code, ""
+    raise AssertionError(f"check {path} returned without raising its exit code")
+
+
+def test_the_sweep_starts_from_a_plan_that_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The unmodified plan is clean and fits (exit 0), so every 2 below is the wrong value's."""
+    path = write(tmp_path, "\n".join(EVERY_FIELD_LINES) + "\n")
+    assert _check_exit(path) == (0, "")
+    # every setting of the file is one of the scalars swept (no line the pattern misses)
+    settings = [x for x in EVERY_FIELD_LINES if x.strip() and not x.startswith(("#", "["))]
+    assert len(settings) == len(_scalar_lines())
 
 
 @pytest.mark.parametrize(("index", "key", "literal"), _scalar_lines())
@@ -363,12 +399,13 @@ def test_every_field_set_wrong_exits_0_1_or_2_and_names_it(
     turn to each of WRONG: `check` answers 0 / 1 / 2 and never raises (DESIGN.md's exit codes); a
     2 names the file and the field; and a value of another TOML type than the field's (a boolean
     for a count, a number for a switch, inf or nan for anything) is always a 2, never coerced."""
-    lines = EVERY_FIELD.read_text().splitlines()
+    lines = list(EVERY_FIELD_LINES)
     kind = _toml_type(literal)
     for wrong in WRONG:
         lines[index] = f"{key} = {wrong}"
         path = write(tmp_path, "\n".join(lines) + "\n")
-        code, _, err = run(["check", str(path)], capsys)
+        code, err = _check_exit(path)
+        capsys.readouterr()  # the report of a plan that still fits (0) or does not (1)
         assert code in (0, 1, 2), (key, wrong, err)
         if code == 2:
             assert str(path) in err and key in err, (key, wrong, err)

@@ -1,5 +1,9 @@
 """model_zoo/: every file loads, the required models are there, each names its source, and the
-parameter counts are sane."""
+parameter counts are sane.
+
+Oracles: the list of models the planner is asked about by name and the papers' tables they come
+from (REQUIRED), the directory listing, and properties every model has (active <= total, equal
+for dense models; published counts are checked in tests/model/test_params.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Activation bytes per layer against Korthikanti et al. 2022 (arXiv:2205.05198), Table 2.
 
 Oracle: the paper's closed forms, for a GPT layer (MHA, 4h GELU MLP, LayerNorm, dropout) with
-16-bit activations, written out here independently of planner.activations:
+16-bit activations, written out here independently of planner.model.activations:
 
     no parallelism          sbh(34 + 5as/h)
     TP                      sbh(10 + 24/t + 5as/(ht))

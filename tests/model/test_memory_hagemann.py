@@ -1,11 +1,12 @@
 """The memory model against every flash-attention-2 layout Hagemann et al. 2023 measured.
 
-Oracle: tests/data/hagemann_layouts.csv, a copy of the measured outcomes (trained / out of memory)
-of 458 layouts of 13B and 30B models on 80 GB A100s (arXiv:2311.05610; see benchmarks/hagemann.py
-for the settings). Issue target: no out-of-memory layout judged "fits", at most 10% of those that
-trained judged "does not fit". benchmarks/fit_memory.py measured 0 / 280 and 11 / 178 with the
-constants in planner/activations.py; the test holds the issue's targets. The what-if pipeline
-split (hagemann.balanced_item_split) is checked against a brute-force search of every cut.
+Oracle: benchmarks/data/hagemann_layouts.csv (read by benchmarks/hagemann.py), the measured
+outcomes (trained / out of memory) of 458 layouts of 13B and 30B models on 80 GB A100s
+(arXiv:2311.05610; see benchmarks/hagemann.py for the settings). Issue target: no out-of-memory
+layout judged "fits", at most 10% of those that trained judged "does not fit".
+benchmarks/fit_memory.py measured 0 / 280 and 11 / 178 with the constants in
+planner/activations.py; the test holds the issue's targets. The what-if pipeline split
+(hagemann.balanced_item_split) is checked against a brute-force search of every cut.
 """
 
 from __future__ import annotations

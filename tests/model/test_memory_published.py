@@ -1,6 +1,6 @@
 """Every published run that trained must be judged "fits" (issue: memory model).
 
-Oracle: tests/data/memory_rows.json, the 42 runs of ../shared/reference/published_runs.yaml (each
+Oracle: tests/data/memory_rows.json, the 42 runs of benchmarks/data/published_runs.yaml (each
 trained on the GPUs it names), mapped to planner inputs by benchmarks/runs.py and written by
 `benchmarks/memory_fidelity.py --write-test-data`. Where a run publishes its per-GPU peak, the
 prediction must also be within MEASURED_TOLERANCE of it.

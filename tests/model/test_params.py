@@ -1,5 +1,5 @@
-"""planner.params against three oracles: hand arithmetic on tiny models, SC21 eq.(2) for the GPT
-models of the Megatron papers, and the parameter counts the model authors published."""
+"""planner.model.params against three oracles: hand arithmetic on tiny models, SC21 eq.(2) for the
+GPT models of the Megatron papers, and the parameter counts the model authors published."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ PUBLISHED: list[tuple[str, float, float | None, float]] = [
     ("opt-175b", 175e9, None, 0.015),
     # GPT-NeoX-20B paper arXiv:2204.06745: 20.6B
     ("gpt-neox-20b", 20.6e9, None, 0.015),
-    # Hagemann et al. 2023, arXiv:2311.05610, sweep data (derivation: shared/reference/
+    # Hagemann et al. 2023, arXiv:2311.05610, sweep data (derivation: benchmarks/data/
     # hagemann_layouts.md): N = 13.9985B implied by the MFU columns for llama-13b, 128k vocab
     ("hagemann-llama-13b", 13.9985e9, None, 0.015),
     # the same source: the 30B's implied N is 33.768B (our nominal ffn 17920 gives 0.12% more)

@@ -1,4 +1,4 @@
-"""Tests for planner.schedule (and Layout.num_microbatches, the m it uses). Oracle: hand
+"""Tests for planner.model.schedule (and Layout.num_microbatches, the m it uses). Oracle: hand
 arithmetic of the 1F1B and interleaved bubbles (Narayanan et al. 2021; ecosystem.md 3.3)."""
 
 from __future__ import annotations

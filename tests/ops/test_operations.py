@@ -11,7 +11,6 @@ contract (exit 2 naming the option for bad input).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 
 import pytest
@@ -25,7 +24,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, params
+from planner.model import cost
 from planner.model.cost import Performance
 from planner.ops import operations as ops
 from planner.ops import resilience
@@ -52,6 +51,9 @@ def perf_with_step(job: Job, layout: Layout, step_time_s: float) -> Performance:
 
 LAYOUT_64 = Layout(tp=2, pp=1, dp=32, sequence_parallel=True)
 
+LLAMA_405B_CHECKPOINT_BYTES = 5_681_947_443_200
+"""405,853,388,800 parameters (HF meta-llama/Llama-3.1-405B) x 14 bytes."""
+
 
 # ----------------------------------------------------------------------------- Young / Daly
 
@@ -61,11 +63,20 @@ def test_young_closed_form() -> None:
     assert resilience.young_interval(300, 86_400) == pytest.approx(7_200, rel=1e-12)
 
 
-@pytest.mark.parametrize(("delta", "mtbf"), [(300.0, 86_400.0), (5.0, 3_600.0), (60.0, 900.0)])
-def test_daly_closed_form(delta: float, mtbf: float) -> None:
-    x = delta / (2 * mtbf)
-    expected = math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - delta
-    assert resilience.daly_interval(delta, mtbf) == pytest.approx(expected, rel=1e-12)
+@pytest.mark.parametrize(
+    ("delta", "mtbf", "expected"),
+    [
+        # Daly's sqrt(2 delta M)(1 + sqrt(x)/3 + x/9) - delta with x = delta / 2M, by hand:
+        # x = 300 / 172,800 = 1/576, sqrt(x) = 1/24: 7200 (1 + 1/72 + 1/5184) - 300 = 7001.3889
+        (300.0, 86_400.0, 7001.3889),
+        # x = 1/1440, sqrt(x) = 0.0263523: 189.73666 x 1.0088613 - 5 = 186.41797
+        (5.0, 3_600.0, 186.41797),
+        # x = 1/30, sqrt(x) = 0.1825742: 328.63353 x 1.0645618 - 60 = 289.85070
+        (60.0, 900.0, 289.85070),
+    ],
+)
+def test_daly_closed_form(delta: float, mtbf: float, expected: float) -> None:
+    assert resilience.daly_interval(delta, mtbf) == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -118,14 +129,11 @@ def test_complete_model_limits() -> None:
 
 def test_checkpoint_size_and_write_time_by_hand() -> None:
     job = make_job("llama3.1-405b", num_gpus=16_384)
-    n_params = params.params_total(job.arch)
-    # 2 (bf16) + 4 (fp32 master) + 4 + 4 (Adam m, v) = 14 bytes per parameter, no gradients
-    assert resilience.checkpoint_bytes(job) == n_params * 14
-    assert 5.6e12 < resilience.checkpoint_bytes(job) < 5.75e12  # ~405.9e9 x 14 = 5.68 TB
-    # 16,384 GPUs / 8 = 2,048 nodes x 1 GB/s = 2.048e12 B/s -> 5.68e12 / 2.048e12 = 2.77 s
-    expected = n_params * 14 / 2.048e12
-    assert resilience.checkpoint_write_s(job, OpsParams()) == pytest.approx(expected, rel=1e-12)
-    assert 2.7 < expected < 2.8
+    # 405,853,388,800 parameters (the released checkpoint) x 14 bytes: 2 (bf16) + 4 (fp32
+    # master) + 4 + 4 (Adam m, v), no gradients = 5,681,947,443,200 bytes
+    assert resilience.checkpoint_bytes(job) == LLAMA_405B_CHECKPOINT_BYTES == 405_853_388_800 * 14
+    # 16,384 GPUs / 8 = 2,048 nodes x 1 GB/s = 2.048e12 B/s -> 5.6819e12 / 2.048e12 = 2.7744 s
+    assert resilience.checkpoint_write_s(job, OpsParams()) == pytest.approx(2.7743884, rel=1e-7)
 
 
 def test_mtbf_of_llama3() -> None:
@@ -171,10 +179,10 @@ def test_async_checkpoint_blocks_less_and_lags_by_a_write() -> None:
     job = make_job("llama3.1-405b", num_gpus=1024)  # 128 nodes: a 5.68 TB write takes 44 s
     sync = resilience.resilience(job, 7.0, OpsParams())
     asyn = resilience.resilience(job, 7.0, OpsParams(async_checkpoint=True))
-    # blocking part: 5.68e12 / 1024 GPUs / 25 GB/s = 0.22 s per checkpoint
-    assert asyn.checkpoint_blocking_s == pytest.approx(
-        resilience.checkpoint_bytes(job) / 1024 / 25e9, rel=1e-9
-    )
+    # blocking part: 5.6819e12 / 1024 GPUs / 25 GB/s = 0.221951 s per checkpoint
+    assert asyn.checkpoint_blocking_s == pytest.approx(0.221951072, rel=1e-8)
+    # the write itself: 5.6819e12 / (128 nodes x 1 GB/s) = 44.390214 s
+    assert sync.checkpoint_write_s == pytest.approx(44.3902144, rel=1e-8)
     assert asyn.checkpoint_blocking_s < sync.checkpoint_blocking_s
     assert asyn.interval_s >= asyn.checkpoint_write_s  # a write must finish before the next
     assert asyn.restart_s == pytest.approx(sync.restart_s + sync.checkpoint_write_s)
@@ -186,8 +194,8 @@ def test_async_with_too_short_interval_waits_for_the_write() -> None:
     job = make_job("llama3.1-405b", num_gpus=1024)
     p = OpsParams(async_checkpoint=True, checkpoint_interval_min=0.25)  # 15 s < 44 s write
     r = resilience.resilience(job, 5.0, p)
-    copy = resilience.checkpoint_bytes(job) / 1024 / 25e9
-    assert r.checkpoint_blocking_s == pytest.approx(copy + r.checkpoint_write_s - 15.0)
+    # the host copy 0.221951 s plus the wait for the previous write: 44.390214 - 15 s
+    assert r.checkpoint_blocking_s == pytest.approx(0.221951072 + 44.3902144 - 15.0, rel=1e-8)
 
 
 # ----------------------------------------------------------------------------- time, cost, energy
@@ -287,8 +295,12 @@ def test_objective_values() -> None:
     # 2.0 s / 1,048,576 tokens x 1e6 = 1.9073 s per million tokens
     thr = ops.objective_value(job, perf, "throughput")
     assert thr == pytest.approx(2.0 / 1_048_576 * 1e6)
+    # goodput by hand, to first order 1 - delta/tau - (tau/2 + R')/M (Daly; the neglected terms
+    # are ~1e-5 here): checkpoint 8,030,261,248 x 14 B over 8 nodes x 1 GB/s: delta = 14.053 s;
+    # M = 86,400 / (419 / (54 x 16,384) x 64) = 2,850,581 s; Daly's tau = 8941.5 s, 4471 steps
+    # of 2 s = 8942 s; R' = 600 s restart + 14.053 s load: 1 - 0.0015716 - 0.0017838 = 0.996645
     good = ops.objective_value(job, perf, "goodput")
-    assert good == pytest.approx(thr / resilience.resilience(job, 2.0, OpsParams()).goodput)
+    assert good == pytest.approx(thr / 0.996645, rel=1e-5)
     assert good > thr
     usd = ops.objective_value(job, perf, "cost")
     assert usd == pytest.approx(64 * good / 3600 * 3.24)

@@ -1,4 +1,4 @@
-"""Tests for planner.scaling and planner.plot.
+"""Tests for planner.search.scaling and planner.cli.plot.
 
 Oracles: hand-built curves (a fake `best_layout` with round step times, so efficiencies and
 marginal efficiencies are hand arithmetic), the definitions in planner/scaling.py's docstring, the

@@ -20,6 +20,7 @@ from paths import REPO
 
 from planner.search import top_k as search
 from planner.search.space import Space
+from planner.search.twins import fold
 
 PLANS = REPO / "tests" / "data" / "plans"
 
@@ -78,14 +79,56 @@ def test_json_is_one_document_with_the_contract_keys(capsys: pytest.CaptureFixtu
 
 
 def test_json_top_pick_is_the_library_search(capsys: pytest.CaptureFixture[str]) -> None:
+    """The candidates are the first rows of the library's whole ranking, folded (twins: same
+    step time, cp traded for micro-batch size; tests/search/test_twins.py)."""
     from planner.inputs.job_request import DEFAULT_JOB
     from planner.inputs.plan import parse_plan
 
     data = suggest_json(["--top", "3"], capsys)
-    res = search.search(parse_plan(DEFAULT_JOB).job, Space(), top_k=3)
+    rows = fold(search.search(parse_plan(DEFAULT_JOB).job, Space(), top_k=10**6).candidates)
     assert len(data["candidates"]) == 3
-    for c, lay in zip(data["candidates"], res.candidates, strict=True):
-        assert all(c["parallel"][k] == getattr(lay.layout, k) for k in LAYOUT_KEYS)
+    for c, row in zip(data["candidates"], rows, strict=False):
+        assert all(c["parallel"][k] == getattr(row.candidate.layout, k) for k in LAYOUT_KEYS)
+        assert len(c["equivalents"]) == len(row.equivalents)
+        for e, twin in zip(c["equivalents"], row.equivalents, strict=True):
+            assert all(e["parallel"][k] == getattr(twin.layout, k) for k in LAYOUT_KEYS)
+
+
+# ----------------------------------------------------------------------------- twins folded
+
+LONG = ["--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+LONG += ["--seq-length", "32768", "--global-batch-size", "64"]
+"""A job whose top 5 used to hold two pairs of twins: (tp2 dp2 cp2 mbs1, tp2 dp1 cp4 mbs2) and
+(tp1 dp2 cp4 mbs1, tp1 dp1 cp8 mbs2), each pair at one step time (58.499 s, 58.502 s)."""
+
+
+def test_twins_fold_into_one_row(capsys: pytest.CaptureFixture[str]) -> None:
+    data = suggest_json(LONG, capsys)
+    cands = data["candidates"]
+    assert len(cands) == 5  # still --top rows, now distinct
+
+    def key(par: dict[str, Any]) -> tuple[Any, ...]:
+        # what trading cp for micro-batch size keeps (planner.search.suggest.twin_key)
+        rest = {k: v for k, v in par.items() if k not in ("cp", "dp", "micro_batch_size")}
+        return (sorted(rest.items()), par["dp"] * par["cp"], par["micro_batch_size"] / par["cp"])
+
+    shown = [(key(c["parallel"]), c["performance"]["step_time_s"]) for c in cands]
+    assert len(set(map(str, shown))) == 5  # no two rows are twins
+    first = cands[0]
+    assert (first["parallel"]["tp"], first["parallel"]["dp"], first["parallel"]["cp"]) == (2, 2, 2)
+    assert [
+        (e["parallel"]["cp"], e["parallel"]["micro_batch_size"]) for e in first["equivalents"]
+    ] == [(4, 2)]
+    for c in cands:
+        for e in c["equivalents"]:
+            assert key(e["parallel"]) == key(c["parallel"])
+            assert e["parallel"]["num_microbatches"] == c["parallel"]["num_microbatches"] == 32
+            assert 0 < e["memory"]["peak_gib"] <= c["memory"]["capacity_gib"]
+    assert sum(bool(c["equivalents"]) for c in cands) >= 2
+    code, out, err = run(["suggest", *LONG], capsys)
+    assert code == 0, err
+    assert "#1 also: cp 4 x mbs 2 (dp 1, peak" in out
+    assert "#1 and #2 predict the same step time" not in out
 
 
 def test_nodes_counts_gpus_per_node(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,13 +2,12 @@
 
 The reference below enumerates the whole space itself (every degree tuple whose product is the GPU
 count, every micro-batch size, every vpp, the pipeline splits, every ZeRO stage and recompute
-policy), filters by `planner.rules` plus the scale-up-domain and user rules, scores every
-memory-feasible layout with `planner.cost` and ranks with `search.rank_key`. It shares none of the
-search's pruning (no bound, no structure order, no early stop, no skipped variants): only
+policy), filters by `planner.search.rules` plus the scale-up-domain and user rules, scores every
+memory-feasible layout with `planner.model.cost` and ranks with `search.rank_key`. It shares none of
+the search's pruning (no bound, no structure order, no early stop, no skipped variants): only
 `space_mod.splits` (which defines the split candidates of a (pp, vpp)), the dominance definitions
-(DESIGN.md section 4, the search's docstring: less sharding and recompute; a layout's twin with
-the EP all-to-all overlap, `_overlap_twin_dominates`) and the rank key.
-"""
+(DESIGN.md section 4, the search's docstring: less sharding and recompute; a layout's twin with the
+EP all-to-all overlap, `_overlap_twin_dominates`) and the rank key."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import pytest
@@ -139,12 +139,23 @@ def _zero_recompute(space: Space) -> list[tuple[int, int]]:
     return [(z, r) for z in zeros for r in recs]
 
 
-def reference_top(job: Job, space: Space, k: int = TOP_K) -> list[Candidate]:
-    """Score every fitting, non-dominated (zero, recompute) variant of every layout; the top k."""
+Variants = dict[Layout, list[tuple[int, int, Layout]]]
+"""Each layout of `all_layouts` with its `_variants`."""
+
+
+def all_variants(job: Job, space: Space) -> Variants:
+    return {base: _variants(job, space, base) for base in all_layouts(job, space)}
+
+
+def reference_top(
+    job: Job, space: Space, k: int = TOP_K, variants: Variants | None = None
+) -> list[Candidate]:
+    """Score every fitting, non-dominated (zero, recompute) variant of every layout (those of
+    `all_variants(job, space)`, or given); the top k."""
     scored = []
-    for base in all_layouts(job, space):
+    for options in (all_variants(job, space) if variants is None else variants).values():
         fitting = []
-        for z, r, lay in _variants(job, space, base):
+        for z, r, lay in options:
             rep = memory.estimate(job, lay, space.headroom_pct)
             if rep.fits:
                 fitting.append((z, r, lay, rep))
@@ -176,11 +187,21 @@ def _overlap_twin_dominates(job: Job, space: Space, c: Candidate) -> bool:
 
 PROBLEMS: dict[str, tuple[Job, Space]] = {
     "llama8b-8xh100-s8192": (make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128), Space()),
-    "llama8b-16xh100-s4096": (make_job("llama3.1-8b", "h100-sxm-80gb", 16, 4096, 64), Space()),
-    "sc21-1.7b-32xa100": (make_job("gpt-sc21-1.7b", "a100-sxm-80gb", 32, 2048, 512), Space()),
+    "llama8b-16xh100-s4096": (
+        # two nodes; micro-batches of at most 4 (a user's upper bound)
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(mbs=Bound(1, 4)),
+    ),
+    "sc21-1.7b-32xa100": (
+        # SC21 Table 1's 1.7B row (32 A100, batch 512), 24 layers: vpp 3, 6, 12 and uneven
+        # splits; micro-batches of 8 to 16 only (a user's lower bound), ZeRO 3 at the top
+        make_job("gpt-sc21-1.7b", "a100-sxm-80gb", 32, 2048, 512),
+        Space(mbs=Bound(8, 16)),
+    ),
     "mixtral-8x7b-16xh100": (
+        # MoE with CP: ep, expert-TP and cp together; micro-batches of 1 and 2 (the top's)
         make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
-        Space(cp=Bound(1, 2)),
+        Space(cp=Bound(1, 2), mbs=Bound(1, 2)),
     ),
     "llama8b-pinned": (
         make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 64),
@@ -233,16 +254,34 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
 }
 
 
+@cache
+def variants_of(name: str) -> Variants:
+    """all_variants of a problem, enumerated once for every test below that walks it."""
+    return all_variants(*PROBLEMS[name])
+
+
+def layouts_of(name: str) -> list[Layout]:
+    return list(variants_of(name))
+
+
+@cache
+def searched(name: str) -> search.SearchResult:
+    """The search's top K of a problem (the function under test), run once for the tests that
+    read it."""
+    job, space = PROBLEMS[name]
+    return search.search(job, space, top_k=TOP_K)
+
+
 @pytest.fixture(scope="module")
 def references() -> dict[str, list[Candidate]]:
-    return {name: reference_top(job, space) for name, (job, space) in PROBLEMS.items()}
+    return {name: reference_top(*PROBLEMS[name], variants=variants_of(name)) for name in PROBLEMS}
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_top_k_equals_brute_force(name: str, references: dict[str, list[Candidate]]) -> None:
     job, space = PROBLEMS[name]
     ref = references[name]
-    res = search.search(job, space, top_k=TOP_K)
+    res = searched(name)
     assert len(ref) == TOP_K, f"{name}: the reference found only {len(ref)} layouts"
     got = [c.layout for c in res.candidates]
     want = [c.layout for c in ref]
@@ -273,7 +312,7 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     assert len({lay.zero_stage for lay in tops}) >= 2
     # 24 GiB: only full recompute fits, anywhere in the space
     job, space = PROBLEMS["llama8b-tiny-memory"]
-    every = reference_top(job, space, k=10**6)
+    every = reference_top(job, space, k=10**6, variants=variants_of("llama8b-tiny-memory"))
     assert every and all(c.layout.recompute == "full" for c in every)
     pinned = references["llama8b-pinned"]
     assert all(c.layout.tp == 2 and c.layout.pp <= 2 and c.layout.zero_stage == 1 for c in pinned)
@@ -294,8 +333,8 @@ def test_nothing_fits_matches_brute_force() -> None:
 # ----------------------------------------------------------------------------- the assumptions
 
 
-def _sample_layouts(job: Job, space: Space, count: int) -> list[Layout]:
-    lays = all_layouts(job, space)
+def _sample_layouts(name: str, count: int) -> list[Layout]:
+    lays = layouts_of(name)
     step = max(len(lays) // count, 1)
     return lays[::step]
 
@@ -303,8 +342,8 @@ def _sample_layouts(job: Job, space: Space, count: int) -> list[Layout]:
 @pytest.mark.parametrize("name", ["llama8b-16xh100-s4096", "mixtral-8x7b-16xh100", "llama8b-fp8"])
 def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
     """The dominance the search relies on to skip ZeRO 0 whenever ZeRO 1 is allowed."""
-    job, space = PROBLEMS[name]
-    for base in _sample_layouts(job, space, 40):
+    job, _ = PROBLEMS[name]
+    for base in _sample_layouts(name, 40):
         for rc in space_mod.RECOMPUTE_ORDER:
             z0 = base.with_(zero_stage=0, recompute=rc)
             z1 = base.with_(zero_stage=1, recompute=rc)
@@ -316,9 +355,10 @@ def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
 def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     """search.lower_bound at the structure's largest micro-batch (what the search queues) is no
     more than the exact step time of any layout of that structure, split and vpp."""
-    job, space = PROBLEMS[name]
+    job, _ = PROBLEMS[name]
+    variants = variants_of(name)
     groups: dict[tuple[int, ...], list[Layout]] = {}
-    for lay in all_layouts(job, space):
+    for lay in variants:
         key = (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
         groups.setdefault(key, []).append(lay)
     checked = 0
@@ -335,7 +375,7 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
             for v, pl, ov in shapes
         )
         for lay in lays:
-            for _, _, v in _variants(job, space, lay):
+            for _, _, v in variants[lay]:
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
                 checked += 1
@@ -350,7 +390,7 @@ def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
     job, space = PROBLEMS[name]
     floors: dict[tuple[object, ...], float] = {}
     checked = 0
-    for lay in _sample_layouts(job, space, 60):
+    for lay in _sample_layouts(name, 60):
         for z, r in _zero_recompute(space):
             v = lay.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
             floor = memory.state_floor(job, v)
@@ -368,14 +408,13 @@ def test_search_enumerates_the_whole_space(name: str) -> None:
     a split included, not only the divisors of layers / pp), and space_size counts them times the
     (zero, recompute) variants searched."""
     job, space = PROBLEMS[name]
-    ref = set(all_layouts(job, space))
-    got = set()
+    ref = set(layouts_of(name))
+    got: set[Layout] = set()
     for s in space_mod.structures(job, space, Counter()):
         for mbs, vpp, split in space_mod.options(job, space, s):
             got.update(lay for lay, _ in space_mod.bases(job, s, mbs, vpp, split, space))
     assert got == ref, (sorted(ref - got, key=str)[:3], sorted(got - ref, key=str)[:3])
-    res = search.search(job, space)
-    assert res.space_size == sum(len(_variants(job, space, lay)) for lay in ref)
+    assert searched(name).space_size == sum(len(v) for v in variants_of(name).values())
 
 
 def test_rank_key_prefers_simpler_on_ties() -> None:
