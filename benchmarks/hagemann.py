@@ -43,7 +43,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, layer_time, memory, params, schedule
+from planner.model import comms, cost, layer_time, memory, params
 from planner.model.activations import BF16, FP32
 from planner.model.cost import Performance
 
@@ -240,7 +240,7 @@ def serial_dp_sync(job: Job, lay: Layout) -> tuple[float, float]:
     groups = comms.data_parallel_groups(job.cluster, lay)
     gpu = layer_time.gpu_of(job)
     best = (0.0, 0.0)
-    for rank, layers in enumerate(schedule.stage_ranges(job.arch.num_layers, lay)):
+    for rank, layers in enumerate(lay.chunk_layers(job.arch.num_layers)):
         dense, expert = memory.stage_params(job, lay, rank, layers)
         exposed = 0.0
         for n_params, grp in zip((dense, expert), groups, strict=True):

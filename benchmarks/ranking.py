@@ -53,7 +53,6 @@ from benchmarks.hagemann import SPLITS, Assumptions, DpSync
 from benchmarks.runs import Case, load_hagemann
 from planner.model import cost
 from planner.model.memory import stage_params
-from planner.model.schedule import stage_ranges
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -137,7 +136,7 @@ def dp_sync_bytes_per_node(c: Case) -> float:
     lay = c.layout
     if lay.tp * lay.dp <= c.job.cluster.gpus_per_node:
         return 0.0
-    ranges = stage_ranges(c.job.arch.num_layers, lay)
+    ranges = lay.chunk_layers(c.job.arch.num_layers)
     held = max(sum(stage_params(c.job, lay, r, layers)) for r, layers in enumerate(ranges))
     groups_per_node = min(lay.tp, c.job.cluster.gpus_per_node)
     return 10.0 * held * (lay.dp - 1) / lay.dp * groups_per_node

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from planner.emit.common import comment_block, environment, header, predict
+from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
-from planner.model.memory import stage_chunks
 
 Arg = tuple[str, ...]
 """One flag followed by its values."""
@@ -159,28 +159,18 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-shared-expert-intermediate-size", str(size)))
         if arch.moe_layer_freq != 1:
             a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
+        job = plan.job
+        if job.moe_router_num_groups is not None:
+            a.append(("--moe-router-num-groups", str(job.moe_router_num_groups)))
+        if job.moe_router_group_topk is not None:
+            a.append(("--moe-router-group-topk", str(job.moe_router_group_topk)))
+        if job.moe_expert_capacity_factor is not None:
+            a.append(("--moe-expert-capacity-factor", f"{job.moe_expert_capacity_factor:g}"))
+        if job.moe_pad_expert_input_to_capacity:
+            a.append(("--moe-pad-expert-input-to-capacity",))
     if arch.mtp_num_layers:
         a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
     return a
-
-
-def pipeline_layout(layers: tuple[int, ...], vpp: int, mtp_layers: int) -> str:
-    """--pipeline-model-parallel-layout for per-rank layer counts, each rank's layers split in
-    vpp chunks as planner.model.memory.stage_chunks does; runs of equal stages as "(t*4|)*13"."""
-    pp = len(layers)
-    chunks = [stage_chunks(n, vpp) for n in layers]
-    stages = []
-    for k in range(pp * vpp):
-        n = chunks[k % pp][k // pp]
-        s = ("E" if k == 0 else "") + ("t" if n == 1 else f"t*{n}" if n else "")
-        if k == pp * vpp - 1:
-            s += ("m" if mtp_layers == 1 else f"m*{mtp_layers}" if mtp_layers else "") + "L"
-        stages.append(s)
-    out = ""
-    for s, same in groupby(stages[:-1]):  # the last stage ends the string, without "|"
-        run = len(list(same))
-        out += f"({s}|)*{run}" if run > 1 and s else s + "|" * run
-    return out + stages[-1]
 
 
 def _first_last(layers: tuple[int, ...], vpp: int) -> list[Arg] | None:
@@ -202,9 +192,27 @@ def _first_last(layers: tuple[int, ...], vpp: int) -> list[Arg] | None:
 
 
 def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
-    """How the decoder layers are split over pipeline ranks and virtual stages."""
+    """How the decoder layers are split over pipeline ranks and virtual stages: the plan's own
+    layout string, or the account-for flags of an even split, or the simplest flags that give
+    the split (none, layers per virtual stage, first/last counts), else the layout string of
+    `Layout.stages`."""
     if lay.pp == 1:
         return []
+    if lay.pipeline_layout is not None:
+        return [("--pipeline-model-parallel-layout", pipeline_layout.compact(lay.pipeline_layout))]
+    accounted: list[Arg] = [
+        (f"--account-for-{part}-in-pipeline-split",)
+        for part, on in (
+            ("embedding", lay.account_for_embedding_in_pipeline_split),
+            ("loss", lay.account_for_loss_in_pipeline_split),
+        )
+        if on
+    ]
+    if accounted:
+        vpp: list[Arg] = (
+            [("--num-virtual-stages-per-pipeline-rank", str(lay.vpp))] if lay.vpp > 1 else []
+        )
+        return accounted + vpp
     layers = lay.stage_layers(arch.num_layers)
     even = len(set(layers)) == 1
     if even and layers[0] % lay.vpp == 0:
@@ -214,9 +222,8 @@ def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
     first_last = None if even else _first_last(layers, lay.vpp)
     if first_last is not None:
         return first_last
-    return [
-        ("--pipeline-model-parallel-layout", pipeline_layout(layers, lay.vpp, arch.mtp_num_layers))
-    ]
+    stages = lay.stages(arch.num_layers, arch.mtp_num_layers)
+    return [("--pipeline-model-parallel-layout", pipeline_layout.compact(stages))]
 
 
 def parallel_args(plan: Plan) -> list[Arg]:
@@ -236,15 +243,24 @@ def parallel_args(plan: Plan) -> list[Arg]:
         a += [
             ("--expert-model-parallel-size", str(lay.ep)),
             ("--expert-tensor-parallel-size", str(lay.expert_tp)),
-            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-token-dispatcher-type", lay.moe_token_dispatcher_type),
             ("--moe-grouped-gemm",),
         ]
+        if lay.moe_token_dispatcher_type == "flex":
+            a.append(("--moe-flex-dispatcher-backend", lay.moe_flex_dispatcher_backend))
         if lay.ep_comm_overlap:
             a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
+    if lay.microbatch_group_size_per_vp_stage is not None:
+        size = str(lay.microbatch_group_size_per_vp_stage)
+        a.append(("--microbatch-group-size-per-virtual-pipeline-stage", size))
+    if lay.cpu_offloading_num_layers:
+        a.append(("--cpu-offloading-num-layers", str(lay.cpu_offloading_num_layers)))
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
     elif lay.zero_stage >= 2:
+        # Megatron-FSDP turns the distributed optimizer on itself, with a warning: said here
         a += [
+            ("--use-distributed-optimizer",),
             ("--use-megatron-fsdp",),
             ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero_stage]),
             ("--ckpt-format", "fsdp_dtensor"),
@@ -267,7 +283,10 @@ def training_args(plan: Plan) -> list[Arg]:
         ("--bf16",),
     ]
     if job.precision == "fp8":
-        a.append(("--fp8-format", "hybrid"))
+        # the recipe always, so Megatron does not fall back to delayed scaling; MXFP8 keeps
+        # gradients in E4M3 too (Megatron-Bridge's MXFP8 preset)
+        fmt = "e4m3" if job.fp8_recipe == "mxfp8" else "hybrid"
+        a += [("--fp8-format", fmt), ("--fp8-recipe", job.fp8_recipe)]
         if job.fp8_param_gather:
             if lay.zero_stage == 0:
                 raise InputError(
@@ -293,11 +312,14 @@ def training_args(plan: Plan) -> list[Arg]:
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),
-            ("--recompute-method", "uniform"),
-            ("--recompute-num-layers", "1"),
+            ("--recompute-method", lay.recompute_method),
+            ("--recompute-num-layers", str(lay.recompute_num_layers)),
         ]
     elif lay.recompute == "selective":
-        a.append(("--recompute-granularity", "selective"))
+        a += [
+            ("--recompute-granularity", "selective"),
+            ("--recompute-modules", *lay.recompute_modules),
+        ]
     if not job.flash_attention:
         a.append(("--attention-backend", "unfused"))
     return a

@@ -8,6 +8,7 @@ unset take Megatron's defaults (`num_query_groups` = heads, `kv_channels` = hidd
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Annotated, Literal
 
@@ -76,6 +77,12 @@ class ModelArch(BaseModel):
     )
     moe_layer_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] = Field(
         default=1, description="int N: every N-th layer is MoE; or a 0/1 list, one per layer"
+    )
+    moe_router_num_groups: PositiveInt | None = Field(
+        default=None, description="group-limited routing: expert groups (HF n_group)"
+    )
+    moe_router_group_topk: PositiveInt | None = Field(
+        default=None, description="groups one token's experts may come from (HF topk_group)"
     )
 
     # --- multi-latent attention (DeepSeek)
@@ -167,6 +174,10 @@ class ModelArch(BaseModel):
     def moe_count(self, layers: range) -> int:
         """MoE layers in a contiguous range of decoder layers."""
         return self.moe_prefix[layers.stop] - self.moe_prefix[layers.start]
+
+    def moe_in(self, chunks: Sequence[range]) -> int:
+        """MoE layers in some ranges of decoder layers (a pipeline rank's chunks)."""
+        return sum(self.moe_count(r) for r in chunks)
 
     @property
     def num_moe_layers(self) -> int:

@@ -116,10 +116,15 @@ class GpuSpec(BaseModel):
         return self.peak_tflops_fp8 is not None
 
     @property
+    def is_blackwell(self) -> bool:
+        """Compute capability 10 or more (BLACKWELL_PREFIXES): MXFP8 tensor cores."""
+        return self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES)
+
+    @property
     def needs_one_device_connection(self) -> bool:
         """Whether Megatron-LM wants CUDA_DEVICE_MAX_CONNECTIONS=1 for TP / CP here: everywhere
         but Blackwell (validate_args: `get_device_arch_version() < 10`; BLACKWELL_PREFIXES)."""
-        return not (self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES))
+        return not self.is_blackwell
 
     def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
         """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls

@@ -7,11 +7,24 @@ tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Literal
+
+from planner.inputs import pipeline_layout
 
 Recompute = Literal["none", "selective", "full"]
 RecomputePolicy = Literal["none", "core_attn", "per_op", "full"]
 """What is recomputed: "selective" resolved by the training code (`Job.recompute_policy`)."""
+RecomputeModule = Literal[
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"
+]
+"""Megatron's --recompute-modules (TransformerConfig.recompute_modules): the parts of a layer
+selective recompute re-runs. core_attn, mlp, moe and shared_experts are checkpointed (their inputs
+kept, their insides recomputed); moe_act, layernorm and mla_up_proj discard their outputs and
+recompute them from their inputs."""
+RecomputeMethod = Literal["uniform", "block"]
+Dispatcher = Literal["alltoall", "allgather", "flex"]
+FlexBackend = Literal["deepep", "hybridep"]
 ZeroStage = Literal[0, 1, 2, 3]
 
 FSDP_STRATEGY: dict[int, str] = {
@@ -49,9 +62,34 @@ class Layout:
     zero_stage: ZeroStage = 1
     """0 replicated; 1 optimizer sharded (distributed optimizer); 2 + grads; 3 + params (FSDP)."""
     recompute: Recompute = "none"
-    """Activation recomputation: none, selective (attention core), full (every layer)."""
+    """Activation recomputation: none; selective (the `recompute_modules`); full (whole layers, as
+    `recompute_method` and `recompute_num_layers` say)."""
+    recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
+    """What selective recompute re-runs (Megatron --recompute-modules; its default core_attn)."""
+    recompute_method: RecomputeMethod = "uniform"
+    """Full recompute: uniform (every layer, checkpointed in groups of recompute_num_layers) or
+    block (only the first recompute_num_layers layers of each virtual stage)."""
+    recompute_num_layers: int = 1
+    """Full recompute's group size (uniform) or recomputed layers per virtual stage (block)."""
+    cpu_offloading_num_layers: int = 0
+    """Decoder layers whose activations are offloaded to host memory (Megatron
+    --cpu-offloading-num-layers; 0 = none)."""
+    moe_token_dispatcher_type: Dispatcher = "alltoall"
+    """How MoE tokens reach their experts: alltoall (NCCL all-to-all), allgather (every rank
+    gathers every token), flex (a fused dispatcher, `moe_flex_dispatcher_backend`)."""
+    moe_flex_dispatcher_backend: FlexBackend = "deepep"
+    """The flex dispatcher's kernels: DeepEP or HybridEP (only read with flex)."""
     pipeline_layers: tuple[int, ...] | None = field(default=None)
     """Decoder layers per pipeline rank (pp entries); None = even split."""
+    pipeline_layout: tuple[str, ...] | None = None
+    """Megatron's --pipeline-model-parallel-layout, expanded (`planner.inputs.pipeline_layout`):
+    what each of the pp x vpp virtual stages holds; None = `pipeline_layers` or the even split."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Count the embedding as a layer in the even split: the first stage builds one decoder layer
+    fewer (Megatron --account-for-embedding-in-pipeline-split)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Count the output layer and loss as a layer: the last stage builds one decoder layer fewer
+    (Megatron --account-for-loss-in-pipeline-split)."""
     tp_comm_overlap: bool = False
     """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs SP)."""
     ep_comm_overlap: bool = False
@@ -62,6 +100,9 @@ class Layout:
     overlap_grad_reduce: bool = True
     """Reduce gradients in buckets during the backward (Megatron --overlap-grad-reduce). False:
     the whole reduction runs after the last micro-batch's backward, exposed."""
+    microbatch_group_size_per_vp_stage: int | None = None
+    """Micro-batches the interleaved schedule runs per virtual stage in a row (Megatron
+    --microbatch-group-size-per-virtual-pipeline-stage; None = pp)."""
     overlap_param_gather: bool = True
     """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
     --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""
@@ -89,12 +130,41 @@ class Layout:
         """Micro-batches per pipeline per step: global_batch / (dp x micro_batch_size)."""
         return global_batch_size // (self.dp * self.micro_batch_size)
 
+    def stages(self, num_layers: int, mtp_layers: int = 0) -> tuple[str, ...]:
+        """What each of the pp x vpp virtual stages holds, in layer order (stage k on rank
+        k % pp, chunk k // pp; E embedding, t decoder layer, m MTP layer, L loss): the
+        `pipeline_layout`; else each rank's layers (`pipeline_layers` or the even split,
+        counting the embedding and loss as a layer where the account_for flags say) in vpp
+        chunks, the first chunks taking one more where they do not divide, the MTP layers in
+        the last stage."""
+        return _stages(self, num_layers, mtp_layers)
+
+    def chunk_layers(self, num_layers: int) -> tuple[tuple[range, ...], ...]:
+        """The decoder layers of each rank's chunks, as index ranges: per rank, one range per
+        chunk (layers are numbered in stage order: chunk 0 of every rank, then chunk 1...)."""
+        return _chunk_layers(self, num_layers)
+
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Decoder layers on each pipeline rank (given split, or the even one)."""
-        if self.pipeline_layers is not None:
-            return self.pipeline_layers
-        base, extra = divmod(num_layers, self.pp)
-        return tuple(base + (1 if r < extra else 0) for r in range(self.pp))
+        """Decoder layers on each pipeline rank."""
+        return tuple(sum(map(len, chunks)) for chunks in self.chunk_layers(num_layers))
+
+    def split_as_stages(self, num_layers: int, mtp_layers: int = 0) -> Layout:
+        """The same layout with its pipeline split spelled as its stages (`pipeline_layout`),
+        however it was given: two layouts split alike compare equal this way."""
+        return self.with_(
+            pipeline_layers=None,
+            pipeline_layout=self.stages(num_layers, mtp_layers),
+            account_for_embedding_in_pipeline_split=False,
+            account_for_loss_in_pipeline_split=False,
+        )
+
+    def mtp_rank(self, num_layers: int, mtp_layers: int) -> int | None:
+        """The pipeline rank whose last chunk holds the MTP layers (None without them)."""
+        if not mtp_layers:
+            return None
+        stages = self.stages(num_layers, mtp_layers)
+        k = next(k for k, s in enumerate(stages) if "m" in s)
+        return k % self.pp
 
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed."""
@@ -121,6 +191,57 @@ class Layout:
             parts.append("grad-sync-exposed")
         if self.zero_stage >= 1 and not self.overlap_param_gather:
             parts.append("param-gather-exposed")
+        if self.moe_token_dispatcher_type != "alltoall":
+            backend = self.moe_token_dispatcher_type == "flex"
+            parts.append(self.moe_flex_dispatcher_backend if backend else "allgather")
+        if self.cpu_offloading_num_layers:
+            parts.append(f"offload{self.cpu_offloading_num_layers}")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
-        parts.append(f"recompute={self.recompute}")
+        parts.append(f"recompute={self.recompute_text()}")
         return " ".join(parts)
+
+    def recompute_text(self) -> str:
+        """'none', 'selective(core_attn,mlp)', 'full', 'full(block 4)', 'full(uniform 2)'."""
+        if self.recompute == "selective" and self.recompute_modules != ("core_attn",):
+            return f"selective({','.join(self.recompute_modules)})"
+        if self.recompute == "full" and (self.recompute_method, self.recompute_num_layers) != (
+            "uniform",
+            1,
+        ):
+            return f"full({self.recompute_method} {self.recompute_num_layers})"
+        return self.recompute
+
+
+def split_evenly(n: int, parts: int) -> list[int]:
+    """n items in `parts` parts as even as possible, the first parts one more."""
+    base, extra = divmod(n, parts)
+    return [base + (1 if c < extra else 0) for c in range(parts)]
+
+
+@lru_cache(maxsize=4096)
+def _stages(lay: Layout, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
+    if lay.pipeline_layout is not None:
+        return lay.pipeline_layout
+    e = int(lay.account_for_embedding_in_pipeline_split)
+    lo = int(lay.account_for_loss_in_pipeline_split)
+    if lay.pipeline_layers is not None:
+        per_rank = list(lay.pipeline_layers)
+    else:
+        per_rank = split_evenly(num_layers + e + lo, lay.pp)
+    chunks = [split_evenly(n, lay.vpp) for n in per_rank]
+    # the embedding and the loss take a layer's place in the first and the last stage
+    chunks[0][0] -= e
+    chunks[-1][-1] -= lo
+    return pipeline_layout.stages_of([[max(n, 0) for n in c] for c in chunks], mtp_layers)
+
+
+@lru_cache(maxsize=4096)
+def _chunk_layers(lay: Layout, num_layers: int) -> tuple[tuple[range, ...], ...]:
+    stages = _stages(lay, num_layers, 0)
+    out: list[list[range]] = [[] for _ in range(lay.pp)]
+    start = 0
+    for k, stage in enumerate(stages):
+        n = stage.count("t")
+        out[k % lay.pp].append(range(start, start + n))
+        start += n
+    return tuple(tuple(r) for r in out)

@@ -76,12 +76,17 @@ PARALLEL_READ = {
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
     "--use-distributed-optimizer",
     "--use-megatron-fsdp",
     "--use-torch-fsdp2",
     "--data-parallel-sharding-strategy",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
+    "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend",
 }
 # parallelism flags that are understood but do not change the memory model's inputs
 PARALLEL_IGNORED = {
@@ -93,11 +98,7 @@ PARALLEL_IGNORED = {
     "--ddp-num-buckets",
     "--ddp-average-in-collective",
     "--ddp-pad-buckets-for-high-nccl-busbw",
-    "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split",
-    "--microbatch-group-size-per-virtual-pipeline-stage",
     "--cp-comm-type",
-    "--moe-token-dispatcher-type",
     "--moe-grouped-gemm",
     "--moe-permute-fusion",
     "--moe-shared-expert-overlap",
@@ -152,6 +153,14 @@ def _int(flags: dict[str, list[str]], flag: str, where: str) -> int:
         return int(vals[0])
     except ValueError:
         raise InputError(f"{where}: {flag}: expected an integer (got {vals[0]!r})") from None
+
+
+def _float(flags: dict[str, list[str]], flag: str, where: str) -> float:
+    value = flags[flag][0]
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{where}: {flag}: expected a number (got {value!r})") from None
 
 
 def _layer_freq(value: str, where: str) -> int | list[int]:
@@ -216,8 +225,12 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     if first_last is not None:
         parallel["pipeline_layers"] = first_last
     if flags.get("--pipeline-model-parallel-layout"):
-        value = flags["--pipeline-model-parallel-layout"][0]
-        parallel["vpp"], parallel["pipeline_layers"] = _pp_layout(value, pp, where)
+        # the stages say the virtual pipeline size (planner.inputs.plan derives vpp from them)
+        parallel["pipeline_model_parallel_layout"] = flags["--pipeline-model-parallel-layout"][0]
+        del parallel["vpp"]
+    for part in ("embedding", "loss"):
+        if f"--account-for-{part}-in-pipeline-split" in flags:
+            parallel[f"account_for_{part}_in_pipeline_split"] = True
     parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
     parallel["ep_comm_overlap"] = "--overlap-moe-expert-parallel-comm" in flags
     parallel["zero_stage"] = _zero_stage(flags, where)
@@ -228,7 +241,18 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     parallel["overlap_grad_reduce"] = always or "--overlap-grad-reduce" in flags
     no_gather = parallel["zero_stage"] == 0
     parallel["overlap_param_gather"] = always or no_gather or "--overlap-param-gather" in flags
-    parallel["recompute"] = _recompute(flags)
+    parallel.update(_recompute(flags, get))
+    if "--cpu-offloading-num-layers" in flags:
+        parallel["cpu_offloading_num_layers"] = get("--cpu-offloading-num-layers")
+    if "--microbatch-group-size-per-virtual-pipeline-stage" in flags:
+        group = get("--microbatch-group-size-per-virtual-pipeline-stage")
+        parallel["microbatch_group_size_per_vp_stage"] = group
+    for flag, key in (
+        ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
+        ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),
+    ):
+        if flags.get(flag):
+            parallel[key] = flags[flag][0]
 
     if "--seq-length" not in flags:
         raise InputError(f"{where}: --seq-length: required, but not given")
@@ -245,6 +269,17 @@ def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") 
     training["precision"] = "fp8" if fp8 else "bf16"
     if fp8:
         training["fp8_param_gather"] = "--fp8-param-gather" in flags
+        if flags.get("--fp8-recipe"):
+            training["fp8_recipe"] = flags["--fp8-recipe"][0]
+    for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
+        if flag in flags:
+            training[flag[2:].replace("-", "_")] = get(flag)
+    if flags.get("--moe-expert-capacity-factor"):
+        training["moe_expert_capacity_factor"] = _float(
+            flags, "--moe-expert-capacity-factor", where
+        )
+    if "--moe-pad-expert-input-to-capacity" in flags:
+        training["moe_pad_expert_input_to_capacity"] = True
     if "--grad-reduce-in-bf16" in flags:
         training["main_grad_dtype"] = "bf16"
     if "--use-precision-aware-optimizer" in flags:
@@ -306,26 +341,6 @@ def _uneven(
     return tuple(layers)
 
 
-def _pp_layout(value: str, pp: int, where: str) -> tuple[int, tuple[int, ...]]:
-    """--pipeline-model-parallel-layout -> (vpp, decoder layers per pipeline rank). As Megatron's
-    PipelineParallelLayerLayout.parse_str_to_list: commas ignored, "(...)*n" then "x*n" unrolled,
-    stages split by "|" (E embedding, t decoder layer, m MTP, L loss); stage k runs on pipeline
-    rank k % pp, and vpp = stages / pp."""
-    text = value.replace(",", "")
-    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    stages = text.split("|")
-    flag = "--pipeline-model-parallel-layout"
-    if set(text) - set("EtmL|") or len(stages) % pp:
-        raise InputError(
-            f"{where}: {flag}: cannot read {value!r} as stages of E, t, m, L whose count is a "
-            f"multiple of --pipeline-model-parallel-size ({pp})"
-        )
-    vpp = len(stages) // pp
-    layers = tuple(sum(stages[v * pp + r].count("t") for v in range(vpp)) for r in range(pp))
-    return vpp, layers
-
-
 def _zero_stage(flags: dict[str, list[str]], where: str) -> int:
     if "--use-torch-fsdp2" in flags:
         return 3
@@ -337,17 +352,21 @@ def _zero_stage(flags: dict[str, list[str]], where: str) -> int:
     return 1 if "--use-distributed-optimizer" in flags else 0
 
 
-def _recompute(flags: dict[str, list[str]]) -> str:
-    """Megatron's recompute flags. Full recompute of only some layers per stage
-    (--recompute-method block with --recompute-num-layers) is read as no recompute: the
-    conservative side, since the layers not recomputed keep all their activations."""
+def _recompute(flags: dict[str, list[str]], get: Callable[[str], int]) -> dict[str, Any]:
+    """Megatron's recompute flags as the plan's recompute fields: selective with its module list
+    (Megatron's default ["core_attn"]), full with its method and layer count."""
     granularity = (flags.get("--recompute-granularity") or [""])[0]
     if granularity == "full":
-        method = (flags.get("--recompute-method") or ["uniform"])[0]
-        return "none" if method == "block" else "full"
+        out: dict[str, Any] = {"recompute": "full"}
+        if flags.get("--recompute-method"):
+            out["recompute_method"] = flags["--recompute-method"][0]
+        if "--recompute-num-layers" in flags:
+            out["recompute_num_layers"] = get("--recompute-num-layers")
+        return out
     if granularity == "selective" or "--recompute-activations" in flags:
-        return "selective"
-    return "none"
+        modules = flags.get("--recompute-modules") or ["core_attn"]
+        return {"recompute": "selective", "recompute_modules": modules}
+    return {"recompute": "none"}
 
 
 def load(path: str, gpu: str, num_gpus: int) -> tuple[dict[str, Any], str]:

@@ -17,16 +17,26 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs import catalog
+from planner.inputs import catalog, pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.fields import Flag, Integer, PositiveFloat, PositiveInt
+from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveFloat, PositiveInt
 from planner.inputs.files import load_toml, validate
 from planner.inputs.hardware import ClusterSpec, LinkTier, check_tiers
 from planner.inputs.hf_import import load_hf_config
-from planner.inputs.layout import Layout, Recompute, RecomputePolicy, ZeroStage
+from planner.inputs.layout import (
+    Dispatcher,
+    FlexBackend,
+    Layout,
+    Recompute,
+    RecomputeMethod,
+    RecomputeModule,
+    RecomputePolicy,
+    ZeroStage,
+)
 
 Precision = Literal["bf16", "fp8"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
 SelectivePolicy = Literal["core_attn", "per_op"]
 
@@ -86,6 +96,23 @@ class TrainingSection(BaseModel):
     fp8_param_gather: Flag = Field(
         default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
     )
+    fp8_recipe: Fp8Recipe = Field(
+        default="delayed",
+        description="Megatron --fp8-recipe (default delayed): delayed or tensorwise (per-tensor "
+        "scales), blockwise (128 x 128 / 1 x 128 blocks), mxfp8 (Blackwell, 1 x 32 blocks)",
+    )
+    moe_router_num_groups: PositiveInt | None = Field(
+        default=None, description="group-limited routing: expert groups (None = the model's)"
+    )
+    moe_router_group_topk: PositiveInt | None = Field(
+        default=None, description="groups a token may use (None = the model's)"
+    )
+    moe_expert_capacity_factor: PositiveFloat | None = Field(
+        default=None, description="token dropping: tokens per expert at most this x the even share"
+    )
+    moe_pad_expert_input_to_capacity: Flag = Field(
+        default=False, description="pad every expert's tokens up to its capacity"
+    )
     flash_attention: Flag = Field(
         default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
     )
@@ -116,13 +143,36 @@ class ParallelSection(BaseModel):
     cp: PositiveInt = 1
     ep: PositiveInt = 1
     etp: PositiveInt | None = None
-    vpp: PositiveInt = 1
+    vpp: PositiveInt | None = Field(
+        default=None, description="None = the layout's stages / pp, else 1"
+    )
     dp: PositiveInt | None = None
     sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
     micro_batch_size: PositiveInt = 1
     zero_stage: Annotated[ZeroStage, Integer] = 1
     recompute: Recompute = "none"
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None, description="selective recompute's modules (None = Megatron's core_attn)"
+    )
+    recompute_method: RecomputeMethod | None = Field(
+        default=None, description="full recompute: uniform or block (None = uniform)"
+    )
+    recompute_num_layers: PositiveInt | None = Field(
+        default=None, description="full recompute: group size or layers per stage (None = 1)"
+    )
+    cpu_offloading_num_layers: NonNegativeInt = 0
+    moe_token_dispatcher_type: Dispatcher = "alltoall"
+    moe_flex_dispatcher_backend: FlexBackend = "deepep"
+    microbatch_group_size_per_vp_stage: PositiveInt | None = None
     pipeline_layers: tuple[PositiveInt, ...] | None = None
+    pipeline_model_parallel_layout: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=65536,
+        description="Megatron --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L'",
+    )
+    account_for_embedding_in_pipeline_split: Flag = False
+    account_for_loss_in_pipeline_split: Flag = False
     tp_comm_overlap: Flag = False
     ep_comm_overlap: Flag = Field(
         default=False,
@@ -166,6 +216,18 @@ class Job:
     fp8_param_gather: bool = True
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
+    fp8_recipe: Fp8Recipe = "delayed"
+    """How FP8 scales are chosen (Megatron --fp8-recipe; read with precision fp8)."""
+    moe_router_num_groups: int | None = None
+    """Group-limited routing: the experts fall in this many groups (None = no groups). With one
+    group per node the routing is node-limited (DeepSeek-V3: 8 groups, 4 per token)."""
+    moe_router_group_topk: int | None = None
+    """Groups a token's experts may come from."""
+    moe_expert_capacity_factor: float | None = None
+    """Token dropping: each expert takes at most this x its even share of tokens (None =
+    dropless)."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Every expert runs exactly its capacity of tokens (padded)."""
 
     @property
     def grad_bytes(self) -> float:
@@ -287,7 +349,26 @@ def build_job(
         fused_swiglu=training.fused_swiglu,
         sp_keeps_gathered_input=training.sp_keeps_gathered_input,
         tp_backward_overlap=training.tp_backward_overlap,
+        fp8_recipe=training.fp8_recipe,
+        moe_router_num_groups=_or(training.moe_router_num_groups, arch.moe_router_num_groups),
+        moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
+        moe_expert_capacity_factor=training.moe_expert_capacity_factor,
+        moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
     )
+
+
+def _or(given: int | None, default: int | None) -> int | None:
+    return given if given is not None else default
+
+
+def _vpp(section: ParallelSection, stages: tuple[str, ...] | None) -> int:
+    """The virtual pipeline size: as given; else, with a pipeline layout, its stages per rank
+    (Megatron derives it so; a count that does not divide is a rule violation); else 1."""
+    if section.vpp is not None:
+        return section.vpp
+    if stages is not None and len(stages) % section.pp == 0:
+        return len(stages) // section.pp
+    return 1
 
 
 def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:
@@ -306,6 +387,15 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     else:
         dp = section.dp
     sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
+    stages = None
+    if section.pipeline_model_parallel_layout is not None:
+        text = section.pipeline_model_parallel_layout
+        stages = pipeline_layout.parse(text)
+        if stages is None:
+            raise InputError(
+                f"{where}: parallel.pipeline_model_parallel_layout: cannot read {spelled(text)}: "
+                "stages of E, t, m, L separated by |, with x*n and (...)*n repeats"
+            )
     return Layout(
         tp=section.tp,
         pp=section.pp,
@@ -313,12 +403,22 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         cp=section.cp,
         ep=section.ep,
         etp=section.etp,
-        vpp=section.vpp,
+        vpp=_vpp(section, stages),
         sequence_parallel=sp,
         micro_batch_size=section.micro_batch_size,
         zero_stage=section.zero_stage,
         recompute=section.recompute,
+        recompute_modules=section.recompute_modules or ("core_attn",),
+        recompute_method=section.recompute_method or "uniform",
+        recompute_num_layers=section.recompute_num_layers or 1,
+        cpu_offloading_num_layers=section.cpu_offloading_num_layers,
+        moe_token_dispatcher_type=section.moe_token_dispatcher_type,
+        moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
+        microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
         pipeline_layers=section.pipeline_layers,
+        pipeline_layout=stages,
+        account_for_embedding_in_pipeline_split=section.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=section.account_for_loss_in_pipeline_split,
         tp_comm_overlap=section.tp_comm_overlap,
         ep_comm_overlap=section.ep_comm_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,

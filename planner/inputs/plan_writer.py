@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import catalog
+from planner.inputs import catalog, pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 
@@ -81,6 +81,16 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         training["cross_entropy"] = job.cross_entropy
     if job.selective_recompute != "core_attn":
         training["selective_recompute"] = job.selective_recompute
+    if job.precision == "fp8":
+        training["fp8_recipe"] = job.fp8_recipe
+    # the model's own routing groups need no line; a plan's override does
+    for name in ("moe_router_num_groups", "moe_router_group_topk"):
+        if getattr(job, name) != getattr(job.arch, name):
+            training[name] = getattr(job, name)
+    if job.moe_expert_capacity_factor is not None:
+        training["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
+    if job.moe_pad_expert_input_to_capacity:
+        training["moe_pad_expert_input_to_capacity"] = True
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,
@@ -98,7 +108,15 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         "zero_stage": layout.zero_stage,
         "recompute": layout.recompute,
         "pipeline_layers": list(layout.pipeline_layers) if layout.pipeline_layers else None,
+        "pipeline_model_parallel_layout": (
+            pipeline_layout.compact(layout.pipeline_layout) if layout.pipeline_layout else None
+        ),
     }
+    for part in ("embedding", "loss"):
+        name = f"account_for_{part}_in_pipeline_split"
+        if getattr(layout, name):
+            parallel[name] = True
+    parallel.update(_feature_fields(job, layout))
     lines = [f"# {h}" for h in header]
     lines += [*_table("model", model), ""]
     lines += _table("cluster", cluster)
@@ -108,3 +126,22 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
             lines += [f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None]
     lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
     return "\n".join(lines) + "\n"
+
+
+def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
+    """The `[parallel]` settings beyond the degrees, where they differ from their defaults."""
+    out: dict[str, Any] = {}
+    if layout.recompute == "selective":
+        out["recompute_modules"] = list(layout.recompute_modules)
+    if layout.recompute == "full":
+        out["recompute_method"] = layout.recompute_method
+        out["recompute_num_layers"] = layout.recompute_num_layers
+    if layout.cpu_offloading_num_layers:
+        out["cpu_offloading_num_layers"] = layout.cpu_offloading_num_layers
+    if job.arch.is_moe:
+        out["moe_token_dispatcher_type"] = layout.moe_token_dispatcher_type
+        if layout.moe_token_dispatcher_type == "flex":
+            out["moe_flex_dispatcher_backend"] = layout.moe_flex_dispatcher_backend
+    if layout.microbatch_group_size_per_vp_stage is not None:
+        out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
+    return out

@@ -43,9 +43,10 @@ from planner.model.activations import BF16
 from planner.model.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
 from planner.model.memory import stage_params
 from planner.model.schedule import (
+    Chunks,
     interleaved_p2p_exposed,
+    layer_count,
     pipeline_time,
-    stage_ranges,
     unmerged_share,
 )
 
@@ -168,6 +169,11 @@ def _layer_key(lay: Layout) -> Layout:
         vpp=1,
         zero_stage=1,
         pipeline_layers=None,
+        pipeline_layout=None,
+        recompute_method="uniform",
+        recompute_num_layers=1,
+        account_for_embedding_in_pipeline_split=False,
+        account_for_loss_in_pipeline_split=False,
         ep_comm_overlap=False,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
@@ -206,28 +212,61 @@ def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> flo
     return alone * a2a + (1 - alone) * max(a2a - window, 0.0)
 
 
+def _rank_layers(job: Job, lay: Layout, rank: int, chunks: Chunks) -> tuple[int, int, int]:
+    """(dense layers, MoE layers, output layers) a rank runs per micro-batch: its decoder layers,
+    plus on the MTP rank each MTP layer (one decoder layer of the last layer's kind and one more
+    output layer and loss), and the output layer on the last rank."""
+    arch = job.arch
+    n_moe = arch.moe_in(chunks)
+    n_dense = layer_count(chunks) - n_moe
+    heads = int(rank == lay.pp - 1)
+    if rank == lay.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        mtp = arch.mtp_num_layers
+        n_moe, n_dense = (n_moe + mtp, n_dense) if arch.moe_layers[-1] else (n_moe, n_dense + mtp)
+        heads += mtp
+    return n_dense, n_moe, heads
+
+
+def _rank_mix(
+    job: Job, lay: Layout, rank: int, chunks: Chunks
+) -> tuple[list[tuple[Layer, int]], int]:
+    """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: dense
+    and MoE layers with the layout's recompute, except with block full recompute, where only the
+    first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
+    _, _, dense_l, moe_l, _ = _times(job, lay)
+    n_dense, n_moe, heads = _rank_layers(job, lay, rank, chunks)
+    if not (lay.recompute == "full" and lay.recompute_method == "block"):
+        return [(dense_l, n_dense), (moe_l, n_moe)], heads
+    arch, k = job.arch, lay.recompute_num_layers
+    recomputed = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
+    r_moe = arch.moe_in(recomputed)
+    r_dense = layer_count(recomputed) - r_moe
+    _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
+    mix = [(dense_l, r_dense), (moe_l, r_moe), (dense_p, n_dense - r_dense), (moe_p, n_moe - r_moe)]
+    return mix, heads
+
+
 def compute_floor(job: Job, layout: Layout) -> float:
     """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
     lower bound; recompute and EP overlap as in the layout, the overlap taken as if every
     forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
     of them, and the bound holds at the structure's largest micro-batch)."""
-    _, m, dense_l, moe_l, out_layer = _times(job, layout)
+    _, m, _, _, out_layer = _times(job, layout)
     worst = 0.0
-    for rank, layers in enumerate(stage_ranges(job.arch.num_layers, layout)):
-        n_moe = job.arch.moe_count(layers)
-        n_dense = len(layers) - n_moe
-        c = sum(n * (k.fwd + k.bwd) for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
-        a2a = sum(n * k.ep for k, n in ((dense_l, n_dense), (moe_l, n_moe)))
+    for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
+        mix, heads = _rank_mix(job, layout, rank, chunks)
+        c = sum(n * (k.fwd + k.bwd) for k, n in mix)
+        a2a = sum(n * k.ep for k, n in mix)
         c += max(a2a - c, 0.0) if layout.ep_comm_overlap else a2a
-        worst = max(worst, c + (out_layer if rank == layout.pp - 1 else 0.0))
+        worst = max(worst, c + heads * out_layer)
     return m * worst
 
 
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
     arch, lay = job.arch, layout
-    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
+    gpu, m, _, _, out_layer = _times(job, lay)
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
     hop = 0.0
@@ -244,12 +283,12 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
-    dp_seen: dict[tuple[int, int, bool, bool], tuple[float, float, float]] = {}
-    for rank, layers in enumerate(stage_ranges(arch.num_layers, lay)):
-        n_moe = arch.moe_count(layers)
-        n_dense, last = len(layers) - n_moe, rank == lay.pp - 1
+    dp_seen: dict[tuple[int, int, int, bool], tuple[float, float, float]] = {}
+    for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
+        n_dense, n_moe, _ = _rank_layers(job, lay, rank, chunks)
+        mix, heads = _rank_mix(job, lay, rank, chunks)
         c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
-        for k, n in ((dense_l, n_dense), (moe_l, n_moe)):
+        for k, n in mix:
             c += n * (k.fwd + k.bwd)
             fwd += n * k.fwd
             bwd += n * (k.bwd + k.recompute)
@@ -260,19 +299,18 @@ def estimate(job: Job, layout: Layout) -> Performance:
             cp_h += n * k.cp_hidden
             ep += n * k.ep
         ep_e = ep_exposed(lay, rank, m, ep, c + rec)
-        if last:
-            c += out_layer
-            fwd += out_layer / 3
-            bwd += 2 * out_layer / 3
+        c += heads * out_layer
+        fwd += heads * out_layer / 3
+        bwd += 2 * heads * out_layer / 3
         stage_times.append(c + rec + tp + cp + ep_e + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep - ep_e))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers and role move the same bytes: computed once)
-        key = (n_dense, n_moe, rank == 0, last)
+        key = (n_dense, n_moe, heads, rank == 0)
         if key not in dp_seen:
-            dense, expert = stage_params(job, lay, rank, layers)
+            dense, expert = stage_params(job, lay, rank, chunks)
             e, hid = comms.data_parallel(
                 dp_groups,
                 lay,

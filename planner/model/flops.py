@@ -202,11 +202,16 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
 def linear_gemms(
     arch: ModelArch, t: float, tp: int, ep: int, etp: int, moe: bool, imbalance: float = 1.0
 ) -> list[tuple[float, float, float, float]]:
-    """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for t tokens.
+    """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for the t tokens
+    of a micro-batch that the layer's TP group shares (the column-parallel GEMMs see all t).
 
-    The attention projections (`attention_gemms`), then the MLP: TP slices the dense MLP; each of
-    the E/ep local experts receives t x top_k x ep / E tokens on average, times `imbalance` for the
-    busiest rank; expert weights are sliced by etp; shared experts are sliced by tp."""
+    The attention projections (`attention_gemms`), then the MLP: TP slices the dense MLP and the
+    shared experts. Routed experts (Megatron's MoE parallel folding): with sequence parallelism
+    (required for MoE with tp > 1) each rank holds t / tp tokens; the expert-TP group gathers
+    those of its etp ranks, and the dispatcher sends each of the etp x t / tp tokens' top_k copies
+    to the experts of the ep ranks, so each of the E / ep local experts receives
+    (t / tp) x etp x top_k x ep / E tokens on average, times `imbalance` for the busiest rank,
+    against weights sliced by etp. With etp = tp this is t x top_k x ep / E."""
     h = arch.hidden_size
     g = attention_gemms(arch, t, tp)
     glu = 2 if arch.gated_linear_unit else 1
@@ -215,7 +220,7 @@ def linear_gemms(
         g += [(t, h, glu * f, 1), (t, f, h, 1)]
         return g
     e = arch.num_moe_experts or 1
-    per_expert = t * arch.moe_router_topk * ep / e * imbalance
+    per_expert = t / tp * etp * arch.moe_router_topk * ep / e * imbalance
     local = e / ep
     fe = arch.expert_ffn / etp
     g += [(per_expert, h, glu * fe, local), (per_expert, fe, h, local)]

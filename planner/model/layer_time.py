@@ -254,7 +254,8 @@ def _column_parallel_windows(
 
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
-    """Seconds per micro-batch of the output layer and loss (fwd + bwd) on the last stage."""
+    """Seconds per micro-batch of the output layer and loss (fwd + bwd): on the last stage, and
+    once more for each MTP layer on the stage that holds them."""
     arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = arch.padded_vocab(lay.tp) / lay.tp
@@ -266,8 +267,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     if gathered and lay.tp > 1:
         # logits all-gathered forward, their gradient sliced backward
         gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
-    heads = 1 + arch.mtp_num_layers
-    return heads * (3 * fwd + ce + gather)
+    return 3 * fwd + ce + gather
 
 
 def gpu_of(job: Job) -> Gpu:

@@ -25,6 +25,7 @@ checked against measured runs by `benchmarks/memory_fidelity.py`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -36,7 +37,7 @@ from planner.model import activations as act
 from planner.model import params
 from planner.model.activations import Shard
 from planner.model.comms import DP_BUCKET_PARAMS
-from planner.model.schedule import stage_ranges, warmup
+from planner.model.schedule import Chunks, layer_count, warmup
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN workspaces and PyTorch's own start-up allocations on one GPU:
@@ -99,12 +100,6 @@ class MemoryReport:
         return self.peak - self.capacity
 
 
-def stage_chunks(layers_on_rank: int, vpp: int) -> list[int]:
-    """A rank's layers split into vpp chunks as evenly as possible (first chunks get more)."""
-    base, extra = divmod(layers_on_rank, vpp)
-    return [base + (1 if c < extra else 0) for c in range(vpp)]
-
-
 def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
     """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
     its warm-up forwards and the steady state's next one. With the EP all-to-all overlap on one
@@ -157,21 +152,25 @@ def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int,
     return words, positions, out, params.mtp_layer_params(arch)
 
 
-def decoder_params(job: Job, layout: Layout, layers: range) -> tuple[float, float]:
-    """(dense, expert) parameters of some decoder layers on one GPU (TP / EP x expert-TP split)."""
+def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters of some decoder layers (a rank's chunks) on one GPU (TP / EP x
+    expert-TP split)."""
     (dd, de), (md, me) = params.layer_kinds(job.arch)
-    n_moe = job.arch.moe_count(layers)
-    n_dense = len(layers) - n_moe
+    n_moe = job.arch.moe_in(chunks)
+    n_dense = layer_count(chunks) - n_moe
     dense = (n_dense * dd + n_moe * md) / layout.tp
     expert = (n_dense * de + n_moe * me) / (layout.ep * layout.expert_tp)
     return dense, expert
 
 
-def stage_params(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU of pipeline rank `rank` holds."""
+def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
+    holds: the embedding on rank 0, the output layer and final norm on the last rank, the MTP
+    layers on the rank whose last chunk holds them (`Layout.mtp_rank`), with a copy of the output
+    layer where that is not the last rank (the MTP layers compute their own logits)."""
     arch = job.arch
     expert_split = layout.ep * layout.expert_tp
-    dense, expert = decoder_params(job, layout, layers)
+    dense, expert = decoder_params(job, layout, chunks)
     words, positions, out, (mtp_dense, mtp_expert) = _edge_params(
         arch, arch.padded_vocab(layout.tp)
     )
@@ -182,8 +181,12 @@ def stage_params(job: Job, layout: Layout, rank: int, layers: range) -> tuple[fl
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
             dense += out / layout.tp
-        dense += params.final_norm_params(arch) + mtp_dense / layout.tp
+        dense += params.final_norm_params(arch)
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        dense += mtp_dense / layout.tp
         expert += mtp_expert / expert_split
+        if rank != layout.pp - 1:
+            dense += out / layout.tp
     return dense, expert
 
 
@@ -192,7 +195,7 @@ def _fixed_bytes(job: Job, layout: Layout) -> float:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
 
 
-def fp8_weight_cache_bytes(job: Job, layout: Layout, layers: range) -> float:
+def fp8_weight_cache_bytes(job: Job, layout: Layout, chunks: Chunks) -> float:
     """Transformer Engine caches each FP8 GEMM weight and its transpose across micro-batches
     (te/pytorch/module/linear.py `is_first_microbatch`; Megatron passes it). With
     `--fp8-param-gather` (Megatron's examples/llama/train_llama3_8b_h100_fp8.sh; needs the
@@ -201,7 +204,7 @@ def fp8_weight_cache_bytes(job: Job, layout: Layout, layers: range) -> float:
     decoder-layer parameter (embedding and output layer are not FP8 GEMMs)."""
     if job.precision != "fp8" or (job.fp8_param_gather and layout.zero_stage >= 1):
         return 0.0
-    return 2.0 * sum(decoder_params(job, layout, layers))
+    return 2.0 * sum(decoder_params(job, layout, chunks))
 
 
 def _transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
@@ -241,37 +244,77 @@ def _per_layer(arch: ModelArch, sh: Shard) -> _PerLayer:
     return _PerLayer(dense, moe, dense_full, moe_full)
 
 
+def _recompute_working(arch: ModelArch, layout: Layout, per: _PerLayer, chunks: Chunks) -> float:
+    """Bytes a micro-batch's backward holds beyond what it kept (`_chunk_kept`) while layers are
+    recomputed: the backward runs from the last layer to the first, freeing each layer's
+    activations as it passes, and rebuilds a recomputed layer (or, with uniform full recompute,
+    a group of recompute_num_layers) whole before its backward. Per-op recompute and uniform
+    full recompute: one layer or group, whole, on top of the inputs kept. Block full recompute
+    (the first N layers of a chunk recomputed): by then the chunk's later layers are freed, so
+    only a chunk whose every layer is recomputed needs more than it kept."""
+    full = per.moe_full if arch.moe_in(chunks) else per.dense_full
+    if layout.recompute != "full":
+        return full
+    k = layout.recompute_num_layers
+    if layout.recompute_method == "uniform":
+        return min(k, max(len(c) for c in chunks)) * full
+    return full if any(0 < len(c) <= k for c in chunks) else 0.0
+
+
+def _chunk_kept(arch: ModelArch, layout: Layout, per: _PerLayer, chunk: range) -> float:
+    """Activation bytes one micro-batch leaves in a chunk of layers until its backward.
+
+    Full recompute, uniform with N = recompute_num_layers: the chunk's layers are checkpointed
+    in groups of N, each group keeping its input only (ceil(n / N) layer inputs). Full
+    recompute, block N: the first N layers of the chunk keep their inputs, the rest everything
+    (Megatron counts N per model chunk, i.e. per virtual stage). Otherwise each layer keeps what
+    its recompute policy leaves (`_PerLayer`)."""
+    n, n_moe = len(chunk), arch.moe_count(chunk)
+    if layout.recompute != "full":
+        return per.kept(n - n_moe, n_moe)
+    k = layout.recompute_num_layers
+    if layout.recompute_method == "uniform":
+        return math.ceil(n / k) * per.dense  # a layer input: the same for both kinds
+    r = min(k, n)
+    moe_rest = n_moe - arch.moe_count(range(chunk.start, chunk.start + r))
+    return r * per.dense + (n - r - moe_rest) * per.dense_full + moe_rest * per.moe_full
+
+
 def stage_memory(
     job: Job,
     layout: Layout,
     rank: int,
-    layers: range,
+    chunks: Chunks,
     sh: Shard | None = None,
     per: _PerLayer | None = None,
 ) -> StageMemory:
+    """Bytes on one GPU of pipeline rank `rank`, whose decoder layers are `chunks` (one range per
+    virtual chunk, `Layout.chunk_layers`)."""
     arch = job.arch
     sh = sh or _shard(job, layout)
     per = per or _per_layer(arch, sh)
-    weights, grads, optimizer, other = _state(job, layout, rank, layers)
+    weights, grads, optimizer, other = _state(job, layout, rank, chunks)
+    n_layers = layer_count(chunks)
 
     m = layout.num_microbatches(job.global_batch_size)
     flight = in_flight(layout, rank, max(m, 1))
-    start, per_mb = layers.start, 0.0
-    for n in stage_chunks(len(layers), layout.vpp):
-        n_moe = arch.moe_count(range(start, start + n))
-        per_mb = max(per_mb, per.kept(n - n_moe, n_moe))
-        start += n
+    per_mb = max((_chunk_kept(arch, layout, per, chunk) for chunk in chunks), default=0.0)
     acts = flight * per_mb
     if rank == 0:
         acts += flight * act.embedding_bytes(arch, sh)
+    logits = act.logits_bytes(arch, arch.padded_vocab(layout.tp), sh)
     if rank == layout.pp - 1:
-        logits = act.logits_bytes(arch, arch.padded_vocab(layout.tp), sh)
-        # each MTP layer runs one more decoder layer and one more output layer and loss
+        acts += logits
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        # each MTP layer runs one more decoder layer and one more output layer and loss, for the
+        # micro-batches in flight through the rank's last chunk: one on the last rank (its loss
+        # backward follows its forward), up to pp - rank elsewhere (as in 1F1B)
         last = per.moe if arch.moe_layers[-1] else per.dense
-        acts += logits + arch.mtp_num_layers * (last + logits)
-    if sh.recompute in ("full", "per_op") and len(layers):
-        # the layer being recomputed holds its full activations during its backward pass
-        working = per.moe_full if arch.moe_count(layers) else per.dense_full
+        held = 1 if rank == layout.pp - 1 else min(flight, layout.pp - rank)
+        acts += held * arch.mtp_num_layers * (last + logits)
+    if sh.recompute in ("full", "per_op") and n_layers:
+        # the layers being recomputed hold their full activations during their backward pass
+        working = _recompute_working(arch, layout, per, chunks)
         if rank == layout.pp - 1 and job.cross_entropy == "gathered":
             # that happens after the loss backward has released its fp32 buffers: only the two
             # bf16 logits tensors the pipeline's output buffers hold are still alive then
@@ -281,14 +324,14 @@ def stage_memory(
             released = logits - act.GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
             working = max(0.0, working - released)
         acts += working
-    if layout.cp > 1 and len(layers):
+    if layout.cp > 1 and n_layers:
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
         # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
         kv_heads = max(arch.query_groups / layout.tp, 1)
         acts += 2 * 2 * sh.tokens * kv_heads * arch.head_dim * 2
     return StageMemory(
         stage=rank,
-        layers=len(layers),
+        layers=n_layers,
         weights=weights,
         grads=grads,
         optimizer=optimizer,
@@ -297,30 +340,34 @@ def stage_memory(
     )
 
 
-def _state(job: Job, layout: Layout, rank: int, layers: range) -> tuple[float, float, float, float]:
+def _state(
+    job: Job, layout: Layout, rank: int, chunks: Chunks
+) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, other) bytes on one GPU of pipeline rank `rank`: all but the
     activations, so the same at every micro-batch size and recompute policy."""
-    dense, expert = stage_params(job, layout, rank, layers)
+    dense, expert = stage_params(job, layout, rank, chunks)
     z, opt = layout.zero_stage, job.optimizer_bytes
     w_d, g_d, o_d = state_bytes_per_param(z, job.grad_bytes, layout.dense_dp, opt)
     w_e, g_e, o_e = state_bytes_per_param(z, job.grad_bytes, max(layout.expert_dp, 1), opt)
-    transient = _transient_bytes(job, layout, dense, expert, len(layers))
+    transient = _transient_bytes(job, layout, dense, expert, layer_count(chunks))
     other = (
         _fixed_bytes(job, layout)
-        + fp8_weight_cache_bytes(job, layout, layers)
+        + fp8_weight_cache_bytes(job, layout, chunks)
         + transient * FRAGMENTATION
     )
     return dense * w_d + expert * w_e, dense * g_d + expert * g_e, dense * o_d + expert * o_e, other
 
 
-def _peak_candidates(job: Job, layout: Layout, ranges: list[range]) -> list[int]:
-    """The ranks that can hold the peak: among ranks with the same layers (count and MoE count)
-    and the same role (first, last, middle), the lowest rank has the most micro-batches in flight
-    and everything else equal."""
-    seen: dict[tuple[int, int, bool, bool], int] = {}
-    for r, rng in enumerate(ranges):
-        key = (len(rng), job.arch.moe_count(rng), r == 0, r == layout.pp - 1)
-        seen.setdefault(key, r)
+def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> list[int]:
+    """The ranks that can hold the peak: among ranks with the same layers (count and MoE count
+    of each chunk) and the same role (first, last, holding the MTP layers, or none), the lowest
+    rank has the most micro-batches in flight and everything else equal."""
+    arch = job.arch
+    mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
+    seen: dict[tuple[object, ...], int] = {}
+    for r, chunks in enumerate(ranks):
+        shape = tuple((len(c), arch.moe_count(c)) for c in chunks)
+        seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp), r)
     return sorted(seen.values())
 
 
@@ -328,9 +375,9 @@ def state_floor(job: Job, layout: Layout) -> float:
     """The most a stage that can hold the peak (`_peak_candidates`) keeps besides activations:
     a lower bound on `estimate(...).peak` that holds for every micro-batch size and recompute
     policy of the layout (the search rejects a ZeRO stage on it before trying either)."""
-    ranges = stage_ranges(job.arch.num_layers, layout)
+    ranks = layout.chunk_layers(job.arch.num_layers)
     return max(
-        (sum(_state(job, layout, r, ranges[r])) for r in _peak_candidates(job, layout, ranges)),
+        (sum(_state(job, layout, r, ranks[r])) for r in _peak_candidates(job, layout, ranks)),
         default=0.0,
     )
 
@@ -351,9 +398,9 @@ def estimate(
     same)."""
     sh = _shard(job, layout)
     per = _per_layer(job.arch, sh)
-    ranges = stage_ranges(job.arch.num_layers, layout)
-    ranks = range(len(ranges)) if all_stages else _peak_candidates(job, layout, ranges)
-    stages = tuple(stage_memory(job, layout, r, ranges[r], sh, per) for r in ranks)
+    chunks = layout.chunk_layers(job.arch.num_layers)
+    ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
+    stages = tuple(stage_memory(job, layout, r, chunks[r], sh, per) for r in ranks)
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,

@@ -32,8 +32,6 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from planner.inputs.layout import Layout
-
 
 def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[float, float]:
     """(steady, bubble) seconds of one step, from each stage's time per micro-batch.
@@ -43,13 +41,14 @@ def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[f
     return m * slowest, (sum(stage_times) - slowest) / vpp
 
 
-def stage_ranges(num_layers: int, lay: Layout) -> list[range]:
-    """The decoder layers of each pipeline rank (Layout.stage_layers: given or even split)."""
-    out, start = [], 0
-    for n in lay.stage_layers(num_layers):
-        out.append(range(start, start + n))
-        start += n
-    return out
+Chunks = tuple[range, ...]
+"""A pipeline rank's decoder layers: one range of layer indices per virtual chunk
+(`Layout.chunk_layers`)."""
+
+
+def layer_count(chunks: Chunks) -> int:
+    """Decoder layers in a rank's chunks."""
+    return sum(len(c) for c in chunks)
 
 
 class Op(NamedTuple):

@@ -95,7 +95,7 @@ def test_serial_dp_sync_by_hand() -> None:
         global_batch_size=32,
     )
     lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True, zero_stage=1)
-    p, expert = stage_params(job, lay, 0, range(job.arch.num_layers))
+    p, expert = stage_params(job, lay, 0, (range(job.arch.num_layers),))
     assert expert == 0
     b_out = 50e9 * 0.92
     all_reduce = 2 * (7 / 8 * 4 * p / b_out + 3 * 5e-6)

@@ -183,6 +183,7 @@ def test_planner_reads_the_script_back(path: Path) -> None:
     assert back.layout.stage_layers(plan.job.arch.num_layers) == plan.layout.stage_layers(
         plan.job.arch.num_layers
     )
-    assert back.layout.with_(etp=None, pipeline_layers=None) == plan.layout.with_(
-        etp=None, pipeline_layers=None
-    )
+    split = (plan.job.arch.num_layers, plan.job.arch.mtp_num_layers)
+    assert back.layout.with_(etp=None).split_as_stages(*split) == plan.layout.with_(
+        etp=None
+    ).split_as_stages(*split)

@@ -104,13 +104,27 @@ def test_without_group_query_attention_the_groups_are_ignored() -> None:
     assert "num_query_groups" not in megatron_args.to_plan(text, "h100-sxm-80gb", 1)["model"]
 
 
-def test_partial_block_recompute_is_read_conservatively() -> None:
-    text = (
-        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
-        "--seq-length 128 --recompute-granularity full --recompute-method block "
-        "--recompute-num-layers 1"
+def test_block_recompute_is_read_as_written_and_sits_between_none_and_full() -> None:
+    base = (
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+        "--seq-length 128"
     )
-    assert megatron_args.to_plan(text, "h100-sxm-80gb", 1)["parallel"]["recompute"] == "none"
+    full = " --recompute-granularity full --recompute-num-layers 1 --recompute-method "
+    doc = megatron_args.to_plan(base + full + "block", "h100-sxm-80gb", 1)
+    assert doc["parallel"]["recompute"] == "full"
+    assert doc["parallel"]["recompute_method"] == "block"
+    assert doc["parallel"]["recompute_num_layers"] == 1
+
+    def activations(text: str) -> float:
+        plan = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 1))
+        assert plan.layout is not None
+        return memory.estimate(plan.job, plan.layout).stages[0].activations
+
+    # block 1 of 4 layers: one layer keeps its input, three everything; uniform 1: all four keep
+    # their inputs only (and one is rebuilt whole in the backward)
+    none, block = activations(base), activations(base + full + "block")
+    uniform = activations(base + full + "uniform")
+    assert uniform < block < none
 
 
 @pytest.mark.parametrize(

@@ -150,3 +150,62 @@ def test_mla_projections_and_core() -> None:
     assert flops.attention_linear_forward(arch) == 2 * (q + kv + out)
     # core: 2*s*a*(d_qk + d_r) + 2*s*a*d_v at s = 100
     assert flops.attention_core_forward(arch, 100) == 2 * 100 * 8 * 96 + 2 * 100 * 8 * 64
+
+
+# A small MoE layer for the expert-TP arithmetic: h 64, 8 experts of width 32 (plain GELU MLP,
+# fc1 h -> F and fc2 F -> h), top-2, MHA 4 heads, no shared experts.
+SMALL_MOE = ModelArch(
+    name="small-moe",
+    num_layers=1,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_attention_heads=4,
+    vocab_size=1000,
+    num_moe_experts=8,
+    moe_router_topk=2,
+    moe_ffn_hidden_size=32,
+)
+
+
+def _expert_flops(tp: int, ep: int, etp: int, t: float = 1024.0) -> float:
+    """Forward FLOPs of one GPU's routed-expert GEMMs (the shapes after the attention ones)."""
+    n_attn = len(flops.attention_gemms(SMALL_MOE, t, tp))
+    shapes = flops.linear_gemms(SMALL_MOE, t, tp, ep, etp, moe=True)[n_attn:]
+    return sum(2 * m * k * n * c for m, k, n, c in shapes)
+
+
+@pytest.mark.parametrize(
+    ("tp", "ep", "etp", "expected"),
+    [
+        # t = 1,024 tokens per micro-batch, top-2, 8 experts, one expert's two GEMMs cost
+        # 2 x (64 x 32 + 32 x 64) = 8,192 FLOPs per token at full width.
+        # tp 1, ep 1, etp 1: every token's 2 copies on this GPU: 1,024 x 2 x 8,192
+        (1, 1, 1, 1024 * 2 * 8192),
+        # tp 4, etp 4 (Megatron's default etp = tp): each rank holds 256 tokens (SP); the 4
+        # expert-TP ranks gather all 1,024 and each runs a quarter of every expert's width:
+        # 1,024 x 2 x 8,192 / 4
+        (4, 1, 4, 1024 * 2 * 8192 / 4),
+        # tp 4, etp 1 (parallel folding): each rank routes only its own 256 tokens, at full
+        # width: 256 x 2 x 8,192 -- the same per-GPU FLOPs as etp 4, not 4 x more
+        (4, 1, 1, 256 * 2 * 8192),
+        # tp 4, ep 4, etp 1: the 4 EP ranks exchange tokens; each holds 2 of the 8 experts and
+        # receives, on average, 4 ranks x 256 tokens x 2 copies x 2/8 = 512 token-expert pairs:
+        # 512 x 8,192
+        (4, 4, 1, 512 * 8192),
+        # tp 2, ep 2, etp 2: 512 tokens per rank, gathered over 2 expert-TP ranks (1,024), sent
+        # over 2 EP ranks holding 4 experts each: 2 x 1,024 x 2 x 4/8 = 2,048 pairs at half width
+        (2, 2, 2, 2048 * 8192 / 2),
+    ],
+)
+def test_expert_flops_per_gpu_follow_the_tokens_each_rank_holds(
+    tp: int, ep: int, etp: int, expected: float
+) -> None:
+    assert _expert_flops(tp, ep, etp) == pytest.approx(expected, rel=1e-12)
+
+
+def test_every_gpu_together_runs_every_token_through_top_k_experts_once() -> None:
+    # Summed over the whole expert grid (tp x ep ranks, dp = 1 here, etp <= tp) the experts'
+    # forward FLOPs are the model's: t x top_k x one expert's 8,192, whatever the layout.
+    t = 1024.0
+    for tp, ep, etp in [(4, 1, 1), (4, 1, 2), (4, 1, 4), (4, 4, 1), (4, 2, 2), (8, 8, 1)]:
+        assert tp * _expert_flops(tp, ep, etp, t) == pytest.approx(t * 2 * 8192, rel=1e-12)

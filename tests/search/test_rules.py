@@ -25,6 +25,7 @@ from planner.inputs.plan import (
     layout_from_section,
     resolve_cluster,
 )
+from planner.search import rules
 from planner.search.rules import Violation, check_plan, violations
 
 # llama3.1-8b: 32 layers, 32 heads, 8 query groups, RoPE, dense
@@ -298,7 +299,8 @@ def test_param_gather_overlap_needs_grad_reduce_overlap() -> None:
 
 def test_ep_comm_overlap_conditions() -> None:
     """TransformerConfig asserts ep > 1, vpp with pp > 1, no full recompute and at most one MTP
-    layer; before Blackwell TP or CP with it is refused (CUDA_DEVICE_MAX_CONNECTIONS)."""
+    layer; before Blackwell TP or CP with it is only a warning in validate_args (NVIDIA runs
+    DeepSeek-V3 at tp 2 with it), reported and not refused."""
     job = make_job("mixtral-8x7b", num_gpus=16)
     ov = Layout(dp=16, ep=8, ep_comm_overlap=True)
     assert_ok(job, ov)
@@ -310,14 +312,22 @@ def test_ep_comm_overlap_conditions() -> None:
     assert "pipeline_model_parallel_size (2)" in v.message
     assert "ep_overlap_recompute" in broken(job, ov.with_(recompute="full"))
     assert_ok(job, ov.with_(recompute="selective"))
-    v = broken(job, Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True))[
-        "ep_overlap_connections"
-    ]
-    assert "tp (2) or cp (1)" in v.message and "h100-sxm-80gb" in v.message
-    assert "ep_overlap_connections" in broken(job, Layout(cp=2, dp=8, ep=8, ep_comm_overlap=True))
-    # Blackwell does not need CUDA_DEVICE_MAX_CONNECTIONS=1 for TP
+    # recomputing the whole MoE layer is barred too; the allgather dispatcher cannot overlap
+    moe_recompute = ov.with_(recompute="selective", recompute_modules=("moe",))
+    assert "ep_overlap_recompute" in broken(job, moe_recompute)
+    assert "ep_overlap_dispatcher" in broken(job, ov.with_(moe_token_dispatcher_type="allgather"))
+    tp2 = Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True)
+    assert_ok(job, tp2)
+    (w,) = rules.warnings(job, tp2)
+    assert w.rule == "connections" and "tp (2) or cp (1)" in w.message
+    assert "h100-sxm-80gb" in w.message
+    assert [
+        w.rule for w in rules.warnings(job, Layout(cp=2, dp=8, ep=8, ep_comm_overlap=True))
+    ] == ["connections"]
+    # Blackwell does not need CUDA_DEVICE_MAX_CONNECTIONS=1 for TP: nothing to warn about
     b200 = make_job("mixtral-8x7b", num_gpus=16, gpu="b200-sxm-180gb")
-    assert_ok(b200, Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True))
+    assert_ok(b200, tp2)
+    assert rules.warnings(b200, tp2) == []
     # DeepSeek-V3 has one MTP layer: allowed; two are not
     two = catalog.get_model("deepseek-v3").model_copy(update={"mtp_num_layers": 2})
     v = broken(make_job(two, num_gpus=64), Layout(dp=64, ep=64, ep_comm_overlap=True))[

@@ -252,7 +252,9 @@ def test_write_plan_round_trips(
     assert code == 0, err
     assert f"--tensor-model-parallel-size {top['parallel']['tp']}" in out
     overlapped = "--overlap-moe-expert-parallel-comm" in out
-    assert overlapped == top["parallel"]["ep_comm_overlap"] == ("256" in argv)
+    assert overlapped == top["parallel"]["ep_comm_overlap"]
+    if "256" in argv:
+        assert overlapped
     assert f"--pipeline-model-parallel-size {top['parallel']['pp']}" in out
 
 

@@ -1,33 +1,19 @@
-"""Feasibility rules: what Megatron-LM validates, as pure predicates over (job, layout).
-
-Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
-both values) or nothing. `violations` runs them all; the search uses it to prune and to count
-rejections per rule, `check_plan` turns a plan's into one InputError. Sources: Megatron-LM's
-megatron/core/parallel_state.py, validate_args, TransformerConfig.__post_init__ and
-num_microbatches_calculator.py (ecosystem.md section 1.2).
-"""
+"""Megatron-LM's rules on the parallel layout: degrees and their products, the pipeline split and
+layout string, the interleaved schedule's micro-batches, context and sequence parallelism, the
+data-parallel overlap, the batch. Sources: Megatron-LM d98e8a64 megatron/core/parallel_state.py,
+validate_args, TransformerConfig.__post_init__, pipeline_parallel_layer_layout.py,
+num_microbatches_calculator.py, pipeline_parallel/schedules.py (benchmarks/data/megatron_rules.md
+lists each with its line)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from planner.inputs.errors import InputError
+from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job, Plan
+from planner.inputs.plan import Job
+from planner.search.rules.base import Violation
 
 
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    field: str
-    message: str
-
-
-Rule = Callable[[Job, Layout], Violation | None]
-
-
-def _world(job: Job, lay: Layout) -> Violation | None:
+def world(job: Job, lay: Layout) -> Violation | None:
     n = job.cluster.num_gpus
     if lay.num_gpus != n:
         return Violation(
@@ -39,7 +25,7 @@ def _world(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _heads(job: Job, lay: Layout) -> Violation | None:
+def heads(job: Job, lay: Layout) -> Violation | None:
     a = job.arch.num_attention_heads
     if a % lay.tp:
         return Violation(
@@ -51,7 +37,7 @@ def _heads(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _query_groups(job: Job, lay: Layout) -> Violation | None:
+def query_groups(job: Job, lay: Layout) -> Violation | None:
     g = job.arch.query_groups
     if job.arch.multi_latent_attention or g % lay.tp == 0 or lay.tp % g == 0:
         return None
@@ -63,42 +49,85 @@ def _query_groups(job: Job, lay: Layout) -> Violation | None:
     )
 
 
-def _pipeline_split(job: Job, lay: Layout) -> Violation | None:
+def pipeline_split(job: Job, lay: Layout) -> Violation | None:
     L = job.arch.num_layers
+    if lay.pipeline_layout is not None:
+        return _layout_string(job, lay)
+    accounted = lay.account_for_embedding_in_pipeline_split, lay.account_for_loss_in_pipeline_split
     if lay.pipeline_layers is not None:
         pl = lay.pipeline_layers
+        field = "parallel.pipeline_layers"
+        if any(accounted):
+            return Violation(
+                "pipeline_layers",
+                field,
+                "pipeline_layers (uneven first / last stages) cannot be combined with "
+                "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split "
+                "(TransformerConfig raises)",
+            )
         if len(pl) != lay.pp:
             return Violation(
                 "pipeline_layers",
-                "parallel.pipeline_layers",
+                field,
                 f"pipeline_layers has {len(pl)} entries but pipeline_model_parallel_size is "
                 f"{lay.pp}",
             )
         if sum(pl) != L:
             return Violation(
-                "pipeline_layers",
-                "parallel.pipeline_layers",
-                f"pipeline_layers sum to {sum(pl)} but num_layers is {L}",
+                "pipeline_layers", field, f"pipeline_layers sum to {sum(pl)} but num_layers is {L}"
             )
         short = [n for n in pl if n < lay.vpp]
         if short:
             return Violation(
                 "pipeline_layers",
-                "parallel.pipeline_layers",
+                field,
                 f"every pipeline rank needs at least vpp ({lay.vpp}) layers (got {short[0]})",
             )
         return None
-    if L % (lay.pp * lay.vpp):
+    extra = sum(accounted)
+    if (L + extra) % (lay.pp * lay.vpp):
+        counted = f"num_layers ({L})" if not extra else f"num_layers + {extra} ({L + extra})"
         return Violation(
             "layers_pp",
             "parallel.pp",
-            f"num_layers ({L}) must be a multiple of pipeline_model_parallel_size x vpp "
-            f"({lay.pp} x {lay.vpp} = {lay.pp * lay.vpp}); or give pipeline_layers",
+            f"{counted} must be a multiple of pipeline_model_parallel_size x vpp "
+            f"({lay.pp} x {lay.vpp} = {lay.pp * lay.vpp}); or give pipeline_layers or "
+            "pipeline_model_parallel_layout",
         )
     return None
 
 
-def _vpp(job: Job, lay: Layout) -> Violation | None:
+def _layout_string(job: Job, lay: Layout) -> Violation | None:
+    """Megatron's checks of --pipeline-model-parallel-layout (PipelineParallelLayerLayout and
+    TransformerConfig.__post_init__)."""
+    field = "parallel.pipeline_model_parallel_layout"
+    stages = lay.pipeline_layout or ()
+    if (
+        lay.pipeline_layers is not None
+        or lay.account_for_embedding_in_pipeline_split
+        or (lay.account_for_loss_in_pipeline_split)
+    ):
+        return Violation(
+            "pipeline_layout",
+            field,
+            "pipeline_model_parallel_layout cannot be combined with pipeline_layers or the "
+            "account_for_*_in_pipeline_split switches (TransformerConfig raises)",
+        )
+    arch = job.arch
+    why = pipeline_layout.problems(stages, lay.pp, arch.num_layers, arch.mtp_num_layers)
+    if why is not None:
+        return Violation("pipeline_layout", field, f"the layout {why}")
+    if len(stages) != lay.pp * lay.vpp:
+        return Violation(
+            "pipeline_layout",
+            "parallel.vpp",
+            f"the layout has {len(stages)} stages, so vpp is {len(stages) // lay.pp} with "
+            f"pipeline_model_parallel_size {lay.pp} (got vpp {lay.vpp})",
+        )
+    return None
+
+
+def vpp(job: Job, lay: Layout) -> Violation | None:
     if lay.vpp > 1 and lay.pp == 1:
         return Violation(
             "vpp_pp",
@@ -106,18 +135,35 @@ def _vpp(job: Job, lay: Layout) -> Violation | None:
             f"virtual pipeline size ({lay.vpp}) needs pipeline_model_parallel_size > 1 (got 1)",
         )
     if lay.vpp > 1 and lay.dp * lay.micro_batch_size:
-        m = lay.num_microbatches(job.global_batch_size)
-        if m % lay.pp or m < lay.pp:
-            return Violation(
-                "vpp_microbatches",
-                "parallel.vpp",
-                f"the interleaved schedule needs the number of micro-batches ({m}) to be a "
-                f"multiple of pipeline_model_parallel_size ({lay.pp})",
-            )
+        return interleaved_microbatches(lay, lay.num_microbatches(job.global_batch_size))
     return None
 
 
-def _experts(job: Job, lay: Layout) -> Violation | None:
+def interleaved_microbatches(lay: Layout, m: int) -> Violation | None:
+    """The interleaved schedule runs micro-batches in groups of g per virtual stage
+    (--microbatch-group-size-per-virtual-pipeline-stage, default pp): it needs pp <= g <= m, and
+    the last group either full or of at least pp (m mod g in {0} or [pp, g); schedules.py)."""
+    g = lay.microbatch_group_size_per_vp_stage or lay.pp
+    if not lay.pp <= g <= m:
+        return Violation(
+            "vpp_microbatches",
+            "parallel.vpp",
+            f"the interleaved schedule needs pipeline_model_parallel_size ({lay.pp}) <= "
+            f"microbatch_group_size_per_vp_stage ({g}) <= the number of micro-batches ({m})",
+        )
+    rest = m % g
+    if rest and rest < lay.pp:
+        return Violation(
+            "vpp_microbatches",
+            "parallel.vpp",
+            f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple "
+            f"of microbatch_group_size_per_vp_stage ({g}), or to leave at least "
+            f"pipeline_model_parallel_size ({lay.pp}) over (it leaves {rest})",
+        )
+    return None
+
+
+def experts(job: Job, lay: Layout) -> Violation | None:
     E = job.arch.num_moe_experts
     if E is None:
         if lay.ep > 1:
@@ -153,7 +199,7 @@ def _experts(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _context(job: Job, lay: Layout) -> Violation | None:
+def context(job: Job, lay: Layout) -> Violation | None:
     s = job.seq_length
     if lay.cp > 1 and s % (2 * lay.cp):
         return Violation(
@@ -165,7 +211,7 @@ def _context(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _context_attention(job: Job, lay: Layout) -> Violation | None:
+def context_attention(job: Job, lay: Layout) -> Violation | None:
     # Megatron's own DotProductAttention asserts "Context parallelism is only supported by
     # TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
     # (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels
@@ -179,7 +225,7 @@ def _context_attention(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _sequence_parallel(job: Job, lay: Layout) -> Violation | None:
+def sequence_parallel(job: Job, lay: Layout) -> Violation | None:
     if lay.sequence_parallel and lay.tp == 1:
         return Violation(
             "sp_tp1",
@@ -195,7 +241,7 @@ def _sequence_parallel(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _overlap(job: Job, lay: Layout) -> Violation | None:
+def overlap(job: Job, lay: Layout) -> Violation | None:
     if lay.zero_stage >= 1 and lay.overlap_param_gather and not lay.overlap_grad_reduce:
         return Violation(
             "param_gather_overlap",
@@ -206,41 +252,7 @@ def _overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def expert_overlap(job: Job, lay: Layout) -> Violation | None:
-    """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm, and validate_args'
-    warning against TP or CP with it before Blackwell (they want CUDA_DEVICE_MAX_CONNECTIONS=1,
-    the overlap more): the planner does not plan what Megatron warns against."""
-    if not lay.ep_comm_overlap:
-        return None
-    field, why = "parallel.ep_comm_overlap", "ep_comm_overlap = true"
-    if lay.ep == 1:
-        return Violation("ep_overlap_ep", field, f"{why} needs expert_model_parallel_size > 1")
-    if lay.pp > 1 and lay.vpp == 1:
-        return Violation(
-            "ep_overlap_vpp",
-            field,
-            f"{why} needs vpp > 1 when pipeline_model_parallel_size ({lay.pp}) > 1",
-        )
-    if lay.recompute == "full":
-        return Violation("ep_overlap_recompute", field, f"{why} needs recompute other than full")
-    if job.arch.mtp_num_layers > 1:
-        return Violation(
-            "ep_overlap_mtp",
-            field,
-            f"{why} supports at most one MTP layer (model has {job.arch.mtp_num_layers})",
-        )
-    gpu = job.cluster.gpu
-    if (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
-        return Violation(
-            "ep_overlap_connections",
-            field,
-            f"{why} needs CUDA_DEVICE_MAX_CONNECTIONS > 1, and tp ({lay.tp}) or cp ({lay.cp}) "
-            f"> 1 needs it at 1 on {gpu.name}: use tp = cp = 1 with it",
-        )
-    return None
-
-
-def _batch(job: Job, lay: Layout) -> Violation | None:
+def batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp
     if gbs % unit:
@@ -253,7 +265,7 @@ def _batch(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def _positions(job: Job, lay: Layout) -> Violation | None:
+def positions(job: Job, lay: Layout) -> Violation | None:
     arch = job.arch
     mp = arch.max_position_embeddings
     learned = arch.position_embedding_type == "learned_absolute"
@@ -265,54 +277,3 @@ def _positions(job: Job, lay: Layout) -> Violation | None:
             f"model with learned absolute positions",
         )
     return None
-
-
-RULES: tuple[Rule, ...] = (
-    _world,
-    _heads,
-    _query_groups,
-    _pipeline_split,
-    _vpp,
-    _experts,
-    _context,
-    _context_attention,
-    _sequence_parallel,
-    _overlap,
-    expert_overlap,
-    _batch,
-    _positions,
-)
-
-
-STRUCTURAL_RULES: tuple[Rule, ...] = (
-    _heads,
-    _query_groups,
-    _experts,
-    _context,
-    _context_attention,
-    _batch,
-)
-"""The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
-applies them to whole structures before it chooses micro-batches, vpp and splits."""
-
-
-def violations(job: Job, layout: Layout) -> list[Violation]:
-    """Every rule the layout breaks (empty = Megatron would accept it)."""
-    found = []
-    for rule in RULES:
-        v = rule(job, layout)
-        if v is not None:
-            found.append(v)
-    return found
-
-
-def check_plan(plan: Plan) -> Plan:
-    """The plan, once its layout passes every rule; the broken ones raise one InputError naming
-    the file and each field. A plan without `[parallel]` passes unchanged."""
-    if plan.layout is None:
-        return plan
-    found = violations(plan.job, plan.layout)
-    if found:
-        where = str(plan.path) if plan.path else "<plan>"
-        raise InputError("\n".join(f"{where}: {v.field}: {v.message}" for v in found))
-    return plan

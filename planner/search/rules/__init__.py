@@ -1,0 +1,96 @@
+"""Feasibility rules: what Megatron-LM validates, as pure predicates over (job, layout).
+
+Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
+both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
+`features` those on recompute, offloading, MoE dispatch and routing, FP8 and the expert
+overlap, and what Megatron only warns about. `violations` runs every rule (the search uses it to
+prune and to count rejections per rule); `check_plan` turns a plan's into one InputError;
+`warnings` lists what Megatron would warn about, which commands report without refusing.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.errors import InputError
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, Plan
+from planner.search.rules.base import Rule, Violation
+from planner.search.rules.features import RULES as FEATURE_RULES
+from planner.search.rules.features import WARNINGS, expert_overlap
+from planner.search.rules.parallel import (
+    batch,
+    context,
+    context_attention,
+    experts,
+    heads,
+    overlap,
+    pipeline_split,
+    positions,
+    query_groups,
+    sequence_parallel,
+    vpp,
+    world,
+)
+
+__all__ = [
+    "RULES",
+    "STRUCTURAL_RULES",
+    "Rule",
+    "Violation",
+    "check_plan",
+    "expert_overlap",
+    "violations",
+    "warnings",
+]
+
+RULES: tuple[Rule, ...] = (
+    world,
+    heads,
+    query_groups,
+    pipeline_split,
+    vpp,
+    experts,
+    context,
+    context_attention,
+    sequence_parallel,
+    overlap,
+    *FEATURE_RULES,
+    batch,
+    positions,
+)
+
+STRUCTURAL_RULES: tuple[Rule, ...] = (
+    heads,
+    query_groups,
+    experts,
+    context,
+    context_attention,
+    batch,
+)
+"""The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
+applies them to whole structures before it chooses micro-batches, vpp and splits."""
+
+
+def _broken(rules: tuple[Rule, ...], job: Job, layout: Layout) -> list[Violation]:
+    return [v for rule in rules if (v := rule(job, layout)) is not None]
+
+
+def violations(job: Job, layout: Layout) -> list[Violation]:
+    """Every rule the layout breaks (empty = Megatron would accept it)."""
+    return _broken(RULES, job, layout)
+
+
+def warnings(job: Job, layout: Layout) -> list[Violation]:
+    """What Megatron would warn about (or its tests never run) in an accepted layout."""
+    return _broken(WARNINGS, job, layout)
+
+
+def check_plan(plan: Plan) -> Plan:
+    """The plan, once its layout passes every rule; the broken ones raise one InputError naming
+    the file and each field. A plan without `[parallel]` passes unchanged."""
+    if plan.layout is None:
+        return plan
+    found = violations(plan.job, plan.layout)
+    if found:
+        where = str(plan.path) if plan.path else "<plan>"
+        raise InputError("\n".join(f"{where}: {v.field}: {v.message}" for v in found))
+    return plan

@@ -1,0 +1,275 @@
+"""Megatron-LM's rules on training features: recompute, activation offloading, MoE dispatch,
+routing and token dropping, FP8 recipes, the expert all-to-all overlap; and what it only warns
+about (`WARNINGS`). Sources: Megatron-LM d98e8a64 TransformerConfig.__post_init__, validate_args
+and the MoE token dispatcher (benchmarks/data/megatron_rules.md lists each with its line).
+
+A rule returns a `Violation` where Megatron asserts; a warning rule returns one where Megatron
+only logs, and the plan stays valid.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms
+from planner.search.rules.base import Violation
+
+
+def recompute(job: Job, lay: Layout) -> Violation | None:
+    """Modules only with selective, method and layer count only with full (TransformerConfig
+    asserts both ways); mla_up_proj needs MLA; moe_act and layernorm cannot be recomputed under
+    the delayed FP8 recipe."""
+    mods = lay.recompute_modules
+    if lay.recompute != "selective" and mods != ("core_attn",):
+        return Violation(
+            "recompute_modules",
+            "parallel.recompute_modules",
+            f'recompute_modules ({", ".join(mods)}) needs recompute = "selective" '
+            f'(got "{lay.recompute}")',
+        )
+    if lay.recompute != "full" and (lay.recompute_method, lay.recompute_num_layers) != (
+        "uniform",
+        1,
+    ):
+        return Violation(
+            "recompute_method",
+            "parallel.recompute_method",
+            f"recompute_method ({lay.recompute_method}) and recompute_num_layers "
+            f'({lay.recompute_num_layers}) need recompute = "full" (got "{lay.recompute}")',
+        )
+    if lay.recompute != "selective":
+        return None
+    if "mla_up_proj" in mods and not job.arch.multi_latent_attention:
+        return Violation(
+            "recompute_modules",
+            "parallel.recompute_modules",
+            "recompute module mla_up_proj needs multi-latent attention",
+        )
+    delayed = job.precision == "fp8" and job.fp8_recipe == "delayed"
+    dropped = [m for m in ("moe_act", "layernorm") if m in mods]
+    if delayed and dropped:
+        return Violation(
+            "recompute_modules",
+            "parallel.recompute_modules",
+            f"recompute module {dropped[0]} cannot run under the delayed FP8 recipe (Megatron "
+            f'asserts); use fp8_recipe = "tensorwise" or drop it',
+        )
+    return None
+
+
+def offloading(job: Job, lay: Layout) -> Violation | None:
+    """--cpu-offloading-num-layers: fewer than the model's layers, no pipeline parallelism, no
+    recompute (TransformerConfig asserts all three)."""
+    n = lay.cpu_offloading_num_layers
+    if not n:
+        return None
+    field = "parallel.cpu_offloading_num_layers"
+    if n >= job.arch.num_layers:
+        return Violation(
+            "offload_layers",
+            field,
+            f"cpu_offloading_num_layers ({n}) must be less than num_layers ({job.arch.num_layers})",
+        )
+    if lay.pp > 1:
+        return Violation(
+            "offload_pp",
+            field,
+            f"cpu_offloading_num_layers ({n}) needs pipeline_model_parallel_size 1 (got {lay.pp})",
+        )
+    if lay.recompute != "none":
+        return Violation(
+            "offload_recompute",
+            field,
+            f"cpu_offloading_num_layers ({n}) cannot be combined with recompute "
+            f'(got "{lay.recompute}")',
+        )
+    return None
+
+
+def dispatch(job: Job, lay: Layout) -> Violation | None:
+    """The flex dispatcher's DeepEP backend needs expert-TP x EP > 1 and no padding to capacity;
+    padding needs a capacity factor."""
+    if not job.arch.is_moe:
+        return None
+    flex = lay.moe_token_dispatcher_type == "flex"
+    if flex and lay.moe_flex_dispatcher_backend == "deepep":
+        if lay.expert_tp * lay.ep == 1:
+            return Violation(
+                "dispatcher",
+                "parallel.moe_token_dispatcher_type",
+                "the flex dispatcher with DeepEP needs expert_tensor_parallel_size x "
+                f"expert_model_parallel_size > 1 (got {lay.expert_tp} x {lay.ep})",
+            )
+        if job.moe_pad_expert_input_to_capacity:
+            return Violation(
+                "dispatcher",
+                "training.moe_pad_expert_input_to_capacity",
+                "moe_pad_expert_input_to_capacity cannot be used with the flex dispatcher's "
+                "DeepEP backend",
+            )
+    if job.moe_pad_expert_input_to_capacity and job.moe_expert_capacity_factor is None:
+        return Violation(
+            "capacity",
+            "training.moe_pad_expert_input_to_capacity",
+            "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor",
+        )
+    return None
+
+
+def routing(job: Job, lay: Layout) -> Violation | None:
+    """Group-limited routing: group_topk needs groups, groups divide the experts, group_topk at
+    most the groups (TransformerConfig asserts; nothing ties them to EP)."""
+    groups, topk = job.moe_router_num_groups, job.moe_router_group_topk
+    if groups is None and topk is None:
+        return None
+    experts = job.arch.num_moe_experts
+    if experts is None:
+        return Violation(
+            "routing",
+            "training.moe_router_num_groups",
+            "moe_router_num_groups / moe_router_group_topk need a mixture-of-experts model",
+        )
+    if groups is None:
+        return Violation(
+            "routing",
+            "training.moe_router_group_topk",
+            f"moe_router_group_topk ({topk}) needs moe_router_num_groups",
+        )
+    if experts % groups:
+        return Violation(
+            "routing",
+            "training.moe_router_num_groups",
+            f"num_moe_experts ({experts}) must be a multiple of moe_router_num_groups ({groups})",
+        )
+    if topk is not None and topk > groups:
+        return Violation(
+            "routing",
+            "training.moe_router_group_topk",
+            f"moe_router_group_topk ({topk}) exceeds moe_router_num_groups ({groups})",
+        )
+    return None
+
+
+def fp8_recipe(job: Job, lay: Layout) -> Violation | None:
+    """mxfp8 scales blocks of 32 values in hardware only Blackwell has; Megatron leaves the check
+    to Transformer Engine, which fails at run time: refused here."""
+    if job.precision == "fp8" and job.fp8_recipe == "mxfp8" and not job.cluster.gpu.is_blackwell:
+        return Violation(
+            "fp8_recipe",
+            "training.fp8_recipe",
+            f'fp8_recipe "mxfp8" needs a Blackwell GPU (got {job.cluster.gpu.name}); use '
+            '"tensorwise" or "blockwise"',
+        )
+    return None
+
+
+def expert_overlap(job: Job, lay: Layout) -> Violation | None:
+    """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm: ep > 1, vpp when
+    pp > 1, the alltoall or flex dispatcher, no full recompute and no recompute of the whole MoE
+    layer, at most one MTP layer. (TP or CP with it before Blackwell is only a warning:
+    `overlap_connections`.)"""
+    if not lay.ep_comm_overlap:
+        return None
+    field, why = "parallel.ep_comm_overlap", "ep_comm_overlap = true"
+    if lay.ep == 1:
+        return Violation("ep_overlap_ep", field, f"{why} needs expert_model_parallel_size > 1")
+    if lay.pp > 1 and lay.vpp == 1:
+        return Violation(
+            "ep_overlap_vpp",
+            field,
+            f"{why} needs vpp > 1 when pipeline_model_parallel_size ({lay.pp}) > 1",
+        )
+    if lay.moe_token_dispatcher_type == "allgather":
+        return Violation(
+            "ep_overlap_dispatcher", field, f"{why} needs the alltoall or flex token dispatcher"
+        )
+    if lay.recompute == "full" or (lay.recompute == "selective" and "moe" in lay.recompute_modules):
+        return Violation(
+            "ep_overlap_recompute",
+            field,
+            f"{why} needs recompute other than full, and no recompute module moe",
+        )
+    if job.arch.mtp_num_layers > 1:
+        return Violation(
+            "ep_overlap_mtp",
+            field,
+            f"{why} supports at most one MTP layer (model has {job.arch.mtp_num_layers})",
+        )
+    return None
+
+
+RULES = (recompute, offloading, dispatch, routing, fp8_recipe, expert_overlap)
+"""The feature rules, in the order their messages are listed."""
+
+
+# --- what Megatron only warns about
+
+
+def overlap_connections(job: Job, lay: Layout) -> Violation | None:
+    """validate_args: TP or CP with the EP overlap or Megatron-FSDP before Blackwell would want
+    CUDA_DEVICE_MAX_CONNECTIONS=1 and the overlap wants more; it warns and runs (planner launches
+    it with 32)."""
+    if not (lay.tp > 1 or lay.cp > 1) or not job.cluster.gpu.needs_one_device_connection:
+        return None
+    what = "ep_comm_overlap" if lay.ep_comm_overlap else "Megatron-FSDP (zero_stage >= 2)"
+    if not (lay.ep_comm_overlap or lay.zero_stage >= 2):
+        return None
+    return Violation(
+        "connections",
+        "parallel.ep_comm_overlap" if lay.ep_comm_overlap else "parallel.zero_stage",
+        f"Megatron warns: {what} with tp ({lay.tp}) or cp ({lay.cp}) > 1 on "
+        f"{job.cluster.gpu.name}: TP/CP prefer CUDA_DEVICE_MAX_CONNECTIONS=1, the overlap more "
+        "(launched with 32)",
+    )
+
+
+def core_attention(job: Job, lay: Layout) -> Violation | None:
+    """Megatron warns that fused attention does not need core_attn recompute (it keeps no s x s
+    scores): it still re-runs the attention forward, for no memory."""
+    if (
+        lay.recompute == "selective"
+        and "core_attn" in lay.recompute_modules
+        and (job.flash_attention)
+    ):
+        return Violation(
+            "core_attn",
+            "parallel.recompute_modules",
+            "Megatron warns: recompute module core_attn with fused attention costs an attention "
+            "forward and saves no memory",
+        )
+    return None
+
+
+def fsdp_untested(job: Job, lay: Layout) -> Violation | None:
+    """Megatron-FSDP (v1) has no assert against pipeline or context parallelism, but none of
+    Megatron-LM's functional tests runs it with them: said, not refused (the search does not
+    propose it)."""
+    if lay.zero_stage >= 2 and (lay.pp > 1 or lay.cp > 1):
+        return Violation(
+            "fsdp_untested",
+            "parallel.zero_stage",
+            f"Megatron-FSDP (zero_stage {lay.zero_stage}) with pp ({lay.pp}) or cp ({lay.cp}) "
+            "> 1 is not run by Megatron-LM's own tests",
+        )
+    return None
+
+
+def node_limited_routing(job: Job, lay: Layout) -> Violation | None:
+    """Node-limited routing with more groups per token than the nodes expert parallelism spans
+    limits nothing (Megatron does not check it)."""
+    topk = job.moe_router_group_topk
+    if topk is None or lay.ep == 1:
+        return None
+    span = comms.place(job.cluster, lay.expert_tp, lay.ep)
+    if topk > span.domains > 1:
+        return Violation(
+            "routing",
+            "training.moe_router_group_topk",
+            f"moe_router_group_topk ({topk}) exceeds the {span.domains} nodes expert "
+            "parallelism spans: a token cannot reach more",
+        )
+    return None
+
+
+WARNINGS = (overlap_connections, core_attention, fsdp_untested, node_limited_routing)
+"""What Megatron warns about (or its own tests never run): reported, not refused."""
