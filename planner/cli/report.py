@@ -42,6 +42,7 @@ def stage_dict(st: StageMemory) -> dict[str, Any]:
         "activations_gib": _gib(st.activations),
         "other_gib": _gib(st.other),
         "total_gib": _gib(st.total),
+        "allocated_gib": _gib(st.allocated),
     }
 
 

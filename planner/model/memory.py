@@ -67,11 +67,23 @@ class StageMemory:
     grads: float
     optimizer: float
     activations: float
+    """Activation bytes, the allocator's fragmentation on them included."""
     other: float
+    """Buffers (FP8 weight caches, gradient buckets, gathered ZeRO-3 layers, their fragmentation)
+    and the fixed costs (CUDA context, NCCL)."""
+    unallocated: float = 0.0
+    """Of the above, what PyTorch's allocator does not count as allocated: the CUDA context, the
+    NCCL buffers and the fragmentation (reserved but free)."""
 
     @property
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + self.activations + self.other
+
+    @property
+    def allocated(self) -> float:
+        """What `torch.cuda.max_memory_allocated()` would report on this stage's worst rank: the
+        total less the CUDA context, NCCL buffers and fragmentation."""
+        return self.total - self.unallocated
 
 
 @dataclass(frozen=True)
@@ -337,6 +349,7 @@ def stage_memory(
         optimizer=optimizer,
         activations=acts * FRAGMENTATION,
         other=other,
+        unallocated=_unallocated(job, layout, rank, chunks, acts),
     )
 
 
@@ -356,6 +369,14 @@ def _state(
         + transient * FRAGMENTATION
     )
     return dense * w_d + expert * w_e, dense * g_d + expert * g_e, dense * o_d + expert * o_e, other
+
+
+def _unallocated(job: Job, layout: Layout, rank: int, chunks: Chunks, acts: float) -> float:
+    """The part of a stage's bytes the caching allocator does not report as allocated: the fixed
+    costs and the fragmentation on activations and transient buffers."""
+    dense, expert = stage_params(job, layout, rank, chunks)
+    transient = _transient_bytes(job, layout, dense, expert, layer_count(chunks))
+    return _fixed_bytes(job, layout) + (acts + transient) * (FRAGMENTATION - 1)
 
 
 def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> list[int]:
