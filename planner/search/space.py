@@ -1,7 +1,8 @@
 """The search space of `planner suggest`: what the user pins and bounds (`Space`), the parallel
 structures that pass Megatron's rules on their degrees (`structures`), and each structure's
-options (micro-batch size, vpp, pipeline split) and base layouts (`bases`) with the (ZeRO stage,
-recompute) variants tried on them. `planner.search.top_k` bounds, scores and certifies over it.
+options (micro-batch size, vpp, pipeline split) and base layouts (`bases`: TP overlap, token
+dispatcher, EP overlap) with the ZeRO stages and the memory-saving rungs (`planner.search.rungs`:
+recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and certifies over it.
 
 Pipeline splits: the even split where pp divides the layers, and the CP-SAT split of
 `planner.search.solver` that balances the first rank's embedding and the last rank's output layer
@@ -17,10 +18,11 @@ from functools import cache
 from typing import Any
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.layout import Layout, Recompute
+from planner.inputs.layout import Dispatcher, FlexBackend, Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import memory, params
 from planner.search import rules, solver
+from planner.search.rungs import Ladder, Rung, rungs
 
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 MAX_MICRO_BATCH = 16
@@ -62,6 +64,11 @@ class Space:
     """Use --tp-comm-overlap wherever sequence parallelism allows it."""
     ep_comm_overlap: bool = True
     """Also try Megatron's EP all-to-all overlap wherever it is allowed."""
+    dispatchers: tuple[Dispatcher, ...] = ("alltoall", "flex")
+    """MoE token dispatchers to try where experts are spread (flex: DeepEP, or HybridEP on a
+    multi-node NVLink domain)."""
+    offload: bool = True
+    """Try offloading activations to host memory (one pipeline stage, no recompute)."""
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
 
 
@@ -211,46 +218,87 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
     return out
 
 
-def zero_recompute(space: Space) -> list[tuple[int, Recompute]]:
-    """(zero, recompute) pairs in the order they are tried; zero 0 only when 1 is not allowed
-    (ZeRO 1 moves the same bytes and shards the optimizer step: never slower, never bigger)."""
+def zero_stages(space: Space, base: Layout) -> list[int]:
+    """The ZeRO stages tried on a base, in order: zero 0 only when 1 is not allowed (ZeRO 1 moves
+    the same bytes and shards the optimizer step: never slower, never bigger); Megatron-FSDP
+    (2, 3) not with pipeline or context parallelism, which Megatron-LM's own tests never run."""
     zeros = sorted(space.zero_stages)
     if 1 in zeros and 0 in zeros:
         zeros.remove(0)
-    recs = [r for r in RECOMPUTE_ORDER if r in space.recompute]
-    return [(z, r) for z in zeros for r in recs]
+    if base.pp > 1 or base.cp > 1:
+        zeros = [z for z in zeros if z < 2]
+    return zeros
 
 
-Base = tuple[Layout, tuple[Recompute, ...]]
-"""A base layout and the recompute policies to try on it."""
+@dataclass(frozen=True)
+class Base:
+    """A base layout and the rungs (`planner.search.rungs`) to try on it."""
+
+    layout: Layout
+    single: tuple[Rung, ...]
+    ladders: tuple[Ladder, ...]
+    twin_takes: frozenset[Rung] = frozenset()
+    """Rungs the base's EP-overlap twin takes as well, in no more memory and no more time (with
+    pipelines the overlap holds no more activations and only hides time): a variant of this base
+    whose fastest fitting rung is one of them is dominated by its twin."""
+
+
+def flex_backend(job: Job) -> FlexBackend:
+    """The flex dispatcher's backend: HybridEP where the NVLink domain spans nodes (GB200 NVL72,
+    its multi-node NVLink case), DeepEP elsewhere (Megatron-Bridge's apply_flex_dispatcher_backend
+    picks by GPU alike)."""
+    domain = job.cluster.tiers[0].span_gpus or job.cluster.num_gpus
+    return "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
 
 
 def bases(
     job: Job, s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
 ) -> list[Base]:
-    """The base layouts of one shape: TP overlap where sequence parallelism allows it, and where
-    Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second one with it too,
-    without full recompute (Megatron refuses the pair). With pipelines the overlap holds no more
+    """The base layouts of one shape, each with the rungs tried on it: TP overlap where sequence
+    parallelism allows it; per MoE token dispatcher (alltoall, and flex where experts are spread);
+    and where Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second base
+    with it, taking the rungs Megatron allows with it. With pipelines the overlap holds no more
     activations (only pp = 1 merges a micro-batch's forward with the previous backward) and only
-    hides time, so there the plain base is tried with full recompute only."""
+    hides time: there the plain base's variants whose fastest rung the overlap base takes too are
+    dominated (`Base.twin_takes`)."""
     sp = _sp(s.tp)
-    plain = s.layout(
-        vpp=vpp,
-        micro_batch_size=mbs,
-        pipeline_layers=split,
-        tp_comm_overlap=sp and space.tp_comm_overlap,
-    )
-    overlap = _ep_overlap(job, plain, space)
-    if overlap is None:
-        return [(plain, space.recompute)]
-    partial = tuple(r for r in space.recompute if r != "full")
-    plain_recs = space.recompute if s.pp == 1 else ("full",)
-    return [(plain, plain_recs), (overlap, partial)]
+    out: list[Base] = []
+    for dispatcher in _dispatchers(job, s, space):
+        plain = s.layout(
+            vpp=vpp,
+            micro_batch_size=mbs,
+            pipeline_layers=split,
+            tp_comm_overlap=sp and space.tp_comm_overlap,
+            moe_token_dispatcher_type=dispatcher,
+            moe_flex_dispatcher_backend=flex_backend(job),
+        )
+        single, ladders = rungs(job, plain, space.recompute, space.offload)
+        overlap = _ep_overlap(job, plain, space)
+        if overlap is None:
+            out.append(Base(plain, tuple(single), tuple(ladders)))
+            continue
+        allowed = [r for r in single if rules.expert_overlap(job, r.on(overlap)) is None]
+        ov_ladders = [
+            ld for ld in ladders if not rules.expert_overlap(job, ld.make(ld.lo).on(overlap))
+        ]
+        takes = frozenset(allowed) if s.pp > 1 else frozenset()
+        out.append(Base(plain, tuple(single), tuple(ladders), takes))
+        out.append(Base(overlap, tuple(allowed), tuple(ov_ladders)))
+    return out
+
+
+def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
+    """alltoall, and flex where the experts are spread over more than one rank (DeepEP needs
+    expert-TP x EP > 1); a dense model has one base."""
+    if not job.arch.is_moe:
+        return ["alltoall"]
+    spread = s.ep * s.etp > 1
+    return [d for d in space.dispatchers if d != "flex" or spread] or ["alltoall"]
 
 
 def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
     """The base with the EP all-to-all overlap, where `rules.expert_overlap` accepts it (its
-    condition on recompute is `bases`' recompute choice); None elsewhere."""
+    conditions on recompute are on the rungs); None elsewhere."""
     if not space.ep_comm_overlap or plain.ep == 1:
         return None
     overlap = plain.with_(ep_comm_overlap=True)
@@ -258,12 +306,11 @@ def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
 
 
 def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
-    """Layouts the options of one structure stand for: each base times its (zero, recompute)
-    variants (no full recompute with the EP overlap); whether a shape has the overlap base is
-    decided once per vpp (no rule on it reads the micro-batch or the split)."""
-    pairs = zero_recompute(space)
-    plain = len(pairs) or 1
-    overlap = sum(1 for _, rc in pairs if rc != "full")
-    vpps = {vpp for _, vpp, _ in opts}
-    allowed = {v: _ep_overlap(job, s.layout(vpp=v), space) is not None for v in vpps}
-    return sum(plain + (overlap if allowed[vpp] else 0) for _, vpp, _ in opts)
+    """Layouts the options of one structure stand for: each base times its ZeRO stages and every
+    rung Megatron allows on it, the ladders counted whole."""
+    total = 0
+    for mbs, vpp, split in opts:
+        for base in bases(job, s, mbs, vpp, split, space):
+            per_zero = len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
+            total += len(zero_stages(space, base.layout)) * per_zero
+    return total

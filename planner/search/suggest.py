@@ -101,7 +101,7 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     best: tuple[float, Layout | None] = (float("inf"), None)
     for s in space_mod.structures(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
-            lay = space_mod.bases(job, s, mbs, vpp, split, lean)[0][0].with_(
+            lay = space_mod.bases(job, s, mbs, vpp, split, lean)[0].layout.with_(
                 zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
             )
             peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak

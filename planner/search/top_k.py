@@ -37,13 +37,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from planner.inputs.layout import Layout, Recompute
+from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
+from planner.search.rungs import FULL, NONE, Ladder, Rung
 from planner.search.space import (
     RECOMPUTE_ORDER,
+    Base,
     Option,
     Space,
     Structure,
@@ -51,7 +53,7 @@ from planner.search.space import (
     layouts_in,
     options,
     structures,
-    zero_recompute,
+    zero_stages,
 )
 from planner.search.twins import Row, fold, same_time
 
@@ -110,50 +112,96 @@ class SearchResult:
 def lower_bound(job: Job, layout: Layout) -> float:
     """Seconds no layout of this structure, split and vpp can beat: compute without recompute at
     the given (largest) micro-batch plus the exposed expert all-to-all."""
-    return cost.compute_floor(job, layout.with_(recompute="none"))
+    return cost.compute_floor(job, NONE.on(layout))
 
 
 def _best_variants(
     job: Job,
     space: Space,
-    base: Layout,
-    recomputes: tuple[Recompute, ...],
+    base_of: Base,
     rejected: Counter[str],
     too_big: dict[tuple[object, ...], bool],
-) -> list[tuple[Layout, MemoryReport]]:
-    """The memory-feasible (zero, recompute in `recomputes`) variants of a base layout not
-    dominated by a feasible variant with no more sharding and no more recompute. A ZeRO stage
-    whose weights, gradients, optimizer state and buffers alone (`memory.state_floor`) exceed the
-    capacity is rejected without estimating its recompute variants; `too_big` remembers that
-    verdict per (vpp, split, ZeRO stage) of one structure, since it holds at every micro-batch
-    size."""
-    found: list[tuple[int, int, Layout, MemoryReport]] = []
+) -> list[Candidate]:
+    """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
+    fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
+    fast or faster. No rung is faster than none (they only add recompute or host transfers), and
+    no ZeRO stage is faster than a lower one with the same rung, so a base whose first stage fits
+    without a rung is done. A ZeRO stage whose weights, gradients, optimizer state and buffers
+    alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
+    remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
+    so is one where not even the leanest rungs (full recompute, the most offloading) fit. Block
+    recompute and offloading are bisected for their smallest setting that fits (their memory falls
+    and their time grows with it). A stage whose fastest fitting rung the base's EP-overlap twin
+    takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it."""
+    base, single, ladders = base_of.layout, base_of.single, base_of.ladders
+    found: list[Candidate] = []
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
-    # with flash attention Megatron's selective recompute (the core attention) keeps exactly
-    # what no recompute keeps (planner.activations): same memory, more time, never chosen
-    # (PyTorch's per-op policy does save memory)
-    skip_selective = (
-        job.flash_attention and job.selective_recompute == "core_attn" and "none" in space.recompute
-    )
-    for z, rc in zero_recompute(space):
-        if rc not in recomputes or (rc == "selective" and skip_selective):
-            continue
-        zi, ri = z, RECOMPUTE_ORDER.index(rc)
-        if any(fz <= zi and fr <= ri for fz, fr, _, _ in found):
-            continue
-        lay = base.with_(zero_stage=z, recompute=rc)
+
+    def fits(rung: Rung, zbase: Layout) -> MemoryReport | None:
+        rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
+        if not rep.fits:
+            rejected["memory"] += 1
+        return rep if rep.fits else None
+
+    def fits_at(zbase: Layout) -> Callable[[Rung], MemoryReport | None]:
+        return lambda rung: fits(rung, zbase)
+
+    for z in zero_stages(space, base):
+        zbase = base.with_(zero_stage=z)
         key = (base.vpp, base.pipeline_layers, z)
         if key not in too_big:
-            too_big[key] = memory.state_floor(job, lay) > capacity
+            too_big[key] = memory.state_floor(job, zbase) > capacity
         if too_big[key]:
             rejected["memory"] += 1
             continue
-        rep = memory.estimate(job, lay, space.headroom_pct, all_stages=False)
-        if rep.fits:
-            found.append((zi, ri, lay, rep))
+        feasible: list[tuple[Rung, MemoryReport]] = []
+        if NONE in single and (rep := fits(NONE, zbase)) is not None:
+            feasible.append((NONE, rep))
         else:
-            rejected["memory"] += 1
-    return [(lay, rep) for _, _, lay, rep in found]
+            leanest = [r for r in single if r == FULL] + [ld.make(ld.hi) for ld in ladders]
+            if leanest and all(fits(r, zbase) is None for r in leanest):
+                continue
+            for r in single:
+                if r != NONE and (rep := fits(r, zbase)) is not None:
+                    feasible.append((r, rep))
+            for ld in ladders:
+                found_n = _smallest_fitting(ld, fits_at(zbase))
+                if found_n is not None:
+                    feasible.append(found_n)
+        scored = [
+            Candidate(r.on(zbase), rep, cost.estimate(job, r.on(zbase))) for r, rep in feasible
+        ]
+        if not scored:
+            continue
+        pick = min(range(len(scored)), key=lambda i: scored[i].step_time)  # first of equals
+        best = scored[pick]
+        twin = feasible[pick][0] in base_of.twin_takes
+        if not twin and not any(
+            c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
+        ):
+            found.append(best)
+        if feasible[pick][0] == NONE:
+            break  # every later stage is no faster than this
+    return found
+
+
+def _smallest_fitting(
+    ladder: Ladder, fits: Callable[[Rung], MemoryReport | None]
+) -> tuple[Rung, MemoryReport] | None:
+    """The ladder's smallest rung that fits, by bisection (memory falls as n grows), with its
+    memory; None when not even the largest fits."""
+    top = fits(ladder.make(ladder.hi))
+    if top is None:
+        return None
+    lo, hi, best = ladder.lo, ladder.hi, (ladder.make(ladder.hi), top)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        rep = fits(ladder.make(mid))
+        if rep is not None:
+            hi, best = mid, (ladder.make(mid), rep)
+        else:
+            lo = mid + 1
+    return best
 
 
 def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None:
@@ -204,7 +252,7 @@ def search(
         bound = min(
             lower_bound(job, lay)
             for vpp, split in shapes
-            for lay, _ in bases(job, s, top_mbs, vpp, split, space)
+            for lay in (b.layout for b in bases(job, s, top_mbs, vpp, split, space))
         )
         queue.append((bound, i, s, opts))
     heapq.heapify(queue)
@@ -220,11 +268,10 @@ def search(
         expanded += 1
         too_big: dict[tuple[object, ...], bool] = {}
         for mbs, vpp, split in opts:
-            for base, recomputes in bases(job, s, mbs, vpp, split, space):
-                for lay, rep in _best_variants(job, space, base, recomputes, rejected, too_big):
-                    perf = cost.estimate(job, lay)
-                    scored += 1
-                    best.append(Candidate(lay, rep, perf))
+            for base in bases(job, s, mbs, vpp, split, space):
+                variants = _best_variants(job, space, base, rejected, too_big)
+                scored += len(variants)
+                best += variants
         best.sort(key=rank_key)
         best = _kept(best, top_k, fold_twins)
         now = time.perf_counter()

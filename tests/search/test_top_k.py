@@ -23,7 +23,7 @@ import pytest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
 from planner.model import cost, memory
-from planner.search import rules
+from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
 from planner.search.space import Bound, Space
@@ -77,8 +77,8 @@ def _user_ok(space: Space, lay: Layout, domain: int) -> bool:
 
 
 def all_layouts(job: Job, space: Space) -> list[Layout]:
-    """Every layout of the space that Megatron's rules and the user's rules accept (before
-    ZeRO / recompute, which are expanded by `reference_top`)."""
+    """Every base layout of the space that Megatron's rules and the user's rules accept (before
+    ZeRO and the memory-saving rungs, which `all_variants` expands)."""
     n, arch = job.cluster.num_gpus, job.arch
     L, gbs = arch.num_layers, job.global_batch_size
     domain = job.cluster.tiers[0].span_gpus or n
@@ -91,12 +91,13 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
             experts = arch.num_moe_experts or 1
             eps = [e for e in range(1, experts + 1) if experts % e == 0]
             etps = sorted({1 if e == "1" else tp for e in space.expert_tp})
+            dispatchers = list(space.dispatchers)
         else:
-            eps, etps = [1], [tp]
+            eps, etps, dispatchers = [1], [tp], ["alltoall"]
         for ep, etp, mbs in itertools.product(eps, etps, range(1, space_mod.MAX_MICRO_BATCH + 1)):
             if (gbs // dp) % mbs:
                 continue
-            for vpp in range(1, L // pp + 1):
+            for vpp, dispatcher in itertools.product(range(1, L // pp + 1), dispatchers):
                 for split in space_mod.splits(job, space, pp, vpp):
                     lay = Layout(
                         tp=tp,
@@ -110,6 +111,8 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         micro_batch_size=mbs,
                         pipeline_layers=split,
                         tp_comm_overlap=sp and space.tp_comm_overlap,
+                        moe_token_dispatcher_type=dispatcher,
+                        moe_flex_dispatcher_backend=space_mod.flex_backend(job),
                     )
                     if _user_ok(space, lay, domain) and not rules.violations(job, lay):
                         out.append(lay)
@@ -121,25 +124,29 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
     return out
 
 
-def _variants(job: Job, space: Space, base: Layout) -> list[tuple[int, int, Layout]]:
-    """The (zero, recompute) variants of a base layout that Megatron's rules accept."""
+Variant = tuple[int, int, Layout]
+"""(ZeRO stage, the rung's place in `rungs.every`'s order, the layout)."""
+
+
+def _variants(job: Job, space: Space, base: Layout) -> list[Variant]:
+    """Every (ZeRO stage, rung) variant of a base layout that Megatron's rules accept: every
+    rung, each ladder whole. ZeRO 0 only where 1 is not allowed (ZeRO 1 is never slower, never
+    bigger: tested below); Megatron-FSDP (ZeRO 2 and 3) not with pp or cp > 1."""
+    zeros = list(space.zero_stages)
+    if 0 in zeros and 1 in zeros:
+        zeros.remove(0)
+    if base.pp > 1 or base.cp > 1:
+        zeros = [z for z in zeros if z < 2]
     out = []
-    for z, r in _zero_recompute(space):
-        lay = base.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
-        if not rules.violations(job, lay):
-            out.append((z, r, lay))
+    for z in sorted(zeros):
+        for i, rung in enumerate(rungs.every(job, base, space.recompute, space.offload)):
+            lay = rung.on(base.with_(zero_stage=z))
+            if not rules.violations(job, lay):
+                out.append((z, i, lay))
     return out
 
 
-def _zero_recompute(space: Space) -> list[tuple[int, int]]:
-    zeros = list(space.zero_stages)
-    if 0 in zeros and 1 in zeros:  # ZeRO 1 is never slower, never bigger (tested below)
-        zeros.remove(0)
-    recs = [space_mod.RECOMPUTE_ORDER.index(r) for r in space.recompute]
-    return [(z, r) for z in zeros for r in recs]
-
-
-Variants = dict[Layout, list[tuple[int, int, Layout]]]
+Variants = dict[Layout, list[Variant]]
 """Each layout of `all_layouts` with its `_variants`."""
 
 
@@ -150,19 +157,29 @@ def all_variants(job: Job, space: Space) -> Variants:
 def reference_top(
     job: Job, space: Space, k: int = TOP_K, variants: Variants | None = None
 ) -> list[Candidate]:
-    """Score every fitting, non-dominated (zero, recompute) variant of every layout (those of
-    `all_variants(job, space)`, or given); the top k."""
+    """Score every fitting variant of every layout (those of `all_variants(job, space)`, or
+    given) and keep, per base, the non-dominated ones: for each ZeRO stage its fastest fitting
+    rung (the first in rung order among equals), unless a kept variant of no higher stage is as
+    fast. The top k of those, without the layouts their EP-overlap twins dominate."""
     scored = []
     for options in (all_variants(job, space) if variants is None else variants).values():
-        fitting = []
-        for z, r, lay in options:
+        fitting: dict[int, list[tuple[float, int, Candidate]]] = {}
+        plain_fits: set[int] = set()  # stages where the rung "none" (index 0) fits
+        for z, i, lay in options:
+            if z in plain_fits:
+                continue  # no rung is faster than none (tested below): no need to score it
             rep = memory.estimate(job, lay, space.headroom_pct)
+            if rep.fits and i == 0 and lay.recompute == "none":
+                plain_fits.add(z)
             if rep.fits:
-                fitting.append((z, r, lay, rep))
-        for z, r, lay, rep in fitting:
-            dominated = any((fz, fr) != (z, r) and fz <= z and fr <= r for fz, fr, _, _ in fitting)
-            if not dominated:
-                scored.append(Candidate(lay, rep, cost.estimate(job, lay)))
+                c = Candidate(lay, rep, cost.estimate(job, lay))
+                fitting.setdefault(z, []).append((c.step_time, i, c))
+        kept: list[Candidate] = []
+        for z in sorted(fitting):
+            best = min(fitting[z], key=lambda f: (f[0], f[1]))[2]
+            if not any(c.layout.zero_stage <= z and c.step_time <= best.step_time for c in kept):
+                kept.append(best)
+        scored += kept
     scored = [c for c in scored if not _overlap_twin_dominates(job, space, c)]
     scored.sort(key=search.rank_key)
     return scored[:k]
@@ -344,11 +361,31 @@ def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
     """The dominance the search relies on to skip ZeRO 0 whenever ZeRO 1 is allowed."""
     job, _ = PROBLEMS[name]
     for base in _sample_layouts(name, 40):
-        for rc in space_mod.RECOMPUTE_ORDER:
-            z0 = base.with_(zero_stage=0, recompute=rc)
-            z1 = base.with_(zero_stage=1, recompute=rc)
+        for rung in rungs.every(job, base, space_mod.RECOMPUTE_ORDER, offload=True)[::3]:
+            z0 = rung.on(base.with_(zero_stage=0))
+            z1 = rung.on(base.with_(zero_stage=1))
             assert cost.estimate(job, z1).step_time_s <= cost.estimate(job, z0).step_time_s, z1
             assert memory.estimate(job, z1).peak <= memory.estimate(job, z0).peak, z1
+
+
+@pytest.mark.parametrize("name", ["llama8b-tiny-memory", "mixtral-expert-tp", "llama8b-fp8"])
+def test_no_rung_is_faster_than_none_and_ladders_trade_memory_for_time(name: str) -> None:
+    """The dominance the search and the reference rely on: on a base, no rung (recompute,
+    offloading) is faster than none; along a ladder (block N, offload k) memory never grows and
+    time never falls as N or k grows, so the smallest that fits is the fastest that fits."""
+    job, _ = PROBLEMS[name]
+    for base in _sample_layouts(name, 8):
+        lay = base.with_(zero_stage=1)
+        plain = cost.estimate(job, lay).step_time_s
+        single, ladders = rungs.rungs(job, lay, space_mod.RECOMPUTE_ORDER, offload=True)
+        for r in single:
+            assert cost.estimate(job, r.on(lay)).step_time_s >= plain * (1 - 1e-12), r
+        for ladder in ladders:
+            steps = [ladder.make(n).on(lay) for n in range(ladder.lo, ladder.hi + 1)]
+            peaks = [memory.estimate(job, v).peak for v in steps]
+            times = [cost.estimate(job, v).step_time_s for v in steps]
+            assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(peaks)), ladder
+            assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times)), ladder
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -391,8 +428,7 @@ def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
     floors: dict[tuple[object, ...], float] = {}
     checked = 0
     for lay in _sample_layouts(name, 60):
-        for z, r in _zero_recompute(space):
-            v = lay.with_(zero_stage=z, recompute=space_mod.RECOMPUTE_ORDER[r])
+        for z, _, v in _variants(job, space, lay)[::5]:
             floor = memory.state_floor(job, v)
             peak = memory.estimate(job, v, all_stages=False).peak
             assert floor <= peak, (v.describe(), floor, peak)
@@ -412,7 +448,7 @@ def test_search_enumerates_the_whole_space(name: str) -> None:
     got: set[Layout] = set()
     for s in space_mod.structures(job, space, Counter()):
         for mbs, vpp, split in space_mod.options(job, space, s):
-            got.update(lay for lay, _ in space_mod.bases(job, s, mbs, vpp, split, space))
+            got.update(b.layout for b in space_mod.bases(job, s, mbs, vpp, split, space))
     assert got == ref, (sorted(ref - got, key=str)[:3], sorted(got - ref, key=str)[:3])
     assert searched(name).space_size == sum(len(v) for v in variants_of(name).values())
 
