@@ -75,7 +75,10 @@ def test_catalog_data_dir_layout(names: set[str]) -> None:
 
 
 def test_every_module_is_in_the_wheel(names: set[str]) -> None:
-    for path in sorted((REPO / "planner").rglob("*.py")):
+    # every module, and the data files read next to them (megatron_flags.txt: Megatron's flags)
+    for path in sorted((REPO / "planner").rglob("*")):
+        if path.suffix not in (".py", ".txt"):
+            continue
         arc = path.relative_to(REPO).as_posix()
         assert arc in names, arc
     assert not any(n.startswith("tests/") for n in names)

@@ -16,7 +16,9 @@ from planner.cli.common import (
     JsonOpt,
     check_headroom,
     emit_json,
+    err,
     out,
+    warn,
 )
 from planner.inputs import megatron_args
 from planner.inputs.errors import EXIT_NO, EXIT_OK, InputError
@@ -29,24 +31,50 @@ from planner.search.rules import check_plan
 
 
 def plan_from_args(
-    plan_path: Path | None, megatron_args_path: str | None, gpu: str | None, num_gpus: int | None
+    plan_path: Path | None,
+    megatron_args_path: str | None,
+    gpu: str | None,
+    num_gpus: int | None,
+    vocab_size: int | None = None,
+    verbose: bool = False,
 ) -> Plan:
     """A plan file, or an existing Megatron-LM command line with --gpu and --num-gpus, its
-    layout checked against Megatron-LM's rules."""
+    layout checked against Megatron-LM's rules. For a command line, what was assumed is noted
+    on stderr, and with `verbose` what was ignored too."""
     if megatron_args_path is None:
         if plan_path is None:
             raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
+        for flag, value in (("--vocab-size", vocab_size), ("--verbose", verbose or None)):
+            if value is not None:
+                raise InputError(f"check: {flag}: only with --megatron-args")
         return check_plan(load_plan(plan_path))
     if plan_path is not None:
         raise InputError("check: give either PLAN or --megatron-args, not both")
     if gpu is None or num_gpus is None:
         raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
-    doc, where = megatron_args.load(megatron_args_path, gpu, num_gpus)
+    reading, where = megatron_args.load(megatron_args_path, gpu, num_gpus, vocab_size)
+    print_reading(reading, where, verbose)
     try:
-        return check_plan(parse_plan(doc, Path(where)))
+        return check_plan(parse_plan(reading.doc, Path(where)))
     except InputError as e:  # --gpu / --num-gpus are flags, not lines of the script
         flags = JobArgs(gpu=gpu, num_gpus=num_gpus)
         raise InputError(name_flags(str(e), Path(where), flags)) from None
+
+
+def print_reading(reading: megatron_args.Reading, where: str, verbose: bool) -> None:
+    """On stderr: the notes (always), and with --verbose the flags that were not read."""
+    for note in reading.notes:
+        err.print(f"note: {where}: {note}", soft_wrap=True)
+    for note in reading.not_modelled:
+        err.print(f"note: {where}: not modelled: {note}", soft_wrap=True)
+    if not verbose:
+        return
+    lines = (
+        ("ignored Megatron-LM flags (they do not change memory or layout)", reading.ignored),
+        ("ignored words that are not Megatron-LM flags", reading.unknown),
+    )
+    for title, flags in lines:
+        err.print(f"{where}: {title}: {' '.join(flags) if flags else '(none)'}", soft_wrap=True)
 
 
 def check(
@@ -65,11 +93,25 @@ def check(
     num_gpus: Annotated[
         int | None, typer.Option("--num-gpus", min=1, help="GPU count (--megatron-args)")
     ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            min=1,
+            help="the tokenizer's vocabulary, where the command line does not imply it "
+            "(--megatron-args)",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="list the flags --megatron-args ignored (on stderr)"),
+    ] = False,
 ) -> None:
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     check_headroom(headroom)
-    plan = plan_from_args(plan_path, megatron_args_path, gpu, num_gpus)
+    plan = plan_from_args(plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose)
     job, layout = plan.job, plan.require_layout()
+    warned = warn(plan)
     rep = memory.estimate(job, layout, headroom)
 
     def step_time(lay: Layout) -> float:
@@ -82,6 +124,7 @@ def check(
             {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
             for c in changes
         ]
+        data["warnings"] = warned
         emit_json(data)
     else:
         render.print_check(out, job, layout, rep, changes)

@@ -11,7 +11,9 @@ from rich.console import Console
 
 from planner.inputs.errors import InputError
 from planner.inputs.job_request import DEFAULT_JOB
+from planner.inputs.plan import Plan
 from planner.model import memory
+from planner.search.rules import warnings
 
 out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
 """stdout. No rich markup: names and paths a user gave print as they are (`render`)."""
@@ -55,3 +57,15 @@ def emit_json(data: Any) -> None:
 def check_headroom(headroom: float) -> None:
     if not 0 <= headroom < 100:
         raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
+
+
+def warn(plan: Plan) -> list[str]:
+    """What Megatron-LM would warn about in the plan's layout (`planner.search.rules.warnings`),
+    each as 'file: field: message', also written on stderr; the plan stays valid."""
+    if plan.layout is None:
+        return []
+    where = str(plan.path) if plan.path else "<plan>"
+    lines = [f"{where}: {v.field}: {v.message}" for v in warnings(plan.job, plan.layout)]
+    for line in lines:
+        sys.stderr.write(f"planner: warning: {line}\n")
+    return lines

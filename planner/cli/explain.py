@@ -17,6 +17,7 @@ from planner.cli.common import (
     check_headroom,
     emit_json,
     out,
+    warn,
 )
 from planner.cli.ops_options import (
     AsyncOpt,
@@ -68,6 +69,7 @@ def explain(
     )  # fmt: skip
     plan = check_plan(load_plan(plan_path))
     job, layout = plan.job, plan.require_layout()
+    warned = warn(plan)
     rep = memory.estimate(job, layout, headroom)
     perf = cost.estimate(job, layout)
     ops = None
@@ -83,6 +85,7 @@ def explain(
             data["operations"] = report.operations_dict(ops)
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
+        data["warnings"] = warned
         emit_json(data)
     else:
         render.print_explain(out, job, layout, rep, perf)

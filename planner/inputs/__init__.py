@@ -3,9 +3,12 @@
 - `plan` the plan file (pydantic, frozen, extra="forbid") -> `Job` and `Layout`; `plan_writer`
   writes one back; `job_request` the job of `suggest` / `scale` (job file, flags or the default)
 - `arch` the model (Megatron-LM field names), `hardware` GPUs, link tiers and clusters, `layout`
-  the parallel layout (degrees named as torchtitan's ParallelDims)
+  the parallel layout (degrees named as torchtitan's ParallelDims), `pipeline_layout` Megatron's
+  --pipeline-model-parallel-layout strings
 - `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_fields`) a
-  Hugging Face config.json; `megatron_args` an existing Megatron-LM command line; `files` reading
+  Hugging Face config.json; `megatron_args` an existing Megatron-LM command line (`megatron_line`
+  splits the text, `megatron_layout` / `megatron_vocab` / `megatron_values` read flag groups,
+  `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts); `files` reading
   the user's files
 - `errors` (exit codes, messages naming file, field and value), `fields` (strict input types),
   `units` (SI conversions; quantities as people write them)

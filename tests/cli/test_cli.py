@@ -368,3 +368,28 @@ def test_explain_human_output_names_the_bottleneck() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Step time" in proc.stdout and "MFU" in proc.stdout
     assert "Memory per GPU" in proc.stdout
+
+
+def test_megatron_warnings_are_reported_not_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Mixtral with ep 2 and tp 2 without sequence parallelism: Megatron-LM's
+    # ModelParallelConfig.__post_init__ warns and trains, so check exits 0 or 1 (never 2),
+    # names the field on stderr and lists the warning in --json
+    plan = tmp_path / "moe.toml"
+    plan.write_text(
+        '[model]\nname = "mixtral-8x7b"\n'
+        '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 64\n"
+        '[parallel]\ntp = 2\npp = 2\nep = 2\nsequence_parallel = false\nrecompute = "full"\n'
+    )
+    for command in ("check", "explain"):
+        code, out, err = run([command, str(plan), "--json"], capsys)
+        assert code in (0, 1), err
+        (line,) = json.loads(out)["warnings"]
+        assert line.startswith(f"{plan}: parallel.sequence_parallel: Megatron warns")
+        assert f"planner: warning: {line}" in err
+    # with sequence parallelism there is nothing to warn about
+    plan.write_text(plan.read_text().replace("false", "true"))
+    _, out, err = run(["check", str(plan), "--json"], capsys)
+    assert json.loads(out)["warnings"] == [] and "warning" not in err

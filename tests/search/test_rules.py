@@ -26,7 +26,7 @@ from planner.inputs.plan import (
     resolve_cluster,
 )
 from planner.search import rules
-from planner.search.rules import Violation, check_plan, violations
+from planner.search.rules import Violation, check_plan, violations, warnings
 
 # llama3.1-8b: 32 layers, 32 heads, 8 query groups, RoPE, dense
 # mixtral-8x7b: 32 layers, 32 heads, 8 query groups, 8 experts
@@ -234,14 +234,20 @@ def test_expert_grid_must_divide_world() -> None:
     assert "(2 x 8 x 1 = 16)" in v.message
 
 
-def test_moe_with_tp_needs_sequence_parallel() -> None:
+def test_moe_with_tp_without_sequence_parallel_is_only_warned() -> None:
+    # ModelParallelConfig.__post_init__ warns (does not raise) when ep > 1 and tp > 1 run
+    # without sequence parallelism
     job = make_job("mixtral-8x7b", num_gpus=8)
-    v = broken(job, Layout(tp=2, dp=4, sequence_parallel=False))["moe_sp"]
-    assert v.field == "parallel.sequence_parallel"
-    assert "tensor_model_parallel_size (2)" in v.message and "sequence_parallel = true" in v.message
-    assert_ok(job, Layout(tp=2, dp=4, sequence_parallel=True))
-    # a dense model may run tp > 1 without sequence parallelism
-    assert_ok(make_job(num_gpus=8), Layout(tp=2, dp=4, sequence_parallel=False))
+    lay = Layout(tp=2, dp=4, ep=2, sequence_parallel=False)
+    assert_ok(job, lay)
+    (w,) = [w for w in warnings(job, lay) if w.rule == "moe_sp"]
+    assert w.field == "parallel.sequence_parallel"
+    assert "expert_model_parallel_size (2)" in w.message
+    assert "tensor_model_parallel_size (2)" in w.message
+    # with ep 1 Megatron says nothing; with sequence parallelism neither
+    assert not [w for w in warnings(job, Layout(tp=2, dp=4)) if w.rule == "moe_sp"]
+    sp = Layout(tp=2, dp=4, ep=2, sequence_parallel=True)
+    assert not [w for w in warnings(job, sp) if w.rule == "moe_sp"]
 
 
 def test_ep_needs_an_moe_model() -> None:

@@ -186,7 +186,8 @@ def test_layout_string_rules() -> None:
     v = broken(job, lay.with_(pipeline_layout=short))["pipeline_layout"]
     assert "holds 60 decoder layers" in v.message and "num_layers is 61" in v.message
     both = lay.with_(account_for_loss_in_pipeline_split=True)
-    assert "cannot be combined" in broken(job, both)["pipeline_layout"].message
+    message = broken(job, both)["pipeline_layout"].message
+    assert "cannot be combined with account_for_loss_in_pipeline_split " in message
 
 
 def test_account_for_switches_count_a_layer_in_the_split() -> None:

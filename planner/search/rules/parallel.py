@@ -102,16 +102,24 @@ def _layout_string(job: Job, lay: Layout) -> Violation | None:
     TransformerConfig.__post_init__)."""
     field = "parallel.pipeline_model_parallel_layout"
     stages = lay.pipeline_layout or ()
-    if (
-        lay.pipeline_layers is not None
-        or lay.account_for_embedding_in_pipeline_split
-        or (lay.account_for_loss_in_pipeline_split)
-    ):
+    clash = [
+        name
+        for name, given in (
+            ("pipeline_layers", lay.pipeline_layers is not None),
+            (
+                "account_for_embedding_in_pipeline_split",
+                lay.account_for_embedding_in_pipeline_split,
+            ),
+            ("account_for_loss_in_pipeline_split", lay.account_for_loss_in_pipeline_split),
+        )
+        if given
+    ]
+    if clash:
         return Violation(
             "pipeline_layout",
             field,
-            "pipeline_model_parallel_layout cannot be combined with pipeline_layers or the "
-            "account_for_*_in_pipeline_split switches (TransformerConfig raises)",
+            f"pipeline_model_parallel_layout cannot be combined with {' or '.join(clash)} "
+            "(TransformerConfig raises)",
         )
     arch = job.arch
     why = pipeline_layout.problems(stages, lay.pp, arch.num_layers, arch.mtp_num_layers)
@@ -188,13 +196,6 @@ def experts(job: Job, lay: Layout) -> Violation | None:
             f"num_gpus ({lay.num_gpus}) must be a multiple of expert_tensor_parallel_size x "
             f"expert_model_parallel_size x pipeline_model_parallel_size "
             f"({lay.expert_tp} x {lay.ep} x {lay.pp} = {grid})",
-        )
-    if lay.tp > 1 and not lay.sequence_parallel:
-        return Violation(
-            "moe_sp",
-            "parallel.sequence_parallel",
-            f"mixture-of-experts training with tensor_model_parallel_size ({lay.tp}) > 1 needs "
-            f"sequence_parallel = true",
         )
     return None
 
