@@ -107,21 +107,49 @@ def environment(plan: Plan) -> list[EnvVar]:
     CUDA_DEVICE_MAX_CONNECTIONS: validate_args asserts it is "1" when TP > 1 or CP > 1 before
     Blackwell, and asserts it is not "1" with Megatron-FSDP (zero_stage >= 2); the EP all-to-all
     overlap needs it above 1 (Megatron's MoE README; validate_args then only warns about TP / CP),
-    and 32 is the value that warning names. NCCL settings come from Megatron-LM's own launch
-    examples (examples/llama, examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's
-    HSA_NO_SCRATCH_RECLAIM (RCCL reads the NCCL_* names too)."""
+    and 32 is the value that warning names. Wherever "1" is not required, NVIDIA's
+    Megatron-Bridge performance recipes set 32 (benchmarks/data/bridge_recipes.md, environment
+    table: every recipe without TP / CP > 1 on Hopper), so the overlapped NCCL kernels get
+    hardware queues of their own; on AMD it is set only where asserted. Also from those recipes,
+    on NVIDIA GPUs: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (all but the Megatron-FSDP
+    recipes, which leave it unset), which keeps the caching allocator's fragmentation down, and
+    NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=20 (set by all 108, at 10-20; here on more than one GPU),
+    which leaves SMs to the NCCL kernels overlapped with Transformer Engine's norm kernels.
+    NCCL settings come from Megatron-LM's own launch examples (examples/llama,
+    examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL
+    reads the NCCL_* names too)."""
     lay = plan.require_layout()
     gpu = plan.job.cluster.gpu
+    nvidia = gpu.vendor == "nvidia"
     env: list[EnvVar] = []
+    many = "32"
     if lay.zero_stage >= 2:
-        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1"))
+        if nvidia:
+            env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "Megatron-FSDP asserts not 1"))
+        else:
+            env.append(
+                EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1")
+            )
     elif lay.ep_comm_overlap:
-        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "32", "EP all-to-all overlap needs > 1"))
+        env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "EP all-to-all overlap needs > 1"))
     elif (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
         env.append(
             EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "TP/CP > 1 before Blackwell (asserted)")
         )
+    elif nvidia:
+        env.append(
+            EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "queues for overlapped NCCL kernels")
+        )
     env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
+    if nvidia and lay.zero_stage < 2:
+        env.append(
+            EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmented memory")
+        )
+    if nvidia and plan.job.cluster.num_gpus > 1:
+        for way in ("FWD", "BWD"):
+            env.append(
+                EnvVar(f"NVTE_{way}_LAYERNORM_SM_MARGIN", "20", "SMs for overlapped NCCL kernels")
+            )
     if nodes(plan).nnodes > 1:
         env.append(EnvVar("NCCL_IB_TIMEOUT", "19", "tolerate slow InfiniBand links at scale"))
         env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152", "larger PP sends over the network"))

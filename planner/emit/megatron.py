@@ -7,7 +7,14 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
 
 - zero_stage 0 plain DDP; 1 `--use-distributed-optimizer`; 2 / 3 Megatron-FSDP with
   `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`, which asserts
-  `--ckpt-format fsdp_dtensor` (Megatron sets its distributed optimizer itself).
+  `--ckpt-format fsdp_dtensor` (Megatron sets its distributed optimizer itself), and
+  `--megatron-fsdp-main-grads-dtype fp32` for fp32 gradients (its default is the parameters'
+  dtype).
+- Precision: `--fp8-format` with `--fp8-recipe` always (Megatron's default recipe is delayed);
+  MXFP8 with `--fp8-param-gather` gathers in the gradient buffer
+  (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); bf16 Adam moments
+  are `--use-precision-aware-optimizer` with `--exp-avg(-sq)-dtype bf16`, and with bf16 gradients
+  `--main-grads-dtype bf16` (which Megatron allows only with that optimizer).
 - Pipeline split: even -> `--num-layers-per-virtual-pipeline-stage` when interleaved; only the
   first and/or last rank different -> `--decoder-first/last-pipeline-num-layers` (with
   `--num-virtual-stages-per-pipeline-rank`, the only VPP flag they combine with); any other split
@@ -266,6 +273,10 @@ def parallel_args(plan: Plan) -> list[Arg]:
             ("--ckpt-format", "fsdp_dtensor"),
             ("--init-model-with-meta-device",),
         ]
+        if plan.job.main_grad_dtype == "fp32":
+            # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
+            # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
+            a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
     if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))
         # needs the distributed optimizer or Megatron-FSDP
@@ -295,6 +306,11 @@ def training_args(plan: Plan) -> list[Arg]:
                     f"fp8_param_gather = false or raise zero_stage"
                 )
             a.append(("--fp8-param-gather",))
+            if job.fp8_recipe == "mxfp8" and lay.zero_stage == 1:
+                # MXFP8 weights gathered in the gradient buffer, as Megatron-Bridge's MXFP8
+                # preset does: without it Megatron warns of "significant additional memory"
+                # that planner.model.memory does not count (Megatron-FSDP turns it off)
+                a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
     if job.main_grad_dtype == "bf16":
         a.append(("--grad-reduce-in-bf16",))
     if job.optimizer_state_dtype == "bf16":
@@ -304,11 +320,12 @@ def training_args(plan: Plan) -> list[Arg]:
                 f"--use-precision-aware-optimizer needs the distributed optimizer or FSDP "
                 f"(zero_stage >= 1, got 0); set optimizer_state_dtype = 'fp32' or raise zero_stage"
             )
-        a += [
-            ("--use-precision-aware-optimizer",),
-            ("--exp-avg-dtype", "bf16"),
-            ("--exp-avg-sq-dtype", "bf16"),
-        ]
+        a.append(("--use-precision-aware-optimizer",))
+        if job.main_grad_dtype == "bf16":
+            # the optimizer's gradients in bf16 too (its --main-grads-dtype defaults to fp32;
+            # Megatron asserts it is fp32 without the precision-aware optimizer)
+            a.append(("--main-grads-dtype", "bf16"))
+        a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),

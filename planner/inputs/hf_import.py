@@ -18,7 +18,10 @@ files (tests/data/hf) and transformers' config classes:
   moe_layer_freq) -> moe_layer_freq, an int 1 when every layer is MoE, else a 0/1 list.
 - DeepSeek-V3 MLA: qk_nope_head_dim -> qk_head_dim, qk_rope_head_dim -> qk_pos_emb_head_dim,
   n_shared_experts x moe_intermediate_size -> moe_shared_expert_intermediate_size,
-  num_nextn_predict_layers -> mtp_num_layers.
+  num_nextn_predict_layers -> mtp_num_layers; group-limited routing n_group / topk_group ->
+  moe_router_num_groups / moe_router_group_topk (Megatron-Bridge's DeepSeek bridge maps them so).
+- gpt-oss: num_local_experts experts of width intermediate_size on every layer, biases
+  everywhere; its sliding-window layers, attention sinks and clamped GLU are noted in `source`.
 
 RoPE settings (rope_theta / rope_scaling, or the newer rope_parameters; rotary_pct,
 partial_rotary_factor) have no ModelArch field and are accepted in either spelling and ignored.
@@ -282,6 +285,31 @@ def _deepseek_v3(r: Reader) -> Fields:
         "qk_pos_emb_head_dim": r.req_int("qk_rope_head_dim"),
         "v_head_dim": v_head_dim,
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
+        "moe_router_num_groups": r.opt_int("n_group"),
+        "moe_router_group_topk": r.opt_int("topk_group"),
+    }
+
+
+def _gpt_oss(r: Reader) -> Fields:
+    """gpt-oss: every layer MoE (num_local_experts, each intermediate_size wide, top
+    num_experts_per_tok), GQA with head_dim, RMSNorm, RoPE. The experts and the router always
+    carry biases and attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring
+    high when attention_bias is false). Not expressible, noted in `source`: the sliding-window
+    layers of layer_types (counted as full attention), the per-head attention sinks, the router
+    bias and the clamped GLU (swiglu_limit; counted as SwiGLU)."""
+    f = _llama(r, head_dim_default=64)
+    every = [True] * f["num_layers"]
+    window = r.opt_int("sliding_window")
+    if window is not None:
+        r.notes.append(
+            f"sliding_window {window} on the layers layer_types marks sliding: counted as full "
+            "attention"
+        )
+    r.notes.append("attention sinks, router bias and the clamped GLU (swiglu_limit) not modelled")
+    return {
+        **f,
+        "add_bias_linear": True,
+        **_moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
     }
 
 
@@ -359,6 +387,7 @@ _FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Qwen3ForCausalLM": ("qwen3", _qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
+    "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "GPT2LMHeadModel": ("gpt2", _gpt2),
     "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),
     "BloomForCausalLM": ("bloom", _bloom),

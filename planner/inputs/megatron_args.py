@@ -1,31 +1,43 @@
 """Read an existing Megatron-LM command line or launch script into a plan document.
 
 Teams gate the launch scripts they already have: `planner check --megatron-args train.sh --gpu
-h100-sxm-80gb --num-gpus 1024`. The text is split like a shell would (comments, quotes and line
-continuations), simple `NAME=value` assignments are substituted into `$NAME` / `${NAME}`, and the
-flags that decide memory (model shape, parallel sizes, batch, recompute, distributed optimizer,
-precision, MoE, GQA, MLA) become a plan document for `planner.inputs.plan.parse_plan`. Flags
-that do not change memory are ignored; a parallelism flag planner does not know is an error,
-since it could change the layout. Flag names: Megatron-LM `megatron/training/arguments.py`
-(NVIDIA/Megatron-LM d98e8a64).
+h100-sxm-80gb --num-gpus 1024`. The text becomes flags (`megatron_line`: shell splitting,
+`NAME=value` substitution), and the flags that decide memory become a plan document for
+`planner.inputs.plan.parse_plan`: model shape and vocabulary here (`megatron_vocab` for the
+tokenizer's size, `megatron_values` for per-layer patterns), batch, precision, attention kernels
+and optimizer dtypes here, the layout in `megatron_layout`. Flag names and meanings: Megatron-LM
+d98e8a64 (`megatron/training/arguments.py`, the config dataclasses; `megatron_flags.txt` lists
+every flag its parser accepts).
+
+Megatron-LM flags the reader does not read do not change memory or layout; they are ignored
+and listed (`Reading.ignored`); those that change memory in ways planner does not model are
+named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
+inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
+the reader reads, which is an error (`megatron_flags.typo_of`). Models planner does not
+represent (encoder-decoder T5, hybrid Mamba stacks) are refused by name.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 import sys
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
-from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.megatron_flags import (
+    NOT_MODELLED,
+    NOT_MODELLED_DEFAULTS,
+    megatron_flags,
+    typo_of,
+)
+from planner.inputs.megatron_line import Line, flags_of, no_flags, tokens
+from planner.inputs.megatron_values import layer_pattern
+from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 
-_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+__all__ = ["Reading", "load", "read", "to_plan", "tokens"]
 
 # flag -> ModelArch field (integer valued)
 MODEL_INT = {
@@ -35,9 +47,6 @@ MODEL_INT = {
     "--num-attention-heads": "num_attention_heads",
     "--num-query-groups": "num_query_groups",
     "--kv-channels": "kv_channels",
-    "--vocab-size": "vocab_size",
-    "--padded-vocab-size": "vocab_size",
-    "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
     "--max-position-embeddings": "max_position_embeddings",
     "--num-experts": "num_moe_experts",
     "--moe-router-topk": "moe_router_topk",
@@ -58,243 +67,159 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--qk-layernorm": ("qk_layernorm", True),
     "--multi-latent-attention": ("multi_latent_attention", True),
 }
-PARALLEL_INT = {
-    "--tensor-model-parallel-size": "tp",
-    "--pipeline-model-parallel-size": "pp",
-    "--context-parallel-size": "cp",
-    "--expert-model-parallel-size": "ep",
-    "--expert-tensor-parallel-size": "etp",
-    "--micro-batch-size": "micro_batch_size",
-}
-# parallelism flags read below by hand
-PARALLEL_READ = {
-    "--sequence-parallel",
-    "--tp-comm-overlap",
-    "--overlap-moe-expert-parallel-comm",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
-    "--pipeline-model-parallel-layout",
-    "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split",
-    "--use-distributed-optimizer",
-    "--use-megatron-fsdp",
-    "--use-torch-fsdp2",
-    "--data-parallel-sharding-strategy",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
-    "--microbatch-group-size-per-virtual-pipeline-stage",
-    "--moe-token-dispatcher-type",
-    "--moe-flex-dispatcher-backend",
-}
-# parallelism flags that are understood but do not change the memory model's inputs
-PARALLEL_IGNORED = {
-    "--no-overlap-p2p-communication",
-    "--overlap-param-gather-with-optimizer-step",
-    "--distributed-backend",
-    "--num-distributed-optimizer-instances",
-    "--ddp-bucket-size",
-    "--ddp-num-buckets",
-    "--ddp-average-in-collective",
-    "--ddp-pad-buckets-for-high-nccl-busbw",
-    "--cp-comm-type",
-    "--moe-grouped-gemm",
-    "--moe-permute-fusion",
-    "--moe-shared-expert-overlap",
-    "--data-parallel-random-init",
-}
-# a flag with one of these words that is in none of the three tables is an error
-_PARALLEL_WORDS = ("parallel", "pipeline", "fsdp", "expert-model", "virtual-stage", "zero")
-_PARALLEL_KNOWN = set(PARALLEL_INT) | PARALLEL_READ | PARALLEL_IGNORED
-_FSDP_STAGE = {strategy: stage for stage, strategy in FSDP_STRATEGY.items()}
+# Megatron position embeddings that store what RoPE stores (YaRN and multimodal RoPE rescale it)
+_ROPE_LIKE = {"yarn": "rope", "mrope": "rope"}
 
 
-def tokens(text: str) -> list[str]:
-    """Shell-like words of a script: comments dropped, `\\` continuations joined, simple
-    `NAME=value` assignments substituted into later `$NAME` / `${NAME}`."""
-    env: dict[str, str] = {}
-    words: list[str] = []
+@dataclass(frozen=True)
+class Reading:
+    """A command line read: the plan document and what was not read."""
 
-    def sub(m: re.Match[str]) -> str:
-        return env.get(m.group(1) or m.group(2), m.group(0))
-
-    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
-        m = _ASSIGN.match(line)
-        if m:
-            env[m.group(1)] = m.group(2).strip("\"'")
-            continue
-        try:
-            words += shlex.split(_VAR.sub(sub, line), comments=True)
-        except ValueError as e:
-            raise InputError(f"cannot split the line {line.strip()!r}: {e}") from None
-    return words
+    doc: dict[str, Any]
+    ignored: tuple[str, ...] = ()
+    """Megatron-LM flags that do not change memory or layout."""
+    unknown: tuple[str, ...] = ()
+    """Words shaped like flags that Megatron-LM's parser lacks (a launcher's, a script's)."""
+    notes: tuple[str, ...] = ()
+    """How the line was read where it says less than a plan (the vocabulary's source, a batch
+    schedule) or where planner's value is the same in memory (fp16 as bf16, YaRN as RoPE)."""
+    not_modelled: tuple[str, ...] = ()
+    """What the line asks for that planner does not model, and which way that errs."""
 
 
-def _flags(words: list[str]) -> dict[str, list[str]]:
-    """--flag -> the values that follow it (up to the next --flag); --a=b is split too."""
-    out: dict[str, list[str]] = {}
-    current: str | None = None
-    for w in words:
-        if w.startswith("--"):
-            name, _, value = w.partition("=")
-            current = name
-            out[current] = [value] if value else []
-        elif current is not None:
-            out[current].append(w)
-    return out
-
-
-def _int(flags: dict[str, list[str]], flag: str, where: str) -> int:
-    vals = flags[flag]
-    if not vals:
-        raise InputError(f"{where}: {flag}: expected an integer value (got nothing)")
-    try:
-        return int(vals[0])
-    except ValueError:
-        raise InputError(f"{where}: {flag}: expected an integer (got {vals[0]!r})") from None
-
-
-def _float(flags: dict[str, list[str]], flag: str, where: str) -> float:
-    value = flags[flag][0]
-    try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"{where}: {flag}: expected a number (got {value!r})") from None
-
-
-def _layer_freq(value: str, where: str) -> int | list[int]:
-    """--moe-layer-freq: an int, or a Python-list expression like "[0]*3+[1]*58"."""
-    if re.fullmatch(r"\d+", value):
-        return int(value)
-    out: list[int] = []
-    for part in value.replace(" ", "").split("+"):
-        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
-        if not m:
-            raise InputError(f"{where}: --moe-layer-freq: cannot read {value!r}")
-        items = [int(x) for x in m.group(1).split(",")]
-        out += items * int(m.group(2) or 1)
-    return out
-
-
-def to_plan(text: str, gpu: str, num_gpus: int, where: str = "<megatron-args>") -> dict[str, Any]:
+def to_plan(
+    text: str,
+    gpu: str,
+    num_gpus: int,
+    where: str = "<megatron-args>",
+    vocab_size: int | None = None,
+) -> dict[str, Any]:
     """A plan document (as `planner.inputs.plan.parse_plan` takes) from Megatron-LM arguments."""
-    flags = _flags(tokens(text))
-    get = partial(_int, flags, where=where)
-    model: dict[str, Any] = {}
-    for flag, field in MODEL_INT.items():
-        if flag in flags:
-            model[field] = get(flag)
-    for flag, (field, value) in MODEL_SWITCH.items():
-        if flag in flags:
-            model[field] = value
-    if "--group-query-attention" not in flags:
-        model.pop("num_query_groups", None)  # Megatron ignores it without the switch
-    if "--swiglu" in flags:
-        model.update(gated_linear_unit=True, activation="swiglu")
-    elif "--squared-relu" in flags:
-        model["activation"] = "squared_relu"
-    if flags.get("--normalization"):
-        model["normalization"] = flags["--normalization"][0]
-    if flags.get("--position-embedding-type"):
-        model["position_embedding_type"] = flags["--position-embedding-type"][0]
-    else:  # Megatron's default (arguments.py): learned absolute position embeddings
-        model["position_embedding_type"] = "learned_absolute"
-    if flags.get("--moe-layer-freq"):
-        model["moe_layer_freq"] = _layer_freq(flags["--moe-layer-freq"][0], where)
-    for required in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if required not in model:
-            flag = next(f for f, v in MODEL_INT.items() if v == required)
-            raise InputError(f"{where}: {flag}: required to size the model, but not given")
-    model.setdefault("ffn_hidden_size", _default_ffn(model))
+    return read(text, gpu, num_gpus, where, vocab_size).doc
 
-    unknown = [
-        f for f in flags if any(w in f for w in _PARALLEL_WORDS) and f not in _PARALLEL_KNOWN
-    ]
-    if unknown:
-        raise InputError(f"{where}: {unknown[0]}: unknown parallelism flag")
 
-    parallel: dict[str, Any] = {}
-    for flag, field in PARALLEL_INT.items():
-        if flag in flags:
-            parallel[field] = get(flag)
-    tp, pp = parallel.get("tp", 1), parallel.get("pp", 1)
-    parallel["sequence_parallel"] = "--sequence-parallel" in flags and tp > 1
-    parallel["vpp"] = _vpp(flags, model["num_layers"], pp, get)
-    first_last = _uneven(flags, model["num_layers"], pp, get, where)
-    if first_last is not None:
-        parallel["pipeline_layers"] = first_last
-    if flags.get("--pipeline-model-parallel-layout"):
-        # the stages say the virtual pipeline size (planner.inputs.plan derives vpp from them)
-        parallel["pipeline_model_parallel_layout"] = flags["--pipeline-model-parallel-layout"][0]
-        del parallel["vpp"]
-    for part in ("embedding", "loss"):
-        if f"--account-for-{part}-in-pipeline-split" in flags:
-            parallel[f"account_for_{part}_in_pipeline_split"] = True
-    parallel["tp_comm_overlap"] = "--tp-comm-overlap" in flags
-    parallel["ep_comm_overlap"] = "--overlap-moe-expert-parallel-comm" in flags
-    parallel["zero_stage"] = _zero_stage(flags, where)
-    # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
-    # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no
-    # sharded optimizer) there is no such traffic and the plan default (true) is kept.
-    always = "--use-torch-fsdp2" in flags or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
-    parallel["overlap_grad_reduce"] = always or "--overlap-grad-reduce" in flags
-    no_gather = parallel["zero_stage"] == 0
-    parallel["overlap_param_gather"] = always or no_gather or "--overlap-param-gather" in flags
-    parallel.update(_recompute(flags, get))
-    if "--cpu-offloading-num-layers" in flags:
-        parallel["cpu_offloading_num_layers"] = get("--cpu-offloading-num-layers")
-    if "--microbatch-group-size-per-virtual-pipeline-stage" in flags:
-        group = get("--microbatch-group-size-per-virtual-pipeline-stage")
-        parallel["microbatch_group_size_per_vp_stage"] = group
-    for flag, key in (
-        ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
-        ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),
-    ):
-        if flags.get(flag):
-            parallel[key] = flags[flag][0]
-
-    if "--seq-length" not in flags:
-        raise InputError(f"{where}: --seq-length: required, but not given")
-    training: dict[str, Any] = {"seq_length": get("--seq-length")}
-    # Megatron requires --max-position-embeddings; a script without it is read as seq_length
+def read(
+    text: str,
+    gpu: str,
+    num_gpus: int,
+    where: str = "<megatron-args>",
+    vocab_size: int | None = None,
+) -> Reading:
+    """Megatron-LM arguments as a plan document, with what was ignored and assumed.
+    `vocab_size`: the tokenizer's vocabulary where the line does not imply it
+    (`planner check --vocab-size`)."""
+    words = tokens(text)
+    flags = flags_of(words)
+    if not flags:
+        raise InputError(f"{where}: {no_flags(words)}")
+    known = megatron_flags()
+    unknown = []
+    for flag in flags:
+        if flag in known:
+            continue
+        typo = typo_of(flag)
+        if typo is not None:
+            raise InputError(
+                f"{where}: {flag}: not a Megatron-LM flag (did you mean {typo}?); Megatron-LM "
+                "rejects it, and it would change the layout"
+            )
+        unknown.append(flag)
+    line = Line(flags, where)
+    notes: list[str] = []
+    missing: list[str] = []
+    model = _model(line, notes)
+    parallel = layout.parallel(line, model["num_layers"], num_gpus)
+    training = _training(line, parallel, num_gpus, notes, missing)
     model.setdefault("max_position_embeddings", training["seq_length"])
-    mbs = parallel.get("micro_batch_size", 1)
-    if "--global-batch-size" in flags:
-        training["global_batch_size"] = get("--global-batch-size")
-    else:  # Megatron's default: one micro-batch per data-parallel rank
-        model_size = tp * pp * parallel.get("cp", 1)
-        training["global_batch_size"] = mbs * max(num_gpus // model_size, 1)
-    fp8 = "--fp8-format" in flags or "--fp8" in flags
-    training["precision"] = "fp8" if fp8 else "bf16"
-    if fp8:
-        training["fp8_param_gather"] = "--fp8-param-gather" in flags
-        if flags.get("--fp8-recipe"):
-            training["fp8_recipe"] = flags["--fp8-recipe"][0]
-    for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
-        if flag in flags:
-            training[flag[2:].replace("-", "_")] = get(flag)
-    if flags.get("--moe-expert-capacity-factor"):
-        training["moe_expert_capacity_factor"] = _float(
-            flags, "--moe-expert-capacity-factor", where
-        )
-    if "--moe-pad-expert-input-to-capacity" in flags:
-        training["moe_pad_expert_input_to_capacity"] = True
-    if "--grad-reduce-in-bf16" in flags:
-        training["main_grad_dtype"] = "bf16"
-    if "--use-precision-aware-optimizer" in flags:
-        # both moments in 16 bits (each defaults to fp32)
-        moments = [
-            (flags.get(f) or ["fp32"])[-1] for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")
-        ]
-        if all(m in ("bf16", "fp16") for m in moments):
-            training["optimizer_state_dtype"] = "bf16"
-    return {
+    vocab = vocabulary(
+        VocabFlags(
+            tokenizer_type=line.raw("--tokenizer-type"),
+            tokenizer_model=line.raw("--tokenizer-model"),
+            vocab_file=line.raw("--vocab-file"),
+            vocab_size=line.integer("--vocab-size"),
+            padded_vocab_size=line.integer("--padded-vocab-size"),
+            script=script_of(words),
+        ),
+        vocab_size,
+        where,
+    )
+    model["vocab_size"] = vocab.size
+    if vocab.padded:
+        model["make_vocab_size_divisible_by"] = 1
+    elif line.has("--make-vocab-size-divisible-by"):
+        model["make_vocab_size_divisible_by"] = line.integer("--make-vocab-size-divisible-by")
+    notes.insert(0, f"vocabulary: {vocab.note}")
+    for flag, what in NOT_MODELLED.items():
+        if flag in flags and (flags[flag] or [""])[0] != NOT_MODELLED_DEFAULTS.get(flag):
+            line.used.add(flag)
+            missing.append(f"{flag}: {what}")
+    ignored = sorted(f for f in flags if f in known and f not in line.used)
+    doc = {
         "model": model,
         "cluster": {"gpu": gpu, "num_gpus": num_gpus},
         "training": training,
         "parallel": parallel,
     }
+    return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
+
+
+def _model(line: Line, notes: list[str]) -> dict[str, Any]:
+    where = line.where
+    for flag in ("--encoder-num-layers", "--decoder-num-layers"):
+        if line.has(flag):
+            raise InputError(
+                f"{where}: {flag}: an encoder-decoder (T5) model; planner models decoder-only "
+                "transformers"
+            )
+    for flag in ("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model"):
+        if line.has(flag):
+            raise InputError(
+                f"{where}: {flag}: a hybrid Mamba / attention / MLP layer stack; planner models "
+                "transformer layers only"
+            )
+    model: dict[str, Any] = {}
+    for flag, field in MODEL_INT.items():
+        value = line.integer(flag)
+        if value is not None:
+            model[field] = value
+    for flag, (field, value) in MODEL_SWITCH.items():
+        if line.has(flag):
+            model[field] = value
+    if not line.has("--group-query-attention"):
+        model.pop("num_query_groups", None)  # Megatron ignores it without the switch
+    if line.has("--swiglu"):
+        model.update(gated_linear_unit=True, activation="swiglu")
+    elif line.has("--quick-geglu"):
+        model.update(gated_linear_unit=True, activation="geglu")
+    elif line.has("--squared-relu"):
+        model["activation"] = "squared_relu"
+    norm = line.text("--normalization")
+    if norm is not None:
+        model["normalization"] = norm
+    # Megatron's default (arguments.py): learned absolute position embeddings; the legacy
+    # --use-rotary-position-embeddings sets rope
+    position = line.text("--position-embedding-type") or "learned_absolute"
+    if line.has("--use-rotary-position-embeddings"):
+        position = "rope"
+    if position in _ROPE_LIKE:
+        notes.append(f"--position-embedding-type {position}: stores what rope stores")
+        position = _ROPE_LIKE[position]
+    model["position_embedding_type"] = position
+    freq = line.text("--moe-layer-freq")
+    if freq is not None:
+        model["moe_layer_freq"] = layer_pattern(freq, f"{where}: --moe-layer-freq")
+    for required in ("num_layers", "hidden_size", "num_attention_heads"):
+        if required not in model:
+            flag = next(f for f, v in MODEL_INT.items() if v == required)
+            why = ""
+            if line.has("--use-checkpoint-args"):
+                why = (
+                    " (--use-checkpoint-args takes it from the checkpoint, which planner does "
+                    "not read)"
+                )
+            raise InputError(f"{where}: {flag}: required to size the model, but not given{why}")
+    model.setdefault("ffn_hidden_size", _default_ffn(model))
+    return model
 
 
 def _default_ffn(model: dict[str, Any]) -> int:
@@ -305,73 +230,117 @@ def _default_ffn(model: dict[str, Any]) -> int:
     return 4 * h
 
 
-def _vpp(flags: dict[str, list[str]], L: int, pp: int, get: Callable[[str], int]) -> int:
-    if "--num-virtual-stages-per-pipeline-rank" in flags:
-        return get("--num-virtual-stages-per-pipeline-rank")
-    if "--num-layers-per-virtual-pipeline-stage" in flags:
-        per = get("--num-layers-per-virtual-pipeline-stage")
-        return max(L // pp // max(per, 1), 1)
-    return 1
-
-
-def _uneven(
-    flags: dict[str, list[str]], L: int, pp: int, get: Callable[[str], int], where: str
-) -> tuple[int, ...] | None:
-    first_f, last_f = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
-    if first_f not in flags and last_f not in flags:
-        return None
-    if pp < 2:
-        raise InputError(f"{where}: {first_f}: needs --pipeline-model-parallel-size > 1")
-    first = get(first_f) if first_f in flags else None
-    last = get(last_f) if last_f in flags else None
-    ends = (first is not None) + (last is not None)
-    middle_ranks = pp - ends
-    rest = L - (first or 0) - (last or 0)
-    if middle_ranks == 0 or rest % middle_ranks or rest < 0:
-        raise InputError(
-            f"{where}: {first_f}: the middle layers ({rest}) must divide evenly over the "
-            f"{middle_ranks} middle pipeline ranks"
+def _training(
+    line: Line, parallel: dict[str, Any], num_gpus: int, notes: list[str], missing: list[str]
+) -> dict[str, Any]:
+    where = line.where
+    seq = line.integer("--seq-length")
+    if seq is None:
+        raise InputError(f"{where}: --seq-length: required, but not given")
+    training: dict[str, Any] = {"seq_length": seq}
+    gbs = line.integer("--global-batch-size")
+    schedule = line.words("--step-batch-size-schedule")
+    if schedule is not None:
+        if gbs is not None:
+            raise InputError(
+                f"{where}: --step-batch-size-schedule: cannot be combined with "
+                "--global-batch-size (Megatron-LM raises ValueError)"
+            )
+        gbs = _largest_batch(" ".join(schedule), where)
+        notes.append(f"--step-batch-size-schedule: read at its largest batch, {gbs}")
+    if gbs is None:  # Megatron's default: one micro-batch per data-parallel rank
+        model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
+        gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
+    training["global_batch_size"] = gbs
+    fp8, bf16 = line.has("--fp8-format"), line.has("--bf16")
+    training["precision"] = "fp8" if fp8 else "bf16"
+    if fp8:
+        training["fp8_param_gather"] = line.has("--fp8-param-gather")
+        recipe = line.text("--fp8-recipe")
+        if recipe is not None:
+            training["fp8_recipe"] = recipe
+    elif line.has("--fp16"):
+        notes.append("--fp16: read as bf16 (the same bytes per value)")
+    elif not bf16:
+        missing.append(
+            "neither --bf16 nor --fp16: Megatron trains in fp32, planner counts bf16 weights and "
+            "activations (the fp32 run needs more)"
         )
-    each = rest // middle_ranks
-    layers = [each] * pp
-    if first is not None:
-        layers[0] = first
-    if last is not None:
-        layers[-1] = last
-    return tuple(layers)
+    _attention(line, training)
+    if line.has("--no-bias-swiglu-fusion"):
+        training["fused_swiglu"] = False
+    for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
+        value = line.integer(flag)
+        if value is not None:
+            training[flag[2:].replace("-", "_")] = value
+    capacity = line.number("--moe-expert-capacity-factor")
+    if capacity is not None:
+        training["moe_expert_capacity_factor"] = capacity
+    if line.has("--moe-pad-expert-input-to-capacity"):
+        training["moe_pad_expert_input_to_capacity"] = True
+    training.update(_optimizer_dtypes(line))
+    return training
 
 
-def _zero_stage(flags: dict[str, list[str]], where: str) -> int:
-    if "--use-torch-fsdp2" in flags:
-        return 3
-    if "--use-megatron-fsdp" in flags:
-        value = (flags.get("--data-parallel-sharding-strategy") or ["optim_grads_params"])[0]
-        if value not in _FSDP_STAGE:
-            raise InputError(f"{where}: --data-parallel-sharding-strategy: unknown {value!r}")
-        return _FSDP_STAGE[value]
-    return 1 if "--use-distributed-optimizer" in flags else 0
+def _largest_batch(schedule: str, where: str) -> int:
+    """The largest batch of a "THRESHOLD:BS THRESHOLD:BS ..." schedule (Megatron-LM
+    num_microbatches_calculator.py: thresholds in samples or tokens, with K/M/B/T suffixes)."""
+    sizes = []
+    for part in schedule.split():
+        _, colon, size = part.partition(":")
+        if not colon or not size.isdigit() or int(size) < 1:
+            raise InputError(
+                f"{where}: --step-batch-size-schedule: expected THRESHOLD:BATCH pairs "
+                f"(got {schedule!r})"
+            )
+        sizes.append(int(size))
+    if not sizes:
+        raise InputError(f"{where}: --step-batch-size-schedule: empty")
+    return max(sizes)
 
 
-def _recompute(flags: dict[str, list[str]], get: Callable[[str], int]) -> dict[str, Any]:
-    """Megatron's recompute flags as the plan's recompute fields: selective with its module list
-    (Megatron's default ["core_attn"]), full with its method and layer count."""
-    granularity = (flags.get("--recompute-granularity") or [""])[0]
-    if granularity == "full":
-        out: dict[str, Any] = {"recompute": "full"}
-        if flags.get("--recompute-method"):
-            out["recompute_method"] = flags["--recompute-method"][0]
-        if "--recompute-num-layers" in flags:
-            out["recompute_num_layers"] = get("--recompute-num-layers")
-        return out
-    if granularity == "selective" or "--recompute-activations" in flags:
-        modules = flags.get("--recompute-modules") or ["core_attn"]
-        return {"recompute": "selective", "recompute_modules": modules}
-    return {"recompute": "none"}
+def _attention(line: Line, training: dict[str, Any]) -> None:
+    """The s x s attention scores are stored by the unfused paths: TE's `unfused` backend, and
+    MCore's own DotProductAttention, which `--attention-backend local` and `--transformer-impl
+    local` select (megatron_rules.md section 10); flash / fused / auto keep none."""
+    backend = line.text("--attention-backend")
+    impl = line.text("--transformer-impl")
+    if backend == "local" and (line.words("--spec") or [""])[0] != "local":
+        raise InputError(
+            f"{line.where}: --attention-backend: 'local' needs --spec local (Megatron-LM "
+            "asserts it, arguments.py:436-437)"
+        )
+    if backend in ("unfused", "local") or impl == "local":
+        training["flash_attention"] = False
 
 
-def load(path: str, gpu: str, num_gpus: int) -> tuple[dict[str, Any], str]:
-    """Read a file (or '-' for standard input) of Megatron-LM arguments into a plan document;
-    also returns how messages name the source."""
+def _optimizer_dtypes(line: Line) -> dict[str, Any]:
+    """Gradient buffers and Adam moments. Megatron keeps fp32 main grads unless
+    --grad-reduce-in-bf16, or --main-grads-dtype bf16 with the precision-aware optimizer;
+    Megatron-FSDP's grads default to the parameters' dtype (--megatron-fsdp-main-grads-dtype
+    auto: DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
+    megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`)."""
+    out: dict[str, Any] = {}
+    aware = line.has("--use-precision-aware-optimizer")
+    bf16_grads = line.has("--grad-reduce-in-bf16")
+    if aware and line.text("--main-grads-dtype") == "bf16":
+        bf16_grads = True
+    if line.has("--use-megatron-fsdp"):
+        fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
+        bf16_grads = fsdp != "fp32"
+    if bf16_grads:
+        out["main_grad_dtype"] = "bf16"
+    if aware:
+        # both moments in 16 bits (each defaults to fp32)
+        moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
+        if all(m in ("bf16", "fp16") for m in moments):
+            out["optimizer_state_dtype"] = "bf16"
+    return out
+
+
+def load(path: str, gpu: str, num_gpus: int, vocab_size: int | None = None) -> tuple[Reading, str]:
+    """Read a file (or '-' for standard input) of Megatron-LM arguments; also returns how
+    messages name the source."""
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
-    return to_plan(text, gpu, num_gpus, where), where
+    return read(text, gpu, num_gpus, where, vocab_size), where

@@ -130,9 +130,23 @@ def test_amd_gpus_are_requested_as_amd_resources() -> None:
     assert env["HSA_NO_SCRATCH_RECLAIM"] == "1" and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
 
 
-def test_fsdp_manifest_leaves_cuda_device_max_connections_out() -> None:
-    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")  # zero_stage 3
+def test_fsdp_manifest_sets_cuda_device_max_connections_above_one() -> None:
+    # Megatron-FSDP asserts it is not "1"; on NVIDIA 32, as Megatron-Bridge's FSDP recipes set it
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")  # zero_stage 3, H100
     text = k8s.render(plan, "j")
+    env = {e["name"]: e["value"] for e in container(yaml.safe_load(text))["env"]}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert "must not be set in the image" not in text
+
+
+def test_fsdp_manifest_on_amd_leaves_cuda_device_max_connections_out() -> None:
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {"gpu": "mi300x-192gb", "num_gpus": 16},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "parallel": {"tp": 1, "zero_stage": 3},
+    }
+    text = k8s.render(parse_plan(doc), "j")
     env = {e["name"] for e in container(yaml.safe_load(text))["env"]}
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env
     assert "# CUDA_DEVICE_MAX_CONNECTIONS must not be set in the image" in text

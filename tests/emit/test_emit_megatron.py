@@ -182,6 +182,68 @@ def test_bf16_optimizer_states_use_the_precision_aware_optimizer() -> None:
         megatron.arguments(plan)
 
 
+def test_bf16_gradients_with_the_precision_aware_optimizer_say_main_grads_dtype() -> None:
+    # megatron_rules.md section 5: the optimizer's --main-grads-dtype defaults to fp32 and any
+    # other value asserts without --use-precision-aware-optimizer (OptimizerConfig); Bridge's
+    # DeepSeek-V3 recipes set main_grads bf16 with bf16 moments (bridge_recipes.md)
+    both = {"optimizer_state_dtype": "bf16", "main_grad_dtype": "bf16"}
+    f = flags(make_plan("llama3.1-8b", 16, {"tp": 2}, **both))
+    assert f["--main-grads-dtype"] == ["bf16"] and "--grad-reduce-in-bf16" in f
+    f = flags(make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer_state_dtype="bf16"))
+    assert "--main-grads-dtype" not in f  # fp32 gradients: Megatron's default
+    f = flags(make_plan("llama3.1-8b", 16, {"tp": 2}, main_grad_dtype="bf16"))
+    assert "--main-grads-dtype" not in f and "--use-precision-aware-optimizer" not in f
+
+
+def test_mxfp8_param_gather_reuses_the_gradient_buffer() -> None:
+    # Megatron-Bridge's MXFP8 preset sets reuse_grad_buf_for_mxfp8_param_ag with fp8 param
+    # gather; Megatron asserts it needs --fp8-param-gather and turns it off under Megatron-FSDP
+    # (megatron_rules.md section 4)
+    def mx(zero: int, **training: object) -> dict[str, list[str]]:
+        par = {"tp": 1, "zero_stage": zero}
+        return flags(make_plan("llama3.1-8b", 8, par, "b200-sxm-180gb", **training))
+
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" in mx(1, precision="fp8", fp8_recipe="mxfp8")
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in mx(
+        1, precision="fp8", fp8_recipe="mxfp8", fp8_param_gather=False
+    )
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in mx(3, precision="fp8", fp8_recipe="mxfp8")
+    f = mx(1, precision="fp8", fp8_recipe="tensorwise")
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in f and f["--fp8-recipe"] == ["tensorwise"]
+
+
+def test_megatron_fsdp_fp32_gradients_are_said() -> None:
+    # Megatron-FSDP's main grads default to the parameters' dtype (--megatron-fsdp-main-grads-
+    # dtype auto; megatron_rules.md section 6): a plan with fp32 gradients says fp32
+    f = flags(make_plan("llama3.1-8b", 16, {"tp": 1, "zero_stage": 3}))
+    assert f["--megatron-fsdp-main-grads-dtype"] == ["fp32"]
+    f = flags(make_plan("llama3.1-8b", 16, {"tp": 1, "zero_stage": 3}, main_grad_dtype="bf16"))
+    assert "--megatron-fsdp-main-grads-dtype" not in f and "--grad-reduce-in-bf16" in f
+    assert "--megatron-fsdp-main-grads-dtype" not in flags(make_plan("llama3.1-8b", 16, {"tp": 1}))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "n", "parallel", "alloc", "margin"),
+    [
+        ("h100-sxm-80gb", 16, {"tp": 2}, True, True),
+        ("h100-sxm-80gb", 16, {"tp": 8, "pp": 2}, True, True),
+        ("h100-sxm-80gb", 1, {"tp": 1}, True, False),  # one GPU: no NCCL kernel to make room for
+        ("h100-sxm-80gb", 16, {"tp": 1, "zero_stage": 3}, False, True),  # as Bridge's FSDP ones
+        ("mi300x-192gb", 16, {"tp": 2}, False, False),  # NVIDIA / Transformer Engine names only
+    ],
+)
+def test_allocator_and_norm_sm_margin_as_the_bridge_recipes(
+    gpu: str, n: int, parallel: dict[str, object], alloc: bool, margin: bool
+) -> None:
+    # bridge_recipes.md, environment table: every recipe sets NVTE_{F,B}WD_LAYERNORM_SM_MARGIN
+    # (10-20) and, but for the Megatron-FSDP ones, PYTORCH_CUDA_ALLOC_CONF=expandable_segments
+    plan = make_plan("llama3.1-8b", n, parallel, gpu, global_batch_size=16)
+    env = {e.name: e.value for e in environment(plan)}
+    assert (env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True") == alloc
+    assert (env.get("NVTE_FWD_LAYERNORM_SM_MARGIN") == "20") == margin
+    assert env.get("NVTE_BWD_LAYERNORM_SM_MARGIN") == env.get("NVTE_FWD_LAYERNORM_SM_MARGIN")
+
+
 def test_non_megatron_training_code_is_noted() -> None:
     par = {"tp": 2, "recompute": "selective"}
     plan = make_plan(
@@ -215,11 +277,15 @@ def test_ep_comm_overlap_flags_and_connections() -> None:
     f = flags(plan)
     assert "--overlap-moe-expert-parallel-comm" in f and "--delay-wgrad-compute" in f
     assert f["--moe-token-dispatcher-type"] == ["alltoall"]
-    env = {e.name: e.value for e in environment(plan)}
-    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    env = {e.name: e for e in environment(plan)}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"].value == "32"
+    assert "EP all-to-all" in env["CUDA_DEVICE_MAX_CONNECTIONS"].why
     plain = make_plan("mixtral-8x7b", 64, {**par, "ep_comm_overlap": False})
     assert "--overlap-moe-expert-parallel-comm" not in flags(plain)
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in {e.name for e in environment(plain)}
+    # tp = cp = 1: 1 is not required, and Megatron-Bridge's recipes then set 32
+    env = {e.name: e for e in environment(plain)}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"].value == "32"
+    assert "EP all-to-all" not in env["CUDA_DEVICE_MAX_CONNECTIONS"].why
 
 
 def test_unfused_attention_is_the_unfused_backend() -> None:

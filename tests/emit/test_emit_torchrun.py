@@ -144,10 +144,13 @@ def make(model: str, gpu: str, n: int, parallel: dict[str, object]) -> Plan:
     ("gpu", "parallel", "seen"),
     [
         ("h100-sxm-80gb", {"tp": 2}, "1"),  # TP > 1 before Blackwell: asserted "1"
-        ("h100-sxm-80gb", {"tp": 1}, "<unset>"),  # nothing asked: left as it was (unset)
-        ("h100-sxm-80gb", {"tp": 2, "zero_stage": 3}, "<unset>"),  # FSDP: must not be 1
-        ("b200-sxm-180gb", {"tp": 2}, "<unset>"),  # Blackwell: no longer needed
+        # where 1 is not required, 32 as Megatron-Bridge's recipes set it (bridge_recipes.md)
+        ("h100-sxm-80gb", {"tp": 1}, "32"),
+        ("h100-sxm-80gb", {"tp": 2, "zero_stage": 3}, "32"),  # FSDP: must not be 1
+        ("b200-sxm-180gb", {"tp": 2}, "32"),  # Blackwell: 1 no longer needed
         ("mi300x-192gb", {"tp": 2}, "1"),  # the assert reads the env on ROCm too
+        ("mi300x-192gb", {"tp": 1}, "<unset>"),  # AMD: only where Megatron asserts
+        ("mi300x-192gb", {"tp": 2, "zero_stage": 3}, "<unset>"),  # FSDP on AMD: cleared
     ],
 )
 def test_cuda_device_max_connections(
@@ -157,7 +160,7 @@ def test_cuda_device_max_connections(
     script = tmp_path / "train.sh"
     script.write_text(torchrun.render(plan, "j"))
     check_script(script)
-    # start from "1" when FSDP must clear it, from unset otherwise
+    # start from "1" when FSDP must clear or replace it, from unset otherwise
     extra = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if parallel.get("zero_stage") == 3 else {}
     res = run_script(script, tmp_path, extra)
     assert res.returncode == 0, res.stderr.decode()

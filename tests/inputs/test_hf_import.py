@@ -98,6 +98,19 @@ EXPECTED: dict[str, dict[str, Any]] = {
         moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
         mtp_num_layers=1, gated_linear_unit=True, normalization="RMSNorm",
         untie_embeddings_and_output_weights=True,
+        # n_group 8 / topk_group 4: Megatron-Bridge's model_bridge.py maps them to
+        # moe_router_num_groups / moe_router_group_topk (benchmarks/data/bridge_recipes.md)
+        moe_router_num_groups=8, moe_router_group_topk=4,
+    ),
+    # the published config.json: 64 x 64 = 4096 != hidden 2880 (kv_channels carries 64); biases
+    # on attention and experts (the checkpoint's *_proj_bias tensors); every layer MoE
+    "gpt-oss-120b": dict(
+        num_layers=36, hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64,
+        num_query_groups=8, kv_channels=64, vocab_size=201088, max_position_embeddings=131072,
+        gated_linear_unit=True, activation="swiglu", normalization="RMSNorm",
+        add_bias_linear=True, position_embedding_type="rope", qk_layernorm=False,
+        untie_embeddings_and_output_weights=True, num_moe_experts=128, moe_router_topk=4,
+        moe_ffn_hidden_size=2880, moe_layer_freq=1, moe_shared_expert_intermediate_size=None,
     ),
     # n_inner null -> 4 x 768; learned positions (n_positions); tied; biases
     "gpt2": dict(
@@ -184,6 +197,7 @@ SAME_AS_ZOO = {
     "qwen2.5-7b": "qwen2.5-7b",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "deepseek-v3": "deepseek-v3",
+    "gpt-oss-120b": "gpt-oss-120b",
     "gpt-neox-20b": "gpt-neox-20b",
     "opt-175b": "opt-175b",
     "nemotron-4-340b": "nemotron4-340b",
@@ -214,6 +228,7 @@ ROUGH_PARAMS = {
     "qwen3-32b": (32.8e9, None, 0.002),
     "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.02),
     "deepseek-v3": (671e9, 37e9, 0.02),  # main model, MTP excluded, as DeepSeek reports
+    "gpt-oss-120b": (116.83e9, None, 0.001),  # model card; active: test_gpt_oss_active_params
     "gpt-neox-20b": (20.55e9, None, 0.002),
     "bloom-560m": (559.2e6, None, 0.002),
     "opt-175b": (175e9, None, 0.005),
@@ -290,6 +305,35 @@ def test_deepseek_without_q_lora_or_shared_experts() -> None:
     arch = arch_from_hf(cfg, "x.json")
     assert arch.q_lora_rank is None
     assert arch.moe_shared_expert_intermediate_size is None
+
+
+def test_gpt_oss_active_params_as_the_model_card_counts_them() -> None:
+    # The gpt-oss model card's 5.13B (120b) and 3.61B (20b) active parameters count the
+    # unembedding but not the embedding table; params_active counts both, so the card's figure
+    # is params_active less V x h. The 20b zoo entry is the 120b config with 24 layers and 32
+    # experts (its published config.json): 20.91B total.
+    arch = load_hf_config(HF / "gpt-oss-120b.json")
+    embedding = arch.vocab_size * arch.hidden_size
+    assert params.params_active(arch) - embedding == pytest.approx(5.13e9, rel=0.002)
+    small = catalog.get_model("gpt-oss-20b")
+    assert params.params_total(small) == pytest.approx(20.91e9, rel=0.001)
+    assert params.params_active(small) - embedding == pytest.approx(3.61e9, rel=0.002)
+
+
+def test_gpt_oss_notes_what_it_cannot_model() -> None:
+    arch = load_hf_config(HF / "gpt-oss-120b.json")
+    assert "sliding_window 128" in arch.source
+    assert "attention sinks" in arch.source
+    # attention_bias false still leaves the experts' biases: erring high, biases stay on
+    cfg = {**fixture("gpt-oss-120b"), "attention_bias": False}
+    assert arch_from_hf(cfg, "x.json").add_bias_linear
+
+
+def test_deepseek_without_routing_groups() -> None:
+    cfg = fixture("deepseek-v3")
+    del cfg["n_group"], cfg["topk_group"]
+    arch = arch_from_hf(cfg, "x.json")
+    assert (arch.moe_router_num_groups, arch.moe_router_group_topk) == (None, None)
 
 
 def test_llama_biases_and_tied_embeddings() -> None:

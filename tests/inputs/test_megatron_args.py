@@ -6,6 +6,8 @@ arithmetic of the pipeline split in comments, and the same model named from the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from planner.inputs import megatron_args
@@ -135,9 +137,16 @@ def test_block_recompute_is_read_as_written_and_sits_between_none_and_full() -> 
             "--num-layers",
         ),
         (
+            # a misspelt layout flag: argparse (allow_abbrev=False) rejects it, and spelt right
+            # it would change the layout
             "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
-            "--seq-length 8 --hierarchical-pipeline-parallel-size 2",
-            "unknown parallelism flag",
+            "--seq-length 8 --tensor-model-paralel-size 2",
+            "did you mean --tensor-model-parallel-size",
+        ),
+        (
+            "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8 --pipeline_model_parallel_size 2",
+            "did you mean --pipeline-model-parallel-size",
         ),
         (
             "--num-layers x --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
@@ -161,3 +170,167 @@ def test_memory_of_script_equals_memory_of_plan() -> None:
     assert zoo.layout is not None
     # same shape; the script's max_position_embeddings differs, which RoPE models do not store
     assert memory.estimate(zoo.job, zoo.layout).peak == pytest.approx(a)
+
+
+# --- issue 21: what Megatron-LM's functional-test lines say
+
+SMALL = (
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 "
+    "--max-position-embeddings 4096 --micro-batch-size 1 --bf16 "
+)
+
+
+def read(text: str, gpus: int = 8) -> megatron_args.Reading:
+    return megatron_args.read(text, "h100-sxm-80gb", gpus, "train.sh")
+
+
+@pytest.mark.parametrize(
+    ("flags", "flash"),
+    [
+        # megatron_rules.md section 10: TE's unfused backend and MCore's own DotProductAttention
+        # (--transformer-impl local, --attention-backend local with --spec local) keep the s x s
+        # scores; flash, fused and auto (the default) keep none
+        ("", True),
+        ("--attention-backend auto", True),
+        ("--attention-backend flash", True),
+        ("--attention-backend fused", True),
+        ("--attention-backend unfused", False),
+        ("--transformer-impl local", False),
+        ("--transformer-impl local --spec local --attention-backend local", False),
+        ("--transformer-impl transformer_engine", True),
+    ],
+)
+def test_attention_backend_decides_flash_attention(flags: str, flash: bool) -> None:
+    plan = parse_plan(read(SMALL + flags).doc)
+    assert plan.job.flash_attention is flash
+
+
+def test_local_backend_needs_the_local_spec() -> None:
+    # Megatron-LM arguments.py:436-437 asserts --spec local with --attention-backend local
+    with pytest.raises(InputError, match="--attention-backend: 'local' needs --spec local"):
+        read(SMALL + "--attention-backend local")
+
+
+def test_unfused_attention_stores_the_scores() -> None:
+    """The issue's 'about a third low': unfused runs keep softmax, its dropout mask and output
+    per layer, 5 a s^2 b bytes (Korthikanti et al. 2022 Table 2), which flash attention does not.
+    One stage, tp 1, one micro-batch in flight: the activations differ by at least 4 layers x
+    5 a s^2 b (allocator overhead on top)."""
+
+    def activations(flags: str) -> float:
+        plan = parse_plan(read(SMALL + "--global-batch-size 1 " + flags, gpus=1).doc)
+        assert plan.layout is not None
+        return memory.estimate(plan.job, plan.layout).stages[0].activations
+
+    a, s, b, layers = 16, 4096, 1, 4
+    scores = layers * 5 * a * s * s * b
+    assert activations("--attention-backend unfused") - activations("") >= scores
+
+
+@pytest.mark.parametrize("sizes", ["'2 2'", "2 2", "2,2"])
+def test_hierarchical_context_parallel_sizes_multiply_to_cp(sizes: str) -> None:
+    # megatron_rules.md section 11: their product must equal cp (args.py:580-582); as one word
+    # (the functional tests' "2 2"), as two shell words, or comma-separated
+    doc = read(SMALL + f"--context-parallel-size 4 --hierarchical-context-parallel-sizes {sizes}")
+    assert doc.doc["parallel"]["cp"] == 4
+    with pytest.raises(InputError, match=r"product \(8\) must equal --context-parallel-size \(4\)"):
+        read(SMALL + "--context-parallel-size 4 --hierarchical-context-parallel-sizes 2 4")
+
+
+def test_precision_flags() -> None:
+    assert read(SMALL).doc["training"]["precision"] == "bf16"
+    fp16 = read(SMALL.replace("--bf16", "--fp16"))
+    assert fp16.doc["training"]["precision"] == "bf16"  # the same 2 bytes per value
+    assert any("--fp16" in n for n in fp16.notes) and not fp16.not_modelled
+    # neither: Megatron's params_dtype stays torch.float (arguments.py "Parameters dtype")
+    fp32 = read(SMALL.replace("--bf16", ""))
+    assert any("fp32" in n for n in fp32.not_modelled)
+
+
+def test_megatron_fsdp_gradients_default_to_the_parameter_dtype() -> None:
+    """DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype None ('auto') resolves to
+    the parameters' dtype (megatron_fsdp/param_and_grad_buffer.py _resolve_group_grad_dtype)."""
+    fsdp = SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+    assert read(fsdp).doc["training"]["main_grad_dtype"] == "bf16"
+    assert (
+        read(fsdp + "--megatron-fsdp-main-grads-dtype auto").doc["training"]["main_grad_dtype"]
+        == "bf16"
+    )
+    fp32 = read(fsdp + "--megatron-fsdp-main-grads-dtype fp32").doc["training"]
+    assert "main_grad_dtype" not in fp32  # the plan's default, fp32
+    assert "main_grad_dtype" not in read(SMALL + "--use-distributed-optimizer").doc["training"]
+    # the precision-aware optimizer's --main-grads-dtype bf16; --grad-reduce-in-bf16
+    aware = SMALL + "--use-distributed-optimizer --use-precision-aware-optimizer "
+    assert read(aware + "--main-grads-dtype bf16").doc["training"]["main_grad_dtype"] == "bf16"
+    assert read(SMALL + "--grad-reduce-in-bf16").doc["training"]["main_grad_dtype"] == "bf16"
+
+
+def test_batch_size_schedule_is_read_at_its_largest_batch() -> None:
+    # the release cases: "0:384 200B:768 400B:1152" (THRESHOLD:BATCH, K/M/B/T suffixes;
+    # num_microbatches_calculator.py) -> the largest batch, 1152
+    text = SMALL + "--step-batch-size-schedule '0:384 200B:768 400B:1152'"
+    assert read(text).doc["training"]["global_batch_size"] == 1152
+    # Megatron raises ValueError for both at once (arguments.py "Batch size")
+    with pytest.raises(InputError, match="--global-batch-size"):
+        read(text + " --global-batch-size 64")
+    with pytest.raises(InputError, match="THRESHOLD:BATCH"):
+        read(SMALL + "--step-batch-size-schedule 0-384")
+
+
+def test_moe_layer_freq_as_the_functional_tests_write_it() -> None:
+    # moe/gpt3_..._memory_speed: --moe-layer-freq ([0]*1+[1]*15), one word with parentheses
+    text = SMALL.replace("--num-layers 4", "--num-layers 16") + (
+        "--num-experts 8 --moe-router-topk 2 --moe-layer-freq ([0]*1+[1]*15)"
+    )
+    arch = parse_plan(read(text).doc).job.arch
+    assert arch.moe_layers == [False] + [True] * 15
+
+
+@pytest.mark.parametrize(
+    ("flags", "fields"),
+    [
+        ("--position-embedding-type yarn", {"position_embedding_type": "rope"}),
+        ("--use-rotary-position-embeddings", {"position_embedding_type": "rope"}),
+        ("", {"position_embedding_type": "learned_absolute"}),  # Megatron's default
+        # argument_utils.py: --quick-geglu sets gated_linear_unit with quick_gelu
+        ("--quick-geglu", {"gated_linear_unit": True, "activation": "geglu"}),
+        ("--swiglu", {"gated_linear_unit": True, "activation": "swiglu"}),
+        ("--squared-relu", {"activation": "squared_relu"}),
+    ],
+)
+def test_model_switches(flags: str, fields: dict[str, object]) -> None:
+    model = read(SMALL + flags).doc["model"]
+    assert {k: model[k] for k in fields} == fields
+
+
+def test_unfused_swiglu() -> None:
+    # argument_utils.py: with --swiglu, bias_activation_fusion = --bias-swiglu-fusion (default on)
+    training = read(SMALL + "--swiglu --no-bias-swiglu-fusion").doc["training"]
+    assert training["fused_swiglu"] is False
+    assert "fused_swiglu" not in read(SMALL + "--swiglu").doc["training"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (SMALL + "--encoder-num-layers 12 --decoder-num-layers 12", "encoder-decoder (T5)"),
+        (SMALL + "--hybrid-layer-pattern M-M*-", "hybrid Mamba"),
+        ("trainer.devices=8 model.config.num_layers=12 data.seq_length=2048", "NeMo-style"),
+        ("", "no Megatron-LM flags"),
+        (SMALL.replace("--num-layers 4 ", "") + "--use-checkpoint-args", "from the checkpoint"),
+        (SMALL + "--tensor-model-parallel-size ${TP}", "'${TP}' is a shell variable"),
+        (SMALL + "--moe-layer-freq ([0]*1+[1]*3", "--moe-layer-freq: cannot read"),
+    ],
+)
+def test_lines_that_cannot_be_read_say_why(text: str, needle: str) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)):
+        read(text)
+
+
+def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
+    assert not read(SMALL + "--optimizer adam --num-distributed-optimizer-instances 1").not_modelled
+    notes = read(SMALL + "--optimizer sgd --num-distributed-optimizer-instances 2").not_modelled
+    assert [n.split(":")[0] for n in notes] == [
+        "--num-distributed-optimizer-instances",
+        "--optimizer",
+    ]

@@ -1,0 +1,194 @@
+"""Megatron-LM's command-line flags as data, and what the reader makes of each one.
+
+`megatron_flags.txt` (next to this module, shipped in the wheel) lists every option string
+Megatron-LM's parser accepts (NVIDIA/Megatron-LM d98e8a64, dumped from the parser that
+pretrain_gpt.py builds; its header says how). It is read at the first use, not at import.
+
+A flag on a command line is one of:
+- read: the reader (`megatron_args`) turns it into a plan field (`READ`);
+- a Megatron-LM flag the reader does not read: it does not change memory or layout, and is
+  ignored (listed with `check --verbose`); those that do change memory in ways planner does not
+  model say so in a note (`NOT_MODELLED`);
+- not a Megatron-LM flag (a launcher's, an inference script's): ignored and listed, unless it
+  looks like a misspelt flag the reader reads (`typo_of`), which argparse would reject too
+  (`allow_abbrev=False`) and which would change the layout if it were spelt right.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+
+FLAGS_FILE = "megatron_flags.txt"
+
+TYPO_CUTOFF = 0.82
+"""difflib similarity from which an unknown flag is taken for a misspelling of a flag the reader
+reads. `--tensor-model-paralel-size` scores 0.98 against `--tensor-model-parallel-size`,
+`--num-layer` 0.96 against `--num-layers`, `--tensor-parallel-size` 0.88, `--micro-batch` 0.84
+against `--micro-batch-size`; the inference scripts' own flags in Megatron-LM's functional tests
+score at most 0.80 (`--total-seq-length` against `--seq-length`) and must stay below it
+(tests/inputs/test_megatron_flags.py)."""
+
+
+@cache
+def megatron_flags() -> frozenset[str]:
+    """Every option string Megatron-LM's parser accepts (loaded once, at first use)."""
+    text = resources.files("planner.inputs").joinpath(FLAGS_FILE).read_text(encoding="utf-8")
+    return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
+
+
+READ = frozenset(
+    {
+        # model shape
+        "--num-layers",
+        "--hidden-size",
+        "--ffn-hidden-size",
+        "--num-attention-heads",
+        "--group-query-attention",
+        "--num-query-groups",
+        "--kv-channels",
+        "--max-position-embeddings",
+        "--position-embedding-type",
+        "--use-rotary-position-embeddings",
+        "--normalization",
+        "--swiglu",
+        "--squared-relu",
+        "--quick-geglu",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--add-qkv-bias",
+        "--qk-layernorm",
+        "--multi-latent-attention",
+        "--q-lora-rank",
+        "--kv-lora-rank",
+        "--qk-head-dim",
+        "--qk-pos-emb-head-dim",
+        "--v-head-dim",
+        "--mtp-num-layers",
+        "--num-experts",
+        "--moe-router-topk",
+        "--moe-ffn-hidden-size",
+        "--moe-shared-expert-intermediate-size",
+        "--moe-layer-freq",
+        "--moe-router-num-groups",
+        "--moe-router-group-topk",
+        "--moe-expert-capacity-factor",
+        "--moe-pad-expert-input-to-capacity",
+        "--use-checkpoint-args",
+        # vocabulary
+        "--vocab-size",
+        "--padded-vocab-size",
+        "--make-vocab-size-divisible-by",
+        "--tokenizer-type",
+        "--tokenizer-model",
+        "--vocab-file",
+        # models planner does not represent (refused by name)
+        "--encoder-num-layers",
+        "--decoder-num-layers",
+        "--hybrid-layer-pattern",
+        "--hybrid-override-pattern",
+        "--is-hybrid-model",
+        # layout
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+        "--hierarchical-context-parallel-sizes",
+        "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size",
+        "--sequence-parallel",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--microbatch-group-size-per-virtual-pipeline-stage",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--pipeline-model-parallel-layout",
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+        "--tp-comm-overlap",
+        "--overlap-moe-expert-parallel-comm",
+        "--moe-token-dispatcher-type",
+        "--moe-flex-dispatcher-backend",
+        # data parallelism and optimizer
+        "--use-distributed-optimizer",
+        "--use-megatron-fsdp",
+        "--use-torch-fsdp2",
+        "--data-parallel-sharding-strategy",
+        "--megatron-fsdp-main-grads-dtype",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--grad-reduce-in-bf16",
+        "--use-precision-aware-optimizer",
+        "--main-grads-dtype",
+        "--exp-avg-dtype",
+        "--exp-avg-sq-dtype",
+        # batch, recompute, offloading
+        "--seq-length",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--step-batch-size-schedule",
+        "--recompute-granularity",
+        "--recompute-activations",
+        "--recompute-method",
+        "--recompute-num-layers",
+        "--recompute-modules",
+        "--cpu-offloading-num-layers",
+        # precision and kernels
+        "--bf16",
+        "--fp16",
+        "--fp8-format",
+        "--fp8-recipe",
+        "--fp8-param-gather",
+        "--attention-backend",
+        "--transformer-impl",
+        "--spec",
+        "--no-bias-swiglu-fusion",
+    }
+)
+"""The flags the reader reads (each one of `megatron_flags()`)."""
+
+NOT_MODELLED: dict[str, str] = {
+    "--num-distributed-optimizer-instances": "the optimizer state is sharded over fewer ranks "
+    "than planner counts (memory under-estimated)",
+    "--outer-dp-sharding-strategy": "hybrid-sharded FSDP (outer data-parallel replicas) is read "
+    "as plain FSDP",
+    "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
+    "--main-params-dtype": "16-bit main weights are counted as fp32",
+    "--fine-grained-activation-offloading": "offloaded activations are counted on the GPU",
+    "--cuda-graph-impl": "CUDA graphs' static buffers are not counted",
+    "--enable-cuda-graph": "CUDA graphs' static buffers are not counted",
+    "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
+    "as softmax attention",
+    "--moe-latent-size": "latent MoE projections are not counted",
+    "--attention-output-gate": "the attention output gate's weights are not counted",
+    "--fp4-format": "FP4 training is counted as BF16",
+    "--optimizer": "optimizers other than Adam are counted with Adam's two moments",
+    "--perform-rl-step": "the RL inference engine's weights and KV cache are not counted",
+    "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
+    "vocabulary) replace the line's; planner reads the line's",
+    "--img-h": "a vision-language model: the vision encoder and projector are not counted",
+}
+"""Megatron-LM flags that change memory in ways planner does not model: present (with a value
+other than Megatron's default), they are read as the note says."""
+
+NOT_MODELLED_DEFAULTS: dict[str, str] = {
+    "--megatron-fsdp-main-params-dtype": "fp32",
+    "--main-params-dtype": "fp32",
+    "--cuda-graph-impl": "none",
+    "--optimizer": "adam",
+    "--outer-dp-sharding-strategy": "no_shard",
+    "--num-distributed-optimizer-instances": "1",
+}
+"""The values of NOT_MODELLED flags that are Megatron's defaults (no note then)."""
+
+
+def typo_of(flag: str, read: Iterable[str] = READ) -> str | None:
+    """The flag the reader reads that `flag` (not a Megatron-LM flag) is probably a misspelling
+    of: the same flag with `_` for `-` or in other case, or one at least TYPO_CUTOFF alike."""
+    names = sorted(read)
+    normal = flag.replace("_", "-").lower()
+    if normal in names:
+        return normal
+    close = difflib.get_close_matches(normal, names, n=1, cutoff=TYPO_CUTOFF)
+    return close[0] if close else None

@@ -1,0 +1,159 @@
+"""The layout half of a Megatron-LM command line: parallel degrees, pipeline split, ZeRO / FSDP,
+DP overlap, recompute, offloading and MoE dispatch, as the plan's `[parallel]` table.
+
+Flag meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses;
+megatron_rules.md sections 2, 6, 7, 11). Whether Megatron accepts the layout is
+`planner.search.rules`; this module only says what the flags ask for, and refuses what Megatron's
+parser or validate_args would refuse before a layout exists (a hierarchical CP split whose
+product is not cp, an uneven split that does not divide).
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from planner.inputs.errors import InputError
+from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.megatron_line import Line
+
+PARALLEL_INT = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--expert-tensor-parallel-size": "etp",
+    "--micro-batch-size": "micro_batch_size",
+}
+_FSDP_STAGE = {strategy: stage for stage, strategy in FSDP_STRATEGY.items()}
+
+
+def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
+    """The plan's `[parallel]` table from the line's layout flags."""
+    where = line.where
+    out: dict[str, Any] = {}
+    for flag, field in PARALLEL_INT.items():
+        value = line.integer(flag)
+        if value is not None:
+            out[field] = value
+    tp, pp, cp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1)
+    sizes = line.words("--hierarchical-context-parallel-sizes")
+    if sizes is not None:
+        split = _ints(" ".join(sizes), "--hierarchical-context-parallel-sizes", where)
+        if prod(split) != cp:
+            raise InputError(
+                f"{where}: --hierarchical-context-parallel-sizes: their product ({prod(split)}) "
+                f"must equal --context-parallel-size ({cp})"
+            )
+    out["sequence_parallel"] = line.has("--sequence-parallel") and tp > 1
+    out["vpp"] = _vpp(line, num_layers, pp)
+    first_last = _uneven(line, num_layers, pp)
+    if first_last is not None:
+        out["pipeline_layers"] = first_last
+    layout = line.text("--pipeline-model-parallel-layout")
+    if layout is not None:
+        # the stages say the virtual pipeline size (planner.inputs.plan derives vpp from them)
+        out["pipeline_model_parallel_layout"] = layout
+        del out["vpp"]
+    for part in ("embedding", "loss"):
+        if line.has(f"--account-for-{part}-in-pipeline-split"):
+            out[f"account_for_{part}_in_pipeline_split"] = True
+    out["tp_comm_overlap"] = line.has("--tp-comm-overlap")
+    out["ep_comm_overlap"] = line.has("--overlap-moe-expert-parallel-comm")
+    out["zero_stage"] = _zero_stage(line)
+    # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
+    # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no
+    # sharded optimizer) there is no such traffic and the plan default (true) is kept.
+    always = line.has("--use-torch-fsdp2") or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
+    out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
+    no_gather = out["zero_stage"] == 0
+    out["overlap_param_gather"] = always or no_gather or line.has("--overlap-param-gather")
+    out.update(_recompute(line))
+    offload = line.integer("--cpu-offloading-num-layers")
+    if offload is not None:
+        out["cpu_offloading_num_layers"] = offload
+    group = line.integer("--microbatch-group-size-per-virtual-pipeline-stage")
+    if group is not None:
+        out["microbatch_group_size_per_vp_stage"] = group
+    for flag, key in (
+        ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
+        ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),
+    ):
+        name = line.text(flag)
+        if name is not None:
+            out[key] = name
+    return out
+
+
+def _ints(value: str, flag: str, where: str) -> list[int]:
+    parts = value.replace(",", " ").split()
+    if not parts or not all(p.isdigit() for p in parts):
+        raise InputError(f"{where}: {flag}: expected integers (got {value!r})")
+    return [int(p) for p in parts]
+
+
+def _vpp(line: Line, num_layers: int, pp: int) -> int:
+    stages = line.integer("--num-virtual-stages-per-pipeline-rank")
+    if stages is not None:
+        return stages
+    per = line.integer("--num-layers-per-virtual-pipeline-stage")
+    if per is not None:
+        return max(num_layers // pp // max(per, 1), 1)
+    return 1
+
+
+def _uneven(line: Line, num_layers: int, pp: int) -> tuple[int, ...] | None:
+    first_f, last_f = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
+    first, last = line.integer(first_f), line.integer(last_f)
+    if first is None and last is None:
+        return None
+    if pp < 2:
+        raise InputError(f"{line.where}: {first_f}: needs --pipeline-model-parallel-size > 1")
+    ends = (first is not None) + (last is not None)
+    middle_ranks = pp - ends
+    rest = num_layers - (first or 0) - (last or 0)
+    if middle_ranks == 0 or rest % middle_ranks or rest < 0:
+        raise InputError(
+            f"{line.where}: {first_f}: the middle layers ({rest}) must divide evenly over the "
+            f"{middle_ranks} middle pipeline ranks"
+        )
+    layers = [rest // middle_ranks] * pp
+    if first is not None:
+        layers[0] = first
+    if last is not None:
+        layers[-1] = last
+    return tuple(layers)
+
+
+def _zero_stage(line: Line) -> int:
+    distributed = line.has("--use-distributed-optimizer")  # forced on by Megatron-FSDP v1
+    if line.has("--use-torch-fsdp2"):
+        return 3
+    if line.has("--use-megatron-fsdp"):
+        value = line.text("--data-parallel-sharding-strategy") or "optim_grads_params"
+        if value not in _FSDP_STAGE:
+            raise InputError(
+                f"{line.where}: --data-parallel-sharding-strategy: unknown {value!r} "
+                f"(Megatron-LM accepts {', '.join(_FSDP_STAGE)})"
+            )
+        return _FSDP_STAGE[value]
+    return 1 if distributed else 0
+
+
+def _recompute(line: Line) -> dict[str, Any]:
+    """Megatron's recompute flags as the plan's recompute fields: selective with its module list
+    (Megatron's default ["core_attn"]), full with its method and layer count."""
+    granularity = line.text("--recompute-granularity") or ""
+    if granularity == "full":
+        out: dict[str, Any] = {"recompute": "full"}
+        method = line.text("--recompute-method")
+        if method is not None:
+            out["recompute_method"] = method
+        layers = line.integer("--recompute-num-layers")
+        if layers is not None:
+            out["recompute_num_layers"] = layers
+        return out
+    if granularity == "selective" or line.has("--recompute-activations"):
+        modules = line.words("--recompute-modules") or ["core_attn"]
+        return {"recompute": "selective", "recompute_modules": modules}
+    return {"recompute": "none"}

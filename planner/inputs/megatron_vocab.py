@@ -1,0 +1,168 @@
+"""The vocabulary a Megatron-LM command line trains with.
+
+Megatron sizes the embedding and the output layer with `padded_vocab_size`: `--padded-vocab-size`
+when given, else the tokenizer's vocabulary padded up to a multiple of
+make_vocab_size_divisible_by x tp (benchmarks/data/megatron_rules.md section 12; Megatron-LM
+d98e8a64 megatron/core/tokenizers/utils/build_tokenizer.py). Which tokenizer: `--tokenizer-type`,
+else the training script's default (`parse_and_validate_args(args_defaults=...)`: GPT2BPETokenizer
+for pretrain_gpt.py, BertWordPieceLowerCase for examples/bert/pretrain_bert.py).
+
+What the tokenizer's size is:
+- NullTokenizer: exactly `--vocab-size` (required);
+- TikTokenizer: `--vocab-size`, else 2^17 = 131,072;
+- GPT2BPETokenizer, BertWordPiece*: the public vocabulary Megatron downloads when no
+  `--vocab-file` is given (a different file given there is not opened: say `--vocab-size`);
+- HuggingFace, SentencePiece, Llama2, SFT and multimodal tokenizers: the tokenizer model's own
+  size, which planner does not open; `planner check --vocab-size N` gives it (a `--vocab-size`
+  on the line, which Megatron ignores for these, is taken as that size, with a note).
+A `--vocab-size` without `--tokenizer-type` is read as the size meant, with a note: Megatron
+itself would build the script's default tokenizer and ignore it (planner's own launch files and
+many hand-written lines say only `--vocab-size`).
+`planner check --vocab-size N` always wins over what the line implies, except a
+`--padded-vocab-size` on the line, which is what Megatron uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from planner.inputs.errors import InputError
+
+TOKENIZERS = (
+    "BertWordPieceLowerCase",
+    "BertWordPieceCase",
+    "GPT2BPETokenizer",
+    "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "HuggingFaceTokenizer",
+    "Llama2Tokenizer",
+    "TikTokenizer",
+    "MultimodalTokenizer",
+    "NullTokenizer",
+    "NullMultimodalTokenizer",
+    "SFTTokenizer",
+)
+"""--tokenizer-type's choices (megatron/training/config/training_config.py, TokenizerConfig)."""
+
+PUBLIC_VOCAB: dict[str, tuple[int, str]] = {
+    "GPT2BPETokenizer": (50_257, "the public GPT-2 vocabulary (megatron_rules.md section 12)"),
+    "BertWordPieceLowerCase": (
+        30_522,
+        "bert-large-uncased's vocab.txt (Hugging Face bert-large-uncased config.json)",
+    ),
+    "BertWordPieceCase": (
+        28_996 + 100,
+        "bert-large-cased's vocab.txt (Hugging Face bert-large-cased config.json: 28,996) and "
+        "the 100 <extra_id_i> tokens build_tokenizer adds",
+    ),
+}
+"""The vocabularies of Megatron's built-in tokenizers (downloaded when no --vocab-file is given)."""
+
+TIKTOKEN_DEFAULT = 1 << 17
+"""TikTokenizer without --vocab-size: 131,072 (megatron_rules.md section 12)."""
+
+SCRIPT_TOKENIZER = {
+    "pretrain_gpt.py": "GPT2BPETokenizer",
+    "pretrain_hybrid.py": "GPT2BPETokenizer",
+    "pretrain_vlm.py": "GPT2BPETokenizer",
+    "pretrain_bert.py": "BertWordPieceLowerCase",
+    "pretrain_t5.py": "BertWordPieceLowerCase",
+}
+"""The default --tokenizer-type each training script passes to parse_and_validate_args
+(Megatron-LM d98e8a64: pretrain_gpt.py:527, pretrain_hybrid.py:544, pretrain_vlm.py:498,
+examples/bert/pretrain_bert.py:185, examples/t5/pretrain_t5.py:273)."""
+
+DEFAULT_SCRIPT = "pretrain_gpt.py"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    size: int
+    padded: bool
+    """True: `size` is Megatron's padded_vocab_size already (--padded-vocab-size)."""
+    note: str
+    """Where the size comes from, for the reader's notes."""
+
+
+@dataclass(frozen=True)
+class VocabFlags:
+    """What a command line says about its vocabulary."""
+
+    tokenizer_type: str | None = None
+    tokenizer_model: str | None = None
+    vocab_file: str | None = None
+    vocab_size: int | None = None
+    padded_vocab_size: int | None = None
+    script: str | None = None
+    """The training script named on the line (its file name), if any."""
+
+
+def script_of(words: list[str]) -> str | None:
+    """The training script a launch line runs: the last word naming a known script."""
+    names = [PurePosixPath(w).name for w in words if w.endswith(".py")]
+    known = [n for n in names if n in SCRIPT_TOKENIZER]
+    return known[-1] if known else None
+
+
+def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
+    """The vocabulary the line trains with; `given` is `planner check --vocab-size`."""
+    if flags.padded_vocab_size is not None:
+        return Vocabulary(flags.padded_vocab_size, True, "--padded-vocab-size")
+    if given is not None:
+        return Vocabulary(given, False, f"--vocab-size {given} given to planner")
+    kind = flags.tokenizer_type
+    how = "--tokenizer-type"
+    if kind is None:
+        script = flags.script or DEFAULT_SCRIPT
+        if flags.vocab_size is not None:
+            # the size the line states (planner's own launch files, hand-written lines)
+            return Vocabulary(
+                flags.vocab_size,
+                False,
+                f"--vocab-size {flags.vocab_size} without --tokenizer-type (Megatron would "
+                f"use {script}'s default {SCRIPT_TOKENIZER[script]}; add --tokenizer-type "
+                "NullTokenizer to train with exactly this size)",
+            )
+        kind, how = SCRIPT_TOKENIZER[script], f"{script}'s default tokenizer"
+    if "$" in kind:
+        raise InputError(
+            f"{where}: --tokenizer-type: {kind!r} is a shell variable the file does not set: "
+            "set it, or give the vocabulary with `planner check --vocab-size N`"
+        )
+    if kind not in TOKENIZERS:
+        raise InputError(
+            f"{where}: --tokenizer-type: unknown tokenizer {kind!r} (Megatron-LM accepts "
+            f"{', '.join(TOKENIZERS)})"
+        )
+    line = flags.vocab_size
+    if kind in ("NullTokenizer", "NullMultimodalTokenizer"):
+        if line is None:
+            raise InputError(
+                f"{where}: --vocab-size: {kind} has exactly --vocab-size tokens, but it is not "
+                "given (or give it with `planner check --vocab-size N`)"
+            )
+        return Vocabulary(line, False, f"{kind}: --vocab-size {line}")
+    if kind == "TikTokenizer":
+        size = line if line is not None else TIKTOKEN_DEFAULT
+        return Vocabulary(size, False, f"TikTokenizer: {size}")
+    if kind in PUBLIC_VOCAB:
+        size, source = PUBLIC_VOCAB[kind]
+        note = f"{kind} ({how}): {size}, {source}"
+        if flags.vocab_file is not None:
+            note += f"; the size of --vocab-file {flags.vocab_file} is not read"
+        return Vocabulary(size, False, note)
+    # the size is in the tokenizer model, which planner does not open
+    model = flags.tokenizer_model or flags.vocab_file
+    if line is not None:
+        return Vocabulary(
+            line,
+            False,
+            f"{kind}: --vocab-size {line} taken as the size of the tokenizer "
+            f"{model or '(no --tokenizer-model)'} (Megatron itself uses the tokenizer's own size)",
+        )
+    raise InputError(
+        f"{where}: --tokenizer-type: {kind} takes its vocabulary size from the tokenizer "
+        f"{model or '(no --tokenizer-model given)'}, which planner does not open: give the size "
+        "with `planner check --vocab-size N`"
+    )

@@ -1,0 +1,204 @@
+"""NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
+benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
+
+Oracles: the data file itself (its 108 rows by id, its own derived "dp / micro-batches per step"
+column, its list of recipes that cannot run at their size); hand readings of single rows
+(arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
+benchmarks/data/megatron_rules.md lists). Whether each recipe fits is printed by the benchmark,
+not asserted here: the memory model is being reworked.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from paths import EXAMPLES, REPO
+
+sys.path.insert(0, str(REPO))
+
+from benchmarks import recipes
+from planner.emit.common import environment
+from planner.inputs import pipeline_layout
+from planner.inputs.plan import load_plan
+from planner.search import rules
+
+ALL = recipes.load_recipes()
+BY_ID = {r.id: r for r in ALL}
+MODELLED = [r for r in ALL if not r.skip]
+
+
+def test_every_row_of_the_data_file_is_read() -> None:
+    # L1-L45, Q1-Q38, G1-G9, D1-D16: the data file's four tables, 108 recipes
+    want = {
+        f"{k}{i}" for k, n in (("L", 45), ("Q", 38), ("G", 9), ("D", 16)) for i in range(1, n + 1)
+    }
+    assert set(BY_ID) == want and len(ALL) == 108
+    assert all(r.runtime and r.env for r in ALL)
+
+
+@pytest.mark.parametrize("r", ALL, ids=lambda r: r.id)
+def test_parsed_sizes_give_the_data_files_own_derived_column(r: recipes.Recipe) -> None:
+    # "dp / micro-batches per step": dp = N / (tp pp cp), M = gbs / (mbs dp)
+    text = next(
+        line
+        for line in recipes.DATA.read_text().splitlines()
+        if line.startswith(f"| {r.id} |") and "`" in line.split("|")[2]
+    )
+    dp = r.n // (r.tp * r.pp * r.cp)
+    assert f"| {dp} / {r.gbs // (r.mbs * dp)} |" in text
+
+
+def test_skipped_are_the_nvfp4_recipes_and_those_the_data_file_calls_infeasible() -> None:
+    # bridge_recipes.md, "Infeasible GPU counts": Q25, Q26, Q31, D4, D5 (Q31 is NVFP4 too)
+    infeasible = {r.id for r in ALL if r.skip and r.skip.startswith("cannot run")}
+    assert infeasible == {"Q25", "Q26", "D4", "D5"}
+    nvfp4 = {r.id for r in ALL if r.precision.startswith("NVFP4")}
+    assert {r.id for r in ALL if r.skip} == infeasible | nvfp4
+    assert len(nvfp4) == 18 and len(MODELLED) == 86
+
+
+def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
+    on_disk = sorted(p.name for p in (EXAMPLES / "recipes").glob("*.toml"))
+    assert on_disk == sorted(r.plan_path.name for r in MODELLED)
+    stale = [
+        r.id for r in MODELLED if r.plan_path.read_text() != recipes.plan_text(r, recipes.read(r))
+    ]
+    assert not stale, f"rewrite with python benchmarks/recipes.py --write-plans: {stale}"
+
+
+@pytest.mark.parametrize("r", MODELLED, ids=lambda r: r.id)
+def test_plan_loads_and_passes_megatrons_rules(r: recipes.Recipe) -> None:
+    plan = rules.check_plan(load_plan(r.plan_path))
+    lay = plan.require_layout()
+    assert (lay.tp, lay.pp, lay.cp, lay.micro_batch_size) == (r.tp, r.pp, r.cp, r.mbs)
+    assert lay.num_gpus == r.n and plan.job.global_batch_size == r.gbs
+    assert lay.vpp == (r.vpp or 1)
+    if r.is_moe:
+        assert (lay.ep, lay.expert_tp) == (r.ep, r.etp)
+
+
+@pytest.mark.parametrize("r", MODELLED, ids=lambda r: r.id)
+def test_launch_emits_the_recipes_flags(r: recipes.Recipe) -> None:
+    """Every layout / precision / recompute / MoE flag the recipe sets is emitted with its
+    value, except the kinds benchmarks/recipes.py explains (settings with no plan field)."""
+    plan = load_plan(r.plan_path)
+    want = recipes.recipe_flags(r, recipes.read(r))
+    unexplained = [
+        d.text()
+        for d in recipes.compare(want, recipes.emitted_flags(plan))
+        if d.flag not in recipes.WHY
+    ]
+    assert not unexplained
+
+
+@pytest.mark.parametrize("r", MODELLED, ids=lambda r: r.id)
+def test_cuda_device_max_connections_as_the_recipe_sets_it(r: recipes.Recipe) -> None:
+    want = recipes.recipe_connections(r)
+    got = {e.name: e.value for e in environment(load_plan(r.plan_path))}
+    if r.id in ("Q6", "Q7", "Q8"):
+        # EP overlap with TP 2 on H100: Bridge compromises at 8, planner launches 32 (Megatron
+        # only warns; the overlap wants more than 1)
+        assert (want, got["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("8", "32")
+    elif want is not None:  # Q3 inherits it from the recipe it calls
+        assert got["CUDA_DEVICE_MAX_CONNECTIONS"] == want
+
+
+# --- single rows, read by hand
+
+
+def stages(r: recipes.Recipe) -> tuple[str, ...]:
+    plan = load_plan(r.plan_path)
+    arch = plan.job.arch
+    return plan.require_layout().stages(arch.num_layers, arch.mtp_num_layers)
+
+
+def test_l6_layout_string() -> None:
+    # Et*2|(t*2|)*34,t*3|(t*2|)*3,tL: "Ett", 34 x "tt", "ttt", 3 x "tt", "tL" = 40 stages
+    # (pp 8 x vpp 5) holding 2 + 68 + 3 + 6 + 1 = 80 layers
+    s = stages(BY_ID["L6"])
+    assert len(s) == 40 and "".join(s).count("t") == 80
+    assert s[0] == "Ett" and s[35] == "ttt" and s[-1] == "tL"
+
+
+def test_l7_account_for_embedding_and_loss() -> None:
+    # 126 layers + embedding + loss = 128 over pp 8 x vpp 8 = 64 stages of 2
+    s = stages(BY_ID["L7"])
+    assert len(s) == 64 and s[0] == "Et" and s[-1] == "tL"
+    assert all(x == "tt" for x in s[1:-1])
+
+
+def test_deepseek_layouts() -> None:
+    # D1: Et|(tt|)*30mL on pp 8: 32 stages (vpp 4), MTP with the loss on the last
+    d1 = stages(BY_ID["D1"])
+    assert len(d1) == 32 and d1[0] == "Et" and d1[-1] == "mL"
+    # D3 / D9 / D12 / D7: Bridge's built-in list, E + 4 t, 14 x 4 t, t + m + L (16 stages)
+    for rid, (pp, vpp) in (("D3", (8, 2)), ("D9", (8, 2)), ("D12", (4, 4)), ("D7", (16, 1))):
+        s = stages(BY_ID[rid])
+        assert s == ("Etttt", *("tttt",) * 14, "tmL"), rid
+        lay = load_plan(BY_ID[rid].plan_path).require_layout()
+        assert (lay.pp, lay.vpp) == (pp, vpp)
+    assert pipeline_layout.parse("Et|(tt|)*30mL") == d1
+
+
+def test_recompute_rows() -> None:
+    # L2 "full, block, 5 layers"; D1 "selective [mla_up_proj, mlp]"; G6 "selective with empty
+    # module list (nothing recomputed)"
+    l2 = load_plan(BY_ID["L2"].plan_path).require_layout()
+    assert (l2.recompute, l2.recompute_method, l2.recompute_num_layers) == ("full", "block", 5)
+    d1 = load_plan(BY_ID["D1"].plan_path).require_layout()
+    assert d1.recompute == "selective" and d1.recompute_modules == ("mla_up_proj", "mlp")
+    assert load_plan(BY_ID["G6"].plan_path).require_layout().recompute == "none"
+
+
+def test_deepseek_optimizer_and_routing() -> None:
+    # D1: precision-aware optimizer, main_grads bf16, exp_avg(_sq) bf16; HF n_group 8,
+    # topk_group 4; grad-reduce overlap off
+    r = BY_ID["D1"]
+    plan = load_plan(r.plan_path)
+    job, lay = plan.job, plan.require_layout()
+    assert (job.main_grad_dtype, job.optimizer_state_dtype) == ("bf16", "bf16")
+    assert (job.moe_router_num_groups, job.moe_router_group_topk) == (8, 4)
+    assert not lay.overlap_grad_reduce and not lay.overlap_param_gather
+    f = recipes.emitted_flags(plan)
+    assert f["--main-grads-dtype"] == ("bf16",) and "--use-precision-aware-optimizer" in f
+
+
+def test_fp8_presets() -> None:
+    # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
+    # buffer); FP8-blockwise without param gather
+    def job(rid: str) -> tuple[str, str, bool]:
+        j = load_plan(BY_ID[rid].plan_path).job
+        return j.precision, j.fp8_recipe, j.fp8_param_gather
+
+    assert job("L2") == ("fp8", "tensorwise", True)
+    assert job("Q3") == ("fp8", "delayed", True)
+    assert job("L13") == ("fp8", "mxfp8", True)
+    assert job("D3") == ("fp8", "blockwise", False)
+    assert job("G9") == ("fp8", "mxfp8", False)  # "MXFP8 without fp8-param-gather"
+    f = recipes.emitted_flags(load_plan(BY_ID["L13"].plan_path))
+    assert f["--fp8-format"] == ("e4m3",) and "--reuse-grad-buf-for-mxfp8-param-ag" in f
+
+
+def test_megatron_fsdp_and_offloading_rows() -> None:
+    # L31: Megatron-FSDP optim_grads_params, cpu_offloading 40 layers, mbs 2
+    lay = load_plan(BY_ID["L31"].plan_path).require_layout()
+    assert (lay.zero_stage, lay.cpu_offloading_num_layers, lay.micro_batch_size) == (3, 40, 2)
+    # G9: cpu_offloading_num_layers = 95 without cpu_offloading has no effect
+    assert load_plan(BY_ID["G9"].plan_path).require_layout().cpu_offloading_num_layers == 0
+
+
+def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [recipes.evaluate(r) for r in ALL]
+    recipes.table(rows)
+    recipes.summary(rows)
+    out = capsys.readouterr().out
+    for r in ALL:
+        assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
+    assert "108 recipes: 86 modelled" in out
+    assert all(row.error is None for row in rows)
+
+
+def test_plan_paths_are_under_examples() -> None:
+    assert all(r.plan_path.parent == Path(EXAMPLES / "recipes") for r in ALL)

@@ -1,0 +1,90 @@
+"""`planner check --megatron-args` with --verbose and --vocab-size: what it says on stderr, what
+it keeps off stdout, and how it exits.
+
+Oracles: the project's contract (exit 0 fits / 1 does not / 2 bad input, one message naming the
+file, the flag and the value; with --json nothing but the JSON document on stdout), and
+megatron_rules.md section 12 for which tokenizers need the vocabulary given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+LINE = (
+    "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
+    "--num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 "
+    "--micro-batch-size 1 --global-batch-size 8 --bf16 --lr 3e-4 --log-num-zeros-in-grad "
+    "--ckpt-fully-parallel-save"
+)
+
+
+def script(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "train.sh"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+def check(path: str, *extra: str) -> list[str]:
+    return ["check", "--megatron-args", path, "--gpu", "h100-sxm-80gb", "--num-gpus", "8", *extra]
+
+
+def test_verbose_lists_what_was_ignored_on_stderr_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = script(tmp_path, LINE)
+    code, out, err = run(check(path, "--json", "--verbose"), capsys)
+    assert code == 0
+    assert json.loads(out)["fits"] is True  # stdout: the one JSON document
+    ignored = next(line for line in err.splitlines() if "ignored Megatron-LM flags" in line)
+    for flag in ("--lr", "--log-num-zeros-in-grad", "--ckpt-fully-parallel-save"):
+        assert flag in ignored
+    unknown = next(line for line in err.splitlines() if "not Megatron-LM flags" in line)
+    assert "--nproc_per_node" in unknown
+    assert "vocabulary: GPT2BPETokenizer" in err  # the note, always
+
+
+def test_without_verbose_only_the_notes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(check(script(tmp_path, LINE)), capsys)
+    assert code == 0
+    assert "ignored" not in err and "note:" in err
+
+
+def test_vocab_size_gives_what_the_tokenizer_file_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hf = LINE + " --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Llama-3.1-8B"
+    path = script(tmp_path, hf)
+    code, out, err = run(check(path, "--json"), capsys)
+    assert code == 2 and out == ""
+    assert path in err and "--tokenizer-type" in err and "--vocab-size N" in err
+    assert "Traceback" not in err
+    code, out, err = run(check(path, "--json", "--vocab-size", "128256"), capsys)
+    assert code == 0 and json.loads(out)["fits"] is True
+    assert "vocabulary: --vocab-size 128256 given to planner" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["check", "plan.toml", "--vocab-size", "1000"], "--vocab-size: only with --megatron-args"),
+        (["check", "plan.toml", "--verbose"], "--verbose: only with --megatron-args"),
+    ],
+)
+def test_megatron_only_options_need_megatron_args(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and needle in err
+
+
+def test_bad_vocab_size_and_typo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, LINE)
+    code, _, err = run(check(path, "--vocab-size", "0"), capsys)
+    assert code == 2 and "--vocab-size" in err
+    typo = script(tmp_path, LINE + " --tensor-model-paralel-size 2")
+    code, out, err = run(check(typo, "--json"), capsys)
+    assert code == 2 and out == ""
+    assert f"{typo}: --tensor-model-paralel-size: not a Megatron-LM flag" in err

@@ -1,0 +1,103 @@
+"""The vocabulary a Megatron-LM command line trains with.
+
+Oracles: benchmarks/data/megatron_rules.md section 12 (Megatron-LM d98e8a64 build_tokenizer.py:
+GPT2BPETokenizer 50,257 padded to 50,304 at tp 1 and 51,200 at tp 8; NullTokenizer exactly
+--vocab-size; TikTokenizer --vocab-size or 2^17; HuggingFace and SentencePiece tokenizers their
+own files' sizes), the training scripts' default --tokenizer-type (pretrain_gpt.py:527,
+examples/bert/pretrain_bert.py:185) and the public BERT vocabularies (Hugging Face
+bert-large-uncased / bert-large-cased config.json: 30,522 / 28,996)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import parse_plan
+
+SHAPE = (
+    "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 128 "
+    "--max-position-embeddings 128 --bf16 "
+)
+
+
+def vocab(text: str, given: int | None = None) -> int:
+    return megatron_args.read(SHAPE + text, "h100-sxm-80gb", 8, "train.sh", given).doc["model"][
+        "vocab_size"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        # pretrain_gpt.py's default tokenizer, named or not, with or without the script
+        ("", 50_257),
+        ("--vocab-file vocab.json --merge-file merges.txt", 50_257),
+        ("--tokenizer-type GPT2BPETokenizer", 50_257),
+        ("torchrun pretrain_gpt.py", 50_257),
+        # examples/bert/pretrain_bert.py's default
+        ("torchrun examples/bert/pretrain_bert.py --vocab-file vocab.txt", 30_522),
+        ("--tokenizer-type BertWordPieceLowerCase", 30_522),
+        # bert-large-cased's 28,996 and the 100 <extra_id_i> build_tokenizer adds
+        ("--tokenizer-type BertWordPieceCase", 29_096),
+        ("--tokenizer-type NullTokenizer --vocab-size 8193", 8_193),
+        ("--tokenizer-type TikTokenizer --tokenizer-model t.json", 131_072),
+        ("--tokenizer-type TikTokenizer --vocab-size 200000", 200_000),
+        # Megatron ignores --vocab-size for HF tokenizers: taken as the tokenizer's size
+        ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model m --vocab-size 151936", 151_936),
+        # what planner launch writes: --vocab-size alone
+        ("--vocab-size 128256", 128_256),
+    ],
+)
+def test_size_the_line_implies(text: str, size: int) -> None:
+    assert vocab(text) == size
+
+
+def test_gpt2_padding_matches_megatron() -> None:
+    # megatron_rules.md section 12: 50,257 padded to 50,304 at tp 1, 51,200 at tp 8
+    doc = megatron_args.read(SHAPE, "h100-sxm-80gb", 8).doc
+    arch = parse_plan(doc).job.arch
+    assert (arch.padded_vocab(1), arch.padded_vocab(8)) == (50_304, 51_200)
+
+
+def test_padded_vocab_size_is_used_as_it_is() -> None:
+    # Megatron sets padded_vocab_size from the tokenizer only when it is not given
+    doc = megatron_args.read(SHAPE + "--padded-vocab-size 51200", "h100-sxm-80gb", 8).doc
+    arch = parse_plan(doc).job.arch
+    assert arch.padded_vocab(1) == arch.padded_vocab(8) == 51_200
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Llama-3.1-8B",
+        "--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model nemotron_2_256k.model",
+        "--tokenizer-type Llama2Tokenizer --tokenizer-model tokenizer.model",
+        "--tokenizer-type ${TOKENIZER_TYPE}",
+    ],
+)
+def test_a_size_in_a_file_is_asked_for_and_given_with_vocab_size(text: str) -> None:
+    with pytest.raises(InputError, match="planner check --vocab-size N"):
+        vocab(text)
+    assert vocab(text, given=128_256) == 128_256
+
+
+def test_planner_vocab_size_wins_over_what_the_line_implies() -> None:
+    assert vocab("--tokenizer-type GPT2BPETokenizer", given=32_000) == 32_000
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("--tokenizer-type NullTokenizer", "NullTokenizer has exactly --vocab-size tokens"),
+        ("--tokenizer-type FooTokenizer", "unknown tokenizer 'FooTokenizer'"),
+    ],
+)
+def test_bad_tokenizers(text: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        vocab(text)
+
+
+def test_the_vocabulary_is_noted() -> None:
+    notes = megatron_args.read(SHAPE, "h100-sxm-80gb", 8).notes
+    assert notes[0].startswith("vocabulary: GPT2BPETokenizer")
