@@ -24,13 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hagemann
 
 from planner.model import activations, memory
+from planner.model.stage_activations import per_layer
 
 
 def set_constants(loss_bytes: float, norm_extra: float) -> None:
     """Set both constants and drop memory's cached per-layer activations, which depend on them."""
     activations.GATHERED_LOSS_BYTES_PER_LOGIT = loss_bytes
     activations.UNFUSED_NORM_EXTRA = norm_extra
-    memory._per_layer.cache_clear()
+    per_layer.cache_clear()
 
 
 def classify(rows: list[hagemann.Row]) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,16 @@ CLUSTER_FIELDS = ("memory_gib", "power_limit_w", "hbm_bandwidth_tb_per_s")
 JOB_WRITTEN_APART = {"arch", "cluster", "seq_length", "global_batch_size", "precision"}
 
 
+def changed(obj: Job | Layout) -> dict[str, object]:
+    """The dataclass fields that differ from their defaults (all that a row needs to rebuild
+    the object; tuples become JSON lists, which the test turns back)."""
+    return {
+        f.name: getattr(obj, f.name)
+        for f in fields(obj)
+        if f.default is MISSING or getattr(obj, f.name) != f.default
+    }
+
+
 def write_test_data(path: Path) -> None:
     """Every published run as planner inputs (the mapping of runs.py), for the memory tests."""
     rows = []
@@ -108,15 +118,11 @@ def write_test_data(path: Path) -> None:
                 "global_batch_size": job.global_batch_size,
                 "precision": job.precision,
                 "job": {
-                    f.name: getattr(job, f.name)
-                    for f in fields(Job)
-                    if f.name not in JOB_WRITTEN_APART
+                    name: value
+                    for name, value in changed(job).items()
+                    if name not in JOB_WRITTEN_APART
                 },
-                "layout": {
-                    f.name: getattr(case.layout, f.name)
-                    for f in fields(Layout)
-                    if getattr(case.layout, f.name) is not None
-                },
+                "layout": changed(case.layout),
                 "measured_gib": measured_gib(case.raw),
             }
         )

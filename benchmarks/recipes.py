@@ -553,6 +553,13 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
     return f
 
 
+def recipe_expandable(r: Recipe) -> bool:
+    """Does the recipe's environment set PYTORCH_CUDA_ALLOC_CONF=expandable_segments? Every
+    recipe does unless its row says it does not set PYTORCH_CUDA_ALLOC_CONF (the Megatron-FSDP
+    ones; bridge_recipes.md, environment table)."""
+    return re.search(r"does not set[^)]*PYTORCH_CUDA_ALLOC_CONF", r.env) is None
+
+
 def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     """The plan file's tables for the recipe (README "The plan file"): each setting in its plan
     field; what has none is left to the notes."""
@@ -569,6 +576,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["fp8_param_gather"] = s.fp8_param_gather
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
+    if recipe_expandable(r):
+        training["expandable_segments"] = True
     parallel: dict[str, Any] = {"tp": r.tp, "pp": r.pp, "cp": r.cp}
     if r.is_moe:
         parallel.update(ep=r.ep, etp=r.etp or r.tp)

@@ -83,10 +83,19 @@ NEMOTRON = "nemo2407-h100-fp8-nemotron-340b-128gpu"
 24.09) uses selective recompute, TP overlap, FP8 parameters and bf16 optimizer states
 (benchmarks/data/nemo_recipes.md)."""
 
+GPT3_512 = "nemo2407-h100-fp8-gpt3-175b-512gpu"
+"""No 24.07 file holds this layout either (vpp 6 with mbs 2 and 2,048 sequences on 512 GPUs; the
+24.07 script is the 128-GPU one); the NeMo 2 performance recipe with the same layout (v2.2.0
+model_configs_h100.csv) keeps FP8 parameters (fp8_params=True -> --fp8-param-gather) and TP
+overlap (benchmarks/data/nemo_recipes.md, Table B)."""
+
+LATER_RECIPE = {NEMOTRON, GPT3_512}
+"""Rows whose settings come from the later recipe with the same layout: FP8 parameters."""
+
 NEMO_TP_OVERLAP = {
     "nemo2407-h100-fp8-llama3-70b-64gpu",
     "nemo2407-h100-fp8-llama2-70b-64gpu",
-    NEMOTRON,
+    *LATER_RECIPE,
 }
 """NeMo recipes with ub_tp_comm_overlap on (benchmarks/data/nemo_recipes.md)."""
 
@@ -245,7 +254,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         precision="fp8" if fp8 else "bf16",
         # NeMo 24.07 recipes: bf16 gradient buffers, no fp8 parameters (data/nemo_recipes.md)
         main_grad_dtype="bf16" if nemo else "fp32",
-        fp8_param_gather=not nemo or rid == NEMOTRON,
+        fp8_param_gather=not nemo or rid in LATER_RECIPE,
         optimizer_state_dtype="bf16" if rid == NEMOTRON else "fp32",
         flash_attention=not rid.startswith(("sc21", "korthikanti")),
         cross_entropy="pytorch" if titan else "fused",

@@ -171,6 +171,7 @@ def time_table(perf: Performance) -> Table:
         ("PP send/receive", b.pp_comm_exposed, None),
         ("DP gradient / parameter traffic", b.dp_comm_exposed, b.dp_comm_hidden),
         ("pipeline bubble", b.bubble, None),
+        ("CPU offloading host transfers", b.offload_exposed, None),
         ("optimizer step", b.optimizer, None),
         ("other per-step costs", b.other, None),
     ]

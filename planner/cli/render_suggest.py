@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.cli.render import capacity_text
+from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
@@ -43,13 +44,13 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             str(lay.pp),
             str(lay.dp),
             str(lay.cp),
-            f"{lay.ep} ov" if lay.ep_comm_overlap else str(lay.ep),
+            _ep(lay),
             str(lay.vpp),
             str(lay.micro_batch_size),
             str(lay.num_microbatches(job.global_batch_size)),
             _split(c),
             str(lay.zero_stage),
-            lay.recompute,
+            _savers(lay),
             f"{c.memory.peak / GIB:.1f}",
             f"{p.step_time_s:.3f}",
             f"{p.tokens_per_s_per_gpu:,.0f}",
@@ -64,6 +65,26 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
     return t
+
+
+def _ep(lay: Layout) -> str:
+    """EP with its overlap and a dispatcher other than Megatron's default all-to-all."""
+    text = f"{lay.ep} ov" if lay.ep_comm_overlap else str(lay.ep)
+    if lay.ep > 1 and lay.moe_token_dispatcher_type != "alltoall":
+        flex = lay.moe_token_dispatcher_type == "flex"
+        text += f" {lay.moe_flex_dispatcher_backend if flex else 'allgather'}"
+    return text
+
+
+def _savers(lay: Layout) -> str:
+    """The memory savers: recompute (with modules or method), CPU offloading, and the TP
+    overlap left off (its userbuffers freed) where sequence parallelism would allow it."""
+    text = lay.recompute_text()
+    if lay.cpu_offloading_num_layers:
+        text += f" + offload {lay.cpu_offloading_num_layers}"
+    if lay.sequence_parallel and not lay.tp_comm_overlap:
+        text += " + no tp overlap"
+    return text
 
 
 def why_first(a: Candidate, b: Candidate) -> str:

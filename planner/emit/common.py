@@ -112,7 +112,9 @@ def environment(plan: Plan) -> list[EnvVar]:
     table: every recipe without TP / CP > 1 on Hopper), so the overlapped NCCL kernels get
     hardware queues of their own; on AMD it is set only where asserted. Also from those recipes,
     on NVIDIA GPUs: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (all but the Megatron-FSDP
-    recipes, which leave it unset), which keeps the caching allocator's fragmentation down, and
+    recipes, which leave it unset; with FSDP only where the plan says `expandable_segments`),
+    which keeps the caching allocator's fragmentation down (memory counts the smaller
+    fragmentation only where the plan says so: the gate errs high), and
     NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=20 (set by all 108, at 10-20; here on more than one GPU),
     which leaves SMs to the NCCL kernels overlapped with Transformer Engine's norm kernels.
     NCCL settings come from Megatron-LM's own launch examples (examples/llama,
@@ -141,7 +143,7 @@ def environment(plan: Plan) -> list[EnvVar]:
             EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "queues for overlapped NCCL kernels")
         )
     env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
-    if nvidia and lay.zero_stage < 2:
+    if nvidia and (lay.zero_stage < 2 or plan.job.expandable_segments):
         env.append(
             EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmented memory")
         )

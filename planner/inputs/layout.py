@@ -6,7 +6,7 @@ tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Literal
 
@@ -137,12 +137,24 @@ class Layout:
         counting the embedding and loss as a layer where the account_for flags say) in vpp
         chunks, the first chunks taking one more where they do not divide, the MTP layers in
         the last stage."""
-        return _stages(self, num_layers, mtp_layers)
+        return _stages(self.split_key(), num_layers, mtp_layers)
+
+    def split_key(self) -> _SplitKey:
+        """The fields that decide the stages (the caches below are keyed on these alone: the
+        search asks for the stages of thousands of layouts that share a split)."""
+        return (
+            self.pp,
+            self.vpp,
+            self.pipeline_layers,
+            self.pipeline_layout,
+            self.account_for_embedding_in_pipeline_split,
+            self.account_for_loss_in_pipeline_split,
+        )
 
     def chunk_layers(self, num_layers: int) -> tuple[tuple[range, ...], ...]:
         """The decoder layers of each rank's chunks, as index ranges: per rank, one range per
         chunk (layers are numbered in stage order: chunk 0 of every rank, then chunk 1...)."""
-        return _chunk_layers(self, num_layers)
+        return _chunk_layers(self.split_key(), num_layers)
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers on each pipeline rank."""
@@ -162,13 +174,18 @@ class Layout:
         """The pipeline rank whose last chunk holds the MTP layers (None without them)."""
         if not mtp_layers:
             return None
-        stages = self.stages(num_layers, mtp_layers)
-        k = next(k for k, s in enumerate(stages) if "m" in s)
-        return k % self.pp
+        return _mtp_rank(self.split_key(), num_layers, mtp_layers)
 
     def with_(self, **changes: object) -> Layout:
-        """A copy with some fields changed."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with some fields changed (`dataclasses.replace` without its per-call field
+        walk: the search makes hundreds of thousands of these; Layout has no __post_init__)."""
+        unknown = changes.keys() - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Layout has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(Layout)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
     def describe(self) -> str:
         """Short human form, e.g. 'tp8 pp16 dp128 mbs1 zero1 recompute=none'."""
@@ -212,23 +229,30 @@ class Layout:
         return self.recompute
 
 
+_FIELD_NAMES = frozenset(f.name for f in fields(Layout))
+
+
 def split_evenly(n: int, parts: int) -> list[int]:
     """n items in `parts` parts as even as possible, the first parts one more."""
     base, extra = divmod(n, parts)
     return [base + (1 if c < extra else 0) for c in range(parts)]
 
 
+_SplitKey = tuple[int, int, tuple[int, ...] | None, tuple[str, ...] | None, bool, bool]
+"""(pp, vpp, pipeline_layers, pipeline_layout, account for embedding, account for loss)."""
+
+
 @lru_cache(maxsize=4096)
-def _stages(lay: Layout, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
-    if lay.pipeline_layout is not None:
-        return lay.pipeline_layout
-    e = int(lay.account_for_embedding_in_pipeline_split)
-    lo = int(lay.account_for_loss_in_pipeline_split)
-    if lay.pipeline_layers is not None:
-        per_rank = list(lay.pipeline_layers)
+def _stages(key: _SplitKey, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
+    pp, vpp, pipeline_layers, layout, embedding, loss = key
+    if layout is not None:
+        return layout
+    e, lo = int(embedding), int(loss)
+    if pipeline_layers is not None:
+        per_rank = list(pipeline_layers)
     else:
-        per_rank = split_evenly(num_layers + e + lo, lay.pp)
-    chunks = [split_evenly(n, lay.vpp) for n in per_rank]
+        per_rank = split_evenly(num_layers + e + lo, pp)
+    chunks = [split_evenly(n, vpp) for n in per_rank]
     # the embedding and the loss take a layer's place in the first and the last stage
     chunks[0][0] -= e
     chunks[-1][-1] -= lo
@@ -236,12 +260,19 @@ def _stages(lay: Layout, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _chunk_layers(lay: Layout, num_layers: int) -> tuple[tuple[range, ...], ...]:
-    stages = _stages(lay, num_layers, 0)
-    out: list[list[range]] = [[] for _ in range(lay.pp)]
+def _chunk_layers(key: _SplitKey, num_layers: int) -> tuple[tuple[range, ...], ...]:
+    stages = _stages(key, num_layers, 0)
+    pp = key[0]
+    out: list[list[range]] = [[] for _ in range(pp)]
     start = 0
     for k, stage in enumerate(stages):
         n = stage.count("t")
-        out[k % lay.pp].append(range(start, start + n))
+        out[k % pp].append(range(start, start + n))
         start += n
     return tuple(tuple(r) for r in out)
+
+
+@lru_cache(maxsize=4096)
+def _mtp_rank(key: _SplitKey, num_layers: int, mtp_layers: int) -> int:
+    stages = _stages(key, num_layers, mtp_layers)
+    return next(k for k, s in enumerate(stages) if "m" in s) % key[0]

@@ -131,6 +131,12 @@ class TrainingSection(BaseModel):
         "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
         "(plain autograd functions, PyTorch DTensor)",
     )
+    expandable_segments: Flag = Field(
+        default=False,
+        description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "
+        "Megatron-Bridge's recipes and planner's launch files do): count the allocator's smaller "
+        "fragmentation; false (PyTorch's default allocator) counts the larger",
+    )
 
 
 class ParallelSection(BaseModel):
@@ -213,6 +219,8 @@ class Job:
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
     tp_backward_overlap: bool = True
+    expandable_segments: bool = False
+    """The caching allocator grows expandable segments (PYTORCH_CUDA_ALLOC_CONF)."""
     fp8_param_gather: bool = True
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
@@ -349,6 +357,7 @@ def build_job(
         fused_swiglu=training.fused_swiglu,
         sp_keeps_gathered_input=training.sp_keeps_gathered_input,
         tp_backward_overlap=training.tp_backward_overlap,
+        expandable_segments=training.expandable_segments,
         fp8_recipe=training.fp8_recipe,
         moe_router_num_groups=_or(training.moe_router_num_groups, arch.moe_router_num_groups),
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),

@@ -75,8 +75,9 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     for flag in on_by_default:
         if not getattr(job, flag):
             training[flag] = False
-    if job.sp_keeps_gathered_input:
-        training["sp_keeps_gathered_input"] = True
+    for flag in ("sp_keeps_gathered_input", "expandable_segments"):
+        if getattr(job, flag):
+            training[flag] = True
     if job.cross_entropy != "fused":
         training["cross_entropy"] = job.cross_entropy
     if job.selective_recompute != "core_attn":

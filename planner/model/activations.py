@@ -1,39 +1,69 @@
 """Activation memory of one decoder layer for one micro-batch, in bytes, on one GPU.
 
 Derivation (Korthikanti et al. 2022, arXiv:2205.05198, section 4.1 and Table 2), generalised to
-GQA, gated MLPs, MoE, MLA and context parallelism. With 16-bit activations, s tokens, b sequences,
-h hidden, a heads, t = tp, per layer the backward pass needs:
+GQA, gated MLPs, MoE, MLA and context parallelism, with what Megatron-LM's Transformer Engine
+layers save (NVIDIA/Megatron-LM d98e8a64, megatron/core/transformer/*; TransformerEngine
+transformer_engine/pytorch/module/*). With 16-bit activations, T = s x b tokens, h hidden,
+a heads, g query groups of d, F the MLP width, t = tp, per layer the backward pass needs:
 
-    attention  input of QKV (the LayerNorm output)          2sbh         replicated without SP
-               Q, K, V                                        2sb(a + 2g)d  split by t
+    attention  input of the norm (TELayerNormColumnParallelLinear)   2Th    replicated w/o SP
+               the norm output, the QKV GEMM's input                 2Th
+               Q, K, V (flash attention saves them)                  2T(a + 2g)d       split by t
                softmax 2as^2b + its dropout mask as^2b + dropout output 2as^2b = 5as^2b
                                                               (0 with flash attention) split by t
-               input of the output projection                 2sb(ad)      split by t
-               attention dropout mask                         sbh          replicated without SP
-    MLP        input of fc1                                   2sbh         replicated without SP
-               fc1 output (2F wide when gated)                2sbF(1+glu)  split by t
-               activation output (input of fc2)               2sbF         split by t
-               dropout mask                                   sbh          replicated without SP
-    2 norms    their inputs                                   4sbh         replicated without SP
+               attention output (flash saves it; the output projection's input)  2Tad
+               dropout mask of the residual add                      Th     replicated w/o SP
+    MLP        input of the norm, the norm output (fc1's input)      2Th + 2Th
+               fc1 output (2F wide when gated: the SwiGLU kernel's input)  2TF(1 + glu)
+               activation output (input of fc2)                      2TF              split by t
+               dropout mask                                          Th     replicated w/o SP
 
-For MHA (g = a, ad = h) with F = 4h and no GLU this is Korthikanti's sbh(34 + 5as/h) exactly:
-replicated 10sbh, split 24sbh/t. Sequence parallelism splits the replicated part by t too.
-Selective recompute drops the 5as^2b term (already 0 with flash attention); full recompute keeps
-only the layer input, 2sbh (split by t under SP). Context parallelism divides s by cp.
+For MHA (g = a, ad = h) with F = 4h and no GLU this is Korthikanti's sbh(34 + 5as/h) exactly.
+Sequence parallelism splits the replicated part by t too; context parallelism divides s by cp.
+Dropout masks are counted even for models trained without dropout: a small over-estimate, on the
+safe side.
+
+FP8 (Transformer Engine): a linear layer saves its input cast to 8 bits (the norm output, fc2's
+input: 1 byte instead of 2); the attention output stays in 16 bits for flash attention's backward
+and the output projection saves an 8-bit copy beside it.
+
+Megatron's selective recompute (TransformerConfig.recompute_modules, transformer_layer.py,
+attention.py, multi_latent_attention.py, mlp.py, moe/moe_layer.py, moe/experts.py) drops:
+  core_attn     the s^2 terms (nothing else with flash attention: its inputs are kept)
+  mlp           a dense MLP whole but its input (checkpointed; MoE layers are not touched)
+  moe           a MoE layer whole but its input, the pre-MLP norm output
+  shared_experts the shared experts' insides (their input is the router's too)
+  moe_act       the experts' activation output (fc2's input; discarded, recomputed from fc1's)
+  layernorm     a separate norm's output (MLA's input norm, MoE's pre-MLP norm; the norms
+                fused into QKV or fc1 have none to drop)
+  mla_up_proj   MLA's up-projections and RoPE: Q, K, V are discarded and rebuilt from the
+                latents before the attention backward
+Full recompute keeps only the layer input, 2Th (split by t under SP).
 
 PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan's
-`selective_ac_option = "op"`: torch.utils.checkpoint with a policy that saves the outputs of the
-attention kernel and of every other matmul, and recomputes everything else) keeps the layer input,
-the attention kernel's output and log-sum-exp, and on average half of the layer's matmul outputs
-(the counter alternates across layers, so two consecutive layers save all of them once).
-Dropout masks are counted even for models trained without dropout: a small over-estimate, on the
-safe side. FP8 (Transformer Engine) saves the inputs of the linear layers in 8 bits: those terms
-are halved.
-"""
+`selective_ac_option = "op"`) keeps the layer input, the attention kernel's output and log-sum-exp,
+and on average half of the layer's matmul outputs (the counter alternates across layers).
+
+MoE layers (moe/moe_layer.py, router.py, experts.py TEGroupedMLP, token_dispatcher.py; the TE
+spec puts a separate norm before the MoE layer), per local token (T/t: MoE with TP needs SP) and
+per token-expert pair the GPU's experts receive:
+
+    pre-MLP norm   its input 2h; its output 2h (the router's saved input, and the shared
+                   experts' input: an 8-bit copy more under FP8)                per local token
+    dropout mask   h                                                            per local token
+    router         fp32 logits and scores, 2 x 4E                               per local token
+    experts        fc1's input 2h (8 bits under FP8) x etp (expert-TP gathers its ranks'
+                   tokens); fc1's output 2F (x 2 gated: the fused SwiGLU's input); the weighted
+                   activation 2F, fc2's input (8 bits under FP8); the probability, 4   per pair
+    shared experts fc1's output and activation over the TP group's tokens, split by t
+
+Pairs: k x T/t x the routing load (`Shard.moe_load`). The dispatchers' permutations save only
+indices (moe_utils.permute / unpermute without probabilities, sort_chunks_by_idxs): no token
+tensor is kept for them, but they hold tokens while the layer runs (`dispatch_working_bytes`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.inputs.arch import ModelArch
@@ -63,7 +93,14 @@ PYTORCH_LOSS_BYTES_PER_LOGIT = 12
 logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP), by hand from
 autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
 logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
-gradient (4) before the first is released. Megatron's fused vocab-parallel kernel keeps 2 + 4."""
+gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4."""
+
+MEGATRON_LOSS_BYTES_PER_LOGIT = 6
+"""Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy
+(megatron/core/tensor_parallel/cross_entropy.py, `cross_entropy = "fused"`): in the forward the
+bf16 logits (2) and their fp32 copy (4), which becomes the saved softmax in place; in the
+backward the fp32 gradient written over the softmax (4) and its bf16 cast for the output layer
+(2)."""
 
 GATHERED_HELD_BYTES_PER_LOGIT = 4
 """Bytes per logit still alive on the last stage after the gathered loss's backward: the current
@@ -75,6 +112,9 @@ MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
 routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
 value, used by both the memory and the step-time model."""
+
+SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
+"""Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""
 
 
 @dataclass(frozen=True)
@@ -96,35 +136,48 @@ class Shard:
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
+    modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
+    """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""
+    moe_load: float = MOE_LOAD_IMBALANCE
+    """Token-expert pairs the busiest rank's experts receive, relative to the even share."""
+
+    def drops(self, module: str) -> bool:
+        """Whether Megatron's selective recompute discards `module`'s saved activations."""
+        return self.recompute == "core_attn" and module in self.modules
 
 
-def _norm_input(T: int, h: int, sh: Shard) -> float:
-    """What one norm keeps per micro-batch (before any TP/SP split)."""
+def _norm_input(T: float, h: int, sh: Shard) -> float:
+    """What one norm keeps of its input per micro-batch (before any TP/SP split)."""
     return (BF16 + (0 if sh.fused_norm else UNFUSED_NORM_EXTRA)) * T * h
 
 
-def _split(rep: float, split: float, sh: Shard) -> float:
-    """rep is replicated over TP unless SP; split is always divided by tp."""
-    return (rep + split) / sh.tp if sh.sequence_parallel else rep + split / sh.tp
+def split(rep: float, part: float, sh: Shard) -> float:
+    """rep is replicated over TP unless SP; part is always divided by tp."""
+    return (rep + part) / sh.tp if sh.sequence_parallel else rep + part / sh.tp
 
 
-def _linear_in(nbytes: float, sh: Shard) -> float:
+def linear_in(nbytes: float, sh: Shard) -> float:
+    """A linear layer's saved input: 8 bits under FP8."""
     return nbytes / 2 if sh.fp8 else nbytes
+
+
+def _attention_out(nbytes: float, sh: Shard) -> float:
+    """The attention output: flash attention keeps it in 16 bits, the output projection an 8-bit
+    copy under FP8; without flash only the projection keeps it."""
+    if not sh.flash_attention:
+        return linear_in(nbytes, sh)
+    return nbytes + (nbytes / 2 if sh.fp8 else 0.0)
 
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     """Attention block (incl. its norm and dropout), Korthikanti's 11sbh + 5as^2b generalised."""
-    T, h = sh.tokens, arch.hidden_size
-    a = arch.num_attention_heads
     if arch.multi_latent_attention:
         return _mla_bytes(arch, sh)
-    d, g = arch.head_dim, arch.query_groups
-    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + _norm_input(T, h, sh)  # QKV in, mask, norm
-    split: float = BF16 * T * (a + 2 * g) * d + _linear_in(BF16 * T * a * d, sh)
-    if not sh.flash_attention and sh.recompute == "none":
-        s = sh.seq_per_cp_rank
-        split += 5 * a * s * s * sh.micro_batch_size
-    return _split(rep, split, sh) + _gathered_input_extra(T, h, sh)
+    T, h = sh.tokens, arch.hidden_size
+    a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
+    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + _scores(arch, sh)
+    return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
 def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:
@@ -132,11 +185,16 @@ def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:
     (`sp_keeps_gathered_input`: PyTorch DTensor SP, Aleph-Alpha's code): (1 - 1/tp) of it."""
     if not (sh.sequence_parallel and sh.sp_keeps_gathered_input):
         return 0.0
-    return _linear_in(BF16 * T * h, sh) * (1 - 1 / sh.tp)
+    return linear_in(BF16 * T * h, sh) * (1 - 1 / sh.tp)
 
 
 def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
-    """Multi-latent attention (DeepSeek-V2/V3): the latents, their norms, then full Q, K, V."""
+    """Multi-latent attention (DeepSeek-V2/V3), Megatron's MLASelfAttention with TE: a separate
+    input norm whose output both down-projections save (one 16-bit tensor, or an 8-bit copy each
+    under FP8: 2Th either way; none with the layernorm module); the q and kv latents (2 r_q and
+    2 (r_kv + rope dim), not TP-split) and their fused norms' outputs; the query and key
+    (a (qk + rope) each) and value (a v) that flash attention keeps (none with mla_up_proj: they
+    are rebuilt from the latents); the attention output."""
     T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
     assert arch.kv_lora_rank and arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
     r_kv, dqk, drope, dv = (
@@ -146,49 +204,38 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
         arch.v_head_dim,
     )
     r_q = arch.q_lora_rank or 0
-    # replicated: the block input (down projections' input), its norm input, the dropout mask,
-    # the compressed q and kv latents with their norms (they are not TP-split in Megatron)
-    rep = _linear_in(BF16 * T * h, sh) + _norm_input(T, h, sh) + MASK * T * h
-    rep += BF16 * T * (2 * r_q + 2 * r_kv + drope)
-    split = BF16 * T * a * (2 * (dqk + drope) + dv) + _linear_in(BF16 * T * a * dv, sh)
-    return _split(rep, split, sh)
+    norm_out = 0.0 if sh.drops("layernorm") else BF16 * T * h
+    rep = _norm_input(T, h, sh) + norm_out + MASK * T * h
+    rep += BF16 * T * (r_q + r_kv + drope)  # the latents
+    if not sh.drops("mla_up_proj"):
+        rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
+    part = _attention_out(BF16 * T * a * dv, sh) + _scores(arch, sh)
+    if not sh.drops("mla_up_proj"):
+        part += BF16 * T * a * (2 * (dqk + drope) + dv)
+    return split(rep, part, sh)
+
+
+def _scores(arch: ModelArch, sh: Shard) -> float:
+    """Korthikanti's 5as^2b of attention without a fused kernel (softmax output 2, dropout mask 1,
+    dropout output 2 per score), dropped by the core_attn module; 0 with flash attention."""
+    if sh.flash_attention or sh.drops("core_attn"):
+        return 0.0
+    s = sh.seq_per_cp_rank
+    return 5 * arch.num_attention_heads * s * s * sh.micro_batch_size
 
 
 def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
-    """A dense MLP of width ffn with its norm and dropout: Korthikanti's 19sbh + 4sbh/2."""
+    """A dense MLP of width ffn with its norm and dropout: Korthikanti's 19sbh + 4sbh/2. With the
+    mlp module recomputed, its input (the residual stream) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
+    if sh.drops("mlp"):
+        return split(_norm_input(T, h, sh) + MASK * T * h, 0.0, sh)
     glu = 2 if arch.gated_linear_unit else 1
-    rep = _linear_in(BF16 * T * h, sh) + MASK * T * h + _norm_input(T, h, sh)  # fc1 in, mask, norm
-    split = BF16 * T * ffn * glu + _linear_in(BF16 * T * ffn, sh)
+    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    part = BF16 * T * ffn * glu + linear_in(BF16 * T * ffn, sh)
     if glu == 2 and not sh.fused_swiglu:
-        split += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
-    return _split(rep, split, sh) + _gathered_input_extra(T, h, sh)
-
-
-def moe_bytes(arch: ModelArch, sh: Shard) -> float:
-    """A mixture-of-experts MLP: router, permuted tokens, the experts' MLPs, shared experts.
-
-    Tokens are split by tp (MoE with TP requires SP). Each token goes to k experts, so a rank
-    processes about k x tokens / tp token-expert pairs (times MOE_LOAD_IMBALANCE); expert-TP
-    gathers them over etp ranks and splits the expert width by etp, which leaves the per-GPU
-    F-sized activations unchanged and multiplies the h-sized ones by etp.
-    """
-    assert arch.num_moe_experts is not None
-    T, h, E, k = sh.tokens, arch.hidden_size, arch.num_moe_experts, arch.moe_router_topk
-    t = sh.tp
-    local = T / t
-    norm_and_router = _norm_input(1, h, sh) * local + MASK * local * h + 2 * FP32 * local * E
-    pairs = k * local * MOE_LOAD_IMBALANCE
-    glu = 2 if arch.gated_linear_unit else 1
-    F = arch.expert_ffn
-    # permuted input (kept for fc1's weight gradient) and the unpermute input, both h wide
-    expert = pairs * sh.etp * (_linear_in(BF16 * h, sh) + BF16 * h)
-    expert += pairs * (BF16 * F * glu + _linear_in(BF16 * F, sh))
-    shared = 0.0
-    if arch.moe_shared_expert_intermediate_size:
-        Fs = arch.moe_shared_expert_intermediate_size
-        shared = local * (_linear_in(BF16 * h, sh) + BF16 * Fs * glu + _linear_in(BF16 * Fs, sh))
-    return norm_and_router + expert + shared
+        part += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
+    return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
 def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -206,7 +253,7 @@ def per_op_bytes(arch: ModelArch, is_moe: bool, sh: Shard) -> float:
     attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
     # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
     # pairs an expert-parallel rank receives, so the same bytes
-    gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, MOE_LOAD_IMBALANCE)
+    gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
     matmul_out = sum(BF16 * m * n * c for m, _, n, c in gemms)
     return layer_input_bytes(arch, sh) + attention_out + matmul_out / 2
 
@@ -223,24 +270,79 @@ def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True
 
 
 def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
-    """First stage, per micro-batch: token ids (int64) and the embedding output with its dropout
-    mask (Megatron's 8sbp + sbhp term, and the output itself)."""
+    """First stage, per micro-batch: the token ids (int64) the embedding's backward needs and the
+    dropout mask after it (Megatron's 8sbp + sbhp term). The embedding output itself is the first
+    layer's input, counted there."""
     T, h = sh.tokens, arch.hidden_size
-    out = (BF16 + MASK) * T * h
-    return 8 * T + (out / sh.tp if sh.sequence_parallel else out)
+    mask = MASK * T * h
+    return 8 * T + (mask / sh.tp if sh.sequence_parallel else mask)
 
 
 def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
-    """Last stage, for the micro-batch at the loss: final norm input, the bf16 logits and the fp32
-    copy the vocab-parallel cross entropy keeps (Korthikanti's 4sbv/t term, plus the bf16 one).
-    PyTorch's cross entropy on each rank's logits keeps PYTORCH_LOSS_BYTES_PER_LOGIT instead; with
-    the logits gathered over TP every rank also holds the gathered logits' working set."""
+    """Last stage, for the micro-batch at the loss: the final norm's input and output (the output
+    layer's input) and the loss kernel's peak over the local logits (Megatron's
+    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT; with the
+    logits gathered over TP every rank also holds the gathered logits' working set)."""
     T, h = sh.tokens, arch.hidden_size
-    norm = _norm_input(T, h, sh)
+    norm = _norm_input(T, h, sh) + BF16 * T * h
     norm = norm / sh.tp if sh.sequence_parallel else norm
     local = T * padded_vocab / sh.tp
     if sh.cross_entropy == "gathered":
         return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
         return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
-    return norm + (BF16 + FP32) * local
+    return norm + MEGATRON_LOSS_BYTES_PER_LOGIT * local
+
+
+def pairs(arch: ModelArch, sh: Shard) -> float:
+    """Token-expert pairs the experts of one GPU receive per micro-batch (before expert-TP
+    gathering): k x T/tp x the routing load."""
+    return arch.moe_router_topk * sh.tokens / sh.tp * sh.moe_load
+
+
+def moe_bytes(arch: ModelArch, sh: Shard) -> float:
+    """A mixture-of-experts MLP with its norm: router, experts, shared experts."""
+    assert arch.num_moe_experts is not None
+    h, E = arch.hidden_size, arch.num_moe_experts
+    local = sh.tokens / sh.tp
+    out = _norm_input(local, h, sh) + MASK * local * h
+    if sh.drops("moe"):
+        # the checkpointed MoE layer keeps its input, the norm output
+        return out + BF16 * local * h
+    if not sh.drops("layernorm"):
+        out += BF16 * local * h
+    out += 2 * FP32 * local * E
+    n = pairs(arch, sh)
+    glu = 2 if arch.gated_linear_unit else 1
+    F = arch.expert_ffn
+    out += n * sh.etp * linear_in(BF16 * h, sh) + n * (BF16 * F * glu + FP32)
+    if not sh.drops("moe_act"):
+        out += n * linear_in(BF16 * F, sh)
+    Fs = arch.moe_shared_expert_intermediate_size
+    if Fs:
+        if sh.fp8 and not sh.drops("layernorm"):
+            out += local * h  # the shared experts' 8-bit copy of their input
+        if not sh.drops("shared_experts"):
+            out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
+    return out
+
+
+DISPATCH_COPIES = {"alltoall": 2.0, "flex": 2.0, "hybridep": 1.0}
+"""Token tensors (h wide, per pair) a dispatcher holds while one MoE layer runs, beyond what the
+experts keep: alltoall, the permuted local tokens and the all-to-all output before they are sorted
+by expert (token_dispatcher.MoEAlltoAllTokenDispatcher: permute, all_to_all,
+sort_chunks_by_idxs); DeepEP (flex), the received tokens and their expert-major permutation;
+HybridEP, which permutes into its own buffer, the permuted tokens only. The backward holds as many
+gradients of the same shapes. allgather is sized by the gathered tokens instead."""
+
+
+def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:
+    """Bytes of tokens in flight in the token dispatcher while one MoE layer's forward or backward
+    runs, not kept afterwards: DISPATCH_COPIES token tensors of the pairs; allgather gathers every
+    token of the etp x ep group (token_dispatcher.MoEAllGatherTokenDispatcher) before it keeps
+    its experts' pairs."""
+    h = arch.hidden_size
+    n = pairs(arch, sh) * sh.etp
+    if dispatcher == "allgather":
+        return BF16 * h * (sh.tokens / sh.tp * sh.etp * ep + n)
+    return BF16 * h * n * DISPATCH_COPIES.get(dispatcher, 2.0)

@@ -8,9 +8,12 @@ TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and b
 Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones under
 their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
 collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
-hops, hidden behind the attention kernels; EP all-to-all dispatch and combine of t x top_k tokens
-times MOE_LOAD_IMBALANCE, exposed, or with `ep_comm_overlap` hidden under the merged other
-micro-batch's compute where the schedule pairs them (`ep_exposed`); PP one activation send
+hops, hidden behind the attention kernels; EP dispatch and combine per token dispatcher and routing
+limit (`comms.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / HybridEP once per
+node and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
+micro-batch's compute where the schedule pairs them, taking EP_COMM_SM_SHARE of the SMs from it
+(`ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and backward
+(`offload_exposed`); FP8 weights quantised once per step (in compute); PP one activation send
 forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on the critical
 path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill and drain
 expose up to one hop per chunk boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`);
@@ -79,6 +82,8 @@ class StepBreakdown:
     bubble: float
     optimizer: float
     other: float
+    offload_exposed: float = 0.0
+    """CPU offloading's host transfers beyond the compute they overlap."""
 
     @property
     def step_time(self) -> float:
@@ -98,6 +103,7 @@ COST_NAMES = {
     "bubble": "bubble",
     "optimizer": "optimizer",
     "other": "other",
+    "offload_exposed": "host offload",
 }
 
 BOTTLENECK_MIN_SHARE = 0.05
@@ -180,6 +186,31 @@ def _layer_key(lay: Layout) -> Layout:
     )
 
 
+@dataclass(frozen=True)
+class _LayoutTimes:
+    """What every rank of one layout shares: the GPU, micro-batches per step, the dense, MoE and
+    output layers' times (and the layers' times without recompute, which block recompute runs
+    on the rest of a chunk), and the rank holding the MTP layers."""
+
+    gpu: Gpu
+    m: int
+    dense: Layer
+    moe: Layer
+    out: float
+    dense_plain: Layer
+    moe_plain: Layer
+    mtp_rank: int | None
+
+
+def _layout_times(job: Job, lay: Layout) -> _LayoutTimes:
+    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
+    dense_p, moe_p = dense_l, moe_l
+    if lay.recompute == "full" and lay.recompute_method == "block":
+        _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
+    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+    return _LayoutTimes(gpu, m, dense_l, moe_l, out_layer, dense_p, moe_p, mtp)
+
+
 def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
     m = max(lay.num_microbatches(job.global_batch_size), 1)
@@ -198,21 +229,56 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     return gpu, m, dense_l, moe_l, out_layer
 
 
-def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> float:
-    """Seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward and backward) left
-    on the critical path. Without `lay.ep_comm_overlap` all of it. With it (Megatron's merged
+EP_COMM_SM_SHARE = 20 / 132
+"""Share of the SMs an expert all-to-all kernel holds while it runs: what the compute it overlaps
+loses. DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.2) dedicates 20 of the H800's 132 SMs to its
+dispatch and combine kernels, and 20 is Megatron-LM's DeepEP default (token_dispatcher.py
+@d98e8a64: `moe_flex_dispatcher_num_sms` None -> 20); HybridEP reaches the NIC's bandwidth with
+8-16 (docs/README_Hybrid-EP.md), NCCL's all-to-all runs one block per channel. One value for all:
+the compute under a hidden all-to-all of T seconds runs on (1 - share) of the GPU, T x share
+longer."""
+
+
+def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> tuple[float, float]:
+    """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
+    and backward). Without `lay.ep_comm_overlap` all of it is exposed. With it (Megatron's merged
     forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
     micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
-    shows only beyond it; the forwards and backwards that run alone expose theirs. An optimistic
-    bound: each all-to-all really hides under one attention or MLP phase of the other pass, and
-    the communication kernels' SMs are not taken from the compute."""
+    shows only beyond it; the forwards and backwards that run alone expose theirs. The hidden
+    part still takes EP_COMM_SM_SHARE of the SMs from the compute it runs under: that much of it
+    counts as exposed too. Optimistic otherwise: each all-to-all really hides under one attention
+    or MLP phase of the other pass."""
     if not lay.ep_comm_overlap:
-        return a2a
+        return a2a, 0.0
     alone = unmerged_share(lay.pp, lay.vpp, rank, m)
-    return alone * a2a + (1 - alone) * max(a2a - window, 0.0)
+    shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
+    hidden = a2a - shown
+    return shown + EP_COMM_SM_SHARE * hidden, hidden
 
 
-def _rank_layers(job: Job, lay: Layout, rank: int, chunks: Chunks) -> tuple[int, int, int]:
+def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: _LayoutTimes) -> float:
+    """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
+    (Megatron --cpu-offloading-num-layers k, one pipeline stage only: Transformer Engine's
+    double-buffered offload of the first k layers' activations). Layer i's activations go to the
+    host while layer i + 1 runs its forward and come back while layer i + 1 runs its backward;
+    each transfer (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) shows beyond that
+    window. Grows with k."""
+    k = lay.cpu_offloading_num_layers
+    if k <= 0:
+        return 0.0
+    dense_l, moe_l = t.dense, t.moe
+    kinds = [moe for c in chunks for moe in job.arch.moe_layers[c.start : c.stop]]
+    exposed = 0.0
+    for i in range(min(k, len(kinds) - 1)):
+        this = moe_l if kinds[i] else dense_l
+        nxt = moe_l if kinds[i + 1] else dense_l
+        exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
+    return exposed
+
+
+def _rank_layers(
+    job: Job, lay: Layout, rank: int, chunks: Chunks, t: _LayoutTimes
+) -> tuple[int, int, int]:
     """(dense layers, MoE layers, output layers) a rank runs per micro-batch: its decoder layers,
     plus on the MTP rank each MTP layer (one decoder layer of the last layer's kind and one more
     output layer and loss), and the output layer on the last rank."""
@@ -220,7 +286,7 @@ def _rank_layers(job: Job, lay: Layout, rank: int, chunks: Chunks) -> tuple[int,
     n_moe = arch.moe_in(chunks)
     n_dense = layer_count(chunks) - n_moe
     heads = int(rank == lay.pp - 1)
-    if rank == lay.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+    if rank == t.mtp_rank:
         mtp = arch.mtp_num_layers
         n_moe, n_dense = (n_moe + mtp, n_dense) if arch.moe_layers[-1] else (n_moe, n_dense + mtp)
         heads += mtp
@@ -228,20 +294,20 @@ def _rank_layers(job: Job, lay: Layout, rank: int, chunks: Chunks) -> tuple[int,
 
 
 def _rank_mix(
-    job: Job, lay: Layout, rank: int, chunks: Chunks
+    job: Job, lay: Layout, rank: int, chunks: Chunks, t: _LayoutTimes
 ) -> tuple[list[tuple[Layer, int]], int]:
     """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: dense
     and MoE layers with the layout's recompute, except with block full recompute, where only the
     first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
-    _, _, dense_l, moe_l, _ = _times(job, lay)
-    n_dense, n_moe, heads = _rank_layers(job, lay, rank, chunks)
+    dense_l, moe_l = t.dense, t.moe
+    n_dense, n_moe, heads = _rank_layers(job, lay, rank, chunks, t)
     if not (lay.recompute == "full" and lay.recompute_method == "block"):
         return [(dense_l, n_dense), (moe_l, n_moe)], heads
     arch, k = job.arch, lay.recompute_num_layers
     recomputed = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
     r_moe = arch.moe_in(recomputed)
     r_dense = layer_count(recomputed) - r_moe
-    _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
+    dense_p, moe_p = t.dense_plain, t.moe_plain
     mix = [(dense_l, r_dense), (moe_l, r_moe), (dense_p, n_dense - r_dense), (moe_p, n_moe - r_moe)]
     return mix, heads
 
@@ -251,14 +317,19 @@ def compute_floor(job: Job, layout: Layout) -> float:
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
     lower bound; recompute and EP overlap as in the layout, the overlap taken as if every
     forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
-    of them, and the bound holds at the structure's largest micro-batch)."""
-    _, m, _, _, out_layer = _times(job, layout)
+    of them, and the bound holds at the structure's largest micro-batch; what the merged
+    all-to-all hides still costs EP_COMM_SM_SHARE of it, and recompute only lengthens the
+    window by less than it adds)."""
+    t = _layout_times(job, layout)
+    m, out_layer = t.m, t.out
     worst = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
-        mix, heads = _rank_mix(job, layout, rank, chunks)
+        mix, heads = _rank_mix(job, layout, rank, chunks, t)
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
         a2a = sum(n * k.ep for k, n in mix)
-        c += max(a2a - c, 0.0) if layout.ep_comm_overlap else a2a
+        # with the overlap at least the merged pairs' excess, and the SMs the hidden rest takes
+        # (`ep_exposed` with every forward and backward merged and the window c)
+        c += max(a2a - c, 0.0) + EP_COMM_SM_SHARE * min(a2a, c) if layout.ep_comm_overlap else a2a
         worst = max(worst, c + heads * out_layer)
     return m * worst
 
@@ -266,7 +337,8 @@ def compute_floor(job: Job, layout: Layout) -> float:
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
     arch, lay = job.arch, layout
-    gpu, m, _, _, out_layer = _times(job, lay)
+    lt = _layout_times(job, lay)
+    gpu, m, out_layer = lt.gpu, lt.m, lt.out
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
     hop = 0.0
@@ -285,8 +357,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[int, int, int, bool], tuple[float, float, float]] = {}
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
-        n_dense, n_moe, _ = _rank_layers(job, lay, rank, chunks)
-        mix, heads = _rank_mix(job, lay, rank, chunks)
+        n_dense, n_moe, _ = _rank_layers(job, lay, rank, chunks, lt)
+        mix, heads = _rank_mix(job, lay, rank, chunks, lt)
         c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
         for k, n in mix:
             c += n * (k.fwd + k.bwd)
@@ -298,14 +370,16 @@ def estimate(job: Job, layout: Layout) -> Performance:
             cp += n * k.cp
             cp_h += n * k.cp_hidden
             ep += n * k.ep
-        ep_e = ep_exposed(lay, rank, m, ep, c + rec)
+        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec)
+        off = offload_exposed(job, lay, chunks, lt)
+        wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * out_layer
         fwd += heads * out_layer / 3
         bwd += 2 * heads * out_layer / 3
-        stage_times.append(c + rec + tp + cp + ep_e + pp_per_mb)
+        stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
-        rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep - ep_e))
+        rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers and role move the same bytes: computed once)
         key = (n_dense, n_moe, heads, rank == 0)
@@ -328,14 +402,14 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     _, bubble = pipeline_time(stage_times, m, lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
-    c, rec, tp, tp_h, cp, cp_h, ep, ep_h = rows[worst]
+    c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     pp_exposed = m * pp_per_mb
     if interleaved:
         fwds, bwds = zip(*stages, strict=True)
         pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
 
     breakdown = StepBreakdown(
-        compute=m * c,
+        compute=m * c + wcast,
         recompute=m * rec,
         tp_comm_exposed=m * tp,
         tp_comm_hidden=m * tp_h,
@@ -349,12 +423,15 @@ def estimate(job: Job, layout: Layout) -> Performance:
         bubble=bubble,
         optimizer=opt,
         other=STEP_OVERHEAD_S,
+        offload_exposed=m * off,
     )
     step = breakdown.step_time
     n_gpus = lay.num_gpus
     model = flops.model_flops(arch, job.seq_length, job.global_batch_size)
     policy = job.recompute_policy(lay.recompute)
-    hw = flops.hardware_flops(arch, job.seq_length, job.global_batch_size, policy)
+    hw = flops.hardware_flops(
+        arch, job.seq_length, job.global_batch_size, policy, lay.recompute_modules
+    )
     peak = job.cluster.gpu.peak_flops(job.precision)
     return Performance(
         breakdown=breakdown,

@@ -44,6 +44,9 @@ Hardware FLOPs add recomputation (never counted in model FLOPs / MFU):
     is SC21 eq.(3): 96*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)).
   - selective: one more forward of core attention, 4*s*Q per token per layer. (Korthikanti eq.(8)
     writes 1 + s/(3h), i.e. three forwards' worth; we count the one forward that is re-executed.)
+    With Megatron's --recompute-modules, the forward of each module's GEMMs: mla_up_proj MLA's
+    up-projections, mlp the dense MLPs, moe the MoE MLPs, shared_experts the shared experts
+    (layernorm and moe_act re-run no matmul).
     PyTorch's per-op policy (torchtitan "op") instead re-executes every other linear-layer matmul:
     half the decoder's forward FLOPs without core attention.
 """
@@ -148,23 +151,53 @@ def model_flops(arch: ModelArch, seq_length: int, global_batch_size: int) -> flo
     return model_flops_per_token(arch, seq_length) * seq_length * global_batch_size
 
 
-def recompute_flops_per_token(arch: ModelArch, seq_length: int, policy: str) -> float:
+def recompute_flops_per_token(
+    arch: ModelArch, seq_length: int, policy: str, modules: tuple[str, ...] = ("core_attn",)
+) -> float:
     """Extra forward FLOPs per token re-executed by activation recomputation, for a recompute
-    policy (`Job.recompute_policy`): none, core_attn, per_op (half the linear layers) or full."""
+    policy (`Job.recompute_policy`): none, per_op (half the linear layers), full, or Megatron's
+    selective ("core_attn") with its `modules` (Megatron --recompute-modules): core_attn the core
+    attention, mla_up_proj MLA's q and kv up-projections, mlp the dense layers' MLPs, moe the MoE
+    layers' experts (top-k routed and shared), shared_experts their shared experts; layernorm and
+    moe_act re-run no matmul."""
     core = arch.num_layers * attention_core_forward(arch, seq_length)
     if policy == "full":
         return decoder_forward(arch, seq_length)
     if policy == "per_op":
         return (decoder_forward(arch, seq_length) - core) / 2
-    if policy == "core_attn":
-        return core
-    return 0.0
+    if policy != "core_attn":
+        return 0.0
+    n_moe = arch.num_moe_layers
+    shared = arch.moe_shared_expert_intermediate_size or 0
+    per_module = {
+        "core_attn": core,
+        "mla_up_proj": arch.num_layers * _mla_up_forward(arch),
+        "mlp": (arch.num_layers - n_moe) * dense_mlp_forward(arch),
+        "moe": n_moe * moe_mlp_forward(arch) if n_moe else 0.0,
+        "shared_experts": n_moe * 2.0 * mlp_matrices(arch) * arch.hidden_size * shared,
+    }
+    return sum(per_module.get(m, 0.0) for m in modules)
 
 
-def hardware_flops(arch: ModelArch, seq_length: int, global_batch_size: int, policy: str) -> float:
+def _mla_up_forward(arch: ModelArch) -> float:
+    """Forward FLOPs per token of MLA's up-projections (the "mla_up" GEMMs); 0 without MLA."""
+    parts = linear_gemm_parts(arch, False)
+    gemms = attention_gemms(arch, 1.0, 1)
+    return sum(
+        2.0 * k * n * c for (_, k, n, c), p in zip(gemms, parts, strict=False) if p == "mla_up"
+    )
+
+
+def hardware_flops(
+    arch: ModelArch,
+    seq_length: int,
+    global_batch_size: int,
+    policy: str,
+    modules: tuple[str, ...] = ("core_attn",),
+) -> float:
     """Model FLOPs plus the recomputed forward FLOPs of one step (for HFU)."""
     tokens = seq_length * global_batch_size
-    extra = recompute_flops_per_token(arch, seq_length, policy) * tokens
+    extra = recompute_flops_per_token(arch, seq_length, policy, modules) * tokens
     return model_flops(arch, seq_length, global_batch_size) + extra
 
 
@@ -197,6 +230,27 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
     g.append((t, r_kv, a * (d_qk + d_v) / tp, 1))
     g.append((t, a * d_v / tp, h, 1))
     return g
+
+
+GemmPart = str
+"""What a linear GEMM belongs to (`linear_gemm_parts`): "attn" (attention projections), "mla_up"
+(MLA's q and kv up-projections), "mlp" (a dense MLP), "expert" (routed experts, one grouped GEMM
+over the rank's local experts), "shared" (shared experts)."""
+
+
+def linear_gemm_parts(arch: ModelArch, moe: bool) -> tuple[GemmPart, ...]:
+    """What each of `linear_gemms`' entries is, in its order (what selective recompute modules
+    re-run: mla_up_proj the "mla_up" GEMMs, mlp "mlp", moe "expert" and "shared",
+    shared_experts "shared")."""
+    if arch.multi_latent_attention:
+        q = ("attn", "mla_up") if arch.q_lora_rank else ("attn",)
+        attn: tuple[GemmPart, ...] = (*q, "attn", "mla_up", "attn")
+    else:
+        attn = ("attn", "attn")
+    if not moe:
+        return (*attn, "mlp", "mlp")
+    shared = ("shared", "shared") if arch.moe_shared_expert_intermediate_size else ()
+    return (*attn, "expert", "expert", *shared)
 
 
 def linear_gemms(

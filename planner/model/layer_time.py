@@ -15,9 +15,13 @@ GEMM_EFFICIENCY_MAX. The ceiling is measured per part and precision (the best-sh
 the vendor's BLAS over the dense peak, from the catalog): a part whose best matmul is slower than
 GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best. Backward = 2 x forward (dgrad and wgrad
 have the same three dimensions).
-FP8 runs the decoder's linear layers at the FP8 peak plus Transformer Engine's cast-transpose
-traffic (FP8_CAST_BYTES per input, weight and output-gradient element); attention and the output
-layer stay in bf16.
+FP8 runs the decoder's linear layers at the FP8 peak (at most the part's FP8 matmul ceiling, the
+same under every recipe) plus the recipe's quantisation traffic: FP8_QUANT_BYTES per element of
+each GEMM's input and output gradient per micro-batch, and of its weight once per step
+(`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
+Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
+GROUPED_GEMM_TILE_ROWS (`grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
+dropless imbalance, or the capacity factor with token dropping or padding).
 
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
 work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
@@ -31,11 +35,17 @@ memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (K
 sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
-Recompute: full repeats each layer's forward (compute and TP traffic) before its backward;
-selective repeats the core attention forward (Megatron) or, per-op (PyTorch's policy that saves
-every other matmul output and the attention output), half the linear GEMMs and the elementwise
-forward. The layer's TP, CP and EP traffic is computed here
-too (planner.model.comms), since how much of it hides depends on the layer's own kernels.
+Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
+Megatron's selective recompute re-runs its --recompute-modules (`_module_time`: core_attn the
+attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the
+experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine,
+shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
+PyTorch's per-op policy (saves every other matmul output and the attention output) half the
+linear GEMMs and the elementwise forward. The layer's TP, CP and EP traffic is computed here too
+(planner.model.comms: the token dispatcher by `moe_dispatch`), since how much of it hides depends
+on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved activations over
+the GPU's host link one way (HOST_LINK_GB_PER_S x HOST_LINK_EFFICIENCY); `planner.model.cost`
+exposes what outlasts the next layer.
 
 Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
@@ -84,9 +94,47 @@ RMSNorm over a fused kernel: in fp32, x.float() (r2 w4), pow (r4 w4), mean (r4),
 * weight and cast (r4 w2) is ~30 bytes forward against ~4 fused, and autograd's backward about
 twice that against ~6 fused."""
 
-FP8_CAST_BYTES = 4.0
-"""Bytes moved per element to feed an FP8 GEMM (Transformer Engine cast-transpose: read bf16,
-write fp8 and its fp8 transpose), for each of its input, weight and output-gradient tensors."""
+FP8_QUANT_BYTES: dict[str, float] = {
+    "delayed": 4.0,
+    "tensorwise": 6.0,
+    "blockwise": 4.0 + 2 * 4.0 / 128,
+    "mxfp8": 4.0 + 2 * 1.0 / 32,
+}
+"""HBM bytes moved per element to quantise a GEMM operand for FP8, by Megatron --fp8-recipe
+(Transformer Engine's quantisers; each GEMM's input and output gradient per micro-batch, its
+weight once per step: Megatron passes is_first_microbatch, so TE caches the FP8 weight and its
+transpose across micro-batches). delayed: one fused cast-transpose with the previous steps' amax
+(read bf16 2, write fp8 and its transpose 1 + 1). tensorwise (current scaling): the same after a
+pass that reads the tensor for its amax (+2). blockwise (DeepSeek-V3's 1 x 128 / 128 x 128): the
+scale is local to its block, so one pass writes both orientations and one fp32 scale per 128
+elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32. The
+GEMMs themselves run at the part's FP8 matmul ceiling under every recipe: DeepGEMM's published
+1 x 128 / 128 x 128 blockwise kernels reach the per-tensor roofline within ~10% on H800
+(tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware."""
+
+GROUPED_GEMM_TILE_ROWS = 128
+"""Rows of the grouped GEMM's tile along the token dimension: each expert's tokens are padded to
+a multiple (DeepGEMM's contiguous layout aligns every expert to 128 rows,
+`get_m_alignment_for_contiguous_layout`; CUTLASS / cuBLAS Hopper grouped kernels use 128-row
+tiles). It only matters where an expert gets few tokens (fine-grained experts, small batches)."""
+
+HOST_LINK_GB_PER_S: tuple[tuple[str, float], ...] = (
+    ("gb200", 225.0),
+    ("gb300", 225.0),
+    ("gh200", 450.0),
+    ("a100", 32.0),
+    ("l40s", 32.0),
+    ("*", 64.0),
+)
+"""A GPU's link to host memory, GB/s per direction, by catalog-name prefix (the catalog has no
+field yet): PCIe 4.0 x16 (16 GT/s x 16 lanes, 128b/130b: 31.5 GB/s) on A100 and L40S; PCIe 5.0
+x16 (63 GB/s) on H100, H200, H800, B200, MI300X, MI325X (the rest, "*"); NVLink-C2C 900 GB/s
+bidirectional (NVIDIA Grace Hopper / Grace Blackwell datasheets): GH200's 450 per direction to
+its one GPU; a GB200 Grace serves two GPUs, 225 each."""
+
+HOST_LINK_EFFICIENCY = 0.80
+"""Achieved / nominal host-link bandwidth for pinned, large asynchronous copies (as
+HBM_EFFICIENCY for streaming kernels; PCIe's TLP overhead alone takes ~5-10%)."""
 
 
 POWER_CLOCK_EXPONENT = 1.0 / 3.0
@@ -138,6 +186,11 @@ class Layer:
     cp: float = 0.0
     cp_hidden: float = 0.0
     ep: float = 0.0
+    weight_cast: float = 0.0
+    """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch)."""
+    offload: float = 0.0
+    """Seconds to move the layer's saved activations over the host link one way (CPU
+    offloading: out in the forward, back before the backward)."""
 
 
 def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
@@ -156,6 +209,33 @@ def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
     return activations.layer_bytes(job.arch, moe, sh, recompute=False)
 
 
+def moe_load(job: Job) -> float:
+    """Tokens the busiest EP rank's experts receive over the even share: MOE_LOAD_IMBALANCE when
+    dropless; at most the capacity factor with token dropping; exactly it when every expert is
+    padded to its capacity (Megatron --moe-expert-capacity-factor, --moe-pad-expert-input-to-
+    capacity)."""
+    cap = job.moe_expert_capacity_factor
+    if cap is None:
+        return MOE_LOAD_IMBALANCE
+    return cap if job.moe_pad_expert_input_to_capacity else min(MOE_LOAD_IMBALANCE, cap)
+
+
+def grouped_rows(m: float) -> float:
+    """Rows a grouped-GEMM expert really computes: its tokens padded to the kernel's row tile,
+    on average half a tile more (the remainder is uniform), never less than one tile."""
+    return max(GROUPED_GEMM_TILE_ROWS, m + GROUPED_GEMM_TILE_ROWS / 2)
+
+
+def host_link_bandwidth(job: Job) -> float:
+    """Bytes/s one GPU moves to or from host memory: its host link's rate per direction
+    (HOST_LINK_GB_PER_S by GPU family) x HOST_LINK_EFFICIENCY."""
+    name = job.cluster.gpu.name
+    link = next((v for prefix, v in HOST_LINK_GB_PER_S if name.startswith(prefix)), None)
+    if link is None:
+        link = dict(HOST_LINK_GB_PER_S)["*"]
+    return link * 1e9 * HOST_LINK_EFFICIENCY
+
+
 def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     """Seconds per micro-batch of one dense (moe=False) or MoE decoder layer on one GPU."""
     arch = job.arch
@@ -164,19 +244,24 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     s_local = s // lay.cp
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
-    # --- linear layers (FP8: plus Transformer Engine's cast-transpose of inputs, weights and
-    # output gradients, read 2 bytes and write 1 + 1 (the transpose) per element)
-    gemm_fwd = cast = 0.0
-    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, MOE_LOAD_IMBALANCE)
-    times = [
-        gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c) for m, k, n, c in shapes
-    ]
-    for (m, k, n, c), seconds in zip(shapes, times, strict=True):
-        gemm_fwd += seconds
-        if job.precision == "fp8":
-            cast += c * FP8_CAST_BYTES * (m * k + k * n + m * n) / gpu.hbm
+    fp8 = job.precision == "fp8"
+    quant = FP8_QUANT_BYTES[job.fp8_recipe] if fp8 else 0.0
+    load = moe_load(job)
+    # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
+    # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
+    # once per step, `weight_cast`)
+    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, load)
+    parts = flops.linear_gemm_parts(arch, moe)
+    times: list[float] = []
+    casts: list[float] = []
+    for (m, k, n, c), part in zip(shapes, parts, strict=True):
+        rows = grouped_rows(m) if part == "expert" else m
+        times.append(gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
+        casts.append(c * quant * (m * k + m * n) / gpu.hbm)
+        out.weight_cast += c * quant * k * n / gpu.hbm
+    gemm_fwd, cast = sum(times), sum(casts)
     # --- core attention
-    ew_bytes = _activation_bytes(job, lay, moe)
+    act_bytes = ew_bytes = _activation_bytes(job, lay, moe)
     if job.flash_attention:
         qk_w, v_w = flops.attention_core_width(arch)
         full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
@@ -196,13 +281,16 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
     out.fwd = gemm_fwd + attn_fwd + (ew + cast) / 3
     out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
+    out.offload = act_bytes / host_link_bandwidth(job)
     policy = job.recompute_policy(lay.recompute)
+    modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
     if policy == "full":
         out.recompute = out.fwd
     elif policy == "per_op":
         out.recompute = gemm_fwd / 2 + (ew + cast) / 3
     elif policy == "core_attn":
-        out.recompute = attn_fwd
+        pieces = _Pieces(parts, times, casts, attn_fwd, t, load)
+        out.recompute = sum(_module_time(job, lay, gpu, moe, pieces, mod) for mod in modules)
     # --- TP, CP, EP traffic of the layer (planner.model.comms)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
@@ -216,6 +304,11 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             job.tp_backward_overlap,
             regather=not job.sp_keeps_gathered_input,
         )
+        # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
+        rerun = {"mlp"} if not moe else {"moe", "shared_experts"}
+        if rerun & set(modules):
+            grp = comms.place(job.cluster, 1, tp)
+            exposed += comms.all_reduce(t * arch.hidden_size * BF16, grp)
         if lay.tp_comm_overlap and lay.sequence_parallel:
             total = exposed + hidden
             exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
@@ -227,10 +320,91 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             job.cluster, tp, lay.cp, kv_bytes, attn_fwd, attn_bwd, n_fwd
         )
     if moe and lay.ep > 1:
-        tokens = t / (tp if lay.sequence_parallel else 1)
-        size = tokens * arch.moe_router_topk * arch.hidden_size * BF16 * MOE_LOAD_IMBALANCE
-        out.ep = comms.expert_all_to_all(job.cluster, lay.expert_tp, lay.ep, size, n_fwd)
+        routing = comms.Routing(
+            tokens=t / (tp if lay.sequence_parallel else 1),
+            hidden=arch.hidden_size,
+            topk=arch.moe_router_topk,
+            experts=arch.num_moe_experts or 1,
+            groups=job.moe_router_num_groups,
+            group_topk=job.moe_router_group_topk,
+            load=load,
+        )
+        n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
+        out.ep = comms.moe_dispatch(
+            job.cluster,
+            lay.expert_tp,
+            lay.ep,
+            routing,
+            lay.moe_token_dispatcher_type,
+            n_ep,
+        )
     return out
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """One layer's forward pieces that selective recompute re-runs."""
+
+    parts: tuple[str, ...]
+    times: list[float]
+    """Forward seconds of each linear GEMM (`flops.linear_gemm_parts` order)."""
+    casts: list[float]
+    """FP8 quantisation seconds of each GEMM's input and output gradient (fwd + bwd)."""
+    attn_fwd: float
+    tokens: float
+    load: float
+
+
+def _module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: _Pieces, module: str) -> float:
+    """Seconds one recompute module re-runs in the backward of one layer per micro-batch
+    (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
+    of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
+    once. core_attn: the attention kernel's forward. layernorm: the two norms (read and write
+    h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
+    writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
+    mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
+    experts and the shared experts; the shared experts). A module the layer lacks costs 0."""
+    arch = job.arch
+    h = arch.hidden_size
+    sp_tp = lay.tp if lay.sequence_parallel else 1
+    glu = 2 if arch.gated_linear_unit else 1
+
+    def gemms(*kinds: str) -> float:
+        sel = [i for i, part in enumerate(p.parts) if part in kinds]
+        return sum(p.times[i] + p.casts[i] / 3 for i in sel)
+
+    def act(rows: float, width: float) -> float:
+        # read the (gated) fc1 output, write the activation, bf16
+        return rows * width * (glu + 1) * BF16 / gpu.hbm
+
+    routed = p.tokens * arch.moe_router_topk * p.load * lay.expert_tp / lay.tp
+    fe = arch.expert_ffn / lay.expert_tp
+    fs = (arch.moe_shared_expert_intermediate_size or 0) / lay.tp
+    if module == "core_attn":
+        return p.attn_fwd
+    if module == "layernorm":
+        return 2 * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
+    if module == "mla_up_proj":
+        if not arch.multi_latent_attention:
+            return 0.0
+        assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+        width = (
+            arch.num_attention_heads
+            / lay.tp
+            * (2 * (arch.qk_head_dim + arch.qk_pos_emb_head_dim) + arch.v_head_dim)
+        )
+        return gemms("mla_up") + 2 * p.tokens * width * BF16 / gpu.hbm
+    if module == "moe_act":
+        return act(routed, fe) if moe else 0.0
+    if module == "mlp":
+        return 0.0 if moe else gemms("mlp") + act(p.tokens, arch.ffn_hidden_size / lay.tp)
+    if module == "moe":
+        if not moe:
+            return 0.0
+        return gemms("expert", "shared") + act(routed, fe) + act(p.tokens, fs)
+    if module == "shared_experts":
+        return gemms("shared") + act(p.tokens, fs) if moe else 0.0
+    return 0.0
 
 
 def _column_parallel_windows(

@@ -3,10 +3,13 @@
 A rung is one setting of Megatron's memory savers, from none up: selective recompute of a set of
 modules (--recompute-modules), full recompute of the first N layers of each virtual stage (block
 N) or of every layer (uniform 1), or offloading the activations of k layers to host memory
-(--cpu-offloading-num-layers, pipelines of one stage only, without recompute). Every rung costs
-time (recompute forwards, exposed host transfers) and saves memory; which is fastest depends on
-the layout, so the search orders a base's rungs by their exact step time and takes the first that
-fits (`planner.search.top_k`).
+(--cpu-offloading-num-layers, pipelines of one stage only, without recompute). Where the base
+overlaps TP communication with userbuffers (--tp-comm-overlap), each of those also comes without
+it: Transformer Engine's userbuffers hold a dozen [s b / cp, h] buffers outside PyTorch's
+allocator (planner.model.buffers), gigabytes at long sequences, and turning the overlap off frees
+them for exposed TP traffic. Every rung costs time (recompute forwards, exposed host transfers or
+TP collectives) and saves memory; which is fastest depends on the layout, so the search orders a
+base's rungs by their exact step time and takes the first that fits (`planner.search.top_k`).
 
 Two families are ladders with one integer: block N and offload k. Memory falls and time grows as
 N or k grows (more layers recomputed or offloaded), so only the smallest N or k that fits can be
@@ -24,7 +27,8 @@ rung of its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from planner.inputs.layout import Layout, Recompute, RecomputeMethod, RecomputeModule
 from planner.inputs.plan import Job
@@ -54,6 +58,8 @@ class Rung:
     method: RecomputeMethod = "uniform"
     num_layers: int = 1
     offload: int = 0
+    tp_overlap: bool = True
+    """False: the base's TP communication overlap turned off (its userbuffers freed)."""
 
     def on(self, lay: Layout) -> Layout:
         """The base layout with this rung's settings."""
@@ -63,7 +69,14 @@ class Rung:
             recompute_method=self.method,
             recompute_num_layers=self.num_layers,
             cpu_offloading_num_layers=self.offload,
+            tp_comm_overlap=lay.tp_comm_overlap and self.tp_overlap,
         )
+
+    def without_tp_overlap(self) -> Rung:
+        return replace(self, tp_overlap=False)
+
+    def with_tp_overlap(self) -> Rung:
+        return replace(self, tp_overlap=True)
 
 
 NONE = Rung()
@@ -77,6 +90,9 @@ class Ladder:
     make: Callable[[int], Rung]
     lo: int
     hi: int
+    with_tp_overlap: Ladder | None = None
+    """For a ladder without the base's TP overlap: the same ladder with it (each of its rungs
+    is as fast or faster, in more memory)."""
 
 
 def _block(n: int) -> Rung:
@@ -87,20 +103,9 @@ def _offload(k: int) -> Rung:
     return Rung(offload=k)
 
 
-def _applies(job: Job, modules: tuple[RecomputeModule, ...]) -> bool:
-    arch = job.arch
-    has = {
-        "layernorm": True,
-        "core_attn": not job.flash_attention,
-        "mla_up_proj": arch.multi_latent_attention,
-        "moe_act": arch.is_moe,
-        "moe": arch.is_moe,
-        "shared_experts": arch.moe_shared_expert_intermediate_size is not None,
-        "mlp": arch.num_moe_layers < arch.num_layers,
-    }
-    delayed = job.precision == "fp8" and job.fp8_recipe == "delayed"
-    barred = {"layernorm", "moe_act"} if delayed else set()
-    return all(has[m] and m not in barred for m in modules)
+def _without_tp_overlap(ladder: Ladder) -> Ladder:
+    make = ladder.make
+    return Ladder(lambda n: make(n).without_tp_overlap(), ladder.lo, ladder.hi, ladder)
 
 
 def selective(job: Job) -> list[Rung]:
@@ -108,7 +113,31 @@ def selective(job: Job) -> list[Rung]:
     or PyTorch's per-op policy, which ignores them."""
     if job.selective_recompute == "per_op":
         return [Rung("selective")]
-    return [Rung("selective", modules) for modules in MODULE_SETS if _applies(job, modules)]
+    arch = job.arch
+    has = (
+        ("layernorm", True),
+        ("core_attn", not job.flash_attention),
+        ("mla_up_proj", arch.multi_latent_attention),
+        ("moe_act", arch.is_moe),
+        ("moe", arch.is_moe),
+        ("shared_experts", arch.moe_shared_expert_intermediate_size is not None),
+        ("mlp", arch.num_moe_layers < arch.num_layers),
+    )
+    delayed = job.precision == "fp8" and job.fp8_recipe == "delayed"
+    return list(_selective(has, delayed))
+
+
+@lru_cache(maxsize=64)
+def _selective(has: tuple[tuple[str, bool], ...], delayed: bool) -> tuple[Rung, ...]:
+    """The module sets whose modules the model has, none of them barred: layernorm and moe_act
+    recompute are not allowed under delayed FP8."""
+    present = {m for m, there in has if there}
+    barred = {"layernorm", "moe_act"} if delayed else set()
+    return tuple(
+        Rung("selective", modules)
+        for modules in MODULE_SETS
+        if all(m in present and m not in barred for m in modules)
+    )
 
 
 def rungs(
@@ -116,22 +145,40 @@ def rungs(
 ) -> tuple[list[Rung], list[Ladder]]:
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
     (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none)."""
+    longest = 0
+    if "full" in kinds:
+        chunks = base.chunk_layers(job.arch.num_layers)
+        longest = max(len(chunk) for rank in chunks for chunk in rank)
+    offload_up_to = job.arch.num_layers - 1 if offload and base.pp == 1 else 0
+    sel = tuple(selective(job)) if "selective" in kinds else ()
+    single, ladders = _rungs(kinds, sel, offload_up_to, longest, base.tp_comm_overlap)
+    return list(single), list(ladders)
+
+
+@lru_cache(maxsize=1024)
+def _rungs(
+    kinds: tuple[Recompute, ...],
+    sel: tuple[Rung, ...],
+    offload_up_to: int,
+    longest: int,
+    tp_overlap: bool,
+) -> tuple[tuple[Rung, ...], tuple[Ladder, ...]]:
+    """The rungs of `rungs`, from what they depend on (the search asks for them per base)."""
     single: list[Rung] = []
     ladders: list[Ladder] = []
     if "none" in kinds:
         single.append(NONE)
-        if offload and base.pp == 1 and job.arch.num_layers > 1:
-            ladders.append(Ladder(_offload, 1, job.arch.num_layers - 1))
-    if "selective" in kinds:
-        single += selective(job)
+        if offload_up_to >= 1:
+            ladders.append(Ladder(_offload, 1, offload_up_to))
+    single += sel
     if "full" in kinds:
-        longest = max(len(c) for c in base.chunk_layers(job.arch.num_layers))
         if longest > 1:
-            ladders.append(
-                Ladder(lambda n: Rung("full", method="block", num_layers=n), 1, longest - 1)
-            )
+            ladders.append(Ladder(_block, 1, longest - 1))
         single.append(FULL)
-    return single, ladders
+    if tp_overlap:
+        single += [r.without_tp_overlap() for r in single]
+        ladders += [_without_tp_overlap(ld) for ld in ladders]
+    return tuple(single), tuple(ladders)
 
 
 def every(job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> list[Rung]:

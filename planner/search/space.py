@@ -308,9 +308,13 @@ def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
 def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
     """Layouts the options of one structure stand for: each base times its ZeRO stages and every
     rung Megatron allows on it, the ladders counted whole."""
+    # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
+    # (vpp, split) once, times its micro-batch sizes
+    shapes = Counter((vpp, split) for _, vpp, split in opts)
     total = 0
-    for mbs, vpp, split in opts:
+    for (vpp, split), sizes in shapes.items():
+        mbs = next(m for m, v, sp in opts if (v, sp) == (vpp, split))
         for base in bases(job, s, mbs, vpp, split, space):
             per_zero = len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
-            total += len(zero_stages(space, base.layout)) * per_zero
+            total += sizes * len(zero_stages(space, base.layout)) * per_zero
     return total

@@ -89,8 +89,8 @@ class Infeasible:
 
 
 def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
-    """The smallest peak memory any layout of the space reaches (most sharding, most recompute,
-    smallest micro-batch, no interleaving), and that layout."""
+    """The smallest peak memory any layout of the space reaches (most sharding, the leanest
+    memory savers, smallest micro-batch, no interleaving), and that layout."""
     lean = replace(
         space,
         zero_stages=(max(space.zero_stages),),
@@ -101,12 +101,17 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     best: tuple[float, Layout | None] = (float("inf"), None)
     for s in space_mod.structures(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
-            lay = space_mod.bases(job, s, mbs, vpp, split, lean)[0].layout.with_(
-                zero_stage=lean.zero_stages[0], recompute=lean.recompute[0]
-            )
-            peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
-            if peak < best[0]:
-                best = (peak, lay)
+            for base in space_mod.bases(job, s, mbs, vpp, split, lean):
+                # the most sharding Megatron allows on it, and its leanest rungs (the most
+                # recompute, without TP overlap; each ladder's top)
+                zbase = base.layout.with_(zero_stage=max(space_mod.zero_stages(space, base.layout)))
+                lean_rungs = [r for r in base.single if r.recompute == lean.recompute[0]]
+                lean_rungs += [ld.make(ld.hi) for ld in base.ladders]
+                for rung in lean_rungs:
+                    lay = rung.on(zbase)
+                    peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
+                    if peak < best[0]:
+                        best = (peak, lay)
     return best
 
 

@@ -32,6 +32,7 @@ The space itself (structures, options, base layouts, variants) is `planner.space
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
-from planner.search.rungs import FULL, NONE, Ladder, Rung
+from planner.search.rungs import NONE, Ladder, Rung
 from planner.search.space import (
     RECOMPUTE_ORDER,
     Base,
@@ -121,6 +122,8 @@ def _best_variants(
     base_of: Base,
     rejected: Counter[str],
     too_big: dict[tuple[object, ...], bool],
+    cut: float | None = None,
+    lean_fails: dict[tuple[object, ...], int] | None = None,
 ) -> list[Candidate]:
     """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
     fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
@@ -129,22 +132,16 @@ def _best_variants(
     without a rung is done. A ZeRO stage whose weights, gradients, optimizer state and buffers
     alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
     remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
-    so is one where not even the leanest rungs (full recompute, the most offloading) fit. Block
+    so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
+    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest). Block
     recompute and offloading are bisected for their smallest setting that fits (their memory falls
     and their time grows with it). A stage whose fastest fitting rung the base's EP-overlap twin
-    takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it."""
+    takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
+    own lower bound (at its micro-batch size) exceeds `cut`, the K-th best time so far, yields
+    nothing either (checked once some ZeRO stage's states fit)."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
-
-    def fits(rung: Rung, zbase: Layout) -> MemoryReport | None:
-        rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
-        if not rep.fits:
-            rejected["memory"] += 1
-        return rep if rep.fits else None
-
-    def fits_at(zbase: Layout) -> Callable[[Rung], MemoryReport | None]:
-        return lambda rung: fits(rung, zbase)
 
     for z in zero_stages(space, base):
         zbase = base.with_(zero_stage=z)
@@ -154,20 +151,58 @@ def _best_variants(
         if too_big[key]:
             rejected["memory"] += 1
             continue
+        if cut is not None:
+            if lower_bound(job, base) > cut:
+                return []
+            cut = None  # checked once: the bound does not depend on the ZeRO stage
+        known: dict[Rung, MemoryReport | None] = {}
+
+        def fits(
+            rung: Rung, zbase: Layout = zbase, known: dict[Rung, MemoryReport | None] = known
+        ) -> MemoryReport | None:
+            if rung not in known:
+                rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
+                if not rep.fits:
+                    rejected["memory"] += 1
+                known[rung] = rep if rep.fits else None
+            return known[rung]
+
         feasible: list[tuple[Rung, MemoryReport]] = []
-        if NONE in single and (rep := fits(NONE, zbase)) is not None:
+        if NONE in single and (rep := fits(NONE)) is not None:
             feasible.append((NONE, rep))
         else:
-            leanest = [r for r in single if r == FULL] + [ld.make(ld.hi) for ld in ladders]
-            if leanest and all(fits(r, zbase) is None for r in leanest):
+            # the leanest of each family: full recompute and each ladder's top, without the TP
+            # overlap where the base has it
+            off = [r for r in single if not r.tp_overlap] or list(single)
+            off_ladders = [ld for ld in ladders if ld.with_tp_overlap] or list(ladders)
+            leanest = [r for r in off if r.recompute == "full"]
+            leanest += [ld.make(ld.hi) for ld in off_ladders]
+            # memory grows with the micro-batch (the options come smallest first): where the
+            # leanest rungs did not fit at a smaller one, they do not fit here
+            lean = lean_fails if lean_fails is not None else {}
+            lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
+            if lean.get(lean_key, math.inf) <= base.micro_batch_size:
+                rejected["memory"] += 1
+                continue
+            if leanest and all(fits(r) is None for r in leanest):
+                lean[lean_key] = base.micro_batch_size
                 continue
             for r in single:
-                if r != NONE and (rep := fits(r, zbase)) is not None:
+                # without the TP overlap a rung is no faster: only where it does not fit with it
+                dominated = not r.tp_overlap and fits(r.with_tp_overlap()) is not None
+                if r != NONE and not dominated and (rep := fits(r)) is not None:
                     feasible.append((r, rep))
+            smallest: dict[int, int] = {}
             for ld in ladders:
-                found_n = _smallest_fitting(ld, fits_at(zbase))
-                if found_n is not None:
-                    feasible.append(found_n)
+                hi = ld.hi
+                if ld.with_tp_overlap is not None and id(ld.with_tp_overlap) in smallest:
+                    hi = smallest[id(ld.with_tp_overlap)] - 1  # else the twin is as lean, faster
+                n = _smallest_fitting(ld, fits, hi)
+                if n is not None:
+                    rep = fits(ld.make(n))
+                    assert rep is not None
+                    feasible.append((ld.make(n), rep))
+                    smallest[id(ld)] = n
         scored = [
             Candidate(r.on(zbase), rep, cost.estimate(job, r.on(zbase))) for r, rep in feasible
         ]
@@ -186,22 +221,20 @@ def _best_variants(
 
 
 def _smallest_fitting(
-    ladder: Ladder, fits: Callable[[Rung], MemoryReport | None]
-) -> tuple[Rung, MemoryReport] | None:
-    """The ladder's smallest rung that fits, by bisection (memory falls as n grows), with its
-    memory; None when not even the largest fits."""
-    top = fits(ladder.make(ladder.hi))
-    if top is None:
+    ladder: Ladder, fits: Callable[[Rung], MemoryReport | None], hi: int
+) -> int | None:
+    """The smallest n up to hi whose rung of the ladder fits, by bisection (memory falls as n
+    grows); None when not even n = hi fits. `fits` remembers what it has estimated."""
+    if hi < ladder.lo or fits(ladder.make(hi)) is None:
         return None
-    lo, hi, best = ladder.lo, ladder.hi, (ladder.make(ladder.hi), top)
+    lo = ladder.lo
     while lo < hi:
         mid = (lo + hi) // 2
-        rep = fits(ladder.make(mid))
-        if rep is not None:
-            hi, best = mid, (ladder.make(mid), rep)
+        if fits(ladder.make(mid)) is not None:
+            hi = mid
         else:
             lo = mid + 1
-    return best
+    return hi
 
 
 def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None:
@@ -267,13 +300,18 @@ def search(
             break
         expanded += 1
         too_big: dict[tuple[object, ...], bool] = {}
+        lean_fails: dict[tuple[object, ...], int] = {}
         for mbs, vpp, split in opts:
+            found = 0
             for base in bases(job, s, mbs, vpp, split, space):
-                variants = _best_variants(job, space, base, rejected, too_big)
-                scored += len(variants)
+                variants = _best_variants(job, space, base, rejected, too_big, cut, lean_fails)
+                found += len(variants)
                 best += variants
-        best.sort(key=rank_key)
-        best = _kept(best, top_k, fold_twins)
+            if found:  # a tighter cut for the structure's next options
+                scored += found
+                best.sort(key=rank_key)
+                best = _kept(best, top_k, fold_twins)
+                cut = _cutoff(best, top_k, fold_twins)
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
             progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")

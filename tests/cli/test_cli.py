@@ -393,3 +393,23 @@ def test_megatron_warnings_are_reported_not_refused(
     plan.write_text(plan.read_text().replace("false", "true"))
     _, out, err = run(["check", str(plan), "--json"], capsys)
     assert json.loads(out)["warnings"] == [] and "warning" not in err
+
+
+def test_explain_shows_the_host_transfers_of_cpu_offloading(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Llama 3.1 8B on 8 H100 (PCIe 5 host link), tp 1 x dp 8, 8k sequences of micro-batch 2,
+    # the first 16 layers' activations offloaded: the exposed parts still add up to the step and
+    # the human table has a row for the host transfers whenever they are exposed
+    plan = tmp_path / "offload.toml"
+    plan.write_text(
+        EXAMPLE.read_text().split("[parallel]")[0]
+        + "[parallel]\ntp = 1\npp = 1\nmicro_batch_size = 2\ncpu_offloading_num_layers = 16\n"
+    )
+    code, out, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    perf = json.loads(out)["performance"]
+    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
+    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
+    _, text, _ = run(["explain", str(plan)], capsys)
+    assert ("CPU offloading host transfers" in text) == (parts["offload_exposed"] > 0)

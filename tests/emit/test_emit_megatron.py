@@ -230,6 +230,8 @@ def test_megatron_fsdp_fp32_gradients_are_said() -> None:
         ("h100-sxm-80gb", 1, {"tp": 1}, True, False),  # one GPU: no NCCL kernel to make room for
         ("h100-sxm-80gb", 16, {"tp": 1, "zero_stage": 3}, False, True),  # as Bridge's FSDP ones
         ("mi300x-192gb", 16, {"tp": 2}, False, False),  # NVIDIA / Transformer Engine names only
+        # a Megatron-FSDP plan whose memory counts expandable segments gets them
+        ("h100-sxm-80gb", 16, {"tp": 1, "zero_stage": 3, "expandable": True}, True, True),
     ],
 )
 def test_allocator_and_norm_sm_margin_as_the_bridge_recipes(
@@ -237,7 +239,11 @@ def test_allocator_and_norm_sm_margin_as_the_bridge_recipes(
 ) -> None:
     # bridge_recipes.md, environment table: every recipe sets NVTE_{F,B}WD_LAYERNORM_SM_MARGIN
     # (10-20) and, but for the Megatron-FSDP ones, PYTORCH_CUDA_ALLOC_CONF=expandable_segments
-    plan = make_plan("llama3.1-8b", n, parallel, gpu, global_batch_size=16)
+    parallel = dict(parallel)
+    expandable = bool(parallel.pop("expandable", False))
+    plan = make_plan(
+        "llama3.1-8b", n, parallel, gpu, global_batch_size=16, expandable_segments=expandable
+    )
     env = {e.name: e.value for e in environment(plan)}
     assert (env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True") == alloc
     assert (env.get("NVTE_FWD_LAYERNORM_SM_MARGIN") == "20") == margin

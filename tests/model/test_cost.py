@@ -285,26 +285,31 @@ def test_ep_all_to_all_is_counted_for_moe() -> None:
 
 def test_ep_exposed_by_hand() -> None:
     lay = Layout(pp=4, vpp=2, dp=2, ep=8)
-    assert cost.ep_exposed(lay, 0, 8, 10.0, 4.0) == 10.0  # no overlap: all of it
+    f = cost.EP_COMM_SM_SHARE
+    assert cost.ep_exposed(lay, 0, 8, 10.0, 4.0) == (10.0, 0.0)  # no overlap: all of it
     ov = lay.with_(ep_comm_overlap=True)
     # rank 3 runs 4 of its 16 chunk forwards (and backwards) alone: 1/4 x 10 + 3/4 x (10 - 4)
-    assert cost.ep_exposed(ov, 3, 8, 10.0, 4.0) == pytest.approx(7.0)
-    # a window longer than the all-to-all hides all of the merged share: 1/4 x 10
-    assert cost.ep_exposed(ov, 3, 8, 10.0, 40.0) == pytest.approx(2.5)
+    # shows, 3/4 x 4 = 3 hides and takes f of the SMs from the compute it hides under
+    assert cost.ep_exposed(ov, 3, 8, 10.0, 4.0) == pytest.approx((7.0 + 3.0 * f, 3.0))
+    # a window longer than the all-to-all hides all of the merged share: 1/4 x 10 shows
+    assert cost.ep_exposed(ov, 3, 8, 10.0, 40.0) == pytest.approx((2.5 + 7.5 * f, 7.5))
 
 
 def test_ep_overlap_hides_the_all_to_all_under_the_merged_compute() -> None:
     # Mixtral 8x7B, one stage, ep 8 inside a node: the all-to-all is shorter than a micro-batch's
-    # compute, so only the first forward's and the last backward's show, 1/m of it
+    # compute, so only the first forward's and the last backward's show, 1/m of it; the rest
+    # hides, slowing the compute under it by EP_COMM_SM_SHARE of itself
     j = job("mixtral-8x7b", num_gpus=16, gbs=64)
     lay = Layout(tp=1, pp=1, dp=16, ep=8)
     m = lay.num_microbatches(64)
+    f = cost.EP_COMM_SM_SHARE
     off, on = cost.estimate(j, lay), cost.estimate(j, lay.with_(ep_comm_overlap=True))
     a2a = off.breakdown.ep_comm_exposed
     assert 0 < a2a < 0.5 * off.breakdown.compute
-    assert on.breakdown.ep_comm_exposed == pytest.approx(a2a / m)
-    assert on.breakdown.ep_comm_hidden == pytest.approx(a2a * (1 - 1 / m))
-    assert off.step_time_s - on.step_time_s == pytest.approx(on.breakdown.ep_comm_hidden)
+    hidden = a2a * (1 - 1 / m)
+    assert on.breakdown.ep_comm_hidden == pytest.approx(hidden)
+    assert on.breakdown.ep_comm_exposed == pytest.approx(a2a / m + f * hidden)
+    assert off.step_time_s - on.step_time_s == pytest.approx(hidden * (1 - f))
 
 
 def test_ep_overlap_longer_than_compute_shows_the_excess() -> None:
@@ -318,6 +323,7 @@ def test_ep_overlap_longer_than_compute_shows_the_excess() -> None:
     #     4096 x 2048 + router 2048 x 128 + 8 experts x 3 x 2048 x 768) = 113,770,496 FLOPs
     #     forward, x 3 with the backward, x 48 layers x 4 x 4096 tokens / 989e12 >= 0.271 s
     hidden = []
+    f = cost.EP_COMM_SM_SHARE
     for ib in (2.0, 1.0):
         j = job("qwen3-30b-a3b", num_gpus=16, gbs=64, ib_gb_per_s=ib)
         lay = Layout(tp=1, pp=1, dp=16, ep=16)
@@ -326,8 +332,8 @@ def test_ep_overlap_longer_than_compute_shows_the_excess() -> None:
         off, on = cost.estimate(j, lay), cost.estimate(j, lay.with_(ep_comm_overlap=True))
         a2a = off.breakdown.ep_comm_exposed
         assert a2a > off.breakdown.compute
-        hidden.append(a2a - on.breakdown.ep_comm_exposed)
-        assert on.breakdown.ep_comm_hidden == pytest.approx(hidden[-1])
+        hidden.append(on.breakdown.ep_comm_hidden)
+        assert a2a - on.breakdown.ep_comm_exposed == pytest.approx(hidden[-1] * (1 - f))
         window = hidden[-1] / (1 - 1 / m)
         assert window >= 3 * 48 * 4 * 4096 * 113_770_496 / 989e12
         assert window <= off.breakdown.compute - 4 * 6 * 4096 * 2048 * 151_936 / 989e12

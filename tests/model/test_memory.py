@@ -13,31 +13,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from jobs import job
 
-from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
-from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import memory
 from planner.model.activations import Shard
+from planner.model.stage_activations import in_flight, shard
 
 GB = 1e9
-
-
-def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
-    g = catalog.get_gpu(gpu)
-    cluster = ClusterSpec(
-        gpu=g, num_gpus=n, gpus_per_node=g.gpus_per_node, memory_gib=g.memory_gib, tiers=g.tiers
-    )
-    return Job(
-        arch=catalog.get_model(model),
-        cluster=cluster,
-        seq_length=seq,
-        global_batch_size=gbs,
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 @pytest.mark.parametrize(
@@ -138,7 +124,7 @@ def test_megatron_theoretical_memory(model: str, n: int, lay: Layout) -> None:
     ],
 )
 def test_in_flight(pp: int, vpp: int, rank: int, expected: int) -> None:
-    assert memory.in_flight(Layout(pp=pp, vpp=vpp), rank, 64) == expected
+    assert in_flight(Layout(pp=pp, vpp=vpp), rank, 64) == expected
 
 
 def test_interleaving_factor_matches_korthikanti() -> None:
@@ -146,22 +132,30 @@ def test_interleaving_factor_matches_korthikanti() -> None:
     # 1 + (p - 1)/(p m) for m chunks per rank. Chunks in flight x layers per chunk, divided by
     # the L layers of plain 1F1B: (11 chunks x 2 layers) / 16 layers = 1 + 3/8.
     pp, vpp, L = 4, 2, 16
-    chunks = memory.in_flight(Layout(pp=pp, vpp=vpp), 0, 64)
+    chunks = in_flight(Layout(pp=pp, vpp=vpp), 0, 64)
     assert chunks * (L // (pp * vpp)) / L == pytest.approx(1 + (pp - 1) / (pp * vpp))
 
 
 def test_few_microbatches_cap_in_flight() -> None:
-    assert memory.in_flight(Layout(pp=8), 0, 3) == 3
+    assert in_flight(Layout(pp=8), 0, 3) == 3
 
 
-def test_ep_overlap_on_one_stage_holds_two_microbatches() -> None:
-    # merged F(k+1) + B(k): micro-batch k's activations are still held while k+1's are made;
-    # with pipelines the warm-up already holds the next forward's (interleaved counts unchanged)
-    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 64) == 2
-    assert memory.in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 1) == 1
-    assert memory.in_flight(Layout(ep=8), 0, 64) == 1
-    lay = Layout(pp=4, vpp=2, ep=8, ep_comm_overlap=True)
-    assert memory.in_flight(lay, 0, 64) == 11
+def test_ep_overlap_holds_one_layer_more_not_one_micro_batch_more() -> None:
+    # Megatron's EP overlap runs one more warm-up forward, then each forward merged with an
+    # earlier micro-batch's backward layer by layer (schedules.py:964-970, combined 1F1B): the
+    # micro-batch being built and the one being released hold one micro-batch and one layer.
+    # Counts unchanged; a stage without the loss holds one MoE layer's whole activations more,
+    # beside the dispatcher's tokens (x 1.10).
+    assert in_flight(Layout(ep=8, ep_comm_overlap=True), 0, 64) == 1
+    assert in_flight(Layout(pp=4, vpp=2, ep=8, ep_comm_overlap=True), 0, 64) == 11
+    j = job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64)
+    lay = Layout(tp=1, pp=2, vpp=2, dp=8, ep=8)
+    plain = memory.estimate(j, lay).stages[0]
+    merged = memory.estimate(j, lay.with_(ep_comm_overlap=True)).stages[0]
+    sh = shard(j, lay)
+    one_layer = act.layer_bytes(j.arch, True, sh, recompute=False)
+    extra = merged.activations - plain.activations
+    assert extra == pytest.approx(one_layer * memory.FRAGMENTATION, rel=1e-9)
 
 
 def test_expert_parameters_shard_over_expert_data_parallel() -> None:
@@ -238,28 +232,28 @@ TINY = {
     [
         # Per token, one micro-batch in flight (1F1B on one stage):
         #   full recompute keeps each layer's input 2h = 128: 2 layers            -> 256
-        #   first stage: token ids 8 + embedding output and dropout mask 3h        -> 200
-        #   last stage: final norm input 2h = 128, then by loss kernel
+        #   first stage: token ids 8 + the embedding's dropout mask h (its output is the first
+        #     layer's input, counted there)                                       -> 72
+        #   last stage: final norm input and output 4h = 256, then by loss kernel
         #     gathered: bf16 local logits 2V + the gathered working set 24V
-        #     fused:    (2 + 4) V
-        #   the layer recomputed in the backward holds all of it (Korthikanti 34h = 2176); on the
-        #   gathered path only what exceeds the loss buffers freed before it (all but the two
-        #   bf16 logits buffers, 4V) counts: max(0, 2176 - (logits - 4V))
-        # V = 64: gathered logits 128 + 128 + 1536 = 1792, freed 1536, 640 more:
-        #   256 + 200 + 1792 + 640 = 2888; fused 128 + 384 = 512: 256 + 200 + 512 + 2176 = 3144
-        (64, 2888, 3144),
-        # V = 1000: gathered logits 128 + 2000 + 24000 = 26128, freed 22128 > 2176: nothing more,
-        #   256 + 200 + 26128 = 26584; fused 128 + 6000 = 6128: 256 + 200 + 6128 + 2176 = 8760
-        (1000, 26584, 8760),
+        #     fused:    Megatron's 6V
+        #   the layer recomputed in the backward holds all of it (Korthikanti 34h = 2176) after
+        #   the loss backward: the larger of the two counts; on the gathered path the two bf16
+        #   logits buffers the pipeline still holds (4V) come on top of the recomputed layer
+        # V = 64: gathered max(256 + 128 + 1536, 2176 + 256) = 2432: 256 + 72 + 2432 = 2760;
+        #   fused max(256 + 384, 2176) = 2176: 256 + 72 + 2176 = 2504
+        (64, 2760, 2504),
+        # V = 1000: gathered max(256 + 2000 + 24000, 2176 + 4000) = 26256: 26584;
+        #   fused max(256 + 6000, 2176) = 6256: 256 + 72 + 6256 = 6584
+        (1000, 26584, 6584),
     ],
 )
 def test_gathered_loss_buffers_are_free_before_the_last_layer_is_recomputed(
     vocab: int, gathered: int, fused: int
 ) -> None:
-    # Last stage, full recompute, loss on gathered logits: the recomputed layer's working set
-    # comes after the loss backward has freed all but the two bf16 logits buffers, so it adds
-    # only what exceeds them; Megatron's fused loss adds the working set whole (the safe side).
-    # Both x FRAGMENTATION (1.10).
+    # Last stage, full recompute: the recomputed layer's working set comes after the loss
+    # backward has freed the loss buffers (Megatron's kernel; on the gathered path all but the two
+    # bf16 logits buffers). Both x FRAGMENTATION (1.10).
     arch = ModelArch.model_validate({**TINY, "vocab_size": vocab})
     j = Job(
         arch=arch,
@@ -274,3 +268,18 @@ def test_gathered_loss_buffers_are_free_before_the_last_layer_is_recomputed(
     assert got == pytest.approx(gathered * tokens * 1.10, rel=1e-12)
     got_fused = memory.estimate(replace(j, cross_entropy="fused"), lay).stages[0].activations
     assert got_fused == pytest.approx(fused * tokens * 1.10, rel=1e-12)
+
+
+def test_expandable_segments_count_less_fragmentation() -> None:
+    # Llama 3.1 8B on 8 H100, tp 2: with expandable segments the allocator's allowance on
+    # activations is 1.02 instead of 1.10, nothing else changes: activations scale by 1.02 / 1.10
+    # and the weights, gradients and optimizer states stay
+    plain = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128)
+    grown = replace(plain, expandable_segments=True)
+    lay = Layout(tp=2, dp=4, sequence_parallel=True)
+    a, b = memory.estimate(plain, lay).stages[0], memory.estimate(grown, lay).stages[0]
+    assert b.activations == pytest.approx(a.activations * 1.02 / 1.10, rel=1e-12)
+    assert (b.weights, b.grads, b.optimizer) == (a.weights, a.grads, a.optimizer)
+    assert b.total < a.total
+    # what the allocator counts (max_memory_allocated) does not depend on it
+    assert b.allocated == pytest.approx(a.allocated, rel=1e-12)

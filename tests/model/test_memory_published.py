@@ -38,7 +38,8 @@ def cases() -> list[tuple[str, Job, Layout, float | None]]:
             precision=r["precision"],
             **r["job"],
         )
-        out.append((r["source_id"], job, Layout(**r["layout"]), r["measured_gib"]))
+        lay = {k: tuple(v) if isinstance(v, list) else v for k, v in r["layout"].items()}
+        out.append((r["source_id"], job, Layout(**lay), r["measured_gib"]))
     return out
 
 

@@ -98,8 +98,8 @@ def test_json_top_pick_is_the_library_search(capsys: pytest.CaptureFixture[str])
 
 LONG = ["--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
 LONG += ["--seq-length", "32768", "--global-batch-size", "64"]
-"""A job whose top 5 used to hold two pairs of twins: (tp2 dp2 cp2 mbs1, tp2 dp1 cp4 mbs2) and
-(tp1 dp2 cp4 mbs1, tp1 dp1 cp8 mbs2), each pair at one step time (58.499 s, 58.502 s)."""
+"""A job (8k-token sequences 4 x longer than the default's, 8 GPUs) whose top 5 without folding
+holds twins: layouts that trade cp for micro-batch size at one step time."""
 
 
 def test_twins_fold_into_one_row(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,20 +114,19 @@ def test_twins_fold_into_one_row(capsys: pytest.CaptureFixture[str]) -> None:
 
     shown = [(key(c["parallel"]), c["performance"]["step_time_s"]) for c in cands]
     assert len(set(map(str, shown))) == 5  # no two rows are twins
-    first = cands[0]
-    assert (first["parallel"]["tp"], first["parallel"]["dp"], first["parallel"]["cp"]) == (2, 2, 2)
-    assert [
-        (e["parallel"]["cp"], e["parallel"]["micro_batch_size"]) for e in first["equivalents"]
-    ] == [(4, 2)]
     for c in cands:
         for e in c["equivalents"]:
             assert key(e["parallel"]) == key(c["parallel"])
             assert e["parallel"]["num_microbatches"] == c["parallel"]["num_microbatches"] == 32
             assert 0 < e["memory"]["peak_gib"] <= c["memory"]["capacity_gib"]
-    assert sum(bool(c["equivalents"]) for c in cands) >= 2
+    twinned = [(i, c) for i, c in enumerate(cands, 1) if c["equivalents"]]
+    assert twinned
     code, out, err = run(["suggest", *LONG], capsys)
     assert code == 0, err
-    assert "#1 also: cp 4 x mbs 2 (dp 1, peak" in out
+    for i, c in twinned:  # the table's footnote names each row's twins
+        for e in c["equivalents"]:
+            p = e["parallel"]
+            assert f"#{i} also: cp {p['cp']} x mbs {p['micro_batch_size']} (dp {p['dp']}," in out
     assert "#1 and #2 predict the same step time" not in out
 
 
@@ -209,10 +208,13 @@ def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
             *("--model", "mixtral-8x7b", "--num-gpus", "64", "--seq-length", "4096"),
             *("--global-batch-size", "256"),
         ],
-        # an uneven CP-SAT split on top: pipeline_layers must survive the round trip
+        # an uneven CP-SAT split on top (micro-batches of 1: the first rank's embedding and the
+        # last's output layer balanced by 41 / 39 layers): pipeline_layers must survive the
+        # round trip
         [
             *("--model", "llama3.1-70b", "--num-gpus", "32", "--seq-length", "4096"),
             *("--global-batch-size", "64", "--tp", "8", "--pp", "2", "--vpp", "1", "--no-cp"),
+            *("--mbs", "1"),
         ],
         [str(PLANS / "hf-llama2-7b.toml")],  # hf_config relative to the job file
         [str(PLANS / "inline-overrides.toml"), "--max-pp", "2"],  # inline model, tier overrides

@@ -327,10 +327,13 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     assert any(lay.ep_comm_overlap for lay in tops)
     assert any(lay.pipeline_layers is not None for lay in tops)
     assert len({lay.zero_stage for lay in tops}) >= 2
-    # 24 GiB: only full recompute fits, anywhere in the space
+    # 24 GiB: nothing fits without a memory saver, anywhere in the space, and the savers that
+    # fit include uniform full recompute, block recompute and a selective module set
     job, space = PROBLEMS["llama8b-tiny-memory"]
     every = reference_top(job, space, k=10**6, variants=variants_of("llama8b-tiny-memory"))
-    assert every and all(c.layout.recompute == "full" for c in every)
+    assert every and all(c.layout.recompute != "none" for c in every)
+    kinds = {(c.layout.recompute, c.layout.recompute_method) for c in every}
+    assert {("full", "uniform"), ("full", "block"), ("selective", "uniform")} <= kinds
     pinned = references["llama8b-pinned"]
     assert all(c.layout.tp == 2 and c.layout.pp <= 2 and c.layout.zero_stage == 1 for c in pinned)
     assert all(c.layout.recompute in ("none", "full") for c in pinned)
@@ -391,7 +394,9 @@ def test_no_rung_is_faster_than_none_and_ladders_trade_memory_for_time(name: str
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     """search.lower_bound at the structure's largest micro-batch (what the search queues) is no
-    more than the exact step time of any layout of that structure, split and vpp."""
+    more than the exact step time of any layout of that structure, split and vpp; and at a base
+    layout's own micro-batch (what the search prunes a base on) no more than any of its
+    variants' (ZeRO stages and memory-saving rungs)."""
     job, _ = PROBLEMS[name]
     variants = variants_of(name)
     groups: dict[tuple[int, ...], list[Layout]] = {}
@@ -412,9 +417,11 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
             for v, pl, ov in shapes
         )
         for lay in lays:
+            own = search.lower_bound(job, lay)
             for _, _, v in variants[lay]:
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
+                assert own <= exact * (1 + 1e-12), (v.describe(), own, exact)
                 checked += 1
     assert checked > 0
 

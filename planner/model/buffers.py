@@ -1,0 +1,198 @@
+"""Memory besides model states and saved activations, on one GPU: FP8 weight copies, gradient and
+FSDP buffers, communication buffers, workspaces and the CUDA context, and which of them PyTorch's
+caching allocator counts (`torch.cuda.max_memory_allocated`).
+
+FP8 weights (Transformer Engine, transformer_engine/pytorch/tensor/*; Megatron-LM d98e8a64
+`--fp8-param-gather`, fp8_utils.py). A GEMM weight in FP8 is kept as 8-bit data and, where the
+GEMM cannot read it transposed, an 8-bit transpose: Hopper's FP8 GEMMs take only the TN layout, so
+delayed and tensorwise scaling keep both there, while Blackwell reads either layout and keeps one
+(`is_non_tn_fp8_gemm_supported`); MXFP8 (1 x 32 blocks) and blockwise (128 x 128) scaling quantise
+along rows and along columns separately and keep both, with a scale per block (MXFP8: 1 byte per
+32 values; blockwise: 4 bytes per 128 x 128). With fp8_param_gather the FP8 copies are the
+parameters (the bf16 weight is gone; the fp32 master stays in the optimizer; for MXFP8 the
+all-gather stages through the gradient buffer, param_and_grad_buffer.py
+`reuse_grad_buf_for_mxfp8_param_ag`); without it TE caches them across the micro-batches of a step
+beside the bf16 weight (`is_first_microbatch`). Only the decoder layers' linear weights are FP8
+(embedding, output layer, norms and router stay 16-bit).
+
+Communication buffers outside PyTorch's allocator (cudaMalloc / NVSHMEM / cuMem, so not in
+allocated_gib but in the total):
+  - TP-overlap userbuffers (TE module/base.py `initialize_ub`, which Megatron calls with
+    [seq x mbs / cp, h]): one buffer of that shape per overlapped GEMM (TP_OVERLAP_BUFFERS);
+  - DeepEP's normal-mode buffers (deepseek-ai/DeepEP deep_ep/buffers/legacy.py,
+    csrc/legacy/config.hpp `get_nvl_buffer_size_hint` / `get_rdma_buffer_size_hint`, with
+    Megatron's hidden bytes, fused_a2a.py `get_buffer`);
+  - HybridEP's buffer (DeepEP hybrid-ep branch, csrc/hybrid_ep/buffer/intranode.cu): sized for
+    the worst case of every token of the EP group landing on one rank, dispatch and combine
+    sharing it (use_shared_buffer, the default).
+
+Constants fitted by benchmarks/fit_allocated.py say so; the others are physical and sourced.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model.comms import DP_BUCKET_PARAMS
+
+CUDA_CONTEXT_BYTES = 0.8 * GIB
+"""CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
+allocator: about 500-600 MiB of context on Hopper with CUDA 12 (nvidia-smi of an idle process) and
+the modules Transformer Engine loads."""
+
+NCCL_BYTES_PER_GROUP = 0.25 * GIB
+"""NCCL communicator buffers: NCCL_BUFFSIZE (4 MiB) x protocols x channels (up to 32) per peer
+connection; about 0.2-0.3 GiB for each process group a rank communicates in."""
+
+TORCH_WORKSPACE_BYTES = 0.073 * GIB
+"""Persistent allocations PyTorch's allocator counts besides the model states and Transformer
+Engine's workspaces (`te_workspace_bytes`): cuBLAS / cuBLASLt workspaces (CUBLAS_WORKSPACE_CONFIG
+:4096:8, 32 MiB per handle), Megatron's global gather buffer, RNG states. Fitted by
+benchmarks/fit_allocated.py on the functional tests' mem-allocated-bytes after a step (model
+states plus the workspaces); the rows and the spread are in that script's output."""
+
+TE_WORKSPACE_BYTES = {"hopper_or_later": 32 * 2**20 + 1024, "older": 4 * 2**20}
+"""Transformer Engine's cuBLAS workspace (cpp_extensions/gemm.py
+`get_cublas_workspace_size_bytes`): 32 MiB + 1 KiB from compute capability 9, 4 MiB before."""
+
+TE_GROUPED_GEMM_STREAMS = 4
+"""Extra TE workspaces for grouped GEMMs (the MoE experts), one per compute stream
+(`get_cublas_workspace(grouped_gemm=True)`, nvte_get_num_compute_streams)."""
+
+TE_UB_STREAMS = 3
+"""Extra TE workspaces for the TP-overlap GEMMs (`_NUM_MAX_UB_STREAMS`)."""
+
+TP_OVERLAP_BUFFERS = {"bf16": 12 * 2, "fp8": 8 * 1 + 4 * 2}
+"""Bytes per element of [seq x mbs / cp, h] of TE's TP-overlap userbuffers: 12 overlapped GEMMs
+(qkv, proj, fc1, fc2 x fprop, dgrad, wgrad; TE module/base.py `initialize_ub`), the 8 all-gather
+buffers in 8 bits under FP8 (`fp8_buf`), the 4 reduce-scatter ones in 16."""
+
+DEEPEP_NUM_SMS = 20
+"""SMs (two per channel) DeepEP's normal kernels use under Megatron when
+--moe-flex-dispatcher-num-sms is unset (token_dispatcher.py: "None -> 20")."""
+
+DEEPEP_RECV_TOKENS = {
+    2: (256, 128),
+    4: (256, 128),
+    8: (256, 128),
+    16: (288, 128),
+    24: (288, 128),
+    32: (288, 128),
+    48: (288, 128),
+    64: (288, 128),
+    96: (480, 128),
+    128: (560, 128),
+    144: (720, 128),
+    160: (720, 128),
+}
+"""DeepEP's recommended configs by EP size (deep_ep/buffers/legacy.py get_dispatch_config /
+get_combine_config): the NVLink and RDMA receive chunk sizes in tokens (the larger of the two
+configs)."""
+
+
+def te_workspace_bytes(job: Job, layout: Layout) -> float:
+    """Transformer Engine's persistent cuBLAS workspaces on one GPU: one, plus one per compute
+    stream for a MoE model's grouped GEMMs, plus TE_UB_STREAMS with TP overlap."""
+    gpu = job.cluster.gpu
+    recent = gpu.vendor == "nvidia" and not gpu.name.startswith(("a100", "l40s"))
+    size = TE_WORKSPACE_BYTES["hopper_or_later" if recent else "older"]
+    count = 1 + (TE_GROUPED_GEMM_STREAMS if job.arch.is_moe else 0)
+    count += TE_UB_STREAMS if layout.tp_comm_overlap and layout.tp > 1 else 0
+    return size * count
+
+
+def workspace_bytes(job: Job, layout: Layout) -> float:
+    """Persistent workspaces PyTorch's allocator counts: Transformer Engine's and the rest."""
+    return TORCH_WORKSPACE_BYTES + te_workspace_bytes(job, layout)
+
+
+def tp_overlap_bytes(job: Job, layout: Layout) -> float:
+    """TE's TP-overlap userbuffers on one GPU (0 without tp_comm_overlap)."""
+    if not (layout.tp_comm_overlap and layout.tp > 1):
+        return 0.0
+    elems = job.seq_length * layout.micro_batch_size / layout.cp * job.arch.hidden_size
+    return elems * TP_OVERLAP_BUFFERS["fp8" if job.precision == "fp8" else "bf16"]
+
+
+def _deepep_bytes(hidden_bytes: int, ranks: int) -> float:
+    """DeepEP normal-mode NVLink + RDMA buffer sizes (csrc/legacy/config.hpp hints: per received
+    token the data, 16 bytes of source metadata, 128 top-k indices (8 bytes) and weights (4),
+    128 fp32 scales; 8 NVLink peers)."""
+    nvl_tokens, rdma_tokens = DEEPEP_RECV_TOKENS[
+        min((r for r in DEEPEP_RECV_TOKENS if r >= ranks), default=160)
+    ]
+    channels = DEEPEP_NUM_SMS // 2
+    nvl_ranks, rdma_ranks = min(ranks, 8), max(ranks // 8, 1)
+    per_token = hidden_bytes + 16 + 128 * 8 + 128 * 4 + 128 * 4
+    nvl = channels * nvl_ranks * (nvl_tokens * per_token + (2 * rdma_ranks + 3) * 4)
+    if ranks <= 8:
+        return nvl
+    rdma = channels * rdma_ranks * (rdma_tokens * 2 * (per_token + 16) + (8 * 2 + 2) * 2 * 4)
+    return nvl + rdma
+
+
+def dispatcher_bytes(job: Job, layout: Layout) -> float:
+    """The flex dispatcher's communication buffers on one GPU (0 for alltoall / allgather, which
+    use NCCL): DeepEP's from its size hints; HybridEP's for every token of the EP group (tokens
+    per rank x the ep x etp ranks) of h bf16 values, a fp32 probability per local expert of each
+    rank of the NVLink domain and a fp32 scale per 128 values."""
+    arch = job.arch
+    if not arch.is_moe or layout.moe_token_dispatcher_type != "flex":
+        return 0.0
+    assert arch.num_moe_experts is not None
+    h = arch.hidden_size
+    group = layout.ep * layout.expert_tp
+    if layout.moe_flex_dispatcher_backend == "deepep":
+        return _deepep_bytes(2 * h, group)
+    tokens = job.seq_length // layout.cp * layout.micro_batch_size // layout.tp * group
+    domain = min(group, job.cluster.gpu.scaleup_domain_gpus)
+    local_experts = arch.num_moe_experts // layout.ep
+    return tokens * (2 * h + 4 * local_experts * domain + 4 * (h // 128))
+
+
+def fp8_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
+    """(parameter bytes, cached copy bytes) per FP8 GEMM weight element: 2 and 0 in bf16. With
+    fp8_param_gather (which needs a sharded optimizer) the FP8 data and, where kept, its
+    transpose are the parameter; without it they are a cache beside the bf16 weight."""
+    if job.precision != "fp8":
+        return 2.0, 0.0
+    recipe = job.fp8_recipe
+    if recipe == "mxfp8":
+        copies = 2.0 + 2.0 / 32
+    elif recipe == "blockwise":
+        copies = 2.0 + 2 * 4.0 / (128 * 128)
+    else:  # delayed / tensorwise: a transpose only where the GEMM needs TN
+        copies = 1.0 if job.cluster.gpu.is_blackwell else 2.0
+    if job.fp8_param_gather and layout.zero_stage >= 1:
+        return copies, 0.0
+    return 2.0, copies
+
+
+def context_bytes(layout: Layout) -> float:
+    """The CUDA context and the NCCL communicators of one GPU (outside PyTorch's allocator): the
+    same at every micro-batch size."""
+    groups = 1 + sum(d > 1 for d in (layout.tp, layout.pp, layout.cp, layout.ep, layout.dp))
+    return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
+
+
+def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
+    """(allocated, not allocated) fixed bytes of one GPU: the persistent workspaces; the CUDA
+    context, NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers."""
+    outside = context_bytes(layout) + tp_overlap_bytes(job, layout) + dispatcher_bytes(job, layout)
+    return workspace_bytes(job, layout), outside
+
+
+def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
+    """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
+    gradient bucket being reduce-scattered. ZeRO-3 (Megatron-FSDP optim_grads_params, one FSDP
+    unit per decoder layer): with double buffering (docs/user-guide/features/megatron_fsdp.md:
+    at most two units unsharded at a time) two units' bf16 parameters and gradients in the
+    gradient dtype."""
+    total = 0.0
+    if layout.zero_stage >= 2:
+        total += job.grad_bytes * DP_BUCKET_PARAMS
+    if layout.zero_stage == 3 and nlayers:
+        per_layer = (dense + expert) / nlayers
+        total += 2 * per_layer * (2.0 + job.grad_bytes)
+    return total

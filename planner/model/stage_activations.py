@@ -1,0 +1,255 @@
+"""Activation bytes a pipeline rank holds at its peak: the micro-batches in flight through its
+model chunks in Megatron-LM's schedule, what each chunk keeps per micro-batch under the recompute
+policy (full, selective modules, CPU offloading), and the working set one operation adds on top
+(the loss, a recomputed layer, the MoE dispatcher's tokens, the CP ring's K/V).
+
+In flight (NVIDIA/Megatron-LM d98e8a64 megatron/core/pipeline_parallel/schedules.py
+`get_pp_rank_microbatches`, `get_schedule_table`): rank r runs its warm-up forwards (1F1B:
+pp - r - 1; interleaved: 2(pp - r - 1) + (vpp - 1) x group, group =
+microbatch_group_size_per_vp_stage, default pp), then one forward and one backward at a time.
+Which chunk each forward ran through follows the schedule table (groups of `group` micro-batches,
+chunk by chunk), so with uneven chunks (a pipeline layout, the embedding or loss counted as a
+layer) each chunk's activations count as often as it is in flight (`schedule_peak`); with even
+chunks on rank 0 this is Korthikanti's 1 + (pp - 1)/(pp x vpp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import activations as act
+from planner.model.activations import Shard, dispatch_working_bytes
+from planner.model.schedule import Chunks, layer_count
+
+
+def _group(layout: Layout) -> int:
+    """Micro-batches the interleaved schedule runs per chunk in a row (default pp)."""
+    return layout.microbatch_group_size_per_vp_stage or layout.pp
+
+
+def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
+    """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
+    its warm-up forwards and the steady state's next one. With the EP all-to-all overlap Megatron
+    runs one more warm-up forward (schedules.py:964-970) and then each forward merged with an
+    earlier micro-batch's backward, layer by layer, so that the one being built and the one being
+    released together hold one micro-batch's activations and one layer more
+    (`stage_activations`): the same count."""
+    pp, vpp = layout.pp, layout.vpp
+    total = num_microbatches * vpp
+    if vpp == 1:
+        return min(pp - rank, total)
+    warm = 2 * (pp - rank - 1) + (vpp - 1) * _group(layout)
+    return min(warm + 1, total)
+
+
+def schedule_peak(kept: tuple[float, ...], layout: Layout, rank: int, m: int) -> float:
+    """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
+    micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
+    order, `planner.model.schedule.op_order`, with its micro-batch group), each forward adding its
+    chunk's bytes and each backward releasing the mirrored chunk's. The pattern repeats every
+    group x vpp steps, so one period after the warm-up holds the peak."""
+    vpp = len(kept)
+    n_flight = in_flight(layout, rank, max(m, 1))
+    if vpp == 1:
+        return n_flight * kept[0]
+    total, group = m * vpp, _group(layout)
+    warm = n_flight - 1 if n_flight < total else total
+    steady = min(total - warm, group * vpp + 1)
+    order: list[int] = []
+    start = 0
+    while len(order) < warm + steady and start < m:
+        size = min(group, m - start)
+        for c in range(vpp):
+            order += [c] * size
+        start += group
+    held = sum(kept[c] for c in order[:warm])
+    peak = held
+    for j in range(steady):
+        held += kept[order[warm + j]]
+        peak = max(peak, held)
+        held -= kept[vpp - 1 - order[j]]
+    return peak
+
+
+def shard(job: Job, layout: Layout) -> Shard:
+    """How a layout splits one layer's activations (`planner.model.activations.Shard`)."""
+    s = job.seq_length // layout.cp
+    policy = job.recompute_policy(layout.recompute)
+    return Shard(
+        tokens=s * layout.micro_batch_size,
+        tp=layout.tp,
+        sequence_parallel=layout.sequence_parallel,
+        etp=layout.expert_tp,
+        recompute=policy,
+        fp8=job.precision == "fp8",
+        seq_per_cp_rank=s,
+        micro_batch_size=layout.micro_batch_size,
+        fused_norm=job.fused_norm,
+        cross_entropy=job.cross_entropy,
+        fused_swiglu=job.fused_swiglu,
+        sp_keeps_gathered_input=job.sp_keeps_gathered_input,
+        flash_attention=job.flash_attention,
+        modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
+        moe_load=moe_load(job),
+    )
+
+
+def moe_load(job: Job) -> float:
+    """Token-expert pairs the busiest rank's experts receive relative to the even share: the
+    dropless planning value MOE_LOAD_IMBALANCE; a capacity factor only drops tokens beyond it, so
+    the smaller of the two, and exactly the capacity factor when experts are padded to it
+    (moe_utils.get_capacity, token_dispatcher.py)."""
+    cf = job.moe_expert_capacity_factor
+    if cf is None:
+        return act.MOE_LOAD_IMBALANCE
+    return cf if job.moe_pad_expert_input_to_capacity else min(cf, act.MOE_LOAD_IMBALANCE)
+
+
+@dataclass(frozen=True)
+class PerLayer:
+    """Activation bytes of one layer for one micro-batch, by kind, for one layout."""
+
+    dense: float
+    moe: float
+    dense_full: float
+    """Without full recompute: the working set while one layer is recomputed."""
+    moe_full: float
+
+    def kept(self, n_dense: int, n_moe: int) -> float:
+        return n_dense * self.dense + n_moe * self.moe
+
+
+@lru_cache(maxsize=4096)
+def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
+    """One dense and one MoE layer's activations under `sh`, kept and whole."""
+    dense = act.layer_bytes(arch, False, sh)
+    dense_full = act.layer_bytes(arch, False, sh, recompute=False)
+    if not arch.is_moe:
+        return PerLayer(dense, dense, dense_full, dense_full)
+    moe = act.layer_bytes(arch, True, sh)
+    moe_full = act.layer_bytes(arch, True, sh, recompute=False)
+    return PerLayer(dense, moe, dense_full, moe_full)
+
+
+def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Chunks) -> float:
+    """Bytes a micro-batch's backward holds beyond what it kept (`chunk_kept`) while layers are
+    recomputed: the backward runs from the last layer to the first, freeing each layer's
+    activations as it passes, and rebuilds a recomputed layer (or, with uniform full recompute,
+    a group of recompute_num_layers) whole before its backward. Per-op recompute and uniform
+    full recompute: one layer or group, whole, on top of the inputs kept. Block full recompute
+    (the first N layers of a chunk recomputed): by then the chunk's later layers are freed, so
+    only a chunk whose every layer is recomputed needs more than it kept."""
+    full = per.moe_full if arch.moe_in(chunks) else per.dense_full
+    if layout.recompute != "full":
+        return full
+    k = layout.recompute_num_layers
+    if layout.recompute_method == "uniform":
+        return min(k, max(len(c) for c in chunks)) * full
+    return full if any(0 < len(c) <= k for c in chunks) else 0.0
+
+
+def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> float:
+    """Activation bytes one micro-batch leaves in a chunk of layers until its backward.
+
+    Full recompute, uniform with N = recompute_num_layers: the chunk's layers are checkpointed
+    in groups of N, each group keeping its input only (ceil(n / N) layer inputs). Full
+    recompute, block N: the first N layers of the chunk keep their inputs, the rest everything
+    (Megatron counts N per model chunk, i.e. per virtual stage). CPU offloading (pp = 1, no
+    recompute; Megatron --cpu-offloading-num-layers N): the first N layers' activations go to
+    host memory as they are made and come back one layer ahead of their backward, so at most
+    two of them are on the GPU (one being copied out or in, one computing). Otherwise each layer
+    keeps what its recompute policy leaves (`PerLayer`)."""
+    n, n_moe = len(chunk), arch.moe_count(chunk)
+    if layout.recompute != "full":
+        off = min(layout.cpu_offloading_num_layers, n)
+        if off:
+            head = range(chunk.start, chunk.start + off)
+            moe_head = arch.moe_count(head)
+            on_gpu = per.kept(n - off - (n_moe - moe_head), n_moe - moe_head)
+            return on_gpu + min(off, 2) * max(per.dense, per.moe if moe_head else 0.0)
+        return per.kept(n - n_moe, n_moe)
+    k = layout.recompute_num_layers
+    if layout.recompute_method == "uniform":
+        return math.ceil(n / k) * per.dense  # a layer input: the same for both kinds
+    r = min(k, n)
+    moe_rest = n_moe - arch.moe_count(range(chunk.start, chunk.start + r))
+    return r * per.dense + (n - r - moe_rest) * per.dense_full + moe_rest * per.moe_full
+
+
+def _mtp_extra_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What an MTP layer keeps besides its transformer layer (multi_token_prediction.py): the
+    inputs of enorm and hnorm (2h each), their concatenated outputs that eh_proj keeps (4h),
+    and its final norm's input and output (4h): 12 bytes per hidden element."""
+    nbytes = 12 * sh.tokens * arch.hidden_size
+    return nbytes / sh.tp if sh.sequence_parallel else nbytes
+
+
+def _saved_loss_bytes(arch: ModelArch, vocab: int, sh: Shard) -> float:
+    """What a cross entropy's forward leaves until its backward: the fp32 softmax of the local
+    logits (4 bytes each)."""
+    return act.FP32 * sh.tokens * vocab / sh.tp
+
+
+def stage_activations(
+    job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shard, per: PerLayer
+) -> float:
+    """Activation bytes at rank `rank`'s peak (before fragmentation): the micro-batches in flight
+    (`schedule_peak`, the embedding's on the first chunk of rank 0, the MTP layers' in the chunk
+    that holds them) and on top what one operation works with: the loss on the last stage
+    (logits, and the saved softmax of the MTP losses computed before it), a layer being
+    recomputed, the MoE dispatcher's tokens, the CP ring's K/V in flight. Megatron's loss and a
+    layer's backward do not overlap (the loss backward frees the logits' buffers before the
+    output layer's backward hands the gradient on): the larger counts (with a gathered loss, plus
+    the logits buffers the pipeline still holds then; with PyTorch's loss, both)."""
+    arch = job.arch
+    vocab = arch.padded_vocab(layout.tp)
+    last = rank == layout.pp - 1
+    kept = [chunk_kept(arch, layout, per, c) for c in chunks]
+    if rank == 0:
+        kept[0] += act.embedding_bytes(arch, sh)
+    logits = act.logits_bytes(arch, vocab, sh)
+    loss = logits if last else 0.0
+    mtp = (
+        arch.mtp_num_layers if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) else 0
+    )
+    if mtp:
+        layer = per.moe if arch.moe_layers[-1] else per.dense
+        kept[-1] += mtp * (layer + _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh))
+        loss = max(loss, logits)
+    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    stored = schedule_peak(tuple(kept), layout, rank, m)
+    n_layers = layer_count(chunks)
+    working = 0.0
+    if sh.recompute in ("full", "per_op") and n_layers:
+        working = recompute_working(arch, layout, per, chunks)
+    if arch.moe_in(chunks):
+        moe = dispatch_working_bytes(arch, sh, _dispatcher(layout), layout.ep)
+        if layout.ep_comm_overlap:
+            # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
+            moe += per.moe_full
+        working = max(working, moe)
+    if last and sh.cross_entropy == "gathered":
+        # the recomputed layer's working set comes after the loss backward has released all but
+        # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)
+        working += act.GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
+    # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
+    # layer's, and its published peaks hold both (tests/model/test_memory_published.py)
+    both = sh.cross_entropy == "pytorch"
+    acts = stored + (loss + working if both else max(loss, working))
+    if layout.cp > 1 and n_layers:
+        # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
+        # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
+        kv_heads = max(arch.query_groups / layout.tp, 1)
+        acts += 2 * 2 * sh.tokens * kv_heads * arch.head_dim * 2
+    return acts
+
+
+def _dispatcher(layout: Layout) -> str:
+    if layout.moe_token_dispatcher_type == "flex":
+        return "hybridep" if layout.moe_flex_dispatcher_backend == "hybridep" else "flex"
+    return layout.moe_token_dispatcher_type

@@ -1,0 +1,24 @@
+"""A Job from catalog names, built directly (no plan file), for the model tests (pytest puts
+tests/ on sys.path)."""
+
+from __future__ import annotations
+
+from planner.inputs import catalog
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.plan import Job
+
+
+def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
+    """`model` on `n` of `gpu` (its catalog node size, memory and tiers), sequences of `seq`,
+    `gbs` per step; `kw` sets Job's other fields."""
+    g = catalog.get_gpu(gpu)
+    cluster = ClusterSpec(
+        gpu=g, num_gpus=n, gpus_per_node=g.gpus_per_node, memory_gib=g.memory_gib, tiers=g.tiers
+    )
+    return Job(
+        arch=catalog.get_model(model),
+        cluster=cluster,
+        seq_length=seq,
+        global_batch_size=gbs,
+        **kw,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,95 @@
+"""planner.search.rungs: which memory savers the search tries on a base layout.
+
+Oracle: hand counts from the layouts' shapes (comments give the arithmetic) and Megatron-LM's
+rules as benchmarks/data/megatron_rules.md states them (block recompute of N < the layers of a
+virtual stage, offloading only with one pipeline stage, layernorm / moe_act recompute not under
+delayed FP8, core_attn pointless with flash attention)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, parse_plan
+from planner.search import rungs
+from planner.search.rungs import FULL, NONE, Rung
+
+ALL = ("none", "selective", "full")
+
+
+def job(model: str = "llama3.1-70b", precision: str = "bf16", **training: Any) -> Job:
+    doc = {
+        "model": {"name": model},
+        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 32},
+        "training": {"seq_length": 4096, "global_batch_size": 64, "precision": precision},
+    }
+    doc["training"].update(training)
+    return parse_plan(doc).job
+
+
+def ladder_ranges(j: Job, lay: Layout, offload: bool = True) -> dict[str, tuple[int, int]]:
+    _, ladders = rungs.rungs(j, lay, ALL, offload)
+    out = {}
+    for ld in ladders:
+        kind = "offload" if ld.make(ld.lo).offload else "block"
+        out[kind] = (ld.lo, ld.hi)
+    return out
+
+
+def test_block_recompute_ladder_spans_the_longest_virtual_stage() -> None:
+    j = job()  # Llama 3.1 70B: 80 decoder layers
+    # pp 2 split (41, 39): the longest stage holds 41 layers; block 41 would be every layer
+    # (the FULL rung), so the ladder is block 1 .. 40
+    uneven = Layout(tp=8, pp=2, dp=2, pipeline_layers=(41, 39))
+    assert ladder_ranges(j, uneven) == {"block": (1, 40)}
+    # pp 2 with vpp 4: 80 / 8 = 10 layers per virtual stage -> block 1 .. 9
+    assert ladder_ranges(j, Layout(tp=8, pp=2, dp=2, vpp=4)) == {"block": (1, 9)}
+    # pp 1: one stage of 80 -> block 1 .. 79, and offloading 1 .. 79 layers
+    assert ladder_ranges(j, Layout(tp=8, dp=4)) == {"block": (1, 79), "offload": (1, 79)}
+    assert ladder_ranges(j, Layout(tp=8, dp=4), offload=False) == {"block": (1, 79)}
+
+
+def test_single_rungs_follow_the_model_and_the_rules() -> None:
+    dense = job()
+    single, _ = rungs.rungs(dense, Layout(tp=8, pp=2, dp=2), ALL, True)
+    # a dense model with flash attention: none, layernorm, mlp, full (core_attn saves nothing
+    # with flash attention; no MoE or MLA modules)
+    assert single == [NONE, Rung("selective", ("layernorm",)), Rung("selective", ("mlp",)), FULL]
+    # without flash attention core_attn is a rung too
+    no_flash = job(flash_attention=False)
+    assert Rung("selective", ("core_attn",)) in rungs.selective(no_flash)
+    # delayed FP8 bars layernorm and moe_act (Megatron asserts); tensorwise does not
+    assert Rung("selective", ("layernorm",)) not in rungs.selective(job(precision="fp8"))
+    tensorwise = job(precision="fp8", fp8_recipe="tensorwise")
+    assert Rung("selective", ("layernorm",)) in rungs.selective(tensorwise)
+    # DeepSeek-V3 (MLA, MoE with shared experts, 3 dense layers): every module set of MODULE_SETS
+    # but core_attn
+    ds = job("deepseek-v3")
+    sets = [r.modules for r in rungs.selective(ds)]
+    assert sets == [m for m in rungs.MODULE_SETS if m != ("core_attn",)]
+    # PyTorch's per-op policy is one rung whatever the modules
+    assert rungs.selective(job(selective_recompute="per_op")) == [Rung("selective")]
+
+
+def test_every_lists_each_ladder_whole() -> None:
+    j = job()
+    lay = Layout(tp=8, pp=2, dp=2, vpp=4)
+    # none + layernorm + mlp + full, and block 1 .. 9
+    every = rungs.every(j, lay, ALL, True)
+    assert len(every) == 4 + 9
+    assert every[4:] == [Rung("full", method="block", num_layers=n) for n in range(1, 10)]
+
+
+def test_with_tp_overlap_every_rung_also_comes_without_it() -> None:
+    j = job()
+    lay = Layout(tp=8, pp=2, dp=2, vpp=4, sequence_parallel=True, tp_comm_overlap=True)
+    single, ladders = rungs.rungs(j, lay, ALL, True)
+    # none, layernorm, mlp, full, each with and without the overlap; block 1 .. 9 both ways
+    assert len(single) == 2 * 4 and len(ladders) == 2
+    off = [r for r in single if not r.tp_overlap]
+    assert [r.on(lay).tp_comm_overlap for r in off] == [False] * 4
+    assert [r.on(lay).tp_comm_overlap for r in single if r.tp_overlap] == [True] * 4
+    assert {(ld.lo, ld.hi) for ld in ladders} == {(1, 9)}
+    assert [ld.make(3).on(lay).tp_comm_overlap for ld in ladders] == [True, False]
+    # a base without the overlap has nothing to turn off
+    assert all(r.tp_overlap for r in rungs.every(j, lay.with_(tp_comm_overlap=False), ALL, True))
