@@ -135,7 +135,9 @@ def _best_variants(
     so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
     then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest). Block
     recompute and offloading are bisected for their smallest setting that fits (their memory falls
-    and their time grows with it). A stage whose fastest fitting rung the base's EP-overlap twin
+    and their time grows with it). A rung without the base's TP overlap is no faster than with
+    it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
+    A stage whose fastest fitting rung the base's EP-overlap twin
     takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
     own lower bound (at its micro-batch size) exceeds `cut`, the K-th best time so far, yields
     nothing either (checked once some ZeRO stage's states fit)."""
