@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, load_published
-from planner.model import cost, layer_time
+from planner.model import cost, layer_time, stage_time
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 NAMES = (
@@ -52,6 +52,7 @@ def set_constants(values: Sequence[float]) -> None:
     for name, v in zip(NAMES, values, strict=True):
         lo, hi = BOUNDS[name]
         setattr(layer_time, name, min(max(v, lo), hi))
+    stage_time.forget_layer_times()  # the memoised layer times used the old values
 
 
 def log_errors(cases: Sequence[Case]) -> list[float]:

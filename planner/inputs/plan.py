@@ -1,206 +1,36 @@
-"""The plan file (DESIGN.md section 2) as pydantic models, and its resolution into a Job and a
-Layout.
+"""The plan file (DESIGN.md section 2) resolved into a Job and a Layout, and its loading.
 
 A plan file has `[model]`, `[cluster]`, `[training]` and, for check/explain/launch, `[parallel]`.
-`load_plan` validates every table at the boundary (frozen, extra="forbid"), resolves the model
-(zoo name, HF config path relative to the plan file, or inline Megatron fields) and the GPU
-(catalog name plus the plan's overrides), and builds the layout (dp derived when omitted). Whether
-Megatron-LM accepts that layout is `planner.search.rules` (`check_plan`), which every command that
-reads a `[parallel]` table applies.
+`load_plan` validates every table at the boundary (the sections of `plan_sections`: frozen,
+extra="forbid"), resolves the model (zoo name, HF config path relative to the plan file, or inline
+Megatron fields) and the GPU (catalog name plus the plan's overrides), and builds the layout (dp
+derived when omitted). Whether Megatron-LM accepts that layout is `planner.search.rules`
+(`check_plan`), which every command that reads a `[parallel]` table applies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Literal
 
 from planner.inputs import catalog, pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveFloat, PositiveInt
 from planner.inputs.files import load_toml, validate
-from planner.inputs.hardware import ClusterSpec, LinkTier, check_tiers
+from planner.inputs.hardware import ClusterSpec, check_tiers
 from planner.inputs.hf_import import load_hf_config
-from planner.inputs.layout import (
-    Dispatcher,
-    FlexBackend,
-    Layout,
-    Recompute,
-    RecomputeMethod,
-    RecomputeModule,
-    RecomputePolicy,
-    ZeroStage,
+from planner.inputs.layout import Layout, Recompute, RecomputePolicy
+from planner.inputs.plan_sections import (
+    ClusterSection,
+    CrossEntropy,
+    Fp8Recipe,
+    ParallelSection,
+    PlanFile,
+    Precision,
+    SelectivePolicy,
+    TrainingSection,
 )
-
-Precision = Literal["bf16", "fp8"]
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
-CrossEntropy = Literal["fused", "pytorch", "gathered"]
-SelectivePolicy = Literal["core_attn", "per_op"]
-
-
-MAX_GLOBAL_BATCH = 1 << 24
-"""Sequences per optimizer step: 16,777,216, thousands of times the batches published (Llama 3
-405B: 2,048 sequences of 8,192 tokens; even a billion-token batch of 128-token sequences is
-8 million). Bounds the search's enumeration of micro-batch sizes, as hardware.MAX_GPUS bounds its
-degrees."""
-
-
-class ClusterSection(BaseModel):
-    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    gpu: str = Field(min_length=1)
-    num_gpus: PositiveInt  # at most hardware.MAX_GPUS, checked on the ClusterSpec
-    gpus_per_node: PositiveInt | None = None
-    memory_gib: PositiveFloat | None = None
-    power_limit_w: PositiveFloat | None = Field(
-        default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
-    )
-    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
-        default=None, description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)"
-    )
-    tiers: tuple[LinkTier, ...] | None = None
-
-
-class TrainingSection(BaseModel):
-    """`[training]`: sequence length, global batch (sequences per optimizer step), precision."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    seq_length: PositiveInt
-    global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
-    precision: Precision = "bf16"
-    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
-    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
-        default="fp32",
-        description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
-        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
-    )
-    fused_norm: Flag = Field(
-        default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
-    )
-    cross_entropy: CrossEntropy = Field(
-        default="fused",
-        description="fused: Megatron's vocab-parallel kernel; pytorch: torch cross_entropy on "
-        "each rank's fp32 logits (vocab-split under TP); gathered: logits gathered over TP first",
-    )
-    selective_recompute: SelectivePolicy = Field(
-        default="core_attn",
-        description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
-        "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
-    )
-    fp8_param_gather: Flag = Field(
-        default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
-    )
-    fp8_recipe: Fp8Recipe = Field(
-        default="delayed",
-        description="Megatron --fp8-recipe (default delayed): delayed or tensorwise (per-tensor "
-        "scales), blockwise (128 x 128 / 1 x 128 blocks), mxfp8 (Blackwell, 1 x 32 blocks)",
-    )
-    moe_router_num_groups: PositiveInt | None = Field(
-        default=None, description="group-limited routing: expert groups (None = the model's)"
-    )
-    moe_router_group_topk: PositiveInt | None = Field(
-        default=None, description="groups a token may use (None = the model's)"
-    )
-    moe_expert_capacity_factor: PositiveFloat | None = Field(
-        default=None, description="token dropping: tokens per expert at most this x the even share"
-    )
-    moe_pad_expert_input_to_capacity: Flag = Field(
-        default=False, description="pad every expert's tokens up to its capacity"
-    )
-    flash_attention: Flag = Field(
-        default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
-    )
-    fused_swiglu: Flag = Field(
-        default=True,
-        description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
-    )
-    sp_keeps_gathered_input: Flag = Field(
-        default=False,
-        description="sequence parallelism saves the all-gathered input of the column-parallel "
-        "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
-    )
-    tp_backward_overlap: Flag = Field(
-        default=True,
-        description="the column-parallel linears' backward TP collectives run under their dgrad "
-        "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
-        "(plain autograd functions, PyTorch DTensor)",
-    )
-    expandable_segments: Flag = Field(
-        default=False,
-        description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "
-        "Megatron-Bridge's recipes and planner's launch files do): count the allocator's smaller "
-        "fragmentation; false (PyTorch's default allocator) counts the larger",
-    )
-
-
-class ParallelSection(BaseModel):
-    """`[parallel]`: the layout. dp is derived from num_gpus when omitted."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
-    vpp: PositiveInt | None = Field(
-        default=None, description="None = the layout's stages / pp, else 1"
-    )
-    dp: PositiveInt | None = None
-    sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
-    micro_batch_size: PositiveInt = 1
-    zero_stage: Annotated[ZeroStage, Integer] = 1
-    recompute: Recompute = "none"
-    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
-        default=None, description="selective recompute's modules (None = Megatron's core_attn)"
-    )
-    recompute_method: RecomputeMethod | None = Field(
-        default=None, description="full recompute: uniform or block (None = uniform)"
-    )
-    recompute_num_layers: PositiveInt | None = Field(
-        default=None, description="full recompute: group size or layers per stage (None = 1)"
-    )
-    cpu_offloading_num_layers: NonNegativeInt = 0
-    moe_token_dispatcher_type: Dispatcher = "alltoall"
-    moe_flex_dispatcher_backend: FlexBackend = "deepep"
-    microbatch_group_size_per_vp_stage: PositiveInt | None = None
-    pipeline_layers: tuple[PositiveInt, ...] | None = None
-    pipeline_model_parallel_layout: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=65536,
-        description="Megatron --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L'",
-    )
-    account_for_embedding_in_pipeline_split: Flag = False
-    account_for_loss_in_pipeline_split: Flag = False
-    tp_comm_overlap: Flag = False
-    ep_comm_overlap: Flag = Field(
-        default=False,
-        description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
-    )
-    overlap_grad_reduce: Flag = Field(
-        default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
-    )
-    overlap_param_gather: Flag = Field(
-        default=True, description="Megatron --overlap-param-gather (planner launches with it)"
-    )
-
-
-class PlanFile(BaseModel):
-    """The whole file. `[model]` is checked separately (it has three shapes)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: dict[str, Any]
-    cluster: ClusterSection
-    training: TrainingSection
-    parallel: ParallelSection | None = None
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,27 @@
 """Step time of a layout: compute, communication, pipeline bubble, optimizer.
 
 `estimate(job, layout)` is pure and cheap (one pass over two layer types and pp stages); the search
-calls it thousands of times. Every time is per GPU, per step, in seconds.
+calls it thousands of times, and bounds it from below by `compute_floor`. Every time is per GPU,
+per step, in seconds. Each stage's layers and their times come from `planner.model.stage_time`.
 
-Communication (planner.comms, each group on the tier it spans in Megatron's tp-cp-ep-dp-pp order):
-TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward (SP adds
-Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones under
-their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
+Communication (planner.model.comms, each group on the tier it spans in Megatron's tp-cp-ep-dp-pp
+order): TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward (SP
+adds Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones
+under their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
 collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overlap`; CP's K/V ring
 hops, hidden behind the attention kernels; EP dispatch and combine per token dispatcher and routing
-limit (`comms.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / HybridEP once per
-node and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
+limit (`dispatch.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / HybridEP once per node
+and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
 micro-batch's compute where the schedule pairs them, taking EP_COMM_SM_SHARE of the SMs from it
-(`ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and backward
-(`offload_exposed`); FP8 weights quantised once per step (in compute); PP one activation send
-forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on the critical
-path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill and drain
-expose up to one hop per chunk boundary, 2 (pp vpp - 1) (`schedule.interleaved_p2p_exposed`);
-DP gradient reduce-scatter / all-reduce and parameter all-gather (ZeRO-3: per micro-batch),
-exposed beyond their overlap windows (`comms.data_parallel`).
+(`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
+backward (`stage_time.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
+activation send forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on
+the critical path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill
+and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
+(`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
+all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap windows (`comms.data_parallel`).
 
-Pipeline (planner.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
+Pipeline (planner.model.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
 output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
 The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
@@ -31,7 +32,7 @@ each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroi
 gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
 Other: STEP_OVERHEAD_S per step (data loading, logging, launch latencies).
 
-Calibration: the three fitted constants live in planner/layer_time.py; everything here is a
+Calibration: the three fitted constants live in planner/model/layer_time.py; everything here is a
 documented physical or measured constant.
 """
 
@@ -43,14 +44,16 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, flops
 from planner.model.activations import BF16
-from planner.model.layer_time import Gpu, Layer, gpu_of, layer_time, output_layer_time
+from planner.model.gemm import Gpu
 from planner.model.memory import stage_params
-from planner.model.schedule import (
-    Chunks,
-    interleaved_p2p_exposed,
-    layer_count,
-    pipeline_time,
-    unmerged_share,
+from planner.model.schedule import interleaved_p2p_exposed, pipeline_time
+from planner.model.stage_time import (
+    EP_COMM_SM_SHARE,
+    ep_exposed,
+    layout_times,
+    offload_exposed,
+    rank_layers,
+    rank_mix,
 )
 
 ADAM_GRAD_READ_BYTES = 4.0
@@ -158,160 +161,6 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     return touched / gpu.hbm
 
 
-_LAYER_MEMO: dict[int, tuple[Job, dict[Layout, tuple[Gpu, Layer, Layer, float]]]] = {}
-"""Layer times per job (by identity; the entry holds the job, so its id is not reused while the
-entry lives) and per layout with the fields the layer times do not read set to fixed values. The
-search scores thousands of layouts that differ only in those fields."""
-
-_LAYER_MEMO_JOBS = 8
-
-
-def _layer_key(lay: Layout) -> Layout:
-    """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
-    overlap fields do not change one layer's time per micro-batch."""
-    return lay.with_(
-        pp=1,
-        dp=1,
-        vpp=1,
-        zero_stage=1,
-        pipeline_layers=None,
-        pipeline_layout=None,
-        recompute_method="uniform",
-        recompute_num_layers=1,
-        account_for_embedding_in_pipeline_split=False,
-        account_for_loss_in_pipeline_split=False,
-        ep_comm_overlap=False,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-    )
-
-
-@dataclass(frozen=True)
-class _LayoutTimes:
-    """What every rank of one layout shares: the GPU, micro-batches per step, the dense, MoE and
-    output layers' times (and the layers' times without recompute, which block recompute runs
-    on the rest of a chunk), and the rank holding the MTP layers."""
-
-    gpu: Gpu
-    m: int
-    dense: Layer
-    moe: Layer
-    out: float
-    dense_plain: Layer
-    moe_plain: Layer
-    mtp_rank: int | None
-
-
-def _layout_times(job: Job, lay: Layout) -> _LayoutTimes:
-    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
-    dense_p, moe_p = dense_l, moe_l
-    if lay.recompute == "full" and lay.recompute_method == "block":
-        _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
-    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    return _LayoutTimes(gpu, m, dense_l, moe_l, out_layer, dense_p, moe_p, mtp)
-
-
-def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
-    """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
-    m = max(lay.num_microbatches(job.global_batch_size), 1)
-    entry = _LAYER_MEMO.get(id(job))
-    if entry is None or entry[0] is not job:
-        if len(_LAYER_MEMO) >= _LAYER_MEMO_JOBS:
-            _LAYER_MEMO.clear()
-        entry = _LAYER_MEMO[id(job)] = (job, {})
-    key = _layer_key(lay)
-    if key not in entry[1]:
-        gpu = gpu_of(job)
-        dense_l = layer_time(job, key, gpu, False)
-        moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
-        entry[1][key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
-    gpu, dense_l, moe_l, out_layer = entry[1][key]
-    return gpu, m, dense_l, moe_l, out_layer
-
-
-EP_COMM_SM_SHARE = 20 / 132
-"""Share of the SMs an expert all-to-all kernel holds while it runs: what the compute it overlaps
-loses. DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.2) dedicates 20 of the H800's 132 SMs to its
-dispatch and combine kernels, and 20 is Megatron-LM's DeepEP default (token_dispatcher.py
-@d98e8a64: `moe_flex_dispatcher_num_sms` None -> 20); HybridEP reaches the NIC's bandwidth with
-8-16 (docs/README_Hybrid-EP.md), NCCL's all-to-all runs one block per channel. One value for all:
-the compute under a hidden all-to-all of T seconds runs on (1 - share) of the GPU, T x share
-longer."""
-
-
-def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> tuple[float, float]:
-    """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
-    and backward). Without `lay.ep_comm_overlap` all of it is exposed. With it (Megatron's merged
-    forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
-    micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
-    shows only beyond it; the forwards and backwards that run alone expose theirs. The hidden
-    part still takes EP_COMM_SM_SHARE of the SMs from the compute it runs under: that much of it
-    counts as exposed too. Optimistic otherwise: each all-to-all really hides under one attention
-    or MLP phase of the other pass."""
-    if not lay.ep_comm_overlap:
-        return a2a, 0.0
-    alone = unmerged_share(lay.pp, lay.vpp, rank, m)
-    shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
-    hidden = a2a - shown
-    return shown + EP_COMM_SM_SHARE * hidden, hidden
-
-
-def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: _LayoutTimes) -> float:
-    """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
-    (Megatron --cpu-offloading-num-layers k, one pipeline stage only: Transformer Engine's
-    double-buffered offload of the first k layers' activations). Layer i's activations go to the
-    host while layer i + 1 runs its forward and come back while layer i + 1 runs its backward;
-    each transfer (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) shows beyond that
-    window. Grows with k."""
-    k = lay.cpu_offloading_num_layers
-    if k <= 0:
-        return 0.0
-    dense_l, moe_l = t.dense, t.moe
-    kinds = [moe for c in chunks for moe in job.arch.moe_layers[c.start : c.stop]]
-    exposed = 0.0
-    for i in range(min(k, len(kinds) - 1)):
-        this = moe_l if kinds[i] else dense_l
-        nxt = moe_l if kinds[i + 1] else dense_l
-        exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
-    return exposed
-
-
-def _rank_layers(
-    job: Job, lay: Layout, rank: int, chunks: Chunks, t: _LayoutTimes
-) -> tuple[int, int, int]:
-    """(dense layers, MoE layers, output layers) a rank runs per micro-batch: its decoder layers,
-    plus on the MTP rank each MTP layer (one decoder layer of the last layer's kind and one more
-    output layer and loss), and the output layer on the last rank."""
-    arch = job.arch
-    n_moe = arch.moe_in(chunks)
-    n_dense = layer_count(chunks) - n_moe
-    heads = int(rank == lay.pp - 1)
-    if rank == t.mtp_rank:
-        mtp = arch.mtp_num_layers
-        n_moe, n_dense = (n_moe + mtp, n_dense) if arch.moe_layers[-1] else (n_moe, n_dense + mtp)
-        heads += mtp
-    return n_dense, n_moe, heads
-
-
-def _rank_mix(
-    job: Job, lay: Layout, rank: int, chunks: Chunks, t: _LayoutTimes
-) -> tuple[list[tuple[Layer, int]], int]:
-    """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: dense
-    and MoE layers with the layout's recompute, except with block full recompute, where only the
-    first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
-    dense_l, moe_l = t.dense, t.moe
-    n_dense, n_moe, heads = _rank_layers(job, lay, rank, chunks, t)
-    if not (lay.recompute == "full" and lay.recompute_method == "block"):
-        return [(dense_l, n_dense), (moe_l, n_moe)], heads
-    arch, k = job.arch, lay.recompute_num_layers
-    recomputed = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
-    r_moe = arch.moe_in(recomputed)
-    r_dense = layer_count(recomputed) - r_moe
-    dense_p, moe_p = t.dense_plain, t.moe_plain
-    mix = [(dense_l, r_dense), (moe_l, r_moe), (dense_p, n_dense - r_dense), (moe_p, n_moe - r_moe)]
-    return mix, heads
-
-
 def compute_floor(job: Job, layout: Layout) -> float:
     """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
@@ -320,11 +169,11 @@ def compute_floor(job: Job, layout: Layout) -> float:
     of them, and the bound holds at the structure's largest micro-batch; what the merged
     all-to-all hides still costs EP_COMM_SM_SHARE of it, and recompute only lengthens the
     window by less than it adds)."""
-    t = _layout_times(job, layout)
+    t = layout_times(job, layout)
     m, out_layer = t.m, t.out
     worst = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
-        mix, heads = _rank_mix(job, layout, rank, chunks, t)
+        mix, heads = rank_mix(job, layout, rank, chunks, t)
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
         a2a = sum(n * k.ep for k, n in mix)
         # with the overlap at least the merged pairs' excess, and the SMs the hidden rest takes
@@ -337,7 +186,7 @@ def compute_floor(job: Job, layout: Layout) -> float:
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
     arch, lay = job.arch, layout
-    lt = _layout_times(job, lay)
+    lt = layout_times(job, lay)
     gpu, m, out_layer = lt.gpu, lt.m, lt.out
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
@@ -357,8 +206,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[int, int, int, bool], tuple[float, float, float]] = {}
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
-        n_dense, n_moe, _ = _rank_layers(job, lay, rank, chunks, lt)
-        mix, heads = _rank_mix(job, lay, rank, chunks, lt)
+        n_dense, n_moe, _ = rank_layers(job, lay, rank, chunks, lt)
+        mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
         for k, n in mix:
             c += n * (k.fwd + k.bwd)

@@ -2,25 +2,20 @@
 
 Compute. Each GPU runs, per micro-batch of t = micro_batch_size x seq_length / cp tokens, the GEMMs
 of its TP shard of each layer (QKV, output projection, fc1, fc2, experts, logits; M = t rows,
-K and N the TP-sliced weight dims). A GEMM of 2MKN FLOPs runs at
+K and N the TP-sliced weight dims), each on the additive roofline of `planner.model.gemm` at
 
-    peak x e / (1 + e x ridge / I),    e = min(GEMM_EFFICIENCY_MAX, the part's matmul ceiling),
+    e = min(GEMM_EFFICIENCY_MAX, the part's matmul ceiling)
 
-I = 1 / (1/M + 1/K + 1/N) its arithmetic intensity in FLOP per byte of 16-bit operands (set by
-the smallest dimension: a thin TP slice, a small micro-batch, a rarely-routed expert) and
-ridge = bf16 peak / HBM bandwidth the GPU's roofline ridge point. This is the additive roofline: the
-GEMM's FLOPs at e x peak plus its operand traffic (2MKN / I bytes) at HBM speed, so a GEMM with
-I = e x ridge gets half of e and memory-bound ones fall off like I / ridge; no constant beyond
-GEMM_EFFICIENCY_MAX. The ceiling is measured per part and precision (the best-shape throughput of
-the vendor's BLAS over the dense peak, from the catalog): a part whose best matmul is slower than
-GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best. Backward = 2 x forward (dgrad and wgrad
-have the same three dimensions).
+of the peak, the only constant of that roofline. The ceiling is measured per part and precision
+(the best-shape throughput of the vendor's BLAS over the dense peak, from the catalog): a part
+whose best matmul is slower than GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best.
+Backward = 2 x forward (dgrad and wgrad have the same three dimensions).
 FP8 runs the decoder's linear layers at the FP8 peak (at most the part's FP8 matmul ceiling, the
-same under every recipe) plus the recipe's quantisation traffic: FP8_QUANT_BYTES per element of
-each GEMM's input and output gradient per micro-batch, and of its weight once per step
+same under every recipe) plus the recipe's quantisation traffic: `gemm.FP8_QUANT_BYTES` per
+element of each GEMM's input and output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
 Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
-GROUPED_GEMM_TILE_ROWS (`grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
+the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
 dropless imbalance, or the capacity factor with token dropping or padding).
 
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
@@ -36,16 +31,16 @@ sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches 
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
-Megatron's selective recompute re-runs its --recompute-modules (`_module_time`: core_attn the
+Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`: core_attn the
 attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the
 experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine,
 shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
 PyTorch's per-op policy (saves every other matmul output and the attention output) half the
 linear GEMMs and the elementwise forward. The layer's TP, CP and EP traffic is computed here too
-(planner.model.comms: the token dispatcher by `moe_dispatch`), since how much of it hides depends
-on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved activations over
-the GPU's host link one way (HOST_LINK_GB_PER_S x HOST_LINK_EFFICIENCY); `planner.model.cost`
-exposes what outlasts the next layer.
+(planner.model.comms; the token dispatcher by `dispatch.moe_dispatch`), since how much of it
+hides depends on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved
+activations over the GPU's host link one way (HOST_LINK_GB_PER_S x HOST_LINK_EFFICIENCY);
+`planner.model.stage_time` exposes what outlasts the next layer.
 
 Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
@@ -63,8 +58,9 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, comms, flops
+from planner.model import activations, comms, dispatch, flops, recompute_time
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
+from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
 
 GEMM_EFFICIENCY_MAX = 0.728
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
@@ -94,30 +90,6 @@ RMSNorm over a fused kernel: in fp32, x.float() (r2 w4), pow (r4 w4), mean (r4),
 * weight and cast (r4 w2) is ~30 bytes forward against ~4 fused, and autograd's backward about
 twice that against ~6 fused."""
 
-FP8_QUANT_BYTES: dict[str, float] = {
-    "delayed": 4.0,
-    "tensorwise": 6.0,
-    "blockwise": 4.0 + 2 * 4.0 / 128,
-    "mxfp8": 4.0 + 2 * 1.0 / 32,
-}
-"""HBM bytes moved per element to quantise a GEMM operand for FP8, by Megatron --fp8-recipe
-(Transformer Engine's quantisers; each GEMM's input and output gradient per micro-batch, its
-weight once per step: Megatron passes is_first_microbatch, so TE caches the FP8 weight and its
-transpose across micro-batches). delayed: one fused cast-transpose with the previous steps' amax
-(read bf16 2, write fp8 and its transpose 1 + 1). tensorwise (current scaling): the same after a
-pass that reads the tensor for its amax (+2). blockwise (DeepSeek-V3's 1 x 128 / 128 x 128): the
-scale is local to its block, so one pass writes both orientations and one fp32 scale per 128
-elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32. The
-GEMMs themselves run at the part's FP8 matmul ceiling under every recipe: DeepGEMM's published
-1 x 128 / 128 x 128 blockwise kernels reach the per-tensor roofline within ~10% on H800
-(tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware."""
-
-GROUPED_GEMM_TILE_ROWS = 128
-"""Rows of the grouped GEMM's tile along the token dimension: each expert's tokens are padded to
-a multiple (DeepGEMM's contiguous layout aligns every expert to 128 rows,
-`get_m_alignment_for_contiguous_layout`; CUTLASS / cuBLAS Hopper grouped kernels use 128-row
-tiles). It only matters where an expert gets few tokens (fine-grained experts, small batches)."""
-
 HOST_LINK_GB_PER_S: tuple[tuple[str, float], ...] = (
     ("gb200", 225.0),
     ("gb300", 225.0),
@@ -141,37 +113,6 @@ POWER_CLOCK_EXPONENT = 1.0 / 3.0
 """Sustained clock ~ power^(1/3) under a cap: CMOS dynamic power P = C V^2 f with the voltage
 scaled with the clock along the DVFS curve (P ~ f^3). An upper bound on the slowdown for
 compute-bound kernels at or near the TDP; not fitted."""
-
-
-@dataclass(frozen=True)
-class Gpu:
-    peak_bf16: float
-    peak_linear: float
-    """Peak for the decoder's linear layers (FP8 when the job is fp8)."""
-    hbm: float
-    """Achieved HBM bandwidth, bytes/s."""
-    ridge: float
-    """bf16 peak / nominal HBM bandwidth, FLOP per byte."""
-    e_bf16: float
-    """Large-GEMM fraction of the bf16 peak: GEMM_EFFICIENCY_MAX, at most the measured ceiling."""
-    e_linear: float
-    """The same for the decoder's linear layers, in the job's precision."""
-
-
-def gemm_efficiency(m: float, k: float, n: float, ridge: float, e: float) -> float:
-    """Fraction of peak for an M x K x N GEMM (additive roofline): e / (1 + e x ridge / I), e the
-    large-GEMM fraction."""
-    intensity = 1.0 / (1.0 / m + 1.0 / k + 1.0 / n)
-    return e / (1.0 + e * ridge / intensity)
-
-
-def gemm_time(
-    m: float, k: float, n: float, peak: float, ridge: float, e: float, count: float = 1
-) -> float:
-    """Seconds for `count` forward GEMMs of M x K x N at large-GEMM fraction e of `peak`."""
-    if m <= 0 or k <= 0 or n <= 0 or count <= 0:
-        return 0.0
-    return count * 2.0 * m * k * n / (peak * gemm_efficiency(m, k, n, ridge, e))
 
 
 @dataclass
@@ -218,12 +159,6 @@ def moe_load(job: Job) -> float:
     if cap is None:
         return MOE_LOAD_IMBALANCE
     return cap if job.moe_pad_expert_input_to_capacity else min(MOE_LOAD_IMBALANCE, cap)
-
-
-def grouped_rows(m: float) -> float:
-    """Rows a grouped-GEMM expert really computes: its tokens padded to the kernel's row tile,
-    on average half a tile more (the remainder is uniform), never less than one tile."""
-    return max(GROUPED_GEMM_TILE_ROWS, m + GROUPED_GEMM_TILE_ROWS / 2)
 
 
 def host_link_bandwidth(job: Job) -> float:
@@ -289,9 +224,11 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     elif policy == "per_op":
         out.recompute = gemm_fwd / 2 + (ew + cast) / 3
     elif policy == "core_attn":
-        pieces = _Pieces(parts, times, casts, attn_fwd, t, load)
-        out.recompute = sum(_module_time(job, lay, gpu, moe, pieces, mod) for mod in modules)
-    # --- TP, CP, EP traffic of the layer (planner.model.comms)
+        pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load)
+        out.recompute = sum(
+            recompute_time.module_time(job, lay, gpu, moe, pieces, mod) for mod in modules
+        )
+    # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
         exposed, hidden = comms.tensor_parallel_layer(
@@ -320,7 +257,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             job.cluster, tp, lay.cp, kv_bytes, attn_fwd, attn_bwd, n_fwd
         )
     if moe and lay.ep > 1:
-        routing = comms.Routing(
+        routing = dispatch.Routing(
             tokens=t / (tp if lay.sequence_parallel else 1),
             hidden=arch.hidden_size,
             topk=arch.moe_router_topk,
@@ -330,7 +267,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             load=load,
         )
         n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
-        out.ep = comms.moe_dispatch(
+        out.ep = dispatch.moe_dispatch(
             job.cluster,
             lay.expert_tp,
             lay.ep,
@@ -339,72 +276,6 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             n_ep,
         )
     return out
-
-
-@dataclass(frozen=True)
-class _Pieces:
-    """One layer's forward pieces that selective recompute re-runs."""
-
-    parts: tuple[str, ...]
-    times: list[float]
-    """Forward seconds of each linear GEMM (`flops.linear_gemm_parts` order)."""
-    casts: list[float]
-    """FP8 quantisation seconds of each GEMM's input and output gradient (fwd + bwd)."""
-    attn_fwd: float
-    tokens: float
-    load: float
-
-
-def _module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: _Pieces, module: str) -> float:
-    """Seconds one recompute module re-runs in the backward of one layer per micro-batch
-    (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
-    of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
-    once. core_attn: the attention kernel's forward. layernorm: the two norms (read and write
-    h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
-    writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
-    mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
-    experts and the shared experts; the shared experts). A module the layer lacks costs 0."""
-    arch = job.arch
-    h = arch.hidden_size
-    sp_tp = lay.tp if lay.sequence_parallel else 1
-    glu = 2 if arch.gated_linear_unit else 1
-
-    def gemms(*kinds: str) -> float:
-        sel = [i for i, part in enumerate(p.parts) if part in kinds]
-        return sum(p.times[i] + p.casts[i] / 3 for i in sel)
-
-    def act(rows: float, width: float) -> float:
-        # read the (gated) fc1 output, write the activation, bf16
-        return rows * width * (glu + 1) * BF16 / gpu.hbm
-
-    routed = p.tokens * arch.moe_router_topk * p.load * lay.expert_tp / lay.tp
-    fe = arch.expert_ffn / lay.expert_tp
-    fs = (arch.moe_shared_expert_intermediate_size or 0) / lay.tp
-    if module == "core_attn":
-        return p.attn_fwd
-    if module == "layernorm":
-        return 2 * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
-    if module == "mla_up_proj":
-        if not arch.multi_latent_attention:
-            return 0.0
-        assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
-        width = (
-            arch.num_attention_heads
-            / lay.tp
-            * (2 * (arch.qk_head_dim + arch.qk_pos_emb_head_dim) + arch.v_head_dim)
-        )
-        return gemms("mla_up") + 2 * p.tokens * width * BF16 / gpu.hbm
-    if module == "moe_act":
-        return act(routed, fe) if moe else 0.0
-    if module == "mlp":
-        return 0.0 if moe else gemms("mlp") + act(p.tokens, arch.ffn_hidden_size / lay.tp)
-    if module == "moe":
-        if not moe:
-            return 0.0
-        return gemms("expert", "shared") + act(routed, fe) + act(p.tokens, fs)
-    if module == "shared_experts":
-        return gemms("shared") + act(p.tokens, fs) if moe else 0.0
-    return 0.0
 
 
 def _column_parallel_windows(

@@ -18,7 +18,7 @@ from paths import EXAMPLES, REPO
 
 sys.path.insert(0, str(REPO))
 
-from benchmarks import recipes
+from benchmarks import recipe_data, recipes
 from planner.emit.common import environment
 from planner.inputs import pipeline_layout
 from planner.inputs.plan import load_plan
@@ -44,7 +44,7 @@ def test_parsed_sizes_give_the_data_files_own_derived_column(r: recipes.Recipe) 
     # "dp / micro-batches per step": dp = N / (tp pp cp), M = gbs / (mbs dp)
     text = next(
         line
-        for line in recipes.DATA.read_text().splitlines()
+        for line in recipe_data.DATA.read_text().splitlines()
         if line.startswith(f"| {r.id} |") and "`" in line.split("|")[2]
     )
     dp = r.n // (r.tp * r.pp * r.cp)

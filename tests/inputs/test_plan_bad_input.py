@@ -22,7 +22,8 @@ from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
 from planner.inputs.errors import PlannerError
 from planner.inputs.files import MAX_INPUT_CHARS
 from planner.inputs.hardware import MAX_GPUS
-from planner.inputs.plan import MAX_GLOBAL_BATCH, load_plan
+from planner.inputs.plan import load_plan
+from planner.inputs.plan_sections import MAX_GLOBAL_BATCH
 
 # --- bad plans: InputError naming file, field and value
 

@@ -24,7 +24,7 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, flops, layer_time, schedule
+from planner.model import cost, flops, layer_time, schedule, stage_time
 from planner.model.layer_time import gpu_of
 
 DATA = DATA_DIR / "fidelity_rows.json"
@@ -285,14 +285,14 @@ def test_ep_all_to_all_is_counted_for_moe() -> None:
 
 def test_ep_exposed_by_hand() -> None:
     lay = Layout(pp=4, vpp=2, dp=2, ep=8)
-    f = cost.EP_COMM_SM_SHARE
-    assert cost.ep_exposed(lay, 0, 8, 10.0, 4.0) == (10.0, 0.0)  # no overlap: all of it
+    f = stage_time.EP_COMM_SM_SHARE
+    assert stage_time.ep_exposed(lay, 0, 8, 10.0, 4.0) == (10.0, 0.0)  # no overlap: all of it
     ov = lay.with_(ep_comm_overlap=True)
     # rank 3 runs 4 of its 16 chunk forwards (and backwards) alone: 1/4 x 10 + 3/4 x (10 - 4)
     # shows, 3/4 x 4 = 3 hides and takes f of the SMs from the compute it hides under
-    assert cost.ep_exposed(ov, 3, 8, 10.0, 4.0) == pytest.approx((7.0 + 3.0 * f, 3.0))
+    assert stage_time.ep_exposed(ov, 3, 8, 10.0, 4.0) == pytest.approx((7.0 + 3.0 * f, 3.0))
     # a window longer than the all-to-all hides all of the merged share: 1/4 x 10 shows
-    assert cost.ep_exposed(ov, 3, 8, 10.0, 40.0) == pytest.approx((2.5 + 7.5 * f, 7.5))
+    assert stage_time.ep_exposed(ov, 3, 8, 10.0, 40.0) == pytest.approx((2.5 + 7.5 * f, 7.5))
 
 
 def test_ep_overlap_hides_the_all_to_all_under_the_merged_compute() -> None:
@@ -302,7 +302,7 @@ def test_ep_overlap_hides_the_all_to_all_under_the_merged_compute() -> None:
     j = job("mixtral-8x7b", num_gpus=16, gbs=64)
     lay = Layout(tp=1, pp=1, dp=16, ep=8)
     m = lay.num_microbatches(64)
-    f = cost.EP_COMM_SM_SHARE
+    f = stage_time.EP_COMM_SM_SHARE
     off, on = cost.estimate(j, lay), cost.estimate(j, lay.with_(ep_comm_overlap=True))
     a2a = off.breakdown.ep_comm_exposed
     assert 0 < a2a < 0.5 * off.breakdown.compute
@@ -323,7 +323,7 @@ def test_ep_overlap_longer_than_compute_shows_the_excess() -> None:
     #     4096 x 2048 + router 2048 x 128 + 8 experts x 3 x 2048 x 768) = 113,770,496 FLOPs
     #     forward, x 3 with the backward, x 48 layers x 4 x 4096 tokens / 989e12 >= 0.271 s
     hidden = []
-    f = cost.EP_COMM_SM_SHARE
+    f = stage_time.EP_COMM_SM_SHARE
     for ib in (2.0, 1.0):
         j = job("qwen3-30b-a3b", num_gpus=16, gbs=64, ib_gb_per_s=ib)
         lay = Layout(tp=1, pp=1, dp=16, ep=16)
@@ -361,7 +361,7 @@ def test_layer_memo_gives_the_uncached_times() -> None:
     ]
     warm = [cost.estimate(j, lay) for lay in lays]
     for lay, w in zip(lays, warm, strict=True):
-        cost._LAYER_MEMO.clear()
+        stage_time._LAYER_MEMO.clear()
         assert cost.estimate(j, lay) == w
 
 

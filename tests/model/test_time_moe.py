@@ -18,7 +18,7 @@ from paths import EXAMPLES
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import load_plan
-from planner.model import comms, cost, layer_time
+from planner.model import comms, cost, dispatch, gemm, layer_time
 
 EXAMPLE = EXAMPLES / "deepseek-v3-h800.toml"
 
@@ -30,11 +30,11 @@ def h800(num_gpus: int) -> ClusterSpec:
     )
 
 
-def deepep_routing(ep: int) -> comms.Routing:
+def deepep_routing(ep: int) -> dispatch.Routing:
     """DeepEP's benchmark: 4096 tokens, 7168 hidden, top-8 of 256 experts, top-4 node groups."""
     nodes = ep // 8
     limited = nodes > 1
-    return comms.Routing(
+    return dispatch.Routing(
         tokens=4096,
         hidden=7168,
         topk=8,
@@ -63,8 +63,8 @@ def test_deepep_published_bandwidths(ep: int, published: float, tol: float) -> N
     cluster = h800(max(ep, 8))
     r = deepep_routing(ep)
     grp = comms.place(cluster, 1, ep)
-    nodes, gpus = comms.fused_dispatch_fanout(grp, r)
-    one = comms.moe_dispatch(cluster, 1, ep, r, "flex", n_fwd=1) / 4  # 2 passes x 2 ops
+    nodes, gpus = dispatch.fused_dispatch_fanout(grp, r)
+    one = dispatch.moe_dispatch(cluster, 1, ep, r, "flex", n_fwd=1) / 4  # 2 passes x 2 ops
     reached = nodes if grp.domains > 1 else gpus
     logical = 4096 * reached * 7168 * 2 / one / 1e9
     assert logical == pytest.approx(published, rel=tol)
@@ -76,31 +76,31 @@ def test_node_limited_fanout_by_hand() -> None:
     # (4 experts each, 32 GPUs allowed): 32 x (1 - C(124, 8) / C(128, 8)) = 7.31. Without the
     # group limit: 8 x (1 - C(224, 8) / C(256, 8)) = 5.29 nodes.
     grp = comms.place(h800(64), 1, 64)
-    nodes, gpus = comms.fused_dispatch_fanout(grp, deepep_routing(64))
+    nodes, gpus = dispatch.fused_dispatch_fanout(grp, deepep_routing(64))
     assert nodes == pytest.approx(4 * (1 - comb(96, 8) / comb(128, 8)))
     assert nodes == pytest.approx(3.63, abs=0.01)
     assert gpus == pytest.approx(32 * (1 - comb(124, 8) / comb(128, 8)))
-    free = comms.Routing(tokens=4096, hidden=7168, topk=8, experts=256)
-    unlimited, _ = comms.fused_dispatch_fanout(grp, free)
+    free = dispatch.Routing(tokens=4096, hidden=7168, topk=8, experts=256)
+    unlimited, _ = dispatch.fused_dispatch_fanout(grp, free)
     assert unlimited == pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)))
     assert unlimited == pytest.approx(5.29, abs=0.01)
     # so the fused dispatcher's NIC traffic falls by 3.63 / 5.29 with node-limited routing
-    limited = comms.moe_dispatch(h800(64), 1, 64, deepep_routing(64), "flex")
-    assert limited < comms.moe_dispatch(h800(64), 1, 64, free, "flex")
+    limited = dispatch.moe_dispatch(h800(64), 1, 64, deepep_routing(64), "flex")
+    assert limited < dispatch.moe_dispatch(h800(64), 1, 64, free, "flex")
 
 
 def test_nccl_all_to_all_sends_every_copy_whatever_the_groups() -> None:
     # Megatron's alltoall dispatcher permutes one row per (token, expert): S = t x k x h x 2 x
     # load per all-to-all, four per forward + backward, group limit or not.
     cluster = h800(64)
-    r = comms.Routing(tokens=4096, hidden=7168, topk=8, experts=256, load=1.2)
-    limited = comms.Routing(
+    r = dispatch.Routing(tokens=4096, hidden=7168, topk=8, experts=256, load=1.2)
+    limited = dispatch.Routing(
         tokens=4096, hidden=7168, topk=8, experts=256, groups=8, group_topk=4, load=1.2
     )
     size = 4096 * 8 * 7168 * 2 * 1.2
-    expected = comms.expert_all_to_all(cluster, 1, 64, size, 1)
-    assert comms.moe_dispatch(cluster, 1, 64, r, "alltoall") == pytest.approx(expected)
-    assert comms.moe_dispatch(cluster, 1, 64, limited, "alltoall") == pytest.approx(expected)
+    expected = dispatch.expert_all_to_all(cluster, 1, 64, size, 1)
+    assert dispatch.moe_dispatch(cluster, 1, 64, r, "alltoall") == pytest.approx(expected)
+    assert dispatch.moe_dispatch(cluster, 1, 64, limited, "alltoall") == pytest.approx(expected)
 
 
 def test_fused_dispatch_beats_nccl_by_the_copies_it_saves() -> None:
@@ -108,13 +108,13 @@ def test_fused_dispatch_beats_nccl_by_the_copies_it_saves() -> None:
     # GB/s, DeepEP 3.63 x 7/8 at 0.88 x 50: (8 / 0.92) / (3.63 / 0.88) = 2.11 x faster
     # (latencies aside: 7 x 5 us per NCCL call, 5 us per fused one).
     cluster = h800(64)
-    r = comms.Routing(
+    r = dispatch.Routing(
         tokens=4096, hidden=7168, topk=8, experts=256, groups=8, group_topk=4, load=1.2
     )
-    nccl = comms.moe_dispatch(cluster, 1, 64, r, "alltoall")
-    fused = comms.moe_dispatch(cluster, 1, 64, r, "flex")
+    nccl = dispatch.moe_dispatch(cluster, 1, 64, r, "alltoall")
+    fused = dispatch.moe_dispatch(cluster, 1, 64, r, "flex")
     nodes = 4 * (1 - comb(96, 8) / comb(128, 8))
-    ratio = (8 / comms.SCALEOUT_BUS_EFFICIENCY) / (nodes / comms.FUSED_EP_RDMA_EFFICIENCY)
+    ratio = (8 / comms.SCALEOUT_BUS_EFFICIENCY) / (nodes / dispatch.FUSED_EP_RDMA_EFFICIENCY)
     assert nccl / fused == pytest.approx(ratio, rel=0.01)
 
 
@@ -122,8 +122,10 @@ def test_fp8_dispatch_moves_fewer_bytes() -> None:
     # NIC-bound: a dispatch in fp8 (1 + 4/128 bytes) and a combine in bf16 (2) against 2 + 2
     cluster = h800(64)
     r = deepep_routing(64)
-    bf16 = comms.moe_dispatch(cluster, 1, 64, r, "flex")
-    fp8 = comms.moe_dispatch(cluster, 1, 64, r, "flex", dispatch_bytes=comms.FP8_DISPATCH_BYTES)
+    bf16 = dispatch.moe_dispatch(cluster, 1, 64, r, "flex")
+    fp8 = dispatch.moe_dispatch(
+        cluster, 1, 64, r, "flex", dispatch_bytes=dispatch.FP8_DISPATCH_BYTES
+    )
     assert fp8 / bf16 == pytest.approx((1 + 4 / 128 + 2) / 4, rel=0.01)
 
 
@@ -131,13 +133,13 @@ def test_allgather_dispatcher_by_hand() -> None:
     # ep 8 in one node: each pass all-gathers the 8 ranks' tokens (S = 8 x 1024 x 4096 x 2 bytes)
     # and reduce-scatters them back; forward + backward = 2 passes, top-k does not enter
     cluster = h800(8)
-    r = comms.Routing(tokens=1024, hidden=4096, topk=2, experts=8)
+    r = dispatch.Routing(tokens=1024, hidden=4096, topk=2, experts=8)
     grp = comms.place(cluster, 1, 8)
     s = 8 * 1024 * 4096 * 2
     expected = 2 * (comms.all_gather(s, grp) + comms.reduce_scatter(s, grp))
-    assert comms.moe_dispatch(cluster, 1, 8, r, "allgather") == pytest.approx(expected)
-    more = comms.Routing(tokens=1024, hidden=4096, topk=8, experts=8)
-    assert comms.moe_dispatch(cluster, 1, 8, more, "allgather") == pytest.approx(expected)
+    assert dispatch.moe_dispatch(cluster, 1, 8, r, "allgather") == pytest.approx(expected)
+    more = dispatch.Routing(tokens=1024, hidden=4096, topk=8, experts=8)
+    assert dispatch.moe_dispatch(cluster, 1, 8, more, "allgather") == pytest.approx(expected)
 
 
 # (M, N, K, TFLOPS) of DeepGEMM's published H800 table with at least 4096 rows and K >= 1536:
@@ -165,15 +167,15 @@ def test_blockwise_fp8_gemms_run_at_the_fp8_roofline(m: int, n: int, k: int, tfl
     e = min(layer_time.GEMM_EFFICIENCY_MAX, spec.matmul_ceiling("fp8") or 1.0)
     ridge = spec.peak_tflops_bf16 / spec.hbm_bandwidth_tb_per_s
     assert spec.peak_tflops_fp8 is not None
-    model = spec.peak_tflops_fp8 * layer_time.gemm_efficiency(m, k, n, ridge, e)
+    model = spec.peak_tflops_fp8 * gemm.gemm_efficiency(m, k, n, ridge, e)
     assert model == pytest.approx(tflops, rel=0.20)
 
 
 def test_grouped_gemm_pads_each_expert_to_its_row_tile() -> None:
     # an expert with 10 tokens computes a whole 128-row tile; with 10,000 about half a tile more
-    tile = layer_time.GROUPED_GEMM_TILE_ROWS
-    assert layer_time.grouped_rows(10) == tile
-    assert layer_time.grouped_rows(10_000) == 10_000 + tile / 2
+    tile = gemm.GROUPED_GEMM_TILE_ROWS
+    assert gemm.grouped_rows(10) == tile
+    assert gemm.grouped_rows(10_000) == 10_000 + tile / 2
 
 
 def test_deepseek_v3_example_uses_node_limited_deepep_traffic() -> None:

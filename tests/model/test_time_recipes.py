@@ -18,7 +18,7 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout, RecomputeModule
 from planner.inputs.plan import Job, load_plan
-from planner.model import cost, flops, layer_time
+from planner.model import cost, flops, gemm, layer_time
 from planner.model.layer_time import gpu_of
 
 EXAMPLE = EXAMPLES / "deepseek-v3-h800.toml"
@@ -57,8 +57,8 @@ def test_modules_add_up_and_rerun_their_gemms() -> None:
     # mla_up_proj re-runs MLA's q and kv up-projections: (4096 x 1536 x 24576) and
     # (4096 x 512 x 32768), at least their GEMM time at the part's FP8 roofline
     g = gpu_of(job)
-    up = layer_time.gemm_time(4096, 1536, 24576, g.peak_linear, g.ridge, g.e_linear)
-    up += layer_time.gemm_time(4096, 512, 32768, g.peak_linear, g.ridge, g.e_linear)
+    up = gemm.gemm_time(4096, 1536, 24576, g.peak_linear, g.ridge, g.e_linear)
+    up += gemm.gemm_time(4096, 512, 32768, g.peak_linear, g.ridge, g.e_linear)
     assert recompute_of(job, lay, True, "mla_up_proj") > up
     # the whole MoE block costs more than its activation alone
     assert recompute_of(job, lay, True, "moe") > recompute_of(job, lay, True, "moe_act")

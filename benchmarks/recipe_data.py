@@ -1,0 +1,339 @@
+"""Megatron-Bridge's performance recipes as benchmarks/data/bridge_recipes.md lists them: each row
+read into a `Recipe` (its layout table, runtime table and environment), and each recipe's cells
+read into the `Settings` a plan can carry (`read`), what has no plan field kept as notes.
+
+Also the data file's fixed mappings: its GPU column to catalog GPUs (`GPUS`), recipe families to
+zoo models (`MODELS`), DeepSeek-V3's routing and Bridge's built-in DeepSeek-V3 pipeline layouts,
+and where each recipe's plan file lives (`Recipe.plan_path`, under examples/recipes/).
+`benchmarks/recipes.py` turns them into plan files and flags and prints the table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.inputs import pipeline_layout
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "benchmarks" / "data" / "bridge_recipes.md"
+PLANS = REPO / "examples" / "recipes"
+BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+
+GPUS = {"H100": "h100-sxm-80gb", "B200": "b200-sxm-180gb", "GB200": "gb200-nvl72"}
+"""The data file's GPU column -> catalog GPU."""
+
+MODELS = {
+    "llama3_8b": "llama3.1-8b",
+    "llama3_70b": "llama3.1-70b",
+    "llama31_405b": "llama3.1-405b",
+    "qwen3_30b_a3b": "qwen3-30b-a3b",
+    "qwen3_235b_a22b": "qwen3-235b-a22b",
+    "gpt_oss_120b": "gpt-oss-120b",
+    "gpt_oss_20b": "gpt-oss-20b",
+    "deepseek_v3": "deepseek-v3",
+}
+"""Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
+the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
+128256); only the RoPE scaling and context length differ, neither of which planner models at
+these 8,192-token sequences."""
+
+DSV3_ROUTING = (8, 4)
+"""DeepSeek-V3's group-limited routing, HF n_group / topk_group (bridge_recipes.md: Bridge maps
+them to moe_router_num_groups / moe_router_group_topk)."""
+
+DSV3_LAYOUTS: dict[tuple[int, int], list[str]] = {
+    (16, 1): ["Etttt", *["tttt"] * 14, "tmL"],
+    (8, 2): ["Etttt", *["tttt"] * 14, "tmL"],
+    (4, 4): ["Etttt", *["tttt"] * 14, "tmL"],
+}
+"""Megatron-Bridge's built-in DeepSeek-V3 pipeline layouts by (pp, vpp), the ones the recipes
+use: set_deepseek_v3_pipeline_model_parallel_layout's layout_map in
+src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py (read at commit 0edb6699, settings
+only): the embedding and 4 layers, 14 stages of 4, then 1 layer with MTP and loss. For (8, 2)
+bridge_recipes.md's D3 row lists the 8-stage (8, 1) list instead, which vpp 2 cannot hold (16
+stages); the 16-stage list of its D9 row and of the source is used."""
+
+
+# --- the data file
+
+
+@dataclass
+class Recipe:
+    """One row of bridge_recipes.md: its layout table, its runtime table and its environment."""
+
+    id: str
+    function: str
+    source: str
+    gpu: str
+    n: int
+    precision: str
+    tp: int
+    pp: int
+    vpp: int | None
+    cp: int
+    ep: int
+    etp: int | None
+    sp: bool
+    mbs: int
+    gbs: int
+    seq: int
+    split: str
+    runtime: dict[str, str] = field(default_factory=dict)
+    env: str = ""
+
+    @property
+    def family(self) -> str:
+        return next(p for p in MODELS if self.function.startswith(p))
+
+    @property
+    def model(self) -> str:
+        return MODELS[self.family]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.id[0] in "QGD"
+
+    @property
+    def stem(self) -> str:
+        """The plan file's name: the function without `_config`, hyphenated."""
+        return self.function.removesuffix("_config").replace("_", "-")
+
+    @property
+    def plan_path(self) -> Path:
+        return PLANS / f"{self.stem}.toml"
+
+    @property
+    def skip(self) -> str | None:
+        """Why this recipe has no plan file (None: it has one)."""
+        if self.precision.startswith("NVFP4"):
+            return "NVFP4: planner has no FP4 precision"
+        if "INFEASIBLE" in self.runtime.get("notes", ""):
+            note = self.runtime["notes"]
+            return "cannot run at its advertised size: " + note[note.index("INFEASIBLE") :]
+        return None
+
+
+RUNTIME = (
+    "recompute",
+    "offload",
+    "dispatcher",
+    "dropping",
+    "mtp",
+    "tp_overlap",
+    "ep_overlap",
+    "optimizer",
+    "graphs",
+    "notes",
+)
+"""The runtime table's columns after the id."""
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table row's cells ("\\|" inside a cell is a literal bar)."""
+    parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [p.strip().replace("\\|", "|") for p in parts]
+
+
+def _opt_int(cell: str) -> int | None:
+    return None if cell == "-" else int(cell)
+
+
+def load_recipes(path: Path = DATA) -> list[Recipe]:
+    """Every recipe of the data file's three tables per family, in file order."""
+    by_id: dict[str, Recipe] = {}
+    section = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("### "):
+            section = line
+            continue
+        if not re.match(r"\|\s*[LQGD]\d+\s*\|", line):
+            continue
+        c = _cells(line)
+        if section.endswith("parallel layout"):
+            m = re.match(r"`(\w+)` \((.+)\)", c[1])
+            if not m:
+                raise ValueError(f"{path}: {c[0]}: cannot read the recipe cell {c[1]!r}")
+            by_id[c[0]] = Recipe(
+                id=c[0],
+                function=m.group(1),
+                source=m.group(2),
+                gpu=c[2],
+                n=int(c[3]),
+                precision=c[4],
+                tp=int(c[5]),
+                pp=int(c[6]),
+                vpp=_opt_int(c[7]),
+                cp=int(c[8]),
+                ep=int(c[9]),
+                etp=_opt_int(c[10]),
+                sp=c[11] == "yes",
+                mbs=int(c[12]),
+                gbs=int(c[13]),
+                seq=int(c[14]),
+                split=c[16].strip("`"),
+            )
+        elif section.endswith("runtime settings"):
+            by_id[c[0]].runtime = dict(zip(RUNTIME, c[1:], strict=True))
+        elif section.startswith("### Environment"):
+            by_id[c[0]].env = c[1]
+    return list(by_id.values())
+
+
+# --- each Bridge setting, read
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A recipe's settings, read from its cells (`read`)."""
+
+    precision: str  # "bf16" | "fp8"
+    fp8_recipe: str | None
+    fp8_param_gather: bool
+    layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
+    account_for: bool
+    recompute: str
+    recompute_modules: tuple[str, ...]
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    offload_layers: int
+    dispatcher: str | None
+    backend: str | None
+    tp_overlap: bool
+    ep_overlap: bool
+    delay_wgrad: bool
+    zero_stage: int
+    bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
+    fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    param_gather_with_step: bool
+    rank_capacity: str | None
+    paged_stash: bool
+    notes: tuple[str, ...]
+
+
+def read(r: Recipe) -> Settings:
+    """The recipe's settings from its cells; what has no plan field goes into `notes`."""
+    rt = r.runtime
+    notes: list[str] = []
+    label = r.precision
+    fp8_recipe, gather, precision = None, False, "bf16"
+    if label.startswith("FP8-CS"):
+        precision, fp8_recipe, gather = "fp8", "tensorwise", True
+    elif label.startswith("FP8-DS"):
+        precision, fp8_recipe, gather = "fp8", "delayed", True
+    elif label.startswith("FP8-blockwise"):
+        precision, fp8_recipe, gather = "fp8", "blockwise", False
+    elif label.startswith("MXFP8"):
+        precision, fp8_recipe = "fp8", "mxfp8"
+        gather = "without fp8-param-gather" not in label
+    if "fp8 DPA" in label:
+        notes.append("FP8 dot-product attention: no plan field")
+
+    layout, account = None, False
+    if r.split.startswith("account_for_embedding+loss"):
+        account = True
+    elif r.split.startswith("built-in"):
+        layout = tuple(DSV3_LAYOUTS[(r.pp, r.vpp or 1)])
+        if r.id in ("D3", "D6"):
+            notes.append(
+                "the data file lists the 8-stage (8,1) layout for vpp 2; Bridge's (8,2) layout "
+                "(16 stages) is used"
+            )
+    elif r.split != "-":
+        layout = pipeline_layout.parse(r.split)
+        if layout is None:
+            raise ValueError(f"{r.id}: cannot read the pipeline layout {r.split!r}")
+
+    recompute, modules, method, nlayers = "none", (), None, None
+    text = rt["recompute"]
+    if m := re.fullmatch(r"full, (\w+), (\d+) layers", text):
+        recompute, method, nlayers = "full", m.group(1), int(m.group(2))
+    elif m := re.fullmatch(r"selective \[(.+)\]", text):
+        recompute, modules = "selective", tuple(x.strip() for x in m.group(1).split(","))
+    elif text.startswith("selective with empty module list"):
+        notes.append("selective recompute with an empty module list: nothing recomputed")
+    elif text != "none":
+        raise ValueError(f"{r.id}: cannot read the recompute cell {text!r}")
+
+    offload = 0
+    if m := re.match(r"cpu_offloading, (\d+) layers", rt["offload"]):
+        offload = int(m.group(1))
+    elif "no effect" in rt["offload"]:
+        notes.append(f"{rt['offload'].split(' set')[0]} without cpu_offloading: no effect (0)")
+
+    dispatcher = backend = None
+    d = rt["dispatcher"]
+    if d.startswith("alltoall"):
+        dispatcher = "alltoall"
+    elif m := re.match(r"flex / (\w+)", d):
+        dispatcher, backend = "flex", m.group(1)
+        if "(from base)" in d:
+            notes.append(
+                "flex / hybridep as the base recipe sets it when built on an sm 8-10 GPU or none"
+            )
+    extra = re.findall(r"\((SMs \d+|\+permute fusion into hybridep)\)", d)
+    if extra or "hybridep SMs" in rt["notes"]:
+        notes.append(f"dispatcher tuning ({', '.join(extra) or 'hybridep SMs'}): no plan field")
+
+    dropping = rt["dropping"]
+    rank_capacity = None
+    if m := re.search(r"moe_expert_rank_capacity_factor ([\d.]+)", dropping):
+        rank_capacity = m.group(1)
+    paged = "paged stash" in dropping
+
+    ep_text = rt["ep_overlap"]
+    ep_overlap = ep_text.startswith("on")
+    delay = ep_overlap and "delay_wgrad on" in ep_text
+
+    opt = rt["optimizer"]
+    zero = 3 if "Megatron-FSDP" in opt else 1
+    if zero == 3:
+        notes.append(
+            "Megatron-FSDP unit size 8e8, no gradient-accumulation fusion, average_in_collective "
+            "off: no plan fields"
+        )
+    bf16_opt = "exp_avg bf16" in opt
+    fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
+    grad_overlap = "overlap_grad_reduce off" not in opt
+    with_step = "PG-overlap-with-opt-step" in opt
+    if not grad_overlap:
+        notes.append("grad-reduce overlap off with param-gather overlap on: plan has both off")
+
+    graphs = rt["graphs"]
+    if not graphs.startswith("none"):
+        notes.append(f"CUDA graphs ({graphs}): no plan field")
+    if "TE op fuser" in graphs:
+        notes.append("TE op fuser: no plan field")
+    if r.family == "gpt_oss_20b":
+        notes.append("Bridge's GPT-OSS-20B perf helper sets vocab 128256; the zoo's 201088 is used")
+    if r.family in ("llama3_8b", "llama3_70b"):
+        notes.append("Llama 3 shapes = the zoo's Llama 3.1 ones")
+    return Settings(
+        precision=precision,
+        fp8_recipe=fp8_recipe,
+        fp8_param_gather=gather,
+        layout=layout,
+        account_for=account,
+        recompute=recompute,
+        recompute_modules=modules,
+        recompute_method=method,
+        recompute_num_layers=nlayers,
+        offload_layers=offload,
+        dispatcher=dispatcher,
+        backend=backend,
+        tp_overlap=rt["tp_overlap"].startswith("on"),
+        ep_overlap=ep_overlap,
+        delay_wgrad=delay,
+        zero_stage=zero,
+        bf16_optimizer=bf16_opt,
+        fp32_aware_optimizer=fp32_aware,
+        overlap_grad_reduce=grad_overlap,
+        overlap_param_gather="all param-gather overlap off" not in opt,
+        param_gather_with_step=with_step,
+        rank_capacity=rank_capacity,
+        paged_stash=paged,
+        notes=tuple(notes),
+    )

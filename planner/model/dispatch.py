@@ -1,0 +1,175 @@
+"""MoE token dispatch: what the token dispatcher of one MoE layer moves between EP ranks, and how
+long it takes on the links their group spans (the collectives and placement of
+`planner.model.comms`).
+
+Dispatchers (`moe_dispatch`, Megatron --moe-token-dispatcher-type): NCCL's all-to-all
+(MoEAlltoAllTokenDispatcher) carries every (token, expert) copy, priced by `comms.all_to_all`
+(nccl-tests doc/PERFORMANCE.md busbw); the fused DeepEP / HybridEP kernels (flex) send a token
+once per node it reaches over the NIC and once per GPU over NVLink (DeepSeek-V3 arXiv:2412.19437
+Sec. 3.2.2; node-limited routing caps the nodes at the groups a token may use), at the
+efficiencies their published benchmarks reach (DeepEP docs/legacy.md and README, HybridEP
+docs/README_Hybrid-EP.md: FUSED_EP_NVLINK_EFFICIENCY, FUSED_EP_RDMA_EFFICIENCY); the all-gather
+dispatcher (MoEAllGatherTokenDispatcher) gathers every token. The nodes and GPUs a token reaches
+follow the random uniform router of those benchmarks (`distinct_reached`). FP8 dispatch bytes:
+DeepEP's `per_token_cast_to_fp8` (DeepSeek-V3 Sec. 3.3.2; Megatron-LM fused_a2a.py @d98e8a64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.inputs.hardware import ClusterSpec
+from planner.model.activations import BF16
+from planner.model.comms import (
+    SCALEOUT_BUS_EFFICIENCY,
+    SCALEUP_BUS_EFFICIENCY,
+    Group,
+    all_gather,
+    all_to_all,
+    place,
+    reduce_scatter,
+)
+
+FUSED_EP_NVLINK_EFFICIENCY = 0.70
+"""Achieved / line rate of NVLink under the fused dispatch and combine kernels (DeepEP, HybridEP),
+counting only bytes that leave the GPU. Published: DeepEP V1 intranode EP 8 on H800, 153 / 158
+GB/s "bottleneck" bandwidth (docs/legacy.md), which counts the 1/8 of tokens a rank keeps, i.e.
+134-138 GB/s over the wire of 200 (0.67-0.69); DeepEP V2 EP 8 on SM100, 726 / 740 GB/s (README)
+-> 635-648 of 900 (0.71-0.72); HybridEP B200 kernel-only 735 / 674 GB/s (docs/README_Hybrid-EP.md)
+-> 0.65-0.71. Below NCCL's ring efficiency (SCALEUP_BUS_EFFICIENCY): an all-to-all of many small
+per-peer chunks."""
+
+FUSED_EP_RDMA_EFFICIENCY = 0.88
+"""Achieved / NIC line rate of the fused kernels' inter-node traffic. Published (H800 / H100,
+CX7 400 Gb/s, 50 GB/s): DeepEP V1 internode EP 32 / 64, 58 / 51 GB/s "RDMA bottleneck" bandwidth
+with top-4 node groups (docs/legacy.md), which counts a token once per node it reaches including
+its own (test_internode.py `num_rdma_token_sent`): x 3/4 and x 7/8 of it leave the node, 43.5 and
+44.6 GB/s (0.87, 0.89); DeepEP V2 EP 8 x 4, 61 GB/s incl. local -> 45.8 (0.92); HybridEP H100
+EP 64 kernel-only 48-51 GB/s algorithm bandwidth (0.96-1.0 before the local share is taken out,
+0.84-0.89 after)."""
+
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""Bytes per element of an FP8 dispatch: e4m3 values plus one fp32 scale per 128 (DeepEP's
+`per_token_cast_to_fp8`, DeepSeek-V3 Sec. 3.3.2). Megatron-LM's DeepEP and HybridEP paths dispatch
+bf16 (HybridEP asserts `not fp8_dispatch`, fused_a2a.py @d98e8a64); only its ncclep backend
+quantises (moe_dispatch_fwd_dtype = mxfp8), which plans cannot name yet."""
+
+
+def distinct_reached(bins: int, items: int, picks: int) -> float:
+    """Expected distinct bins hit when `picks` of `items` (spread evenly over `bins`) are drawn
+    without replacement: bins x (1 - C(items - items/bins, picks) / C(items, picks)). The random
+    uniform router of DeepEP's and HybridEP's published benchmarks."""
+    if bins <= 1 or picks <= 0:
+        return float(min(bins, max(picks, 0)))
+    per = items / bins
+    miss = 1.0
+    for i in range(min(picks, items)):
+        if items - per - i <= 0:
+            return float(bins)
+        miss *= (items - per - i) / (items - i)
+    return bins * (1.0 - miss)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What the MoE router sends from one EP rank per micro-batch."""
+
+    tokens: float
+    """Tokens the rank routes (its sequence-parallel shard)."""
+    hidden: int
+    topk: int
+    experts: int
+    groups: int | None = None
+    """Group-limited routing: expert groups (Megatron --moe-router-num-groups; None = none)."""
+    group_topk: int | None = None
+    """Groups one token's experts may come from (--moe-router-group-topk)."""
+    load: float = 1.0
+    """The busiest rank's tokens over the even share (MOE_LOAD_IMBALANCE, or the capacity)."""
+
+
+def fused_dispatch_fanout(grp: Group, r: Routing) -> tuple[float, float]:
+    """(nodes, GPUs) one token reaches under a fused dispatcher, which sends it once per
+    destination node over the NIC and forwards it once per destination GPU over NVLink (DeepEP's
+    and HybridEP's hierarchical kernels, DeepSeek-V3 Sec. 3.2.2). With group-limited routing the
+    experts are those of group_topk groups; each group lies on ceil(domains / groups) nodes (EP
+    ranks hold contiguous experts, as groups are contiguous: Megatron's router), so a token may
+    reach min(domains, group_topk x that) nodes (node-limited: DeepSeek-V3's 8 groups on 8 nodes,
+    4 per token). Over the allowed nodes and their GPUs the top-k experts are spread evenly
+    (`distinct_reached`)."""
+    k, g = grp.domains, grp.per_domain
+    allowed = k
+    if r.groups and r.group_topk and r.group_topk < r.groups:
+        allowed = min(k, r.group_topk * math.ceil(k / r.groups))
+    experts = r.experts * allowed / k
+    nodes = distinct_reached(allowed, round(experts), r.topk)
+    gpus = distinct_reached(allowed * g, round(experts), r.topk)
+    return nodes, gpus
+
+
+def moe_dispatch(
+    cluster: ClusterSpec,
+    etp: int,
+    ep: int,
+    r: Routing,
+    dispatcher: str = "alltoall",
+    n_fwd: int = 1,
+    dispatch_bytes: float = BF16,
+) -> float:
+    """Seconds per MoE layer and micro-batch of the token dispatcher: a dispatch and a combine in
+    each forward pass (n_fwd: 2 when the layer's forward is recomputed) and their gradients in the
+    backward (a combine-like send of the input gradients, a dispatch-like one of the output
+    gradients). EP ranks are etp apart (MoE parallel folding). `dispatch_bytes` per element of the
+    forward dispatch and of the backward's output-gradient dispatch (bf16; FP8_DISPATCH_BYTES
+    where the training code quantises them); combines always move bf16.
+
+    alltoall (NCCL, Megatron's MoEAlltoAllTokenDispatcher): every (token, expert) copy travels on
+    its own, so each rank sends S = tokens x topk x h x bytes x load per all-to-all
+    (`all_to_all`: (k-1)/k of it over the NIC, the rest over NVLink, nccl-tests' busbw);
+    group-limited routing does not change how many copies leave the node.
+    flex (DeepEP / HybridEP): a token crosses the NIC once per remote node it reaches and NVLink
+    once per other GPU of that node (`fused_dispatch_fanout`), the two at once, each at its
+    measured fused-kernel efficiency (FUSED_EP_RDMA_EFFICIENCY, FUSED_EP_NVLINK_EFFICIENCY);
+    own-node copies skip the NIC ((k-1)/k of the nodes reached are remote: routing follows scores,
+    not place). One latency of the slowest link per call.
+    allgather (MoEAllGatherTokenDispatcher): all tokens of the EP group are all-gathered before
+    the experts and reduce-scattered after (tokens x ep x h bf16), independent of top-k.
+    """
+    grp = place(cluster, etp, ep)
+    if grp.size <= 1:
+        return 0.0
+    h, load = r.hidden, r.load
+    passes = n_fwd + 1  # forward passes and the backward
+    if dispatcher == "allgather":
+        gathered = r.tokens * grp.size * h * BF16
+        return passes * (all_gather(gathered, grp) + reduce_scatter(gathered, grp))
+    if dispatcher == "flex":
+        nodes, gpus = fused_dispatch_fanout(grp, r)
+        k, g = grp.domains, grp.per_domain
+        remote = nodes * (k - 1) / k
+        nvl_copies = gpus * (g - 1) / g
+        nvl = grp.inner.bandwidth / SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
+        lat = grp.inner.latency
+        rdma = 0.0
+        if grp.outer is not None:
+            rdma = grp.outer.bandwidth / SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
+            lat = grp.outer.latency
+
+        def one(nbytes: float) -> float:
+            elems = r.tokens * h * load * nbytes
+            t_nvl = elems * nvl_copies / nvl
+            t_rdma = elems * remote / rdma if rdma else 0.0
+            return max(t_nvl, t_rdma) + lat
+
+        return passes * (one(dispatch_bytes) + one(BF16))
+    copies = r.tokens * r.topk * h * load
+    return passes * (all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * BF16, grp))
+
+
+def expert_all_to_all(
+    cluster: ClusterSpec, etp: int, ep: int, dispatch_bytes: float, n_fwd: int
+) -> float:
+    """Seconds per MoE layer and micro-batch of NCCL all-to-alls of `dispatch_bytes` each:
+    dispatch and combine in each forward pass and in the backward (EP ranks are etp apart: MoE
+    parallel folding). `moe_dispatch` with the alltoall dispatcher and bf16 is this."""
+    return (2 * n_fwd + 2) * all_to_all(dispatch_bytes, place(cluster, etp, ep))

@@ -1,0 +1,82 @@
+"""Seconds Megatron's selective recompute re-runs in one layer's backward per micro-batch: each
+entry of its --recompute-modules (core_attn, layernorm, mla_up_proj, moe_act, mlp, moe,
+shared_experts) re-runs its GEMMs' forward (their times from `planner.model.layer_time`, on the
+roofline of `planner.model.gemm`) and reads and writes its elementwise kernels' bytes once, at
+the GPU's achieved HBM bandwidth. `layer_time` sums the modules a layout names into
+`Layer.recompute`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.activations import BF16
+from planner.model.gemm import Gpu
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """One layer's forward pieces that selective recompute re-runs."""
+
+    parts: tuple[str, ...]
+    times: list[float]
+    """Forward seconds of each linear GEMM (`flops.linear_gemm_parts` order)."""
+    casts: list[float]
+    """FP8 quantisation seconds of each GEMM's input and output gradient (fwd + bwd)."""
+    attn_fwd: float
+    tokens: float
+    load: float
+
+
+def module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: Pieces, module: str) -> float:
+    """Seconds one recompute module re-runs in the backward of one layer per micro-batch
+    (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
+    of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
+    once. core_attn: the attention kernel's forward. layernorm: the two norms (read and write
+    h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
+    writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
+    mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
+    experts and the shared experts; the shared experts). A module the layer lacks costs 0."""
+    arch = job.arch
+    h = arch.hidden_size
+    sp_tp = lay.tp if lay.sequence_parallel else 1
+    glu = 2 if arch.gated_linear_unit else 1
+
+    def gemms(*kinds: str) -> float:
+        sel = [i for i, part in enumerate(p.parts) if part in kinds]
+        return sum(p.times[i] + p.casts[i] / 3 for i in sel)
+
+    def act(rows: float, width: float) -> float:
+        # read the (gated) fc1 output, write the activation, bf16
+        return rows * width * (glu + 1) * BF16 / gpu.hbm
+
+    routed = p.tokens * arch.moe_router_topk * p.load * lay.expert_tp / lay.tp
+    fe = arch.expert_ffn / lay.expert_tp
+    fs = (arch.moe_shared_expert_intermediate_size or 0) / lay.tp
+    if module == "core_attn":
+        return p.attn_fwd
+    if module == "layernorm":
+        return 2 * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
+    if module == "mla_up_proj":
+        if not arch.multi_latent_attention:
+            return 0.0
+        assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+        width = (
+            arch.num_attention_heads
+            / lay.tp
+            * (2 * (arch.qk_head_dim + arch.qk_pos_emb_head_dim) + arch.v_head_dim)
+        )
+        return gemms("mla_up") + 2 * p.tokens * width * BF16 / gpu.hbm
+    if module == "moe_act":
+        return act(routed, fe) if moe else 0.0
+    if module == "mlp":
+        return 0.0 if moe else gemms("mlp") + act(p.tokens, arch.ffn_hidden_size / lay.tp)
+    if module == "moe":
+        if not moe:
+            return 0.0
+        return gemms("expert", "shared") + act(routed, fe) + act(p.tokens, fs)
+    if module == "shared_experts":
+        return gemms("shared") + act(p.tokens, fs) if moe else 0.0
+    return 0.0

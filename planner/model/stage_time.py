@@ -1,0 +1,189 @@
+"""What one pipeline stage (rank) runs per micro-batch, the pieces `planner.model.cost` assembles
+into the step time: the layer times of a layout, the layers each rank runs, and the EP and
+CPU-offload traffic its overlap leaves exposed.
+
+Layer times (`layout_times`): the dense, MoE and output layers' times of `planner.model.layer_time`,
+memoised per job and per layout without the fields they do not read (`_layer_key`: the search
+scores thousands of layouts that differ only in pipeline, data-parallel, sharding and overlap
+fields). Per rank (`rank_layers`, `rank_mix`): its decoder layers of each kind, plus on the MTP
+rank each MTP layer (a decoder layer of the last layer's kind and one more output layer) and the
+output layer on the last rank; with block full recompute only the first recompute_num_layers
+layers of each chunk are recomputed (Megatron --recompute-method block).
+
+EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged forward-backward,
+`schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
+which loses EP_COMM_SM_SHARE of the SMs to it (DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2;
+Megatron-LM's DeepEP default; HybridEP docs/README_Hybrid-EP.md). CPU offloading
+(`offload_exposed`, Megatron --cpu-offloading-num-layers: Transformer Engine's double-buffered
+offload): each layer's host transfers show beyond the next layer's forward and backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.gemm import Gpu
+from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
+from planner.model.schedule import Chunks, layer_count, unmerged_share
+
+_LAYER_MEMO: dict[int, tuple[Job, dict[Layout, tuple[Gpu, Layer, Layer, float]]]] = {}
+"""Layer times per job (by identity; the entry holds the job, so its id is not reused while the
+entry lives) and per layout with the fields the layer times do not read set to fixed values. The
+search scores thousands of layouts that differ only in those fields."""
+
+_LAYER_MEMO_JOBS = 8
+
+
+def forget_layer_times() -> None:
+    """Drop the memoised layer times (after a layer_time constant changed: benchmarks/
+    fit_constants.py sets them while it fits)."""
+    _LAYER_MEMO.clear()
+
+
+def _layer_key(lay: Layout) -> Layout:
+    """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
+    overlap fields do not change one layer's time per micro-batch."""
+    return lay.with_(
+        pp=1,
+        dp=1,
+        vpp=1,
+        zero_stage=1,
+        pipeline_layers=None,
+        pipeline_layout=None,
+        recompute_method="uniform",
+        recompute_num_layers=1,
+        account_for_embedding_in_pipeline_split=False,
+        account_for_loss_in_pipeline_split=False,
+        ep_comm_overlap=False,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+
+
+@dataclass(frozen=True)
+class LayoutTimes:
+    """What every rank of one layout shares: the GPU, micro-batches per step, the dense, MoE and
+    output layers' times (and the layers' times without recompute, which block recompute runs
+    on the rest of a chunk), and the rank holding the MTP layers."""
+
+    gpu: Gpu
+    m: int
+    dense: Layer
+    moe: Layer
+    out: float
+    dense_plain: Layer
+    moe_plain: Layer
+    mtp_rank: int | None
+
+
+def layout_times(job: Job, lay: Layout) -> LayoutTimes:
+    """The `LayoutTimes` of a layout (its layer times from the memo)."""
+    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
+    dense_p, moe_p = dense_l, moe_l
+    if lay.recompute == "full" and lay.recompute_method == "block":
+        _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
+    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+    return LayoutTimes(gpu, m, dense_l, moe_l, out_layer, dense_p, moe_p, mtp)
+
+
+def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
+    """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    entry = _LAYER_MEMO.get(id(job))
+    if entry is None or entry[0] is not job:
+        if len(_LAYER_MEMO) >= _LAYER_MEMO_JOBS:
+            _LAYER_MEMO.clear()
+        entry = _LAYER_MEMO[id(job)] = (job, {})
+    key = _layer_key(lay)
+    if key not in entry[1]:
+        gpu = gpu_of(job)
+        dense_l = layer_time(job, key, gpu, False)
+        moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
+        entry[1][key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
+    gpu, dense_l, moe_l, out_layer = entry[1][key]
+    return gpu, m, dense_l, moe_l, out_layer
+
+
+EP_COMM_SM_SHARE = 20 / 132
+"""Share of the SMs an expert all-to-all kernel holds while it runs: what the compute it overlaps
+loses. DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.2) dedicates 20 of the H800's 132 SMs to its
+dispatch and combine kernels, and 20 is Megatron-LM's DeepEP default (token_dispatcher.py
+@d98e8a64: `moe_flex_dispatcher_num_sms` None -> 20); HybridEP reaches the NIC's bandwidth with
+8-16 (docs/README_Hybrid-EP.md), NCCL's all-to-all runs one block per channel. One value for all:
+the compute under a hidden all-to-all of T seconds runs on (1 - share) of the GPU, T x share
+longer."""
+
+
+def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> tuple[float, float]:
+    """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
+    and backward). Without `lay.ep_comm_overlap` all of it is exposed. With it (Megatron's merged
+    forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
+    micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
+    shows only beyond it; the forwards and backwards that run alone expose theirs. The hidden
+    part still takes EP_COMM_SM_SHARE of the SMs from the compute it runs under: that much of it
+    counts as exposed too. Optimistic otherwise: each all-to-all really hides under one attention
+    or MLP phase of the other pass."""
+    if not lay.ep_comm_overlap:
+        return a2a, 0.0
+    alone = unmerged_share(lay.pp, lay.vpp, rank, m)
+    shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
+    hidden = a2a - shown
+    return shown + EP_COMM_SM_SHARE * hidden, hidden
+
+
+def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
+    (Megatron --cpu-offloading-num-layers k, one pipeline stage only: Transformer Engine's
+    double-buffered offload of the first k layers' activations). Layer i's activations go to the
+    host while layer i + 1 runs its forward and come back while layer i + 1 runs its backward;
+    each transfer (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) shows beyond that
+    window. Grows with k."""
+    k = lay.cpu_offloading_num_layers
+    if k <= 0:
+        return 0.0
+    dense_l, moe_l = t.dense, t.moe
+    kinds = [moe for c in chunks for moe in job.arch.moe_layers[c.start : c.stop]]
+    exposed = 0.0
+    for i in range(min(k, len(kinds) - 1)):
+        this = moe_l if kinds[i] else dense_l
+        nxt = moe_l if kinds[i + 1] else dense_l
+        exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
+    return exposed
+
+
+def rank_layers(
+    job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
+) -> tuple[int, int, int]:
+    """(dense layers, MoE layers, output layers) a rank runs per micro-batch: its decoder layers,
+    plus on the MTP rank each MTP layer (one decoder layer of the last layer's kind and one more
+    output layer and loss), and the output layer on the last rank."""
+    arch = job.arch
+    n_moe = arch.moe_in(chunks)
+    n_dense = layer_count(chunks) - n_moe
+    heads = int(rank == lay.pp - 1)
+    if rank == t.mtp_rank:
+        mtp = arch.mtp_num_layers
+        n_moe, n_dense = (n_moe + mtp, n_dense) if arch.moe_layers[-1] else (n_moe, n_dense + mtp)
+        heads += mtp
+    return n_dense, n_moe, heads
+
+
+def rank_mix(
+    job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
+) -> tuple[list[tuple[Layer, int]], int]:
+    """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: dense
+    and MoE layers with the layout's recompute, except with block full recompute, where only the
+    first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
+    dense_l, moe_l = t.dense, t.moe
+    n_dense, n_moe, heads = rank_layers(job, lay, rank, chunks, t)
+    if not (lay.recompute == "full" and lay.recompute_method == "block"):
+        return [(dense_l, n_dense), (moe_l, n_moe)], heads
+    arch, k = job.arch, lay.recompute_num_layers
+    recomputed = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
+    r_moe = arch.moe_in(recomputed)
+    r_dense = layer_count(recomputed) - r_moe
+    dense_p, moe_p = t.dense_plain, t.moe_plain
+    mix = [(dense_l, r_dense), (moe_l, r_moe), (dense_p, n_dense - r_dense), (moe_p, n_moe - r_moe)]
+    return mix, heads
