@@ -5,7 +5,7 @@ when given, else the tokenizer's vocabulary padded up to a multiple of
 make_vocab_size_divisible_by x tp (benchmarks/data/megatron_rules.md section 12; Megatron-LM
 d98e8a64 megatron/core/tokenizers/utils/build_tokenizer.py). Which tokenizer: `--tokenizer-type`,
 else the training script's default (`parse_and_validate_args(args_defaults=...)`: GPT2BPETokenizer
-for pretrain_gpt.py, BertWordPieceLowerCase for examples/bert/pretrain_bert.py).
+for pretrain_gpt.py, BertWordPieceLowerCase for pretrain_bert.py, in examples under bert).
 
 What the tokenizer's size is:
 - NullTokenizer: exactly `--vocab-size` (required);
@@ -71,7 +71,7 @@ SCRIPT_TOKENIZER = {
 }
 """The default --tokenizer-type each training script passes to parse_and_validate_args
 (Megatron-LM d98e8a64: pretrain_gpt.py:527, pretrain_hybrid.py:544, pretrain_vlm.py:498,
-examples/bert/pretrain_bert.py:185, examples/t5/pretrain_t5.py:273)."""
+pretrain_bert.py:185 (in examples, bert), examples/t5/pretrain_t5.py:273)."""
 
 DEFAULT_SCRIPT = "pretrain_gpt.py"
 

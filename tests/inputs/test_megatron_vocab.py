@@ -4,7 +4,7 @@ Oracles: benchmarks/data/megatron_rules.md section 12 (Megatron-LM d98e8a64 buil
 GPT2BPETokenizer 50,257 padded to 50,304 at tp 1 and 51,200 at tp 8; NullTokenizer exactly
 --vocab-size; TikTokenizer --vocab-size or 2^17; HuggingFace and SentencePiece tokenizers their
 own files' sizes), the training scripts' default --tokenizer-type (pretrain_gpt.py:527,
-examples/bert/pretrain_bert.py:185) and the public BERT vocabularies (Hugging Face
+pretrain_bert.py:185 (in examples, bert)) and the public BERT vocabularies (Hugging Face
 bert-large-uncased / bert-large-cased config.json: 30,522 / 28,996)."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def vocab(text: str, given: int | None = None) -> int:
         ("--vocab-file vocab.json --merge-file merges.txt", 50_257),
         ("--tokenizer-type GPT2BPETokenizer", 50_257),
         ("torchrun pretrain_gpt.py", 50_257),
-        # examples/bert/pretrain_bert.py's default
-        ("torchrun examples/bert/pretrain_bert.py --vocab-file vocab.txt", 30_522),
+        # pretrain_bert.py's default (Megatron-LM examples, bert)
+        ("torchrun examples/pretrain_bert.py --vocab-file vocab.txt", 30_522),
         ("--tokenizer-type BertWordPieceLowerCase", 30_522),
         # bert-large-cased's 28,996 and the 100 <extra_id_i> build_tokenizer adds
         ("--tokenizer-type BertWordPieceCase", 29_096),
