@@ -52,7 +52,7 @@ def set_constants(values: Sequence[float]) -> None:
     for name, v in zip(NAMES, values, strict=True):
         lo, hi = BOUNDS[name]
         setattr(layer_time, name, min(max(v, lo), hi))
-    stage_time.forget_layer_times()  # the memoised layer times used the old values
+    stage_time.LAYER_TIMES.clear()  # the memoised layer times used the old values
 
 
 def log_errors(cases: Sequence[Case]) -> list[float]:

@@ -52,7 +52,6 @@ from planner.model.stage_time import (
     ep_exposed,
     layout_times,
     offload_exposed,
-    rank_layers,
     rank_mix,
 )
 
@@ -204,9 +203,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
-    dp_seen: dict[tuple[int, int, int, bool], tuple[float, float, float]] = {}
+    dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
-        n_dense, n_moe, _ = rank_layers(job, lay, rank, chunks, lt)
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
         for k, n in mix:
@@ -230,8 +228,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
-        # same layers and role move the same bytes: computed once)
-        key = (n_dense, n_moe, heads, rank == 0)
+        # same layers, as counted in their mix, and role move the same bytes: computed once)
+        key = (tuple(n for _, n in mix), heads, rank == 0)
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, chunks)
             e, hid = comms.data_parallel(

@@ -30,6 +30,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, params
 from planner.model.activations import Shard
+from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
 
@@ -226,28 +227,21 @@ def _fp8_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[fl
 
 _State = tuple[float, float, float, float, float]
 
-_STATE_MEMO: dict[int, tuple[Job, dict[tuple[object, ...], _State]]] = {}
-"""`_state` per job (by identity; the entry holds the job, so its id is not reused while it
-lives) and per (degrees, split, ZeRO stage, rank): the search estimates the memory of dozens of
-memory savers on each layout, all with the same states."""
-
-_STATE_MEMO_JOBS = 8
+_STATES: JobMemo[tuple[object, ...], _State] = JobMemo()
+"""`_state` per job and per (degrees, split, ZeRO stage, rank): the search estimates the memory
+of dozens of memory savers on each layout, all with the same states."""
 
 
 def _state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     """(weights, grads, optimizer, FP8 weight caches, transient buffers) bytes on one GPU of
     pipeline rank `rank`: all but the activations and fixed costs, so the same at every
     micro-batch size, recompute policy, offloading, dispatcher and TP overlap."""
-    entry = _STATE_MEMO.get(id(job))
-    if entry is None or entry[0] is not job:
-        if len(_STATE_MEMO) >= _STATE_MEMO_JOBS:
-            _STATE_MEMO.clear()
-        entry = _STATE_MEMO[id(job)] = (job, {})
+    memo = _STATES.of(job)
     lay = layout
     key = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage, lay.split_key(), rank)
-    if key not in entry[1]:
-        entry[1][key] = _state_of(job, layout, rank, chunks)
-    return entry[1][key]
+    if key not in memo:
+        memo[key] = _state_of(job, layout, rank, chunks)
+    return memo[key]
 
 
 def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:

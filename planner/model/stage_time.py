@@ -25,21 +25,14 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.gemm import Gpu
+from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
 from planner.model.schedule import Chunks, layer_count, unmerged_share
 
-_LAYER_MEMO: dict[int, tuple[Job, dict[Layout, tuple[Gpu, Layer, Layer, float]]]] = {}
-"""Layer times per job (by identity; the entry holds the job, so its id is not reused while the
-entry lives) and per layout with the fields the layer times do not read set to fixed values. The
-search scores thousands of layouts that differ only in those fields."""
-
-_LAYER_MEMO_JOBS = 8
-
-
-def forget_layer_times() -> None:
-    """Drop the memoised layer times (after a layer_time constant changed: benchmarks/
-    fit_constants.py sets them while it fits)."""
-    _LAYER_MEMO.clear()
+LAYER_TIMES: JobMemo[Layout, tuple[Gpu, Layer, Layer, float]] = JobMemo()
+"""Layer times per job and per layout with the fields the layer times do not read set to fixed
+values (`_layer_key`): the search scores thousands of layouts that differ only in those fields.
+Cleared by benchmarks/fit_constants.py when it changes a layer_time constant."""
 
 
 def _layer_key(lay: Layout) -> Layout:
@@ -91,18 +84,14 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
 def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
     m = max(lay.num_microbatches(job.global_batch_size), 1)
-    entry = _LAYER_MEMO.get(id(job))
-    if entry is None or entry[0] is not job:
-        if len(_LAYER_MEMO) >= _LAYER_MEMO_JOBS:
-            _LAYER_MEMO.clear()
-        entry = _LAYER_MEMO[id(job)] = (job, {})
+    memo = LAYER_TIMES.of(job)
     key = _layer_key(lay)
-    if key not in entry[1]:
+    if key not in memo:
         gpu = gpu_of(job)
         dense_l = layer_time(job, key, gpu, False)
         moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
-        entry[1][key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
-    gpu, dense_l, moe_l, out_layer = entry[1][key]
+        memo[key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
+    gpu, dense_l, moe_l, out_layer = memo[key]
     return gpu, m, dense_l, moe_l, out_layer
 
 

@@ -181,6 +181,15 @@ def _rungs(
     return tuple(single), tuple(ladders)
 
 
+def leanest(single: tuple[Rung, ...], ladders: tuple[Ladder, ...]) -> list[Rung]:
+    """The leanest rung of each family of a base: full recompute and each ladder's top, without
+    the TP overlap where the base has it (every other rung holds at least as much memory as one
+    of these)."""
+    off = [r for r in single if not r.tp_overlap] or list(single)
+    off_ladders = [ld for ld in ladders if ld.with_tp_overlap] or list(ladders)
+    return [r for r in off if r.recompute == "full"] + [ld.make(ld.hi) for ld in off_ladders]
+
+
 def every(job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> list[Rung]:
     """Every rung of a base, each ladder's whole (the brute-force reference's space)."""
     single, ladders = rungs(job, base, kinds, offload)

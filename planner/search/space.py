@@ -311,10 +311,10 @@ def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
     # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
     # (vpp, split) once, times its micro-batch sizes
     shapes = Counter((vpp, split) for _, vpp, split in opts)
+    some_mbs = {(vpp, split): mbs for mbs, vpp, split in opts}
     total = 0
     for (vpp, split), sizes in shapes.items():
-        mbs = next(m for m, v, sp in opts if (v, sp) == (vpp, split))
-        for base in bases(job, s, mbs, vpp, split, space):
+        for base in bases(job, s, some_mbs[vpp, split], vpp, split, space):
             per_zero = len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
             total += sizes * len(zero_stages(space, base.layout)) * per_zero
     return total

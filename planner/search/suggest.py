@@ -19,6 +19,7 @@ from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import space as space_mod
 from planner.search import top_k
+from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
 from planner.search.twins import Row
@@ -102,12 +103,9 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     for s in space_mod.structures(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
             for base in space_mod.bases(job, s, mbs, vpp, split, lean):
-                # the most sharding Megatron allows on it, and its leanest rungs (the most
-                # recompute, without TP overlap; each ladder's top)
+                # the most sharding Megatron allows on it, and its leanest rungs
                 zbase = base.layout.with_(zero_stage=max(space_mod.zero_stages(space, base.layout)))
-                lean_rungs = [r for r in base.single if r.recompute == lean.recompute[0]]
-                lean_rungs += [ld.make(ld.hi) for ld in base.ladders]
-                for rung in lean_rungs:
+                for rung in leanest(base.single, base.ladders) or list(base.single):
                     lay = rung.on(zbase)
                     peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
                     if peak < best[0]:

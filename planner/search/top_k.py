@@ -43,7 +43,7 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
-from planner.search.rungs import NONE, Ladder, Rung
+from planner.search.rungs import NONE, Ladder, Rung, leanest
 from planner.search.space import (
     RECOMPUTE_ORDER,
     Base,
@@ -122,8 +122,8 @@ def _best_variants(
     base_of: Base,
     rejected: Counter[str],
     too_big: dict[tuple[object, ...], bool],
-    cut: float | None = None,
-    lean_fails: dict[tuple[object, ...], int] | None = None,
+    cut: float | None,
+    lean_fails: dict[tuple[object, ...], int],
 ) -> list[Candidate]:
     """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
     fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
@@ -173,21 +173,15 @@ def _best_variants(
         if NONE in single and (rep := fits(NONE)) is not None:
             feasible.append((NONE, rep))
         else:
-            # the leanest of each family: full recompute and each ladder's top, without the TP
-            # overlap where the base has it
-            off = [r for r in single if not r.tp_overlap] or list(single)
-            off_ladders = [ld for ld in ladders if ld.with_tp_overlap] or list(ladders)
-            leanest = [r for r in off if r.recompute == "full"]
-            leanest += [ld.make(ld.hi) for ld in off_ladders]
             # memory grows with the micro-batch (the options come smallest first): where the
             # leanest rungs did not fit at a smaller one, they do not fit here
-            lean = lean_fails if lean_fails is not None else {}
             lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
-            if lean.get(lean_key, math.inf) <= base.micro_batch_size:
+            if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
                 rejected["memory"] += 1
                 continue
-            if leanest and all(fits(r) is None for r in leanest):
-                lean[lean_key] = base.micro_batch_size
+            lean = leanest(single, ladders)
+            if lean and all(fits(r) is None for r in lean):
+                lean_fails[lean_key] = base.micro_batch_size
                 continue
             for r in single:
                 # without the TP overlap a rung is no faster: only where it does not fit with it

@@ -361,7 +361,7 @@ def test_layer_memo_gives_the_uncached_times() -> None:
     ]
     warm = [cost.estimate(j, lay) for lay in lays]
     for lay, w in zip(lays, warm, strict=True):
-        stage_time._LAYER_MEMO.clear()
+        stage_time.LAYER_TIMES.clear()
         assert cost.estimate(j, lay) == w
 
 

@@ -93,3 +93,21 @@ def test_with_tp_overlap_every_rung_also_comes_without_it() -> None:
     assert [ld.make(3).on(lay).tp_comm_overlap for ld in ladders] == [True, False]
     # a base without the overlap has nothing to turn off
     assert all(r.tp_overlap for r in rungs.every(j, lay.with_(tp_comm_overlap=False), ALL, True))
+
+
+def test_leanest_is_full_recompute_and_each_ladder_top_without_tp_overlap() -> None:
+    j = job()
+    lay = Layout(tp=8, pp=2, dp=2, vpp=4, sequence_parallel=True, tp_comm_overlap=True)
+    single, ladders = rungs.rungs(j, lay, ALL, True)
+    # full recompute and block 9 (the longest virtual stage of 10 layers less one), both without
+    # the overlap: every other rung keeps more activations or the userbuffers
+    assert rungs.leanest(tuple(single), tuple(ladders)) == [
+        FULL.without_tp_overlap(),
+        Rung("full", method="block", num_layers=9, tp_overlap=False),
+    ]
+    # without the overlap on the base, the same rungs as they are
+    single, ladders = rungs.rungs(j, lay.with_(tp_comm_overlap=False), ALL, True)
+    assert rungs.leanest(tuple(single), tuple(ladders)) == [
+        FULL,
+        Rung("full", method="block", num_layers=9),
+    ]

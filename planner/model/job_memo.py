@@ -1,0 +1,35 @@
+"""Values remembered per job and key, for the search's hot path.
+
+The search scores thousands of layouts of one job that share most of what the model computes
+(one layer's time, a pipeline rank's states). `JobMemo` keeps those per job, by identity: an
+entry holds the job itself, so its id is not reused while the entry lives, and a memo forgets
+everything once it holds more than a few jobs (a process plans one job, a benchmark a few dozen).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from planner.inputs.plan import Job
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class JobMemo(Generic[K, V]):
+    """A dict per job (`of`), forgotten all at once past `jobs` jobs or on `clear`."""
+
+    def __init__(self, jobs: int = 8) -> None:
+        self._jobs = jobs
+        self._entries: dict[int, tuple[Job, dict[K, V]]] = {}
+
+    def of(self, job: Job) -> dict[K, V]:
+        entry = self._entries.get(id(job))
+        if entry is None or entry[0] is not job:
+            if len(self._entries) >= self._jobs:
+                self._entries.clear()
+            entry = self._entries[id(job)] = (job, {})
+        return entry[1]
+
+    def clear(self) -> None:
+        self._entries.clear()
