@@ -57,6 +57,13 @@ def fragmentation(job: Job) -> float:
     return FRAGMENTATION_EXPANDABLE if job.expandable_segments else FRAGMENTATION
 
 
+ACTIVATION_SCALE = 1.0
+"""Multiplies the activations and transient buffers the model estimates (weights, gradients and
+optimizer states are counted exactly and are not scaled). 1.0 is the model as derived; a
+calibration profile fitted to a cluster's own logs (`planner calibrate`) may refit it to what
+that cluster's training code allocates."""
+
+
 DEFAULT_HEADROOM_PCT = 3.0
 """Capacity kept free by default: the allocator's reserve and run-to-run variation."""
 
@@ -196,7 +203,8 @@ def stage_memory(
     sh = sh or shard(job, layout)
     per = per or per_layer(job.arch, sh)
     weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
-    acts = stage_activations(job, layout, rank, chunks, sh, per)
+    acts = stage_activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
+    transient *= ACTIVATION_SCALE
     counted, outside = buffers.fixed_bytes(job, layout)
     frag = fragmentation(job)
     return StageMemory(
