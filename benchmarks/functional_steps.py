@@ -1,0 +1,222 @@
+"""Megatron-LM's functional-test step times as measured runs (planner Cases).
+
+    python benchmarks/functional_steps.py            # every row, then median / worst per group
+    python benchmarks/functional_steps.py --skipped  # also every golden file left out, and why
+
+Data: benchmarks/data/megatron_functional_tests/ (NVIDIA/Megatron-LM d98e8a64; see its README):
+`golden_values.json` holds `iteration-time` (seconds per iteration, the mean over each log
+interval, logged by the last rank) for the calibration cases only (SHA-256 of "<family>/<case>"
+starting 5-9 or a-f; nothing of the other cases is stored or read), `command_lines.json` each
+case's arguments. A case's arguments become a plan the way `planner check --megatron-args` reads
+them (benchmarks/functional_tests.py: `command_line`, `golden_target`, `evaluate`, imported).
+
+One Case per first-run golden file (the resumed `_2nd` runs repeat the configuration) whose
+arguments planner reads and that fits, on that file's platform (GPU kind) with the GPU count of
+the case's CI recipe rows (nodes x processes per node; golden_target). Left out, and counted by
+reason: files with no iteration-time, no platform in their name (GPU kind unknown), a GPU count
+that is in no recipe, a line planner does not read or that does not fit, fewer than
+MIN_INTERVALS timed intervals after the warm-up.
+
+Step time: the median of the recorded iteration-time values after the warm-up. The warm-up is
+every value logged at a step <= WARMUP_STEPS (10): the first value (iteration 1 alone, or the
+first log interval) holds the one-time costs (CUDA/NCCL initialisation, kernel autotuning and JIT,
+CUDA-graph capture, the first data loads) and is 5-20x the later ones; the next steps still settle
+(allocator growth, lazy buffers). With --log-interval 1 that skips steps 1-10, with 5 the values
+at steps 1, 5 and 10. The median then ignores the isolated slow intervals the files show (a
+checkpoint save, a straggler). tokens/s/GPU = global_batch x seq_length / step time / GPUs.
+
+Deterministic mode: most cases pass --deterministic-mode, and their env_vars (and the runner
+_run_training.sh, by default) set NCCL_ALGO=Ring, NCCL_PROTO=simple, NCCL_NVLS_ENABLE=0,
+NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and CUBLAS_WORKSPACE_CONFIG=:4096:8
+(megatron/training/determinism.py: torch.use_deterministic_algorithms(True); no TP comm overlap, no
+fused cross-entropy). That costs time the planner does not model: Ring-only simple-protocol
+collectives (no NVLS / tree, slower small messages), deterministic attention backward kernels,
+deterministic torch ops. The measurements are kept as they are (no correction): each Case's
+`raw` says `deterministic` (the flag) and `nccl_algo` (the env, else the runner's Ring) so a fit
+can weight, split or drop those rows; main() prints the per-group summary with and without them.
+
+Scale: these are tiny models (a few hundred million parameters, often 2-12 layers, small
+hidden sizes) run for 50-100 steps on 1-2 nodes. Their step times are tens to hundreds of
+milliseconds, where fixed per-step overhead (Python and kernel-launch latency, the optimizer's
+many small kernels, logging, the timers' barriers, the data loader) dominates the FLOPs and
+bytes the cost model counts; the model's predictions are expected to be optimistic here. Use
+these rows to calibrate fixed overheads and to check ordering, not GEMM efficiencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.functional_tests import (
+    DATA,
+    Verdict,
+    command_line,
+    evaluate,
+    golden_target,
+    load_cases,
+)
+from benchmarks.runs import Case
+
+WARMUP_STEPS = 10
+"""Values logged at steps <= this are warm-up (see the module docstring)."""
+MIN_INTERVALS = 3
+"""Fewest timed intervals after the warm-up for a row."""
+RUNNER_NCCL_ALGO = "Ring"
+"""_run_training.sh: `export NCCL_ALGO="${NCCL_ALGO:-Ring}"` (with NCCL_PROTO simple)."""
+
+
+def steps_of(metric: dict[str, Any]) -> list[int]:
+    """The step of each value, per golden_values.json's `step_rule` (see its source block)."""
+    n = len(metric["values"])
+    start, every = int(metric["start_step"]), int(metric["step_interval"])
+    rule = metric["step_rule"]
+    if rule == "explicit":
+        return [int(s) for s in metric["steps"]]
+    if rule == "start_then_multiples":
+        return [start] + [every * k for k in range(1, n)]
+    return [start + every * k for k in range(n)]  # range, legacy_list
+
+
+def step_time(metric: dict[str, Any]) -> tuple[float, int] | None:
+    """(median seconds per iteration after the warm-up, number of intervals used)."""
+    pairs = zip(steps_of(metric), metric["values"], strict=True)
+    timed = [float(v) for s, v in pairs if v is not None and s > WARMUP_STEPS]
+    if len(timed) < MIN_INTERVALS:
+        return None
+    return statistics.median(timed), len(timed)
+
+
+def _label(rec: dict[str, Any]) -> str:
+    return rec["file"].removeprefix("golden_values_").removesuffix(".json")
+
+
+def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
+    """The Cases, and (golden file, reason) for every first-run file left out."""
+    by_name = {c["name"]: c for c in load_cases()}
+    golden = json.loads((DATA / "golden_values.json").read_text())["files"]
+    cache: dict[tuple[str, str, int], Verdict] = {}
+    cases: list[Case] = []
+    skipped: list[tuple[str, str]] = []
+    for rec in golden:
+        if rec["run"] != "first run":
+            continue
+        where = f"{rec['case']} ({_label(rec)})"
+        metric = rec["metrics"].get("iteration-time")
+        case = by_name.get(rec["case"])
+        reason = _first_reason(rec, metric, case)
+        if reason:
+            skipped.append((where, reason))
+            continue
+        assert case is not None and metric is not None
+        assert case["usable_for_calibration"], rec["case"]  # the data holds no other
+        t = golden_target(rec, case).target
+        key = (case["name"], t.gpu, t.num_gpus)
+        if key not in cache:
+            cache[key] = evaluate(command_line(case), t.gpu, t.num_gpus, case["name"])
+        v = cache[key]
+        if v.plan is None or v.code != 0:
+            skipped.append((where, f"not read or does not fit: {v.describe()[:90]}"))
+            continue
+        timed = step_time(metric)
+        if timed is None:
+            skipped.append((where, f"fewer than {MIN_INTERVALS} intervals after the warm-up"))
+            continue
+        seconds, intervals = timed
+        job, layout = v.plan.job, v.plan.require_layout()
+        tokens = job.global_batch_size * job.seq_length / seconds / job.cluster.num_gpus
+        env = case.get("env_vars") or {}
+        raw = {
+            "case": case["name"],
+            "family": case["family"],
+            "file": rec["file"],
+            "platform": rec["platform"],
+            "environment": rec["environment"],
+            "gpu": t.gpu,
+            "num_gpus": t.num_gpus,
+            "step_time_s": seconds,
+            "intervals": intervals,
+            "deterministic": "--deterministic-mode" in case["model_args"],
+            "nccl_algo": env.get("NCCL_ALGO", RUNNER_NCCL_ALGO),
+            "not_modelled": list(v.not_modelled),
+        }
+        moe = (job.arch.num_moe_experts or 0) > 1
+        group = "functional-moe" if moe else "functional-dense"
+        cid = f"{case['name']}@{_label(rec)}"
+        cases.append(Case(cid, job, layout, tokens, None, group, raw))
+    return cases, skipped
+
+
+def _first_reason(
+    rec: dict[str, Any], metric: dict[str, Any] | None, case: dict[str, Any] | None
+) -> str:
+    if metric is None:
+        return "no iteration-time in the golden file"
+    if case is None:
+        return "no command line (folder without model_config.yaml)"
+    if not rec.get("platform"):
+        return "no platform in the file name: GPU kind unknown"
+    if not golden_target(rec, case).count_known:
+        return "GPU count in no recipe row"
+    return ""
+
+
+def load_functional_steps() -> list[Case]:
+    """One Case per usable first-run golden file (see the module docstring)."""
+    return load_with_skips()[0]
+
+
+def _summary(errs: list[float]) -> str:
+    if not errs:
+        return "none"
+    a = [abs(e) for e in errs]
+    return (
+        f"median error {statistics.median(errs):+.1%}, median |error| {statistics.median(a):.1%}, "
+        f"worst {max(errs, key=abs):+.1%} (n={len(a)})"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skipped", action="store_true", help="list every golden file left out")
+    args = ap.parse_args()
+    cases, skipped = load_with_skips()
+    print(
+        f"{'id':86s} {'gpu':14s} {'n':>3s} {'layout':40s} {'step s':>7s} "
+        f"{'measured':>9s} {'predicted':>9s} {'error':>7s}"
+    )
+    errs: dict[str, list[tuple[float, bool]]] = {}
+    for c in cases:
+        p = c.estimate()
+        err = p.tokens_per_s_per_gpu / c.tokens_per_s_per_gpu - 1
+        det = bool(c.raw["deterministic"])
+        errs.setdefault(c.group, []).append((err, det))
+        lay = c.layout.describe().replace(" zero", " z").replace("recompute=", "rc=")
+        print(
+            f"{c.id + ('' if det else ' (nd)'):86s} {c.raw['gpu']:14s} {c.raw['num_gpus']:3d} "
+            f"{lay[:40]:40s} {c.raw['step_time_s']:7.3f} {c.tokens_per_s_per_gpu:9.0f} "
+            f"{p.tokens_per_s_per_gpu:9.0f} {err:+7.1%}"
+        )
+    print("\n(nd) = not in deterministic mode; error = predicted / measured - 1")
+    print(f"rows: {len(cases)}; golden first-run files left out: {len(skipped)}")
+    for reason, k in Counter(r.split(":")[0] for _, r in skipped).most_common():
+        print(f"  {k:4d}  {reason}")
+    for g, es in sorted(errs.items()):
+        print(f"{g:18s} all:               {_summary([e for e, _ in es])}")
+        print(f"{g:18s} deterministic:     {_summary([e for e, d in es if d])}")
+        print(f"{g:18s} not deterministic: {_summary([e for e, d in es if not d])}")
+    if args.skipped:
+        print("\nLeft out:")
+        for where, reason in skipped:
+            print(f"  {where:90s} {reason}")
+
+
+if __name__ == "__main__":
+    main()
