@@ -16,7 +16,7 @@ from paths import REPO
 
 PACKAGE = REPO / "planner"
 
-LAYERS = ("inputs", "model", "ops", "search", "emit", "cli")
+LAYERS = ("inputs", "model", "ops", "search", "calibration", "emit", "cli")
 """Bottom to top: a module may import its own layer and the layers before it."""
 
 ONLY_IN = {

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from planner import __version__
-from planner.cli import catalog, check, explain, launch, scale, suggest
+from planner.cli import calibrate, catalog, check, explain, launch, scale, suggest
 from planner.inputs.errors import EXIT_BAD_INPUT, EXIT_OK, PlannerError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.command()(explain.explain)
 app.command()(suggest.suggest)
 app.command()(scale.scale)
 app.command()(launch.launch)
+app.command()(calibrate.calibrate)
 
 
 def _print_version(value: bool) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import render, report
+from planner.cli import calibration, render, report
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -106,10 +106,20 @@ def check(
         bool,
         typer.Option("--verbose", help="list the flags --megatron-args ignored (on stderr)"),
     ] = False,
+    megatron_log_path: calibration.MegatronLogOpt = None,
+    calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     check_headroom(headroom)
-    plan = plan_from_args(plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose)
+    run = None
+    if megatron_log_path is not None:
+        if plan_path is not None or megatron_args_path is not None:
+            raise InputError("check: give one of PLAN, --megatron-args, --megatron-log")
+        run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)
+        plan = run.plan
+    else:
+        plan = plan_from_args(plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose)
+    prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
     rep = memory.estimate(job, layout, headroom)
@@ -125,7 +135,13 @@ def check(
             for c in changes
         ]
         data["warnings"] = warned
+        if run is not None:
+            data["measured"] = calibration.measured_dict(run, prof)
+        if prof is not None:
+            data["calibration"] = calibration.profile_dict(prof)
         emit_json(data)
     else:
         render.print_check(out, job, layout, rep, changes)
+        if run is not None:
+            out.print(calibration.measured_table(run, prof))
     raise typer.Exit(EXIT_OK if rep.fits else EXIT_NO)

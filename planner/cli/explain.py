@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import plot, render, report, timeline
+from planner.cli import calibration, plot, render, report, timeline
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -33,6 +33,7 @@ from planner.cli.ops_options import (
     named_options,
     ops_inputs,
 )
+from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
 from planner.ops import operations
@@ -40,7 +41,9 @@ from planner.search.rules import check_plan
 
 
 def explain(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    plan_path: Annotated[
+        Path | None, typer.Argument(metavar="PLAN", help="plan file (TOML)")
+    ] = None,
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
     tokens: TokensOpt = None,
@@ -57,6 +60,10 @@ def explain(
         Path | None,
         typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
     ] = None,
+    megatron_log_path: calibration.MegatronLogOpt = None,
+    gpu: calibration.LogGpuOpt = None,
+    num_gpus: calibration.LogGpusOpt = None,
+    calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:
     """Where the memory and the time go, per pipeline stage; with --tokens (or any operations
     option) also days, GPU-hours, cost, energy, checkpoint interval and goodput."""
@@ -67,7 +74,18 @@ def explain(
         tokens, price, failure_rate, restart_min, storage_gb_per_s, pue, node_overhead_w,
         gpu_power_w, async_checkpoint, checkpoint_interval_min,
     )  # fmt: skip
-    plan = check_plan(load_plan(plan_path))
+    run = None
+    if megatron_log_path is not None and plan_path is None:
+        run = calibration.log_run(megatron_log_path, gpu, num_gpus, None)
+        plan = run.plan
+    elif plan_path is not None and megatron_log_path is None:
+        for flag, value in (("--gpu", gpu), ("--num-gpus", num_gpus)):
+            if value is not None:
+                raise InputError(f"explain: {flag}: only with --megatron-log")
+        plan = check_plan(load_plan(plan_path))
+    else:
+        raise InputError("explain: give a plan file, or --megatron-log FILE (not both)")
+    prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
     rep = memory.estimate(job, layout, headroom)
@@ -86,9 +104,17 @@ def explain(
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
         data["warnings"] = warned
+        if run is not None:
+            data["measured"] = calibration.measured_dict(run, prof)
+        if prof is not None:
+            data["calibration"] = calibration.profile_dict(prof)
         emit_json(data)
     else:
         render.print_explain(out, job, layout, rep, perf)
+        if run is not None:
+            out.print(calibration.measured_table(run, prof))
+        for line in calibration.profile_lines(prof) if prof is not None else []:
+            out.print(line)
         if ops is not None:
             out.print(render.operations_table(ops))
         if timeline_path is not None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import plot, render, report
+from planner.cli import calibration, plot, render, report
 from planner.cli.common import (
     BatchOpt,
     GpuOpt,
@@ -109,6 +109,7 @@ def scale(
     ] = scaling.STOPS_PAYING_THRESHOLD,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="write the curve as SVG")] = None,
     as_json: JsonOpt = False,
+    calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:
     """Best layout at each GPU count: tokens/s, per-GPU efficiency, cost per token, days, and
     where adding GPUs stops paying. Exit 0, 1 when no size has a layout that fits."""
@@ -123,6 +124,7 @@ def scale(
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
     job = req.job
+    prof = calibration.use(calibration_opt, job.cluster.gpu.name)
     # the sizes replace the job's num_gpus; they default when --num-gpus is not given
     defaulted = tuple(f for f in req.defaulted if f != "num_gpus")
     if num_gpus is None:
@@ -145,6 +147,8 @@ def scale(
         data = report.curve_dict(curve)
         data["defaulted"] = [f for f in req.values() if f in defaulted]
         data["plot"] = str(plot_path) if plot_path is not None else None
+        if prof is not None:
+            data["calibration"] = calibration.profile_dict(prof)
         emit_json(data)
     else:
         out.print(render.scale_table(curve))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from planner import __version__
-from planner.cli import render_suggest, report
+from planner.cli import calibration, render_suggest, report
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     BatchOpt,
@@ -78,12 +78,14 @@ def suggest(
     objective: Annotated[
         str, typer.Option(help="rank by throughput, cost ($ per token) or goodput")
     ] = "throughput",
+    calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:
     """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
     check_headroom(headroom)
     args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
     job, model_ref = req.job, req.model_ref
+    prof = calibration.use(calibration_opt, job.cluster.gpu.name)
     space = Space(
         tp=bound("tp", tp, max_tp),
         pp=bound("pp", pp, max_pp),
@@ -130,9 +132,14 @@ def suggest(
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
     if as_json:
-        emit_json(report.suggest_dict(job, res, rows, req.defaulted))
+        data = report.suggest_dict(job, res, rows, req.defaulted)
+        if prof is not None:
+            data["calibration"] = calibration.profile_dict(prof)
+        emit_json(data)
     else:
         label = {"throughput": "step time", "cost": "cost per token"}.get(objective, objective)
         render_suggest.print_result(out, job, res, label, rows)
+        for line in calibration.profile_lines(prof) if prof is not None else []:
+            out.print(line)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")

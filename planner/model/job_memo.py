@@ -8,7 +8,7 @@ everything once it holds more than a few jobs (a process plans one job, a benchm
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from planner.inputs.plan import Job
 
@@ -17,11 +17,21 @@ V = TypeVar("V")
 
 
 class JobMemo(Generic[K, V]):
-    """A dict per job (`of`), forgotten all at once past `jobs` jobs or on `clear`."""
+    """A dict per job (`of`), forgotten all at once past `jobs` jobs or on `clear`; every memo
+    is forgotten by `forget_all` (when a model constant changes: `calibratable`)."""
+
+    _every: ClassVar[list[JobMemo[Any, Any]]] = []
 
     def __init__(self, jobs: int = 8) -> None:
         self._jobs = jobs
         self._entries: dict[int, tuple[Job, dict[K, V]]] = {}
+        JobMemo._every.append(self)
+
+    @classmethod
+    def forget_all(cls) -> None:
+        """Clear every memo: what they hold was computed with the constants of their time."""
+        for memo in cls._every:
+            memo.clear()
 
     def of(self, job: Job) -> dict[K, V]:
         entry = self._entries.get(id(job))

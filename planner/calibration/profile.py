@@ -1,0 +1,232 @@
+"""The calibration profile: a small TOML file of refitted constants, written by `planner
+calibrate` and read by every command that takes `--calibration`.
+
+    [calibration]          gpu, logs, runs, error band and its basis, planner version
+    [constants.<key>]      value (what is applied), default, determined, relative_sd_pct, what
+    [[residuals]]          per run: measured and predicted step time (default and calibrated),
+                           leave-one-out error, measured and predicted allocated memory
+
+Only `constants.<key>.value` changes the model; a user may edit it. On reading, an unknown
+table or key, a value of the wrong type, or a value outside the constant's range
+(`calibratable.Constant.lo/hi`) is bad input naming the file and the key.
+
+Where a profile comes from when a command runs (`resolve`): `--calibration FILE`; else the
+environment variable PLANNER_CALIBRATION; else `calibration.toml` in the user's config
+directory ($XDG_CONFIG_HOME/planner, else ~/.config/planner), if `planner calibrate` wrote one
+there. `--calibration none` (or PLANNER_CALIBRATION=none) uses the shipped constants.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner import __version__
+from planner.calibration.fit import Fit
+from planner.inputs.errors import InputError
+from planner.inputs.files import read_file
+from planner.inputs.units import GIB
+from planner.model.calibratable import BY_KEY, DEFAULTS
+
+ENV = "PLANNER_CALIBRATION"
+NONE = "none"
+FILE_NAME = "calibration.toml"
+CALIBRATION_KEYS = {
+    "gpu": str,
+    "planner_version": str,
+    "logs": list,
+    "runs": int,
+    "error_band_pct": float,
+    "error_basis": str,
+}
+CONSTANT_KEYS = {
+    "value": float,
+    "default": float,
+    "determined": bool,
+    "relative_sd_pct": float,
+    "what": str,
+}
+RESIDUAL_KEYS = {
+    "run": str,
+    "layout": str,
+    "measured_step_s": float,
+    "predicted_default_s": float,
+    "predicted_s": float,
+    "leave_one_out_pct": float,
+    "stage": int,
+    "measured_allocated_gib": float,
+    "predicted_allocated_default_gib": float,
+    "predicted_allocated_gib": float,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profile as read: the constants it sets and what it says of its fit."""
+
+    path: Path
+    gpu: str
+    values: dict[str, float]
+    determined: dict[str, bool] = field(default_factory=dict)
+    runs: int = 0
+    error_band: float | None = None
+    error_basis: str = ""
+    residuals: tuple[dict[str, Any], ...] = ()
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "planner" / FILE_NAME
+
+
+def _round(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    text = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def _table(header: str, items: dict[str, Any]) -> list[str]:
+    return [header, *(f"{k} = {_toml_value(v)}" for k, v in items.items() if v is not None), ""]
+
+
+def render(fit: Fit, gpu: str, logs: list[str]) -> str:
+    """The profile's TOML text."""
+    lines = [
+        "# planner calibration profile, written by `planner calibrate`.",
+        "# `value` is what commands apply (--calibration FILE); edit it to override a constant.",
+        "",
+        *_table(
+            "[calibration]",
+            {
+                "gpu": gpu,
+                "planner_version": __version__,
+                "logs": logs,
+                "runs": len(fit.runs),
+                "error_band_pct": _round(100 * fit.band, 3),
+                "error_basis": fit.band_basis,
+            },
+        ),
+    ]
+    for key, value in fit.values.items():
+        lines += _table(
+            f"[constants.{key}]",
+            {
+                "value": _round(value),
+                "default": _round(DEFAULTS[key]),
+                "determined": fit.determined[key],
+                "relative_sd_pct": _round(100 * fit.relative_sd[key], 3),
+                "what": BY_KEY[key].what,
+            },
+        )
+    for rf in fit.runs:
+        gib = {
+            "measured_allocated_gib": rf.measured_allocated,
+            "predicted_allocated_default_gib": rf.predicted_allocated_default,
+            "predicted_allocated_gib": rf.predicted_allocated,
+        }
+        lines += _table(
+            "[[residuals]]",
+            {
+                "run": rf.run.where,
+                "layout": rf.run.plan.require_layout().describe(),
+                "measured_step_s": _round(rf.run.step_time_s),
+                "predicted_default_s": _round(rf.predicted_default_s),
+                "predicted_s": _round(rf.predicted_s),
+                "leave_one_out_pct": None
+                if rf.leave_one_out is None
+                else _round(100 * rf.leave_one_out, 3),
+                "stage": rf.stage,
+            }
+            | {k: None if v is None else _round(v / GIB) for k, v in gib.items()},
+        )
+    return "\n".join(lines)
+
+
+def _typed(where: str, value: Any, kind: type) -> Any:
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise InputError(f"{where}: expected {kind.__name__} (got {value!r})")
+    return value
+
+
+def _keys(where: str, table: Any, known: dict[str, type]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: expected a table (got {table!r})")
+    out = {}
+    for key, value in table.items():
+        if key not in known:
+            raise InputError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
+        out[key] = _typed(f"{where}.{key}", value, known[key])
+    return out
+
+
+def read(path: Path) -> Profile:
+    """A profile file, validated (InputError names the file and key)."""
+    try:
+        doc = tomllib.loads(read_file(path))
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: not valid TOML: {e}") from None
+    for key in doc:
+        if key not in ("calibration", "constants", "residuals"):
+            raise InputError(
+                f"{path}: {key}: unknown table (known: calibration, constants, residuals)"
+            )
+    head = _keys(f"{path}: calibration", doc.get("calibration", {}), CALIBRATION_KEYS)
+    if "gpu" not in head:
+        raise InputError(f"{path}: calibration.gpu: required (the GPU the logs ran on)")
+    constants = doc.get("constants", {})
+    if not isinstance(constants, dict):
+        raise InputError(f"{path}: constants: expected tables (got {constants!r})")
+    values, determined = {}, {}
+    for key, table in constants.items():
+        where = f"{path}: constants.{key}"
+        if key not in BY_KEY:
+            raise InputError(f"{where}: unknown constant (known: {', '.join(BY_KEY)})")
+        entry = _keys(where, table, CONSTANT_KEYS)
+        if "value" not in entry:
+            raise InputError(f"{where}.value: required")
+        c, value = BY_KEY[key], entry["value"]
+        if not c.lo <= value <= c.hi:
+            raise InputError(f"{where}.value: {value} is outside [{c.lo:g}, {c.hi:g}] ({c.what})")
+        values[key] = value
+        determined[key] = bool(entry.get("determined", True))
+    residuals = doc.get("residuals", [])
+    if not isinstance(residuals, list):
+        raise InputError(f"{path}: residuals: expected an array of tables")
+    rows = tuple(
+        _keys(f"{path}: residuals[{i}]", r, RESIDUAL_KEYS) for i, r in enumerate(residuals)
+    )
+    band = head.get("error_band_pct")
+    return Profile(
+        path=path,
+        gpu=head["gpu"],
+        values=values,
+        determined=determined,
+        runs=head.get("runs", len(rows)),
+        error_band=None if band is None else band / 100,
+        error_basis=head.get("error_basis", ""),
+        residuals=rows,
+    )
+
+
+def resolve(option: str | None) -> Profile | None:
+    """The profile a command uses (see the module docstring), or None."""
+    text = option if option is not None else os.environ.get(ENV)
+    if text is not None:
+        return None if text.strip().lower() == NONE else read(Path(text))
+    path = default_path()
+    return read(path) if path.is_file() else None

@@ -1,0 +1,144 @@
+"""`planner calibrate LOG...`: refit the model's constants to a cluster's own Megatron-LM logs
+and write the profile every command can apply (`--calibration`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from planner.calibration import profile as profiles
+from planner.calibration.fit import Fit, fit
+from planner.calibration.measured import read_runs
+from planner.cli.calibration import LogGpuOpt
+from planner.cli.common import JsonOpt, emit_json, err, out
+from planner.inputs.errors import InputError
+from planner.inputs.units import GIB
+from planner.model.calibratable import BY_KEY, DEFAULTS
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def constants_table(f: Fit) -> Table:
+    t = Table(title="constants")
+    for col in ("constant", "value", "default", "determined", "+/- (1 sd)", "what"):
+        t.add_column(col, justify="right" if col in ("value", "default", "+/- (1 sd)") else "left")
+    for key, value in f.values.items():
+        t.add_row(
+            key,
+            f"{value:.4g}",
+            f"{DEFAULTS[key]:.4g}",
+            "yes" if f.determined[key] else "no: kept default",
+            f"{f.relative_sd[key]:.1%}",
+            BY_KEY[key].what,
+        )
+    return t
+
+
+def runs_table(f: Fit) -> Table:
+    t = Table(title="runs: step time and peak allocated memory, measured vs predicted")
+    cols = ("run", "layout", "step s", "default", "calibrated", "left out", "alloc GiB", "default",
+            "calibrated")  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("run", "layout") else "right")
+    for r in f.runs:
+        m = r.measured_allocated
+        t.add_row(
+            r.run.where,
+            r.run.plan.require_layout().describe(),
+            f"{r.run.step_time_s:.3f}",
+            _pct(r.predicted_default_s / r.run.step_time_s - 1),
+            _pct(r.predicted_s / r.run.step_time_s - 1),
+            _pct(r.leave_one_out),
+            "-" if m is None else f"{m / GIB:.2f}",
+            "-" if m is None or r.predicted_allocated_default is None
+            else _pct(r.predicted_allocated_default / m - 1),
+            "-" if m is None or r.predicted_allocated is None
+            else _pct(r.predicted_allocated / m - 1),
+        )  # fmt: skip
+    return t
+
+
+def fit_dict(f: Fit, path: Path) -> dict[str, Any]:
+    return {
+        "profile": str(path),
+        "constants": {
+            k: {
+                "value": v,
+                "default": DEFAULTS[k],
+                "determined": f.determined[k],
+                "relative_sd": f.relative_sd[k],
+            }
+            for k, v in f.values.items()
+        },
+        "error_band": f.band,
+        "error_basis": f.band_basis,
+        "runs": [
+            {
+                "run": r.run.where,
+                "layout": r.run.plan.require_layout().describe(),
+                "measured_step_s": r.run.step_time_s,
+                "predicted_default_s": r.predicted_default_s,
+                "predicted_s": r.predicted_s,
+                "leave_one_out": r.leave_one_out,
+                "measured_allocated_gib": None
+                if r.measured_allocated is None
+                else r.measured_allocated / GIB,
+                "predicted_allocated_gib": None
+                if r.predicted_allocated is None
+                else r.predicted_allocated / GIB,
+            }
+            for r in f.runs
+        ],
+    }
+
+
+def calibrate(
+    logs: Annotated[list[Path], typer.Argument(metavar="LOG...", help="Megatron-LM logs")],
+    gpu: LogGpuOpt = None,
+    num_gpus: Annotated[
+        int | None,
+        typer.Option("--num-gpus", min=1, help="GPU count (default: each log's world_size)"),
+    ] = None,
+    plan_path: Annotated[
+        Path | None,
+        typer.Option("--plan", help="the plan of logs that print no arguments block"),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option("--vocab-size", min=1, help="the tokenizer's vocabulary, if not implied"),
+    ] = None,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help=f"profile to write (default: {profiles.default_path()})"),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Refit the model's constants to Megatron-LM logs of one cluster; write the profile."""
+    runs = read_runs(logs, gpu, num_gpus, plan_path, vocab_size)
+    gpus = {r.plan.job.cluster.gpu.name for r in runs}
+    if len(gpus) > 1:
+        raise InputError(
+            f"--gpu: the logs ran on {', '.join(sorted(gpus))}: calibrate one GPU kind at a time"
+        )
+    result = fit(runs)
+    path = out_path or profiles.default_path()
+    text = profiles.render(result, gpus.pop(), [str(p) for p in logs])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise InputError(f"--out: cannot write {path}: {e.strerror or e}") from None
+    if as_json:
+        emit_json(fit_dict(result, path))
+        return
+    out.print(constants_table(result))
+    out.print(runs_table(result))
+    out.print(
+        f"expected step-time error after calibration: +/-{result.band:.1%} ({result.band_basis})"
+    )
+    err.print(f"wrote {path}", soft_wrap=True)

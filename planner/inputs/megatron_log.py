@@ -1,0 +1,204 @@
+"""Read a Megatron-LM training log (what its ranks print on stdout) into runs: each run's
+printed arguments, its iteration lines and its memory reports, every value with its line.
+
+Formats (NVIDIA/Megatron-LM d98e8a64):
+- arguments: `megatron/training/arguments.py` `_print_args`, called at the end of
+  `validate_args` on rank 0: a line `---...--- arguments ---...---`, then one line per argument,
+  `'  {} {} {}'.format(name, '.' * (48 - len(name)), value)` sorted case-insensitively, then
+  `---...--- end of arguments ---...---`. Values are Python's `str()` of the validated value
+  (`None`, `True`, `['core_attn']`, `torch.float32`, `AttnBackend.auto`).
+- iterations: `megatron/training/training.py` `training_log`, printed by the last rank every
+  `--log-interval` iterations and after the first: `[timestamp] iteration {:8d}/{:8d} |`
+  followed by `name: value |` fields, among them `elapsed time per iteration (ms): {:.1f}`
+  (averaged over the interval), `throughput per GPU (TFLOP/s/GPU): {:.1f}` (with
+  `--log-throughput`) and `global batch size: {:5d}`.
+- memory: `megatron/training/utils/common_utils.py` `report_memory`, printed by data-parallel
+  rank 0 of each model-parallel group: `[Rank N] (after K iterations) memory (MB) | allocated:
+  X | max allocated: Y | reserved: Z | max reserved: W`.
+
+Launchers prefix lines (`srun --label` writes `0: `, torchrun `[default0]:`); every pattern is
+searched anywhere in a line. A file may hold several runs (a job that restarted, or logs
+concatenated): each arguments block starts a new run. Lines of other programs are skipped, and
+device names they print (`nvidia-smi`, `torch.cuda.get_device_name`) are kept, so that a log of
+another GPU than the one given can be refused. A `nan` or `inf` on an iteration or memory line,
+an arguments block without its end, or an iteration line cut short are errors naming the line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from planner.inputs.errors import InputError
+
+_ARGS_START = re.compile(r"-{3,} arguments -{3,}")
+_ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
+_ARG = re.compile(r"\s([A-Za-z_]\w*) (?:\.+ |\s)(.*)$")
+_ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
+_MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)((?:\s*\|[^|]*)+)")
+_DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)[ -]([A-Z]{1,2}\d{2,3}[A-Z]?)\b")
+
+ELAPSED = "elapsed time per iteration (ms)"
+THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
+BATCH = "global batch size"
+MEMORY_FIELDS = ("allocated", "max allocated", "reserved", "max reserved")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One `training_log` line."""
+
+    line: int
+    iteration: int
+    elapsed_ms: float
+    tflops_per_gpu: float | None
+    global_batch: int | None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """One `report_memory` line, in MiB (Megatron's "MB" is 2^20 bytes)."""
+
+    line: int
+    rank: int
+    after: int
+    allocated_mib: float
+    max_allocated_mib: float
+    reserved_mib: float
+    max_reserved_mib: float
+
+
+@dataclass
+class LogRun:
+    """One run in a log file: its arguments block (if printed) and what followed it."""
+
+    path: Path
+    args_line: int | None = None
+    args: dict[str, str] = field(default_factory=dict)
+    arg_lines: dict[str, int] = field(default_factory=dict)
+    iterations: list[Iteration] = field(default_factory=list)
+    memory: list[MemoryReport] = field(default_factory=list)
+
+    def where(self, line: int | None = None) -> str:
+        return f"{self.path}:{line}" if line is not None else str(self.path)
+
+
+@dataclass
+class MegatronLog:
+    """A log file read: its runs and the device names other programs printed in it."""
+
+    path: Path
+    runs: list[LogRun]
+    devices: list[tuple[int, str]]
+    """(line, device family as printed, e.g. 'H100', 'A100', 'MI300X')."""
+
+
+def _number(text: str, what: str, where: str) -> float:
+    try:
+        value = float(text.strip().replace(",", ""))
+    except ValueError:
+        raise InputError(f"{where}: {what}: not a number ({text.strip()!r})") from None
+    if not math.isfinite(value):
+        raise InputError(
+            f"{where}: {what}: {text.strip()} (a nan or inf on this line; its timing and "
+            "memory cannot be trusted: drop the line or the run)"
+        )
+    return value
+
+
+def _fields(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split("|"):
+        name, sep, value = part.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _iteration(m: re.Match[str], where: str) -> Iteration:
+    fields = _fields(m.group(3))
+    for name, value in fields.items():
+        if value.lower().lstrip("+-") in ("nan", "inf"):
+            _number(value, name, where)
+    if ELAPSED not in fields:
+        raise InputError(
+            f"{where}: iteration line without '{ELAPSED}' (a line cut short: truncated log?)"
+        )
+    elapsed = _number(fields[ELAPSED], ELAPSED, where)
+    if elapsed <= 0:
+        raise InputError(f"{where}: {ELAPSED}: {fields[ELAPSED]} (must be > 0)")
+    tflops = _number(fields[THROUGHPUT], THROUGHPUT, where) if THROUGHPUT in fields else None
+    batch = fields.get(BATCH)
+    return Iteration(
+        line=0,
+        iteration=int(m.group(1)),
+        elapsed_ms=elapsed,
+        tflops_per_gpu=tflops,
+        global_batch=int(_number(batch, BATCH, where)) if batch is not None else None,
+    )
+
+
+def _memory(m: re.Match[str], where: str) -> MemoryReport:
+    fields = _fields(m.group(3))
+    missing = [f for f in MEMORY_FIELDS if f not in fields]
+    if missing:
+        raise InputError(f"{where}: memory report without {', '.join(missing)} (cut short?)")
+    mib = [_number(fields[f], f, where) for f in MEMORY_FIELDS]
+    return MemoryReport(0, int(m.group(1)), int(m.group(2)), *mib)
+
+
+def parse(text: str, path: Path) -> MegatronLog:
+    """The runs of a Megatron-LM log. Raises InputError naming the file and line of what
+    cannot be read."""
+    runs: list[LogRun] = []
+    devices: list[tuple[int, str]] = []
+    current: LogRun | None = None
+    in_args = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        where = f"{path}:{number}"
+        if in_args and current is not None:
+            if _ARGS_END.search(raw):
+                in_args = False
+                continue
+            if _ARGS_START.search(raw):
+                break  # reported below: a block that never ended
+            m = _ARG.search(raw)
+            if m:
+                current.args[m.group(1)] = m.group(2).strip()
+                current.arg_lines[m.group(1)] = number
+            continue
+        if _ARGS_START.search(raw):
+            current = LogRun(path, args_line=number)
+            runs.append(current)
+            in_args = True
+            continue
+        m = _ITERATION.search(raw)
+        if m:
+            if current is None:
+                current = LogRun(path)
+                runs.append(current)
+            current.iterations.append(replace(_iteration(m, where), line=number))
+            continue
+        m = _MEMORY.search(raw)
+        if m:
+            if current is None:
+                current = LogRun(path)
+                runs.append(current)
+            current.memory.append(replace(_memory(m, where), line=number))
+            continue
+        d = _DEVICE.search(raw)
+        if d:
+            devices.append((number, d.group(1)))
+    if in_args and current is not None:
+        raise InputError(
+            f"{current.where(current.args_line)}: the arguments block that starts here has no "
+            "'end of arguments' line (a truncated log?)"
+        )
+    if not runs:
+        raise InputError(
+            f"{path}: not a Megatron-LM training log: no '--- arguments ---' block, no "
+            f"'iteration N/M | ... {ELAPSED}' line and no memory report"
+        )
+    return MegatronLog(path, runs, devices)

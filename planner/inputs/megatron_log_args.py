@@ -1,0 +1,107 @@
+"""A Megatron-LM log's printed arguments as the command line `megatron_args` reads.
+
+Megatron prints every argument after `validate_args` (Megatron-LM d98e8a64
+`megatron/training/arguments.py`), by its attribute name and Python value, defaults included.
+This module turns the arguments the reader uses (`megatron_flags.READ`) back into flags:
+- the attribute of a flag is its name with dashes as underscores, except where the parser
+  says otherwise (`DEST`: `--fp8-format` stores `fp8`, `--disable-bias-linear` stores
+  `add_bias_linear = False`, from the `argparse_meta` of `TransformerConfig` and the
+  `dest=` of `arguments.py`);
+- `None` is an argument not given; `True` is a switch given; `False` is a switch not given,
+  except for the switches that store False (`STORE_FALSE`), given when the value is False;
+- lists print as Python lists and become one word per item, except `--moe-layer-freq`, whose
+  list Megatron reads as one expression; `torch.float32`-style dtypes (validate_args maps
+  `--main-grads-dtype fp32` to `torch.float32`) and `AttnBackend.flash`-style enums become the
+  words the parser takes;
+- what `validate_args` derives is not a flag given: `encoder_num_layers` (set to
+  `num_layers` for GPT) is dropped, and so are the MoE arguments of a model without experts
+  (their defaults print; Megatron does not use them).
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_args import Reading, read
+from planner.inputs.megatron_flags import READ
+from planner.inputs.megatron_log import LogRun
+
+DEST = {
+    "--disable-bias-linear": "add_bias_linear",
+    "--fp8-format": "fp8",
+    "--no-bias-swiglu-fusion": "bias_swiglu_fusion",
+    "--microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group_size_per_vp_stage",
+}
+"""Flags whose attribute is not their name (TransformerConfig `argparse_meta` arg_names and
+`dest=` in arguments.py)."""
+STORE_FALSE = frozenset({"--disable-bias-linear", "--no-bias-swiglu-fusion"})
+ONE_WORD_LISTS = frozenset({"--moe-layer-freq"})
+DTYPES = {
+    "torch.float32": "fp32",
+    "torch.bfloat16": "bf16",
+    "torch.float16": "fp16",
+    "torch.uint8": "fp8",
+}
+"""validate_args' dtype_map, read backwards."""
+MOE_PREFIXES = ("--moe-", "--expert-", "--overlap-moe-")
+
+
+def dest(flag: str) -> str:
+    """The attribute Megatron stores a flag's value in."""
+    return DEST.get(flag, flag[2:].replace("-", "_"))
+
+
+def _value_words(flag: str, value: str, where: str) -> list[str]:
+    if value in DTYPES:
+        return [DTYPES[value]]
+    if value.startswith("AttnBackend."):
+        return [value.removeprefix("AttnBackend.")]
+    if value.startswith("[") and value.endswith("]"):
+        if flag in ONE_WORD_LISTS:
+            return [value.replace(" ", "")]
+        try:
+            items = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise InputError(f"{where}: {dest(flag)}: cannot read the list {value!r}") from None
+        return [str(item) for item in items]
+    return [value]
+
+
+def words(run: LogRun) -> list[str]:
+    """The flags of `megatron_flags.READ` that the run's printed arguments stand for."""
+    args = run.args
+    out: list[str] = []
+    no_experts = args.get("num_experts", "None") == "None"
+    for flag in sorted(READ):
+        name = dest(flag)
+        value = args.get(name)
+        if value is None or value == "None":
+            continue
+        if no_experts and flag.startswith(MOE_PREFIXES):
+            continue
+        if flag == "--encoder-num-layers" and value == args.get("num_layers"):
+            continue  # validate_args copies num_layers into it for GPT
+        if value in ("True", "False"):
+            if (value == "False") == (flag in STORE_FALSE):
+                out.append(flag)
+            continue
+        out.append(flag)
+        out.extend(_value_words(flag, value, run.where(run.arg_lines.get(name))))
+    return out
+
+
+def world_size(run: LogRun) -> int | None:
+    """The run's GPU count as printed (`world_size`), if it was."""
+    text = run.args.get("world_size")
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def reading(run: LogRun, gpu: str, num_gpus: int, vocab_size: int | None = None) -> Reading:
+    """The run's arguments read as `check --megatron-args` reads a command line; messages name
+    the arguments block's first line."""
+    if run.args_line is None:
+        raise InputError(f"{run.path}: no arguments block")
+    where = f"{run.where(run.args_line)} (arguments block)"
+    return read(shlex.join(words(run)), gpu, num_gpus, where, vocab_size)
