@@ -1,0 +1,140 @@
+"""MLPerf Training results as measured runs (planner Cases): predicted vs measured step time.
+
+    python benchmarks/mlperf.py
+
+Data: benchmarks/data/mlperf/runs.yaml (one entry per round, submitter and system of
+mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training; the
+settings read from each system's config scripts, the step time from its result logs; sources,
+method and every ambiguity in benchmarks/data/mlperf/README.md and the entries' `notes`).
+MLPerf results are public and may be used for calibration.
+
+Mapping (one place, used by the fidelity and fitting benchmarks through load_mlperf):
+  model      the zoo model the benchmark names (gpt3-175b, llama3.1-405b, llama3.1-8b), with the
+             entry's vocab_size where the benchmark's tokenizer differs from the model's (the 405B
+             benchmark uses Mixtral 8x22B's 32,768-token tokenizer)
+  gpu        hardware.catalog (h100-sxm-80gb, h200-sxm-141gb, b200-sxm-180gb, gb200-nvl72), with
+             hardware.num_gpus of them
+  job        seq_length, global_batch_size as logged; precision fp8 with the entry's fp8_recipe;
+             fp8_param_gather = fp8_params; main_grad_dtype bf16 (NeMo's distributed Adam
+             grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for Llama)
+  layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
+             no recompute or offloading (none of the configs sets any); tp_comm_overlap where the
+             config sets TP_COMM_OVERLAP and sequence parallelism is on with tp > 1;
+             asym_pp_embed_loss -> the embedding and the loss each count as a layer in the
+             pipeline split (NeMo ASYM_PP_EMBED / ASYM_PP_LOSS)
+  not modelled  CUDA graphs (settings.cuda_graphs), the TP_PP_DP_MAPPING rank order, FP8 scaling
+             format (hybrid / e4m3): kept in `raw` for the reader
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.runs import Case, cluster
+from planner.inputs import catalog
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+
+RUNS = Path(__file__).resolve().parent / "data" / "mlperf" / "runs.yaml"
+
+
+def load_rows(path: Path = RUNS) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = yaml.safe_load(path.read_text())
+    return rows
+
+
+def step_time_s(row: dict[str, Any]) -> float:
+    """The measured seconds per optimizer step (median over the system's result logs)."""
+    return float(row["measured"]["step_time_s"]["median"])
+
+
+def tokens_per_s_per_gpu(row: dict[str, Any]) -> float:
+    """global batch x sequence / step time / GPUs."""
+    s = row["settings"]
+    return s["global_batch_size"] * s["seq_length"] / step_time_s(row) / row["hardware"]["num_gpus"]
+
+
+def case_from_row(row: dict[str, Any]) -> Case:
+    s, hw = row["settings"], row["hardware"]
+    arch = catalog.get_model(row["model"])
+    if s.get("vocab_size") and s["vocab_size"] != arch.vocab_size:
+        arch = arch.model_copy(update={"vocab_size": int(s["vocab_size"])})
+    fp8 = s["precision"] == "fp8"
+    job = Job(
+        arch=arch,
+        cluster=cluster(hw["catalog"], int(hw["num_gpus"])),
+        seq_length=int(s["seq_length"]),
+        global_batch_size=int(s["global_batch_size"]),
+        precision="fp8" if fp8 else "bf16",
+        main_grad_dtype=s.get("main_grad_dtype", "bf16"),
+        fp8_param_gather=bool(s.get("fp8_params")) and fp8,
+        fp8_recipe=s.get("fp8_recipe") or "delayed",
+    )
+    tp = int(s["tp"])
+    sp = bool(s["sequence_parallel"]) and tp > 1
+    asym = bool(s.get("asym_pp_embed_loss"))
+    layout = Layout(
+        tp=tp,
+        pp=int(s["pp"]),
+        dp=int(s["dp"]),
+        cp=int(s.get("cp", 1)),
+        vpp=int(s.get("vpp", 1)),
+        sequence_parallel=sp,
+        micro_batch_size=int(s["micro_batch_size"]),
+        zero_stage=1 if s.get("distributed_optimizer", True) else 0,
+        recompute="none",
+        tp_comm_overlap=bool(s["tp_comm_overlap"]) and sp,
+        account_for_embedding_in_pipeline_split=asym,
+        account_for_loss_in_pipeline_split=asym,
+        overlap_grad_reduce=bool(s.get("overlap_grad_reduce", True)),
+        overlap_param_gather=bool(s.get("overlap_param_gather", True)),
+    )
+    group = f"mlperf-{row['model']}"
+    return Case(str(row["id"]), job, layout, tokens_per_s_per_gpu(row), None, group, row)
+
+
+def load_mlperf(path: Path = RUNS) -> list[Case]:
+    """One Case per runs.yaml entry."""
+    return [case_from_row(r) for r in load_rows(path)]
+
+
+def _summary(errs: list[float]) -> str:
+    a = [abs(e) for e in errs]
+    return (
+        f"median error {statistics.median(errs):+.1%}, median |error| {statistics.median(a):.1%}, "
+        f"worst {max(errs, key=abs):+.1%} (n={len(a)})"
+    )
+
+
+def main() -> None:
+    cases = load_mlperf()
+    print(
+        f"{'id':36s} {'gpu':14s} {'n':>5s} {'layout':44s} {'step s':>7s} "
+        f"{'measured':>9s} {'predicted':>9s} {'error':>7s}  bottleneck"
+    )
+    groups: dict[str, list[float]] = {}
+    for c in cases:
+        p = c.estimate()
+        err = p.tokens_per_s_per_gpu / c.tokens_per_s_per_gpu - 1
+        groups.setdefault(c.group, []).append(err)
+        lay = c.layout.describe().replace(" zero", " z").replace("recompute=", "rc=")
+        print(
+            f"{c.id:36s} {c.raw['hardware']['catalog']:14s} {c.job.cluster.num_gpus:5d} "
+            f"{lay[:44]:44s} {step_time_s(c.raw):7.3f} {c.tokens_per_s_per_gpu:9.1f} "
+            f"{p.tokens_per_s_per_gpu:9.1f} {err:+7.1%}  {p.bottleneck()}"
+        )
+    print("\nerror = predicted / measured tokens/s/GPU - 1")
+    for g, es in groups.items():
+        print(f"  {g:22s} {_summary(es)}")
+    print(f"  {'all':22s} {_summary([e for es in groups.values() for e in es])}")
+
+
+if __name__ == "__main__":
+    main()
