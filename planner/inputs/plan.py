@@ -31,6 +31,12 @@ from planner.inputs.plan_sections import (
     SelectivePolicy,
     TrainingSection,
 )
+from planner.inputs.torchtitan import (
+    SINGLE_STAGE,
+    Framework,
+    TorchtitanSection,
+    training_defaults,
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,16 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    framework: Framework = "megatron"
+    """The training code: Megatron-LM, or torchtitan (FSDP2, DTensor TP, torch pipelining)."""
+    torchtitan: TorchtitanSection | None = None
+    """torchtitan's own settings (`[torchtitan]`; its defaults when the table is left out), with
+    framework "torchtitan" only."""
+
+    @property
+    def titan(self) -> TorchtitanSection:
+        """The torchtitan settings (their defaults where none were given)."""
+        return self.torchtitan or TorchtitanSection()
 
     @property
     def grad_bytes(self) -> float:
@@ -164,13 +180,32 @@ def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
 
 
 def build_job(
-    arch: ModelArch, cluster: ClusterSpec, training: TrainingSection, path: Path | None
+    arch: ModelArch,
+    cluster: ClusterSpec,
+    training: TrainingSection,
+    path: Path | None,
+    titan: TorchtitanSection | None = None,
 ) -> Job:
+    """The job: the training-code knobs the plan leaves out take its framework's defaults
+    (`planner.inputs.torchtitan.training_defaults`)."""
     where = str(path) if path else "<plan>"
     if training.precision == "fp8" and not cluster.gpu.has_fp8:
         raise InputError(
             f'{where}: training.precision: "fp8" but {cluster.gpu.name} has no FP8 tensor cores'
         )
+    framework = training.framework
+    if training.framework == "megatron" and titan is not None:
+        raise InputError(
+            f'{where}: torchtitan: the [torchtitan] table needs training.framework = "torchtitan" '
+            f'(got "megatron")'
+        )
+    if framework == "torchtitan":
+        titan = titan or TorchtitanSection()
+    knobs = training_defaults(framework, titan.compile if titan else False)
+    given = training.model_dump(exclude_none=True)
+    knobs.update({k: given[k] for k in knobs if k in given})
+    if framework == "torchtitan" and "tp_backward_overlap" not in given and titan is not None:
+        knobs["tp_backward_overlap"] = titan.async_tp
     return Job(
         arch=arch,
         cluster=cluster,
@@ -179,20 +214,14 @@ def build_job(
         precision=training.precision,
         main_grad_dtype=training.main_grad_dtype,
         optimizer_state_dtype=training.optimizer_state_dtype,
-        fused_norm=training.fused_norm,
-        cross_entropy=training.cross_entropy,
-        fp8_param_gather=training.fp8_param_gather,
-        flash_attention=training.flash_attention,
-        selective_recompute=training.selective_recompute,
-        fused_swiglu=training.fused_swiglu,
-        sp_keeps_gathered_input=training.sp_keeps_gathered_input,
-        tp_backward_overlap=training.tp_backward_overlap,
-        expandable_segments=training.expandable_segments,
-        fp8_recipe=training.fp8_recipe,
+        flash_attention=given.get("flash_attention", True),
         moe_router_num_groups=_or(training.moe_router_num_groups, arch.moe_router_num_groups),
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
         moe_expert_capacity_factor=training.moe_expert_capacity_factor,
         moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
+        framework=framework,
+        torchtitan=titan,
+        **knobs,  # type: ignore[arg-type]
     )
 
 
@@ -208,6 +237,22 @@ def _vpp(section: ParallelSection, stages: tuple[str, ...] | None) -> int:
     if stages is not None and len(stages) % section.pp == 0:
         return len(stages) // section.pp
     return 1
+
+
+def torchtitan_stages(num_layers: int, stages: int) -> tuple[str, ...]:
+    """torchtitan's default split over its pp x vpp stages (pipeline_parallel.py
+    `generate_llm_fqn_per_model_part`, first / last_stage_less_layers = 1): num_layers + 2
+    "effective layers" split evenly, the first stages one more, the embedding and the norm and
+    output taking one layer's place in the first and the last stage; in planner's stage strings
+    (E embedding, t decoder layer, L loss)."""
+    per, extra = divmod(num_layers + 2, stages)
+    out, left = [], num_layers
+    for k in range(stages):
+        n = per + (k < extra) - (k == 0) - (k == stages - 1)
+        take = max(min(n, left), 0)
+        left -= take
+        out.append(("E" if k == 0 else "") + "t" * take + ("L" if k == stages - 1 else ""))
+    return tuple(out)
 
 
 def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:
@@ -227,6 +272,16 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         dp = section.dp
     sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
     stages = None
+    titan_split = not (
+        section.pipeline_layers
+        or section.pipeline_model_parallel_layout
+        or section.account_for_embedding_in_pipeline_split is not None
+        or section.account_for_loss_in_pipeline_split is not None
+    )
+    if job.framework == "torchtitan" and section.pp > 1 and titan_split:
+        # torchtitan's own split, unless the plan gives one
+        vpp = section.vpp or (2 if job.titan.pipeline_schedule not in SINGLE_STAGE else 1)
+        stages = torchtitan_stages(job.arch.num_layers, section.pp * vpp)
     if section.pipeline_model_parallel_layout is not None:
         text = section.pipeline_model_parallel_layout
         stages = pipeline_layout.parse(text)
@@ -235,7 +290,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
                 f"{where}: parallel.pipeline_model_parallel_layout: cannot read {spelled(text)}: "
                 "stages of E, t, m, L separated by |, with x*n and (...)*n repeats"
             )
-    return Layout(
+    layout = Layout(
         tp=section.tp,
         pp=section.pp,
         dp=dp,
@@ -256,13 +311,44 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
         pipeline_layers=section.pipeline_layers,
         pipeline_layout=stages,
-        account_for_embedding_in_pipeline_split=section.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=section.account_for_loss_in_pipeline_split,
+        account_for_embedding_in_pipeline_split=bool(
+            section.account_for_embedding_in_pipeline_split
+        ),
+        account_for_loss_in_pipeline_split=bool(section.account_for_loss_in_pipeline_split),
         tp_comm_overlap=section.tp_comm_overlap,
         ep_comm_overlap=section.ep_comm_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
     )
+    return _torchtitan_recompute(job, section, layout, where)
+
+
+def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:
+    """torchtitan's activation checkpointing on the layout. Its modes are recompute "none",
+    "full" (every layer), "selective" (per-op SAC) and, with `[torchtitan]
+    selective_layer_every = N`, "full" on every N-th layer of a rank (a counter over the rank's
+    layers, torchtitan activation_checkpoint.py `_apply_layer_sac`): Megatron's block method with
+    that many layers per virtual stage, in memory and time. Megatron's method / layer count /
+    modules have no torchtitan setting."""
+    if job.framework != "torchtitan":
+        return layout
+    for name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
+        if getattr(section, name) is not None:
+            raise InputError(
+                f"{where}: parallel.{name}: a Megatron-LM setting torchtitan does not have "
+                f"(got {spelled(getattr(section, name))}); torchtitan recomputes none, full, "
+                "selective (per-op) or, with torchtitan.selective_layer_every = N, every N-th layer"
+            )
+    every = job.titan.selective_layer_every
+    if every is None:
+        return layout
+    if layout.recompute != "full":
+        raise InputError(
+            f"{where}: torchtitan.selective_layer_every: {every} needs parallel.recompute = "
+            f'"full" (got "{layout.recompute}")'
+        )
+    most = max(len(c) for chunks in layout.chunk_layers(job.arch.num_layers) for c in chunks)
+    return layout.with_(recompute_method="block", recompute_num_layers=max(most // every, 1))
 
 
 def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
@@ -271,7 +357,7 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     doc = validate(PlanFile, data, path)
     arch = resolve_model_table(doc.model, path)
     cluster = resolve_cluster(doc.cluster, path)
-    job = build_job(arch, cluster, doc.training, path)
+    job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
     layout = layout_from_section(job, doc.parallel, path) if doc.parallel is not None else None
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
 

@@ -23,9 +23,12 @@ from planner.inputs.layout import (
     RecomputeModule,
     ZeroStage,
 )
+from planner.inputs.torchtitan import Framework, TorchtitanSection
 
 Precision = Literal["bf16", "fp8"]
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"]
+"""Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
+torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
 SelectivePolicy = Literal["core_attn", "per_op"]
 
@@ -61,6 +64,11 @@ class TrainingSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     seq_length: PositiveInt
+    framework: Framework = Field(
+        default="megatron",
+        description="the training code: megatron (Megatron-LM) or torchtitan; it sets the defaults "
+        "of the knobs below left out (None = the framework's, planner.inputs.torchtitan)",
+    )
     global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -69,24 +77,24 @@ class TrainingSection(BaseModel):
         description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
     )
-    fused_norm: Flag = Field(
-        default=True, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
+    fused_norm: Flag | None = Field(
+        default=None, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
     )
-    cross_entropy: CrossEntropy = Field(
-        default="fused",
+    cross_entropy: CrossEntropy | None = Field(
+        default=None,
         description="fused: Megatron's vocab-parallel kernel; pytorch: torch cross_entropy on "
         "each rank's fp32 logits (vocab-split under TP); gathered: logits gathered over TP first",
     )
-    selective_recompute: SelectivePolicy = Field(
-        default="core_attn",
+    selective_recompute: SelectivePolicy | None = Field(
+        default=None,
         description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
         "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
     )
-    fp8_param_gather: Flag = Field(
-        default=True, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
+    fp8_param_gather: Flag | None = Field(
+        default=None, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
     )
-    fp8_recipe: Fp8Recipe = Field(
-        default="delayed",
+    fp8_recipe: Fp8Recipe | None = Field(
+        default=None,
         description="Megatron --fp8-recipe (default delayed): delayed or tensorwise (per-tensor "
         "scales), blockwise (128 x 128 / 1 x 128 blocks), mxfp8 (Blackwell, 1 x 32 blocks)",
     )
@@ -102,26 +110,26 @@ class TrainingSection(BaseModel):
     moe_pad_expert_input_to_capacity: Flag = Field(
         default=False, description="pad every expert's tokens up to its capacity"
     )
-    flash_attention: Flag = Field(
-        default=True, description="flash/cuDNN fused attention (false: s^2 scores stored)"
+    flash_attention: Flag | None = Field(
+        default=None, description="flash/cuDNN fused attention (false: s^2 scores stored)"
     )
-    fused_swiglu: Flag = Field(
-        default=True,
+    fused_swiglu: Flag | None = Field(
+        default=None,
         description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
     )
-    sp_keeps_gathered_input: Flag = Field(
-        default=False,
+    sp_keeps_gathered_input: Flag | None = Field(
+        default=None,
         description="sequence parallelism saves the all-gathered input of the column-parallel "
         "linears (PyTorch DTensor SP); Megatron saves its shard and re-gathers in backward",
     )
-    tp_backward_overlap: Flag = Field(
-        default=True,
+    tp_backward_overlap: Flag | None = Field(
+        default=None,
         description="the column-parallel linears' backward TP collectives run under their dgrad "
         "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
         "(plain autograd functions, PyTorch DTensor)",
     )
-    expandable_segments: Flag = Field(
-        default=False,
+    expandable_segments: Flag | None = Field(
+        default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "
         "Megatron-Bridge's recipes and planner's launch files do): count the allocator's smaller "
         "fragmentation; false (PyTorch's default allocator) counts the larger",
@@ -166,8 +174,12 @@ class ParallelSection(BaseModel):
         max_length=65536,
         description="Megatron --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L'",
     )
-    account_for_embedding_in_pipeline_split: Flag = False
-    account_for_loss_in_pipeline_split: Flag = False
+    account_for_embedding_in_pipeline_split: Flag | None = Field(
+        default=None, description="None = false (torchtitan: its own split, as given)"
+    )
+    account_for_loss_in_pipeline_split: Flag | None = Field(
+        default=None, description="None = false (torchtitan: its own split, as given)"
+    )
     tp_comm_overlap: Flag = False
     ep_comm_overlap: Flag = Field(
         default=False,
@@ -190,3 +202,4 @@ class PlanFile(BaseModel):
     cluster: ClusterSection
     training: TrainingSection
     parallel: ParallelSection | None = None
+    torchtitan: TorchtitanSection | None = None

@@ -14,6 +14,7 @@ from typing import Any
 from planner.inputs import catalog, pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import training_defaults
 
 
 def _value(v: Any) -> str:
@@ -65,25 +66,21 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     }
     if job.optimizer_state_dtype != "fp32":
         training["optimizer_state_dtype"] = job.optimizer_state_dtype
-    on_by_default = (
-        "fused_norm",
-        "fp8_param_gather",
-        "flash_attention",
-        "fused_swiglu",
-        "tp_backward_overlap",
-    )
-    for flag in on_by_default:
-        if not getattr(job, flag):
-            training[flag] = False
-    for flag in ("sp_keeps_gathered_input", "expandable_segments"):
-        if getattr(job, flag):
-            training[flag] = True
-    if job.cross_entropy != "fused":
-        training["cross_entropy"] = job.cross_entropy
-    if job.selective_recompute != "core_attn":
-        training["selective_recompute"] = job.selective_recompute
-    if job.precision == "fp8":
-        training["fp8_recipe"] = job.fp8_recipe
+    if job.framework != "megatron":
+        training["framework"] = job.framework
+    titan = job.torchtitan
+    defaults = training_defaults(job.framework, titan.compile if titan else False)
+    if titan is not None and titan.async_tp:
+        defaults["tp_backward_overlap"] = True
+    for name, default in defaults.items():
+        value = getattr(job, name)
+        if name == "fp8_recipe":
+            if job.precision == "fp8":
+                training[name] = value
+        elif value != default:
+            training[name] = value
+    if not job.flash_attention:
+        training["flash_attention"] = False
     # the model's own routing groups need no line; a plan's override does
     for name in ("moe_router_num_groups", "moe_router_group_topk"):
         if getattr(job, name) != getattr(job.arch, name):
@@ -126,15 +123,20 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
             lines += ["", "[[cluster.tiers]]"]
             lines += [f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None]
     lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
+    if titan is not None:
+        fields = titan.model_dump(exclude_defaults=True)
+        lines += ["", *_table("torchtitan", fields)]
     return "\n".join(lines) + "\n"
 
 
 def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
     """The `[parallel]` settings beyond the degrees, where they differ from their defaults."""
     out: dict[str, Any] = {}
-    if layout.recompute == "selective":
+    if layout.recompute == "selective" and job.framework != "torchtitan":
         out["recompute_modules"] = list(layout.recompute_modules)
-    if layout.recompute == "full":
+    if layout.recompute == "full" and job.framework == "torchtitan":
+        pass  # every N-th layer is torchtitan.selective_layer_every, written with [torchtitan]
+    elif layout.recompute == "full":
         out["recompute_method"] = layout.recompute_method
         out["recompute_num_layers"] = layout.recompute_num_layers
     if layout.cpu_offloading_num_layers:

@@ -3,7 +3,8 @@
 Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `features` those on recompute, offloading, MoE dispatch and routing, FP8 and the expert
-overlap, and what Megatron only warns about. `violations` runs every rule (the search uses it to
+overlap, and what Megatron only warns about; `torchtitan` what torchtitan runs (plans with
+framework = "torchtitan"). `violations` runs every rule (the search uses it to
 prune and to count rejections per rule); `check_plan` turns a plan's into one InputError;
 `warnings` lists what Megatron would warn about, which commands report without refusing.
 """
@@ -30,6 +31,8 @@ from planner.search.rules.parallel import (
     vpp,
     world,
 )
+from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
+from planner.search.rules.torchtitan import experts as torchtitan_experts
 
 __all__ = [
     "RULES",
@@ -54,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     sequence_parallel,
     overlap,
     *FEATURE_RULES,
+    *TORCHTITAN_RULES,
     batch,
     positions,
 )
@@ -62,6 +66,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     heads,
     query_groups,
     experts,
+    torchtitan_experts,
     context,
     context_attention,
     batch,
@@ -80,7 +85,10 @@ def violations(job: Job, layout: Layout) -> list[Violation]:
 
 
 def warnings(job: Job, layout: Layout) -> list[Violation]:
-    """What Megatron would warn about (or its tests never run) in an accepted layout."""
+    """What Megatron would warn about (or its tests never run) in an accepted layout; nothing
+    for a torchtitan plan (Megatron's warnings are about Megatron's code)."""
+    if job.framework == "torchtitan":
+        return []
     return _broken(WARNINGS, job, layout)
 
 

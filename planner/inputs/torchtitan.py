@@ -1,0 +1,131 @@
+"""torchtitan as the training code: the plan's `[torchtitan]` table and the defaults
+`[training] framework = "torchtitan"` gives the separate training-code knobs.
+
+Facts from pytorch/torchtitan at e347b1e5e6b6941d789d16d340145294d82dc71e (the last commit with
+torchtitan/config/job_config.py, the TOML job config train.py reads; later commits replace it by
+a Python config registry):
+- job_config.py `Parallelism`: data_parallel_replicate_degree x data_parallel_shard_degree x
+  context_parallel_degree x tensor_parallel_degree x pipeline_parallel_degree = world
+  (distributed/parallel_dims.py `_validate`); fsdp_reshard_after_forward "default" | "always" |
+  "never"; enable_async_tensor_parallel ("currently only effective when compile is enabled");
+  pipeline_parallel_schedule a torch.distributed.pipelining schedule name;
+  expert_tensor_parallel_degree 1 or tp (parallel_dims.py asserts); expert_parallel_comm_backend
+  "standard" | "deepep".
+- `ActivationCheckpoint.mode` "selective" | "full" | "memory_budget" | "none";
+  selective_ac_option "op" (per-op SAC) or an integer N: every N-th layer checkpointed whole
+  (distributed/activation_checkpoint.py `_apply_layer_sac`, a counter over the rank's layers).
+- `Float8Linear.recipe_name` "tensorwise" | "rowwise" | "rowwise_with_gw_hp" with
+  enable_fsdp_float8_all_gather (the FSDP all-gather in float8, tensorwise only: TP float8 too
+  only for tensorwise, models/llama3/infra/parallelize.py).
+- `Training.mixed_precision_reduce` only "float32"; `Training.dtype` float32: the FSDP-sharded
+  parameter is the fp32 master (no separate copy).
+- The default training code: torch cross entropy on the vocab-sharded logits (loss_parallel),
+  DTensor sequence parallelism (the all-gathered input of the column-parallel linears is what
+  autograd saves), eager RMSNorm and SwiGLU (fused by inductor only under torch.compile),
+  PyTorch SDPA flash attention. run_train.sh sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.inputs.fields import Flag, PositiveInt
+
+TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
+"""pytorch/torchtitan commit whose torchtitan/config/job_config.py the emitted TOML follows."""
+
+Framework = Literal["megatron", "torchtitan"]
+Reshard = Literal["default", "always", "never"]
+Schedule = Literal[
+    "1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble",
+    "DualPipeV",
+]  # fmt: skip
+"""torch.distributed.pipelining schedule names (schedules.py `get_schedule_class`) torchtitan
+accepts in pipeline_parallel_schedule."""
+
+SINGLE_STAGE: frozenset[str] = frozenset({"1F1B", "GPipe"})
+"""PipelineScheduleSingle subclasses: exactly one stage per rank (torchtitan
+pipeline_parallel.py raises otherwise)."""
+V_SHAPED: frozenset[str] = frozenset({"ZBVZeroBubble", "DualPipeV"})
+"""V schedules: exactly two stages per rank."""
+Float8Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+
+MODELS: dict[str, tuple[str, str]] = {
+    "llama3.1-8b": ("llama3", "8B"),
+    "llama3.1-70b": ("llama3", "70B"),
+    "llama3.1-405b": ("llama3", "405B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "gpt-oss-20b": ("gpt_oss", "20b"),
+    "gpt-oss-120b": ("gpt_oss", "120b"),
+}
+"""planner zoo name -> torchtitan (model.name, model.flavor): the flavors torchtitan defines
+(torchtitan/models/<name>/__init__.py at TORCHTITAN_COMMIT) with the same shape."""
+
+MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss"})
+"""torchtitan models with MoE layers (torchtitan/models/moe), the only ones it runs EP for."""
+
+
+class TorchtitanSection(BaseModel):
+    """`[torchtitan]`: torchtitan's own settings (only with `[training] framework =
+    "torchtitan"`). The degrees are `[parallel]`'s; dp = dp_replicate x the FSDP shard degree."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reshard_after_forward: Reshard = Field(
+        default="default",
+        description="FSDP2 reshard_after_forward policy: default (reshard unless pipelining), "
+        "always, never",
+    )
+    dp_replicate: PositiveInt = Field(
+        default=1, description="HSDP replicas (data_parallel_replicate_degree); 1 = plain FSDP"
+    )
+    async_tp: Flag = Field(
+        default=False, description="enable_async_tensor_parallel (needs compile and tp > 1)"
+    )
+    compile: Flag = Field(default=False, description="torch.compile each transformer block")
+    pipeline_schedule: Schedule = Field(
+        default="1F1B", description="pipeline_parallel_schedule (vpp must fit it)"
+    )
+    selective_layer_every: PositiveInt | None = Field(
+        default=None,
+        description="activation checkpoint selective_ac_option = N: every N-th layer "
+        "recomputed whole (needs parallel.recompute = 'full')",
+    )
+    float8_all_gather: Flag = Field(
+        default=False,
+        description="enable_fsdp_float8_all_gather (precision fp8, fp8_recipe tensorwise)",
+    )
+    cp_load_balance: Flag = Field(
+        default=True, description="context_parallel_load_balancer headtail (false: None)"
+    )
+
+
+def training_defaults(framework: Framework, compile_on: bool) -> dict[str, object]:
+    """The `[training]` training-code knobs a framework sets when the plan leaves them out."""
+    if framework == "megatron":
+        return {
+            "fused_norm": True,
+            "fused_swiglu": True,
+            "cross_entropy": "fused",
+            "selective_recompute": "core_attn",
+            "sp_keeps_gathered_input": False,
+            "tp_backward_overlap": True,
+            "expandable_segments": False,
+            "fp8_param_gather": True,
+            "fp8_recipe": "delayed",
+        }
+    return {
+        "fused_norm": compile_on,
+        "fused_swiglu": compile_on,
+        "cross_entropy": "pytorch",
+        "selective_recompute": "per_op",
+        "sp_keeps_gathered_input": True,
+        "tp_backward_overlap": False,
+        "expandable_segments": True,
+        "fp8_param_gather": False,
+        "fp8_recipe": "tensorwise",
+    }

@@ -1,0 +1,140 @@
+"""Model states and data-parallel traffic of torchtitan's FSDP2 (`fully_shard`), with and without
+pipeline parallelism: what `planner.model.memory` counts for a plan with framework =
+"torchtitan" in place of Megatron's ZeRO stages.
+
+Mechanisms, from the code (not fitted to any published memory figure):
+
+- torchtitan (pytorch/torchtitan e347b1e5, models/llama3/infra/parallelize.py `apply_fsdp`):
+  `fully_shard` on the embedding, on every transformer block, on [norm, output] and on the root,
+  with MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32) and training.dtype float32:
+  each GPU keeps its 1/N shard of the fp32 parameters (the master weights; AdamW's exp_avg and
+  exp_avg_sq beside them, fp32) and of the fp32 gradients, N = data_parallel_shard_degree x cp
+  (the "fsdp" mesh, distributed/parallel_dims.py), experts over efsdp = dp_shard x cp x tp /
+  (ep x etp). HSDP's replicate degree multiplies nothing here: each replica holds a full shard set.
+- reshard_after_forward policy: "always" True, "never" False, "default" `not pp_enabled` ("for
+  PP, by default do not reshard after forward to avoid per-microbatch all-gathers"); [norm,
+  output] reshard only under "always" (FSDP would prefetch them right back).
+- torch.distributed.pipelining (torch/distributed/pipelining/stage.py
+  `backward_maybe_with_nosync`): every backward but a step's last runs with
+  set_requires_gradient_sync(False) and set_reshard_after_backward(False); the last calls the
+  FSDP post-backward itself. So under PP a stage's parameters stay unsharded (bf16) from their
+  first all-gather to the step's last backward, whatever reshard_after_forward says once a
+  backward has run (so "always" is counted like "default" at the peak: a bound, it only
+  re-gathers parameters a forward freed), and its gradients accumulate unsharded across the
+  micro-batches: FSDPParam.to_accumulated_grad_if_needed upcasts the bf16 unsharded gradient to
+  reduce_dtype (fp32) and accumulate_unsharded_grad_if_needed adds each later one into it, so 4
+  bytes per parameter of the stage live through the step, and a bf16 gradient of one block on
+  top while autograd writes it.
+- Without PP (torchtitan train.py: no no_sync in gradient accumulation) every backward
+  reduce-scatters each block's gradient as it completes: one block's bf16 gradient plus its fp32
+  copy (foreach_reduce's reduce-scatter input in reduce_dtype) at a time, and the parameters of
+  the block being run and the one prefetched unsharded (two blocks), the output layer kept from
+  the forward to the backward unless "always".
+- float8 (torchao Float8Linear) with enable_fsdp_float8_all_gather: the linear weights are
+  gathered and kept unsharded in float8 (1 byte); otherwise in bf16 and cast per use.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms
+
+BF16 = 2.0
+FP32 = 4.0
+ADAM = 8.0
+"""AdamW exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW on fp32 parameters)."""
+
+
+def shard_groups(job: Job, lay: Layout) -> tuple[int, int]:
+    """(dense, expert) FSDP2 shard sizes: dp_shard x cp and efsdp (the replicate degree out)."""
+    rep = job.titan.dp_replicate
+    return max(lay.dense_dp // rep, 1), max(lay.expert_dp // rep, 1)
+
+
+def keeps_unsharded(job: Job, lay: Layout) -> bool:
+    """Whether a stage's parameters stay gathered across its micro-batches: "never", or any
+    policy under PP (see the module docstring)."""
+    return job.titan.reshard_after_forward == "never" or lay.pp > 1
+
+
+def states(
+    job: Job,
+    lay: Layout,
+    params: tuple[float, float],
+    fp8_params: tuple[float, float],
+    nlayers: int,
+    output_params: float,
+) -> tuple[float, float, float, float, float]:
+    """(weights, grads, optimizer, gathered, transient) bytes on one GPU of a pipeline rank
+    holding `params` (dense, expert) parameters, `fp8_params` of them float8 linear weights,
+    `nlayers` blocks and `output_params` of the output layer (0 off the last rank): weights are
+    the fp32 shards and the bf16 (float8) parameters kept gathered, grads the fp32 shards and
+    under PP the unsharded fp32 gradients accumulated over the step; `gathered` is always 0
+    (memory's FP8-cache slot) and `transient` the per-block buffers at the peak."""
+    dense, expert = params
+    n_d, n_e = shard_groups(job, lay)
+    weights = FP32 * (dense / n_d + expert / n_e)
+    grads = FP32 * (dense / n_d + expert / n_e)
+    optimizer = ADAM * (dense / n_d + expert / n_e)
+    if n_d * n_e == 1 and job.titan.dp_replicate == 1 and lay.dp == 1 and lay.cp == 1:
+        # no data parallelism at all: nothing is sharded or gathered; the module keeps its fp32
+        # parameters and autocast casts per use (bf16 copies are transient activations)
+        return weights, grads, optimizer, 0.0, 0.0
+    fp8 = sum(fp8_params)
+    total = dense + expert
+    gathered_bytes = BF16 * (total - fp8) + (1.0 if job.titan.float8_all_gather else BF16) * fp8
+    per_layer = total / nlayers if nlayers else 0.0
+    per_layer_bytes = gathered_bytes / total * per_layer if total else 0.0
+    if keeps_unsharded(job, lay):
+        if lay.pp > 1:
+            grads += FP32 * total  # unsharded gradients accumulated in reduce_dtype
+        # the block gradient autograd writes (bf16) and foreach_reduce's fp32 input
+        transient = (BF16 + FP32) * per_layer
+        return weights + gathered_bytes, grads, optimizer, 0.0, transient
+    # resharded after forward: the running and the prefetched block, the output layer kept
+    # from forward to backward unless "always", one block's gradient in bf16 and fp32
+    kept_output = BF16 * output_params if job.titan.reshard_after_forward != "always" else 0.0
+    transient = 2 * per_layer_bytes + (BF16 + FP32) * per_layer
+    return weights + kept_output, grads, optimizer, 0.0, transient
+
+
+def data_parallel_time(
+    job: Job,
+    lay: Layout,
+    dense: float,
+    expert: float,
+    fwd: float,
+    bwd: float,
+    m: int,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per step of one stage's FSDP2 traffic, the shape of
+    `comms.data_parallel`: under PP with parameters kept gathered ("default"/"never"), one bf16
+    all-gather per step (hidden under the first forward) and one fp32 reduce-scatter at the
+    last backward (hidden under it); without PP, or resharding under PP ("always"), an
+    all-gather before each micro-batch's forward and backward and a reduce-scatter in each
+    backward (without PP) or only in the last (with PP). HSDP adds the all-reduce of the
+    shards over the replicas, after the last reduce-scatter."""
+    rep = job.titan.dp_replicate
+    n_d, n_e = shard_groups(job, lay)
+    strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
+    exposed = hidden = 0.0
+    for n_params, (stride, size) in zip((dense, expert), strides, strict=True):
+        if n_params <= 0 or size * rep <= 1:
+            continue
+        shard = comms.place(job.cluster, stride, size)
+        ag = comms.all_gather(n_params * BF16, shard) if size > 1 else 0.0
+        rs = comms.reduce_scatter(n_params * FP32, shard) if size > 1 else 0.0
+        if rep > 1:
+            replicas = comms.place(job.cluster, stride * size, rep)
+            rs += comms.all_reduce(n_params * FP32 / size, replicas)
+        if keeps_unsharded(job, lay) and job.titan.reshard_after_forward != "always":
+            gathers, reduces = 1, 1
+        else:
+            gathers, reduces = 2 * m, (1 if lay.pp > 1 else m)
+        e = max(gathers * ag - m * fwd, 0.0) + max(
+            reduces * rs - (bwd if lay.pp > 1 else m * bwd), 0.0
+        )
+        exposed += e
+        hidden += gathers * ag + reduces * rs - e
+    return exposed, hidden

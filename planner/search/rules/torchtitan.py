@@ -1,0 +1,225 @@
+"""What torchtitan runs: rules on a plan with `[training] framework = "torchtitan"`.
+
+Sources: pytorch/torchtitan e347b1e5 (planner.inputs.torchtitan.TORCHTITAN_COMMIT):
+distributed/parallel_dims.py (`_validate`: etp is 1 or tp; the FSDP mesh is dp_shard x cp, the
+expert mesh pp x dp_replicate x efsdp x ep x etp; `seq_len_divisor` tp x 2cp; DDP only alone),
+distributed/pipeline_parallel.py (single-stage schedules take one stage per rank, multi-stage
+ones at least two), models/llama3/infra/parallelize.py (FSDP2 `fully_shard` on every block,
+sequence parallelism whenever tp > 1, float8 all-gather only for tensorwise), config/job_config.py
+(the settings that exist). Each rule returns a Violation naming the plan field, the value and
+what torchtitan supports, or nothing; all return nothing for Megatron-LM plans.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.torchtitan import MODELS, MOE_MODELS, SINGLE_STAGE, V_SHAPED
+from planner.search.rules.base import Violation
+
+
+def _titan(job: Job) -> bool:
+    return job.framework == "torchtitan"
+
+
+def shard_degree(job: Job, lay: Layout) -> int:
+    """FSDP2's shard group for dense parameters: data_parallel_shard_degree x cp."""
+    return lay.dp // job.titan.dp_replicate * lay.cp
+
+
+def sharding(job: Job, lay: Layout) -> Violation | None:
+    """dp = dp_replicate x dp_shard; FSDP2 (zero_stage 3) wherever dp_shard x cp > 1, else
+    replicated (DDP, zero_stage 0), which torchtitan runs only without other parallelism."""
+    if not _titan(job):
+        return None
+    rep = job.titan.dp_replicate
+    if lay.dp % rep:
+        return Violation(
+            "tt_hsdp",
+            "torchtitan.dp_replicate",
+            f"data_parallel_replicate_degree ({rep}) must divide the data-parallel size "
+            f"({lay.dp}); torchtitan's dp is replicate x shard",
+        )
+    shard = shard_degree(job, lay)
+    want = 3 if shard > 1 else 0
+    if lay.zero_stage != want:
+        return Violation(
+            "tt_zero",
+            "parallel.zero_stage",
+            f"zero_stage {lay.zero_stage} is not a torchtitan mode: it shards parameters, "
+            f"gradients and optimizer states with FSDP2 (zero_stage = 3) over "
+            f"data_parallel_shard_degree x cp ({lay.dp // rep} x {lay.cp}), and replicates "
+            f"(zero_stage = 0) only where that is 1; here zero_stage must be {want}",
+        )
+    if shard == 1 and rep > 1 and lay.tp * lay.pp > 1:
+        return Violation(
+            "tt_ddp",
+            "torchtitan.dp_replicate",
+            f"data_parallel_replicate_degree {rep} without sharding is DDP, which torchtitan "
+            f"runs only alone (tp {lay.tp}, pp {lay.pp}): 'DDP has not supported > 1D parallelism'",
+        )
+    return None
+
+
+def schedule(job: Job, lay: Layout) -> Violation | None:
+    """The schedule takes the plan's stages per rank: 1F1B / GPipe one, ZBVZeroBubble and
+    DualPipeV two, the other looped schedules two or more."""
+    if not _titan(job):
+        return None
+    name = job.titan.pipeline_schedule
+    if lay.pp == 1:
+        return None
+    if name in SINGLE_STAGE and lay.vpp != 1:
+        want = "1 (use Interleaved1F1B, LoopedBFS or InterleavedZeroBubble for vpp > 1)"
+    elif name in V_SHAPED and lay.vpp != 2:
+        want = "2"
+    elif name not in SINGLE_STAGE and lay.vpp < 2:
+        want = "at least 2 (use 1F1B or GPipe for vpp = 1)"
+    else:
+        return None
+    return Violation(
+        "tt_schedule",
+        "parallel.vpp",
+        f"torchtitan's pipeline_parallel_schedule {name!r} takes {want} stages per rank "
+        f"(got vpp {lay.vpp})",
+    )
+
+
+def experts(job: Job, lay: Layout) -> Violation | None:
+    """EP only for torchtitan's MoE models, expert TP 1 or tp, and ep x etp dividing
+    dp_shard x cp x tp (its expert mesh)."""
+    if not _titan(job) or lay.ep == 1:
+        return None
+    model = MODELS.get(job.arch.name, ("", ""))[0]
+    if model not in MOE_MODELS:
+        return Violation(
+            "tt_ep_model",
+            "parallel.ep",
+            f"expert_parallel_degree {lay.ep}: torchtitan runs expert parallelism only in its "
+            f"MoE models ({', '.join(sorted(MOE_MODELS))}); {job.arch.name} is not one",
+        )
+    if lay.expert_tp not in (1, lay.tp):
+        return Violation(
+            "tt_etp",
+            "parallel.etp",
+            f"expert_tensor_parallel_degree ({lay.expert_tp}) must be 1 or "
+            f"tensor_parallel_degree ({lay.tp}) in torchtitan",
+        )
+    room = shard_degree(job, lay) * lay.tp
+    if room % (lay.ep * lay.expert_tp):
+        return Violation(
+            "tt_ep_mesh",
+            "parallel.ep",
+            f"expert_parallel_degree x etp ({lay.ep} x {lay.expert_tp}) must divide "
+            f"data_parallel_shard_degree x cp x tp ({room}) in torchtitan's expert mesh",
+        )
+    return None
+
+
+def features(job: Job, lay: Layout) -> Violation | None:
+    """Megatron-LM features torchtitan does not have, and torchtitan's own conditions."""
+    if not _titan(job):
+        return None
+    megatron_only = (
+        (lay.tp_comm_overlap, "parallel.tp_comm_overlap", "use torchtitan.async_tp"),
+        (lay.ep_comm_overlap, "parallel.ep_comm_overlap", "no torchtitan setting"),
+        (lay.cpu_offloading_num_layers > 0, "parallel.cpu_offloading_num_layers", "none"),
+        (
+            lay.microbatch_group_size_per_vp_stage is not None,
+            "parallel.microbatch_group_size_per_vp_stage",
+            "torch's schedules fix it",
+        ),
+        (not lay.overlap_grad_reduce, "parallel.overlap_grad_reduce", "FSDP2 always overlaps"),
+        (not lay.overlap_param_gather, "parallel.overlap_param_gather", "FSDP2 prefetches"),
+        (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
+        (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
+        (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
+        (
+            job.arch.is_moe and lay.moe_token_dispatcher_type == "allgather",
+            "parallel.moe_token_dispatcher_type",
+            'torchtitan dispatches with all-to-all ("alltoall") or DeepEP ("flex")',
+        ),
+        (
+            job.arch.is_moe
+            and lay.moe_token_dispatcher_type == "flex"
+            and lay.moe_flex_dispatcher_backend != "deepep",
+            "parallel.moe_flex_dispatcher_backend",
+            'torchtitan has DeepEP ("deepep") only',
+        ),
+    )
+    for broken, field, instead in megatron_only:
+        if broken:
+            return Violation(
+                "tt_megatron_only",
+                field,
+                f"a Megatron-LM setting torchtitan does not run ({instead})",
+            )
+    if lay.recompute == "selective" and job.selective_recompute != "per_op":
+        return Violation(
+            "tt_recompute",
+            "training.selective_recompute",
+            f"torchtitan's selective activation checkpointing is per-op ('op') or every N-th "
+            f"layer (torchtitan.selective_layer_every); got {job.selective_recompute!r}",
+        )
+    if lay.tp > 1 and not lay.sequence_parallel:
+        return Violation(
+            "tt_sp",
+            "parallel.sequence_parallel",
+            f"torchtitan always runs sequence parallelism with tensor_parallel_degree {lay.tp}",
+        )
+    return _compile_and_float8(job, lay)
+
+
+def _compile_and_float8(job: Job, lay: Layout) -> Violation | None:
+    titan = job.titan
+    if titan.async_tp and not (titan.compile and lay.tp > 1):
+        return Violation(
+            "tt_async_tp",
+            "torchtitan.async_tp",
+            f"enable_async_tensor_parallel needs torchtitan.compile = true and tp > 1 (got "
+            f"compile {str(titan.compile).lower()}, tp {lay.tp})",
+        )
+    if job.precision == "fp8" and job.fp8_recipe not in (
+        "tensorwise",
+        "rowwise",
+        "rowwise_with_gw_hp",
+    ):
+        return Violation(
+            "tt_fp8",
+            "training.fp8_recipe",
+            f"torchtitan's float8 recipes are tensorwise, rowwise and rowwise_with_gw_hp "
+            f"(got {job.fp8_recipe!r})",
+        )
+    if titan.float8_all_gather and not (job.precision == "fp8" and job.fp8_recipe == "tensorwise"):
+        return Violation(
+            "tt_fp8_gather",
+            "torchtitan.float8_all_gather",
+            'the float8 FSDP all-gather needs precision "fp8" with fp8_recipe "tensorwise"',
+        )
+    divisor = lay.tp * 2 * lay.cp if lay.cp > 1 else lay.tp
+    if job.seq_length % divisor:
+        return Violation(
+            "tt_seq",
+            "training.seq_length",
+            f"torchtitan needs seq_length ({job.seq_length}) divisible by tp x 2cp "
+            f"({lay.tp} x 2 x {lay.cp} = {divisor})"
+            if lay.cp > 1
+            else f"torchtitan needs seq_length ({job.seq_length}) divisible by tp ({lay.tp})",
+        )
+    return None
+
+
+def megatron_recipes(job: Job, lay: Layout) -> Violation | None:
+    """torchao's rowwise recipes are torchtitan's; Megatron-LM has no --fp8-recipe rowwise."""
+    if job.framework == "megatron" and job.precision == "fp8" and "rowwise" in job.fp8_recipe:
+        return Violation(
+            "fp8_recipe",
+            "training.fp8_recipe",
+            f"Megatron-LM's --fp8-recipe has no {job.fp8_recipe!r} (delayed, tensorwise, "
+            'blockwise, mxfp8); it is a torchtitan recipe (framework = "torchtitan")',
+        )
+    return None
+
+
+RULES = (sharding, schedule, experts, features, megatron_recipes)
+"""The framework rules, in the order their messages are listed."""

@@ -1,0 +1,85 @@
+"""FSDP2 model states under torchtitan (planner.model.fsdp2). Oracle: hand arithmetic on the
+mechanisms its docstring cites (torchtitan apply_fsdp's reshard policy, torch pipelining's
+no-sync backwards, FSDPParam's fp32 unsharded gradient accumulation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from plan_text import plan_text, write
+
+from planner.inputs.plan import load_plan
+from planner.model import fsdp2, memory
+from planner.search.rules import check_plan
+
+TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
+
+
+def _plan(tmp_path: Path, parallel: str, extra: str = "") -> tuple[object, object]:
+    plan = check_plan(
+        load_plan(write(tmp_path, plan_text(training=TITAN, parallel=parallel) + extra))
+    )
+    return plan.job, plan.require_layout()
+
+
+def test_pipelined_stage_keeps_parameters_and_fp32_gradients(tmp_path: Path) -> None:
+    # 8 GPUs, pp 2 -> dp_shard 4; rank 1 holds P parameters:
+    # weights 4P/4 (fp32 shard) + 2P (bf16 kept gathered); grads 4P/4 + 4P (fp32 accumulated);
+    # optimizer 8P/4 (AdamW moments)
+    job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
+    chunks = lay.chunk_layers(job.arch.num_layers)[1]
+    dense, expert = memory.stage_params(job, lay, 1, chunks)
+    p = dense + expert
+    st = memory.stage_memory(job, lay, 1, chunks)
+    assert st.weights == pytest.approx(p + 2 * p)
+    assert st.grads == pytest.approx(p + 4 * p)
+    assert st.optimizer == pytest.approx(2 * p)
+
+
+def test_without_pipeline_only_shards_stay(tmp_path: Path) -> None:
+    # pp 1, dp_shard 8, "default" reshards after forward: 4P/8 + the output layer kept from
+    # forward to backward (2 bytes each); grads 4P/8; optimizer 8P/8
+    job, lay = _plan(tmp_path, "[parallel]\nzero_stage = 3\n")
+    chunks = lay.chunk_layers(job.arch.num_layers)[0]
+    dense, _ = memory.stage_params(job, lay, 0, chunks)
+    out = job.arch.padded_vocab(1) * job.arch.hidden_size
+    st = memory.stage_memory(job, lay, 0, chunks)
+    assert st.weights == pytest.approx(dense / 2 + 2 * out)
+    assert st.grads == pytest.approx(dense / 2)
+    assert st.optimizer == pytest.approx(dense)
+
+
+def test_never_keeps_parameters_gathered_even_without_pipeline(tmp_path: Path) -> None:
+    never = "\n[torchtitan]\nreshard_after_forward = 'never'\n"
+    job, lay = _plan(tmp_path, "[parallel]\nzero_stage = 3\n", never)
+    chunks = lay.chunk_layers(job.arch.num_layers)[0]
+    dense, _ = memory.stage_params(job, lay, 0, chunks)
+    assert memory.stage_memory(job, lay, 0, chunks).weights == pytest.approx(dense / 2 + 2 * dense)
+
+
+def test_pipelining_costs_more_than_megatron_zero3_said(tmp_path: Path) -> None:
+    # the same layout as Megatron-FSDP (per-micro-batch re-gathering) holds far less: the
+    # difference is the gathered bf16 parameters and fp32 gradients (6 bytes a parameter)
+    job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
+    titan = memory.estimate(job, lay).peak
+    from dataclasses import replace
+
+    megatron = memory.estimate(replace(job, framework="megatron", torchtitan=None), lay).peak
+    chunks = lay.chunk_layers(job.arch.num_layers)[1]
+    p = sum(memory.stage_params(job, lay, 1, chunks))
+    assert titan - megatron > 5 * p
+
+
+def test_fsdp2_traffic_once_per_step_under_pipelining(tmp_path: Path) -> None:
+    # kept gathered under PP: one all-gather and one reduce-scatter per step, whatever m;
+    # resharding ("always") gathers twice per micro-batch
+    job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
+    few = fsdp2.data_parallel_time(job, lay, 1e9, 0.0, 0.0, 0.0, 4)
+    many = fsdp2.data_parallel_time(job, lay, 1e9, 0.0, 0.0, 0.0, 32)
+    assert sum(few) == pytest.approx(sum(many))
+    always = "\n[torchtitan]\nreshard_after_forward = 'always'\n"
+    job2, lay2 = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n", always)
+    assert fsdp2.keeps_unsharded(job2, lay2)  # pipelining keeps them after the first backward
+    resharding = fsdp2.data_parallel_time(job2, lay2, 1e9, 0.0, 0.0, 0.0, 4)
+    assert sum(resharding) > sum(few)
