@@ -13,7 +13,8 @@ them (benchmarks/functional_tests.py: `command_line`, `golden_target`, `evaluate
 One Case per first-run golden file (the resumed `_2nd` runs repeat the configuration) whose
 arguments planner reads and that fits, on that file's platform (GPU kind) with the GPU count of
 the case's CI recipe rows (nodes x processes per node; golden_target). Left out, and counted by
-reason: files with no iteration-time, no platform in their name (GPU kind unknown), a GPU count
+reason: files with no iteration-time, RL (GRPO) and inference cases (an iteration includes
+rollouts or decoding), no platform in their name (GPU kind unknown), a GPU count
 that is in no recipe, a line planner does not read or that does not fit, fewer than
 MIN_INTERVALS timed intervals after the warm-up.
 
@@ -161,6 +162,8 @@ def _first_reason(
         return "no iteration-time in the golden file"
     if case is None:
         return "no command line (folder without model_config.yaml)"
+    if case.get("mode") in ("rl", "inference"):
+        return f"mode {case['mode']}: an iteration is not one training step (RL rollouts, decoding)"
     if not rec.get("platform"):
         return "no platform in the file name: GPU kind unknown"
     if not golden_target(rec, case).count_known:

@@ -30,7 +30,7 @@ def test_every_first_run_golden_file_is_a_row_or_skipped_with_a_reason() -> None
     assert len(CASES) + len(SKIPPED) == len(first)
     assert all(reason for _, reason in SKIPPED)
     assert len(BY_ID) == len(CASES)  # ids are unique
-    assert len(CASES) > 200  # most files are read (320 at the time of writing)
+    assert len(CASES) > 200  # most files are read (318 at the time of writing)
 
 
 def test_only_calibration_cases_are_used() -> None:
