@@ -28,7 +28,7 @@ from functools import cache
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, params
+from planner.model import buffers, fsdp2, params
 from planner.model.activations import Shard
 from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks, layer_count
@@ -255,6 +255,11 @@ def _state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
 def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense, expert = stage_params(job, layout, rank, chunks)
     fp8_dense, fp8_expert = _fp8_params(job, layout, rank, chunks)
+    if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
+        vocab = job.arch.padded_vocab(layout.tp)
+        out = _edge_params(job.arch, vocab)[2] / layout.tp if rank == layout.pp - 1 else 0.0
+        fp8 = (fp8_dense, fp8_expert)
+        return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.fp8_weight_bytes(job, layout)
     z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
     w_d, g_d, o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)
