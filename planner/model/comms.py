@@ -20,8 +20,13 @@ S/g shard across the k nodes over each GPU's own NIC, all-gather inside the node
 (reduce-scatter and all-gather take half of each term). An all-to-all sends (k-1)/k of its bytes
 over the NIC and (g-1)/n over NVLink at the same time, so the slower of the two counts.
 
-Latency: a ring inside one domain takes n-1 steps per phase (α each); across domains NCCL uses
-trees for latency-bound sizes, so the inter-domain part pays ceil(log2 k) steps per phase.
+Latency (NCCL's own cost model, NVIDIA/nccl src/graph/tuning.cc @01afd20a `ncclTopoTuneModel`):
+reduce-scatter and all-gather run only as rings ("if (coll != ncclCollAllReduce && a !=
+NCCL_ALGO_RING) continue"), n-1 steps of which k-1 cross domains (`nInterSteps = nNodes - 1`):
+(n-k) α_in + (k-1) α_out. Only the all-reduce also has trees: 2 ((g-1) α_in + log2 k α_out) (its
+Tree latency formula), which NCCL picks for latency-bound sizes, so a two-level all-reduce pays the
+tree's. A flat ring all-reduce inside one domain pays 2(n-1) α. Every latency charge is multiplied
+by LATENCY_SCALE. α is the tier's per-message latency (catalog `latency_us`).
 
 Achieved bus bandwidth = line rate x an efficiency (constants below, from measured busbw).
 
@@ -31,6 +36,7 @@ The MoE token dispatchers, built on these collectives, are `planner.model.dispat
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
@@ -45,6 +51,49 @@ A100 NVLink3 ~235 of 300 GB/s (0.78; stas00/ml-engineering). ecosystem.md sectio
 SCALEOUT_BUS_EFFICIENCY = 0.92
 """Achieved bus bandwidth / NIC line rate across nodes (InfiniBand / RoCE): NDR 400 Gb/s gives
 46-48 of 50 GB/s per NIC (0.92-0.96; nccl-tests#290, #267), HDR ~24 of 25 GB/s (nccl#412)."""
+
+
+LATENCY_SCALE = 1.0
+"""Multiplier on every collective and point-to-point latency charge (dimensionless). 1.0 = the
+catalog's per-tier latencies; a calibration may refit it. Read at call time."""
+
+
+COMM_KERNEL_SMS = 20
+"""Streaming multiprocessors a communication kernel holds while it runs under compute: what the
+compute it hides under loses. Stated counts: DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.2) dedicates 20
+of the H800's 132 SMs to its dispatch / combine kernels, and 20 is Megatron-LM's DeepEP default
+(token_dispatcher.py @d98e8a64: `moe_flex_dispatcher_num_sms` None -> 20); Transformer Engine's
+userbuffers TP overlap reserves 16-24 for its pipelined reduce-scatters on H100 (NeMo
+nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py: proj_fprop num_sm 24, fc2_fprop
+16, bulk wgrad overlaps 4-24); NCCL runs one thread block per channel, 16-32 channels on NVLink.
+One count for all of them (`sm_share`)."""
+
+GPU_SMS: tuple[tuple[str, int], ...] = (
+    ("a100", 108),
+    ("h100", 132),
+    ("h800", 132),
+    ("h200", 132),
+    ("gh200", 132),
+    ("b200", 148),
+    ("gb200", 148),
+    ("gb300", 160),
+    ("b300", 160),
+    ("l40s", 142),
+    ("mi300x", 304),
+    ("mi325x", 304),
+)
+"""SMs (AMD: compute units) per GPU by catalog-name prefix: NVIDIA A100 Tensor Core GPU
+Architecture whitepaper (108), H100 whitepaper (132 on SXM5; H800 and H200 are the same GH100
+part), Blackwell B200 (148: 2 dies x 74), Blackwell Ultra (160), L40S datasheet (142), AMD
+Instinct MI300X / MI325X data sheets (304 CUs). Unknown parts take 132."""
+
+
+def sm_share(cluster: ClusterSpec) -> float:
+    """Share of the GPU's SMs a communication kernel holds (COMM_KERNEL_SMS / its SMs): a
+    collective of T seconds hidden under compute stretches that compute by T x this share."""
+    name = cluster.gpu.name
+    sms = next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
+    return min(1.0, COMM_KERNEL_SMS / sms)
 
 
 @dataclass(frozen=True)
@@ -96,44 +145,58 @@ def _tree_steps(k: int) -> int:
     return math.ceil(math.log2(k)) if k > 1 else 0
 
 
-def _phase_latency(grp: Group) -> float:
-    """Latency of one reduce-scatter or all-gather phase."""
+def tree_latency(grp: Group) -> float:
+    """Latency of one phase (reduce or broadcast) of NCCL's tree all-reduce: (g-1) α_in inside
+    the domain, ceil(log2 k) α_out across domains (tuning.cc, Tree)."""
     lat = _steps(grp.per_domain) * grp.inner.latency
     if grp.outer is not None:
         lat += _tree_steps(grp.domains) * grp.outer.latency
-    return lat
+    return lat * LATENCY_SCALE
+
+
+def ring_latency(grp: Group) -> float:
+    """Latency of one ring reduce-scatter or all-gather over the group: n-1 steps, k-1 of them
+    across domains, (n-k) α_in + (k-1) α_out (tuning.cc, Ring: nsteps = nRanks-1, nInterSteps =
+    nNodes-1). Grows with every rank of the group, not with log2 of its domains."""
+    lat = (grp.size - grp.domains) * grp.inner.latency
+    if grp.outer is not None:
+        lat += (grp.domains - 1) * grp.outer.latency
+    return lat * LATENCY_SCALE
 
 
 def ring_all_reduce(size_bytes: float, n: int, link: Link) -> float:
     """Flat ring all-reduce: 2(n-1)/n * S/B + 2(n-1) alpha."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    return 2 * (n - 1) / n * size_bytes / link.bandwidth + 2 * (n - 1) * link.latency
+    lat = 2 * (n - 1) * link.latency * LATENCY_SCALE
+    return 2 * (n - 1) / n * size_bytes / link.bandwidth + lat
 
 
 def all_reduce(size_bytes: float, grp: Group) -> float:
-    """All-reduce of S bytes over a (possibly two-level) group."""
+    """All-reduce of S bytes over a (possibly two-level) group: a flat ring inside one domain;
+    across domains the hierarchical bandwidth terms with the tree's latency."""
     if grp.size <= 1 or size_bytes <= 0:
         return 0.0
     if grp.outer is None:
         return ring_all_reduce(size_bytes, grp.size, grp.inner)
-    return 2 * _half_collective(size_bytes, grp)
+    return 2 * (_half_bandwidth(size_bytes, grp) + tree_latency(grp))
 
 
-def _half_collective(size_bytes: float, grp: Group) -> float:
-    """One reduce-scatter (or all-gather) of an S-byte array over the group."""
+def _half_bandwidth(size_bytes: float, grp: Group) -> float:
+    """Bandwidth seconds of one reduce-scatter (or all-gather) of an S-byte array."""
     g, k = grp.per_domain, grp.domains
     t = (g - 1) / g * size_bytes / grp.inner.bandwidth
     if grp.outer is not None:
         t += (k - 1) / k * (size_bytes / g) / grp.outer.bandwidth
-    return t + _phase_latency(grp)
+    return t
 
 
 def reduce_scatter(size_bytes: float, grp: Group) -> float:
-    """Reduce-scatter of an S-byte array (each rank ends with S/n): (n-1)/n * S/B."""
+    """Reduce-scatter of an S-byte array (each rank ends with S/n): (n-1)/n * S/B plus the
+    ring's latency (NCCL runs it as a ring only)."""
     if grp.size <= 1 or size_bytes <= 0:
         return 0.0
-    return _half_collective(size_bytes, grp)
+    return _half_bandwidth(size_bytes, grp) + ring_latency(grp)
 
 
 def all_gather(size_bytes: float, grp: Group) -> float:
@@ -147,18 +210,19 @@ def all_to_all(size_bytes: float, grp: Group) -> float:
     if n <= 1 or size_bytes <= 0:
         return 0.0
     if grp.outer is None:
-        return (n - 1) / n * size_bytes / grp.inner.bandwidth + _steps(n) * grp.inner.latency
+        lat = _steps(n) * grp.inner.latency * LATENCY_SCALE
+        return (n - 1) / n * size_bytes / grp.inner.bandwidth + lat
     g, k = grp.per_domain, grp.domains
     intra = (g - 1) / n * size_bytes / grp.inner.bandwidth
     inter = (k - 1) / k * size_bytes / grp.outer.bandwidth
-    return max(intra, inter) + _steps(k) * grp.outer.latency
+    return max(intra, inter) + _steps(k) * grp.outer.latency * LATENCY_SCALE
 
 
 def p2p(size_bytes: float, link: Link) -> float:
     """One point-to-point message: S/B + alpha."""
     if size_bytes <= 0:
         return 0.0
-    return size_bytes / link.bandwidth + link.latency
+    return size_bytes / link.bandwidth + link.latency * LATENCY_SCALE
 
 
 def p2p_link(cluster: ClusterSpec, stride: int, size: int) -> Link:
@@ -230,6 +294,14 @@ def context_parallel_ring(
     return exposed, n_fwd * fwd + bwd - exposed
 
 
+FSDP_MAX_LIVE_PARAMS: float | None = None
+"""Cap on the gathered (live) parameters of a ZeRO-3 implementation, or None for none. Megatron-FSDP
+and PyTorch FSDP2 hold the current unit and the prefetched next one whatever their size (None).
+DeepSpeed ZeRO-3 caps them at `stage3_max_live_parameters`, 1e9 by default (DeepSpeed
+docs/_pages/config-json.md): a unit of more than half of the cap cannot be gathered while the
+previous one is live, so its all-gathers hide under nothing. Read at call time; the model of a
+DeepSpeed run (the SC21 ZeRO-3 rows, tests/model/test_zero3_sc21.py) sets it."""
+
 DP_BUCKET_PARAMS = 40_000_000
 """Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
 
@@ -242,6 +314,13 @@ def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Grou
     return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
 
 
+def _per_bucket(
+    collective: Callable[[float, Group], float], size: float, n: int, grp: Group
+) -> float:
+    """n collectives of size/n bytes each: the bandwidth of one of `size`, n times the latency."""
+    return n * collective(size / n, grp)
+
+
 def data_parallel(
     groups: tuple[Group, Group],
     lay: Layout,
@@ -251,20 +330,33 @@ def data_parallel(
     fwd: float,
     bwd: float,
     m: int,
+    layers: int = 1,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
 
     `groups` are `data_parallel_groups`; `grad_bytes` per gradient element (Job.grad_bytes);
-    `dense` / `expert` are the parameters one GPU holds
-    (before ZeRO sharding); `fwd` / `bwd` are one micro-batch's forward and backward seconds on
-    the stage, the windows the traffic can hide in. ZeRO 0: gradient all-reduce; ZeRO 1/2:
-    gradient reduce-scatter and bf16 parameter all-gather, hidden behind the last micro-batch's
-    backward and the next step's first forward (Megatron --overlap-grad-reduce /
-    --overlap-param-gather); ZeRO 3: parameter all-gather before every micro-batch's forward and
-    backward plus the gradient reduce-scatter, each hidden behind that pass. What exceeds its
-    window is exposed, and never less than one bucket. Without `lay.overlap_grad_reduce` the
-    gradient reduction has no window (it starts after the backward), nor without
+    `dense` / `expert` are the parameters one GPU holds (before ZeRO sharding); `fwd` / `bwd` are
+    one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
+    in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
+    reduction has no window (it starts after the backward), nor without
     `lay.overlap_param_gather` the parameter all-gather.
+
+    ZeRO 0-2 (Megatron's DDP): per bucket of max(DP_BUCKET_PARAMS, 1M x dp) parameters, a
+    gradient all-reduce (ZeRO 0) or reduce-scatter and bf16 parameter all-gather (ZeRO 1/2),
+    hidden behind the last micro-batch's backward and the next step's first forward
+    (--overlap-grad-reduce / --overlap-param-gather); what exceeds its window is exposed, and
+    never less than one bucket. Each bucket is its own collective and pays its latency.
+
+    ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
+    bf16 parameter all-gather before its forward and again before its backward, and a gradient
+    reduce-scatter after it, each a ring over all the group's ranks (`ring_latency`, paid per
+    layer). The prefetch runs one unit ahead (PyTorch FSDP's forward / backward prefetch,
+    Megatron-FSDP's next-bucket gather): a unit's all-gather hides only under the previous
+    unit's forward, its backward all-gather and the next unit's reduce-scatter under one unit's
+    backward, so per unit max(comm - window, 0) shows; the first unit's gather (forward and
+    backward) and the last unit's reduce-scatter have nothing to hide under. Where the
+    implementation caps the live parameters below two units (FSDP_MAX_LIVE_PARAMS) nothing is
+    prefetched: every all-gather shows, and only the reduce-scatters hide.
     """
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
@@ -272,19 +364,29 @@ def data_parallel(
     for n_params, grp in zip((dense, expert), groups, strict=True):
         if n_params <= 0 or grp.size <= 1:
             continue
-        bucket = min(1.0, max(DP_BUCKET_PARAMS, 1_000_000 * grp.size) / n_params)
         if lay.zero_stage == 3:
-            ag = all_gather(n_params * BF16, grp)
-            rs = reduce_scatter(n_params * grad_bytes, grp)
-            per_mb = max(ag - fwd, ag * bucket) + max(ag + rs - bwd, (ag + rs) * bucket)
-            exposed += m * per_mb
-            hidden += m * (2 * ag + rs - per_mb)
+            u = max(layers, 1)
+            ag = all_gather(n_params / u * BF16, grp)
+            rs = reduce_scatter(n_params / u * grad_bytes, grp)
+            f, b = fwd / u, bwd / u
+            cap = FSDP_MAX_LIVE_PARAMS
+            if cap is None or 2 * n_params / u <= cap:
+                shown_f = ag + (u - 1) * max(ag - f, 0.0)
+                shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
+            else:
+                shown_f = u * ag
+                shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
+            exposed += m * (shown_f + shown_b)
+            hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
             continue
+        per_bucket = max(DP_BUCKET_PARAMS, 1_000_000 * grp.size)
+        buckets = max(1, math.ceil(n_params / per_bucket))
+        bucket = 1.0 / buckets
         if lay.zero_stage == 0:
-            red, gather = all_reduce(n_params * grad_bytes, grp), 0.0
+            red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0
         else:
-            red = reduce_scatter(n_params * grad_bytes, grp)
-            gather = all_gather(n_params * BF16, grp)
+            red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
+            gather = _per_bucket(all_gather, n_params * BF16, buckets, grp)
         e_red = max(red - bwd, red * bucket)
         e_gat = max(gather - fwd, gather * bucket)
         exposed += e_red + e_gat

@@ -12,7 +12,7 @@ collectives block), and only what exceeds the layer's GEMMs with `tp_comm_overla
 hops, hidden behind the attention kernels; EP dispatch and combine per token dispatcher and routing
 limit (`dispatch.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / HybridEP once per node
 and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
-micro-batch's compute where the schedule pairs them, taking EP_COMM_SM_SHARE of the SMs from it
+micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of the SMs from it
 (`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
 backward (`stage_time.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
 activation send forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on
@@ -48,7 +48,6 @@ from planner.model.gemm import Gpu
 from planner.model.memory import stage_params
 from planner.model.schedule import interleaved_p2p_exposed, pipeline_time
 from planner.model.stage_time import (
-    EP_COMM_SM_SHARE,
     ep_exposed,
     layout_times,
     offload_exposed,
@@ -166,10 +165,11 @@ def compute_floor(job: Job, layout: Layout) -> float:
     lower bound; recompute and EP overlap as in the layout, the overlap taken as if every
     forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
     of them, and the bound holds at the structure's largest micro-batch; what the merged
-    all-to-all hides still costs EP_COMM_SM_SHARE of it, and recompute only lengthens the
+    all-to-all hides still costs `comms.sm_share` of it, and recompute only lengthens the
     window by less than it adds)."""
     t = layout_times(job, layout)
     m, out_layer = t.m, t.out
+    share = comms.sm_share(job.cluster)
     worst = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
@@ -177,7 +177,7 @@ def compute_floor(job: Job, layout: Layout) -> float:
         a2a = sum(n * k.ep for k, n in mix)
         # with the overlap at least the merged pairs' excess, and the SMs the hidden rest takes
         # (`ep_exposed` with every forward and backward merged and the window c)
-        c += max(a2a - c, 0.0) + EP_COMM_SM_SHARE * min(a2a, c) if layout.ep_comm_overlap else a2a
+        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
         worst = max(worst, c + heads * out_layer)
     return m * worst
 
@@ -199,6 +199,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     pp_per_mb = 0.0 if interleaved else 2 * hop
 
     dp_groups = comms.data_parallel_groups(job.cluster, lay)
+    share = comms.sm_share(job.cluster)
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
@@ -217,7 +218,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
             cp += n * k.cp
             cp_h += n * k.cp_hidden
             ep += n * k.ep
-        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec)
+        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share)
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * out_layer
@@ -241,7 +242,10 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 fwd,
                 bwd,
                 m,
+                layers=sum(n for _, n in mix),
             )
+            # the hidden part holds comms.sm_share of the SMs of the compute it runs under
+            e += share * hid
             dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:

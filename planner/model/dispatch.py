@@ -20,10 +20,9 @@ import math
 from dataclasses import dataclass
 
 from planner.inputs.hardware import ClusterSpec
+from planner.model import comms
 from planner.model.activations import BF16
 from planner.model.comms import (
-    SCALEOUT_BUS_EFFICIENCY,
-    SCALEUP_BUS_EFFICIENCY,
     Group,
     all_gather,
     all_to_all,
@@ -37,8 +36,8 @@ counting only bytes that leave the GPU. Published: DeepEP V1 intranode EP 8 on H
 GB/s "bottleneck" bandwidth (docs/legacy.md), which counts the 1/8 of tokens a rank keeps, i.e.
 134-138 GB/s over the wire of 200 (0.67-0.69); DeepEP V2 EP 8 on SM100, 726 / 740 GB/s (README)
 -> 635-648 of 900 (0.71-0.72); HybridEP B200 kernel-only 735 / 674 GB/s (docs/README_Hybrid-EP.md)
--> 0.65-0.71. Below NCCL's ring efficiency (SCALEUP_BUS_EFFICIENCY): an all-to-all of many small
-per-peer chunks."""
+-> 0.65-0.71. Below NCCL's ring efficiency (comms.SCALEUP_BUS_EFFICIENCY): an all-to-all of many
+small per-peer chunks."""
 
 FUSED_EP_RDMA_EFFICIENCY = 0.88
 """Achieved / NIC line rate of the fused kernels' inter-node traffic. Published (H800 / H100,
@@ -148,18 +147,18 @@ def moe_dispatch(
         k, g = grp.domains, grp.per_domain
         remote = nodes * (k - 1) / k
         nvl_copies = gpus * (g - 1) / g
-        nvl = grp.inner.bandwidth / SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
+        nvl = grp.inner.bandwidth / comms.SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
         lat = grp.inner.latency
         rdma = 0.0
         if grp.outer is not None:
-            rdma = grp.outer.bandwidth / SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
+            rdma = grp.outer.bandwidth / comms.SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
             lat = grp.outer.latency
 
         def one(nbytes: float) -> float:
             elems = r.tokens * h * load * nbytes
             t_nvl = elems * nvl_copies / nvl
             t_rdma = elems * remote / rdma if rdma else 0.0
-            return max(t_nvl, t_rdma) + lat
+            return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
 
         return passes * (one(dispatch_bytes) + one(BF16))
     copies = r.tokens * r.topk * h * load

@@ -30,6 +30,12 @@ memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (K
 sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
+Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
+SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden
+TP second adds that share to the layer's exposed TP time (`Layer.tp`). Context parallelism's ring
+hops are point-to-point sends, which NCCL runs on a channel or two per peer
+(NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
+
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
 Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`: core_attn the
 attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the
@@ -230,6 +236,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         )
     # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
+    share = comms.sm_share(job.cluster)
     if tp > 1:
         exposed, hidden = comms.tensor_parallel_layer(
             job.cluster,
@@ -250,7 +257,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             total = exposed + hidden
             exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
             hidden = total - exposed
-        out.tp, out.tp_hidden = exposed, hidden
+        # the hidden part still holds comms.sm_share of the SMs the GEMMs under it run on
+        out.tp, out.tp_hidden = exposed + share * hidden, hidden
     if lay.cp > 1:
         kv_bytes = t * 2 * max(arch.query_groups / tp, 1) * arch.head_dim * BF16
         out.cp, out.cp_hidden = comms.context_parallel_ring(

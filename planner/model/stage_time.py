@@ -12,8 +12,8 @@ layers of each chunk are recomputed (Megatron --recompute-method block).
 
 EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged forward-backward,
 `schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
-which loses EP_COMM_SM_SHARE of the SMs to it (DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2;
-Megatron-LM's DeepEP default; HybridEP docs/README_Hybrid-EP.md). CPU offloading
+which loses `comms.sm_share` of the SMs to it (COMM_KERNEL_SMS: DeepSeek-V3's and DeepEP's 20;
+HybridEP docs/README_Hybrid-EP.md reaches the NIC's bandwidth with 8-16). CPU offloading
 (`offload_exposed`, Megatron --cpu-offloading-num-layers: Transformer Engine's double-buffered
 offload): each layer's host transfers show beyond the next layer's forward and backward.
 """
@@ -95,31 +95,23 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     return gpu, m, dense_l, moe_l, out_layer
 
 
-EP_COMM_SM_SHARE = 20 / 132
-"""Share of the SMs an expert all-to-all kernel holds while it runs: what the compute it overlaps
-loses. DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.2) dedicates 20 of the H800's 132 SMs to its
-dispatch and combine kernels, and 20 is Megatron-LM's DeepEP default (token_dispatcher.py
-@d98e8a64: `moe_flex_dispatcher_num_sms` None -> 20); HybridEP reaches the NIC's bandwidth with
-8-16 (docs/README_Hybrid-EP.md), NCCL's all-to-all runs one block per channel. One value for all:
-the compute under a hidden all-to-all of T seconds runs on (1 - share) of the GPU, T x share
-longer."""
-
-
-def ep_exposed(lay: Layout, rank: int, m: int, a2a: float, window: float) -> tuple[float, float]:
+def ep_exposed(
+    lay: Layout, rank: int, m: int, a2a: float, window: float, share: float
+) -> tuple[float, float]:
     """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
     and backward). Without `lay.ep_comm_overlap` all of it is exposed. With it (Megatron's merged
     forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
     micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
     shows only beyond it; the forwards and backwards that run alone expose theirs. The hidden
-    part still takes EP_COMM_SM_SHARE of the SMs from the compute it runs under: that much of it
-    counts as exposed too. Optimistic otherwise: each all-to-all really hides under one attention
-    or MLP phase of the other pass."""
+    part still takes `share` of the SMs (`comms.sm_share`) from the compute it runs under: that
+    much of it counts as exposed too. Optimistic otherwise: each all-to-all really hides under one
+    attention or MLP phase of the other pass."""
     if not lay.ep_comm_overlap:
         return a2a, 0.0
     alone = unmerged_share(lay.pp, lay.vpp, rank, m)
     shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
     hidden = a2a - shown
-    return shown + EP_COMM_SM_SHARE * hidden, hidden
+    return shown + share * hidden, hidden
 
 
 def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:

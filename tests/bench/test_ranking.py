@@ -85,8 +85,8 @@ def test_serial_dp_sync_by_hand() -> None:
     # Aleph-Alpha/scaling's optimizer step on Llama 3.1 70B, tp 8, dp 8 on 64 H100 (one DP rank
     # per node, 8 nodes; InfiniBand 50 GB/s at 0.92 bus efficiency, 5 us per message), P the
     # parameters one GPU holds:
-    #   fp32 all-reduce, S = 4P:  2 * (7/8 * 4P / B_out + ceil(log2 8) * 5 us)
-    #   bf16 all-gather, S = 2P:       7/8 * 2P / B_out + 3 * 5 us
+    #   fp32 all-reduce, S = 4P:  2 * (7/8 * 4P / B_out + ceil(log2 8) * 5 us)  (NCCL's tree)
+    #   bf16 all-gather, S = 2P:       7/8 * 2P / B_out + 7 * 5 us           (a ring: n-1 steps)
     # all exposed; without ZeRO only the all-reduce.
     job = Job(
         arch=catalog.get_model("llama3.1-70b"),
@@ -99,7 +99,7 @@ def test_serial_dp_sync_by_hand() -> None:
     assert expert == 0
     b_out = 50e9 * 0.92
     all_reduce = 2 * (7 / 8 * 4 * p / b_out + 3 * 5e-6)
-    all_gather = 7 / 8 * 2 * p / b_out + 3 * 5e-6
+    all_gather = 7 / 8 * 2 * p / b_out + 7 * 5e-6
     exposed, optimizer = serial_dp_sync(job, lay)
     assert exposed == pytest.approx(all_reduce + all_gather)
     assert serial_dp_sync(job, lay.with_(zero_stage=0))[0] == pytest.approx(all_reduce)
