@@ -53,7 +53,9 @@ def attributes(words: Sequence[str], world_size: int) -> dict[str, object]:
     }
     for flag, values in flags_of(list(words)).items():
         name = dest(flag)
-        if not values:
+        if not values and flag.startswith("--no-") and flag not in STORE_FALSE:
+            attrs[flag[5:].replace("-", "_")] = False  # argparse store_false: --no-x sets x
+        elif not values:
             attrs[name] = flag not in STORE_FALSE
         elif flag in DTYPE_FLAGS:
             attrs[name] = TORCH_DTYPE.get(values[0], values[0])
@@ -97,7 +99,7 @@ class Step:
 
 def iteration_line(step: Step, train_iters: int, global_batch: int, loss: float = 8.0) -> str:
     """`training_log`'s stdout line (without the MoE and per-loss extras)."""
-    stamp = START + datetime.timedelta(seconds=step.iteration * step.elapsed_ms / 1000)
+    stamp = START + datetime.timedelta(seconds=step.iteration)
     line = f" [{stamp.strftime('%Y-%m-%d %H:%M:%S.%f')}]"
     line += f" iteration {step.iteration:8d}/{train_iters:8d} |"
     line += f" consumed samples: {step.iteration * global_batch:12d} |"

@@ -15,6 +15,7 @@ import typer
 from planner import __version__
 from planner.cli import calibrate, catalog, check, explain, launch, scale, suggest
 from planner.inputs.errors import EXIT_BAD_INPUT, EXIT_OK, PlannerError
+from planner.model import calibratable
 
 app = typer.Typer(
     add_completion=False,
@@ -53,8 +54,16 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: maps PlannerError to its exit code and one stderr line."""
+    """Console-script entry point: maps PlannerError to its exit code and one stderr line.
+    A calibration profile a command applied is undone when it returns (in-process callers)."""
     args = sys.argv[1:] if argv is None else argv
+    try:
+        _main(args)
+    finally:
+        calibratable.reset()
+
+
+def _main(args: list[str]) -> None:
     debug = "--debug" in args
     try:
         rc = app(args=args, prog_name="planner", standalone_mode=False)

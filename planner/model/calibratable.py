@@ -42,9 +42,12 @@ class Constant:
     lo: float
     hi: float
     spread: float
-    """Standard deviation of log(value) across clusters: the prior a calibration starts from."""
+    """Standard deviation of log(value) across clusters (of the value itself for a `linear` one):
+    the prior a calibration starts from."""
     kind: Literal["time", "memory"]
     what: str
+    linear: bool = False
+    """An additive constant (seconds): fitted as itself, `spread` in its unit, not as a log."""
 
     @property
     def value(self) -> float:
@@ -106,11 +109,12 @@ CONSTANTS: tuple[Constant, ...] = (
         "step_overhead_s",
         cost,
         "STEP_OVERHEAD_S",
-        1e-4,
+        0.0,
         10.0,
-        1.0,
+        0.2,
         "time",
         "fixed seconds per step that no layout changes",
+        linear=True,
     ),
     Constant(
         "activation_scale",
@@ -138,6 +142,12 @@ def apply(values: Mapping[str, float]) -> None:
         c = BY_KEY[key]
         setattr(c.module, c.attr, value)
     JobMemo.forget_all()
+
+
+def reset() -> None:
+    """The shipped constants again (after a command applied a profile)."""
+    if current() != DEFAULTS:
+        apply(DEFAULTS)
 
 
 @contextmanager

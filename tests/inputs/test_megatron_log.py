@@ -1,0 +1,147 @@
+"""Reading Megatron-LM logs: the three line formats, the arguments block back into flags, and
+bad logs refused with their file and line.
+
+Oracle: Megatron-LM d98e8a64's own format strings (cited in planner/inputs/megatron_log.py),
+written out by hand below, and the plans the logs were written from (round trip)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from paths import DATA, EXAMPLES, REPO
+
+from planner.emit.megatron import arguments
+from planner.inputs import megatron_log, megatron_log_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import load_plan, parse_plan
+from planner.model import cost, memory
+
+sys.path.insert(0, str(REPO))
+from benchmarks.megatron_logs import Step, args_block, log_text
+
+LOGS = DATA / "megatron_logs"
+
+# Written the way Megatron-LM prints them: _print_args pads each name with '.' * (48 - len);
+# training_log's fields; report_memory's MB figures.
+HAND = """\
+0: some launcher line
+------------------------ arguments ------------------------
+  add_bias_linear ................................. False
+  attention_backend ............................... AttnBackend.flash
+  encoder_num_layers .............................. 4
+  exp_avg_dtype ................................... torch.bfloat16
+  fp8 ............................................. hybrid
+  global_batch_size ............................... 16
+  hidden_size ..................................... 1024
+  moe_router_topk ................................. 2
+  num_attention_heads ............................. 16
+  num_experts ..................................... None
+  num_layers ...................................... 4
+  recompute_granularity ........................... selective
+  recompute_modules ............................... ['core_attn', 'mlp']
+  seq_length ...................................... 2048
+  sequence_parallel ............................... True
+  tensor_model_parallel_size ...................... 2
+  world_size ...................................... 8
+-------------------- end of arguments ---------------------
+ [2026-01-05 09:00:01.000000] iteration        1/     100 | consumed samples:           16 | \
+elapsed time per iteration (ms): 9000.0 | throughput per GPU (TFLOP/s/GPU): 20.5 | \
+global batch size:    16 | lm loss: 1.000000E+01 | loss scale: 1.0 |
+[Rank 0] (after 1 iterations) memory (MB) | allocated: 1000.50 | max allocated: 2000.25 | \
+reserved: 2048.00 | max reserved: 2048.00
+ [2026-01-05 09:00:02.000000] iteration       10/     100 | consumed samples:          160 | \
+elapsed time per iteration (ms): 500.0 | global batch size:    16 |
+"""
+
+
+def test_the_three_formats_are_read_with_their_lines() -> None:
+    log = megatron_log.parse(HAND, Path("hand.log"))
+    (run,) = log.runs
+    assert run.args_line == 2 and run.arg_lines["world_size"] == 19  # 17 arguments from line 3
+    assert run.args["recompute_modules"] == "['core_attn', 'mlp']"
+    first, second = run.iterations
+    assert (first.line, first.iteration, first.elapsed_ms) == (21, 1, 9000.0)
+    assert (first.tflops_per_gpu, first.global_batch) == (20.5, 16)
+    assert (second.iteration, second.elapsed_ms, second.tflops_per_gpu) == (10, 500.0, None)
+    (mem,) = run.memory
+    assert (mem.line, mem.rank, mem.after, mem.max_allocated_mib) == (22, 0, 1, 2000.25)
+
+
+def test_printed_arguments_become_the_flags_megatron_read() -> None:
+    (run,) = megatron_log.parse(HAND, Path("hand.log")).runs
+    words = megatron_log_args.words(run)
+    # add_bias_linear False -> --disable-bias-linear (its argparse_meta); fp8 -> --fp8-format;
+    # dtypes and enums back to the words the parser takes; a list, one word per item;
+    # encoder_num_layers == num_layers is validate_args' copy; MoE defaults without experts
+    # are dropped; True switches bare.
+    assert "--disable-bias-linear" in words
+    assert words[words.index("--fp8-format") + 1] == "hybrid"
+    assert words[words.index("--exp-avg-dtype") + 1] == "bf16"
+    assert words[words.index("--attention-backend") + 1] == "flash"
+    i = words.index("--recompute-modules")
+    assert words[i + 1 : i + 3] == ["core_attn", "mlp"]
+    assert "--encoder-num-layers" not in words and "--moe-router-topk" not in words
+    assert "--sequence-parallel" in words
+    assert megatron_log_args.world_size(run) == 8
+
+
+def test_args_block_pads_like_megatron() -> None:
+    # '  {} {} {}'.format(arg, '.' * (48 - len(arg)), value): 'num_layers' is 10 long -> 38 dots
+    line = args_block({"num_layers": 4})[1]
+    assert line == "  num_layers " + "." * 38 + " 4"
+
+
+@pytest.mark.parametrize(
+    "plan_file",
+    [
+        EXAMPLES / "llama3.1-8b-h100.toml",
+        EXAMPLES / "deepseek-v3-h800.toml",
+        EXAMPLES / "recipes" / "llama31-405b-pretrain-512gpu-h100-bf16.toml",
+        EXAMPLES / "recipes" / "qwen3-30b-a3b-pretrain-16gpu-h100-fp8cs.toml",
+    ],
+    ids=lambda p: p.stem,
+)
+def test_a_plan_survives_its_own_log(plan_file: Path) -> None:
+    """plan -> `launch`'s Megatron-LM arguments -> a log's arguments block -> plan: the same
+    layout, step time and allocated memory per stage."""
+    plan = load_plan(plan_file)
+    job, layout = plan.job, plan.require_layout()
+    text = log_text(arguments(plan).flat(), job.cluster.num_gpus, [Step(1, 1.0), Step(2, 1.0)])
+    (run,) = megatron_log.parse(text, Path("x.log")).runs
+    doc = megatron_log_args.reading(run, job.cluster.gpu.name, job.cluster.num_gpus).doc
+    back = parse_plan(doc, Path("x.log"))
+    assert back.require_layout() == layout
+    assert cost.estimate(back.job, layout).step_time_s == cost.estimate(job, layout).step_time_s
+    alloc = [s.allocated for s in memory.estimate(job, layout).stages]
+    again = [s.allocated for s in memory.estimate(back.job, layout).stages]
+    assert again == pytest.approx(alloc, rel=1e-12)  # summed in another order
+
+
+def test_fixture_logs_read() -> None:
+    for path in sorted(LOGS.glob("*.log")):
+        (run,) = megatron_log.parse(path.read_text(), path).runs
+        assert run.args and len(run.iterations) >= 5 and run.memory
+
+
+BAD = [
+    ("Epoch 1/10 - loss: 0.31\nEpoch 2/10 - loss: 0.29\n", "bad.log: not a Megatron-LM"),
+    ("------------------------ arguments ------------------------\n  num_layers .... 2\n",
+     "bad.log:1: the arguments block that starts here has no 'end of arguments'"),
+    (" iteration        5/     100 | elapsed time per iteration (ms): nan | global batch size: 8 |",
+     "bad.log:1: elapsed time per iteration (ms): nan"),
+    (" iteration        5/     100 | elapsed time per iteration (ms): 12.0 | lm loss: nan |",
+     "bad.log:1: lm loss: nan"),
+    (" iteration        5/     100 | consumed samples:   40 | elapsed ti",
+     "bad.log:1: iteration line without 'elapsed time per iteration (ms)'"),
+    ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: inf | "
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: inf"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,message", BAD, ids=range(len(BAD)))
+def test_bad_logs_name_file_and_line(text: str, message: str) -> None:
+    with pytest.raises(InputError) as info:
+        megatron_log.parse(text, Path("bad.log"))
+    assert str(info.value).startswith(message), str(info.value)
