@@ -1,0 +1,163 @@
+"""`planner calibrate`, `--calibration` and `--megatron-log` from the command line: what they
+print and write, and bad input (exit 2 naming file and line, never a traceback).
+
+Oracles: the fixture logs' own figures (tests/data/megatron_logs, from Megatron-LM functional
+tests), the exit-code contract (0 / 1 / 2), and the profile the test wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from paths import DATA
+
+LOGS = sorted((DATA / "megatron_logs").glob("*.log"))
+GPU = ["--gpu", "h100-sxm-80gb"]
+
+
+@pytest.fixture
+def profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    path = tmp_path / "cal.toml"
+    code, _, err = run(["calibrate", *map(str, LOGS), *GPU, "--out", str(path)], capsys)
+    assert code == 0, err
+    return path
+
+
+def test_calibrate_writes_a_profile_and_says_what_it_fitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cal.toml"
+    code, out, err = run(["calibrate", *map(str, LOGS), *GPU, "--out", str(path), "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["profile"] == str(path) and path.is_file()
+    assert {r["run"].split(":")[0] for r in data["runs"]} == {str(p) for p in LOGS}
+    for run_ in data["runs"]:  # the fixture logs' median step times, as the reader takes them
+        assert 0.5 < run_["measured_step_s"] < 2.0
+    assert set(data["constants"]) >= {"gemm_efficiency", "step_overhead_s", "activation_scale"}
+
+
+def test_calibrate_writes_to_the_config_directory_by_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(["calibrate", str(LOGS[0]), *GPU], capsys)
+    assert code == 0, err
+    assert "wrote " in err and "planner/calibration.toml" in err
+
+
+def test_explain_a_log_beside_its_prediction(
+    profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = str(LOGS[0])
+    code, out, err = run(["explain", "--megatron-log", log, *GPU, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    measured = data["measured"]
+    # tp1 pp4 on 8 GPUs: the memory line names rank 6, the first rank of stage 3
+    assert (measured["rank"], measured["stage"]) == (6, 3)
+    assert measured["step_time_s"] > 0 and measured["max_allocated_gib"] > 10
+    assert "performance" in data and "memory" in data and "calibration" not in data
+    code, out, err = run(
+        ["explain", "--megatron-log", log, *GPU, "--calibration", str(profile), "--json"], capsys
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["calibration"]["profile"] == str(profile)
+    assert "uncalibrated" in data["measured"]
+    code, out, err = run(
+        ["explain", "--megatron-log", log, *GPU, "--calibration", str(profile)], capsys
+    )
+    assert code == 0, err
+    assert "calibrated:" in out and "expected step-time error" in out and "residual" in out
+    assert "measured" in out and "uncalibrated" in out
+
+
+def test_check_a_log(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["check", "--megatron-log", str(LOGS[1]), *GPU, "--json"], capsys)
+    assert code == 0, err  # the run trained: it fits
+    assert json.loads(out)["measured"]["iterations_used"] >= 3
+
+
+def _log(tmp_path: Path, text: str, name: str = "x.log") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _fixture_with(old: str, new: str) -> str:
+    text = LOGS[0].read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+BAD_LOGS = {
+    "another program": ("Epoch 1/3 loss 0.2\n", ":", "not a Megatron-LM training log"),
+    "truncated": ("\n".join(LOGS[0].read_text().splitlines()[:30]), ":2:", "no 'end of arguments'"),
+    "no arguments block": (
+        "\n".join(ln for ln in LOGS[0].read_text().splitlines() if ln.startswith(" [")),
+        ":1:", "give the plan with --plan",
+    ),
+    "nan": (
+        _fixture_with("(ms): 1148.6", "(ms): nan"), ":", "elapsed time per iteration (ms): nan"
+    ),
+    "other GPU": (
+        "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0)\n" + LOGS[0].read_text(),
+        ":1:", "this log ran on A100 GPUs, not h100-sxm-80gb",
+    ),
+    "above peak": (
+        _fixture_with("| learning", "| throughput per GPU (TFLOP/s/GPU): 2500.0 | learning"),
+        ":", "above the h100-sxm-80gb's dense bf16 peak",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["calibrate", "explain", "check"])
+@pytest.mark.parametrize("case", list(BAD_LOGS))
+def test_bad_logs_exit_2_naming_file_and_line(
+    command: str, case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, where, message = BAD_LOGS[case]
+    log = _log(tmp_path, text)
+    argv = (
+        [command, log, *GPU] if command == "calibrate" else [command, "--megatron-log", log, *GPU]
+    )
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"{log}{where}" in err and message in err, err
+
+
+def test_a_log_without_arguments_takes_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [ln for ln in LOGS[0].read_text().splitlines() if not ln.startswith("  ")]
+    log = _log(tmp_path, "\n".join(ln for ln in lines if "arguments --" not in ln))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[model]\nname = "llama3.1-8b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        "[training]\nseq_length = 8192\nglobal_batch_size = 8\n[parallel]\ntp = 1\npp = 4\n"
+    )
+    code, _, err = run(
+        ["calibrate", log, *GPU, "--plan", str(plan), "--out", str(tmp_path / "p")], capsys
+    )
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("gpu = \"h100-sxm-80gb\"", "gpu = \"a100-sxm-80gb\"", "calibration.gpu: 'a100-sxm-80gb'"),
+        ("[constants.latency_scale]\nvalue = 1.0", "[constants.latency_scale]\nvalue = -1.0",
+         "constants.latency_scale.value: -1.0 is outside"),
+        ("[calibration]\n", "[calibration]\nfudge = 2.0\n", "calibration.fudge: unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_profiles_exit_2(
+    profile: Path, old: str, new: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile.write_text(profile.read_text().replace(old, new, 1))
+    argv = ["explain", "--megatron-log", str(LOGS[0]), *GPU, "--calibration", str(profile)]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"{profile}: {message}" in err, err
