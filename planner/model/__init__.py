@@ -14,7 +14,8 @@ where they are defined.
   recompute re-runs; `stage_time` each pipeline stage's layers, memoised layer times and exposed
   EP / offload traffic; `schedule` pipeline bubbles and Megatron's 1F1B / interleaved order;
   `cost` the step time, its breakdown, MFU; `job_memo` what the search's hot path remembers per
-  job
+  job; `calibratable` the constants a cluster's logs may refit (`planner calibrate`) and the one
+  way to change them
 
 May import `planner.inputs` only; nothing here searches, prints or reads files.
 """
