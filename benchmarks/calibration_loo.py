@@ -42,9 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.functional_steps import load_functional_steps, steps_of
 from benchmarks.functional_tests import DATA, command_line, load_cases, vocab_given
 from benchmarks.megatron_logs import Step, log_text
-from benchmarks.runs import Case
+from benchmarks.mlperf import load_mlperf
+from benchmarks.runs import Case, load_published
 from planner.calibration.fit import fit
 from planner.calibration.measured import MeasuredRun, read_runs
+from planner.emit.megatron import arguments
+from planner.inputs.plan import Plan
 from planner.model import calibratable, cost, memory
 
 MIB = 2**20
@@ -86,10 +89,6 @@ def write_logs(cases: list[Case], directory: Path) -> list[tuple[Case, Path, int
     return out
 
 
-def fold_of(case: Case, folds: int) -> int:
-    return int(hashlib.sha256(case.raw["case"].encode()).hexdigest(), 16) % folds
-
-
 def _errors(run: MeasuredRun) -> tuple[float, float | None]:
     job, layout = run.plan.job, run.plan.require_layout()
     t = cost.estimate(job, layout).step_time_s / run.step_time_s - 1
@@ -107,6 +106,52 @@ def _summary(errs: list[float]) -> str:
     return f"median {statistics.median(a):5.1%}  worst {max(a):6.1%}"
 
 
+def published_logs() -> list[tuple[str, Case, str]]:
+    """(source, case, log) for the MLPerf submissions and the Megatron-family published runs
+    (torchtitan's rows are other code): each as a log of its arguments and its measured step
+    time, repeated (a start-up line 3x slower first), with no memory line."""
+    out = []
+    rows = [("mlperf", c) for c in load_mlperf()]
+    rows += [("published", c) for c in load_published() if not c.id.startswith("torchtitan")]
+    for source, case in rows:
+        job = case.job
+        n = job.cluster.num_gpus
+        ms = 1000 * job.global_batch_size * job.seq_length / case.tokens_per_s_per_gpu / n
+        steps = [Step(1, 3 * ms)] + [Step(k, ms) for k in range(2, 12)]
+        words = arguments(Plan(job, case.layout)).flat()
+        out.append((source, case, log_text(words, n, steps, None, 11)))
+    return out
+
+
+def held_out(pairs: list[tuple[str, MeasuredRun]], folds: int) -> dict[str, list[float]]:
+    """Errors of each run predicted by the shipped model and by the model calibrated on the
+    other folds (by key: a case's runs stay together), step time ("t") and memory ("m")."""
+    errs: dict[str, list[float]] = defaultdict(list)
+    keys = sorted({k for k, _ in pairs})
+    fold = {k: (i if len(keys) <= folds else _hash_fold(k, folds)) for i, k in enumerate(keys)}
+    for f in sorted(set(fold.values())):
+        held = [r for k, r in pairs if fold[k] == f]
+        rest = [r for k, r in pairs if fold[k] != f]
+        if not rest:
+            continue
+        for run in held:
+            t, m = _errors(run)
+            errs["t0"].append(t)
+            if m is not None:
+                errs["m0"].append(m)
+        with calibratable.calibrated(fit(rest).values):
+            for run in held:
+                t, m = _errors(run)
+                errs["t1"].append(t)
+                if m is not None:
+                    errs["m1"].append(m)
+    return errs
+
+
+def _hash_fold(key: str, folds: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=10)
@@ -115,37 +160,30 @@ def main() -> None:
     cases = load_functional_steps()
     directory = args.write_logs or Path(tempfile.mkdtemp(prefix="megatron-logs-"))
     directory.mkdir(parents=True, exist_ok=True)
-    by_gpu: dict[str, list[tuple[Case, MeasuredRun]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[str, MeasuredRun]]] = defaultdict(list)
     for case, path, vocab in write_logs(cases, directory):
         (run,) = read_runs([path], case.raw["gpu"], None, None, vocab)
-        by_gpu[case.raw["gpu"]].append((case, run))
-    print(f"{len(cases)} logs in {directory}; {args.folds} folds by case name per GPU\n")
-    header = f"{'gpu':14s} {'runs':>4s}  {'step time before':26s} {'after':26s}"
-    print(header + f" {'allocated before':26s} {'after':26s}")
-    for gpu, pairs in sorted(by_gpu.items()):
-        errs: dict[str, list[float]] = defaultdict(list)
-        for k in range(args.folds):
-            held = [r for c, r in pairs if fold_of(c, args.folds) == k]
-            rest = [r for c, r in pairs if fold_of(c, args.folds) != k]
-            if not held or not rest:
-                continue
-            for run in held:
-                t, m = _errors(run)
-                errs["t0"].append(t)
-                if m is not None:
-                    errs["m0"].append(m)
-            with calibratable.calibrated(fit(rest).values):
-                for run in held:
-                    t, m = _errors(run)
-                    errs["t1"].append(t)
-                    if m is not None:
-                        errs["m1"].append(m)
+        groups[("functional", case.raw["gpu"])].append((case.raw["case"], run))
+    for i, (source, case, text) in enumerate(published_logs()):
+        path = directory / f"{source}-{i:03d}.log"
+        path.write_text(text)
+        (run,) = read_runs([path], case.job.cluster.gpu.name)
+        groups[(source, case.job.cluster.gpu.name)].append((case.id, run))
+    print(f"logs in {directory}; held out: {args.folds} folds by case (one per case when fewer)\n")
+    header = f"{'source':11s} {'gpu':15s} {'runs':>4s}  {'step time before':24s} {'after':24s}"
+    print(header + f" {'allocated before':24s} {'after':24s}")
+    for (source, gpu), pairs in sorted(groups.items()):
+        if len(pairs) < 3:
+            continue
+        e = held_out(pairs, args.folds)
         print(
-            f"{gpu:14s} {len(pairs):4d}  {_summary(errs['t0']):26s} {_summary(errs['t1']):26s} "
-            f"{_summary(errs['m0']):26s} {_summary(errs['m1']):26s}"
+            f"{source:11s} {gpu:15s} {len(pairs):4d}  {_summary(e['t0']):24s} "
+            f"{_summary(e['t1']):24s} {_summary(e['m0']):24s} {_summary(e['m1']):24s}"
         )
-    print("\nconstants fitted on all of a GPU's runs (determined ones only):")
-    for gpu, pairs in sorted(by_gpu.items()):
+    print("\nconstants fitted on all of a group's runs (determined ones only):")
+    for (source, gpu), pairs in sorted(groups.items()):
+        if len(pairs) < 3:
+            continue
         start = time.perf_counter()
         f = fit([r for _, r in pairs])
         took = time.perf_counter() - start
@@ -154,7 +192,7 @@ def main() -> None:
             for k, v in f.values.items()
             if f.determined[k]
         )
-        print(f"  {gpu}: {moved or 'none'}  [fit {took:.1f} s]")
+        print(f"  {source} {gpu}: {moved or 'none'}  [fit {took:.1f} s]")
 
 
 if __name__ == "__main__":

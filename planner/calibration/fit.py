@@ -10,12 +10,13 @@ far a cluster plausibly sits from the default) and σ = `OBSERVATION_SD` the mod
 on a run once its constants are right. That is the maximum a posteriori estimate under a
 log-normal prior; Gauss-Newton solves it, with the Jacobian by finite differences in θ.
 
-Which constants the runs determine: at the defaults, the posterior covariance of θ is
-(JᵀJ/σ² + diag(1/s²))⁻¹. A constant is determined when the runs halve its prior spread
-(posterior sd <= `DETERMINED_RATIO` x s_k); the others keep their defaults and are reported
-as such. Only determined constants are fitted. Constants the runs move together (a GEMM
-efficiency and a per-step overhead on runs of one size) share what one of them could explain
-and neither halves its spread, so neither is claimed.
+Which constants the runs determine (`select`, at the defaults): the posterior covariance of
+the fitted θ is (JᵀJ/σ² + diag(1/s²))⁻¹; a set of constants is determined when the runs halve
+each one's prior spread (posterior sd <= `DETERMINED_RATIO` x s_k). Constants join one at a
+time, the one that lowers the objective most first (stepwise regression), while each lowers it
+by more than Akaike's 2 and the set stays determined. The others keep their defaults and are
+reported as such; only the chosen are fitted. Constants the runs move together (a GEMM
+efficiency and a per-step overhead on runs of one size) do not both get in.
 
 Leave-one-out error: for the linearised fit, the residual of run i when it is left out is
 r_i / (1 − h_ii), h = the fit's hat matrix J A⁻¹ Jᵀ / σ² (the PRESS identity of ridge
@@ -46,6 +47,9 @@ OBSERVATION_SD = 0.03
 (planner's fit rows: median 3.3%, benchmarks/fidelity.py), and of a memory prediction."""
 DETERMINED_RATIO = 0.5
 """A constant is determined when the runs shrink its prior spread to at most this fraction."""
+MIN_GAIN = 2.0
+"""What fitting one more constant must take off the objective (Σ r²/σ² + prior): Akaike's
+information criterion charges 2 per parameter."""
 STEP = 0.02
 """Finite-difference step in log(constant)."""
 ITERATIONS = 8
@@ -128,25 +132,39 @@ def _ratios(jac: np.ndarray, keys: Sequence[str]) -> np.ndarray:
     return np.sqrt(np.diag(np.linalg.inv(precision))) / spreads
 
 
-def select(jac: np.ndarray) -> list[str]:
-    """The time constants the runs determine, chosen forward: at each round the candidate
-    that, fitted with those already chosen, leaves every chosen constant within
-    DETERMINED_RATIO of its prior spread and is itself the best determined; until none can
-    join. Constants the runs move together do not both get in: the first takes what they
-    share, and the second's spread no longer halves."""
+def _gain(jac: np.ndarray, resid: np.ndarray, keys: Sequence[str]) -> float:
+    """How much fitting `keys` lowers the objective (Σ r²/σ² + prior), to first order:
+    gᵀ A⁻¹ g with g, A the objective's gradient and Gauss-Newton Hessian at the defaults."""
+    spreads = np.array([BY_KEY[k].spread for k in keys])
+    a = jac.T @ jac / OBSERVATION_SD**2 + np.diag(1 / spreads**2)
+    g = jac.T @ resid / OBSERVATION_SD**2
+    return float(g @ np.linalg.solve(a, g))
+
+
+def select(jac: np.ndarray, resid: np.ndarray) -> list[str]:
+    """The time constants the runs determine, chosen forward (stepwise regression): at each
+    round the candidate that, fitted with those already chosen, lowers the objective most, if
+    it lowers it by more than MIN_GAIN (Akaike's price of one more parameter) and leaves every
+    chosen constant within DETERMINED_RATIO of its prior spread. Constants the runs move
+    together do not both get in: the first takes what they share, and the second neither
+    gains enough nor halves its spread."""
     chosen: list[str] = []
+    gained = 0.0
     while True:
         best: tuple[float, str] | None = None
         for k in TIME_KEYS:
             if k in chosen:
                 continue
             keys = [*chosen, k]
-            cols = [TIME_KEYS.index(x) for x in keys]
-            ratios = _ratios(jac[:, cols], keys)
-            if float(ratios.max()) <= DETERMINED_RATIO and (best is None or ratios[-1] < best[0]):
-                best = (float(ratios[-1]), k)
+            cols = jac[:, [TIME_KEYS.index(x) for x in keys]]
+            if float(_ratios(cols, keys).max()) > DETERMINED_RATIO:
+                continue
+            gain = _gain(cols, resid, keys)
+            if gain - gained > MIN_GAIN and (best is None or gain > best[0]):
+                best = (gain, k)
         if best is None:
             return chosen
+        gained = best[0]
         chosen.append(best[1])
 
 
@@ -159,8 +177,9 @@ def _fit_time(
     runs: Sequence[MeasuredRun], theta0: dict[str, float]
 ) -> tuple[dict[str, float], dict[str, bool], dict[str, float], np.ndarray, np.ndarray]:
     measured = np.array([math.log(r.step_time_s) for r in runs])
-    _, jac0 = _jacobian(runs, theta0, TIME_KEYS)
-    free = select(jac0)
+    base0, jac0 = _jacobian(runs, theta0, TIME_KEYS)
+    root_w = np.sqrt(huber_weights(base0 - measured))
+    free = select(jac0 * root_w[:, None], root_w * (base0 - measured))
     determined = {k: k in free for k in TIME_KEYS}
     theta = dict(theta0)
     prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
