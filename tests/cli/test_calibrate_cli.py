@@ -161,3 +161,52 @@ def test_bad_profiles_exit_2(
     code, _, err = run(argv, capsys)
     assert code == 2 and "Traceback" not in err
     assert f"{profile}: {message}" in err, err
+
+
+def test_world_size_against_num_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["calibrate", str(LOGS[0]), *GPU, "--num-gpus", "16"], capsys)
+    line = next(
+        i for i, t in enumerate(LOGS[0].read_text().splitlines(), 1) if "world_size ..." in t
+    )
+    assert code == 2 and f"{LOGS[0]}:{line}: world_size: 8, but --num-gpus is 16" in err, err
+
+
+def test_one_file_of_two_runs_is_two_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _log(tmp_path, LOGS[0].read_text() + LOGS[1].read_text())
+    code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
+    assert code == 0, err
+    starts = [r["run"] for r in json.loads(out)["runs"]]
+    assert starts == [f"{log}:2", f"{log}:{len(LOGS[0].read_text().splitlines()) + 2}"]
+
+
+def test_suggest_and_scale_say_they_are_calibrated(
+    profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = ["--model", "llama3.1-8b", *GPU, "--seq-length", "8192", "--global-batch-size", "64"]
+    code, out, err = run(
+        ["suggest", *job, "--num-gpus", "8", "--calibration", str(profile)], capsys
+    )
+    assert code == 0, err
+    assert f"calibrated: {profile}" in out and "expected step-time error" in out
+    code, out, err = run(
+        ["scale", *job, "--num-gpus", "8,16", "--calibration", str(profile), "--json"], capsys
+    )
+    assert code == 0, err
+    assert json.loads(out)["calibration"]["profile"] == str(profile)
+
+
+def test_a_calibration_changes_the_prediction_and_only_while_applied(
+    profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The profile moves the prediction toward the logs; the next command without it predicts
+    as before (main restores the shipped constants)."""
+    argv = ["explain", "--megatron-log", str(LOGS[0]), *GPU, "--json"]
+    _, plain, _ = run(argv, capsys)
+    _, calibrated, _ = run([*argv, "--calibration", str(profile)], capsys)
+    _, again, _ = run(argv, capsys)
+    step = [json.loads(x)["performance"]["step_time_s"] for x in (plain, calibrated, again)]
+    measured = json.loads(plain)["measured"]["step_time_s"]
+    assert step[0] == step[2] != step[1]
+    assert abs(step[1] / measured - 1) < abs(step[0] / measured - 1)
