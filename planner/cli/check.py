@@ -20,7 +20,7 @@ from planner.cli.common import (
     out,
     warn,
 )
-from planner.inputs import megatron_args
+from planner.inputs import megatron_args, torchtitan_config
 from planner.inputs.errors import EXIT_NO, EXIT_OK, InputError
 from planner.inputs.job_request import JobArgs, name_flags
 from planner.inputs.layout import Layout
@@ -77,6 +77,25 @@ def print_reading(reading: megatron_args.Reading, where: str, verbose: bool) -> 
         err.print(f"{where}: {title}: {' '.join(flags) if flags else '(none)'}", soft_wrap=True)
 
 
+def titan_plan(
+    plan_path: Path | None,
+    titan_config: Path | None,
+    framework: str | None,
+    gpu: str | None,
+    num_gpus: int | None,
+) -> Plan:
+    """check --torchtitan-config FILE, or check PLAN --framework F (its rules applied)."""
+    if titan_config is not None:
+        if plan_path is not None or framework is not None:
+            raise InputError("check: --torchtitan-config: not with PLAN or --framework")
+        return check_plan(torchtitan_config.load(titan_config, gpu, num_gpus))
+    if plan_path is None or framework not in ("megatron", "torchtitan"):
+        raise InputError(
+            f"check: --framework: megatron or torchtitan, with PLAN (got {framework!r})"
+        )
+    return check_plan(load_plan(plan_path, framework))  # type: ignore[arg-type]
+
+
 def check(
     plan_path: Annotated[
         Path | None, typer.Argument(metavar="PLAN", help="plan file (TOML)")
@@ -108,11 +127,25 @@ def check(
     ] = False,
     megatron_log_path: calibration.MegatronLogOpt = None,
     calibration_opt: calibration.CalibrationOpt = None,
+    torchtitan_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--torchtitan-config",
+            help="a torchtitan job config TOML (as launch --target torchtitan writes); --gpu "
+            "where it names none",
+        ),
+    ] = None,
+    framework: Annotated[
+        str | None,
+        typer.Option("--framework", help="check PLAN as trained by megatron or torchtitan"),
+    ] = None,
 ) -> None:
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     check_headroom(headroom)
     run = None
-    if megatron_log_path is not None:
+    if torchtitan_config is not None or framework is not None:
+        plan = titan_plan(plan_path, torchtitan_config, framework, gpu, num_gpus)
+    elif megatron_log_path is not None:
         if plan_path is not None or megatron_args_path is not None:
             raise InputError("check: give one of PLAN, --megatron-args, --megatron-log")
         run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)

@@ -1,10 +1,13 @@
 """Read a plan, render one launch file, write it (or hand it back for stdout): `planner launch`.
 
 Targets: `megatron-args` (Megatron-LM pretrain_gpt.py arguments), `torchrun` (bash script),
-`slurm` (sbatch script), `k8s` (Kubeflow PyTorchJob). With an output directory the file gets the
-target's fixed name there; an existing file is kept unless `force` (InputError, exit 2, naming
-it). The job name defaults to the plan file's stem. The plan's layout must pass Megatron-LM's
-rules (`planner.search.rules`); rendering is the pure functions of the other emit modules.
+`slurm` (sbatch script), `k8s` (Kubeflow PyTorchJob), `megatron-bridge` (a Megatron-Bridge
+ConfigContainer override), all for framework "megatron"; `torchtitan` (torchtitan's job TOML,
+and under --out its torchrun and sbatch scripts beside it) for framework "torchtitan". With an
+output directory the file gets the target's fixed name there; an existing file is kept unless
+`force` (InputError, exit 2, naming it). The job name defaults to the plan file's stem. The
+plan's layout must pass the rules (`planner.search.rules`); rendering is the pure functions of
+the other emit modules.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.emit import k8s, megatron, slurm, torchrun
+from planner.emit import bridge, k8s, megatron, slurm, torchrun, torchtitan, torchtitan_run
 from planner.emit.common import check_job_name
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
@@ -26,10 +29,23 @@ TARGETS: dict[str, tuple[Renderer, str]] = {
     "torchrun": (torchrun.render, "train.sh"),
     "slurm": (slurm.render, "train.sbatch"),
     "k8s": (k8s.render, "pytorchjob.yaml"),
+    "torchtitan": (torchtitan.render, torchtitan_run.CONFIG_NAME),
+    "megatron-bridge": (bridge.render, "bridge-overrides.yaml"),
 }
 """target -> (renderer, file name written under --out)."""
 
-EXECUTABLE = {"torchrun", "slurm"}
+COMPANIONS: dict[str, tuple[tuple[Renderer, str], ...]] = {
+    "torchtitan": (
+        (torchtitan_run.render_torchrun, "torchtitan-train.sh"),
+        (torchtitan_run.render_slurm, "torchtitan-train.sbatch"),
+    ),
+}
+"""Files written beside a target's own under --out (the scripts that run torchtitan's TOML)."""
+
+FRAMEWORK = {"torchtitan": "torchtitan"}
+"""target -> the plan framework it needs (the others launch Megatron-LM)."""
+
+EXECUTABLE = {"torchrun", "slurm", "torchtitan-train.sh", "torchtitan-train.sbatch"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,14 @@ def _target(target: str) -> tuple[Renderer, str]:
 def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, str]:
     """(file name, text) of one target for a loaded plan."""
     renderer, file_name = _target(target)
+    need = FRAMEWORK.get(target, "megatron")
+    if plan.job.framework != need:
+        where = str(plan.path) if plan.path else "<plan>"
+        fits = [t for t in TARGETS if FRAMEWORK.get(t, "megatron") == plan.job.framework]
+        raise InputError(
+            f"{where}: training.framework: --target {target} launches {need}, the plan trains "
+            f"with {plan.job.framework} (targets for it: {', '.join(fits)})"
+        )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(plan, check_job_name(job_name))
@@ -70,14 +94,26 @@ def launch(
         return Launched(text)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out: {out_dir} exists and is not a directory")
-    path = out_dir / file_name
-    if path.exists() and not force:
-        raise InputError(f"{path}: already exists; pass --force to overwrite it")
+    name = check_job_name(job_name or plan_path.stem)
+    files = [(out_dir / file_name, text, target in EXECUTABLE)]
+    for renderer, extra in COMPANIONS.get(target, ()):
+        files.append((out_dir / extra, renderer(plan, name), extra in EXECUTABLE))
+    for path, _, _ in files:
+        if path.exists() and not force:
+            raise InputError(f"{path}: already exists; pass --force to overwrite it")
+    for path, body, executable in files:
+        _write(path, body, executable)
+    return Launched(text, files[0][0])
+
+
+def _write(path: Path, text: str, executable: bool) -> Path:
+    """Write one launch file (InputError, exit 2, where it cannot)."""
+    out_dir = path.parent
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        if target in EXECUTABLE:
+        if executable:
             path.chmod(0o755)
     except OSError as e:
         raise InputError(f"{path}: cannot write: {e.strerror or e}") from None
-    return Launched(text, path)
+    return path

@@ -362,6 +362,10 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
 
 
-def load_plan(path: Path) -> Plan:
-    """Read, validate and resolve a plan file (its layout not yet checked by the rules)."""
-    return parse_plan(load_toml(path), path)
+def load_plan(path: Path, framework: Framework | None = None) -> Plan:
+    """Read, validate and resolve a plan file (its layout not yet checked by the rules); with
+    `framework`, as if its `[training] framework` said so (check / suggest --framework)."""
+    data = load_toml(path)
+    if framework is not None and isinstance(data.get("training"), dict):
+        data["training"]["framework"] = framework
+    return parse_plan(data, path)

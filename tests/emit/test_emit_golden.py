@@ -27,6 +27,7 @@ SUFFIX = {
     "torchrun": "torchrun.sh",
     "slurm": "slurm.sbatch",
     "k8s": "k8s.yaml",
+    "megatron-bridge": "bridge.yaml",
 }
 UPDATE = os.environ.get("PLANNER_UPDATE_GOLDEN") == "1"
 

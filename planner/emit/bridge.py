@@ -1,0 +1,190 @@
+"""A Megatron-Bridge recipe override (YAML) for a Megatron-LM plan: the ConfigContainer fields the
+plan decides, to merge over a pre-training recipe (a recipe script's `--config-file`, OmegaConf
+merged; or as Hydra overrides `section.field=value` on scripts/performance/run_script.py, one per
+line in the file's header).
+
+Field names: Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge 067f987d) src/megatron/bridge/training/
+config.py ConfigContainer, whose `model` is a GPTModelProvider (models/gpt_provider.py) over
+Megatron-Core's TransformerConfig / ModelParallelConfig, `train` / `ddp` / `optimizer` /
+`scheduler` its TrainingConfig, DistributedDataParallelConfig, OptimizerConfig, SchedulerConfig
+(and Megatron-LM 2a75ac12's, the commit Bridge pins), `comm_overlap` training/comm_overlap.py
+CommOverlapConfig, `mixed_precision` a preset name registered in training/mixed_precision.py.
+tests/data/megatron_bridge_config_schema.json holds those fields (derived from the files) and the
+emitted YAML is checked against it.
+
+The split: Megatron's even split as virtual_pipeline_model_parallel_size; any other
+(pipeline_layers, a layout, the embedding or loss counted as a layer) as
+pipeline_model_parallel_layout, the stages spelled out. ZeRO: 0 DDP, 1 the distributed optimizer,
+2 / 3 Megatron-FSDP (use_megatron_fsdp, data_parallel_sharding_strategy).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.emit.k8s import yaml_str
+from planner.inputs import pipeline_layout
+from planner.inputs.errors import InputError
+from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.plan import Plan
+
+PRESETS = {
+    ("bf16", None): "bf16_mixed",
+    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+    ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
+}
+"""(precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset (mixed_precision.py)."""
+
+
+def _split(plan: Plan) -> dict[str, Any]:
+    lay = plan.require_layout()
+    plain = not (
+        lay.pipeline_layers
+        or lay.pipeline_layout
+        or lay.account_for_embedding_in_pipeline_split
+        or lay.account_for_loss_in_pipeline_split
+    )
+    if lay.pp == 1 or plain:
+        return {
+            "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+            "pipeline_model_parallel_layout": None,
+        }
+    stages = lay.stages(plan.job.arch.num_layers, plan.job.arch.mtp_num_layers)
+    return {
+        "virtual_pipeline_model_parallel_size": None,
+        "pipeline_model_parallel_layout": pipeline_layout.compact(stages),
+    }
+
+
+def _recompute(plan: Plan) -> dict[str, Any]:
+    lay = plan.require_layout()
+    if lay.recompute == "none":
+        return {"recompute_granularity": None}
+    if lay.recompute == "selective":
+        return {
+            "recompute_granularity": "selective",
+            "recompute_modules": list(lay.recompute_modules),
+        }
+    return {
+        "recompute_granularity": "full",
+        "recompute_method": lay.recompute_method,
+        "recompute_num_layers": lay.recompute_num_layers,
+    }
+
+
+def sections(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The override's sections (ConfigContainer attribute -> fields)."""
+    job, lay = plan.job, plan.require_layout()
+    model: dict[str, Any] = {
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "context_parallel_size": lay.cp,
+        "expert_model_parallel_size": lay.ep,
+        "expert_tensor_parallel_size": lay.expert_tp if job.arch.is_moe else None,
+        "sequence_parallel": lay.sequence_parallel,
+        "seq_length": job.seq_length,
+        **_split(plan),
+        **_recompute(plan),
+        "cpu_offloading": lay.cpu_offloading_num_layers > 0,
+        "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
+        "microbatch_group_size_per_vp_stage": lay.microbatch_group_size_per_vp_stage,
+    }
+    if job.arch.is_moe:
+        model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
+        if lay.moe_token_dispatcher_type == "flex":
+            model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
+        model["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
+        model["delay_wgrad_compute"] = lay.ep_comm_overlap
+        model["moe_router_num_groups"] = job.moe_router_num_groups
+        model["moe_router_group_topk"] = job.moe_router_group_topk
+        model["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
+        model["moe_pad_expert_input_to_capacity"] = job.moe_pad_expert_input_to_capacity
+    fsdp = lay.zero_stage >= 2
+    schedule = {flag: value for flag, _, value in SCHEDULE}
+    return {
+        "model": model,
+        "train": {
+            "micro_batch_size": lay.micro_batch_size,
+            "global_batch_size": job.global_batch_size,
+            "train_iters": int(schedule["--train-iters"]),
+        },
+        "ddp": {
+            "use_distributed_optimizer": lay.zero_stage >= 1,
+            "overlap_grad_reduce": lay.overlap_grad_reduce,
+            "overlap_param_gather": lay.overlap_param_gather,
+            "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
+            "use_megatron_fsdp": fsdp,
+            "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]
+            if fsdp
+            else "no_shard",
+        },
+        "optimizer": {
+            "use_distributed_optimizer": lay.zero_stage >= 1,
+            "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16",
+            "lr": float(schedule["--lr"]),
+            "min_lr": float(schedule["--min-lr"]),
+        },
+        "comm_overlap": {"tp_comm_overlap": lay.tp_comm_overlap},
+    }
+
+
+def _preset(plan: Plan) -> str:
+    job = plan.job
+    key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
+    if key not in PRESETS:
+        raise InputError(
+            f"{plan.path}: training.fp8_recipe: Megatron-Bridge has no mixed-precision preset "
+            f"for {job.fp8_recipe!r} (it has delayed, tensorwise, blockwise, mxfp8)"
+        )
+    return PRESETS[key]
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        # YAML 1.1 (pyyaml, OmegaConf) reads 3e-05 as a string: give the mantissa a dot
+        text = json.dumps(v)
+        return text.replace("e", ".0e", 1) if "e" in text and "." not in text else text
+    if isinstance(v, list):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    return yaml_str(str(v))
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The YAML override, headed by the prediction and the same settings as Hydra overrides."""
+    tables = sections(plan)
+    preset = _preset(plan)
+    notes = []
+    job = plan.job
+    if job.precision == "fp8" and job.fp8_param_gather and plan.require_layout().zero_stage >= 1:
+        notes.append(
+            "fp8_param_gather: set the preset's mixed_precision.fp8_param_gather=true (the plan "
+            "keeps weights only in FP8)"
+        )
+    if job.optimizer_state_dtype == "bf16":
+        notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
+    hydra = [f"{s}.{k}={_scalar(v)}" for s, fields in tables.items() for k, v in fields.items()]
+    text = comment_block(
+        [
+            *header(plan, "megatron-bridge", job_name, predict(plan)),
+            "Megatron-Bridge ConfigContainer override: merge over a pre-training recipe "
+            "(--config-file), or pass these Hydra overrides to scripts/performance/run_script.py:",
+            *hydra,
+            f"mixed_precision={preset}",
+            *(f"note: {n}" for n in notes),
+        ]
+    )
+    for name, fields in tables.items():
+        text += f"{name}:\n"
+        text += "".join(f"  {k}: {_scalar(v)}\n" for k, v in fields.items())
+    text += f"mixed_precision: {yaml_str(preset)}\n"
+    return text

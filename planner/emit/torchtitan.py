@@ -1,0 +1,184 @@
+"""The job config TOML torchtitan's train.py reads (`--job.config_file`), for a plan with
+framework = "torchtitan".
+
+Section and field names are those of torchtitan/config/job_config.py at pytorch/torchtitan
+e347b1e5 (planner.inputs.torchtitan.TORCHTITAN_COMMIT; tests/data/torchtitan_job_config_schema.json
+holds every field of that file and the emitted TOML is checked against it):
+- [parallelism] data_parallel_replicate_degree x data_parallel_shard_degree x
+  context_parallel_degree x tensor_parallel_degree x pipeline_parallel_degree = the GPUs;
+  fsdp_reshard_after_forward; enable_async_tensor_parallel; pipeline_parallel_schedule and
+  pipeline_parallel_microbatch_size; module_fqns_per_model_part spells the plan's pipeline split
+  stage by stage (tok_embeddings, layers.i, norm and output), so torchtitan runs planner's split
+  (its stage count fixes the stages per rank); expert_parallel_degree,
+  expert_tensor_parallel_degree, expert_parallel_comm_backend.
+- [training] local_batch_size is the per-data-parallel-rank batch: with PP all of
+  global / dp (torchtitan splits it into micro-batches of pipeline_parallel_microbatch_size),
+  without PP the micro-batch (train.py accumulates global / (local x dp) of them).
+- [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
+- [compile], [quantize.linear.float8] (with model.converters = ["float8"]).
+`planner.inputs.torchtitan_config` reads the file back into the same plan (`planner check
+--torchtitan-config FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Plan
+from planner.inputs.torchtitan import MODELS, TORCHTITAN_COMMIT
+
+GPU_LINE = "planner-gpu: "
+"""A header comment naming the catalog GPU, which torchtitan's config has no field for (read
+back by `planner check --torchtitan-config` when --gpu is not given)."""
+
+
+def stage_modules(stage: str, first_layer: int) -> list[str]:
+    """torchtitan module names of one pipeline stage in planner's stage string (E, t, L)."""
+    out = ["tok_embeddings"] if "E" in stage else []
+    n = stage.count("t")
+    out += [f"layers.{first_layer + i}" for i in range(n)]
+    if "L" in stage:
+        out += ["norm", "output"]
+    return out
+
+
+def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
+    """The TOML tables, by dotted name."""
+    job, lay = plan.job, plan.require_layout()
+    titan = job.titan
+    where = str(plan.path) if plan.path else "<plan>"
+    if job.arch.name not in MODELS:
+        raise InputError(
+            f"{where}: model: torchtitan has no flavor of {job.arch.name!r}; it runs "
+            f"{', '.join(sorted(MODELS))} (torchtitan/models at {TORCHTITAN_COMMIT[:8]})"
+        )
+    if lay.cp > 1 and not titan.cp_load_balance:
+        raise InputError(
+            f"{where}: torchtitan.cp_load_balance: false is context_parallel_load_balancer = "
+            "None, which a TOML file cannot hold; pass "
+            "--parallelism.context_parallel_load_balancer on train.py's command line instead"
+        )
+    name, flavor = MODELS[job.arch.name]
+    schedule = {flag: value for flag, _, value in SCHEDULE}
+    lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
+    warmup, iters = int(schedule["--lr-warmup-iters"]), int(schedule["--train-iters"])
+    rep = titan.dp_replicate
+    mbs = lay.micro_batch_size
+    local = job.global_batch_size // lay.dp if lay.pp > 1 else mbs
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": rep,
+        "data_parallel_shard_degree": lay.dp // rep,
+        "fsdp_reshard_after_forward": titan.reshard_after_forward,
+        "tensor_parallel_degree": lay.tp,
+        "disable_loss_parallel": job.cross_entropy != "pytorch",
+        "enable_async_tensor_parallel": titan.async_tp,
+        "pipeline_parallel_degree": lay.pp,
+        "context_parallel_degree": lay.cp,
+        "expert_parallel_degree": lay.ep,
+        "expert_tensor_parallel_degree": lay.expert_tp if lay.ep > 1 else 1,
+    }
+    if lay.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = titan.pipeline_schedule
+        parallelism["pipeline_parallel_microbatch_size"] = mbs
+        parts, start = [], 0
+        for stage in lay.stages(job.arch.num_layers):
+            parts.append(stage_modules(stage, start))
+            start += stage.count("t")
+        parallelism["module_fqns_per_model_part"] = parts
+    if lay.cp > 1:
+        parallelism["context_parallel_load_balancer"] = "headtail"
+    if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
+        parallelism["expert_parallel_comm_backend"] = "deepep"
+    model: dict[str, Any] = {
+        "name": name,
+        "flavor": flavor,
+        "hf_assets_path": "./assets/hf/SET-ME",
+    }
+    out: dict[str, dict[str, Any]] = {
+        "job": {"dump_folder": "./outputs", "description": plan.path.stem if plan.path else "job"},
+        "metrics": {"log_freq": 10},
+        "model": model,
+        "optimizer": {
+            "name": "AdamW",
+            "lr": lr,
+            "beta1": 0.9,
+            "beta2": 0.95,
+            "eps": 1e-8,
+            "weight_decay": 0.1,
+        },
+        "lr_scheduler": {
+            "warmup_steps": warmup,
+            "decay_type": "cosine",
+            "min_lr_factor": min_lr / lr,
+        },
+        "training": {
+            "local_batch_size": local,
+            "global_batch_size": job.global_batch_size,
+            "seq_len": job.seq_length,
+            "max_norm": 1.0,
+            "steps": iters,
+            "dataset": "c4_test",
+            "mixed_precision_param": "bfloat16",
+            "mixed_precision_reduce": "float32",
+        },
+        "parallelism": parallelism,
+        "checkpoint": {"enable": True, "folder": "checkpoint", "interval": checkpoint_interval},
+        "activation_checkpoint": _activation_checkpoint(plan),
+        "compile": {"enable": titan.compile, "components": ["model", "loss"]},
+    }
+    if job.precision == "fp8":
+        model["converters"] = ["float8"]
+        out["quantize.linear.float8"] = {
+            "recipe_name": job.fp8_recipe,
+            "enable_fsdp_float8_all_gather": titan.float8_all_gather,
+            "precompute_float8_dynamic_scale_for_fsdp": titan.float8_all_gather,
+            "filter_fqns": ["output"],
+        }
+    return out
+
+
+def _activation_checkpoint(plan: Plan) -> dict[str, Any]:
+    lay = plan.require_layout()
+    every = plan.job.titan.selective_layer_every
+    if lay.recompute == "none":
+        return {"mode": "none"}
+    if lay.recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    if every is not None:
+        return {"mode": "selective", "selective_ac_option": str(every)}
+    return {"mode": "full"}
+
+
+def toml_value(v: Any) -> str:
+    """A TOML value: strings as basic strings (JSON's escapes are TOML's), lists inline."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(str(v), ensure_ascii=True)
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole TOML file, headed by the prediction."""
+    p = predict(plan)
+    tables = sections(plan, p.checkpoint_interval_steps)
+    tables["job"]["description"] = job_name
+    text = comment_block(
+        [
+            *header(plan, "torchtitan", job_name, p),
+            f"torchtitan job config (torchtitan/config/job_config.py @ {TORCHTITAN_COMMIT}):",
+            "run: torchrun ... -m torchtitan.train --job.config_file THIS_FILE (see the scripts "
+            "planner launch --target torchtitan writes beside it); set model.hf_assets_path "
+            "and training.dataset",
+            f"{GPU_LINE}{plan.job.cluster.gpu.name}",
+        ]
+    )
+    for name, items in tables.items():
+        text += f"\n[{name}]\n"
+        text += "".join(f"{k} = {toml_value(v)}\n" for k, v in items.items())
+    return text

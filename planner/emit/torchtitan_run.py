@@ -1,0 +1,138 @@
+"""A torchrun script and an sbatch script that run torchtitan's train.py on the plan's TOML
+(`planner.emit.torchtitan`), written beside it by `planner launch --target torchtitan`.
+
+torchtitan's own launcher (run_train.sh at pytorch/torchtitan e347b1e5) runs
+`torchrun ... -m torchtitan.train --job.config_file FILE` with
+PYTORCH_ALLOC_CONF=expandable_segments:True; these scripts do the same on every node, with the
+c10d rendezvous on the first (as `planner.emit.torchrun` / `slurm` do for Megatron-LM). Every
+value from the plan or the user is shell-quoted (`torchrun.q`); paths are variables the user
+sets in one marked block.
+"""
+
+from __future__ import annotations
+
+from planner.emit.common import RDZV_PORT, comment_block, header, nodes, predict
+from planner.emit.slurm import DEFAULT_TIME, sbatch_name
+from planner.emit.torchrun import array, q
+from planner.inputs.plan import Plan
+
+CONFIG_NAME = "torchtitan.toml"
+
+
+def _settings(job_name: str, master_addr: bool) -> str:
+    """The variables a user sets. The config defaults to the file beside the script: its
+    directory under torchrun, the submission directory under Slurm (sbatch runs a copy)."""
+    lines = [f"JOB_NAME={q(job_name)}"]
+    if "$" in job_name or "`" in job_name:
+        lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
+    lines += [
+        "",
+        "# ---- set these (or export them before running) " + "-" * 30,
+        "# a torchtitan checkout at (or after) the commit named in the config's header",
+        'TORCHTITAN_DIR="${TORCHTITAN_DIR:-/opt/torchtitan}"',
+        "# the job config planner wrote (default: beside this script)",
+    ]
+    if master_addr:
+        lines.append(
+            f'CONFIG_FILE="${{CONFIG_FILE:-$(cd "$(dirname "$0")" && pwd)/{CONFIG_NAME}}}"'
+        )
+    else:
+        lines.append(f'CONFIG_FILE="${{CONFIG_FILE:-$SLURM_SUBMIT_DIR/{CONFIG_NAME}}}"')
+    if master_addr:
+        lines += [
+            "# the first node's address, the same on every node (localhost for one node)",
+            'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
+        ]
+    lines.append("# " + "-" * 77)
+    return "\n".join(lines) + "\n"
+
+
+def _environment(plan: Plan) -> str:
+    out = "# environment torchtitan's run_train.sh sets, and NCCL at scale\n"
+    if plan.job.expandable_segments:
+        out += "export PYTORCH_ALLOC_CONF=expandable_segments:True  # less fragmented memory\n"
+    out += "export TORCH_NCCL_AVOID_RECORD_STREAMS=1  # free NCCL buffers sooner\n"
+    if nodes(plan).nnodes > 1:
+        out += "export NCCL_IB_TIMEOUT=19  # tolerate slow InfiniBand links at scale\n"
+    return out
+
+
+def _distributed(plan: Plan, rdzv_id: str) -> str:
+    n = nodes(plan)
+    return array(
+        "DISTRIBUTED_ARGS",
+        [
+            ("--nnodes", q(str(n.nnodes))),
+            ("--nproc-per-node", q(str(n.nproc_per_node))),
+            ("--rdzv-backend", "c10d"),
+            ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
+            ("--rdzv-id", rdzv_id),
+            ("--local-ranks-filter", "0"),
+            ("--role", "rank"),
+            ("--tee", "3"),
+        ],
+    )
+
+
+TRAIN_WORDS = (
+    '-m torchtitan.train --job.config_file "$CONFIG_FILE" --job.description "$JOB_NAME" "$@"'
+)
+
+
+def render_torchrun(plan: Plan, job_name: str) -> str:
+    """The torchrun script: run it on every node."""
+    n = nodes(plan)
+    how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "torchtitan torchrun", job_name, predict(plan)),
+                f"{n.nnodes} node(s) x {n.nproc_per_node} GPUs: {how}; extra arguments go to "
+                "train.py (e.g. --training.steps 10)",
+            ]
+        )
+        + "set -euo pipefail\n\n"
+        + _settings(job_name, True)
+        + "\n"
+        + _environment(plan)
+        + "\n"
+        + _distributed(plan, '"$JOB_NAME"')
+        + 'cd "$TORCHTITAN_DIR"\n'
+        + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {TRAIN_WORDS}\n'
+    )
+
+
+def render_slurm(plan: Plan, job_name: str) -> str:
+    """The sbatch script: one torchrun per node, the rendezvous on the first."""
+    n = nodes(plan)
+    name = sbatch_name(job_name)
+    directives = [
+        f"--job-name={name}",
+        f"--nodes={n.nnodes}",
+        "--ntasks-per-node=1",
+        f"--gpus-per-node={n.nproc_per_node}",
+        "--exclusive",
+        f"--time={DEFAULT_TIME}",
+        f"--output={name}-%j.out",
+    ]
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "torchtitan slurm", job_name, predict(plan)),
+                "submit with sbatch; set --time (and --account / --partition) in the #SBATCH lines",
+            ]
+        )
+        + "".join(f"#SBATCH {d}\n" for d in directives)
+        + "\nset -euo pipefail\n\n"
+        + _settings(job_name, False)
+        + "\n"
+        + _environment(plan)
+        + "\n# the first node of the allocation hosts the c10d rendezvous\n"
+        + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+        + 'MASTER_ADDR="${NODES[0]}"\n\n'
+        + _distributed(plan, '"$SLURM_JOB_ID"')
+        + 'cd "$TORCHTITAN_DIR"\n'
+        + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {TRAIN_WORDS}\n'
+    )

@@ -1,0 +1,196 @@
+"""planner launch --target torchtitan: the job TOML torchtitan's train.py reads, its torchrun and
+sbatch scripts, and `check --torchtitan-config` reading the TOML back.
+
+Oracles: tests/data/torchtitan_job_config_schema.json (every field of torchtitan's
+config/job_config.py at the commit it names, with its annotation, derived from that file with
+Python's ast) for the TOML; the plan itself for the round trip; bash -n and shellcheck for the
+scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import REPO, TESTS
+from plan_text import plan_text, write
+from shell_check import check_script
+
+from planner.emit.launch import launch, render
+from planner.inputs import torchtitan_config
+from planner.inputs.errors import InputError
+from planner.inputs.plan import load_plan
+from planner.inputs.torchtitan import TORCHTITAN_COMMIT
+from planner.search.rules import check_plan
+
+SCHEMA = json.loads((TESTS / "data" / "torchtitan_job_config_schema.json").read_text())
+EXAMPLE = REPO / "examples" / "torchtitan-llama3.1-405b-h100.toml"
+TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
+CLUSTER64 = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 64\n'
+
+PLANS = {
+    "405b": None,  # the example
+    "hsdp-cp": (
+        "[parallel]\ntp = 2\ncp = 2\nzero_stage = 3\nrecompute = 'selective'\n",
+        "\n[torchtitan]\ndp_replicate = 2\nreshard_after_forward = 'always'\n",
+    ),
+    "interleaved": (
+        "[parallel]\npp = 4\nvpp = 2\nzero_stage = 3\nrecompute = 'full'\nmicro_batch_size = 2\n",
+        "\n[torchtitan]\npipeline_schedule = 'Interleaved1F1B'\nselective_layer_every = 2\n",
+    ),
+    "zbv": (
+        "[parallel]\npp = 2\nvpp = 2\ntp = 4\nzero_stage = 3\n",
+        "\n[torchtitan]\npipeline_schedule = 'ZBVZeroBubble'\ncompile = true\nasync_tp = true\n",
+    ),
+}
+
+
+def _plan_path(tmp_path: Path, key: str) -> Path:
+    spec = PLANS[key]
+    if spec is None:
+        return EXAMPLE
+    parallel, extra = spec
+    return write(tmp_path, plan_text(training=TITAN, cluster=CLUSTER64, parallel=parallel) + extra)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+KINDS = {
+    "bool": lambda v: isinstance(v, bool),
+    "int": _is_int,
+    "float": lambda v: _is_int(v) or isinstance(v, float),
+    "str": lambda v: isinstance(v, str),
+    "list[str]": _strings,
+    "list[list[str]]": lambda v: isinstance(v, list) and all(_strings(p) for p in v),
+}
+
+
+def _accepts(annotation: str, value: Any) -> bool:
+    """Whether a TOML value fits a job_config.py annotation (the types the emitter uses)."""
+    for a in (a.strip() for a in annotation.split("|")):
+        if a.startswith("Literal[") and isinstance(value, str) and repr(value) in a:
+            return True
+        if a in KINDS and KINDS[a](value):
+            return True
+    return False
+
+
+def _tables(doc: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Dotted table name -> its scalar / list fields."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out.update(_tables(value, f"{prefix}{key}."))
+        else:
+            out.setdefault(prefix.rstrip("."), {})[key] = value
+    return out
+
+
+def test_schema_is_the_cited_commit() -> None:
+    assert SCHEMA["commit"] == TORCHTITAN_COMMIT
+    assert SCHEMA["file"] == "torchtitan/config/job_config.py"
+
+
+@pytest.mark.parametrize("key", sorted(PLANS))
+def test_torchtitan_accepts_the_toml(tmp_path: Path, key: str) -> None:
+    # every table and field is one of job_config.py's, with a value its annotation takes
+    _, text = render(check_plan(load_plan(_plan_path(tmp_path, key))), "torchtitan")
+    doc = tomllib.loads(text)
+    for table, fields in _tables(doc).items():
+        assert table in SCHEMA["sections"], table
+        for name, value in fields.items():
+            annotation = SCHEMA["sections"][table].get(name)
+            assert annotation is not None, f"{table}.{name}"
+            assert _accepts(annotation, value), f"{table}.{name} = {value!r} ({annotation})"
+
+
+def test_the_degrees_multiply_to_the_gpus_and_the_batch_adds_up() -> None:
+    # parallel_dims._validate: replicate x shard x cp x tp x pp = world; train.py: global =
+    # local x dp x accumulation (1 with PP; the pipeline splits local into micro-batches)
+    plan = check_plan(load_plan(EXAMPLE))
+    doc = tomllib.loads(render(plan, "torchtitan")[1])
+    p = doc["parallelism"]
+    world = 1
+    for key in (
+        "data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "context_parallel_degree",
+        "tensor_parallel_degree",
+        "pipeline_parallel_degree",
+    ):
+        world *= p[key]
+    assert world == 512
+    t = doc["training"]
+    assert t["local_batch_size"] * p["data_parallel_shard_degree"] == t["global_batch_size"]
+    parts = p["module_fqns_per_model_part"]
+    assert (
+        len(parts) == 8 and parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    )
+    assert sum(len([m for m in part if m.startswith("layers.")]) for part in parts) == 126
+
+
+@pytest.mark.parametrize("key", sorted(PLANS))
+def test_round_trip(tmp_path: Path, key: str) -> None:
+    # oracle: the plan; the TOML read back (check --torchtitan-config) gives the same job and
+    # the same layout, its pipeline split spelled as stages
+    plan = check_plan(load_plan(_plan_path(tmp_path, key)))
+    out = tmp_path / "torchtitan.toml"
+    out.write_text(render(plan, "torchtitan")[1])
+    again = check_plan(torchtitan_config.load(out, None, None))
+    assert again.job == plan.job
+    n = plan.job.arch.num_layers
+    lay, back = plan.require_layout(), again.require_layout()
+    assert back.split_as_stages(n) == lay.split_as_stages(n)
+
+
+def test_scripts_are_written_beside_the_toml_and_pass_shellcheck(tmp_path: Path) -> None:
+    name = "llama $(rm -rf) 'x'"
+    done = launch(EXAMPLE, "torchtitan", tmp_path / "out", name)
+    assert done.path == tmp_path / "out" / "torchtitan.toml"
+    for file in ("torchtitan-train.sh", "torchtitan-train.sbatch"):
+        script = tmp_path / "out" / file
+        check_script(script)
+        text = script.read_text()
+        assert '-m torchtitan.train --job.config_file "$CONFIG_FILE"' in text
+        assert f"JOB_NAME={shlex.quote(name)}\n" in text  # quoted, not run
+
+
+def test_megatron_targets_refuse_a_torchtitan_plan_and_back() -> None:
+    with pytest.raises(
+        InputError, match=r"training\.framework: --target torchrun launches megatron"
+    ):
+        launch(EXAMPLE, "torchrun")
+    megatron = REPO / "examples" / "llama3.1-8b-h100.toml"
+    with pytest.raises(InputError, match="--target torchtitan launches torchtitan"):
+        launch(megatron, "torchtitan")
+
+
+def test_a_model_torchtitan_has_no_flavor_of_exits_2(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        plan_text(
+            model='[model]\nname = "llama2-7b"\n',
+            training=TITAN,
+            parallel="[parallel]\nzero_stage = 3\n",
+        ),
+    )
+    with pytest.raises(InputError, match="model: torchtitan has no flavor of 'llama2-7b'"):
+        launch(path, "torchtitan")
+
+
+def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, "[model]\nname = 'llama3'\nflavor = '8B'\n", "t.toml")
+    with pytest.raises(InputError, match="give --gpu"):
+        torchtitan_config.load(path, None, None)
+    plan = torchtitan_config.load(path, "h100-sxm-80gb", 8)
+    assert plan.job.arch.name == "llama3.1-8b" and plan.require_layout().dp == 8
