@@ -20,7 +20,9 @@ dropless imbalance, or the capacity factor with token dropping or padding).
 
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
 work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
-2 + 5 matmuls, i.e. forward + 2.5 forwards; it runs at ATTENTION_EFFICIENCY of the bf16 peak.
+2 + 5 matmuls, i.e. forward + 2.5 forwards; each direction runs at the published kernels' fraction
+of the bf16 peak for the sequence length and head dim (`planner.model.attention`), times
+ATTENTION_EFFICIENCY.
 Without flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed
 by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
 
@@ -64,25 +66,25 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, comms, dispatch, flops, recompute_time
+from planner.model import activations, attention, comms, dispatch, flops, recompute_time
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
 from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
 
-GEMM_EFFICIENCY_MAX = 0.728
+GEMM_EFFICIENCY_MAX = 0.759
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-ATTENTION_EFFICIENCY = 0.211
-"""Fraction of bf16 peak a flash-attention kernel sustains on the work it executes (causal half,
-backward = 2.5 forwards). Fitted (same rows). Lower than kernel benchmarks (FlashAttention-2:
-~0.6 on A100, ~0.35 on H100) because it also absorbs what small-hidden, long-sequence models lose
-elsewhere (softmax exp throughput, launch gaps); it only acts on flash-attention rows, i.e. the
-H100 ones of the fit set."""
+ATTENTION_EFFICIENCY = 0.524
+"""Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
+FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
+dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
+calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
+the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.34
+ELEMENTWISE_PASSES = 5.72
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
@@ -206,8 +208,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     if job.flash_attention:
         qk_w, v_w = flops.attention_core_width(arch)
         full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
-        attn_fwd = full / 2 / (gpu.peak_bf16 * ATTENTION_EFFICIENCY)
-        attn_bwd = 2.5 * attn_fwd
+        fe, be = _attention_fractions(job, s, (qk_w + v_w) / 2 / arch.num_attention_heads)
+        attn_fwd = full / 2 / (gpu.peak_bf16 * fe)
+        attn_bwd = 2.5 * full / 2 / (gpu.peak_bf16 * be)
     else:
         heads_local = arch.num_attention_heads / tp
         bmm = gemm_time(
@@ -284,6 +287,22 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             n_ep,
         )
     return out
+
+
+def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, float]:
+    """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on
+    sequences of `seq` tokens (`attention.kernel_fractions`: the published kernels' rate by GPU,
+    length and head dim), never above the part's measured matmul ceiling, times
+    ATTENTION_EFFICIENCY. Taken at the whole sequence also with context parallelism: the ring's
+    chunk kernels run back to back over the whole key range (and the all-to-all variant runs whole
+    sequences on fewer heads); the chunks' extra per-call overheads are not charged, so trading cp
+    for micro-batch size keeps the step time (`planner.search.twins`)."""
+    spec = job.cluster.gpu
+    fe, be = attention.kernel_fractions(spec.name, seq, head_dim)
+    ceiling = spec.matmul_ceiling("bf16")
+    if ceiling is not None:
+        fe, be = min(fe, ceiling), min(be, ceiling)
+    return fe * ATTENTION_EFFICIENCY, be * ATTENTION_EFFICIENCY
 
 
 def _column_parallel_windows(

@@ -1,0 +1,64 @@
+"""Flash-attention kernel throughput: the fraction of the bf16 dense peak a fused attention kernel
+sustains, by GPU generation, direction (forward, backward), sequence length and head dimension,
+from the kernels' published benchmarks. `planner.model.layer_time` times core attention with it.
+
+Work counted as the FlashAttention benchmarks count it (flash-attention benchmarks/
+benchmark_flash_attention.py `flops`): 4 s^2 d per head forward (QK^T and PV), halved under the
+causal mask, backward 2.5 x forward. The fraction of the peak on that work is
+
+    e(s, d) = E x [d / (d + D) / (128 / (128 + D))] x s / (s + S) x s / (s + B)
+
+E the long-sequence fraction at head dim 128 (ATTENTION_KERNELS, per direction and GPU); the
+head-dim term the kernel's arithmetic intensity (D = ATTENTION_HALF_HEAD_DIM: larger heads
+amortise the softmax and the tile loads); the sequence term the per-tile prologue and epilogue
+(S = ATTENTION_HALF_SEQ: short sequences have few tiles per (batch, head) to pipeline); the causal
+term the diagonal tiles, computed whole though half masked (B = ATTENTION_CAUSAL_TILE: one B-wide
+block per query tile over s/2 useful keys on average). Every model planner trains is causal.
+"""
+
+from __future__ import annotations
+
+ATTENTION_KERNELS: tuple[tuple[str, float, float], ...] = (
+    ("a100", 0.73, 0.63),
+    ("*", 0.636, 0.54),
+)
+"""(catalog-name prefix, forward, backward) fraction of the bf16 dense peak at long sequences and
+head dim 128, on non-causal work. A100 (Ampere): FlashAttention-2 (Dao 2023, arXiv:2307.08691,
+Sec. 4.1: "up to 73% of the theoretical maximum FLOPs/s" forward, 63% backward, A100 80GB SXM4).
+Hopper and later ("*"): FlashAttention-3 / cuDNN fused attention (Transformer Engine's default on
+H100): forward at head dim 128 629 TFLOP/s of 989 as s grows (0.636; the ATTENTION_HALF_SEQ fit
+of pytorch/benchmark PR #2391, commit ff65cb67, measured at the FA3 paper's sizes, batch x seq
+16k, heads x dim 2048: 620.7 at 16k); backward 1.5-1.75x FlashAttention-2's (Shah et al. 2024,
+arXiv:2407.08608, abstract), which runs at ~330 TFLOP/s on H100 (FA2 paper Fig. 7): ~0.54 of the
+peak. Blackwell and AMD parts take the Hopper fractions, never above the part's measured matmul
+ceiling (`layer_time`)."""
+
+ATTENTION_HALF_SEQ = 227.0
+"""Sequence length (tokens per (batch, head)) at which the kernel reaches half its long-sequence
+rate on the per-tile overheads: fitted by hand to the same pytorch/benchmark PR #2391 FA3
+forward series, 430.3 / 517.1 / 565.5 / 590.2 / 614.2 / 620.7 TFLOP/s at 512 / 1k / 2k / 4k /
+8k / 16k: s / (s + 227) x 629 reproduces them within 2%."""
+
+ATTENTION_HALF_HEAD_DIM = 61.0
+"""Head dimension at which the kernel would reach half its rate (arithmetic intensity ~ d): from
+FlashAttention-3's forward at 16k tokens, 740 TFLOP/s at head dim 256 (arXiv:2407.08608
+abstract) against 620.7 at head dim 128 (pytorch/benchmark PR #2391): solving
+(128 / (128 + x)) / (256 / (256 + x)) = 620.7 / 740 gives x = 61. Head dim 64 then runs at 0.76
+of head dim 128's rate."""
+
+ATTENTION_CAUSAL_TILE = 128.0
+"""Key-block width of the flash kernels' tiles (FlashAttention-2 / -3 kBlockN = 128 at head dim
+128): under the causal mask each query tile computes one diagonal block whole, half of it masked,
+i.e. s / 2 + 64 keys of work for s / 2 useful ones."""
+
+
+def kernel_fractions(gpu_name: str, seq: float, head_dim: float) -> tuple[float, float]:
+    """(forward, backward) fraction of the bf16 dense peak on causal attention work for one
+    (batch, head) of `seq` queries and keys of width `head_dim` (module docstring)."""
+    fwd, bwd = next((f, b) for p, f, b in ATTENTION_KERNELS if p == "*" or gpu_name.startswith(p))
+    d = max(head_dim, 1.0)
+    h = ATTENTION_HALF_HEAD_DIM
+    dim = d / (d + h) / (128.0 / (128.0 + h))
+    s = max(seq, 1.0)
+    length = s / (s + ATTENTION_HALF_SEQ) * s / (s + ATTENTION_CAUSAL_TILE)
+    return fwd * dim * length, bwd * dim * length
