@@ -4,6 +4,7 @@ cheapest), and write the top one as a plan file; when nothing fits, why and what
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,7 @@ from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
+from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.search.suggest import check_space, explain_infeasible, search_rows
@@ -79,11 +81,19 @@ def suggest(
         str, typer.Option(help="rank by throughput, cost ($ per token) or goodput")
     ] = "throughput",
     calibration_opt: calibration.CalibrationOpt = None,
+    framework: Annotated[
+        str | None,
+        typer.Option(help="search what megatron or torchtitan runs (default: the job's)"),
+    ] = None,
 ) -> None:
     """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
     check_headroom(headroom)
     args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
+    if framework is not None:
+        if framework not in ("megatron", "torchtitan"):
+            raise InputError(f"--framework: megatron or torchtitan (got {framework!r})")
+        req = replace(req, job=reframe(req.job, framework))  # type: ignore[arg-type]
     job, model_ref = req.job, req.model_ref
     prof = calibration.use(calibration_opt, job.cluster.gpu.name)
     space = Space(
@@ -99,6 +109,7 @@ def suggest(
         tp_across_nodes=tp_across_nodes,
         uneven=not no_uneven,
         headroom_pct=headroom,
+        framework=job.framework,
     )
     check_space(job, space)
     if write_plan is not None and write_plan.exists() and not force:

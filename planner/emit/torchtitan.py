@@ -81,7 +81,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         "expert_tensor_parallel_degree": lay.expert_tp if lay.ep > 1 else 1,
     }
     if lay.pp > 1:
-        parallelism["pipeline_parallel_schedule"] = titan.pipeline_schedule
+        parallelism["pipeline_parallel_schedule"] = titan.schedule(lay.vpp)
         parallelism["pipeline_parallel_microbatch_size"] = mbs
         parts, start = [], 0
         for stage in lay.stages(job.arch.num_layers):

@@ -10,7 +10,7 @@ derived when omitted). Whether Megatron-LM accepts that layout is `planner.searc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from planner.inputs.torchtitan import (
     SINGLE_STAGE,
     Framework,
     TorchtitanSection,
+    default_schedule,
     training_defaults,
 )
 
@@ -280,7 +281,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     )
     if job.framework == "torchtitan" and section.pp > 1 and titan_split:
         # torchtitan's own split, unless the plan gives one
-        vpp = section.vpp or (2 if job.titan.pipeline_schedule not in SINGLE_STAGE else 1)
+        named = job.titan.pipeline_schedule
+        vpp = section.vpp or (2 if named is not None and named not in SINGLE_STAGE else 1)
         stages = torchtitan_stages(job.arch.num_layers, section.pp * vpp)
     if section.pipeline_model_parallel_layout is not None:
         text = section.pipeline_model_parallel_layout
@@ -359,7 +361,21 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     cluster = resolve_cluster(doc.cluster, path)
     job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
     layout = layout_from_section(job, doc.parallel, path) if doc.parallel is not None else None
+    titan = job.torchtitan
+    if titan and layout and titan.pipeline_schedule == default_schedule(layout.vpp):
+        # one spelling of one plan: the schedule a plan would run anyway is left unnamed
+        job = replace(job, torchtitan=titan.model_copy(update={"pipeline_schedule": None}))
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
+
+
+def reframe(job: Job, framework: Framework) -> Job:
+    """The job as trained by `framework` (suggest --framework): its training-code knobs that
+    framework's defaults, torchtitan's settings their defaults."""
+    if framework == job.framework:
+        return job
+    titan = TorchtitanSection() if framework == "torchtitan" else None
+    knobs = training_defaults(framework, False)
+    return replace(job, framework=framework, torchtitan=titan, **knobs)  # type: ignore[arg-type]
 
 
 def load_plan(path: Path, framework: Framework | None = None) -> Plan:

@@ -87,8 +87,10 @@ class TorchtitanSection(BaseModel):
         default=False, description="enable_async_tensor_parallel (needs compile and tp > 1)"
     )
     compile: Flag = Field(default=False, description="torch.compile each transformer block")
-    pipeline_schedule: Schedule = Field(
-        default="1F1B", description="pipeline_parallel_schedule (vpp must fit it)"
+    pipeline_schedule: Schedule | None = Field(
+        default=None,
+        description="pipeline_parallel_schedule (vpp must fit it); None = 1F1B at vpp 1, "
+        "Interleaved1F1B above",
     )
     selective_layer_every: PositiveInt | None = Field(
         default=None,
@@ -102,6 +104,17 @@ class TorchtitanSection(BaseModel):
     cp_load_balance: Flag = Field(
         default=True, description="context_parallel_load_balancer headtail (false: None)"
     )
+
+    def schedule(self, vpp: int) -> str:
+        """The pipeline schedule torchtitan runs at `vpp` stages per rank."""
+        if self.pipeline_schedule is not None:
+            return self.pipeline_schedule
+        return default_schedule(vpp)
+
+
+def default_schedule(vpp: int) -> str:
+    """The schedule a plan that names none runs: 1F1B, or Interleaved1F1B with vpp > 1."""
+    return "1F1B" if vpp == 1 else "Interleaved1F1B"
 
 
 def training_defaults(framework: Framework, compile_on: bool) -> dict[str, object]:

@@ -19,7 +19,7 @@ from typing import Any
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import MODELS
+from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
 
 FLAVORS = {v: k for k, v in MODELS.items()}
 GPU_LINE = re.compile(r"^# planner-gpu: (\S+)$", re.MULTILINE)
@@ -131,12 +131,16 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
             parallel["moe_token_dispatcher_type"] = "flex"
     parallel["micro_batch_size"] = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else local
     if pp > 1:
-        titan["pipeline_schedule"] = par("pipeline_parallel_schedule", "1F1B", str)
+        schedule = par("pipeline_parallel_schedule", "1F1B", str)
         parts = doc.get("parallelism", {}).get("module_fqns_per_model_part")
+        vpp = 1 if schedule in SINGLE_STAGE else 2  # torchtitan's stages per rank by default
         if parts is not None:
             stages = _stages(parts, where)
             parallel["pipeline_model_parallel_layout"] = pipeline_layout.compact(stages)
-            parallel["vpp"] = max(len(stages) // pp, 1)
+            vpp = max(len(stages) // pp, 1)
+        parallel["vpp"] = vpp
+        if schedule != default_schedule(vpp):
+            titan["pipeline_schedule"] = schedule
     parallel["zero_stage"] = 3 if shard * cp > 1 else 0
     mode = _get(doc, where, "activation_checkpoint", "mode", str, "selective")
     option = _get(doc, where, "activation_checkpoint", "selective_ac_option", str, "2")

@@ -70,6 +70,9 @@ class Space:
     offload: bool = True
     """Try offloading activations to host memory (one pipeline stage, no recompute)."""
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
+    framework: str = "megatron"
+    """The training code searched for: "torchtitan" searches what torchtitan runs (FSDP2 as
+    ZeRO 3, no Megatron-only overlap, offloading, recompute modules or block recompute)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,9 @@ def zero_stages(space: Space, base: Layout) -> list[int]:
     the same bytes and shards the optimizer step: never slower, never bigger); Megatron-FSDP
     (2, 3) not with pipeline or context parallelism, which Megatron-LM's own tests never run."""
     zeros = sorted(space.zero_stages)
+    if space.framework == "torchtitan":
+        # FSDP2 over dp_shard x cp wherever that is more than one rank, else replicated
+        return [z for z in zeros if z == (3 if base.dense_dp > 1 else 0)]
     if 1 in zeros and 0 in zeros:
         zeros.remove(0)
     if base.pp > 1 or base.cp > 1:
@@ -262,17 +268,21 @@ def bases(
     hides time: there the plain base's variants whose fastest rung the overlap base takes too are
     dominated (`Base.twin_takes`)."""
     sp = _sp(s.tp)
+    titan = job.framework == "torchtitan"
     out: list[Base] = []
     for dispatcher in _dispatchers(job, s, space):
         plain = s.layout(
             vpp=vpp,
             micro_batch_size=mbs,
             pipeline_layers=split,
-            tp_comm_overlap=sp and space.tp_comm_overlap,
+            tp_comm_overlap=sp and space.tp_comm_overlap and not titan,
             moe_token_dispatcher_type=dispatcher,
-            moe_flex_dispatcher_backend=flex_backend(job),
+            moe_flex_dispatcher_backend="deepep" if titan else flex_backend(job),
         )
-        single, ladders = rungs(job, plain, space.recompute, space.offload)
+        single, ladders = rungs(job, plain, space.recompute, space.offload and not titan)
+        if titan:  # torchtitan: none, per-op selective (one rung) and full recompute
+            single = [r for r in single if r.modules == ("core_attn",)]
+            ladders = []
         overlap = _ep_overlap(job, plain, space)
         if overlap is None:
             out.append(Base(plain, tuple(single), tuple(ladders)))
@@ -299,7 +309,7 @@ def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
 def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
     """The base with the EP all-to-all overlap, where `rules.expert_overlap` accepts it (its
     conditions on recompute are on the rungs); None elsewhere."""
-    if not space.ep_comm_overlap or plain.ep == 1:
+    if not space.ep_comm_overlap or plain.ep == 1 or job.framework == "torchtitan":
         return None
     overlap = plain.with_(ep_comm_overlap=True)
     return None if rules.expert_overlap(job, overlap) else overlap

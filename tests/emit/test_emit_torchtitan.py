@@ -194,3 +194,25 @@ def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
         torchtitan_config.load(path, None, None)
     plan = torchtitan_config.load(path, "h100-sxm-80gb", 8)
     assert plan.job.arch.name == "llama3.1-8b" and plan.require_layout().dp == 8
+
+
+def test_check_and_explain_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli_run import run
+
+    out_dir = tmp_path / "out"
+    launch(EXAMPLE, "torchtitan", out_dir)
+    code, out, err = run(
+        ["check", "--torchtitan-config", str(out_dir / "torchtitan.toml"), "--json"], capsys
+    )
+    assert code == 0, err
+    from_toml = json.loads(out)["memory"]["peak_gib"]
+    code, out, err = run(["check", str(EXAMPLE), "--json"], capsys)
+    assert json.loads(out)["memory"]["peak_gib"] == from_toml  # the same plan, the same peak
+    code, out, err = run(["explain", str(EXAMPLE), "--json"], capsys)
+    assert code == 0, err
+    # a Megatron plan with ZeRO 1 checked as torchtitan: exit 2 naming the field
+    megatron = REPO / "examples" / "llama3.1-8b-h100.toml"
+    code, _, err = run(["check", str(megatron), "--framework", "torchtitan"], capsys)
+    assert code == 2 and "parallel.zero_stage" in err and "FSDP2" in err

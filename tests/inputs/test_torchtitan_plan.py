@@ -69,7 +69,12 @@ def test_torchtitan_table_needs_the_framework(tmp_path: Path) -> None:
         # parallel_dims / apply_fsdp: FSDP2 is zero 3 over dp_shard x cp
         ("tp = 1\nzero_stage = 1\n", "", "parallel.zero_stage", "FSDP2"),
         # pipeline_parallel.py: single-stage schedules take one stage per rank
-        ("pp = 4\nvpp = 2\nzero_stage = 3\n", "", "parallel.vpp", "'1F1B'"),
+        (
+            "pp = 4\nvpp = 2\nzero_stage = 3\n",
+            "pipeline_schedule = '1F1B'\n",
+            "parallel.vpp",
+            "'1F1B'",
+        ),
         # V schedules take exactly two
         (
             "pp = 4\nvpp = 4\nzero_stage = 3\n",

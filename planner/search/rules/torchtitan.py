@@ -66,7 +66,7 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     DualPipeV two, the other looped schedules two or more."""
     if not _titan(job):
         return None
-    name = job.titan.pipeline_schedule
+    name = job.titan.schedule(lay.vpp)
     if lay.pp == 1:
         return None
     if name in SINGLE_STAGE and lay.vpp != 1:
@@ -154,6 +154,20 @@ def features(job: Job, lay: Layout) -> Violation | None:
                 field,
                 f"a Megatron-LM setting torchtitan does not run ({instead})",
             )
+    if lay.recompute_modules != ("core_attn",):
+        return Violation(
+            "tt_megatron_only",
+            "parallel.recompute_modules",
+            "a Megatron-LM setting torchtitan does not run (its selective recompute is per-op)",
+        )
+    block = (lay.recompute_method, lay.recompute_num_layers) != ("uniform", 1)
+    if block and job.titan.selective_layer_every is None:
+        return Violation(
+            "tt_megatron_only",
+            "parallel.recompute_method",
+            "a Megatron-LM setting torchtitan does not run (every N-th layer is "
+            "torchtitan.selective_layer_every)",
+        )
     if lay.recompute == "selective" and job.selective_recompute != "per_op":
         return Violation(
             "tt_recompute",
