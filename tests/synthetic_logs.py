@@ -30,7 +30,10 @@ PLANS = (
     ("llama3.1-70b", 64, 8192, 64, "tp = 8\npp = 2\nsequence_parallel = true"),
     ("llama3.1-70b", 32, 4096, 32, "tp = 8\npp = 4\nsequence_parallel = true"),
     ("llama3.1-8b", 32, 2048, 32, "tp = 1\npp = 2"),
+    ("llama3.1-8b", 16, 8192, 32, "tp = 2\npp = 2\nsequence_parallel = true"),
 )
+FITTED = range(6)
+"""The plans the recovery tests fit; the last one is the outlier test's seventh run."""
 
 
 def plan_file(directory: Path, i: int, gpu: str = "h100-sxm-80gb") -> Path:

@@ -6,6 +6,6 @@ and per-stage peak allocated memory); `fit` refits the constants of
 error left by leave-one-out; `profile` writes and reads the TOML file that carries the result
 to every command (`--calibration`).
 
-May import `planner.search` (Megatron's rules, to check a log's layout) and everything below
-it; nothing here prints or parses options.
+May import `planner.search` (Megatron's rules, to check a log's layout), `planner.ops`,
+`planner.model` and `planner.inputs`; nothing here prints or parses options.
 """

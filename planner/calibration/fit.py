@@ -1,6 +1,7 @@
 """Fit the model's refittable constants (`planner.model.calibratable`) to measured runs.
 
-Step time. Let θ be the natural logs of the time constants and r_i(θ) = log(predicted_i /
+Step time. Let θ be the time constants in fitting coordinates (each one's natural log; the
+additive per-step overhead as itself, `Constant.linear`) and r_i(θ) = log(predicted_i /
 measured_i) for run i. The fit minimises
 
     Σ_i r_i² / σ²  +  Σ_k (θ_k − θ0_k)² / s_k²
@@ -8,7 +9,8 @@ measured_i) for run i. The fit minimises
 where θ0 are the shipped defaults, s_k each constant's prior spread (`Constant.spread`: how
 far a cluster plausibly sits from the default) and σ = `OBSERVATION_SD` the model's residual
 on a run once its constants are right. That is the maximum a posteriori estimate under a
-log-normal prior; Gauss-Newton solves it, with the Jacobian by finite differences in θ.
+log-normal prior (normal for the overhead); Gauss-Newton solves it, with the Jacobian by
+finite differences in θ.
 
 Which constants the runs determine (`select`, at the defaults): the posterior covariance of
 the fitted θ is (JᵀJ/σ² + diag(1/s²))⁻¹; a set of constants is determined when the runs halve
@@ -51,11 +53,15 @@ MIN_GAIN = 2.0
 """What fitting one more constant must take off the objective (Σ r²/σ² + prior): Akaike's
 information criterion charges 2 per parameter."""
 STEP = 0.02
-"""Finite-difference step in log(constant)."""
+"""Finite-difference step in log(constant) (a linear constant's: a twentieth of its spread)."""
 ITERATIONS = 8
-HUBER_DELTA = 0.1
-"""|log residual| beyond which a run's weight falls (Huber's loss): 10%, about half the uncalibrated
-model's worst error on its dev set (18%)."""
+"""Gauss-Newton (and IRLS) iterations at most; they stop once a step moves every constant by
+less than 5% of its finite-difference step."""
+SELECTION_ROUNDS = 3
+"""Rounds of selecting and fitting (see `_fit_time`)."""
+ROBUST_SCALE = 0.1
+"""c of the Cauchy loss (`robust_weights`): a run 10% off weighs half; about half the
+uncalibrated model's worst error on its dev set (18%)."""
 DEV_SET_ERROR = (0.035, 0.184)
 """(median, worst) |relative error| of the uncalibrated step time on planner's dev set of
 published runs (benchmarks/fidelity.py, all rows): the band quoted when one run leaves nothing
@@ -173,22 +179,17 @@ def _clamp(key: str, theta: float) -> float:
     return min(max(theta, to_theta(key, c.lo)), to_theta(key, c.hi))
 
 
-def _fit_time(
-    runs: Sequence[MeasuredRun], theta0: dict[str, float]
-) -> tuple[dict[str, float], dict[str, bool], dict[str, float], np.ndarray, np.ndarray]:
-    measured = np.array([math.log(r.step_time_s) for r in runs])
-    base0, jac0 = _jacobian(runs, theta0, TIME_KEYS)
-    root_w = np.sqrt(huber_weights(base0 - measured))
-    free = select(jac0 * root_w[:, None], root_w * (base0 - measured))
-    determined = {k: k in free for k in TIME_KEYS}
+def _gauss_newton(
+    runs: Sequence[MeasuredRun], measured: np.ndarray, theta0: dict[str, float], free: list[str]
+) -> tuple[dict[str, float], np.ndarray, np.ndarray, np.ndarray]:
+    """The MAP fit of the `free` constants (robustly weighted): (θ, residuals, Jacobian of the
+    free constants at θ, weights)."""
     theta = dict(theta0)
     prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
-    jac = np.zeros((len(runs), 0))
-    weights = np.ones(len(runs))
     for _ in range(ITERATIONS if free else 0):
         base, jac = _jacobian(runs, theta, free)
         resid = base - measured
-        weights = huber_weights(resid)
+        weights = robust_weights(resid)
         dev = np.array([theta[k] - theta0[k] for k in free])
         a = jac.T @ (weights[:, None] * jac) / OBSERVATION_SD**2 + prior
         g = jac.T @ (weights * resid) / OBSERVATION_SD**2 + prior @ dev
@@ -197,33 +198,64 @@ def _fit_time(
             theta[k] = _clamp(k, theta[k] + delta[i])
         if float(np.max(np.abs(delta / np.array([_step(k) for k in free])))) < 0.05:
             break
-    resid = _log_times(runs, theta) - measured
+    base, jac = _jacobian(runs, theta, free)
+    resid = base - measured
+    return theta, resid, jac, robust_weights(resid)
+
+
+def _fit_time(
+    runs: Sequence[MeasuredRun], theta0: dict[str, float]
+) -> tuple[dict[str, float], dict[str, bool], dict[str, float], np.ndarray, np.ndarray]:
+    """Select, fit, and select again with the weights the fit gives (a run far off at the
+    defaults but not after the fit is not an outlier), until the selection holds."""
+    measured = np.array([math.log(r.step_time_s) for r in runs])
+    base0, jac0 = _jacobian(runs, theta0, TIME_KEYS)
+    weights = robust_weights(base0 - measured)
+    free: list[str] | None = None
+    theta, resid, jac = dict(theta0), base0 - measured, np.zeros((len(runs), 0))
+    for _ in range(SELECTION_ROUNDS):
+        root = np.sqrt(weights)
+        chosen = select(jac0 * root[:, None], root * (base0 - measured))
+        if chosen == free:
+            break
+        free = chosen
+        theta, resid, jac, weights = _gauss_newton(runs, measured, theta0, free)
+    free = free or []
     sd = {k: BY_KEY[k].spread for k in TIME_KEYS}
     if free:
-        _, jac = _jacobian(runs, theta, free)
-        weights = huber_weights(resid)
+        prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
         a = jac.T @ (weights[:, None] * jac) / OBSERVATION_SD**2 + prior
         post = np.sqrt(np.diag(np.linalg.inv(a)))
         sd.update({k: float(post[i]) for i, k in enumerate(free)})
+    determined = {k: k in free for k in TIME_KEYS}
     return theta, determined, sd, resid, jac * np.sqrt(weights)[:, None]
 
 
-def huber_weights(resid: np.ndarray) -> np.ndarray:
-    """Iteratively reweighted least squares for Huber's loss: a run whose residual passes
-    HUBER_DELTA counts as if its residual were that large, so one log of a run the model does
-    not describe (a different program, an unmodelled setting) cannot drag every constant."""
-    a = np.abs(resid)
-    return np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-12))
+def robust_weights(resid: np.ndarray) -> np.ndarray:
+    """Iteratively reweighted least squares for Cauchy's loss, log(1 + (r/c)²) with c =
+    ROBUST_SCALE: a run within a few c counts almost fully, a run far off (a log of another
+    program, an unmodelled setting, 3x the model's time) counts as good as not, so it can
+    neither drag the constants nor bring in one of its own."""
+    return 1 / (1 + (resid / ROBUST_SCALE) ** 2)
 
 
-def _leave_one_out(resid: np.ndarray, jac: np.ndarray, free: Sequence[str]) -> np.ndarray:
-    """`jac`: the weighted Jacobian (rows times the square root of the Huber weights)."""
+def _leave_one_out(
+    resid: np.ndarray, jac: np.ndarray, free: Sequence[str], dev: np.ndarray
+) -> np.ndarray:
+    """Each run's residual when the fit leaves it out: r_i / (1 − h_ii) (PRESS), with r the
+    residual at the linearised optimum (one more Newton step from where Gauss-Newton stopped:
+    a run that alone pins a constant has h_ii near 1, and would magnify what the stopping
+    tolerance left). `jac`: the weighted Jacobian (rows times the root of the robust weights);
+    `dev`: the free constants' distance from their defaults."""
     if jac.shape[1] == 0:
         return resid
     prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
-    a = jac.T @ jac / OBSERVATION_SD**2 + prior
-    hat = np.einsum("ij,jk,ik->i", jac, np.linalg.inv(a), jac) / OBSERVATION_SD**2
-    return resid / np.maximum(1 - hat, 1e-6)
+    inv = np.linalg.inv(jac.T @ jac / OBSERVATION_SD**2 + prior)
+    root_w = np.sqrt(robust_weights(resid))
+    g = jac.T @ (root_w * resid) / OBSERVATION_SD**2 + prior @ dev
+    step = jac @ (inv @ g) / np.maximum(root_w, 1e-12)
+    hat = np.einsum("ij,jk,ik->i", jac, inv, jac) / OBSERVATION_SD**2
+    return (resid - step) / np.maximum(1 - hat, 1e-6)
 
 
 def _stage_allocated(run: MeasuredRun, stage: int, scale: float) -> float:
@@ -254,7 +286,7 @@ def _fit_memory(runs: Sequence[MeasuredRun]) -> tuple[float, bool, float, list[t
     determined = sd <= DETERMINED_RATIO * spread
     value = default
     for _ in range(ITERATIONS if determined else 0):
-        w = huber_weights(x * value - y)
+        w = robust_weights(x * value - y)
         value = (float(x @ (w * y)) / OBSERVATION_SD**2 + prior * default) / (
             float(x @ (w * x)) / OBSERVATION_SD**2 + prior
         )
@@ -274,7 +306,8 @@ def fit(runs: Sequence[MeasuredRun]) -> Fit:
     theta0 = {k: to_theta(k, DEFAULTS[k]) for k in TIME_KEYS}
     theta, determined, sd, resid, jac = _fit_time(runs, theta0)
     free = [k for k in TIME_KEYS if determined[k]]
-    loo = _leave_one_out(resid, jac, free) if len(runs) > 1 else None
+    dev = np.array([theta[k] - theta0[k] for k in free])
+    loo = _leave_one_out(resid, jac, free, dev) if len(runs) > 1 else None
     scale, mem_determined, mem_sd, mem_rows = _fit_memory(runs)
     values = {k: from_theta(k, v) for k, v in theta.items()} | {MEMORY_KEY: scale}
     before = np.exp(_log_times(runs, theta0))

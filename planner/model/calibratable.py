@@ -16,6 +16,8 @@ clusters, the prior a fit starts from). Changing one forgets every memoised resu
 - latency_scale: `comms.LATENCY_SCALE`, every collective's and point-to-point's latency;
 - step_overhead_s: `cost.STEP_OVERHEAD_S`, the fixed time of a step (optimizer launch, data
   loader, logging) that no layout changes;
+- layer_issue_s: `host.HOST_LAYER_ISSUE_S`, the host's time to issue one layer's forward (the
+  floor under small layers);
 - activation_scale: `memory.ACTIVATION_SCALE`, activations and transient buffers against what
   the model derives (weights, gradients and optimizer states are counted exactly).
 """
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
-from planner.model import comms, cost, layer_time, memory
+from planner.model import comms, cost, host, layer_time, memory
 from planner.model.job_memo import JobMemo
 
 
@@ -114,6 +116,17 @@ CONSTANTS: tuple[Constant, ...] = (
         0.2,
         "time",
         "fixed seconds per step that no layout changes",
+        linear=True,
+    ),
+    Constant(
+        "layer_issue_s",
+        host,
+        "HOST_LAYER_ISSUE_S",
+        0.0,
+        0.05,
+        0.002,
+        "time",
+        "seconds the host takes to issue one layer's forward kernels",
         linear=True,
     ),
     Constant(

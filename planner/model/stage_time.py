@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.gemm import Gpu
+from planner.model.host import issued
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
 from planner.model.schedule import Chunks, layer_count, unmerged_share
@@ -88,8 +89,8 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     key = _layer_key(lay)
     if key not in memo:
         gpu = gpu_of(job)
-        dense_l = layer_time(job, key, gpu, False)
-        moe_l = layer_time(job, key, gpu, True) if job.arch.is_moe else dense_l
+        dense_l = issued(layer_time(job, key, gpu, False))
+        moe_l = issued(layer_time(job, key, gpu, True)) if job.arch.is_moe else dense_l
         memo[key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
     gpu, dense_l, moe_l, out_layer = memo[key]
     return gpu, m, dense_l, moe_l, out_layer
