@@ -174,19 +174,15 @@ def parse(text: str, path: Path) -> MegatronLog:
             runs.append(current)
             in_args = True
             continue
-        m = _ITERATION.search(raw)
-        if m:
-            if current is None:
+        it, mem = _ITERATION.search(raw), _MEMORY.search(raw)
+        if it or mem:
+            if current is None:  # lines before any arguments block: a run of its own
                 current = LogRun(path)
                 runs.append(current)
-            current.iterations.append(replace(_iteration(m, where), line=number))
-            continue
-        m = _MEMORY.search(raw)
-        if m:
-            if current is None:
-                current = LogRun(path)
-                runs.append(current)
-            current.memory.append(replace(_memory(m, where), line=number))
+            if it:
+                current.iterations.append(replace(_iteration(it, where), line=number))
+            elif mem:
+                current.memory.append(replace(_memory(mem, where), line=number))
             continue
         d = _DEVICE.search(raw)
         if d:
