@@ -111,10 +111,11 @@ def data_parallel_time(
     """(exposed, hidden) seconds per step of one stage's FSDP2 traffic, the shape of
     `comms.data_parallel`: under PP with parameters kept gathered ("default"/"never"), one bf16
     all-gather per step (hidden under the first forward) and one fp32 reduce-scatter at the
-    last backward (hidden under it); without PP, or resharding under PP ("always"), an
-    all-gather before each micro-batch's forward and backward and a reduce-scatter in each
-    backward (without PP) or only in the last (with PP). HSDP adds the all-reduce of the
-    shards over the replicas, after the last reduce-scatter."""
+    last backward (hidden under it); "always" under PP, an all-gather per backward and per
+    warm-up forward, the reduce-scatter once; without PP, an all-gather before each
+    micro-batch's forward and backward and a reduce-scatter in each backward. HSDP adds the
+    all-reduce of the shards over the replicas, after the last reduce-scatter. Not yet called by
+    `planner.model.cost` (which charges Megatron's ZeRO traffic): the hook it needs."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
@@ -130,8 +131,12 @@ def data_parallel_time(
             rs += comms.all_reduce(n_params * FP32 / size, replicas)
         if keeps_unsharded(job, lay) and job.titan.reshard_after_forward != "always":
             gathers, reduces = 1, 1
+        elif lay.pp > 1:
+            # "always" under PP: every backward re-gathers what its forward freed (and keeps
+            # it), so a forward after a backward finds it gathered; the warm-up forwards gather
+            gathers, reduces = m + min(lay.pp, m), 1
         else:
-            gathers, reduces = 2 * m, (1 if lay.pp > 1 else m)
+            gathers, reduces = 2 * m, m
         e = max(gathers * ag - m * fwd, 0.0) + max(
             reduces * rs - (bwd if lay.pp > 1 else m * bwd), 0.0
         )
