@@ -6,7 +6,9 @@ calibrate` and read by every command that takes `--calibration`.
     [[residuals]]          per run: measured and predicted step time (default and calibrated),
                            leave-one-out error, measured and predicted allocated memory
 
-Only `constants.<key>.value` changes the model; a user may edit it. On reading, an unknown
+Only `constants.<key>.value` changes the model, where the fit determined the constant or a user
+edited it (a value unlike the `default` recorded beside it); a constant kept at its default
+follows the planner version that reads the profile. On reading, an unknown
 table or key, a value of the wrong type, or a value outside the constant's range
 (`calibratable.Constant.lo/hi`) is bad input naming the file and the key.
 
@@ -70,6 +72,7 @@ class Profile:
     path: Path
     gpu: str
     values: dict[str, float]
+    """The constants the profile sets: those fitted, and those edited by hand."""
     determined: dict[str, bool] = field(default_factory=dict)
     runs: int = 0
     error_band: float | None = None
@@ -202,8 +205,9 @@ def read(path: Path) -> Profile:
         c, value = BY_KEY[key], entry["value"]
         if not c.lo <= value <= c.hi:
             raise InputError(f"{where}.value: {value} is outside [{c.lo:g}, {c.hi:g}] ({c.what})")
-        values[key] = value
         determined[key] = bool(entry.get("determined", True))
+        if determined[key] or value != entry.get("default"):
+            values[key] = value  # fitted, or edited by hand: applied
     residuals = doc.get("residuals", [])
     if not isinstance(residuals, list):
         raise InputError(f"{path}: residuals: expected an array of tables")

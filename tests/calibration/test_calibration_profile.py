@@ -13,7 +13,6 @@ from planner.calibration import profile
 from planner.calibration.fit import fit
 from planner.calibration.measured import read_runs
 from planner.inputs.errors import InputError
-from planner.model.calibratable import BY_KEY
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +27,18 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_what_is_written_reads_back(written: Path) -> None:
     prof = profile.read(written)
     assert prof.gpu == "h100-sxm-80gb" and prof.runs == 2 and len(prof.residuals) == 2
-    assert set(prof.values) == set(BY_KEY)
+    # what the fit determined is applied; a constant kept at its default is not (it follows
+    # the planner that reads the profile)
+    assert set(prof.values) == {k for k, d in prof.determined.items() if d}
+    assert "gemm_efficiency" in prof.values
     text = written.read_text()
     assert f"value = {prof.values['gemm_efficiency']!r}" in text
+
+
+def test_a_hand_edit_of_a_kept_constant_is_applied(written: Path, tmp_path: Path) -> None:
+    old = "[constants.latency_scale]\nvalue = 1.0\ndefault = 1.0\ndetermined = false"
+    path = _edited(written, tmp_path, old, old.replace("value = 1.0", "value = 2.5"))
+    assert profile.read(path).values["latency_scale"] == 2.5
 
 
 def _edited(written: Path, tmp_path: Path, old: str, new: str) -> Path:
