@@ -210,10 +210,13 @@ def print_explain(
         width = console.width - 10
         for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop):
             console.print(line, highlight=False)
+    fp8 = perf.mfu_fp8_peak
+    mfu = f"MFU {perf.mfu_bf16_peak:.1%} of the bf16 peak"
+    if fp8 is not None:
+        mfu += f", {fp8:.1%} of the FP8 peak"
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
-        f"{perf.model_tflops_per_gpu:.0f}   MFU {perf.mfu:.1%} (model FLOPs, causal attention "
-        f"not halved)"
+        f"{perf.model_tflops_per_gpu:.0f}   {mfu} (model FLOPs, causal attention not halved)"
     )
     console.print(top_cost_text(perf))
 

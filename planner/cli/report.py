@@ -75,6 +75,8 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
         "tokens_per_s_per_gpu": round(perf.tokens_per_s_per_gpu, 1),
         "model_tflops_per_gpu": round(perf.model_tflops_per_gpu, 1),
         "mfu": round(perf.mfu, 4),
+        "mfu_bf16_peak": round(perf.mfu_bf16_peak, 4),
+        "mfu_fp8_peak": None if perf.mfu_fp8_peak is None else round(perf.mfu_fp8_peak, 4),
         "model_flops_per_step": perf.model_flops_per_step,
         "hardware_flops_per_step": perf.hardware_flops_per_step,
         "causal_attention_halved": False,

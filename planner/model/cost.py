@@ -127,7 +127,8 @@ class Performance:
     hardware_flops_per_step: float
     model_tflops_per_gpu: float
     mfu: float
-    """Model FLOPs / (step time x GPUs x dense peak of the job's precision)."""
+    """Model FLOPs / (step time x GPUs x dense peak of the job's precision): against the FP8 peak
+    for an FP8 job (`mfu_bf16_peak` / `mfu_fp8_peak` say which)."""
     stages: tuple[tuple[float, float], ...] = ()
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
@@ -136,6 +137,20 @@ class Performance:
     """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
     delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the
     stage times."""
+    peak_over_bf16: float = 1.0
+    """The dense peak `mfu` is taken against over the bf16 dense peak: 1 for a bf16 job, the FP8
+    / bf16 peak ratio (2 on Hopper) for an FP8 one."""
+    fp8: bool = False
+
+    @property
+    def mfu_bf16_peak(self) -> float:
+        """MFU against the bf16 dense peak, the usual convention whatever the precision."""
+        return self.mfu * self.peak_over_bf16
+
+    @property
+    def mfu_fp8_peak(self) -> float | None:
+        """MFU against the FP8 dense peak, for an FP8 job (None otherwise)."""
+        return self.mfu if self.fp8 else None
 
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic", when it takes at
@@ -284,6 +299,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         arch, job.seq_length, job.global_batch_size, policy, lay.recompute_modules
     )
     peak = job.cluster.gpu.peak_flops(job.precision)
+    bf16_peak = job.cluster.gpu.peak_flops("bf16")
     return Performance(
         breakdown=breakdown,
         step_time_s=step,
@@ -294,4 +310,6 @@ def estimate(job: Job, layout: Layout) -> Performance:
         mfu=model / (step * n_gpus * peak),
         stages=tuple(stages),
         p2p_hop=hop if interleaved else 0.0,
+        peak_over_bf16=peak / bf16_peak,
+        fp8=job.precision == "fp8",
     )
