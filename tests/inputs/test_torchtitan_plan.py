@@ -80,14 +80,14 @@ def test_torchtitan_table_needs_the_framework(tmp_path: Path) -> None:
             "pp = 4\nvpp = 4\nzero_stage = 3\n",
             "pipeline_schedule = 'ZBVZeroBubble'\n",
             "parallel.vpp",
-            "2 stages per rank",
+            "exactly two stages per rank",
         ),
         # multi-stage schedules need at least two (vpp left out, torchtitan's default is 2)
         (
             "pp = 4\nvpp = 1\nzero_stage = 3\n",
             "pipeline_schedule = 'Interleaved1F1B'\n",
             "parallel.vpp",
-            "at least 2",
+            "at least two",
         ),
         (
             "tp = 2\nzero_stage = 3\ntp_comm_overlap = true\n",

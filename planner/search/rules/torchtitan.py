@@ -70,18 +70,17 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     if lay.pp == 1:
         return None
     if name in SINGLE_STAGE and lay.vpp != 1:
-        want = "1 (use Interleaved1F1B, LoopedBFS or InterleavedZeroBubble for vpp > 1)"
+        want = "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
     elif name in V_SHAPED and lay.vpp != 2:
-        want = "2"
+        want = "exactly two stages per rank"
     elif name not in SINGLE_STAGE and lay.vpp < 2:
-        want = "at least 2 (use 1F1B or GPipe for vpp = 1)"
+        want = "at least two stages per rank; 1F1B or GPipe take one"
     else:
         return None
     return Violation(
         "tt_schedule",
         "parallel.vpp",
-        f"torchtitan's pipeline_parallel_schedule {name!r} takes {want} stages per rank "
-        f"(got vpp {lay.vpp})",
+        f"vpp {lay.vpp}: torchtitan's pipeline_parallel_schedule {name!r} takes {want}",
     )
 
 
