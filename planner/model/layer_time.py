@@ -16,7 +16,10 @@ element of each GEMM's input and output gradient per micro-batch, and of its wei
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
 Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
 the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
-dropless imbalance, or the capacity factor with token dropping or padding).
+dropless imbalance, or the capacity factor with token dropping or padding). The router's logits
+GEMM (tokens x h x E) and the token permutations before the dispatch and after the combine
+(PERMUTE_BYTES_PER_ELEMENT per routed element, memory-bound) are timed too, though no model FLOPs
+count them.
 
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
 work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
@@ -203,6 +206,10 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         casts.append(c * quant * (m * k + m * n) / gpu.hbm)
         out.weight_cast += c * quant * k * n / gpu.hbm
     gemm_fwd, cast = sum(times), sum(casts)
+    if moe:
+        # router GEMM and the token permutations (not in `flops.linear_gemms`: no model FLOPs)
+        gemm_fwd += _router_time(job, lay, gpu, t)
+        cast += _permute_time(job, lay, gpu, t, load)
     # --- core attention
     act_bytes = ew_bytes = _activation_bytes(job, lay, moe)
     if job.flash_attention:
@@ -287,6 +294,35 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
             n_ep,
         )
     return out
+
+
+PERMUTE_BYTES_PER_ELEMENT = 16.0
+"""HBM bytes per element of each routed (token, expert) copy of the hidden state, forward +
+backward, of the MoE token permutations (Megatron-Core moe_utils.permute / unpermute, Transformer
+Engine's fused moe_permute / moe_unpermute): the forward's permute gathers each copy (read 2,
+write 2 bytes in bf16) and its unpermute scatters it back with its probability (read 2, write
+2); the backward runs each in reverse: 4 x 4 = 16."""
+
+
+def _router_time(job: Job, lay: Layout, gpu: Gpu, t: float) -> float:
+    """Forward seconds of the router's logits GEMM, the rank's tokens (its sequence-parallel
+    shard) x hidden x experts in bf16 (Megatron's TopKRouter; the backward, 2 x this, follows
+    from the layer's backward = 2 x forward)."""
+    arch = job.arch
+    tokens = t / (lay.tp if lay.sequence_parallel else 1)
+    e = float(arch.num_moe_experts or 1)
+    return gemm_time(tokens, arch.hidden_size, e, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
+
+
+def _permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> float:
+    """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
+    PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
+    tokens x top_k x the routing load), at the achieved HBM bandwidth. Added with the FP8 casts
+    (a third of it in the forward, the rest in the backward)."""
+    arch = job.arch
+    tokens = t / (lay.tp if lay.sequence_parallel else 1)
+    pairs = tokens * arch.moe_router_topk * load
+    return PERMUTE_BYTES_PER_ELEMENT * pairs * arch.hidden_size / gpu.hbm
 
 
 def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, float]:
