@@ -30,6 +30,12 @@ Mechanisms, from the code (not fitted to any published memory figure):
   copy (foreach_reduce's reduce-scatter input in reduce_dtype) at a time, and the parameters of
   the block being run and the one prefetched unsharded (two blocks), the output layer kept from
   the forward to the backward unless "always".
+- torch.distributed.pipelining's receive buffers (stage.py: `_create_act_recv_info` and
+  `_create_grad_recv_info`, each called once per micro-batch when the schedule sets up, each
+  buffer a `_make_tensor_from_meta` on the device, kept across steps): every pipeline stage but
+  the first holds one activation buffer per micro-batch of the step, every stage but the last
+  one gradient buffer, each the stage boundary tensor: torchtitan's blocks end in sequence-
+  parallel local tensors, [micro-batch, seq / (cp x tp), hidden] in bf16 (`pipeline_buffers`).
 - float8 (torchao Float8Linear) with enable_fsdp_float8_all_gather: the linear weights are
   gathered and kept unsharded in float8 (1 byte); otherwise in bf16 and cast per use.
 """
@@ -97,6 +103,22 @@ def states(
     kept_output = BF16 * output_params if job.titan.reshard_after_forward != "always" else 0.0
     transient = 2 * per_layer_bytes + (BF16 + FP32) * per_layer
     return weights + kept_output, grads, optimizer, 0.0, transient
+
+
+def pipeline_buffers(job: Job, lay: Layout, rank: int) -> float:
+    """Bytes of torch pipelining's per-micro-batch receive buffers on pipeline rank `rank` (0
+    without pipelining or for Megatron-LM, whose p2p buffers are transient): its stages are
+    k = c x pp + rank for chunk c (looped schedules' placement)."""
+    if job.framework != "torchtitan" or lay.pp == 1:
+        return 0.0
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    boundary = lay.micro_batch_size * job.seq_length / (lay.cp * lay.tp) * job.arch.hidden_size
+    stages = lay.pp * lay.vpp
+    count = 0
+    for c in range(lay.vpp):
+        k = c * lay.pp + rank
+        count += (k != 0) + (k != stages - 1)
+    return m * count * boundary * BF16
 
 
 def data_parallel_time(

@@ -206,6 +206,7 @@ def stage_memory(
     acts = stage_activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = buffers.fixed_bytes(job, layout)
+    counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     frag = fragmentation(job)
     return StageMemory(
         stage=rank,

@@ -83,3 +83,19 @@ def test_fsdp2_traffic_once_per_step_under_pipelining(tmp_path: Path) -> None:
     assert fsdp2.keeps_unsharded(job2, lay2)  # pipelining keeps them after the first backward
     resharding = fsdp2.data_parallel_time(job2, lay2, 1e9, 0.0, 0.0, 0.0, 4)
     assert sum(resharding) > sum(few)
+
+
+def test_pipelining_receive_buffers_by_hand(tmp_path: Path) -> None:
+    # torch pipelining allocates one activation and one gradient receive buffer per micro-batch
+    # (first stage: no activation buffer; last: no gradient buffer). 8 GPUs, pp 2, dp 4, batch
+    # 128 -> 32 micro-batches of [1, 8192, 4096] bf16 = 64 MiB each; each rank holds one kind
+    job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
+    one = 8192 * 4096 * 2
+    assert fsdp2.pipeline_buffers(job, lay, 0) == 32 * one
+    assert fsdp2.pipeline_buffers(job, lay, 1) == 32 * one
+    # interleaved (vpp 2): rank 0 holds stages 0 and 2 -> 1 + 2 buffers a micro-batch
+    job2, lay2 = _plan(tmp_path, "[parallel]\npp = 2\nvpp = 2\nzero_stage = 3\n")
+    assert fsdp2.pipeline_buffers(job2, lay2, 0) == 3 * 32 * one
+    from dataclasses import replace
+
+    assert fsdp2.pipeline_buffers(replace(job, framework="megatron"), lay, 0) == 0.0
