@@ -1,7 +1,9 @@
 """Emitters: a checked plan -> the text of one launch file, as pure functions.
 
 `megatron` (Megatron-LM `pretrain_gpt.py` arguments), `torchrun` (a bash script), `slurm` (an
-sbatch script), `k8s` (a Kubeflow PyTorchJob) each expose `render(plan, job_name)`; `common` holds
+sbatch script), `k8s` (a Kubeflow PyTorchJob) each expose `render(plan, job_name)`;
+`torchtitan` (its job TOML; `torchtitan_run` the torchrun / sbatch scripts that run it) and
+`bridge` (a Megatron-Bridge ConfigContainer override) the other training codes' files; `common` holds
 what they share (header with the prediction, environment, nodes); `launch` picks the target and
 writes the file. A new launch target is a module with a `render` and an entry in
 `launch.TARGETS`.

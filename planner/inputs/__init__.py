@@ -9,8 +9,10 @@
 - `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_fields`) a
   Hugging Face config.json; `megatron_args` an existing Megatron-LM command line (`megatron_line`
   splits the text, `megatron_layout` / `megatron_vocab` / `megatron_values` read flag groups,
-  `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts); `files` reading
-  the user's files
+  `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts); `megatron_log` a
+  Megatron-LM training log's runs (`megatron_log_args` its printed arguments back into flags);
+  `torchtitan` a plan's torchtitan settings and `torchtitan_config` a torchtitan job TOML read
+  back; `files` reading the user's files
 - `errors` (exit codes, messages naming file, field and value), `fields` (strict input types),
   `units` (SI conversions; quantities as people write them)
 

@@ -6,11 +6,13 @@ where they are defined.
 - `activations` activation bytes per layer (Korthikanti et al. 2022, generalised);
   `stage_activations` what a pipeline rank holds at its peak (in-flight micro-batches, recompute,
   offloading); `buffers` FP8 copies, FSDP / communication buffers, workspaces; `memory` memory
-  per pipeline stage (ZeRO 0-3, fragmentation)
+  per pipeline stage (ZeRO 0-3, fragmentation); `fsdp2` torchtitan's FSDP2 model states (with
+  and without pipelining)
 - `comms` collectives on the link tier each group spans (a new collective goes here);
   `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather)
 - `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `layer_time` one
-  layer's compute and TP / CP / EP traffic per micro-batch; `recompute_time` what selective
+  layer's compute and TP / CP / EP traffic per micro-batch; `attention` the flash kernels' rate;
+  `host` the host's floor under a small layer's time; `recompute_time` what selective
   recompute re-runs; `stage_time` each pipeline stage's layers, memoised layer times and exposed
   EP / offload traffic; `schedule` pipeline bubbles and Megatron's 1F1B / interleaved order;
   `cost` the step time, its breakdown, MFU; `job_memo` what the search's hot path remembers per
