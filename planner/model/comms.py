@@ -30,6 +30,14 @@ by LATENCY_SCALE. α is the tier's per-message latency (catalog `latency_us`).
 
 Achieved bus bandwidth = line rate x an efficiency (constants below, from measured busbw).
 
+Overlap is not free: a collective hidden under compute runs on COMM_KERNEL_SMS of the GPU's SMs
+(`sm_share`), so the compute under it takes that share of the collective's time longer; the
+callers add it to the exposed time (TP in `planner.model.layer_time`, EP in
+`planner.model.stage_time`, DP in `planner.model.cost`).
+
+Data-parallel sync (`data_parallel`): Megatron's DDP buckets for ZeRO 0-2, each its own
+collective; ZeRO-3 per decoder layer, every micro-batch, prefetched one layer ahead.
+
 The MoE token dispatchers, built on these collectives, are `planner.model.dispatch`.
 """
 
@@ -70,22 +78,15 @@ One count for all of them (`sm_share`)."""
 
 GPU_SMS: tuple[tuple[str, int], ...] = (
     ("a100", 108),
-    ("h100", 132),
-    ("h800", 132),
-    ("h200", 132),
-    ("gh200", 132),
     ("b200", 148),
     ("gb200", 148),
-    ("gb300", 160),
-    ("b300", 160),
     ("l40s", 142),
-    ("mi300x", 304),
-    ("mi325x", 304),
+    ("mi3", 304),
 )
 """SMs (AMD: compute units) per GPU by catalog-name prefix: NVIDIA A100 Tensor Core GPU
-Architecture whitepaper (108), H100 whitepaper (132 on SXM5; H800 and H200 are the same GH100
-part), Blackwell B200 (148: 2 dies x 74), Blackwell Ultra (160), L40S datasheet (142), AMD
-Instinct MI300X / MI325X data sheets (304 CUs). Unknown parts take 132."""
+Architecture whitepaper (108), Blackwell B200 (148: 2 dies x 74), L40S datasheet (142), AMD
+Instinct MI300X / MI325X data sheets (304 CUs); the rest take the H100 whitepaper's 132 (SXM5;
+H800 and H200 are the same GH100 part)."""
 
 
 def sm_share(cluster: ClusterSpec) -> float:

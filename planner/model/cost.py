@@ -19,7 +19,9 @@ activation send forward and one gradient send backward per micro-batch (t x h bf
 the critical path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill
 and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
-all-gather (ZeRO-3: per micro-batch), exposed beyond their overlap windows (`comms.data_parallel`).
+all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
+prefetched one layer ahead), exposed beyond their overlap windows (`comms.data_parallel`). Hidden
+TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed.
 
 Pipeline (planner.model.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
@@ -110,9 +112,9 @@ COST_NAMES = {
 BOTTLENECK_MIN_SHARE = 0.05
 """The share of the step time a cost besides compute must reach for `Performance.bottleneck` to
 name it. Below it no single cost is worth a layout change: removing it entirely would gain less
-than 5%, about the step-time model's own error (median |error| 3.3% against 42 published runs,
-benchmarks/fidelity.py), so naming it ("top cost: optimizer" at 0.2% of the step) would point at
-noise. A layout whose costs all stay below it is `COMPUTE_BOUND`."""
+than 5%, about the step-time model's own error (median |error| 4.0% on the 23 published runs it
+is not fitted on, benchmarks/fidelity.py), so naming it ("top cost: optimizer" at 0.2% of the
+step) would point at noise. A layout whose costs all stay below it is `COMPUTE_BOUND`."""
 
 COMPUTE_BOUND = "compute-bound"
 """What `Performance.bottleneck` says when no cost besides compute reaches BOTTLENECK_MIN_SHARE."""
