@@ -33,7 +33,9 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     noun = "layout" if len(cands) == 1 else "layouts"
     t = Table(title=f"Top {len(cands)} {noun} by {objective}, memory capacity {cap}")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
-    cols += ["peak GiB", "step s", "tok/s/GPU", "MFU", "top cost"]
+    fp8 = job.precision == "fp8"
+    cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"] + (["MFU fp8pk"] if fp8 else [])
+    cols += ["top cost"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("split", "recompute", "top cost") else "right")
     for i, c in enumerate(cands, 1):
@@ -50,15 +52,17 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             str(lay.num_microbatches(job.global_batch_size)),
             _split(c),
             str(lay.zero_stage),
-            _savers(lay),
+            _savers(lay, job),
             f"{c.memory.peak / GIB:.1f}",
             f"{p.step_time_s:.3f}",
             f"{p.tokens_per_s_per_gpu:,.0f}",
-            f"{p.mfu:.1%}",
+            f"{p.mfu_bf16_peak:.1%}",
+            *([f"{p.mfu_fp8_peak or 0:.1%}"] if fp8 else []),
             p.bottleneck(),
         )
     t.caption = (
         "m = micro-batches per step; split = layers on first/middle/last pipeline rank; "
+        "MFU bf16pk (fp8pk) = model FLOPs against the GPU's dense bf16 (FP8) peak; "
         f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
         f"else {COMPUTE_BOUND}"
     )
@@ -76,13 +80,14 @@ def _ep(lay: Layout) -> str:
     return text
 
 
-def _savers(lay: Layout) -> str:
-    """The memory savers: recompute (with modules or method), CPU offloading, and the TP
-    overlap left off (its userbuffers freed) where sequence parallelism would allow it."""
+def _savers(lay: Layout, job: Job) -> str:
+    """The memory savers: recompute (with modules or method), CPU offloading, and Megatron's
+    TP overlap left off (its userbuffers freed) where sequence parallelism would allow it
+    (torchtitan has no userbuffers to free)."""
     text = lay.recompute_text()
     if lay.cpu_offloading_num_layers:
         text += f" + offload {lay.cpu_offloading_num_layers}"
-    if lay.sequence_parallel and not lay.tp_comm_overlap:
+    if lay.sequence_parallel and not lay.tp_comm_overlap and job.framework == "megatron":
         text += " + no tp overlap"
     return text
 

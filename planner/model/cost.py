@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops
+from planner.model import comms, flops, fsdp2
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.memory import stage_params
@@ -250,17 +250,20 @@ def estimate(job: Job, layout: Layout) -> Performance:
         key = (tuple(n for _, n in mix), heads, rank == 0)
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, chunks)
-            e, hid = comms.data_parallel(
-                dp_groups,
-                lay,
-                dense,
-                expert,
-                job.grad_bytes,
-                fwd,
-                bwd,
-                m,
-                layers=sum(n for _, n in mix),
-            )
+            if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
+                e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, m)
+            else:
+                e, hid = comms.data_parallel(
+                    dp_groups,
+                    lay,
+                    dense,
+                    expert,
+                    job.grad_bytes,
+                    fwd,
+                    bwd,
+                    m,
+                    layers=sum(n for _, n in mix),
+                )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under
             e += share * hid
             dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, gpu))

@@ -136,8 +136,8 @@ def data_parallel_time(
     last backward (hidden under it); "always" under PP, an all-gather per backward and per
     warm-up forward, the reduce-scatter once; without PP, an all-gather before each
     micro-batch's forward and backward and a reduce-scatter in each backward. HSDP adds the
-    all-reduce of the shards over the replicas, after the last reduce-scatter. Not yet called by
-    `planner.model.cost` (which charges Megatron's ZeRO traffic): the hook it needs."""
+    all-reduce of the shards over the replicas, after the last reduce-scatter. `planner.model.cost`
+    charges it for torchtitan plans in place of Megatron's ZeRO traffic (`comms.data_parallel`)."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))

@@ -262,8 +262,8 @@ def search(
 ) -> SearchResult:
     """The top_k layouts by predicted step time (ties: `simplicity`), certified exact; with
     `fold_twins`, the top_k rows of twins (`planner.search.twins`), each row's layouts all
-    scored."""
-    space = space or Space()
+    scored. Without a `space`, every layout the job's training code runs."""
+    space = space or Space(framework=job.framework)
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)

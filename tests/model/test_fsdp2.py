@@ -10,7 +10,7 @@ import pytest
 from plan_text import plan_text, write
 
 from planner.inputs.plan import load_plan
-from planner.model import fsdp2, memory
+from planner.model import cost, fsdp2, memory
 from planner.search.rules import check_plan
 
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
@@ -99,3 +99,24 @@ def test_pipelining_receive_buffers_by_hand(tmp_path: Path) -> None:
     from dataclasses import replace
 
     assert fsdp2.pipeline_buffers(replace(job, framework="megatron"), lay, 0) == 0.0
+
+
+def test_step_time_charges_fsdp2_traffic_not_megatron_zero3(tmp_path: Path) -> None:
+    """cost.estimate takes a torchtitan plan's data-parallel time from fsdp2 (kept gathered
+    under PP: the same whatever the micro-batch count), not from Megatron's ZeRO-3 (a gather
+    per layer per micro-batch, which grows with it). Oracle: fsdp2.data_parallel_time's own
+    m-independence, seen through the whole step's breakdown."""
+    exposed = []
+    for gbs in (8, 64):
+        training = TITAN.replace("global_batch_size = 128", f"global_batch_size = {gbs}")
+        path = write(
+            tmp_path,
+            plan_text(training=training, parallel="[parallel]\npp = 2\nzero_stage = 3\n"),
+            f"p{gbs}.toml",
+        )
+        plan = check_plan(load_plan(path))
+        b = cost.estimate(plan.job, plan.require_layout()).breakdown
+        exposed.append(b.dp_comm_exposed + b.dp_comm_hidden)
+    # the same layout, 4 and 32 micro-batches per step
+    # the hidden part is charged its SM share on top: equal totals up to that charge
+    assert exposed[1] == pytest.approx(exposed[0], rel=0.05)
