@@ -186,19 +186,24 @@ def read_runs(
     num_gpus: int | None = None,
     plan_path: Path | None = None,
     vocab_size: int | None = None,
+    notes: list[str] | None = None,
 ) -> list[MeasuredRun]:
     """Every run of every log, with its plan and measurements (InputError names the file and
-    line of what cannot be used)."""
+    line of what cannot be used). A run that logged no iteration (an attempt that died before
+    its first log interval, then restarted in the same file) is left out and said in `notes`,
+    unless no run of the file logged one: then the log is truncated, an error."""
     out = []
     for path in paths:
         log = megatron_log.parse(read_file(path), path)
         spec = gpu_of(log, gpu)
         for run in log.runs:
             if not run.iterations:
-                raise InputError(
-                    f"{run.where(run.args_line)}: no iteration lines after this (the run ended "
-                    "before its first log interval, or the log is truncated)"
-                )
+                why = "no iteration lines after this (the run ended before its first log interval"
+                if not any(r.iterations for r in log.runs):
+                    raise InputError(f"{run.where(run.args_line)}: {why}, or the log is truncated)")
+                if notes is not None:
+                    notes.append(f"{run.where(run.args_line)}: {why}): left out")
+                continue
             plan = _plan(run, spec, num_gpus, plan_path, vocab_size)
             step, used = _step_time(run, plan)
             where = run.where(run.args_line or run.iterations[0].line)

@@ -119,7 +119,10 @@ def calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Refit the model's constants to Megatron-LM logs of one cluster; write the profile."""
-    runs = read_runs(logs, gpu, num_gpus, plan_path, vocab_size)
+    notes: list[str] = []
+    runs = read_runs(logs, gpu, num_gpus, plan_path, vocab_size, notes)
+    for note in notes:
+        err.print(f"note: {note}", soft_wrap=True)
     gpus = {r.plan.job.cluster.gpu.name for r in runs}
     if len(gpus) > 1:
         raise InputError(

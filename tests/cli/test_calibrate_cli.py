@@ -210,3 +210,17 @@ def test_a_calibration_changes_the_prediction_and_only_while_applied(
     measured = json.loads(plain)["measured"]["step_time_s"]
     assert step[0] == step[2] != step[1]
     assert abs(step[1] / measured - 1) < abs(step[0] / measured - 1)
+
+
+def test_an_attempt_that_died_before_logging_is_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job that crashed after printing its arguments and restarted in the same file: the first
+    attempt is noted and left out; the second is the run."""
+    text = LOGS[0].read_text()
+    died = "\n".join(ln for ln in text.splitlines() if not ln.startswith((" [", "[Rank")))
+    log = _log(tmp_path, died + "\nTraceback (most recent call last):\n" + text)
+    code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
+    assert code == 0, err
+    assert "left out" in err and f"{log}:2:" in err
+    assert len(json.loads(out)["runs"]) == 1
