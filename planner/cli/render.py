@@ -21,7 +21,7 @@ from planner.inputs.plan import Job
 from planner.model import params
 from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.memory import MemoryReport
-from planner.model.schedule import shown_microbatches, timeline_text
+from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.ops.operations import Operations
 from planner.search import scaling
 from planner.search.advice import Change
@@ -196,7 +196,16 @@ def print_explain(
     verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
     console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB", markup=True)
     console.print(time_table(perf))
+    name = schedule_name(job, layout)
     if layout.pp > 1:
+        who = "torchtitan's" if job.framework == "torchtitan" else "Megatron-LM's"
+        console.print(
+            f"pipeline schedule: {who} {name}, bubble {BUBBLE_TEXT[name]} = "
+            f"{_ms(perf.breakdown.bubble)} ms per step (F forward, B backward, W its weight "
+            "gradients, p stages, v chunks per rank)",
+            highlight=False,
+        )
+    if layout.pp > 1 and name in ("1F1B", "Interleaved1F1B"):
         m = layout.num_microbatches(job.global_batch_size)
         shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp)
         kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"

@@ -48,7 +48,7 @@ from planner.model import comms, flops, fsdp2
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.memory import stage_params
-from planner.model.schedule import interleaved_p2p_exposed, pipeline_time
+from planner.model.schedule import interleaved_p2p_exposed, schedule_bubble, schedule_name
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,
@@ -271,7 +271,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
 
-    _, bubble = pipeline_time(stage_times, m, lay.vpp)
+    # the schedule's closed form (planner.model.schedule: 1F1B / interleaved, torchtitan's others)
+    bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     pp_exposed = m * pp_per_mb

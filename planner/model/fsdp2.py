@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import V_SHAPED
 from planner.model import comms
 
 BF16 = 2.0
@@ -108,15 +109,17 @@ def states(
 def pipeline_buffers(job: Job, lay: Layout, rank: int) -> float:
     """Bytes of torch pipelining's per-micro-batch receive buffers on pipeline rank `rank` (0
     without pipelining or for Megatron-LM, whose p2p buffers are transient): its stages are
-    k = c x pp + rank for chunk c (looped schedules' placement)."""
+    k = c x pp + rank for chunk c (looped schedules' placement), or rank and 2 pp - 1 - rank in
+    a V schedule (ZBVZeroBubble, DualPipeV: rank 0 holds the first and the last stage)."""
     if job.framework != "torchtitan" or lay.pp == 1:
         return 0.0
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     boundary = lay.micro_batch_size * job.seq_length / (lay.cp * lay.tp) * job.arch.hidden_size
     stages = lay.pp * lay.vpp
+    v_shape = job.titan.schedule(lay.vpp) in V_SHAPED and lay.vpp == 2
     count = 0
     for c in range(lay.vpp):
-        k = c * lay.pp + rank
+        k = c * lay.pp + rank if not v_shape else (rank if c == 0 else stages - 1 - rank)
         count += (k != 0) + (k != stages - 1)
     return m * count * boundary * BF16
 

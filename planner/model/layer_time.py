@@ -37,9 +37,10 @@ work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` 
 
 Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
 SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden
-TP second adds that share to the layer's exposed TP time (`Layer.tp`). Context parallelism's ring
-hops are point-to-point sends, which NCCL runs on a channel or two per peer
-(NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
+TP second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
+the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`).
+Context parallelism's ring hops are point-to-point sends, which NCCL runs on a channel or two per
+peer (NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
 
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
 Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`: core_attn the
@@ -69,9 +70,10 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, attention, comms, dispatch, flops, recompute_time
+from planner.model import activations, async_tp, attention, comms, dispatch, flops, recompute_time
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
 from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
+from planner.model.ring_balance import ring_skew
 
 GEMM_EFFICIENCY_MAX = 0.759
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
@@ -218,6 +220,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         fe, be = _attention_fractions(job, s, (qk_w + v_w) / 2 / arch.num_attention_heads)
         attn_fwd = full / 2 / (gpu.peak_bf16 * fe)
         attn_bwd = 2.5 * full / 2 / (gpu.peak_bf16 * be)
+        skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
+        attn_fwd, attn_bwd = skew * attn_fwd, skew * attn_bwd
     else:
         heads_local = arch.num_attention_heads / tp
         bmm = gemm_time(
@@ -248,16 +252,15 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     share = comms.sm_share(job.cluster)
     if tp > 1:
-        exposed, hidden = comms.tensor_parallel_layer(
-            job.cluster,
-            tp,
-            t * arch.hidden_size * BF16,
-            n_fwd,
-            lay.sequence_parallel,
-            _column_parallel_windows(arch, shapes, times, moe),
-            job.tp_backward_overlap,
-            regather=not job.sp_keeps_gathered_input,
-        )
+        cols, size = _column_parallel_windows(arch, shapes, times, moe), t * arch.hidden_size * BF16
+        if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
+            row_w = async_tp.row_parallel_windows(arch, times, moe)
+            exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
+        else:
+            exposed, hidden = comms.tensor_parallel_layer(
+                job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
+                job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
+            )  # fmt: skip
         # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
         rerun = {"mlp"} if not moe else {"moe", "shared_experts"}
         if rerun & set(modules):

@@ -24,13 +24,71 @@ wait overlaps the others' fill); an interleaved one, with its exposed hops, lies
 measures the gap with the model's per-stage times: 0 on the published runs with pp > 1, at most
 1.65% of the step on the Hagemann sweep and 0.43% on suggest's top picks, so the search keeps the
 closed form (the simulation costs O(p x m x v) per layout).
+
+torchtitan runs torch.distributed.pipelining's schedules (`planner.inputs.torchtitan.Schedule`);
+`schedule_bubble` gives each one's closed form, per stage r with F_r its forward, B_r its whole
+backward (recompute included) and W_r its weight-gradient part, generalised to uneven stages as
+(sum_r g_r - max_r g_r) / d with g and d:
+
+  1F1B, GPipe                    F + B               d = 1   (GPipe runs all forwards first:
+                                                              the same fill and drain)
+  Interleaved1F1B, LoopedBFS     F + B               d = v   (Narayanan et al.; breadth-first
+                                                              looping, Lamy-Poirier 2023)
+  InterleavedZeroBubble          F + B - 2W          d = v   (ZB1P: Qi et al., "Zero Bubble
+                                                              Pipeline Parallelism", ICLR 2024,
+                                                              arXiv:2401.10241, ZB-H1; the
+                                                              DualPipe README's ZB1P row)
+  ZBVZeroBubble                  F + B - 3W          d = 2   (ZB-V, same paper section 6: two
+                                                              chunks of half a stage in a V, zero
+                                                              bubble at F = B - W = W)
+  DualPipeV                      F + 2B - 3W         d = 2   (deepseek-ai/DualPipe README:
+                                                              (PP/2 - 1)(F&B + B - 3W) over PP =
+                                                              2p chunks of half a stage, F&B
+                                                              taken as F + B: the overlap it buys
+                                                              is communication, not modelled)
+
+g is never below 0. W = WGRAD_SHARE of the backward less its recompute: a linear layer's weight
+gradient GEMM has the dgrad GEMM's three dimensions (layer_time: backward = 2 x forward), and
+the GEMMs dominate. ZB-V's bubble for F, B, W apart is this reading of ZB-H2's
+(p - 1)(F + B_input - 2W) on half-stage chunks (B_input = B - W), not the paper's table.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from planner.inputs.layout import Layout
+    from planner.inputs.plan import Job
+
+WGRAD_SHARE = 0.5
+"""Weight-gradient share of a layer's backward (less recompute): dW and dX GEMMs of a linear layer
+have the same M x K x N (Qi et al. 2024 take T_W = T_B for the same reason)."""
+
+BUBBLE_TERMS: dict[str, tuple[float, float, float, int | None]] = {
+    "1F1B": (1.0, 1.0, 0.0, 1),
+    "GPipe": (1.0, 1.0, 0.0, 1),
+    "Interleaved1F1B": (1.0, 1.0, 0.0, None),
+    "LoopedBFS": (1.0, 1.0, 0.0, None),
+    "InterleavedZeroBubble": (1.0, 1.0, -2.0, None),
+    "ZBVZeroBubble": (1.0, 1.0, -3.0, 2),
+    "DualPipeV": (1.0, 2.0, -3.0, 2),
+}
+"""Schedule -> (a, b, w, d): per stage g = a F + b B + w W, bubble (sum g - max g) / d, d None for
+vpp (module docstring)."""
+
+BUBBLE_TEXT: dict[str, str] = {
+    "1F1B": "(p-1)(F+B)",
+    "GPipe": "(p-1)(F+B)",
+    "Interleaved1F1B": "(p-1)(F+B)/v",
+    "LoopedBFS": "(p-1)(F+B)/v",
+    "InterleavedZeroBubble": "(p-1)(F+B-2W)/v",
+    "ZBVZeroBubble": "(p-1)(F+B-3W)/2",
+    "DualPipeV": "(p-1)(F+2B-3W)/2",
+}
+"""Each schedule's bubble with equal stages, as `explain` prints it."""
 
 
 def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[float, float]:
@@ -39,6 +97,31 @@ def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[f
     steady = m * max(t), bubble = (sum(t) - max(t)) / v."""
     slowest = max(stage_times)
     return m * slowest, (sum(stage_times) - slowest) / vpp
+
+
+def schedule_name(job: Job, lay: Layout) -> str:
+    """The pipeline schedule a plan runs: torchtitan's (named or its default), else Megatron's
+    1F1B or interleaved 1F1B."""
+    if job.framework == "torchtitan":
+        return job.titan.schedule(lay.vpp)
+    return "1F1B" if lay.vpp == 1 else "Interleaved1F1B"
+
+
+def schedule_bubble(
+    name: str,
+    stages: Sequence[tuple[float, float]],
+    recompute: Sequence[float],
+    vpp: int = 1,
+) -> float:
+    """Bubble seconds of one step of schedule `name` (module docstring), from each stage's
+    (forward, backward) seconds per micro-batch and the recompute inside that backward; 1F1B and
+    interleaved 1F1B give `pipeline_time`'s bubble."""
+    a, b, w, d = BUBBLE_TERMS[name]
+    g = []
+    for (f, bwd), rec in zip(stages, recompute, strict=True):
+        weight = WGRAD_SHARE * max(bwd - rec, 0.0)
+        g.append(max(a * f + b * bwd + w * weight, 0.0))
+    return (sum(g) - max(g)) / (vpp if d is None else d)
 
 
 Chunks = tuple[range, ...]

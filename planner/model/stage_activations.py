@@ -11,6 +11,15 @@ Which chunk each forward ran through follows the schedule table (groups of `grou
 chunk by chunk), so with uneven chunks (a pipeline layout, the embedding or loss counted as a
 layer) each chunk's activations count as often as it is in flight (`schedule_peak`); with even
 chunks on rank 0 this is Korthikanti's 1 + (pp - 1)/(pp x vpp).
+
+torchtitan's other schedules (torch.distributed.pipelining, `schedule_peak`'s `name`): GPipe and
+LoopedBFS run every forward of the step before the first backward (all m x vpp chunk micro-batches
+in flight); InterleavedZeroBubble holds what interleaved 1F1B holds (ZB-H1 keeps 1F1B's peak, Qi
+et al. 2024: a deferred W keeps only its GEMMs' inputs, which the 1F1B backward frees no earlier);
+ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V) and hold 2p and 2p + 1
+half-stage chunk micro-batches (ZB-V: "the same peak memory as 1F1B", p stages' worth; DualPipe
+README: PP + 1 with PP = 2p chunks), split as a 1F1B over the 2p chunks of the V would hold them:
+2p - 1 - r (DualPipeV 2p - r) of chunk 0 and r + 1 of chunk 1, each at most m.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model.activations import Shard, dispatch_working_bytes
-from planner.model.schedule import Chunks, layer_count
+from planner.model.schedule import Chunks, layer_count, schedule_name
 
 
 def _group(layout: Layout) -> int:
@@ -47,13 +56,31 @@ def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
     return min(warm + 1, total)
 
 
-def schedule_peak(kept: tuple[float, ...], layout: Layout, rank: int, m: int) -> float:
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+ALL_FORWARDS_FIRST = ("GPipe", "LoopedBFS")
+
+
+def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[int, int]:
+    """Chunk 0's and chunk 1's micro-batches in flight on rank `rank` of a V schedule."""
+    first = 2 * pp - rank - (0 if name == "DualPipeV" else 1)
+    return min(first, m), min(rank + 1, m)
+
+
+def schedule_peak(
+    kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str = "1F1B"
+) -> float:
     """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
     order, `planner.model.schedule.op_order`, with its micro-batch group), each forward adding its
     chunk's bytes and each backward releasing the mirrored chunk's. The pattern repeats every
-    group x vpp steps, so one period after the warm-up holds the peak."""
+    group x vpp steps, so one period after the warm-up holds the peak. torchtitan's schedule
+    `name` where it differs (module docstring)."""
     vpp = len(kept)
+    if name in ALL_FORWARDS_FIRST:
+        return max(m, 1) * sum(kept)
+    if name in V_SCHEDULES and vpp == 2:
+        c0, c1 = v_in_flight(name, layout.pp, rank, max(m, 1))
+        return c0 * kept[0] + c1 * kept[1]
     n_flight = in_flight(layout, rank, max(m, 1))
     if vpp == 1:
         return n_flight * kept[0]
@@ -222,7 +249,7 @@ def stage_activations(
         kept[-1] += mtp * (layer + _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh))
         loss = max(loss, logits)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    stored = schedule_peak(tuple(kept), layout, rank, m)
+    stored = schedule_peak(tuple(kept), layout, rank, m, schedule_name(job, layout))
     n_layers = layer_count(chunks)
     working = 0.0
     if sh.recompute in ("full", "per_op") and n_layers:

@@ -1,0 +1,131 @@
+"""torch.distributed.pipelining's schedules as torchtitan runs them: bubble and micro-batches in
+flight (planner.model.schedule.schedule_bubble, planner.model.stage_activations.schedule_peak).
+
+Oracles: a brute-force timing of each op (1F1B through `schedule.simulate`, GPipe through the
+small event loop below); the cited closed forms by hand (ZB-H1 / ZB1P (p-1)(F+B-2W), Qi et al.
+2024 and the DualPipe README's table; ZB-V zero at F = B - W = W; DualPipe's
+(PP/2-1)(F&B+B-3W) over 2p half-stage chunks); in-flight counts by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from plan_text import plan_text, write
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, load_plan
+from planner.model import cost, memory, schedule
+from planner.model.schedule import schedule_bubble
+from planner.model.stage_activations import schedule_peak, v_in_flight
+from planner.search.rules import check_plan
+
+# the hand example: p = 4 stages, F = 1, B = 2 (whole backward), no recompute: W = 1
+P, F, B = 4, 1.0, 2.0
+EQUAL = [(F, B)] * P
+NO_REC = [0.0] * P
+
+
+def _gpipe_makespan(pp: int, m: int, f: float, b: float) -> float:
+    """Every forward, then every backward (last micro-batch first), each op when its rank is free
+    and its input has arrived: a brute-force timing of GPipe."""
+    fend = [[0.0] * m for _ in range(pp)]
+    clock = [0.0] * pp
+    for i in range(m):
+        for r in range(pp):
+            start = max(clock[r], fend[r - 1][i] if r else 0.0)
+            fend[r][i] = clock[r] = start + f
+    bend = [[0.0] * m for _ in range(pp)]
+    for i in reversed(range(m)):
+        for r in reversed(range(pp)):
+            ready = bend[r + 1][i] if r < pp - 1 else fend[r][i]
+            start = max(clock[r], ready)
+            bend[r][i] = clock[r] = start + b
+    return max(clock)
+
+
+@pytest.mark.parametrize("m", [4, 8, 16])
+def test_one_f_one_b_and_gpipe_against_brute_force(m: int) -> None:
+    ideal = m * (F + B)
+    sim = schedule.simulate(P, m, F, B)
+    makespan = max(op.end for rank in sim for op in rank)
+    assert schedule_bubble("1F1B", EQUAL, NO_REC) == pytest.approx(makespan - ideal)
+    assert schedule_bubble("GPipe", EQUAL, NO_REC) == pytest.approx(
+        _gpipe_makespan(P, m, F, B) - ideal
+    )
+
+
+def test_interleaved_matches_pipeline_time_on_uneven_stages() -> None:
+    stages = [(1.0, 2.0), (1.5, 2.5), (0.7, 1.9), (1.2, 2.2)]
+    times = [f + b for f, b in stages]
+    for name, vpp in (("1F1B", 1), ("Interleaved1F1B", 2), ("Interleaved1F1B", 4)):
+        _, want = schedule.pipeline_time(times, 8, vpp)
+        assert schedule_bubble(name, stages, NO_REC, vpp) == pytest.approx(want)
+
+
+def test_each_schedule_by_hand() -> None:
+    # p - 1 = 3; F + B = 3; W = 1
+    want = {
+        ("1F1B", 1): 9.0,
+        ("GPipe", 1): 9.0,
+        ("Interleaved1F1B", 2): 4.5,
+        ("LoopedBFS", 2): 4.5,
+        ("InterleavedZeroBubble", 2): 3 * (1 + 2 - 2) / 2,  # 1.5
+        ("ZBVZeroBubble", 2): 0.0,  # F = B - W = W: zero bubble
+        ("DualPipeV", 2): 3 * (1 + 2 * 2 - 3) / 2,  # (PP/2-1)(F&B+B-3W), half chunks: 3
+    }
+    for (name, vpp), bubble in want.items():
+        assert schedule_bubble(name, EQUAL, NO_REC, vpp) == pytest.approx(bubble), name
+    # recompute belongs to the input-gradient part: W = (B - R) / 2
+    rec = [0.5] * P
+    assert schedule_bubble("InterleavedZeroBubble", EQUAL, rec, 2) == pytest.approx(
+        3 * (1 + 2 - 2 * 0.75) / 2
+    )
+
+
+def test_in_flight_by_hand() -> None:
+    lay = Layout(tp=1, pp=4, dp=1, vpp=2)
+    kept = (1.0, 10.0)
+    # ZB-V: 2p = 8 half-stage chunks (1F1B's p stages); DualPipeV PP + 1 = 9
+    assert v_in_flight("ZBVZeroBubble", 4, 0, 64) == (7, 1)
+    assert v_in_flight("ZBVZeroBubble", 4, 3, 64) == (4, 4)
+    assert v_in_flight("DualPipeV", 4, 0, 64) == (8, 1)
+    assert schedule_peak(kept, lay, 0, 64, "ZBVZeroBubble") == pytest.approx(7 + 10)
+    assert schedule_peak(kept, lay, 0, 64, "DualPipeV") == pytest.approx(8 + 10)
+    assert v_in_flight("DualPipeV", 4, 0, 3) == (3, 1)  # at most m
+    # GPipe / LoopedBFS: every forward before the first backward
+    assert schedule_peak((2.0,), Layout(tp=1, pp=4, dp=1), 0, 16, "GPipe") == pytest.approx(32)
+    assert schedule_peak(kept, lay, 0, 16, "LoopedBFS") == pytest.approx(16 * 11)
+    # InterleavedZeroBubble keeps interleaved 1F1B's peak
+    assert schedule_peak(kept, lay, 0, 16, "InterleavedZeroBubble") == schedule_peak(
+        kept, lay, 0, 16, "Interleaved1F1B"
+    )
+
+
+TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 64\n"
+
+
+def _plan(tmp_path: Path, vpp: int, name: str) -> tuple[Job, Layout]:
+    par = f"[parallel]\npp = 4\nvpp = {vpp}\nzero_stage = 3\n"
+    extra = f'[torchtitan]\npipeline_schedule = "{name}"\n'
+    plan = check_plan(load_plan(write(tmp_path, plan_text(training=TITAN, parallel=par) + extra)))
+    return plan.job, plan.require_layout()
+
+
+def test_torchtitan_plans_rank_their_schedules(tmp_path: Path) -> None:
+    bubble, peak = {}, {}
+    for name, vpp in (
+        ("1F1B", 1),
+        ("GPipe", 1),
+        ("Interleaved1F1B", 2),
+        ("InterleavedZeroBubble", 2),
+        ("ZBVZeroBubble", 2),
+        ("DualPipeV", 2),
+    ):
+        job, lay = _plan(tmp_path, vpp, name)
+        bubble[name] = cost.estimate(job, lay).breakdown.bubble
+        peak[name] = max(st.activations for st in memory.estimate(job, lay).stages)
+    assert bubble["GPipe"] == pytest.approx(bubble["1F1B"])
+    assert bubble["ZBVZeroBubble"] < bubble["InterleavedZeroBubble"] < bubble["Interleaved1F1B"]
+    assert bubble["Interleaved1F1B"] < bubble["1F1B"]
+    assert peak["GPipe"] > 2 * peak["1F1B"]  # m = 16 in flight against at most p = 4
