@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_run import run
 from plan_text import plan_text, write
 
 from planner.inputs.layout import Layout
@@ -129,3 +130,16 @@ def test_torchtitan_plans_rank_their_schedules(tmp_path: Path) -> None:
     assert bubble["ZBVZeroBubble"] < bubble["InterleavedZeroBubble"] < bubble["Interleaved1F1B"]
     assert bubble["Interleaved1F1B"] < bubble["1F1B"]
     assert peak["GPipe"] > 2 * peak["1F1B"]  # m = 16 in flight against at most p = 4
+
+
+def test_explain_names_the_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    par = "[parallel]\npp = 4\nvpp = 2\nzero_stage = 3\n"
+    extra = '[torchtitan]\npipeline_schedule = "ZBVZeroBubble"\n'
+    path = write(tmp_path, plan_text(training=TITAN, parallel=par) + extra)
+    job, lay = _plan(tmp_path, 2, "ZBVZeroBubble")
+    bubble = cost.estimate(job, lay).breakdown.bubble
+    code, out, err = run(["explain", str(path)], capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("pipeline schedule:"))
+    assert "torchtitan's ZBVZeroBubble" in line and "(p-1)(F+B-3W)/2" in line
+    assert f"= {bubble * 1e3:,.0f} ms" in line
