@@ -1,7 +1,7 @@
 """How long `planner suggest` and `planner scale` take, timed as a user runs them: whole
 processes, start-up included, and as a ratio to the start-up alone.
 
-    python benchmarks/search_speed.py [--runs N] [--only NAME]
+    python benchmarks/search_speed.py [--runs N] [--only NAME] [--profile]
 
 Each suggest case runs `python -m planner suggest --model ... --gpu ... --num-gpus ...
 --seq-length ... --global-batch-size ... --json` N times (default 5) with every dimension open
@@ -22,6 +22,9 @@ compare across machines. Targets (whole process, on a quiet 2-core machine):
     planner scale, Llama 3.1 70B on H100, 64..16,384 GPUs
       (seq 8192, batch 1,024)                                       <= 3 s
 
+`--profile` runs each case once in this process under cProfile instead (the import excluded) and
+says where its time went: space enumeration, bounds, memory and cost estimates, the rest.
+
 For scale: the best published analytical planner took 58 s on a 5,128-GPU problem. The search's own
 figures (layouts in the space, structures expanded, layouts scored, seconds inside the search) come
 from the JSON. Exit 0 when every median meets its target, 1 otherwise.
@@ -30,8 +33,12 @@ from the JSON. Exit 0 when every median meets its target, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -145,11 +152,54 @@ def search_columns(case: SpeedCase, result: dict[str, Any]) -> str:
     )
 
 
+PROFILE_BUCKETS = (
+    ("structures", "planner/search/space.py", "structures"),
+    ("options", "planner/search/space.py", "options"),
+    ("bases", "planner/search/space.py", "bases"),
+    ("bounds", "planner/search/top_k.py", "lower_bound"),
+    ("state floor", "planner/model/memory.py", "state_floor"),
+    ("memory", "planner/model/memory.py", "estimate"),
+    ("cost", "planner/model/cost.py", "estimate"),
+    ("split (CP-SAT)", "planner/search/solver.py", "balanced_split"),
+)
+"""(label, file, function): cumulative time of each, as cProfile reports it (they nest a
+little: bases' rung lists, the bounds' layer times; memory and cost share the layer-time memo)."""
+
+
+def profile_case(case: SpeedCase) -> str:
+    """One in-process run of the case under cProfile: seconds per bucket, and the total."""
+    from planner.cli.app import main as planner_main
+
+    prof = cProfile.Profile()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        prof.enable()
+        with contextlib.suppress(SystemExit):
+            planner_main(case.argv()[3:])
+        prof.disable()
+    stats = pstats.Stats(prof)
+    total = max(ct for (_, _, _, ct, _) in stats.stats.values())  # type: ignore[attr-defined]
+    parts = []
+    for label, path, func in PROFILE_BUCKETS:
+        cum = sum(
+            ct
+            for (file, _, name), (_, _, _, ct, _) in stats.stats.items()  # type: ignore[attr-defined]
+            if file.endswith(path) and name == func
+        )
+        parts.append(f"{label} {cum:.2f} ({cum / total:.0%})")
+    return f"{case.name:32s} total {total:.2f} s (profiled): " + ", ".join(parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs per case (default 5)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
+    ap.add_argument("--profile", action="store_true", help="where each case's time goes")
     args = ap.parse_args()
+    if args.profile:
+        for case in CASES:
+            if args.only.lower() in case.name.lower():
+                print(profile_case(case))
+        return
     print(f"planner, whole process, {args.runs} runs per case, {os.cpu_count()} CPUs")
     base = time_argv("import planner.cli", IMPORT_ARGV, args.runs)
     head = f"{'case':32s} {'median s':>8s} {'min s':>6s} {'ratio':>6s} {'target':>6s} {'':4s}"

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, memory
+from planner.model import comms, cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
+from planner.model.stage_time import layout_times, rank_mix
 from planner.search.rungs import NONE, Ladder, Rung, leanest
 from planner.search.space import (
     RECOMPUTE_ORDER,
@@ -110,10 +111,51 @@ class SearchResult:
     one row per candidate."""
 
 
+def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]]:
+    """(micro-batches, each rank's `cost.compute_floor` term, each rank's TP traffic) per
+    micro-batch of the layout as it is (`lower_bound` passes it without memory savers). The first
+    list is `cost.compute_floor`'s own loop (m x its largest element is compute_floor, bit for
+    bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
+    hidden (`Layer.tp` counts the hidden part at `comms.sm_share`: exposed + hidden =
+    tp + (1 - share) x tp_hidden). One pass over the ranks serves both."""
+    t = layout_times(job, layout)
+    share = comms.sm_share(job.cluster)
+    floors: list[float] = []
+    tps: list[float] = []
+    for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
+        mix, heads = rank_mix(job, layout, rank, chunks, t)
+        c = sum(n * (k.fwd + k.bwd) for k, n in mix)
+        a2a = sum(n * k.ep for k, n in mix)
+        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
+        floors.append(c + heads * t.out)
+        tps.append(sum(n * (k.tp + (1 - share) * k.tp_hidden) for k, n in mix))
+    return t.m, floors, tps
+
+
 def lower_bound(job: Job, layout: Layout) -> float:
-    """Seconds no layout of this structure, split and vpp can beat: compute without recompute at
-    the given (largest) micro-batch plus the exposed expert all-to-all."""
-    return cost.compute_floor(job, NONE.on(layout))
+    """Seconds no layout of this structure, split and vpp can beat at the given micro-batch size
+    or a smaller one: per rank, compute without recompute plus the exposed expert all-to-all
+    (`cost.compute_floor`'s terms) plus the SMs its TP traffic holds, at least; the slowest
+    rank's times the micro-batches, and the step's fixed overhead.
+
+    Why the TP term is safe. Every rank's stage time per micro-batch (`cost.estimate`) is
+    c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
+    c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is
+    exposed + share x hidden >= share x (exposed + hidden), as 0 <= share <= 1
+    (`comms.sm_share`). exposed + hidden, the TP collectives' total seconds, does not depend on
+    where they run (`comms.tensor_parallel_layer`, `async_tp.layer_traffic` and the TP-overlap
+    split in `layer_time` only move seconds between exposed and hidden), so neither the TP
+    overlap nor the GEMM windows change it, and recompute only adds collectives (full recompute's
+    second forward, a re-run MLP / MoE block's pair): the total is least without memory savers,
+    whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
+    bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
+    term is (tests/search/test_top_k.py checks the bound below every layout of every structure
+    of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
+    STEP_OVERHEAD_S is in every step."""
+    m, floors, tps = rank_floors(job, NONE.on(layout))
+    share = comms.sm_share(job.cluster)
+    worst = max(f + share * tp for f, tp in zip(floors, tps, strict=True))
+    return m * worst + cost.STEP_OVERHEAD_S
 
 
 def _best_variants(
@@ -216,6 +258,22 @@ def _best_variants(
     return found
 
 
+def _states_fit(
+    job: Job, space: Space, base: Layout, capacity: float, too_big: dict[tuple[object, ...], bool]
+) -> bool:
+    """Whether some ZeRO stage's weights, gradients, optimizer state and buffers
+    (`memory.state_floor`, a floor under every micro-batch size, rung, token dispatcher and
+    overlap of the shape) fit in `capacity`; `too_big` records each stage's answer under
+    `_best_variants`'s key, which then need not estimate it again."""
+    fit = False
+    for z in zero_stages(space, base):
+        key = (base.vpp, base.pipeline_layers, z)
+        if key not in too_big:
+            too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
+        fit |= not too_big[key]
+    return fit
+
+
 def _smallest_fitting(
     ladder: Ladder, fits: Callable[[Rung], MemoryReport | None], hi: int
 ) -> int | None:
@@ -242,15 +300,19 @@ def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None
     return rows[top_k - 1].candidate.step_time if len(rows) >= top_k else None
 
 
-def _kept(best: list[Candidate], top_k: int, fold_twins: bool) -> list[Candidate]:
+def _kept(
+    best: list[Candidate], top_k: int, fold_twins: bool
+) -> tuple[list[Candidate], float | None]:
     """The scored layouts worth keeping (`best` ranked): the first 4 K, or, folding twins, every
-    layout no slower than the K-th row (its twins have its time)."""
-    if not fold_twins:
-        return best[: max(top_k, 1) * 4]
+    layout no slower than the K-th row (its twins have its time); and `_cutoff` of them (the
+    same as of `best`: what is kept is a prefix of the ranking holding its first K rows, and a
+    row depends only on the layouts above it)."""
     cut = _cutoff(best, top_k, fold_twins)
+    if not fold_twins:
+        return best[: max(top_k, 1) * 4], cut
     if cut is None:
-        return best
-    return [c for c in best if c.step_time <= cut or same_time(c.step_time, cut)]
+        return best, cut
+    return [c for c in best if c.step_time <= cut or same_time(c.step_time, cut)], cut
 
 
 def search(
@@ -268,8 +330,11 @@ def search(
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)
     # bound each structure at its largest micro-batch, for each (vpp, split)
-    queue: list[tuple[float, int, Structure, list[Option]]] = []
+    # (bound, index, structure, options, its too_big): shapes whose states fit in no ZeRO stage
+    # hold no layout that fits, and a structure without any other is never expanded
+    queue: list[tuple[float, int, Structure, list[Option], dict[tuple[object, ...], bool]]] = []
     space_size = 0
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     for i, s in enumerate(structs):
         opts = options(job, space, s)
         if not opts:
@@ -277,25 +342,27 @@ def search(
             continue
         space_size += layouts_in(job, space, s, opts)
         top_mbs = max(o[0] for o in opts)
-        shapes = {(vpp, split) for _, vpp, split in opts}
-        bound = min(
-            lower_bound(job, lay)
-            for vpp, split in shapes
-            for lay in (b.layout for b in bases(job, s, top_mbs, vpp, split, space))
-        )
-        queue.append((bound, i, s, opts))
+        too_big: dict[tuple[object, ...], bool] = {}
+        bounds = []
+        for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
+            shape = bases(job, s, top_mbs, vpp, split, space)
+            if _states_fit(job, space, shape[0].layout, capacity, too_big):
+                bounds += [lower_bound(job, b.layout) for b in shape]
+        if not bounds:
+            rejected["memory"] += 1
+            continue
+        queue.append((min(bounds), i, s, opts, too_big))
     heapq.heapify(queue)
 
     best: list[Candidate] = []
+    cut: float | None = None  # _cutoff(best, ...), kept up to date with best
     scored = expanded = 0
     last_report = t0
     while queue:
-        bound, _, s, opts = heapq.heappop(queue)
-        cut = _cutoff(best, top_k, fold_twins)
+        bound, _, s, opts, too_big = heapq.heappop(queue)
         if cut is not None and bound > cut:
             break
         expanded += 1
-        too_big: dict[tuple[object, ...], bool] = {}
         lean_fails: dict[tuple[object, ...], int] = {}
         for mbs, vpp, split in opts:
             found = 0
@@ -306,8 +373,7 @@ def search(
             if found:  # a tighter cut for the structure's next options
                 scored += found
                 best.sort(key=rank_key)
-                best = _kept(best, top_k, fold_twins)
-                cut = _cutoff(best, top_k, fold_twins)
+                best, cut = _kept(best, top_k, fold_twins)
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
             progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")

@@ -264,6 +264,12 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         ),
         Space(tp=Bound(1, 2), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1)),
     ),
+    "mixtral-states-tight": (
+        # 64 GiB: in many structures (little expert or pipeline parallelism) the weights and
+        # optimizer state fit in no ZeRO stage, and the search never queues them
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64, memory_gib=64),
+        Space(cp=Bound(1, 1), mbs=Bound(1, 2)),
+    ),
     "llama8b-tp-across-nodes": (
         make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
         Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),

@@ -1,0 +1,86 @@
+"""planner.search.top_k's lower bound and structure filter: what they add to
+`cost.compute_floor` is safe, and the compute part is compute_floor itself, bit for bit (so a change
+to the model's floor shows here before it can make the search's bound unsafe). The brute force of
+tests/search/test_top_k.py proves the certified top K unchanged."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from planner.model import comms, cost, memory
+from planner.search import rungs, top_k
+from planner.search import space as space_mod
+from planner.search.rungs import NONE
+from planner.search.space import Space
+from tests.search.test_top_k import PROBLEMS, make_job
+
+
+def _some_bases(name: str, count: int) -> list:
+    job, space = PROBLEMS[name]
+    out = []
+    for s in space_mod.structures(job, space, Counter()):
+        for mbs, vpp, split in space_mod.options(job, space, s)[::3]:
+            out += [b.layout for b in space_mod.bases(job, s, mbs, vpp, split, space)]
+    return out[:: max(len(out) // count, 1)]
+
+
+@pytest.mark.parametrize("name", ["mixtral-ep-overlap", "llama70b-uneven", "qwen7b-small-memory"])
+def test_rank_floors_are_compute_floor(name: str) -> None:
+    job, _ = PROBLEMS[name]
+    for lay in _some_bases(name, 40):
+        plain = NONE.on(lay)
+        m, floors, tps = top_k.rank_floors(job, plain)
+        assert m * max(floors) == cost.compute_floor(job, plain), lay.describe()
+        share = comms.sm_share(job.cluster)
+        assert top_k.lower_bound(job, lay) >= cost.compute_floor(job, plain) + cost.STEP_OVERHEAD_S
+        assert all(tp >= 0 for tp in tps)
+        assert (lay.tp == 1) == (max(tps) == 0) or share == 0
+
+
+@pytest.mark.parametrize(
+    "name", ["mixtral-8x7b-16xh100", "llama8b-tiny-memory", "sc21-1.7b-32xa100"]
+)
+def test_bound_below_every_rung_and_zero_stage(name: str) -> None:
+    """At a base's own micro-batch the bound is below each of its (ZeRO stage, rung) variants,
+    the TP overlap turned off and full recompute included (what the TP term must survive)."""
+    job, space = PROBLEMS[name]
+    checked = 0
+    for lay in _some_bases(name, 25):
+        bound = top_k.lower_bound(job, lay)
+        for z in space_mod.zero_stages(space, lay):
+            for rung in rungs.every(job, lay, space.recompute, space.offload)[::2]:
+                exact = cost.estimate(job, rung.on(lay.with_(zero_stage=z))).step_time_s
+                assert bound <= exact * (1 + 1e-12), (rung, lay.describe(), bound, exact)
+                checked += 1
+    assert checked > 0
+
+
+def test_structures_whose_states_never_fit_are_not_queued() -> None:
+    """A structure none of whose shapes holds its weights and optimizer state in any ZeRO stage is
+    counted as a memory rejection and never expanded; the top K stays the brute force's
+    (test_top_k's problems), and here nothing is lost: every structure the filter drops has no
+    layout that fits."""
+    job = make_job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 32, memory_gib=24)
+    space = Space(cp=space_mod.Bound(1, 1), mbs=space_mod.Bound(1, 2))
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    dropped = 0
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        shapes = {(vpp, split) for _, vpp, split in opts}
+        top = max(o[0] for o in opts)
+        fit = any(
+            top_k._states_fit(job, space, space_mod.bases(job, s, top, v, sp, space)[0].layout,
+                              capacity, {})
+            for v, sp in shapes
+        )  # fmt: skip
+        if fit:
+            continue
+        dropped += 1
+        for mbs, vpp, split in opts:
+            for b in space_mod.bases(job, s, mbs, vpp, split, space):
+                for z in space_mod.zero_stages(space, b.layout):
+                    lean = b.layout.with_(zero_stage=z, recompute="full")
+                    assert not memory.estimate(job, lean, space.headroom_pct).fits
+    assert dropped > 0
