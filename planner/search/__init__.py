@@ -5,7 +5,8 @@
 - `space` the search space (degrees, micro-batch, vpp, pipeline split, ZeRO, recompute); a new
   search dimension goes here
 - `solver` CP-SAT for the integer sub-problems (the only module that imports ortools)
-- `top_k` bound, exact scoring and the certified top K
+- `bound` the lower bounds on step time the search prunes on (per structure, per base layout)
+- `top_k` exact scoring and the certified top K
 - `advice` single changes that make a layout fit; `suggest` contradictory requests, ranking by
   cost or goodput, why nothing fits; `scaling` the best layout at each GPU count
 

@@ -12,7 +12,7 @@ against whole layers (Megatron's first/last uneven form).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -315,16 +315,24 @@ def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
     return None if rules.expert_overlap(job, overlap) else overlap
 
 
-def layouts_in(job: Job, space: Space, s: Structure, opts: list[Option]) -> int:
+def layouts_in(
+    job: Job,
+    space: Space,
+    s: Structure,
+    opts: list[Option],
+    of: Callable[[int, int, tuple[int, ...] | None], list[Base]] | None = None,
+) -> int:
     """Layouts the options of one structure stand for: each base times its ZeRO stages and every
-    rung Megatron allows on it, the ladders counted whole."""
+    rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's
+    `bases`, where the caller remembers them."""
     # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
     # (vpp, split) once, times its micro-batch sizes
     shapes = Counter((vpp, split) for _, vpp, split in opts)
     some_mbs = {(vpp, split): mbs for mbs, vpp, split in opts}
     total = 0
     for (vpp, split), sizes in shapes.items():
-        for base in bases(job, s, some_mbs[vpp, split], vpp, split, space):
+        mbs = some_mbs[vpp, split]
+        for base in of(mbs, vpp, split) if of else bases(job, s, mbs, vpp, split, space):
             per_zero = len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
             total += sizes * len(zero_stages(space, base.layout)) * per_zero
     return total

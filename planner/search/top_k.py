@@ -40,10 +40,10 @@ from dataclasses import dataclass, field, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, memory
+from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
-from planner.model.stage_time import layout_times, rank_mix
+from planner.search.bound import base_bound, lower_bound
 from planner.search.rungs import NONE, Ladder, Rung, leanest
 from planner.search.space import (
     RECOMPUTE_ORDER,
@@ -111,53 +111,6 @@ class SearchResult:
     one row per candidate."""
 
 
-def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]]:
-    """(micro-batches, each rank's `cost.compute_floor` term, each rank's TP traffic) per
-    micro-batch of the layout as it is (`lower_bound` passes it without memory savers). The first
-    list is `cost.compute_floor`'s own loop (m x its largest element is compute_floor, bit for
-    bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
-    hidden (`Layer.tp` counts the hidden part at `comms.sm_share`: exposed + hidden =
-    tp + (1 - share) x tp_hidden). One pass over the ranks serves both."""
-    t = layout_times(job, layout)
-    share = comms.sm_share(job.cluster)
-    floors: list[float] = []
-    tps: list[float] = []
-    for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
-        mix, heads = rank_mix(job, layout, rank, chunks, t)
-        c = sum(n * (k.fwd + k.bwd) for k, n in mix)
-        a2a = sum(n * k.ep for k, n in mix)
-        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
-        floors.append(c + heads * t.out)
-        tps.append(sum(n * (k.tp + (1 - share) * k.tp_hidden) for k, n in mix))
-    return t.m, floors, tps
-
-
-def lower_bound(job: Job, layout: Layout) -> float:
-    """Seconds no layout of this structure, split and vpp can beat at the given micro-batch size
-    or a smaller one: per rank, compute without recompute plus the exposed expert all-to-all
-    (`cost.compute_floor`'s terms) plus the SMs its TP traffic holds, at least; the slowest
-    rank's times the micro-batches, and the step's fixed overhead.
-
-    Why the TP term is safe. Every rank's stage time per micro-batch (`cost.estimate`) is
-    c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
-    c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is
-    exposed + share x hidden >= share x (exposed + hidden), as 0 <= share <= 1
-    (`comms.sm_share`). exposed + hidden, the TP collectives' total seconds, does not depend on
-    where they run (`comms.tensor_parallel_layer`, `async_tp.layer_traffic` and the TP-overlap
-    split in `layer_time` only move seconds between exposed and hidden), so neither the TP
-    overlap nor the GEMM windows change it, and recompute only adds collectives (full recompute's
-    second forward, a re-run MLP / MoE block's pair): the total is least without memory savers,
-    whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
-    bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
-    term is (tests/search/test_top_k.py checks the bound below every layout of every structure
-    of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
-    STEP_OVERHEAD_S is in every step."""
-    m, floors, tps = rank_floors(job, NONE.on(layout))
-    share = comms.sm_share(job.cluster)
-    worst = max(f + share * tp for f, tp in zip(floors, tps, strict=True))
-    return m * worst + cost.STEP_OVERHEAD_S
-
-
 def _best_variants(
     job: Job,
     space: Space,
@@ -181,10 +134,13 @@ def _best_variants(
     it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
     A stage whose fastest fitting rung the base's EP-overlap twin
     takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
-    own lower bound (at its micro-batch size) exceeds `cut`, the K-th best time so far, yields
-    nothing either (checked once some ZeRO stage's states fit)."""
+    own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
+    far, yields nothing either (checked once some ZeRO stage's states fit); nor does a stage
+    where the base without memory savers does not fit and its exact time (NONE.on(zbase): no
+    rung is faster, tests/search/test_top_k.py) is above `cut`, before any rung is tried."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
+    limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
 
     for z in zero_stages(space, base):
@@ -196,7 +152,7 @@ def _best_variants(
             rejected["memory"] += 1
             continue
         if cut is not None:
-            if lower_bound(job, base) > cut:
+            if base_bound(job, base) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}
@@ -221,6 +177,8 @@ def _best_variants(
             if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
                 rejected["memory"] += 1
                 continue
+            if limit is not None and _slower(cost.estimate(job, NONE.on(zbase)).step_time_s, limit):
+                continue  # every rung is slower than none at this stage: none makes the top K
             lean = leanest(single, ladders)
             if lean and all(fits(r) is None for r in lean):
                 lean_fails[lean_key] = base.micro_batch_size
@@ -258,6 +216,21 @@ def _best_variants(
     return found
 
 
+class _Bases:
+    """A structure's `space.bases`, each (micro-batch size, vpp, split) built once: the bound,
+    the space's size and the expansion ask for the same ones."""
+
+    def __init__(self, job: Job, space: Space, s: Structure) -> None:
+        self.job, self.space, self.s = job, space, s
+        self.memo: dict[tuple[int, int, tuple[int, ...] | None], list[Base]] = {}
+
+    def __call__(self, mbs: int, vpp: int, split: tuple[int, ...] | None) -> list[Base]:
+        key = (mbs, vpp, split)
+        if key not in self.memo:
+            self.memo[key] = bases(self.job, self.s, mbs, vpp, split, self.space)
+        return self.memo[key]
+
+
 def _states_fit(
     job: Job, space: Space, base: Layout, capacity: float, too_big: dict[tuple[object, ...], bool]
 ) -> bool:
@@ -272,6 +245,12 @@ def _states_fit(
             too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
         fit |= not too_big[key]
     return fit
+
+
+def _slower(t: float, cut: float) -> bool:
+    """A step time that cannot make the top K under `cut`: above it and not its twin
+    (`twins.same_time`: the kept layouts reach that far above the K-th row's time)."""
+    return t > cut and not same_time(t, cut)
 
 
 def _smallest_fitting(
@@ -330,9 +309,11 @@ def search(
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)
     # bound each structure at its largest micro-batch, for each (vpp, split)
-    # (bound, index, structure, options, its too_big): shapes whose states fit in no ZeRO stage
-    # hold no layout that fits, and a structure without any other is never expanded
-    queue: list[tuple[float, int, Structure, list[Option], dict[tuple[object, ...], bool]]] = []
+    # (bound, index, structure, options, its too_big, its bases): shapes whose states fit in no
+    # ZeRO stage hold no layout that fits, and a structure without any other is never expanded
+    queue: list[
+        tuple[float, int, Structure, list[Option], dict[tuple[object, ...], bool], _Bases]
+    ] = []
     space_size = 0
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     for i, s in enumerate(structs):
@@ -340,18 +321,19 @@ def search(
         if not opts:
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue
-        space_size += layouts_in(job, space, s, opts)
+        of = _Bases(job, space, s)
+        space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
         too_big: dict[tuple[object, ...], bool] = {}
         bounds = []
         for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
-            shape = bases(job, s, top_mbs, vpp, split, space)
+            shape = of(top_mbs, vpp, split)
             if _states_fit(job, space, shape[0].layout, capacity, too_big):
                 bounds += [lower_bound(job, b.layout) for b in shape]
         if not bounds:
             rejected["memory"] += 1
             continue
-        queue.append((min(bounds), i, s, opts, too_big))
+        queue.append((min(bounds), i, s, opts, too_big, of))
     heapq.heapify(queue)
 
     best: list[Candidate] = []
@@ -359,14 +341,14 @@ def search(
     scored = expanded = 0
     last_report = t0
     while queue:
-        bound, _, s, opts, too_big = heapq.heappop(queue)
+        bound, _, s, opts, too_big, of = heapq.heappop(queue)
         if cut is not None and bound > cut:
             break
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
         for mbs, vpp, split in opts:
             found = 0
-            for base in bases(job, s, mbs, vpp, split, space):
+            for base in of(mbs, vpp, split):
                 variants = _best_variants(job, space, base, rejected, too_big, cut, lean_fails)
                 found += len(variants)
                 best += variants

@@ -1,4 +1,4 @@
-"""planner.search.top_k's lower bound and structure filter: what they add to
+"""planner.search.bound's lower bounds and planner.search.top_k's structure filter: what they add to
 `cost.compute_floor` is safe, and the compute part is compute_floor itself, bit for bit (so a change
 to the model's floor shows here before it can make the search's bound unsafe). The brute force of
 tests/search/test_top_k.py proves the certified top K unchanged."""
@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from planner.model import comms, cost, memory
+from planner.search import bound as bounds
 from planner.search import rungs, top_k
 from planner.search import space as space_mod
 from planner.search.rungs import NONE
@@ -31,10 +32,10 @@ def test_rank_floors_are_compute_floor(name: str) -> None:
     job, _ = PROBLEMS[name]
     for lay in _some_bases(name, 40):
         plain = NONE.on(lay)
-        m, floors, tps = top_k.rank_floors(job, plain)
+        m, floors, tps = bounds.rank_floors(job, plain)
         assert m * max(floors) == cost.compute_floor(job, plain), lay.describe()
         share = comms.sm_share(job.cluster)
-        assert top_k.lower_bound(job, lay) >= cost.compute_floor(job, plain) + cost.STEP_OVERHEAD_S
+        assert bounds.lower_bound(job, lay) >= cost.compute_floor(job, plain) + cost.STEP_OVERHEAD_S
         assert all(tp >= 0 for tp in tps)
         assert (lay.tp == 1) == (max(tps) == 0) or share == 0
 
@@ -43,12 +44,13 @@ def test_rank_floors_are_compute_floor(name: str) -> None:
     "name", ["mixtral-8x7b-16xh100", "llama8b-tiny-memory", "sc21-1.7b-32xa100"]
 )
 def test_bound_below_every_rung_and_zero_stage(name: str) -> None:
-    """At a base's own micro-batch the bound is below each of its (ZeRO stage, rung) variants,
-    the TP overlap turned off and full recompute included (what the TP term must survive)."""
+    """At a base's own micro-batch base_bound (with the fill and drain) is below each of its
+    (ZeRO stage, rung) variants, the TP overlap turned off and full recompute included (what
+    the TP term must survive)."""
     job, space = PROBLEMS[name]
     checked = 0
     for lay in _some_bases(name, 25):
-        bound = top_k.lower_bound(job, lay)
+        bound = bounds.base_bound(job, lay)
         for z in space_mod.zero_stages(space, lay):
             for rung in rungs.every(job, lay, space.recompute, space.offload)[::2]:
                 exact = cost.estimate(job, rung.on(lay.with_(zero_stage=z))).step_time_s

@@ -23,6 +23,7 @@ import pytest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
 from planner.model import cost, memory
+from planner.search import bound as bounds
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
@@ -399,9 +400,10 @@ def test_no_rung_is_faster_than_none_and_ladders_trade_memory_for_time(name: str
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
-    """search.lower_bound at the structure's largest micro-batch (what the search queues) is no
-    more than the exact step time of any layout of that structure, split and vpp; and at a base
-    layout's own micro-batch (what the search prunes a base on) no more than any of its
+    """bounds.lower_bound at the structure's largest micro-batch (what the search queues) is no
+    more than the exact step time of any layout of that structure, split and vpp; and
+    bounds.base_bound (with the pipeline's fill and drain) at a base layout's own micro-batch
+    (what the search prunes a base on) no more than any of its
     variants' (ZeRO stages and memory-saving rungs)."""
     job, _ = PROBLEMS[name]
     variants = variants_of(name)
@@ -414,7 +416,7 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
         top_mbs = max(lay.micro_batch_size for lay in lays)
         shapes = {(lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap) for lay in lays}
         bound = min(
-            search.lower_bound(
+            bounds.lower_bound(
                 job,
                 lays[0].with_(
                     micro_batch_size=top_mbs, vpp=v, pipeline_layers=pl, ep_comm_overlap=ov
@@ -423,7 +425,7 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
             for v, pl, ov in shapes
         )
         for lay in lays:
-            own = search.lower_bound(job, lay)
+            own = bounds.base_bound(job, lay)
             for _, _, v in variants[lay]:
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)

@@ -1,0 +1,82 @@
+"""The search's lower bounds on step time (`planner.search.top_k`): per structure
+(`lower_bound`, at its largest micro-batch, for every layout of the structure, split and vpp) and
+per base layout (`base_bound`, at its own micro-batch, with the pipeline's fill and drain). Each
+term's proof is in its docstring; tests/search/test_top_k.py checks both below every layout of its
+brute-forced problems and tests/search/test_bound.py that the compute part is
+`cost.compute_floor`."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, cost
+from planner.model.stage_time import layout_times, rank_mix
+from planner.search.rungs import NONE
+
+
+def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]]:
+    """(micro-batches, each rank's `cost.compute_floor` term, each rank's TP traffic) per
+    micro-batch of the layout as it is (`lower_bound` passes it without memory savers). The first
+    list is `cost.compute_floor`'s own loop (m x its largest element is compute_floor, bit for
+    bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
+    hidden (`Layer.tp` counts the hidden part at `comms.sm_share`: exposed + hidden =
+    tp + (1 - share) x tp_hidden). One pass over the ranks serves both."""
+    t = layout_times(job, layout)
+    share = comms.sm_share(job.cluster)
+    floors: list[float] = []
+    tps: list[float] = []
+    for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
+        mix, heads = rank_mix(job, layout, rank, chunks, t)
+        c = sum(n * (k.fwd + k.bwd) for k, n in mix)
+        a2a = sum(n * k.ep for k, n in mix)
+        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
+        floors.append(c + heads * t.out)
+        tps.append(sum(n * (k.tp + (1 - share) * k.tp_hidden) for k, n in mix))
+    return t.m, floors, tps
+
+
+def lower_bound(job: Job, layout: Layout) -> float:
+    """Seconds no layout of this structure, split and vpp can beat at the given micro-batch size
+    or a smaller one: per rank, compute without recompute plus the exposed expert all-to-all
+    (`cost.compute_floor`'s terms) plus the SMs its TP traffic holds, at least; the slowest
+    rank's times the micro-batches, and the step's fixed overhead.
+
+    Why the TP term is safe. Every rank's stage time per micro-batch (`cost.estimate`) is
+    c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
+    c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is
+    exposed + share x hidden >= share x (exposed + hidden), as 0 <= share <= 1
+    (`comms.sm_share`). exposed + hidden, the TP collectives' total seconds, does not depend on
+    where they run (`comms.tensor_parallel_layer`, `async_tp.layer_traffic` and the TP-overlap
+    split in `layer_time` only move seconds between exposed and hidden), so neither the TP
+    overlap nor the GEMM windows change it, and recompute only adds collectives (full recompute's
+    second forward, a re-run MLP / MoE block's pair): the total is least without memory savers,
+    whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
+    bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
+    term is (tests/search/test_top_k.py checks the bound below every layout of every structure
+    of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
+    STEP_OVERHEAD_S is in every step."""
+    m, g = _stage_floors(job, layout)
+    return m * max(g) + cost.STEP_OVERHEAD_S
+
+
+def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
+    """Micro-batches and each rank's floor under its stage time per micro-batch (`lower_bound`)."""
+    m, floors, tps = rank_floors(job, NONE.on(layout))
+    share = comms.sm_share(job.cluster)
+    return m, [f + share * tp for f, tp in zip(floors, tps, strict=True)]
+
+
+def base_bound(job: Job, layout: Layout) -> float:
+    """`lower_bound` with the pipeline's fill and drain, for the layout's own micro-batch size
+    only (the bubble grows with it, so this does not bound a structure's smaller micro-batches),
+    under Megatron-LM's schedules (1F1B, interleaved 1F1B): step >= m max_r t_r +
+    (sum_r t_r - max_r t_r) / vpp (`schedule.pipeline_time`; the step adds only terms >= 0 to
+    it, and STEP_OVERHEAD_S), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
+    every stage time t_r, as m >= 1 >= 1/vpp, so it holds at each rank's floor g_r <= t_r (the
+    floors of `lower_bound`). Other training codes' schedules (zero-bubble ones) get `lower_bound`
+    alone."""
+    if layout.pp == 1 or job.framework != "megatron":
+        return lower_bound(job, layout)
+    m, g = _stage_floors(job, layout)
+    v = layout.vpp
+    return (m - 1 / v) * max(g) + sum(g) / v + cost.STEP_OVERHEAD_S
