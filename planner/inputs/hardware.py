@@ -191,3 +191,21 @@ class ClusterSpec(BaseModel):
             if tier.span_gpus is None or span_gpus <= tier.span_gpus:
                 return tier
         return self.tiers[-1]
+
+
+class Pool(BaseModel):
+    """One pool of a heterogeneous cluster (`[[cluster.pools]]`): a name and its GPUs, resolved
+    as a one-kind cluster of `num_gpus` GPUs with the pool's own tiers. Pools are listed in
+    pipeline order by default: pool k hosts a contiguous block of pipeline ranks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    cluster: ClusterSpec
+    price_usd_per_gpu_hour: PositiveFloat | None = Field(
+        default=None, description="None = the catalog GPU's price"
+    )
+
+    @property
+    def price(self) -> float | None:
+        return self.price_usd_per_gpu_hour or self.cluster.gpu.price_usd_per_gpu_hour

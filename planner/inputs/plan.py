@@ -18,7 +18,7 @@ from planner.inputs import catalog, pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import load_toml, validate
-from planner.inputs.hardware import ClusterSpec, check_tiers
+from planner.inputs.hardware import ClusterSpec, LinkTier, Pool, check_tiers
 from planner.inputs.hf_import import load_hf_config
 from planner.inputs.layout import Layout, Recompute, RecomputePolicy
 from planner.inputs.plan_sections import (
@@ -31,6 +31,7 @@ from planner.inputs.plan_sections import (
     SelectivePolicy,
     TrainingSection,
 )
+from planner.inputs.pools import check_one_kind, resolve_pools
 from planner.inputs.torchtitan import (
     SINGLE_STAGE,
     Framework,
@@ -73,6 +74,11 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    pools: tuple[Pool, ...] = ()
+    """A heterogeneous cluster's pools in pipeline order (`[[cluster.pools]]`); () = one GPU
+    kind, `cluster` alone. With pools, `cluster` is the first pool's GPU counting every GPU."""
+    between_pools: LinkTier | None = None
+    """The link joining pools (with pools only)."""
     framework: Framework = "megatron"
     """The training code: Megatron-LM, or torchtitan (FSDP2, DTensor TP, torch pipelining)."""
     torchtitan: TorchtitanSection | None = None
@@ -159,6 +165,8 @@ def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
     """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
     hbm_bandwidth_tb_per_s, tiers) applied."""
     where = str(path) if path else "<plan>"
+    check_one_kind(section, where)
+    assert section.gpu is not None and section.num_gpus is not None
     try:
         gpu = catalog.get_gpu(section.gpu)
     except InputError as e:
@@ -358,8 +366,13 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     against Megatron-LM's rules with `planner.search.rules.check_plan`."""
     doc = validate(PlanFile, data, path)
     arch = resolve_model_table(doc.model, path)
-    cluster = resolve_cluster(doc.cluster, path)
-    job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
+    if doc.cluster.pools is not None:
+        cluster, pools, between = resolve_pools(doc.cluster, path, arch, doc.training.precision)
+        job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
+        job = replace(job, pools=pools, between_pools=between)
+    else:
+        cluster = resolve_cluster(doc.cluster, path)
+        job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
     layout = layout_from_section(job, doc.parallel, path) if doc.parallel is not None else None
     titan = job.torchtitan
     if titan and layout and titan.pipeline_schedule == default_schedule(layout.vpp):

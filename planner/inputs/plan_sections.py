@@ -13,7 +13,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveFloat, PositiveInt
+from planner.inputs.fields import (
+    Flag,
+    Integer,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 from planner.inputs.hardware import LinkTier
 from planner.inputs.layout import (
     Dispatcher,
@@ -40,13 +47,44 @@ MAX_GLOBAL_BATCH = 1 << 24
 degrees."""
 
 
-class ClusterSection(BaseModel):
-    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden."""
+class PoolSection(BaseModel):
+    """`[[cluster.pools]]`: one pool of a heterogeneous cluster, a catalog GPU and a count with
+    the overrides a cluster takes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    name: str = Field(min_length=1, description="free text, unique among the pools")
     gpu: str = Field(min_length=1)
-    num_gpus: PositiveInt  # at most hardware.MAX_GPUS, checked on the ClusterSpec
+    num_gpus: PositiveInt
+    gpus_per_node: PositiveInt | None = None
+    memory_gib: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = None
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = None
+    tiers: tuple[LinkTier, ...] | None = None
+    price_usd_per_gpu_hour: PositiveFloat | None = Field(
+        default=None, description="None = the catalog GPU's price"
+    )
+
+
+class BetweenPoolsSection(BaseModel):
+    """`[cluster.between_pools]`: the link joining pools (per GPU, one direction)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bandwidth_gb_per_s_per_gpu: PositiveFloat
+    latency_us: NonNegativeFloat = 5.0
+
+
+class ClusterSection(BaseModel):
+    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden.
+    Or `pools`: several such GPU kinds, joined by `between_pools` (`PoolSection`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str | None = Field(default=None, min_length=1)
+    num_gpus: PositiveInt | None = None  # at most hardware.MAX_GPUS, checked on the ClusterSpec
+    pools: tuple[PoolSection, ...] | None = Field(default=None, min_length=1)
+    between_pools: BetweenPoolsSection | None = None
     gpus_per_node: PositiveInt | None = None
     memory_gib: PositiveFloat | None = None
     power_limit_w: PositiveFloat | None = Field(

@@ -117,8 +117,11 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     parallel.update(_feature_fields(job, layout))
     lines = [f"# {h}" for h in header]
     lines += [*_table("model", model), ""]
-    lines += _table("cluster", cluster)
-    if job.cluster.tiers != gpu.tiers:
+    if job.pools:  # heterogeneous pools, in pipeline order
+        lines += _pools_lines(job)
+    else:
+        lines += _table("cluster", cluster)
+    if job.cluster.tiers != gpu.tiers and not job.pools:
         for tier in job.cluster.tiers:
             lines += ["", "[[cluster.tiers]]"]
             lines += [f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None]
@@ -148,3 +151,34 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
     if layout.microbatch_group_size_per_vp_stage is not None:
         out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
     return out
+
+
+def _pools_lines(job: Job) -> list[str]:
+    """`[cluster]` as `[[cluster.pools]]` (the overrides each pool was given) and
+    `[cluster.between_pools]`."""
+    lines = ["[cluster]"]
+    for p in job.pools:
+        c, gpu = p.cluster, p.cluster.gpu
+        pool: dict[str, Any] = {"name": p.name, "gpu": gpu.name, "num_gpus": c.num_gpus}
+        if c.gpus_per_node != gpu.gpus_per_node:
+            pool["gpus_per_node"] = c.gpus_per_node
+        if c.memory_gib != gpu.memory_gib:
+            pool["memory_gib"] = c.memory_gib
+        for name in ("power_limit_w", "hbm_bandwidth_tb_per_s"):
+            if getattr(c, name) is not None:
+                pool[name] = getattr(c, name)
+        if p.price_usd_per_gpu_hour is not None:
+            pool["price_usd_per_gpu_hour"] = p.price_usd_per_gpu_hour
+        lines += ["", "[[cluster.pools]]", *[f"{k} = {_value(v)}" for k, v in pool.items()]]
+        if c.tiers != gpu.tiers:
+            for tier in c.tiers:
+                lines += ["", "[[cluster.pools.tiers]]"]
+                lines += [
+                    f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None
+                ]
+    if job.between_pools is not None:
+        b = job.between_pools
+        lines += ["", "[cluster.between_pools]"]
+        lines += [f"bandwidth_gb_per_s_per_gpu = {_value(b.bandwidth_gb_per_s_per_gpu)}"]
+        lines += [f"latency_us = {_value(b.latency_us)}"]
+    return lines

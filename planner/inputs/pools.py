@@ -1,0 +1,138 @@
+"""`[[cluster.pools]]`: a heterogeneous cluster resolved into pools (issue 25).
+
+Each pool is a one-kind cluster (`planner.inputs.hardware.Pool`): its catalog GPU, count, and the
+overrides a plain `[cluster]` takes, its tiers checked against its own count (a pool whose
+outermost tier spans fewer GPUs than it has leaves some of them unreachable: exit 2). The pools
+are joined by `[cluster.between_pools]`, one link tier per GPU; left out, it is the slowest of the
+pools' own outermost tiers. The job's `cluster` stays one `ClusterSpec` (the first pool's GPU,
+every GPU counted) so that what reads it (rules, degrees, the search's bounds) sees the whole
+job; what is per stage (memory capacity, compute rates, traffic inside a pool) reads the stage's
+pool (`planner.model.pools`).
+
+Every pipeline stage holds tp x cp x dp GPUs, the same in every pool, so a pool holds a whole
+number of stages: the GCD of the pool sizes bounds a stage's size, and a cluster needing more
+stages than the model has decoder layers has no layout at all.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError, spelled
+from planner.inputs.files import validate
+from planner.inputs.hardware import ClusterSpec, LinkTier, Pool, check_tiers
+from planner.inputs.plan_sections import ClusterSection, PoolSection
+
+BETWEEN = "between_pools"
+"""The name of the link tier joining pools."""
+
+
+def check_one_kind(section: ClusterSection, where: str) -> None:
+    """A `[cluster]` without pools names its GPU and count, and no link between pools."""
+    for name in ("gpu", "num_gpus"):
+        if getattr(section, name) is None:
+            raise InputError(f"{where}: cluster.{name}: Field required (or give cluster.pools)")
+    if section.between_pools is not None:
+        raise InputError(f"{where}: cluster.between_pools: needs cluster.pools")
+
+
+def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:
+    """One pool: its catalog GPU with the pool's overrides, its tiers reaching all its GPUs."""
+    where = str(path) if path else "<plan>"
+    field = f"cluster.pools[{k}]"
+    try:
+        gpu = catalog.get_gpu(section.gpu)
+    except InputError as e:
+        raise InputError(f"{where}: {field}.gpu: {e}") from None
+    if section.tiers is not None:
+        try:
+            check_tiers(section.tiers, section.num_gpus)
+        except ValueError as e:
+            raise InputError(
+                f"{where}: {field}.tiers: {e} (pool {section.name!r} unreachable)"
+            ) from None
+    data = {
+        "gpu": gpu,
+        "num_gpus": section.num_gpus,
+        "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
+        "memory_gib": section.memory_gib or gpu.memory_gib,
+        "power_limit_w": section.power_limit_w,
+        "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
+        "tiers": section.tiers or gpu.tiers,
+    }
+    cluster = validate(ClusterSpec, data, path, prefix=field)
+    return Pool(
+        name=section.name, cluster=cluster, price_usd_per_gpu_hour=section.price_usd_per_gpu_hour
+    )
+
+
+def resolve_pools(
+    section: ClusterSection, path: Path | None, arch: ModelArch, precision: str
+) -> tuple[ClusterSpec, tuple[Pool, ...], LinkTier]:
+    """(the whole job's cluster, its pools in pipeline order, the link between them); exit 2
+    when a pool lacks FP8 for an FP8 job or no layout can pipeline over the pools."""
+    where = str(path) if path else "<plan>"
+    assert section.pools is not None
+    for name in ("gpu", "num_gpus"):
+        if getattr(section, name) is not None:
+            raise InputError(
+                f"{where}: cluster.{name}: give either pools or one GPU kind "
+                f"(got {spelled(getattr(section, name))} with {len(section.pools)} pools)"
+            )
+    names: set[str] = set()
+    for k, p in enumerate(section.pools):
+        if p.name in names:
+            raise InputError(f"{where}: cluster.pools[{k}].name: {p.name!r} is given twice")
+        names.add(p.name)
+    pools = tuple(resolve_pool(p, k, path) for k, p in enumerate(section.pools))
+    for k, pool in enumerate(pools):
+        if precision == "fp8" and not pool.cluster.gpu.has_fp8:
+            raise InputError(
+                f'{where}: cluster.pools[{k}].gpu: training.precision "fp8" but '
+                f"{pool.cluster.gpu.name} has no FP8 tensor cores"
+            )
+    check_pools_can_pipeline(pools, arch.num_layers, path)
+    between = _between(section, pools)
+    first = pools[0].cluster
+    total = sum(p.cluster.num_gpus for p in pools)
+    cluster = first.model_copy(update={"num_gpus": total})
+    return cluster, pools, between
+
+
+def _between(section: ClusterSection, pools: tuple[Pool, ...]) -> LinkTier:
+    """`between_pools`, or the slowest of the pools' outermost tiers."""
+    b = section.between_pools
+    if b is not None:
+        return LinkTier(
+            name=BETWEEN,
+            bandwidth_gb_per_s_per_gpu=b.bandwidth_gb_per_s_per_gpu,
+            latency_us=b.latency_us,
+        )
+    slowest = min((p.cluster.tiers[-1] for p in pools), key=lambda t: t.bandwidth_gb_per_s_per_gpu)
+    return slowest.model_copy(update={"name": BETWEEN, "span_gpus": None})
+
+
+def stage_gpus_bound(pools: tuple[Pool, ...]) -> int:
+    """The most GPUs one pipeline stage can hold: every pool holds whole stages of one size."""
+    return math.gcd(*(p.cluster.num_gpus for p in pools))
+
+
+def check_pools_can_pipeline(pools: tuple[Pool, ...], num_layers: int, path: Path | None) -> None:
+    """Exit 2 when no layout exists: stages of at most GCD(pool sizes) GPUs need more pipeline
+    stages than the model has decoder layers. The smallest pool is the one named."""
+    if len(pools) < 2:
+        return
+    total = sum(p.cluster.num_gpus for p in pools)
+    size = stage_gpus_bound(pools)
+    if total // size > num_layers:
+        k, small = min(enumerate(pools), key=lambda kp: kp[1].cluster.num_gpus)
+        where = str(path) if path else "<plan>"
+        raise InputError(
+            f"{where}: cluster.pools[{k}].num_gpus: {small.cluster.num_gpus} GPUs in pool "
+            f"{small.name!r} is too small for one pipeline stage of any layout: stages hold the "
+            f"same GPUs in every pool (at most GCD of the pool sizes = {size}), so the "
+            f"{total} GPUs need {total // size} stages but the model has {num_layers} layers"
+        )
