@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops, fsdp2
+from planner.model import comms, flops, fsdp2, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.memory import stage_params
@@ -201,17 +201,23 @@ def compute_floor(job: Job, layout: Layout) -> float:
 
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
-    arch, lay = job.arch, layout
+    arch, lay, whole = job.arch, layout, job
     lt = layout_times(job, lay)
-    gpu, m, out_layer = lt.gpu, lt.m, lt.out
+    m = lt.m
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
     hop = 0.0
+    jobs = pools.rank_jobs(job, lay)  # each rank's pool ((): one GPU kind)
+    hops: tuple[tuple[float, float], ...] = ()
     if lay.pp > 1:
         t = lay.micro_batch_size * job.seq_length / lay.cp
         size = t * arch.hidden_size * BF16 / (lay.tp if lay.sequence_parallel else 1)
         stride = lay.tp * lay.cp * lay.dp
-        hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
+        if jobs:
+            hops = pools.rank_hops(job, lay, size)
+            hop = max(max(h) for h in hops)
+        else:
+            hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
     pp_per_mb = 0.0 if interleaved else 2 * hop
 
@@ -223,6 +229,13 @@ def estimate(job: Job, layout: Layout) -> Performance:
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
+        if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
+            job, lt = jobs[rank], layout_times(jobs[rank], lay)
+            dp_groups, share = (
+                comms.data_parallel_groups(job.cluster, lay),
+                comms.sm_share(job.cluster),
+            )
+            pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
         for k, n in mix:
@@ -238,16 +251,16 @@ def estimate(job: Job, layout: Layout) -> Performance:
         ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share)
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
-        c += heads * out_layer
-        fwd += heads * out_layer / 3
-        bwd += 2 * heads * out_layer / 3
+        c += heads * lt.out
+        fwd += heads * lt.out / 3
+        bwd += 2 * heads * lt.out / 3
         stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers, as counted in their mix, and role move the same bytes: computed once)
-        key = (tuple(n for _, n in mix), heads, rank == 0)
+        key = (tuple(n for _, n in mix), heads, rank == 0, id(job))
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, chunks)
             if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
@@ -266,7 +279,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under
             e += share * hid
-            dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, gpu))
+            dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, lt.gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
@@ -275,6 +288,13 @@ def estimate(job: Job, layout: Layout) -> Performance:
     bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
+    if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)
+        job, pp_per_mb = whole, (0.0 if interleaved else sum(hops[worst]))
+        peaks = [
+            (j.cluster.gpu.peak_flops(j.precision), j.cluster.gpu.peak_flops("bf16")) for j in jobs
+        ]
+    else:
+        peaks = [(job.cluster.gpu.peak_flops(job.precision), job.cluster.gpu.peak_flops("bf16"))]
     pp_exposed = m * pp_per_mb
     if interleaved:
         fwds, bwds = zip(*stages, strict=True)
@@ -304,8 +324,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     hw = flops.hardware_flops(
         arch, job.seq_length, job.global_batch_size, policy, lay.recompute_modules
     )
-    peak = job.cluster.gpu.peak_flops(job.precision)
-    bf16_peak = job.cluster.gpu.peak_flops("bf16")
+    peak = sum(p for p, _ in peaks) / len(peaks)
+    bf16_peak = sum(b for _, b in peaks) / len(peaks)
     return Performance(
         breakdown=breakdown,
         step_time_s=step,

@@ -22,13 +22,13 @@ fragmentation (FRAGMENTATION) is on activations and transient buffers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, fsdp2, params
+from planner.model import buffers, fsdp2, params, pools
 from planner.model.activations import Shard
 from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks, layer_count
@@ -85,6 +85,12 @@ class StageMemory:
     unallocated: float = 0.0
     """Of the above, what PyTorch's allocator does not count as allocated: the CUDA context, NCCL,
     the buffers other libraries allocate themselves, and the fragmentation (reserved but free)."""
+    pool: str = ""
+    """The pool this stage runs on ("" for a one-kind cluster)."""
+    gpu: str = ""
+    """Its GPU's catalog name ("" for a one-kind cluster: the cluster's)."""
+    capacity: float = 0.0
+    """Usable bytes of its GPU (with pools; 0 = the report's `capacity`)."""
 
     @property
     def total(self) -> float:
@@ -104,9 +110,14 @@ class MemoryReport:
     physical: float
     headroom_pct: float
 
+    def room(self, st: StageMemory) -> float:
+        """The usable bytes of a stage's GPU."""
+        return st.capacity or self.capacity
+
     @property
     def worst(self) -> StageMemory:
-        return max(self.stages, key=lambda st: st.total)
+        """The stage nearest its capacity (with one GPU kind: the largest)."""
+        return max(self.stages, key=lambda st: st.total - self.room(st))
 
     @property
     def peak(self) -> float:
@@ -114,12 +125,13 @@ class MemoryReport:
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.capacity
+        return self.shortfall <= 0
 
     @property
     def shortfall(self) -> float:
-        """Bytes over capacity (<= 0 when it fits)."""
-        return self.peak - self.capacity
+        """Bytes over capacity on the worst stage (<= 0 when it fits)."""
+        st = self.worst
+        return st.total - self.room(st)
 
 
 def state_bytes_per_param(
@@ -333,6 +345,8 @@ def estimate(
     """Per-stage memory of a layout that passed `planner.search.rules`. With all_stages=False
     only the stages that can hold the peak are computed (the search's fast path; the peak is the
     same)."""
+    if job.pools:
+        return _pooled(job, layout, headroom_pct)
     sh = shard(job, layout)
     per = per_layer(job.arch, sh)
     chunks = layout.chunk_layers(job.arch.num_layers)
@@ -343,5 +357,24 @@ def estimate(
         stages=stages,
         capacity=usable_bytes(physical, headroom_pct),
         physical=physical,
+        headroom_pct=headroom_pct,
+    )
+
+
+def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
+    """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU."""
+    jobs = pools.rank_jobs(job, layout)
+    chunks = layout.chunk_layers(job.arch.num_layers)
+    out = []
+    for r, j in enumerate(jobs):
+        st = stage_memory(j, layout, r, chunks[r])
+        k = pools.rank_pools(job, layout)[r]
+        room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
+        out.append(replace(st, pool=job.pools[k].name, gpu=j.cluster.gpu.name, capacity=room))
+    worst = max(out, key=lambda st: st.total - st.capacity)
+    return MemoryReport(
+        stages=tuple(out),
+        capacity=worst.capacity,
+        physical=worst.capacity / (1 - headroom_pct / 100),
         headroom_pct=headroom_pct,
     )
