@@ -1,4 +1,5 @@
-"""The one module that imports OR-Tools: CP-SAT for the uneven pipeline split.
+"""The one module that imports OR-Tools: CP-SAT for the uneven pipeline split and for pipelines
+over heterogeneous pools (`solve_pools`, below).
 
 Why here and not as the layout enumerator: on this machine class CP-SAT costs about 1 ms per
 enumerated solution (DESIGN.md section 4), while planner's exact cost model scores a layout in
@@ -21,6 +22,8 @@ split (one fewer layer on the first and last stage) is what this gives for its o
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from functools import cache
 
 SCALE = 1000
@@ -67,3 +70,141 @@ def balanced_split(
         return None
     fv, lv, kv = (solver.value(x) * vpp for x in (f, last, k))
     return (fv,) + (kv,) * (pp - 2) + (lv,)
+
+
+# --- heterogeneous pools (issue 25) -----------------------------------------------------------
+
+SOLVE_SECONDS = 20.0
+"""CP-SAT's time limit for one pools problem (its best answer so far is taken at the limit)."""
+
+Grid = tuple[tuple[int, ...], ...]
+"""A table indexed [pipeline rank][pool]."""
+
+
+@dataclass(frozen=True)
+class PoolSplitProblem:
+    """The integer part of a pipeline over pools, with every coefficient from the exact model
+    (`planner.search.pools.problem`): memory in MiB, time in microseconds per micro-batch.
+
+    Stage r on pool k with y decoder layers, c of them fully recomputed:
+        memory  fixed_mib[r][k] + y layer_mib[r][k] + c recompute_mib[r][k] <= capacity_mib[k]
+        time    fixed_us[r][k]  + y layer_us[r][k]  + c recompute_us[r][k]
+                + boundary_us for each neighbour on another pool."""
+
+    num_layers: int
+    stages: tuple[int, ...]
+    """Pipeline ranks each pool hosts (their sum is pp)."""
+    capacity_mib: tuple[int, ...]
+    fixed_mib: Grid
+    layer_mib: Grid
+    recompute_mib: Grid
+    """Per recomputed layer (<= 0: what recomputing it saves)."""
+    fixed_us: Grid
+    layer_us: Grid
+    recompute_us: Grid
+    boundary_us: int
+    microbatches: int
+    recompute: bool = True
+    """Whether the block recompute count N may be above 0."""
+
+
+@dataclass(frozen=True)
+class PoolSplit:
+    """A solution: layers and pool of every pipeline rank, the block recompute count N (each
+    stage recomputes min(N, its layers): Megatron's --recompute-num-layers is one value), the
+    objective (m - 1) max_r t_r + sum_r t_r in microseconds, and the stage times."""
+
+    layers: tuple[int, ...]
+    pools: tuple[int, ...]
+    recompute_layers: int
+    objective: int
+    times: tuple[int, ...]
+
+
+def stage_values(
+    p: PoolSplitProblem, layers: tuple[int, ...], pools: tuple[int, ...], n: int
+) -> tuple[list[int], list[int]]:
+    """(memory MiB, time us) of every stage of an assignment: the solver-free re-check."""
+    mem, time = [], []
+    for r, (y, k) in enumerate(zip(layers, pools, strict=True)):
+        c = min(n, y)
+        mem.append(p.fixed_mib[r][k] + y * p.layer_mib[r][k] + c * p.recompute_mib[r][k])
+        t = p.fixed_us[r][k] + y * p.layer_us[r][k] + c * p.recompute_us[r][k]
+        t += p.boundary_us * (
+            (r > 0 and pools[r - 1] != k) + (r + 1 < len(pools) and pools[r + 1] != k)
+        )
+        time.append(t)
+    return mem, time
+
+
+def objective_of(p: PoolSplitProblem, times: list[int]) -> int:
+    """(m - 1) x slowest + sum: the 1F1B step's pipeline part (steady state plus bubble)."""
+    return (p.microbatches - 1) * max(times) + sum(times)
+
+
+def solve_pools(p: PoolSplitProblem) -> PoolSplit | None:
+    """Layers per stage, stage-to-pool assignment (contiguous blocks, any pool order) and the
+    block recompute count minimising `objective_of` under every stage's memory; None when no
+    assignment fits. Re-checked by `stage_values`."""
+    from ortools.sat.python import cp_model
+
+    pp, npools, L = sum(p.stages), len(p.stages), p.num_layers
+    if pp > L:
+        return None
+    m = cp_model.CpModel()
+    # w[o]: the pools run in order o, each a contiguous block of its ranks (one order chosen)
+    orders = list(itertools.permutations(range(npools)))
+    w = [m.new_bool_var(f"order_{'_'.join(map(str, o))}") for o in orders]
+    m.add_exactly_one(w)
+    on: list[list[list[int]]] = [[[] for _ in range(npools)] for _ in range(pp)]
+    edge: list[list[int]] = [[] for _ in range(pp - 1)]
+    for i, o in enumerate(orders):
+        r = 0
+        for k in o:
+            for q in range(r, r + p.stages[k]):
+                on[q][k].append(i)
+            r += p.stages[k]
+            if r < pp:
+                edge[r - 1].append(i)
+    # x[r][k]: pipeline rank r runs on pool k (the orders that put it there)
+    x = [[m.new_bool_var(f"on_{r}_{k}") for k in range(npools)] for r in range(pp)]
+    for r in range(pp):
+        for k in range(npools):
+            m.add(x[r][k] == sum(w[i] for i in on[r][k]))
+    # b[r]: ranks r and r + 1 on different pools (the orders with a block edge there)
+    b = [sum(w[i] for i in edge[r]) for r in range(pp - 1)]
+    # y[r]: its decoder layers, every layer placed once; c[r] = min(N, y[r]) recomputed
+    y = [m.new_int_var(1, L, f"layers_{r}") for r in range(pp)]
+    n = m.new_int_var(0, L if p.recompute else 0, "recompute_num_layers")
+    c = [m.new_int_var(0, L, f"recomputed_{r}") for r in range(pp)]
+    for r in range(pp):
+        m.add_min_equality(c[r], [n, y[r]])
+    m.add(sum(y) == L)
+    # per rank and pool: memory within the pool's capacity, time as a linear form
+    big = max(max(map(abs, row)) for g in (p.layer_us, p.recompute_us, p.fixed_us) for row in g)
+    top = (big * (2 * L + 1) + 2 * p.boundary_us) or 1
+    t = [m.new_int_var(0, top, f"time_{r}") for r in range(pp)]
+    for r in range(pp):
+        for k in range(npools):
+            mem = p.fixed_mib[r][k] + y[r] * p.layer_mib[r][k] + c[r] * p.recompute_mib[r][k]
+            m.add(mem <= p.capacity_mib[k]).only_enforce_if(x[r][k])
+            work = p.fixed_us[r][k] + y[r] * p.layer_us[r][k] + c[r] * p.recompute_us[r][k]
+            hops = (b[r - 1] if r > 0 else 0) + (b[r] if r + 1 < pp else 0)
+            m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
+    span = m.new_int_var(0, top, "slowest_stage")
+    m.add_max_equality(span, t)
+    m.minimize((p.microbatches - 1) * span + sum(t))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 8
+    solver.parameters.max_time_in_seconds = SOLVE_SECONDS
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    layers = tuple(solver.value(v) for v in y)
+    pools = tuple(next(k for k in range(npools) if solver.value(x[r][k])) for r in range(pp))
+    nv = solver.value(n)
+    used, times = stage_values(p, layers, pools, nv)
+    # the re-check: every stage within its pool's memory, every layer placed once
+    fits = all(v <= p.capacity_mib[k] for v, k in zip(used, pools, strict=True))
+    assert sum(layers) == L and fits
+    return PoolSplit(layers, pools, nv, objective_of(p, times), tuple(times))

@@ -31,6 +31,7 @@ from planner.search.rules.parallel import (
     vpp,
     world,
 )
+from planner.search.rules.pools import pools
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 
@@ -47,6 +48,7 @@ __all__ = [
 
 RULES: tuple[Rule, ...] = (
     world,
+    pools,
     heads,
     query_groups,
     pipeline_split,

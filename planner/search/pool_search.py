@@ -1,0 +1,112 @@
+"""`planner suggest` on a cluster of pools (issue 25): the uniform degrees searched here, the
+per-stage part (layers per stage, the pools' order, block recompute) by CP-SAT
+(`planner.search.pools.plan_split`), every answer scored by the exact model.
+
+The degrees: tp a power of two within every pool's node and dividing the attention heads and
+query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool
+holds whole stages), pp the stages that makes, between the number of pools and the decoder
+layers; micro-batch sizes 1, 2 and 4 where the global batch divides; ZeRO 1; vpp 1 (interleaving
+over pools of different speeds is left out); recompute none with the solver's block count, or
+selective. Ranked by step time, or by $ per token (`objective` "cost").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout, Recompute
+from planner.inputs.plan import Job
+from planner.search.pools import (
+    PoolPlan,
+    lower_bound_s,
+    plan_split,
+    problem,
+    usd_per_million_tokens,
+)
+
+MICRO_BATCHES = (1, 2, 4)
+RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
+
+
+@dataclass(frozen=True)
+class PoolSearch:
+    """The plans that fit, best first, and how many layouts were solved."""
+
+    plans: tuple[PoolPlan, ...]
+    solved: int
+    layouts: int
+
+
+def layouts(job: Job) -> list[Layout]:
+    """Every uniform layout of the job's pools (the per-stage split left to the solver)."""
+    arch = job.arch
+    gcd = math.gcd(*(p.cluster.num_gpus for p in job.pools))
+    node = min(p.cluster.gpus_per_node for p in job.pools)
+    total = job.cluster.num_gpus
+    out = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > node or arch.num_attention_heads % tp or (arch.num_query_groups or tp) % tp:
+            continue
+        for cp in (1, 2):
+            if job.seq_length % (2 * cp):
+                continue
+            for dp in range(1, gcd // (tp * cp) + 1):
+                s = tp * cp * dp
+                if gcd % s:
+                    continue
+                pp = total // s
+                if not len(job.pools) <= pp <= arch.num_layers:
+                    continue
+                for mbs in MICRO_BATCHES:
+                    if job.global_batch_size % (dp * mbs):
+                        continue
+                    for rc in RECOMPUTE:
+                        out.append(
+                            Layout(
+                                tp=tp,
+                                pp=pp,
+                                dp=dp,
+                                cp=cp,
+                                sequence_parallel=tp > 1,
+                                micro_batch_size=mbs,
+                                recompute=rc,
+                            )
+                        )
+    return out
+
+
+def search(
+    job: Job,
+    headroom_pct: float,
+    objective: str = "throughput",
+    top: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> PoolSearch:
+    """Solve the layouts' splits, most promising first, and rank what fits. A layout whose
+    `lower_bound_s` is no better than the top-th best exact step found is not solved (every
+    plan uses every GPU, so $ per token ranks as step time does)."""
+    todo = layouts(job)
+    problems = [(lay, problem(job, lay, headroom_pct, lay.recompute == "none")) for lay in todo]
+    problems.sort(key=lambda lp: lower_bound_s(lp[1]))
+    plans: list[PoolPlan] = []
+    solved = 0
+    for i, (lay, p) in enumerate(problems):
+        if progress is not None and i % 20 == 0:
+            progress(f"pools: layout {i + 1} of {len(todo)}")
+        best = sorted(q.performance.step_time_s for q in plans)
+        if len(best) >= top and lower_bound_s(p) >= best[top - 1]:
+            break  # sorted by the bound: no later layout can enter the top
+        solved += 1
+        plan = plan_split(job, lay, headroom_pct, p=p)
+        if plan is not None:
+            plans.append(plan)
+
+    def key(p: PoolPlan) -> float:
+        if objective == "cost":
+            usd = usd_per_million_tokens(p.job, p.performance)
+            return usd if usd is not None else math.inf
+        return p.performance.step_time_s
+
+    return PoolSearch(tuple(sorted(plans, key=key)[:top]), solved, len(todo))

@@ -1,0 +1,246 @@
+"""Pipelines over heterogeneous pools (issue 25): the exact model's coefficients for the CP-SAT
+split (`planner.search.solver.solve_pools`), the exact model's score of its answer, and the search
+over the uniform degrees.
+
+What is uniform and what is per stage follows what stock Megatron-LM launches: tp, cp, ep, dp,
+micro-batch size and ZeRO stage are one value for the job; each pipeline stage holds its own
+number of decoder layers (`--pipeline-model-parallel-layout`); full recompute is Megatron's block
+method with one `--recompute-num-layers` N, which each stage applies to min(N, its layers) (the
+count is one flag, not per stage; selective recompute's modules are one list for the job).
+
+Coefficients (`problem`): for each pool k, the job as that pool sees it and the layout with every
+rank given y_a and then y_b layers, without recompute and with every layer recomputed; the exact
+memory (`planner.model.memory`) and per-micro-batch stage time (`planner.model.cost`) of every
+rank at the two counts give a line per (rank, pool): memory in MiB (rounded up) and time in
+microseconds. The pipeline's role of a rank (embedding, loss, MTP, micro-batches in flight) is
+its position, whatever pool runs it. A boundary between pools costs each of its two stages the
+slow link's hop less the pool's own, per micro-batch (1F1B's blocking sends).
+
+The answer is scored by the exact model on the pools in the solver's order; where the line was
+optimistic about memory (the exact model is the judge), the pool's capacity is lowered by the
+excess and the split solved again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+
+from planner.inputs import pipeline_layout
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, cost, memory, pools
+from planner.model.activations import BF16
+from planner.search.rules import violations
+from planner.search.solver import PoolSplit, PoolSplitProblem, solve_pools
+
+MIB = 2**20
+RESOLVE_TRIES = 4
+"""Times a split is solved again with a pool's capacity lowered by the exact model's excess."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A scored plan over pools: the job (its pools in pipeline order), the layout with its
+    per-stage split, and the exact model's memory and performance."""
+
+    job: Job
+    layout: Layout
+    memory: memory.MemoryReport
+    performance: cost.Performance
+    split: PoolSplit
+
+
+def _sample_counts(num_layers: int, pp: int) -> tuple[int, int]:
+    """Two layer counts per rank that every rank can hold at once (the fewer, the more even)."""
+    even = num_layers // pp
+    return (max(even // 2, 1), even) if even >= 2 else (1, 2)
+
+
+def _room(job: Job, layers: int) -> Job:
+    """The job with at least `layers` decoder layers (the sample of `problem` numbers every
+    rank's layers in one sequence); the pattern of dense and MoE layers is the model's own
+    where it reaches."""
+    if layers <= job.arch.num_layers:
+        return job
+    arch = job.arch.model_copy(update={"num_layers": layers})
+    for cached in ("moe_prefix", "moe_layers"):  # the copy's cached properties are the model's
+        arch.__dict__.pop(cached, None)
+    return replace(job, arch=arch)
+
+
+def problem(job: Job, layout: Layout, headroom_pct: float, recompute: bool) -> PoolSplitProblem:
+    """The CP-SAT problem of `layout`'s degrees on the job's pools (see the module docstring)."""
+    arch, pp = job.arch, layout.pp
+    ya, yb = _sample_counts(arch.num_layers, pp)
+    base = layout.with_(pipeline_layout=None, account_for_embedding_in_pipeline_split=False)
+    base = base.with_(account_for_loss_in_pipeline_split=False)
+
+    def at(y: int, full: bool) -> Layout:
+        lay = base.with_(pipeline_layers=(y,) * pp)
+        if full:
+            return lay.with_(recompute="full", recompute_method="block", recompute_num_layers=y)
+        return lay
+
+    grids: dict[str, list[list[int]]] = {n: [] for n in ("fm", "lm", "rm", "ft", "lt", "rt")}
+    caps = []
+    for k in range(len(job.pools)):
+        pj = _room(pools.pool_job(job, k), yb * pp)
+        caps.append(math.floor(memory.usable_bytes(pj.cluster.capacity_bytes, headroom_pct) / MIB))
+        mem = {
+            (y, f): memory.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)
+        }
+        tim = {(y, f): cost.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)}
+        for r in range(pp):
+            m_line = [
+                _line(mem[ya, f][r].total / MIB, mem[yb, f][r].total / MIB, ya, yb)
+                for f in (False, True)
+            ]
+            t_line = [
+                _line(sum(tim[ya, f][r]) * 1e6, sum(tim[yb, f][r]) * 1e6, ya, yb)
+                for f in (False, True)
+            ]
+            cells = (
+                ("fm", math.ceil(max(m_line[0][0], m_line[1][0]))),
+                ("lm", math.ceil(m_line[0][1])),
+                ("rm", min(math.ceil(m_line[1][1] - m_line[0][1]), 0)),
+                ("ft", round(min(t_line[0][0], t_line[1][0]))),
+                ("lt", round(t_line[0][1])),
+                ("rt", max(round(t_line[1][1] - t_line[0][1]), 0)),
+            )
+            for name, v in cells:
+                if k == 0:
+                    grids[name].append([])
+                grids[name][r].append(v)
+    g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
+    return PoolSplitProblem(
+        num_layers=arch.num_layers,
+        stages=pools.pool_stages(job, layout),
+        capacity_mib=tuple(caps),
+        fixed_mib=g["fm"],
+        layer_mib=g["lm"],
+        recompute_mib=g["rm"],
+        fixed_us=g["ft"],
+        layer_us=g["lt"],
+        recompute_us=g["rt"],
+        boundary_us=round(_boundary_s(job, layout) * 1e6),
+        microbatches=layout.num_microbatches(job.global_batch_size),
+        recompute=recompute,
+    )
+
+
+def _line(a: float, b: float, ya: int, yb: int) -> tuple[float, float]:
+    """(value at 0 layers, per layer) of the line through (ya, a) and (yb, b)."""
+    slope = (b - a) / (yb - ya)
+    return a - ya * slope, slope
+
+
+def _boundary_s(job: Job, layout: Layout) -> float:
+    """What one stage's pair of sends costs more on the slow link than inside a pool."""
+    t = layout.micro_batch_size * job.seq_length / layout.cp
+    size = t * job.arch.hidden_size * BF16 / (layout.tp if layout.sequence_parallel else 1)
+    assert job.between_pools is not None
+    wan = comms.p2p(size, comms.achieved(job.between_pools, False))
+    inner = min(
+        comms.p2p(size, comms.p2p_link(p.cluster, pools.stage_gpus(layout), 2)) for p in job.pools
+    )
+    return max(wan - inner, 0.0)
+
+
+def apply(job: Job, layout: Layout, split: PoolSplit) -> tuple[Job, Layout]:
+    """The job with its pools in the split's pipeline order and the layout with its stages."""
+    order = list(dict.fromkeys(split.pools))
+    ordered = replace(job, pools=tuple(job.pools[k] for k in order))
+    stages = pipeline_layout.stages_of([[y] for y in split.layers], job.arch.mtp_num_layers)
+    lay = layout.with_(pipeline_layers=None, pipeline_layout=stages, vpp=1)
+    if split.recompute_layers:
+        n = split.recompute_layers
+        lay = lay.with_(recompute="full", recompute_method="block", recompute_num_layers=n)
+    return ordered, lay
+
+
+def lower_bound_s(p: PoolSplitProblem) -> float:
+    """Seconds no split of the problem beats, memory aside, in the solver's objective
+    (m - 1) max_r t_r + sum_r t_r: max_r t_r is at least the slowest stage of the fluid split
+    (each rank at its fastest pool's per-layer time, layers divisible), and sum_r t_r at least
+    every layer at the fastest per-layer time plus each rank's least fixed time."""
+    rates = [1 / max(min(row), 1) for row in p.layer_us]
+    fluid = p.num_layers / sum(rates)
+    total = p.num_layers * min(map(min, p.layer_us)) + sum(max(min(row), 0) for row in p.fixed_us)
+    return ((p.microbatches - 1) * fluid + total) * 1e-6
+
+
+def plan_split(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float,
+    recompute: bool = True,
+    p: PoolSplitProblem | None = None,
+) -> PoolPlan | None:
+    """Solve the split of `layout`'s degrees over the pools and score it exactly; None when no
+    split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings)."""
+    if p is None:
+        p = problem(job, layout, headroom_pct, recompute and layout.recompute == "none")
+    for _ in range(RESOLVE_TRIES):
+        split = solve_pools(p)
+        if split is None:
+            return None
+        pj, lay = apply(job, layout, split)
+        if violations(pj, lay):
+            return None
+        mem = memory.estimate(pj, lay, headroom_pct)
+        if mem.fits:
+            return PoolPlan(pj, lay, mem, cost.estimate(pj, lay), split)
+        caps = list(p.capacity_mib)
+        for st in mem.stages:
+            over = math.ceil((st.total - st.capacity) / MIB)
+            k = next(i for i, q in enumerate(job.pools) if q.name == st.pool)
+            if over > 0:
+                caps[k] -= over
+        p = replace(p, capacity_mib=tuple(caps))
+    return None
+
+
+@dataclass(frozen=True)
+class SlowLink:
+    """What the link between pools costs a plan: one message's hop on it, the pool boundaries
+    the pipeline crosses, and the step time it adds over a link as fast as the first pool's
+    own outermost tier (the exact model run twice)."""
+
+    hop_s: float
+    crossings: int
+    added_s: float
+    share: float
+
+
+def slow_link(job: Job, layout: Layout, perf: cost.Performance) -> SlowLink | None:
+    """The slow link's part of a plan's step (None with one pool)."""
+    if len(job.pools) < 2 or job.between_pools is None or layout.pp < 2:
+        return None
+    fast = cost.estimate(pools.without_slow_link(job), layout)
+    t = layout.micro_batch_size * job.seq_length / layout.cp
+    size = t * job.arch.hidden_size * BF16 / (layout.tp if layout.sequence_parallel else 1)
+    hop = comms.p2p(size, comms.achieved(job.between_pools, False))
+    ranks = pools.rank_pools(job, layout)
+    crossings = sum(a != b for a, b in itertools.pairwise(ranks))
+    added = perf.step_time_s - fast.step_time_s
+    return SlowLink(hop, crossings, added, added / perf.step_time_s)
+
+
+def price_per_hour(job: Job) -> float | None:
+    """$ per hour of every GPU of the job (None when a pool's GPU has no price)."""
+    total = 0.0
+    for p in job.pools:
+        if p.price is None:
+            return None
+        total += p.price * p.cluster.num_gpus
+    return total
+
+
+def usd_per_million_tokens(job: Job, perf: cost.Performance) -> float | None:
+    """$ per million trained tokens at the predicted step time (no failures counted)."""
+    rate = price_per_hour(job)
+    if rate is None:
+        return None
+    return rate / 3600 * perf.step_time_s / job.tokens_per_step * 1e6
