@@ -37,6 +37,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
 from planner.ops import operations
+from planner.search import pools as pool_search
 from planner.search.rules import check_plan
 
 
@@ -97,8 +98,11 @@ def explain(
     if timeline_path is not None:
         svg = timeline.pipeline_svg(job, layout, perf)
         plot.write_svg(timeline_path, svg, "--timeline")
+    link = pool_search.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share
     if as_json:
         data = report.plan_dict(job.arch, layout, rep, perf)
+        if link is not None:
+            data["performance"]["between_pools"] = report.slow_link_dict(link)
         if ops is not None:
             data["operations"] = report.operations_dict(ops)
         if timeline_path is not None:
@@ -111,6 +115,8 @@ def explain(
         emit_json(data)
     else:
         render.print_explain(out, job, layout, rep, perf)
+        if link is not None:
+            out.print(report.slow_link_text(link), highlight=False)
         if run is not None:
             out.print(calibration.measured_table(run, prof))
         for line in calibration.profile_lines(prof) if prof is not None else []:

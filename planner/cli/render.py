@@ -91,6 +91,12 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
     timed = perf is not None and len(perf.stages) == len(rep.stages)
     t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
     cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
+    pooled = any(st.pool for st in rep.stages)  # heterogeneous pools: each stage's pool and GPU
+    if pooled:
+        t.title = title.replace(capacity_text(rep), "per stage's GPU, less headroom") + (
+            "; time per micro-batch (ms)" if timed else ""
+        )
+        cols[1:1] = ["pool", "gpu", "capacity"]
     for col in cols + (["fwd ms", "bwd ms"] if timed else []):
         t.add_column(col, justify="right")
     worst = rep.worst.stage
@@ -98,6 +104,8 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
         mark = " <- worst" if st.stage == worst else ""
         style = "bold red" if st.stage == worst and not rep.fits else None
         cells = [f"{st.stage}{mark}", str(st.layers)]
+        if pooled:
+            cells[1:1] = [st.pool, st.gpu, gib(rep.room(st))]
         cells += [gib(v) for v in (st.weights, st.grads, st.optimizer, st.activations, st.other)]
         cells.append(gib(st.total))
         if timed and perf is not None:
@@ -110,6 +118,10 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
 def cluster_text(job: Job) -> str:
     """'8 x h100-sxm-80gb', with the plan's power cap and HBM override where set."""
     c = job.cluster
+    if job.pools:
+        return " + ".join(
+            f"{p.cluster.num_gpus} x {p.cluster.gpu.name} ({p.name})" for p in job.pools
+        )
     extra = []
     if c.power_limit_w is not None:
         extra.append(f"{c.power_limit_w:g} W cap")
@@ -133,8 +145,11 @@ def print_check(
             f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})", markup=True
         )
         return
+    on = f"stage {rep.worst.stage}"
+    if rep.worst.pool:  # the binding stage, its pool and GPU
+        on += f" (pool {escape(repr(rep.worst.pool))}, {rep.worst.gpu})"
     console.print(
-        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on stage {rep.worst.stage}, "
+        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on {on}, "
         f"{gib(rep.shortfall)} GiB over",
         markup=True,
     )

@@ -15,6 +15,7 @@ from planner.model import params
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport, StageMemory
 from planner.ops import operations as ops
+from planner.search import pools as pool_search
 from planner.search import scaling
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
@@ -33,7 +34,9 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
 
 
 def stage_dict(st: StageMemory) -> dict[str, Any]:
+    pool = {"pool": st.pool, "gpu": st.gpu, "capacity_gib": _gib(st.capacity)} if st.pool else {}
     return {
+        **pool,
         "stage": st.stage,
         "layers": st.layers,
         "weights_gib": _gib(st.weights),
@@ -237,3 +240,22 @@ def infeasible_dict(
     if job is not None:
         d["job"] = job_dict(job, defaulted)
     return d
+
+
+def slow_link_dict(link: pool_search.SlowLink) -> dict[str, Any]:
+    """JSON `performance.between_pools`: the link between pools' part of the step."""
+    return {
+        "hop_ms": round(link.hop_s * 1e3, 3),
+        "crossings": link.crossings,
+        "step_time_added_s": round(link.added_s, 4),
+        "share": round(link.share, 4),
+    }
+
+
+def slow_link_text(link: pool_search.SlowLink) -> str:
+    """explain's line on the link between pools."""
+    return (
+        f"link between pools: {link.crossings} crossing(s) of {link.hop_s * 1e3:,.1f} ms per "
+        f"message each way; it adds {link.added_s * 1e3:,.0f} ms per step over the pools' own "
+        f"link ({link.share:.1%} of the step)"
+    )

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from planner import __version__
-from planner.cli import calibration, render_suggest, report
+from planner.cli import calibration, pools_suggest, render_suggest, report
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     BatchOpt,
@@ -120,6 +120,9 @@ def suggest(
         )
     if not as_json:
         print_job(err, "planning", req)
+    if job.pools:  # heterogeneous pools: planner.cli.pools_suggest
+        pools_suggest.run(job, space, top, objective, as_json, write_plan, model_ref)
+        return
     res, rows = search_rows(job, space, top, objective, progress=lambda msg: err.print(msg))
     if not res.candidates:
         why = explain_infeasible(job, space, res)

@@ -1,0 +1,81 @@
+"""check / explain / suggest on plans over pools (issue 25), through the CLI.
+
+Oracles: the contract (exit 0 fits, 1 does not fit naming the stage, its pool and the excess,
+2 bad input naming the field and value), and hand arithmetic in comments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+POOLS = """[model]
+name = "llama3.1-8b"
+[cluster]
+[[cluster.pools]]
+name = "fast"
+gpu = "h100-sxm-80gb"
+num_gpus = 16
+[[cluster.pools]]
+name = "slow"
+gpu = "a100-sxm-80gb"
+num_gpus = 16
+[cluster.between_pools]
+bandwidth_gb_per_s_per_gpu = 6.25
+latency_us = 10000
+[training]
+seq_length = 4096
+global_batch_size = 64
+"""
+
+
+def write(tmp_path: Path, parallel: str) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(POOLS + "[parallel]\n" + parallel)
+    return path
+
+
+def test_check_json_names_pool_and_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # stages of tp 2 x dp 8 = 16 GPUs: one per pool, pp 2
+    path = write(tmp_path, 'tp = 2\npp = 2\npipeline_model_parallel_layout = "Et*20|t*12L"\n')
+    code, out, _ = run(["check", str(path), "--json"], capsys)
+    assert code == 0
+    stages = json.loads(out)["memory"]["stages"]
+    assert [(s["pool"], s["gpu"], s["layers"]) for s in stages] == [
+        ("fast", "h100-sxm-80gb", 20),
+        ("slow", "a100-sxm-80gb", 12),
+    ]
+
+
+def test_explain_reports_the_slow_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "tp = 2\npp = 2\n")
+    code, out, _ = run(["explain", str(path), "--json"], capsys)
+    assert code == 0
+    link = json.loads(out)["performance"]["between_pools"]
+    assert link["crossings"] == 1
+    # 10 ms latency per message: at least that much per hop
+    assert link["hop_ms"] >= 10.0 and 0 < link["share"] < 1
+
+
+def test_stage_over_its_gpu_exits_1_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The slow pool's 80 GB A100 given a 20 GiB memory_gib: its stage cannot hold 16 layers."""
+    text = POOLS.replace('gpu = "a100-sxm-80gb"\n', 'gpu = "a100-sxm-80gb"\nmemory_gib = 20.0\n')
+    path = tmp_path / "plan.toml"
+    path.write_text(text + "[parallel]\ntp = 2\npp = 2\n")
+    code, out, _ = run(["check", str(path)], capsys)
+    assert code == 1
+    assert "stage 1 (pool 'slow', a100-sxm-80gb)" in out and "GiB over" in out
+
+
+def test_pool_size_not_whole_stages_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pp 1: one stage of tp 2 x dp 16 = 32 GPUs, which no pool of 16 holds
+    path = write(tmp_path, "tp = 2\npp = 1\n")
+    code, _, err = run(["check", str(path)], capsys)
+    assert code == 2
+    assert "cluster.pools" in err and "16 GPUs" in err and "= 32" in err
