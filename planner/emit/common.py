@@ -203,9 +203,14 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
     job = plan.job
     verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
     source = plan.path.name if plan.path is not None else "<inline plan>"
+    gpus = f"{job.cluster.num_gpus} x {job.cluster.gpu.name}"
+    if job.pools:  # heterogeneous pools, in pipeline order
+        gpus = " + ".join(
+            f"{p.cluster.num_gpus} x {p.cluster.gpu.name} ({p.name})" for p in job.pools
+        )
     return [
         f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
-        f"model {job.arch.name} on {job.cluster.num_gpus} x {job.cluster.gpu.name}, "
+        f"model {job.arch.name} on {gpus}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
         f"layout: {lay.describe()}",
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from planner.emit import bridge, k8s, megatron, slurm, torchrun, torchtitan, torchtitan_run
 from planner.emit.common import check_job_name
+from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
 from planner.search.rules import check_plan
@@ -44,6 +45,9 @@ COMPANIONS: dict[str, tuple[tuple[Renderer, str], ...]] = {
 
 FRAMEWORK = {"torchtitan": "torchtitan"}
 """target -> the plan framework it needs (the others launch Megatron-LM)."""
+
+POOL_TARGETS = ("slurm", "torchrun", "megatron-args")
+"""The targets that launch a plan over pools (planner.emit.pools)."""
 
 EXECUTABLE = {"torchrun", "slurm", "torchtitan-train.sh", "torchtitan-train.sbatch"}
 
@@ -74,6 +78,11 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
             f"{where}: training.framework: --target {target} launches {need}, the plan trains "
             f"with {plan.job.framework} (targets for it: {', '.join(fits)})"
         )
+    if plan.job.pools and target not in POOL_TARGETS:  # ranks must land on their pools
+        raise InputError(
+            f"{plan.path}: cluster.pools: --target {target} cannot place pipeline ranks on pools; "
+            f"use one of {', '.join(POOL_TARGETS)}"
+        )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(plan, check_job_name(job_name))
@@ -98,6 +107,8 @@ def launch(
     files = [(out_dir / file_name, text, target in EXECUTABLE)]
     for renderer, extra in COMPANIONS.get(target, ()):
         files.append((out_dir / extra, renderer(plan, name), extra in EXECUTABLE))
+    if target == "torchrun" and plan.job.pools:  # one script per pool (planner.emit.pools)
+        files = [(out_dir / f, body, True) for f, body in pool_files(plan, name)]
     for path, _, _ in files:
         if path.exists() and not force:
             raise InputError(f"{path}: already exists; pass --force to overwrite it")

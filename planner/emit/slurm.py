@@ -13,7 +13,15 @@ from __future__ import annotations
 import re
 
 from planner.emit.common import comment_block, header, nodes, predict, slug
-from planner.emit.torchrun import MEGATRON_WORDS, settings_block, torchrun_body
+from planner.emit.pools import pool_nodes, rank_lines
+from planner.emit.torchrun import (
+    MEGATRON_WORDS,
+    env_block,
+    megatron_arrays,
+    pool_distributed,
+    settings_block,
+    torchrun_body,
+)
 from planner.inputs.plan import Plan
 
 DEFAULT_TIME = "04:00:00"
@@ -27,7 +35,9 @@ def sbatch_name(job_name: str) -> str:
 
 
 def render(plan: Plan, job_name: str) -> str:
-    """The whole sbatch script."""
+    """The whole sbatch script (with pools: a heterogeneous job, `planner.emit.pools`)."""
+    if plan.job.pools:
+        return render_hetjob(plan, job_name)
     n = nodes(plan)
     p = predict(plan)
     name = sbatch_name(job_name)
@@ -58,4 +68,51 @@ def render(plan: Plan, job_name: str) -> str:
         + torchrun_body(plan, n, '"$SLURM_JOB_ID"')
         + "# one torchrun per node; it starts one worker per GPU\n"
         + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+    )
+
+
+def render_hetjob(plan: Plan, job_name: str) -> str:
+    """The sbatch script of a heterogeneous job, one component per pool."""
+    p = predict(plan)
+    name = sbatch_name(job_name)
+    pools = pool_nodes(plan)
+    total = sum(n for _, n, _, _ in pools)
+    per = pools[0][2]
+    sb = ""
+    for k, (pool, count, gpus, _) in enumerate(pools):
+        if k:
+            sb += "#SBATCH hetjob\n"
+        sb += f"# component {k}: pool {pool}\n"
+        common = [f"--nodes={count}", "--ntasks-per-node=1", f"--gpus-per-node={gpus}"]
+        common += ["--exclusive", f"--time={DEFAULT_TIME}"]
+        if k == 0:
+            common = [f"--job-name={name}", *common, f"--output={name}-%j.out"]
+        sb += "".join(f"#SBATCH {d}\n" for d in common)
+    groups = ",".join(str(k) for k in range(len(pools)))
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "slurm", job_name, p),
+                *rank_lines(plan),
+                "a Slurm heterogeneous job: add each component's --partition / --constraint "
+                "(its pool's nodes) to its #SBATCH lines; submit with sbatch",
+            ]
+        )
+        + sb
+        + "\nset -euo pipefail\n\n"
+        + settings_block(job_name, False, p.checkpoint_interval_steps)
+        + "\n# the first node of component 0 (the first pipeline ranks) is the master\n"
+        + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0")\n'
+        + 'MASTER_ADDR="${NODES[0]}"\n\n'
+        + env_block(plan)
+        + "\n"
+        + pool_distributed(total, per, None)
+        + megatron_arrays(plan)
+        + "\n# one task per node over every component in pipeline order: SLURM_PROCID is the\n"
+        + "# node rank, so pipeline rank r lands on its pool\n"
+        + "# shellcheck disable=SC2016 # SLURM_PROCID expands in each task, not here\n"
+        + f"srun --het-group={groups} --kill-on-bad-exit=1 bash -c \\\n"
+        + '    \'exec torchrun --node-rank "$SLURM_PROCID" "$@"\' \\\n'
+        + f'    torchrun-node "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
     )

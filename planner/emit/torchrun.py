@@ -11,6 +11,7 @@ same script on every node. `planner.emit.slurm` reuses these blocks.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -25,6 +26,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.megatron import Arg, arguments
+from planner.emit.pools import pool_nodes, rank_lines
 from planner.inputs.plan import Plan
 
 
@@ -150,7 +152,10 @@ def torchrun_body(plan: Plan, n: Nodes, rdzv_id: str) -> str:
 
 
 def render(plan: Plan, job_name: str) -> str:
-    """The whole torchrun script."""
+    """The whole torchrun script (with pools: the first pool's, `planner.emit.pools`; launch
+    --out writes every pool's)."""
+    if plan.job.pools:
+        return render_pool(plan, job_name, 0)
     n = nodes(plan)
     p = predict(plan)
     how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
@@ -168,3 +173,53 @@ def render(plan: Plan, job_name: str) -> str:
         + torchrun_body(plan, n, '"$JOB_NAME"')
         + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
     )
+
+
+# --- heterogeneous pools (planner.emit.pools) ---
+
+POOL_MASTER_PORT = 29400
+"""torchrun's static rendezvous port on the first node of the first pool."""
+
+
+def pool_distributed(nnodes: int, per: int, node_rank: str | None) -> str:
+    words = [("--nnodes", q(str(nnodes))), ("--nproc-per-node", q(str(per)))]
+    if node_rank is not None:
+        words.append(("--node-rank", node_rank))
+    words += [("--master-addr", '"$MASTER_ADDR"'), ("--master-port", q(str(POOL_MASTER_PORT)))]
+    return array("DISTRIBUTED_ARGS", words)
+
+
+def render_pool(plan: Plan, job_name: str, k: int) -> str:
+    """The torchrun script of pool k: run on each of its nodes with NODE_INDEX set."""
+    p = predict(plan)
+    pools = pool_nodes(plan)
+    pool, nodes, per, first = pools[k]
+    total = sum(n for _, n, _, _ in pools)
+    return (
+        "#!/usr/bin/env bash\n"
+        + comment_block(
+            [
+                *header(plan, "torchrun", job_name, p),
+                *rank_lines(plan),
+                f"this file: pool {pool!r}, {nodes} node(s): run it on each with NODE_INDEX = "
+                f"0 .. {nodes - 1} and MASTER_ADDR = the first node of pool {pools[0][0]!r}",
+            ]
+        )
+        + "set -euo pipefail\n\n"
+        + settings_block(job_name, True, p.checkpoint_interval_steps)
+        + f"NODE_RANK=$(( {first} + ${{NODE_INDEX:?set NODE_INDEX: 0 .. {nodes - 1}}} ))\n\n"
+        + env_block(plan)
+        + "\n"
+        + pool_distributed(total, per, '"$NODE_RANK"')
+        + megatron_arrays(plan)
+        + f'\nexec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+    )
+
+
+def pool_files(plan: Plan, job_name: str) -> list[tuple[str, str]]:
+    """(file name, text) of every pool's torchrun script: train-<k>-<slug>.sh."""
+    out = []
+    for k, pool in enumerate(plan.job.pools):
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", pool.name).strip("-.")[:40] or "pool"
+        out.append((f"train-{k}-{slug}.sh", render_pool(plan, job_name, k)))
+    return out
