@@ -76,7 +76,15 @@ def run(
     )
     solo = alone(job, space, objective) if objective == "cost" else []
     if not res.plans:
-        msg = f"no layout of {res.layouts} fits the pools (every split solved or bounded)"
+        msg = f"no layout of {res.layouts} fits the pools"
+        near = res.closest
+        if near is not None:  # the binding constraint: which stage, which pool, by how much
+            pool = job.pools[near.pool]
+            msg += (
+                f"; the closest, {near.layout.describe()}, needs {near.over_mib / 1024:.1f} GiB "
+                f"more on stage {near.stage} (pool {pool.name!r}, {pool.cluster.gpu.name}) than "
+                f"its {near.capacity_mib / 1024:.1f} GiB usable"
+            )
         if as_json:
             emit_json({"candidates": [], "reason": msg})
         else:

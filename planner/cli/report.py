@@ -257,5 +257,6 @@ def slow_link_text(link: pool_search.SlowLink) -> str:
     return (
         f"link between pools: {link.crossings} crossing(s) of {link.hop_s * 1e3:,.1f} ms per "
         f"message each way; it adds {link.added_s * 1e3:,.0f} ms per step over the pools' own "
-        f"link ({link.share:.1%} of the step)"
+        f"link ({link.share:.1%} of the step); TP, CP, EP and DP groups stay inside each pool "
+        "(a stage is tp x cp x dp consecutive ranks), only pipeline sends cross"
     )

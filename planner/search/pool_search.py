@@ -20,11 +20,13 @@ from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
 from planner.search.pools import (
     PoolPlan,
+    apply,
     lower_bound_s,
     plan_split,
     problem,
     usd_per_million_tokens,
 )
+from planner.search.solver import solve_pools
 
 MICRO_BATCHES = (1, 2, 4)
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
@@ -37,6 +39,42 @@ class PoolSearch:
     plans: tuple[PoolPlan, ...]
     solved: int
     layouts: int
+    closest: Closest | None = None
+    """When nothing fits: the layout that comes nearest (`closest`)."""
+
+
+@dataclass(frozen=True)
+class Closest:
+    """The binding constraint of an infeasible mix: the layout whose best split exceeds its
+    worst stage's capacity the least, that stage, its pool (index into the job's pools) and
+    the MiB it lacks (the solver's relaxed split, memory lines from the exact model)."""
+
+    layout: Layout
+    stage: int
+    pool: int
+    over_mib: int
+    capacity_mib: int
+
+
+CLOSEST_TRIES = 8
+"""Layouts tried for `closest`: mbs 1, no recompute (the solver may add block recompute), most
+sharded first (largest tp x cp x pp: the least memory per GPU)."""
+
+
+def closest(job: Job, headroom_pct: float, todo: list[Layout]) -> Closest | None:
+    """The nearest miss among the most sharded layouts (relaxed CP-SAT: least excess)."""
+    light = [lay for lay in todo if lay.micro_batch_size == 1 and lay.recompute == "none"]
+    light.sort(key=lambda lay: -(lay.tp * lay.cp * lay.pp))
+    best: Closest | None = None
+    for lay in light[:CLOSEST_TRIES]:
+        p = problem(job, lay, headroom_pct, True)
+        split = solve_pools(p, relax=True)
+        if split is None:
+            continue
+        r, k, over = split.binding(p)
+        if best is None or over < best.over_mib:
+            best = Closest(apply(job, lay, split)[1], r, k, over, p.capacity_mib[k])
+    return best
 
 
 def layouts(job: Job) -> list[Layout]:
@@ -109,4 +147,5 @@ def search(
             return usd if usd is not None else math.inf
         return p.performance.step_time_s
 
-    return PoolSearch(tuple(sorted(plans, key=key)[:top]), solved, len(todo))
+    near = None if plans else closest(job, headroom_pct, todo)
+    return PoolSearch(tuple(sorted(plans, key=key)[:top]), solved, len(todo), near)

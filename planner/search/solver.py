@@ -119,6 +119,15 @@ class PoolSplit:
     recompute_layers: int
     objective: int
     times: tuple[int, ...]
+    excess_mib: int = 0
+    """MiB the most loaded stage lacks (relaxed solves only)."""
+
+    def binding(self, p: PoolSplitProblem) -> tuple[int, int, int]:
+        """(stage, pool, MiB over its capacity) of the stage furthest over."""
+        used, _ = stage_values(p, self.layers, self.pools, self.recompute_layers)
+        over = [v - p.capacity_mib[k] for v, k in zip(used, self.pools, strict=True)]
+        r = max(range(len(over)), key=over.__getitem__)
+        return r, self.pools[r], over[r]
 
 
 def stage_values(
@@ -142,10 +151,12 @@ def objective_of(p: PoolSplitProblem, times: list[int]) -> int:
     return (p.microbatches - 1) * max(times) + sum(times)
 
 
-def solve_pools(p: PoolSplitProblem) -> PoolSplit | None:
+def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     """Layers per stage, stage-to-pool assignment (contiguous blocks, any pool order) and the
     block recompute count minimising `objective_of` under every stage's memory; None when no
-    assignment fits. Re-checked by `stage_values`."""
+    assignment fits. Re-checked by `stage_values`. With `relax`, every capacity may be exceeded
+    by one excess, and the assignment minimising it is returned (`PoolSplit.excess_mib`: what
+    the closest assignment lacks; the binding stage is the one at it)."""
     from ortools.sat.python import cp_model
 
     pp, npools, L = sum(p.stages), len(p.stages), p.num_layers
@@ -180,6 +191,9 @@ def solve_pools(p: PoolSplitProblem) -> PoolSplit | None:
     for r in range(pp):
         m.add_min_equality(c[r], [n, y[r]])
     m.add(sum(y) == L)
+    # excess: MiB any stage may exceed its pool's capacity by (0 unless relaxed)
+    top_mib = sum(max(map(abs, row)) for g in (p.fixed_mib, p.layer_mib) for row in g) * (L + 1)
+    excess = m.new_int_var(0, top_mib if relax else 0, "excess_mib")
     # per rank and pool: memory within the pool's capacity, time as a linear form
     big = max(max(map(abs, row)) for g in (p.layer_us, p.recompute_us, p.fixed_us) for row in g)
     top = (big * (2 * L + 1) + 2 * p.boundary_us) or 1
@@ -187,13 +201,16 @@ def solve_pools(p: PoolSplitProblem) -> PoolSplit | None:
     for r in range(pp):
         for k in range(npools):
             mem = p.fixed_mib[r][k] + y[r] * p.layer_mib[r][k] + c[r] * p.recompute_mib[r][k]
-            m.add(mem <= p.capacity_mib[k]).only_enforce_if(x[r][k])
+            m.add(mem <= p.capacity_mib[k] + excess).only_enforce_if(x[r][k])
             work = p.fixed_us[r][k] + y[r] * p.layer_us[r][k] + c[r] * p.recompute_us[r][k]
             hops = (b[r - 1] if r > 0 else 0) + (b[r] if r + 1 < pp else 0)
             m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
     span = m.new_int_var(0, top, "slowest_stage")
     m.add_max_equality(span, t)
-    m.minimize((p.microbatches - 1) * span + sum(t))
+    if relax:
+        m.minimize(excess)
+    else:
+        m.minimize((p.microbatches - 1) * span + sum(t))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 8
     solver.parameters.max_time_in_seconds = SOLVE_SECONDS
@@ -205,6 +222,6 @@ def solve_pools(p: PoolSplitProblem) -> PoolSplit | None:
     nv = solver.value(n)
     used, times = stage_values(p, layers, pools, nv)
     # the re-check: every stage within its pool's memory, every layer placed once
-    fits = all(v <= p.capacity_mib[k] for v, k in zip(used, pools, strict=True))
-    assert sum(layers) == L and fits
-    return PoolSplit(layers, pools, nv, objective_of(p, times), tuple(times))
+    over = max(v - p.capacity_mib[k] for v, k in zip(used, pools, strict=True))
+    assert sum(layers) == L and over <= solver.value(excess)
+    return PoolSplit(layers, pools, nv, objective_of(p, times), tuple(times), max(over, 0))

@@ -79,3 +79,21 @@ def test_pool_size_not_whole_stages_exits_2(
     code, _, err = run(["check", str(path)], capsys)
     assert code == 2
     assert "cluster.pools" in err and "16 GPUs" in err and "= 32" in err
+
+
+def test_suggest_infeasible_mix_names_binding_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama 3.1 70B on 16 GPUs of 20 GiB and 16 of 10 GiB: about 70e9 x 18 bytes of weights,
+    gradients and Adam states over 32 GPUs is ~39 GB each before activations: nothing fits;
+    exit 1 naming the stage, its pool and the GiB it lacks."""
+    text = POOLS.replace("llama3.1-8b", "llama3.1-70b")
+    text = text.replace("num_gpus = 16\n[[", "num_gpus = 16\nmemory_gib = 20.0\n[[", 1)
+    text = text.replace('gpu = "a100-sxm-80gb"\n', 'gpu = "a100-sxm-80gb"\nmemory_gib = 10.0\n')
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    code, out, _ = run(["suggest", str(path)], capsys)
+    assert code == 1
+    flat = " ".join(out.split())
+    assert "the closest" in flat and "on stage" in flat and "(pool '" in flat
+    assert "GiB more" in flat
