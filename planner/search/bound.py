@@ -7,10 +7,13 @@ brute-forced problems and tests/search/test_bound.py that the compute part is
 
 from __future__ import annotations
 
+from collections import Counter
+
+from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost
-from planner.model.stage_time import layout_times, rank_mix
+from planner.model.stage_time import LayoutTimes, layout_times, rank_layers, rank_mix
 from planner.search.rungs import NONE
 
 
@@ -60,10 +63,42 @@ def lower_bound(job: Job, layout: Layout) -> float:
 
 
 def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
-    """Micro-batches and each rank's floor under its stage time per micro-batch (`lower_bound`)."""
-    m, floors, tps = rank_floors(job, NONE.on(layout))
+    """Micro-batches and the floor under each kind of rank's stage time per micro-batch
+    (`lower_bound`), once per kind: `rank_floors`' terms, computed once for all the ranks that run
+    the same (dense, MoE, output) layer counts (without memory savers each rank's mix is those
+    counts of the layout's dense and MoE layer, `stage_time.rank_mix`), each repeated as often
+    as such ranks occur (max and sum are what the bounds read)."""
+    lay = NONE.on(layout)
+    t = layout_times(job, lay)
     share = comms.sm_share(job.cluster)
-    return m, [f + share * tp for f, tp in zip(floors, tps, strict=True)]
+    out: list[float] = []
+    for (n_dense, n_moe, heads), times in _rank_counts(job, lay, t):
+        c = a2a = tp = 0.0
+        for k, n in ((t.dense, n_dense), (t.moe, n_moe)):
+            c += n * (k.fwd + k.bwd)
+            a2a += n * k.ep
+            tp += n * (k.tp + (1 - share) * k.tp_hidden)
+        c += max(a2a - c, 0.0) + share * min(a2a, c) if lay.ep_comm_overlap else a2a
+        out += [c + heads * t.out + share * tp] * times
+    return t.m, out
+
+
+_COUNTS: dict[tuple[object, ...], tuple[ModelArch, list[tuple[tuple[int, int, int], int]]]] = {}
+
+
+def _rank_counts(job: Job, lay: Layout, t: LayoutTimes) -> list[tuple[tuple[int, int, int], int]]:
+    """Each distinct `stage_time.rank_layers` of the layout's ranks and how many ranks have it;
+    remembered per model and pipeline split (all they depend on)."""
+    key = (id(job.arch), lay.split_key(), t.mtp_rank)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is job.arch:
+        return hit[1]
+    counts = Counter(
+        rank_layers(job, lay, rank, chunks, t)
+        for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers))
+    )
+    _COUNTS[key] = (job.arch, list(counts.items()))
+    return _COUNTS[key][1]
 
 
 def base_bound(job: Job, layout: Layout) -> float:

@@ -40,6 +40,21 @@ def test_rank_floors_are_compute_floor(name: str) -> None:
         assert (lay.tp == 1) == (max(tps) == 0) or share == 0
 
 
+@pytest.mark.parametrize("name", ["mixtral-ep-overlap", "llama70b-uneven", "sc21-1.7b-32xa100"])
+def test_stage_floors_per_kind_of_rank_are_rank_floors(name: str) -> None:
+    """The bounds' fast path (one floor per kind of rank, repeated) is rank_floors' per-rank
+    terms, bit for bit, in some order."""
+    job, _ = PROBLEMS[name]
+    share = None
+    for lay in _some_bases(name, 40):
+        m, floors, tps = bounds.rank_floors(job, NONE.on(lay))
+        share = comms.sm_share(job.cluster)
+        per_rank = sorted(f + share * tp for f, tp in zip(floors, tps, strict=True))
+        fast_m, fast = bounds._stage_floors(job, lay)
+        assert (fast_m, sorted(fast)) == (m, per_rank), lay.describe()
+    assert share is not None
+
+
 @pytest.mark.parametrize(
     "name", ["mixtral-8x7b-16xh100", "llama8b-tiny-memory", "sc21-1.7b-32xa100"]
 )
