@@ -115,6 +115,33 @@ def layouts(job: Job) -> list[Layout]:
     return out
 
 
+def refined(job: Job, headroom_pct: float, plans: list[PoolPlan]) -> list[PoolPlan]:
+    """The top plans' layouts with Megatron's TP overlap (tp > 1 with sequence parallelism) and
+    with ZeRO 2, alone and together, split and scored again (the settings the ordinary search's
+    memory savers and overlaps also try; a plan the rules refuse is dropped)."""
+    out = []
+    for plan in plans:
+        base = plan.layout.with_(pipeline_layout=None, recompute=_base_recompute(plan.layout))
+        base = base.with_(recompute_method="uniform", recompute_num_layers=1)
+        tried = [base.with_(zero_stage=2)]
+        if base.tp > 1 and base.sequence_parallel:
+            tried += [
+                base.with_(tp_comm_overlap=True),
+                base.with_(tp_comm_overlap=True, zero_stage=2),
+            ]
+        # the solver's answer orders the pools: start again from the job's own order
+        for lay in tried:
+            better = plan_split(job, lay, headroom_pct)
+            if better is not None:
+                out.append(better)
+    return out
+
+
+def _base_recompute(lay: Layout) -> Recompute:
+    """The recompute the search started from (block full recompute is the solver's)."""
+    return "none" if lay.recompute == "full" and lay.recompute_method == "block" else lay.recompute
+
+
 def search(
     job: Job,
     headroom_pct: float,
@@ -140,6 +167,10 @@ def search(
         plan = plan_split(job, lay, headroom_pct, p=p)
         if plan is not None:
             plans.append(plan)
+
+    plans += refined(
+        job, headroom_pct, sorted(plans, key=lambda q: q.performance.step_time_s)[:top]
+    )
 
     def key(p: PoolPlan) -> float:
         if objective == "cost":
