@@ -18,8 +18,8 @@ across machines. Targets (whole process, on a quiet 2-core machine):
     DeepSeek-V3 on 2,048 H800 (seq 4096, batch 15,360 sequences:
       the DeepSeek-V3 paper's 15,360-sequence batch)                  <= 1 s
     GPT-3 175B on 1,536 A100 80 GB (seq 2048, batch 1,536)          <= 2 s
-    two pools of 8,192 GPUs in one job                              <= 2 s (not yet: needs
-      [[cluster.pools]] in plan files; printed as "not yet")
+    two pools of 8,192 H100 in one job, Llama 3.1 405B
+      (examples/pools-two-datacentres-h100.toml)                    <= 2 s
     planner scale, Llama 3.1 70B on H100, 64..16,384 GPUs
       (seq 8192, batch 1,024)                                       <= 3 s
 
@@ -62,8 +62,12 @@ class SpeedCase:
     global_batch_size: int
     target_s: float
     command: str = "suggest"
+    plan: str = ""
+    """A plan file to plan instead (the pools case: `[[cluster.pools]]`)."""
 
     def argv(self) -> list[str]:
+        if self.plan:
+            return [sys.executable, "-m", "planner", self.command, self.plan, "--json"]
         return [
             sys.executable,
             "-m",
@@ -93,6 +97,16 @@ CASES = (
     ),
     SpeedCase("GPT-3 175B, 1,536 x A100", "gpt3-175b", "a100-sxm-80gb", "1536", 2048, 1536, 2.0),
     SpeedCase(
+        "two pools, 8,192 + 8,192 H100",
+        "llama3.1-405b",
+        "h100-sxm-80gb",
+        "16384",
+        8192,
+        2048,
+        2.0,
+        plan="examples/pools-two-datacentres-h100.toml",
+    ),
+    SpeedCase(
         "scale 70B H100 64..16384",
         "llama3.1-70b",
         "h100-sxm-80gb",
@@ -103,7 +117,7 @@ CASES = (
         command="scale",
     ),
 )
-NOT_YET = (("two pools, 8,192 + 8,192", 2.0, "needs [[cluster.pools]] in plan files"),)
+NOT_YET: tuple[tuple[str, float, str], ...] = ()
 """Cases whose inputs the planner cannot express yet: printed as "not yet"."""
 
 IMPORT_ARGV = [sys.executable, "-c", "import planner.cli"]
@@ -146,6 +160,8 @@ def search_columns(case: SpeedCase, result: dict[str, Any]) -> str:
     if case.command == "scale":
         points = result.get("points", [])
         return f"{len(points):>9d} sizes"
+    if "search" not in result:  # pools: layouts whose split CP-SAT solved, of those bounded
+        return f"{result['layouts']:9,d} {'':8s} {result['solved']:8,d}  {top_pick(result)}"
     s = result["search"]
     return (
         f"{s['space_size']:9,d} {s['structures']:8,d} {s['expanded']:8,d} {s['scored']:7,d} "
@@ -157,11 +173,12 @@ PROFILE_BUCKETS = (
     ("structures", "planner/search/space.py", "structures"),
     ("options", "planner/search/space.py", "options"),
     ("bases", "planner/search/space.py", "bases"),
-    ("bounds", "planner/search/bound.py", "rank_floors"),
+    ("bounds", "planner/search/bound.py", "_stage_floors"),
     ("state floor", "planner/model/memory.py", "state_floor"),
     ("memory", "planner/model/memory.py", "estimate"),
     ("cost", "planner/model/cost.py", "estimate"),
     ("split (CP-SAT)", "planner/search/solver.py", "balanced_split"),
+    ("pools (CP-SAT)", "planner/search/solver.py", "solve_pools"),
 )
 """(label, file, function): cumulative time of each, as cProfile reports it (they nest a
 little: bases' rung lists, the bounds' layer times; memory and cost share the layer-time memo)."""
