@@ -24,14 +24,16 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner import __version__
-from planner.calibration.fit import Fit
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
+
+if TYPE_CHECKING:  # the fit (numpy) loads only where a command fits
+    from planner.calibration.fit import Fit
 
 ENV = "PLANNER_CALIBRATION"
 NONE = "none"

@@ -4,19 +4,21 @@ and write the profile every command can apply (`--calibration`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from planner.calibration import profile as profiles
-from planner.calibration.fit import Fit, fit
 from planner.calibration.measured import read_runs
 from planner.cli.calibration import LogGpuOpt
 from planner.cli.common import JsonOpt, emit_json, err, out
 from planner.inputs.errors import InputError
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
+
+if TYPE_CHECKING:  # numpy loads only when calibrate runs, not at every command's start-up
+    from planner.calibration.fit import Fit
 
 
 def _pct(x: float | None) -> str:
@@ -119,6 +121,8 @@ def calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Refit the model's constants to Megatron-LM logs of one cluster; write the profile."""
+    from planner.calibration.fit import fit
+
     notes: list[str] = []
     runs = read_runs(logs, gpu, num_gpus, plan_path, vocab_size, notes)
     for note in notes:
