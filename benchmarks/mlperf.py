@@ -22,8 +22,11 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              config sets TP_COMM_OVERLAP and sequence parallelism is on with tp > 1;
              asym_pp_embed_loss -> the embedding and the loss each count as a layer in the
              pipeline split (NeMo ASYM_PP_EMBED / ASYM_PP_LOSS)
-  not modelled  CUDA graphs (settings.cuda_graphs), the TP_PP_DP_MAPPING rank order, FP8 scaling
-             format (hybrid / e4m3): kept in `raw` for the reader
+             cuda_graphs where settings.cuda_graphs records per-layer or full-iteration graphs
+             (LAYER_CUDA_GRAPH, MCORE_CUDA_GRAPH, FULL_CUDA_GRAPH): the host's issue floor then
+             does not apply (planner.model.host)
+  not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3): kept in
+             `raw` for the reader
 """
 
 from __future__ import annotations
@@ -61,6 +64,13 @@ def tokens_per_s_per_gpu(row: dict[str, Any]) -> float:
     return s["global_batch_size"] * s["seq_length"] / step_time_s(row) / row["hardware"]["num_gpus"]
 
 
+def graphed(settings: dict[str, Any]) -> bool:
+    """Whether the config captures the layers in CUDA graphs: `cuda_graphs` records the
+    config's variable, "none ..." when unset or off (LAYER_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1:
+    per-layer graphs; FULL_CUDA_GRAPH=True: the whole iteration)."""
+    return not str(settings.get("cuda_graphs") or "none").startswith("none")
+
+
 def case_from_row(row: dict[str, Any]) -> Case:
     s, hw = row["settings"], row["hardware"]
     arch = catalog.get_model(row["model"])
@@ -76,6 +86,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         main_grad_dtype=s.get("main_grad_dtype", "bf16"),
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
+        cuda_graphs=graphed(s),
     )
     tp = int(s["tp"])
     sp = bool(s["sequence_parallel"]) and tp > 1

@@ -279,7 +279,43 @@ def _training(
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
     training.update(_optimizer_dtypes(line))
+    if _cuda_graphs(line, notes):
+        training["cuda_graphs"] = True
     return training
+
+
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+"""Megatron-LM d98e8a64 --cuda-graph-impl choices (arguments.py; TransformerConfig
+cuda_graph_impl)."""
+
+
+def _cuda_graphs(line: Line, notes: list[str]) -> bool:
+    """Whether the training step runs its layers as CUDA graphs: --cuda-graph-impl local |
+    transformer_engine | full_iteration, or the deprecated --enable-cuda-graph (local) and
+    --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64).
+    --cuda-graph-modules / --cuda-graph-scope naming only some of a layer's modules (attn, mlp,
+    moe_router, ...) graph part of it: read as the whole layer graphed, with a note."""
+    impl = line.text("--cuda-graph-impl")
+    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
+        raise InputError(
+            f"{line.where}: --cuda-graph-impl: expected one of {', '.join(CUDA_GRAPH_IMPLS)} "
+            f"(got {impl!r})"
+        )
+    legacy = line.has("--enable-cuda-graph") or line.has("--external-cuda-graph")
+    if legacy and impl not in (None, "none"):
+        raise InputError(
+            f"{line.where}: --cuda-graph-impl: cannot be combined with --enable-cuda-graph or "
+            "--external-cuda-graph (Megatron-LM asserts it)"
+        )
+    on = legacy or impl not in (None, "none")
+    modules = line.words("--cuda-graph-modules") or line.words("--cuda-graph-scope") or []
+    parts = [m for w in modules for m in w.split(",") if m and m not in ("full", "full_iteration")]
+    if on and parts:
+        notes.append(
+            f"--cuda-graph-modules {' '.join(modules)}: part of each layer graphed, read as the "
+            "whole layer (the host's issue of the eager rest is not counted)"
+        )
+    return on
 
 
 def _largest_batch(schedule: str, where: str) -> int:

@@ -144,6 +144,11 @@ READ = frozenset(
         "--transformer-impl",
         "--spec",
         "--no-bias-swiglu-fusion",
+        "--cuda-graph-impl",
+        "--enable-cuda-graph",
+        "--external-cuda-graph",
+        "--cuda-graph-modules",
+        "--cuda-graph-scope",
     }
 )
 """The flags the reader reads (each one of `megatron_flags()`)."""
@@ -156,8 +161,6 @@ NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
     "--fine-grained-activation-offloading": "offloaded activations are counted on the GPU",
-    "--cuda-graph-impl": "CUDA graphs' static buffers are not counted",
-    "--enable-cuda-graph": "CUDA graphs' static buffers are not counted",
     "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
     "as softmax attention",
     "--moe-latent-size": "latent MoE projections are not counted",
@@ -175,7 +178,6 @@ other than Megatron's default), they are read as the note says."""
 NOT_MODELLED_DEFAULTS: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "fp32",
     "--main-params-dtype": "fp32",
-    "--cuda-graph-impl": "none",
     "--optimizer": "adam",
     "--outer-dp-sharding-strategy": "no_shard",
     "--num-distributed-optimizer-instances": "1",

@@ -74,6 +74,9 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    cuda_graphs: bool = False
+    """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
+    issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
     pools: tuple[Pool, ...] = ()
     """A heterogeneous cluster's pools in pipeline order (`[[cluster.pools]]`); () = one GPU
     kind, `cluster` alone. With pools, `cluster` is the first pool's GPU counting every GPU."""
@@ -210,6 +213,11 @@ def build_job(
         )
     if framework == "torchtitan":
         titan = titan or TorchtitanSection()
+        if training.cuda_graphs:
+            raise InputError(
+                f'{where}: training.cuda_graphs: true, but framework = "torchtitan" does not '
+                "capture its training steps in CUDA graphs; set cuda_graphs = false"
+            )
     knobs = training_defaults(framework, titan.compile if titan else False)
     given = training.model_dump(exclude_none=True)
     knobs.update({k: given[k] for k in knobs if k in given})
@@ -228,6 +236,7 @@ def build_job(
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
         moe_expert_capacity_factor=training.moe_expert_capacity_factor,
         moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
+        cuda_graphs=training.cuda_graphs,
         framework=framework,
         torchtitan=titan,
         **knobs,  # type: ignore[arg-type]

@@ -148,6 +148,12 @@ class TrainingSection(BaseModel):
     moe_pad_expert_input_to_capacity: Flag = Field(
         default=False, description="pad every expert's tokens up to its capacity"
     )
+    cuda_graphs: Flag = Field(
+        default=False,
+        description="the decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl "
+        "local | transformer_engine | full_iteration): one graph launch per layer and direction, "
+        "so the host's per-kernel issue no longer floors a small layer's time",
+    )
     flash_attention: Flag | None = Field(
         default=None, description="flash/cuDNN fused attention (false: s^2 scores stored)"
     )

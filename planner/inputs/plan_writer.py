@@ -89,6 +89,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         training["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
     if job.moe_pad_expert_input_to_capacity:
         training["moe_pad_expert_input_to_capacity"] = True
+    if job.cuda_graphs:
+        training["cuda_graphs"] = True
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,

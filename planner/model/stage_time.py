@@ -89,8 +89,9 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     key = _layer_key(lay)
     if key not in memo:
         gpu = gpu_of(job)
-        dense_l = issued(layer_time(job, key, gpu, False))
-        moe_l = issued(layer_time(job, key, gpu, True)) if job.arch.is_moe else dense_l
+        graphs = job.cuda_graphs
+        dense_l = issued(layer_time(job, key, gpu, False), graphs)
+        moe_l = issued(layer_time(job, key, gpu, True), graphs) if job.arch.is_moe else dense_l
         memo[key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
     gpu, dense_l, moe_l, out_layer = memo[key]
     return gpu, m, dense_l, moe_l, out_layer

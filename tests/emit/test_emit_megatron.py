@@ -500,3 +500,21 @@ def test_round_trip_layout_variants(
 def test_round_trip_golden_plans(path: Path) -> None:
     plan = load_plan(path)
     assert_same(plan, round_trip(plan))
+
+
+def test_cuda_graphs_emit_mcore_graphs_and_read_back() -> None:
+    """cuda_graphs = true emits --cuda-graph-impl local (Megatron-Core's per-layer graphs; the
+    transformer_engine impl asserts NCCL_GRAPH_REGISTER=0 beside expandable segments,
+    arguments.py d98e8a64), which the reader takes back as cuda_graphs."""
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True)
+    assert flags(plan)["--cuda-graph-impl"] == ["local"]
+    assert round_trip(plan).job.cuda_graphs
+    assert "--cuda-graph-impl" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+
+
+def test_cuda_graphs_with_cpu_offloading_is_bad_input() -> None:
+    """TransformerConfig raises ValueError("CUDA graphs not supported with CPU offloading.")."""
+    par = {"tp": 2, "cpu_offloading_num_layers": 2}
+    plan = make_plan("llama3.1-8b", 16, par, cuda_graphs=True)
+    with pytest.raises(InputError, match=r"training\.cuda_graphs.*cpu_offloading_num_layers = 2"):
+        megatron.arguments(plan)

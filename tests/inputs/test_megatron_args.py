@@ -334,3 +334,36 @@ def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
         "--num-distributed-optimizer-instances",
         "--optimizer",
     ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "graphs"),
+    [
+        ("", False),
+        ("--cuda-graph-impl none", False),
+        ("--cuda-graph-impl local", True),
+        ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn", True),
+        ("--cuda-graph-impl full_iteration", True),
+        ("--enable-cuda-graph", True),  # deprecated: local (arguments.py d98e8a64)
+        ("--external-cuda-graph", True),  # deprecated: transformer_engine
+    ],
+)
+def test_cuda_graph_flags_are_read(extra: str, graphs: bool) -> None:
+    """Megatron-LM d98e8a64 arguments.py: --cuda-graph-impl none | local | transformer_engine |
+    full_iteration; --enable-cuda-graph and --external-cuda-graph set local and
+    transformer_engine."""
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    plan = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))
+    assert plan.job.cuda_graphs is graphs
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["--cuda-graph-impl always", "--enable-cuda-graph --cuda-graph-impl local"],
+)
+def test_bad_cuda_graph_flags_are_bad_input(extra: str) -> None:
+    """An impl Megatron does not accept, and the deprecated flag with the new one (Megatron
+    asserts it), are refused naming the flag."""
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    with pytest.raises(InputError, match="--cuda-graph-impl"):
+        megatron_args.to_plan(text, "h100-sxm-80gb", 16)

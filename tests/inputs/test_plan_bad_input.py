@@ -415,3 +415,18 @@ def test_every_field_set_wrong_exits_0_1_or_2_and_names_it(
         )
         if other_type or wrong in ("inf", "nan"):
             assert code == 2, (key, wrong, err)
+
+
+@pytest.mark.parametrize(
+    ("training", "want"),
+    [
+        ('cuda_graphs = "yes"\n', "training.cuda_graphs:"),
+        ('cuda_graphs = true\nframework = "torchtitan"\n', "training.cuda_graphs: true"),
+    ],
+)
+def test_bad_cuda_graphs(tmp_path: Path, training: str, want: str) -> None:
+    """A non-boolean value, and CUDA graphs under torchtitan (whose training loop is not
+    captured), name the file, the field and the value."""
+    path = write(tmp_path, plan_text(training=TRAINING + training))
+    msg = load_error(path)
+    assert f"{path}: {want}" in msg
