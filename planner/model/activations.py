@@ -140,6 +140,8 @@ class Shard:
     """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""
     moe_load: float = MOE_LOAD_IMBALANCE
     """Token-expert pairs the busiest rank's experts receive, relative to the even share."""
+    cuda_graphs: bool = False
+    """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
 
     def drops(self, module: str) -> bool:
         """Whether Megatron's selective recompute discards `module`'s saved activations."""
@@ -258,15 +260,35 @@ def per_op_bytes(arch: ModelArch, is_moe: bool, sh: Shard) -> float:
     return layer_input_bytes(arch, sh) + attention_out + matmul_out / 2
 
 
+GRAPH_STATIC_TENSORS = 2
+"""Layer-input-sized bf16 buffers a graphed layer keeps per micro-batch in flight beyond its
+eager activations (Megatron-LM d98e8a64 megatron/core/transformer/cuda_graphs.py): the backward
+graph's static gradient input and output (`static_grad_outputs`, `static_grad_inputs`, one set per
+graph runner, i.e. per layer and, with pipelining, per micro-batch in flight); the forward graph's
+static input and output alias the saved activations (Transformer Engine's weak references let a
+graph's output buffer be the next layer's input). An upper bound: buffers the shared mempool frees
+between graphs are counted too."""
+
+
+def graph_bytes(arch: ModelArch, sh: Shard) -> float:
+    """CUDA graphs' static buffers of one layer per micro-batch (GRAPH_STATIC_TENSORS layer
+    inputs, split by tp under sequence parallelism); 0 when the layers run eagerly."""
+    if not sh.cuda_graphs:
+        return 0.0
+    nbytes = GRAPH_STATIC_TENSORS * BF16 * sh.tokens * arch.hidden_size
+    return nbytes / sh.tp if sh.sequence_parallel else nbytes
+
+
 def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True) -> float:
-    """Bytes one decoder layer keeps for one micro-batch. recompute=False ignores full and per-op
-    recompute (the working set of the one layer being recomputed)."""
+    """Bytes one decoder layer keeps for one micro-batch (with CUDA graphs, their static buffers,
+    `graph_bytes`). recompute=False ignores full and per-op recompute (the working set of the one
+    layer being recomputed)."""
     if recompute and sh.recompute == "full":
-        return layer_input_bytes(arch, sh)
+        return layer_input_bytes(arch, sh) + graph_bytes(arch, sh)
     if recompute and sh.recompute == "per_op":
-        return per_op_bytes(arch, is_moe, sh)
+        return per_op_bytes(arch, is_moe, sh) + graph_bytes(arch, sh)
     mlp = moe_bytes(arch, sh) if is_moe else mlp_bytes(arch, arch.ffn_hidden_size, sh)
-    return attention_bytes(arch, sh) + mlp
+    return attention_bytes(arch, sh) + mlp + graph_bytes(arch, sh)
 
 
 def embedding_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -123,6 +123,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         flash_attention=job.flash_attention,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
         moe_load=moe_load(job),
+        cuda_graphs=job.cuda_graphs,
     )
 
 

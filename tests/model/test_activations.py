@@ -178,3 +178,16 @@ def test_dtensor_sequence_parallel_keeps_the_gathered_linear_inputs() -> None:
     assert act.layer_bytes(LLAMA8, False, no_sp) == act.layer_bytes(
         LLAMA8, False, Shard(tokens=T, tp=4, seq_per_cp_rank=T)
     )
+
+
+def test_cuda_graphs_keep_two_layer_inputs_more_per_layer() -> None:
+    """Megatron's graphed layer keeps its backward graph's static gradient input and output
+    (cuda_graphs.py `static_grad_outputs` / `static_grad_inputs`): 2 x 2 bytes x T x h, split by
+    tp under sequence parallelism (hand arithmetic)."""
+    from dataclasses import replace
+
+    arch = catalog.get_model("llama3.1-8b")
+    sh = Shard(tokens=8192, tp=2, sequence_parallel=True, seq_per_cp_rank=8192)
+    eager = act.layer_bytes(arch, False, sh)
+    graphed = act.layer_bytes(arch, False, replace(sh, cuda_graphs=True))
+    assert graphed - eager == 2 * 2 * 8192 * 4096 / 2
