@@ -332,6 +332,7 @@ def data_parallel(
     bwd: float,
     m: int,
     layers: int = 1,
+    param_bytes: tuple[float, float] = (BF16, BF16),
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
 
@@ -340,7 +341,9 @@ def data_parallel(
     one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
     in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
     reduction has no window (it starts after the backward), nor without
-    `lay.overlap_param_gather` the parameter all-gather.
+    `lay.overlap_param_gather` the parameter all-gather. `param_bytes`: (dense, expert) bytes
+    per parameter of the ZeRO 1/2 all-gather, 2 in bf16, 1 for FP8 weights with --fp8-param-gather
+    (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
 
     ZeRO 0-2 (Megatron's DDP): per bucket of max(DP_BUCKET_PARAMS, 1M x dp) parameters, a
     gradient all-reduce (ZeRO 0) or reduce-scatter and bf16 parameter all-gather (ZeRO 1/2),
@@ -362,7 +365,7 @@ def data_parallel(
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
     exposed = hidden = 0.0
-    for n_params, grp in zip((dense, expert), groups, strict=True):
+    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0 or grp.size <= 1:
             continue
         if lay.zero_stage == 3:
@@ -387,7 +390,7 @@ def data_parallel(
             red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0
         else:
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
-            gather = _per_bucket(all_gather, n_params * BF16, buckets, grp)
+            gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         e_red = max(red - bwd, red * bucket)
         e_gat = max(gather - fwd, gather * bucket)
         exposed += e_red + e_gat

@@ -47,8 +47,13 @@ from planner.inputs.plan import Job
 from planner.model import comms, flops, fsdp2, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
-from planner.model.memory import stage_params
-from planner.model.schedule import interleaved_p2p_exposed, schedule_bubble, schedule_name
+from planner.model.memory import decoder_params, stage_params
+from planner.model.schedule import (
+    Chunks,
+    interleaved_p2p_exposed,
+    schedule_bubble,
+    schedule_name,
+)
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,
@@ -176,6 +181,21 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     return touched / gpu.hbm
 
 
+def gathered_param_bytes(
+    job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
+) -> tuple[float, float]:
+    """(dense, expert) bytes per parameter of the distributed optimizer's all-gather: the
+    decoder layers' FP8 weights as 1-byte data with fp8_param_gather (ZeRO 1/2), the rest bf16."""
+    if job.precision != "fp8" or not job.fp8_param_gather or lay.zero_stage not in (1, 2):
+        return BF16, BF16
+    fp8_dense, fp8_expert = decoder_params(job, lay, chunks)
+
+    def mean(fp8: float, n: float) -> float:
+        return BF16 - min(fp8, n) / n if n > 0 else BF16
+
+    return mean(fp8_dense, dense), mean(fp8_expert, expert)
+
+
 def compute_floor(job: Job, layout: Layout) -> float:
     """Compute plus exposed expert all-to-all of the slowest stage, per step: the part of
     `estimate`'s step time that no schedule, overlap or sharding choice removes (the search's
@@ -276,6 +296,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
                     bwd,
                     m,
                     layers=sum(n for _, n in mix),
+                    param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
                 )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under
             e += share * hid

@@ -132,3 +132,21 @@ def test_sm_share_is_the_kernels_sms_over_the_parts(gpu: str, sms: int) -> None:
         gpu=spec, num_gpus=8, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=spec.tiers
     )
     assert comms.sm_share(cluster) == pytest.approx(20 / sms)
+
+
+def test_fp8_param_gather_halves_the_fp8_weights_all_gather() -> None:
+    """Megatron-LM d98e8a64 param_and_grad_buffer.py keeps FP8 parameters' buffer as torch.uint8:
+    with --fp8-param-gather the distributed optimizer gathers 1 byte per FP8 weight, not 2. With
+    no window to hide in (no overlap), the exposed all-gather is the bucketed all_gather of the
+    bytes; the reduce-scatter is unchanged (hand arithmetic on the definition)."""
+    from planner.inputs.layout import Layout
+
+    cluster = h100(64)
+    lay = Layout(tp=1, pp=1, dp=64, overlap_grad_reduce=False, overlap_param_gather=False)
+    groups = comms.data_parallel_groups(cluster, lay)
+    n = 1e9
+    bf16, _ = comms.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1)
+    fp8, _ = comms.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1, param_bytes=(1.0, 1.0))
+    buckets = int(n // 64_000_000) + 1  # max(40M, 1M x 64) parameters a bucket
+    ag = buckets * comms.all_gather(n / buckets, groups[0])  # 1 byte a parameter
+    assert bf16 - fp8 == pytest.approx(buckets * comms.all_gather(2 * n / buckets, groups[0]) - ag)

@@ -459,3 +459,20 @@ def test_backward_tp_windows_are_the_input_side_gemms(model: str, attn_inputs: t
     assert attn == sum(times[i] for i in attn_inputs)
     assert mlp == times[n_attn]  # fc1
     assert layer_time._column_parallel_windows(arch, shapes, times, moe=True)[1] == 0.0
+
+
+def test_fp8_param_gather_gathers_the_decoder_weights_in_one_byte() -> None:
+    """Llama 3.1 8B on one pipeline stage: 6,979,584,000 decoder parameters of 8,030,261,248 (the
+    untied 128,256 x 4,096 embedding and output layer, 1,050,673,152, stay bf16), so the
+    all-gather moves 2 - 6.98 / 8.03 = 1.131 bytes a parameter with --fp8-param-gather, 2 without
+    (hand arithmetic on the zoo shape)."""
+    from planner.model.memory import stage_params
+
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision="fp8")
+    lay = Layout(tp=1, pp=1, dp=8)
+    chunks = lay.chunk_layers(j.arch.num_layers)[0]
+    dense, expert = stage_params(j, lay, 0, chunks)
+    got = cost.gathered_param_bytes(j, lay, chunks, dense, expert)
+    assert got[0] == pytest.approx(2 - 6_979_584_000 / 8_030_261_248, rel=1e-3)
+    off = replace(j, fp8_param_gather=False)
+    assert cost.gathered_param_bytes(off, lay, chunks, dense, expert) == (2.0, 2.0)
