@@ -14,6 +14,7 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
 from planner.search.suggest import Infeasible
+from planner.search.titan_variants import variant_text, variants
 from planner.search.top_k import Candidate, SearchResult
 from planner.search.twins import Row
 
@@ -36,8 +37,12 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     fp8 = job.precision == "fp8"
     cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"] + (["MFU fp8pk"] if fp8 else [])
     cols += ["top cost"]
+    titan = job.framework == "torchtitan" and not job.pools
+    if titan:
+        cols.insert(cols.index("recompute") + 1, "torchtitan")
     for col in cols:
-        t.add_column(col, justify="left" if col in ("split", "recompute", "top cost") else "right")
+        left = col in ("split", "recompute", "torchtitan", "top cost")
+        t.add_column(col, justify="left" if left else "right")
     for i, c in enumerate(cands, 1):
         lay, p = c.layout, c.performance
         t.add_row(
@@ -53,6 +58,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             _split(c),
             str(lay.zero_stage),
             _savers(lay, job),
+            *([variant_text(job, c) or "as job"] if titan else []),
             f"{c.memory.peak / GIB:.1f}",
             f"{p.step_time_s:.3f}",
             f"{p.tokens_per_s_per_gpu:,.0f}",
@@ -66,6 +72,11 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
         f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
         f"else {COMPUTE_BOUND}"
     )
+    if titan:
+        t.caption += (
+            "; torchtitan = the [torchtitan] settings searched beside the layout where they "
+            "differ from the job's (reshard = reshard_after_forward, hsdp = dp_replicate)"
+        )
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
     return t
@@ -146,6 +157,14 @@ def print_result(
     if len(res.candidates) > 1:
         console.print(why_first(res.candidates[0], res.candidates[1]))
     console.print(summary(res))
+    if job.framework == "torchtitan" and not job.pools:
+        console.print(
+            f"torchtitan: {len(variants(job))} settings searched (reshard_after_forward x "
+            'dp_replicate; under pipelining only reshard_after_forward "default": torch '
+            "pipelining keeps the stage's parameters gathered whatever it says); the counts "
+            "above are summed over them.",
+            highlight=False,
+        )
 
 
 def summary(res: SearchResult) -> str:

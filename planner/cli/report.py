@@ -190,6 +190,9 @@ def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) ->
     this one (planner.search.twins.Row), each as its `parallel` and `memory.peak_gib`."""
     d = plan_dict(job.arch, c.layout, c.memory, c.performance)
     d["parallel"] = _parallel(job, c.layout)
+    titan = getattr(c, "titan", None)  # a torchtitan search's settings (titan_variants)
+    if titan is not None:
+        d["torchtitan"] = titan.model_dump()
     d["equivalents"] = [
         {"parallel": _parallel(job, t.layout), "memory": {"peak_gib": _gib(t.memory.peak)}}
         for t in twins

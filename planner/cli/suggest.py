@@ -35,6 +35,7 @@ from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.search.suggest import check_space, explain_infeasible, search_rows
+from planner.search.titan_variants import candidate_job
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
 MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
@@ -141,8 +142,19 @@ def suggest(
             f"peak {best.memory.peak / 2**30:.1f} GiB",
         ]
         table = plan_writer.model_table(job, model_ref, write_plan)
+        # a torchtitan candidate's own [torchtitan] settings (planner.search.titan_variants)
+        plan_job = candidate_job(job, best)
+        lay = best.layout
+        if (
+            job.framework == "torchtitan"
+            and lay.pp > 1
+            and lay.split_key()[2:] == (None, None, False, False)
+        ):
+            # the even split spelled out: a torchtitan plan without one reads as torchtitan's
+            # own split (embedding and output counted as layers), not the one searched
+            lay = lay.with_(pipeline_layers=(job.arch.num_layers // lay.pp,) * lay.pp)
         try:
-            write_plan.write_text(plan_writer.render(job, best.layout, table, header))
+            write_plan.write_text(plan_writer.render(plan_job, lay, table, header))
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
     if as_json:

@@ -18,7 +18,7 @@ from planner.model import memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import space as space_mod
-from planner.search import top_k
+from planner.search import titan_variants, top_k
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
@@ -170,9 +170,15 @@ def search_rows(
     cost or goodput the first max(4 x top, 20) rows by time are re-scored and re-sorted: for one
     job both are the step time times a factor that does not depend on the layout (GPU count x
     price; 1 / goodput, which depends on the step time only through the checkpoint interval's
-    rounding to whole steps); twins have the same step time and so the same cost and goodput."""
+    rounding to whole steps); twins have the same step time and so the same cost and goodput.
+    For torchtitan the rows are over every (layout, `[torchtitan]` settings variant)
+    (`planner.search.titan_variants`), each candidate a `TitanCandidate` with its settings."""
     ask = top if objective == "throughput" else max(4 * top, 20)
-    res = top_k.search(job, space, ask, progress=progress, fold_twins=True)
+    if job.framework == "torchtitan" and not job.pools:
+        # torchtitan's own settings beside the layout (`planner.search.titan_variants`)
+        res = titan_variants.search_variants(job, space, ask, progress)
+    else:
+        res = top_k.search(job, space, ask, progress=progress, fold_twins=True)
     rows = res.rows
     if objective != "throughput":
         params = OpsParams()

@@ -48,3 +48,68 @@ def test_megatron_search_is_unchanged_by_default(capsys: pytest.CaptureFixture[s
 def test_unknown_framework_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["suggest", *JOB, "--framework", "deepspeed"], capsys)
     assert code == 2 and "--framework" in err and "torchtitan" in err
+
+
+def test_written_variant_checks_to_the_same_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The top candidate's [torchtitan] settings travel: in --json (`torchtitan`), in the table
+    and in the written plan, which `check` predicts at the same step time and peak (oracle: the
+    suggest JSON of the same run). On Llama 3.1 70B / 64 H100 the top layout runs
+    reshard_after_forward "never" (pp 1: one all-gather per step instead of two per
+    micro-batch)."""
+    plan = tmp_path / "best.toml"
+    cmd = ["suggest", *JOB, "--framework", "torchtitan"]
+    code, out, err = run([*cmd, "--json", "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    best = json.loads(out)["candidates"][0]
+    assert best["torchtitan"]["reshard_after_forward"] == "never"
+    assert best["parallel"]["pp"] == 1
+    assert 'reshard_after_forward = "never"' in plan.read_text()
+    code, out, err = run(["check", str(plan), "--json"], capsys)
+    assert code == 0, err
+    checked = json.loads(out)
+    assert checked["performance"]["step_time_s"] == best["performance"]["step_time_s"]
+    assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]
+    code, out, err = run(cmd, capsys)
+    assert code == 0, err
+    assert "reshard never" in out and "settings searched" in out
+
+
+def test_given_settings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job file's [torchtitan] reshard_after_forward / dp_replicate are not searched over:
+    every candidate carries them (oracle: the job file's values)."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "[model]\nname = 'llama3.1-70b'\n[cluster]\ngpu = 'h100-sxm-80gb'\nnum_gpus = 64\n"
+        "[training]\nseq_length = 8192\nglobal_batch_size = 128\nframework = 'torchtitan'\n"
+        "[torchtitan]\nreshard_after_forward = 'default'\ndp_replicate = 2\n"
+    )
+    code, out, err = run(["suggest", str(job), "--json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)["candidates"]
+    assert rows
+    for row in rows:
+        assert row["torchtitan"]["reshard_after_forward"] == "default"
+        assert row["torchtitan"]["dp_replicate"] == 2
+        assert row["parallel"]["dp"] % 2 == 0
+
+
+@pytest.mark.parametrize("pins", [["--pp", "4", "--vpp", "1"], ["--pp", "2", "--vpp", "2"]])
+def test_written_pipeline_checks_to_the_same_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pins: list[str]
+) -> None:
+    """A pipelined top layout on the even split is written with its split spelled out (a
+    torchtitan plan without one reads as torchtitan's own split, which counts the embedding and
+    the output as layers); `check` then predicts the suggest JSON's step time and peak."""
+    plan = tmp_path / "best.toml"
+    cmd = ["suggest", *JOB, "--framework", "torchtitan", *pins, "--no-uneven", "--json"]
+    code, out, err = run([*cmd, "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    best = json.loads(out)["candidates"][0]
+    assert best["parallel"]["pipeline_layers"] is None
+    code, out, err = run(["check", str(plan), "--json"], capsys)
+    assert code == 0, err
+    checked = json.loads(out)
+    assert checked["performance"]["step_time_s"] == best["performance"]["step_time_s"]
+    assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]

@@ -1,0 +1,199 @@
+"""suggest --framework torchtitan searches torchtitan's own settings beside the layout
+(planner.search.titan_variants): reshard_after_forward and HSDP's dp_replicate.
+
+Oracle: a brute force over every (layout, settings) torchtitan accepts on a small problem:
+every (tp, cp, pp, dp) multiplying to the GPU count, micro-batch size, vpp, pipeline split
+(`space.splits`, which defines the split candidates), recompute policy and ZeRO stage, under
+every reshard_after_forward ("never" and "always" at every pp too) and every dp_replicate
+dividing the GPU count, filtered by planner's rules (`rules.violations`: torchtitan's among
+them), scored by the exact model. It shares none of the search's pruning: only the dominance
+definitions (per base layout the fastest fitting recompute policy; a settings variant listed
+only where no simpler one runs the base as fast) and the ranking (step time, `simplicity`, the
+variants' order), folded into rows of twins per variant (`twins.fold`)."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from functools import cache
+
+import pytest
+from test_top_k import _factorizations, _user_ok, make_job
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.torchtitan import TorchtitanSection
+from planner.model import cost, memory
+from planner.search import rules
+from planner.search import space as space_mod
+from planner.search import titan_variants as tv
+from planner.search.space import Bound, Space
+from planner.search.suggest import search_rows
+from planner.search.top_k import Candidate, rank_key, simplicity
+from planner.search.twins import Row, fold
+
+TOP_K = 6
+
+
+def titan_job(*args: object, **cluster: object) -> Job:
+    job = make_job(*args, **cluster)  # type: ignore[arg-type]
+    return replace(
+        job,
+        framework="torchtitan",
+        torchtitan=TorchtitanSection(),
+        selective_recompute="per_op",
+        sp_keeps_gathered_input=True,
+        tp_backward_overlap=False,
+        cross_entropy="pytorch",
+        fused_norm=False,
+        fused_swiglu=False,
+        expandable_segments=True,
+        fp8_param_gather=False,
+    )
+
+
+PROBLEMS: dict[str, tuple[Job, Space]] = {
+    # 40 GiB: reshard "never" and HSDP pay off where they fit
+    "llama8b-8xh100-40gib": (
+        titan_job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 32, memory_gib=40),
+        Space(framework="torchtitan", cp=Bound(1, 2), vpp=Bound(1, 2), mbs=Bound(1, 4)),
+    ),
+    # 23 GiB: "always" fits where "default" does not (its output layer freed after forward)
+    "llama8b-8xh100-23gib": (
+        titan_job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 32, memory_gib=23),
+        Space(framework="torchtitan", cp=Bound(1, 2), vpp=Bound(1, 2), mbs=Bound(1, 4)),
+    ),
+    # eight nodes: HSDP's replicas across the slower link (r = 2 there by a hair, +16 GiB)
+    "llama70b-64xh100": (
+        titan_job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64),
+        Space(
+            framework="torchtitan",
+            pp=Bound(1, 2),
+            cp=Bound(1, 1),
+            vpp=Bound(1, 1),
+            mbs=Bound(1, 2),
+        ),
+    ),
+}
+
+
+def _bases(job: Job, space: Space) -> list[Layout]:
+    """Every layout without recompute, in both zero stages (the rules keep torchtitan's)."""
+    n, L, gbs = job.cluster.num_gpus, job.arch.num_layers, job.global_batch_size
+    domain = job.cluster.tiers[0].span_gpus or n
+    out = []
+    for tp, cp, pp, dp in _factorizations(n):
+        if gbs % dp:
+            continue
+        for mbs in range(1, space_mod.MAX_MICRO_BATCH + 1):
+            if (gbs // dp) % mbs:
+                continue
+            for vpp in range(1, L // pp + 1):
+                for split in space_mod.splits(job, space, pp, vpp):
+                    for zero in (0, 3):
+                        lay = Layout(
+                            tp=tp, pp=pp, dp=dp, cp=cp, etp=tp, vpp=vpp,
+                            sequence_parallel=tp > 1, micro_batch_size=mbs,
+                            pipeline_layers=split, zero_stage=zero, tp_comm_overlap=False,
+                        )  # fmt: skip
+                        if _user_ok(space, lay, domain):
+                            out.append(lay)
+    return out
+
+
+def _every_variant(job: Job) -> list[tv.Variant]:
+    """The search's variants in its order, then the rest torchtitan accepts (every
+    dp_replicate dividing the GPU count)."""
+    order = tv.variants(job)
+    extra = [
+        tv.Variant(s, r)
+        for r in space_mod.divisors(job.cluster.num_gpus)
+        for s in tv.RESHARDS
+        if tv.Variant(s, r) not in order
+    ]
+    return order + extra
+
+
+def _best(job: Job, space: Space, base: Layout) -> Candidate | None:
+    """The base's fastest fitting recompute policy under the job (the first of equals)."""
+    found: list[tuple[float, int, Candidate]] = []
+    for i, r in enumerate(space.recompute):
+        lay = base.with_(recompute=r)
+        if rules.violations(job, lay):
+            continue
+        rep = memory.estimate(job, lay, space.headroom_pct)
+        if rep.fits:
+            found.append(
+                (
+                    cost.estimate(job, lay).step_time_s,
+                    i,
+                    Candidate(lay, rep, cost.estimate(job, lay)),
+                )
+            )
+    return min(found, key=lambda f: f[:2])[2] if found else None
+
+
+@cache
+def reference(name: str) -> list[tuple[tuple[float, tuple[int, ...], int], Row[Candidate], int]]:
+    job, space = PROBLEMS[name]
+    order = _every_variant(job)
+    bases = _bases(job, space)
+    best = [[_best(v.job(job), space, b) for b in bases] for v in order]
+    merged = []
+    for vi in range(len(order)):
+        kept = []
+        for bi in range(len(bases)):
+            c = best[vi][bi]
+            if c is None:
+                continue
+            if any(
+                (u := best[ui][bi]) is not None and u.step_time <= c.step_time for ui in range(vi)
+            ):
+                continue  # a simpler setting runs this base as fast
+            kept.append(c)
+        kept.sort(key=rank_key)
+        for row in fold(kept):
+            merged.append(
+                ((row.candidate.step_time, simplicity(row.candidate.layout), vi), row, vi)
+            )
+    return heapq.nsmallest(TOP_K, merged, key=lambda e: e[0])
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_merged_search_equals_brute_force(name: str) -> None:
+    job, space = PROBLEMS[name]
+    order = _every_variant(job)
+    ref = reference(name)
+    _, rows = search_rows(job, space, TOP_K)
+    assert len(ref) == TOP_K
+    got = [
+        (r.candidate.layout, r.candidate.titan, [e.layout for e in r.equivalents])  # type: ignore[attr-defined]
+        for r in rows
+    ]
+    want = [
+        (r.candidate.layout, order[vi].settings(job.titan), [e.layout for e in r.equivalents])
+        for _, r, vi in ref
+    ]
+    assert got == want, "\n".join(
+        f"{g[0].describe()} {g[1]} | {w[0].describe()} {w[1]}"
+        for g, w in zip(got, want, strict=False)
+    )
+    for r, (_, w, _) in zip(rows, ref, strict=True):
+        assert r.candidate.step_time == w.candidate.step_time
+        assert r.candidate.memory.peak == w.candidate.memory.peak
+
+
+def test_problems_exercise_the_settings() -> None:
+    """Somewhere the top K holds "never", "always" and HSDP (so a wrong merge would show), and the
+    excluded variants never make it: "never" / "always" under PP (the model makes "never" the
+    default there and "always" only slower) and DDP's shard group of one."""
+    texts = []
+    for name, (job, _) in PROBLEMS.items():
+        for _, row, vi in reference(name):
+            v = _every_variant(job)[vi]
+            texts.append((v.reshard, v.replicate))
+            assert v in tv.variants(job)
+            assert row.candidate.layout.pp == 1 or v.reshard == "default"
+    assert any(s == "never" for s, _ in texts)
+    assert any(s == "always" for s, _ in texts)
+    assert any(r > 1 for _, r in texts)
