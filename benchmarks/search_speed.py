@@ -177,7 +177,7 @@ PROFILE_BUCKETS = (
     ("state floor", "planner/model/memory.py", "state_floor"),
     ("memory", "planner/model/memory.py", "estimate"),
     ("cost", "planner/model/cost.py", "estimate"),
-    ("split (CP-SAT)", "planner/search/solver.py", "balanced_split"),
+    ("split", "planner/search/solver.py", "balanced_split"),
     ("pools (CP-SAT)", "planner/search/solver.py", "solve_pools"),
 )
 """(label, file, function): cumulative time of each, as cProfile reports it (they nest a

@@ -12,6 +12,7 @@ selective. Ranked by step time, or by $ per token (`objective` "cost").
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from planner.search.pools import (
     lower_bound_s,
     plan_split,
     problem,
+    time_lines,
     usd_per_million_tokens,
 )
 from planner.search.solver import solve_pools
@@ -115,12 +117,15 @@ def layouts(job: Job) -> list[Layout]:
     return out
 
 
-def refined(job: Job, headroom_pct: float, plans: list[PoolPlan]) -> list[PoolPlan]:
+def refined(job: Job, headroom_pct: float, plans: list[PoolPlan], top: int) -> list[PoolPlan]:
     """The top plans' layouts with Megatron's TP overlap (tp > 1 with sequence parallelism) and
     with ZeRO 2, alone and together, split and scored again (the settings the ordinary search's
-    memory savers and overlaps also try; a plan the rules refuse is dropped)."""
+    memory savers and overlaps also try; a plan the rules refuse is dropped). A variant whose
+    `lower_bound_s` is no better than the top-th best step so far is not solved: like a layout
+    past the search's cut, it cannot enter the top."""
+    times = sorted(q.performance.step_time_s for q in plans)
     out = []
-    for plan in plans:
+    for plan in sorted(plans, key=lambda q: q.performance.step_time_s)[:top]:
         base = plan.layout.with_(pipeline_layout=None, recompute=_base_recompute(plan.layout))
         base = base.with_(recompute_method="uniform", recompute_num_layers=1)
         tried = [base.with_(zero_stage=2)]
@@ -131,9 +136,14 @@ def refined(job: Job, headroom_pct: float, plans: list[PoolPlan]) -> list[PoolPl
             ]
         # the solver's answer orders the pools: start again from the job's own order
         for lay in tried:
-            better = plan_split(job, lay, headroom_pct)
+            lines = time_lines(job, lay)
+            if len(times) >= top and lower_bound_s(lines) >= times[top - 1]:
+                continue
+            p = problem(job, lay, headroom_pct, lay.recompute == "none", lines)
+            better = plan_split(job, lay, headroom_pct, p=p)
             if better is not None:
                 out.append(better)
+                bisect.insort(times, better.performance.step_time_s)
     return out
 
 
@@ -153,24 +163,24 @@ def search(
     `lower_bound_s` is no better than the top-th best exact step found is not solved (every
     plan uses every GPU, so $ per token ranks as step time does)."""
     todo = layouts(job)
-    problems = [(lay, problem(job, lay, headroom_pct, lay.recompute == "none")) for lay in todo]
-    problems.sort(key=lambda lp: lower_bound_s(lp[1]))
+    # bounded on the time lines alone; the memory lines only for the layouts solved
+    bounded = [(lay, time_lines(job, lay)) for lay in todo]
+    bounded.sort(key=lambda lt: lower_bound_s(lt[1]))
     plans: list[PoolPlan] = []
     solved = 0
-    for i, (lay, p) in enumerate(problems):
+    for i, (lay, times) in enumerate(bounded):
         if progress is not None and i % 20 == 0:
             progress(f"pools: layout {i + 1} of {len(todo)}")
         best = sorted(q.performance.step_time_s for q in plans)
-        if len(best) >= top and lower_bound_s(p) >= best[top - 1]:
+        if len(best) >= top and lower_bound_s(times) >= best[top - 1]:
             break  # sorted by the bound: no later layout can enter the top
         solved += 1
+        p = problem(job, lay, headroom_pct, lay.recompute == "none", times)
         plan = plan_split(job, lay, headroom_pct, p=p)
         if plan is not None:
             plans.append(plan)
 
-    plans += refined(
-        job, headroom_pct, sorted(plans, key=lambda q: q.performance.step_time_s)[:top]
-    )
+    plans += refined(job, headroom_pct, plans, top)
 
     def key(p: PoolPlan) -> float:
         if objective == "cost":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from planner.inputs import pipeline_layout
@@ -33,7 +34,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, cost, memory, pools
 from planner.model.activations import BF16
 from planner.search.rules import violations
-from planner.search.solver import PoolSplit, PoolSplitProblem, solve_pools
+from planner.search.solver import Grid, PoolSplit, PoolSplitProblem, solve_pools
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -70,10 +71,26 @@ def _room(job: Job, layers: int) -> Job:
     return replace(job, arch=arch)
 
 
-def problem(job: Job, layout: Layout, headroom_pct: float, recompute: bool) -> PoolSplitProblem:
-    """The CP-SAT problem of `layout`'s degrees on the job's pools (see the module docstring)."""
-    arch, pp = job.arch, layout.pp
-    ya, yb = _sample_counts(arch.num_layers, pp)
+@dataclass(frozen=True)
+class TimeLines:
+    """The time part of `problem` (microseconds per micro-batch, [rank][pool]): all that
+    `lower_bound_s` reads, from the exact model's stage times alone (no memory estimate), so a
+    layout can be bounded before its memory lines are computed."""
+
+    num_layers: int
+    fixed_us: Grid
+    layer_us: Grid
+    recompute_us: Grid
+    microbatches: int
+    stages: tuple[int, ...]
+    boundary_us: int
+
+
+def _at(job: Job, layout: Layout) -> tuple[int, int, Callable[[int, bool], Layout]]:
+    """The two sample counts of `problem` and the layout with every rank given y layers, with
+    or without every layer recomputed."""
+    pp = layout.pp
+    ya, yb = _sample_counts(job.arch.num_layers, pp)
     base = layout.with_(pipeline_layout=None, account_for_embedding_in_pipeline_split=False)
     base = base.with_(account_for_loss_in_pipeline_split=False)
 
@@ -83,7 +100,51 @@ def problem(job: Job, layout: Layout, headroom_pct: float, recompute: bool) -> P
             return lay.with_(recompute="full", recompute_method="block", recompute_num_layers=y)
         return lay
 
-    grids: dict[str, list[list[int]]] = {n: [] for n in ("fm", "lm", "rm", "ft", "lt", "rt")}
+    return ya, yb, at
+
+
+def time_lines(job: Job, layout: Layout) -> TimeLines:
+    """`problem`'s time coefficients of `layout`'s degrees on the job's pools (the same values,
+    from the same stage times)."""
+    pp = layout.pp
+    ya, yb, at = _at(job, layout)
+    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt", "rt")}
+    for k in range(len(job.pools)):
+        pj = _room(pools.pool_job(job, k), yb * pp)
+        tim = {(y, f): cost.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)}
+        for r in range(pp):
+            t_line = [
+                _line(sum(tim[ya, f][r]) * 1e6, sum(tim[yb, f][r]) * 1e6, ya, yb)
+                for f in (False, True)
+            ]
+            grids["ft"][r].append(round(min(t_line[0][0], t_line[1][0])))
+            grids["lt"][r].append(round(t_line[0][1]))
+            grids["rt"][r].append(max(round(t_line[1][1] - t_line[0][1]), 0))
+    g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
+    return TimeLines(
+        num_layers=job.arch.num_layers,
+        fixed_us=g["ft"],
+        layer_us=g["lt"],
+        recompute_us=g["rt"],
+        microbatches=layout.num_microbatches(job.global_batch_size),
+        stages=pools.pool_stages(job, layout),
+        boundary_us=round(_boundary_s(job, layout) * 1e6),
+    )
+
+
+def problem(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float,
+    recompute: bool,
+    times: TimeLines | None = None,
+) -> PoolSplitProblem:
+    """The CP-SAT problem of `layout`'s degrees on the job's pools (see the module docstring);
+    `times`: its `time_lines`, where the caller has them already."""
+    pp = layout.pp
+    ya, yb, at = _at(job, layout)
+    times = times or time_lines(job, layout)
+    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("fm", "lm", "rm")}
     caps = []
     for k in range(len(job.pools)):
         pj = _room(pools.pool_job(job, k), yb * pp)
@@ -91,41 +152,27 @@ def problem(job: Job, layout: Layout, headroom_pct: float, recompute: bool) -> P
         mem = {
             (y, f): memory.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)
         }
-        tim = {(y, f): cost.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)}
         for r in range(pp):
             m_line = [
                 _line(mem[ya, f][r].total / MIB, mem[yb, f][r].total / MIB, ya, yb)
                 for f in (False, True)
             ]
-            t_line = [
-                _line(sum(tim[ya, f][r]) * 1e6, sum(tim[yb, f][r]) * 1e6, ya, yb)
-                for f in (False, True)
-            ]
-            cells = (
-                ("fm", math.ceil(max(m_line[0][0], m_line[1][0]))),
-                ("lm", math.ceil(m_line[0][1])),
-                ("rm", min(math.ceil(m_line[1][1] - m_line[0][1]), 0)),
-                ("ft", round(min(t_line[0][0], t_line[1][0]))),
-                ("lt", round(t_line[0][1])),
-                ("rt", max(round(t_line[1][1] - t_line[0][1]), 0)),
-            )
-            for name, v in cells:
-                if k == 0:
-                    grids[name].append([])
-                grids[name][r].append(v)
+            grids["fm"][r].append(math.ceil(max(m_line[0][0], m_line[1][0])))
+            grids["lm"][r].append(math.ceil(m_line[0][1]))
+            grids["rm"][r].append(min(math.ceil(m_line[1][1] - m_line[0][1]), 0))
     g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
     return PoolSplitProblem(
-        num_layers=arch.num_layers,
-        stages=pools.pool_stages(job, layout),
+        num_layers=job.arch.num_layers,
+        stages=times.stages,
         capacity_mib=tuple(caps),
         fixed_mib=g["fm"],
         layer_mib=g["lm"],
         recompute_mib=g["rm"],
-        fixed_us=g["ft"],
-        layer_us=g["lt"],
-        recompute_us=g["rt"],
-        boundary_us=round(_boundary_s(job, layout) * 1e6),
-        microbatches=layout.num_microbatches(job.global_batch_size),
+        fixed_us=times.fixed_us,
+        layer_us=times.layer_us,
+        recompute_us=times.recompute_us,
+        boundary_us=times.boundary_us,
+        microbatches=times.microbatches,
         recompute=recompute,
     )
 
@@ -160,15 +207,55 @@ def apply(job: Job, layout: Layout, split: PoolSplit) -> tuple[Job, Layout]:
     return ordered, lay
 
 
-def lower_bound_s(p: PoolSplitProblem) -> float:
+def lower_bound_s(p: PoolSplitProblem | TimeLines) -> float:
     """Seconds no split of the problem beats, memory aside, in the solver's objective
-    (m - 1) max_r t_r + sum_r t_r: max_r t_r is at least the slowest stage of the fluid split
-    (each rank at its fastest pool's per-layer time, layers divisible), and sum_r t_r at least
-    every layer at the fastest per-layer time plus each rank's least fixed time."""
+    (m - 1) max_r t_r + sum_r t_r: the larger of two bounds.
+
+    Any order: max_r t_r is at least the slowest stage of the fluid split (each rank at its
+    fastest pool's per-layer time, layers divisible), and sum_r t_r at least every layer at the
+    fastest per-layer time plus each rank's least fixed time.
+
+    Per order of the pools (`_order_bound`, the least over the orders): with the order fixed,
+    each rank's pool and pool boundaries are known, and so its a_r (fixed time plus the boundary
+    hops) and b_r (per layer) with t_r >= a_r + y_r b_r (recompute adds c_r x recompute_us >= 0).
+    With y_r >= 1 and sum_r y_r = L (real y_r, a relaxation of the integer layers):
+    max_r t_r >= max_r (a_r + b_r), and >= T_w = (L + sum_r a_r / b_r) / sum_r 1 / b_r, as
+    every y_r <= (max_r t_r - a_r) / b_r and they sum to L; sum_r t_r >= sum_r (a_r + b_r)
+    + (L - pp) min_r b_r (every layer past each rank's first at the least per-layer time). Each
+    part is minimised separately, so their sum is at most the objective's least value."""
+    return max(_any_order_bound(p), _order_bound(p)) * 1e-6
+
+
+def _any_order_bound(p: PoolSplitProblem | TimeLines) -> float:
+    """`lower_bound_s`'s part for any order, in microseconds."""
     rates = [1 / max(min(row), 1) for row in p.layer_us]
     fluid = p.num_layers / sum(rates)
     total = p.num_layers * min(map(min, p.layer_us)) + sum(max(min(row), 0) for row in p.fixed_us)
-    return ((p.microbatches - 1) * fluid + total) * 1e-6
+    return (p.microbatches - 1) * fluid + total
+
+
+def _order_bound(p: PoolSplitProblem | TimeLines) -> float:
+    """`lower_bound_s`'s per-order part in microseconds (0 where a per-layer time is not
+    positive: no bound claimed)."""
+    pp, L, m = sum(p.stages), p.num_layers, p.microbatches
+    if pp > L:
+        return 0.0
+    best = math.inf
+    for order in itertools.permutations(range(len(p.stages))):
+        ks = [k for k in order for _ in range(p.stages[k])]
+        a = [float(p.fixed_us[r][k]) for r, k in enumerate(ks)]
+        b = [p.layer_us[r][k] for r, k in enumerate(ks)]
+        if min(b) <= 0:
+            return 0.0
+        for r in range(pp - 1):
+            if ks[r] != ks[r + 1]:
+                a[r] += p.boundary_us
+                a[r + 1] += p.boundary_us
+        slowest = max(max(x + y for x, y in zip(a, b, strict=True)), 0.0)
+        fluid = (L + sum(x / y for x, y in zip(a, b, strict=True))) / sum(1 / y for y in b)
+        total = sum(a) + sum(b) + (L - pp) * min(b)
+        best = min(best, (m - 1) * max(slowest, fluid) + total)
+    return best
 
 
 def plan_split(

@@ -1,11 +1,13 @@
-"""The one module that imports OR-Tools: CP-SAT for the uneven pipeline split and for pipelines
-over heterogeneous pools (`solve_pools`, below).
+"""The one module that imports OR-Tools: CP-SAT for pipelines over heterogeneous pools
+(`solve_pools`, below); the uneven pipeline split of one pool (`balanced_split`), an integer
+program of one free integer, is solved exactly by enumeration, with a defined answer among equally
+good splits, and without loading OR-Tools (~0.3 s of start-up with the pandas it imports).
 
 Why here and not as the layout enumerator: on this machine class CP-SAT costs about 1 ms per
 enumerated solution (DESIGN.md section 4), while planner's exact cost model scores a layout in
 0.05-0.2 ms; `planner.search.top_k` therefore walks the structural space itself, bounded and
-certified, and hands CP-SAT the sub-problem that is a genuine integer program: how many decoder
-layers each pipeline rank gets.
+certified, and hands the sub-problem that is a genuine integer program, how many decoder layers
+each pipeline rank gets, to an exact solver of its own.
 
 The split problem (Megatron-LM's uneven pipeline: `--decoder-first-pipeline-num-layers`,
 `--decoder-last-pipeline-num-layers`, the middle ranks equal; ecosystem.md section 1.2):
@@ -36,40 +38,70 @@ def balanced_split(
 ) -> tuple[int, ...] | None:
     """Layers per pipeline rank minimising the slowest rank's work, in Megatron's uneven form
     (first and last rank free, middle ranks equal); None when no split satisfies the constraints.
-    Extras are rounded to 3 decimals before solving (cache key)."""
-    if pp < 2:
-        return None
-    # imported here: OR-Tools (and the pandas it loads) costs ~0.25 s at start-up, which only a
-    # search that needs an uneven split should pay
-    from ortools.sat.python import cp_model
+    Extras are rounded to 3 decimals before solving (cache key). Where several splits are
+    equally slow, the lexicographically smallest (fewest layers on the first rank, then on each
+    middle rank) is taken: a defined answer, whatever solver or version found the optimum.
 
-    e_first = round(first_extra * SCALE)
-    e_last = round(last_extra * SCALE)
-    m = cp_model.CpModel()
-    # layers per rank, counted in chunks of vpp (so every count is a multiple of vpp)
-    upper = num_layers // vpp
-    f = m.new_int_var(1, upper, "first_chunks")
-    last = m.new_int_var(1, upper, "last_chunks")
-    k = m.new_int_var(1 if pp > 2 else 0, upper, "middle_chunks")
-    # every layer is placed exactly once
-    if num_layers % vpp:
+    Solved exactly by enumeration, the integer program above being one integer per middle-rank
+    count k: for each k the first rank's f ranges over an interval, and the slowest rank's work
+    max(f u + e_first, l u + e_last, k u) (u = vpp x SCALE, l = chunks left) is least where the
+    first two balance, so the optimum is found in O(L / vpp) steps (`_least_span`), and the
+    smallest f (then k) reaching it in as many (`_first_optimum`). tests/search/
+    test_split_enumeration.py checks both against enumerating every (f, k)."""
+    if pp < 2 or num_layers % vpp:
         return None
-    m.add(f + last + (pp - 2) * k == num_layers // vpp)
-    # the slowest rank's work, in thousandths of a layer
-    span = m.new_int_var(0, (num_layers + 10) * SCALE * 2, "slowest_rank")
-    m.add(span >= f * vpp * SCALE + e_first)
-    m.add(span >= last * vpp * SCALE + e_last)
-    if pp > 2:
-        m.add(span >= k * vpp * SCALE)
-    m.minimize(span)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = 2.0
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    fv, lv, kv = (solver.value(x) * vpp for x in (f, last, k))
-    return (fv,) + (kv,) * (pp - 2) + (lv,)
+    chunks = num_layers // vpp
+    u = vpp * SCALE
+    e_first, e_last = round(first_extra * SCALE), round(last_extra * SCALE)
+    ks = range(1, chunks + 1) if pp > 2 else range(0, 1)
+    span = _least_span(chunks, pp, u, e_first, e_last, ks)
+    if span is None or span > (num_layers + 10) * SCALE * 2:
+        return None  # CP-SAT's bound on the slowest rank, kept: no split within it
+    fv, kv = _first_optimum(chunks, pp, u, e_first, e_last, ks, span)
+    lv = chunks - fv - (pp - 2) * kv
+    return (fv * vpp,) + (kv * vpp,) * (pp - 2) + (lv * vpp,)
+
+
+def _slowest(f: int, rest: int, k: int, u: int, e_first: int, e_last: int) -> int:
+    """The slowest rank's work (thousandths of a layer, at least 0) with f chunks on the first
+    rank, rest - f on the last and k on each middle one."""
+    return max(f * u + e_first, (rest - f) * u + e_last, k * u, 0)
+
+
+def _least_span(chunks: int, pp: int, u: int, e_first: int, e_last: int, ks: range) -> int | None:
+    """The least slowest-rank work over every split, None when there is none. For one k the
+    first and last take rest = chunks - (pp - 2) k chunks, 1 <= f <= rest - 1; f u + e_first
+    grows and (rest - f) u + e_last falls with f, so their max is least at the f nearest their
+    crossing, (rest u + e_last - e_first) / (2 u): its floor or ceiling, clipped to [1, rest - 1]
+    (k u does not depend on f)."""
+    best: int | None = None
+    for k in ks:
+        rest = chunks - (pp - 2) * k
+        if rest < 2:
+            break  # rest only falls as k grows
+        mid = (rest * u + e_last - e_first) // (2 * u)
+        for f in {min(max(g, 1), rest - 1) for g in (mid, mid + 1)}:
+            w = _slowest(f, rest, k, u, e_first, e_last)
+            best = w if best is None else min(best, w)
+    return best
+
+
+def _first_optimum(
+    chunks: int, pp: int, u: int, e_first: int, e_last: int, ks: range, span: int
+) -> tuple[int, int]:
+    """The lexicographically smallest (f, k) whose slowest rank's work is `span`: for each k
+    with k u <= span, the smallest f with (rest - f) u + e_last <= span, if f u + e_first <=
+    span too (then its work is exactly span, span being the least)."""
+    best: tuple[int, int] | None = None
+    for k in ks:
+        rest = chunks - (pp - 2) * k
+        if rest < 2 or k * u > span:
+            break
+        f = max(1, -((span - e_last - rest * u) // u))  # ceil((rest u + e_last - span) / u)
+        if f <= rest - 1 and _slowest(f, rest, k, u, e_first, e_last) <= span:
+            best = (f, k) if best is None else min(best, (f, k))
+    assert best is not None
+    return best
 
 
 # --- heterogeneous pools (issue 25) -----------------------------------------------------------
@@ -151,17 +183,44 @@ def objective_of(p: PoolSplitProblem, times: list[int]) -> int:
     return (p.microbatches - 1) * max(times) + sum(times)
 
 
+def may_fit(p: PoolSplitProblem) -> bool:
+    """False only where no assignment fits (what CP-SAT would prove at length): in every order
+    of the pools some rank holds not even one layer, or the most layers each rank can hold sum
+    to fewer than L. A rank on pool k holds y layers only if fixed + y layer + c recompute <=
+    capacity for some c <= y; as recompute_mib <= 0, c = y is the least memory (N = L recomputes
+    every layer; without recompute c = 0), so y <= (capacity - fixed) / per, per = layer +
+    recompute (or layer); where per <= 0, any y up to L if y = L fits. The common N and the
+    times are relaxed, so this never refuses an assignment that fits (tests/search/
+    test_solver_pools.py checks it against the enumeration)."""
+    pp, L = sum(p.stages), p.num_layers
+    for order in itertools.permutations(range(len(p.stages))):
+        ks = [k for k in order for _ in range(p.stages[k])]
+        room = 0
+        for r, k in enumerate(ks):
+            spare = p.capacity_mib[k] - p.fixed_mib[r][k]
+            per = p.layer_mib[r][k] + (min(p.recompute_mib[r][k], 0) if p.recompute else 0)
+            # where memory falls with y (per <= 0), some y fits iff y = L does
+            most = spare // per if per > 0 else (L if L * per <= spare else 0)
+            if most < 1:
+                break
+            room += min(most, L)
+        else:
+            if room >= L and pp <= L:
+                return True
+    return False
+
+
 def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     """Layers per stage, stage-to-pool assignment (contiguous blocks, any pool order) and the
     block recompute count minimising `objective_of` under every stage's memory; None when no
     assignment fits. Re-checked by `stage_values`. With `relax`, every capacity may be exceeded
     by one excess, and the assignment minimising it is returned (`PoolSplit.excess_mib`: what
     the closest assignment lacks; the binding stage is the one at it)."""
+    pp, npools, L = sum(p.stages), len(p.stages), p.num_layers
+    if pp > L or (not relax and not may_fit(p)):
+        return None
     from ortools.sat.python import cp_model
 
-    pp, npools, L = sum(p.stages), len(p.stages), p.num_layers
-    if pp > L:
-        return None
     m = cp_model.CpModel()
     # w[o]: the pools run in order o, each a contiguous block of its ranks (one order chosen)
     orders = list(itertools.permutations(range(npools)))

@@ -14,7 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from planner.search.solver import PoolSplitProblem, objective_of, solve_pools, stage_values
+from planner.search import pools
+from planner.search.solver import (
+    PoolSplitProblem,
+    may_fit,
+    objective_of,
+    solve_pools,
+    stage_values,
+)
 
 
 def compositions(n: int, parts: int):
@@ -165,3 +172,83 @@ def test_pooled_search_puts_more_layers_on_the_faster_pool() -> None:
     again = cost.estimate(best.job, best.layout).step_time_s
     assert again == best.performance.step_time_s
     assert memory.estimate(best.job, best.layout).fits
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_may_fit_never_refuses_a_split_that_fits(seed: int) -> None:
+    """`may_fit` (the check that spares CP-SAT a proof of infeasibility) is False only where the
+    enumeration finds nothing that fits; capacities from loose to a fifth, so both answers
+    occur."""
+    rng = random.Random(300 + seed)
+    p = random_problem(rng)
+    p = replace(p, capacity_mib=tuple(c // rng.choice((1, 2, 3, 5)) for c in p.capacity_mib))
+    if not may_fit(p):
+        assert brute_force(p) is None
+        assert solve_pools(p) is None
+
+
+def test_may_fit_refuses_some() -> None:
+    """The check is not vacuous: some of the tight problems above are refused."""
+    refused = 0
+    for seed in range(60):
+        rng = random.Random(300 + seed)
+        p = random_problem(rng)
+        p = replace(p, capacity_mib=tuple(c // rng.choice((1, 2, 3, 5)) for c in p.capacity_mib))
+        refused += not may_fit(p)
+    assert refused >= 5
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lower_bound_is_below_every_split(seed: int) -> None:
+    """`pools.lower_bound_s`, memory aside: no assignment's objective is below it (the
+    enumeration with every capacity unbounded), and the time lines alone give the same bound."""
+    p = random_problem(random.Random(500 + seed))
+    roomy = replace(p, capacity_mib=(10**9,) * len(p.stages))
+    least = brute_force(roomy)
+    if least is None:  # more ranks than layers
+        return
+    assert pools.lower_bound_s(p) * 1e6 <= least * (1 + 1e-12)
+    lines = pools.TimeLines(
+        p.num_layers, p.fixed_us, p.layer_us, p.recompute_us, p.microbatches, p.stages,
+        p.boundary_us,
+    )  # fmt: skip
+    assert pools.lower_bound_s(lines) == pools.lower_bound_s(p)
+
+
+def test_lower_bound_per_order_is_tighter() -> None:
+    """The per-order part binds: somewhere among the random problems it is above the any-order
+    bound (the pool search solves fewer layouts for it)."""
+    tighter = 0
+    for seed in range(40):
+        p = random_problem(random.Random(500 + seed))
+        if sum(p.stages) <= p.num_layers:
+            tighter += pools._order_bound(p) > pools._any_order_bound(p)
+    assert tighter >= 5
+
+
+def test_pool_search_prunes_nothing_that_matters() -> None:
+    """Llama 3.1 8B on 16 H100 + 16 A100: the pooled search (bounded, infeasible splits refused
+    before CP-SAT, refinements bounded) gives the plans of splitting every layout and every
+    refinement, best first."""
+    from planner.inputs.plan import parse_plan
+    from planner.search import pool_search
+
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [
+                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": 16},
+                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+            ]
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    job = parse_plan(doc).job
+    top = 3
+    res = pool_search.search(job, 3.0, top=top)
+    every = [pools.plan_split(job, lay, 3.0) for lay in pool_search.layouts(job)]
+    plans = sorted((q for q in every if q is not None), key=lambda q: q.performance.step_time_s)
+    plans += pool_search.refined(job, 3.0, plans, 10**6)
+    want = sorted(q.performance.step_time_s for q in plans)[:top]
+    assert [q.performance.step_time_s for q in res.plans] == want
+    assert res.solved < res.layouts
