@@ -36,10 +36,22 @@ class JobMemo(Generic[K, V]):
     def of(self, job: Job) -> dict[K, V]:
         entry = self._entries.get(id(job))
         if entry is None or entry[0] is not job:
-            if len(self._entries) >= self._jobs:
-                self._entries.clear()
+            self._make_room()
             entry = self._entries[id(job)] = (job, {})
         return entry[1]
+
+    def share(self, job: Job, like: Job) -> None:
+        """Let `job` read and fill `like`'s entries: for a job that differs from `like` only
+        in what this memo's values do not depend on (the caller's proof; e.g. the number of
+        GPUs, for the layer times of `planner.search.scaling`)."""
+        self._make_room()
+        self._entries[id(job)] = (job, self.of(like))
+
+    def _make_room(self) -> None:
+        """Forget everything once `jobs` distinct dicts are held (jobs that share one count
+        once)."""
+        if len({id(d) for _, d in self._entries.values()}) >= self._jobs:
+            self._entries.clear()
 
     def clear(self) -> None:
         self._entries.clear()

@@ -31,6 +31,7 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.cost import Performance
+from planner.model.stage_time import LAYER_TIMES
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import top_k as search
@@ -58,7 +59,13 @@ def job_at(job: Job, num_gpus: int) -> Job:
         cluster = ClusterSpec.model_validate({**dict(job.cluster), "num_gpus": num_gpus})
     except (ValidationError, ValueError) as e:
         raise InputError(f"num_gpus: {num_gpus} GPUs: {e}") from None
-    return replace(job, cluster=cluster)
+    out = replace(job, cluster=cluster)
+    if not job.pools:
+        # one layer's time reads the cluster's GPU, clocks, HBM and link tiers (a group's tier
+        # from its own span), never the number of GPUs: every size shares the layer-time memo
+        # (tests/search/test_scaling_memo.py)
+        LAYER_TIMES.share(out, job)
+    return out
 
 
 def search_best_layout(space: Space | None = None) -> BestLayout:
