@@ -30,10 +30,12 @@ from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
 from planner.model.schedule import Chunks, layer_count, unmerged_share
 
-LAYER_TIMES: JobMemo[Layout, tuple[Gpu, Layer, Layer, float]] = JobMemo()
+LAYER_TIMES: JobMemo[Layout | tuple[str, Layout], tuple[Gpu, Layer, Layer, float]] = JobMemo()
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
-values (`_layer_key`): the search scores thousands of layouts that differ only in those fields.
-Cleared by benchmarks/fit_constants.py when it changes a layer_time constant."""
+values (`_layer_key`): the search scores thousands of layouts that differ only in those fields;
+and under ("dense", `_dense_key`) the dense layer's alone (twice; no output layer), shared by
+layouts that differ only in their experts. Cleared by benchmarks/fit_constants.py when it
+changes a layer_time constant."""
 
 
 def _layer_key(lay: Layout) -> Layout:
@@ -53,6 +55,15 @@ def _layer_key(lay: Layout) -> Layout:
         ep_comm_overlap=False,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
+    )
+
+
+def _dense_key(key: Layout) -> Layout:
+    """A `_layer_key` as the dense layer's time sees it: no expert field reaches it (expert
+    parallelism, expert TP, the token dispatcher only shape the MoE layer;
+    tests/search/test_scaling_memo.py checks the times bit for bit)."""
+    return key.with_(
+        ep=1, etp=None, moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend="deepep"
     )
 
 
@@ -90,7 +101,11 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     if key not in memo:
         gpu = gpu_of(job)
         graphs = job.cuda_graphs
-        dense_l = issued(layer_time(job, key, gpu, False), graphs)
+        dkey = ("dense", _dense_key(key))
+        if dkey not in memo:
+            plain = issued(layer_time(job, dkey[1], gpu, False), graphs)
+            memo[dkey] = (gpu, plain, plain, 0.0)
+        dense_l = memo[dkey][1]
         moe_l = issued(layer_time(job, key, gpu, True), graphs) if job.arch.is_moe else dense_l
         memo[key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
     gpu, dense_l, moe_l, out_layer = memo[key]

@@ -1,8 +1,10 @@
-"""`planner scale` shares the layer-time memo across GPU counts (`scaling.job_at`): the layer
-times of a job at another size, read through the shared memo, are bit for bit those computed
-afresh for that size alone."""
+"""The layer-time memo's keys (`planner.model.stage_time`): `planner scale` shares it across GPU
+counts (`scaling.job_at`), and layouts that differ only in their experts share the dense layer's
+time; what is read through either is bit for bit what is computed afresh."""
 
 from __future__ import annotations
+
+import itertools
 
 from planner.inputs.layout import Layout
 from planner.model import cost, memory
@@ -46,3 +48,33 @@ def test_shared_memo_forgets_past_its_jobs() -> None:
         bigger = job_at(job, n)
         memo.share(bigger, job)
         assert memo.of(bigger) is memo.of(job) and memo.of(job)[1] == 1
+
+
+def test_dense_layer_time_reads_no_expert_field() -> None:
+    """The layer-time memo shares the dense layer's time across layouts that differ only in
+    their experts (`stage_time._dense_key`): over MoE jobs with dense layers (DeepSeek-V3's
+    first three), every expert degree, expert TP, dispatcher and recompute, the dense layer's
+    time is bit for bit that of the layout with ep 1 and the default dispatcher."""
+    from planner.model.host import issued
+    from planner.model.layer_time import gpu_of, layer_time
+    from planner.model.stage_time import _dense_key, _layer_key
+
+    for job in (
+        make_job("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
+        make_job("deepseek-v3", "h100-sxm-80gb", 256, 4096, 1024, precision="fp8"),
+    ):
+        gpu = gpu_of(job)
+        for tp, cp, ep, etp, disp, rc, mbs in itertools.product(
+            (1, 2, 8), (1, 2), (1, 8, 64), (None, 1), ("alltoall", "flex", "allgather"),
+            ("none", "selective", "full"), (1, 2),
+        ):  # fmt: skip
+            lay = Layout(
+                tp=tp, pp=1, dp=256 // (tp * cp), cp=cp, ep=ep, etp=etp, sequence_parallel=tp > 1,
+                micro_batch_size=mbs, recompute=rc, moe_token_dispatcher_type=disp,
+                recompute_modules=("mla_up_proj", "mlp"),
+            )  # fmt: skip
+            key = _layer_key(lay)
+            assert layer_time(job, key, gpu, False) == layer_time(job, _dense_key(key), gpu, False)
+            # through the memo, warm from the layouts before (another expert setting's entry)
+            direct = issued(layer_time(job, key, gpu, False), job.cuda_graphs)
+            assert layout_times(job, lay).dense == direct
