@@ -103,13 +103,26 @@ def _at(job: Job, layout: Layout) -> tuple[int, int, Callable[[int, bool], Layou
     return ya, yb, at
 
 
+def _twins(job: Job) -> list[int]:
+    """For each pool, the first pool with an equal cluster (itself if none before it): a pool's
+    job is the job with its cluster (`pools.pool_job`), so equal clusters give the same memory
+    and stage times, rank by rank (a rank's role is its position, whatever pool runs it)."""
+    clusters = [p.cluster for p in job.pools]
+    return [clusters.index(c) for c in clusters]
+
+
 def time_lines(job: Job, layout: Layout) -> TimeLines:
     """`problem`'s time coefficients of `layout`'s degrees on the job's pools (the same values,
     from the same stage times)."""
     pp = layout.pp
     ya, yb, at = _at(job, layout)
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt", "rt")}
-    for k in range(len(job.pools)):
+    for k, src in enumerate(_twins(job)):
+        if src < k:  # the same cluster as an earlier pool: the same lines
+            for rows in grids.values():
+                for row in rows:
+                    row.append(row[src])
+            continue
         pj = _room(pools.pool_job(job, k), yb * pp)
         tim = {(y, f): cost.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)}
         for r in range(pp):
@@ -145,8 +158,14 @@ def problem(
     ya, yb, at = _at(job, layout)
     times = times or time_lines(job, layout)
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("fm", "lm", "rm")}
-    caps = []
-    for k in range(len(job.pools)):
+    caps: list[int] = []
+    for k, src in enumerate(_twins(job)):
+        if src < k:  # the same cluster as an earlier pool: the same lines
+            caps.append(caps[src])
+            for rows in grids.values():
+                for row in rows:
+                    row.append(row[src])
+            continue
         pj = _room(pools.pool_job(job, k), yb * pp)
         caps.append(math.floor(memory.usable_bytes(pj.cluster.capacity_bytes, headroom_pct) / MIB))
         mem = {

@@ -252,3 +252,29 @@ def test_pool_search_prunes_nothing_that_matters() -> None:
     want = sorted(q.performance.step_time_s for q in plans)[:top]
     assert [q.performance.step_time_s for q in res.plans] == want
     assert res.solved < res.layouts
+
+
+def test_equal_pools_share_their_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pools with equal clusters: the problem's lines of the second are copied from the
+    first (`pools._twins`), and equal what the exact model gives each pool on its own."""
+    from planner.inputs.plan import parse_plan
+    from planner.search import pool_search
+
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [
+                {"name": "a", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+                {"name": "b", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+            ],
+            "between_pools": {"bandwidth_gb_per_s_per_gpu": 5.0, "latency_us": 500.0},
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    job = parse_plan(doc).job
+    assert pools._twins(job) == [0, 0]
+    lays = pool_search.layouts(job)[::7]
+    shared = [pools.problem(job, lay, 3.0, True) for lay in lays]
+    monkeypatch.setattr(pools, "_twins", lambda job: list(range(len(job.pools))))
+    alone = [pools.problem(job, lay, 3.0, True) for lay in lays]
+    assert shared == alone and len(shared) >= 3
