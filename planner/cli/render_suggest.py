@@ -75,7 +75,9 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     if titan:
         t.caption += (
             "; torchtitan = the [torchtitan] settings searched beside the layout where they "
-            "differ from the job's (reshard = reshard_after_forward, hsdp = dp_replicate)"
+            "differ from the job's (reshard = reshard_after_forward, hsdp = dp_replicate, "
+            "every N = selective_layer_every: every N-th layer recomputed whole, full(block k) "
+            "= k layers of each chunk)"
         )
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
@@ -161,8 +163,8 @@ def print_result(
         console.print(
             f"torchtitan: {len(variants(job))} settings searched (reshard_after_forward x "
             'dp_replicate; under pipelining only reshard_after_forward "default": torch '
-            "pipelining keeps the stage's parameters gathered whatever it says); the counts "
-            "above are summed over them.",
+            "pipelining keeps the stage's parameters gathered whatever it says), each also "
+            "with full recompute of every N-th layer; the counts above are summed over them.",
             highlight=False,
         )
 

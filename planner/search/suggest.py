@@ -18,7 +18,7 @@ from planner.model import memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import space as space_mod
-from planner.search import titan_variants, top_k
+from planner.search import titan_every, titan_variants, top_k
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
@@ -176,7 +176,8 @@ def search_rows(
     ask = top if objective == "throughput" else max(4 * top, 20)
     if job.framework == "torchtitan" and not job.pools:
         # torchtitan's own settings beside the layout (`planner.search.titan_variants`)
-        res = titan_variants.search_variants(job, space, ask, progress)
+        found = titan_variants.search_variants(job, space, ask, progress)
+        res = titan_variants.result(titan_every.add_every(job, space, ask, found))
     else:
         res = top_k.search(job, space, ask, progress=progress, fold_twins=True)
     rows = res.rows

@@ -19,8 +19,9 @@ FSDP shard group (dp / r x cp > 1: torchtitan runs DDP, shard group 1, only with
 parallelism, `rules.torchtitan.sharding`, and the search puts FSDP2 wherever dp x cp > 1); a
 layout whose dp r does not divide is left to that rule. Settings the job's `[torchtitan]` table
 gives are kept as given. torchtitan's selective_layer_every (every N-th layer recomputed whole,
-the model's block recompute) is not searched: the search scores no block recompute for torchtitan
-(`space.bases` keeps none, full and per-op selective).
+the model's block recompute), which the certified search does not score for torchtitan
+(`space.bases` keeps none, full and per-op selective), is added after the merge by
+`planner.search.titan_every`, exactly too.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from planner.search.top_k import Candidate, SearchResult, simplicity
 from planner.search.twins import Row
 
 Memo = dict[tuple[int, Layout], float | None]
-"""(variant index, base layout) -> its fastest fitting step time (`_best_time`)."""
+"""(variant index, base layout) -> its fastest fitting step time (`best_time`)."""
 
 RESHARDS: tuple[Reshard, ...] = ("default", "never", "always")
 """In order of preference on equal step times."""
@@ -96,6 +97,8 @@ def variant_text(job: Job, c: Candidate) -> str:
         parts.append(f"reshard {titan.reshard_after_forward}")
     if titan.dp_replicate != job.titan.dp_replicate:
         parts.append(f"hsdp {titan.dp_replicate}")
+    if titan.selective_layer_every != job.titan.selective_layer_every:
+        parts.append(f"every {titan.selective_layer_every}")
     return ", ".join(parts)
 
 
@@ -105,24 +108,34 @@ def candidate_job(job: Job, c: Candidate) -> Job:
     return job if titan is None else replace(job, torchtitan=titan)
 
 
+def given(job: Job) -> set[str]:
+    """The `[torchtitan]` settings the job names (kept as given, not searched)."""
+    return set(job.torchtitan.model_fields_set) if job.torchtitan is not None else set()
+
+
 def variants(job: Job) -> list[Variant]:
     """The variants searched for a torchtitan job, in order of preference (the job's own first);
     a setting the job's `[torchtitan]` table gives is kept."""
-    given = job.torchtitan.model_fields_set if job.torchtitan is not None else set()
     titan = job.titan
     reshards: tuple[Reshard, ...] = (titan.reshard_after_forward,)
-    if "reshard_after_forward" not in given:
+    if "reshard_after_forward" not in given(job):
         reshards += tuple(r for r in RESHARDS if r != titan.reshard_after_forward)
     n = job.cluster.num_gpus
     reps = [titan.dp_replicate]
-    if "dp_replicate" not in given:
+    if "dp_replicate" not in given(job):
         # r x a shard group of at least 2 ranks within the GPUs
         reps += [r for r in space_mod.divisors(n) if 1 < r <= n // 2 and r != titan.dp_replicate]
     return [Variant(s, r) for r in reps for s in reshards]
 
 
-def _base_of(lay: Layout) -> Layout:
-    return lay.with_(recompute="none", recompute_modules=("core_attn",))
+def base_of(lay: Layout) -> Layout:
+    """The layout without its recompute policy."""
+    return lay.with_(
+        recompute="none",
+        recompute_modules=("core_attn",),
+        recompute_method="uniform",
+        recompute_num_layers=1,
+    )
 
 
 def _dominated(
@@ -136,16 +149,16 @@ def _dominated(
         lay = c.layout
         if sp is None or not (sp.pp.admits(lay.pp) and sp.dp.admits(lay.dp)):
             continue
-        key = (ui, _base_of(lay))
+        key = (ui, base_of(lay))
         if key not in memo:
-            memo[key] = _best_time(u.job(job), sp, lay)
+            memo[key] = best_time(u.job(job), sp, lay)
         best = memo[key]
         if best is not None and best <= c.step_time:
             return True
     return False
 
 
-def _best_time(job: Job, space: Space, lay: Layout) -> float | None:
+def best_time(job: Job, space: Space, lay: Layout) -> float | None:
     """The fastest fitting step time of `lay`'s base under `job` over the space's recompute
     policies (torchtitan's: none, per-op selective, full), None where none fits or the job's
     settings do not run it."""
@@ -169,8 +182,19 @@ def _best_time(job: Job, space: Space, lay: Layout) -> float | None:
 RowKey = tuple[float, tuple[int, ...], int]
 
 
-def _key(row: Row[Candidate], vi: int) -> RowKey:
+def row_key(row: Row[Candidate], vi: int) -> RowKey:
     return (row.candidate.step_time, simplicity(row.candidate.layout), vi)
+
+
+@dataclass
+class Merged:
+    """The merged ranking: the counts summed over the variants' searches, the first rows (each
+    with its `row_key`), the variants and what `_dominated` remembered."""
+
+    total: SearchResult
+    rows: list[tuple[RowKey, Row[Candidate]]]
+    order: list[Variant]
+    memo: Memo
 
 
 def search_variants(
@@ -178,9 +202,9 @@ def search_variants(
     space: Space,
     top: int,
     progress: Callable[[str], None] | None = None,
-) -> SearchResult:
+) -> Merged:
     """The top `top` rows of twins over every (layout, variant), each candidate a
-    `TitanCandidate`; the counts summed over the variants' searches."""
+    `TitanCandidate` (`result` makes them a SearchResult)."""
     order = variants(job)
     merged: list[tuple[RowKey, Row[Candidate]]] = []
     total = SearchResult([], 0, 0, 0, 0)
@@ -208,8 +232,13 @@ def search_variants(
                 why = "outside a setting's layouts (pp > 1 or dp < dp_replicate)"
             total.rejected[why] += count
         total.seconds += res.seconds
-    rows = [r for _, r in merged]
-    return replace(total, candidates=[r.candidate for r in rows], rows=rows)
+    return Merged(total, merged, order, memo)
+
+
+def result(merged: Merged) -> SearchResult:
+    """The merged rows as the search's result."""
+    rows = [r for _, r in merged.rows]
+    return replace(merged.total, candidates=[r.candidate for r in rows], rows=rows)
 
 
 def _read(
@@ -228,7 +257,7 @@ def _read(
     `top` rank at or above the last)."""
     kept: list[tuple[RowKey, Row[Candidate]]] = []
     for row in res.rows:
-        key = _key(row, vi)
+        key = row_key(row, vi)
         pool = heapq.nsmallest(top, [e[0] for e in others + kept])
         if len(pool) >= top and key > pool[-1]:
             return kept, False
@@ -239,10 +268,10 @@ def _read(
         ]
         if members:
             lead = Row(members[0], tuple(members[1:]))
-            kept.append((_key(lead, vi), lead))
+            kept.append((row_key(lead, vi), lead))
     # every row not read ranks at or below the last one read (a row's lead can only move down
     # when a twin takes its place): read on unless `top` rows rank at or above it
-    last = _key(res.rows[-1], vi) if res.rows else None
+    last = row_key(res.rows[-1], vi) if res.rows else None
     return kept, last is not None and sum(e[0] <= last for e in others + kept) < top
 
 

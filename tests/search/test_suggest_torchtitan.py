@@ -113,3 +113,28 @@ def test_written_pipeline_checks_to_the_same_step(
     checked = json.loads(out)
     assert checked["performance"]["step_time_s"] == best["performance"]["step_time_s"]
     assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]
+
+
+def test_every_nth_layer_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On 70B / 64 H100 with pp 4 and vpp 2 the top layout recomputes every N-th layer
+    (torchtitan selective_layer_every: block recompute of 10 // N layers of each 10-layer chunk);
+    the written plan names N and `check` reads it back to the same layout, step time and peak
+    (oracle: the suggest JSON of the same run)."""
+    plan = tmp_path / "best.toml"
+    pins = ["--pp", "4", "--vpp", "2", "--no-uneven"]
+    cmd = ["suggest", *JOB, "--framework", "torchtitan", *pins, "--json"]
+    code, out, err = run([*cmd, "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    best = json.loads(out)["candidates"][0]
+    every = best["torchtitan"]["selective_layer_every"]
+    assert every is not None and every >= 2
+    par = best["parallel"]
+    assert (par["recompute"], par["recompute_method"]) == ("full", "block")
+    assert par["recompute_num_layers"] == max(10 // every, 1)
+    assert f"selective_layer_every = {every}" in plan.read_text()
+    code, out, err = run(["check", str(plan), "--json"], capsys)
+    assert code == 0, err
+    checked = json.loads(out)
+    assert checked["parallel"]["recompute_num_layers"] == par["recompute_num_layers"]
+    assert checked["performance"]["step_time_s"] == best["performance"]["step_time_s"]
+    assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]

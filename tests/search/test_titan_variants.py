@@ -133,14 +133,57 @@ def _best(job: Job, space: Space, base: Layout) -> Candidate | None:
     return min(found, key=lambda f: f[:2])[2] if found else None
 
 
+def _every_best(job: Job, space: Space, base: Layout) -> tuple[Candidate, int] | None:
+    """The base's fastest fitting "every N-th layer" recompute under the job, over every N >= 2
+    (the plan's reading: block recompute of max(most // N, 1) layers of each chunk, `most` the
+    largest chunk; N with as many layers as the chunk is full recompute), the smallest N of
+    equals."""
+    if "full" not in space.recompute:
+        return None
+    most = max(len(c) for chunks in base.chunk_layers(job.arch.num_layers) for c in chunks)
+    found = []
+    for n in range(2, most + 1):
+        k = max(most // n, 1)
+        if k >= most:
+            continue
+        lay = base.with_(recompute="full", recompute_method="block", recompute_num_layers=k)
+        njob = replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
+        if rules.violations(njob, lay):
+            continue
+        rep = memory.estimate(njob, lay, space.headroom_pct)
+        if rep.fits:
+            c = Candidate(lay, rep, cost.estimate(njob, lay))
+            found.append((c.step_time, n, c))
+    if not found:
+        return None
+    _, n, c = min(found, key=lambda f: f[:2])
+    return c, n
+
+
+Ref = list[tuple[tuple[float, tuple[int, ...], int], Row[Candidate], TorchtitanSection]]
+
+
 @cache
-def reference(name: str) -> list[tuple[tuple[float, tuple[int, ...], int], Row[Candidate], int]]:
+def reference(name: str) -> Ref:
+    """The top K rows over every (base layout, settings): per variant the base's fastest
+    recompute policy, unless an earlier variant runs the base as fast; then per variant the
+    base's fastest every-N recompute, unless any variant runs the base as fast without it or an
+    earlier variant's every-N does; rows of twins per (variant, every-N or not), ranked by step
+    time, `simplicity`, the variants' order (every-N after all)."""
     job, space = PROBLEMS[name]
     order = _every_variant(job)
     bases = _bases(job, space)
     best = [[_best(v.job(job), space, b) for b in bases] for v in order]
-    merged = []
-    for vi in range(len(order)):
+    every = [[_every_best(v.job(job), space, b) for b in bases] for v in order]
+    merged: Ref = []
+
+    def add(kept: list[Candidate], rank: int, titan: TorchtitanSection) -> None:
+        kept.sort(key=rank_key)
+        for row in fold(kept):
+            key = (row.candidate.step_time, simplicity(row.candidate.layout), rank)
+            merged.append((key, row, titan))
+
+    for vi, v in enumerate(order):
         kept = []
         for bi in range(len(bases)):
             c = best[vi][bi]
@@ -151,29 +194,38 @@ def reference(name: str) -> list[tuple[tuple[float, tuple[int, ...], int], Row[C
             ):
                 continue  # a simpler setting runs this base as fast
             kept.append(c)
-        kept.sort(key=rank_key)
-        for row in fold(kept):
-            merged.append(
-                ((row.candidate.step_time, simplicity(row.candidate.layout), vi), row, vi)
-            )
+        add(kept, vi, v.settings(job.titan))
+    for vi, v in enumerate(order):
+        by_n: dict[int, list[Candidate]] = {}
+        for bi in range(len(bases)):
+            got = every[vi][bi]
+            if got is None:
+                continue
+            c, n = got
+            plain = [best[ui][bi] for ui in range(len(order))]
+            earlier = [every[ui][bi] for ui in range(vi)]
+            if any(u is not None and u.step_time <= c.step_time for u in plain) or any(
+                e is not None and e[0].step_time <= c.step_time for e in earlier
+            ):
+                continue
+            by_n.setdefault(n, []).append(c)
+        for n, kept in by_n.items():
+            titan = v.settings(job.titan).model_copy(update={"selective_layer_every": n})
+            add(kept, len(order) + vi, titan)
     return heapq.nsmallest(TOP_K, merged, key=lambda e: e[0])
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_merged_search_equals_brute_force(name: str) -> None:
     job, space = PROBLEMS[name]
-    order = _every_variant(job)
     ref = reference(name)
     _, rows = search_rows(job, space, TOP_K)
     assert len(ref) == TOP_K
     got = [
-        (r.candidate.layout, r.candidate.titan, [e.layout for e in r.equivalents])  # type: ignore[attr-defined]
+        (r.candidate.layout, getattr(r.candidate, "titan", None), [e.layout for e in r.equivalents])
         for r in rows
     ]
-    want = [
-        (r.candidate.layout, order[vi].settings(job.titan), [e.layout for e in r.equivalents])
-        for _, r, vi in ref
-    ]
+    want = [(r.candidate.layout, titan, [e.layout for e in r.equivalents]) for _, r, titan in ref]
     assert got == want, "\n".join(
         f"{g[0].describe()} {g[1]} | {w[0].describe()} {w[1]}"
         for g, w in zip(got, want, strict=False)
@@ -184,16 +236,18 @@ def test_merged_search_equals_brute_force(name: str) -> None:
 
 
 def test_problems_exercise_the_settings() -> None:
-    """Somewhere the top K holds "never", "always" and HSDP (so a wrong merge would show), and the
-    excluded variants never make it: "never" / "always" under PP (the model makes "never" the
-    default there and "always" only slower) and DDP's shard group of one."""
-    texts = []
+    """Somewhere the top K holds "never", "always", HSDP and every-N recompute (so a wrong merge
+    would show), and the excluded variants never make it: "never" / "always" under PP (the model
+    makes "never" the default there and "always" only slower) and DDP's shard group of one."""
+    seen = []
     for name, (job, _) in PROBLEMS.items():
-        for _, row, vi in reference(name):
-            v = _every_variant(job)[vi]
-            texts.append((v.reshard, v.replicate))
-            assert v in tv.variants(job)
-            assert row.candidate.layout.pp == 1 or v.reshard == "default"
-    assert any(s == "never" for s, _ in texts)
-    assert any(s == "always" for s, _ in texts)
-    assert any(r > 1 for _, r in texts)
+        searched = [v.settings(job.titan) for v in tv.variants(job)]
+        for _, row, titan in reference(name):
+            seen.append(titan)
+            plain = titan.model_copy(update={"selective_layer_every": None})
+            assert plain in searched
+            assert row.candidate.layout.pp == 1 or titan.reshard_after_forward == "default"
+    assert any(t.reshard_after_forward == "never" for t in seen)
+    assert any(t.reshard_after_forward == "always" for t in seen)
+    assert any(t.dp_replicate > 1 for t in seen)
+    assert any(t.selective_layer_every is not None for t in seen)

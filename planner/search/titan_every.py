@@ -1,0 +1,161 @@
+"""torchtitan's "selective layer every N" activation checkpointing in `planner suggest`: recompute
+"full" with `[torchtitan] selective_layer_every = N`, every N-th layer of a rank recomputed whole,
+which the model counts as Megatron's block recompute of most // N layers per chunk (`most` the
+rank's largest chunk, `planner.inputs.plan._torchtitan_recompute`): memory and time between no
+recompute and full.
+
+The certified search (`planner.search.top_k`) scores no block recompute for torchtitan, so this
+pass adds it once the settings variants are merged (`planner.search.titan_variants`), exactly:
+every base layout of every variant whose lower bound (`bound.base_bound`, at its micro-batch size:
+no recompute is faster) is no more than the K-th merged step time is tried, with its fastest
+fitting N (the fewest layers recomputed: memory falls and time grows with them; the smallest N
+of a layer count). Such a candidate is listed unless a setting without it runs the base (with
+none, per-op selective or full recompute) at no more step time under any variant, or an earlier
+variant's every-N candidate does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from dataclasses import replace
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, memory
+from planner.search import rules
+from planner.search import space as space_mod
+from planner.search.bound import base_bound
+from planner.search.space import Space
+from planner.search.titan_variants import (
+    Memo,
+    Merged,
+    RowKey,
+    TitanCandidate,
+    Variant,
+    base_of,
+    best_time,
+    given,
+    row_key,
+)
+from planner.search.top_k import Candidate
+from planner.search.twins import Row, fold
+
+
+def every_options(lay: Layout, num_layers: int) -> list[tuple[int, int]]:
+    """(layers recomputed per chunk k, the smallest N giving it) for every N >= 2 with k below
+    the rank's largest chunk (k = that is full recompute), fewest layers first."""
+    most = max(len(c) for chunks in lay.chunk_layers(num_layers) for c in chunks)
+    by_k: dict[int, int] = {}
+    for n in range(most, 1, -1):
+        by_k[max(most // n, 1)] = n
+    return sorted((k, n) for k, n in by_k.items() if k < most)
+
+
+def on(lay: Layout, k: int) -> Layout:
+    return lay.with_(recompute="full", recompute_method="block", recompute_num_layers=k)
+
+
+def every_job(job: Job, n: int) -> Job:
+    return replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
+
+
+def fastest_every(job: Job, space: Space, lay: Layout) -> tuple[Candidate, int] | None:
+    """The fastest fitting every-N layout of a base under `job` and its N, or None: none where
+    the base's states alone (`memory.state_floor`, a floor under every recompute policy) do not
+    fit, or where it fits without recompute (no recompute is faster: tests/search/test_top_k.py),
+    else the fewest layers recomputed that fit and that torchtitan's rules take."""
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    if memory.state_floor(job, lay) > capacity:
+        return None
+    if memory.estimate(job, lay.with_(recompute="none"), space.headroom_pct, False).fits:
+        return None
+    for k, n in every_options(lay, job.arch.num_layers):
+        trial = on(lay, k)
+        njob = every_job(job, n)
+        rep = memory.estimate(njob, trial, space.headroom_pct, all_stages=False)
+        if rep.fits and not rules.violations(njob, trial):
+            return Candidate(trial, rep, cost.estimate(njob, trial)), n
+    return None
+
+
+def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
+    """The merged ranking with the every-N rows that rank among its first `top` (keyed after
+    every variant's own, `len(order) + vi`); the job's own selective_layer_every is kept."""
+    if "full" not in space.recompute or "selective_layer_every" in given(job):
+        return found
+    t0 = time.perf_counter()
+    extra, scored = _every_rows(job, space, found.order, found.rows, top, found.memo)
+    rows = heapq.nsmallest(top, found.rows + extra, key=lambda e: e[0])
+    total = replace(
+        found.total,
+        scored=found.total.scored + scored,
+        seconds=found.total.seconds + time.perf_counter() - t0,
+    )
+    return replace(found, total=total, rows=rows)
+
+
+def _every_rows(
+    job: Job,
+    space: Space,
+    order: list[Variant],
+    merged: list[tuple[RowKey, Row[Candidate]]],
+    top: int,
+    memo: Memo,
+) -> tuple[list[tuple[RowKey, Row[Candidate]]], int]:
+    """The every-N rows that can rank among the first `top` with `merged`, and how many
+    layouts were scored."""
+    cut = merged[top - 1][0][0] if len(merged) >= top else None
+    out: list[tuple[RowKey, Row[Candidate]]] = []
+    taken: dict[Layout, list[float]] = {}  # base -> earlier variants' every-N times
+    scored = 0
+    for vi, v in enumerate(order):
+        sp = v.space(space)
+        if sp is None:
+            continue
+        vjob = v.job(job)
+        found: list[Candidate] = []
+        for s in space_mod.structures(vjob, sp, Counter()):
+            for mbs, vpp, split in space_mod.options(vjob, sp, s):
+                for base in space_mod.bases(vjob, s, mbs, vpp, split, sp):
+                    zeros = space_mod.zero_stages(sp, base.layout)
+                    if not zeros:
+                        continue
+                    lay = base.layout.with_(zero_stage=zeros[0])
+                    if cut is not None and base_bound(vjob, lay) > cut:
+                        continue
+                    got = fastest_every(vjob, sp, lay)
+                    if got is None:
+                        continue
+                    scored += 1
+                    c, n = got
+                    if cut is not None and c.step_time > cut:
+                        continue
+                    key = base_of(lay)
+                    if any(t <= c.step_time for t in taken.get(key, [])):
+                        continue
+                    if _beaten(job, space, order, c, memo):
+                        continue
+                    taken.setdefault(key, []).append(c.step_time)
+                    titan = vjob.titan.model_copy(update={"selective_layer_every": n})
+                    found.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
+        found.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
+        out += [(row_key(r, len(order) + vi), r) for r in fold(found)]
+    return out, scored
+
+
+def _beaten(job: Job, space: Space, order: list[Variant], c: Candidate, memo: Memo) -> bool:
+    """Whether some variant runs c's base without every-N at no more step time."""
+    for ui, u in enumerate(order):
+        sp = u.space(space)
+        lay = c.layout
+        if sp is None or not (sp.pp.admits(lay.pp) and sp.dp.admits(lay.dp)):
+            continue
+        key = (ui, base_of(lay))
+        if key not in memo:
+            memo[key] = best_time(u.job(job), sp, lay)
+        t = memo[key]
+        if t is not None and t <= c.step_time:
+            return True
+    return False
