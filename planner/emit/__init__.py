@@ -1,7 +1,8 @@
 """Emitters: a checked plan -> the text of one launch file, as pure functions.
 
-`megatron` (Megatron-LM `pretrain_gpt.py` arguments), `torchrun` (a bash script), `slurm` (an
-sbatch script), `k8s` (a Kubeflow PyTorchJob) each expose `render(plan, job_name)`;
+`megatron` (Megatron-LM `pretrain_gpt.py` arguments; `megatron_model` the model's),
+`torchrun` (a bash script), `slurm` (an sbatch script), `k8s` (a Kubeflow PyTorchJob) each
+expose `render(plan, job_name)`;
 `torchtitan` (its job TOML; `torchtitan_run` the torchrun / sbatch scripts that run it) and
 `bridge` (a Megatron-Bridge ConfigContainer override) write the other training codes' files;
 `common` holds what they share (header with the prediction, environment, nodes); `launch` picks

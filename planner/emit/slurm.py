@@ -34,14 +34,10 @@ def sbatch_name(job_name: str) -> str:
     return name or slug(job_name)
 
 
-def render(plan: Plan, job_name: str) -> str:
-    """The whole sbatch script (with pools: a heterogeneous job, `planner.emit.pools`)."""
-    if plan.job.pools:
-        return render_hetjob(plan, job_name)
+def sbatch_directives(plan: Plan, name: str) -> list[str]:
+    """The #SBATCH options of a job of one torchrun per node (Megatron-LM's and torchtitan's)."""
     n = nodes(plan)
-    p = predict(plan)
-    name = sbatch_name(job_name)
-    directives = [
+    return [
         f"--job-name={name}",
         f"--nodes={n.nnodes}",
         "--ntasks-per-node=1",
@@ -50,6 +46,16 @@ def render(plan: Plan, job_name: str) -> str:
         f"--time={DEFAULT_TIME}",
         f"--output={name}-%j.out",
     ]
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole sbatch script (with pools: a heterogeneous job, `planner.emit.pools`)."""
+    if plan.job.pools:
+        return render_hetjob(plan, job_name)
+    n = nodes(plan)
+    p = predict(plan)
+    name = sbatch_name(job_name)
+    directives = sbatch_directives(plan, name)
     return (
         "#!/usr/bin/env bash\n"
         + comment_block(

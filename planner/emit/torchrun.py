@@ -29,6 +29,12 @@ from planner.emit.megatron import Arg, arguments
 from planner.emit.pools import pool_nodes, rank_lines
 from planner.inputs.plan import Plan
 
+MASTER_ADDR_LINES = [
+    "# the first node's address, the same on every node (localhost for one node)",
+    'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
+]
+"""The settings lines of a script whose nodes rendezvous on the first one."""
+
 
 def q(word: str) -> str:
     """shlex.quote, also quoting a word with a comma (shellcheck SC2054 in arrays)."""
@@ -70,10 +76,7 @@ def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
         *(f'{var}="${{{var}:-{value}}}"' for _, var, value in SCHEDULE if var),
     ]
     if master_addr:
-        lines += [
-            "# the first node's address, the same on every node (localhost for one node)",
-            'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
-        ]
+        lines += MASTER_ADDR_LINES
     lines.append("# " + "-" * 77)
     return "\n".join(lines) + "\n"
 

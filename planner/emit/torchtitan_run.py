@@ -12,8 +12,8 @@ sets in one marked block.
 from __future__ import annotations
 
 from planner.emit.common import RDZV_PORT, comment_block, header, nodes, predict
-from planner.emit.slurm import DEFAULT_TIME, sbatch_name
-from planner.emit.torchrun import array, q
+from planner.emit.slurm import sbatch_directives, sbatch_name
+from planner.emit.torchrun import MASTER_ADDR_LINES, array, q
 from planner.inputs.plan import Plan
 
 CONFIG_NAME = "torchtitan.toml"
@@ -39,10 +39,7 @@ def _settings(job_name: str, master_addr: bool) -> str:
     else:
         lines.append(f'CONFIG_FILE="${{CONFIG_FILE:-$SLURM_SUBMIT_DIR/{CONFIG_NAME}}}"')
     if master_addr:
-        lines += [
-            "# the first node's address, the same on every node (localhost for one node)",
-            'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
-        ]
+        lines += MASTER_ADDR_LINES
     lines.append("# " + "-" * 77)
     return "\n".join(lines) + "\n"
 
@@ -105,17 +102,8 @@ def render_torchrun(plan: Plan, job_name: str) -> str:
 
 def render_slurm(plan: Plan, job_name: str) -> str:
     """The sbatch script: one torchrun per node, the rendezvous on the first."""
-    n = nodes(plan)
     name = sbatch_name(job_name)
-    directives = [
-        f"--job-name={name}",
-        f"--nodes={n.nnodes}",
-        "--ntasks-per-node=1",
-        f"--gpus-per-node={n.nproc_per_node}",
-        "--exclusive",
-        f"--time={DEFAULT_TIME}",
-        f"--output={name}-%j.out",
-    ]
+    directives = sbatch_directives(plan, name)
     return (
         "#!/usr/bin/env bash\n"
         + comment_block(

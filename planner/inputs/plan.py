@@ -18,7 +18,7 @@ from planner.inputs import catalog, pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import load_toml, validate
-from planner.inputs.hardware import ClusterSpec, LinkTier, Pool, check_tiers
+from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
 from planner.inputs.hf_import import load_hf_config
 from planner.inputs.layout import Layout, Recompute, RecomputePolicy
 from planner.inputs.plan_sections import (
@@ -31,7 +31,7 @@ from planner.inputs.plan_sections import (
     SelectivePolicy,
     TrainingSection,
 )
-from planner.inputs.pools import check_one_kind, resolve_pools
+from planner.inputs.pools import check_one_kind, one_kind, resolve_pools
 from planner.inputs.torchtitan import (
     SINGLE_STAGE,
     Framework,
@@ -167,28 +167,8 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
 def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
     """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
     hbm_bandwidth_tb_per_s, tiers) applied."""
-    where = str(path) if path else "<plan>"
-    check_one_kind(section, where)
-    assert section.gpu is not None and section.num_gpus is not None
-    try:
-        gpu = catalog.get_gpu(section.gpu)
-    except InputError as e:
-        raise InputError(f"{where}: cluster.gpu: {e}") from None
-    if section.tiers is not None:
-        try:
-            check_tiers(section.tiers, section.num_gpus)
-        except ValueError as e:
-            raise InputError(f"{where}: cluster.tiers: {e}") from None
-    data = {
-        "gpu": gpu,
-        "num_gpus": section.num_gpus,
-        "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
-        "memory_gib": section.memory_gib or gpu.memory_gib,
-        "power_limit_w": section.power_limit_w,
-        "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
-        "tiers": section.tiers or gpu.tiers,
-    }
-    return validate(ClusterSpec, data, path, prefix="cluster")
+    check_one_kind(section, str(path) if path else "<plan>")
+    return one_kind(section, path, "cluster")
 
 
 def build_job(

@@ -39,10 +39,14 @@ def check_one_kind(section: ClusterSection, where: str) -> None:
         raise InputError(f"{where}: cluster.between_pools: needs cluster.pools")
 
 
-def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:
-    """One pool: its catalog GPU with the pool's overrides, its tiers reaching all its GPUs."""
+def one_kind(
+    section: ClusterSection | PoolSection, path: Path | None, field: str, unreachable: str = ""
+) -> ClusterSpec:
+    """A catalog GPU, `section.num_gpus` of them, with the section's overrides (gpus_per_node,
+    memory_gib, power_limit_w, hbm_bandwidth_tb_per_s, tiers reaching all its GPUs); messages
+    name `field` (`cluster`, `cluster.pools[k]`)."""
     where = str(path) if path else "<plan>"
-    field = f"cluster.pools[{k}]"
+    assert section.gpu is not None and section.num_gpus is not None
     try:
         gpu = catalog.get_gpu(section.gpu)
     except InputError as e:
@@ -51,9 +55,7 @@ def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:
         try:
             check_tiers(section.tiers, section.num_gpus)
         except ValueError as e:
-            raise InputError(
-                f"{where}: {field}.tiers: {e} (pool {section.name!r} unreachable)"
-            ) from None
+            raise InputError(f"{where}: {field}.tiers: {e}{unreachable}") from None
     data = {
         "gpu": gpu,
         "num_gpus": section.num_gpus,
@@ -63,7 +65,13 @@ def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:
         "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
         "tiers": section.tiers or gpu.tiers,
     }
-    cluster = validate(ClusterSpec, data, path, prefix=field)
+    return validate(ClusterSpec, data, path, prefix=field)
+
+
+def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:
+    """One pool: its catalog GPU with the pool's overrides, its tiers reaching all its GPUs."""
+    unreachable = f" (pool {section.name!r} unreachable)"
+    cluster = one_kind(section, path, f"cluster.pools[{k}]", unreachable)
     return Pool(
         name=section.name, cluster=cluster, price_usd_per_gpu_hour=section.price_usd_per_gpu_hour
     )

@@ -35,7 +35,7 @@ from planner.search.titan_variants import (
     TitanCandidate,
     Variant,
     base_of,
-    best_time,
+    dominated,
     given,
     row_key,
 )
@@ -135,7 +135,7 @@ def _every_rows(
                     key = base_of(lay)
                     if any(t <= c.step_time for t in taken.get(key, [])):
                         continue
-                    if _beaten(job, space, order, c, memo):
+                    if dominated(job, space, order, len(order), c, memo):
                         continue
                     taken.setdefault(key, []).append(c.step_time)
                     titan = vjob.titan.model_copy(update={"selective_layer_every": n})
@@ -143,19 +143,3 @@ def _every_rows(
         found.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
         out += [(row_key(r, len(order) + vi), r) for r in fold(found)]
     return out, scored
-
-
-def _beaten(job: Job, space: Space, order: list[Variant], c: Candidate, memo: Memo) -> bool:
-    """Whether some variant runs c's base without every-N at no more step time."""
-    for ui, u in enumerate(order):
-        sp = u.space(space)
-        lay = c.layout
-        if sp is None or not (sp.pp.admits(lay.pp) and sp.dp.admits(lay.dp)):
-            continue
-        key = (ui, base_of(lay))
-        if key not in memo:
-            memo[key] = best_time(u.job(job), sp, lay)
-        t = memo[key]
-        if t is not None and t <= c.step_time:
-            return True
-    return False

@@ -7,7 +7,7 @@ rankings are merged by the objective. The merged top K is exact over every (layo
 
 - A candidate of a variant is listed unless a variant earlier in `variants`' order (the simpler
   settings) runs the same base layout (everything but the recompute policy) at no more step time
-  with one of its policies that fits (`_dominated`): "always" at pp 1 takes the same time as
+  with one of its policies that fits (`dominated`): "always" at pp 1 takes the same time as
   "default" and 0.2-odd GiB less, so it is listed only where "default" does not fit as fast.
 - Each variant's ranking is read (`top_k.search` for K' rows, K' doubled while more are needed)
   until a row ranks below the K-th merged row, or K' rows of it are listed, or it ends: every
@@ -138,11 +138,11 @@ def base_of(lay: Layout) -> Layout:
     )
 
 
-def _dominated(
+def dominated(
     job: Job, space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
 ) -> bool:
     """Whether a variant before `order[vi]` runs c's base layout, with some recompute policy
-    the space allows, at no more step time, fitting."""
+    the space allows, at no more step time, fitting (vi = len(order): any variant)."""
     for ui in range(vi):
         u = order[ui]
         sp = u.space(space)
@@ -189,7 +189,7 @@ def row_key(row: Row[Candidate], vi: int) -> RowKey:
 @dataclass
 class Merged:
     """The merged ranking: the counts summed over the variants' searches, the first rows (each
-    with its `row_key`), the variants and what `_dominated` remembered."""
+    with its `row_key`), the variants and what `dominated` remembered."""
 
     total: SearchResult
     rows: list[tuple[RowKey, Row[Candidate]]]
@@ -279,4 +279,4 @@ def _invalid(
     vjob: Job, space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
 ) -> bool:
     """Not a torchtitan setting for this layout, or dominated by an earlier variant."""
-    return sharding(vjob, c.layout) is not None or _dominated(vjob, space, order, vi, c, memo)
+    return sharding(vjob, c.layout) is not None or dominated(vjob, space, order, vi, c, memo)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from paths import PLANS, REPO
 
-from planner.emit import megatron
+from planner.emit import megatron, megatron_model
 from planner.emit.common import environment
 from planner.inputs import catalog, megatron_args
 from planner.inputs.errors import InputError
@@ -344,12 +344,12 @@ def test_moe_and_mla_flags_for_deepseek() -> None:
 
 def test_moe_layer_freq_is_the_python_list_megatron_evaluates() -> None:
     pattern = (0, 0, 1, 1, 1, 0, 1)
-    text = megatron.moe_layer_freq(pattern)
+    text = megatron_model.moe_layer_freq(pattern)
     assert text == "[0]*2+[1]*3+[0]+[1]"
     # Megatron's moe_freq_type: only ,digits[]()+* allowed, then eval
     assert set(text) <= set(",0123456789[]()+*")
     assert eval(text) == list(pattern)  # Megatron's own oracle
-    assert megatron.moe_layer_freq(2) == "2"
+    assert megatron_model.moe_layer_freq(2) == "2"
 
 
 def test_models_megatron_cannot_express_are_refused_by_name() -> None:

@@ -1,0 +1,127 @@
+"""Megatron-LM `pretrain_gpt.py` arguments for a plan's model: shape, attention, positions,
+activation, MoE (flag names of Megatron-LM d98e8a64's parser; `planner.emit.megatron` puts them
+with the layout, batch and precision flags)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Plan
+
+Arg = tuple[str, ...]
+"""One flag followed by its values."""
+
+
+def _activation(arch: ModelArch, where: str) -> list[Arg]:
+    if arch.gated_linear_unit and arch.activation in ("swiglu", "silu"):
+        return [("--swiglu",)]
+    if not arch.gated_linear_unit and arch.activation == "gelu":
+        return []  # Megatron's default
+    if not arch.gated_linear_unit and arch.activation == "squared_relu":
+        return [("--squared-relu",)]
+    kind = f"gated {arch.activation}" if arch.gated_linear_unit else arch.activation
+    raise InputError(
+        f"{where}.activation: Megatron-LM pretrain_gpt.py has no flag for a {kind} MLP "
+        f"(it offers gelu, --swiglu and --squared-relu)"
+    )
+
+
+def _positions(plan: Plan, where: str) -> list[Arg]:
+    arch, seq = plan.job.arch, plan.job.seq_length
+    kind = arch.position_embedding_type
+    if kind == "alibi":
+        raise InputError(
+            f"{where}.position_embedding_type: Megatron-LM has no ALiBi position embedding "
+            f"(got 'alibi'; it offers learned_absolute, rope and none)"
+        )
+    if kind == "learned_absolute":
+        table = arch.max_position_embeddings or arch.seq_length
+        if table is None or table < seq:
+            raise InputError(
+                f"{where}.max_position_embeddings: a learned position table of {table} "
+                f"positions cannot hold seq_length ({seq})"
+            )
+    else:
+        table = max(arch.max_position_embeddings or 0, seq)
+    if arch.mtp_num_layers and kind not in ("rope", "none"):
+        raise InputError(
+            f"{where}.mtp_num_layers: Megatron supports multi-token prediction only with rope "
+            f"or no position embedding (got {kind!r})"
+        )
+    return [("--position-embedding-type", kind), ("--max-position-embeddings", str(table))]
+
+
+def moe_layer_freq(freq: int | tuple[int, ...]) -> str:
+    """--moe-layer-freq: an int N, or a Python list expression Megatron evaluates,
+    run-length encoded like its DeepSeek-V3 example: "[0]*3+[1]*58"."""
+    if isinstance(freq, int):
+        return str(freq)
+    runs = [(x, len(list(run))) for x, run in groupby(freq)]
+    return "+".join(f"[{x}]*{n}" if n > 1 else f"[{x}]" for x, n in runs)
+
+
+def model_args(plan: Plan) -> list[Arg]:
+    """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
+    arch, job = plan.job.arch, plan.job
+    where = f"{plan.path}: model"
+    a: list[Arg] = [
+        ("--num-layers", str(arch.num_layers)),
+        ("--hidden-size", str(arch.hidden_size)),
+        ("--ffn-hidden-size", str(arch.ffn_hidden_size)),
+        ("--num-attention-heads", str(arch.num_attention_heads)),
+    ]
+    if arch.kv_channels is not None:
+        a.append(("--kv-channels", str(arch.kv_channels)))
+    if arch.multi_latent_attention:  # cannot be combined with GQA (asserted)
+        a.append(("--multi-latent-attention",))
+        if arch.q_lora_rank is not None:
+            a.append(("--q-lora-rank", str(arch.q_lora_rank)))
+        a += [
+            ("--kv-lora-rank", str(arch.kv_lora_rank)),
+            ("--qk-head-dim", str(arch.qk_head_dim)),
+            ("--qk-pos-emb-head-dim", str(arch.qk_pos_emb_head_dim)),
+            ("--v-head-dim", str(arch.v_head_dim)),
+        ]
+    elif arch.query_groups != arch.num_attention_heads:
+        a += [("--group-query-attention",), ("--num-query-groups", str(arch.query_groups))]
+    a += _activation(arch, where)
+    a.append(("--normalization", arch.normalization))
+    if not arch.add_bias_linear:
+        a.append(("--disable-bias-linear",))
+        if arch.add_qkv_bias:  # with biases on, Megatron puts them on QKV anyway
+            a.append(("--add-qkv-bias",))
+    if arch.qk_layernorm:
+        a.append(("--qk-layernorm",))
+    if arch.untie_embeddings_and_output_weights:
+        a.append(("--untie-embeddings-and-output-weights",))
+    a += [
+        ("--vocab-size", str(arch.vocab_size)),
+        ("--make-vocab-size-divisible-by", str(arch.make_vocab_size_divisible_by)),
+        ("--seq-length", str(job.seq_length)),
+    ]
+    a += _positions(plan, where)
+    if arch.is_moe:
+        a += [
+            ("--num-experts", str(arch.num_moe_experts)),
+            ("--moe-router-topk", str(arch.moe_router_topk)),
+            ("--moe-ffn-hidden-size", str(arch.expert_ffn)),
+        ]
+        if arch.moe_shared_expert_intermediate_size is not None:
+            size = arch.moe_shared_expert_intermediate_size
+            a.append(("--moe-shared-expert-intermediate-size", str(size)))
+        if arch.moe_layer_freq != 1:
+            a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
+        job = plan.job
+        if job.moe_router_num_groups is not None:
+            a.append(("--moe-router-num-groups", str(job.moe_router_num_groups)))
+        if job.moe_router_group_topk is not None:
+            a.append(("--moe-router-group-topk", str(job.moe_router_group_topk)))
+        if job.moe_expert_capacity_factor is not None:
+            a.append(("--moe-expert-capacity-factor", f"{job.moe_expert_capacity_factor:g}"))
+        if job.moe_pad_expert_input_to_capacity:
+            a.append(("--moe-pad-expert-input-to-capacity",))
+    if arch.mtp_num_layers:
+        a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
+    return a
