@@ -1,6 +1,7 @@
 """`planner suggest` on a cluster of pools (issue 25): the uniform degrees searched here, the
-per-stage part (layers per stage, the pools' order, block recompute) by CP-SAT
-(`planner.search.pools.plan_split`), every answer scored by the exact model.
+per-stage part (layers per stage, the pools' order, block recompute) exactly
+(`planner.search.pools.plan_split`), every answer scored by the exact model; a layout or
+refinement whose split's bound is no better than the top-th best step so far is not solved.
 
 The degrees: tp a power of two within every pool's node and dividing the attention heads and
 query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool
@@ -140,7 +141,8 @@ def refined(job: Job, headroom_pct: float, plans: list[PoolPlan], top: int) -> l
             if len(times) >= top and lower_bound_s(lines) >= times[top - 1]:
                 continue
             p = problem(job, lay, headroom_pct, lay.recompute == "none", lines)
-            better = plan_split(job, lay, headroom_pct, p=p)
+            cut = times[top - 1] if len(times) >= top else None
+            better = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
             if better is not None:
                 out.append(better)
                 bisect.insort(times, better.performance.step_time_s)
@@ -176,7 +178,8 @@ def search(
             break  # sorted by the bound: no later layout can enter the top
         solved += 1
         p = problem(job, lay, headroom_pct, lay.recompute == "none", times)
-        plan = plan_split(job, lay, headroom_pct, p=p)
+        cut = best[top - 1] if len(best) >= top else None
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
         if plan is not None:
             plans.append(plan)
 

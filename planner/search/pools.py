@@ -1,6 +1,6 @@
-"""Pipelines over heterogeneous pools (issue 25): the exact model's coefficients for the CP-SAT
-split (`planner.search.solver.solve_pools`), the exact model's score of its answer, and the search
-over the uniform degrees.
+"""Pipelines over heterogeneous pools (issue 25): the exact model's coefficients for the split
+(`planner.search.pool_enum.best_splits`: enumeration, or CP-SAT), the exact model's score of
+its answer, and the search over the uniform degrees.
 
 What is uniform and what is per stage follows what stock Megatron-LM launches: tp, cp, ep, dp,
 micro-batch size and ZeRO stage are one value for the job; each pipeline stage holds its own
@@ -33,8 +33,9 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory, pools
 from planner.model.activations import BF16
+from planner.search.pool_enum import best_splits
 from planner.search.rules import violations
-from planner.search.solver import Grid, PoolSplit, PoolSplitProblem, solve_pools
+from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -283,23 +284,37 @@ def plan_split(
     headroom_pct: float,
     recompute: bool = True,
     p: PoolSplitProblem | None = None,
+    cutoff_s: float | None = None,
 ) -> PoolPlan | None:
     """Solve the split of `layout`'s degrees over the pools and score it exactly; None when no
-    split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings)."""
+    split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings), or when
+    the split's bound is at least `cutoff_s` (`pool_enum.best_splits`). Of equally good splits
+    in the solver's objective, the exact model's fastest that fits is taken, the first in
+    (pools, layers) order among equally fast ones: a defined answer."""
     if p is None:
         p = problem(job, layout, headroom_pct, recompute and layout.recompute == "none")
+    cutoff_us = None if cutoff_s is None else cutoff_s * 1e6
     for _ in range(RESOLVE_TRIES):
-        split = solve_pools(p)
-        if split is None:
+        splits = best_splits(p, cutoff_us)
+        if not splits:
             return None
-        pj, lay = apply(job, layout, split)
-        if violations(pj, lay):
-            return None
-        mem = memory.estimate(pj, lay, headroom_pct)
-        if mem.fits:
-            return PoolPlan(pj, lay, mem, cost.estimate(pj, lay), split)
+        best: PoolPlan | None = None
+        first: memory.MemoryReport | None = None
+        for split in splits:
+            pj, lay = apply(job, layout, split)
+            if violations(pj, lay):
+                continue
+            mem = memory.estimate(pj, lay, headroom_pct)
+            first = first or mem
+            if not mem.fits:
+                continue
+            perf = cost.estimate(pj, lay)
+            if best is None or perf.step_time_s < best.performance.step_time_s:
+                best = PoolPlan(pj, lay, mem, perf, split)
+        if best is not None or first is None:  # fits, or the rules refuse every split
+            return best
         caps = list(p.capacity_mib)
-        for st in mem.stages:
+        for st in first.stages:
             over = math.ceil((st.total - st.capacity) / MIB)
             k = next(i for i, q in enumerate(job.pools) if q.name == st.pool)
             if over > 0:

@@ -1,7 +1,9 @@
 """The one module that imports OR-Tools: CP-SAT for pipelines over heterogeneous pools
-(`solve_pools`, below); the uneven pipeline split of one pool (`balanced_split`), an integer
-program of one free integer, is solved exactly by enumeration, with a defined answer among equally
-good splits, and without loading OR-Tools (~0.3 s of start-up with the pandas it imports).
+(`solve_pools`, below; the pooled search reaches it only where recompute may beat the exact
+enumeration without it, `planner.search.pool_enum`); the uneven pipeline split of one pool
+(`balanced_split`), an integer program of one free integer, is solved exactly by enumeration,
+with a defined answer among equally good splits, and without loading OR-Tools (~0.3 s of
+start-up with the pandas it imports).
 
 Why here and not as the layout enumerator: on this machine class CP-SAT costs about 1 ms per
 enumerated solution (DESIGN.md section 4), while planner's exact cost model scores a layout in
@@ -271,7 +273,7 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     else:
         m.minimize((p.microbatches - 1) * span + sum(t))
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 8
+    solver.parameters.num_workers = 1  # deterministic: one worker finds the same answer
     solver.parameters.max_time_in_seconds = SOLVE_SECONDS
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -1,0 +1,179 @@
+"""planner.search.pool_enum: the split over pools by exact enumeration (no recompute), every
+equally good split in a defined order, and the dispatch to CP-SAT only where recompute may help.
+
+Oracle: brute force (tests/search/test_solver_pools.py), every composition of the layers over
+the ranks, every order of the pools in contiguous blocks, every block recompute count."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+
+from planner.search import pool_enum, pools, solver
+from planner.search.solver import PoolSplitProblem, objective_of, stage_values
+from tests.search.test_solver_pools import brute_force, compositions, random_problem
+
+
+def optimal_by_enumeration(p: PoolSplitProblem) -> tuple[int | None, list[tuple]]:
+    """(least objective with N = 0, every (pools, layers) reaching it in the twin orders)."""
+    pp = sum(p.stages)
+    found: dict[tuple, int] = {}
+    for order in pool_enum.twin_orders(p):
+        ks = tuple(k for k in order for _ in range(p.stages[k]))
+        for layers in compositions(p.num_layers, pp):
+            mem, times = stage_values(p, layers, ks, 0)
+            if all(v <= p.capacity_mib[k] for v, k in zip(mem, ks, strict=True)):
+                found[ks, layers] = objective_of(p, times)
+    if not found:
+        return None, []
+    least = min(found.values())
+    return least, sorted(key for key, v in found.items() if v == least)
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_every_optimal_split_without_recompute(seed: int) -> None:
+    """Without recompute: the least objective is the brute force's (over every order), and the
+    splits listed are the first `TIES` optimal ones in (pools, layers) order."""
+    p = replace(random_problem(random.Random(seed)), recompute=False)
+    if seed % 3 == 0:  # tighter memory: infeasible orders and capped ranks
+        p = replace(p, capacity_mib=tuple(c * 2 // 3 for c in p.capacity_mib))
+    least, every = optimal_by_enumeration(p)
+    assert least == brute_force(p)
+    got = pool_enum.optimal_splits(p)
+    assert [(s.pools, s.layers) for s in got] == every[: pool_enum.TIES]
+    assert all(s.objective == least and s.recompute_layers == 0 for s in got)
+    assert pool_enum.linear_optimum(p) == least
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_best_splits_match_brute_force_with_recompute(seed: int) -> None:
+    """With recompute: the first split's objective is the brute force's over every N; a cutoff
+    refuses only problems whose optimum is at least the cutoff."""
+    rng = random.Random(700 + seed)
+    p = random_problem(rng)
+    p = replace(p, capacity_mib=tuple(c // rng.choice((1, 1, 2)) for c in p.capacity_mib))
+    least = brute_force(p)
+    got = pool_enum.best_splits(p)
+    assert (got[0].objective if got else None) == least
+    bound = pool_enum.linear_optimum(p, least_memory=True)
+    if least is not None:
+        assert bound is not None and bound <= least
+        cut = least * rng.choice((0.9, 1.0, 1.1))
+        if not pool_enum.best_splits(p, cut):
+            assert least >= cut
+
+
+def test_twin_pools_are_solved_once() -> None:
+    """Two pools with equal columns, capacity and stages: one of their two orders is solved,
+    and the optimum is the brute force's over both."""
+    base = random_problem(random.Random(3))
+    twin = dict(
+        stages=(2, 2),
+        capacity_mib=(70, 70),
+        **{
+            g: tuple((row[0], row[0]) for row in getattr(base, g)[:1] * 4)
+            for g in (
+                "fixed_mib",
+                "layer_mib",
+                "recompute_mib",
+                "fixed_us",
+                "layer_us",
+                "recompute_us",
+            )
+        },
+    )
+    p = replace(base, num_layers=8, recompute=False, **twin)
+    assert pool_enum.twin_orders(p) == [(0, 1)]
+    assert pool_enum.optimal_splits(p)[0].objective == brute_force(p)
+    q = replace(p, capacity_mib=(70, 69))
+    assert pool_enum.twin_orders(q) == [(0, 1), (1, 0)]
+
+
+def test_three_pools_orders() -> None:
+    """Three pools, the first and last twins: the orders with the twins in index order."""
+    p = random_problem(random.Random(11))
+    cols = [0, 1, 0]
+    grids = ("fixed_mib", "layer_mib", "recompute_mib", "fixed_us", "layer_us", "recompute_us")
+    pp = 4
+    p = replace(
+        p,
+        stages=(1, 2, 1),
+        num_layers=max(p.num_layers, pp),
+        capacity_mib=(60, 50, 60),
+        **{
+            g: tuple(tuple(getattr(p, g)[0][0] + 5 * c for c in cols) for _ in range(pp))
+            for g in grids
+        },
+    )
+    orders = pool_enum.twin_orders(p)
+    assert orders == [(0, 1, 2), (0, 2, 1), (1, 0, 2)]
+    assert pool_enum.optimal_splits(replace(p, recompute=False))[0].objective == brute_force(
+        replace(p, recompute=False)
+    )
+
+
+def test_no_cp_sat_without_recompute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A problem without recompute never reaches CP-SAT (nor loads OR-Tools)."""
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("CP-SAT called")
+
+    monkeypatch.setattr(pool_enum, "solve_pools", boom)
+    for seed in range(20):
+        p = replace(random_problem(random.Random(seed)), recompute=False)
+        pool_enum.best_splits(p)
+
+
+def test_plan_split_takes_the_exact_models_fastest_tie() -> None:
+    """Llama 3.1 8B on 16 H100 + 16 H100 (twins): where the solver's objective ties, the plan is
+    the exact model's fastest split that fits, and the first such in (pools, layers) order."""
+    from planner.inputs.plan import parse_plan
+    from planner.model import cost, memory
+    from planner.search import pool_search
+
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [
+                {"name": "a", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+                {"name": "b", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+            ],
+            "between_pools": {"bandwidth_gb_per_s_per_gpu": 5.0, "latency_us": 500.0},
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    job = parse_plan(doc).job
+    tied = 0
+    for lay in pool_search.layouts(job)[::5]:
+        p = pools.problem(job, lay, 3.0, False)
+        splits = pool_enum.best_splits(p)
+        plan = pools.plan_split(job, lay, 3.0, recompute=False)
+        if not splits or plan is None:
+            continue
+        tied += len(splits) > 1
+        steps = []
+        for s in splits:
+            pj, sl = pools.apply(job, lay, s)
+            if memory.estimate(pj, sl, 3.0).fits:
+                steps.append((cost.estimate(pj, sl).step_time_s, s.pools, s.layers))
+        if steps:
+            want = min(steps)
+            assert plan.performance.step_time_s == want[0]
+            assert (plan.split.pools, plan.split.layers) == min(
+                x[1:] for x in steps if x[0] == want[0]
+            )
+    assert tied >= 1
+
+
+def test_cp_sat_is_deterministic() -> None:
+    """The CP-SAT fallback runs one worker: the same problem gives the same split."""
+    for seed in range(6):
+        p = random_problem(random.Random(900 + seed))
+        assert solver.solve_pools(p) == solver.solve_pools(p)
+
+
+def test_compositions_helper() -> None:
+    assert list(itertools.islice(compositions(4, 2), 3)) == [(1, 3), (2, 2), (3, 1)]
