@@ -8,6 +8,7 @@ everything once it holds more than a few jobs (a process plans one job, a benchm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from planner.inputs.plan import Job
@@ -55,3 +56,23 @@ class JobMemo(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+class ModelMemo(Generic[K, V]):
+    """Values per model (by identity: an entry holds the model, so its id is not reused while
+    the entry lives; hashing a model would hash its every field) and key; forgotten all at once
+    past `size` entries. For what depends on the model alone, never on a calibrated constant."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._entries: dict[tuple[int, K], tuple[object, V]] = {}
+
+    def get(self, model: object, key: K, make: Callable[[], V]) -> V:
+        hit = self._entries.get((id(model), key))
+        if hit is not None and hit[0] is model:
+            return hit[1]
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        value = make()
+        self._entries[id(model), key] = (model, value)
+        return value

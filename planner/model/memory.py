@@ -23,14 +23,13 @@ fragmentation (FRAGMENTATION) is on activations and transient buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, params, pools
 from planner.model.activations import Shard
-from planner.model.job_memo import JobMemo
+from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
 
@@ -151,9 +150,15 @@ def state_bytes_per_param(
     return weights, grads, optim
 
 
-@cache
+_EDGES: ModelMemo[int, tuple[int, int, int, tuple[int, int]]] = ModelMemo()
+
+
 def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
     """(word embedding, position embedding, output layer incl. final norm, MTP split)."""
+    return _EDGES.get(arch, vocab, lambda: _edge_params_of(arch, vocab))
+
+
+def _edge_params_of(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
     words = vocab * arch.hidden_size
     positions = params.embedding_params(arch, vocab) - words
     out = params.output_params(arch, vocab) or words  # tied: the last stage keeps a copy
@@ -209,15 +214,17 @@ def stage_memory(
     chunks: Chunks,
     sh: Shard | None = None,
     per: PerLayer | None = None,
+    fixed: tuple[float, float] | None = None,
 ) -> StageMemory:
     """Bytes on one GPU of pipeline rank `rank`, whose decoder layers are `chunks` (one range per
-    virtual chunk, `Layout.chunk_layers`)."""
+    virtual chunk, `Layout.chunk_layers`). `sh`, `per` and `fixed` (`buffers.fixed_bytes`, the
+    same on every rank) where the caller has them already."""
     sh = sh or shard(job, layout)
     per = per or per_layer(job.arch, sh)
     weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
     acts = stage_activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
-    counted, outside = buffers.fixed_bytes(job, layout)
+    counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     frag = fragmentation(job)
     return StageMemory(
@@ -301,17 +308,27 @@ def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:
     return weights + grads + optimizer + cache + buffers.workspace_bytes(job, layout)
 
 
-def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> list[int]:
+_PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()
+
+
+def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
     """The ranks that can hold the peak: among ranks with the same layers (count and MoE count
     of each chunk) and the same role (first, last, holding the MTP layers, or none), the lowest
-    rank has the most micro-batches in flight and everything else equal."""
+    rank has the most micro-batches in flight and everything else equal. `ranks` is
+    `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
+    the split alone, remembered per both."""
+    make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731
+    return _PEAK_RANKS.get(job.arch, layout.split_key(), make)
+
+
+def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
     arch = job.arch
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     seen: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
         shape = tuple((len(c), arch.moe_count(c)) for c in chunks)
         seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp), r)
-    return sorted(seen.values())
+    return tuple(sorted(seen.values()))
 
 
 def state_floor(job: Job, layout: Layout) -> float:
@@ -351,7 +368,8 @@ def estimate(
     per = per_layer(job.arch, sh)
     chunks = layout.chunk_layers(job.arch.num_layers)
     ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
-    stages = tuple(stage_memory(job, layout, r, chunks[r], sh, per) for r in ranks)
+    fixed = buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
+    stages = tuple(stage_memory(job, layout, r, chunks[r], sh, per, fixed) for r in ranks)
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,

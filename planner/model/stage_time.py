@@ -20,7 +20,7 @@ offload): each layer's host transfers show beyond the next layer's forward and b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -30,32 +30,49 @@ from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
 from planner.model.schedule import Chunks, layer_count, unmerged_share
 
-LAYER_TIMES: JobMemo[Layout | tuple[str, Layout], tuple[Gpu, Layer, Layer, float]] = JobMemo()
+LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, Layer, Layer, float]] = JobMemo()
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
-values (`_layer_key`): the search scores thousands of layouts that differ only in those fields;
+values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple): the search
+scores thousands of layouts that differ only in those fields;
 and under ("dense", `_dense_key`) the dense layer's alone (twice; no output layer), shared by
 layouts that differ only in their experts. Cleared by benchmarks/fit_constants.py when it
 changes a layer_time constant."""
 
 
+_FIXED: dict[str, object] = {
+    "pp": 1,
+    "dp": 1,
+    "vpp": 1,
+    "zero_stage": 1,
+    "pipeline_layers": None,
+    "pipeline_layout": None,
+    "recompute_method": "uniform",
+    "recompute_num_layers": 1,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "ep_comm_overlap": False,
+    "overlap_grad_reduce": True,
+    "overlap_param_gather": True,
+}
+"""The fields `_layer_key` fixes, and their fixed values."""
+
+
 def _layer_key(lay: Layout) -> Layout:
     """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
-    overlap fields do not change one layer's time per micro-batch."""
-    return lay.with_(
-        pp=1,
-        dp=1,
-        vpp=1,
-        zero_stage=1,
-        pipeline_layers=None,
-        pipeline_layout=None,
-        recompute_method="uniform",
-        recompute_num_layers=1,
-        account_for_embedding_in_pipeline_split=False,
-        account_for_loss_in_pipeline_split=False,
-        ep_comm_overlap=False,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-    )
+    overlap fields (`_FIXED`) do not change one layer's time per micro-batch."""
+    return lay.with_(**_FIXED)
+
+
+_READ = tuple(f.name for f in fields(Layout) if f.name not in _FIXED)
+
+
+def _memo_key(lay: Layout) -> tuple[object, ...]:
+    """`_layer_key(lay)` as a plain tuple, cheaper to build and hash: the values of the fields
+    `_layer_key` keeps (`_READ`, in field order). Two layouts have equal tuples exactly when
+    their `_layer_key`s are equal, as those set every other field to the same constants
+    (`_FIXED`)."""
+    d = lay.__dict__
+    return tuple([d[f] for f in _READ])
 
 
 def _dense_key(key: Layout) -> Layout:
@@ -97,8 +114,9 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
     """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     memo = LAYER_TIMES.of(job)
-    key = _layer_key(lay)
-    if key not in memo:
+    tkey = _memo_key(lay)
+    if tkey not in memo:
+        key = _layer_key(lay)
         gpu = gpu_of(job)
         graphs = job.cuda_graphs
         dkey = ("dense", _dense_key(key))
@@ -107,8 +125,8 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
             memo[dkey] = (gpu, plain, plain, 0.0)
         dense_l = memo[dkey][1]
         moe_l = issued(layer_time(job, key, gpu, True), graphs) if job.arch.is_moe else dense_l
-        memo[key] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
-    gpu, dense_l, moe_l, out_layer = memo[key]
+        memo[tkey] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
+    gpu, dense_l, moe_l, out_layer = memo[tkey]
     return gpu, m, dense_l, moe_l, out_layer
 
 

@@ -128,7 +128,9 @@ def _best_variants(
     alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
     remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
     so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
-    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest). Block
+    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest; it
+    remembers so every rung that did not fit, which is then not estimated again at a larger
+    micro-batch: tests/search/test_top_k.py checks memory grows with it). Block
     recompute and offloading are bisected for their smallest setting that fits (their memory falls
     and their time grows with it). A rung without the base's TP overlap is no faster than with
     it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
@@ -142,6 +144,7 @@ def _best_variants(
     found: list[Candidate] = []
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    mbs = base.micro_batch_size
 
     for z in zero_stages(space, base):
         zbase = base.with_(zero_stage=z)
@@ -156,14 +159,25 @@ def _best_variants(
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}
+        lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
 
         def fits(
-            rung: Rung, zbase: Layout = zbase, known: dict[Rung, MemoryReport | None] = known
+            rung: Rung,
+            zbase: Layout = zbase,
+            known: dict[Rung, MemoryReport | None] = known,
+            lean_key: tuple[object, ...] = lean_key,
         ) -> MemoryReport | None:
             if rung not in known:
+                # memory grows with the micro-batch: a rung that did not fit at a smaller one
+                # does not fit here (counted as the estimate would count it)
+                if lean_fails.get((lean_key, rung), math.inf) < mbs:
+                    rejected["memory"] += 1
+                    known[rung] = None
+                    return None
                 rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
                 if not rep.fits:
                     rejected["memory"] += 1
+                    lean_fails.setdefault((lean_key, rung), mbs)
                 known[rung] = rep if rep.fits else None
             return known[rung]
 
@@ -173,7 +187,6 @@ def _best_variants(
         else:
             # memory grows with the micro-batch (the options come smallest first): where the
             # leanest rungs did not fit at a smaller one, they do not fit here
-            lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
             if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
                 rejected["memory"] += 1
                 continue
@@ -316,8 +329,11 @@ def search(
     ] = []
     space_size = 0
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    same_opts: dict[tuple[int, int], list[Option]] = {}  # `options` reads only s.dp and s.pp
     for i, s in enumerate(structs):
-        opts = options(job, space, s)
+        if (s.dp, s.pp) not in same_opts:
+            same_opts[s.dp, s.pp] = options(job, space, s)
+        opts = same_opts[s.dp, s.pp]
         if not opts:
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue

@@ -1,0 +1,109 @@
+"""What the search remembers instead of computing again, checked against computing afresh over
+the brute-forced problems of tests/search/test_top_k.py: the memory premise behind skipping a
+rung that did not fit at a smaller micro-batch, the options shared by structures with the same
+(dp, pp), the layer-time memo's tuple key, the peak ranks per split and the fixed buffers
+computed once per estimate (the search's answers themselves: test_top_k's brute force)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from planner.inputs.layout import Layout
+from planner.model import buffers, memory, stage_time
+from planner.search import space as space_mod
+from tests.search.test_top_k import PROBLEMS, _sample_layouts, variants_of
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_a_rung_that_does_not_fit_does_not_fit_at_a_larger_micro_batch(name: str) -> None:
+    """`top_k._best_variants` does not estimate a rung again at a larger micro-batch of the
+    same structure, shape, ZeRO stage, dispatcher and overlap once it did not fit at a smaller
+    one: over every variant of the problem, fitting never comes back as the micro-batch grows."""
+    job, space = PROBLEMS[name]
+    series: dict[Layout, list[tuple[int, bool]]] = {}
+    for variants in variants_of(name).values():
+        for _, _, v in variants:
+            rep = memory.estimate(job, v, space.headroom_pct, all_stages=False)
+            series.setdefault(v.with_(micro_batch_size=0), []).append(
+                (v.micro_batch_size, rep.fits)
+            )
+    checked = 0
+    for points in series.values():
+        fits = [f for _, f in sorted(points)]
+        for a, b in itertools.pairwise(fits):
+            assert a or not b, points
+            checked += 1
+    assert checked > 0 or name == "sc21-1.7b-32xa100"
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_options_depend_on_dp_and_pp_only(name: str) -> None:
+    """`top_k.search` asks `space.options` once per (dp, pp): every structure's own options are
+    those of the first structure with its dp and pp."""
+    job, space = PROBLEMS[name]
+    first: dict[tuple[int, int], list[space_mod.Option]] = {}
+    structs = space_mod.structures(job, space, Counter())
+    for s in structs:
+        own = space_mod.options(job, space, s)
+        assert first.setdefault((s.dp, s.pp), own) == own, s
+    if name == "mixtral-8x7b-16xh100":  # experts and tp vary at the same (dp, pp)
+        assert len(first) < len(structs)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b-16xh100", "llama8b-16xh100-s4096", "llama8b-fp8"])
+def test_layer_memo_key_is_the_layer_key(name: str) -> None:
+    """`stage_time._memo_key` (a tuple of the fields `_layer_key` keeps) is equal for two
+    layouts exactly when their `_layer_key`s are."""
+    lays = [v for vs in variants_of(name).values() for _, _, v in vs[::3]]
+    by_tuple: dict[tuple[object, ...], Layout] = {}
+    by_layout: dict[Layout, tuple[object, ...]] = {}
+    for lay in lays:
+        t, k = stage_time._memo_key(lay), stage_time._layer_key(lay)
+        assert by_tuple.setdefault(t, k) == k
+        assert by_layout.setdefault(k, t) == t
+    assert len(by_tuple) < len(lays)
+
+
+def test_memo_key_fields_are_the_layouts_other_fields() -> None:
+    names = {f for f in Layout.__dataclass_fields__}
+    assert set(stage_time._READ) | set(stage_time._FIXED) == names
+    assert not set(stage_time._READ) & set(stage_time._FIXED)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b-16xh100", "sc21-1.7b-32xa100", "llama8b-fp8"])
+def test_peak_ranks_and_fixed_bytes_bit_for_bit(name: str) -> None:
+    """The peak ranks remembered per model and split are those computed afresh, and each
+    stage of an estimate (the fixed buffers computed once for all of them) is `stage_memory`
+    on its own, bit for bit."""
+    job, space = PROBLEMS[name]
+    for base in _sample_layouts(name, 30):
+        for _, _, v in variants_of(name)[base][::4]:
+            chunks = v.chunk_layers(job.arch.num_layers)
+            ranks = memory._peak_candidates(job, v, chunks)
+            assert ranks == memory._peak_ranks_of(job, v, chunks)
+            assert memory._peak_candidates(job, v, chunks) is ranks
+            rep = memory.estimate(job, v, space.headroom_pct)
+            fixed = buffers.fixed_bytes(job, v)
+            for st in rep.stages:
+                alone = memory.stage_memory(job, v, st.stage, chunks[st.stage])
+                assert (
+                    alone
+                    == st
+                    == memory.stage_memory(job, v, st.stage, chunks[st.stage], fixed=fixed)
+                )
+            fast = memory.estimate(job, v, space.headroom_pct, all_stages=False)
+            assert fast.stages == tuple(rep.stages[r] for r in ranks)
+
+
+def test_peak_ranks_are_per_model() -> None:
+    """Two models with the same split do not share remembered peak ranks."""
+    job, _ = PROBLEMS["mixtral-8x7b-16xh100"]
+    lay = Layout(tp=2, pp=4, dp=2, sequence_parallel=True, micro_batch_size=1)
+    other = replace(job, arch=job.arch.model_copy(update={"mtp_num_layers": 1}))
+    for j in (job, other, job):
+        chunks = lay.chunk_layers(j.arch.num_layers)
+        assert memory._peak_candidates(j, lay, chunks) == memory._peak_ranks_of(j, lay, chunks)
