@@ -21,6 +21,7 @@ listed, lexicographically in (pools, layers), up to `TIES` (`optimal_splits`).
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from collections.abc import Iterator
@@ -222,22 +223,148 @@ def optimal_splits(p: PoolSplitProblem) -> list[PoolSplit]:
     return splits[:TIES]
 
 
+def _convex_times(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[list[float]] | None:
+    """Per rank, a convex lower bound of its time at each y in [1, L] over every N >= 1 (inf
+    where none fits): y layers fit only with c >= need(y) = ceil((memory without recompute -
+    capacity) / MiB saved per recomputed layer) of them recomputed, and c = min(N, y) >= 1, so
+    its time is at least a + b y + recompute_us max(need(y), 1) (c <= y); the lower convex hull
+    of those points is convex and, as they rise with y, rises too. None where a coefficient's
+    sign breaks that (the caller takes a weaker bound)."""
+    pp, L = len(ks), p.num_layers
+    out = []
+    for r, k in enumerate(ks):
+        hops = (r > 0 and ks[r - 1] != k) + (r + 1 < pp and ks[r + 1] != k)
+        a = p.fixed_us[r][k] + p.boundary_us * hops
+        b, rt, rm = p.layer_us[r][k], p.recompute_us[r][k], p.recompute_mib[r][k]
+        if b < 0 or rt < 0 or rm > 0 or p.layer_mib[r][k] < 0:
+            return None
+        spare = p.capacity_mib[k] - p.fixed_mib[r][k]
+        points: list[tuple[int, int]] = []
+        for y in range(1, L + 1):
+            excess = y * p.layer_mib[r][k] - spare
+            need = 1 if excess <= 0 else (max(-(-excess // -rm), 1) if rm < 0 else y + 1)
+            if need > y:
+                if points:
+                    break  # memory grows with y: no more y fits
+                continue
+            if len(points) < y - 1:
+                return None  # a gap: not an interval
+            points.append((y, a + b * y + rt * need))
+        if not points:
+            return None
+        row = _hull(points) + [math.inf] * (L - points[-1][0])
+        if points[0][0] > 1 or any(u > v for u, v in itertools.pairwise(row)):
+            return None  # not rising in y from y = 1: no convex bound claimed
+        out.append(row)
+    return out
+
+
+def _hull(points: list[tuple[int, int]]) -> list[float]:
+    """The lower convex hull of points at y = y0, y0 + 1, ..., evaluated at each of them."""
+    hull: list[tuple[int, int]] = []
+    for pt in points:
+        while len(hull) >= 2:
+            (x1, t1), (x2, t2) = hull[-2], hull[-1]
+            if (t2 - t1) * (pt[0] - x1) >= (pt[1] - t1) * (x2 - x1):
+                hull.pop()  # hull[-1] is on or above the chord from hull[-2] to pt
+            else:
+                break
+        hull.append(pt)
+    out: list[float] = []
+    for (x1, t1), (x2, t2) in itertools.pairwise(hull):
+        out += [t1 + (t2 - t1) * (x - x1) / (x2 - x1) for x in range(x1, x2)]
+    out.append(float(hull[-1][1]))
+    return out
+
+
+def recompute_bound(p: PoolSplitProblem) -> float | None:
+    """A lower bound of the objective over every N >= 1 (None: no N >= 1 fits, or recompute
+    is off), memory-aware: each rank's least time at y layers (`_convex_times`), convex in y,
+    so for each bound T on the slowest stage the least sum takes the cheapest marginal layers
+    first (exact for the relaxation), T running upward as in `optimal_splits`."""
+    if not p.recompute or sum(p.stages) > p.num_layers:
+        return None
+    L, m = p.num_layers, p.microbatches
+    best = math.inf
+    for o in twin_orders(p):
+        ks = tuple(k for k in o for _ in range(p.stages[k]))
+        rows = _convex_times(p, ks)
+        if rows is None:
+            weak = linear_optimum(p, least_memory=True)
+            return None if weak is None else float(weak)
+        best = min(best, _convex_best(rows, L, m, best))
+    return None if best == math.inf else best
+
+
+def split_bound(p: PoolSplitProblem) -> float | None:
+    """A lower bound of the objective over every N (None: nothing fits): N = 0's optimum, or
+    `recompute_bound`, the less."""
+    exact = linear_optimum(p)
+    rb = recompute_bound(p)
+    if exact is None:
+        return rb
+    return float(exact) if rb is None else min(float(exact), rb)
+
+
+def _convex_best(rows: list[list[float]], L: int, m: int, best: float) -> float:
+    """The relaxation's least objective in one order (inf where nothing fits)."""
+
+    def least_sum(t: float) -> tuple[float, float] | None:
+        """(sum, max) of the least sum with every time <= t."""
+        ups = [bisect.bisect_right(row, t) for row in rows]  # rows rise: y in [1, ups]
+        if min(ups) < 1 or sum(ups) < L:
+            return None
+        y = [1] * len(rows)
+        heap = [(row[1] - row[0], r) for r, row in enumerate(rows) if ups[r] > 1]
+        heapq.heapify(heap)
+        for _ in range(L - len(rows)):
+            _, r = heapq.heappop(heap)
+            y[r] += 1
+            if y[r] < ups[r]:
+                heapq.heappush(heap, (rows[r][y[r]] - rows[r][y[r] - 1], r))
+        times = [row[v - 1] for row, v in zip(rows, y, strict=True)]
+        return sum(times), max(times)
+
+    if len(rows) > L:
+        return math.inf
+    top = least_sum(math.inf)
+    if top is None or top[0] == math.inf:
+        return math.inf
+    least, slowest = top
+    best = min(best, (m - 1) * slowest + least)
+    values = sorted({v for row in rows for v in row if v < math.inf})
+    first = bisect.bisect_left(values, True, key=lambda t: least_sum(t) is not None)
+    for t in values[first:]:
+        if (m - 1) * t + least > best:
+            break
+        got = least_sum(t)
+        assert got is not None
+        best = min(best, (m - 1) * got[1] + got[0])
+    return best
+
+
+def needs_solver(p: PoolSplitProblem) -> bool:
+    """Whether `best_splits` hands `p` to CP-SAT: some N >= 1 may beat N = 0."""
+    if not p.recompute or sum(p.stages) > p.num_layers or not may_fit(p):
+        return False
+    rb = recompute_bound(p)
+    least = linear_optimum(p)
+    return rb is not None and (least is None or rb < least)
+
+
 def best_splits(p: PoolSplitProblem, cutoff_us: float | None = None) -> list[PoolSplit]:
-    """The optimal assignments of `p` (`solve_pools`'s objective), best first: without recompute
-    (or where the least memory any N gives, times without recompute, does no better than N = 0)
-    every optimal one by enumeration (`optimal_splits`), else CP-SAT's (`solve_pools`); [] when
-    none fits, or when that bound is at least `cutoff_us` (the split cannot enter the top)."""
+    """The optimal assignments of `p` (`solve_pools`'s objective), best first: where no N >= 1
+    can beat N = 0 (`recompute_bound`), every optimal one with N = 0 by enumeration
+    (`optimal_splits`: the fewest layers recomputed), else CP-SAT's (`solve_pools`); [] when
+    none fits, or when the bound over every N is at least `cutoff_us` (the split cannot enter
+    the top)."""
     if sum(p.stages) > p.num_layers or not may_fit(p):
         return []
     ties = optimal_splits(p)
-    if not p.recompute:
+    rb = recompute_bound(p)
+    if rb is None or (ties and rb >= ties[0].objective):
         return ties
-    bound = linear_optimum(p, least_memory=True)
-    if bound is None:
-        return []  # no N lets every rank hold its layers
-    if ties and bound >= ties[0].objective:
-        return ties  # recompute cannot do better: N = 0 (the fewest layers recomputed)
-    if cutoff_us is not None and bound >= cutoff_us:
+    if cutoff_us is not None and min([rb, *(t.objective for t in ties[:1])]) >= cutoff_us:
         return []
     split = solve_pools(p)
     return [] if split is None else [split]

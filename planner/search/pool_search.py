@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
+from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pools import (
     PoolPlan,
     apply,
@@ -29,7 +30,7 @@ from planner.search.pools import (
     time_lines,
     usd_per_million_tokens,
 )
-from planner.search.solver import solve_pools
+from planner.search.solver import PoolSplitProblem, solve_pools
 
 MICRO_BATCHES = (1, 2, 4)
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
@@ -170,15 +171,32 @@ def search(
     bounded.sort(key=lambda lt: lower_bound_s(lt[1]))
     plans: list[PoolPlan] = []
     solved = 0
+    # splits that only CP-SAT solves (recompute may beat none) wait for the others' plans, by
+    # their memory-aware bound, so that the top-th best step may spare them (and OR-Tools)
+    deferred: list[tuple[float, int, Layout, PoolSplitProblem]] = []
     for i, (lay, times) in enumerate(bounded):
         if progress is not None and i % 20 == 0:
             progress(f"pools: layout {i + 1} of {len(todo)}")
         best = sorted(q.performance.step_time_s for q in plans)
         if len(best) >= top and lower_bound_s(times) >= best[top - 1]:
             break  # sorted by the bound: no later layout can enter the top
-        solved += 1
         p = problem(job, lay, headroom_pct, lay.recompute == "none", times)
+        if needs_solver(p):
+            bound = split_bound(p)
+            if bound is not None:  # None: no block recompute count fits it
+                deferred.append((bound * 1e-6, i, lay, p))
+            continue
+        solved += 1
         cut = best[top - 1] if len(best) >= top else None
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
+        if plan is not None:
+            plans.append(plan)
+    for bound, _, lay, p in sorted(deferred, key=lambda d: d[:2]):
+        best = sorted(q.performance.step_time_s for q in plans)
+        cut = best[top - 1] if len(best) >= top else None
+        if cut is not None and bound >= cut:
+            break  # sorted by the bound
+        solved += 1
         plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
         if plan is not None:
             plans.append(plan)

@@ -177,3 +177,57 @@ def test_cp_sat_is_deterministic() -> None:
 
 def test_compositions_helper() -> None:
     assert list(itertools.islice(compositions(4, 2), 3)) == [(1, 3), (2, 2), (3, 1)]
+
+
+def least_with_recompute(p: PoolSplitProblem) -> int | None:
+    """The brute force's least objective over N >= 1 only."""
+    pp = sum(p.stages)
+    best = None
+    for order in itertools.permutations(range(len(p.stages))):
+        ks = tuple(k for k in order for _ in range(p.stages[k]))
+        for layers in compositions(p.num_layers, pp):
+            for n in range(1, p.num_layers + 1):
+                mem, times = stage_values(p, layers, ks, n)
+                if all(v <= p.capacity_mib[k] for v, k in zip(mem, ks, strict=True)):
+                    obj = objective_of(p, times)
+                    best = obj if best is None else min(best, obj)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_recompute_bound_is_below_every_split(seed: int) -> None:
+    """The memory-aware bound over every N >= 1 is at most the brute force's optimum over those
+    N, and None exactly where none fits; `split_bound` is below the optimum over every N;
+    where `needs_solver` is False, N = 0's enumeration is optimal."""
+    rng = random.Random(1100 + seed)
+    p = replace(random_problem(rng), recompute=True)
+    p = replace(p, capacity_mib=tuple(c // rng.choice((1, 1, 2, 3)) for c in p.capacity_mib))
+    least = least_with_recompute(p)
+    bound = pool_enum.recompute_bound(p)
+    if least is None:  # N = L gives every rank its least memory at once: no N fits
+        assert bound is None
+    else:
+        assert bound is not None and bound <= least * (1 + 1e-12)
+        weak = pool_enum.linear_optimum(p, least_memory=True)
+        assert weak is not None and weak <= bound * (1 + 1e-12)
+    overall = brute_force(p)
+    sb = pool_enum.split_bound(p)
+    assert (sb is None) == (overall is None)
+    if overall is not None:
+        assert sb is not None and sb <= overall * (1 + 1e-12)
+        if not pool_enum.needs_solver(p):
+            assert pool_enum.optimal_splits(p)[0].objective == overall
+
+
+def test_recompute_bound_is_tighter_somewhere() -> None:
+    """The bound is not vacuous: above the least-memory linear bound in some tight problems,
+    and it spares CP-SAT some problems with recompute on."""
+    tighter = spared = 0
+    for seed in range(80):
+        rng = random.Random(1100 + seed)
+        p = replace(random_problem(rng), recompute=True)
+        p = replace(p, capacity_mib=tuple(c // rng.choice((1, 1, 2, 3)) for c in p.capacity_mib))
+        bound, weak = pool_enum.recompute_bound(p), pool_enum.linear_optimum(p, least_memory=True)
+        tighter += bound is not None and weak is not None and bound > weak
+        spared += pool_enum.linear_optimum(p) is not None and not pool_enum.needs_solver(p)
+    assert tighter >= 5 and spared >= 5
