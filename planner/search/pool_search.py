@@ -6,14 +6,16 @@ refinement whose split's bound is no better than the top-th best step so far is 
 The degrees: tp a power of two within every pool's node and dividing the attention heads and
 query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool
 holds whole stages), pp the stages that makes, between the number of pools and the decoder
-layers; micro-batch sizes 1, 2 and 4 where the global batch divides; ZeRO 1; vpp 1 (interleaving
-over pools of different speeds is left out); recompute none with the solver's block count, or
-selective. Ranked by step time, or by $ per token (`objective` "cost").
+layers; for a mixture of experts every ep dividing the experts and cp x dp (`expert_degrees`, EP
+inside a stage, expert TP = tp); micro-batch sizes 1, 2 and 4 where the global batch divides;
+ZeRO 1; vpp 1 (interleaving over pools of different speeds is left out); recompute none with
+the solver's block count, or selective. Ranked by step time, or by $ per token (`objective` "cost").
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,7 +103,7 @@ def layouts(job: Job) -> list[Layout]:
                 pp = total // s
                 if not len(job.pools) <= pp <= arch.num_layers:
                     continue
-                for mbs in MICRO_BATCHES:
+                for ep, mbs in itertools.product(expert_degrees(job, cp * dp), MICRO_BATCHES):
                     if job.global_batch_size % (dp * mbs):
                         continue
                     for rc in RECOMPUTE:
@@ -111,12 +113,24 @@ def layouts(job: Job) -> list[Layout]:
                                 pp=pp,
                                 dp=dp,
                                 cp=cp,
+                                ep=ep,
                                 sequence_parallel=tp > 1,
                                 micro_batch_size=mbs,
                                 recompute=rc,
                             )
                         )
     return out
+
+
+def expert_degrees(job: Job, cp_dp: int) -> list[int]:
+    """The expert-parallel degrees of a stage of cp x dp = `cp_dp` (expert TP = tp): [1] for a
+    dense model; for a mixture of experts every divisor of the experts that divides cp x dp, so
+    that the expert grid (etp x ep x pp) divides the job and each EP group stays in its stage
+    (Megatron folds EP inside the tp x cp x dp ranks of a pipeline rank), so in its pool."""
+    experts = job.arch.num_moe_experts
+    if not job.arch.is_moe or experts is None:
+        return [1]
+    return [e for e in range(1, experts + 1) if experts % e == 0 and cp_dp % e == 0]
 
 
 def refined(job: Job, headroom_pct: float, plans: list[PoolPlan], top: int) -> list[PoolPlan]:

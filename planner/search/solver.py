@@ -111,6 +111,12 @@ def _first_optimum(
 SOLVE_SECONDS = 20.0
 """CP-SAT's time limit for one pools problem (its best answer so far is taken at the limit)."""
 
+WORKERS = 8
+"""CP-SAT's workers (its portfolio: several times faster than one on these problems)."""
+CANONICAL_TIME = 2.0
+"""CP-SAT's deterministic time (not wall clock: the same answer on any load) to pick one of the
+equally good answers."""
+
 Grid = tuple[tuple[int, ...], ...]
 """A table indexed [pipeline rank][pool]."""
 
@@ -268,16 +274,26 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
             m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
     span = m.new_int_var(0, top, "slowest_stage")
     m.add_max_equality(span, t)
-    if relax:
-        m.minimize(excess)
-    else:
-        m.minimize((p.microbatches - 1) * span + sum(t))
+    goal = excess if relax else (p.microbatches - 1) * span + sum(t)
+    m.minimize(goal)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1  # deterministic: one worker finds the same answer
+    solver.parameters.num_workers = WORKERS
     solver.parameters.max_time_in_seconds = SOLVE_SECONDS
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
+    if status == cp_model.OPTIMAL:
+        # which of the equally good answers the workers' race found is chance: pick one by a
+        # single worker (deterministic) from the found one, least N then least sum r y_r
+        m.add(goal <= round(solver.objective_value))
+        for v in (*y, n):
+            m.add_hint(v, solver.value(v))
+        m.minimize(n * (pp * L * L + 1) + sum(r * y[r] for r in range(pp)))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = CANONICAL_TIME
+        again = solver.solve(m)
+        assert again in (cp_model.OPTIMAL, cp_model.FEASIBLE)  # the hint is feasible
     layers = tuple(solver.value(v) for v in y)
     pools = tuple(next(k for k in range(npools) if solver.value(x[r][k])) for r in range(pp))
     nv = solver.value(n)

@@ -169,7 +169,8 @@ def test_plan_split_takes_the_exact_models_fastest_tie() -> None:
 
 
 def test_cp_sat_is_deterministic() -> None:
-    """The CP-SAT fallback runs one worker: the same problem gives the same split."""
+    """The CP-SAT fallback's answer is picked among equally good ones by one worker under a
+    deterministic time limit: the same problem gives the same split."""
     for seed in range(6):
         p = random_problem(random.Random(900 + seed))
         assert solver.solve_pools(p) == solver.solve_pools(p)

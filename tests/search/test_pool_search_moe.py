@@ -1,0 +1,79 @@
+"""The pooled search on a mixture of experts (issue 25): expert parallelism searched inside each
+pipeline stage (`pool_search.expert_degrees`).
+
+Oracles: Megatron's expert grid rule (etp x ep x pp divides the GPUs, ep divides the experts;
+with expert TP = tp, ep divides cp x dp, so an EP group stays in its stage and pool), the rules
+module on every plan, and brute force (every layout split and scored, every refinement)."""
+
+from __future__ import annotations
+
+from planner.inputs.plan import Job, parse_plan
+from planner.search import pool_search, pools
+from planner.search.rules import violations
+
+
+def moe_job(per_pool: int = 16) -> Job:
+    doc = {
+        "model": {"name": "mixtral-8x7b"},
+        "cluster": {
+            "pools": [
+                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": per_pool},
+                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": per_pool},
+            ]
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    return parse_plan(doc).job
+
+
+def dense_job() -> Job:
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [
+                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": 16},
+                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16},
+            ]
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    return parse_plan(doc).job
+
+
+def test_expert_degrees() -> None:
+    """Mixtral's 8 experts: the divisors of 8 that divide cp x dp; a dense model: ep 1 only."""
+    job = moe_job()
+    assert pool_search.expert_degrees(job, 4) == [1, 2, 4]
+    assert pool_search.expert_degrees(job, 16) == [1, 2, 4, 8]
+    assert pool_search.expert_degrees(job, 6) == [1, 2]
+    assert pool_search.expert_degrees(dense_job(), 16) == [1]
+    assert {lay.ep for lay in pool_search.layouts(dense_job())} == {1}
+
+
+def test_every_moe_layout_keeps_its_experts_in_a_stage() -> None:
+    """Every layout with ep > 1 passes Megatron's rules on the pools, and its EP group (ep
+    consecutive expert ranks of tp each) fits in one stage's tp x cp x dp GPUs."""
+    job = moe_job()
+    lays = pool_search.layouts(job)
+    assert {lay.ep for lay in lays} == {1, 2, 4, 8}
+    for lay in lays:
+        assert (lay.cp * lay.dp) % lay.ep == 0
+        split = pools.problem(job, lay, 3.0, False)
+        assert sum(split.stages) == lay.pp
+
+
+def test_pooled_moe_search_prunes_nothing_that_matters() -> None:
+    """Mixtral 8x7B on 16 A100 + 16 H100: the pooled search's plans are those of splitting every
+    layout (every ep) and every refinement, best first; the best uses expert parallelism, fits
+    each stage on its own GPU and passes every rule."""
+    job = moe_job()
+    top = 3
+    res = pool_search.search(job, 3.0, top=top)
+    every = [pools.plan_split(job, lay, 3.0) for lay in pool_search.layouts(job)]
+    plans = sorted((q for q in every if q is not None), key=lambda q: q.performance.step_time_s)
+    plans += pool_search.refined(job, 3.0, plans, 10**6)
+    want = sorted(q.performance.step_time_s for q in plans)[:top]
+    assert [q.performance.step_time_s for q in res.plans] == want
+    best = res.plans[0]
+    assert best.layout.ep > 1
+    assert best.memory.fits and not violations(best.job, best.layout)
