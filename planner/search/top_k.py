@@ -128,9 +128,8 @@ def _best_variants(
     alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
     remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
     so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
-    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest; it
-    remembers so every rung that did not fit, which is then not estimated again at a larger
-    micro-batch: tests/search/test_top_k.py checks memory grows with it). Block
+    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest, and
+    each rung, or ladder's n, that did not fit: tests/search/test_search_memo.py). Block
     recompute and offloading are bisected for their smallest setting that fits (their memory falls
     and their time grows with it). A rung without the base's TP overlap is no faster than with
     it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
@@ -163,14 +162,16 @@ def _best_variants(
 
         def fits(
             rung: Rung,
+            fails: bool = False,
+            *,
             zbase: Layout = zbase,
             known: dict[Rung, MemoryReport | None] = known,
             lean_key: tuple[object, ...] = lean_key,
         ) -> MemoryReport | None:
             if rung not in known:
                 # memory grows with the micro-batch: a rung that did not fit at a smaller one
-                # does not fit here (counted as the estimate would count it)
-                if lean_fails.get((lean_key, rung), math.inf) < mbs:
+                # (or `fails`: is known not to) does not fit here (counted as an estimate)
+                if fails or lean_fails.get((lean_key, rung), math.inf) < mbs:
                     rejected["memory"] += 1
                     known[rung] = None
                     return None
@@ -206,7 +207,10 @@ def _best_variants(
                 hi = ld.hi
                 if ld.with_tp_overlap is not None and id(ld.with_tp_overlap) in smallest:
                     hi = smallest[id(ld.with_tp_overlap)] - 1  # else the twin is as lean, faster
-                n = _smallest_fitting(ld, fits, hi)
+                floor_key = (lean_key, "ladder", ld.make(0))
+                n = _smallest_fitting(ld, fits, hi, lean_fails.get(floor_key, 0))
+                if hi >= ld.lo:  # every n below the smallest that fits does not fit
+                    lean_fails[floor_key] = max(lean_fails.get(floor_key, 0), n or hi + 1)
                 if n is not None:
                     rep = fits(ld.make(n))
                     assert rep is not None
@@ -267,16 +271,18 @@ def _slower(t: float, cut: float) -> bool:
 
 
 def _smallest_fitting(
-    ladder: Ladder, fits: Callable[[Rung], MemoryReport | None], hi: int
+    ladder: Ladder, fits: Callable[[Rung, bool], MemoryReport | None], hi: int, floor: int = 0
 ) -> int | None:
     """The smallest n up to hi whose rung of the ladder fits, by bisection (memory falls as n
-    grows); None when not even n = hi fits. `fits` remembers what it has estimated."""
-    if hi < ladder.lo or fits(ladder.make(hi)) is None:
+    grows); None when not even n = hi fits. `fits` remembers what it has estimated; each n
+    below `floor` is known not to fit (below the smallest that fitted at a smaller micro-batch:
+    memory grows with it), which `fits` is told, so that the bisection probes as it would."""
+    if hi < ladder.lo or fits(ladder.make(hi), hi < floor) is None:
         return None
     lo = ladder.lo
     while lo < hi:
         mid = (lo + hi) // 2
-        if fits(ladder.make(mid)) is not None:
+        if fits(ladder.make(mid), mid < floor) is not None:
             hi = mid
         else:
             lo = mid + 1
