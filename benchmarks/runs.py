@@ -74,7 +74,6 @@ MODEL_BY_NAME = {
     "Llama 3.1 70B": "llama3.1-70b",
     "Llama 3 8B": "llama3.1-8b",
     "Llama 3 70B": "llama3.1-70b",
-    "Mixtral 8x7B (dropless)": "mixtral-8x7b",
 }
 """Rows whose model block is partly null, or whose shape several zoo entries share."""
 

@@ -71,7 +71,7 @@ SCRIPT_TOKENIZER = {
 }
 """The default --tokenizer-type each training script passes to parse_and_validate_args
 (Megatron-LM d98e8a64: pretrain_gpt.py:527, pretrain_hybrid.py:544, pretrain_vlm.py:498,
-pretrain_bert.py:185 (in examples, bert), examples/t5/pretrain_t5.py:273)."""
+pretrain_bert.py:185 (in examples, bert), pretrain_t5.py:273 (in examples, t5))."""
 
 DEFAULT_SCRIPT = "pretrain_gpt.py"
 

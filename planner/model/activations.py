@@ -28,7 +28,7 @@ input: 1 byte instead of 2); the attention output stays in 16 bits for flash att
 and the output projection saves an 8-bit copy beside it.
 
 Megatron's selective recompute (TransformerConfig.recompute_modules, transformer_layer.py,
-attention.py, multi_latent_attention.py, mlp.py, moe/moe_layer.py, moe/experts.py) drops:
+attention.py, multi_latent_attention.py, mlp.py, and the MoE layer and experts modules) drops:
   core_attn     the s^2 terms (nothing else with flash attention: its inputs are kept)
   mlp           a dense MLP whole but its input (checkpointed; MoE layers are not touched)
   moe           a MoE layer whole but its input, the pre-MLP norm output

@@ -1,6 +1,6 @@
 """Every published run that trained must be judged "fits" (issue: memory model).
 
-Oracle: tests/data/memory_rows.json, the 42 runs of benchmarks/data/published_runs.yaml (each
+Oracle: tests/data/memory_rows.json, the 41 runs of benchmarks/data/published_runs.yaml (each
 trained on the GPUs it names), mapped to planner inputs by benchmarks/runs.py and written by
 `benchmarks/memory_fidelity.py --write-test-data`. Where a run publishes its per-GPU peak, the
 prediction must also be within MEASURED_TOLERANCE of it.
@@ -64,6 +64,6 @@ def test_measured_peaks_within_tolerance(
 
 
 def test_every_run_is_covered() -> None:
-    # 42 runs in published_runs.yaml, 4 with a measured per-GPU peak (all torchtitan)
-    assert len(CASES) == 42
+    # 41 runs in published_runs.yaml, 4 with a measured per-GPU peak (all torchtitan)
+    assert len(CASES) == 41
     assert len(MEASURED) == 4
