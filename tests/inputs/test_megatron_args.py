@@ -278,7 +278,8 @@ def test_batch_size_schedule_is_read_at_its_largest_batch() -> None:
 
 
 def test_moe_layer_freq_as_the_functional_tests_write_it() -> None:
-    # moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: --moe-layer-freq ([0]*1+[1]*15), one word with parentheses
+    # moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed writes --moe-layer-freq ([0]*1+[1]*15):
+    # one word with parentheses
     text = SMALL.replace("--num-layers 4", "--num-layers 16") + (
         "--num-experts 8 --moe-router-topk 2 --moe-layer-freq ([0]*1+[1]*15)"
     )
