@@ -84,8 +84,19 @@ def profile_dict(prof: Profile) -> dict[str, Any]:
     }
 
 
-def profile_lines(prof: Profile) -> list[str]:
-    """What `explain` and `suggest` say of the calibration they used."""
+def add_json(data: dict[str, Any], prof: Profile | None, run: MeasuredRun | None = None) -> None:
+    """A --json document's `measured` (a --megatron-log run's) and `calibration` (the profile
+    applied), each where there is one."""
+    if run is not None:
+        data["measured"] = measured_dict(run, prof)
+    if prof is not None:
+        data["calibration"] = profile_dict(prof)
+
+
+def profile_lines(prof: Profile | None) -> list[str]:
+    """What `explain` and `suggest` say of the calibration they used (nothing without one)."""
+    if prof is None:
+        return []
     moved = [
         f"{k} {v:.4g} (default {calibratable.DEFAULTS[k]:.4g})"
         for k, v in prof.values.items()

@@ -168,10 +168,7 @@ def check(
             for c in changes
         ]
         data["warnings"] = warned
-        if run is not None:
-            data["measured"] = calibration.measured_dict(run, prof)
-        if prof is not None:
-            data["calibration"] = calibration.profile_dict(prof)
+        calibration.add_json(data, prof, run)
         emit_json(data)
     else:
         render.print_check(out, job, layout, rep, changes)

@@ -108,10 +108,7 @@ def explain(
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
         data["warnings"] = warned
-        if run is not None:
-            data["measured"] = calibration.measured_dict(run, prof)
-        if prof is not None:
-            data["calibration"] = calibration.profile_dict(prof)
+        calibration.add_json(data, prof, run)
         emit_json(data)
     else:
         render.print_explain(out, job, layout, rep, perf)
@@ -119,7 +116,7 @@ def explain(
             out.print(report.slow_link_text(link), highlight=False)
         if run is not None:
             out.print(calibration.measured_table(run, prof))
-        for line in calibration.profile_lines(prof) if prof is not None else []:
+        for line in calibration.profile_lines(prof):
             out.print(line)
         if ops is not None:
             out.print(render.operations_table(ops))

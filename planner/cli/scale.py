@@ -147,8 +147,7 @@ def scale(
         data = report.curve_dict(curve)
         data["defaulted"] = [f for f in req.values() if f in defaulted]
         data["plot"] = str(plot_path) if plot_path is not None else None
-        if prof is not None:
-            data["calibration"] = calibration.profile_dict(prof)
+        calibration.add_json(data, prof)
         emit_json(data)
     else:
         out.print(render.scale_table(curve))

@@ -159,13 +159,12 @@ def suggest(
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
     if as_json:
         data = report.suggest_dict(job, res, rows, req.defaulted)
-        if prof is not None:
-            data["calibration"] = calibration.profile_dict(prof)
+        calibration.add_json(data, prof)
         emit_json(data)
     else:
         label = {"throughput": "step time", "cost": "cost per token"}.get(objective, objective)
         render_suggest.print_result(out, job, res, label, rows)
-        for line in calibration.profile_lines(prof) if prof is not None else []:
+        for line in calibration.profile_lines(prof):
             out.print(line)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")
