@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
+from typing import TypeVar
 
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import READ
 
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+T = TypeVar("T")
 
 
 def tokens(text: str) -> list[str]:
@@ -93,22 +96,19 @@ class Line:
         return values[0]
 
     def integer(self, flag: str) -> int | None:
-        value = self.text(flag)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise InputError(f"{self.where}: {flag}: expected an integer (got {value!r})") from None
+        return self._convert(flag, int, "an integer")
 
     def number(self, flag: str) -> float | None:
+        return self._convert(flag, float, "a number")
+
+    def _convert(self, flag: str, kind: Callable[[str], T], what: str) -> T | None:
         value = self.text(flag)
         if value is None:
             return None
         try:
-            return float(value)
+            return kind(value)
         except ValueError:
-            raise InputError(f"{self.where}: {flag}: expected a number (got {value!r})") from None
+            raise InputError(f"{self.where}: {flag}: expected {what} (got {value!r})") from None
 
     def raw(self, flag: str) -> str | None:
         """A value the reader only quotes in messages (a path; shell variables allowed)."""
