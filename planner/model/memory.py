@@ -382,11 +382,11 @@ def estimate(
 def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
     """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU."""
     jobs = pools.rank_jobs(job, layout)
+    owners = pools.rank_pools(job, layout)
     chunks = layout.chunk_layers(job.arch.num_layers)
     out = []
-    for r, j in enumerate(jobs):
+    for r, (j, k) in enumerate(zip(jobs, owners, strict=True)):
         st = stage_memory(j, layout, r, chunks[r])
-        k = pools.rank_pools(job, layout)[r]
         room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
         out.append(replace(st, pool=job.pools[k].name, gpu=j.cluster.gpu.name, capacity=room))
     worst = max(out, key=lambda st: st.total - st.capacity)
