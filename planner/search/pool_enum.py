@@ -77,18 +77,27 @@ def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
     return out
 
 
+def _rank_pools(p: PoolSplitProblem) -> list[tuple[int, ...]]:
+    """`twin_orders` spelled out per rank: each pool repeated for its stages."""
+    return [tuple(k for k in o for _ in range(p.stages[k])) for o in twin_orders(p)]
+
+
+def _hops(ks: tuple[int, ...], r: int) -> int:
+    """How many of rank r's neighbours sit in another pool (each crossing costs boundary_us)."""
+    return (r > 0 and ks[r - 1] != ks[r]) + (r + 1 < len(ks) and ks[r + 1] != ks[r])
+
+
 def _ranks(p: PoolSplitProblem, ks: tuple[int, ...], least_memory: bool) -> list[Rank] | None:
     """Each rank's (a, b, lo, hi) in the order `ks` with N = 0 (`least_memory`: memory as if
     every layer were recomputed, the least any N gives); None when a rank fits no y."""
-    pp, L = len(ks), p.num_layers
+    L = p.num_layers
     out = []
     for r, k in enumerate(ks):
-        hops = (r > 0 and ks[r - 1] != k) + (r + 1 < pp and ks[r + 1] != k)
         per = p.layer_mib[r][k] + (min(p.recompute_mib[r][k], 0) if least_memory else 0)
         lo, hi = _interval(p.capacity_mib[k] - p.fixed_mib[r][k], per, L)
         if lo > hi:
             return None
-        out.append((p.fixed_us[r][k] + p.boundary_us * hops, p.layer_us[r][k], lo, hi))
+        out.append((p.fixed_us[r][k] + p.boundary_us * _hops(ks, r), p.layer_us[r][k], lo, hi))
     return out
 
 
@@ -185,8 +194,7 @@ def linear_optimum(p: PoolSplitProblem, least_memory: bool = False) -> int | Non
     over every N, times without recompute: a lower bound of every N's optimum); None when no
     assignment fits."""
     best: float = math.inf
-    for o in twin_orders(p):
-        ks = tuple(k for k in o for _ in range(p.stages[k]))
+    for ks in _rank_pools(p):
         ranks = _ranks(p, ks, least_memory)
         if ranks is None:
             continue
@@ -201,8 +209,7 @@ def optimal_splits(p: PoolSplitProblem) -> list[PoolSplit]:
     L, m = p.num_layers, p.microbatches
     found: list[tuple[int, tuple[int, ...], list[Rank], float]] = []
     best: float = math.inf
-    for o in twin_orders(p):
-        ks = tuple(k for k in o for _ in range(p.stages[k]))
+    for ks in _rank_pools(p):
         ranks = _ranks(p, ks, False)
         if ranks is None:
             continue
@@ -230,11 +237,10 @@ def _convex_times(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[list[float]]
     its time is at least a + b y + recompute_us max(need(y), 1) (c <= y); the lower convex hull
     of those points is convex and, as they rise with y, rises too. None where a coefficient's
     sign breaks that (the caller takes a weaker bound)."""
-    pp, L = len(ks), p.num_layers
+    L = p.num_layers
     out = []
     for r, k in enumerate(ks):
-        hops = (r > 0 and ks[r - 1] != k) + (r + 1 < pp and ks[r + 1] != k)
-        a = p.fixed_us[r][k] + p.boundary_us * hops
+        a = p.fixed_us[r][k] + p.boundary_us * _hops(ks, r)
         b, rt, rm = p.layer_us[r][k], p.recompute_us[r][k], p.recompute_mib[r][k]
         if b < 0 or rt < 0 or rm > 0 or p.layer_mib[r][k] < 0:
             return None
@@ -286,8 +292,7 @@ def recompute_bound(p: PoolSplitProblem) -> float | None:
         return None
     L, m = p.num_layers, p.microbatches
     best = math.inf
-    for o in twin_orders(p):
-        ks = tuple(k for k in o for _ in range(p.stages[k]))
+    for ks in _rank_pools(p):
         rows = _convex_times(p, ks)
         if rows is None:
             weak = linear_optimum(p, least_memory=True)
