@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.inputs.errors import InputError
@@ -117,7 +117,7 @@ def _fields(text: str) -> dict[str, str]:
     return out
 
 
-def _iteration(m: re.Match[str], where: str) -> Iteration:
+def _iteration(m: re.Match[str], line: int, where: str) -> Iteration:
     fields = _fields(m.group(3))
     for name, value in fields.items():
         if value.lower().lstrip("+-") in ("nan", "inf"):
@@ -132,7 +132,7 @@ def _iteration(m: re.Match[str], where: str) -> Iteration:
     tflops = _number(fields[THROUGHPUT], THROUGHPUT, where) if THROUGHPUT in fields else None
     batch = fields.get(BATCH)
     return Iteration(
-        line=0,
+        line=line,
         iteration=int(m.group(1)),
         elapsed_ms=elapsed,
         tflops_per_gpu=tflops,
@@ -140,13 +140,13 @@ def _iteration(m: re.Match[str], where: str) -> Iteration:
     )
 
 
-def _memory(m: re.Match[str], where: str) -> MemoryReport:
+def _memory(m: re.Match[str], line: int, where: str) -> MemoryReport:
     fields = _fields(m.group(3))
     missing = [f for f in MEMORY_FIELDS if f not in fields]
     if missing:
         raise InputError(f"{where}: memory report without {', '.join(missing)} (cut short?)")
     mib = [_number(fields[f], f, where) for f in MEMORY_FIELDS]
-    return MemoryReport(0, int(m.group(1)), int(m.group(2)), *mib)
+    return MemoryReport(line, int(m.group(1)), int(m.group(2)), *mib)
 
 
 def parse(text: str, path: Path) -> MegatronLog:
@@ -180,9 +180,9 @@ def parse(text: str, path: Path) -> MegatronLog:
                 current = LogRun(path)
                 runs.append(current)
             if it:
-                current.iterations.append(replace(_iteration(it, where), line=number))
+                current.iterations.append(_iteration(it, number, where))
             elif mem:
-                current.memory.append(replace(_memory(mem, where), line=number))
+                current.memory.append(_memory(mem, number, where))
             continue
         d = _DEVICE.search(raw)
         if d:
