@@ -34,18 +34,26 @@ def sbatch_name(job_name: str) -> str:
     return name or slug(job_name)
 
 
+def node_directives(nnodes: int, per: int, name: str | None) -> list[str]:
+    """The #SBATCH options of one torchrun on each of `nnodes` nodes of `per` GPUs; with the
+    job's `name` (a whole job, or a heterogeneous job's first component) its name and output."""
+    out = [f"--nodes={nnodes}", "--ntasks-per-node=1", f"--gpus-per-node={per}"]
+    out += ["--exclusive", f"--time={DEFAULT_TIME}"]
+    return out if name is None else [f"--job-name={name}", *out, f"--output={name}-%j.out"]
+
+
 def sbatch_directives(plan: Plan, name: str) -> list[str]:
     """The #SBATCH options of a job of one torchrun per node (Megatron-LM's and torchtitan's)."""
     n = nodes(plan)
-    return [
-        f"--job-name={name}",
-        f"--nodes={n.nnodes}",
-        "--ntasks-per-node=1",
-        f"--gpus-per-node={n.nproc_per_node}",
-        "--exclusive",
-        f"--time={DEFAULT_TIME}",
-        f"--output={name}-%j.out",
-    ]
+    return node_directives(n.nnodes, n.nproc_per_node, name)
+
+
+FIRST_NODE_MASTER = (
+    "\n# the first node of the allocation hosts the c10d rendezvous\n"
+    'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+    'MASTER_ADDR="${NODES[0]}"\n\n'
+)
+"""MASTER_ADDR in a job of one torchrun per node: the allocation's first node."""
 
 
 def render(plan: Plan, job_name: str) -> str:
@@ -68,9 +76,7 @@ def render(plan: Plan, job_name: str) -> str:
         + "".join(f"#SBATCH {d}\n" for d in directives)
         + "\nset -euo pipefail\n\n"
         + settings_block(job_name, False, p.checkpoint_interval_steps)
-        + "\n# the first node of the allocation hosts the c10d rendezvous\n"
-        + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
-        + 'MASTER_ADDR="${NODES[0]}"\n\n'
+        + FIRST_NODE_MASTER
         + torchrun_body(plan, n, '"$SLURM_JOB_ID"')
         + "# one torchrun per node; it starts one worker per GPU\n"
         + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
@@ -89,11 +95,8 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
         if k:
             sb += "#SBATCH hetjob\n"
         sb += f"# component {k}: pool {pool}\n"
-        common = [f"--nodes={count}", "--ntasks-per-node=1", f"--gpus-per-node={gpus}"]
-        common += ["--exclusive", f"--time={DEFAULT_TIME}"]
-        if k == 0:
-            common = [f"--job-name={name}", *common, f"--output={name}-%j.out"]
-        sb += "".join(f"#SBATCH {d}\n" for d in common)
+        directives = node_directives(count, gpus, name if k == 0 else None)
+        sb += "".join(f"#SBATCH {d}\n" for d in directives)
     groups = ",".join(str(k) for k in range(len(pools)))
     return (
         "#!/usr/bin/env bash\n"

@@ -54,15 +54,23 @@ CHECKPOINT_WORDS = (
 )
 
 
-def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
-    """The variables a user sets; each may also come from the environment. The checkpoint
-    interval defaults to Daly's optimum for the plan (planner.ops.resilience)."""
+def user_settings(job_name: str, master_addr: bool, body: Sequence[str]) -> str:
+    """JOB_NAME, then the marked block of variables a user sets (`body`, each of which may also
+    come from the environment), MASTER_ADDR last where the nodes rendezvous on the first."""
     lines = [f"JOB_NAME={q(job_name)}"]
     if "$" in job_name or "`" in job_name:  # quoted, so shellcheck's SC2016 is what we want
         lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
-    lines += [
-        "",
-        "# ---- set these (or export them before running) " + "-" * 30,
+    lines += ["", "# ---- set these (or export them before running) " + "-" * 30, *body]
+    if master_addr:
+        lines += MASTER_ADDR_LINES
+    lines.append("# " + "-" * 77)
+    return "\n".join(lines) + "\n"
+
+
+def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
+    """The variables a user sets for Megatron-LM. The checkpoint interval defaults to Daly's
+    optimum for the plan (planner.ops.resilience)."""
+    body = [
         "# a Megatron-LM checkout (the directory holding pretrain_gpt.py)",
         'MEGATRON_DIR="${MEGATRON_DIR:-/opt/megatron-lm}"',
         "# Megatron indexed dataset prefix (the .bin/.idx pair without extension), or MOCK",
@@ -75,10 +83,7 @@ def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
         f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{save_interval}}}"',
         *(f'{var}="${{{var}:-{value}}}"' for _, var, value in SCHEDULE if var),
     ]
-    if master_addr:
-        lines += MASTER_ADDR_LINES
-    lines.append("# " + "-" * 77)
-    return "\n".join(lines) + "\n"
+    return user_settings(job_name, master_addr, body)
 
 
 def env_block(plan: Plan) -> str:
@@ -135,20 +140,25 @@ MEGATRON_WORDS = (
 )
 
 
-def torchrun_body(plan: Plan, n: Nodes, rdzv_id: str) -> str:
-    """The environment, then every array torchrun gets: DISTRIBUTED_ARGS (c10d rendezvous on
-    "$MASTER_ADDR", with the shell word `rdzv_id` as its id) and the Megatron-LM arrays."""
-    distributed = [
+def rdzv_words(n: Nodes, rdzv_id: str) -> list[tuple[str, ...]]:
+    """torchrun's node counts and its c10d rendezvous on "$MASTER_ADDR", with the shell word
+    `rdzv_id` as its id."""
+    return [
         ("--nnodes", q(str(n.nnodes))),
         ("--nproc-per-node", q(str(n.nproc_per_node))),
         ("--rdzv-backend", "c10d"),
         ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
         ("--rdzv-id", rdzv_id),
     ]
+
+
+def torchrun_body(plan: Plan, n: Nodes, rdzv_id: str) -> str:
+    """The environment, then every array torchrun gets: DISTRIBUTED_ARGS (c10d rendezvous on
+    "$MASTER_ADDR", with the shell word `rdzv_id` as its id) and the Megatron-LM arrays."""
     return (
         env_block(plan)
         + "\n"
-        + array("DISTRIBUTED_ARGS", distributed)
+        + array("DISTRIBUTED_ARGS", rdzv_words(n, rdzv_id))
         + megatron_arrays(plan)
         + "\n"
     )

@@ -11,9 +11,9 @@ sets in one marked block.
 
 from __future__ import annotations
 
-from planner.emit.common import RDZV_PORT, comment_block, header, nodes, predict
-from planner.emit.slurm import sbatch_directives, sbatch_name
-from planner.emit.torchrun import MASTER_ADDR_LINES, array, q
+from planner.emit.common import comment_block, header, nodes, predict
+from planner.emit.slurm import FIRST_NODE_MASTER, sbatch_directives, sbatch_name
+from planner.emit.torchrun import array, rdzv_words, user_settings
 from planner.inputs.plan import Plan
 
 CONFIG_NAME = "torchtitan.toml"
@@ -22,26 +22,14 @@ CONFIG_NAME = "torchtitan.toml"
 def _settings(job_name: str, master_addr: bool) -> str:
     """The variables a user sets. The config defaults to the file beside the script: its
     directory under torchrun, the submission directory under Slurm (sbatch runs a copy)."""
-    lines = [f"JOB_NAME={q(job_name)}"]
-    if "$" in job_name or "`" in job_name:
-        lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
-    lines += [
-        "",
-        "# ---- set these (or export them before running) " + "-" * 30,
+    beside = '$(cd "$(dirname "$0")" && pwd)' if master_addr else "$SLURM_SUBMIT_DIR"
+    body = [
         "# a torchtitan checkout at (or after) the commit named in the config's header",
         'TORCHTITAN_DIR="${TORCHTITAN_DIR:-/opt/torchtitan}"',
         "# the job config planner wrote (default: beside this script)",
+        f'CONFIG_FILE="${{CONFIG_FILE:-{beside}/{CONFIG_NAME}}}"',
     ]
-    if master_addr:
-        lines.append(
-            f'CONFIG_FILE="${{CONFIG_FILE:-$(cd "$(dirname "$0")" && pwd)/{CONFIG_NAME}}}"'
-        )
-    else:
-        lines.append(f'CONFIG_FILE="${{CONFIG_FILE:-$SLURM_SUBMIT_DIR/{CONFIG_NAME}}}"')
-    if master_addr:
-        lines += MASTER_ADDR_LINES
-    lines.append("# " + "-" * 77)
-    return "\n".join(lines) + "\n"
+    return user_settings(job_name, master_addr, body)
 
 
 def _environment(plan: Plan) -> str:
@@ -55,15 +43,10 @@ def _environment(plan: Plan) -> str:
 
 
 def _distributed(plan: Plan, rdzv_id: str) -> str:
-    n = nodes(plan)
     return array(
         "DISTRIBUTED_ARGS",
         [
-            ("--nnodes", q(str(n.nnodes))),
-            ("--nproc-per-node", q(str(n.nproc_per_node))),
-            ("--rdzv-backend", "c10d"),
-            ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
-            ("--rdzv-id", rdzv_id),
+            *rdzv_words(nodes(plan), rdzv_id),
             ("--local-ranks-filter", "0"),
             ("--role", "rank"),
             ("--tee", "3"),
@@ -117,9 +100,7 @@ def render_slurm(plan: Plan, job_name: str) -> str:
         + _settings(job_name, False)
         + "\n"
         + _environment(plan)
-        + "\n# the first node of the allocation hosts the c10d rendezvous\n"
-        + 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
-        + 'MASTER_ADDR="${NODES[0]}"\n\n'
+        + FIRST_NODE_MASTER
         + _distributed(plan, '"$SLURM_JOB_ID"')
         + 'cd "$TORCHTITAN_DIR"\n'
         + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {TRAIN_WORDS}\n'
