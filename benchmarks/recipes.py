@@ -60,6 +60,7 @@ from benchmarks.recipe_flags import (
     recipe_flags,
 )
 from planner.emit.common import environment
+from planner.emit.torchtitan import toml_value
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
@@ -133,18 +134,6 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     }
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML spelling for {v!r}")
-
-
 def plan_text(r: Recipe, s: Settings) -> str:
     """The plan file: a header naming the recipe and its source, then the tables."""
     lines = [
@@ -157,7 +146,7 @@ def plan_text(r: Recipe, s: Settings) -> str:
         lines += textwrap.wrap(n, 98, initial_indent="# note: ", subsequent_indent="#   ")
     for table, values in plan_document(r, s).items():
         lines += ["", f"[{table}]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 
 
