@@ -7,6 +7,7 @@ bash -n / shellcheck on every script."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +15,6 @@ from shell_check import check_script
 
 from planner.emit import launch
 from planner.inputs.plan import parse_plan
-
-DOC: dict[str, Any] = {
-    "model": {"name": "llama3.1-8b"},
-    "cluster": {
-        "pools": [
-            {"name": "fast one", "gpu": "h100-sxm-80gb", "num_gpus": 32},
-            {"name": "slow", "gpu": "a100-sxm-80gb", "num_gpus": 16},
-        ],
-        "between_pools": {"bandwidth_gb_per_s_per_gpu": 6.25, "latency_us": 10000},
-    },
-    "training": {"seq_length": 4096, "global_batch_size": 64},
-    # stages of tp 2 x dp 8 = 16 GPUs: 2 on the first pool, 1 on the second
-    "parallel": {"tp": 2, "pp": 3, "pipeline_model_parallel_layout": "Et*12|t*12|t*8L"},
-}
-
 
 TEXT = """[model]
 name = "llama3.1-8b"
@@ -48,10 +34,12 @@ latency_us = 10000
 seq_length = 4096
 global_batch_size = 64
 [parallel]
+# stages of tp 2 x dp 8 = 16 GPUs: 2 on the first pool, 1 on the second
 tp = 2
 pp = 3
 pipeline_model_parallel_layout = "Et*12|t*12|t*8L"
 """
+DOC: dict[str, Any] = tomllib.loads(TEXT)
 
 
 def plan_file(tmp_path: Path) -> Path:
