@@ -49,7 +49,8 @@ FRAMEWORK = {"torchtitan": "torchtitan"}
 POOL_TARGETS = ("slurm", "torchrun", "megatron-args")
 """The targets that launch a plan over pools (planner.emit.pools)."""
 
-EXECUTABLE = {"torchrun", "slurm", "torchtitan-train.sh", "torchtitan-train.sbatch"}
+SCRIPTS = (".sh", ".sbatch")
+"""Suffixes of the files written executable (the bash and sbatch scripts)."""
 
 
 @dataclass(frozen=True)
@@ -104,26 +105,26 @@ def launch(
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out: {out_dir} exists and is not a directory")
     name = check_job_name(job_name or plan_path.stem)
-    files = [(out_dir / file_name, text, target in EXECUTABLE)]
+    files = [(out_dir / file_name, text)]
     for renderer, extra in COMPANIONS.get(target, ()):
-        files.append((out_dir / extra, renderer(plan, name), extra in EXECUTABLE))
+        files.append((out_dir / extra, renderer(plan, name)))
     if target == "torchrun" and plan.job.pools:  # one script per pool (planner.emit.pools)
-        files = [(out_dir / f, body, True) for f, body in pool_files(plan, name)]
-    for path, _, _ in files:
+        files = [(out_dir / f, body) for f, body in pool_files(plan, name)]
+    for path, _ in files:
         if path.exists() and not force:
             raise InputError(f"{path}: already exists; pass --force to overwrite it")
-    for path, body, executable in files:
-        _write(path, body, executable)
+    for path, body in files:
+        _write(path, body)
     return Launched(text, files[0][0])
 
 
-def _write(path: Path, text: str, executable: bool) -> Path:
+def _write(path: Path, text: str) -> Path:
     """Write one launch file (InputError, exit 2, where it cannot)."""
     out_dir = path.parent
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        if executable:
+        if path.suffix in SCRIPTS:
             path.chmod(0o755)
     except OSError as e:
         raise InputError(f"{path}: cannot write: {e.strerror or e}") from None
