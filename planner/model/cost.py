@@ -311,11 +311,10 @@ def estimate(job: Job, layout: Layout) -> Performance:
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)
         job, pp_per_mb = whole, (0.0 if interleaved else sum(hops[worst]))
-        peaks = [
-            (j.cluster.gpu.peak_flops(j.precision), j.cluster.gpu.peak_flops("bf16")) for j in jobs
-        ]
-    else:
-        peaks = [(job.cluster.gpu.peak_flops(job.precision), job.cluster.gpu.peak_flops("bf16"))]
+    peaks = [
+        (j.cluster.gpu.peak_flops(j.precision), j.cluster.gpu.peak_flops("bf16"))
+        for j in jobs or (job,)
+    ]
     pp_exposed = m * pp_per_mb
     if interleaved:
         fwds, bwds = zip(*stages, strict=True)
