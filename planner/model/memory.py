@@ -176,6 +176,13 @@ def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, flo
     return dense, expert
 
 
+def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters of the MTP layers on one GPU of the rank that holds them (TP /
+    EP x expert-TP split)."""
+    mtp_dense, mtp_expert = _edge_params(job.arch, job.arch.padded_vocab(layout.tp))[3]
+    return mtp_dense / layout.tp, mtp_expert / (layout.ep * layout.expert_tp)
+
+
 def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
     holds: the embedding on rank 0, the output layer and final norm on the last rank, the MTP
@@ -184,11 +191,8 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     `pre_process or mtp_process`) and, where that is not the last rank, a copy of the output
     layer (the MTP layers compute their own logits)."""
     arch = job.arch
-    expert_split = layout.ep * layout.expert_tp
     dense, expert = decoder_params(job, layout, chunks)
-    words, positions, out, (mtp_dense, mtp_expert) = _edge_params(
-        arch, arch.padded_vocab(layout.tp)
-    )
+    words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))
     if rank == 0:
         # word embeddings are split over tp; learned position embeddings are not
         dense += words / layout.tp + positions
@@ -198,8 +202,9 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
             dense += out / layout.tp
         dense += params.final_norm_params(arch)
     if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
-        dense += mtp_dense / layout.tp
-        expert += mtp_expert / expert_split
+        mtp_dense, mtp_expert = _mtp_params(job, layout)
+        dense += mtp_dense
+        expert += mtp_expert
         if rank != 0:
             dense += words / layout.tp
         if rank != layout.pp - 1:
@@ -247,9 +252,9 @@ def _fp8_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[fl
     arch = job.arch
     dense, expert = decoder_params(job, layout, chunks)
     if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
-        mtp_dense, mtp_expert = params.mtp_layer_params(arch)
-        dense += mtp_dense / layout.tp
-        expert += mtp_expert / (layout.ep * layout.expert_tp)
+        mtp_dense, mtp_expert = _mtp_params(job, layout)
+        dense += mtp_dense
+        expert += mtp_expert
     return dense, expert
 
 
