@@ -11,6 +11,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from pool_problems import pool_job
 
 from planner.search import pool_enum, pools, solver
 from planner.search.solver import PoolSplitProblem, objective_of, stage_values
@@ -130,22 +131,10 @@ def test_no_cp_sat_without_recompute(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plan_split_takes_the_exact_models_fastest_tie() -> None:
     """Llama 3.1 8B on 16 H100 + 16 H100 (twins): where the solver's objective ties, the plan is
     the exact model's fastest split that fits, and the first such in (pools, layers) order."""
-    from planner.inputs.plan import parse_plan
     from planner.model import cost, memory
     from planner.search import pool_search
 
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-                {"name": "b", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-            ],
-            "between_pools": {"bandwidth_gb_per_s_per_gpu": 5.0, "latency_us": 500.0},
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    job = parse_plan(doc).job
+    job = pool_job(twins=True)
     tied = 0
     for lay in pool_search.layouts(job)[::5]:
         p = pools.problem(job, lay, 3.0, False)

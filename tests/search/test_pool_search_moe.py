@@ -7,53 +7,26 @@ module on every plan, and brute force (every layout split and scored, every refi
 
 from __future__ import annotations
 
-from planner.inputs.plan import Job, parse_plan
+from pool_problems import pool_job
+
 from planner.search import pool_search, pools
 from planner.search.rules import violations
 
 
-def moe_job(per_pool: int = 16) -> Job:
-    doc = {
-        "model": {"name": "mixtral-8x7b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": per_pool},
-                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": per_pool},
-            ]
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    return parse_plan(doc).job
-
-
-def dense_job() -> Job:
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": 16},
-                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-            ]
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    return parse_plan(doc).job
-
-
 def test_expert_degrees() -> None:
     """Mixtral's 8 experts: the divisors of 8 that divide cp x dp; a dense model: ep 1 only."""
-    job = moe_job()
+    job = pool_job("mixtral-8x7b")
     assert pool_search.expert_degrees(job, 4) == [1, 2, 4]
     assert pool_search.expert_degrees(job, 16) == [1, 2, 4, 8]
     assert pool_search.expert_degrees(job, 6) == [1, 2]
-    assert pool_search.expert_degrees(dense_job(), 16) == [1]
-    assert {lay.ep for lay in pool_search.layouts(dense_job())} == {1}
+    assert pool_search.expert_degrees(pool_job(), 16) == [1]
+    assert {lay.ep for lay in pool_search.layouts(pool_job())} == {1}
 
 
 def test_every_moe_layout_keeps_its_experts_in_a_stage() -> None:
     """Every layout with ep > 1 passes Megatron's rules on the pools, and its EP group (ep
     consecutive expert ranks of tp each) fits in one stage's tp x cp x dp GPUs."""
-    job = moe_job()
+    job = pool_job("mixtral-8x7b")
     lays = pool_search.layouts(job)
     assert {lay.ep for lay in lays} == {1, 2, 4, 8}
     for lay in lays:
@@ -66,7 +39,7 @@ def test_pooled_moe_search_prunes_nothing_that_matters() -> None:
     """Mixtral 8x7B on 16 A100 + 16 H100: the pooled search's plans are those of splitting every
     layout (every ep) and every refinement, best first; the best uses expert parallelism, fits
     each stage on its own GPU and passes every rule."""
-    job = moe_job()
+    job = pool_job("mixtral-8x7b")
     top = 3
     res = pool_search.search(job, 3.0, top=top)
     every = [pools.plan_split(job, lay, 3.0) for lay in pool_search.layouts(job)]

@@ -13,6 +13,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from pool_problems import pool_job
 
 from planner.search import pools
 from planner.search.solver import (
@@ -147,21 +148,10 @@ def test_pooled_search_puts_more_layers_on_the_faster_pool() -> None:
     """Llama 3.1 8B on 16 H100 + 16 A100: the best plan's H100 stages hold more layers than its
     A100 stages (989 vs 312 dense bf16 TFLOP/s, catalog), every stage fits its own GPU, and the
     exact model's step time is what the plan reports."""
-    from planner.inputs.plan import parse_plan
     from planner.model import cost, memory
     from planner.search import pool_search
 
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": 16},
-                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-            ]
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    job = parse_plan(doc).job
+    job = pool_job()
     res = pool_search.search(job, 3.0, top=3)
     best = res.plans[0]
     per_pool: dict[str, list[int]] = {}
@@ -230,20 +220,9 @@ def test_pool_search_prunes_nothing_that_matters() -> None:
     """Llama 3.1 8B on 16 H100 + 16 A100: the pooled search (bounded, infeasible splits refused
     before CP-SAT, refinements bounded) gives the plans of splitting every layout and every
     refinement, best first."""
-    from planner.inputs.plan import parse_plan
     from planner.search import pool_search
 
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "a100-sxm-80gb", "num_gpus": 16},
-                {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-            ]
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    job = parse_plan(doc).job
+    job = pool_job()
     top = 3
     res = pool_search.search(job, 3.0, top=top)
     every = [pools.plan_split(job, lay, 3.0) for lay in pool_search.layouts(job)]
@@ -257,21 +236,9 @@ def test_pool_search_prunes_nothing_that_matters() -> None:
 def test_equal_pools_share_their_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two pools with equal clusters: the problem's lines of the second are copied from the
     first (`pools._twins`), and equal what the exact model gives each pool on its own."""
-    from planner.inputs.plan import parse_plan
     from planner.search import pool_search
 
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [
-                {"name": "a", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-                {"name": "b", "gpu": "h100-sxm-80gb", "num_gpus": 16},
-            ],
-            "between_pools": {"bandwidth_gb_per_s_per_gpu": 5.0, "latency_us": 500.0},
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    job = parse_plan(doc).job
+    job = pool_job(twins=True)
     assert pools._twins(job) == [0, 0]
     lays = pool_search.layouts(job)[::7]
     shared = [pools.problem(job, lay, 3.0, True) for lay in lays]
