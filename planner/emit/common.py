@@ -59,6 +59,12 @@ def check_job_name(name: str) -> str:
     return name
 
 
+def file_word(text: str, max_len: int) -> str:
+    """`text` as one word of a file or Slurm name: letters, digits, '.', '_' and '-' (runs of
+    anything else become '-'), at most max_len of them; may be empty."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:max_len]
+
+
 def slug(name: str, max_len: int = 40) -> str:
     """A DNS-1123 label from a free-form name (lower-case alphanumerics and '-'), for Kubernetes
     and Slurm names; the original name is kept elsewhere, quoted."""

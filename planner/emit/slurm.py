@@ -10,9 +10,7 @@ arrays, settings and environment are those of `planner.emit.torchrun`.
 
 from __future__ import annotations
 
-import re
-
-from planner.emit.common import comment_block, header, nodes, predict, slug
+from planner.emit.common import comment_block, file_word, header, nodes, predict, slug
 from planner.emit.pools import pool_nodes, rank_lines
 from planner.emit.torchrun import (
     MEGATRON_WORDS,
@@ -30,8 +28,7 @@ DEFAULT_TIME = "04:00:00"
 def sbatch_name(job_name: str) -> str:
     """The job name as a directive can hold it: letters, digits, '.', '_' and '-' (runs of
     anything else become '-'); a name without any falls back to `slug`'s error."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", job_name).strip("-.")[:64]
-    return name or slug(job_name)
+    return file_word(job_name, 64) or slug(job_name)
 
 
 def node_directives(nnodes: int, per: int, name: str | None) -> list[str]:

@@ -11,7 +11,6 @@ same script on every node. `planner.emit.slurm` reuses these blocks.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 
@@ -21,6 +20,7 @@ from planner.emit.common import (
     Nodes,
     comment_block,
     environment,
+    file_word,
     header,
     nodes,
     predict,
@@ -233,6 +233,6 @@ def pool_files(plan: Plan, job_name: str) -> list[tuple[str, str]]:
     """(file name, text) of every pool's torchrun script: train-<k>-<slug>.sh."""
     out = []
     for k, pool in enumerate(plan.job.pools):
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", pool.name).strip("-.")[:40] or "pool"
-        out.append((f"train-{k}-{slug}.sh", render_pool(plan, job_name, k)))
+        word = file_word(pool.name, 40) or "pool"
+        out.append((f"train-{k}-{word}.sh", render_pool(plan, job_name, k)))
     return out
