@@ -60,10 +60,10 @@ from benchmarks.recipe_flags import (
     recipe_flags,
 )
 from planner.emit.common import environment
-from planner.emit.torchtitan import toml_value
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
+from planner.inputs.plan_writer import toml_value
 from planner.inputs.units import GIB
 from planner.model import cost, memory
 from planner.search import rules

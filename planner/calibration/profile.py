@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from planner import __version__
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file
+from planner.inputs.plan_writer import toml_value
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
 
@@ -91,19 +92,8 @@ def _round(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    text = str(v).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
-
-
 def _table(header: str, items: dict[str, Any]) -> list[str]:
-    return [header, *(f"{k} = {_toml_value(v)}" for k, v in items.items() if v is not None), ""]
+    return [header, *(f"{k} = {toml_value(v)}" for k, v in items.items() if v is not None), ""]
 
 
 def render(fit: Fit, gpu: str, logs: list[str]) -> str:

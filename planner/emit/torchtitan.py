@@ -22,12 +22,12 @@ holds every field of that file and the emitted TOML is checked against it):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
+from planner.inputs.plan_writer import toml_value
 from planner.inputs.torchtitan import MODELS, TORCHTITAN_COMMIT
 
 GPU_LINE = "planner-gpu: "
@@ -150,17 +150,6 @@ def _activation_checkpoint(plan: Plan) -> dict[str, Any]:
     if every is not None:
         return {"mode": "selective", "selective_ac_option": str(every)}
     return {"mode": "full"}
-
-
-def toml_value(v: Any) -> str:
-    """A TOML value: strings as basic strings (JSON's escapes are TOML's), lists inline."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return json.dumps(str(v), ensure_ascii=True)
 
 
 def render(plan: Plan, job_name: str) -> str:

@@ -16,21 +16,42 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import training_defaults
 
+_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
 
-def _value(v: Any) -> str:
+
+def toml_value(v: Any) -> str:
+    """A TOML value: booleans, numbers, inline arrays, and anything else as a basic string
+    (backslash, quote and control characters escaped, as TOML v1.0.0 "String" requires; other
+    characters as they are, the file being UTF-8). Every file planner writes in TOML uses it:
+    plans, the torchtitan job config, calibration profiles."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, list | tuple):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    text = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{text}"'
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    out = []
+    for ch in str(v):
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def _table(name: str, items: dict[str, Any]) -> list[str]:
     lines = [f"[{name}]"]
-    lines += [f"{k} = {_value(v)}" for k, v in items.items() if v is not None]
+    lines += [f"{k} = {toml_value(v)}" for k, v in items.items() if v is not None]
     return lines
 
 
@@ -126,7 +147,9 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     if job.cluster.tiers != gpu.tiers and not job.pools:
         for tier in job.cluster.tiers:
             lines += ["", "[[cluster.tiers]]"]
-            lines += [f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None]
+            lines += [
+                f"{k} = {toml_value(v)}" for k, v in tier.model_dump().items() if v is not None
+            ]
     lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
     if titan is not None:
         fields = titan.model_dump(exclude_defaults=True)
@@ -171,16 +194,16 @@ def _pools_lines(job: Job) -> list[str]:
                 pool[name] = getattr(c, name)
         if p.price_usd_per_gpu_hour is not None:
             pool["price_usd_per_gpu_hour"] = p.price_usd_per_gpu_hour
-        lines += ["", "[[cluster.pools]]", *[f"{k} = {_value(v)}" for k, v in pool.items()]]
+        lines += ["", "[[cluster.pools]]", *[f"{k} = {toml_value(v)}" for k, v in pool.items()]]
         if c.tiers != gpu.tiers:
             for tier in c.tiers:
                 lines += ["", "[[cluster.pools.tiers]]"]
                 lines += [
-                    f"{k} = {_value(v)}" for k, v in tier.model_dump().items() if v is not None
+                    f"{k} = {toml_value(v)}" for k, v in tier.model_dump().items() if v is not None
                 ]
     if job.between_pools is not None:
         b = job.between_pools
         lines += ["", "[cluster.between_pools]"]
-        lines += [f"bandwidth_gb_per_s_per_gpu = {_value(b.bandwidth_gb_per_s_per_gpu)}"]
-        lines += [f"latency_us = {_value(b.latency_us)}"]
+        lines += [f"bandwidth_gb_per_s_per_gpu = {toml_value(b.bandwidth_gb_per_s_per_gpu)}"]
+        lines += [f"latency_us = {toml_value(b.latency_us)}"]
     return lines
