@@ -38,7 +38,9 @@ work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` 
 Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
 SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden
 TP second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
-the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`).
+the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`), and
+so does Megatron's --tp-comm-overlap, each collective with or beside its own GEMM as Transformer
+Engine's userbuffers pipeline it (`planner.model.tp_overlap`).
 Context parallelism's ring hops are point-to-point sends, which NCCL runs on a channel or two per
 peer (NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
 
@@ -70,7 +72,16 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, async_tp, attention, comms, dispatch, flops, recompute_time
+from planner.model import (
+    activations,
+    async_tp,
+    attention,
+    comms,
+    dispatch,
+    flops,
+    recompute_time,
+    tp_overlap,
+)
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
 from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
 from planner.model.ring_balance import ring_skew
@@ -256,6 +267,11 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
             row_w = async_tp.row_parallel_windows(arch, times, moe)
             exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
+        elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
+            row_w = async_tp.row_parallel_windows(arch, times, moe)
+            exposed, hidden = tp_overlap.layer_traffic(
+                job.cluster, tp, size, n_fwd, cols, row_w, fp8
+            )
         else:
             exposed, hidden = comms.tensor_parallel_layer(
                 job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
@@ -266,10 +282,6 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         if rerun & set(modules):
             grp = comms.place(job.cluster, 1, tp)
             exposed += comms.all_reduce(t * arch.hidden_size * BF16, grp)
-        if lay.tp_comm_overlap and lay.sequence_parallel:
-            total = exposed + hidden
-            exposed = max(total - (2 + n_fwd) * gemm_fwd, 0.0)
-            hidden = total - exposed
         # the hidden part still holds comms.sm_share of the SMs the GEMMs under it run on
         out.tp, out.tp_hidden = exposed + share * hidden, hidden
     if lay.cp > 1:
