@@ -146,6 +146,11 @@ def parallel_args(plan: Plan) -> list[Arg]:
         a.append(("--microbatch-group-size-per-virtual-pipeline-stage", size))
     if lay.cpu_offloading_num_layers:
         a.append(("--cpu-offloading-num-layers", str(lay.cpu_offloading_num_layers)))
+    if lay.offload_modules:
+        a += [
+            ("--fine-grained-activation-offloading",),
+            ("--offload-modules", *lay.offload_modules),
+        ]
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
     elif lay.zero_stage >= 2:

@@ -22,6 +22,13 @@ RecomputeModule = Literal[
 selective recompute re-runs. core_attn, mlp, moe and shared_experts are checkpointed (their inputs
 kept, their insides recomputed); moe_act, layernorm and mla_up_proj discard their outputs and
 recompute them from their inputs."""
+OffloadModule = Literal[
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+    "fused_group_mlp",
+]  # fmt: skip
+"""Megatron's --offload-modules with --fine-grained-activation-offloading
+(TransformerConfig.offload_modules, Megatron-LM d98e8a64): the submodules whose saved inputs go to
+host memory in the forward and come back before their backward (`planner.model.fine_offload`)."""
 RecomputeMethod = Literal["uniform", "block"]
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 FlexBackend = Literal["deepep", "hybridep"]
@@ -74,6 +81,10 @@ class Layout:
     cpu_offloading_num_layers: int = 0
     """Decoder layers whose activations are offloaded to host memory (Megatron
     --cpu-offloading-num-layers; 0 = none)."""
+    offload_modules: tuple[OffloadModule, ...] = ()
+    """Fine-grained activation offloading (Megatron --fine-grained-activation-offloading
+    --offload-modules): the submodules of every layer whose saved inputs live in host memory
+    between their forward and backward; () = off."""
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     """How MoE tokens reach their experts: alltoall (NCCL all-to-all), allgather (every rank
     gathers every token), flex (a fused dispatcher, `moe_flex_dispatcher_backend`)."""
@@ -213,6 +224,8 @@ class Layout:
             parts.append(self.moe_flex_dispatcher_backend if backend else "allgather")
         if self.cpu_offloading_num_layers:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
+        if self.offload_modules:
+            parts.append(f"offload({','.join(self.offload_modules)})")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
         parts.append(f"recompute={self.recompute_text()}")
         return " ".join(parts)

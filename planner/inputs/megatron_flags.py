@@ -134,6 +134,8 @@ READ = frozenset(
         "--recompute-num-layers",
         "--recompute-modules",
         "--cpu-offloading-num-layers",
+        "--fine-grained-activation-offloading",
+        "--offload-modules",
         # precision and kernels
         "--bf16",
         "--fp16",
@@ -160,7 +162,6 @@ NOT_MODELLED: dict[str, str] = {
     "as plain FSDP",
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
-    "--fine-grained-activation-offloading": "offloaded activations are counted on the GPU",
     "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
     "as softmax attention",
     "--moe-latent-size": "latent MoE projections are not counted",

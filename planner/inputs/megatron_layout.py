@@ -72,6 +72,9 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     offload = line.integer("--cpu-offloading-num-layers")
     if offload is not None:
         out["cpu_offloading_num_layers"] = offload
+    fine = line.words("--offload-modules")
+    if line.has("--fine-grained-activation-offloading") and fine:
+        out["offload_modules"] = fine
     group = line.integer("--microbatch-group-size-per-virtual-pipeline-stage")
     if group is not None:
         out["microbatch_group_size_per_vp_stage"] = group

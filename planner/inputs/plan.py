@@ -305,6 +305,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         recompute_method=section.recompute_method or "uniform",
         recompute_num_layers=section.recompute_num_layers or 1,
         cpu_offloading_num_layers=section.cpu_offloading_num_layers,
+        offload_modules=section.offload_modules,
         moe_token_dispatcher_type=section.moe_token_dispatcher_type,
         moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
         microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,

@@ -25,6 +25,7 @@ from planner.inputs.hardware import LinkTier
 from planner.inputs.layout import (
     Dispatcher,
     FlexBackend,
+    OffloadModule,
     Recompute,
     RecomputeMethod,
     RecomputeModule,
@@ -208,6 +209,9 @@ class ParallelSection(BaseModel):
         default=None, description="full recompute: group size or layers per stage (None = 1)"
     )
     cpu_offloading_num_layers: NonNegativeInt = 0
+    offload_modules: tuple[OffloadModule, ...] = Field(
+        default=(), description="fine-grained activation offloading's modules (() = off)"
+    )
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     microbatch_group_size_per_vp_stage: PositiveInt | None = None

@@ -142,6 +142,8 @@ class Shard:
     """Token-expert pairs the busiest rank's experts receive, relative to the even share."""
     cuda_graphs: bool = False
     """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
+    offload: frozenset[str] = frozenset()
+    """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
 
     def drops(self, module: str) -> bool:
         """Whether Megatron's selective recompute discards `module`'s saved activations."""

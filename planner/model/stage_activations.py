@@ -33,6 +33,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model.activations import Shard, dispatch_working_bytes
+from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 
 
@@ -124,6 +125,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
         moe_load=moe_load(job),
         cuda_graphs=job.cuda_graphs,
+        offload=frozenset(layout.offload_modules),
     )
 
 
@@ -155,11 +157,12 @@ class PerLayer:
 @lru_cache(maxsize=4096)
 def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     """One dense and one MoE layer's activations under `sh`, kept and whole."""
-    dense = act.layer_bytes(arch, False, sh)
+    # fine-grained offloading: the listed modules' saved inputs wait in host memory
+    dense = act.layer_bytes(arch, False, sh) - offloaded_bytes(arch, False, sh, sh.offload)
     dense_full = act.layer_bytes(arch, False, sh, recompute=False)
     if not arch.is_moe:
         return PerLayer(dense, dense, dense_full, dense_full)
-    moe = act.layer_bytes(arch, True, sh)
+    moe = act.layer_bytes(arch, True, sh) - offloaded_bytes(arch, True, sh, sh.offload)
     moe_full = act.layer_bytes(arch, True, sh, recompute=False)
     return PerLayer(dense, moe, dense_full, moe_full)
 
@@ -268,6 +271,9 @@ def stage_activations(
     # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
     # layer's, and its published peaks hold both (tests/model/test_memory_published.py)
     both = sh.cross_entropy == "pytorch"
+    if sh.offload and n_layers:
+        # the offloaded groups being reloaded and prefetched around the backward
+        stored += window_bytes(offloaded_bytes(arch, arch.moe_in(chunks) > 0, sh, sh.offload))
     acts = stored + (loss + working if both else max(loss, working))
     if layout.cp > 1 and n_layers:
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)

@@ -24,11 +24,19 @@ from dataclasses import dataclass, fields
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
 from planner.model.host import issued
 from planner.model.job_memo import JobMemo
-from planner.model.layer_time import Layer, gpu_of, layer_time, output_layer_time
+from planner.model.layer_time import (
+    Layer,
+    gpu_of,
+    host_link_bandwidth,
+    layer_time,
+    output_layer_time,
+)
 from planner.model.schedule import Chunks, layer_count, unmerged_share
+from planner.model.stage_activations import shard
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, Layer, Layer, float]] = JobMemo()
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
@@ -155,10 +163,10 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     double-buffered offload of the first k layers' activations). Layer i's activations go to the
     host while layer i + 1 runs its forward and come back while layer i + 1 runs its backward;
     each transfer (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) shows beyond that
-    window. Grows with k."""
+    window. Grows with k. Fine-grained offloading (`fine_offload_exposed`) adds its own."""
     k = lay.cpu_offloading_num_layers
     if k <= 0:
-        return 0.0
+        return fine_offload_exposed(job, lay, chunks, t)
     dense_l, moe_l = t.dense, t.moe
     kinds = [moe for c in chunks for moe in job.arch.moe_layers[c.start : c.stop]]
     exposed = 0.0
@@ -166,6 +174,25 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
         this = moe_l if kinds[i] else dense_l
         nxt = moe_l if kinds[i + 1] else dense_l
         exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
+    return exposed
+
+
+def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch fine-grained activation offloading leaves exposed on a stage
+    (Megatron --offload-modules, `planner.model.fine_offload`): each layer's offloaded groups go
+    to the host on a side stream while the layer's own forward goes on and come back, prefetched,
+    under the previous layer's backward; a transfer (one way, the host link at
+    HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward."""
+    if not lay.offload_modules:
+        return 0.0
+    sh = shard(job, lay)
+    mods, link = frozenset(lay.offload_modules), host_link_bandwidth(job)
+    exposed = 0.0
+    for moe, layer in ((False, t.dense), (True, t.moe)):
+        n = job.arch.moe_in(chunks) if moe else layer_count(chunks) - job.arch.moe_in(chunks)
+        if n:
+            sec = transfer_seconds(offloaded_bytes(job.arch, moe, sh, mods), link)
+            exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
     return exposed
 
 

@@ -86,6 +86,47 @@ def offloading(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
+"""Offload modules inside an MoE layer's experts."""
+
+
+def fine_offloading(job: Job, lay: Layout) -> Violation | None:
+    """--offload-modules (with --fine-grained-activation-offloading), as TransformerConfig
+    asserts: not with --cpu-offloading-num-layers; attn_proj only with core_attn; no module inside
+    the experts while selective recompute checkpoints the whole MoE layer; fused_group_mlp not with
+    expert_fc1 or moe_act (the feature's documentation). The expert modules need an MoE model
+    (documented as MoE only)."""
+    mods = lay.offload_modules
+    if not mods:
+        return None
+    field = "parallel.offload_modules"
+    listed = ", ".join(mods)
+    if lay.cpu_offloading_num_layers:
+        return Violation(
+            "offload_both", field, f"offload_modules ({listed}) cannot be combined with "
+            f"cpu_offloading_num_layers ({lay.cpu_offloading_num_layers})",
+        )  # fmt: skip
+    if "attn_proj" in mods and "core_attn" not in mods:
+        return Violation(
+            "offload_attn_proj", field, "offload module attn_proj needs core_attn too (its input "
+            "is core attention's output, which core_attn's backward needs)",
+        )  # fmt: skip
+    inside = [m for m in MOE_OFFLOAD_MODULES if m in mods]
+    if inside and not job.arch.is_moe:
+        return Violation("offload_moe", field, f"offload module {inside[0]} needs an MoE model")
+    if inside and lay.recompute == "selective" and "moe" in lay.recompute_modules:
+        return Violation(
+            "offload_moe", field, f"offload module {inside[0]} cannot be combined with recompute "
+            "module moe (the whole MoE layer is checkpointed)",
+        )  # fmt: skip
+    if "fused_group_mlp" in mods and len(inside) > 1:
+        return Violation(
+            "offload_fused", field, "offload module fused_group_mlp cannot be combined with "
+            "expert_fc1 or moe_act",
+        )  # fmt: skip
+    return None
+
+
 def dispatch(job: Job, lay: Layout) -> Violation | None:
     """The flex dispatcher's DeepEP backend needs expert-TP x EP > 1 and no padding to capacity;
     padding needs a capacity factor."""
@@ -198,7 +239,7 @@ def expert_overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (recompute, offloading, dispatch, routing, fp8_recipe, expert_overlap)
+RULES = (recompute, offloading, fine_offloading, dispatch, routing, fp8_recipe, expert_overlap)
 """The feature rules, in the order their messages are listed."""
 
 

@@ -1,0 +1,118 @@
+"""Fine-grained activation offloading (Megatron-LM --fine-grained-activation-offloading
+--offload-modules): the bytes of one layer's saved activations that live in host memory instead of
+on the GPU, per micro-batch, by module.
+
+The mechanism (NVIDIA/Megatron-LM d98e8a64, docs/user-guide/features/
+fine_grained_activation_offloading.md and TransformerConfig.offload_modules): each listed
+submodule's forward runs inside an offload context that copies the tensors it saves for backward
+to pinned host memory on a side stream (device to host) once the module's forward is done, and
+reloads them (host to device) before its backward, prefetched one group ahead. Per module, what
+it saves (`planner.model.activations` terms, split over TP as there):
+
+    attn_norm   a separate input norm's input (MLA's; fused into TE's QKV linear otherwise:
+                Megatron's spec puts an IdentityOp there and nothing is offloaded)
+    qkv_linear  the QKV linear's input: with TE's fused LayerNormLinear the norm's input and its
+                output (8 bits under FP8); MLA: the down-projections' input, the norm output
+    core_attn   what the flash kernel saves: Q, K, V and its 16-bit output (MLA: Q, K, V unless
+                mla_up_proj recomputes them)
+    attn_proj   the output projection's input: the attention output, the same tensor core_attn
+                saves (Megatron requires core_attn with it), plus its 8-bit copy under FP8
+    mlp_norm    a separate pre-MLP norm's input (MoE layers; fused into fc1 in dense TE layers)
+    expert_fc1  the experts' fc1 input per routed pair (x etp; 8 bits under FP8)
+    moe_act     the experts' activation input, fc1's output per pair (2F wide when gated)
+    fused_group_mlp  the whole grouped MLP's saved inputs: expert_fc1's, moe_act's, fc2's
+
+What is on the GPU instead: the layer's other activations, and the offloaded groups of about two
+layers per rank (one being reloaded for its backward, one prefetched ahead), `window_bytes`.
+Megatron skips tensors below min_offloaded_tensor_size (1M elements, MIN_OFFLOADED_ELEMENTS): a
+module whose per-GPU share is smaller stays on the GPU here too (tested per module, a slight
+over-count on the GPU: the safe side for a memory gate).
+Time: `transfer_seconds`, the bytes one way over the GPU's host link.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.model.activations import BF16, FP32, Shard, linear_in, pairs, split
+
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
+"""TransformerConfig.min_offloaded_tensor_size default (Megatron-LM d98e8a64): smaller tensors
+are not offloaded."""
+
+
+def _big(nbytes: float, elem: float = BF16) -> float:
+    """`nbytes` if the tensor(s) reach MIN_OFFLOADED_ELEMENTS, else 0 (they stay on the GPU)."""
+    return nbytes if nbytes / elem >= MIN_OFFLOADED_ELEMENTS else 0.0
+
+
+def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
+    T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
+    rep = part = 0.0
+    mla = arch.multi_latent_attention
+    if "attn_norm" in modules and mla:
+        rep += BF16 * T * h
+    if "qkv_linear" in modules:
+        rep += BF16 * T * h if mla else BF16 * T * h + linear_in(BF16 * T * h, sh)
+    if sh.flash_attention and "core_attn" in modules:
+        if mla:
+            assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+            dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
+            if not sh.drops("mla_up_proj"):
+                part += BF16 * T * a * (2 * dqk + dv)
+            part += BF16 * T * a * dv
+        else:
+            d, g = arch.head_dim, arch.query_groups
+            part += BF16 * T * (a + 2 * g) * d + BF16 * T * a * d
+    if "attn_proj" in modules:
+        width = (arch.v_head_dim or 0) if mla else arch.head_dim
+        out = BF16 * T * a * width
+        # with flash attention the projection's bf16 input is core_attn's tensor (counted there):
+        # it adds its 8-bit copy under FP8; without flash its own input
+        part += (out / 2 if sh.fp8 else 0.0) if sh.flash_attention else linear_in(out, sh)
+    return _big(split(rep, part, sh))
+
+
+def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
+    h, local = arch.hidden_size, sh.tokens / sh.tp
+    n = pairs(arch, sh)
+    glu = 2 if arch.gated_linear_unit else 1
+    F = arch.expert_ffn
+    fc1_in = n * sh.etp * linear_in(BF16 * h, sh)
+    act_in = n * (BF16 * F * glu + FP32)
+    fc2_in = 0.0 if sh.drops("moe_act") else n * linear_in(BF16 * F, sh)
+    out = _big(BF16 * local * h) if "mlp_norm" in modules else 0.0
+    if "fused_group_mlp" in modules:
+        return out + _big(fc1_in + act_in + fc2_in)
+    if "expert_fc1" in modules:
+        out += _big(fc1_in)
+    if "moe_act" in modules:
+        out += _big(act_in)
+    return out
+
+
+def offloaded_bytes(arch: ModelArch, is_moe: bool, sh: Shard, modules: frozenset[str]) -> float:
+    """Bytes of one layer's saved activations per micro-batch that fine-grained offloading keeps
+    in host memory (module docstring); 0 without modules, under full recompute (nothing is saved
+    inside the checkpointed layer), or for modules a checkpointed block (mlp, moe) discards."""
+    if not modules or sh.recompute in ("full", "per_op"):
+        return 0.0
+    total = _attention_modules(arch, sh, modules)
+    if is_moe and not sh.drops("moe"):
+        total += _moe_modules(arch, sh, modules)
+    return total
+
+
+WINDOW_LAYERS = 2
+"""Layers whose offloaded groups are on the GPU at once besides what each layer keeps: the one whose
+backward runs (reloaded) and the next, prefetched (Megatron's offload manager reloads one group
+ahead); the forward's device-to-host copies free each group as its copy completes."""
+
+
+def window_bytes(per_layer: float) -> float:
+    """Offloaded bytes on the GPU at a rank's peak: WINDOW_LAYERS layers' groups."""
+    return WINDOW_LAYERS * per_layer
+
+
+def transfer_seconds(nbytes: float, host_link_bytes_per_s: float) -> float:
+    """Seconds to move `nbytes` one way over the host link."""
+    return nbytes / host_link_bytes_per_s if nbytes > 0 else 0.0
