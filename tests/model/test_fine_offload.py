@@ -1,0 +1,139 @@
+"""Fine-grained activation offloading (Megatron --fine-grained-activation-offloading
+--offload-modules; planner.model.fine_offload) in memory, time, rules and command lines.
+
+Oracles: hand arithmetic from the published shapes in the comments (Llama 3.1 8B, DeepSeek-V3) and
+the module list of TransformerConfig.offload_modules (Megatron-LM d98e8a64) as the module docstring
+cites it; the rules as TransformerConfig asserts them."""
+
+from __future__ import annotations
+
+import pytest
+from jobs import job
+
+from planner.emit.megatron import parallel_args
+from planner.inputs import catalog, megatron_args
+from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
+from planner.model import fine_offload, stage_time
+from planner.model.activations import Shard, pairs
+from planner.model.stage_activations import per_layer, shard, stage_activations
+from planner.search import rules
+from planner.search.rules import check_plan
+
+LLAMA8 = catalog.get_model("llama3.1-8b")  # h 4096, 32 heads / 8 groups of 128, F 14336
+DSV3 = catalog.get_model("deepseek-v3")  # h 7168, expert F 2048, top-8, SwiGLU
+T = 4096
+
+
+def _off(arch: object, moe: bool, *mods: str, fp8: bool = False) -> float:
+    sh = Shard(tokens=T, seq_per_cp_rank=T, fp8=fp8)
+    return fine_offload.offloaded_bytes(arch, moe, sh, frozenset(mods))  # type: ignore[arg-type]
+
+
+def test_attention_modules_by_hand() -> None:
+    # Llama 3.1 8B, t = 1, bf16, per token: core_attn offloads Q, K, V, 2 (a + 2g) d = 2 x 48 x
+    # 128 = 12,288, and the flash output 2 a d = 8,192: 20,480; attn_proj's input is that same
+    # output (nothing more in bf16; its 8-bit copy, a d = 4,096, under FP8); qkv_linear the fused
+    # norm's input and output, 2h + 2h = 16,384 (2h + h under FP8); attn_norm and mlp_norm are
+    # IdentityOps in a TE dense layer: nothing
+    assert _off(LLAMA8, False, "core_attn") == T * 20480
+    assert _off(LLAMA8, False, "core_attn", "attn_proj") == T * 20480
+    assert _off(LLAMA8, False, "core_attn", "attn_proj", fp8=True) == T * (20480 + 4096)
+    assert _off(LLAMA8, False, "qkv_linear") == T * 16384
+    assert _off(LLAMA8, False, "qkv_linear", fp8=True) == T * 12288
+    assert _off(LLAMA8, False, "attn_norm", "mlp_norm") == 0
+
+
+def test_expert_modules_by_hand() -> None:
+    # DeepSeek-V3, one GPU with every expert (ep 1), t = 1: pairs = 8 x T x 1.2 (the dropless
+    # load); expert_fc1 offloads fc1's input 2h = 14,336 per pair, moe_act the SwiGLU input
+    # 2 x 2F = 8,192 plus the fp32 probability 4 per pair; mlp_norm the pre-MLP norm's input 2h
+    # per token; fused_group_mlp fc1's input, the SwiGLU input and fc2's input 2F = 4,096
+    n = pairs(DSV3, Shard(tokens=T, seq_per_cp_rank=T))
+    assert n == pytest.approx(8 * T * 1.2)
+    assert _off(DSV3, True, "expert_fc1") == pytest.approx(n * 14336)
+    assert _off(DSV3, True, "moe_act") == pytest.approx(n * 8196)
+    assert _off(DSV3, True, "mlp_norm") == pytest.approx(T * 14336)
+    assert _off(DSV3, True, "fused_group_mlp") == pytest.approx(n * (14336 + 8196 + 4096))
+    # a dense layer of the same model has no experts to offload
+    assert _off(DSV3, False, "expert_fc1", "moe_act") == 0
+
+
+def test_small_tensors_stay_on_the_gpu() -> None:
+    # Megatron skips tensors under 1M elements: 64 tokens of Llama 8B's Q, K, V and output are
+    # 64 x 10,240 = 655,360 bf16 elements
+    sh = Shard(tokens=64, seq_per_cp_rank=64)
+    assert fine_offload.offloaded_bytes(LLAMA8, False, sh, frozenset({"core_attn"})) == 0
+
+
+def test_one_stage_keeps_all_but_the_offloaded_bytes_plus_a_two_layer_window() -> None:
+    # Llama 3.1 8B on one stage (one micro-batch in flight, 32 layers): offloading core_attn
+    # removes 32 layers' offloaded groups and puts back the two of the reload window
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    lay = Layout(dp=8)
+    chunks = lay.chunk_layers(32)[0]
+    sh = shard(j, lay)
+    plain = stage_activations(j, lay, 0, chunks, sh, per_layer(j.arch, sh))
+    off_lay = lay.with_(offload_modules=("core_attn",))
+    off_sh = shard(j, off_lay)
+    off = stage_activations(j, off_lay, 0, chunks, off_sh, per_layer(j.arch, off_sh))
+    per = fine_offload.offloaded_bytes(j.arch, False, sh, frozenset({"core_attn"}))
+    assert per == 8192 * 20480  # seq 8192, micro-batch 1, as above
+    assert plain - off == pytest.approx((32 - 2) * per)
+
+
+def test_transfers_show_only_beyond_the_layer() -> None:
+    # each layer's group goes out under its forward and back under its backward: exposed only
+    # where the one-way transfer outlasts them
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    lay = Layout(dp=8, offload_modules=("core_attn", "attn_proj", "qkv_linear"))
+    chunks = lay.chunk_layers(32)[0]
+    t = stage_time.layout_times(j, lay)
+    link = stage_time.host_link_bandwidth(j)
+    sec = (T * 2) * (20480 + 16384) / link  # seq 8192 = 2 T tokens
+    want = 32 * (max(sec - t.dense.fwd, 0) + max(sec - t.dense.bwd, 0))
+    assert stage_time.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("model", "mods", "extra", "rule"),
+    [
+        ("llama3.1-8b", ("attn_proj",), {}, "offload_attn_proj"),
+        ("llama3.1-8b", ("expert_fc1",), {}, "offload_moe"),
+        ("llama3.1-8b", ("core_attn",), {"cpu_offloading_num_layers": 4}, "offload_both"),
+        ("mixtral-8x7b", ("fused_group_mlp", "moe_act"), {}, "offload_fused"),
+        (
+            "mixtral-8x7b",
+            ("moe_act",),
+            {"recompute": "selective", "recompute_modules": ("moe",)},
+            "offload_moe",
+        ),
+    ],
+)
+def test_megatrons_rules(model: str, mods: tuple[str, ...], extra: dict, rule: str) -> None:
+    j = job(model, "h100-sxm-80gb", 8, 4096, 64)
+    lay = Layout(dp=8, offload_modules=mods, **extra)  # type: ignore[arg-type]
+    found = {v.rule for v in rules.violations(j, lay)}
+    assert rule in found
+    assert not {v.rule for v in rules.violations(j, lay.with_(offload_modules=()))} & {
+        "offload_attn_proj",
+        "offload_moe",
+        "offload_fused",
+        "offload_both",
+    }
+
+
+def test_command_line_round_trip() -> None:
+    # read from Megatron's two flags, emitted back as the same two
+    line = (
+        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+        "--seq-length 128 --bf16 --micro-batch-size 1 --global-batch-size 8 "
+        "--fine-grained-activation-offloading --offload-modules core_attn attn_proj"
+    )
+    doc = megatron_args.to_plan(line, "h100-sxm-80gb", 8)
+    assert doc["parallel"]["offload_modules"] == ["core_attn", "attn_proj"]
+    plan = check_plan(parse_plan(doc))
+    words = [w for a in parallel_args(plan) for w in a]
+    i = words.index("--offload-modules")
+    assert "--fine-grained-activation-offloading" in words
+    assert words[i + 1 : i + 3] == ["core_attn", "attn_proj"]
