@@ -15,7 +15,8 @@ dgx_gb200 -> gb200-nvl72; a case in no recipe runs on 8 x H100, or on the fewest
 model-parallel groups need (said so). Verdicts: "read" (exit 0, fits), "exit 1" (read; does not
 fit), "exit 2" (the message), or "CRASH" (an exception that is not bad input: a bug). The read
 rate is given over all cases and over the lines of models planner represents (the reader refuses
-T5, hybrid Mamba stacks, NeMo-style overrides and empty lines by name: OUTSIDE).
+T5, hybrid Mamba stacks and empty lines by name: OUTSIDE). The NeMo cases (`nemo llm pretrain`
+overrides) are read with their recipe's `nemo_model` as the line's `--factory`.
 
 Then, for the usable cases (digest 5-f; held-out cases have no golden values here) whose golden
 values hold mem-max-allocated-bytes (first runs; the resumed `_2nd` runs repeat the same
@@ -142,10 +143,14 @@ def targets(case: dict[str, Any]) -> list[Target]:
 
 def command_line(case: dict[str, Any]) -> list[str]:
     """The words the runner passes: the training script (when every recipe names the same one;
-    it decides the default tokenizer), then MODEL_ARGS."""
-    scripts = {r.get("training_script") for r in case["recipe_runs"]}
-    script = scripts.pop() if len(scripts) == 1 else None
+    it decides the default tokenizer), then MODEL_ARGS. A NeMo recipe's script, `nemo llm
+    pretrain -y --factory {nemo_model}`, gets the recipe's nemo_model (which names the model)."""
+    runs = case["recipe_runs"]
+    scripts = {(r.get("training_script"), r.get("nemo_model")) for r in runs}
+    script, nemo_model = scripts.pop() if len(scripts) == 1 else (None, None)
     head = [script] if script and script.endswith(".py") else []
+    if script and "{nemo_model}" in script and nemo_model:
+        head = shlex.split(script.format(nemo_model=nemo_model))
     return head + case["model_args"]
 
 

@@ -37,6 +37,7 @@ def plan_from_args(
     num_gpus: int | None,
     vocab_size: int | None = None,
     verbose: bool = False,
+    nemo_model: str | None = None,
 ) -> Plan:
     """A plan file, or an existing Megatron-LM command line with --gpu and --num-gpus, its
     layout checked against Megatron-LM's rules. For a command line, what was assumed is noted
@@ -44,7 +45,8 @@ def plan_from_args(
     if megatron_args_path is None:
         if plan_path is None:
             raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
-        for flag, value in (("--vocab-size", vocab_size), ("--verbose", verbose or None)):
+        only = (("--vocab-size", vocab_size), ("--verbose", verbose or None))
+        for flag, value in (*only, ("--nemo-model", nemo_model)):
             if value is not None:
                 raise InputError(f"check: {flag}: only with --megatron-args")
         return check_plan(load_plan(plan_path))
@@ -52,7 +54,7 @@ def plan_from_args(
         raise InputError("check: give either PLAN or --megatron-args, not both")
     if gpu is None or num_gpus is None:
         raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
-    reading, where = megatron_args.load(megatron_args_path, gpu, num_gpus, vocab_size)
+    reading, where = megatron_args.load(megatron_args_path, gpu, num_gpus, vocab_size, nemo_model)
     print_reading(reading, where, verbose)
     try:
         return check_plan(parse_plan(reading.doc, Path(where)))
@@ -70,8 +72,8 @@ def print_reading(reading: megatron_args.Reading, where: str, verbose: bool) -> 
     if not verbose:
         return
     lines = (
-        ("ignored Megatron-LM flags (they do not change memory or layout)", reading.ignored),
-        ("ignored words that are not Megatron-LM flags", reading.unknown),
+        (f"ignored {reading.kind} (they do not change memory or layout)", reading.ignored),
+        (f"ignored words that are not {reading.kind}", reading.unknown),
     )
     for title, flags in lines:
         err.print(f"{where}: {title}: {' '.join(flags) if flags else '(none)'}", soft_wrap=True)
@@ -125,6 +127,15 @@ def check(
         bool,
         typer.Option("--verbose", help="list the flags --megatron-args ignored (on stderr)"),
     ] = False,
+    nemo_model: Annotated[
+        str | None,
+        typer.Option(
+            "--nemo-model",
+            "--factory",
+            help="the NeMo 2 recipe (`nemo llm pretrain --factory NAME`) of a --megatron-args "
+            "line of NeMo overrides, where the line does not name it",
+        ),
+    ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
     calibration_opt: calibration.CalibrationOpt = None,
     torchtitan_config: Annotated[
@@ -151,7 +162,9 @@ def check(
         run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)
         plan = run.plan
     else:
-        plan = plan_from_args(plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose)
+        plan = plan_from_args(
+            plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose, nemo_model
+        )
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)

@@ -14,7 +14,9 @@ and listed (`Reading.ignored`); those that change memory in ways planner does no
 named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
 inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`). Models planner does not
-represent (encoder-decoder T5, hybrid Mamba stacks) are refused by name.
+represent (encoder-decoder T5, hybrid Mamba stacks) are refused by name. A NeMo 2
+`nemo llm pretrain` line (NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to
+`nemo_args`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs import megatron_layout as layout
+from planner.inputs import nemo_args
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
 from planner.inputs.megatron_flags import (
@@ -85,6 +88,8 @@ class Reading:
     schedule) or where planner's value is the same in memory (fp16 as bf16, YaRN as RoPE)."""
     not_modelled: tuple[str, ...] = ()
     """What the line asks for that planner does not model, and which way that errs."""
+    kind: str = "Megatron-LM flags"
+    """What the line's settings are, in messages: Megatron-LM flags or NeMo overrides."""
 
 
 def to_plan(
@@ -93,9 +98,10 @@ def to_plan(
     num_gpus: int,
     where: str = "<megatron-args>",
     vocab_size: int | None = None,
+    nemo_model: str | None = None,
 ) -> dict[str, Any]:
     """A plan document (as `planner.inputs.plan.parse_plan` takes) from Megatron-LM arguments."""
-    return read(text, gpu, num_gpus, where, vocab_size).doc
+    return read(text, gpu, num_gpus, where, vocab_size, nemo_model).doc
 
 
 def read(
@@ -104,11 +110,21 @@ def read(
     num_gpus: int,
     where: str = "<megatron-args>",
     vocab_size: int | None = None,
+    nemo_model: str | None = None,
 ) -> Reading:
     """Megatron-LM arguments as a plan document, with what was ignored and assumed.
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
-    (`planner check --vocab-size`)."""
+    (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
+    read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
     words = tokens(text)
+    if nemo_args.is_nemo_line(words):
+        r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
+        return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
+    if nemo_model is not None:
+        raise InputError(
+            f"{where}: --nemo-model {nemo_model}: only for NeMo `nemo llm pretrain` lines "
+            "(key=value overrides); this one holds Megatron-LM flags"
+        )
     flags = flags_of(words)
     if not flags:
         raise InputError(f"{where}: {no_flags(words)}")
@@ -374,9 +390,15 @@ def _optimizer_dtypes(line: Line) -> dict[str, Any]:
     return out
 
 
-def load(path: str, gpu: str, num_gpus: int, vocab_size: int | None = None) -> tuple[Reading, str]:
-    """Read a file (or '-' for standard input) of Megatron-LM arguments; also returns how
-    messages name the source."""
+def load(
+    path: str,
+    gpu: str,
+    num_gpus: int,
+    vocab_size: int | None = None,
+    nemo_model: str | None = None,
+) -> tuple[Reading, str]:
+    """Read a file (or '-' for standard input) of Megatron-LM arguments (or a NeMo 2 line);
+    also returns how messages name the source."""
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
-    return read(text, gpu, num_gpus, where, vocab_size), where
+    return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where

@@ -422,6 +422,7 @@ def test_even_split_whose_ranks_do_not_divide_by_vpp_uses_the_layout() -> None:
 CANNOT = {
     "bloom-176b": "ALiBi",  # Megatron-LM has no ALiBi position embedding
     "opt-175b": "relu",  # nor a plain ReLU MLP (gelu, --swiglu, --squared-relu only)
+    "gemma2-2b": "gated geglu",  # nor a tanh-GELU GLU (--quick-geglu is another activation)
 }
 
 

@@ -316,7 +316,8 @@ def test_unfused_swiglu() -> None:
     [
         (SMALL + "--encoder-num-layers 12 --decoder-num-layers 12", "encoder-decoder (T5)"),
         (SMALL + "--hybrid-layer-pattern M-M*-", "hybrid Mamba"),
-        ("trainer.devices=8 model.config.num_layers=12 data.seq_length=2048", "NeMo-style"),
+        ("trainer.devices=8 model.config.num_layers=12 data.seq_length=2048", "name no model"),
+        ("trainer_devices=8 model_config.num_layers=12", "NeMo-style"),
         ("", "no Megatron-LM flags"),
         (SMALL.replace("--num-layers 4 ", "") + "--use-checkpoint-args", "from the checkpoint"),
         (SMALL + "--tensor-model-parallel-size ${TP}", "'${TP}' is a shell variable"),

@@ -1,0 +1,313 @@
+"""A NeMo 2.0 `nemo llm pretrain` command line (NeMo-Run `key=value` overrides) as a plan document.
+
+    nemo llm pretrain -y --factory llama3_8b trainer.num_nodes=2 \\
+        trainer.strategy.tensor_model_parallel_size=2 data.seq_length=4096 ...
+
+The recipe (`--factory NAME` on the line, or `planner check --nemo-model NAME`) names the model
+and sets everything the line does not (`nemo_recipes`); the overrides change it. A bare key is
+True: Megatron-LM's CI writes a YAML `true` as the key alone (Megatron-LM d98e8a64
+tests/functional_tests/shell_test_utils/_run_training.sh). Values are read as NeMo-Run reads
+them: integers, floats, True / False, None, else text.
+
+What each key becomes: `nemo_keys`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.inputs import catalog
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_flags import megatron_flags
+from planner.inputs.megatron_values import layer_pattern
+from planner.inputs.megatron_vocab import PUBLIC_VOCAB
+from planner.inputs.nemo_keys import (
+    ARCH_KEYS,
+    CLI,
+    FACTORY,
+    KEY,
+    PARALLEL,
+    PARALLEL_SWITCHES,
+    TRAINING,
+    classify,
+    value_of,
+)
+from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
+
+__all__ = ["NemoReading", "is_nemo_line", "read"]
+
+
+@dataclass(frozen=True)
+class NemoReading:
+    """A NeMo line read: the plan document and what was not read (as megatron_args.Reading)."""
+
+    doc: dict[str, Any]
+    ignored: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+
+
+@dataclass
+class _Line:
+    where: str
+    values: dict[str, Any] = field(default_factory=dict)
+    factory: str | None = None
+    unknown: list[str] = field(default_factory=list)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def fail(self, key: str, why: str) -> InputError:
+        return InputError(f"{self.where}: {key}={self.values.get(key)!r}: {why}")
+
+
+def is_nemo_line(words: list[str]) -> bool:
+    """NeMo-Run overrides (`trainer.*`, `model.*`, `data.*` ...) and no Megatron-LM flag."""
+    known = megatron_flags()
+    if any(w.partition("=")[0] in known for w in words if w.startswith("--")):
+        return False
+    return any(KEY.match(w.partition("=")[0]) for w in words)
+
+
+def _parse(words: list[str], where: str) -> _Line:
+    line = _Line(where)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name, eq, value = w.partition("=")
+        if name in FACTORY:
+            if not eq:
+                i += 1
+                value = words[i] if i < len(words) else ""
+            line.factory = value
+        elif KEY.match(name):
+            line.values[name] = value_of(value) if eq else True
+        elif w in ("finetune", "validate", "ptq", "import", "export"):
+            raise InputError(
+                f"{where}: nemo llm {w}: planner reads `nemo llm pretrain` lines (fine-tuning "
+                "adapters and inference are not modelled)"
+            )
+        elif w not in CLI and not w.endswith("/nemo"):
+            line.unknown.append(w)
+        i += 1
+    return line
+
+
+def _recipe(line: _Line, nemo_model: str | None) -> Recipe:
+    named = nemo_model or line.factory
+    if line.factory and nemo_model and line.factory != nemo_model:
+        raise InputError(
+            f"{line.where}: --factory {line.factory}: the line's recipe differs from "
+            f"--nemo-model {nemo_model}"
+        )
+    known = ", ".join(sorted(RECIPES))
+    if not named:
+        raise InputError(
+            f"{line.where}: NeMo `nemo llm pretrain` overrides name no model: the recipe does "
+            f"(`--factory NAME` on the line, or planner check --nemo-model NAME; planner knows "
+            f"{known})"
+        )
+    if "(" in named:
+        raise InputError(
+            f"{line.where}: --factory {named}: factory arguments are not read; give them as "
+            "overrides (trainer.num_nodes=..., trainer.strategy.tensor_model_parallel_size=...)"
+        )
+    if named not in RECIPES:
+        close = difflib.get_close_matches(named, RECIPES, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(
+            f"{line.where}: --factory {named}: not a NeMo recipe planner maps to a zoo model"
+            f"{hint}; planner knows {known}"
+        )
+    return RECIPES[named]
+
+
+def read(
+    words: list[str],
+    gpu: str,
+    num_gpus: int,
+    where: str,
+    vocab_size: int | None = None,
+    nemo_model: str | None = None,
+) -> NemoReading:
+    """The plan document of a `nemo llm pretrain` line on `num_gpus` x `gpu`."""
+    line = _parse(words, where)
+    recipe = _recipe(line, nemo_model)
+    notes = [
+        f"model: NeMo recipe {recipe.factory} ({recipe.config}; {NEMO_SOURCE}) as zoo {recipe.zoo}"
+    ]
+    missing = list(recipe.not_modelled)
+    ignored = classify(line.values, line.where, missing)
+    _gpu_count(line, recipe, num_gpus, notes)
+    model = _model(line, recipe, vocab_size, notes)
+    parallel = _parallel(line, recipe)
+    training = _training(line, recipe, model, notes)
+    doc = {
+        "model": model,
+        "cluster": {"gpu": gpu, "num_gpus": num_gpus},
+        "training": training,
+        "parallel": parallel,
+    }
+    return NemoReading(doc, tuple(ignored), tuple(line.unknown), tuple(notes), tuple(missing))
+
+
+def _gpu_count(line: _Line, recipe: Recipe, num_gpus: int, notes: list[str]) -> None:
+    nodes = line.get("trainer.num_nodes")
+    devices = line.get("trainer.devices")
+    for key, value in (("trainer.num_nodes", nodes), ("trainer.devices", devices)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise line.fail(key, "expected a positive integer")
+    if nodes is None and devices is None:
+        default = recipe.num_nodes * GPUS_PER_NODE
+        if default != num_gpus:
+            notes.append(
+                f"GPU count: --num-gpus {num_gpus} (the recipe's own is {recipe.num_nodes} "
+                f"node(s) x {GPUS_PER_NODE}; the line sets neither trainer.num_nodes nor "
+                "trainer.devices)"
+            )
+        return
+    total = (nodes or recipe.num_nodes) * (devices or GPUS_PER_NODE)
+    if total != num_gpus:
+        raise InputError(
+            f"{line.where}: trainer.num_nodes x trainer.devices = {total} GPUs, but --num-gpus "
+            f"is {num_gpus}"
+        )
+
+
+def _model(line: _Line, recipe: Recipe, vocab_size: int | None, notes: list[str]) -> dict[str, Any]:
+    arch = catalog.get_model(recipe.zoo)
+    model = arch.model_dump(exclude_defaults=True, exclude={"display_name", *recipe.derived})
+    model["name"] = arch.name
+    changed = []
+    for key, name in ARCH_KEYS.items():
+        value = line.get(key)
+        if value is not None:
+            model[name] = value
+            changed.append(f"{name}={value}")
+    shared = line.get("model.config.share_embeddings_and_output_weights")
+    if shared is not None:
+        if not isinstance(shared, bool):
+            raise line.fail(
+                "model.config.share_embeddings_and_output_weights", "expected True or False"
+            )
+        model["untie_embeddings_and_output_weights"] = not shared
+        changed.append(f"share_embeddings_and_output_weights={shared}")
+    freq = line.get("model.config.moe_layer_freq")
+    if freq is not None:
+        model["moe_layer_freq"] = layer_pattern(
+            str(freq), f"{line.where}: model.config.moe_layer_freq"
+        )
+        changed.append("moe_layer_freq")
+    if changed:
+        model["name"] = f"{arch.name}+overrides"
+        model["source"] = f"{arch.source}; changed by the line: {', '.join(changed)}"
+    _vocabulary(line, recipe, model, vocab_size, notes)
+    return model
+
+
+def _vocabulary(
+    line: _Line, recipe: Recipe, model: dict[str, Any], vocab_size: int | None, notes: list[str]
+) -> None:
+    if line.get("model.config.vocab_size") is not None or recipe.vocab_in_config:
+        model["make_vocab_size_divisible_by"] = 1  # GPTConfig uses a set vocab_size as it is
+        why = (
+            "the line's model.config.vocab_size"
+            if "model.config.vocab_size" in line.values
+            else f"{recipe.config}.vocab_size"
+        )
+        unused = f" (--vocab-size {vocab_size} not used)" if vocab_size else ""
+        notes.append(f"vocabulary: {model['vocab_size']:,}, {why}, unpadded{unused}")
+        return
+    tokenizer = line.get("data.tokenizer")
+    if vocab_size is not None:
+        model["vocab_size"] = vocab_size
+        notes.append(f"vocabulary: {vocab_size:,} (--vocab-size), padded as NeMo pads")
+        return
+    if tokenizer is not None:
+        raise line.fail(
+            "data.tokenizer",
+            "planner does not open tokenizers: give its vocabulary with --vocab-size N",
+        )
+    size, what = PUBLIC_VOCAB["GPT2BPETokenizer"]
+    model["vocab_size"] = size
+    notes.append(
+        f"vocabulary: {size:,}, {what}: MockDataModule's default tokenizer, which "
+        f"{recipe.config} takes (give --vocab-size for another tokenizer)"
+    )
+
+
+def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "tp": recipe.tp,
+        "pp": recipe.pp,
+        "cp": recipe.cp,
+        "ep": recipe.ep,
+        "micro_batch_size": recipe.micro_batch_size,
+    }
+    vpp: Any = recipe.vpp
+    for key, name in PARALLEL.items():
+        if key in line.values:
+            value = line.get(key)
+            if name == "vpp":
+                vpp = value
+            elif value is not None:
+                out[name] = value
+    if out["pp"] == 1:
+        vpp = None  # NeMo's _validate_config drops vpp without pipeline parallelism
+    out["vpp"] = 1 if vpp is None else vpp
+    sp = line.get("trainer.strategy.sequence_parallel", recipe.sp)
+    for key, name in PARALLEL_SWITCHES.items():
+        value = line.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise line.fail(key, "expected True or False")
+        if value is not None:
+            out[name] = value
+    out["sequence_parallel"] = bool(sp) and out["tp"] > 1  # NeMo turns it off at tp = 1
+    distributed = line.get("optim.config.use_distributed_optimizer", True)
+    out["zero_stage"] = 1 if distributed else 0
+    return out
+
+
+def _training(
+    line: _Line, recipe: Recipe, model: dict[str, Any], notes: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "seq_length": recipe.seq_length,
+        "global_batch_size": recipe.global_batch_size,
+        "precision": "bf16",
+    }
+    for key, name in TRAINING.items():
+        value = line.get(key)
+        if value is not None:
+            out[name] = value
+    for key in ("trainer.strategy.ddp.grad_reduce_in_fp32", "trainer.plugins.grad_reduce_in_fp32"):
+        value = line.get(key)
+        if value is not None:
+            out["main_grad_dtype"] = "fp32" if value else "bf16"
+    precision = line.get("trainer.plugins.precision", "bf16-mixed")
+    if precision not in ("bf16-mixed", "16-mixed"):
+        raise line.fail(
+            "trainer.plugins.precision", "planner models bf16-mixed (and 16-mixed as bf16)"
+        )
+    if precision == "16-mixed":
+        notes.append("trainer.plugins.precision=16-mixed: read as bf16 (the same bytes per value)")
+    if line.get("trainer.plugins.fp8") or line.get("model.config.fp8"):
+        out["precision"] = "fp8"
+        gather = line.get("trainer.plugins.fp8_param_gather") or line.get(
+            "trainer.plugins.fp8_params"
+        )
+        out["fp8_param_gather"] = bool(gather)
+    if not recipe.flash_attention:
+        out["flash_attention"] = False
+    fused = line.get("model.config.bias_activation_fusion")
+    if fused is not None and not isinstance(fused, bool):
+        raise line.fail("model.config.bias_activation_fusion", "expected True or False")
+    glu = model.get("gated_linear_unit", False)
+    if glu and (not recipe.fused_glu if fused is None else not fused):
+        out["fused_swiglu"] = False
+    return out

@@ -1,0 +1,208 @@
+"""The keys of a NeMo 2.0 `nemo llm pretrain` line (NeMo-Run overrides) and what each becomes.
+
+What each key becomes (NeMo 2.0 names: nemo/lightning/pytorch/strategies/megatron_strategy.py,
+nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerConfig):
+
+    trainer.num_nodes x trainer.devices        the GPU count (must equal --num-gpus)
+    trainer.strategy.tensor_model_parallel_size, pipeline_model_parallel_size,
+      virtual_pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size,
+      expert_tensor_parallel_size          tp, pp, vpp (None = 1), cp, ep, etp
+    trainer.strategy.sequence_parallel         sequence_parallel (off when tp = 1, as NeMo does)
+    trainer.strategy.ddp.overlap_grad_reduce / overlap_param_gather   the same
+    trainer.strategy.ddp.grad_reduce_in_fp32,
+      trainer.plugins.grad_reduce_in_fp32      main_grad_dtype fp32 (False: bf16)
+    optim.config.use_distributed_optimizer     zero_stage 1 (False: 0)
+    trainer.plugins.precision                  bf16-mixed (16-mixed read as bf16: same bytes)
+    trainer.plugins.fp8, model.config.fp8      precision fp8 (with fp8_recipe, fp8_param_gather)
+    data.micro_batch_size, global_batch_size, seq_length                  the same
+    model.config.<ModelArch field>             the model's field (num_layers, hidden_size,
+                                               ffn_hidden_size, num_attention_heads,
+                                               num_query_groups, kv_channels, num_moe_experts,
+                                               moe_router_topk, moe_ffn_hidden_size, vocab_size...)
+    model.config.share_embeddings_and_output_weights   untie_embeddings_and_output_weights = not
+    model.config.bias_activation_fusion        fused_swiglu (the GLU's fusion)
+    model.config.recompute_granularity / _method / _num_layers / _modules   recompute
+    model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
+
+Any other `model.config.`, `trainer.strategy.[ddp.]`, `trainer.plugins.` or `optim.config.` key is
+classified by the Megatron-LM flag of its name (`--name-with-dashes`, or `--no-...`), as
+`megatron_args` classifies flags: one the Megatron reader ignores does not change memory or
+layout and is ignored (listed with `check --verbose`), one of `NOT_MODELLED` gets its note, one the
+Megatron reader reads is refused (it changes memory, and is not mapped here). Run bookkeeping
+(steps, validation, logging, checkpointing, learning rates: HARMLESS) is ignored and listed. Any
+other key is refused, naming the key and its value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
+
+ROOTS = ("trainer", "model", "data", "optim", "log", "resume")
+"""The top-level entries of `nemo llm pretrain`'s Partial (llm.api.pretrain's arguments)."""
+KEY = re.compile(r"^(" + "|".join(ROOTS) + r")(\.\w+)+$")
+CLI = {"nemo", "llm", "pretrain", "-y", "--yes"}
+"""Words of the command itself: `nemo llm pretrain`, and -y (no confirmation prompt)."""
+FACTORY = ("--factory", "-f")
+
+PARALLEL = {
+    "trainer.strategy.tensor_model_parallel_size": "tp",
+    "trainer.strategy.pipeline_model_parallel_size": "pp",
+    "trainer.strategy.virtual_pipeline_model_parallel_size": "vpp",
+    "trainer.strategy.context_parallel_size": "cp",
+    "trainer.strategy.expert_model_parallel_size": "ep",
+    "trainer.strategy.expert_tensor_parallel_size": "etp",
+    "trainer.strategy.microbatch_group_size_per_vp_stage": "microbatch_group_size_per_vp_stage",
+    "data.micro_batch_size": "micro_batch_size",
+    "model.config.recompute_granularity": "recompute",
+    "model.config.recompute_method": "recompute_method",
+    "model.config.recompute_num_layers": "recompute_num_layers",
+    "model.config.recompute_modules": "recompute_modules",
+    "model.config.cpu_offloading_num_layers": "cpu_offloading_num_layers",
+    "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
+    "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+}
+"""Keys that are `[parallel]` fields."""
+PARALLEL_SWITCHES = {
+    "trainer.strategy.sequence_parallel": "sequence_parallel",
+    "trainer.strategy.ddp.overlap_grad_reduce": "overlap_grad_reduce",
+    "trainer.strategy.ddp.overlap_param_gather": "overlap_param_gather",
+    "model.config.tp_comm_overlap": "tp_comm_overlap",
+}
+TRAINING = {
+    "data.seq_length": "seq_length",
+    "data.global_batch_size": "global_batch_size",
+    "model.config.moe_expert_capacity_factor": "moe_expert_capacity_factor",
+    "model.config.moe_pad_expert_input_to_capacity": "moe_pad_expert_input_to_capacity",
+    "model.config.moe_router_num_groups": "moe_router_num_groups",
+    "model.config.moe_router_group_topk": "moe_router_group_topk",
+    "model.config.fp8_recipe": "fp8_recipe",
+    "trainer.plugins.fp8_recipe": "fp8_recipe",
+}
+"""Keys that are `[training]` fields."""
+SPECIAL = (
+    "trainer.num_nodes",
+    "trainer.devices",
+    "trainer.strategy.ddp.grad_reduce_in_fp32",
+    "trainer.plugins.grad_reduce_in_fp32",
+    "optim.config.use_distributed_optimizer",
+    "trainer.plugins.precision",
+    "trainer.plugins.fp8",
+    "model.config.fp8",
+    "trainer.plugins.fp8_params",
+    "trainer.plugins.fp8_param_gather",
+    "model.config.share_embeddings_and_output_weights",
+    "model.config.bias_activation_fusion",
+    "model.config.moe_layer_freq",
+    "data.tokenizer",
+)
+"""Keys read below, one by one."""
+HARMLESS = frozenset(
+    {
+        "trainer.max_steps",
+        "trainer.max_epochs",
+        "trainer.val_check_interval",
+        "trainer.limit_val_batches",
+        "trainer.limit_test_batches",
+        "trainer.log_every_n_steps",
+        "trainer.num_sanity_val_steps",
+        "trainer.enable_checkpointing",
+        "trainer.gradient_clip_val",
+        "trainer.accumulate_grad_batches",  # NeMo's MegatronStrategy keeps 1: batches are data.*
+        "trainer.strategy.pipeline_dtype",
+        "trainer.plugins.pipeline_dtype",
+        "trainer.strategy.gradient_as_bucket_view",
+        "trainer.strategy.ckpt_async_save",
+        "trainer.strategy.ckpt_parallel_load",
+        "trainer.strategy.ckpt_include_optimizer",
+        "trainer.strategy.ckpt_load_optimizer",
+        "trainer.strategy.ddp.check_for_nan_in_grad",
+        "trainer.strategy.ddp.average_in_collective",
+        "data.num_workers",
+        "data.pin_memory",
+        "data.persistent_workers",
+        "data.num_train_samples",
+        "data.num_val_samples",
+        "data.num_test_samples",
+        "model.config.seq_length",  # rotary tables; what trains is data.seq_length
+        "optim.config.lr",
+        "optim.config.min_lr",
+        "optim.config.weight_decay",
+        "optim.config.adam_beta1",
+        "optim.config.adam_beta2",
+        "optim.config.adam_eps",
+        "optim.config.clip_grad",
+    }
+)
+"""Run bookkeeping: steps, validation, logging, checkpointing, data loading, learning rates."""
+HARMLESS_PREFIXES = ("log.", "resume.", "optim.lr_scheduler.")
+BY_MEGATRON_FLAG = (
+    "model.config.",
+    "trainer.strategy.ddp.",
+    "trainer.strategy.",
+    "trainer.plugins.",
+    "optim.config.",
+)
+"""Prefixes whose other keys are classified by the Megatron-LM flag of their last name."""
+_ARCH_FIXED = {"name", "source", "display_name", "seq_length", "moe_layer_freq"}
+ARCH_KEYS = {f"model.config.{f}": f for f in ModelArch.model_fields if f not in _ARCH_FIXED}
+"""model.config.<field> -> the ModelArch field of the same name (TransformerConfig's names)."""
+KNOWN = frozenset({*PARALLEL, *PARALLEL_SWITCHES, *TRAINING, *SPECIAL, *HARMLESS, *ARCH_KEYS})
+TYPO_CUTOFF = 0.9
+"""difflib similarity from which an unknown key is taken for a misspelt known one:
+`trainer.strategy.tensor_model_paralel_size` scores 0.99, `data.micro_batch` 0.91; distinct
+known keys score below it (`data.global_batch_size` against `data.micro_batch_size`: 0.85)."""
+
+
+def value_of(text: str) -> Any:
+    """A NeMo-Run CLI value: int, float, bool, None, else the text (quotes stripped)."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip("\"'")
+
+
+def classify(values: dict[str, Any], where: str, missing: list[str]) -> list[str]:
+    """The keys that are not read: the harmless ones (returned, to be listed), the NOT_MODELLED
+    ones (a note in `missing`); any other is refused."""
+    ignored = []
+    flags = megatron_flags()
+    for key, value in values.items():
+        if key in KNOWN and key not in HARMLESS:
+            continue
+        if key in HARMLESS or key.startswith(HARMLESS_PREFIXES):
+            ignored.append(key)
+            continue
+        prefix = next((p for p in BY_MEGATRON_FLAG if key.startswith(p)), None)
+        rest = key.removeprefix(prefix) if prefix else ""
+        if prefix and "." not in rest:
+            dashed = rest.replace("_", "-")
+            flag = next((f for f in (f"--{dashed}", f"--no-{dashed}") if f in flags), None)
+            if flag in NOT_MODELLED:
+                missing.append(f"{key} ({flag}): {NOT_MODELLED[flag]}")
+                continue
+            if flag is not None and flag not in READ:
+                ignored.append(key)
+                continue
+            if flag is not None:
+                raise InputError(
+                    f"{where}: {key}={value!r}: changes memory or layout (Megatron-LM {flag}), "
+                    "and planner does not read it from NeMo overrides; write the job as a plan "
+                    "file"
+                )
+        close = difflib.get_close_matches(key, sorted(KNOWN), n=1, cutoff=TYPO_CUTOFF)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"{where}: {key}={value!r}: not a NeMo 2 override planner knows{hint}")
+    return sorted(ignored)
