@@ -15,8 +15,10 @@ dgx_gb200 -> gb200-nvl72; a case in no recipe runs on 8 x H100, or on the fewest
 model-parallel groups need (said so). Verdicts: "read" (exit 0, fits), "exit 1" (read; does not
 fit), "exit 2" (the message), or "CRASH" (an exception that is not bad input: a bug). The read
 rate is given over all cases and over the lines of models planner represents (the reader refuses
-T5, hybrid Mamba stacks and empty lines by name: OUTSIDE). The NeMo cases (`nemo llm pretrain`
-overrides) are read with their recipe's `nemo_model` as the line's `--factory`.
+T5 and empty lines by name: OUTSIDE). The case's environment variables (model_config.yaml
+ENV_VARS, which the runner exports before it expands MODEL_ARGS) are substituted into the line.
+The NeMo cases (`nemo llm pretrain` overrides) are read with their recipe's `nemo_model` as the
+line's `--factory`.
 
 Then, for the usable cases (digest 5-f; held-out cases have no golden values here) whose golden
 values hold mem-max-allocated-bytes (first runs; the resumed `_2nd` runs repeat the same
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import statistics
 import sys
@@ -66,6 +69,7 @@ VOCAB_GIVEN = {
     "nemotron_2_256k.model": 256_000,
     "tokenizer.model": 32_000,
     "llava-hf/llava-1.5-7b-hf": 32_002,
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 131_072,
 }
 """`planner check --vocab-size N` as a user would give it, for tokenizers whose size is in the
 tokenizer file (which planner does not open), keyed by the --tokenizer-model's file name.
@@ -73,10 +77,15 @@ nemotron_2_256k.model: Nemotron-4's SentencePiece tokenizer, 256,000 tokens (Nem
 technical report, arXiv:2402.16819, section 2); tokenizer.model (Llama2Tokenizer, the Mixtral
 release cases): Mixtral's SentencePiece vocabulary of 32,000 (Hugging Face
 mistralai/Mixtral-8x7B-v0.1 config.json vocab_size); llava-hf/llava-1.5-7b-hf: the Llama 2 32,000
-plus its added <image> and <pad> (that repository's added_tokens.json)."""
+plus its added <image> and <pad> (that repository's added_tokens.json);
+nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (a Hugging Face tokenizer, the QAD case's $TOKENIZER):
+131,072, the vocabulary of Megatron-LM's own Nemotron Nano v3 configuration (d98e8a64
+tests/unit_tests/models/test_hybrid_moe_model.py, vocab_size and padded_vocab_size; the same
+52-layer pattern as examples/post_training/modelopt/conf/nvidia/
+NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.sh)."""
 
 
-OUTSIDE = ("encoder-decoder (T5)", "hybrid Mamba", "NeMo-style", "no Megatron-LM flags")
+OUTSIDE = ("encoder-decoder (T5)", "NeMo-style", "no Megatron-LM flags")
 """Words of the reader's refusals of lines that are not of a model planner represents."""
 
 
@@ -151,7 +160,14 @@ def command_line(case: dict[str, Any]) -> list[str]:
     head = [script] if script and script.endswith(".py") else []
     if script and "{nemo_model}" in script and nemo_model:
         head = shlex.split(script.format(nemo_model=nemo_model))
-    return head + case["model_args"]
+    env = case.get("env_vars") or {}
+    return head + [
+        _ENV.sub(lambda m: env.get(m.group(1), m.group(0)), w) for w in case["model_args"]
+    ]
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A ${NAME} placeholder of the case's line."""
 
 
 def vocab_given(words: list[str]) -> int | None:

@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.inputs import hybrid
 from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveInt
+from planner.inputs.hybrid import DENSE, KIND_ORDER, MOE, LayerKind
 
 MAX_LAYERS = 10_000
 """Decoder layers a model may have. The deepest published decoders have about a hundred (GPT-3 96,
@@ -94,7 +96,24 @@ class ModelArch(BaseModel):
     v_head_dim: PositiveInt | None = None
 
     mtp_num_layers: NonNegativeInt = Field(
-        default=0, le=MAX_LAYERS, description="multi-token-prediction layers"
+        default=0, le=MAX_LAYERS, description="multi-token-prediction layers (hybrid: depths)"
+    )
+    mtp_use_repeated_layer: Flag = Field(
+        default=False, description="one set of MTP weights serves every depth"
+    )
+
+    # --- hybrid Mamba stacks (Megatron --hybrid-layer-pattern, --mamba-*; planner.inputs.hybrid)
+    hybrid_layer_pattern: str | None = Field(
+        default=None,
+        max_length=2 * MAX_LAYERS,
+        description="one symbol per decoder layer (M Mamba, * attention, - MLP, E MoE), then "
+        "'/' and one MTP depth's symbols per depth; None = a transformer",
+    )
+    mamba_state_dim: PositiveInt = 128
+    mamba_head_dim: PositiveInt = 64
+    mamba_num_groups: PositiveInt = 8
+    mamba_num_heads: PositiveInt | None = Field(
+        default=None, description="None = 2 x hidden_size / mamba_head_dim (expand 2)"
     )
 
     @model_validator(mode="after")
@@ -109,6 +128,10 @@ class ModelArch(BaseModel):
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_query_groups ({self.query_groups})"
             )
+        if self.hybrid_layer_pattern is not None:
+            self._check_hybrid(self.hybrid_layer_pattern)
+        elif self.mtp_use_repeated_layer and not self.mtp_num_layers:
+            raise ValueError("mtp_use_repeated_layer needs mtp_num_layers")
         if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
@@ -134,6 +157,40 @@ class ModelArch(BaseModel):
                 raise ValueError(f"multi_latent_attention needs {', '.join(missing)}")
         return self
 
+    def _check_hybrid(self, text: str) -> None:
+        """What Megatron asserts of a hybrid stack (hybrid_layer_allocation.py, mamba_mixer.py
+        `MambaMixer.__init__`), with the pattern held without pipeline separators."""
+        if hybrid.PIPE in text:
+            raise ValueError(
+                "hybrid_layer_pattern holds no pipeline separators ('|'): the split is the "
+                "layout's (parallel.pipeline_layers or pipeline_model_parallel_layout)"
+            )
+        pattern = hybrid.parse(text)
+        if len(pattern.main) != self.num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {len(pattern.main)} layers but num_layers is "
+                f"{self.num_layers}"
+            )
+        if pattern.depths != self.mtp_num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {pattern.depths} MTP depths after '/' but "
+                f"mtp_num_layers is {self.mtp_num_layers}"
+            )
+        if "E" in text and self.num_moe_experts is None:
+            raise ValueError("hybrid_layer_pattern has MoE layers (E) but num_moe_experts is unset")
+        if self.moe_layer_freq != 1:
+            raise ValueError("moe_layer_freq cannot be combined with hybrid_layer_pattern (E)")
+        if self.mamba_num_heads is None and 2 * self.hidden_size % self.mamba_head_dim:
+            raise ValueError(
+                f"2 x hidden_size ({2 * self.hidden_size}) must be a multiple of mamba_head_dim "
+                f"({self.mamba_head_dim}) when mamba_num_heads is not given"
+            )
+        if self.mamba_heads % self.mamba_num_groups:
+            raise ValueError(
+                f"the Mamba heads ({self.mamba_heads}) must be a multiple of mamba_num_groups "
+                f"({self.mamba_num_groups})"
+            )
+
     # --- derived shape (Megatron's defaults applied)
     @property
     def query_groups(self) -> int:
@@ -154,14 +211,79 @@ class ModelArch(BaseModel):
         """Per-expert MLP width (moe_ffn_hidden_size, default ffn_hidden_size)."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
+    @property
+    def is_hybrid(self) -> bool:
+        """A hybrid stack (`hybrid_layer_pattern`), not a transformer."""
+        return self.hybrid_layer_pattern is not None
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: mamba_num_heads, or d_inner / head dim with d_inner = 2 x hidden
+        (MambaMixer's expand = 2, mamba_mixer.py)."""
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner, the Mamba-2 mixer's width: heads x head dim."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @cached_property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """The kind of each decoder layer: the hybrid pattern's, or a transformer's dense and MoE
+        layers (moe_layer_freq)."""
+        if self.hybrid_layer_pattern is not None:
+            return hybrid.kinds_of(hybrid.parse(self.hybrid_layer_pattern).main)
+        if not self.is_moe:
+            return (DENSE,) * self.num_layers
+        if isinstance(self.moe_layer_freq, tuple):
+            return tuple(MOE if x else DENSE for x in self.moe_layer_freq)
+        return tuple(MOE if i % self.moe_layer_freq == 0 else DENSE for i in range(self.num_layers))
+
+    @cached_property
+    def mtp_kinds(self) -> tuple[LayerKind, ...]:
+        """The layers of one MTP depth: the hybrid pattern's MTP part, or one layer of the last
+        decoder layer's kind (Megatron's GPT MTP, multi_token_prediction.py)."""
+        if self.hybrid_layer_pattern is not None:
+            return hybrid.kinds_of(hybrid.parse(self.hybrid_layer_pattern).mtp)
+        return (self.layer_kinds[-1],) if self.mtp_num_layers else ()
+
+    @cached_property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """The kinds of layer the model has (decoder and MTP layers), in `KIND_ORDER`; a
+        transformer lists DENSE always and MOE with experts."""
+        present = set(self.layer_kinds) | set(self.mtp_kinds)
+        if not self.is_hybrid:
+            present |= {DENSE} | ({MOE} if self.is_moe else set())
+        return tuple(k for k in KIND_ORDER if k in present)
+
+    @cached_property
+    def kind_prefix(self) -> tuple[tuple[int, ...], ...]:
+        """kind_prefix[i][j] = layers of kinds[j] among the first i decoder layers."""
+        index = {k: j for j, k in enumerate(self.kinds)}
+        row = [0] * len(self.kinds)
+        out = [tuple(row)]
+        for kind in self.layer_kinds:
+            row[index[kind]] += 1
+            out.append(tuple(row))
+        return tuple(out)
+
+    def kind_counts(self, chunks: Sequence[range]) -> tuple[int, ...]:
+        """Layers of each of `kinds` in some ranges of decoder layers (a rank's chunks)."""
+        out = [0] * len(self.kinds)
+        for r in chunks:
+            lo, hi = self.kind_prefix[r.start], self.kind_prefix[r.stop]
+            for j in range(len(out)):
+                out[j] += hi[j] - lo[j]
+        return tuple(out)
+
+    def mtp_counts(self) -> tuple[int, ...]:
+        """Layers of each of `kinds` in all the MTP depths together."""
+        return tuple(self.mtp_num_layers * self.mtp_kinds.count(k) for k in self.kinds)
+
     @cached_property
     def moe_layers(self) -> list[bool]:
-        """One flag per decoder layer: True where the MLP is a mixture of experts."""
-        if not self.is_moe:
-            return [False] * self.num_layers
-        if isinstance(self.moe_layer_freq, tuple):
-            return [bool(x) for x in self.moe_layer_freq]
-        return [i % self.moe_layer_freq == 0 for i in range(self.num_layers)]
+        """One flag per decoder layer: True where the layer has a mixture of experts."""
+        return [k.moe for k in self.layer_kinds]
 
     @cached_property
     def moe_prefix(self) -> tuple[int, ...]:

@@ -14,9 +14,9 @@ and listed (`Reading.ignored`); those that change memory in ways planner does no
 named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
 inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`). Models planner does not
-represent (encoder-decoder T5, hybrid Mamba stacks) are refused by name. A NeMo 2
-`nemo llm pretrain` line (NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to
-`nemo_args`.
+represent (encoder-decoder T5) are refused by name; hybrid Mamba stacks are read by
+`megatron_hybrid`. A NeMo 2 `nemo llm pretrain` line (NeMo-Run `key=value` overrides, no
+Megatron-LM flag) goes to `nemo_args`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from planner.inputs.megatron_flags import (
     megatron_flags,
     typo_of,
 )
+from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
 from planner.inputs.megatron_line import Line, flags_of, no_flags, tokens
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
@@ -187,12 +188,6 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
                 f"{where}: {flag}: an encoder-decoder (T5) model; planner models decoder-only "
                 "transformers"
             )
-    for flag in ("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model"):
-        if line.has(flag):
-            raise InputError(
-                f"{where}: {flag}: a hybrid Mamba / attention / MLP layer stack; planner models "
-                "transformer layers only"
-            )
     model: dict[str, Any] = {}
     for flag, field in MODEL_INT.items():
         value = line.integer(flag)
@@ -201,6 +196,7 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
     for flag, (field, value) in MODEL_SWITCH.items():
         if line.has(flag):
             model[field] = value
+    model.update(hybrid_fields(line, model, notes))
     if not line.has("--group-query-attention"):
         model.pop("num_query_groups", None)  # Megatron ignores it without the switch
     if line.has("--swiglu"):

@@ -84,12 +84,19 @@ READ = frozenset(
         "--tokenizer-type",
         "--tokenizer-model",
         "--vocab-file",
-        # models planner does not represent (refused by name)
-        "--encoder-num-layers",
-        "--decoder-num-layers",
+        # hybrid Mamba stacks
         "--hybrid-layer-pattern",
         "--hybrid-override-pattern",
         "--is-hybrid-model",
+        "--mtp-hybrid-override-pattern",
+        "--mtp-use-repeated-layer",
+        "--mamba-state-dim",
+        "--mamba-head-dim",
+        "--mamba-num-groups",
+        "--mamba-num-heads",
+        # models planner does not represent (refused by name)
+        "--encoder-num-layers",
+        "--decoder-num-layers",
         # layout
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
@@ -165,6 +172,8 @@ NOT_MODELLED: dict[str, str] = {
     "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
     "as softmax attention",
     "--moe-latent-size": "latent MoE projections are not counted",
+    "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
+    "the fused one planner counts (memory under-estimated)",
     "--attention-output-gate": "the attention output gate's weights are not counted",
     "--fp4-format": "FP4 training is counted as BF16",
     "--optimizer": "optimizers other than Adam are counted with Adam's two moments",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
+from planner.inputs import megatron_hybrid
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.megatron_line import Line
@@ -50,7 +51,11 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     first_last = _uneven(line, num_layers, pp)
     if first_last is not None:
         out["pipeline_layers"] = first_last
-    layout = line.text("--pipeline-model-parallel-layout")
+    hybrid = megatron_hybrid.split(line, pp, first_last is not None)
+    if hybrid:  # the pattern's "|" segments: a layout, whose stages say the virtual size
+        out.update(hybrid)
+        del out["vpp"]
+    layout = None if hybrid is not None else line.text("--pipeline-model-parallel-layout")
     if layout is not None:
         # the stages say the virtual pipeline size (planner.inputs.plan derives vpp from them)
         out["pipeline_model_parallel_layout"] = layout

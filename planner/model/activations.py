@@ -67,8 +67,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
-from planner.model import flops
+from planner.model import flops, mamba
 
 BF16 = 2
 FP32 = 4
@@ -242,19 +243,32 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
+def mamba_bytes(arch: ModelArch, sh: Shard) -> float:
+    """A hybrid stack's M layer: the norm fused into in_proj (its input, and its output that
+    in_proj keeps), what the Mamba-2 mixer's training path keeps (`mamba.saved_widths`: zxBCdt,
+    the scan's output, the gated norm's input and rstd, out_proj's input) and the dropout mask."""
+    T, h = sh.tokens, arch.hidden_size
+    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    width, out_in = mamba.saved_widths(arch)
+    part = T * (width - out_in) + linear_in(T * out_in, sh)
+    return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
+
+
 def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
     """What full recompute keeps of a layer: its input, 2sbh (split by tp under SP)."""
     nbytes = BF16 * sh.tokens * arch.hidden_size
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 
-def per_op_bytes(arch: ModelArch, is_moe: bool, sh: Shard) -> float:
+def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
     output (bf16) and log-sum-exp (fp32 per head and token), half of its matmul outputs (M x N of
     each GEMM, `planner.model.flops.linear_gemms`; MoE experts at the busiest rank's load)."""
     t, a = sh.tokens, arch.num_attention_heads
     _, v_width = flops.attention_core_width(arch)
-    attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
+    attention_out = 0.0
+    if layer_kind(is_moe).mixer == "attention":
+        attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
     # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
     # pairs an expert-parallel rank receives, so the same bytes
     gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
@@ -281,16 +295,28 @@ def graph_bytes(arch: ModelArch, sh: Shard) -> float:
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 
-def layer_bytes(arch: ModelArch, is_moe: bool, sh: Shard, recompute: bool = True) -> float:
-    """Bytes one decoder layer keeps for one micro-batch (with CUDA graphs, their static buffers,
-    `graph_bytes`). recompute=False ignores full and per-op recompute (the working set of the one
-    layer being recomputed)."""
+def layer_bytes(
+    arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, recompute: bool = True
+) -> float:
+    """Bytes one decoder layer of a kind (or a transformer layer's MoE flag) keeps for one
+    micro-batch: its blocks' (with CUDA graphs, their static buffers, `graph_bytes`).
+    recompute=False ignores full and per-op recompute (the working set of the one layer being
+    recomputed)."""
     if recompute and sh.recompute == "full":
         return layer_input_bytes(arch, sh) + graph_bytes(arch, sh)
     if recompute and sh.recompute == "per_op":
         return per_op_bytes(arch, is_moe, sh) + graph_bytes(arch, sh)
-    mlp = moe_bytes(arch, sh) if is_moe else mlp_bytes(arch, arch.ffn_hidden_size, sh)
-    return attention_bytes(arch, sh) + mlp + graph_bytes(arch, sh)
+    kind = layer_kind(is_moe)
+    out = graph_bytes(arch, sh)
+    if kind.mixer == "attention":
+        out += attention_bytes(arch, sh)
+    elif kind.mixer == "mamba":
+        out += mamba_bytes(arch, sh)
+    if kind.ffn == "dense":
+        out += mlp_bytes(arch, arch.ffn_hidden_size, sh)
+    elif kind.moe:
+        out += moe_bytes(arch, sh)
+    return out
 
 
 def embedding_bytes(arch: ModelArch, sh: Shard) -> float:

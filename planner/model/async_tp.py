@@ -30,6 +30,7 @@ peer-to-peer copies run on the copy engines instead of SMs.
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, flops
@@ -41,11 +42,15 @@ def hidden_share(c: float, g: float, tp: int) -> float:
     return max(c - g, 0.0) + min(c, g) / tp
 
 
-def row_parallel_windows(arch: ModelArch, times: list[float], moe: bool) -> tuple[float, float]:
-    """Seconds of the attention block's and the MLP block's row-parallel forward GEMM (output
-    projection, fc2; `flops.linear_gemms` order); 0 for an MoE block."""
-    n_attn = len(flops.attention_gemms(arch, 1.0, 1))
-    return times[n_attn - 1], 0.0 if moe else times[n_attn + 1]
+def row_parallel_windows(
+    arch: ModelArch, times: list[float], moe: bool | LayerKind
+) -> tuple[float, ...]:
+    """Seconds of each block's row-parallel forward GEMM (the attention's output projection, a
+    Mamba mixer's out_proj, fc2; `flops.gemm_blocks`), for a layer of a kind (or a transformer
+    layer's MoE flag); 0 for an MoE block."""
+    return tuple(
+        0.0 if block == "moe" else times[idx[-1]] for block, idx in flops.gemm_blocks(arch, moe)
+    )
 
 
 def applies(job: Job, lay: Layout) -> bool:
@@ -64,8 +69,8 @@ def layer_traffic(
     tp: int,
     act_bytes: float,
     n_fwd: int,
-    columns: tuple[float, float],
-    rows: tuple[float, float],
+    columns: tuple[float, ...],
+    rows: tuple[float, ...],
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one layer's TP traffic per micro-batch under async TP, S =
     `act_bytes` the layer input: per block one all-gather and one reduce-scatter of S per forward

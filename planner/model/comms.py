@@ -243,7 +243,8 @@ def tensor_parallel_layer(
     regather: bool = True,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
-    activation bytes. Each block (attention, MLP) is a column-parallel linear and a row-parallel
+    activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
+    among them: one entry of `windows` per block) is a column-parallel linear and a row-parallel
     one (Megatron's f and g operators, Shoeybi et al. 2019 / Korthikanti et al. 2022):
 
     forward, per pass (n_fwd: 2 with full recompute): an all-reduce after each row-parallel
@@ -262,7 +263,7 @@ def tensor_parallel_layer(
     grp = place(cluster, 1, tp)
     ar = all_reduce(act_bytes, grp)
     half = reduce_scatter(act_bytes, grp)
-    exposed = 2 * n_fwd * ar
+    exposed = len(windows) * n_fwd * ar
     hidden = 0.0
     for window in windows:
         # (seconds, GEMM it can run under: 0 = none) of each backward collective of the block

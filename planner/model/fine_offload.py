@@ -33,6 +33,7 @@ Time: `transfer_seconds`, the bytes one way over the GPU's host link.
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model.activations import BF16, FP32, Shard, linear_in, pairs, split
 
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
@@ -90,14 +91,19 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     return out
 
 
-def offloaded_bytes(arch: ModelArch, is_moe: bool, sh: Shard, modules: frozenset[str]) -> float:
+def offloaded_bytes(
+    arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, modules: frozenset[str]
+) -> float:
     """Bytes of one layer's saved activations per micro-batch that fine-grained offloading keeps
-    in host memory (module docstring); 0 without modules, under full recompute (nothing is saved
-    inside the checkpointed layer), or for modules a checkpointed block (mlp, moe) discards."""
+    in host memory (module docstring), for a layer of a kind (or a transformer layer's MoE flag:
+    a hybrid stack's layers offload their attention or MoE block's modules, a Mamba mixer none);
+    0 without modules, under full recompute (nothing is saved inside the checkpointed layer), or
+    for modules a checkpointed block (mlp, moe) discards."""
     if not modules or sh.recompute in ("full", "per_op"):
         return 0.0
-    total = _attention_modules(arch, sh, modules)
-    if is_moe and not sh.drops("moe"):
+    kind = layer_kind(is_moe)
+    total = _attention_modules(arch, sh, modules) if kind.mixer == "attention" else 0.0
+    if kind.moe and not sh.drops("moe"):
         total += _moe_modules(arch, sh, modules)
     return total
 

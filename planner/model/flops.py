@@ -23,7 +23,13 @@ gated (SwiGLU) MLP, 2 otherwise):
     logits                           2*h*V
     MTP layer                        one decoder layer of the last layer's type + eh_proj 2*2h*h
                                      + logits 2*h*V (Megatron counts 6*(3h + 2h^2) for the
-                                     norms and projection; the 3h norm term is left out here)
+                                     norms and projection; the 3h norm term is left out here);
+                                     a hybrid stack's MTP depth: its pattern's layers
+    Mamba-2 mixer (hybrid M layer)   2h(2d + 2gn + H) + 7dn + 2dh (`planner.model.mamba`)
+
+A layer is the sum of its kind's blocks (`planner.inputs.hybrid.LayerKind`): a transformer layer
+attention and an MLP or MoE, a hybrid stack's layers one of a Mamba mixer, attention, an MLP or
+an MoE block.
 
 Model FLOPs per step = 3 x forward x (B x s) tokens. This is ecosystem.md 1.5
 (`num_floating_point_operations`) with the attention term not halved: for GQA + SwiGLU it is
@@ -56,6 +62,8 @@ from __future__ import annotations
 from functools import cache
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind, layer_kind
+from planner.model import mamba
 
 CAUSAL_HALVED = False
 """Model FLOPs count the full s x s attention matrix (Megatron-Core r0.8 / Korthikanti eq.(7))."""
@@ -103,10 +111,20 @@ def moe_mlp_forward(arch: ModelArch) -> float:
     return 2.0 * mlp_matrices(arch) * arch.hidden_size * width
 
 
-def layer_forward(arch: ModelArch, seq_length: int, moe: bool) -> float:
-    """Forward FLOPs per token of one decoder layer."""
-    mlp = moe_mlp_forward(arch) if moe else dense_mlp_forward(arch)
-    return attention_linear_forward(arch) + attention_core_forward(arch, seq_length) + mlp
+def layer_forward(arch: ModelArch, seq_length: int, moe: bool | LayerKind) -> float:
+    """Forward FLOPs per token of one decoder layer of a kind (or a transformer layer's MoE
+    flag): its mixer and its channel block."""
+    kind = layer_kind(moe)
+    out = 0.0
+    if kind.mixer == "attention":
+        out += attention_linear_forward(arch) + attention_core_forward(arch, seq_length)
+    elif kind.mixer == "mamba":
+        out += mamba.mixer_forward(arch)
+    if kind.ffn == "dense":
+        out += dense_mlp_forward(arch)
+    elif kind.ffn == "moe":
+        out += moe_mlp_forward(arch)
+    return out
 
 
 def logits_forward(arch: ModelArch) -> float:
@@ -119,7 +137,7 @@ def mtp_forward(arch: ModelArch, seq_length: int) -> float:
     if arch.mtp_num_layers == 0:
         return 0.0
     h = arch.hidden_size
-    one = layer_forward(arch, seq_length, arch.moe_layers[-1]) + 2.0 * 2 * h * h
+    one = sum(layer_forward(arch, seq_length, k) for k in arch.mtp_kinds) + 2.0 * 2 * h * h
     return arch.mtp_num_layers * (one + logits_forward(arch))
 
 
@@ -127,12 +145,9 @@ def mtp_forward(arch: ModelArch, seq_length: int) -> float:
 def decoder_forward(arch: ModelArch, seq_length: int) -> float:
     """Forward FLOPs per token of all decoder layers (no logits, no MTP). Cached: `cost.estimate`
     asks for it, through the model and hardware FLOPs, on every layout the search scores."""
-    moe = arch.num_moe_layers
-    dense = arch.num_layers - moe
-    out = dense * layer_forward(arch, seq_length, False)
-    if moe:
-        out += moe * layer_forward(arch, seq_length, True)
-    return out
+    counts = arch.kind_counts((range(arch.num_layers),))
+    kinds = zip(arch.kinds, counts, strict=True)
+    return sum(n * layer_forward(arch, seq_length, k) for k, n in kinds if n)
 
 
 @cache
@@ -160,23 +175,31 @@ def recompute_flops_per_token(
     attention, mla_up_proj MLA's q and kv up-projections, mlp the dense layers' MLPs, moe the MoE
     layers' experts (top-k routed and shared), shared_experts their shared experts; layernorm and
     moe_act re-run no matmul."""
-    core = arch.num_layers * attention_core_forward(arch, seq_length)
+    n_attn, n_mlp, n_moe = _block_counts(arch)
+    core = n_attn * attention_core_forward(arch, seq_length)
     if policy == "full":
         return decoder_forward(arch, seq_length)
     if policy == "per_op":
         return (decoder_forward(arch, seq_length) - core) / 2
     if policy != "core_attn":
         return 0.0
-    n_moe = arch.num_moe_layers
     shared = arch.moe_shared_expert_intermediate_size or 0
     per_module = {
         "core_attn": core,
-        "mla_up_proj": arch.num_layers * _mla_up_forward(arch),
-        "mlp": (arch.num_layers - n_moe) * dense_mlp_forward(arch),
+        "mla_up_proj": n_attn * _mla_up_forward(arch),
+        "mlp": n_mlp * dense_mlp_forward(arch),
         "moe": n_moe * moe_mlp_forward(arch) if n_moe else 0.0,
         "shared_experts": n_moe * 2.0 * mlp_matrices(arch) * arch.hidden_size * shared,
     }
     return sum(per_module.get(m, 0.0) for m in modules)
+
+
+@cache
+def _block_counts(arch: ModelArch) -> tuple[int, int, int]:
+    """Decoder layers with attention, with a dense MLP, with a mixture of experts."""
+    kinds = arch.layer_kinds
+    attn = sum(k.mixer == "attention" for k in kinds)
+    return attn, sum(k.ffn == "dense" for k in kinds), sum(k.moe for k in kinds)
 
 
 def _mla_up_forward(arch: ModelArch) -> float:
@@ -234,44 +257,81 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
 
 GemmPart = str
 """What a linear GEMM belongs to (`linear_gemm_parts`): "attn" (attention projections), "mla_up"
-(MLA's q and kv up-projections), "mlp" (a dense MLP), "expert" (routed experts, one grouped GEMM
-over the rank's local experts), "shared" (shared experts)."""
+(MLA's q and kv up-projections), "mamba" (a Mamba mixer's in_proj and out_proj), "mlp" (a dense
+MLP), "expert" (routed experts, one grouped GEMM over the rank's local experts), "shared" (shared
+experts)."""
 
 
-def linear_gemm_parts(arch: ModelArch, moe: bool) -> tuple[GemmPart, ...]:
+def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart, ...]:
     """What each of `linear_gemms`' entries is, in its order (what selective recompute modules
     re-run: mla_up_proj the "mla_up" GEMMs, mlp "mlp", moe "expert" and "shared",
     shared_experts "shared")."""
-    if arch.multi_latent_attention:
+    kind = layer_kind(moe)
+    mixer: tuple[GemmPart, ...] = ()
+    if kind.mixer == "mamba":
+        mixer = ("mamba", "mamba")
+    elif kind.mixer == "attention" and arch.multi_latent_attention:
         q = ("attn", "mla_up") if arch.q_lora_rank else ("attn",)
-        attn: tuple[GemmPart, ...] = (*q, "attn", "mla_up", "attn")
-    else:
-        attn = ("attn", "attn")
-    if not moe:
-        return (*attn, "mlp", "mlp")
+        mixer = (*q, "attn", "mla_up", "attn")
+    elif kind.mixer == "attention":
+        mixer = ("attn", "attn")
+    if kind.ffn == "dense":
+        return (*mixer, "mlp", "mlp")
+    if kind.ffn is None:
+        return mixer
     shared = ("shared", "shared") if arch.moe_shared_expert_intermediate_size else ()
-    return (*attn, "expert", "expert", *shared)
+    return (*mixer, "expert", "expert", *shared)
+
+
+def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:
+    """The blocks of a layer's `linear_gemms`, in order, each with the indices of its entries:
+    the mixer ("attention" or "mamba"), then the channel block ("dense" or "moe"). A block's
+    column-parallel GEMMs read the h-wide input; its last is the row-parallel one (an MoE block's
+    experts are neither: the dispatcher moves their tokens)."""
+    kind = layer_kind(moe)
+    parts = linear_gemm_parts(arch, kind)
+    n_mixer = {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
+    out: list[tuple[str, range]] = []
+    if kind.mixer is not None:
+        out.append((kind.mixer, range(n_mixer)))
+    if kind.ffn is not None:
+        out.append((kind.ffn, range(n_mixer, len(parts))))
+    return tuple(out)
 
 
 def linear_gemms(
-    arch: ModelArch, t: float, tp: int, ep: int, etp: int, moe: bool, imbalance: float = 1.0
+    arch: ModelArch,
+    t: float,
+    tp: int,
+    ep: int,
+    etp: int,
+    moe: bool | LayerKind,
+    imbalance: float = 1.0,
 ) -> list[tuple[float, float, float, float]]:
     """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for the t tokens
-    of a micro-batch that the layer's TP group shares (the column-parallel GEMMs see all t).
+    of a micro-batch that the layer's TP group shares (the column-parallel GEMMs see all t); `moe`
+    the layer's kind, or a transformer layer's MoE flag.
 
-    The attention projections (`attention_gemms`), then the MLP: TP slices the dense MLP and the
-    shared experts. Routed experts (Megatron's MoE parallel folding): with sequence parallelism
-    (required for MoE with tp > 1) each rank holds t / tp tokens; the expert-TP group gathers
-    those of its etp ranks, and the dispatcher sends each of the etp x t / tp tokens' top_k copies
-    to the experts of the ep ranks, so each of the E / ep local experts receives
-    (t / tp) x etp x top_k x ep / E tokens on average, times `imbalance` for the busiest rank,
-    against weights sliced by etp. With etp = tp this is t x top_k x ep / E."""
+    The mixer's projections (`attention_gemms`, or a Mamba mixer's `mamba.mixer_gemms`), then
+    the MLP: TP slices the dense MLP and the shared experts. Routed experts (Megatron's MoE
+    parallel folding): with sequence parallelism (required for MoE with tp > 1) each rank holds
+    t / tp tokens; the expert-TP group gathers those of its etp ranks, and the dispatcher sends
+    each of the etp x t / tp tokens' top_k copies to the experts of the ep ranks, so each of the
+    E / ep local experts receives (t / tp) x etp x top_k x ep / E tokens on average, times
+    `imbalance` for the busiest rank, against weights sliced by etp. With etp = tp this is
+    t x top_k x ep / E."""
+    kind = layer_kind(moe)
     h = arch.hidden_size
-    g = attention_gemms(arch, t, tp)
+    g: list[tuple[float, float, float, float]] = []
+    if kind.mixer == "attention":
+        g = attention_gemms(arch, t, tp)
+    elif kind.mixer == "mamba":
+        g = mamba.mixer_gemms(arch, t, tp)
     glu = 2 if arch.gated_linear_unit else 1
-    if not moe:
+    if kind.ffn == "dense":
         f = arch.ffn_hidden_size / tp
         g += [(t, h, glu * f, 1), (t, f, h, 1)]
+    if not kind.moe:
         return g
     e = arch.num_moe_experts or 1
     per_expert = t / tp * etp * arch.moe_router_topk * ep / e * imbalance

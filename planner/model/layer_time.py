@@ -21,6 +21,11 @@ GEMM (tokens x h x E) and the token permutations before the dispatch and after t
 (PERMUTE_BYTES_PER_ELEMENT per routed element, memory-bound) are timed too, though no model FLOPs
 count them.
 
+A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transformer layer's
+attention and MLP or experts, or one block of a hybrid stack: attention, an MLP, experts, or a
+Mamba-2 mixer, whose in_proj and out_proj are GEMMs like the others and whose chunked scan is timed
+by `planner.model.mamba.scan_time` (its context parallelism: two all-to-alls each way, exposed).
+
 Core attention with flash attention executes half the s x s matrix under the causal mask (the
 work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
 2 + 5 matmuls, i.e. forward + 2.5 forwards; each direction runs at the published kernels' fraction
@@ -70,6 +75,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
@@ -79,6 +85,7 @@ from planner.model import (
     comms,
     dispatch,
     flops,
+    mamba,
     recompute_time,
     tp_overlap,
 )
@@ -158,7 +165,7 @@ class Layer:
     offloading: out in the forward, back before the backward)."""
 
 
-def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
+def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
     """Saved-activation bytes of one layer per micro-batch (planner.model.activations, with fused
     norms, flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added
     apart): the proxy for the memory traffic of its elementwise kernels."""
@@ -171,7 +178,7 @@ def _activation_bytes(job: Job, lay: Layout, moe: bool) -> float:
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
     )
-    return activations.layer_bytes(job.arch, moe, sh, recompute=False)
+    return activations.layer_bytes(job.arch, kind, sh, recompute=False)
 
 
 def moe_load(job: Job) -> float:
@@ -195,9 +202,12 @@ def host_link_bandwidth(job: Job) -> float:
     return link * 1e9 * HOST_LINK_EFFICIENCY
 
 
-def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
-    """Seconds per micro-batch of one dense (moe=False) or MoE decoder layer on one GPU."""
+def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer:
+    """Seconds per micro-batch of one decoder layer of a kind (or a transformer layer's MoE
+    flag: False dense, True MoE) on one GPU; a Mamba mixer's scan from `planner.model.mamba`."""
     arch = job.arch
+    kind = layer_kind(kind)
+    moe = kind.moe
     out = Layer()
     s = job.seq_length
     s_local = s // lay.cp
@@ -209,8 +219,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
     # once per step, `weight_cast`)
-    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, moe, load)
-    parts = flops.linear_gemm_parts(arch, moe)
+    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load)
+    parts = flops.linear_gemm_parts(arch, kind)
     times: list[float] = []
     casts: list[float] = []
     for (m, k, n, c), part in zip(shapes, parts, strict=True):
@@ -223,9 +233,12 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         # router GEMM and the token permutations (not in `flops.linear_gemms`: no model FLOPs)
         gemm_fwd += _router_time(job, lay, gpu, t)
         cast += _permute_time(job, lay, gpu, t, load)
-    # --- core attention
-    act_bytes = ew_bytes = _activation_bytes(job, lay, moe)
-    if job.flash_attention:
+    # --- core attention, or a Mamba mixer's chunked scan
+    act_bytes = ew_bytes = _activation_bytes(job, lay, kind)
+    attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
+    if kind.mixer == "mamba":
+        scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)
+    if kind.mixer == "attention" and job.flash_attention:
         qk_w, v_w = flops.attention_core_width(arch)
         full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
         fe, be = _attention_fractions(job, s, (qk_w + v_w) / 2 / arch.num_attention_heads)
@@ -233,7 +246,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         attn_bwd = 2.5 * full / 2 / (gpu.peak_bf16 * be)
         skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
         attn_fwd, attn_bwd = skew * attn_fwd, skew * attn_bwd
-    else:
+    elif kind.mixer == "attention":
         heads_local = arch.num_attention_heads / tp
         bmm = gemm_time(
             s_local, arch.head_dim, s, gpu.peak_bf16, gpu.ridge, gpu.e_bf16, 2 * heads_local
@@ -243,10 +256,10 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
         ew_bytes += 5 * heads_local * s_local * s * lay.micro_batch_size
     ew = ELEMENTWISE_PASSES * ew_bytes / gpu.hbm
     if not job.fused_norm:
-        norm_elems = t * 2 * arch.hidden_size / (tp if lay.sequence_parallel else 1)
+        norm_elems = t * kind.blocks * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
-    out.fwd = gemm_fwd + attn_fwd + (ew + cast) / 3
-    out.bwd = 2 * gemm_fwd + attn_bwd + 2 * (ew + cast) / 3
+    out.fwd = gemm_fwd + attn_fwd + scan_fwd + (ew + cast) / 3
+    out.bwd = 2 * gemm_fwd + attn_bwd + scan_bwd + 2 * (ew + cast) / 3
     out.offload = act_bytes / host_link_bandwidth(job)
     policy = job.recompute_policy(lay.recompute)
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
@@ -257,18 +270,19 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
     elif policy == "core_attn":
         pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load)
         out.recompute = sum(
-            recompute_time.module_time(job, lay, gpu, moe, pieces, mod) for mod in modules
+            recompute_time.module_time(job, lay, gpu, kind, pieces, mod) for mod in modules
         )
     # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     share = comms.sm_share(job.cluster)
     if tp > 1:
-        cols, size = _column_parallel_windows(arch, shapes, times, moe), t * arch.hidden_size * BF16
+        cols = _column_parallel_windows(arch, shapes, times, kind)
+        size = t * arch.hidden_size * BF16
         if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
-            row_w = async_tp.row_parallel_windows(arch, times, moe)
+            row_w = async_tp.row_parallel_windows(arch, times, kind)
             exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
         elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
-            row_w = async_tp.row_parallel_windows(arch, times, moe)
+            row_w = async_tp.row_parallel_windows(arch, times, kind)
             exposed, hidden = tp_overlap.layer_traffic(
                 job.cluster, tp, size, n_fwd, cols, row_w, fp8
             )
@@ -278,13 +292,17 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, moe: bool) -> Layer:
                 job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
             )  # fmt: skip
         # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
-        rerun = {"mlp"} if not moe else {"moe", "shared_experts"}
+        rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if moe else set()
         if rerun & set(modules):
             grp = comms.place(job.cluster, 1, tp)
             exposed += comms.all_reduce(t * arch.hidden_size * BF16, grp)
         # the hidden part still holds comms.sm_share of the SMs the GEMMs under it run on
         out.tp, out.tp_hidden = exposed + share * hidden, hidden
-    if lay.cp > 1:
+    if lay.cp > 1 and kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
+        grp = comms.place(job.cluster, tp, lay.cp)
+        fwd_b, bwd_b = mamba.context_parallel_bytes(arch, t, tp)
+        out.cp = n_fwd * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp)
+    elif lay.cp > 1 and kind.mixer == "attention":
         kv_bytes = t * 2 * max(arch.query_groups / tp, 1) * arch.head_dim * BF16
         out.cp, out.cp_hidden = comms.context_parallel_ring(
             job.cluster, tp, lay.cp, kv_bytes, attn_fwd, attn_bwd, n_fwd
@@ -360,20 +378,19 @@ def _column_parallel_windows(
     arch: ModelArch,
     shapes: list[tuple[float, float, float, float]],
     times: list[float],
-    moe: bool,
-) -> tuple[float, float]:
-    """Seconds of the attention block's and the MLP block's column-parallel forward GEMMs (those
-    reading the h-wide layer input; one backward GEMM, dgrad or wgrad, takes as long): what the
-    block's backward TP collectives can run under. The attention block's last GEMM is its
-    row-parallel output projection (`flops.attention_gemms`), the MLP's first its fc1. An MoE
-    block's input is gathered by its token dispatcher before the experts, so nothing overlaps
-    there (0)."""
-    n_attn = len(flops.attention_gemms(arch, 1.0, 1))
+    moe: bool | LayerKind,
+) -> tuple[float, ...]:
+    """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer
+    input; one backward GEMM, dgrad or wgrad, takes as long): what the block's backward TP
+    collectives can run under (`flops.gemm_blocks`: the attention's QKV or down-projections, a
+    Mamba mixer's in_proj, fc1). An MoE block's input is gathered by its token dispatcher before
+    the experts, so nothing overlaps there (0). `moe`: the layer's kind, or a transformer layer's
+    MoE flag."""
     h = arch.hidden_size
-    inputs = range(n_attn - 1)
-    attn = sum(times[i] for i in inputs if shapes[i][1] == h)
-    mlp = 0.0 if moe else times[n_attn]
-    return attn, mlp
+    return tuple(
+        0.0 if block == "moe" else sum(times[i] for i in idx[:-1] if shapes[i][1] == h)
+        for block, idx in flops.gemm_blocks(arch, moe)
+    )
 
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:

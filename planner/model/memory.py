@@ -167,13 +167,12 @@ def _edge_params_of(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[i
 
 def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of some decoder layers (a rank's chunks) on one GPU (TP / EP x
-    expert-TP split)."""
-    (dd, de), (md, me) = params.layer_kinds(job.arch)
-    n_moe = job.arch.moe_in(chunks)
-    n_dense = layer_count(chunks) - n_moe
-    dense = (n_dense * dd + n_moe * md) / layout.tp
-    expert = (n_dense * de + n_moe * me) / (layout.ep * layout.expert_tp)
-    return dense, expert
+    expert-TP split), each layer's by its kind (`params.kind_table`)."""
+    counts = job.arch.kind_counts(chunks)
+    table = params.kind_table(job.arch)
+    dense = sum(n * d for n, (d, _) in zip(counts, table, strict=True)) / layout.tp
+    expert = sum(n * e for n, (_, e) in zip(counts, table, strict=True))
+    return dense, expert / (layout.ep * layout.expert_tp)
 
 
 def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
@@ -317,8 +316,8 @@ _PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()
 
 
 def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
-    """The ranks that can hold the peak: among ranks with the same layers (count and MoE count
-    of each chunk) and the same role (first, last, holding the MTP layers, or none), the lowest
+    """The ranks that can hold the peak: among ranks with the same layers (each chunk's count of
+    each kind of layer) and the same role (first, last, holding the MTP layers, or none), the lowest
     rank has the most micro-batches in flight and everything else equal. `ranks` is
     `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
     the split alone, remembered per both."""
@@ -331,7 +330,7 @@ def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     seen: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
-        shape = tuple((len(c), arch.moe_count(c)) for c in chunks)
+        shape = tuple(arch.kind_counts((c,)) for c in chunks)
         seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp), r)
     return tuple(sorted(seen.values()))
 
@@ -369,6 +368,10 @@ def estimate(
     same)."""
     if job.pools:
         return _pooled(job, layout, headroom_pct)
+    return _one_kind(job, layout, headroom_pct, all_stages)
+
+
+def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -> MemoryReport:
     sh = shard(job, layout)
     per = per_layer(job.arch, sh)
     chunks = layout.chunk_layers(job.arch.num_layers)
@@ -385,11 +388,14 @@ def estimate(
 
 
 def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
-    """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU."""
-    jobs = pools.rank_jobs(job, layout)
-    owners = pools.rank_pools(job, layout)
+    """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU; with
+    the data-parallel replicas across the pools, every stage on every pool's GPU (each pool's
+    replicas as their own job), the pool where it is furthest over (or nearest) reported."""
+    views = pools.replica_views(job, layout)
+    out = _replica_stages(job, views, headroom_pct) if views else []
+    jobs = () if views else pools.rank_jobs(job, layout)
+    owners = pools.rank_pools(job, layout) if jobs else ()
     chunks = layout.chunk_layers(job.arch.num_layers)
-    out = []
     for r, (j, k) in enumerate(zip(jobs, owners, strict=True)):
         st = stage_memory(j, layout, r, chunks[r])
         room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
@@ -401,3 +407,28 @@ def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
         physical=worst.capacity / (1 - headroom_pct / 100),
         headroom_pct=headroom_pct,
     )
+
+
+def _replica_stages(
+    job: Job, views: tuple[tuple[Job, Layout], ...], headroom_pct: float
+) -> list[StageMemory]:
+    """Each stage on the pool where it is furthest over its GPU (or nearest): every pool runs
+    every stage (the data-parallel replicas across pools; equal pools computed once)."""
+    out: list[StageMemory] = []
+    seen: set[int] = set()
+    for (j, lay), pool in zip(views, job.pools, strict=True):
+        if id(j) in seen:
+            continue
+        seen.add(id(j))
+        room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
+        own = [
+            replace(st, pool=pool.name, gpu=j.cluster.gpu.name, capacity=room)
+            for st in _one_kind(j, lay, headroom_pct, True).stages
+        ]
+        if out:
+            own = [
+                max(a, b, key=lambda st: st.total - st.capacity)
+                for a, b in zip(out, own, strict=True)
+            ]
+        out = own
+    return out

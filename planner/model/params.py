@@ -36,13 +36,18 @@ Router: h*E (no bias; DeepSeek's expert-bias buffer of E per layer is not a trai
 Per-layer norms: input_layernorm + pre_mlp_layernorm = 2*nw*h. Final norm: nw*h.
 Embedding: V*h, plus P*h for learned absolute positions. Output layer: V*h when untied, else 0.
 
-A decoder layer is either dense (attention + norms + dense MLP) or MoE (attention + norms + router +
-shared experts + E routed experts), following moe_layer_freq. `layer_params` splits it into
-(non-expert, routed-expert) because the two shard differently (TP/PP vs EP/expert-TP).
+A decoder layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`), each with its norm
+(nw*h): a transformer layer is dense (attention + dense MLP) or MoE (attention + router + shared
+experts + E routed experts), following moe_layer_freq; a hybrid stack's layers are one block each
+(M a Mamba-2 mixer, `planner.model.mamba`; * attention; - a dense MLP; E the MoE block), following
+hybrid_layer_pattern. `layer_params` splits a layer into (non-expert, routed-expert) because the
+two shard differently (TP/PP vs EP/expert-TP).
 
 MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm
-(nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type,
-and a final norm (nw*h); it shares the embedding and output layer with the main model. DeepSeek
+(nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type
+(a hybrid stack: the layers of the pattern's MTP part), and a final norm (nw*h); it shares the
+embedding and output layer with the main model; with mtp_use_repeated_layer one set of weights
+serves every depth (Megatron's MultiTokenPredictionBlock). DeepSeek
 reports 671B for the main model and 14B for the MTP module (the 14B includes the shared embedding
 and head), so `params_total` leaves MTP out and `mtp_params` counts only what MTP adds.
 
@@ -56,6 +61,8 @@ from __future__ import annotations
 from functools import cache
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind, layer_kind
+from planner.model import mamba
 
 
 def _norm_width(arch: ModelArch) -> int:
@@ -133,11 +140,20 @@ def layer_norm_params(arch: ModelArch) -> int:
     return 2 * _norm_width(arch) * arch.hidden_size
 
 
-def _layer_params(arch: ModelArch, moe: bool) -> tuple[int, int]:
-    common = attention_params(arch) + layer_norm_params(arch)
-    if not moe:
-        return common + dense_mlp_params(arch), 0
-    non_expert = common + router_params(arch) + shared_expert_params(arch)
+def kind_params(arch: ModelArch, kind: bool | LayerKind) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of one layer of a kind (or a transformer layer's
+    MoE flag): its mixer, its channel block, and one norm per block."""
+    kind = layer_kind(kind)
+    non_expert = kind.blocks * _norm_width(arch) * arch.hidden_size
+    if kind.mixer == "attention":
+        non_expert += attention_params(arch)
+    elif kind.mixer == "mamba":
+        non_expert += mamba.mixer_params(arch)
+    if kind.ffn == "dense":
+        non_expert += dense_mlp_params(arch)
+    if not kind.moe:
+        return non_expert, 0
+    non_expert += router_params(arch) + shared_expert_params(arch)
     return non_expert, (arch.num_moe_experts or 0) * expert_params(arch)
 
 
@@ -145,7 +161,14 @@ def layer_params(arch: ModelArch, i: int) -> tuple[int, int]:
     """(non-expert, routed-expert) parameters of decoder layer i (0-based)."""
     if not 0 <= i < arch.num_layers:
         raise IndexError(f"layer index ({i}) must be in [0, num_layers ({arch.num_layers}))")
-    return _layer_params(arch, arch.moe_layers[i])
+    return kind_params(arch, arch.layer_kinds[i])
+
+
+@cache
+def kind_table(arch: ModelArch) -> tuple[tuple[int, int], ...]:
+    """`kind_params` of each of `arch.kinds`, in order (cached: the memory model asks per
+    layout)."""
+    return tuple(kind_params(arch, k) for k in arch.kinds)
 
 
 @cache
@@ -192,9 +215,11 @@ def mtp_layer_params(arch: ModelArch) -> tuple[int, int]:
     if arch.mtp_num_layers == 0:
         return 0, 0
     h = arch.hidden_size
-    non_expert, experts = _layer_params(arch, arch.moe_layers[-1])
-    non_expert += 3 * _norm_width(arch) * h + 2 * h * h
-    return arch.mtp_num_layers * non_expert, arch.mtp_num_layers * experts
+    inner = [kind_params(arch, k) for k in arch.mtp_kinds]
+    non_expert = sum(ne for ne, _ in inner) + 3 * _norm_width(arch) * h + 2 * h * h
+    experts = sum(e for _, e in inner)
+    copies = 1 if arch.mtp_use_repeated_layer else arch.mtp_num_layers
+    return copies * non_expert, copies * experts
 
 
 def mtp_params(arch: ModelArch) -> int:
@@ -208,16 +233,16 @@ def _outside_layers(arch: ModelArch) -> int:
 
 def params_total(arch: ModelArch) -> int:
     """Every parameter of the main model (MTP layers excluded, as DeepSeek reports 671B)."""
-    layers = sum(sum(_layer_params(arch, moe)) for moe in arch.moe_layers)
+    layers = sum(sum(kind_params(arch, k)) for k in arch.layer_kinds)
     return _outside_layers(arch) + layers
 
 
 def params_active(arch: ModelArch) -> int:
     """Parameters one token uses: everything dense, shared experts, and top-k routed experts."""
     total = _outside_layers(arch)
-    for moe in arch.moe_layers:
-        non_expert, _ = _layer_params(arch, moe)
+    for kind in arch.layer_kinds:
+        non_expert, _ = kind_params(arch, kind)
         total += non_expert
-        if moe:
+        if kind.moe:
             total += arch.moe_router_topk * expert_params(arch)
     return total

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.activations import BF16
@@ -30,7 +31,9 @@ class Pieces:
     load: float
 
 
-def module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: Pieces, module: str) -> float:
+def module_time(
+    job: Job, lay: Layout, gpu: Gpu, moe: bool | LayerKind, p: Pieces, module: str
+) -> float:
     """Seconds one recompute module re-runs in the backward of one layer per micro-batch
     (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
     of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
@@ -38,7 +41,10 @@ def module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: Pieces, module: s
     h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
     writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
     mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
-    experts and the shared experts; the shared experts). A module the layer lacks costs 0."""
+    experts and the shared experts; the shared experts). A module the layer lacks costs 0 (`moe`:
+    the layer's kind, or a transformer layer's MoE flag)."""
+    kind = layer_kind(moe)
+    moe = kind.moe
     arch = job.arch
     h = arch.hidden_size
     sp_tp = lay.tp if lay.sequence_parallel else 1
@@ -58,7 +64,7 @@ def module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: Pieces, module: s
     if module == "core_attn":
         return p.attn_fwd
     if module == "layernorm":
-        return 2 * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
+        return kind.blocks * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
     if module == "mla_up_proj":
         if not arch.multi_latent_attention:
             return 0.0
@@ -72,7 +78,8 @@ def module_time(job: Job, lay: Layout, gpu: Gpu, moe: bool, p: Pieces, module: s
     if module == "moe_act":
         return act(routed, fe) if moe else 0.0
     if module == "mlp":
-        return 0.0 if moe else gemms("mlp") + act(p.tokens, arch.ffn_hidden_size / lay.tp)
+        dense = kind.ffn == "dense"
+        return gemms("mlp") + act(p.tokens, arch.ffn_hidden_size / lay.tp) if dense else 0.0
     if module == "moe":
         if not moe:
             return 0.0

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
+from planner.model import mamba
 from planner.model.activations import Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
@@ -142,29 +144,43 @@ def moe_load(job: Job) -> float:
 
 @dataclass(frozen=True)
 class PerLayer:
-    """Activation bytes of one layer for one micro-batch, by kind, for one layout."""
+    """Activation bytes of one layer for one micro-batch, per kind of layer the model has
+    (`ModelArch.kinds`, in order), for one layout."""
 
-    dense: float
-    moe: float
-    dense_full: float
+    kept: tuple[float, ...]
+    """What a layer of each kind keeps under the layout's recompute policy."""
+    full: tuple[float, ...]
     """Without full recompute: the working set while one layer is recomputed."""
-    moe_full: float
 
-    def kept(self, n_dense: int, n_moe: int) -> float:
-        return n_dense * self.dense + n_moe * self.moe
+    @property
+    def dense(self) -> float:
+        """A layer's kept bytes under full recompute (its input, the same for every kind), or a
+        transformer's dense layer's."""
+        return self.kept[0]
+
+    def total(self, counts: tuple[int, ...]) -> float:
+        """Kept bytes of `counts[j]` layers of each kind j."""
+        return sum(n * b for n, b in zip(counts, self.kept, strict=True))
+
+    def full_total(self, counts: tuple[int, ...]) -> float:
+        """Whole (not recomputed) bytes of `counts[j]` layers of each kind j."""
+        return sum(n * b for n, b in zip(counts, self.full, strict=True))
 
 
 @lru_cache(maxsize=4096)
 def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
-    """One dense and one MoE layer's activations under `sh`, kept and whole."""
+    """Each kind's activations under `sh`, kept (what fine-grained offloading leaves on the GPU)
+    and whole."""
     # fine-grained offloading: the listed modules' saved inputs wait in host memory
-    dense = act.layer_bytes(arch, False, sh) - offloaded_bytes(arch, False, sh, sh.offload)
-    dense_full = act.layer_bytes(arch, False, sh, recompute=False)
-    if not arch.is_moe:
-        return PerLayer(dense, dense, dense_full, dense_full)
-    moe = act.layer_bytes(arch, True, sh) - offloaded_bytes(arch, True, sh, sh.offload)
-    moe_full = act.layer_bytes(arch, True, sh, recompute=False)
-    return PerLayer(dense, moe, dense_full, moe_full)
+    kept = tuple(
+        act.layer_bytes(arch, k, sh) - offloaded_bytes(arch, k, sh, sh.offload) for k in arch.kinds
+    )
+    full = tuple(act.layer_bytes(arch, k, sh, recompute=False) for k in arch.kinds)
+    return PerLayer(kept, full)
+
+
+def _sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
 def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Chunks) -> float:
@@ -172,10 +188,12 @@ def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Ch
     recomputed: the backward runs from the last layer to the first, freeing each layer's
     activations as it passes, and rebuilds a recomputed layer (or, with uniform full recompute,
     a group of recompute_num_layers) whole before its backward. Per-op recompute and uniform
-    full recompute: one layer or group, whole, on top of the inputs kept. Block full recompute
-    (the first N layers of a chunk recomputed): by then the chunk's later layers are freed, so
-    only a chunk whose every layer is recomputed needs more than it kept."""
-    full = per.moe_full if arch.moe_in(chunks) else per.dense_full
+    full recompute: one layer or group, whole, on top of the inputs kept (the largest kind the
+    chunks hold). Block full recompute (the first N layers of a chunk recomputed): by then the
+    chunk's later layers are freed, so only a chunk whose every layer is recomputed needs more
+    than it kept."""
+    counts = arch.kind_counts(chunks)
+    full = max((b for b, n in zip(per.full, counts, strict=True) if n), default=0.0)
     if layout.recompute != "full":
         return full
     k = layout.recompute_num_layers
@@ -195,21 +213,20 @@ def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> 
     host memory as they are made and come back one layer ahead of their backward, so at most
     two of them are on the GPU (one being copied out or in, one computing). Otherwise each layer
     keeps what its recompute policy leaves (`PerLayer`)."""
-    n, n_moe = len(chunk), arch.moe_count(chunk)
+    n, counts = len(chunk), arch.kind_counts((chunk,))
     if layout.recompute != "full":
         off = min(layout.cpu_offloading_num_layers, n)
         if off:
-            head = range(chunk.start, chunk.start + off)
-            moe_head = arch.moe_count(head)
-            on_gpu = per.kept(n - off - (n_moe - moe_head), n_moe - moe_head)
-            return on_gpu + min(off, 2) * max(per.dense, per.moe if moe_head else 0.0)
-        return per.kept(n - n_moe, n_moe)
+            head = arch.kind_counts((range(chunk.start, chunk.start + off),))
+            largest = max(b for b, m in zip(per.kept, head, strict=True) if m)
+            return per.total(_sub(counts, head)) + min(off, 2) * largest
+        return per.total(counts)
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
-        return math.ceil(n / k) * per.dense  # a layer input: the same for both kinds
+        return math.ceil(n / k) * per.dense  # a layer input: the same for every kind
     r = min(k, n)
-    moe_rest = n_moe - arch.moe_count(range(chunk.start, chunk.start + r))
-    return r * per.dense + (n - r - moe_rest) * per.dense_full + moe_rest * per.moe_full
+    rest = _sub(counts, arch.kind_counts((range(chunk.start, chunk.start + r),)))
+    return r * per.dense + per.full_total(rest)
 
 
 def _mtp_extra_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -249,8 +266,9 @@ def stage_activations(
         arch.mtp_num_layers if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) else 0
     )
     if mtp:
-        layer = per.moe if arch.moe_layers[-1] else per.dense
-        kept[-1] += mtp * (layer + _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh))
+        layers = per.total(arch.mtp_counts())  # every depth's layers
+        extra = _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh)
+        kept[-1] += layers + mtp * extra
         loss = max(loss, logits)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     stored = schedule_peak(tuple(kept), layout, rank, m, schedule_name(job, layout))
@@ -262,8 +280,11 @@ def stage_activations(
         moe = dispatch_working_bytes(arch, sh, _dispatcher(layout), layout.ep)
         if layout.ep_comm_overlap:
             # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
-            moe += per.moe_full
+            moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
         working = max(working, moe)
+    if MAMBA in arch.kinds and arch.kind_counts(chunks)[arch.kinds.index(MAMBA)]:
+        # an M layer's backward rebuilds what its forward did not keep (`mamba.backward_working`)
+        working = max(working, mamba.backward_working(arch, sh.tokens, sh.tp))
     if last and sh.cross_entropy == "gathered":
         # the recomputed layer's working set comes after the loss backward has released all but
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)
@@ -271,11 +292,13 @@ def stage_activations(
     # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
     # layer's, and its published peaks hold both (tests/model/test_memory_published.py)
     both = sh.cross_entropy == "pytorch"
-    if sh.offload and n_layers:
+    counts = arch.kind_counts(chunks)
+    present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
+    if sh.offload and present:
         # the offloaded groups being reloaded and prefetched around the backward
-        stored += window_bytes(offloaded_bytes(arch, arch.moe_in(chunks) > 0, sh, sh.offload))
+        stored += window_bytes(max(offloaded_bytes(arch, k, sh, sh.offload) for k in present))
     acts = stored + (loss + working if both else max(loss, working))
-    if layout.cp > 1 and n_layers:
+    if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
         # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
         kv_heads = max(arch.query_groups / layout.tp, 1)

@@ -2,13 +2,16 @@
 into the step time: the layer times of a layout, the layers each rank runs, and the EP and
 CPU-offload traffic its overlap leaves exposed.
 
-Layer times (`layout_times`): the dense, MoE and output layers' times of `planner.model.layer_time`,
+Layer times (`layout_times`): each kind of layer's (`ModelArch.kinds`: a transformer's dense and
+MoE layers, a hybrid stack's Mamba, attention, MLP and MoE layers) and the output layer's times of
+`planner.model.layer_time`,
 memoised per job and per layout without the fields they do not read (`_layer_key`: the search
 scores thousands of layouts that differ only in pipeline, data-parallel, sharding and overlap
 fields). Per rank (`rank_layers`, `rank_mix`): its decoder layers of each kind, plus on the MTP
-rank each MTP layer (a decoder layer of the last layer's kind and one more output layer) and the
-output layer on the last rank; with block full recompute only the first recompute_num_layers
-layers of each chunk are recomputed (Megatron --recompute-method block).
+rank each MTP layer (a decoder layer of the last layer's kind, or a hybrid stack's MTP pattern,
+and one more output layer) and the output layer on the last rank; with block full recompute only
+the first recompute_num_layers layers of each chunk are recomputed (Megatron --recompute-method
+block).
 
 EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged forward-backward,
 `schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
@@ -21,6 +24,7 @@ offload): each layer's host transfers show beyond the next layer's forward and b
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import pairwise
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -35,14 +39,14 @@ from planner.model.layer_time import (
     layer_time,
     output_layer_time,
 )
-from planner.model.schedule import Chunks, layer_count, unmerged_share
+from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_activations import shard
 
-LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, Layer, Layer, float]] = JobMemo()
+LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float]] = JobMemo()
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
 values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple): the search
 scores thousands of layouts that differ only in those fields;
-and under ("dense", `_dense_key`) the dense layer's alone (twice; no output layer), shared by
+and under ("dense", kind, `_dense_key`) a kind without experts alone (no output layer), shared by
 layouts that differ only in their experts. Cleared by benchmarks/fit_constants.py when it
 changes a layer_time constant."""
 
@@ -94,32 +98,37 @@ def _dense_key(key: Layout) -> Layout:
 
 @dataclass(frozen=True)
 class LayoutTimes:
-    """What every rank of one layout shares: the GPU, micro-batches per step, the dense, MoE and
-    output layers' times (and the layers' times without recompute, which block recompute runs
-    on the rest of a chunk), and the rank holding the MTP layers."""
+    """What every rank of one layout shares: the GPU, micro-batches per step, the time of a layer
+    of each kind the model has (`ModelArch.kinds`, in order) and of the output layer (and the
+    layers' times without recompute, which block recompute runs on the rest of a chunk), and the
+    rank holding the MTP layers."""
 
     gpu: Gpu
     m: int
-    dense: Layer
-    moe: Layer
+    layers: tuple[Layer, ...]
     out: float
-    dense_plain: Layer
-    moe_plain: Layer
+    plain: tuple[Layer, ...]
     mtp_rank: int | None
+
+    @property
+    def dense(self) -> Layer:
+        """A transformer's dense layer (the first kind)."""
+        return self.layers[0]
 
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     """The `LayoutTimes` of a layout (its layer times from the memo)."""
-    gpu, m, dense_l, moe_l, out_layer = _times(job, lay)
-    dense_p, moe_p = dense_l, moe_l
+    gpu, m, layers, out_layer = _times(job, lay)
+    plain = layers
     if lay.recompute == "full" and lay.recompute_method == "block":
-        _, _, dense_p, moe_p, _ = _times(job, lay.with_(recompute="none"))
+        plain = _times(job, lay.with_(recompute="none"))[2]
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    return LayoutTimes(gpu, m, dense_l, moe_l, out_layer, dense_p, moe_p, mtp)
+    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp)
 
 
-def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
-    """(GPU, micro-batches, dense layer, MoE layer, output layer) times of a layout."""
+def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
+    """(GPU, micro-batches, each kind's layer, output layer) times of a layout. A kind without
+    experts is memoised under `_dense_key` (no expert field reaches it)."""
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     memo = LAYER_TIMES.of(job)
     tkey = _memo_key(lay)
@@ -127,15 +136,19 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, Layer, Layer, float]:
         key = _layer_key(lay)
         gpu = gpu_of(job)
         graphs = job.cuda_graphs
-        dkey = ("dense", _dense_key(key))
-        if dkey not in memo:
-            plain = issued(layer_time(job, dkey[1], gpu, False), graphs)
-            memo[dkey] = (gpu, plain, plain, 0.0)
-        dense_l = memo[dkey][1]
-        moe_l = issued(layer_time(job, key, gpu, True), graphs) if job.arch.is_moe else dense_l
-        memo[tkey] = (gpu, dense_l, moe_l, output_layer_time(job, key, gpu))
-    gpu, dense_l, moe_l, out_layer = memo[tkey]
-    return gpu, m, dense_l, moe_l, out_layer
+        layers: list[Layer] = []
+        for kind in job.arch.kinds:
+            if kind.moe:
+                layers.append(issued(layer_time(job, key, gpu, kind), graphs))
+                continue
+            dkey = ("dense", kind.name, _dense_key(key))
+            if dkey not in memo:
+                plain = issued(layer_time(job, dkey[2], gpu, kind), graphs)
+                memo[dkey] = (gpu, (plain,), 0.0)
+            layers.append(memo[dkey][1][0])
+        memo[tkey] = (gpu, tuple(layers), output_layer_time(job, key, gpu))
+    gpu, layers_t, out_layer = memo[tkey]
+    return gpu, m, layers_t, out_layer
 
 
 def ep_exposed(
@@ -167,12 +180,11 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     k = lay.cpu_offloading_num_layers
     if k <= 0:
         return fine_offload_exposed(job, lay, chunks, t)
-    dense_l, moe_l = t.dense, t.moe
-    kinds = [moe for c in chunks for moe in job.arch.moe_layers[c.start : c.stop]]
+    arch = job.arch
+    index = {kind: j for j, kind in enumerate(arch.kinds)}
+    layers = [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
     exposed = 0.0
-    for i in range(min(k, len(kinds) - 1)):
-        this = moe_l if kinds[i] else dense_l
-        nxt = moe_l if kinds[i + 1] else dense_l
+    for this, nxt in list(pairwise(layers))[:k]:
         exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
     return exposed
 
@@ -188,45 +200,43 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
     sh = shard(job, lay)
     mods, link = frozenset(lay.offload_modules), host_link_bandwidth(job)
     exposed = 0.0
-    for moe, layer in ((False, t.dense), (True, t.moe)):
-        n = job.arch.moe_in(chunks) if moe else layer_count(chunks) - job.arch.moe_in(chunks)
+    counts = job.arch.kind_counts(chunks)
+    for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
         if n:
-            sec = transfer_seconds(offloaded_bytes(job.arch, moe, sh, mods), link)
+            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods), link)
             exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
     return exposed
 
 
 def rank_layers(
     job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
-) -> tuple[int, int, int]:
-    """(dense layers, MoE layers, output layers) a rank runs per micro-batch: its decoder layers,
-    plus on the MTP rank each MTP layer (one decoder layer of the last layer's kind and one more
-    output layer and loss), and the output layer on the last rank."""
+) -> tuple[tuple[int, ...], int]:
+    """(layers of each kind, output layers) a rank runs per micro-batch: its decoder layers,
+    plus on the MTP rank each MTP depth's layers (one decoder layer of the last layer's kind, or
+    a hybrid stack's MTP pattern) and one more output layer and loss per depth, and the output
+    layer on the last rank."""
     arch = job.arch
-    n_moe = arch.moe_in(chunks)
-    n_dense = layer_count(chunks) - n_moe
+    counts = arch.kind_counts(chunks)
     heads = int(rank == lay.pp - 1)
     if rank == t.mtp_rank:
-        mtp = arch.mtp_num_layers
-        n_moe, n_dense = (n_moe + mtp, n_dense) if arch.moe_layers[-1] else (n_moe, n_dense + mtp)
-        heads += mtp
-    return n_dense, n_moe, heads
+        counts = tuple(a + b for a, b in zip(counts, arch.mtp_counts(), strict=True))
+        heads += arch.mtp_num_layers
+    return counts, heads
 
 
 def rank_mix(
     job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
 ) -> tuple[list[tuple[Layer, int]], int]:
-    """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: dense
-    and MoE layers with the layout's recompute, except with block full recompute, where only the
+    """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: each
+    kind's layers with the layout's recompute, except with block full recompute, where only the
     first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
-    dense_l, moe_l = t.dense, t.moe
-    n_dense, n_moe, heads = rank_layers(job, lay, rank, chunks, t)
+    counts, heads = rank_layers(job, lay, rank, chunks, t)
     if not (lay.recompute == "full" and lay.recompute_method == "block"):
-        return [(dense_l, n_dense), (moe_l, n_moe)], heads
-    arch, k = job.arch, lay.recompute_num_layers
-    recomputed = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
-    r_moe = arch.moe_in(recomputed)
-    r_dense = layer_count(recomputed) - r_moe
-    dense_p, moe_p = t.dense_plain, t.moe_plain
-    mix = [(dense_l, r_dense), (moe_l, r_moe), (dense_p, n_dense - r_dense), (moe_p, n_moe - r_moe)]
+        return list(zip(t.layers, counts, strict=True)), heads
+    k = lay.recompute_num_layers
+    recomputed = job.arch.kind_counts(
+        tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
+    )
+    mix = list(zip(t.layers, recomputed, strict=True))
+    mix += [(p, n - r) for p, n, r in zip(t.plain, counts, recomputed, strict=True)]
     return mix, heads

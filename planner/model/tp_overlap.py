@@ -49,8 +49,8 @@ def layer_traffic(
     tp: int,
     act_bytes: float,
     n_fwd: int,
-    columns: tuple[float, float],
-    rows: tuple[float, float],
+    columns: tuple[float, ...],
+    rows: tuple[float, ...],
     fp8: bool,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one layer's TP traffic per micro-batch under userbuffers, S =

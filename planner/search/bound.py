@@ -65,16 +65,16 @@ def lower_bound(job: Job, layout: Layout) -> float:
 def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     """Micro-batches and the floor under each kind of rank's stage time per micro-batch
     (`lower_bound`), once per kind: `rank_floors`' terms, computed once for all the ranks that run
-    the same (dense, MoE, output) layer counts (without memory savers each rank's mix is those
-    counts of the layout's dense and MoE layer, `stage_time.rank_mix`), each repeated as often
-    as such ranks occur (max and sum are what the bounds read)."""
+    the same layer counts of each kind and output layers (without memory savers each rank's mix
+    is those counts of the layout's layer of each kind, `stage_time.rank_mix`), each repeated as
+    often as such ranks occur (max and sum are what the bounds read)."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.sm_share(job.cluster)
     out: list[float] = []
-    for (n_dense, n_moe, heads), times in _rank_counts(job, lay, t):
+    for (counts, heads), times in _rank_counts(job, lay, t):
         c = a2a = tp = 0.0
-        for k, n in ((t.dense, n_dense), (t.moe, n_moe)):
+        for k, n in zip(t.layers, counts, strict=True):
             c += n * (k.fwd + k.bwd)
             a2a += n * k.ep
             tp += n * (k.tp + (1 - share) * k.tp_hidden)
@@ -83,10 +83,11 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     return t.m, out
 
 
-_COUNTS: dict[tuple[object, ...], tuple[ModelArch, list[tuple[tuple[int, int, int], int]]]] = {}
+_RankLayers = tuple[tuple[int, ...], int]
+_COUNTS: dict[tuple[object, ...], tuple[ModelArch, list[tuple[_RankLayers, int]]]] = {}
 
 
-def _rank_counts(job: Job, lay: Layout, t: LayoutTimes) -> list[tuple[tuple[int, int, int], int]]:
+def _rank_counts(job: Job, lay: Layout, t: LayoutTimes) -> list[tuple[_RankLayers, int]]:
     """Each distinct `stage_time.rank_layers` of the layout's ranks and how many ranks have it;
     remembered per model and pipeline split (all they depend on)."""
     key = (id(job.arch), lay.split_key(), t.mtp_rank)

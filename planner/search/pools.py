@@ -67,7 +67,7 @@ def _room(job: Job, layers: int) -> Job:
     if layers <= job.arch.num_layers:
         return job
     arch = job.arch.model_copy(update={"num_layers": layers})
-    for cached in ("moe_prefix", "moe_layers"):  # the copy's cached properties are the model's
+    for cached in ("moe_prefix", "moe_layers", "layer_kinds", "mtp_kinds", "kinds", "kind_prefix"):
         arch.__dict__.pop(cached, None)
     return replace(job, arch=arch)
 

@@ -315,7 +315,7 @@ def test_unfused_swiglu() -> None:
     ("text", "needle"),
     [
         (SMALL + "--encoder-num-layers 12 --decoder-num-layers 12", "encoder-decoder (T5)"),
-        (SMALL + "--hybrid-layer-pattern M-M*-", "hybrid Mamba"),
+        (SMALL + "--hybrid-layer-pattern M-X*-", "--hybrid-layer-pattern: 'X' in the main"),
         ("trainer.devices=8 model.config.num_layers=12 data.seq_length=2048", "name no model"),
         ("trainer_devices=8 model_config.num_layers=12", "NeMo-style"),
         ("", "no Megatron-LM flags"),

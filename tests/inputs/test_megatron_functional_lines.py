@@ -28,11 +28,16 @@ from planner.search.rules import check_plan
 
 REFUSED = {
     "t5": "encoder-decoder (T5)",
-    "hybrid": "hybrid Mamba",
-    "nemotron": "hybrid Mamba",
 }
 """Families planner does not model, and the words the refusal says. The NeMo cases (gpt-nemo:
 `nemo llm pretrain` overrides) read with their recipe's nemo_model as the line's --factory."""
+
+UNSET = {
+    "nemotron/nemotron3_super_release_gb200": "'${TOKENIZER_TYPE}' is a shell variable",
+    "nemotron/nemotron3_super_release_gb200_sm": "'${TOKENIZER_TYPE}' is a shell variable",
+}
+"""Lines whose tokenizer is a variable the case does not set (the release recipe's environment):
+planner asks for the vocabulary (`check --vocab-size`), as it would of a user."""
 
 
 def cases() -> list[dict[str, Any]]:
@@ -61,16 +66,17 @@ def outcome(case: dict[str, Any]) -> str | None:
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c["name"])
 def test_functional_test_line(case: dict[str, Any]) -> None:
     message = outcome(case)
-    expected = REFUSED.get(case["family"])
+    expected = REFUSED.get(case["family"]) or UNSET.get(case["name"])
     if expected is None:
         assert message is None
     else:
         assert message is not None and expected in message, message
 
 
-def test_the_read_rate_of_transformer_lines() -> None:
-    transformer = [c for c in cases() if c["family"] not in REFUSED]
-    read = [c for c in transformer if outcome(c) is None]
-    # 199 lines of GPT, MoE, Mixtral, BERT and VLM language models and NeMo recipes (of the
-    # cases usable for calibration; the held-out ones are not in the repository), every one read
-    assert (len(transformer), len(read)) == (199, 199)
+def test_the_read_rate_of_modelled_lines() -> None:
+    modelled = [c for c in cases() if c["family"] not in REFUSED]
+    read = [c for c in modelled if outcome(c) is None]
+    # 199 lines of GPT, MoE, Mixtral, BERT and VLM language models and NeMo recipes and 18 of
+    # hybrid Mamba stacks (of the cases usable for calibration; the held-out ones are not in the
+    # repository), every one read but the two whose tokenizer the line leaves unset (UNSET)
+    assert (len(modelled), len(read)) == (217, 215)

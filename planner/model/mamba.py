@@ -1,0 +1,151 @@
+"""The Mamba-2 mixer of a hybrid stack's M layers: parameters, FLOPs, GEMMs, the activations its
+training path keeps, and its chunked scan's work.
+
+Megatron-LM d98e8a64 megatron/core/ssm/mamba_mixer.py (`MambaMixer`), built by mamba_layer.py
+(`MambaLayer`, d_model = hidden_size only, so every other argument keeps its default: expand 2,
+d_conv 4, chunk_size 128, no linear biases, a conv bias, the gated RMSNorm) with the TE spec of
+megatron/core/models/hybrid/hybrid_layer_specs.py (in_proj a TELayerNormColumnParallelLinear:
+the layer's norm is fused into it; out_proj a TERowParallelLinear). h hidden, H heads
+(--mamba-num-heads, default 2h / P), P head dim (--mamba-head-dim, 64), d = H x P the inner width,
+g groups (--mamba-num-groups, 8), n state dim (--mamba-state-dim, 128), Q the chunk size (128),
+w the conv width (4); TP splits heads and groups (H / tp, g / tp; Megatron asserts both divide):
+
+    in_proj     h -> 2d + 2gn + H   (z, x, B, C, dt)              column-parallel, no bias
+    conv1d      d + 2gn channels of width w, and their bias         split by tp
+    dt_bias, A_log, D   H each                                      split by tp
+    norm        the gated RMSNorm over d (group size d / g)         split by tp
+    out_proj    d -> h                                              row-parallel, no bias
+
+Training (use_mem_eff_path, the default) runs mamba_ssm's `mamba_split_conv1d_scan_combined`
+(state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py, `MambaSplitConv1dScanCombinedFn`):
+conv1d, the SSD chunked scan and the z gate in one autograd function that saves only its input
+zxBCdt and the scan's output before the gate (out_x), and recomputes the convolution and the
+chunk states in its backward. Per token, what one M layer keeps for the backward (16-bit):
+
+    the norm's input (fused into in_proj) and in_proj's saved input     2h + 2h   replicated w/o SP
+    zxBCdt (the contiguous b-l-d copy the scan function saves)           2(2d + 2gn + H)
+    out_x                                                                2d
+    the gated RMSNorm's input and its rstd (fp32, one per group)         2d + 4g
+    out_proj's input (the norm's output)                                 2d
+    the residual add's dropout mask                                      h         replicated w/o SP
+
+(`saved_widths`; the first and last lines are every block's, `planner.model.activations`). Its
+backward recomputes xBC after the convolution (d + 2gn), the fp32 chunk states and their bf16
+copy after the state passing (6 bytes per state element: H P n per chunk of Q tokens, d n / Q per
+token), their fp32 gradients (4 per element) and the fp32 C B^T blocks (Q g per token): the working
+set one M layer adds while its backward runs (`backward_working`).
+
+FLOPs. Model FLOPs follow Megatron's count (megatron/training/training.py `mamba_layer_flops`):
+in_proj 2h(2d + 2gn + H), the scan 7dn, out_proj 2dh per token forward (Megatron writes d = 2h;
+here d is the mixer's own H x P). The work the SSD kernels execute (Dao & Gu 2024,
+arXiv:2405.21060 Sec. 6; mamba_ssm's forward `_chunk_cumsum_fwd`, `_chunk_state_fwd`,
+`_state_passing_fwd`, `_bmm_chunk_fwd`, `_chunk_scan_fwd`), per token forward: C B^T over the
+chunk 2Qgn, its masked product with x 2Qd, the chunk states B^T x 2nd and the output from the
+states C h 2nd; the backward recomputes the states and C B^T (2nd + 2Qgn) and runs dstates 2nd,
+dx 2Qd + 2nd, dB 2nd, dC 2nd, d(CB) 2Qd, the two C B^T gradients 4Qgn and ddA 2Qd
+(`_mamba_chunk_scan_combined_bwd`): 10nd + 6Qd + 6Qgn. Time (`scan_time`): those FLOPs on the
+GEMM roofline's large-GEMM rate plus the chunk states' HBM traffic (SSD_STATE_BYTES), additively;
+the conv and the gate are elementwise, counted with every layer's elementwise passes over its
+saved activations (`planner.model.layer_time`).
+"""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.model.gemm import Gpu
+
+D_CONV = 4
+"""The causal convolution's width (MambaMixer's d_conv default; MambaLayer passes none)."""
+
+CHUNK_SIZE = 128
+"""The SSD kernels' chunk length Q (MambaMixer's chunk_size default)."""
+
+SSD_STATE_BYTES_FWD = 12.0
+"""HBM bytes per chunk-state element in the forward (mamba_ssm ssd_combined.py): the chunk-state
+kernel writes it in fp32 (4), the state passing reads that (4) and writes the bf16 state (2), the
+chunk scan reads it (2)."""
+
+SSD_STATE_BYTES_BWD = 34.0
+"""The same in the backward: the recomputed states (write 4, read 4, write 2), the fp32 dstates
+written by the chunk-scan kernel (4), read and rewritten by the state passing's backward with the
+states (4 + 2 + 4), and read by the dx and dB kernels (4 + 4), the dC kernel reading the states
+(2), ~34."""
+
+
+def inner_width(arch: ModelArch) -> tuple[int, int, int, int]:
+    """(d, H, g, n): the mixer's inner width, heads, groups and state dim."""
+    return arch.mamba_inner, arch.mamba_heads, arch.mamba_num_groups, arch.mamba_state_dim
+
+
+def in_proj_width(arch: ModelArch) -> int:
+    """in_proj's output per token: z, x (d each), B, C (g n each), dt (H)."""
+    d, heads, g, n = inner_width(arch)
+    return 2 * d + 2 * g * n + heads
+
+
+def mixer_params(arch: ModelArch) -> int:
+    """One Mamba-2 mixer's parameters (the layer's norm, fused into in_proj, not included)."""
+    d, heads, g, n = inner_width(arch)
+    h = arch.hidden_size
+    conv = (D_CONV + 1) * (d + 2 * g * n)
+    return h * in_proj_width(arch) + conv + 3 * heads + d + d * h
+
+
+def mixer_forward(arch: ModelArch) -> float:
+    """Model FLOPs per token of one mixer's forward (Megatron's count, with d = H x P)."""
+    d, _, _, n = inner_width(arch)
+    h = arch.hidden_size
+    return 2.0 * h * in_proj_width(arch) + 7.0 * d * n + 2.0 * d * h
+
+
+def mixer_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, float, float]]:
+    """(M, K, N, count) of one mixer's forward GEMMs on one GPU for t tokens: in_proj
+    (column-parallel), out_proj (row-parallel)."""
+    d, h = arch.mamba_inner, arch.hidden_size
+    return [(t, h, in_proj_width(arch) / tp, 1), (t, d / tp, h, 1)]
+
+
+def saved_widths(arch: ModelArch) -> tuple[float, float]:
+    """(bytes per token split by tp, of which out_proj's saved input) that one mixer keeps
+    beyond its block's norm input, norm output and dropout mask: zxBCdt, out_x, the gated norm's
+    input and rstd, out_proj's input (module docstring)."""
+    d, _, g, _ = inner_width(arch)
+    return 2.0 * in_proj_width(arch) + 2 * d + 2 * d + 4 * g + 2 * d, 2.0 * d
+
+
+def backward_working(arch: ModelArch, tokens: float, tp: int) -> float:
+    """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU: the
+    recomputed xBC, chunk states (fp32 and bf16) and their fp32 gradients, and C B^T in fp32."""
+    d, _, g, n = inner_width(arch)
+    per_token = 2 * (d + 2 * g * n) + (6 + 4) * d * n / CHUNK_SIZE + 4 * CHUNK_SIZE * g
+    return tokens * per_token / tp
+
+
+def scan_flops(arch: ModelArch) -> tuple[float, float]:
+    """(forward, backward) FLOPs per token the SSD kernels execute (module docstring), tp = 1."""
+    d, _, g, n = inner_width(arch)
+    q = CHUNK_SIZE
+    fwd = 2.0 * q * g * n + 2.0 * q * d + 4.0 * n * d
+    bwd = 10.0 * n * d + 6.0 * q * d + 6.0 * q * g * n
+    return fwd, bwd
+
+
+def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one mixer's SSD kernels per micro-batch of `tokens` on one
+    GPU: their FLOPs at the large-GEMM fraction of the bf16 peak plus the chunk states' HBM
+    bytes at the achieved bandwidth."""
+    fwd_f, bwd_f = scan_flops(arch)
+    states = tokens * arch.mamba_inner * arch.mamba_state_dim / CHUNK_SIZE / tp
+    rate = gpu.peak_bf16 * gpu.e_bf16
+    fwd = tokens * fwd_f / tp / rate + SSD_STATE_BYTES_FWD * states / gpu.hbm
+    bwd = tokens * bwd_f / tp / rate + SSD_STATE_BYTES_BWD * states / gpu.hbm
+    return fwd, bwd
+
+
+def context_parallel_bytes(arch: ModelArch, tokens: float, tp: int) -> tuple[float, float]:
+    """(forward, backward) bytes one GPU sends through the context-parallel all-to-alls of one
+    mixer per micro-batch (megatron/core/ssm/mamba_context_parallel.py: zxBCdt from
+    sequence-sharded to head-sharded before the convolution, the output back after the scan;
+    the backward moves their gradients)."""
+    both = 2.0 * tokens * (in_proj_width(arch) + arch.mamba_inner) / tp
+    return both, both
