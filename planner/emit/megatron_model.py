@@ -66,6 +66,12 @@ def model_args(plan: Plan) -> list[Arg]:
     """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
     arch, job = plan.job.arch, plan.job
     where = f"{plan.path}: model"
+    if arch.is_hybrid:
+        raise InputError(
+            f"{where}.hybrid_layer_pattern: planner does not write pretrain_hybrid.py launches "
+            "for hybrid Mamba stacks yet (check, explain and suggest read them; the pipeline "
+            "split goes in the pattern's '|' segments)"
+        )
     a: list[Arg] = [
         ("--num-layers", str(arch.num_layers)),
         ("--hidden-size", str(arch.hidden_size)),

@@ -124,3 +124,14 @@ def test_gemm_blocks_follow_the_kind() -> None:
     assert flops.gemm_blocks(TINY, MAMBA) == (("mamba", range(2)),)
     assert flops.gemm_blocks(TINY, MLP) == (("dense", range(2)),)
     assert [b for b, _ in flops.gemm_blocks(TINY, True)] == ["attention", "moe"]
+
+
+def test_nemotron3_nano_parameter_counts() -> None:
+    # NVIDIA's model card of Nemotron 3 Nano 30B-A3B (as quoted in the Megatron-Bridge docs,
+    # models/llm/nemotron3): "3.5B active parameters and 30B parameters in total" (rounded; the
+    # name says 30B). Counted here: the Megatron-LM configuration of the zoo entry.
+    from planner.inputs import catalog
+
+    arch = catalog.get_model("nemotron3-nano-30b-a3b")
+    assert params.params_total(arch) == pytest.approx(31.6e9, rel=0.02)
+    assert params.params_active(arch) == pytest.approx(3.5e9, rel=0.05)

@@ -3,10 +3,11 @@
 Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `features` those on recompute, offloading, MoE dispatch and routing, FP8 and the expert
-overlap, and what Megatron only warns about; `torchtitan` what torchtitan runs (plans with
-framework = "torchtitan"). `violations` runs every rule (the search uses it to
-prune and to count rejections per rule); `check_plan` turns a plan's into one InputError;
-`warnings` lists what Megatron would warn about, which commands report without refusing.
+overlap, and what Megatron only warns about; `hybrid` those of a hybrid Mamba stack;
+`torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs
+every rule (the search uses it to prune and to count rejections per rule); `check_plan` turns
+a plan's into one InputError; `warnings` lists what Megatron would warn about, which commands
+report without refusing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
 from planner.search.rules.base import Rule, Violation
 from planner.search.rules.features import RULES as FEATURE_RULES
-from planner.search.rules.features import WARNINGS, expert_overlap
+from planner.search.rules.features import WARNINGS
+from planner.search.rules.features import expert_overlap as feature_expert_overlap
+from planner.search.rules.hybrid import RULES as HYBRID_RULES
+from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
+from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
 from planner.search.rules.parallel import (
     batch,
     context,
@@ -60,6 +65,7 @@ RULES: tuple[Rule, ...] = (
     overlap,
     *FEATURE_RULES,
     *TORCHTITAN_RULES,
+    *HYBRID_RULES,
     batch,
     positions,
 )
@@ -71,10 +77,18 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     torchtitan_experts,
     context,
     context_attention,
+    *HYBRID_STRUCTURAL,
     batch,
 )
 """The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
 applies them to whole structures before it chooses micro-batches, vpp and splits."""
+
+
+def expert_overlap(job: Job, layout: Layout) -> Violation | None:
+    """Whether Megatron refuses the layout's EP all-to-all overlap (`features.expert_overlap`;
+    never with a hybrid stack, `hybrid.expert_overlap`): what the search asks before it offers
+    the overlap."""
+    return hybrid_expert_overlap(job, layout) or feature_expert_overlap(job, layout)
 
 
 def _broken(rules: tuple[Rule, ...], job: Job, layout: Layout) -> list[Violation]:
