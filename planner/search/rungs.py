@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from planner.inputs.layout import Layout, Recompute, RecomputeMethod, RecomputeModule
 from planner.inputs.plan import Job
+from planner.model.job_memo import JobMemo
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
     ("layernorm",),
@@ -140,19 +141,28 @@ def _selective(has: tuple[tuple[str, bool], ...], delayed: bool) -> tuple[Rung, 
     )
 
 
+_RUNGS: JobMemo[tuple[object, ...], tuple[tuple[Rung, ...], tuple[Ladder, ...]]] = JobMemo()
+"""`rungs` per job and per (split, TP overlap, kinds, offload): all that they read of the base
+(the search asks for them once per base of every structure)."""
+
+
 def rungs(
     job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool
 ) -> tuple[list[Rung], list[Ladder]]:
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
     (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none)."""
-    longest = 0
-    if "full" in kinds:
-        chunks = base.chunk_layers(job.arch.num_layers)
-        longest = max(len(chunk) for rank in chunks for chunk in rank)
-    offload_up_to = job.arch.num_layers - 1 if offload and base.pp == 1 else 0
-    sel = tuple(selective(job)) if "selective" in kinds else ()
-    single, ladders = _rungs(kinds, sel, offload_up_to, longest, base.tp_comm_overlap)
-    return list(single), list(ladders)
+    memo = _RUNGS.of(job)
+    key = (base.split_key(), base.tp_comm_overlap, kinds, offload)
+    hit = memo.get(key)
+    if hit is None:
+        longest = 0
+        if "full" in kinds:
+            chunks = base.chunk_layers(job.arch.num_layers)
+            longest = max(len(chunk) for rank in chunks for chunk in rank)
+        offload_up_to = job.arch.num_layers - 1 if offload and base.pp == 1 else 0
+        sel = tuple(selective(job)) if "selective" in kinds else ()
+        hit = memo[key] = _rungs(kinds, sel, offload_up_to, longest, base.tp_comm_overlap)
+    return list(hit[0]), list(hit[1])
 
 
 @lru_cache(maxsize=1024)

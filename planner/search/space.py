@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -287,14 +287,30 @@ def bases(
         if overlap is None:
             out.append(Base(plain, tuple(single), tuple(ladders)))
             continue
-        allowed = [r for r in single if rules.expert_overlap(job, r.on(overlap)) is None]
+        # `overlap` passed `rules.expert_overlap` without recompute, and a rung changes only
+        # the recompute, offloading and TP-overlap fields: the rule's recompute condition decides
+        allowed = [r for r in single if rules.recompute_allows_overlap(r.recompute, r.modules)]
         ov_ladders = [
-            ld for ld in ladders if not rules.expert_overlap(job, ld.make(ld.lo).on(overlap))
+            ld
+            for ld in ladders
+            if rules.recompute_allows_overlap(ld.make(ld.lo).recompute, ld.make(ld.lo).modules)
         ]
         takes = frozenset(allowed) if s.pp > 1 else frozenset()
         out.append(Base(plain, tuple(single), tuple(ladders), takes))
         out.append(Base(overlap, tuple(allowed), tuple(ov_ladders)))
     return out
+
+
+def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
+    """`bases` of the same structure, vpp and split at micro-batch size `mbs`: each base with its
+    layout's micro_batch_size set, and the same rungs. Nothing else `bases` decides reads the
+    micro-batch size: the dispatchers read the structure, the rungs (`rungs.rungs`) the split and
+    the TP overlap, `rules.expert_overlap` the degrees, vpp, dispatcher and recompute
+    (tests/search/test_search_memo.py checks it over every option of the brute-forced
+    problems)."""
+    if all(b.layout.micro_batch_size == mbs for b in shape):
+        return shape
+    return [replace(b, layout=b.layout.with_(micro_batch_size=mbs)) for b in shape]
 
 
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:

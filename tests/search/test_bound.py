@@ -1,4 +1,4 @@
-"""planner.search.bound's lower bounds and planner.search.top_k's structure filter: what they add to
+"""planner.search.bound's lower bounds and planner.search.variants.states_fit: what they add to
 `cost.compute_floor` is safe, and the compute part is compute_floor itself, bit for bit (so a change
 to the model's floor shows here before it can make the search's bound unsafe). The brute force of
 tests/search/test_top_k.py proves the certified top K unchanged."""
@@ -11,7 +11,7 @@ import pytest
 
 from planner.model import comms, cost, memory
 from planner.search import bound as bounds
-from planner.search import rungs, top_k
+from planner.search import rungs, variants
 from planner.search import space as space_mod
 from planner.search.rungs import NONE
 from planner.search.space import Space
@@ -88,7 +88,7 @@ def test_structures_whose_states_never_fit_are_not_queued() -> None:
         shapes = {(vpp, split) for _, vpp, split in opts}
         top = max(o[0] for o in opts)
         fit = any(
-            top_k._states_fit(job, space, space_mod.bases(job, s, top, v, sp, space)[0].layout,
+            variants.states_fit(job, space, space_mod.bases(job, s, top, v, sp, space)[0].layout,
                               capacity, {})
             for v, sp in shapes
         )  # fmt: skip

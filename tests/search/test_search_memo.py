@@ -2,7 +2,9 @@
 the brute-forced problems of tests/search/test_top_k.py: the memory premise behind skipping a
 rung that did not fit at a smaller micro-batch, the options shared by structures with the same
 (dp, pp), the layer-time memo's tuple key, the peak ranks per split and the fixed buffers
-computed once per estimate (the search's answers themselves: test_top_k's brute force)."""
+computed once per estimate, the bases built once per (vpp, split), the rungs per split and the
+EP-overlap base's rungs from the rule's recompute condition (the search's answers themselves:
+test_top_k's brute force)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.model import buffers, memory, stage_time
+from planner.search import rules, rungs
 from planner.search import space as space_mod
-from tests.search.test_top_k import PROBLEMS, _sample_layouts, variants_of
+from tests.search.test_top_k import PROBLEMS, _sample_layouts, layouts_of, variants_of
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_a_rung_that_does_not_fit_does_not_fit_at_a_larger_micro_batch(name: str) -> None:
-    """`top_k._best_variants` does not estimate a rung again at a larger micro-batch of the
+    """`variants.best_variants` does not estimate a rung again at a larger micro-batch of the
     same structure, shape, ZeRO stage, dispatcher and overlap once it did not fit at a smaller
     one: over every variant of the problem, fitting never comes back as the micro-batch grows."""
     job, space = PROBLEMS[name]
@@ -107,3 +110,54 @@ def test_peak_ranks_are_per_model() -> None:
     for j in (job, other, job):
         chunks = lay.chunk_layers(j.arch.num_layers)
         assert memory._peak_candidates(j, lay, chunks) == memory._peak_ranks_of(j, lay, chunks)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_bases_at_another_micro_batch_are_its_bases(name: str) -> None:
+    """`top_k` builds a structure's bases once per (vpp, split), at the first micro-batch size
+    it asks for, and sets the size for the others (`space.at_micro_batch`): over every option of
+    every structure that is `space.bases` at that size, rungs and all."""
+    job, space = PROBLEMS[name]
+    checked = 0
+    for s in space_mod.structures(job, space, Counter()):
+        first: dict[tuple[int, tuple[int, ...] | None], list[space_mod.Base]] = {}
+        for mbs, vpp, split in space_mod.options(job, space, s):
+            own = space_mod.bases(job, s, mbs, vpp, split, space)
+            shape = first.setdefault((vpp, split), own)
+            assert space_mod.at_micro_batch(shape, mbs) == own, (s, mbs, vpp, split)
+            checked += shape is not own
+    assert checked > 0 or name == "sc21-1.7b-32xa100"
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b-16xh100", "sc21-1.7b-32xa100", "llama8b-fp8"])
+def test_rungs_remembered_per_split_are_rungs_afresh(name: str) -> None:
+    """`rungs.rungs` remembers a base's rungs per job, split, TP overlap, kinds and offloading:
+    for every base layout of the problem they are those computed with nothing remembered."""
+    job, space = PROBLEMS[name]
+    for base in _sample_layouts(name, 80):
+        for kinds, offload in ((space.recompute, True), (("none", "full"), False)):
+            kept = rungs.rungs(job, base, kinds, offload)
+            rungs._RUNGS.clear()
+            fresh = rungs.rungs(job, base, kinds, offload)
+            assert kept[0] == fresh[0], base.describe()
+            assert [(ld.make(ld.lo), ld.lo, ld.hi) for ld in kept[1]] == [
+                (ld.make(ld.lo), ld.lo, ld.hi) for ld in fresh[1]
+            ], base.describe()
+
+
+@pytest.mark.parametrize("name", ["mixtral-ep-overlap", "mixtral-8x7b-16xh100"])
+def test_overlap_rungs_are_the_rules_own(name: str) -> None:
+    """`space.bases` gives a base with the EP all-to-all overlap the rungs
+    `rules.recompute_allows_overlap` accepts, instead of asking `rules.expert_overlap` of each:
+    on every overlap base of the problem, every rung (each ladder whole) gets the same answer
+    from both."""
+    job, space = PROBLEMS[name]
+    checked = 0
+    for base in layouts_of(name):
+        if not base.ep_comm_overlap:
+            continue
+        for r in rungs.every(job, base, space.recompute, space.offload):
+            whole_rule = rules.expert_overlap(job, r.on(base)) is None
+            assert whole_rule == rules.recompute_allows_overlap(r.recompute, r.modules), r
+            checked += not whole_rule
+    assert checked > 0

@@ -404,7 +404,9 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     more than the exact step time of any layout of that structure, split and vpp; and
     bounds.base_bound (with the pipeline's fill and drain) at a base layout's own micro-batch
     (what the search prunes a base on) no more than any of its
-    variants' (ZeRO stages and memory-saving rungs)."""
+    variants' (ZeRO stages and memory-saving rungs); and the base's own lower_bound at the
+    structure's largest micro-batch (the search's `floor`, checked before base_bound) no more
+    than base_bound."""
     job, _ = PROBLEMS[name]
     variants = variants_of(name)
     groups: dict[tuple[int, ...], list[Layout]] = {}
@@ -426,6 +428,8 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
         )
         for lay in lays:
             own = bounds.base_bound(job, lay)
+            floor = bounds.lower_bound(job, lay.with_(micro_batch_size=top_mbs))
+            assert floor <= own, (lay.describe(), floor, own)
             for _, _, v in variants[lay]:
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)

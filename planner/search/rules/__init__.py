@@ -17,7 +17,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
 from planner.search.rules.base import Rule, Violation
 from planner.search.rules.features import RULES as FEATURE_RULES
-from planner.search.rules.features import WARNINGS
+from planner.search.rules.features import WARNINGS, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
@@ -47,6 +47,7 @@ __all__ = [
     "Violation",
     "check_plan",
     "expert_overlap",
+    "recompute_allows_overlap",
     "violations",
     "warnings",
 ]

@@ -204,6 +204,15 @@ def fp8_recipe(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def recompute_allows_overlap(recompute: str, modules: tuple[str, ...]) -> bool:
+    """`expert_overlap`'s one condition on recompute: no full recompute and no recompute module
+    moe. Its other conditions, and `rules.expert_overlap`'s on hybrid stacks, read the overlap
+    flag, the degrees, vpp, the dispatcher and the model alone, none of which a memory-saving rung
+    changes: a layout the rules accept without recompute is accepted with exactly the rungs this
+    accepts (`space.bases` filters the overlap base's rungs on it)."""
+    return not (recompute == "full" or (recompute == "selective" and "moe" in modules))
+
+
 def expert_overlap(job: Job, lay: Layout) -> Violation | None:
     """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm: ep > 1, vpp when
     pp > 1, the alltoall or flex dispatcher, no full recompute and no recompute of the whole MoE
@@ -224,7 +233,7 @@ def expert_overlap(job: Job, lay: Layout) -> Violation | None:
         return Violation(
             "ep_overlap_dispatcher", field, f"{why} needs the alltoall or flex token dispatcher"
         )
-    if lay.recompute == "full" or (lay.recompute == "selective" and "moe" in lay.recompute_modules):
+    if not recompute_allows_overlap(lay.recompute, lay.recompute_modules):
         return Violation(
             "ep_overlap_recompute",
             field,

@@ -1,0 +1,204 @@
+"""One base layout's variants, scored (`best_variants`): the memory-feasible (ZeRO stage,
+memory-saving rung) variants of a base that can rank in `planner.search.top_k`'s top K, each
+ZeRO stage's fastest that fits, with the shortcuts that spare exact estimates (the bounds of
+`planner.search.bound`, the state floor, what did not fit at a smaller micro-batch); and the
+structure filter on the states alone (`states_fit`). Each shortcut's proof is in its docstring;
+tests/search/test_top_k.py checks the search against a brute force that shares none of them."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, memory
+from planner.model.cost import Performance
+from planner.model.memory import MemoryReport
+from planner.search.bound import base_bound
+from planner.search.rungs import NONE, Ladder, Rung, leanest
+from planner.search.space import Base, Space, zero_stages
+from planner.search.twins import same_time
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    memory: MemoryReport
+    performance: Performance
+
+    @property
+    def step_time(self) -> float:
+        return self.performance.step_time_s
+
+
+def best_variants(
+    job: Job,
+    space: Space,
+    base_of: Base,
+    rejected: Counter[str],
+    too_big: dict[tuple[object, ...], bool],
+    cut: float | None,
+    lean_fails: dict[tuple[object, ...], int],
+    floor: float | None = None,
+) -> list[Candidate]:
+    """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
+    fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
+    fast or faster. No rung is faster than none (they only add recompute or host transfers), and
+    no ZeRO stage is faster than a lower one with the same rung, so a base whose first stage fits
+    without a rung is done. A ZeRO stage whose weights, gradients, optimizer state and buffers
+    alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
+    remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
+    so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
+    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest, and
+    each rung, or ladder's n, that did not fit: tests/search/test_search_memo.py). Block
+    recompute and offloading are bisected for their smallest setting that fits (their memory falls
+    and their time grows with it). A rung without the base's TP overlap is no faster than with
+    it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
+    A stage whose fastest fitting rung the base's EP-overlap twin
+    takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
+    own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
+    far, yields nothing either (checked once some ZeRO stage's states fit), nor one whose `floor`
+    does: the base's `lower_bound` at its structure's largest micro-batch size, which the search
+    has from queueing the structure. That bounds every layout of the base at a micro-batch size
+    no larger (`lower_bound`), so it is no more than `base_bound`, whose work it spares where it
+    cuts (the pipeline's fill and drain only add to `lower_bound` at the base's own size, which
+    is no less than at the largest: tests/search/test_top_k.py checks both below every layout of
+    its problems); nor does a stage
+    where the base without memory savers does not fit and its exact time (NONE.on(zbase): no
+    rung is faster, tests/search/test_top_k.py) is above `cut`, before any rung is tried."""
+    base, single, ladders = base_of.layout, base_of.single, base_of.ladders
+    found: list[Candidate] = []
+    limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    mbs = base.micro_batch_size
+
+    for z in zero_stages(space, base):
+        zbase = base.with_(zero_stage=z)
+        key = (base.vpp, base.pipeline_layers, z)
+        if key not in too_big:
+            too_big[key] = memory.state_floor(job, zbase) > capacity
+        if too_big[key]:
+            rejected["memory"] += 1
+            continue
+        if cut is not None:
+            if (floor is not None and floor > cut) or base_bound(job, base) > cut:
+                return []
+            cut = None  # checked once: the bound does not depend on the ZeRO stage
+        known: dict[Rung, MemoryReport | None] = {}
+        lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
+
+        def fits(
+            rung: Rung,
+            fails: bool = False,
+            *,
+            zbase: Layout = zbase,
+            known: dict[Rung, MemoryReport | None] = known,
+            lean_key: tuple[object, ...] = lean_key,
+        ) -> MemoryReport | None:
+            if rung not in known:
+                # memory grows with the micro-batch: a rung that did not fit at a smaller one
+                # (or `fails`: is known not to) does not fit here (counted as an estimate)
+                if fails or lean_fails.get((lean_key, rung), math.inf) < mbs:
+                    rejected["memory"] += 1
+                    known[rung] = None
+                    return None
+                rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
+                if not rep.fits:
+                    rejected["memory"] += 1
+                    lean_fails.setdefault((lean_key, rung), mbs)
+                known[rung] = rep if rep.fits else None
+            return known[rung]
+
+        feasible: list[tuple[Rung, MemoryReport]] = []
+        if NONE in single and (rep := fits(NONE)) is not None:
+            feasible.append((NONE, rep))
+        else:
+            # memory grows with the micro-batch (the options come smallest first): where the
+            # leanest rungs did not fit at a smaller one, they do not fit here
+            if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
+                rejected["memory"] += 1
+                continue
+            if limit is not None and _slower(cost.estimate(job, NONE.on(zbase)).step_time_s, limit):
+                continue  # every rung is slower than none at this stage: none makes the top K
+            lean = leanest(single, ladders)
+            if lean and all(fits(r) is None for r in lean):
+                lean_fails[lean_key] = base.micro_batch_size
+                continue
+            for r in single:
+                # without the TP overlap a rung is no faster: only where it does not fit with it
+                dominated = not r.tp_overlap and fits(r.with_tp_overlap()) is not None
+                if r != NONE and not dominated and (rep := fits(r)) is not None:
+                    feasible.append((r, rep))
+            smallest: dict[int, int] = {}
+            for ld in ladders:
+                hi = ld.hi
+                if ld.with_tp_overlap is not None and id(ld.with_tp_overlap) in smallest:
+                    hi = smallest[id(ld.with_tp_overlap)] - 1  # else the twin is as lean, faster
+                floor_key = (lean_key, "ladder", ld.make(0))
+                n = _smallest_fitting(ld, fits, hi, lean_fails.get(floor_key, 0))
+                if hi >= ld.lo:  # every n below the smallest that fits does not fit
+                    lean_fails[floor_key] = max(lean_fails.get(floor_key, 0), n or hi + 1)
+                if n is not None:
+                    rep = fits(ld.make(n))
+                    assert rep is not None
+                    feasible.append((ld.make(n), rep))
+                    smallest[id(ld)] = n
+        scored = [
+            Candidate(r.on(zbase), rep, cost.estimate(job, r.on(zbase))) for r, rep in feasible
+        ]
+        if not scored:
+            continue
+        pick = min(range(len(scored)), key=lambda i: scored[i].step_time)  # first of equals
+        best = scored[pick]
+        twin = feasible[pick][0] in base_of.twin_takes
+        if not twin and not any(
+            c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
+        ):
+            found.append(best)
+        if feasible[pick][0] == NONE:
+            break  # every later stage is no faster than this
+    return found
+
+
+def states_fit(
+    job: Job, space: Space, base: Layout, capacity: float, too_big: dict[tuple[object, ...], bool]
+) -> bool:
+    """Whether some ZeRO stage's weights, gradients, optimizer state and buffers
+    (`memory.state_floor`, a floor under every micro-batch size, rung, token dispatcher and
+    overlap of the shape) fit in `capacity`; `too_big` records each stage's answer under
+    `best_variants`'s key, which then need not estimate it again."""
+    fit = False
+    for z in zero_stages(space, base):
+        key = (base.vpp, base.pipeline_layers, z)
+        if key not in too_big:
+            too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
+        fit |= not too_big[key]
+    return fit
+
+
+def _slower(t: float, cut: float) -> bool:
+    """A step time that cannot make the top K under `cut`: above it and not its twin
+    (`twins.same_time`: the kept layouts reach that far above the K-th row's time)."""
+    return t > cut and not same_time(t, cut)
+
+
+def _smallest_fitting(
+    ladder: Ladder, fits: Callable[[Rung, bool], MemoryReport | None], hi: int, floor: int = 0
+) -> int | None:
+    """The smallest n up to hi whose rung of the ladder fits, by bisection (memory falls as n
+    grows); None when not even n = hi fits. `fits` remembers what it has estimated; each n
+    below `floor` is known not to fit (below the smallest that fitted at a smaller micro-batch:
+    memory grows with it), which `fits` is told, so that the bisection probes as it would."""
+    if hi < ladder.lo or fits(ladder.make(hi), hi < floor) is None:
+        return None
+    lo = ladder.lo
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(ladder.make(mid), mid < floor) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
