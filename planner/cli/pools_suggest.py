@@ -18,7 +18,7 @@ from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
 from planner.search import pool_search
-from planner.search.pools import PoolPlan, usd_per_million_tokens
+from planner.search.pools import PoolPlan, slow_link, usd_per_million_tokens
 from planner.search.space import Space
 from planner.search.suggest import search_rows
 
@@ -52,7 +52,16 @@ def alone(job: Job, space: Space, objective: str) -> list[Alone]:
     return rows
 
 
+def _stage_layers(p: PoolPlan) -> list[int]:
+    """Decoder layers of each pipeline stage."""
+    if p.split is not None:
+        return list(p.split.layers)
+    return [sum(map(len, c)) for c in p.layout.chunk_layers(p.job.arch.num_layers)]
+
+
 def _split_text(p: PoolPlan) -> str:
+    if p.split is None:  # the data-parallel replicas span the pools: each runs every stage
+        return f"every pool: {'/'.join(map(str, _stage_layers(p)))}"
     names = [st.pool for st in p.memory.stages]  # the pools in the plan's pipeline order
     blocks = []
     for name in dict.fromkeys(names):
@@ -94,14 +103,15 @@ def run(
     if write_plan is not None:
         _write(job, best, write_plan, model_ref)
     if as_json:
-        emit_json(
-            {
-                "candidates": [_plan_dict(p) for p in res.plans],
-                "layouts": res.layouts,
-                "solved": res.solved,
-                "single_pool": [s.__dict__ for s in solo],
-            }
-        )
+        doc: dict[str, Any] = {
+            "candidates": [_plan_dict(p) for p in res.plans],
+            "layouts": res.layouts,
+            "solved": res.solved,
+            "single_pool": [s.__dict__ for s in solo],
+        }
+        if job.pools_data_parallel:
+            doc["across_pools"] = across_dict(res)
+        emit_json(doc)
         return
     t = Table(title=f"Pools: top {len(res.plans)} of {res.layouts} layouts ({res.solved} solved)")
     for col in ("#", "layout", "layers per stage", "step s", "tok/s/GPU", "$/Mtok", "peak/cap"):
@@ -122,6 +132,8 @@ def run(
         price = "no price" if s.usd_per_mtok is None else f"${s.usd_per_mtok:.3f}/Mtok"
         step = "-" if s.step_time_s is None else f"{s.step_time_s:.3f} s"
         out.print(f"{s.pool} alone ({s.gpus} GPUs): {s.layout}, step {step}, {price}")
+    if job.pools_data_parallel:
+        out.print(across_text(res), highlight=False)
     if solo:
         out.print(_verdict(best, solo))
     if write_plan is not None:
@@ -159,8 +171,8 @@ def _plan_dict(p: PoolPlan) -> dict[str, Any]:
     return {
         "parallel": layout_dict(p.layout),
         "pools": [q.name for q in p.job.pools],
-        "layers_per_stage": list(p.split.layers),
-        "recompute_num_layers": p.split.recompute_layers,
+        "layers_per_stage": _stage_layers(p),
+        "recompute_num_layers": None if p.split is None else p.split.recompute_layers,
         "memory": memory_dict(p.memory),
         "performance": performance_dict(p.performance),
         "usd_per_million_tokens": usd_per_million_tokens(p.job, p.performance),
@@ -179,3 +191,76 @@ def _write(job: Job, best: PoolPlan, path: Path, model_ref: dict[str, Any] | Non
         path.write_text(plan_writer.render(best.job, best.layout, table, header))
     except OSError as e:
         raise InputError(f"--write-plan: cannot write {path}: {e}") from None
+
+
+def across_dict(res: pool_search.PoolSearch) -> dict[str, Any]:
+    """JSON `across_pools`: the best plan of each kind and which is faster."""
+    out: dict[str, Any] = {}
+    for kind, plan in (("pipeline", res.best_pipeline), ("data", res.best_data)):
+        if plan is None:
+            out[kind] = None
+            continue
+        link = slow_link(plan.job, plan.layout, plan.performance)
+        out[kind] = {
+            "parallel": plan.layout.describe(),
+            "step_time_s": round(plan.performance.step_time_s, 4),
+            "link_added_s": None if link is None else round(link.added_s, 4),
+        }
+    out["faster"] = _faster(res)
+    return out
+
+
+def _faster(res: pool_search.PoolSearch) -> str | None:
+    a, b = res.best_pipeline, res.best_data
+    if a is None or b is None:
+        return "pipeline" if a is not None else "data" if b is not None else None
+    return "data" if b.performance.step_time_s < a.performance.step_time_s else "pipeline"
+
+
+def _one_kind_text(res: pool_search.PoolSearch) -> str:
+    """`across_text` where only one kind (or none) has a plan."""
+    data = res.data
+    if res.best_data is not None:
+        return "across pools: only data parallelism across the link fits"
+    if data is None or not data.layouts or data.least_bound_s is None:
+        return (
+            "across pools: data parallelism across the link has no layout here (it needs pools "
+            "of one size, each holding whole nodes of every stage)"
+        )
+    if data.scored and res.best_pipeline is None:
+        return "across pools: nothing fits"
+    return (
+        "across pools: the pipeline across the link wins; with data parallelism across it the "
+        f"pools run in lock-step, and no such layout can come below {data.least_bound_s:.3f} s "
+        "a step (the slowest pool's compute alone)"
+        + ("" if data.scored else ", more than the plans above")
+    )
+
+
+def across_text(res: pool_search.PoolSearch) -> str:
+    """Which crosses the link better, the pipeline's sends or the data-parallel gradient
+    all-reduce, and why: each best plan's step and what the link costs it."""
+    a, b = res.best_pipeline, res.best_data
+    if a is None or b is None:
+        return _one_kind_text(res)
+    la = slow_link(a.job, a.layout, a.performance)
+    lb = slow_link(b.job, b.layout, b.performance)
+    sa, sb = a.performance.step_time_s, b.performance.step_time_s
+    link_a = 0.0 if la is None else la.added_s
+    link_b = 0.0 if lb is None else lb.added_s
+    on_link = 0.0 if lb is None or lb.data_parallel_s is None else lb.data_parallel_s
+    winner = "data parallelism across the link" if sb < sa else "the pipeline across the link"
+    rest = (sb - link_b) - (sa - link_a)
+    lat = b.job.between_pools.latency_us / 1e3 if b.job.between_pools else 0.0
+    return (
+        f"across pools: {winner} wins ({min(sa, sb):.3f} s against {max(sa, sb):.3f} s a step, "
+        f"{abs(sa - sb) / max(sa, sb):.1%}); best with the pipeline across: "
+        f"{a.layout.describe()}; best with data parallelism across: {b.layout.describe()}. The "
+        f"link adds {link_a * 1e3:,.0f} ms per step to the first (its pipeline sends) and "
+        f"{link_b * 1e3:,.0f} ms to the second (its gradient all-reduce between the pools' "
+        f"optimizer instances, {on_link * 1e3:,.0f} ms per step on the link: every gradient "
+        f"bucket's all-reduce pays the {lat:,.1f} ms latency twice); on a link as fast as a "
+        f"pool's own the second would be {abs(rest) * 1e3:,.0f} ms "
+        f"{'faster' if rest < 0 else 'slower'} than the first (bubble, compute, traffic inside "
+        "the pools)"
+    )

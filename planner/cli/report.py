@@ -29,6 +29,8 @@ def _gib(nbytes: float) -> float:
 def layout_dict(layout: Layout) -> dict[str, Any]:
     d = asdict(layout)
     d["etp"] = layout.expert_tp
+    if layout.dp_pools == 1:  # only with the data-parallel replicas across pools
+        del d["dp_pools"]
     d["pipeline_layers"] = list(layout.pipeline_layers) if layout.pipeline_layers else None
     return d
 
@@ -247,6 +249,13 @@ def infeasible_dict(
 
 def slow_link_dict(link: pool_search.SlowLink) -> dict[str, Any]:
     """JSON `performance.between_pools`: the link between pools' part of the step."""
+    if link.data_parallel_s is not None:  # the data-parallel replicas span the pools
+        return {
+            "crossing": "data-parallel gradient all-reduce",
+            "data_parallel_on_link_s": round(link.data_parallel_s, 4),
+            "step_time_added_s": round(link.added_s, 4),
+            "share": round(link.share, 4),
+        }
     return {
         "hop_ms": round(link.hop_s * 1e3, 3),
         "crossings": link.crossings,
@@ -257,6 +266,15 @@ def slow_link_dict(link: pool_search.SlowLink) -> dict[str, Any]:
 
 def slow_link_text(link: pool_search.SlowLink) -> str:
     """explain's line on the link between pools."""
+    if link.data_parallel_s is not None:
+        return (
+            "link between pools: the data-parallel replicas span the pools (one distributed-"
+            "optimizer instance per pool); only the gradient all-reduce between the instances "
+            f"crosses, {link.data_parallel_s * 1e3:,.0f} ms per step on the link (the stage "
+            f"that spends the most there, hidden or not); it adds {link.added_s * 1e3:,.0f} ms "
+            f"per step over the pools' own link ({link.share:.1%} of the step); the pipeline and "
+            "the TP, CP and EP groups stay inside each pool"
+        )
     return (
         f"link between pools: {link.crossings} crossing(s) of {link.hop_s * 1e3:,.1f} ms per "
         f"message each way; it adds {link.added_s * 1e3:,.0f} ms per step over the pools' own "

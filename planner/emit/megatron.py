@@ -153,6 +153,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
         ]
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
+        if lay.dp_pools > 1:  # one optimizer instance per pool (planner.model.pools)
+            a.append(("--num-distributed-optimizer-instances", str(lay.dp_pools)))
     elif lay.zero_stage >= 2:
         # Megatron-FSDP turns the distributed optimizer on itself, with a warning: said here
         a += [

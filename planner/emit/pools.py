@@ -14,14 +14,22 @@ user adds each component's --partition / --constraint); one `srun --het-group` s
 them, one task per node, so SLURM_PROCID is the node's place in pipeline order. torchrun: one
 script per pool, run on each of its nodes with NODE_INDEX set (0 .. nodes - 1). The scripts
 themselves: `planner.emit.slurm.render_hetjob`, `planner.emit.torchrun.render_pool`; what they
-share (the pools' nodes, the header's rank lines) is here.
+share (the pools' nodes, the header's rank lines, each node's rank) is here.
+
+With the data-parallel replicas across the pools (`Layout.dp_pools` = P, one distributed-optimizer
+instance per pool, `--num-distributed-optimizer-instances P`): Megatron's instance k is the k-th
+slice of every data-parallel group (parallel_state.py), data-parallel ranks [k dp / P,
+(k + 1) dp / P) of every stage, global ranks [r s + k c, r s + (k + 1) c) of stage r, c = tp x cp
+x dp / P; so pool k's j-th node, q = c / GPUs per node of them per stage, takes node rank
+P (j - j % q) + k q + j % q (`node_rank`: stage j / q), and in the Slurm job, whose one step
+numbers the nodes pool after pool (SLURM_PROCID = k pp q + j), `procid_node_rank`.
 """
 
 from __future__ import annotations
 
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.model.pools import pool_stages, stage_gpus
+from planner.model.pools import pool_stages, replica_gpus, stage_gpus
 
 
 def pool_nodes(plan: Plan) -> list[tuple[str, int, int, int]]:
@@ -46,9 +54,34 @@ def pool_nodes(plan: Plan) -> list[tuple[str, int, int, int]]:
     return out
 
 
+def node_rank(plan: Plan, k: int, index: str) -> str:
+    """Shell arithmetic for the node rank of pool k's node number `index` (0 .. its nodes - 1)."""
+    lay = plan.require_layout()
+    _, _, per, first = pool_nodes(plan)[k]
+    if lay.dp_pools <= 1:
+        return f"{first} + {index}"
+    q = replica_gpus(lay) // per
+    return f"{lay.dp_pools} * ({index} - {index} % {q}) + {k * q} + {index} % {q}"
+
+
+def procid_node_rank(plan: Plan) -> str | None:
+    """Shell arithmetic for a node's rank from its SLURM_PROCID in the heterogeneous job's one
+    step (pool after pool); None where the two are equal (the pipeline across the pools)."""
+    lay = plan.require_layout()
+    if lay.dp_pools <= 1:
+        return None
+    per = pool_nodes(plan)[0][2]
+    q = replica_gpus(lay) // per
+    n = lay.pp * q  # nodes per pool
+    j = f"SLURM_PROCID % {n}"
+    return f"{lay.dp_pools} * ({j} - {j} % {q}) + {q} * (SLURM_PROCID / {n}) + {j} % {q}"
+
+
 def rank_lines(plan: Plan) -> list[str]:
     """The header's account of where every pipeline rank runs."""
     lay = plan.require_layout()
+    if lay.dp_pools > 1:
+        return _replica_lines(plan)
     s = stage_gpus(lay)
     lines = [
         "rank order (Megatron tp-cp-ep-dp-pp): global rank = tp_rank + tp x (cp_rank + cp x "
@@ -68,5 +101,29 @@ def rank_lines(plan: Plan) -> list[str]:
             "recompute: Megatron takes one --recompute-num-layers for every stage (block: each "
             "stage recomputes min(N, its layers)); layers per stage: "
             "--pipeline-model-parallel-layout"
+        )
+    return lines
+
+
+def _replica_lines(plan: Plan) -> list[str]:
+    """`rank_lines` with the data-parallel replicas across the pools."""
+    lay = plan.require_layout()
+    s, c, p = stage_gpus(lay), replica_gpus(lay), lay.dp_pools
+    per_pool = lay.dp // p
+    lines = [
+        "rank order (Megatron tp-cp-ep-dp-pp): global rank = tp_rank + tp x (cp_rank + cp x "
+        f"(dp_rank + dp x pp_rank)); tp {lay.tp}, cp {lay.cp}, dp {lay.dp}, pp {lay.pp}: "
+        f"stage r holds global ranks [{s} r, {s} (r + 1)); the data-parallel replicas span the "
+        f"pools: --num-distributed-optimizer-instances {p}, instance k = data-parallel ranks "
+        f"[{per_pool} k, {per_pool} (k + 1)) of every stage = global ranks [{s} r + {c} k, "
+        f"{s} r + {c} (k + 1)), on pool k; only the gradient all-reduce between the instances "
+        "crosses between pools",
+    ]
+    for k, (name, nodes, per, _) in enumerate(pool_nodes(plan)):
+        q = c // per
+        lines.append(
+            f"pool {name!r}: data-parallel ranks {per_pool * k}-{per_pool * (k + 1) - 1} of "
+            f"every stage, node ranks r x {p * q} + {k * q} .. r x {p * q} + {(k + 1) * q - 1} "
+            f"for stage r = 0 .. {lay.pp - 1} ({nodes} x {per} GPUs)"
         )
     return lines

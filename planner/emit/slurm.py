@@ -11,7 +11,7 @@ arrays, settings and environment are those of `planner.emit.torchrun`.
 from __future__ import annotations
 
 from planner.emit.common import comment_block, file_word, header, nodes, predict, slug
-from planner.emit.pools import pool_nodes, rank_lines
+from planner.emit.pools import pool_nodes, procid_node_rank, rank_lines
 from planner.emit.torchrun import (
     MEGATRON_WORDS,
     env_block,
@@ -87,6 +87,8 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
     pools = pool_nodes(plan)
     total = sum(n for _, n, _, _ in pools)
     per = pools[0][2]
+    expr = procid_node_rank(plan)  # the data-parallel replicas across pools: nodes interleave
+    rank = "$SLURM_PROCID" if expr is None else f"$(( {expr} ))"
     sb = ""
     for k, (pool, count, gpus, _) in enumerate(pools):
         if k:
@@ -119,6 +121,6 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
         + "# node rank, so pipeline rank r lands on its pool\n"
         + "# shellcheck disable=SC2016 # SLURM_PROCID expands in each task, not here\n"
         + f"srun --het-group={groups} --kill-on-bad-exit=1 bash -c \\\n"
-        + '    \'exec torchrun --node-rank "$SLURM_PROCID" "$@"\' \\\n'
+        + f'    \'exec torchrun --node-rank "{rank}" "$@"\' \\\n'
         + f'    torchrun-node "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
     )

@@ -26,7 +26,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.megatron import Arg, arguments
-from planner.emit.pools import pool_nodes, rank_lines
+from planner.emit.pools import node_rank, pool_nodes, rank_lines
 from planner.inputs.plan import Plan
 
 MASTER_ADDR_LINES = [
@@ -206,8 +206,9 @@ def render_pool(plan: Plan, job_name: str, k: int) -> str:
     """The torchrun script of pool k: run on each of its nodes with NODE_INDEX set."""
     p = predict(plan)
     pools = pool_nodes(plan)
-    pool, nodes, per, first = pools[k]
+    pool, nodes, per, _ = pools[k]
     total = sum(n for _, n, _, _ in pools)
+    index = f"${{NODE_INDEX:?set NODE_INDEX: 0 .. {nodes - 1}}}"
     return (
         "#!/usr/bin/env bash\n"
         + comment_block(
@@ -220,7 +221,7 @@ def render_pool(plan: Plan, job_name: str, k: int) -> str:
         )
         + "set -euo pipefail\n\n"
         + settings_block(job_name, True, p.checkpoint_interval_steps)
-        + f"NODE_RANK=$(( {first} + ${{NODE_INDEX:?set NODE_INDEX: 0 .. {nodes - 1}}} ))\n\n"
+        + f"NODE_RANK=$(( {node_rank(plan, k, index)} ))\n\n"
         + env_block(plan)
         + "\n"
         + pool_distributed(total, per, '"$NODE_RANK"')

@@ -117,6 +117,12 @@ class Layout:
     overlap_param_gather: bool = True
     """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
     --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""
+    dp_pools: int = 1
+    """With pools: how many pools the data-parallel replicas are split over. 1 = the pipeline
+    crosses pools (each pool holds whole stages); the pools' count = each pool holds dp / dp_pools
+    whole pipeline replicas, one distributed-optimizer instance per pool (Megatron
+    --num-distributed-optimizer-instances), and only the gradient all-reduce between instances
+    crosses the link between pools (`planner.model.pools`)."""
 
     @property
     def expert_tp(self) -> int:
@@ -209,6 +215,8 @@ class Layout:
             parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
+        if self.dp_pools > 1:
+            parts.append(f"dp-over-{self.dp_pools}-pools")
         if self.sequence_parallel:
             parts.append("sp")
         if self.tp_comm_overlap:

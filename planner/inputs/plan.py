@@ -82,6 +82,9 @@ class Job:
     kind, `cluster` alone. With pools, `cluster` is the first pool's GPU counting every GPU."""
     between_pools: LinkTier | None = None
     """The link joining pools (with pools only)."""
+    pools_data_parallel: bool = False
+    """`[cluster.between_pools] allow_data_parallel`: layouts whose data-parallel replicas span
+    the pools (`Layout.dp_pools`) may be used, and suggest considers them."""
     framework: Framework = "megatron"
     """The training code: Megatron-LM, or torchtitan (FSDP2, DTensor TP, torch pipelining)."""
     torchtitan: TorchtitanSection | None = None
@@ -319,6 +322,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         ep_comm_overlap=section.ep_comm_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
+        dp_pools=section.dp_pools,
     )
     return _torchtitan_recompute(job, section, layout, where)
 
@@ -359,7 +363,9 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     if doc.cluster.pools is not None:
         cluster, pools, between = resolve_pools(doc.cluster, path, arch, doc.training.precision)
         job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
-        job = replace(job, pools=pools, between_pools=between)
+        link = doc.cluster.between_pools
+        allow = link is not None and link.allow_data_parallel
+        job = replace(job, pools=pools, between_pools=between, pools_data_parallel=allow)
     else:
         cluster = resolve_cluster(doc.cluster, path)
         job = build_job(arch, cluster, doc.training, path, doc.torchtitan)

@@ -74,6 +74,12 @@ class BetweenPoolsSection(BaseModel):
 
     bandwidth_gb_per_s_per_gpu: PositiveFloat
     latency_us: NonNegativeFloat = 5.0
+    allow_data_parallel: Flag = Field(
+        default=False,
+        description="data-parallel replicas may span the pools (each pool holding whole "
+        "pipeline replicas, the gradient all-reduce crossing this link); false: only the "
+        "pipeline's sends cross it",
+    )
 
 
 class ClusterSection(BaseModel):
@@ -235,6 +241,12 @@ class ParallelSection(BaseModel):
     )
     overlap_grad_reduce: Flag = Field(
         default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
+    )
+    dp_pools: PositiveInt = Field(
+        default=1,
+        description="pools the data-parallel replicas are split over (with pools: 1 = the "
+        "pipeline crosses pools; their count = each pool runs dp / dp_pools whole replicas, "
+        "Megatron --num-distributed-optimizer-instances; needs between_pools.allow_data_parallel)",
     )
     overlap_param_gather: Flag = Field(
         default=True, description="Megatron --overlap-param-gather (planner launches with it)"

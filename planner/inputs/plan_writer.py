@@ -175,6 +175,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
             out["moe_flex_dispatcher_backend"] = layout.moe_flex_dispatcher_backend
     if layout.microbatch_group_size_per_vp_stage is not None:
         out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
+    if layout.dp_pools > 1:
+        out["dp_pools"] = layout.dp_pools
     return out
 
 
@@ -206,4 +208,6 @@ def _pools_lines(job: Job) -> list[str]:
         lines += ["", "[cluster.between_pools]"]
         lines += [f"bandwidth_gb_per_s_per_gpu = {toml_value(b.bandwidth_gb_per_s_per_gpu)}"]
         lines += [f"latency_us = {toml_value(b.latency_us)}"]
+        if job.pools_data_parallel:
+            lines += ["allow_data_parallel = true"]
     return lines

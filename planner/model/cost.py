@@ -41,7 +41,7 @@ documented physical or measured constant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -222,6 +222,9 @@ def compute_floor(job: Job, layout: Layout) -> float:
 
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
+    views = pools.replica_views(job, layout)  # data-parallel replicas across pools
+    if views:
+        return _replicas(job, layout, views)
     arch, lay, whole = job.arch, layout, job
     lt = layout_times(job, lay)
     m = lt.m
@@ -287,12 +290,12 @@ def estimate(job: Job, layout: Layout) -> Performance:
             if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
                 e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, m)
             else:
-                e, hid = comms.data_parallel(
+                e, hid = pools.data_parallel(
+                    job,
                     dp_groups,
                     lay,
                     dense,
                     expert,
-                    job.grad_bytes,
                     fwd,
                     bwd,
                     m,
@@ -359,4 +362,23 @@ def estimate(job: Job, layout: Layout) -> Performance:
         p2p_hop=hop if interleaved else 0.0,
         peak_over_bf16=peak / bf16_peak,
         fp8=job.precision == "fp8",
+    )
+
+
+def _replicas(job: Job, layout: Layout, views: tuple[tuple[Job, Layout], ...]) -> Performance:
+    """The data-parallel replicas across pools (`planner.model.pools`): each pool's replicas
+    estimated as their own job, in lock-step, so the slowest pool's step is the job's; MFU
+    against the mean dense peak of every GPU (the pools are of one size)."""
+    perfs = {id(j): estimate(j, lay) for j, lay in views}
+    slow = max(perfs.values(), key=lambda p: p.step_time_s)
+    step = slow.step_time_s
+    peak = sum(j.cluster.gpu.peak_flops(j.precision) for j, _ in views) / len(views)
+    bf16_peak = sum(j.cluster.gpu.peak_flops("bf16") for j, _ in views) / len(views)
+    model = flops.model_flops(job.arch, job.seq_length, job.global_batch_size)
+    return replace(
+        slow,
+        model_flops_per_step=model,
+        hardware_flops_per_step=slow.hardware_flops_per_step * len(views),
+        mfu=model / (step * layout.num_gpus * peak),
+        peak_over_bf16=peak / bf16_peak,
     )

@@ -368,6 +368,10 @@ def estimate(
     same)."""
     if job.pools:
         return _pooled(job, layout, headroom_pct)
+    return _one_kind(job, layout, headroom_pct, all_stages)
+
+
+def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -> MemoryReport:
     sh = shard(job, layout)
     per = per_layer(job.arch, sh)
     chunks = layout.chunk_layers(job.arch.num_layers)
@@ -384,11 +388,14 @@ def estimate(
 
 
 def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
-    """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU."""
-    jobs = pools.rank_jobs(job, layout)
-    owners = pools.rank_pools(job, layout)
+    """Every stage on its own pool's GPU (`planner.model.pools`), checked against that GPU; with
+    the data-parallel replicas across the pools, every stage on every pool's GPU (each pool's
+    replicas as their own job), the pool where it is furthest over (or nearest) reported."""
+    views = pools.replica_views(job, layout)
+    out = _replica_stages(job, views, headroom_pct) if views else []
+    jobs = () if views else pools.rank_jobs(job, layout)
+    owners = pools.rank_pools(job, layout) if jobs else ()
     chunks = layout.chunk_layers(job.arch.num_layers)
-    out = []
     for r, (j, k) in enumerate(zip(jobs, owners, strict=True)):
         st = stage_memory(j, layout, r, chunks[r])
         room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
@@ -400,3 +407,28 @@ def _pooled(job: Job, layout: Layout, headroom_pct: float) -> MemoryReport:
         physical=worst.capacity / (1 - headroom_pct / 100),
         headroom_pct=headroom_pct,
     )
+
+
+def _replica_stages(
+    job: Job, views: tuple[tuple[Job, Layout], ...], headroom_pct: float
+) -> list[StageMemory]:
+    """Each stage on the pool where it is furthest over its GPU (or nearest): every pool runs
+    every stage (the data-parallel replicas across pools; equal pools computed once)."""
+    out: list[StageMemory] = []
+    seen: set[int] = set()
+    for (j, lay), pool in zip(views, job.pools, strict=True):
+        if id(j) in seen:
+            continue
+        seen.add(id(j))
+        room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
+        own = [
+            replace(st, pool=pool.name, gpu=j.cluster.gpu.name, capacity=room)
+            for st in _one_kind(j, lay, headroom_pct, True).stages
+        ]
+        if out:
+            own = [
+                max(a, b, key=lambda st: st.total - st.capacity)
+                for a, b in zip(out, own, strict=True)
+            ]
+        out = own
+    return out

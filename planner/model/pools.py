@@ -12,19 +12,40 @@ the rank's pool, so every existing per-GPU formula applies unchanged).
 A hop from rank r to a neighbour in the same pool runs on that pool's link between stages
 (`comms.p2p_link` over its n_k stages); across pools on `Job.between_pools` at the scale-out bus
 efficiency.
+
+Data parallelism across pools (`Layout.dp_pools` = P, the number of pools; allowed by
+`[cluster.between_pools] allow_data_parallel`): each pool runs dp / P whole pipeline replicas of
+the same layout, as Megatron's partial distributed optimizer lays them out
+(`--num-distributed-optimizer-instances P`, Megatron-LM d98e8a64 parallel_state.py: instance i is
+the i-th consecutive slice of every data-parallel group, param_and_grad_buffer.py
+`start_grad_sync`): with the pools' nodes ranked so that pool k holds data-parallel ranks
+[k dp / P, (k + 1) dp / P) of every stage (`planner.emit.pools`), an instance is a pool. Inside
+it everything is the pool's own job with dp / P (`replica_views`): its stages, their sends, the
+optimizer sharded over the instance, the reduce-scatter of each gradient bucket and the parameter
+all-gather over the instance's ranks. Only the all-reduce of each bucket's reduce-scatter shard
+between the P instances crosses the link (`data_parallel`): one group of P ranks, one per pool,
+per shard, every GPU on its own share of the link; after each bucket's reduce-scatter on the same
+communication stream, hidden under the last micro-batch's backward as far as
+`overlap_grad_reduce` allows. The pools run in lock-step: the slowest pool's replica sets the
+step (`planner.model.cost`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms
+from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
 
 _POOL_JOBS: JobMemo[int, Job] = JobMemo()
 """The job of each pool, per job (one object per pool: the layer-time memos key on identity)."""
+_REPLICA_JOBS: JobMemo[int, Job] = JobMemo()
+"""The job of each pool's replicas (data parallelism across pools), per job; equal pools share
+one object."""
 
 
 def stage_gpus(layout: Layout) -> int:
@@ -34,7 +55,10 @@ def stage_gpus(layout: Layout) -> int:
 
 def pool_problem(job: Job, layout: Layout) -> str | None:
     """Why a layout cannot run on the job's pools (None when it can): every pool must hold whole
-    stages of tp x cp x dp GPUs, and together exactly pp of them."""
+    stages of tp x cp x dp GPUs, and together exactly pp of them; or, with the data-parallel
+    replicas across the pools, `replica_problem`."""
+    if layout.dp_pools > 1:
+        return replica_problem(job, layout)
     if not job.pools:
         return None
     s = stage_gpus(layout)
@@ -104,3 +128,151 @@ def without_slow_link(job: Job) -> Job:
     assert job.between_pools is not None
     fast = job.pools[0].cluster.tiers[-1]
     return replace(job, between_pools=fast.model_copy(update={"span_gpus": None}))
+
+
+# --- data parallelism across pools (Layout.dp_pools > 1) ---
+
+
+def replica_gpus(layout: Layout) -> int:
+    """GPUs of one pool's share of a pipeline stage: tp x cp x dp / dp_pools (whole nodes)."""
+    return layout.tp * layout.cp * layout.dp // layout.dp_pools
+
+
+def replica_problem(job: Job, layout: Layout) -> str | None:
+    """Why the data-parallel replicas cannot span the job's pools (None when they can)."""
+    p = layout.dp_pools
+    if not job.pools:
+        return f"dp_pools = {p} needs cluster.pools"
+    if not job.pools_data_parallel:
+        return (
+            f"dp_pools = {p}: data parallelism across pools needs "
+            "[cluster.between_pools] allow_data_parallel = true"
+        )
+    if p != len(job.pools):
+        return f"dp_pools = {p}, but the cluster has {len(job.pools)} pools (one instance each)"
+    if job.framework != "megatron":
+        return "dp_pools > 1: Megatron-LM's partial distributed optimizer (framework megatron)"
+    if layout.zero_stage != 1:
+        return (
+            f"dp_pools > 1 needs zero_stage 1 (Megatron's distributed optimizer, one instance "
+            f"per pool; got {layout.zero_stage})"
+        )
+    sizes = [q.cluster.num_gpus for q in job.pools]
+    if len(set(sizes)) > 1:
+        return (
+            f"dp_pools > 1: the pools hold {' + '.join(map(str, sizes))} GPUs; Megatron's "
+            "distributed-optimizer instances are equal slices of every data-parallel group, so "
+            "the pools must be of one size"
+        )
+    if layout.dp % p:
+        return f"dp = {layout.dp} is not a multiple of dp_pools = {p}"
+    share = replica_gpus(layout)
+    for k, q in enumerate(job.pools):
+        node = q.cluster.gpus_per_node
+        if share % node:
+            return (
+                f"pool {q.name!r} (cluster.pools[{k}]): its share of a stage, tp x cp x dp / "
+                f"dp_pools = {share} GPUs, is not whole nodes of {node}"
+            )
+    if share % (layout.expert_tp * layout.ep):
+        return (
+            f"an expert group (etp x ep = {layout.expert_tp * layout.ep}) would leave a pool's "
+            f"share of a stage ({share} GPUs)"
+        )
+    return None
+
+
+def replica_views(job: Job, layout: Layout) -> tuple[tuple[Job, Layout], ...]:
+    """With the data-parallel replicas across the pools, each pool's replicas as a job and
+    layout of their own: the pool's GPUs, dp / dp_pools replicas and their share of the global
+    batch, so the same micro-batches per replica (the link between pools kept for
+    `data_parallel`); equal pools share one job object. () otherwise."""
+    if not job.pools or layout.dp_pools <= 1:
+        return ()
+    p = layout.dp_pools
+    memo = _REPLICA_JOBS.of(job)
+    lay = layout.with_(dp=layout.dp // p)
+    out = []
+    for pool in job.pools:
+        twin = next(i for i, q in enumerate(job.pools) if q.cluster == pool.cluster)
+        if twin not in memo:
+            memo[twin] = replace(
+                job,
+                cluster=pool.cluster,
+                pools=(),
+                global_batch_size=job.global_batch_size // p,
+                pools_data_parallel=False,
+            )
+        out.append((memo[twin], lay))
+    return tuple(out)
+
+
+def link_group(job: Job, ranks: int) -> comms.Group:
+    """The group of one rank per pool that all-reduces a shard over the link between pools:
+    every member on its own share of the link (each GPU's slice of the pool's bandwidth)."""
+    assert job.between_pools is not None
+    link = comms.achieved(job.between_pools, False)
+    return comms.Group(ranks, 1, ranks, link, link, job.between_pools.name)
+
+
+def data_parallel(
+    job: Job,
+    groups: tuple[comms.Group, comms.Group],
+    lay: Layout,
+    dense: float,
+    expert: float,
+    fwd: float,
+    bwd: float,
+    m: int,
+    layers: int = 1,
+    param_bytes: tuple[float, float] = (BF16, BF16),
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `comms.
+    data_parallel`, or with the replicas across pools (a replica view: `lay.dp_pools` > 1, the
+    job's link between pools kept) the partial distributed optimizer's (module docstring), per
+    bucket of max(DP_BUCKET_PARAMS, 1M x the whole dp x cp group) parameters: the instance's
+    reduce-scatter and then the P-way all-reduce of its shard over the link, in the backward
+    window; the instance's parameter all-gather in the forward window; what exceeds a window
+    is exposed, and never less than one bucket."""
+    if lay.dp_pools <= 1 or job.between_pools is None:
+        return comms.data_parallel(
+            groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
+        )
+    bwd = bwd if lay.overlap_grad_reduce else 0.0
+    fwd = fwd if lay.overlap_param_gather else 0.0
+    exposed = hidden = 0.0
+    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
+        if n_params <= 0:
+            continue
+        red, gather, buckets, _ = _instance_traffic(job, grp, lay.dp_pools, n_params, p_bytes)
+        e_red = max(red - bwd, red / buckets)
+        e_gat = max(gather - fwd, gather / buckets)
+        exposed += e_red + e_gat
+        hidden += (red - e_red) + (gather - e_gat)
+    return exposed, hidden
+
+
+def _instance_traffic(
+    job: Job, grp: comms.Group, pools: int, n_params: float, p_bytes: float = BF16
+) -> tuple[float, float, int, float]:
+    """(gradient seconds, parameter all-gather seconds, buckets, of the gradient seconds those
+    on the link) of one parameter kind: per bucket the instance's reduce-scatter and the link's
+    all-reduce of its shard, and the instance's all-gather."""
+    whole = grp.size * pools
+    buckets = max(1, math.ceil(n_params / max(comms.DP_BUCKET_PARAMS, 1_000_000 * whole)))
+    grad = n_params * job.grad_bytes / buckets
+    across = buckets * comms.all_reduce(grad / grp.size, link_group(job, pools))
+    red = buckets * comms.reduce_scatter(grad, grp) + across
+    gather = buckets * comms.all_gather(n_params * p_bytes / buckets, grp)
+    return red, gather, buckets, across
+
+
+def link_seconds(job: Job, lay: Layout, dense: float, expert: float) -> float:
+    """Seconds per step a replica view's stage holding `dense` and `expert` parameters spends
+    on the link between pools (the all-reduces of every bucket's shard, hidden or not)."""
+    groups = comms.data_parallel_groups(job.cluster, lay)
+    return sum(
+        _instance_traffic(job, grp, lay.dp_pools, n)[3]
+        for n, grp in zip((dense, expert), groups, strict=True)
+        if n > 0
+    )

@@ -22,10 +22,13 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
+from planner.search import pool_data
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pools import (
+    MICRO_BATCHES,
     PoolPlan,
     apply,
+    expert_degrees,
     lower_bound_s,
     plan_split,
     problem,
@@ -34,7 +37,8 @@ from planner.search.pools import (
 )
 from planner.search.solver import PoolSplitProblem, solve_pools
 
-MICRO_BATCHES = (1, 2, 4)
+__all__ = ["MICRO_BATCHES", "PoolSearch", "expert_degrees", "layouts", "search"]
+
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
 
 
@@ -47,6 +51,15 @@ class PoolSearch:
     layouts: int
     closest: Closest | None = None
     """When nothing fits: the layout that comes nearest (`closest`)."""
+    best_pipeline: PoolPlan | None = None
+    """With data parallelism across the pools allowed: the best plan whose pipeline crosses
+    the link, and (`data`) the search of those whose data-parallel replicas span the pools."""
+    data: pool_data.DataSearch | None = None
+
+    @property
+    def best_data(self) -> PoolPlan | None:
+        """The best plan with the data-parallel replicas across the pools (None: none found)."""
+        return self.data.plans[0] if self.data and self.data.plans else None
 
 
 @dataclass(frozen=True)
@@ -120,17 +133,6 @@ def layouts(job: Job) -> list[Layout]:
                             )
                         )
     return out
-
-
-def expert_degrees(job: Job, cp_dp: int) -> list[int]:
-    """The expert-parallel degrees of a stage of cp x dp = `cp_dp` (expert TP = tp): [1] for a
-    dense model; for a mixture of experts every divisor of the experts that divides cp x dp, so
-    that the expert grid (etp x ep x pp) divides the job and each EP group stays in its stage
-    (Megatron folds EP inside the tp x cp x dp ranks of a pipeline rank), so in its pool."""
-    experts = job.arch.num_moe_experts
-    if not job.arch.is_moe or experts is None:
-        return [1]
-    return [e for e in range(1, experts + 1) if experts % e == 0 and cp_dp % e == 0]
 
 
 def refined(job: Job, headroom_pct: float, plans: list[PoolPlan], top: int) -> list[PoolPlan]:
@@ -216,6 +218,15 @@ def search(
             plans.append(plan)
 
     plans += refined(job, headroom_pct, plans, top)
+    layouts_seen = len(todo)
+    data, best_pipeline = None, None
+    if job.pools_data_parallel:  # the replicas across the pools too (planner.search.pool_data)
+        known = [q.performance.step_time_s for q in plans]
+        data = pool_data.search(job, headroom_pct, top, known)
+        layouts_seen += data.layouts
+        solved += data.scored
+        best_pipeline = min(plans, key=lambda q: q.performance.step_time_s, default=None)
+        plans += data.plans
 
     def key(p: PoolPlan) -> float:
         if objective == "cost":
@@ -224,4 +235,5 @@ def search(
         return p.performance.step_time_s
 
     near = None if plans else closest(job, headroom_pct, todo)
-    return PoolSearch(tuple(sorted(plans, key=key)[:top]), solved, len(todo), near)
+    ranked = tuple(sorted(plans, key=key)[:top])
+    return PoolSearch(ranked, solved, layouts_seen, near, best_pipeline, data)

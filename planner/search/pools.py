@@ -38,6 +38,8 @@ from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
 
 MIB = 2**20
+MICRO_BATCHES = (1, 2, 4)
+"""Micro-batch sizes the pooled searches try (where the global batch divides)."""
 RESOLVE_TRIES = 4
 """Times a split is solved again with a pool's capacity lowered by the exact model's excess."""
 
@@ -51,7 +53,20 @@ class PoolPlan:
     layout: Layout
     memory: memory.MemoryReport
     performance: cost.Performance
-    split: PoolSplit
+    split: PoolSplit | None
+    """The solver's split of the pipeline over the pools (None: the data-parallel replicas
+    span the pools, `planner.search.pool_data`)."""
+
+
+def expert_degrees(job: Job, cp_dp: int) -> list[int]:
+    """The expert-parallel degrees of a stage of cp x dp = `cp_dp` (expert TP = tp): [1] for a
+    dense model; for a mixture of experts every divisor of the experts that divides cp x dp, so
+    that the expert grid (etp x ep x pp) divides the job and each EP group stays in its stage
+    (Megatron folds EP inside the tp x cp x dp ranks of a pipeline rank), so in its pool."""
+    experts = job.arch.num_moe_experts
+    if not job.arch.is_moe or experts is None:
+        return [1]
+    return [e for e in range(1, experts + 1) if experts % e == 0 and cp_dp % e == 0]
 
 
 def _sample_counts(num_layers: int, pp: int) -> tuple[int, int]:
@@ -327,17 +342,26 @@ def plan_split(
 class SlowLink:
     """What the link between pools costs a plan: one message's hop on it, the pool boundaries
     the pipeline crosses, and the step time it adds over a link as fast as the first pool's
-    own outermost tier (the exact model run twice)."""
+    own outermost tier (the exact model run twice). With the data-parallel replicas across the
+    pools (`data_parallel_s` not None) the pipeline crosses nothing: the gradient all-reduces
+    between the pools' optimizer instances cross, `data_parallel_s` seconds per step on the
+    link for the stage that spends the most there, hidden or not."""
 
     hop_s: float
     crossings: int
     added_s: float
     share: float
+    data_parallel_s: float | None = None
 
 
 def slow_link(job: Job, layout: Layout, perf: cost.Performance) -> SlowLink | None:
     """The slow link's part of a plan's step (None with one pool)."""
-    if len(job.pools) < 2 or job.between_pools is None or layout.pp < 2:
+    if len(job.pools) < 2 or job.between_pools is None:
+        return None
+    views = pools.replica_views(job, layout)
+    if views:
+        return _data_link(job, layout, perf, views)
+    if layout.pp < 2:
         return None
     fast = cost.estimate(pools.without_slow_link(job), layout)
     t = layout.micro_batch_size * job.seq_length / layout.cp
@@ -347,6 +371,20 @@ def slow_link(job: Job, layout: Layout, perf: cost.Performance) -> SlowLink | No
     crossings = sum(a != b for a, b in itertools.pairwise(ranks))
     added = perf.step_time_s - fast.step_time_s
     return SlowLink(hop, crossings, added, added / perf.step_time_s)
+
+
+def _data_link(
+    job: Job, layout: Layout, perf: cost.Performance, views: tuple[tuple[Job, Layout], ...]
+) -> SlowLink:
+    """`slow_link` of a plan whose data-parallel replicas span the pools."""
+    seconds = 0.0
+    for j, lay in dict.fromkeys(views):
+        for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
+            dense, expert = memory.stage_params(j, lay, rank, chunks)
+            seconds = max(seconds, pools.link_seconds(j, lay, dense, expert))
+    fast = cost.estimate(pools.without_slow_link(job), layout)
+    added = perf.step_time_s - fast.step_time_s
+    return SlowLink(0.0, 0, added, added / perf.step_time_s, seconds)
 
 
 def price_per_hour(job: Job) -> float | None:

@@ -1,0 +1,131 @@
+"""`planner suggest` over pools with the data-parallel replicas across them (issue 25; where
+`[cluster.between_pools] allow_data_parallel = true`): each pool runs whole pipeline replicas of
+one layout, one distributed-optimizer instance per pool, and only the gradient all-reduce between
+the instances crosses the link (`planner.model.pools`, `Layout.dp_pools`).
+
+The layouts: the pools must be of one size (Megatron's instances are equal slices of every
+data-parallel group); tp a power of two within every pool's node dividing the heads and query
+groups, cp 1 or 2, pp up to the decoder layers with tp x cp x pp dividing a pool, a pool's share
+of a stage (tp x cp x dp / pools) whole nodes, Megatron's even split or its first/last uneven one
+(`planner.search.space.splits`), for a mixture of experts every ep dividing the experts and that
+share (expert TP = tp), micro-batch sizes 1, 2 and 4, Megatron's TP overlap on and off (tp > 1),
+ZeRO 1 (the instances are the distributed optimizer's), vpp 1; each with the least recompute that
+fits (none, selective, full: each adds time, so the least that fits is the fastest). Every plan is
+scored by the exact model (memory on every pool's GPU, the slowest pool's step). Layouts are
+scored in the order of a lower bound (the slowest pool's compute, `cost.compute_floor`, which no
+recompute or overlap lowers), and the scan stops where the bound reaches the top-th best step
+known, the pipeline-across plans' included.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass
+
+from planner.inputs.layout import Layout, Recompute
+from planner.inputs.plan import Job
+from planner.model import cost, memory, pools
+from planner.search.pools import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.rules import violations
+from planner.search.space import Space, splits
+
+LADDER: tuple[Recompute, ...] = ("none", "selective", "full")
+"""Recompute tried in turn until the memory fits (each later one only adds time)."""
+
+
+def layouts(job: Job) -> list[Layout]:
+    """Every layout of the job's pools with the data-parallel replicas across them (no memory
+    check; recompute none), or [] where the pools differ in size."""
+    sizes = {p.cluster.num_gpus for p in job.pools}
+    if len(job.pools) < 2 or len(sizes) > 1 or job.framework != "megatron":
+        return []
+    n, count = sizes.pop(), len(job.pools)
+    arch = job.arch
+    node = min(p.cluster.gpus_per_node for p in job.pools)
+    space = Space()
+    out = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > node or arch.num_attention_heads % tp or (arch.num_query_groups or tp) % tp:
+            continue
+        for cp in (1, 2):
+            if job.seq_length % (2 * cp):
+                continue
+            for pp in range(1, arch.num_layers + 1):
+                if n % (tp * cp * pp):
+                    continue
+                per_pool = n // (tp * cp * pp)
+                share = tp * cp * per_pool
+                if any(share % p.cluster.gpus_per_node for p in job.pools):
+                    continue
+                dp = per_pool * count
+                for split in splits(job, space, pp, 1):
+                    for ep in expert_degrees(job, cp * per_pool):
+                        for mbs, tpov in itertools.product(MICRO_BATCHES, (False, True)):
+                            if job.global_batch_size % (dp * mbs) or (tpov and tp == 1):
+                                continue
+                            out.append(
+                                Layout(
+                                    tp=tp,
+                                    pp=pp,
+                                    dp=dp,
+                                    cp=cp,
+                                    ep=ep,
+                                    sequence_parallel=tp > 1,
+                                    micro_batch_size=mbs,
+                                    pipeline_layers=split,
+                                    tp_comm_overlap=tpov,
+                                    dp_pools=count,
+                                )
+                            )
+    return out
+
+
+def lower_bound_s(job: Job, layout: Layout) -> float:
+    """Seconds no recompute or overlap choice beats: the slowest pool's compute floor."""
+    return max(cost.compute_floor(j, lay) for j, lay in pools.replica_views(job, layout))
+
+
+def score(job: Job, layout: Layout, headroom_pct: float) -> PoolPlan | None:
+    """The layout with the least recompute of LADDER that fits, scored exactly (None: it breaks
+    a rule, or nothing fits)."""
+    for rc in LADDER:
+        lay = layout.with_(recompute=rc)
+        if violations(job, lay):
+            return None
+        mem = memory.estimate(job, lay, headroom_pct)
+        if mem.fits:
+            return PoolPlan(job, lay, mem, cost.estimate(job, lay), None)
+    return None
+
+
+@dataclass(frozen=True)
+class DataSearch:
+    """The plans that fit, best first, the layouts there were and those scored, and the least
+    lower bound of any layout (None: no layout)."""
+
+    plans: tuple[PoolPlan, ...]
+    layouts: int
+    scored: int
+    least_bound_s: float | None = None
+
+
+def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataSearch:
+    """The plans that fit, each layout with its least recompute that fits; `known`: the step
+    times found so far (the pipeline-across plans'), which bound the scan."""
+    times = sorted(known)
+    todo = layouts(job)
+    bounded = sorted((lower_bound_s(job, lay), i, lay) for i, lay in enumerate(todo))
+    plans: list[PoolPlan] = []
+    scored = 0
+    for bound, _, lay in bounded:
+        if len(times) >= top and bound >= times[top - 1]:
+            break  # sorted by the bound: no later layout can enter the top
+        scored += 1
+        plan = score(job, lay, headroom_pct)
+        if plan is not None:
+            plans.append(plan)
+            bisect.insort(times, plan.performance.step_time_s)
+    ranked = tuple(sorted(plans, key=lambda q: q.performance.step_time_s))
+    least = bounded[0][0] if bounded else None
+    return DataSearch(ranked, len(todo), scored, least)
