@@ -259,7 +259,7 @@ def across_text(res: pool_search.PoolSearch) -> str:
         f"link adds {link_a * 1e3:,.0f} ms per step to the first (its pipeline sends) and "
         f"{link_b * 1e3:,.0f} ms to the second (its gradient all-reduce between the pools' "
         f"optimizer instances, {on_link * 1e3:,.0f} ms per step on the link: every gradient "
-        f"bucket's all-reduce pays the {lat:,.1f} ms latency twice); on a link as fast as a "
+        f"bucket's all-reduce pays the {lat:g} ms latency twice); on a link as fast as a "
         f"pool's own the second would be {abs(rest) * 1e3:,.0f} ms "
         f"{'faster' if rest < 0 else 'slower'} than the first (bubble, compute, traffic inside "
         "the pools)"
