@@ -20,7 +20,7 @@ from planner.inputs.plan import Job
 from planner.model.cost import Performance, StepBreakdown
 from planner.model.memory import MemoryReport, StageMemory
 from planner.search import top_k
-from planner.search.space import Space
+from planner.search.space import Bound, Space
 from planner.search.suggest import search_rows
 from planner.search.top_k import Candidate
 from planner.search.twins import TWIN_REL_TOL, Row, fold, same_time, twin_key
@@ -134,13 +134,17 @@ def test_search_rows_are_the_first_rows_of_the_whole_ranking(
 
 
 def test_these_jobs_have_twins(whole: dict[str, tuple[Job, list[Row]]]) -> None:
-    """The jobs above exercise folding: twins in their top 5, and in 8b-64 a first row of three
-    (cp 1, 2, 4 at mbs 2, 4, 8; 128 sequences of 8k on 64 GPUs, tp 2): at K = 1 the search must
+    """The jobs above exercise folding: twins in their top 5, and in 8b-64 at tp 2 a first row of
+    three (cp 1, 2, 4 at mbs 2, 4, 8; 128 sequences of 8k on 64 GPUs): at K = 1 the search must
     keep and certify all three, where without folding it keeps the first 4 x K layouts whatever
     they are."""
     for _, rows in whole.values():
         assert any(r.equivalents for r in rows[:5])
-    assert shape(whole["8b-64"][1][:1]) == [((1, 32, 2), (2, 16, 4), (4, 8, 8))]
+    job = whole["8b-64"][0]
+    tp2 = fold(top_k.search(job, Space(tp=Bound(2, 2)), 10**6).candidates)
+    assert shape(tp2[:1]) == [((1, 32, 2), (2, 16, 4), (4, 8, 8))]
+    _, rows = search_rows(job, Space(tp=Bound(2, 2)), 1)
+    assert shape(rows) == shape(tp2[:1])
 
 
 def test_rows_by_cost_are_distinct_and_ordered() -> None:
