@@ -8,6 +8,7 @@ brute-forced problems and tests/search/test_bound.py that the compute part is
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
@@ -60,6 +61,49 @@ def lower_bound(job: Job, layout: Layout) -> float:
     STEP_OVERHEAD_S is in every step."""
     m, g = _stage_floors(job, layout)
     return m * max(g) + cost.STEP_OVERHEAD_S
+
+
+@dataclass(frozen=True)
+class Floors:
+    """What the bounds read of a layout's stage floors (`_stage_floors`): its micro-batches, and
+    the largest and the sum of the floors per micro-batch over its ranks. The search keeps these
+    of each base it queues (at the structure's largest micro-batch size) to bound the same base
+    at the smaller sizes it expands (`below`)."""
+
+    m: int
+    worst: float
+    total: float
+
+    def lower_bound(self) -> float:
+        """`lower_bound` of the layout, bit for bit."""
+        return self.m * self.worst + cost.STEP_OVERHEAD_S
+
+
+def floors(job: Job, layout: Layout) -> Floors:
+    m, g = _stage_floors(job, layout)
+    return Floors(m, max(g), sum(g))
+
+
+def below(job: Job, top: Floors, layout: Layout) -> float:
+    """No more than `base_bound(job, layout)`, from `top`, the `floors` of the same base at a
+    micro-batch size no smaller than the layout's (the search's: at its structure's largest), so
+    without the layer times at the layout's own size: where it exceeds the K-th best time, so
+    does base_bound, which the search then need not compute.
+
+    Why. Each rank's floor per micro-batch g_r, times the micro-batches m, is least at the
+    largest micro-batch (`lower_bound`'s premise, term by term), so at this layout's m
+    g_r >= g_r(top) x m(top) / m =: h_r. base_bound is nondecreasing in every g_r: where it adds
+    the fill and drain (Megatron, pp > 1) it is at least (m - 1/vpp) max_r h_r + sum_r h_r / vpp
+    + STEP_OVERHEAD_S = (m(top) / m) x ((m - 1/vpp) worst + total / vpp) + STEP_OVERHEAD_S, taken
+    here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at least m(top) x
+    worst + STEP_OVERHEAD_S (= `Floors.lower_bound`, the bound the search queued the structure
+    on). tests/search/test_top_k.py checks it below base_bound for every base of its problems."""
+    if layout.pp == 1 or job.framework != "megatron":
+        return top.lower_bound()
+    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    v = layout.vpp
+    scaled = top.m / m * ((m - 1 / v) * top.worst + top.total / v)
+    return scaled * (1 - 1e-12) + cost.STEP_OVERHEAD_S
 
 
 def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:

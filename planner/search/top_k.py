@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory
-from planner.search.bound import lower_bound
+from planner.search.bound import Floors, floors
 from planner.search.space import (
     RECOMPUTE_ORDER,
     Base,
@@ -172,7 +172,7 @@ def search(
             list[Option],
             dict[tuple[object, ...], bool],
             _Bases,
-            dict[tuple[int, tuple[int, ...] | None], list[float]],
+            dict[tuple[int, tuple[int, ...] | None], list[Floors]],
         ]
     ] = []
     space_size = 0
@@ -189,15 +189,16 @@ def search(
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
         too_big: dict[tuple[object, ...], bool] = {}
-        floors: dict[tuple[int, tuple[int, ...] | None], list[float]] = {}
+        tops: dict[tuple[int, tuple[int, ...] | None], list[Floors]] = {}
         for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
             shape = of(top_mbs, vpp, split)
             if states_fit(job, space, shape[0].layout, capacity, too_big):
-                floors[vpp, split] = [lower_bound(job, b.layout) for b in shape]
-        if not floors:
+                tops[vpp, split] = [floors(job, b.layout) for b in shape]
+        if not tops:
             rejected["memory"] += 1
             continue
-        queue.append((min(map(min, floors.values())), i, s, opts, too_big, of, floors))
+        bound = min(f.lower_bound() for shape_tops in tops.values() for f in shape_tops)
+        queue.append((bound, i, s, opts, too_big, of, tops))
     heapq.heapify(queue)
 
     best: list[Candidate] = []
@@ -205,16 +206,16 @@ def search(
     scored = expanded = 0
     last_report = t0
     while queue:
-        bound, _, s, opts, too_big, of, floors = heapq.heappop(queue)
+        bound, _, s, opts, too_big, of, tops = heapq.heappop(queue)
         if cut is not None and bound > cut:
             break
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
         for mbs, vpp, split in opts:
             found = 0
-            shape_floors = floors.get((vpp, split))
+            shape_tops = tops.get((vpp, split))
             for j, base in enumerate(of(mbs, vpp, split)):
-                floor = shape_floors[j] if shape_floors else None
+                floor = shape_tops[j] if shape_tops else None
                 variants = best_variants(
                     job, space, base, rejected, too_big, cut, lean_fails, floor
                 )

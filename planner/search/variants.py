@@ -17,7 +17,7 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
-from planner.search.bound import base_bound
+from planner.search.bound import Floors, base_bound, below
 from planner.search.rungs import NONE, Ladder, Rung, leanest
 from planner.search.space import Base, Space, zero_stages
 from planner.search.twins import same_time
@@ -42,7 +42,7 @@ def best_variants(
     too_big: dict[tuple[object, ...], bool],
     cut: float | None,
     lean_fails: dict[tuple[object, ...], int],
-    floor: float | None = None,
+    floor: Floors | None = None,
 ) -> list[Candidate]:
     """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
     fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
@@ -60,20 +60,20 @@ def best_variants(
     A stage whose fastest fitting rung the base's EP-overlap twin
     takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
     own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
-    far, yields nothing either (checked once some ZeRO stage's states fit), nor one whose `floor`
-    does: the base's `lower_bound` at its structure's largest micro-batch size, which the search
-    has from queueing the structure. That bounds every layout of the base at a micro-batch size
-    no larger (`lower_bound`), so it is no more than `base_bound`, whose work it spares where it
-    cuts (the pipeline's fill and drain only add to `lower_bound` at the base's own size, which
-    is no less than at the largest: tests/search/test_top_k.py checks both below every layout of
-    its problems); nor does a stage
+    far, yields nothing either (checked once some ZeRO stage's states fit); `floor`, the base's
+    `bound.floors` at its structure's largest micro-batch size (the search has them from queueing
+    the structure), bounds base_bound from below without the layer times at this size
+    (`bound.below`), and where that exceeds `cut` base_bound is not computed. Nor does a stage
     where the base without memory savers does not fit and its exact time (NONE.on(zbase): no
-    rung is faster, tests/search/test_top_k.py) is above `cut`, before any rung is tried."""
+    rung is faster, tests/search/test_top_k.py) is above `cut`, before any rung is tried; once
+    that time is above `cut` at one stage it is at every later one, not estimated again (no
+    stage is faster than a lower one with the same rung: tests/search/test_top_k.py)."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     mbs = base.micro_batch_size
+    plain_slower = False  # NONE at a lower stage was above `limit`
 
     for z in zero_stages(space, base):
         zbase = base.with_(zero_stage=z)
@@ -84,7 +84,7 @@ def best_variants(
             rejected["memory"] += 1
             continue
         if cut is not None:
-            if (floor is not None and floor > cut) or base_bound(job, base) > cut:
+            if (floor is not None and below(job, floor, base) > cut) or base_bound(job, base) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}
@@ -121,7 +121,10 @@ def best_variants(
             if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
                 rejected["memory"] += 1
                 continue
-            if limit is not None and _slower(cost.estimate(job, NONE.on(zbase)).step_time_s, limit):
+            if limit is not None and (
+                plain_slower or _slower(cost.estimate(job, NONE.on(zbase)).step_time_s, limit)
+            ):
+                plain_slower = True
                 continue  # every rung is slower than none at this stage: none makes the top K
             lean = leanest(single, ladders)
             if lean and all(fits(r) is None for r in lean):

@@ -378,6 +378,25 @@ def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
             assert memory.estimate(job, z1).peak <= memory.estimate(job, z0).peak, z1
 
 
+@pytest.mark.parametrize("name", ["llama8b-8xh100-s8192", "mixtral-8x7b-16xh100", "llama8b-fp8"])
+def test_no_zero_stage_is_faster_than_a_lower_one(name: str) -> None:
+    """The dominance behind the search's stop once a stage fits without a rung, and behind
+    not estimating the plain layout again at a later stage once it was too slow at an earlier
+    one: with the same rung, a later ZeRO stage (of those searched: 1, 2, 3 without pipeline
+    or context parallelism) is never faster."""
+    job, space = PROBLEMS[name]
+    checked = 0
+    for base in _sample_layouts(name, 40):
+        stages = space_mod.zero_stages(space, base)
+        for rung in rungs.every(job, base, space_mod.RECOMPUTE_ORDER, offload=True)[::3]:
+            times = [
+                cost.estimate(job, rung.on(base.with_(zero_stage=z))).step_time_s for z in stages
+            ]
+            assert all(b >= a for a, b in itertools.pairwise(times)), (rung, base.describe(), times)
+            checked += len(stages) > 1
+    assert checked > 0
+
+
 @pytest.mark.parametrize("name", ["llama8b-tiny-memory", "mixtral-expert-tp", "llama8b-fp8"])
 def test_no_rung_is_faster_than_none_and_ladders_trade_memory_for_time(name: str) -> None:
     """The dominance the search and the reference rely on: on a base, no rung (recompute,
@@ -404,16 +423,16 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     more than the exact step time of any layout of that structure, split and vpp; and
     bounds.base_bound (with the pipeline's fill and drain) at a base layout's own micro-batch
     (what the search prunes a base on) no more than any of its
-    variants' (ZeRO stages and memory-saving rungs); and the base's own lower_bound at the
-    structure's largest micro-batch (the search's `floor`, checked before base_bound) no more
-    than base_bound."""
+    variants' (ZeRO stages and memory-saving rungs); and bounds.below, from the base's floors at
+    the structure's largest micro-batch (what the search checks before base_bound), no more than
+    base_bound, and those floors' lower_bound bounds.lower_bound's, bit for bit."""
     job, _ = PROBLEMS[name]
     variants = variants_of(name)
     groups: dict[tuple[int, ...], list[Layout]] = {}
     for lay in variants:
         key = (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
         groups.setdefault(key, []).append(lay)
-    checked = 0
+    checked = cut_sooner = 0
     for lays in groups.values():
         top_mbs = max(lay.micro_batch_size for lay in lays)
         shapes = {(lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap) for lay in lays}
@@ -428,14 +447,19 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
         )
         for lay in lays:
             own = bounds.base_bound(job, lay)
-            floor = bounds.lower_bound(job, lay.with_(micro_batch_size=top_mbs))
+            at_top = lay.with_(micro_batch_size=top_mbs)
+            top = bounds.floors(job, at_top)
+            assert top.lower_bound() == bounds.lower_bound(job, at_top)
+            floor = bounds.below(job, top, lay)
             assert floor <= own, (lay.describe(), floor, own)
+            cut_sooner += lay.pp > 1 and floor > top.lower_bound()
             for _, _, v in variants[lay]:
                 exact = cost.estimate(job, v).step_time_s
                 assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
                 assert own <= exact * (1 + 1e-12), (v.describe(), own, exact)
                 checked += 1
     assert checked > 0
+    assert cut_sooner > 0 or all(lay.pp == 1 for lay in variants)
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
