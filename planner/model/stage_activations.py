@@ -36,6 +36,7 @@ from planner.model import activations as act
 from planner.model import mamba
 from planner.model.activations import Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
+from planner.model.job_memo import ModelMemo
 from planner.model.schedule import Chunks, layer_count, schedule_name
 
 
@@ -229,6 +230,42 @@ def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> 
     return r * per.dense + per.full_total(rest)
 
 
+_KEPT: ModelMemo[tuple[object, ...], tuple[float, ...]] = ModelMemo()
+"""`chunk_kept` of each chunk of a rank, per model and per what it reads besides the model: the
+layer bytes (`PerLayer`), the chunks and the recompute and offloading settings (the search
+estimates the memory of each ZeRO stage and TP-overlap choice of a base with the same ones)."""
+
+
+def _chunks_kept(
+    arch: ModelArch, layout: Layout, per: PerLayer, chunks: Chunks
+) -> tuple[float, ...]:
+    lay = layout
+    key = (
+        per,
+        chunks,
+        lay.recompute,
+        lay.recompute_method,
+        lay.recompute_num_layers,
+        lay.cpu_offloading_num_layers,
+    )
+    return _KEPT.get(arch, key, lambda: tuple(chunk_kept(arch, lay, per, c) for c in chunks))
+
+
+_PEAKS: dict[tuple[object, ...], float] = {}
+"""`schedule_peak` per what it reads: the chunks' bytes, pp, vpp, the micro-batch group, the
+rank, the micro-batches and the schedule (no model constant: never stale)."""
+
+
+def _peak(kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str) -> float:
+    key = (kept, layout.pp, layout.vpp, _group(layout), rank, m, name)
+    peak = _PEAKS.get(key)
+    if peak is None:
+        if len(_PEAKS) >= 1 << 16:
+            _PEAKS.clear()
+        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name)
+    return peak
+
+
 def _mtp_extra_bytes(arch: ModelArch, sh: Shard) -> float:
     """What an MTP layer keeps besides its transformer layer (multi_token_prediction.py): the
     inputs of enorm and hnorm (2h each), their concatenated outputs that eh_proj keeps (4h),
@@ -257,7 +294,7 @@ def stage_activations(
     arch = job.arch
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.pp - 1
-    kept = [chunk_kept(arch, layout, per, c) for c in chunks]
+    kept = list(_chunks_kept(arch, layout, per, chunks))
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh)
     logits = act.logits_bytes(arch, vocab, sh)
@@ -271,7 +308,7 @@ def stage_activations(
         kept[-1] += layers + mtp * extra
         loss = max(loss, logits)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    stored = schedule_peak(tuple(kept), layout, rank, m, schedule_name(job, layout))
+    stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout))
     n_layers = layer_count(chunks)
     working = 0.0
     if sh.recompute in ("full", "per_op") and n_layers:

@@ -2,8 +2,9 @@
 the brute-forced problems of tests/search/test_top_k.py: the memory premise behind skipping a
 rung that did not fit at a smaller micro-batch, the options shared by structures with the same
 (dp, pp), the layer-time memo's tuple key, the peak ranks per split and the fixed buffers
-computed once per estimate, the bases built once per (vpp, split), the rungs per split and the
-EP-overlap base's rungs from the rule's recompute condition (the search's answers themselves:
+computed once per estimate, the bases built once per (vpp, split), the rungs per split, the
+EP-overlap base's rungs from the rule's recompute condition, each rank's chunk bytes and
+schedule peak (the search's answers themselves:
 test_top_k's brute force)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from planner.inputs.layout import Layout
-from planner.model import buffers, memory, stage_time
+from planner.model import buffers, memory, schedule, stage_activations, stage_time
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from tests.search.test_top_k import PROBLEMS, _sample_layouts, layouts_of, variants_of
@@ -160,4 +161,31 @@ def test_overlap_rungs_are_the_rules_own(name: str) -> None:
             whole_rule = rules.expert_overlap(job, r.on(base)) is None
             assert whole_rule == rules.recompute_allows_overlap(r.recompute, r.modules), r
             checked += not whole_rule
+    assert checked > 0
+
+
+@pytest.mark.parametrize(
+    "name", ["sc21-1.7b-32xa100", "llama8b-tiny-memory", "mixtral-8x7b-16xh100"]
+)
+def test_chunks_kept_and_schedule_peaks_remembered_bit_for_bit(name: str) -> None:
+    """`stage_activations` remembers each rank's chunk bytes (per model, layer bytes, chunks and
+    recompute / offloading settings) and the schedule's peak over them (per bytes, pp, vpp, group,
+    rank, micro-batches and schedule): over the problem's variants (vpp, uneven splits, block
+    and uniform recompute, offloading) what is remembered is what `chunk_kept` and
+    `schedule_peak` give afresh."""
+    job, _ = PROBLEMS[name]
+    arch = job.arch
+    checked = 0
+    for variants in list(variants_of(name).values())[::3]:
+        for _, _, v in variants[::2]:
+            sh = stage_activations.shard(job, v)
+            per = stage_activations.per_layer(arch, sh)
+            m = max(v.num_microbatches(job.global_batch_size), 1)
+            sched = schedule.schedule_name(job, v)
+            for rank, chunks in enumerate(v.chunk_layers(arch.num_layers)):
+                kept = stage_activations._chunks_kept(arch, v, per, chunks)
+                assert kept == tuple(stage_activations.chunk_kept(arch, v, per, c) for c in chunks)
+                peak = stage_activations._peak(kept, v, rank, m, sched)
+                assert peak == stage_activations.schedule_peak(kept, v, rank, m, sched)
+                checked += 1
     assert checked > 0
