@@ -188,7 +188,19 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word embedding
     they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
     `pre_process or mtp_process`) and, where that is not the last rank, a copy of the output
-    layer (the MTP layers compute their own logits)."""
+    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
+    besides the model (the degrees that split the parameters, pp, the MTP rank, the rank and its
+    chunks): the search asks for the same stages of thousands of layouts."""
+    lay = layout
+    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks)
+    return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
+
+
+_STAGE_PARAMS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()
+
+
+def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     arch = job.arch
     dense, expert = decoder_params(job, layout, chunks)
     words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))

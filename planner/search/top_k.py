@@ -32,10 +32,12 @@ base's variants, scored with their shortcuts, `planner.search.variants`.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from planner.inputs.layout import Layout
@@ -156,6 +158,33 @@ def search(
     """The top_k layouts by predicted step time (ties: `simplicity`), certified exact; with
     `fold_twins`, the top_k rows of twins (`planner.search.twins`), each row's layouts all
     scored. Without a `space`, every layout the job's training code runs."""
+    with _cyclic_gc_paused():
+        return _search(job, space, top_k, progress, fold_twins)
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused, and restored after. The search allocates
+    hundreds of thousands of short-lived tuples, layouts and reports and remembers many of them:
+    the collector, run by allocation counts, would walk the growing memos again and again (a few
+    percent of the search) for cycles the search does not make (what it drops, reference
+    counting frees). No number depends on it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _search(
+    job: Job,
+    space: Space | None,
+    top_k: int,
+    progress: Callable[[str], None] | None,
+    fold_twins: bool,
+) -> SearchResult:
     space = space or Space(framework=job.framework)
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()

@@ -189,3 +189,20 @@ def test_chunks_kept_and_schedule_peaks_remembered_bit_for_bit(name: str) -> Non
                 assert peak == stage_activations.schedule_peak(kept, v, rank, m, sched)
                 checked += 1
     assert checked > 0
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b-16xh100", "sc21-1.7b-32xa100", "llama70b-uneven"])
+def test_stage_params_remembered_bit_for_bit(name: str) -> None:
+    """`memory.stage_params` remembers each rank's parameters per model, splitting degrees, pp,
+    MTP rank, rank and chunks: over the problem's layouts (and an MTP model's) they are those
+    computed afresh."""
+    job, _ = PROBLEMS[name]
+    mtp_job = replace(job, arch=job.arch.model_copy(update={"mtp_num_layers": 1}))
+    checked = 0
+    for j in (job, mtp_job):
+        for lay in _sample_layouts(name, 60):
+            for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
+                got = memory.stage_params(j, lay, rank, chunks)
+                assert got == memory._stage_params(j, lay, rank, chunks), lay.describe()
+                checked += 1
+    assert checked > 0
