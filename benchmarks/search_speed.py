@@ -24,7 +24,7 @@ across machines. Targets (whole process, on a quiet 2-core machine):
       (seq 8192, batch 1,024)                                       <= 3 s
 
 `--profile` runs each case once in this process under cProfile instead (the import excluded) and
-says where its time went: space enumeration, bounds, memory and cost estimates, the rest.
+says where its time went: space enumeration, bounds, layer times, memory and cost estimates.
 
 For scale: the best published analytical planner took 58 s on a 5,128-GPU problem. The search's own
 figures (layouts in the space, structures expanded, layouts scored, seconds inside the search) come
@@ -174,14 +174,17 @@ PROFILE_BUCKETS = (
     ("options", "planner/search/space.py", "options"),
     ("bases", "planner/search/space.py", "bases"),
     ("bounds", "planner/search/bound.py", "_stage_floors"),
+    ("layer times", "planner/model/layer_time.py", "layer_time"),
+    ("variants", "planner/search/variants.py", "best_variants"),
     ("state floor", "planner/model/memory.py", "state_floor"),
     ("memory", "planner/model/memory.py", "estimate"),
     ("cost", "planner/model/cost.py", "estimate"),
     ("split", "planner/search/solver.py", "balanced_split"),
     ("pools (CP-SAT)", "planner/search/solver.py", "solve_pools"),
 )
-"""(label, file, function): cumulative time of each, as cProfile reports it (they nest a
-little: bases' rung lists, the bounds' layer times; memory and cost share the layer-time memo)."""
+"""(label, file, function): cumulative time of each, as cProfile reports it (they nest: bases'
+rung lists; layer times inside the bounds and the cost estimates, which share their memo; one
+base's variants (`planner.search.variants`) hold its memory and cost estimates)."""
 
 
 def profile_case(case: SpeedCase) -> str:

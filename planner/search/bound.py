@@ -68,8 +68,9 @@ class Floors:
     """What the bounds read of a layout's stage floors (`_stage_floors`): its micro-batches, and
     the largest and the sum of the floors per micro-batch over its ranks. The search keeps these
     of each base it queues (at the structure's largest micro-batch size) to bound the same base
-    at the smaller sizes it expands (`below`)."""
+    at the smaller sizes it expands (`below`), and at the largest itself (`base_bound`)."""
 
+    micro_batch_size: int
     m: int
     worst: float
     total: float
@@ -81,7 +82,7 @@ class Floors:
 
 def floors(job: Job, layout: Layout) -> Floors:
     m, g = _stage_floors(job, layout)
-    return Floors(m, max(g), sum(g))
+    return Floors(layout.micro_batch_size, m, max(g), sum(g))
 
 
 def below(job: Job, top: Floors, layout: Layout) -> float:
@@ -146,7 +147,7 @@ def _rank_counts(job: Job, lay: Layout, t: LayoutTimes) -> list[tuple[_RankLayer
     return _COUNTS[key][1]
 
 
-def base_bound(job: Job, layout: Layout) -> float:
+def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     """`lower_bound` with the pipeline's fill and drain, for the layout's own micro-batch size
     only (the bubble grows with it, so this does not bound a structure's smaller micro-batches),
     under Megatron-LM's schedules (1F1B, interleaved 1F1B): step >= m max_r t_r +
@@ -154,9 +155,11 @@ def base_bound(job: Job, layout: Layout) -> float:
     it, and STEP_OVERHEAD_S), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
     every stage time t_r, as m >= 1 >= 1/vpp, so it holds at each rank's floor g_r <= t_r (the
     floors of `lower_bound`). Other training codes' schedules (zero-bubble ones) get `lower_bound`
-    alone."""
+    alone. `known`: the `floors` of this same base at some micro-batch size, used where that is
+    the layout's own (the same numbers, not computed again)."""
+    f = known if known is not None and known.micro_batch_size == layout.micro_batch_size else None
+    f = f or floors(job, layout)
     if layout.pp == 1 or job.framework != "megatron":
-        return lower_bound(job, layout)
-    m, g = _stage_floors(job, layout)
+        return f.lower_bound()
     v = layout.vpp
-    return (m - 1 / v) * max(g) + sum(g) / v + cost.STEP_OVERHEAD_S
+    return (f.m - 1 / v) * f.worst + f.total / v + cost.STEP_OVERHEAD_S

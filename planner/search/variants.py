@@ -84,7 +84,9 @@ def best_variants(
             rejected["memory"] += 1
             continue
         if cut is not None:
-            if (floor is not None and below(job, floor, base) > cut) or base_bound(job, base) > cut:
+            if (floor is not None and below(job, floor, base) > cut) or base_bound(
+                job, base, floor
+            ) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}

@@ -425,7 +425,7 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     (what the search prunes a base on) no more than any of its
     variants' (ZeRO stages and memory-saving rungs); and bounds.below, from the base's floors at
     the structure's largest micro-batch (what the search checks before base_bound), no more than
-    base_bound, and those floors' lower_bound bounds.lower_bound's, bit for bit."""
+    base_bound, and those floors' lower_bound and base_bound the bounds' own, bit for bit."""
     job, _ = PROBLEMS[name]
     variants = variants_of(name)
     groups: dict[tuple[int, ...], list[Layout]] = {}
@@ -450,6 +450,8 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
             at_top = lay.with_(micro_batch_size=top_mbs)
             top = bounds.floors(job, at_top)
             assert top.lower_bound() == bounds.lower_bound(job, at_top)
+            assert bounds.base_bound(job, at_top, top) == bounds.base_bound(job, at_top)
+            assert bounds.base_bound(job, lay, top) == own  # floors of another size: not read
             floor = bounds.below(job, top, lay)
             assert floor <= own, (lay.describe(), floor, own)
             cut_sooner += lay.pp > 1 and floor > top.lower_bound()
