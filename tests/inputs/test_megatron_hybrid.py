@@ -2,7 +2,7 @@
 spelling), the --mamba-* sizes, MTP depths after '/', and the pipeline segments after '|'.
 
 Oracle: Megatron-LM d98e8a64 megatron/training/arguments.py (`validate_args`, the hybrid pattern
-block) and megatron/core/models/hybrid/hybrid_layer_allocation.py (`parse_hybrid_pattern`,
+block) and the hybrid model package's hybrid_layer_allocation.py (`parse_hybrid_pattern`,
 `select_pipeline_segment`): the layer count and MTP depths come from the pattern, "|" segments
 are the pipeline stages (segment k on rank k % pp, virtual stage k // pp), their count must be a
 multiple of pp, and without "|" the layers must split evenly. Expected values are the pattern's
