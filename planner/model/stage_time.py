@@ -126,6 +126,11 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     return LayoutTimes(gpu, m, layers, out_layer, plain, mtp)
 
 
+_GPU = ("gpu",)
+"""`LAYER_TIMES`' entry for the job's `gpu_of` (its first element), on which every layer time of
+the job is computed."""
+
+
 def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
     """(GPU, micro-batches, each kind's layer, output layer) times of a layout. A kind without
     experts is memoised under `_dense_key` (no expert field reaches it)."""
@@ -134,7 +139,9 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
     tkey = _memo_key(lay)
     if tkey not in memo:
         key = _layer_key(lay)
-        gpu = gpu_of(job)
+        if _GPU not in memo:  # the job's GPU, once for all its layer times
+            memo[_GPU] = (gpu_of(job), (), 0.0)
+        gpu = memo[_GPU][0]
         graphs = job.cuda_graphs
         layers: list[Layer] = []
         for kind in job.arch.kinds:
