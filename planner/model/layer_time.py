@@ -58,7 +58,7 @@ PyTorch's per-op policy (saves every other matmul output and the attention outpu
 linear GEMMs and the elementwise forward. The layer's TP, CP and EP traffic is computed here too
 (planner.model.comms; the token dispatcher by `dispatch.moe_dispatch`), since how much of it
 hides depends on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved
-activations over the GPU's host link one way (HOST_LINK_GB_PER_S x HOST_LINK_EFFICIENCY);
+activations over the GPU's host link one way (`planner.model.host_link`);
 `planner.model.stage_time` exposes what outlasts the next layer.
 
 Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
@@ -91,6 +91,7 @@ from planner.model import (
 )
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
 from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
+from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 
 GEMM_EFFICIENCY_MAX = 0.759
@@ -120,25 +121,6 @@ UNFUSED_NORM_BYTES = 80.0
 RMSNorm over a fused kernel: in fp32, x.float() (r2 w4), pow (r4 w4), mean (r4), x * rsqrt (r4 w4),
 * weight and cast (r4 w2) is ~30 bytes forward against ~4 fused, and autograd's backward about
 twice that against ~6 fused."""
-
-HOST_LINK_GB_PER_S: tuple[tuple[str, float], ...] = (
-    ("gb200", 225.0),
-    ("gb300", 225.0),
-    ("gh200", 450.0),
-    ("a100", 32.0),
-    ("l40s", 32.0),
-    ("*", 64.0),
-)
-"""A GPU's link to host memory, GB/s per direction, by catalog-name prefix (the catalog has no
-field yet): PCIe 4.0 x16 (16 GT/s x 16 lanes, 128b/130b: 31.5 GB/s) on A100 and L40S; PCIe 5.0
-x16 (63 GB/s) on H100, H200, H800, B200, MI300X, MI325X (the rest, "*"); NVLink-C2C 900 GB/s
-bidirectional (NVIDIA Grace Hopper / Grace Blackwell datasheets): GH200's 450 per direction to
-its one GPU; a GB200 Grace serves two GPUs, 225 each."""
-
-HOST_LINK_EFFICIENCY = 0.80
-"""Achieved / nominal host-link bandwidth for pinned, large asynchronous copies (as
-HBM_EFFICIENCY for streaming kernels; PCIe's TLP overhead alone takes ~5-10%)."""
-
 
 POWER_CLOCK_EXPONENT = 1.0 / 3.0
 """Sustained clock ~ power^(1/3) under a cap: CMOS dynamic power P = C V^2 f with the voltage
@@ -190,16 +172,6 @@ def moe_load(job: Job) -> float:
     if cap is None:
         return MOE_LOAD_IMBALANCE
     return cap if job.moe_pad_expert_input_to_capacity else min(MOE_LOAD_IMBALANCE, cap)
-
-
-def host_link_bandwidth(job: Job) -> float:
-    """Bytes/s one GPU moves to or from host memory: its host link's rate per direction
-    (HOST_LINK_GB_PER_S by GPU family) x HOST_LINK_EFFICIENCY."""
-    name = job.cluster.gpu.name
-    link = next((v for prefix, v in HOST_LINK_GB_PER_S if name.startswith(prefix)), None)
-    if link is None:
-        link = dict(HOST_LINK_GB_PER_S)["*"]
-    return link * 1e9 * HOST_LINK_EFFICIENCY
 
 
 def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer:

@@ -31,11 +31,11 @@ from planner.inputs.plan import Job
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
 from planner.model.host import issued
+from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import (
     Layer,
     gpu_of,
-    host_link_bandwidth,
     layer_time,
     output_layer_time,
 )

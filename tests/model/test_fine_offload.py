@@ -12,9 +12,10 @@ from jobs import job
 
 from planner.emit.megatron import parallel_args
 from planner.inputs import catalog, megatron_args
+from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
-from planner.model import fine_offload, stage_time
+from planner.model import fine_offload, host_link, stage_time
 from planner.model.activations import Shard, pairs
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search import rules
@@ -25,9 +26,9 @@ DSV3 = catalog.get_model("deepseek-v3")  # h 7168, expert F 2048, top-8, SwiGLU
 T = 4096
 
 
-def _off(arch: object, moe: bool, *mods: str, fp8: bool = False) -> float:
+def _off(arch: ModelArch, moe: bool, *mods: str, fp8: bool = False) -> float:
     sh = Shard(tokens=T, seq_per_cp_rank=T, fp8=fp8)
-    return fine_offload.offloaded_bytes(arch, moe, sh, frozenset(mods))  # type: ignore[arg-type]
+    return fine_offload.offloaded_bytes(arch, moe, sh, frozenset(mods))
 
 
 def test_attention_modules_by_hand() -> None:
@@ -89,7 +90,7 @@ def test_transfers_show_only_beyond_the_layer() -> None:
     lay = Layout(dp=8, offload_modules=("core_attn", "attn_proj", "qkv_linear"))
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
-    link = stage_time.host_link_bandwidth(j)
+    link = host_link.host_link_bandwidth(j)
     sec = (T * 2) * (20480 + 16384) / link  # seq 8192 = 2 T tokens
     want = 32 * (max(sec - t.dense.fwd, 0) + max(sec - t.dense.bwd, 0))
     assert stage_time.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)

@@ -18,7 +18,7 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout, RecomputeModule
 from planner.inputs.plan import Job, load_plan
-from planner.model import cost, flops, gemm, layer_time
+from planner.model import cost, flops, gemm, host_link, layer_time
 from planner.model.layer_time import gpu_of
 
 EXAMPLE = EXAMPLES / "deepseek-v3-h800.toml"
@@ -144,7 +144,7 @@ def test_offload_exposes_what_outlasts_the_next_layer() -> None:
     j = h100_job()
     lay = Layout(dp=8)
     one = layer_time.layer_time(j, lay, gpu_of(j), False)
-    assert layer_time.host_link_bandwidth(j) == pytest.approx(0.8 * 64e9)
+    assert host_link.host_link_bandwidth(j) == pytest.approx(0.8 * 64e9)
     per_layer = max(one.offload - one.fwd, 0.0) + max(one.offload - one.bwd, 0.0)
     assert per_layer > 0
     exposed = [
@@ -165,5 +165,5 @@ def test_nvlink_c2c_offloads_faster_than_pcie() -> None:
         gpu=spec, num_gpus=8, gpus_per_node=4, memory_gib=spec.memory_gib, tiers=spec.tiers
     )
     gb200 = replace(h100_job(), cluster=cluster)
-    assert layer_time.host_link_bandwidth(gb200) == pytest.approx(0.8 * 225e9)
-    assert layer_time.host_link_bandwidth(gb200) > layer_time.host_link_bandwidth(h100_job())
+    assert host_link.host_link_bandwidth(gb200) == pytest.approx(0.8 * 225e9)
+    assert host_link.host_link_bandwidth(gb200) > host_link.host_link_bandwidth(h100_job())
