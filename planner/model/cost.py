@@ -48,13 +48,13 @@ from planner.inputs.plan import Job
 from planner.model import comms, flops, fsdp2, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
-from planner.model.memory import decoder_params, stage_params
 from planner.model.schedule import (
     Chunks,
     interleaved_p2p_exposed,
     schedule_bubble,
     schedule_name,
 )
+from planner.model.stage_params import decoder_params, stage_params
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, fsdp2, params, pools
+from planner.model import buffers, fsdp2, pools
 from planner.model.activations import Shard
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
+from planner.model.stage_params import fp8_params, output_params, stage_params
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
 NCCL_BYTES_PER_GROUP = buffers.NCCL_BYTES_PER_GROUP
@@ -150,79 +150,6 @@ def state_bytes_per_param(
     return weights, grads, optim
 
 
-_EDGES: ModelMemo[int, tuple[int, int, int, tuple[int, int]]] = ModelMemo()
-
-
-def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
-    """(word embedding, position embedding, output layer incl. final norm, MTP split)."""
-    return _EDGES.get(arch, vocab, lambda: _edge_params_of(arch, vocab))
-
-
-def _edge_params_of(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
-    words = vocab * arch.hidden_size
-    positions = params.embedding_params(arch, vocab) - words
-    out = params.output_params(arch, vocab) or words  # tied: the last stage keeps a copy
-    return words, positions, out, params.mtp_layer_params(arch)
-
-
-def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
-    """(dense, expert) parameters of some decoder layers (a rank's chunks) on one GPU (TP / EP x
-    expert-TP split), each layer's by its kind (`params.kind_table`)."""
-    counts = job.arch.kind_counts(chunks)
-    table = params.kind_table(job.arch)
-    dense = sum(n * d for n, (d, _) in zip(counts, table, strict=True)) / layout.tp
-    expert = sum(n * e for n, (_, e) in zip(counts, table, strict=True))
-    return dense, expert / (layout.ep * layout.expert_tp)
-
-
-def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
-    """(dense, expert) parameters of the MTP layers on one GPU of the rank that holds them (TP /
-    EP x expert-TP split)."""
-    mtp_dense, mtp_expert = _edge_params(job.arch, job.arch.padded_vocab(layout.tp))[3]
-    return mtp_dense / layout.tp, mtp_expert / (layout.ep * layout.expert_tp)
-
-
-def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
-    holds: the embedding on rank 0, the output layer and final norm on the last rank, the MTP
-    layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word embedding
-    they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
-    `pre_process or mtp_process`) and, where that is not the last rank, a copy of the output
-    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
-    besides the model (the degrees that split the parameters, pp, the MTP rank, the rank and its
-    chunks): the search asks for the same stages of thousands of layouts."""
-    lay = layout
-    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks)
-    return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
-
-
-_STAGE_PARAMS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()
-
-
-def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
-    arch = job.arch
-    dense, expert = decoder_params(job, layout, chunks)
-    words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))
-    if rank == 0:
-        # word embeddings are split over tp; learned position embeddings are not
-        dense += words / layout.tp + positions
-    if rank == layout.pp - 1:
-        # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
-        if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
-            dense += out / layout.tp
-        dense += params.final_norm_params(arch)
-    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
-        mtp_dense, mtp_expert = _mtp_params(job, layout)
-        dense += mtp_dense
-        expert += mtp_expert
-        if rank != 0:
-            dense += words / layout.tp
-        if rank != layout.pp - 1:
-            dense += out / layout.tp
-    return dense, expert
-
-
 def stage_memory(
     job: Job,
     layout: Layout,
@@ -255,20 +182,6 @@ def stage_memory(
     )
 
 
-def _fp8_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
-    """(dense, expert) parameters of rank `rank` that are FP8 GEMM weights: its decoder and MTP
-    layers (their norms and router counted in, a few thousandths)."""
-    if job.precision != "fp8":
-        return 0.0, 0.0
-    arch = job.arch
-    dense, expert = decoder_params(job, layout, chunks)
-    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
-        mtp_dense, mtp_expert = _mtp_params(job, layout)
-        dense += mtp_dense
-        expert += mtp_expert
-    return dense, expert
-
-
 _State = tuple[float, float, float, float, float]
 
 _STATES: JobMemo[tuple[object, ...], _State] = JobMemo()
@@ -290,10 +203,10 @@ def _state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
 
 def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense, expert = stage_params(job, layout, rank, chunks)
-    fp8_dense, fp8_expert = _fp8_params(job, layout, rank, chunks)
+    fp8_dense, fp8_expert = fp8_params(job, layout, rank, chunks)
     if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
         vocab = job.arch.padded_vocab(layout.tp)
-        out = _edge_params(job.arch, vocab)[2] / layout.tp if rank == layout.pp - 1 else 0.0
+        out = output_params(job.arch, vocab) / layout.tp if rank == layout.pp - 1 else 0.0
         fp8 = (fp8_dense, fp8_expert)
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.fp8_weight_bytes(job, layout)

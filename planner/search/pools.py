@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, memory, pools
+from planner.model import comms, cost, memory, pools, stage_params
 from planner.model.activations import BF16
 from planner.search.pool_enum import best_splits
 from planner.search.rules import violations
@@ -380,7 +380,7 @@ def _data_link(
     seconds = 0.0
     for j, lay in dict.fromkeys(views):
         for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
-            dense, expert = memory.stage_params(j, lay, rank, chunks)
+            dense, expert = stage_params.stage_params(j, lay, rank, chunks)
             seconds = max(seconds, pools.link_seconds(j, lay, dense, expert))
     fast = cost.estimate(pools.without_slow_link(job), layout)
     added = perf.step_time_s - fast.step_time_s

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from planner.inputs.layout import Layout
-from planner.model import buffers, memory, schedule, stage_activations, stage_time
+from planner.model import buffers, memory, schedule, stage_activations, stage_params, stage_time
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from tests.search.test_top_k import PROBLEMS, _sample_layouts, layouts_of, variants_of
@@ -193,7 +193,7 @@ def test_chunks_kept_and_schedule_peaks_remembered_bit_for_bit(name: str) -> Non
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b-16xh100", "sc21-1.7b-32xa100", "llama70b-uneven"])
 def test_stage_params_remembered_bit_for_bit(name: str) -> None:
-    """`memory.stage_params` remembers each rank's parameters per model, splitting degrees, pp,
+    """`stage_params` remembers each rank's parameters per model, splitting degrees, pp,
     MTP rank, rank and chunks: over the problem's layouts (and an MTP model's) they are those
     computed afresh."""
     job, _ = PROBLEMS[name]
@@ -202,7 +202,7 @@ def test_stage_params_remembered_bit_for_bit(name: str) -> None:
     for j in (job, mtp_job):
         for lay in _sample_layouts(name, 60):
             for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
-                got = memory.stage_params(j, lay, rank, chunks)
-                assert got == memory._stage_params(j, lay, rank, chunks), lay.describe()
+                got = stage_params.stage_params(j, lay, rank, chunks)
+                assert got == stage_params._stage_params(j, lay, rank, chunks), lay.describe()
                 checked += 1
     assert checked > 0

@@ -1,0 +1,105 @@
+"""Parameters one GPU of a pipeline rank holds, dense and expert: its decoder layers by kind (TP /
+EP x expert-TP split), the embedding on the first rank, the output layer and final norm on the
+last, the MTP layers (with the embedding and output copies Megatron builds for them) on theirs;
+and how many of them are FP8 GEMM weights. `planner.model.memory` turns them into bytes."""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import params
+from planner.model.job_memo import ModelMemo
+from planner.model.schedule import Chunks
+
+_EDGES: ModelMemo[int, tuple[int, int, int, tuple[int, int]]] = ModelMemo()
+
+
+def _edge_params(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
+    """(word embedding, position embedding, output layer incl. final norm, MTP split)."""
+    return _EDGES.get(arch, vocab, lambda: _edge_params_of(arch, vocab))
+
+
+def _edge_params_of(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[int, int]]:
+    words = vocab * arch.hidden_size
+    positions = params.embedding_params(arch, vocab) - words
+    out = params.output_params(arch, vocab) or words  # tied: the last stage keeps a copy
+    return words, positions, out, params.mtp_layer_params(arch)
+
+
+def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters of some decoder layers (a rank's chunks) on one GPU (TP / EP x
+    expert-TP split), each layer's by its kind (`params.kind_table`)."""
+    counts = job.arch.kind_counts(chunks)
+    table = params.kind_table(job.arch)
+    dense = sum(n * d for n, (d, _) in zip(counts, table, strict=True)) / layout.tp
+    expert = sum(n * e for n, (_, e) in zip(counts, table, strict=True))
+    return dense, expert / (layout.ep * layout.expert_tp)
+
+
+def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters of the MTP layers on one GPU of the rank that holds them (TP /
+    EP x expert-TP split)."""
+    mtp_dense, mtp_expert = _edge_params(job.arch, job.arch.padded_vocab(layout.tp))[3]
+    return mtp_dense / layout.tp, mtp_expert / (layout.ep * layout.expert_tp)
+
+
+def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
+    holds: the embedding on rank 0, the output layer and final norm on the last rank, the MTP
+    layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word embedding
+    they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
+    `pre_process or mtp_process`) and, where that is not the last rank, a copy of the output
+    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
+    besides the model (the degrees that split the parameters, pp, the MTP rank, the rank and its
+    chunks): the search asks for the same stages of thousands of layouts."""
+    lay = layout
+    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks)
+    return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
+
+
+_STAGE_PARAMS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()
+
+
+def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    arch = job.arch
+    dense, expert = decoder_params(job, layout, chunks)
+    words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))
+    if rank == 0:
+        # word embeddings are split over tp; learned position embeddings are not
+        dense += words / layout.tp + positions
+    if rank == layout.pp - 1:
+        # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
+        if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
+            dense += out / layout.tp
+        dense += params.final_norm_params(arch)
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        mtp_dense, mtp_expert = _mtp_params(job, layout)
+        dense += mtp_dense
+        expert += mtp_expert
+        if rank != 0:
+            dense += words / layout.tp
+        if rank != layout.pp - 1:
+            dense += out / layout.tp
+    return dense, expert
+
+
+def fp8_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters of rank `rank` that are FP8 GEMM weights: its decoder and MTP
+    layers (their norms and router counted in, a few thousandths)."""
+    if job.precision != "fp8":
+        return 0.0, 0.0
+    arch = job.arch
+    dense, expert = decoder_params(job, layout, chunks)
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        mtp_dense, mtp_expert = _mtp_params(job, layout)
+        dense += mtp_dense
+        expert += mtp_expert
+    return dense, expert
+
+
+def output_params(arch: ModelArch, vocab: int) -> int:
+    """Parameters of the output layer with its final norm (a tied model's copy of the word
+    embedding) at a padded vocabulary."""
+    return _edge_params(arch, vocab)[2]
