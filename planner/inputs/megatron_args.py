@@ -291,6 +291,11 @@ def _training(
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
     training.update(_optimizer_dtypes(line))
+    if (n := line.integer("--num-distributed-optimizer-instances") or 1) > 1:
+        training["optimizer_instances"] = n
+    impl = line.text("--cross-entropy-fusion-impl") or "native"  # te's kernel works in place
+    if line.has("--cross-entropy-loss-fusion") and impl == "native":
+        training["compiled_loss_fusion"] = True
     if _cuda_graphs(line, notes):
         training["cuda_graphs"] = True
     return training

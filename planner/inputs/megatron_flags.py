@@ -153,6 +153,9 @@ READ = frozenset(
         "--transformer-impl",
         "--spec",
         "--no-bias-swiglu-fusion",
+        "--num-distributed-optimizer-instances",
+        "--cross-entropy-loss-fusion",
+        "--cross-entropy-fusion-impl",
         "--cuda-graph-impl",
         "--enable-cuda-graph",
         "--external-cuda-graph",
@@ -163,8 +166,6 @@ READ = frozenset(
 """The flags the reader reads (each one of `megatron_flags()`)."""
 
 NOT_MODELLED: dict[str, str] = {
-    "--num-distributed-optimizer-instances": "the optimizer state is sharded over fewer ranks "
-    "than planner counts (memory under-estimated)",
     "--outer-dp-sharding-strategy": "hybrid-sharded FSDP (outer data-parallel replicas) is read "
     "as plain FSDP",
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
@@ -190,7 +191,6 @@ NOT_MODELLED_DEFAULTS: dict[str, str] = {
     "--main-params-dtype": "fp32",
     "--optimizer": "adam",
     "--outer-dp-sharding-strategy": "no_shard",
-    "--num-distributed-optimizer-instances": "1",
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults (no note then)."""
 

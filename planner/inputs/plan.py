@@ -74,6 +74,8 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
+    optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
@@ -220,6 +222,8 @@ def build_job(
         moe_expert_capacity_factor=training.moe_expert_capacity_factor,
         moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
         cuda_graphs=training.cuda_graphs,
+        compiled_loss_fusion=training.compiled_loss_fusion,
+        optimizer_instances=training.optimizer_instances,
         framework=framework,
         torchtitan=titan,
         **knobs,  # type: ignore[arg-type]

@@ -179,6 +179,16 @@ class TrainingSection(BaseModel):
         "and wgrad GEMMs (Megatron-LM, Transformer Engine); false: every TP collective blocks "
         "(plain autograd functions, PyTorch DTensor)",
     )
+    compiled_loss_fusion: Flag = Field(
+        default=False,
+        description="Megatron --cross-entropy-loss-fusion (native): the loss's torch.compile'd "
+        "steps hold one more fp32 copy of the local logits at their peak",
+    )
+    optimizer_instances: PositiveInt = Field(
+        default=1,
+        description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
+        "sharded over the data-parallel group / this many instances",
+    )
     expandable_segments: Flag | None = Field(
         default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "

@@ -103,6 +103,13 @@ bf16 logits (2) and their fp32 copy (4), which becomes the saved softmax in plac
 backward the fp32 gradient written over the softmax (4) and its bf16 cast for the output layer
 (2)."""
 
+COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT = 4
+"""Added per local logit by Megatron's --cross-entropy-loss-fusion, native (Megatron-LM d98e8a64
+fusions/fused_cross_entropy.py): the unfused steps under `jit_fuser` = torch.compile (jit.py),
+whose graphs write each in-place update of the fp32 logits to a new fp32 tensor while the input is
+held. Check: functional tests gpt3_mcore_te_tp2_pp2_resume_torch_dist with / without the flag
+(103.3 M local logits, 0.385 GiB at 4 bytes) peak 0.38-0.39 GiB apart on H100, GB200 and A100."""
+
 GATHERED_HELD_BYTES_PER_LOGIT = 4
 """Bytes per logit still alive on the last stage after the gathered loss's backward: the current
 and the previous micro-batch's bf16 logits, both referenced by the pipeline's two output buffers
@@ -135,6 +142,7 @@ class Shard:
     micro_batch_size: int = 1
     fused_norm: bool = True
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
+    compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
     modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
@@ -341,7 +349,8 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
         return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
         return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
-    return norm + MEGATRON_LOSS_BYTES_PER_LOGIT * local
+    extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
+    return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
 
 
 def pairs(arch: ModelArch, sh: Shard) -> float:

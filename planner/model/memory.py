@@ -10,7 +10,11 @@ optimizer, docs/user-guide/features/dist_optimizer.md), bytes per parameter held
 
 so zero_stage 1 with fp32 grads is Megatron's 6 + 12/d, with bf16 grads the ZeRO paper's
 4 + 12/N_d. N_d is the data-parallel group the optimizer is sharded over: dp x cp for dense
-parameters and the expert-data-parallel size world / (etp x ep x pp) for expert parameters.
+parameters and the expert-data-parallel size world / (etp x ep x pp) for expert parameters, each
+divided by Megatron's --num-distributed-optimizer-instances (`Job.optimizer_instances`: instance i
+is the i-th slice of dp x cp / N ranks of every data-parallel group and of every expert one,
+Megatron-LM d98e8a64 megatron/core/parallel_state.py, intra_partial_data_parallel_size and
+intra_partial_expert_data_parallel_size).
 
 Activations: `planner.model.activations` per layer and micro-batch; what a pipeline rank holds at
 its peak (the micro-batches in flight in Megatron's schedule, chunk by chunk, and the working set
@@ -211,10 +215,13 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.fp8_weight_bytes(job, layout)
     z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
-    w_d, g_d, o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)
-    w_e, g_e, o_e = state_bytes_per_param(z, g, max(layout.expert_dp, 1), opt)
-    w8_d = state_bytes_per_param(z, g, layout.dense_dp, opt, w8)[0]
-    w8_e = state_bytes_per_param(z, g, max(layout.expert_dp, 1), opt, w8)[0]
+    # each of Megatron's distributed-optimizer instances shards over its slice of the groups
+    n = job.optimizer_instances
+    dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
+    w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
+    w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
+    w8_d = state_bytes_per_param(z, g, dense_dp, opt, w8)[0]
+    w8_e = state_bytes_per_param(z, g, expert_dp, opt, w8)[0]
     weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d
     weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
     cache = cache8 * (fp8_dense + fp8_expert)

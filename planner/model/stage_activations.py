@@ -122,6 +122,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
         cross_entropy=job.cross_entropy,
+        compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
         fused_swiglu=job.fused_swiglu,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=job.flash_attention,

@@ -330,12 +330,19 @@ def test_lines_that_cannot_be_read_say_why(text: str, needle: str) -> None:
 
 
 def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
-    assert not read(SMALL + "--optimizer adam --num-distributed-optimizer-instances 1").not_modelled
-    notes = read(SMALL + "--optimizer sgd --num-distributed-optimizer-instances 2").not_modelled
-    assert [n.split(":")[0] for n in notes] == [
-        "--num-distributed-optimizer-instances",
-        "--optimizer",
-    ]
+    assert not read(SMALL + "--optimizer adam --main-params-dtype fp32").not_modelled
+    notes = read(SMALL + "--optimizer sgd --main-params-dtype fp16").not_modelled
+    assert [n.split(":")[0] for n in notes] == ["--main-params-dtype", "--optimizer"]
+
+
+def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:
+    training = read(SMALL).doc["training"]
+    assert "optimizer_instances" not in training and "compiled_loss_fusion" not in training
+    line = SMALL + "--num-distributed-optimizer-instances 2 --cross-entropy-loss-fusion"
+    training = read(line).doc["training"]
+    assert training["optimizer_instances"] == 2 and training["compiled_loss_fusion"]
+    te = read(SMALL + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te").doc
+    assert "compiled_loss_fusion" not in te["training"]  # TE's kernel works in place
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,56 @@
+"""Megatron-LM flags that change what a GPU holds (issue 21): the native fused cross entropy
+(--cross-entropy-loss-fusion) and the partial distributed optimizer
+(--num-distributed-optimizer-instances).
+
+Oracles: hand arithmetic from the shapes in the comments (Llama 3.1 8B: vocabulary 128,256,
+padded to 129,024, a multiple of 128 x t, at t = 8) and Megatron-LM d98e8a64 parallel_state.py
+(instance i holds the i-th slice of dp x cp / N ranks of each data-parallel group); the 4 bytes
+per logit of the fused loss are checked in
+`planner.model.activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT` against the functional tests'
+measured pairs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from jobs import job
+
+from planner.inputs.layout import Layout
+from planner.model import activations as act
+from planner.model import memory
+from planner.model.stage_activations import shard
+
+LAYOUT = Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=1)
+
+
+def test_native_loss_fusion_holds_one_more_fp32_copy_of_the_local_logits() -> None:
+    base = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 256)
+    fused = replace(base, compiled_loss_fusion=True)
+    sh, sh_fused = shard(base, LAYOUT), shard(fused, LAYOUT)
+    vocab = base.arch.padded_vocab(LAYOUT.tp)
+    # 4096 tokens x 129,024 / 8 local logits x 4 bytes = 264.2 MB more at the loss
+    extra = act.logits_bytes(base.arch, vocab, sh_fused) - act.logits_bytes(base.arch, vocab, sh)
+    assert extra == pytest.approx(4 * 4096 * 129_024 / 8)
+    # the last stage's peak grows by at most that (its working set may be a layer's recompute)
+    last = memory.estimate(base, LAYOUT).stages[-1].activations
+    last_fused = memory.estimate(fused, LAYOUT).stages[-1].activations
+    assert 0 <= last_fused - last <= extra * memory.fragmentation(base) + 1
+    # TE's kernel and torchtitan's loss are untouched by the flag
+    assert not shard(replace(fused, framework="torchtitan"), LAYOUT).compiled_loss
+
+
+@pytest.mark.parametrize("instances", [2, 4])
+def test_optimizer_instances_shard_the_states_over_their_slice(instances: int) -> None:
+    # ZeRO 1 over dp = 4: 12 / 4 bytes of optimizer state per parameter; with N instances each
+    # shards over 4 / N ranks, 12 N / 4: N times as much, weights and gradients unchanged
+    base = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 256)
+    split = replace(base, optimizer_instances=instances)
+    a, b = memory.estimate(base, LAYOUT).stages[0], memory.estimate(split, LAYOUT).stages[0]
+    assert b.optimizer == pytest.approx(instances * a.optimizer)
+    assert (b.weights, b.grads) == (a.weights, a.grads)
+    # without the distributed optimizer (ZeRO 0) every rank holds all of its states anyway
+    plain = LAYOUT.with_(zero_stage=0)
+    assert memory.estimate(split, plain).stages[0].optimizer == pytest.approx(
+        memory.estimate(base, plain).stages[0].optimizer
+    )
