@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.inputs import megatron_args_memory, nemo_args
 from planner.inputs import megatron_layout as layout
-from planner.inputs import nemo_args
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
 from planner.inputs.megatron_flags import (
@@ -291,11 +291,7 @@ def _training(
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
     training.update(_optimizer_dtypes(line))
-    if (n := line.integer("--num-distributed-optimizer-instances") or 1) > 1:
-        training["optimizer_instances"] = n
-    impl = line.text("--cross-entropy-fusion-impl") or "native"  # te's kernel works in place
-    if line.has("--cross-entropy-loss-fusion") and impl == "native":
-        training["compiled_loss_fusion"] = True
+    training.update(megatron_args_memory.training_flags(line, parallel))
     if _cuda_graphs(line, notes):
         training["cuda_graphs"] = True
     return training

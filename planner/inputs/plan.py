@@ -76,6 +76,8 @@ class Job:
     """Every expert runs exactly its capacity of tokens (padded)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
+    rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
@@ -224,6 +226,8 @@ def build_job(
         cuda_graphs=training.cuda_graphs,
         compiled_loss_fusion=training.compiled_loss_fusion,
         optimizer_instances=training.optimizer_instances,
+        rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
+        rl_inference_parallel=training.rl_inference_parallel,
         framework=framework,
         torchtitan=titan,
         **knobs,  # type: ignore[arg-type]

@@ -189,6 +189,16 @@ class TrainingSection(BaseModel):
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
         "sharded over the data-parallel group / this many instances",
     )
+    rl_kv_cache_gib: NonNegativeFloat = Field(
+        default=0.0,
+        description="Megatron RL (--perform-rl-step): the rollout engine's KV cache on each GPU, "
+        "GiB (--inference-dynamic-batching-buffer-size-gb)",
+    )
+    rl_inference_parallel: tuple[PositiveInt, PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        default=None,
+        description="Megatron RL: (tp, pp, ep, etp) of a separate rollout model whose bf16 "
+        "weights every GPU also holds (--rl-inference-*-parallel-size); None: no second copy",
+    )
     expandable_segments: Flag | None = Field(
         default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "

@@ -34,6 +34,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
+from planner.model import rl_inference
 from planner.model.comms import DP_BUCKET_PARAMS
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
@@ -177,10 +178,11 @@ def context_bytes(layout: Layout) -> float:
 
 
 def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
-    """(allocated, not allocated) fixed bytes of one GPU: the persistent workspaces; the CUDA
+    """(allocated, not allocated) fixed bytes of one GPU: the persistent workspaces and an RL
+    step's rollout engine (`planner.model.rl_inference`); the CUDA
     context, NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers."""
     outside = context_bytes(layout) + tp_overlap_bytes(job, layout) + dispatcher_bytes(job, layout)
-    return workspace_bytes(job, layout), outside
+    return workspace_bytes(job, layout) + rl_inference.resident_bytes(job, layout), outside
 
 
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:

@@ -345,6 +345,18 @@ def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:
     assert "compiled_loss_fusion" not in te["training"]  # TE's kernel works in place
 
 
+def test_the_rl_steps_kv_cache_and_separate_inference_model_are_read() -> None:
+    rl = read(SMALL + "--perform-rl-step").doc["training"]
+    assert rl["rl_kv_cache_gib"] == 40.0 and "rl_inference_parallel" not in rl  # the defaults
+    line = SMALL + (
+        "--perform-rl-step --inference-dynamic-batching-buffer-size-gb 20 "
+        "--tensor-model-parallel-size 8 --rl-inference-tensor-model-parallel-size 4"
+    )
+    rl = read(line).doc["training"]
+    assert rl["rl_kv_cache_gib"] == 20.0
+    assert rl["rl_inference_parallel"] == [4, 1, 1, 8]  # (tp, pp, ep, etp): the rest training's
+
+
 @pytest.mark.parametrize(
     ("extra", "graphs"),
     [

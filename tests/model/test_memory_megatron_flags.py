@@ -1,6 +1,6 @@
 """Megatron-LM flags that change what a GPU holds (issue 21): the native fused cross entropy
-(--cross-entropy-loss-fusion) and the partial distributed optimizer
-(--num-distributed-optimizer-instances).
+(--cross-entropy-loss-fusion), the partial distributed optimizer
+(--num-distributed-optimizer-instances) and the RL step's rollout engine (--perform-rl-step).
 
 Oracles: hand arithmetic from the shapes in the comments (Llama 3.1 8B: vocabulary 128,256,
 padded to 129,024, a multiple of 128 x t, at t = 8) and Megatron-LM d98e8a64 parallel_state.py
@@ -17,8 +17,9 @@ import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
+from planner.inputs.units import GIB
 from planner.model import activations as act
-from planner.model import memory
+from planner.model import memory, rl_inference
 from planner.model.stage_activations import shard
 
 LAYOUT = Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=1)
@@ -54,3 +55,20 @@ def test_optimizer_instances_shard_the_states_over_their_slice(instances: int) -
     assert memory.estimate(split, plain).stages[0].optimizer == pytest.approx(
         memory.estimate(base, plain).stages[0].optimizer
     )
+
+
+def test_rl_rollout_engine_adds_its_kv_cache_and_its_own_copy_of_the_weights() -> None:
+    base = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 256)
+    kv = replace(base, rl_kv_cache_bytes=20 * GIB)
+    stages = zip(
+        memory.estimate(base, LAYOUT).stages, memory.estimate(kv, LAYOUT).stages, strict=True
+    )
+    for a, b in stages:
+        assert b.allocated - a.allocated == pytest.approx(20 * GIB)
+    # a tp 4, pp 1 rollout model of Llama 3.1 8B: 32 layers of 218,112,000 parameters (QKV
+    # 4096 x 6144, projection 4096^2, SwiGLU 3 x 4096 x 14,336, two norms) / 4, the embedding
+    # and output layer of 128,512 (a multiple of 128 x 4) x 4096 each / 4, the final norm 4096:
+    # 1,744,896,000 + 2 x 131,596,288 + 4096 = 2,008,092,672 bf16 weights per GPU
+    separate = replace(base, rl_inference_parallel=(4, 1, 1, 4))
+    assert rl_inference.inference_model_params(separate, LAYOUT) == pytest.approx(2_008_092_672)
+    assert rl_inference.resident_bytes(separate, LAYOUT) == pytest.approx(2 * 2_008_092_672)
