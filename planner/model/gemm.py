@@ -45,7 +45,44 @@ scale is local to its block, so one pass writes both orientations and one fp32 s
 elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32. The
 GEMMs themselves run at the part's FP8 matmul ceiling under every recipe: DeepGEMM's published
 1 x 128 / 128 x 128 blockwise kernels reach the per-tensor roofline within ~10% on H800
-(tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware."""
+(tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware (on
+Blackwell at most BLACKWELL_FP8_SPEEDUP x the bf16 rate, `linear_fraction`)."""
+
+
+def quant_bytes(recipe: str, blackwell: bool) -> float:
+    """FP8_QUANT_BYTES of a recipe on a GPU. Blackwell's FP8 GEMMs read either operand layout
+    (Transformer Engine `is_non_tn_fp8_gemm_supported`; `planner.model.buffers` keeps one FP8
+    copy there too), so delayed and tensorwise scaling write no transpose: one FP8 byte less per
+    element. MXFP8 and blockwise scales run along one axis and keep both orientations anyway."""
+    q = FP8_QUANT_BYTES[recipe]
+    return q - 1.0 if blackwell and recipe in ("delayed", "tensorwise") else q
+
+
+BLACKWELL_FP8_SPEEDUP = 1.69
+"""An FP8 GEMM's throughput over the same GEMM's in bf16 on Blackwell (B200, GB200) at training
+shapes, where the dense peaks promise 2. Measured on B200 (vLLM PR #19566, bench_fp8_gemm.py,
+per-tensor FP8 CUTLASS without quantisation against torch bf16, Llama-3.1-8B N=6144 K=4096):
+2544.7 / 1512.8 = 1.68 at M=16384, 2341.4 / 1379.7 = 1.70 at M=1024. FP8 halves only the
+tensor-core time of each output tile; the accumulator read-out, conversion and store of the tile
+and the operand pipeline's synchronisation take as long as in bf16, and on Blackwell those units
+did not grow with the tensor cores (H100 -> B200: bf16 tensor throughput x2.25, shared-memory
+bandwidth and special-function units unchanged: FlashAttention-4, arXiv:2603.05451 abstract, and
+Together AI's FlashAttention-4 blog). A fixed non-MMA share f of the bf16 tile time gives
+1 / ((1 - f) / 2 + f) = 1.69 at f = 0.18. Hopper needs no such cap: its measured FP8 ceiling
+(H100 MAMF 1402.6 of 1979) already makes an FP8 GEMM 2 x 0.709 / 0.759 = 1.87 x its bf16 one,
+and H100-class FP8 GEMMs reach that ceiling at training shapes (DeepGEMM PR #74: 1404-1470
+TFLOP/s at M=4096 N=7168 K=16384 on H800, H100's SMs and FP8 peak). B200's best-shape FP8 MAMF
+(3432.5 of 4500, hardware catalog) is 1.97 x its bf16 MAMF: one favourable shape of a sweep,
+not what a training step's GEMMs reach."""
+
+
+def linear_fraction(e_linear: float, e_bf16: float, fp8: bool, blackwell: bool) -> float:
+    """Large-GEMM fraction of the FP8 (or bf16) peak for the decoder's linear layers: on
+    Blackwell an FP8 GEMM runs at most BLACKWELL_FP8_SPEEDUP x its bf16 rate, i.e. at most
+    BLACKWELL_FP8_SPEEDUP / 2 of the bf16 fraction of the (twice as high) FP8 peak."""
+    if fp8 and blackwell:
+        return min(e_linear, e_bf16 * BLACKWELL_FP8_SPEEDUP / 2.0)
+    return e_linear
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ of the peak, the only constant of that roofline. The ceiling is measured per par
 whose best matmul is slower than GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best.
 Backward = 2 x forward (dgrad and wgrad have the same three dimensions).
 FP8 runs the decoder's linear layers at the FP8 peak (at most the part's FP8 matmul ceiling, the
-same under every recipe) plus the recipe's quantisation traffic: `gemm.FP8_QUANT_BYTES` per
-element of each GEMM's input and output gradient per micro-batch, and of its weight once per step
+same under every recipe; on Blackwell at most `gemm.BLACKWELL_FP8_SPEEDUP` x the bf16 rate)
+plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each GEMM's input and
+output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
 Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
 the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
@@ -90,7 +91,7 @@ from planner.model import (
     tp_overlap,
 )
 from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
-from planner.model.gemm import FP8_QUANT_BYTES, Gpu, gemm_time, grouped_rows
+from planner.model.gemm import Gpu, gemm_time, grouped_rows, linear_fraction, quant_bytes
 from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 
@@ -186,7 +187,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     fp8 = job.precision == "fp8"
-    quant = FP8_QUANT_BYTES[job.fp8_recipe] if fp8 else 0.0
+    quant = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell) if fp8 else 0.0
     load = moe_load(job)
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
@@ -396,4 +397,6 @@ def gpu_of(job: Job) -> Gpu:
         return GEMM_EFFICIENCY_MAX if ceiling is None else min(GEMM_EFFICIENCY_MAX, ceiling)
 
     hbm = hbm_nominal * HBM_EFFICIENCY
-    return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e(job.precision))
+    fp8 = job.precision == "fp8"
+    e_linear = linear_fraction(e(job.precision), e("bf16"), fp8, spec.is_blackwell)
+    return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e_linear)

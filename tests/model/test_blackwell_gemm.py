@@ -1,0 +1,69 @@
+"""Blackwell's FP8 GEMMs (planner.model.gemm: BLACKWELL_FP8_SPEEDUP, linear_fraction, quant_bytes)
+against the kernel measurements they come from, and the parts they leave alone (Hopper).
+
+Oracle for the speeds: vLLM PR #19566 (benchmarks/kernels/bench_fp8_gemm.py on B200, Llama-3.1-8B
+N=6144 K=4096, M=16384): torch bf16 1512.8 TFLOP/s, per-tensor FP8 CUTLASS without quantisation
+2544.7 TFLOP/s. The rest is hand arithmetic in the comments.
+"""
+
+from __future__ import annotations
+
+import pytest
+from jobs import job
+
+from planner.model import gemm
+from planner.model.layer_time import GEMM_EFFICIENCY_MAX, gpu_of
+
+B200_M, B200_N, B200_K = 16384, 6144, 4096
+B200_BF16_TFLOPS = 1512.8
+B200_FP8_TFLOPS = 2544.7
+
+
+def _tflops(peak: float, ridge: float, e: float) -> float:
+    seconds = gemm.gemm_time(B200_M, B200_K, B200_N, peak, ridge, e)
+    return 2.0 * B200_M * B200_K * B200_N / seconds / 1e12
+
+
+def test_b200_fp8_gemm_follows_the_measured_speedup_over_bf16() -> None:
+    # e_bf16 = min(0.759, MAMF 1745 / 2250 = 0.776) = 0.759; e_fp8 = min(0.759, 3432.5 / 4500,
+    # 0.759 x 1.69 / 2 = 0.641) = 0.641; ridge 2250 / 8 = 281 FLOP/B, I = 2137 FLOP/B:
+    # bf16 0.759 / (1 + 0.759 x 0.1316) x 2250 = 1553, FP8 0.641 / (1 + 0.641 x 0.1316) x 4500
+    # = 2660 TFLOP/s: 1.71 x, against the measured 2544.7 / 1512.8 = 1.68 x
+    g = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64, precision="fp8"))
+    bf16 = _tflops(g.peak_bf16, g.ridge, g.e_bf16)
+    fp8 = _tflops(g.peak_linear, g.ridge, g.e_linear)
+    assert fp8 / bf16 == pytest.approx(B200_FP8_TFLOPS / B200_BF16_TFLOPS, rel=0.03)
+    assert bf16 == pytest.approx(B200_BF16_TFLOPS, rel=0.05)
+    assert fp8 == pytest.approx(B200_FP8_TFLOPS, rel=0.06)
+
+
+def test_blackwell_fp8_fraction_is_the_bf16_one_times_half_the_speedup() -> None:
+    # B200: 0.759 x 1.69 / 2 = 0.6414; GB200: bf16 MAMF 1822 / 2500 = 0.7288 caps bf16, then
+    # 0.7288 x 0.845 = 0.6158 (below its FP8 MAMF 3615.6 / 5000 = 0.723)
+    b200 = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64, precision="fp8"))
+    gb200 = gpu_of(job("llama3.1-8b", "gb200-nvl72", 8, 8192, 64, precision="fp8"))
+    assert b200.e_linear == pytest.approx(GEMM_EFFICIENCY_MAX * 1.69 / 2, rel=1e-9)
+    assert gb200.e_linear == pytest.approx(1822.0 / 2500 * 1.69 / 2, rel=1e-9)
+
+
+def test_bf16_jobs_and_hopper_fp8_keep_their_ceilings() -> None:
+    # bf16 on B200: e_linear = e_bf16 = 0.759; FP8 on H100: its MAMF 1402.6 / 1979 = 0.7087
+    # (2 x 0.7087 / 0.759 = 1.87 x bf16 already), not capped
+    b200 = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64))
+    h100 = gpu_of(job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision="fp8"))
+    assert b200.e_linear == b200.e_bf16 == pytest.approx(GEMM_EFFICIENCY_MAX)
+    assert h100.e_linear == pytest.approx(1402.6 / 1979, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "hopper", "blackwell"),
+    [
+        ("delayed", 4.0, 3.0),  # read bf16 2, write FP8 1 (+ its transpose 1 on Hopper)
+        ("tensorwise", 6.0, 5.0),  # the same after the amax pass (+2)
+        ("mxfp8", 4.0 + 2 / 32, 4.0 + 2 / 32),  # both orientations and their scales anyway
+        ("blockwise", 4.0 + 8 / 128, 4.0 + 8 / 128),
+    ],
+)
+def test_blackwell_writes_no_fp8_transpose(recipe: str, hopper: float, blackwell: float) -> None:
+    assert gemm.quant_bytes(recipe, blackwell=False) == pytest.approx(hopper)
+    assert gemm.quant_bytes(recipe, blackwell=True) == pytest.approx(blackwell)
