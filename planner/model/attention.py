@@ -31,7 +31,12 @@ of pytorch/benchmark PR #2391, commit ff65cb67, measured at the FA3 paper's size
 16k, heads x dim 2048: 620.7 at 16k); backward 1.5-1.75x FlashAttention-2's (Shah et al. 2024,
 arXiv:2407.08608, abstract), which runs at ~330 TFLOP/s on H100 (FA2 paper Fig. 7): ~0.54 of the
 peak. Blackwell and AMD parts take the Hopper fractions, never above the part's measured matmul
-ceiling (`layer_time`)."""
+ceiling (`layer_time`). Blackwell, what was read: FlashAttention-4 (arXiv:2603.05451, abstract)
+reaches 1613 TFLOP/s forward on B200 in bf16 (0.72 of 2250) and is up to 1.3 x cuDNN 9.13
+(Transformer Engine's kernel), whose forward is bound by the exponential units and backward by
+shared-memory traffic, neither grown from H100 (Together AI's FlashAttention-4 blog); no
+per-direction cuDNN rate on B200 was found, and the MLPerf B200 Llama 3.1 8B rows, a third of
+whose step is attention, ask for no slower attention (benchmarks/fidelity.py), so none is set."""
 
 ATTENTION_HALF_SEQ = 227.0
 """Sequence length (tokens per (batch, head)) at which the kernel reaches half its long-sequence
