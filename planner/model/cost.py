@@ -58,6 +58,7 @@ from planner.model.stage_params import decoder_params, stage_params
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,
+    mix_sums,
     offload_exposed,
     rank_mix,
 )
@@ -261,17 +262,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
             )
             pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
-        c = rec = tp = tp_h = cp = cp_h = ep = fwd = bwd = 0.0
-        for k, n in mix:
-            c += n * (k.fwd + k.bwd)
-            fwd += n * k.fwd
-            bwd += n * (k.bwd + k.recompute)
-            rec += n * k.recompute
-            tp += n * k.tp
-            tp_h += n * k.tp_hidden
-            cp += n * k.cp
-            cp_h += n * k.cp_hidden
-            ep += n * k.ep
+        c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep = mix_sums(mix)
         ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share)
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)

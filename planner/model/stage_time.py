@@ -247,3 +247,23 @@ def rank_mix(
     mix = list(zip(t.layers, recomputed, strict=True))
     mix += [(p, n - r) for p, n, r in zip(t.plain, counts, recomputed, strict=True)]
     return mix, heads
+
+
+def mix_sums(
+    mix: list[tuple[Layer, int]],
+) -> tuple[float, float, float, float, float, float, float, float, float]:
+    """A rank's seconds per micro-batch over its mix (`rank_mix`), before its output layers:
+    (compute, forward, backward with recompute, recompute, TP, TP hidden, CP, CP hidden, expert
+    all-to-all), each `Layer` field times its count."""
+    c = fwd = bwd = rec = tp = tp_h = cp = cp_h = ep = 0.0
+    for k, n in mix:
+        c += n * (k.fwd + k.bwd)
+        fwd += n * k.fwd
+        bwd += n * (k.bwd + k.recompute)
+        rec += n * k.recompute
+        tp += n * k.tp
+        tp_h += n * k.tp_hidden
+        cp += n * k.cp
+        cp_h += n * k.cp_hidden
+        ep += n * k.ep
+    return c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep

@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost
-from planner.model.stage_time import LayoutTimes, layout_times, rank_layers, rank_mix
+from planner.model import comms, cost, pools
+from planner.model.stage_time import (
+    LayoutTimes,
+    ep_exposed,
+    layout_times,
+    mix_sums,
+    rank_layers,
+    rank_mix,
+)
 from planner.search.rungs import NONE
 
 
@@ -99,7 +106,7 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at least m(top) x
     worst + STEP_OVERHEAD_S (= `Floors.lower_bound`, the bound the search queued the structure
     on). tests/search/test_top_k.py checks it below base_bound for every base of its problems."""
-    if layout.pp == 1 or job.framework != "megatron":
+    if job.framework != "megatron":
         return top.lower_bound()
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     v = layout.vpp
@@ -153,13 +160,46 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     under Megatron-LM's schedules (1F1B, interleaved 1F1B): step >= m max_r t_r +
     (sum_r t_r - max_r t_r) / vpp (`schedule.pipeline_time`; the step adds only terms >= 0 to
     it, and STEP_OVERHEAD_S), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
-    every stage time t_r, as m >= 1 >= 1/vpp, so it holds at each rank's floor g_r <= t_r (the
-    floors of `lower_bound`). Other training codes' schedules (zero-bubble ones) get `lower_bound`
-    alone. `known`: the `floors` of this same base at some micro-batch size, used where that is
-    the layout's own (the same numbers, not computed again)."""
-    f = known if known is not None and known.micro_batch_size == layout.micro_batch_size else None
-    f = f or floors(job, layout)
-    if layout.pp == 1 or job.framework != "megatron":
-        return f.lower_bound()
+    every stage time t_r, as m >= 1 >= 1/vpp, so it holds at any g_r <= t_r (with one stage,
+    m t_1, its steady state). On one GPU kind
+    g_r is the rank's own stage time without memory savers (`_plain_stage_times`), a floor under
+    every rung's at this micro-batch; with pools (or `known` floors of this micro-batch size
+    given, where no tighter floor is wanted) the floors of `lower_bound`. Other training codes'
+    schedules (zero-bubble ones) get `lower_bound` alone. `known`: the `floors` of this same base
+    at some micro-batch size, used where that is the layout's own (the same numbers, not
+    computed again)."""
+    if job.framework != "megatron":
+        f = (
+            known
+            if known is not None and known.micro_batch_size == layout.micro_batch_size
+            else None
+        )
+        return (f or floors(job, layout)).lower_bound()
+    if pools.rank_jobs(job, layout):
+        m, g = _stage_floors(job, layout)
+    else:
+        m, g = _plain_stage_times(job, layout)
     v = layout.vpp
-    return (f.m - 1 / v) * f.worst + f.total / v + cost.STEP_OVERHEAD_S
+    return (m - 1 / v) * max(g) + sum(g) / v + cost.STEP_OVERHEAD_S
+
+
+def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
+    """Micro-batches, and each rank's time per micro-batch without memory savers (NONE) as
+    `cost.estimate` sums it, less the terms that are >= 0 (point-to-point): compute, output
+    layers, TP, CP and exposed expert all-to-all. No rung's is less at this micro-batch size:
+    recompute adds its forwards and their collectives (a larger window hides no more expert
+    all-to-all than the recompute it adds: `ep_exposed` falls by at most (1 - share) of the
+    window's growth), offloading adds host transfers, and turning the TP overlap off moves TP
+    seconds from hidden (counted at `comms.sm_share`) to exposed; the layer times read no ZeRO
+    stage (`stage_time._FIXED`). tests/search/test_top_k.py and tests/search/test_bound.py
+    check base_bound below every variant of their problems' bases."""
+    lay = NONE.on(layout)
+    t = layout_times(job, lay)
+    share = comms.sm_share(job.cluster)
+    out: list[float] = []
+    for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
+        mix, heads = rank_mix(job, lay, rank, chunks, t)
+        c, _, _, rec, tp, _, cp, _, ep = mix_sums(mix)
+        ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share)
+        out.append(c + heads * t.out + rec + tp + cp + ep_e)
+    return t.m, out
