@@ -147,6 +147,7 @@ def read(
     model = _model(line, notes)
     parallel = layout.parallel(line, model["num_layers"], num_gpus)
     training = _training(line, parallel, num_gpus, notes, missing)
+    megatron_args_memory.vision(line, model, parallel, training)
     model.setdefault("max_position_embeddings", training["seq_length"])
     vocab = vocabulary(
         VocabFlags(

@@ -42,3 +42,31 @@ def _rl_step(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
             o if g is None else g for g, o in zip(given, own, strict=True)
         ]
     return out
+
+
+def vision(
+    line: Line, model: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any]
+) -> None:
+    """Megatron's LLaVA (pretrain_vlm.py, Megatron-LM d98e8a64; --img-h is its flag): the
+    language model runs on --dataloader-seq-length (default --seq-length) text tokens plus the
+    image's embeddings, padded for SP / CP (multimodal/context_parallel.py `get_padding`), with
+    max_position_embeddings raised to it; the vision transformer (`planner.model.vision`) on the
+    image's patches and one class token (clip_vit_model.py: --disable-vision-class-token drops
+    it from the embeddings the language model gets, not from the encoder). --dataloader-seq-length
+    and --disable-vision-class-token are pretrain_vlm.py's own flags (not in arguments.py)."""
+    img_h = line.integer("--img-h")
+    if img_h is None:
+        return
+    patch = line.integer("--patch-dim") or 16  # arguments.py defaults: 16, img-w 224
+    patches = (img_h // patch) * ((line.integer("--img-w") or 224) // patch)
+    own = line.flags  # pretrain_vlm.py's own flags, read from the words as they are
+    embeddings = patches + (0 if "--disable-vision-class-token" in own else 1)
+    text = own.get("--dataloader-seq-length") or [str(training["seq_length"])]
+    seq = int(text[0]) + embeddings
+    tp, cp, sp = parallel.get("tp", 1), parallel.get("cp", 1), parallel.get("sequence_parallel")
+    factor = tp * cp * 2 if sp and cp > 1 else cp * 2 if cp > 1 else tp if sp else 1
+    training["seq_length"] = -(-seq // factor) * factor
+    if "max_position_embeddings" in model:
+        model["max_position_embeddings"] = max(model["max_position_embeddings"], seq)
+    layers = line.integer("--encoder-num-layers") or model["num_layers"]
+    training["vision_encoder"] = [layers, patches + 1, patch]

@@ -157,6 +157,9 @@ READ = frozenset(
         "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl",
         "--perform-rl-step",
+        "--img-h",
+        "--img-w",
+        "--patch-dim",
         "--inference-dynamic-batching-buffer-size-gb",
         "--rl-inference-tensor-model-parallel-size",
         "--rl-inference-pipeline-model-parallel-size",
@@ -186,7 +189,6 @@ NOT_MODELLED: dict[str, str] = {
     "--optimizer": "optimizers other than Adam are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
-    "--img-h": "a vision-language model: the vision encoder and projector are not counted",
 }
 """Megatron-LM flags that change memory in ways planner does not model: present (with a value
 other than Megatron's default), they are read as the note says."""

@@ -199,6 +199,12 @@ class TrainingSection(BaseModel):
         description="Megatron RL: (tp, pp, ep, etp) of a separate rollout model whose bf16 "
         "weights every GPU also holds (--rl-inference-*-parallel-size); None: no second copy",
     )
+    vision_encoder: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        default=None,
+        description="Megatron's LLaVA (pretrain_vlm.py): (layers, tokens per image, patch size) "
+        "of its vision transformer, the language model's shape; seq_length is the language "
+        "model's (text and image tokens)",
+    )
     expandable_segments: Flag | None = Field(
         default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "

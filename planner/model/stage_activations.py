@@ -33,7 +33,7 @@ from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import mamba
+from planner.model import mamba, vision
 from planner.model.activations import Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -107,6 +107,14 @@ def schedule_peak(
     return peak
 
 
+FUSED_HEAD_DIM_MULTIPLE = 8
+"""Transformer Engine runs its fused attention (cuDNN) and FlashAttention only on head dimensions
+that are multiples of 8 (TE common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend`: "head
+dimension ... multiples of 8"; dot_product_attention/utils.py `get_attention_backend` likewise for
+flash-attn); any other (LLaVA's test model: 624 / 12 = 52) falls back to its unfused attention,
+which stores the s^2 scores."""
+
+
 def shard(job: Job, layout: Layout) -> Shard:
     """How a layout splits one layer's activations (`planner.model.activations.Shard`)."""
     s = job.seq_length // layout.cp
@@ -125,7 +133,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
         fused_swiglu=job.fused_swiglu,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
-        flash_attention=job.flash_attention,
+        flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
         moe_load=moe_load(job),
         cuda_graphs=job.cuda_graphs,
@@ -297,7 +305,7 @@ def stage_activations(
     last = rank == layout.pp - 1
     kept = list(_chunks_kept(arch, layout, per, chunks))
     if rank == 0:
-        kept[0] += act.embedding_bytes(arch, sh)
+        kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)
     logits = act.logits_bytes(arch, vocab, sh)
     loss = logits if last else 0.0
     mtp = (

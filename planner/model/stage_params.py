@@ -8,7 +8,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import params
+from planner.model import params, vision
 from planner.model.job_memo import ModelMemo
 from planner.model.schedule import Chunks
 
@@ -46,16 +46,17 @@ def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
 
 def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
-    holds: the embedding on rank 0, the output layer and final norm on the last rank, the MTP
-    layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word embedding
-    they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
-    `pre_process or mtp_process`) and, where that is not the last rank, a copy of the output
-    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
-    besides the model (the degrees that split the parameters, pp, the MTP rank, the rank and its
-    chunks): the search asks for the same stages of thousands of layouts."""
+    holds: the embedding (and a vision encoder, `planner.model.vision`) on rank 0, the output
+    layer and final norm on the last rank, the MTP layers on the rank whose last chunk holds them
+    (`Layout.mtp_rank`) with the word embedding they embed their input with (Megatron builds it
+    wherever MTP runs, gpt_model.py `pre_process or mtp_process`) and, where that is not the last
+    rank, a copy of the output layer (the MTP layers compute their own logits). Remembered per
+    model and per what it reads besides the model (the degrees that split the parameters, pp, the
+    MTP rank, the rank and its chunks, the vision encoder): the search asks for the same stages of
+    thousands of layouts."""
     lay = layout
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, job.vision_encoder)
     return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
 
 
@@ -67,8 +68,9 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
     dense, expert = decoder_params(job, layout, chunks)
     words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))
     if rank == 0:
-        # word embeddings are split over tp; learned position embeddings are not
-        dense += words / layout.tp + positions
+        # word embeddings are split over tp; learned position embeddings are not; a vision
+        # encoder (LLaVA) sits before them
+        dense += words / layout.tp + positions + vision.encoder_params(job, layout.tp)
     if rank == layout.pp - 1:
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         if layout.pp > 1 or arch.untie_embeddings_and_output_weights:

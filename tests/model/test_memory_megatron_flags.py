@@ -1,6 +1,7 @@
 """Megatron-LM flags that change what a GPU holds (issue 21): the native fused cross entropy
 (--cross-entropy-loss-fusion), the partial distributed optimizer
-(--num-distributed-optimizer-instances) and the RL step's rollout engine (--perform-rl-step).
+(--num-distributed-optimizer-instances), the RL step's rollout engine (--perform-rl-step) and
+LLaVA's vision encoder (pretrain_vlm.py --img-h).
 
 Oracles: hand arithmetic from the shapes in the comments (Llama 3.1 8B: vocabulary 128,256,
 padded to 129,024, a multiple of 128 x t, at t = 8) and Megatron-LM d98e8a64 parallel_state.py
@@ -16,11 +17,14 @@ from dataclasses import replace
 import pytest
 from jobs import job
 
+from planner.inputs import megatron_args
 from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
 from planner.inputs.units import GIB
 from planner.model import activations as act
-from planner.model import memory, rl_inference
+from planner.model import memory, rl_inference, vision
 from planner.model.stage_activations import shard
+from planner.model.stage_params import stage_params
 
 LAYOUT = Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=1)
 
@@ -72,3 +76,33 @@ def test_rl_rollout_engine_adds_its_kv_cache_and_its_own_copy_of_the_weights() -
     separate = replace(base, rl_inference_parallel=(4, 1, 1, 4))
     assert rl_inference.inference_model_params(separate, LAYOUT) == pytest.approx(2_008_092_672)
     assert rl_inference.resident_bytes(separate, LAYOUT) == pytest.approx(2 * 2_008_092_672)
+
+
+LLAVA = (
+    "--num-layers 12 --hidden-size 624 --num-attention-heads 12 --seq-length 1024 "
+    "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --bf16 "
+    "--tokenizer-type NullTokenizer --vocab-size 8193 --img-h 336 --img-w 336 --patch-dim 14"
+)
+
+
+def test_llava_reads_the_text_and_image_sequence_and_counts_its_vision_encoder() -> None:
+    plan = parse_plan(megatron_args.read(LLAVA, "h100-sxm-80gb", 8, "llava").doc)
+    job = plan.job
+    # (336 / 14)^2 = 576 patches and the class token: 1024 + 577 = 1601 language tokens, and
+    # the position table grown to them (pretrain_vlm.py)
+    assert job.seq_length == 1601 and job.arch.max_position_embeddings >= 1601
+    assert job.vision_encoder == (12, 577, 14)
+    # the vision transformer: 12 layers of the language model's shape (h 624, 4h MLP, biases,
+    # LayerNorm): QKV 624 x 1872 + 1872, projection 624^2 + 624, MLP 2 x 624 x 2496 + 2496 +
+    # 624, two norms 2 x 1248: 4,680,624 each, 56,167,488; the projector 2 x 624 x 2496 + 2496
+    # + 624 = 3,118,128; the patch convolution 3 x 14^2 x 624 = 366,912, positions 577 x 624 =
+    # 360,048, the class token 624: 60,013,200
+    assert vision.encoder_params(job, 1) == pytest.approx(60_013_200)
+    # on the first pipeline rank only, with the encoder's layers and projector split over tp
+    two = plan.require_layout().with_(tp=2, pp=2, dp=2)
+    first, last = (stage_params(job, two, r, c) for r, c in enumerate(two.chunk_layers(12)))
+    alone = stage_params(replace(job, vision_encoder=None), two, 0, two.chunk_layers(12)[0])
+    assert first[0] - alone[0] == pytest.approx((60_013_200 - 727_584) / 2 + 727_584)
+    # head dimension 624 / 12 = 52, not a multiple of 8: TE's unfused attention (s^2 scores)
+    assert not shard(job, plan.require_layout()).flash_attention
+    assert last == stage_params(replace(job, vision_encoder=None), two, 1, two.chunk_layers(12)[1])
