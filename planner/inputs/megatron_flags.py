@@ -157,6 +157,7 @@ READ = frozenset(
         "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl",
         "--perform-rl-step",
+        "--attention-dropout",
         "--img-h",
         "--img-w",
         "--patch-dim",

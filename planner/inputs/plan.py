@@ -79,6 +79,7 @@ class Job:
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
+    attention_dropout: bool = True  # planner.model.scores
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
@@ -230,6 +231,7 @@ def build_job(
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
         rl_inference_parallel=training.rl_inference_parallel,
         vision_encoder=training.vision_encoder,
+        attention_dropout=training.attention_dropout,
         framework=framework,
         torchtitan=titan,
         **knobs,  # type: ignore[arg-type]

@@ -205,6 +205,11 @@ class TrainingSection(BaseModel):
         "of its vision transformer, the language model's shape; seq_length is the language "
         "model's (text and image tokens)",
     )
+    attention_dropout: Flag = Field(
+        default=True,
+        description="the model has attention dropout (Megatron --attention-dropout > 0, its "
+        "default 0.1): with an unfused attention, its mask and output per score",
+    )
     expandable_segments: Flag | None = Field(
         default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "

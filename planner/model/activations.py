@@ -70,6 +70,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
 from planner.model import flops, mamba
+from planner.model.scores import score_bytes
 
 BF16 = 2
 FP32 = 4
@@ -143,6 +144,7 @@ class Shard:
     fused_norm: bool = True
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
     compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
+    attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
     modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
@@ -229,12 +231,12 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
 
 
 def _scores(arch: ModelArch, sh: Shard) -> float:
-    """Korthikanti's 5as^2b of attention without a fused kernel (softmax output 2, dropout mask 1,
-    dropout output 2 per score), dropped by the core_attn module; 0 with flash attention."""
+    """The s^2 scores of attention without a fused kernel (`planner.model.scores`: Korthikanti's
+    5as^2b, or TE's torch softmax), dropped by the core_attn module; 0 with flash attention."""
     if sh.flash_attention or sh.drops("core_attn"):
         return 0.0
     s = sh.seq_per_cp_rank
-    return 5 * arch.num_attention_heads * s * s * sh.micro_batch_size
+    return score_bytes(arch.num_attention_heads, s, sh.micro_batch_size, sh.attention_dropout)
 
 
 def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:

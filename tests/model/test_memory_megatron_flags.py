@@ -22,7 +22,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.inputs.units import GIB
 from planner.model import activations as act
-from planner.model import memory, rl_inference, vision
+from planner.model import memory, rl_inference, scores, vision
 from planner.model.stage_activations import shard
 from planner.model.stage_params import stage_params
 
@@ -106,3 +106,20 @@ def test_llava_reads_the_text_and_image_sequence_and_counts_its_vision_encoder()
     # head dimension 624 / 12 = 52, not a multiple of 8: TE's unfused attention (s^2 scores)
     assert not shard(job, plan.require_layout()).flash_attention
     assert last == stage_params(replace(job, vision_encoder=None), two, 1, two.chunk_layers(12)[1])
+
+
+def test_unfused_scores_by_softmax_path_and_dropout() -> None:
+    # TE's fused softmax kernel (s_k a multiple of 8, 16 < s_k < 16384): Korthikanti's 5 bytes
+    # per score; its torch fallback: fp32 softmax 4 + bf16 probabilities 2, and the dropout's
+    # mask and output 1 + 2 only with attention dropout. 12 heads, micro-batch 4:
+    assert scores.score_bytes(12, 1024, 4) == 5 * 12 * 1024**2 * 4
+    assert scores.score_bytes(12, 1024, 4, dropout=False) == 5 * 12 * 1024**2 * 4  # as before
+    assert scores.score_bytes(12, 1601, 4) == 9 * 12 * 1601**2 * 4
+    assert scores.score_bytes(12, 1601, 4, dropout=False) == 6 * 12 * 1601**2 * 4
+    # --attention-dropout 0.0 is read (Megatron's default is 0.1)
+    plan = parse_plan(megatron_args.read(LLAVA, "h100-sxm-80gb", 8, "llava").doc)
+    assert plan.job.attention_dropout
+    line = LLAVA + " --attention-dropout 0.0"
+    assert not parse_plan(
+        megatron_args.read(line, "h100-sxm-80gb", 8, "llava").doc
+    ).job.attention_dropout
