@@ -90,6 +90,7 @@ def best_variants(
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}
+        over: dict[Rung, float] = {}  # each estimated rung's bytes over the capacity
         lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
 
         def fits(
@@ -98,6 +99,7 @@ def best_variants(
             *,
             zbase: Layout = zbase,
             known: dict[Rung, MemoryReport | None] = known,
+            over: dict[Rung, float] = over,
             lean_key: tuple[object, ...] = lean_key,
         ) -> MemoryReport | None:
             if rung not in known:
@@ -108,6 +110,7 @@ def best_variants(
                     known[rung] = None
                     return None
                 rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
+                over[rung] = rep.shortfall
                 if not rep.fits:
                     rejected["memory"] += 1
                     lean_fails.setdefault((lean_key, rung), mbs)
@@ -143,7 +146,7 @@ def best_variants(
                 if ld.with_tp_overlap is not None and id(ld.with_tp_overlap) in smallest:
                     hi = smallest[id(ld.with_tp_overlap)] - 1  # else the twin is as lean, faster
                 floor_key = (lean_key, "ladder", ld.make(0))
-                n = _smallest_fitting(ld, fits, hi, lean_fails.get(floor_key, 0))
+                n = _smallest_fitting(ld, fits, over.get, hi, lean_fails.get(floor_key, 0))
                 if hi >= ld.lo:  # every n below the smallest that fits does not fit
                     lean_fails[floor_key] = max(lean_fails.get(floor_key, 0), n or hi + 1)
                 if n is not None:
@@ -191,19 +194,39 @@ def _slower(t: float, cut: float) -> bool:
 
 
 def _smallest_fitting(
-    ladder: Ladder, fits: Callable[[Rung, bool], MemoryReport | None], hi: int, floor: int = 0
+    ladder: Ladder,
+    fits: Callable[[Rung, bool], MemoryReport | None],
+    over: Callable[[Rung], float | None],
+    hi: int,
+    floor: int = 0,
 ) -> int | None:
-    """The smallest n up to hi whose rung of the ladder fits, by bisection (memory falls as n
-    grows); None when not even n = hi fits. `fits` remembers what it has estimated; each n
-    below `floor` is known not to fit (below the smallest that fitted at a smaller micro-batch:
-    memory grows with it), which `fits` is told, so that the bisection probes as it would."""
+    """The smallest n up to hi whose rung of the ladder fits (memory falls as n grows); None when
+    not even n = hi fits. `fits` remembers what it has estimated, and `over` each estimated
+    rung's bytes over the capacity (`MemoryReport.shortfall`); each n below `floor` is known not
+    to fit (below the smallest that fitted at a smaller micro-batch: memory grows with it).
+
+    The search keeps [lo, hi] with hi fitting and every n < lo not: it probes lo first, then the
+    n where the line through the largest n known not to fit and hi crosses the capacity (each
+    layer recomputed or offloaded frees about the same bytes, so that is mostly the answer or its
+    neighbour), else the midpoint; whatever it probes narrows the range, so it ends, and exactly
+    (tests/search/test_top_k.py: memory never grows along a ladder)."""
     if hi < ladder.lo or fits(ladder.make(hi), hi < floor) is None:
         return None
-    lo = ladder.lo
+    lo = first = max(ladder.lo, floor)
+    last: tuple[int, float] | None = None  # (n, bytes over) of the largest n known not to fit
     while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(ladder.make(mid), mid < floor) is not None:
-            hi = mid
+        probe = (lo + hi) // 2
+        top = over(ladder.make(hi))
+        if lo == first:
+            probe = lo
+        elif top is not None and last[1] > top:
+            n0, s0 = last
+            cross = n0 + math.ceil(s0 / (s0 - top) * (hi - n0))
+            probe = min(max(cross, lo), hi - 1)
+        if fits(ladder.make(probe), False) is not None:
+            hi = probe
         else:
-            lo = mid + 1
+            lo = probe + 1
+            short = over(ladder.make(probe))
+            last = (probe, short) if short is not None else last
     return hi
