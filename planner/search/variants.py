@@ -219,7 +219,7 @@ def _smallest_fitting(
         top = over(ladder.make(hi))
         if lo == first:
             probe = lo
-        elif top is not None and last[1] > top:
+        elif top is not None and last is not None and last[1] > top:
             n0, s0 = last
             cross = n0 + math.ceil(s0 / (s0 - top) * (hi - n0))
             probe = min(max(cross, lo), hi - 1)
