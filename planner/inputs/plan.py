@@ -3,9 +3,10 @@
 A plan file has `[model]`, `[cluster]`, `[training]` and, for check/explain/launch, `[parallel]`.
 `load_plan` validates every table at the boundary (the sections of `plan_sections`: frozen,
 extra="forbid"), resolves the model (zoo name, HF config path relative to the plan file, or inline
-Megatron fields) and the GPU (catalog name plus the plan's overrides), and builds the layout (dp
-derived when omitted). Whether Megatron-LM accepts that layout is `planner.search.rules`
-(`check_plan`), which every command that reads a `[parallel]` table applies.
+Megatron fields) and the GPU (catalog name plus the plan's overrides; both `plan_resolve`), and
+builds the layout (dp derived when omitted). Whether Megatron-LM accepts that layout is
+`planner.search.rules` (`check_plan`), which every command that reads a `[parallel]` table
+applies.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from planner.inputs import catalog, pipeline_layout
+from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import load_toml, validate
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
-from planner.inputs.hf_import import load_hf_config
 from planner.inputs.layout import Layout, Recompute, RecomputePolicy
+from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import (
-    ClusterSection,
     CrossEntropy,
     Fp8Recipe,
     ParallelSection,
@@ -31,7 +31,7 @@ from planner.inputs.plan_sections import (
     SelectivePolicy,
     TrainingSection,
 )
-from planner.inputs.pools import check_one_kind, one_kind, resolve_pools
+from planner.inputs.pools import resolve_pools
 from planner.inputs.torchtitan import (
     SINGLE_STAGE,
     Framework,
@@ -139,45 +139,6 @@ class Plan:
         if self.layout is None:
             raise InputError(f"{self.path}: parallel: the [parallel] table is missing")
         return self.layout
-
-
-def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
-    """`[model]`: exactly one of name = zoo name, hf_config = path, or inline Megatron fields."""
-    where = str(path) if path else "<plan>"
-    base = path.parent if path else None
-    if "name" in table and len(table) == 1:
-        ref = table["name"]
-        if not isinstance(ref, str) or not ref:
-            raise InputError(
-                f"{where}: model.name: expected a zoo name or a path (got {spelled(ref)})"
-            )
-        if not catalog.looks_like_path(ref) and ref not in catalog.models():
-            err = catalog.unknown_name("model", ref, sorted(catalog.models()))
-            raise InputError(f"{where}: model.name: {err}")
-        return catalog.resolve_model(ref, base)
-    if "hf_config" in table:
-        if len(table) != 1:
-            extra = sorted(set(table) - {"hf_config"})
-            raise InputError(f"{where}: model: hf_config cannot be combined with {extra}")
-        ref = table["hf_config"]
-        if not isinstance(ref, str) or not ref:
-            raise InputError(f"{where}: model.hf_config: expected a path (got {spelled(ref)})")
-        hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
-        if not hf_path.is_file():
-            what = "is a directory" if hf_path.is_dir() else "no such file"
-            raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
-        return load_hf_config(hf_path)
-    if not table:
-        raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")
-    inline = {"name": "inline", "source": f"inline in {where}", **table}
-    return validate(ModelArch, inline, path, prefix="model")
-
-
-def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
-    """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
-    hbm_bandwidth_tb_per_s, tiers) applied."""
-    check_one_kind(section, str(path) if path else "<plan>")
-    return one_kind(section, path, "cluster")
 
 
 def build_job(

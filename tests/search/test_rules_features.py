@@ -19,7 +19,9 @@ from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import parse
-from planner.inputs.plan import ClusterSection, Job, resolve_cluster
+from planner.inputs.plan import Job
+from planner.inputs.plan_resolve import resolve_cluster
+from planner.inputs.plan_sections import ClusterSection
 from planner.search import rules
 
 
