@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hagemann
 
-from planner.model import activations, memory
+from planner.model import activations, loss_activations, memory
 from planner.model.stage_activations import per_layer
 
 
 def set_constants(loss_bytes: float, norm_extra: float) -> None:
     """Set both constants and drop memory's cached per-layer activations, which depend on them."""
-    activations.GATHERED_LOSS_BYTES_PER_LOGIT = loss_bytes
+    loss_activations.GATHERED_LOSS_BYTES_PER_LOGIT = loss_bytes
     activations.UNFUSED_NORM_EXTRA = norm_extra
     per_layer.cache_clear()
 
@@ -51,7 +51,7 @@ def main() -> None:
     print(f"{len(rows)} flash-attention-2 layouts: {n_ok} trained, {n_oom} out of memory")
     print(f"{'bytes/logit':>11} {'norm extra':>10} {'oom->fits':>9} {'ok->no':>7}")
     results = []
-    saved = (activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA)
+    saved = (loss_activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA)
     for lb, ne in itertools.product((16, 20, 24, 28, 32), (4, 6, 8, 10)):
         set_constants(lb, ne)
         fp, fn = classify(rows)

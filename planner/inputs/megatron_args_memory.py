@@ -1,8 +1,9 @@
 """Megatron-LM training flags that change what a GPU holds, read into the plan's `[training]`
 table by `planner.inputs.megatron_args`: the partial distributed optimizer, the native fused
 cross entropy, attention dropout, the RL step's rollout engine and LLaVA's vision encoder (their
-memory: `planner.model.memory`, `planner.model.activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`,
-`planner.model.scores`, `planner.model.rl_inference`, `planner.model.vision`)."""
+memory: `planner.model.memory`,
+`planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
+`planner.model.rl_inference`, `planner.model.vision`)."""
 
 from __future__ import annotations
 

@@ -83,40 +83,6 @@ for autograd (a bf16 normalised tensor, 2; with a LLaMA-style fp32 upcast 4-8 mo
 output counts as the next layer's input. Fitted (grid 4-10, picked 6) by benchmarks/fit_memory.py
 on the Hagemann et al. rows without the fused kernel."""
 
-GATHERED_LOSS_BYTES_PER_LOGIT = 24
-"""Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
-loss), at the peak of its backward pass: the gathered bf16 logits (2), their fp32 upcast (4), the
-saved fp32 log-softmax (4), its fp32 gradient (4), the bf16 gradient (2), and the temporaries of
-an unfused softmax. Fitted (range 16-32) by benchmarks/fit_memory.py on the Hagemann et al.
-layouts, whose training code computes the loss this way (`cross_entropy = "gathered"`)."""
-
-PYTORCH_LOSS_BYTES_PER_LOGIT = 12
-"""Bytes per logit at the backward peak of torch's cross_entropy on the fp32 upcast of a rank's
-logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP), by hand from
-autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
-logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
-gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4."""
-
-MEGATRON_LOSS_BYTES_PER_LOGIT = 6
-"""Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy
-(megatron/core/tensor_parallel/cross_entropy.py, `cross_entropy = "fused"`): in the forward the
-bf16 logits (2) and their fp32 copy (4), which becomes the saved softmax in place; in the
-backward the fp32 gradient written over the softmax (4) and its bf16 cast for the output layer
-(2)."""
-
-COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT = 4
-"""Added per local logit by Megatron's --cross-entropy-loss-fusion, native (Megatron-LM d98e8a64
-fusions/fused_cross_entropy.py): the unfused steps under `jit_fuser` = torch.compile (jit.py),
-whose graphs write each in-place update of the fp32 logits to a new fp32 tensor while the input is
-held. Check: functional tests gpt3_mcore_te_tp2_pp2_resume_torch_dist with / without the flag
-(103.3 M local logits, 0.385 GiB at 4 bytes) peak 0.38-0.39 GiB apart on H100, GB200 and A100."""
-
-GATHERED_HELD_BYTES_PER_LOGIT = 4
-"""Bytes per logit still alive on the last stage after the gathered loss's backward: the current
-and the previous micro-batch's bf16 logits, both referenced by the pipeline's two output buffers
-(Aleph-Alpha/scaling PipelineScheduleTrain.required_buffer_count = 2 on the last stage; its
-PIPELINE_STAGE_OUTPUT is never taken there)."""
-
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
 routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
@@ -161,7 +127,7 @@ class Shard:
         return self.recompute == "core_attn" and module in self.modules
 
 
-def _norm_input(T: float, h: int, sh: Shard) -> float:
+def norm_input(T: float, h: int, sh: Shard) -> float:
     """What one norm keeps of its input per micro-batch (before any TP/SP split)."""
     return (BF16 + (0 if sh.fused_norm else UNFUSED_NORM_EXTRA)) * T * h
 
@@ -190,7 +156,7 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
         return _mla_bytes(arch, sh)
     T, h = sh.tokens, arch.hidden_size
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
-    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
     part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + _scores(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
@@ -220,7 +186,7 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
     )
     r_q = arch.q_lora_rank or 0
     norm_out = 0.0 if sh.drops("layernorm") else BF16 * T * h
-    rep = _norm_input(T, h, sh) + norm_out + MASK * T * h
+    rep = norm_input(T, h, sh) + norm_out + MASK * T * h
     rep += BF16 * T * (r_q + r_kv + drope)  # the latents
     if not sh.drops("mla_up_proj"):
         rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
@@ -244,9 +210,9 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     mlp module recomputed, its input (the residual stream) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
     if sh.drops("mlp"):
-        return split(_norm_input(T, h, sh) + MASK * T * h, 0.0, sh)
+        return split(norm_input(T, h, sh) + MASK * T * h, 0.0, sh)
     glu = 2 if arch.gated_linear_unit else 1
-    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
     part = BF16 * T * ffn * glu + linear_in(BF16 * T * ffn, sh)
     if glu == 2 and not sh.fused_swiglu:
         part += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
@@ -258,7 +224,7 @@ def mamba_bytes(arch: ModelArch, sh: Shard) -> float:
     in_proj keeps), what the Mamba-2 mixer's training path keeps (`mamba.saved_widths`: zxBCdt,
     the scan's output, the gated norm's input and rstd, out_proj's input) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
-    rep = _norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
     width, out_in = mamba.saved_widths(arch)
     part = T * (width - out_in) + linear_in(T * out_in, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
@@ -338,23 +304,6 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
     return 8 * T + (mask / sh.tp if sh.sequence_parallel else mask)
 
 
-def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
-    """Last stage, for the micro-batch at the loss: the final norm's input and output (the output
-    layer's input) and the loss kernel's peak over the local logits (Megatron's
-    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT; with the
-    logits gathered over TP every rank also holds the gathered logits' working set)."""
-    T, h = sh.tokens, arch.hidden_size
-    norm = _norm_input(T, h, sh) + BF16 * T * h
-    norm = norm / sh.tp if sh.sequence_parallel else norm
-    local = T * padded_vocab / sh.tp
-    if sh.cross_entropy == "gathered":
-        return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
-    if sh.cross_entropy == "pytorch":
-        return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
-    extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
-    return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
-
-
 def pairs(arch: ModelArch, sh: Shard) -> float:
     """Token-expert pairs the experts of one GPU receive per micro-batch (before expert-TP
     gathering): k x T/tp x the routing load."""
@@ -366,7 +315,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     assert arch.num_moe_experts is not None
     h, E = arch.hidden_size, arch.num_moe_experts
     local = sh.tokens / sh.tp
-    out = _norm_input(local, h, sh) + MASK * local * h
+    out = norm_input(local, h, sh) + MASK * local * h
     if sh.drops("moe"):
         # the checkpointed MoE layer keeps its input, the norm output
         return out + BF16 * local * h

@@ -37,6 +37,7 @@ from planner.model import mamba, vision
 from planner.model.activations import Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
+from planner.model.loss_activations import GATHERED_HELD_BYTES_PER_LOGIT, logits_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 
 
@@ -307,7 +308,7 @@ def stage_activations(
     kept = list(_chunks_kept(arch, layout, per, chunks))
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)
-    logits = act.logits_bytes(arch, vocab, sh)
+    logits = logits_bytes(arch, vocab, sh)
     loss = logits if last else 0.0
     mtp = (
         arch.mtp_num_layers if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) else 0
@@ -335,7 +336,7 @@ def stage_activations(
     if last and sh.cross_entropy == "gathered":
         # the recomputed layer's working set comes after the loss backward has released all but
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)
-        working += act.GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
+        working += GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
     # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
     # layer's, and its published peaks hold both (tests/model/test_memory_published.py)
     both = sh.cross_entropy == "pytorch"

@@ -19,6 +19,7 @@ from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.model import activations as act
 from planner.model.activations import Shard
+from planner.model.loss_activations import GATHERED_LOSS_BYTES_PER_LOGIT, logits_bytes
 
 # GPT-3 175B's layer shape (Korthikanti Table 3 uses it): h 12288, a 96, s 2048.
 GPT = ModelArch(
@@ -109,7 +110,7 @@ def test_logits_are_split_by_tp() -> None:
     # (2 + 4) bytes per logit over t ranks, plus the final norm's input and output (the output
     # layer's input), 2sbh each (split under SP)
     sh = Shard(tokens=S, tp=8, sequence_parallel=True, seq_per_cp_rank=S)
-    assert act.logits_bytes(GPT, 51200, sh) == pytest.approx(6 * S * 51200 / 8 + 4 * S * H / 8)
+    assert logits_bytes(GPT, 51200, sh) == pytest.approx(6 * S * 51200 / 8 + 4 * S * H / 8)
 
 
 @pytest.mark.parametrize("t", [1, 4])
@@ -144,11 +145,11 @@ def test_loss_bytes_per_logit_by_implementation() -> None:
 
     def loss(kind: str) -> float:
         sh = Shard(tokens=S, tp=t, sequence_parallel=True, cross_entropy=kind)  # type: ignore[arg-type]
-        return act.logits_bytes(GPT, V, sh) - norm
+        return logits_bytes(GPT, V, sh) - norm
 
     assert loss("fused") == pytest.approx(6 * S * V / t)
     assert loss("pytorch") == pytest.approx(12 * S * V / t)
-    gathered = 2 * S * V / t + act.GATHERED_LOSS_BYTES_PER_LOGIT * S * V
+    gathered = 2 * S * V / t + GATHERED_LOSS_BYTES_PER_LOGIT * S * V
     assert loss("gathered") == pytest.approx(gathered)
 
 

@@ -7,8 +7,8 @@ Oracles: hand arithmetic from the shapes in the comments (Llama 3.1 8B: vocabula
 padded to 129,024, a multiple of 128 x t, at t = 8) and Megatron-LM d98e8a64 parallel_state.py
 (instance i holds the i-th slice of dp x cp / N ranks of each data-parallel group); the 4 bytes
 per logit of the fused loss are checked in
-`planner.model.activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT` against the functional tests'
-measured pairs."""
+`planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT` against the functional
+tests' measured pairs."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from planner.inputs import megatron_args
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.inputs.units import GIB
-from planner.model import activations as act
 from planner.model import memory, rl_inference, scores, vision
+from planner.model.loss_activations import logits_bytes
 from planner.model.stage_activations import shard
 from planner.model.stage_params import stage_params
 
@@ -35,7 +35,7 @@ def test_native_loss_fusion_holds_one_more_fp32_copy_of_the_local_logits() -> No
     sh, sh_fused = shard(base, LAYOUT), shard(fused, LAYOUT)
     vocab = base.arch.padded_vocab(LAYOUT.tp)
     # 4096 tokens x 129,024 / 8 local logits x 4 bytes = 264.2 MB more at the loss
-    extra = act.logits_bytes(base.arch, vocab, sh_fused) - act.logits_bytes(base.arch, vocab, sh)
+    extra = logits_bytes(base.arch, vocab, sh_fused) - logits_bytes(base.arch, vocab, sh)
     assert extra == pytest.approx(4 * 4096 * 129_024 / 8)
     # the last stage's peak grows by at most that (its working set may be a layer's recompute)
     last = memory.estimate(base, LAYOUT).stages[-1].activations

@@ -1,0 +1,60 @@
+"""The last pipeline stage's loss, in bytes on one GPU for the micro-batch at the loss: the final
+norm's input and output (the output layer's input) and the cross entropy's peak over the logits,
+per logit as each training code's loss kernel holds them (Megatron's vocab-parallel fused loss,
+torch's cross_entropy, logits gathered over TP), and what stays alive after it."""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.model.activations import BF16, Shard, norm_input
+
+GATHERED_LOSS_BYTES_PER_LOGIT = 24
+"""Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
+loss), at the peak of its backward pass: the gathered bf16 logits (2), their fp32 upcast (4), the
+saved fp32 log-softmax (4), its fp32 gradient (4), the bf16 gradient (2), and the temporaries of
+an unfused softmax. Fitted (range 16-32) by benchmarks/fit_memory.py on the Hagemann et al.
+layouts, whose training code computes the loss this way (`cross_entropy = "gathered"`)."""
+
+PYTORCH_LOSS_BYTES_PER_LOGIT = 12
+"""Bytes per logit at the backward peak of torch's cross_entropy on the fp32 upcast of a rank's
+logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP), by hand from
+autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
+logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
+gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4."""
+
+MEGATRON_LOSS_BYTES_PER_LOGIT = 6
+"""Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy
+(megatron/core/tensor_parallel/cross_entropy.py, `cross_entropy = "fused"`): in the forward the
+bf16 logits (2) and their fp32 copy (4), which becomes the saved softmax in place; in the
+backward the fp32 gradient written over the softmax (4) and its bf16 cast for the output layer
+(2)."""
+
+COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT = 4
+"""Added per local logit by Megatron's --cross-entropy-loss-fusion, native (Megatron-LM d98e8a64
+fusions/fused_cross_entropy.py): the unfused steps under `jit_fuser` = torch.compile (jit.py),
+whose graphs write each in-place update of the fp32 logits to a new fp32 tensor while the input is
+held. Check: functional tests gpt3_mcore_te_tp2_pp2_resume_torch_dist with / without the flag
+(103.3 M local logits, 0.385 GiB at 4 bytes) peak 0.38-0.39 GiB apart on H100, GB200 and A100."""
+
+GATHERED_HELD_BYTES_PER_LOGIT = 4
+"""Bytes per logit still alive on the last stage after the gathered loss's backward: the current
+and the previous micro-batch's bf16 logits, both referenced by the pipeline's two output buffers
+(Aleph-Alpha/scaling PipelineScheduleTrain.required_buffer_count = 2 on the last stage; its
+PIPELINE_STAGE_OUTPUT is never taken there)."""
+
+
+def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
+    """Last stage, for the micro-batch at the loss: the final norm's input and output (the output
+    layer's input) and the loss kernel's peak over the local logits (Megatron's
+    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT; with the
+    logits gathered over TP every rank also holds the gathered logits' working set)."""
+    T, h = sh.tokens, arch.hidden_size
+    norm = norm_input(T, h, sh) + BF16 * T * h
+    norm = norm / sh.tp if sh.sequence_parallel else norm
+    local = T * padded_vocab / sh.tp
+    if sh.cross_entropy == "gathered":
+        return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
+    if sh.cross_entropy == "pytorch":
+        return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
+    extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
+    return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
