@@ -5,9 +5,9 @@ h100-sxm-80gb --num-gpus 1024`. The text becomes flags (`megatron_line`: shell s
 `NAME=value` substitution), and the flags that decide memory become a plan document for
 `planner.inputs.plan.parse_plan`: model shape and vocabulary here (`megatron_vocab` for the
 tokenizer's size, `megatron_values` for per-layer patterns), batch, precision, attention kernels
-and optimizer dtypes here, the layout in `megatron_layout`. Flag names and meanings: Megatron-LM
-d98e8a64 (`megatron/training/arguments.py`, the config dataclasses; `megatron_flags.txt` lists
-every flag its parser accepts).
+and optimizer dtypes in `megatron_training`, the layout in `megatron_layout`. Flag names and
+meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses;
+`megatron_flags.txt` lists every flag its parser accepts).
 
 Megatron-LM flags the reader does not read do not change memory or layout; they are ignored
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import megatron_args_memory, nemo_args
+from planner.inputs import megatron_args_memory, megatron_training, nemo_args
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
@@ -146,7 +146,7 @@ def read(
     missing: list[str] = []
     model = _model(line, notes)
     parallel = layout.parallel(line, model["num_layers"], num_gpus)
-    training = _training(line, parallel, num_gpus, notes, missing)
+    training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     megatron_args_memory.vision(line, model, parallel, training)
     model.setdefault("max_position_embeddings", training["seq_length"])
     vocab = vocabulary(
@@ -241,151 +241,6 @@ def _default_ffn(model: dict[str, Any]) -> int:
     if model.get("gated_linear_unit"):
         return int(4 * h * 2 / 3 / 64) * 64
     return 4 * h
-
-
-def _training(
-    line: Line, parallel: dict[str, Any], num_gpus: int, notes: list[str], missing: list[str]
-) -> dict[str, Any]:
-    where = line.where
-    seq = line.integer("--seq-length")
-    if seq is None:
-        raise InputError(f"{where}: --seq-length: required, but not given")
-    training: dict[str, Any] = {"seq_length": seq}
-    gbs = line.integer("--global-batch-size")
-    schedule = line.words("--step-batch-size-schedule")
-    if schedule is not None:
-        if gbs is not None:
-            raise InputError(
-                f"{where}: --step-batch-size-schedule: cannot be combined with "
-                "--global-batch-size (Megatron-LM raises ValueError)"
-            )
-        gbs = _largest_batch(" ".join(schedule), where)
-        notes.append(f"--step-batch-size-schedule: read at its largest batch, {gbs}")
-    if gbs is None:  # Megatron's default: one micro-batch per data-parallel rank
-        model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
-        gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
-    training["global_batch_size"] = gbs
-    fp8, bf16 = line.has("--fp8-format"), line.has("--bf16")
-    training["precision"] = "fp8" if fp8 else "bf16"
-    if fp8:
-        training["fp8_param_gather"] = line.has("--fp8-param-gather")
-        recipe = line.text("--fp8-recipe")
-        if recipe is not None:
-            training["fp8_recipe"] = recipe
-    elif line.has("--fp16"):
-        notes.append("--fp16: read as bf16 (the same bytes per value)")
-    elif not bf16:
-        missing.append(
-            "neither --bf16 nor --fp16: Megatron trains in fp32, planner counts bf16 weights and "
-            "activations (the fp32 run needs more)"
-        )
-    _attention(line, training)
-    if line.has("--no-bias-swiglu-fusion"):
-        training["fused_swiglu"] = False
-    for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
-        value = line.integer(flag)
-        if value is not None:
-            training[flag[2:].replace("-", "_")] = value
-    capacity = line.number("--moe-expert-capacity-factor")
-    if capacity is not None:
-        training["moe_expert_capacity_factor"] = capacity
-    if line.has("--moe-pad-expert-input-to-capacity"):
-        training["moe_pad_expert_input_to_capacity"] = True
-    training.update(_optimizer_dtypes(line))
-    training.update(megatron_args_memory.training_flags(line, parallel))
-    if _cuda_graphs(line, notes):
-        training["cuda_graphs"] = True
-    return training
-
-
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
-"""Megatron-LM d98e8a64 --cuda-graph-impl choices (arguments.py; TransformerConfig
-cuda_graph_impl)."""
-
-
-def _cuda_graphs(line: Line, notes: list[str]) -> bool:
-    """Whether the training step runs its layers as CUDA graphs: --cuda-graph-impl local |
-    transformer_engine | full_iteration, or the deprecated --enable-cuda-graph (local) and
-    --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64).
-    --cuda-graph-modules / --cuda-graph-scope naming only some of a layer's modules (attn, mlp,
-    moe_router, ...) graph part of it: read as the whole layer graphed, with a note."""
-    impl = line.text("--cuda-graph-impl")
-    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
-        raise InputError(
-            f"{line.where}: --cuda-graph-impl: expected one of {', '.join(CUDA_GRAPH_IMPLS)} "
-            f"(got {impl!r})"
-        )
-    legacy = line.has("--enable-cuda-graph") or line.has("--external-cuda-graph")
-    if legacy and impl not in (None, "none"):
-        raise InputError(
-            f"{line.where}: --cuda-graph-impl: cannot be combined with --enable-cuda-graph or "
-            "--external-cuda-graph (Megatron-LM asserts it)"
-        )
-    on = legacy or impl not in (None, "none")
-    modules = line.words("--cuda-graph-modules") or line.words("--cuda-graph-scope") or []
-    parts = [m for w in modules for m in w.split(",") if m and m not in ("full", "full_iteration")]
-    if on and parts:
-        notes.append(
-            f"--cuda-graph-modules {' '.join(modules)}: part of each layer graphed, read as the "
-            "whole layer (the host's issue of the eager rest is not counted)"
-        )
-    return on
-
-
-def _largest_batch(schedule: str, where: str) -> int:
-    """The largest batch of a "THRESHOLD:BS THRESHOLD:BS ..." schedule (Megatron-LM
-    num_microbatches_calculator.py: thresholds in samples or tokens, with K/M/B/T suffixes)."""
-    sizes = []
-    for part in schedule.split():
-        _, colon, size = part.partition(":")
-        if not colon or not size.isdigit() or int(size) < 1:
-            raise InputError(
-                f"{where}: --step-batch-size-schedule: expected THRESHOLD:BATCH pairs "
-                f"(got {schedule!r})"
-            )
-        sizes.append(int(size))
-    if not sizes:
-        raise InputError(f"{where}: --step-batch-size-schedule: empty")
-    return max(sizes)
-
-
-def _attention(line: Line, training: dict[str, Any]) -> None:
-    """The s x s attention scores are stored by the unfused paths: TE's `unfused` backend, and
-    MCore's own DotProductAttention, which `--attention-backend local` and `--transformer-impl
-    local` select (megatron_rules.md section 10); flash / fused / auto keep none."""
-    backend = line.text("--attention-backend")
-    impl = line.text("--transformer-impl")
-    if backend == "local" and (line.words("--spec") or [""])[0] != "local":
-        raise InputError(
-            f"{line.where}: --attention-backend: 'local' needs --spec local (Megatron-LM "
-            "asserts it, arguments.py:436-437)"
-        )
-    if backend in ("unfused", "local") or impl == "local":
-        training["flash_attention"] = False
-
-
-def _optimizer_dtypes(line: Line) -> dict[str, Any]:
-    """Gradient buffers and Adam moments. Megatron keeps fp32 main grads unless
-    --grad-reduce-in-bf16, or --main-grads-dtype bf16 with the precision-aware optimizer;
-    Megatron-FSDP's grads default to the parameters' dtype (--megatron-fsdp-main-grads-dtype
-    auto: DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
-    megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`)."""
-    out: dict[str, Any] = {}
-    aware = line.has("--use-precision-aware-optimizer")
-    bf16_grads = line.has("--grad-reduce-in-bf16")
-    if aware and line.text("--main-grads-dtype") == "bf16":
-        bf16_grads = True
-    if line.has("--use-megatron-fsdp"):
-        fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
-        bf16_grads = fsdp != "fp32"
-    if bf16_grads:
-        out["main_grad_dtype"] = "bf16"
-    if aware:
-        # both moments in 16 bits (each defaults to fp32)
-        moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
-        if all(m in ("bf16", "fp16") for m in moments):
-            out["optimizer_state_dtype"] = "bf16"
-    return out
 
 
 def load(
