@@ -82,6 +82,8 @@ class Recipe:
     split: str
     runtime: dict[str, str] = field(default_factory=dict)
     env: str = ""
+    legacy: str | None = None  # the legacy preset modelled in place of the flat code, if any
+    flat: Recipe | None = None  # then: the row as the flat recipe codes it
 
     @property
     def family(self) -> str:
@@ -141,7 +143,9 @@ def _opt_int(cell: str) -> int | None:
 
 
 def load_recipes(path: Path = DATA) -> list[Recipe]:
-    """Every recipe of the data file's three tables per family, in file order."""
+    """Every recipe of the data file's three tables per family, in file order. A row of a later
+    "legacy presets" table replaces the recipe's earlier row of the same kind: its layout row
+    names the legacy preset (`Recipe.legacy`) and keeps the flat row as `Recipe.flat`."""
     by_id: dict[str, Recipe] = {}
     section = ""
     for line in path.read_text().splitlines():
@@ -155,10 +159,14 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
             m = re.match(r"`(\w+)` \((.+)\)", c[1])
             if not m:
                 raise ValueError(f"{path}: {c[0]}: cannot read the recipe cell {c[1]!r}")
+            flat = by_id.get(c[0])
+            legacy = re.fullmatch(r"legacy (\w+) of (.+)", m.group(2))
+            if (flat is None) == (legacy is not None):
+                raise ValueError(f"{path}: {c[0]}: a legacy preset row replaces a flat row")
             by_id[c[0]] = Recipe(
                 id=c[0],
                 function=m.group(1),
-                source=m.group(2),
+                source=flat.source if flat else m.group(2),
                 gpu=c[2],
                 n=int(c[3]),
                 precision=c[4],
@@ -173,6 +181,10 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
                 gbs=int(c[13]),
                 seq=int(c[14]),
                 split=c[16].strip("`"),
+                runtime=flat.runtime if flat else {},
+                env=flat.env if flat else "",
+                legacy=f"{legacy.group(1)} ({legacy.group(2)})" if legacy else None,
+                flat=flat,
             )
         elif section.endswith("runtime settings"):
             by_id[c[0]].runtime = dict(zip(RUNTIME, c[1:], strict=True))
@@ -204,6 +216,7 @@ class Settings:
     ep_overlap: bool
     delay_wgrad: bool
     zero_stage: int
+    optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
     bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
     fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
     overlap_grad_reduce: bool
@@ -218,6 +231,8 @@ def read(r: Recipe) -> Settings:
     """The recipe's settings from its cells; what has no plan field goes into `notes`."""
     rt = r.runtime
     notes: list[str] = []
+    if r.legacy and r.flat:
+        notes.append(f"modelled: the legacy preset {r.legacy}, {_legacy_why(r, r.flat)}")
     label = r.precision
     fp8_recipe, gather, precision = None, False, "bf16"
     if label.startswith("FP8-CS"):
@@ -291,10 +306,12 @@ def read(r: Recipe) -> Settings:
     opt = rt["optimizer"]
     zero = 3 if "Megatron-FSDP" in opt else 1
     if zero == 3:
+        unit = "unit size 8e8, " if "unit 8e8" in opt else ""
         notes.append(
-            "Megatron-FSDP unit size 8e8, no gradient-accumulation fusion, average_in_collective "
-            "off: no plan fields"
+            f"Megatron-FSDP {unit}no gradient-accumulation fusion, average_in_collective off: "
+            "no plan fields"
         )
+    instances = int(m.group(1)) if (m := re.search(r"optimizer_instances (\d+)", opt)) else 1
     bf16_opt = "exp_avg bf16" in opt
     fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
     grad_overlap = "overlap_grad_reduce off" not in opt
@@ -328,6 +345,7 @@ def read(r: Recipe) -> Settings:
         ep_overlap=ep_overlap,
         delay_wgrad=delay,
         zero_stage=zero,
+        optimizer_instances=instances,
         bf16_optimizer=bf16_opt,
         fp32_aware_optimizer=fp32_aware,
         overlap_grad_reduce=grad_overlap,
@@ -336,4 +354,21 @@ def read(r: Recipe) -> Settings:
         rank_capacity=rank_capacity,
         paged_stash=paged,
         notes=tuple(notes),
+    )
+
+
+def _legacy_why(r: Recipe, flat: Recipe) -> str:
+    """What the flat recipe codes instead of the legacy preset modelled for it."""
+    fields = ("tp", "pp", "vpp", "cp", "mbs", "gbs")
+    coded = ", ".join(
+        f"{k} {getattr(flat, k) or 1}" for k in fields if getattr(flat, k) != getattr(r, k)
+    )
+    if (
+        "Megatron-FSDP" in r.runtime["optimizer"]
+        and "Megatron-FSDP" not in flat.runtime["optimizer"]
+    ):
+        coded += ", the distributed optimizer without Megatron-FSDP or offloading"
+    return (
+        f"which its docstring describes; the flat code sets {coded} (the 256-GPU V2 preset run "
+        "on 128 GPUs with the launcher's GBS scaling; bridge_recipes.md, legacy presets)"
     )

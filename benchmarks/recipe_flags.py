@@ -38,6 +38,7 @@ SCOPE = frozenset(
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
         "--fsdp-double-buffer",
+        "--num-distributed-optimizer-instances",
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--overlap-param-gather-with-optimizer-step",
@@ -96,6 +97,9 @@ WHY: dict[str, str] = {
     "plan field",
     "--fsdp-double-buffer": "Megatron-FSDP double buffering: no plan field (planner counts two "
     "gathered layers)",
+    "--num-distributed-optimizer-instances": "the plan's training.optimizer_instances (HSDP: "
+    "states sharded over dp / instances) is counted by planner's memory model, but "
+    "planner.emit.megatron emits the flag only for its own data-parallel pools (zero_stage 1)",
     "--delay-wgrad-compute": "the plan's ep_comm_overlap always delays the weight gradients",
     "--use-precision-aware-optimizer": "precision-aware optimizer with fp32 states: same memory "
     "as Adam's, so planner emits it only for bf16 moments",
@@ -151,6 +155,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--use-megatron-fsdp"] = ()
         f["--data-parallel-sharding-strategy"] = ("optim_grads_params",)
         f["--fsdp-double-buffer"] = ()
+    if s.optimizer_instances > 1:
+        f["--num-distributed-optimizer-instances"] = (str(s.optimizer_instances),)
     if s.bf16_optimizer:
         f["--use-precision-aware-optimizer"] = ()
         f["--main-grads-dtype"] = ("bf16",)
