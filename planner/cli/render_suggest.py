@@ -94,12 +94,15 @@ def _ep(lay: Layout) -> str:
 
 
 def _savers(lay: Layout, job: Job) -> str:
-    """The memory savers: recompute (with modules or method), CPU offloading, and Megatron's
+    """The memory savers: recompute (with modules or method), CPU offloading (layers, or
+    fine-grained: modules), and Megatron's
     TP overlap left off (its userbuffers freed) where sequence parallelism would allow it
     (torchtitan has no userbuffers to free)."""
     text = lay.recompute_text()
     if lay.cpu_offloading_num_layers:
         text += f" + offload {lay.cpu_offloading_num_layers}"
+    if lay.offload_modules:
+        text += f" + offload({','.join(lay.offload_modules)})"
     if lay.sequence_parallel and not lay.tp_comm_overlap and job.framework == "megatron":
         text += " + no tp overlap"
     return text

@@ -3,7 +3,9 @@
 A rung is one setting of Megatron's memory savers, from none up: selective recompute of a set of
 modules (--recompute-modules), full recompute of the first N layers of each virtual stage (block
 N) or of every layer (uniform 1), or offloading the activations of k layers to host memory
-(--cpu-offloading-num-layers, pipelines of one stage only, without recompute). Where the base
+(--cpu-offloading-num-layers, pipelines of one stage only, without recompute), or in MoE models
+fine-grained offloading of some modules' saved inputs (--offload-modules, `offloading`), alone
+or with a recipe's recompute modules. Where the base
 overlaps TP communication with userbuffers (--tp-comm-overlap), each of those also comes without
 it: Transformer Engine's userbuffers hold a dozen [s b / cp, h] buffers outside PyTorch's
 allocator (planner.model.buffers), gigabytes at long sequences, and turning the overlap off frees
@@ -30,7 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from planner.inputs.layout import Layout, Recompute, RecomputeMethod, RecomputeModule
+from planner.inputs.layout import (
+    Layout,
+    OffloadModule,
+    Recompute,
+    RecomputeMethod,
+    RecomputeModule,
+)
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo
 
@@ -49,6 +57,24 @@ MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
 )
 """Selective-recompute module sets the search tries (those the model and rules allow)."""
 
+OFFLOAD_SETS: tuple[tuple[OffloadModule, ...], ...] = (
+    ("core_attn", "attn_proj"),
+    ("expert_fc1",),
+    ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "moe_act"),
+)
+"""Fine-grained offloading's module sets the search tries: Megatron-Bridge's DeepSeek-V3 recipes'
+core attention and its projection's input (perf_recipes/deepseek/common.py) and the experts' fc1
+input (perf_recipes/deepseek/gb200/deepseek_v3.py, 067f987d); and, the last, everything a layer
+saves before its experts plus their activation input (modules a model's layers lack hold
+nothing, `planner.model.fine_offload`), the only one also tried with recompute."""
+
+OFFLOAD_WITH: tuple[tuple[RecomputeModule, ...], ...] = (
+    ("layernorm", "moe_act"),
+    ("mla_up_proj", "mlp"),
+    ("mla_up_proj", "layernorm", "moe_act"),
+)
+"""The module sets the recipes recompute, each tried with offloading too (besides none)."""
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -61,6 +87,8 @@ class Rung:
     offload: int = 0
     tp_overlap: bool = True
     """False: the base's TP communication overlap turned off (its userbuffers freed)."""
+    offload_modules: tuple[OffloadModule, ...] = ()
+    """Fine-grained activation offloading's modules (Megatron --offload-modules)."""
 
     def on(self, lay: Layout) -> Layout:
         """The base layout with this rung's settings."""
@@ -71,6 +99,7 @@ class Rung:
             recompute_num_layers=self.num_layers,
             cpu_offloading_num_layers=self.offload,
             tp_comm_overlap=lay.tp_comm_overlap and self.tp_overlap,
+            offload_modules=self.offload_modules,
         )
 
     def without_tp_overlap(self) -> Rung:
@@ -128,6 +157,23 @@ def selective(job: Job) -> list[Rung]:
     return list(_selective(has, delayed))
 
 
+def offloading(job: Job) -> list[Rung]:
+    """Fine-grained activation offloading's rungs (Megatron --offload-modules), for MoE models
+    (where NVIDIA's recipes use it; their dense recipes do not): each of `OFFLOAD_SETS` alone,
+    and the last with each recipe module set the model's rules allow (`OFFLOAD_WITH`). None
+    with Megatron's own CUDA graphs, which capture only the expert modules (TransformerConfig),
+    nor with torchtitan or PyTorch's per-op recompute."""
+    if not job.arch.is_moe or job.cuda_graphs or job.framework == "torchtitan":
+        return []
+    if job.selective_recompute == "per_op":
+        return []
+    allowed = {r.modules for r in selective(job)}
+    most = OFFLOAD_SETS[-1]
+    return [Rung(offload_modules=m) for m in OFFLOAD_SETS] + [
+        Rung("selective", m, offload_modules=most) for m in OFFLOAD_WITH if m in allowed
+    ]
+
+
 @lru_cache(maxsize=64)
 def _selective(has: tuple[tuple[str, bool], ...], delayed: bool) -> tuple[Rung, ...]:
     """The module sets whose modules the model has, none of them barred: layernorm and moe_act
@@ -161,7 +207,8 @@ def rungs(
             longest = max(len(chunk) for rank in chunks for chunk in rank)
         offload_up_to = job.arch.num_layers - 1 if offload and base.pp == 1 else 0
         sel = tuple(selective(job)) if "selective" in kinds else ()
-        hit = memo[key] = _rungs(kinds, sel, offload_up_to, longest, base.tp_comm_overlap)
+        fine = tuple(r for r in (offloading(job) if offload else ()) if r.recompute in kinds)
+        hit = memo[key] = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
     return list(hit[0]), list(hit[1])
 
 
@@ -169,6 +216,7 @@ def rungs(
 def _rungs(
     kinds: tuple[Recompute, ...],
     sel: tuple[Rung, ...],
+    fine: tuple[Rung, ...],
     offload_up_to: int,
     longest: int,
     tp_overlap: bool,
@@ -181,6 +229,7 @@ def _rungs(
         if offload_up_to >= 1:
             ladders.append(Ladder(_offload, 1, offload_up_to))
     single += sel
+    single += fine
     if "full" in kinds:
         if longest > 1:
             ladders.append(Ladder(_block, 1, longest - 1))
@@ -192,12 +241,13 @@ def _rungs(
 
 
 def leanest(single: tuple[Rung, ...], ladders: tuple[Ladder, ...]) -> list[Rung]:
-    """The leanest rung of each family of a base: full recompute and each ladder's top, without
-    the TP overlap where the base has it (every other rung holds at least as much memory as one
-    of these)."""
+    """The leanest rung of each family of a base: full recompute, each fine-grained offloading
+    rung and each ladder's top, without the TP overlap where the base has it (every other rung
+    holds at least as much memory as one of these)."""
     off = [r for r in single if not r.tp_overlap] or list(single)
     off_ladders = [ld for ld in ladders if ld.with_tp_overlap] or list(ladders)
-    return [r for r in off if r.recompute == "full"] + [ld.make(ld.hi) for ld in off_ladders]
+    lean = [r for r in off if r.recompute == "full" or r.offload_modules]
+    return lean + [ld.make(ld.hi) for ld in off_ladders]
 
 
 def every(job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> list[Rung]:

@@ -12,6 +12,7 @@ from typing import Any
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
 from planner.search import rungs
+from planner.search.rules.features import fine_offloading
 from planner.search.rungs import FULL, NONE, Rung
 
 ALL = ("none", "selective", "full")
@@ -53,7 +54,7 @@ def test_single_rungs_follow_the_model_and_the_rules() -> None:
     dense = job()
     single, _ = rungs.rungs(dense, Layout(tp=8, pp=2, dp=2), ALL, True)
     # a dense model with flash attention: none, layernorm, mlp, full (core_attn saves nothing
-    # with flash attention; no MoE or MLA modules)
+    # with flash attention; no MoE or MLA modules; no fine-grained offloading, MoE only)
     assert single == [NONE, Rung("selective", ("layernorm",)), Rung("selective", ("mlp",)), FULL]
     # without flash attention core_attn is a rung too
     no_flash = job(flash_attention=False)
@@ -111,3 +112,30 @@ def test_leanest_is_full_recompute_and_each_ladder_top_without_tp_overlap() -> N
         FULL,
         Rung("full", method="block", num_layers=9),
     ]
+    # an MoE model's fine-grained offloading rungs are leanest too (each its own family)
+    mix = job("mixtral-8x7b")
+    single, ladders = rungs.rungs(mix, Layout(tp=2, pp=2, dp=8), ALL, True)
+    lean = rungs.leanest(tuple(single), tuple(ladders))
+    assert [r for r in lean if r.offload_modules] == rungs.offloading(mix)
+
+
+def test_fine_grained_offloading_rungs() -> None:
+    """Megatron's --offload-modules as rungs of MoE models: each of OFFLOAD_SETS alone and the
+    last with each recipe module set the model allows; none for a dense model (NVIDIA's dense
+    recipes do not offload), with Megatron's CUDA graphs (they capture only expert modules) or
+    where offloading is not searched."""
+    ds = job("deepseek-v3")  # MLA, MoE with shared experts, dense first layers: every set
+    most = rungs.OFFLOAD_SETS[-1]
+    assert rungs.offloading(ds) == [Rung(offload_modules=m) for m in rungs.OFFLOAD_SETS] + [
+        Rung("selective", m, offload_modules=most) for m in rungs.OFFLOAD_WITH
+    ]
+    # Mixtral (MoE, no MLA, no dense layers): only (layernorm, moe_act) of the recipe sets
+    mix = rungs.offloading(job("mixtral-8x7b"))
+    assert [r.modules for r in mix if r.recompute == "selective"] == [("layernorm", "moe_act")]
+    assert rungs.offloading(job()) == []  # Llama 3.1 70B: dense
+    assert rungs.offloading(job("deepseek-v3", cuda_graphs=True)) == []
+    single, _ = rungs.rungs(ds, Layout(tp=1, pp=2, dp=16), ALL, offload=False)
+    assert not any(r.offload_modules for r in single)
+    # every one passes Megatron's offloading rules on the base
+    base = Layout(tp=1, pp=2, dp=16)
+    assert all(fine_offloading(ds, r.on(base)) is None for r in rungs.offloading(ds))
