@@ -168,7 +168,7 @@ def read(
         model["make_vocab_size_divisible_by"] = line.integer("--make-vocab-size-divisible-by")
     notes.insert(0, f"vocabulary: {vocab.note}")
     for flag, what in NOT_MODELLED.items():
-        if flag in flags and (flags[flag] or [""])[0] != NOT_MODELLED_DEFAULTS.get(flag):
+        if flag in flags and (flags[flag] or [""])[0] not in NOT_MODELLED_DEFAULTS.get(flag, ()):
             line.used.add(flag)
             missing.append(f"{flag}: {what}")
     ignored = sorted(f for f in flags if f in known and f not in line.used)

@@ -119,6 +119,8 @@ READ = frozenset(
         "--moe-flex-dispatcher-backend",
         # data parallelism and optimizer
         "--use-distributed-optimizer",
+        "--optimizer",  # muon (megatron_training._muon); the others: NOT_MODELLED
+        "--no-use-layer-wise-param-layout",
         "--use-megatron-fsdp",
         "--use-torch-fsdp2",
         "--data-parallel-sharding-strategy",
@@ -187,20 +189,21 @@ NOT_MODELLED: dict[str, str] = {
     "the fused one planner counts (memory under-estimated)",
     "--attention-output-gate": "the attention output gate's weights are not counted",
     "--fp4-format": "FP4 training is counted as BF16",
-    "--optimizer": "optimizers other than Adam are counted with Adam's two moments",
+    "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
 }
 """Megatron-LM flags that change memory in ways planner does not model: present (with a value
 other than Megatron's default), they are read as the note says."""
 
-NOT_MODELLED_DEFAULTS: dict[str, str] = {
-    "--megatron-fsdp-main-params-dtype": "fp32",
-    "--main-params-dtype": "fp32",
-    "--optimizer": "adam",
-    "--outer-dp-sharding-strategy": "no_shard",
+NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "--megatron-fsdp-main-params-dtype": ("fp32",),
+    "--main-params-dtype": ("fp32",),
+    "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
+    "--outer-dp-sharding-strategy": ("no_shard",),
 }
-"""The values of NOT_MODELLED flags that are Megatron's defaults (no note then)."""
+"""The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
+note then)."""
 
 
 def typo_of(flag: str, read: Iterable[str] = READ) -> str | None:

@@ -64,6 +64,7 @@ def training_table(
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
     training.update(_optimizer_dtypes(line))
+    training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel))
     if _cuda_graphs(line, notes):
         training["cuda_graphs"] = True
@@ -134,6 +135,19 @@ def _attention(line: Line, training: dict[str, Any]) -> None:
         )
     if backend in ("unfused", "local") or impl == "local":
         training["flash_attention"] = False
+
+
+def _muon(line: Line) -> dict[str, Any]:
+    """--optimizer muon (dist_muon: muon with the distributed optimizer). With the distributed
+    optimizer Megatron runs its layer-wise optimizer (arguments.py validate_args, d98e8a64), whose
+    --no-use-layer-wise-param-layout path assigns whole parameters to ranks
+    (layer_wise_optimizer.py `_shard_params_ping_pong`)."""
+    if (line.flags.get("--optimizer") or [""])[0] not in ("muon", "dist_muon"):
+        return {}  # adam; sgd and the others are listed as ignored
+    name = line.text("--optimizer")
+    distributed = name == "dist_muon" or line.has("--use-distributed-optimizer")
+    whole = distributed and line.has("--no-use-layer-wise-param-layout")
+    return {"optimizer": "muon", "muon_whole_params": True} if whole else {"optimizer": "muon"}
 
 
 def _optimizer_dtypes(line: Line) -> dict[str, Any]:

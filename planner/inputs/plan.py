@@ -76,6 +76,8 @@ class Job:
     """Every expert runs exactly its capacity of tokens (padded)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    optimizer: Literal["adam", "muon"] = "adam"  # planner.model.optimizer_states
+    muon_whole_params: bool = False  # the layer-wise optimizer's whole-parameter sharding
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
@@ -189,6 +191,8 @@ def build_job(
         cuda_graphs=training.cuda_graphs,
         compiled_loss_fusion=training.compiled_loss_fusion,
         optimizer_instances=training.optimizer_instances,
+        optimizer=training.optimizer,
+        muon_whole_params=training.muon_whole_params,
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
         rl_inference_parallel=training.rl_inference_parallel,
         vision_encoder=training.vision_encoder,

@@ -189,6 +189,17 @@ class TrainingSection(BaseModel):
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
         "sharded over the data-parallel group / this many instances",
     )
+    optimizer: Literal["adam", "muon"] = Field(
+        default="adam",
+        description="Megatron --optimizer: adam, or muon (Muon's fp32 master and one momentum "
+        "per decoder-layer matrix; the embeddings, output layer and norms stay on Adam)",
+    )
+    muon_whole_params: Flag = Field(
+        default=False,
+        description="muon with the distributed optimizer and --no-use-layer-wise-param-layout: "
+        "Megatron's layer-wise optimizer hands out whole parameters, so one rank keeps the "
+        "largest (the word embedding) whole",
+    )
     rl_kv_cache_gib: NonNegativeFloat = Field(
         default=0.0,
         description="Megatron RL (--perform-rl-step): the rollout engine's KV cache on each GPU, "

@@ -33,9 +33,10 @@ from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools
 from planner.model.activations import Shard
 from planner.model.job_memo import JobMemo, ModelMemo
+from planner.model.optimizer_states import muon_optimizer_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
-from planner.model.stage_params import fp8_params, output_params, stage_params
+from planner.model.stage_params import decoder_params, fp8_params, output_params, stage_params
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
 NCCL_BYTES_PER_GROUP = buffers.NCCL_BYTES_PER_GROUP
@@ -226,13 +227,14 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
     cache = cache8 * (fp8_dense + fp8_expert)
     transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
-    return (
-        weights,
-        dense * g_d + expert * g_e,
-        dense * o_d + expert * o_e,
-        cache,
-        transient,
-    )
+    optimizer = dense * o_d + expert * o_e
+    if job.optimizer == "muon":
+        decoder = decoder_params(job, layout, chunks)
+        words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
+        largest = min(dense - decoder[0], words)  # its embedding or output layer, if any
+        shards = (dense_dp, expert_dp)
+        optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
+    return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
 
 
 def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:
