@@ -76,6 +76,14 @@ def _recompute(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _instances(plan: Plan) -> dict[str, Any]:
+    """DistributedDataParallelConfig.num_distributed_optimizer_instances where above 1: one per
+    pool of a data-parallel plan across pools, else the plan's own (as `megatron.parallel_args`)."""
+    lay = plan.require_layout()
+    n = lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
+    return {"num_distributed_optimizer_instances": n} if lay.zero_stage >= 1 and n > 1 else {}
+
+
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
@@ -93,6 +101,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
         "microbatch_group_size_per_vp_stage": lay.microbatch_group_size_per_vp_stage,
     }
+    if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
+        model["fine_grained_activation_offloading"] = True
+        model["offload_modules"] = list(lay.offload_modules)
     if job.arch.is_moe:
         model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
         if lay.moe_token_dispatcher_type == "flex":
@@ -121,6 +132,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]
             if fsdp
             else "no_shard",
+            **_instances(plan),
         },
         "optimizer": {
             "use_distributed_optimizer": lay.zero_stage >= 1,

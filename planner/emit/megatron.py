@@ -153,8 +153,6 @@ def parallel_args(plan: Plan) -> list[Arg]:
         ]
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
-        if lay.dp_pools > 1:  # one optimizer instance per pool (planner.model.pools)
-            a.append(("--num-distributed-optimizer-instances", str(lay.dp_pools)))
     elif lay.zero_stage >= 2:
         # Megatron-FSDP turns the distributed optimizer on itself, with a warning: said here
         a += [
@@ -168,6 +166,10 @@ def parallel_args(plan: Plan) -> list[Arg]:
             # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
             # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
+    # optimizer instances: one per pool (planner.model.pools), else the plan's own
+    instances = lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
+    if lay.zero_stage >= 1 and instances > 1:
+        a.append(("--num-distributed-optimizer-instances", str(instances)))
     if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))
         # needs the distributed optimizer or Megatron-FSDP
@@ -217,6 +219,12 @@ def training_args(plan: Plan) -> list[Arg]:
             # Megatron asserts it is fp32 without the precision-aware optimizer)
             a.append(("--main-grads-dtype", "bf16"))
         a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if job.optimizer == "muon":
+        # with --use-distributed-optimizer (zero_stage 1) validate_args makes it the layer-wise
+        # distributed optimizer; its legacy whole-parameter dealing where the plan says so
+        a.append(("--optimizer", "muon"))
+        if job.muon_whole_params and lay.zero_stage == 1:
+            a.append(("--no-use-layer-wise-param-layout",))
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),

@@ -186,6 +186,8 @@ def _search(
     fold_twins: bool,
 ) -> SearchResult:
     space = space or Space(framework=job.framework)
+    if job.optimizer == "muon":  # Megatron's Muon runs without Megatron-FSDP (rules.muon)
+        space = replace(space, zero_stages=tuple(z for z in space.zero_stages if z < 2))
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)

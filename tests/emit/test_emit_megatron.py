@@ -22,6 +22,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import compact, parse
 from planner.inputs.plan import Plan, load_plan, parse_plan
 from planner.model import memory
+from planner.search.rules import check_plan
 
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
 
@@ -521,3 +522,34 @@ def test_cuda_graphs_with_cpu_offloading_is_bad_input() -> None:
     plan = make_plan("llama3.1-8b", 16, par, cuda_graphs=True)
     with pytest.raises(InputError, match=r"training\.cuda_graphs.*cpu_offloading_num_layers = 2"):
         megatron.arguments(plan)
+
+
+def test_fine_grained_offloading_sets_te_offload_v1() -> None:
+    # validate_args (Megatron-LM d98e8a64): with fine-grained activation offloading and
+    # Transformer Engine >= 2.10, NVTE_CPU_OFFLOAD_V1 must be "1"; without it, not set
+    plan = make_plan("mixtral-8x7b", 16, {"tp": 2, "ep": 8, "offload_modules": ["moe_act"]})
+    assert {e.name: e.value for e in environment(plan)}.get("NVTE_CPU_OFFLOAD_V1") == "1"
+    plain = make_plan("mixtral-8x7b", 16, {"tp": 2, "ep": 8})
+    assert "NVTE_CPU_OFFLOAD_V1" not in {e.name for e in environment(plain)}
+
+
+def test_optimizer_instances_are_emitted() -> None:
+    # training.optimizer_instances N -> --num-distributed-optimizer-instances N (the memory
+    # model shards the optimizer over dp x cp / N); Megatron asserts N divides dp x cp
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer_instances=2)
+    assert flags(plan)["--num-distributed-optimizer-instances"] == ["2"]
+    assert "--num-distributed-optimizer-instances" not in flags(make_plan("llama3.1-8b", 16, {}))
+    with pytest.raises(InputError, match="optimizer_instances = 3 must divide"):
+        check_plan(make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer_instances=3))
+
+
+def test_muon_is_launched_as_muon() -> None:
+    # training.optimizer = "muon" -> --optimizer muon (Megatron's validate_args turns the
+    # distributed optimizer into the layer-wise one); whole-parameter dealing as the plan says;
+    # Megatron-FSDP refused (validate_args asserts)
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_whole_params=True)
+    f = flags(plan)
+    assert f["--optimizer"] == ["muon"] and "--no-use-layer-wise-param-layout" in f
+    assert "--optimizer" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+    with pytest.raises(InputError, match="optimizer = muon does not run with Megatron-FSDP"):
+        check_plan(make_plan("llama3.1-8b", 16, {"tp": 1, "zero_stage": 3}, optimizer="muon"))

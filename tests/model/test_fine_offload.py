@@ -124,6 +124,16 @@ def test_megatrons_rules(model: str, mods: tuple[str, ...], extra: dict, rule: s
     }
 
 
+def test_megatrons_cuda_graphs_capture_only_expert_modules() -> None:
+    # TransformerConfig (d98e8a64): with cuda_graph_impl "local" (what planner emits for
+    # training.cuda_graphs) offload_modules must lie within expert_fc1, moe_act, fused_group_mlp
+    j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 64, cuda_graphs=True)
+    lay = Layout(dp=8, ep=8)
+    bad = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("core_attn",)))}
+    good = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("moe_act",)))}
+    assert "offload_graphs" in bad and "offload_graphs" not in good
+
+
 def test_command_line_round_trip() -> None:
     # read from Megatron's two flags, emitted back as the same two
     line = (

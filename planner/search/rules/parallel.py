@@ -253,6 +253,41 @@ def overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
+    """--num-distributed-optimizer-instances N (`Job.optimizer_instances`): Megatron's
+    parallel_state asserts that N divides the data-parallel size with CP and the expert
+    data-parallel size (Megatron-LM d98e8a64 parallel_state.py, initialize_model_parallel)."""
+    n = job.optimizer_instances
+    if n > 1 and ((lay.dp * lay.cp) % n or lay.expert_dp % n):
+        return Violation(
+            "optimizer_instances",
+            "training.optimizer_instances",
+            f"optimizer_instances = {n} must divide dp x cp = {lay.dp * lay.cp} and the expert "
+            f"data-parallel size {lay.expert_dp} (Megatron's parallel_state asserts)",
+        )
+    return None
+
+
+def muon(job: Job, lay: Layout) -> Violation | None:
+    """--optimizer muon (an "emerging optimizer"): validate_args asserts it runs without
+    Megatron-FSDP (Megatron-LM d98e8a64 arguments.py, the emerging optimizer check); planner
+    launches it with Megatron-LM only."""
+    if job.optimizer != "muon":
+        return None
+    if job.framework == "torchtitan":
+        return Violation(
+            "muon", "training.optimizer", "optimizer = muon is planned for Megatron-LM only"
+        )
+    if lay.zero_stage >= 2:
+        return Violation(
+            "muon",
+            "parallel.zero_stage",
+            f"optimizer = muon does not run with Megatron-FSDP (zero_stage {lay.zero_stage}; "
+            "Megatron's validate_args asserts): use zero_stage 0 or 1",
+        )
+    return None
+
+
 def batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp
