@@ -161,13 +161,11 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     (sum_r t_r - max_r t_r) / vpp (`schedule.pipeline_time`; the step adds only terms >= 0 to
     it, and STEP_OVERHEAD_S), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
     every stage time t_r, as m >= 1 >= 1/vpp, so it holds at any g_r <= t_r (with one stage,
-    m t_1, its steady state). On one GPU kind
-    g_r is the rank's own stage time without memory savers (`_plain_stage_times`), a floor under
-    every rung's at this micro-batch; with pools (or `known` floors of this micro-batch size
-    given, where no tighter floor is wanted) the floors of `lower_bound`. Other training codes'
-    schedules (zero-bubble ones) get `lower_bound` alone. `known`: the `floors` of this same base
-    at some micro-batch size, used where that is the layout's own (the same numbers, not
-    computed again)."""
+    m t_1, its steady state). On one GPU kind g_r is the rank's own stage time without memory
+    savers (`_plain_stage_times`), a floor under every rung's at this micro-batch; with pools
+    the floors of `lower_bound`. Other training codes' schedules (zero-bubble ones) get
+    `lower_bound` alone, from `known` (the `floors` of this same base at some micro-batch size)
+    where that is the layout's own."""
     if job.framework != "megatron":
         f = (
             known
