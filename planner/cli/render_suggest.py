@@ -95,9 +95,8 @@ def _ep(lay: Layout) -> str:
 
 def _savers(lay: Layout, job: Job) -> str:
     """The memory savers: recompute (with modules or method), CPU offloading (layers, or
-    fine-grained: modules), and Megatron's
-    TP overlap left off (its userbuffers freed) where sequence parallelism would allow it
-    (torchtitan has no userbuffers to free)."""
+    fine-grained: modules), and Megatron's TP overlap left off (its userbuffers freed) where
+    sequence parallelism would allow it (torchtitan has no userbuffers to free)."""
     text = lay.recompute_text()
     if lay.cpu_offloading_num_layers:
         text += f" + offload {lay.cpu_offloading_num_layers}"

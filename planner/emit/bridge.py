@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.emit.common import SCHEDULE, comment_block, header, optimizer_instances, predict
 from planner.emit.k8s import yaml_str
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
@@ -77,11 +77,9 @@ def _recompute(plan: Plan) -> dict[str, Any]:
 
 
 def _instances(plan: Plan) -> dict[str, Any]:
-    """DistributedDataParallelConfig.num_distributed_optimizer_instances where above 1: one per
-    pool of a data-parallel plan across pools, else the plan's own (as `megatron.parallel_args`)."""
-    lay = plan.require_layout()
-    n = lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
-    return {"num_distributed_optimizer_instances": n} if lay.zero_stage >= 1 and n > 1 else {}
+    """DistributedDataParallelConfig.num_distributed_optimizer_instances, where above 1."""
+    n = optimizer_instances(plan)
+    return {"num_distributed_optimizer_instances": n} if n > 1 else {}
 
 
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:

@@ -107,6 +107,16 @@ class EnvVar:
     why: str
 
 
+def optimizer_instances(plan: Plan) -> int:
+    """Megatron's --num-distributed-optimizer-instances for the plan: one per pool of a
+    data-parallel plan across pools (planner.model.pools), else the plan's own
+    (`training.optimizer_instances`); 1 without a distributed optimizer or FSDP."""
+    lay = plan.require_layout()
+    if lay.zero_stage == 0:
+        return 1
+    return lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
+
+
 def environment(plan: Plan) -> list[EnvVar]:
     """The environment Megatron-LM needs for this plan, with the reason for each setting.
 

@@ -30,7 +30,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from planner.emit.common import comment_block, environment, header, predict
+from planner.emit.common import (
+    comment_block,
+    environment,
+    header,
+    optimizer_instances,
+    predict,
+)
 from planner.emit.megatron_model import Arg, model_args
 from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
@@ -166,9 +172,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
             # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
             # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
-    # optimizer instances: one per pool (planner.model.pools), else the plan's own
-    instances = lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
-    if lay.zero_stage >= 1 and instances > 1:
+    if (instances := optimizer_instances(plan)) > 1:
         a.append(("--num-distributed-optimizer-instances", str(instances)))
     if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))

@@ -215,7 +215,6 @@ def _smallest_fitting(
     lo = first = max(ladder.lo, floor)
     last: tuple[int, float] | None = None  # (n, bytes over) of the largest n known not to fit
     while lo < hi:
-        probe = (lo + hi) // 2
         top = over(ladder.make(hi))
         if lo == first:
             probe = lo
@@ -223,6 +222,8 @@ def _smallest_fitting(
             n0, s0 = last
             cross = n0 + math.ceil(s0 / (s0 - top) * (hi - n0))
             probe = min(max(cross, lo), hi - 1)
+        else:
+            probe = (lo + hi) // 2
         if fits(ladder.make(probe), False) is not None:
             hi = probe
         else:
