@@ -102,6 +102,11 @@ class GpuSpec(BaseModel):
     gpus_per_node: PositiveInt
     nic_bandwidth_gbit_per_s_per_gpu: PositiveFloat | None = None
     tdp_w: PositiveFloat
+    host_cpu: Literal["xeon", "epyc-zen2", "grace"] = Field(
+        default="xeon",
+        description="the reference system's host CPU, whose single-thread speed sets how fast "
+        "eager PyTorch issues kernels (planner.model.host.HOST_CPU_SLOWDOWN)",
+    )
     price_usd_per_gpu_hour: PositiveFloat | None = None
     price_source: str = ""
     tiers: tuple[LinkTier, ...] = Field(description="network tiers, innermost first")

@@ -1,9 +1,10 @@
-"""Megatron-LM training flags that change what a GPU holds, read into the plan's `[training]`
-table by `planner.inputs.megatron_args`: the partial distributed optimizer, the native fused
-cross entropy, attention dropout, the RL step's rollout engine and LLaVA's vision encoder (their
-memory: `planner.model.memory`,
+"""Megatron-LM training flags that change what a GPU holds or how long a step takes, read into
+the plan's `[training]` table by `planner.inputs.megatron_args`: the partial distributed
+optimizer, the native fused cross entropy, attention dropout, the RL step's rollout engine and
+LLaVA's vision encoder (their memory: `planner.model.memory`,
 `planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
-`planner.model.rl_inference`, `planner.model.vision`)."""
+`planner.model.rl_inference`, `planner.model.vision`), and the per-step gradient statistics
+(`planner.model.cost.GRAD_STATS_S`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
     impl = line.text("--cross-entropy-fusion-impl") or "native"  # te's kernel works in place
     if line.has("--cross-entropy-loss-fusion") and impl == "native":
         out["compiled_loss_fusion"] = True
+    if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):
+        out["log_grad_stats"] = True
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1
         out["attention_dropout"] = False
     out.update(_rl_step(line, parallel))

@@ -158,6 +158,8 @@ READ = frozenset(
         "--num-distributed-optimizer-instances",
         "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl",
+        "--log-params-norm",
+        "--log-num-zeros-in-grad",
         "--perform-rl-step",
         "--attention-dropout",
         "--img-h",

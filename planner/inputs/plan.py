@@ -75,6 +75,7 @@ class Job:
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
+    log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     optimizer: Literal["adam", "muon"] = "adam"  # planner.model.optimizer_states
     muon_whole_params: bool = False  # the layer-wise optimizer's whole-parameter sharding
@@ -190,6 +191,7 @@ def build_job(
         moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
         cuda_graphs=training.cuda_graphs,
         compiled_loss_fusion=training.compiled_loss_fusion,
+        log_grad_stats=training.log_grad_stats,
         optimizer_instances=training.optimizer_instances,
         optimizer=training.optimizer,
         muon_whole_params=training.muon_whole_params,

@@ -184,6 +184,12 @@ class TrainingSection(BaseModel):
         description="Megatron --cross-entropy-loss-fusion (native): the loss's torch.compile'd "
         "steps hold one more fp32 copy of the local logits at their peak",
     )
+    log_grad_stats: Flag = Field(
+        default=False,
+        description="Megatron --log-params-norm / --log-num-zeros-in-grad: every step also takes "
+        "the parameters' norm or counts the zero gradients, tensor by tensor, and reads the result "
+        "back to the host (planner.model.cost.GRAD_STATS_S)",
+    )
     optimizer_instances: PositiveInt = Field(
         default=1,
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "

@@ -15,9 +15,9 @@ clusters, the prior a fit starts from). Changing one forgets every memoised resu
   bandwidth (NCCL tuning, a congested spine);
 - latency_scale: `comms.LATENCY_SCALE`, every collective's and point-to-point's latency;
 - step_overhead_s: `cost.STEP_OVERHEAD_S`, the fixed time of a step (optimizer launch, data
-  loader, logging) that no layout changes;
-- layer_issue_s: `host.HOST_LAYER_ISSUE_S`, the host's time to issue one layer's forward (the
-  floor under small layers);
+  loader, logging) that no layout changes, on the reference host (`host.HOST_CPU_SLOWDOWN`);
+- layer_issue_s: `host.HOST_LAYER_ISSUE_S`, the reference host's time to issue one dense layer's
+  forward (the floor under small layers; every other layer kind's is a multiple of it);
 - activation_scale: `memory.ACTIVATION_SCALE`, activations and transient buffers against what
   the model derives (weights, gradients and optimizer states are counted exactly).
 """
@@ -126,7 +126,7 @@ CONSTANTS: tuple[Constant, ...] = (
         0.05,
         0.002,
         "time",
-        "seconds the host takes to issue one layer's forward kernels",
+        "seconds the reference host takes to issue one dense layer's forward kernels",
         linear=True,
     ),
     Constant(

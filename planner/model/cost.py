@@ -33,7 +33,7 @@ Optimizer: memory-bound; for each parameter of the shard a GPU updates, Adam rea
 (ADAM_GRAD_READ_BYTES) and reads and writes its master weight and two moments (Job.optimizer_bytes
 each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroing the local
 gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
-Other: STEP_OVERHEAD_S per step (data loading, logging, launch latencies).
+Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
 
 Calibration: the three fitted constants live in planner/model/layer_time.py; everything here is a
 documented physical or measured constant.
@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops, fsdp2, pools
+from planner.model import comms, flops, fsdp2, host, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.schedule import (
@@ -71,7 +71,22 @@ GRAD_BUFFER_BYTES_PER_PARAM = 8.0
 """Per local parameter per step: the gradient-norm read and the zeroing write of the fp32 buffer."""
 
 STEP_OVERHEAD_S = 0.01
-"""Per-step fixed cost: data loader hand-off, loss/grad-norm all-reduces, logging, launches."""
+"""Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data
+loader's hand-off, the loss and gradient-norm all-reduces and their reads back to the host,
+logging, the optimizer's launches. An estimate, not a fit (the functional tests, which would
+fit it, all log gradient statistics too: GRAD_STATS_S)."""
+GRAD_STATS_S = 0.0204
+"""Fitted (benchmarks/fit_host.py). What `Job.log_grad_stats` adds per step on the reference
+host: Megatron's --log-params-norm (a norm over every parameter, all-reduced and read back) and
+--log-num-zeros-in-grad (a count over each gradient tensor, all-reduced and read back), issued
+tensor by tensor after the step's other work. Fitted on 12-layer models: a deeper stage has
+more tensors to visit, so this underestimates it there."""
+
+
+def step_overhead_s(job: Job) -> float:
+    """The step's fixed host time on the job's host (`host.slowdown`)."""
+    stats = GRAD_STATS_S if job.log_grad_stats else 0.0
+    return (STEP_OVERHEAD_S + stats) * host.slowdown(job)
 
 
 @dataclass(frozen=True)
@@ -329,7 +344,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         dp_comm_hidden=dp_hid,
         bubble=bubble,
         optimizer=opt,
-        other=STEP_OVERHEAD_S,
+        other=step_overhead_s(job),
         offload_exposed=m * off,
     )
     step = breakdown.step_time

@@ -9,34 +9,83 @@ parameters, a short micro-batch, tp 8 on a small hidden size) drain the queue, a
 takes what its issue takes: the regime where Megatron's functional tests run, and the reason
 CUDA graphs exist.
 
-HOST_LAYER_ISSUE_S is the host time of one decoder layer's forward: about 40 kernels (two norm
-+ GEMM pairs, RoPE, attention, the output projection, bias-dropout-adds, the activation, the
-second MLP GEMM, with their casts) at ~25 us of Python, dispatch and launch each. The backward
-issues about twice the forward's operations (autograd runs a data-gradient and a weight-gradient
-kernel per GEMM): BACKWARD_ISSUE_RATIO. An estimate, not a fit: a cluster's logs refit it
-(`planner calibrate`, `layer_issue_s`), and the functional tests' step times
-(benchmarks/calibration_loo.py) show what it absorbs.
+What a layer's forward costs the host (`issue_s`) is the sum over its blocks, as a multiple of
+HOST_LAYER_ISSUE_S, the forward of one dense transformer layer (attention + MLP, half each) on
+the reference host (DGX H100's Xeon):
+- an attention block, 1/2 (multi-latent attention adds MLA_ISSUE: its down- and up-projections,
+  their norms, the split rotary part); context parallelism adds CP_STEP_ISSUE per ring step
+  (cp steps: a partial attention, the send / receive of the next K/V chunk, the merge of the
+  softmax statistics);
+- a dense MLP block, 1/2;
+- a mixture of experts, MOE_ISSUE (router, its softmax / top-k and auxiliary loss, the token
+  dispatcher's permute, communication and unpermute, the grouped expert GEMMs, and the
+  `tokens_per_expert` copy to the host that sizes them), plus MOE_TP_ISSUE where the attention
+  is tensor-parallel (the gather / scatter between the TP and the expert group around it);
+- a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm).
+FP8 (`Job.precision`) multiplies it by FP8_ISSUE (Transformer Engine's per-GEMM quantisation:
+amax, scale and cast of each input, forward and backward). The backward issues
+BACKWARD_ISSUE_RATIO times the forward's operations (autograd runs a data-gradient and a
+weight-gradient kernel per GEMM); full recompute issues the forward once more in it.
+
+Hosts differ (`GpuSpec.host_cpu`, the CPU of the catalog GPU's reference system): HOST_CPU_SLOWDOWN
+is each one's time per operation against the reference. The step's own host work (the optimizer's
+launches, the gradient-norm and loss all-reduces and their `.item()`, logging, the data loader's
+hand-off, and the gradient statistics a run may log) is `cost.step_overhead_s`, on the reference
+host, scaled the same way.
+
+Fitted, not counted: benchmarks/fit_host.py fits every constant here marked "fitted" (and
+cost.GRAD_STATS_S) on the step times of Megatron-LM's functional tests that may be used for
+calibration (tiny models, where the host is most of the step) and prints the error on the cases
+it held out. A cluster's logs refit the overall scale (`planner calibrate`, `layer_issue_s`).
 
 CUDA graphs (`Job.cuda_graphs`, Megatron --cuda-graph-impl): the layer's kernels are captured
 once and each micro-batch replays the layer's forward graph and its backward graph, one launch
 each, so the Python, dispatch and launch of each kernel are gone. What stays is the GPU's own
-work per graph node, GRAPH_KERNEL_S for each of the layer's HOST_LAYER_ISSUE_S /
-KERNEL_ISSUE_S kernels: a floor two orders of magnitude under the eager one.
+work per graph node, GRAPH_KERNEL_S for each of the layer's kernels (its reference-host issue
+time over KERNEL_ISSUE_S): a floor two orders of magnitude under the eager one, the same on
+every host.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from planner.model.layer_time import Layer
 
-HOST_LAYER_ISSUE_S = 1.0e-3
-"""Seconds the host takes to issue one decoder layer's forward kernels (see the docstring)."""
+if TYPE_CHECKING:
+    from planner.inputs.hybrid import LayerKind
+    from planner.inputs.layout import Layout
+    from planner.inputs.plan import Job
+
+HOST_LAYER_ISSUE_S = 1.45e-3
+"""Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
+(attention and MLP blocks, half each; see the docstring)."""
+MOE_ISSUE = 1.11
+"""Fitted. A mixture-of-experts block's forward issue, in HOST_LAYER_ISSUE_S."""
+MOE_TP_ISSUE = 0.42
+"""Fitted. What a MoE block adds to that where the attention is tensor-parallel (tp > 1)."""
+MLA_ISSUE = 1.47
+"""Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
+MAMBA_ISSUE = 0.77
+"""Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
+CP_STEP_ISSUE = 0.12
+"""Fitted. What each context-parallel ring step adds to an attention block (cp > 1: cp steps)."""
+FP8_ISSUE = 1.32
+"""Fitted. The issue of an FP8 layer over the same layer's in bf16."""
 BACKWARD_ISSUE_RATIO = 2.0
-"""The backward's issue time over the forward's."""
+"""The backward's issue time over the forward's (two GEMMs per forward GEMM; not fitted)."""
+
+HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.22}
+"""Fitted (but the reference). Host seconds per eager operation against DGX H100's Intel Xeon
+Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the same or a later
+generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's Grace (72 Arm
+Neoverse V2 cores, "grace"). Single-thread speed is what counts: Python, the dispatcher and the
+launch run on one core per rank."""
+
 KERNEL_ISSUE_S = 25e-6
-"""Host seconds per eager kernel (Python, dispatcher, launch): HOST_LAYER_ISSUE_S over it is
-the layer's forward kernel count (~40, see the docstring)."""
+"""Host seconds per eager kernel (Python, dispatcher, launch) on the reference host: a layer's
+issue time over it is its kernel count (~40 for a dense layer), which prices a CUDA graph."""
 GRAPH_KERNEL_S = 0.5e-6
 """GPU seconds per kernel node of a replayed CUDA graph beyond the kernel's own run: NVIDIA's
 "Getting Started with CUDA Graphs" (A. Gray, developer.nvidia.com/blog/cuda-graphs, 2019) times
@@ -44,19 +93,47 @@ GRAPH_KERNEL_S = 0.5e-6
 per kernel replayed as a graph: ~0.5 us per node."""
 
 
-def floor_s(cuda_graphs: bool) -> float:
-    """The forward's floor: the host's issue of an eager layer, or a graph's per-node cost."""
-    if cuda_graphs:
-        return HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S * GRAPH_KERNEL_S
-    return HOST_LAYER_ISSUE_S
+def slowdown(job: Job) -> float:
+    """The job's host time per operation against the reference host (`HOST_CPU_SLOWDOWN`)."""
+    return HOST_CPU_SLOWDOWN[job.cluster.gpu.host_cpu]
 
 
-def issued(layer: Layer, cuda_graphs: bool = False) -> Layer:
-    """The layer's forward and backward, each at least as long as the host takes to issue it
-    (eager) or the GPU takes to step through its graph (`cuda_graphs`)."""
-    floor = floor_s(cuda_graphs)
+def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
+    units = 0.0
+    if kind.mixer == "attention":
+        units += 0.5 + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
+        if lay.cp > 1:
+            units += CP_STEP_ISSUE * lay.cp
+    elif kind.mixer == "mamba":
+        units += MAMBA_ISSUE
+    if kind.ffn == "dense":
+        units += 0.5
+    elif kind.ffn == "moe":
+        units += MOE_ISSUE + (MOE_TP_ISSUE if lay.tp > 1 else 0.0)
+    return units * (FP8_ISSUE if job.precision == "fp8" else 1.0)
+
+
+def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """The forward's floor: the job's host issuing the eager layer, or (`Job.cuda_graphs`) the
+    GPU stepping through the graph's nodes."""
+    reference = issue_units(job, lay, kind) * HOST_LAYER_ISSUE_S
+    if job.cuda_graphs:
+        return reference / KERNEL_ISSUE_S * GRAPH_KERNEL_S
+    return reference * slowdown(job)
+
+
+def issued(layer: Layer, floor: float, recompute: bool = False) -> Layer:
+    """The layer's forward and backward, each at least as long as its issue (`floor` the
+    forward's, `floor_s`); with full `recompute` the backward issues the forward again."""
     fwd = max(layer.fwd, floor)
     bwd = max(layer.bwd, BACKWARD_ISSUE_RATIO * floor)
-    if fwd == layer.fwd and bwd == layer.bwd:
+    rec = max(layer.recompute, floor) if recompute else layer.recompute
+    if fwd == layer.fwd and bwd == layer.bwd and rec == layer.recompute:
         return layer
-    return replace(layer, fwd=fwd, bwd=bwd)
+    return replace(layer, fwd=fwd, bwd=bwd, recompute=rec)
+
+
+def issued_layer(layer: Layer, job: Job, lay: Layout, kind: LayerKind) -> Layer:
+    """`issued` with the floor of this job, layout and layer kind."""
+    return issued(layer, floor_s(job, lay, kind), lay.recompute == "full")

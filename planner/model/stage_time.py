@@ -30,7 +30,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
-from planner.model.host import issued
+from planner.model.host import issued_layer
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import (
@@ -142,15 +142,14 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
         if _GPU not in memo:  # the job's GPU, once for all its layer times
             memo[_GPU] = (gpu_of(job), (), 0.0)
         gpu = memo[_GPU][0]
-        graphs = job.cuda_graphs
         layers: list[Layer] = []
         for kind in job.arch.kinds:
             if kind.moe:
-                layers.append(issued(layer_time(job, key, gpu, kind), graphs))
+                layers.append(issued_layer(layer_time(job, key, gpu, kind), job, key, kind))
                 continue
             dkey = ("dense", kind.name, _dense_key(key))
             if dkey not in memo:
-                plain = issued(layer_time(job, dkey[2], gpu, kind), graphs)
+                plain = issued_layer(layer_time(job, dkey[2], gpu, kind), job, dkey[2], kind)
                 memo[dkey] = (gpu, (plain,), 0.0)
             layers.append(memo[dkey][1][0])
         memo[tkey] = (gpu, tuple(layers), output_layer_time(job, key, gpu))

@@ -65,9 +65,9 @@ def lower_bound(job: Job, layout: Layout) -> float:
     bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
     term is (tests/search/test_top_k.py checks the bound below every layout of every structure
     of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
-    STEP_OVERHEAD_S is in every step."""
+    the step's host overhead (`cost.step_overhead_s`) is in every step."""
     m, g = _stage_floors(job, layout)
-    return m * max(g) + cost.STEP_OVERHEAD_S
+    return m * max(g) + cost.step_overhead_s(job)
 
 
 @dataclass(frozen=True)
@@ -81,15 +81,17 @@ class Floors:
     m: int
     worst: float
     total: float
+    other: float
+    """The job's `cost.step_overhead_s`."""
 
     def lower_bound(self) -> float:
         """`lower_bound` of the layout, bit for bit."""
-        return self.m * self.worst + cost.STEP_OVERHEAD_S
+        return self.m * self.worst + self.other
 
 
 def floors(job: Job, layout: Layout) -> Floors:
     m, g = _stage_floors(job, layout)
-    return Floors(layout.micro_batch_size, m, max(g), sum(g))
+    return Floors(layout.micro_batch_size, m, max(g), sum(g), cost.step_overhead_s(job))
 
 
 def below(job: Job, top: Floors, layout: Layout) -> float:
@@ -102,16 +104,16 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     largest micro-batch (`lower_bound`'s premise, term by term), so at this layout's m
     g_r >= g_r(top) x m(top) / m =: h_r. base_bound is nondecreasing in every g_r: where it adds
     the fill and drain (Megatron, pp > 1) it is at least (m - 1/vpp) max_r h_r + sum_r h_r / vpp
-    + STEP_OVERHEAD_S = (m(top) / m) x ((m - 1/vpp) worst + total / vpp) + STEP_OVERHEAD_S, taken
+    + overhead = (m(top) / m) x ((m - 1/vpp) worst + total / vpp) + overhead (the step's), taken
     here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at least m(top) x
-    worst + STEP_OVERHEAD_S (= `Floors.lower_bound`, the bound the search queued the structure
+    worst + the step overhead (= `Floors.lower_bound`, the bound the search queued the structure
     on). tests/search/test_top_k.py checks it below base_bound for every base of its problems."""
     if job.framework != "megatron":
         return top.lower_bound()
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     v = layout.vpp
     scaled = top.m / m * ((m - 1 / v) * top.worst + top.total / v)
-    return scaled * (1 - 1e-12) + cost.STEP_OVERHEAD_S
+    return scaled * (1 - 1e-12) + top.other
 
 
 def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
@@ -159,7 +161,7 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     only (the bubble grows with it, so this does not bound a structure's smaller micro-batches),
     under Megatron-LM's schedules (1F1B, interleaved 1F1B): step >= m max_r t_r +
     (sum_r t_r - max_r t_r) / vpp (`schedule.pipeline_time`; the step adds only terms >= 0 to
-    it, and STEP_OVERHEAD_S), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
+    it, and the step overhead), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
     every stage time t_r, as m >= 1 >= 1/vpp, so it holds at any g_r <= t_r (with one stage,
     m t_1, its steady state). On one GPU kind g_r is the rank's own stage time without memory
     savers (`_plain_stage_times`), a floor under every rung's at this micro-batch; with pools
@@ -178,7 +180,7 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     else:
         m, g = _plain_stage_times(job, layout)
     v = layout.vpp
-    return (m - 1 / v) * max(g) + sum(g) / v + cost.STEP_OVERHEAD_S
+    return (m - 1 / v) * max(g) + sum(g) / v + cost.step_overhead_s(job)
 
 
 def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:

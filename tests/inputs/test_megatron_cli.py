@@ -16,7 +16,7 @@ from cli_run import run
 LINE = (
     "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
     "--num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 "
-    "--micro-batch-size 1 --global-batch-size 8 --bf16 --lr 3e-4 --log-num-zeros-in-grad "
+    "--micro-batch-size 1 --global-batch-size 8 --bf16 --lr 3e-4 --log-interval 1 "
     "--ckpt-fully-parallel-save"
 )
 
@@ -39,7 +39,7 @@ def test_verbose_lists_what_was_ignored_on_stderr_only(
     assert code == 0
     assert json.loads(out)["fits"] is True  # stdout: the one JSON document
     ignored = next(line for line in err.splitlines() if "ignored Megatron-LM flags" in line)
-    for flag in ("--lr", "--log-num-zeros-in-grad", "--ckpt-fully-parallel-save"):
+    for flag in ("--lr", "--log-interval", "--ckpt-fully-parallel-save"):
         assert flag in ignored
     unknown = next(line for line in err.splitlines() if "not Megatron-LM flags" in line)
     assert "--nproc_per_node" in unknown

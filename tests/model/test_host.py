@@ -1,24 +1,77 @@
-"""The host's floor under a layer's time (planner/model/host.py).
+"""The host's floor under a layer's time (planner/model/host.py) and the step's host overhead.
 
-Oracle: hand arithmetic on the floor's definition (forward >= HOST_LAYER_ISSUE_S, backward >=
-BACKWARD_ISSUE_RATIO x that), and the published runs, whose layers are far above it."""
+Oracle: hand arithmetic on the definitions (a layer's forward issue is the sum of its blocks'
+in HOST_LAYER_ISSUE_S, times the host's slowdown; the backward BACKWARD_ISSUE_RATIO times that;
+full recompute issues the forward again), and the published runs, whose layers are far above
+the floor."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from jobs import job
 
+from planner.inputs.hybrid import DENSE, MAMBA, MOE
 from planner.inputs.layout import Layout
 from planner.model import calibratable, cost, host
 from planner.model.layer_time import Layer
 
+LAY = Layout(tp=1, pp=1, dp=8)
+
 
 def test_a_short_layer_takes_what_its_issue_takes() -> None:
-    floor = host.HOST_LAYER_ISSUE_S
-    short = host.issued(Layer(fwd=0.2 * floor, bwd=0.5 * floor, tp=1.0))
+    floor = 1e-3
+    short = host.issued(Layer(fwd=0.2 * floor, bwd=0.5 * floor, tp=1.0), floor)
     assert (short.fwd, short.bwd, short.tp) == (floor, host.BACKWARD_ISSUE_RATIO * floor, 1.0)
     long = Layer(fwd=5 * floor, bwd=10 * floor)
-    assert host.issued(long) is long  # the queue stays full: the host is hidden
+    assert host.issued(long, floor) is long  # the queue stays full: the host is hidden
+    # full recompute issues the forward once more inside the backward
+    again = host.issued(Layer(fwd=0.1 * floor, bwd=0.2 * floor, recompute=0.1 * floor), floor, True)
+    assert again.recompute == floor
+
+
+def test_a_layers_issue_is_the_sum_of_its_blocks() -> None:
+    """Dense layer: attention 1/2 + MLP 1/2 = 1. MoE layer: 1/2 + MOE_ISSUE, and MOE_TP_ISSUE
+    more at tp 2; cp 4 adds 4 ring steps to the attention; FP8 multiplies the whole."""
+    dense = job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8)
+    assert host.issue_units(dense, LAY, DENSE) == pytest.approx(1.0)
+    cp4 = Layout(tp=1, pp=1, dp=2, cp=4)
+    assert host.issue_units(dense, cp4, DENSE) == pytest.approx(1 + 4 * host.CP_STEP_ISSUE)
+    fp8 = replace(dense, precision="fp8")
+    assert host.issue_units(fp8, LAY, DENSE) == pytest.approx(host.FP8_ISSUE)
+    moe = job("mixtral-8x7b", "h100-sxm-80gb", 8, 2048, 8)
+    assert host.issue_units(moe, LAY, MOE) == pytest.approx(0.5 + host.MOE_ISSUE)
+    tp2 = Layout(tp=2, pp=1, dp=4, sequence_parallel=True)
+    expected = 0.5 + host.MOE_ISSUE + host.MOE_TP_ISSUE
+    assert host.issue_units(moe, tp2, MOE) == pytest.approx(expected)
+    assert host.issue_units(dense, LAY, MAMBA) == pytest.approx(host.MAMBA_ISSUE)
+    mla = job("deepseek-v3", "h800-sxm-80gb", 8, 2048, 8)
+    assert host.issue_units(mla, LAY, MOE) == pytest.approx(0.5 + host.MLA_ISSUE + host.MOE_ISSUE)
+
+
+def test_a_slower_host_issues_slower_and_graphs_do_not_care() -> None:
+    """Grace's floor is HOST_CPU_SLOWDOWN["grace"] times the reference Xeon's; the step's fixed
+    host time too. A replayed CUDA graph is the GPU's own: the same on both."""
+    on_xeon = job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8)
+    on_grace = job("gpt3-175b", "gb200-nvl72", 8, 2048, 8)
+    slow = host.HOST_CPU_SLOWDOWN["grace"]
+    assert host.floor_s(on_xeon, LAY, DENSE) == pytest.approx(host.HOST_LAYER_ISSUE_S)
+    assert host.floor_s(on_grace, LAY, DENSE) == pytest.approx(slow * host.HOST_LAYER_ISSUE_S)
+    assert cost.step_overhead_s(on_grace) == pytest.approx(slow * cost.STEP_OVERHEAD_S)
+    graphed = [replace(j, cuda_graphs=True) for j in (on_xeon, on_grace)]
+    assert host.floor_s(graphed[0], LAY, DENSE) == host.floor_s(graphed[1], LAY, DENSE)
+
+
+def test_logged_gradient_statistics_cost_the_step_their_host_time() -> None:
+    base = job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8)
+    logged = replace(base, log_grad_stats=True)
+    assert cost.step_overhead_s(logged) - cost.step_overhead_s(base) == pytest.approx(
+        cost.GRAD_STATS_S
+    )
+    lay = Layout(tp=8, pp=1, dp=1, sequence_parallel=True)
+    extra = cost.estimate(logged, lay).step_time_s - cost.estimate(base, lay).step_time_s
+    assert extra == pytest.approx(cost.GRAD_STATS_S)
 
 
 def test_small_layers_are_host_bound_and_large_ones_are_not() -> None:
@@ -35,31 +88,50 @@ def test_small_layers_are_host_bound_and_large_ones_are_not() -> None:
     with calibratable.calibrated({"layer_issue_s": 0.0}):
         free = cost.estimate(small, lay).step_time_s
     floored = cost.estimate(small, lay).step_time_s
-    # 32 layers x 8 micro-batches x (1 + 2) x 1 ms = 0.77 s of issue at least
+    # 32 layers x 8 micro-batches x (1 + 2) x HOST_LAYER_ISSUE_S of issue at least
     assert floored >= 32 * 8 * 3 * host.HOST_LAYER_ISSUE_S > free
 
 
 def test_cuda_graphs_replace_the_host_floor_by_the_graph_nodes() -> None:
-    """A graphed layer is floored by its ~40 kernel nodes at GRAPH_KERNEL_S each (NVIDIA's CUDA
-    graphs blog: 3.4 against 2.9 us per short kernel, ~0.5 us a node): 40 x 0.5 us = 20 us
-    forward, 40 us backward, against the eager 1 ms and 2 ms."""
-    assert host.floor_s(True) == pytest.approx(40 * 0.5e-6)
-    short = host.issued(Layer(fwd=1e-4, bwd=2e-4), cuda_graphs=True)
+    """A graphed dense layer is floored by its HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S kernel nodes
+    at GRAPH_KERNEL_S each (NVIDIA's CUDA graphs blog: 3.4 against 2.9 us per short kernel,
+    ~0.5 us a node)."""
+    graphed = job("llama3.1-8b", "h100-sxm-80gb", 8, 1024, 8, cuda_graphs=True)
+    nodes = host.HOST_LAYER_ISSUE_S / host.KERNEL_ISSUE_S
+    floor = host.floor_s(graphed, LAY, DENSE)
+    assert floor == pytest.approx(nodes * host.GRAPH_KERNEL_S)
+    short = host.issued(Layer(fwd=1e-4, bwd=2e-4), floor)
     assert (short.fwd, short.bwd) == (1e-4, 2e-4)  # above the graph's floor: unchanged
-    tiny = host.issued(Layer(fwd=1e-6, bwd=1e-6), cuda_graphs=True)
-    assert (tiny.fwd, tiny.bwd) == pytest.approx((20e-6, 40e-6))
+    tiny = host.issued(Layer(fwd=1e-6, bwd=1e-6), floor)
+    assert (tiny.fwd, tiny.bwd) == pytest.approx((floor, 2 * floor))
 
 
 def test_graphs_lift_the_small_layouts_host_bound_step() -> None:
     """The host-bound case above with CUDA graphs: back to its layers' own time (within the
-    graph nodes' 20 us a layer), faster than the eager floored step."""
-    from dataclasses import replace
-
+    graph nodes a layer), faster than the eager floored step."""
     small = job("llama3.1-8b", "h100-sxm-80gb", 8, 1024, 8)
     lay = Layout(tp=8, pp=1, dp=1, sequence_parallel=True)
     eager = cost.estimate(small, lay).step_time_s
-    graphed = cost.estimate(replace(small, cuda_graphs=True), lay).step_time_s
+    graphed_job = replace(small, cuda_graphs=True)
+    graphed = cost.estimate(graphed_job, lay).step_time_s
     with calibratable.calibrated({"layer_issue_s": 0.0}):
         free = cost.estimate(small, lay).step_time_s
     assert graphed < eager
-    assert graphed == pytest.approx(free, abs=32 * 8 * 3 * host.floor_s(True))
+    assert graphed == pytest.approx(free, abs=32 * 8 * 3 * host.floor_s(graphed_job, lay, DENSE))
+
+
+def test_megatron_lines_that_log_gradient_statistics_are_read_so() -> None:
+    """--log-params-norm or --log-num-zeros-in-grad set `log_grad_stats`; neither leaves it off."""
+    from planner.inputs import megatron_args
+    from planner.inputs.plan import parse_plan
+
+    line = (
+        "--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+        "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --bf16 "
+        "--vocab-size 50304"
+    )
+    read = [
+        parse_plan(megatron_args.read(line + extra, "h100-sxm-80gb", 8, "t").doc).job
+        for extra in ("", " --log-params-norm", " --log-num-zeros-in-grad")
+    ]
+    assert [j.log_grad_stats for j in read] == [False, True, True]

@@ -35,7 +35,8 @@ def test_rank_floors_are_compute_floor(name: str) -> None:
         m, floors, tps = bounds.rank_floors(job, plain)
         assert m * max(floors) == cost.compute_floor(job, plain), lay.describe()
         share = comms.sm_share(job.cluster)
-        assert bounds.lower_bound(job, lay) >= cost.compute_floor(job, plain) + cost.STEP_OVERHEAD_S
+        overhead = cost.step_overhead_s(job)
+        assert bounds.lower_bound(job, lay) >= cost.compute_floor(job, plain) + overhead
         assert all(tp >= 0 for tp in tps)
         assert (lay.tp == 1) == (max(tps) == 0) or share == 0
 

@@ -55,7 +55,8 @@ def test_dense_layer_time_reads_no_expert_field() -> None:
     their experts (`stage_time._dense_key`): over MoE jobs with dense layers (DeepSeek-V3's
     first three), every expert degree, expert TP, dispatcher and recompute, the dense layer's
     time is bit for bit that of the layout with ep 1 and the default dispatcher."""
-    from planner.model.host import issued
+    from planner.inputs.hybrid import DENSE
+    from planner.model.host import issued_layer
     from planner.model.layer_time import gpu_of, layer_time
     from planner.model.stage_time import _dense_key, _layer_key
 
@@ -76,5 +77,5 @@ def test_dense_layer_time_reads_no_expert_field() -> None:
             key = _layer_key(lay)
             assert layer_time(job, key, gpu, False) == layer_time(job, _dense_key(key), gpu, False)
             # through the memo, warm from the layouts before (another expert setting's entry)
-            direct = issued(layer_time(job, key, gpu, False), job.cuda_graphs)
+            direct = issued_layer(layer_time(job, key, gpu, False), job, key, DENSE)
             assert layout_times(job, lay).dense == direct
