@@ -38,10 +38,10 @@ can weight, split or drop those rows; main() prints the per-group summary with a
 
 Scale: these are tiny models (most have 12 layers and small hidden sizes) run for 50-100 steps
 on 1-2 nodes. Their step times are a median 0.3 s (80% of rows between 0.12 and 1.6 s), where
-fixed per-step overhead (Python and kernel-launch latency, the optimizer's
-many small kernels, logging, the timers' barriers, the data loader) dominates the FLOPs and
-bytes the cost model counts; the model's predictions are expected to be optimistic here. Use
-these rows to calibrate fixed overheads and to check ordering, not GEMM efficiencies.
+the host issuing kernels (Python and kernel-launch latency per operation, the optimizer's many
+small kernels, logging, the gradient statistics they log) dominates the FLOPs and bytes: the
+regime of planner/model/host.py, whose constants benchmarks/fit_host.py fits on these rows.
+Use them for the host model and to check ordering, not GEMM efficiencies.
 """
 
 from __future__ import annotations
