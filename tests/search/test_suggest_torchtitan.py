@@ -55,11 +55,11 @@ def test_written_variant_checks_to_the_same_step(
 ) -> None:
     """The top candidate's [torchtitan] settings travel: in --json (`torchtitan`), in the table
     and in the written plan, which `check` predicts at the same step time and peak (oracle: the
-    suggest JSON of the same run). On Llama 3.1 70B / 64 H100 the top layout runs
+    suggest JSON of the same run). On Llama 3.1 70B / 64 H100 at tp 4, pp 1 the top layout runs
     reshard_after_forward "never" (pp 1: one all-gather per step instead of two per
     micro-batch)."""
     plan = tmp_path / "best.toml"
-    cmd = ["suggest", *JOB, "--framework", "torchtitan"]
+    cmd = ["suggest", *JOB, "--framework", "torchtitan", "--tp", "4", "--pp", "1"]
     code, out, err = run([*cmd, "--json", "--write-plan", str(plan)], capsys)
     assert code == 0, err
     best = json.loads(out)["candidates"][0]
@@ -116,12 +116,13 @@ def test_written_pipeline_checks_to_the_same_step(
 
 
 def test_every_nth_layer_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """On 70B / 64 H100 with pp 4 and vpp 2 the top layout recomputes every N-th layer
+    """On 70B / 64 H100 with tp 4, cp 4, pp 4, vpp 2 and micro-batch 1 the top layout recomputes
+    every N-th layer
     (torchtitan selective_layer_every: block recompute of 10 // N layers of each 10-layer chunk);
     the written plan names N and `check` reads it back to the same layout, step time and peak
     (oracle: the suggest JSON of the same run)."""
     plan = tmp_path / "best.toml"
-    pins = ["--pp", "4", "--vpp", "2", "--no-uneven"]
+    pins = ["--tp", "4", "--cp", "4", "--pp", "4", "--vpp", "2", "--mbs", "1", "--no-uneven"]
     cmd = ["suggest", *JOB, "--framework", "torchtitan", *pins, "--json"]
     code, out, err = run([*cmd, "--write-plan", str(plan)], capsys)
     assert code == 0, err
