@@ -9,9 +9,9 @@ parameters, a short micro-batch, tp 8 on a small hidden size) drain the queue, a
 takes what its issue takes: the regime where Megatron's functional tests run, and the reason
 CUDA graphs exist.
 
-What a layer's forward costs the host (`issue_s`) is the sum over its blocks, as a multiple of
-HOST_LAYER_ISSUE_S, the forward of one dense transformer layer (attention + MLP, half each) on
-the reference host (DGX H100's Xeon):
+What a layer's forward costs the host (`issue_units`, `floor_s`) is the sum over its blocks, as
+a multiple of HOST_LAYER_ISSUE_S, the forward of one dense transformer layer (attention + MLP,
+half each) on the reference host (DGX H100's Xeon):
 - an attention block, 1/2 (multi-latent attention adds MLA_ISSUE: its down- and up-projections,
   their norms, the split rotary part); context parallelism adds CP_STEP_ISSUE per ring step
   (cp steps: a partial attention, the send / receive of the next K/V chunk, the merge of the
@@ -58,14 +58,14 @@ if TYPE_CHECKING:
     from planner.inputs.layout import Layout
     from planner.inputs.plan import Job
 
-HOST_LAYER_ISSUE_S = 1.45e-3
+HOST_LAYER_ISSUE_S = 1.44e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
 (attention and MLP blocks, half each; see the docstring)."""
 MOE_ISSUE = 1.11
 """Fitted. A mixture-of-experts block's forward issue, in HOST_LAYER_ISSUE_S."""
 MOE_TP_ISSUE = 0.42
 """Fitted. What a MoE block adds to that where the attention is tensor-parallel (tp > 1)."""
-MLA_ISSUE = 1.47
+MLA_ISSUE = 1.48
 """Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
 MAMBA_ISSUE = 0.77
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
@@ -77,9 +77,9 @@ BACKWARD_ISSUE_RATIO = 2.0
 """The backward's issue time over the forward's (two GEMMs per forward GEMM; not fitted)."""
 
 HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.22}
-"""Fitted (but the reference). Host seconds per eager operation against DGX H100's Intel Xeon
-Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the same or a later
-generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's Grace (72 Arm
+"""Fitted (the reference is 1 by definition). Host seconds per eager operation against DGX
+H100's Intel Xeon Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the
+same or a later generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's Grace (72 Arm
 Neoverse V2 cores, "grace"). Single-thread speed is what counts: Python, the dispatcher and the
 launch run on one core per rank."""
 
