@@ -79,9 +79,9 @@ BACKWARD_ISSUE_RATIO = 2.0
 HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.22}
 """Fitted (the reference is 1 by definition). Host seconds per eager operation against DGX
 H100's Intel Xeon Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the
-same or a later generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's Grace (72 Arm
-Neoverse V2 cores, "grace"). Single-thread speed is what counts: Python, the dispatcher and the
-launch run on one core per rank."""
+same or a later generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's
+Grace (72 Arm Neoverse V2 cores, "grace"). Single-thread speed is what counts: Python, the
+dispatcher and the launch run on one core per rank."""
 
 KERNEL_ISSUE_S = 25e-6
 """Host seconds per eager kernel (Python, dispatcher, launch) on the reference host: a layer's
