@@ -9,10 +9,10 @@ space.
 Known to fail since the host model (issue 22, planner/model/host.py): the example's layout splits
 61 layers over pp 16 x vpp 2 with a Megatron pipeline layout string (uneven chunks), which the
 search does not generate (it splits interleaved stages evenly), so that layout is outside its
-space; what suggest ranked first before (tp 2, ep 128, 1,467 tokens/s/GPU) has MLA + MoE layers
-short enough that the host's issue of them now bounds them (1,292), and the best the space holds
-is 1,303 against the example's 1,450. Strict: it passes again when the search reaches the
-example's layout (or something faster), and then this mark must go."""
+space; what suggest ranked first before (tp 4, ep 128, micro-batch 1, 1,467 tokens/s/GPU) has
+MLA + MoE layers short enough that the host's issue of them now bounds them (717), and the best
+the space holds is 1,303 against the example's 1,450. Strict: it passes again when the search
+reaches the example's layout (or something faster), and then this mark must go."""
 
 from __future__ import annotations
 
