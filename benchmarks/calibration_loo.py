@@ -128,7 +128,7 @@ def held_out(pairs: list[tuple[str, MeasuredRun]], folds: int) -> dict[str, list
     other folds (by key: a case's runs stay together), step time ("t") and memory ("m")."""
     errs: dict[str, list[float]] = defaultdict(list)
     keys = sorted({k for k, _ in pairs})
-    fold = {k: (i if len(keys) <= folds else _hash_fold(k, folds)) for i, k in enumerate(keys)}
+    fold = {k: (i if len(keys) <= folds else hash_fold(k, folds)) for i, k in enumerate(keys)}
     for f in sorted(set(fold.values())):
         held = [r for k, r in pairs if fold[k] == f]
         rest = [r for k, r in pairs if fold[k] != f]
@@ -148,7 +148,8 @@ def held_out(pairs: list[tuple[str, MeasuredRun]], folds: int) -> dict[str, list
     return errs
 
 
-def _hash_fold(key: str, folds: int) -> int:
+def hash_fold(key: str, folds: int) -> int:
+    """The fold of `key` (a case name) among `folds`: its SHA-256 modulo `folds`."""
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
 
 

@@ -29,7 +29,6 @@ into host.py and cost.py (nothing is written).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 import statistics
 import sys
@@ -40,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.calibration_loo import hash_fold
 from benchmarks.fit_constants import nelder_mead
 from benchmarks.functional_steps import load_functional_steps
 from benchmarks.runs import Case
@@ -71,9 +71,10 @@ def current() -> list[float]:
 
 
 def set_constants(values: Sequence[float]) -> None:
-    for (module, attr), v in zip(MODULE_CONSTANTS, values, strict=False):
+    n = len(MODULE_CONSTANTS)
+    for (module, attr), v in zip(MODULE_CONSTANTS, values[:n], strict=True):
         setattr(module, attr, float(v))
-    for cpu, v in zip(CPUS, values[len(MODULE_CONSTANTS) :], strict=True):
+    for cpu, v in zip(CPUS, values[n:], strict=True):
         host.HOST_CPU_SLOWDOWN[cpu] = float(v)
     JobMemo.forget_all()  # memoised layer times used the old values
 
@@ -96,10 +97,6 @@ def fit(cases: Sequence[Case], start: Sequence[float]) -> list[float]:
     values = np.exp(best).tolist()
     set_constants(values)
     return values
-
-
-def fold_of(c: Case, folds: int) -> int:
-    return int(hashlib.sha256(c.raw["case"].encode()).hexdigest(), 16) % folds
 
 
 def groups(c: Case) -> tuple[str, ...]:
@@ -139,8 +136,8 @@ def main() -> None:
     before = dict(zip(ids, log_errors(rows), strict=True))
     held: dict[str, float] = {}
     for k in range(args.folds):
-        train = [c for c in rows if fold_of(c, args.folds) != k]
-        test = [c for c in rows if fold_of(c, args.folds) == k]
+        train = [c for c in rows if hash_fold(c.raw["case"], args.folds) != k]
+        test = [c for c in rows if hash_fold(c.raw["case"], args.folds) == k]
         fit(train, shipped)
         held.update(zip([c.id for c in test], log_errors(test), strict=True))
     values = fit(rows, shipped)

@@ -73,6 +73,9 @@ CP_STEP_ISSUE = 0.12
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1: cp steps)."""
 FP8_ISSUE = 1.32
 """Fitted. The issue of an FP8 layer over the same layer's in bf16."""
+HALF_LAYER = 0.5
+"""An attention block's and a dense MLP block's forward issue, in HOST_LAYER_ISSUE_S (the two
+make one dense layer, the unit; not fitted)."""
 BACKWARD_ISSUE_RATIO = 2.0
 """The backward's issue time over the forward's (two GEMMs per forward GEMM; not fitted)."""
 
@@ -102,13 +105,13 @@ def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
     """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
     units = 0.0
     if kind.mixer == "attention":
-        units += 0.5 + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
+        units += HALF_LAYER + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
         if lay.cp > 1:
             units += CP_STEP_ISSUE * lay.cp
     elif kind.mixer == "mamba":
         units += MAMBA_ISSUE
     if kind.ffn == "dense":
-        units += 0.5
+        units += HALF_LAYER
     elif kind.ffn == "moe":
         units += MOE_ISSUE + (MOE_TP_ISSUE if lay.tp > 1 else 0.0)
     return units * (FP8_ISSUE if job.precision == "fp8" else 1.0)
