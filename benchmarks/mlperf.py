@@ -3,30 +3,43 @@
     python benchmarks/mlperf.py
 
 Data: benchmarks/data/mlperf/runs.yaml (one entry per round, submitter and system of
-mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training; the
-settings read from each system's config scripts, the step time from its result logs; sources,
-method and every ambiguity in benchmarks/data/mlperf/README.md and the entries' `notes`).
+mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training; v6.0,
+read from the fork Richardyu114/training_results_v6.0: DeepSeek-V3 671B and gpt-oss-20b MoE
+pre-training; the settings read from each system's config scripts, the step time from its result
+logs; sources, method and every ambiguity in benchmarks/data/mlperf/README.md and the entries'
+`notes`).
 MLPerf results are public and may be used for calibration.
 
 Mapping (one place, used by the fidelity and fitting benchmarks through load_mlperf):
-  model      the zoo model the benchmark names (gpt3-175b, llama3.1-405b, llama3.1-8b), with the
-             entry's vocab_size where the benchmark's tokenizer differs from the model's (the 405B
-             benchmark uses Mixtral 8x22B's 32,768-token tokenizer)
+  model      the zoo model the benchmark names (gpt3-175b, llama3.1-405b, llama3.1-8b, deepseek-v3,
+             gpt-oss-20b), with the entry's vocab_size where the benchmark's tokenizer differs from
+             the model's (the 405B benchmark uses Mixtral 8x22B's 32,768-token tokenizer) and its
+             mtp_layers where they differ from the zoo's
   gpu        hardware.catalog (h100-sxm-80gb, h200-sxm-141gb, b200-sxm-180gb, gb200-nvl72), with
              hardware.num_gpus of them
-  job        seq_length, global_batch_size as logged; precision fp8 with the entry's fp8_recipe;
-             fp8_param_gather = fp8_params; main_grad_dtype bf16 (NeMo's distributed Adam
-             grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for Llama)
+  job        seq_length, global_batch_size as logged; precision fp8 with the entry's fp8_recipe
+             (delayed, tensorwise, mxfp8); fp8_param_gather = fp8_params; main_grad_dtype bf16
+             (NeMo's distributed Adam grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for
+             Llama, DeepSeek-V3 and gpt-oss); MoE routing: moe_router_num_groups / group_topk,
+             moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
+             them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
-             no recompute or offloading (none of the configs sets any); tp_comm_overlap where the
-             config sets TP_COMM_OVERLAP and sequence parallelism is on with tp > 1;
+             ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
+             moe_flex_dispatcher_backend (flex with deepep / hybridep), pipeline_layout (Megatron's
+             --pipeline-model-parallel-layout string, expanded by planner.inputs.pipeline_layout)
+             or pipeline_layers, ep_comm_overlap (OVERLAP_MOE_EXPERT_PARALLEL_COMM with
+             DELAY_WGRAD_COMPUTE); recompute "selective" with the entry's recompute_modules
+             (RECOMPUTE_MODULES), otherwise none; no offloading (none of the configs sets any);
+             tp_comm_overlap where the config sets TP_COMM_OVERLAP and sequence parallelism is on
+             with tp > 1;
              asym_pp_embed_loss -> the embedding and the loss each count as a layer in the
              pipeline split (NeMo ASYM_PP_EMBED / ASYM_PP_LOSS)
-             cuda_graphs where settings.cuda_graphs records per-layer or full-iteration graphs
-             (LAYER_CUDA_GRAPH, MCORE_CUDA_GRAPH, FULL_CUDA_GRAPH): the host's issue floor then
-             does not apply (planner.model.host)
-  not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3): kept in
-             `raw` for the reader
+             cuda_graphs where settings.cuda_graphs records per-layer, partial per-layer or
+             full-iteration graphs (LAYER_CUDA_GRAPH, MCORE_CUDA_GRAPH, FULL_CUDA_GRAPH,
+             CUDA_GRAPH_SCOPE): the host's issue floor then does not apply (planner.model.host)
+  not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
+             attention (fp8_attention), the graphs' scope, MoE paged stashing and fused grouped MLP:
+             kept in `raw` for the reader
 """
 
 from __future__ import annotations
@@ -41,7 +54,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, cluster
-from planner.inputs import catalog
+from planner.inputs import catalog, pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 
@@ -67,7 +80,8 @@ def tokens_per_s_per_gpu(row: dict[str, Any]) -> float:
 def graphed(settings: dict[str, Any]) -> bool:
     """Whether the config captures the layers in CUDA graphs: `cuda_graphs` records the
     config's variable, "none ..." when unset or off (LAYER_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1:
-    per-layer graphs; FULL_CUDA_GRAPH=True: the whole iteration)."""
+    per-layer graphs, some with a partial CUDA_GRAPH_SCOPE; FULL_CUDA_GRAPH=True or
+    CUDA_GRAPH_SCOPE=full_iteration: the whole iteration)."""
     return not str(settings.get("cuda_graphs") or "none").startswith("none")
 
 
@@ -76,7 +90,10 @@ def case_from_row(row: dict[str, Any]) -> Case:
     arch = catalog.get_model(row["model"])
     if s.get("vocab_size") and s["vocab_size"] != arch.vocab_size:
         arch = arch.model_copy(update={"vocab_size": int(s["vocab_size"])})
+    if "mtp_layers" in s and int(s["mtp_layers"]) != arch.mtp_num_layers:
+        arch = arch.model_copy(update={"mtp_num_layers": int(s["mtp_layers"])})
     fp8 = s["precision"] == "fp8"
+    capacity = s.get("moe_expert_capacity_factor")
     job = Job(
         arch=arch,
         cluster=cluster(hw["catalog"], int(hw["num_gpus"])),
@@ -87,21 +104,40 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
         cuda_graphs=graphed(s),
+        expandable_segments=bool(s.get("expandable_segments", False)),
+        moe_router_num_groups=s.get("moe_router_num_groups"),
+        moe_router_group_topk=s.get("moe_router_group_topk"),
+        moe_expert_capacity_factor=float(capacity) if capacity is not None else None,
+        moe_pad_expert_input_to_capacity=bool(s.get("moe_pad_expert_input_to_capacity", False)),
     )
     tp = int(s["tp"])
     sp = bool(s["sequence_parallel"]) and tp > 1
     asym = bool(s.get("asym_pp_embed_loss"))
+    text = s.get("pipeline_layout")
+    stages = pipeline_layout.parse(text) if text else None
+    if text and stages is None:
+        raise ValueError(f"{row['id']}: pipeline_layout {text!r} does not parse")
+    layers = s.get("pipeline_layers")
+    selective = s.get("recompute", "none") == "selective"
     layout = Layout(
         tp=tp,
         pp=int(s["pp"]),
         dp=int(s["dp"]),
         cp=int(s.get("cp", 1)),
+        ep=int(s.get("ep", 1)),
+        etp=int(s["etp"]) if s.get("etp") is not None else None,
         vpp=int(s.get("vpp", 1)),
         sequence_parallel=sp,
         micro_batch_size=int(s["micro_batch_size"]),
         zero_stage=1 if s.get("distributed_optimizer", True) else 0,
-        recompute="none",
+        recompute="selective" if selective else "none",
+        recompute_modules=tuple(s.get("recompute_modules") or ("core_attn",)),
+        moe_token_dispatcher_type=s.get("moe_token_dispatcher_type", "alltoall"),
+        moe_flex_dispatcher_backend=s.get("moe_flex_dispatcher_backend", "deepep"),
+        pipeline_layers=tuple(int(n) for n in layers) if layers else None,
+        pipeline_layout=stages,
         tp_comm_overlap=bool(s["tp_comm_overlap"]) and sp,
+        ep_comm_overlap=bool(s.get("ep_comm_overlap", False)),
         account_for_embedding_in_pipeline_split=asym,
         account_for_loss_in_pipeline_split=asym,
         overlap_grad_reduce=bool(s.get("overlap_grad_reduce", True)),

@@ -66,9 +66,13 @@ def test_each_entry_names_its_sources() -> None:
     # <submitter>/results/<system>/<bench>/result_*.txt, <submitter>/systems/<system>.json)
     for row in ROWS:
         src = row["source"]
-        assert re.fullmatch(
-            r"https://github.com/mlcommons/training_results_v\d\.\d", src["repository"]
-        )
+        # v6.0 is read from a fork of mlcommons/training_results_v6.0 (README: the official
+        # repository could not be fetched); the entry names the upstream too
+        repo_re = r"https://github.com/(mlcommons|Richardyu114)/training_results_v\d\.\d"
+        assert re.fullmatch(repo_re, src["repository"])
+        if "Richardyu114" in src["repository"]:
+            assert row["round"] == "v6.0"
+            assert src["upstream"] == "https://github.com/mlcommons/training_results_v6.0"
         assert src["repository"].endswith(row["round"]) and re.fullmatch(
             r"[0-9a-f]{40}", src["commit"]
         )
@@ -90,4 +94,52 @@ def test_breadth() -> None:
         "gb200-nvl72",
     }
     groups = {c.group for c in CASES}
-    assert groups == {"mlperf-gpt3-175b", "mlperf-llama3.1-405b", "mlperf-llama3.1-8b"}
+    assert groups == {
+        "mlperf-gpt3-175b",
+        "mlperf-llama3.1-405b",
+        "mlperf-llama3.1-8b",
+        "mlperf-deepseek-v3",
+        "mlperf-gpt-oss-20b",
+    }
+    # the MoE rows: every one maps to a mixture-of-experts model with expert parallelism
+    moe = [c for c in CASES if c.group in ("mlperf-deepseek-v3", "mlperf-gpt-oss-20b")]
+    assert len(moe) >= 6 and all(c.job.arch.is_moe and c.layout.ep > 1 for c in moe)
+
+
+def test_moe_entries_by_hand() -> None:
+    # oracle: NVIDIA/benchmarks/deepseekv3_671b/implementations/tyche-hsg_ngpu512_ngc26.04_nemo/
+    # config_GB200_128x4x240xtp2pp4ep32cp1_mxfp8_full_cg.sh (training_results_v6.0 fork):
+    # MINIBS 240, TP 2, PP 4, VPP 4, EP 32, PIPELINE_LAYOUT "Et*4|(t*4|)*14tmL", 128 x 4 GPUs;
+    # 671b.yaml: global batch = MINIBS x 512 / (2 x 4 x 1) = 15,360, sequence 4096, ETP 1;
+    # per-file medians 30.7277 / 32.7597 / 32.9460 s: 15360 * 4096 / 32.7597 / 512 = 3751.0
+    c = BY_ID["v6.0-nvidia-dsv3-gb200-512"]
+    lay = c.layout
+    assert (lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp, lay.ep, lay.expert_tp) == (
+        2,
+        4,
+        4,
+        1,
+        64,
+        32,
+        1,
+    )
+    assert c.job.global_batch_size == 240 * 512 // (2 * 4 * 1) == 15360
+    assert lay.pipeline_layout is not None and len(lay.pipeline_layout) == 4 * 4
+    assert lay.pipeline_layout[0] == "Etttt" and lay.pipeline_layout[-1] == "tmL"
+    assert "".join(lay.pipeline_layout).count("t") == 61 == c.job.arch.num_layers
+    assert (lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    assert lay.recompute == "selective" and lay.recompute_modules == ("mlp",)
+    assert c.job.fp8_recipe == "mxfp8" and c.job.cuda_graphs and lay.ep_comm_overlap
+    assert c.tokens_per_s_per_gpu == pytest.approx(15360 * 4096 / 32.7597 / 512)
+    assert c.tokens_per_s_per_gpu == pytest.approx(3751.0, abs=0.05)
+    # Cisco/benchmarks/gpt_oss_20b/nemo/config_DGXH100_8x8x1xtp2pp1cp1ep4.sh (sources the 16-node
+    # one): MINIBS 1, TP 2, EP 4, ETP 1, 8 x 8 H100: global batch 1 x 64 / 2 = 32, sequence 8192;
+    # MOE_EXPERT_CAPACITY_FACTOR 1.25, flex dispatcher with DeepEP, FP8 delayed;
+    # per-file medians 0.4255 / 0.4269 / 0.4257 s: 32 * 8192 / 0.4257 / 64 = 9621.8
+    c = BY_ID["v6.0-cisco-gptoss20b-h100-64"]
+    lay = c.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.expert_tp) == (2, 1, 32, 4, 1)
+    assert c.job.global_batch_size == 32 and c.job.seq_length == 8192
+    assert c.job.moe_expert_capacity_factor == 1.25 and c.job.fp8_recipe == "delayed"
+    assert (lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    assert c.tokens_per_s_per_gpu == pytest.approx(32 * 8192 / 0.4257 / 64)

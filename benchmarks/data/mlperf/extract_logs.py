@@ -1,13 +1,18 @@
 """Measured step times from MLPerf Training result logs (the numbers in runs.yaml).
 
     python benchmarks/data/mlperf/extract_logs.py MIRROR_DIR [MIRROR_DIR ...] > log_stats.json
+    python benchmarks/data/mlperf/extract_logs.py --files LOG_TEXT [LOG_TEXT ...]
 
 Each MIRROR_DIR is a bare git mirror of mlcommons/training_results_v<round> (the `fetch` tool puts
 them under /work/.mirror/mlcommons+training_results_v*/repo). Not run by the benchmarks or tests:
-it documents how runs.yaml's `measured` blocks were derived, and prints them as JSON.
+it documents how runs.yaml's `measured` blocks were derived, and prints them as JSON. With
+--files, each argument is a text file holding (part of) one result log, read the same way (the v6.0
+entries: no mirror of that round could be fetched; the ends of its logs were read through the
+search tool's file reader, and only the `train_step_time` values of those windows are used, with
+SKIP 0 since a window starts late in the run).
 
 Per result file (`<submitter>/results/<system>/<benchmark>/result_*.txt`, benchmark gpt3,
-llama31_405b or llama31_8b), from its `:::MLLOG` lines:
+llama31_405b, llama31_8b, deepseekv3_671b or gpt_oss_20b), from its `:::MLLOG` lines:
   global_batch_size, gradient_accumulation_steps, max_sequence_length, submission_platform;
   step_time_s      median of the `tracked_stats` train_step_timing / train_step_time values (the
                    training callback's wall time per optimizer step), skipping each file's first
@@ -28,7 +33,7 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-BENCHMARKS = ("gpt3", "llama31_405b", "llama31_8b")
+BENCHMARKS = ("gpt3", "llama31_405b", "llama31_8b", "deepseekv3_671b", "gpt_oss_20b")
 SKIP = 1
 STEP_KEYS = ("train_step_timing", "train_step_time")
 
@@ -51,7 +56,7 @@ def events(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def file_stats(evs: list[dict[str, Any]]) -> dict[str, Any]:
+def file_stats(evs: list[dict[str, Any]], skip: int = SKIP) -> dict[str, Any]:
     point = {e["key"]: e["value"] for e in evs if e["event_type"] == "POINT_IN_TIME"}
     gbs = point.get("global_batch_size")
     seq = point.get("max_sequence_length") or 1
@@ -82,7 +87,7 @@ def file_stats(evs: list[dict[str, Any]]) -> dict[str, Any]:
             if n > 0:
                 gaps.append((e["time_ms"] - last[0]) / 1000 / n)
         last = (e["time_ms"], progress)
-    timed = steps[SKIP:]
+    timed = steps[skip:]
     return {
         "global_batch_size": gbs,
         "gradient_accumulation_steps": point.get("gradient_accumulation_steps"),
@@ -98,6 +103,12 @@ def file_stats(evs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     out: dict[str, Any] = {}
+    if sys.argv[1:2] == ["--files"]:
+        for path in sys.argv[2:]:
+            with open(path) as f:
+                out[path] = file_stats(events(f.read()), skip=0)
+        json.dump(out, sys.stdout, indent=1)
+        return
     for mirror in sys.argv[1:]:
         commit = git(mirror, "rev-parse", "HEAD").strip()
         names = git(mirror, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
