@@ -11,7 +11,8 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
    recompute, plus the expert all-to-all, or with Megatron's EP overlap only what of it outlasts
    the compute (`planner.cost.compute_floor`).
 3. Score. Structures are expanded in order of their bound: every (micro-batch size, vpp, pipeline
-   split) and base layout (with and, where Megatron allows it, without the EP all-to-all overlap),
+   split), shapes (vpp, split) in order of their own bound and none above the K-th best, and base
+   layout (with and, where Megatron allows it, without the EP all-to-all overlap),
    each with its cheapest memory-feasible (ZeRO stage, recompute) variants scored by the exact
    model (`planner.memory`, `planner.cost`). A variant (z, r) is only scored when no variant with
    less sharding and less recompute fits, since those are never slower (ZeRO 1 over 0: same
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -242,11 +244,17 @@ def _search(
             break
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
-        for mbs, vpp, split in opts:
-            found = 0
+        # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
+        # sizes ascending within one), and none whose bound exceeds the cut or whose states fit
+        # in no ZeRO stage (not in `tops`: none of its layouts fits)
+        shape_bound = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
+        for mbs, vpp, split in sorted(opts, key=lambda o: shape_bound.get(o[1:], math.inf)):
             shape_tops = tops.get((vpp, split))
+            if shape_tops is None or (cut is not None and shape_bound[vpp, split] > cut):
+                continue
+            found = 0
             for j, base in enumerate(of(mbs, vpp, split)):
-                floor = shape_tops[j] if shape_tops else None
+                floor = shape_tops[j]
                 variants = best_variants(
                     job, space, base, rejected, too_big, cut, lean_fails, floor
                 )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.emit import megatron
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
@@ -166,11 +167,18 @@ def test_pipeline_layers_sum_and_length() -> None:
     assert_ok(job, Layout(pp=3, dp=1, pipeline_layers=(10, 12, 10)))
 
 
-def test_pipeline_layers_need_vpp_layers_per_rank() -> None:
+def test_pipeline_layers_need_a_layer_per_rank() -> None:
+    """Counts that are not multiples of vpp are Megatron's layout string, whose virtual stages may
+    be empty (megatron_rules.md section 7): (31, 1) at vpp 2 is stages 16 | 1 | 15 | 0 layers."""
     job = make_job(num_gpus=2)
-    v = broken(job, Layout(pp=2, vpp=2, dp=1, pipeline_layers=(31, 1)))["pipeline_layers"]
-    assert "at least vpp (2) layers (got 1)" in v.message
+    v = broken(job, Layout(pp=2, vpp=2, dp=1, pipeline_layers=(32, 0)))["pipeline_layers"]
+    assert v.message == "every pipeline rank needs a layer (got 0)"
+    odd = Layout(pp=2, vpp=2, dp=1, pipeline_layers=(31, 1))
+    assert_ok(job, odd)
     assert_ok(job, Layout(pp=2, vpp=2, dp=1, pipeline_layers=(30, 2)))
+    # launched as that string: rank 0's 31 layers in chunks of 16 and 15, rank 1's 1 and 0
+    layout_arg = ("--pipeline-model-parallel-layout", "Et*16|t|t*15|L")
+    assert megatron.pipeline_args(job.arch, odd) == [layout_arg]
 
 
 # --- virtual pipeline
