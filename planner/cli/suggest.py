@@ -60,7 +60,13 @@ def suggest(
     cp: RangeOpt = None,
     ep: RangeOpt = None,
     dp: RangeOpt = None,
-    vpp: RangeOpt = None,
+    vpp: Annotated[
+        str | None,
+        typer.Option(
+            help="pin (2) or bound (2-4); bounded above 1, interleaved splits where vpp divides "
+            "no rank's layers too (Megatron's pipeline layout string)"
+        ),
+    ] = None,
     mbs: RangeOpt = None,
     max_tp: MaxOpt = None,
     max_pp: MaxOpt = None,

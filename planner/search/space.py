@@ -4,9 +4,10 @@ options (micro-batch size, vpp, pipeline split) and base layouts (`bases`: TP ov
 dispatcher, EP overlap) with the ZeRO stages and the memory-saving rungs (`planner.search.rungs`:
 recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and certifies over it.
 
-Pipeline splits: the even split where pp divides the layers, and the CP-SAT split of
+Pipeline splits: the even split where pp divides the layers, and the split of
 `planner.search.solver` that balances the first rank's embedding and the last rank's output layer
-against whole layers (Megatron's first/last uneven form).
+against whole layers (Megatron's first/last uneven form; where the user bounds vpp above 1, also
+interleaved in the layout string's free form, `free_form`).
 """
 
 from __future__ import annotations
@@ -175,28 +176,46 @@ def _last_stage_extra(arch: ModelArch) -> float:
 
 
 def splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] | None]:
-    """Pipeline splits to consider: even (None) when it exists, and the CP-SAT balanced one."""
+    """Pipeline splits to consider: even (None) when it exists, and the balanced uneven one, in
+    Megatron's first/last form (every rank's layers a multiple of vpp) where that exists, else,
+    where the user asks for interleaving (`free_form`), in the layout string's free form: the
+    same balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted
+    as --pipeline-model-parallel-layout (whose virtual stages may differ or be empty)."""
     L = job.arch.num_layers
     out: list[tuple[int, ...] | None] = []
     if L % (pp * vpp) == 0:
         out.append(None)
     if space.uneven and pp > 1:
-        split = solver.balanced_split(L, pp, vpp, 0.0, _last_stage_extra(job.arch))
-        if split is not None and len(set(split)) > 1:
+        extra = _last_stage_extra(job.arch)
+        split = solver.balanced_split(L, pp, vpp, 0.0, extra)
+        if split is None and free_form(space) and L % (pp * vpp):
+            split = solver.balanced_split(L, pp, 1, 0.0, extra)
+            if split is not None and min(split) >= 1:
+                out.append(split)
+        elif split is not None and len(set(split)) > 1:
             out.append(split)
     return out
 
 
+def free_form(space: Space) -> bool:
+    """Whether interleaved splits may take the layout string's free form: only where the user
+    bounds vpp above 1 (`suggest --vpp`). Unasked, each pipeline degree would gain up to L / pp
+    interleaving degrees whose bounds the search must compute for every structure, which on
+    DeepSeek-V3 (61 layers, every degree free) more than doubles the search's time."""
+    return space.uneven and space.vpp.lo > 1
+
+
 @cache
-def _vpp_candidates(num_layers: int, pp: int, uneven: bool) -> tuple[int, ...]:
-    """Interleaving degrees with some split: vpp | L / pp (even) or vpp | L, pp x vpp <= L
-    (uneven; `splits` decides)."""
+def _vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple[int, ...]:
+    """Interleaving degrees with some split: vpp | L / pp (even), vpp | L with pp x vpp <= L
+    (uneven, first/last form), or with `free` any vpp with pp x vpp <= L (`splits` decides)."""
     if pp == 1:
         return (1,)
     even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
-    # an uneven split needs every rank's layers to be a multiple of vpp: vpp divides the layers
+    # first/last form: every rank's layers a multiple of vpp, so vpp divides the layers
     odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
-    return tuple(sorted(even | odd))
+    anyv = set(range(1, num_layers // pp + 1)) if free else set()
+    return tuple(sorted(even | odd | anyv))
 
 
 Option = tuple[int, int, tuple[int, ...] | None]
@@ -211,7 +230,7 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
         if not space.mbs.admits(mbs):
             continue
         m = per_dp // mbs
-        for vpp in _vpp_candidates(job.arch.num_layers, s.pp, space.uneven):
+        for vpp in _vpp_candidates(job.arch.num_layers, s.pp, space.uneven, free_form(space)):
             if not space.vpp.admits(vpp):
                 continue
             if vpp > 1 and (m % s.pp or m < s.pp):
