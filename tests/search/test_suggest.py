@@ -315,8 +315,10 @@ def test_nothing_passes_the_schedule_offers_a_batch_that_does(
 
 
 def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[str]) -> None:
-    """vpp 3 never divides Llama 3.1 8B's 32 layers: a bigger batch would not help either."""
-    code, out, err = run(["suggest", "--pp", "2", "--vpp", "3", "--json"], capsys)
+    """pp 2 x vpp 17 = 34 virtual stages are more than Llama 3.1 8B's 32 layers: the search
+    interleaves at most L / pp chunks per rank (16 here, in any split form), and a bigger batch
+    would not help either."""
+    code, out, err = run(["suggest", "--pp", "2", "--vpp", "17", "--json"], capsys)
     assert code == 1, err
     assert json.loads(out)["changes"] == []
 
