@@ -188,12 +188,11 @@ def splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] | 
     if space.uneven and pp > 1:
         extra = _last_stage_extra(job.arch)
         split = solver.balanced_split(L, pp, vpp, 0.0, extra)
-        if split is None and free_form(space) and L % (pp * vpp):
-            split = solver.balanced_split(L, pp, 1, 0.0, extra)
-            if split is not None and min(split) >= 1:
-                out.append(split)
-        elif split is not None and len(set(split)) > 1:
+        if split is not None and len(set(split)) > 1:
             out.append(split)
+        elif split is None and free_form(space) and L % (pp * vpp):
+            free = solver.balanced_split(L, pp, 1, 0.0, extra)  # every rank >= 1 layer
+            out += [free] if free is not None else []
     return out
 
 
@@ -211,11 +210,12 @@ def _vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple
     (uneven, first/last form), or with `free` any vpp with pp x vpp <= L (`splits` decides)."""
     if pp == 1:
         return (1,)
+    if free:  # every other form's degrees are among these
+        return tuple(range(1, num_layers // pp + 1))
     even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
     # first/last form: every rank's layers a multiple of vpp, so vpp divides the layers
     odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
-    anyv = set(range(1, num_layers // pp + 1)) if free else set()
-    return tuple(sorted(even | odd | anyv))
+    return tuple(sorted(even | odd))
 
 
 Option = tuple[int, int, tuple[int, ...] | None]
@@ -226,13 +226,13 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
     """(micro_batch_size, vpp, split) choices of a structure that pass the schedule rules."""
     out = []
     per_dp = job.global_batch_size // s.dp
+    vpps = _vpp_candidates(job.arch.num_layers, s.pp, space.uneven, free_form(space))
+    vpps = tuple(v for v in vpps if space.vpp.admits(v))
     for mbs in divisors(per_dp):
         if not space.mbs.admits(mbs):
             continue
         m = per_dp // mbs
-        for vpp in _vpp_candidates(job.arch.num_layers, s.pp, space.uneven, free_form(space)):
-            if not space.vpp.admits(vpp):
-                continue
+        for vpp in vpps:
             if vpp > 1 and (m % s.pp or m < s.pp):
                 continue
             for split in splits(job, space, s.pp, vpp):

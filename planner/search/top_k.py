@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -245,13 +244,15 @@ def _search(
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
         # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
-        # sizes ascending within one), and none whose bound exceeds the cut or whose states fit
-        # in no ZeRO stage (not in `tops`: none of its layouts fits)
+        # sizes ascending within one), none whose states fit in no ZeRO stage (not in `tops`:
+        # none of its layouts fits), and none from the first whose bound exceeds the cut (the
+        # cut only falls)
         shape_bound = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
-        for mbs, vpp, split in sorted(opts, key=lambda o: shape_bound.get(o[1:], math.inf)):
-            shape_tops = tops.get((vpp, split))
-            if shape_tops is None or (cut is not None and shape_bound[vpp, split] > cut):
-                continue
+        kept = [o for o in opts if o[1:] in tops]
+        for mbs, vpp, split in sorted(kept, key=lambda o: shape_bound[o[1:]]):
+            if cut is not None and shape_bound[vpp, split] > cut:
+                break
+            shape_tops = tops[vpp, split]
             found = 0
             for j, base in enumerate(of(mbs, vpp, split)):
                 floor = shape_tops[j]
