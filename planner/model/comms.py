@@ -74,7 +74,8 @@ of the H800's 132 SMs to its dispatch / combine kernels, and 20 is Megatron-LM's
 userbuffers TP overlap reserves 16-24 for its pipelined reduce-scatters on H100 (NeMo
 nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py: proj_fprop num_sm 24, fc2_fprop
 16, bulk wgrad overlaps 4-24); NCCL runs one thread block per channel, 16-32 channels on NVLink.
-One count for all of them (`sm_share`)."""
+One count for all of them (`sm_share`), but for the userbuffers overlaps themselves, which hold
+their SMs from their GEMMs' start to end (`planner.model.tp_overlap.UB_COMM_SMS`)."""
 
 GPU_SMS: tuple[tuple[str, int], ...] = (
     ("a100", 108),
@@ -89,12 +90,16 @@ Instinct MI300X / MI325X data sheets (304 CUs); the rest take the H100 whitepape
 H800 and H200 are the same GH100 part)."""
 
 
+def gpu_sms(cluster: ClusterSpec) -> int:
+    """The cluster GPU's SMs (AMD: compute units), `GPU_SMS`."""
+    name = cluster.gpu.name
+    return next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
+
+
 def sm_share(cluster: ClusterSpec) -> float:
     """Share of the GPU's SMs a communication kernel holds (COMM_KERNEL_SMS / its SMs): a
     collective of T seconds hidden under compute stretches that compute by T x this share."""
-    name = cluster.gpu.name
-    sms = next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
-    return min(1.0, COMM_KERNEL_SMS / sms)
+    return min(1.0, COMM_KERNEL_SMS / gpu_sms(cluster))
 
 
 @dataclass(frozen=True)

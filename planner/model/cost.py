@@ -22,7 +22,8 @@ and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`comms.data_parallel`). Hidden
-TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed.
+TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
+(under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead).
 
 Pipeline (planner.model.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the

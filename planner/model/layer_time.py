@@ -16,11 +16,11 @@ plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each G
 output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
 Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
-the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's (`moe_load`: the
-dropless imbalance, or the capacity factor with token dropping or padding). The router's logits
-GEMM (tokens x h x E) and the token permutations before the dispatch and after the combine
-(PERMUTE_BYTES_PER_ELEMENT per routed element, memory-bound) are timed too, though no model FLOPs
-count them.
+the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's
+(`stage_activations.moe_load`: the dropless imbalance, or the capacity factor with token dropping
+or padding). The router's logits GEMM (tokens x h x E) and the token permutations before the
+dispatch and after the combine (`planner.model.moe_time`, memory-bound) are timed too, though no
+model FLOPs count them.
 
 A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transformer layer's
 attention and MLP or experts, or one block of a hybrid stack: attention, an MLP, experts, or a
@@ -46,7 +46,9 @@ SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longe
 TP second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
 the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`), and
 so does Megatron's --tp-comm-overlap, each collective with or beside its own GEMM as Transformer
-Engine's userbuffers pipeline it (`planner.model.tp_overlap`).
+Engine's userbuffers pipeline it (`planner.model.tp_overlap`); there the GEMMs of its pipelined
+and bulk overlaps run on the SMs the userbuffers leave them for their whole length instead (its
+held seconds).
 Context parallelism's ring hops are point-to-point sends, which NCCL runs on a channel or two per
 peer (NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
 
@@ -87,13 +89,15 @@ from planner.model import (
     dispatch,
     flops,
     mamba,
+    moe_time,
     recompute_time,
     tp_overlap,
 )
-from planner.model.activations import BF16, MOE_LOAD_IMBALANCE, Shard
+from planner.model.activations import BF16, Shard
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, linear_fraction, quant_bytes
 from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
+from planner.model.stage_activations import moe_load
 
 GEMM_EFFICIENCY_MAX = 0.759
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
@@ -137,7 +141,14 @@ class Layer:
     bwd: float = 0.0
     recompute: float = 0.0
     tp: float = 0.0
+    """TP seconds the layer's time shows: exposed traffic plus what the hidden part takes from
+    the compute it runs under."""
     tp_hidden: float = 0.0
+    tp_traffic: float = 0.0
+    """Every TP collective's seconds, exposed or hidden (what `planner.search.bound` floors)."""
+    tp_plain: float = 0.0
+    """`tp` as it would be without Megatron's --tp-comm-overlap (`tp` itself where that is off):
+    whether the overlap pays (`planner.search.variants.overlap_pays`)."""
     cp: float = 0.0
     cp_hidden: float = 0.0
     ep: float = 0.0
@@ -162,17 +173,6 @@ def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
         micro_batch_size=lay.micro_batch_size,
     )
     return activations.layer_bytes(job.arch, kind, sh, recompute=False)
-
-
-def moe_load(job: Job) -> float:
-    """Tokens the busiest EP rank's experts receive over the even share: MOE_LOAD_IMBALANCE when
-    dropless; at most the capacity factor with token dropping; exactly it when every expert is
-    padded to its capacity (Megatron --moe-expert-capacity-factor, --moe-pad-expert-input-to-
-    capacity)."""
-    cap = job.moe_expert_capacity_factor
-    if cap is None:
-        return MOE_LOAD_IMBALANCE
-    return cap if job.moe_pad_expert_input_to_capacity else min(MOE_LOAD_IMBALANCE, cap)
 
 
 def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer:
@@ -204,8 +204,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     gemm_fwd, cast = sum(times), sum(casts)
     if moe:
         # router GEMM and the token permutations (not in `flops.linear_gemms`: no model FLOPs)
-        gemm_fwd += _router_time(job, lay, gpu, t)
-        cast += _permute_time(job, lay, gpu, t, load)
+        gemm_fwd += moe_time.router_time(job, lay, gpu, t)
+        cast += moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
     act_bytes = ew_bytes = _activation_bytes(job, lay, kind)
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
@@ -247,30 +247,10 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         )
     # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
-    share = comms.sm_share(job.cluster)
     if tp > 1:
-        cols = _column_parallel_windows(arch, shapes, times, kind)
-        size = t * arch.hidden_size * BF16
-        if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
-            row_w = async_tp.row_parallel_windows(arch, times, kind)
-            exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
-        elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
-            row_w = async_tp.row_parallel_windows(arch, times, kind)
-            exposed, hidden = tp_overlap.layer_traffic(
-                job.cluster, tp, size, n_fwd, cols, row_w, fp8
-            )
-        else:
-            exposed, hidden = comms.tensor_parallel_layer(
-                job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
-                job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
-            )  # fmt: skip
-        # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
-        rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if moe else set()
-        if rerun & set(modules):
-            grp = comms.place(job.cluster, 1, tp)
-            exposed += comms.all_reduce(t * arch.hidden_size * BF16, grp)
-        # the hidden part still holds comms.sm_share of the SMs the GEMMs under it run on
-        out.tp, out.tp_hidden = exposed + share * hidden, hidden
+        out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = _tp_charges(
+            job, lay, kind, (shapes, times), t, n_fwd, modules
+        )
     if lay.cp > 1 and kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)
         fwd_b, bwd_b = mamba.context_parallel_bytes(arch, t, tp)
@@ -302,33 +282,46 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     return out
 
 
-PERMUTE_BYTES_PER_ELEMENT = 16.0
-"""HBM bytes per element of each routed (token, expert) copy of the hidden state, forward +
-backward, of the MoE token permutations (Megatron-Core moe_utils.permute / unpermute, Transformer
-Engine's fused moe_permute / moe_unpermute): the forward's permute gathers each copy (read 2,
-write 2 bytes in bf16) and its unpermute scatters it back with its probability (read 2, write
-2); the backward runs each in reverse: 4 x 4 = 16."""
-
-
-def _router_time(job: Job, lay: Layout, gpu: Gpu, t: float) -> float:
-    """Forward seconds of the router's logits GEMM, the rank's tokens (its sequence-parallel
-    shard) x hidden x experts in bf16 (Megatron's TopKRouter; the backward, 2 x this, follows
-    from the layer's backward = 2 x forward)."""
-    arch = job.arch
-    tokens = t / (lay.tp if lay.sequence_parallel else 1)
-    e = float(arch.num_moe_experts or 1)
-    return gemm_time(tokens, arch.hidden_size, e, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
-
-
-def _permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> float:
-    """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
-    PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
-    tokens x top_k x the routing load), at the achieved HBM bandwidth. Added with the FP8 casts
-    (a third of it in the forward, the rest in the backward)."""
-    arch = job.arch
-    tokens = t / (lay.tp if lay.sequence_parallel else 1)
-    pairs = tokens * arch.moe_router_topk * load
-    return PERMUTE_BYTES_PER_ELEMENT * pairs * arch.hidden_size / gpu.hbm
+def _tp_charges(
+    job: Job,
+    lay: Layout,
+    kind: LayerKind,
+    gemms: tuple[list[tuple[float, float, float, float]], list[float]],
+    t: float,
+    n_fwd: int,
+    modules: tuple[str, ...],
+) -> tuple[float, float, float, float]:
+    """(shown, hidden, traffic, shown without the TP overlap) seconds of a layer's TP
+    collectives per micro-batch (`Layer.tp`, `tp_hidden`, `tp_traffic`, `tp_plain`): the hidden
+    part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
+    the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
+    seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
+    arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster)
+    shapes, times = gemms
+    cols = _column_parallel_windows(arch, shapes, times, kind)
+    size = t * arch.hidden_size * BF16
+    exposed, hidden = comms.tensor_parallel_layer(
+        job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
+        job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
+    )  # fmt: skip
+    plain = exposed + share * hidden
+    shown = None
+    if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
+        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
+    elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
+        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        exposed, hidden, held = tp_overlap.layer_traffic(
+            job.cluster, tp, size, n_fwd, cols, row_w, job.precision == "fp8"
+        )
+        shown = exposed + held
+    # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
+    rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if kind.moe else set()
+    again = 0.0
+    if rerun & set(modules):
+        again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
+    shown = exposed + share * hidden if shown is None else shown
+    return shown + again, hidden, exposed + hidden + again, plain + again
 
 
 def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, float]:

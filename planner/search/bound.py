@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, pools
+from planner.model import comms, cost, pools, tp_overlap
 from planner.model.stage_time import (
     LayoutTimes,
     ep_exposed,
@@ -30,8 +30,7 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
     micro-batch of the layout as it is (`lower_bound` passes it without memory savers). The first
     list is `cost.compute_floor`'s own loop (m x its largest element is compute_floor, bit for
     bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
-    hidden (`Layer.tp` counts the hidden part at `comms.sm_share`: exposed + hidden =
-    tp + (1 - share) x tp_hidden). One pass over the ranks serves both."""
+    hidden (`Layer.tp_traffic`). One pass over the ranks serves both."""
     t = layout_times(job, layout)
     share = comms.sm_share(job.cluster)
     floors: list[float] = []
@@ -42,24 +41,34 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
         a2a = sum(n * k.ep for k, n in mix)
         c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
         floors.append(c + heads * t.out)
-        tps.append(sum(n * (k.tp + (1 - share) * k.tp_hidden) for k, n in mix))
+        tps.append(sum(n * k.tp_traffic for k, n in mix))
     return t.m, floors, tps
+
+
+def tp_floor_share(job: Job, layout: Layout) -> float:
+    """The share of a layer's TP traffic (`Layer.tp_traffic`) that its TP charge (`Layer.tp`)
+    never goes under, in every rung of the layout: `comms.sm_share` of what hides without
+    Megatron's TP overlap (exposed + share x hidden >= share x traffic, 0 <= share <= 1); with
+    it, and rungs may turn it off, also `tp_overlap.floor_share`."""
+    if layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1:
+        return tp_overlap.floor_share(job.cluster, layout.tp)
+    return comms.sm_share(job.cluster)
 
 
 def lower_bound(job: Job, layout: Layout) -> float:
     """Seconds no layout of this structure, split and vpp can beat at the given micro-batch size
     or a smaller one: per rank, compute without recompute plus the exposed expert all-to-all
-    (`cost.compute_floor`'s terms) plus the SMs its TP traffic holds, at least; the slowest
+    (`cost.compute_floor`'s terms) plus what its TP traffic costs, at least; the slowest
     rank's times the micro-batches, and the step's fixed overhead.
 
     Why the TP term is safe. Every rank's stage time per micro-batch (`cost.estimate`) is
     c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
-    c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is
-    exposed + share x hidden >= share x (exposed + hidden), as 0 <= share <= 1
-    (`comms.sm_share`). exposed + hidden, the TP collectives' total seconds, does not depend on
-    where they run (`comms.tensor_parallel_layer`, `async_tp.layer_traffic` and the TP-overlap
-    split in `layer_time` only move seconds between exposed and hidden), so neither the TP
-    overlap nor the GEMM windows change it, and recompute only adds collectives (full recompute's
+    c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is at least
+    `tp_floor_share` of the layer's TP traffic (exposed + hidden). That traffic, the TP
+    collectives' total seconds, does not depend on where they run (`comms.tensor_parallel_layer`,
+    `async_tp.layer_traffic` and `tp_overlap.layer_traffic` only move seconds between exposed and
+    hidden), so neither the TP overlap nor the GEMM windows change it, and recompute only adds
+    collectives (full recompute's
     second forward, a re-run MLP / MoE block's pair): the total is least without memory savers,
     whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
     bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
@@ -125,15 +134,16 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.sm_share(job.cluster)
+    floor = tp_floor_share(job, lay)
     out: list[float] = []
     for (counts, heads), times in _rank_counts(job, lay, t):
         c = a2a = tp = 0.0
         for k, n in zip(t.layers, counts, strict=True):
             c += n * (k.fwd + k.bwd)
             a2a += n * k.ep
-            tp += n * (k.tp + (1 - share) * k.tp_hidden)
+            tp += n * k.tp_traffic
         c += max(a2a - c, 0.0) + share * min(a2a, c) if lay.ep_comm_overlap else a2a
-        out += [c + heads * t.out + share * tp] * times
+        out += [c + heads * t.out + floor * tp] * times
     return t.m, out
 
 
@@ -189,10 +199,12 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     layers, TP, CP and exposed expert all-to-all. No rung's is less at this micro-batch size:
     recompute adds its forwards and their collectives (a larger window hides no more expert
     all-to-all than the recompute it adds: `ep_exposed` falls by at most (1 - share) of the
-    window's growth), offloading adds host transfers, and turning the TP overlap off moves TP
-    seconds from hidden (counted at `comms.sm_share`) to exposed; the layer times read no ZeRO
-    stage (`stage_time._FIXED`). tests/search/test_top_k.py and tests/search/test_bound.py
-    check base_bound below every variant of their problems' bases."""
+    window's growth), offloading adds host transfers, and the TP term is the lesser of the
+    rank's with the base's TP overlap and without it (`Layer.tp_plain`: a rung may turn it off,
+    and the overlap's SM margin can cost more than it hides, `planner.model.tp_overlap`; either's
+    TP seconds only grow with recompute); the layer times read no ZeRO stage (`stage_time._FIXED`).
+    tests/search/test_top_k.py and tests/search/test_bound.py check base_bound below every
+    variant of their problems' bases."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.sm_share(job.cluster)
@@ -200,6 +212,7 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, lay, rank, chunks, t)
         c, _, _, rec, tp, _, cp, _, ep = mix_sums(mix)
+        tp = min(tp, sum(n * k.tp_plain for k, n in mix))
         ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share)
         out.append(c + heads * t.out + rec + tp + cp + ep_e)
     return t.m, out

@@ -17,8 +17,9 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
+from planner.model.stage_time import layout_times
 from planner.search.bound import Floors, base_bound, below
-from planner.search.rungs import NONE, Ladder, Rung, leanest
+from planner.search.rungs import FULL, NONE, Ladder, Rung, leanest
 from planner.search.space import Base, Space, zero_stages
 from planner.search.twins import same_time
 
@@ -55,8 +56,10 @@ def best_variants(
     then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest, and
     each rung, or ladder's n, that did not fit: tests/search/test_search_memo.py). Block
     recompute and offloading are bisected for their smallest setting that fits (their memory falls
-    and their time grows with it). A rung without the base's TP overlap is no faster than with
-    it: tried only where it does not fit with it (a ladder's, below the smallest n that does).
+    and their time grows with it). Where the base's TP overlap pays (`overlap_pays`) a rung
+    without it is no faster than with it: tried only where it does not fit with it (a ladder's,
+    below the smallest n that does); where it does not, each rung is tried either way, none
+    too (a stage's fastest is then the faster of the two when none fits).
     A stage whose fastest fitting rung the base's EP-overlap twin
     takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
     own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
@@ -64,8 +67,9 @@ def best_variants(
     `bound.floors` at its structure's largest micro-batch size (the search has them from queueing
     the structure), bounds base_bound from below without the layer times at this size
     (`bound.below`), and where that exceeds `cut` base_bound is not computed. Nor does a stage
-    where the base without memory savers does not fit and its exact time (NONE.on(zbase): no
-    rung is faster, tests/search/test_top_k.py) is above `cut`, before any rung is tried; once
+    where the base without memory savers does not fit and its exact time (NONE.on(zbase), and
+    without the TP overlap where that does not pay: no rung is faster than both,
+    tests/search/test_top_k.py) is above `cut`, before any rung is tried; once
     that time is above `cut` at one stage it is at every later one, not estimated again (no
     stage is faster than a lower one with the same rung: tests/search/test_top_k.py)."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
@@ -74,6 +78,15 @@ def best_variants(
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     mbs = base.micro_batch_size
     plain_slower = False  # NONE at a lower stage was above `limit`
+    asked: dict[bool, bool] = {}  # overlap_pays without and with full recompute, once asked
+
+    def pays_for(rung: Rung = NONE) -> bool:
+        for full in (False, True)[: 1 + (rung.recompute == "full")]:
+            if full not in asked:
+                asked[full] = overlap_pays(job, base, full)
+            if not asked[full]:
+                return False
+        return True
 
     for z in zero_stages(space, base):
         zbase = base.with_(zero_stage=z)
@@ -90,6 +103,15 @@ def best_variants(
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         known: dict[Rung, MemoryReport | None] = {}
+        timed: dict[Rung, Performance] = {}
+
+        def time_of(
+            rung: Rung, zbase: Layout = zbase, timed: dict[Rung, Performance] = timed
+        ) -> Performance:
+            if rung not in timed:
+                timed[rung] = cost.estimate(job, rung.on(zbase))
+            return timed[rung]
+
         over: dict[Rung, float] = {}  # each estimated rung's bytes over the capacity
         lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
 
@@ -118,17 +140,23 @@ def best_variants(
             return known[rung]
 
         feasible: list[tuple[Rung, MemoryReport]] = []
-        if NONE in single and (rep := fits(NONE)) is not None:
-            feasible.append((NONE, rep))
+        plain = fits(NONE) if NONE in single else None
+        plain_fits = plain is not None
+        if plain is not None:
+            feasible.append((NONE, plain))
+            # without the overlap (its userbuffers freed: it fits too), where faster (the
+            # first of equals is taken, so it matters only then)
+            off = NONE_OFF in single and not pays_for()
+            faster = off and time_of(NONE_OFF).step_time_s < time_of(NONE).step_time_s
+            if faster and (rep := fits(NONE_OFF)) is not None:
+                feasible.append((NONE_OFF, rep))
         else:
             # memory grows with the micro-batch (the options come smallest first): where the
             # leanest rungs did not fit at a smaller one, they do not fit here
             if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
                 rejected["memory"] += 1
                 continue
-            if limit is not None and (
-                plain_slower or _slower(cost.estimate(job, NONE.on(zbase)).step_time_s, limit)
-            ):
+            if limit is not None and (plain_slower or _plain_slower(time_of, pays_for, limit)):
                 plain_slower = True
                 continue  # every rung is slower than none at this stage: none makes the top K
             lean = leanest(single, ladders)
@@ -136,15 +164,19 @@ def best_variants(
                 lean_fails[lean_key] = base.micro_batch_size
                 continue
             for r in single:
-                # without the TP overlap a rung is no faster: only where it does not fit with it
-                dominated = not r.tp_overlap and fits(r.with_tp_overlap()) is not None
+                # without the TP overlap a rung is no faster where the overlap pays: then only
+                # where it does not fit with it
+                dominated = (
+                    not r.tp_overlap and pays_for(r) and fits(r.with_tp_overlap()) is not None
+                )
                 if r != NONE and not dominated and (rep := fits(r)) is not None:
                     feasible.append((r, rep))
             smallest: dict[int, int] = {}
             for ld in ladders:
                 hi = ld.hi
-                if ld.with_tp_overlap is not None and id(ld.with_tp_overlap) in smallest:
-                    hi = smallest[id(ld.with_tp_overlap)] - 1  # else the twin is as lean, faster
+                with_it = ld.with_tp_overlap
+                if with_it is not None and id(with_it) in smallest and pays_for(ld.make(ld.lo)):
+                    hi = smallest[id(with_it)] - 1  # else the twin is as lean, faster
                 floor_key = (lean_key, "ladder", ld.make(0))
                 n = _smallest_fitting(ld, fits, over.get, hi, lean_fails.get(floor_key, 0))
                 if hi >= ld.lo:  # every n below the smallest that fits does not fit
@@ -154,9 +186,7 @@ def best_variants(
                     assert rep is not None
                     feasible.append((ld.make(n), rep))
                     smallest[id(ld)] = n
-        scored = [
-            Candidate(r.on(zbase), rep, cost.estimate(job, r.on(zbase))) for r, rep in feasible
-        ]
+        scored = [Candidate(r.on(zbase), rep, time_of(r)) for r, rep in feasible]
         if not scored:
             continue
         pick = min(range(len(scored)), key=lambda i: scored[i].step_time)  # first of equals
@@ -166,7 +196,7 @@ def best_variants(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
         ):
             found.append(best)
-        if feasible[pick][0] == NONE:
+        if plain_fits and feasible[pick][0] in (NONE, NONE_OFF):
             break  # every later stage is no faster than this
     return found
 
@@ -185,6 +215,34 @@ def states_fit(
             too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
         fit |= not too_big[key]
     return fit
+
+
+NONE_OFF = NONE.without_tp_overlap()
+
+
+def overlap_pays(job: Job, base: Layout, full: bool = False) -> bool:
+    """Whether the base's TP overlap (Megatron --tp-comm-overlap) makes no layer slower
+    (`Layer.tp` no more than `Layer.tp_plain`, what it shows without; nothing else of a layer's
+    time reads the overlap): without it a rung is then no faster than with it. `full`: with each
+    forward recomputed (full recompute repeats the forward's collectives and GEMMs, differently
+    with and without; selective re-runs add the same to both, so `full` = False decides every
+    rung but full recompute's). Where it does not pay (its SM margin on long GEMMs against
+    short transfers: `planner.model.tp_overlap`) each such rung is tried either way."""
+    if not base.tp_comm_overlap:
+        return True
+    layers = layout_times(job, (FULL if full else NONE).on(base)).layers
+    return all(k.tp <= k.tp_plain for k in layers)
+
+
+def _plain_slower(
+    time_of: Callable[[Rung], Performance], pays: Callable[[], bool], limit: float
+) -> bool:
+    """Whether no rung of a stage can make the top K under `limit` (`best_variants`): none is
+    above it, and so is none without the TP overlap where the overlap does not pay (every rung
+    is at least one of the two)."""
+    if not _slower(time_of(NONE).step_time_s, limit):
+        return False
+    return pays() or _slower(time_of(NONE_OFF).step_time_s, limit)
 
 
 def _slower(t: float, cut: float) -> bool:

@@ -1,7 +1,7 @@
 """The MoE layer's router GEMM and token permutations are timed (no model FLOPs count them).
 
 Oracle: hand arithmetic. Mixtral 8x7B (h 4096, 8 experts, top-2) on H100, tp 1, one micro-batch of
-4096 tokens, routing load L (layer_time.moe_load): the permutations move 16 bytes per routed
+4096 tokens, routing load L (stage_activations.moe_load): the permutations move 16 bytes per routed
 element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth; the router is a 4096 x 4096
 x 8 GEMM on the additive roofline (gemm.gemm_time).
 """
@@ -12,23 +12,24 @@ import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
-from planner.model import layer_time
+from planner.model import layer_time, moe_time
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of
+from planner.model.stage_activations import moe_load
 
 
 def test_router_and_permutation_by_hand() -> None:
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     gpu = gpu_of(j)
-    load = layer_time.moe_load(j)
+    load = moe_load(j)
     perm = 16 * 4096 * 2 * load * 4096 / gpu.hbm
-    assert layer_time._permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(perm)
+    assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
-    assert layer_time._router_time(j, lay, gpu, 4096.0) == pytest.approx(router)
+    assert moe_time.router_time(j, lay, gpu, 4096.0) == pytest.approx(router)
     # with sequence parallelism over tp 2 each rank routes and permutes half the tokens
     sp = Layout(tp=2, pp=1, dp=4, sequence_parallel=True)
-    assert layer_time._permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(perm / 2)
+    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(perm / 2)
 
 
 def test_permutations_split_a_third_forward(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,9 +38,9 @@ def test_permutations_split_a_third_forward(monkeypatch: pytest.MonkeyPatch) -> 
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     gpu = gpu_of(j)
-    perm = layer_time._permute_time(j, lay, gpu, 4096.0, layer_time.moe_load(j))
+    perm = moe_time.permute_time(j, lay, gpu, 4096.0, moe_load(j))
     base = layer_time.layer_time(j, lay, gpu, True)
-    monkeypatch.setattr(layer_time, "PERMUTE_BYTES_PER_ELEMENT", 32.0)
+    monkeypatch.setattr(moe_time, "PERMUTE_BYTES_PER_ELEMENT", 32.0)
     double = layer_time.layer_time(j, lay, gpu, True)
     assert double.fwd - base.fwd == pytest.approx(perm / 3)
     assert double.bwd - base.bwd == pytest.approx(2 * perm / 3)

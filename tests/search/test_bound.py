@@ -49,7 +49,7 @@ def test_stage_floors_per_kind_of_rank_are_rank_floors(name: str) -> None:
     share = None
     for lay in _some_bases(name, 40):
         m, floors, tps = bounds.rank_floors(job, NONE.on(lay))
-        share = comms.sm_share(job.cluster)
+        share = bounds.tp_floor_share(job, lay)
         per_rank = sorted(f + share * tp for f, tp in zip(floors, tps, strict=True))
         fast_m, fast = bounds._stage_floors(job, lay)
         assert (fast_m, sorted(fast)) == (m, per_rank), lay.describe()
