@@ -7,11 +7,14 @@ ELEMENTWISE_PASSES. Every other constant is a documented physical or
 measured value and is not touched here.
 
 Dev set (benchmarks/fidelity.py `dev_set`): the published runs, the MLPerf Training submissions
-and Megatron-LM's functional-test step times. Fit rows (fidelity.FIT_PREFIXES): the SC21 Table 1
-weak-scaling runs (A100, 1.7B-1T, TP/PP/DP, full recompute, 2021 Megatron) and the Megatron-Core
-r0.8 H100 weak-scaling table (1.7B-462B); both are Megatron-LM on DGX nodes with their layouts
-published. Every other row (Korthikanti 2022, NeMo 24.07 FP8, torchtitan, the Mixtral row, MLPerf,
-the functional tests) is held out: the script prints its error per source before and after.
+and Megatron-LM's functional-test step times. Fit rows (fidelity.is_fit): the SC21 Table 1
+weak-scaling runs (A100, 1.7B-1T, TP/PP/DP, full recompute, 2021 Megatron), the Megatron-Core
+r0.8 H100 weak-scaling table (1.7B-462B), both Megatron-LM on DGX nodes with their layouts
+published, and one hash fold of the dense MLPerf submissions (fidelity.MLPERF_FIT_FOLD: GPT-3
+175B and Llama 3.1 405B / 8B in FP8 on H100, H200, B200 and GB200, the only rows with flash
+attention at 8k tokens, without which the attention constant is free). Every other row
+(Korthikanti 2022, NeMo 24.07 FP8, torchtitan, the other MLPerf fold, the MoE rows, the
+functional tests) is held out: the script prints its error per source before and after.
 
 Objective: the sum over fit rows of log(predicted / published tokens/s/GPU)^2 (relative errors,
 symmetric in over- and under-prediction), minimised by Nelder-Mead over the log of each constant
@@ -30,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.fidelity import FIT_PREFIXES, dev_set, source, summary
+from benchmarks.fidelity import dev_set, is_fit, source, summary
 from benchmarks.runs import Case
 from planner.model import layer_time, stage_time
 
@@ -47,7 +50,7 @@ BOUNDS = {
 
 
 def fit_rows(cases: Sequence[Case]) -> list[Case]:
-    return [c for c in cases if c.id.startswith(FIT_PREFIXES)]
+    return [c for c in cases if is_fit(c)]
 
 
 def set_constants(values: Sequence[float]) -> None:
@@ -69,7 +72,7 @@ def held_out(cases: Sequence[Case]) -> dict[str, str]:
     """|error| summary per source of the rows not fitted on."""
     by: dict[str, list[float]] = {}
     for c, e in zip(cases, log_errors(cases), strict=True):
-        if not c.id.startswith(FIT_PREFIXES):
+        if not is_fit(c):
             by.setdefault(source(c), []).append(math.expm1(e))
     return {s: summary(es) for s, es in by.items()}
 
@@ -130,7 +133,7 @@ def main() -> None:
     fitted = fit(cases)
     e1 = [abs(math.expm1(e)) for e in log_errors(rows)]
     h1 = held_out(cases)
-    print(f"fit rows: {len(rows)} ({', '.join(FIT_PREFIXES)}): {', '.join(c.id for c in rows)}")
+    print(f"fit rows: {len(rows)} (fidelity.is_fit): {', '.join(c.id for c in rows)}")
     print(f"median |error| on fit rows: {np.median(e0):.3f} -> {np.median(e1):.3f}")
     print(f"worst  |error| on fit rows: {max(e0):.3f} -> {max(e1):.3f}")
     print(f"held-out rows: {len(cases) - len(rows)}, per source, before -> after the fit")

@@ -99,21 +99,21 @@ from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.stage_activations import moe_load
 
-GEMM_EFFICIENCY_MAX = 0.759
+GEMM_EFFICIENCY_MAX = 0.768
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-ATTENTION_EFFICIENCY = 0.524
+ATTENTION_EFFICIENCY = 0.557
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.72
+ELEMENTWISE_PASSES = 5.71
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""

@@ -25,10 +25,10 @@ def _tflops(peak: float, ridge: float, e: float) -> float:
 
 
 def test_b200_fp8_gemm_follows_the_measured_speedup_over_bf16() -> None:
-    # e_bf16 = min(0.759, MAMF 1745 / 2250 = 0.776) = 0.759; e_fp8 = min(0.759, 3432.5 / 4500,
-    # 0.759 x 1.69 / 2 = 0.641) = 0.641; ridge 2250 / 8 = 281 FLOP/B, I = 2137 FLOP/B:
-    # bf16 0.759 / (1 + 0.759 x 0.1316) x 2250 = 1553, FP8 0.641 / (1 + 0.641 x 0.1316) x 4500
-    # = 2660 TFLOP/s: 1.71 x, against the measured 2544.7 / 1512.8 = 1.68 x
+    # e_bf16 = min(GEMM_EFFICIENCY_MAX 0.768, MAMF 1745 / 2250 = 0.776) = 0.768; e_fp8 =
+    # min(0.768, 3432.5 / 4500, 0.768 x 1.69 / 2 = 0.649) = 0.649; ridge 2250 / 8 = 281 FLOP/B,
+    # I = 2137 FLOP/B: bf16 0.768 / (1 + 0.768 x 0.1316) x 2250 = 1570, FP8 0.649 / (1 + 0.649 x
+    # 0.1316) x 4500 = 2689 TFLOP/s: 1.71 x, against the measured 2544.7 / 1512.8 = 1.68 x
     g = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64, precision="fp8"))
     bf16 = _tflops(g.peak_bf16, g.ridge, g.e_bf16)
     fp8 = _tflops(g.peak_linear, g.ridge, g.e_linear)
@@ -38,7 +38,7 @@ def test_b200_fp8_gemm_follows_the_measured_speedup_over_bf16() -> None:
 
 
 def test_blackwell_fp8_fraction_is_the_bf16_one_times_half_the_speedup() -> None:
-    # B200: 0.759 x 1.69 / 2 = 0.6414; GB200: bf16 MAMF 1822 / 2500 = 0.7288 caps bf16, then
+    # B200: 0.768 x 1.69 / 2 = 0.649; GB200: bf16 MAMF 1822 / 2500 = 0.7288 caps bf16, then
     # 0.7288 x 0.845 = 0.6158 (below its FP8 MAMF 3615.6 / 5000 = 0.723)
     b200 = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64, precision="fp8"))
     gb200 = gpu_of(job("llama3.1-8b", "gb200-nvl72", 8, 8192, 64, precision="fp8"))
@@ -47,8 +47,8 @@ def test_blackwell_fp8_fraction_is_the_bf16_one_times_half_the_speedup() -> None
 
 
 def test_bf16_jobs_and_hopper_fp8_keep_their_ceilings() -> None:
-    # bf16 on B200: e_linear = e_bf16 = 0.759; FP8 on H100: its MAMF 1402.6 / 1979 = 0.7087
-    # (2 x 0.7087 / 0.759 = 1.87 x bf16 already), not capped
+    # bf16 on B200: e_linear = e_bf16 = 0.768; FP8 on H100: its MAMF 1402.6 / 1979 = 0.7087
+    # (2 x 0.7087 / 0.768 = 1.85 x bf16 already), not capped
     b200 = gpu_of(job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64))
     h100 = gpu_of(job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision="fp8"))
     assert b200.e_linear == b200.e_bf16 == pytest.approx(GEMM_EFFICIENCY_MAX)
