@@ -143,3 +143,100 @@ def test_moe_entries_by_hand() -> None:
     assert c.job.moe_expert_capacity_factor == 1.25 and c.job.fp8_recipe == "delayed"
     assert (lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend) == ("flex", "deepep")
     assert c.tokens_per_s_per_gpu == pytest.approx(32 * 8192 / 0.4257 / 64)
+
+
+TP_OVERLAP_SLOTS = {
+    f"{gemm}_{kind}"
+    for gemm in ("qkv", "proj", "fc1", "fc2")
+    for kind in ("fprop", "dgrad", "wgrad")
+}
+TP_OVERLAP_KEYS = {
+    "method",
+    "num_sm",
+    "cga_size",
+    "set_sm_margin",
+    "num_splits",
+    "atomic_gemm",
+    "aggregate",
+    "fp8_buf",
+}
+
+
+def test_tp_overlap_cfg_recorded_where_tp_overlap_runs() -> None:
+    # oracle: the README's rule: every entry with tp_comm_overlap and tp > 1 names the userbuffers
+    # YAML it ran (or null for both file and slots), with only Transformer Engine's slot names and
+    # the keys the YAML gives
+    n = 0
+    for row in ROWS:
+        s = row["settings"]
+        if not (s["tp_comm_overlap"] and s["tp"] > 1):
+            continue
+        n += 1
+        cfg = s["tp_overlap_cfg"]
+        assert set(cfg) == {"file", "slots"}, row["id"]
+        if cfg["file"] is None:
+            assert cfg["slots"] is None, row["id"]
+            continue
+        assert cfg["file"].startswith(f"{row['submitter']}/benchmarks/"), row["id"]
+        assert cfg["slots"] and set(cfg["slots"]) <= TP_OVERLAP_SLOTS, row["id"]
+        for slot in cfg["slots"].values():
+            assert set(slot) <= TP_OVERLAP_KEYS and "method" in slot, row["id"]
+            assert slot["method"] in ("bulk", "pipeline", "ring_exchange"), row["id"]
+            for key in ("set_sm_margin", "atomic_gemm", "aggregate", "fp8_buf"):
+                assert isinstance(slot.get(key, False), bool), row["id"]
+    assert n == 39
+
+
+def test_tp_overlap_cfg_by_hand_on_named_entries() -> None:
+    # oracle: NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n64_ngc25.01_nemo/conf/
+    # tp_overlap/h100tp8mbs1.yaml (training_results_v5.0 @ 0fdc28f0), selected by conf/custom.yaml's
+    # ${GPU_ARCH,h}100tp${TENSOR_MODEL_PARALLEL}mbs${MICRO_BATCH_SIZE} with tp 8, mbs 1
+    cfg = BY_ID["v5.0-nvidia-405b-h100-512"].raw["settings"]["tp_overlap_cfg"]
+    assert cfg["file"].endswith("eos-dfw_n64_ngc25.01_nemo/conf/tp_overlap/h100tp8mbs1.yaml")
+    bulk = {"method": "bulk", "cga_size": 2, "set_sm_margin": False}
+    assert cfg["slots"] == {
+        "qkv_dgrad": {**bulk, "num_sm": 4},
+        "qkv_wgrad": {**bulk, "num_sm": 8},
+        "fc1_dgrad": {**bulk, "num_sm": 2},
+        "fc1_wgrad": {**bulk, "num_sm": 4},
+        "qkv_fprop": {"method": "ring_exchange", "aggregate": False},
+        "proj_dgrad": {"method": "ring_exchange", "aggregate": False},
+        "fc1_fprop": {"method": "ring_exchange", "aggregate": False},
+        "fc2_dgrad": {"method": "ring_exchange", "aggregate": True},
+        "proj_fprop": {"method": "ring_exchange", "aggregate": True},
+        "fc2_fprop": {"method": "ring_exchange", "aggregate": True},
+    }
+    # NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo/conf/tp_overlap/
+    # h100tp4mbs1.yaml (v5.0, GB200): custom.yaml's ${GPU_ARCH,h100}tp4mbs1, GPU_ARCH unexported;
+    # proj_fprop atomic_gemm ${TE_UB_ATOMIC_GEMM_RS_PROJ,1}, fp8_buf ${NVTE_UB_FP8_RS,False};
+    # fc2_fprop method ${FC2_FPROP_METHOD,ring_exchange}, num_sm ${FC2_FPROP_SM,1}, atomic_gemm
+    # ${TE_UB_ATOMIC_GEMM_RS_FC2,0}: none exported, the defaults
+    cfg = BY_ID["v5.0-nvidia-405b-gb200-512"].raw["settings"]["tp_overlap_cfg"]
+    assert cfg["file"].endswith("tyche_ngpu512_ngc25.04_nemo/conf/tp_overlap/h100tp4mbs1.yaml")
+    bulk4 = {"method": "bulk", "num_sm": 4, "cga_size": 2, "set_sm_margin": False}
+    ring = {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": False, "atomic_gemm": False}
+    assert cfg["slots"] == {
+        "qkv_dgrad": bulk4,
+        "qkv_wgrad": bulk4,
+        "fc1_dgrad": bulk4,
+        "fc1_wgrad": bulk4,
+        "qkv_fprop": ring,
+        "proj_dgrad": ring,
+        "fc1_fprop": ring,
+        "fc2_dgrad": ring,
+        "proj_fprop": {
+            "method": "pipeline",
+            "num_sm": 24,
+            "cga_size": 2,
+            "num_splits": 4,
+            "set_sm_margin": True,
+            "atomic_gemm": True,
+            "fp8_buf": False,
+        },
+        "fc2_fprop": {**ring, "set_sm_margin": True, "fp8_buf": False},
+    }
+    # v4.1 Oracle GPT-3: no conf/ in the submission, the file cannot be determined
+    assert BY_ID["v4.1-oracle-gpt3-h100-1536"].raw["settings"]["tp_overlap_cfg"] == {
+        "file": None,
+        "slots": None,
+    }
