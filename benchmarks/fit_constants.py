@@ -2,8 +2,8 @@
 
     python benchmarks/fit_constants.py [--write]
 
-Fitted constants (planner/layer_time.py): GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY,
-ELEMENTWISE_PASSES. Every other constant is a documented physical or
+Fitted constants (planner/layer_time.py): GEMM_EFFICIENCY_MAX, FP8_CEILING_FRACTION,
+ATTENTION_EFFICIENCY, ELEMENTWISE_PASSES. Every other constant is a documented physical or
 measured value and is not touched here.
 
 Dev set (benchmarks/fidelity.py `dev_set`): the published runs, the MLPerf Training submissions
@@ -39,11 +39,13 @@ from planner.model import layer_time, stage_time
 
 NAMES = (
     "GEMM_EFFICIENCY_MAX",
+    "FP8_CEILING_FRACTION",
     "ATTENTION_EFFICIENCY",
     "ELEMENTWISE_PASSES",
 )
 BOUNDS = {
     "GEMM_EFFICIENCY_MAX": (0.4, 0.95),
+    "FP8_CEILING_FRACTION": (0.5, 1.0),
     "ATTENTION_EFFICIENCY": (0.2, 1.5),  # a multiplier on the published kernels' rate
     "ELEMENTWISE_PASSES": (0.5, 20.0),
 }

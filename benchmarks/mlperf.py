@@ -54,7 +54,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, cluster
-from planner.inputs import catalog, pipeline_layout
+from planner.inputs import catalog, pipeline_layout, userbuffers
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 
@@ -109,6 +109,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         moe_router_group_topk=s.get("moe_router_group_topk"),
         moe_expert_capacity_factor=float(capacity) if capacity is not None else None,
         moe_pad_expert_input_to_capacity=bool(s.get("moe_pad_expert_input_to_capacity", False)),
+        tp_overlap_cfg=userbuffers.resolve((s.get("tp_overlap_cfg") or {}).get("slots")),
     )
     tp = int(s["tp"])
     sp = bool(s["sequence_parallel"]) and tp > 1

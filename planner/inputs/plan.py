@@ -39,6 +39,7 @@ from planner.inputs.torchtitan import (
     default_schedule,
     training_defaults,
 )
+from planner.inputs.userbuffers import TE_DEFAULT, UbSlot
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class Job:
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
     attention_dropout: bool = True  # planner.model.scores
+    tp_overlap_cfg: tuple[tuple[str, UbSlot], ...] = TE_DEFAULT
+    """Transformer Engine's userbuffers slots for --tp-comm-overlap (`planner.inputs.userbuffers`:
+    its defaults, what Megatron-LM runs without --tp-comm-overlap-cfg; a run's own tuned one,
+    e.g. MLPerf's, by `userbuffers.resolve`)."""
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""

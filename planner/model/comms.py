@@ -75,7 +75,7 @@ userbuffers TP overlap reserves 16-24 for its pipelined reduce-scatters on H100 
 nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py: proj_fprop num_sm 24, fc2_fprop
 16, bulk wgrad overlaps 4-24); NCCL runs one thread block per channel, 16-32 channels on NVLink.
 One count for all of them (`sm_share`), but for the userbuffers overlaps themselves, which hold
-their SMs from their GEMMs' start to end (`planner.model.tp_overlap.UB_COMM_SMS`)."""
+their SMs as their configuration sets (`planner.model.tp_overlap`)."""
 
 GPU_SMS: tuple[tuple[str, int], ...] = (
     ("a100", 108),

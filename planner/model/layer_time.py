@@ -10,8 +10,9 @@ of the peak, the only constant of that roofline. The ceiling is measured per par
 (the best-shape throughput of the vendor's BLAS over the dense peak, from the catalog): a part
 whose best matmul is slower than GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best.
 Backward = 2 x forward (dgrad and wgrad have the same three dimensions).
-FP8 runs the decoder's linear layers at the FP8 peak (at most the part's FP8 matmul ceiling, the
-same under every recipe; on Blackwell at most `gemm.BLACKWELL_FP8_SPEEDUP` x the bf16 rate)
+FP8 runs the decoder's linear layers at the FP8 peak (at most FP8_CEILING_FRACTION of the part's
+FP8 matmul ceiling, the same under every recipe; on Blackwell at most `gemm.BLACKWELL_FP8_SPEEDUP`
+x the bf16 rate)
 plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each GEMM's input and
 output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
@@ -68,8 +69,9 @@ Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tens
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
 by (cap / TDP)^(1/3) (POWER_CLOCK_EXPONENT). HBM bandwidth is not scaled.
 
-Calibration: GEMM_EFFICIENCY_MAX, ATTENTION_EFFICIENCY and ELEMENTWISE_PASSES are fitted by
-benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows of published_runs.yaml.
+Calibration: GEMM_EFFICIENCY_MAX, FP8_CEILING_FRACTION, ATTENTION_EFFICIENCY and
+ELEMENTWISE_PASSES are fitted by benchmarks/fit_constants.py on the SC21 and Megatron-Core H100
+rows of published_runs.yaml and one hash fold of the dense MLPerf rows.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.userbuffers import slot_map
 from planner.model import (
     activations,
     async_tp,
@@ -99,21 +102,30 @@ from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.stage_activations import moe_load
 
-GEMM_EFFICIENCY_MAX = 0.768
+GEMM_EFFICIENCY_MAX = 0.766
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-ATTENTION_EFFICIENCY = 0.557
+FP8_CEILING_FRACTION = 0.94
+"""Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
+the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
+at training shapes. Points read: B200, per-tensor FP8 CUTLASS at M=16384 N=6144 K=4096, 2544.7
+TFLOP/s (vLLM PR #19566) of MAMF 3432.5 (0.74); H800, DeepGEMM at M=4096 N=7168 K=16384,
+1404-1470 of H100's MAMF 1402.6 (~1.0, a hand-tuned kernel, DeepGEMM PR #74). Fitted by
+benchmarks/fit_constants.py (the FP8 rows there: MLPerf's fold, Transformer Engine's cuBLASLt
+GEMMs)."""
+
+ATTENTION_EFFICIENCY = 0.553
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.71
+ELEMENTWISE_PASSES = 5.64
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
@@ -311,8 +323,10 @@ def _tp_charges(
         exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
     elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
         row_w = async_tp.row_parallel_windows(arch, times, kind)
+        slots = slot_map(job.tp_overlap_cfg)
+        fp8 = job.precision == "fp8"
         exposed, hidden, held = tp_overlap.layer_traffic(
-            job.cluster, tp, size, n_fwd, cols, row_w, job.precision == "fp8"
+            job.cluster, tp, size, n_fwd, (cols, row_w), fp8, slots
         )
         shown = exposed + held
     # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
@@ -387,6 +401,8 @@ def gpu_of(job: Job) -> Gpu:
 
     def e(precision: Literal["bf16", "fp8"]) -> float:
         ceiling = spec.matmul_ceiling(precision)
+        if ceiling is not None and precision == "fp8":
+            ceiling *= FP8_CEILING_FRACTION
         return GEMM_EFFICIENCY_MAX if ceiling is None else min(GEMM_EFFICIENCY_MAX, ceiling)
 
     hbm = hbm_nominal * HBM_EFFICIENCY

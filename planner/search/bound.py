@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.stage_time import (
     LayoutTimes,
@@ -51,7 +52,8 @@ def tp_floor_share(job: Job, layout: Layout) -> float:
     Megatron's TP overlap (exposed + share x hidden >= share x traffic, 0 <= share <= 1); with
     it, and rungs may turn it off, also `tp_overlap.floor_share`."""
     if layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1:
-        return tp_overlap.floor_share(job.cluster, layout.tp)
+        slots = slot_map(job.tp_overlap_cfg)
+        return tp_overlap.floor_share(job.cluster, layout.tp, slots)
     return comms.sm_share(job.cluster)
 
 

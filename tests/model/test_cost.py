@@ -266,10 +266,12 @@ def test_dp_sync_after_the_backward_is_all_exposed() -> None:
 
 def test_gemms_never_beat_the_measured_matmul_ceiling() -> None:
     """GEMM_EFFICIENCY_MAX of the peak, capped at the part's measured best matmul: MI300X's
-    668.4 of 1300 TFLOP/s (51.4%) and H100 FP8's 1402.6 of 1979 (70.9%) are below 0.744, A100's
-    271.2 of 312 (86.9%) and H100 bf16's 794.5 of 989 (80.3%) are above it."""
+    668.4 of 1300 TFLOP/s (51.4%) and H100 FP8's 1402.6 of 1979 (70.9%, of which FP8 GEMMs at
+    training shapes reach FP8_CEILING_FRACTION) are below 0.766, A100's 271.2 of 312 (86.9%) and
+    H100 bf16's 794.5 of 989 (80.3%) are above it."""
     assert gpu_of(job(gpu="mi300x-192gb")).e_linear == pytest.approx(668.4 / 1300)
-    assert gpu_of(job(precision="fp8")).e_linear == pytest.approx(1402.6 / 1979)
+    fp8 = layer_time.FP8_CEILING_FRACTION * 1402.6 / 1979
+    assert gpu_of(job(precision="fp8")).e_linear == pytest.approx(fp8)
     assert gpu_of(job(precision="fp8")).e_bf16 == layer_time.GEMM_EFFICIENCY_MAX
     assert gpu_of(job(gpu="a100-sxm-80gb")).e_linear == layer_time.GEMM_EFFICIENCY_MAX
     assert gpu_of(job(gpu="l40s-48gb")).e_linear == layer_time.GEMM_EFFICIENCY_MAX  # unmeasured

@@ -11,6 +11,7 @@ from plan_text import plan_text, write
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan
+from planner.inputs.userbuffers import TE_DEFAULT, UbSlot, resolve, slot_map
 from planner.model import comms, cost, tp_overlap
 from planner.model.activations import BF16
 from planner.model.layer_time import gpu_of, layer_time
@@ -26,6 +27,17 @@ def _plan(tmp_path: Path, extra: str = "", training: str = TRAINING) -> tuple[Jo
     return plan.job, plan.require_layout()
 
 
+def _traffic(
+    job: Job, n_fwd: int, windows: tuple[float, float, float, float], fp8: bool = False
+) -> tuple[float, float, float]:
+    """tp_overlap.layer_traffic at tp 8 on 8192 x 4096 bf16 inputs, Transformer Engine's default
+    slots; windows: (column attention, column MLP, row attention, row MLP) GEMM seconds."""
+    size = 8192 * 4096 * BF16
+    cols, rows = windows[:2], windows[2:]
+    slots = slot_map(TE_DEFAULT)
+    return tp_overlap.layer_traffic(job.cluster, 8, size, n_fwd, (cols, rows), fp8, slots)
+
+
 def test_layer_traffic_by_hand(tmp_path: Path) -> None:
     job, _ = _plan(tmp_path, "tp_comm_overlap = true\n")
     size = 8192 * 4096 * BF16
@@ -34,28 +46,23 @@ def test_layer_traffic_by_hand(tmp_path: Path) -> None:
     # long GEMMs (1 s each): per block the forward all-gather shows one of 8 chunks, the forward
     # reduce-scatter one of 4, the backward output-gradient gather one of 8, the two bulk
     # collectives nothing: 2 blocks x (1/8 + 1/4 + 1/8) x rs
-    exposed, hidden, _ = tp_overlap.layer_traffic(
-        job.cluster, 8, size, 1, (1.0, 1.0), (1.0, 1.0), False
-    )
+    exposed, hidden, _ = _traffic(job, 1, (1.0, 1.0, 1.0, 1.0))
     assert exposed == pytest.approx(2 * (rs / 8 + rs / 4 + rs / 8))
     assert exposed + hidden == pytest.approx(2 * 5 * rs)
     # full recompute repeats the two forward collectives of each block
-    exposed2, hidden2, _ = tp_overlap.layer_traffic(
-        job.cluster, 8, size, 2, (1.0, 1.0), (1.0, 1.0), False
-    )
+    exposed2, hidden2, _ = _traffic(job, 2, (1.0, 1.0, 1.0, 1.0))
     assert exposed2 == pytest.approx(exposed + 2 * (rs / 8 + rs / 4))
     assert exposed2 + hidden2 == pytest.approx(2 * 7 * rs)
     # an MoE block (windows 0): its 5 collectives fully exposed
-    exposed, _, _ = tp_overlap.layer_traffic(job.cluster, 8, size, 1, (1.0, 0.0), (1.0, 0.0), False)
+    exposed, _, _ = _traffic(job, 1, (1.0, 0.0, 1.0, 0.0))
     assert exposed == pytest.approx(rs / 8 + rs / 4 + rs / 8 + 5 * rs)
     # FP8: the three all-gathers move half the bytes (comms.all_gather of S / 2)
     ag8 = comms.all_gather(size / 2, grp)
-    _, hidden8, _ = tp_overlap.layer_traffic(job.cluster, 8, size, 1, (1.0, 1.0), (1.0, 1.0), True)
-    exposed8, _, _ = tp_overlap.layer_traffic(job.cluster, 8, size, 1, (1.0, 1.0), (1.0, 1.0), True)
+    exposed8, hidden8, _ = _traffic(job, 1, (1.0, 1.0, 1.0, 1.0), fp8=True)
     assert exposed8 == pytest.approx(2 * (ag8 / 8 + rs / 4 + ag8 / 8))
     assert exposed8 + hidden8 == pytest.approx(2 * (3 * ag8 + 2 * rs))
     # a collective longer than its GEMM shows the excess plus one chunk of what hides
-    exposed, _, _ = tp_overlap.layer_traffic(job.cluster, 8, size, 1, (0.0, 0.0), (0.0, 0.0), False)
+    exposed, _, _ = _traffic(job, 1, (0.0, 0.0, 0.0, 0.0))
     assert exposed == pytest.approx(2 * 5 * rs)
 
 
@@ -74,24 +81,55 @@ def test_overlap_shows_less_than_blocking_and_keeps_the_traffic(tmp_path: Path) 
 
 
 def test_overlap_sm_margin_by_hand(tmp_path: Path) -> None:
-    """Transformer Engine's pipelined and bulk overlaps launch their GEMMs on the SMs left after
-    num_sm 16 (set_sm_margin): on H100's 132 SMs a GEMM of g seconds takes 16 / 116 x g more.
-    Per block: the forward row-parallel GEMM (once per forward pass), the column-parallel dgrad
-    and wgrad (each as long as the column forward GEMM); ring exchanges hold no SMs."""
+    """Transformer Engine's default slots: the pipelined and bulk overlaps launch their GEMMs on
+    the SMs left after num_sm 16 (set_sm_margin): on H100's 132 SMs a GEMM of g seconds takes
+    16 / 116 x g more; per block the forward row-parallel GEMM (once per forward pass), the
+    column-parallel dgrad and wgrad (each as long as the column forward GEMM). The ring
+    exchanges (num_sm 1, no margin) take 1 / 132 of the SMs while they run."""
     job, lay = _plan(tmp_path, "tp_comm_overlap = true\n")
-    size = 8192 * 4096 * BF16
-    margin = 16 / 116
-    assert tp_overlap.margin_share(job.cluster) == pytest.approx(margin)
-    cols, rows = (1.0, 2.0), (3.0, 4.0)
-    _, _, held = tp_overlap.layer_traffic(job.cluster, 8, size, 1, cols, rows, False)
-    assert held == pytest.approx(margin * ((3 + 2 * 1) + (4 + 2 * 2)))
-    _, _, held2 = tp_overlap.layer_traffic(job.cluster, 8, size, 2, cols, rows, False)
-    assert held2 == pytest.approx(margin * ((2 * 3 + 2 * 1) + (2 * 4 + 2 * 2)))
-    # the floor share under every charge: one of tp 8 chunks (0.125) is below 16 / 116 and
-    # 20 / 132 (comms.sm_share); at tp 2 the margin's 16 / 116 is the least
-    assert tp_overlap.floor_share(job.cluster, 8) == pytest.approx(1 / 8)
-    assert tp_overlap.floor_share(job.cluster, 2) == pytest.approx(margin)
+    ag = comms.reduce_scatter(8192 * 4096 * BF16, comms.place(job.cluster, 1, 8))  # bf16: = rs
+    margin, ring = 16 / 116, 1 / 132
+    windows = (1.0, 2.0, 3.0, 4.0)  # columns 1 and 2 s, rows 3 and 4 s, all longer than ag
+    _, _, held = _traffic(job, 1, windows)
+    # ring exchanges: the forward all-gather and the dgrad's gather, 2 per block
+    assert held == pytest.approx(margin * ((3 + 2 * 1) + (4 + 2 * 2)) + ring * 2 * 2 * ag)
+    _, _, held2 = _traffic(job, 2, windows)
+    assert held2 == pytest.approx(margin * ((2 * 3 + 2) + (2 * 4 + 4)) + ring * 2 * 3 * ag)
+    # the floor share under every charge: the bulk overlaps' 16 of 132 SMs (0.121) is below one
+    # of 8 chunks (0.125), one of 4 and 20 / 132 (comms.sm_share)
+    slots = slot_map(TE_DEFAULT)
+    assert tp_overlap.floor_share(job.cluster, 8, slots) == pytest.approx(16 / 132)
     # the layer: exposed + held shown, exposed + hidden the traffic, at least the floor share of it
     layer = layer_time(job, lay, gpu_of(job), False)
     assert layer.tp_traffic > layer.tp_hidden > 0
-    assert layer.tp >= tp_overlap.floor_share(job.cluster, 8) * layer.tp_traffic
+    assert layer.tp >= tp_overlap.floor_share(job.cluster, 8, slots) * layer.tp_traffic
+
+
+def test_a_tuned_configuration_by_hand(tmp_path: Path) -> None:
+    """A run's own slots (MLPerf's h100tp8mbs1.yaml style): bulk overlaps on 4 SMs without the
+    margin take 4 / 132 of the SMs only while they run; a reduce-scatter moved to ring_exchange
+    keeps its pipeline defaults' 16 SMs and margin (Transformer Engine updates
+    get_default_config(name) with the keys given) but runs in 8 chunks."""
+    job, _ = _plan(tmp_path, "tp_comm_overlap = true\n")
+    given: dict[str, dict[str, object]] = {
+        "proj_fprop": {"method": "ring_exchange"},
+        "qkv_dgrad": {"num_sm": 4, "set_sm_margin": False},
+    }
+    slots = slot_map(resolve(given))
+    assert slots["proj_fprop"] == UbSlot("ring_exchange", 16, True)
+    assert slots["qkv_dgrad"] == UbSlot("bulk", 4, False)
+    assert slots["fc2_fprop"] == UbSlot("pipeline", 16, True)
+    size = 8192 * 4096 * BF16
+    rs = comms.reduce_scatter(size, comms.place(job.cluster, 1, 8))
+    tuned = tp_overlap.layer_traffic(
+        job.cluster, 8, size, 1, ((1.0, 1.0), (1.0, 1.0)), False, slots
+    )
+    plain = _traffic(job, 1, (1.0, 1.0, 1.0, 1.0))
+    # attention's forward reduce-scatter shows one of 8 chunks instead of one of 4
+    assert tuned[0] == pytest.approx(plain[0] - rs / 4 + rs / 8)
+    # its column dgrad holds 4 / 132 of rs instead of 16 / 116 of the 1 s GEMM
+    assert tuned[2] == pytest.approx(plain[2] - 16 / 116 + 4 / 132 * rs)
+    with pytest.raises(KeyError):
+        resolve({"qkv_prop": {"num_sm": 4}})
+    with pytest.raises(ValueError):
+        resolve({"qkv_dgrad": {"num_sm": 0}})
