@@ -110,6 +110,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         moe_expert_capacity_factor=float(capacity) if capacity is not None else None,
         moe_pad_expert_input_to_capacity=bool(s.get("moe_pad_expert_input_to_capacity", False)),
         tp_overlap_cfg=userbuffers.resolve((s.get("tp_overlap_cfg") or {}).get("slots")),
+        gemm_sm_margin=int(s.get("gemm_sm_margin", 0)),
     )
     tp = int(s["tp"])
     sp = bool(s["sequence_parallel"]) and tp > 1

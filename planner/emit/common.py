@@ -133,8 +133,10 @@ def environment(plan: Plan) -> list[EnvVar]:
     fragmentation only where the plan says so: the gate errs high), and
     NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=20 (set by all 108, at 10-20; here on more than one GPU),
     which leaves SMs to the NCCL kernels overlapped with Transformer Engine's norm kernels.
-    NVTE_CPU_OFFLOAD_V1=1 with fine-grained activation offloading: validate_args asserts it
-    under Transformer Engine >= 2.10 (so that TE's offload hooks do not move weights).
+    NVTE_EXT_MARGIN_SM with the plan's `gemm_sm_margin` (Transformer Engine launches every GEMM
+    on the SMs less it). NVTE_CPU_OFFLOAD_V1=1 with fine-grained activation offloading:
+    validate_args asserts it under Transformer Engine >= 2.10 (so that TE's offload hooks do not
+    move weights).
     NCCL settings come from Megatron-LM's own launch examples (examples/llama,
     examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL
     reads the NCCL_* names too)."""
@@ -170,6 +172,9 @@ def environment(plan: Plan) -> list[EnvVar]:
             env.append(
                 EnvVar(f"NVTE_{way}_LAYERNORM_SM_MARGIN", "20", "SMs for overlapped NCCL kernels")
             )
+    if plan.job.gemm_sm_margin:
+        margin = str(plan.job.gemm_sm_margin)
+        env.append(EnvVar("NVTE_EXT_MARGIN_SM", margin, "SMs every TE GEMM leaves free"))
     if nodes(plan).nnodes > 1:
         env.append(EnvVar("NCCL_IB_TIMEOUT", "19", "tolerate slow InfiniBand links at scale"))
         env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152", "larger PP sends over the network"))

@@ -78,6 +78,9 @@ class Job:
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    gemm_sm_margin: int = 0
+    """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
+    whole step (`planner.model.layer_time`)."""
     optimizer: Literal["adam", "muon"] = "adam"  # planner.model.optimizer_states
     muon_whole_params: bool = False  # the layer-wise optimizer's whole-parameter sharding
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
@@ -198,6 +201,7 @@ def build_job(
         compiled_loss_fusion=training.compiled_loss_fusion,
         log_grad_stats=training.log_grad_stats,
         optimizer_instances=training.optimizer_instances,
+        gemm_sm_margin=training.gemm_sm_margin,
         optimizer=training.optimizer,
         muon_whole_params=training.muon_whole_params,
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,

@@ -190,6 +190,12 @@ class TrainingSection(BaseModel):
         "the parameters' norm or counts the zero gradients, tensor by tensor, and reads the result "
         "back to the host (planner.model.cost.GRAD_STATS_S)",
     )
+    gemm_sm_margin: NonNegativeInt = Field(
+        default=0,
+        description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "
+        "to the kernels overlapped with it (the GEMMs run on the GPU's SMs less this, all step); "
+        "launch exports it",
+    )
     optimizer_instances: PositiveInt = Field(
         default=1,
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "

@@ -112,6 +112,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         training["moe_pad_expert_input_to_capacity"] = True
     if job.cuda_graphs:
         training["cuda_graphs"] = True
+    if job.gemm_sm_margin:
+        training["gemm_sm_margin"] = job.gemm_sm_margin
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,

@@ -16,12 +16,13 @@ x the bf16 rate)
 plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each GEMM's input and
 output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
-Routed experts run as one grouped GEMM per layer over the rank's E / ep experts, each padded to
-the kernel's row tile (`gemm.grouped_rows`); their tokens are the busiest rank's
-(`stage_activations.moe_load`: the dropless imbalance, or the capacity factor with token dropping
-or padding). The router's logits GEMM (tokens x h x E) and the token permutations before the
-dispatch and after the combine (`planner.model.moe_time`, memory-bound) are timed too, though no
-model FLOPs count them.
+With `Job.gemm_sm_margin` (Transformer Engine's NVTE_EXT_MARGIN_SM) the decoder's GEMMs run on
+the GPU's SMs less it, all step. Routed experts run as one grouped GEMM per layer over the rank's
+E / ep experts, each padded to the kernel's row tile (`gemm.grouped_rows`); their tokens are the
+busiest rank's (`stage_activations.moe_load`: the dropless imbalance, or the capacity factor with
+token dropping or padding). The router's logits GEMM (tokens x h x E) and the token permutations
+before the dispatch and after the combine (`planner.model.moe_time`, memory-bound) are timed too,
+though no model FLOPs count them.
 
 A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transformer layer's
 attention and MLP or experts, or one block of a hybrid stack: attention, an MLP, experts, or a
@@ -208,9 +209,10 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     parts = flops.linear_gemm_parts(arch, kind)
     times: list[float] = []
     casts: list[float] = []
+    slower = _margin_slowdown(job)
     for (m, k, n, c), part in zip(shapes, parts, strict=True):
         rows = grouped_rows(m) if part == "expert" else m
-        times.append(gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
+        times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
         casts.append(c * quant * (m * k + m * n) / gpu.hbm)
         out.weight_cast += c * quant * k * n / gpu.hbm
     gemm_fwd, cast = sum(times), sum(casts)
@@ -292,6 +294,16 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
             n_ep,
         )
     return out
+
+
+def _margin_slowdown(job: Job) -> float:
+    """How much longer a decoder GEMM runs on the SMs `Job.gemm_sm_margin` leaves it
+    (Transformer Engine's NVTE_EXT_MARGIN_SM: cuBLAS and its grouped GEMMs get `sm_count -
+    margin` SMs, gemm.cpp and the grouped-GEMM wrappers): S / (S - margin)."""
+    if not job.gemm_sm_margin:
+        return 1.0
+    sms = comms.gpu_sms(job.cluster)
+    return sms / (sms - min(job.gemm_sm_margin, sms - 1))
 
 
 def _tp_charges(
