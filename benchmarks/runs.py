@@ -52,7 +52,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hagemann
 
-from planner.inputs import catalog
+from planner.inputs import catalog, userbuffers
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
@@ -92,6 +92,19 @@ overlap (benchmarks/data/nemo_recipes.md, Table B)."""
 
 LATER_RECIPE = {NEMOTRON, GPT3_512}
 """Rows whose settings come from the later recipe with the same layout: FP8 parameters."""
+
+NEMO_USERBUFFERS = REFERENCE / "nemo_userbuffers.yaml"
+"""The Transformer Engine userbuffers slots of the NeMo recipes behind two nemo2407 rows (the
+Llama 3 70B one is NeMo 2's config of the name its 24.07 NeMo 1 launcher names: assumed equal);
+the other TP-overlap rows keep Transformer Engine's defaults (the file's header says why)."""
+
+
+def nemo_userbuffers(rid: str) -> tuple[tuple[str, userbuffers.UbSlot], ...]:
+    """A row's userbuffers slots (`userbuffers.resolve`): its recipe's, else TE's defaults."""
+    doc = yaml.safe_load(NEMO_USERBUFFERS.read_text())
+    name = doc["rows"].get(rid)
+    return userbuffers.resolve(doc["configs"][name] if name else None)
+
 
 NEMO_TP_OVERLAP = {
     "nemo2407-h100-fp8-llama3-70b-64gpu",
@@ -264,6 +277,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         sp_keeps_gathered_input=titan,
         tp_backward_overlap=not titan,
         selective_recompute="per_op" if titan else "core_attn",
+        tp_overlap_cfg=nemo_userbuffers(rid),
     )
     recompute = _recompute(par.get("recompute"))
     if rid == NEMOTRON:
