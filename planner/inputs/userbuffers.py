@@ -72,15 +72,12 @@ def default_slot(method: Method) -> UbSlot:
     return UbSlot(method, 1 if ring else 16, not ring)
 
 
-UB_KEYS = ("method", "num_sm", "set_sm_margin", "num_splits")
-"""The slot keys the model reads; a configuration's others (cga_size, aggregate, atomic_gemm,
-fp8_buf, ...) are accepted and left aside."""
-
-
 def resolve(overrides: Mapping[str, Mapping[str, object]] | None) -> tuple[tuple[str, UbSlot], ...]:
     """Every slot as a configuration leaves it: Transformer Engine's default for the slot (from
     the method the configuration gives a bulk slot, else its default method) updated with the
-    keys given. Unknown slot names raise KeyError, bad values ValueError."""
+    keys the model reads (method, num_sm, set_sm_margin, num_splits; cga_size, aggregate,
+    atomic_gemm, fp8_buf and the like are accepted and left aside). Unknown slot names raise
+    KeyError, bad values ValueError."""
     out: list[tuple[str, UbSlot]] = []
     given = dict(overrides or {})
     unknown = set(given) - set(DEFAULT_METHODS)
