@@ -65,7 +65,8 @@ benchmarks/data/mlperf/runs.yaml): software the model does not describe, not phy
 
 
 def is_fit(c: Case) -> bool:
-    """A row benchmarks/fit_constants.py fits on (FIT_PREFIXES, MLPERF_FIT_FOLD)."""
+    """A row benchmarks/fit_constants.py fits on (FIT_PREFIXES; MLPERF_FIT_FOLD but for
+    MLPERF_NOT_FITTED)."""
     if c.id.startswith(FIT_PREFIXES):
         return True
     if source(c) != "mlperf" or family(c) != "dense" or c.id.startswith(MLPERF_NOT_FITTED):

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +100,15 @@ Llama 3 70B one is NeMo 2's config of the name its 24.07 NeMo 1 launcher names: 
 the other TP-overlap rows keep Transformer Engine's defaults (the file's header says why)."""
 
 
+@cache
+def _nemo_userbuffers_doc() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(NEMO_USERBUFFERS.read_text())
+    return doc
+
+
 def nemo_userbuffers(rid: str) -> tuple[tuple[str, userbuffers.UbSlot], ...]:
     """A row's userbuffers slots (`userbuffers.resolve`): its recipe's, else TE's defaults."""
-    doc = yaml.safe_load(NEMO_USERBUFFERS.read_text())
+    doc = _nemo_userbuffers_doc()
     name = doc["rows"].get(rid)
     return userbuffers.resolve(doc["configs"][name] if name else None)
 
