@@ -157,7 +157,7 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     T, h = sh.tokens, arch.hidden_size
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
     rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
-    part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + _scores(arch, sh)
+    part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + scores(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
@@ -190,15 +190,16 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
     rep += BF16 * T * (r_q + r_kv + drope)  # the latents
     if not sh.drops("mla_up_proj"):
         rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
-    part = _attention_out(BF16 * T * a * dv, sh) + _scores(arch, sh)
+    part = _attention_out(BF16 * T * a * dv, sh) + scores(arch, sh)
     if not sh.drops("mla_up_proj"):
         part += BF16 * T * a * (2 * (dqk + drope) + dv)
     return split(rep, part, sh)
 
 
-def _scores(arch: ModelArch, sh: Shard) -> float:
-    """The s^2 scores of attention without a fused kernel (`planner.model.scores`: Korthikanti's
-    5as^2b, or TE's torch softmax), dropped by the core_attn module; 0 with flash attention."""
+def scores(arch: ModelArch, sh: Shard) -> float:
+    """The s^2 scores of attention without a fused kernel (`planner.model.scores`: TE's fused or
+    torch softmax, and the dropout's where the model has it), dropped by the core_attn module; 0
+    with flash attention."""
     if sh.flash_attention or sh.drops("core_attn"):
         return 0.0
     s = sh.seq_per_cp_rank

@@ -13,8 +13,11 @@ it saves (`planner.model.activations` terms, split over TP as there):
                 Megatron's spec puts an IdentityOp there and nothing is offloaded)
     qkv_linear  the QKV linear's input: with TE's fused LayerNormLinear the norm's input and its
                 output (8 bits under FP8); MLA: the down-projections' input, the norm output
-    core_attn   what the flash kernel saves: Q, K, V and its 16-bit output (MLA: Q, K, V unless
-                mla_up_proj recomputes them)
+    core_attn   what core attention saves: Q, K, V (MLA: unless mla_up_proj recomputes them) and
+                the flash kernel's 16-bit output, or without a flash kernel the s^2 softmax
+                output its second batched GEMM saves (`activations.scores`): the offload
+                context's saved-tensor hooks (pipeline_parallel/fine_grained_activation_offload.py)
+                take whatever the backend saves
     attn_proj   the output projection's input: the attention output, the same tensor core_attn
                 saves (Megatron requires core_attn with it), plus its 8-bit copy under FP8
     mlp_norm    a separate pre-MLP norm's input (MoE layers; fused into fc1 in dense TE layers)
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model.activations import BF16, FP32, Shard, linear_in, pairs, split
+from planner.model.activations import BF16, FP32, Shard, linear_in, pairs, scores, split
 
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 """TransformerConfig.min_offloaded_tensor_size default (Megatron-LM d98e8a64): smaller tensors
@@ -54,16 +57,19 @@ def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> f
         rep += BF16 * T * h
     if "qkv_linear" in modules:
         rep += BF16 * T * h if mla else BF16 * T * h + linear_in(BF16 * T * h, sh)
-    if sh.flash_attention and "core_attn" in modules:
+    if "core_attn" in modules:
         if mla:
             assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
             dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
             if not sh.drops("mla_up_proj"):
                 part += BF16 * T * a * (2 * dqk + dv)
-            part += BF16 * T * a * dv
+            out = BF16 * T * a * dv
         else:
             d, g = arch.head_dim, arch.query_groups
-            part += BF16 * T * (a + 2 * g) * d + BF16 * T * a * d
+            part += BF16 * T * (a + 2 * g) * d
+            out = BF16 * T * a * d
+        # the flash kernel saves its output; the unfused one its s^2 softmax output instead
+        part += out if sh.flash_attention else scores(arch, sh)
     if "attn_proj" in modules:
         width = (arch.v_head_dim or 0) if mla else arch.head_dim
         out = BF16 * T * a * width

@@ -45,6 +45,21 @@ def test_attention_modules_by_hand() -> None:
     assert _off(LLAMA8, False, "attn_norm", "mlp_norm") == 0
 
 
+def test_unfused_core_attention_offloads_its_scores() -> None:
+    # Without a flash kernel core attention saves Q, K, V and, instead of the kernel's output, the
+    # s^2 softmax output its second batched GEMM keeps (the offload context's saved-tensor hooks
+    # take whatever the backend saves). Llama 3.1 8B, 4,096 tokens, no attention dropout: TE's
+    # fused softmax keeps 2 bytes per score, 32 heads x 4096^2 x 2; Q, K, V 2 (a + 2g) d = 12,288
+    # per token as with flash attention
+    sh = Shard(tokens=T, seq_per_cp_rank=T, flash_attention=False, attention_dropout=False)
+    got = fine_offload.offloaded_bytes(LLAMA8, False, sh, frozenset({"core_attn"}))
+    assert got == T * 12288 + 2 * 32 * T * T
+    # with attention dropout its mask and output go too (1 + 2 bytes per score)
+    drop = Shard(tokens=T, seq_per_cp_rank=T, flash_attention=False)
+    got = fine_offload.offloaded_bytes(LLAMA8, False, drop, frozenset({"core_attn"}))
+    assert got == T * 12288 + 5 * 32 * T * T
+
+
 def test_expert_modules_by_hand() -> None:
     # DeepSeek-V3, one GPU with every expert (ep 1), t = 1: pairs = 8 x T x 1.2 (the dropless
     # load); expert_fc1 offloads fc1's input 2h = 14,336 per pair, moe_act the SwiGLU input
