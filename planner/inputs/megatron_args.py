@@ -148,6 +148,7 @@ def read(
     parallel = layout.parallel(line, model["num_layers"], num_gpus)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     megatron_args_memory.vision(line, model, parallel, training)
+    missing += megatron_args_memory.mimo(line, training)
     model.setdefault("max_position_embeddings", training["seq_length"])
     vocab = vocabulary(
         VocabFlags(

@@ -1,7 +1,8 @@
 """Megatron-LM training flags that change what a GPU holds or how long a step takes, read into
 the plan's `[training]` table by `planner.inputs.megatron_args`: the partial distributed
-optimizer, the native fused cross entropy, attention dropout, the RL step's rollout engine and
-LLaVA's vision encoder (their memory: `planner.model.memory`,
+optimizer, the native fused cross entropy, attention dropout, the RL step's rollout engine,
+LLaVA's vision encoder and the MIMO example's frozen language model (their memory:
+`planner.model.memory`,
 `planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
 `planner.model.rl_inference`, `planner.model.vision`), and the per-step gradient statistics
 (`planner.model.cost.GRAD_STATS_S`)."""
@@ -49,6 +50,38 @@ def _rl_step(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
             o if g is None else g for g, o in zip(given, own, strict=True)
         ]
     return out
+
+
+MIMO_FROZEN_PROVIDERS = ("llava_vlm", "video_llava_vlm")
+"""examples/mimo/train.py's --model-provider values whose builder freezes the language model and
+the vision encoder (model_providers/llava_vlm.py, Megatron-LM d98e8a64: requires_grad False on
+both; only the vision projection trains)."""
+
+MIMO_TOTAL_SEQ_DEFAULT = 512
+"""examples/mimo/train.py --total-seq-length default."""
+
+
+def mimo(line: Line, training: dict[str, Any]) -> list[str]:
+    """Megatron-LM's MIMO example (examples/mimo/train.py, d98e8a64), its own flags: with a LLaVA
+    provider of MIMO_FROZEN_PROVIDERS the language model, which is what planner sizes, is frozen
+    (`frozen_model`); its samples hold at most --total-seq-length tokens, image and text (the
+    Energon task encoder packs to it or pads each batch to its longest sample; the mock data is
+    that long), which is the sequence planner counts: an upper bound, on the safe side. The CLIP
+    encoder (frozen: its forward only, nothing kept for a backward) and the projector are not
+    counted. Returns what the line does that planner does not model."""
+    own = line.flags
+    if (own.get("--model-provider") or [""])[0] not in MIMO_FROZEN_PROVIDERS:
+        return []
+    training["frozen_model"] = True
+    total = own.get("--total-seq-length")
+    training["seq_length"] = int(total[0]) if total else MIMO_TOTAL_SEQ_DEFAULT
+    if "--language-model-checkpoint" not in own:
+        return []
+    return [
+        "--language-model-checkpoint: loading the language model's checkpoint before training "
+        "(load_submodule_ckpt) is not modelled; what it holds while loading can exceed the "
+        "training peak"
+    ]
 
 
 def vision(

@@ -87,6 +87,9 @@ class Job:
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
     attention_dropout: bool = True  # planner.model.scores
+    frozen_model: bool = False
+    """The model's own parameters are frozen (`[training] frozen_model`): only modules outside it
+    train, which planner leaves out (`planner.model.memory`, `layer_time`, `cost`)."""
     tp_overlap_cfg: tuple[tuple[str, UbSlot], ...] = TE_DEFAULT
     """Transformer Engine's userbuffers slots for --tp-comm-overlap (`planner.inputs.userbuffers`:
     its defaults, what Megatron-LM runs without --tp-comm-overlap-cfg; a run's own tuned one,
@@ -208,6 +211,7 @@ def build_job(
         rl_inference_parallel=training.rl_inference_parallel,
         vision_encoder=training.vision_encoder,
         attention_dropout=training.attention_dropout,
+        frozen_model=training.frozen_model,
         framework=framework,
         torchtitan=titan,
         **knobs,  # type: ignore[arg-type]

@@ -228,6 +228,13 @@ class TrainingSection(BaseModel):
         "of its vision transformer, the language model's shape; seq_length is the language "
         "model's (text and image tokens)",
     )
+    frozen_model: Flag = Field(
+        default=False,
+        description="the model's own parameters (embedding, decoder layers, output layer) are "
+        "frozen and what trains lies outside it (a multimodal projector, e.g. Megatron-LM's "
+        "MIMO LLaVA): no gradients, optimizer states, weight-gradient GEMMs or gradient sync for "
+        "them, and their linear layers keep no inputs for a weight gradient",
+    )
     attention_dropout: Flag = Field(
         default=True,
         description="the model has attention dropout (Megatron --attention-dropout > 0, its "

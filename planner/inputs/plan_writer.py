@@ -114,6 +114,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         training["cuda_graphs"] = True
     if job.gemm_sm_margin:
         training["gemm_sm_margin"] = job.gemm_sm_margin
+    training.update(_job_flags(job))
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,
@@ -215,3 +216,29 @@ def _pools_lines(job: Job) -> list[str]:
         if job.pools_data_parallel:
             lines += ["allow_data_parallel = true"]
     return lines
+
+
+_JOB_FLAGS: tuple[tuple[str, object], ...] = (
+    ("compiled_loss_fusion", False),
+    ("log_grad_stats", False),
+    ("optimizer_instances", 1),
+    ("optimizer", "adam"),
+    ("muon_whole_params", False),
+    ("rl_inference_parallel", None),
+    ("vision_encoder", None),
+    ("attention_dropout", True),
+    ("frozen_model", False),
+)
+"""`[training]` fields the Job holds as they are, with their defaults: written where they differ,
+so that a plan written from a job (suggest --write-plan on a job file) reads back the same job."""
+
+
+def _job_flags(job: Job) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, default in _JOB_FLAGS:
+        value = getattr(job, name)
+        if value != default:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    if job.rl_kv_cache_bytes:
+        out["rl_kv_cache_gib"] = job.rl_kv_cache_bytes / 2**30
+    return out

@@ -111,6 +111,8 @@ class Shard:
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
     compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
     attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
+    frozen: bool = False
+    """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
     fused_swiglu: bool = True
     sp_keeps_gathered_input: bool = False
     modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
@@ -138,7 +140,11 @@ def split(rep: float, part: float, sh: Shard) -> float:
 
 
 def linear_in(nbytes: float, sh: Shard) -> float:
-    """A linear layer's saved input: 8 bits under FP8."""
+    """A linear layer's saved input: 8 bits under FP8; none when its weight is frozen, as only
+    the weight gradient reads it (Transformer Engine linear.py @d0067d0d: backward_needs_input =
+    is_grad_enabled and weight.requires_grad)."""
+    if sh.frozen:
+        return 0.0
     return nbytes / 2 if sh.fp8 else nbytes
 
 
@@ -147,7 +153,7 @@ def _attention_out(nbytes: float, sh: Shard) -> float:
     copy under FP8; without flash only the projection keeps it."""
     if not sh.flash_attention:
         return linear_in(nbytes, sh)
-    return nbytes + (nbytes / 2 if sh.fp8 else 0.0)
+    return nbytes + (linear_in(nbytes, sh) if sh.fp8 else 0.0)
 
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:

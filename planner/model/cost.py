@@ -294,6 +294,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
         key = (tuple(n for _, n in mix), heads, rank == 0, id(job))
         if key not in dp_seen:
             dense, expert = stage_params(job, lay, rank, chunks)
+            if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
+                dense = expert = 0.0
             if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
                 e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, m)
             else:

@@ -9,7 +9,8 @@ K and N the TP-sliced weight dims), each on the additive roofline of `planner.mo
 of the peak, the only constant of that roofline. The ceiling is measured per part and precision
 (the best-shape throughput of the vendor's BLAS over the dense peak, from the catalog): a part
 whose best matmul is slower than GEMM_EFFICIENCY_MAX x peak runs its GEMMs at that best.
-Backward = 2 x forward (dgrad and wgrad have the same three dimensions).
+Backward = 2 x forward (dgrad and wgrad have the same three dimensions); 1 x with the model's
+weights frozen (`Job.frozen_model`: no wgrad).
 FP8 runs the decoder's linear layers at the FP8 peak (at most FP8_CEILING_FRACTION of the part's
 FP8 matmul ceiling, the same under every recipe; on Blackwell at most `gemm.BLACKWELL_FP8_SPEEDUP`
 x the bf16 rate)
@@ -246,7 +247,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         norm_elems = t * kind.blocks * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
     out.fwd = gemm_fwd + attn_fwd + scan_fwd + (ew + cast) / 3
-    out.bwd = 2 * gemm_fwd + attn_bwd + scan_bwd + 2 * (ew + cast) / 3
+    grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
+    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * (ew + cast) / 3
     out.offload = act_bytes / host_link_bandwidth(job)
     policy = job.recompute_policy(lay.recompute)
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
@@ -399,7 +401,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     if gathered and lay.tp > 1:
         # logits all-gathered forward, their gradient sliced backward
         gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
-    return 3 * fwd + ce + gather
+    return (2 if job.frozen_model else 3) * fwd + ce + gather
 
 
 def gpu_of(job: Job) -> Gpu:

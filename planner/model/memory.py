@@ -228,6 +228,8 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     cache = cache8 * (fp8_dense + fp8_expert)
     transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
     optimizer = dense * o_d + expert * o_e
+    if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
+        return (weights, 0.0, 0.0, cache, transient)
     if job.optimizer == "muon":
         decoder = decoder_params(job, layout, chunks)
         words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
