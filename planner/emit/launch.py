@@ -84,6 +84,14 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
             f"{plan.path}: cluster.pools: --target {target} cannot place pipeline ranks on pools; "
             f"use one of {', '.join(POOL_TARGETS)}"
         )
+    if plan.job.frozen_model:  # the launched run would train what the plan counts as frozen
+        raise InputError(
+            f"{plan.path}: training.frozen_model: no launch target can freeze the model (no "
+            "Megatron-LM, Megatron-Bridge or torchtitan flag does; Megatron-LM's MIMO example "
+            "freezes it in its model provider): the files would train every parameter, whose "
+            "gradients and optimizer states this plan does not count; set frozen_model = false "
+            "to launch a full training"
+        )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(plan, check_job_name(job_name))

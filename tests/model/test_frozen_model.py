@@ -22,7 +22,9 @@ from jobs import job
 from paths import REPO
 from plan_text import plan_text, write
 
+from planner.emit import launch
 from planner.inputs import megatron_args, plan_writer
+from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan, parse_plan
 from planner.model import activations, cost, flops, memory
@@ -107,6 +109,9 @@ def test_plan_round_trip_keeps_the_job(tmp_path: Path) -> None:
     text = plan_writer.render(plan.job, plan.require_layout(), {"name": "llama3.1-8b"}, ["t"])
     again = check_plan(load_plan(write(tmp_path, text, "again.toml")))
     assert again.job == plan.job
+    # no launch target can freeze the model: refused, naming the field, not a full training
+    with pytest.raises(InputError, match=r"training\.frozen_model"):
+        launch.render(plan, "megatron-args")
 
 
 def test_the_mimo_functional_test_fits_with_its_measured_persistent_memory() -> None:
