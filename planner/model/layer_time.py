@@ -44,7 +44,7 @@ memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (K
 sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
-Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
+TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
 SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden
 TP second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
 the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`), and
@@ -81,22 +81,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.userbuffers import slot_map
 from planner.model import (
     activations,
-    async_tp,
     attention,
     comms,
     dispatch,
     flops,
+    layer_tp,
     mamba,
     moe_time,
     recompute_time,
-    tp_overlap,
 )
 from planner.model.activations import BF16, Shard
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, linear_fraction, quant_bytes
@@ -264,7 +261,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
-        out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = _tp_charges(
+        out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = layer_tp.tp_charges(
             job, lay, kind, (shapes, times), t, n_fwd, modules
         )
     if lay.cp > 1 and kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
@@ -308,50 +305,6 @@ def _margin_slowdown(job: Job) -> float:
     return sms / (sms - min(job.gemm_sm_margin, sms - 1))
 
 
-def _tp_charges(
-    job: Job,
-    lay: Layout,
-    kind: LayerKind,
-    gemms: tuple[list[tuple[float, float, float, float]], list[float]],
-    t: float,
-    n_fwd: int,
-    modules: tuple[str, ...],
-) -> tuple[float, float, float, float]:
-    """(shown, hidden, traffic, shown without the TP overlap) seconds of a layer's TP
-    collectives per micro-batch (`Layer.tp`, `tp_hidden`, `tp_traffic`, `tp_plain`): the hidden
-    part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
-    the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
-    seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
-    arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster)
-    shapes, times = gemms
-    cols = _column_parallel_windows(arch, shapes, times, kind)
-    size = t * arch.hidden_size * BF16
-    exposed, hidden = comms.tensor_parallel_layer(
-        job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
-        job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
-    )  # fmt: skip
-    plain = exposed + share * hidden
-    shown = None
-    if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
-        row_w = async_tp.row_parallel_windows(arch, times, kind)
-        exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
-    elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
-        row_w = async_tp.row_parallel_windows(arch, times, kind)
-        slots = slot_map(job.tp_overlap_cfg)
-        fp8 = job.precision == "fp8"
-        exposed, hidden, held = tp_overlap.layer_traffic(
-            job.cluster, tp, size, n_fwd, (cols, row_w), fp8, slots
-        )
-        shown = exposed + held
-    # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
-    rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if kind.moe else set()
-    again = 0.0
-    if rerun & set(modules):
-        again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
-    shown = exposed + share * hidden if shown is None else shown
-    return shown + again, hidden, exposed + hidden + again, plain + again
-
-
 def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, float]:
     """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on
     sequences of `seq` tokens (`attention.kernel_fractions`: the published kernels' rate by GPU,
@@ -366,25 +319,6 @@ def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, 
     if ceiling is not None:
         fe, be = min(fe, ceiling), min(be, ceiling)
     return fe * ATTENTION_EFFICIENCY, be * ATTENTION_EFFICIENCY
-
-
-def _column_parallel_windows(
-    arch: ModelArch,
-    shapes: list[tuple[float, float, float, float]],
-    times: list[float],
-    moe: bool | LayerKind,
-) -> tuple[float, ...]:
-    """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer
-    input; one backward GEMM, dgrad or wgrad, takes as long): what the block's backward TP
-    collectives can run under (`flops.gemm_blocks`: the attention's QKV or down-projections, a
-    Mamba mixer's in_proj, fc1). An MoE block's input is gathered by its token dispatcher before
-    the experts, so nothing overlaps there (0). `moe`: the layer's kind, or a transformer layer's
-    MoE flag."""
-    h = arch.hidden_size
-    return tuple(
-        0.0 if block == "moe" else sum(times[i] for i in idx[:-1] if shapes[i][1] == h)
-        for block, idx in flops.gemm_blocks(arch, moe)
-    )
 
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:

@@ -15,7 +15,8 @@ from planner.inputs.plan import Job, load_plan
 from planner.model import async_tp, comms, cost, flops
 from planner.model.activations import BF16
 from planner.model.gemm import gemm_time
-from planner.model.layer_time import _column_parallel_windows, gpu_of, layer_time
+from planner.model.layer_time import gpu_of, layer_time
+from planner.model.layer_tp import column_parallel_windows
 from planner.search.rules import check_plan
 
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
@@ -66,7 +67,7 @@ def test_async_tp_hides_the_forward_collectives(tmp_path: Path) -> None:
     arch, t = job.arch, 8192.0
     shapes = flops.linear_gemms(arch, t, 8, 1, 1, False)
     times = _gemm_times(job, shapes)
-    cols = _column_parallel_windows(arch, shapes, times, False)
+    cols = column_parallel_windows(arch, shapes, times, False)
     rows = async_tp.row_parallel_windows(arch, times, False)
     half = comms.reduce_scatter(t * arch.hidden_size * BF16, comms.place(job.cluster, 1, 8))
     shown = sum(async_tp.hidden_share(half, w, 8) for w in (*cols, *rows)) * 2

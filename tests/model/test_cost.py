@@ -25,7 +25,7 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, flops, layer_time, schedule, stage_time
+from planner.model import comms, cost, flops, layer_time, layer_tp, schedule, stage_time
 from planner.model.layer_time import gpu_of
 
 DATA = DATA_DIR / "fidelity_rows.json"
@@ -461,10 +461,10 @@ def test_backward_tp_windows_are_the_input_side_gemms(model: str, attn_inputs: t
     shapes = flops.linear_gemms(arch, 4096.0, 2, 1, 1, moe=False)
     times = [float(10**i) for i in range(len(shapes))]  # 1, 10, 100, ...: each sum is unique
     n_attn = len(flops.attention_gemms(arch, 4096.0, 2))
-    attn, mlp = layer_time._column_parallel_windows(arch, shapes, times, moe=False)
+    attn, mlp = layer_tp.column_parallel_windows(arch, shapes, times, moe=False)
     assert attn == sum(times[i] for i in attn_inputs)
     assert mlp == times[n_attn]  # fc1
-    assert layer_time._column_parallel_windows(arch, shapes, times, moe=True)[1] == 0.0
+    assert layer_tp.column_parallel_windows(arch, shapes, times, moe=True)[1] == 0.0
 
 
 def test_fp8_param_gather_gathers_the_decoder_weights_in_one_byte() -> None:

@@ -1,0 +1,79 @@
+"""A decoder layer's tensor-parallel charges per micro-batch: its TP collectives (Megatron's f and g
+operators, `planner.model.comms.tensor_parallel_layer`), what of them hides under the layer's own
+GEMMs and what the hidden part still costs (the SMs a collective holds, `comms.sm_share`, or under
+Transformer Engine's userbuffers the SMs its overlaps hold, `planner.model.tp_overlap`; torchtitan's
+async TP, `planner.model.async_tp`), and the same without --tp-comm-overlap (what decides whether
+the overlap pays). `planner.model.layer_time` times the layer's compute and calls it."""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.userbuffers import slot_map
+from planner.model import async_tp, comms, flops, tp_overlap
+from planner.model.activations import BF16
+
+
+def tp_charges(
+    job: Job,
+    lay: Layout,
+    kind: LayerKind,
+    gemms: tuple[list[tuple[float, float, float, float]], list[float]],
+    t: float,
+    n_fwd: int,
+    modules: tuple[str, ...],
+) -> tuple[float, float, float, float]:
+    """(shown, hidden, traffic, shown without the TP overlap) seconds of a layer's TP
+    collectives per micro-batch (`Layer.tp`, `tp_hidden`, `tp_traffic`, `tp_plain`): the hidden
+    part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
+    the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
+    seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
+    arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster)
+    shapes, times = gemms
+    cols = column_parallel_windows(arch, shapes, times, kind)
+    size = t * arch.hidden_size * BF16
+    exposed, hidden = comms.tensor_parallel_layer(
+        job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
+        job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
+    )  # fmt: skip
+    plain = exposed + share * hidden
+    shown = None
+    if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
+        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
+    elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
+        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        slots = slot_map(job.tp_overlap_cfg)
+        fp8 = job.precision == "fp8"
+        exposed, hidden, held = tp_overlap.layer_traffic(
+            job.cluster, tp, size, n_fwd, (cols, row_w), fp8, slots
+        )
+        shown = exposed + held
+    # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
+    rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if kind.moe else set()
+    again = 0.0
+    if rerun & set(modules):
+        again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
+    shown = exposed + share * hidden if shown is None else shown
+    return shown + again, hidden, exposed + hidden + again, plain + again
+
+
+def column_parallel_windows(
+    arch: ModelArch,
+    shapes: list[tuple[float, float, float, float]],
+    times: list[float],
+    moe: bool | LayerKind,
+) -> tuple[float, ...]:
+    """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer
+    input; one backward GEMM, dgrad or wgrad, takes as long): what the block's backward TP
+    collectives can run under (`flops.gemm_blocks`: the attention's QKV or down-projections, a
+    Mamba mixer's in_proj, fc1). An MoE block's input is gathered by its token dispatcher before
+    the experts, so nothing overlaps there (0). `moe`: the layer's kind, or a transformer layer's
+    MoE flag."""
+    h = arch.hidden_size
+    return tuple(
+        0.0 if block == "moe" else sum(times[i] for i in idx[:-1] if shapes[i][1] == h)
+        for block, idx in flops.gemm_blocks(arch, moe)
+    )
