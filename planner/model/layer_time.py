@@ -44,16 +44,16 @@ memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (K
 sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
 work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
 
-TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
-SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden
-TP second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
-the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`), and
-so does Megatron's --tp-comm-overlap, each collective with or beside its own GEMM as Transformer
-Engine's userbuffers pipeline it (`planner.model.tp_overlap`); there the GEMMs of its pipelined
-and bulk overlaps run on the SMs the userbuffers leave them for their whole length instead (its
-held seconds).
-Context parallelism's ring hops are point-to-point sends, which NCCL runs on a channel or two per
-peer (NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
+TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under
+compute holds `comms.sm_share` of the SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it
+runs that much longer; each hidden TP second adds that share to the layer's exposed TP time
+(`Layer.tp`). torchtitan's async TP hides the forward TP collectives too, each under its GEMM less
+one chunk (`planner.model.async_tp`), and so does Megatron's --tp-comm-overlap, each collective
+with or beside its own GEMM as Transformer Engine's userbuffers pipeline it
+(`planner.model.tp_overlap`); there the GEMMs of its pipelined and bulk overlaps run on the SMs the
+userbuffers leave them for their whole length instead (its held seconds). Context parallelism's
+ring hops are point-to-point sends, which NCCL runs on a channel or two per peer
+(NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
 
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
 Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`: core_attn the
