@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import megatron_args_memory, megatron_training, nemo_args
+from planner.inputs import catalog, megatron_args_memory, megatron_training, nemo_args
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
@@ -149,6 +149,7 @@ def read(
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     megatron_args_memory.vision(line, model, parallel, training)
     missing += megatron_args_memory.mimo(line, training)
+    missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
     model.setdefault("max_position_embeddings", training["seq_length"])
     vocab = vocabulary(
         VocabFlags(
@@ -180,6 +181,14 @@ def read(
         "parallel": parallel,
     }
     return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
+
+
+def _blackwell(gpu: str) -> bool:
+    """Whether the catalog GPU is a Blackwell part (False for a name the plan will refuse)."""
+    try:
+        return catalog.get_gpu(gpu).is_blackwell
+    except InputError:
+        return False
 
 
 def _model(line: Line, notes: list[str]) -> dict[str, Any]:

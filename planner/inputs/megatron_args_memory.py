@@ -84,6 +84,23 @@ def mimo(line: Line, training: dict[str, Any]) -> list[str]:
     ]
 
 
+BLACKWELL_DETERMINISTIC = (
+    "--deterministic-mode: on Blackwell, Transformer Engine does not run the attention backward "
+    "on cuDNN's fused kernel in deterministic mode before cuDNN 9.18.1 (TransformerEngine PRs "
+    "#2130, #2584) and falls back to flash-attn's kernels, whose speed there is not modelled; "
+    "Megatron-LM's GB200 functional tests of a 7B model at 8k tokens run 1.8x the predicted step"
+)
+"""What `deterministic_note` says."""
+
+
+def deterministic_note(line: Line, blackwell: bool) -> list[str]:
+    """The not-modelled note of --deterministic-mode on a Blackwell GPU (BLACKWELL_DETERMINISTIC);
+    on Hopper and Ampere TE keeps cuDNN's fused attention, with its deterministic backward."""
+    if not (blackwell and line.has("--deterministic-mode")):
+        return []
+    return [BLACKWELL_DETERMINISTIC]
+
+
 def vision(
     line: Line, model: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any]
 ) -> None:
