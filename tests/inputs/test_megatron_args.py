@@ -153,6 +153,17 @@ def test_block_recompute_is_read_as_written_and_sits_between_none_and_full() -> 
             "--seq-length 8",
             "'x'",
         ),
+        (
+            # a zero degree (no --global-batch-size: its default divides by the degrees)
+            "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8 --tensor-model-parallel-size 0",
+            "--tensor-model-parallel-size: expected a positive integer \\(got 0\\)",
+        ),
+        (
+            "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8 --micro-batch-size -1",
+            "--micro-batch-size: expected a positive integer",
+        ),
     ],
 )
 def test_bad_arguments(text: str, needle: str) -> None:
