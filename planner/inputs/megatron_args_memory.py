@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
 
 RL_KV_CACHE_GIB = 40.0
@@ -73,8 +74,8 @@ def mimo(line: Line, training: dict[str, Any]) -> list[str]:
     if (own.get("--model-provider") or [""])[0] not in MIMO_FROZEN_PROVIDERS:
         return []
     training["frozen_model"] = True
-    total = own.get("--total-seq-length")
-    training["seq_length"] = int(total[0]) if total else MIMO_TOTAL_SEQ_DEFAULT
+    total = (own.get("--total-seq-length") or [str(MIMO_TOTAL_SEQ_DEFAULT)])[0]
+    training["seq_length"] = _positive(total, "--total-seq-length", line.where)
     if "--language-model-checkpoint" not in own:
         return []
     return [
@@ -99,6 +100,17 @@ def deterministic_note(line: Line, blackwell: bool) -> list[str]:
     if not (blackwell and line.has("--deterministic-mode")):
         return []
     return [BLACKWELL_DETERMINISTIC]
+
+
+def _positive(text: str, flag: str, where: str) -> int:
+    """A script's own integer flag (not Megatron's: `Line.integer` reads those)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"{where}: {flag}: expected a positive integer (got {text!r})")
+    return value
 
 
 def vision(

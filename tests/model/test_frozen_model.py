@@ -58,6 +58,10 @@ def test_mimo_llava_lines_read_frozen_at_their_total_sequence() -> None:
     # examples/mimo/train.py's default --total-seq-length is 512
     got = _read("--model-provider video_llava_vlm")
     assert got["frozen_model"] is True and got["seq_length"] == 512
+    # bad input names the flag and the value
+    for bad in ("0", "1e9"):
+        with pytest.raises(InputError, match=f"--total-seq-length: .*'{bad}'"):
+            _read(f"--model-provider llava_vlm --total-seq-length {bad}")
     # the mock provider trains every parameter, on --seq-length
     got = _read("--model-provider mock --total-seq-length 2048")
     assert "frozen_model" not in got and got["seq_length"] == 4096
