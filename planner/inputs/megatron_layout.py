@@ -35,10 +35,11 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for flag, field in PARALLEL_INT.items():
         value = line.integer(flag)
-        if value is not None and value < 1:  # a degree or batch of none divides nothing
+        if value is None:
+            continue
+        if value < 1:  # a degree or batch of none divides nothing
             raise InputError(f"{where}: {flag}: expected a positive integer (got {value})")
-        if value is not None:
-            out[field] = value
+        out[field] = value
     tp, pp, cp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1)
     sizes = line.words("--hierarchical-context-parallel-sizes")
     if sizes is not None:

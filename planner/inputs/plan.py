@@ -155,6 +155,25 @@ class Plan:
         return self.layout
 
 
+TRAINING_AS_IS = (
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "cuda_graphs",
+    "compiled_loss_fusion",
+    "log_grad_stats",
+    "optimizer_instances",
+    "gemm_sm_margin",
+    "optimizer",
+    "muon_whole_params",
+    "rl_inference_parallel",
+    "vision_encoder",
+    "attention_dropout",
+    "frozen_model",
+)
+"""`[training]` fields the Job takes as they are, under the same name (`build_job`), and that
+`planner.inputs.plan_writer` writes back where they differ from the Job's defaults."""
+
+
 def build_job(
     arch: ModelArch,
     cluster: ClusterSpec,
@@ -198,22 +217,10 @@ def build_job(
         flash_attention=given.get("flash_attention", True),
         moe_router_num_groups=_or(training.moe_router_num_groups, arch.moe_router_num_groups),
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
-        moe_expert_capacity_factor=training.moe_expert_capacity_factor,
-        moe_pad_expert_input_to_capacity=training.moe_pad_expert_input_to_capacity,
-        cuda_graphs=training.cuda_graphs,
-        compiled_loss_fusion=training.compiled_loss_fusion,
-        log_grad_stats=training.log_grad_stats,
-        optimizer_instances=training.optimizer_instances,
-        gemm_sm_margin=training.gemm_sm_margin,
-        optimizer=training.optimizer,
-        muon_whole_params=training.muon_whole_params,
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
-        rl_inference_parallel=training.rl_inference_parallel,
-        vision_encoder=training.vision_encoder,
-        attention_dropout=training.attention_dropout,
-        frozen_model=training.frozen_model,
         framework=framework,
         torchtitan=titan,
+        **{name: getattr(training, name) for name in TRAINING_AS_IS},
         **knobs,  # type: ignore[arg-type]
     )
 

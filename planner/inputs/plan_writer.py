@@ -8,12 +8,13 @@ differ from the catalog; `[parallel]` in full, dp included.
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from planner.inputs import catalog, pipeline_layout
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import TRAINING_AS_IS, Job
 from planner.inputs.torchtitan import training_defaults
 
 _ESCAPES = {
@@ -106,15 +107,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
     for name in ("moe_router_num_groups", "moe_router_group_topk"):
         if getattr(job, name) != getattr(job.arch, name):
             training[name] = getattr(job, name)
-    if job.moe_expert_capacity_factor is not None:
-        training["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
-    if job.moe_pad_expert_input_to_capacity:
-        training["moe_pad_expert_input_to_capacity"] = True
-    if job.cuda_graphs:
-        training["cuda_graphs"] = True
-    if job.gemm_sm_margin:
-        training["gemm_sm_margin"] = job.gemm_sm_margin
-    training.update(_job_flags(job))
+    training.update(_as_is(job))
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,
@@ -218,26 +211,17 @@ def _pools_lines(job: Job) -> list[str]:
     return lines
 
 
-_JOB_FLAGS: tuple[tuple[str, object], ...] = (
-    ("compiled_loss_fusion", False),
-    ("log_grad_stats", False),
-    ("optimizer_instances", 1),
-    ("optimizer", "adam"),
-    ("muon_whole_params", False),
-    ("rl_inference_parallel", None),
-    ("vision_encoder", None),
-    ("attention_dropout", True),
-    ("frozen_model", False),
-)
-"""`[training]` fields the Job holds as they are, with their defaults: written where they differ,
-so that a plan written from a job (suggest --write-plan on a job file) reads back the same job."""
+_DEFAULTS = {f.name: f.default for f in fields(Job)}
 
 
-def _job_flags(job: Job) -> dict[str, Any]:
+def _as_is(job: Job) -> dict[str, Any]:
+    """The `TRAINING_AS_IS` fields where the job's differ from the Job's defaults, and the RL
+    rollout engine's KV cache (held in bytes), so that a plan written from a job (suggest
+    --write-plan on a job file) reads back the same job."""
     out: dict[str, Any] = {}
-    for name, default in _JOB_FLAGS:
+    for name in TRAINING_AS_IS:
         value = getattr(job, name)
-        if value != default:
+        if value != _DEFAULTS[name]:
             out[name] = list(value) if isinstance(value, tuple) else value
     if job.rl_kv_cache_bytes:
         out["rl_kv_cache_gib"] = job.rl_kv_cache_bytes / 2**30
