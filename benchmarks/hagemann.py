@@ -46,6 +46,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, cost, layer_time, memory, params
 from planner.model.activations import BF16, FP32
 from planner.model.cost import Performance
+from planner.model.dp_sync import data_parallel_groups
 
 DpSync = Literal["megatron", "fp32_after_backward"]
 """How the data-parallel replicas synchronise: Megatron's overlapped sync (what planner
@@ -235,9 +236,9 @@ def serial_dp_sync(job: Job, lay: Layout) -> tuple[float, float]:
     it all-reduces each stage's gradients in fp32, then with ZeRO all-gathers the updated bf16
     parameters, nothing overlapped (per parameter 2 x 4 bytes through the all-reduce's two ring
     phases plus 2 through the all-gather), on the groups and tiers planner places them
-    (`comms.data_parallel_groups`). As in `cost.estimate`, the stage whose sync and optimizer
+    (`dp_sync.data_parallel_groups`). As in `cost.estimate`, the stage whose sync and optimizer
     step take longest decides."""
-    groups = comms.data_parallel_groups(job.cluster, lay)
+    groups = data_parallel_groups(job.cluster, lay)
     gpu = layer_time.gpu_of(job)
     best = (0.0, 0.0)
     for rank, layers in enumerate(lay.chunk_layers(job.arch.num_layers)):

@@ -35,7 +35,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import rl_inference
-from planner.model.comms import DP_BUCKET_PARAMS
+from planner.model.dp_sync import DP_BUCKET_PARAMS
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's

@@ -35,8 +35,7 @@ Overlap is not free: a collective hidden under compute runs on COMM_KERNEL_SMS o
 callers add it to the exposed time (TP in `planner.model.layer_time`, EP in
 `planner.model.stage_time`, DP in `planner.model.cost`).
 
-Data-parallel sync (`data_parallel`): Megatron's DDP buckets for ZeRO 0-2, each its own
-collective; ZeRO-3 per decoder layer, every micro-batch, prefetched one layer ahead.
+Data-parallel sync, built on these collectives, is `planner.model.dp_sync`.
 
 The MoE token dispatchers, built on these collectives, are `planner.model.dispatch`.
 """
@@ -44,12 +43,9 @@ The MoE token dispatchers, built on these collectives, are `planner.model.dispat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
-from planner.inputs.layout import Layout
-from planner.model.activations import BF16
 
 SCALEUP_BUS_EFFICIENCY = 0.80
 """Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink, xGMI). Measured:
@@ -299,106 +295,3 @@ def context_parallel_ring(
     fwd, bwd = (cp - 1) * hop, 2 * (cp - 1) * hop
     exposed = n_fwd * max(fwd - attn_fwd, 0.0) + max(bwd - attn_bwd, 0.0)
     return exposed, n_fwd * fwd + bwd - exposed
-
-
-FSDP_MAX_LIVE_PARAMS: float | None = None
-"""Cap on the gathered (live) parameters of a ZeRO-3 implementation, or None for none. Megatron-FSDP
-and PyTorch FSDP2 hold the current unit and the prefetched next one whatever their size (None).
-DeepSpeed ZeRO-3 caps them at `stage3_max_live_parameters`, 1e9 by default (DeepSpeed
-docs/_pages/config-json.md): a unit of more than half of the cap cannot be gathered while the
-previous one is live, so its all-gathers hide under nothing. Read at call time; the model of a
-DeepSpeed run (the SC21 ZeRO-3 rows, tests/model/test_zero3_sc21.py) sets it."""
-
-DP_BUCKET_PARAMS = 40_000_000
-"""Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
-
-
-def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
-    """The groups gradients reduce over: dense parameters over dp x cp ranks tp apart, expert
-    parameters over expert_dp ranks etp x ep apart (MoE parallel folding). The same for every
-    pipeline stage: place them once per layout."""
-    dense = place(cluster, lay.tp, lay.dense_dp)
-    return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
-
-
-def _per_bucket(
-    collective: Callable[[float, Group], float], size: float, n: int, grp: Group
-) -> float:
-    """n collectives of size/n bytes each: the bandwidth of one of `size`, n times the latency."""
-    return n * collective(size / n, grp)
-
-
-def data_parallel(
-    groups: tuple[Group, Group],
-    lay: Layout,
-    dense: float,
-    expert: float,
-    grad_bytes: float,
-    fwd: float,
-    bwd: float,
-    m: int,
-    layers: int = 1,
-    param_bytes: tuple[float, float] = (BF16, BF16),
-) -> tuple[float, float]:
-    """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
-
-    `groups` are `data_parallel_groups`; `grad_bytes` per gradient element (Job.grad_bytes);
-    `dense` / `expert` are the parameters one GPU holds (before ZeRO sharding); `fwd` / `bwd` are
-    one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
-    in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
-    reduction has no window (it starts after the backward), nor without
-    `lay.overlap_param_gather` the parameter all-gather. `param_bytes`: (dense, expert) bytes
-    per parameter of the ZeRO 1/2 all-gather, 2 in bf16, 1 for FP8 weights with --fp8-param-gather
-    (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
-
-    ZeRO 0-2 (Megatron's DDP): per bucket of max(DP_BUCKET_PARAMS, 1M x dp) parameters, a
-    gradient all-reduce (ZeRO 0) or reduce-scatter and bf16 parameter all-gather (ZeRO 1/2),
-    hidden behind the last micro-batch's backward and the next step's first forward
-    (--overlap-grad-reduce / --overlap-param-gather); what exceeds its window is exposed, and
-    never less than one bucket. Each bucket is its own collective and pays its latency.
-
-    ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
-    bf16 parameter all-gather before its forward and again before its backward, and a gradient
-    reduce-scatter after it, each a ring over all the group's ranks (`ring_latency`, paid per
-    layer). The prefetch runs one unit ahead (PyTorch FSDP's forward / backward prefetch,
-    Megatron-FSDP's next-bucket gather): a unit's all-gather hides only under the previous
-    unit's forward, its backward all-gather and the next unit's reduce-scatter under one unit's
-    backward, so per unit max(comm - window, 0) shows; the first unit's gather (forward and
-    backward) and the last unit's reduce-scatter have nothing to hide under. Where the
-    implementation caps the live parameters below two units (FSDP_MAX_LIVE_PARAMS) nothing is
-    prefetched: every all-gather shows, and only the reduce-scatters hide.
-    """
-    bwd = bwd if lay.overlap_grad_reduce else 0.0
-    fwd = fwd if lay.overlap_param_gather else 0.0
-    exposed = hidden = 0.0
-    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
-        if n_params <= 0 or grp.size <= 1:
-            continue
-        if lay.zero_stage == 3:
-            u = max(layers, 1)
-            ag = all_gather(n_params / u * BF16, grp)
-            rs = reduce_scatter(n_params / u * grad_bytes, grp)
-            f, b = fwd / u, bwd / u
-            cap = FSDP_MAX_LIVE_PARAMS
-            if cap is None or 2 * n_params / u <= cap:
-                shown_f = ag + (u - 1) * max(ag - f, 0.0)
-                shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
-            else:
-                shown_f = u * ag
-                shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
-            exposed += m * (shown_f + shown_b)
-            hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
-            continue
-        per_bucket = max(DP_BUCKET_PARAMS, 1_000_000 * grp.size)
-        buckets = max(1, math.ceil(n_params / per_bucket))
-        bucket = 1.0 / buckets
-        if lay.zero_stage == 0:
-            red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0
-        else:
-            red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
-            gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
-        e_red = max(red - bwd, red * bucket)
-        e_gat = max(gather - fwd, gather * bucket)
-        exposed += e_red + e_gat
-        hidden += (red - e_red) + (gather - e_gat)
-    return exposed, hidden

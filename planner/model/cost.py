@@ -21,7 +21,7 @@ the critical path in 1F1B (blocking sends); when interleaved the sends overlap c
 and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
-prefetched one layer ahead), exposed beyond their overlap windows (`comms.data_parallel`). Hidden
+prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
 (under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead).
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops, fsdp2, host, pools
+from planner.model import comms, dp_sync, flops, fsdp2, host, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.schedule import (
@@ -262,7 +262,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
     pp_per_mb = 0.0 if interleaved else 2 * hop
 
-    dp_groups = comms.data_parallel_groups(job.cluster, lay)
+    dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
     share = comms.sm_share(job.cluster)
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
@@ -273,7 +273,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
             job, lt = jobs[rank], layout_times(jobs[rank], lay)
             dp_groups, share = (
-                comms.data_parallel_groups(job.cluster, lay),
+                dp_sync.data_parallel_groups(job.cluster, lay),
                 comms.sm_share(job.cluster),
             )
             pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])

@@ -134,13 +134,14 @@ def data_parallel_time(
     m: int,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one stage's FSDP2 traffic, the shape of
-    `comms.data_parallel`: under PP with parameters kept gathered ("default"/"never"), one bf16
+    `dp_sync.data_parallel`: under PP with parameters kept gathered ("default"/"never"), one bf16
     all-gather per step (hidden under the first forward) and one fp32 reduce-scatter at the
     last backward (hidden under it); "always" under PP, an all-gather per backward and per
     warm-up forward, the reduce-scatter once; without PP, an all-gather before each
     micro-batch's forward and backward and a reduce-scatter in each backward. HSDP adds the
-    all-reduce of the shards over the replicas, after the last reduce-scatter. `planner.model.cost`
-    charges it for torchtitan plans in place of Megatron's ZeRO traffic (`comms.data_parallel`)."""
+    all-reduce of the shards over the replicas, after the last reduce-scatter.
+    `planner.model.cost` charges it for torchtitan plans in place of Megatron's ZeRO traffic
+    (`dp_sync.data_parallel`)."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))

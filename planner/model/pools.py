@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms
+from planner.model import comms, dp_sync
 from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
 
@@ -227,7 +227,7 @@ def data_parallel(
     layers: int = 1,
     param_bytes: tuple[float, float] = (BF16, BF16),
 ) -> tuple[float, float]:
-    """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `comms.
+    """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `dp_sync.
     data_parallel`, or with the replicas across pools (a replica view: `lay.dp_pools` > 1, the
     job's link between pools kept) the partial distributed optimizer's (module docstring), per
     bucket of max(DP_BUCKET_PARAMS, 1M x the whole dp x cp group) parameters: the instance's
@@ -235,21 +235,19 @@ def data_parallel(
     window; the instance's parameter all-gather in the forward window; what exceeds a window
     is exposed, and never less than one bucket."""
     if lay.dp_pools <= 1 or job.between_pools is None:
-        return comms.data_parallel(
+        return dp_sync.data_parallel(
             groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
         )
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
-    exposed = hidden = 0.0
+    parts: list[dp_sync.Part] = []
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0:
             continue
         red, gather, buckets, _ = _instance_traffic(job, grp, lay.dp_pools, n_params, p_bytes)
-        e_red = max(red - bwd, red / buckets)
-        e_gat = max(gather - fwd, gather / buckets)
-        exposed += e_red + e_gat
-        hidden += (red - e_red) + (gather - e_gat)
-    return exposed, hidden
+        # the link between pools bounds every kind's sync: one window
+        parts.append(("between pools", red, gather, red / buckets, gather / buckets))
+    return dp_sync.windowed(parts, fwd, bwd)
 
 
 def _instance_traffic(
@@ -259,7 +257,7 @@ def _instance_traffic(
     on the link) of one parameter kind: per bucket the instance's reduce-scatter and the link's
     all-reduce of its shard, and the instance's all-gather."""
     whole = grp.size * pools
-    buckets = max(1, math.ceil(n_params / max(comms.DP_BUCKET_PARAMS, 1_000_000 * whole)))
+    buckets = max(1, math.ceil(n_params / max(dp_sync.DP_BUCKET_PARAMS, 1_000_000 * whole)))
     grad = n_params * job.grad_bytes / buckets
     across = buckets * comms.all_reduce(grad / grp.size, link_group(job, pools))
     red = buckets * comms.reduce_scatter(grad, grp) + across
@@ -270,7 +268,7 @@ def _instance_traffic(
 def link_seconds(job: Job, lay: Layout, dense: float, expert: float) -> float:
     """Seconds per step a replica view's stage holding `dense` and `expert` parameters spends
     on the link between pools (the all-reduces of every bucket's shard, hidden or not)."""
-    groups = comms.data_parallel_groups(job.cluster, lay)
+    groups = dp_sync.data_parallel_groups(job.cluster, lay)
     return sum(
         _instance_traffic(job, grp, lay.dp_pools, n)[3]
         for n, grp in zip((dense, expert), groups, strict=True)

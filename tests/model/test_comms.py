@@ -12,7 +12,7 @@ import pytest
 
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms
+from planner.model import comms, dp_sync
 
 
 def h100(num_gpus: int) -> ClusterSpec:
@@ -143,10 +143,10 @@ def test_fp8_param_gather_halves_the_fp8_weights_all_gather() -> None:
 
     cluster = h100(64)
     lay = Layout(tp=1, pp=1, dp=64, overlap_grad_reduce=False, overlap_param_gather=False)
-    groups = comms.data_parallel_groups(cluster, lay)
+    groups = dp_sync.data_parallel_groups(cluster, lay)
     n = 1e9
-    bf16, _ = comms.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1)
-    fp8, _ = comms.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1, param_bytes=(1.0, 1.0))
+    bf16, _ = dp_sync.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1)
+    fp8, _ = dp_sync.data_parallel(groups, lay, n, 0.0, 2.0, 0.0, 0.0, 1, param_bytes=(1.0, 1.0))
     buckets = int(n // 64_000_000) + 1  # max(40M, 1M x 64) parameters a bucket
     ag = buckets * comms.all_gather(n / buckets, groups[0])  # 1 byte a parameter
     assert bf16 - fp8 == pytest.approx(buckets * comms.all_gather(2 * n / buckets, groups[0]) - ag)

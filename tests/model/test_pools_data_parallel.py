@@ -17,7 +17,7 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
-from planner.model import comms, cost, memory, pools
+from planner.model import cost, dp_sync, memory, pools
 from planner.search.rules import violations
 
 SMALL = {
@@ -76,7 +76,7 @@ def test_the_whole_reduction_by_hand() -> None:
     rs = 7 / 8 * grad / b_in + 7 * a_in  # ring reduce-scatter over the node's 8 GPUs
     ag = 7 / 8 * param / b_in + 7 * a_in  # ring all-gather of the bf16 parameters
     across = (grad / 8) / (10e9 * 0.92) + 2e-3
-    groups = comms.data_parallel_groups(view.cluster, lay)
+    groups = dp_sync.data_parallel_groups(view.cluster, lay)
     # no window to hide in: everything shows
     shut = lay.with_(overlap_grad_reduce=False, overlap_param_gather=False)
     exposed, hidden = pools.data_parallel(view, groups, shut, dense, 0.0, 1.0, 1.0, 4)

@@ -7,11 +7,11 @@ trend, not the published values: PTD-P (the best tp 8 layout the model finds at 
 micro-batch of 1) above ZeRO-3 at 768 and 1,536 GPUs, and ZeRO-3's per-GPU throughput falling
 with the GPU count.
 
-What the model charges ZeRO-3 for (planner.model.comms.data_parallel): each layer's all-gathers
+What the model charges ZeRO-3 for (planner.model.dp_sync.data_parallel): each layer's all-gathers
 and reduce-scatter are rings over every rank of the group (ring latency, not a tree), prefetched
 one layer ahead, and the hidden part holds comms.sm_share of the SMs. The table's ZeRO-3 is
 DeepSpeed's, whose live gathered parameters are capped at stage3_max_live_parameters = 1e9 by
-default: a 1.8e9-parameter layer of this model cannot be prefetched (comms.FSDP_MAX_LIVE_PARAMS).
+default: a 1.8e9-parameter layer of this model cannot be prefetched (dp_sync.FSDP_MAX_LIVE_PARAMS).
 The ordering needs that cap; the falling trend holds without it too (Megatron-FSDP / FSDP2).
 """
 
@@ -26,7 +26,7 @@ from paths import DATA
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost
+from planner.model import comms, cost, dp_sync
 
 TABLE: dict[str, Any] = json.loads((DATA / "sc21_table2.json").read_text())
 
@@ -77,7 +77,7 @@ def test_zero3_per_gpu_throughput_falls_with_gpu_count() -> None:
 
 
 def test_ptdp_beats_deepspeed_zero3_at_768_and_1536(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(comms, "FSDP_MAX_LIVE_PARAMS", 1e9)  # DeepSpeed's default cap
+    monkeypatch.setattr(dp_sync, "FSDP_MAX_LIVE_PARAMS", 1e9)  # DeepSpeed's default cap
     got = {r["num_gpus"]: zero3(r["num_gpus"], r["micro_batch_size"]) for r in rows("zero3")}
     assert got[384] > got[768] > got[1536]
     for n in (768, 1536):
@@ -94,9 +94,9 @@ def test_no_prefetch_when_a_layer_exceeds_half_the_cap(monkeypatch: pytest.Monke
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=3)
     ag = comms.all_gather(1e9 * 2, grp)
     rs = comms.reduce_scatter(1e9 * 4, grp)
-    free = comms.data_parallel(groups, lay, 4e9, 0.0, 4.0, 40.0, 40.0, 1, layers=4)
+    free = dp_sync.data_parallel(groups, lay, 4e9, 0.0, 4.0, 40.0, 40.0, 1, layers=4)
     assert free[0] == pytest.approx(2 * ag + rs)
-    monkeypatch.setattr(comms, "FSDP_MAX_LIVE_PARAMS", 1e9)
-    capped = comms.data_parallel(groups, lay, 4e9, 0.0, 4.0, 40.0, 40.0, 1, layers=4)
+    monkeypatch.setattr(dp_sync, "FSDP_MAX_LIVE_PARAMS", 1e9)
+    capped = dp_sync.data_parallel(groups, lay, 4e9, 0.0, 4.0, 40.0, 40.0, 1, layers=4)
     assert capped[0] == pytest.approx(8 * ag + rs)
     assert capped[0] + capped[1] == pytest.approx(free[0] + free[1])  # the same traffic

@@ -1,0 +1,144 @@
+"""Data-parallel sync on the collectives of `planner.model.comms`: where a stage's gradient and
+parameter traffic goes (`data_parallel_groups`: dense parameters over the dp x cp ranks, expert
+parameters over the expert-dp ranks) and how much of it shows beyond its overlap windows
+(`data_parallel`): Megatron's DDP buckets for ZeRO 0-2, each its own collective; ZeRO-3 per
+decoder layer, every micro-batch, prefetched one layer ahead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.model.activations import BF16
+from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
+
+FSDP_MAX_LIVE_PARAMS: float | None = None
+"""Cap on the gathered (live) parameters of a ZeRO-3 implementation, or None for none. Megatron-FSDP
+and PyTorch FSDP2 hold the current unit and the prefetched next one whatever their size (None).
+DeepSpeed ZeRO-3 caps them at `stage3_max_live_parameters`, 1e9 by default (DeepSpeed
+docs/_pages/config-json.md): a unit of more than half of the cap cannot be gathered while the
+previous one is live, so its all-gathers hide under nothing. Read at call time; the model of a
+DeepSpeed run (the SC21 ZeRO-3 rows, tests/model/test_zero3_sc21.py) sets it."""
+
+DP_BUCKET_PARAMS = 40_000_000
+"""Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
+
+
+def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
+    """The groups gradients reduce over: dense parameters over dp x cp ranks tp apart, expert
+    parameters over expert_dp ranks etp x ep apart (MoE parallel folding). The same for every
+    pipeline stage: place them once per layout."""
+    dense = place(cluster, lay.tp, lay.dense_dp)
+    return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
+
+
+def _per_bucket(
+    collective: Callable[[float, Group], float], size: float, n: int, grp: Group
+) -> float:
+    """n collectives of size/n bytes each: the bandwidth of one of `size`, n times the latency."""
+    return n * collective(size / n, grp)
+
+
+def data_parallel(
+    groups: tuple[Group, Group],
+    lay: Layout,
+    dense: float,
+    expert: float,
+    grad_bytes: float,
+    fwd: float,
+    bwd: float,
+    m: int,
+    layers: int = 1,
+    param_bytes: tuple[float, float] = (BF16, BF16),
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
+
+    `groups` are `data_parallel_groups`; `grad_bytes` per gradient element (Job.grad_bytes);
+    `dense` / `expert` are the parameters one GPU holds (before ZeRO sharding); `fwd` / `bwd` are
+    one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
+    in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
+    reduction has no window (it starts after the backward), nor without
+    `lay.overlap_param_gather` the parameter all-gather. `param_bytes`: (dense, expert) bytes
+    per parameter of the ZeRO 1/2 all-gather, 2 in bf16, 1 for FP8 weights with --fp8-param-gather
+    (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
+
+    ZeRO 0-2 (Megatron's DDP): per bucket of max(DP_BUCKET_PARAMS, 1M x dp) parameters, a
+    gradient all-reduce (ZeRO 0) or reduce-scatter and bf16 parameter all-gather (ZeRO 1/2),
+    hidden behind the last micro-batch's backward and the next step's first forward
+    (--overlap-grad-reduce / --overlap-param-gather); what exceeds its window is exposed, and
+    never less than one bucket. Each bucket is its own collective and pays its latency. Dense
+    and expert buckets (MoE) whose groups are bound by the same tier share its links and so one
+    window: their seconds add before the window is taken off (with both across nodes, the same
+    NICs carry both), and the last bucket of each shows.
+
+    ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
+    bf16 parameter all-gather before its forward and again before its backward, and a gradient
+    reduce-scatter after it, each a ring over all the group's ranks (`ring_latency`, paid per
+    layer). The prefetch runs one unit ahead (PyTorch FSDP's forward / backward prefetch,
+    Megatron-FSDP's next-bucket gather): a unit's all-gather hides only under the previous
+    unit's forward, its backward all-gather and the next unit's reduce-scatter under one unit's
+    backward, so per unit max(comm - window, 0) shows; the first unit's gather (forward and
+    backward) and the last unit's reduce-scatter have nothing to hide under. Where the
+    implementation caps the live parameters below two units (FSDP_MAX_LIVE_PARAMS) nothing is
+    prefetched: every all-gather shows, and only the reduce-scatters hide.
+    """
+    bwd = bwd if lay.overlap_grad_reduce else 0.0
+    fwd = fwd if lay.overlap_param_gather else 0.0
+    exposed = hidden = 0.0
+    parts: list[Part] = []
+    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
+        if n_params <= 0 or grp.size <= 1:
+            continue
+        if lay.zero_stage == 3:
+            u = max(layers, 1)
+            ag = all_gather(n_params / u * BF16, grp)
+            rs = reduce_scatter(n_params / u * grad_bytes, grp)
+            f, b = fwd / u, bwd / u
+            cap = FSDP_MAX_LIVE_PARAMS
+            if cap is None or 2 * n_params / u <= cap:
+                shown_f = ag + (u - 1) * max(ag - f, 0.0)
+                shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
+            else:
+                shown_f = u * ag
+                shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
+            exposed += m * (shown_f + shown_b)
+            hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
+            continue
+        per_bucket = max(DP_BUCKET_PARAMS, 1_000_000 * grp.size)
+        buckets = max(1, math.ceil(n_params / per_bucket))
+        bucket = 1.0 / buckets
+        if lay.zero_stage == 0:
+            red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0
+        else:
+            red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
+            gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
+        parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
+    e, h = windowed(parts, fwd, bwd)
+    return exposed + e, hidden + h
+
+
+Part = tuple[str, float, float, float, float]
+"""One parameter kind's bucketed sync: (the tier that bounds its group, gradient seconds,
+parameter all-gather seconds, and those of its last bucket of each)."""
+
+
+def windowed(parts: Iterable[Part], fwd: float, bwd: float) -> tuple[float, float]:
+    """(exposed, hidden) seconds of bucketed syncs whose gradients hide under a backward window
+    of `bwd` and parameter gathers under a forward window of `fwd` seconds. Kinds bound by the
+    same tier share its links and so one window (their seconds add before the window comes
+    off); the last bucket of each kind shows whatever the window."""
+    on_tier: dict[str, list[float]] = {}
+    for tier, *seconds in parts:
+        acc = on_tier.setdefault(tier, [0.0, 0.0, 0.0, 0.0])
+        for i, v in enumerate(seconds):
+            acc[i] += v
+    exposed = hidden = 0.0
+    for red, gather, red_last, gather_last in on_tier.values():
+        e_red = max(red - bwd, red_last)
+        e_gat = max(gather - fwd, gather_last)
+        exposed += e_red + e_gat
+        hidden += (red - e_red) + (gather - e_gat)
+    return exposed, hidden

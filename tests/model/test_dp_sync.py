@@ -1,0 +1,67 @@
+"""Tests for planner.model.dp_sync: the shared overlap window of dense and expert buckets.
+
+Oracle: hand arithmetic on the documented rule (the bucketed reduce-scatters of both kinds add
+before the backward window comes off when one tier bounds both groups; each kind's last bucket
+shows whatever the window), with the collectives of planner.model.comms (tested against
+nccl-tests' bus-bandwidth factors in tests/model/test_comms.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.model import comms, dp_sync
+
+
+def _h100(num_gpus: int) -> ClusterSpec:
+    gpu = catalog.get_gpu("h100-sxm-80gb")
+    return ClusterSpec(
+        gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
+    )
+
+
+def _reduce(n: float, grp: comms.Group) -> tuple[float, float]:
+    """(seconds, last bucket's seconds) of Megatron's bucketed fp32 reduce-scatter of n params:
+    buckets of max(40M, 1M x group) parameters."""
+    buckets = math.ceil(n / max(40e6, 1e6 * grp.size))
+    red = buckets * comms.reduce_scatter(n * 4.0 / buckets, grp)
+    return red, red / buckets
+
+
+def test_dense_and_expert_gradients_share_the_backward_window() -> None:
+    """64 H100 (8 nodes), dp 64, ep 8: the dense group (64 ranks) and the expert group (8 ranks,
+    8 apart) both cross the nodes' NICs. Each kind's reduce-scatter alone fits a backward window
+    of 3/4 of their sum, so a window per kind would show only the last buckets; sharing the NICs,
+    the sum outlasts the window by a quarter of it."""
+    cluster = _h100(64)
+    lay = Layout(tp=1, pp=1, dp=64, ep=8, overlap_grad_reduce=True, overlap_param_gather=False)
+    dense_grp, expert_grp = dp_sync.data_parallel_groups(cluster, lay)
+    assert dense_grp.tier_name == expert_grp.tier_name == "infiniband"
+    n_dense, n_expert = 1e9, 0.2e9
+    red_d, last_d = _reduce(n_dense, dense_grp)
+    red_e, last_e = _reduce(n_expert, expert_grp)
+    window = 0.75 * (red_d + red_e)
+    assert red_d < window and red_e < window  # alone, each would hide but for its last bucket
+    with_window, _ = dp_sync.data_parallel(
+        (dense_grp, expert_grp), lay, n_dense, n_expert, 4.0, 0.0, window, 1
+    )
+    no_window, _ = dp_sync.data_parallel(
+        (dense_grp, expert_grp), lay, n_dense, n_expert, 4.0, 0.0, 0.0, 1
+    )
+    gathers = no_window - (red_d + red_e)  # no forward window: every gather shows
+    assert with_window - gathers == pytest.approx(red_d + red_e - window)
+    assert red_d + red_e - window > last_d + last_e  # the shared window, not the floors, binds
+
+
+def test_kinds_on_different_tiers_keep_a_window_each() -> None:
+    """windowed() by hand: 3 s and 2 s of gradients under a 4 s backward window. On one tier
+    1 s shows (5 - 4); on two tiers each hides but for its last bucket (0.1 + 0.2 s)."""
+    one = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("infiniband", 2.0, 0.0, 0.2, 0.0)]
+    two = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("nvlink", 2.0, 0.0, 0.2, 0.0)]
+    assert dp_sync.windowed(one, 0.0, 4.0) == pytest.approx((1.0, 4.0))
+    assert dp_sync.windowed(two, 0.0, 4.0) == pytest.approx((0.3, 4.7))
