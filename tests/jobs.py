@@ -22,3 +22,11 @@ def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
         global_batch_size=gbs,
         **kw,  # type: ignore[arg-type]
     )
+
+
+def h100_cluster(num_gpus: int) -> ClusterSpec:
+    """`num_gpus` H100 SXM in nodes of 8, the catalog's memory and link tiers."""
+    gpu = catalog.get_gpu("h100-sxm-80gb")
+    return ClusterSpec(
+        gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
+    )

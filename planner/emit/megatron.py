@@ -176,6 +176,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
         a.append(("--num-distributed-optimizer-instances", str(instances)))
     if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))
+        if lay.ddp_bucket_size is not None:
+            a.append(("--ddp-bucket-size", str(lay.ddp_bucket_size)))
         # needs the distributed optimizer or Megatron-FSDP
         if lay.zero_stage >= 1 and lay.overlap_param_gather:
             a.append(("--overlap-param-gather",))

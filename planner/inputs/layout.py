@@ -117,6 +117,12 @@ class Layout:
     overlap_param_gather: bool = True
     """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
     --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""
+    ddp_bucket_size: int | None = None
+    """Parameters per data-parallel bucket (Megatron --ddp-bucket-size; NeMo's
+    ddp.bucket_size). None: Megatron's default, max(40M, 1M x the data-parallel size)
+    (distributed_data_parallel.py). Each bucket is one collective that starts when its last
+    gradient is ready, so the last bucket of the backward (and the first of the forward's
+    parameter gathers) shows whatever the overlap (`planner.model.dp_sync`)."""
     dp_pools: int = 1
     """With pools: how many pools the data-parallel replicas are split over. 1 = the pipeline
     crosses pools (each pool holds whole stages); the pools' count = each pool holds dp / dp_pools

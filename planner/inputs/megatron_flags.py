@@ -127,6 +127,7 @@ READ = frozenset(
         "--megatron-fsdp-main-grads-dtype",
         "--overlap-grad-reduce",
         "--overlap-param-gather",
+        "--ddp-bucket-size",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
         "--main-grads-dtype",

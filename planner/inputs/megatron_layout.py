@@ -76,6 +76,9 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
     no_gather = out["zero_stage"] == 0
     out["overlap_param_gather"] = always or no_gather or line.has("--overlap-param-gather")
+    bucket = line.integer("--ddp-bucket-size")
+    if bucket is not None:
+        out["ddp_bucket_size"] = bucket
     out.update(_recompute(line))
     offload = line.integer("--cpu-offloading-num-layers")
     if offload is not None:

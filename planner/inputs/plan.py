@@ -321,6 +321,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         ep_comm_overlap=section.ep_comm_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
+        ddp_bucket_size=section.ddp_bucket_size,
         dp_pools=section.dp_pools,
     )
     return _torchtitan_recompute(job, section, layout, where)

@@ -312,6 +312,11 @@ class ParallelSection(BaseModel):
     overlap_param_gather: Flag = Field(
         default=True, description="Megatron --overlap-param-gather (planner launches with it)"
     )
+    ddp_bucket_size: PositiveInt | None = Field(
+        default=None,
+        description="parameters per data-parallel bucket (Megatron --ddp-bucket-size); unset: "
+        "Megatron's default, max(40M, 1M x the data-parallel size)",
+    )
 
 
 class PlanFile(BaseModel):

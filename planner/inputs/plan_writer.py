@@ -121,6 +121,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         "ep_comm_overlap": layout.ep_comm_overlap,
         "overlap_grad_reduce": layout.overlap_grad_reduce,
         "overlap_param_gather": layout.overlap_param_gather,
+        "ddp_bucket_size": layout.ddp_bucket_size,
         "micro_batch_size": layout.micro_batch_size,
         "zero_stage": layout.zero_stage,
         "recompute": layout.recompute,

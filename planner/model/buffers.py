@@ -187,13 +187,13 @@ def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
 
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
     """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
-    gradient bucket being reduce-scattered. ZeRO-3 (Megatron-FSDP optim_grads_params, one FSDP
-    unit per decoder layer): with double buffering (docs/user-guide/features/megatron_fsdp.md:
-    at most two units unsharded at a time) two units' bf16 parameters and gradients in the
-    gradient dtype."""
+    gradient bucket being reduce-scattered (--ddp-bucket-size, else 40M parameters). ZeRO-3
+    (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
+    (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
+    units' bf16 parameters and gradients in the gradient dtype."""
     total = 0.0
     if layout.zero_stage >= 2:
-        total += job.grad_bytes * DP_BUCKET_PARAMS
+        total += job.grad_bytes * (layout.ddp_bucket_size or DP_BUCKET_PARAMS)
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
         total += 2 * per_layer * (2.0 + job.grad_bytes)

@@ -24,7 +24,16 @@ previous one is live, so its all-gathers hide under nothing. Read at call time; 
 DeepSpeed run (the SC21 ZeRO-3 rows, tests/model/test_zero3_sc21.py) sets it."""
 
 DP_BUCKET_PARAMS = 40_000_000
-"""Megatron's DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot be overlapped."""
+"""Megatron's DDP bucket: max(40M, 1M x dp) parameters (`bucket_params`); the last bucket
+cannot be overlapped."""
+
+
+def bucket_params(lay: Layout, group_size: int) -> float:
+    """Parameters per DDP bucket: the layout's --ddp-bucket-size, else Megatron's default
+    max(DP_BUCKET_PARAMS, 1M x the group's ranks)."""
+    if lay.ddp_bucket_size is not None:
+        return float(lay.ddp_bucket_size)
+    return float(max(DP_BUCKET_PARAMS, 1_000_000 * group_size))
 
 
 def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
@@ -107,8 +116,7 @@ def data_parallel(
             exposed += m * (shown_f + shown_b)
             hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
             continue
-        per_bucket = max(DP_BUCKET_PARAMS, 1_000_000 * grp.size)
-        buckets = max(1, math.ceil(n_params / per_bucket))
+        buckets = max(1, math.ceil(n_params / bucket_params(lay, grp.size)))
         bucket = 1.0 / buckets
         if lay.zero_stage == 0:
             red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0

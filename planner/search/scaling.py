@@ -130,6 +130,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ep_comm_overlap", "ep-comm-overlap"),
     ("overlap_grad_reduce", "overlap-grad-reduce"),
     ("overlap_param_gather", "overlap-param-gather"),
+    ("ddp_bucket_size", "ddp-bucket-size"),
     ("pipeline_layers", "pipeline split"),
 )
 

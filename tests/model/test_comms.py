@@ -9,17 +9,11 @@ placement.
 from __future__ import annotations
 
 import pytest
+from jobs import h100_cluster
 
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.model import comms, dp_sync
-
-
-def h100(num_gpus: int) -> ClusterSpec:
-    gpu = catalog.get_gpu("h100-sxm-80gb")
-    return ClusterSpec(
-        gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
-    )
 
 
 def test_ring_all_reduce_by_hand() -> None:
@@ -30,7 +24,7 @@ def test_ring_all_reduce_by_hand() -> None:
 
 
 def test_tp_group_of_8_in_a_node_uses_nvlink() -> None:
-    grp = comms.place(h100(64), stride=1, size=8)
+    grp = comms.place(h100_cluster(64), stride=1, size=8)
     assert grp.tier_name == "nvlink"
     assert grp.outer is None
     # achieved bus bandwidth: 450 GB/s x 0.80 (H100 NVLink4 rings reach ~370 of 450 GB/s)
@@ -42,7 +36,7 @@ def test_tp_group_of_8_in_a_node_uses_nvlink() -> None:
 
 def test_dp_group_across_nodes_uses_infiniband() -> None:
     # tp = 8: DP ranks are 8 apart, one per node; 4 of them span 32 ranks = 4 nodes
-    grp = comms.place(h100(64), stride=8, size=4)
+    grp = comms.place(h100_cluster(64), stride=8, size=4)
     assert grp.tier_name == "infiniband"
     assert (grp.per_domain, grp.domains) == (1, 4)
     assert grp.outer is not None
@@ -57,7 +51,7 @@ def test_dp_group_across_nodes_uses_infiniband() -> None:
 def test_hierarchical_all_reduce_by_hand() -> None:
     # tp = 1, dp = 16 on 8-GPU nodes: g = 8 per node, k = 2 nodes. Reduce-scatter + all-gather
     # inside the node 2*(7/8)*S/B_in, all-reduce of S/8 across nodes 2*(1/2)*(S/8)/B_out.
-    grp = comms.place(h100(16), stride=1, size=16)
+    grp = comms.place(h100_cluster(16), stride=1, size=16)
     assert (grp.per_domain, grp.domains) == (8, 2)
     S, b_in, b_out = 8e9, 450e9 * 0.80, 50e9 * 0.92
     bw = 2 * (7 / 8 * S / b_in) + 2 * (1 / 2 * (S / 8) / b_out)
@@ -73,7 +67,7 @@ def test_hierarchical_all_reduce_by_hand() -> None:
 
 def test_all_to_all_and_p2p() -> None:
     # EP 8 inside a node: (n-1)/n * S/B + (n-1) alpha
-    grp = comms.place(h100(8), stride=1, size=8)
+    grp = comms.place(h100_cluster(8), stride=1, size=8)
     b = 450e9 * 0.80
     assert comms.all_to_all(1e9, grp) == pytest.approx(7 / 8 * 1e9 / b + 7 * 2e-6)
     link = comms.Link(bandwidth=10e9, latency=1e-5)
@@ -82,15 +76,19 @@ def test_all_to_all_and_p2p() -> None:
 
 def test_pipeline_neighbours_across_nodes() -> None:
     # tp 8 x dp 1: stage r and r+1 are 8 ranks apart, on different nodes
-    assert comms.p2p_link(h100(32), stride=8, size=4).bandwidth == pytest.approx(50e9 * 0.92)
+    assert comms.p2p_link(h100_cluster(32), stride=8, size=4).bandwidth == pytest.approx(
+        50e9 * 0.92
+    )
     # tp 2, pp 4: all 4 stages in one node
-    assert comms.p2p_link(h100(8), stride=2, size=4).bandwidth == pytest.approx(450e9 * 0.80)
+    assert comms.p2p_link(h100_cluster(8), stride=2, size=4).bandwidth == pytest.approx(
+        450e9 * 0.80
+    )
 
 
 def _tp(**kw: object) -> tuple[float, float]:
     """TP traffic of one layer, tp 8 in an H100 node, S = 64 MB, one forward pass."""
     args: dict = {"n_fwd": 1, "sequence_parallel": False, "windows": (0.0, 0.0)} | kw
-    return comms.tensor_parallel_layer(h100(8), 8, 64e6, **args)
+    return comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
 
 
 def test_tensor_parallel_layer_by_hand() -> None:
@@ -141,7 +139,7 @@ def test_fp8_param_gather_halves_the_fp8_weights_all_gather() -> None:
     bytes; the reduce-scatter is unchanged (hand arithmetic on the definition)."""
     from planner.inputs.layout import Layout
 
-    cluster = h100(64)
+    cluster = h100_cluster(64)
     lay = Layout(tp=1, pp=1, dp=64, overlap_grad_reduce=False, overlap_param_gather=False)
     groups = dp_sync.data_parallel_groups(cluster, lay)
     n = 1e9

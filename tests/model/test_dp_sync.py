@@ -11,18 +11,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from jobs import h100_cluster
 
-from planner.inputs import catalog
-from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.model import comms, dp_sync
-
-
-def _h100(num_gpus: int) -> ClusterSpec:
-    gpu = catalog.get_gpu("h100-sxm-80gb")
-    return ClusterSpec(
-        gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
-    )
 
 
 def _reduce(n: float, grp: comms.Group) -> tuple[float, float]:
@@ -38,7 +30,7 @@ def test_dense_and_expert_gradients_share_the_backward_window() -> None:
     8 apart) both cross the nodes' NICs. Each kind's reduce-scatter alone fits a backward window
     of 3/4 of their sum, so a window per kind would show only the last buckets; sharing the NICs,
     the sum outlasts the window by a quarter of it."""
-    cluster = _h100(64)
+    cluster = h100_cluster(64)
     lay = Layout(tp=1, pp=1, dp=64, ep=8, overlap_grad_reduce=True, overlap_param_gather=False)
     dense_grp, expert_grp = dp_sync.data_parallel_groups(cluster, lay)
     assert dense_grp.tier_name == expert_grp.tier_name == "infiniband"

@@ -1,0 +1,68 @@
+"""Megatron's --ddp-bucket-size: read from a command line, written back to a plan, emitted by
+launch, and what the last bucket costs (planner.model.dp_sync).
+
+Oracles: Megatron-LM's DDP (distributed_data_parallel.py at d98e8a64: bucket_size defaults to
+max(40M, 1M x dp); each bucket is one collective) and hand arithmetic on the bucketed
+reduce-scatter with planner.model.comms' collectives (tested against nccl-tests' bus-bandwidth
+factors in tests/model/test_comms.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from jobs import h100_cluster
+
+from planner.emit import megatron
+from planner.inputs import megatron_args, plan_writer
+from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
+from planner.model import comms, dp_sync
+
+LINE = (
+    "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+    "--untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 "
+    "--seq-length 8192 --position-embedding-type rope --micro-batch-size 1 "
+    "--global-batch-size 128 --bf16 --use-distributed-optimizer --overlap-grad-reduce "
+    "--overlap-param-gather --ddp-bucket-size 768000000"
+)
+
+
+def test_the_flag_is_read_written_back_and_emitted() -> None:
+    plan = parse_plan(megatron_args.to_plan(LINE, "h100-sxm-80gb", 16))
+    lay = plan.require_layout()
+    assert lay.ddp_bucket_size == 768_000_000
+    text = plan_writer.render(plan.job, lay, {"name": "llama3.1-8b"}, ["t"])
+    assert "ddp_bucket_size = 768000000" in text
+    args = [a for group in megatron.arguments(plan).parallel for a in group]
+    assert args[args.index("--ddp-bucket-size") + 1] == "768000000"
+    # without the flag: Megatron's default, and launch says nothing
+    bare = parse_plan(
+        megatron_args.to_plan(LINE.replace(" --ddp-bucket-size 768000000", ""), "h100-sxm-80gb", 16)
+    )
+    assert bare.require_layout().ddp_bucket_size is None
+    assert "--ddp-bucket-size" not in [a for g in megatron.arguments(bare).parallel for a in g]
+
+
+def test_the_last_bucket_shows_whatever_the_window() -> None:
+    """1e9 dense parameters over 64 H100 (dp 64, 8 nodes), fp32 gradients, windows far longer
+    than the traffic: only the last bucket of each collective shows. Megatron's default bucket,
+    max(40M, 64M) parameters, makes 16 buckets; --ddp-bucket-size 500M makes 2, each a
+    collective of 8 times the bytes."""
+    cluster = h100_cluster(64)
+    groups = dp_sync.data_parallel_groups(cluster, Layout(tp=1, pp=1, dp=64))
+    grp = groups[0]
+    n = 1e9
+
+    def shown(bucket: int | None) -> float:
+        lay = Layout(tp=1, pp=1, dp=64, ddp_bucket_size=bucket)
+        return dp_sync.data_parallel(groups, lay, n, 0.0, 4.0, 100.0, 100.0, 1)[0]
+
+    for bucket, count in ((None, 16), (500_000_000, 2)):
+        assert math.ceil(n / dp_sync.bucket_params(Layout(ddp_bucket_size=bucket), 64)) == count
+        # the last bucket of the reduce-scatter (4 B a gradient) and of the all-gather (2 B)
+        last = comms.reduce_scatter(4 * n / count, grp) + comms.all_gather(2 * n / count, grp)
+        assert shown(bucket) == pytest.approx(last)
+    assert shown(500_000_000) > 7 * shown(None)
