@@ -144,6 +144,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         account_for_loss_in_pipeline_split=asym,
         overlap_grad_reduce=bool(s.get("overlap_grad_reduce", True)),
         overlap_param_gather=bool(s.get("overlap_param_gather", True)),
+        ddp_bucket_size=int(s["ddp_bucket_size"]) if s.get("ddp_bucket_size") else None,
     )
     group = f"mlperf-{row['model']}"
     return Case(str(row["id"]), job, layout, tokens_per_s_per_gpu(row), None, group, row)

@@ -76,11 +76,25 @@ TFLOP/s at M=4096 N=7168 K=16384 on H800, H100's SMs and FP8 peak). B200's best-
 not what a training step's GEMMs reach."""
 
 
-def linear_fraction(e_linear: float, e_bf16: float, fp8: bool, blackwell: bool) -> float:
+BLACKWELL_BF16_MAMF_SHARE = 0.95
+"""The bf16 rate BLACKWELL_FP8_SPEEDUP multiplies, as a share of the part's measured bf16 matmul
+ceiling (MAMF): the speedup is the FP8 over the bf16 GEMM at one shape, and vLLM's torch bf16
+GEMM there (M=16384 N=6144 K=4096, vLLM PR #19566) ran 1512.8 TFLOP/s on B200, a large-GEMM
+fraction of 0.737 through the roofline (ridge 2250 / 8 = 281 FLOP/B, I = 2137): 0.95 of B200's
+MAMF fraction 1745 / 2250 = 0.776. So the FP8 cap is 1.69 x a measured bf16 rate (2586 TFLOP/s
+at that shape against the measured 2544.7), not 1.69 x the fitted GEMM_EFFICIENCY_MAX."""
+
+
+def linear_fraction(
+    e_linear: float, e_bf16: float, fp8: bool, blackwell: bool, bf16_ceiling: float | None
+) -> float:
     """Large-GEMM fraction of the FP8 (or bf16) peak for the decoder's linear layers: on
-    Blackwell an FP8 GEMM runs at most BLACKWELL_FP8_SPEEDUP x its bf16 rate, i.e. at most
-    BLACKWELL_FP8_SPEEDUP / 2 of the bf16 fraction of the (twice as high) FP8 peak."""
+    Blackwell an FP8 GEMM runs at most BLACKWELL_FP8_SPEEDUP x its bf16 rate (that rate at most
+    BLACKWELL_BF16_MAMF_SHARE of the part's bf16 ceiling `bf16_ceiling`, where measured), i.e.
+    at most BLACKWELL_FP8_SPEEDUP / 2 of that bf16 fraction of the (twice as high) FP8 peak."""
     if fp8 and blackwell:
+        if bf16_ceiling is not None:
+            e_bf16 = min(e_bf16, BLACKWELL_BF16_MAMF_SHARE * bf16_ceiling)
         return min(e_linear, e_bf16 * BLACKWELL_FP8_SPEEDUP / 2.0)
     return e_linear
 

@@ -101,14 +101,14 @@ from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.stage_activations import moe_load
 
-GEMM_EFFICIENCY_MAX = 0.766
+GEMM_EFFICIENCY_MAX = 0.779
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-FP8_CEILING_FRACTION = 0.94
+FP8_CEILING_FRACTION = 0.943
 """Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
 the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
 at training shapes. Points read: B200, per-tensor FP8 CUTLASS at M=16384 N=6144 K=4096, 2544.7
@@ -117,14 +117,14 @@ TFLOP/s (vLLM PR #19566) of MAMF 3432.5 (0.74); H800, DeepGEMM at M=4096 N=7168 
 benchmarks/fit_constants.py (the FP8 rows there: MLPerf's fold, Transformer Engine's cuBLASLt
 GEMMs)."""
 
-ATTENTION_EFFICIENCY = 0.553
+ATTENTION_EFFICIENCY = 0.563
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.64
+ELEMENTWISE_PASSES = 5.95
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
@@ -355,5 +355,6 @@ def gpu_of(job: Job) -> Gpu:
 
     hbm = hbm_nominal * HBM_EFFICIENCY
     fp8 = job.precision == "fp8"
-    e_linear = linear_fraction(e(job.precision), e("bf16"), fp8, spec.is_blackwell)
+    ceiling = spec.matmul_ceiling("bf16")
+    e_linear = linear_fraction(e(job.precision), e("bf16"), fp8, spec.is_blackwell, ceiling)
     return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e_linear)
