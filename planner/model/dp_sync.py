@@ -74,14 +74,14 @@ def data_parallel(
     per parameter of the ZeRO 1/2 all-gather, 2 in bf16, 1 for FP8 weights with --fp8-param-gather
     (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
 
-    ZeRO 0-2 (Megatron's DDP): per bucket of max(DP_BUCKET_PARAMS, 1M x dp) parameters, a
-    gradient all-reduce (ZeRO 0) or reduce-scatter and bf16 parameter all-gather (ZeRO 1/2),
-    hidden behind the last micro-batch's backward and the next step's first forward
-    (--overlap-grad-reduce / --overlap-param-gather); what exceeds its window is exposed, and
-    never less than one bucket. Each bucket is its own collective and pays its latency. Dense
-    and expert buckets (MoE) whose groups are bound by the same tier share its links and so one
-    window: their seconds add before the window is taken off (with both across nodes, the same
-    NICs carry both), and the last bucket of each shows.
+    ZeRO 0-2 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
+    max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and bf16
+    parameter all-gather (ZeRO 1/2), hidden behind the last micro-batch's backward and the next
+    step's first forward (--overlap-grad-reduce / --overlap-param-gather); what exceeds its
+    window is exposed, and never less than one bucket. Each bucket is its own collective and
+    pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
+    share its links and so one window: their seconds add before the window is taken off (with
+    both across nodes, the same NICs carry both), and the last bucket of each shows.
 
     ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
     bf16 parameter all-gather before its forward and again before its backward, and a gradient
