@@ -96,6 +96,13 @@ def test_torchtitan_table_needs_the_framework(tmp_path: Path) -> None:
             "async_tp",
         ),
         ("tp = 2\nzero_stage = 3\n", "async_tp = true\n", "torchtitan.async_tp", "compile"),
+        # FSDP2 reduce-scatters per module: Megatron's DDP bucket means nothing there
+        (
+            "tp = 1\nzero_stage = 3\nddp_bucket_size = 100000000\n",
+            "",
+            "parallel.ddp_bucket_size",
+            "FSDP2",
+        ),
         (
             "tp = 1\nzero_stage = 3\ncpu_offloading_num_layers = 2\n",
             "",

@@ -130,6 +130,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
         ),
         (not lay.overlap_grad_reduce, "parallel.overlap_grad_reduce", "FSDP2 always overlaps"),
         (not lay.overlap_param_gather, "parallel.overlap_param_gather", "FSDP2 prefetches"),
+        (
+            lay.ddp_bucket_size is not None,
+            "parallel.ddp_bucket_size",
+            "FSDP2 reduces per module, not in DDP buckets",
+        ),
         (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
         (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
         (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
