@@ -73,6 +73,12 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
             "overlap_param_gather",
             False,
         ),
+        (
+            "trainer.strategy.ddp.bucket_size=768000000",
+            "parallel",
+            "ddp_bucket_size",
+            768000000,
+        ),
         ("optim.config.use_distributed_optimizer=False", "parallel", "zero_stage", 0),
         ("model.config.recompute_granularity=full", "parallel", "recompute", "full"),
         ("model.config.recompute_method=block", "parallel", "recompute_method", "block"),
