@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 from jobs import h100_cluster
 
 from planner.emit import megatron
+from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
@@ -38,6 +40,10 @@ def test_the_flag_is_read_written_back_and_emitted() -> None:
     assert "ddp_bucket_size = 768000000" in text
     args = [a for group in megatron.arguments(plan).parallel for a in group]
     assert args[args.index("--ddp-bucket-size") + 1] == "768000000"
+    # Megatron-Bridge's DistributedDataParallelConfig.bucket_size (Optional[int], the schema
+    # in tests/data/megatron_bridge_config_schema.json)
+    bridge = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    assert bridge["ddp"]["bucket_size"] == 768_000_000
     # without the flag: Megatron's default, and launch says nothing
     bare = parse_plan(
         megatron_args.to_plan(LINE.replace(" --ddp-bucket-size 768000000", ""), "h100-sxm-80gb", 16)
