@@ -126,6 +126,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "overlap_grad_reduce": lay.overlap_grad_reduce,
             "overlap_param_gather": lay.overlap_param_gather,
             **({"bucket_size": lay.ddp_bucket_size} if lay.ddp_bucket_size else {}),
+            **({"num_buckets": lay.ddp_num_buckets} if lay.ddp_num_buckets else {}),
             "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
             "use_megatron_fsdp": fsdp,
             "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]

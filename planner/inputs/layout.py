@@ -123,6 +123,10 @@ class Layout:
     (distributed_data_parallel.py). Each bucket is one collective that starts when its last
     gradient is ready, so the last bucket of the backward (and the first of the forward's
     parameter gathers) shows whatever the overlap (`planner.model.dp_sync`)."""
+    ddp_num_buckets: int | None = None
+    """Data-parallel buckets per model chunk (Megatron --ddp-num-buckets; NeMo's
+    ddp.num_buckets): each bucket holds the chunk's parameters // this many (Megatron
+    training.py resolve_ddp_bucket_size). Megatron rejects it together with ddp_bucket_size."""
     dp_pools: int = 1
     """With pools: how many pools the data-parallel replicas are split over. 1 = the pipeline
     crosses pools (each pool holds whole stages); the pools' count = each pool holds dp / dp_pools

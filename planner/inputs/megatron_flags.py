@@ -128,6 +128,7 @@ READ = frozenset(
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--ddp-bucket-size",
+        "--ddp-num-buckets",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
         "--main-grads-dtype",

@@ -76,9 +76,13 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
     no_gather = out["zero_stage"] == 0
     out["overlap_param_gather"] = always or no_gather or line.has("--overlap-param-gather")
-    bucket = line.integer("--ddp-bucket-size")
-    if bucket is not None:
-        out["ddp_bucket_size"] = bucket
+    for flag, key in (
+        ("--ddp-bucket-size", "ddp_bucket_size"),
+        ("--ddp-num-buckets", "ddp_num_buckets"),
+    ):
+        value = line.integer(flag)
+        if value is not None:
+            out[key] = value
     out.update(_recompute(line))
     offload = line.integer("--cpu-offloading-num-layers")
     if offload is not None:

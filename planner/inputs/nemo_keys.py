@@ -8,8 +8,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
       virtual_pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size,
       expert_tensor_parallel_size          tp, pp, vpp (None = 1), cp, ep, etp
     trainer.strategy.sequence_parallel         sequence_parallel (off when tp = 1, as NeMo does)
-    trainer.strategy.ddp.overlap_grad_reduce / overlap_param_gather / bucket_size   the same
-                                               (bucket_size: ddp_bucket_size)
+    trainer.strategy.ddp.overlap_grad_reduce / overlap_param_gather / bucket_size /
+      num_buckets                              the same (ddp_bucket_size, ddp_num_buckets)
     trainer.strategy.ddp.grad_reduce_in_fp32,
       trainer.plugins.grad_reduce_in_fp32      main_grad_dtype fp32 (False: bf16)
     optim.config.use_distributed_optimizer     zero_stage 1 (False: 0)
@@ -60,6 +60,7 @@ PARALLEL = {
     "trainer.strategy.expert_tensor_parallel_size": "etp",
     "trainer.strategy.microbatch_group_size_per_vp_stage": "microbatch_group_size_per_vp_stage",
     "trainer.strategy.ddp.bucket_size": "ddp_bucket_size",
+    "trainer.strategy.ddp.num_buckets": "ddp_num_buckets",
     "data.micro_batch_size": "micro_batch_size",
     "model.config.recompute_granularity": "recompute",
     "model.config.recompute_method": "recompute_method",

@@ -322,6 +322,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
         ddp_bucket_size=section.ddp_bucket_size,
+        ddp_num_buckets=section.ddp_num_buckets,
         dp_pools=section.dp_pools,
     )
     return _torchtitan_recompute(job, section, layout, where)

@@ -317,6 +317,11 @@ class ParallelSection(BaseModel):
         description="parameters per data-parallel bucket (Megatron --ddp-bucket-size); unset: "
         "Megatron's default, max(40M, 1M x the data-parallel size)",
     )
+    ddp_num_buckets: PositiveInt | None = Field(
+        default=None,
+        description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "
+        "holds the chunk's parameters // this many); not with ddp_bucket_size",
+    )
 
 
 class PlanFile(BaseModel):

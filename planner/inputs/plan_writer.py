@@ -122,6 +122,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         "overlap_grad_reduce": layout.overlap_grad_reduce,
         "overlap_param_gather": layout.overlap_param_gather,
         "ddp_bucket_size": layout.ddp_bucket_size,
+        "ddp_num_buckets": layout.ddp_num_buckets,
         "micro_batch_size": layout.micro_batch_size,
         "zero_stage": layout.zero_stage,
         "recompute": layout.recompute,

@@ -35,7 +35,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import rl_inference
-from planner.model.dp_sync import DP_BUCKET_PARAMS
+from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -187,13 +187,14 @@ def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
 
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
     """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
-    gradient bucket being reduce-scattered (--ddp-bucket-size, else 40M parameters). ZeRO-3
+    gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else 40M). ZeRO-3
     (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
     (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
     units' bf16 parameters and gradients in the gradient dtype."""
     total = 0.0
     if layout.zero_stage >= 2:
-        total += job.grad_bytes * (layout.ddp_bucket_size or DP_BUCKET_PARAMS)
+        bucket = explicit_bucket(layout, dense + expert)
+        total += job.grad_bytes * (DP_BUCKET_PARAMS if bucket is None else bucket)
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
         total += 2 * per_layer * (2.0 + job.grad_bytes)

@@ -28,11 +28,23 @@ DP_BUCKET_PARAMS = 40_000_000
 cannot be overlapped."""
 
 
-def bucket_params(lay: Layout, group_size: int) -> float:
-    """Parameters per DDP bucket: the layout's --ddp-bucket-size, else Megatron's default
-    max(DP_BUCKET_PARAMS, 1M x the group's ranks)."""
+def explicit_bucket(lay: Layout, stage_params: float) -> float | None:
+    """Parameters per DDP bucket the layout sets: --ddp-bucket-size, or with --ddp-num-buckets
+    n a model chunk's parameters // n (a stage of `stage_params` parameters holds vpp chunks;
+    Megatron training.py resolve_ddp_bucket_size); None where it sets neither."""
     if lay.ddp_bucket_size is not None:
         return float(lay.ddp_bucket_size)
+    if lay.ddp_num_buckets is not None:
+        return float(max(stage_params / max(lay.vpp, 1) // lay.ddp_num_buckets, 1.0))
+    return None
+
+
+def bucket_params(lay: Layout, group_size: int, stage_params: float) -> float:
+    """Parameters per DDP bucket: what the layout sets (`explicit_bucket`), else Megatron's
+    default max(DP_BUCKET_PARAMS, 1M x the group's ranks)."""
+    explicit = explicit_bucket(lay, stage_params)
+    if explicit is not None:
+        return explicit
     return float(max(DP_BUCKET_PARAMS, 1_000_000 * group_size))
 
 
@@ -116,7 +128,7 @@ def data_parallel(
             exposed += m * (shown_f + shown_b)
             hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
             continue
-        buckets = max(1, math.ceil(n_params / bucket_params(lay, grp.size)))
+        buckets = max(1, math.ceil(n_params / bucket_params(lay, grp.size, dense + expert)))
         bucket = 1.0 / buckets
         if lay.zero_stage == 0:
             red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0

@@ -244,21 +244,28 @@ def data_parallel(
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0:
             continue
-        red, gather, buckets, _ = _instance_traffic(job, lay, grp, n_params, p_bytes)
+        red, gather, buckets, _ = _instance_traffic(
+            job, lay, grp, n_params, dense + expert, p_bytes
+        )
         # the link between pools bounds every kind's sync: one window
         parts.append(("between pools", red, gather, red / buckets, gather / buckets))
     return dp_sync.windowed(parts, fwd, bwd)
 
 
 def _instance_traffic(
-    job: Job, lay: Layout, grp: comms.Group, n_params: float, p_bytes: float = BF16
+    job: Job,
+    lay: Layout,
+    grp: comms.Group,
+    n_params: float,
+    stage_params: float,
+    p_bytes: float = BF16,
 ) -> tuple[float, float, int, float]:
     """(gradient seconds, parameter all-gather seconds, buckets, of the gradient seconds those
     on the link) of one parameter kind: per bucket the instance's reduce-scatter and the link's
     all-reduce of its shard, and the instance's all-gather."""
     pools = lay.dp_pools
     whole = grp.size * pools
-    buckets = max(1, math.ceil(n_params / dp_sync.bucket_params(lay, whole)))
+    buckets = max(1, math.ceil(n_params / dp_sync.bucket_params(lay, whole, stage_params)))
     grad = n_params * job.grad_bytes / buckets
     across = buckets * comms.all_reduce(grad / grp.size, link_group(job, pools))
     red = buckets * comms.reduce_scatter(grad, grp) + across
@@ -271,7 +278,7 @@ def link_seconds(job: Job, lay: Layout, dense: float, expert: float) -> float:
     on the link between pools (the all-reduces of every bucket's shard, hidden or not)."""
     groups = dp_sync.data_parallel_groups(job.cluster, lay)
     return sum(
-        _instance_traffic(job, lay, grp, n)[3]
+        _instance_traffic(job, lay, grp, n, dense + expert)[3]
         for n, grp in zip((dense, expert), groups, strict=True)
         if n > 0
     )

@@ -131,6 +131,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("overlap_grad_reduce", "overlap-grad-reduce"),
     ("overlap_param_gather", "overlap-param-gather"),
     ("ddp_bucket_size", "ddp-bucket-size"),
+    ("ddp_num_buckets", "ddp-num-buckets"),
     ("pipeline_layers", "pipeline split"),
 )
 

@@ -79,6 +79,7 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
             "ddp_bucket_size",
             768000000,
         ),
+        ("trainer.strategy.ddp.num_buckets=4", "parallel", "ddp_num_buckets", 4),
         ("optim.config.use_distributed_optimizer=False", "parallel", "zero_stage", 0),
         ("model.config.recompute_granularity=full", "parallel", "recompute", "full"),
         ("model.config.recompute_method=block", "parallel", "recompute_method", "block"),

@@ -103,6 +103,7 @@ def test_torchtitan_table_needs_the_framework(tmp_path: Path) -> None:
             "parallel.ddp_bucket_size",
             "FSDP2",
         ),
+        ("tp = 1\nzero_stage = 3\nddp_num_buckets = 4\n", "", "parallel.ddp_num_buckets", "FSDP2"),
         (
             "tp = 1\nzero_stage = 3\ncpu_offloading_num_layers = 2\n",
             "",

@@ -1,10 +1,11 @@
-"""Megatron's --ddp-bucket-size: read from a command line, written back to a plan, emitted by
-launch, and what the last bucket costs (planner.model.dp_sync).
+"""Megatron's --ddp-bucket-size and --ddp-num-buckets: read from a command line, written back to a
+plan, emitted by launch, and what the last bucket costs (planner.model.dp_sync).
 
 Oracles: Megatron-LM's DDP (distributed_data_parallel.py at d98e8a64: bucket_size defaults to
-max(40M, 1M x dp); each bucket is one collective) and hand arithmetic on the bucketed
-reduce-scatter with planner.model.comms' collectives (tested against nccl-tests' bus-bandwidth
-factors in tests/model/test_comms.py).
+max(40M, 1M x dp); each bucket is one collective; training.py resolve_ddp_bucket_size: with
+num_buckets, the chunk's parameters // num_buckets; DistributedDataParallelConfig rejects both)
+and hand arithmetic on the bucketed reduce-scatter with planner.model.comms' collectives (tested
+against nccl-tests' bus-bandwidth factors in tests/model/test_comms.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from jobs import h100_cluster
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
+from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import comms, dp_sync
+from planner.search.rules import check_plan
 
 LINE = (
     "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
@@ -67,8 +70,37 @@ def test_the_last_bucket_shows_whatever_the_window() -> None:
         return dp_sync.data_parallel(groups, lay, n, 0.0, 4.0, 100.0, 100.0, 1)[0]
 
     for bucket, count in ((None, 16), (500_000_000, 2)):
-        assert math.ceil(n / dp_sync.bucket_params(Layout(ddp_bucket_size=bucket), 64)) == count
+        assert math.ceil(n / dp_sync.bucket_params(Layout(ddp_bucket_size=bucket), 64, n)) == count
         # the last bucket of the reduce-scatter (4 B a gradient) and of the all-gather (2 B)
         last = comms.reduce_scatter(4 * n / count, grp) + comms.all_gather(2 * n / count, grp)
         assert shown(bucket) == pytest.approx(last)
     assert shown(500_000_000) > 7 * shown(None)
+
+
+def test_num_buckets_is_read_emitted_and_splits_the_chunk() -> None:
+    line = LINE.replace("--ddp-bucket-size 768000000", "--ddp-num-buckets 4")
+    plan = parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 16))
+    lay = plan.require_layout()
+    assert (lay.ddp_num_buckets, lay.ddp_bucket_size) == (4, None)
+    args = [a for group in megatron.arguments(plan).parallel for a in group]
+    assert args[args.index("--ddp-num-buckets") + 1] == "4"
+    assert yaml.safe_load(render(plan, "megatron-bridge")[1])["ddp"]["num_buckets"] == 4
+    # 1e9 parameters, one chunk, 4 buckets of 250M: the last one's reduce-scatter and gather show
+    cluster = h100_cluster(64)
+    groups = dp_sync.data_parallel_groups(cluster, Layout(tp=1, pp=1, dp=64))
+    four = Layout(tp=1, pp=1, dp=64, ddp_num_buckets=4)
+    assert dp_sync.bucket_params(four, 64, 1e9) == 250e6
+    shown = dp_sync.data_parallel(groups, four, 1e9, 0.0, 4.0, 100.0, 100.0, 1)[0]
+    grp = groups[0]
+    assert shown == pytest.approx(
+        comms.reduce_scatter(4 * 1e9 / 4, grp) + comms.all_gather(2 * 1e9 / 4, grp)
+    )
+    # with vpp 2 a stage holds two chunks: buckets of 1e9 / 2 // 4 = 125M
+    assert dp_sync.bucket_params(Layout(pp=2, vpp=2, ddp_num_buckets=4), 64, 1e9) == 125e6
+
+
+def test_both_bucket_flags_are_refused() -> None:
+    line = LINE + " --ddp-num-buckets 4"
+    plan = parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 16))
+    with pytest.raises(InputError, match=r"parallel\.ddp_num_buckets"):
+        check_plan(plan)

@@ -249,6 +249,13 @@ def overlap(job: Job, lay: Layout) -> Violation | None:
             "overlap_param_gather = true needs overlap_grad_reduce = true (Megatron "
             "validate_args); set both, or overlap_param_gather = false",
         )
+    if lay.ddp_bucket_size is not None and lay.ddp_num_buckets is not None:
+        return Violation(
+            "ddp_buckets",
+            "parallel.ddp_num_buckets",
+            "set ddp_bucket_size or ddp_num_buckets, not both (Megatron's "
+            "DistributedDataParallelConfig: 'Cannot specify both num_buckets and bucket_size')",
+        )
     return None
 
 

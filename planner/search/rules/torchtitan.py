@@ -135,6 +135,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
             "parallel.ddp_bucket_size",
             "FSDP2 reduces per module, not in DDP buckets",
         ),
+        (
+            lay.ddp_num_buckets is not None,
+            "parallel.ddp_num_buckets",
+            "FSDP2 reduces per module, not in DDP buckets",
+        ),
         (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
         (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
         (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
