@@ -76,23 +76,22 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
     out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
     no_gather = out["zero_stage"] == 0
     out["overlap_param_gather"] = always or no_gather or line.has("--overlap-param-gather")
+    out.update(_recompute(line))
     for flag, key in (
         ("--ddp-bucket-size", "ddp_bucket_size"),
         ("--ddp-num-buckets", "ddp_num_buckets"),
+        ("--cpu-offloading-num-layers", "cpu_offloading_num_layers"),
+        (
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            "microbatch_group_size_per_vp_stage",
+        ),
     ):
         value = line.integer(flag)
         if value is not None:
             out[key] = value
-    out.update(_recompute(line))
-    offload = line.integer("--cpu-offloading-num-layers")
-    if offload is not None:
-        out["cpu_offloading_num_layers"] = offload
     fine = line.words("--offload-modules")
     if line.has("--fine-grained-activation-offloading") and fine:
         out["offload_modules"] = fine
-    group = line.integer("--microbatch-group-size-per-virtual-pipeline-stage")
-    if group is not None:
-        out["microbatch_group_size_per_vp_stage"] = group
     for flag, key in (
         ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
         ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),
