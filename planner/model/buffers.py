@@ -193,7 +193,7 @@ def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlaye
     units' bf16 parameters and gradients in the gradient dtype."""
     total = 0.0
     if layout.zero_stage >= 2:
-        bucket = explicit_bucket(layout, dense + expert)
+        bucket = explicit_bucket(layout, dense + expert, nlayers)
         total += job.grad_bytes * (DP_BUCKET_PARAMS if bucket is None else bucket)
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers

@@ -28,21 +28,34 @@ DP_BUCKET_PARAMS = 40_000_000
 cannot be overlapped."""
 
 
-def explicit_bucket(lay: Layout, stage_params: float) -> float | None:
+DECODER_LAYER_TENSORS = 6
+"""Parameter tensors of a Megatron-Core decoder layer with Transformer Engine's fused-norm
+linears: the QKV, output-projection, fc1 and fc2 weights and the two norm weights fused into QKV
+and fc1 (biases, QK norms and experts add more). A DDP bucket holds whole tensors (Megatron's
+param_and_grad_buffer.py closes a bucket once it holds bucket_size parameters), so a stage has
+at most as many buckets as tensors: a bucket size below a tensor (NeMo 2's MLPerf Llama 3.1 405B
+default of 200 parameters) makes about one bucket per tensor, not one per 200 parameters."""
+
+
+def explicit_bucket(lay: Layout, stage_params: float, layers: int = 1) -> float | None:
     """Parameters per DDP bucket the layout sets: --ddp-bucket-size, or with --ddp-num-buckets
     n a model chunk's parameters // n (a stage of `stage_params` parameters holds vpp chunks;
-    Megatron training.py resolve_ddp_bucket_size); None where it sets neither."""
+    Megatron training.py resolve_ddp_bucket_size), never less than the stage's average tensor
+    (its `layers` decoder layers' DECODER_LAYER_TENSORS, the embedding and the output layer);
+    None where it sets neither."""
     if lay.ddp_bucket_size is not None:
-        return float(lay.ddp_bucket_size)
-    if lay.ddp_num_buckets is not None:
-        return float(max(stage_params / max(lay.vpp, 1) // lay.ddp_num_buckets, 1.0))
-    return None
+        size = float(lay.ddp_bucket_size)
+    elif lay.ddp_num_buckets is not None:
+        size = stage_params / max(lay.vpp, 1) // lay.ddp_num_buckets
+    else:
+        return None
+    return max(size, stage_params / (max(layers, 1) * DECODER_LAYER_TENSORS + 2), 1.0)
 
 
-def bucket_params(lay: Layout, group_size: int, stage_params: float) -> float:
+def bucket_params(lay: Layout, group_size: int, stage_params: float, layers: int = 1) -> float:
     """Parameters per DDP bucket: what the layout sets (`explicit_bucket`), else Megatron's
     default max(DP_BUCKET_PARAMS, 1M x the group's ranks)."""
-    explicit = explicit_bucket(lay, stage_params)
+    explicit = explicit_bucket(lay, stage_params, layers)
     if explicit is not None:
         return explicit
     return float(max(DP_BUCKET_PARAMS, 1_000_000 * group_size))
@@ -128,7 +141,8 @@ def data_parallel(
             exposed += m * (shown_f + shown_b)
             hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
             continue
-        buckets = max(1, math.ceil(n_params / bucket_params(lay, grp.size, dense + expert)))
+        per_bucket = bucket_params(lay, grp.size, dense + expert, layers)
+        buckets = max(1, math.ceil(n_params / per_bucket))
         bucket = 1.0 / buckets
         if lay.zero_stage == 0:
             red, gather = _per_bucket(all_reduce, n_params * grad_bytes, buckets, grp), 0.0

@@ -245,7 +245,7 @@ def data_parallel(
         if n_params <= 0:
             continue
         red, gather, buckets, _ = _instance_traffic(
-            job, lay, grp, n_params, dense + expert, p_bytes
+            job, lay, grp, n_params, dense + expert, layers, p_bytes
         )
         # the link between pools bounds every kind's sync: one window
         parts.append(("between pools", red, gather, red / buckets, gather / buckets))
@@ -258,6 +258,7 @@ def _instance_traffic(
     grp: comms.Group,
     n_params: float,
     stage_params: float,
+    layers: int = 1,
     p_bytes: float = BF16,
 ) -> tuple[float, float, int, float]:
     """(gradient seconds, parameter all-gather seconds, buckets, of the gradient seconds those
@@ -265,7 +266,8 @@ def _instance_traffic(
     all-reduce of its shard, and the instance's all-gather."""
     pools = lay.dp_pools
     whole = grp.size * pools
-    buckets = max(1, math.ceil(n_params / dp_sync.bucket_params(lay, whole, stage_params)))
+    per_bucket = dp_sync.bucket_params(lay, whole, stage_params, layers)
+    buckets = max(1, math.ceil(n_params / per_bucket))
     grad = n_params * job.grad_bytes / buckets
     across = buckets * comms.all_reduce(grad / grp.size, link_group(job, pools))
     red = buckets * comms.reduce_scatter(grad, grp) + across
@@ -273,12 +275,12 @@ def _instance_traffic(
     return red, gather, buckets, across
 
 
-def link_seconds(job: Job, lay: Layout, dense: float, expert: float) -> float:
+def link_seconds(job: Job, lay: Layout, dense: float, expert: float, layers: int = 1) -> float:
     """Seconds per step a replica view's stage holding `dense` and `expert` parameters spends
     on the link between pools (the all-reduces of every bucket's shard, hidden or not)."""
     groups = dp_sync.data_parallel_groups(job.cluster, lay)
     return sum(
-        _instance_traffic(job, lay, grp, n, dense + expert)[3]
+        _instance_traffic(job, lay, grp, n, dense + expert, layers)[3]
         for n, grp in zip((dense, expert), groups, strict=True)
         if n > 0
     )

@@ -33,6 +33,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory, pools, stage_params
 from planner.model.activations import BF16
+from planner.model.schedule import layer_count
 from planner.search.pool_enum import best_splits
 from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
@@ -381,7 +382,8 @@ def _data_link(
     for j, lay in dict.fromkeys(views):
         for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
             dense, expert = stage_params.stage_params(j, lay, rank, chunks)
-            seconds = max(seconds, pools.link_seconds(j, lay, dense, expert))
+            layers = layer_count(chunks)
+            seconds = max(seconds, pools.link_seconds(j, lay, dense, expert, layers))
     fast = cost.estimate(pools.without_slow_link(job), layout)
     added = perf.step_time_s - fast.step_time_s
     return SlowLink(0.0, 0, added, added / perf.step_time_s, seconds)
