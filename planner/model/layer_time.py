@@ -108,7 +108,7 @@ power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-FP8_CEILING_FRACTION = 0.943
+FP8_CEILING_FRACTION = 0.945
 """Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
 the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
 at training shapes. Points read: B200, per-tensor FP8 CUTLASS at M=16384 N=6144 K=4096, 2544.7
@@ -117,14 +117,14 @@ TFLOP/s (vLLM PR #19566) of MAMF 3432.5 (0.74); H800, DeepGEMM at M=4096 N=7168 
 benchmarks/fit_constants.py (the FP8 rows there: MLPerf's fold, Transformer Engine's cuBLASLt
 GEMMs)."""
 
-ATTENTION_EFFICIENCY = 0.563
+ATTENTION_EFFICIENCY = 0.565
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.95
+ELEMENTWISE_PASSES = 5.96
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
