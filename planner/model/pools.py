@@ -230,7 +230,7 @@ def data_parallel(
     """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `dp_sync.
     data_parallel`, or with the replicas across pools (a replica view: `lay.dp_pools` > 1, the
     job's link between pools kept) the partial distributed optimizer's (module docstring), per
-    bucket of max(DP_BUCKET_PARAMS, 1M x the whole dp x cp group) parameters: the instance's
+    bucket of `dp_sync.bucket_params` (over the whole dp x cp group) parameters: the instance's
     reduce-scatter and then the P-way all-reduce of its shard over the link, in the backward
     window; the instance's parameter all-gather in the forward window; what exceeds a window
     is exposed, and never less than one bucket."""
