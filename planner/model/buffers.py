@@ -187,7 +187,8 @@ def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
 
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
     """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
-    gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else 40M). ZeRO-3
+    gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else Megatron-FSDP's own
+    suggested 40M parameters, param_and_grad_buffer.py: not DDP's max(40M, 1M x dp)). ZeRO-3
     (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
     (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
     units' bf16 parameters and gradients in the gradient dtype."""

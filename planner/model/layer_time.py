@@ -355,6 +355,6 @@ def gpu_of(job: Job) -> Gpu:
 
     hbm = hbm_nominal * HBM_EFFICIENCY
     fp8 = job.precision == "fp8"
-    ceiling = spec.matmul_ceiling("bf16")
-    e_linear = linear_fraction(e(job.precision), e("bf16"), fp8, spec.is_blackwell, ceiling)
-    return Gpu(peak, linear, hbm, peak / hbm_nominal, e("bf16"), e_linear)
+    e_bf16, ceiling = e("bf16"), spec.matmul_ceiling("bf16")
+    e_linear = linear_fraction(e(job.precision), e_bf16, fp8, spec.is_blackwell, ceiling)
+    return Gpu(peak, linear, hbm, peak / hbm_nominal, e_bf16, e_linear)

@@ -405,13 +405,9 @@ def test_deterministic_mode_on_blackwell_is_noted_not_modelled() -> None:
     # Transformer Engine runs no cuDNN fused attention backward in deterministic mode on
     # Blackwell before cuDNN 9.18.1 (TransformerEngine PRs #2130, #2584): the step time is not
     # modelled there, and check says so; on Hopper cuDNN's deterministic backward runs
-    line = (
-        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
-        "--micro-batch-size 1 --global-batch-size 8 --bf16 --tokenizer-type NullTokenizer "
-        "--vocab-size 32000 --deterministic-mode"
-    )
-    gb200 = megatron_args.read(line, "gb200-nvl72", 8)
+    line = LLAMA3_8B.replace("--bf16", "--bf16 --deterministic-mode")
+    gb200 = megatron_args.read(line, "gb200-nvl72", 16)
     assert any(n.startswith("--deterministic-mode") for n in gb200.not_modelled)
     assert "--deterministic-mode" not in gb200.ignored
-    h100 = megatron_args.read(line, "h100-sxm-80gb", 8)
+    h100 = megatron_args.read(line, "h100-sxm-80gb", 16)
     assert not any(n.startswith("--deterministic-mode") for n in h100.not_modelled)

@@ -130,15 +130,13 @@ def features(job: Job, lay: Layout) -> Violation | None:
         ),
         (not lay.overlap_grad_reduce, "parallel.overlap_grad_reduce", "FSDP2 always overlaps"),
         (not lay.overlap_param_gather, "parallel.overlap_param_gather", "FSDP2 prefetches"),
-        (
-            lay.ddp_bucket_size is not None,
-            "parallel.ddp_bucket_size",
-            "FSDP2 reduces per module, not in DDP buckets",
-        ),
-        (
-            lay.ddp_num_buckets is not None,
-            "parallel.ddp_num_buckets",
-            "FSDP2 reduces per module, not in DDP buckets",
+        *(
+            (
+                getattr(lay, f) is not None,
+                f"parallel.{f}",
+                "FSDP2 reduces per module, not in buckets",
+            )
+            for f in ("ddp_bucket_size", "ddp_num_buckets")
         ),
         (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
         (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
