@@ -107,7 +107,8 @@ def check(
     megatron_args_path: Annotated[
         str | None,
         typer.Option(
-            "--megatron-args", help="a Megatron-LM command line or launch script ('-' = stdin)"
+            "--megatron-args",
+            help="a file holding a Megatron-LM command line or launch script ('-' = stdin)",
         ),
     ] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args)")] = None,

@@ -40,10 +40,15 @@ def read_text(stream: IO[str], where: str) -> str:
 
 
 def read_file(path: Path) -> str:
-    """Read a text file the user named; a missing path or a directory is an InputError."""
-    if not path.exists():
+    """Read a text file the user named; a missing path, a directory or a name the system refuses
+    (too long, say: a command line passed where its file was expected) is an InputError."""
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if not exists:
         raise InputError(f"{path}: no such file")
-    if path.is_dir():
+    if is_dir:
         raise InputError(f"{path}: is a directory, expected a file")
     try:
         with path.open(encoding="utf-8") as f:

@@ -33,7 +33,8 @@ The DP traffic and optimizer of the stage where they take longest are added afte
 Optimizer: memory-bound; for each parameter of the shard a GPU updates, Adam reads the gradient
 (ADAM_GRAD_READ_BYTES) and reads and writes its master weight and two moments (Job.optimizer_bytes
 each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroing the local
-gradient buffer, at HBM_EFFICIENCY x HBM bandwidth.
+gradient buffer, at HBM_EFFICIENCY x HBM bandwidth. Muon (`Job.optimizer`) adds its Newton-Schulz
+iterations over the decoder's matrices (`planner.model.muon_time`).
 Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
 
 Calibration: the three fitted constants live in planner/model/layer_time.py; everything here is a
@@ -46,7 +47,7 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_sync, flops, fsdp2, host, pools
+from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.schedule import (
@@ -61,6 +62,7 @@ from planner.model.stage_time import (
     layout_times,
     mix_sums,
     offload_exposed,
+    rank_layers,
     rank_mix,
 )
 
@@ -313,7 +315,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under
             e += share * hid
-            dp_seen[key] = (e, hid, optimizer_time(job, lay, dense, expert, lt.gpu))
+            counts = rank_layers(job, lay, rank, chunks, lt)[0]
+            o = optimizer_time(job, lay, dense, expert, lt.gpu)
+            dp_seen[key] = (e, hid, o + muon_time.step_time(job, lay, counts, lt.gpu))
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o

@@ -267,10 +267,14 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "negative": (PLANS / "bad-negative.toml", "training.seq_length"),
         "missing": (tmp_path / "missing.toml", "no such file"),
         "directory": (tmp_path, "is a directory"),
+        # a name longer than the system allows (NAME_MAX 255): refused by stat() itself
+        "name too long": (tmp_path / ("x" * 300 + ".toml"), "cannot read"),
     }
 
 
-@pytest.mark.parametrize("case", ["malformed", "unknown key", "negative", "missing", "directory"])
+@pytest.mark.parametrize(
+    "case", ["malformed", "unknown key", "negative", "missing", "directory", "name too long"]
+)
 def test_check_bad_input_in_process(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -283,7 +287,9 @@ def test_check_bad_input_in_process(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("case", ["malformed", "unknown key", "negative", "missing", "directory"])
+@pytest.mark.parametrize(
+    "case", ["malformed", "unknown key", "negative", "missing", "directory", "name too long"]
+)
 def test_check_bad_input_subprocess_no_traceback(case: str, tmp_path: Path) -> None:
     path, needle = bad_inputs(tmp_path)[case]
     proc = run_subprocess("check", str(path), "--json")

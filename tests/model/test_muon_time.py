@@ -1,0 +1,123 @@
+"""Muon's optimizer step time (planner.model.muon_time): the Newton-Schulz iterations over the
+decoder's matrices, who runs them, and what that does to a step.
+
+Oracles: hand arithmetic from Llama 3.1 8B's shapes (hidden 4096, 32 heads of 128, 8 KV groups,
+SwiGLU width 14,336, 32 layers) and the iteration's three GEMMs (A = X X^T, B = b A + c A A,
+X = a X + B X on an m x n matrix, m <= n: 4 m^2 n + 2 m^3 FLOPs), as Emerging-Optimizers'
+`newton_schulz` runs them; the layer-wise distributed optimizer deals the matrices out to the
+data-parallel ranks (Megatron-LM d98e8a64 layer_wise_optimizer.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from jobs import job
+from test_memory_muon import LINE
+from test_memory_muon import plan as muon_plan
+
+from planner.inputs import megatron_args
+from planner.inputs.hybrid import DENSE
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, muon_time
+from planner.model.layer_time import gpu_of
+
+H, F, KV = 4096, 14_336, 8 * 128
+
+
+def llama(n: int = 8, **kw: object) -> Job:
+    return job("llama3.1-8b", "h100-sxm-80gb", n, 8192, 64, **kw)
+
+
+def test_a_llama_layer_orthogonalises_q_k_v_apart_and_fc1_whole() -> None:
+    dense, expert = muon_time.matrices(llama().arch, DENSE, 1)
+    # Q 4096 x 4096, K and V 4096 x 1024 each, the output projection, fc1 (gate and up as one
+    # 4096 x 28,672) and fc2 (14,336 x 4096); no experts
+    want = [(H, H, 1), (H, KV, 2), (H, H, 1), (H, 2 * F, 1), (F, H, 1)]
+    assert sorted(dense) == sorted(want) and expert == []
+
+
+def test_the_iteration_counts_three_gemms_of_the_short_side() -> None:
+    # fc2: m = 4096, n = 14,336: 5 x (4 x 4096^2 x 14,336 + 2 x 4096^3) = 5.50e12
+    assert muon_time.ns_flops(F, H) == pytest.approx(5 * (4 * H**2 * F + 2 * H**3))
+    assert muon_time.ns_flops(F, H) == muon_time.ns_flops(H, F)
+    assert muon_time.ns_flops(F, H) == pytest.approx(5.497e12, rel=1e-3)
+
+
+def _optimizer_s(lay: Layout, **kw: object) -> float:
+    j = llama(lay.num_gpus, optimizer="muon", **kw)
+    return cost.estimate(j, lay).breakdown.optimizer
+
+
+def test_a_non_distributed_step_costs_every_rank_the_whole_model_at_the_gemm_rate() -> None:
+    # per layer 5 x (6 x 4096^3 [Q] + 2 x (4 x 1024^2 x 4096 + 2 x 1024^3) [K, V]
+    # + 6 x 4096^3 [proj] + 4 x 4096^2 x 28,672 + 2 x 4096^3 [fc1] + 5.50e12 / 5 [fc2])
+    # = 5 x (4.12e11 + 3.87e10 + 4.12e11 + 2.062e12 + 1.100e12) = 2.01e13; 32 layers: 6.44e14
+    # FLOPs on each of the 8 ranks
+    per_layer = 5 * (
+        6 * H**3
+        + 2 * (4 * KV**2 * H + 2 * KV**3)
+        + 6 * H**3
+        + 4 * H**2 * 2 * F
+        + 2 * H**3
+        + 4 * H**2 * F
+        + 2 * H**3
+    )
+    flops = 32 * per_layer
+    assert flops == pytest.approx(6.44e14, rel=0.01)
+    lay = Layout(tp=1, dp=8, micro_batch_size=1, zero_stage=0)
+    adam = cost.estimate(llama(), lay).breakdown.optimizer
+    ns = _optimizer_s(lay) - adam
+    peak = gpu_of(llama()).peak_bf16
+    # no faster than the bf16 peak, no slower than a third of it (large GEMMs)
+    assert flops / peak < ns < flops / (peak / 3)
+
+
+def test_the_distributed_optimizer_shares_the_iterations_over_data_parallel_ranks() -> None:
+    alone = Layout(tp=1, dp=8, micro_batch_size=1, zero_stage=0)
+    shared = replace(alone, zero_stage=1)
+    base = cost.estimate(llama(), shared).breakdown.optimizer
+    full = _optimizer_s(alone) - cost.estimate(llama(), alone).breakdown.optimizer
+    # 32 x 6 = 192 matrices over 8 ranks: an eighth of the work each, within the largest
+    # matrix's share of imbalance that the model does not count (it takes total / dp)
+    assert _optimizer_s(shared) - base == pytest.approx(full / 8, rel=0.02)
+
+
+def test_tensor_parallelism_duplicates_the_iterations_and_adds_the_gather() -> None:
+    tp1 = Layout(tp=1, dp=8, micro_batch_size=1, zero_stage=0)
+    tp2 = Layout(tp=2, dp=4, micro_batch_size=1, sequence_parallel=True, zero_stage=0)
+    n1 = _optimizer_s(tp1) - cost.estimate(llama(), tp1).breakdown.optimizer
+    n2 = _optimizer_s(tp2) - cost.estimate(llama(), tp2).breakdown.optimizer
+    # --muon-tp-mode duplicated: each TP rank orthogonalises the whole matrix, so tp 2 costs
+    # at least what tp 1 does (plus each matrix's fp32 all-gather over NVLink)
+    assert n2 > n1
+
+
+def test_small_matrices_cost_the_host_its_kernels() -> None:
+    # the functional tests' MoE model (tests/model/test_memory_muon.py: h 512, 12 layers, 8
+    # experts, ep 8): 12 x (Q, K, V, proj, router) + one local expert's fc1 and fc2 = 84
+    # matrices, each microseconds on the GPU: the host's 84 x 30 kernels x 25 us
+    p = muon_plan("--optimizer muon")
+    assert p.layout is not None
+    j, lay = p.job, p.layout
+    counts = j.arch.kind_counts((range(12),))
+    t = muon_time.step_time(j, lay, counts, gpu_of(j))
+    assert t == pytest.approx(84 * 30 * 25e-6, rel=0.05)
+    # shared out by the distributed optimizer: ceil(60 / 8) dense matrices and, with one expert
+    # per rank (expert data-parallel 1), all 24 expert ones: 32 x 30 x 25 us
+    shared = replace(lay, zero_stage=1)
+    assert muon_time.step_time(j, shared, counts, gpu_of(j)) == pytest.approx(
+        32 * 30 * 25e-6, rel=0.05
+    )
+    # Adam trains without it
+    assert muon_time.step_time(replace(j, optimizer="adam"), lay, counts, gpu_of(j)) == 0
+
+
+def test_muon_knobs_other_than_the_modelled_defaults_get_a_note() -> None:
+    line = LINE + "--optimizer muon "
+    quiet = megatron_args.read(line + "--muon-num-ns-steps 5", "h100-sxm-80gb", 8, "t", 50_257)
+    assert not any(n.startswith("--muon") for n in quiet.not_modelled)
+    for extra in ("--muon-num-ns-steps 7", "--muon-tp-mode blockwise", "--muon-no-split-qkv"):
+        noted = megatron_args.read(line + extra, "h100-sxm-80gb", 8, "t", 50_257)
+        assert any(n.startswith(extra.split()[0]) for n in noted.not_modelled), extra
