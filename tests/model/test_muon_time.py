@@ -16,7 +16,7 @@ from jobs import job
 from test_memory_muon import LINE
 from test_memory_muon import plan as muon_plan
 
-from planner.inputs import megatron_args
+from planner.inputs import catalog, megatron_args
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -121,3 +121,23 @@ def test_muon_knobs_other_than_the_modelled_defaults_get_a_note() -> None:
     for extra in ("--muon-num-ns-steps 7", "--muon-tp-mode blockwise", "--muon-no-split-qkv"):
         noted = megatron_args.read(line + extra, "h100-sxm-80gb", 8, "t", 50_257)
         assert any(n.startswith(extra.split()[0]) for n in noted.not_modelled), extra
+
+
+def test_mla_experts_and_mamba_give_their_own_matrices() -> None:
+    # DeepSeek-V3 (hidden 7168; MLA: q_lora 1536, kv_lora 512, 128 heads of 128 + 64 rope, v
+    # 128; 256 experts of 2048 gated, one shared): on ep 8 a MoE layer holds 256 / 8 = 32 local
+    # experts' fc1 (7168 x 4096) and fc2 (2048 x 7168), MLA's five projections (q down
+    # 7168 x 1536, q up 1536 x 128 x 192, kv down 7168 x 576, kv up 512 x 128 x 256, output
+    # 16384 x 7168), the shared expert's two and the router (7168 x 256)
+    arch = catalog.get_model("deepseek-v3")
+    moe = next(k for k in arch.kinds if k.moe)
+    dense, expert = muon_time.matrices(arch, moe, 8)
+    assert sorted(expert) == [(2048, 7168, 32), (7168, 4096, 32)]
+    assert (7168, 1536, 1) in dense and (1536, 128 * 192, 1) in dense
+    assert (512, 128 * 256, 1) in dense and (128 * 128, 7168, 1) in dense
+    assert (7168, 256, 1) in dense and len(dense) == 8
+    # a Mamba mixer keeps only its out_proj on Muon (Megatron sets use_muon False on in_proj):
+    # Nemotron 3 Nano's mixer, 64 heads x 64 = 4096 wide, into hidden 2688
+    hybrid = catalog.get_model("nemotron3-nano-30b-a3b")
+    mamba = next(k for k in hybrid.kinds if k.mixer == "mamba")
+    assert muon_time.matrices(hybrid, mamba, 1) == ([(4096, 2688, 1)], [])
