@@ -82,9 +82,31 @@ def _instances(plan: Plan) -> dict[str, Any]:
     return {"num_distributed_optimizer_instances": n} if n > 1 else {}
 
 
+def _muon(plan: Plan) -> dict[str, Any]:
+    """OptimizerConfig's Muon fields: "dist_muon" runs Megatron-Core's layer-wise distributed
+    optimizer (Megatron-Bridge training/optim.py: layer_wise_distributed_optimizer = "dist" in
+    the name; its Kimi and DeepSeek-V4 Muon recipes then leave ddp.use_distributed_optimizer
+    False), plain "muon" every rank's whole update."""
+    job, lay = plan.job, plan.require_layout()
+    if job.muon_whole_params and lay.zero_stage >= 1:
+        raise InputError(
+            f"{plan.path}: training.muon_whole_params: Megatron-Bridge has no switch for the "
+            "layer-wise optimizer's legacy whole-parameter dealing; launch with --target "
+            "megatron-args, or set muon_whole_params = false"
+        )
+    return {
+        "optimizer": "dist_muon" if lay.zero_stage >= 1 else "muon",
+        "muon_num_ns_steps": job.muon_ns_steps,
+        "muon_tp_mode": job.muon_tp_mode,
+        "muon_split_qkv": job.muon_split_qkv,
+        "muon_fp32_matmul_prec": job.muon_matmul_precision,
+    }
+
+
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
+    muon = job.optimizer == "muon"
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,
@@ -122,7 +144,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "train_iters": int(schedule["--train-iters"]),
         },
         "ddp": {
-            "use_distributed_optimizer": lay.zero_stage >= 1,
+            "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
             "overlap_grad_reduce": lay.overlap_grad_reduce,
             "overlap_param_gather": lay.overlap_param_gather,
             **({"bucket_size": lay.ddp_bucket_size} if lay.ddp_bucket_size else {}),
@@ -135,10 +157,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             **_instances(plan),
         },
         "optimizer": {
-            "use_distributed_optimizer": lay.zero_stage >= 1,
+            "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
             "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16",
             "lr": float(schedule["--lr"]),
             "min_lr": float(schedule["--min-lr"]),
+            **(_muon(plan) if muon else {}),
         },
         "comm_overlap": {"tp_comm_overlap": lay.tp_comm_overlap},
     }

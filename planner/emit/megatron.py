@@ -233,6 +233,7 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--optimizer", "muon"))
         if job.muon_whole_params and lay.zero_stage == 1:
             a.append(("--no-use-layer-wise-param-layout",))
+        a += _muon_knobs(plan)
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),
@@ -258,6 +259,33 @@ def training_args(plan: Plan) -> list[Arg]:
         # transformer_engine implementation would need NCCL_GRAPH_REGISTER=0 beside
         # expandable_segments (arguments.py d98e8a64)
         a.append(("--cuda-graph-impl", "local"))
+    return a
+
+
+MUON_PRECISION_FLAG = {"medium": "medium", "high": "high"}
+"""`Job.muon_matmul_precision` as Megatron-LM's --muon-fp32-matmul-prec (choices low, medium,
+high: no "highest")."""
+
+
+def _muon_knobs(plan: Plan) -> list[Arg]:
+    """Muon's knobs where the plan leaves Megatron's defaults (5 iterations, duplicated TP mode,
+    Q / K / V apart, medium precision)."""
+    job = plan.job
+    a: list[Arg] = []
+    if job.muon_ns_steps != 5:
+        a.append(("--muon-num-ns-steps", str(job.muon_ns_steps)))
+    if job.muon_tp_mode != "duplicated":
+        a.append(("--muon-tp-mode", job.muon_tp_mode))
+    if not job.muon_split_qkv:
+        a.append(("--muon-no-split-qkv",))
+    if job.muon_matmul_precision not in MUON_PRECISION_FLAG:
+        raise InputError(
+            f"{plan.path}: training.muon_matmul_precision: Megatron-LM's --muon-fp32-matmul-prec "
+            f"takes low, medium or high (got {job.muon_matmul_precision!r}; Megatron-Bridge's "
+            "optimizer.muon_fp32_matmul_prec takes it)"
+        )
+    if job.muon_matmul_precision != "medium":
+        a.append(("--muon-fp32-matmul-prec", MUON_PRECISION_FLAG[job.muon_matmul_precision]))
     return a
 
 

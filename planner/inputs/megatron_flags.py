@@ -121,6 +121,10 @@ READ = frozenset(
         "--use-distributed-optimizer",
         "--optimizer",  # muon (megatron_training._muon); the others: NOT_MODELLED
         "--no-use-layer-wise-param-layout",
+        "--muon-num-ns-steps",
+        "--muon-tp-mode",
+        "--muon-no-split-qkv",
+        "--muon-fp32-matmul-prec",
         "--use-megatron-fsdp",
         "--use-torch-fsdp2",
         "--data-parallel-sharding-strategy",
@@ -194,26 +198,18 @@ NOT_MODELLED: dict[str, str] = {
     "the fused one planner counts (memory under-estimated)",
     "--attention-output-gate": "the attention output gate's weights are not counted",
     "--fp4-format": "FP4 training is counted as BF16",
-    "--muon-num-ns-steps": "Muon's step time counts Megatron's default 5 Newton-Schulz "
-    "iterations per matrix",
-    "--muon-tp-mode": "Muon's step time counts the default duplicated mode (each TP rank "
-    "gathers and orthogonalises the whole matrix)",
-    "--muon-no-split-qkv": "Muon's step time counts Q, K and V orthogonalised apart (the default)",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
 }
-"""Megatron-LM flags that change memory (Muon's knobs: its step time, `planner.model.muon_time`)
-in ways planner does not model: present (with a value other than Megatron's default), they are
-read as the note says."""
+"""Megatron-LM flags that change memory in ways planner does not model: present (with a value
+other than Megatron's default), they are read as the note says."""
 
 NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--megatron-fsdp-main-params-dtype": ("fp32",),
     "--main-params-dtype": ("fp32",),
     "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
     "--outer-dp-sharding-strategy": ("no_shard",),
-    "--muon-num-ns-steps": ("5",),
-    "--muon-tp-mode": ("duplicated",),
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
 note then)."""

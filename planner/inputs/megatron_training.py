@@ -146,8 +146,38 @@ def _muon(line: Line) -> dict[str, Any]:
         return {}  # adam; sgd and the others are listed as ignored
     name = line.text("--optimizer")
     distributed = name == "dist_muon" or line.has("--use-distributed-optimizer")
-    whole = distributed and line.has("--no-use-layer-wise-param-layout")
-    return {"optimizer": "muon", "muon_whole_params": True} if whole else {"optimizer": "muon"}
+    out: dict[str, Any] = {"optimizer": "muon"}
+    if distributed and line.has("--no-use-layer-wise-param-layout"):
+        out["muon_whole_params"] = True
+    steps = line.integer("--muon-num-ns-steps")
+    if steps is not None:
+        if steps < 1:
+            raise InputError(
+                f"{line.where}: --muon-num-ns-steps: expected at least 1 (got {steps})"
+            )
+        out["muon_ns_steps"] = steps
+    for flag, key, choices in (
+        ("--muon-tp-mode", "muon_tp_mode", MUON_TP_MODES),
+        ("--muon-fp32-matmul-prec", "muon_matmul_precision", tuple(MUON_PRECISIONS)),
+    ):
+        value = line.text(flag)
+        if value is not None and value not in choices:
+            raise InputError(
+                f"{line.where}: {flag}: expected one of {', '.join(choices)} (got {value!r})"
+            )
+        if value is not None:
+            out[key] = MUON_PRECISIONS.get(value, value)
+    if line.has("--muon-no-split-qkv"):
+        out["muon_split_qkv"] = False
+    return out
+
+
+MUON_TP_MODES = ("duplicated", "blockwise", "distributed")
+"""Megatron-LM d98e8a64 --muon-tp-mode choices (arguments.py)."""
+MUON_PRECISIONS = {"low": "medium", "medium": "medium", "high": "high"}
+"""Megatron-LM's --muon-fp32-matmul-prec choices and the precision planner times each at: "low"
+is no precision torch.set_float32_matmul_precision knows below "medium" (bf16 GEMMs), which it
+is read as."""
 
 
 def _optimizer_dtypes(line: Line) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import (
     CrossEntropy,
     Fp8Recipe,
+    MuonPrecision,
+    MuonTpMode,
     ParallelSection,
     PlanFile,
     Precision,
@@ -83,6 +85,10 @@ class Job:
     whole step (`planner.model.layer_time`)."""
     optimizer: Literal["adam", "muon"] = "adam"  # planner.model.optimizer_states
     muon_whole_params: bool = False  # the layer-wise optimizer's whole-parameter sharding
+    muon_ns_steps: int = 5  # Megatron --muon-num-ns-steps (planner.model.muon_time)
+    muon_tp_mode: MuonTpMode = "duplicated"  # --muon-tp-mode
+    muon_split_qkv: bool = True  # --muon-split-qkv (--muon-no-split-qkv: False)
+    muon_matmul_precision: MuonPrecision = "medium"  # --muon-fp32-matmul-prec
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
@@ -165,6 +171,10 @@ TRAINING_AS_IS = (
     "gemm_sm_margin",
     "optimizer",
     "muon_whole_params",
+    "muon_ns_steps",
+    "muon_tp_mode",
+    "muon_split_qkv",
+    "muon_matmul_precision",
     "rl_inference_parallel",
     "vision_encoder",
     "attention_dropout",

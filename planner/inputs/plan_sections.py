@@ -38,6 +38,12 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "r
 """Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
 torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
+MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
+"""Megatron --muon-tp-mode: how Muon orthogonalises a tensor-parallel weight (whole on every TP
+rank, each shard on its own, or the whole with its Gram matrix all-reduced)."""
+MuonPrecision = Literal["medium", "high", "highest"]
+"""Muon's fp32 matmul precision (torch.set_float32_matmul_precision): medium runs the
+Newton-Schulz GEMMs in bf16, high in TF32, highest in fp32."""
 SelectivePolicy = Literal["core_attn", "per_op"]
 
 
@@ -211,6 +217,25 @@ class TrainingSection(BaseModel):
         description="muon with the distributed optimizer and --no-use-layer-wise-param-layout: "
         "Megatron's layer-wise optimizer hands out whole parameters, so one rank keeps the "
         "largest (the word embedding) whole",
+    )
+    muon_ns_steps: PositiveInt = Field(
+        default=5,
+        description="Megatron --muon-num-ns-steps: Newton-Schulz iterations per matrix and step",
+    )
+    muon_tp_mode: MuonTpMode = Field(
+        default="duplicated",
+        description="Megatron --muon-tp-mode: duplicated (each TP rank gathers and "
+        "orthogonalises the whole matrix), blockwise (each shard on its own) or distributed",
+    )
+    muon_split_qkv: Flag = Field(
+        default=True,
+        description="Megatron --muon-split-qkv (false: --muon-no-split-qkv): Q, K and V "
+        "orthogonalised apart",
+    )
+    muon_matmul_precision: MuonPrecision = Field(
+        default="medium",
+        description="Megatron --muon-fp32-matmul-prec / Megatron-Bridge "
+        "optimizer.muon_fp32_matmul_prec: medium (bf16 GEMMs), high (TF32) or highest (fp32)",
     )
     rl_kv_cache_gib: NonNegativeFloat = Field(
         default=0.0,

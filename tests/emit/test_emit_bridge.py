@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import yaml
 from paths import TESTS
+from test_emit_megatron import make_plan
 
 from planner.emit.launch import render
+from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 
 SCHEMA = json.loads((TESTS / "data" / "megatron_bridge_config_schema.json").read_text())
@@ -45,9 +47,8 @@ def _fits(annotation: str, value: Any) -> bool:
     return False
 
 
-@pytest.mark.parametrize("plan_path", PLANS, ids=lambda p: p.stem)
-def test_bridge_accepts_the_override(plan_path: Path) -> None:
-    doc = yaml.safe_load(render(load_plan(plan_path), "megatron-bridge")[1])
+def _accepted(doc: dict[str, Any]) -> None:
+    """Every field of the override is one of Bridge's, with a value its annotation takes."""
     assert doc["mixed_precision"] in SCHEMA["mixed_precision_presets"]
     for section, fields in doc.items():
         if section == "mixed_precision":
@@ -56,6 +57,36 @@ def test_bridge_accepts_the_override(plan_path: Path) -> None:
         for name, value in fields.items():
             assert name in known, f"{section}.{name}"
             assert _fits(known[name], value), f"{section}.{name} = {value!r} ({known[name]})"
+
+
+@pytest.mark.parametrize("plan_path", PLANS, ids=lambda p: p.stem)
+def test_bridge_accepts_the_override(plan_path: Path) -> None:
+    _accepted(yaml.safe_load(render(load_plan(plan_path), "megatron-bridge")[1]))
+
+
+def test_muon_is_launched_as_bridges_muon() -> None:
+    # Megatron-Bridge training/optim.py picks the layer-wise distributed optimizer by "dist" in
+    # optimizer.optimizer; its Muon recipes (Kimi K2, DeepSeek-V4) then leave
+    # ddp.use_distributed_optimizer False
+    plan = make_plan(
+        "llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_ns_steps=6, muon_tp_mode="blockwise"
+    )
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    opt = doc["optimizer"]
+    assert (opt["optimizer"], opt["muon_num_ns_steps"], opt["muon_tp_mode"]) == (
+        "dist_muon",
+        6,
+        "blockwise",
+    )
+    assert opt["use_distributed_optimizer"] is False is doc["ddp"]["use_distributed_optimizer"]
+    plain = make_plan("llama3.1-8b", 16, {"tp": 2, "zero_stage": 0}, optimizer="muon")
+    assert yaml.safe_load(render(plain, "megatron-bridge")[1])["optimizer"]["optimizer"] == "muon"
+    adam = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
+    assert "optimizer" not in adam["optimizer"]
+    whole = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_whole_params=True)
+    with pytest.raises(InputError, match=r"training\.muon_whole_params"):
+        render(whole, "megatron-bridge")
 
 
 def test_the_override_carries_the_layout() -> None:

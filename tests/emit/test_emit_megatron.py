@@ -551,5 +551,23 @@ def test_muon_is_launched_as_muon() -> None:
     f = flags(plan)
     assert f["--optimizer"] == ["muon"] and "--no-use-layer-wise-param-layout" in f
     assert "--optimizer" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+    # Muon's knobs where they leave Megatron's defaults, and only there
+    assert not any(k.startswith("--muon") for k in f)
+    knobs = make_plan(
+        "llama3.1-8b",
+        16,
+        {"tp": 2},
+        optimizer="muon",
+        muon_ns_steps=7,
+        muon_tp_mode="distributed",
+        muon_split_qkv=False,
+        muon_matmul_precision="high",
+    )
+    k = flags(knobs)
+    assert (k["--muon-num-ns-steps"], k["--muon-tp-mode"]) == (["7"], ["distributed"])
+    assert k["--muon-fp32-matmul-prec"] == ["high"] and "--muon-no-split-qkv" in k
+    # fp32 ("highest") is Megatron-Bridge's value; Megatron-LM's flag takes low, medium, high
+    with pytest.raises(InputError, match=r"training\.muon_matmul_precision"):
+        flags(make_plan("llama3.1-8b", 16, {}, optimizer="muon", muon_matmul_precision="highest"))
     with pytest.raises(InputError, match="optimizer = muon does not run with Megatron-FSDP"):
         check_plan(make_plan("llama3.1-8b", 16, {"tp": 1, "zero_stage": 3}, optimizer="muon"))

@@ -9,6 +9,8 @@ data-parallel ranks (Megatron-LM d98e8a64 layer_wise_optimizer.py)."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from dataclasses import replace
 
 import pytest
@@ -16,12 +18,14 @@ from jobs import job
 from test_memory_muon import LINE
 from test_memory_muon import plan as muon_plan
 
-from planner.inputs import catalog, megatron_args
+from planner.inputs import catalog, megatron_args, plan_writer
+from planner.inputs.errors import InputError
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import Job, parse_plan
 from planner.model import cost, muon_time
 from planner.model.layer_time import gpu_of
+from planner.search import rules
 
 H, F, KV = 4096, 14_336, 8 * 128
 
@@ -34,7 +38,8 @@ def test_a_llama_layer_orthogonalises_q_k_v_apart_and_fc1_whole() -> None:
     dense, expert = muon_time.matrices(llama().arch, DENSE, 1)
     # Q 4096 x 4096, K and V 4096 x 1024 each, the output projection, fc1 (gate and up as one
     # 4096 x 28,672) and fc2 (14,336 x 4096); no experts
-    want = [(H, H, 1), (H, KV, 2), (H, H, 1), (H, 2 * F, 1), (F, H, 1)]
+    want = [(H, H, H, H, 1), (H, KV, H, KV, 2), (H, H, H, H, 1), (H, 2 * F, H, 2 * F, 1)]
+    want.append((F, H, F, H, 1))
     assert sorted(dense) == sorted(want) and expert == []
 
 
@@ -114,13 +119,70 @@ def test_small_matrices_cost_the_host_its_kernels() -> None:
     assert muon_time.step_time(replace(j, optimizer="adam"), lay, counts, gpu_of(j)) == 0
 
 
-def test_muon_knobs_other_than_the_modelled_defaults_get_a_note() -> None:
+def test_the_reader_reads_muons_knobs_and_refuses_bad_values() -> None:
     line = LINE + "--optimizer muon "
-    quiet = megatron_args.read(line + "--muon-num-ns-steps 5", "h100-sxm-80gb", 8, "t", 50_257)
-    assert not any(n.startswith("--muon") for n in quiet.not_modelled)
-    for extra in ("--muon-num-ns-steps 7", "--muon-tp-mode blockwise", "--muon-no-split-qkv"):
-        noted = megatron_args.read(line + extra, "h100-sxm-80gb", 8, "t", 50_257)
-        assert any(n.startswith(extra.split()[0]) for n in noted.not_modelled), extra
+    job = muon_plan(
+        "--optimizer muon --muon-num-ns-steps 7 --muon-tp-mode blockwise --muon-no-split-qkv "
+        "--muon-fp32-matmul-prec high"
+    ).job
+    assert (job.muon_ns_steps, job.muon_tp_mode, job.muon_split_qkv) == (7, "blockwise", False)
+    assert job.muon_matmul_precision == "high"
+    # the plan writer writes them back, and the plan reads back the same job
+    p = muon_plan(
+        "--optimizer muon --muon-num-ns-steps 7 --muon-tp-mode blockwise --muon-no-split-qkv "
+        "--muon-fp32-matmul-prec high"
+    )
+    assert p.layout is not None
+    text = plan_writer.render(p.job, p.layout, p.model_ref or {}, ["t"])
+    assert 'muon_tp_mode = "blockwise"' in text and "muon_ns_steps = 7" in text
+    again = parse_plan(tomllib.loads(text)).job
+    knobs = ("muon_ns_steps", "muon_tp_mode", "muon_split_qkv", "muon_matmul_precision")
+    assert [getattr(again, k) for k in knobs] == [7, "blockwise", False, "high"]
+    defaults = muon_plan("--optimizer muon").job
+    assert (defaults.muon_ns_steps, defaults.muon_tp_mode) == (5, "duplicated")
+    assert defaults.muon_split_qkv and defaults.muon_matmul_precision == "medium"
+    for bad, needle in (
+        ("--muon-num-ns-steps 0", "--muon-num-ns-steps: expected at least 1 (got 0)"),
+        ("--muon-num-ns-steps x", "--muon-num-ns-steps: expected an integer (got 'x')"),
+        ("--muon-tp-mode rowwise", "--muon-tp-mode: expected one of duplicated, blockwise"),
+        ("--muon-fp32-matmul-prec highest", "--muon-fp32-matmul-prec: expected one of low"),
+    ):
+        with pytest.raises(InputError, match=re.escape(needle)):
+            megatron_args.read(line + bad, "h100-sxm-80gb", 8, "t", 50_257)
+
+
+def test_the_knobs_scale_the_gpu_work_as_the_iteration_says() -> None:
+    # one fc2 of Llama 3.1 8B (14,336 x 4096): large GEMMs, so the time follows the FLOPs
+    gpu = gpu_of(llama())
+    fc2 = (F, H, F / 2, H, 1)  # whole, and tp 2's row-parallel shard
+    base = muon_time.ns_gpu_time(llama(optimizer="muon"), fc2, gpu)
+    # twice the iterations, twice the time
+    ten = muon_time.ns_gpu_time(llama(optimizer="muon", muon_ns_steps=10), fc2, gpu)
+    assert ten == pytest.approx(2 * base, rel=1e-9)
+    # TF32 runs at half the bf16 peak: a little under twice the time (the roofline's memory part
+    # keeps its ridge)
+    tf32 = muon_time.ns_gpu_time(llama(optimizer="muon", muon_matmul_precision="high"), fc2, gpu)
+    assert 1.8 * base < tf32 <= 2 * base
+    # blockwise orthogonalises the 7,168 x 4096 shard: 5 x (4 x 4096^2 x 7168 + 2 x 4096^3)
+    # over 5 x (4 x 4096^2 x 14,336 + 2 x 4096^3) = 0.5625 of the work
+    block = muon_time.ns_gpu_time(llama(optimizer="muon", muon_tp_mode="blockwise"), fc2, gpu)
+    assert block / base == pytest.approx(0.5625, rel=0.03)
+    # distributed: X X^T and B X on the shard, A A whole: (2 + 2) x 4096^2 x 7168 + 2 x 4096^3
+    # over the whole's: the same 0.5625 here (the short side is not split)
+    dist = muon_time.ns_gpu_time(llama(optimizer="muon", muon_tp_mode="distributed"), fc2, gpu)
+    assert dist / base == pytest.approx(0.5625, rel=0.03)
+
+
+def test_without_the_qkv_split_q_k_v_are_one_matrix() -> None:
+    dense, _ = muon_time.matrices(llama().arch, DENSE, 1, split_qkv=False)
+    assert (H, H + 2 * KV, H, H + 2 * KV, 1) in dense and len(dense) == 4
+
+
+def test_fp32_newton_schulz_is_a_warning() -> None:
+    lay = Layout(tp=1, dp=8, micro_batch_size=1)
+    j = llama(optimizer="muon", muon_matmul_precision="highest")
+    assert [w.field for w in rules.warnings(j, lay)] == ["training.muon_matmul_precision"]
+    assert rules.warnings(replace(j, muon_matmul_precision="high"), lay) == []
 
 
 def test_mla_experts_and_mamba_give_their_own_matrices() -> None:
@@ -132,12 +194,13 @@ def test_mla_experts_and_mamba_give_their_own_matrices() -> None:
     arch = catalog.get_model("deepseek-v3")
     moe = next(k for k in arch.kinds if k.moe)
     dense, expert = muon_time.matrices(arch, moe, 8)
-    assert sorted(expert) == [(2048, 7168, 32), (7168, 4096, 32)]
-    assert (7168, 1536, 1) in dense and (1536, 128 * 192, 1) in dense
-    assert (512, 128 * 256, 1) in dense and (128 * 128, 7168, 1) in dense
-    assert (7168, 256, 1) in dense and len(dense) == 8
+    assert sorted(m[:2] + m[4:] for m in expert) == [(2048, 7168, 32), (7168, 4096, 32)]
+    whole = [m[:2] + m[4:] for m in dense]
+    assert (7168, 1536, 1) in whole and (1536, 128 * 192, 1) in whole
+    assert (512, 128 * 256, 1) in whole and (128 * 128, 7168, 1) in whole
+    assert (7168, 256, 1) in whole and len(dense) == 8
     # a Mamba mixer keeps only its out_proj on Muon (Megatron sets use_muon False on in_proj):
     # Nemotron 3 Nano's mixer, 64 heads x 64 = 4096 wide, into hidden 2688
     hybrid = catalog.get_model("nemotron3-nano-30b-a3b")
     mamba = next(k for k in hybrid.kinds if k.mixer == "mamba")
-    assert muon_time.matrices(hybrid, mamba, 1) == ([(4096, 2688, 1)], [])
+    assert muon_time.matrices(hybrid, mamba, 1) == ([(4096, 2688, 4096, 2688, 1)], [])
