@@ -23,7 +23,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.emit.common import SCHEDULE, comment_block, header, optimizer_instances, predict
+from planner.emit.common import (
+    SCHEDULE,
+    comment_block,
+    cuda_graph_impl,
+    header,
+    optimizer_instances,
+    predict,
+)
 from planner.emit.k8s import yaml_str
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
@@ -121,6 +128,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
         "microbatch_group_size_per_vp_stage": lay.microbatch_group_size_per_vp_stage,
     }
+    if job.cuda_graphs:  # TransformerConfig.cuda_graph_impl, as Megatron-LM's flag
+        model["cuda_graph_impl"] = cuda_graph_impl(plan)
     if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)

@@ -287,3 +287,19 @@ def summary_lines(o: Operations) -> list[str]:
         f"{r.lost_failures:.1%}); effective {o.effective_tokens_per_s:,.0f} tokens/s"
     )
     return lines
+
+
+def cuda_graph_impl(plan: Plan) -> str:
+    """The CUDA-graph implementation a `cuda_graphs` plan launches with: Megatron-Core's own
+    per-layer graphs ("local", the MLPerf v5.x configs' MCORE_CUDA_GRAPH; the transformer_engine
+    implementation would need NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py
+    d98e8a64). They do not run with CPU offloading (TransformerConfig raises ValueError)."""
+    lay = plan.require_layout()
+    if lay.cpu_offloading_num_layers:
+        raise InputError(
+            f"{plan.path}: training.cuda_graphs: true, but Megatron's per-layer CUDA graphs "
+            f"do not run with CPU offloading (parallel.cpu_offloading_num_layers = "
+            f"{lay.cpu_offloading_num_layers}; TransformerConfig raises ValueError); set one "
+            "of them off"
+        )
+    return "local"

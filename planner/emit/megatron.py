@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from planner.emit.common import (
     comment_block,
+    cuda_graph_impl,
     environment,
     header,
     optimizer_instances,
@@ -248,17 +249,7 @@ def training_args(plan: Plan) -> list[Arg]:
     if not job.flash_attention:
         a.append(("--attention-backend", "unfused"))
     if job.cuda_graphs:
-        if lay.cpu_offloading_num_layers:
-            raise InputError(
-                f"{plan.path}: training.cuda_graphs: true, but Megatron's per-layer CUDA graphs "
-                f"do not run with CPU offloading (parallel.cpu_offloading_num_layers = "
-                f"{lay.cpu_offloading_num_layers}; TransformerConfig raises ValueError); set one "
-                "of them off"
-            )
-        # Megatron-Core's own per-layer graphs (the MLPerf v5.x configs' MCORE_CUDA_GRAPH); the
-        # transformer_engine implementation would need NCCL_GRAPH_REGISTER=0 beside
-        # expandable_segments (arguments.py d98e8a64)
-        a.append(("--cuda-graph-impl", "local"))
+        a.append(("--cuda-graph-impl", cuda_graph_impl(plan)))
     return a
 
 

@@ -100,3 +100,20 @@ def test_the_override_carries_the_layout() -> None:
     assert doc["train"]["micro_batch_size"] == lay.micro_batch_size
     assert doc["ddp"]["use_distributed_optimizer"] is (lay.zero_stage >= 1)
     assert doc["comm_overlap"]["tp_comm_overlap"] is lay.tp_comm_overlap
+
+
+def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
+    # a cuda_graphs plan is timed without the host's per-kernel floor (planner/model/host.py):
+    # TransformerConfig.cuda_graph_impl "local", Megatron-Core's per-layer graphs, as the
+    # Megatron-LM target's --cuda-graph-impl local; eager plans leave it unset
+    graphs = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True)
+    doc = yaml.safe_load(render(graphs, "megatron-bridge")[1])
+    _accepted(doc)
+    assert doc["model"]["cuda_graph_impl"] == "local"
+    eager = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
+    assert "cuda_graph_impl" not in eager["model"]
+    offloading = make_plan(
+        "llama3.1-8b", 16, {"tp": 2, "cpu_offloading_num_layers": 2}, cuda_graphs=True
+    )
+    with pytest.raises(InputError, match=r"training\.cuda_graphs"):
+        render(offloading, "megatron-bridge")
