@@ -82,12 +82,7 @@ def _cuda_graphs(line: Line, notes: list[str]) -> bool:
     --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64).
     --cuda-graph-modules / --cuda-graph-scope naming only some of a layer's modules (attn, mlp,
     moe_router, ...) graph part of it: read as the whole layer graphed, with a note."""
-    impl = line.text("--cuda-graph-impl")
-    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
-        raise InputError(
-            f"{line.where}: --cuda-graph-impl: expected one of {', '.join(CUDA_GRAPH_IMPLS)} "
-            f"(got {impl!r})"
-        )
+    impl = _choice(line, "--cuda-graph-impl", CUDA_GRAPH_IMPLS)
     legacy = line.has("--enable-cuda-graph") or line.has("--external-cuda-graph")
     if legacy and impl not in (None, "none"):
         raise InputError(
@@ -156,20 +151,25 @@ def _muon(line: Line) -> dict[str, Any]:
                 f"{line.where}: --muon-num-ns-steps: expected at least 1 (got {steps})"
             )
         out["muon_ns_steps"] = steps
-    for flag, key, choices in (
-        ("--muon-tp-mode", "muon_tp_mode", MUON_TP_MODES),
-        ("--muon-fp32-matmul-prec", "muon_matmul_precision", tuple(MUON_PRECISIONS)),
-    ):
-        value = line.text(flag)
-        if value is not None and value not in choices:
-            raise InputError(
-                f"{line.where}: {flag}: expected one of {', '.join(choices)} (got {value!r})"
-            )
-        if value is not None:
-            out[key] = MUON_PRECISIONS.get(value, value)
+    mode = _choice(line, "--muon-tp-mode", MUON_TP_MODES)
+    if mode is not None:
+        out["muon_tp_mode"] = mode
+    precision = _choice(line, "--muon-fp32-matmul-prec", tuple(MUON_PRECISIONS))
+    if precision is not None:
+        out["muon_matmul_precision"] = MUON_PRECISIONS[precision]
     if line.has("--muon-no-split-qkv"):
         out["muon_split_qkv"] = False
     return out
+
+
+def _choice(line: Line, flag: str, choices: tuple[str, ...]) -> str | None:
+    """A flag's value, one of Megatron's `choices` (None when absent)."""
+    value = line.text(flag)
+    if value is not None and value not in choices:
+        raise InputError(
+            f"{line.where}: {flag}: expected one of {', '.join(choices)} (got {value!r})"
+        )
+    return value
 
 
 MUON_TP_MODES = ("duplicated", "blockwise", "distributed")
