@@ -12,8 +12,9 @@ A = X X^T (M = m, K = n, N = m), B = b A + c A A (m, m, m) and X = a X + B X (m,
 leading max(m, n) min(m, n)^2 term. At --muon-fp32-matmul-prec medium (the default,
 `Job.muon_matmul_precision`) the iteration casts X to bf16 ("BF16 I/O kernels"): the bf16 roofline;
 at high the fp32 GEMMs run as TF32, which the vendors' datasheets put at half the bf16 dense peak on
-every part in the catalog (4-byte elements: the same ridge). highest (fp32 on the CUDA cores) is
-timed as high too, a floor: the catalog has no fp32 rate (`rules.features` warns).
+every part in the catalog (4-byte elements: the same ridge); at highest on the CUDA cores at the
+part's fp32 peak (`GpuSpec.peak_tflops_fp32`: 67 of H100's 989 bf16 TFLOP/s), at the same
+large-GEMM fraction.
 
 The matrices (`matrices`): attention's Q, K and V apart (--muon-split-qkv, the default, each over
 all query groups; `Job.muon_split_qkv` False keeps QKV one matrix) and its output projection, or
@@ -102,9 +103,20 @@ def ns_flops(rows: float, cols: float, steps: int = 5) -> float:
     return steps * (4 * m * m * n + 2 * m**3)
 
 
-def _rate(job: Job, gpu: Gpu) -> float:
-    """The Newton-Schulz GEMMs' dense peak: bf16 at medium precision, TF32 (half) above."""
-    return gpu.peak_bf16 if job.muon_matmul_precision == "medium" else gpu.peak_bf16 / 2
+def _rate(job: Job, gpu: Gpu) -> tuple[float, float]:
+    """The Newton-Schulz GEMMs' (dense peak, roofline ridge): bf16 at medium precision; TF32 at
+    high, half the bf16 peak on 4-byte elements (the same ridge); fp32 on the CUDA cores at
+    highest (`GpuSpec.peak_tflops_fp32`, under the same power cap as the bf16 peak; TF32 where
+    the part has none given)."""
+    precision = job.muon_matmul_precision
+    if precision == "medium":
+        return gpu.peak_bf16, gpu.ridge
+    fp32 = job.cluster.gpu.peak_tflops_fp32
+    if precision == "high" or fp32 is None:
+        return gpu.peak_bf16 / 2, gpu.ridge
+    peak = fp32 * 1e12 * gpu.peak_bf16 / job.cluster.gpu.peak_flops("bf16")
+    # 4-byte elements: twice the bytes per FLOP of the bf16 roofline's intensity
+    return peak, 2 * gpu.ridge * peak / gpu.peak_bf16
 
 
 def ns_gpu_time(job: Job, m: Matrix, gpu: Gpu) -> float:
@@ -116,7 +128,7 @@ def ns_gpu_time(job: Job, m: Matrix, gpu: Gpu) -> float:
     if job.muon_tp_mode == "blockwise":
         short, long = min(r_shard, c_shard), max(r_shard, c_shard)
         split = 1.0
-    peak, ridge, e = _rate(job, gpu), gpu.ridge, gpu.e_bf16
+    (peak, ridge), e = _rate(job, gpu), gpu.e_bf16
     if job.muon_tp_mode == "distributed":
         one = (  # X X^T and B X on the shard, A A whole
             gemm_time(short, long * split, short, peak, ridge, e)

@@ -211,6 +211,18 @@ def test_unmeasured_part_has_no_ceiling(gpus: dict[str, GpuSpec]) -> None:
     assert gpus["l40s-48gb"].matmul_ceiling("bf16") is None
 
 
+def test_fp32_peaks_are_the_cuda_cores(gpus: dict[str, GpuSpec]) -> None:
+    # stas00/ml-engineering's table (@744d01e1, the catalog's cited source): the fp32 column,
+    # each below the part's TF32 tensor-core rate, half its dense bf16 peak (the same table)
+    want = {"h100-sxm-80gb": 67.0, "a100-sxm-80gb": 19.5, "b200-sxm-180gb": 80.0}
+    want |= {"gb200-nvl72": 80.0, "mi300x-192gb": 163.4, "l40s-48gb": 91.6}
+    for name, fp32 in want.items():
+        assert gpus[name].peak_tflops_fp32 == fp32
+    for gpu in gpus.values():
+        assert gpu.peak_tflops_fp32 is not None
+        assert gpu.peak_tflops_fp32 < gpu.peak_tflops_bf16 / 2
+
+
 def test_a100_has_no_fp8(gpus: dict[str, GpuSpec]) -> None:
     for name in ("a100-sxm-40gb", "a100-sxm-80gb"):
         gpu = gpus[name]

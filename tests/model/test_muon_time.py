@@ -178,11 +178,26 @@ def test_without_the_qkv_split_q_k_v_are_one_matrix() -> None:
     assert (H, H + 2 * KV, H, H + 2 * KV, 1) in dense and len(dense) == 4
 
 
-def test_fp32_newton_schulz_is_a_warning() -> None:
-    lay = Layout(tp=1, dp=8, micro_batch_size=1)
+def test_fp32_newton_schulz_runs_at_the_fp32_peak() -> None:
+    # highest precision: fp32 GEMMs on the CUDA cores, H100's 67 TFLOP/s against 989 bf16
+    # (stas00/ml-engineering's table, the catalog's source): a large fc2 takes up to
+    # 989 / 67 = 14.8x the bf16 time; less by the share of the bf16 GEMMs' time that is their
+    # memory term (4096-wide GEMMs on H100: intensity ~1365 against a ridge of ~295 FLOP/byte,
+    # ~15%), which at the fp32 rate vanishes
+    gpu = gpu_of(llama())
+    fc2 = (F, H, F, H, 1)
+    base = muon_time.ns_gpu_time(llama(optimizer="muon"), fc2, gpu)
+    fp32 = muon_time.ns_gpu_time(llama(optimizer="muon", muon_matmul_precision="highest"), fc2, gpu)
+    assert 0.8 * 989 / 67 < fp32 / base <= 989 / 67
+    # a part without an fp32 peak is timed at TF32, and check says it is a floor
     j = llama(optimizer="muon", muon_matmul_precision="highest")
-    assert [w.field for w in rules.warnings(j, lay)] == ["training.muon_matmul_precision"]
-    assert rules.warnings(replace(j, muon_matmul_precision="high"), lay) == []
+    spec = j.cluster.gpu.model_copy(update={"peak_tflops_fp32": None})
+    bare = replace(j, cluster=j.cluster.model_copy(update={"gpu": spec}))
+    tf32 = muon_time.ns_gpu_time(replace(j, muon_matmul_precision="high"), fc2, gpu)
+    assert muon_time.ns_gpu_time(bare, fc2, gpu) == pytest.approx(tf32)
+    lay = Layout(tp=1, dp=8, micro_batch_size=1)
+    assert [w.field for w in rules.warnings(bare, lay)] == ["training.muon_matmul_precision"]
+    assert rules.warnings(j, lay) == []
 
 
 def test_mla_experts_and_mamba_give_their_own_matrices() -> None:

@@ -344,9 +344,11 @@ def moe_without_sp(job: Job, lay: Layout) -> Violation | None:
 
 
 def muon_fp32(job: Job, lay: Layout) -> Violation | None:
-    """Muon's Newton-Schulz GEMMs at fp32 matmul precision "highest" run on the CUDA cores, whose
-    rate the catalog does not have: timed at the TF32 rate (`planner.model.muon_time`), a floor."""
-    if job.optimizer == "muon" and job.muon_matmul_precision == "highest":
+    """Muon's Newton-Schulz GEMMs at fp32 matmul precision "highest" run on the CUDA cores; on a
+    part without an fp32 peak they are timed at the TF32 rate (`planner.model.muon_time`), a
+    floor."""
+    fp32 = job.cluster.gpu.peak_tflops_fp32
+    if job.optimizer == "muon" and job.muon_matmul_precision == "highest" and fp32 is None:
         return Violation(
             "muon_fp32",
             "training.muon_matmul_precision",
