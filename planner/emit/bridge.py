@@ -32,6 +32,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.k8s import yaml_str
+from planner.emit.megatron import unflagged
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
@@ -216,6 +217,7 @@ def render(plan: Plan, job_name: str) -> str:
         )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
+    notes += unflagged(plan)
     hydra = [f"{s}.{k}={_scalar(v)}" for s, fields in tables.items() for k, v in fields.items()]
     text = comment_block(
         [

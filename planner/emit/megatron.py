@@ -280,8 +280,10 @@ def _muon_knobs(plan: Plan) -> list[Arg]:
     return a
 
 
-def arguments(plan: Plan) -> Arguments:
-    """Every Megatron-LM argument the plan decides."""
+def unflagged(plan: Plan) -> list[str]:
+    """Notes for the plan's training-code settings that Megatron-Core (Megatron-LM and
+    Megatron-Bridge alike) has no switch for: planner timed them, the launched job runs
+    Megatron's own."""
     job = plan.job
     notes = []
     if not job.fused_norm:
@@ -308,6 +310,12 @@ def arguments(plan: Plan) -> Arguments:
             f"training.selective_recompute = {job.selective_recompute!r} has no Megatron flag: "
             "--recompute-granularity selective recomputes the core attention"
         )
+    return notes
+
+
+def arguments(plan: Plan) -> Arguments:
+    """Every Megatron-LM argument the plan decides."""
+    notes = unflagged(plan)
     return Arguments(
         model=tuple(model_args(plan)),
         parallel=tuple(parallel_args(plan)),

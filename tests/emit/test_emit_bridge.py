@@ -117,3 +117,12 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     )
     with pytest.raises(InputError, match=r"training\.cuda_graphs"):
         render(offloading, "megatron-bridge")
+
+
+def test_settings_without_a_megatron_switch_are_noted() -> None:
+    # training.fused_norm = false (an unfused norm, timed so) has no Megatron-Core switch: the
+    # override says so, as the Megatron-LM target does (planner.emit.megatron.unflagged)
+    text = render(make_plan("llama3.1-8b", 16, {"tp": 2}, fused_norm=False), "megatron-bridge")[1]
+    assert "# note: training.fused_norm = false has no Megatron flag" in text
+    plain = render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]
+    assert "fused_norm" not in plain
