@@ -26,6 +26,9 @@ CATALOG_NAMES = {
     "mi300x-192gb",
     "mi325x-256gb",
     "l40s-48gb",
+    # added after DESIGN.md's list: Blackwell Ultra
+    "b300-sxm-270gb",
+    "gb300-nvl72",
 }
 
 # Dense peak TFLOP/s (bf16, fp8; None = no FP8).
@@ -42,6 +45,8 @@ PEAKS = {
     "mi300x-192gb": (1300, 2610),  # S1, S3 (AMD: 1307.4 dense)
     "mi325x-256gb": (1300, 2610),  # S1, S3
     "l40s-48gb": (362, 733),  # S1, S3 (733 bf16 with sparsity)
+    "b300-sxm-270gb": (2250, 4500),  # S1 (DGX B300 datasheet)
+    "gb300-nvl72": (2500, 5000),  # S1, per GPU
 }
 
 # Usable capacity as the driver reports it, in MiB (nvidia-smi memory.total; rocm-smi bytes / 2^20).
@@ -56,6 +61,9 @@ REPORTED_MIB = {
     # rocm-smi VRAM Total 205822885888 B / 2^20 = 196288 MiB; / 1024 = 191.6875 GiB
     "mi300x-192gb": 196288,
     "l40s-48gb": 46068,  # modal-labs/modal-client PR #2797; 46068 / 1024 = 44.988 GiB
+    # mlcommons/training_results_v6.0 system files: ASUSTeK XA_NB3I-E12, NVIDIA Theia
+    "b300-sxm-270gb": 275040,  # / 1024 = 268.594 GiB
+    "gb300-nvl72": 284208,  # / 1024 = 277.547 GiB
 }
 
 # HBM TB/s, scale-up GB/s per direction, NIC Gb/s per GPU, TDP W.
@@ -71,6 +79,8 @@ LINKS = {
     "mi300x-192gb": (5.3, 448, 400, 750),  # S1; S2 7 x 64 all-to-all; NIC assumed; S1
     "mi325x-256gb": (6.0, 448, 400, 1000),  # S1; S2; NIC assumed; S1
     "l40s-48gb": (0.864, 31, 200, 350),  # S1; PCIe Gen4 x16 (S2 table); NIC assumed; S1
+    "b300-sxm-270gb": (8.0, 900, 800, 1000),  # S1; v6.0 system file; S2 DGX B300 XDR; S1
+    "gb300-nvl72": (8.0, 900, 800, 1400),  # Verda; v6.0 system file (NVLink, 4 x CX-8); S1
 }
 
 
@@ -189,6 +199,8 @@ MAMF = {
     "a100-sxm-80gb": (271.2, None),
     "h100-sxm-80gb": (794.5, 1402.6),
     "b200-sxm-180gb": (1745.0, 3432.5),
+    "b300-sxm-270gb": (1769.0, 3353.3),  # @744d01e1
+    "gb300-nvl72": (1822.0, 3615.6),  # GB200's row: the table has no GB300 one (@744d01e1)
     "mi300x-192gb": (668.4, None),
     "mi325x-256gb": (784.9, None),
 }
@@ -216,6 +228,7 @@ def test_fp32_peaks_are_the_cuda_cores(gpus: dict[str, GpuSpec]) -> None:
     # each below the part's TF32 tensor-core rate, half its dense bf16 peak (the same table)
     want = {"h100-sxm-80gb": 67.0, "a100-sxm-80gb": 19.5, "b200-sxm-180gb": 80.0}
     want |= {"gb200-nvl72": 80.0, "mi300x-192gb": 163.4, "l40s-48gb": 91.6}
+    want |= {"b300-sxm-270gb": 80.0, "gb300-nvl72": 80.0}
     for name, fp32 in want.items():
         assert gpus[name].peak_tflops_fp32 == fp32
     for gpu in gpus.values():
