@@ -84,7 +84,8 @@ def test_each_entry_names_its_sources() -> None:
 
 
 def test_breadth() -> None:
-    # oracle: the task's coverage goals: 64 .. 11,616 GPUs; H100, H200, B200 and GB200
+    # oracle: the task's coverage goals: 64 .. 11,616 GPUs; H100, H200, B200 and GB200 (and
+    # GB300, whose DeepSeek-V3 rows came with its catalog entry)
     sizes = {c.job.cluster.num_gpus for c in CASES}
     assert min(sizes) <= 64 and max(sizes) == 11616
     assert {r["hardware"]["catalog"] for r in ROWS} == {
@@ -92,6 +93,7 @@ def test_breadth() -> None:
         "h200-sxm-141gb",
         "b200-sxm-180gb",
         "gb200-nvl72",
+        "gb300-nvl72",
     }
     groups = {c.group for c in CASES}
     assert groups == {
@@ -243,12 +245,12 @@ def test_tp_overlap_cfg_by_hand_on_named_entries() -> None:
 
 
 def test_gemm_sm_margin_where_the_config_sets_it() -> None:
-    """NVTE_EXT_MARGIN_SM=16 is exported by the four DeepSeek-V3 GB200 configs
-    (config_GB200_*_mxfp8_full_cg.sh, training_results_v6.0 @eabf23a0): the case's job carries it;
-    no other entry sets it."""
+    """NVTE_EXT_MARGIN_SM=16 is exported by the four DeepSeek-V3 GB200 configs and the two GB300
+    ones (config_GB{2,3}00_*_mxfp8_full_cg.sh, training_results_v6.0 @eabf23a0): the case's job
+    carries it; no other entry sets it."""
     by_id = {c.id: c for c in mlperf.load_mlperf()}
     margins = {r["id"]: r["settings"].get("gemm_sm_margin", 0) for r in ROWS}
-    dsv3 = {i for i in margins if i.startswith("v6.0-nvidia-dsv3-gb200-")}
-    assert len(dsv3) == 4
+    dsv3 = {i for i in margins if i.startswith("v6.0-nvidia-dsv3-")}
+    assert len(dsv3) == 6
     assert all(margins[i] == 16 and by_id[i].job.gemm_sm_margin == 16 for i in dsv3)
     assert all(m == 0 for i, m in margins.items() if i not in dsv3)
