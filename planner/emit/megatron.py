@@ -253,9 +253,9 @@ def training_args(plan: Plan) -> list[Arg]:
     return a
 
 
-MUON_PRECISION_FLAG = {"medium": "medium", "high": "high"}
-"""`Job.muon_matmul_precision` as Megatron-LM's --muon-fp32-matmul-prec (choices low, medium,
-high: no "highest")."""
+MUON_PRECISION_FLAG = ("medium", "high")
+"""The `Job.muon_matmul_precision` values Megatron-LM's --muon-fp32-matmul-prec takes (choices
+low, medium, high: no "highest")."""
 
 
 def _muon_knobs(plan: Plan) -> list[Arg]:
@@ -276,7 +276,7 @@ def _muon_knobs(plan: Plan) -> list[Arg]:
             "optimizer.muon_fp32_matmul_prec takes it)"
         )
     if job.muon_matmul_precision != "medium":
-        a.append(("--muon-fp32-matmul-prec", MUON_PRECISION_FLAG[job.muon_matmul_precision]))
+        a.append(("--muon-fp32-matmul-prec", job.muon_matmul_precision))
     return a
 
 

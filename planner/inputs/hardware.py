@@ -84,10 +84,9 @@ class GpuSpec(BaseModel):
     source: str = Field(min_length=1)
     peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
     peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
-    peak_tflops_fp32: PositiveFloat | None = Field(
-        default=None,
+    peak_tflops_fp32: PositiveFloat = Field(
         description="dense FP32 on the CUDA cores (no tensor cores: what fp32 matmuls at "
-        "torch's 'highest' precision run at); None = not given",
+        "torch's 'highest' precision run at)"
     )
     mamf_tflops_bf16: PositiveFloat | None = Field(
         default=None, description="measured Maximum Achievable Matmul FLOPS; None = not measured"

@@ -315,9 +315,11 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under
             e += share * hid
-            counts = rank_layers(job, lay, rank, chunks, lt)[0]
             o = optimizer_time(job, lay, dense, expert, lt.gpu)
-            dp_seen[key] = (e, hid, o + muon_time.step_time(job, lay, counts, lt.gpu))
+            if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
+                counts = rank_layers(job, lay, rank, chunks, lt)[0]
+                o += muon_time.step_time(job, lay, counts, lt.gpu)
+            dp_seen[key] = (e, hid, o)
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o

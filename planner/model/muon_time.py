@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 
+from planner.inputs import units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
@@ -106,41 +107,33 @@ def ns_flops(rows: float, cols: float, steps: int = 5) -> float:
 def _rate(job: Job, gpu: Gpu) -> tuple[float, float]:
     """The Newton-Schulz GEMMs' (dense peak, roofline ridge): bf16 at medium precision; TF32 at
     high, half the bf16 peak on 4-byte elements (the same ridge); fp32 on the CUDA cores at
-    highest (`GpuSpec.peak_tflops_fp32`, under the same power cap as the bf16 peak; TF32 where
-    the part has none given)."""
-    precision = job.muon_matmul_precision
+    highest (`GpuSpec.peak_tflops_fp32`, under the same power cap as the bf16 peak)."""
+    precision, spec = job.muon_matmul_precision, job.cluster.gpu
     if precision == "medium":
         return gpu.peak_bf16, gpu.ridge
-    fp32 = job.cluster.gpu.peak_tflops_fp32
-    if precision == "high" or fp32 is None:
+    if precision == "high":
         return gpu.peak_bf16 / 2, gpu.ridge
-    peak = fp32 * 1e12 * gpu.peak_bf16 / job.cluster.gpu.peak_flops("bf16")
+    peak = units.tflops(spec.peak_tflops_fp32) * gpu.peak_bf16 / spec.peak_flops("bf16")
     # 4-byte elements: twice the bytes per FLOP of the bf16 roofline's intensity
     return peak, 2 * gpu.ridge * peak / gpu.peak_bf16
 
 
 def ns_gpu_time(job: Job, m: Matrix, gpu: Gpu) -> float:
     """GPU seconds of one matrix's iterations on one rank under the job's TP mode: three GEMMs
-    each (module docstring)."""
+    each (module docstring), X X^T and B X over the rank's part of the long side (the whole
+    matrix duplicated, the shard blockwise, the shard's share distributed) and A A whole."""
     rows, cols, r_shard, c_shard, _ = m
     short, long = min(rows, cols), max(rows, cols)
-    split = (r_shard * c_shard) / (rows * cols)  # the rank's share of the matrix
     if job.muon_tp_mode == "blockwise":
         short, long = min(r_shard, c_shard), max(r_shard, c_shard)
-        split = 1.0
+    elif job.muon_tp_mode == "distributed":
+        long *= (r_shard * c_shard) / (rows * cols)  # the rank's share of the matrix
     (peak, ridge), e = _rate(job, gpu), gpu.e_bf16
-    if job.muon_tp_mode == "distributed":
-        one = (  # X X^T and B X on the shard, A A whole
-            gemm_time(short, long * split, short, peak, ridge, e)
-            + gemm_time(short, short, short, peak, ridge, e)
-            + gemm_time(short, short, long * split, peak, ridge, e)
-        )
-    else:
-        one = (
-            gemm_time(short, long, short, peak, ridge, e)
-            + gemm_time(short, short, short, peak, ridge, e)
-            + gemm_time(short, short, long, peak, ridge, e)
-        )
+    one = (
+        gemm_time(short, long, short, peak, ridge, e)
+        + gemm_time(short, short, short, peak, ridge, e)
+        + gemm_time(short, short, long, peak, ridge, e)
+    )
     return job.muon_ns_steps * one
 
 

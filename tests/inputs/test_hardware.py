@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
@@ -232,8 +233,12 @@ def test_fp32_peaks_are_the_cuda_cores(gpus: dict[str, GpuSpec]) -> None:
     for name, fp32 in want.items():
         assert gpus[name].peak_tflops_fp32 == fp32
     for gpu in gpus.values():
-        assert gpu.peak_tflops_fp32 is not None
         assert gpu.peak_tflops_fp32 < gpu.peak_tflops_bf16 / 2
+    # every part states it (Muon's fp32 Newton-Schulz is timed at it): a spec without it is refused
+    data = gpus["h100-sxm-80gb"].model_dump()
+    del data["peak_tflops_fp32"]
+    with pytest.raises(ValidationError, match="peak_tflops_fp32"):
+        GpuSpec.model_validate(data)
 
 
 def test_a100_has_no_fp8(gpus: dict[str, GpuSpec]) -> None:

@@ -343,28 +343,11 @@ def moe_without_sp(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def muon_fp32(job: Job, lay: Layout) -> Violation | None:
-    """Muon's Newton-Schulz GEMMs at fp32 matmul precision "highest" run on the CUDA cores; on a
-    part without an fp32 peak they are timed at the TF32 rate (`planner.model.muon_time`), a
-    floor."""
-    fp32 = job.cluster.gpu.peak_tflops_fp32
-    if job.optimizer == "muon" and job.muon_matmul_precision == "highest" and fp32 is None:
-        return Violation(
-            "muon_fp32",
-            "training.muon_matmul_precision",
-            'muon_matmul_precision = "highest" (fp32 Newton-Schulz GEMMs) is timed at the TF32 '
-            "rate: the step time is a floor",
-        )
-    return None
-
-
 WARNINGS = (
     overlap_connections,
     core_attention,
     fsdp_untested,
     node_limited_routing,
     moe_without_sp,
-    muon_fp32,
 )
-"""What Megatron warns about (or its own tests never run), and what planner only floors:
-reported, not refused."""
+"""What Megatron warns about (or its own tests never run): reported, not refused."""
