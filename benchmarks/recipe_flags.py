@@ -83,8 +83,6 @@ SCOPE = frozenset(
 permute), logging and checkpointing flags are not."""
 
 WHY: dict[str, str] = {
-    "--moe-router-force-load-balancing": "benchmark-only random routing; planner models "
-    "learned routing as balanced, no plan field",
     "--fp8-amax-history-len": "FP8-DS's amax history (1024, max): no plan field; Megatron's "
     "default (1, most_recent) is emitted",
     "--fp8-amax-compute-algo": "see --fp8-amax-history-len",

@@ -99,6 +99,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["fp8_param_gather"] = s.fp8_param_gather
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
+    if r.is_moe:  # every MoE performance recipe routes at random (bridge_recipes.md)
+        training["moe_router_force_load_balancing"] = True
     if recipe_expandable(r):
         training["expandable_segments"] = True
     parallel: dict[str, Any] = {"tp": r.tp, "pp": r.pp, "cp": r.cp}

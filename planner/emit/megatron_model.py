@@ -128,6 +128,8 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-expert-capacity-factor", f"{job.moe_expert_capacity_factor:g}"))
         if job.moe_pad_expert_input_to_capacity:
             a.append(("--moe-pad-expert-input-to-capacity",))
+        if job.moe_router_force_load_balancing:
+            a.append(("--moe-router-force-load-balancing",))
     if arch.mtp_num_layers:
         a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
     return a

@@ -76,6 +76,7 @@ READ = frozenset(
         "--moe-router-group-topk",
         "--moe-expert-capacity-factor",
         "--moe-pad-expert-input-to-capacity",
+        "--moe-router-force-load-balancing",
         "--use-checkpoint-args",
         # vocabulary
         "--vocab-size",

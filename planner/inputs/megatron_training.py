@@ -63,6 +63,8 @@ def training_table(
         training["moe_expert_capacity_factor"] = capacity
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
+    if line.has("--moe-router-force-load-balancing"):
+        training["moe_router_force_load_balancing"] = True
     training.update(_optimizer_dtypes(line))
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel))

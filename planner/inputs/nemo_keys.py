@@ -82,6 +82,7 @@ TRAINING = {
     "data.global_batch_size": "global_batch_size",
     "model.config.moe_expert_capacity_factor": "moe_expert_capacity_factor",
     "model.config.moe_pad_expert_input_to_capacity": "moe_pad_expert_input_to_capacity",
+    "model.config.moe_router_force_load_balancing": "moe_router_force_load_balancing",
     "model.config.moe_router_num_groups": "moe_router_num_groups",
     "model.config.moe_router_group_topk": "moe_router_group_topk",
     "model.config.fp8_recipe": "fp8_recipe",

@@ -77,6 +77,9 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    moe_router_force_load_balancing: bool = False
+    """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
+    --moe-router-force-load-balancing; `planner.model.routing_load`)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
@@ -164,6 +167,7 @@ class Plan:
 TRAINING_AS_IS = (
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
+    "moe_router_force_load_balancing",
     "cuda_graphs",
     "compiled_loss_fusion",
     "log_grad_stats",

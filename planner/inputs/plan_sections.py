@@ -161,6 +161,12 @@ class TrainingSection(BaseModel):
     moe_pad_expert_input_to_capacity: Flag = Field(
         default=False, description="pad every expert's tokens up to its capacity"
     )
+    moe_router_force_load_balancing: Flag = Field(
+        default=False,
+        description="benchmark routing: random router logits spread each token's experts "
+        "uniformly, so every expert-parallel rank gets its even share up to sampling noise "
+        "(Megatron --moe-router-force-load-balancing)",
+    )
     cuda_graphs: Flag = Field(
         default=False,
         description="the decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl "

@@ -86,7 +86,8 @@ on the Hagemann et al. rows without the fused kernel."""
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
 routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
-value, used by both the memory and the step-time model."""
+value, used by the memory model always and by the step-time model for learned routing over more
+than one expert-parallel rank (`planner.model.routing_load`)."""
 
 SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
 """Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""

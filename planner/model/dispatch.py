@@ -84,7 +84,7 @@ class Routing:
     group_topk: int | None = None
     """Groups one token's experts may come from (--moe-router-group-topk)."""
     load: float = 1.0
-    """The busiest rank's tokens over the even share (MOE_LOAD_IMBALANCE, or the capacity)."""
+    """The busiest rank's tokens over the even share (`routing_load.step_load`)."""
 
 
 def fused_dispatch_fanout(grp: Group, r: Routing) -> tuple[float, float]:

@@ -20,8 +20,9 @@ output gradient per micro-batch, and of its weight once per step
 With `Job.gemm_sm_margin` (Transformer Engine's NVTE_EXT_MARGIN_SM) the decoder's GEMMs run on
 the GPU's SMs less it, all step. Routed experts run as one grouped GEMM per layer over the rank's
 E / ep experts, each padded to the kernel's row tile (`gemm.grouped_rows`); their tokens are the
-busiest rank's (`stage_activations.moe_load`: the dropless imbalance, or the capacity factor with
-token dropping or padding). The router's logits GEMM (tokens x h x E) and the token permutations
+busiest rank's (`routing_load.step_load`: one for a single expert-parallel rank, the dropless
+imbalance, the sampling noise of forced random routing, or the capacity factor with token dropping
+or padding). The router's logits GEMM (tokens x h x E) and the token permutations
 before the dispatch and after the combine (`planner.model.moe_time`, memory-bound) are timed too,
 though no model FLOPs count them.
 
@@ -99,7 +100,7 @@ from planner.model.activations import BF16, Shard
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, linear_fraction, quant_bytes
 from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
-from planner.model.stage_activations import moe_load
+from planner.model.routing_load import step_load
 
 GEMM_EFFICIENCY_MAX = 0.779
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
@@ -199,7 +200,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     tp = lay.tp
     fp8 = job.precision == "fp8"
     quant = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell) if fp8 else 0.0
-    load = moe_load(job)
+    load = step_load(job, lay)
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
     # once per step, `weight_cast`)

@@ -1,7 +1,7 @@
 """The MoE layer's work that no model FLOPs count, for one micro-batch on one GPU: the router's
 logits GEMM and the token permutations before the dispatch and after the combine
 (`planner.model.layer_time` adds both to the layer's time; the routing load is
-`stage_activations.moe_load`, the busiest rank's tokens over the even share)."""
+`routing_load.step_load`, the busiest rank's tokens over the even share)."""
 
 from __future__ import annotations
 

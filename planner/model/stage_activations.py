@@ -145,10 +145,11 @@ def shard(job: Job, layout: Layout) -> Shard:
 
 
 def moe_load(job: Job) -> float:
-    """Token-expert pairs the busiest rank's experts receive relative to the even share: the
-    dropless planning value MOE_LOAD_IMBALANCE; a capacity factor only drops tokens beyond it, so
-    the smaller of the two, and exactly the capacity factor when experts are padded to it
-    (moe_utils.get_capacity, token_dispatcher.py)."""
+    """Token-expert pairs the busiest rank's experts receive relative to the even share, for
+    memory: the dropless planning value MOE_LOAD_IMBALANCE (also under forced random routing and
+    with one expert-parallel rank, where the step time takes less: `routing_load.step_load`); a
+    capacity factor only drops tokens beyond it, so the smaller of the two, and exactly the
+    capacity factor when experts are padded to it (moe_utils.get_capacity, token_dispatcher.py)."""
     cf = job.moe_expert_capacity_factor
     if cf is None:
         return act.MOE_LOAD_IMBALANCE
