@@ -267,6 +267,15 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         make_job("mixtral-8x7b", "h100-sxm-80gb", 32, 4096, 128),
         Space(tp=Bound(1, 1), cp=Bound(1, 1)),
     ),
+    "mixtral-forced-balance": (
+        # random routing: the busiest rank's load falls with the micro-batch's tokens
+        # (routing_load.step_load), so the bounds at the largest micro-batch must stay below
+        replace(
+            make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+            moe_router_force_load_balancing=True,
+        ),
+        Space(cp=Bound(1, 1), tp=Bound(1, 2), pp=Bound(1, 2), mbs=Bound(1, 4)),
+    ),
     "llama8b-per-op-selective": (
         # PyTorch per-op checkpointing: selective saves memory with flash attention too
         replace(
