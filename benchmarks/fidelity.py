@@ -29,11 +29,13 @@ import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks.calibration_loo import hash_fold
+from benchmarks.functional_steps import one_tray
 from benchmarks.runs import Case, load_published
 from planner.model import cost
 
@@ -178,9 +180,26 @@ def main() -> None:
                     f"worst <= {TARGET_WORST:.0%}: {'met' if worst else 'missed'}"
                 )
             print(line)
+    _functional_summary(res)
+
+
+def _functional_summary(res: list[tuple[Case, Any, float]]) -> None:
+    """The functional-test rows by family, then without the one-tray GB200 runs
+    (functional_steps.one_tray: their two-tray twins run 3-22x faster on the same arguments),
+    by family and GPU."""
+    func = [(c, e) for c, _, e in res if source(c) == "functional"]
     for fam in ("dense", "MoE"):
-        e = errs(lambda c, f=fam: source(c) == "functional" and family(c) == f)  # type: ignore[misc]
+        e = [x for c, x in func if family(c) == fam]
         print(f"  {fam:5s} functional tests (Megatron-LM CI, tiny models) {summary(e)}")
+    trays = [x for c, x in func if one_tray(c)]
+    print(f"\nfunctional tests less the one-tray GB200 runs ({len(trays)}: {summary(trays)})")
+    kept = [(c, x) for c, x in func if not one_tray(c)]
+    for fam in ("dense", "MoE"):
+        gpus = sorted({c.job.cluster.gpu.name for c, _ in kept})
+        for gpu in ["all", *gpus]:
+            e = [x for c, x in kept if family(c) == fam and gpu in ("all", c.job.cluster.gpu.name)]
+            signed = f", median {statistics.median(e):+.1%}" if e else ""
+            print(f"  {fam:5s} {gpu:14s} {summary(e)}{signed}")
 
 
 if __name__ == "__main__":

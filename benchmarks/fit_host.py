@@ -5,11 +5,12 @@ functional-test step times, and print the error on cases held out of the fit.
 
 Rows: benchmarks/functional_steps.py's Cases (the calibration cases only: SHA-256 of
 "<family>/<case>" starting 5-9 or a-f; nothing of the others is stored), less the GB200 runs of
-the "_1node" cases (ONE_TRAY_SUFFIX): the same arguments on one 4-GPU tray run 10-18x slower per
-step than on two trays (the script prints each pair), which no host or GPU physics of planner's
-explains; they are left out and listed. The rows are tiny models (most 12 layers of hidden size
-512) run eagerly, where the host issuing kernels is most of the step: the regime these constants
-describe. On production-size layers the floors they set are far under the GPU's time.
+the "_1node" cases (functional_steps.ONE_TRAY_SUFFIX): the same arguments on one 4-GPU tray run
+3-22x slower per step than on two trays (the script prints each pair), which no host or GPU
+physics of planner's explains; they are left out and listed. The rows are tiny models (most 12
+layers of hidden size 512) run eagerly, where the host issuing kernels is most of the step: the
+regime these constants describe. On production-size layers the floors they set are far under
+the GPU's time.
 
 Fitted: HOST_LAYER_ISSUE_S, MOE_ISSUE, MOE_TP_ISSUE, MLA_ISSUE, MAMBA_ISSUE, CP_STEP_ISSUE,
 FP8_ISSUE, HOST_CPU_SLOWDOWN of "epyc-zen2" and "grace" (the reference "xeon" is 1), and
@@ -41,13 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.calibration_loo import hash_fold
 from benchmarks.fit_constants import nelder_mead
-from benchmarks.functional_steps import load_functional_steps
+from benchmarks.functional_steps import ONE_TRAY_SUFFIX, load_functional_steps, one_tray
 from benchmarks.runs import Case
 from planner.model import cost, host
 from planner.model.job_memo import JobMemo
-
-ONE_TRAY_SUFFIX = "_1node"
-"""GB200 cases run on one 4-GPU tray (see the docstring): left out of the fit."""
 
 MODULE_CONSTANTS = (
     (host, "HOST_LAYER_ISSUE_S"),
@@ -123,8 +121,8 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=2)
     args = ap.parse_args()
     everything = load_functional_steps()
-    tray = [c for c in everything if c.raw["case"].endswith(ONE_TRAY_SUFFIX)]
-    rows = [c for c in everything if not c.raw["case"].endswith(ONE_TRAY_SUFFIX)]
+    tray = [c for c in everything if one_tray(c)]
+    rows = [c for c in everything if not one_tray(c)]
     twins = {(c.raw["case"], c.raw["gpu"]): c.raw["step_time_s"] for c in rows}
     print(f"left out, one GB200 tray ({len(tray)} runs; step time against the 2-tray run):")
     for c in tray:

@@ -74,6 +74,18 @@ RUNNER_NCCL_ALGO = "Ring"
 """_run_training.sh: `export NCCL_ALGO="${NCCL_ALGO:-Ring}"` (with NCCL_PROTO simple)."""
 
 
+ONE_TRAY_SUFFIX = "_1node"
+"""Cases run on one 4-GPU GB200 tray (their CI scope: "mr-github-temp-disabled"): the same
+arguments as the two-tray case of the name without the suffix, measured 3-22x slower per step
+(benchmarks/fit_host.py prints each pair), which no host or GPU physics explains. Left out of
+the host fit and reported apart by benchmarks/fidelity.py (`one_tray`)."""
+
+
+def one_tray(c: Case) -> bool:
+    """Is the Case a run of a one-tray GB200 case (ONE_TRAY_SUFFIX)?"""
+    return str(c.raw.get("case", "")).endswith(ONE_TRAY_SUFFIX)
+
+
 def steps_of(metric: dict[str, Any]) -> list[int]:
     """The step of each value, per golden_values.json's `step_rule` (see its source block)."""
     n = len(metric["values"])
