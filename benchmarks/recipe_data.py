@@ -21,7 +21,13 @@ DATA = REPO / "benchmarks" / "data" / "bridge_recipes.md"
 PLANS = REPO / "examples" / "recipes"
 BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
 
-GPUS = {"H100": "h100-sxm-80gb", "B200": "b200-sxm-180gb", "GB200": "gb200-nvl72"}
+GPUS = {
+    "H100": "h100-sxm-80gb",
+    "B200": "b200-sxm-180gb",
+    "GB200": "gb200-nvl72",
+    "B300": "b300-sxm-270gb",
+    "GB300": "gb300-nvl72",
+}
 """The data file's GPU column -> catalog GPU."""
 
 MODELS = {
@@ -216,6 +222,7 @@ class Settings:
     ep_overlap: bool
     delay_wgrad: bool
     zero_stage: int
+    fsdp_double_buffer: bool  # Megatron-FSDP's persistent double buffers (zero_stage 3 only)
     optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
     bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
     fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
@@ -224,6 +231,7 @@ class Settings:
     param_gather_with_step: bool
     rank_capacity: str | None
     paged_stash: bool
+    force_load_balancing: bool  # moe_router_force_load_balancing (MoE recipes)
     notes: tuple[str, ...]
 
 
@@ -262,7 +270,8 @@ def read(r: Recipe) -> Settings:
         if layout is None:
             raise ValueError(f"{r.id}: cannot read the pipeline layout {r.split!r}")
 
-    recompute, modules, method, nlayers = "none", (), None, None
+    recompute, method, nlayers = "none", None, None
+    modules: tuple[str, ...] = ()
     text = rt["recompute"]
     if m := re.fullmatch(r"full, (\w+), (\d+) layers", text):
         recompute, method, nlayers = "full", m.group(1), int(m.group(2))
@@ -278,6 +287,8 @@ def read(r: Recipe) -> Settings:
         offload = int(m.group(1))
     elif "no effect" in rt["offload"]:
         notes.append(f"{rt['offload'].split(' set')[0]} without cpu_offloading: no effect (0)")
+    elif m := re.match(r"fine-grained (\[[^]]*\])", rt["offload"]):
+        notes.append(f"fine-grained activation offloading of {m.group(1)}: no plan field")
 
     dispatcher = backend = None
     d = rt["dispatcher"]
@@ -306,12 +317,23 @@ def read(r: Recipe) -> Settings:
     opt = rt["optimizer"]
     zero = 3 if "Megatron-FSDP" in opt else 1
     if zero == 3:
-        unit = "unit size 8e8, " if "unit 8e8" in opt else ""
-        notes.append(
-            f"Megatron-FSDP {unit}no gradient-accumulation fusion, average_in_collective off: "
-            "no plan fields"
-        )
+        unfielded = [
+            text
+            for cue, text in (
+                ("unit 8e8", "unit size 8e8"),
+                ("no grad-accum fusion", "no gradient-accumulation fusion"),
+                ("nccl_ub", "NCCL user-buffer registration"),
+                ("average_in_collective off", "average_in_collective off"),
+            )
+            if cue in opt
+        ]
+        notes.append(f"Megatron-FSDP {', '.join(unfielded)}: no plan fields")
     instances = int(m.group(1)) if (m := re.search(r"optimizer_instances (\d+)", opt)) else 1
+    if "outer_dp_sharding_strategy optim" in opt:
+        notes.append(
+            "HSDP outer sharding 'optim' (optimizer states sharded across the instances too): no "
+            "plan field; planner shards every state over dp / instances"
+        )
     bf16_opt = "exp_avg bf16" in opt
     fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
     grad_overlap = "overlap_grad_reduce off" not in opt
@@ -324,6 +346,12 @@ def read(r: Recipe) -> Settings:
         notes.append(f"CUDA graphs ({graphs}): no plan field")
     if "TE op fuser" in graphs:
         notes.append("TE op fuser: no plan field")
+    # the recipe's own notes: learned routing (GPT-OSS-20B's helper), the router's dtype
+    learned = "moe_router_force_load_balancing False" in rt["notes"]
+    if learned:
+        notes.append("learned routing: the recipe turns moe_router_force_load_balancing off")
+    if m := re.search(r"moe_router_dtype (\w+)", rt["notes"]):
+        notes.append(f"router dtype {m.group(1)}: no plan field")
     if r.family == "gpt_oss_20b":
         notes.append("Bridge's GPT-OSS-20B perf helper sets vocab 128256; the zoo's 201088 is used")
     if r.family in ("llama3_8b", "llama3_70b"):
@@ -345,6 +373,7 @@ def read(r: Recipe) -> Settings:
         ep_overlap=ep_overlap,
         delay_wgrad=delay,
         zero_stage=zero,
+        fsdp_double_buffer=zero == 3 and "double-buffer" in opt,
         optimizer_instances=instances,
         bf16_optimizer=bf16_opt,
         fp32_aware_optimizer=fp32_aware,
@@ -353,6 +382,7 @@ def read(r: Recipe) -> Settings:
         param_gather_with_step=with_step,
         rank_capacity=rank_capacity,
         paged_stash=paged,
+        force_load_balancing=r.is_moe and not learned,
         notes=tuple(notes),
     )
 

@@ -141,7 +141,9 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--fp8-recipe"] = (str(s.fp8_recipe),)
         if s.fp8_param_gather:
             f["--fp8-param-gather"] = ()
-            if s.fp8_recipe == "mxfp8":  # Bridge's MXFP8 preset
+            # Bridge's MXFP8 preset; Bridge turns it off under Megatron-FSDP (training/config.py:
+            # 1098-1102, bridge_recipes.md)
+            if s.fp8_recipe == "mxfp8" and s.zero_stage != 3:
                 f["--reuse-grad-buf-for-mxfp8-param-ag"] = ()
         if s.fp8_recipe == "delayed":  # Bridge's FP8-DS preset
             f["--fp8-amax-history-len"] = ("1024",)
@@ -152,7 +154,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
     if s.zero_stage == 3:
         f["--use-megatron-fsdp"] = ()
         f["--data-parallel-sharding-strategy"] = ("optim_grads_params",)
-        f["--fsdp-double-buffer"] = ()
+        if s.fsdp_double_buffer:
+            f["--fsdp-double-buffer"] = ()
     if s.optimizer_instances > 1:
         f["--num-distributed-optimizer-instances"] = (str(s.optimizer_instances),)
     if s.bf16_optimizer:
@@ -183,7 +186,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--moe-token-dispatcher-type"] = (str(s.dispatcher),)
         if s.backend:
             f["--moe-flex-dispatcher-backend"] = (s.backend,)
-        f["--moe-router-force-load-balancing"] = ()  # every MoE performance recipe
+        if s.force_load_balancing:  # every MoE recipe but GPT-OSS-20B's
+            f["--moe-router-force-load-balancing"] = ()
         if s.ep_overlap:
             f["--overlap-moe-expert-parallel-comm"] = ()
         if s.delay_wgrad:

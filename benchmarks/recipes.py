@@ -4,9 +4,9 @@ what does planner predict, and does `planner launch` emit the flags the recipe s
     python benchmarks/recipes.py                 # the table, then each recipe's differences
     python benchmarks/recipes.py --write-plans   # rewrite examples/recipes/*.toml from the data
 
-The recipes' settings are read from benchmarks/data/bridge_recipes.md (108 recipes of
+The recipes' settings are read from benchmarks/data/bridge_recipes.md (195 recipes of
 NVIDIA-NeMo/Megatron-Bridge @ 067f987d: Llama 3 8B / 70B, Llama 3.1 405B, Qwen3 30B-A3B and
-235B-A22B, GPT-OSS 120B / 20B, DeepSeek-V3 on H100, B200 and GB200). Settings only: no
+235B-A22B, GPT-OSS 120B / 20B, DeepSeek-V3 on H100, B200, GB200, B300 and GB300). Settings only: no
 throughput figure of Megatron-Bridge's was read or is printed; "tok/s/GPU" is planner's own
 prediction. Each modelled recipe has a plan file under examples/recipes/, written by
 `plan_document` from the same row (so `--write-plans` reproduces them); the recipe's
@@ -19,10 +19,11 @@ this script writes the plan files, evaluates each recipe and prints the table.
 Skipped, and listed as such: NVFP4 recipes (planner has no FP4), and the recipes the data file
 marks INFEASIBLE (their expert x pipeline size does not divide their GPU count, so they cannot
 run at the size in their name). Settings with no plan field are named in each recipe's notes.
-The data file's development ("_dev") recipes are not among the 108 and are not modelled.
+The data file's development ("_dev") recipes are not among the 195 and are not modelled.
 Six 128-GPU Llama 3.1 405B recipes (L21-L23, L38-L40) whose code contradicts their docstrings
 are modelled from the legacy presets the docstrings describe, each named in its notes
-(bridge_recipes.md, "Legacy presets modelled in place of the flat code").
+(bridge_recipes.md, "Legacy presets modelled in place of the flat code"); the B300 / GB300
+128-GPU ones with the same history (L54-L57, L73-L76) are modelled as their code has them.
 
 "verdict GiB" is the worst stage's peak / usable memory; "flag diffs" counts the flags that
 differ, each listed below the table (those whose reason is the same everywhere, once).
@@ -99,7 +100,7 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["fp8_param_gather"] = s.fp8_param_gather
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
-    if r.is_moe:  # every MoE performance recipe routes at random (bridge_recipes.md)
+    if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)
         training["moe_router_force_load_balancing"] = True
     if recipe_expandable(r):
         training["expandable_segments"] = True
