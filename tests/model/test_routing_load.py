@@ -13,10 +13,13 @@ import math
 
 import numpy as np
 import pytest
+from cli_run import run
 from jobs import job
+from paths import REPO
 
+from planner.cli import render
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import Job, load_plan
 from planner.model import layer_time, routing_load
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.layer_time import gpu_of
@@ -108,3 +111,21 @@ def test_layer_time_follows_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routing_load, "MOE_LOAD_IMBALANCE", step_load(forced_job, lay))
     same = layer_time.layer_time(_moe(), lay, gpu, True)
     assert (same.fwd, same.bwd, same.ep) == pytest.approx((forced.fwd, forced.bwd, forced.ep))
+
+
+def test_explain_states_the_load_it_times_and_the_one_it_stores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the explain line carries step_load (three decimals) and the memory's planning value
+    plan = REPO / "examples" / "recipes" / "deepseek-v3-pretrain-256gpu-gb200-bf16.toml"
+    loaded = load_plan(plan)
+    lay = loaded.require_layout()
+    text = render.routing_text(loaded.job, lay)
+    assert loaded.job.moe_router_force_load_balancing
+    assert text is not None and "forced balance" in text
+    assert f"{step_load(loaded.job, lay):.3f}x" in text and f"{MOE_LOAD_IMBALANCE:.2f}x" in text
+    code, out, _ = run(["explain", str(plan)], capsys)
+    assert code == 0 and "MoE routing: the busiest expert-parallel rank runs" in out
+    # a dense model has no routing line
+    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
+    assert render.routing_text(dense.job, dense.require_layout()) is None
