@@ -232,7 +232,25 @@ class Settings:
     rank_capacity: str | None
     paged_stash: bool
     force_load_balancing: bool  # moe_router_force_load_balancing (MoE recipes)
+    graph_modules: tuple[str, ...] | None  # CUDA graphs: the regions captured, () whole; None off
     notes: tuple[str, ...]
+
+
+GRAPH_REGIONS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-Core's per-layer CUDA-graph regions (CudaGraphModule) a graphs cell may list."""
+
+
+def _graph_modules(cell: str) -> tuple[str, ...] | None:
+    """A graphs cell as the plan's cuda_graphs / cuda_graph_modules: None for "none"; the regions
+    in brackets ("transformer_engine [attn, moe_router, moe_preprocess]"); () for a whole layer
+    or a whole iteration (full_iteration, "modules cleared (whole layer)")."""
+    if cell.startswith("none"):
+        return None
+    m = re.search(r"\[([^]]*)\]", cell)
+    listed = [w.strip() for w in m.group(1).split(",")] if m else []
+    if any(w not in GRAPH_REGIONS for w in listed):  # e.g. "scope [full_iteration]"
+        return ()
+    return tuple(listed)
 
 
 def read(r: Recipe) -> Settings:
@@ -342,8 +360,9 @@ def read(r: Recipe) -> Settings:
         notes.append("grad-reduce overlap off with param-gather overlap on: plan has both off")
 
     graphs = rt["graphs"]
-    if not graphs.startswith("none"):
-        notes.append(f"CUDA graphs ({graphs}): no plan field")
+    graph_modules = _graph_modules(graphs)
+    if graph_modules is not None and "full_iteration" in graphs:
+        notes.append(f"CUDA graphs ({graphs}): timed as per-layer graphs of the whole layer")
     if "TE op fuser" in graphs:
         notes.append("TE op fuser: no plan field")
     # the recipe's own notes: learned routing (GPT-OSS-20B's helper), the router's dtype
@@ -383,6 +402,7 @@ def read(r: Recipe) -> Settings:
         rank_capacity=rank_capacity,
         paged_stash=paged,
         force_load_balancing=r.is_moe and not learned,
+        graph_modules=graph_modules,
         notes=tuple(notes),
     )
 

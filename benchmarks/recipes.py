@@ -102,6 +102,10 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
     if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)
         training["moe_router_force_load_balancing"] = True
+    if s.graph_modules is not None:
+        training["cuda_graphs"] = True
+        if s.graph_modules:
+            training["cuda_graph_modules"] = list(s.graph_modules)
     if recipe_expandable(r):
         training["expandable_segments"] = True
     parallel: dict[str, Any] = {"tp": r.tp, "pp": r.pp, "cp": r.cp}

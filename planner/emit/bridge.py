@@ -131,6 +131,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
     if job.cuda_graphs:  # TransformerConfig.cuda_graph_impl, as Megatron-LM's flag
         model["cuda_graph_impl"] = cuda_graph_impl(plan)
+        if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
+            model["cuda_graph_modules"] = list(job.cuda_graph_modules)
     if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)

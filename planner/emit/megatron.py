@@ -250,6 +250,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--attention-backend", "unfused"))
     if job.cuda_graphs:
         a.append(("--cuda-graph-impl", cuda_graph_impl(plan)))
+        if job.cuda_graph_modules:
+            a.append(("--cuda-graph-modules", *job.cuda_graph_modules))
     return a
 
 

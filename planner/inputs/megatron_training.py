@@ -68,8 +68,7 @@ def training_table(
     training.update(_optimizer_dtypes(line))
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel))
-    if _cuda_graphs(line, notes):
-        training["cuda_graphs"] = True
+    _cuda_graphs(line, training)
     return training
 
 
@@ -78,12 +77,18 @@ CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 cuda_graph_impl)."""
 
 
-def _cuda_graphs(line: Line, notes: list[str]) -> bool:
+GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-LM d98e8a64 --cuda-graph-modules choices (CudaGraphModule), besides "full" (the
+whole layer, as none)."""
+
+
+def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     """Whether the training step runs its layers as CUDA graphs: --cuda-graph-impl local |
     transformer_engine | full_iteration, or the deprecated --enable-cuda-graph (local) and
-    --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64).
-    --cuda-graph-modules / --cuda-graph-scope naming only some of a layer's modules (attn, mlp,
-    moe_router, ...) graph part of it: read as the whole layer graphed, with a note."""
+    --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64); and which
+    regions of each layer: --cuda-graph-modules (or the deprecated --cuda-graph-scope) naming
+    some of attn, mlp, moe, moe_router, moe_preprocess, mamba (full, full_iteration: the whole
+    layer)."""
     impl = _choice(line, "--cuda-graph-impl", CUDA_GRAPH_IMPLS)
     legacy = line.has("--enable-cuda-graph") or line.has("--external-cuda-graph")
     if legacy and impl not in (None, "none"):
@@ -91,15 +96,19 @@ def _cuda_graphs(line: Line, notes: list[str]) -> bool:
             f"{line.where}: --cuda-graph-impl: cannot be combined with --enable-cuda-graph or "
             "--external-cuda-graph (Megatron-LM asserts it)"
         )
-    on = legacy or impl not in (None, "none")
-    modules = line.words("--cuda-graph-modules") or line.words("--cuda-graph-scope") or []
-    parts = [m for w in modules for m in w.split(",") if m and m not in ("full", "full_iteration")]
-    if on and parts:
-        notes.append(
-            f"--cuda-graph-modules {' '.join(modules)}: part of each layer graphed, read as the "
-            "whole layer (the host's issue of the eager rest is not counted)"
+    if not (legacy or impl not in (None, "none")):
+        return
+    training["cuda_graphs"] = True
+    flag = "--cuda-graph-modules" if line.has("--cuda-graph-modules") else "--cuda-graph-scope"
+    words = line.words(flag) or []
+    parts = [m for w in words for m in w.split(",") if m and m not in ("full", "full_iteration")]
+    bad = next((m for m in parts if m not in GRAPH_MODULES), None)
+    if bad is not None:
+        raise InputError(
+            f"{line.where}: {flag}: {bad!r} is not one of {', '.join(GRAPH_MODULES)}, full"
         )
-    return on
+    if parts:
+        training["cuda_graph_modules"] = list(dict.fromkeys(parts))
 
 
 def _largest_batch(schedule: str, where: str) -> int:

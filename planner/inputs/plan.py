@@ -24,6 +24,7 @@ from planner.inputs.layout import Layout, Recompute, RecomputePolicy
 from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import (
     CrossEntropy,
+    CudaGraphModule,
     Fp8Recipe,
     MuonPrecision,
     MuonTpMode,
@@ -106,6 +107,9 @@ class Job:
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = ()
+    """With `cuda_graphs`, the regions of each layer captured (Megatron --cuda-graph-modules);
+    the rest of the layer runs eagerly. () = the whole layer."""
     pools: tuple[Pool, ...] = ()
     """A heterogeneous cluster's pools in pipeline order (`[[cluster.pools]]`); () = one GPU
     kind, `cluster` alone. With pools, `cluster` is the first pool's GPU counting every GPU."""
@@ -232,11 +236,30 @@ def build_job(
         moe_router_num_groups=_or(training.moe_router_num_groups, arch.moe_router_num_groups),
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
+        cuda_graph_modules=_graph_modules(training, where),
         framework=framework,
         torchtitan=titan,
         **{name: getattr(training, name) for name in TRAINING_AS_IS},
         **knobs,  # type: ignore[arg-type]
     )
+
+
+def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModule, ...]:
+    """`training.cuda_graph_modules` as the job keeps it, checked as Megatron-Core checks it
+    (TransformerConfig, d98e8a64): only with CUDA graphs, and moe_preprocess with moe_router."""
+    mods = training.cuda_graph_modules
+    if not mods:
+        return ()
+    if not training.cuda_graphs:
+        raise InputError(
+            f"{where}: training.cuda_graph_modules: {mods} needs training.cuda_graphs = true"
+        )
+    if "moe_preprocess" in mods and "moe_router" not in mods:
+        raise InputError(
+            f"{where}: training.cuda_graph_modules: moe_preprocess needs moe_router (Megatron-Core "
+            f"asserts it; got {mods})"
+        )
+    return tuple(dict.fromkeys(mods))
 
 
 def _or(given: int | None, default: int | None) -> int | None:

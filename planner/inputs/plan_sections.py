@@ -45,6 +45,8 @@ MuonPrecision = Literal["medium", "high", "highest"]
 """Muon's fp32 matmul precision (torch.set_float32_matmul_precision): medium runs the
 Newton-Schulz GEMMs in bf16, high in TF32, highest in fp32."""
 SelectivePolicy = Literal["core_attn", "per_op"]
+CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
+"""Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
 
 
 MAX_GLOBAL_BATCH = 1 << 24
@@ -172,6 +174,12 @@ class TrainingSection(BaseModel):
         description="the decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl "
         "local | transformer_engine | full_iteration): one graph launch per layer and direction, "
         "so the host's per-kernel issue no longer floors a small layer's time",
+    )
+    cuda_graph_modules: list[CudaGraphModule] | None = Field(
+        default=None,
+        description="with cuda_graphs: the regions of each layer captured (Megatron "
+        "--cuda-graph-modules: attn, mlp, moe, moe_router, moe_preprocess, mamba); the rest "
+        "runs eagerly. None: the whole layer",
     )
     flash_attention: Flag | None = Field(
         default=None, description="flash/cuDNN fused attention (false: s^2 scores stored)"

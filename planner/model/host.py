@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
     from planner.inputs.layout import Layout
     from planner.inputs.plan import Job
+    from planner.inputs.plan_sections import CudaGraphModule
 
 HOST_LAYER_ISSUE_S = 1.44e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
@@ -67,6 +68,17 @@ MOE_TP_ISSUE = 0.42
 """Fitted. What a MoE block adds to that where the attention is tensor-parallel (tp > 1)."""
 MLA_ISSUE = 1.48
 """Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
+MOE_ROUTER_SHARE = 0.40
+"""Counted, not fitted: the share of a MoE block's forward issue that its router and shared
+experts take (Megatron-Core d98e8a64 MoELayer.route, TopKRouter: the gating GEMM, the score
+function, group-limited top-k, the probabilities' normalisation, the auxiliary and z losses and
+the expert-bias counts, about 15 of the block's ~38 forward kernels; the shared experts' 4-5 run
+beside them), what --cuda-graph-modules moe_router captures."""
+MOE_PREPROCESS_SHARE = 0.13
+"""Counted, not fitted: the dispatch preprocessing's share (MoELayer.preprocess, the
+dispatcher's dispatch_preprocess: tokens per expert and the permutation map, about 5 of the ~38),
+what --cuda-graph-modules moe_preprocess captures. The rest (~18: permute, the all-to-alls, the
+grouped GEMMs with their activation and FP8 casts, unpermute, combine) stays eager."""
 MAMBA_ISSUE = 0.77
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
 CP_STEP_ISSUE = 0.12
@@ -101,29 +113,58 @@ def slowdown(job: Job) -> float:
     return HOST_CPU_SLOWDOWN[job.cluster.gpu.host_cpu]
 
 
-def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
-    """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
-    units = 0.0
+def issue_blocks(job: Job, lay: Layout, kind: LayerKind) -> list[tuple[CudaGraphModule, float]]:
+    """One layer's forward issue in HOST_LAYER_ISSUE_S, block by block (see the docstring), each
+    under the Megatron --cuda-graph-modules region that captures it: the attention block ("attn"),
+    a Mamba mixer ("mamba"), a dense MLP ("mlp"), and a mixture of experts split into its router
+    and shared experts ("moe_router", MOE_ROUTER_SHARE of MOE_ISSUE), the dispatch preprocessing
+    ("moe_preprocess", MOE_PREPROCESS_SHARE) and the dispatch, experts and combine with the TP
+    gather around them ("moe", which captures the whole block)."""
+    fp8 = FP8_ISSUE if job.precision == "fp8" else 1.0
+    out: list[tuple[CudaGraphModule, float]] = []
     if kind.mixer == "attention":
-        units += HALF_LAYER + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
+        units = HALF_LAYER + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
         if lay.cp > 1:
             units += CP_STEP_ISSUE * lay.cp
+        out.append(("attn", units))
     elif kind.mixer == "mamba":
-        units += MAMBA_ISSUE
+        out.append(("mamba", MAMBA_ISSUE))
     if kind.ffn == "dense":
-        units += HALF_LAYER
+        out.append(("mlp", HALF_LAYER))
     elif kind.ffn == "moe":
-        units += MOE_ISSUE + (MOE_TP_ISSUE if lay.tp > 1 else 0.0)
-    return units * (FP8_ISSUE if job.precision == "fp8" else 1.0)
+        rest = 1.0 - MOE_ROUTER_SHARE - MOE_PREPROCESS_SHARE
+        out += [
+            ("moe_router", MOE_ROUTER_SHARE * MOE_ISSUE),
+            ("moe_preprocess", MOE_PREPROCESS_SHARE * MOE_ISSUE),
+            ("moe", rest * MOE_ISSUE + (MOE_TP_ISSUE if lay.tp > 1 else 0.0)),
+        ]
+    return [(name, units * fp8) for name, units in out]
+
+
+def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
+    return sum(units for _, units in issue_blocks(job, lay, kind))
+
+
+def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:
+    """Is the block captured? Every block when the whole layer is (no modules named); the
+    router's and the preprocessing's also under "moe", which captures the MoE block whole."""
+    if not modules or name in modules:
+        return True
+    return name in ("moe_router", "moe_preprocess") and "moe" in modules
 
 
 def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
-    """The forward's floor: the job's host issuing the eager layer, or (`Job.cuda_graphs`) the
-    GPU stepping through the graph's nodes."""
-    reference = issue_units(job, lay, kind) * HOST_LAYER_ISSUE_S
-    if job.cuda_graphs:
-        return reference / KERNEL_ISSUE_S * GRAPH_KERNEL_S
-    return reference * slowdown(job)
+    """The forward's floor: the job's host issuing the eager blocks, plus (`Job.cuda_graphs`) the
+    GPU stepping through the nodes of the captured ones (all of them, or those of
+    `Job.cuda_graph_modules`)."""
+    graphed = eager = 0.0
+    for name, units in issue_blocks(job, lay, kind):
+        if job.cuda_graphs and _graphed(name, job.cuda_graph_modules):
+            graphed += units
+        else:
+            eager += units
+    return HOST_LAYER_ISSUE_S * (graphed / KERNEL_ISSUE_S * GRAPH_KERNEL_S + eager * slowdown(job))
 
 
 def issued(layer: Layer, floor: float, recompute: bool = False) -> Layer:

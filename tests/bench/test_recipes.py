@@ -316,9 +316,17 @@ QWEN30B_MBS8 = (
     "Qwen3-30B-A3B BF16 at mbs 8 (32,768 tokens per micro-batch), no recompute, on 8 GPUs with ep "
     "8: the expert-data-parallel group is 1, so the experts' fp32 master copy and moments are not "
     "sharded (42.7 GiB), and the activations come to 213.3 GiB (136 KB per token and layer): "
-    "278.1 GiB, 17.6 over B300's usable 260.5 and 8.9 over GB300's 269.2; the FP8-CS twins (Q49, "
-    "Q62: 175.9 GiB of activations) and the 32-GPU recipe (Q65, states sharded over 4) fit; "
-    "undecided (a measurement of the MoE layer's saved tensors would settle it)"
+    "278.1 GiB eager, 290.3 with its CUDA graphs' static buffers, over B300's usable 260.5 and "
+    "GB300's 269.2; the FP8-CS twins (Q49, Q62: 175.9 GiB of activations) and the 32-GPU recipe "
+    "(Q65, states sharded over 4) fit; undecided (a measurement of the MoE layer's saved tensors "
+    "would settle it)"
+)
+QWEN30B_GRAPHS = (
+    "Qwen3-30B-A3B BF16 on 8 B200 with CUDA graphs of the attention, router and preprocessing: "
+    "170.9 GiB eager, 177.0 with the graphs' static buffers (activations.GRAPH_STATIC_TENSORS: two "
+    "layer inputs per layer and micro-batch in flight, 6.1 GiB here, an upper bound that counts "
+    "buffers the shared mempool may reuse), 3.3 over the usable 173.7; undecided (the graphed "
+    "run's peak, or Transformer Engine's per-region static buffers, would settle it)"
 )
 DSV3_FINE_OFFLOAD = (
     "DeepSeek-V3 BF16, Megatron-FSDP on 64 GB300 at ep 64, mbs 2: the expert-data-parallel group "
@@ -343,6 +351,7 @@ DO_NOT_FIT = {
     **dict.fromkeys(("L56", "L75"), PP8_CP2_128),
     "L52": B300_70B_PP4,
     **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),
+    "Q18": QWEN30B_GRAPHS,
     "D26": DSV3_FINE_OFFLOAD,
     "D28": DSV3_HSDP_OPTIM,
 }

@@ -110,6 +110,11 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     doc = yaml.safe_load(render(graphs, "megatron-bridge")[1])
     _accepted(doc)
     assert doc["model"]["cuda_graph_impl"] == "local"
+    assert "cuda_graph_modules" not in doc["model"]  # the whole layer: Megatron-Core's default
+    part = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_modules=["attn"])
+    part_doc = yaml.safe_load(render(part, "megatron-bridge")[1])
+    _accepted(part_doc)
+    assert part_doc["model"]["cuda_graph_modules"] == ["attn"]
     eager = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
     assert "cuda_graph_impl" not in eager["model"]
     offloading = make_plan(

@@ -514,6 +514,22 @@ def test_cuda_graphs_emit_mcore_graphs_and_read_back() -> None:
     assert flags(plan)["--cuda-graph-impl"] == ["local"]
     assert round_trip(plan).job.cuda_graphs
     assert "--cuda-graph-impl" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+    # the regions of each layer captured (--cuda-graph-modules), and back
+    part = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_modules=["attn"])
+    assert flags(part)["--cuda-graph-modules"] == ["attn"]
+    assert round_trip(part).job.cuda_graph_modules == ("attn",)
+    assert "--cuda-graph-modules" not in flags(plan)
+
+
+def test_graph_modules_need_graphs_and_the_router_first() -> None:
+    """training.cuda_graph_modules is refused without cuda_graphs, and moe_preprocess without
+    moe_router (TransformerConfig asserts it), naming the field."""
+    with pytest.raises(InputError, match=r"training\.cuda_graph_modules.*cuda_graphs"):
+        make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graph_modules=["attn"])
+    with pytest.raises(InputError, match=r"training\.cuda_graph_modules.*moe_router"):
+        make_plan(
+            "mixtral-8x7b", 16, {"ep": 8}, cuda_graphs=True, cuda_graph_modules=["moe_preprocess"]
+        )
 
 
 def test_cuda_graphs_with_cpu_offloading_is_bad_input() -> None:

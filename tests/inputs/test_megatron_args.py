@@ -390,6 +390,42 @@ def test_cuda_graph_flags_are_read(extra: str, graphs: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("extra", "modules"),
+    [
+        ("--cuda-graph-impl local", ()),
+        ("--cuda-graph-impl local --cuda-graph-modules full", ()),
+        ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn", ("attn",)),
+        (
+            "--cuda-graph-impl transformer_engine --cuda-graph-modules attn moe_router "
+            "moe_preprocess",
+            ("attn", "moe_router", "moe_preprocess"),
+        ),
+    ],
+)
+def test_cuda_graph_modules_are_read(extra: str, modules: tuple[str, ...]) -> None:
+    """--cuda-graph-modules (or the deprecated --cuda-graph-scope) names the regions captured;
+    "full" (the default) the whole layer, which the job keeps as ()."""
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    plan = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))
+    assert plan.job.cuda_graphs and plan.job.cuda_graph_modules == modules
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        ("--cuda-graph-impl local --cuda-graph-modules attention", "--cuda-graph-modules"),
+        ("--cuda-graph-impl local --cuda-graph-modules moe_preprocess", "moe_preprocess"),
+    ],
+)
+def test_bad_cuda_graph_modules_are_bad_input(extra: str, flag: str) -> None:
+    """A region Megatron-Core does not know, and moe_preprocess without moe_router (Megatron-Core
+    asserts it), are refused naming what is wrong."""
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    with pytest.raises(InputError, match=flag):
+        parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))
+
+
+@pytest.mark.parametrize(
     "extra",
     ["--cuda-graph-impl always", "--enable-cuda-graph --cuda-graph-impl local"],
 )

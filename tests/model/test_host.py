@@ -135,3 +135,28 @@ def test_megatron_lines_that_log_gradient_statistics_are_read_so() -> None:
         for extra in ("", " --log-params-norm", " --log-num-zeros-in-grad")
     ]
     assert [j.log_grad_stats for j in read] == [False, True, True]
+
+
+def test_graphed_regions_step_through_nodes_and_the_rest_is_issued() -> None:
+    """--cuda-graph-modules: the captured blocks cost GRAPH_KERNEL_S per kernel (their reference
+    issue over KERNEL_ISSUE_S), the others their eager issue on the job's host. A MoE layer on
+    Grace with attn, moe_router and moe_preprocess captured: attention 1/2 and the router's and
+    the preprocessing's shares of MOE_ISSUE graphed; the dispatch, experts and combine eager."""
+    eager = job("mixtral-8x7b", "gb200-nvl72", 8, 2048, 8)
+    whole = replace(eager, cuda_graphs=True)
+    part = replace(whole, cuda_graph_modules=("attn", "moe_router", "moe_preprocess"))
+    node = host.HOST_LAYER_ISSUE_S / host.KERNEL_ISSUE_S * host.GRAPH_KERNEL_S
+    slow = host.HOST_CPU_SLOWDOWN["grace"] * host.HOST_LAYER_ISSUE_S
+    shares = host.MOE_ROUTER_SHARE + host.MOE_PREPROCESS_SHARE
+    graphed, rest = 0.5 + shares * host.MOE_ISSUE, (1 - shares) * host.MOE_ISSUE
+    assert host.floor_s(part, LAY, MOE) == pytest.approx(graphed * node + rest * slow)
+    assert host.floor_s(whole, LAY, MOE) == pytest.approx((0.5 + host.MOE_ISSUE) * node)
+    assert host.floor_s(eager, LAY, MOE) == pytest.approx((0.5 + host.MOE_ISSUE) * slow)
+    # "moe" captures the MoE block whole, router and preprocessing with it
+    moe = replace(whole, cuda_graph_modules=("moe",))
+    assert host.floor_s(moe, LAY, MOE) == pytest.approx(host.MOE_ISSUE * node + 0.5 * slow)
+    # a dense layer with only its attention captured issues its MLP
+    dense = replace(job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8), cuda_graphs=True)
+    attn = replace(dense, cuda_graph_modules=("attn",))
+    expected = 0.5 * node + 0.5 * host.HOST_LAYER_ISSUE_S
+    assert host.floor_s(attn, LAY, DENSE) == pytest.approx(expected)
