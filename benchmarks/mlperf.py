@@ -36,9 +36,10 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              pipeline split (NeMo ASYM_PP_EMBED / ASYM_PP_LOSS)
              cuda_graphs where settings.cuda_graphs records per-layer, partial per-layer or
              full-iteration graphs (LAYER_CUDA_GRAPH, MCORE_CUDA_GRAPH, FULL_CUDA_GRAPH,
-             CUDA_GRAPH_SCOPE): the host's issue floor then does not apply (planner.model.host)
+             CUDA_GRAPH_SCOPE): the host's issue floor then does not apply (planner.model.host),
+             but to the regions outside a partial scope (cuda_graph_modules)
   not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
-             attention (fp8_attention), the graphs' scope, MoE paged stashing and fused grouped MLP:
+             attention (fp8_attention), MoE paged stashing and fused grouped MLP:
              kept in `raw` for the reader
 """
 
@@ -85,6 +86,19 @@ def graphed(settings: dict[str, Any]) -> bool:
     return not str(settings.get("cuda_graphs") or "none").startswith("none")
 
 
+GRAPH_REGIONS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-Core's per-layer CUDA-graph regions (CudaGraphModule, d98e8a64)."""
+
+
+def graph_modules(settings: dict[str, Any]) -> tuple[str, ...]:
+    """The regions a partial per-layer capture names ("per-layer partial (..., scope attn
+    moe_router moe_preprocess)"); () for the whole layer or iteration."""
+    text = str(settings.get("cuda_graphs") or "")
+    _, found, scope = text.partition("scope ")
+    words = scope.rstrip(")").split() if found else []
+    return tuple(w for w in words if w in GRAPH_REGIONS)
+
+
 def case_from_row(row: dict[str, Any]) -> Case:
     s, hw = row["settings"], row["hardware"]
     arch = catalog.get_model(row["model"])
@@ -104,6 +118,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
         cuda_graphs=graphed(s),
+        cuda_graph_modules=graph_modules(s),  # type: ignore[arg-type]
         expandable_segments=bool(s.get("expandable_segments", False)),
         moe_router_num_groups=s.get("moe_router_num_groups"),
         moe_router_group_topk=s.get("moe_router_group_topk"),
