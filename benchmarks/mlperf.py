@@ -58,6 +58,7 @@ from benchmarks.runs import Case, cluster
 from planner.inputs import catalog, pipeline_layout, userbuffers
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 RUNS = Path(__file__).resolve().parent / "data" / "mlperf" / "runs.yaml"
 
@@ -86,17 +87,13 @@ def graphed(settings: dict[str, Any]) -> bool:
     return not str(settings.get("cuda_graphs") or "none").startswith("none")
 
 
-GRAPH_REGIONS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
-"""Megatron-Core's per-layer CUDA-graph regions (CudaGraphModule, d98e8a64)."""
-
-
 def graph_modules(settings: dict[str, Any]) -> tuple[str, ...]:
     """The regions a partial per-layer capture names ("per-layer partial (..., scope attn
     moe_router moe_preprocess)"); () for the whole layer or iteration."""
     text = str(settings.get("cuda_graphs") or "")
     _, found, scope = text.partition("scope ")
     words = scope.rstrip(")").split() if found else []
-    return tuple(w for w in words if w in GRAPH_REGIONS)
+    return tuple(w for w in words if w in CUDA_GRAPH_MODULES)
 
 
 def case_from_row(row: dict[str, Any]) -> Case:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.inputs import pipeline_layout
+from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "benchmarks" / "data" / "bridge_recipes.md"
@@ -236,10 +237,6 @@ class Settings:
     notes: tuple[str, ...]
 
 
-GRAPH_REGIONS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
-"""Megatron-Core's per-layer CUDA-graph regions (CudaGraphModule) a graphs cell may list."""
-
-
 def _graph_modules(cell: str) -> tuple[str, ...] | None:
     """A graphs cell as the plan's cuda_graphs / cuda_graph_modules: None for "none"; the regions
     in brackets ("transformer_engine [attn, moe_router, moe_preprocess]"); () for a whole layer
@@ -248,7 +245,7 @@ def _graph_modules(cell: str) -> tuple[str, ...] | None:
         return None
     m = re.search(r"\[([^]]*)\]", cell)
     listed = [w.strip() for w in m.group(1).split(",")] if m else []
-    if any(w not in GRAPH_REGIONS for w in listed):  # e.g. "scope [full_iteration]"
+    if any(w not in CUDA_GRAPH_MODULES for w in listed):  # e.g. "scope [full_iteration]"
         return ()
     return tuple(listed)
 

@@ -11,6 +11,7 @@ from typing import Any
 from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
+from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 
 def training_table(
@@ -77,11 +78,6 @@ CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 cuda_graph_impl)."""
 
 
-GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
-"""Megatron-LM d98e8a64 --cuda-graph-modules choices (CudaGraphModule), besides "full" (the
-whole layer, as none)."""
-
-
 def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     """Whether the training step runs its layers as CUDA graphs: --cuda-graph-impl local |
     transformer_engine | full_iteration, or the deprecated --enable-cuda-graph (local) and
@@ -102,10 +98,10 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     flag = "--cuda-graph-modules" if line.has("--cuda-graph-modules") else "--cuda-graph-scope"
     words = line.words(flag) or []
     parts = [m for w in words for m in w.split(",") if m and m not in ("full", "full_iteration")]
-    bad = next((m for m in parts if m not in GRAPH_MODULES), None)
+    bad = next((m for m in parts if m not in CUDA_GRAPH_MODULES), None)
     if bad is not None:
         raise InputError(
-            f"{line.where}: {flag}: {bad!r} is not one of {', '.join(GRAPH_MODULES)}, full"
+            f"{line.where}: {flag}: {bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full"
         )
     if parts:
         training["cuda_graph_modules"] = list(dict.fromkeys(parts))

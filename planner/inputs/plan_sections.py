@@ -9,7 +9,7 @@ field of a section here, carried on `Job` or `Layout` there.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +47,7 @@ Newton-Schulz GEMMs in bf16, high in TF32, highest in fp32."""
 SelectivePolicy = Literal["core_attn", "per_op"]
 CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
 """Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
+CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
 
 
 MAX_GLOBAL_BATCH = 1 << 24
