@@ -43,7 +43,9 @@ once and each micro-batch replays the layer's forward graph and its backward gra
 each, so the Python, dispatch and launch of each kernel are gone. What stays is the GPU's own
 work per graph node, GRAPH_KERNEL_S for each of the layer's kernels (its reference-host issue
 time over KERNEL_ISSUE_S): a floor two orders of magnitude under the eager one, the same on
-every host.
+every host. With `Job.cuda_graph_modules` (Megatron --cuda-graph-modules) only the named regions
+are captured (`issue_blocks`: attention, MLP, Mamba mixer, and a MoE block's router, dispatch
+preprocessing and the rest); the other blocks are issued eagerly as above.
 """
 
 from __future__ import annotations
@@ -69,11 +71,12 @@ MOE_TP_ISSUE = 0.42
 MLA_ISSUE = 1.48
 """Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
 MOE_ROUTER_SHARE = 0.40
-"""Counted, not fitted: the share of a MoE block's forward issue that its router and shared
-experts take (Megatron-Core d98e8a64 MoELayer.route, TopKRouter: the gating GEMM, the score
-function, group-limited top-k, the probabilities' normalisation, the auxiliary and z losses and
-the expert-bias counts, about 15 of the block's ~38 forward kernels; the shared experts' 4-5 run
-beside them), what --cuda-graph-modules moe_router captures."""
+"""Counted, not fitted: the share of a MoE block's forward issue that its router takes
+(Megatron-Core d98e8a64 MoELayer.route, TopKRouter: the gating GEMM, the score function,
+group-limited top-k, the probabilities' normalisation, the auxiliary and z losses and the
+expert-bias counts, about 15 of the block's ~38 forward kernels), what --cuda-graph-modules
+moe_router captures. Shared experts, where a model has them, run inside that captured region
+too and are not counted apart (such a model issues a little less eagerly than this says)."""
 MOE_PREPROCESS_SHARE = 0.13
 """Counted, not fitted: the dispatch preprocessing's share (MoELayer.preprocess, the
 dispatcher's dispatch_preprocess: tokens per expert and the permutation map, about 5 of the ~38),

@@ -340,7 +340,8 @@ DSV3_HSDP_OPTIM = (
     "which shards the optimizer states over all 4 instances too; the plan has no field for it, so "
     "planner shards them over dp / 4 only: 158.9 GiB of optimizer states, about 4 x Bridge's; "
     "with them a quarter the total would be about 196 GiB (the fine-grained offloading is not "
-    "counted either): 314.8 GiB, 45.6 over"
+    "counted either): 314.8 GiB eager, 321.7 with its full-iteration graphs' static buffers, "
+    "52.5 over"
 )
 DO_NOT_FIT = {
     **dict.fromkeys(("L42", "L43"), PP16_VPP8),
