@@ -21,12 +21,14 @@ from typing import Any
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import megatron_flags
+from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import PUBLIC_VOCAB
 from planner.inputs.nemo_keys import (
     ARCH_KEYS,
     CLI,
     FACTORY,
+    GRAPH_KEYS,
     KEY,
     PARALLEL,
     PARALLEL_SWITCHES,
@@ -35,6 +37,7 @@ from planner.inputs.nemo_keys import (
     value_of,
 )
 from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
+from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 __all__ = ["NemoReading", "is_nemo_line", "read"]
 
@@ -302,6 +305,7 @@ def _training(
             "trainer.plugins.fp8_params"
         )
         out["fp8_param_gather"] = bool(gather)
+    _graphs(line, out)
     if not recipe.flash_attention:
         out["flash_attention"] = False
     fused = line.get("model.config.bias_activation_fusion")
@@ -311,3 +315,30 @@ def _training(
     if glu and (not recipe.fused_glu if fused is None else not fused):
         out["fused_swiglu"] = False
     return out
+
+
+def _graphs(line: _Line, out: dict[str, Any]) -> None:
+    """CUDA graphs (nemo_keys.GRAPH_KEYS): on with enable_cuda_graph, external_cuda_graph or an
+    implementation other than "none"; the regions named (a list, or one name) less "full" and
+    "full_iteration", which mean the whole layer."""
+    impl_key = "model.config.cuda_graph_impl"
+    impl = line.get(impl_key)
+    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
+        raise line.fail(impl_key, f"expected one of {', '.join(CUDA_GRAPH_IMPLS)}")
+    legacy = line.get("model.config.enable_cuda_graph") or line.get(
+        "model.config.external_cuda_graph"
+    )
+    if not (legacy or impl not in (None, "none")):
+        return
+    out["cuda_graphs"] = True
+    key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
+    if key is None:
+        return
+    text = str(line.get(key)).strip("[]")
+    names = [w.strip(" '\"") for w in text.split(",")]
+    parts = [w for w in names if w and w not in ("full", "full_iteration")]
+    bad = next((w for w in parts if w not in CUDA_GRAPH_MODULES), None)
+    if bad is not None:
+        raise line.fail(key, f"{bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full")
+    if parts:
+        out["cuda_graph_modules"] = list(dict.fromkeys(parts))

@@ -89,6 +89,16 @@ TRAINING = {
     "trainer.plugins.fp8_recipe": "fp8_recipe",
 }
 """Keys that are `[training]` fields."""
+GRAPH_KEYS = (
+    "model.config.enable_cuda_graph",
+    "model.config.external_cuda_graph",
+    "model.config.cuda_graph_impl",
+    "model.config.cuda_graph_modules",
+    "model.config.cuda_graph_scope",
+)
+"""TransformerConfig's CUDA-graph fields (d98e8a64): the deprecated switches for the local and
+transformer_engine implementations, the implementation, and the regions captured (the deprecated
+scope name too): `cuda_graphs` and `cuda_graph_modules`."""
 SPECIAL = (
     "trainer.num_nodes",
     "trainer.devices",
@@ -104,6 +114,7 @@ SPECIAL = (
     "model.config.bias_activation_fusion",
     "model.config.moe_layer_freq",
     "data.tokenizer",
+    *GRAPH_KEYS,
 )
 """Keys read below, one by one."""
 HARMLESS = frozenset(

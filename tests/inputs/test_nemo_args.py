@@ -286,3 +286,43 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "ignored NeMo overrides (they do not change memory or layout): log.x" in err
     code, _, err = run(["check", "plan.toml", "--nemo-model", "gemma2_2b"], capsys)
     assert code == 2 and "--nemo-model: only with --megatron-args" in err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "graphs"),
+    [
+        ("model.config.cuda_graph_impl=none", {}),
+        ("model.config.cuda_graph_impl=local", {"cuda_graphs": True}),
+        ("model.config.enable_cuda_graph=True", {"cuda_graphs": True}),  # deprecated: local
+        (
+            "model.config.cuda_graph_impl=transformer_engine "
+            "model.config.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
+            {"cuda_graphs": True, "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"]},
+        ),
+        (
+            "model.config.cuda_graph_impl=local model.config.cuda_graph_modules=full",
+            {"cuda_graphs": True},
+        ),
+    ],
+)
+def test_cuda_graph_keys_are_read(overrides: str, graphs: dict[str, Any]) -> None:
+    # TransformerConfig d98e8a64: cuda_graph_impl none | local | transformer_engine |
+    # full_iteration, the deprecated enable_cuda_graph (local), cuda_graph_modules (or the
+    # deprecated cuda_graph_scope) naming the regions, "full" the whole layer
+    training = doc(HEAD + overrides)["training"]
+    assert {k: v for k, v in training.items() if "graph" in k} == graphs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ("model.config.cuda_graph_impl=always", "model.config.cuda_graph_impl"),
+        (
+            "model.config.cuda_graph_impl=local model.config.cuda_graph_modules=attention",
+            "model.config.cuda_graph_modules",
+        ),
+    ],
+)
+def test_bad_cuda_graph_keys_are_bad_input(overrides: str, key: str) -> None:
+    with pytest.raises(InputError, match=key):
+        doc(HEAD + overrides)
