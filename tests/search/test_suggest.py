@@ -220,10 +220,12 @@ def _same_layout(top: dict[str, Any], checked: dict[str, Any]) -> None:
         [str(PLANS / "inline-overrides.toml"), "--max-pp", "2"],  # inline model, tier overrides
         # every non-Megatron switch and GPU-variant override must survive the round trip
         [str(PLANS / "torchtitan-style.toml"), "--max-pp", "2", "--recompute", "selective"],
+        # forced-balance routing and partial CUDA graphs too
+        [str(PLANS / "moe-forced-graphs.toml"), "--max-pp", "2"],
     ],
     ids=[
         *("default", "moe", "moe-ep-overlap", "uneven"),
-        *("hf-config", "inline-overrides", "torchtitan-style"),
+        *("hf-config", "inline-overrides", "torchtitan-style", "moe-forced-graphs"),
     ],
 )
 def test_write_plan_round_trips(
@@ -253,6 +255,12 @@ def test_write_plan_round_trips(
     code, out, err = run(["launch", str(plan), "--target", "megatron-args"], capsys)
     assert code == 0, err
     assert f"--tensor-model-parallel-size {top['parallel']['tp']}" in out
+    if argv and argv[0].endswith("moe-forced-graphs.toml"):
+        text = plan.read_text()
+        assert "moe_router_force_load_balancing = true" in text
+        assert 'cuda_graph_modules = ["attn", "moe_router", "moe_preprocess"]' in text
+        assert "--moe-router-force-load-balancing" in out
+        assert "--cuda-graph-modules attn moe_router moe_preprocess" in out
     overlapped = "--overlap-moe-expert-parallel-comm" in out
     assert overlapped == top["parallel"]["ep_comm_overlap"]
     if "256" in argv:
