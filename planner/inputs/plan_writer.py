@@ -218,8 +218,8 @@ _DEFAULTS = {f.name: f.default for f in fields(Job)}
 
 def _as_is(job: Job) -> dict[str, Any]:
     """The `TRAINING_AS_IS` fields where the job's differ from the Job's defaults, the CUDA-graph
-    regions, and the RL rollout engine's KV cache (held in bytes), so that a plan written from a job (suggest
-    --write-plan on a job file) reads back the same job."""
+    regions, and the RL rollout engine's KV cache (held in bytes), so that a plan written from a
+    job (suggest --write-plan on a job file) reads back the same job."""
     out: dict[str, Any] = {}
     for name in TRAINING_AS_IS:
         value = getattr(job, name)
