@@ -115,7 +115,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
         cuda_graphs=graphed(s),
-        cuda_graph_modules=graph_modules(s),  # type: ignore[arg-type]
+        cuda_graph_modules=graph_modules(s),
         expandable_segments=bool(s.get("expandable_segments", False)),
         moe_router_num_groups=s.get("moe_router_num_groups"),
         moe_router_group_topk=s.get("moe_router_group_topk"),
