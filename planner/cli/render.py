@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.cli import explain_notes
 from planner.emit.common import cost_text
 from planner.inputs import units
 from planner.inputs.arch import ModelArch
@@ -21,9 +22,7 @@ from planner.inputs.plan import Job
 from planner.model import params
 from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.memory import MemoryReport
-from planner.model.routing_load import step_load
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
-from planner.model.stage_activations import moe_load
 from planner.ops.operations import Operations
 from planner.search import scaling
 from planner.search.advice import Change
@@ -244,30 +243,9 @@ def print_explain(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
         f"{perf.model_tflops_per_gpu:.0f}   {mfu} (model FLOPs, causal attention not halved)"
     )
-    routing = routing_text(job, layout)
-    if routing:
-        console.print(routing, highlight=False)
+    for line in explain_notes.notes(job, layout, perf):
+        console.print(line, highlight=False)
     console.print(top_cost_text(perf))
-
-
-def routing_text(job: Job, layout: Layout) -> str | None:
-    """A MoE plan's routing load: how many routed tokens the busiest expert-parallel rank runs
-    per layer over its even share in the step time (`routing_load.step_load`), and in memory."""
-    if not job.arch.is_moe:
-        return None
-    load, kept = step_load(job, layout), moe_load(job)
-    if layout.ep <= 1:
-        why = "one expert-parallel rank: each runs its own tokens' copies"
-    elif job.moe_router_force_load_balancing:
-        why = "forced balance, random routing: sampling noise only"
-    else:
-        why = "learned routing: the planning value"
-    if job.moe_expert_capacity_factor is not None:
-        why += f", capacity factor {job.moe_expert_capacity_factor:g}"
-    return (
-        f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
-        f"time ({why}), {kept:.2f}x in memory"
-    )
 
 
 def top_cost_text(perf: Performance) -> str:

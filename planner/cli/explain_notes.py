@@ -1,0 +1,61 @@
+"""explain's notes under the time table: a MoE plan's routing load, and where the host's eager
+kernel issue floors the layers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost
+from planner.model.cost import BOTTLENECK_MIN_SHARE, Performance
+from planner.model.routing_load import step_load
+from planner.model.stage_activations import moe_load
+
+
+def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
+    """The notes that apply to the plan, in order."""
+    return [n for n in (routing_text(job, layout), host_text(job, layout, perf)) if n]
+
+
+def routing_text(job: Job, layout: Layout) -> str | None:
+    """A MoE plan's routing load: how many routed tokens the busiest expert-parallel rank runs
+    per layer over its even share in the step time (`routing_load.step_load`), and in memory."""
+    if not job.arch.is_moe:
+        return None
+    load, kept = step_load(job, layout), moe_load(job)
+    if layout.ep <= 1:
+        why = "one expert-parallel rank: each runs its own tokens' copies"
+    elif job.moe_router_force_load_balancing:
+        why = "forced balance, random routing: sampling noise only"
+    else:
+        why = "learned routing: the planning value"
+    if job.moe_expert_capacity_factor is not None:
+        why += f", capacity factor {job.moe_expert_capacity_factor:g}"
+    return (
+        f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
+        f"time ({why}), {kept:.2f}x in memory"
+    )
+
+
+def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """Where the host's eager kernel issue floors the layers (`planner.model.host`): the seconds
+    per step it adds over the same layout with every layer captured in CUDA graphs, when that is
+    at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it (none
+    with CPU offloading, which Megatron's graphs refuse: `emit.common.cuda_graph_impl`)."""
+    whole = replace(job, cuda_graphs=True, cuda_graph_modules=())
+    if job == whole or job.framework == "torchtitan":
+        return None
+    extra = perf.step_time_s - cost.estimate(whole, layout).step_time_s
+    if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
+        return None
+    if layout.cpu_offloading_num_layers:
+        fix = "Megatron's CUDA graphs, which would remove it, do not run with CPU offloading"
+    elif job.cuda_graphs:
+        fix = "CUDA graphs of the whole layer (training.cuda_graph_modules unset) would remove it"
+    else:
+        fix = "CUDA graphs (training.cuda_graphs = true) would remove it"
+    return (
+        f"host-bound: issuing the layers' kernels eagerly adds {extra:.3f} s to the "
+        f"{perf.step_time_s:.3f} s step ({extra / perf.step_time_s:.0%}); {fix}"
+    )
