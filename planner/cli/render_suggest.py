@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.cli import explain_notes
 from planner.cli.render import capacity_text
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -160,6 +161,11 @@ def print_result(
         console.print(line, highlight=False)
     if len(res.candidates) > 1:
         console.print(why_first(res.candidates[0], res.candidates[1]))
+    if res.candidates and not job.pools:
+        top = res.candidates[0]
+        host = explain_notes.host_text(job, top.layout, top.performance)
+        if host:
+            console.print(f"#1 is {host}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
         console.print(

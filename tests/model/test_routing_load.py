@@ -10,20 +10,15 @@ drops beyond it, padding runs exactly it).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
-from cli_run import run
 from jobs import job
-from paths import REPO
 
-from planner.cli import explain_notes
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job, load_plan
-from planner.model import cost, layer_time, routing_load
+from planner.inputs.plan import Job
+from planner.model import layer_time, routing_load
 from planner.model.activations import MOE_LOAD_IMBALANCE
-from planner.model.cost import BOTTLENECK_MIN_SHARE
 from planner.model.layer_time import gpu_of
 from planner.model.routing_load import expected_max_normal, random_routing_load, step_load
 
@@ -113,41 +108,3 @@ def test_layer_time_follows_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routing_load, "MOE_LOAD_IMBALANCE", step_load(forced_job, lay))
     same = layer_time.layer_time(_moe(), lay, gpu, True)
     assert (same.fwd, same.bwd, same.ep) == pytest.approx((forced.fwd, forced.bwd, forced.ep))
-
-
-def test_explain_states_the_load_it_times_and_the_one_it_stores(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # the explain line carries step_load (three decimals) and the memory's planning value
-    plan = REPO / "examples" / "recipes" / "deepseek-v3-pretrain-256gpu-gb200-bf16.toml"
-    loaded = load_plan(plan)
-    lay = loaded.require_layout()
-    text = explain_notes.routing_text(loaded.job, lay)
-    assert loaded.job.moe_router_force_load_balancing
-    assert text is not None and "forced balance" in text
-    assert f"{step_load(loaded.job, lay):.3f}x" in text and f"{MOE_LOAD_IMBALANCE:.2f}x" in text
-    code, out, _ = run(["explain", str(plan)], capsys)
-    assert code == 0 and "MoE routing: the busiest expert-parallel rank runs" in out
-    # a dense model has no routing line
-    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
-    assert explain_notes.routing_text(dense.job, dense.require_layout()) is None
-
-
-def test_explain_names_a_host_bound_plan_and_its_switch() -> None:
-    # Qwen3-235B FP8-CS on 64 B200, eager (no CUDA graphs in the recipe): the host's issue adds
-    # what the same plan with whole-layer graphs does not take; graphed, the note is gone
-    plan = load_plan(
-        REPO / "examples" / "recipes" / "qwen3-235b-a22b-pretrain-64gpu-b200-fp8cs.toml"
-    )
-    job, lay = plan.job, plan.require_layout()
-    perf = cost.estimate(job, lay)
-    graphed = replace(job, cuda_graphs=True)
-    extra = perf.step_time_s - cost.estimate(graphed, lay).step_time_s
-    assert extra >= BOTTLENECK_MIN_SHARE * perf.step_time_s
-    text = explain_notes.host_text(job, lay, perf)
-    assert text is not None and f"adds {extra:.3f} s" in text and "training.cuda_graphs" in text
-    assert explain_notes.host_text(graphed, lay, cost.estimate(graphed, lay)) is None
-    # a dense plan far above its floor has no host note
-    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
-    d_job, d_lay = dense.job, dense.require_layout()
-    assert explain_notes.host_text(d_job, d_lay, cost.estimate(d_job, d_lay)) is None

@@ -1,0 +1,76 @@
+"""explain's notes (planner/cli/explain_notes.py) and suggest's host line.
+
+Oracles: the model's own figures the notes restate (routing_load.step_load and the memory's
+planning value; the step time less the same layout's with whole-layer CUDA graphs), and the
+5%-of-the-step threshold (BOTTLENECK_MIN_SHARE) below which no note is printed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from paths import REPO
+
+from planner.cli import explain_notes
+from planner.inputs.plan import load_plan
+from planner.model import cost
+from planner.model.activations import MOE_LOAD_IMBALANCE
+from planner.model.cost import BOTTLENECK_MIN_SHARE
+from planner.model.routing_load import step_load
+
+
+def test_explain_states_the_load_it_times_and_the_one_it_stores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the explain line carries step_load (three decimals) and the memory's planning value
+    plan = REPO / "examples" / "recipes" / "deepseek-v3-pretrain-256gpu-gb200-bf16.toml"
+    loaded = load_plan(plan)
+    lay = loaded.require_layout()
+    text = explain_notes.routing_text(loaded.job, lay)
+    assert loaded.job.moe_router_force_load_balancing
+    assert text is not None and "forced balance" in text
+    assert f"{step_load(loaded.job, lay):.3f}x" in text and f"{MOE_LOAD_IMBALANCE:.2f}x" in text
+    code, out, _ = run(["explain", str(plan)], capsys)
+    assert code == 0 and "MoE routing: the busiest expert-parallel rank runs" in out
+    # a dense model has no routing line
+    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
+    assert explain_notes.routing_text(dense.job, dense.require_layout()) is None
+
+
+def test_explain_names_a_host_bound_plan_and_its_switch() -> None:
+    # Qwen3-235B FP8-CS on 64 B200, eager (no CUDA graphs in the recipe): the host's issue adds
+    # what the same plan with whole-layer graphs does not take; graphed, the note is gone
+    plan = load_plan(
+        REPO / "examples" / "recipes" / "qwen3-235b-a22b-pretrain-64gpu-b200-fp8cs.toml"
+    )
+    job, lay = plan.job, plan.require_layout()
+    perf = cost.estimate(job, lay)
+    graphed = replace(job, cuda_graphs=True)
+    extra = perf.step_time_s - cost.estimate(graphed, lay).step_time_s
+    assert extra >= BOTTLENECK_MIN_SHARE * perf.step_time_s
+    text = explain_notes.host_text(job, lay, perf)
+    assert text is not None and f"adds {extra:.3f} s" in text and "training.cuda_graphs" in text
+    assert explain_notes.host_text(graphed, lay, cost.estimate(graphed, lay)) is None
+    # a dense plan far above its floor has no host note
+    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
+    d_job, d_lay = dense.job, dense.require_layout()
+    assert explain_notes.host_text(d_job, d_lay, cost.estimate(d_job, d_lay)) is None
+
+
+def test_suggest_says_when_its_first_pick_is_host_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Qwen3-30B-A3B on 64 GB200 at one 2,048-token sequence per GPU: small layers, eager, on
+    # Grace; the line is the written plan's own host note
+    plan = tmp_path / "plan.toml"
+    argv = ["suggest", "--model", "qwen3-30b-a3b", "--gpu", "gb200-nvl72", "--num-gpus", "64"]
+    argv += ["--seq-length", "2048", "--global-batch-size", "64", "--write-plan", str(plan)]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    written = load_plan(plan)
+    job, lay = written.job, written.require_layout()
+    note = explain_notes.host_text(job, lay, cost.estimate(job, lay))
+    assert note is not None and f"#1 is {note}" in out.replace("\n", " ")
