@@ -23,7 +23,7 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     per layer over its even share in the step time (`routing_load.step_load`), and in memory."""
     if not job.arch.is_moe:
         return None
-    load, kept = step_load(job, layout), moe_load(job)
+    load, kept = step_load(job, layout), moe_load(job, layout)
     if layout.ep <= 1:
         why = "one expert-parallel rank: each runs its own tokens' copies"
     elif job.moe_router_force_load_balancing:

@@ -16,8 +16,9 @@ loads, layer by layer, not their average.
 - A capacity factor drops tokens beyond it (the smaller of it and the load); padding to it runs
   exactly it.
 
-The memory model keeps the planning value under forced balance too (a bound, not an expectation:
-`planner check` must not call a layout that runs out of memory one that fits).
+The memory model bounds the load instead of taking its expectation (`planner check` must not call
+a layout that runs out of memory one that fits): the planning value for learned routing, and under
+forced balance MEMORY_TAIL_SIGMAS spreads above the even share (`stage_activations.moe_load`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ from statistics import NormalDist
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.activations import MOE_LOAD_IMBALANCE
+
+MEMORY_TAIL_SIGMAS = 7.0
+"""The memory's bound on a rank's routed copies under forced balance, in spreads (s of
+`relative_spread`) above the even share: the normal tail beyond 7 s is 1.3e-12, so across the
+~1e4 dispatches of a step (layers x micro-batches x ranks) and 1e5 steps of a run a rank exceeds
+it with probability about 1e-3. Not fitted."""
 
 
 def expected_max_normal(n: int) -> float:
@@ -40,38 +47,47 @@ def expected_max_normal(n: int) -> float:
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
-def random_routing_load(tokens: float, experts: int, topk: int, ep: int) -> float:
-    """Expected largest load of the ep ranks over the even share when each of `tokens` tokens
-    sends its top_k copies to k distinct experts drawn uniformly from E, the experts dealt E / ep
-    to each rank.
+def relative_spread(tokens: float, experts: int, topk: int, ep: int) -> float:
+    """s / mu of one rank's routed copies when each of `tokens` tokens sends its top_k copies to
+    k distinct experts drawn uniformly from E, the experts dealt E / ep to each rank.
 
     A token's copies on one rank (m = E / ep experts) are hypergeometric: mean k m / E, variance
     k (m / E)(1 - m / E)(E - k) / (E - 1). Over T independent tokens a rank's count has mean
     mu = T k / ep and variance T x that, nearly normal at a micro-batch's token counts; the ep
     counts sum to T k, so they are mu + s (Z_i - mean Z) for independent standard normals Z_i, with
-    s^2 (1 - 1 / ep) that variance. The busiest rank then carries mu + s x
-    `expected_max_normal`(ep) on average, and the load is 1 + z s / mu."""
+    s^2 (1 - 1 / ep) that variance. 0 where every rank gets exactly its share."""
     if ep <= 1 or tokens <= 0 or experts <= topk:
-        return 1.0
+        return 0.0
     share = 1.0 / ep
     s2 = tokens * topk * share * (experts - topk) / (experts - 1)
-    mu = tokens * topk * share
-    return 1.0 + expected_max_normal(ep) * math.sqrt(s2) / mu
+    return math.sqrt(s2) / (tokens * topk * share)
+
+
+def random_routing_load(tokens: float, experts: int, topk: int, ep: int) -> float:
+    """Expected largest load of the ep ranks over the even share under uniform routing
+    (`relative_spread`): the busiest rank carries mu + s x `expected_max_normal`(ep) on average,
+    so the load is 1 + z s / mu."""
+    return 1.0 + expected_max_normal(ep) * relative_spread(tokens, experts, topk, ep)
+
+
+def block_tokens(job: Job, lay: Layout) -> float:
+    """Tokens one MoE layer routes per micro-batch over the expert-model-parallel block: each of
+    its etp x ep ranks dispatches its sequence-parallel shard of the micro-batch."""
+    t = lay.micro_batch_size * job.seq_length / lay.cp
+    return t / (lay.tp if lay.sequence_parallel else 1) * lay.ep * lay.expert_tp
 
 
 def step_load(job: Job, lay: Layout) -> float:
     """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
     micro-batch (module docstring). Under forced balance the tokens drawn are those of the
     expert-model-parallel block: each of its etp x ep ranks dispatches its sequence-parallel
-    shard of the micro-batch."""
+    shard of the micro-batch (`block_tokens`)."""
     arch = job.arch
     if lay.ep <= 1:
         load = 1.0
     elif job.moe_router_force_load_balancing:
-        t = lay.micro_batch_size * job.seq_length / lay.cp
-        per_rank = t / (lay.tp if lay.sequence_parallel else 1)
-        tokens = per_rank * lay.ep * lay.expert_tp
-        load = random_routing_load(tokens, arch.num_moe_experts or 1, arch.moe_router_topk, lay.ep)
+        experts, topk = arch.num_moe_experts or 1, arch.moe_router_topk
+        load = random_routing_load(block_tokens(job, lay), experts, topk, lay.ep)
     else:
         load = MOE_LOAD_IMBALANCE
     cf = job.moe_expert_capacity_factor

@@ -315,33 +315,25 @@ B300_70B_PP4 = (
 QWEN30B_MBS8 = (
     "Qwen3-30B-A3B BF16 at mbs 8 (32,768 tokens per micro-batch), no recompute, on 8 GPUs with ep "
     "8: the expert-data-parallel group is 1, so the experts' fp32 master copy and moments are not "
-    "sharded (42.7 GiB), and the activations come to 213.3 GiB (136 KB per token and layer): "
-    "278.1 GiB eager, 290.3 with its CUDA graphs' static buffers, over B300's usable 260.5 and "
-    "GB300's 269.2; the FP8-CS twins (Q49, Q62: 175.9 GiB of activations) and the 32-GPU recipe "
-    "(Q65, states sharded over 4) fit; undecided (a measurement of the MoE layer's saved tensors "
-    "would settle it)"
-)
-QWEN30B_GRAPHS = (
-    "Qwen3-30B-A3B BF16 on 8 B200 with CUDA graphs of the attention, router and preprocessing: "
-    "170.9 GiB eager, 177.0 with the graphs' static buffers (activations.GRAPH_STATIC_TENSORS: two "
-    "layer inputs per layer and micro-batch in flight, 6.1 GiB here, an upper bound that counts "
-    "buffers the shared mempool may reuse), 3.3 over the usable 173.7; undecided (the graphed "
-    "run's peak, or Transformer Engine's per-region static buffers, would settle it)"
+    "sharded (42.7 GiB), and the activations (with the graphs' static buffers, the routed copies "
+    "bounded 7 spreads above the forced-balance share) come to 206.1 GiB: 270.9 GiB, over B300's "
+    "usable 260.5 and GB300's 269.2; the FP8-CS twins (Q49, Q62) and the 32-GPU recipe (Q65, "
+    "states sharded over 4) fit; undecided (a measurement of the MoE layer's saved tensors would "
+    "settle it)"
 )
 DSV3_FINE_OFFLOAD = (
     "DeepSeek-V3 BF16, Megatron-FSDP on 64 GB300 at ep 64, mbs 2: the expert-data-parallel group "
     "is 1, so the experts' states are not sharded (79.5 GiB of optimizer states), and the "
     "recipe's fine-grained offloading of the core-attention and output-projection inputs has no "
-    "plan field, so their activations (about half of the 158.4 GiB) stay on the GPU: 290.6 GiB, "
-    "21.3 over; the MXFP8 twin (D27) fits at 266.0"
+    "plan field, so their activations (about half of the 144.1 GiB) stay on the GPU: 276.2 GiB, "
+    "7.0 over; the MXFP8 twin (D27) fits"
 )
 DSV3_HSDP_OPTIM = (
     "DeepSeek-V3 MXFP8 HSDP on 128 GB300: 4 optimizer instances with outer sharding 'optim', "
     "which shards the optimizer states over all 4 instances too; the plan has no field for it, so "
     "planner shards them over dp / 4 only: 158.9 GiB of optimizer states, about 4 x Bridge's; "
     "with them a quarter the total would be about 196 GiB (the fine-grained offloading is not "
-    "counted either): 314.8 GiB eager, 321.7 with its full-iteration graphs' static buffers, "
-    "52.5 over"
+    "counted either): 317.1 GiB with its full-iteration graphs' static buffers, 47.9 over"
 )
 DO_NOT_FIT = {
     **dict.fromkeys(("L42", "L43"), PP16_VPP8),
@@ -352,7 +344,6 @@ DO_NOT_FIT = {
     **dict.fromkeys(("L56", "L75"), PP8_CP2_128),
     "L52": B300_70B_PP4,
     **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),
-    "Q18": QWEN30B_GRAPHS,
     "D26": DSV3_FINE_OFFLOAD,
     "D28": DSV3_HSDP_OPTIM,
 }

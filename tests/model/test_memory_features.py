@@ -97,7 +97,7 @@ def test_routing_load_with_a_capacity_factor(cf: float | None, pad: bool, load: 
         moe_expert_capacity_factor=cf,
         moe_pad_expert_input_to_capacity=pad,
     )
-    assert moe_load(j) == load
+    assert moe_load(j, Layout(tp=1, pp=1, dp=8)) == load
 
 
 @pytest.mark.parametrize(

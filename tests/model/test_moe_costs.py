@@ -22,7 +22,7 @@ def test_router_and_permutation_by_hand() -> None:
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     gpu = gpu_of(j)
-    load = moe_load(j)
+    load = moe_load(j, Layout(tp=1, pp=1, dp=8))
     perm = 16 * 4096 * 2 * load * 4096 / gpu.hbm
     assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)

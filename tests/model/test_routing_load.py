@@ -21,6 +21,7 @@ from planner.model import layer_time, routing_load
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.layer_time import gpu_of
 from planner.model.routing_load import expected_max_normal, random_routing_load, step_load
+from planner.model.stage_activations import moe_load
 
 
 def _simulated_load(tokens: int, experts: int, topk: int, ep: int, trials: int) -> float:
@@ -108,3 +109,18 @@ def test_layer_time_follows_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routing_load, "MOE_LOAD_IMBALANCE", step_load(forced_job, lay))
     same = layer_time.layer_time(_moe(), lay, gpu, True)
     assert (same.fwd, same.bwd, same.ep) == pytest.approx((forced.fwd, forced.bwd, forced.ep))
+
+
+def test_memory_bounds_the_forced_balance_load_far_out_in_its_tail() -> None:
+    # memory takes a bound, not the expectation: MEMORY_TAIL_SIGMAS spreads above the even share
+    # (a normal tail of 1.3e-12 per dispatch), far above the step time's expected maximum and
+    # far below learned routing's planning value at a training micro-batch's token counts
+    lay = Layout(tp=2, pp=1, dp=32, ep=8, etp=1, sequence_parallel=True)
+    forced = _moe(moe_router_force_load_balancing=True)
+    spread = routing_load.relative_spread(8 * 2048, 8, 2, 8)  # the block's 8 x 4096 / 2 tokens
+    bound = moe_load(forced, lay)
+    assert bound == pytest.approx(1 + routing_load.MEMORY_TAIL_SIGMAS * spread)
+    assert step_load(forced, lay) < bound < MOE_LOAD_IMBALANCE
+    # learned routing, and one expert-parallel rank, keep the planning value in memory
+    assert moe_load(_moe(), lay) == MOE_LOAD_IMBALANCE
+    assert moe_load(forced, Layout(tp=1, pp=1, dp=64)) == MOE_LOAD_IMBALANCE
