@@ -9,8 +9,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost
 from planner.model.cost import BOTTLENECK_MIN_SHARE, Performance
-from planner.model.routing_load import step_load
-from planner.model.stage_activations import moe_load
+from planner.model.routing_load import memory_load, step_load
 
 
 def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
@@ -23,7 +22,7 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     per layer over its even share in the step time (`routing_load.step_load`), and in memory."""
     if not job.arch.is_moe:
         return None
-    load, kept = step_load(job, layout), moe_load(job, layout)
+    load, kept = step_load(job, layout), memory_load(job, layout)
     if layout.ep <= 1:
         why = "one expert-parallel rank: each runs its own tokens' copies"
     elif job.moe_router_force_load_balancing:
@@ -43,9 +42,9 @@ def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     per step it adds over the same layout with every layer captured in CUDA graphs, when that is
     at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it (none
     with CPU offloading, which Megatron's graphs refuse: `emit.common.cuda_graph_impl`)."""
+    if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
+        return None  # nothing left to capture, or no CUDA graphs to capture it with
     whole = replace(job, cuda_graphs=True, cuda_graph_modules=())
-    if job == whole or job.framework == "torchtitan":
-        return None
     extra = perf.step_time_s - cost.estimate(whole, layout).step_time_s
     if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
         return None

@@ -96,15 +96,23 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
         return
     training["cuda_graphs"] = True
     flag = "--cuda-graph-modules" if line.has("--cuda-graph-modules") else "--cuda-graph-scope"
-    words = line.words(flag) or []
-    parts = [m for w in words for m in w.split(",") if m and m not in ("full", "full_iteration")]
-    bad = next((m for m in parts if m not in CUDA_GRAPH_MODULES), None)
-    if bad is not None:
-        raise InputError(
-            f"{line.where}: {flag}: {bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full"
-        )
+    parts = graph_regions(",".join(line.words(flag) or []))
+    if isinstance(parts, str):
+        raise InputError(f"{line.where}: {flag}: {parts}")
     if parts:
-        training["cuda_graph_modules"] = list(dict.fromkeys(parts))
+        training["cuda_graph_modules"] = parts
+
+
+def graph_regions(text: str) -> list[str] | str:
+    """The CUDA-graph regions a comma-separated list names ("[attn, moe_router]" too), repeats
+    folded and "full" / "full_iteration" (the whole layer) left out; or, where it names one
+    Megatron-Core does not know, why (for the caller's message)."""
+    names = [w.strip(" '\"[]") for w in text.split(",")]
+    parts = [w for w in names if w and w not in ("full", "full_iteration")]
+    bad = next((w for w in parts if w not in CUDA_GRAPH_MODULES), None)
+    if bad is not None:
+        return f"{bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full"
+    return list(dict.fromkeys(parts))
 
 
 def _largest_batch(schedule: str, where: str) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import megatron_flags
-from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS
+from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS, graph_regions
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import PUBLIC_VOCAB
 from planner.inputs.nemo_keys import (
@@ -37,7 +37,6 @@ from planner.inputs.nemo_keys import (
     value_of,
 )
 from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
-from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 __all__ = ["NemoReading", "is_nemo_line", "read"]
 
@@ -334,11 +333,8 @@ def _graphs(line: _Line, out: dict[str, Any]) -> None:
     key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
     if key is None:
         return
-    text = str(line.get(key)).strip("[]")
-    names = [w.strip(" '\"") for w in text.split(",")]
-    parts = [w for w in names if w and w not in ("full", "full_iteration")]
-    bad = next((w for w in parts if w not in CUDA_GRAPH_MODULES), None)
-    if bad is not None:
-        raise line.fail(key, f"{bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full")
+    parts = graph_regions(str(line.get(key)))
+    if isinstance(parts, str):
+        raise line.fail(key, parts)
     if parts:
-        out["cuda_graph_modules"] = list(dict.fromkeys(parts))
+        out["cuda_graph_modules"] = parts

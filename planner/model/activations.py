@@ -86,7 +86,7 @@ on the Hagemann et al. rows without the fused kernel."""
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
 routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
-value, used for learned routing by the memory model (`stage_activations.moe_load`) and, over more
+value, used for learned routing by the memory model (`routing_load.memory_load`) and, over more
 than one expert-parallel rank, by the step-time model (`planner.model.routing_load`)."""
 
 SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})

@@ -8,7 +8,7 @@ loads, layer by layer, not their average.
 - **One expert-parallel rank** (ep = 1): each rank runs every expert on its own tokens, exactly
   top_k copies of each. Load 1.
 - **Learned routing** (dropless, balanced by an auxiliary loss): MOE_LOAD_IMBALANCE, the planning
-  value the memory model also uses (`stage_activations.moe_load`).
+  value the memory model also uses (`memory_load`).
 - **Forced balance** (Megatron --moe-router-force-load-balancing, the benchmark switch every
   Megatron-Bridge MoE performance recipe sets): the router's logits are replaced by random ones
   (Megatron-Core moe_utils.RandomSTE), so each token's top_k experts are k distinct experts drawn
@@ -18,7 +18,7 @@ loads, layer by layer, not their average.
 
 The memory model bounds the load instead of taking its expectation (`planner check` must not call
 a layout that runs out of memory one that fits): the planning value for learned routing, and under
-forced balance MEMORY_TAIL_SIGMAS spreads above the even share (`stage_activations.moe_load`).
+forced balance MEMORY_TAIL_SIGMAS spreads above the even share (`memory_load`).
 """
 
 from __future__ import annotations
@@ -66,31 +66,44 @@ def relative_spread(tokens: float, experts: int, topk: int, ep: int) -> float:
 def random_routing_load(tokens: float, experts: int, topk: int, ep: int) -> float:
     """Expected largest load of the ep ranks over the even share under uniform routing
     (`relative_spread`): the busiest rank carries mu + s x `expected_max_normal`(ep) on average,
-    so the load is 1 + z s / mu."""
+    so the load is 1 + z s / mu (`step_load` under forced balance)."""
     return 1.0 + expected_max_normal(ep) * relative_spread(tokens, experts, topk, ep)
 
 
-def block_tokens(job: Job, lay: Layout) -> float:
-    """Tokens one MoE layer routes per micro-batch over the expert-model-parallel block: each of
-    its etp x ep ranks dispatches its sequence-parallel shard of the micro-batch."""
+def _block(job: Job, lay: Layout) -> tuple[float, int, int, int]:
+    """(tokens, experts, top_k, ep) of the layer's forced-balance routing: the tokens drawn are
+    those of the expert-model-parallel block, each of its etp x ep ranks dispatching its
+    sequence-parallel shard of the micro-batch."""
     t = lay.micro_batch_size * job.seq_length / lay.cp
-    return t / (lay.tp if lay.sequence_parallel else 1) * lay.ep * lay.expert_tp
+    tokens = t / (lay.tp if lay.sequence_parallel else 1) * lay.ep * lay.expert_tp
+    return tokens, job.arch.num_moe_experts or 1, job.arch.moe_router_topk, lay.ep
 
 
-def step_load(job: Job, lay: Layout) -> float:
-    """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
-    micro-batch (module docstring). Under forced balance the tokens drawn are those of the
-    expert-model-parallel block: each of its etp x ep ranks dispatches its sequence-parallel
-    shard of the micro-batch (`block_tokens`)."""
-    arch = job.arch
-    if lay.ep <= 1:
-        load = 1.0
-    elif job.moe_router_force_load_balancing:
-        experts, topk = arch.num_moe_experts or 1, arch.moe_router_topk
-        load = random_routing_load(block_tokens(job, lay), experts, topk, lay.ep)
-    else:
-        load = MOE_LOAD_IMBALANCE
+def _capped(job: Job, load: float) -> float:
+    """A load under the job's capacity factor: it drops tokens beyond the factor (the smaller of
+    the two), and padding to it runs exactly it (moe_utils.get_capacity, token_dispatcher.py)."""
     cf = job.moe_expert_capacity_factor
     if cf is None:
         return load
     return cf if job.moe_pad_expert_input_to_capacity else min(cf, load)
+
+
+def step_load(job: Job, lay: Layout) -> float:
+    """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
+    micro-batch, for the step time (module docstring): 1 with one expert-parallel rank, the
+    expected maximum of the ep ranks under forced balance, else MOE_LOAD_IMBALANCE."""
+    if lay.ep <= 1:
+        return _capped(job, 1.0)
+    if job.moe_router_force_load_balancing:
+        return _capped(job, random_routing_load(*_block(job, lay)))
+    return _capped(job, MOE_LOAD_IMBALANCE)
+
+
+def memory_load(job: Job, lay: Layout) -> float:
+    """The same load for memory, a bound rather than an expectation (module docstring):
+    MEMORY_TAIL_SIGMAS spreads above the even share under forced balance over more than one
+    expert-parallel rank, else the planning value MOE_LOAD_IMBALANCE (also with one rank, where
+    the calibrated memory rows take it)."""
+    if job.moe_router_force_load_balancing and lay.ep > 1:
+        return _capped(job, 1.0 + MEMORY_TAIL_SIGMAS * relative_spread(*_block(job, lay)))
+    return _capped(job, MOE_LOAD_IMBALANCE)

@@ -138,34 +138,10 @@ def shard(job: Job, layout: Layout) -> Shard:
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
-        moe_load=moe_load(job, layout),
+        moe_load=routing_load.memory_load(job, layout),
         cuda_graphs=job.cuda_graphs,
         offload=frozenset(layout.offload_modules),
     )
-
-
-def moe_load(job: Job, layout: Layout) -> float:
-    """Token-expert pairs the busiest rank's experts receive relative to the even share, for
-    memory, a bound rather than an expectation: the dropless planning value MOE_LOAD_IMBALANCE
-    (also with one expert-parallel rank, where the step time takes 1: `routing_load.step_load`);
-    under forced random routing with ep > 1, `routing_load.MEMORY_TAIL_SIGMAS` spreads above the
-    even share. A capacity factor only drops tokens beyond it, so the smaller of the two, and
-    exactly the capacity factor when experts are padded to it (moe_utils.get_capacity,
-    token_dispatcher.py)."""
-    load = act.MOE_LOAD_IMBALANCE
-    if job.moe_router_force_load_balancing and layout.ep > 1:
-        arch = job.arch
-        spread = routing_load.relative_spread(
-            routing_load.block_tokens(job, layout),
-            arch.num_moe_experts or 1,
-            arch.moe_router_topk,
-            layout.ep,
-        )
-        load = 1.0 + routing_load.MEMORY_TAIL_SIGMAS * spread
-    cf = job.moe_expert_capacity_factor
-    if cf is None:
-        return load
-    return cf if job.moe_pad_expert_input_to_capacity else min(cf, load)
 
 
 @dataclass(frozen=True)

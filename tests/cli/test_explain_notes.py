@@ -19,8 +19,7 @@ from planner.inputs.plan import load_plan
 from planner.model import cost
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.cost import BOTTLENECK_MIN_SHARE
-from planner.model.routing_load import step_load
-from planner.model.stage_activations import moe_load
+from planner.model.routing_load import memory_load, step_load
 
 
 def test_explain_states_the_load_it_times_and_the_one_it_stores(
@@ -33,7 +32,7 @@ def test_explain_states_the_load_it_times_and_the_one_it_stores(
     text = explain_notes.routing_text(loaded.job, lay)
     assert loaded.job.moe_router_force_load_balancing
     assert text is not None and "forced balance" in text
-    kept = moe_load(loaded.job, lay)  # memory's bound: 7 spreads above the even share
+    kept = memory_load(loaded.job, lay)  # memory's bound: 7 spreads above the even share
     assert f"{step_load(loaded.job, lay):.3f}x" in text and f"{kept:.2f}x in memory" in text
     assert kept < MOE_LOAD_IMBALANCE
     code, out, _ = run(["explain", str(plan)], capsys)

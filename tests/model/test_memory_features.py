@@ -21,7 +21,8 @@ from planner.inputs.units import GIB
 from planner.model import activations as act
 from planner.model import buffers, memory, params
 from planner.model.activations import Shard
-from planner.model.stage_activations import moe_load, per_layer, shard, stage_activations
+from planner.model.routing_load import memory_load
+from planner.model.stage_activations import per_layer, shard, stage_activations
 
 LLAMA8 = catalog.get_model("llama3.1-8b")  # h 4096, F 14336, 32 heads / 8 groups of 128
 DSV3 = catalog.get_model("deepseek-v3")  # MLA r_q 1536, r_kv 512, 128 heads (128+64 qk, 128 v)
@@ -97,7 +98,7 @@ def test_routing_load_with_a_capacity_factor(cf: float | None, pad: bool, load: 
         moe_expert_capacity_factor=cf,
         moe_pad_expert_input_to_capacity=pad,
     )
-    assert moe_load(j, Layout(tp=1, pp=1, dp=8)) == load
+    assert memory_load(j, Layout(tp=1, pp=1, dp=8)) == load
 
 
 @pytest.mark.parametrize(

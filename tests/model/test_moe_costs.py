@@ -1,7 +1,7 @@
 """The MoE layer's router GEMM and token permutations are timed (no model FLOPs count them).
 
 Oracle: hand arithmetic. Mixtral 8x7B (h 4096, 8 experts, top-2) on H100, tp 1, one micro-batch of
-4096 tokens, routing load L (stage_activations.moe_load): the permutations move 16 bytes per routed
+4096 tokens, routing load L (routing_load.memory_load): the permutations move 16 bytes per routed
 element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth; the router is a 4096 x 4096
 x 8 GEMM on the additive roofline (gemm.gemm_time).
 """
@@ -15,14 +15,14 @@ from planner.inputs.layout import Layout
 from planner.model import layer_time, moe_time
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of
-from planner.model.stage_activations import moe_load
+from planner.model.routing_load import memory_load
 
 
 def test_router_and_permutation_by_hand() -> None:
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     gpu = gpu_of(j)
-    load = moe_load(j, Layout(tp=1, pp=1, dp=8))
+    load = memory_load(j, Layout(tp=1, pp=1, dp=8))
     perm = 16 * 4096 * 2 * load * 4096 / gpu.hbm
     assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)

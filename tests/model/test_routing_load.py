@@ -20,8 +20,12 @@ from planner.inputs.plan import Job
 from planner.model import layer_time, routing_load
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.layer_time import gpu_of
-from planner.model.routing_load import expected_max_normal, random_routing_load, step_load
-from planner.model.stage_activations import moe_load
+from planner.model.routing_load import (
+    expected_max_normal,
+    memory_load,
+    random_routing_load,
+    step_load,
+)
 
 
 def _simulated_load(tokens: int, experts: int, topk: int, ep: int, trials: int) -> float:
@@ -118,9 +122,9 @@ def test_memory_bounds_the_forced_balance_load_far_out_in_its_tail() -> None:
     lay = Layout(tp=2, pp=1, dp=32, ep=8, etp=1, sequence_parallel=True)
     forced = _moe(moe_router_force_load_balancing=True)
     spread = routing_load.relative_spread(8 * 2048, 8, 2, 8)  # the block's 8 x 4096 / 2 tokens
-    bound = moe_load(forced, lay)
+    bound = memory_load(forced, lay)
     assert bound == pytest.approx(1 + routing_load.MEMORY_TAIL_SIGMAS * spread)
     assert step_load(forced, lay) < bound < MOE_LOAD_IMBALANCE
     # learned routing, and one expert-parallel rank, keep the planning value in memory
-    assert moe_load(_moe(), lay) == MOE_LOAD_IMBALANCE
-    assert moe_load(forced, Layout(tp=1, pp=1, dp=64)) == MOE_LOAD_IMBALANCE
+    assert memory_load(_moe(), lay) == MOE_LOAD_IMBALANCE
+    assert memory_load(forced, Layout(tp=1, pp=1, dp=64)) == MOE_LOAD_IMBALANCE
