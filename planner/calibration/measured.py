@@ -143,8 +143,7 @@ def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int]:
         )
     skip = WARMUP_LINES if len(lines) - WARMUP_LINES >= 3 else 1
     gpu = job.cluster.gpu
-    peak = gpu.peak_tflops_fp8 if job.precision == "fp8" and gpu.peak_tflops_fp8 else None
-    peak = peak or gpu.peak_tflops_bf16
+    peak = gpu.peak_flops(job.precision) / 1e12
     for it in lines:
         if it.tflops_per_gpu is not None and it.tflops_per_gpu > peak:
             raise InputError(

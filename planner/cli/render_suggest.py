@@ -35,8 +35,9 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     noun = "layout" if len(cands) == 1 else "layouts"
     t = Table(title=f"Top {len(cands)} {noun} by {objective}, memory capacity {cap}")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
-    fp8 = job.precision == "fp8"
-    cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"] + (["MFU fp8pk"] if fp8 else [])
+    low = job.precision != "bf16"
+    cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"]
+    cols += [f"MFU {job.precision}pk"] if low else []
     cols += ["top cost"]
     titan = job.framework == "torchtitan" and not job.pools
     if titan:
@@ -64,12 +65,12 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             f"{p.step_time_s:.3f}",
             f"{p.tokens_per_s_per_gpu:,.0f}",
             f"{p.mfu_bf16_peak:.1%}",
-            *([f"{p.mfu_fp8_peak or 0:.1%}"] if fp8 else []),
+            *([f"{p.mfu:.1%}"] if low else []),
             p.bottleneck(),
         )
     t.caption = (
         "m = micro-batches per step; split = layers on first/middle/last pipeline rank; "
-        "MFU bf16pk (fp8pk) = model FLOPs against the GPU's dense bf16 (FP8) peak; "
+        "MFU bf16pk (fp8pk, fp4pk) = model FLOPs against the GPU's dense bf16 (FP8, FP4) peak; "
         f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
         f"else {COMPUTE_BOUND}"
     )

@@ -82,6 +82,7 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
         "mfu": round(perf.mfu, 4),
         "mfu_bf16_peak": round(perf.mfu_bf16_peak, 4),
         "mfu_fp8_peak": None if perf.mfu_fp8_peak is None else round(perf.mfu_fp8_peak, 4),
+        "mfu_fp4_peak": None if perf.mfu_fp4_peak is None else round(perf.mfu_fp4_peak, 4),
         "model_flops_per_step": perf.model_flops_per_step,
         "hardware_flops_per_step": perf.hardware_flops_per_step,
         "causal_attention_halved": False,

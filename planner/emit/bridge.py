@@ -44,6 +44,7 @@ PRESETS = {
     ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
     ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
     ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
+    ("fp4", None): "bf16_with_nvfp4_mixed",
 }
 """(precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset (mixed_precision.py)."""
 
@@ -217,6 +218,17 @@ def render(plan: Plan, job_name: str) -> str:
         notes.append(
             "fp8_param_gather: set the preset's mixed_precision.fp8_param_gather=true (the plan "
             "keeps weights only in FP8)"
+        )
+    if job.precision == "fp4" and not (job.fp4_param_gather and plan.require_layout().zero_stage):
+        notes.append(
+            "fp4_param_gather: set the preset's mixed_precision.fp4_param_gather=false (the plan "
+            "keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 parameters)"
+        )
+    if job.bf16_layers_at_start or job.bf16_layers_at_end:
+        notes.append(
+            "bf16 layers: set mixed_precision.first_last_layers_bf16=true, "
+            f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
+            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end}"
         )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")

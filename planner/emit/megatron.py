@@ -12,7 +12,8 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
   dtype).
 - Precision: `--fp8-format` with `--fp8-recipe` always (Megatron's default recipe is delayed);
   MXFP8 with `--fp8-param-gather` gathers in the gradient buffer
-  (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); bf16 Adam moments
+  (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); NVFP4 is
+  `--fp4-format e2m1 --fp4-recipe nvfp4` (with `--fp4-param-gather`); bf16 Adam moments
   are `--use-precision-aware-optimizer` with `--exp-avg(-sq)-dtype bf16`, and with bf16 gradients
   `--main-grads-dtype bf16` (which Megatron allows only with that optimizer).
 - Pipeline split: even -> `--num-layers-per-virtual-pipeline-stage` when interleaved; only the
@@ -213,6 +214,16 @@ def training_args(plan: Plan) -> list[Arg]:
                 # preset does: without it Megatron warns of "significant additional memory"
                 # that planner.model.memory does not count (Megatron-FSDP turns it off)
                 a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
+    if job.precision == "fp4":
+        a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+        if job.fp4_param_gather:
+            a.append(("--fp4-param-gather",))
+    if job.bf16_layers_at_start or job.bf16_layers_at_end:
+        a += [
+            ("--first-last-layers-bf16",),
+            ("--num-layers-at-start-in-bf16", str(job.bf16_layers_at_start)),
+            ("--num-layers-at-end-in-bf16", str(job.bf16_layers_at_end)),
+        ]
     if job.main_grad_dtype == "bf16":
         a.append(("--grad-reduce-in-bf16",))
     if job.optimizer_state_dtype == "bf16":

@@ -84,6 +84,9 @@ class GpuSpec(BaseModel):
     source: str = Field(min_length=1)
     peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
     peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
+    peak_tflops_fp4: PositiveFloat | None = Field(
+        default=None, description="dense NVFP4 (E2M1, block-scaled); None = no FP4 tensor cores"
+    )
     peak_tflops_fp32: PositiveFloat = Field(
         description="dense FP32 on the CUDA cores (no tensor cores: what fp32 matmuls at "
         "torch's 'highest' precision run at)"
@@ -125,6 +128,18 @@ class GpuSpec(BaseModel):
         return self.peak_tflops_fp8 is not None
 
     @property
+    def has_fp4(self) -> bool:
+        return self.peak_tflops_fp4 is not None
+
+    def missing_cores(self, precision: str) -> str | None:
+        """Why this GPU cannot train the linear layers in `precision` (None = it can)."""
+        if precision == "fp8" and not self.has_fp8:
+            return f"{self.name} has no FP8 tensor cores"
+        if precision == "fp4" and not self.has_fp4:
+            return f"{self.name} has no FP4 tensor cores (NVFP4 needs b200, b300, gb200, gb300)"
+        return None
+
+    @property
     def is_blackwell(self) -> bool:
         """Compute capability 10 or more (BLACKWELL_PREFIXES): MXFP8 tensor cores."""
         return self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES)
@@ -137,7 +152,8 @@ class GpuSpec(BaseModel):
 
     def matmul_ceiling(self, precision: Literal["bf16", "fp8"]) -> float | None:
         """Measured best-shape matmul throughput / dense peak (None = not measured). FP8 falls
-        back to the bf16 fraction where only that was measured."""
+        back to the bf16 fraction where only that was measured. (FP4 has no MAMF table:
+        `planner.model.gemm.fp4_ceiling`.)"""
         fp8_mamf, fp8_peak = self.mamf_tflops_fp8, self.peak_tflops_fp8
         if precision == "fp8" and fp8_mamf is not None and fp8_peak is not None:
             return fp8_mamf / fp8_peak
@@ -145,9 +161,14 @@ class GpuSpec(BaseModel):
             return None
         return self.mamf_tflops_bf16 / self.peak_tflops_bf16
 
-    def peak_flops(self, precision: Literal["bf16", "fp8"]) -> float:
-        """Dense peak FLOP/s for a precision (fp8 only where the GPU has it)."""
-        value = self.peak_tflops_fp8 if precision == "fp8" else self.peak_tflops_bf16
+    def peak_flops(self, precision: Literal["bf16", "fp8", "fp4"]) -> float:
+        """Dense peak FLOP/s for a precision (fp8 / fp4 only where the GPU has it)."""
+        peaks = {
+            "bf16": self.peak_tflops_bf16,
+            "fp8": self.peak_tflops_fp8,
+            "fp4": self.peak_tflops_fp4,
+        }
+        value = peaks[precision]
         if value is None:
             raise ValueError(f"{self.name} has no {precision} tensor cores")
         return units.tflops(value)

@@ -158,6 +158,12 @@ READ = frozenset(
         "--fp8-format",
         "--fp8-recipe",
         "--fp8-param-gather",
+        "--fp4-format",
+        "--fp4-recipe",
+        "--fp4-param-gather",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "--num-layers-at-end-in-bf16",
         "--attention-backend",
         "--transformer-impl",
         "--spec",
@@ -198,7 +204,6 @@ NOT_MODELLED: dict[str, str] = {
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--attention-output-gate": "the attention output gate's weights are not counted",
-    "--fp4-format": "FP4 training is counted as BF16",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",

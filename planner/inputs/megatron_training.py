@@ -38,8 +38,23 @@ def training_table(
         model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
         gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
     training["global_batch_size"] = gbs
-    fp8, bf16 = line.has("--fp8-format"), line.has("--bf16")
-    training["precision"] = "fp8" if fp8 else "bf16"
+    fp8, fp4, bf16 = line.has("--fp8-format"), line.has("--fp4-format"), line.has("--bf16")
+    training["precision"] = "fp8" if fp8 else "fp4" if fp4 else "bf16"
+    if fp4:
+        training["fp4_param_gather"] = line.has("--fp4-param-gather")
+        recipe = line.text("--fp4-recipe")
+        if recipe not in (None, "nvfp4"):
+            raise InputError(
+                f"{where}: --fp4-recipe: {recipe!r} is a custom quantiser factory; planner models "
+                "the nvfp4 recipe (Transformer Engine's NVFP4BlockScaling)"
+            )
+    if (fp8 or fp4) and line.has("--first-last-layers-bf16"):  # Megatron's defaults: 1 and 1
+        start, end = (
+            line.integer("--num-layers-at-start-in-bf16"),
+            line.integer("--num-layers-at-end-in-bf16"),
+        )
+        training["bf16_layers_at_start"] = 1 if start is None else start
+        training["bf16_layers_at_end"] = 1 if end is None else end
     if fp8:
         training["fp8_param_gather"] = line.has("--fp8-param-gather")
         recipe = line.text("--fp8-recipe")

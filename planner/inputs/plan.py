@@ -64,6 +64,8 @@ class Job:
     expandable_segments: bool = False
     """The caching allocator grows expandable segments (PYTORCH_CUDA_ALLOC_CONF)."""
     fp8_param_gather: bool = True
+    fp4_param_gather: bool = True
+    """NVFP4 weights are the parameters (Megatron --fp4-param-gather; read with precision fp4)."""
     flash_attention: bool = True
     selective_recompute: SelectivePolicy = "core_attn"
     fp8_recipe: Fp8Recipe = "delayed"
@@ -84,6 +86,10 @@ class Job:
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    bf16_layers_at_start: int = 0
+    """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
+    bf16_layers_at_end: int = 0
+    """The same for the last decoder layers."""
     gemm_sm_margin: int = 0
     """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
     whole step (`planner.model.layer_time`)."""
@@ -140,6 +146,25 @@ class Job:
         return self.selective_recompute if recompute == "selective" else recompute
 
     @property
+    def quantised(self) -> bool:
+        """The decoder's linear layers run in FP8 or NVFP4 (Transformer Engine quantises their
+        operands), not bf16."""
+        return self.precision != "bf16"
+
+    @property
+    def quant_recipe(self) -> str:
+        """How the linear layers' operands are quantised: the FP8 recipe, or "nvfp4"."""
+        return "nvfp4" if self.precision == "fp4" else self.fp8_recipe
+
+    @property
+    def low_precision_params(self) -> bool:
+        """The quantised weights are the parameters (--fp8-param-gather / --fp4-param-gather):
+        no bf16 copy, and the distributed optimizer gathers them in their own bytes."""
+        if self.precision == "fp8":
+            return self.fp8_param_gather
+        return self.precision == "fp4" and self.fp4_param_gather
+
+    @property
     def optimizer_bytes(self) -> float:
         """Optimizer bytes per parameter: the fp32 master weight (4) and Adam's two moments
         (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with Transformer
@@ -177,6 +202,8 @@ TRAINING_AS_IS = (
     "log_grad_stats",
     "optimizer_instances",
     "gemm_sm_margin",
+    "bf16_layers_at_start",
+    "bf16_layers_at_end",
     "optimizer",
     "muon_whole_params",
     "muon_ns_steps",
@@ -202,10 +229,10 @@ def build_job(
     """The job: the training-code knobs the plan leaves out take its framework's defaults
     (`planner.inputs.torchtitan.training_defaults`)."""
     where = str(path) if path else "<plan>"
-    if training.precision == "fp8" and not cluster.gpu.has_fp8:
-        raise InputError(
-            f'{where}: training.precision: "fp8" but {cluster.gpu.name} has no FP8 tensor cores'
-        )
+    missing = cluster.gpu.missing_cores(training.precision)
+    if missing:
+        raise InputError(f'{where}: training.precision: "{training.precision}" but {missing}')
+    _check_bf16_layers(training, arch, where)
     framework = training.framework
     if training.framework == "megatron" and titan is not None:
         raise InputError(
@@ -242,6 +269,36 @@ def build_job(
         **{name: getattr(training, name) for name in TRAINING_AS_IS},
         **knobs,  # type: ignore[arg-type]
     )
+
+
+def _check_bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """bf16 layers only where the rest is FP8 / NVFP4, never all of them, and not under delayed
+    scaling (Megatron-Core TransformerConfig d98e8a64: "Delayed scaling does not support first /
+    last layer in BF16"); the per-stage bound is a layout rule (`planner.search.rules`)."""
+    start, end = training.bf16_layers_at_start, training.bf16_layers_at_end
+    if not start and not end:
+        return
+    name = "bf16_layers_at_start" if start else "bf16_layers_at_end"
+    if training.precision == "bf16":
+        raise InputError(
+            f'{where}: training.{name}: layers kept in bf16 need precision "fp8" or "fp4" '
+            "(the whole model is bf16 already)"
+        )
+    if training.framework != "megatron":
+        raise InputError(
+            f"{where}: training.{name}: bf16 first / last layers are Megatron-LM's "
+            "(--first-last-layers-bf16); torchtitan's float8 filters modules by name"
+        )
+    if start + end >= arch.num_layers:
+        raise InputError(
+            f"{where}: training.{name}: {start} + {end} bf16 layers leave none of the "
+            f"{arch.num_layers} in {training.precision}"
+        )
+    if training.precision == "fp8" and (training.fp8_recipe or "delayed") == "delayed":
+        raise InputError(
+            f"{where}: training.{name}: Megatron's delayed FP8 scaling does not support bf16 "
+            'first / last layers; set fp8_recipe = "tensorwise" (or another) or drop them'
+        )
 
 
 def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModule, ...]:

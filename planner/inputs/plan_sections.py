@@ -33,7 +33,10 @@ from planner.inputs.layout import (
 )
 from planner.inputs.torchtitan import Framework, TorchtitanSection
 
-Precision = Literal["bf16", "fp8"]
+Precision = Literal["bf16", "fp8", "fp4"]
+"""The decoder's linear layers: bf16; FP8 (by `Fp8Recipe`); fp4 = NVFP4 (Transformer Engine's
+NVFP4BlockScaling: E2M1 values with an E4M3 scale per 16, random Hadamard transforms on the weight
+gradient's operands, 16 x 16 weight blocks; Megatron --fp4-format e2m1 --fp4-recipe nvfp4)."""
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"]
 """Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
 torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
@@ -147,6 +150,11 @@ class TrainingSection(BaseModel):
     fp8_param_gather: Flag | None = Field(
         default=None, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"
     )
+    fp4_param_gather: Flag | None = Field(
+        default=None,
+        description="fp4: weights kept only in NVFP4 and all-gathered so (Megatron "
+        "--fp4-param-gather)",
+    )
     fp8_recipe: Fp8Recipe | None = Field(
         default=None,
         description="Megatron --fp8-recipe (default delayed): delayed or tensorwise (per-tensor "
@@ -210,6 +218,16 @@ class TrainingSection(BaseModel):
         description="Megatron --log-params-norm / --log-num-zeros-in-grad: every step also takes "
         "the parameters' norm or counts the zero gradients, tensor by tensor, and reads the result "
         "back to the host (planner.model.cost.GRAD_STATS_S)",
+    )
+    bf16_layers_at_start: NonNegativeInt = Field(
+        default=0,
+        description="fp8 / fp4: the first decoder layers that stay in bf16 (Megatron "
+        "--first-last-layers-bf16 --num-layers-at-start-in-bf16)",
+    )
+    bf16_layers_at_end: NonNegativeInt = Field(
+        default=0,
+        description="fp8 / fp4: the last decoder layers that stay in bf16 "
+        "(--num-layers-at-end-in-bf16)",
     )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,

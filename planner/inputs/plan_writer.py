@@ -99,6 +99,9 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         if name == "fp8_recipe":
             if job.precision == "fp8":
                 training[name] = value
+        elif name == "fp4_param_gather":
+            if job.precision == "fp4" and value != default:
+                training[name] = value
         elif value != default:
             training[name] = value
     if not job.flash_attention:

@@ -97,10 +97,10 @@ def resolve_pools(
         names.add(p.name)
     pools = tuple(resolve_pool(p, k, path) for k, p in enumerate(section.pools))
     for k, pool in enumerate(pools):
-        if precision == "fp8" and not pool.cluster.gpu.has_fp8:
+        missing = pool.cluster.gpu.missing_cores(precision)
+        if missing:
             raise InputError(
-                f'{where}: cluster.pools[{k}].gpu: training.precision "fp8" but '
-                f"{pool.cluster.gpu.name} has no FP8 tensor cores"
+                f'{where}: cluster.pools[{k}].gpu: training.precision "{precision}" but {missing}'
             )
     check_pools_can_pipeline(pools, arch.num_layers, path)
     between = _between(section, pools)

@@ -129,6 +129,7 @@ def training_defaults(framework: Framework, compile_on: bool) -> dict[str, objec
             "tp_backward_overlap": True,
             "expandable_segments": False,
             "fp8_param_gather": True,
+            "fp4_param_gather": True,
             "fp8_recipe": "delayed",
         }
     return {
@@ -140,5 +141,6 @@ def training_defaults(framework: Framework, compile_on: bool) -> dict[str, objec
         "tp_backward_overlap": False,
         "expandable_segments": True,
         "fp8_param_gather": False,
+        "fp4_param_gather": False,
         "fp8_recipe": "tensorwise",
     }

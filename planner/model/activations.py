@@ -74,6 +74,11 @@ from planner.model.scores import score_bytes
 
 BF16 = 2
 FP32 = 4
+LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+"""Bytes per element a linear layer keeps of its input for the weight gradient, by the training's
+precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
+linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
+`update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
 MASK = 1
 
 UNFUSED_NORM_EXTRA = 6
@@ -104,7 +109,8 @@ class Shard:
     etp: int = 1
     recompute: RecomputePolicy = "none"
     flash_attention: bool = True
-    fp8: bool = False
+    linear_bytes: float = BF16
+    """`LINEAR_INPUT_BYTES` of the training's precision."""
     seq_per_cp_rank: int = 0
     """s / cp (for the s^2 attention-score term without flash attention)."""
     micro_batch_size: int = 1
@@ -125,6 +131,11 @@ class Shard:
     offload: frozenset[str] = frozenset()
     """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
 
+    @property
+    def quantised(self) -> bool:
+        """The linear layers keep FP8 / NVFP4 copies of their inputs."""
+        return self.linear_bytes < BF16
+
     def drops(self, module: str) -> bool:
         """Whether Megatron's selective recompute discards `module`'s saved activations."""
         return self.recompute == "core_attn" and module in self.modules
@@ -141,20 +152,21 @@ def split(rep: float, part: float, sh: Shard) -> float:
 
 
 def linear_in(nbytes: float, sh: Shard) -> float:
-    """A linear layer's saved input: 8 bits under FP8; none when its weight is frozen, as only
+    """A linear layer's saved input: `Shard.linear_bytes` per element (8 bits under FP8, 4.5 under
+    NVFP4); none when its weight is frozen, as only
     the weight gradient reads it (Transformer Engine linear.py @d0067d0d: backward_needs_input =
     is_grad_enabled and weight.requires_grad)."""
     if sh.frozen:
         return 0.0
-    return nbytes / 2 if sh.fp8 else nbytes
+    return nbytes * sh.linear_bytes / BF16
 
 
 def _attention_out(nbytes: float, sh: Shard) -> float:
-    """The attention output: flash attention keeps it in 16 bits, the output projection an 8-bit
-    copy under FP8; without flash only the projection keeps it."""
+    """The attention output: flash attention keeps it in 16 bits, the output projection a
+    quantised copy under FP8 / NVFP4; without flash only the projection keeps it."""
     if not sh.flash_attention:
         return linear_in(nbytes, sh)
-    return nbytes + (linear_in(nbytes, sh) if sh.fp8 else 0.0)
+    return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0)
 
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -338,8 +350,8 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         out += n * linear_in(BF16 * F, sh)
     Fs = arch.moe_shared_expert_intermediate_size
     if Fs:
-        if sh.fp8 and not sh.drops("layernorm"):
-            out += local * h  # the shared experts' 8-bit copy of their input
+        if sh.quantised and not sh.drops("layernorm"):
+            out += local * h * sh.linear_bytes  # the shared experts' quantised input copy
         if not sh.drops("shared_experts"):
             out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
     return out

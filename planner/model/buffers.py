@@ -13,7 +13,9 @@ parameters (the bf16 weight is gone; the fp32 master stays in the optimizer; for
 all-gather stages through the gradient buffer, param_and_grad_buffer.py
 `reuse_grad_buf_for_mxfp8_param_ag`); without it TE caches them across the micro-batches of a step
 beside the bf16 weight (`is_first_microbatch`). Only the decoder layers' linear weights are FP8
-(embedding, output layer, norms and router stay 16-bit).
+(embedding, output layer, norms and router stay 16-bit). NVFP4 (precision fp4, TE's NVFP4Tensor)
+keeps rows and columns, 4 bits each with an E4M3 scale per 16, and --fp4-param-gather makes them
+the parameters the same way.
 
 Communication buffers outside PyTorch's allocator (cudaMalloc / NVSHMEM / cuMem, so not in
 allocated_gib but in the total):
@@ -113,6 +115,7 @@ def tp_overlap_bytes(job: Job, layout: Layout) -> float:
     if not (layout.tp_comm_overlap and layout.tp > 1):
         return 0.0
     elems = job.seq_length * layout.micro_batch_size / layout.cp * job.arch.hidden_size
+    # NVFP4 is not FP8: TE's userbuffers stay 16-bit there (the safe side for memory)
     return elems * TP_OVERLAP_BUFFERS["fp8" if job.precision == "fp8" else "bf16"]
 
 
@@ -152,20 +155,23 @@ def dispatcher_bytes(job: Job, layout: Layout) -> float:
     return tokens * (2 * h + 4 * local_experts * domain + 4 * (h // 128))
 
 
-def fp8_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
-    """(parameter bytes, cached copy bytes) per FP8 GEMM weight element: 2 and 0 in bf16. With
-    fp8_param_gather (which needs a sharded optimizer) the FP8 data and, where kept, its
-    transpose are the parameter; without it they are a cache beside the bf16 weight."""
-    if job.precision != "fp8":
+def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
+    """(parameter bytes, cached copy bytes) per FP8 / NVFP4 GEMM weight element: 2 and 0 in
+    bf16. With fp8_param_gather / fp4_param_gather (which need a sharded optimizer) the
+    quantised data and, where kept, its transpose are the parameter; without it they are a cache
+    beside the bf16 weight."""
+    if not job.quantised:
         return 2.0, 0.0
-    recipe = job.fp8_recipe
-    if recipe == "mxfp8":
+    recipe = job.quant_recipe
+    if recipe == "nvfp4":  # rows and columns, 4 bits each with an E4M3 scale per 16
+        copies = 2 * (0.5 + 1.0 / 16)
+    elif recipe == "mxfp8":
         copies = 2.0 + 2.0 / 32
     elif recipe == "blockwise":
         copies = 2.0 + 2 * 4.0 / (128 * 128)
     else:  # delayed / tensorwise: a transpose only where the GEMM needs TN
         copies = 1.0 if job.cluster.gpu.is_blackwell else 2.0
-    if job.fp8_param_gather and layout.zero_stage >= 1:
+    if job.low_precision_params and layout.zero_stage >= 1:
         return copies, 0.0
     return 2.0, copies
 

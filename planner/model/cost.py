@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.plan_sections import Precision
 from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
@@ -154,8 +155,9 @@ class Performance:
     hardware_flops_per_step: float
     model_tflops_per_gpu: float
     mfu: float
-    """Model FLOPs / (step time x GPUs x dense peak of the job's precision): against the FP8 peak
-    for an FP8 job (`mfu_bf16_peak` / `mfu_fp8_peak` say which)."""
+    """Model FLOPs / (step time x GPUs x dense peak of the job's precision): against the FP8
+    (FP4) peak for an FP8 (NVFP4) job (`mfu_bf16_peak` / `mfu_fp8_peak` / `mfu_fp4_peak` say
+    which)."""
     stages: tuple[tuple[float, float], ...] = ()
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
@@ -166,8 +168,8 @@ class Performance:
     stage times."""
     peak_over_bf16: float = 1.0
     """The dense peak `mfu` is taken against over the bf16 dense peak: 1 for a bf16 job, the FP8
-    / bf16 peak ratio (2 on Hopper) for an FP8 one."""
-    fp8: bool = False
+    / bf16 peak ratio (2 on Hopper) for an FP8 one, the FP4 / bf16 one for NVFP4."""
+    precision: Precision = "bf16"
 
     @property
     def mfu_bf16_peak(self) -> float:
@@ -177,7 +179,12 @@ class Performance:
     @property
     def mfu_fp8_peak(self) -> float | None:
         """MFU against the FP8 dense peak, for an FP8 job (None otherwise)."""
-        return self.mfu if self.fp8 else None
+        return self.mfu if self.precision == "fp8" else None
+
+    @property
+    def mfu_fp4_peak(self) -> float | None:
+        """MFU against the FP4 dense peak, for an NVFP4 job (None otherwise)."""
+        return self.mfu if self.precision == "fp4" else None
 
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic", when it takes at
@@ -205,13 +212,17 @@ def gathered_param_bytes(
     job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
 ) -> tuple[float, float]:
     """(dense, expert) bytes per parameter of the distributed optimizer's all-gather: the
-    decoder layers' FP8 weights as 1-byte data with fp8_param_gather (ZeRO 1/2), the rest bf16."""
-    if job.precision != "fp8" or not job.fp8_param_gather or lay.zero_stage not in (1, 2):
+    decoder layers' FP8 weights as 1-byte data with fp8_param_gather, NVFP4 weights as half a
+    byte with fp4_param_gather (two values packed per uint8, param_and_grad_buffer.py d98e8a64:
+    "the param buffer stores packed bytes (half the logical numel)") (ZeRO 1/2), the rest
+    bf16."""
+    if not job.low_precision_params or lay.zero_stage not in (1, 2):
         return BF16, BF16
     fp8_dense, fp8_expert = decoder_params(job, lay, chunks)
+    saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
 
     def mean(fp8: float, n: float) -> float:
-        return BF16 - min(fp8, n) / n if n > 0 else BF16
+        return BF16 - saved * min(fp8, n) / n if n > 0 else BF16
 
     return mean(fp8_dense, dense), mean(fp8_expert, expert)
 
@@ -376,7 +387,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         stages=tuple(stages),
         p2p_hop=hop if interleaved else 0.0,
         peak_over_bf16=peak / bf16_peak,
-        fp8=job.precision == "fp8",
+        precision=job.precision,
     )
 
 

@@ -74,8 +74,9 @@ def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> f
         width = (arch.v_head_dim or 0) if mla else arch.head_dim
         out = BF16 * T * a * width
         # with flash attention the projection's bf16 input is core_attn's tensor (counted there):
-        # it adds its 8-bit copy under FP8; without flash its own input
-        part += (out / 2 if sh.fp8 else 0.0) if sh.flash_attention else linear_in(out, sh)
+        # it adds its quantised copy under FP8 / NVFP4; without flash its own input
+        quantised = out * sh.linear_bytes / BF16 if sh.quantised else 0.0
+        part += quantised if sh.flash_attention else linear_in(out, sh)
     return _big(split(rep, part, sh))
 
 

@@ -1,6 +1,7 @@
 """GEMM kernels on the roofline: the GPU as the roofline sees it (`Gpu`: peaks, achieved HBM
 bandwidth, ridge point, large-GEMM fractions), a forward GEMM's time, the row padding of the
-routed experts' grouped GEMM, and the HBM traffic of FP8's operand quantisation.
+routed experts' grouped GEMM, the HBM traffic of FP8's and NVFP4's operand quantisation, and the
+NVFP4 GEMM's ceiling.
 
 A GEMM of 2MKN FLOPs runs at (`gemm_efficiency`, `gemm_time`)
 
@@ -16,7 +17,8 @@ I = e x ridge gets half of e and memory-bound ones fall off like I / ridge; no c
 Routed experts run as one grouped GEMM whose experts are each padded to the kernel's row tile
 (`grouped_rows`; DeepGEMM's contiguous layout, CUTLASS / cuBLAS Hopper grouped kernels). FP8
 quantises each GEMM operand at FP8_QUANT_BYTES per element by Megatron --fp8-recipe (Transformer
-Engine's quantisers; DeepSeek-V3's blockwise scaling; Blackwell's MXFP8).
+Engine's quantisers; DeepSeek-V3's blockwise scaling; Blackwell's MXFP8), and NVFP4 by its own
+entry there; NVFP4 GEMMs run at `fp4_ceiling` of the FP4 peak.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ FP8_QUANT_BYTES: dict[str, float] = {
     "tensorwise": 6.0,
     "blockwise": 4.0 + 2 * 4.0 / 128,
     "mxfp8": 4.0 + 2 * 1.0 / 32,
+    "nvfp4": 2.0 + 2.0 + 2 * (0.5 + 1.0 / 16),
 }
 """HBM bytes moved per element to quantise a GEMM operand for FP8, by Megatron --fp8-recipe
 (Transformer Engine's quantisers; each GEMM's input and output gradient per micro-batch, its
@@ -42,7 +45,12 @@ transpose across micro-batches). delayed: one fused cast-transpose with the prev
 (read bf16 2, write fp8 and its transpose 1 + 1). tensorwise (current scaling): the same after a
 pass that reads the tensor for its amax (+2). blockwise (DeepSeek-V3's 1 x 128 / 128 x 128): the
 scale is local to its block, so one pass writes both orientations and one fp32 scale per 128
-elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32. The
+elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32.
+nvfp4 (Transformer Engine NVFP4BlockScaling @d0067d0d: 4-bit E2M1 values with a 1-byte E4M3 scale
+per 16 and a per-tensor fp32 scale): a pass that reads the bf16 tensor for its two amaxes (plain
+rows, and the columns after the random Hadamard transform the weight gradient's operands take;
+TE fuses them, `hadamard_transform_amax`), then one that reads it again and writes both
+orientations (0.5 + 1/16 bytes each; the columnwise copy Hadamard-transformed). The
 GEMMs themselves run at the part's FP8 matmul ceiling under every recipe: DeepGEMM's published
 1 x 128 / 128 x 128 blockwise kernels reach the per-tensor roofline within ~10% on H800
 (tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware (on
@@ -50,10 +58,11 @@ Blackwell at most BLACKWELL_FP8_SPEEDUP x the bf16 rate, `linear_fraction`)."""
 
 
 def quant_bytes(recipe: str, blackwell: bool) -> float:
-    """FP8_QUANT_BYTES of a recipe on a GPU. Blackwell's FP8 GEMMs read either operand layout
-    (Transformer Engine `is_non_tn_fp8_gemm_supported`; `planner.model.buffers` keeps one FP8
-    copy there too), so delayed and tensorwise scaling write no transpose: one FP8 byte less per
-    element. MXFP8 and blockwise scales run along one axis and keep both orientations anyway."""
+    """FP8_QUANT_BYTES of a recipe (or "nvfp4") on a GPU. Blackwell's FP8 GEMMs read either
+    operand layout (Transformer Engine `is_non_tn_fp8_gemm_supported`; `planner.model.buffers`
+    keeps one FP8 copy there too), so delayed and tensorwise scaling write no transpose: one FP8
+    byte less per element. MXFP8, blockwise and NVFP4 scales run along one axis and keep both
+    orientations anyway."""
     q = FP8_QUANT_BYTES[recipe]
     return q - 1.0 if blackwell and recipe in ("delayed", "tensorwise") else q
 
@@ -99,13 +108,34 @@ def linear_fraction(
     return e_linear
 
 
+BLACKWELL_NON_MMA_TIME = 0.159
+"""Time per FLOP of a Blackwell GEMM that a faster tensor-core format does not shorten (the tile's
+accumulator read-out, conversion and store, scale-factor handling, pipeline synchronisation), in
+units of 1 / the part's bf16 peak: an M x K x N GEMM at precision p takes 2MKN x (1 / peak_p +
+BLACKWELL_NON_MMA_TIME / peak_bf16) at best, so its best fraction of peak_p is
+1 / (1 + BLACKWELL_NON_MMA_TIME x peak_p / peak_bf16) (`fp4_ceiling`). Measured on B200 from one
+NVFP4 GEMM: cuBLASLt through torch._scaled_mm at M = K = N = 6144 ran 5.50 of 9.0 PFLOP/s, the
+fastest of the eight square shapes benchmarked (pytorch/ao PR #2427, bench_matmul.py --recipe
+nvfp4), so 2250 x (1 / 5500 - 1 / 9000) = 0.159. Check (tests/model/test_nvfp4.py): the same time
+predicts B200's FP8 best-shape rate 1 / (1 / 4500 + 0.159 / 2250) = 3414 TFLOP/s against the MAMF
+table's measured 3432.5. It scales with the clock through peak_bf16 (GB200 runs B200's die 11%
+faster), and on Blackwell Ultra (B300, GB300: FP4 peaks 5.6-6 x bf16 against B200's 4) it makes
+the faster FP4 tensor cores worth less than their peak."""
+
+
+def fp4_ceiling(peak_fp4: float, peak_bf16: float) -> float:
+    """Best-shape NVFP4 GEMM throughput over the FP4 peak (`BLACKWELL_NON_MMA_TIME`): B200 0.611,
+    GB200 the same, B300 (12600 over 2250) 0.529, GB300 (15000 over 2500) 0.512."""
+    return 1.0 / (1.0 + BLACKWELL_NON_MMA_TIME * peak_fp4 / peak_bf16)
+
+
 @dataclass(frozen=True)
 class Gpu:
     """The GPU as the roofline sees it (`layer_time.gpu_of` builds it from the job)."""
 
     peak_bf16: float
     peak_linear: float
-    """Peak for the decoder's linear layers (FP8 when the job is fp8)."""
+    """Peak for the decoder's linear layers (FP8 or FP4 when the job is fp8 or fp4)."""
     hbm: float
     """Achieved HBM bandwidth, bytes/s."""
     ridge: float

@@ -22,8 +22,10 @@ half each) on the reference host (DGX H100's Xeon):
   `tokens_per_expert` copy to the host that sizes them), plus MOE_TP_ISSUE where the attention
   is tensor-parallel (the gather / scatter between the TP and the expert group around it);
 - a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm).
-FP8 (`Job.precision`) multiplies it by FP8_ISSUE (Transformer Engine's per-GEMM quantisation:
-amax, scale and cast of each input, forward and backward). The backward issues
+FP8 and NVFP4 (`Job.precision`) multiply it by FP8_ISSUE (Transformer Engine's per-GEMM
+quantisation: amax, scale and cast of each input, forward and backward; fitted on FP8 runs, taken
+for NVFP4, whose quantiser launches the same amax and cast kernels, the Hadamard transform fused
+into them). The backward issues
 BACKWARD_ISSUE_RATIO times the forward's operations (autograd runs a data-gradient and a
 weight-gradient kernel per GEMM); full recompute issues the forward once more in it.
 
@@ -123,7 +125,7 @@ def issue_blocks(job: Job, lay: Layout, kind: LayerKind) -> list[tuple[CudaGraph
     and shared experts ("moe_router", MOE_ROUTER_SHARE of MOE_ISSUE), the dispatch preprocessing
     ("moe_preprocess", MOE_PREPROCESS_SHARE) and the dispatch, experts and combine with the TP
     gather around them ("moe", which captures the whole block)."""
-    fp8 = FP8_ISSUE if job.precision == "fp8" else 1.0
+    fp8 = FP8_ISSUE if job.quantised else 1.0
     out: list[tuple[CudaGraphModule, float]] = []
     if kind.mixer == "attention":
         units = HALF_LAYER + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)

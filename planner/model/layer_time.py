@@ -13,7 +13,8 @@ Backward = 2 x forward (dgrad and wgrad have the same three dimensions); 1 x wit
 weights frozen (`Job.frozen_model`: no wgrad).
 FP8 runs the decoder's linear layers at the FP8 peak (at most FP8_CEILING_FRACTION of the part's
 FP8 matmul ceiling, the same under every recipe; on Blackwell at most `gemm.BLACKWELL_FP8_SPEEDUP`
-x the bf16 rate)
+x the bf16 rate), NVFP4 (precision fp4) at the FP4 peak (at most FP8_CEILING_FRACTION of
+`gemm.fp4_ceiling`, the fixed non-MMA time of a Blackwell GEMM tile against the FP4 tensor cores)
 plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each GEMM's input and
 output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
@@ -97,7 +98,14 @@ from planner.model import (
     recompute_time,
 )
 from planner.model.activations import BF16, Shard
-from planner.model.gemm import Gpu, gemm_time, grouped_rows, linear_fraction, quant_bytes
+from planner.model.gemm import (
+    Gpu,
+    fp4_ceiling,
+    gemm_time,
+    grouped_rows,
+    linear_fraction,
+    quant_bytes,
+)
 from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
@@ -112,11 +120,12 @@ benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 FP8_CEILING_FRACTION = 0.945
 """Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
 the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
-at training shapes. Points read: B200, per-tensor FP8 CUTLASS at M=16384 N=6144 K=4096, 2544.7
-TFLOP/s (vLLM PR #19566) of MAMF 3432.5 (0.74); H800, DeepGEMM at M=4096 N=7168 K=16384,
-1404-1470 of H100's MAMF 1402.6 (~1.0, a hand-tuned kernel, DeepGEMM PR #74). Fitted by
-benchmarks/fit_constants.py (the FP8 rows there: MLPerf's fold, Transformer Engine's cuBLASLt
-GEMMs)."""
+at training shapes; NVFP4's GEMMs the same fraction of their best-shape ceiling
+(`gemm.fp4_ceiling`, also one benchmark's most favourable shape). Points read: B200, per-tensor
+FP8 CUTLASS at M=16384 N=6144 K=4096, 2544.7 TFLOP/s (vLLM PR #19566) of MAMF 3432.5 (0.74);
+H800, DeepGEMM at M=4096 N=7168 K=16384, 1404-1470 of H100's MAMF 1402.6 (~1.0, a hand-tuned
+kernel, DeepGEMM PR #74). Fitted by benchmarks/fit_constants.py (the FP8 rows there: MLPerf's
+fold, Transformer Engine's cuBLASLt GEMMs)."""
 
 ATTENTION_EFFICIENCY = 0.565
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
@@ -198,8 +207,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     s_local = s // lay.cp
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
-    fp8 = job.precision == "fp8"
-    quant = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell) if fp8 else 0.0
+    quant = quant_bytes(job.quant_recipe, job.cluster.gpu.is_blackwell) if job.quantised else 0.0
     load = step_load(job, lay)
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
@@ -345,7 +353,7 @@ def gpu_of(job: Job) -> Gpu:
     spec = job.cluster.gpu
     clock = (job.cluster.power_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
     peak = spec.peak_flops("bf16") * clock
-    linear = spec.peak_flops("fp8") * clock if job.precision == "fp8" else peak
+    linear = spec.peak_flops(job.precision) * clock
     hbm_nominal = job.cluster.hbm_tb_per_s * 1e12
 
     def e(precision: Literal["bf16", "fp8"]) -> float:
@@ -355,7 +363,13 @@ def gpu_of(job: Job) -> Gpu:
         return GEMM_EFFICIENCY_MAX if ceiling is None else min(GEMM_EFFICIENCY_MAX, ceiling)
 
     hbm = hbm_nominal * HBM_EFFICIENCY
-    fp8 = job.precision == "fp8"
     e_bf16, ceiling = e("bf16"), spec.matmul_ceiling("bf16")
-    e_linear = linear_fraction(e(job.precision), e_bf16, fp8, spec.is_blackwell, ceiling)
+    if job.precision == "fp4":
+        best = fp4_ceiling(spec.peak_flops("fp4"), spec.peak_flops("bf16"))
+        e_linear = min(GEMM_EFFICIENCY_MAX, FP8_CEILING_FRACTION * best)
+    else:
+        fp8 = job.precision == "fp8"
+        e_linear = linear_fraction(
+            e("fp8") if fp8 else e_bf16, e_bf16, fp8, spec.is_blackwell, ceiling
+        )
     return Gpu(peak, linear, hbm, peak / hbm_nominal, e_bf16, e_linear)

@@ -4,7 +4,7 @@ buffers. The worst stage decides whether a layout fits.
 Model states (Rajbhandari et al. 2020, "ZeRO", arXiv:1910.02054, and Megatron's distributed
 optimizer, docs/user-guide/features/dist_optimizer.md), bytes per parameter held by a GPU:
 
-    weights     2 (bf16; FP8 GEMM weights per recipe: buffers.fp8_weight_bytes)  / N_d at ZeRO 3
+    weights     2 (bf16; FP8 / NVFP4 weights: buffers.quantised_weight_bytes)  / N_d at ZeRO 3
     gradients   4 (fp32 main_grad) or 2 (bf16)                                   / N_d at ZeRO >= 2
     optimizer   12 (fp32 master, Adam m and v)                                   / N_d at ZeRO >= 1
 
@@ -36,7 +36,12 @@ from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
-from planner.model.stage_params import decoder_params, fp8_params, output_params, stage_params
+from planner.model.stage_params import (
+    decoder_params,
+    output_params,
+    quantised_params,
+    stage_params,
+)
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
 NCCL_BYTES_PER_GROUP = buffers.NCCL_BYTES_PER_GROUP
@@ -208,13 +213,13 @@ def _state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
 
 def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense, expert = stage_params(job, layout, rank, chunks)
-    fp8_dense, fp8_expert = fp8_params(job, layout, rank, chunks)
+    fp8_dense, fp8_expert = quantised_params(job, layout, rank, chunks)
     if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
         vocab = job.arch.padded_vocab(layout.tp)
         out = output_params(job.arch, vocab) / layout.tp if rank == layout.pp - 1 else 0.0
         fp8 = (fp8_dense, fp8_expert)
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
-    w8, cache8 = buffers.fp8_weight_bytes(job, layout)
+    w8, cache8 = buffers.quantised_weight_bytes(job, layout)
     z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
     # each of Megatron's distributed-optimizer instances shards over its slice of the groups
     n = job.optimizer_instances

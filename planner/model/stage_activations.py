@@ -34,7 +34,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import mamba, routing_load, vision
-from planner.model.activations import Shard, dispatch_working_bytes
+from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
 from planner.model.loss_activations import GATHERED_HELD_BYTES_PER_LOGIT, logits_bytes
@@ -126,7 +126,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         sequence_parallel=layout.sequence_parallel,
         etp=layout.expert_tp,
         recompute=policy,
-        fp8=job.precision == "fp8",
+        linear_bytes=LINEAR_INPUT_BYTES[job.precision],
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,

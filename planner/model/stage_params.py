@@ -87,10 +87,10 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
     return dense, expert
 
 
-def fp8_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
-    """(dense, expert) parameters of rank `rank` that are FP8 GEMM weights: its decoder and MTP
-    layers (their norms and router counted in, a few thousandths)."""
-    if job.precision != "fp8":
+def quantised_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters of rank `rank` that are FP8 / NVFP4 GEMM weights: its decoder
+    and MTP layers (their norms and router counted in, a few thousandths)."""
+    if not job.quantised:
         return 0.0, 0.0
     arch = job.arch
     dense, expert = decoder_params(job, layout, chunks)

@@ -101,7 +101,7 @@ def test_fp8_keeps_the_linear_inputs_in_8_bits() -> None:
     # attention output stays 16-bit for flash attention's backward and the output projection
     # keeps an 8-bit copy beside it (+1 sbh): 5 sbh saved.
     base = Shard(tokens=S, seq_per_cp_rank=S)
-    fp8 = Shard(tokens=S, seq_per_cp_rank=S, fp8=True)
+    fp8 = Shard(tokens=S, seq_per_cp_rank=S, linear_bytes=1.0)
     saved = act.layer_bytes(GPT, False, base) - act.layer_bytes(GPT, False, fp8)
     assert saved == pytest.approx(5 * S * H)
 

@@ -27,7 +27,7 @@ T = 4096
 
 
 def _off(arch: ModelArch, moe: bool, *mods: str, fp8: bool = False) -> float:
-    sh = Shard(tokens=T, seq_per_cp_rank=T, fp8=fp8)
+    sh = Shard(tokens=T, seq_per_cp_rank=T, linear_bytes=1.0 if fp8 else 2.0)
     return fine_offload.offloaded_bytes(arch, moe, sh, frozenset(mods))
 
 

@@ -85,7 +85,7 @@ def test_mamba_activation_bytes_by_hand() -> None:
     sp = Shard(tokens=T, tp=2, sequence_parallel=True, seq_per_cp_rank=T)
     assert act.layer_bytes(TINY, MAMBA, sp) == pytest.approx(T * 1688 / 2)
     # FP8: in_proj's and out_proj's saved inputs in 8 bits (64 and 128 bytes less per token)
-    fp8 = Shard(tokens=T, fp8=True, seq_per_cp_rank=T)
+    fp8 = Shard(tokens=T, linear_bytes=1.0, seq_per_cp_rank=T)
     assert act.layer_bytes(TINY, MAMBA, fp8) == pytest.approx(T * (1688 - 64 - 128))
     # full recompute keeps the layer input, 2h
     full = Shard(tokens=T, recompute="full", seq_per_cp_rank=T)

@@ -121,7 +121,7 @@ def test_fp8_weight_bytes_per_recipe(
 ) -> None:
     j = job("llama3.1-8b", gpu, 8, 4096, 64, precision="fp8", fp8_recipe=recipe)
     j = replace(j, fp8_param_gather=gather)
-    assert buffers.fp8_weight_bytes(j, Layout(dp=8, zero_stage=1)) == pytest.approx(expected)
+    assert buffers.quantised_weight_bytes(j, Layout(dp=8, zero_stage=1)) == pytest.approx(expected)
 
 
 def test_deepep_buffers_from_its_size_hints() -> None:

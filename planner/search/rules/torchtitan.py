@@ -200,6 +200,14 @@ def _compile_and_float8(job: Job, lay: Layout) -> Violation | None:
             f"enable_async_tensor_parallel needs torchtitan.compile = true and tp > 1 (got "
             f"compile {str(titan.compile).lower()}, tp {lay.tp})",
         )
+    if job.precision == "fp4":
+        return Violation(
+            "tt_fp4",
+            "training.precision",
+            'planner models NVFP4 (precision "fp4") as Megatron-LM runs it with Transformer '
+            "Engine; torchtitan's converters are torchao's float8 (and MX) recipes: use "
+            'framework = "megatron" or precision "fp8"',
+        )
     if job.precision == "fp8" and job.fp8_recipe not in (
         "tensorwise",
         "rowwise",
