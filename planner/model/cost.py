@@ -50,6 +50,7 @@ from planner.inputs.plan import Job
 from planner.inputs.plan_sections import Precision
 from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
+from planner.model.bf16_layers import bf16_ranges
 from planner.model.gemm import Gpu
 from planner.model.schedule import (
     Chunks,
@@ -215,10 +216,12 @@ def gathered_param_bytes(
     decoder layers' FP8 weights as 1-byte data with fp8_param_gather, NVFP4 weights as half a
     byte with fp4_param_gather (two values packed per uint8, param_and_grad_buffer.py d98e8a64:
     "the param buffer stores packed bytes (half the logical numel)") (ZeRO 1/2), the rest
-    bf16."""
+    (and the decoder layers kept in bf16) bf16."""
     if not job.low_precision_params or lay.zero_stage not in (1, 2):
         return BF16, BF16
     fp8_dense, fp8_expert = decoder_params(job, lay, chunks)
+    bf16_dense, bf16_expert = decoder_params(job, lay, bf16_ranges(job, chunks))
+    fp8_dense, fp8_expert = fp8_dense - bf16_dense, fp8_expert - bf16_expert
     saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
 
     def mean(fp8: float, n: float) -> float:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools
-from planner.model.activations import Shard
+from planner.model.activations import BF16, Shard
+from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
 from planner.model.schedule import Chunks, layer_count
@@ -174,6 +175,9 @@ def stage_memory(
     same on every rank) where the caller has them already."""
     sh = sh or shard(job, layout)
     per = per or per_layer(job.arch, sh)
+    if sh.quantised and bf16_ranges(job, chunks):  # 16-bit linear inputs (bf16_layers)
+        sh = replace(sh, linear_bytes=BF16)
+        per = per_layer(job.arch, sh)
     weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
     acts = stage_activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
@@ -258,12 +262,14 @@ _PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()
 
 def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
     """The ranks that can hold the peak: among ranks with the same layers (each chunk's count of
-    each kind of layer) and the same role (first, last, holding the MTP layers, or none), the lowest
+    each kind of layer) and the same role (first, last, holding the MTP layers or bf16 layers, or
+    none), the lowest
     rank has the most micro-batches in flight and everything else equal. `ranks` is
     `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
     the split alone, remembered per both."""
     make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731
-    return _PEAK_RANKS.get(job.arch, layout.split_key(), make)
+    key = (layout.split_key(), job.quantised, job.bf16_layers_at_start, job.bf16_layers_at_end)
+    return _PEAK_RANKS.get(job.arch, key, make)
 
 
 def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
@@ -272,7 +278,8 @@ def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple
     seen: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
         shape = tuple(arch.kind_counts((c,)) for c in chunks)
-        seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp), r)
+        bf16 = bool(bf16_ranges(job, chunks))  # its activations counted at 16 bits
+        seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp, bf16), r)
     return tuple(sorted(seen.values()))
 
 

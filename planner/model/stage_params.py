@@ -9,6 +9,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params, vision
+from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import ModelMemo
 from planner.model.schedule import Chunks
 
@@ -89,11 +90,14 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
 
 def quantised_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of rank `rank` that are FP8 / NVFP4 GEMM weights: its decoder
-    and MTP layers (their norms and router counted in, a few thousandths)."""
+    and MTP layers (their norms and router counted in, a few thousandths) but the decoder layers
+    kept in bf16 (`bf16_layers`)."""
     if not job.quantised:
         return 0.0, 0.0
     arch = job.arch
     dense, expert = decoder_params(job, layout, chunks)
+    bf16_dense, bf16_expert = decoder_params(job, layout, bf16_ranges(job, chunks))
+    dense, expert = dense - bf16_dense, expert - bf16_expert
     if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
         mtp_dense, mtp_expert = _mtp_params(job, layout)
         dense += mtp_dense

@@ -28,6 +28,7 @@ from itertools import pairwise
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
 from planner.model.host import issued_layer
@@ -109,6 +110,10 @@ class LayoutTimes:
     out: float
     plain: tuple[Layer, ...]
     mtp_rank: int | None
+    bf16: tuple[Layer, ...] = ()
+    """Each kind's layer as the job's bf16 layers run it (`bf16_layers`; empty without them)."""
+    bf16_plain: tuple[Layer, ...] = ()
+    """The same without recompute (block full recompute's other layers)."""
 
     @property
     def dense(self) -> Layer:
@@ -123,7 +128,12 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     if lay.recompute == "full" and lay.recompute_method == "block":
         plain = _times(job, lay.with_(recompute="none"))[2]
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp)
+    bf16: tuple[Layer, ...] = ()
+    bf16_plain: tuple[Layer, ...] = ()
+    if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
+        twin = layout_times(bf16_twin(job), lay)
+        bf16, bf16_plain = twin.layers, twin.plain
+    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain)
 
 
 _GPU = ("gpu",)
@@ -235,17 +245,33 @@ def rank_mix(
 ) -> tuple[list[tuple[Layer, int]], int]:
     """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: each
     kind's layers with the layout's recompute, except with block full recompute, where only the
-    first recompute_num_layers layers of each chunk are recomputed and the rest run plain."""
+    first recompute_num_layers layers of each chunk are recomputed and the rest run plain; the
+    job's bf16 layers (`bf16_layers`) as its bf16 twin runs them."""
     counts, heads = rank_layers(job, lay, rank, chunks, t)
-    if not (lay.recompute == "full" and lay.recompute_method == "block"):
+    block = lay.recompute == "full" and lay.recompute_method == "block"
+    low = bf16_ranges(job, chunks)
+    if not block and not low:
         return list(zip(t.layers, counts, strict=True)), heads
+    arch = job.arch
     k = lay.recompute_num_layers
-    recomputed = job.arch.kind_counts(
-        tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
-    )
-    mix = list(zip(t.layers, recomputed, strict=True))
-    mix += [(p, n - r) for p, n, r in zip(t.plain, counts, recomputed, strict=True)]
+    # the layers run with the layout's recompute: all (and the MTP layers), or the first k of
+    # each chunk under block recompute; the rest run plain
+    ran = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks) if block else chunks
+    as_set = arch.kind_counts(ran) if block else counts
+    set_bf16 = arch.kind_counts(bf16_ranges(job, ran))
+    plain_bf16 = _minus(arch.kind_counts(low), set_bf16)
+    mix = list(zip(t.layers, _minus(as_set, set_bf16), strict=True))
+    if block:
+        plain = _minus(_minus(counts, as_set), plain_bf16)
+        mix += list(zip(t.plain, plain, strict=True))
+    if low:
+        mix += list(zip(t.bf16, set_bf16, strict=True))
+        mix += list(zip(t.bf16_plain, plain_bf16, strict=True)) if block else []
     return mix, heads
+
+
+def _minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
 def mix_sums(

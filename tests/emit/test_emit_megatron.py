@@ -82,6 +82,10 @@ def assert_same(plan: Plan, back: Plan) -> None:
         assert getattr(back.job, field) == getattr(plan.job, field), field
     if plan.job.precision == "fp8":
         assert back.job.fp8_param_gather == plan.job.fp8_param_gather
+    if plan.job.precision == "fp4":
+        assert back.job.fp4_param_gather == plan.job.fp4_param_gather
+    for field in ("bf16_layers_at_start", "bf16_layers_at_end"):
+        assert getattr(back.job, field) == getattr(plan.job, field), field
     mine = memory.estimate(plan.job, plan.layout)
     theirs = memory.estimate(back.job, back.layout)
     assert [st.total for st in theirs.stages] == [st.total for st in mine.stages]
@@ -415,6 +419,20 @@ def test_even_split_whose_ranks_do_not_divide_by_vpp_uses_the_layout() -> None:
     layout = compact(Layout(pp=2, vpp=4, pipeline_layers=(6, 6)).stages(12, 0))
     assert layout == "Et*2|(t*2|)*3(t|)*3tL"
     assert parse(layout) == Layout(pp=2, vpp=4, pipeline_layers=(6, 6)).stages(12, 0)
+
+
+@pytest.mark.parametrize("gather", [True, False])
+def test_nvfp4_flags_and_bf16_layers_read_back(gather: bool) -> None:
+    # Megatron-LM d98e8a64: --fp4-format e2m1, --fp4-recipe nvfp4, --fp4-param-gather;
+    # --first-last-layers-bf16 with the two counts (TransformerConfig)
+    training = {"precision": "fp4", "fp4_param_gather": gather, "bf16_layers_at_end": 4}
+    plan = make_plan("llama3.1-8b", 8, {"tp": 1, "zero_stage": 1}, "b200-sxm-180gb", **training)
+    f = flags(plan)
+    assert f["--fp4-format"] == ["e2m1"] and f["--fp4-recipe"] == ["nvfp4"]
+    assert ("--fp4-param-gather" in f) is gather and "--fp8-format" not in f
+    assert "--first-last-layers-bf16" in f and f["--num-layers-at-end-in-bf16"] == ["4"]
+    assert f["--num-layers-at-start-in-bf16"] == ["0"]
+    assert_same(plan, round_trip(plan))
 
 
 # --- round trip: planner check --megatron-args gives back the layout and the memory

@@ -212,6 +212,22 @@ def fp8_recipe(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def bf16_layers(job: Job, lay: Layout) -> Violation | None:
+    """Megatron-Core under FP8 (TransformerConfig d98e8a64): each of num_layers_at_start_in_bf16
+    and num_layers_at_end_in_bf16 at most num_layers // pp (no such check under FP4)."""
+    most = job.arch.num_layers // lay.pp
+    worst = max(job.bf16_layers_at_start, job.bf16_layers_at_end)
+    if job.precision == "fp8" and worst > most:
+        name = "start" if job.bf16_layers_at_start == worst else "end"
+        return Violation(
+            "bf16_layers",
+            f"training.bf16_layers_at_{name}",
+            f"Megatron-Core keeps at most num_layers // pp = {most} layers in bf16 at the {name} "
+            f"under FP8 (got {worst})",
+        )
+    return None
+
+
 def recompute_allows_overlap(recompute: str, modules: tuple[str, ...]) -> bool:
     """`expert_overlap`'s one condition on recompute: no full recompute and no recompute module
     moe. Its other conditions, and `rules.expert_overlap`'s on hybrid stacks, read the overlap
@@ -256,7 +272,16 @@ def expert_overlap(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (recompute, offloading, fine_offloading, dispatch, routing, fp8_recipe, expert_overlap)
+RULES = (
+    recompute,
+    offloading,
+    fine_offloading,
+    dispatch,
+    routing,
+    fp8_recipe,
+    bf16_layers,
+    expert_overlap,
+)
 """The feature rules, in the order their messages are listed."""
 
 
