@@ -116,8 +116,6 @@ class Recipe:
     @property
     def skip(self) -> str | None:
         """Why this recipe has no plan file (None: it has one)."""
-        if self.precision.startswith("NVFP4"):
-            return "NVFP4: planner has no FP4 precision"
         if "INFEASIBLE" in self.runtime.get("notes", ""):
             note = self.runtime["notes"]
             return "cannot run at its advertised size: " + note[note.index("INFEASIBLE") :]
@@ -207,9 +205,12 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
 class Settings:
     """A recipe's settings, read from its cells (`read`)."""
 
-    precision: str  # "bf16" | "fp8"
+    precision: str  # "bf16" | "fp8" | "fp4"
     fp8_recipe: str | None
     fp8_param_gather: bool
+    fp4_param_gather: bool  # NVFP4: --fp4-param-gather (Bridge's preset on; D10, GPT-OSS-20B off)
+    bf16_layers_at_start: int  # first / last decoder layers kept in bf16 (--first-last-layers-bf16)
+    bf16_layers_at_end: int
     layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
     account_for: bool
     recompute: str
@@ -267,6 +268,12 @@ def read(r: Recipe) -> Settings:
     elif label.startswith("MXFP8"):
         precision, fp8_recipe = "fp8", "mxfp8"
         gather = "without fp8-param-gather" not in label
+    # NVFP4: Bridge's preset gathers the NVFP4 weights (bridge_recipes.md, "NVFP4 per recipe")
+    fp4_gather = label.startswith("NVFP4") and "no fp4 param gather" not in label
+    if label.startswith("NVFP4"):
+        precision = "fp4"
+    bf16_start = int(m.group(1)) if (m := re.search(r"first (\d+) layers? bf16", label)) else 0
+    bf16_end = int(m.group(1)) if (m := re.search(r"last (\d+) layers? bf16", label)) else 0
     if "fp8 DPA" in label:
         notes.append("FP8 dot-product attention: no plan field")
 
@@ -376,6 +383,9 @@ def read(r: Recipe) -> Settings:
         precision=precision,
         fp8_recipe=fp8_recipe,
         fp8_param_gather=gather,
+        fp4_param_gather=fp4_gather,
+        bf16_layers_at_start=bf16_start,
+        bf16_layers_at_end=bf16_end,
         layout=layout,
         account_for=account,
         recompute=recompute,

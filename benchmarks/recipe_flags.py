@@ -52,6 +52,12 @@ SCOPE = frozenset(
         "--fp8-amax-compute-algo",
         "--fp8-output-proj",
         "--reuse-grad-buf-for-mxfp8-param-ag",
+        "--fp4-format",
+        "--fp4-recipe",
+        "--fp4-param-gather",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "--num-layers-at-end-in-bf16",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
         "--main-grads-dtype",
@@ -148,6 +154,15 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         if s.fp8_recipe == "delayed":  # Bridge's FP8-DS preset
             f["--fp8-amax-history-len"] = ("1024",)
             f["--fp8-amax-compute-algo"] = ("max",)
+    if s.precision == "fp4":  # Bridge's NVFP4 preset: fp4 e2m1, recipe nvfp4
+        f["--fp4-format"] = ("e2m1",)
+        f["--fp4-recipe"] = ("nvfp4",)
+        if s.fp4_param_gather:
+            f["--fp4-param-gather"] = ()
+    if s.bf16_layers_at_start or s.bf16_layers_at_end:  # first_last_layers_bf16 with its counts
+        f["--first-last-layers-bf16"] = ()
+        f["--num-layers-at-start-in-bf16"] = (str(s.bf16_layers_at_start),)
+        f["--num-layers-at-end-in-bf16"] = (str(s.bf16_layers_at_end),)
     if "fp8 output proj" in r.precision:
         f["--fp8-output-proj"] = ()
     f["--use-distributed-optimizer"] = ()  # on in every recipe (base), FSDP included

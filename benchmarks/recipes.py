@@ -16,9 +16,11 @@ the layout, precision, recompute and MoE flags (`SCOPE`). The rows and their set
 by benchmarks/recipe_data.py, the flags written and compared by benchmarks/recipe_flags.py;
 this script writes the plan files, evaluates each recipe and prints the table.
 
-Skipped, and listed as such: NVFP4 recipes (planner has no FP4), and the recipes the data file
-marks INFEASIBLE (their expert x pipeline size does not divide their GPU count, so they cannot
-run at the size in their name). Settings with no plan field are named in each recipe's notes.
+Skipped, and listed as such: the recipes the data file marks INFEASIBLE (their expert x pipeline
+size does not divide their GPU count, so they cannot run at the size in their name). The NVFP4
+recipes are plans of precision "fp4", with fp4_param_gather and bf16 first / last layers as each
+recipe sets them (bridge_recipes.md, "NVFP4 per recipe"). Settings with no plan field are named
+in each recipe's notes.
 The data file's development ("_dev") recipes are not among the 195 and are not modelled.
 Six 128-GPU Llama 3.1 405B recipes (L21-L23, L38-L40) whose code contradicts their docstrings
 are modelled from the legacy presets the docstrings describe, each named in its notes
@@ -98,6 +100,12 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     if s.precision == "fp8":
         training["fp8_recipe"] = s.fp8_recipe
         training["fp8_param_gather"] = s.fp8_param_gather
+    if s.precision == "fp4":
+        training["fp4_param_gather"] = s.fp4_param_gather
+    if s.bf16_layers_at_start:
+        training["bf16_layers_at_start"] = s.bf16_layers_at_start
+    if s.bf16_layers_at_end:
+        training["bf16_layers_at_end"] = s.bf16_layers_at_end
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
     if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)
@@ -225,7 +233,7 @@ def evaluate(r: Recipe) -> Row:
 
 def verdict(row: Row) -> str:
     if row.recipe.skip:
-        return "skip: " + ("NVFP4" if row.recipe.skip.startswith("NVFP4") else "infeasible")
+        return "skip: infeasible"
     if row.error is not None:
         return "REJECTED"
     word = "fits" if row.fits else "NO FIT"

@@ -131,3 +131,19 @@ def test_settings_without_a_megatron_switch_are_noted() -> None:
     assert "# note: training.fused_norm = false has no Megatron flag" in text
     plain = render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]
     assert "fused_norm" not in plain
+
+
+def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
+    # Bridge's bf16_with_nvfp4_mixed (mixed_precision.py @067f987d) gathers NVFP4 parameters and
+    # keeps no layer in bf16: a plan that differs says how to set the preset's fields
+    def doc(**training: object) -> tuple[dict[str, Any], str]:
+        plan = make_plan("llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", **training)
+        text = render(plan, "megatron-bridge")[1]
+        return yaml.safe_load(text), text
+
+    same, text = doc(precision="fp4")
+    _accepted(same)
+    assert same["mixed_precision"] == "bf16_with_nvfp4_mixed" and "fp4_param_gather" not in text
+    _, text = doc(precision="fp4", fp4_param_gather=False, bf16_layers_at_end=4)
+    assert "mixed_precision.fp4_param_gather=false" in text
+    assert "num_layers_at_end_in_bf16=4" in text

@@ -276,6 +276,16 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         ),
         Space(cp=Bound(1, 1), tp=Bound(1, 2), pp=Bound(1, 2), mbs=Bound(1, 4)),
     ),
+    "llama8b-nvfp4-bf16-ends": (
+        # NVFP4 with two bf16 layers at each end: the uneven splits trade the slower bf16
+        # layers (bf16_layers) against the rest, and a rank holding one keeps 16-bit inputs
+        replace(
+            make_job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 32, "fp4", memory_gib=40),
+            bf16_layers_at_start=2,
+            bf16_layers_at_end=2,
+        ),
+        Space(cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2)),
+    ),
     "llama8b-per-op-selective": (
         # PyTorch per-op checkpointing: selective saves memory with flash attention too
         replace(
