@@ -3,11 +3,11 @@
     python benchmarks/mlperf.py
 
 Data: benchmarks/data/mlperf/runs.yaml (one entry per round, submitter and system of
-mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training; v6.0,
-read from the fork Richardyu114/training_results_v6.0: DeepSeek-V3 671B and gpt-oss-20b MoE
-pre-training; the settings read from each system's config scripts, the step time from its result
-logs; sources, method and every ambiguity in benchmarks/data/mlperf/README.md and the entries'
-`notes`).
+mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training, in
+bf16 / FP8 and, from v5.1, NVFP4; v6.0, read from the fork Richardyu114/training_results_v6.0:
+DeepSeek-V3 671B and gpt-oss-20b MoE pre-training, Llama 3.1 in NVFP4; the settings read from
+each system's config scripts, the step time from its result logs; sources, method and every
+ambiguity in benchmarks/data/mlperf/README.md and the entries' `notes`).
 MLPerf results are public and may be used for calibration.
 
 Mapping (one place, used by the fidelity and fitting benchmarks through load_mlperf):
@@ -15,10 +15,14 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              gpt-oss-20b), with the entry's vocab_size where the benchmark's tokenizer differs from
              the model's (the 405B benchmark uses Mixtral 8x22B's 32,768-token tokenizer) and its
              mtp_layers where they differ from the zoo's
-  gpu        hardware.catalog (h100-sxm-80gb, h200-sxm-141gb, b200-sxm-180gb, gb200-nvl72), with
-             hardware.num_gpus of them
+  gpu        hardware.catalog (h100-sxm-80gb, h200-sxm-141gb, b200-sxm-180gb, b300-sxm-270gb,
+             gb200-nvl72, gb300-nvl72), with hardware.num_gpus of them
   job        seq_length, global_batch_size as logged; precision fp8 with the entry's fp8_recipe
-             (delayed, tensorwise, mxfp8); fp8_param_gather = fp8_params; main_grad_dtype bf16
+             (delayed, tensorwise, mxfp8); fp8_param_gather = fp8_params; precision fp4 for the
+             NVFP4 entries (FP4=True, FP4_RECIPE=nvfp4) with fp4_param_gather (FP8_PARAM_GATHER, the
+             one parameter-gather switch NeMo 2's pretrain.py passes) and bf16_layers_at_start /
+             bf16_layers_at_end (FIRST_LAST_LAYERS_BF16 with NUM_LAYERS_AT_START_IN_BF16 /
+             NUM_LAYERS_AT_END_IN_BF16), each as the entry records it; main_grad_dtype bf16
              (NeMo's distributed Adam grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for
              Llama, DeepSeek-V3 and gpt-oss); MoE routing: moe_router_num_groups / group_topk,
              moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
@@ -39,7 +43,9 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              CUDA_GRAPH_SCOPE): the host's issue floor then does not apply (planner.model.host),
              but to the regions outside a partial scope (cuda_graph_modules)
   not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
-             attention (fp8_attention), MoE paged stashing and fused grouped MLP:
+             attention (fp8_attention, fp8_attention_recipe / _format: FP8_DPA, NVTE_DPA_FP8_*), the
+             NVFP4 recipe's options (nvfp4_rht, nvfp4_stochastic_rounding, nvfp4_2d_quantization:
+             NVTE_NVFP4_DISABLE_*), MoE paged stashing and fused grouped MLP:
              kept in `raw` for the reader
 """
 
@@ -103,17 +109,20 @@ def case_from_row(row: dict[str, Any]) -> Case:
         arch = arch.model_copy(update={"vocab_size": int(s["vocab_size"])})
     if "mtp_layers" in s and int(s["mtp_layers"]) != arch.mtp_num_layers:
         arch = arch.model_copy(update={"mtp_num_layers": int(s["mtp_layers"])})
-    fp8 = s["precision"] == "fp8"
+    fp8, fp4 = s["precision"] == "fp8", s["precision"] == "fp4"
     capacity = s.get("moe_expert_capacity_factor")
     job = Job(
         arch=arch,
         cluster=cluster(hw["catalog"], int(hw["num_gpus"])),
         seq_length=int(s["seq_length"]),
         global_batch_size=int(s["global_batch_size"]),
-        precision="fp8" if fp8 else "bf16",
+        precision="fp8" if fp8 else "fp4" if fp4 else "bf16",
         main_grad_dtype=s.get("main_grad_dtype", "bf16"),
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
+        fp4_param_gather=bool(s.get("fp4_param_gather")) and fp4,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
+        bf16_layers_at_start=int(s.get("bf16_layers_at_start", 0)),
+        bf16_layers_at_end=int(s.get("bf16_layers_at_end", 0)),
         cuda_graphs=graphed(s),
         cuda_graph_modules=graph_modules(s),
         expandable_segments=bool(s.get("expandable_segments", False)),

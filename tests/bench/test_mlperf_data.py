@@ -7,6 +7,7 @@ entries cite; Megatron's world size (tp x pp x cp x dp).
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 
@@ -85,13 +86,14 @@ def test_each_entry_names_its_sources() -> None:
 
 def test_breadth() -> None:
     # oracle: the task's coverage goals: 64 .. 11,616 GPUs; H100, H200, B200 and GB200 (and
-    # GB300, whose DeepSeek-V3 rows came with its catalog entry)
+    # GB300, whose DeepSeek-V3 rows came with its catalog entry; B300 with the NVFP4 rows)
     sizes = {c.job.cluster.num_gpus for c in CASES}
     assert min(sizes) <= 64 and max(sizes) == 11616
     assert {r["hardware"]["catalog"] for r in ROWS} == {
         "h100-sxm-80gb",
         "h200-sxm-141gb",
         "b200-sxm-180gb",
+        "b300-sxm-270gb",
         "gb200-nvl72",
         "gb300-nvl72",
     }
@@ -254,3 +256,76 @@ def test_gemm_sm_margin_where_the_config_sets_it() -> None:
     assert len(dsv3) == 6
     assert all(margins[i] == 16 and by_id[i].job.gemm_sm_margin == 16 for i in dsv3)
     assert all(m == 0 for i, m in margins.items() if i not in dsv3)
+
+
+FP4_ROWS = [r for r in ROWS if r["settings"]["precision"] == "fp4"]
+
+
+def test_nvfp4_entries_map_to_fp4_jobs() -> None:
+    # oracle: the README's NVFP4 rule: every entry with precision fp4 ran FP4=True, FP8=False
+    # (config_common_fp4.sh) on a GPU with FP4 tensor cores, and its job carries exactly the
+    # FP4 settings the entry records (FP8_PARAM_GATHER -> fp4_param_gather; the bf16 first / last
+    # layers), never FP8 parameters; fidelity never fits them (their FP4 GEMM ceiling is a kernel
+    # measurement, planner.model.gemm.fp4_ceiling)
+    from benchmarks import fidelity
+
+    fp4_gpus = {"b200-sxm-180gb", "b300-sxm-270gb", "gb200-nvl72", "gb300-nvl72"}
+    assert len(FP4_ROWS) >= 12
+    for row in FP4_ROWS:
+        s, c = row["settings"], BY_ID[row["id"]]
+        assert row["hardware"]["catalog"] in fp4_gpus, c.id
+        assert (s["fp4_format"], s["fp4_recipe"]) == ("e2m1", "nvfp4"), c.id
+        assert c.job.precision == "fp4" and c.job.quant_recipe == "nvfp4", c.id
+        assert c.job.fp4_param_gather == s["fp4_param_gather"] and not c.job.fp8_param_gather
+        assert c.job.bf16_layers_at_start == s["bf16_layers_at_start"], c.id
+        assert c.job.bf16_layers_at_end == s["bf16_layers_at_end"], c.id
+        assert isinstance(s["fp8_attention"], bool), c.id  # recorded, not modelled
+        assert not c.layout.tp_comm_overlap, c.id  # config_common_fp4.sh: TP_COMM_OVERLAP=False
+        assert not fidelity.is_fit(c), c.id
+    # the FP8 / bf16 entries are untouched: no FP4 job among them
+    assert all(c.job.precision != "fp4" for c in CASES if c.raw["settings"]["precision"] != "fp4")
+
+
+def test_nvfp4_entries_by_hand() -> None:
+    # oracle: NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.09_nemo/
+    # config_GB200_128x4x144xtp4pp8cp2_cg_fp4.sh (training_results_v5.1 @441d65f4): MINIBS 144,
+    # TP 4, PP 8, VPP 8, CP 2, 128 x 4 GPUs: global batch 144 x 512 / 64 = 1,152;
+    # config_common_fp4.sh: FP8_PARAM_GATHER=False, NVTE_NVFP4_DISABLE_{RHT,STOCHASTIC_ROUNDING,
+    # 2D_QUANTIZATION}=1; FP8_DPA unset; per-file medians 17.2374 / 17.3725 / 17.2608 s:
+    # 1152 * 8192 / 17.2608 / 512 = 1067.9
+    c = BY_ID["v5.1-nvidia-405b-gb200-512-fp4"]
+    lay, s = c.layout, c.raw["settings"]
+    assert (lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp) == (4, 8, 8, 2, 8)
+    assert c.job.global_batch_size == 144 * 512 // (4 * 8 * 2) == 1152
+    assert not c.job.fp4_param_gather and (s["nvfp4_rht"], s["nvfp4_stochastic_rounding"]) == (
+        False,
+        False,
+    )
+    assert not s["fp8_attention"] and c.job.cuda_graphs
+    assert c.tokens_per_s_per_gpu == pytest.approx(1152 * 8192 / 17.2608 / 512)
+    assert c.tokens_per_s_per_gpu == pytest.approx(1067.9, abs=0.05)
+    # NVIDIA/benchmarks/llama31_8b/implementations/nemo/config_GB200_2x4x2xtp1pp1cp1_8b_fp4.sh:
+    # config_common_8b.sh (sourced after config_common_fp4.sh) sets
+    # NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=0 and _2D_QUANTIZATION=0; config_common_fp8attn.sh
+    # FP8_DPA=True with NVTE_DPA_FP8_RECIPE=Float8CurrentScaling (config_common_fp4.sh)
+    s = BY_ID["v5.1-nvidia-8b-gb200-8-fp4"].raw["settings"]
+    assert (s["nvfp4_stochastic_rounding"], s["nvfp4_2d_quantization"], s["nvfp4_rht"]) == (
+        True,
+        True,
+        False,
+    )
+    assert s["fp8_attention"] and s["fp8_attention_recipe"] == "Float8CurrentScaling"
+
+
+def test_fp4_mapping_carries_param_gather_and_bf16_layers() -> None:
+    # oracle: the mapping's rule (mlperf.py docstring): fp4_param_gather and the bf16 first /
+    # last layers go to the job as the entry records them; absent, they are off (Job's own
+    # fp4_param_gather default, True, must not leak into an entry that records none)
+    row = copy.deepcopy(BY_ID["v5.1-nvidia-405b-gb300-512-fp4"].raw)
+    row["settings"].update(fp4_param_gather=True, bf16_layers_at_start=1, bf16_layers_at_end=2)
+    job = mlperf.case_from_row(row).job
+    assert (job.fp4_param_gather, job.bf16_layers_at_start, job.bf16_layers_at_end) == (True, 1, 2)
+    for key in ("fp4_param_gather", "bf16_layers_at_start", "bf16_layers_at_end"):
+        del row["settings"][key]
+    job = mlperf.case_from_row(row).job
+    assert (job.fp4_param_gather, job.bf16_layers_at_start, job.bf16_layers_at_end) == (False, 0, 0)

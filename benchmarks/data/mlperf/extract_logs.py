@@ -7,9 +7,9 @@ Each MIRROR_DIR is a bare git mirror of mlcommons/training_results_v<round> (the
 them under /work/.mirror/mlcommons+training_results_v*/repo). Not run by the benchmarks or tests:
 it documents how runs.yaml's `measured` blocks were derived, and prints them as JSON. With
 --files, each argument is a text file holding (part of) one result log, read the same way (the v6.0
-entries: no mirror of that round could be fetched; the ends of its logs were read through the
-search tool's file reader, and only the `train_step_time` values of those windows are used, with
-SKIP 0 since a window starts late in the run).
+entries, the NVFP4 Llama 3.1 ones included: no mirror of that round could be fetched; the ends of
+its logs were read through the search tool's file reader, and only the `train_step_time` values of
+those windows are used, with SKIP 0 since a window starts late in the run).
 
 Per result file (`<submitter>/results/<system>/<benchmark>/result_*.txt`, benchmark gpt3,
 llama31_405b, llama31_8b, deepseekv3_671b or gpt_oss_20b), from its `:::MLLOG` lines:
