@@ -33,8 +33,10 @@ COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT = 4
 """Added per local logit by Megatron's --cross-entropy-loss-fusion, native (Megatron-LM d98e8a64
 fusions/fused_cross_entropy.py): the unfused steps under `jit_fuser` = torch.compile (jit.py),
 whose graphs write each in-place update of the fp32 logits to a new fp32 tensor while the input is
-held. Check: functional tests gpt3_mcore_te_tp2_pp2_resume_torch_dist with / without the flag
-(103.3 M local logits, 0.385 GiB at 4 bytes) peak 0.38-0.39 GiB apart on H100, GB200 and A100."""
+held. Check (103.3 M local logits, 0.385 GiB at 4 bytes): the functional tests
+gpt3_mcore_te_tp2_pp2_resume_torch_dist_cross_entropy_loss_fusion and its twin without the flag,
+..._no_create_attention_mask_in_dataloader (which adds --deterministic-mode and leaves the mask
+out of the dataloader, neither on the peak), peak 0.33-0.39 GiB apart on A100, GB200 and H100."""
 
 GATHERED_HELD_BYTES_PER_LOGIT = 4
 """Bytes per logit still alive on the last stage after the gathered loss's backward: the current
