@@ -447,3 +447,17 @@ def test_deterministic_mode_on_blackwell_is_noted_not_modelled() -> None:
     assert "--deterministic-mode" not in gb200.ignored
     h100 = megatron_args.read(line, "h100-sxm-80gb", 16)
     assert not any(n.startswith("--deterministic-mode") for n in h100.not_modelled)
+
+
+def test_nvfp4_lines_are_read_and_a_custom_quantiser_is_refused() -> None:
+    # Megatron-LM d98e8a64: --fp4-format e2m1 with --fp4-recipe nvfp4 (TransformerConfig's
+    # default) or custom (a user quantiser factory planner cannot know)
+    nvfp4 = LLAMA3_8B.replace("--bf16", "--bf16 --fp4-format e2m1 --fp4-param-gather")
+    job = parse_plan(megatron_args.to_plan(nvfp4, "b200-sxm-180gb", 16)).job
+    assert job.precision == "fp4" and job.fp4_param_gather
+    custom = nvfp4.replace("--fp4-format e2m1", "--fp4-format e2m1 --fp4-recipe custom")
+    with pytest.raises(InputError, match="--fp4-recipe: 'custom'"):
+        megatron_args.to_plan(custom, "b200-sxm-180gb", 16)
+    # Hopper has no FP4 tensor cores: the line is bad input for that GPU, named
+    with pytest.raises(InputError, match=r'training\.precision: "fp4"'):
+        parse_plan(megatron_args.to_plan(nvfp4, "h100-sxm-80gb", 16))
