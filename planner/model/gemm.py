@@ -115,12 +115,13 @@ units of 1 / the part's bf16 peak: an M x K x N GEMM at precision p takes 2MKN x
 BLACKWELL_NON_MMA_TIME / peak_bf16) at best, so its best fraction of peak_p is
 1 / (1 + BLACKWELL_NON_MMA_TIME x peak_p / peak_bf16) (`fp4_ceiling`). Measured on B200 from one
 NVFP4 GEMM: cuBLASLt through torch._scaled_mm at M = K = N = 6144 ran 5.50 of 9.0 PFLOP/s, the
-fastest of the eight square shapes benchmarked (pytorch/ao PR #2427, bench_matmul.py --recipe
-nvfp4), so 2250 x (1 / 5500 - 1 / 9000) = 0.159. Check (tests/model/test_nvfp4.py): the same time
-predicts B200's FP8 best-shape rate 1 / (1 / 4500 + 0.159 / 2250) = 3414 TFLOP/s against the MAMF
-table's measured 3432.5. It scales with the clock through peak_bf16 (GB200 runs B200's die 11%
-faster), and on Blackwell Ultra (B300, GB300: FP4 peaks 5.6-6 x bf16 against B200's 4) it makes
-the faster FP4 tensor cores worth less than their peak."""
+fastest of the square shapes 1024-8192 the benchmark printed (pytorch/ao PR #2427,
+bench_matmul.py --recipe nvfp4; 8192 ran 5.37), so 2250 x (1 / 5500 - 1 / 9000) = 0.159. Check
+(tests/model/test_nvfp4.py): the same time predicts B200's FP8 best-shape rate
+1 / (1 / 4500 + 0.159 / 2250) = 3414 TFLOP/s against the MAMF table's measured 3432.5. It scales
+with the clock through peak_bf16 (GB200 runs B200's die 11% faster), and on Blackwell Ultra
+(B300, GB300: FP4 peaks 5.6-6 x bf16 against B200's 4) it makes the faster FP4 tensor cores worth
+less than their peak."""
 
 
 def fp4_ceiling(peak_fp4: float, peak_bf16: float) -> float:
