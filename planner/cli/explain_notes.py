@@ -1,5 +1,5 @@
-"""explain's notes under the time table: a MoE plan's routing load, and where the host's eager
-kernel issue floors the layers."""
+"""explain's notes under the time table: a MoE plan's routing load, what the layers kept in bf16
+cost an FP8 / NVFP4 plan, and where the host's eager kernel issue floors the layers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from planner.model.routing_load import memory_load, step_load
 
 def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     """The notes that apply to the plan, in order."""
-    return [n for n in (routing_text(job, layout), host_text(job, layout, perf)) if n]
+    texts = (
+        routing_text(job, layout),
+        bf16_layers_text(job, layout, perf),
+        host_text(job, layout, perf),
+    )
+    return [n for n in texts if n]
 
 
 def routing_text(job: Job, layout: Layout) -> str | None:
@@ -34,6 +39,22 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     return (
         f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
         f"time ({why}), {kept:.2f}x in memory"
+    )
+
+
+def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """An FP8 / NVFP4 plan's decoder layers kept in bf16 (`planner.model.bf16_layers`): how many,
+    and the seconds per step they add over running them in the plan's precision."""
+    start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
+    if not job.quantised or not (start or end):
+        return None
+    low = replace(job, bf16_layers_at_start=0, bf16_layers_at_end=0)
+    extra = perf.step_time_s - cost.estimate(low, layout).step_time_s
+    which = " and ".join(f"{side} {n}" for side, n in (("first", start), ("last", end)) if n)
+    return (
+        f"bf16 layers: the {which} decoder layers run in bf16 (--first-last-layers-bf16), "
+        f"adding {extra:.3f} s to the {perf.step_time_s:.3f} s step against {job.precision} "
+        "everywhere"
     )
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
+from jobs import job
 from paths import REPO
 
 from planner.cli import explain_notes
+from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
 from planner.model import cost
 from planner.model.activations import MOE_LOAD_IMBALANCE
@@ -76,3 +78,17 @@ def test_suggest_says_when_its_first_pick_is_host_bound(
     job, lay = written.job, written.require_layout()
     note = explain_notes.host_text(job, lay, cost.estimate(job, lay))
     assert note is not None and f"#1 is {note}" in out.replace("\n", " ")
+
+
+def test_bf16_layers_note_says_how_many_and_what_they_cost() -> None:
+    # the same plan with the layers in the plan's precision is faster: the note's seconds are
+    # the difference of the two estimates, and no note without bf16 layers
+    lay = Layout(dp=8)
+    nvfp4 = job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 64, precision="fp4", cuda_graphs=True)
+    kept = replace(nvfp4, bf16_layers_at_start=1, bf16_layers_at_end=2)
+    perf = cost.estimate(kept, lay)
+    text = explain_notes.bf16_layers_text(kept, lay, perf)
+    extra = perf.step_time_s - cost.estimate(nvfp4, lay).step_time_s
+    assert text is not None and "first 1 and last 2" in text and extra > 0
+    assert f"adding {extra:.3f} s" in text
+    assert explain_notes.bf16_layers_text(nvfp4, lay, cost.estimate(nvfp4, lay)) is None
