@@ -130,8 +130,8 @@ def _print_row(c: Case, p: cost.Performance, err: float) -> None:
     mfu_pub = f"{c.mfu_pct:.1f}" if c.mfu_pct else "-"
     mfu_pred = f"{100 * p.mfu:.1f}" if c.mfu_pct else "-"
     lay = c.layout.describe().replace(" zero", " z").replace("recompute=", "rc=")
-    if c.job.precision == "fp8":
-        lay += " fp8"
+    if c.job.precision != "bf16":
+        lay += f" {c.job.precision}"
     print(
         f"{c.id[:41] + fit:42s} {c.job.arch.name[:20]:20s} {lay[:44]:44s} "
         f"{c.tokens_per_s_per_gpu:9.1f} {p.tokens_per_s_per_gpu:9.1f} {err:+7.1%} {mfu_pub:>7s} "
