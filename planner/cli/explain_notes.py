@@ -48,8 +48,7 @@ def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
     if not job.quantised or not (start or end):
         return None
-    low = replace(job, bf16_layers_at_start=0, bf16_layers_at_end=0)
-    extra = perf.step_time_s - cost.estimate(low, layout).step_time_s
+    extra = _added(perf, replace(job, bf16_layers_at_start=0, bf16_layers_at_end=0), layout)
     which = " and ".join(f"{side} {n}" for side, n in (("first", start), ("last", end)) if n)
     return (
         f"bf16 layers: the {which} decoder layers run in bf16 (--first-last-layers-bf16), "
@@ -65,8 +64,7 @@ def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     with CPU offloading, which Megatron's graphs refuse: `emit.common.cuda_graph_impl`)."""
     if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
         return None  # nothing left to capture, or no CUDA graphs to capture it with
-    whole = replace(job, cuda_graphs=True, cuda_graph_modules=())
-    extra = perf.step_time_s - cost.estimate(whole, layout).step_time_s
+    extra = _added(perf, replace(job, cuda_graphs=True, cuda_graph_modules=()), layout)
     if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
         return None
     if layout.cpu_offloading_num_layers:
@@ -79,3 +77,8 @@ def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
         f"host-bound: issuing the layers' kernels eagerly adds {extra:.3f} s to the "
         f"{perf.step_time_s:.3f} s step ({extra / perf.step_time_s:.0%}); {fix}"
     )
+
+
+def _added(perf: Performance, other: Job, layout: Layout) -> float:
+    """Seconds per step the plan (`perf`) takes over the same layout run as `other`."""
+    return perf.step_time_s - cost.estimate(other, layout).step_time_s

@@ -50,7 +50,6 @@ from planner.inputs.plan import Job
 from planner.inputs.plan_sections import Precision
 from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
-from planner.model.bf16_layers import bf16_ranges
 from planner.model.gemm import Gpu
 from planner.model.schedule import (
     Chunks,
@@ -58,7 +57,7 @@ from planner.model.schedule import (
     schedule_bubble,
     schedule_name,
 )
-from planner.model.stage_params import decoder_params, stage_params
+from planner.model.stage_params import quantised_decoder_params, stage_params
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,
@@ -219,9 +218,7 @@ def gathered_param_bytes(
     (and the decoder layers kept in bf16) bf16."""
     if not job.low_precision_params or lay.zero_stage not in (1, 2):
         return BF16, BF16
-    fp8_dense, fp8_expert = decoder_params(job, lay, chunks)
-    bf16_dense, bf16_expert = decoder_params(job, lay, bf16_ranges(job, chunks))
-    fp8_dense, fp8_expert = fp8_dense - bf16_dense, fp8_expert - bf16_expert
+    fp8_dense, fp8_expert = quantised_decoder_params(job, lay, chunks)
     saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
 
     def mean(fp8: float, n: float) -> float:

@@ -181,7 +181,8 @@ def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     return PerLayer(kept, full)
 
 
-def _sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+def sub_counts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Layer counts of each kind, a less b."""
     return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
@@ -221,13 +222,13 @@ def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> 
         if off:
             head = arch.kind_counts((range(chunk.start, chunk.start + off),))
             largest = max(b for b, m in zip(per.kept, head, strict=True) if m)
-            return per.total(_sub(counts, head)) + min(off, 2) * largest
+            return per.total(sub_counts(counts, head)) + min(off, 2) * largest
         return per.total(counts)
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
         return math.ceil(n / k) * per.dense  # a layer input: the same for every kind
     r = min(k, n)
-    rest = _sub(counts, arch.kind_counts((range(chunk.start, chunk.start + r),)))
+    rest = sub_counts(counts, arch.kind_counts((range(chunk.start, chunk.start + r),)))
     return r * per.dense + per.full_total(rest)
 
 

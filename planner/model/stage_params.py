@@ -88,16 +88,24 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
     return dense, expert
 
 
+def quantised_decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) parameters of some decoder layers that are FP8 / NVFP4 GEMM weights: all
+    but those of the layers kept in bf16 (`bf16_layers`); none in a bf16 job."""
+    if not job.quantised:
+        return 0.0, 0.0
+    dense, expert = decoder_params(job, layout, chunks)
+    bf16_dense, bf16_expert = decoder_params(job, layout, bf16_ranges(job, chunks))
+    return dense - bf16_dense, expert - bf16_expert
+
+
 def quantised_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of rank `rank` that are FP8 / NVFP4 GEMM weights: its decoder
-    and MTP layers (their norms and router counted in, a few thousandths) but the decoder layers
-    kept in bf16 (`bf16_layers`)."""
+    layers' (`quantised_decoder_params`; their norms and router counted in, a few thousandths)
+    and its MTP layers'."""
     if not job.quantised:
         return 0.0, 0.0
     arch = job.arch
-    dense, expert = decoder_params(job, layout, chunks)
-    bf16_dense, bf16_expert = decoder_params(job, layout, bf16_ranges(job, chunks))
-    dense, expert = dense - bf16_dense, expert - bf16_expert
+    dense, expert = quantised_decoder_params(job, layout, chunks)
     if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
         mtp_dense, mtp_expert = _mtp_params(job, layout)
         dense += mtp_dense

@@ -41,7 +41,7 @@ from planner.model.layer_time import (
     output_layer_time,
 )
 from planner.model.schedule import Chunks, unmerged_share
-from planner.model.stage_activations import shard
+from planner.model.stage_activations import shard, sub_counts
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float]] = JobMemo()
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
@@ -259,19 +259,15 @@ def rank_mix(
     ran = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks) if block else chunks
     as_set = arch.kind_counts(ran) if block else counts
     set_bf16 = arch.kind_counts(bf16_ranges(job, ran))
-    plain_bf16 = _minus(arch.kind_counts(low), set_bf16)
-    mix = list(zip(t.layers, _minus(as_set, set_bf16), strict=True))
+    plain_bf16 = sub_counts(arch.kind_counts(low), set_bf16)
+    mix = list(zip(t.layers, sub_counts(as_set, set_bf16), strict=True))
     if block:
-        plain = _minus(_minus(counts, as_set), plain_bf16)
+        plain = sub_counts(sub_counts(counts, as_set), plain_bf16)
         mix += list(zip(t.plain, plain, strict=True))
     if low:
         mix += list(zip(t.bf16, set_bf16, strict=True))
         mix += list(zip(t.bf16_plain, plain_bf16, strict=True)) if block else []
     return mix, heads
-
-
-def _minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
 def mix_sums(
