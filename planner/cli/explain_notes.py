@@ -1,5 +1,6 @@
 """explain's notes under the time table: a MoE plan's routing load, what the layers kept in bf16
-cost an FP8 / NVFP4 plan, and where the host's eager kernel issue floors the layers."""
+cost an FP8 / NVFP4 plan, what FP8 attention saves it, and where the host's eager kernel issue
+floors the layers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost
+from planner.model import attention_time, cost, layer_time
 from planner.model.cost import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 
@@ -17,6 +18,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     texts = (
         routing_text(job, layout),
         bf16_layers_text(job, layout, perf),
+        fp8_attention_text(job, layout, perf),
         host_text(job, layout, perf),
     )
     return [n for n in texts if n]
@@ -55,6 +57,31 @@ def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
         f"adding {extra:.3f} s to the {perf.step_time_s:.3f} s step against {job.precision} "
         "everywhere"
     )
+
+
+def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """An FP8 / NVFP4 plan with FP8 attention: the seconds per step it saves over bf16 attention,
+    and whether the forward kernel then waits on the GPU's exponential units
+    (`planner.model.attention_time`), which FP8 does not speed up."""
+    if not (job.fp8_attention and job.quantised):
+        return None
+    saved = -_added(perf, replace(job, fp8_attention=False), layout)
+    t = layout.micro_batch_size * job.seq_length / layout.cp
+    gpu = layer_time.gpu_of(job)
+    core = attention_time.core_attention(
+        job, gpu, t, job.seq_length, layout.tp, layer_time.ATTENTION_EFFICIENCY
+    )
+    text = (
+        f"FP8 attention: the fused attention's matmuls in FP8 save {saved:.3f} s of the "
+        f"{perf.step_time_s + saved:.3f} s step with bf16 attention"
+    )
+    if core.exp_bound:
+        rate = job.cluster.gpu.exp_tera_per_s
+        text += (
+            f"; its forward waits on the exponential units ({rate:g} x 10^12/s on "
+            f"{job.cluster.gpu.name}), which FP8 does not speed up"
+        )
+    return text
 
 
 def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:

@@ -230,6 +230,11 @@ def render(plan: Plan, job_name: str) -> str:
             f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
             f"num_layers_at_end_in_bf16={job.bf16_layers_at_end}"
         )
+    if job.fp8_attention:
+        notes.append(
+            "fp8_attention: set the preset's mixed_precision.fp8_dot_product_attention=true (the "
+            "plan runs the fused attention in FP8)"
+        )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
     notes += unflagged(plan)

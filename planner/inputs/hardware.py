@@ -97,6 +97,12 @@ class GpuSpec(BaseModel):
     mamf_tflops_fp8: PositiveFloat | None = Field(
         default=None, description="the same for FP8 inputs; None = take the bf16 fraction"
     )
+    exp_tera_per_s: PositiveFloat | None = Field(
+        default=None,
+        description="the special-function units' exponentials (MUFU.EX2) per second, 10^12, at "
+        "the clock of the dense peaks: what bounds a flash-attention kernel's softmax "
+        "(planner.model.attention); None = not bounded",
+    )
     memory_gib: PositiveFloat = Field(description="usable capacity in GiB (2^30 bytes)")
     memory_label: str = Field(description="the vendor's label, e.g. '80 GB'")
     memory_label_unit: Literal["GiB", "GB"] = Field(

@@ -90,6 +90,9 @@ class Job:
     """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
     bf16_layers_at_end: int = 0
     """The same for the last decoder layers."""
+    fp8_attention: bool = False
+    """FP8 / NVFP4: the fused attention's matmuls run in FP8 (Transformer Engine's FP8
+    dot-product attention; `planner.model.attention`)."""
     gemm_sm_margin: int = 0
     """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
     whole step (`planner.model.layer_time`)."""
@@ -204,6 +207,7 @@ TRAINING_AS_IS = (
     "gemm_sm_margin",
     "bf16_layers_at_start",
     "bf16_layers_at_end",
+    "fp8_attention",
     "optimizer",
     "muon_whole_params",
     "muon_ns_steps",
@@ -233,6 +237,7 @@ def build_job(
     if missing:
         raise InputError(f'{where}: training.precision: "{training.precision}" but {missing}')
     _check_bf16_layers(training, arch, where)
+    _check_fp8_attention(training, where)
     framework = training.framework
     if training.framework == "megatron" and titan is not None:
         raise InputError(
@@ -298,6 +303,32 @@ def _check_bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -
         raise InputError(
             f"{where}: training.{name}: Megatron's delayed FP8 scaling does not support bf16 "
             'first / last layers; set fp8_recipe = "tensorwise" (or another) or drop them'
+        )
+
+
+def _check_fp8_attention(training: TrainingSection, where: str) -> None:
+    """FP8 attention only inside an FP8 / NVFP4 autocast whose recipe carries it: Megatron-Core
+    (d98e8a64) passes fp8_dpa to Transformer Engine's delayed (TEDelayedScaling), tensorwise,
+    mxfp8 and nvfp4 recipes, not to blockwise; and only for the fused attention kernel."""
+    if not training.fp8_attention:
+        return
+    field = f"{where}: training.fp8_attention"
+    if training.precision == "bf16":
+        raise InputError(f'{field}: FP8 attention needs precision "fp8" or "fp4" (got "bf16")')
+    if training.framework != "megatron":
+        raise InputError(
+            f"{field}: FP8 attention is Transformer Engine's (Megatron); torchtitan's float8 "
+            "converts only linear layers"
+        )
+    if training.precision == "fp8" and training.fp8_recipe == "blockwise":
+        raise InputError(
+            f'{field}: Megatron does not pass FP8 attention to the "blockwise" recipe (only '
+            "delayed, tensorwise, mxfp8 and NVFP4 take it); set fp8_attention = false"
+        )
+    if training.flash_attention is False:
+        raise InputError(
+            f"{field}: FP8 attention is the fused attention kernel's; it needs "
+            "flash_attention = true"
         )
 
 

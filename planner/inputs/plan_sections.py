@@ -229,6 +229,13 @@ class TrainingSection(BaseModel):
         description="fp8 / fp4: the last decoder layers that stay in bf16 "
         "(--num-layers-at-end-in-bf16)",
     )
+    fp8_attention: Flag = Field(
+        default=False,
+        description="fp8 / fp4: the fused attention's matmuls run in FP8 too (Transformer "
+        "Engine's FP8 dot-product attention: Megatron-Core TransformerConfig "
+        "fp8_dot_product_attention, Megatron-Bridge mixed_precision.fp8_dot_product_attention; "
+        "Megatron-LM's command line has no flag for it)",
+    )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "

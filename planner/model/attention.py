@@ -14,6 +14,22 @@ amortise the softmax and the tile loads); the sequence term the per-tile prologu
 (S = ATTENTION_HALF_SEQ: short sequences have few tiles per (batch, head) to pipeline); the causal
 term the diagonal tiles, computed whole though half masked (B = ATTENTION_CAUSAL_TILE: one B-wide
 block per query tile over s/2 useful keys on average). Every model planner trains is causal.
+
+The softmax's exponentials. Each (query, key) score the kernel computes takes one exponential on
+the special-function units (forward: the softmax; backward: P recomputed from the saved
+log-sum-exp), 4d matmul FLOPs forward and 10d backward. A direction takes the longer of its
+matmuls at the rate above and its exponentials at the GPU's MUFU.EX2 rate
+(`GpuSpec.exp_tera_per_s`) times the same long-sequence and length terms (the kernel's tile
+pipeline idles both units alike; the head-dim term is the matmuls' own): the kernels overlap the
+two (FlashAttention-3's ping-pong, FlashAttention-4's softmax warps). In bf16 no part is bound by
+them at head dim 128 (B200: 2.28e-13 s of matmul against 2.0e-13 of exponential per score; the
+FlashAttention-4 paper's point that they are co-limiting there), at head dim 64 Blackwell is; in
+FP8 (Transformer Engine's FP8 dot-product attention, `Job.fp8_attention`: the matmuls run
+FP8_ATTENTION_SPEEDUP x faster) B200 and GB200 forward are, and Blackwell Ultra's doubled
+special-function units (B300, GB300: 10.7 against 5 per 10^12 s) lift the bound.
+Check (tests/model/test_fp8_attention.py): DeepSeek-V3's MLA forward in FP8 then runs 1.35 x
+faster on GB300 than on GB200, the ~35% NVIDIA measured (technical blog "Making Softmax More
+Efficient with NVIDIA Blackwell Ultra", DeepSeek-V3 FP8 FPROP).
 """
 
 from __future__ import annotations
@@ -57,13 +73,45 @@ ATTENTION_CAUSAL_TILE = 128.0
 i.e. s / 2 + 64 keys of work for s / 2 useful ones."""
 
 
+FP8_ATTENTION_SPEEDUP = 1.62
+"""An FP8 flash-attention kernel's matmul rate over the bf16 kernel's, where no exponential bound
+binds: FlashAttention-3 on H100, "close to 1.2 PFLOPs/s" in FP8 against "up to 740 TFLOPs/s" in
+FP16 (arXiv:2407.08608 abstract; both at head dim 256, where the exponentials take 0.48 of the
+FP8 matmul time by the bound above). Not 2: FP8 halves only the tensor-core time of each tile (the
+same reason as `gemm.BLACKWELL_FP8_SPEEDUP`, 1.69 for Blackwell's GEMMs). Taken in both
+directions (Transformer Engine's FP8 attention runs the backward's matmuls in FP8 too; no
+published FP8 backward rate was found) and on every part."""
+
+FP8_ATTENTION_QUANT_BYTES = 5.0
+"""HBM bytes per element to quantise an FP8 attention operand with a current (per-tensor) scale,
+Transformer Engine's FP8 attention recipe under current scaling, MXFP8 and NVFP4
+(NVTE_DPA_FP8_RECIPE): read the bf16 tensor for its amax (2), read it again (2) and write FP8
+(1). Q, K and V forward, the output gradient backward; the output stays bf16
+(NVTE_DPA_FP8CS_O_in_F16, as MLPerf's Llama 3.1 8B configs set it)."""
+
+
+def _long_seq(gpu_name: str) -> tuple[float, float]:
+    return next((f, b) for p, f, b in ATTENTION_KERNELS if p == "*" or gpu_name.startswith(p))
+
+
+def _length(seq: float) -> float:
+    s = max(seq, 1.0)
+    return s / (s + ATTENTION_HALF_SEQ) * s / (s + ATTENTION_CAUSAL_TILE)
+
+
 def kernel_fractions(gpu_name: str, seq: float, head_dim: float) -> tuple[float, float]:
     """(forward, backward) fraction of the bf16 dense peak on causal attention work for one
     (batch, head) of `seq` queries and keys of width `head_dim` (module docstring)."""
-    fwd, bwd = next((f, b) for p, f, b in ATTENTION_KERNELS if p == "*" or gpu_name.startswith(p))
+    fwd, bwd = _long_seq(gpu_name)
     d = max(head_dim, 1.0)
     h = ATTENTION_HALF_HEAD_DIM
     dim = d / (d + h) / (128.0 / (128.0 + h))
-    s = max(seq, 1.0)
-    length = s / (s + ATTENTION_HALF_SEQ) * s / (s + ATTENTION_CAUSAL_TILE)
+    length = _length(seq)
     return fwd * dim * length, bwd * dim * length
+
+
+def exp_fractions(gpu_name: str, seq: float) -> tuple[float, float]:
+    """(forward, backward) fraction of the special-function units' exponential rate the kernel
+    sustains: the long-sequence and length terms of `kernel_fractions`, no head-dim term."""
+    fwd, bwd = _long_seq(gpu_name)
+    return fwd * _length(seq), bwd * _length(seq)

@@ -17,7 +17,8 @@ x the bf16 rate), NVFP4 (precision fp4) at the FP4 peak (at most FP8_CEILING_FRA
 `gemm.fp4_ceiling`, the fixed non-MMA time of a Blackwell GEMM tile against the FP4 tensor cores)
 plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each GEMM's input and
 output gradient per micro-batch, and of its weight once per step
-(`Layer.weight_cast`, added by `planner.model.cost`); attention and the output layer stay in bf16.
+(`Layer.weight_cast`, added by `planner.model.cost`); the output layer stays in bf16, and attention
+unless `Job.fp8_attention`.
 With `Job.gemm_sm_margin` (Transformer Engine's NVTE_EXT_MARGIN_SM) the decoder's GEMMs run on
 the GPU's SMs less it, all step. Routed experts run as one grouped GEMM per layer over the rank's
 E / ep experts, each padded to the kernel's row tile (`gemm.grouped_rows`); their tokens are the
@@ -36,7 +37,9 @@ Core attention with flash attention executes half the s x s matrix under the cau
 work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
 2 + 5 matmuls, i.e. forward + 2.5 forwards; each direction runs at the published kernels' fraction
 of the bf16 peak for the sequence length and head dim (`planner.model.attention`), times
-ATTENTION_EFFICIENCY.
+ATTENTION_EFFICIENCY, FP8_ATTENTION_SPEEDUP x faster with FP8 attention, but never faster than
+the GPU's special-function units compute the softmax's exponentials, one per score
+(`planner.model.attention_time`).
 Without flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed
 by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
 
@@ -88,7 +91,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
     activations,
-    attention,
+    attention_time,
     comms,
     dispatch,
     flops,
@@ -130,7 +133,8 @@ fold, Transformer Engine's cuBLASLt GEMMs)."""
 ATTENTION_EFFICIENCY = 0.565
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
-dimension and the causal mask): 1.0 = the kernel benchmarks as published. Read at call time; a
+dimension and the causal mask), and on the rate they sustain the softmax's exponentials at
+(`planner.model.attention_time`): 1.0 = the kernel benchmarks as published. Read at call time; a
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
@@ -233,11 +237,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if kind.mixer == "mamba":
         scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)
     if kind.mixer == "attention" and job.flash_attention:
-        qk_w, v_w = flops.attention_core_width(arch)
-        full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
-        fe, be = _attention_fractions(job, s, (qk_w + v_w) / 2 / arch.num_attention_heads)
-        attn_fwd = full / 2 / (gpu.peak_bf16 * fe)
-        attn_bwd = 2.5 * full / 2 / (gpu.peak_bf16 * be)
+        core = attention_time.core_attention(job, gpu, t, s, tp, ATTENTION_EFFICIENCY)
+        attn_fwd, attn_bwd = core.fwd, core.bwd
+        cast += core.quant
         skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
         attn_fwd, attn_bwd = skew * attn_fwd, skew * attn_bwd
     elif kind.mixer == "attention":
@@ -312,22 +314,6 @@ def _margin_slowdown(job: Job) -> float:
         return 1.0
     sms = comms.gpu_sms(job.cluster)
     return sms / (sms - min(job.gemm_sm_margin, sms - 1))
-
-
-def _attention_fractions(job: Job, seq: float, head_dim: float) -> tuple[float, float]:
-    """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on
-    sequences of `seq` tokens (`attention.kernel_fractions`: the published kernels' rate by GPU,
-    length and head dim), never above the part's measured matmul ceiling, times
-    ATTENTION_EFFICIENCY. Taken at the whole sequence also with context parallelism: the ring's
-    chunk kernels run back to back over the whole key range (and the all-to-all variant runs whole
-    sequences on fewer heads); the chunks' extra per-call overheads are not charged, so trading cp
-    for micro-batch size keeps the step time (`planner.search.twins`)."""
-    spec = job.cluster.gpu
-    fe, be = attention.kernel_fractions(spec.name, seq, head_dim)
-    ceiling = spec.matmul_ceiling("bf16")
-    if ceiling is not None:
-        fe, be = min(fe, ceiling), min(be, ceiling)
-    return fe * ATTENTION_EFFICIENCY, be * ATTENTION_EFFICIENCY
 
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:

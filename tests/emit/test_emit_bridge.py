@@ -147,3 +147,7 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     _, text = doc(precision="fp4", fp4_param_gather=False, bf16_layers_at_end=4)
     assert "mixed_precision.fp4_param_gather=false" in text
     assert "num_layers_at_end_in_bf16=4" in text
+    # FP8 attention: Bridge's MixedPrecisionConfig.fp8_dot_product_attention (off in the preset)
+    assert "fp8_dot_product_attention" not in text
+    _, text = doc(precision="fp4", fp8_attention=True)
+    assert "mixed_precision.fp8_dot_product_attention=true" in text

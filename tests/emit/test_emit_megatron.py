@@ -435,6 +435,19 @@ def test_nvfp4_flags_and_bf16_layers_read_back(gather: bool) -> None:
     assert_same(plan, round_trip(plan))
 
 
+def test_fp8_attention_has_no_megatron_lm_flag_and_is_noted() -> None:
+    # Megatron-LM d98e8a64 leaves TransformerConfig.fp8_dot_product_attention out of its command
+    # line (arguments.py `_add_network_size_args` exclude list): no flag to emit, a note instead
+    plan = make_plan(
+        "llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", precision="fp4", fp8_attention=True
+    )
+    args = megatron.arguments(plan)
+    assert not any("dot-product" in f or "dpa" in f for f in flags(plan))
+    assert any("fp8_attention" in n and "no Megatron-LM flag" in n for n in args.notes)
+    plain = make_plan("llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", precision="fp4")
+    assert not any("fp8_attention" in n for n in megatron.arguments(plain).notes)
+
+
 # --- round trip: planner check --megatron-args gives back the layout and the memory
 
 

@@ -1,0 +1,69 @@
+"""Seconds of the flash-attention kernel of one layer and micro-batch on one GPU: its matmuls at
+the published kernels' rate (`planner.model.attention`, bf16 or FP8), its softmax's exponentials
+at the GPU's special-function rate, each direction the longer of the two, and FP8 attention's
+operand quantisation. `planner.model.layer_time` adds it to the layer; `efficiency` is its
+ATTENTION_EFFICIENCY, passed in so that a refit reaches it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from planner.inputs.plan import Job
+from planner.model import attention, flops
+from planner.model.gemm import Gpu
+
+
+class Core(NamedTuple):
+    """The flash-attention kernel's seconds per micro-batch (`core_attention`)."""
+
+    fwd: float
+    bwd: float
+    quant: float
+    """FP8 attention's operand quantisation (HBM traffic), forward and backward together."""
+    exp_bound: bool
+    """The forward waits on the exponential units, not on the matmuls."""
+
+
+def fractions(job: Job, seq: float, head_dim: float, efficiency: float) -> tuple[float, float]:
+    """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on
+    sequences of `seq` tokens (`attention.kernel_fractions`: the published kernels' rate by GPU,
+    length and head dim), never above the part's measured matmul ceiling, times `efficiency`.
+    Taken at the whole sequence also with context parallelism: the ring's chunk kernels run back
+    to back over the whole key range (and the all-to-all variant runs whole sequences on fewer
+    heads); the chunks' extra per-call overheads are not charged, so trading cp for micro-batch
+    size keeps the step time (`planner.search.twins`)."""
+    spec = job.cluster.gpu
+    fe, be = attention.kernel_fractions(spec.name, seq, head_dim)
+    ceiling = spec.matmul_ceiling("bf16")
+    if ceiling is not None:
+        fe, be = min(fe, ceiling), min(be, ceiling)
+    return fe * efficiency, be * efficiency
+
+
+def core_attention(job: Job, gpu: Gpu, t: float, s: int, tp: int, efficiency: float) -> Core:
+    """The flash-attention kernel for t local queries over s keys on a TP shard: each direction
+    the longer of its matmuls (bf16, or FP8 with `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x
+    the bf16 kernel's rate) and its exponentials (one per score computed, at the GPU's
+    `exp_tera_per_s` x `attention.exp_fractions`), and FP8's quantisation traffic."""
+    arch, spec = job.arch, job.cluster.gpu
+    qk_w, v_w = flops.attention_core_width(arch)
+    heads = arch.num_attention_heads
+    full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
+    fe, be = fractions(job, s, (qk_w + v_w) / 2 / heads, efficiency)
+    fp8 = job.fp8_attention and job.quantised
+    mma = gpu.peak_bf16 * (attention.FP8_ATTENTION_SPEEDUP if fp8 else 1.0)
+    fwd = full / 2 / (mma * fe)  # the causal half
+    bwd = 2.5 * full / 2 / (mma * be)
+    exp_fwd = exp_bwd = 0.0
+    if spec.exp_tera_per_s is not None:
+        clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs alike
+        rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
+        xf, xb = attention.exp_fractions(spec.name, s)
+        scores = t * s / 2 * heads / tp  # the causal half (diagonal tiles: the length term)
+        exp_fwd, exp_bwd = scores / (rate * xf), scores / (rate * xb)
+    quant = 0.0
+    if fp8:  # Q, K, V (K and V per query group) forward, the output gradient backward
+        groups = min(arch.query_groups / heads, 1.0)
+        elements = t * (qk_w + (qk_w + v_w) * groups + v_w) / tp
+        quant = attention.FP8_ATTENTION_QUANT_BYTES * elements / gpu.hbm
+    return Core(max(fwd, exp_fwd), max(bwd, exp_bwd), quant, exp_fwd > fwd)
