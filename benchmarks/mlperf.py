@@ -26,7 +26,9 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              (NeMo's distributed Adam grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for
              Llama, DeepSeek-V3 and gpt-oss); MoE routing: moe_router_num_groups / group_topk,
              moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
-             them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it
+             them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
+             fp8_attention where the entry records FP8_DPA (an FP8 or NVFP4 run's FP8
+             dot-product attention: planner.model.attention_time)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
              moe_flex_dispatcher_backend (flex with deepep / hybridep), pipeline_layout (Megatron's
@@ -43,7 +45,7 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              CUDA_GRAPH_SCOPE): the host's issue floor then does not apply (planner.model.host),
              but to the regions outside a partial scope (cuda_graph_modules)
   not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
-             attention (fp8_attention, fp8_attention_recipe / _format: FP8_DPA, NVTE_DPA_FP8_*), the
+             attention's own recipe and format (fp8_attention_recipe / _format: NVTE_DPA_FP8_*), the
              NVFP4 recipe's options (nvfp4_rht, nvfp4_stochastic_rounding, nvfp4_2d_quantization:
              NVTE_NVFP4_DISABLE_*), MoE paged stashing and fused grouped MLP:
              kept in `raw` for the reader
@@ -123,6 +125,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fp8_recipe=s.get("fp8_recipe") or "delayed",
         bf16_layers_at_start=int(s.get("bf16_layers_at_start", 0)),
         bf16_layers_at_end=int(s.get("bf16_layers_at_end", 0)),
+        fp8_attention=bool(s.get("fp8_attention")) and (fp8 or fp4),
         cuda_graphs=graphed(s),
         cuda_graph_modules=graph_modules(s),
         expandable_segments=bool(s.get("expandable_segments", False)),

@@ -211,6 +211,7 @@ class Settings:
     fp4_param_gather: bool  # NVFP4: --fp4-param-gather (Bridge's preset on; D10, GPT-OSS-20B off)
     bf16_layers_at_start: int  # first / last decoder layers kept in bf16 (--first-last-layers-bf16)
     bf16_layers_at_end: int
+    fp8_attention: bool  # "fp8 DPA": mixed_precision.fp8_dot_product_attention
     layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
     account_for: bool
     recompute: str
@@ -274,8 +275,6 @@ def read(r: Recipe) -> Settings:
         precision = "fp4"
     bf16_start = int(m.group(1)) if (m := re.search(r"first (\d+) layers? bf16", label)) else 0
     bf16_end = int(m.group(1)) if (m := re.search(r"last (\d+) layers? bf16", label)) else 0
-    if "fp8 DPA" in label:
-        notes.append("FP8 dot-product attention: no plan field")
 
     layout, account = None, False
     if r.split.startswith("account_for_embedding+loss"):
@@ -386,6 +385,7 @@ def read(r: Recipe) -> Settings:
         fp4_param_gather=fp4_gather,
         bf16_layers_at_start=bf16_start,
         bf16_layers_at_end=bf16_end,
+        fp8_attention="fp8 DPA" in label,
         layout=layout,
         account_for=account,
         recompute=recompute,

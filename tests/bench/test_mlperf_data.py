@@ -279,7 +279,7 @@ def test_nvfp4_entries_map_to_fp4_jobs() -> None:
         assert c.job.fp4_param_gather == s["fp4_param_gather"] and not c.job.fp8_param_gather
         assert c.job.bf16_layers_at_start == s["bf16_layers_at_start"], c.id
         assert c.job.bf16_layers_at_end == s["bf16_layers_at_end"], c.id
-        assert isinstance(s["fp8_attention"], bool), c.id  # recorded, not modelled
+        assert c.job.fp8_attention == s["fp8_attention"], c.id  # FP8_DPA, as recorded
         assert not c.layout.tp_comm_overlap, c.id  # config_common_fp4.sh: TP_COMM_OVERLAP=False
         assert not fidelity.is_fit(c), c.id
     # the FP8 / bf16 entries are untouched: no FP4 job among them
@@ -315,6 +315,16 @@ def test_nvfp4_entries_by_hand() -> None:
         False,
     )
     assert s["fp8_attention"] and s["fp8_attention_recipe"] == "Float8CurrentScaling"
+    assert BY_ID["v5.1-nvidia-8b-gb200-8-fp4"].job.fp8_attention
+
+
+def test_fp8_attention_only_where_a_config_set_fp8_dpa() -> None:
+    # oracle: the recorded FP8_DPA of each entry (config_common_fp8attn.sh sourced, or the
+    # DeepSeek-V3 configs' FP8_DPA=True); entries that record none ran bf16 attention
+    for c in CASES:
+        recorded = bool(c.raw["settings"].get("fp8_attention"))
+        assert c.job.fp8_attention == (recorded and c.job.quantised), c.id
+    assert sum(c.job.fp8_attention for c in CASES) >= 14  # 8 NVFP4 Llama 8B + 6 DeepSeek-V3
 
 
 def test_fp4_mapping_carries_param_gather_and_bf16_layers() -> None:
