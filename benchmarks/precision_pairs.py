@@ -6,7 +6,8 @@ bf16, FP8 against bf16).
 
 A check of the precision physics that no step-time constant absorbs: a run's other settings
 (TP overlap, CUDA graphs, FP8 attention, the software round) may differ within a pair, and the
-model's ratio includes those it models. Data: benchmarks/mlperf.py `load_mlperf`.
+model's ratio includes those it models; the attention column gives each run's attention precision
+(training.fp8_attention). Data: benchmarks/mlperf.py `load_mlperf`.
 """
 
 from __future__ import annotations
@@ -42,13 +43,17 @@ def pairs(cases: list[Case]) -> list[tuple[Case, Case]]:
 
 def main() -> None:
     rows = pairs(load_mlperf())
-    print(f"{'higher precision':36s} {'lower precision':36s} {'measured':>9s} {'predicted':>9s}")
+    print(
+        f"{'higher precision':36s} {'lower precision':36s} {'attention':>10s} {'measured':>9s} "
+        f"{'predicted':>9s}"
+    )
     errors = []
     for hi, lo in rows:
         measured = lo.tokens_per_s_per_gpu / hi.tokens_per_s_per_gpu
         predicted = lo.estimate().tokens_per_s_per_gpu / hi.estimate().tokens_per_s_per_gpu
         errors.append(predicted / measured - 1)
-        print(f"{hi.id:36s} {lo.id:36s} {measured:8.3f}x {predicted:8.3f}x")
+        attn = "/".join("fp8" if c.job.fp8_attention else "bf16" for c in (hi, lo))
+        print(f"{hi.id:36s} {lo.id:36s} {attn:>10s} {measured:8.3f}x {predicted:8.3f}x")
     if errors:
         worst = max(errors, key=abs)
         print(f"{len(rows)} pairs; predicted / measured speedup - 1: worst {worst:+.1%}")
