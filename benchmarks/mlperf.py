@@ -28,7 +28,8 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
              them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
              fp8_attention where the entry records FP8_DPA (an FP8 or NVFP4 run's FP8
-             dot-product attention: planner.model.attention_time)
+             dot-product attention: planner.model.attention_time); fp8_output_proj where it
+             records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
              moe_flex_dispatcher_backend (flex with deepep / hybridep), pipeline_layout (Megatron's
@@ -126,6 +127,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         bf16_layers_at_start=int(s.get("bf16_layers_at_start", 0)),
         bf16_layers_at_end=int(s.get("bf16_layers_at_end", 0)),
         fp8_attention=bool(s.get("fp8_attention")) and (fp8 or fp4),
+        fp8_output_proj=bool(s.get("fp8_output_proj")) and fp8,
         cuda_graphs=graphed(s),
         cuda_graph_modules=graph_modules(s),
         expandable_segments=bool(s.get("expandable_segments", False)),

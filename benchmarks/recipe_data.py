@@ -212,6 +212,7 @@ class Settings:
     bf16_layers_at_start: int  # first / last decoder layers kept in bf16 (--first-last-layers-bf16)
     bf16_layers_at_end: int
     fp8_attention: bool  # "fp8 DPA": mixed_precision.fp8_dot_product_attention
+    fp8_output_proj: bool  # "fp8 output proj": model.fp8_output_proj (MXFP8 LM head)
     layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
     account_for: bool
     recompute: str
@@ -386,6 +387,7 @@ def read(r: Recipe) -> Settings:
         bf16_layers_at_start=bf16_start,
         bf16_layers_at_end=bf16_end,
         fp8_attention="fp8 DPA" in label,
+        fp8_output_proj="fp8 output proj" in label,
         layout=layout,
         account_for=account,
         recompute=recompute,

@@ -92,7 +92,6 @@ WHY: dict[str, str] = {
     "--fp8-amax-history-len": "FP8-DS's amax history (1024, max): no plan field; Megatron's "
     "default (1, most_recent) is emitted",
     "--fp8-amax-compute-algo": "see --fp8-amax-history-len",
-    "--fp8-output-proj": "FP8 output projection: no plan field",
     "--overlap-param-gather-with-optimizer-step": "no plan field (Bridge's "
     "PG-overlap-with-opt-step)",
     "--moe-paged-stash": "paged stash of expert activations (full-iteration CUDA graphs): no "

@@ -108,6 +108,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["bf16_layers_at_end"] = s.bf16_layers_at_end
     if s.fp8_attention:
         training["fp8_attention"] = True
+    if s.fp8_output_proj:
+        training["fp8_output_proj"] = True
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
     if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)

@@ -134,6 +134,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["cuda_graph_impl"] = cuda_graph_impl(plan)
         if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
+    if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
+        model["fp8_output_proj"] = True
     if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)

@@ -214,6 +214,8 @@ def training_args(plan: Plan) -> list[Arg]:
                 # preset does: without it Megatron warns of "significant additional memory"
                 # that planner.model.memory does not count (Megatron-FSDP turns it off)
                 a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
+    if job.fp8_output_proj:
+        a.append(("--fp8-output-proj",))
     if job.precision == "fp4":
         a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
         if job.fp4_param_gather:

@@ -46,7 +46,7 @@ FSDP_STRATEGY: dict[int, str] = {
 @dataclass(frozen=True)
 class Layout:
     """A resolved parallel layout, built from a plan's `[parallel]` table
-    (`planner.inputs.plan.layout_from_section`) or by the search."""
+    (`planner.inputs.plan_layout.layout_from_section`) or by the search."""
 
     tp: int = 1
     """Tensor-parallel degree (1 = weights not split inside a layer)."""

@@ -158,6 +158,7 @@ READ = frozenset(
         "--fp8-format",
         "--fp8-recipe",
         "--fp8-param-gather",
+        "--fp8-output-proj",
         "--fp4-format",
         "--fp4-recipe",
         "--fp4-param-gather",

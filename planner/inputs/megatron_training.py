@@ -60,6 +60,8 @@ def training_table(
         recipe = line.text("--fp8-recipe")
         if recipe is not None:
             training["fp8_recipe"] = recipe
+    if line.has("--fp8-output-proj"):  # the plan's check repeats Megatron's: fp8 with mxfp8
+        training["fp8_output_proj"] = True
     elif line.has("--fp16"):
         notes.append("--fp16: read as bf16 (the same bytes per value)")
     elif not bf16:

@@ -236,6 +236,11 @@ class TrainingSection(BaseModel):
         "fp8_dot_product_attention, Megatron-Bridge mixed_precision.fp8_dot_product_attention; "
         "Megatron-LM's command line has no flag for it)",
     )
+    fp8_output_proj: Flag = Field(
+        default=False,
+        description="fp8 with fp8_recipe mxfp8: the output layer (LM head) runs in MXFP8 too "
+        "(Megatron --fp8-output-proj, Megatron-Bridge mixed_precision.fp8_output_proj)",
+    )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "

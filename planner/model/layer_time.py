@@ -318,11 +318,21 @@ def _margin_slowdown(job: Job) -> float:
 
 def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     """Seconds per micro-batch of the output layer and loss (fwd + bwd): on the last stage, and
-    once more for each MTP layer on the stage that holds them."""
+    once more for each MTP layer on the stage that holds them. In bf16, or with
+    `Job.fp8_output_proj` at the job's FP8 rate plus the MXFP8 quantisation of its input and
+    output gradient (its weight's, once per step, is left out: h x V elements, under a
+    millisecond)."""
     arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = arch.padded_vocab(lay.tp) / lay.tp
-    fwd = gemm_time(t, arch.hidden_size, vocab, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
+    h = arch.hidden_size
+    fp8 = job.fp8_output_proj and job.precision == "fp8"
+    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
+    fwd = gemm_time(t, h, vocab, peak, gpu.ridge, e)
+    quant = 0.0
+    if fp8:  # the input forward, the logits' gradient backward
+        per_element = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell)
+        quant = per_element * t * (h + vocab) / gpu.hbm
     gathered = job.cross_entropy == "gathered"
     loss_vocab = vocab * lay.tp if gathered else vocab
     ce = ELEMENTWISE_PASSES * t * loss_vocab * 4 / gpu.hbm  # fp32 logits through softmax/CE
@@ -330,7 +340,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     if gathered and lay.tp > 1:
         # logits all-gathered forward, their gradient sliced backward
         gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
-    return (2 if job.frozen_model else 3) * fwd + ce + gather
+    return (2 if job.frozen_model else 3) * fwd + ce + gather + quant
 
 
 def gpu_of(job: Job) -> Gpu:

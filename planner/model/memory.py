@@ -235,6 +235,8 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d
     weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
     cache = cache8 * (fp8_dense + fp8_expert)
+    if rank == layout.pp - 1:
+        cache += buffers.output_proj_cache_bytes(job, layout)
     transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
     optimizer = dense * o_d + expert * o_e
     if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only

@@ -1,8 +1,8 @@
 """torchtitan's "selective layer every N" activation checkpointing in `planner suggest`: recompute
 "full" with `[torchtitan] selective_layer_every = N`, every N-th layer of a rank recomputed whole,
 which the model counts as Megatron's block recompute of most // N layers per chunk (`most` the
-rank's largest chunk, `planner.inputs.plan._torchtitan_recompute`): memory and time between no
-recompute and full.
+rank's largest chunk, `planner.inputs.plan_layout.layout_from_section`): memory and time between
+no recompute and full.
 
 The certified search (`planner.search.top_k`) scores no block recompute for torchtitan, so this
 pass adds it once the settings variants are merged (`planner.search.titan_variants`), exactly:

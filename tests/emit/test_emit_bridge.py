@@ -151,3 +151,7 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     assert "fp8_dot_product_attention" not in text
     _, text = doc(precision="fp4", fp8_attention=True)
     assert "mixed_precision.fp8_dot_product_attention=true" in text
+    # the MXFP8 LM head: TransformerConfig.fp8_output_proj, which Bridge's recipes set on the model
+    mx, _ = doc(precision="fp8", fp8_recipe="mxfp8", fp8_output_proj=True)
+    _accepted(mx)
+    assert mx["model"]["fp8_output_proj"] is True

@@ -435,6 +435,19 @@ def test_nvfp4_flags_and_bf16_layers_read_back(gather: bool) -> None:
     assert_same(plan, round_trip(plan))
 
 
+def test_fp8_output_proj_flag_reads_back() -> None:
+    # Megatron-LM d98e8a64: --fp8-output-proj (TransformerConfig.fp8_output_proj, with fp8 and
+    # the mxfp8 recipe); the plan read back from the launch line has it, and the same memory
+    training = {"precision": "fp8", "fp8_recipe": "mxfp8", "fp8_output_proj": True}
+    plan = make_plan("llama3.1-8b", 8, {"tp": 1, "zero_stage": 1}, "b200-sxm-180gb", **training)
+    assert "--fp8-output-proj" in flags(plan)
+    back = round_trip(plan)
+    assert back.job.fp8_output_proj
+    assert_same(plan, back)
+    plain = make_plan("llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", precision="fp8")
+    assert "--fp8-output-proj" not in flags(plain) and not round_trip(plain).job.fp8_output_proj
+
+
 def test_fp8_attention_has_no_megatron_lm_flag_and_is_noted() -> None:
     # Megatron-LM d98e8a64 leaves TransformerConfig.fp8_dot_product_attention out of its command
     # line (arguments.py `_add_network_size_args` exclude list): no flag to emit, a note instead

@@ -1,0 +1,161 @@
+"""The Job: what to train and on what, everything a plan says but the layout (`planner.inputs.plan`
+builds it from the plan file's tables; `planner.inputs.plan` re-exports it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
+from planner.inputs.layout import Recompute, RecomputePolicy
+from planner.inputs.plan_sections import (
+    CrossEntropy,
+    CudaGraphModule,
+    Fp8Recipe,
+    MuonPrecision,
+    MuonTpMode,
+    Precision,
+    SelectivePolicy,
+)
+from planner.inputs.torchtitan import Framework, TorchtitanSection
+from planner.inputs.userbuffers import TE_DEFAULT, UbSlot
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to train and on what: everything but the layout."""
+
+    arch: ModelArch
+    cluster: ClusterSpec
+    seq_length: int
+    global_batch_size: int
+    precision: Precision = "bf16"
+    main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
+    fused_norm: bool = True
+    cross_entropy: CrossEntropy = "fused"
+    fused_swiglu: bool = True
+    sp_keeps_gathered_input: bool = False
+    tp_backward_overlap: bool = True
+    expandable_segments: bool = False
+    """The caching allocator grows expandable segments (PYTORCH_CUDA_ALLOC_CONF)."""
+    fp8_param_gather: bool = True
+    fp4_param_gather: bool = True
+    """NVFP4 weights are the parameters (Megatron --fp4-param-gather; read with precision fp4)."""
+    flash_attention: bool = True
+    selective_recompute: SelectivePolicy = "core_attn"
+    fp8_recipe: Fp8Recipe = "delayed"
+    """How FP8 scales are chosen (Megatron --fp8-recipe; read with precision fp8)."""
+    moe_router_num_groups: int | None = None
+    """Group-limited routing: the experts fall in this many groups (None = no groups). With one
+    group per node the routing is node-limited (DeepSeek-V3: 8 groups, 4 per token)."""
+    moe_router_group_topk: int | None = None
+    """Groups a token's experts may come from."""
+    moe_expert_capacity_factor: float | None = None
+    """Token dropping: each expert takes at most this x its even share of tokens (None =
+    dropless)."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Every expert runs exactly its capacity of tokens (padded)."""
+    moe_router_force_load_balancing: bool = False
+    """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
+    --moe-router-force-load-balancing; `planner.model.routing_load`)."""
+    compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
+    log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
+    optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    bf16_layers_at_start: int = 0
+    """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
+    bf16_layers_at_end: int = 0
+    """The same for the last decoder layers."""
+    fp8_attention: bool = False
+    """FP8 / NVFP4: the fused attention's matmuls run in FP8 (Transformer Engine's FP8
+    dot-product attention; `planner.model.attention`)."""
+    fp8_output_proj: bool = False
+    """FP8 with the MXFP8 recipe: the output layer's GEMM runs in MXFP8 (Megatron
+    --fp8-output-proj; `layer_time.output_layer_time`; its weight cache:
+    `buffers.output_proj_cache_bytes`)."""
+    gemm_sm_margin: int = 0
+    """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
+    whole step (`planner.model.layer_time`)."""
+    optimizer: Literal["adam", "muon"] = "adam"  # planner.model.optimizer_states
+    muon_whole_params: bool = False  # the layer-wise optimizer's whole-parameter sharding
+    muon_ns_steps: int = 5  # Megatron --muon-num-ns-steps (planner.model.muon_time)
+    muon_tp_mode: MuonTpMode = "duplicated"  # --muon-tp-mode
+    muon_split_qkv: bool = True  # --muon-split-qkv (--muon-no-split-qkv: False)
+    muon_matmul_precision: MuonPrecision = "medium"  # --muon-fp32-matmul-prec
+    rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
+    rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
+    vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
+    attention_dropout: bool = True  # planner.model.scores
+    frozen_model: bool = False
+    """The model's own parameters are frozen (`[training] frozen_model`): only modules outside it
+    train, which planner leaves out (`planner.model.memory`, `layer_time`, `cost`)."""
+    tp_overlap_cfg: tuple[tuple[str, UbSlot], ...] = TE_DEFAULT
+    """Transformer Engine's userbuffers slots for --tp-comm-overlap (`planner.inputs.userbuffers`:
+    its defaults, what Megatron-LM runs without --tp-comm-overlap-cfg; a run's own tuned one,
+    e.g. MLPerf's, by `userbuffers.resolve`)."""
+    cuda_graphs: bool = False
+    """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
+    issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = ()
+    """With `cuda_graphs`, the regions of each layer captured (Megatron --cuda-graph-modules);
+    the rest of the layer runs eagerly. () = the whole layer."""
+    pools: tuple[Pool, ...] = ()
+    """A heterogeneous cluster's pools in pipeline order (`[[cluster.pools]]`); () = one GPU
+    kind, `cluster` alone. With pools, `cluster` is the first pool's GPU counting every GPU."""
+    between_pools: LinkTier | None = None
+    """The link joining pools (with pools only)."""
+    pools_data_parallel: bool = False
+    """`[cluster.between_pools] allow_data_parallel`: layouts whose data-parallel replicas span
+    the pools (`Layout.dp_pools`) may be used, and suggest considers them."""
+    framework: Framework = "megatron"
+    """The training code: Megatron-LM, or torchtitan (FSDP2, DTensor TP, torch pipelining)."""
+    torchtitan: TorchtitanSection | None = None
+    """torchtitan's own settings (`[torchtitan]`; its defaults when the table is left out), with
+    framework "torchtitan" only."""
+
+    @property
+    def titan(self) -> TorchtitanSection:
+        """The torchtitan settings (their defaults where none were given)."""
+        return self.torchtitan or TorchtitanSection()
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
+        return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    def recompute_policy(self, recompute: Recompute) -> RecomputePolicy:
+        """What a layout's recompute setting recomputes in this training code: "selective" is
+        the core attention (Megatron) or PyTorch's per-op policy."""
+        return self.selective_recompute if recompute == "selective" else recompute
+
+    @property
+    def quantised(self) -> bool:
+        """The decoder's linear layers run in FP8 or NVFP4 (Transformer Engine quantises their
+        operands), not bf16."""
+        return self.precision != "bf16"
+
+    @property
+    def quant_recipe(self) -> str:
+        """How the linear layers' operands are quantised: the FP8 recipe, or "nvfp4"."""
+        return "nvfp4" if self.precision == "fp4" else self.fp8_recipe
+
+    @property
+    def low_precision_params(self) -> bool:
+        """The quantised weights are the parameters (--fp8-param-gather / --fp4-param-gather):
+        no bf16 copy, and the distributed optimizer gathers them in their own bytes."""
+        if self.precision == "fp8":
+            return self.fp8_param_gather
+        return self.precision == "fp4" and self.fp4_param_gather
+
+    @property
+    def optimizer_bytes(self) -> float:
+        """Optimizer bytes per parameter: the fp32 master weight (4) and Adam's two moments
+        (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with Transformer
+        Engine >= 2.1 keeps only the master's 16-bit remainder (store_param_remainders, on by
+        default; OptimizerConfig @d98e8a64), 2 bytes fewer: counting 4 is the safe side."""
+        return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_length * self.global_batch_size

@@ -1,0 +1,141 @@
+"""The `[parallel]` table as a Layout (`layout_from_section`): dp and sequence parallelism
+derived, the pipeline split read (Megatron's layout string, or torchtitan's own split), and
+torchtitan's activation checkpointing mapped onto Megatron's recompute settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.inputs import pipeline_layout
+from planner.inputs.errors import InputError, spelled
+from planner.inputs.job import Job
+from planner.inputs.layout import Layout
+from planner.inputs.plan_sections import ParallelSection
+from planner.inputs.torchtitan import SINGLE_STAGE
+
+
+def _vpp(section: ParallelSection, stages: tuple[str, ...] | None) -> int:
+    """The virtual pipeline size: as given; else, with a pipeline layout, its stages per rank
+    (Megatron derives it so; a count that does not divide is a rule violation); else 1."""
+    if section.vpp is not None:
+        return section.vpp
+    if stages is not None and len(stages) % section.pp == 0:
+        return len(stages) // section.pp
+    return 1
+
+
+def torchtitan_stages(num_layers: int, stages: int) -> tuple[str, ...]:
+    """torchtitan's default split over its pp x vpp stages (pipeline_parallel.py
+    `generate_llm_fqn_per_model_part`, first / last_stage_less_layers = 1): num_layers + 2
+    "effective layers" split evenly, the first stages one more, the embedding and the norm and
+    output taking one layer's place in the first and the last stage; in planner's stage strings
+    (E embedding, t decoder layer, L loss)."""
+    per, extra = divmod(num_layers + 2, stages)
+    out, left = [], num_layers
+    for k in range(stages):
+        n = per + (k < extra) - (k == 0) - (k == stages - 1)
+        take = max(min(n, left), 0)
+        left -= take
+        out.append(("E" if k == 0 else "") + "t" * take + ("L" if k == stages - 1 else ""))
+    return tuple(out)
+
+
+def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:
+    """Build a Layout from `[parallel]`, deriving dp (which must then be a whole number) and
+    sequence parallelism (on when tp > 1 unless the table says otherwise)."""
+    where = str(path) if path else "<plan>"
+    model_size = section.tp * section.pp * section.cp
+    n = job.cluster.num_gpus
+    if section.dp is None:
+        if n % model_size:
+            raise InputError(
+                f"{where}: parallel: num_gpus ({n}) must be a multiple of tp x pp x cp "
+                f"({section.tp} x {section.pp} x {section.cp} = {model_size})"
+            )
+        dp = n // model_size
+    else:
+        dp = section.dp
+    sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
+    stages = None
+    titan_split = not (
+        section.pipeline_layers
+        or section.pipeline_model_parallel_layout
+        or section.account_for_embedding_in_pipeline_split is not None
+        or section.account_for_loss_in_pipeline_split is not None
+    )
+    if job.framework == "torchtitan" and section.pp > 1 and titan_split:
+        # torchtitan's own split, unless the plan gives one
+        named = job.titan.pipeline_schedule
+        vpp = section.vpp or (2 if named is not None and named not in SINGLE_STAGE else 1)
+        stages = torchtitan_stages(job.arch.num_layers, section.pp * vpp)
+    if section.pipeline_model_parallel_layout is not None:
+        text = section.pipeline_model_parallel_layout
+        stages = pipeline_layout.parse(text)
+        if stages is None:
+            raise InputError(
+                f"{where}: parallel.pipeline_model_parallel_layout: cannot read {spelled(text)}: "
+                "stages of E, t, m, L separated by |, with x*n and (...)*n repeats"
+            )
+    layout = Layout(
+        tp=section.tp,
+        pp=section.pp,
+        dp=dp,
+        cp=section.cp,
+        ep=section.ep,
+        etp=section.etp,
+        vpp=_vpp(section, stages),
+        sequence_parallel=sp,
+        micro_batch_size=section.micro_batch_size,
+        zero_stage=section.zero_stage,
+        recompute=section.recompute,
+        recompute_modules=section.recompute_modules or ("core_attn",),
+        recompute_method=section.recompute_method or "uniform",
+        recompute_num_layers=section.recompute_num_layers or 1,
+        cpu_offloading_num_layers=section.cpu_offloading_num_layers,
+        offload_modules=section.offload_modules,
+        moe_token_dispatcher_type=section.moe_token_dispatcher_type,
+        moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
+        microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
+        pipeline_layers=section.pipeline_layers,
+        pipeline_layout=stages,
+        account_for_embedding_in_pipeline_split=bool(
+            section.account_for_embedding_in_pipeline_split
+        ),
+        account_for_loss_in_pipeline_split=bool(section.account_for_loss_in_pipeline_split),
+        tp_comm_overlap=section.tp_comm_overlap,
+        ep_comm_overlap=section.ep_comm_overlap,
+        overlap_grad_reduce=section.overlap_grad_reduce,
+        overlap_param_gather=section.overlap_param_gather,
+        ddp_bucket_size=section.ddp_bucket_size,
+        ddp_num_buckets=section.ddp_num_buckets,
+        dp_pools=section.dp_pools,
+    )
+    return _torchtitan_recompute(job, section, layout, where)
+
+
+def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:
+    """torchtitan's activation checkpointing on the layout. Its modes are recompute "none",
+    "full" (every layer), "selective" (per-op SAC) and, with `[torchtitan]
+    selective_layer_every = N`, "full" on every N-th layer of a rank (a counter over the rank's
+    layers, torchtitan activation_checkpoint.py `_apply_layer_sac`): Megatron's block method with
+    that many layers per virtual stage, in memory and time. Megatron's method / layer count /
+    modules have no torchtitan setting."""
+    if job.framework != "torchtitan":
+        return layout
+    for name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
+        if getattr(section, name) is not None:
+            raise InputError(
+                f"{where}: parallel.{name}: a Megatron-LM setting torchtitan does not have "
+                f"(got {spelled(getattr(section, name))}); torchtitan recomputes none, full, "
+                "selective (per-op) or, with torchtitan.selective_layer_every = N, every N-th layer"
+            )
+    every = job.titan.selective_layer_every
+    if every is None:
+        return layout
+    if layout.recompute != "full":
+        raise InputError(
+            f"{where}: torchtitan.selective_layer_every: {every} needs parallel.recompute = "
+            f'"full" (got "{layout.recompute}")'
+        )
+    most = max(len(c) for chunks in layout.chunk_layers(job.arch.num_layers) for c in chunks)
+    return layout.with_(recompute_method="block", recompute_num_layers=max(most // every, 1))

@@ -1,0 +1,86 @@
+"""The plan's precision settings checked as Megatron-Core checks them (exit 2 with the file, the
+field and the value): bf16 first / last layers, FP8 attention and the MXFP8 output layer."""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
+from planner.inputs.plan_sections import TrainingSection
+
+
+def check_precision(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """Raise InputError where a precision setting cannot apply to the rest of `[training]`."""
+    _bf16_layers(training, arch, where)
+    _fp8_attention(training, where)
+    _fp8_output_proj(training, where)
+
+
+def _bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """bf16 layers only where the rest is FP8 / NVFP4, never all of them, and not under delayed
+    scaling (Megatron-Core TransformerConfig d98e8a64: "Delayed scaling does not support first /
+    last layer in BF16"); the per-stage bound is a layout rule (`planner.search.rules`)."""
+    start, end = training.bf16_layers_at_start, training.bf16_layers_at_end
+    if not start and not end:
+        return
+    name = "bf16_layers_at_start" if start else "bf16_layers_at_end"
+    if training.precision == "bf16":
+        raise InputError(
+            f'{where}: training.{name}: layers kept in bf16 need precision "fp8" or "fp4" '
+            "(the whole model is bf16 already)"
+        )
+    if training.framework != "megatron":
+        raise InputError(
+            f"{where}: training.{name}: bf16 first / last layers are Megatron-LM's "
+            "(--first-last-layers-bf16); torchtitan's float8 filters modules by name"
+        )
+    if start + end >= arch.num_layers:
+        raise InputError(
+            f"{where}: training.{name}: {start} + {end} bf16 layers leave none of the "
+            f"{arch.num_layers} in {training.precision}"
+        )
+    if training.precision == "fp8" and (training.fp8_recipe or "delayed") == "delayed":
+        raise InputError(
+            f"{where}: training.{name}: Megatron's delayed FP8 scaling does not support bf16 "
+            'first / last layers; set fp8_recipe = "tensorwise" (or another) or drop them'
+        )
+
+
+def _fp8_attention(training: TrainingSection, where: str) -> None:
+    """FP8 attention only inside an FP8 / NVFP4 autocast whose recipe carries it: Megatron-Core
+    (d98e8a64) passes fp8_dpa to Transformer Engine's delayed (TEDelayedScaling), tensorwise,
+    mxfp8 and nvfp4 recipes, not to blockwise; and only for the fused attention kernel."""
+    if not training.fp8_attention:
+        return
+    field = f"{where}: training.fp8_attention"
+    if training.precision == "bf16":
+        raise InputError(f'{field}: FP8 attention needs precision "fp8" or "fp4" (got "bf16")')
+    if training.framework != "megatron":
+        raise InputError(
+            f"{field}: FP8 attention is Transformer Engine's (Megatron); torchtitan's float8 "
+            "converts only linear layers"
+        )
+    if training.precision == "fp8" and training.fp8_recipe == "blockwise":
+        raise InputError(
+            f'{field}: Megatron does not pass FP8 attention to the "blockwise" recipe (only '
+            "delayed, tensorwise, mxfp8 and NVFP4 take it); set fp8_attention = false"
+        )
+    if training.flash_attention is False:
+        raise InputError(
+            f"{field}: FP8 attention is the fused attention kernel's; it needs "
+            "flash_attention = true"
+        )
+
+
+def _fp8_output_proj(training: TrainingSection, where: str) -> None:
+    """Megatron-Core's TransformerConfig (d98e8a64) raises unless fp8 and fp8_recipe mxfp8."""
+    if not training.fp8_output_proj:
+        return
+    recipe = training.fp8_recipe or "delayed"
+    if training.precision != "fp8" or recipe != "mxfp8" or training.framework != "megatron":
+        got = f'precision "{training.precision}"'
+        if training.precision == "fp8":
+            got += f', fp8_recipe "{recipe}"'
+        raise InputError(
+            f"{where}: training.fp8_output_proj: Megatron runs the output layer in MXFP8 only with "
+            f'precision "fp8" and fp8_recipe "mxfp8" (got {got}); set fp8_output_proj = false'
+        )
