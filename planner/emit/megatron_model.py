@@ -54,8 +54,9 @@ def _positions(plan: Plan, where: str) -> list[Arg]:
 
 
 def moe_layer_freq(freq: int | tuple[int, ...]) -> str:
-    """--moe-layer-freq: an int N, or a Python list expression Megatron evaluates,
-    run-length encoded like its DeepSeek-V3 example: "[0]*3+[1]*58"."""
+    """--moe-layer-freq (and --window-attn-skip-freq, the same type): an int N, or a Python list
+    expression Megatron evaluates, run-length encoded like its DeepSeek-V3 example:
+    "[0]*3+[1]*58"."""
     if isinstance(freq, int):
         return str(freq)
     runs = [(x, len(list(run))) for x, run in groupby(freq)]
@@ -108,6 +109,10 @@ def model_args(plan: Plan) -> list[Arg]:
         ("--seq-length", str(job.seq_length)),
     ]
     a += _positions(plan, where)
+    if arch.window_size is not None:  # causal: no keys after the query (the right window 0)
+        a.append(("--window-size", f"{arch.window_size},0"))
+        if arch.window_attn_skip_freq is not None:
+            a.append(("--window-attn-skip-freq", moe_layer_freq(arch.window_attn_skip_freq)))
     if arch.is_moe:
         a += [
             ("--num-experts", str(arch.num_moe_experts)),

@@ -8,11 +8,12 @@
 - `arch` the model (Megatron-LM field names), `hardware` GPUs, link tiers and clusters, `layout`
   the parallel layout (degrees named as torchtitan's ParallelDims), `pipeline_layout` Megatron's
   --pipeline-model-parallel-layout strings
-- `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_fields`) a
-  Hugging Face config.json; `megatron_args` an existing Megatron-LM command line (`megatron_line`
-  splits the text, `megatron_layout` / `megatron_vocab` / `megatron_values` read flag groups,
-  `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts); `megatron_log` a
-  Megatron-LM training log's runs (`megatron_log_args` its printed arguments back into flags);
+- `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_families`,
+  `hf_fields`) a Hugging Face config.json; `megatron_args` an existing Megatron-LM command line
+  (`megatron_line` splits the text, `megatron_layout` / `megatron_vocab` / `megatron_values`
+  read flag groups, `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts);
+  `megatron_log` a Megatron-LM training log's runs (`megatron_log_args` its printed arguments
+  back into flags);
   `torchtitan` a plan's torchtitan settings and `torchtitan_config` a torchtitan job TOML read
   back; `files` reading the user's files
 - `errors` (exit codes, messages naming file, field and value), `fields` (strict input types),

@@ -8,9 +8,9 @@ unset take Megatron's defaults (`num_query_groups` = heads, `kv_channels` = hidd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +23,10 @@ MAX_LAYERS = 10_000
 Llama 3.1 405B 126, the 1T-parameter GPT of Narayanan et al. 2021 128); ten thousand leaves room for
 experiments and bounds the per-layer tables (MoE pattern, pipeline splits) that a mistyped count
 would otherwise make unbounded."""
+
+MAX_WINDOW = 1 << 24
+"""Tokens of a sliding attention window: 16,777,216, above any sequence planner plans (published
+windows: 128 in gpt-oss, 4,096 in Mistral 7B and Gemma 2)."""
 
 MAX_EXPERTS = 1 << 20
 """Routed experts per MoE layer: 1,048,576, the product-key "million experts" of PEER (He 2024);
@@ -95,6 +99,22 @@ class ModelArch(BaseModel):
     qk_pos_emb_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
 
+    # --- sliding-window attention (Megatron --window-size, --window-attn-skip-freq)
+    window_size: NonNegativeInt | None = Field(
+        default=None,
+        le=MAX_WINDOW,
+        description="sliding-window attention: each query attends to itself and this many tokens "
+        "before it (Megatron --window-size W,0; HF sliding_window); None = the whole sequence",
+    )
+    window_attn_skip_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] | None = (
+        Field(
+            default=None,
+            description="with window_size: int N, every N-th layer attends to the whole "
+            "sequence (the others windowed); or a 1 (window) / 0 (whole) list, one per layer; "
+            "None = every layer windowed",
+        )
+    )
+
     mtp_num_layers: NonNegativeInt = Field(
         default=0, le=MAX_LAYERS, description="multi-token-prediction layers (hybrid: depths)"
     )
@@ -132,6 +152,7 @@ class ModelArch(BaseModel):
             self._check_hybrid(self.hybrid_layer_pattern)
         elif self.mtp_use_repeated_layer and not self.mtp_num_layers:
             raise ValueError("mtp_use_repeated_layer needs mtp_num_layers")
+        self._check_window()
         if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
@@ -227,25 +248,72 @@ class ModelArch(BaseModel):
         """d_inner, the Mamba-2 mixer's width: heads x head dim."""
         return self.mamba_heads * self.mamba_head_dim
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with `update` applied, whose derived tables (`layer_kinds`, `kind_prefix`, the
+        other cached properties) are computed afresh: pydantic copies the instance's __dict__,
+        where functools.cached_property keeps them, so a copy with fewer layers would otherwise
+        carry the original's."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name, attr in vars(ModelArch).items():
+            if isinstance(attr, cached_property):
+                copy.__dict__.pop(name, None)
+        return copy
+
+    def _check_window(self) -> None:
+        if self.window_size is None:
+            if self.window_attn_skip_freq is not None:
+                raise ValueError("window_attn_skip_freq needs window_size")
+            return
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError("window_size in a hybrid stack is not modelled")
+        freq = self.window_attn_skip_freq
+        if isinstance(freq, tuple) and len(freq) != self.num_layers:
+            raise ValueError(
+                f"window_attn_skip_freq has {len(freq)} entries but num_layers is {self.num_layers}"
+            )
+
+    def is_windowed(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-indexed) attends over the sliding window, as
+        Megatron-Core's `is_layer_window_attention` (transformer/utils.py @d98e8a64, 1-indexed
+        layer numbers): every layer without window_attn_skip_freq, all but every N-th with an
+        int N, the list's 1s."""
+        freq = self.window_attn_skip_freq
+        if self.window_size is None:
+            return False
+        if freq is None:
+            return True
+        if isinstance(freq, tuple):
+            return bool(freq[layer])
+        return (layer + 1) % freq != 0
+
     @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
         """The kind of each decoder layer: the hybrid pattern's, or a transformer's dense and MoE
-        layers (moe_layer_freq)."""
+        layers (moe_layer_freq), those with sliding-window attention their windowed kinds."""
         if self.hybrid_layer_pattern is not None:
             return hybrid.kinds_of(hybrid.parse(self.hybrid_layer_pattern).main)
         if not self.is_moe:
-            return (DENSE,) * self.num_layers
-        if isinstance(self.moe_layer_freq, tuple):
-            return tuple(MOE if x else DENSE for x in self.moe_layer_freq)
-        return tuple(MOE if i % self.moe_layer_freq == 0 else DENSE for i in range(self.num_layers))
+            base: tuple[LayerKind, ...] = (DENSE,) * self.num_layers
+        elif isinstance(self.moe_layer_freq, tuple):
+            base = tuple(MOE if x else DENSE for x in self.moe_layer_freq)
+        else:
+            base = tuple(
+                MOE if i % self.moe_layer_freq == 0 else DENSE for i in range(self.num_layers)
+            )
+        if self.window_size is None:
+            return base
+        return tuple(hybrid.windowed(k) if self.is_windowed(i) else k for i, k in enumerate(base))
 
     @cached_property
     def mtp_kinds(self) -> tuple[LayerKind, ...]:
         """The layers of one MTP depth: the hybrid pattern's MTP part, or one layer of the last
-        decoder layer's kind (Megatron's GPT MTP, multi_token_prediction.py)."""
+        decoder layer's kind (Megatron's GPT MTP, multi_token_prediction.py), attending to the
+        whole sequence (the safe side where its window is not known)."""
         if self.hybrid_layer_pattern is not None:
             return hybrid.kinds_of(hybrid.parse(self.hybrid_layer_pattern).mtp)
-        return (self.layer_kinds[-1],) if self.mtp_num_layers else ()
+        if not self.mtp_num_layers:
+            return ()
+        return (MOE if self.layer_kinds[-1].moe else DENSE,)
 
     @cached_property
     def kinds(self) -> tuple[LayerKind, ...]:

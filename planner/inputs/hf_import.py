@@ -21,7 +21,9 @@ files (tests/data/hf) and transformers' config classes:
   num_nextn_predict_layers -> mtp_num_layers; group-limited routing n_group / topk_group ->
   moe_router_num_groups / moe_router_group_topk (Megatron-Bridge's DeepSeek bridge maps them so).
 - gpt-oss: num_local_experts experts of width intermediate_size on every layer, biases
-  everywhere; its sliding-window layers, attention sinks and clamped GLU are noted in `source`.
+  everywhere; its attention sinks and clamped GLU are noted in `source`.
+- sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"
+  (gpt-oss), or on every layer (Mistral) -> window_attn_skip_freq (an int, or a 0/1 list).
 
 RoPE settings (rope_theta / rope_scaling, or the newer rope_parameters; rotary_pct,
 partial_rotary_factor) have no ModelArch field and are accepted in either spelling and ignored.
@@ -32,28 +34,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
+from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled_json, where
 from planner.inputs.files import read_file, validate
+from planner.inputs.hf_families import FAMILIES, SUPPORTED
 from planner.inputs.hf_fields import Reader
-
-Fields = dict[str, Any]
-
-_GELU = (  # every GeLU approximation maps to Megatron's gelu
-    "gelu",
-    "gelu_new",
-    "gelu_fast",
-    "gelu_pytorch_tanh",
-    "gelu_accurate",
-    "gelu_python",
-    "gelu_10",
-    "quick_gelu",
-)
-
 
 # --- entry points
 
@@ -80,7 +68,7 @@ def arch_from_hf(cfg: dict[str, Any], path: Path | str | None = None) -> ModelAr
     """Map one parsed HF config dict to a validated ModelArch."""
     arch = architecture(cfg, path)
     reader = Reader(cfg, path, arch)
-    fields = _FAMILIES[arch][1](reader)
+    fields = FAMILIES[arch][1](reader)
     name_or_path = cfg.get("_name_or_path")
     fields["name"] = model_name(cfg, path)
     fields["display_name"] = name_or_path if isinstance(name_or_path, str) else ""
@@ -132,266 +120,3 @@ def model_name(cfg: dict[str, Any], path: Path | str | None = None) -> str:
         base = ""
     name = re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-.")
     return name or "hf-model"
-
-
-# --- shared pieces
-
-
-def _mlp(r: Reader, key: str, default: str, gated: bool) -> Fields:
-    """activation + gated_linear_unit from hidden_act / activation_function."""
-    act = r.text(key, default)
-    if gated:
-        table = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(_GELU, "geglu")}
-    else:
-        table = {
-            "relu": "relu",
-            "relu2": "squared_relu",
-            "silu": "silu",
-            "swish": "silu",
-            **dict.fromkeys(_GELU, "gelu"),
-        }
-    if act not in table:
-        raise r.error(
-            key,
-            f"unsupported activation {spelled_json(act)} for {r.arch}; "
-            f"supported: {', '.join(table)}",
-        )
-    return {"activation": table[act], "gated_linear_unit": gated}
-
-
-def _attention(r: Reader, hidden: int, heads: int, head_dim_default: int | None = None) -> Fields:
-    """num_query_groups and kv_channels from num_key_value_heads and head_dim."""
-    kv = r.opt_int("num_key_value_heads")
-    head_dim = r.opt_int("head_dim", default=head_dim_default)
-    if head_dim is None and hidden % heads == 0:
-        head_dim = hidden // heads
-    return {
-        "num_query_groups": None if kv in (None, heads) else kv,
-        "kv_channels": head_dim,
-    }
-
-
-def _tied(r: Reader, default: bool) -> Fields:
-    return {"untie_embeddings_and_output_weights": not r.flag("tie_word_embeddings", default)}
-
-
-# --- one mapper per architecture family
-
-
-def _dense_shape(r: Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
-    """The fields the HF-style configs spell alike: layers, hidden, ffn (under ffn_key), heads,
-    the attention shape, vocabulary and positions."""
-    hidden = r.req_int("hidden_size")
-    heads = r.req_int("num_attention_heads")
-    return {
-        "num_layers": r.req_int("num_hidden_layers", maximum=MAX_LAYERS),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int(ffn_key),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads, head_dim_default),
-        "vocab_size": r.req_int("vocab_size"),
-        "max_position_embeddings": r.opt_int("max_position_embeddings"),
-    }
-
-
-def _gpt2_shape(r: Reader, *hidden_keys: str) -> Fields:
-    """The same fields in GPT-2-era spelling (n_layer, n_head, n_inner; the newer names are also
-    accepted); n_inner absent or null -> 4 x hidden."""
-    hidden = r.req_int(*hidden_keys)
-    heads = r.req_int("n_head", "num_attention_heads")
-    return {
-        "num_layers": r.req_int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
-    }
-
-
-def _llama(r: Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
-    """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
-    attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
-    return {
-        **_dense_shape(r, "intermediate_size", head_dim_default),
-        **_mlp(r, "hidden_act", "silu" if gated else "relu2", gated=gated),
-        "normalization": "RMSNorm",
-        "add_bias_linear": r.flag("attention_bias", False) or r.flag("mlp_bias", False),
-        "position_embedding_type": "rope",
-        **_tied(r, False),
-    }
-
-
-def _moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
-    """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
-    else one 0/1 entry per layer."""
-    return {
-        "num_moe_experts": r.req_int(*experts, maximum=MAX_EXPERTS),
-        "moe_router_topk": r.req_int("num_experts_per_tok"),
-        "moe_ffn_hidden_size": expert_ffn,
-        "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],
-    }
-
-
-def _mixtral(r: Reader) -> Fields:
-    """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
-    f = _llama(r)
-    every = [True] * f["num_layers"]
-    return f | _moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
-
-
-def _qwen2(r: Reader) -> Fields:
-    """Qwen2 / Qwen2.5: bias on q, k, v only."""
-    return {**_llama(r), "add_qkv_bias": True, "add_bias_linear": False}
-
-
-def _qwen3(r: Reader) -> Fields:
-    """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
-    return {**_llama(r, head_dim_default=128), "qk_layernorm": True}
-
-
-def _qwen3_moe(r: Reader) -> Fields:
-    """Layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
-    f = _qwen3(r)
-    step = r.opt_int("decoder_sparse_step", default=1) or 1
-    dense = set(r.int_list("mlp_only_layers"))
-    moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
-    return f | _moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
-
-
-def _deepseek_v3(r: Reader) -> Fields:
-    """MLA + DeepSeekMoE. Layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq
-    == 0; intermediate_size is the dense layers' MLP width. The fields that change the parameter
-    count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
-    own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null."""
-    f = _llama(r)
-    expert_ffn = r.req_int("moe_intermediate_size")
-    first_dense = r.req_int("first_k_dense_replace", minimum=0)
-    freq = r.opt_int("moe_layer_freq", default=1) or 1
-    shared = r.nullable_int("n_shared_experts", minimum=0)
-    v_head_dim = r.req_int("v_head_dim")
-    moe_layers = [i >= first_dense and i % freq == 0 for i in range(f["num_layers"])]
-    return {
-        **f,
-        "num_query_groups": None,  # MLA: latent KV, no GQA groups
-        "kv_channels": v_head_dim,  # unused by MLA; hidden/heads (56) would mislead
-        **_moe(r, ("n_routed_experts", "num_local_experts"), expert_ffn, moe_layers),
-        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
-        "multi_latent_attention": True,
-        "qk_layernorm": True,  # MLA's q_a / kv_a latent RMSNorms (Megatron --qk-layernorm)
-        "q_lora_rank": r.nullable_int("q_lora_rank"),
-        "kv_lora_rank": r.req_int("kv_lora_rank"),
-        "qk_head_dim": r.req_int("qk_nope_head_dim"),
-        "qk_pos_emb_head_dim": r.req_int("qk_rope_head_dim"),
-        "v_head_dim": v_head_dim,
-        "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
-        "moe_router_num_groups": r.opt_int("n_group"),
-        "moe_router_group_topk": r.opt_int("topk_group"),
-    }
-
-
-def _gpt_oss(r: Reader) -> Fields:
-    """gpt-oss: every layer MoE (num_local_experts, each intermediate_size wide, top
-    num_experts_per_tok), GQA with head_dim, RMSNorm, RoPE. The experts and the router always
-    carry biases and attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring
-    high when attention_bias is false). Not expressible, noted in `source`: the sliding-window
-    layers of layer_types (counted as full attention), the per-head attention sinks, the router
-    bias and the clamped GLU (swiglu_limit; counted as SwiGLU)."""
-    f = _llama(r, head_dim_default=64)
-    every = [True] * f["num_layers"]
-    window = r.opt_int("sliding_window")
-    if window is not None:
-        r.notes.append(
-            f"sliding_window {window} on the layers layer_types marks sliding: counted as full "
-            "attention"
-        )
-    r.notes.append("attention sinks, router bias and the clamped GLU (swiglu_limit) not modelled")
-    return {
-        **f,
-        "add_bias_linear": True,
-        **_moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
-    }
-
-
-def _gpt2(r: Reader) -> Fields:
-    """GPT-2: n_embd / n_layer / n_head / n_positions."""
-    return {
-        **_gpt2_shape(r, "n_embd", "hidden_size"),
-        "max_position_embeddings": r.opt_int("n_positions", "max_position_embeddings"),
-        **_mlp(r, "activation_function", "gelu_new", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "learned_absolute",
-        **_tied(r, True),
-    }
-
-
-def _gpt_neox(r: Reader) -> Fields:
-    """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
-    return {
-        **_dense_shape(r, "intermediate_size"),
-        **_mlp(r, "hidden_act", "gelu", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "rope",
-        **_tied(r, False),
-    }
-
-
-def _bloom(r: Reader) -> Fields:
-    """BLOOM: ALiBi (no position table), GeLU, tied. BLOOM-176B's config says n_embed /
-    num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
-    (2h parameters) has no ModelArch field and is not counted."""
-    return {
-        **_gpt2_shape(r, "hidden_size", "n_embed"),
-        "activation": "gelu",
-        "gated_linear_unit": False,
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "alibi",
-        **_tied(r, True),
-    }
-
-
-def _opt(r: Reader) -> Fields:
-    """OPT: ffn_dim, ReLU, learned positions, tied. A word_embed_proj_dim other than hidden_size
-    (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
-    hidden = r.req_int("hidden_size")
-    proj = r.opt_int("word_embed_proj_dim", default=hidden)
-    if proj != hidden:
-        r.notes.append(
-            f"word_embed_proj_dim {proj} != hidden_size {hidden}: embeddings are {proj} wide "
-            "with project_in/project_out layers, not modelled"
-        )
-    return {
-        **_dense_shape(r, "ffn_dim"),
-        **_mlp(r, "activation_function", "relu", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": r.flag("enable_bias", True),
-        "position_embedding_type": "learned_absolute",
-        **_tied(r, True),
-    }
-
-
-def _nemotron(r: Reader) -> Fields:
-    """Nemotron-4: squared ReLU without GLU, LayerNorm1p (a LayerNorm), partial RoPE, head_dim."""
-    return {**_llama(r, gated=False), "normalization": "LayerNorm"}
-
-
-# architectures[0] -> (model_type, mapper), in the order error messages list them
-_FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
-    "LlamaForCausalLM": ("llama", _llama),
-    "MistralForCausalLM": ("mistral", _llama),
-    "MixtralForCausalLM": ("mixtral", _mixtral),
-    "Qwen2ForCausalLM": ("qwen2", _qwen2),
-    "Qwen3ForCausalLM": ("qwen3", _qwen3),
-    "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
-    "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
-    "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
-    "GPT2LMHeadModel": ("gpt2", _gpt2),
-    "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),
-    "BloomForCausalLM": ("bloom", _bloom),
-    "OPTForCausalLM": ("opt", _opt),
-    "NemotronForCausalLM": ("nemotron", _nemotron),
-}
-SUPPORTED: dict[str, str] = {arch: model_type for arch, (model_type, _) in _FAMILIES.items()}

@@ -38,6 +38,8 @@ class LayerKind:
     name: str
     mixer: Mixer | None
     ffn: Channel | None
+    window: bool = False
+    """Its attention is a sliding window (`ModelArch.window_size`), not the whole sequence."""
 
     @property
     def moe(self) -> bool:
@@ -54,6 +56,10 @@ DENSE = LayerKind("dense", "attention", "dense")
 """A transformer layer: attention and a dense MLP."""
 MOE = LayerKind("moe", "attention", "moe")
 """A transformer layer: attention and a mixture of experts."""
+DENSE_WINDOW = LayerKind("dense-window", "attention", "dense", window=True)
+"""`DENSE` whose attention is a sliding window."""
+MOE_WINDOW = LayerKind("moe-window", "attention", "moe", window=True)
+"""`MOE` whose attention is a sliding window."""
 MAMBA = LayerKind("M", "mamba", None)
 ATTENTION = LayerKind("*", "attention", None)
 MLP = LayerKind("-", None, "dense")
@@ -62,7 +68,7 @@ MOE_MLP = LayerKind("E", None, "moe")
 KIND_OF_SYMBOL = {k.name: k for k in (MAMBA, ATTENTION, MLP, MOE_MLP)}
 """Megatron's hybrid pattern symbols that planner models, and their kinds."""
 
-KIND_ORDER = (DENSE, MOE, MAMBA, ATTENTION, MLP, MOE_MLP)
+KIND_ORDER = (DENSE, MOE, DENSE_WINDOW, MOE_WINDOW, MAMBA, ATTENTION, MLP, MOE_MLP)
 """The order kinds are listed in (`ModelArch.kinds`)."""
 
 NOT_MODELLED = {
@@ -74,6 +80,11 @@ NOT_MODELLED = {
 
 PIPE = "|"
 MTP_SEPARATOR = "/"
+
+
+def windowed(kind: LayerKind) -> LayerKind:
+    """A transformer layer's kind with sliding-window attention."""
+    return MOE_WINDOW if kind.moe else DENSE_WINDOW
 
 
 def layer_kind(kind: bool | LayerKind) -> LayerKind:

@@ -231,6 +231,7 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
     freq = line.text("--moe-layer-freq")
     if freq is not None:
         model["moe_layer_freq"] = layer_pattern(freq, f"{where}: --moe-layer-freq")
+    model.update(_window(line, where))
     for required in ("num_layers", "hidden_size", "num_attention_heads"):
         if required not in model:
             flag = next(f for f, v in MODEL_INT.items() if v == required)
@@ -265,3 +266,31 @@ def load(
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where
+
+
+def _window(line: Line, where: str) -> dict[str, Any]:
+    """--window-size L,R (Megatron's tuple_type: ints, -1 an infinite side) and
+    --window-attn-skip-freq (an int or a 0/1 list expression, as --moe-layer-freq): a causal
+    window of L tokens before each query; none with L = -1 or without the flag."""
+    text = line.text("--window-size")
+    if text is None:
+        return {}
+    parts = text.strip("()").split(",")
+    try:
+        left, right = (int(p) for p in parts)
+    except ValueError:
+        raise InputError(
+            f"{where}: --window-size: expected two integers 'left,right' (got {text!r})"
+        ) from None
+    if left < -1 or right not in (0, -1):
+        raise InputError(
+            f"{where}: --window-size: planner models causal windows 'W,0' with W >= 0 or -1 "
+            f"(got {text!r})"
+        )
+    if left == -1:
+        return {}
+    out: dict[str, Any] = {"window_size": left}
+    freq = line.text("--window-attn-skip-freq")
+    if freq is not None:
+        out["window_attn_skip_freq"] = layer_pattern(freq, f"{where}: --window-attn-skip-freq")
+    return out

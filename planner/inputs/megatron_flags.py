@@ -72,6 +72,8 @@ READ = frozenset(
         "--moe-ffn-hidden-size",
         "--moe-shared-expert-intermediate-size",
         "--moe-layer-freq",
+        "--window-size",
+        "--window-attn-skip-freq",
         "--moe-router-num-groups",
         "--moe-router-group-topk",
         "--moe-expert-capacity-factor",

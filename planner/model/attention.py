@@ -27,6 +27,9 @@ FlashAttention-4 paper's point that they are co-limiting there), at head dim 64 
 FP8 (Transformer Engine's FP8 dot-product attention, `Job.fp8_attention`: the matmuls run
 FP8_ATTENTION_SPEEDUP x faster) B200 and GB200 forward are, and Blackwell Ultra's doubled
 special-function units (B300, GB300: 10.7 against 5 per 10^12 s) lift the bound.
+Sliding-window attention (`ModelArch.window_size`) computes each query's keys within the window
+only (`keys_per_query`), at the rate of a sequence as long as twice those keys: a window of 128
+runs its few tiles at about a third of the long-sequence rate.
 Check (tests/model/test_fp8_attention.py): DeepSeek-V3's MLA forward in FP8 then runs 1.35 x
 faster on GB300 than on GB200, the ~35% NVIDIA measured (technical blog "Making Softmax More
 Efficient with NVIDIA Blackwell Ultra", DeepSeek-V3 FP8 FPROP).
@@ -88,6 +91,16 @@ Transformer Engine's FP8 attention recipe under current scaling, MXFP8 and NVFP4
 (NVTE_DPA_FP8_RECIPE): read the bf16 tensor for its amax (2), read it again (2) and write FP8
 (1). Q, K and V forward, the output gradient backward; the output stays bf16
 (NVTE_DPA_FP8CS_O_in_F16, as MLPerf's Llama 3.1 8B configs set it)."""
+
+
+def keys_per_query(seq: float, window: int | None) -> float:
+    """Keys a query attends to on average under the causal mask: s / 2 over the whole sequence;
+    with a sliding window of w tokens before it, query i attends to min(i, w) + 1 keys, on
+    average (w + 1)(1 - w / 2s) when w < s. The kernel's rate is then taken at the length whose
+    whole causal sequence has as many keys per query (2 x this): its tiles per query tile."""
+    if window is None or window >= seq:
+        return seq / 2
+    return (window + 1) * (1 - window / (2 * seq))
 
 
 def _long_seq(gpu_name: str) -> tuple[float, float]:

@@ -40,26 +40,31 @@ def fractions(job: Job, seq: float, head_dim: float, efficiency: float) -> tuple
     return fe * efficiency, be * efficiency
 
 
-def core_attention(job: Job, gpu: Gpu, t: float, s: int, tp: int, efficiency: float) -> Core:
-    """The flash-attention kernel for t local queries over s keys on a TP shard: each direction
-    the longer of its matmuls (bf16, or FP8 with `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x
-    the bf16 kernel's rate) and its exponentials (one per score computed, at the GPU's
-    `exp_tera_per_s` x `attention.exp_fractions`), and FP8's quantisation traffic."""
+def core_attention(
+    job: Job, gpu: Gpu, t: float, s: int, tp: int, efficiency: float, window: int | None = None
+) -> Core:
+    """The flash-attention kernel for t local queries over s keys (or a sliding `window` of them)
+    on a TP shard: each direction the longer of its matmuls (bf16, or FP8 with
+    `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x the bf16 kernel's rate) and its exponentials
+    (one per score computed, at the GPU's `exp_tera_per_s` x `attention.exp_fractions`), and
+    FP8's quantisation traffic."""
     arch, spec = job.arch, job.cluster.gpu
     qk_w, v_w = flops.attention_core_width(arch)
     heads = arch.num_attention_heads
-    full = 2.0 * t * s * (qk_w + v_w) / tp  # QK^T and AV over the full matrix
-    fe, be = fractions(job, s, (qk_w + v_w) / 2 / heads, efficiency)
+    keys = attention.keys_per_query(s, window)  # s / 2 over the whole sequence
+    work = 2.0 * t * keys * (qk_w + v_w) / tp  # QK^T and AV, forward
+    length = 2 * keys  # the kernel's rate as over a whole causal sequence this long
+    fe, be = fractions(job, length, (qk_w + v_w) / 2 / heads, efficiency)
     fp8 = job.fp8_attention and job.quantised
     mma = gpu.peak_bf16 * (attention.FP8_ATTENTION_SPEEDUP if fp8 else 1.0)
-    fwd = full / 2 / (mma * fe)  # the causal half
-    bwd = 2.5 * full / 2 / (mma * be)
+    fwd = work / (mma * fe)
+    bwd = 2.5 * work / (mma * be)
     exp_fwd = exp_bwd = 0.0
     if spec.exp_tera_per_s is not None:
         clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs alike
         rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
-        xf, xb = attention.exp_fractions(spec.name, s)
-        scores = t * s / 2 * heads / tp  # the causal half (diagonal tiles: the length term)
+        xf, xb = attention.exp_fractions(spec.name, length)
+        scores = t * keys * heads / tp  # (diagonal tiles: the length term)
         exp_fwd, exp_bwd = scores / (rate * xf), scores / (rate * xb)
     quant = 0.0
     if fp8:  # Q, K, V (K and V per query group) forward, the output gradient backward

@@ -237,7 +237,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if kind.mixer == "mamba":
         scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)
     if kind.mixer == "attention" and job.flash_attention:
-        core = attention_time.core_attention(job, gpu, t, s, tp, ATTENTION_EFFICIENCY)
+        window = arch.window_size if kind.window else None
+        core = attention_time.core_attention(job, gpu, t, s, tp, ATTENTION_EFFICIENCY, window)
         attn_fwd, attn_bwd = core.fwd, core.bwd
         cast += core.quant
         skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share

@@ -322,7 +322,7 @@ def test_gpt_oss_active_params_as_the_model_card_counts_them() -> None:
 
 def test_gpt_oss_notes_what_it_cannot_model() -> None:
     arch = load_hf_config(HF / "gpt-oss-120b.json")
-    assert "sliding_window 128" in arch.source
+    assert "sliding_window" not in arch.source  # modelled now (test_sliding_window_layers)
     assert "attention sinks" in arch.source
     # attention_bias false still leaves the experts' biases: erring high, biases stay on
     cfg = {**fixture("gpt-oss-120b"), "attention_bias": False}
@@ -478,3 +478,28 @@ def test_unsupported_activation(tmp_path: Path) -> None:
 
 def test_result_is_a_model_arch() -> None:
     assert isinstance(load_hf_config(HF / "gpt2.json"), ModelArch)
+
+
+def test_sliding_window_layers() -> None:
+    # gpt-oss: layer_types alternates, sliding first; sliding_window 128 -> Megatron's (127, 0)
+    # with window_attn_skip_freq 2 (Megatron-Bridge gpt_oss_bridge.py:87-88 @067f987d); the zoo
+    # entry says the same
+    oss = load_hf_config(HF / "gpt-oss-120b.json")
+    assert (oss.window_size, oss.window_attn_skip_freq) == (127, 2)
+    zoo = catalog.get_model("gpt-oss-120b")
+    assert (zoo.window_size, zoo.window_attn_skip_freq) == (127, 2)
+    assert [oss.is_windowed(i) for i in range(4)] == [True, False, True, False]
+    # Mistral 7B: sliding_window 4096 on every layer, no layer_types
+    mistral = load_hf_config(HF / "mistral-7b.json")
+    assert (mistral.window_size, mistral.window_attn_skip_freq) == (4095, None)
+    # Qwen2.5 (use_sliding_window false) and Mixtral (null): none
+    assert load_hf_config(HF / "qwen2.5-7b.json").window_size is None
+    assert load_hf_config(HF / "mixtral-8x7b.json").window_size is None
+    # an irregular pattern is kept as the 1 / 0 list; a wrong one is refused naming the field
+    cfg = fixture("gpt-oss-120b")
+    n = cfg["num_hidden_layers"]
+    types = ["full_attention"] * 3 + ["sliding_attention"] * (n - 3)
+    irregular = arch_from_hf({**cfg, "layer_types": types}, "x.json")
+    assert irregular.window_attn_skip_freq == (0, 0, 0) + (1,) * (n - 3)
+    with pytest.raises(InputError, match=r"x\.json: layer_types: must list"):
+        arch_from_hf({**cfg, "layer_types": ["sliding_attention"]}, "x.json")

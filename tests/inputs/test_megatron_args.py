@@ -298,6 +298,19 @@ def test_moe_layer_freq_as_the_functional_tests_write_it() -> None:
     assert arch.moe_layers == [False] + [True] * 15
 
 
+def test_window_flags() -> None:
+    # Megatron-LM d98e8a64: --window-size is tuple_type ("127,0" or "(127,0)"), -1 an infinite
+    # side; --window-attn-skip-freq takes --moe-layer-freq's int or list expression
+    arch = parse_plan(read(SMALL + "--window-size 127,0 --window-attn-skip-freq 2").doc).job.arch
+    assert (arch.window_size, arch.window_attn_skip_freq) == (127, 2)
+    listed = read(SMALL + "--window-size (63,0) --window-attn-skip-freq [1,1,1,0]").doc["model"]
+    assert (listed["window_size"], listed["window_attn_skip_freq"]) == (63, [1, 1, 1, 0])
+    assert "window_size" not in read(SMALL + "--window-size -1,0").doc["model"]
+    for bad in ("128,5", "128", "a,b"):
+        with pytest.raises(InputError, match="--window-size"):
+            read(SMALL + f"--window-size {bad}")
+
+
 @pytest.mark.parametrize(
     ("flags", "fields"),
     [

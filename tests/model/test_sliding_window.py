@@ -1,0 +1,106 @@
+"""Sliding-window attention (ModelArch.window_size, window_attn_skip_freq; Megatron --window-size,
+--window-attn-skip-freq): which layers, the keys each query attends to, the attention kernel's time,
+the memory (unchanged under flash attention) and the launch flags read back.
+
+Oracles: Megatron-Core's `is_layer_window_attention` (transformer/utils.py @d98e8a64: layer
+numbers from 1, an int N makes every N-th layer whole), a brute-force count of each query's keys,
+and the kernel model of planner.model.attention by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from jobs import job
+
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import attention, attention_time, layer_time, memory
+
+
+def _windowed(base: str, window: int | None, freq: object = None) -> ModelArch:
+    return catalog.get_model(base).model_copy(
+        update={"window_size": window, "window_attn_skip_freq": freq}
+    )
+
+
+def _job(arch: ModelArch, seq: int = 8192) -> Job:
+    return replace(job("llama3.1-8b", "h100-sxm-80gb", 8, seq, 64), arch=arch)
+
+
+@pytest.mark.parametrize(("seq", "window"), [(8192, 127), (1000, 999), (64, 200), (4096, 4095)])
+def test_keys_per_query_is_a_count_over_the_queries(seq: int, window: int) -> None:
+    # brute force: query i attends to keys max(0, i - w) .. i, i.e. min(i, w) + 1 of them; the
+    # model's whole-sequence value is s / 2 (its causal-half convention), reached as w -> s
+    brute = sum(min(i, window) + 1 for i in range(seq)) / seq
+    got = attention.keys_per_query(seq, window)
+    if window >= seq:
+        assert got == seq / 2
+    else:
+        assert got == pytest.approx(brute, rel=1e-12)
+    assert attention.keys_per_query(seq, None) == seq / 2
+
+
+def test_which_layers_are_windowed_as_megatron_says() -> None:
+    # int N: layer numbers 1..L, whole where number % N == 0; a list: its 1s; None: every layer
+    a = _windowed("llama3.1-8b", 127, 4)
+    assert [a.is_windowed(i) for i in range(8)] == [True, True, True, False] * 2
+    b = _windowed("llama3.1-8b", 127, tuple([0, 1] * 16))
+    assert [b.is_windowed(i) for i in range(4)] == [False, True, False, True]
+    c = _windowed("llama3.1-8b", 4095)
+    assert all(c.is_windowed(i) for i in range(32))
+    assert a.kind_counts([range(0, 8)]) == (2, 6)  # DENSE, DENSE_WINDOW
+    assert not catalog.get_model("llama3.1-8b").is_windowed(0)
+
+
+def test_bad_windows_are_refused() -> None:
+    base = catalog.get_model("llama3.1-8b").model_dump()
+    with pytest.raises(ValueError, match="window_attn_skip_freq needs window_size"):
+        ModelArch.model_validate({**base, "window_attn_skip_freq": 2})
+    with pytest.raises(ValueError, match="3 entries but num_layers is 32"):
+        ModelArch.model_validate({**base, "window_size": 4, "window_attn_skip_freq": [1, 0, 1]})
+
+
+def test_a_windowed_layers_attention_by_hand() -> None:
+    # Llama 3.1 8B shapes, s = 8192, w = 127: keys = 128 x (1 - 127 / 16384); work scales by
+    # keys / (s / 2); the kernel's rate is taken at length 2 x keys (its few tiles per query
+    # tile); bf16 on H100, no exponential bound
+    j = _job(_windowed("llama3.1-8b", 127, 2))
+    gpu = layer_time.gpu_of(j)
+    e = layer_time.ATTENTION_EFFICIENCY
+    full = attention_time.core_attention(j, gpu, 8192.0, 8192, 1, e)
+    win = attention_time.core_attention(j, gpu, 8192.0, 8192, 1, e, window=127)
+    keys = 128 * (1 - 127 / 16384)
+    fe_full = attention.kernel_fractions(j.cluster.gpu.name, 8192, 128)[0]
+    fe_win = attention.kernel_fractions(j.cluster.gpu.name, 2 * keys, 128)[0]
+    assert win.fwd / full.fwd == pytest.approx(keys / 4096 * fe_full / fe_win, rel=1e-9)
+    assert win.fwd < 0.1 * full.fwd  # a 128-token window costs under a tenth of 8k tokens
+
+
+def test_the_window_shortens_the_layers_it_is_on_and_keeps_memory() -> None:
+    lay = Layout(dp=8)
+    plain, windowed = _job(catalog.get_model("llama3.1-8b")), _job(_windowed("llama3.1-8b", 127))
+    gpu = layer_time.gpu_of(plain)
+    dense = layer_time.layer_time(plain, lay, gpu, plain.arch.kinds[0])
+    kind = windowed.arch.kinds[-1]
+    assert kind.window
+    short = layer_time.layer_time(windowed, lay, gpu, kind)
+    assert short.fwd < dense.fwd and short.bwd < dense.bwd
+    # flash attention keeps no s x s scores: the same bytes with or without the window
+    assert memory.estimate(windowed, lay).peak == memory.estimate(plain, lay).peak
+
+
+def test_a_copy_computes_its_own_layer_tables() -> None:
+    # pydantic's model_copy copies the instance dict, where cached properties live: a copy with
+    # another depth or window must not carry the original's per-layer kinds (brute force: the
+    # copy's tables equal those of the same model built from scratch)
+    arch = catalog.get_model("gpt-oss-20b")
+    assert len(arch.layer_kinds) == 24 and arch.kind_prefix  # cache them
+    for update in ({"num_layers": 6}, {"window_size": None, "window_attn_skip_freq": None}):
+        copy = arch.model_copy(update=update)
+        fresh = ModelArch.model_validate({**arch.model_dump(), **update})
+        assert copy.layer_kinds == fresh.layer_kinds and copy.kinds == fresh.kinds
+        assert copy.kind_prefix == fresh.kind_prefix
