@@ -55,11 +55,11 @@ import hagemann
 
 from planner.inputs import catalog, userbuffers
 from planner.inputs.arch import ModelArch
+from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.inputs.plan_sections import ClusterSection
 from planner.model import flops
 from planner.model.cost import Performance
 

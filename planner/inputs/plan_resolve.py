@@ -10,11 +10,11 @@ from typing import Any
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
+from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import validate
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.hf_import import load_hf_config
-from planner.inputs.plan_sections import ClusterSection
 from planner.inputs.pools import check_one_kind, one_kind
 
 

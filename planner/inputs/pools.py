@@ -21,10 +21,10 @@ from pathlib import Path
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
+from planner.inputs.cluster_sections import ClusterSection, PoolSection
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import validate
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool, check_tiers
-from planner.inputs.plan_sections import ClusterSection, PoolSection
 
 BETWEEN = "between_pools"
 """The name of the link tier joining pools."""

@@ -19,10 +19,10 @@ from benchmarks import ranking
 from benchmarks.hagemann import Assumptions, estimate, serial_dp_sync
 from benchmarks.runs import load_hagemann
 from planner.inputs import catalog
+from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.inputs.plan_sections import ClusterSection
 from planner.model import cost
 from planner.model.memory import stage_params
 

@@ -14,10 +14,10 @@ import pytest
 from paths import DATA as DATA_DIR
 
 from planner.inputs import catalog
+from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.inputs.plan_sections import ClusterSection
 from planner.inputs.units import GIB
 from planner.model import memory
 

@@ -17,11 +17,11 @@ import pytest
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
+from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import parse
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.inputs.plan_sections import ClusterSection
 from planner.search import rules
 
 

@@ -1,0 +1,66 @@
+"""The plan file's `[cluster]` table as pydantic models (DESIGN.md section 2): one catalog GPU and
+a count with its overrides, or `[[cluster.pools]]` of several GPU kinds joined by
+`[cluster.between_pools]`; frozen, extra="forbid". `planner.inputs.plan_resolve` and
+`planner.inputs.pools` resolve them into ClusterSpecs."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.inputs.fields import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
+from planner.inputs.hardware import LinkTier
+
+
+class PoolSection(BaseModel):
+    """`[[cluster.pools]]`: one pool of a heterogeneous cluster, a catalog GPU and a count with
+    the overrides a cluster takes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="free text, unique among the pools")
+    gpu: str = Field(min_length=1)
+    num_gpus: PositiveInt
+    gpus_per_node: PositiveInt | None = None
+    memory_gib: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = None
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = None
+    tiers: tuple[LinkTier, ...] | None = None
+    price_usd_per_gpu_hour: PositiveFloat | None = Field(
+        default=None, description="None = the catalog GPU's price"
+    )
+
+
+class BetweenPoolsSection(BaseModel):
+    """`[cluster.between_pools]`: the link joining pools (per GPU, one direction)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bandwidth_gb_per_s_per_gpu: PositiveFloat
+    latency_us: NonNegativeFloat = 5.0
+    allow_data_parallel: Flag = Field(
+        default=False,
+        description="data-parallel replicas may span the pools (each pool holding whole "
+        "pipeline replicas, the gradient all-reduce crossing this link); false: only the "
+        "pipeline's sends cross it",
+    )
+
+
+class ClusterSection(BaseModel):
+    """`[cluster]`: a catalog GPU and a count; node size, memory and tiers may be overridden.
+    Or `pools`: several such GPU kinds, joined by `between_pools` (`PoolSection`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str | None = Field(default=None, min_length=1)
+    num_gpus: PositiveInt | None = None  # at most hardware.MAX_GPUS, checked on the ClusterSpec
+    pools: tuple[PoolSection, ...] | None = Field(default=None, min_length=1)
+    between_pools: BetweenPoolsSection | None = None
+    gpus_per_node: PositiveInt | None = None
+    memory_gib: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = Field(
+        default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
+    )
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)"
+    )
+    tiers: tuple[LinkTier, ...] | None = None
