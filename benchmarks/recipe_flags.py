@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from benchmarks.recipe_data import DSV3_ROUTING, Recipe, Settings
 from planner.emit.megatron import arguments
 from planner.inputs import pipeline_layout
+from planner.inputs.megatron_flags import PRECISION_FLAGS
 from planner.inputs.plan import Plan
 
 SCOPE = frozenset(
@@ -44,20 +45,10 @@ SCOPE = frozenset(
         "--overlap-param-gather-with-optimizer-step",
         "--cpu-offloading-num-layers",
         # precision
-        "--bf16",
-        "--fp8-format",
-        "--fp8-recipe",
-        "--fp8-param-gather",
+        *PRECISION_FLAGS,
         "--fp8-amax-history-len",
         "--fp8-amax-compute-algo",
-        "--fp8-output-proj",
         "--reuse-grad-buf-for-mxfp8-param-ag",
-        "--fp4-format",
-        "--fp4-recipe",
-        "--fp4-param-gather",
-        "--first-last-layers-bf16",
-        "--num-layers-at-start-in-bf16",
-        "--num-layers-at-end-in-bf16",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
         "--main-grads-dtype",

@@ -102,14 +102,9 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["fp8_param_gather"] = s.fp8_param_gather
     if s.precision == "fp4":
         training["fp4_param_gather"] = s.fp4_param_gather
-    if s.bf16_layers_at_start:
-        training["bf16_layers_at_start"] = s.bf16_layers_at_start
-    if s.bf16_layers_at_end:
-        training["bf16_layers_at_end"] = s.bf16_layers_at_end
-    if s.fp8_attention:
-        training["fp8_attention"] = True
-    if s.fp8_output_proj:
-        training["fp8_output_proj"] = True
+    for name in ("bf16_layers_at_start", "bf16_layers_at_end", "fp8_attention", "fp8_output_proj"):
+        if getattr(s, name):  # written where the recipe sets them (0 / false: the plan default)
+            training[name] = getattr(s, name)
     if r.family == "deepseek_v3":
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
     if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)

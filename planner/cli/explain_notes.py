@@ -63,7 +63,7 @@ def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     """An FP8 / NVFP4 plan with FP8 attention: the seconds per step it saves over bf16 attention,
     and whether the forward kernel then waits on the GPU's exponential units
     (`planner.model.attention_time`), which FP8 does not speed up."""
-    if not (job.fp8_attention and job.quantised):
+    if not job.attention_in_fp8:
         return None
     saved = -_added(perf, replace(job, fp8_attention=False), layout)
     t = layout.micro_batch_size * job.seq_length / layout.cp

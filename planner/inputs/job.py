@@ -141,6 +141,17 @@ class Job:
         return "nvfp4" if self.precision == "fp4" else self.fp8_recipe
 
     @property
+    def attention_in_fp8(self) -> bool:
+        """The fused attention's matmuls run in FP8: `fp8_attention` in an FP8 / NVFP4 job (its
+        bf16 twin, `planner.model.bf16_layers`, runs them in bf16)."""
+        return self.fp8_attention and self.quantised
+
+    @property
+    def output_layer_in_fp8(self) -> bool:
+        """The output layer runs in MXFP8: `fp8_output_proj` in an FP8 job."""
+        return self.fp8_output_proj and self.precision == "fp8"
+
+    @property
     def low_precision_params(self) -> bool:
         """The quantised weights are the parameters (--fp8-param-gather / --fp4-param-gather):
         no bf16 copy, and the distributed optimizer gathers them in their own bytes."""

@@ -39,6 +39,23 @@ def megatron_flags() -> frozenset[str]:
     return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
 
 
+PRECISION_FLAGS: tuple[str, ...] = (
+    "--bf16",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--fp8-param-gather",
+    "--fp8-output-proj",
+    "--fp4-format",
+    "--fp4-recipe",
+    "--fp4-param-gather",
+    "--first-last-layers-bf16",
+    "--num-layers-at-start-in-bf16",
+    "--num-layers-at-end-in-bf16",
+)
+"""The precision flags the reader reads (`megatron_training`) and the launch writes
+(`planner.emit.megatron`): bf16, FP8 with its recipe and param gather, the MXFP8 output layer,
+NVFP4, and the layers kept in bf16."""
+
 READ = frozenset(
     {
         # model shape
@@ -155,18 +172,8 @@ READ = frozenset(
         "--fine-grained-activation-offloading",
         "--offload-modules",
         # precision and kernels
-        "--bf16",
+        *PRECISION_FLAGS,
         "--fp16",
-        "--fp8-format",
-        "--fp8-recipe",
-        "--fp8-param-gather",
-        "--fp8-output-proj",
-        "--fp4-format",
-        "--fp4-recipe",
-        "--fp4-param-gather",
-        "--first-last-layers-bf16",
-        "--num-layers-at-start-in-bf16",
-        "--num-layers-at-end-in-bf16",
         "--attention-backend",
         "--transformer-impl",
         "--spec",

@@ -75,12 +75,18 @@ def _fp8_output_proj(training: TrainingSection, where: str) -> None:
     """Megatron-Core's TransformerConfig (d98e8a64) raises unless fp8 and fp8_recipe mxfp8."""
     if not training.fp8_output_proj:
         return
+    field = f"{where}: training.fp8_output_proj"
+    if training.framework != "megatron":
+        raise InputError(
+            f"{field}: the MXFP8 output layer is Megatron's (--fp8-output-proj); torchtitan's "
+            "float8 converts the decoder's linear layers only"
+        )
     recipe = training.fp8_recipe or "delayed"
-    if training.precision != "fp8" or recipe != "mxfp8" or training.framework != "megatron":
+    if training.precision != "fp8" or recipe != "mxfp8":
         got = f'precision "{training.precision}"'
         if training.precision == "fp8":
             got += f', fp8_recipe "{recipe}"'
         raise InputError(
-            f"{where}: training.fp8_output_proj: Megatron runs the output layer in MXFP8 only with "
-            f'precision "fp8" and fp8_recipe "mxfp8" (got {got}); set fp8_output_proj = false'
+            f'{field}: Megatron runs the output layer in MXFP8 only with precision "fp8" and '
+            f'fp8_recipe "mxfp8" (got {got}); set fp8_output_proj = false'
         )

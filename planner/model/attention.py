@@ -127,4 +127,5 @@ def exp_fractions(gpu_name: str, seq: float) -> tuple[float, float]:
     """(forward, backward) fraction of the special-function units' exponential rate the kernel
     sustains: the long-sequence and length terms of `kernel_fractions`, no head-dim term."""
     fwd, bwd = _long_seq(gpu_name)
-    return fwd * _length(seq), bwd * _length(seq)
+    length = _length(seq)
+    return fwd * length, bwd * length

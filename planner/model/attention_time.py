@@ -55,7 +55,7 @@ def core_attention(
     work = 2.0 * t * keys * (qk_w + v_w) / tp  # QK^T and AV, forward
     length = 2 * keys  # the kernel's rate as over a whole causal sequence this long
     fe, be = fractions(job, length, (qk_w + v_w) / 2 / heads, efficiency)
-    fp8 = job.fp8_attention and job.quantised
+    fp8 = job.attention_in_fp8
     mma = gpu.peak_bf16 * (attention.FP8_ATTENTION_SPEEDUP if fp8 else 1.0)
     fwd = work / (mma * fe)
     bwd = 2.5 * work / (mma * be)

@@ -180,7 +180,7 @@ def output_proj_cache_bytes(job: Job, layout: Layout) -> float:
     """With `Job.fp8_output_proj`, the output layer's MXFP8 weight on the last pipeline rank: both
     orientations with an E8M0 scale per 32 (as `quantised_weight_bytes`), beside the bf16 weight,
     which stays the parameter (counted so under fp8_param_gather too, the safe side); 0 without."""
-    if not (job.fp8_output_proj and job.precision == "fp8"):
+    if not job.output_layer_in_fp8:
         return 0.0
     words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
     return (2.0 + 2.0 / 32) * words

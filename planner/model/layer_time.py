@@ -327,7 +327,7 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = arch.padded_vocab(lay.tp) / lay.tp
     h = arch.hidden_size
-    fp8 = job.fp8_output_proj and job.precision == "fp8"
+    fp8 = job.output_layer_in_fp8
     peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
     fwd = gemm_time(t, h, vocab, peak, gpu.ridge, e)
     quant = 0.0

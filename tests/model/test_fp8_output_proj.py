@@ -68,6 +68,7 @@ def test_plan_checks(tmp_path: Path) -> None:
         "": 'got precision "bf16"',
         'precision = "fp8"\nfp8_recipe = "tensorwise"\n': 'fp8_recipe "tensorwise"',
         'precision = "fp4"\n': 'got precision "fp4"',
+        'precision = "fp8"\nfp8_recipe = "mxfp8"\nframework = "torchtitan"\n': "Megatron's",
     }.items():
         err = load_error(write(tmp_path, plan_text(MODEL, b200, base + extra, PARALLEL)))
         assert "training.fp8_output_proj" in err and got in err, err
