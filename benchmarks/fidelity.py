@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks.calibration_loo import hash_fold
 from benchmarks.functional_steps import one_tray
 from benchmarks.runs import Case, load_published
-from planner.model import cost
+from planner.model import performance
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 """Published rows benchmarks/fit_constants.py fits on (ids starting so): the SC21 Table 1 and
@@ -110,7 +110,7 @@ def dev_set(note: Callable[[str], None] = print) -> list[Case]:
     return cases
 
 
-def rows(cases: list[Case]) -> list[tuple[Case, cost.Performance, float]]:
+def rows(cases: list[Case]) -> list[tuple[Case, performance.Performance, float]]:
     out = []
     for c in cases:
         p = c.estimate()
@@ -125,7 +125,7 @@ def summary(errors: list[float]) -> str:
     return f"median |error| {statistics.median(a):.1%}, worst {max(a):.1%} (n={len(a)})"
 
 
-def _print_row(c: Case, p: cost.Performance, err: float) -> None:
+def _print_row(c: Case, p: performance.Performance, err: float) -> None:
     fit = "*" if is_fit(c) else " "
     mfu_pub = f"{c.mfu_pct:.1f}" if c.mfu_pct else "-"
     mfu_pred = f"{100 * p.mfu:.1f}" if c.mfu_pct else "-"

@@ -45,8 +45,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, layer_time, memory, params
 from planner.model.activations import BF16, FP32
-from planner.model.cost import Performance
 from planner.model.dp_sync import data_parallel_groups
+from planner.model.performance import Performance
 
 DpSync = Literal["megatron", "fp32_after_backward"]
 """How the data-parallel replicas synchronise: Megatron's overlapped sync (what planner

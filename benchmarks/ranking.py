@@ -51,7 +51,7 @@ import numpy as np
 
 from benchmarks.hagemann import SPLITS, Assumptions, DpSync
 from benchmarks.runs import Case, load_hagemann
-from planner.model import cost
+from planner.model import performance
 from planner.model.memory import stage_params
 
 
@@ -273,7 +273,7 @@ def implied_nvlink(assume: Assumptions) -> None:
 
 
 def bubble_micro_batches(
-    pipe: cost.Performance, flat: cost.Performance, ratio: float, pp: int
+    pipe: performance.Performance, flat: performance.Performance, ratio: float, pp: int
 ) -> float:
     """The k that makes `pipe` (pp stages) take `ratio` times `flat` (its pp 1 twin) when its
     bubble of pp - 1 micro-batch times is replaced by k of them. NaN without a bubble."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from benchmarks.recipe_data import DSV3_ROUTING, Recipe, Settings
+from benchmarks.recipe_data import DSV3_ROUTING, Recipe
+from benchmarks.recipe_settings import Settings
 from planner.emit.megatron import arguments
 from planner.inputs import pipeline_layout
 from planner.inputs.megatron_flags import PRECISION_FLAGS

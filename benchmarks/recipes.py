@@ -12,9 +12,10 @@ prediction. Each modelled recipe has a plan file under examples/recipes/, writte
 `plan_document` from the same row (so `--write-plans` reproduces them); the recipe's
 Megatron-LM flags are written independently by `recipe_flags`, the Megatron-LM spelling of each
 Bridge setting, and compared with what `planner.emit.megatron` emits for the plan, limited to
-the layout, precision, recompute and MoE flags (`SCOPE`). The rows and their settings are read
-by benchmarks/recipe_data.py, the flags written and compared by benchmarks/recipe_flags.py;
-this script writes the plan files, evaluates each recipe and prints the table.
+the layout, precision, recompute and MoE flags (`SCOPE`). The rows are read by
+benchmarks/recipe_data.py and their settings by recipe_settings.py, the flags written and
+compared by benchmarks/recipe_flags.py; this script writes the plan files, evaluates each recipe
+and prints the table.
 
 Skipped, and listed as such: the recipes the data file marks INFEASIBLE (their expert x pipeline
 size does not divide their GPU count, so they cannot run at the size in their name). The NVFP4
@@ -53,9 +54,7 @@ from benchmarks.recipe_data import (
     PLANS,
     REPO,
     Recipe,
-    Settings,
     load_recipes,
-    read,
 )
 from benchmarks.recipe_flags import (
     WHY,
@@ -65,6 +64,7 @@ from benchmarks.recipe_flags import (
     recipe_connections,
     recipe_flags,
 )
+from benchmarks.recipe_settings import Settings, read
 from planner.emit.common import environment
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError

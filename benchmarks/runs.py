@@ -61,7 +61,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
 from planner.model import flops
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "benchmarks" / "data"

@@ -37,7 +37,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
 from planner.ops import operations
-from planner.search import pools as pool_search
+from planner.search import pool_costs
 from planner.search.rules import check_plan
 
 
@@ -98,7 +98,7 @@ def explain(
     if timeline_path is not None:
         svg = timeline.pipeline_svg(job, layout, perf)
         plot.write_svg(timeline_path, svg, "--timeline")
-    link = pool_search.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share
+    link = pool_costs.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share
     if as_json:
         data = report.plan_dict(job.arch, layout, rep, perf)
         if link is not None:

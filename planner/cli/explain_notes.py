@@ -9,7 +9,7 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import attention_time, cost, layer_time
-from planner.model.cost import BOTTLENECK_MIN_SHARE, Performance
+from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 
 

@@ -18,7 +18,8 @@ from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
 from planner.search import pool_search
-from planner.search.pools import PoolPlan, slow_link, usd_per_million_tokens
+from planner.search.pool_costs import slow_link, usd_per_million_tokens
+from planner.search.pools import PoolPlan
 from planner.search.space import Space
 from planner.search.suggest import search_rows
 

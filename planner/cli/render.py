@@ -20,8 +20,8 @@ from planner.inputs.hardware import GpuSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
-from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.memory import MemoryReport
+from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.ops.operations import Operations
 from planner.search import scaling

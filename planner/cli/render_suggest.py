@@ -13,7 +13,7 @@ from planner.cli.render import capacity_text
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model.cost import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
+from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
 from planner.search.suggest import Infeasible
 from planner.search.titan_variants import variant_text, variants
 from planner.search.top_k import Candidate, SearchResult

@@ -12,11 +12,10 @@ from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
-from planner.model.cost import Performance
 from planner.model.memory import MemoryReport, StageMemory
+from planner.model.performance import Performance
 from planner.ops import operations as ops
-from planner.search import pools as pool_search
-from planner.search import scaling
+from planner.search import pool_costs, scaling
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
 from planner.search.twins import Row
@@ -248,7 +247,7 @@ def infeasible_dict(
     return d
 
 
-def slow_link_dict(link: pool_search.SlowLink) -> dict[str, Any]:
+def slow_link_dict(link: pool_costs.SlowLink) -> dict[str, Any]:
     """JSON `performance.between_pools`: the link between pools' part of the step."""
     if link.data_parallel_s is not None:  # the data-parallel replicas span the pools
         return {
@@ -265,7 +264,7 @@ def slow_link_dict(link: pool_search.SlowLink) -> dict[str, Any]:
     }
 
 
-def slow_link_text(link: pool_search.SlowLink) -> str:
+def slow_link_text(link: pool_costs.SlowLink) -> str:
     """explain's line on the link between pools."""
     if link.data_parallel_s is not None:
         return (

@@ -41,7 +41,7 @@ from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.search import scaling
 
 MAX_SIZES = 64

@@ -19,7 +19,7 @@ from html import escape
 from planner.cli.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.model.schedule import shown_microbatches, simulate
 
 MAX_OPS = 32

@@ -43,14 +43,14 @@ documented physical or measured constant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.plan_sections import Precision
 from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
+from planner.model.performance import Performance, StepBreakdown
 from planner.model.schedule import (
     Chunks,
     interleaved_p2p_exposed,
@@ -91,110 +91,6 @@ def step_overhead_s(job: Job) -> float:
     """The step's fixed host time on the job's host (`host.slowdown`)."""
     stats = GRAD_STATS_S if job.log_grad_stats else 0.0
     return (STEP_OVERHEAD_S + stats) * host.slowdown(job)
-
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Seconds per step on the slowest pipeline stage, by cause."""
-
-    compute: float
-    recompute: float
-    tp_comm_exposed: float
-    tp_comm_hidden: float
-    cp_comm_exposed: float
-    cp_comm_hidden: float
-    ep_comm_exposed: float
-    ep_comm_hidden: float
-    pp_comm_exposed: float
-    dp_comm_exposed: float
-    dp_comm_hidden: float
-    bubble: float
-    optimizer: float
-    other: float
-    offload_exposed: float = 0.0
-    """CPU offloading's host transfers beyond the compute they overlap."""
-
-    @property
-    def step_time(self) -> float:
-        """Compute, recompute, every exposed communication, bubble, optimizer and other."""
-        hidden = ("tp_comm_hidden", "cp_comm_hidden", "ep_comm_hidden", "dp_comm_hidden")
-        return sum(float(getattr(self, f)) for f in self.__dataclass_fields__ if f not in hidden)
-
-
-COST_NAMES = {
-    # StepBreakdown field -> how output names it (everything but compute and hidden traffic)
-    "recompute": "recompute",
-    "tp_comm_exposed": "TP traffic",
-    "cp_comm_exposed": "CP traffic",
-    "ep_comm_exposed": "EP traffic",
-    "pp_comm_exposed": "PP traffic",
-    "dp_comm_exposed": "DP traffic",
-    "bubble": "bubble",
-    "optimizer": "optimizer",
-    "other": "other",
-    "offload_exposed": "host offload",
-}
-
-BOTTLENECK_MIN_SHARE = 0.05
-"""The share of the step time a cost besides compute must reach for `Performance.bottleneck` to
-name it. Below it no single cost is worth a layout change: removing it entirely would gain less
-than 5%, about the step-time model's own error (median |error| 4.0% on the 23 published runs it
-is not fitted on, benchmarks/fidelity.py), so naming it ("top cost: optimizer" at 0.2% of the
-step) would point at noise. A layout whose costs all stay below it is `COMPUTE_BOUND`."""
-
-COMPUTE_BOUND = "compute-bound"
-"""What `Performance.bottleneck` says when no cost besides compute reaches BOTTLENECK_MIN_SHARE."""
-
-
-@dataclass(frozen=True)
-class Performance:
-    breakdown: StepBreakdown
-    step_time_s: float
-    tokens_per_s_per_gpu: float
-    model_flops_per_step: float
-    hardware_flops_per_step: float
-    model_tflops_per_gpu: float
-    mfu: float
-    """Model FLOPs / (step time x GPUs x dense peak of the job's precision): against the FP8
-    (FP4) peak for an FP8 (NVFP4) job (`mfu_bf16_peak` / `mfu_fp8_peak` / `mfu_fp4_peak` say
-    which)."""
-    stages: tuple[tuple[float, float], ...] = ()
-    """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
-    per micro-batch, exposed traffic included, split in proportion to its forward and backward
-    (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
-    p2p_hop: float = 0.0
-    """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
-    delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the
-    stage times."""
-    peak_over_bf16: float = 1.0
-    """The dense peak `mfu` is taken against over the bf16 dense peak: 1 for a bf16 job, the FP8
-    / bf16 peak ratio (2 on Hopper) for an FP8 one, the FP4 / bf16 one for NVFP4."""
-    precision: Precision = "bf16"
-
-    @property
-    def mfu_bf16_peak(self) -> float:
-        """MFU against the bf16 dense peak, the usual convention whatever the precision."""
-        return self.mfu * self.peak_over_bf16
-
-    @property
-    def mfu_fp8_peak(self) -> float | None:
-        """MFU against the FP8 dense peak, for an FP8 job (None otherwise)."""
-        return self.mfu if self.precision == "fp8" else None
-
-    @property
-    def mfu_fp4_peak(self) -> float | None:
-        """MFU against the FP4 dense peak, for an NVFP4 job (None otherwise)."""
-        return self.mfu if self.precision == "fp4" else None
-
-    def bottleneck(self) -> str:
-        """The largest cost other than compute, e.g. "bubble" or "TP traffic", when it takes at
-        least BOTTLENECK_MIN_SHARE of the step time; else COMPUTE_BOUND. (The suggest table's
-        "top cost", explain's "largest cost besides compute", JSON `performance.bottleneck`.)"""
-        b = self.breakdown
-        name = max(COST_NAMES, key=lambda f: float(getattr(b, f)))
-        if float(getattr(b, name)) < BOTTLENECK_MIN_SHARE * self.step_time_s:
-            return COMPUTE_BOUND
-        return COST_NAMES[name]
 
 
 def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:

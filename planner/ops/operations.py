@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from planner.inputs.plan import Job
 from planner.inputs.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.ops.assumptions import NODE_OVERHEAD_W_PER_GPU, AssumptionError, OpsParams
 from planner.ops.resilience import Resilience, num_nodes, resilience
 

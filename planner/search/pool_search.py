@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
 from planner.search import pool_data
+from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pools import (
     MICRO_BATCHES,
@@ -33,7 +34,6 @@ from planner.search.pools import (
     plan_split,
     problem,
     time_lines,
-    usd_per_million_tokens,
 )
 from planner.search.solver import PoolSplitProblem, solve_pools
 

@@ -30,7 +30,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.model.stage_time import LAYER_TIMES
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost, memory
-from planner.model.cost import Performance
 from planner.model.memory import MemoryReport
+from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
 from planner.search.bound import Floors, base_bound, below
 from planner.search.rungs import FULL, NONE, Ladder, Rung, leanest

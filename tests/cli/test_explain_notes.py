@@ -20,7 +20,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
 from planner.model import cost
 from planner.model.activations import MOE_LOAD_IMBALANCE
-from planner.model.cost import BOTTLENECK_MIN_SHARE
+from planner.model.performance import BOTTLENECK_MIN_SHARE
 from planner.model.routing_load import memory_load, step_load
 
 

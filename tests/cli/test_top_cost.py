@@ -19,14 +19,14 @@ from rich.console import Console
 from planner.cli import render, render_suggest, report
 from planner.inputs.job_request import JobArgs, load_job
 from planner.inputs.layout import Layout
-from planner.model.cost import (
+from planner.model.memory import MemoryReport, StageMemory
+from planner.model.performance import (
     BOTTLENECK_MIN_SHARE,
     COMPUTE_BOUND,
     COST_NAMES,
     Performance,
     StepBreakdown,
 )
-from planner.model.memory import MemoryReport, StageMemory
 from planner.search.top_k import Candidate
 
 ZERO = {f.name: 0.0 for f in fields(StepBreakdown)}

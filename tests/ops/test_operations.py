@@ -25,7 +25,7 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.ops import operations as ops
 from planner.ops import resilience
 from planner.ops.assumptions import FAILURE_RATE_PER_GPU_DAY, AssumptionError, OpsParams

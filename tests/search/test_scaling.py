@@ -23,7 +23,7 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost
-from planner.model.cost import Performance
+from planner.model.performance import Performance
 from planner.ops.assumptions import AssumptionError, OpsParams
 from planner.search import scaling
 

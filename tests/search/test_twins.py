@@ -17,8 +17,8 @@ import pytest
 from planner.inputs.job_request import JobArgs, load_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.cost import Performance, StepBreakdown
 from planner.model.memory import MemoryReport, StageMemory
+from planner.model.performance import Performance, StepBreakdown
 from planner.search import top_k
 from planner.search.space import Bound, Space
 from planner.search.suggest import search_rows

@@ -1,0 +1,243 @@
+"""Each Megatron-Bridge recipe's cells (`benchmarks.recipe_data.Recipe`) read into the `Settings` a
+plan can carry (`read`); what has no plan field is kept as notes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from benchmarks.recipe_data import DSV3_LAYOUTS, Recipe
+from planner.inputs import pipeline_layout
+from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A recipe's settings, read from its cells (`read`)."""
+
+    precision: str  # "bf16" | "fp8" | "fp4"
+    fp8_recipe: str | None
+    fp8_param_gather: bool
+    fp4_param_gather: bool  # NVFP4: --fp4-param-gather (Bridge's preset on; D10, GPT-OSS-20B off)
+    bf16_layers_at_start: int  # first / last decoder layers kept in bf16 (--first-last-layers-bf16)
+    bf16_layers_at_end: int
+    fp8_attention: bool  # "fp8 DPA": mixed_precision.fp8_dot_product_attention
+    fp8_output_proj: bool  # "fp8 output proj": model.fp8_output_proj (MXFP8 LM head)
+    layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
+    account_for: bool
+    recompute: str
+    recompute_modules: tuple[str, ...]
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    offload_layers: int
+    dispatcher: str | None
+    backend: str | None
+    tp_overlap: bool
+    ep_overlap: bool
+    delay_wgrad: bool
+    zero_stage: int
+    fsdp_double_buffer: bool  # Megatron-FSDP's persistent double buffers (zero_stage 3 only)
+    optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
+    bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
+    fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    param_gather_with_step: bool
+    rank_capacity: str | None
+    paged_stash: bool
+    force_load_balancing: bool  # moe_router_force_load_balancing (MoE recipes)
+    graph_modules: tuple[str, ...] | None  # CUDA graphs: the regions captured, () whole; None off
+    notes: tuple[str, ...]
+
+
+def _graph_modules(cell: str) -> tuple[str, ...] | None:
+    """A graphs cell as the plan's cuda_graphs / cuda_graph_modules: None for "none"; the regions
+    in brackets ("transformer_engine [attn, moe_router, moe_preprocess]"); () for a whole layer
+    or a whole iteration (full_iteration, "modules cleared (whole layer)")."""
+    if cell.startswith("none"):
+        return None
+    m = re.search(r"\[([^]]*)\]", cell)
+    listed = [w.strip() for w in m.group(1).split(",")] if m else []
+    if any(w not in CUDA_GRAPH_MODULES for w in listed):  # e.g. "scope [full_iteration]"
+        return ()
+    return tuple(listed)
+
+
+def read(r: Recipe) -> Settings:
+    """The recipe's settings from its cells; what has no plan field goes into `notes`."""
+    rt = r.runtime
+    notes: list[str] = []
+    if r.legacy and r.flat:
+        notes.append(f"modelled: the legacy preset {r.legacy}, {_legacy_why(r, r.flat)}")
+    label = r.precision
+    fp8_recipe, gather, precision = None, False, "bf16"
+    if label.startswith("FP8-CS"):
+        precision, fp8_recipe, gather = "fp8", "tensorwise", True
+    elif label.startswith("FP8-DS"):
+        precision, fp8_recipe, gather = "fp8", "delayed", True
+    elif label.startswith("FP8-blockwise"):
+        precision, fp8_recipe, gather = "fp8", "blockwise", False
+    elif label.startswith("MXFP8"):
+        precision, fp8_recipe = "fp8", "mxfp8"
+        gather = "without fp8-param-gather" not in label
+    # NVFP4: Bridge's preset gathers the NVFP4 weights (bridge_recipes.md, "NVFP4 per recipe")
+    fp4_gather = label.startswith("NVFP4") and "no fp4 param gather" not in label
+    if label.startswith("NVFP4"):
+        precision = "fp4"
+    bf16_start = int(m.group(1)) if (m := re.search(r"first (\d+) layers? bf16", label)) else 0
+    bf16_end = int(m.group(1)) if (m := re.search(r"last (\d+) layers? bf16", label)) else 0
+
+    layout, account = None, False
+    if r.split.startswith("account_for_embedding+loss"):
+        account = True
+    elif r.split.startswith("built-in"):
+        layout = tuple(DSV3_LAYOUTS[(r.pp, r.vpp or 1)])
+        if r.id in ("D3", "D6"):
+            notes.append(
+                "the data file lists the 8-stage (8,1) layout for vpp 2; Bridge's (8,2) layout "
+                "(16 stages) is used"
+            )
+    elif r.split != "-":
+        layout = pipeline_layout.parse(r.split)
+        if layout is None:
+            raise ValueError(f"{r.id}: cannot read the pipeline layout {r.split!r}")
+
+    recompute, method, nlayers = "none", None, None
+    modules: tuple[str, ...] = ()
+    text = rt["recompute"]
+    if m := re.fullmatch(r"full, (\w+), (\d+) layers", text):
+        recompute, method, nlayers = "full", m.group(1), int(m.group(2))
+    elif m := re.fullmatch(r"selective \[(.+)\]", text):
+        recompute, modules = "selective", tuple(x.strip() for x in m.group(1).split(","))
+    elif text.startswith("selective with empty module list"):
+        notes.append("selective recompute with an empty module list: nothing recomputed")
+    elif text != "none":
+        raise ValueError(f"{r.id}: cannot read the recompute cell {text!r}")
+
+    offload = 0
+    if m := re.match(r"cpu_offloading, (\d+) layers", rt["offload"]):
+        offload = int(m.group(1))
+    elif "no effect" in rt["offload"]:
+        notes.append(f"{rt['offload'].split(' set')[0]} without cpu_offloading: no effect (0)")
+    elif m := re.match(r"fine-grained (\[[^]]*\])", rt["offload"]):
+        notes.append(f"fine-grained activation offloading of {m.group(1)}: no plan field")
+
+    dispatcher = backend = None
+    d = rt["dispatcher"]
+    if d.startswith("alltoall"):
+        dispatcher = "alltoall"
+    elif m := re.match(r"flex / (\w+)", d):
+        dispatcher, backend = "flex", m.group(1)
+        if "(from base)" in d:
+            notes.append(
+                "flex / hybridep as the base recipe sets it when built on an sm 8-10 GPU or none"
+            )
+    extra = re.findall(r"\((SMs \d+|\+permute fusion into hybridep)\)", d)
+    if extra or "hybridep SMs" in rt["notes"]:
+        notes.append(f"dispatcher tuning ({', '.join(extra) or 'hybridep SMs'}): no plan field")
+
+    dropping = rt["dropping"]
+    rank_capacity = None
+    if m := re.search(r"moe_expert_rank_capacity_factor ([\d.]+)", dropping):
+        rank_capacity = m.group(1)
+    paged = "paged stash" in dropping
+
+    ep_text = rt["ep_overlap"]
+    ep_overlap = ep_text.startswith("on")
+    delay = ep_overlap and "delay_wgrad on" in ep_text
+
+    opt = rt["optimizer"]
+    zero = 3 if "Megatron-FSDP" in opt else 1
+    if zero == 3:
+        unfielded = [
+            text
+            for cue, text in (
+                ("unit 8e8", "unit size 8e8"),
+                ("no grad-accum fusion", "no gradient-accumulation fusion"),
+                ("nccl_ub", "NCCL user-buffer registration"),
+                ("average_in_collective off", "average_in_collective off"),
+            )
+            if cue in opt
+        ]
+        notes.append(f"Megatron-FSDP {', '.join(unfielded)}: no plan fields")
+    instances = int(m.group(1)) if (m := re.search(r"optimizer_instances (\d+)", opt)) else 1
+    if "outer_dp_sharding_strategy optim" in opt:
+        notes.append(
+            "HSDP outer sharding 'optim' (optimizer states sharded across the instances too): no "
+            "plan field; planner shards every state over dp / instances"
+        )
+    bf16_opt = "exp_avg bf16" in opt
+    fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
+    grad_overlap = "overlap_grad_reduce off" not in opt
+    with_step = "PG-overlap-with-opt-step" in opt
+    if not grad_overlap:
+        notes.append("grad-reduce overlap off with param-gather overlap on: plan has both off")
+
+    graphs = rt["graphs"]
+    graph_modules = _graph_modules(graphs)
+    if graph_modules is not None and "full_iteration" in graphs:
+        notes.append(f"CUDA graphs ({graphs}): timed as per-layer graphs of the whole layer")
+    if "TE op fuser" in graphs:
+        notes.append("TE op fuser: no plan field")
+    # the recipe's own notes: learned routing (GPT-OSS-20B's helper), the router's dtype
+    learned = "moe_router_force_load_balancing False" in rt["notes"]
+    if learned:
+        notes.append("learned routing: the recipe turns moe_router_force_load_balancing off")
+    if m := re.search(r"moe_router_dtype (\w+)", rt["notes"]):
+        notes.append(f"router dtype {m.group(1)}: no plan field")
+    if r.family == "gpt_oss_20b":
+        notes.append("Bridge's GPT-OSS-20B perf helper sets vocab 128256; the zoo's 201088 is used")
+    if r.family in ("llama3_8b", "llama3_70b"):
+        notes.append("Llama 3 shapes = the zoo's Llama 3.1 ones")
+    return Settings(
+        precision=precision,
+        fp8_recipe=fp8_recipe,
+        fp8_param_gather=gather,
+        fp4_param_gather=fp4_gather,
+        bf16_layers_at_start=bf16_start,
+        bf16_layers_at_end=bf16_end,
+        fp8_attention="fp8 DPA" in label,
+        fp8_output_proj="fp8 output proj" in label,
+        layout=layout,
+        account_for=account,
+        recompute=recompute,
+        recompute_modules=modules,
+        recompute_method=method,
+        recompute_num_layers=nlayers,
+        offload_layers=offload,
+        dispatcher=dispatcher,
+        backend=backend,
+        tp_overlap=rt["tp_overlap"].startswith("on"),
+        ep_overlap=ep_overlap,
+        delay_wgrad=delay,
+        zero_stage=zero,
+        fsdp_double_buffer=zero == 3 and "double-buffer" in opt,
+        optimizer_instances=instances,
+        bf16_optimizer=bf16_opt,
+        fp32_aware_optimizer=fp32_aware,
+        overlap_grad_reduce=grad_overlap,
+        overlap_param_gather="all param-gather overlap off" not in opt,
+        param_gather_with_step=with_step,
+        rank_capacity=rank_capacity,
+        paged_stash=paged,
+        force_load_balancing=r.is_moe and not learned,
+        graph_modules=graph_modules,
+        notes=tuple(notes),
+    )
+
+
+def _legacy_why(r: Recipe, flat: Recipe) -> str:
+    """What the flat recipe codes instead of the legacy preset modelled for it."""
+    fields = ("tp", "pp", "vpp", "cp", "mbs", "gbs")
+    coded = ", ".join(
+        f"{k} {getattr(flat, k) or 1}" for k in fields if getattr(flat, k) != getattr(r, k)
+    )
+    if (
+        "Megatron-FSDP" in r.runtime["optimizer"]
+        and "Megatron-FSDP" not in flat.runtime["optimizer"]
+    ):
+        coded += ", the distributed optimizer without Megatron-FSDP or offloading"
+    return (
+        f"which its docstring describes; the flat code sets {coded} (the 256-GPU V2 preset run "
+        "on 128 GPUs with the launcher's GBS scaling; bridge_recipes.md, legacy presets)"
+    )
