@@ -105,9 +105,12 @@ def test_breadth() -> None:
         "mlperf-deepseek-v3",
         "mlperf-gpt-oss-20b",
     }
-    # the MoE rows: every one maps to a mixture-of-experts model with expert parallelism
+    # the MoE rows: every one maps to a mixture-of-experts model, with the expert parallelism its
+    # config sets (the 1-4 node GB300 gpt-oss configs run every expert on every GPU: ep 1)
     moe = [c for c in CASES if c.group in ("mlperf-deepseek-v3", "mlperf-gpt-oss-20b")]
-    assert len(moe) >= 6 and all(c.job.arch.is_moe and c.layout.ep > 1 for c in moe)
+    assert len(moe) >= 6 and all(c.job.arch.is_moe for c in moe)
+    assert all(c.layout.ep == int(c.raw["settings"]["ep"]) for c in moe)
+    assert sum(c.layout.ep > 1 for c in moe) >= 8
 
 
 def test_moe_entries_by_hand() -> None:
@@ -147,6 +150,16 @@ def test_moe_entries_by_hand() -> None:
     assert c.job.moe_expert_capacity_factor == 1.25 and c.job.fp8_recipe == "delayed"
     assert (lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend) == ("flex", "deepep")
     assert c.tokens_per_s_per_gpu == pytest.approx(32 * 8192 / 0.4257 / 64)
+    # NVIDIA theia_ngpu72 (GB300) gpt-oss-20b: config_GB300_18x4x1xtp1pp1cp2ep4_mxfp8.sh, MINIBS 1,
+    # TP 1, CP 2, EP 4, 18 x 4 GPUs: global batch 1 x 72 / 2 = 36 (the log's samples_count
+    # advances 1,152 per 32 steps); result_0's last train_step_time values 0.1618, 0.1608, 0.1614,
+    # ... (per-file medians 0.1613 / ...): 36 * 8192 / 0.1613 / 72 = 25,393.7
+    c = BY_ID["v6.0-nvidia-gptoss20b-gb300-72"]
+    lay = c.layout
+    assert (lay.tp, lay.cp, lay.dp, lay.ep) == (1, 2, 36, 4)
+    assert c.job.global_batch_size == 36 and c.job.fp8_recipe == "mxfp8"
+    assert c.job.moe_expert_capacity_factor is None  # NVIDIA's pretrain.py: dropless
+    assert c.tokens_per_s_per_gpu == pytest.approx(36 * 8192 / 0.1613 / 72, rel=1e-4)
 
 
 TP_OVERLAP_SLOTS = {
