@@ -184,7 +184,23 @@ def main() -> None:
                     f"worst <= {TARGET_WORST:.0%}: {'met' if worst else 'missed'}"
                 )
             print(line)
+    _by_gpu(res)
     _functional_summary(res)
+
+
+def _by_gpu(res: list[tuple[Case, Any, float]]) -> None:
+    """The held-out Megatron-family rows (functional tests apart) by family and GPU, with the
+    signed median: where the model runs fast or slow as a whole rather than row by row."""
+    print("\nheld-out Megatron rows by family and GPU (signed median: + predicted faster)")
+    held = [
+        (c, x)
+        for c, _, x in res
+        if not is_fit(c) and source(c) != "functional" and code(c) == "Megatron"
+    ]
+    for fam in ("dense", "MoE"):
+        for gpu in sorted({c.job.cluster.gpu.name for c, _ in held if family(c) == fam}):
+            e = [x for c, x in held if family(c) == fam and c.job.cluster.gpu.name == gpu]
+            print(f"  {fam:5s} {gpu:14s} {summary(e)}, median {statistics.median(e):+.1%}")
 
 
 def _functional_summary(res: list[tuple[Case, Any, float]]) -> None:
