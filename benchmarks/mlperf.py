@@ -30,7 +30,9 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
              fp8_attention where the entry records FP8_DPA (an FP8 or NVFP4 run's FP8
              dot-product attention: planner.model.attention_time); fp8_output_proj where it
-             records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head)
+             records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head);
+             moe_fused_grouped_mlp where it records USE_TE_OPS with
+             NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
              moe_flex_dispatcher_backend (flex with deepep / hybridep), pipeline_layout (Megatron's
@@ -49,7 +51,7 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
   not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
              attention's own recipe and format (fp8_attention_recipe / _format: NVTE_DPA_FP8_*), the
              NVFP4 recipe's options (nvfp4_rht, nvfp4_stochastic_rounding, nvfp4_2d_quantization:
-             NVTE_NVFP4_DISABLE_*), MoE paged stashing and fused grouped MLP:
+             NVTE_NVFP4_DISABLE_*), MoE paged stashing:
              kept in `raw` for the reader
 """
 
@@ -129,6 +131,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         bf16_layers_at_end=int(s.get("bf16_layers_at_end", 0)),
         fp8_attention=bool(s.get("fp8_attention")) and (fp8 or fp4),
         fp8_output_proj=bool(s.get("fp8_output_proj")) and fp8,
+        moe_fused_grouped_mlp=bool(s.get("moe_fused_grouped_mlp")),
         cuda_graphs=graphed(s),
         cuda_graph_modules=graph_modules(s),
         expandable_segments=bool(s.get("expandable_segments", False)),

@@ -75,6 +75,8 @@ SCOPE = frozenset(
         "--moe-paged-stash",
         "--moe-expert-rank-capacity-factor",
         "--mtp-num-layers",
+        "--use-transformer-engine-op-fuser",
+        "--moe-mlp-glu-interleave-size",
     }
 )
 """The flags compared: layout, precision, recompute and MoE. Data, kernels (grouped GEMM, fused
@@ -202,6 +204,9 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
             f["--moe-paged-stash"] = ()
         if s.rank_capacity:
             f["--moe-expert-rank-capacity-factor"] = (s.rank_capacity,)
+        if s.moe_fused_grouped_mlp:  # the full-iteration MXFP8 helpers (bridge_recipes.md)
+            f["--use-transformer-engine-op-fuser"] = ()
+            f["--moe-mlp-glu-interleave-size"] = ("32",)
     if r.family == "deepseek_v3":
         groups, topk = DSV3_ROUTING
         f["--moe-router-num-groups"] = (str(groups),)

@@ -23,6 +23,7 @@ class Settings:
     bf16_layers_at_end: int
     fp8_attention: bool  # "fp8 DPA": mixed_precision.fp8_dot_product_attention
     fp8_output_proj: bool  # "fp8 output proj": model.fp8_output_proj (MXFP8 LM head)
+    moe_fused_grouped_mlp: bool  # "TE op fuser" on an MoE: model.use_transformer_engine_op_fuser
     layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
     account_for: bool
     recompute: str
@@ -177,8 +178,9 @@ def read(r: Recipe) -> Settings:
     graph_modules = _graph_modules(graphs)
     if graph_modules is not None and "full_iteration" in graphs:
         notes.append(f"CUDA graphs ({graphs}): timed as per-layer graphs of the whole layer")
-    if "TE op fuser" in graphs:
-        notes.append("TE op fuser: no plan field")
+    fused_mlp = "TE op fuser" in graphs and r.is_moe  # the experts' fused grouped MLP
+    if "TE op fuser" in graphs and not r.is_moe:
+        notes.append("TE op fuser on a dense model: no plan field")
     # the recipe's own notes: learned routing (GPT-OSS-20B's helper), the router's dtype
     learned = "moe_router_force_load_balancing False" in rt["notes"]
     if learned:
@@ -198,6 +200,7 @@ def read(r: Recipe) -> Settings:
         bf16_layers_at_end=bf16_end,
         fp8_attention="fp8 DPA" in label,
         fp8_output_proj="fp8 output proj" in label,
+        moe_fused_grouped_mlp=fused_mlp,
         layout=layout,
         account_for=account,
         recompute=recompute,

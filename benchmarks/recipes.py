@@ -102,7 +102,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["fp8_param_gather"] = s.fp8_param_gather
     if s.precision == "fp4":
         training["fp4_param_gather"] = s.fp4_param_gather
-    for name in ("bf16_layers_at_start", "bf16_layers_at_end", "fp8_attention", "fp8_output_proj"):
+    optional = ("bf16_layers_at_start", "bf16_layers_at_end", "fp8_attention", "fp8_output_proj")
+    for name in (*optional, "moe_fused_grouped_mlp"):
         if getattr(s, name):  # written where the recipe sets them (0 / false: the plan default)
             training[name] = getattr(s, name)
     if r.family == "deepseek_v3":

@@ -136,6 +136,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
     if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
         model["fp8_output_proj"] = True
+    if job.moe_fused_grouped_mlp:  # as Bridge's perf overrides set it (cutedsl_fused_grouped_mlp)
+        model["use_transformer_engine_op_fuser"] = True
+        if job.arch.gated_linear_unit:
+            model["moe_mlp_glu_interleave_size"] = 32
     if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)

@@ -134,7 +134,10 @@ def environment(plan: Plan) -> list[EnvVar]:
     NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=20 (set by all 108, at 10-20; here on more than one GPU),
     which leaves SMs to the NCCL kernels overlapped with Transformer Engine's norm kernels.
     NVTE_EXT_MARGIN_SM with the plan's `gemm_sm_margin` (Transformer Engine launches every GEMM
-    on the SMs less it). NVTE_CPU_OFFLOAD_V1=1 with fine-grained activation offloading:
+    on the SMs less it). NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 with `moe_fused_grouped_mlp`: without it
+    Transformer Engine registers no fused grouped-MLP kernel (d0067d0d
+    `_GroupedMLP_CuTeGEMMBase.is_supported`), as Megatron-Bridge's DeepSeek-V3 recipes set it.
+    NVTE_CPU_OFFLOAD_V1=1 with fine-grained activation offloading:
     validate_args asserts it under Transformer Engine >= 2.10 (so that TE's offload hooks do not
     move weights).
     NCCL settings come from Megatron-LM's own launch examples (examples/llama,
@@ -175,6 +178,8 @@ def environment(plan: Plan) -> list[EnvVar]:
     if plan.job.gemm_sm_margin:
         margin = str(plan.job.gemm_sm_margin)
         env.append(EnvVar("NVTE_EXT_MARGIN_SM", margin, "SMs every TE GEMM leaves free"))
+    if plan.job.moe_fused_grouped_mlp and nvidia:
+        env.append(EnvVar("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "1", "TE's fused grouped MLP kernels"))
     if nodes(plan).nnodes > 1:
         env.append(EnvVar("NCCL_IB_TIMEOUT", "19", "tolerate slow InfiniBand links at scale"))
         env.append(EnvVar("NCCL_P2P_NET_CHUNKSIZE", "2097152", "larger PP sends over the network"))

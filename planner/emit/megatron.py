@@ -216,6 +216,10 @@ def training_args(plan: Plan) -> list[Arg]:
                 a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
     if job.fp8_output_proj:
         a.append(("--fp8-output-proj",))
+    if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)
+        a.append(("--use-transformer-engine-op-fuser",))
+        if job.arch.gated_linear_unit:
+            a.append(("--moe-mlp-glu-interleave-size", "32"))
     if job.precision == "fp4":
         a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
         if job.fp4_param_gather:

@@ -74,6 +74,9 @@ class Job:
     """FP8 with the MXFP8 recipe: the output layer's GEMM runs in MXFP8 (Megatron
     --fp8-output-proj; `layer_time.output_layer_time`; its weight cache:
     `buffers.output_proj_cache_bytes`)."""
+    moe_fused_grouped_mlp: bool = False
+    """MoE: the experts run as Transformer Engine's fused grouped MLP (Megatron
+    --use-transformer-engine-op-fuser; `grouped_mlp_fused` says where its kernel runs)."""
     gemm_sm_margin: int = 0
     """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
     whole step (`planner.model.layer_time`)."""
@@ -150,6 +153,21 @@ class Job:
     def output_layer_in_fp8(self) -> bool:
         """The output layer runs in MXFP8: `fp8_output_proj` in an FP8 job."""
         return self.fp8_output_proj and self.precision == "fp8"
+
+    @property
+    def grouped_mlp_fused(self) -> bool:
+        """The fused grouped MLP's kernel runs: `moe_fused_grouped_mlp` in an MoE job on
+        Blackwell (compute capability 10: B200, B300, GB200, GB300) with block-scaled operands
+        (MXFP8 or NVFP4). Transformer Engine (d0067d0d ops/fused/grouped_mlp.py) fuses the
+        experts' fc1, activation and fc2 only there (`fuse_grouped_mlp_ops`); elsewhere its op
+        fuser runs the same operations one by one, as the unfused layer does."""
+        return (
+            self.moe_fused_grouped_mlp
+            and self.arch.is_moe
+            and self.cluster.gpu.is_blackwell
+            and self.quantised
+            and self.quant_recipe in ("mxfp8", "nvfp4")
+        )
 
     @property
     def low_precision_params(self) -> bool:

@@ -96,6 +96,10 @@ READ = frozenset(
         "--moe-expert-capacity-factor",
         "--moe-pad-expert-input-to-capacity",
         "--moe-router-force-load-balancing",
+        # the experts' fused grouped MLP (megatron_training._fused_grouped_mlp)
+        "--use-transformer-engine-op-fuser",
+        "--moe-grouped-gemm",
+        "--moe-mlp-glu-interleave-size",
         "--use-checkpoint-args",
         # vocabulary
         "--vocab-size",

@@ -11,6 +11,7 @@ from typing import Any
 from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
+from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
 
@@ -83,11 +84,28 @@ def training_table(
         training["moe_pad_expert_input_to_capacity"] = True
     if line.has("--moe-router-force-load-balancing"):
         training["moe_router_force_load_balancing"] = True
+    _fused_grouped_mlp(line, training, notes)
     training.update(_optimizer_dtypes(line))
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel))
     _cuda_graphs(line, training)
     return training
+
+
+def _fused_grouped_mlp(line: Line, training: dict[str, Any], notes: list[str]) -> None:
+    """--use-transformer-engine-op-fuser: the experts as Transformer Engine's fused grouped MLP
+    (`moe_checks.fused_mlp_reading`: grouped-GEMM experts, a gated unit interleaved by 32)."""
+    fused, note = fused_mlp_reading(
+        "--use-transformer-engine-op-fuser",
+        line.has("--use-transformer-engine-op-fuser"),
+        line.integer("--num-experts") is not None and line.has("--moe-grouped-gemm"),
+        line.has("--swiglu") or line.has("--quick-geglu"),
+        line.integer("--moe-mlp-glu-interleave-size"),
+    )
+    if fused:
+        training["moe_fused_grouped_mlp"] = True
+    if note:
+        notes.append(note)
 
 
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")

@@ -24,6 +24,7 @@ from planner.inputs.megatron_flags import megatron_flags
 from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS, graph_regions
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import PUBLIC_VOCAB
+from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.nemo_keys import (
     ARCH_KEYS,
     CLI,
@@ -313,6 +314,16 @@ def _training(
     glu = model.get("gated_linear_unit", False)
     if glu and (not recipe.fused_glu if fused is None else not fused):
         out["fused_swiglu"] = False
+    key = "model.config.use_transformer_engine_op_fuser"
+    grouped = line.get("model.config.moe_grouped_gemm") is not False
+    fused_mlp, note = fused_mlp_reading(
+        key, bool(line.get(key)), bool(model.get("num_moe_experts")) and grouped, glu,
+        line.get("model.config.moe_mlp_glu_interleave_size"),
+    )  # fmt: skip
+    if fused_mlp:
+        out["moe_fused_grouped_mlp"] = True
+    if note:
+        notes.append(note)
     return out
 
 

@@ -24,6 +24,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     model.config.bias_activation_fusion        fused_swiglu (the GLU's fusion)
     model.config.recompute_granularity / _method / _num_layers / _modules   recompute
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
+    model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
+      moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
 
 Any other `model.config.`, `trainer.strategy.[ddp.]`, `trainer.plugins.` or `optim.config.` key is
 classified by the Megatron-LM flag of its name (`--name-with-dashes`, or `--no-...`), as
@@ -113,6 +115,9 @@ SPECIAL = (
     "model.config.share_embeddings_and_output_weights",
     "model.config.bias_activation_fusion",
     "model.config.moe_layer_freq",
+    "model.config.use_transformer_engine_op_fuser",
+    "model.config.moe_grouped_gemm",
+    "model.config.moe_mlp_glu_interleave_size",
     "data.tokenizer",
     *GRAPH_KEYS,
 )

@@ -21,6 +21,7 @@ from planner.inputs.files import load_toml, validate
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.job import Job
 from planner.inputs.layout import Layout
+from planner.inputs.moe_checks import check_fused_grouped_mlp
 from planner.inputs.plan_layout import layout_from_section
 from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import (
@@ -67,6 +68,7 @@ TRAINING_AS_IS = (
     "bf16_layers_at_end",
     "fp8_attention",
     "fp8_output_proj",
+    "moe_fused_grouped_mlp",
     "optimizer",
     "muon_whole_params",
     "muon_ns_steps",
@@ -96,6 +98,7 @@ def build_job(
     if missing:
         raise InputError(f'{where}: training.precision: "{training.precision}" but {missing}')
     check_precision(training, arch, where)
+    check_fused_grouped_mlp(training, arch, where)
     framework = training.framework
     if training.framework == "megatron" and titan is not None:
         raise InputError(

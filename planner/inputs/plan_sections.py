@@ -186,6 +186,14 @@ class TrainingSection(BaseModel):
         description="fp8 with fp8_recipe mxfp8: the output layer (LM head) runs in MXFP8 too "
         "(Megatron --fp8-output-proj, Megatron-Bridge mixed_precision.fp8_output_proj)",
     )
+    moe_fused_grouped_mlp: Flag = Field(
+        default=False,
+        description="MoE: the experts' fc1, activation and fc2 as Transformer Engine's fused "
+        "grouped MLP (Megatron --use-transformer-engine-op-fuser, with "
+        "--moe-mlp-glu-interleave-size 32 for a GLU; Megatron-Bridge "
+        "model.use_transformer_engine_op_fuser); its fused kernel runs on Blackwell with "
+        "fp8_recipe mxfp8 or precision fp4 (launch exports NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)",
+    )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "

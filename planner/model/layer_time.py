@@ -255,16 +255,19 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if not job.fused_norm:
         norm_elems = t * kind.blocks * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
-    out.fwd = gemm_fwd + attn_fwd + scan_fwd + (ew + cast) / 3
+    streamed = ew + cast  # HBM-bound work; a fused grouped MLP's epilogues do part of it
+    if moe:
+        streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
+    out.fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
-    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * (ew + cast) / 3
+    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3
     out.offload = act_bytes / host_link_bandwidth(job)
     policy = job.recompute_policy(lay.recompute)
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
     if policy == "full":
         out.recompute = out.fwd
     elif policy == "per_op":
-        out.recompute = gemm_fwd / 2 + (ew + cast) / 3
+        out.recompute = gemm_fwd / 2 + streamed / 3
     elif policy == "core_attn":
         pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load)
         out.recompute = sum(

@@ -1,7 +1,8 @@
 """The MoE layer's work that no model FLOPs count, for one micro-batch on one GPU: the router's
 logits GEMM and the token permutations before the dispatch and after the combine
 (`planner.model.layer_time` adds both to the layer's time; the routing load is
-`routing_load.step_load`, the busiest rank's tokens over the even share)."""
+`routing_load.step_load`, the busiest rank's tokens over the even share); and the HBM traffic the
+experts' fused grouped MLP saves (`fused_mlp_saving`, which layer_time takes off)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,43 @@ def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> floa
     PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
     tokens x top_k x the routing load), at the achieved HBM bandwidth. Added with the FP8 casts
     (a third of it in the forward, the rest in the backward)."""
-    arch = job.arch
+    pairs = routed_pairs(job, lay, t, load)
+    return PERMUTE_BYTES_PER_ELEMENT * pairs * job.arch.hidden_size / gpu.hbm
+
+
+def routed_pairs(job: Job, lay: Layout, t: float, load: float) -> float:
+    """(token, expert) copies the busiest rank's experts handle per micro-batch: its tokens (the
+    sequence-parallel shard) x top_k x the routing load (with expert TP 1, the rows of its
+    grouped GEMMs)."""
     tokens = t / (lay.tp if lay.sequence_parallel else 1)
-    pairs = tokens * arch.moe_router_topk * load
-    return PERMUTE_BYTES_PER_ELEMENT * pairs * arch.hidden_size / gpu.hbm
+    return tokens * job.arch.moe_router_topk * load
+
+
+def fused_mlp_saved_elements(glu: bool) -> float:
+    """bf16 elements of HBM traffic per routed row and expert-FFN column that Transformer Engine's
+    fused grouped MLP saves (`Job.grouped_mlp_fused`: fc1's grouped GEMM with the activation,
+    the router-probability scaling and the quantisation of fc2's input in its epilogue, and
+    fc2's dgrad GEMM with the activation's backward and the quantisation of its result in its
+    epilogue; TransformerEngine d0067d0d ops/fused/grouped_mlp.py, the CuTe DSL grouped-GEMM
+    kernels of cuDNN's front end). With g = 2 for a GLU (fc1 writes 2F per row) and 1 for a
+    unary activation, per row of F columns the unfused layer moves, beyond what both write:
+    forward, the activation reads gF and writes F, and the quantiser reads that F again
+    (g + 2); backward, fc2's dgrad writes F, the activation's backward reads it with fc1's
+    output and writes gF, and the quantiser reads the gF again (2 + 2g). The fused kernels still
+    read fc1's saved output in the backward epilogue (gF) and write every quantised tensor, so
+    those stay: 3g + 4 elements, 10 for SwiGLU."""
+    g = 2.0 if glu else 1.0
+    return 3.0 * g + 4.0
+
+
+def fused_mlp_saving(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> float:
+    """Seconds per micro-batch, forward + backward, that the fused grouped MLP saves one MoE
+    layer (`fused_mlp_saved_elements` x 2 bytes per routed row and expert-FFN column at the
+    achieved HBM bandwidth); 0 where it does not run (`Job.grouped_mlp_fused`). Taken off the
+    layer's elementwise and quantisation time, a third in the forward as those."""
+    if not job.grouped_mlp_fused:
+        return 0.0
+    arch = job.arch
+    rows = routed_pairs(job, lay, t, load)
+    saved = fused_mlp_saved_elements(arch.gated_linear_unit) * 2.0
+    return saved * rows * arch.expert_ffn / gpu.hbm

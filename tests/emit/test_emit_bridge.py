@@ -155,3 +155,22 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     mx, _ = doc(precision="fp8", fp8_recipe="mxfp8", fp8_output_proj=True)
     _accepted(mx)
     assert mx["model"]["fp8_output_proj"] is True
+
+
+def test_the_fused_grouped_mlp_sets_bridges_op_fuser() -> None:
+    # Megatron-Bridge 067f987d scripts/performance/utils/overrides.py: cutedsl_fused_grouped_mlp
+    # sets model.use_transformer_engine_op_fuser and model.moe_mlp_glu_interleave_size = 32 (the
+    # interleave Transformer Engine's fused GLU kernel requires); both are GPTModelProvider fields
+    plan = make_plan(
+        "mixtral-8x7b", 64, {"tp": 1, "ep": 8, "etp": 1}, "b200-sxm-180gb", precision="fp8",
+        fp8_recipe="mxfp8", moe_fused_grouped_mlp=True,
+    )  # fmt: skip
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    assert doc["model"]["use_transformer_engine_op_fuser"] is True
+    assert doc["model"]["moe_mlp_glu_interleave_size"] == 32
+    plain = make_plan("mixtral-8x7b", 64, {"tp": 1, "ep": 8, "etp": 1}, "b200-sxm-180gb")
+    assert (
+        "use_transformer_engine_op_fuser"
+        not in yaml.safe_load(render(plain, "megatron-bridge")[1])["model"]
+    )

@@ -448,6 +448,32 @@ def test_fp8_output_proj_flag_reads_back() -> None:
     assert "--fp8-output-proj" not in flags(plain) and not round_trip(plain).job.fp8_output_proj
 
 
+def test_fused_grouped_mlp_flags_env_and_read_back() -> None:
+    # Megatron-LM d98e8a64: --use-transformer-engine-op-fuser (TransformerConfig field) builds the
+    # experts as Transformer Engine's fused grouped MLP; its GLU kernel needs
+    # --moe-mlp-glu-interleave-size 32 (TE d0067d0d validate_grouped_mlp_dims) and its kernels are
+    # registered only with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (`is_supported`)
+    training = {"precision": "fp8", "fp8_recipe": "mxfp8", "moe_fused_grouped_mlp": True}
+    par = {"tp": 1, "ep": 8, "etp": 1}
+    plan = make_plan("mixtral-8x7b", 64, par, "b200-sxm-180gb", **training)
+    f = flags(plan)
+    assert "--use-transformer-engine-op-fuser" in f and "--moe-grouped-gemm" in f
+    assert f["--moe-mlp-glu-interleave-size"] == ["32"]
+    env = {e.name: e.value for e in environment(plan)}
+    assert env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] == "1"
+    back = round_trip(plan)
+    assert back.job.moe_fused_grouped_mlp and back.job.grouped_mlp_fused
+    assert_same(plan, back)
+    plain = make_plan("mixtral-8x7b", 64, par, "b200-sxm-180gb", precision="fp8")
+    assert "--use-transformer-engine-op-fuser" not in flags(plain)
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in {e.name for e in environment(plain)}
+    # a GLU without the 32-wide interleave is not fused: read as unfused, and the reading says so
+    text = megatron.render(plan, "job").replace("--moe-mlp-glu-interleave-size 32", "")
+    reading = megatron_args.read(text, "b200-sxm-180gb", 64)
+    assert not reading.doc["training"].get("moe_fused_grouped_mlp")
+    assert any("GLU interleave of 32" in n for n in reading.notes)
+
+
 def test_fp8_attention_has_no_megatron_lm_flag_and_is_noted() -> None:
     # Megatron-LM d98e8a64 leaves TransformerConfig.fp8_dot_product_attention out of its command
     # line (arguments.py `_add_network_size_args` exclude list): no flag to emit, a note instead

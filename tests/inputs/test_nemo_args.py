@@ -209,14 +209,14 @@ def test_shape_overrides_move_the_derived_fields() -> None:
 
 def test_harmless_keys_are_ignored_and_listed() -> None:
     r = read(
-        HEAD + "trainer.max_steps=50 log.log_dir=/x model.config.moe_grouped_gemm "
+        HEAD + "trainer.max_steps=50 log.log_dir=/x model.config.moe_permute_fusion "
         "model.config.apply_query_key_layer_scaling optim.config.lr=1e-4"
     )
-    # moe_grouped_gemm, apply_query_key_layer_scaling: Megatron-LM flags its reader ignores
+    # moe_permute_fusion, apply_query_key_layer_scaling: Megatron-LM flags its reader ignores
     assert r.ignored == (
         "log.log_dir",
         "model.config.apply_query_key_layer_scaling",
-        "model.config.moe_grouped_gemm",
+        "model.config.moe_permute_fusion",
         "optim.config.lr",
         "trainer.max_steps",
     )
@@ -326,3 +326,20 @@ def test_cuda_graph_keys_are_read(overrides: str, graphs: dict[str, Any]) -> Non
 def test_bad_cuda_graph_keys_are_bad_input(overrides: str, key: str) -> None:
     with pytest.raises(InputError, match=key):
         doc(HEAD + overrides)
+
+
+def test_the_op_fuser_fuses_the_experts_where_it_can() -> None:
+    # TransformerConfig.use_transformer_engine_op_fuser with a GLU interleave of 32 on a MoE
+    # recipe: the fused grouped MLP (Megatron-Core d98e8a64 experts.py; Transformer Engine
+    # d0067d0d validate_grouped_mlp_dims needs the interleave); on a dense model, or without the
+    # interleave, nothing is fused and the reading says so
+    mixtral = "nemo llm pretrain --factory mixtral_8x7b trainer.devices=8 "
+    on = "model.config.use_transformer_engine_op_fuser=True "
+    fused = read(mixtral + on + "model.config.moe_mlp_glu_interleave_size=32", 64)
+    assert fused.doc["training"]["moe_fused_grouped_mlp"] is True
+    plain = read(mixtral + on, 64)
+    assert "moe_fused_grouped_mlp" not in plain.doc["training"]
+    assert any("GLU interleave of 32" in n for n in plain.notes)
+    dense = read(HEAD + on)
+    assert "moe_fused_grouped_mlp" not in dense.doc["training"]
+    assert any("no grouped-GEMM experts" in n for n in dense.notes)

@@ -3,7 +3,8 @@
 Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `features` those on recompute, offloading, MoE dispatch and routing, FP8 and the expert
-overlap, and what Megatron only warns about; `hybrid` those of a hybrid Mamba stack;
+overlap, and what Megatron only warns about; `fused_mlp` those of the experts' fused grouped
+MLP; `hybrid` those of a hybrid Mamba stack;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs
 every rule (the search uses it to prune and to count rejections per rule); `check_plan` turns
 a plan's into one InputError; `warnings` lists what Megatron would warn about, which commands
@@ -19,6 +20,7 @@ from planner.search.rules.base import Rule, Violation
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import WARNINGS, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
+from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
@@ -69,6 +71,7 @@ RULES: tuple[Rule, ...] = (
     optimizer_instances,
     muon,
     *FEATURE_RULES,
+    *FUSED_MLP_RULES,
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
     batch,

@@ -1,0 +1,41 @@
+"""Megatron-LM's rules on the experts' fused grouped MLP (`training.moe_fused_grouped_mlp`, Megatron
+--use-transformer-engine-op-fuser) against the layout, d98e8a64: the experts build it only
+without expert tensor parallelism and without the expert_fc1 / moe_act activation offloading
+(megatron/core/transformer/moe/experts.py `_is_fused_impl_supported`, asserted when the op fuser
+is on); offloading the fused_group_mlp module needs it (TransformerConfig: "fused_group_mlp
+requires use_transformer_engine_op_fuser")."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.search.rules.base import Violation
+
+
+def fused_grouped_mlp(job: Job, lay: Layout) -> Violation | None:
+    """See the module docstring."""
+    if "fused_group_mlp" in lay.offload_modules and not job.moe_fused_grouped_mlp:
+        return Violation(
+            "fused_mlp_offload", "parallel.offload_modules", "offload module fused_group_mlp "
+            "needs training.moe_fused_grouped_mlp = true (Megatron's "
+            "--use-transformer-engine-op-fuser)",
+        )  # fmt: skip
+    if not job.moe_fused_grouped_mlp:
+        return None
+    if lay.expert_tp > 1:
+        return Violation(
+            "fused_mlp_etp", "parallel.etp", f"the fused grouped MLP (training."
+            f"moe_fused_grouped_mlp) runs without expert tensor parallelism; got "
+            f"expert_tensor_parallel_size {lay.expert_tp}",
+        )  # fmt: skip
+    split = [m for m in ("expert_fc1", "moe_act") if m in lay.offload_modules]
+    if split:
+        return Violation(
+            "fused_mlp_offload", "parallel.offload_modules", f"offload module {split[0]} offloads "
+            "part of the experts' MLP, which the fused grouped MLP (training."
+            "moe_fused_grouped_mlp) keeps whole; offload fused_group_mlp instead",
+        )  # fmt: skip
+    return None
+
+
+RULES = (fused_grouped_mlp,)
