@@ -43,6 +43,11 @@ the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, head
 128256); only the RoPE scaling and context length differ, neither of which planner models at
 these 8,192-token sequences."""
 
+VOCAB = {"gpt_oss_20b": 128256}
+"""Vocabularies a recipe family sets over its zoo model's: Bridge's GPT-OSS-20B perf helper sets
+vocab 128256 (gpt_oss/common.py:79-123, bridge_recipes.md model table), the Llama 3.1 tokenizer's
+size, as MLPerf's gpt-oss-20b pretrain.py does; the zoo keeps gpt-oss's own 201,088."""
+
 DSV3_ROUTING = (8, 4)
 """DeepSeek-V3's group-limited routing, HF n_group / topk_group (bridge_recipes.md: Bridge maps
 them to moe_router_num_groups / moe_router_group_topk)."""

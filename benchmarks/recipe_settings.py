@@ -187,8 +187,6 @@ def read(r: Recipe) -> Settings:
         notes.append("learned routing: the recipe turns moe_router_force_load_balancing off")
     if m := re.search(r"moe_router_dtype (\w+)", rt["notes"]):
         notes.append(f"router dtype {m.group(1)}: no plan field")
-    if r.family == "gpt_oss_20b":
-        notes.append("Bridge's GPT-OSS-20B perf helper sets vocab 128256; the zoo's 201088 is used")
     if r.family in ("llama3_8b", "llama3_70b"):
         notes.append("Llama 3 shapes = the zoo's Llama 3.1 ones")
     return Settings(

@@ -53,6 +53,7 @@ from benchmarks.recipe_data import (
     GPUS,
     PLANS,
     REPO,
+    VOCAB,
     Recipe,
     load_recipes,
 )
@@ -66,7 +67,7 @@ from benchmarks.recipe_flags import (
 )
 from benchmarks.recipe_settings import Settings, read
 from planner.emit.common import environment
-from planner.inputs import pipeline_layout
+from planner.inputs import catalog, pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
 from planner.inputs.plan_writer import toml_value
@@ -147,11 +148,23 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     # Megatron-LM's validate_args: no param-gather overlap without grad-reduce overlap
     parallel["overlap_param_gather"] = s.overlap_param_gather and s.overlap_grad_reduce
     return {
-        "model": {"name": r.model},
+        "model": _model_table(r),
         "cluster": {"gpu": GPUS[r.gpu], "num_gpus": r.n},
         "training": training,
         "parallel": parallel,
     }
+
+
+def _model_table(r: Recipe) -> dict[str, Any]:
+    """The zoo model by name, or inline with the vocabulary the recipe sets (`VOCAB`)."""
+    vocab = VOCAB.get(r.family)
+    if vocab is None:
+        return {"name": r.model}
+    arch = catalog.get_model(r.model)
+    fields = arch.model_dump(exclude_defaults=True, exclude={"display_name"})
+    fields["vocab_size"] = vocab
+    fields["source"] = f"{arch.source}; vocab_size {vocab} as the recipe sets it (VOCAB)"
+    return fields
 
 
 def plan_text(r: Recipe, s: Settings) -> str:
