@@ -1,6 +1,6 @@
-"""explain's notes under the time table: a MoE plan's routing load, what the layers kept in bf16
-cost an FP8 / NVFP4 plan, what FP8 attention saves it, and where the host's eager kernel issue
-floors the layers."""
+"""explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
+saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
+attention saves it, and where the host's eager kernel issue floors the layers."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     """The notes that apply to the plan, in order."""
     texts = (
         routing_text(job, layout),
+        fused_mlp_text(job, layout, perf),
         bf16_layers_text(job, layout, perf),
         fp8_attention_text(job, layout, perf),
         host_text(job, layout, perf),
@@ -41,6 +42,30 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     return (
         f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
         f"time ({why}), {kept:.2f}x in memory"
+    )
+
+
+def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """A MoE plan with `moe_fused_grouped_mlp`: the seconds per step its fused kernels save
+    (`moe_time.fused_mlp_saving`), or, where they do not run (`Job.grouped_mlp_fused`), that
+    the experts are timed unfused and why."""
+    if not job.moe_fused_grouped_mlp:
+        return None
+    if not job.grouped_mlp_fused:
+        gpu, lacks = job.cluster.gpu, []
+        if not gpu.is_blackwell:
+            lacks.append(f"a Blackwell GPU (it runs on {gpu.name})")
+        if not (job.quantised and job.quant_recipe in ("mxfp8", "nvfp4")):
+            lacks.append('fp8_recipe "mxfp8" or precision "fp4"')
+        return (
+            "fused grouped MLP: Transformer Engine fuses the experts' MLP only on Blackwell "
+            f"with MXFP8 or NVFP4; this plan lacks {' and '.join(lacks)}, so its experts are "
+            "timed unfused"
+        )
+    saved = -_added(perf, replace(job, moe_fused_grouped_mlp=False), layout)
+    return (
+        f"fused grouped MLP: the experts' activation and quantisation in the GEMM epilogues save "
+        f"{saved:.3f} s of the {perf.step_time_s + saved:.3f} s step unfused"
     )
 
 

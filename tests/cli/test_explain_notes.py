@@ -109,3 +109,29 @@ def test_fp8_attention_note_says_what_it_saves_and_whether_exponentials_bind(
     assert text is not None and saved > 0 and f"save {saved:.3f} s" in text
     assert ("exponential units" in text) is bound
     assert explain_notes.fp8_attention_text(plain, lay, cost.estimate(plain, lay)) is None
+
+
+def test_fused_mlp_note_says_what_it_saves_or_why_it_saves_nothing() -> None:
+    # the saving is the unfused estimate less the plan's (planner.model.moe_time); on Hopper, or
+    # with per-tensor FP8 scales, Transformer Engine registers no fused kernel (d0067d0d)
+    lay = Layout(tp=1, pp=4, dp=64, ep=32, etp=1)
+    # CUDA graphs, as every fused-MLP recipe runs: eager, the host would floor these layers
+    kw = {
+        "precision": "fp8", "fp8_recipe": "mxfp8", "moe_fused_grouped_mlp": True,
+        "cuda_graphs": True,
+    }  # fmt: skip
+    fused = job("deepseek-v3", "gb300-nvl72", 256, 4096, 256, **kw)
+    perf = cost.estimate(fused, lay)
+    text = explain_notes.fused_mlp_text(fused, lay, perf)
+    saved = cost.estimate(replace(fused, moe_fused_grouped_mlp=False), lay).step_time_s
+    saved -= perf.step_time_s
+    assert text is not None and saved > 0 and f"save {saved:.3f} s" in text
+    hopper = replace(fused, cluster=job("deepseek-v3", "h100-sxm-80gb", 256, 4096, 256).cluster)
+    note = explain_notes.fused_mlp_text(hopper, lay, cost.estimate(hopper, lay))
+    assert note is not None and "a Blackwell GPU" in note and "timed unfused" in note
+    assert "mxfp8" not in note  # the recipe is not what it lacks
+    tensorwise = replace(fused, fp8_recipe="tensorwise")
+    note = explain_notes.fused_mlp_text(tensorwise, lay, cost.estimate(tensorwise, lay))
+    assert note is not None and 'fp8_recipe "mxfp8"' in note and "Blackwell GPU" not in note
+    plain = replace(fused, moe_fused_grouped_mlp=False)
+    assert explain_notes.fused_mlp_text(plain, lay, cost.estimate(plain, lay)) is None
