@@ -5,7 +5,7 @@
 Data: benchmarks/data/mlperf/runs.yaml (one entry per round, submitter and system of
 mlcommons/training_results_v3.0 ... v5.1: GPT-3 175B, Llama 3.1 405B and 8B pre-training, in
 bf16 / FP8 and, from v5.1, NVFP4; v6.0, read from the fork Richardyu114/training_results_v6.0:
-DeepSeek-V3 671B and gpt-oss-20b MoE pre-training (gpt-oss on H100 and GB300), Llama 3.1 in
+DeepSeek-V3 671B and gpt-oss-20b MoE pre-training (gpt-oss on H100, B200, B300, GB300), Llama 3.1 in
 NVFP4; the settings read from each system's config scripts, the step time from its result
 logs; sources, method and every ambiguity in benchmarks/data/mlperf/README.md and the entries'
 `notes`).
