@@ -201,7 +201,9 @@ MAMF = {
     "h100-sxm-80gb": (794.5, 1402.6),
     "b200-sxm-180gb": (1745.0, 3432.5),
     "b300-sxm-270gb": (1769.0, 3353.3),  # @744d01e1
-    "gb300-nvl72": (1822.0, 3615.6),  # GB200's row: the table has no GB300 one (@744d01e1)
+    # the table has no GB300 row (@744d01e1): B300's fractions of its peaks at GB300's peaks,
+    # 1769.0 / 2250 x 2500 = 1965.56 and 3353.3 / 4500 x 5000 = 3725.89, to 0.1
+    "gb300-nvl72": (1965.6, 3725.9),
     "mi300x-192gb": (668.4, None),
     "mi325x-256gb": (784.9, None),
 }
