@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
+from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
 from planner.model import attention_time, cost, layer_time
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
+from planner.search.rules.fused_mlp import fused_grouped_mlp
 
 
 def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
@@ -45,12 +47,19 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     )
 
 
+FUSED_MLP_ADVICE_SHARE = 0.01
+"""The share of the step the fused grouped MLP must save for explain to suggest it to a plan
+without it (1%: it is one switch and a kernel choice, no layout change)."""
+
+
 def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """A MoE plan with `moe_fused_grouped_mlp`: the seconds per step its fused kernels save
     (`moe_time.fused_mlp_saving`), or, where they do not run (`Job.grouped_mlp_fused`), that
-    the experts are timed unfused and why."""
+    the experts are timed unfused and why. A Megatron MoE plan without it whose layout allows it
+    (`planner.search.rules.fused_mlp`) and whose kernels would run: what turning it on would save,
+    from FUSED_MLP_ADVICE_SHARE of the step."""
     if not job.moe_fused_grouped_mlp:
-        return None
+        return _fused_mlp_advice(job, layout, perf)
     if not job.grouped_mlp_fused:
         gpu, lacks = job.cluster.gpu, []
         if not gpu.is_blackwell:
@@ -66,6 +75,24 @@ def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     return (
         f"fused grouped MLP: the experts' activation and quantisation in the GEMM epilogues save "
         f"{saved:.3f} s of the {perf.step_time_s + saved:.3f} s step unfused"
+    )
+
+
+def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """`fused_mlp_text` for a plan without the fused grouped MLP."""
+    fused = replace(job, moe_fused_grouped_mlp=True)
+    usable = job.framework == "megatron" and job.arch.is_moe and fusable_activation(job.arch)
+    if not usable or not fused.grouped_mlp_fused or fused_grouped_mlp(fused, layout):
+        return None
+    saved = _added(perf, fused, layout)
+    if saved < FUSED_MLP_ADVICE_SHARE * perf.step_time_s:
+        return None
+    flags = "--use-transformer-engine-op-fuser"
+    if job.arch.gated_linear_unit:
+        flags += " --moe-mlp-glu-interleave-size 32"
+    return (
+        f"fused grouped MLP: off; training.moe_fused_grouped_mlp = true (Megatron {flags}) would "
+        f"save {saved:.3f} s of the {perf.step_time_s:.3f} s step"
     )
 
 

@@ -18,6 +18,12 @@ UNARY_ACTIVATIONS = ("squared_relu",)
 """Ungated activations it takes: squared ReLU (Megatron's fused weighted squared ReLU)."""
 
 
+def fusable_activation(arch: ModelArch) -> bool:
+    """The experts' activation is one Megatron builds the fused grouped MLP for."""
+    allowed = GLU_ACTIVATIONS if arch.gated_linear_unit else UNARY_ACTIVATIONS
+    return arch.activation in allowed
+
+
 def check_fused_grouped_mlp(training: TrainingSection, arch: ModelArch, where: str) -> None:
     """Raise InputError where the fused grouped MLP cannot be built for this model or code."""
     if not training.moe_fused_grouped_mlp:
@@ -33,9 +39,9 @@ def check_fused_grouped_mlp(training: TrainingSection, arch: ModelArch, where: s
             f"{field}: the fused grouped MLP is Megatron-Core's (--use-transformer-engine-op-"
             "fuser); torchtitan's experts do not use it"
         )
-    glu = arch.gated_linear_unit
-    allowed = GLU_ACTIVATIONS if glu else UNARY_ACTIVATIONS
-    if arch.activation not in allowed:
+    if not fusable_activation(arch):
+        glu = arch.gated_linear_unit
+        allowed = GLU_ACTIVATIONS if glu else UNARY_ACTIVATIONS
         kind = "gated" if glu else "ungated"
         raise InputError(
             f"{field}: Megatron fuses a {kind} expert MLP only with {' / '.join(allowed)} "

@@ -133,5 +133,13 @@ def test_fused_mlp_note_says_what_it_saves_or_why_it_saves_nothing() -> None:
     tensorwise = replace(fused, fp8_recipe="tensorwise")
     note = explain_notes.fused_mlp_text(tensorwise, lay, cost.estimate(tensorwise, lay))
     assert note is not None and 'fp8_recipe "mxfp8"' in note and "Blackwell GPU" not in note
+    # without it, on a layout that allows it (expert TP 1): what turning it on would save
     plain = replace(fused, moe_fused_grouped_mlp=False)
-    assert explain_notes.fused_mlp_text(plain, lay, cost.estimate(plain, lay)) is None
+    advice = explain_notes.fused_mlp_text(plain, lay, cost.estimate(plain, lay))
+    assert advice is not None and f"would save {saved:.3f} s" in advice
+    assert "--use-transformer-engine-op-fuser --moe-mlp-glu-interleave-size 32" in advice
+    # nothing to suggest with expert TP 2 (Megatron refuses the fused MLP there) or on Hopper
+    etp2 = lay.with_(etp=2, ep=16)
+    assert explain_notes.fused_mlp_text(plain, etp2, cost.estimate(plain, etp2)) is None
+    h100 = replace(hopper, moe_fused_grouped_mlp=False)
+    assert explain_notes.fused_mlp_text(h100, lay, cost.estimate(h100, lay)) is None
