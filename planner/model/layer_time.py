@@ -47,7 +47,9 @@ Non-GEMM work (norms, activation functions, dropout, residuals, rotary, softmax,
 memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (Korthikanti et al.
 2022 Table 2 terms, generalised to GQA/GLU; the replicated terms are split by tp only with
 sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
-work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields.
+work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields. The
+experts' fused grouped MLP (`Job.grouped_mlp_fused`) does its activation and quantisation passes
+in the GEMM epilogues: `moe_time.fused_mlp_saving` comes off this work and the casts.
 
 TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under
 compute holds `comms.sm_share` of the SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it
