@@ -352,3 +352,17 @@ def test_fp4_mapping_carries_param_gather_and_bf16_layers() -> None:
         del row["settings"][key]
     job = mlperf.case_from_row(row).job
     assert (job.fp4_param_gather, job.bf16_layers_at_start, job.bf16_layers_at_end) == (False, 0, 0)
+
+
+def test_gb300_over_gb200_on_the_same_gpt_oss_layout() -> None:
+    # oracle: NVIDIA's v6.0 gpt-oss-20b logs on 72 GPUs, GB300 theia_ngpu72 and GB200
+    # tyche-hsg_ngpu72, the same layout and precision (config_GB300_ / config_GB200_18x4x1xtp1pp1
+    # cp2ep4_mxfp8.sh): train_step_time medians 0.1595 s and 0.1652 s after the first evaluation
+    # (benchmarks/data/mlperf/README.md), GB300 1.036x faster; the GB200 row itself is not an
+    # entry (its config is not stored), so this is a ratio check, within 3%
+    row = next(r for r in ROWS if r["id"] == "v6.0-nvidia-gptoss20b-gb300-72")
+    on_gb200 = copy.deepcopy(row)
+    on_gb200["hardware"]["catalog"] = "gb200-nvl72"
+    gb300 = mlperf.case_from_row(row).estimate().tokens_per_s_per_gpu
+    gb200 = mlperf.case_from_row(on_gb200).estimate().tokens_per_s_per_gpu
+    assert gb300 / gb200 == pytest.approx(0.1652 / 0.1595, rel=0.03)
