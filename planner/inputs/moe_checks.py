@@ -1,7 +1,7 @@
 """The plan's `training.moe_fused_grouped_mlp` checked as Megatron-Core checks it (exit 2 with the
 file, the field and the value): Megatron-LM's MoE experts (TEGroupedMLP) build Transformer
 Engine's fused grouped MLP only for a gated SiLU / quick-GELU unit or a (weighted) squared ReLU
-(megatron/core/transformer/moe/experts.py `_is_fused_impl_supported`, d98e8a64, asserted where
+(megatron.core.transformer.moe.experts `_is_fused_impl_supported`, d98e8a64, asserted where
 --use-transformer-engine-op-fuser is set). What depends on the layout (expert tensor parallelism,
 offloaded expert modules) is a layout rule (`planner.search.rules.fused_mlp`)."""
 
@@ -18,10 +18,14 @@ UNARY_ACTIVATIONS = ("squared_relu",)
 """Ungated activations it takes: squared ReLU (Megatron's fused weighted squared ReLU)."""
 
 
+def _fusable(arch: ModelArch) -> tuple[str, ...]:
+    """The activations Megatron fuses for this model's kind of expert MLP (gated or not)."""
+    return GLU_ACTIVATIONS if arch.gated_linear_unit else UNARY_ACTIVATIONS
+
+
 def fusable_activation(arch: ModelArch) -> bool:
     """The experts' activation is one Megatron builds the fused grouped MLP for."""
-    allowed = GLU_ACTIVATIONS if arch.gated_linear_unit else UNARY_ACTIVATIONS
-    return arch.activation in allowed
+    return arch.activation in _fusable(arch)
 
 
 def check_fused_grouped_mlp(training: TrainingSection, arch: ModelArch, where: str) -> None:
@@ -40,11 +44,9 @@ def check_fused_grouped_mlp(training: TrainingSection, arch: ModelArch, where: s
             "fuser); torchtitan's experts do not use it"
         )
     if not fusable_activation(arch):
-        glu = arch.gated_linear_unit
-        allowed = GLU_ACTIVATIONS if glu else UNARY_ACTIVATIONS
-        kind = "gated" if glu else "ungated"
+        kind = "gated" if arch.gated_linear_unit else "ungated"
         raise InputError(
-            f"{field}: Megatron fuses a {kind} expert MLP only with {' / '.join(allowed)} "
+            f"{field}: Megatron fuses a {kind} expert MLP only with {' / '.join(_fusable(arch))} "
             f'(model activation "{arch.activation}"); set moe_fused_grouped_mlp = false'
         )
 

@@ -5,9 +5,9 @@ checks and the layout rules.
 Oracles: Transformer Engine d0067d0d ops/fused/grouped_mlp.py (the fused kernels are registered
 only with NVTE_CUTEDSL_FUSED_GROUPED_MLP on compute capability 10, and `fuse_grouped_mlp_ops`
 fuses only under the MXFP8 or NVFP4 recipe, a GLU with glu_interleave_size 32); Megatron-LM
-d98e8a64 moe/experts.py `_is_fused_impl_supported` (no expert TP, no expert_fc1 / moe_act
-offload, a SiLU / quick-GELU GLU or squared ReLU) and TransformerConfig ("fused_group_mlp
-requires use_transformer_engine_op_fuser"); hand byte counts.
+d98e8a64 megatron.core.transformer.moe.experts `_is_fused_impl_supported` (no expert TP, no
+expert_fc1 / moe_act offload, a SiLU / quick-GELU GLU or squared ReLU) and TransformerConfig
+("fused_group_mlp requires use_transformer_engine_op_fuser"); hand byte counts.
 """
 
 from __future__ import annotations

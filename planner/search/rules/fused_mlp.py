@@ -1,7 +1,7 @@
 """Megatron-LM's rules on the experts' fused grouped MLP (`training.moe_fused_grouped_mlp`, Megatron
 --use-transformer-engine-op-fuser) against the layout, d98e8a64: the experts build it only
 without expert tensor parallelism and without the expert_fc1 / moe_act activation offloading
-(megatron/core/transformer/moe/experts.py `_is_fused_impl_supported`, asserted when the op fuser
+(megatron.core.transformer.moe.experts `_is_fused_impl_supported`, asserted when the op fuser
 is on); offloading the fused_group_mlp module needs it (TransformerConfig: "fused_group_mlp
 requires use_transformer_engine_op_fuser")."""
 
