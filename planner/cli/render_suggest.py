@@ -167,6 +167,9 @@ def print_result(
         host = explain_notes.host_text(job, top.layout, top.performance)
         if host:
             console.print(f"#1 is {host}", highlight=False)
+        regime = explain_notes.one_micro_batch_text(job, top.layout)
+        if regime:
+            console.print(f"#1 is {regime}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
         console.print(

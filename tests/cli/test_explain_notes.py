@@ -143,3 +143,21 @@ def test_fused_mlp_note_says_what_it_saves_or_why_it_saves_nothing() -> None:
     assert explain_notes.fused_mlp_text(plain, etp2, cost.estimate(plain, etp2)) is None
     h100 = replace(hopper, moe_fused_grouped_mlp=False)
     assert explain_notes.fused_mlp_text(h100, lay, cost.estimate(h100, lay)) is None
+
+
+def test_one_micro_batch_with_model_parallel_collectives_is_flagged_optimistic() -> None:
+    # Llama 3.1 8B on 128 H100 at 64 sequences per step: tp 2 dp 64 micro-batch 1 is one
+    # micro-batch per step (64 / (64 x 1)), the layout of v5.1-cisco-8b-h100-128; the note names
+    # the tp and the measured gap
+    j = job("llama3.1-8b", "h100-sxm-80gb", 128, 8192, 64)
+    one = Layout(tp=2, dp=64, sequence_parallel=True)
+    text = explain_notes.one_micro_batch_text(j, one)
+    assert text is not None and text.split(";")[0].endswith("with tp 2")
+    assert f"{explain_notes.ONE_MICRO_BATCH_GAP:.0%}" in text
+    # two micro-batches per step (128 sequences), or tp 1 at one: no note
+    assert explain_notes.one_micro_batch_text(replace(j, global_batch_size=128), one) is None
+    assert explain_notes.one_micro_batch_text(j, Layout(tp=1, dp=128)) is None
+    # expert parallelism alone counts too: gpt-oss-20b, ep 4 over dp 32 (cp 2), one micro-batch
+    moe = job("gpt-oss-20b", "gb300-nvl72", 64, 8192, 32)
+    text = explain_notes.one_micro_batch_text(moe, Layout(tp=1, dp=32, cp=2, ep=4))
+    assert text is not None and text.split(";")[0].endswith("with ep 4")
