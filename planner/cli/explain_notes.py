@@ -172,8 +172,8 @@ benchmarks/data/mlperf/runs.yaml (Llama 3.1 8B and gpt-oss-20b on H100, GB200 an
 or ep 4-8, 512 to 4,096 tokens per GPU per step; 9 of them +25% to +58%, B300 with ep 4 +4%, GB300
 with ep 2 -14%), against -2% over the 39 one-micro-batch runs with tp 1 and ep 1. No mechanism in
 the model accounts for it (the data-parallel sync then overlaps the whole step, and every
-tensor- and expert-parallel collective runs under it); tests/bench/test_mlperf_data.py recomputes
-the median from the rows."""
+tensor- and expert-parallel collective runs under it); tests/bench/test_one_micro_batch.py
+recomputes the median from the rows."""
 
 
 def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
