@@ -157,6 +157,10 @@ def test_one_micro_batch_with_model_parallel_collectives_is_flagged_optimistic()
     # two micro-batches per step (128 sequences), or tp 1 at one: no note
     assert explain_notes.one_micro_batch_text(replace(j, global_batch_size=128), one) is None
     assert explain_notes.one_micro_batch_text(j, Layout(tp=1, dp=128)) is None
+    # nor with 8,192 tokens per GPU (micro-batch 2 at tp 2: 2 x 8192 / 2), above the 4,096 of the
+    # runs that showed the gap
+    two = Layout(tp=2, dp=64, sequence_parallel=True, micro_batch_size=2)
+    assert explain_notes.one_micro_batch_text(replace(j, global_batch_size=128), two) is None
     # expert parallelism alone counts too: gpt-oss-20b, ep 4 over dp 32 (cp 2), one micro-batch
     moe = job("gpt-oss-20b", "gb300-nvl72", 64, 8192, 32)
     text = explain_notes.one_micro_batch_text(moe, Layout(tp=1, dp=32, cp=2, ep=4))
