@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, plot, render, report, timeline
+from planner.cli import calibration, explain_notes, plot, render, report, timeline
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -107,6 +107,8 @@ def explain(
             data["operations"] = report.operations_dict(ops)
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
+        data["performance"]["optimistic"] = explain_notes.in_one_micro_batch_regime(job, layout)
+        data["notes"] = explain_notes.notes(job, layout, perf)
         data["warnings"] = warned
         calibration.add_json(data, prof, run)
         emit_json(data)

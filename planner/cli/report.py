@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from planner.cli.explain_notes import in_one_micro_batch_regime
 from planner.inputs import units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import GpuSpec
@@ -188,10 +189,13 @@ def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
 
 
 def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) -> dict[str, Any]:
-    """A plan_dict plus `parallel.num_microbatches` and `equivalents`: the layouts folded into
-    this one (planner.search.twins.Row), each as its `parallel` and `memory.peak_gib`."""
+    """A plan_dict plus `parallel.num_microbatches`, `performance.optimistic` (the layout is in
+    the regime where measured steps ran well behind the model: explain_notes.one_micro_batch_text)
+    and `equivalents`: the layouts folded into this one (planner.search.twins.Row), each as its
+    `parallel` and `memory.peak_gib`."""
     d = plan_dict(job.arch, c.layout, c.memory, c.performance)
     d["parallel"] = _parallel(job, c.layout)
+    d["performance"]["optimistic"] = in_one_micro_batch_regime(job, c.layout)
     titan = getattr(c, "titan", None)  # a torchtitan search's settings (titan_variants)
     if titan is not None:
         d["torchtitan"] = titan.model_dump()

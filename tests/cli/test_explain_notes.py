@@ -7,6 +7,7 @@ planning value; the step time less the same layout's with whole-layer CUDA graph
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,3 +166,32 @@ def test_one_micro_batch_with_model_parallel_collectives_is_flagged_optimistic()
     moe = job("gpt-oss-20b", "gb300-nvl72", 64, 8192, 32)
     text = explain_notes.one_micro_batch_text(moe, Layout(tp=1, dp=32, cp=2, ep=4))
     assert text is not None and text.split(";")[0].endswith("with ep 4")
+
+
+def test_json_marks_the_optimistic_regime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # suggest --json: each candidate's performance.optimistic is the regime's rule on its own
+    # parallel block (one micro-batch, tp or ep > 1, <= 4,096 tokens per GPU per micro-batch);
+    # Llama 3.1 8B on 128 H100 at 64 sequences leaves dp <= 64, so tp 2 at one micro-batch is
+    # among them
+    plan = tmp_path / "plan.toml"
+    argv = ["suggest", "--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "128"]
+    argv += ["--seq-length", "8192", "--global-batch-size", "64", "--json"]
+    code, out, err = run([*argv, "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    cands = json.loads(out)["candidates"]
+    for c in cands:
+        par = c["parallel"]
+        tokens = par["micro_batch_size"] * 8192 / (par["tp"] * par["cp"])
+        rule = par["num_microbatches"] == 1 and max(par["tp"], par["ep"]) > 1 and tokens <= 4096
+        assert c["performance"]["optimistic"] == rule
+    assert any(c["performance"]["optimistic"] for c in cands)
+    # explain --json on the written plan (suggest's first pick) carries the flag and the notes
+    code, out, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["performance"]["optimistic"] == cands[0]["performance"]["optimistic"]
+    assert (
+        any(n.startswith("optimistic:") for n in data["notes"]) == data["performance"]["optimistic"]
+    )
