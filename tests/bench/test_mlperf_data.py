@@ -79,7 +79,8 @@ def test_each_entry_names_its_sources() -> None:
         )
         if "/results/" in src["config"]:
             # the config file is not stored and the log prints the run's resolved configuration
-            # (HPE's GB200 8-GPU run): the log is the config, and the notes say so
+            # (HPE's GB200 8-GPU and XD685 runs, Cisco's C880A runs): the log is the config, and
+            # the notes say so
             assert src["config"] in src["logs"] and "configuration" in row["notes"], row["id"]
         else:
             assert "/benchmarks/" in src["config"] and src["config"].endswith(".sh")
