@@ -211,7 +211,7 @@ def test_tp_overlap_cfg_recorded_where_tp_overlap_runs() -> None:
             assert slot["method"] in ("bulk", "pipeline", "ring_exchange"), row["id"]
             for key in ("set_sm_margin", "atomic_gemm", "aggregate", "fp8_buf"):
                 assert isinstance(slot.get(key, False), bool), row["id"]
-    assert n == 40
+    assert n == 41
 
 
 def test_tp_overlap_cfg_by_hand_on_named_entries() -> None:
