@@ -67,6 +67,13 @@ TARGET_MEDIAN, TARGET_WORST = 0.05, 0.15
 worst at most 15% (issue 22)."""
 
 
+DERIVED_CEILING_GPUS = ("gb300-nvl72",)
+"""Catalog GPUs whose matmul ceilings are derived, not measured (GB300: B300's measured fractions
+at GB300's peaks; no MAMF measurement exists, hardware_catalog/gpus/gb300-nvl72.toml). Their rows
+are never fitted: GEMM_EFFICIENCY_MAX and FP8_CEILING_FRACTION are fractions of a measured
+ceiling, and a row on a derived one would fit the derivation instead (GB300 runs 6-10% faster
+relative to B300, B200 and GB200 than that derivation gives: benchmarks/gpu_pairs.py)."""
+
 MLPERF_NOT_FITTED = ("v3.0-",)
 """MLPerf rounds left out of the fit (held out): v3.0's GPT-3 175B runs were beaten by 9% in
 v3.1 on the same 512 H100, layout and batch (678.5 -> 741.1 tokens/s/GPU, tp 4 pp 8 vpp 12,
@@ -77,8 +84,9 @@ def is_fit(c: Case) -> bool:
     """A row benchmarks/fit_constants.py fits on (FIT_PREFIXES; MLPERF_FIT_FOLD but for
     MLPERF_NOT_FITTED). NVFP4 rows (precision "fp4") are never fitted: their physics is checked,
     not fitted, as the FP4 GEMM ceiling comes from a kernel measurement
-    (planner.model.gemm.fp4_ceiling), not from these step times."""
-    if c.job.precision == "fp4":
+    (planner.model.gemm.fp4_ceiling), not from these step times. Nor are rows on a GPU whose
+    matmul ceiling is derived (DERIVED_CEILING_GPUS)."""
+    if c.job.precision == "fp4" or c.job.cluster.gpu.name in DERIVED_CEILING_GPUS:
         return False
     if c.id.startswith(FIT_PREFIXES):
         return True

@@ -16,7 +16,8 @@ from paths import REPO
 
 sys.path.insert(0, str(REPO))
 
-from benchmarks import mlperf
+from benchmarks import fidelity, mlperf
+from planner.inputs import catalog
 
 ROWS = mlperf.load_rows()
 CASES = mlperf.load_mlperf()
@@ -290,8 +291,6 @@ def test_nvfp4_entries_map_to_fp4_jobs() -> None:
     # FP4 settings the entry records (FP8_PARAM_GATHER -> fp4_param_gather; the bf16 first / last
     # layers), never FP8 parameters; fidelity never fits them (their FP4 GEMM ceiling is a kernel
     # measurement, planner.model.gemm.fp4_ceiling)
-    from benchmarks import fidelity
-
     fp4_gpus = {"b200-sxm-180gb", "b300-sxm-270gb", "gb200-nvl72", "gb300-nvl72"}
     assert len(FP4_ROWS) >= 12
     for row in FP4_ROWS:
@@ -376,3 +375,17 @@ def test_gb300_over_gb200_on_the_same_gpt_oss_layout() -> None:
     gb300 = mlperf.case_from_row(row).estimate().tokens_per_s_per_gpu
     gb200 = mlperf.case_from_row(on_gb200).estimate().tokens_per_s_per_gpu
     assert gb300 / gb200 == pytest.approx(0.1652 / 0.1595, rel=0.03)
+
+
+def test_rows_on_a_derived_matmul_ceiling_are_never_fitted() -> None:
+    # oracle: the catalog's GB300 entry, whose MAMF figures are B300's fractions at GB300's peaks
+    # (no measurement: its comment says so); NVIDIA's and Lambda's v5.1 FP8 8B runs on 72 GB300
+    # are dense MLPerf rows that the hash fold alone would fit
+    gb300 = catalog.get_gpu("gb300-nvl72")
+    assert gb300.name in fidelity.DERIVED_CEILING_GPUS
+    rows = [c for c in CASES if c.job.cluster.gpu.name == gb300.name]
+    assert {"v5.1-nvidia-8b-gb300-72", "v5.1-lambda-8b-gb300-72"} <= {c.id for c in rows}
+    assert not any(fidelity.is_fit(c) for c in rows)
+    # every other GPU of the fitted rows has a measured ceiling in the catalog
+    fitted = {c.job.cluster.gpu.name for c in CASES if fidelity.is_fit(c)}
+    assert fitted and all(catalog.get_gpu(g).matmul_ceiling("bf16") is not None for g in fitted)
