@@ -21,7 +21,7 @@ the rest, per source (published: per paper), per family (dense / MoE) and per tr
 (Megatron family: Megatron-LM, Megatron-Core, NeMo, MLPerf's NeMo reference; other: torchtitan).
 Target on the held-out Megatron-family runs: median |error| <= 5%, worst <= 15%. Then the
 held-out Megatron rows by GPU, and the MLPerf rows by round (the software of the day), family
-and whether explain flags the layout as optimistic (explain_notes.in_one_micro_batch_regime).
+and whether explain flags the layout as optimistic (known_gaps.in_one_micro_batch_regime).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks.calibration_loo import hash_fold
 from benchmarks.functional_steps import one_tray
 from benchmarks.runs import Case, load_published
-from planner.cli.explain_notes import in_one_micro_batch_regime
 from planner.model import performance
+from planner.model.known_gaps import in_one_micro_batch_regime
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 """Published rows benchmarks/fit_constants.py fits on (ids starting so): the SC21 Table 1 and
@@ -67,13 +67,6 @@ TARGET_MEDIAN, TARGET_WORST = 0.05, 0.15
 worst at most 15% (issue 22)."""
 
 
-DERIVED_CEILING_GPUS = ("gb300-nvl72",)
-"""Catalog GPUs whose matmul ceilings are derived, not measured (GB300: B300's measured fractions
-at GB300's peaks; no MAMF measurement exists, hardware_catalog/gpus/gb300-nvl72.toml). Their rows
-are never fitted: GEMM_EFFICIENCY_MAX and FP8_CEILING_FRACTION are fractions of a measured
-ceiling, and a row on a derived one would fit the derivation instead (GB300 runs 6-10% faster
-relative to B300, B200 and GB200 than that derivation gives: benchmarks/gpu_pairs.py)."""
-
 MLPERF_NOT_FITTED = ("v3.0-",)
 """MLPerf rounds left out of the fit (held out): v3.0's GPT-3 175B runs were beaten by 9% in
 v3.1 on the same 512 H100, layout and batch (678.5 -> 741.1 tokens/s/GPU, tp 4 pp 8 vpp 12,
@@ -85,8 +78,11 @@ def is_fit(c: Case) -> bool:
     MLPERF_NOT_FITTED). NVFP4 rows (precision "fp4") are never fitted: their physics is checked,
     not fitted, as the FP4 GEMM ceiling comes from a kernel measurement
     (planner.model.gemm.fp4_ceiling), not from these step times. Nor are rows on a GPU whose
-    matmul ceiling is derived (DERIVED_CEILING_GPUS)."""
-    if c.job.precision == "fp4" or c.job.cluster.gpu.name in DERIVED_CEILING_GPUS:
+    matmul ceiling is derived, not measured (the catalog's `mamf_derived_from`: GB300, B300's
+    fractions at its peaks): GEMM_EFFICIENCY_MAX and FP8_CEILING_FRACTION are fractions of a
+    measured ceiling, and such a row would fit the derivation instead (GB300 runs 6-12% faster
+    relative to B300, B200 and GB200 than that derivation gives: benchmarks/gpu_pairs.py)."""
+    if c.job.precision == "fp4" or c.job.cluster.gpu.mamf_derived_from is not None:
         return False
     if c.id.startswith(FIT_PREFIXES):
         return True
@@ -217,7 +213,7 @@ def _by_gpu(res: list[tuple[Case, Any, float]]) -> None:
 
 def _by_round(res: list[tuple[Case, Any, float]]) -> None:
     """Every MLPerf row (fit and held out) by round, family and whether explain flags its layout
-    as optimistic (explain_notes.in_one_micro_batch_regime), with the signed median: each round
+    as optimistic (known_gaps.in_one_micro_batch_regime), with the signed median: each round
     runs one NVIDIA reference software, so this is the model against the software of the day
     (v3.0's GPT-3 ran 9% slower than v3.1's on the same GPUs and layout)."""
     print("\nMLPerf rows by round (the software of the day), family and the flagged regime")

@@ -11,6 +11,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
 from planner.model import attention_time, cost, layer_time
+from planner.model.known_gaps import ONE_MICRO_BATCH_GAP, in_one_micro_batch_regime
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
@@ -165,22 +166,6 @@ def _added(perf: Performance, other: Job, layout: Layout) -> float:
     return perf.step_time_s - cost.estimate(other, layout).step_time_s
 
 
-ONE_MICRO_BATCH_GAP = 0.28
-"""How much longer than predicted the measured steps of one-micro-batch runs with tensor or expert
-parallelism and little work per GPU are: the median over the 11 MLPerf Training runs of that
-kind in benchmarks/data/mlperf/runs.yaml (Llama 3.1 8B and gpt-oss-20b on H100, GB200, GB300 and
-B300, tp 2-4 or ep 4-8, 512 to 4,096 tokens per GPU per micro-batch: 10 of them +25% to +58%,
-B300 with ep 4 +4%). The one-micro-batch runs with more work per GPU (Cisco's B300 8B at tp 2
-with 8,192 tokens, +2%; Dell's GB300 gpt-oss at ep 2 with 24,576, -13%) and the 50 with tp 1 and
-ep 1 (median -2%) are not in it. No mechanism in the model accounts for it (the data-parallel
-sync then overlaps the whole step, and every tensor- and expert-parallel collective runs under
-it); tests/bench/test_one_micro_batch.py recomputes the median from the rows."""
-
-ONE_MICRO_BATCH_TOKENS = 4096
-"""The most tokens per GPU per micro-batch (micro-batch x sequence / (tp x cp)) at which
-`one_micro_batch_text` flags a plan: the largest of the runs that showed the gap."""
-
-
 def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
     """A plan with one micro-batch per step, tp > 1 or ep > 1, and at most ONE_MICRO_BATCH_TOKENS
     tokens per GPU per micro-batch: the regime where the MLPerf runs measured ONE_MICRO_BATCH_GAP
@@ -195,14 +180,3 @@ def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
         "(those with tp 1 and ep 1 matched it), so read the step time as a lower bound; more "
         "micro-batches per step, or more tokens per GPU, leave the regime"
     )
-
-
-def in_one_micro_batch_regime(job: Job, layout: Layout) -> bool:
-    """One micro-batch per step, tp > 1 or ep > 1, at most ONE_MICRO_BATCH_TOKENS tokens per GPU
-    per micro-batch (`one_micro_batch_text`)."""
-    if layout.num_microbatches(job.global_batch_size) != 1:
-        return False
-    if layout.tp <= 1 and layout.ep <= 1:
-        return False
-    tokens = layout.micro_batch_size * job.seq_length / (layout.tp * layout.cp)
-    return tokens <= ONE_MICRO_BATCH_TOKENS

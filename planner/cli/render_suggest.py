@@ -164,12 +164,12 @@ def print_result(
         console.print(why_first(res.candidates[0], res.candidates[1]))
     if res.candidates and not job.pools:
         top = res.candidates[0]
-        host = explain_notes.host_text(job, top.layout, top.performance)
-        if host:
-            console.print(f"#1 is {host}", highlight=False)
-        regime = explain_notes.one_micro_batch_text(job, top.layout)
-        if regime:
-            console.print(f"#1 is {regime}", highlight=False)
+        for note in (
+            explain_notes.host_text(job, top.layout, top.performance),
+            explain_notes.one_micro_batch_text(job, top.layout),
+        ):
+            if note:
+                console.print(f"#1 is {note}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
         console.print(

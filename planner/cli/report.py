@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from planner.cli.explain_notes import in_one_micro_batch_regime
 from planner.inputs import units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import GpuSpec
@@ -13,6 +12,7 @@ from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
+from planner.model.known_gaps import in_one_micro_batch_regime
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
 from planner.ops import operations as ops
@@ -190,7 +190,7 @@ def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
 
 def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) -> dict[str, Any]:
     """A plan_dict plus `parallel.num_microbatches`, `performance.optimistic` (the layout is in
-    the regime where measured steps ran well behind the model: explain_notes.one_micro_batch_text)
+    the regime where measured steps ran well behind the model: known_gaps.in_one_micro_batch_regime)
     and `equivalents`: the layouts folded into this one (planner.search.twins.Row), each as its
     `parallel` and `memory.peak_gib`."""
     d = plan_dict(job.arch, c.layout, c.memory, c.performance)

@@ -97,6 +97,12 @@ class GpuSpec(BaseModel):
     mamf_tflops_fp8: PositiveFloat | None = Field(
         default=None, description="the same for FP8 inputs; None = take the bf16 fraction"
     )
+    mamf_derived_from: str | None = Field(
+        default=None,
+        description="the catalog GPU whose measured MAMF fractions of its peaks the two figures "
+        "above take at this GPU's peaks, where this GPU has no measurement of its own; None = "
+        "measured",
+    )
     exp_tera_per_s: PositiveFloat | None = Field(
         default=None,
         description="the special-function units' exponentials (MUFU.EX2) per second, 10^12, at "

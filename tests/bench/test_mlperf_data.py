@@ -378,14 +378,18 @@ def test_gb300_over_gb200_on_the_same_gpt_oss_layout() -> None:
 
 
 def test_rows_on_a_derived_matmul_ceiling_are_never_fitted() -> None:
-    # oracle: the catalog's GB300 entry, whose MAMF figures are B300's fractions at GB300's peaks
-    # (no measurement: its comment says so); NVIDIA's and Lambda's v5.1 FP8 8B runs on 72 GB300
-    # are dense MLPerf rows that the hash fold alone would fit
+    # oracle: the catalog's GB300 entry, whose MAMF figures are B300's measured fractions at
+    # GB300's peaks (1965.6 / 2500 = 1769.0 / 2250, 3725.9 / 5000 = 3353.3 / 4500); NVIDIA's and
+    # Lambda's v5.1 FP8 8B runs on 72 GB300 are dense MLPerf rows that the hash fold alone would fit
     gb300 = catalog.get_gpu("gb300-nvl72")
-    assert gb300.name in fidelity.DERIVED_CEILING_GPUS
+    assert gb300.mamf_derived_from == "b300-sxm-270gb"
+    b300 = catalog.get_gpu(gb300.mamf_derived_from)
+    for p in ("bf16", "fp8"):
+        assert gb300.matmul_ceiling(p) == pytest.approx(b300.matmul_ceiling(p), rel=1e-4)
     rows = [c for c in CASES if c.job.cluster.gpu.name == gb300.name]
     assert {"v5.1-nvidia-8b-gb300-72", "v5.1-lambda-8b-gb300-72"} <= {c.id for c in rows}
     assert not any(fidelity.is_fit(c) for c in rows)
-    # every other GPU of the fitted rows has a measured ceiling in the catalog
-    fitted = {c.job.cluster.gpu.name for c in CASES if fidelity.is_fit(c)}
-    assert fitted and all(catalog.get_gpu(g).matmul_ceiling("bf16") is not None for g in fitted)
+    # every GPU of the fitted rows has a measured ceiling of its own in the catalog
+    fitted = [catalog.get_gpu(c.job.cluster.gpu.name) for c in CASES if fidelity.is_fit(c)]
+    assert fitted and all(g.matmul_ceiling("bf16") is not None for g in fitted)
+    assert all(g.mamf_derived_from is None for g in fitted)

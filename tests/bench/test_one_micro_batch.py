@@ -1,4 +1,4 @@
-"""The one-micro-batch regime explain flags (planner/cli/explain_notes.py ONE_MICRO_BATCH_GAP).
+"""The one-micro-batch regime explain flags (planner/model/known_gaps.py ONE_MICRO_BATCH_GAP).
 
 Oracle: the MLPerf runs themselves (benchmarks/data/mlperf/runs.yaml): the median of predicted over
 measured throughput, less one, over the one-micro-batch runs in the regime (tp > 1 or ep > 1, at
@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import mlperf
 from benchmarks.runs import Case
-from planner.cli.explain_notes import ONE_MICRO_BATCH_GAP, in_one_micro_batch_regime
+from planner.model.known_gaps import ONE_MICRO_BATCH_GAP, in_one_micro_batch_regime
 
 CASES = mlperf.load_mlperf()
 

@@ -19,7 +19,7 @@ from paths import REPO
 from planner.cli import explain_notes
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
-from planner.model import cost
+from planner.model import cost, known_gaps
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.performance import BOTTLENECK_MIN_SHARE
 from planner.model.routing_load import memory_load, step_load
@@ -154,7 +154,7 @@ def test_one_micro_batch_with_model_parallel_collectives_is_flagged_optimistic()
     one = Layout(tp=2, dp=64, sequence_parallel=True)
     text = explain_notes.one_micro_batch_text(j, one)
     assert text is not None and text.split(";")[0].endswith("with tp 2")
-    assert f"{explain_notes.ONE_MICRO_BATCH_GAP:.0%}" in text
+    assert f"{known_gaps.ONE_MICRO_BATCH_GAP:.0%}" in text
     # two micro-batches per step (128 sequences), or tp 1 at one: no note
     assert explain_notes.one_micro_batch_text(replace(j, global_batch_size=128), one) is None
     assert explain_notes.one_micro_batch_text(j, Layout(tp=1, dp=128)) is None
