@@ -11,6 +11,9 @@ Rows:
   functional  benchmarks/functional_steps.py `load_functional_steps` (Megatron-LM CI cases, tiny
               models on one or two nodes, most in deterministic mode: summarised, rows with
               --functional)
+  release     benchmarks/functional_steps.py `load_release_steps` (Megatron-LM's release cases:
+              Mixtral 8x7B / 8x22B and a DeepSeek-V3 proxy on 32-128 H100 / A100 / GB200, their
+              GPU count read off the allocated memory: benchmarks/functional_gpus.py)
 A source whose loader is missing is skipped with a note (`SOURCES`: the hook a new loader joins).
 
 Prints predicted and measured tokens/s/GPU, the relative error, predicted and published MFU where
@@ -55,6 +58,7 @@ the MoE rows and everything else are held out."""
 SOURCES: tuple[tuple[str, str, str], ...] = (
     ("mlperf", "benchmarks.mlperf", "load_mlperf"),
     ("functional", "benchmarks.functional_steps", "load_functional_steps"),
+    ("release", "benchmarks.functional_steps", "load_release_steps"),
 )
 """(source, module, loader) of the dev-set loaders besides the published runs: each returns
 list[benchmarks.runs.Case]. A new loader joins here."""

@@ -16,7 +16,10 @@ the case's CI recipe rows (nodes x processes per node; golden_target). Left out,
 reason: files with no iteration-time, RL (GRPO) and inference cases (an iteration includes
 rollouts or decoding), no platform in their name (GPU kind unknown), a GPU count
 that is in no recipe, a line planner does not read or that does not fit, fewer than
-MIN_INTERVALS timed intervals after the warm-up.
+MIN_INTERVALS timed intervals after the warm-up. The release cases (real-size models) are in no
+recipe: their count is read off the run's allocated memory where that singles one out, and a
+run faster than its named GPU's matmuls is left out (benchmarks/functional_gpus.py); they are
+`load_release_steps`, the rest `load_functional_steps`.
 
 Step time: the median of the recorded iteration-time values after the warm-up. The warm-up is
 every value logged at a step <= WARMUP_STEPS (10): the first value (iteration 1 alone, or the
@@ -51,11 +54,13 @@ import json
 import statistics
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.functional_gpus import RELEASE, faster_than_gpu, release_inference
 from benchmarks.functional_tests import (
     DATA,
     Verdict,
@@ -130,7 +135,14 @@ def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
             continue
         assert case is not None and metric is not None
         assert case["usable_for_calibration"], rec["case"]  # the data holds no other
-        t = golden_target(rec, case).target
+        target = golden_target(rec, case)
+        t, inferred = target.target, None
+        if not target.count_known:
+            inferred = release_inference(rec, case)
+            if inferred is None:
+                skipped.append((where, "GPU count in no recipe row, nor singled out by memory"))
+                continue
+            t = replace(t, num_gpus=inferred.num_gpus)
         key = (case["name"], t.gpu, t.num_gpus)
         if key not in cache:
             cache[key] = evaluate(command_line(case), t.gpu, t.num_gpus, case["name"])
@@ -144,6 +156,9 @@ def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
             continue
         seconds, intervals = timed
         job, layout = v.plan.job, v.plan.require_layout()
+        if inferred is not None and faster_than_gpu(job, seconds):
+            skipped.append((where, "faster than the named GPU's matmuls run: not run on it"))
+            continue
         tokens = job.global_batch_size * job.seq_length / seconds / job.cluster.num_gpus
         env = case.get("env_vars") or {}
         raw = {
@@ -159,9 +174,11 @@ def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
             "deterministic": "--deterministic-mode" in case["model_args"],
             "nccl_algo": env.get("NCCL_ALGO", RUNNER_NCCL_ALGO),
             "not_modelled": list(v.not_modelled),
+            "gpus_from_memory": inferred is not None,
         }
         moe = (job.arch.num_moe_experts or 0) > 1
-        group = "functional-moe" if moe else "functional-dense"
+        source = "release" if inferred is not None else "functional"
+        group = f"{source}-moe" if moe else f"{source}-dense"
         cid = f"{case['name']}@{_label(rec)}"
         cases.append(Case(cid, job, layout, tokens, None, group, raw))
     return cases, skipped
@@ -178,14 +195,21 @@ def _first_reason(
         return f"mode {case['mode']}: an iteration is not one training step (RL rollouts, decoding)"
     if not rec.get("platform"):
         return "no platform in the file name: GPU kind unknown"
-    if not golden_target(rec, case).count_known:
+    if not golden_target(rec, case).count_known and case.get("test_type") != RELEASE:
         return "GPU count in no recipe row"
     return ""
 
 
 def load_functional_steps() -> list[Case]:
-    """One Case per usable first-run golden file (see the module docstring)."""
-    return load_with_skips()[0]
+    """One Case per usable first-run golden file whose CI recipe gives the GPU count (see the
+    module docstring): the tiny-model CI runs."""
+    return [c for c in load_with_skips()[0] if not c.raw["gpus_from_memory"]]
+
+
+def load_release_steps() -> list[Case]:
+    """The release cases' runs (real-size models) whose GPU count the allocated memory singles
+    out (benchmarks/functional_gpus.py)."""
+    return [c for c in load_with_skips()[0] if c.raw["gpus_from_memory"]]
 
 
 def _summary(errs: list[float]) -> str:

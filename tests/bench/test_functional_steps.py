@@ -63,8 +63,8 @@ def test_rows_are_consistent() -> None:
         assert lay.tp * lay.pp * lay.cp * lay.dp == job.cluster.num_gpus, c.id
         want = job.global_batch_size * job.seq_length / c.raw["step_time_s"] / job.cluster.num_gpus
         assert c.tokens_per_s_per_gpu == pytest.approx(want)
-        assert c.group in ("functional-dense", "functional-moe")
-        assert (c.group == "functional-moe") == bool((job.arch.num_moe_experts or 0) > 1)
+        source = "release" if c.raw["gpus_from_memory"] else "functional"
+        assert c.group == f"{source}-{'moe' if (job.arch.num_moe_experts or 0) > 1 else 'dense'}"
 
 
 def test_deterministic_flag_follows_the_command_line() -> None:
