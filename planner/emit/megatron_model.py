@@ -122,6 +122,8 @@ def model_args(plan: Plan) -> list[Arg]:
         if arch.moe_shared_expert_intermediate_size is not None:
             size = arch.moe_shared_expert_intermediate_size
             a.append(("--moe-shared-expert-intermediate-size", str(size)))
+        if arch.moe_latent_size is not None:
+            a.append(("--moe-latent-size", str(arch.moe_latent_size)))
         if arch.moe_layer_freq != 1:
             a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
         job = plan.job

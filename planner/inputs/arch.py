@@ -90,6 +90,11 @@ class ModelArch(BaseModel):
     moe_router_group_topk: PositiveInt | None = Field(
         default=None, description="groups one token's experts may come from (HF topk_group)"
     )
+    moe_latent_size: PositiveInt | None = Field(
+        default=None,
+        description="latent MoE (Nemotron 3 Super / Ultra): the routed experts, their dispatch "
+        "and combine run at this width between a down- and an up-projection; None = hidden_size",
+    )
 
     # --- multi-latent attention (DeepSeek)
     multi_latent_attention: Flag = False
@@ -158,6 +163,8 @@ class ModelArch(BaseModel):
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
                 f"{self.num_layers}"
             )
+        if self.moe_latent_size is not None and self.num_moe_experts is None:
+            raise ValueError("moe_latent_size needs num_moe_experts (a mixture of experts)")
         if self.num_moe_experts is not None and self.moe_router_topk > self.num_moe_experts:
             raise ValueError(
                 f"moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
@@ -231,6 +238,12 @@ class ModelArch(BaseModel):
     def expert_ffn(self) -> int:
         """Per-expert MLP width (moe_ffn_hidden_size, default ffn_hidden_size)."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def expert_hidden(self) -> int:
+        """Width of the tokens the routed experts read and write, and the dispatcher moves:
+        moe_latent_size for a latent MoE, else hidden_size."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def is_hybrid(self) -> bool:

@@ -56,6 +56,7 @@ MODEL_INT = {
     "--moe-router-topk": "moe_router_topk",
     "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
     "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
+    "--moe-latent-size": "moe_latent_size",
     "--q-lora-rank": "q_lora_rank",
     "--kv-lora-rank": "kv_lora_rank",
     "--qk-head-dim": "qk_head_dim",

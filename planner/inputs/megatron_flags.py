@@ -88,6 +88,7 @@ READ = frozenset(
         "--moe-router-topk",
         "--moe-ffn-hidden-size",
         "--moe-shared-expert-intermediate-size",
+        "--moe-latent-size",
         "--moe-layer-freq",
         "--window-size",
         "--window-attn-skip-freq",
@@ -214,7 +215,6 @@ NOT_MODELLED: dict[str, str] = {
     "--main-params-dtype": "16-bit main weights are counted as fp32",
     "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
     "as softmax attention",
-    "--moe-latent-size": "latent MoE projections are not counted",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--attention-output-gate": "the attention output gate's weights are not counted",

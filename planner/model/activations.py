@@ -331,9 +331,10 @@ def pairs(arch: ModelArch, sh: Shard) -> float:
 
 
 def moe_bytes(arch: ModelArch, sh: Shard) -> float:
-    """A mixture-of-experts MLP with its norm: router, experts, shared experts."""
+    """A mixture-of-experts MLP with its norm: router, experts (reading expert_hidden-wide
+    tokens), shared experts; a latent MoE's up-projection keeps its latent input."""
     assert arch.num_moe_experts is not None
-    h, E = arch.hidden_size, arch.num_moe_experts
+    h, E, he = arch.hidden_size, arch.num_moe_experts, arch.expert_hidden
     local = sh.tokens / sh.tp
     out = norm_input(local, h, sh) + MASK * local * h
     if sh.drops("moe"):
@@ -345,7 +346,9 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
-    out += n * sh.etp * linear_in(BF16 * h, sh) + n * (BF16 * F * glu + FP32)
+    out += n * sh.etp * linear_in(BF16 * he, sh) + n * (BF16 * F * glu + FP32)
+    if arch.moe_latent_size:
+        out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
         out += n * linear_in(BF16 * F, sh)
     Fs = arch.moe_shared_expert_intermediate_size
@@ -358,9 +361,9 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
 
 
 DISPATCH_COPIES = {"alltoall": 2.0, "flex": 2.0, "hybridep": 1.0}
-"""Token tensors (h wide, per pair) a dispatcher holds while one MoE layer runs, beyond what the
-experts keep: alltoall, the permuted local tokens and the all-to-all output before they are sorted
-by expert (token_dispatcher.MoEAlltoAllTokenDispatcher: permute, all_to_all,
+"""Token tensors (expert_hidden wide, per pair) a dispatcher holds while one MoE layer runs,
+beyond what the experts keep: alltoall, the permuted local tokens and the all-to-all output before
+they are sorted by expert (token_dispatcher.MoEAlltoAllTokenDispatcher: permute, all_to_all,
 sort_chunks_by_idxs); DeepEP (flex), the received tokens and their expert-major permutation;
 HybridEP, which permutes into its own buffer, the permuted tokens only. The backward holds as many
 gradients of the same shapes. allgather is sized by the gathered tokens instead."""
@@ -371,7 +374,7 @@ def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int)
     runs, not kept afterwards: DISPATCH_COPIES token tensors of the pairs; allgather gathers every
     token of the etp x ep group (token_dispatcher.MoEAllGatherTokenDispatcher) before it keeps
     its experts' pairs."""
-    h = arch.hidden_size
+    h = arch.expert_hidden
     n = pairs(arch, sh) * sh.etp
     if dispatcher == "allgather":
         return BF16 * h * (sh.tokens / sh.tp * sh.etp * ep + n)

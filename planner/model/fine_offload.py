@@ -85,7 +85,7 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
-    fc1_in = n * sh.etp * linear_in(BF16 * h, sh)
+    fc1_in = n * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
     act_in = n * (BF16 * F * glu + FP32)
     fc2_in = 0.0 if sh.drops("moe_act") else n * linear_in(BF16 * F, sh)
     out = _big(BF16 * local * h) if "mlp_norm" in modules else 0.0

@@ -105,10 +105,12 @@ def dense_mlp_forward(arch: ModelArch) -> float:
 
 
 def moe_mlp_forward(arch: ModelArch) -> float:
-    """Forward FLOPs per token of one MoE MLP: top-k routed experts plus the shared experts."""
+    """Forward FLOPs per token of one MoE MLP: top-k routed experts (at the latent width for a
+    latent MoE, with its down- and up-projections) plus the shared experts."""
     shared = arch.moe_shared_expert_intermediate_size or 0
-    width = arch.moe_router_topk * arch.expert_ffn + shared
-    return 2.0 * mlp_matrices(arch) * arch.hidden_size * width
+    h, routed = arch.hidden_size, arch.moe_router_topk * arch.expert_ffn
+    latent = 2.0 * 2 * h * arch.moe_latent_size if arch.moe_latent_size else 0.0
+    return 2.0 * mlp_matrices(arch) * (arch.expert_hidden * routed + h * shared) + latent
 
 
 def layer_forward(arch: ModelArch, seq_length: int, moe: bool | LayerKind) -> float:
@@ -258,8 +260,8 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
 GemmPart = str
 """What a linear GEMM belongs to (`linear_gemm_parts`): "attn" (attention projections), "mla_up"
 (MLA's q and kv up-projections), "mamba" (a Mamba mixer's in_proj and out_proj), "mlp" (a dense
-MLP), "expert" (routed experts, one grouped GEMM over the rank's local experts), "shared" (shared
-experts)."""
+MLP), "expert" (routed experts, one grouped GEMM over the rank's local experts), "latent" (a
+latent MoE's down- and up-projections), "shared" (shared experts)."""
 
 
 def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart, ...]:
@@ -280,7 +282,8 @@ def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart,
     if kind.ffn is None:
         return mixer
     shared = ("shared", "shared") if arch.moe_shared_expert_intermediate_size else ()
-    return (*mixer, "expert", "expert", *shared)
+    latent = ("latent", "latent") if arch.moe_latent_size else ()
+    return (*mixer, "expert", "expert", *latent, *shared)
 
 
 def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:
@@ -319,7 +322,8 @@ def linear_gemms(
     each of the etp x t / tp tokens' top_k copies to the experts of the ep ranks, so each of the
     E / ep local experts receives (t / tp) x etp x top_k x ep / E tokens on average, times
     `imbalance` for the busiest rank, against weights sliced by etp. With etp = tp this is
-    t x top_k x ep / E."""
+    t x top_k x ep / E. A latent MoE's experts read and write its latent width, and its down- and
+    up-projections (whole on every TP rank) run on the rank's t / tp tokens."""
     kind = layer_kind(moe)
     h = arch.hidden_size
     g: list[tuple[float, float, float, float]] = []
@@ -336,8 +340,10 @@ def linear_gemms(
     e = arch.num_moe_experts or 1
     per_expert = t / tp * etp * arch.moe_router_topk * ep / e * imbalance
     local = e / ep
-    fe = arch.expert_ffn / etp
-    g += [(per_expert, h, glu * fe, local), (per_expert, fe, h, local)]
+    fe, he = arch.expert_ffn / etp, arch.expert_hidden
+    g += [(per_expert, he, glu * fe, local), (per_expert, fe, he, local)]
+    if arch.moe_latent_size:
+        g += [(t / tp, h, he, 1), (t / tp, he, h, 1)]
     if arch.moe_shared_expert_intermediate_size:
         fs = arch.moe_shared_expert_intermediate_size / tp
         g += [(t, h, glu * fs, 1), (t, fs, h, 1)]

@@ -293,7 +293,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if moe and lay.ep > 1:
         routing = dispatch.Routing(
             tokens=t / (tp if lay.sequence_parallel else 1),
-            hidden=arch.hidden_size,
+            hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens
             topk=arch.moe_router_topk,
             experts=arch.num_moe_experts or 1,
             groups=job.moe_router_num_groups,

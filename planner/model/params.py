@@ -32,6 +32,12 @@ MLP with width W (dense: W = F; one routed expert: W = F_e; the shared experts: 
   so 2*h*W*γ weights with γ = 3/2 gated, 1 otherwise (gated: 3*h*W), plus W + h biases (2W + h
   gated) with add_bias_linear.
 
+Latent MoE (--moe-latent-size L; Megatron-Core d98e8a64 moe_layer.py `fc1_latent_proj` h -> L and
+`fc2_latent_proj` L -> h, TE linears with parallel_mode "duplicated", experts.py building each
+routed expert at input width L): the routed experts are the MLP above with L in place of h, and
+the layer adds the two projections, 2*h*L weights (+ L + h biases with add_bias_linear), whole on
+every TP rank. The shared experts and the router stay at h.
+
 Router: h*E (no bias; DeepSeek's expert-bias buffer of E per layer is not a trained parameter).
 Per-layer norms: input_layernorm + pre_mlp_layernorm = 2*nw*h. Final norm: nw*h.
 Embedding: V*h, plus P*h for learned absolute positions. Output layer: V*h when untied, else 0.
@@ -70,9 +76,10 @@ def _norm_width(arch: ModelArch) -> int:
     return 2 if arch.normalization == "LayerNorm" else 1
 
 
-def _mlp_params(arch: ModelArch, width: int) -> int:
-    """One MLP of width `width` (per GLU branch): fc1 (2x wide when gated) + fc2, with biases."""
-    h = arch.hidden_size
+def _mlp_params(arch: ModelArch, width: int, hidden: int | None = None) -> int:
+    """One MLP of width `width` (per GLU branch) reading and writing `hidden` (default
+    hidden_size): fc1 (2x wide when gated) + fc2, with biases."""
+    h = hidden or arch.hidden_size
     fc1_out = 2 * width if arch.gated_linear_unit else width
     weights = h * fc1_out + width * h
     biases = fc1_out + h if arch.add_bias_linear else 0
@@ -119,8 +126,18 @@ def dense_mlp_params(arch: ModelArch) -> int:
 
 
 def expert_params(arch: ModelArch) -> int:
-    """ONE routed expert's MLP (width moe_ffn_hidden_size); 0 for a dense model."""
-    return _mlp_params(arch, arch.expert_ffn) if arch.is_moe else 0
+    """ONE routed expert's MLP (width moe_ffn_hidden_size, at the latent width for a latent MoE);
+    0 for a dense model."""
+    return _mlp_params(arch, arch.expert_ffn, arch.expert_hidden) if arch.is_moe else 0
+
+
+def latent_projection_params(arch: ModelArch) -> int:
+    """A latent MoE layer's down- and up-projections (h -> L, L -> h); 0 without one."""
+    latent = arch.moe_latent_size
+    if not latent:
+        return 0
+    h = arch.hidden_size
+    return 2 * h * latent + (latent + h if arch.add_bias_linear else 0)
 
 
 def shared_expert_params(arch: ModelArch) -> int:
@@ -153,7 +170,7 @@ def kind_params(arch: ModelArch, kind: bool | LayerKind) -> tuple[int, int]:
         non_expert += dense_mlp_params(arch)
     if not kind.moe:
         return non_expert, 0
-    non_expert += router_params(arch) + shared_expert_params(arch)
+    non_expert += router_params(arch) + shared_expert_params(arch) + latent_projection_params(arch)
     return non_expert, (arch.num_moe_experts or 0) * expert_params(arch)
 
 

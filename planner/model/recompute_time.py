@@ -83,7 +83,7 @@ def module_time(
     if module == "moe":
         if not moe:
             return 0.0
-        return gemms("expert", "shared") + act(routed, fe) + act(p.tokens, fs)
+        return gemms("expert", "latent", "shared") + act(routed, fe) + act(p.tokens, fs)
     if module == "shared_experts":
         return gemms("shared") + act(p.tokens, fs) if moe else 0.0
     return 0.0

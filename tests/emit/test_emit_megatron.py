@@ -21,7 +21,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import compact, parse
 from planner.inputs.plan import Plan, load_plan, parse_plan
-from planner.model import memory
+from planner.model import memory, params
 from planner.search.rules import check_plan
 
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
@@ -657,3 +657,20 @@ def test_muon_is_launched_as_muon() -> None:
         flags(make_plan("llama3.1-8b", 16, {}, optimizer="muon", muon_matmul_precision="highest"))
     with pytest.raises(InputError, match="optimizer = muon does not run with Megatron-FSDP"):
         check_plan(make_plan("llama3.1-8b", 16, {"tp": 1, "zero_stage": 3}, optimizer="muon"))
+
+
+def test_latent_moe_flag_reads_back() -> None:
+    # Megatron-LM d98e8a64: --moe-latent-size (TransformerConfig.moe_latent_size); the line read
+    # back has the same latent width, parameters and memory, and no "not modelled" note
+    zoo = catalog.get_model("qwen3-30b-a3b").model_dump(exclude_defaults=True)
+    model = {**zoo, "name": "qwen3-30b-a3b-latent", "moe_latent_size": 512}
+    plan = make_plan(model, 8, {"tp": 1, "ep": 8, "zero_stage": 1})
+    assert flags(plan)["--moe-latent-size"] == ["512"]
+    text = megatron.render(plan, "job")
+    reading = megatron_args.read(text, "h100-sxm-80gb", 8, "job")
+    assert not reading.not_modelled
+    back = round_trip(plan)
+    assert back.job.arch.moe_latent_size == 512
+    assert params.params_total(back.job.arch) == params.params_total(plan.job.arch)
+    assert_same(plan, back)
+    assert "--moe-latent-size" not in flags(make_plan("qwen3-30b-a3b", 8, {"tp": 1, "ep": 8}))

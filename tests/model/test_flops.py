@@ -209,3 +209,23 @@ def test_every_gpu_together_runs_every_token_through_top_k_experts_once() -> Non
     t = 1024.0
     for tp, ep, etp in [(4, 1, 1), (4, 1, 2), (4, 1, 4), (4, 4, 1), (4, 2, 2), (8, 8, 1)]:
         assert tp * _expert_flops(tp, ep, etp, t) == pytest.approx(t * 2 * 8192, rel=1e-12)
+
+
+def test_latent_moe_experts_run_at_the_latent_width() -> None:
+    # SMALL_MOE (h 64, 8 experts of width 32, top-2, GELU) with a latent width L = 16: each
+    # routed copy's two GEMMs cost 2 x (16 x 32 + 32 x 16) = 2,048 FLOPs (8,192 at h), and each
+    # token adds the down- and up-projections 2 x (64 x 16 + 16 x 64) = 4,096 (moe_layer.py
+    # fc1_latent_proj / fc2_latent_proj)
+    arch = SMALL_MOE.model_copy(update={"moe_latent_size": 16})
+    assert flops.moe_mlp_forward(arch) == 2 * 2048 + 4096
+    assert flops.moe_mlp_forward(SMALL_MOE) == 2 * 8192
+    # per GPU, tp 4 ep 4 etp 1, t = 1,024: 512 routed pairs (the case above) at 2,048 each, and
+    # the projections on the rank's 256 sequence-parallel tokens, whole on every TP rank
+    t = 1024.0
+    n_attn = len(flops.attention_gemms(arch, t, 4))
+    shapes = flops.linear_gemms(arch, t, 4, 4, 1, moe=True)[n_attn:]
+    parts = flops.linear_gemm_parts(arch, True)[n_attn:]
+    assert parts == ("expert", "expert", "latent", "latent")
+    assert shapes[2:] == [(256.0, 64, 16, 1), (256.0, 16, 64, 1)]
+    total = sum(2 * m * k * n * c for m, k, n, c in shapes)
+    assert total == pytest.approx(512 * 2048 + 256 * 4096, rel=1e-12)

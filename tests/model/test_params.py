@@ -315,3 +315,21 @@ def test_learned_positions_need_a_length() -> None:
     # seq_length stands in when max_position_embeddings is not given
     arch = _tiny(**{**TINY_GPT, "max_position_embeddings": None, "seq_length": 6})
     assert params.embedding_params(arch) == 128
+
+
+def test_latent_moe_by_hand() -> None:
+    # TINY_MOE with a latent width L = 4 (Megatron --moe-latent-size; moe_layer.py fc1_latent_proj
+    # h -> L and fc2_latent_proj L -> h, no biases here): one routed expert is a SwiGLU MLP at
+    # L: 3*4*6 = 72 (144 at h = 8); the projections 2*8*4 = 64 per MoE layer; the router (8*4)
+    # and shared experts (3*8*10) stay at h
+    arch = _tiny(**{**TINY_MOE, "moe_latent_size": 4})
+    assert arch.expert_hidden == 4
+    assert params.expert_params(arch) == 72
+    assert params.latent_projection_params(arch) == 64
+    # MoE layer: non-expert 504 + 64 = 568; experts 4*72 = 288
+    assert params.layer_params(arch, 1) == (568, 288)
+    # total 328 + 520 + 2*(568 + 288) = 2560; active 328 + 520 + 2*(568 + 2*72) = 2272
+    assert params.params_total(arch) == 2560
+    assert params.params_active(arch) == 2272
+    with pytest.raises(ValidationError, match="moe_latent_size needs num_moe_experts"):
+        _tiny(**TINY_GPT, moe_latent_size=4)  # a dense model has no experts to project for
