@@ -215,7 +215,9 @@ def test_latent_moe_experts_run_at_the_latent_width() -> None:
     # SMALL_MOE (h 64, 8 experts of width 32, top-2, GELU) with a latent width L = 16: each
     # routed copy's two GEMMs cost 2 x (16 x 32 + 32 x 16) = 2,048 FLOPs (8,192 at h), and each
     # token adds the down- and up-projections 2 x (64 x 16 + 16 x 64) = 4,096 (moe_layer.py
-    # fc1_latent_proj / fc2_latent_proj)
+    # fc1_latent_proj / fc2_latent_proj). Megatron-LM's own count (training.py
+    # num_floating_point_operations, moe_layer_flops) is the same per token: 4 L F_e k + 4 h L
+    # = 4 x 16 x 32 x 2 + 4 x 64 x 16 = 4,096 + 4,096
     arch = SMALL_MOE.model_copy(update={"moe_latent_size": 16})
     assert flops.moe_mlp_forward(arch) == 2 * 2048 + 4096
     assert flops.moe_mlp_forward(SMALL_MOE) == 2 * 8192

@@ -244,6 +244,22 @@ PUBLISHED: list[tuple[str, float, float | None, float]] = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [("nemotron3-super-120b-a12b", 120e9, 12e9), ("nemotron3-ultra-550b-a55b", 550e9, 55e9)],
+)
+def test_latent_moe_models_match_their_names(name: str, total: float, active: float) -> None:
+    # The names' totals to 1%, and the names' active counts between ours without the embedding
+    # and output layer (the 2 x V x h every token also touches) and ours with them. Counting the
+    # routed experts at the full hidden size (without moe_latent_size) gives 459B / 27B for Super
+    # and 2,094B / 121B for Ultra: the latent width is what makes the names.
+    arch = ZOO[name]
+    assert params.params_total(arch) == pytest.approx(total, rel=0.01)
+    with_edges = params.params_active(arch)
+    without = with_edges - params.embedding_params(arch) - params.output_params(arch)
+    assert without <= active <= with_edges
+
+
 @pytest.mark.parametrize(("name", "total", "active", "tol"), PUBLISHED)
 def test_published_totals(name: str, total: float, active: float | None, tol: float) -> None:
     arch = ZOO[name]
@@ -321,7 +337,9 @@ def test_latent_moe_by_hand() -> None:
     # TINY_MOE with a latent width L = 4 (Megatron --moe-latent-size; moe_layer.py fc1_latent_proj
     # h -> L and fc2_latent_proj L -> h, no biases here): one routed expert is a SwiGLU MLP at
     # L: 3*4*6 = 72 (144 at h = 8); the projections 2*8*4 = 64 per MoE layer; the router (8*4)
-    # and shared experts (3*8*10) stay at h
+    # and shared experts (3*8*10) stay at h. The same terms as Megatron-LM's own
+    # theoretical_memory_usage.py (routed_expert_params at moe_latent_size,
+    # latent_projection_params 2 * h * L)
     arch = _tiny(**{**TINY_MOE, "moe_latent_size": 4})
     assert arch.expert_hidden == 4
     assert params.expert_params(arch) == 72
