@@ -55,6 +55,7 @@ import statistics
 import sys
 from collections import Counter
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,14 @@ def _label(rec: dict[str, Any]) -> str:
 
 
 def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
-    """The Cases, and (golden file, reason) for every first-run file left out."""
+    """The Cases, and (golden file, reason) for every first-run file left out (read once per
+    process: `load_functional_steps` and `load_release_steps` both take from it)."""
+    cases, skipped = _load()
+    return list(cases), list(skipped)
+
+
+@cache
+def _load() -> tuple[tuple[Case, ...], tuple[tuple[str, str], ...]]:
     by_name = {c["name"]: c for c in load_cases()}
     golden = json.loads((DATA / "golden_values.json").read_text())["files"]
     cache: dict[tuple[str, str, int], Verdict] = {}
@@ -181,7 +189,7 @@ def load_with_skips() -> tuple[list[Case], list[tuple[str, str]]]:
         group = f"{source}-moe" if moe else f"{source}-dense"
         cid = f"{case['name']}@{_label(rec)}"
         cases.append(Case(cid, job, layout, tokens, None, group, raw))
-    return cases, skipped
+    return tuple(cases), tuple(skipped)
 
 
 def _first_reason(
