@@ -61,6 +61,10 @@ class Job:
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
     --moe-router-force-load-balancing; `planner.model.routing_load`)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
+    loss_fusion: bool = True
+    """A fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion, Transformer
+    Engine's or the compiled native kernel; NeMo's and Megatron-Bridge's default); False:
+    Megatron-LM's default unfused loss (`layer_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     bf16_layers_at_start: int = 0

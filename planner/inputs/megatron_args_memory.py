@@ -26,6 +26,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
     impl = line.text("--cross-entropy-fusion-impl") or "native"  # te's kernel works in place
     if line.has("--cross-entropy-loss-fusion") and impl == "native":
         out["compiled_loss_fusion"] = True
+    if not line.has("--cross-entropy-loss-fusion"):  # Megatron's default: the unfused loss
+        out["loss_fusion"] = False
     if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):
         out["log_grad_stats"] = True
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1

@@ -61,6 +61,7 @@ TRAINING_AS_IS = (
     "moe_router_force_load_balancing",
     "cuda_graphs",
     "compiled_loss_fusion",
+    "loss_fusion",
     "log_grad_stats",
     "optimizer_instances",
     "gemm_sm_margin",

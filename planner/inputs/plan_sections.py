@@ -158,6 +158,12 @@ class TrainingSection(BaseModel):
         description="Megatron --cross-entropy-loss-fusion (native): the loss's torch.compile'd "
         "steps hold one more fp32 copy of the local logits at their peak",
     )
+    loss_fusion: Flag = Field(
+        default=True,
+        description="a fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion; "
+        "NeMo's and Megatron-Bridge's default); false: Megatron-LM's default unfused loss, which "
+        "moves about twice the HBM bytes per logit",
+    )
     log_grad_stats: Flag = Field(
         default=False,
         description="Megatron --log-params-norm / --log-num-zeros-in-grad: every step also takes "

@@ -2,9 +2,9 @@
 # planner 0.1.0: torchrun launch file for job 'launch-deepseek-v3' from launch-deepseek-v3.toml
 # model deepseek-v3 on 1024 x h800-sxm-80gb, seq 4096, global batch 1024, fp8
 # layout: tp2 pp16 dp32 ep64 etp1 vpp2 sp mbs1 zero1 recompute=full
-# predicted: step 9.659 s, 424.0 tokens/s/GPU, MFU 6.2%, peak memory 19.1 GiB of 77.3 GiB usable (fits)
+# predicted: step 9.659 s, 424.1 tokens/s/GPU, MFU 6.2%, peak memory 19.1 GiB of 77.3 GiB usable (fits)
 # operations: checkpoint 9.39 TB (sync, write 73.4 s, blocks 73.4 s) every 524 steps = 84 min; MTBF 49.5 h at 0.000474 failures/GPU-day
-# operations: goodput 96.8% (checkpoints 1.4%, failures 1.8%); effective 420,288 tokens/s
+# operations: goodput 96.8% (checkpoints 1.4%, failures 1.8%); effective 420,296 tokens/s
 # 128 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 
@@ -97,6 +97,8 @@ TRAINING_ARGS=(
     --fp8-format hybrid
     --fp8-recipe delayed
     --fp8-param-gather
+    --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te
     --grad-reduce-in-bf16
     --recompute-granularity full
     --recompute-method uniform
