@@ -219,7 +219,7 @@ def training_args(plan: Plan) -> list[Arg]:
     if job.cross_entropy == "fused" and (job.loss_fusion or job.compiled_loss_fusion):
         # a fused loss: the compiled native one where the plan says so, else Transformer
         # Engine's (Megatron-Bridge's performance recipes' choice); without the flag Megatron
-        # runs its unfused loss (layer_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
+        # runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         impl = "native" if job.compiled_loss_fusion else "te"
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", impl)]
     if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)

@@ -64,7 +64,7 @@ class Job:
     loss_fusion: bool = True
     """A fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion, Transformer
     Engine's or the compiled native kernel; NeMo's and Megatron-Bridge's default); False:
-    Megatron-LM's default unfused loss (`layer_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
+    Megatron-LM's default unfused loss (`output_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     bf16_layers_at_start: int = 0
@@ -76,7 +76,7 @@ class Job:
     dot-product attention; `planner.model.attention`)."""
     fp8_output_proj: bool = False
     """FP8 with the MXFP8 recipe: the output layer's GEMM runs in MXFP8 (Megatron
-    --fp8-output-proj; `layer_time.output_layer_time`; its weight cache:
+    --fp8-output-proj; `output_time.output_layer_time`; its weight cache:
     `buffers.output_proj_cache_bytes`)."""
     moe_fused_grouped_mlp: bool = False
     """MoE: the experts run as Transformer Engine's fused grouped MLP (Megatron

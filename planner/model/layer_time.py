@@ -322,56 +322,6 @@ def _margin_slowdown(job: Job) -> float:
     return sms / (sms - min(job.gemm_sm_margin, sms - 1))
 
 
-UNFUSED_LOSS_BYTES_PER_LOGIT = 52.0
-"""HBM bytes per local logit of Megatron-LM's unfused vocab-parallel cross entropy (its default,
-without --cross-entropy-loss-fusion; d98e8a64 megatron/core/tensor_parallel/cross_entropy.py),
-counted kernel by kernel. Forward: the fp32 upcast of the bf16 logits (read 2, write 4), the max
-(read 4), the in-place subtraction of the max (4 + 4), exp (4 + 4), the sum (4) and the in-place
-division into the softmax kept for backward (4 + 4): 38. Backward: the in-place product with the
-output gradient (4 + 4) and the cast back to bf16 for the output layer (4 + 2): 14. The fused
-kernels the other runs use move about half of it (the compiled native one,
-fusions/fused_cross_entropy.py: 6 + 8 + 8 forward, 6 backward = 28; Transformer Engine's,
-TransformerEngine d0067d0d pytorch/triton/cross_entropy.py: the logits read twice and an fp32
-gradient written, 8, then scaled in place, 8, and cast, 6 = 22), which the fitted
-ELEMENTWISE_PASSES x 4 bytes (23.3) stands for."""
-
-
-def loss_bytes_per_logit(job: Job) -> float:
-    """HBM bytes per logit of the job's cross entropy (fwd + bwd): UNFUSED_LOSS_BYTES_PER_LOGIT
-    for Megatron's unfused vocab-parallel loss (`Job.loss_fusion` False), else ELEMENTWISE_PASSES
-    fp32 passes."""
-    if job.cross_entropy == "fused" and not (job.loss_fusion or job.compiled_loss_fusion):
-        return UNFUSED_LOSS_BYTES_PER_LOGIT
-    return ELEMENTWISE_PASSES * 4
-
-
-def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
-    """Seconds per micro-batch of the output layer and loss (fwd + bwd): on the last stage, and
-    once more for each MTP layer on the stage that holds them. In bf16, or with
-    `Job.fp8_output_proj` at the job's FP8 rate plus the MXFP8 quantisation of its input and
-    output gradient (its weight's, once per step, is left out: h x V elements, under a
-    millisecond)."""
-    arch = job.arch
-    t = float(lay.micro_batch_size * job.seq_length // lay.cp)
-    vocab = arch.padded_vocab(lay.tp) / lay.tp
-    h = arch.hidden_size
-    fp8 = job.output_layer_in_fp8
-    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
-    fwd = gemm_time(t, h, vocab, peak, gpu.ridge, e)
-    quant = 0.0
-    if fp8:  # the input forward, the logits' gradient backward
-        per_element = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell)
-        quant = per_element * t * (h + vocab) / gpu.hbm
-    gathered = job.cross_entropy == "gathered"
-    loss_vocab = vocab * lay.tp if gathered else vocab
-    ce = loss_bytes_per_logit(job) * t * loss_vocab / gpu.hbm  # the logits through the loss
-    gather = 0.0
-    if gathered and lay.tp > 1:
-        # logits all-gathered forward, their gradient sliced backward
-        gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
-    return (2 if job.frozen_model else 3) * fwd + ce + gather + quant
-
-
 def gpu_of(job: Job) -> Gpu:
     """The job's GPU as the roofline sees it: peaks (lowered under a power cap), achieved HBM
     bandwidth, ridge point, large-GEMM fractions."""

@@ -34,12 +34,8 @@ from planner.model.gemm import Gpu
 from planner.model.host import issued_layer
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
-from planner.model.layer_time import (
-    Layer,
-    gpu_of,
-    layer_time,
-    output_layer_time,
-)
+from planner.model.layer_time import Layer, gpu_of, layer_time
+from planner.model.output_time import output_layer_time
 from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_activations import shard, sub_counts
 

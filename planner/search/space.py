@@ -165,7 +165,7 @@ def _last_stage_extra(arch: ModelArch) -> float:
     """The output layer (and MTP) in units of one decoder layer's active parameters: the work the
     last pipeline rank does besides its layers (the loss itself is memory-bound and small). Each
     MTP layer runs one more decoder layer (its active parameters: top-k of the routed experts) and
-    one more output layer (`layer_time.output_layer_time`)."""
+    one more output layer (`output_time.output_layer_time`)."""
     routed = arch.moe_router_topk / max(arch.num_moe_experts or 1, 1)
     d, e = params.layer_kinds(arch)[1 if arch.is_moe else 0]
     per_layer = (d + routed * e) or 1

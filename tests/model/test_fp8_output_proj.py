@@ -17,7 +17,7 @@ from plan_text import MODEL, PARALLEL, load_error, plan_text, write
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import layer_time, memory
+from planner.model import layer_time, memory, output_time
 from planner.model.gemm import gemm_time, quant_bytes
 
 GB300 = "gb300-nvl72"
@@ -43,7 +43,7 @@ def test_the_output_layer_runs_at_the_fp8_rate_plus_its_quantisation() -> None:
     gemm16 = gemm_time(t, h, v, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
     quant = quant_bytes("mxfp8", True) * t * (h + v) / gpu.hbm
     assert quant_bytes("mxfp8", True) == pytest.approx(4 + 2 / 32)
-    diff = layer_time.output_layer_time(bf16, lay, gpu) - layer_time.output_layer_time(
+    diff = output_time.output_layer_time(bf16, lay, gpu) - output_time.output_layer_time(
         fp8, lay, gpu
     )
     assert diff == pytest.approx(3 * (gemm16 - gemm8) - quant)
@@ -79,6 +79,6 @@ def test_a_bf16_twin_runs_the_output_layer_in_bf16() -> None:
     j = _mxfp8(True)
     gpu = layer_time.gpu_of(j)
     twin = replace(j, precision="bf16")
-    assert layer_time.output_layer_time(twin, lay, gpu) == layer_time.output_layer_time(
+    assert output_time.output_layer_time(twin, lay, gpu) == output_time.output_layer_time(
         replace(twin, fp8_output_proj=False), lay, gpu
     )

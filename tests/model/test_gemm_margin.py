@@ -16,7 +16,8 @@ from planner.inputs import plan_writer
 from planner.inputs.plan import Plan, load_plan
 from planner.model import flops
 from planner.model.gemm import gemm_time
-from planner.model.layer_time import gpu_of, layer_time, output_layer_time
+from planner.model.layer_time import gpu_of, layer_time
+from planner.model.output_time import output_layer_time
 from planner.search.rules import check_plan
 
 CLUSTER = '[cluster]\ngpu = "gb200-nvl72"\nnum_gpus = 8\n'

@@ -1,5 +1,5 @@
 """Megatron-LM's cross entropy with and without --cross-entropy-loss-fusion: the step time of
-the unfused loss (`layer_time.UNFUSED_LOSS_BYTES_PER_LOGIT`), the reader, and the launch lines.
+the unfused loss (`output_time.UNFUSED_LOSS_BYTES_PER_LOGIT`), the reader, and the launch lines.
 
 Oracles: hand arithmetic in the comments (the byte count of the unfused loss is derived kernel
 by kernel from Megatron-LM d98e8a64 megatron/core/tensor_parallel/cross_entropy.py in the
@@ -18,7 +18,8 @@ from planner.inputs import megatron_args
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import layer_time
-from planner.model.layer_time import gpu_of, output_layer_time
+from planner.model.layer_time import gpu_of
+from planner.model.output_time import loss_bytes_per_logit, output_layer_time
 
 LAYOUT = Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=1)
 
@@ -41,7 +42,7 @@ def test_the_unfused_loss_moves_its_counted_bytes() -> None:
     ) == pytest.approx(output_layer_time(fused, LAYOUT, gpu))
     # torch's loss (torchtitan) is not Megatron's unfused one
     titan = replace(unfused, cross_entropy="pytorch")
-    assert layer_time.loss_bytes_per_logit(titan) == 4 * layer_time.ELEMENTWISE_PASSES
+    assert loss_bytes_per_logit(titan) == 4 * layer_time.ELEMENTWISE_PASSES
 
 
 LINE = (
