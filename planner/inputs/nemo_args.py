@@ -314,6 +314,7 @@ def _training(
     glu = model.get("gated_linear_unit", False)
     if glu and (not recipe.fused_glu if fused is None else not fused):
         out["fused_swiglu"] = False
+    _loss(line, out)
     key = "model.config.use_transformer_engine_op_fuser"
     grouped = line.get("model.config.moe_grouped_gemm") is not False
     fused_mlp, note = fused_mlp_reading(
@@ -325,6 +326,21 @@ def _training(
     if note:
         notes.append(note)
     return out
+
+
+def _loss(line: _Line, out: dict[str, Any]) -> None:
+    """model.config.cross_entropy_loss_fusion / cross_entropy_fusion_impl, where the line sets
+    them (TransformerConfig's fields; left out, the recipe's loss is timed as a fused one)."""
+    fused = line.get("model.config.cross_entropy_loss_fusion")
+    if fused is not None and not isinstance(fused, bool):
+        raise line.fail("model.config.cross_entropy_loss_fusion", "expected True or False")
+    impl = line.get("model.config.cross_entropy_fusion_impl")
+    if impl is not None and impl not in ("native", "te"):
+        raise line.fail("model.config.cross_entropy_fusion_impl", "expected native or te")
+    if fused is False:
+        out["loss_fusion"] = False
+    elif fused and (impl or "native") == "native":
+        out["compiled_loss_fusion"] = True
 
 
 def _graphs(line: _Line, out: dict[str, Any]) -> None:

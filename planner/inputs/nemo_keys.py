@@ -22,6 +22,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
                                                moe_router_topk, moe_ffn_hidden_size, vocab_size...)
     model.config.share_embeddings_and_output_weights   untie_embeddings_and_output_weights = not
     model.config.bias_activation_fusion        fused_swiglu (the GLU's fusion)
+    model.config.cross_entropy_loss_fusion / _fusion_impl   loss_fusion (False: the unfused
+                                               loss), compiled_loss_fusion (True with "native")
     model.config.recompute_granularity / _method / _num_layers / _modules   recompute
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
@@ -114,6 +116,8 @@ SPECIAL = (
     "trainer.plugins.fp8_param_gather",
     "model.config.share_embeddings_and_output_weights",
     "model.config.bias_activation_fusion",
+    "model.config.cross_entropy_loss_fusion",
+    "model.config.cross_entropy_fusion_impl",
     "model.config.moe_layer_freq",
     "model.config.use_transformer_engine_op_fuser",
     "model.config.moe_grouped_gemm",

@@ -91,6 +91,10 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ("trainer.plugins.grad_reduce_in_fp32=True", "training", "main_grad_dtype", "fp32"),
         ("trainer.plugins.fp8=hybrid", "training", "precision", "fp8"),
         ("model.config.bias_activation_fusion=False", "training", "fused_swiglu", False),
+        # TransformerConfig: cross_entropy_loss_fusion off is Megatron's unfused loss; on, its
+        # cross_entropy_fusion_impl defaults to native (the compiled kernel)
+        ("model.config.cross_entropy_loss_fusion=False", "training", "loss_fusion", False),
+        ("model.config.cross_entropy_loss_fusion=True", "training", "compiled_loss_fusion", True),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),
@@ -343,3 +347,14 @@ def test_the_op_fuser_fuses_the_experts_where_it_can() -> None:
     dense = read(HEAD + on)
     assert "moe_fused_grouped_mlp" not in dense.doc["training"]
     assert any("no grouped-GEMM experts" in n for n in dense.notes)
+
+
+def test_the_loss_keys_read_and_refuse_by_value() -> None:
+    # Transformer Engine's kernel: a fused loss without the compiled kernel's extra fp32 copy
+    te = doc(
+        HEAD + "model.config.cross_entropy_loss_fusion=True "
+        "model.config.cross_entropy_fusion_impl=te"
+    )["training"]
+    assert "compiled_loss_fusion" not in te and "loss_fusion" not in te
+    with pytest.raises(InputError, match=r"cross_entropy_fusion_impl.*expected native or te"):
+        doc(HEAD + "model.config.cross_entropy_fusion_impl=linear")
