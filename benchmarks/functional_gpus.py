@@ -136,11 +136,11 @@ def faster_than_gpu(job: Job, step_s: float) -> bool:
     named GPU's dense peak at the run's precision times its measured matmul ceiling (the module
     docstring)."""
     gpu = job.cluster.gpu
-    precision = "fp8" if job.precision == "fp8" else "bf16"
-    ceiling = gpu.matmul_ceiling(precision) or 1.0
+    # NVFP4 has no measured ceiling: its peak alone bounds it (a looser bound, never a wrong cut)
+    ceiling = 1.0 if job.precision == "fp4" else gpu.matmul_ceiling(job.precision) or 1.0
     model = flops.model_flops(job.arch, job.seq_length, job.global_batch_size)
     rate = model / step_s / job.cluster.num_gpus
-    return rate > gpu.peak_flops(precision) * ceiling
+    return rate > gpu.peak_flops(job.precision) * ceiling
 
 
 def check_known() -> tuple[int, int, int, list[str]]:

@@ -136,11 +136,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
     if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
         model["fp8_output_proj"] = True
-    if job.cross_entropy == "fused":  # the loss the plan was timed with (TransformerConfig's)
-        fused = job.loss_fusion or job.compiled_loss_fusion
-        model["cross_entropy_loss_fusion"] = fused
-        if fused:
-            model["cross_entropy_fusion_impl"] = "native" if job.compiled_loss_fusion else "te"
+    if job.megatron_loss is not None:  # the loss the plan was timed with (TransformerConfig's)
+        model["cross_entropy_loss_fusion"] = job.megatron_loss != "unfused"
+        if job.megatron_loss != "unfused":
+            model["cross_entropy_fusion_impl"] = job.megatron_loss
     if job.moe_fused_grouped_mlp:  # as Bridge's perf overrides set it (cutedsl_fused_grouped_mlp)
         model["use_transformer_engine_op_fuser"] = True
         if job.arch.gated_linear_unit:

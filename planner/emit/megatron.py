@@ -216,12 +216,11 @@ def training_args(plan: Plan) -> list[Arg]:
                 a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
     if job.fp8_output_proj:
         a.append(("--fp8-output-proj",))
-    if job.cross_entropy == "fused" and (job.loss_fusion or job.compiled_loss_fusion):
+    if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so, else Transformer
         # Engine's (Megatron-Bridge's performance recipes' choice); without the flag Megatron
         # runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
-        impl = "native" if job.compiled_loss_fusion else "te"
-        a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", impl)]
+        a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
     if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)
         a.append(("--use-transformer-engine-op-fuser",))
         if job.arch.gated_linear_unit:

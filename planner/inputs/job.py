@@ -127,6 +127,18 @@ class Job:
         return self.torchtitan or TorchtitanSection()
 
     @property
+    def megatron_loss(self) -> Literal["unfused", "native", "te"] | None:
+        """Which of Megatron's vocab-parallel cross entropies the job runs (`cross_entropy`
+        "fused"): "native" (the compiled fusion), "te" (Transformer Engine's, what a fused loss
+        without the compiled one is launched as), "unfused" (`loss_fusion` False: Megatron's
+        default); None for torch's loss or logits gathered over TP."""
+        if self.cross_entropy != "fused":
+            return None
+        if self.compiled_loss_fusion:
+            return "native"
+        return "te" if self.loss_fusion else "unfused"
+
+    @property
     def grad_bytes(self) -> float:
         """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
         return 4.0 if self.main_grad_dtype == "fp32" else 2.0

@@ -31,7 +31,7 @@ def loss_bytes_per_logit(job: Job) -> float:
     """HBM bytes per logit of the job's cross entropy (fwd + bwd): UNFUSED_LOSS_BYTES_PER_LOGIT
     for Megatron's unfused vocab-parallel loss (`Job.loss_fusion` False), else ELEMENTWISE_PASSES
     fp32 passes."""
-    if job.cross_entropy == "fused" and not (job.loss_fusion or job.compiled_loss_fusion):
+    if job.megatron_loss == "unfused":
         return UNFUSED_LOSS_BYTES_PER_LOGIT
     return layer_time.ELEMENTWISE_PASSES * 4  # read at call time: a refit reaches it
 
