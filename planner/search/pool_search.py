@@ -1,26 +1,29 @@
 """`planner suggest` on a cluster of pools (issue 25): the uniform degrees searched here, the
 per-stage part (layers per stage, the pools' order, block recompute) exactly
-(`planner.search.pools.plan_split`), every answer scored by the exact model; a layout or
-refinement whose split's bound is no better than the top-th best step so far is not solved.
+(`planner.search.pools.plan_split`), every answer scored by the exact model; a layout
+whose split's bound is no better than the top-th best step so far is not solved.
 
 The degrees: tp a power of two within every pool's node and dividing the attention heads and
 query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool
 holds whole stages), pp the stages that makes, between the number of pools and the decoder
 layers; for a mixture of experts every ep dividing the experts and cp x dp (`expert_degrees`, EP
 inside a stage, expert TP = tp); micro-batch sizes 1, 2 and 4 where the global batch divides;
-ZeRO 1; vpp 1 (interleaving over pools of different speeds is left out); recompute none with
-the solver's block count, or selective. Ranked by step time, or by $ per token (`objective` "cost").
+ZeRO 1 and 2; Megatron's TP overlap off and on where tp > 1 (with sequence parallelism); vpp 1
+(interleaving over pools of different speeds is left out); recompute none with the solver's
+block count, or selective. Each of these is a layout of its own, bounded like the rest: ZeRO 2's
+memory may spare a slow layout its recompute, and the overlap lowers a layout's bound, so
+neither can be tried on the leaders alone. Ranked by step time, or by $ per token (`objective`
+"cost").
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.inputs.layout import Layout, Recompute
+from planner.inputs.layout import Layout, Recompute, ZeroStage
 from planner.inputs.plan import Job
 from planner.search import pool_data
 from planner.search.pool_costs import usd_per_million_tokens
@@ -28,6 +31,7 @@ from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pools import (
     MICRO_BATCHES,
     PoolPlan,
+    TimeLines,
     apply,
     expert_degrees,
     lower_bound_s,
@@ -40,6 +44,7 @@ from planner.search.solver import PoolSplitProblem, solve_pools
 __all__ = ["MICRO_BATCHES", "PoolSearch", "expert_degrees", "layouts", "search"]
 
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
+ZERO_STAGES: tuple[ZeroStage, ...] = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,8 @@ def layouts(job: Job) -> list[Layout]:
                 for ep, mbs in itertools.product(expert_degrees(job, cp * dp), MICRO_BATCHES):
                     if job.global_batch_size % (dp * mbs):
                         continue
-                    for rc in RECOMPUTE:
+                    overlaps = (False, True) if tp > 1 else (False,)
+                    for rc, zero, ov in itertools.product(RECOMPUTE, ZERO_STAGES, overlaps):
                         out.append(
                             Layout(
                                 tp=tp,
@@ -128,47 +134,13 @@ def layouts(job: Job) -> list[Layout]:
                                 cp=cp,
                                 ep=ep,
                                 sequence_parallel=tp > 1,
+                                tp_comm_overlap=ov,
                                 micro_batch_size=mbs,
                                 recompute=rc,
+                                zero_stage=zero,
                             )
                         )
     return out
-
-
-def refined(job: Job, headroom_pct: float, plans: list[PoolPlan], top: int) -> list[PoolPlan]:
-    """The top plans' layouts with Megatron's TP overlap (tp > 1 with sequence parallelism) and
-    with ZeRO 2, alone and together, split and scored again (the settings the ordinary search's
-    memory savers and overlaps also try; a plan the rules refuse is dropped). A variant whose
-    `lower_bound_s` is no better than the top-th best step so far is not solved: like a layout
-    past the search's cut, it cannot enter the top."""
-    times = sorted(q.performance.step_time_s for q in plans)
-    out = []
-    for plan in sorted(plans, key=lambda q: q.performance.step_time_s)[:top]:
-        base = plan.layout.with_(pipeline_layout=None, recompute=_base_recompute(plan.layout))
-        base = base.with_(recompute_method="uniform", recompute_num_layers=1)
-        tried = [base.with_(zero_stage=2)]
-        if base.tp > 1 and base.sequence_parallel:
-            tried += [
-                base.with_(tp_comm_overlap=True),
-                base.with_(tp_comm_overlap=True, zero_stage=2),
-            ]
-        # the solver's answer orders the pools: start again from the job's own order
-        for lay in tried:
-            lines = time_lines(job, lay)
-            if len(times) >= top and lower_bound_s(lines) >= times[top - 1]:
-                continue
-            p = problem(job, lay, headroom_pct, lay.recompute == "none", lines)
-            cut = times[top - 1] if len(times) >= top else None
-            better = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
-            if better is not None:
-                out.append(better)
-                bisect.insort(times, better.performance.step_time_s)
-    return out
-
-
-def _base_recompute(lay: Layout) -> Recompute:
-    """The recompute the search started from (block full recompute is the solver's)."""
-    return "none" if lay.recompute == "full" and lay.recompute_method == "block" else lay.recompute
 
 
 def search(
@@ -182,8 +154,15 @@ def search(
     `lower_bound_s` is no better than the top-th best exact step found is not solved (every
     plan uses every GPU, so $ per token ranks as step time does)."""
     todo = layouts(job)
-    # bounded on the time lines alone; the memory lines only for the layouts solved
-    bounded = [(lay, time_lines(job, lay)) for lay in todo]
+    # bounded on the time lines alone; the memory lines only for the layouts solved. A stage's
+    # time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
+    # serves a layout's ZeRO 1 and ZeRO 2
+    lines: dict[Layout, TimeLines] = {}
+    for lay in todo:
+        plain = lay.with_(zero_stage=ZERO_STAGES[0])
+        if plain not in lines:
+            lines[plain] = time_lines(job, plain)
+    bounded = [(lay, lines[lay.with_(zero_stage=ZERO_STAGES[0])]) for lay in todo]
     bounded.sort(key=lambda lt: lower_bound_s(lt[1]))
     plans: list[PoolPlan] = []
     solved = 0
@@ -217,7 +196,6 @@ def search(
         if plan is not None:
             plans.append(plan)
 
-    plans += refined(job, headroom_pct, plans, top)
     layouts_seen = len(todo)
     data, best_pipeline = None, None
     if job.pools_data_parallel:  # the replicas across the pools too (planner.search.pool_data)
