@@ -30,10 +30,13 @@ stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last s
 output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
 The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
 
-Optimizer: memory-bound; for each parameter of the shard a GPU updates, Adam reads the gradient
-(ADAM_GRAD_READ_BYTES) and reads and writes its master weight and two moments (Job.optimizer_bytes
-each way: 28 bytes with fp32 moments, 20 with bf16 ones), plus reading and zeroing the local
-gradient buffer, at HBM_EFFICIENCY x HBM bandwidth. Muon (`Job.optimizer`) adds its Newton-Schulz
+Optimizer: memory-bound, pass by pass as Megatron-Core's distributed optimizer runs them
+(`optimizer_time`): for each parameter of the shard a GPU updates, the copy of its gradient into
+an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the gradient,
+ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
+each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
+to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
+next step, at HBM_EFFICIENCY x HBM bandwidth. Muon (`Job.optimizer`) adds its Newton-Schulz
 iterations over the decoder's matrices (`planner.model.muon_time`).
 Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
 
@@ -71,8 +74,18 @@ ADAM_GRAD_READ_BYTES = 4.0
 """Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
 written: `Job.optimizer_bytes` each way)."""
 
-GRAD_BUFFER_BYTES_PER_PARAM = 8.0
-"""Per local parameter per step: the gradient-norm read and the zeroing write of the fp32 buffer."""
+GRAD_NORM_READ_BYTES = 4.0
+"""The gradient norm (clip_grad_norm) reads each updated parameter's fp32 main gradient once:
+Megatron-Core d98e8a64 DistributedOptimizer.get_main_grads_for_grad_norm takes the shard's main
+gradients only, not the whole local buffer."""
+MAIN_GRAD_COPY_BYTES = 2.0 + 4.0
+"""Per updated parameter with bf16 gradient buffers (`Job.main_grad_dtype`): the copy of its
+reduced gradient into an fp32 main gradient, read 2 and write 4 (d98e8a64
+DistributedOptimizer._copy_model_grads_to_main_grads, `shard_model_grad.float()`, on the shard's
+range only; with fp32 buffers `.float()` returns the buffer itself and nothing moves)."""
+PARAM_COPY_BYTES = 4.0 + 2.0
+"""Per updated parameter: the fp32 master weight read and the model's 16-bit weight written
+after the update (d98e8a64 _copy_main_params_to_model_params), a pass apart from Adam's."""
 
 STEP_OVERHEAD_S = 0.01
 """Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data
@@ -94,13 +107,18 @@ def step_overhead_s(job: Job) -> float:
 
 
 def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
-    """Seconds of one stage's optimizer step: the Adam update of the shard this GPU owns plus
-    the gradient buffer's norm read and zeroing, all memory-bound."""
+    """Seconds of one stage's optimizer step, all memory-bound (module docstring): the passes
+    over the shard this GPU updates (ZeRO >= 1: 1 / dp of the stage's parameters), and the
+    zeroing of the stage's whole gradient buffer (Megatron's DDP zero_grad_buffer; counted so
+    at every ZeRO stage, which keeps a higher stage never faster than a lower one, the
+    dominance the search's stops rely on)."""
     shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
-    per_updated = ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
-    touched = per_updated * updated + GRAD_BUFFER_BYTES_PER_PARAM * (dense + expert)
+    copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
+    per_updated = copy + GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
+    per_updated += PARAM_COPY_BYTES
+    touched = per_updated * updated + job.grad_bytes * (dense + expert)
     return touched / gpu.hbm
 
 
