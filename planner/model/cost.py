@@ -21,7 +21,9 @@ the critical path in 1F1B (blocking sends); when interleaved the sends overlap c
 and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
-prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`). Hidden
+prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
+gradients' window is the last micro-batch's backward, longer under the interleaved schedule,
+whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
 (under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead).
 

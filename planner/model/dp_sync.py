@@ -69,6 +69,22 @@ def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Grou
     return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
 
 
+def reduce_window(bwd: float, lay: Layout, m: int) -> float:
+    """Seconds of backward the gradient reduce-scatters (all-reduces) can hide under, from one
+    micro-batch's backward on the stage (`bwd`, all its model chunks). Without interleaving, the
+    last micro-batch's backward: the buckets become final as it runs. With vpp chunks, each chunk
+    syncs its own buckets once its last micro-batch's backward is done (Megatron-LM d98e8a64
+    schedules.py, forward_backward_pipelining_with_interleaving: grad sync enabled per chunk at
+    its last micro-batch), and the cooldown runs the last group of g = min(pp, m) micro-batches
+    through the chunks from the last to the first, g at a time: the last chunk's gradients are
+    final (vpp - 1) x g chunk backwards before the stage's end, the first chunk's within its
+    own. The window is then (1 + (vpp - 1) g) / vpp backwards, which vpp = 1 makes one."""
+    if lay.vpp <= 1:
+        return bwd
+    group = min(lay.pp, max(m, 1))
+    return bwd * (1 + (lay.vpp - 1) * group) / lay.vpp
+
+
 def _per_bucket(
     collective: Callable[[float, Group], float], size: float, n: int, grp: Group
 ) -> float:
@@ -102,7 +118,8 @@ def data_parallel(
     ZeRO 0-2 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
     max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and bf16
     parameter all-gather (ZeRO 1/2), hidden behind the last micro-batch's backward and the next
-    step's first forward (--overlap-grad-reduce / --overlap-param-gather); what exceeds its
+    step's first forward (--overlap-grad-reduce / --overlap-param-gather; the backward window
+    longer under the interleaved schedule, `reduce_window`); what exceeds its
     window is exposed, and never less than one bucket. Each bucket is its own collective and
     pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
     share its links and so one window: their seconds add before the window is taken off (with
@@ -150,7 +167,7 @@ def data_parallel(
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
-    e, h = windowed(parts, fwd, bwd)
+    e, h = windowed(parts, fwd, reduce_window(bwd, lay, m))
     return exposed + e, hidden + h
 
 

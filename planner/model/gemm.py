@@ -78,9 +78,10 @@ did not grow with the tensor cores (H100 -> B200: bf16 tensor throughput x2.25, 
 bandwidth and special-function units unchanged: FlashAttention-4, arXiv:2603.05451 abstract, and
 Together AI's FlashAttention-4 blog). A fixed non-MMA share f of the bf16 tile time gives
 1 / ((1 - f) / 2 + f) = 1.69 at f = 0.18. Hopper needs no such cap: its measured FP8 ceiling
-(H100 MAMF 1402.6 of 1979) already makes an FP8 GEMM 2 x 0.709 / 0.768 = 1.85 x its bf16 one,
-and H100-class FP8 GEMMs reach that ceiling at training shapes (DeepGEMM PR #74: 1404-1470
-TFLOP/s at M=4096 N=7168 K=16384 on H800, H100's SMs and FP8 peak). B200's best-shape FP8 MAMF
+(H100 MAMF 1402.6 of 1979) is itself at most 2 x 0.709 / 0.768 = 1.85 x its bf16 GEMM, and a
+hand-tuned FP8 kernel reaches it (DeepGEMM PR #74: 1404-1470 TFLOP/s at M=4096 N=7168 K=16384 on
+H800, H100's SMs and FP8 peak); Transformer Engine's GEMMs in training reach the fitted
+`layer_time.FP8_CEILING_FRACTION` of it. B200's best-shape FP8 MAMF
 (3432.5 of 4500, hardware catalog) is 1.97 x its bf16 MAMF: one favourable shape of a sweep,
 not what a training step's GEMMs reach."""
 

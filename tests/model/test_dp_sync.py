@@ -57,3 +57,36 @@ def test_kinds_on_different_tiers_keep_a_window_each() -> None:
     two = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("nvlink", 2.0, 0.0, 0.2, 0.0)]
     assert dp_sync.windowed(one, 0.0, 4.0) == pytest.approx((1.0, 4.0))
     assert dp_sync.windowed(two, 0.0, 4.0) == pytest.approx((0.3, 4.7))
+
+
+def test_the_interleaved_schedule_widens_the_gradient_window() -> None:
+    """Megatron's interleaved 1F1B syncs each chunk's gradients once its last micro-batch's
+    backward is done, and the cooldown runs the last group of min(pp, m) micro-batches through
+    the chunks from the last to the first. Hand arithmetic, one micro-batch's backward b on the
+    stage: pp 8, vpp 12, m >= 8: the last chunk is final 11 x 8 chunk backwards (b / 12 each)
+    before the stage's end, plus the first chunk's own: (1 + 88) / 12 b = 7.42 b. pp 4, vpp 2,
+    m = 2 (a group of 2): (1 + 2) / 2 b = 1.5 b. Without interleaving, b."""
+    b = 0.06
+    assert dp_sync.reduce_window(b, Layout(tp=4, pp=8, dp=16, vpp=12), 96) == pytest.approx(
+        89 / 12 * b
+    )
+    assert dp_sync.reduce_window(b, Layout(tp=1, pp=4, dp=2, vpp=2), 2) == pytest.approx(1.5 * b)
+    assert dp_sync.reduce_window(b, Layout(tp=1, pp=4, dp=2), 32) == b
+
+
+def test_the_wider_window_hides_what_one_backward_does_not() -> None:
+    """GPT-3 175B's stage at tp 4 pp 8 over 16 nodes' dp: a reduce-scatter longer than one
+    micro-batch's backward shows beyond it without interleaving; with vpp 12 and 96 micro-batches
+    only the last bucket shows (the window, 7.42 backwards, outlasts it). The parameter
+    all-gather (no overlap asked) shows whole in both, so the difference is the gradients'."""
+    cluster = h100_cluster(512)
+    n, b = 5.5e9, 0.05
+    plain = Layout(tp=4, pp=8, dp=16, overlap_grad_reduce=True, overlap_param_gather=False)
+    inter = plain.with_(vpp=12)
+    groups = dp_sync.data_parallel_groups(cluster, plain)
+    red, last = _reduce(n, groups[0])
+    assert red > b  # the premise: one backward does not hide it
+    e_plain, _ = dp_sync.data_parallel(groups, plain, n, 0.0, 4.0, 0.03, b, 96)
+    e_inter, _ = dp_sync.data_parallel(groups, inter, n, 0.0, 4.0, 0.03, b, 96)
+    assert red < 89 / 12 * b
+    assert e_plain - e_inter == pytest.approx((red - b) - last)
