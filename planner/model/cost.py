@@ -38,8 +38,10 @@ an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the
 ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
 each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
 to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
-next step, at HBM_EFFICIENCY x HBM bandwidth. Muon (`Job.optimizer`) adds its Newton-Schulz
-iterations over the decoder's matrices (`planner.model.muon_time`).
+next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the norm's and Adam's
+passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
+(`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
+(`planner.model.muon_time`).
 Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
 
 Calibration: the three fitted constants live in planner/model/layer_time.py; everything here is a
@@ -117,9 +119,14 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
+    per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
+    if job.framework == "torchtitan":
+        # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
+        # gradients straight into fp32 shards and frees them (zero_grad(set_to_none=True)): no
+        # copy either way, no zeroing
+        return per_updated * updated / gpu.hbm
     copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
-    per_updated = copy + GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
-    per_updated += PARAM_COPY_BYTES
+    per_updated += copy + PARAM_COPY_BYTES
     touched = per_updated * updated + job.grad_bytes * (dense + expert)
     return touched / gpu.hbm
 

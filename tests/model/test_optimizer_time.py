@@ -57,3 +57,12 @@ def test_the_norm_reads_the_shard_not_the_buffer() -> None:
 def test_zero_2_is_never_faster_than_zero_1() -> None:
     """The buffer is zeroed whole at every stage (the search's stops rely on the dominance)."""
     assert _seconds("bf16", 2)[0] == _seconds("bf16", 1)[0]
+
+
+def test_fsdp2_updates_its_fp32_shard_in_place() -> None:
+    """torchtitan's FSDP2: the fp32 parameter shard is the master (no copy back), gradients are
+    reduced into fp32 shards and freed, not zeroed: norm 4 + Adam 28 = 32 bytes x N / 8 = 4e9."""
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64, framework="torchtitan")
+    gpu = gpu_of(j)
+    t = cost.optimizer_time(j, Layout(tp=1, pp=1, dp=8, zero_stage=3), N, 0.0, gpu)
+    assert t * gpu.hbm == pytest.approx(4.0e9)
