@@ -91,8 +91,8 @@ def candidates(words: list[str], gpu: str, name: str) -> list[tuple[int, float]]
     """(world size, predicted allocated bytes of the last pipeline stage) for each dp of
     DP_CANDIDATES whose plan planner reads (Megatron's rules: expert-parallel sizes that divide
     the ranks, a global batch that divides into micro-batches); none for a line with a feature
-    the reader reports as not modelled (Verdict.not_modelled: e.g. a latent MoE's projections,
-    which the memory would count at the full hidden size)."""
+    the reader reports as not modelled (Verdict.not_modelled: e.g. an attention output gate,
+    whose weights the memory would not count)."""
     first = evaluate(words, gpu, None, name)
     if first.plan is None or first.not_modelled:
         return []  # a line with features the reader does not model: its memory is not the run's

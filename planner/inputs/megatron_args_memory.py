@@ -23,17 +23,27 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if (n := line.integer("--num-distributed-optimizer-instances") or 1) > 1:
         out["optimizer_instances"] = n
-    impl = line.text("--cross-entropy-fusion-impl") or "native"  # te's kernel works in place
-    if line.has("--cross-entropy-loss-fusion") and impl == "native":
-        out["compiled_loss_fusion"] = True
-    if not line.has("--cross-entropy-loss-fusion"):  # Megatron's default: the unfused loss
-        out["loss_fusion"] = False
+    fused = line.has("--cross-entropy-loss-fusion")
+    out.update(loss_fields(fused, line.text("--cross-entropy-fusion-impl")))
     if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):
         out["log_grad_stats"] = True
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1
         out["attention_dropout"] = False
     out.update(_rl_step(line, parallel))
     return out
+
+
+def loss_fields(fused: bool | None, impl: str | None) -> dict[str, bool]:
+    """`[training]` loss fields from Megatron's two settings (--cross-entropy-loss-fusion and
+    --cross-entropy-fusion-impl; TransformerConfig cross_entropy_loss_fusion / _fusion_impl, the
+    impl "native" by default): not fused, Megatron's unfused loss (loss_fusion False); fused
+    with the native impl, the compiled kernel and its extra fp32 copy (compiled_loss_fusion;
+    Transformer Engine's kernel works in place); `fused` None (not set) leaves the defaults."""
+    if fused is None:
+        return {}
+    if not fused:
+        return {"loss_fusion": False}
+    return {"compiled_loss_fusion": True} if (impl or "native") == "native" else {}
 
 
 def _rl_step(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:

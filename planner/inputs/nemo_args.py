@@ -20,6 +20,7 @@ from typing import Any
 
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_args_memory import loss_fields
 from planner.inputs.megatron_flags import megatron_flags
 from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS, graph_regions
 from planner.inputs.megatron_values import layer_pattern
@@ -337,10 +338,7 @@ def _loss(line: _Line, out: dict[str, Any]) -> None:
     impl = line.get("model.config.cross_entropy_fusion_impl")
     if impl is not None and impl not in ("native", "te"):
         raise line.fail("model.config.cross_entropy_fusion_impl", "expected native or te")
-    if fused is False:
-        out["loss_fusion"] = False
-    elif fused and (impl or "native") == "native":
-        out["compiled_loss_fusion"] = True
+    out.update(loss_fields(fused, impl))
 
 
 def _graphs(line: _Line, out: dict[str, Any]) -> None:
