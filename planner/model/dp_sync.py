@@ -120,7 +120,8 @@ def data_parallel(
     parameter all-gather (ZeRO 1/2), hidden behind the last micro-batch's backward and the next
     step's first forward (--overlap-grad-reduce / --overlap-param-gather; the backward window
     longer under the interleaved schedule, `reduce_window`); what exceeds its
-    window is exposed, and never less than one bucket. Each bucket is its own collective and
+    window, plus the first bucket's share of the compute before anything could be sent
+    (`windowed`), is exposed, and never less than one bucket. Each bucket is its own collective and
     pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
     share its links and so one window: their seconds add before the window is taken off (with
     both across nodes, the same NICs carry both), and the last bucket of each shows.
@@ -167,7 +168,7 @@ def data_parallel(
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
-    e, h = windowed(parts, fwd, reduce_window(bwd, lay, m))
+    e, h = windowed(parts, fwd, reduce_window(bwd, lay, m), bwd)
     return exposed + e, hidden + h
 
 
@@ -176,20 +177,36 @@ Part = tuple[str, float, float, float, float]
 parameter all-gather seconds, and those of its last bucket of each)."""
 
 
-def windowed(parts: Iterable[Part], fwd: float, bwd: float) -> tuple[float, float]:
+def windowed(
+    parts: Iterable[Part], fwd: float, bwd: float, bwd_one: float | None = None
+) -> tuple[float, float]:
     """(exposed, hidden) seconds of bucketed syncs whose gradients hide under a backward window
     of `bwd` and parameter gathers under a forward window of `fwd` seconds. Kinds bound by the
     same tier share its links and so one window (their seconds add before the window comes
-    off); the last bucket of each kind shows whatever the window."""
+    off); the last bucket of each kind shows whatever the window.
+
+    A bucket's collective cannot start before its gradients exist: n buckets of r seconds,
+    produced one every c seconds of backward, run as a two-stage pipeline that ends
+    c + (n - 1) max(c, r) + r after the backward starts, so it shows n r - (n - 1) c beyond the
+    backward's n c where the links are the slower stage (the sync less the window plus the
+    first bucket's c: nothing was ready to send until then), and r (the last bucket) where
+    the backward is. c is the tier's first bucket's share (the smallest of its kinds') of one
+    micro-batch's backward, `bwd_one` (None: `bwd`, the window without interleaving). The
+    parameter all-gathers mirror it: the first bucket's gather runs before any forward
+    compute can use it, each later one under the previous bucket's forward."""
+    one = bwd if bwd_one is None else bwd_one
     on_tier: dict[str, list[float]] = {}
     for tier, *seconds in parts:
-        acc = on_tier.setdefault(tier, [0.0, 0.0, 0.0, 0.0])
+        acc = on_tier.setdefault(tier, [0.0, 0.0, 0.0, 0.0, 1.0])
         for i, v in enumerate(seconds):
             acc[i] += v
+        red, gather, red_last, gather_last = seconds
+        if red > 0 or gather > 0:  # the kind's bucket share
+            acc[4] = min(acc[4], red_last / red if red > 0 else gather_last / gather)
     exposed = hidden = 0.0
-    for red, gather, red_last, gather_last in on_tier.values():
-        e_red = max(red - bwd, red_last)
-        e_gat = max(gather - fwd, gather_last)
+    for red, gather, red_last, gather_last, frac in on_tier.values():
+        e_red = max(red - bwd + one * frac, red_last) if bwd > 0 else red
+        e_gat = max(gather - fwd + fwd * frac, gather_last) if fwd > 0 else gather
         exposed += e_red + e_gat
         hidden += (red - e_red) + (gather - e_gat)
     return exposed, hidden

@@ -233,7 +233,8 @@ def data_parallel(
     bucket of `dp_sync.bucket_params` (over the whole dp x cp group) parameters: the instance's
     reduce-scatter and then the P-way all-reduce of its shard over the link, in the backward
     window; the instance's parameter all-gather in the forward window; what exceeds a window
-    is exposed, and never less than one bucket."""
+    (with the first bucket's fill, `dp_sync.windowed`) is exposed, and never less than one
+    bucket."""
     if lay.dp_pools <= 1 or job.between_pools is None:
         return dp_sync.data_parallel(
             groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
@@ -249,7 +250,7 @@ def data_parallel(
         )
         # the link between pools bounds every kind's sync: one window
         parts.append(("between pools", red, gather, red / buckets, gather / buckets))
-    return dp_sync.windowed(parts, fwd, dp_sync.reduce_window(bwd, lay, m))
+    return dp_sync.windowed(parts, fwd, dp_sync.reduce_window(bwd, lay, m), bwd)
 
 
 def _instance_traffic(

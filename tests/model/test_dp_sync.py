@@ -46,16 +46,20 @@ def test_dense_and_expert_gradients_share_the_backward_window() -> None:
         (dense_grp, expert_grp), lay, n_dense, n_expert, 4.0, 0.0, 0.0, 1
     )
     gathers = no_window - (red_d + red_e)  # no forward window: every gather shows
-    assert with_window - gathers == pytest.approx(red_d + red_e - window)
+    # what outlasts the window, plus the tier's first bucket's share of the backward (the
+    # smaller kind's bucket share; here the backward is the window), before which nothing sends
+    fill = window * min(last_d / red_d, last_e / red_e)
+    assert with_window - gathers == pytest.approx(red_d + red_e - window + fill)
     assert red_d + red_e - window > last_d + last_e  # the shared window, not the floors, binds
 
 
 def test_kinds_on_different_tiers_keep_a_window_each() -> None:
     """windowed() by hand: 3 s and 2 s of gradients under a 4 s backward window. On one tier
-    1 s shows (5 - 4); on two tiers each hides but for its last bucket (0.1 + 0.2 s)."""
+    1 s shows (5 - 4) and the first bucket's fill: the smaller share is 0.1 / 3 = 1/30 of the
+    4 s backward, 0.133 s; on two tiers each hides but for its last bucket (0.1 + 0.2 s)."""
     one = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("infiniband", 2.0, 0.0, 0.2, 0.0)]
     two = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("nvlink", 2.0, 0.0, 0.2, 0.0)]
-    assert dp_sync.windowed(one, 0.0, 4.0) == pytest.approx((1.0, 4.0))
+    assert dp_sync.windowed(one, 0.0, 4.0) == pytest.approx((1.0 + 4.0 / 30, 4.0 - 4.0 / 30))
     assert dp_sync.windowed(two, 0.0, 4.0) == pytest.approx((0.3, 4.7))
 
 
@@ -89,4 +93,39 @@ def test_the_wider_window_hides_what_one_backward_does_not() -> None:
     e_plain, _ = dp_sync.data_parallel(groups, plain, n, 0.0, 4.0, 0.03, b, 96)
     e_inter, _ = dp_sync.data_parallel(groups, inter, n, 0.0, 4.0, 0.03, b, 96)
     assert red < 89 / 12 * b
-    assert e_plain - e_inter == pytest.approx((red - b) - last)
+    # without interleaving: what outlasts b plus the first bucket's b x last / red
+    assert e_plain - e_inter == pytest.approx((red - b + b * last / red) - last)
+
+
+def _pipeline(n: int, produce: float, send: float) -> float:
+    """Brute force: n buckets, bucket i ready at (i + 1) x produce, sent one after another on
+    one link for `send` seconds each; seconds the last send ends after the n x produce of
+    compute."""
+    link = 0.0
+    for i in range(n):
+        link = max(link, (i + 1) * produce) + send
+    return link - n * produce
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 12])
+@pytest.mark.parametrize("send", [0.01, 0.03, 0.05, 0.2])
+def test_the_gradient_sync_shows_what_a_bucket_pipeline_does(n: int, send: float) -> None:
+    """windowed() against a step-by-step simulation of n equal buckets, one produced every
+    0.04 s of a 0.04 n s backward, each sent for `send` s: compute-bound (send < 0.04) only the
+    last bucket shows, link-bound the sync less the backward plus the first bucket's 0.04."""
+    bwd = 0.04 * n
+    part = [("infiniband", n * send, 0.0, send, 0.0)]
+    exposed, hidden = dp_sync.windowed(part, 0.0, bwd)
+    assert exposed == pytest.approx(_pipeline(n, 0.04, send))
+    assert exposed + hidden == pytest.approx(n * send)
+
+
+@pytest.mark.parametrize("send", [0.01, 0.05])
+def test_the_parameter_gather_shows_what_a_bucket_pipeline_does(send: float) -> None:
+    """The gathers mirror it: 5 buckets gathered one after another, each bucket's 0.04 s of
+    forward waiting for its gather (the first gather before any compute). By hand, as the
+    pipeline c + 4 max(c, r) + r after the start over the forward's 5 c: r = 0.01 shows 0.01,
+    r = 0.05 shows 5 x 0.05 - 4 x 0.04 = 0.09."""
+    part = [("infiniband", 0.0, 5 * send, 0.0, send)]
+    exposed, _ = dp_sync.windowed(part, 0.2, 0.0)
+    assert exposed == pytest.approx({0.01: 0.01, 0.05: 0.09}[send])
