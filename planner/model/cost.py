@@ -23,7 +23,9 @@ and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
 gradients' window is the last micro-batch's backward, longer under the interleaved schedule,
-whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`). Hidden
+whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`; where the links are
+slower than the compute, also the first bucket's share of it, before which nothing could be
+sent: `dp_sync.windowed`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
 (under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead).
 
