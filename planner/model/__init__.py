@@ -12,12 +12,12 @@ where they are defined.
   `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather)
 - `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `layer_time` one
   layer's compute and TP / CP / EP traffic per micro-batch; `attention` the flash kernels' rate;
-  `host` the host's floor under a small layer's time; `recompute_time` what selective
-  recompute re-runs; `stage_time` each pipeline stage's layers, memoised layer times and exposed
-  EP / offload traffic; `schedule` pipeline bubbles and Megatron's 1F1B / interleaved order;
-  `cost` the step time, its breakdown, MFU; `job_memo` what the search's hot path remembers per
-  job; `calibratable` the constants a cluster's logs may refit (`planner calibrate`) and the one
-  way to change them
+  `host` the host's floor under a small layer's time (`host_floor` applies it);
+  `recompute_time` what selective recompute re-runs; `stage_time` each pipeline stage's layers,
+  memoised layer times and exposed EP / offload traffic; `schedule` pipeline bubbles and
+  Megatron's 1F1B / interleaved order; `cost` the step time, its breakdown, MFU; `job_memo` what
+  the search's hot path remembers per job; `calibratable` the constants a cluster's logs may
+  refit (`planner calibrate`) and the one way to change them
 
 May import `planner.inputs` only; nothing here searches, prints or reads files.
 """

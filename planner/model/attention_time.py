@@ -30,8 +30,9 @@ def fractions(job: Job, seq: float, head_dim: float, efficiency: float) -> tuple
     length and head dim), never above the part's measured matmul ceiling, times `efficiency`.
     Taken at the whole sequence also with context parallelism: the ring's chunk kernels run back
     to back over the whole key range (and the all-to-all variant runs whole sequences on fewer
-    heads); the chunks' extra per-call overheads are not charged, so trading cp for micro-batch
-    size keeps the step time (`planner.search.twins`)."""
+    heads); the chunks' extra per-call overheads are not charged here, so trading cp for
+    micro-batch size keeps the step time (`planner.search.twins`) unless the layer's small
+    kernels, the ring's among them, set it (`layer_time.KERNEL_MIN_S`)."""
     spec = job.cluster.gpu
     fe, be = attention.kernel_fractions(spec.name, seq, head_dim)
     ceiling = spec.matmul_ceiling("bf16")

@@ -46,7 +46,7 @@ passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
 (`planner.model.muon_time`).
 Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
 
-Calibration: the four fitted constants live in planner/model/layer_time.py; everything here is a
+Calibration: the five fitted constants live in planner/model/layer_time.py; everything here is a
 documented physical or measured constant.
 """
 

@@ -52,10 +52,7 @@ preprocessing and the rest); the other blocks are issued eagerly as above.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
-
-from planner.model.layer_time import Layer
 
 if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
@@ -105,7 +102,13 @@ dispatcher and the launch run on one core per rank."""
 
 KERNEL_ISSUE_S = 25e-6
 """Host seconds per eager kernel (Python, dispatcher, launch) on the reference host: a layer's
-issue time over it is its kernel count (~40 for a dense layer), which prices a CUDA graph."""
+issue time over it is its kernel count (LAYER_KERNELS, `kernels`: ~58 for a dense layer's forward
+in bf16), which prices a CUDA graph and the floor of a layer's small kernels
+(`layer_time.KERNEL_MIN_S`)."""
+LAYER_KERNELS = HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S
+"""Kernels one dense layer's forward launches (57.6): the reference host's issue time over its
+time per kernel, at the shipped constants and fixed when the module loads, so that calibrating a
+cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is."""
 GRAPH_KERNEL_S = 0.5e-6
 """GPU seconds per kernel node of a replayed CUDA graph beyond the kernel's own run: NVIDIA's
 "Getting Started with CUDA Graphs" (A. Gray, developer.nvidia.com/blog/cuda-graphs, 2019) times
@@ -151,6 +154,12 @@ def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
     return sum(units for _, units in issue_blocks(job, lay, kind))
 
 
+def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """Kernels one layer's forward launches (`issue_units` x LAYER_KERNELS); its backward
+    launches BACKWARD_ISSUE_RATIO times as many."""
+    return issue_units(job, lay, kind) * LAYER_KERNELS
+
+
 def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:
     """Is the block captured? Every block when the whole layer is (no modules named); the
     router's and the preprocessing's also under "moe", which captures the MoE block whole."""
@@ -170,19 +179,3 @@ def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
         else:
             eager += units
     return HOST_LAYER_ISSUE_S * (graphed / KERNEL_ISSUE_S * GRAPH_KERNEL_S + eager * slowdown(job))
-
-
-def issued(layer: Layer, floor: float, recompute: bool = False) -> Layer:
-    """The layer's forward and backward, each at least as long as its issue (`floor` the
-    forward's, `floor_s`); with full `recompute` the backward issues the forward again."""
-    fwd = max(layer.fwd, floor)
-    bwd = max(layer.bwd, BACKWARD_ISSUE_RATIO * floor)
-    rec = max(layer.recompute, floor) if recompute else layer.recompute
-    if fwd == layer.fwd and bwd == layer.bwd and rec == layer.recompute:
-        return layer
-    return replace(layer, fwd=fwd, bwd=bwd, recompute=rec)
-
-
-def issued_layer(layer: Layer, job: Job, lay: Layout, kind: LayerKind) -> Layer:
-    """`issued` with the floor of this job, layout and layer kind."""
-    return issued(layer, floor_s(job, lay, kind), lay.recompute == "full")

@@ -51,6 +51,18 @@ work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` 
 experts' fused grouped MLP (`Job.grouped_mlp_fused`) does its activation and quantisation passes
 in the GEMM epilogues: `moe_time.fused_mlp_saving` comes off this work and the casts.
 
+Small kernels. A stream runs at most one kernel per KERNEL_MIN_S however little each does (the
+launch path's rate: a grid is dispatched once the kernel it depends on retires, its waves ramp
+up and drain, its first loads wait a memory round trip); a kernel that runs longer hides the next
+one's launch behind it. A layer's streamed work above (its elementwise and quantisation bytes) is
+spread over its `host.kernels` launches forward less its GEMMs and its attention or scan kernel
+(`small_kernels`), and BACKWARD_ISSUE_RATIO times as many backward. Taken as equal in size, they
+take max(streamed, small_kernels x KERNEL_MIN_S), launched eagerly or replayed from a graph.
+Production layers reach the floor barely or not at all (their elementwise kernels move tens of
+MB each: 0.7% of GPT-3 175B's MLPerf step at tp 4 on H100, none of Llama 3.1 405B's); at a few
+thousand tokens per GPU each moves 1-3 us of bytes, and the floor sets a third of the step
+(Llama 3.1 8B at tp 2 cp 4 on 512 GB200, 1,024 tokens per GPU per micro-batch: 32%).
+
 TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under
 compute holds `comms.sm_share` of the SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it
 runs that much longer; each hidden TP second adds that share to the layer's exposed TP time
@@ -78,9 +90,9 @@ Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tens
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
 by (cap / TDP)^(1/3) (POWER_CLOCK_EXPONENT). HBM bandwidth is not scaled.
 
-Calibration: GEMM_EFFICIENCY_MAX, FP8_CEILING_FRACTION, ATTENTION_EFFICIENCY and
-ELEMENTWISE_PASSES are fitted by benchmarks/fit_constants.py on the SC21 and Megatron-Core H100
-rows of published_runs.yaml and one hash fold of the dense MLPerf rows.
+Calibration: GEMM_EFFICIENCY_MAX, FP8_CEILING_FRACTION, ATTENTION_EFFICIENCY,
+ELEMENTWISE_PASSES and KERNEL_MIN_S are fitted by benchmarks/fit_constants.py on the SC21 and
+Megatron-Core H100 rows of published_runs.yaml and one hash fold of the dense MLPerf rows.
 """
 
 from __future__ import annotations
@@ -97,6 +109,7 @@ from planner.model import (
     comms,
     dispatch,
     flops,
+    host,
     layer_tp,
     mamba,
     moe_time,
@@ -115,14 +128,14 @@ from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
 
-GEMM_EFFICIENCY_MAX = 0.7741
+GEMM_EFFICIENCY_MAX = 0.759
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-FP8_CEILING_FRACTION = 0.8438
+FP8_CEILING_FRACTION = 0.8326
 """Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
 the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
 at training shapes; NVFP4's GEMMs the same fraction of their best-shape ceiling
@@ -132,7 +145,7 @@ H800, DeepGEMM at M=4096 N=7168 K=16384, 1404-1470 of H100's MAMF 1402.6 (~1.0, 
 kernel, DeepGEMM PR #74). Fitted by benchmarks/fit_constants.py (the FP8 rows there: MLPerf's
 fold, Transformer Engine's cuBLASLt GEMMs)."""
 
-ATTENTION_EFFICIENCY = 0.6007
+ATTENTION_EFFICIENCY = 0.6328
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask), and on the rate they sustain the softmax's exponentials at
@@ -140,10 +153,18 @@ dimension and the causal mask), and on the rate they sustain the softmax's expon
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.921
+ELEMENTWISE_PASSES = 5.249
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
+
+KERNEL_MIN_S = 3.432e-6
+"""The least time a kernel holds a stream (the module docstring's small kernels). Fitted (same
+rows), where the measurements put it: null kernels launched back to back from a stream run at
+about one per 3 us on recent GPUs and software, the launch path's "speed of light" (N. Juffa,
+NVIDIA developer forums, "Too much time for kernel launch latency", thread 233645, 2022); a
+replayed graph node adds ~0.5 us to a short kernel (A. Gray, "Getting Started with CUDA Graphs",
+NVIDIA technical blog, 2019: 3.4 us per replayed kernel of 2.9 us)."""
 
 HBM_EFFICIENCY = 0.80
 """Achieved / nominal HBM bandwidth for streaming kernels (STREAM-like copies reach 80-90%)."""
@@ -260,6 +281,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     streamed = ew + cast  # HBM-bound work; a fused grouped MLP's epilogues do part of it
     if moe:
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
+    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(shapes)))
     out.fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
     out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3
@@ -310,6 +332,14 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
             n_ep,
         )
     return out
+
+
+def small_kernels(job: Job, lay: Layout, kind: LayerKind, gemms: int) -> float:
+    """Kernels of one layer per micro-batch, forward and backward, that carry its streamed work:
+    `host.kernels` forward less its `gemms` GEMMs and its mixer's kernel (attention or scan),
+    and BACKWARD_ISSUE_RATIO times as many backward."""
+    big = gemms + (1 if kind.mixer is not None else 0)
+    return max(host.kernels(job, lay, kind) - big, 0.0) * (1 + host.BACKWARD_ISSUE_RATIO)
 
 
 def _margin_slowdown(job: Job) -> float:

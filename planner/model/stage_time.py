@@ -31,7 +31,7 @@ from planner.inputs.plan import Job
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
-from planner.model.host import issued_layer
+from planner.model.host_floor import issued_layer
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time

@@ -7,7 +7,9 @@ Why such layouts tie: with dp x cp and micro_batch_size / cp fixed, every rank h
 tokens per micro-batch (micro_batch_size x seq_length / cp), runs the same number of micro-batches
 (global_batch / (dp x micro_batch_size)) and reduces gradients over the same dp x cp group, so the
 model predicts the same step time (bit-identical in practice; the memory may differ a little, by
-the ring-attention buffers of cp > 1).
+the ring-attention buffers of cp > 1). Not where a layer's small kernels set its time
+(`planner.model.layer_time.KERNEL_MIN_S`, a few hundred tokens per GPU): the ring's steps launch
+kernels of their own, so there the cp layout is the slower, and it is ranked as its own row.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from jobs import job
 
 from planner.inputs.hybrid import DENSE, MAMBA, MOE
 from planner.inputs.layout import Layout
-from planner.model import calibratable, cost, host
+from planner.model import calibratable, cost, host, host_floor
 from planner.model.layer_time import Layer
 
 LAY = Layout(tp=1, pp=1, dp=8)
@@ -22,12 +22,13 @@ LAY = Layout(tp=1, pp=1, dp=8)
 
 def test_a_short_layer_takes_what_its_issue_takes() -> None:
     floor = 1e-3
-    short = host.issued(Layer(fwd=0.2 * floor, bwd=0.5 * floor, tp=1.0), floor)
+    short = host_floor.issued(Layer(fwd=0.2 * floor, bwd=0.5 * floor, tp=1.0), floor)
     assert (short.fwd, short.bwd, short.tp) == (floor, host.BACKWARD_ISSUE_RATIO * floor, 1.0)
     long = Layer(fwd=5 * floor, bwd=10 * floor)
-    assert host.issued(long, floor) is long  # the queue stays full: the host is hidden
+    assert host_floor.issued(long, floor) is long  # the queue stays full: the host is hidden
     # full recompute issues the forward once more inside the backward
-    again = host.issued(Layer(fwd=0.1 * floor, bwd=0.2 * floor, recompute=0.1 * floor), floor, True)
+    brief = Layer(fwd=0.1 * floor, bwd=0.2 * floor, recompute=0.1 * floor)
+    again = host_floor.issued(brief, floor, True)
     assert again.recompute == floor
 
 
@@ -100,9 +101,9 @@ def test_cuda_graphs_replace_the_host_floor_by_the_graph_nodes() -> None:
     nodes = host.HOST_LAYER_ISSUE_S / host.KERNEL_ISSUE_S
     floor = host.floor_s(graphed, LAY, DENSE)
     assert floor == pytest.approx(nodes * host.GRAPH_KERNEL_S)
-    short = host.issued(Layer(fwd=1e-4, bwd=2e-4), floor)
+    short = host_floor.issued(Layer(fwd=1e-4, bwd=2e-4), floor)
     assert (short.fwd, short.bwd) == (1e-4, 2e-4)  # above the graph's floor: unchanged
-    tiny = host.issued(Layer(fwd=1e-6, bwd=1e-6), floor)
+    tiny = host_floor.issued(Layer(fwd=1e-6, bwd=1e-6), floor)
     assert (tiny.fwd, tiny.bwd) == pytest.approx((floor, 2 * floor))
 
 

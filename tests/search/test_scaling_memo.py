@@ -56,7 +56,7 @@ def test_dense_layer_time_reads_no_expert_field() -> None:
     first three), every expert degree, expert TP, dispatcher and recompute, the dense layer's
     time is bit for bit that of the layout with ep 1 and the default dispatcher."""
     from planner.inputs.hybrid import DENSE
-    from planner.model.host import issued_layer
+    from planner.model.host_floor import issued_layer
     from planner.model.layer_time import gpu_of, layer_time
     from planner.model.stage_time import _dense_key, _layer_key
 

@@ -1,0 +1,68 @@
+"""Tests for the floor of a layer's small kernels (planner/model/layer_time.py KERNEL_MIN_S).
+
+Oracle: hand arithmetic on the documented rule. A layer's streamed (elementwise and
+quantisation) work runs in its `host.kernels` launches forward less its GEMMs and its attention
+kernel, and BACKWARD_ISSUE_RATIO (2) times as many backward; a stream runs at most one kernel per
+KERNEL_MIN_S, so that work takes max(its bytes' time, those kernels x KERNEL_MIN_S), a third of
+it forward and the rest backward (full recompute runs the forward's share again).
+"""
+
+from __future__ import annotations
+
+import pytest
+from jobs import job
+
+from planner.inputs.hybrid import layer_kind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import flops, host, layer_time
+from planner.model.layer_time import Layer, gpu_of
+
+FLOOR = 3e-6  # a round value for the arithmetic, not the fitted one
+DENSE = layer_kind(False)
+
+
+def _at(j: Job, lay: Layout, floor: float) -> Layer:
+    saved = layer_time.KERNEL_MIN_S
+    try:
+        layer_time.KERNEL_MIN_S = floor
+        return layer_time.layer_time(j, lay, gpu_of(j), DENSE)
+    finally:
+        layer_time.KERNEL_MIN_S = saved
+
+
+def test_a_dense_layer_counts_its_small_kernels() -> None:
+    # Llama 3.1 8B in bf16 at tp 1: an attention and an MLP block, 0.5 + 0.5 = 1 issue unit,
+    # 1.44e-3 / 25e-6 = 57.6 kernels forward; less its 4 GEMMs (QKV, output projection, fc1, fc2)
+    # and its attention kernel, 52.6, and twice as many backward: 157.8
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    lay = Layout(tp=1, dp=8)
+    gemms = flops.linear_gemms(j.arch, 8192.0, 1, 1, 1, DENSE, 1.0)
+    assert len(gemms) == 4
+    assert host.kernels(j, lay, DENSE) == pytest.approx(57.6)
+    assert layer_time.small_kernels(j, lay, DENSE, len(gemms)) == pytest.approx(157.8)
+
+
+def test_a_tiny_layer_waits_on_its_kernels_not_its_bytes() -> None:
+    # 256 tokens per micro-batch, full recompute: the streamed work's bytes take less than
+    # 157.8 x 3 us = 473.4 us, so the floor sets it; the GEMMs and attention (G) are untouched.
+    # With the floor at 1 s the forward is G + 157.8 / 3 s, which gives G; the streamed work
+    # without the floor is 3 x (forward - G).
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 256, 8)
+    lay = Layout(tp=1, dp=8, recompute="full")
+    off, on, huge = _at(j, lay, 0.0), _at(j, lay, FLOOR), _at(j, lay, 1.0)
+    n = 157.8
+    g = huge.fwd - n / 3
+    streamed = 3 * (off.fwd - g)
+    assert streamed < n * FLOOR  # the premise: the floor binds
+    assert on.fwd == pytest.approx(g + n * FLOOR / 3)
+    assert on.bwd - off.bwd == pytest.approx(2 * (on.fwd - off.fwd))
+    assert on.recompute - off.recompute == pytest.approx(on.fwd - off.fwd)
+
+
+def test_a_production_layer_never_reaches_the_floor() -> None:
+    # Llama 3.1 70B at tp 8 with sequence parallelism, 8k tokens: each elementwise kernel moves
+    # tens of MB (8192 x 8192 x 2 B / 8 = 16.8 MB a tensor), far above 3 us of HBM time
+    j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64)
+    lay = Layout(tp=8, dp=8, sequence_parallel=True)
+    assert _at(j, lay, FLOOR) == _at(j, lay, 0.0)
