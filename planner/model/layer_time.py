@@ -161,10 +161,12 @@ written and read again: 4-6 passes). Fitted (same rows)."""
 KERNEL_MIN_S = 3.432e-6
 """The least time a kernel holds a stream (the module docstring's small kernels). Fitted (same
 rows), where the measurements put it: null kernels launched back to back from a stream run at
-about one per 3 us on recent GPUs and software, the launch path's "speed of light" (N. Juffa,
-NVIDIA developer forums, "Too much time for kernel launch latency", thread 233645, 2022); a
-replayed graph node adds ~0.5 us to a short kernel (A. Gray, "Getting Started with CUDA Graphs",
-NVIDIA technical blog, 2019: 3.4 us per replayed kernel of 2.9 us)."""
+about one per 3 us on recent GPUs and software, the launch path's "speed of light" (NVIDIA
+developer forums, "Too much time for kernel launch latency",
+forums.developer.nvidia.com/t/233645, a reply: "the launch overhead of null kernels ... reduced
+to about 3 microseconds"); a replayed graph node adds ~0.5 us to a short kernel (A. Gray,
+"Getting Started with CUDA Graphs", NVIDIA technical blog, 2019: 3.4 us per replayed kernel of
+2.9 us)."""
 
 HBM_EFFICIENCY = 0.80
 """Achieved / nominal HBM bandwidth for streaming kernels (STREAM-like copies reach 80-90%)."""
