@@ -19,9 +19,8 @@ runs and the gpt-oss runs on 512 GB300 and 64 B300 are within 6% (they were +27%
 stays is Cisco's three H100 runs at tp 2 (+28% to +33%) and the gpt-oss runs on 72 GB300 at cp 2
 ep 4 (+19% to +20%). The one-micro-batch runs with more work per GPU (Cisco's B300 8B at tp 2 with
 8,192 tokens; Dell's GB300 gpt-oss at ep 2 with 24,576) and the 52 with tp 1 and ep 1 (median 0%)
-are not in it. No
-term of the model accounts for what stays (the data-parallel sync then overlaps the whole step,
-and every tensor- and expert-parallel collective runs under it);
+are not in it. No term of the model accounts for what stays (the data-parallel sync then
+overlaps the whole step, and every tensor- and expert-parallel collective runs under it);
 tests/bench/test_one_micro_batch.py recomputes the median from the rows."""
 
 ONE_MICRO_BATCH_TOKENS = 4096
