@@ -154,10 +154,33 @@ def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
     return sum(units for _, units in issue_blocks(job, lay, kind))
 
 
+MLA_LAUNCHES = 0.2
+"""Counted, not fitted: the kernels multi-latent attention adds to an attention block's launches,
+in LAYER_KERNELS (~11): with rope fusion (Megatron-Core d98e8a64 multi_latent_attention.py
+get_query_key_value_tensors) its down-projection GEMMs, the q and kv norms, the two
+up-projection GEMMs and the two fused rope kernels, their splits and reshapes being views. Its
+host issue (MLA_ISSUE, 1.48 units) is mostly Python on those views, not launches."""
+MOE_ETP_LAUNCHES = 0.1
+"""Counted, not fitted: the kernels a MoE block adds with expert tensor parallelism (etp > 1),
+in LAYER_KERNELS (~6): the all-to-all dispatcher's all-gathers of the tokens and probabilities
+over the expert-TP group, the sort of their chunks and the reduce-scatter after the experts
+(token_dispatcher.py d98e8a64, whose tp_size is the expert-TP group's). None at etp 1, whatever
+the attention's tp, where MOE_TP_ISSUE still charges the host its Python."""
+
+
 def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
-    """Kernels one layer's forward launches (`issue_units` x LAYER_KERNELS); its backward
-    launches BACKWARD_ISSUE_RATIO times as many."""
-    return issue_units(job, lay, kind) * LAYER_KERNELS
+    """Kernels one layer's forward launches, in LAYER_KERNELS per issue unit: its `issue_units`
+    with MLA's and the MoE block's TP share counted as launches (MLA_LAUNCHES, MOE_ETP_LAUNCHES)
+    rather than host time. Its backward launches BACKWARD_ISSUE_RATIO times as many."""
+    units = issue_units(job, lay, kind)
+    fp8 = FP8_ISSUE if job.quantised else 1.0
+    if kind.mixer == "attention" and job.arch.multi_latent_attention:
+        units -= (MLA_ISSUE - MLA_LAUNCHES) * fp8
+    if kind.ffn == "moe" and lay.tp > 1:
+        units -= MOE_TP_ISSUE * fp8
+    if kind.ffn == "moe" and lay.expert_tp > 1:
+        units += MOE_ETP_LAUNCHES * fp8
+    return units * LAYER_KERNELS
 
 
 def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:

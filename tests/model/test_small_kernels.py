@@ -66,3 +66,18 @@ def test_a_production_layer_never_reaches_the_floor() -> None:
     j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64)
     lay = Layout(tp=8, dp=8, sequence_parallel=True)
     assert _at(j, lay, FLOOR) == _at(j, lay, 0.0)
+
+
+def test_mla_and_expert_tp_count_their_launches_not_their_host_time() -> None:
+    # DeepSeek-V3's MoE layer in bf16 at tp 2: attention 0.5 + MLA's launches 0.2 (not its 1.48
+    # units of host issue) + MoE 1.11, and no TP share at etp 1 (the dispatcher gathers over the
+    # expert-TP group only): 1.81 x 57.6 = 104.256 kernels forward; at etp 2 the expert-TP
+    # gathers and reduce-scatter add 0.1 x 57.6: 110.016
+    j = job("deepseek-v3", "h100-sxm-80gb", 64, 4096, 64)
+    moe = layer_kind(True)
+    etp1 = Layout(tp=2, dp=32, ep=8, etp=1, sequence_parallel=True)
+    etp2 = Layout(tp=2, dp=32, ep=8, etp=2, sequence_parallel=True)
+    assert host.kernels(j, etp1, moe) == pytest.approx((0.5 + 0.2 + 1.11) * 57.6)
+    assert host.kernels(j, etp2, moe) == pytest.approx((0.5 + 0.2 + 1.11 + 0.1) * 57.6)
+    # the host still pays MLA's and the TP share's Python: 0.5 + 1.48 + 1.11 + 0.42 units
+    assert host.issue_units(j, etp1, moe) == pytest.approx(0.5 + 1.48 + 1.11 + 0.42)
