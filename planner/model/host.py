@@ -121,39 +121,6 @@ def slowdown(job: Job) -> float:
     return HOST_CPU_SLOWDOWN[job.cluster.gpu.host_cpu]
 
 
-def issue_blocks(job: Job, lay: Layout, kind: LayerKind) -> list[tuple[CudaGraphModule, float]]:
-    """One layer's forward issue in HOST_LAYER_ISSUE_S, block by block (see the docstring), each
-    under the Megatron --cuda-graph-modules region that captures it: the attention block ("attn"),
-    a Mamba mixer ("mamba"), a dense MLP ("mlp"), and a mixture of experts split into its router
-    and shared experts ("moe_router", MOE_ROUTER_SHARE of MOE_ISSUE), the dispatch preprocessing
-    ("moe_preprocess", MOE_PREPROCESS_SHARE) and the dispatch, experts and combine with the TP
-    gather around them ("moe", which captures the whole block)."""
-    fp8 = FP8_ISSUE if job.quantised else 1.0
-    out: list[tuple[CudaGraphModule, float]] = []
-    if kind.mixer == "attention":
-        units = HALF_LAYER + (MLA_ISSUE if job.arch.multi_latent_attention else 0.0)
-        if lay.cp > 1:
-            units += CP_STEP_ISSUE * lay.cp
-        out.append(("attn", units))
-    elif kind.mixer == "mamba":
-        out.append(("mamba", MAMBA_ISSUE))
-    if kind.ffn == "dense":
-        out.append(("mlp", HALF_LAYER))
-    elif kind.ffn == "moe":
-        rest = 1.0 - MOE_ROUTER_SHARE - MOE_PREPROCESS_SHARE
-        out += [
-            ("moe_router", MOE_ROUTER_SHARE * MOE_ISSUE),
-            ("moe_preprocess", MOE_PREPROCESS_SHARE * MOE_ISSUE),
-            ("moe", rest * MOE_ISSUE + (MOE_TP_ISSUE if lay.tp > 1 else 0.0)),
-        ]
-    return [(name, units * fp8) for name, units in out]
-
-
-def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
-    """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
-    return sum(units for _, units in issue_blocks(job, lay, kind))
-
-
 MLA_LAUNCHES = 0.2
 """Counted, not fitted: the kernels multi-latent attention adds to an attention block's launches,
 in LAYER_KERNELS (~11): with rope fusion (Megatron-Core d98e8a64 multi_latent_attention.py
@@ -168,19 +135,53 @@ over the expert-TP group, the sort of their chunks and the reduce-scatter after 
 the attention's tp, where MOE_TP_ISSUE still charges the host its Python."""
 
 
-def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
-    """Kernels one layer's forward launches, in LAYER_KERNELS per issue unit: its `issue_units`
-    with MLA's and the MoE block's TP share counted as launches (MLA_LAUNCHES, MOE_ETP_LAUNCHES)
-    rather than host time. Its backward launches BACKWARD_ISSUE_RATIO times as many."""
-    units = issue_units(job, lay, kind)
+def issue_blocks(
+    job: Job, lay: Layout, kind: LayerKind, launches: bool = False
+) -> list[tuple[CudaGraphModule, float]]:
+    """One layer's forward issue in HOST_LAYER_ISSUE_S, block by block (see the docstring), each
+    under the Megatron --cuda-graph-modules region that captures it: the attention block ("attn"),
+    a Mamba mixer ("mamba"), a dense MLP ("mlp"), and a mixture of experts split into its router
+    and shared experts ("moe_router", MOE_ROUTER_SHARE of MOE_ISSUE), the dispatch preprocessing
+    ("moe_preprocess", MOE_PREPROCESS_SHARE) and the dispatch, experts and combine with the TP
+    gather around them ("moe", which captures the whole block). With `launches`, the GPU's
+    launches in the same units (`kernels`): MLA_LAUNCHES for MLA, and MOE_ETP_LAUNCHES where the
+    experts are tensor-parallel in place of MOE_TP_ISSUE where the attention is."""
     fp8 = FP8_ISSUE if job.quantised else 1.0
-    if kind.mixer == "attention" and job.arch.multi_latent_attention:
-        units -= (MLA_ISSUE - MLA_LAUNCHES) * fp8
-    if kind.ffn == "moe" and lay.tp > 1:
-        units -= MOE_TP_ISSUE * fp8
-    if kind.ffn == "moe" and lay.expert_tp > 1:
-        units += MOE_ETP_LAUNCHES * fp8
-    return units * LAYER_KERNELS
+    mla = MLA_LAUNCHES if launches else MLA_ISSUE
+    if launches:
+        moe_tp = MOE_ETP_LAUNCHES if lay.expert_tp > 1 else 0.0
+    else:
+        moe_tp = MOE_TP_ISSUE if lay.tp > 1 else 0.0
+    out: list[tuple[CudaGraphModule, float]] = []
+    if kind.mixer == "attention":
+        units = HALF_LAYER + (mla if job.arch.multi_latent_attention else 0.0)
+        if lay.cp > 1:
+            units += CP_STEP_ISSUE * lay.cp
+        out.append(("attn", units))
+    elif kind.mixer == "mamba":
+        out.append(("mamba", MAMBA_ISSUE))
+    if kind.ffn == "dense":
+        out.append(("mlp", HALF_LAYER))
+    elif kind.ffn == "moe":
+        rest = 1.0 - MOE_ROUTER_SHARE - MOE_PREPROCESS_SHARE
+        out += [
+            ("moe_router", MOE_ROUTER_SHARE * MOE_ISSUE),
+            ("moe_preprocess", MOE_PREPROCESS_SHARE * MOE_ISSUE),
+            ("moe", rest * MOE_ISSUE + moe_tp),
+        ]
+    return [(name, units * fp8) for name, units in out]
+
+
+def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """One layer's forward issue in HOST_LAYER_ISSUE_S (see the docstring), on any host."""
+    return sum(units for _, units in issue_blocks(job, lay, kind))
+
+
+def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """Kernels one layer's forward launches: its blocks counted as launches (`issue_blocks` with
+    `launches`: MLA and the MoE block's TP share by what they launch, not their host Python) in
+    LAYER_KERNELS per unit. Its backward launches BACKWARD_ISSUE_RATIO times as many."""
+    return sum(units for _, units in issue_blocks(job, lay, kind, launches=True)) * LAYER_KERNELS
 
 
 def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:

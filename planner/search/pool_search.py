@@ -158,11 +158,12 @@ def search(
     # time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
     # serves a layout's ZeRO 1 and ZeRO 2
     lines: dict[Layout, TimeLines] = {}
+    bounded = []
     for lay in todo:
         plain = lay.with_(zero_stage=ZERO_STAGES[0])
         if plain not in lines:
             lines[plain] = time_lines(job, plain)
-    bounded = [(lay, lines[lay.with_(zero_stage=ZERO_STAGES[0])]) for lay in todo]
+        bounded.append((lay, lines[plain]))
     bounded.sort(key=lambda lt: lower_bound_s(lt[1]))
     plans: list[PoolPlan] = []
     solved = 0
