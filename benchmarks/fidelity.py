@@ -248,6 +248,29 @@ def _functional_summary(res: list[tuple[Case, Any, float]]) -> None:
             e = [x for c, x in kept if family(c) == fam and gpu in ("all", c.job.cluster.gpu.name)]
             signed = f", median {statistics.median(e):+.1%}" if e else ""
             print(f"  {fam:5s} {gpu:14s} {summary(e)}{signed}")
+    _functional_pipeline(kept)
+
+
+def _functional_pipeline(kept: list[tuple[Case, float]]) -> None:
+    """The same rows by GPU, pipeline schedule and optimizer, with the signed median: in this
+    host-bound regime the residual splits by schedule, one stage predicted too fast and 1F1B too
+    slow. Dropping the host-bound 1F1B bubble (with the host constants refit by
+    benchmarks/fit_host.py) removes the split on A100 and GB200, but Megatron's p2p synchronises
+    the device after every send / receive (batch_p2p_sync), so the ranks cannot issue ahead of
+    their data and no physics of the model's allows it (issue 22's closing note, stop 44)."""
+
+    def schedule(c: Case) -> str:
+        if c.layout.pp == 1:
+            return "pp 1"
+        return "1F1B" if c.layout.vpp == 1 else "interleaved"
+
+    print("\nfunctional tests less the one-tray runs, by GPU, schedule and optimizer")
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for c, x in kept:
+        opt = "distributed" if c.layout.zero_stage >= 1 else "replicated"
+        groups.setdefault((c.job.cluster.gpu.name, schedule(c), opt), []).append(x)
+    for (gpu, sched, opt), e in sorted(groups.items()):
+        print(f"  {gpu:14s} {sched:11s} {opt:11s} {summary(e)}, median {statistics.median(e):+.1%}")
 
 
 if __name__ == "__main__":
