@@ -22,10 +22,14 @@ half each) on the reference host (DGX H100's Xeon):
   `tokens_per_expert` copy to the host that sizes them), plus MOE_TP_ISSUE where the attention
   is tensor-parallel (the gather / scatter between the TP and the expert group around it);
 - a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm).
-FP8 and NVFP4 (`Job.precision`) multiply it by FP8_ISSUE (Transformer Engine's per-GEMM
-quantisation: amax, scale and cast of each input, forward and backward; fitted on FP8 runs, taken
-for NVFP4, whose quantiser launches the same amax and cast kernels, the Hadamard transform fused
-into them). The backward issues
+FP8 and NVFP4 (`Job.precision`) add Transformer Engine's quantisation to each GEMM it runs in
+those formats (amax, scale and cast of each input, forward and backward; taken for NVFP4 as for
+FP8, its quantiser launching the same amax and cast kernels with the Hadamard transform fused into
+them): FP8_ISSUE is a dense layer's FP8 issue over its bf16 one (fitted on FP8 runs), so each of
+its DENSE_LAYER_GEMMS adds (FP8_ISSUE - 1) / DENSE_LAYER_GEMMS, and a block adds that per
+quantised GEMM it runs (`fp8_gemms`): the router's GEMM (Megatron's TopKRouter multiplies in
+its router dtype, moe_utils.RouterGatingLinearFunction), the dispatcher and the context-parallel
+ring steps run none. The backward issues
 BACKWARD_ISSUE_RATIO times the forward's operations (autograd runs a data-gradient and a
 weight-gradient kernel per GEMM); full recompute issues the forward once more in it.
 
@@ -86,7 +90,15 @@ MAMBA_ISSUE = 0.77
 CP_STEP_ISSUE = 0.12
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1: cp steps)."""
 FP8_ISSUE = 1.32
-"""Fitted. The issue of an FP8 layer over the same layer's in bf16."""
+"""Fitted. The issue of a dense FP8 layer over the same layer's in bf16 (its DENSE_LAYER_GEMMS
+quantised GEMMs' share: `fp8_gemms`)."""
+DENSE_LAYER_GEMMS = 4
+"""The GEMMs of a dense layer's forward that Transformer Engine quantises: QKV and the output
+projection, fc1 and fc2 (counted, not fitted)."""
+MLA_GEMMS = 3
+"""What multi-latent attention adds to the attention block's two (Megatron-Core d98e8a64
+multi_latent_attention.py): the q down- and up-projections in place of one Q projection, and the
+kv down- and up-projections in place of K and V, five in all; four without a q LoRA rank."""
 HALF_LAYER = 0.5
 """An attention block's and a dense MLP block's forward issue, in HOST_LAYER_ISSUE_S (the two
 make one dense layer, the unit; not fitted)."""
@@ -146,7 +158,6 @@ def issue_blocks(
     gather around them ("moe", which captures the whole block). With `launches`, the GPU's
     launches in the same units (`kernels`): MLA_LAUNCHES for MLA, and MOE_ETP_LAUNCHES where the
     experts are tensor-parallel in place of MOE_TP_ISSUE where the attention is."""
-    fp8 = FP8_ISSUE if job.quantised else 1.0
     mla = MLA_LAUNCHES if launches else MLA_ISSUE
     if launches:
         moe_tp = MOE_ETP_LAUNCHES if lay.expert_tp > 1 else 0.0
@@ -169,7 +180,29 @@ def issue_blocks(
             ("moe_preprocess", MOE_PREPROCESS_SHARE * MOE_ISSUE),
             ("moe", rest * MOE_ISSUE + moe_tp),
         ]
-    return [(name, units * fp8) for name, units in out]
+    if not job.quantised:
+        return out
+    per_gemm = (FP8_ISSUE - 1.0) / DENSE_LAYER_GEMMS
+    return [(name, units + per_gemm * fp8_gemms(job, name)) for name, units in out]
+
+
+def fp8_gemms(job: Job, block: CudaGraphModule) -> int:
+    """GEMMs of a block's forward that Transformer Engine quantises under FP8 / NVFP4: two for
+    the attention (QKV and the output projection; MLA_GEMMS more with multi-latent attention), a
+    dense MLP and a Mamba mixer (its in- and out-projections); a mixture of experts' grouped fc1
+    and fc2 (one quantisation of every local expert's input each, TE's GroupedLinear) under
+    "moe", its shared experts' fc1 and fc2 under "moe_router" (they run in that captured region);
+    none for the router's own GEMM and the dispatch preprocessing."""
+    arch = job.arch
+    if block == "attn":
+        if not arch.multi_latent_attention:
+            return 2
+        return 2 + MLA_GEMMS - (0 if arch.q_lora_rank else 1)
+    if block == "moe_router":
+        return 2 if arch.moe_shared_expert_intermediate_size else 0
+    if block == "moe_preprocess":
+        return 0
+    return 2  # "mlp", "mamba", "moe"
 
 
 def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:

@@ -34,7 +34,8 @@ def test_a_short_layer_takes_what_its_issue_takes() -> None:
 
 def test_a_layers_issue_is_the_sum_of_its_blocks() -> None:
     """Dense layer: attention 1/2 + MLP 1/2 = 1. MoE layer: 1/2 + MOE_ISSUE, and MOE_TP_ISSUE
-    more at tp 2; cp 4 adds 4 ring steps to the attention; FP8 multiplies the whole."""
+    more at tp 2; cp 4 adds 4 ring steps to the attention; FP8 multiplies a dense layer by
+    FP8_ISSUE (its four GEMMs' quantisation)."""
     dense = job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8)
     assert host.issue_units(dense, LAY, DENSE) == pytest.approx(1.0)
     cp4 = Layout(tp=1, pp=1, dp=2, cp=4)
@@ -49,6 +50,28 @@ def test_a_layers_issue_is_the_sum_of_its_blocks() -> None:
     assert host.issue_units(dense, LAY, MAMBA) == pytest.approx(host.MAMBA_ISSUE)
     mla = job("deepseek-v3", "h800-sxm-80gb", 8, 2048, 8)
     assert host.issue_units(mla, LAY, MOE) == pytest.approx(0.5 + host.MLA_ISSUE + host.MOE_ISSUE)
+
+
+def test_fp8_adds_its_quantisation_to_the_gemms_only() -> None:
+    """Per quantised GEMM a quarter of a dense layer's FP8 extra, q = (FP8_ISSUE - 1) / 4. Hand
+    count: Mixtral's MoE layer quantises QKV, the projection and the experts' fc1 and fc2 (4 q),
+    not its router or dispatcher; DeepSeek-V3's MLA runs five projections (q down / up, kv down /
+    up, output), its shared experts two more, its experts two (9 q). The context-parallel ring
+    steps add none."""
+    q = (host.FP8_ISSUE - 1) / 4
+    moe = job("mixtral-8x7b", "h100-sxm-80gb", 8, 2048, 8)
+    fp8 = replace(moe, precision="fp8")
+    assert host.issue_units(fp8, LAY, MOE) == pytest.approx(0.5 + host.MOE_ISSUE + 4 * q)
+    assert host.issue_units(fp8, LAY, MOE) < host.FP8_ISSUE * host.issue_units(moe, LAY, MOE)
+    mla = job("deepseek-v3", "h800-sxm-80gb", 8, 2048, 8)
+    mla8 = replace(mla, precision="fp8")
+    bf16 = 0.5 + host.MLA_ISSUE + host.MOE_ISSUE
+    assert host.issue_units(mla8, LAY, MOE) == pytest.approx(bf16 + 9 * q)
+    blocks = dict(host.issue_blocks(mla8, LAY, MOE))
+    assert blocks["moe_preprocess"] == pytest.approx(host.MOE_PREPROCESS_SHARE * host.MOE_ISSUE)
+    dense = replace(job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 8), precision="fp8")
+    cp4 = Layout(tp=1, pp=1, dp=2, cp=4)
+    assert host.issue_units(dense, cp4, DENSE) == pytest.approx(1 + 4 * q + 4 * host.CP_STEP_ISSUE)
 
 
 def test_a_slower_host_issues_slower_and_graphs_do_not_care() -> None:
