@@ -27,9 +27,9 @@ those formats (amax, scale and cast of each input, forward and backward; taken f
 FP8, its quantiser launching the same amax and cast kernels with the Hadamard transform fused into
 them): FP8_ISSUE is a dense layer's FP8 issue over its bf16 one (fitted on FP8 runs), so each of
 its DENSE_LAYER_GEMMS adds (FP8_ISSUE - 1) / DENSE_LAYER_GEMMS, and a block adds that per
-quantised GEMM it runs (`fp8_gemms`): the router's GEMM (Megatron's TopKRouter multiplies in
-its router dtype, moe_utils.RouterGatingLinearFunction), the dispatcher and the context-parallel
-ring steps run none. The backward issues
+quantised GEMM it runs (`fp8_gemms`). Not quantised: the router's GEMM (Megatron's TopKRouter
+multiplies in its router dtype, moe_utils.RouterGatingLinearFunction), the token dispatcher and
+the context-parallel ring steps. The backward issues
 BACKWARD_ISSUE_RATIO times the forward's operations (autograd runs a data-gradient and a
 weight-gradient kernel per GEMM); full recompute issues the forward once more in it.
 
