@@ -58,11 +58,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.model import flops
+
 if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
     from planner.inputs.layout import Layout
     from planner.inputs.plan import Job
     from planner.inputs.plan_sections import CudaGraphModule
+    from planner.model.flops import GemmPart
 
 HOST_LAYER_ISSUE_S = 1.44e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
@@ -95,10 +98,6 @@ quantised GEMMs' share: `fp8_gemms`)."""
 DENSE_LAYER_GEMMS = 4
 """The GEMMs of a dense layer's forward that Transformer Engine quantises: QKV and the output
 projection, fc1 and fc2 (counted, not fitted)."""
-MLA_GEMMS = 3
-"""What multi-latent attention adds to the attention block's two (Megatron-Core d98e8a64
-multi_latent_attention.py): the q down- and up-projections in place of one Q projection, and the
-kv down- and up-projections in place of K and V, five in all; four without a q LoRA rank."""
 HALF_LAYER = 0.5
 """An attention block's and a dense MLP block's forward issue, in HOST_LAYER_ISSUE_S (the two
 make one dense layer, the unit; not fitted)."""
@@ -183,26 +182,35 @@ def issue_blocks(
     if not job.quantised:
         return out
     per_gemm = (FP8_ISSUE - 1.0) / DENSE_LAYER_GEMMS
-    return [(name, units + per_gemm * fp8_gemms(job, name)) for name, units in out]
+    gemms = fp8_gemms(job, kind)
+    return [(name, units + per_gemm * gemms.get(name, 0)) for name, units in out]
 
 
-def fp8_gemms(job: Job, block: CudaGraphModule) -> int:
-    """GEMMs of a block's forward that Transformer Engine quantises under FP8 / NVFP4: two for
-    the attention (QKV and the output projection; MLA_GEMMS more with multi-latent attention), a
-    dense MLP and a Mamba mixer (its in- and out-projections); a mixture of experts' grouped fc1
-    and fc2 (one quantisation of every local expert's input each, TE's GroupedLinear) under
-    "moe", its shared experts' fc1 and fc2 under "moe_router" (they run in that captured region);
-    none for the router's own GEMM and the dispatch preprocessing."""
-    arch = job.arch
-    if block == "attn":
-        if not arch.multi_latent_attention:
-            return 2
-        return 2 + MLA_GEMMS - (0 if arch.q_lora_rank else 1)
-    if block == "moe_router":
-        return 2 if arch.moe_shared_expert_intermediate_size else 0
-    if block == "moe_preprocess":
-        return 0
-    return 2  # "mlp", "mamba", "moe"
+FP8_GEMM_BLOCK: dict[GemmPart, CudaGraphModule] = {
+    "attn": "attn",
+    "mla_up": "attn",
+    "mamba": "mamba",
+    "mlp": "mlp",
+    "expert": "moe",
+    "latent": "moe",
+    "shared": "moe_router",
+}
+"""The block (`issue_blocks`) each of a layer's linear GEMMs (`flops.linear_gemm_parts`) runs in:
+a mixture of experts' grouped fc1 and fc2 and its latent projections under "moe", its shared
+experts under "moe_router" (they run in that captured region)."""
+
+
+def fp8_gemms(job: Job, kind: LayerKind) -> dict[CudaGraphModule, int]:
+    """GEMMs per block of a layer's forward that Transformer Engine quantises under FP8 / NVFP4:
+    its linear GEMMs (`flops.linear_gemm_parts`: QKV and the output projection, MLA's five,
+    a Mamba mixer's in- and out-projections, an MLP's fc1 and fc2, the experts' grouped fc1 and
+    fc2, each one quantisation of every local expert's input in TE's GroupedLinear) by
+    FP8_GEMM_BLOCK; none for the router's GEMM and the dispatch preprocessing."""
+    out: dict[CudaGraphModule, int] = {}
+    for part in flops.linear_gemm_parts(job.arch, kind):
+        block = FP8_GEMM_BLOCK[part]
+        out[block] = out.get(block, 0) + 1
+    return out
 
 
 def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
