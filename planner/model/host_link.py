@@ -5,19 +5,38 @@ from __future__ import annotations
 
 from planner.inputs.plan import Job
 
-HOST_LINK_GB_PER_S: tuple[tuple[str, float], ...] = (
-    ("gb200", 225.0),
-    ("gb300", 225.0),
-    ("gh200", 450.0),
-    ("a100", 32.0),
-    ("l40s", 32.0),
-    ("*", 64.0),
+HOST_LINK_GB_PER_S: tuple[tuple[str, float, int], ...] = (
+    ("gb200", 450.0, 2),
+    ("gb300", 450.0, 2),
+    ("gh200", 450.0, 1),
+    ("a100", 32.0, 2),
+    ("h100", 64.0, 2),
+    ("h200", 64.0, 2),
+    ("h800", 64.0, 2),
+    ("b200", 64.0, 2),
+    ("l40s", 32.0, 1),
+    ("*", 64.0, 1),
 )
-"""A GPU's link to host memory, GB/s per direction, by catalog-name prefix (the catalog has no
-field yet): PCIe 4.0 x16 (16 GT/s x 16 lanes, 128b/130b: 31.5 GB/s) on A100 and L40S; PCIe 5.0
-x16 (63 GB/s) on H100, H200, H800, B200, MI300X, MI325X (the rest, "*"); NVLink-C2C 900 GB/s
-bidirectional (NVIDIA Grace Hopper / Grace Blackwell datasheets): GH200's 450 per direction to
-its one GPU; a GB200 Grace serves two GPUs, 225 each."""
+"""(catalog-name prefix, GB/s per direction of the link to host memory, GPUs that share it), by
+GPU family ("*" the rest; the catalog has no field yet). Links: PCIe 4.0 x16 (16 GT/s x 16 lanes,
+128b/130b: 31.5 GB/s) on A100 and L40S; PCIe 5.0 x16 (63 GB/s) on H100, H200, H800, B200, B300,
+MI300X, MI325X; NVLink-C2C 900 GB/s bidirectional (NVIDIA Grace Hopper / Grace Blackwell
+datasheets), 450 per direction.
+
+Sharing: offloading moves every GPU's activations at once (each rank runs the same schedule), so
+GPUs behind one link split it. A GB200 / GB300 Grace serves two GPUs over its C2C link (225 GB/s
+each). The 8-GPU DGX / HGX boards of A100, H100 (H200, H800) and B200 reach the CPU through four
+PCIe switches, each holding two GPUs and their NICs on one x16 uplink: NVIDIA's GPUDirect Storage
+guide shows a DGX A100's GPUs and NICs under shared switches (docs.nvidia.com/ai-enterprise,
+"Validate PCI Switch System Topology"), and the nvidia-smi topology of an 8 x B200 server puts
+GPU0 and GPU1 on the same switch as NIC0 and NIC1 (PIX), GPU2 and GPU3 on the next
+(the-dsvolk.github.io ai-perf B200 explorer). Megatron-LM's functional test
+gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading (fine-grained
+offload of seven module groups, 8 H100) measured 1.94 s per step: 0.94 s predicted with a whole
+PCIe 5 link per GPU, 1.83 s with half of one (benchmarks/fidelity.py --functional; its GB200 run,
+whose C2C transfers hide, is +31% apart from offloading). B300 (ConnectX-8 boards whose NIC
+carries each GPU's own PCIe switch), L40S cards and the AMD boards keep a link of their own: no
+topology of theirs was read."""
 
 HOST_LINK_EFFICIENCY = 0.80
 """Achieved / nominal host-link bandwidth for pinned, large asynchronous copies (as
@@ -25,8 +44,11 @@ HBM_EFFICIENCY for streaming kernels; PCIe's TLP overhead alone takes ~5-10%).""
 
 
 def host_link_bandwidth(job: Job) -> float:
-    """Bytes/s one GPU moves to or from host memory: its host link's rate per direction
-    (HOST_LINK_GB_PER_S by GPU family; "*" the rest) x HOST_LINK_EFFICIENCY."""
+    """Bytes/s one GPU moves to or from host memory while every GPU offloads: its host link's rate
+    per direction over the GPUs sharing it (HOST_LINK_GB_PER_S by GPU family; "*" the rest) x
+    HOST_LINK_EFFICIENCY."""
     name = job.cluster.gpu.name
-    link = next(v for prefix, v in HOST_LINK_GB_PER_S if prefix == "*" or name.startswith(prefix))
-    return link * 1e9 * HOST_LINK_EFFICIENCY
+    link, sharing = next(
+        (v, n) for prefix, v, n in HOST_LINK_GB_PER_S if prefix == "*" or name.startswith(prefix)
+    )
+    return link / sharing * 1e9 * HOST_LINK_EFFICIENCY

@@ -138,13 +138,14 @@ def test_fp8_recipes_quantisation_cost_by_hand() -> None:
 
 
 def test_offload_exposes_what_outlasts_the_next_layer() -> None:
-    # Llama 3.1 8B, 8k tokens on one stage: a layer's saved activations over PCIe 5 at
-    # 0.8 x 64 GB/s take longer than the next layer's forward and backward; each offloaded layer
-    # exposes (a/B - fwd) + (a/B - bwd), the same for every layer here
+    # Llama 3.1 8B, 8k tokens on one stage: a layer's saved activations over half a PCIe 5 link
+    # (two H100 share a switch's x16 uplink) at 0.8 x 64 / 2 GB/s take longer than the next
+    # layer's forward and backward; each offloaded layer exposes (a/B - fwd) + (a/B - bwd), the
+    # same for every layer here
     j = h100_job()
     lay = Layout(dp=8)
     one = layer_time.layer_time(j, lay, gpu_of(j), False)
-    assert host_link.host_link_bandwidth(j) == pytest.approx(0.8 * 64e9)
+    assert host_link.host_link_bandwidth(j) == pytest.approx(0.8 * 64e9 / 2)
     per_layer = max(one.offload - one.fwd, 0.0) + max(one.offload - one.bwd, 0.0)
     assert per_layer > 0
     exposed = [
@@ -159,7 +160,8 @@ def test_offload_exposes_what_outlasts_the_next_layer() -> None:
 
 
 def test_nvlink_c2c_offloads_faster_than_pcie() -> None:
-    # GB200's Grace link (225 GB/s per GPU and direction) against PCIe 5 (64)
+    # GB200's Grace link (450 GB/s per direction, two GPUs on it: 225 each) against the half of
+    # a PCIe 5 link (64 / 2) each of two H100 behind one switch gets
     spec = catalog.get_gpu("gb200-nvl72")
     cluster = ClusterSpec(
         gpu=spec, num_gpus=8, gpus_per_node=4, memory_gib=spec.memory_gib, tiers=spec.tiers
@@ -167,3 +169,26 @@ def test_nvlink_c2c_offloads_faster_than_pcie() -> None:
     gb200 = replace(h100_job(), cluster=cluster)
     assert host_link.host_link_bandwidth(gb200) == pytest.approx(0.8 * 225e9)
     assert host_link.host_link_bandwidth(gb200) > host_link.host_link_bandwidth(h100_job())
+
+
+@pytest.mark.parametrize(
+    ("gpu", "gb_per_s"),
+    [
+        # hand arithmetic: the link's GB/s per direction over the GPUs that share it
+        ("a100-sxm-80gb", 32 / 2),  # PCIe 4 x16, two GPUs per switch uplink
+        ("h100-sxm-80gb", 64 / 2),  # PCIe 5 x16, two GPUs per switch uplink
+        ("h800-sxm-80gb", 64 / 2),
+        ("b200-sxm-180gb", 64 / 2),
+        ("b300-sxm-270gb", 64),  # its own PCIe 5 link: no topology read, not shared
+        ("gb200-nvl72", 450 / 2),  # NVLink-C2C, one Grace for two GPUs
+        ("gb300-nvl72", 450 / 2),
+        ("l40s-48gb", 32),
+    ],
+)
+def test_gpus_behind_one_host_link_split_it(gpu: str, gb_per_s: float) -> None:
+    spec = catalog.get_gpu(gpu)
+    cluster = ClusterSpec(
+        gpu=spec, num_gpus=8, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=spec.tiers
+    )
+    j = replace(h100_job(), cluster=cluster)
+    assert host_link.host_link_bandwidth(j) == pytest.approx(0.8 * gb_per_s * 1e9)
