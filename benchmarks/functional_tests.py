@@ -8,7 +8,8 @@ tests/functional_tests/test_cases/*/*/model_config.yaml; see its README). Each c
 (a flat word list, after the recipe's training script, which decides the default tokenizer) goes
 through what `check --megatron-args` does: the reader (`planner.inputs.megatron_args.read`),
 `parse_plan`, Megatron's rules (`check_plan`), then memory and step time. Where the tokenizer's
-size is in its file, the benchmark passes `--vocab-size` as a user would (VOCAB_GIVEN, sourced).
+size is in its file and planner does not know the file's name, the benchmark passes `--vocab-size`
+as a user would (VOCAB_GIVEN, sourced).
 It runs on each platform the case's CI recipes name, with that platform's GPU count (nodes x the
 processes torchrun starts per node): dgx_h100 -> h100-sxm-80gb, dgx_a100 -> a100-sxm-80gb,
 dgx_gb200 -> gb200-nvl72; a case in no recipe runs on 8 x H100, or on the fewest nodes of 8 its
@@ -66,23 +67,15 @@ platform): one DGX H100 node, as `_run_training.sh` launches by default; more wh
 the line's model-parallel sizes need more GPUs than that (the release cases)."""
 
 VOCAB_GIVEN = {
-    "nemotron_2_256k.model": 256_000,
     "tokenizer.model": 32_000,
-    "llava-hf/llava-1.5-7b-hf": 32_002,
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 131_072,
 }
 """`planner check --vocab-size N` as a user would give it, for tokenizers whose size is in the
-tokenizer file (which planner does not open), keyed by the --tokenizer-model's file name.
-nemotron_2_256k.model: Nemotron-4's SentencePiece tokenizer, 256,000 tokens (Nemotron-4 15B
-technical report, arXiv:2402.16819, section 2); tokenizer.model (Llama2Tokenizer, the Mixtral
-release cases): Mixtral's SentencePiece vocabulary of 32,000 (Hugging Face
-mistralai/Mixtral-8x7B-v0.1 config.json vocab_size); llava-hf/llava-1.5-7b-hf: the Llama 2 32,000
-plus its added <image> and <pad> (that repository's added_tokens.json);
-nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (a Hugging Face tokenizer, the QAD case's $TOKENIZER):
-131,072, the vocabulary of Megatron-LM's own Nemotron Nano v3 configuration (d98e8a64
-tests/unit_tests/models/test_hybrid_moe_model.py, vocab_size and padded_vocab_size; the same
-52-layer pattern as examples/post_training/modelopt/conf/nvidia/
-NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.sh)."""
+tokenizer file (which planner does not open), keyed by the end of the --tokenizer-model path.
+tokenizer.model (Llama2Tokenizer, the Mixtral release cases): Mixtral's SentencePiece vocabulary
+of 32,000 (Hugging Face mistralai/Mixtral-8x7B-v0.1 config.json vocab_size); a generic name,
+which planner cannot know. The tokenizers with a public name the lines use (Nemotron-4's
+nemotron_2_256k.model, llava-hf/llava-1.5-7b-hf, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16) are
+planner's own knowledge (planner.inputs.megatron_vocab.KNOWN_TOKENIZER_MODELS): given nothing."""
 
 
 OUTSIDE = ("encoder-decoder (T5)", "NeMo-style", "no Megatron-LM flags")

@@ -59,6 +59,29 @@ PUBLIC_VOCAB: dict[str, tuple[int, str]] = {
 }
 """The vocabularies of Megatron's built-in tokenizers (downloaded when no --vocab-file is given)."""
 
+KNOWN_TOKENIZER_MODELS: dict[str, tuple[int, str]] = {
+    "nemotron_2_256k.model": (
+        256_000,
+        "Nemotron-4's SentencePiece tokenizer (Nemotron-4 15B technical report, "
+        "arXiv:2402.16819, section 2)",
+    ),
+    "llava-hf/llava-1.5-7b-hf": (
+        32_002,
+        "Llama 2's 32,000 and the <image> and <pad> tokens that repository adds "
+        "(its added_tokens.json)",
+    ),
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (
+        131_072,
+        "Megatron-LM's own Nemotron Nano v3 configuration (d98e8a64 "
+        "tests/unit_tests/models/test_hybrid_moe_model.py, vocab_size)",
+    ),
+}
+"""Tokenizer models whose size is public, by the end of the --tokenizer-model path (a file name, or
+a Hugging Face repository id): the tokenizers Megatron-LM's own release and CI lines name. A
+line naming one of them is read without `planner check --vocab-size`; a `--vocab-size` on the line
+(which Megatron ignores for these tokenizers) still wins, as for any other. Generic names
+("tokenizer.model") are not here: the same name holds different vocabularies."""
+
 TIKTOKEN_DEFAULT = 1 << 17
 """TikTokenizer without --vocab-size: 131,072 (megatron_rules.md section 12)."""
 
@@ -161,8 +184,22 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
             f"{kind}: --vocab-size {line} taken as the size of the tokenizer "
             f"{model or '(no --tokenizer-model)'} (Megatron itself uses the tokenizer's own size)",
         )
+    known = known_model(model)
+    if known is not None:
+        size, source = known
+        return Vocabulary(size, False, f"{kind} {model}: {size}, {source}")
     raise InputError(
         f"{where}: --tokenizer-type: {kind} takes its vocabulary size from the tokenizer "
         f"{model or '(no --tokenizer-model given)'}, which planner does not open: give the size "
         "with `planner check --vocab-size N`"
     )
+
+
+def known_model(model: str | None) -> tuple[int, str] | None:
+    """(size, source) of a tokenizer model in KNOWN_TOKENIZER_MODELS, by the end of its path."""
+    if model is None:
+        return None
+    for name, entry in KNOWN_TOKENIZER_MODELS.items():
+        if model == name or model.endswith("/" + name):
+            return entry
+    return None

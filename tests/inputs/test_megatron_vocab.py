@@ -71,7 +71,7 @@ def test_padded_vocab_size_is_used_as_it_is() -> None:
     "text",
     [
         "--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Llama-3.1-8B",
-        "--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model nemotron_2_256k.model",
+        "--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model my_256k.model",
         "--tokenizer-type Llama2Tokenizer --tokenizer-model tokenizer.model",
         "--tokenizer-type ${TOKENIZER_TYPE}",
     ],
@@ -80,6 +80,30 @@ def test_a_size_in_a_file_is_asked_for_and_given_with_vocab_size(text: str) -> N
     with pytest.raises(InputError, match="planner check --vocab-size N"):
         vocab(text)
     assert vocab(text, given=128_256) == 128_256
+
+
+@pytest.mark.parametrize(
+    ("model", "size"),
+    [
+        # Nemotron-4's SentencePiece tokenizer: 256,000 (arXiv:2402.16819 section 2), as
+        # Megatron-LM's release lines name it
+        ("${DATA_PATH}/utils/nemotron_2_256k.model", 256_000),
+        ("nemotron_2_256k.model", 256_000),
+        # Llama 2's 32,000 and the two tokens llava-hf adds (its added_tokens.json)
+        ("llava-hf/llava-1.5-7b-hf", 32_002),
+    ],
+)
+def test_a_known_tokenizer_model_needs_no_size(model: str, size: int) -> None:
+    assert vocab(f"--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model {model}") == size
+    # a size given to planner still wins
+    assert vocab(f"--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model {model}", 7) == 7
+
+
+def test_a_known_name_inside_another_file_name_is_not_taken() -> None:
+    with pytest.raises(InputError, match="planner check --vocab-size N"):
+        vocab(
+            "--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model my_nemotron_2_256k.model"
+        )
 
 
 def test_planner_vocab_size_wins_over_what_the_line_implies() -> None:
