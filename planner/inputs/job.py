@@ -66,6 +66,7 @@ class Job:
     Engine's or the compiled native kernel; NeMo's and Megatron-Bridge's default); False:
     Megatron-LM's default unfused loss (`output_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
+    test_mode: bool = False  # Megatron --test-mode (planner.model.host.REALTIME_TEST_OPS)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     bf16_layers_at_start: int = 0
     """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""

@@ -27,6 +27,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
     out.update(loss_fields(fused, line.text("--cross-entropy-fusion-impl")))
     if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):
         out["log_grad_stats"] = True
+    if line.has("--test-mode"):
+        out["test_mode"] = True
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1
         out["attention_dropout"] = False
     out.update(_rl_step(line, parallel))

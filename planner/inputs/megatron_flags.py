@@ -188,6 +188,7 @@ READ = frozenset(
         "--cross-entropy-fusion-impl",
         "--log-params-norm",
         "--log-num-zeros-in-grad",
+        "--test-mode",
         "--perform-rl-step",
         "--attention-dropout",
         "--img-h",

@@ -63,6 +63,7 @@ TRAINING_AS_IS = (
     "compiled_loss_fusion",
     "loss_fusion",
     "log_grad_stats",
+    "test_mode",
     "optimizer_instances",
     "gemm_sm_margin",
     "bf16_layers_at_start",

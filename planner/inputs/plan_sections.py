@@ -170,6 +170,12 @@ class TrainingSection(BaseModel):
         "the parameters' norm or counts the zero gradients, tensor by tensor, and reads the result "
         "back to the host (planner.model.cost.GRAD_STATS_S)",
     )
+    test_mode: Flag = Field(
+        default=False,
+        description="Megatron --test-mode: with QK layernorm, every attention forward all-gathers "
+        "its QK-norm weights over the data- and tensor-parallel groups and compares each rank's "
+        "copy on the host (planner.model.host.REALTIME_TEST_OPS)",
+    )
     bf16_layers_at_start: NonNegativeInt = Field(
         default=0,
         description="fp8 / fp4: the first decoder layers that stay in bf16 (Megatron "

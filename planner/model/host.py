@@ -138,6 +138,17 @@ in LAYER_KERNELS (~11): with rope fusion (Megatron-Core d98e8a64 multi_latent_at
 get_query_key_value_tensors) its down-projection GEMMs, the q and kv norms, the two
 up-projection GEMMs and the two fused rope kernels, their splits and reshapes being views. Its
 host issue (MLA_ISSUE, 1.48 units) is mostly Python on those views, not launches."""
+REALTIME_TEST_OPS = 12
+"""Counted, not fitted: what Megatron's --test-mode adds to a QK-layernorm attention's forward
+per rank of its data- and tensor-parallel groups (Megatron-Core d98e8a64 attention.py
+run_realtime_tests): the four QK-norm tensors gathered from every rank are each compared with the
+local copy, an elementwise comparison, a reduction (torch.all) and the assert that reads the
+result back to the host: 12 eager operations, at KERNEL_ISSUE_S each. Besides, per layer, the
+stack of the four tensors and the two all-gathers (REALTIME_TEST_FIXED). Each assert waits for
+the GPU to drain, so the GPU cannot run ahead under them: the time adds to the layer's forward
+(`planner.model.host_floor.issued`), it is not a floor."""
+REALTIME_TEST_FIXED = 3
+
 MOE_ETP_LAUNCHES = 0.1
 """Counted, not fitted: the kernels a MoE block adds with expert tensor parallelism (etp > 1),
 in LAYER_KERNELS (~6): the all-to-all dispatcher's all-gathers of the tokens and probabilities
@@ -184,6 +195,19 @@ def issue_blocks(
     per_gemm = (FP8_ISSUE - 1.0) / DENSE_LAYER_GEMMS
     gemms = fp8_gemms(job, kind)
     return [(name, units + per_gemm * gemms.get(name, 0)) for name, units in out]
+
+
+def realtime_test_s(job: Job, lay: Layout, kind: LayerKind) -> float:
+    """Seconds --test-mode adds to a layer's forward on the job's host: REALTIME_TEST_OPS per
+    rank of the data- and tensor-parallel groups and REALTIME_TEST_FIXED, for an attention with
+    QK layernorm (MLA's has no such check); 0 otherwise."""
+    arch = job.arch
+    if not (job.test_mode and arch.qk_layernorm and kind.mixer == "attention"):
+        return 0.0
+    if arch.multi_latent_attention:
+        return 0.0
+    ops = REALTIME_TEST_OPS * (lay.dp + lay.tp) + REALTIME_TEST_FIXED
+    return ops * KERNEL_ISSUE_S * slowdown(job)
 
 
 FP8_GEMM_BLOCK: dict[GemmPart, CudaGraphModule] = {

@@ -143,8 +143,10 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     memo = LAYER_TIMES.of(job)
     tkey = _memo_key(lay)
+    if job.test_mode:  # its per-layer checks visit every data-parallel rank (host.realtime_test_s)
+        tkey = (*tkey, lay.dp)
     if tkey not in memo:
-        key = _layer_key(lay)
+        key = _layer_key(lay).with_(dp=lay.dp) if job.test_mode else _layer_key(lay)
         if _GPU not in memo:  # the job's GPU, once for all its layer times
             memo[_GPU] = (gpu_of(job), (), 0.0)
         gpu = memo[_GPU][0]
