@@ -3,9 +3,16 @@ tests/ on sys.path)."""
 
 from __future__ import annotations
 
-from planner.inputs import catalog
+from planner.inputs import catalog, megatron_args
 from planner.inputs.hardware import ClusterSpec
-from planner.inputs.plan import Job
+from planner.inputs.plan import Job, parse_plan
+
+TINY_LINE = (
+    "--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+    "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --bf16 "
+    "--vocab-size 50304"
+)
+"""A Megatron-LM functional test's 12-layer model as a command line."""
 
 
 def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
@@ -30,3 +37,8 @@ def h100_cluster(num_gpus: int) -> ClusterSpec:
     return ClusterSpec(
         gpu=gpu, num_gpus=num_gpus, gpus_per_node=8, memory_gib=gpu.memory_gib, tiers=gpu.tiers
     )
+
+
+def read_job(extra: str = "") -> Job:
+    """The Job `planner check --megatron-args` reads from TINY_LINE plus `extra`, on 8 H100."""
+    return parse_plan(megatron_args.read(TINY_LINE + extra, "h100-sxm-80gb", 8, "t").doc).job

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from jobs import job
+from jobs import job, read_job
 
 from planner.inputs.hybrid import DENSE, MAMBA, MOE
 from planner.inputs.layout import Layout
@@ -146,18 +146,7 @@ def test_graphs_lift_the_small_layouts_host_bound_step() -> None:
 
 def test_megatron_lines_that_log_gradient_statistics_are_read_so() -> None:
     """--log-params-norm or --log-num-zeros-in-grad set `log_grad_stats`; neither leaves it off."""
-    from planner.inputs import megatron_args
-    from planner.inputs.plan import parse_plan
-
-    line = (
-        "--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
-        "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --bf16 "
-        "--vocab-size 50304"
-    )
-    read = [
-        parse_plan(megatron_args.read(line + extra, "h100-sxm-80gb", 8, "t").doc).job
-        for extra in ("", " --log-params-norm", " --log-num-zeros-in-grad")
-    ]
+    read = [read_job(extra) for extra in ("", " --log-params-norm", " --log-num-zeros-in-grad")]
     assert [j.log_grad_stats for j in read] == [False, True, True]
 
 
