@@ -34,9 +34,9 @@ GPU0 and GPU1 on the same switch as NIC0 and NIC1 (PIX), GPU2 and GPU3 on the ne
 gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading (fine-grained
 offload of seven module groups, 8 H100) measured 1.94 s per step: 0.94 s predicted with a whole
 PCIe 5 link per GPU, 1.83 s with half of one (benchmarks/fidelity.py --functional; its GB200 run,
-whose C2C transfers hide, is +31% apart from offloading). B300 (ConnectX-8 boards whose NIC
-carries each GPU's own PCIe switch), L40S cards and the AMD boards keep a link of their own: no
-topology of theirs was read."""
+whose C2C transfers hide, is +31% apart from offloading). B300, L40S and the AMD boards keep a
+link of their own: no topology of theirs was read (B300's ConnectX-8 SuperNICs carry PCIe switches
+of their own, whose wiring to the host is not in any source read here)."""
 
 HOST_LINK_EFFICIENCY = 0.80
 """Achieved / nominal host-link bandwidth for pinned, large asynchronous copies (as

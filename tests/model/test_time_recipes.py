@@ -179,7 +179,7 @@ def test_nvlink_c2c_offloads_faster_than_pcie() -> None:
         ("h100-sxm-80gb", 64 / 2),  # PCIe 5 x16, two GPUs per switch uplink
         ("h800-sxm-80gb", 64 / 2),
         ("b200-sxm-180gb", 64 / 2),
-        ("b300-sxm-270gb", 64),  # its own PCIe 5 link: no topology read, not shared
+        ("b300-sxm-270gb", 64),  # no board topology read: a link of its own
         ("gb200-nvl72", 450 / 2),  # NVLink-C2C, one Grace for two GPUs
         ("gb300-nvl72", 450 / 2),
         ("l40s-48gb", 32),
