@@ -98,7 +98,7 @@ STEP_OVERHEAD_S = 0.01
 loader's hand-off, the loss and gradient-norm all-reduces and their reads back to the host,
 logging, the optimizer's launches. An estimate, not a fit (the functional tests, which would
 fit it, all log gradient statistics too: GRAD_STATS_S)."""
-GRAD_STATS_S = 0.0204
+GRAD_STATS_S = 0.0167
 """Fitted (benchmarks/fit_host.py). What `Job.log_grad_stats` adds per step on the reference
 host: Megatron's --log-params-norm (a norm over every parameter, all-reduced and read back) and
 --log-num-zeros-in-grad (a count over each gradient tensor, all-reduced and read back), issued

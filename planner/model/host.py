@@ -67,14 +67,14 @@ if TYPE_CHECKING:
     from planner.inputs.plan_sections import CudaGraphModule
     from planner.model.flops import GemmPart
 
-HOST_LAYER_ISSUE_S = 1.44e-3
+HOST_LAYER_ISSUE_S = 1.39e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
 (attention and MLP blocks, half each; see the docstring)."""
-MOE_ISSUE = 1.11
+MOE_ISSUE = 1.16
 """Fitted. A mixture-of-experts block's forward issue, in HOST_LAYER_ISSUE_S."""
-MOE_TP_ISSUE = 0.42
+MOE_TP_ISSUE = 0.444
 """Fitted. What a MoE block adds to that where the attention is tensor-parallel (tp > 1)."""
-MLA_ISSUE = 1.48
+MLA_ISSUE = 1.55
 """Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
 MOE_ROUTER_SHARE = 0.40
 """Counted, not fitted: the share of a MoE block's forward issue that its router takes
@@ -88,11 +88,11 @@ MOE_PREPROCESS_SHARE = 0.13
 dispatcher's dispatch_preprocess: tokens per expert and the permutation map, about 5 of the ~38),
 what --cuda-graph-modules moe_preprocess captures. The rest (~18: permute, the all-to-alls, the
 grouped GEMMs with their activation and FP8 casts, unpermute, combine) stays eager."""
-MAMBA_ISSUE = 0.77
+MAMBA_ISSUE = 0.835
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
-CP_STEP_ISSUE = 0.12
+CP_STEP_ISSUE = 0.144
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1: cp steps)."""
-FP8_ISSUE = 1.32
+FP8_ISSUE = 1.35
 """Fitted. The issue of a dense FP8 layer over the same layer's in bf16 (its DENSE_LAYER_GEMMS
 quantised GEMMs' share: `fp8_gemms`)."""
 DENSE_LAYER_GEMMS = 4
@@ -104,7 +104,7 @@ make one dense layer, the unit; not fitted)."""
 BACKWARD_ISSUE_RATIO = 2.0
 """The backward's issue time over the forward's (two GEMMs per forward GEMM; not fitted)."""
 
-HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.22}
+HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.25}
 """Fitted (the reference is 1 by definition). Host seconds per eager operation against DGX
 H100's Intel Xeon Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the
 same or a later generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's
@@ -113,11 +113,11 @@ dispatcher and the launch run on one core per rank."""
 
 KERNEL_ISSUE_S = 25e-6
 """Host seconds per eager kernel (Python, dispatcher, launch) on the reference host: a layer's
-issue time over it is its kernel count (LAYER_KERNELS, `kernels`: ~58 for a dense layer's forward
+issue time over it is its kernel count (LAYER_KERNELS, `kernels`: ~56 for a dense layer's forward
 in bf16), which prices a CUDA graph and the floor of a layer's small kernels
 (`layer_time.KERNEL_MIN_S`)."""
 LAYER_KERNELS = HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S
-"""Kernels one dense layer's forward launches (57.6): the reference host's issue time over its
+"""Kernels one dense layer's forward launches (55.6): the reference host's issue time over its
 time per kernel, at the shipped constants and fixed when the module loads, so that calibrating a
 cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is."""
 GRAPH_KERNEL_S = 0.5e-6
@@ -137,7 +137,7 @@ MLA_LAUNCHES = 0.2
 in LAYER_KERNELS (~11): with rope fusion (Megatron-Core d98e8a64 multi_latent_attention.py
 get_query_key_value_tensors) its down-projection GEMMs, the q and kv norms, the two
 up-projection GEMMs and the two fused rope kernels, their splits and reshapes being views. Its
-host issue (MLA_ISSUE, 1.48 units) is mostly Python on those views, not launches."""
+host issue (MLA_ISSUE, 1.55 units) is mostly Python on those views, not launches."""
 REALTIME_TEST_OPS = 12
 """Counted, not fitted: what Megatron's --test-mode adds to a QK-layernorm attention's forward
 per rank of its data- and tensor-parallel groups (Megatron-Core d98e8a64 attention.py

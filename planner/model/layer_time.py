@@ -128,14 +128,14 @@ from planner.model.host_link import host_link_bandwidth
 from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
 
-GEMM_EFFICIENCY_MAX = 0.7593
+GEMM_EFFICIENCY_MAX = 0.7594
 """Fraction of dense peak a large GEMM sustains in training (cuBLAS / Transformer Engine bf16
 reach ~700-800 of 989 TFLOP/s on H100 and ~250-280 of 312 on A100 in microbenchmarks; less under a
 power cap), never more than the part's measured matmul ceiling (`GpuSpec.matmul_ceiling`: MI300X
 and MI325X reach 51-60% of their peak at best, H100 FP8 71%). Fitted by
 benchmarks/fit_constants.py on the SC21 and Megatron-Core H100 rows."""
 
-FP8_CEILING_FRACTION = 0.8389
+FP8_CEILING_FRACTION = 0.8348
 """Fraction of the part's measured best-shape FP8 matmul throughput (`GpuSpec.matmul_ceiling`:
 the MAMF table's FP8 figure, a sweep's most favourable shape) that the decoder's FP8 GEMMs reach
 at training shapes; NVFP4's GEMMs the same fraction of their best-shape ceiling
@@ -145,7 +145,7 @@ H800, DeepGEMM at M=4096 N=7168 K=16384, 1404-1470 of H100's MAMF 1402.6 (~1.0, 
 kernel, DeepGEMM PR #74). Fitted by benchmarks/fit_constants.py (the FP8 rows there: MLPerf's
 fold, Transformer Engine's cuBLASLt GEMMs)."""
 
-ATTENTION_EFFICIENCY = 0.6317
+ATTENTION_EFFICIENCY = 0.6329
 """Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
 FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
 dimension and the causal mask), and on the rate they sustain the softmax's exponentials at
@@ -153,12 +153,12 @@ dimension and the causal mask), and on the rate they sustain the softmax's expon
 calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
 the attention's softmax and launch gaps inside a training step)."""
 
-ELEMENTWISE_PASSES = 5.22
+ELEMENTWISE_PASSES = 5.267
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its
 saved activations (each saved tensor is written once, read by the backward, and its gradient is
 written and read again: 4-6 passes). Fitted (same rows)."""
 
-KERNEL_MIN_S = 3.737e-6
+KERNEL_MIN_S = 3.583e-6
 """The least time a kernel holds a stream (the module docstring's small kernels). Fitted (same
 rows), where the measurements put it: null kernels launched back to back from a stream run at
 about one per 3 us on recent GPUs and software, the launch path's "speed of light" (NVIDIA

@@ -254,7 +254,7 @@ def test_dp_sync_after_the_backward_is_all_exposed() -> None:
 def test_gemms_never_beat_the_measured_matmul_ceiling() -> None:
     """GEMM_EFFICIENCY_MAX of the peak, capped at the part's measured best matmul: MI300X's
     668.4 of 1300 TFLOP/s (51.4%) and H100 FP8's 1402.6 of 1979 (70.9%, of which FP8 GEMMs at
-    training shapes reach FP8_CEILING_FRACTION) are below 0.7593, A100's 271.2 of 312 (86.9%) and
+    training shapes reach FP8_CEILING_FRACTION) are below 0.7594, A100's 271.2 of 312 (86.9%) and
     H100 bf16's 794.5 of 989 (80.3%) are above it."""
     assert gpu_of(job(gpu="mi300x-192gb")).e_linear == pytest.approx(668.4 / 1300)
     fp8 = layer_time.FP8_CEILING_FRACTION * 1402.6 / 1979
