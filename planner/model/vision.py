@@ -1,6 +1,6 @@
 """The vision encoder and projector of Megatron-LM's LLaVA (`pretrain_vlm.py`, Megatron-LM
 d98e8a64), on the first pipeline rank (the one that embeds): parameters and one micro-batch's
-activations.
+activations (their time: `planner.model.vision_time`).
 
 pretrain_vlm.py builds the vision transformer as a copy of the language model's configuration
 (`vision_transformer_config = deepcopy(language_transformer_config)`) with --encoder-num-layers

@@ -1,0 +1,45 @@
+"""The vision encoder's time in Megatron-LM's LLaVA (`pretrain_vlm.py`): on the first pipeline
+rank, each micro-batch runs the encoder's layers over the images' patch tokens before the language
+model's first layer, and their backward after its last (`planner.model.vision` gives its shape:
+a copy of the language model's layer configuration, tensor-parallel like it, without sequence or
+context parallelism). Each encoder layer is timed as a dense layer of the language model's shape
+over tokens per image x micro-batch tokens (`planner.model.layer_time`), floored by its host issue
+(`planner.model.host_floor`), with the layout's recompute.
+
+Not counted: the projector MLP and the patch convolution (two GEMMs and one of a layer's
+~20, under a layer's time), and the encoder attention's lack of a causal mask (it attends to every
+patch: the layer time's causal attention is half its work, a few percent of a layer at 577 tokens).
+Nor is --freeze-ViT read (a frozen encoder would run no backward)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.inputs.hybrid import DENSE
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model.gemm import Gpu
+from planner.model.host_floor import issued_layer
+from planner.model.layer_time import layer_time
+
+
+@dataclass(frozen=True)
+class EncoderTime:
+    """Seconds per micro-batch of the vision encoder's layers on the first pipeline rank."""
+
+    fwd: float = 0.0
+    bwd: float = 0.0
+    """The backward with the layers' recompute."""
+    tp: float = 0.0
+    """Their TP traffic as the layers' time shows it (`Layer.tp`)."""
+
+
+def encoder_time(job: Job, lay: Layout, gpu: Gpu) -> EncoderTime:
+    """The vision encoder's `EncoderTime` (zero without one)."""
+    if job.vision_encoder is None:
+        return EncoderTime()
+    layers, tokens, _ = job.vision_encoder
+    vjob = replace(job, seq_length=tokens, vision_encoder=None)
+    vlay = lay.with_(cp=1, sequence_parallel=False)
+    one = issued_layer(layer_time(vjob, vlay, gpu, DENSE), vjob, vlay, DENSE)
+    return EncoderTime(layers * one.fwd, layers * (one.bwd + one.recompute), layers * one.tp)
