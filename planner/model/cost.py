@@ -59,6 +59,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
+from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown
 from planner.model.schedule import (
     Chunks,
@@ -99,17 +100,25 @@ STEP_OVERHEAD_S = 0.01
 loader's hand-off, the loss and gradient-norm all-reduces and their reads back to the host,
 logging, the optimizer's launches. An estimate, not a fit (the functional tests, which would
 fit it, all log gradient statistics too: GRAD_STATS_S)."""
-GRAD_STATS_S = 0.0167
-"""Fitted (benchmarks/fit_host.py). What `Job.log_grad_stats` adds per step on the reference
-host: Megatron's --log-params-norm (a norm over every parameter, all-reduced and read back) and
---log-num-zeros-in-grad (a count over each gradient tensor, all-reduced and read back), issued
-tensor by tensor after the step's other work. Fitted on 12-layer models: a deeper stage has
-more tensors to visit, so this underestimates it there."""
+GRAD_STATS_S = 1.13e-4
+"""What `Job.log_grad_stats` adds per step and per parameter tensor of the busiest pipeline rank
+(`param_tensors.max_rank_tensors`) on the reference host: Megatron's --log-num-zeros-in-grad
+counts each gradient's zeros tensor by tensor (clip_grads.py count_zeros_fp32: a count_nonzero, a
+subtraction, the running sum and the per-parameter checks in Python), --log-params-norm filters
+the parameters one by one before its batched norm; both are all-reduced and read back. The value
+is benchmarks/fit_host.py's per-step fit (16.7 ms) over the 148 tensors of the 12-layer GPT most
+functional tests run, 4.5 operations at host.KERNEL_ISSUE_S. fit_host.py, refitting everything
+with it per tensor, moves it to 1.75e-4 (and MLA_ISSUE up, MAMBA_ISSUE down), lowering its
+objective but raising the median error (11.5% against 10.1% on the 302 runs): kept."""
 
 
-def step_overhead_s(job: Job) -> float:
-    """The step's fixed host time on the job's host (`host.slowdown`)."""
-    stats = GRAD_STATS_S if job.log_grad_stats else 0.0
+def step_overhead_s(job: Job, lay: Layout | None = None) -> float:
+    """The step's fixed host time on the job's host (`host.slowdown`): STEP_OVERHEAD_S and, with
+    `Job.log_grad_stats`, GRAD_STATS_S per parameter tensor of the layout's busiest pipeline rank
+    (without a layout, none of those: the least any layout pays, as the search's bounds need)."""
+    stats = 0.0
+    if job.log_grad_stats and lay is not None:
+        stats = GRAD_STATS_S * max_rank_tensors(job.arch, lay)
     return (STEP_OVERHEAD_S + stats) * host.slowdown(job)
 
 
@@ -296,7 +305,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         dp_comm_hidden=dp_hid,
         bubble=bubble,
         optimizer=opt,
-        other=step_overhead_s(job),
+        other=step_overhead_s(job, lay),
         offload_exposed=m * off,
     )
     step = breakdown.step_time
