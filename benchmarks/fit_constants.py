@@ -79,6 +79,7 @@ def set_constants(values: Sequence[float]) -> None:
         lo, hi = BOUNDS[name]
         setattr(layer_time, name, min(max(v, lo), hi))
     stage_time.LAYER_TIMES.clear()  # the memoised layer times used the old values
+    stage_time.ENCODER_TIMES.clear()
 
 
 def log_errors(cases: Sequence[Case]) -> list[float]:

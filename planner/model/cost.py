@@ -76,7 +76,6 @@ from planner.model.stage_time import (
     rank_layers,
     rank_mix,
 )
-from planner.model.vision_time import encoder_time
 
 ADAM_GRAD_READ_BYTES = 4.0
 """Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
@@ -182,8 +181,7 @@ def compute_floor(job: Job, layout: Layout) -> float:
         # (`ep_exposed` with every forward and backward merged and the window c)
         c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-            vis = encoder_time(job, layout, t.gpu)
-            c += vis.fwd + vis.bwd
+            c += t.encoder.fwd + t.encoder.bwd
         worst = max(worst, c + heads * out_layer)
     return m * worst
 
@@ -237,7 +235,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         fwd += heads * lt.out / 3
         bwd += 2 * heads * lt.out / 3
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-            vis = encoder_time(job, lay, lt.gpu)
+            vis = lt.encoder
             c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
         stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0

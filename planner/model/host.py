@@ -202,9 +202,8 @@ def realtime_test_s(job: Job, lay: Layout, kind: LayerKind) -> float:
     rank of the data- and tensor-parallel groups and REALTIME_TEST_FIXED, for an attention with
     QK layernorm (MLA's has no such check); 0 otherwise."""
     arch = job.arch
-    if not (job.test_mode and arch.qk_layernorm and kind.mixer == "attention"):
-        return 0.0
-    if arch.multi_latent_attention:
+    checked = arch.qk_layernorm and not arch.multi_latent_attention
+    if not (job.test_mode and checked and kind.mixer == "attention"):
         return 0.0
     ops = REALTIME_TEST_OPS * (lay.dp + lay.tp) + REALTIME_TEST_FIXED
     return ops * KERNEL_ISSUE_S * slowdown(job)

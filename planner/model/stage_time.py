@@ -23,7 +23,7 @@ offload): each layer's host transfers show beyond the next layer's forward and b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
 
 from planner.inputs.layout import Layout
@@ -38,8 +38,12 @@ from planner.model.layer_time import Layer, gpu_of, layer_time
 from planner.model.output_time import output_layer_time
 from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_activations import shard, sub_counts
+from planner.model.vision_time import EncoderTime, encoder_time
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float]] = JobMemo()
+ENCODER_TIMES: JobMemo[tuple[object, ...], EncoderTime] = JobMemo()
+"""A vision encoder's time per job and `_memo_key` (`vision_time.encoder_time`), beside
+LAYER_TIMES and cleared with it."""
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
 values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple): the search
 scores thousands of layouts that differ only in those fields;
@@ -110,6 +114,8 @@ class LayoutTimes:
     """Each kind's layer as the job's bf16 layers run it (`bf16_layers`; empty without them)."""
     bf16_plain: tuple[Layer, ...] = ()
     """The same without recompute (block full recompute's other layers)."""
+    encoder: EncoderTime = field(default_factory=EncoderTime)
+    """The first rank's vision encoder per micro-batch (`vision_time`; zero without one)."""
 
     @property
     def dense(self) -> Layer:
@@ -129,7 +135,18 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         twin = layout_times(bf16_twin(job), lay)
         bf16, bf16_plain = twin.layers, twin.plain
-    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain)
+    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, _encoder(job, lay))
+
+
+def _encoder(job: Job, lay: Layout) -> EncoderTime:
+    """The layout's vision encoder time, once per job and layer key (ENCODER_TIMES)."""
+    if job.vision_encoder is None:
+        return EncoderTime()
+    memo = ENCODER_TIMES.of(job)
+    key = _memo_key(lay)
+    if key not in memo:
+        memo[key] = encoder_time(job, _layer_key(lay), gpu_of(job))
+    return memo[key]
 
 
 _GPU = ("gpu",)
