@@ -35,7 +35,8 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
-             moe_flex_dispatcher_backend (flex with deepep / hybridep), pipeline_layout (Megatron's
+             moe_flex_dispatcher_backend (flex with deepep / hybridep), cp_comm_type (a2a where
+             recorded, the gpt-oss CP runs; else Megatron's p2p), pipeline_layout (Megatron's
              --pipeline-model-parallel-layout string, expanded by planner.inputs.pipeline_layout)
              or pipeline_layers, ep_comm_overlap (OVERLAP_MOE_EXPERT_PARALLEL_COMM with
              DELAY_WGRAD_COMPUTE); recompute "selective" with the entry's recompute_modules
@@ -166,6 +167,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         recompute_modules=tuple(s.get("recompute_modules") or ("core_attn",)),
         moe_token_dispatcher_type=s.get("moe_token_dispatcher_type", "alltoall"),
         moe_flex_dispatcher_backend=s.get("moe_flex_dispatcher_backend", "deepep"),
+        cp_comm_type=s.get("cp_comm_type", "p2p"),
         pipeline_layers=tuple(int(n) for n in layers) if layers else None,
         pipeline_layout=stages,
         tp_comm_overlap=bool(s["tp_comm_overlap"]) and sp,

@@ -86,7 +86,7 @@ def twin_dominates(job: Job, space: Space, lay: Layout, tw: Layout) -> list[str]
 def not_in_space(job: Job, space: Space, lay: Layout) -> list[str]:
     """Why the search does not enumerate this layout (empty: it does)."""
     why = []
-    s = Structure(lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
+    s = Structure(lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp, lay.cp_comm_type)
     rejected: Counter[str] = Counter()
     if s not in space_mod.structures(job, space, rejected):
         rule = space_mod._structure_rule(job, space, s)

@@ -48,6 +48,12 @@ VOCAB = {"gpt_oss_20b": 128256}
 vocab 128256 (gpt_oss/common.py:79-123, bridge_recipes.md model table), the Llama 3.1 tokenizer's
 size, as MLPerf's gpt-oss-20b pretrain.py does; the zoo keeps gpt-oss's own 201,088."""
 
+CP_COMM_TYPE = {"gpt_oss_120b": "a2a", "gpt_oss_20b": "a2a"}
+"""Context parallelism's exchange a recipe family sets: both GPT-OSS pre-training bases set
+cfg.model.cp_comm_type = "a2a" ("When CP>1 is used ..., a2a is required for TE attention backends
+with learnable softmax": Megatron-Bridge recipes/gpt_oss/h100/gpt_oss.py, bridge_recipes.md model
+table); the perf recipes build on them. Every other family keeps Megatron's p2p."""
+
 DSV3_ROUTING = (8, 4)
 """DeepSeek-V3's group-limited routing, HF n_group / topk_group (bridge_recipes.md: Bridge maps
 them to moe_router_num_groups / moe_router_group_topk)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from benchmarks.recipe_data import DSV3_ROUTING, Recipe
+from benchmarks.recipe_data import CP_COMM_TYPE, DSV3_ROUTING, Recipe
 from benchmarks.recipe_settings import Settings
 from planner.emit.megatron import arguments
 from planner.inputs import pipeline_layout
@@ -23,6 +23,7 @@ SCOPE = frozenset(
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
         "--context-parallel-size",
+        "--cp-comm-type",
         "--num-virtual-stages-per-pipeline-rank",
         "--num-layers-per-virtual-pipeline-stage",
         "--pipeline-model-parallel-layout",
@@ -123,6 +124,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         # _benchmark_common: grad_reduce_in_fp32 = False
         "--grad-reduce-in-bf16": (),
     }
+    if r.cp > 1 and r.family in CP_COMM_TYPE:
+        f["--cp-comm-type"] = (CP_COMM_TYPE[r.family],)
     if s.layout is not None:  # Megatron derives vpp from the layout (and refuses both)
         f["--pipeline-model-parallel-layout"] = (pipeline_layout.compact(s.layout),)
     else:

@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.recipe_data import (
     BRIDGE_COMMIT,
+    CP_COMM_TYPE,
     DSV3_ROUTING,
     GPUS,
     PLANS,
@@ -118,6 +119,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     if recipe_expandable(r):
         training["expandable_segments"] = True
     parallel: dict[str, Any] = {"tp": r.tp, "pp": r.pp, "cp": r.cp}
+    if r.cp > 1 and r.family in CP_COMM_TYPE:
+        parallel["cp_comm_type"] = CP_COMM_TYPE[r.family]
     if r.is_moe:
         parallel.update(ep=r.ep, etp=r.etp or r.tp)
     if s.layout is not None:

@@ -32,6 +32,13 @@ host memory in the forward and come back before their backward (`planner.model.f
 RecomputeMethod = Literal["uniform", "block"]
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 FlexBackend = Literal["deepep", "hybridep"]
+CpCommType = Literal["p2p", "a2a", "all_gather"]
+"""How attention's context-parallel ranks exchange the sequence (Megatron --cp-comm-type, passed
+to Transformer Engine as is; TransformerEngine context_parallel.py): p2p, a ring passing K/V
+chunks under the attention kernel; a2a, DeepSpeed-Ulysses all-to-alls that trade sequence shards
+for head shards before the attention and back after it; all_gather, every rank gathers the whole
+K/V before the attention (Llama 3's, arXiv:2407.21783 sec. 3.3.2), neither overlapped. TE's
+hierarchical a2a+p2p is not represented."""
 ZeroStage = Literal[0, 1, 2, 3]
 
 FSDP_STRATEGY: dict[int, str] = {
@@ -90,6 +97,8 @@ class Layout:
     gathers every token), flex (a fused dispatcher, `moe_flex_dispatcher_backend`)."""
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     """The flex dispatcher's kernels: DeepEP or HybridEP (only read with flex)."""
+    cp_comm_type: CpCommType = "p2p"
+    """Context parallelism's attention exchange (`CpCommType`; only read with cp > 1)."""
     pipeline_layers: tuple[int, ...] | None = field(default=None)
     """Decoder layers per pipeline rank (pp entries); None = even split."""
     pipeline_layout: tuple[str, ...] | None = None
@@ -219,6 +228,8 @@ class Layout:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
+            if self.cp_comm_type != "p2p":
+                parts.append(f"cp-{self.cp_comm_type.replace('_', '')}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.etp is not None and self.etp != self.tp:

@@ -127,6 +127,7 @@ READ = frozenset(
         "--pipeline-model-parallel-size",
         "--context-parallel-size",
         "--hierarchical-context-parallel-sizes",
+        "--cp-comm-type",
         "--expert-model-parallel-size",
         "--expert-tensor-parallel-size",
         "--sequence-parallel",

@@ -10,6 +10,7 @@ product is not cp, an uneven split that does not divide).
 
 from __future__ import annotations
 
+from collections import Counter
 from math import prod
 from typing import Any
 
@@ -49,6 +50,9 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
                 f"{where}: --hierarchical-context-parallel-sizes: their product ({prod(split)}) "
                 f"must equal --context-parallel-size ({cp})"
             )
+    exchange, _ = cp_exchange(line, num_layers)
+    if exchange is not None:
+        out["cp_comm_type"] = exchange
     out["sequence_parallel"] = line.has("--sequence-parallel") and tp > 1
     out["vpp"] = _vpp(line, num_layers, pp)
     first_last = _uneven(line, num_layers, pp)
@@ -100,6 +104,41 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
         if name is not None:
             out[key] = name
     return out
+
+
+CP_EXCHANGES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+"""The values Transformer Engine takes for cp_comm_type (attn_forward_func_with_cp raises
+"Unsupported communication type" on any other; Megatron passes --cp-comm-type to it as spelt,
+so the help text's "allgather" is refused at the first attention)."""
+
+
+def cp_exchange(line: Line, num_layers: int) -> tuple[str | None, str | None]:
+    """(The plan's cp_comm_type, a not-modelled note or None) from --cp-comm-type: one value for
+    every layer, or one per decoder layer (Megatron's TransformerConfig asserts the count). A
+    per-layer mix is read as its most common type and the hierarchical a2a+p2p as the p2p ring,
+    each with a note; (None, None) without the flag."""
+    kinds = line.words("--cp-comm-type")
+    if not kinds:
+        return None, None
+    flag = "--cp-comm-type"
+    bad = next((k for k in kinds if k not in CP_EXCHANGES), None)
+    if bad is not None:
+        raise InputError(
+            f"{line.where}: {flag}: {bad!r} is not an exchange Transformer Engine runs "
+            f"({', '.join(CP_EXCHANGES)}; Megatron-LM passes the value on as spelt)"
+        )
+    if len(kinds) > 1 and len(kinds) != num_layers:
+        raise InputError(
+            f"{line.where}: {flag}: {len(kinds)} values; give one, or one per decoder layer "
+            f"({num_layers})"
+        )
+    common = Counter(kinds).most_common(1)[0][0]
+    note = None
+    if len(set(kinds)) > 1:
+        note = f"{flag}: a per-layer mix is timed as its most common type, {common}"
+    if common == "a2a+p2p":
+        note, common = f"{flag}: the hierarchical a2a+p2p exchange is timed as the p2p ring", "p2p"
+    return common, note
 
 
 def _ints(value: str, flag: str, where: str) -> list[int]:

@@ -73,6 +73,7 @@ PARALLEL = {
     "model.config.cpu_offloading_num_layers": "cpu_offloading_num_layers",
     "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    "model.config.cp_comm_type": "cp_comm_type",
 }
 """Keys that are `[parallel]` fields."""
 PARALLEL_SWITCHES = {

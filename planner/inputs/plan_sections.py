@@ -23,6 +23,7 @@ from planner.inputs.fields import (
     PositiveInt,
 )
 from planner.inputs.layout import (
+    CpCommType,
     Dispatcher,
     FlexBackend,
     OffloadModule,
@@ -316,6 +317,9 @@ class ParallelSection(BaseModel):
     )
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
+    cp_comm_type: CpCommType = Field(
+        default="p2p", description="context parallelism's exchange: p2p, a2a or all_gather"
+    )
     microbatch_group_size_per_vp_stage: PositiveInt | None = None
     pipeline_layers: tuple[PositiveInt, ...] | None = None
     pipeline_model_parallel_layout: str | None = Field(

@@ -91,7 +91,14 @@ grouped GEMMs with their activation and FP8 casts, unpermute, combine) stays eag
 MAMBA_ISSUE = 0.835
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
 CP_STEP_ISSUE = 0.144
-"""Fitted. What each context-parallel ring step adds to an attention block (cp > 1: cp steps)."""
+"""Fitted. What each context-parallel ring step adds to an attention block (cp > 1 with the p2p
+ring: cp steps)."""
+CP_EXCHANGE_KERNELS = {"a2a": 12, "all_gather": 6}
+"""Counted, not fitted: the kernels the other exchanges (`Layout.cp_comm_type`) add to an
+attention block's forward, whatever cp, each at KERNEL_ISSUE_S (TransformerEngine
+context_parallel.py): a2a sends Q, K and V before the attention and its output after it, each a
+reshape, an all-to-all and a reorder (flash_attn_a2a_communicate): 12; all_gather gathers K and V,
+reorders each, and runs the attention in two chunks whose outputs it joins: 6."""
 FP8_ISSUE = 1.35
 """Fitted. The issue of a dense FP8 layer over the same layer's in bf16 (its DENSE_LAYER_GEMMS
 quantised GEMMs' share: `fp8_gemms`)."""
@@ -177,7 +184,10 @@ def issue_blocks(
     if kind.mixer == "attention":
         units = HALF_LAYER + (mla if job.arch.multi_latent_attention else 0.0)
         if lay.cp > 1:
-            units += CP_STEP_ISSUE * lay.cp
+            if lay.cp_comm_type == "p2p":
+                units += CP_STEP_ISSUE * lay.cp
+            else:
+                units += CP_EXCHANGE_KERNELS[lay.cp_comm_type] / LAYER_KERNELS
         out.append(("attn", units))
     elif kind.mixer == "mamba":
         out.append(("mamba", MAMBA_ISSUE))

@@ -107,6 +107,7 @@ from planner.model import (
     activations,
     attention_time,
     comms,
+    cp_time,
     dispatch,
     flops,
     host,
@@ -115,7 +116,7 @@ from planner.model import (
     moe_time,
     recompute_time,
 )
-from planner.model.activations import BF16, Shard
+from planner.model.activations import Shard
 from planner.model.gemm import (
     Gpu,
     fp4_ceiling,
@@ -310,9 +311,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         fwd_b, bwd_b = mamba.context_parallel_bytes(arch, t, tp)
         out.cp = n_fwd * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp)
     elif lay.cp > 1 and kind.mixer == "attention":
-        kv_bytes = t * 2 * max(arch.query_groups / tp, 1) * arch.head_dim * BF16
-        out.cp, out.cp_hidden = comms.context_parallel_ring(
-            job.cluster, tp, lay.cp, kv_bytes, attn_fwd, attn_bwd, n_fwd
+        out.cp, out.cp_hidden = cp_time.context_parallel(
+            job.cluster, lay, arch, t, (attn_fwd, attn_bwd), n_fwd
         )
     if moe and lay.ep > 1:
         routing = dispatch.Routing(

@@ -33,7 +33,7 @@ from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import mamba, routing_load, vision
+from planner.model import cp_time, mamba, routing_load, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -338,10 +338,7 @@ def stage_activations(
         stored += window_bytes(max(offloaded_bytes(arch, k, sh, sh.offload) for k in present))
     acts = stored + (loss + working if both else max(loss, working))
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
-        # ring attention keeps the K/V chunk in flight from the neighbour (double-buffered)
-        # (K and V heads are replicated when tp exceeds the query groups: at least one per rank)
-        kv_heads = max(arch.query_groups / layout.tp, 1)
-        acts += 2 * 2 * sh.tokens * kv_heads * arch.head_dim * 2
+        acts += cp_time.exchange_bytes(arch, layout, sh.tokens)
     return acts
 
 

@@ -28,6 +28,7 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory, pools
 from planner.search.pools import MICRO_BATCHES, PoolPlan, expert_degrees
 from planner.search.rules import violations
+from planner.search.rules.context import exchange_for
 from planner.search.space import Space, splits
 
 LADDER: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -70,6 +71,7 @@ def layouts(job: Job) -> list[Layout]:
                                     pp=pp,
                                     dp=dp,
                                     cp=cp,
+                                    cp_comm_type=exchange_for(job, tp, cp),
                                     ep=ep,
                                     sequence_parallel=tp > 1,
                                     micro_batch_size=mbs,

@@ -39,6 +39,7 @@ from planner.search.pools import (
     problem,
     time_lines,
 )
+from planner.search.rules.context import exchange_for
 from planner.search.solver import PoolSplitProblem, solve_pools
 
 __all__ = ["MICRO_BATCHES", "PoolSearch", "expert_degrees", "layouts", "search"]
@@ -132,6 +133,7 @@ def layouts(job: Job) -> list[Layout]:
                                 pp=pp,
                                 dp=dp,
                                 cp=cp,
+                                cp_comm_type=exchange_for(job, tp, cp),
                                 ep=ep,
                                 sequence_parallel=tp > 1,
                                 tp_comm_overlap=ov,

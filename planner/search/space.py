@@ -19,10 +19,11 @@ from functools import cache
 from typing import Any
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.layout import Dispatcher, FlexBackend, Layout, Recompute
+from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import memory, params
 from planner.search import rules, solver
+from planner.search.rules.context import exchange_for
 from planner.search.rungs import Ladder, Rung, rungs
 
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -84,6 +85,9 @@ class Structure:
     dp: int
     ep: int
     etp: int
+    cp_comm_type: CpCommType = "p2p"
+    """The context-parallel exchange (`rules.context.exchange_for`: Megatron's p2p ring unless
+    Transformer Engine refuses it for the model)."""
 
     def layout(self, **fields: Any) -> Layout:
         """The structure's layout with these fields (sequence parallel with TP; Layout's defaults
@@ -96,6 +100,7 @@ class Structure:
             ep=self.ep,
             etp=self.etp,
             sequence_parallel=_sp(self.tp),
+            cp_comm_type=self.cp_comm_type,
             **fields,
         )
 
@@ -126,7 +131,7 @@ def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure
             for pp in divisors(n // (tp * cp)):
                 dp = n // (tp * cp * pp)
                 for ep, etp in _expert_options(job, space, tp, pp):
-                    s = Structure(tp, cp, pp, dp, ep, etp)
+                    s = Structure(tp, cp, pp, dp, ep, etp, exchange_for(job, tp, cp))
                     why = _structure_rule(job, space, s)
                     if why:
                         rejected[why] += 1

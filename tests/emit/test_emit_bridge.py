@@ -174,3 +174,13 @@ def test_the_fused_grouped_mlp_sets_bridges_op_fuser() -> None:
         "use_transformer_engine_op_fuser"
         not in yaml.safe_load(render(plain, "megatron-bridge")[1])["model"]
     )
+
+
+def test_the_context_exchange_is_bridges_model_field() -> None:
+    """TransformerConfig.cp_comm_type, as Bridge's GPT-OSS recipes set it ("a2a")."""
+    plan = make_plan("gpt-oss-20b", 8, {"cp": 2, "ep": 4, "cp_comm_type": "a2a"})
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    assert doc["model"]["cp_comm_type"] == "a2a"
+    ring = yaml.safe_load(render(make_plan("llama3.1-8b", 8, {"cp": 2}), "megatron-bridge")[1])
+    assert "cp_comm_type" not in ring["model"]

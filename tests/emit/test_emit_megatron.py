@@ -676,3 +676,17 @@ def test_latent_moe_flag_reads_back() -> None:
     assert params.params_total(back.job.arch) == params.params_total(plan.job.arch)
     assert_same(plan, back)
     assert "--moe-latent-size" not in flags(make_plan("qwen3-30b-a3b", 8, {"tp": 1, "ep": 8}))
+
+
+@pytest.mark.parametrize("kind", ["a2a", "all_gather"])
+def test_the_context_exchange_is_launched_as_megatrons_flag(kind: str) -> None:
+    """gpt-oss-20b's sliding window needs a2a or all_gather under CP (Transformer Engine's p2p
+    ring refuses it): the flag carries the plan's type as TE spells it, reads back the same,
+    and the ring (Megatron's default) needs no flag."""
+    plan = check_plan(make_plan("gpt-oss-20b", 8, {"cp": 2, "ep": 4, "cp_comm_type": kind}))
+    assert flags(plan)["--cp-comm-type"] == [kind]
+    assert set(flags(plan)) <= MEGATRON_FLAGS
+    back = round_trip(plan)
+    assert back.require_layout().cp_comm_type == kind
+    ring = make_plan("llama3.1-8b", 8, {"cp": 2})
+    assert "--cp-comm-type" not in flags(ring)

@@ -95,6 +95,8 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         # cross_entropy_fusion_impl defaults to native (the compiled kernel)
         ("model.config.cross_entropy_loss_fusion=False", "training", "loss_fusion", False),
         ("model.config.cross_entropy_loss_fusion=True", "training", "compiled_loss_fusion", True),
+        # TransformerConfig.cp_comm_type, the plan's [parallel] field of the same name
+        ("model.config.cp_comm_type=a2a", "parallel", "cp_comm_type", "a2a"),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),

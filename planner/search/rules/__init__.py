@@ -2,9 +2,9 @@
 
 Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
-`features` those on recompute, offloading, MoE dispatch and routing, FP8 and the expert
-overlap, and what Megatron only warns about; `fused_mlp` those of the experts' fused grouped
-MLP; `hybrid` those of a hybrid Mamba stack;
+`context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
+and routing, FP8 and the expert overlap, and what Megatron only warns about; `fused_mlp` those of
+the experts' fused grouped MLP; `hybrid` those of a hybrid Mamba stack;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs
 every rule (the search uses it to prune and to count rejections per rule); `check_plan` turns
 a plan's into one InputError; `warnings` lists what Megatron would warn about, which commands
@@ -17,6 +17,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
 from planner.search.rules.base import Rule, Violation
+from planner.search.rules.context import context, context_attention, context_exchange
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import WARNINGS, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
@@ -26,8 +27,6 @@ from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
 from planner.search.rules.parallel import (
     batch,
-    context,
-    context_attention,
     experts,
     heads,
     muon,
@@ -66,6 +65,7 @@ RULES: tuple[Rule, ...] = (
     experts,
     context,
     context_attention,
+    context_exchange,
     sequence_parallel,
     overlap,
     optimizer_instances,
@@ -85,6 +85,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     torchtitan_experts,
     context,
     context_attention,
+    context_exchange,
     *HYBRID_STRUCTURAL,
     batch,
 )

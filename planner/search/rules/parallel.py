@@ -1,9 +1,9 @@
 """Megatron-LM's rules on the parallel layout: degrees and their products, the pipeline split and
-layout string, the interleaved schedule's micro-batches, context and sequence parallelism, the
-data-parallel overlap, the batch. Sources: Megatron-LM d98e8a64 megatron/core/parallel_state.py,
-validate_args, TransformerConfig.__post_init__, pipeline_parallel_layer_layout.py,
-num_microbatches_calculator.py, pipeline_parallel/schedules.py (benchmarks/data/megatron_rules.md
-lists each with its line)."""
+layout string, the interleaved schedule's micro-batches, sequence parallelism, the data-parallel
+overlap, the batch (context parallelism's are `planner.search.rules.context`). Sources:
+Megatron-LM d98e8a64 megatron/core/parallel_state.py, validate_args,
+TransformerConfig.__post_init__, pipeline_parallel_layer_layout.py, num_microbatches_calculator.py,
+pipeline_parallel/schedules.py (benchmarks/data/megatron_rules.md lists each with its line)."""
 
 from __future__ import annotations
 
@@ -195,32 +195,6 @@ def experts(job: Job, lay: Layout) -> Violation | None:
             f"num_gpus ({lay.num_gpus}) must be a multiple of expert_tensor_parallel_size x "
             f"expert_model_parallel_size x pipeline_model_parallel_size "
             f"({lay.expert_tp} x {lay.ep} x {lay.pp} = {grid})",
-        )
-    return None
-
-
-def context(job: Job, lay: Layout) -> Violation | None:
-    s = job.seq_length
-    if lay.cp > 1 and s % (2 * lay.cp):
-        return Violation(
-            "seq_cp",
-            "parallel.cp",
-            f"seq_length ({s}) must be a multiple of 2 x context_parallel_size "
-            f"(2 x {lay.cp} = {2 * lay.cp})",
-        )
-    return None
-
-
-def context_attention(job: Job, lay: Layout) -> Violation | None:
-    # Megatron's own DotProductAttention asserts "Context parallelism is only supported by
-    # TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
-    # (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels
-    if lay.cp > 1 and not job.flash_attention:
-        return Violation(
-            "cp_attention",
-            "parallel.cp",
-            f"context_parallel_size {lay.cp} needs flash attention (Transformer Engine's flash "
-            "or fused backend); training.flash_attention is false",
         )
     return None
 

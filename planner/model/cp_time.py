@@ -1,0 +1,87 @@
+"""Context parallelism's traffic around one attention block per micro-batch, by the exchange the
+layout names (`Layout.cp_comm_type`, Megatron --cp-comm-type, which Transformer Engine runs;
+TransformerEngine context_parallel.py at the mirrored commit):
+
+- p2p (`comms.context_parallel_ring`): a ring passing the K/V chunks, each hop under the partial
+  attention it feeds.
+- a2a (AttnFuncWithCPAndQKVOA2A, DeepSpeed Ulysses): all-to-alls turn the rank's sequence shard
+  of Q, K and V (all its heads) into the whole sequence of a 1/cp share of the heads before the
+  attention, and its output back after it; the backward does the same to the output gradient and
+  back to the Q, K and V gradients. Four all-to-alls each way, none overlapped.
+- all_gather (AttnFuncWithCPAndKVAllGather, Llama 3's, arXiv:2407.21783 sec. 3.3.2): K and V
+  are all-gathered before the attention, again in the backward (only the rank's own shard is
+  saved), and their gradients reduce-scattered after it; the docstring calls the all-gather
+  exposed, and nothing else overlaps either.
+
+The attention kernel does the same work under each (local queries over the causal keys, or the
+whole sequence over 1/cp of the heads), so only the traffic differs.
+"""
+
+from __future__ import annotations
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import ClusterSpec
+from planner.inputs.layout import Layout
+from planner.model import comms
+from planner.model.activations import BF16
+
+
+def kv_heads(arch: ModelArch, tp: int) -> float:
+    """K/V heads on one TP rank: replicated when tp exceeds the query groups (at least one)."""
+    return max(arch.query_groups / tp, 1)
+
+
+def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:
+    """The rank's K and V for its t tokens, bf16, head_dim wide each."""
+    return t * 2 * kv_heads(arch, tp) * arch.head_dim * BF16
+
+
+def a2a_bytes(arch: ModelArch, t: float, tp: int) -> tuple[float, float]:
+    """(Q, K and V; the output) bytes one rank holds for its t tokens, bf16, head_dim wide: what
+    its forward all-to-alls send (and the backward's, for the gradients of the same shapes)."""
+    q = t * arch.num_attention_heads / tp * arch.head_dim * BF16
+    return q + kv_bytes(arch, t, tp), q
+
+
+def context_parallel(
+    cluster: ClusterSpec,
+    lay: Layout,
+    arch: ModelArch,
+    t: float,
+    attention: tuple[float, float],
+    n_fwd: int,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per micro-batch of one attention block's context-parallel traffic
+    on a rank of t local tokens (module docstring); `attention` the block's attention kernel
+    (forward, backward) seconds, under which only the ring hides; n_fwd forward passes (2 with
+    full recompute)."""
+    tp, cp = lay.tp, lay.cp
+    if cp <= 1:
+        return 0.0, 0.0
+    if lay.cp_comm_type == "p2p":
+        attn_fwd, attn_bwd = attention
+        return comms.context_parallel_ring(
+            cluster, tp, cp, kv_bytes(arch, t, tp), attn_fwd, attn_bwd, n_fwd
+        )
+    grp = comms.place(cluster, tp, cp)
+    if lay.cp_comm_type == "a2a":
+        qkv, o = a2a_bytes(arch, t, tp)
+        one_way = comms.all_to_all(qkv, grp) + comms.all_to_all(o, grp)
+        return (n_fwd + 1) * one_way, 0.0
+    # all_gather: K and V gathered in every forward pass and the backward, their gradients
+    # reduce-scattered (S: the gathered array, cp ranks' shares)
+    whole = cp * kv_bytes(arch, t, tp)
+    gather = comms.all_gather(whole, grp)
+    return (n_fwd + 1) * gather + comms.reduce_scatter(whole, grp), 0.0
+
+
+def exchange_bytes(arch: ModelArch, lay: Layout, t: float) -> float:
+    """Bytes the exchange holds beyond the saved activations while one attention block runs, on
+    a rank of t local tokens: the ring's K/V chunk in flight from the neighbour, double-buffered
+    (p2p); the all-to-alls' receive buffers, a second copy of the rank's Q, K and V (a2a); the
+    gathered K and V, cp shares (all_gather)."""
+    if lay.cp_comm_type == "a2a":
+        return a2a_bytes(arch, t, lay.tp)[0]
+    if lay.cp_comm_type == "all_gather":
+        return lay.cp * kv_bytes(arch, t, lay.tp)
+    return 2 * kv_bytes(arch, t, lay.tp)

@@ -1,0 +1,89 @@
+"""Megatron-LM's and Transformer Engine's rules on context parallelism: the sequence's split, the
+attention backend, and the exchange (`Layout.cp_comm_type`) each attention can run under.
+Sources: Megatron-LM d98e8a64 validate_args and megatron/core/extensions/transformer_engine.py;
+TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+(attn_forward_func_with_cp and AttnFuncWithCPAndQKVOA2A.forward, at the mirrored commit)."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import CpCommType, Layout
+from planner.inputs.plan import Job
+from planner.search.rules.base import Violation
+
+EXCHANGES: tuple[CpCommType, ...] = ("p2p", "a2a", "all_gather")
+"""The exchanges in the order the search offers them (`exchange_for`): Megatron's default first."""
+
+
+def context(job: Job, lay: Layout) -> Violation | None:
+    s = job.seq_length
+    if lay.cp > 1 and s % (2 * lay.cp):
+        return Violation(
+            "seq_cp",
+            "parallel.cp",
+            f"seq_length ({s}) must be a multiple of 2 x context_parallel_size "
+            f"(2 x {lay.cp} = {2 * lay.cp})",
+        )
+    return None
+
+
+def context_attention(job: Job, lay: Layout) -> Violation | None:
+    # Megatron's own DotProductAttention asserts "Context parallelism is only supported by
+    # TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
+    # (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels
+    if lay.cp > 1 and not job.flash_attention:
+        return Violation(
+            "cp_attention",
+            "parallel.cp",
+            f"context_parallel_size {lay.cp} needs flash attention (Transformer Engine's flash "
+            "or fused backend); training.flash_attention is false",
+        )
+    return None
+
+
+def context_exchange(job: Job, lay: Layout) -> Violation | None:
+    """Whether Transformer Engine runs the layout's context-parallel exchange: the p2p ring does
+    not run sliding-window attention (attn_forward_func_with_cp asserts "Context parallelism does
+    not support sliding window attention with cp_comm_type='p2p'"); a2a splits every rank's Q, K
+    and V heads over the cp ranks ("cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q,
+    K, V": the heads of a TP rank, K/V heads replicated to one where tp exceeds the query
+    groups); torchtitan's context parallelism is PyTorch's ring attention, p2p only."""
+    if lay.cp <= 1 or (lay.cp_comm_type == "p2p" and job.arch.window_size is None):
+        return None
+    kind = lay.cp_comm_type
+    if job.framework == "torchtitan" and kind != "p2p":
+        return Violation(
+            "cp_comm_titan",
+            "parallel.cp_comm_type",
+            f"torchtitan's context parallelism is a ring (PyTorch context_parallel); "
+            f"cp_comm_type {kind!r} is Megatron-LM's",
+        )
+    if kind == "p2p":
+        return Violation(
+            "cp_comm_window",
+            "parallel.cp_comm_type",
+            f"context_parallel_size {lay.cp} with sliding-window attention (window_size "
+            f"{job.arch.window_size}) needs cp_comm_type a2a or all_gather: Transformer Engine's "
+            "p2p ring does not support sliding window attention",
+        )
+    if kind == "a2a":
+        q = job.arch.num_attention_heads // lay.tp
+        kv = max(job.arch.query_groups // lay.tp, 1)
+        if q % lay.cp or kv % lay.cp:
+            return Violation(
+                "cp_comm_a2a_heads",
+                "parallel.cp_comm_type",
+                f"cp_comm_type a2a splits each tensor-parallel rank's heads over the "
+                f"context_parallel_size ({lay.cp}): query heads {q} and K/V heads {kv} per rank "
+                "must both be multiples of it",
+            )
+    return None
+
+
+def exchange_for(job: Job, tp: int, cp: int) -> CpCommType:
+    """The first of EXCHANGES that `context_exchange` accepts for these degrees (p2p where no
+    rule refuses it; p2p again where none is accepted, for the rule to name)."""
+    base = Layout(tp=tp, cp=cp)
+    for kind in EXCHANGES:
+        if context_exchange(job, base.with_(cp_comm_type=kind)) is None:
+            return kind
+    return "p2p"

@@ -1,0 +1,71 @@
+"""planner.search.rules.context: the exchange Transformer Engine runs context parallelism with.
+
+Oracle: TransformerEngine's context_parallel.py asserts, quoted in the rule's docstring, on the
+model zoo's head counts (gpt-oss-20b: 64 query heads, 8 query groups, a 128-token sliding window
+on every other layer; llama3.1-8b: 32 heads, 8 groups, no window), with the integer arithmetic in
+the comments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from plan_text import load_error, plan_text, write
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import load_plan
+from planner.search.rules import check_plan, violations
+from planner.search.rules.context import context_exchange, exchange_for
+from tests.search.test_rules import broken, make_job
+
+
+def test_the_ring_refuses_a_sliding_window() -> None:
+    """TE: "Context parallelism does not support sliding window attention with cp_comm_type='p2p'";
+    a2a and all_gather run it, and cp 1 exchanges nothing."""
+    job = make_job("gpt-oss-20b", num_gpus=8)
+    v = broken(job, Layout(cp=2, dp=4))["cp_comm_window"]
+    assert v.field == "parallel.cp_comm_type"
+    assert "window_size 127" in v.message and "a2a or all_gather" in v.message
+    assert context_exchange(job, Layout(cp=2, dp=4, cp_comm_type="a2a")) is None
+    assert context_exchange(job, Layout(cp=2, dp=4, cp_comm_type="all_gather")) is None
+    assert context_exchange(job, Layout(dp=8)) is None
+
+
+def test_a2a_splits_every_ranks_heads() -> None:
+    """TE: "cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V". gpt-oss-20b at
+    tp 8: 64 / 8 = 8 query heads and max(8 / 8, 1) = 1 K/V head per rank; cp 2 does not divide 1.
+    At tp 4: 16 and 2 heads, both even."""
+    job = make_job("gpt-oss-20b", num_gpus=16)
+    v = broken(job, Layout(tp=8, cp=2, dp=1, sequence_parallel=True, cp_comm_type="a2a"))
+    assert "query heads 8 and K/V heads 1" in v["cp_comm_a2a_heads"].message
+    ok = Layout(tp=4, cp=2, dp=2, sequence_parallel=True, cp_comm_type="a2a")
+    assert context_exchange(job, ok) is None
+
+
+def test_torchtitan_runs_only_its_ring() -> None:
+    job = replace(make_job(num_gpus=8), framework="torchtitan")
+    v = context_exchange(job, Layout(cp=2, dp=4, cp_comm_type="a2a"))
+    assert v is not None and v.rule == "cp_comm_titan"
+    assert context_exchange(job, Layout(cp=2, dp=4)) is None
+
+
+def test_the_search_takes_the_first_exchange_te_runs() -> None:
+    """p2p where nothing refuses it (Llama, no window); a2a for gpt-oss where its heads divide
+    (tp 1: 64 and 8 heads over cp 2); all_gather where they do not (tp 8: 1 K/V head)."""
+    llama, oss = make_job(num_gpus=8), make_job("gpt-oss-20b", num_gpus=16)
+    assert exchange_for(llama, 1, 2) == "p2p"
+    assert exchange_for(oss, 1, 2) == "a2a"
+    assert exchange_for(oss, 8, 2) == "all_gather"
+    lay = Layout(tp=8, cp=2, dp=1, sequence_parallel=True, cp_comm_type=exchange_for(oss, 8, 2))
+    assert not [v for v in violations(oss, lay) if v.rule.startswith("cp_comm")]
+
+
+def test_check_names_the_plan_field(tmp_path: Path) -> None:
+    """A gpt-oss plan at cp 2 without the field (p2p, Megatron's default) is refused naming the
+    file and parallel.cp_comm_type; with cp_comm_type = "a2a" it passes."""
+    parallel = "[parallel]\ncp = 2\nep = 4\n"
+    text = plan_text('[model]\nname = "gpt-oss-20b"\n', parallel=parallel)
+    assert "plan.toml: parallel.cp_comm_type: " in load_error(write(tmp_path, text))
+    ok = plan_text('[model]\nname = "gpt-oss-20b"\n', parallel=parallel + 'cp_comm_type = "a2a"\n')
+    check_plan(load_plan(write(tmp_path, ok, "ok.toml")))
