@@ -1,6 +1,6 @@
 """Context parallelism's traffic around one attention block per micro-batch, by the exchange the
 layout names (`Layout.cp_comm_type`, Megatron --cp-comm-type, which Transformer Engine runs;
-TransformerEngine context_parallel.py at the mirrored commit):
+TransformerEngine d0067d0d context_parallel.py):
 
 - p2p (`comms.context_parallel_ring`): a ring passing the K/V chunks, each hop under the partial
   attention it feeds.

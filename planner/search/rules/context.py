@@ -2,7 +2,7 @@
 attention backend, and the exchange (`Layout.cp_comm_type`) each attention can run under.
 Sources: Megatron-LM d98e8a64 validate_args and megatron/core/extensions/transformer_engine.py;
 TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
-(attn_forward_func_with_cp and AttnFuncWithCPAndQKVOA2A.forward, at the mirrored commit)."""
+(attn_forward_func_with_cp and AttnFuncWithCPAndQKVOA2A.forward, TransformerEngine d0067d0d)."""
 
 from __future__ import annotations
 
