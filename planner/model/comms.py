@@ -92,10 +92,16 @@ def gpu_sms(cluster: ClusterSpec) -> int:
     return next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
 
 
-def sm_share(cluster: ClusterSpec) -> float:
-    """Share of the GPU's SMs a communication kernel holds (COMM_KERNEL_SMS / its SMs): a
-    collective of T seconds hidden under compute stretches that compute by T x this share."""
-    return min(1.0, COMM_KERNEL_SMS / gpu_sms(cluster))
+def sm_share(cluster: ClusterSpec, margin: int = 0) -> float:
+    """Share of the GPU's SMs a communication kernel takes from the compute it hides under
+    (COMM_KERNEL_SMS / its SMs): a collective of T seconds hidden under compute stretches that
+    compute by T x this share. Where the GEMMs already leave `margin` SMs free all step
+    (Transformer Engine's NVTE_EXT_MARGIN_SM, `Job.gemm_sm_margin`, whose cost
+    `planner.model.layer_time` charges to every GEMM), the kernel runs on those first and takes
+    only the SMs beyond them: charging both would count the same SMs twice. (The margin binds
+    Transformer Engine's GEMMs only; what hides under attention or elementwise kernels is taken
+    at the same share, the GEMMs being most of a layer's time.)"""
+    return min(1.0, max(COMM_KERNEL_SMS - margin, 0) / gpu_sms(cluster))
 
 
 @dataclass(frozen=True)

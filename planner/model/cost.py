@@ -171,7 +171,7 @@ def compute_floor(job: Job, layout: Layout) -> float:
     window by less than it adds)."""
     t = layout_times(job, layout)
     m, out_layer = t.m, t.out
-    share = comms.sm_share(job.cluster)
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     worst = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
@@ -212,7 +212,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     pp_per_mb = 0.0 if interleaved else 2 * hop
 
     dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
-    share = comms.sm_share(job.cluster)
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
@@ -223,7 +223,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
             job, lt = jobs[rank], layout_times(jobs[rank], lay)
             dp_groups, share = (
                 dp_sync.data_parallel_groups(job.cluster, lay),
-                comms.sm_share(job.cluster),
+                comms.sm_share(job.cluster, job.gemm_sm_margin),
             )
             pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)

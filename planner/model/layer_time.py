@@ -19,14 +19,15 @@ plus the recipe's quantisation traffic: `gemm.quant_bytes` per element of each G
 output gradient per micro-batch, and of its weight once per step
 (`Layer.weight_cast`, added by `planner.model.cost`); the output layer stays in bf16, and attention
 unless `Job.fp8_attention`.
-With `Job.gemm_sm_margin` (Transformer Engine's NVTE_EXT_MARGIN_SM) the decoder's GEMMs run on
-the GPU's SMs less it, all step. Routed experts run as one grouped GEMM per layer over the rank's
-E / ep experts, each padded to the kernel's row tile (`gemm.grouped_rows`); their tokens are the
-busiest rank's (`routing_load.step_load`: one for a single expert-parallel rank, the dropless
-imbalance, the sampling noise of forced random routing, or the capacity factor with token dropping
-or padding). The router's logits GEMM (tokens x h x E) and the token permutations
-before the dispatch and after the combine (`planner.model.moe_time`, memory-bound) are timed too,
-though no model FLOPs count them.
+With `Job.gemm_sm_margin` (Transformer Engine's NVTE_EXT_MARGIN_SM) the decoder's GEMMs run on the
+GPU's SMs less it, all step; the collectives hidden under them run on those SMs first
+(`comms.sm_share` takes the margin off what they hold). Routed experts run as one grouped GEMM per
+layer over the rank's E / ep experts, each padded to the kernel's row tile (`gemm.grouped_rows`);
+their tokens are the busiest rank's (`routing_load.step_load`: one for a single expert-parallel
+rank, the dropless imbalance, the sampling noise of forced random routing, or the capacity factor
+with token dropping or padding). The router's logits GEMM (tokens x h x E) and the token
+permutations before the dispatch and after the combine (`planner.model.moe_time`, memory-bound) are
+timed too, though no model FLOPs count them.
 
 A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transformer layer's
 attention and MLP or experts, or one block of a hybrid stack: attention, an MLP, experts, or a

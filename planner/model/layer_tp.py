@@ -30,7 +30,7 @@ def tp_charges(
     part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
     the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
     seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
-    arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster)
+    arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster, job.gemm_sm_margin)
     shapes, times = gemms
     cols = column_parallel_windows(arch, shapes, times, kind)
     size = t * arch.hidden_size * BF16

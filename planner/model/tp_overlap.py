@@ -68,14 +68,17 @@ def held_share(slot: UbSlot, sms: int, seconds: float, window: float) -> float:
     return k / sms * min(seconds, window)
 
 
-def floor_share(cluster: comms.ClusterSpec, tp: int, slots: Mapping[str, UbSlot]) -> float:
+def floor_share(
+    cluster: comms.ClusterSpec, tp: int, slots: Mapping[str, UbSlot], margin: int = 0
+) -> float:
     """A share of a layer's TP traffic (every collective's seconds) that its charge never goes
     under, with the overlap or without: a chunked collective shows at least one of its chunks; a
     bulk one, hidden, holds k / S of a GEMM at least as long, or shows its excess (each part's
     `layer_traffic` charge is at least its seconds times the least of these); without the
-    overlap `comms.sm_share` of what hides (`planner.search.bound` bounds with it)."""
+    overlap `comms.sm_share` of what hides, less the GEMMs' `margin` (`planner.search.bound`
+    bounds with it)."""
     sms = comms.gpu_sms(cluster)
-    shares = [comms.sm_share(cluster)]
+    shares = [comms.sm_share(cluster, margin)]
     for name in block_slots(0) + block_slots(1):
         slot = slots[name]
         n = slot.chunks(tp)

@@ -33,7 +33,7 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
     bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
     hidden (`Layer.tp_traffic`). One pass over the ranks serves both."""
     t = layout_times(job, layout)
-    share = comms.sm_share(job.cluster)
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     floors: list[float] = []
     tps: list[float] = []
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
@@ -53,8 +53,8 @@ def tp_floor_share(job: Job, layout: Layout) -> float:
     it, and rungs may turn it off, also `tp_overlap.floor_share`."""
     if layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1:
         slots = slot_map(job.tp_overlap_cfg)
-        return tp_overlap.floor_share(job.cluster, layout.tp, slots)
-    return comms.sm_share(job.cluster)
+        return tp_overlap.floor_share(job.cluster, layout.tp, slots, job.gemm_sm_margin)
+    return comms.sm_share(job.cluster, job.gemm_sm_margin)
 
 
 def lower_bound(job: Job, layout: Layout) -> float:
@@ -135,7 +135,7 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     often as such ranks occur (max and sum are what the bounds read)."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
-    share = comms.sm_share(job.cluster)
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     floor = tp_floor_share(job, lay)
     out: list[float] = []
     for (counts, heads), times in _rank_counts(job, lay, t):
@@ -209,7 +209,7 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     variant of their problems' bases."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
-    share = comms.sm_share(job.cluster)
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     out: list[float] = []
     for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, lay, rank, chunks, t)

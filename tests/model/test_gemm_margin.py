@@ -14,7 +14,7 @@ from plan_text import load_error, plan_text, write
 from planner.emit import torchrun
 from planner.inputs import plan_writer
 from planner.inputs.plan import Plan, load_plan
-from planner.model import flops
+from planner.model import comms, flops
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
 from planner.model.output_time import output_layer_time
@@ -68,3 +68,19 @@ def test_a_negative_margin_is_bad_input(tmp_path: Path) -> None:
     )
     message = load_error(write(tmp_path, text))
     assert "gemm_sm_margin" in message and "-4" in message
+
+
+def test_hidden_collectives_take_only_the_sms_beyond_the_margin(tmp_path: Path) -> None:
+    """A collective hidden under compute holds COMM_KERNEL_SMS = 20 SMs; with 16 left free by
+    every GEMM it takes 20 - 16 = 4 of GB200's 148 from them, with 24 free none. The layer's TP
+    charge (exposed + share x hidden) falls by (20 - 4) / 148 of its hidden TP seconds."""
+    plan = _plan(tmp_path, "gemm_sm_margin = 16\n")
+    job, lay = plan.job, plan.require_layout()
+    assert comms.sm_share(job.cluster) == pytest.approx(20 / 148)
+    assert comms.sm_share(job.cluster, 16) == pytest.approx(4 / 148)
+    assert comms.sm_share(job.cluster, 24) == 0.0
+    plain = replace(job, gemm_sm_margin=0)
+    gpu = gpu_of(job)
+    a, b = layer_time(plain, lay, gpu, False), layer_time(job, lay, gpu, False)
+    assert a.tp_hidden > 0.0
+    assert a.tp - b.tp == pytest.approx((20 - 4) / 148 * a.tp_hidden, rel=1e-9)
