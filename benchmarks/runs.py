@@ -25,7 +25,12 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
              silu(x) * gate (fused_norm = fused_swiglu = false); the A100 doc does not say, so
              its rows keep the defaults; DTensor sequence parallelism saves the all-gathered
              input of the column-parallel linears (sp_keeps_gathered_input) and its collectives
-             block, with no backward overlap (tp_backward_overlap = false)
+             block, with no backward overlap (tp_backward_overlap = false); its attention is
+             FlashAttention-2 (attention_kernel = "flash2"): the models then called plain
+             F.scaled_dot_product_attention (pytorch/torchtitan's Llama model.py at the end of
+             2024), whose flash backend PyTorch >= 2.5 picks on Hopper, cuDNN's being opt-in
+             (pytorch/pytorch#138522; torchtitan#1042 saw it dispatch FLASH_ATTENTION on H100
+             with a 2.7 nightly); A100 runs FA2 either way
   GPU        the torchtitan H100 rows ran on Meta's H100 with 96 GB of HBM2e at a 500 W cap
              ("non-standard ... peak between SXM and NVL", torchtitan paper arXiv:2410.06511):
              h100-sxm-80gb (the same GH100 die) with power_limit_w = 500 ("the default 500W
@@ -278,6 +283,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         fp8_param_gather=not nemo or rid in LATER_RECIPE,
         optimizer_state_dtype="bf16" if rid == NEMOTRON else "fp32",
         flash_attention=not rid.startswith(("sc21", "korthikanti")),
+        attention_kernel="flash2" if titan else "fused",
         cross_entropy="pytorch" if titan else "fused",
         fused_norm=not eager,
         fused_swiglu=not eager,

@@ -61,6 +61,12 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "None, which a TOML file cannot hold; pass "
             "--parallelism.context_parallel_load_balancer on train.py's command line instead"
         )
+    if job.attention_kernel == "flash2":
+        raise InputError(
+            f"{where}: training.attention_kernel: flash2 is torchtitan before Oct 2025; at "
+            f"{TORCHTITAN_COMMIT[:8]} its SDPA tries cuDNN attention first "
+            "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
+        )
     name, flavor = MODELS[job.arch.name]
     schedule = {flag: value for flag, _, value in SCHEDULE}
     lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])

@@ -10,6 +10,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
 from planner.inputs.layout import Recompute, RecomputePolicy
 from planner.inputs.plan_sections import (
+    AttentionKernel,
     CrossEntropy,
     CudaGraphModule,
     Fp8Recipe,
@@ -44,6 +45,8 @@ class Job:
     fp4_param_gather: bool = True
     """NVFP4 weights are the parameters (Megatron --fp4-param-gather; read with precision fp4)."""
     flash_attention: bool = True
+    attention_kernel: AttentionKernel = "fused"
+    """Which flash-attention kernel runs it (`AttentionKernel`, `planner.model.attention`)."""
     selective_recompute: SelectivePolicy = "core_attn"
     fp8_recipe: Fp8Recipe = "delayed"
     """How FP8 scales are chosen (Megatron --fp8-recipe; read with precision fp8)."""

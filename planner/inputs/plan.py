@@ -80,6 +80,7 @@ TRAINING_AS_IS = (
     "rl_inference_parallel",
     "vision_encoder",
     "attention_dropout",
+    "attention_kernel",
     "frozen_model",
 )
 """`[training]` fields the Job takes as they are, under the same name (`build_job`), and that

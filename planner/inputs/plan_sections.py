@@ -49,6 +49,13 @@ MuonPrecision = Literal["medium", "high", "highest"]
 """Muon's fp32 matmul precision (torch.set_float32_matmul_precision): medium runs the
 Newton-Schulz GEMMs in bf16, high in TF32, highest in fp32."""
 SelectivePolicy = Literal["core_attn", "per_op"]
+AttentionKernel = Literal["fused", "flash2"]
+"""The flash-attention kernel the training code runs (`planner.model.attention`): "fused",
+Transformer Engine's cuDNN fused attention or FlashAttention-3 on Hopper, what Megatron-LM runs
+and torchtitan since pytorch/torchtitan 6a3a9da9 (Oct 2025: cuDNN first among its SDPA
+backends); "flash2", FlashAttention-2, PyTorch SDPA's flash backend, which a plain
+F.scaled_dot_product_attention picks on Hopper under PyTorch >= 2.5 (cuDNN made opt-in,
+pytorch/pytorch#138522): torchtitan before that commit."""
 CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
 """Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
 CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
@@ -138,6 +145,11 @@ class TrainingSection(BaseModel):
     )
     flash_attention: Flag | None = Field(
         default=None, description="flash/cuDNN fused attention (false: s^2 scores stored)"
+    )
+    attention_kernel: AttentionKernel = Field(
+        default="fused",
+        description="the flash-attention kernel: fused (TE cuDNN / FlashAttention-3) or flash2 "
+        "(FlashAttention-2: PyTorch SDPA's flash backend, torchtitan before Oct 2025)",
     )
     fused_swiglu: Flag | None = Field(
         default=None,

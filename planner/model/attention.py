@@ -57,6 +57,16 @@ shared-memory traffic, neither grown from H100 (Together AI's FlashAttention-4 b
 per-direction cuDNN rate on B200 was found, and the MLPerf B200 Llama 3.1 8B rows, a third of
 whose step is attention, ask for no slower attention (benchmarks/fidelity.py), so none is set."""
 
+FLASH2_KERNELS: tuple[tuple[str, float, float], ...] = (
+    ("a100", 0.73, 0.63),
+    ("*", 0.35, 0.334),
+)
+"""The same fractions for FlashAttention-2 (`Job.attention_kernel` "flash2": PyTorch SDPA's flash
+backend). A100: the FA2 paper's, as above. Hopper and later ("*"): "FlashAttention-2 achieving
+only 35% utilization on H100 GPUs" (Shah et al. 2024, arXiv:2407.08608, abstract) forward; the
+~330 TFLOP/s of 989 the backward runs at (FA2 paper Fig. 7, as above): 0.334. FA2 has no
+Blackwell kernels of its own; Blackwell takes these fractions too (no measurement read)."""
+
 ATTENTION_HALF_SEQ = 227.0
 """Sequence length (tokens per (batch, head)) at which the kernel reaches half its long-sequence
 rate on the per-tile overheads: fitted by hand to the same pytorch/benchmark PR #2391 FA3
@@ -103,8 +113,9 @@ def keys_per_query(seq: float, window: int | None) -> float:
     return (window + 1) * (1 - window / (2 * seq))
 
 
-def _long_seq(gpu_name: str) -> tuple[float, float]:
-    return next((f, b) for p, f, b in ATTENTION_KERNELS if p == "*" or gpu_name.startswith(p))
+def _long_seq(gpu_name: str, kernel: str = "fused") -> tuple[float, float]:
+    table = FLASH2_KERNELS if kernel == "flash2" else ATTENTION_KERNELS
+    return next((f, b) for p, f, b in table if p == "*" or gpu_name.startswith(p))
 
 
 def _length(seq: float) -> float:
@@ -112,10 +123,13 @@ def _length(seq: float) -> float:
     return s / (s + ATTENTION_HALF_SEQ) * s / (s + ATTENTION_CAUSAL_TILE)
 
 
-def kernel_fractions(gpu_name: str, seq: float, head_dim: float) -> tuple[float, float]:
+def kernel_fractions(
+    gpu_name: str, seq: float, head_dim: float, kernel: str = "fused"
+) -> tuple[float, float]:
     """(forward, backward) fraction of the bf16 dense peak on causal attention work for one
-    (batch, head) of `seq` queries and keys of width `head_dim` (module docstring)."""
-    fwd, bwd = _long_seq(gpu_name)
+    (batch, head) of `seq` queries and keys of width `head_dim` (module docstring), by the
+    kernel (`Job.attention_kernel`: ATTENTION_KERNELS, or FLASH2_KERNELS for "flash2")."""
+    fwd, bwd = _long_seq(gpu_name, kernel)
     d = max(head_dim, 1.0)
     h = ATTENTION_HALF_HEAD_DIM
     dim = d / (d + h) / (128.0 / (128.0 + h))
@@ -123,9 +137,9 @@ def kernel_fractions(gpu_name: str, seq: float, head_dim: float) -> tuple[float,
     return fwd * dim * length, bwd * dim * length
 
 
-def exp_fractions(gpu_name: str, seq: float) -> tuple[float, float]:
+def exp_fractions(gpu_name: str, seq: float, kernel: str = "fused") -> tuple[float, float]:
     """(forward, backward) fraction of the special-function units' exponential rate the kernel
     sustains: the long-sequence and length terms of `kernel_fractions`, no head-dim term."""
-    fwd, bwd = _long_seq(gpu_name)
+    fwd, bwd = _long_seq(gpu_name, kernel)
     length = _length(seq)
     return fwd * length, bwd * length

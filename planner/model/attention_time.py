@@ -34,7 +34,7 @@ def fractions(job: Job, seq: float, head_dim: float, efficiency: float) -> tuple
     micro-batch size keeps the step time (`planner.search.twins`) unless the layer's small
     kernels, the ring's among them, set it (`layer_time.KERNEL_MIN_S`)."""
     spec = job.cluster.gpu
-    fe, be = attention.kernel_fractions(spec.name, seq, head_dim)
+    fe, be = attention.kernel_fractions(spec.name, seq, head_dim, job.attention_kernel)
     ceiling = spec.matmul_ceiling("bf16")
     if ceiling is not None:
         fe, be = min(fe, ceiling), min(be, ceiling)
@@ -64,7 +64,7 @@ def core_attention(
     if spec.exp_tera_per_s is not None:
         clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs alike
         rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
-        xf, xb = attention.exp_fractions(spec.name, length)
+        xf, xb = attention.exp_fractions(spec.name, length, job.attention_kernel)
         scores = t * keys * heads / tp  # (diagonal tiles: the length term)
         exp_fwd, exp_bwd = scores / (rate * xf), scores / (rate * xb)
     quant = 0.0

@@ -16,7 +16,7 @@ from paths import PLANS, REPO
 
 from planner.emit import megatron, megatron_model
 from planner.emit.common import environment
-from planner.inputs import catalog, megatron_args
+from planner.inputs import catalog, megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import compact, parse
@@ -690,3 +690,16 @@ def test_the_context_exchange_is_launched_as_megatrons_flag(kind: str) -> None:
     assert back.require_layout().cp_comm_type == kind
     ring = make_plan("llama3.1-8b", 8, {"cp": 2})
     assert "--cp-comm-type" not in flags(ring)
+
+
+def test_flashattention2_is_launched_through_transformer_engines_switches() -> None:
+    """attention_kernel flash2: NVTE_FUSED_ATTN=0 and NVTE_FLASH_ATTN=1 (Transformer Engine's
+    backend switches) in the launch environment; the default (fused) sets neither. The plan
+    file keeps the field."""
+    plan = make_plan("llama3.1-8b", 8, {"tp": 1}, attention_kernel="flash2")
+    env = {e.name: e.value for e in environment(plan)}
+    assert env["NVTE_FUSED_ATTN"] == "0" and env["NVTE_FLASH_ATTN"] == "1"
+    fused = {e.name for e in environment(make_plan("llama3.1-8b", 8, {"tp": 1}))}
+    assert "NVTE_FUSED_ATTN" not in fused and "NVTE_FLASH_ATTN" not in fused
+    text = plan_writer.render(plan.job, plan.require_layout(), {"name": "llama3.1-8b"}, ["t"])
+    assert 'attention_kernel = "flash2"' in text

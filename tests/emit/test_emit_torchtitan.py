@@ -216,3 +216,18 @@ def test_check_and_explain_on_the_command_line(
     megatron = REPO / "examples" / "llama3.1-8b-h100.toml"
     code, _, err = run(["check", str(megatron), "--framework", "torchtitan"], capsys)
     assert code == 2 and "parallel.zero_stage" in err and "FSDP2" in err
+
+
+def test_flashattention2_is_not_a_torchtitan_setting(tmp_path: Path) -> None:
+    """torchtitan at TORCHTITAN_COMMIT tries cuDNN attention first with no setting
+    (torchtitan/models/attention.py), so a plan timed with FlashAttention-2 (its 2024 code)
+    cannot be launched as such: exit 2 naming the field."""
+    path = write(
+        tmp_path,
+        plan_text(
+            training=TITAN + "attention_kernel = 'flash2'\n",
+            parallel="[parallel]\nzero_stage = 3\n",
+        ),
+    )
+    with pytest.raises(InputError, match=r"training\.attention_kernel: flash2 is torchtitan"):
+        launch(path, "torchtitan")

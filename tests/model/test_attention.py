@@ -9,7 +9,7 @@ import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
-from planner.model import attention, layer_time, stage_time
+from planner.model import attention, attention_time, layer_time, stage_time
 from planner.model.layer_time import gpu_of
 
 H100_PEAK = 989e12
@@ -76,3 +76,33 @@ def test_attention_time_scales_with_the_multiplier(monkeypatch: pytest.MonkeyPat
     assert base - fast == pytest.approx(a / 2, rel=1e-9)
     # at 128k tokens attention is most of a Llama 70B layer's forward
     assert a > 0.5 * base
+
+
+def test_flashattention2_on_hopper_runs_at_its_published_fractions() -> None:
+    """attention_kernel "flash2" (PyTorch SDPA's flash backend): "FlashAttention-2 achieving only
+    35% utilization on H100" (arXiv:2407.08608 abstract) forward, 330 of 989 TFLOP/s backward;
+    the length and head-dim terms are the fused kernel's, so at every length the two differ by
+    0.35 / 0.636 forward and 0.334 / 0.54 backward. On A100 both are FlashAttention-2."""
+    for seq in (1024, 8192, 2**20):
+        f2, b2 = attention.kernel_fractions("h100-sxm-80gb", seq, 128, "flash2")
+        f3, b3 = attention.kernel_fractions("h100-sxm-80gb", seq, 128)
+        assert f2 / f3 == pytest.approx(0.35 / 0.636)
+        assert b2 / b3 == pytest.approx(0.334 / 0.54)
+    a100 = attention.kernel_fractions("a100-sxm-80gb", 8192, 128, "flash2")
+    assert a100 == attention.kernel_fractions("a100-sxm-80gb", 8192, 128)
+
+
+def test_the_layers_attention_follows_the_kernel() -> None:
+    """Llama 3.1 8B at 8k on H100: the layer's forward grows by exactly the attention kernel's
+    difference (nothing else reads the kernel); flash2 takes longer."""
+    fused = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    flash2 = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, attention_kernel="flash2")
+    lay = Layout(dp=8)
+    a = layer_time.layer_time(fused, lay, gpu_of(fused), False)
+    b = layer_time.layer_time(flash2, lay, gpu_of(flash2), False)
+    eff = layer_time.ATTENTION_EFFICIENCY
+    ca = attention_time.core_attention(fused, gpu_of(fused), 8192, 8192, 1, eff)
+    cb = attention_time.core_attention(flash2, gpu_of(flash2), 8192, 8192, 1, eff)
+    assert cb.fwd > ca.fwd and cb.bwd > ca.bwd
+    assert b.fwd - a.fwd == pytest.approx(cb.fwd - ca.fwd)
+    assert b.bwd - a.bwd == pytest.approx(cb.bwd - ca.bwd)
