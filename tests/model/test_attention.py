@@ -5,11 +5,14 @@ in a layer's time.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
-from planner.model import attention, attention_time, layer_time, stage_time
+from planner.inputs.plan import parse_plan
+from planner.model import attention, attention_time, cost, layer_time, stage_time
 from planner.model.layer_time import gpu_of
 
 H100_PEAK = 989e12
@@ -106,3 +109,29 @@ def test_the_layers_attention_follows_the_kernel() -> None:
     assert cb.fwd > ca.fwd and cb.bwd > ca.bwd
     assert b.fwd - a.fwd == pytest.approx(cb.fwd - ca.fwd)
     assert b.bwd - a.bwd == pytest.approx(cb.bwd - ca.bwd)
+
+
+def test_cudnn_over_flashattention2_is_torchtitans_reported_gain() -> None:
+    """pytorch/torchtitan#1042 (Apr 2025): Llama 3 8B cut to 14 layers, batch 1, sequence 8192,
+    no activation checkpointing, on 2 H100: "Manually switching to SDPBackend.CUDNN_ATTENTION
+    provides a ~10% e2e improvement" over the FLASH_ATTENTION backend SDPA picked. Oracle: that
+    report, "~10%" taken as 5-15%."""
+
+    def step(kernel: str) -> float:
+        plan = parse_plan(
+            {
+                "model": {"name": "llama3.1-8b"},
+                "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 2},
+                "training": {
+                    "framework": "torchtitan",
+                    "seq_length": 8192,
+                    "global_batch_size": 2,
+                    "attention_kernel": kernel,
+                },
+                "parallel": {"zero_stage": 3, "micro_batch_size": 1, "recompute": "none"},
+            }
+        )
+        arch = plan.job.arch.model_copy(update={"num_layers": 14})
+        return cost.estimate(replace(plan.job, arch=arch), plan.require_layout()).step_time_s
+
+    assert 1.05 <= step("flash2") / step("fused") <= 1.15
