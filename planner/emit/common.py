@@ -181,8 +181,8 @@ def environment(plan: Plan) -> list[EnvVar]:
         margin = str(plan.job.gemm_sm_margin)
         env.append(EnvVar("NVTE_EXT_MARGIN_SM", margin, "SMs every TE GEMM leaves free"))
     if plan.job.attention_kernel == "flash2" and nvidia and plan.job.framework == "megatron":
-        env.append(EnvVar("NVTE_FUSED_ATTN", "0", "no cuDNN attention: the flash-attn package's"))
-        env.append(EnvVar("NVTE_FLASH_ATTN", "1", "attention_kernel flash2 (flash-attn 2.x)"))
+        env.append(EnvVar("NVTE_FUSED_ATTN", "0", "TE: no cuDNN attention (attention_kernel)"))
+        env.append(EnvVar("NVTE_FLASH_ATTN", "1", "TE: the flash-attn package's FA2 kernels"))
     if plan.job.moe_fused_grouped_mlp and nvidia:
         env.append(EnvVar("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "1", "TE's fused grouped MLP kernels"))
     if nodes(plan).nnodes > 1:
