@@ -69,3 +69,11 @@ def test_check_names_the_plan_field(tmp_path: Path) -> None:
     assert "plan.toml: parallel.cp_comm_type: " in load_error(write(tmp_path, text))
     ok = plan_text('[model]\nname = "gpt-oss-20b"\n', parallel=parallel + 'cp_comm_type = "a2a"\n')
     check_plan(load_plan(write(tmp_path, ok, "ok.toml")))
+
+
+def test_torchtitan_runs_sliding_windows_on_its_ring() -> None:
+    """torchtitan's gpt-oss attends through FlexAttention under PyTorch's ring, not Transformer
+    Engine: the window rule is TE's, so cp 2 on the ring stays allowed there."""
+    job = replace(make_job("gpt-oss-20b", num_gpus=8), framework="torchtitan")
+    assert context_exchange(job, Layout(cp=2, dp=4)) is None
+    assert exchange_for(job, 1, 2) == "p2p"

@@ -46,17 +46,22 @@ def context_exchange(job: Job, lay: Layout) -> Violation | None:
     not support sliding window attention with cp_comm_type='p2p'"); a2a splits every rank's Q, K
     and V heads over the cp ranks ("cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q,
     K, V": the heads of a TP rank, K/V heads replicated to one where tp exceeds the query
-    groups); torchtitan's context parallelism is PyTorch's ring attention, p2p only."""
-    if lay.cp <= 1 or (lay.cp_comm_type == "p2p" and job.arch.window_size is None):
+    groups). torchtitan's context parallelism is PyTorch's ring attention, p2p only, and runs
+    its sliding windows in FlexAttention, not in Transformer Engine (no window rule there)."""
+    if lay.cp <= 1:
         return None
     kind = lay.cp_comm_type
-    if job.framework == "torchtitan" and kind != "p2p":
+    if job.framework == "torchtitan":
+        if kind == "p2p":
+            return None
         return Violation(
             "cp_comm_titan",
             "parallel.cp_comm_type",
             f"torchtitan's context parallelism is a ring (PyTorch context_parallel); "
             f"cp_comm_type {kind!r} is Megatron-LM's",
         )
+    if kind == "p2p" and job.arch.window_size is None:
+        return None
     if kind == "p2p":
         return Violation(
             "cp_comm_window",
