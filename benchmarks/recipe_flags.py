@@ -42,6 +42,7 @@ SCOPE = frozenset(
         "--data-parallel-sharding-strategy",
         "--fsdp-double-buffer",
         "--num-distributed-optimizer-instances",
+        "--outer-dp-sharding-strategy",
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--overlap-param-gather-with-optimizer-step",
@@ -169,6 +170,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
             f["--fsdp-double-buffer"] = ()
     if s.optimizer_instances > 1:
         f["--num-distributed-optimizer-instances"] = (str(s.optimizer_instances),)
+        if s.outer_optim:
+            f["--outer-dp-sharding-strategy"] = ("optim",)
     if s.bf16_optimizer:
         f["--use-precision-aware-optimizer"] = ()
         f["--main-grads-dtype"] = ("bf16",)

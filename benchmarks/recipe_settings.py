@@ -39,6 +39,7 @@ class Settings:
     zero_stage: int
     fsdp_double_buffer: bool  # Megatron-FSDP's persistent double buffers (zero_stage 3 only)
     optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
+    outer_optim: bool  # HSDP outer sharding "optim": the optimizer states over the instances too
     bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
     fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
     overlap_grad_reduce: bool
@@ -162,11 +163,6 @@ def read(r: Recipe) -> Settings:
         ]
         notes.append(f"Megatron-FSDP {', '.join(unfielded)}: no plan fields")
     instances = int(m.group(1)) if (m := re.search(r"optimizer_instances (\d+)", opt)) else 1
-    if "outer_dp_sharding_strategy optim" in opt:
-        notes.append(
-            "HSDP outer sharding 'optim' (optimizer states sharded across the instances too): no "
-            "plan field; planner shards every state over dp / instances"
-        )
     bf16_opt = "exp_avg bf16" in opt
     fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
     grad_overlap = "overlap_grad_reduce off" not in opt
@@ -214,6 +210,7 @@ def read(r: Recipe) -> Settings:
         zero_stage=zero,
         fsdp_double_buffer=zero == 3 and "double-buffer" in opt,
         optimizer_instances=instances,
+        outer_optim="outer_dp_sharding_strategy optim" in opt,
         bf16_optimizer=bf16_opt,
         fp32_aware_optimizer=fp32_aware,
         overlap_grad_reduce=grad_overlap,

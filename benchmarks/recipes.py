@@ -99,6 +99,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["optimizer_state_dtype"] = "bf16"
     if s.optimizer_instances > 1:
         training["optimizer_instances"] = s.optimizer_instances
+        if s.outer_optim:
+            training["outer_dp_sharding_strategy"] = "optim"
     if s.precision == "fp8":
         training["fp8_recipe"] = s.fp8_recipe
         training["fp8_param_gather"] = s.fp8_param_gather

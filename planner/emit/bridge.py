@@ -88,7 +88,12 @@ def _recompute(plan: Plan) -> dict[str, Any]:
 def _instances(plan: Plan) -> dict[str, Any]:
     """DistributedDataParallelConfig.num_distributed_optimizer_instances, where above 1."""
     n = optimizer_instances(plan)
-    return {"num_distributed_optimizer_instances": n} if n > 1 else {}
+    if n <= 1:
+        return {}
+    out: dict[str, Any] = {"num_distributed_optimizer_instances": n}
+    if plan.job.outer_dp_sharding_strategy == "optim":
+        out["outer_dp_sharding_strategy"] = "optim"
+    return out
 
 
 def _muon(plan: Plan) -> dict[str, Any]:

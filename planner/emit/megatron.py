@@ -178,6 +178,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
     if (instances := optimizer_instances(plan)) > 1:
         a.append(("--num-distributed-optimizer-instances", str(instances)))
+        if plan.job.outer_dp_sharding_strategy == "optim":
+            a.append(("--outer-dp-sharding-strategy", "optim"))
     if lay.dp * lay.cp > 1 and lay.overlap_grad_reduce:
         a.append(("--overlap-grad-reduce",))
         if lay.ddp_bucket_size is not None:

@@ -71,6 +71,9 @@ class Job:
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     test_mode: bool = False  # Megatron --test-mode (planner.model.host.REALTIME_TEST_OPS)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
+    outer_dp_sharding_strategy: Literal["no_shard", "optim"] = "no_shard"
+    """Megatron-FSDP's outer (across instances) sharding: "optim" shards the optimizer states over
+    every data-parallel rank (`planner.model.memory`)."""
     bf16_layers_at_start: int = 0
     """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
     bf16_layers_at_end: int = 0

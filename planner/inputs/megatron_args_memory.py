@@ -23,6 +23,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if (n := line.integer("--num-distributed-optimizer-instances") or 1) > 1:
         out["optimizer_instances"] = n
+    if line.text("--outer-dp-sharding-strategy") == "optim":
+        out["outer_dp_sharding_strategy"] = "optim"
     fused = line.has("--cross-entropy-loss-fusion")
     out.update(loss_fields(fused, line.text("--cross-entropy-fusion-impl")))
     if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):

@@ -185,6 +185,7 @@ READ = frozenset(
         "--spec",
         "--no-bias-swiglu-fusion",
         "--num-distributed-optimizer-instances",
+        "--outer-dp-sharding-strategy",
         "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl",
         "--log-params-norm",
@@ -211,8 +212,6 @@ READ = frozenset(
 """The flags the reader reads (each one of `megatron_flags()`)."""
 
 NOT_MODELLED: dict[str, str] = {
-    "--outer-dp-sharding-strategy": "hybrid-sharded FSDP (outer data-parallel replicas) is read "
-    "as plain FSDP",
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
     "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
@@ -231,7 +230,6 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--megatron-fsdp-main-params-dtype": ("fp32",),
     "--main-params-dtype": ("fp32",),
     "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
-    "--outer-dp-sharding-strategy": ("no_shard",),
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
 note then)."""

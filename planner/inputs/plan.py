@@ -65,6 +65,7 @@ TRAINING_AS_IS = (
     "log_grad_stats",
     "test_mode",
     "optimizer_instances",
+    "outer_dp_sharding_strategy",
     "gemm_sm_margin",
     "bf16_layers_at_start",
     "bf16_layers_at_end",

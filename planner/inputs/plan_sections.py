@@ -230,6 +230,12 @@ class TrainingSection(BaseModel):
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
         "sharded over the data-parallel group / this many instances",
     )
+    outer_dp_sharding_strategy: Literal["no_shard", "optim"] = Field(
+        default="no_shard",
+        description="Megatron --outer-dp-sharding-strategy, with Megatron-FSDP (zero_stage 3) over "
+        "optimizer_instances > 1: no_shard replicates each instance's states (HSDP); optim shards "
+        "the optimizer states over the instances too (params and gradients stay per instance)",
+    )
     optimizer: Literal["adam", "muon"] = Field(
         default="adam",
         description="Megatron --optimizer: adam, or muon (Muon's fp32 master and one momentum "

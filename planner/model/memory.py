@@ -14,7 +14,9 @@ parameters and the expert-data-parallel size world / (etp x ep x pp) for expert 
 divided by Megatron's --num-distributed-optimizer-instances (`Job.optimizer_instances`: instance i
 is the i-th slice of dp x cp / N ranks of every data-parallel group and of every expert one,
 Megatron-LM d98e8a64 megatron/core/parallel_state.py, intra_partial_data_parallel_size and
-intra_partial_expert_data_parallel_size).
+intra_partial_expert_data_parallel_size); under Megatron-FSDP with --outer-dp-sharding-strategy
+optim (HFSDP, `Job.outer_dp_sharding_strategy`) the optimizer states shard over all N_d x N
+(megatron_fsdp fully_shard.py: outer sharding of the optimizer state on top of FSDP).
 
 Activations: `planner.model.activations` per layer and micro-batch; what a pipeline rank holds at
 its peak (the micro-batches in flight in Megatron's schedule, chunk by chunk, and the working set
@@ -230,6 +232,10 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
     w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
     w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
+    if z == 3 and job.outer_dp_sharding_strategy == "optim":
+        # Megatron-FSDP's HFSDP: the optimizer states shard over the instances too
+        o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)[2]
+        o_e = state_bytes_per_param(z, g, layout.expert_dp, opt)[2]
     w8_d = state_bytes_per_param(z, g, dense_dp, opt, w8)[0]
     w8_e = state_bytes_per_param(z, g, expert_dp, opt, w8)[0]
     weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d

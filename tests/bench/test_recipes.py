@@ -250,12 +250,15 @@ def test_new_megatron_fsdp_rows() -> None:
     assert "--fsdp-double-buffer" not in recipes.recipe_flags(BY_ID["L54"], l54)
     lay = load_plan(BY_ID["L63"].plan_path).require_layout()
     assert (lay.zero_stage, lay.cpu_offloading_num_layers, lay.micro_batch_size) == (3, 30, 2)
-    # D28: HSDP, 4 optimizer instances; Bridge drops the MXFP8 grad-buffer reuse under FSDP
+    # D28: HSDP, 4 optimizer instances with outer sharding 'optim' (the optimizer states over
+    # all of them); Bridge drops the MXFP8 grad-buffer reuse under FSDP
     d28 = load_plan(BY_ID["D28"].plan_path)
     assert d28.job.optimizer_instances == 4 and d28.require_layout().zero_stage == 3
+    assert d28.job.outer_dp_sharding_strategy == "optim"
     flags = recipes.recipe_flags(BY_ID["D28"], recipes.read(BY_ID["D28"]))
     assert "--reuse-grad-buf-for-mxfp8-param-ag" not in flags
     assert flags["--num-distributed-optimizer-instances"] == ("4",)
+    assert flags["--outer-dp-sharding-strategy"] == ("optim",)
 
 
 def test_nvfp4_recipes_as_bridge_sets_them() -> None:
@@ -356,13 +359,6 @@ DSV3_FINE_OFFLOAD = (
     "plan field, so their activations (about half of the 144.1 GiB) stay on the GPU: 276.2 GiB, "
     "7.0 over; the MXFP8 twin (D27) fits"
 )
-DSV3_HSDP_OPTIM = (
-    "DeepSeek-V3 MXFP8 HSDP on 128 GB300: 4 optimizer instances with outer sharding 'optim', "
-    "which shards the optimizer states over all 4 instances too; the plan has no field for it, so "
-    "planner shards them over dp / 4 only: 158.9 GiB of optimizer states, about 4 x Bridge's; "
-    "with them a quarter the total would be about 196 GiB (the fine-grained offloading is not "
-    "counted either): 317.1 GiB with its full-iteration graphs' static buffers, 47.9 over"
-)
 NVFP4_8B_MBS4 = (
     "Llama 3 8B NVFP4 at mbs 4 (32,768 tokens per micro-batch; the BF16 / FP8 twins L11-L13 run "
     "mbs 2), tp 1, no recompute, no CUDA graphs, on 8 B200: 32 layers at 3.58 GiB each (117,376 "
@@ -388,7 +384,6 @@ DO_NOT_FIT = {
     "L52": B300_70B_PP4,
     **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),
     "D26": DSV3_FINE_OFFLOAD,
-    "D28": DSV3_HSDP_OPTIM,
     "L14": NVFP4_8B_MBS4,
     "L24": NVFP4_405B_PP16_128,
 }

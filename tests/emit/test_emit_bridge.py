@@ -184,3 +184,21 @@ def test_the_context_exchange_is_bridges_model_field() -> None:
     assert doc["model"]["cp_comm_type"] == "a2a"
     ring = yaml.safe_load(render(make_plan("llama3.1-8b", 8, {"cp": 2}), "megatron-bridge")[1])
     assert "cp_comm_type" not in ring["model"]
+
+
+def test_hfsdp_is_bridges_ddp_field() -> None:
+    """--outer-dp-sharding-strategy optim as DistributedDataParallelConfig's field, beside the
+    instances it needs; a plain HSDP plan (no_shard) sets neither outer field."""
+    par = {"zero_stage": 3}
+    plan = make_plan(
+        "llama3.1-8b", 16, par, optimizer_instances=2, outer_dp_sharding_strategy="optim"
+    )
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    assert doc["ddp"]["num_distributed_optimizer_instances"] == 2
+    assert doc["ddp"]["outer_dp_sharding_strategy"] == "optim"
+    plain = make_plan("llama3.1-8b", 16, par, optimizer_instances=2)
+    assert (
+        "outer_dp_sharding_strategy"
+        not in yaml.safe_load(render(plain, "megatron-bridge")[1])["ddp"]
+    )

@@ -25,6 +25,7 @@ from planner.model import memory, rl_inference, scores, vision
 from planner.model.loss_activations import logits_bytes
 from planner.model.stage_activations import shard
 from planner.model.stage_params import stage_params
+from planner.search.rules import violations
 
 LAYOUT = Layout(tp=8, pp=2, dp=4, sequence_parallel=True, zero_stage=1)
 
@@ -59,6 +60,34 @@ def test_optimizer_instances_shard_the_states_over_their_slice(instances: int) -
     assert memory.estimate(split, plain).stages[0].optimizer == pytest.approx(
         memory.estimate(base, plain).stages[0].optimizer
     )
+
+
+@pytest.mark.parametrize("instances", [2, 4])
+def test_hfsdp_shards_the_optimizer_states_over_the_instances_too(instances: int) -> None:
+    """Megatron-FSDP (zero_stage 3) over dp = 4 in N instances: each instance's 4 / N ranks
+    shard weights, gradients and the optimizer's 12 bytes per parameter; with
+    --outer-dp-sharding-strategy optim the optimizer states shard over all 4 ranks (megatron_fsdp
+    fully_shard.py, HFSDP): 12 / 4 against 12 N / 4, weights and gradients unchanged. A plan
+    without FSDP is refused it (outer sharding builds on FSDP's)."""
+    fsdp = LAYOUT.with_(zero_stage=3)
+    hsdp = replace(
+        job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 256), optimizer_instances=instances
+    )
+    hfsdp = replace(hsdp, outer_dp_sharding_strategy="optim")
+    a, b = memory.estimate(hsdp, fsdp).stages[0], memory.estimate(hfsdp, fsdp).stages[0]
+    assert a.optimizer == pytest.approx(instances * b.optimizer)
+    assert (b.weights, b.grads) == (a.weights, a.grads)
+    assert [v.rule for v in violations(hfsdp, LAYOUT)] == ["outer_dp_sharding"]
+    line = (
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+        "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+        "--vocab-size 32000 --use-megatron-fsdp --data-parallel-sharding-strategy "
+        f"optim_grads_params --num-distributed-optimizer-instances {instances} "
+        "--outer-dp-sharding-strategy optim"
+    )
+    reading = megatron_args.read(line, "h100-sxm-80gb", 8, "t")
+    assert reading.doc["training"]["outer_dp_sharding_strategy"] == "optim"
+    assert not reading.not_modelled
 
 
 def test_rl_rollout_engine_adds_its_kv_cache_and_its_own_copy_of_the_weights() -> None:

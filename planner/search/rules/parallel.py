@@ -245,6 +245,15 @@ def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
             f"optimizer_instances = {n} must divide dp x cp = {lay.dp * lay.cp} and the expert "
             f"data-parallel size {lay.expert_dp} (Megatron's parallel_state asserts)",
         )
+    if job.outer_dp_sharding_strategy == "optim" and lay.zero_stage != 3:
+        # megatron_fsdp fully_shard.py: "Sharding with Hybrid (Fully) Sharded Data Parallel
+        # (HSDP) requires zero_dp_strategy to use FSDP ('optim_grads_params', 3)"
+        return Violation(
+            "outer_dp_sharding",
+            "training.outer_dp_sharding_strategy",
+            f"outer_dp_sharding_strategy optim needs Megatron-FSDP's optim_grads_params "
+            f"(zero_stage 3; got {lay.zero_stage}): outer sharding builds on inner sharding",
+        )
     return None
 
 
