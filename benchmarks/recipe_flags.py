@@ -47,6 +47,8 @@ SCOPE = frozenset(
         "--overlap-param-gather",
         "--overlap-param-gather-with-optimizer-step",
         "--cpu-offloading-num-layers",
+        "--fine-grained-activation-offloading",
+        "--offload-modules",
         # precision
         *PRECISION_FLAGS,
         "--fp8-amax-history-len",
@@ -187,6 +189,9 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--overlap-param-gather-with-optimizer-step"] = ()
     if s.offload_layers:
         f["--cpu-offloading-num-layers"] = (str(s.offload_layers),)
+    if s.offload_modules:
+        f["--fine-grained-activation-offloading"] = ()
+        f["--offload-modules"] = s.offload_modules
     if s.recompute == "full":
         f["--recompute-granularity"] = ("full",)
         f["--recompute-method"] = (str(s.recompute_method),)

@@ -31,6 +31,7 @@ class Settings:
     recompute_method: str | None
     recompute_num_layers: int | None
     offload_layers: int
+    offload_modules: tuple[str, ...]  # fine-grained activation offloading's modules (() = off)
     dispatcher: str | None
     backend: str | None
     tp_overlap: bool
@@ -116,13 +117,13 @@ def read(r: Recipe) -> Settings:
     elif text != "none":
         raise ValueError(f"{r.id}: cannot read the recompute cell {text!r}")
 
-    offload = 0
+    offload, fine = 0, ()
     if m := re.match(r"cpu_offloading, (\d+) layers", rt["offload"]):
         offload = int(m.group(1))
     elif "no effect" in rt["offload"]:
         notes.append(f"{rt['offload'].split(' set')[0]} without cpu_offloading: no effect (0)")
-    elif m := re.match(r"fine-grained (\[[^]]*\])", rt["offload"]):
-        notes.append(f"fine-grained activation offloading of {m.group(1)}: no plan field")
+    elif m := re.match(r"fine-grained \[([^]]*)\]", rt["offload"]):
+        fine = tuple(x.strip() for x in m.group(1).split(","))
 
     dispatcher = backend = None
     d = rt["dispatcher"]
@@ -174,6 +175,15 @@ def read(r: Recipe) -> Settings:
     graph_modules = _graph_modules(graphs)
     if graph_modules is not None and "full_iteration" in graphs:
         notes.append(f"CUDA graphs ({graphs}): timed as per-layer graphs of the whole layer")
+    outside = [m for m in fine if m not in ("expert_fc1", "moe_act", "fused_group_mlp")]
+    if graph_modules is not None and outside:
+        # Megatron refuses these modules under the local per-layer graphs planner launches
+        # (TransformerConfig d98e8a64); the recipe's full-iteration graphs take them
+        notes.append(
+            f"fine-grained activation offloading of [{', '.join(fine)}] under {graphs}: planner's "
+            "per-layer graphs do not run it, so the activations stay on the GPU (memory errs high)"
+        )
+        fine = ()
     fused_mlp = "TE op fuser" in graphs and r.is_moe  # the experts' fused grouped MLP
     if "TE op fuser" in graphs and not r.is_moe:
         notes.append("TE op fuser on a dense model: no plan field")
@@ -202,6 +212,7 @@ def read(r: Recipe) -> Settings:
         recompute_method=method,
         recompute_num_layers=nlayers,
         offload_layers=offload,
+        offload_modules=fine,
         dispatcher=dispatcher,
         backend=backend,
         tp_overlap=rt["tp_overlap"].startswith("on"),

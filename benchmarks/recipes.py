@@ -143,6 +143,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         parallel["recompute_num_layers"] = s.recompute_num_layers
     if s.offload_layers:
         parallel["cpu_offloading_num_layers"] = s.offload_layers
+    if s.offload_modules:
+        parallel["offload_modules"] = list(s.offload_modules)
     if r.is_moe:
         parallel["moe_token_dispatcher_type"] = s.dispatcher
         if s.backend:
