@@ -236,7 +236,8 @@ def overlap(job: Job, lay: Layout) -> Violation | None:
 def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
     """--num-distributed-optimizer-instances N (`Job.optimizer_instances`): Megatron's
     parallel_state asserts that N divides the data-parallel size with CP and the expert
-    data-parallel size (Megatron-LM d98e8a64 parallel_state.py, initialize_model_parallel)."""
+    data-parallel size (Megatron-LM d98e8a64 parallel_state.py, initialize_model_parallel); their
+    outer sharding (--outer-dp-sharding-strategy optim) needs Megatron-FSDP's full sharding."""
     n = job.optimizer_instances
     if n > 1 and ((lay.dp * lay.cp) % n or lay.expert_dp % n):
         return Violation(
