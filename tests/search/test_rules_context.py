@@ -8,6 +8,7 @@ the comments.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from plan_text import load_error, plan_text, write
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
+from planner.search import space as space_mod
 from planner.search.rules import check_plan, violations
 from planner.search.rules.context import context_exchange, exchange_for
 from tests.search.test_rules import broken, make_job
@@ -77,3 +79,17 @@ def test_torchtitan_runs_sliding_windows_on_its_ring() -> None:
     job = replace(make_job("gpt-oss-20b", num_gpus=8), framework="torchtitan")
     assert context_exchange(job, Layout(cp=2, dp=4)) is None
     assert exchange_for(job, 1, 2) == "p2p"
+
+
+def test_every_context_parallel_structure_of_gpt_oss_runs_in_te() -> None:
+    """The search's structures take exchange_for's type: on 16 H100, every gpt-oss-20b structure
+    with cp > 1 uses an exchange Transformer Engine runs (a2a where each TP rank's 64 / tp query
+    and max(8 / tp, 1) K/V heads divide over cp, else all_gather), and none breaks the rule."""
+    job = make_job("gpt-oss-20b", num_gpus=16, seq_length=8192)
+    structs = [s for s in space_mod.structures(job, space_mod.Space(), Counter()) if s.cp > 1]
+    assert structs
+    for s in structs:
+        kv = max(8 // s.tp, 1)
+        a2a = (64 // s.tp) % s.cp == 0 and kv % s.cp == 0
+        assert s.cp_comm_type == ("a2a" if a2a else "all_gather")
+        assert context_exchange(job, s.layout()) is None
