@@ -81,7 +81,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             "every N = selective_layer_every: every N-th layer recomputed whole, full(block k) "
             "= k layers of each chunk)"
         )
-    if any(c.layout.cp > 1 and c.layout.cp_comm_type != "p2p" for c in cands):
+    if any(c.layout.cp_exchange for c in cands):
         t.caption += "; cp a2a / all_gather = the context-parallel exchange (--cp-comm-type)"
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
@@ -90,9 +90,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
 
 def _cp(lay: Layout) -> str:
     """CP with an exchange other than Megatron's default p2p ring."""
-    if lay.cp > 1 and lay.cp_comm_type != "p2p":
-        return f"{lay.cp} {lay.cp_comm_type}"
-    return str(lay.cp)
+    return f"{lay.cp} {lay.cp_exchange}" if lay.cp_exchange else str(lay.cp)
 
 
 def _ep(lay: Layout) -> str:

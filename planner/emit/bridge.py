@@ -135,8 +135,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
         "microbatch_group_size_per_vp_stage": lay.microbatch_group_size_per_vp_stage,
     }
-    if lay.cp > 1 and lay.cp_comm_type != "p2p":  # TransformerConfig's, as Bridge's GPT-OSS sets it
-        model["cp_comm_type"] = lay.cp_comm_type
+    if lay.cp_exchange:  # TransformerConfig's, as Bridge's GPT-OSS recipes set it
+        model["cp_comm_type"] = lay.cp_exchange
     if job.cuda_graphs:  # TransformerConfig.cuda_graph_impl, as Megatron-LM's flag
         model["cuda_graph_impl"] = cuda_graph_impl(plan)
         if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules

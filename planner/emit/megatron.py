@@ -133,8 +133,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
         ("--pipeline-model-parallel-size", str(lay.pp)),
         ("--context-parallel-size", str(lay.cp)),
     ]
-    if lay.cp > 1 and lay.cp_comm_type != "p2p":  # passed to Transformer Engine as spelt
-        a.append(("--cp-comm-type", lay.cp_comm_type))
+    if lay.cp_exchange:  # passed to Transformer Engine as spelt
+        a.append(("--cp-comm-type", lay.cp_exchange))
     a += pipeline_args(arch, lay)
     if lay.sequence_parallel:
         a.append(("--sequence-parallel",))

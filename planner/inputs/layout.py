@@ -144,6 +144,12 @@ class Layout:
     crosses the link between pools (`planner.model.pools`)."""
 
     @property
+    def cp_exchange(self) -> CpCommType | None:
+        """The context-parallel exchange where it is not Megatron's default ring (cp > 1 and
+        `cp_comm_type` a2a or all_gather): what a plan, a launch or a table has to name."""
+        return self.cp_comm_type if self.cp > 1 and self.cp_comm_type != "p2p" else None
+
+    @property
     def expert_tp(self) -> int:
         return self.etp if self.etp is not None else self.tp
 
@@ -228,8 +234,8 @@ class Layout:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
-            if self.cp_comm_type != "p2p":
-                parts.append(f"cp-{self.cp_comm_type.replace('_', '')}")
+            if self.cp_exchange:
+                parts.append(f"cp-{self.cp_exchange.replace('_', '')}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.etp is not None and self.etp != self.tp:

@@ -146,10 +146,7 @@ def read(
     notes: list[str] = []
     missing: list[str] = []
     model = _model(line, notes)
-    parallel = layout.parallel(line, model["num_layers"], num_gpus)
-    exchange_note = layout.cp_exchange(line, model["num_layers"])[1]
-    if exchange_note is not None:
-        missing.append(exchange_note)
+    parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     megatron_args_memory.vision(line, model, parallel, training)
     missing += megatron_args_memory.mimo(line, training)

@@ -30,8 +30,11 @@ PARALLEL_INT = {
 _FSDP_STAGE = {strategy: stage for stage, strategy in FSDP_STRATEGY.items()}
 
 
-def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
-    """The plan's `[parallel]` table from the line's layout flags."""
+def parallel(
+    line: Line, num_layers: int, num_gpus: int, notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The plan's `[parallel]` table from the line's layout flags; what it reads but does not
+    model goes to `notes` (`cp_exchange`'s)."""
     where = line.where
     out: dict[str, Any] = {}
     for flag, field in PARALLEL_INT.items():
@@ -50,9 +53,11 @@ def parallel(line: Line, num_layers: int, num_gpus: int) -> dict[str, Any]:
                 f"{where}: --hierarchical-context-parallel-sizes: their product ({prod(split)}) "
                 f"must equal --context-parallel-size ({cp})"
             )
-    exchange, _ = cp_exchange(line, num_layers)
+    exchange, note = cp_exchange(line, num_layers)
     if exchange is not None:
         out["cp_comm_type"] = exchange
+    if note is not None and notes is not None:
+        notes.append(note)
     out["sequence_parallel"] = line.has("--sequence-parallel") and tp > 1
     out["vpp"] = _vpp(line, num_layers, pp)
     first_last = _uneven(line, num_layers, pp)

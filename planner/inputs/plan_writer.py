@@ -176,8 +176,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["moe_token_dispatcher_type"] = layout.moe_token_dispatcher_type
         if layout.moe_token_dispatcher_type == "flex":
             out["moe_flex_dispatcher_backend"] = layout.moe_flex_dispatcher_backend
-    if layout.cp > 1 and layout.cp_comm_type != "p2p":
-        out["cp_comm_type"] = layout.cp_comm_type
+    if layout.cp_exchange:
+        out["cp_comm_type"] = layout.cp_exchange
     if layout.microbatch_group_size_per_vp_stage is not None:
         out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
     if layout.dp_pools > 1:

@@ -37,6 +37,8 @@ Efficient with NVIDIA Blackwell Ultra", DeepSeek-V3 FP8 FPROP).
 
 from __future__ import annotations
 
+from planner.inputs.plan_sections import AttentionKernel
+
 ATTENTION_KERNELS: tuple[tuple[str, float, float], ...] = (
     ("a100", 0.73, 0.63),
     ("*", 0.636, 0.54),
@@ -113,7 +115,7 @@ def keys_per_query(seq: float, window: int | None) -> float:
     return (window + 1) * (1 - window / (2 * seq))
 
 
-def _long_seq(gpu_name: str, kernel: str = "fused") -> tuple[float, float]:
+def _long_seq(gpu_name: str, kernel: AttentionKernel = "fused") -> tuple[float, float]:
     table = FLASH2_KERNELS if kernel == "flash2" else ATTENTION_KERNELS
     return next((f, b) for p, f, b in table if p == "*" or gpu_name.startswith(p))
 
@@ -124,7 +126,7 @@ def _length(seq: float) -> float:
 
 
 def kernel_fractions(
-    gpu_name: str, seq: float, head_dim: float, kernel: str = "fused"
+    gpu_name: str, seq: float, head_dim: float, kernel: AttentionKernel = "fused"
 ) -> tuple[float, float]:
     """(forward, backward) fraction of the bf16 dense peak on causal attention work for one
     (batch, head) of `seq` queries and keys of width `head_dim` (module docstring), by the
@@ -137,7 +139,9 @@ def kernel_fractions(
     return fwd * dim * length, bwd * dim * length
 
 
-def exp_fractions(gpu_name: str, seq: float, kernel: str = "fused") -> tuple[float, float]:
+def exp_fractions(
+    gpu_name: str, seq: float, kernel: AttentionKernel = "fused"
+) -> tuple[float, float]:
     """(forward, backward) fraction of the special-function units' exponential rate the kernel
     sustains: the long-sequence and length terms of `kernel_fractions`, no head-dim term."""
     fwd, bwd = _long_seq(gpu_name, kernel)

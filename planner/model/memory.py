@@ -232,7 +232,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
     w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
     w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
-    if z == 3 and job.outer_dp_sharding_strategy == "optim":
+    if n > 1 and z == 3 and job.outer_dp_sharding_strategy == "optim":
         # Megatron-FSDP's HFSDP: the optimizer states shard over the instances too
         o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)[2]
         o_e = state_bytes_per_param(z, g, layout.expert_dp, opt)[2]

@@ -128,10 +128,11 @@ def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure
             rejected["tp beyond the scale-up domain"] += 1
             continue
         for cp in divisors(n // tp):
+            exchange = exchange_for(job, tp, cp)
             for pp in divisors(n // (tp * cp)):
                 dp = n // (tp * cp * pp)
                 for ep, etp in _expert_options(job, space, tp, pp):
-                    s = Structure(tp, cp, pp, dp, ep, etp, exchange_for(job, tp, cp))
+                    s = Structure(tp, cp, pp, dp, ep, etp, exchange)
                     why = _structure_rule(job, space, s)
                     if why:
                         rejected[why] += 1
