@@ -67,6 +67,11 @@ class ModelArch(BaseModel):
     add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
     add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")
     qk_layernorm: Flag = False
+    softmax_type: Literal["vanilla", "off-by-one", "learnable"] = Field(
+        default="vanilla",
+        description="Megatron --softmax-type: the attention softmax with an extra logit in its "
+        "denominator, 0 (off-by-one) or learned per head (learnable: gpt-oss's attention sinks)",
+    )
     position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "rope"
     untie_embeddings_and_output_weights: Flag = False
 

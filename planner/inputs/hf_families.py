@@ -223,14 +223,16 @@ def _gpt_oss(r: Reader) -> Fields:
     num_experts_per_tok), GQA with head_dim, RMSNorm, RoPE, sliding-window attention on the
     layers layer_types marks (`_window`). The experts and the router always carry biases and
     attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring high when
-    attention_bias is false). Not expressible, noted in `source`: the per-head attention sinks,
-    the router bias and the clamped GLU (swiglu_limit; counted as SwiGLU)."""
+    attention_bias is false). The per-head attention sinks (GptOssAttention.sinks): softmax_type
+    "learnable". Not expressible, noted in `source`: the router bias and the clamped GLU
+    (swiglu_limit; counted as SwiGLU)."""
     f = _llama(r, head_dim_default=64)
     every = [True] * f["num_layers"]
-    r.notes.append("attention sinks, router bias and the clamped GLU (swiglu_limit) not modelled")
+    r.notes.append("router bias and the clamped GLU (swiglu_limit) not modelled")
     return {
         **f,
         "add_bias_linear": True,
+        "softmax_type": "learnable",
         **_moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
         **_window(r, f["num_layers"], every=False),
     }

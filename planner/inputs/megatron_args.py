@@ -72,6 +72,8 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--qk-layernorm": ("qk_layernorm", True),
     "--multi-latent-attention": ("multi_latent_attention", True),
 }
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
+"""--softmax-type's choices (TransformerConfig.softmax_type, d98e8a64)."""
 # Megatron position embeddings that store what RoPE stores (YaRN and multimodal RoPE rescale it)
 _ROPE_LIKE = {"yarn": "rope", "mrope": "rope"}
 
@@ -151,6 +153,7 @@ def read(
     megatron_args_memory.vision(line, model, parallel, training)
     missing += megatron_args_memory.mimo(line, training)
     missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
+    missing += megatron_args_memory.deterministic_sinks_note(line, model)
     model.setdefault("max_position_embeddings", training["seq_length"])
     vocab = vocabulary(
         VocabFlags(
@@ -220,6 +223,14 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
     norm = line.text("--normalization")
     if norm is not None:
         model["normalization"] = norm
+    softmax = line.text("--softmax-type")
+    if softmax is not None:
+        if softmax not in SOFTMAX_TYPES:
+            raise InputError(
+                f"{where}: --softmax-type: expected one of {', '.join(SOFTMAX_TYPES)} "
+                f"(got {softmax!r})"
+            )
+        model["softmax_type"] = softmax
     # Megatron's default (arguments.py): learned absolute position embeddings; the legacy
     # --use-rotary-position-embeddings sets rope
     position = line.text("--position-embedding-type") or "learned_absolute"

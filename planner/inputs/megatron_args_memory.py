@@ -118,6 +118,25 @@ def deterministic_note(line: Line, blackwell: bool) -> list[str]:
     return [BLACKWELL_DETERMINISTIC]
 
 
+DETERMINISTIC_SINKS = (
+    "--deterministic-mode with --softmax-type {kind}: Transformer Engine disables its fused "
+    "attention for attention sinks in deterministic mode (they need "
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1, get_attention_backend, TransformerEngine d0067d0d) and "
+    "runs the unfused attention, whose time and seq^2 scores are not modelled (both "
+    "under-estimated)"
+)
+"""What `deterministic_sinks_note` says."""
+
+
+def deterministic_sinks_note(line: Line, model: dict[str, object]) -> list[str]:
+    """The not-modelled note of --deterministic-mode with attention sinks (DETERMINISTIC_SINKS),
+    on any GPU."""
+    kind = model.get("softmax_type", "vanilla")
+    if kind == "vanilla" or not line.has("--deterministic-mode"):
+        return []
+    return [DETERMINISTIC_SINKS.format(kind=kind)]
+
+
 def _positive(text: str, flag: str, where: str) -> int:
     """A script's own integer flag (not Megatron's: `Line.integer` reads those)."""
     try:

@@ -70,6 +70,7 @@ READ = frozenset(
         "--position-embedding-type",
         "--use-rotary-position-embeddings",
         "--normalization",
+        "--softmax-type",
         "--swiglu",
         "--squared-relu",
         "--quick-geglu",

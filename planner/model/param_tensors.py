@@ -6,13 +6,13 @@ d98e8a64).
 Per decoder layer, as Megatron-Core builds it with Transformer Engine (the norms fused into the
 first linear of each block keep their own weight tensors): an attention block has its QKV and
 output-projection weights (each with a bias under --add-bias-linear) and its input norm (weight, and
-bias for LayerNorm), MLA its five projections and two latent norms in place of QKV, QK layernorm
-two norms more; a dense MLP its fc1 and fc2 (with biases) and its norm; a mixture of experts its
-norm, the router's weight, and each local expert's fc1 and fc2 (TEGroupedMLP keeps one weight per
-expert, with biases), shared experts two more; a Mamba mixer its in_proj, conv1d weight and bias,
-dt bias, A_log, D, its inner norm and out_proj, and its input norm. The first rank holds the word
-embedding (and learned position embeddings), the last the final norm and the output layer (a
-tied model's copy with pp > 1)."""
+bias for LayerNorm), MLA its five projections and two latent norms in place of QKV, QK layernorm two
+norms more, learned attention sinks one (`softmax_offset`); a dense MLP its fc1 and fc2 (with
+biases) and its norm; a mixture of experts its norm, the router's weight, and each local expert's
+fc1 and fc2 (TEGroupedMLP keeps one weight per expert, with biases), shared experts two more; a
+Mamba mixer its in_proj, conv1d weight and bias, dt bias, A_log, D, its inner norm and out_proj, and
+its input norm. The first rank holds the word embedding (and learned position embeddings), the last
+the final norm and the output layer (a tied model's copy with pp > 1)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def layer_tensors(arch: ModelArch, kind: LayerKind, ep: int) -> int:
             n += norm + MLA_TENSORS
         else:
             n += norm + 2 * linear + (2 * norm if arch.qk_layernorm else 0)
+        n += 1 if arch.softmax_type == "learnable" else 0  # the sinks' `softmax_offset`
     elif kind.mixer == "mamba":
         n += norm + MAMBA_TENSORS
     if kind.ffn == "dense":

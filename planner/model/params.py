@@ -13,6 +13,8 @@ Attention, MHA / GQA (one layer):
     linear_qkv   h -> Q + 2*n_q*d_h      weights h*(Q + 2*n_q*d_h), bias Q + 2*n_q*d_h
     linear_proj  Q -> h                  weights Q*h,               bias h
     q/k norm     over d_h (qk_layernorm) 2 * nw * d_h
+    sinks        a (softmax_type "learnable": DotProductAttention's `softmax_offset`, one
+                 learned logit per head, Megatron-Core d98e8a64 dot_product_attention.py)
   The QKV bias is present with add_bias_linear or add_qkv_bias (Qwen2); the output bias only with
   add_bias_linear. With n_q = a and no biases this is Megatron's `2*h*Q*(1 + n_q/a)`.
 
@@ -104,7 +106,7 @@ def _mla_attention_params(arch: ModelArch) -> int:
         q = h * a * (d_qk + d_r)
     kv = h * (r_kv + d_r) + r_kv * a * (d_qk + d_v) + (nw * r_kv if latent_norm else 0)
     out = a * d_v * h + (h if arch.add_bias_linear else 0)
-    return q + kv + out
+    return q + kv + out + sink_params(arch)
 
 
 def attention_params(arch: ModelArch) -> int:
@@ -117,7 +119,13 @@ def attention_params(arch: ModelArch) -> int:
     qkv = h * qkv_out + (qkv_out if arch.add_bias_linear or arch.add_qkv_bias else 0)
     out = q_out * h + (h if arch.add_bias_linear else 0)
     qk_norm = 2 * _norm_width(arch) * d_h if arch.qk_layernorm else 0
-    return qkv + out + qk_norm
+    return qkv + out + qk_norm + sink_params(arch)
+
+
+def sink_params(arch: ModelArch) -> int:
+    """One layer's learned softmax offsets (attention sinks): a per head with softmax_type
+    "learnable", none otherwise (off-by-one's offset is a constant 0, not a parameter)."""
+    return arch.num_attention_heads if arch.softmax_type == "learnable" else 0
 
 
 def dense_mlp_params(arch: ModelArch) -> int:

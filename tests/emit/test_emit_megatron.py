@@ -678,12 +678,16 @@ def test_latent_moe_flag_reads_back() -> None:
     assert "--moe-latent-size" not in flags(make_plan("qwen3-30b-a3b", 8, {"tp": 1, "ep": 8}))
 
 
-@pytest.mark.parametrize("kind", ["a2a", "all_gather"])
-def test_the_context_exchange_is_launched_as_megatrons_flag(kind: str) -> None:
-    """gpt-oss-20b's sliding window needs a2a or all_gather under CP (Transformer Engine's p2p
-    ring refuses it): the flag carries the plan's type as TE spells it, reads back the same,
-    and the ring (Megatron's default) needs no flag."""
-    plan = check_plan(make_plan("gpt-oss-20b", 8, {"cp": 2, "ep": 4, "cp_comm_type": kind}))
+@pytest.mark.parametrize(("model", "kind"), [("gpt-oss-20b", "a2a"), ("llama3.1-8b", "all_gather")])
+def test_the_context_exchange_is_launched_as_megatrons_flag(model: str, kind: str) -> None:
+    """gpt-oss-20b's sliding window and sinks need a2a under CP (Transformer Engine's p2p ring
+    refuses the window, everything but a2a the sinks); Llama runs any exchange: the flag carries
+    the plan's type as TE spells it, reads back the same, and the ring (Megatron's default)
+    needs no flag."""
+    layout: dict[str, object] = {"cp": 2, "cp_comm_type": kind}
+    if model == "gpt-oss-20b":
+        layout["ep"] = 4
+    plan = check_plan(make_plan(model, 8, layout))
     assert flags(plan)["--cp-comm-type"] == [kind]
     assert set(flags(plan)) <= MEGATRON_FLAGS
     back = round_trip(plan)

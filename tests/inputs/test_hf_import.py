@@ -323,7 +323,10 @@ def test_gpt_oss_active_params_as_the_model_card_counts_them() -> None:
 def test_gpt_oss_notes_what_it_cannot_model() -> None:
     arch = load_hf_config(HF / "gpt-oss-120b.json")
     assert "sliding_window" not in arch.source  # modelled now (test_sliding_window_layers)
-    assert "attention sinks" in arch.source
+    assert "router bias" in arch.source
+    # the per-head sinks (HF GptOssAttention.sinks) are modelled: Megatron's learnable softmax
+    assert "attention sinks" not in arch.source
+    assert arch.softmax_type == "learnable"
     # attention_bias false still leaves the experts' biases: erring high, biases stay on
     cfg = {**fixture("gpt-oss-120b"), "attention_bias": False}
     assert arch_from_hf(cfg, "x.json").add_bias_linear

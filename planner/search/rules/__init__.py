@@ -17,7 +17,12 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
 from planner.search.rules.base import Rule, Violation
-from planner.search.rules.context import context, context_attention, context_exchange
+from planner.search.rules.context import (
+    attention_sinks,
+    context,
+    context_attention,
+    context_exchange,
+)
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import WARNINGS, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
@@ -66,6 +71,7 @@ RULES: tuple[Rule, ...] = (
     context,
     context_attention,
     context_exchange,
+    attention_sinks,
     sequence_parallel,
     overlap,
     optimizer_instances,

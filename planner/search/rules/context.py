@@ -40,8 +40,40 @@ def context_attention(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def attention_sinks(job: Job, lay: Layout) -> Violation | None:
+    """Whether Transformer Engine has an attention backend for the model's sinks
+    (`ModelArch.softmax_type` other than vanilla; get_attention_backend, TransformerEngine
+    d0067d0d): FlashAttention runs none (so not `attention_kernel` "flash2"); in FP8 attention
+    the unfused backend is off and the fused one needs compute capability 10.0 (Blackwell) and
+    cuDNN 9.21. Megatron's own unfused attention (flash_attention false) adds the offset itself.
+    Under context parallelism: `context_exchange`."""
+    sinks = job.arch.softmax_type
+    if sinks == "vanilla" or not job.flash_attention:
+        return None
+    if job.attention_kernel == "flash2":
+        return Violation(
+            "sinks_flash2",
+            "training.attention_kernel",
+            f"softmax_type {sinks!r} (attention sinks) does not run on FlashAttention: "
+            "Transformer Engine takes its fused (cuDNN) attention for them; attention_kernel "
+            "'flash2' asks for FlashAttention-2",
+        )
+    gpu = job.cluster.gpu
+    if job.attention_in_fp8 and gpu.vendor == "nvidia" and not gpu.is_blackwell:
+        return Violation(
+            "sinks_fp8",
+            "training.fp8_attention",
+            f"softmax_type {sinks!r} (attention sinks) in FP8 attention needs Blackwell: "
+            "Transformer Engine's fused FP8 attention runs sinks only on compute capability 10.0 "
+            f"and up, and its unfused one no FP8 ({gpu.name} is not Blackwell)",
+        )
+    return None
+
+
 def context_exchange(job: Job, lay: Layout) -> Violation | None:
-    """Whether Transformer Engine runs the layout's context-parallel exchange: the p2p ring does
+    """Whether Transformer Engine runs the layout's context-parallel exchange: attention sinks
+    (`ModelArch.softmax_type`) run only under a2a (get_attention_backend disables the fused
+    attention for other exchanges, and no other backend runs them with CP); the p2p ring does
     not run sliding-window attention (attn_forward_func_with_cp asserts "Context parallelism does
     not support sliding window attention with cp_comm_type='p2p'"); a2a splits every rank's Q, K
     and V heads over the cp ranks ("cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q,
@@ -59,6 +91,15 @@ def context_exchange(job: Job, lay: Layout) -> Violation | None:
             "parallel.cp_comm_type",
             f"torchtitan's context parallelism is a ring (PyTorch context_parallel); "
             f"cp_comm_type {kind!r} is Megatron-LM's",
+        )
+    sinks = job.arch.softmax_type
+    if sinks != "vanilla" and kind != "a2a":
+        return Violation(
+            "cp_comm_sinks",
+            "parallel.cp_comm_type",
+            f"context_parallel_size {lay.cp} with softmax_type {sinks!r} (attention sinks) needs "
+            f"cp_comm_type a2a: Transformer Engine runs sinks under context parallelism only in "
+            f"its fused attention with a2a (not {kind!r})",
         )
     if kind == "p2p" and job.arch.window_size is None:
         return None
