@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import fidelity, mlperf
 from planner.inputs import catalog
+from planner.search.rules.context import attention_sinks, context_exchange
 
 ROWS = mlperf.load_rows()
 CASES = mlperf.load_mlperf()
@@ -393,3 +394,15 @@ def test_rows_on_a_derived_matmul_ceiling_are_never_fitted() -> None:
     fitted = [catalog.get_gpu(c.job.cluster.gpu.name) for c in CASES if fidelity.is_fit(c)]
     assert fitted and all(g.matmul_ceiling("bf16") is not None for g in fitted)
     assert all(g.mamf_derived_from is None for g in fitted)
+
+
+def test_the_runs_with_attention_sinks_take_an_attention_backend_te_has() -> None:
+    # oracle: these runs ran, so Transformer Engine had a backend for each: every gpt-oss entry
+    # (sinks: MLPerf's pretrain.py sets softmax_type "learnable") records bf16 attention and, at
+    # cp > 1, the a2a exchange, and none breaks the sinks' or the exchange's rule
+    oss = [c for c in CASES if c.job.arch.softmax_type != "vanilla"]
+    assert len(oss) >= 19 and all(c.job.arch.name == "gpt-oss-20b" for c in oss)
+    for c in oss:
+        assert attention_sinks(c.job, c.layout) is None, c.id
+        assert context_exchange(c.job, c.layout) is None, c.id
+    assert sum(c.layout.cp > 1 for c in oss) >= 5
