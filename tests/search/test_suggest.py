@@ -302,6 +302,28 @@ def test_nothing_fits_names_the_binding_constraint(capsys: pytest.CaptureFixture
     assert any("GPUs instead of 8" in c for c in data["changes"])
 
 
+def test_nothing_fits_names_a_job_no_layout_can_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpt-oss's attention sinks in FP8 attention on H100: Transformer Engine has no backend
+    (get_attention_backend: the fused one needs compute capability 10.0 for sinks in FP8, the
+    unfused none in FP8), whatever the layout. The search rejects every structure by that rule
+    and says why, naming the plan field; on B200 the same job plans."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[model]\nname = "gpt-oss-20b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 16\n"
+        'precision = "fp8"\nfp8_attention = true\n'
+    )
+    code, out, err = run(["suggest", str(job), "--json"], capsys)
+    assert code == 1, err
+    binding = json.loads(out)["binding"]
+    assert "sinks_fp8" in binding and "training.fp8_attention" in binding
+    code, out, err = run(["suggest", str(job), "--gpu", "b200-sxm-180gb", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["candidates"]
+
+
 def test_nothing_fits_offers_a_shorter_sequence(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["suggest", "--model", "llama3.1-70b", "--num-gpus", "16", "--seq-length", "131072"]
     code, out, err = run([*argv, "--global-batch-size", "16", "--no-cp", "--json"], capsys)

@@ -92,11 +92,13 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     context,
     context_attention,
     context_exchange,
+    attention_sinks,
     *HYBRID_STRUCTURAL,
     batch,
 )
-"""The rules that depend only on the parallel degrees (with micro_batch_size 1): the search
-applies them to whole structures before it chooses micro-batches, vpp and splits."""
+"""The rules that depend only on the parallel degrees (with micro_batch_size 1), or on the job
+alone (`attention_sinks`): the search applies them to whole structures before it chooses
+micro-batches, vpp and splits."""
 
 
 def expert_overlap(job: Job, layout: Layout) -> Violation | None:
