@@ -22,18 +22,13 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.model import comms
+from planner.model import comms, flops
 from planner.model.activations import BF16
-
-
-def kv_heads(arch: ModelArch, tp: int) -> float:
-    """K/V heads on one TP rank: replicated when tp exceeds the query groups (at least one)."""
-    return max(arch.query_groups / tp, 1)
 
 
 def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:
     """The rank's K and V for its t tokens, bf16, head_dim wide each."""
-    return t * 2 * kv_heads(arch, tp) * arch.head_dim * BF16
+    return t * 2 * flops.kv_heads(arch, tp) * arch.head_dim * BF16
 
 
 def a2a_bytes(arch: ModelArch, t: float, tp: int) -> tuple[float, float]:

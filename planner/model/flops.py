@@ -226,6 +226,11 @@ def hardware_flops(
     return model_flops(arch, seq_length, global_batch_size) + extra
 
 
+def kv_heads(arch: ModelArch, tp: int) -> float:
+    """K/V heads on one TP rank: replicated when tp exceeds the query groups (at least one)."""
+    return max(arch.query_groups / tp, 1)
+
+
 def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, float, float]]:
     """(M, K, N, count) of one layer's forward attention projections on one GPU, for t tokens.
 
@@ -234,8 +239,8 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
     h, a = arch.hidden_size, arch.num_attention_heads
     if not arch.multi_latent_attention:
         d = arch.head_dim
-        kv_heads = max(arch.query_groups / tp, 1)
-        return [(t, h, a * d / tp + 2 * kv_heads * d, 1), (t, a * d / tp, h, 1)]
+        kv = kv_heads(arch, tp)
+        return [(t, h, a * d / tp + 2 * kv * d, 1), (t, a * d / tp, h, 1)]
     # the model validator guarantees these are set when multi_latent_attention is on
     assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
     assert arch.qk_pos_emb_head_dim

@@ -17,9 +17,8 @@ from planner.inputs.plan import Job
 from planner.model import memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
+from planner.search import rules, titan_every, titan_variants, top_k
 from planner.search import space as space_mod
-from planner.search import titan_every, titan_variants, top_k
-from planner.search.rules.context import attention_sinks
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
@@ -119,9 +118,7 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
     if result.structures == 0 or result.space_size == 0:
         top = ", ".join(f"{k} ({v})" for k, v in result.rejected.most_common(3))
         changes = _batch_changes(job, space)
-        job_rule = attention_sinks(job, Layout())  # the job's own: no layout passes it
-        if job_rule is not None:
-            top += f"; {job_rule.field}: {job_rule.message}"
+        top += "".join(f"; {v.field}: {v.message}" for v in rules.job_violations(job))
         return Infeasible(f"no layout passes the rules: {top}", changes)
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     peak, lay = _min_peak(job, space)

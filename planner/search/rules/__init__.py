@@ -55,6 +55,7 @@ __all__ = [
     "Violation",
     "check_plan",
     "expert_overlap",
+    "job_violations",
     "recompute_allows_overlap",
     "violations",
     "warnings",
@@ -84,6 +85,10 @@ RULES: tuple[Rule, ...] = (
     positions,
 )
 
+JOB_RULES: tuple[Rule, ...] = (attention_sinks,)
+"""The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
+
+
 STRUCTURAL_RULES: tuple[Rule, ...] = (
     heads,
     query_groups,
@@ -92,12 +97,12 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     context,
     context_attention,
     context_exchange,
-    attention_sinks,
+    *JOB_RULES,
     *HYBRID_STRUCTURAL,
     batch,
 )
 """The rules that depend only on the parallel degrees (with micro_batch_size 1), or on the job
-alone (`attention_sinks`): the search applies them to whole structures before it chooses
+alone (JOB_RULES): the search applies them to whole structures before it chooses
 micro-batches, vpp and splits."""
 
 
@@ -110,6 +115,11 @@ def expert_overlap(job: Job, layout: Layout) -> Violation | None:
 
 def _broken(rules: tuple[Rule, ...], job: Job, layout: Layout) -> list[Violation]:
     return [v for rule in rules if (v := rule(job, layout)) is not None]
+
+
+def job_violations(job: Job) -> list[Violation]:
+    """The JOB_RULES the job breaks: no layout of it runs (`suggest` says why)."""
+    return _broken(JOB_RULES, job, Layout())
 
 
 def violations(job: Job, layout: Layout) -> list[Violation]:
