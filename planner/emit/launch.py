@@ -92,6 +92,12 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
             "gradients and optimizer states this plan does not count; set frozen_model = false "
             "to launch a full training"
         )
+    if plan.job.t5_encoder is not None:  # every target launches a decoder-only model
+        raise InputError(
+            f"{plan.path}: training.t5_encoder: no launch target runs T5 (the targets launch "
+            "Megatron-LM's pretrain_gpt.py, Megatron-Bridge's GPT recipes and torchtitan, all "
+            "decoder-only); run Megatron-LM's examples/t5/pretrain_t5.py with the plan's layout"
+        )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(plan, check_job_name(job_name))

@@ -100,6 +100,7 @@ class Job:
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
+    t5_encoder: tuple[int, int] | None = None  # planner.model.t5: (layers, encoder tokens)
     attention_dropout: bool = True  # planner.model.scores
     frozen_model: bool = False
     """The model's own parameters are frozen (`[training] frozen_model`): only modules outside it

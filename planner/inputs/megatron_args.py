@@ -13,8 +13,8 @@ Megatron-LM flags the reader does not read do not change memory or layout; they 
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
 named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
 inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
-the reader reads, which is an error (`megatron_flags.typo_of`). Models planner does not
-represent (encoder-decoder T5) are refused by name; hybrid Mamba stacks are read by
+the reader reads, which is an error (`megatron_flags.typo_of`). T5's encoder-decoder lines are
+read by `megatron_t5`; hybrid Mamba stacks by
 `megatron_hybrid`. A NeMo 2 `nemo llm pretrain` line (NeMo-Run `key=value` overrides, no
 Megatron-LM flag) goes to `nemo_args`.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import catalog, megatron_args_memory, megatron_training, nemo_args
+from planner.inputs import catalog, megatron_args_memory, megatron_t5, megatron_training, nemo_args
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
@@ -151,6 +151,7 @@ def read(
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     megatron_args_memory.vision(line, model, parallel, training)
+    megatron_t5.t5_fields(line, model, training, notes)
     missing += megatron_args_memory.mimo(line, training)
     missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
     missing += megatron_args_memory.deterministic_sinks_note(line, model)
@@ -197,17 +198,13 @@ def _blackwell(gpu: str) -> bool:
 
 def _model(line: Line, notes: list[str]) -> dict[str, Any]:
     where = line.where
-    for flag in ("--encoder-num-layers", "--decoder-num-layers"):
-        if line.has(flag):
-            raise InputError(
-                f"{where}: {flag}: an encoder-decoder (T5) model; planner models decoder-only "
-                "transformers"
-            )
     model: dict[str, Any] = {}
     for flag, field in MODEL_INT.items():
         value = line.integer(flag)
         if value is not None:
             model[field] = value
+    if megatron_t5.is_t5(line):
+        model["num_layers"] = megatron_t5.t5_layers(line)
     for flag, (field, value) in MODEL_SWITCH.items():
         if line.has(flag):
             model[field] = value

@@ -120,9 +120,11 @@ READ = frozenset(
         "--mamba-head-dim",
         "--mamba-num-groups",
         "--mamba-num-heads",
-        # models planner does not represent (refused by name)
+        # T5's encoder and decoder (megatron_t5)
         "--encoder-num-layers",
         "--decoder-num-layers",
+        "--encoder-seq-length",
+        "--decoder-seq-length",
         # layout
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
@@ -236,9 +238,18 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
 note then)."""
 
 
+SCRIPT_FLAGS = frozenset({"--dataloader-seq-length", "--disable-vision-class-token"})
+"""Flags of Megatron-LM's example scripts, not of its parser, that the reader reads as they are
+(pretrain_vlm.py's: `megatron_args_memory.vision`): never taken for a misspelling
+(`--dataloader-seq-length` is 0.84 alike to `--decoder-seq-length`)."""
+
+
 def typo_of(flag: str, read: Iterable[str] = READ) -> str | None:
     """The flag the reader reads that `flag` (not a Megatron-LM flag) is probably a misspelling
-    of: the same flag with `_` for `-` or in other case, or one at least TYPO_CUTOFF alike."""
+    of: the same flag with `_` for `-` or in other case, or one at least TYPO_CUTOFF alike; never
+    one of SCRIPT_FLAGS."""
+    if flag in SCRIPT_FLAGS:
+        return None
     names = sorted(read)
     normal = flag.replace("_", "-").lower()
     if normal in names:

@@ -22,6 +22,8 @@ def training_table(
     planner does not model to `missing`."""
     where = line.where
     seq = line.integer("--seq-length")
+    if seq is None:  # validate_args: --encoder-seq-length stands for it (T5)
+        seq = line.integer("--encoder-seq-length")
     if seq is None:
         raise InputError(f"{where}: --seq-length: required, but not given")
     training: dict[str, Any] = {"seq_length": seq}

@@ -80,6 +80,7 @@ TRAINING_AS_IS = (
     "muon_matmul_precision",
     "rl_inference_parallel",
     "vision_encoder",
+    "t5_encoder",
     "attention_dropout",
     "attention_kernel",
     "frozen_model",
@@ -103,6 +104,7 @@ def build_job(
         raise InputError(f'{where}: training.precision: "{training.precision}" but {missing}')
     check_precision(training, arch, where)
     check_fused_grouped_mlp(training, arch, where)
+    check_t5(training, arch, where)
     framework = training.framework
     if training.framework == "megatron" and titan is not None:
         raise InputError(
@@ -139,6 +141,23 @@ def build_job(
         **{name: getattr(training, name) for name in TRAINING_AS_IS},
         **knobs,  # type: ignore[arg-type]
     )
+
+
+def check_t5(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """Raise InputError where a T5 encoder (`planner.model.t5`) meets what planner does not
+    model with it: another encoder, experts, Mamba layers, torchtitan."""
+    if training.t5_encoder is None:
+        return
+    field = f"{where}: training.t5_encoder"
+    if training.vision_encoder is not None:
+        raise InputError(f"{field}: a T5 encoder and a vision_encoder cannot both be given")
+    if arch.is_moe or any(k.mixer != "attention" for k in arch.kinds):
+        raise InputError(
+            f"{field}: planner models T5 with dense transformer layers; model {arch.name!r} "
+            "has experts or Mamba layers"
+        )
+    if training.framework != "megatron":
+        raise InputError(f'{field}: T5 is Megatron-LM\'s (framework = "{training.framework}")')
 
 
 def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModule, ...]:

@@ -282,6 +282,13 @@ class TrainingSection(BaseModel):
         "of its vision transformer, the language model's shape; seq_length is the language "
         "model's (text and image tokens)",
     )
+    t5_encoder: tuple[PositiveInt, PositiveInt] | None = Field(
+        default=None,
+        description="Megatron's T5 (examples/t5/pretrain_t5.py): (encoder layers, encoder "
+        "sequence length) of its encoder, the model's layer shape; the model's num_layers are "
+        "the decoder's, each with a cross-attention over the encoder's output, and seq_length is "
+        "the decoder's (pipeline and context parallelism 1)",
+    )
     frozen_model: Flag = Field(
         default=False,
         description="the model's own parameters (embedding, decoder layers, output layer) are "

@@ -56,7 +56,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools
+from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools, t5
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.param_tensors import max_rank_tensors
@@ -308,9 +308,10 @@ def estimate(job: Job, layout: Layout) -> Performance:
     )
     step = breakdown.step_time
     n_gpus = lay.num_gpus
-    model = flops.model_flops(arch, job.seq_length, job.global_batch_size)
+    t5_flops = t5.model_flops_per_sample(job) * job.global_batch_size
+    model = flops.model_flops(arch, job.seq_length, job.global_batch_size) + t5_flops
     policy = job.recompute_policy(lay.recompute)
-    hw = flops.hardware_flops(
+    hw = t5_flops + flops.hardware_flops(
         arch, job.seq_length, job.global_batch_size, policy, lay.recompute_modules
     )
     peak = sum(p for p, _ in peaks) / len(peaks)

@@ -189,6 +189,8 @@ def issue_blocks(
             else:
                 units += CP_EXCHANGE_KERNELS[lay.cp_comm_type] / LAYER_KERNELS
         out.append(("attn", units))
+        if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention block
+            out.append(("attn", HALF_LAYER))
     elif kind.mixer == "mamba":
         out.append(("mamba", MAMBA_ISSUE))
     if kind.ffn == "dense":

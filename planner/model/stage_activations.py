@@ -33,7 +33,7 @@ from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, mamba, routing_load, vision
+from planner.model import cp_time, mamba, routing_load, t5, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -299,6 +299,9 @@ def stage_activations(
     kept = list(_chunks_kept(arch, layout, per, chunks))
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)
+        if job.t5_encoder is not None:  # pp 1 (rules.t5_scope): every decoder layer is here
+            cross = 0.0 if layout.recompute == "full" else t5.cross_bytes(job, sh)
+            kept[0] += t5.encoder_bytes(job, sh) + arch.num_layers * cross
     logits = logits_bytes(arch, vocab, sh)
     loss = logits if last else 0.0
     mtp = (

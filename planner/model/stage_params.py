@@ -8,7 +8,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import params, vision
+from planner.model import params, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import ModelMemo
 from planner.model.schedule import Chunks
@@ -57,7 +57,8 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     thousands of layouts."""
     lay = layout
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, job.vision_encoder)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, job.vision_encoder,
+           job.t5_encoder)  # fmt: skip
     return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
 
 
@@ -72,6 +73,7 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
         # word embeddings are split over tp; learned position embeddings are not; a vision
         # encoder (LLaVA) sits before them
         dense += words / layout.tp + positions + vision.encoder_params(job, layout.tp)
+        dense += t5.encoder_params(job, layout.tp)  # pp 1: with every decoder layer
     if rank == layout.pp - 1:
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         if layout.pp > 1 or arch.untie_embeddings_and_output_weights:

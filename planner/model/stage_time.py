@@ -28,6 +28,7 @@ from itertools import pairwise
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
@@ -139,8 +140,8 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
 
 
 def _encoder(job: Job, lay: Layout) -> EncoderTime:
-    """The layout's vision encoder time, once per job and layer key (ENCODER_TIMES)."""
-    if job.vision_encoder is None:
+    """The layout's vision (or T5) encoder time, once per job and layer key (ENCODER_TIMES)."""
+    if job.vision_encoder is None and job.t5_encoder is None:
         return EncoderTime()
     memo = ENCODER_TIMES.of(job)
     key = _memo_key(lay)
@@ -174,7 +175,10 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
                 continue
             dkey = ("dense", kind.name, _dense_key(key))
             if dkey not in memo:
-                plain = issued_layer(layer_time(job, dkey[2], gpu, kind), job, dkey[2], kind)
+                one = layer_time(job, dkey[2], gpu, kind)
+                if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention
+                    one = t5.cross_attention(job, dkey[2], gpu, one)
+                plain = issued_layer(one, job, dkey[2], kind)
                 memo[dkey] = (gpu, (plain,), 0.0)
             layers.append(memo[dkey][1][0])
         memo[tkey] = (gpu, tuple(layers), output_layer_time(job, key, gpu))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import t5
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.layer_time import layer_time
@@ -35,7 +36,11 @@ class EncoderTime:
 
 
 def encoder_time(job: Job, lay: Layout, gpu: Gpu) -> EncoderTime:
-    """The vision encoder's `EncoderTime` (zero without one)."""
+    """The vision encoder's `EncoderTime`, or a T5 encoder's (`planner.model.t5`); zero without
+    one."""
+    if job.t5_encoder is not None:
+        enc = t5.encoder_layers_time(job, lay, gpu)
+        return EncoderTime(enc.fwd, enc.bwd + enc.recompute, enc.tp)
     if job.vision_encoder is None:
         return EncoderTime()
     layers, tokens, _ = job.vision_encoder

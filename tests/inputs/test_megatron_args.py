@@ -338,7 +338,7 @@ def test_unfused_swiglu() -> None:
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        (SMALL + "--encoder-num-layers 12 --decoder-num-layers 12", "encoder-decoder (T5)"),
+        (SMALL + "--encoder-num-layers 12", "cannot be given with --num-layers"),
         (SMALL + "--hybrid-layer-pattern M-X*-", "--hybrid-layer-pattern: 'X' in the main"),
         ("trainer.devices=8 model.config.num_layers=12 data.seq_length=2048", "name no model"),
         ("trainer_devices=8 model_config.num_layers=12", "NeMo-style"),

@@ -45,6 +45,7 @@ from planner.search.rules.parallel import (
     world,
 )
 from planner.search.rules.pools import pools
+from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 
@@ -73,6 +74,7 @@ RULES: tuple[Rule, ...] = (
     context_attention,
     context_exchange,
     attention_sinks,
+    t5_scope,
     sequence_parallel,
     overlap,
     optimizer_instances,
@@ -97,6 +99,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     context,
     context_attention,
     context_exchange,
+    t5_scope,
     *JOB_RULES,
     *HYBRID_STRUCTURAL,
     batch,
