@@ -33,15 +33,11 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import attention_time, params
+from planner.model import layer_time as lt
 from planner.model.activations import Shard
 from planner.model.gemm import Gpu, gemm_time
 from planner.model.host_floor import issued_layer
-from planner.model.layer_time import (
-    ATTENTION_EFFICIENCY,
-    ELEMENTWISE_PASSES,
-    Layer,
-    layer_time,
-)
+from planner.model.layer_time import Layer, layer_time
 from planner.model.scores import score_bytes
 
 
@@ -112,17 +108,21 @@ def cross_attention(job: Job, lay: Layout, gpu: Gpu, layer: Layer) -> Layer:
         + gemm_time(te, h, kv_w, peak, ridge, e)
         + gemm_time(td, q_w, h, peak, ridge, e)
     )
-    ew_bytes = cross_bytes(job, Shard(tokens=td, tp=tp, micro_batch_size=b, seq_per_cp_rank=td))
+    # the saved bytes as the proxy for the elementwise traffic, as for a layer (the unfused
+    # attention's score passes apart, below); the constants read at call time, where a refit
+    # sets them (`planner.model.calibratable`)
+    sh = Shard(tokens=td, tp=tp, micro_batch_size=b, seq_per_cp_rank=job.seq_length)
+    ew_bytes = cross_bytes(job, sh)
     if job.flash_attention:
         core = attention_time.core_attention(
-            job, gpu, td, 2 * job.t5_encoder[1], tp, ATTENTION_EFFICIENCY
+            job, gpu, td, 2 * job.t5_encoder[1], tp, lt.ATTENTION_EFFICIENCY
         )
         attn_fwd, attn_bwd = core.fwd, core.bwd
     else:
         bmm = gemm_time(td, d, job.t5_encoder[1], gpu.peak_bf16, ridge, gpu.e_bf16, 2 * heads / tp)
         attn_fwd, attn_bwd = bmm, 2 * bmm
         ew_bytes += 5 * heads / tp * td * job.t5_encoder[1]  # the softmax path's score passes
-    ew = ELEMENTWISE_PASSES * ew_bytes / gpu.hbm
+    ew = lt.ELEMENTWISE_PASSES * ew_bytes / gpu.hbm
     fwd = gemms + attn_fwd + ew / 3
     bwd = 2 * gemms + attn_bwd + 2 * ew / 3
     rerun = fwd if job.recompute_policy(lay.recompute) == "full" else 0.0

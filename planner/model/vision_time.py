@@ -9,7 +9,10 @@ over tokens per image x micro-batch tokens (`planner.model.layer_time`), floored
 Not counted: the projector MLP and the patch convolution (two GEMMs and one of a layer's
 ~20, under a layer's time), and the encoder attention's lack of a causal mask (it attends to every
 patch: the layer time's causal attention is half its work, a few percent of a layer at 577 tokens).
-Nor is --freeze-ViT read (a frozen encoder would run no backward)."""
+Nor is --freeze-ViT read (a frozen encoder would run no backward).
+
+A T5 encoder (`planner.model.t5`) takes the same place: its layers over the encoder's tokens, before
+the decoder's first layer, on the one pipeline rank T5 runs on."""
 
 from __future__ import annotations
 
