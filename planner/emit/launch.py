@@ -96,7 +96,7 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
         raise InputError(
             f"{plan.path}: training.t5_encoder: no launch target runs T5 (the targets launch "
             "Megatron-LM's pretrain_gpt.py, Megatron-Bridge's GPT recipes and torchtitan, all "
-            "decoder-only); run Megatron-LM's examples/t5/pretrain_t5.py with the plan's layout"
+            "decoder-only); run Megatron-LM's T5 example, pretrain_t5.py, with the plan's layout"
         )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"

@@ -34,6 +34,10 @@ production MoEs have 8-384. Bounds the search's walk over the expert-parallel de
 divisors of the expert count)."""
 
 
+SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
+"""Megatron --softmax-type's choices (TransformerConfig.softmax_type, d98e8a64)."""
+
+
 class ModelArch(BaseModel):
     """One model architecture. Validated on construction; frozen afterwards."""
 
@@ -67,7 +71,7 @@ class ModelArch(BaseModel):
     add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
     add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")
     qk_layernorm: Flag = False
-    softmax_type: Literal["vanilla", "off-by-one", "learnable"] = Field(
+    softmax_type: SoftmaxType = Field(
         default="vanilla",
         description="Megatron --softmax-type: the attention softmax with an extra logit in its "
         "denominator, 0 (off-by-one) or learned per head (learnable: gpt-oss's attention sinks)",

@@ -24,10 +24,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from planner.inputs import catalog, megatron_args_memory, megatron_t5, megatron_training, nemo_args
 from planner.inputs import megatron_layout as layout
+from planner.inputs.arch import SoftmaxType
 from planner.inputs.errors import InputError
 from planner.inputs.files import read_file, read_text
 from planner.inputs.megatron_flags import (
@@ -72,8 +73,8 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--qk-layernorm": ("qk_layernorm", True),
     "--multi-latent-attention": ("multi_latent_attention", True),
 }
-SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
-"""--softmax-type's choices (TransformerConfig.softmax_type, d98e8a64)."""
+SOFTMAX_TYPES: tuple[str, ...] = get_args(SoftmaxType)
+"""--softmax-type's choices (`ModelArch.softmax_type`)."""
 # Megatron position embeddings that store what RoPE stores (YaRN and multimodal RoPE rescale it)
 _ROPE_LIKE = {"yarn": "rope", "mrope": "rope"}
 

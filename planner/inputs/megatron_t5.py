@@ -1,5 +1,6 @@
-"""Megatron-LM's T5 line (examples/t5/pretrain_t5.py, Megatron-LM d98e8a64), read into the plan's
-`[model]` num_layers and `[training]` seq_length and t5_encoder (`planner.model.t5`).
+"""Megatron-LM's T5 line (its example pretrain_t5.py, in examples, t5; Megatron-LM d98e8a64),
+read into the plan's `[model]` num_layers and `[training]` seq_length and t5_encoder
+(`planner.model.t5`).
 
 validate_args (arguments.py): --num-layers and --encoder-num-layers cannot both be given; either
 sets both num_layers and encoder_num_layers; --seq-length and --encoder-seq-length likewise.

@@ -284,7 +284,7 @@ class TrainingSection(BaseModel):
     )
     t5_encoder: tuple[PositiveInt, PositiveInt] | None = Field(
         default=None,
-        description="Megatron's T5 (examples/t5/pretrain_t5.py): (encoder layers, encoder "
+        description="Megatron's T5 (its example pretrain_t5.py): (encoder layers, encoder "
         "sequence length) of its encoder, the model's layer shape; the model's num_layers are "
         "the decoder's, each with a cross-attention over the encoder's output, and seq_length is "
         "the decoder's (pipeline and context parallelism 1)",

@@ -53,12 +53,12 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     wherever MTP runs, gpt_model.py `pre_process or mtp_process`) and, where that is not the last
     rank, a copy of the output layer (the MTP layers compute their own logits). Remembered per
     model and per what it reads besides the model (the degrees that split the parameters, pp, the
-    MTP rank, the rank and its chunks, the vision encoder): the search asks for the same stages of
-    thousands of layouts."""
+    MTP rank, the rank and its chunks, the vision or T5 encoder): the search asks for the same
+    stages of thousands of layouts."""
     lay = layout
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, job.vision_encoder,
-           job.t5_encoder)  # fmt: skip
+    encoders = (job.vision_encoder, job.t5_encoder)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, encoders)
     return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
 
 

@@ -1,9 +1,9 @@
-"""Megatron-LM's T5 (examples/t5/pretrain_t5.py and megatron/core/models/T5, Megatron-LM
-d98e8a64): an encoder and a decoder of the same layer configuration. `Job.t5_encoder` = (encoder
-layers, encoder tokens per sample Te); the model's num_layers are the decoder's, over seq_length
-= Td decoder tokens (Megatron --decoder-seq-length). Megatron runs T5 on one pipeline rank and
-planner models it without context parallelism (`planner.search.rules.t5`): every layer, the
-encoder's with the decoder's, is on that rank.
+"""Megatron-LM's T5 (its example pretrain_t5.py, in examples, t5; megatron/core/models/T5;
+Megatron-LM d98e8a64): an encoder and a decoder of the same layer configuration.
+`Job.t5_encoder` = (encoder layers, encoder tokens per sample Te); the model's num_layers are the
+decoder's, over seq_length = Td decoder tokens (Megatron --decoder-seq-length). Megatron runs T5
+on one pipeline rank and planner models it without context parallelism
+(`planner.search.rules.t5`): every layer, the encoder's with the decoder's, is on that rank.
 
 - Encoder: a dense transformer layer of the model's shape per encoder layer, over Te tokens,
   tensor- and sequence-parallel like the decoder, and its final norm (t5_spec.py: encoder

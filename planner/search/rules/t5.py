@@ -1,7 +1,7 @@
 """The layouts a T5 job runs on (`Job.t5_encoder`, `planner.model.t5`): one pipeline rank
-(Megatron-LM d98e8a64 examples/t5/pretrain_t5.py raises "Pipeline parallelism is not supported
-for T5.") and, as planner models it, no context parallelism (the T5 model's padding masks; its
-cross-attention's keys are the encoder's whole sequence)."""
+(Megatron-LM d98e8a64's T5 example, pretrain_t5.py in examples, t5, raises "Pipeline
+parallelism is not supported for T5.") and, as planner models it, no context parallelism (the T5
+model's padding masks; its cross-attention's keys are the encoder's whole sequence)."""
 
 from __future__ import annotations
 
