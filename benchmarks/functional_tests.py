@@ -139,8 +139,24 @@ def targets(case: dict[str, Any]) -> list[Target]:
             continue
         out += [Target(platform, gpu, n, note) for n in _counts(entries)]
     if not out:
+        out = [
+            Target(platform, gpu, 0, "in no recipe: the golden file's platform, GPUs assumed")
+            for platform, gpu in golden_platforms(case)
+        ]
+    if not out:
         out.append(Target("unknown", DEFAULT[0], 0, "in no recipe: H100 x 8 (or more) assumed"))
     return out
+
+
+def golden_platforms(case: dict[str, Any]) -> list[tuple[str, str]]:
+    """(platform, GPU) of a case's golden files whose platform is a known GPU: the name's end,
+    golden_values_{dev,lts}_<platform>.json (the release cases are in no recipe)."""
+    found = set()
+    for name in case["golden_values_files"]:
+        platform = name.removeprefix("golden_values_").removesuffix(".json").split("_", 1)[-1]
+        if platform in GPU_OF_PLATFORM:
+            found.add((platform, GPU_OF_PLATFORM[platform]))
+    return sorted(found)
 
 
 def command_line(case: dict[str, Any]) -> list[str]:

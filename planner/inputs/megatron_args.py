@@ -165,6 +165,7 @@ def read(
             vocab_size=line.integer("--vocab-size"),
             padded_vocab_size=line.integer("--padded-vocab-size"),
             script=script_of(words),
+            tiktoken_pattern=line.raw("--tiktoken-pattern"),
         ),
         vocab_size,
         where,

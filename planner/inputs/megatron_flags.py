@@ -109,6 +109,7 @@ READ = frozenset(
         "--make-vocab-size-divisible-by",
         "--tokenizer-type",
         "--tokenizer-model",
+        "--tiktoken-pattern",
         "--vocab-file",
         # hybrid Mamba stacks
         "--hybrid-layer-pattern",

@@ -9,7 +9,8 @@ for pretrain_gpt.py, BertWordPieceLowerCase for pretrain_bert.py, in examples un
 
 What the tokenizer's size is:
 - NullTokenizer: exactly `--vocab-size` (required);
-- TikTokenizer: `--vocab-size`, else 2^17 = 131,072;
+- TikTokenizer: `--vocab-size`, else 2^17 = 131,072 (also the tokenizer of a line whose
+  --tokenizer-type is a shell variable but which gives --tiktoken-pattern, read by it alone);
 - GPT2BPETokenizer, BertWordPiece*: the public vocabulary Megatron downloads when no
   `--vocab-file` is given (a different file given there is not opened: say `--vocab-size`);
 - HuggingFace, SentencePiece, Llama2, SFT and multimodal tokenizers: the tokenizer model's own
@@ -119,6 +120,8 @@ class VocabFlags:
     padded_vocab_size: int | None = None
     script: str | None = None
     """The training script named on the line (its file name), if any."""
+    tiktoken_pattern: str | None = None
+    """--tiktoken-pattern, which only TikTokenizer reads (`tiktoken_kind`)."""
 
 
 def script_of(words: list[str]) -> str | None:
@@ -148,6 +151,8 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
                 "NullTokenizer to train with exactly this size)",
             )
         kind, how = SCRIPT_TOKENIZER[script], f"{script}'s default tokenizer"
+    if "$" in kind and flags.tiktoken_pattern is not None:
+        kind, how = "TikTokenizer", tiktoken_kind(kind, flags.tiktoken_pattern)
     if "$" in kind:
         raise InputError(
             f"{where}: --tokenizer-type: {kind!r} is a shell variable the file does not set: "
@@ -168,7 +173,8 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
         return Vocabulary(line, False, f"{kind}: --vocab-size {line}")
     if kind == "TikTokenizer":
         size = line if line is not None else TIKTOKEN_DEFAULT
-        return Vocabulary(size, False, f"TikTokenizer: {size}")
+        via = "" if how == "--tokenizer-type" else f" ({how})"
+        return Vocabulary(size, False, f"TikTokenizer{via}: {size}")
     if kind in PUBLIC_VOCAB:
         size, source = PUBLIC_VOCAB[kind]
         note = f"{kind} ({how}): {size}, {source}"
@@ -192,6 +198,17 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
         f"{where}: --tokenizer-type: {kind} takes its vocabulary size from the tokenizer "
         f"{model or '(no --tokenizer-model given)'}, which planner does not open: give the size "
         "with `planner check --vocab-size N`"
+    )
+
+
+def tiktoken_kind(variable: str, pattern: str) -> str:
+    """Why a line whose --tokenizer-type is a shell variable is read as TikTokenizer: it gives
+    --tiktoken-pattern, which Megatron's build_tokenizer reads in the TikTokenizer branch alone
+    (Megatron-LM d98e8a64 megatron/core/tokenizers/utils/build_tokenizer.py), as Megatron-LM's
+    own Nemotron 3 release lines do with `--tokenizer-type ${TOKENIZER_TYPE}`."""
+    return (
+        f"--tokenizer-type {variable} is a shell variable; --tiktoken-pattern {pattern} is read "
+        "by TikTokenizer alone"
     )
 
 

@@ -31,12 +31,10 @@ REFUSED: dict[str, str] = {}
 (`planner.inputs.megatron_t5`). The NeMo cases (gpt-nemo: `nemo llm pretrain` overrides) read
 with their recipe's nemo_model as the line's --factory."""
 
-UNSET = {
-    "nemotron/nemotron3_super_release_gb200": "'${TOKENIZER_TYPE}' is a shell variable",
-    "nemotron/nemotron3_super_release_gb200_sm": "'${TOKENIZER_TYPE}' is a shell variable",
-}
-"""Lines whose tokenizer is a variable the case does not set (the release recipe's environment):
-planner asks for the vocabulary (`check --vocab-size`), as it would of a user."""
+UNSET: dict[str, str] = {}
+"""Lines whose tokenizer is a variable the case does not set, which planner asks for
+(`check --vocab-size`) as it would of a user: none since a --tiktoken-pattern on the line names
+TikTokenizer (`test_a_shell_variable_tokenizer_reads_by_its_tiktoken_pattern`)."""
 
 
 def cases() -> list[dict[str, Any]]:
@@ -77,6 +75,20 @@ def test_the_read_rate_of_modelled_lines() -> None:
     read = [c for c in modelled if outcome(c) is None]
     # 199 lines of GPT, MoE, Mixtral, BERT and VLM language models and NeMo recipes, 18 of
     # hybrid Mamba stacks and 9 of T5 (of the cases usable for calibration; the held-out ones are
-    # not in the repository), every one read but the two whose tokenizer the line leaves unset
-    # (UNSET)
-    assert (len(modelled), len(read)) == (226, 224)
+    # not in the repository), every one read
+    assert (len(modelled), len(read)) == (226, 226)
+
+
+def test_a_shell_variable_tokenizer_reads_by_its_tiktoken_pattern() -> None:
+    # The Nemotron 3 Super release lines say --tokenizer-type ${TOKENIZER_TYPE} and
+    # --tiktoken-pattern v2, which only TikTokenizer reads: its default 2^17 = 131,072 entries,
+    # the vocabulary of Megatron-LM's own Nemotron 3 configuration (d98e8a64
+    # tests/unit_tests/models/test_hybrid_moe_model.py, vocab_size 131072)
+    case = next(c for c in cases() if c["name"] == "nemotron/nemotron3_super_release_gb200")
+    line = shlex.join(ft.command_line(case))
+    doc = megatron_args.to_plan(line, "gb200-nvl72", 64, case["name"])
+    assert doc["model"]["vocab_size"] == 131_072
+    # without the pattern the variable is still asked for
+    bare = line.replace("--tiktoken-pattern v2", "")
+    with pytest.raises(InputError, match="shell variable"):
+        megatron_args.to_plan(bare, "gb200-nvl72", 64, case["name"])

@@ -2,10 +2,11 @@
 
 Oracles: benchmarks/data/megatron_rules.md section 12 (Megatron-LM d98e8a64 build_tokenizer.py:
 GPT2BPETokenizer 50,257 padded to 50,304 at tp 1 and 51,200 at tp 8; NullTokenizer exactly
---vocab-size; TikTokenizer --vocab-size or 2^17; HuggingFace and SentencePiece tokenizers their
-own files' sizes), the training scripts' default --tokenizer-type (pretrain_gpt.py:527,
-pretrain_bert.py:185 (in examples, bert)) and the public BERT vocabularies (Hugging Face
-bert-large-uncased / bert-large-cased config.json: 30,522 / 28,996)."""
+--vocab-size; TikTokenizer --vocab-size or 2^17, and the only tokenizer that reads
+--tiktoken-pattern; HuggingFace and SentencePiece tokenizers their own files' sizes), the training
+scripts' default --tokenizer-type (pretrain_gpt.py:527, pretrain_bert.py:185 (in examples, bert))
+and the public BERT vocabularies (Hugging Face bert-large-uncased / bert-large-cased config.json:
+30,522 / 28,996)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def vocab(text: str, given: int | None = None) -> int:
         ("--tokenizer-type NullTokenizer --vocab-size 8193", 8_193),
         ("--tokenizer-type TikTokenizer --tokenizer-model t.json", 131_072),
         ("--tokenizer-type TikTokenizer --vocab-size 200000", 200_000),
+        # a shell-variable tokenizer type with --tiktoken-pattern, which build_tokenizer reads in
+        # its TikTokenizer branch alone (Megatron-LM's Nemotron 3 release lines): 2^17
+        ("--tokenizer-type ${TOKENIZER_TYPE} --tiktoken-pattern v2", 131_072),
+        ("--tokenizer-type $TOK --tiktoken-pattern v2 --vocab-size 200000", 200_000),
         # Megatron ignores --vocab-size for HF tokenizers: taken as the tokenizer's size
         ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model m --vocab-size 151936", 151_936),
         # what planner launch writes: --vocab-size alone
