@@ -42,15 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.functional_tests import (
-    DATA,
-    GPU_OF_PLATFORM,
-    Verdict,
-    command_line,
-    evaluate,
-    golden_target,
-    load_cases,
-)
+from benchmarks.functional_platforms import GPU_OF_PLATFORM, golden_target
+from benchmarks.functional_tests import DATA, Verdict, command_line, evaluate, load_cases
 from planner.inputs.plan import Job
 from planner.model import flops, memory
 

@@ -62,14 +62,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.functional_gpus import RELEASE, faster_than_gpu, release_inference
-from benchmarks.functional_tests import (
-    DATA,
-    Verdict,
-    command_line,
-    evaluate,
-    golden_target,
-    load_cases,
-)
+from benchmarks.functional_platforms import golden_target
+from benchmarks.functional_tests import DATA, Verdict, command_line, evaluate, load_cases
 from benchmarks.runs import Case
 
 WARMUP_STEPS = 10

@@ -12,8 +12,9 @@ size is in its file and planner does not know the file's name, the benchmark pas
 as a user would (VOCAB_GIVEN, sourced).
 It runs on each platform the case's CI recipes name, with that platform's GPU count (nodes x the
 processes torchrun starts per node): dgx_h100 -> h100-sxm-80gb, dgx_a100 -> a100-sxm-80gb,
-dgx_gb200 -> gb200-nvl72; a case in no recipe runs on 8 x H100, or on the fewest nodes of 8 its
-model-parallel groups need (said so). Verdicts: "read" (exit 0, fits), "exit 1" (read; does not
+dgx_gb200 -> gb200-nvl72; a case in no recipe runs on its golden files' platforms (else H100), on
+8 GPUs or the fewest nodes of 8 its model-parallel groups need (said so;
+benchmarks/functional_platforms.py). Verdicts: "read" (exit 0, fits), "exit 1" (read; does not
 fit), "exit 2" (the message), or "CRASH" (an exception that is not bad input: a bug). The read
 rate is given over all cases and over the lines of models planner represents (the reader refuses
 T5 and empty lines by name: OUTSIDE). The case's environment variables (model_config.yaml
@@ -44,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.functional_platforms import DEFAULT, golden_target, targets
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, parse_plan
@@ -52,19 +54,6 @@ from planner.model import cost, memory
 from planner.search.rules import check_plan
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron_functional_tests"
-
-GPU_OF_PLATFORM = {
-    "dgx_h100": "h100-sxm-80gb",
-    "dgxh100_dgxc": "h100-sxm-80gb",
-    "dgx_a100": "a100-sxm-80gb",
-    "dgxa100_dracooci": "a100-sxm-80gb",
-    "dgxa100_dracooci-ord": "a100-sxm-80gb",
-    "dgx_gb200": "gb200-nvl72",
-}
-DEFAULT = ("h100-sxm-80gb", 8)
-"""GPU kind and count where the data does not say (a case in no recipe, a golden file without a
-platform): one DGX H100 node, as `_run_training.sh` launches by default; more whole nodes when
-the line's model-parallel sizes need more GPUs than that (the release cases)."""
 
 VOCAB_GIVEN = {
     "tokenizer.model": 32_000,
@@ -80,14 +69,6 @@ planner's own knowledge (planner.inputs.megatron_vocab.KNOWN_TOKENIZER_MODELS): 
 
 OUTSIDE = ("encoder-decoder (T5)", "NeMo-style", "no Megatron-LM flags")
 """Words of the reader's refusals of lines that are not of a model planner represents."""
-
-
-@dataclass(frozen=True)
-class Target:
-    platform: str
-    gpu: str
-    num_gpus: int
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,52 +92,6 @@ class Verdict:
             return f"exit 1 (read{given}; does not fit)"
         first = self.message.splitlines()[0] if self.message else ""
         return f"exit 2: {first}" if self.code == 2 else f"CRASH: {first}"
-
-
-def _platform(name: str) -> str:
-    """Platform keys as the recipes spell them (one record has stray spaces: 'dg  x_h100')."""
-    return "".join(name.split())
-
-
-def _counts(entries: list[dict[str, Any]]) -> list[int]:
-    """World sizes of a platform's recipe rows: nodes x the processes torchrun starts per node
-    (inference recipes say gpus=1 but launch 8, the runner's default)."""
-    sizes = {e["nodes"] * (e.get("torchrun_nproc_per_node") or e["gpus_per_node"]) for e in entries}
-    return sorted(sizes)
-
-
-def targets(case: dict[str, Any]) -> list[Target]:
-    out = []
-    for raw, entries in sorted(case["gpus_by_platform"].items()):
-        platform = _platform(raw)
-        note = f"platform {raw!r} read as {platform}" if raw != platform else ""
-        gpu = GPU_OF_PLATFORM.get(platform)
-        if gpu is None:
-            out += [
-                Target(platform, DEFAULT[0], n, f"unknown platform {raw!r}: H100 assumed")
-                for n in _counts(entries)
-            ]
-            continue
-        out += [Target(platform, gpu, n, note) for n in _counts(entries)]
-    if not out:
-        out = [
-            Target(platform, gpu, 0, "in no recipe: the golden file's platform, GPUs assumed")
-            for platform, gpu in golden_platforms(case)
-        ]
-    if not out:
-        out.append(Target("unknown", DEFAULT[0], 0, "in no recipe: H100 x 8 (or more) assumed"))
-    return out
-
-
-def golden_platforms(case: dict[str, Any]) -> list[tuple[str, str]]:
-    """(platform, GPU) of a case's golden files whose platform is a known GPU: the name's end,
-    golden_values_{dev,lts}_<platform>.json (the release cases are in no recipe)."""
-    found = set()
-    for name in case["golden_values_files"]:
-        platform = name.removeprefix("golden_values_").removesuffix(".json").split("_", 1)[-1]
-        if platform in GPU_OF_PLATFORM:
-            found.add((platform, GPU_OF_PLATFORM[platform]))
-    return sorted(found)
 
 
 def command_line(case: dict[str, Any]) -> list[str]:
@@ -287,38 +222,6 @@ def measured_peak(record: dict[str, Any]) -> float | None:
     values = record["metrics"].get("mem-max-allocated-bytes", {}).get("values") or []
     nums = [float(x) for x in values if x is not None]
     return max(nums) if nums else None
-
-
-@dataclass(frozen=True)
-class GoldenTarget:
-    target: Target
-    count_known: bool
-    """False: the GPU count is not in the data (no recipe row for the case on any platform)."""
-
-
-def golden_target(record: dict[str, Any], case: dict[str, Any]) -> GoldenTarget:
-    """GPU kind from the golden file's platform (the dracooci / dgxc clusters are A100 / H100);
-    GPU count from the case's recipe rows on that platform, else the file's recipe rows, else
-    the case's one count on its other platforms, else unknown (8 or more, not summarised)."""
-    platform = record.get("platform")
-    gpu = GPU_OF_PLATFORM.get(platform or "")
-    by_platform = {_platform(k): v for k, v in case["gpus_by_platform"].items()}
-    sizes = _counts(by_platform[platform]) if platform in by_platform else []
-    notes = []
-    if not sizes and record.get("recipe_gpus"):
-        sizes = _counts(record["recipe_gpus"])
-    if not sizes:
-        every = sorted({n for entries in by_platform.values() for n in _counts(entries)})
-        if len(every) == 1:
-            sizes = every
-            notes.append("count of another platform")
-    if gpu is None:
-        gpu = DEFAULT[0]
-        notes.append("no platform: H100 assumed")
-    known = bool(sizes)
-    return GoldenTarget(
-        Target(platform or "none", gpu, sizes[0] if known else 0, "; ".join(notes)), known
-    )
 
 
 def memory_table(cases: list[dict[str, Any]], cache: dict[tuple, Verdict]) -> None:

@@ -20,6 +20,7 @@ from paths import REPO
 
 sys.path.insert(0, str(REPO))
 
+from benchmarks import functional_platforms
 from benchmarks import functional_tests as ft
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
@@ -44,7 +45,7 @@ def cases() -> list[dict[str, Any]]:
 def outcome(case: dict[str, Any]) -> str | None:
     """None when every platform's run reads; else the first message."""
     words = ft.command_line(case)
-    for t in ft.targets(case):
+    for t in functional_platforms.targets(case):
         try:
             n = t.num_gpus or ft.needed_gpus(
                 megatron_args.to_plan(
