@@ -33,7 +33,7 @@ from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, mamba, routing_load, t5, vision
+from planner.model import cp_time, cpu_offload, mamba, routing_load, t5, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -212,17 +212,18 @@ def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> 
     in groups of N, each group keeping its input only (ceil(n / N) layer inputs). Full
     recompute, block N: the first N layers of the chunk keep their inputs, the rest everything
     (Megatron counts N per model chunk, i.e. per virtual stage). CPU offloading (pp = 1, no
-    recompute; Megatron --cpu-offloading-num-layers N): the first N layers' activations go to
-    host memory as they are made and come back one layer ahead of their backward, so at most
-    two of them are on the GPU (one being copied out or in, one computing). Otherwise each layer
-    keeps what its recompute policy leaves (`PerLayer`)."""
+    recompute; Megatron --cpu-offloading-num-layers N): Transformer Engine keeps at most n - N
+    layers' activations on the GPU, any n - N consecutive ones (`cpu_offload.peak_window`).
+    Otherwise each layer keeps what its recompute policy leaves (`PerLayer`)."""
     n, counts = len(chunk), arch.kind_counts((chunk,))
     if layout.recompute != "full":
-        off = min(layout.cpu_offloading_num_layers, n)
-        if off:
-            head = arch.kind_counts((range(chunk.start, chunk.start + off),))
-            largest = max(b for b, m in zip(per.kept, head, strict=True) if m)
-            return per.total(sub_counts(counts, head)) + min(off, 2) * largest
+        if layout.cpu_offloading_num_layers:
+
+            def window(start: int, length: int) -> float:
+                a = chunk.start + start
+                return per.total(arch.kind_counts((range(a, a + length),)))
+
+            return cpu_offload.peak_window(n, layout.cpu_offloading_num_layers, window)
         return per.total(counts)
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":

@@ -24,11 +24,10 @@ offload): each layer's host transfers show beyond the next layer's forward and b
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from itertools import pairwise
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import t5
+from planner.model import cpu_offload, t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
@@ -207,21 +206,20 @@ def ep_exposed(
 
 def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
     """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
-    (Megatron --cpu-offloading-num-layers k, one pipeline stage only: Transformer Engine's
-    double-buffered offload of the first k layers' activations). Layer i's activations go to the
-    host while layer i + 1 runs its forward and come back while layer i + 1 runs its backward;
-    each transfer (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) shows beyond that
-    window. Grows with k. Fine-grained offloading (`fine_offload_exposed`) adds its own."""
+    (Megatron --cpu-offloading-num-layers k, one pipeline stage only): Transformer Engine's
+    schedule of the first k layers' copies out and back (`cpu_offload.exposed_seconds`), each
+    (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) hidden under the layers between its
+    start and the one that waits for it. Fine-grained offloading (`fine_offload_exposed`) adds
+    its own."""
     k = lay.cpu_offloading_num_layers
     if k <= 0:
         return fine_offload_exposed(job, lay, chunks, t)
     arch = job.arch
     index = {kind: j for j, kind in enumerate(arch.kinds)}
     layers = [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
-    exposed = 0.0
-    for this, nxt in list(pairwise(layers))[:k]:
-        exposed += max(this.offload - nxt.fwd, 0.0) + max(this.offload - nxt.bwd, 0.0)
-    return exposed
+    return cpu_offload.exposed_seconds(
+        [x.fwd for x in layers], [x.bwd for x in layers], [x.offload for x in layers], k
+    )
 
 
 def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:

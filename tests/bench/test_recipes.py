@@ -317,25 +317,20 @@ PP16_VPP8 = (
     "layer what TE saves (tp 4, sequence parallel, no dropout): 140 GiB of activations before any "
     "weight"
 )
-HSDP_OFFLOAD = (
-    "Llama 3.1 405B, the legacy GB200 FP8-CS V1 preset: tp 2, Megatron-FSDP with 2 optimizer "
-    "instances (states sharded over 32 of the 64 data-parallel ranks: 203 B parameters per tp "
-    "rank / 32 x 15 bytes = 89 GiB), 34 of 126 layers' activations kept on the GPU, no "
-    "expandable segments: 2.8 GiB (1.6%) over"
-)
 FSDP_OFFLOAD = (
     "Llama 3 70B, tp 1, Megatron-FSDP with --cpu-offloading-num-layers on B200 / GB200 / GB300 "
-    "(GB300: mbs 2 with 30 or 20 of 80 layers offloaded), without expandable segments: the "
-    "layers kept on the GPU alone come to more than the memory at about 2 to 2.7 GiB per layer "
-    "and 8,192-token sequence; undecided (a GPU measurement of Transformer Engine's offloading "
-    "would settle whether it keeps more layers off the GPU than it is told)"
+    "(GB300: mbs 2 with 30 or 20 of 80 layers offloaded), without expandable segments: the n - k "
+    "layers Transformer Engine keeps on the GPU at its peak, at about 2 to 2.7 GiB per layer and "
+    "8,192-token sequence, with the caching allocator's fragmentation come to more than the "
+    "memory (L30, BF16 with 20 of 80 offloaded at mbs 1, fits at 178 of 179.5 GiB); undecided "
+    "(a GPU measurement of Transformer Engine's offloading would settle it)"
 )
 FSDP_OFFLOAD_405B = (
     "Llama 3.1 405B, tp 2 with sequence parallelism, Megatron-FSDP, 40 of 126 layers offloaded "
-    "(the B300 / GB300 flat code at 128 GPUs): the 86 layers kept hold 207.8 GiB of activations "
-    "(2.4 GiB per layer at 8,192 tokens), states sharded over 64 ranks 47 GiB, buffers 18 GiB: "
-    "273.0 GiB, 12.5 over B300's usable 260.5 and 3.8 over GB300's 269.2; at 256 GPUs (L58, L77) "
-    "the states halve and it fits; undecided, as FSDP_OFFLOAD"
+    "(the B300 flat code at 128 GPUs): Transformer Engine keeps 86 layers' activations at its "
+    "peak, 203.1 GiB (2.4 GiB per layer at 8,192 tokens), states sharded over 64 ranks 47 GiB, "
+    "buffers 18 GiB: 268.4 GiB, 7.9 over B300's usable 260.5; GB300's 269.2 holds it (L73), and "
+    "at 256 GPUs (L58) the states halve and it fits; undecided, as FSDP_OFFLOAD"
 )
 PP8_CP2_128 = (
     "Llama 3.1 405B MXFP8 at tp 2, pp 8 x vpp 4, cp 2 on 128 GPUs (the flat code; the docstrings "
@@ -376,10 +371,9 @@ NVFP4_405B_PP16_128 = (
 )
 DO_NOT_FIT = {
     **dict.fromkeys(("L42", "L43"), PP16_VPP8),
-    "L39": HSDP_OFFLOAD,
-    **dict.fromkeys(("L18", "L30", "L31", "L36", "L37"), FSDP_OFFLOAD),
+    **dict.fromkeys(("L18", "L31", "L36", "L37"), FSDP_OFFLOAD),
     **dict.fromkeys(("L63", "L64", "L71", "L72"), FSDP_OFFLOAD),
-    **dict.fromkeys(("L54", "L73"), FSDP_OFFLOAD_405B),
+    "L54": FSDP_OFFLOAD_405B,
     **dict.fromkeys(("L56", "L75"), PP8_CP2_128),
     "L52": B300_70B_PP4,
     **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),

@@ -183,9 +183,10 @@ def test_mtp_rank_holds_the_word_embedding_its_input_needs() -> None:
     assert with_mtp[1] - without[1] == mtp_expert / 8
 
 
-def test_cpu_offloading_keeps_two_offloaded_layers_on_the_gpu() -> None:
-    # Llama 3.1 8B on one stage, 20 of 32 layers offloaded: 12 layers stay, and of the 20 one is
-    # being copied out (or in) while the next computes: 14 layers' activations instead of 32
+def test_cpu_offloading_keeps_layers_less_offloaded_on_the_gpu() -> None:
+    # Llama 3.1 8B on one stage, 20 of 32 layers offloaded: Transformer Engine's default schedule
+    # holds "(num_layers - num_offloaded_layers) * T" at its peak (TransformerEngine d0067d0d
+    # pytorch/cpu_offload.py, DefaultOffloadSynchronizer): 12 layers' activations instead of 32
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8)
     sh = shard(j, lay)
@@ -193,7 +194,7 @@ def test_cpu_offloading_keeps_two_offloaded_layers_on_the_gpu() -> None:
     chunks = lay.chunk_layers(32)[0]
     plain = stage_activations(j, lay, 0, chunks, sh, per)
     off = stage_activations(j, lay.with_(cpu_offloading_num_layers=20), 0, chunks, sh, per)
-    assert plain - off == pytest.approx(18 * per.dense)
+    assert plain - off == pytest.approx(20 * per.dense)
 
 
 def test_allocated_leaves_out_what_pytorch_does_not_allocate() -> None:

@@ -137,26 +137,35 @@ def test_fp8_recipes_quantisation_cost_by_hand() -> None:
     assert blockwise - delayed == pytest.approx(8 / 128 * elems / g.hbm)
 
 
-def test_offload_exposes_what_outlasts_the_next_layer() -> None:
-    # Llama 3.1 8B, 8k tokens on one stage: a layer's saved activations over half a PCIe 5 link
-    # (two H100 share a switch's x16 uplink) at 0.8 x 64 / 2 GB/s take longer than the next
-    # layer's forward and backward; each offloaded layer exposes (a/B - fwd) + (a/B - bwd), the
-    # same for every layer here
+def test_offload_hides_copies_under_the_layers_before_their_deadline() -> None:
+    # Llama 3.1 8B (32 layers), 8k tokens on one stage, a layer's saved activations over half a
+    # PCIe 5 link (two H100 share a switch's x16 uplink) at 0.8 x 64 / 2 GB/s: x seconds a copy,
+    # more than a layer's forward f or backward b. Transformer Engine's schedule (d0067d0d
+    # cpu_offload.py, DefaultOffloadSynchronizer) starts layer i's copy as layer i + 1 starts
+    # and makes layer 32 - k + i wait for it; the reloads mirror it in the backward.
     j = h100_job()
     lay = Layout(dp=8)
     one = layer_time.layer_time(j, lay, gpu_of(j), False)
+    f, b, x = one.fwd, one.bwd, one.offload
     assert host_link.host_link_bandwidth(j) == pytest.approx(0.8 * 64e9 / 2)
-    per_layer = max(one.offload - one.fwd, 0.0) + max(one.offload - one.bwd, 0.0)
-    assert per_layer > 0
-    exposed = [
-        cost.estimate(j, lay.with_(cpu_offloading_num_layers=k)).breakdown.offload_exposed
-        for k in (0, 1, 4)
-    ]
-    assert exposed == pytest.approx([0.0, per_layer, 4 * per_layer])
-    # the step grows by it: more offloaded layers never run faster
+    assert x > max(f, b)
+
+    def exposed(k: int) -> float:
+        return cost.estimate(j, lay.with_(cpu_offloading_num_layers=k)).breakdown.offload_exposed
+
+    # k = 4: the copies run back to back from layer 1, the fourth done at f + 4x, its deadline
+    # the start of layer 31, 31f (and 31b for the reloads): nothing shows while 4x < 30f, 30b
+    assert 4 * x < 30 * min(f, b)
+    assert exposed(4) == 0.0
+    # k = 31: layer j waits for layer j - 1's copy, and each reload starts as its backward is due:
+    # every copy shows, 31 each way
+    assert exposed(31) == pytest.approx(62 * x)
+    # more offloaded layers never hide more
+    series = [exposed(k) for k in (4, 16, 24, 28, 31)]
+    assert series == sorted(series)
     base = cost.estimate(j, lay).step_time_s
-    four = cost.estimate(j, lay.with_(cpu_offloading_num_layers=4)).step_time_s
-    assert four == pytest.approx(base + 4 * per_layer)
+    last = cost.estimate(j, lay.with_(cpu_offloading_num_layers=31)).step_time_s
+    assert last == pytest.approx(base + 62 * x)
 
 
 def test_nvlink_c2c_offloads_faster_than_pcie() -> None:

@@ -365,11 +365,17 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     assert len({lay.zero_stage for lay in tops}) >= 2
     # the TP overlap turned off where its SM margin costs more than it hides (not for memory)
     assert any(lay.sequence_parallel and not lay.tp_comm_overlap for lay in tops)
-    # 24 GiB: nothing fits without a memory saver, anywhere in the space, and the savers that
-    # fit include uniform full recompute, block recompute and a selective module set
+    # 24 GiB: nothing fits without a memory saver (recompute or offloading), anywhere in the
+    # space, and the savers that fit include uniform full recompute, block recompute and a
+    # selective module set
     job, space = PROBLEMS["llama8b-tiny-memory"]
     every = reference_top(job, space, k=10**6, variants=variants_of("llama8b-tiny-memory"))
-    assert every and all(c.layout.recompute != "none" for c in every)
+    assert every and all(
+        c.layout.recompute != "none"
+        or c.layout.cpu_offloading_num_layers
+        or c.layout.offload_modules
+        for c in every
+    )
     kinds = {(c.layout.recompute, c.layout.recompute_method) for c in every}
     assert {("full", "uniform"), ("full", "block"), ("selective", "uniform")} <= kinds
     pinned = references["llama8b-pinned"]
