@@ -6,9 +6,9 @@ where they are defined.
 - `activations` activation bytes per layer (Korthikanti et al. 2022, generalised);
   `stage_activations` what a pipeline rank holds at its peak (in-flight micro-batches, recompute,
   offloading); `cpu_offload` Transformer Engine's schedule of whole-layer CPU offloading (its
-  peak window, its exposed copies); `buffers` FP8 copies, FSDP / communication buffers, workspaces; `memory` memory
-  per pipeline stage (ZeRO 0-3, fragmentation); `fsdp2` torchtitan's FSDP2 model states (with
-  and without pipelining)
+  peak window, its exposed copies); `buffers` FP8 copies, FSDP / communication buffers,
+  workspaces; `memory` memory per pipeline stage (ZeRO 0-3, fragmentation); `fsdp2`
+  torchtitan's FSDP2 model states (with and without pipelining)
 - `comms` collectives on the link tier each group spans (a new collective goes here);
   `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather)
 - `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `layer_time` one
