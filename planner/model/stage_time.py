@@ -17,8 +17,8 @@ EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged fo
 `schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
 which loses `comms.sm_share` of the SMs to it (COMM_KERNEL_SMS: DeepSeek-V3's and DeepEP's 20;
 HybridEP docs/README_Hybrid-EP.md reaches the NIC's bandwidth with 8-16). CPU offloading
-(`offload_exposed`, Megatron --cpu-offloading-num-layers: Transformer Engine's double-buffered
-offload): each layer's host transfers show beyond the next layer's forward and backward.
+(`offload_exposed`, Megatron --cpu-offloading-num-layers): Transformer Engine's schedule
+(`planner.model.cpu_offload`) shows each host transfer beyond the layers it may run under.
 """
 
 from __future__ import annotations
