@@ -15,6 +15,9 @@ So at most n - k layers' activations are on the GPU at once, the saved activatio
 "(num_layers - num_offloaded_layers) * T" (its docstring): any n - k consecutive layers. The
 copies run one after another on their stream, each hidden under the n - k - 1 layers between
 its start and its deadline; k = n - 1 leaves no layer between and exposes every copy.
+Not modelled: the v1 handler (NVTE_CPU_OFFLOAD_V1=1, or TE before 2.10), which offloads each
+layer as the next one runs and keeps one or two layers more at its peak (this model is that much
+low there), and the HBM traffic of the copies.
 """
 
 from __future__ import annotations
