@@ -319,9 +319,7 @@ def test_nothing_fits_names_a_job_no_layout_can_run(
     assert code == 1, err
     binding = json.loads(out)["binding"]
     assert "sinks_fp8" in binding and "training.fp8_attention" in binding
-    code, out, err = run(["suggest", str(job), "--gpu", "b200-sxm-180gb", "--json"], capsys)
-    assert code == 0, err
-    assert json.loads(out)["candidates"]
+    assert suggest_json([str(job), "--gpu", "b200-sxm-180gb"], capsys)["candidates"]
 
 
 def test_nothing_fits_offers_a_shorter_sequence(capsys: pytest.CaptureFixture[str]) -> None:
