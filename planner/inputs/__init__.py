@@ -1,10 +1,10 @@
 """Inputs: what planner reads and writes about a job, validated at the boundary.
 
 - `plan` the plan file -> `Job` (`job`) and `Layout` (`plan_layout` the `[parallel]` table) with
-  their loading and resolution, its tables the pydantic sections of `plan_sections` and
-  `cluster_sections` (frozen, extra="forbid"), `precision_checks` the precision settings checked
-  as Megatron-Core checks them; `plan_writer` writes one back; `job_request` the job of
-  `suggest` / `scale` (job file, flags or the default)
+  their loading and resolution, its tables the pydantic sections of `plan_sections`,
+  `plan_parallel` and `cluster_sections` (frozen, extra="forbid"), `precision_checks` the
+  precision settings checked as Megatron-Core checks them; `plan_writer` writes one back;
+  `job_request` the job of `suggest` / `scale` (job file, flags or the default)
 - `arch` the model (Megatron-LM field names), `hardware` GPUs, link tiers and clusters, `layout`
   the parallel layout (degrees named as torchtitan's ParallelDims), `pipeline_layout` Megatron's
   --pipeline-model-parallel-layout strings
@@ -21,5 +21,6 @@
 
 The bottom layer: it imports nothing of planner's above it (only pydantic and the standard
 library). A new GPU is a TOML file in hardware_catalog/gpus/, a new model one in model_zoo/; a
-new plan-file field is a field of a section in `plan_sections`, carried on `Job` or `Layout`.
+new plan-file field is a field of a section in `plan_sections` (`[parallel]`: `plan_parallel`),
+carried on `Job` or `Layout`.
 """

@@ -5,7 +5,7 @@ LLaVA's vision encoder and the MIMO example's frozen language model (their memor
 `planner.model.memory`,
 `planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
 `planner.model.rl_inference`, `planner.model.vision`), and the per-step gradient statistics
-(`planner.model.cost.GRAD_STATS_S`)."""
+(`planner.model.cost.GRAD_STATS_S`) and weight-hash check (`planner.model.weight_hash`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
 
+HASH_FLAG = "--check-weight-hash-across-dp-replicas-interval"
+"""Every this many steps, each rank hashes its weights on the host (`planner.model.weight_hash`)."""
 RL_KV_CACHE_GIB = 40.0
 """--inference-dynamic-batching-buffer-size-gb's default (Megatron-LM d98e8a64 arguments.py)."""
 
@@ -31,6 +33,11 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
         out["log_grad_stats"] = True
     if line.has("--test-mode"):
         out["test_mode"] = True
+    if (hashed := line.integer(HASH_FLAG)) is not None:
+        if hashed < 1:  # Megatron takes `iteration % N`: 0 divides by zero
+            msg = f"expected a positive integer (got {hashed})"
+            raise InputError(f"{line.where}: {HASH_FLAG}: {msg}")
+        out["weight_hash_interval"] = hashed
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1
         out["attention_dropout"] = False
     out.update(_rl_step(line, parallel))

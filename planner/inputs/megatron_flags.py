@@ -195,6 +195,7 @@ READ = frozenset(
         "--log-params-norm",
         "--log-num-zeros-in-grad",
         "--test-mode",
+        "--check-weight-hash-across-dp-replicas-interval",
         "--perform-rl-step",
         "--attention-dropout",
         "--img-h",

@@ -10,7 +10,7 @@ from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.job import Job
 from planner.inputs.layout import Layout
-from planner.inputs.plan_sections import ParallelSection
+from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.torchtitan import SINGLE_STAGE
 
 

@@ -1,6 +1,6 @@
-"""The plan file's tables as pydantic models (DESIGN.md section 2): `[training]`, `[parallel]` and
-the whole file (`[cluster]`: `planner.inputs.cluster_sections`), each frozen with extra="forbid",
-and the literal types of their choices.
+"""The plan file's tables as pydantic models (DESIGN.md section 2): `[training]` and the whole
+file (`[cluster]`: `planner.inputs.cluster_sections`, `[parallel]`: `planner.inputs.plan_parallel`),
+each frozen with extra="forbid", and the literal types of their choices.
 
 Only the shape and bounds of each field are checked here; `planner.inputs.plan` resolves the
 sections into a Job and a Layout (catalog GPU, model, derived dp). A new plan-file field is a
@@ -9,29 +9,19 @@ field of a section here, carried on `Job` or `Layout` there.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.fields import (
     Flag,
-    Integer,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
 )
-from planner.inputs.layout import (
-    CpCommType,
-    Dispatcher,
-    FlexBackend,
-    OffloadModule,
-    Recompute,
-    RecomputeMethod,
-    RecomputeModule,
-    ZeroStage,
-)
+from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.torchtitan import Framework, TorchtitanSection
 
 Precision = Literal["bf16", "fp8", "fp4"]
@@ -189,6 +179,12 @@ class TrainingSection(BaseModel):
         "its QK-norm weights over the data- and tensor-parallel groups and compares each rank's "
         "copy on the host (planner.model.host.REALTIME_TEST_OPS)",
     )
+    weight_hash_interval: NonNegativeInt = Field(
+        default=0,
+        description="Megatron --check-weight-hash-across-dp-replicas-interval: every this many "
+        "steps each rank copies its weights to the host and SHA-1s them there "
+        "(planner.model.weight_hash); 0: never",
+    )
     bf16_layers_at_start: NonNegativeInt = Field(
         default=0,
         description="fp8 / fp4: the first decoder layers that stay in bf16 (Megatron "
@@ -306,85 +302,6 @@ class TrainingSection(BaseModel):
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "
         "Megatron-Bridge's recipes and planner's launch files do): count the allocator's smaller "
         "fragmentation; false (PyTorch's default allocator) counts the larger",
-    )
-
-
-class ParallelSection(BaseModel):
-    """`[parallel]`: the layout. dp is derived from num_gpus when omitted."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
-    vpp: PositiveInt | None = Field(
-        default=None, description="None = the layout's stages / pp, else 1"
-    )
-    dp: PositiveInt | None = None
-    sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
-    micro_batch_size: PositiveInt = 1
-    zero_stage: Annotated[ZeroStage, Integer] = 1
-    recompute: Recompute = "none"
-    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
-        default=None, description="selective recompute's modules (None = Megatron's core_attn)"
-    )
-    recompute_method: RecomputeMethod | None = Field(
-        default=None, description="full recompute: uniform or block (None = uniform)"
-    )
-    recompute_num_layers: PositiveInt | None = Field(
-        default=None, description="full recompute: group size or layers per stage (None = 1)"
-    )
-    cpu_offloading_num_layers: NonNegativeInt = 0
-    offload_modules: tuple[OffloadModule, ...] = Field(
-        default=(), description="fine-grained activation offloading's modules (() = off)"
-    )
-    moe_token_dispatcher_type: Dispatcher = "alltoall"
-    moe_flex_dispatcher_backend: FlexBackend = "deepep"
-    cp_comm_type: CpCommType = Field(
-        default="p2p", description="context parallelism's exchange: p2p, a2a or all_gather"
-    )
-    microbatch_group_size_per_vp_stage: PositiveInt | None = None
-    pipeline_layers: tuple[PositiveInt, ...] | None = None
-    pipeline_model_parallel_layout: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=65536,
-        description="Megatron --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L'",
-    )
-    account_for_embedding_in_pipeline_split: Flag | None = Field(
-        default=None, description="None = false (torchtitan: its own split, as given)"
-    )
-    account_for_loss_in_pipeline_split: Flag | None = Field(
-        default=None, description="None = false (torchtitan: its own split, as given)"
-    )
-    tp_comm_overlap: Flag = False
-    ep_comm_overlap: Flag = Field(
-        default=False,
-        description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
-    )
-    overlap_grad_reduce: Flag = Field(
-        default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
-    )
-    dp_pools: PositiveInt = Field(
-        default=1,
-        description="pools the data-parallel replicas are split over (with pools: 1 = the "
-        "pipeline crosses pools; their count = each pool runs dp / dp_pools whole replicas, "
-        "Megatron --num-distributed-optimizer-instances; needs between_pools.allow_data_parallel)",
-    )
-    overlap_param_gather: Flag = Field(
-        default=True, description="Megatron --overlap-param-gather (planner launches with it)"
-    )
-    ddp_bucket_size: PositiveInt | None = Field(
-        default=None,
-        description="parameters per data-parallel bucket (Megatron --ddp-bucket-size); unset: "
-        "Megatron's default, max(40M, 1M x the data-parallel size)",
-    )
-    ddp_num_buckets: PositiveInt | None = Field(
-        default=None,
-        description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "
-        "holds the chunk's parameters // this many); not with ddp_bucket_size",
     )
 
 

@@ -44,7 +44,8 @@ next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the 
 passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
 (`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
 (`planner.model.muon_time`).
-Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host.
+Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host,
+with the weight-hash check's share (`planner.model.weight_hash`).
 
 Calibration: the five fitted constants live in planner/model/layer_time.py; everything here is a
 documented physical or measured constant.
@@ -56,7 +57,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools, t5
+from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools, t5, weight_hash
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.param_tensors import max_rank_tensors
@@ -113,12 +114,13 @@ objective but raising the median error (11.5% against 10.1% on the 302 runs): ke
 
 def step_overhead_s(job: Job, lay: Layout | None = None) -> float:
     """The step's fixed host time on the job's host (`host.slowdown`): STEP_OVERHEAD_S and, with
-    `Job.log_grad_stats`, GRAD_STATS_S per parameter tensor of the layout's busiest pipeline rank
-    (without a layout, none of those: the least any layout pays, as the search's bounds need)."""
-    stats = 0.0
-    if job.log_grad_stats and lay is not None:
-        stats = GRAD_STATS_S * max_rank_tensors(job.arch, lay)
-    return (STEP_OVERHEAD_S + stats) * host.slowdown(job)
+    `Job.log_grad_stats`, GRAD_STATS_S per parameter tensor of the layout's busiest pipeline rank,
+    and the weight-hash check's share of a step (`weight_hash.step_seconds`); without a layout,
+    none of those: the least any layout pays, as the search's bounds need."""
+    if lay is None:
+        return STEP_OVERHEAD_S * host.slowdown(job)
+    stats = GRAD_STATS_S * max_rank_tensors(job.arch, lay) if job.log_grad_stats else 0.0
+    return (STEP_OVERHEAD_S + stats) * host.slowdown(job) + weight_hash.step_seconds(job, lay)
 
 
 def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:

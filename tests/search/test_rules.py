@@ -21,8 +21,8 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
 from planner.inputs.plan_layout import layout_from_section
+from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.inputs.plan_sections import ParallelSection
 from planner.search import rules
 from planner.search.rules import Violation, check_plan, violations, warnings
 

@@ -42,6 +42,7 @@ from planner.search.rules.parallel import (
     query_groups,
     sequence_parallel,
     vpp,
+    weight_hash,
     world,
 )
 from planner.search.rules.pools import pools
@@ -79,6 +80,7 @@ RULES: tuple[Rule, ...] = (
     overlap,
     optimizer_instances,
     muon,
+    weight_hash,
     *FEATURE_RULES,
     *FUSED_MLP_RULES,
     *TORCHTITAN_RULES,

@@ -278,6 +278,30 @@ def muon(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def weight_hash(job: Job, lay: Layout) -> Violation | None:
+    """Megatron's weight-hash check (`Job.weight_hash_interval`): validate_args asserts it runs
+    without Megatron-FSDP's full sharding (optim_grads_params: zero_stage 3; Megatron-LM d98e8a64
+    arguments.py); torchtitan has no such check."""
+    if job.weight_hash_interval <= 0:
+        return None
+    if job.framework == "torchtitan":
+        return Violation(
+            "weight_hash",
+            "training.weight_hash_interval",
+            "weight_hash_interval is Megatron-LM's check (--check-weight-hash-across-dp-replicas-"
+            "interval); torchtitan has none: leave it 0",
+        )
+    if lay.zero_stage == 3:
+        return Violation(
+            "weight_hash",
+            "parallel.zero_stage",
+            f"weight_hash_interval = {job.weight_hash_interval} does not run with Megatron-FSDP's "
+            "optim_grads_params (zero_stage 3; Megatron's validate_args asserts): use zero_stage "
+            "0, 1 or 2, or weight_hash_interval 0",
+        )
+    return None
+
+
 def batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp
