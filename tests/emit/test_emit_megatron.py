@@ -631,6 +631,17 @@ def test_optimizer_instances_are_emitted() -> None:
         check_plan(make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer_instances=3))
 
 
+def test_weight_hash_check_is_launched_and_reads_back() -> None:
+    # training.weight_hash_interval N -> --check-weight-hash-across-dp-replicas-interval N (the
+    # check the plan's step time counts, planner/model/weight_hash.py); unset, no flag
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, weight_hash_interval=100)
+    assert flags(plan)["--check-weight-hash-across-dp-replicas-interval"] == ["100"]
+    assert round_trip(plan).job.weight_hash_interval == 100
+    assert "--check-weight-hash-across-dp-replicas-interval" not in flags(
+        make_plan("llama3.1-8b", 16, {"tp": 2})
+    )
+
+
 def test_muon_is_launched_as_muon() -> None:
     # training.optimizer = "muon" -> --optimizer muon (Megatron's validate_args turns the
     # distributed optimizer into the layer-wise one); whole-parameter dealing as the plan says;
