@@ -58,8 +58,8 @@ SETS: dict[str, list[tuple[int, ...]]] = {
 per-parameter rate of a real model's weights, whose fp32 copies do not fit in a CPU's cache),
 many tiny tensors (the per-tensor cost), and 4 MiB matrices whose fp32 copies stay in the cache."""
 IN_CACHE = "200 x 1024 x 1024"
-"""Left out of the fit: its casts write to and SHA-1 reads from the CPU's cache, about half the
-per-parameter time of the rest (printed for the record). A model's weights are mostly larger."""
+"""Left out of the fit: its casts write to and SHA-1 reads from the CPU's cache, about 60% of
+the per-parameter time of the rest (printed for the record). A model's weights are mostly larger."""
 
 
 def _measure() -> dict[str, Any]:

@@ -40,7 +40,8 @@ weights are mostly larger. Taken as the reference host's (DGX H100's Xeon, which
 extensions too)."""
 HASH_S_PER_TENSOR = 3.3e-6
 """Measured with HASH_S_PER_PARAM: host seconds per tensor (the copy's call, the cast's and
-hashlib's allocations, the digest's wrapping into a tensor)."""
+hashlib's allocations, the digest's wrapping into a tensor). The measurement's tensors are on the
+host already: the latency of each synchronous device-to-host copy (microseconds) is not in it."""
 
 
 def host_seconds(params: float, tensors: int) -> float:
