@@ -173,6 +173,12 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "micro_batch_size": lay.micro_batch_size,
             "global_batch_size": job.global_batch_size,
             "train_iters": int(schedule["--train-iters"]),
+            # the check the plan's step time counts (planner.model.weight_hash)
+            **(
+                {"check_weight_hash_across_dp_replicas_interval": job.weight_hash_interval}
+                if job.weight_hash_interval
+                else {}
+            ),
         },
         "ddp": {
             "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,

@@ -202,3 +202,14 @@ def test_hfsdp_is_bridges_ddp_field() -> None:
         "outer_dp_sharding_strategy"
         not in yaml.safe_load(render(plain, "megatron-bridge")[1])["ddp"]
     )
+
+
+def test_the_weight_hash_check_is_bridges_train_field() -> None:
+    """training.weight_hash_interval -> train.check_weight_hash_across_dp_replicas_interval
+    (Bridge's TrainingConfig field, in the schema); unset, no field."""
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, weight_hash_interval=100)
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    assert doc["train"]["check_weight_hash_across_dp_replicas_interval"] == 100
+    plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
+    assert "check_weight_hash_across_dp_replicas_interval" not in plain["train"]
