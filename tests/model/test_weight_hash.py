@@ -8,14 +8,17 @@ the host's rate, and Megatron-LM's validate_args for the refusal."""
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from jobs import job, read_job
+from jobs import TINY_LINE, job, read_job
 
+from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
 from planner.model import cost, weight_hash
 from planner.model.host_link import host_link_bandwidth
 from planner.search.rules import violations
@@ -78,6 +81,10 @@ def test_megatron_lines_with_the_check_are_read_so() -> None:
     flag = " --check-weight-hash-across-dp-replicas-interval"
     assert read_job().weight_hash_interval == 0
     assert read_job(flag + " 10").weight_hash_interval == 10
+    # the plan written back (check / suggest --write-plan) keeps it
+    plan = parse_plan(megatron_args.read(TINY_LINE + flag + " 10", "h100-sxm-80gb", 8, "t").doc)
+    text = plan_writer.render(plan.job, plan.require_layout(), plan.model_ref or {}, ["t"])
+    assert parse_plan(tomllib.loads(text)).job.weight_hash_interval == 10
     for bad in ("0", "-1"):  # Megatron's `iteration % N`: 0 divides by zero
         with pytest.raises(InputError, match=r"check-weight-hash.*positive integer"):
             read_job(flag + " " + bad)
