@@ -17,7 +17,7 @@ dgx_gb200 -> gb200-nvl72; a case in no recipe runs on its golden files' platform
 benchmarks/functional_platforms.py). Verdicts: "read" (exit 0, fits), "exit 1" (read; does not
 fit), "exit 2" (the message), or "CRASH" (an exception that is not bad input: a bug). The read
 rate is given over all cases and over the lines of models planner represents (the reader refuses
-T5 and empty lines by name: OUTSIDE). The case's environment variables (model_config.yaml
+NeMo-style and empty lines by name: OUTSIDE). The case's environment variables (model_config.yaml
 ENV_VARS, which the runner exports before it expands MODEL_ARGS) are substituted into the line.
 The NeMo cases (`nemo llm pretrain` overrides) are read with their recipe's `nemo_model` as the
 line's `--factory`.
@@ -67,7 +67,7 @@ nemotron_2_256k.model, llava-hf/llava-1.5-7b-hf, nvidia/NVIDIA-Nemotron-3-Nano-3
 planner's own knowledge (planner.inputs.megatron_vocab.KNOWN_TOKENIZER_MODELS): given nothing."""
 
 
-OUTSIDE = ("encoder-decoder (T5)", "NeMo-style", "no Megatron-LM flags")
+OUTSIDE = ("NeMo-style", "no Megatron-LM flags")
 """Words of the reader's refusals of lines that are not of a model planner represents."""
 
 

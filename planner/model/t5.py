@@ -15,14 +15,15 @@ on one pipeline rank and planner models it without context parallelism
 - The shared word and learned position embeddings and the output layer are the decoder's (the
   model's own); the loss runs on the decoder tokens.
 
-Per micro-batch of b samples the encoder's layers run before the decoder (`encoder_time`, on the
-first rank like a vision encoder) and every decoder layer runs its cross-attention
-(`cross_attention`, added to the layer's time): the Q and output projections over b x Td tokens,
-the K/V projection over b x Te, and the attention of each decoder query over all Te keys (flash
-attention timed as a causal sequence of 2 Te, which has Te keys per query; the unfused one as its
-two batched GEMMs). Its TP collectives are one block's pair, half a layer's; its host issue an
-attention block (`planner.model.host`). Not counted: the encoder's lack of a causal mask (its
-attention is timed as the decoder's, half the work at Te = 512: a few percent of its layer)."""
+Per micro-batch of b samples the encoder's layers run before the decoder (`encoder_job`, timed
+by `vision_time.encoder_time` on the first rank like a vision encoder) and every decoder layer
+runs its cross-attention (`cross_attention`, added to the layer's time): the Q and output
+projections over b x Td tokens, the K/V projection over b x Te, and the attention of each
+decoder query over all Te keys (flash attention timed as a causal sequence of 2 Te, which has Te
+keys per query; the unfused one as its two batched GEMMs). Its TP collectives are one block's
+pair, half a layer's; its host issue an attention block (`planner.model.host`). Not counted: the
+encoder's lack of a causal mask (its attention is timed as the decoder's, half the work at
+Te = 512: a few percent of its layer)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ from planner.model import attention_time, flops, params
 from planner.model import layer_time as lt
 from planner.model.activations import Shard
 from planner.model.gemm import Gpu, gemm_time
-from planner.model.host_floor import issued_layer
-from planner.model.layer_time import Layer, layer_time
+from planner.model.layer_time import Layer
 from planner.model.scores import score_bytes
 
 
@@ -136,15 +136,6 @@ def cross_attention(job: Job, lay: Layout, gpu: Gpu, layer: Layer) -> Layer:
         tp_traffic=1.5 * layer.tp_traffic,
         tp_plain=1.5 * layer.tp_plain,
     )
-
-
-def encoder_layers_time(job: Job, lay: Layout, gpu: Gpu) -> Layer:
-    """All the encoder's layers per micro-batch, each floored by its host issue."""
-    assert job.t5_encoder is not None
-    ejob = encoder_job(job)
-    one = issued_layer(layer_time(ejob, lay, gpu, DENSE), ejob, lay, DENSE)
-    n = job.t5_encoder[0]
-    return Layer(fwd=n * one.fwd, bwd=n * one.bwd, recompute=n * one.recompute, tp=n * one.tp)
 
 
 def model_flops_per_sample(job: Job) -> float:

@@ -42,12 +42,16 @@ def encoder_time(job: Job, lay: Layout, gpu: Gpu) -> EncoderTime:
     """The vision encoder's `EncoderTime`, or a T5 encoder's (`planner.model.t5`); zero without
     one."""
     if job.t5_encoder is not None:
-        enc = t5.encoder_layers_time(job, lay, gpu)
-        return EncoderTime(enc.fwd, enc.bwd + enc.recompute, enc.tp)
+        return _stack(t5.encoder_job(job), lay, gpu, job.t5_encoder[0])
     if job.vision_encoder is None:
         return EncoderTime()
     layers, tokens, _ = job.vision_encoder
     vjob = replace(job, seq_length=tokens, vision_encoder=None)
-    vlay = lay.with_(cp=1, sequence_parallel=False)
-    one = issued_layer(layer_time(vjob, vlay, gpu, DENSE), vjob, vlay, DENSE)
+    return _stack(vjob, lay.with_(cp=1, sequence_parallel=False), gpu, layers)
+
+
+def _stack(job: Job, lay: Layout, gpu: Gpu, layers: int) -> EncoderTime:
+    """`layers` dense layers of `job` (the encoder's tokens as its sequence) on `lay`, each
+    floored by its host issue."""
+    one = issued_layer(layer_time(job, lay, gpu, DENSE), job, lay, DENSE)
     return EncoderTime(layers * one.fwd, layers * (one.bwd + one.recompute), layers * one.tp)
