@@ -13,7 +13,9 @@ regime these constants describe. On production-size layers the floors they set a
 the GPU's time.
 
 Fitted: HOST_LAYER_ISSUE_S, MOE_ISSUE, MOE_TP_ISSUE, MLA_ISSUE, MAMBA_ISSUE, CP_STEP_ISSUE,
-FP8_ISSUE, HOST_CPU_SLOWDOWN of "epyc-zen2" and "grace" (the reference "xeon" is 1), and
+FP8_ISSUE, determinism.DETERMINISTIC_ISSUE (3 in 4 of the rows run --deterministic-mode, the rest
+not: the two sets tell the mode's host operations apart), HOST_CPU_SLOWDOWN of "epyc-zen2" and
+"grace" (the reference "xeon" is 1), and
 cost.GRAD_STATS_S (every functional test logs gradient statistics; cost.STEP_OVERHEAD_S,
 the fixed overhead every run has, is left as it is). Objective: the sum over rows of
 |log(predicted / measured step time)|
@@ -44,7 +46,7 @@ from benchmarks.calibration_loo import hash_fold
 from benchmarks.fit_constants import nelder_mead
 from benchmarks.functional_steps import ONE_TRAY_SUFFIX, load_functional_steps, one_tray
 from benchmarks.runs import Case
-from planner.model import cost, host
+from planner.model import cost, determinism, host
 from planner.model.job_memo import JobMemo
 
 MODULE_CONSTANTS = (
@@ -55,6 +57,7 @@ MODULE_CONSTANTS = (
     (host, "MAMBA_ISSUE"),
     (host, "CP_STEP_ISSUE"),
     (host, "FP8_ISSUE"),
+    (determinism, "DETERMINISTIC_ISSUE"),
     (cost, "GRAD_STATS_S"),
 )
 CPUS = ("epyc-zen2", "grace")

@@ -121,6 +121,15 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
     muon = job.optimizer == "muon"
+    if job.deterministic:
+        raise InputError(
+            f"{plan.path}: training.deterministic: planner writes deterministic mode for "
+            "Megatron-LM (--deterministic-mode) and torchtitan only: Megatron-LM applies its NCCL, "
+            "Transformer Engine and cuBLAS settings and torch's deterministic algorithms in its "
+            "argument validation (megatron/training/determinism.py), which a Megatron-Bridge "
+            "override does not run; launch with --target megatron-args, or set deterministic = "
+            "false"
+        )
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,

@@ -241,6 +241,8 @@ def training_args(plan: Plan) -> list[Arg]:
         ]
     if job.main_grad_dtype == "bf16":
         a.append(("--grad-reduce-in-bf16",))
+    if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
+        a.append(("--deterministic-mode",))
     if job.weight_hash_interval:  # the check the plan's step time counts (model.weight_hash)
         a.append(("--check-weight-hash-across-dp-replicas-interval", str(job.weight_hash_interval)))
     if job.optimizer_state_dtype == "bf16":

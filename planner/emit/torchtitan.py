@@ -135,6 +135,8 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": _activation_checkpoint(plan),
         "compile": {"enable": titan.compile, "components": ["model", "loss"]},
     }
+    if job.deterministic:  # torch's deterministic algorithms (model.determinism)
+        out["debug"] = {"deterministic": True}
     if job.precision == "fp8":
         model["converters"] = ["float8"]
         out["quantize.linear.float8"] = {

@@ -70,6 +70,7 @@ class Job:
     Megatron-LM's default unfused loss (`output_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
     test_mode: bool = False  # Megatron --test-mode (planner.model.host.REALTIME_TEST_OPS)
+    deterministic: bool = False  # Megatron --deterministic-mode (planner.model.determinism)
     weight_hash_interval: int = 0  # Megatron --check-weight-hash-across-dp-replicas-interval
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances
     outer_dp_sharding_strategy: Literal["no_shard", "optim"] = "no_shard"

@@ -5,7 +5,8 @@ LLaVA's vision encoder and the MIMO example's frozen language model (their memor
 `planner.model.memory`,
 `planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
 `planner.model.rl_inference`, `planner.model.vision`), and the per-step gradient statistics
-(`planner.model.cost.GRAD_STATS_S`) and weight-hash check (`planner.model.weight_hash`)."""
+(`planner.model.cost.GRAD_STATS_S`), weight-hash check (`planner.model.weight_hash`) and
+deterministic mode (`planner.model.determinism`)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
         out["log_grad_stats"] = True
     if line.has("--test-mode"):
         out["test_mode"] = True
+    if line.has("--deterministic-mode"):
+        out["deterministic"] = True
     if (hashed := line.integer(HASH_FLAG)) is not None:
         if hashed < 1:  # Megatron takes `iteration % N`: 0 divides by zero
             msg = f"expected a positive integer (got {hashed})"

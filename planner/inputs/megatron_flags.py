@@ -211,7 +211,7 @@ READ = frozenset(
         "--external-cuda-graph",
         "--cuda-graph-modules",
         "--cuda-graph-scope",
-        "--deterministic-mode",  # a not-modelled note on Blackwell (megatron_args_memory)
+        "--deterministic-mode",  # training.deterministic (and a note on Blackwell)
     }
 )
 """The flags the reader reads (each one of `megatron_flags()`)."""

@@ -64,6 +64,7 @@ TRAINING_AS_IS = (
     "loss_fusion",
     "log_grad_stats",
     "test_mode",
+    "deterministic",
     "weight_hash_interval",
     "optimizer_instances",
     "outer_dp_sharding_strategy",

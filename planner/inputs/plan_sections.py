@@ -179,6 +179,13 @@ class TrainingSection(BaseModel):
         "its QK-norm weights over the data- and tensor-parallel groups and compares each rank's "
         "copy on the host (planner.model.host.REALTIME_TEST_OPS)",
     )
+    deterministic: Flag = Field(
+        default=False,
+        description="Megatron --deterministic-mode (torchtitan: debug.deterministic): torch's "
+        "deterministic algorithms, NCCL's ring, Transformer Engine's deterministic attention; "
+        "under Megatron every allocation is filled too (planner.model.determinism); needs "
+        "loss_fusion = false and tp_comm_overlap = false",
+    )
     weight_hash_interval: NonNegativeInt = Field(
         default=0,
         description="Megatron --check-weight-hash-across-dp-replicas-interval: every this many "

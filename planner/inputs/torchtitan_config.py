@@ -116,6 +116,8 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
     }
     if par("disable_loss_parallel", False, bool):
         training["cross_entropy"] = "gathered"
+    if _get(doc, where, "debug", "deterministic", bool, False):
+        training["deterministic"] = True
     titan: dict[str, Any] = {
         "reshard_after_forward": par("fsdp_reshard_after_forward", "default", str),
         "dp_replicate": rep,

@@ -100,7 +100,7 @@ STEP_OVERHEAD_S = 0.01
 loader's hand-off, the loss and gradient-norm all-reduces and their reads back to the host,
 logging, the optimizer's launches. An estimate, not a fit (the functional tests, which would
 fit it, all log gradient statistics too: GRAD_STATS_S)."""
-GRAD_STATS_S = 1.13e-4
+GRAD_STATS_S = 1.33e-4
 """What `Job.log_grad_stats` adds per step and per parameter tensor of the busiest pipeline rank
 (`param_tensors.max_rank_tensors`) on the reference host: Megatron's --log-num-zeros-in-grad
 counts each gradient's zeros tensor by tensor (clip_grads.py count_zeros_fp32: a count_nonzero, a

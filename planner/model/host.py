@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.model import flops
+from planner.model import determinism, flops
 
 if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
@@ -67,14 +67,14 @@ if TYPE_CHECKING:
     from planner.inputs.plan_sections import CudaGraphModule
     from planner.model.flops import GemmPart
 
-HOST_LAYER_ISSUE_S = 1.39e-3
+HOST_LAYER_ISSUE_S = 1.22e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
 (attention and MLP blocks, half each; see the docstring)."""
-MOE_ISSUE = 1.16
+MOE_ISSUE = 1.22
 """Fitted. A mixture-of-experts block's forward issue, in HOST_LAYER_ISSUE_S."""
-MOE_TP_ISSUE = 0.444
+MOE_TP_ISSUE = 0.196
 """Fitted. What a MoE block adds to that where the attention is tensor-parallel (tp > 1)."""
-MLA_ISSUE = 1.55
+MLA_ISSUE = 1.71
 """Fitted. What multi-latent attention adds to an attention block, in HOST_LAYER_ISSUE_S."""
 MOE_ROUTER_SHARE = 0.40
 """Counted, not fitted: the share of a MoE block's forward issue that its router takes
@@ -88,9 +88,9 @@ MOE_PREPROCESS_SHARE = 0.13
 dispatcher's dispatch_preprocess: tokens per expert and the permutation map, about 5 of the ~38),
 what --cuda-graph-modules moe_preprocess captures. The rest (~18: permute, the all-to-alls, the
 grouped GEMMs with their activation and FP8 casts, unpermute, combine) stays eager."""
-MAMBA_ISSUE = 0.835
+MAMBA_ISSUE = 0.929
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
-CP_STEP_ISSUE = 0.144
+CP_STEP_ISSUE = 0.200
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1 with the p2p
 ring: cp steps)."""
 CP_EXCHANGE_KERNELS = {"a2a": 12, "all_gather": 6}
@@ -99,7 +99,7 @@ attention block's forward, whatever cp, each at KERNEL_ISSUE_S (TransformerEngin
 context_parallel.py): a2a sends Q, K and V before the attention and its output after it, each a
 reshape, an all-to-all and a reorder (flash_attn_a2a_communicate): 12; all_gather gathers K and V,
 reorders each, and runs the attention in two chunks whose outputs it joins: 6."""
-FP8_ISSUE = 1.35
+FP8_ISSUE = 1.37
 """Fitted. The issue of a dense FP8 layer over the same layer's in bf16 (its DENSE_LAYER_GEMMS
 quantised GEMMs' share: `fp8_gemms`)."""
 DENSE_LAYER_GEMMS = 4
@@ -111,7 +111,7 @@ make one dense layer, the unit; not fitted)."""
 BACKWARD_ISSUE_RATIO = 2.0
 """The backward's issue time over the forward's (two GEMMs per forward GEMM; not fitted)."""
 
-HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.23, "grace": 1.25}
+HOST_CPU_SLOWDOWN: dict[str, float] = {"xeon": 1.0, "epyc-zen2": 1.29, "grace": 1.25}
 """Fitted (the reference is 1 by definition). Host seconds per eager operation against DGX
 H100's Intel Xeon Platinum 8480C ("xeon", the reference; DGX H200 / B200 hosts are Xeons of the
 same or a later generation, taken as equal): DGX A100's AMD EPYC 7742 ("epyc-zen2"), GB200's
@@ -120,13 +120,14 @@ dispatcher and the launch run on one core per rank."""
 
 KERNEL_ISSUE_S = 25e-6
 """Host seconds per eager kernel (Python, dispatcher, launch) on the reference host: a layer's
-issue time over it is its kernel count (LAYER_KERNELS, `kernels`: ~56 for a dense layer's forward
+issue time over it is its kernel count (LAYER_KERNELS, `kernels`: 48.8 for a dense layer's forward
 in bf16), which prices a CUDA graph and the floor of a layer's small kernels
 (`layer_time.KERNEL_MIN_S`)."""
 LAYER_KERNELS = HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S
-"""Kernels one dense layer's forward launches (55.6): the reference host's issue time over its
+"""Kernels one dense layer's forward launches (48.8): the reference host's issue time over its
 time per kernel, at the shipped constants and fixed when the module loads, so that calibrating a
-cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is."""
+cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is; times
+`determinism.DETERMINISTIC_ISSUE` under --deterministic-mode (its fills are kernels too)."""
 GRAPH_KERNEL_S = 0.5e-6
 """GPU seconds per kernel node of a replayed CUDA graph beyond the kernel's own run: NVIDIA's
 "Getting Started with CUDA Graphs" (A. Gray, developer.nvidia.com/blog/cuda-graphs, 2019) times
@@ -257,7 +258,8 @@ def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
     """Kernels one layer's forward launches: its blocks counted as launches (`issue_blocks` with
     `launches`: MLA and the MoE block's TP share by what they launch, not their host Python) in
     LAYER_KERNELS per unit. Its backward launches BACKWARD_ISSUE_RATIO times as many."""
-    return sum(units for _, units in issue_blocks(job, lay, kind, launches=True)) * LAYER_KERNELS
+    units = sum(units for _, units in issue_blocks(job, lay, kind, launches=True))
+    return units * LAYER_KERNELS * determinism.issue_factor(job)
 
 
 def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:
@@ -278,4 +280,5 @@ def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
             graphed += units
         else:
             eager += units
+    eager *= determinism.issue_factor(job)  # the fills of --deterministic-mode
     return HOST_LAYER_ISSUE_S * (graphed / KERNEL_ISSUE_S * GRAPH_KERNEL_S + eager * slowdown(job))

@@ -20,13 +20,23 @@ def issued(layer: Layer, floor: float, recompute: bool = False, synced: float = 
     """The layer's forward and backward, each at least as long as its issue (`floor` the
     forward's, `floor_s`); with full `recompute` the backward issues the forward again. `synced`:
     host seconds of the forward that wait for the GPU (`host.realtime_test_s`), added to it and to
-    a full recompute's rerun."""
+    a full recompute's rerun. The time the GPU waits on the host (the floor over the GPU's own
+    work) hides the layer's exposed CP traffic: the ring's transfers run as soon as they are
+    issued, so the layer takes the longer of the host's issue and the GPU's work with them, not
+    their sum. TP and EP traffic stay charged as computed (their collectives sit between
+    dependent kernels; the search's bound, `planner.search.bound`, counts them as they are)."""
     fwd = max(layer.fwd, floor) + synced
     bwd = max(layer.bwd, BACKWARD_ISSUE_RATIO * floor)
     rec = max(layer.recompute, floor) + synced if recompute else layer.recompute
     if fwd == layer.fwd and bwd == layer.bwd and rec == layer.recompute:
         return layer
-    return replace(layer, fwd=fwd, bwd=bwd, recompute=rec)
+    # the GPU idles while the host issues: the layer's exposed CP traffic (the ring's
+    # transfers, issued ahead of each partial attention) runs then
+    slack = (fwd - synced - layer.fwd) + (bwd - layer.bwd)
+    if recompute:
+        slack += rec - synced - layer.recompute
+    cp = layer.cp - min(layer.cp, slack)
+    return replace(layer, fwd=fwd, bwd=bwd, recompute=rec, cp=cp)
 
 
 def issued_layer(layer: Layer, job: Job, lay: Layout, kind: LayerKind) -> Layer:

@@ -109,6 +109,7 @@ from planner.model import (
     attention_time,
     comms,
     cp_time,
+    determinism,
     dispatch,
     flops,
     host,
@@ -278,7 +279,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         attn_fwd = bmm * lay.micro_batch_size
         attn_bwd = 2 * attn_fwd
         ew_bytes += 5 * heads_local * s_local * s * lay.micro_batch_size
-    ew = ELEMENTWISE_PASSES * ew_bytes / gpu.hbm
+    ew = (ELEMENTWISE_PASSES * ew_bytes + determinism.fill_bytes(job, act_bytes)) / gpu.hbm
     if not job.fused_norm:
         norm_elems = t * kind.blocks * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm

@@ -213,3 +213,11 @@ def test_the_weight_hash_check_is_bridges_train_field() -> None:
     assert doc["train"]["check_weight_hash_across_dp_replicas_interval"] == 100
     plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
     assert "check_weight_hash_across_dp_replicas_interval" not in plain["train"]
+
+
+def test_deterministic_mode_is_refused_for_bridge_naming_the_field() -> None:
+    """Megatron-LM applies the mode in its argument validation (determinism.py), which a Bridge
+    override does not run: the launch exits 2 naming training.deterministic."""
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True, loss_fusion=False)
+    with pytest.raises(InputError, match=r"training\.deterministic"):
+        render(plan, "megatron-bridge")

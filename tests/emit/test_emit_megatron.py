@@ -718,3 +718,18 @@ def test_flashattention2_is_launched_through_transformer_engines_switches() -> N
     assert "NVTE_FUSED_ATTN" not in fused and "NVTE_FLASH_ATTN" not in fused
     text = plan_writer.render(plan.job, plan.require_layout(), {"name": "llama3.1-8b"}, ["t"])
     assert 'attention_kernel = "flash2"' in text
+
+
+def test_deterministic_mode_is_launched_reads_back_and_refuses_what_megatron_asserts() -> None:
+    # training.deterministic -> --deterministic-mode (the mode the step time charges,
+    # planner/model/determinism.py); Megatron's determinism.py asserts the fused cross entropy
+    # and TP communication overlap off, and planner refuses them so, naming the field
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True, loss_fusion=False)
+    assert "--deterministic-mode" in flags(check_plan(plan))
+    assert round_trip(plan).job.deterministic
+    assert "--deterministic-mode" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+    with pytest.raises(InputError, match=r"training\.loss_fusion"):
+        check_plan(make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True))
+    overlap = {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True}
+    with pytest.raises(InputError, match=r"parallel\.tp_comm_overlap"):
+        check_plan(make_plan("llama3.1-8b", 16, overlap, deterministic=True, loss_fusion=False))

@@ -42,6 +42,10 @@ PLANS = {
         "[parallel]\npp = 4\nvpp = 2\nzero_stage = 3\nrecompute = 'full'\nmicro_batch_size = 2\n",
         "\n[torchtitan]\npipeline_schedule = 'Interleaved1F1B'\nselective_layer_every = 2\n",
     ),
+    "deterministic": (  # debug.deterministic (torchtitan's set_determinism)
+        "[parallel]\nzero_stage = 3\n",
+        "",
+    ),
     "zbv": (
         "[parallel]\npp = 2\nvpp = 2\ntp = 4\nzero_stage = 3\n",
         "\n[torchtitan]\npipeline_schedule = 'ZBVZeroBubble'\ncompile = true\nasync_tp = true\n",
@@ -54,7 +58,9 @@ def _plan_path(tmp_path: Path, key: str) -> Path:
     if spec is None:
         return EXAMPLE
     parallel, extra = spec
-    return write(tmp_path, plan_text(training=TITAN, cluster=CLUSTER64, parallel=parallel) + extra)
+    training = TITAN + ("deterministic = true\n" if key == "deterministic" else "")
+    text = plan_text(training=training, cluster=CLUSTER64, parallel=parallel)
+    return write(tmp_path, text + extra)
 
 
 def _is_int(v: Any) -> bool:

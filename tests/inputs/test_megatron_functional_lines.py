@@ -38,6 +38,16 @@ UNSET: dict[str, str] = {}
 TikTokenizer (`test_a_shell_variable_tokenizer_reads_by_its_tiktoken_pattern`)."""
 
 
+MEGATRON_REFUSES: dict[str, str] = {
+    "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": (
+        "deterministic = true does not run with tp_comm_overlap"
+    ),
+}
+"""Lines Megatron-LM itself refuses at d98e8a64, and the words planner's refusal says: this weekly
+case passes --deterministic-mode with --tp-comm-overlap, which megatron/training/determinism.py
+asserts against (ARG_VALUES_REQUIRED_FOR_DETERMINISM); its golden values predate the assertion."""
+
+
 def cases() -> list[dict[str, Any]]:
     return ft.load_cases()
 
@@ -64,7 +74,9 @@ def outcome(case: dict[str, Any]) -> str | None:
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c["name"])
 def test_functional_test_line(case: dict[str, Any]) -> None:
     message = outcome(case)
-    expected = REFUSED.get(case["family"]) or UNSET.get(case["name"])
+    expected = (
+        REFUSED.get(case["family"]) or UNSET.get(case["name"]) or MEGATRON_REFUSES.get(case["name"])
+    )
     if expected is None:
         assert message is None
     else:
@@ -76,8 +88,8 @@ def test_the_read_rate_of_modelled_lines() -> None:
     read = [c for c in modelled if outcome(c) is None]
     # 199 lines of GPT, MoE, Mixtral, BERT and VLM language models and NeMo recipes, 18 of
     # hybrid Mamba stacks and 9 of T5 (of the cases usable for calibration; the held-out ones are
-    # not in the repository), every one read
-    assert (len(modelled), len(read)) == (226, 226)
+    # not in the repository), every one read but the one Megatron refuses too (MEGATRON_REFUSES)
+    assert (len(modelled), len(read)) == (226, 226 - len(MEGATRON_REFUSES))
 
 
 def test_a_shell_variable_tokenizer_reads_by_its_tiktoken_pattern() -> None:

@@ -32,6 +32,19 @@ def test_a_short_layer_takes_what_its_issue_takes() -> None:
     assert again.recompute == floor
 
 
+def test_the_idle_gpu_hides_the_ring_traffic() -> None:
+    # slack (1 - 0.4) + (2 - 0.8) = 1.8 ms: 1.8 of the CP ring's 2.0 ms exposed traffic hides;
+    # TP and EP stay as they were
+    floor = 1e-3
+    layer = Layer(fwd=0.4e-3, bwd=0.8e-3, cp=2.0e-3, ep=0.5e-3, tp=0.6e-3)
+    out = host_floor.issued(layer, floor)
+    assert out.cp == pytest.approx(0.2e-3)
+    assert (out.ep, out.tp) == (0.5e-3, 0.6e-3)
+    # a GPU-bound layer keeps its traffic exposed
+    busy = Layer(fwd=2e-3, bwd=4e-3, cp=1.0e-3)
+    assert host_floor.issued(busy, floor).cp == 1.0e-3
+
+
 def test_a_layers_issue_is_the_sum_of_its_blocks() -> None:
     """Dense layer: attention 1/2 + MLP 1/2 = 1. MoE layer: 1/2 + MOE_ISSUE, and MOE_TP_ISSUE
     more at tp 2; cp 4 adds 4 ring steps to the attention; FP8 multiplies a dense layer by

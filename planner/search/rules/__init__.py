@@ -32,6 +32,7 @@ from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
 from planner.search.rules.parallel import (
     batch,
+    deterministic,
     experts,
     heads,
     muon,
@@ -81,6 +82,7 @@ RULES: tuple[Rule, ...] = (
     optimizer_instances,
     muon,
     weight_hash,
+    deterministic,
     *FEATURE_RULES,
     *FUSED_MLP_RULES,
     *TORCHTITAN_RULES,
@@ -89,7 +91,7 @@ RULES: tuple[Rule, ...] = (
     positions,
 )
 
-JOB_RULES: tuple[Rule, ...] = (attention_sinks,)
+JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic)
 """The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
 
 

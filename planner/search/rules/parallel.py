@@ -302,6 +302,29 @@ def weight_hash(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def deterministic(job: Job, lay: Layout) -> Violation | None:
+    """Megatron's --deterministic-mode (`Job.deterministic`) asserts the fused cross entropy and
+    TP communication overlap off (Megatron-LM d98e8a64 determinism.py,
+    ARG_VALUES_REQUIRED_FOR_DETERMINISM: neither has a bit-reproducible path)."""
+    if not job.deterministic or job.framework == "torchtitan":
+        return None
+    if job.megatron_loss in ("native", "te"):
+        return Violation(
+            "deterministic_loss",
+            "training.loss_fusion",
+            "deterministic = true runs Megatron's unfused cross entropy (its determinism.py "
+            "asserts --cross-entropy-loss-fusion off): set loss_fusion = false",
+        )
+    if lay.tp_comm_overlap:
+        return Violation(
+            "deterministic_tp_overlap",
+            "parallel.tp_comm_overlap",
+            "deterministic = true does not run with tp_comm_overlap (Megatron's determinism.py "
+            "asserts --tp-comm-overlap off): set tp_comm_overlap = false",
+        )
+    return None
+
+
 def batch(job: Job, lay: Layout) -> Violation | None:
     gbs = job.global_batch_size
     unit = lay.micro_batch_size * lay.dp

@@ -1,0 +1,67 @@
+"""What Megatron-LM's --deterministic-mode (`Job.deterministic`; torchtitan's debug.deterministic)
+adds to a step.
+
+What the mode does (Megatron-LM d98e8a64, megatron/training/determinism.py,
+apply_determinism_to_args): it asserts the fused cross entropy and TP communication overlap off,
+sets NCCL_ALGO=Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and CUBLAS_WORKSPACE_CONFIG=:4096:8 where
+the launcher has not, and calls torch.use_deterministic_algorithms(True); Megatron-Core then takes
+its deterministic branches (docs/developer/determinism/op-catalog.md: the MoE unpermute by
+index_add_, the routing map by index_put_, the embedding by indexing, Transformer Engine's
+deterministic attention backends). What it costs, by Megatron's own measurements
+(docs/developer/determinism/status.md and op-catalog.md "Performance Notes"): "roughly 15%" of
+the step time, "approximately four percent on a large dense model to approximately 17% on a
+hybrid MoE model"; its CI gate (tests/performance_tests/shell_test_utils/determinism/
+print_nsys_leaderboard.py) fails a 4-layer, hidden-1024 GPT at tp 2 on 8 H100 whose deterministic
+step exceeds 1.35x the default one.
+
+What planner charges:
+- The host. With deterministic algorithms on, PyTorch fills every tensor its empty* factories
+  allocate (torch.utils.deterministic.fill_uninitialized_memory, on by default: ATen
+  TensorFactories.h `fill_empty_deterministic_`, NaN for floating point), one more dispatched op
+  and kernel per allocation, beside the deterministic branches' own ops. DETERMINISTIC_ISSUE
+  scales a layer's eager issue (`planner.model.host.floor_s`) and its kernel count
+  (`host.kernels`, the small-kernel floor of `planner.model.layer_time`).
+- The GPU. Each fill writes its tensor once more: the forward's outputs, about the layer's saved
+  activations, and the backward's gradients of them: FILL_PASSES x the saved-activation bytes at
+  HBM bandwidth, beside the layer's elementwise traffic (`layer_time.ELEMENTWISE_PASSES`).
+
+Not charged (no published rate to model them by): the deterministic attention backward
+(cuDNN's deterministic path on Hopper; FlashAttention-2's on Ampere, where TE leaves cuDNN's
+fused kernel), the deterministic MoE kernels' GPU time beyond their issue, the pinned cuBLAS
+workspace, and NCCL's ring in place of its tree or NVLS for an all-reduce (latency-bound sizes
+only).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.inputs.plan import Job
+
+DETERMINISTIC_ISSUE = 1.20
+"""Fitted (benchmarks/fit_host.py, on Megatron-LM's functional tests, 3 in 4 of which run in
+deterministic mode). A layer's host operations in deterministic mode over the default mode's:
+the allocation fills and the deterministic branches."""
+FILL_PASSES = 2.0
+"""Counted, not fitted: HBM writes of the fills, in multiples of a layer's saved-activation
+bytes: one for the forward's allocated outputs, one for the backward's gradients of them."""
+
+
+def fills(job: Job) -> bool:
+    """Does the job fill its allocations? Megatron's deterministic mode does; torchtitan's
+    debug.deterministic turns the fill off (torchtitan b5bcd76c distributed/utils.py
+    set_determinism: fill_uninitialized_memory = False), and its deterministic kernels' cost is
+    not modelled."""
+    return job.deterministic and job.framework != "torchtitan"
+
+
+def issue_factor(job: Job) -> float:
+    """The job's host operations per layer over the default mode's (DETERMINISTIC_ISSUE)."""
+    return DETERMINISTIC_ISSUE if fills(job) else 1.0
+
+
+def fill_bytes(job: Job, saved_bytes: float) -> float:
+    """HBM bytes the fills write per layer and micro-batch, forward and backward together, for a
+    layer that saves `saved_bytes` of activations."""
+    return FILL_PASSES * saved_bytes if fills(job) else 0.0
