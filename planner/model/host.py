@@ -22,6 +22,8 @@ half each) on the reference host (DGX H100's Xeon):
   `tokens_per_expert` copy to the host that sizes them), plus MOE_TP_ISSUE where the attention
   is tensor-parallel (the gather / scatter between the TP and the expert group around it);
 - a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm).
+Megatron's --deterministic-mode (`Job.deterministic`) multiplies a layer's eager operations by
+`planner.model.determinism.DETERMINISTIC_ISSUE` (PyTorch then fills every allocation).
 FP8 and NVFP4 (`Job.precision`) add Transformer Engine's quantisation to each GEMM it runs in
 those formats (amax, scale and cast of each input, forward and backward; taken for NVFP4 as for
 FP8, its quantiser launching the same amax and cast kernels with the Hadamard transform fused into
@@ -126,8 +128,7 @@ in bf16), which prices a CUDA graph and the floor of a layer's small kernels
 LAYER_KERNELS = HOST_LAYER_ISSUE_S / KERNEL_ISSUE_S
 """Kernels one dense layer's forward launches (48.8): the reference host's issue time over its
 time per kernel, at the shipped constants and fixed when the module loads, so that calibrating a
-cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is; times
-`determinism.DETERMINISTIC_ISSUE` under --deterministic-mode (its fills are kernels too)."""
+cluster's host speed (`calibratable` layer_issue_s) leaves what the GPU runs as it is."""
 GRAPH_KERNEL_S = 0.5e-6
 """GPU seconds per kernel node of a replayed CUDA graph beyond the kernel's own run: NVIDIA's
 "Getting Started with CUDA Graphs" (A. Gray, developer.nvidia.com/blog/cuda-graphs, 2019) times
@@ -257,7 +258,9 @@ def issue_units(job: Job, lay: Layout, kind: LayerKind) -> float:
 def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
     """Kernels one layer's forward launches: its blocks counted as launches (`issue_blocks` with
     `launches`: MLA and the MoE block's TP share by what they launch, not their host Python) in
-    LAYER_KERNELS per unit. Its backward launches BACKWARD_ISSUE_RATIO times as many."""
+    LAYER_KERNELS per unit, times `determinism.issue_factor` (Megatron's deterministic mode
+    fills each allocation with a kernel). Its backward launches BACKWARD_ISSUE_RATIO times as
+    many."""
     units = sum(units for _, units in issue_blocks(job, lay, kind, launches=True))
     return units * LAYER_KERNELS * determinism.issue_factor(job)
 
@@ -273,7 +276,8 @@ def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> boo
 def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
     """The forward's floor: the job's host issuing the eager blocks, plus (`Job.cuda_graphs`) the
     GPU stepping through the nodes of the captured ones (all of them, or those of
-    `Job.cuda_graph_modules`)."""
+    `Job.cuda_graph_modules`); the eager issue times `determinism.issue_factor` (Megatron's
+    deterministic mode)."""
     graphed = eager = 0.0
     for name, units in issue_blocks(job, lay, kind):
         if job.cuda_graphs and _graphed(name, job.cuda_graph_modules):

@@ -305,7 +305,9 @@ def weight_hash(job: Job, lay: Layout) -> Violation | None:
 def deterministic(job: Job, lay: Layout) -> Violation | None:
     """Megatron's --deterministic-mode (`Job.deterministic`) asserts the fused cross entropy and
     TP communication overlap off (Megatron-LM d98e8a64 determinism.py,
-    ARG_VALUES_REQUIRED_FOR_DETERMINISM: neither has a bit-reproducible path)."""
+    ARG_VALUES_REQUIRED_FOR_DETERMINISM: neither has a bit-reproducible path). The loss part
+    depends on the job alone, so the rule is also one of the JOB_RULES; torchtitan's
+    debug.deterministic has no such asserts."""
     if not job.deterministic or job.framework == "torchtitan":
         return None
     if job.megatron_loss in ("native", "te"):
