@@ -16,22 +16,27 @@ if TYPE_CHECKING:
     from planner.inputs.plan import Job
 
 
-def issued(layer: Layer, floor: float, recompute: bool = False, synced: float = 0.0) -> Layer:
+def issued(
+    layer: Layer, floor: float, recompute: bool = False, synced: float = 0.0, ring: bool = False
+) -> Layer:
     """The layer's forward and backward, each at least as long as its issue (`floor` the
     forward's, `floor_s`); with full `recompute` the backward issues the forward again. `synced`:
     host seconds of the forward that wait for the GPU (`host.realtime_test_s`), added to it and to
-    a full recompute's rerun. The time the GPU waits on the host (the floor over the GPU's own
-    work) hides the layer's exposed CP traffic: the ring's transfers run as soon as they are
-    issued, so the layer takes the longer of the host's issue and the GPU's work with them, not
-    their sum. TP and EP traffic stay charged as computed (their collectives sit between
-    dependent kernels; the search's bound, `planner.search.bound`, counts them as they are)."""
+    a full recompute's rerun. With context parallelism's p2p `ring`, the time the GPU waits on
+    the host (the floor over the GPU's own work) hides the layer's exposed CP traffic: the ring's
+    transfers are issued ahead of the partial attention that needs them and run as soon as they
+    are, so the layer takes the longer of the host's issue and the GPU's work with them, not
+    their sum. The other exchanges (all-to-all, all-gather) and TP and EP traffic stay charged as
+    computed: their collectives sit between dependent kernels (and the search's bound,
+    `planner.search.bound`, counts TP and EP as they are)."""
     fwd = max(layer.fwd, floor) + synced
     bwd = max(layer.bwd, BACKWARD_ISSUE_RATIO * floor)
     rec = max(layer.recompute, floor) + synced if recompute else layer.recompute
     if fwd == layer.fwd and bwd == layer.bwd and rec == layer.recompute:
         return layer
-    # the GPU idles while the host issues: the layer's exposed CP traffic (the ring's
-    # transfers, issued ahead of each partial attention) runs then
+    if not ring:
+        return replace(layer, fwd=fwd, bwd=bwd, recompute=rec)
+    # the GPU idles while the host issues: the ring's exposed transfers run then
     slack = (fwd - synced - layer.fwd) + (bwd - layer.bwd)
     if recompute:
         slack += rec - synced - layer.recompute
@@ -42,4 +47,5 @@ def issued(layer: Layer, floor: float, recompute: bool = False, synced: float = 
 def issued_layer(layer: Layer, job: Job, lay: Layout, kind: LayerKind) -> Layer:
     """`issued` with the floor of this job, layout and layer kind."""
     synced = realtime_test_s(job, lay, kind)
-    return issued(layer, floor_s(job, lay, kind), lay.recompute == "full", synced)
+    ring = lay.cp > 1 and lay.cp_comm_type == "p2p" and kind.mixer == "attention"
+    return issued(layer, floor_s(job, lay, kind), lay.recompute == "full", synced, ring)
