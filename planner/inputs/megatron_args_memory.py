@@ -115,14 +115,18 @@ BLACKWELL_DETERMINISTIC = (
     "--deterministic-mode: on Blackwell, Transformer Engine does not run the attention backward "
     "on cuDNN's fused kernel in deterministic mode before cuDNN 9.18.1 (TransformerEngine PRs "
     "#2130, #2584) and falls back to flash-attn's kernels, whose speed there is not modelled; "
-    "Megatron-LM's GB200 functional tests of a 7B model at 8k tokens run 1.8x the predicted step"
+    "Megatron-LM's GB200 functional tests of a 7B model at 8k tokens run 1.7-1.8x the predicted "
+    "step"
 )
 """What `deterministic_note` says."""
 
 
 def deterministic_note(line: Line, blackwell: bool) -> list[str]:
     """The not-modelled note of --deterministic-mode on a Blackwell GPU (BLACKWELL_DETERMINISTIC);
-    on Hopper and Ampere TE keeps cuDNN's fused attention, with its deterministic backward."""
+    on Hopper TE keeps cuDNN's fused attention, with its deterministic backward, and on Ampere it
+    runs FlashAttention-2's deterministic backward (cuDNN's fused backend needs sm90 in
+    deterministic mode: get_attention_backend, TransformerEngine d0067d0d), the kernel planner
+    times there anyway. What the mode costs elsewhere is `planner.model.determinism`'s."""
     if not (blackwell and line.has("--deterministic-mode")):
         return []
     return [BLACKWELL_DETERMINISTIC]
