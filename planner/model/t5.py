@@ -54,10 +54,9 @@ def encoder_params(job: Job, tp: int) -> float:
         return 0.0
     arch = job.arch
     layer = params.kind_params(arch, DENSE)[0]
-    cross = params.attention_params(arch) + params.final_norm_params(arch)
-    return (job.t5_encoder[0] * layer + arch.num_layers * cross) / tp + params.final_norm_params(
-        arch
-    )
+    norm = params.final_norm_params(arch)
+    split = job.t5_encoder[0] * layer + arch.num_layers * (params.attention_params(arch) + norm)
+    return split / tp + norm
 
 
 def cross_bytes(job: Job, sh: Shard) -> float:

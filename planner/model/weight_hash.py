@@ -23,12 +23,11 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import host
+from planner.model.activations import BF16
 from planner.model.host_link import host_link_bandwidth
 from planner.model.param_tensors import rank_tensors
 from planner.model.stage_params import stage_params
 
-BF16 = 2.0
-"""Bytes per parameter copied to the host: `param.data` in the model's 16-bit dtype."""
 HASH_S_PER_PARAM = 3.66e-9
 """Measured: host seconds per parameter of Megatron's loop (`.float()` on the host, `.numpy()`,
 SHA-1 over 4 bytes) with one torch thread, as torchrun starts its workers: benchmarks/host_hash.py
@@ -58,6 +57,7 @@ def check_seconds(job: Job, lay: Layout) -> float:
         dense, expert = stage_params(job, lay, rank, chunks)
         params = dense + expert
         tensors = rank_tensors(job.arch, lay, rank, chunks)
+        # `param.data` in the model's 16-bit dtype over the host link, then hashed there
         seconds = BF16 * params / link + host_seconds(params, tensors) * host.slowdown(job)
         worst = max(worst, seconds)
     return worst
