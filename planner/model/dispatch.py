@@ -91,19 +91,28 @@ def fused_dispatch_fanout(grp: Group, r: Routing) -> tuple[float, float]:
     """(nodes, GPUs) one token reaches under a fused dispatcher, which sends it once per
     destination node over the NIC and forwards it once per destination GPU over NVLink (DeepEP's
     and HybridEP's hierarchical kernels, DeepSeek-V3 Sec. 3.2.2). With group-limited routing the
-    experts are those of group_topk groups; each group lies on ceil(domains / groups) nodes (EP
-    ranks hold contiguous experts, as groups are contiguous: Megatron's router), so a token may
-    reach min(domains, group_topk x that) nodes (node-limited: DeepSeek-V3's 8 groups on 8 nodes,
-    4 per token). Over the allowed nodes and their GPUs the top-k experts are spread evenly
-    (`distinct_reached`)."""
+    experts are those of group_topk groups; EP ranks hold contiguous experts, as groups are
+    contiguous (Megatron's router), so each group lies on ceil(units / groups) of the group's
+    nodes and of its GPUs, and a token may reach group_topk x that of either (`_allowed`):
+    node-limited routing (DeepSeek-V3's 8 groups on 8 nodes, 4 per token), and inside one node
+    the GPUs of its groups (DeepSeek-V3's proxy in Megatron's MoE layer test: 8 groups on 8 GPUs,
+    4 GPUs of 8 at most). Over the allowed nodes (GPUs) and their experts the top-k experts are
+    spread evenly (`distinct_reached`)."""
     k, g = grp.domains, grp.per_domain
-    allowed = k
-    if r.groups and r.group_topk and r.group_topk < r.groups:
-        allowed = min(k, r.group_topk * math.ceil(k / r.groups))
-    experts = r.experts * allowed / k
-    nodes = distinct_reached(allowed, round(experts), r.topk)
-    gpus = distinct_reached(allowed * g, round(experts), r.topk)
+    nodes_allowed = _allowed(k, r)
+    gpus_allowed = min(nodes_allowed * g, _allowed(k * g, r))
+    nodes = distinct_reached(nodes_allowed, round(r.experts * nodes_allowed / k), r.topk)
+    gpus = distinct_reached(gpus_allowed, round(r.experts * gpus_allowed / (k * g)), r.topk)
     return nodes, gpus
+
+
+def _allowed(units: int, r: Routing) -> int:
+    """The nodes or GPUs (`units` of them in the EP group, holding contiguous experts) whose
+    experts one token may use: group_topk groups of `groups`, each on ceil(units / groups) of
+    them, so min(units, group_topk x that); every unit without group-limited routing."""
+    if r.groups and r.group_topk and r.group_topk < r.groups:
+        return min(units, r.group_topk * math.ceil(units / r.groups))
+    return units
 
 
 def moe_dispatch(

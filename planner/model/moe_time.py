@@ -32,10 +32,28 @@ def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> floa
     """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
     PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
     tokens x top_k x the routing load; expert_hidden wide: a latent MoE permutes latent tokens),
-    at the achieved HBM bandwidth. Added with the FP8 casts (a third of it in the forward, the
-    rest in the backward)."""
+    once per `permutations`, at the achieved HBM bandwidth. Added with the FP8 casts (a third of
+    it in the forward, the rest in the backward)."""
     pairs = routed_pairs(job, lay, t, load)
-    return PERMUTE_BYTES_PER_ELEMENT * pairs * job.arch.expert_hidden / gpu.hbm
+    return (
+        permutations(job, lay)
+        * PERMUTE_BYTES_PER_ELEMENT
+        * pairs
+        * job.arch.expert_hidden
+        / gpu.hbm
+    )
+
+
+def permutations(job: Job, lay: Layout) -> int:
+    """How many times a routed copy is permuted and restored each way: once (permute before the
+    dispatch, unpermute after the combine; the fused dispatchers permute on arrival instead), and
+    once more with Megatron's alltoall dispatcher where a rank holds more than one expert: the
+    copies arrive grouped by source rank and are sorted by local expert after the dispatch and
+    back before the combine (Megatron-LM d98e8a64 token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess, `sort_chunks_by_idxs`,
+    run whenever num_local_experts > 1)."""
+    local = (job.arch.num_moe_experts or 1) // max(lay.ep, 1)
+    return 2 if lay.moe_token_dispatcher_type == "alltoall" and local > 1 else 1
 
 
 def routed_pairs(job: Job, lay: Layout, t: float, load: float) -> float:

@@ -2,8 +2,11 @@
 
 Oracle: hand arithmetic. Mixtral 8x7B (h 4096, 8 experts, top-2) on H100, tp 1, one micro-batch of
 4096 tokens, routing load L (routing_load.memory_load): the permutations move 16 bytes per routed
-element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth; the router is a 4096 x 4096
-x 8 GEMM on the additive roofline (gemm.gemm_time).
+element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth, twice with Megatron's
+alltoall dispatcher where a rank holds more than one expert (it sorts the arrived copies by local
+expert and back: token_dispatcher.py @ d98e8a64, `sort_chunks_by_idxs` whenever
+num_local_experts > 1); the router is a 4096 x 4096 x 8 GEMM on the additive roofline
+(gemm.gemm_time).
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ def test_router_and_permutation_by_hand() -> None:
     gpu = gpu_of(j)
     load = memory_load(j, Layout(tp=1, pp=1, dp=8))
     perm = 16 * 4096 * 2 * load * 4096 / gpu.hbm
-    assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(perm)
+    # ep 1: all 8 experts are local, so the alltoall dispatcher sorts: two permutations
+    assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(2 * perm)
+    # one expert per rank (ep 8), or a fused dispatcher (permutes on arrival): one
+    one_each = Layout(tp=1, pp=1, dp=8, ep=8)
+    assert moe_time.permute_time(j, one_each, gpu, 4096.0, load) == pytest.approx(perm)
+    flex = Layout(tp=1, pp=1, dp=8, ep=4, moe_token_dispatcher_type="flex")
+    assert moe_time.permute_time(j, flex, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
     assert moe_time.router_time(j, lay, gpu, 4096.0) == pytest.approx(router)
     # with sequence parallelism over tp 2 each rank routes and permutes half the tokens
     sp = Layout(tp=2, pp=1, dp=4, sequence_parallel=True)
-    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(perm / 2)
+    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
 
 
 def test_permutations_split_a_third_forward(monkeypatch: pytest.MonkeyPatch) -> None:

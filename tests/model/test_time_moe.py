@@ -89,6 +89,30 @@ def test_node_limited_fanout_by_hand() -> None:
     assert limited < dispatch.moe_dispatch(h800(64), 1, 64, free, "flex")
 
 
+def test_group_limited_fanout_inside_one_node_by_hand() -> None:
+    # Megatron's MoE layer test's DeepSeek proxy (tests/functional_tests/test_cases/common/
+    # moe_perf/test_cases.py @ d98e8a64): 32 experts in 8 groups, top-8 from 4 groups, EP 8 on one
+    # node. A rank holds 4 contiguous experts, one group, so a token reaches at most 4 GPUs:
+    # 4 x (1 - C(12, 8) / C(16, 8)) = 3.85 of them, against 8 x (1 - C(28, 8) / C(32, 8)) = 5.64
+    # without the group limit; one node either way.
+    grp = comms.place(h800(8), 1, 8)
+    proxy = dispatch.Routing(tokens=4096, hidden=7168, topk=8, experts=32, groups=8, group_topk=4)
+    nodes, gpus = dispatch.fused_dispatch_fanout(grp, proxy)
+    assert nodes == pytest.approx(1.0)
+    assert gpus == pytest.approx(4 * (1 - comb(12, 8) / comb(16, 8)))
+    assert gpus == pytest.approx(3.85, abs=0.01)
+    free = dispatch.Routing(tokens=4096, hidden=7168, topk=8, experts=32)
+    _, unlimited = dispatch.fused_dispatch_fanout(grp, free)
+    assert unlimited == pytest.approx(8 * (1 - comb(28, 8) / comb(32, 8)))
+    # NVLink carries the copies to the other GPUs, so the fused dispatch takes 3.85 / 5.64 as
+    # long (less the latency, the same in both)
+    lat = grp.inner.latency * comms.LATENCY_SCALE * 4
+    ratio = (dispatch.moe_dispatch(h800(8), 1, 8, proxy, "flex") - lat) / (
+        dispatch.moe_dispatch(h800(8), 1, 8, free, "flex") - lat
+    )
+    assert ratio == pytest.approx(gpus / unlimited)
+
+
 def test_nccl_all_to_all_sends_every_copy_whatever_the_groups() -> None:
     # Megatron's alltoall dispatcher permutes one row per (token, expert): S = t x k x h x 2 x
     # load per all-to-all, four per forward + backward, group limit or not.
