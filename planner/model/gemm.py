@@ -51,10 +51,10 @@ per 16 and a per-tensor fp32 scale): a pass that reads the bf16 tensor for its t
 rows, and the columns after the random Hadamard transform the weight gradient's operands take;
 TE fuses them, `hadamard_transform_amax`), then one that reads it again and writes both
 orientations (0.5 + 1/16 bytes each; the columnwise copy Hadamard-transformed). The
-GEMMs themselves run at the part's FP8 matmul ceiling under every recipe: DeepGEMM's published
-1 x 128 / 128 x 128 blockwise kernels reach the per-tensor roofline within ~10% on H800
-(tests/model/test_time_moe.py), and Blackwell's tensor cores apply MX scales in hardware (on
-Blackwell at most BLACKWELL_FP8_SPEEDUP x the bf16 rate, `linear_fraction`)."""
+GEMMs themselves run at the part's FP8 matmul ceiling under every recipe but blockwise on Hopper
+(HOPPER_BLOCKWISE_GEMM_SHARE of it: Transformer Engine's cuBLAS block-scaled kernels), and
+Blackwell's tensor cores apply MX scales in hardware (on Blackwell at most BLACKWELL_FP8_SPEEDUP x
+the bf16 rate, `linear_fraction`)."""
 
 
 def quant_bytes(recipe: str, blackwell: bool) -> float:
@@ -95,17 +95,42 @@ MAMF fraction 1745 / 2250 = 0.776. So the FP8 cap is 1.69 x a measured bf16 rate
 at that shape against the measured 2544.7), not 1.69 x the fitted GEMM_EFFICIENCY_MAX."""
 
 
+HOPPER_BLOCKWISE_GEMM_SHARE = 0.83
+"""An FP8 GEMM's throughput under the blockwise recipe (1 x 128 / 128 x 128 scales) over the same
+GEMM's with one scale per tensor, on Hopper. Hopper's tensor cores take no block scales: each
+128-deep slice of the reduction is scaled and added to the FP32 accumulator on the CUDA cores
+(DeepSeek-V3 arXiv:2412.19437 Sec. 3.3.2's promotion), and cuBLAS's sm90 block-scaled kernels that
+Transformer Engine calls pay for it. Measured: Transformer Engine's GEMM benchmark on H200 NVL for
+a 5B model config (h 4096, ffn 16384, 15,872 tokens; TransformerEngine d0067d0d
+docs/examples/gemm_profiling/gemm_profiling.rst, "Worked Example: 5B Model on H200", autocast,
+quantisation included), per layer: delayed 18.978 ms, current 20.285, block 22.882. With
+planner's quantisation traffic (FP8_QUANT_BYTES: 1.29, 1.94 and 1.31 ms of it on H200) the
+GEMMs must run at 0.82 (block over delayed, 1.206) or 0.85 (block over current, 1.128) of the
+per-tensor rate; 0.83 between the two (tests/model/test_fp8_recipes_hopper.py). DeepGEMM's
+hand-tuned blockwise kernels come within ~10% of the per-tensor roofline on H800; Megatron's
+blockwise recipe runs Transformer Engine's. Blackwell applies block scales in its tensor cores
+(MXFP8; TE runs the blockwise recipe there as MXFP8): 1 there."""
+
+
 def linear_fraction(
-    e_linear: float, e_bf16: float, fp8: bool, blackwell: bool, bf16_ceiling: float | None
+    e_linear: float,
+    e_bf16: float,
+    fp8: bool,
+    blackwell: bool,
+    bf16_ceiling: float | None,
+    recipe: str = "delayed",
 ) -> float:
     """Large-GEMM fraction of the FP8 (or bf16) peak for the decoder's linear layers: on
     Blackwell an FP8 GEMM runs at most BLACKWELL_FP8_SPEEDUP x its bf16 rate (that rate at most
     BLACKWELL_BF16_MAMF_SHARE of the part's bf16 ceiling `bf16_ceiling`, where measured), i.e.
-    at most BLACKWELL_FP8_SPEEDUP / 2 of that bf16 fraction of the (twice as high) FP8 peak."""
+    at most BLACKWELL_FP8_SPEEDUP / 2 of that bf16 fraction of the (twice as high) FP8 peak; on
+    Hopper the blockwise recipe's GEMMs run at HOPPER_BLOCKWISE_GEMM_SHARE of that fraction."""
     if fp8 and blackwell:
         if bf16_ceiling is not None:
             e_bf16 = min(e_bf16, BLACKWELL_BF16_MAMF_SHARE * bf16_ceiling)
         return min(e_linear, e_bf16 * BLACKWELL_FP8_SPEEDUP / 2.0)
+    if fp8 and recipe == "blockwise":
+        return e_linear * HOPPER_BLOCKWISE_GEMM_SHARE
     return e_linear
 
 

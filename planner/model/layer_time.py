@@ -379,6 +379,6 @@ def gpu_of(job: Job) -> Gpu:
     else:
         fp8 = job.precision == "fp8"
         e_linear = linear_fraction(
-            e("fp8") if fp8 else e_bf16, e_bf16, fp8, spec.is_blackwell, ceiling
+            e("fp8") if fp8 else e_bf16, e_bf16, fp8, spec.is_blackwell, ceiling, job.fp8_recipe
         )
     return Gpu(peak, linear, hbm, peak / hbm_nominal, e_bf16, e_linear)
