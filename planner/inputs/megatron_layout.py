@@ -108,7 +108,15 @@ def parallel(
         name = line.text(flag)
         if name is not None:
             out[key] = name
+    if line.integer("--num-experts") and "moe_token_dispatcher_type" not in out:
+        out["moe_token_dispatcher_type"] = MEGATRON_DEFAULT_DISPATCHER
     return out
+
+
+MEGATRON_DEFAULT_DISPATCHER = "allgather"
+"""Megatron's token dispatcher where a line names none (TransformerConfig
+moe_token_dispatcher_type = "allgather", transformer_config.py:891 @ d98e8a64;
+benchmarks/data/megatron_rules.md section 1), not the plan file's default (alltoall)."""
 
 
 CP_EXCHANGES = ("p2p", "a2a", "all_gather", "a2a+p2p")

@@ -85,6 +85,25 @@ def test_fsdp_and_fp8_and_moe_flags() -> None:
     assert plan.job.arch.ffn_hidden_size == 4096
 
 
+def test_moe_dispatcher_defaults_to_megatrons() -> None:
+    # Megatron's TransformerConfig defaults moe_token_dispatcher_type to "allgather"
+    # (transformer_config.py:891 @ d98e8a64); a line naming none runs that one, not the plan
+    # file's default; a named one is read as named, and a dense line gets no dispatcher.
+    moe = (
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "
+        "--seq-length 4096 --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 4"
+    )
+    doc = megatron_args.to_plan(moe, "h100-sxm-80gb", 8)
+    assert doc["parallel"]["moe_token_dispatcher_type"] == "allgather"
+    named = megatron_args.to_plan(moe + " --moe-token-dispatcher-type alltoall", "h100-sxm-80gb", 8)
+    assert named["parallel"]["moe_token_dispatcher_type"] == "alltoall"
+    dense = moe.replace("--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 4", "")
+    assert (
+        "moe_token_dispatcher_type"
+        not in megatron_args.to_plan(dense, "h100-sxm-80gb", 8)["parallel"]
+    )
+
+
 def test_uneven_first_and_last_stages() -> None:
     # Llama 3 405B style: one fewer layer on the first and last stage (126 layers, pp 16):
     # (126 - 7 - 7) / 14 = 8 layers on each middle rank
