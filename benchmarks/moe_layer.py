@@ -11,8 +11,8 @@ matmul has let the host run ahead, and the host's issue (`planner.model.host`) i
 case's GPU time. The layer's expert-parallel traffic (`Layer.ep`, a dispatch and a combine each
 way) is split evenly between the forward and the backward. Every iteration of the test is a
 step: with FP8 the forward also quantises the weights (`Layer.weight_cast`, once per step in a
-training run). planner's block also has the pre-MLP
-norm (the test's layer has none): 2 x 4,096 x h bf16 elements, under 0.05 ms here.
+training run). planner's block also has the pre-MLP norm (the test's layer has none):
+2 x 4,096 x h bf16 elements, under 0.05 ms here.
 
     python benchmarks/moe_layer.py
 

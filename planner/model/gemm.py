@@ -118,7 +118,7 @@ def linear_fraction(
     fp8: bool,
     blackwell: bool,
     bf16_ceiling: float | None,
-    recipe: str = "delayed",
+    recipe: str,
 ) -> float:
     """Large-GEMM fraction of the FP8 (or bf16) peak for the decoder's linear layers: on
     Blackwell an FP8 GEMM runs at most BLACKWELL_FP8_SPEEDUP x its bf16 rate (that rate at most

@@ -30,9 +30,14 @@ import yaml
 from benchmarks.moe_layer import DATA, predicted_ms
 
 
-def _pair(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _cases() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The data file, and its cases by name."""
     data = yaml.safe_load(DATA.read_text())
-    cases = {c["name"]: c for c in data["cases"]}
+    return data, {c["name"]: c for c in data["cases"]}
+
+
+def _pair(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    data, cases = _cases()
     return data, cases[f"{name}_a2a_tp1ep8_bf16"], cases[f"{name}_hybridep_tp1ep8_bf16"]
 
 
@@ -59,8 +64,7 @@ def test_dispatchers_alike_on_the_mixtral_proxy() -> None:
 
 @pytest.mark.parametrize(("name", "dispatcher"), [("mixtral", "a2a"), ("deepseek", "hybridep")])
 def test_blockwise_fp8_over_bf16(name: str, dispatcher: str) -> None:
-    data = yaml.safe_load(DATA.read_text())
-    cases = {c["name"]: c for c in data["cases"]}
+    data, cases = _cases()
     m_bf16, p_bf16 = _total(data, cases[f"{name}_{dispatcher}_tp1ep8_bf16"])
     m_fp8, p_fp8 = _total(data, cases[f"{name}_{dispatcher}_tp1ep8_fp8"])
     assert p_fp8 / p_bf16 == pytest.approx(m_fp8 / m_bf16, rel=0.05)
