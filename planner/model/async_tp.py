@@ -19,8 +19,8 @@ backward, per block: the row-parallel linear's output-gradient all-gather under 
 Each decomposed collective of c seconds under a GEMM of g seconds exposes what outlasts the GEMM
 and one of its tp chunks that nothing overlaps (the local shard's matmul before the first
 transfer lands, or the last partial output's send after the last matmul):
-max(c - g, 0) + min(c, g) / tp. An MoE block's TP collectives stay exposed (its input goes to the
-token dispatcher, not to a column-parallel GEMM: window 0). Without sequence parallelism torchtitan
+max(c - g, 0) + min(c, g) / tp. An MoE block's TP collectives (where it has any:
+`planner.model.layer_tp.tp_blocks`) stay exposed (window 0). Without sequence parallelism torchtitan
 does not run async TP (it needs the all-gather / reduce-scatter pair); the layer then times as
 `comms.tensor_parallel_layer`. The hidden part still holds `comms.sm_share` of the SMs
 (`planner.model.layer_time` charges it) as for NCCL's overlapped collectives: a bound where the

@@ -17,7 +17,7 @@ DeepEP's `per_token_cast_to_fp8` (DeepSeek-V3 Sec. 3.3.2; Megatron-LM fused_a2a.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.inputs.hardware import ClusterSpec
 from planner.model import comms
@@ -140,17 +140,36 @@ def moe_dispatch(
     measured fused-kernel efficiency (FUSED_EP_RDMA_EFFICIENCY, FUSED_EP_NVLINK_EFFICIENCY);
     own-node copies skip the NIC ((k-1)/k of the nodes reached are remote: routing follows scores,
     not place). One latency of the slowest link per call.
-    allgather (MoEAllGatherTokenDispatcher): all tokens of the EP group are all-gathered before
-    the experts and reduce-scattered after (tokens x ep x h bf16), independent of top-k.
+    allgather (MoEAllGatherTokenDispatcher): all tokens of the expert-TP x EP group are
+    all-gathered before the experts and reduce-scattered after (tokens x etp x ep x h bf16),
+    independent of top-k.
+
+    Experts sharded over etp > 1 ranks (Megatron-LM token_dispatcher.py @d98e8a64): the
+    all-to-all dispatcher runs its all-to-all over the EP ranks, then all-gathers the copies it
+    received over the etp ranks (AllGather-V: each ends with etp x its copies) and
+    reduce-scatters the expert outputs before the combine; flex dispatches over the etp x ep
+    ranks with top_k x etp copies of each token over etp x E experts (every expert-TP rank of
+    a chosen expert gets the token).
     """
-    grp = place(cluster, etp, ep)
-    if grp.size <= 1:
-        return 0.0
     h, load = r.hidden, r.load
     passes = n_fwd + 1  # forward passes and the backward
     if dispatcher == "allgather":
+        grp = place(cluster, 1, etp * ep)
         gathered = r.tokens * grp.size * h * BF16
         return passes * (all_gather(gathered, grp) + reduce_scatter(gathered, grp))
+    if dispatcher == "flex" and etp > 1:
+        folded = replace(r, topk=r.topk * etp, experts=r.experts * etp)
+        return moe_dispatch(cluster, 1, etp * ep, folded, dispatcher, n_fwd, dispatch_bytes)
+    gather = 0.0
+    if etp > 1 and dispatcher != "flex":
+        tp_grp = place(cluster, 1, etp)
+        copies = r.tokens * r.topk * h * load * etp
+        gather = passes * (
+            all_gather(copies * dispatch_bytes, tp_grp) + reduce_scatter(copies * BF16, tp_grp)
+        )
+    grp = place(cluster, etp, ep)
+    if grp.size <= 1:
+        return gather
     if dispatcher == "flex":
         nodes, gpus = fused_dispatch_fanout(grp, r)
         k, g = grp.domains, grp.per_domain
@@ -171,7 +190,8 @@ def moe_dispatch(
 
         return passes * (one(dispatch_bytes) + one(BF16))
     copies = r.tokens * r.topk * h * load
-    return passes * (all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * BF16, grp))
+    a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * BF16, grp)
+    return passes * a2a + gather
 
 
 def expert_all_to_all(

@@ -316,7 +316,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         out.cp, out.cp_hidden = cp_time.context_parallel(
             job.cluster, lay, arch, t, (attn_fwd, attn_bwd), n_fwd
         )
-    if moe and lay.ep > 1:
+    if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
         routing = dispatch.Routing(
             tokens=t / (tp if lay.sequence_parallel else 1),
             hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens

@@ -32,7 +32,8 @@ def tp_charges(
     seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
     arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster, job.gemm_sm_margin)
     shapes, times = gemms
-    cols = column_parallel_windows(arch, shapes, times, kind)
+    keep = tp_blocks(job, lay, kind)
+    cols = _kept(column_parallel_windows(arch, shapes, times, kind), keep)
     size = t * arch.hidden_size * BF16
     exposed, hidden = comms.tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
@@ -41,10 +42,10 @@ def tp_charges(
     plain = exposed + share * hidden
     shown = None
     if async_tp.applies(job, lay):  # torchtitan's async TP: forward and backward pipelined
-        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        row_w = _kept(async_tp.row_parallel_windows(arch, times, kind), keep)
         exposed, hidden = async_tp.layer_traffic(job.cluster, tp, size, n_fwd, cols, row_w)
     elif lay.tp_comm_overlap and lay.sequence_parallel:  # Transformer Engine's userbuffers
-        row_w = async_tp.row_parallel_windows(arch, times, kind)
+        row_w = _kept(async_tp.row_parallel_windows(arch, times, kind), keep)
         slots = slot_map(job.tp_overlap_cfg)
         fp8 = job.precision == "fp8"
         exposed, hidden, held = tp_overlap.layer_traffic(
@@ -52,12 +53,40 @@ def tp_charges(
         )
         shown = exposed + held
     # a checkpointed MLP / MoE block re-runs its forward TP collectives (one block's pair)
-    rerun = {"mlp"} if kind.ffn == "dense" else {"moe", "shared_experts"} if kind.moe else set()
+    rerun = {"mlp"} if kind.ffn == "dense" else set()
+    if kind.moe and keep[-1]:
+        rerun = {"moe", "shared_experts"}
     again = 0.0
     if rerun & set(modules):
         again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
     shown = exposed + share * hidden if shown is None else shown
     return shown + again, hidden, exposed + hidden + again, plain + again
+
+
+def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
+    """Per block of the layer (`flops.gemm_blocks`), whether it runs the TP collectives of
+    `comms.tensor_parallel_layer` on its h-wide input. A mixer or a dense MLP does. An MoE block
+    does only where a TP-sharded MLP reads the gathered input: a shared expert beside the routed
+    ones (Megatron-Core's SharedExpertMLP, a ColumnParallelLinear / RowParallelLinear pair on the
+    layer's TP group; torchtitan's dense-family plan for shared_experts), or torchtitan's routed
+    experts sharded over TP without expert parallelism (its MoE wrapper replicates the input over
+    TP only when EP is off: models/common/moe_sharding.py `_moe_sharding_config` @b5bcd76c).
+    Otherwise the token dispatcher routes each rank's own sequence shard (Megatron-LM
+    token_dispatcher.py @d98e8a64: the input is [S/TP, B, H]) and any expert-TP gather of the
+    routed copies is the dispatcher's traffic (`dispatch.moe_dispatch`)."""
+    shared = bool(job.arch.moe_shared_expert_intermediate_size)
+    gathered = shared or experts_on_gathered_input(job, lay)
+    return tuple(block != "moe" or gathered for block, _ in flops.gemm_blocks(job.arch, kind))
+
+
+def experts_on_gathered_input(job: Job, lay: Layout) -> bool:
+    """torchtitan without expert parallelism: its routed experts are TP-sharded on the MoE
+    block's all-gathered input, a dense MLP's traffic (`tp_blocks`), not a dispatcher's."""
+    return job.framework == "torchtitan" and lay.ep == 1
+
+
+def _kept(windows: tuple[float, ...], keep: tuple[bool, ...]) -> tuple[float, ...]:
+    return tuple(w for w, k in zip(windows, keep, strict=True) if k)
 
 
 def column_parallel_windows(
@@ -69,8 +98,8 @@ def column_parallel_windows(
     """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer
     input; one backward GEMM, dgrad or wgrad, takes as long): what the block's backward TP
     collectives can run under (`flops.gemm_blocks`: the attention's QKV or down-projections, a
-    Mamba mixer's in_proj, fc1). An MoE block's input is gathered by its token dispatcher before
-    the experts, so nothing overlaps there (0). `moe`: the layer's kind, or a transformer layer's
+    Mamba mixer's in_proj, fc1). An MoE block's collectives (where it has any, `tp_blocks`) are
+    given no GEMM to hide under (0). `moe`: the layer's kind, or a transformer layer's
     MoE flag."""
     h = arch.hidden_size
     return tuple(

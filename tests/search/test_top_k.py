@@ -478,15 +478,23 @@ def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
     checked = cut_sooner = 0
     for lays in groups.values():
         top_mbs = max(lay.micro_batch_size for lay in lays)
-        shapes = {(lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap) for lay in lays}
+        # the search takes the least bound over a shape's bases, one per token dispatcher
+        shapes = {
+            (lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap, lay.moe_token_dispatcher_type)
+            for lay in lays
+        }
         bound = min(
             bounds.lower_bound(
                 job,
                 lays[0].with_(
-                    micro_batch_size=top_mbs, vpp=v, pipeline_layers=pl, ep_comm_overlap=ov
+                    micro_batch_size=top_mbs,
+                    vpp=v,
+                    pipeline_layers=pl,
+                    ep_comm_overlap=ov,
+                    moe_token_dispatcher_type=d,
                 ),
             )
-            for v, pl, ov in shapes
+            for v, pl, ov, d in shapes
         )
         for lay in lays:
             own = bounds.base_bound(job, lay)
