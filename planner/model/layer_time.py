@@ -255,10 +255,11 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         casts.append(c * quant * (m * k + m * n) / gpu.hbm)
         out.weight_cast += c * quant * k * n / gpu.hbm
     gemm_fwd, cast = sum(times), sum(casts)
+    perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
         # router GEMM and the token permutations (not in `flops.linear_gemms`: no model FLOPs)
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
-        cast += moe_time.permute_time(job, lay, gpu, t, load)
+        perm = moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
     act_bytes = ew_bytes = _activation_bytes(job, lay, kind)
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
@@ -286,19 +287,20 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     streamed = ew + cast  # HBM-bound work; a fused grouped MLP's epilogues do part of it
     if moe:
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
-    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(shapes)))
-    out.fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3
+    # the small-kernel floor covers the permutations' kernels too
+    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(shapes)) - perm)
+    out.fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
-    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3
+    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     out.offload = act_bytes / host_link_bandwidth(job)
     policy = job.recompute_policy(lay.recompute)
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
     if policy == "full":
         out.recompute = out.fwd
     elif policy == "per_op":
-        out.recompute = gemm_fwd / 2 + streamed / 3
+        out.recompute = gemm_fwd / 2 + streamed / 3 + perm / 2
     elif policy == "core_attn":
-        pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load)
+        pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)
         out.recompute = sum(
             recompute_time.module_time(job, lay, gpu, kind, pieces, mod) for mod in modules
         )

@@ -32,8 +32,8 @@ def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> floa
     """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
     PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
     tokens x top_k x the routing load; expert_hidden wide: a latent MoE permutes latent tokens),
-    once per `permutations`, at the achieved HBM bandwidth. Added with the FP8 casts (a third of
-    it in the forward, the rest in the backward)."""
+    once per `permutations`, at the achieved HBM bandwidth. Half of it in the forward (the
+    permute and the unpermute), half in the backward (each reversed: the same bytes)."""
     pairs = routed_pairs(job, lay, t, load)
     return (
         permutations(job, lay)

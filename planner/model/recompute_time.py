@@ -29,6 +29,8 @@ class Pieces:
     attn_fwd: float
     tokens: float
     load: float
+    permute_fwd: float = 0.0
+    """The forward's token permutations (an MoE layer's permute and unpermute), seconds."""
 
 
 def module_time(
@@ -41,8 +43,9 @@ def module_time(
     h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
     writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
     mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
-    experts and the shared experts; the shared experts). A module the layer lacks costs 0 (`moe`:
-    the layer's kind, or a transformer layer's MoE flag)."""
+    experts and the shared experts, with the forward's token permutations; the shared experts).
+    A module the layer lacks costs 0 (`moe`: the layer's kind, or a transformer layer's MoE
+    flag)."""
     kind = layer_kind(moe)
     moe = kind.moe
     arch = job.arch
@@ -83,7 +86,8 @@ def module_time(
     if module == "moe":
         if not moe:
             return 0.0
-        return gemms("expert", "latent", "shared") + act(routed, fe) + act(p.tokens, fs)
+        experts = gemms("expert", "latent", "shared") + act(routed, fe) + act(p.tokens, fs)
+        return experts + p.permute_fwd
     if module == "shared_experts":
         return gemms("shared") + act(p.tokens, fs) if moe else 0.0
     return 0.0

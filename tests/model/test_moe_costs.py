@@ -41,16 +41,19 @@ def test_router_and_permutation_by_hand() -> None:
     assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
 
 
-def test_permutations_split_a_third_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    # doubling the bytes per element adds one more permutation time P: P / 3 to the forward and
-    # 2P / 3 to the backward (the layer's memory-bound work splits 1 : 2)
+def test_permutations_split_half_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    # doubling the bytes per element adds one more permutation time P: the forward's permute and
+    # unpermute move the same bytes as their reverses in the backward, so P / 2 each way; and
+    # recomputing the MoE block (--recompute-modules moe) re-runs the forward's P / 2
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     gpu = gpu_of(j)
     # ep 1: every rank permutes exactly its own tokens' copies (routing_load.step_load = 1)
     perm = moe_time.permute_time(j, lay, gpu, 4096.0, 1.0)
-    base = layer_time.layer_time(j, lay, gpu, True)
+    rec = lay.with_(recompute="selective", recompute_modules=("moe",))
+    base, base_rec = (layer_time.layer_time(j, x, gpu, True) for x in (lay, rec))
     monkeypatch.setattr(moe_time, "PERMUTE_BYTES_PER_ELEMENT", 32.0)
-    double = layer_time.layer_time(j, lay, gpu, True)
-    assert double.fwd - base.fwd == pytest.approx(perm / 3)
-    assert double.bwd - base.bwd == pytest.approx(2 * perm / 3)
+    double, double_rec = (layer_time.layer_time(j, x, gpu, True) for x in (lay, rec))
+    assert double.fwd - base.fwd == pytest.approx(perm / 2)
+    assert double.bwd - base.bwd == pytest.approx(perm / 2)
+    assert double_rec.recompute - base_rec.recompute == pytest.approx(perm / 2)
