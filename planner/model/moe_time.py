@@ -32,11 +32,12 @@ def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> floa
     """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
     PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
     tokens x top_k x the routing load; expert_hidden wide: a latent MoE permutes latent tokens),
-    once per `permutations`, at the achieved HBM bandwidth. Half of it in the forward (the
+    once per `permutations` (`permuted_copies`: etp x where experts are split over etp ranks),
+    at the achieved HBM bandwidth. Half of it in the forward (the
     permute and the unpermute), half in the backward (each reversed: the same bytes)."""
     pairs = routed_pairs(job, lay, t, load)
     return (
-        permutations(job, lay)
+        permuted_copies(job, lay)
         * PERMUTE_BYTES_PER_ELEMENT
         * pairs
         * job.arch.expert_hidden
@@ -54,6 +55,19 @@ def permutations(job: Job, lay: Layout) -> int:
     run whenever num_local_experts > 1)."""
     local = (job.arch.num_moe_experts or 1) // max(lay.ep, 1)
     return 2 if lay.moe_token_dispatcher_type == "alltoall" and local > 1 else 1
+
+
+def permuted_copies(job: Job, lay: Layout) -> int:
+    """The copies the `permutations` move, in units of the rank's own routed copies
+    (`routed_pairs`). With experts split over etp ranks, what a rank's experts run arrives etp
+    times over (`dispatch.moe_dispatch`): the alltoall dispatcher permutes its own copies before
+    the dispatch but sorts the etp-gathered ones after it (token_dispatcher.py d98e8a64: the
+    AllGather-V over the expert-TP group comes before `sort_chunks_by_idxs`), and the fused and
+    all-gather dispatchers permute what arrives, etp x. 1 at etp 1."""
+    etp = lay.expert_tp
+    if lay.moe_token_dispatcher_type == "alltoall":
+        return 1 + (permutations(job, lay) - 1) * etp
+    return etp
 
 
 def routed_pairs(job: Job, lay: Layout, t: float, load: float) -> float:

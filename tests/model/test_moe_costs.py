@@ -5,8 +5,8 @@ Oracle: hand arithmetic. Mixtral 8x7B (h 4096, 8 experts, top-2) on H100, tp 1, 
 element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth, twice with Megatron's
 alltoall dispatcher where a rank holds more than one expert (it sorts the arrived copies by local
 expert and back: token_dispatcher.py @ d98e8a64, `sort_chunks_by_idxs` whenever
-num_local_experts > 1); the router is a 4096 x 4096 x 8 GEMM on the additive roofline
-(gemm.gemm_time).
+num_local_experts > 1; with experts split over etp ranks, the copies its etp group gathered);
+the router is a 4096 x 4096 x 8 GEMM on the additive roofline (gemm.gemm_time).
 """
 
 from __future__ import annotations
@@ -36,9 +36,19 @@ def test_router_and_permutation_by_hand() -> None:
     assert moe_time.permute_time(j, flex, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
     assert moe_time.router_time(j, lay, gpu, 4096.0) == pytest.approx(router)
-    # with sequence parallelism over tp 2 each rank routes and permutes half the tokens
+    # with sequence parallelism over tp 2 each rank routes and permutes half the tokens, and
+    # with the experts split over etp 2 (Megatron's default etp = tp) it sorts the copies its
+    # etp pair gathered: half the tokens once, both halves once more, 3 x perm / 2
     sp = Layout(tp=2, pp=1, dp=4, sequence_parallel=True)
-    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
+    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(3 * perm / 2)
+    # at etp 1 the sort is of its own half only: 2 x perm / 2
+    sp_etp1 = Layout(tp=2, pp=1, dp=4, etp=1, sequence_parallel=True)
+    assert moe_time.permute_time(j, sp_etp1, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
+    # a fused dispatcher over etp 2 x ep 2 permutes on arrival the copies of both etp ranks
+    flex_etp = Layout(
+        tp=2, pp=1, dp=4, ep=2, sequence_parallel=True, moe_token_dispatcher_type="flex"
+    )
+    assert moe_time.permute_time(j, flex_etp, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
 
 
 def test_permutations_split_half_forward(monkeypatch: pytest.MonkeyPatch) -> None:
