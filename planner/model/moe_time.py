@@ -33,8 +33,8 @@ def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> floa
     PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
     tokens x top_k x the routing load; expert_hidden wide: a latent MoE permutes latent tokens),
     once per `permutations` (`permuted_copies`: etp x where experts are split over etp ranks),
-    at the achieved HBM bandwidth. Half of it in the forward (the
-    permute and the unpermute), half in the backward (each reversed: the same bytes)."""
+    at the achieved HBM bandwidth. Half of it in the forward (the permute and the unpermute),
+    half in the backward (each reversed: the same bytes)."""
     pairs = routed_pairs(job, lay, t, load)
     return (
         permuted_copies(job, lay)
