@@ -1,9 +1,9 @@
 """The search's lower bounds on step time (`planner.search.top_k`): per structure
 (`lower_bound`, at its largest micro-batch, for every layout of the structure, split and vpp) and
 per base layout (`base_bound`, at its own micro-batch, with the pipeline's fill and drain). Each
-term's proof is in its docstring; tests/search/test_top_k.py checks both below every layout of its
-brute-forced problems and tests/search/test_bound.py that the compute part is
-`cost.compute_floor`."""
+term's proof is in its docstring; tests/search/test_search_assumptions.py checks both below
+every layout of its brute-forced problems and tests/search/test_bound.py that the compute part
+is `cost.compute_floor`."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def lower_bound(job: Job, layout: Layout) -> float:
     second forward, a re-run MLP / MoE block's pair): the total is least without memory savers,
     whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
     bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
-    term is (tests/search/test_top_k.py checks the bound below every layout of every structure
-    of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
+    term is (tests/search/test_search_assumptions.py checks the bound below every layout of
+    every structure of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
     the step's host overhead (`cost.step_overhead_s`) is in every step."""
     m, g = _stage_floors(job, layout)
     return m * max(g) + cost.step_overhead_s(job)
@@ -118,7 +118,8 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     + overhead = (m(top) / m) x ((m - 1/vpp) worst + total / vpp) + overhead (the step's), taken
     here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at least m(top) x
     worst + the step overhead (= `Floors.lower_bound`, the bound the search queued the structure
-    on). tests/search/test_top_k.py checks it below base_bound for every base of its problems."""
+    on). tests/search/test_search_assumptions.py checks it below base_bound for every base of
+    its problems."""
     if job.framework != "megatron":
         return top.lower_bound()
     m = max(layout.num_microbatches(job.global_batch_size), 1)

@@ -15,7 +15,7 @@ from planner.search import rungs, variants
 from planner.search import space as space_mod
 from planner.search.rungs import NONE
 from planner.search.space import Space
-from tests.search.test_top_k import PROBLEMS, make_job
+from tests.search.brute_force import PROBLEMS, make_job
 
 
 def _some_bases(name: str, count: int) -> list:
@@ -78,7 +78,7 @@ def test_bound_below_every_rung_and_zero_stage(name: str) -> None:
 def test_structures_whose_states_never_fit_are_not_queued() -> None:
     """A structure none of whose shapes holds its weights and optimizer state in any ZeRO stage is
     counted as a memory rejection and never expanded; the top K stays the brute force's
-    (test_top_k's problems), and here nothing is lost: every structure the filter drops has no
+    (brute_force.py's problems), and here nothing is lost: every structure the filter drops has no
     layout that fits."""
     job = make_job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 32, memory_gib=24)
     space = Space(cp=space_mod.Bound(1, 1), mbs=space_mod.Bound(1, 2))

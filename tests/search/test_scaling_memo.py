@@ -11,7 +11,7 @@ from planner.model import cost, memory
 from planner.model.job_memo import JobMemo
 from planner.model.stage_time import LAYER_TIMES, layout_times
 from planner.search.scaling import job_at
-from tests.search.test_top_k import make_job
+from tests.search.brute_force import make_job
 
 LAYOUTS = (
     Layout(tp=8, pp=4, dp=2, cp=1, sequence_parallel=True, micro_batch_size=1),

@@ -1,11 +1,11 @@
 """What the search remembers instead of computing again, checked against computing afresh over
-the brute-forced problems of tests/search/test_top_k.py: the memory premise behind skipping a
+the brute-forced problems of tests/search/brute_force.py: the memory premise behind skipping a
 rung that did not fit at a smaller micro-batch, the options shared by structures with the same
 (dp, pp), the layer-time memo's tuple key, the peak ranks per split and the fixed buffers
 computed once per estimate, the bases built once per (vpp, split), the rungs per split, the
 EP-overlap base's rungs from the rule's recompute condition, each rank's chunk bytes and
 schedule peak (the search's answers themselves:
-test_top_k's brute force)."""
+brute_force.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from planner.inputs.layout import Layout
 from planner.model import buffers, memory, schedule, stage_activations, stage_params, stage_time
 from planner.search import rules, rungs
 from planner.search import space as space_mod
-from tests.search.test_top_k import PROBLEMS, _sample_layouts, layouts_of, variants_of
+from tests.search.brute_force import PROBLEMS, layouts_of, sample_layouts, variants_of
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -84,7 +84,7 @@ def test_peak_ranks_and_fixed_bytes_bit_for_bit(name: str) -> None:
     stage of an estimate (the fixed buffers computed once for all of them) is `stage_memory`
     on its own, bit for bit."""
     job, space = PROBLEMS[name]
-    for base in _sample_layouts(name, 30):
+    for base in sample_layouts(name, 30):
         for _, _, v in variants_of(name)[base][::4]:
             chunks = v.chunk_layers(job.arch.num_layers)
             ranks = memory._peak_candidates(job, v, chunks)
@@ -135,7 +135,7 @@ def test_rungs_remembered_per_split_are_rungs_afresh(name: str) -> None:
     """`rungs.rungs` remembers a base's rungs per job, split, TP overlap, kinds and offloading:
     for every base layout of the problem they are those computed with nothing remembered."""
     job, space = PROBLEMS[name]
-    for base in _sample_layouts(name, 80):
+    for base in sample_layouts(name, 80):
         for kinds, offload in ((space.recompute, True), (("none", "full"), False)):
             kept = rungs.rungs(job, base, kinds, offload)
             rungs._RUNGS.clear()
@@ -200,7 +200,7 @@ def test_stage_params_remembered_bit_for_bit(name: str) -> None:
     mtp_job = replace(job, arch=job.arch.model_copy(update={"mtp_num_layers": 1}))
     checked = 0
     for j in (job, mtp_job):
-        for lay in _sample_layouts(name, 60):
+        for lay in sample_layouts(name, 60):
             for rank, chunks in enumerate(lay.chunk_layers(j.arch.num_layers)):
                 got = stage_params.stage_params(j, lay, rank, chunks)
                 assert got == stage_params._stage_params(j, lay, rank, chunks), lay.describe()

@@ -18,7 +18,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from test_top_k import _factorizations, _user_ok, make_job
+from brute_force import _factorizations, _user_ok, make_job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job

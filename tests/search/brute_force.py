@@ -1,0 +1,328 @@
+"""The brute-force reference the search's tests compare with (tests/search/test_top_k.py and
+test_search_assumptions.py, test_bound.py, test_search_memo.py, test_scaling_memo.py).
+
+It enumerates the whole space itself (every degree tuple whose product is the GPU count, every
+micro-batch size, every vpp, the pipeline splits, every ZeRO stage and recompute policy), filters by
+`planner.search.rules` plus the scale-up-domain and user rules, scores every memory-feasible layout
+with `planner.model.cost` and ranks with `search.rank_key` (`reference_top`). It shares none of the
+search's pruning (no bound, no structure order, no early stop, no skipped variants): only
+`space_mod.splits` (which defines the split candidates of a (pp, vpp)), the dominance definitions
+(DESIGN.md section 4, the search's docstring: less sharding and recompute; a layout's twin with the
+EP all-to-all overlap, `_overlap_twin_dominates`) and the rank key. `PROBLEMS` are the small
+problems it is run on."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, parse_plan
+from planner.model import cost, memory
+from planner.search import rules, rungs
+from planner.search import space as space_mod
+from planner.search import top_k as search
+from planner.search.space import Bound, Space
+from planner.search.top_k import Candidate
+
+TOP_K = 5
+
+
+def make_job(
+    model: str,
+    gpu: str,
+    num_gpus: int,
+    seq: int,
+    gbs: int,
+    precision: str = "bf16",
+    **cluster: Any,
+) -> Job:
+    doc = {
+        "model": {"name": model},
+        "cluster": {"gpu": gpu, "num_gpus": num_gpus, **cluster},
+        "training": {"seq_length": seq, "global_batch_size": gbs, "precision": precision},
+    }
+    return parse_plan(doc).job
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+def _factorizations(n: int) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) of positive integers whose product is n."""
+    out = []
+    for tp in range(1, n + 1):
+        if n % tp:
+            continue
+        for cp in range(1, n // tp + 1):
+            if (n // tp) % cp:
+                continue
+            for pp in range(1, n // (tp * cp) + 1):
+                if (n // (tp * cp)) % pp:
+                    continue
+                out.append((tp, cp, pp, n // (tp * cp * pp)))
+    return out
+
+
+def _user_ok(space: Space, lay: Layout, domain: int) -> bool:
+    if lay.tp > domain and not space.tp_across_nodes:
+        return False
+    degrees = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "ep": lay.ep, "dp": lay.dp}
+    degrees |= {"vpp": lay.vpp, "mbs": lay.micro_batch_size}
+    return all(getattr(space, k).admits(v) for k, v in degrees.items())
+
+
+def all_layouts(job: Job, space: Space) -> list[Layout]:
+    """Every base layout of the space that Megatron's rules and the user's rules accept (before
+    ZeRO and the memory-saving rungs, which `all_variants` expands)."""
+    n, arch = job.cluster.num_gpus, job.arch
+    L, gbs = arch.num_layers, job.global_batch_size
+    domain = job.cluster.tiers[0].span_gpus or n
+    out = []
+    for tp, cp, pp, dp in _factorizations(n):
+        if gbs % dp:
+            continue
+        sp = tp > 1
+        if arch.is_moe:
+            experts = arch.num_moe_experts or 1
+            eps = [e for e in range(1, experts + 1) if experts % e == 0]
+            etps = sorted({1 if e == "1" else tp for e in space.expert_tp})
+            dispatchers = list(space.dispatchers)
+        else:
+            eps, etps, dispatchers = [1], [tp], ["alltoall"]
+        for ep, etp, mbs in itertools.product(eps, etps, range(1, space_mod.MAX_MICRO_BATCH + 1)):
+            if (gbs // dp) % mbs:
+                continue
+            for vpp, dispatcher in itertools.product(range(1, L // pp + 1), dispatchers):
+                for split in space_mod.splits(job, space, pp, vpp):
+                    lay = Layout(
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        cp=cp,
+                        ep=ep,
+                        etp=etp,
+                        vpp=vpp,
+                        sequence_parallel=sp,
+                        micro_batch_size=mbs,
+                        pipeline_layers=split,
+                        tp_comm_overlap=sp and space.tp_comm_overlap,
+                        moe_token_dispatcher_type=dispatcher,
+                        moe_flex_dispatcher_backend=space_mod.flex_backend(job),
+                    )
+                    if _user_ok(space, lay, domain) and not rules.violations(job, lay):
+                        out.append(lay)
+                    # Megatron's EP all-to-all overlap instead of the TP one, where it is allowed
+                    ep_ov = lay.with_(ep_comm_overlap=True)
+                    allowed = space.ep_comm_overlap and not rules.violations(job, ep_ov)
+                    if _user_ok(space, ep_ov, domain) and allowed:
+                        out.append(ep_ov)
+    return out
+
+
+Variant = tuple[int, int, Layout]
+"""(ZeRO stage, the rung's place in `rungs.every`'s order, the layout)."""
+
+
+def base_variants(job: Job, space: Space, base: Layout) -> list[Variant]:
+    """Every (ZeRO stage, rung) variant of a base layout that Megatron's rules accept: every
+    rung, each ladder whole. ZeRO 0 only where 1 is not allowed (ZeRO 1 is never slower, never
+    bigger: test_search_assumptions.py); Megatron-FSDP (ZeRO 2 and 3) not with pp or cp > 1."""
+    zeros = list(space.zero_stages)
+    if 0 in zeros and 1 in zeros:
+        zeros.remove(0)
+    if base.pp > 1 or base.cp > 1:
+        zeros = [z for z in zeros if z < 2]
+    out = []
+    for z in sorted(zeros):
+        for i, rung in enumerate(rungs.every(job, base, space.recompute, space.offload)):
+            lay = rung.on(base.with_(zero_stage=z))
+            if not rules.violations(job, lay):
+                out.append((z, i, lay))
+    return out
+
+
+Variants = dict[Layout, list[Variant]]
+"""Each layout of `all_layouts` with its `_variants`."""
+
+
+def all_variants(job: Job, space: Space) -> Variants:
+    return {base: base_variants(job, space, base) for base in all_layouts(job, space)}
+
+
+def reference_top(
+    job: Job, space: Space, k: int = TOP_K, variants: Variants | None = None
+) -> list[Candidate]:
+    """Score every fitting variant of every layout (those of `all_variants(job, space)`, or
+    given) and keep, per base, the non-dominated ones: for each ZeRO stage its fastest fitting
+    rung (the first in rung order among equals), unless a kept variant of no higher stage is as
+    fast. The top k of those, without the layouts their EP-overlap twins dominate."""
+    scored = []
+    for options in (all_variants(job, space) if variants is None else variants).values():
+        fitting: dict[int, list[tuple[float, int, Candidate]]] = {}
+        # (stage, TP overlap) where the rung "none" fits, with the overlap or without it
+        plain_fits: set[tuple[int, bool]] = set()
+        for z, i, lay in options:
+            if (z, lay.tp_comm_overlap) in plain_fits:
+                # no rung is faster than none with the same TP overlap (test_search_assumptions)
+                continue
+            rep = memory.estimate(job, lay, space.headroom_pct)
+            if rep.fits and _no_saver(lay):
+                plain_fits.add((z, lay.tp_comm_overlap))
+            if rep.fits:
+                c = Candidate(lay, rep, cost.estimate(job, lay))
+                fitting.setdefault(z, []).append((c.step_time, i, c))
+        kept: list[Candidate] = []
+        for z in sorted(fitting):
+            best = min(fitting[z], key=lambda f: (f[0], f[1]))[2]
+            if not any(c.layout.zero_stage <= z and c.step_time <= best.step_time for c in kept):
+                kept.append(best)
+        scored += kept
+    scored = [c for c in scored if not _overlap_twin_dominates(job, space, c)]
+    scored.sort(key=search.rank_key)
+    return scored[:k]
+
+
+def _no_saver(lay: Layout) -> bool:
+    """The rung "none" (`rungs.NONE`, with the base's TP overlap or without it)."""
+    return (
+        lay.recompute == "none" and lay.cpu_offloading_num_layers == 0 and not lay.offload_modules
+    )
+
+
+def _overlap_twin_dominates(job: Job, space: Space, c: Candidate) -> bool:
+    """A layout without the EP all-to-all overlap is dominated by its twin with it where Megatron
+    accepts that twin and it fits in no more memory at no more step time."""
+    lay = c.layout
+    if lay.ep_comm_overlap or not space.ep_comm_overlap:
+        return False
+    twin = lay.with_(ep_comm_overlap=True)
+    if rules.violations(job, twin):
+        return False
+    rep = memory.estimate(job, twin, space.headroom_pct)
+    faster = cost.estimate(job, twin).step_time_s <= c.step_time
+    return rep.fits and rep.peak <= c.memory.peak and faster
+
+
+# ----------------------------------------------------------------------------- the problems
+
+
+PROBLEMS: dict[str, tuple[Job, Space]] = {
+    "llama8b-8xh100-s8192": (make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128), Space()),
+    "llama8b-16xh100-s4096": (
+        # two nodes; micro-batches of at most 4 (a user's upper bound)
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(mbs=Bound(1, 4)),
+    ),
+    "sc21-1.7b-32xa100": (
+        # SC21 Table 1's 1.7B row (32 A100, batch 512), 24 layers: vpp 3, 6, 12 and uneven
+        # splits; micro-batches of 8 to 16 only (a user's lower bound), ZeRO 3 at the top
+        make_job("gpt-sc21-1.7b", "a100-sxm-80gb", 32, 2048, 512),
+        Space(mbs=Bound(8, 16)),
+    ),
+    "mixtral-8x7b-16xh100": (
+        # MoE with CP: ep, expert-TP and cp together; micro-batches of 1 and 2 (the top's)
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(cp=Bound(1, 2), mbs=Bound(1, 2)),
+    ),
+    "llama8b-pinned": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 64),
+        Space(
+            tp=Bound(2, 2),
+            pp=Bound(1, 2),
+            zero_stages=(1,),
+            recompute=("none", "full"),
+        ),
+    ),
+    "llama8b-fp8": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, precision="fp8"),
+        Space(),
+    ),
+    "llama8b-tiny-memory": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, memory_gib=24),
+        Space(zero_stages=(0, 1)),
+    ),
+    "llama70b-uneven": (
+        # no interleaving: the CP-SAT split (41, 39) beats the even one
+        make_job("llama3.1-70b", "h100-sxm-80gb", 32, 4096, 64),
+        Space(tp=Bound(8, 8), pp=Bound(2, 4), vpp=Bound(1, 1), cp=Bound(1, 1)),
+    ),
+    "qwen7b-small-memory": (
+        # 28 layers: pp 8 has no even split; 20 GiB forces pipelines, CP and sharding
+        make_job("qwen2.5-7b", "h100-sxm-80gb", 16, 8192, 64, memory_gib=20),
+        Space(tp=Bound(1, 2), vpp=Bound(1, 2)),
+    ),
+    "mixtral-expert-tp": (
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+        Space(cp=Bound(1, 1), ep=Bound(1, 4), expert_tp=("tp",), recompute=("selective", "full")),
+    ),
+    "mixtral-ep-overlap": (
+        # tp = cp = 1 on H100: where Megatron allows the EP all-to-all overlap
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 32, 4096, 128),
+        Space(tp=Bound(1, 1), cp=Bound(1, 1)),
+    ),
+    "mixtral-forced-balance": (
+        # random routing: the busiest rank's load falls with the micro-batch's tokens
+        # (routing_load.step_load), so the bounds at the largest micro-batch must stay below
+        replace(
+            make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64),
+            moe_router_force_load_balancing=True,
+        ),
+        Space(cp=Bound(1, 1), tp=Bound(1, 2), pp=Bound(1, 2), mbs=Bound(1, 4)),
+    ),
+    "llama8b-nvfp4-bf16-ends": (
+        # NVFP4 with two bf16 layers at each end: the uneven splits trade the slower bf16
+        # layers (bf16_layers) against the rest, and a rank holding one keeps 16-bit inputs
+        replace(
+            make_job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 32, "fp4", memory_gib=40),
+            bf16_layers_at_start=2,
+            bf16_layers_at_end=2,
+        ),
+        Space(cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2)),
+    ),
+    "llama8b-per-op-selective": (
+        # PyTorch per-op checkpointing: selective saves memory with flash attention too
+        replace(
+            make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, memory_gib=40),
+            selective_recompute="per_op",
+        ),
+        Space(tp=Bound(1, 2), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1)),
+    ),
+    "mixtral-states-tight": (
+        # 64 GiB: in many structures (little expert or pipeline parallelism) the weights and
+        # optimizer state fit in no ZeRO stage, and the search never queues them
+        make_job("mixtral-8x7b", "h100-sxm-80gb", 16, 4096, 64, memory_gib=64),
+        Space(cp=Bound(1, 1), mbs=Bound(1, 2)),
+    ),
+    "llama8b-tp-across-nodes": (
+        make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
+        Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),
+    ),
+}
+
+
+@cache
+def variants_of(name: str) -> Variants:
+    """all_variants of a problem, enumerated once for every test that walks it."""
+    return all_variants(*PROBLEMS[name])
+
+
+def layouts_of(name: str) -> list[Layout]:
+    return list(variants_of(name))
+
+
+@cache
+def searched(name: str) -> search.SearchResult:
+    """The search's top K of a problem (the function under test), run once for the tests that
+    read it."""
+    job, space = PROBLEMS[name]
+    return search.search(job, space, top_k=TOP_K)
+
+
+def sample_layouts(name: str, count: int) -> list[Layout]:
+    """About `count` of a problem's layouts, evenly spaced in its enumeration."""
+    lays = layouts_of(name)
+    step = max(len(lays) // count, 1)
+    return lays[::step]

@@ -1,0 +1,156 @@
+"""The assumptions the certified search rests on, each checked on the brute-forced problems of
+tests/search/brute_force.py: ZeRO 1 dominates ZeRO 0 and no ZeRO stage is faster than a lower
+one; no memory-saving rung is faster than none, and along a ladder memory never grows and time
+never falls; the structure and base lower bounds are below every layout they bound; the state
+floor is below every micro-batch size and recompute."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from planner.inputs.layout import Layout
+from planner.model import cost, memory
+from planner.search import bound as bounds
+from planner.search import rungs
+from planner.search import space as space_mod
+from planner.search import variants as variants_mod
+from planner.search.rungs import NONE
+from tests.search.brute_force import (
+    PROBLEMS,
+    base_variants,
+    sample_layouts,
+    variants_of,
+)
+
+
+@pytest.mark.parametrize("name", ["llama8b-16xh100-s4096", "mixtral-8x7b-16xh100", "llama8b-fp8"])
+def test_zero1_never_slower_never_bigger_than_zero0(name: str) -> None:
+    """The dominance the search relies on to skip ZeRO 0 whenever ZeRO 1 is allowed."""
+    job, _ = PROBLEMS[name]
+    for base in sample_layouts(name, 40):
+        for rung in rungs.every(job, base, space_mod.RECOMPUTE_ORDER, offload=True)[::3]:
+            z0 = rung.on(base.with_(zero_stage=0))
+            z1 = rung.on(base.with_(zero_stage=1))
+            assert cost.estimate(job, z1).step_time_s <= cost.estimate(job, z0).step_time_s, z1
+            assert memory.estimate(job, z1).peak <= memory.estimate(job, z0).peak, z1
+
+
+@pytest.mark.parametrize("name", ["llama8b-8xh100-s8192", "mixtral-8x7b-16xh100", "llama8b-fp8"])
+def test_no_zero_stage_is_faster_than_a_lower_one(name: str) -> None:
+    """The dominance behind the search's stop once a stage fits without a rung, and behind
+    not estimating the plain layout again at a later stage once it was too slow at an earlier
+    one: with the same rung, a later ZeRO stage (of those searched: 1, 2, 3 without pipeline
+    or context parallelism) is never faster."""
+    job, space = PROBLEMS[name]
+    checked = 0
+    for base in sample_layouts(name, 40):
+        stages = space_mod.zero_stages(space, base)
+        for rung in rungs.every(job, base, space_mod.RECOMPUTE_ORDER, offload=True)[::3]:
+            times = [
+                cost.estimate(job, rung.on(base.with_(zero_stage=z))).step_time_s for z in stages
+            ]
+            assert all(b >= a for a, b in itertools.pairwise(times)), (rung, base.describe(), times)
+            checked += len(stages) > 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", ["llama8b-tiny-memory", "mixtral-expert-tp", "llama8b-fp8"])
+def test_no_rung_is_faster_than_none_and_ladders_trade_memory_for_time(name: str) -> None:
+    """The dominance the search and the reference rely on: on a base, no rung (recompute,
+    offloading) is faster than none with the same TP overlap, nor, where the overlap pays
+    (`variants.overlap_pays`), than none with it; along a ladder (block N, offload k) memory
+    never grows and time never falls as N or k grows, so the smallest that fits is the fastest
+    that fits."""
+    job, _ = PROBLEMS[name]
+    for base in sample_layouts(name, 8):
+        lay = base.with_(zero_stage=1)
+        plain = cost.estimate(job, lay).step_time_s
+        plain_off = cost.estimate(job, NONE.without_tp_overlap().on(lay)).step_time_s
+        pays = variants_mod.overlap_pays(job, lay)
+        assert not pays or plain_off >= plain * (1 - 1e-12), lay.describe()
+        single, ladders = rungs.rungs(job, lay, space_mod.RECOMPUTE_ORDER, offload=True)
+        for r in single:
+            floor = plain if r.tp_overlap or pays else plain_off
+            assert cost.estimate(job, r.on(lay)).step_time_s >= floor * (1 - 1e-12), r
+        for ladder in ladders:
+            steps = [ladder.make(n).on(lay) for n in range(ladder.lo, ladder.hi + 1)]
+            peaks = [memory.estimate(job, v).peak for v in steps]
+            times = [cost.estimate(job, v).step_time_s for v in steps]
+            assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(peaks)), ladder
+            assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times)), ladder
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_lower_bound_below_every_layout_of_its_structure(name: str) -> None:
+    """bounds.lower_bound at the structure's largest micro-batch (what the search queues) is no
+    more than the exact step time of any layout of that structure, split and vpp; and
+    bounds.base_bound (with the pipeline's fill and drain) at a base layout's own micro-batch
+    (what the search prunes a base on) no more than any of its
+    variants' (ZeRO stages and memory-saving rungs); and bounds.below, from the base's floors at
+    the structure's largest micro-batch (what the search checks before base_bound), no more than
+    base_bound, and those floors' lower_bound and base_bound the bounds' own, bit for bit."""
+    job, _ = PROBLEMS[name]
+    variants = variants_of(name)
+    groups: dict[tuple[int, ...], list[Layout]] = {}
+    for lay in variants:
+        key = (lay.tp, lay.cp, lay.pp, lay.dp, lay.ep, lay.expert_tp)
+        groups.setdefault(key, []).append(lay)
+    checked = cut_sooner = 0
+    for lays in groups.values():
+        top_mbs = max(lay.micro_batch_size for lay in lays)
+        # the search takes the least bound over a shape's bases, one per token dispatcher
+        shapes = {
+            (lay.vpp, lay.pipeline_layers, lay.ep_comm_overlap, lay.moe_token_dispatcher_type)
+            for lay in lays
+        }
+        bound = min(
+            bounds.lower_bound(
+                job,
+                lays[0].with_(
+                    micro_batch_size=top_mbs,
+                    vpp=v,
+                    pipeline_layers=pl,
+                    ep_comm_overlap=ov,
+                    moe_token_dispatcher_type=d,
+                ),
+            )
+            for v, pl, ov, d in shapes
+        )
+        for lay in lays:
+            own = bounds.base_bound(job, lay)
+            at_top = lay.with_(micro_batch_size=top_mbs)
+            top = bounds.floors(job, at_top)
+            assert top.lower_bound() == bounds.lower_bound(job, at_top)
+            assert bounds.base_bound(job, at_top, top) == bounds.base_bound(job, at_top)
+            assert bounds.base_bound(job, lay, top) == own  # floors of another size: not read
+            floor = bounds.below(job, top, lay)
+            assert floor <= own, (lay.describe(), floor, own)
+            cut_sooner += lay.pp > 1 and floor > top.lower_bound()
+            for _, _, v in variants[lay]:
+                exact = cost.estimate(job, v).step_time_s
+                assert bound <= exact * (1 + 1e-12), (v.describe(), bound, exact)
+                assert own <= exact * (1 + 1e-12), (v.describe(), own, exact)
+                checked += 1
+    assert checked > 0
+    assert cut_sooner > 0 or all(lay.pp == 1 for lay in variants)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
+    """memory.state_floor, on which the search rejects a ZeRO stage before estimating its
+    recompute variants, is no more than the peak `estimate` (the search's fast path) finds for
+    any micro-batch size and recompute policy of that layout, and does not depend on them."""
+    job, space = PROBLEMS[name]
+    floors: dict[tuple[object, ...], float] = {}
+    checked = 0
+    for lay in sample_layouts(name, 60):
+        for z, _, v in base_variants(job, space, lay)[::5]:
+            floor = memory.state_floor(job, v)
+            peak = memory.estimate(job, v, all_stages=False).peak
+            assert floor <= peak, (v.describe(), floor, peak)
+            shape = (v.tp, v.cp, v.pp, v.dp, v.ep, v.expert_tp, v.vpp, v.pipeline_layers, z)
+            assert floors.setdefault(shape, floor) == floor, v.describe()
+            checked += 1
+    assert checked > 0
