@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from megatron_plans import make_plan
 from paths import TESTS
-from test_emit_megatron import make_plan
 
 from planner.emit.launch import render
 from planner.inputs.errors import InputError

@@ -18,7 +18,7 @@ from planner.inputs import catalog, megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan
 from planner.model import param_tensors, params
-from tests.emit.test_emit_megatron import flags, make_plan, round_trip
+from tests.emit.megatron_plans import flags, make_plan, round_trip
 from tests.inputs.test_megatron_args import LLAMA3_8B
 
 
