@@ -160,8 +160,8 @@ def moe_dispatch(
     if dispatcher == "flex" and etp > 1:
         folded = replace(r, topk=r.topk * etp, experts=r.experts * etp)
         return moe_dispatch(cluster, 1, etp * ep, folded, dispatcher, n_fwd, dispatch_bytes)
-    gather = 0.0
-    if etp > 1 and dispatcher != "flex":
+    gather = 0.0  # the all-to-all dispatcher's expert-TP gather (flex at etp > 1 returned above)
+    if etp > 1:
         tp_grp = place(cluster, 1, etp)
         copies = r.tokens * r.topk * h * load * etp
         gather = passes * (
