@@ -269,9 +269,11 @@ class Base:
     single: tuple[Rung, ...]
     ladders: tuple[Ladder, ...]
     twin_takes: frozenset[Rung] = frozenset()
-    """Rungs the base's EP-overlap twin takes as well, in no more memory and no more time (with
-    pipelines the overlap holds no more activations and only hides time): a variant of this base
-    whose fastest fitting rung is one of them is dominated by its twin."""
+    """Rungs the base's EP-overlap twin takes as well, in no more time (with pipelines the overlap
+    only hides time). It holds one MoE layer's activations more (the merged forward and backward's
+    layer in flight, `planner.model.stage_activations`), so a variant of this base whose fastest
+    fitting rung is one of them is dominated by its twin where the twin fits with that rung too
+    (`planner.search.variants.best_variants` asks the memory model)."""
 
 
 def flex_backend(job: Job) -> FlexBackend:
@@ -288,10 +290,9 @@ def bases(
     """The base layouts of one shape, each with the rungs tried on it: TP overlap where sequence
     parallelism allows it; per MoE token dispatcher (alltoall, and flex where experts are spread);
     and where Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second base
-    with it, taking the rungs Megatron allows with it. With pipelines the overlap holds no more
-    activations (only pp = 1 merges a micro-batch's forward with the previous backward) and only
-    hides time: there the plain base's variants whose fastest rung the overlap base takes too are
-    dominated (`Base.twin_takes`)."""
+    with it, taking the rungs Megatron allows with it. With pipelines the overlap only hides time:
+    there the plain base's variants whose fastest rung the overlap base takes too are
+    dominated where the twin fits with the same rung (`Base.twin_takes`)."""
     sp = _sp(s.tp)
     titan = job.framework == "torchtitan"
     out: list[Base] = []

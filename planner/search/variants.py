@@ -61,7 +61,8 @@ def best_variants(
     below the smallest n that does); where it does not, each rung is tried either way, none
     too (a stage's fastest is then the faster of the two when none fits).
     A stage whose fastest fitting rung the base's EP-overlap twin
-    takes too (`Base.twin_takes`) yields nothing: the twin's variant dominates it. A base whose
+    takes too (`Base.twin_takes`) yields nothing where the twin fits with it: the twin's variant
+    dominates it (the overlap holds one MoE layer more, so the twin may not fit). A base whose
     own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
     far, yields nothing either (checked once some ZeRO stage's states fit); `floor`, the base's
     `bound.floors` at its structure's largest micro-batch size (the search has them from queueing
@@ -191,7 +192,8 @@ def best_variants(
             continue
         pick = min(range(len(scored)), key=lambda i: scored[i].step_time)  # first of equals
         best = scored[pick]
-        twin = feasible[pick][0] in base_of.twin_takes
+        rung = feasible[pick][0]
+        twin = rung in base_of.twin_takes and _twin_fits(job, space, rung.on(zbase))
         if not twin and not any(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
         ):
@@ -199,6 +201,12 @@ def best_variants(
         if plain_fits and feasible[pick][0] in (NONE, NONE_OFF):
             break  # every later stage is no faster than this
     return found
+
+
+def _twin_fits(job: Job, space: Space, layout: Layout) -> bool:
+    """Whether the layout's EP-overlap twin fits (`Base.twin_takes`)."""
+    twin = layout.with_(ep_comm_overlap=True)
+    return memory.estimate(job, twin, space.headroom_pct, all_stages=False).fits
 
 
 def states_fit(

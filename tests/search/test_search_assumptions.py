@@ -154,3 +154,30 @@ def test_state_floor_below_every_micro_batch_and_recompute(name: str) -> None:
             assert floors.setdefault(shape, floor) == floor, v.describe()
             checked += 1
     assert checked > 0
+
+
+def test_ep_overlap_twin_is_never_slower_but_holds_a_layer_more() -> None:
+    """The EP-overlap twin dominance (`space.Base.twin_takes`) rests on time alone: with
+    pipelines the overlap only hides all-to-all time, but the merged forward and backward hold one
+    MoE layer's activations more (stage_activations), so a plain variant can fit where its twin
+    with the same rung does not. Checked on a layout of the brute-forced Mixtral EP-overlap
+    problem where exactly that happens (fine-grained offloading of the attention, pp 4)."""
+    job, space = PROBLEMS["mixtral-ep-overlap"]
+    plain = Layout(
+        tp=1,
+        pp=4,
+        dp=8,
+        ep=4,
+        vpp=8,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="deepep",
+        offload_modules=("core_attn", "attn_proj"),
+        zero_stage=1,
+        recompute="none",
+    )
+    twin = plain.with_(ep_comm_overlap=True)
+    assert cost.estimate(job, twin).step_time_s <= cost.estimate(job, plain).step_time_s
+    plain_mem = memory.estimate(job, plain, space.headroom_pct)
+    twin_mem = memory.estimate(job, twin, space.headroom_pct)
+    assert twin_mem.peak > plain_mem.peak
+    assert plain_mem.fits and not twin_mem.fits
