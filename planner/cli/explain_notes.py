@@ -41,7 +41,11 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     elif job.moe_router_force_load_balancing:
         why = "forced balance, random routing: sampling noise only"
     else:
-        why = "learned routing: the planning value"
+        experts = job.arch.num_moe_experts or 1
+        why = (
+            f"learned routing: the busiest of {layout.ep} ranks of {experts // layout.ep:g} "
+            "experts, each expert's load spread about its share"
+        )
     if job.moe_expert_capacity_factor is not None:
         why += f", capacity factor {job.moe_expert_capacity_factor:g}"
     return (

@@ -91,8 +91,10 @@ on the Hagemann et al. rows without the fused kernel."""
 MOE_LOAD_IMBALANCE = 1.2
 """Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
 routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
-value, used for learned routing by the memory model (`routing_load.memory_load`) and, over more
-than one expert-parallel rank, by the step-time model (`planner.model.routing_load`)."""
+value, used for learned routing by the memory model (`routing_load.memory_load`). The step time
+takes the expected busiest rank instead, which depends on the expert-parallel size and the experts
+per rank and is this value at DeepSeek-V3's 32 ranks of 8 experts
+(`routing_load.learned_routing_load`)."""
 
 SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
 """Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""

@@ -7,8 +7,14 @@ loads, layer by layer, not their average.
 
 - **One expert-parallel rank** (ep = 1): each rank runs every expert on its own tokens, exactly
   top_k copies of each. Load 1.
-- **Learned routing** (dropless, balanced by an auxiliary loss): MOE_LOAD_IMBALANCE, the planning
-  value the memory model also uses (`memory_load`).
+- **Learned routing** (dropless, balanced by an auxiliary loss or expert biases): some experts stay
+  busier than others. Each expert's share of the routed copies spreads EXPERT_LOAD_SPREAD (s / mu)
+  about the even share; a rank holding m = E / ep experts carries their mean, which spreads
+  s / sqrt(m), and the layer waits for the busiest of its ep ranks: 1 + z(ep) x that
+  (`learned_routing_load`, the same order statistics as forced balance). Many experts per rank
+  average out, more ranks raise the maximum: two ranks of 16 experts (gpt-oss-20b at ep 2) wait
+  1.04x, DeepSeek-V3's 32 ranks of 8 1.20x, Mixtral's 8 ranks of one expert 1.39x. The memory
+  model keeps the planning value MOE_LOAD_IMBALANCE (`memory_load`).
 - **Forced balance** (Megatron --moe-router-force-load-balancing, the benchmark switch every
   Megatron-Bridge MoE performance recipe sets): the router's logits are replaced by random ones
   (Megatron-Core moe_utils.RandomSTE), so each token's top_k experts are k distinct experts drawn
@@ -29,6 +35,14 @@ from statistics import NormalDist
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.activations import MOE_LOAD_IMBALANCE
+
+EXPERT_LOAD_SPREAD = 0.274
+"""Spread (s / mu) of one expert's routed copies about the even share under learned, balanced
+routing, per layer and micro-batch: a planning value, set so that DeepSeek-V3's training layout
+(256 experts over 32 expert-parallel ranks, 8 per rank) keeps the busiest-rank load of 1.2 the
+model took for every learned-routing layout before (activations.MOE_LOAD_IMBALANCE). Not fitted:
+the measured MoE runs in benchmarks/ mix this load with every other MoE cost, and no published
+per-expert load spread was found."""
 
 MEMORY_TAIL_SIGMAS = 7.0
 """The memory's bound on a rank's routed copies under forced balance, in spreads (s of
@@ -70,6 +84,18 @@ def random_routing_load(tokens: float, experts: int, topk: int, ep: int) -> floa
     return 1.0 + expected_max_normal(ep) * relative_spread(tokens, experts, topk, ep)
 
 
+def learned_routing_load(experts: int, ep: int) -> float:
+    """Expected largest load of the ep ranks over the even share under learned routing (module
+    docstring): each rank's m = E / ep experts average their loads, so a rank's load spreads
+    EXPERT_LOAD_SPREAD / sqrt(m) about the even share, and the busiest of ep carries
+    1 + z(ep) x that (`expected_max_normal`; the ranks' loads summing to the whole only centres
+    them, which leaves the expected maximum). 1 for one rank."""
+    if ep <= 1:
+        return 1.0
+    per_rank = max(experts / ep, 1.0)
+    return 1.0 + expected_max_normal(ep) * EXPERT_LOAD_SPREAD / math.sqrt(per_rank)
+
+
 def _block(job: Job, lay: Layout) -> tuple[float, int, int, int]:
     """(tokens, experts, top_k, ep) of the layer's forced-balance routing: the tokens drawn are
     those of the expert-model-parallel block, each of its etp x ep ranks dispatching its
@@ -91,12 +117,13 @@ def _capped(job: Job, load: float) -> float:
 def step_load(job: Job, lay: Layout) -> float:
     """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
     micro-batch, for the step time (module docstring): 1 with one expert-parallel rank, the
-    expected maximum of the ep ranks under forced balance, else MOE_LOAD_IMBALANCE."""
+    expected maximum of the ep ranks under forced balance (`random_routing_load`) or learned
+    routing (`learned_routing_load`)."""
     if lay.ep <= 1:
         return _capped(job, 1.0)
     if job.moe_router_force_load_balancing:
         return _capped(job, random_routing_load(*_block(job, lay)))
-    return _capped(job, MOE_LOAD_IMBALANCE)
+    return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep))
 
 
 def memory_load(job: Job, lay: Layout) -> float:

@@ -45,6 +45,19 @@ def test_explain_states_the_load_it_times_and_the_one_it_stores(
     assert explain_notes.routing_text(dense.job, dense.require_layout()) is None
 
 
+def test_explain_states_the_learned_routing_load_and_its_ranks() -> None:
+    # DeepSeek-V3 on 1,024 H800 (learned routing, ep 64): the busiest of 64 ranks of 4 experts,
+    # 1 + z(64) 0.274 / sqrt(4) = 1 + 2.3367 x 0.137 = 1.320 (routing_load.learned_routing_load),
+    # and the memory's planning value
+    loaded = load_plan(REPO / "examples" / "deepseek-v3-h800.toml")
+    lay = loaded.require_layout()
+    assert not loaded.job.moe_router_force_load_balancing and lay.ep == 64
+    text = explain_notes.routing_text(loaded.job, lay)
+    assert text is not None
+    assert "runs 1.320x its share" in text and "busiest of 64 ranks of 4 experts" in text
+    assert f"{MOE_LOAD_IMBALANCE:.2f}x in memory" in text
+
+
 def test_explain_names_a_host_bound_plan_and_its_switch() -> None:
     # Qwen3-235B FP8-CS on 64 B200, eager (no CUDA graphs in the recipe): the host's issue adds
     # what the same plan with whole-layer graphs does not take; graphed, the note is gone
