@@ -11,7 +11,7 @@ link per GPU: the example's layout splits 61 layers over pp 16 x vpp 2 with a Me
 layout string (uneven chunks), which the default search does not generate, and nothing in its
 space beat the example's 1,450 tokens/s/GPU. Two H800 share each PCIe switch's uplink to the CPU
 (planner/model/host_link.py), so the example's transfers take twice as long: it predicts about
-970, and suggest's first (tp 1, pp 16, cp 2, ep 16, no offloading) about 1,240.
+960, and suggest's first (tp 1, pp 16, cp 2, ep 16, no offloading) about 1,330.
 
 Asked for interleaving (`suggest --vpp 2`, `space.free_form`), the search does take uneven
 interleaved splits in the layout string's free form, and there it reaches the example's own split
