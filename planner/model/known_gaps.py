@@ -18,7 +18,7 @@ kernels is modelled (`layer_time.KERNEL_MIN_S`, a third of these steps) NVIDIA's
 runs and the gpt-oss run on 64 B300 are within 4% (they were +27% to +63%), the gpt-oss run on
 512 GB300 +15%; what stays is Cisco's three H100 runs at tp 2 (+28% to +39%) and the gpt-oss
 runs on 72 GB300 at cp 2 ep 4 (+24% to +25%; +21% to +22% before the learned-routing load
-depended on the experts per rank, `routing_load.learned_routing_load`: 1.09 at ep 4 of 8 experts
+depended on the experts per rank, `routing_load.learned_routing_load`: 1.10 at ep 4 of 8 experts
 each, 1.2 before). The one-micro-batch runs with more work per GPU (Cisco's B300 8B at tp 2 with
 8,192 tokens; Dell's GB300 gpt-oss at ep 2 with 24,576) and the 52 with tp 1 and ep 1 (median
 0%) are not in it. No term of the model accounts for what stays (the data-parallel sync then
