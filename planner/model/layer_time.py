@@ -215,7 +215,9 @@ class Layer:
 def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
     """Saved-activation bytes of one layer per micro-batch (planner.model.activations, with fused
     norms, flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added
-    apart): the proxy for the memory traffic of its elementwise kernels."""
+    apart): the proxy for the memory traffic of its elementwise kernels. A MoE layer's routed
+    pairs at the step's load (`routing_load.step_load`, as its GEMMs and permutations), not at
+    memory's planning bound."""
     s_local = job.seq_length // lay.cp
     sh = Shard(
         tokens=s_local * lay.micro_batch_size,
@@ -224,6 +226,7 @@ def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
         etp=lay.expert_tp,
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
+        moe_load=step_load(job, lay),
     )
     return activations.layer_bytes(job.arch, kind, sh, recompute=False)
 
