@@ -27,6 +27,14 @@ precision the source does not record, at -33%) pulls the constants no harder tha
 times d off, where under least squares one such row weighs as much as a hundred rows at 5%.
 Minimised by Nelder-Mead over the log of each constant (numpy only). `--write` prints the
 constants to paste into layer_time.py; nothing is written silently.
+
+    python benchmarks/fit_constants.py --with-moe-layer
+
+adds Megatron-LM's MoE layer benchmark (benchmarks/moe_layer.py: one MoE block on 8 H100 under
+forced-balance routing, 12 cases, their forward + backward time) to the objective, each case
+weighing as one fit row, and prints its median |error| before and after: whether the shared
+constants can match the isolated MoE block and the full dense steps at once (issue 22's
+closing note, stop 55, says what it found).
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.fidelity import dev_set, is_fit, source, summary
+from benchmarks import moe_layer
+from benchmarks.fidelity import code, dev_set, family, is_fit, source, summary
 from benchmarks.runs import Case
 from planner.model import layer_time, stage_time
 
@@ -91,11 +101,14 @@ def log_errors(cases: Sequence[Case]) -> list[float]:
 
 
 def held_out(cases: Sequence[Case]) -> dict[str, str]:
-    """|error| summary per source of the rows not fitted on."""
+    """|error| summary per source of the rows not fitted on, then per family of the Megatron
+    rows among them that are not functional tests (the issue's target)."""
     by: dict[str, list[float]] = {}
     for c, e in zip(cases, log_errors(cases), strict=True):
         if not is_fit(c):
             by.setdefault(source(c), []).append(math.expm1(e))
+            if source(c) != "functional" and code(c) == "Megatron":
+                by.setdefault(f"{family(c)} Megatron", []).append(math.expm1(e))
     return {s: summary(es) for s, es in by.items()}
 
 
@@ -132,12 +145,25 @@ def nelder_mead(
     return pts[int(np.argmin(vals))]
 
 
-def fit(cases: Sequence[Case]) -> dict[str, float]:
+def moe_layer_errors() -> list[float]:
+    """Log errors of planner's forward + backward time of Megatron-LM's MoE layer benchmark
+    cases (benchmarks/moe_layer.py), predicted over measured."""
+    data = yaml.safe_load(moe_layer.DATA.read_text())
+    out = []
+    for case in data["cases"]:
+        fwd, bwd = moe_layer.predicted_ms(data, case)
+        out.append(math.log((fwd + bwd) / (case["forward_ms"] + case["backward_ms"])))
+    return out
+
+
+def fit(cases: Sequence[Case], extra: Callable[[], list[float]] | None = None) -> dict[str, float]:
+    """Fit NAMES on the fit rows, plus the log errors `extra` returns (one fit row each)."""
     rows = fit_rows(cases)
 
     def objective(logx: np.ndarray) -> float:
         set_constants(np.exp(logx).tolist())
-        return float(sum(loss(e) for e in log_errors(rows)))
+        errors = log_errors(rows) + (extra() if extra is not None else [])
+        return float(sum(loss(e) for e in errors))
 
     x0 = np.log([float(getattr(layer_time, n)) for n in NAMES])
     best = nelder_mead(objective, x0)
@@ -146,13 +172,19 @@ def fit(cases: Sequence[Case]) -> dict[str, float]:
     return {n: float(getattr(layer_time, n)) for n in NAMES}
 
 
+def _median_abs(log_errs: list[float]) -> float:
+    return float(np.median([abs(math.expm1(e)) for e in log_errs]))
+
+
 def main() -> None:
     cases = dev_set()
     before = {n: float(getattr(layer_time, n)) for n in NAMES}
     rows = fit_rows(cases)
     e0 = [abs(math.expm1(e)) for e in log_errors(rows)]
     h0 = held_out(cases)
-    fitted = fit(cases)
+    with_layer = "--with-moe-layer" in sys.argv
+    m0 = _median_abs(moe_layer_errors())
+    fitted = fit(cases, moe_layer_errors if with_layer else None)
     e1 = [abs(math.expm1(e)) for e in log_errors(rows)]
     h1 = held_out(cases)
     print(f"fit rows: {len(rows)} (fidelity.is_fit): {', '.join(c.id for c in rows)}")
@@ -160,7 +192,10 @@ def main() -> None:
     print(f"worst  |error| on fit rows: {max(e0):.3f} -> {max(e1):.3f}")
     print(f"held-out rows: {len(cases) - len(rows)}, per source, before -> after the fit")
     for s in h0:
-        print(f"  {s:12s} {h0[s]}  ->  {h1[s]}")
+        print(f"  {s:14s} {h0[s]}  ->  {h1[s]}")
+    tag = "fitted on" if with_layer else "held out"
+    m1 = _median_abs(moe_layer_errors())
+    print(f"MoE layer benchmark ({tag}): median |error| {m0:.3f} -> {m1:.3f}")
     for n in NAMES:
         print(f"{n} = {fitted[n]:.4g}    (was {before[n]:.4g})")
     if "--write" in sys.argv:
