@@ -212,11 +212,11 @@ class Layer:
     offloading: out in the forward, back before the backward)."""
 
 
-def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
+def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> float:
     """Saved-activation bytes of one layer per micro-batch (planner.model.activations, with fused
     norms, flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added
     apart): the proxy for the memory traffic of its elementwise kernels. A MoE layer's routed
-    pairs at the step's load (`routing_load.step_load`, as its GEMMs and permutations), not at
+    pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and permutations), not
     memory's planning bound."""
     s_local = job.seq_length // lay.cp
     sh = Shard(
@@ -226,7 +226,7 @@ def _activation_bytes(job: Job, lay: Layout, kind: LayerKind) -> float:
         etp=lay.expert_tp,
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
-        moe_load=step_load(job, lay),
+        moe_load=load,
     )
     return activations.layer_bytes(job.arch, kind, sh, recompute=False)
 
@@ -264,7 +264,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
         perm = moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
-    act_bytes = ew_bytes = _activation_bytes(job, lay, kind)
+    act_bytes = ew_bytes = _activation_bytes(job, lay, kind, load)
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if kind.mixer == "mamba":
         scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)

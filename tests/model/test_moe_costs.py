@@ -86,5 +86,5 @@ def test_elementwise_traffic_counts_the_step_load() -> None:
     sh = Shard(tokens=4096, tp=1, etp=1, seq_per_cp_rank=4096, micro_batch_size=1)
     planned = layer_bytes(j.arch, kind, sh, recompute=False)  # Shard's default load, 1.2
     pair = 2 * 4096 + 6 * 14336 + 4
-    at_step = layer_time._activation_bytes(j, lay, kind)
+    at_step = layer_time._activation_bytes(j, lay, kind, step_load(j, lay))
     assert planned - at_step == pytest.approx(0.2 * 2 * 4096 * pair)
