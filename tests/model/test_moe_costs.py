@@ -71,13 +71,15 @@ def test_permutations_split_half_forward(monkeypatch: pytest.MonkeyPatch) -> Non
     assert double_rec.recompute - base_rec.recompute == pytest.approx(perm / 2)
 
 
-def test_elementwise_traffic_counts_the_step_load() -> None:
+def test_elementwise_traffic_counts_the_step_load(monkeypatch: pytest.MonkeyPatch) -> None:
     # The elementwise proxy (ELEMENTWISE_PASSES x the layer's saved bytes) counts the routed
     # pairs at the step's load (routing_load.step_load), as the GEMMs and permutations do, not at
     # memory's planning bound. Mixtral 8x7B, tp 1, 4096 tokens: each routed pair saves fc1's input
     # 2h, fc1's gated output 2 x 2F, the activation 2F and the fp32 probability 4
     # (activations module docstring): 2 x 4096 + 6 x 14336 + 4 = 94,212 bytes. At ep 1 the step
     # load is 1 where memory plans 1.2: the proxy is 0.2 x 2 x 4096 pairs x 94,212 bytes lighter.
+    # One pass more (ELEMENTWISE_PASSES + 1) lengthens the layer's forward + backward by the
+    # proxy's bytes at the HBM rate, so the step-time layer must grow by the lighter count.
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
     lay = Layout(tp=1, pp=1, dp=8)
     assert step_load(j, lay) == 1.0
@@ -86,5 +88,10 @@ def test_elementwise_traffic_counts_the_step_load() -> None:
     sh = Shard(tokens=4096, tp=1, etp=1, seq_per_cp_rank=4096, micro_batch_size=1)
     planned = layer_bytes(j.arch, kind, sh, recompute=False)  # Shard's default load, 1.2
     pair = 2 * 4096 + 6 * 14336 + 4
-    at_step = layer_time._activation_bytes(j, lay, kind, step_load(j, lay))
-    assert planned - at_step == pytest.approx(0.2 * 2 * 4096 * pair)
+    at_step = planned - 0.2 * 2 * 4096 * pair
+    gpu = gpu_of(j)
+    base = layer_time.layer_time(j, lay, gpu, kind)
+    monkeypatch.setattr(layer_time, "ELEMENTWISE_PASSES", layer_time.ELEMENTWISE_PASSES + 1)
+    more = layer_time.layer_time(j, lay, gpu, kind)
+    grown = (more.fwd + more.bwd) - (base.fwd + base.bwd)
+    assert grown == pytest.approx(at_step / gpu.hbm, rel=1e-9)
