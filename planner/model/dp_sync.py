@@ -157,7 +157,7 @@ def data_parallel(
                 shown_f = u * ag
                 shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
             exposed += m * (shown_f + shown_b)
-            hidden += m * (u * (2 * ag + rs) - shown_f - shown_b)
+            hidden += m * max(u * (2 * ag + rs) - shown_f - shown_b, 0.0)  # rounding: not -1e-16
             continue
         per_bucket = bucket_params(lay, grp.size, dense + expert, layers)
         buckets = max(1, math.ceil(n_params / per_bucket))

@@ -129,3 +129,19 @@ def test_the_parameter_gather_shows_what_a_bucket_pipeline_does(send: float) -> 
     part = [("infiniband", 0.0, 5 * send, 0.0, send)]
     exposed, _ = dp_sync.windowed(part, 0.2, 0.0)
     assert exposed == pytest.approx({0.01: 0.01, 0.05: 0.09}[send])
+
+
+def test_zero3_without_windows_hides_nothing_not_less() -> None:
+    """ZeRO-3 with neither overlap: every unit's all-gathers and reduce-scatter show, so the
+    hidden seconds are exactly 0 (the difference of two sums once came out at -1e-16, which
+    explain's JSON printed as a negative hidden time). 3 layers of 1e9 parameters over 8 H100."""
+    cluster = h100_cluster(8)
+    lay = Layout(tp=1, pp=1, dp=8, zero_stage=3, overlap_grad_reduce=False)
+    lay = lay.with_(overlap_param_gather=False)
+    groups = dp_sync.data_parallel_groups(cluster, lay)
+    exposed, hidden = dp_sync.data_parallel(groups, lay, 3e9, 0.0, 2.0, 0.1, 0.2, 4, layers=3)
+    assert hidden == 0.0
+    assert math.copysign(1.0, hidden) == 1.0
+    ag = comms.all_gather(1e9 * 2.0, groups[0])
+    rs = comms.reduce_scatter(1e9 * 2.0, groups[0])
+    assert exposed == pytest.approx(4 * 3 * (2 * ag + rs))
