@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.inputs.plan import Job
-from planner.model import attention, flops
+from planner.model import attention, determinism, flops
 from planner.model.gemm import Gpu
 
 
@@ -46,7 +46,8 @@ def core_attention(
 ) -> Core:
     """The flash-attention kernel for t local queries over s keys (or a sliding `window` of them)
     on a TP shard: each direction the longer of its matmuls (bf16, or FP8 with
-    `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x the bf16 kernel's rate) and its exponentials
+    `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x the bf16 kernel's rate; the backward's longer
+    in Megatron's deterministic mode, `determinism.attention_bwd_factor`) and its exponentials
     (one per score computed, at the GPU's `exp_tera_per_s` x `attention.exp_fractions`), and
     FP8's quantisation traffic."""
     arch, spec = job.arch, job.cluster.gpu
@@ -59,7 +60,7 @@ def core_attention(
     fp8 = job.attention_in_fp8
     mma = gpu.peak_bf16 * (attention.FP8_ATTENTION_SPEEDUP if fp8 else 1.0)
     fwd = work / (mma * fe)
-    bwd = 2.5 * work / (mma * be)
+    bwd = 2.5 * work / (mma * be) * determinism.attention_bwd_factor(job)
     exp_fwd = exp_bwd = 0.0
     if spec.exp_tera_per_s is not None:
         clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs alike

@@ -25,11 +25,13 @@ What planner charges:
   activations, and the backward's gradients of them: FILL_PASSES x the saved-activation bytes at
   HBM bandwidth, beside the layer's elementwise traffic (`layer_time.ELEMENTWISE_PASSES`).
 
-Not charged (no published rate to model them by): the deterministic attention backward
-(cuDNN's deterministic path on Hopper; FlashAttention-2's on Ampere, where TE leaves cuDNN's
-fused kernel), the deterministic MoE kernels' GPU time beyond their issue, the pinned cuBLAS
-workspace, and NCCL's ring in place of its tree or NVLS for an all-reduce (latency-bound sizes
-only).
+- The attention backward. NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 makes Transformer Engine take a
+  deterministic backward, which sums dQ in a fixed order instead of by atomic adds:
+  DETERMINISTIC_ATTENTION_BWD times the kernel's matmul time (`planner.model.attention_time`).
+
+Not charged (no published rate to model them by): the deterministic MoE kernels' GPU time beyond
+their issue, the pinned cuBLAS workspace, and NCCL's ring in place of its tree or NVLS for an
+all-reduce (latency-bound sizes only).
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ the allocation fills and the deterministic branches."""
 FILL_PASSES = 2.0
 """Counted, not fitted: HBM writes of the fills, in multiples of a layer's saved-activation
 bytes: one for the forward's allocated outputs, one for the backward's gradients of them."""
+
+
+DETERMINISTIC_ATTENTION_BWD = 2.900 / 2.391
+"""Counted, not fitted: a flash-attention backward's time in deterministic mode over the default
+one (dQ reduced in a fixed order rather than by atomic adds). FlashAttention-3 on H100, head dim
+128, causal, 8,192 tokens, 16 heads: 2.900 ms with its deterministic schedule against 2.391 ms
+without (Dao-AILab/flash-attention PR #1893, "Improve causal backward determinism perf with SPT
+schedule", its benchmark table): 1.213. Transformer Engine's deterministic path is cuDNN's; no
+rate of its own was found, and the same table's cuDNN backward (2.925 ms) runs at the
+deterministic FlashAttention-3's. Taken on every GPU, for Megatron's mode only (`fills`:
+torchtitan's deterministic kernels are not modelled)."""
+
+
+def attention_bwd_factor(job: Job) -> float:
+    """How much longer the flash-attention backward's matmuls take in the job's mode
+    (DETERMINISTIC_ATTENTION_BWD under Megatron's deterministic mode, else 1)."""
+    return DETERMINISTIC_ATTENTION_BWD if fills(job) else 1.0
 
 
 def fills(job: Job) -> bool:

@@ -18,7 +18,7 @@ from planner.inputs import megatron_args
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
-from planner.model import cost, determinism, host, layer_time
+from planner.model import attention_time, cost, determinism, host, layer_time
 from planner.model.job_memo import JobMemo
 
 GATE_LINE = (
@@ -60,16 +60,22 @@ def test_torchtitan_turns_the_fill_off_so_nothing_is_charged() -> None:
 
 def test_the_fills_write_two_passes_of_the_saved_activations() -> None:
     # a layer's elementwise traffic grows by FILL_PASSES x its saved-activation bytes at the
-    # HBM rate (layer_time._activation_bytes, the same bytes ELEMENTWISE_PASSES multiplies)
+    # HBM rate (layer_time._activation_bytes, the same bytes ELEMENTWISE_PASSES multiplies),
+    # beside the attention backward's deterministic schedule (the test below)
     j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64, loss_fusion=False)
     lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
     gpu = layer_time.gpu_of(j)
     saved = layer_time._activation_bytes(j, lay, DENSE, 1.0)
-    assert determinism.fill_bytes(replace(j, deterministic=True), saved) == 2 * saved
+    dj = replace(j, deterministic=True)
+    assert determinism.fill_bytes(dj, saved) == 2 * saved
     plain = layer_time.layer_time(j, lay, gpu, DENSE)
-    det = layer_time.layer_time(replace(j, deterministic=True), lay, gpu, DENSE)
+    det = layer_time.layer_time(dj, lay, gpu, DENSE)
     added = (det.fwd + det.bwd) - (plain.fwd + plain.bwd)
-    assert added == pytest.approx(2 * saved / gpu.hbm, rel=1e-9)
+    eff = layer_time.ATTENTION_EFFICIENCY
+    attn = attention_time.core_attention(dj, gpu, 8192.0, 8192, 8, eff).bwd
+    attn -= attention_time.core_attention(j, gpu, 8192.0, 8192, 8, eff).bwd
+    assert attn > 0
+    assert added == pytest.approx(2 * saved / gpu.hbm + attn, rel=1e-9)
 
 
 def test_the_host_issues_deterministic_issue_times_the_operations() -> None:
@@ -84,3 +90,23 @@ def test_the_host_issues_deterministic_issue_times_the_operations() -> None:
 def test_megatron_lines_with_the_flag_are_read_so() -> None:
     read = [read_job(extra) for extra in ("", " --deterministic-mode")]
     assert [j.deterministic for j in read] == [False, True]
+
+
+def test_the_attention_backward_takes_the_deterministic_schedule() -> None:
+    # FlashAttention-3's deterministic backward on H100 (head dim 128, causal, 8k tokens): 2.900 ms
+    # against 2.391 ms without (Dao-AILab/flash-attention PR #1893's table). Megatron's mode
+    # lengthens the kernel's backward by that ratio where its matmuls bound it (bf16 at head dim
+    # 128 on H100: the exponentials take less), and leaves the forward alone; torchtitan's mode
+    # is not charged (its deterministic kernels are not modelled).
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, loss_fusion=False)
+    gpu = layer_time.gpu_of(j)
+    eff = layer_time.ATTENTION_EFFICIENCY
+
+    def core(one: Job) -> attention_time.Core:
+        return attention_time.core_attention(one, gpu, 8192.0, 8192, 1, eff)
+
+    plain, det = core(j), core(replace(j, deterministic=True))
+    assert det.fwd == plain.fwd
+    assert det.bwd == pytest.approx(plain.bwd * 2.900 / 2.391, rel=1e-12)
+    tt = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, framework="torchtitan")
+    assert core(replace(tt, deterministic=True)).bwd == core(tt).bwd
