@@ -56,9 +56,9 @@ one (dQ reduced in a fixed order rather than by atomic adds). FlashAttention-3 o
 128, causal, 8,192 tokens, 16 heads: 2.900 ms with its deterministic schedule against 2.391 ms
 without (Dao-AILab/flash-attention PR #1893, "Improve causal backward determinism perf with SPT
 schedule", its benchmark table): 1.213. Transformer Engine's deterministic path is cuDNN's; no
-rate of its own was found, and the same table's cuDNN backward (2.925 ms) runs at the
-deterministic FlashAttention-3's. Taken on every GPU, for Megatron's mode only (`fills`:
-torchtitan's deterministic kernels are not modelled)."""
+rate of its own was found (the same table's cuDNN backward, its mode not stated, takes 2.925
+ms). Taken on every GPU, for Megatron's mode only (`fills`: torchtitan's deterministic kernels
+are not modelled)."""
 
 
 def attention_bwd_factor(job: Job) -> float:
