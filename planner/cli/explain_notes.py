@@ -1,7 +1,8 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
 saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
-attention saves it, where the host's eager kernel issue floors the layers, and whether the plan is
-in the regime where measured steps run well behind the model."""
+attention saves it, what Megatron's deterministic mode costs it, where the host's eager kernel
+issue floors the layers, and whether the plan is in the regime where measured steps run well
+behind the model."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
-from planner.model import attention_time, cost, layer_time
+from planner.model import attention_time, cost, determinism, layer_time
 from planner.model.known_gaps import ONE_MICRO_BATCH_GAP, in_one_micro_batch_regime
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
@@ -24,6 +25,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
         fused_mlp_text(job, layout, perf),
         bf16_layers_text(job, layout, perf),
         fp8_attention_text(job, layout, perf),
+        deterministic_text(job, layout, perf),
         host_text(job, layout, perf),
         one_micro_batch_text(job, layout),
     )
@@ -141,6 +143,21 @@ def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | Non
             f"{job.cluster.gpu.name}), which FP8 does not speed up"
         )
     return text
+
+
+def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """A plan in Megatron's deterministic mode (`planner.model.determinism`: the allocation fills'
+    host operations and HBM writes, the deterministic attention backward): the seconds per step
+    it adds over the same plan without it. torchtitan's mode is not priced: no note."""
+    if not determinism.fills(job):
+        return None
+    extra = _added(perf, replace(job, deterministic=False), layout)
+    return (
+        "deterministic mode: the allocation fills (host operations, HBM writes) and the "
+        f"deterministic attention backward add {extra:.3f} s to the {perf.step_time_s:.3f} s "
+        f"step ({extra / perf.step_time_s:.0%}) "
+        "against the same plan without --deterministic-mode"
+    )
 
 
 def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:

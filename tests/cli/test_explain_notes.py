@@ -208,3 +208,20 @@ def test_json_marks_the_optimistic_regime(
     assert (
         any(n.startswith("optimistic:") for n in data["notes"]) == data["performance"]["optimistic"]
     )
+
+
+def test_deterministic_note_says_what_the_mode_adds() -> None:
+    # the note's seconds are the plan's estimate less the same plan's without the mode (both
+    # from cost.estimate); torchtitan's mode is not priced (determinism.fills), so no note there
+    lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
+    plain = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64, loss_fusion=False)
+    det = replace(plain, deterministic=True)
+    perf = cost.estimate(det, lay)
+    extra = perf.step_time_s - cost.estimate(plain, lay).step_time_s
+    text = explain_notes.deterministic_text(det, lay, perf)
+    assert text is not None and extra > 0 and f"add {extra:.3f} s" in text
+    assert explain_notes.deterministic_text(plain, lay, cost.estimate(plain, lay)) is None
+    tt = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, framework="torchtitan")
+    tt_det = replace(tt, deterministic=True)
+    tt_lay = Layout(dp=8, zero_stage=3)
+    assert explain_notes.deterministic_text(tt_det, tt_lay, cost.estimate(tt_det, tt_lay)) is None
