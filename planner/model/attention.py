@@ -22,11 +22,12 @@ matmuls at the rate above and its exponentials at the GPU's MUFU.EX2 rate
 (`GpuSpec.exp_tera_per_s`) times the same long-sequence and length terms (the kernel's tile
 pipeline idles both units alike; the head-dim term is the matmuls' own): the kernels overlap the
 two (FlashAttention-3's ping-pong, FlashAttention-4's softmax warps). In bf16 no part is bound by
-them at head dim 128 (B200: 2.28e-13 s of matmul against 2.0e-13 of exponential per score; the
+them at head dim 128 (B200: 2.28e-13 s of matmul against 2.22e-13 of exponential per score; the
 FlashAttention-4 paper's point that they are co-limiting there), at head dim 64 Blackwell is; in
 FP8 (Transformer Engine's FP8 dot-product attention, `Job.fp8_attention`: the matmuls run
 FP8_ATTENTION_SPEEDUP x faster) B200 and GB200 forward are, and Blackwell Ultra's doubled
-special-function units (B300, GB300: 10.7 against 5 per 10^12 s) lift the bound.
+special-function units (GB300 10.7 against GB200's 5 per 10^12 s; B300 and B200, the same dies
+at the 0.9 x lower clock their dense peaks are rated at, 9.63 and 4.5) lift the bound.
 Sliding-window attention (`ModelArch.window_size`) computes each query's keys within the window
 only (`keys_per_query`), at the rate of a sequence as long as twice those keys: a window of 128
 runs its few tiles at about a third of the long-sequence rate.

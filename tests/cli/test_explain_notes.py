@@ -113,7 +113,7 @@ def test_fp8_attention_note_says_what_it_saves_and_whether_exponentials_bind(
     gpu: str, bound: bool
 ) -> None:
     # the saving is the bf16-attention estimate less the plan's; B200's forward waits on its
-    # 5e12 exponentials per s in FP8, B300's doubled units do not bind (planner.model.attention)
+    # 4.5e12 exponentials per s in FP8, B300's doubled units do not bind (planner.model.attention)
     lay = Layout(dp=8)
     plain = job("llama3.1-8b", gpu, 8, 8192, 64, precision="fp4", cuda_graphs=True)
     fast = replace(plain, fp8_attention=True)
