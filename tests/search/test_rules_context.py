@@ -108,6 +108,22 @@ def test_sinks_have_no_flashattention_and_fp8_only_on_blackwell() -> None:
     assert attention_sinks(h100, lay) is None
 
 
+def test_sinks_have_no_fused_attention_in_deterministic_mode() -> None:
+    """TE's get_attention_backend under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (Megatron's
+    --deterministic-mode sets it) disables FusedAttention for softmax_type != vanilla ("Sink
+    attention ... requires NVTE_ALLOW_NONDETERMINISTIC_ALGO=1", TransformerEngine utils.py), and
+    FlashAttention runs no sinks: only the unfused attention is left, which a plan with
+    flash_attention false times. torchtitan's mode and a plain softmax are not concerned."""
+    lay = Layout(dp=8)
+    det = replace(make_job("gpt-oss-20b", num_gpus=8), deterministic=True)
+    v = attention_sinks(det, lay)
+    assert v is not None and v.rule == "sinks_deterministic"
+    assert v.field == "training.deterministic" and "'learnable'" in v.message
+    assert attention_sinks(replace(det, flash_attention=False), lay) is None
+    assert attention_sinks(vanilla(det), lay) is None
+    assert attention_sinks(replace(det, framework="torchtitan"), lay) is None
+
+
 def test_check_names_the_plan_field(tmp_path: Path) -> None:
     """A gpt-oss plan at cp 2 without the field (p2p, Megatron's default) is refused naming the
     file and parallel.cp_comm_type; with cp_comm_type = "a2a" it passes."""

@@ -45,11 +45,24 @@ def attention_sinks(job: Job, lay: Layout) -> Violation | None:
     (`ModelArch.softmax_type` other than vanilla; get_attention_backend, TransformerEngine
     d0067d0d): FlashAttention runs none (so not `attention_kernel` "flash2"); in FP8 attention
     the unfused backend is off and the fused one needs compute capability 10.0 (Blackwell) and
-    cuDNN 9.21. Megatron's own unfused attention (flash_attention false) adds the offset itself.
-    Under context parallelism: `context_exchange`."""
+    cuDNN 9.21; under Megatron's deterministic mode (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0) the fused
+    one is off too ("Sink attention ... requires NVTE_ALLOW_NONDETERMINISTIC_ALGO=1"), which leaves
+    TE's unfused attention, not what a flash-attention plan times. Megatron's own unfused
+    attention (flash_attention false) adds the offset itself. Under context parallelism:
+    `context_exchange`."""
     sinks = job.arch.softmax_type
     if sinks == "vanilla" or not job.flash_attention:
         return None
+    if job.deterministic and job.framework == "megatron":
+        return Violation(
+            "sinks_deterministic",
+            "training.deterministic",
+            f"softmax_type {sinks!r} (attention sinks) with deterministic = true: Transformer "
+            "Engine then disables its fused attention for sinks (they need "
+            "NVTE_ALLOW_NONDETERMINISTIC_ALGO=1) and FlashAttention runs none, so the layers "
+            "fall back to unfused attention; set deterministic = false, or flash_attention = "
+            "false to plan the unfused attention",
+        )
     if job.attention_kernel == "flash2":
         return Violation(
             "sinks_flash2",
