@@ -42,7 +42,9 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -145,10 +147,17 @@ def nelder_mead(
     return pts[int(np.argmin(vals))]
 
 
+@cache
+def _moe_layer_data() -> dict[str, Any]:
+    """The MoE layer benchmark's cases, read once (the fit's objective asks for them each step)."""
+    data: dict[str, Any] = yaml.safe_load(moe_layer.DATA.read_text())
+    return data
+
+
 def moe_layer_errors() -> list[float]:
     """Log errors of planner's forward + backward time of Megatron-LM's MoE layer benchmark
     cases (benchmarks/moe_layer.py), predicted over measured."""
-    data = yaml.safe_load(moe_layer.DATA.read_text())
+    data = _moe_layer_data()
     out = []
     for case in data["cases"]:
         fwd, bwd = moe_layer.predicted_ms(data, case)

@@ -198,7 +198,7 @@ def best_variants(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
         ):
             found.append(best)
-        if plain_fits and feasible[pick][0] in (NONE, NONE_OFF):
+        if plain_fits and rung in (NONE, NONE_OFF):
             break  # every later stage is no faster than this
     return found
 
