@@ -1,36 +1,68 @@
 """The `planner` typer app: the root options, one sub-command per module of this package, and
 `main`, which turns every PlannerError into its exit code and one line on stderr.
 
+`main` builds the app with the one command its arguments name (`build_app`), so that a command
+imports only its own module and what that needs (`planner.cli.calibrate` alone costs `planner
+suggest` a tenth of a second of start-up); `--help`, no command or an unknown one get them all.
+`app` (the module attribute) is the whole app.
+
 Exit codes: 0 success, 1 the answer is "no", 2 bad input (one message on stderr, no traceback
 unless --debug). With --json, stdout carries exactly one JSON document.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Annotated
 
 import typer
 
 from planner import __version__
-from planner.cli import calibrate, catalog, check, explain, launch, scale, suggest
 from planner.inputs.errors import EXIT_BAD_INPUT, EXIT_OK, PlannerError
 from planner.model import calibratable
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Parallelism auto-planner for large-model training.",
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-app.add_typer(catalog.app, name="catalog")
-app.command()(check.check)
-app.command()(explain.explain)
-app.command()(suggest.suggest)
-app.command()(scale.scale)
-app.command()(launch.launch)
-app.command()(calibrate.calibrate)
+COMMANDS = ("catalog", "check", "explain", "suggest", "scale", "launch", "calibrate")
+"""The commands, in help order; each is the function of that name in planner.cli.<name>, except
+catalog, a sub-app (that module's `app`)."""
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app with every command, or with `only` (one of COMMANDS) alone, whose module is
+    then the only command module imported."""
+    out = typer.Typer(
+        add_completion=False,
+        no_args_is_help=True,
+        help="Parallelism auto-planner for large-model training.",
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    out.callback()(_root)
+    for name in COMMANDS if only is None else (only,):
+        module = importlib.import_module(f"planner.cli.{name}")
+        if name == "catalog":
+            out.add_typer(module.app, name=name)
+        else:
+            out.command()(getattr(module, name))
+    return out
+
+
+def command_named(args: list[str]) -> str | None:
+    """The command `args` run: their first argument that is not an option (the root takes only
+    flags), if it is one of COMMANDS and no --help precedes it; else None."""
+    for a in args:
+        if a in ("--help", "-h"):
+            return None
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the whole app, built when first asked for (tests/cli/test_help.py reads it)."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)
 
 
 def _print_version(value: bool) -> None:
@@ -40,7 +72,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
-@app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     version: Annotated[
@@ -66,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
 def _main(args: list[str]) -> None:
     debug = "--debug" in args
     try:
-        rc = app(args=args, prog_name="planner", standalone_mode=False)
+        rc = build_app(command_named(args))(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as e:
         if debug:
             raise
