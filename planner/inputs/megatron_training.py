@@ -65,7 +65,7 @@ def training_table(
             training["fp8_recipe"] = recipe
     if line.has("--fp8-output-proj"):  # the plan's check repeats Megatron's: fp8 with mxfp8
         training["fp8_output_proj"] = True
-    elif line.has("--fp16"):
+    if line.has("--fp16"):
         notes.append("--fp16: read as bf16 (the same bytes per value)")
     elif not bf16:
         missing.append(

@@ -275,6 +275,10 @@ def test_precision_flags() -> None:
     # neither: Megatron's params_dtype stays torch.float (arguments.py "Parameters dtype")
     fp32 = read(SMALL.replace("--bf16", ""))
     assert any("fp32" in n for n in fp32.not_modelled)
+    # the same with the LM head in MXFP8, whose flag once stood in the same if-chain
+    mx = "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj"
+    assert any("fp32" in n for n in read(SMALL.replace("--bf16", mx)).not_modelled)
+    assert not read(SMALL + mx).not_modelled
 
 
 def test_megatron_fsdp_gradients_default_to_the_parameter_dtype() -> None:
