@@ -172,7 +172,8 @@ def recompute_flops_per_token(
     arch: ModelArch, seq_length: int, policy: str, modules: tuple[str, ...] = ("core_attn",)
 ) -> float:
     """Extra forward FLOPs per token re-executed by activation recomputation, for a recompute
-    policy (`Job.recompute_policy`): none, per_op (half the linear layers), full, or Megatron's
+    policy (`Job.recompute_policy`): none, per_op (the linear layers torchtitan's per-op policy
+    re-runs, `per_op_split`), full, or Megatron's
     selective ("core_attn") with its `modules` (Megatron --recompute-modules): core_attn the core
     attention, mla_up_proj MLA's q and kv up-projections, mlp the dense layers' MLPs, moe the MoE
     layers' experts (top-k routed and shared), shared_experts their shared experts; layernorm and
@@ -182,7 +183,9 @@ def recompute_flops_per_token(
     if policy == "full":
         return decoder_forward(arch, seq_length)
     if policy == "per_op":
-        return (decoder_forward(arch, seq_length) - core) / 2
+        counts = arch.kind_counts((range(arch.num_layers),))
+        kinds = zip(arch.kinds, counts, strict=True)
+        return sum(n * per_op_split(arch, 1.0, 1, 1, 1, k)[1] for k, n in kinds if n)
     if policy != "core_attn":
         return 0.0
     shared = arch.moe_shared_expert_intermediate_size or 0
@@ -353,3 +356,60 @@ def linear_gemms(
         fs = arch.moe_shared_expert_intermediate_size / tp
         g += [(t, h, glu * fs, 1), (t, fs, h, 1)]
     return g
+
+
+def titan_layer_mms(
+    arch: ModelArch,
+    t: float,
+    tp: int,
+    ep: int,
+    etp: int,
+    moe: bool | LayerKind,
+    imbalance: float = 1.0,
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """A torchtitan decoder layer's forward matmuls on one GPU for t tokens, each as (output
+    elements, FLOPs), in two lists: those its per-op checkpointing counts one by one, in the
+    order they run (the attention's wq, wk and wv, which its models run as separate linears, or
+    MLA's projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a
+    dense MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit), and an MoE block's (routed
+    and shared experts, a latent MoE's projections; `linear_gemms` for the shapes)."""
+    kind = layer_kind(moe)
+    gemms = linear_gemms(arch, t, tp, ep, etp, kind, imbalance)
+    n_mixer = {"attention": len(attention_gemms(arch, t, tp)), "mamba": 2, None: 0}[kind.mixer]
+    n_dense = 2 if kind.ffn == "dense" else 0
+    counted = gemms[: n_mixer + n_dense]
+    if kind.mixer == "attention" and not arch.multi_latent_attention:  # split QKV
+        (m, k, _, _), kv = counted[0], kv_heads(arch, tp) * arch.head_dim
+        q = arch.num_attention_heads * arch.head_dim / tp
+        counted[:1] = [(m, k, q, 1), (m, k, kv, 1), (m, k, kv, 1)]
+    if n_dense and arch.gated_linear_unit:  # split fc1 into w1 and w3
+        m, k, n, c = counted[-2]
+        counted[-2:-1] = [(m, k, n / 2, c), (m, k, n / 2, c)]
+    ops = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in counted]
+    rest = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in gemms[n_mixer + n_dense :]]
+    return ops, rest
+
+
+def per_op_split(
+    arch: ModelArch,
+    t: float,
+    tp: int,
+    ep: int,
+    etp: int,
+    moe: bool | LayerKind,
+    imbalance: float = 1.0,
+) -> tuple[float, float, float]:
+    """(saved output elements, re-run FLOPs, all FLOPs) of a layer's linear matmuls under
+    torchtitan's per-op selective activation checkpointing: its policy saves the output of every
+    aten.mm but every second one, counted from the start of each transformer block's forward
+    (pytorch/torchtitan ba246978, parallelisms/parallelize_llama.py `_custom_policy`, Dec 2024;
+    the same rule at b5bcd76c, distributed/activation_checkpoint.py): the 1st, 3rd, ... of
+    `titan_layer_mms`' counted list are kept, the others re-run in the backward with the
+    elementwise work that feeds them (for a Llama layer wq, wv, w1 and w2 kept; wk, wo and w3
+    re-run: 37% of an 8B layer's linear FLOPs, not half). An MoE block's matmuls (grouped expert
+    GEMMs and the rest, whose ops and count the policy's list does not settle across versions)
+    are taken as half kept, half re-run."""
+    ops, rest = titan_layer_mms(arch, t, tp, ep, etp, moe, imbalance)
+    saved = sum(e for e, _ in ops[0::2]) + sum(e for e, _ in rest) / 2
+    rerun = sum(f for _, f in ops[1::2]) + sum(f for _, f in rest) / 2
+    return saved, rerun, sum(f for _, f in ops) + sum(f for _, f in rest)

@@ -80,8 +80,9 @@ Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`
 attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the
 experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine,
 shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
-PyTorch's per-op policy (saves every other matmul output and the attention output) half the
-linear GEMMs and the elementwise forward. The layer's TP, CP and EP traffic is computed here too
+torchtitan's per-op policy (saves every other matmul output of a block and the attention output)
+the linear GEMMs it does not save (`flops.per_op_split`: by their share of the FLOPs) and the
+elementwise forward. The layer's TP, CP and EP traffic is computed here too
 (planner.model.comms; the token dispatcher by `dispatch.moe_dispatch`), since how much of it
 hides depends on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved
 activations over the GPU's host link one way (`planner.model.host_link`);
@@ -300,8 +301,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
     if policy == "full":
         out.recompute = out.fwd
-    elif policy == "per_op":
-        out.recompute = gemm_fwd / 2 + streamed / 3 + perm / 2
+    elif policy == "per_op":  # the matmuls torchtitan's policy re-runs, by their FLOPs' share
+        _, rerun, whole = flops.per_op_split(arch, t, tp, lay.ep, lay.expert_tp, kind, load)
+        out.recompute = gemm_fwd * rerun / whole + streamed / 3 + perm / 2
     elif policy == "core_attn":
         pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)
         out.recompute = sum(

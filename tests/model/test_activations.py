@@ -114,16 +114,17 @@ def test_logits_are_split_by_tp() -> None:
 
 
 @pytest.mark.parametrize("t", [1, 4])
-def test_per_op_checkpointing_keeps_half_the_matmul_outputs(t: int) -> None:
-    # Llama-3.1-8B layer, T tokens, no SP. By hand, bytes per token:
+def test_per_op_checkpointing_keeps_every_other_matmul_output(t: int) -> None:
+    # Llama-3.1-8B layer, T tokens, no SP. torchtitan's policy saves the 1st, 3rd, ... matmul of
+    # the block in the order wq, wk, wv, wo, w1, w3, w2. By hand, bytes per token:
     #   layer input 2h = 8192 (replicated without SP)
     #   attention output 2 x 32 x 128 / t + log-sum-exp 4 x 32 / t = (8192 + 128) / t
-    #   matmul outputs: QKV 2 x (32 + 16) x 128 / t = 12288 / t, output projection 2h = 8192
-    #   (a partial sum before the all-reduce: full width), fc1 2 x 2 x 14336 / t = 57344 / t,
-    #   fc2 8192 -> half of (69632 / t + 16384)
+    #   kept matmul outputs: wq 2 x 32 x 128 / t = 8192 / t, wv 2 x 8 x 128 / t = 2048 / t (8
+    #   query groups, not replicated at t <= 8), w1 2 x 14336 / t = 28672 / t, and w2 2h = 8192
+    #   (a partial sum before the all-reduce: full width); wk, wo and w3 are re-run
     T = 4096
     sh = Shard(tokens=T, tp=t, recompute="per_op", seq_per_cp_rank=T)
-    per_token = 8192 + 8320 / t + (69632 / t + 16384) / 2
+    per_token = 8192 + 8320 / t + 38912 / t + 8192
     assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(per_token * T)
     # Megatron's selective keeps every saved tensor with flash attention: 36 sbh at t = 1
     core = Shard(tokens=T, recompute="core_attn", seq_per_cp_rank=T)

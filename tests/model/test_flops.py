@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.model import flops
 
@@ -94,11 +95,12 @@ def test_recompute_adds_exactly_one_forward() -> None:
     sel = flops.hardware_flops(arch, s, B, "core_attn")
     assert sel - model == pytest.approx(tokens * 32 * 4 * s * 4096, rel=1e-12)
     assert flops.hardware_flops(arch, s, B, "none") == model
-    # per-op selective (torchtitan "op"): every other linear matmul, i.e. half the forward of
-    # the decoder without QK^T and AV: per token per layer 2 x (QKV 4096 x 6144 + proj 4096^2 +
-    # MLP 3 x 4096 x 14336) = 2 x 218103808 FLOPs, halved
+    # per-op selective (torchtitan "op"): the policy re-runs every second matmul of a block, in
+    # the order wq, wk, wv, wo, w1, w3, w2: wk (4096 x 1024), wo (4096^2) and w3 (4096 x 14336),
+    # per token per layer 2 x (4,194,304 + 16,777,216 + 58,720,256) = 159,383,552 FLOPs (not half
+    # of the 436,207,616 of all seven)
     per_op = flops.hardware_flops(arch, s, B, "per_op")
-    assert per_op - model == pytest.approx(tokens * 32 * 218103808, rel=1e-12)
+    assert per_op - model == pytest.approx(tokens * 32 * 159_383_552, rel=1e-12)
 
 
 def test_moe_counts_topk_shared_and_dense_layers() -> None:
@@ -231,3 +233,18 @@ def test_latent_moe_experts_run_at_the_latent_width() -> None:
     assert shapes[2:] == [(256.0, 64, 16, 1), (256.0, 16, 64, 1)]
     total = sum(2 * m * k * n * c for m, k, n, c in shapes)
     assert total == pytest.approx(512 * 2048 + 256 * 4096, rel=1e-12)
+
+
+def test_per_op_split_counts_each_block_from_its_first_matmul() -> None:
+    # torchtitan's per-op policy keeps the 1st, 3rd, ... matmul of a block. GPT-3 (MHA, no gated
+    # unit, h = 12288), one token at tp 1: wq, wk, wv, wo, fc1, fc2 -> kept wq, wv, fc1 outputs
+    # h + h + 4h = 6h elements (half of all nine h-wide outputs would be 4.5h); re-run wk, wo,
+    # fc2: 2 (h^2 + h^2 + 4h^2) = 12 h^2 FLOPs of all 2 (4h^2 + 8h^2) = 24 h^2 (half, for MHA)
+    h = 12288
+    saved, rerun, whole = flops.per_op_split(catalog.get_model("gpt3-175b"), 1.0, 1, 1, 1, False)
+    assert (saved, rerun, whole) == pytest.approx((6 * h, 12 * h * h, 24 * h * h), rel=1e-12)
+    # Mixtral 8x7B (GQA 32 / 8 heads of 128, top-2 of 8 experts of 14336): the attention's wq
+    # (4096) and wv (1024) kept; the experts' outputs taken half: 2 copies x (2 x 14336 + 4096)
+    # = 65,536 elements -> 32,768; so 37,888 per token
+    saved, _, _ = flops.per_op_split(catalog.get_model("mixtral-8x7b"), 1.0, 1, 1, 1, True)
+    assert saved == pytest.approx(4096 + 1024 + 32768, rel=1e-12)
