@@ -271,7 +271,8 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
         attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
     # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
     # pairs an expert-parallel rank receives, so the same bytes
-    saved, _, _ = flops.per_op_split(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
+    gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
+    saved, _, _ = flops.per_op_split(arch, gemms, sh.tp, is_moe)
     return layer_input_bytes(arch, sh) + attention_out + BF16 * saved
 
 

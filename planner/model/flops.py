@@ -185,7 +185,11 @@ def recompute_flops_per_token(
     if policy == "per_op":
         counts = arch.kind_counts((range(arch.num_layers),))
         kinds = zip(arch.kinds, counts, strict=True)
-        return sum(n * per_op_split(arch, 1.0, 1, 1, 1, k)[1] for k, n in kinds if n)
+        return sum(
+            n * per_op_split(arch, linear_gemms(arch, 1.0, 1, 1, 1, k), 1, k)[1]
+            for k, n in kinds
+            if n
+        )
     if policy != "core_attn":
         return 0.0
     shared = arch.moe_shared_expert_intermediate_size or 0
@@ -358,24 +362,16 @@ def linear_gemms(
     return g
 
 
-def titan_layer_mms(
-    arch: ModelArch,
-    t: float,
-    tp: int,
-    ep: int,
-    etp: int,
-    moe: bool | LayerKind,
-    imbalance: float = 1.0,
+def _titan_mms(
+    arch: ModelArch, gemms: list[tuple[float, float, float, float]], tp: int, kind: LayerKind
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """A torchtitan decoder layer's forward matmuls on one GPU for t tokens, each as (output
-    elements, FLOPs), in two lists: those its per-op checkpointing counts one by one, in the
-    order they run (the attention's wq, wk and wv, which its models run as separate linears, or
-    MLA's projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a
-    dense MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit), and an MoE block's (routed
-    and shared experts, a latent MoE's projections; `linear_gemms` for the shapes)."""
-    kind = layer_kind(moe)
-    gemms = linear_gemms(arch, t, tp, ep, etp, kind, imbalance)
-    n_mixer = {"attention": len(attention_gemms(arch, t, tp)), "mamba": 2, None: 0}[kind.mixer]
+    """A torchtitan layer's forward matmuls, from its `linear_gemms`, each as (output elements,
+    FLOPs), in two lists: those its per-op checkpointing counts one by one, in the order they run
+    (the attention's wq, wk and wv, which its models run as separate linears, or MLA's
+    projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a dense
+    MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit), and an MoE block's (routed and
+    shared experts, a latent MoE's projections)."""
+    n_mixer = {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
     n_dense = 2 if kind.ffn == "dense" else 0
     counted = gemms[: n_mixer + n_dense]
     if kind.mixer == "attention" and not arch.multi_latent_attention:  # split QKV
@@ -392,24 +388,22 @@ def titan_layer_mms(
 
 def per_op_split(
     arch: ModelArch,
-    t: float,
+    gemms: list[tuple[float, float, float, float]],
     tp: int,
-    ep: int,
-    etp: int,
     moe: bool | LayerKind,
-    imbalance: float = 1.0,
 ) -> tuple[float, float, float]:
-    """(saved output elements, re-run FLOPs, all FLOPs) of a layer's linear matmuls under
-    torchtitan's per-op selective activation checkpointing: its policy saves the output of every
-    aten.mm but every second one, counted from the start of each transformer block's forward
-    (pytorch/torchtitan ba246978, parallelisms/parallelize_llama.py `_custom_policy`, Dec 2024;
-    the same rule at b5bcd76c, distributed/activation_checkpoint.py): the 1st, 3rd, ... of
-    `titan_layer_mms`' counted list are kept, the others re-run in the backward with the
-    elementwise work that feeds them (for a Llama layer wq, wv, w1 and w2 kept; wk, wo and w3
-    re-run: 37% of an 8B layer's linear FLOPs, not half). An MoE block's matmuls (grouped expert
-    GEMMs and the rest, whose ops and count the policy's list does not settle across versions)
-    are taken as half kept, half re-run."""
-    ops, rest = titan_layer_mms(arch, t, tp, ep, etp, moe, imbalance)
+    """(saved output elements, re-run FLOPs, all FLOPs) of a layer's linear matmuls (its
+    `linear_gemms` on one GPU of TP size `tp`) under torchtitan's per-op selective activation
+    checkpointing: its policy saves the output of every aten.mm but every second one, counted
+    from the start of each transformer block's forward (pytorch/torchtitan ba246978,
+    parallelisms/parallelize_llama.py `_custom_policy`, Dec 2024; the same rule at b5bcd76c,
+    distributed/activation_checkpoint.py): the 1st, 3rd, ... of the counted matmuls
+    (`_titan_mms`) are kept, the others re-run in the backward with the elementwise work that
+    feeds them (for a Llama layer wq, wv, w1 and w2 kept; wk, wo and w3 re-run: 37% of an 8B
+    layer's linear FLOPs, not half). An MoE block's matmuls (grouped expert GEMMs and the rest,
+    whose ops and count the policy's list does not settle across versions) are taken as half
+    kept, half re-run."""
+    ops, rest = _titan_mms(arch, gemms, tp, layer_kind(moe))
     saved = sum(e for e, _ in ops[0::2]) + sum(e for e, _ in rest) / 2
     rerun = sum(f for _, f in ops[1::2]) + sum(f for _, f in rest) / 2
     return saved, rerun, sum(f for _, f in ops) + sum(f for _, f in rest)

@@ -302,7 +302,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if policy == "full":
         out.recompute = out.fwd
     elif policy == "per_op":  # the matmuls torchtitan's policy re-runs, by their FLOPs' share
-        _, rerun, whole = flops.per_op_split(arch, t, tp, lay.ep, lay.expert_tp, kind, load)
+        _, rerun, whole = flops.per_op_split(arch, shapes, tp, kind)
         out.recompute = gemm_fwd * rerun / whole + streamed / 3 + perm / 2
     elif policy == "core_attn":
         pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)

@@ -241,10 +241,14 @@ def test_per_op_split_counts_each_block_from_its_first_matmul() -> None:
     # h + h + 4h = 6h elements (half of all nine h-wide outputs would be 4.5h); re-run wk, wo,
     # fc2: 2 (h^2 + h^2 + 4h^2) = 12 h^2 FLOPs of all 2 (4h^2 + 8h^2) = 24 h^2 (half, for MHA)
     h = 12288
-    saved, rerun, whole = flops.per_op_split(catalog.get_model("gpt3-175b"), 1.0, 1, 1, 1, False)
+    gpt = catalog.get_model("gpt3-175b")
+    saved, rerun, whole = flops.per_op_split(
+        gpt, flops.linear_gemms(gpt, 1.0, 1, 1, 1, False), 1, False
+    )
     assert (saved, rerun, whole) == pytest.approx((6 * h, 12 * h * h, 24 * h * h), rel=1e-12)
     # Mixtral 8x7B (GQA 32 / 8 heads of 128, top-2 of 8 experts of 14336): the attention's wq
     # (4096) and wv (1024) kept; the experts' outputs taken half: 2 copies x (2 x 14336 + 4096)
     # = 65,536 elements -> 32,768; so 37,888 per token
-    saved, _, _ = flops.per_op_split(catalog.get_model("mixtral-8x7b"), 1.0, 1, 1, 1, True)
+    mix = catalog.get_model("mixtral-8x7b")
+    saved, _, _ = flops.per_op_split(mix, flops.linear_gemms(mix, 1.0, 1, 1, 1, True), 1, True)
     assert saved == pytest.approx(4096 + 1024 + 32768, rel=1e-12)
