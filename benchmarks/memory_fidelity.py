@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +92,22 @@ JOB_WRITTEN_APART = {"arch", "cluster", "seq_length", "global_batch_size", "prec
 
 def changed(obj: Job | Layout) -> dict[str, object]:
     """The dataclass fields that differ from their defaults (all that a row needs to rebuild
-    the object; tuples become JSON lists, which the test turns back)."""
+    the object; tuples become JSON lists, which the test turns back; see `_plain`)."""
     return {
         f.name: getattr(obj, f.name)
         for f in fields(obj)
         if f.default is MISSING or getattr(obj, f.name) != f.default
     }
+
+
+def _plain(name: str, value: Any) -> Any:
+    """A Job field as JSON: the [torchtitan] section as the dict of its fields off their
+    defaults, the userbuffers settings (`tp_overlap_cfg`) as [GEMM, slot fields] pairs."""
+    if name == "torchtitan":
+        return value.model_dump(exclude_defaults=True)
+    if name == "tp_overlap_cfg":
+        return [[gemm, asdict(slot)] for gemm, slot in value]
+    return value
 
 
 def write_test_data(path: Path) -> None:
@@ -118,7 +128,7 @@ def write_test_data(path: Path) -> None:
                 "global_batch_size": job.global_batch_size,
                 "precision": job.precision,
                 "job": {
-                    name: value
+                    name: _plain(name, value)
                     for name, value in changed(job).items()
                     if name not in JOB_WRITTEN_APART
                 },

@@ -37,9 +37,14 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
              power limit"), hbm_bandwidth_tb_per_s = 2.4 ("96GB HBM2e with 2.4 TB/sec", both
              benchmarks/llama3_h100_202412_torchtitan.md) and memory_gib = 95 (the label
              behaves like GiB on H100s; 95 leaves the driver's reserve, assumed)
-  AsyncTP    torchtitan's AsyncTP is mapped to tp_comm_overlap = false: the same benchmark's
-             Table 4 measures it at +5.7% over no overlap (829 -> 876 TPS/GPU), far from the
-             hiding of Megatron's userbuffer overlap that tp_comm_overlap models
+  torchtitan the torchtitan rows are jobs of framework "torchtitan" (the path a torchtitan plan
+             takes: FSDP2's states and per-block gathers, DTensor TP with loss_parallel, torch
+             pipelining), [torchtitan] compile where the source lists torch.compile and async_tp
+             where it lists AsyncTP (`planner.model.async_tp`; the same benchmark's Table 4
+             measures AsyncTP at +5.7% over none, 829 -> 876 TPS/GPU); Float8 is torchao's
+             tensorwise recipe without the FSDP float8 all-gather (torchtitan's defaults: no row
+             enables it); the allocator's expandable segments on (torchtitan's run script sets
+             them since pytorch/torchtitan a5e57e4a, 2024-10-22, before the Dec 2024 benchmark)
   DP sync    overlap_grad_reduce = false where the source says the gradient all-reduce does not
              overlap the backward (Korthikanti et al.'s 2240-GPU run); otherwise overlapped
 """
@@ -48,7 +53,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,7 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
+from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import flops
 from planner.model.performance import Performance
 
@@ -292,6 +298,17 @@ def case_from_row(row: dict[str, Any]) -> Case:
         selective_recompute="per_op" if titan else "core_attn",
         tp_overlap_cfg=nemo_userbuffers(rid),
     )
+    if titan:
+        job = replace(
+            job,
+            framework="torchtitan",
+            torchtitan=TorchtitanSection(
+                compile="torch.compile" in other, async_tp="AsyncTP" in other
+            ),
+            fp8_recipe="tensorwise",
+            fp8_param_gather=False,
+            expandable_segments=True,
+        )
     recompute = _recompute(par.get("recompute"))
     if rid == NEMOTRON:
         recompute = "selective"

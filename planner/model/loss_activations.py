@@ -20,7 +20,16 @@ PYTORCH_LOSS_BYTES_PER_LOGIT = 12
 logits (`cross_entropy = "pytorch"`: torchtitan, and its loss_parallel under TP), by hand from
 autograd: forward keeps only the log-softmax output (4; the upcast input is freed, and the bf16
 logits are freed before backward); backward adds the nll gradient (4) and the log-softmax input
-gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4."""
+gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4. At tp > 1 see
+LOSS_PARALLEL_BYTES_PER_LOGIT."""
+
+LOSS_PARALLEL_BYTES_PER_LOGIT = 16
+"""The same loss at tp > 1, where torchtitan runs it under PyTorch's loss_parallel on the
+vocab-sharded logits (torch/distributed/tensor/parallel/loss.py, by hand): its backward,
+`_nll_loss_and_log_softmax_backward`, computes (zeros_like(x) + exp(x)) x grad_output with x the
+saved fp32 log-softmax, so x, the zeroed gradient, their sum and the product are alive at once (4
+each; exp(x) is freed before the product: also 16 then); its forward, a decomposed log-softmax,
+holds the fp32 input, its shifted copy and exp (12, with the bf16 logits 14)."""
 
 MEGATRON_LOSS_BYTES_PER_LOGIT = 6
 """Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy
@@ -48,8 +57,9 @@ PIPELINE_STAGE_OUTPUT is never taken there)."""
 def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     """Last stage, for the micro-batch at the loss: the final norm's input and output (the output
     layer's input) and the loss kernel's peak over the local logits (Megatron's
-    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT; with the
-    logits gathered over TP every rank also holds the gathered logits' working set)."""
+    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT, under TP
+    LOSS_PARALLEL_BYTES_PER_LOGIT; with the logits gathered over TP every rank also holds the
+    gathered logits' working set)."""
     T, h = sh.tokens, arch.hidden_size
     norm = norm_input(T, h, sh) + BF16 * T * h
     norm = norm / sh.tp if sh.sequence_parallel else norm
@@ -57,6 +67,7 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     if sh.cross_entropy == "gathered":
         return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
-        return norm + PYTORCH_LOSS_BYTES_PER_LOGIT * local
+        per = LOSS_PARALLEL_BYTES_PER_LOGIT if sh.tp > 1 else PYTORCH_LOSS_BYTES_PER_LOGIT
+        return norm + per * local
     extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
     return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local

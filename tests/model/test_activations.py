@@ -139,18 +139,20 @@ def test_per_op_working_set_is_the_whole_layer() -> None:
 
 def test_loss_bytes_per_logit_by_implementation() -> None:
     # per local logit: Megatron's fused kernel 2 + 4 = 6; torch cross_entropy on fp32 logits 12
-    # (log-softmax output, its incoming gradient, the input gradient); gathered over TP: the
-    # bf16 local logits plus GATHERED_LOSS_BYTES_PER_LOGIT on the full vocabulary
-    V, t = 51200, 8
-    norm = 4 * S * H / t
+    # at tp 1 (log-softmax output, its incoming gradient, the input gradient); under TP PyTorch's
+    # loss_parallel 16 (its backward (zeros_like(x) + exp(x)) x grad: the saved fp32 log-softmax,
+    # the zeroed gradient, their sum and the product, 4 each); gathered over TP: the bf16 local
+    # logits plus GATHERED_LOSS_BYTES_PER_LOGIT on the full vocabulary
+    V = 51200
 
-    def loss(kind: str) -> float:
+    def loss(kind: str, t: int = 8) -> float:
         sh = Shard(tokens=S, tp=t, sequence_parallel=True, cross_entropy=kind)  # type: ignore[arg-type]
-        return logits_bytes(GPT, V, sh) - norm
+        return logits_bytes(GPT, V, sh) - 4 * S * H / t
 
-    assert loss("fused") == pytest.approx(6 * S * V / t)
-    assert loss("pytorch") == pytest.approx(12 * S * V / t)
-    gathered = 2 * S * V / t + GATHERED_LOSS_BYTES_PER_LOGIT * S * V
+    assert loss("fused") == pytest.approx(6 * S * V / 8)
+    assert loss("pytorch", t=1) == pytest.approx(12 * S * V)
+    assert loss("pytorch") == pytest.approx(16 * S * V / 8)
+    gathered = 2 * S * V / 8 + GATHERED_LOSS_BYTES_PER_LOGIT * S * V
     assert loss("gathered") == pytest.approx(gathered)
 
 
