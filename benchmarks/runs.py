@@ -21,11 +21,12 @@ Mapping rules (one place, shared by the fidelity, ranking, fitting and memory be
   seq        torchtitan's H100 benchmark omits it: 8192, its Llama 3 training default
   torchtitan selective recompute is its default "op" policy (selective_recompute = "per_op"); its
              loss is torch's cross entropy on each rank's logits (cross_entropy = "pytorch");
-             the H100 benchmark rows without torch.compile run eager nn.RMSNorm and
-             silu(x) * gate (fused_norm = fused_swiglu = false); the A100 doc does not say, so
-             its rows keep the defaults; DTensor sequence parallelism saves the all-gathered
-             input of the column-parallel linears (sp_keeps_gathered_input) and its collectives
-             block, with no backward overlap (tp_backward_overlap = false); its attention is
+             the H100 benchmark rows without torch.compile run eager nn.RMSNorm,
+             silu(x) * gate and the fp32 complex rotary embedding (fused_norm = fused_swiglu =
+             fused_rope = false); the A100 doc does not say, so its rows keep the defaults;
+             DTensor sequence parallelism saves the all-gathered input of the column-parallel
+             linears (sp_keeps_gathered_input) and its collectives block, with no backward
+             overlap (tp_backward_overlap = false); its attention is
              FlashAttention-2 (attention_kernel = "flash2"): the models then called plain
              F.scaled_dot_product_attention (pytorch/torchtitan's Llama model.py at the end of
              2024), whose flash backend PyTorch >= 2.5 picks on Hopper, cuDNN's being opt-in
@@ -293,6 +294,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         cross_entropy="pytorch" if titan else "fused",
         fused_norm=not eager,
         fused_swiglu=not eager,
+        fused_rope=not eager,
         sp_keeps_gathered_input=titan,
         tp_backward_overlap=not titan,
         selective_recompute="per_op" if titan else "core_attn",

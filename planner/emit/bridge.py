@@ -152,6 +152,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
     if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
         model["fp8_output_proj"] = True
+    if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
+        model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if job.megatron_loss is not None:  # the loss the plan was timed with (TransformerConfig's)
         model["cross_entropy_loss_fusion"] = job.megatron_loss != "unfused"
         if job.megatron_loss != "unfused":

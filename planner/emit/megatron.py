@@ -220,6 +220,8 @@ def training_args(plan: Plan) -> list[Arg]:
                 a.append(("--reuse-grad-buf-for-mxfp8-param-ag",))
     if job.fp8_output_proj:
         a.append(("--fp8-output-proj",))
+    if not job.fused_rope and job.arch.position_embedding_type == "rope":
+        a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
     if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so, else Transformer
         # Engine's (Megatron-Bridge's performance recipes' choice); without the flag Megatron

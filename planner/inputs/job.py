@@ -37,6 +37,10 @@ class Job:
     fused_norm: bool = True
     cross_entropy: CrossEntropy = "fused"
     fused_swiglu: bool = True
+    fused_rope: bool = True
+    """Rotary embeddings in one fused kernel (Megatron's apply_rope_fusion, torch.compile); false:
+    Megatron --no-rope-fusion or eager torchtitan, their separate elementwise ops
+    (`attention_time.UNFUSED_ROPE_BYTES`)."""
     sp_keeps_gathered_input: bool = False
     tp_backward_overlap: bool = True
     expandable_segments: bool = False

@@ -188,6 +188,7 @@ READ = frozenset(
         "--transformer-impl",
         "--spec",
         "--no-bias-swiglu-fusion",
+        "--no-rope-fusion",
         "--num-distributed-optimizer-instances",
         "--outer-dp-sharding-strategy",
         "--cross-entropy-loss-fusion",

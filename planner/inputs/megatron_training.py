@@ -75,6 +75,8 @@ def training_table(
     _attention(line, training)
     if line.has("--no-bias-swiglu-fusion"):
         training["fused_swiglu"] = False
+    if line.has("--no-rope-fusion"):
+        training["fused_rope"] = False
     for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
         value = line.integer(flag)
         if value is not None:

@@ -145,6 +145,11 @@ class TrainingSection(BaseModel):
         default=None,
         description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
     )
+    fused_rope: Flag | None = Field(
+        default=None,
+        description="fused rotary embedding (false: Megatron --no-rope-fusion, or torchtitan "
+        "without compile: its separate elementwise ops)",
+    )
     sp_keeps_gathered_input: Flag | None = Field(
         default=None,
         description="sequence parallelism saves the all-gathered input of the column-parallel "

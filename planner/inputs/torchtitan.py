@@ -123,6 +123,7 @@ def training_defaults(framework: Framework, compile_on: bool) -> dict[str, objec
         return {
             "fused_norm": True,
             "fused_swiglu": True,
+            "fused_rope": True,
             "cross_entropy": "fused",
             "selective_recompute": "core_attn",
             "sp_keeps_gathered_input": False,
@@ -135,6 +136,7 @@ def training_defaults(framework: Framework, compile_on: bool) -> dict[str, objec
     return {
         "fused_norm": compile_on,
         "fused_swiglu": compile_on,
+        "fused_rope": compile_on,
         "cross_entropy": "pytorch",
         "selective_recompute": "per_op",
         "sp_keeps_gathered_input": True,

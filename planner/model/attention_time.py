@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
 from planner.model import attention, determinism, flops
 from planner.model.gemm import Gpu
@@ -74,3 +75,26 @@ def core_attention(
         elements = t * (qk_w + (qk_w + v_w) * groups + v_w) / tp
         quant = attention.FP8_ATTENTION_QUANT_BYTES * elements / gpu.hbm
     return Core(max(fwd, exp_fwd), max(bwd, exp_bwd), quant, exp_fwd > fwd)
+
+
+UNFUSED_ROPE_BYTES = 32.0
+"""Extra HBM bytes per rotated element (each query and key element the rotary embedding turns),
+forward + backward, of rotary embeddings run as separate ops over one fused kernel (read 2,
+write 2 each way: 8). By hand: torchtitan's eager `apply_rotary_emb` (x.float() r2 w4, the
+complex multiply r4 w4, type_as r4 w2: 20 forward, as many backward: 40); Megatron-LM's
+`_apply_rotary_pos_emb_bshd` under --no-rope-fusion (d98e8a64 rope_utils.py: t * cos, the
+rotate-half copy, * sin, the add and the concatenation, about 21 bytes forward in bf16, about as
+many backward: 42)."""
+
+
+def rope_elements(arch: ModelArch, t: float, tp: int) -> float:
+    """Elements one attention layer's rotary embedding turns per micro-batch on one GPU of TP
+    size `tp`, for t tokens: every query and key head's whole head dim, or MLA's rope parts (each
+    query head's qk_pos_emb_head_dim and the one key part shared by all heads); 0 for a model
+    without rotary embeddings."""
+    if arch.position_embedding_type != "rope":
+        return 0.0
+    heads = arch.num_attention_heads / tp
+    if arch.multi_latent_attention and arch.qk_pos_emb_head_dim:
+        return t * (heads + 1) * arch.qk_pos_emb_head_dim
+    return t * (heads + flops.kv_heads(arch, tp)) * arch.head_dim

@@ -288,6 +288,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if not job.fused_norm:
         norm_elems = t * kind.blocks * arch.hidden_size / (tp if lay.sequence_parallel else 1)
         ew += UNFUSED_NORM_BYTES * norm_elems / gpu.hbm
+    if not job.fused_rope and kind.mixer == "attention":
+        rotated = attention_time.rope_elements(arch, t, tp)
+        ew += attention_time.UNFUSED_ROPE_BYTES * rotated / gpu.hbm
     streamed = ew + cast  # HBM-bound work; a fused grouped MLP's epilogues do part of it
     if moe:
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from megatron_plans import (
     GOLDEN_PLANS,
     MEGATRON_FLAGS,
@@ -22,6 +23,7 @@ from paths import PLANS
 
 from planner.emit import megatron, megatron_model
 from planner.emit.common import environment
+from planner.emit.launch import render
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
@@ -421,3 +423,17 @@ def test_fp8_attention_has_no_megatron_lm_flag_and_is_noted() -> None:
     assert any("fp8_attention" in n and "no Megatron-LM flag" in n for n in args.notes)
     plain = make_plan("llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", precision="fp4")
     assert not any("fp8_attention" in n for n in megatron.arguments(plain).notes)
+
+
+def test_rope_fusion_flags() -> None:
+    # Megatron-LM d98e8a64 arguments.py: --no-rope-fusion is store_false into apply_rope_fusion,
+    # so a line without it fuses; TransformerConfig's own default is False, so the
+    # Megatron-Bridge override states it either way
+    plain = make_plan("llama3.1-8b", 16, {"tp": 2})
+    assert plain.job.fused_rope and "--no-rope-fusion" not in flags(plain)
+    eager = make_plan("llama3.1-8b", 16, {"tp": 2}, fused_rope=False)
+    assert "--no-rope-fusion" in flags(eager)
+    assert not round_trip(eager).job.fused_rope and round_trip(plain).job.fused_rope
+    for plan, want in ((plain, True), (eager, False)):
+        doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+        assert doc["model"]["apply_rope_fusion"] is want
