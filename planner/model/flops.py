@@ -173,11 +173,10 @@ def recompute_flops_per_token(
 ) -> float:
     """Extra forward FLOPs per token re-executed by activation recomputation, for a recompute
     policy (`Job.recompute_policy`): none, per_op (the linear layers torchtitan's per-op policy
-    re-runs, `per_op_split`), full, or Megatron's
-    selective ("core_attn") with its `modules` (Megatron --recompute-modules): core_attn the core
-    attention, mla_up_proj MLA's q and kv up-projections, mlp the dense layers' MLPs, moe the MoE
-    layers' experts (top-k routed and shared), shared_experts their shared experts; layernorm and
-    moe_act re-run no matmul."""
+    re-runs, `per_op_split`), full, or Megatron's selective ("core_attn") with its `modules`
+    (Megatron --recompute-modules): core_attn the core attention, mla_up_proj MLA's q and kv
+    up-projections, mlp the dense layers' MLPs, moe the MoE layers' experts (top-k routed and
+    shared), shared_experts their shared experts; layernorm and moe_act re-run no matmul."""
     n_attn, n_mlp, n_moe = _block_counts(arch)
     core = n_attn * attention_core_forward(arch, seq_length)
     if policy == "full":

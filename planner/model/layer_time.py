@@ -82,7 +82,9 @@ experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and c
 shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
 torchtitan's per-op policy (saves every other matmul output of a block and the attention output)
 the linear GEMMs it does not save (`flops.per_op_split`: by their share of the FLOPs) and the
-elementwise forward. The layer's TP, CP and EP traffic is computed here too
+elementwise forward. Rotary embeddings run as separate ops (`Job.fused_rope` false) add
+`attention_time.UNFUSED_ROPE_BYTES` per element they turn to the streamed work. The layer's TP,
+CP and EP traffic is computed here too
 (planner.model.comms; the token dispatcher by `dispatch.moe_dispatch`), since how much of it
 hides depends on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved
 activations over the GPU's host link one way (`planner.model.host_link`);
