@@ -101,6 +101,17 @@ attention block's forward, whatever cp, each at KERNEL_ISSUE_S (TransformerEngin
 context_parallel.py): a2a sends Q, K and V before the attention and its output after it, each a
 reshape, an all-to-all and a reorder (flash_attn_a2a_communicate): 12; all_gather gathers K and V,
 reorders each, and runs the attention in two chunks whose outputs it joins: 6."""
+UNFUSED_ROPE_KERNELS = {"megatron": 34, "torchtitan": 12}
+"""Counted, not fitted: the kernels one attention layer's rotary embedding launches forward and
+backward together when it is not fused (`Job.fused_rope` false), per training code.
+Megatron-LM d98e8a64 rope_utils.py `_apply_rotary_pos_emb_bshd` (--no-rope-fusion), per rotated
+tensor (query, key): the frequencies' cos and sin, each scaled and cast (6), t * cos, the
+rotate-half's negation and concatenation, * sin, the sum and the concatenation with the unrotated
+part (6), 24 forward; backward the two products' gradients, the negation's, the halves' copy and
+their sum, about 5 each: 34. torchtitan's eager `apply_rotary_emb`: the fp32 cast, the complex
+multiply and the cast back per tensor, as many backward: 12. Charged as forward issue divided by
+1 + BACKWARD_ISSUE_RATIO (the model's backward is that ratio of its forward), so the step carries
+the count once."""
 FP8_ISSUE = 1.37
 """Fitted. The issue of a dense FP8 layer over the same layer's in bf16 (its DENSE_LAYER_GEMMS
 quantised GEMMs' share: `fp8_gemms`)."""
@@ -185,6 +196,9 @@ def issue_blocks(
     out: list[tuple[CudaGraphModule, float]] = []
     if kind.mixer == "attention":
         units = HALF_LAYER + (mla if job.arch.multi_latent_attention else 0.0)
+        if not job.fused_rope and job.arch.position_embedding_type == "rope":
+            rope = UNFUSED_ROPE_KERNELS[job.framework] / (1.0 + BACKWARD_ISSUE_RATIO)
+            units += rope / LAYER_KERNELS
         if lay.cp > 1:
             if lay.cp_comm_type == "p2p":
                 units += CP_STEP_ISSUE * lay.cp

@@ -17,7 +17,7 @@ from jobs import job
 from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Plan, parse_plan
-from planner.model import attention_time, layer_time
+from planner.model import attention_time, host, layer_time
 
 
 def _extra(model: str, lay: Layout) -> tuple[float, float]:
@@ -71,3 +71,21 @@ def _titan(compiled: bool) -> Plan:
 def test_torchtitan_fuses_rope_only_when_compiled() -> None:
     assert not _titan(False).job.fused_rope
     assert _titan(True).job.fused_rope
+
+
+def test_unfused_rope_adds_its_kernels_to_the_host_issue() -> None:
+    # host.UNFUSED_ROPE_KERNELS counted by hand: Megatron 34 kernels forward and backward per
+    # attention layer, torchtitan 12, charged as forward issue over 1 + BACKWARD_ISSUE_RATIO (3)
+    # in units of one dense layer's issue (LAYER_KERNELS kernels)
+    lay = Layout(tp=2, dp=4)
+    for framework, kernels in (("megatron", 34), ("torchtitan", 12)):
+        fused = replace(job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64), framework=framework)
+        eager = replace(fused, fused_rope=False)
+        kind = fused.arch.kinds[0]
+        added = host.issue_units(eager, lay, kind) - host.issue_units(fused, lay, kind)
+        assert added == pytest.approx(kernels / 3 / host.LAYER_KERNELS, rel=1e-12)
+    # a model without rotary embeddings launches none
+    gpt = job("gpt3-175b", "h100-sxm-80gb", 8, 2048, 64)
+    kind = gpt.arch.kinds[0]
+    unfused = replace(gpt, fused_rope=False)
+    assert host.issue_units(unfused, lay, kind) == host.issue_units(gpt, lay, kind)
