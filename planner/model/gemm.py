@@ -57,13 +57,24 @@ Blackwell's tensor cores apply MX scales in hardware (on Blackwell at most BLACK
 the bf16 rate, `linear_fraction`)."""
 
 
-def quant_bytes(recipe: str, blackwell: bool) -> float:
+COMPILED_AMAX_SAVING = 2.0
+"""HBM bytes per element that tensorwise scaling saves under torch.compile (torchtitan's
+[torchtitan] compile with torchao's Float8, whose README leaves the casts' fusion to
+torch.compile): Inductor fuses the amax reduction into the kernel that produces the operand (a
+reduction fused with its pointwise producer), so the separate pass that reads the bf16 tensor
+for its amax (tensorwise's 2 bytes over delayed scaling) is gone; the cast itself stays."""
+
+
+def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:
     """FP8_QUANT_BYTES of a recipe (or "nvfp4") on a GPU. Blackwell's FP8 GEMMs read either
     operand layout (Transformer Engine `is_non_tn_fp8_gemm_supported`; `planner.model.buffers`
     keeps one FP8 copy there too), so delayed and tensorwise scaling write no transpose: one FP8
     byte less per element. MXFP8, blockwise and NVFP4 scales run along one axis and keep both
-    orientations anyway."""
+    orientations anyway. `compiled` (the training step under torch.compile): tensorwise less
+    COMPILED_AMAX_SAVING."""
     q = FP8_QUANT_BYTES[recipe]
+    if compiled and recipe == "tensorwise":
+        q -= COMPILED_AMAX_SAVING
     return q - 1.0 if blackwell and recipe in ("delayed", "tensorwise") else q
 
 
