@@ -59,10 +59,11 @@ the bf16 rate, `linear_fraction`)."""
 
 COMPILED_AMAX_SAVING = 2.0
 """HBM bytes per element that tensorwise scaling saves under torch.compile (torchtitan's
-[torchtitan] compile with torchao's Float8, whose README leaves the casts' fusion to
-torch.compile): Inductor fuses the amax reduction into the kernel that produces the operand (a
-reduction fused with its pointwise producer), so the separate pass that reads the bf16 tensor
-for its amax (tensorwise's 2 bytes over delayed scaling) is gone; the cast itself stays."""
+[torchtitan] compile with torchao's Float8: "torch.compile fuses the float8 scaling/casting
+kernels", pytorch/torchtitan b5bcd76c components/quantization/float8.md): Inductor fuses the amax
+reduction into the kernel that produces the operand (a reduction fused with its pointwise
+producer), so the separate pass that reads the bf16 tensor for its amax (tensorwise's 2 bytes
+over delayed scaling) is gone; the cast itself stays."""
 
 
 def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:
