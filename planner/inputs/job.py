@@ -169,6 +169,11 @@ class Job:
         return self.precision != "bf16"
 
     @property
+    def compiled(self) -> bool:
+        """The training step runs under torch.compile: torchtitan with [torchtitan] compile."""
+        return self.framework == "torchtitan" and self.titan.compile
+
+    @property
     def quant_recipe(self) -> str:
         """How the linear layers' operands are quantised: the FP8 recipe, or "nvfp4"."""
         return "nvfp4" if self.precision == "fp4" else self.fp8_recipe

@@ -182,13 +182,7 @@ def recompute_flops_per_token(
     if policy == "full":
         return decoder_forward(arch, seq_length)
     if policy == "per_op":
-        counts = arch.kind_counts((range(arch.num_layers),))
-        kinds = zip(arch.kinds, counts, strict=True)
-        return sum(
-            n * per_op_split(arch, linear_gemms(arch, 1.0, 1, 1, 1, k), 1, k)[1]
-            for k, n in kinds
-            if n
-        )
+        return _per_op_rerun(arch)
     if policy != "core_attn":
         return 0.0
     shared = arch.moe_shared_expert_intermediate_size or 0
@@ -200,6 +194,17 @@ def recompute_flops_per_token(
         "shared_experts": n_moe * 2.0 * mlp_matrices(arch) * arch.hidden_size * shared,
     }
     return sum(per_module.get(m, 0.0) for m in modules)
+
+
+@cache
+def _per_op_rerun(arch: ModelArch) -> float:
+    """Forward FLOPs per token torchtitan's per-op checkpointing re-runs over all decoder layers
+    (`per_op_split`); cached, as `decoder_forward`: `cost.estimate` asks on every layout."""
+    counts = arch.kind_counts((range(arch.num_layers),))
+    kinds = zip(arch.kinds, counts, strict=True)
+    return sum(
+        n * per_op_split(arch, linear_gemms(arch, 1.0, 1, 1, 1, k), 1, k)[1] for k, n in kinds if n
+    )
 
 
 @cache

@@ -245,9 +245,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     s_local = s // lay.cp
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
-    compiled = job.framework == "torchtitan" and job.titan.compile
     blackwell = job.cluster.gpu.is_blackwell
-    quant = quant_bytes(job.quant_recipe, blackwell, compiled) if job.quantised else 0.0
+    quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if job.quantised else 0.0
     load = step_load(job, lay)
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
