@@ -37,6 +37,7 @@ MODELS = {
     "gpt_oss_120b": "gpt-oss-120b",
     "gpt_oss_20b": "gpt-oss-20b",
     "deepseek_v3": "deepseek-v3",
+    "kimi_k2": "kimi-k2",
 }
 """Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
 the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
@@ -69,6 +70,17 @@ src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py (read at commit 0edb669
 only): the embedding and 4 layers, 14 stages of 4, then 1 layer with MTP and loss. For (8, 2)
 bridge_recipes.md's D3 row lists the 8-stage (8, 1) list instead, which vpp 2 cannot hold (16
 stages); the 16-stage list of its D9 row and of the source is used."""
+
+KIMI_LAYOUTS: dict[tuple[int, int], list[str]] = {
+    (16, 1): ["Etttt", *["tttt"] * 14, "tL"],
+    (4, 4): ["Etttt", *["tttt"] * 14, "tL"],
+}
+"""Megatron-Bridge's built-in Kimi K2 pipeline layouts by (pp, vpp), the ones the recipes use:
+`_get_kimi_k2_pipeline_layout` in src/megatron/bridge/recipes/kimi/h100/kimi_k2.py (commit
+067f987d, settings only): DeepSeek-V3's 16 stages without the MTP layer (Kimi K2 has none)."""
+
+BUILT_IN_LAYOUTS = {"deepseek_v3": DSV3_LAYOUTS, "kimi_k2": KIMI_LAYOUTS}
+"""A family's built-in layouts, for the split cells that say "built-in (pp,vpp) list"."""
 
 
 # --- the data file
@@ -110,7 +122,7 @@ class Recipe:
 
     @property
     def is_moe(self) -> bool:
-        return self.id[0] in "QGD"
+        return self.id[0] in "QGDK"
 
     @property
     def stem(self) -> str:
@@ -165,7 +177,7 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
         if line.startswith("### "):
             section = line
             continue
-        if not re.match(r"\|\s*[LQGD]\d+\s*\|", line):
+        if not re.match(r"\|\s*[LQGDK]\d+\s*\|", line):
             continue
         c = _cells(line)
         if section.endswith("parallel layout"):

@@ -38,6 +38,8 @@ SCOPE = frozenset(
         "--global-batch-size",
         "--seq-length",
         "--use-distributed-optimizer",
+        "--optimizer",
+        "--muon-tp-mode",
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
         "--fsdp-double-buffer",
@@ -165,6 +167,12 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
     if "fp8 output proj" in r.precision:
         f["--fp8-output-proj"] = ()
     f["--use-distributed-optimizer"] = ()  # on in every recipe (base), FSDP included
+    if s.optimizer == "muon":
+        # Bridge's optimizer "dist_muon" with use_distributed_optimizer False is Megatron-LM's
+        # "--optimizer muon --use-distributed-optimizer" (validate_args d98e8a64: dist_muon is
+        # deprecated for that spelling; both run the layer-wise distributed optimizer)
+        f["--optimizer"] = ("muon",)
+        f["--muon-tp-mode"] = (str(s.muon_tp_mode),)
     if s.zero_stage == 3:
         f["--use-megatron-fsdp"] = ()
         f["--data-parallel-sharding-strategy"] = ("optim_grads_params",)

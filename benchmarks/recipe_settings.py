@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from benchmarks.recipe_data import DSV3_LAYOUTS, Recipe
+from benchmarks.recipe_data import BUILT_IN_LAYOUTS, Recipe
 from planner.inputs import pipeline_layout
 from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
 
@@ -41,6 +41,8 @@ class Settings:
     fsdp_double_buffer: bool  # Megatron-FSDP's persistent double buffers (zero_stage 3 only)
     optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
     outer_optim: bool  # HSDP outer sharding "optim": the optimizer states over the instances too
+    optimizer: str  # "adam" | "muon" (Kimi K2's dist_muon: the layer-wise distributed optimizer)
+    muon_tp_mode: str | None  # Muon's muon_tp_mode where the optimizer is Muon
     bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
     fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
     overlap_grad_reduce: bool
@@ -94,7 +96,7 @@ def read(r: Recipe) -> Settings:
     if r.split.startswith("account_for_embedding+loss"):
         account = True
     elif r.split.startswith("built-in"):
-        layout = tuple(DSV3_LAYOUTS[(r.pp, r.vpp or 1)])
+        layout = tuple(BUILT_IN_LAYOUTS[r.family][(r.pp, r.vpp or 1)])
         if r.id in ("D3", "D6"):
             notes.append(
                 "the data file lists the 8-stage (8,1) layout for vpp 2; Bridge's (8,2) layout "
@@ -164,11 +166,13 @@ def read(r: Recipe) -> Settings:
         ]
         notes.append(f"Megatron-FSDP {', '.join(unfielded)}: no plan fields")
     instances = int(m.group(1)) if (m := re.search(r"optimizer_instances (\d+)", opt)) else 1
+    muon = opt.startswith("Muon")
+    tp_mode = m.group(1) if muon and (m := re.search(r"muon_tp_mode (\w+)", opt)) else None
     bf16_opt = "exp_avg bf16" in opt
     fp32_aware = "precision-aware optimizer" in opt and "fp32" in opt and not bf16_opt
     grad_overlap = "overlap_grad_reduce off" not in opt
     with_step = "PG-overlap-with-opt-step" in opt
-    if not grad_overlap:
+    if not grad_overlap and "all param-gather overlap off" not in opt:
         notes.append("grad-reduce overlap off with param-gather overlap on: plan has both off")
 
     graphs = rt["graphs"]
@@ -222,6 +226,8 @@ def read(r: Recipe) -> Settings:
         fsdp_double_buffer=zero == 3 and "double-buffer" in opt,
         optimizer_instances=instances,
         outer_optim="outer_dp_sharding_strategy optim" in opt,
+        optimizer="muon" if muon else "adam",
+        muon_tp_mode=tp_mode,
         bf16_optimizer=bf16_opt,
         fp32_aware_optimizer=fp32_aware,
         overlap_grad_reduce=grad_overlap,

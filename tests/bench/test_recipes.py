@@ -1,7 +1,7 @@
 """NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
 benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
 
-Oracles: the data file itself (its 195 rows by id, its own derived "dp / micro-batches per step"
+Oracles: the data file itself (its 211 rows by id, its own derived "dp / micro-batches per step"
 column, its list of recipes that cannot run at their size); hand readings of single rows
 (arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
 benchmarks/data/megatron_rules.md lists). Whether each fits: every recipe ran on the GPUs it
@@ -31,15 +31,15 @@ MODELLED = [r for r in ALL if not r.skip]
 
 
 def test_every_row_of_the_data_file_is_read() -> None:
-    # L1-L80, Q1-Q66, G1-G20, D1-D29: the data file's four tables, 195 recipes (H100, B200 and
-    # GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300 after them)
-    want = {
-        f"{k}{i}" for k, n in (("L", 80), ("Q", 66), ("G", 20), ("D", 29)) for i in range(1, n + 1)
-    }
-    assert set(BY_ID) == want and len(ALL) == 195
+    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16: the data file's five tables, 211 recipes (H100,
+    # B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300 after them; Kimi K2's 16 on
+    # all five, 7 of them on B300 / GB300)
+    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16))
+    want = {f"{k}{i}" for k, n in sizes for i in range(1, n + 1)}
+    assert set(BY_ID) == want and len(ALL) == 211
     assert {r.gpu for r in ALL} == {"H100", "B200", "GB200", "B300", "GB300"}
     new = [r for r in ALL if r.gpu in ("B300", "GB300")]
-    assert len(new) == 87 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
+    assert len(new) == 87 + 7 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
     assert all(r.runtime and r.env for r in ALL)
 
 
@@ -62,9 +62,9 @@ def test_skipped_are_the_recipes_the_data_file_calls_infeasible() -> None:
     assert skipped == {"Q25", "Q26", "Q31", "Q52", "Q53", "Q54", "Q59", "D4", "D5"}
     assert all(r.skip and r.skip.startswith("cannot run") for r in ALL if r.id in skipped)
     nvfp4 = {r.id for r in ALL if r.precision.startswith("NVFP4")}
-    # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300; 36 modelled
-    assert len(nvfp4) == 38 and len(nvfp4 - skipped) == 36
-    assert len(MODELLED) == 195 - 9 == 186
+    # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16; 37 modelled
+    assert len(nvfp4) == 39 and len(nvfp4 - skipped) == 37
+    assert len(MODELLED) == 211 - 9 == 202
 
 
 def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
@@ -173,6 +173,42 @@ def test_deepseek_optimizer_and_routing() -> None:
     assert f["--main-grads-dtype"] == ("bf16",) and "--use-precision-aware-optimizer" in f
 
 
+def test_kimi_k2_rows() -> None:
+    # bridge_recipes.md, Kimi K2: the H100 recipes give Et|(tt|)*30L on pp 16 x vpp 2 (32
+    # stages: E + 1 layer, 30 x 2 layers, then the loss alone: 61 layers, no MTP); the others use
+    # Bridge's built-in 16-stage list (E + 4, 14 x 4, 1 + loss) on (16, 1) and (4, 4)
+    k1 = stages(BY_ID["K1"])
+    assert len(k1) == 32 and k1[0] == "Et" and k1[-1] == "L" and "".join(k1).count("t") == 61
+    for rid, (pp, vpp) in (("K4", (16, 1)), ("K7", (4, 4)), ("K10", (16, 1)), ("K13", (4, 4))):
+        assert stages(BY_ID[rid]) == ("Etttt", *("tttt",) * 14, "tL"), rid
+        lay = load_plan(BY_ID[rid].plan_path).require_layout()
+        assert (lay.pp, lay.vpp) == (pp, vpp), rid
+    # the base recipe's optimizer (optimizer_utils.distributed_muon_with_cosine_annealing):
+    # dist_muon = Muon with Megatron's layer-wise distributed optimizer (zero_stage 1), TP mode
+    # blockwise; param-gather overlap off in every row, grad-reduce overlap off on H100 only
+    for r in (x for x in MODELLED if x.family == "kimi_k2"):
+        plan = load_plan(r.plan_path)
+        job, lay = plan.job, plan.require_layout()
+        assert (job.optimizer, job.muon_tp_mode, lay.zero_stage) == ("muon", "blockwise", 1)
+        assert not lay.overlap_param_gather
+        assert lay.overlap_grad_reduce == (r.gpu != "H100"), r.id
+        assert job.moe_router_num_groups is None and job.arch.mtp_num_layers == 0
+        f = recipes.emitted_flags(plan)
+        assert f["--optimizer"] == ("muon",) and f["--muon-tp-mode"] == ("blockwise",)
+        assert "--use-distributed-optimizer" in f
+    # K6: MXFP8 with fp8_param_gather (and the grad-buffer reuse) off; K16 NVFP4 gathers fp4
+    k6 = load_plan(BY_ID["K6"].plan_path).job
+    assert (k6.precision, k6.fp8_recipe, k6.fp8_param_gather) == ("fp8", "mxfp8", False)
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in recipes.emitted_flags(
+        load_plan(BY_ID["K6"].plan_path)
+    )
+    assert load_plan(BY_ID["K16"].plan_path).job.fp4_param_gather
+    # GB200: TE graphs of the router and the dispatch preprocessing; GB300: none
+    k7 = load_plan(BY_ID["K7"].plan_path).job
+    assert k7.cuda_graphs and k7.cuda_graph_modules == ("moe_router", "moe_preprocess")
+    assert not load_plan(BY_ID["K13"].plan_path).job.cuda_graphs
+
+
 def test_fp8_presets() -> None:
     # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
     # buffer); FP8-blockwise without param gather
@@ -274,10 +310,10 @@ def test_nvfp4_recipes_as_bridge_sets_them() -> None:
     # (deepseek/b200/deepseek_v3.py:181-182); the GPT-OSS-20B helper turns it off and keeps the
     # last 4 of 24 layers in bf16 (gpt_oss/common.py:68-75). By hand: 16 Llama (L14, L20, L24,
     # L25, L29, L33, L41, L45, L49, L53, L57, L62, L66, L70, L76, L80), 10 feasible Qwen3, D15,
-    # D20, D25 gather: 29; D10 and 6 GPT-OSS-20B do not: 7
+    # D20, D25, K16 gather: 30; D10 and 6 GPT-OSS-20B do not: 7
     off = {"D10", "G7", "G8", "G12", "G14", "G18", "G19"}
     nvfp4 = [r for r in MODELLED if r.precision.startswith("NVFP4")]
-    assert len(nvfp4) == 36 and len([r for r in nvfp4 if r.id not in off]) == 29
+    assert len(nvfp4) == 37 and len([r for r in nvfp4 if r.id not in off]) == 30
     for r in nvfp4:
         plan = load_plan(r.plan_path)
         job, gpt_oss = plan.job, r.family == "gpt_oss_20b"
@@ -302,7 +338,7 @@ def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for r in ALL:
         assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
-    assert "195 recipes: 186 modelled" in out  # 195 less the 9 infeasible
+    assert "211 recipes: 202 modelled" in out  # 211 less the 9 infeasible
     assert all(row.error is None for row in rows)
 
 

@@ -26,6 +26,7 @@ REQUIRED = [
     "mixtral-8x7b",
     "mixtral-8x22b",
     "deepseek-v3",
+    "kimi-k2",  # Megatron-Bridge's Kimi K2 performance recipes
     "qwen2.5-7b",
     "qwen2.5-72b",
     "qwen3-30b-a3b",
