@@ -51,6 +51,8 @@ PRESETS = {
 
 def _split(plan: Plan) -> dict[str, Any]:
     lay = plan.require_layout()
+    if plan.job.arch.is_hybrid and lay.pp > 1:
+        return _hybrid_split(plan)
     plain = not (
         lay.pipeline_layers
         or lay.pipeline_layout
@@ -67,6 +69,25 @@ def _split(plan: Plan) -> dict[str, Any]:
         "virtual_pipeline_model_parallel_size": None,
         "pipeline_model_parallel_layout": pipeline_layout.compact(stages),
     }
+
+
+def _hybrid_split(plan: Plan) -> dict[str, Any]:
+    """A hybrid Mamba stack's pipeline split: Megatron-Bridge's HybridModelProvider refuses
+    virtual pipeline stages (hybrid_provider.py `provide` asserts it at 067f987d), and without
+    '|' in its pattern Megatron-Core splits the layers evenly over the pipeline ranks
+    (hybrid_layer_allocation.py `select_pipeline_segment`); a pattern with '|' is a
+    HybridModelProvider field outside the GPTModelProvider schema this writer keeps to. So an
+    even split without virtual stages is written as pp alone, and any other is refused."""
+    lay, arch = plan.require_layout(), plan.job.arch
+    counts = {stage.count("t") for stage in lay.stages(arch.num_layers, arch.mtp_num_layers)}
+    if lay.vpp > 1 or len(counts) > 1:
+        raise InputError(
+            f"{plan.path}: parallel: Megatron-Bridge runs a hybrid Mamba stack on an even "
+            f"pipeline split without virtual stages only (got {lay.pp} ranks x {lay.vpp} "
+            f"virtual stages of {sorted(counts)} layers); launch it with --target megatron-args, "
+            "whose --hybrid-layer-pattern carries any split as '|' segments"
+        )
+    return {"virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None}
 
 
 def _recompute(plan: Plan) -> dict[str, Any]:

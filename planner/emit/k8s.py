@@ -28,6 +28,7 @@ from planner.emit.common import (
     slug,
 )
 from planner.emit.megatron import arguments
+from planner.emit.megatron_model import training_script
 from planner.inputs.plan import Plan
 
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
@@ -112,7 +113,7 @@ def manifest(plan: Plan, job_name: str, p: Prediction) -> dict[str, Any]:
     args = [
         *("--nnodes", str(n.nnodes), "--nproc-per-node", str(n.nproc_per_node)),
         *("--rdzv-backend", "c10d"),
-        "$(MEGATRON_DIR)/pretrain_gpt.py",
+        f"$(MEGATRON_DIR)/{training_script(plan)}",
         *(k8s_literal(w) for w in arguments(plan).flat()),
         *(word for flag, _, value in SCHEDULE for word in (flag, value)),
         *("--data-path", "$(DATA_PATH)", "--split", "99,1,0"),

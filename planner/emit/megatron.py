@@ -39,7 +39,7 @@ from planner.emit.common import (
     optimizer_instances,
     predict,
 )
-from planner.emit.megatron_model import Arg, model_args
+from planner.emit.megatron_model import Arg, model_args, training_script
 from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
@@ -95,7 +95,7 @@ def pipeline_args(arch: ModelArch, lay: Layout) -> list[Arg]:
     layout string, or the account-for flags of an even split, or the simplest flags that give
     the split (none, layers per virtual stage, first/last counts), else the layout string of
     `Layout.stages`."""
-    if lay.pp == 1:
+    if lay.pp == 1 or arch.is_hybrid:  # a hybrid stack's split is in its pattern's '|'
         return []
     if lay.pipeline_layout is not None:
         return [("--pipeline-model-parallel-layout", pipeline_layout.compact(lay.pipeline_layout))]
@@ -381,7 +381,7 @@ def render(plan: Plan, job_name: str) -> str:
     args = arguments(plan)
     lines = [
         *header(plan, "megatron-args", job_name, predict(plan)),
-        "Megatron-LM pretrain_gpt.py arguments, shell-quoted, one flag per line",
+        f"Megatron-LM {training_script(plan)} arguments, shell-quoted, one flag per line",
         f"environment: {env_summary(plan)}",
         NOT_IN_PLAN,
         *(f"note: {n}" for n in args.notes),

@@ -1,11 +1,14 @@
 """Megatron-LM `pretrain_gpt.py` arguments for a plan's model: shape, attention, positions,
 activation, MoE (flag names of Megatron-LM d98e8a64's parser; `planner.emit.megatron` puts them
-with the layout, batch and precision flags)."""
+with the layout, batch and precision flags). A hybrid Mamba stack runs under `pretrain_hybrid.py`
+(`training_script`) with --hybrid-layer-pattern in place of --num-layers: the pattern carries the
+pipeline split as its '|' segments (`hybrid_pattern`) and the --mamba-* sizes come with it."""
 
 from __future__ import annotations
 
 from itertools import groupby
 
+from planner.inputs import hybrid
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
@@ -67,14 +70,16 @@ def model_args(plan: Plan) -> list[Arg]:
     """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
     arch, job = plan.job.arch, plan.job
     where = f"{plan.path}: model"
+    depth: list[Arg] = [("--num-layers", str(arch.num_layers))]
     if arch.is_hybrid:
-        raise InputError(
-            f"{where}.hybrid_layer_pattern: planner does not write pretrain_hybrid.py launches "
-            "for hybrid Mamba stacks yet (check, explain and suggest read them; the pipeline "
-            "split goes in the pattern's '|' segments)"
-        )
+        depth = [("--hybrid-layer-pattern", hybrid_pattern(plan))]
+        depth += [
+            (f"--mamba-{name.replace('_', '-')}", str(getattr(arch, f"mamba_{name}")))
+            for name in ("num_heads", "head_dim", "state_dim", "num_groups")
+            if getattr(arch, f"mamba_{name}") is not None
+        ]
     a: list[Arg] = [
-        ("--num-layers", str(arch.num_layers)),
+        *depth,
         ("--hidden-size", str(arch.hidden_size)),
         ("--ffn-hidden-size", str(arch.ffn_hidden_size)),
         ("--num-attention-heads", str(arch.num_attention_heads)),
@@ -139,6 +144,34 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-pad-expert-input-to-capacity",))
         if job.moe_router_force_load_balancing:
             a.append(("--moe-router-force-load-balancing",))
-    if arch.mtp_num_layers:
+    if arch.mtp_num_layers and not arch.is_hybrid:  # a hybrid pattern's '/' parts say it
         a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
     return a
+
+
+def training_script(plan: Plan) -> str:
+    """Megatron-LM's entry point for the plan's model: pretrain_hybrid.py builds a hybrid Mamba
+    stack (HybridModel, from --hybrid-layer-pattern), pretrain_gpt.py a transformer (GPTModel)."""
+    return "pretrain_hybrid.py" if plan.job.arch.is_hybrid else "pretrain_gpt.py"
+
+
+def hybrid_pattern(plan: Plan) -> str:
+    """--hybrid-layer-pattern for the plan: the model's pattern with a '|' between consecutive
+    virtual stages of the layout where pp > 1, then its MTP depths after '/'. Megatron-LM
+    (d98e8a64 validate_args, hybrid_layer_allocation.py `select_pipeline_segment`) takes the
+    segments in stage order (stage k on pipeline rank k % pp, chunk k // pp) and derives the
+    virtual pipeline size as segments / pp; it refuses the layout string, the account-for flags,
+    the virtual-stage flags and (with '|') the first/last stage counts beside the pattern, so
+    the pipes carry any split planner's layout has (the embedding and loss sit with the first
+    and last segments; a split that counted them as layers moves only the '|'). Without '|',
+    pp > 1 is deprecated there and refuses virtual stages."""
+    arch, lay = plan.job.arch, plan.require_layout()
+    pat = hybrid.parse(arch.hybrid_layer_pattern or "")
+    if lay.pp == 1:
+        return pat.text
+    counts = [stage.count("t") for stage in lay.stages(arch.num_layers, arch.mtp_num_layers)]
+    segments, start = [], 0
+    for n in counts:
+        segments.append(pat.main[start : start + n])
+        start += n
+    return hybrid.MTP_SEPARATOR.join([hybrid.PIPE.join(segments)] + [pat.mtp] * pat.depths)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from planner.emit.common import comment_block, file_word, header, nodes, predict, slug
 from planner.emit.pools import pool_nodes, procid_node_rank, rank_lines
 from planner.emit.torchrun import (
-    MEGATRON_WORDS,
     env_block,
     megatron_arrays,
+    megatron_words,
     pool_distributed,
     settings_block,
     torchrun_body,
@@ -76,7 +76,7 @@ def render(plan: Plan, job_name: str) -> str:
         + FIRST_NODE_MASTER
         + torchrun_body(plan, n, '"$SLURM_JOB_ID"')
         + "# one torchrun per node; it starts one worker per GPU\n"
-        + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+        + f'srun --kill-on-bad-exit=1 torchrun "${{DISTRIBUTED_ARGS[@]}}" {megatron_words(plan)}\n'
     )
 
 
@@ -122,5 +122,5 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
         + "# shellcheck disable=SC2016 # SLURM_PROCID expands in each task, not here\n"
         + f"srun --het-group={groups} --kill-on-bad-exit=1 bash -c \\\n"
         + f'    \'exec torchrun --node-rank "{rank}" "$@"\' \\\n'
-        + f'    torchrun-node "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+        + f'    torchrun-node "${{DISTRIBUTED_ARGS[@]}}" {megatron_words(plan)}\n'
     )

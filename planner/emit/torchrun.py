@@ -1,4 +1,5 @@
-"""A bash script that runs Megatron-LM `pretrain_gpt.py` for a plan under torchrun.
+"""A bash script that runs Megatron-LM `pretrain_gpt.py` (a hybrid Mamba stack:
+`pretrain_hybrid.py`) for a plan under torchrun.
 
 Arguments sit in bash arrays by concern (distributed, model, parallel, training, data,
 checkpoint) and reach torchrun as `"${ARRAY[@]}"`, so every word arrives intact. Every value from
@@ -26,6 +27,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.megatron import Arg, arguments
+from planner.emit.megatron_model import training_script
 from planner.emit.pools import node_rank, pool_nodes, rank_lines
 from planner.inputs.plan import Plan
 
@@ -133,11 +135,13 @@ def megatron_arrays(plan: Plan) -> str:
     return out
 
 
-MEGATRON_WORDS = (
-    '"$MEGATRON_DIR/pretrain_gpt.py" \\\n'
-    '    "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" \\\n'
-    '    "${DATA_ARGS[@]}" "${CHECKPOINT_ARGS[@]}"'
-)
+def megatron_words(plan: Plan) -> str:
+    """Megatron-LM's entry point for the plan's model (`training_script`) and the arrays."""
+    return (
+        f'"$MEGATRON_DIR/{training_script(plan)}" \\\n'
+        '    "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" \\\n'
+        '    "${DATA_ARGS[@]}" "${CHECKPOINT_ARGS[@]}"'
+    )
 
 
 def rdzv_words(n: Nodes, rdzv_id: str) -> list[tuple[str, ...]]:
@@ -184,7 +188,7 @@ def render(plan: Plan, job_name: str) -> str:
         + settings_block(job_name, True, p.checkpoint_interval_steps)
         + "\n"
         + torchrun_body(plan, n, '"$JOB_NAME"')
-        + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+        + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {megatron_words(plan)}\n'
     )
 
 
@@ -226,7 +230,7 @@ def render_pool(plan: Plan, job_name: str, k: int) -> str:
         + "\n"
         + pool_distributed(total, per, '"$NODE_RANK"')
         + megatron_arrays(plan)
-        + f'\nexec torchrun "${{DISTRIBUTED_ARGS[@]}}" {MEGATRON_WORDS}\n'
+        + f'\nexec torchrun "${{DISTRIBUTED_ARGS[@]}}" {megatron_words(plan)}\n'
     )
 
 

@@ -35,10 +35,6 @@ CANNOT = {
     "bloom-176b": "ALiBi",  # Megatron-LM has no ALiBi position embedding
     "opt-175b": "relu",  # nor a plain ReLU MLP (gelu, --swiglu, --squared-relu only)
     "gemma2-2b": "gated geglu",  # nor a tanh-GELU GLU (--quick-geglu is another activation)
-    # pretrain_hybrid.py launches are not written yet (the split would go in the pattern's "|")
-    "nemotron3-nano-30b-a3b": "hybrid Mamba stacks",
-    "nemotron3-super-120b-a12b": "hybrid Mamba stacks",
-    "nemotron3-ultra-550b-a55b": "hybrid Mamba stacks",
 }
 
 
