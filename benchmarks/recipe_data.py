@@ -38,6 +38,7 @@ MODELS = {
     "gpt_oss_20b": "gpt-oss-20b",
     "deepseek_v3": "deepseek-v3",
     "kimi_k2": "kimi-k2",
+    "nemotron_3_nano": "nemotron3-nano-30b-a3b",
 }
 """Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
 the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
@@ -122,7 +123,7 @@ class Recipe:
 
     @property
     def is_moe(self) -> bool:
-        return self.id[0] in "QGDK"
+        return self.id[0] in "QGDKN"
 
     @property
     def stem(self) -> str:
@@ -177,7 +178,7 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
         if line.startswith("### "):
             section = line
             continue
-        if not re.match(r"\|\s*[LQGDK]\d+\s*\|", line):
+        if not re.match(r"\|\s*[LQGDKN]\d+\s*\|", line):
             continue
         c = _cells(line)
         if section.endswith("parallel layout"):

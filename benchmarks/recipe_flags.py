@@ -108,6 +108,9 @@ WHY: dict[str, str] = {
     "as Adam's, so planner emits it only for bf16 moments",
     "--overlap-param-gather": "Megatron-LM's validate_args refuses param-gather overlap without "
     "grad-reduce overlap (Bridge, outside validate_args, keeps it)",
+    "--moe-mlp-glu-interleave-size": "no effect on an MLP without a gated unit (Megatron-LM "
+    "d98e8a64 moe/experts.py interleaves only a GLU's fc1: Nemotron 3's squared ReLU has none); "
+    "launch emits it for gated MLPs only",
 }
 """Why a flag differs where the reason is the same for every recipe that shows it."""
 

@@ -1,7 +1,7 @@
 """NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
 benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
 
-Oracles: the data file itself (its 211 rows by id, its own derived "dp / micro-batches per step"
+Oracles: the data file itself (its 225 rows by id, its own derived "dp / micro-batches per step"
 column, its list of recipes that cannot run at their size); hand readings of single rows
 (arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
 benchmarks/data/megatron_rules.md lists). Whether each fits: every recipe ran on the GPUs it
@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import recipe_data, recipes
 from planner.emit.common import environment
+from planner.emit.megatron import arguments
 from planner.inputs import pipeline_layout
 from planner.inputs.plan import load_plan
 from planner.model import memory
@@ -31,15 +32,15 @@ MODELLED = [r for r in ALL if not r.skip]
 
 
 def test_every_row_of_the_data_file_is_read() -> None:
-    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16: the data file's five tables, 211 recipes (H100,
-    # B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300 after them; Kimi K2's 16 on
-    # all five, 7 of them on B300 / GB300)
-    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16))
+    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14: the data file's six tables, 225 recipes
+    # (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300 after them; Kimi K2's
+    # 16 and Nemotron 3 Nano's 14 on all five, 7 and 6 of them on B300 / GB300)
+    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14))
     want = {f"{k}{i}" for k, n in sizes for i in range(1, n + 1)}
-    assert set(BY_ID) == want and len(ALL) == 211
+    assert set(BY_ID) == want and len(ALL) == 225
     assert {r.gpu for r in ALL} == {"H100", "B200", "GB200", "B300", "GB300"}
     new = [r for r in ALL if r.gpu in ("B300", "GB300")]
-    assert len(new) == 87 + 7 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
+    assert len(new) == 87 + 7 + 6 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
     assert all(r.runtime and r.env for r in ALL)
 
 
@@ -62,9 +63,10 @@ def test_skipped_are_the_recipes_the_data_file_calls_infeasible() -> None:
     assert skipped == {"Q25", "Q26", "Q31", "Q52", "Q53", "Q54", "Q59", "D4", "D5"}
     assert all(r.skip and r.skip.startswith("cannot run") for r in ALL if r.id in skipped)
     nvfp4 = {r.id for r in ALL if r.precision.startswith("NVFP4")}
-    # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16; 37 modelled
-    assert len(nvfp4) == 39 and len(nvfp4 - skipped) == 37
-    assert len(MODELLED) == 211 - 9 == 202
+    # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16, Nemotron 3
+    # Nano's N5, N8, N11, N14; 41 modelled
+    assert len(nvfp4) == 43 and len(nvfp4 - skipped) == 41
+    assert len(MODELLED) == 225 - 9 == 216
 
 
 def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
@@ -209,6 +211,36 @@ def test_kimi_k2_rows() -> None:
     assert not load_plan(BY_ID["K13"].plan_path).job.cuda_graphs
 
 
+def test_nemotron_3_nano_rows() -> None:
+    # bridge_recipes.md, Nemotron 3 Nano: tp 1, pp 1, no recompute (the perf defaults clear it)
+    # but on H100 (N1 [moe, layernorm], N2 [layernorm]); flex / hybridep; TE graphs of
+    # [attn, mamba] on H100, [attn, mamba, moe_router, moe_preprocess] elsewhere; the precision
+    # preset overrides the model's first / last bf16 layers: none
+    n1 = load_plan(BY_ID["N1"].plan_path).require_layout()
+    assert n1.recompute == "selective" and n1.recompute_modules == ("moe", "layernorm")
+    assert load_plan(BY_ID["N2"].plan_path).require_layout().recompute_modules == ("layernorm",)
+    for r in (x for x in MODELLED if x.family == "nemotron_3_nano"):
+        plan = load_plan(r.plan_path)
+        job, lay = plan.job, plan.require_layout()
+        assert job.arch.is_hybrid and (lay.tp, lay.pp, lay.ep) == (1, 1, r.ep), r.id
+        assert (lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend) == (
+            "flex",
+            "hybridep",
+        )
+        graphs = ("attn", "mamba") + (() if r.gpu == "H100" else ("moe_router", "moe_preprocess"))
+        assert job.cuda_graphs and job.cuda_graph_modules == graphs, r.id
+        assert (job.bf16_layers_at_start, job.bf16_layers_at_end) == (0, 0)
+        assert lay.recompute == ("selective" if r.gpu == "H100" else "none"), r.id
+        # launched as pretrain_hybrid.py: the pattern, not --num-layers (test_emit_hybrid.py)
+        words = {arg[0]: arg[1:] for arg in arguments(plan).flat_args()}
+        assert words["--hybrid-layer-pattern"] == (job.arch.hybrid_layer_pattern,)
+        assert "--num-layers" not in words
+    # N7 / N13 (GB200 / GB300 MXFP8): the TE op fuser's fused grouped MLP and fp8 attention
+    for rid in ("N7", "N13"):
+        job = load_plan(BY_ID[rid].plan_path).job
+        assert job.moe_fused_grouped_mlp and job.fp8_attention and job.fp8_recipe == "mxfp8"
+
+
 def test_fp8_presets() -> None:
     # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
     # buffer); FP8-blockwise without param gather
@@ -310,10 +342,10 @@ def test_nvfp4_recipes_as_bridge_sets_them() -> None:
     # (deepseek/b200/deepseek_v3.py:181-182); the GPT-OSS-20B helper turns it off and keeps the
     # last 4 of 24 layers in bf16 (gpt_oss/common.py:68-75). By hand: 16 Llama (L14, L20, L24,
     # L25, L29, L33, L41, L45, L49, L53, L57, L62, L66, L70, L76, L80), 10 feasible Qwen3, D15,
-    # D20, D25, K16 gather: 30; D10 and 6 GPT-OSS-20B do not: 7
+    # D20, D25, K16, N5, N8, N11, N14 gather: 34; D10 and 6 GPT-OSS-20B do not: 7
     off = {"D10", "G7", "G8", "G12", "G14", "G18", "G19"}
     nvfp4 = [r for r in MODELLED if r.precision.startswith("NVFP4")]
-    assert len(nvfp4) == 37 and len([r for r in nvfp4 if r.id not in off]) == 30
+    assert len(nvfp4) == 41 and len([r for r in nvfp4 if r.id not in off]) == 34
     for r in nvfp4:
         plan = load_plan(r.plan_path)
         job, gpt_oss = plan.job, r.family == "gpt_oss_20b"
@@ -338,7 +370,7 @@ def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for r in ALL:
         assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
-    assert "211 recipes: 202 modelled" in out  # 211 less the 9 infeasible
+    assert "225 recipes: 216 modelled" in out  # 225 less the 9 infeasible
     assert all(row.error is None for row in rows)
 
 
