@@ -39,16 +39,19 @@ MODELS = {
     "deepseek_v3": "deepseek-v3",
     "kimi_k2": "kimi-k2",
     "nemotron_3_nano": "nemotron3-nano-30b-a3b",
+    "nemotronh_56b": "nemotronh-56b",
 }
 """Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
 the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
 128256); only the RoPE scaling and context length differ, neither of which planner models at
 these 8,192-token sequences."""
 
-VOCAB = {"gpt_oss_20b": 128256}
+VOCAB = {"gpt_oss_20b": 128256, "nemotronh_56b": 32000}
 """Vocabularies a recipe family sets over its zoo model's: Bridge's GPT-OSS-20B perf helper sets
 vocab 128256 (gpt_oss/common.py:79-123, bridge_recipes.md model table), the Llama 3.1 tokenizer's
-size, as MLPerf's gpt-oss-20b pretrain.py does; the zoo keeps gpt-oss's own 201,088."""
+size, as MLPerf's gpt-oss-20b pretrain.py does; the zoo keeps gpt-oss's own 201,088. The
+Nemotron-H 56B base recipe's NullTokenizer has 32000 (recipes/utils/tokenizer_utils.py,
+bridge_recipes.md Nemotron-H 56B note); the zoo keeps the released model's 131072."""
 
 CP_COMM_TYPE = {"gpt_oss_120b": "a2a", "gpt_oss_20b": "a2a"}
 """Context parallelism's exchange a recipe family sets: both GPT-OSS pre-training bases set
@@ -178,7 +181,7 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
         if line.startswith("### "):
             section = line
             continue
-        if not re.match(r"\|\s*[LQGDKN]\d+\s*\|", line):
+        if not re.match(r"\|\s*[LQGDKNM]\d+\s*\|", line):
             continue
         c = _cells(line)
         if section.endswith("parallel layout"):

@@ -27,6 +27,7 @@ REQUIRED = [
     "mixtral-8x22b",
     "deepseek-v3",
     "kimi-k2",  # Megatron-Bridge's Kimi K2 performance recipes
+    "nemotronh-56b",  # Megatron-Bridge's Nemotron-H 56B performance recipes
     "qwen2.5-7b",
     "qwen2.5-72b",
     "qwen3-30b-a3b",

@@ -225,6 +225,8 @@ PUBLISHED: list[tuple[str, float, float | None, float]] = [
     # rounded to one significant figure; ours 1.026T and 32.86B (the embedding and output layer
     # in "active", as for DeepSeek-V3), 2.6% and 2.7% above them, hence 3%
     ("kimi-k2", 1e12, 32e9, 0.03),
+    # Nemotron-H report arXiv:2504.03624 / HF card nvidia/Nemotron-H-56B-Base-8K: 56B (dense)
+    ("nemotronh-56b", 56e9, None, 0.015),
     # Qwen3 report arXiv:2505.09388 / HF card Qwen/Qwen3-235B-A22B: 235B total, 22B active
     ("qwen3-235b-a22b", 235e9, 22e9, 0.015),
     # HF card Qwen/Qwen3-30B-A3B: 30.5B total, 3.3B active. 3.3B is 3,353,032,704 cut to two
