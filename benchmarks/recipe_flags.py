@@ -108,6 +108,9 @@ WHY: dict[str, str] = {
     "as Adam's, so planner emits it only for bf16 moments",
     "--overlap-param-gather": "Megatron-LM's validate_args refuses param-gather overlap without "
     "grad-reduce overlap (Bridge, outside validate_args, keeps it)",
+    "--main-grads-dtype": "the precision-aware optimizer's fp32 main grads beside bf16 moments and "
+    "a bf16 gradient reduction: the plan's main_grad_dtype is both the reduction's and (with "
+    "bf16 optimizer states) the optimizer's, so launch writes bf16",
     "--moe-mlp-glu-interleave-size": "no effect on an MLP without a gated unit (Megatron-LM "
     "d98e8a64 moe/experts.py interleaves only a GLU's fc1: Nemotron 3's squared ReLU has none); "
     "launch emits it for gated MLPs only",
@@ -187,7 +190,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
             f["--outer-dp-sharding-strategy"] = ("optim",)
     if s.bf16_optimizer:
         f["--use-precision-aware-optimizer"] = ()
-        f["--main-grads-dtype"] = ("bf16",)
+        if s.bf16_main_grads:
+            f["--main-grads-dtype"] = ("bf16",)
         f["--exp-avg-dtype"] = ("bf16",)
         f["--exp-avg-sq-dtype"] = ("bf16",)
     elif s.fp32_aware_optimizer:

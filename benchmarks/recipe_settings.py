@@ -43,7 +43,8 @@ class Settings:
     outer_optim: bool  # HSDP outer sharding "optim": the optimizer states over the instances too
     optimizer: str  # "adam" | "muon" (Kimi K2's dist_muon: the layer-wise distributed optimizer)
     muon_tp_mode: str | None  # Muon's muon_tp_mode where the optimizer is Muon
-    bf16_optimizer: bool  # precision-aware optimizer with bf16 main grads and moments
+    bf16_optimizer: bool  # precision-aware optimizer with bf16 moments
+    bf16_main_grads: bool  # ... and bf16 main grads (every such recipe but S1, whose are fp32)
     fp32_aware_optimizer: bool  # precision-aware optimizer with every dtype fp32
     overlap_grad_reduce: bool
     overlap_param_gather: bool
@@ -229,6 +230,7 @@ def read(r: Recipe) -> Settings:
         optimizer="muon" if muon else "adam",
         muon_tp_mode=tp_mode,
         bf16_optimizer=bf16_opt,
+        bf16_main_grads=bf16_opt and "main_grads bf16" in opt,
         fp32_aware_optimizer=fp32_aware,
         overlap_grad_reduce=grad_overlap,
         overlap_param_gather="all param-gather overlap off" not in opt,

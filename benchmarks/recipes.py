@@ -4,10 +4,10 @@ what does planner predict, and does `planner launch` emit the flags the recipe s
     python benchmarks/recipes.py                 # the table, then each recipe's differences
     python benchmarks/recipes.py --write-plans   # rewrite examples/recipes/*.toml from the data
 
-The recipes' settings are read from benchmarks/data/bridge_recipes.md (234 recipes of
+The recipes' settings are read from benchmarks/data/bridge_recipes.md (247 recipes of
 NVIDIA-NeMo/Megatron-Bridge @ 067f987d: Llama 3 8B / 70B, Llama 3.1 405B, Qwen3 30B-A3B and
-235B-A22B, GPT-OSS 120B / 20B, DeepSeek-V3, Kimi K2, Nemotron 3 Nano, Nemotron-H 56B on H100,
-B200, GB200, B300 and GB300).
+235B-A22B, GPT-OSS 120B / 20B, DeepSeek-V3, Kimi K2, Nemotron 3 Nano and Super, Nemotron-H 56B
+on H100, B200, GB200, B300 and GB300).
 Settings only: no throughput figure of Megatron-Bridge's was read or is printed; "tok/s/GPU" is
 planner's own prediction. Each modelled recipe has a plan file under examples/recipes/, written by
 `plan_document` from the same row (so `--write-plans` reproduces them); the recipe's
@@ -24,7 +24,7 @@ cannot run at the size in their name). The NVFP4
 recipes are plans of precision "fp4", with fp4_param_gather and bf16 first / last layers as each
 recipe sets them (bridge_recipes.md, "NVFP4 per recipe"). Settings with no plan field are named
 in each recipe's notes.
-The data file's development ("_dev") recipes are not among the 234 and are not modelled.
+The data file's development ("_dev") recipes are not among the 247 and are not modelled.
 Six 128-GPU Llama 3.1 405B recipes (L21-L23, L38-L40) whose code contradicts their docstrings
 are modelled from the legacy presets the docstrings describe, each named in its notes
 (bridge_recipes.md, "Legacy presets modelled in place of the flat code"); the B300 / GB300
@@ -54,6 +54,7 @@ from benchmarks.recipe_data import (
     CP_COMM_TYPE,
     DSV3_ROUTING,
     GPUS,
+    MTP,
     PLANS,
     REPO,
     VOCAB,
@@ -168,14 +169,23 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
 
 
 def _model_table(r: Recipe) -> dict[str, Any]:
-    """The zoo model by name, or inline with the vocabulary the recipe sets (`VOCAB`)."""
-    vocab = VOCAB.get(r.family)
-    if vocab is None:
+    """The zoo model by name, or inline with the vocabulary (`VOCAB`) or the repeated MTP layer
+    (`MTP`) the recipe's family sets."""
+    vocab, mtp = VOCAB.get(r.family), MTP.get(r.family)
+    if vocab is None and mtp is None:
         return {"name": r.model}
     arch = catalog.get_model(r.model)
     fields = arch.model_dump(exclude_defaults=True, exclude={"display_name"})
-    fields["vocab_size"] = vocab
-    fields["source"] = f"{arch.source}; vocab_size {vocab} as the recipe sets it (VOCAB)"
+    changed = []
+    if vocab is not None:
+        fields["vocab_size"] = vocab
+        changed.append(f"vocab_size {vocab} (VOCAB)")
+    if mtp is not None:
+        depth, depths = mtp
+        fields["hybrid_layer_pattern"] += "/" + "/".join([depth] * depths)
+        fields.update(mtp_num_layers=depths, mtp_use_repeated_layer=True)
+        changed.append(f"{depths} MTP depths of one repeated '{depth}' layer (MTP)")
+    fields["source"] = f"{arch.source}; {', '.join(changed)} as the recipe sets it"
     return fields
 
 

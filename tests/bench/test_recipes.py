@@ -1,7 +1,7 @@
 """NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
 benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
 
-Oracles: the data file itself (its 234 rows by id, its own derived "dp / micro-batches per step"
+Oracles: the data file itself (its 247 rows by id, its own derived "dp / micro-batches per step"
 column, its list of recipes that cannot run at their size); hand readings of single rows
 (arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
 benchmarks/data/megatron_rules.md lists). Whether each fits: every recipe ran on the GPUs it
@@ -32,16 +32,16 @@ MODELLED = [r for r in ALL if not r.skip]
 
 
 def test_every_row_of_the_data_file_is_read() -> None:
-    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9: the data file's seven tables, 234
-    # recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300 after them;
-    # Kimi K2's 16, Nemotron 3 Nano's 14 and Nemotron-H 56B's 9 on all five, 7, 6 and 4 of them on
-    # B300 / GB300)
-    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14), ("M", 9))
+    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9, S1-S13: the data file's eight
+    # tables, 247 recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300
+    # after them; Kimi K2's 16, Nemotron 3 Nano's 14, Nemotron-H 56B's 9 and Nemotron 3 Super's
+    # 13 on all five, 7, 6, 4 and 6 of them on B300 / GB300)
+    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14), ("M", 9), ("S", 13))
     want = {f"{k}{i}" for k, n in sizes for i in range(1, n + 1)}
-    assert set(BY_ID) == want and len(ALL) == 234
+    assert set(BY_ID) == want and len(ALL) == 247
     assert {r.gpu for r in ALL} == {"H100", "B200", "GB200", "B300", "GB300"}
     new = [r for r in ALL if r.gpu in ("B300", "GB300")]
-    assert len(new) == 87 + 7 + 6 + 4 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
+    assert len(new) == 87 + 7 + 6 + 4 + 6 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
     assert all(r.runtime and r.env for r in ALL)
 
 
@@ -66,9 +66,9 @@ def test_skipped_are_the_recipes_the_data_file_calls_infeasible() -> None:
     assert all(r.skip and r.skip.startswith("cannot run") for r in ALL if r.id in skipped)
     nvfp4 = {r.id for r in ALL if r.precision.startswith("NVFP4")}
     # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16, Nemotron 3
-    # Nano's N5, N8, N11, N14; 41 modelled
-    assert len(nvfp4) == 43 and len(nvfp4 - skipped) == 41
-    assert len(MODELLED) == 234 - 11 == 223
+    # Nano's N5, N8, N11, N14, Nemotron 3 Super's S4, S7, S10, S13; 45 modelled
+    assert len(nvfp4) == 47 and len(nvfp4 - skipped) == 45
+    assert len(MODELLED) == 247 - 11 == 236
 
 
 def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
@@ -113,6 +113,10 @@ def test_cuda_device_max_connections_as_the_recipe_sets_it(r: recipes.Recipe) ->
         # EP overlap with TP 2 on H100: Bridge compromises at 8, planner launches 32 (Megatron
         # only warns; the overlap wants more than 1)
         assert (want, got["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("8", "32")
+    elif r.id == "S1":
+        # tp 8 on H100 without EP overlap: Megatron-LM's validate_args asserts 1 before Blackwell
+        # (planner launches Megatron-LM); Bridge, which skips validate_args, runs 32
+        assert (want, got["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("32", "1")
     elif want is not None:  # Q3 inherits it from the recipe it calls
         assert got["CUDA_DEVICE_MAX_CONNECTIONS"] == want
 
@@ -261,6 +265,31 @@ def test_nemotron_h_56b_rows() -> None:
         assert (job.precision, job.fp8_recipe) == ("fp8", "tensorwise"), r.id
 
 
+def test_nemotron_3_super_rows() -> None:
+    # bridge_recipes.md, Nemotron 3 Super: the base recipe's 2 MTP depths of one repeated "*E"
+    # layer on the zoo's 88-layer stack; H100 (S1) keeps the base recipe (tp 8, SP, ep 16,
+    # alltoall, bf16 moments, no grad-reduce or param-gather overlap), the others flex / hybridep
+    # with fp32 states and both overlaps on
+    for r in (x for x in MODELLED if x.family == "nemotron_3_super"):
+        plan = load_plan(r.plan_path)
+        job, lay = plan.job, plan.require_layout()
+        arch = job.arch
+        assert (arch.num_layers, arch.mtp_num_layers, arch.mtp_use_repeated_layer) == (88, 2, True)
+        assert (arch.hybrid_layer_pattern or "").endswith("E/*E/*E"), r.id
+        h100 = r.gpu == "H100"
+        assert lay.moe_token_dispatcher_type == ("alltoall" if h100 else "flex"), r.id
+        assert (job.optimizer_state_dtype == "bf16") == h100, r.id
+        assert lay.overlap_grad_reduce == (not h100) and lay.overlap_param_gather == (not h100)
+    s1 = load_plan(BY_ID["S1"].plan_path).require_layout()
+    assert (s1.tp, s1.ep, s1.sequence_parallel) == (8, 16, True)
+    # S2: selective [moe_act, moe, layernorm, core_attn] and no graphs; S4: tp 2 with graphs
+    s2 = load_plan(BY_ID["S2"].plan_path)
+    assert s2.require_layout().recompute_modules == ("moe_act", "moe", "layernorm", "core_attn")
+    assert not s2.job.cuda_graphs
+    s4 = load_plan(BY_ID["S4"].plan_path)
+    assert s4.require_layout().tp == 2 and s4.job.cuda_graphs
+
+
 def test_fp8_presets() -> None:
     # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
     # buffer); FP8-blockwise without param gather
@@ -362,23 +391,27 @@ def test_nvfp4_recipes_as_bridge_sets_them() -> None:
     # (deepseek/b200/deepseek_v3.py:181-182); the GPT-OSS-20B helper turns it off and keeps the
     # last 4 of 24 layers in bf16 (gpt_oss/common.py:68-75). By hand: 16 Llama (L14, L20, L24,
     # L25, L29, L33, L41, L45, L49, L53, L57, L62, L66, L70, L76, L80), 10 feasible Qwen3, D15,
-    # D20, D25, K16, N5, N8, N11, N14 gather: 34; D10 and 6 GPT-OSS-20B do not: 7
-    off = {"D10", "G7", "G8", "G12", "G14", "G18", "G19"}
+    # D20, D25, K16, N5, N8, N11, N14 gather: 34; D10, 6 GPT-OSS-20B and the 4 Nemotron 3 Super
+    # ones do not: 11. Super's preset (nemotron_3_super_bf16_with_nvfp4_mixed,
+    # training/mixed_precision.py:421-429, its gather off in perf_recipes/nemotronh/common.py)
+    # keeps the last 14 of 88 layers in bf16
+    off = {"D10", "G7", "G8", "G12", "G14", "G18", "G19", "S4", "S7", "S10", "S13"}
     nvfp4 = [r for r in MODELLED if r.precision.startswith("NVFP4")]
-    assert len(nvfp4) == 41 and len([r for r in nvfp4 if r.id not in off]) == 34
+    assert len(nvfp4) == 45 and len([r for r in nvfp4 if r.id not in off]) == 34
+    ends = {"gpt_oss_20b": 4, "nemotron_3_super": 14}
     for r in nvfp4:
         plan = load_plan(r.plan_path)
-        job, gpt_oss = plan.job, r.family == "gpt_oss_20b"
+        job, end = plan.job, ends.get(r.family, 0)
         assert job.precision == "fp4" and job.fp4_param_gather == (r.id not in off), r.id
-        assert (job.bf16_layers_at_start, job.bf16_layers_at_end) == ((0, 4) if gpt_oss else (0, 0))
+        assert (job.bf16_layers_at_start, job.bf16_layers_at_end) == (0, end), r.id
         f = recipes.emitted_flags(plan)
         assert f["--fp4-format"] == ("e2m1",) and f["--fp4-recipe"] == ("nvfp4",), r.id
         assert ("--fp4-param-gather" in f) == (r.id not in off), r.id
         assert "--fp8-format" not in f and "--fp8-param-gather" not in f, r.id
-        if gpt_oss:
+        if end:
             assert "--first-last-layers-bf16" in f
             assert f["--num-layers-at-start-in-bf16"] == ("0",)
-            assert f["--num-layers-at-end-in-bf16"] == ("4",)
+            assert f["--num-layers-at-end-in-bf16"] == (str(end),)
         else:
             assert "--first-last-layers-bf16" not in f, r.id
 
@@ -390,7 +423,7 @@ def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for r in ALL:
         assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
-    assert "234 recipes: 223 modelled" in out  # 234 less the 11 infeasible
+    assert "247 recipes: 236 modelled" in out  # 247 less the 11 infeasible
     assert all(row.error is None for row in rows)
 
 
