@@ -41,6 +41,7 @@ MODELS = {
     "nemotron_3_nano": "nemotron3-nano-30b-a3b",
     "nemotronh_56b": "nemotronh-56b",
     "nemotron_3_super": "nemotron3-super-120b-a12b",
+    "nemotron_3_ultra": "nemotron3-ultra-550b-a55b",
 }
 """Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
 the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
@@ -54,12 +55,14 @@ size, as MLPerf's gpt-oss-20b pretrain.py does; the zoo keeps gpt-oss's own 201,
 Nemotron-H 56B base recipe's NullTokenizer has 32000 (recipes/utils/tokenizer_utils.py,
 bridge_recipes.md Nemotron-H 56B note); the zoo keeps the released model's 131072."""
 
-MTP = {"nemotron_3_super": ("*E", 2)}
+MTP = {"nemotron_3_super": ("*E", 2), "nemotron_3_ultra": ("*E", 2)}
 """(one depth's hybrid pattern, depths) of one repeated MTP layer a hybrid recipe family runs
 over its zoo model: the Nemotron 3 Super base recipe sets mtp_num_layers 2 with
 mtp_use_repeated_layer (recipes/nemotronh/h100/nemotron_3_super.py, bridge_recipes.md Super
 note), the depth an attention and an MoE layer ("*E", as Megatron-LM's own Super release test
-spells it); the zoo's Super, from the post-training configuration, has none."""
+spells it); the zoo's Super, from the post-training configuration, has none. The Ultra base
+recipe sets the same two repeated depths (recipes/nemotronh/h100/nemotron_3_ultra.py); its depth's
+pattern is the HF config's, not read, and is taken as Super's."""
 
 CP_COMM_TYPE = {"gpt_oss_120b": "a2a", "gpt_oss_20b": "a2a"}
 """Context parallelism's exchange a recipe family sets: both GPT-OSS pre-training bases set
@@ -134,7 +137,7 @@ class Recipe:
 
     @property
     def is_moe(self) -> bool:
-        return self.id[0] in "QGDKNS"
+        return self.id[0] in "QGDKNSU"
 
     @property
     def stem(self) -> str:
@@ -189,7 +192,7 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
         if line.startswith("### "):
             section = line
             continue
-        if not re.match(r"\|\s*[LQGDKNMS]\d+\s*\|", line):
+        if not re.match(r"\|\s*[LQGDKNMSU]\d+\s*\|", line):
             continue
         c = _cells(line)
         if section.endswith("parallel layout"):

@@ -232,7 +232,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
             f["--moe-expert-rank-capacity-factor"] = (s.rank_capacity,)
         if s.moe_fused_grouped_mlp:  # the full-iteration MXFP8 helpers (bridge_recipes.md)
             f["--use-transformer-engine-op-fuser"] = ()
-            f["--moe-mlp-glu-interleave-size"] = ("32",)
+            if s.glu_interleave:
+                f["--moe-mlp-glu-interleave-size"] = ("32",)
     if r.family == "deepseek_v3":
         groups, topk = DSV3_ROUTING
         f["--moe-router-num-groups"] = (str(groups),)

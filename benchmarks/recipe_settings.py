@@ -24,6 +24,7 @@ class Settings:
     fp8_attention: bool  # "fp8 DPA": mixed_precision.fp8_dot_product_attention
     fp8_output_proj: bool  # "fp8 output proj": model.fp8_output_proj (MXFP8 LM head)
     moe_fused_grouped_mlp: bool  # "TE op fuser" on an MoE: model.use_transformer_engine_op_fuser
+    glu_interleave: bool  # ... with moe_mlp_glu_interleave_size 32 (all but Nemotron 3 Ultra's)
     layout: tuple[str, ...] | None  # the pipeline layout's stages, if the recipe gives one
     account_for: bool
     recompute: str
@@ -210,6 +211,7 @@ def read(r: Recipe) -> Settings:
         fp8_attention="fp8 DPA" in label,
         fp8_output_proj="fp8 output proj" in label,
         moe_fused_grouped_mlp=fused_mlp,
+        glu_interleave=fused_mlp and "no glu interleave" not in graphs,
         layout=layout,
         account_for=account,
         recompute=recompute,

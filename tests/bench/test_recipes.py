@@ -1,7 +1,7 @@
 """NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
 benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
 
-Oracles: the data file itself (its 247 rows by id, its own derived "dp / micro-batches per step"
+Oracles: the data file itself (its 249 rows by id, its own derived "dp / micro-batches per step"
 column, its list of recipes that cannot run at their size); hand readings of single rows
 (arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
 benchmarks/data/megatron_rules.md lists). Whether each fits: every recipe ran on the GPUs it
@@ -32,16 +32,17 @@ MODELLED = [r for r in ALL if not r.skip]
 
 
 def test_every_row_of_the_data_file_is_read() -> None:
-    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9, S1-S13: the data file's eight
-    # tables, 247 recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300
+    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9, S1-S13, U1-U2: the data file's nine
+    # tables, 249 recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300
     # after them; Kimi K2's 16, Nemotron 3 Nano's 14, Nemotron-H 56B's 9 and Nemotron 3 Super's
-    # 13 on all five, 7, 6, 4 and 6 of them on B300 / GB300)
-    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14), ("M", 9), ("S", 13))
+    # 13 on all five, 7, 6, 4 and 6 of them on B300 / GB300; Nemotron 3 Ultra's GB200 and GB300)
+    sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14), ("M", 9))
+    sizes += (("S", 13), ("U", 2))
     want = {f"{k}{i}" for k, n in sizes for i in range(1, n + 1)}
-    assert set(BY_ID) == want and len(ALL) == 247
+    assert set(BY_ID) == want and len(ALL) == 249
     assert {r.gpu for r in ALL} == {"H100", "B200", "GB200", "B300", "GB300"}
     new = [r for r in ALL if r.gpu in ("B300", "GB300")]
-    assert len(new) == 87 + 7 + 6 + 4 + 6 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
+    assert len(new) == 87 + 7 + 6 + 4 + 6 + 1 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
     assert all(r.runtime and r.env for r in ALL)
 
 
@@ -68,7 +69,7 @@ def test_skipped_are_the_recipes_the_data_file_calls_infeasible() -> None:
     # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16, Nemotron 3
     # Nano's N5, N8, N11, N14, Nemotron 3 Super's S4, S7, S10, S13; 45 modelled
     assert len(nvfp4) == 47 and len(nvfp4 - skipped) == 45
-    assert len(MODELLED) == 247 - 11 == 236
+    assert len(MODELLED) == 249 - 11 == 238
 
 
 def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
@@ -290,6 +291,24 @@ def test_nemotron_3_super_rows() -> None:
     assert s4.require_layout().tp == 2 and s4.job.cuda_graphs
 
 
+def test_nemotron_3_ultra_rows() -> None:
+    # bridge_recipes.md, Nemotron 3 Ultra: Megatron-FSDP (zero 3) as HSDP over 256 / 64 = 4
+    # optimizer instances with outer sharding "optim"; the 2 repeated MTP depths; the TE op
+    # fuser's fused grouped MLP (no GLU interleave set) offloaded fine-grained; selective
+    # recompute of [moe_act]; U1 (GB200) tp 2 with SP, U2 (GB300) tp 1
+    for rid, tp in (("U1", 2), ("U2", 1)):
+        plan = load_plan(BY_ID[rid].plan_path)
+        job, lay = plan.job, plan.require_layout()
+        assert (lay.tp, lay.sequence_parallel, lay.ep, lay.zero_stage) == (tp, tp > 1, 64, 3)
+        assert job.optimizer_instances == 4 and job.outer_dp_sharding_strategy == "optim"
+        assert (job.arch.mtp_num_layers, job.arch.mtp_use_repeated_layer) == (2, True)
+        assert job.moe_fused_grouped_mlp and lay.offload_modules == ("fused_group_mlp",)
+        assert lay.recompute_modules == ("moe_act",) and not job.cuda_graphs
+        flags = recipes.recipe_flags(BY_ID[rid], recipes.read(BY_ID[rid]))
+        assert "--moe-mlp-glu-interleave-size" not in flags
+        assert "--reuse-grad-buf-for-mxfp8-param-ag" not in flags  # dropped under FSDP
+
+
 def test_fp8_presets() -> None:
     # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
     # buffer); FP8-blockwise without param gather
@@ -423,7 +442,7 @@ def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for r in ALL:
         assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
-    assert "247 recipes: 236 modelled" in out  # 247 less the 11 infeasible
+    assert "249 recipes: 238 modelled" in out  # 249 less the 11 infeasible
     assert all(row.error is None for row in rows)
 
 
