@@ -3,8 +3,10 @@ read into a `Recipe` (its layout table, runtime table and environment); `benchma
 reads each recipe's cells into the `Settings` a plan can carry.
 
 Also the data file's fixed mappings: its GPU column to catalog GPUs (`GPUS`), recipe families to
-zoo models (`MODELS`), DeepSeek-V3's routing and Bridge's built-in DeepSeek-V3 pipeline layouts,
-and where each recipe's plan file lives (`Recipe.plan_path`, under examples/recipes/).
+zoo models (`MODELS`) with the vocabularies (`VOCAB`) and MTP depths (`MTP`) some families set
+over them, DeepSeek-V3's routing, Bridge's built-in DeepSeek-V3 and Kimi K2 pipeline layouts
+(`BUILT_IN_LAYOUTS`), and where each recipe's plan file lives (`Recipe.plan_path`, under
+examples/recipes/).
 `benchmarks/recipes.py` turns them into plan files and flags and prints the table.
 """
 
