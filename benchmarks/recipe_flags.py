@@ -112,8 +112,8 @@ WHY: dict[str, str] = {
     "a bf16 gradient reduction: the plan's main_grad_dtype is both the reduction's and (with "
     "bf16 optimizer states) the optimizer's, so launch writes bf16",
     "--moe-mlp-glu-interleave-size": "no effect on an MLP without a gated unit (Megatron-LM "
-    "d98e8a64 moe/experts.py interleaves only a GLU's fc1: Nemotron 3's squared ReLU has none); "
-    "launch emits it for gated MLPs only",
+    "d98e8a64's MoE experts module interleaves only a GLU's fc1: Nemotron 3's squared ReLU has "
+    "none); launch emits it for gated MLPs only",
 }
 """Why a flag differs where the reason is the same for every recipe that shows it."""
 

@@ -43,7 +43,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ from benchmarks.recipe_flags import (
 )
 from benchmarks.recipe_settings import Settings, read
 from planner.emit.common import environment
-from planner.inputs import catalog, pipeline_layout
+from planner.inputs import catalog, hybrid, pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
 from planner.inputs.plan_writer import toml_value
@@ -182,8 +182,10 @@ def _model_table(r: Recipe) -> dict[str, Any]:
         changed.append(f"vocab_size {vocab} (VOCAB)")
     if mtp is not None:
         depth, depths = mtp
-        fields["hybrid_layer_pattern"] += "/" + "/".join([depth] * depths)
-        fields.update(mtp_num_layers=depths, mtp_use_repeated_layer=True)
+        pattern = replace(hybrid.parse(fields["hybrid_layer_pattern"]), mtp=depth, depths=depths)
+        fields.update(
+            hybrid_layer_pattern=pattern.text, mtp_num_layers=depths, mtp_use_repeated_layer=True
+        )
         changed.append(f"{depths} MTP depths of one repeated '{depth}' layer (MTP)")
     fields["source"] = f"{arch.source}; {', '.join(changed)} as the recipe sets it"
     return fields

@@ -33,6 +33,7 @@ from planner.emit.common import (
 )
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import unflagged
+from planner.emit.megatron_model import stage_ranges
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
@@ -78,8 +79,8 @@ def _hybrid_split(plan: Plan) -> dict[str, Any]:
     (hybrid_layer_allocation.py `select_pipeline_segment`); a pattern with '|' is a
     HybridModelProvider field outside the GPTModelProvider schema this writer keeps to. So an
     even split without virtual stages is written as pp alone, and any other is refused."""
-    lay, arch = plan.require_layout(), plan.job.arch
-    counts = {stage.count("t") for stage in lay.stages(arch.num_layers, arch.mtp_num_layers)}
+    lay = plan.require_layout()
+    counts = {len(layers) for layers in stage_ranges(plan)}
     if lay.vpp > 1 or len(counts) > 1:
         raise InputError(
             f"{plan.path}: parallel: Megatron-Bridge runs a hybrid Mamba stack on an even "

@@ -6,6 +6,7 @@ pipeline split as its '|' segments (`hybrid_pattern`) and the --mamba-* sizes co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 
 from planner.inputs import hybrid
@@ -72,11 +73,12 @@ def model_args(plan: Plan) -> list[Arg]:
     where = f"{plan.path}: model"
     depth: list[Arg] = [("--num-layers", str(arch.num_layers))]
     if arch.is_hybrid:
-        depth = [("--hybrid-layer-pattern", hybrid_pattern(plan))]
-        depth += [
-            (f"--mamba-{name.replace('_', '-')}", str(getattr(arch, f"mamba_{name}")))
-            for name in ("num_heads", "head_dim", "state_dim", "num_groups")
-            if getattr(arch, f"mamba_{name}") is not None
+        depth = [
+            ("--hybrid-layer-pattern", hybrid_pattern(plan)),
+            ("--mamba-num-heads", str(arch.mamba_heads)),
+            ("--mamba-head-dim", str(arch.mamba_head_dim)),
+            ("--mamba-state-dim", str(arch.mamba_state_dim)),
+            ("--mamba-num-groups", str(arch.mamba_num_groups)),
         ]
     a: list[Arg] = [
         *depth,
@@ -169,9 +171,14 @@ def hybrid_pattern(plan: Plan) -> str:
     pat = hybrid.parse(arch.hybrid_layer_pattern or "")
     if lay.pp == 1:
         return pat.text
-    counts = [stage.count("t") for stage in lay.stages(arch.num_layers, arch.mtp_num_layers)]
-    segments, start = [], 0
-    for n in counts:
-        segments.append(pat.main[start : start + n])
-        start += n
-    return hybrid.MTP_SEPARATOR.join([hybrid.PIPE.join(segments)] + [pat.mtp] * pat.depths)
+    main = pat.main
+    segments = tuple(main[layers.start : layers.stop] for layers in stage_ranges(plan))
+    return replace(pat, segments=segments).piped
+
+
+def stage_ranges(plan: Plan) -> list[range]:
+    """The decoder layers of each virtual stage, in stage order (stage k: chunk k // pp of
+    rank k % pp), from the layout's split (`Layout.chunk_layers`)."""
+    lay = plan.require_layout()
+    chunks = lay.chunk_layers(plan.job.arch.num_layers)
+    return [chunks[r][c] for c in range(lay.vpp) for r in range(lay.pp)]

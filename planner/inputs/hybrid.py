@@ -115,6 +115,11 @@ class Pattern:
         """The pattern without pipeline separators, as `ModelArch.hybrid_layer_pattern` holds it."""
         return MTP_SEPARATOR.join([self.main] + [self.mtp] * self.depths)
 
+    @property
+    def piped(self) -> str:
+        """The pattern with its pipeline separators, as Megatron's --hybrid-layer-pattern."""
+        return MTP_SEPARATOR.join([PIPE.join(self.segments)] + [self.mtp] * self.depths)
+
 
 def parse(text: str) -> Pattern:
     """Read a pattern as Megatron does (`parse_hybrid_pattern`, `_validate_pattern`): the main
