@@ -1,5 +1,6 @@
-"""`planner launch`: the plan's launch file (Megatron-LM arguments, torchrun, Slurm or Kubernetes),
-to stdout or written under `--out` (`planner.emit.launch`)."""
+"""`planner launch`: the plan's launch file (Megatron-LM arguments, torchrun, Slurm, Kubernetes, a
+torchtitan config or a Megatron-Bridge override), to stdout or written under `--out`
+(`planner.emit.launch`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from planner.emit import launch as launch_files
 
 def launch(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
-    target: Annotated[str, typer.Option("--target", help="megatron-args, torchrun, slurm or k8s")],
+    target: Annotated[
+        str, typer.Option("--target", help=f"one of {', '.join(launch_files.TARGETS)}")
+    ],
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="write into this directory (default: stdout)")
     ] = None,
@@ -23,7 +26,8 @@ def launch(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
-    """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm or Kubernetes."""
+    """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm, Kubernetes,
+    torchtitan or Megatron-Bridge."""
     done = launch_files.launch(plan_path, target, out_dir, job_name, force)
     if done.path is None:
         sys.stdout.write(done.text)

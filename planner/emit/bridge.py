@@ -33,7 +33,7 @@ from planner.emit.common import (
 )
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import unflagged
-from planner.emit.megatron_model import stage_ranges
+from planner.emit.megatron_model import refuse_alibi, stage_ranges
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
@@ -82,13 +82,24 @@ def _hybrid_split(plan: Plan) -> dict[str, Any]:
     lay = plan.require_layout()
     counts = {len(layers) for layers in stage_ranges(plan)}
     if lay.vpp > 1 or len(counts) > 1:
+        got = _split_words(lay.pp, lay.vpp, counts)
         raise InputError(
             f"{plan.path}: parallel: Megatron-Bridge runs a hybrid Mamba stack on an even "
-            f"pipeline split without virtual stages only (got {lay.pp} ranks x {lay.vpp} "
-            f"virtual stages of {sorted(counts)} layers); launch it with --target megatron-args, "
-            "whose --hybrid-layer-pattern carries any split as '|' segments"
+            f"pipeline split without virtual stages only (got {got}); launch it with "
+            "--target megatron-args, "
+            "whose --hybrid-layer-pattern carries any split as '|' segments, or search a layout "
+            "Megatron-Bridge runs with `planner suggest --vpp 1 --no-uneven`"
         )
     return {"virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None}
+
+
+def _split_words(pp: int, vpp: int, counts: set[int]) -> str:
+    """A refused hybrid split in words: "4 ranks x 11 virtual stages of 2 layers", "2 ranks of
+    24 and 28 layers"."""
+    sizes = " or ".join(str(n) for n in sorted(counts))
+    if vpp > 1:
+        return f"{pp} ranks x {vpp} virtual stages of {sizes} layers"
+    return f"{pp} ranks of {sizes.replace(' or ', ' and ')} layers"
 
 
 def _recompute(plan: Plan) -> dict[str, Any]:
@@ -152,6 +163,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "override does not run; launch with --target megatron-args, or set deterministic = "
             "false"
         )
+    refuse_alibi(job.arch, f"{plan.path}: model", "Megatron-Bridge")
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,

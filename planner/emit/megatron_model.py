@@ -32,14 +32,21 @@ def _activation(arch: ModelArch, where: str) -> list[Arg]:
     )
 
 
+def refuse_alibi(arch: ModelArch, where: str, runtime: str = "Megatron-LM") -> None:
+    """ALiBi (BLOOM's) is no position embedding Megatron-Core builds: its GPT embedding takes
+    learned_absolute, rope or none (language_model_embedding.py, d98e8a64), so neither
+    Megatron-LM nor a Megatron-Bridge recipe can train such a model."""
+    if arch.position_embedding_type == "alibi":
+        raise InputError(
+            f"{where}.position_embedding_type: {runtime} has no ALiBi position embedding "
+            f"(got 'alibi'; Megatron-Core offers learned_absolute, rope and none)"
+        )
+
+
 def _positions(plan: Plan, where: str) -> list[Arg]:
     arch, seq = plan.job.arch, plan.job.seq_length
     kind = arch.position_embedding_type
-    if kind == "alibi":
-        raise InputError(
-            f"{where}.position_embedding_type: Megatron-LM has no ALiBi position embedding "
-            f"(got 'alibi'; it offers learned_absolute, rope and none)"
-        )
+    refuse_alibi(arch, where)
     if kind == "learned_absolute":
         table = arch.max_position_embeddings or arch.seq_length
         if table is None or table < seq:

@@ -30,6 +30,11 @@ RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 MAX_MICRO_BATCH = 16
 """Largest micro-batch searched unless the user bounds it (larger ones only add memory)."""
 MAX_CP = 16
+"""Largest context-parallel degree searched unless the user bounds it (--cp, --max-cp)."""
+
+CP_BOUND = f"bound on cp (--cp, --max-cp, --no-cp; at most {MAX_CP} by default)"
+"""The rejection a structure's cp outside the search's bound gets: that bound is the user's, or
+MAX_CP where the user set none, so the reason names both rather than calling it the user's."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
     """The first rule a structure breaks, or None (user bounds first, then Megatron's rules)."""
     for name in ("cp", "pp", "ep", "dp"):
         if not getattr(space, name).admits(getattr(s, name)):
-            return f"user bound on {name}"
+            return CP_BOUND if name == "cp" else f"user bound on {name}"
     if s.pp > job.arch.num_layers:
         return "pp exceeds num_layers"
     lay = s.layout()

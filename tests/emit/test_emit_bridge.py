@@ -221,3 +221,14 @@ def test_deterministic_mode_is_refused_for_bridge_naming_the_field() -> None:
     plan = make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True, loss_fusion=False)
     with pytest.raises(InputError, match=r"training\.deterministic"):
         render(plan, "megatron-bridge")
+
+
+def test_alibi_is_refused_for_bridge_naming_the_field() -> None:
+    """BLOOM's ALiBi is no position embedding Megatron-Core builds (language_model_embedding.py
+    d98e8a64: learned_absolute, rope or none), so no Bridge recipe trains it: the launch exits 2
+    naming model.position_embedding_type, as megatron-args does; a rope model is written."""
+    bloom = make_plan("bloom-176b", 64, {"tp": 8}, seq_length=2048)
+    for target in ("megatron-bridge", "megatron-args"):
+        with pytest.raises(InputError, match=r"model\.position_embedding_type: .*ALiBi"):
+            render(bloom, target)
+    _accepted(yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]))

@@ -114,5 +114,10 @@ def test_bridge_takes_even_splits_without_virtual_stages_only() -> None:
     for parallel in ({"pp": 2, "vpp": 2}, {"pp": 4, "pipeline_layers": [16, 12, 12, 12]}):
         num_gpus = 16 * parallel["pp"]  # type: ignore[operator]
         plan = make_plan(NANO, num_gpus, {**base, **parallel}, global_batch_size=256)
-        with pytest.raises(InputError, match="--hybrid-layer-pattern carries any split"):
+        with pytest.raises(InputError, match="--hybrid-layer-pattern carries any split") as e:
             bridge.render(plan, "job")
+        # the refused split in words: 2 x 2 virtual stages of 52 / 4 = 13 layers; 4 ranks of
+        # 16 and 12 layers
+        words = "2 ranks x 2 virtual stages of 13 layers" if "vpp" in parallel else "of 12 and 16"
+        assert words in str(e.value), str(e.value)
+        assert "--vpp 1 --no-uneven" in str(e.value)
