@@ -30,6 +30,8 @@ CATALOG_NAMES = {
     # added after DESIGN.md's list: Blackwell Ultra
     "b300-sxm-270gb",
     "gb300-nvl72",
+    # and AMD's CDNA4 part
+    "mi355x-288gb",
 }
 
 # Dense peak TFLOP/s (bf16, fp8; None = no FP8).
@@ -48,6 +50,7 @@ PEAKS = {
     "l40s-48gb": (362, 733),  # S1, S3 (733 bf16 with sparsity)
     "b300-sxm-270gb": (2250, 4500),  # S1 (DGX B300 datasheet)
     "gb300-nvl72": (2500, 5000),  # S1, per GPU
+    "mi355x-288gb": (2500, 5000),  # S1 (AMD's dense figures, its note 22)
 }
 
 # Usable capacity as the driver reports it, in MiB (nvidia-smi memory.total; rocm-smi bytes / 2^20).
@@ -82,6 +85,7 @@ LINKS = {
     "l40s-48gb": (0.864, 31, 200, 350),  # S1; PCIe Gen4 x16 (S2 table); NIC assumed; S1
     "b300-sxm-270gb": (8.0, 900, 800, 1000),  # S1; v6.0 system file; S2 DGX B300 XDR; S1
     "gb300-nvl72": (8.0, 900, 800, 1400),  # Verda; v6.0 system file (NVLink, 4 x CX-8); S1
+    "mi355x-288gb": (8.0, 535.5, 400, 1400),  # S1; S2 7 x 76.5 all-to-all; NIC assumed; S1
 }
 
 
@@ -131,8 +135,10 @@ def test_memory_matches_reported_total(gpus: dict[str, GpuSpec], name: str) -> N
 
 
 def test_mi325x_memory_is_the_documented_assumption(gpus: dict[str, GpuSpec]) -> None:
-    # No measured total: 256 GiB less the 320 MiB MI300X withholds (196608 - 196288 MiB).
+    # No measured total: 256 GiB less the 320 MiB MI300X withholds (196608 - 196288 MiB); the
+    # same for MI355X's 288 GiB.
     assert gpus["mi325x-256gb"].memory_gib == pytest.approx(256 - 320 / 1024, abs=0.01)
+    assert gpus["mi355x-288gb"].memory_gib == pytest.approx(288 - 320 / 1024, abs=0.01)
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG_NAMES))
@@ -180,7 +186,7 @@ def test_every_file_is_sourced_and_priced_with_a_source(
 
 
 def test_assumed_figures_say_so(gpus: dict[str, GpuSpec]) -> None:
-    for name in ("mi300x-192gb", "mi325x-256gb", "l40s-48gb"):
+    for name in ("mi300x-192gb", "mi325x-256gb", "mi355x-288gb", "l40s-48gb"):
         assert "ASSUMED" in gpus[name].source
 
 
@@ -206,6 +212,7 @@ MAMF = {
     "gb300-nvl72": (1965.6, 3725.9),
     "mi300x-192gb": (668.4, None),
     "mi325x-256gb": (784.9, None),
+    "mi355x-288gb": (1565.0, None),  # @744d01e1
 }
 
 
@@ -231,7 +238,7 @@ def test_fp32_peaks_are_the_cuda_cores(gpus: dict[str, GpuSpec]) -> None:
     # each below the part's TF32 tensor-core rate, half its dense bf16 peak (the same table)
     want = {"h100-sxm-80gb": 67.0, "a100-sxm-80gb": 19.5, "b200-sxm-180gb": 80.0}
     want |= {"gb200-nvl72": 80.0, "mi300x-192gb": 163.4, "l40s-48gb": 91.6}
-    want |= {"b300-sxm-270gb": 80.0, "gb300-nvl72": 80.0}
+    want |= {"b300-sxm-270gb": 80.0, "gb300-nvl72": 80.0, "mi355x-288gb": 157.3}
     for name, fp32 in want.items():
         assert gpus[name].peak_tflops_fp32 == fp32
     for gpu in gpus.values():
