@@ -253,6 +253,7 @@ def tensor_parallel_layer(
     windows: tuple[float, ...],
     overlap_backward: bool = True,
     regather: bool = True,
+    widths: tuple[float, ...] | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
     activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
@@ -271,18 +272,26 @@ def tensor_parallel_layer(
     re-gather runs under the dgrad GEMM and the input-gradient all-reduce / reduce-scatter under
     the wgrad GEMM, each exposed only beyond that GEMM's time, the block's `windows` entry (its
     column-parallel forward GEMM time: dgrad and wgrad each equal it; 0 where nothing overlaps).
-    Otherwise every collective blocks."""
+    Otherwise every collective blocks.
+
+    `widths` (one per block, default 1): the column-parallel input's width over h, where a block
+    gathers less than its input (Megatron-Core's MLA gathers its latents: `flops.
+    mla_gathered_width`): the forward gather, the backward reduce-scatter (all-reduce without
+    sequence parallelism) of that input's gradient and its re-gather move that many bytes; the
+    row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide."""
     grp = place(cluster, 1, tp)
     ar = all_reduce(act_bytes, grp)
     half = reduce_scatter(act_bytes, grp)
-    exposed = len(windows) * n_fwd * ar
-    hidden = 0.0
-    for window in windows:
+    exposed = hidden = 0.0
+    for window, width in zip(windows, widths or (1.0,) * len(windows), strict=True):
+        col = half if width == 1.0 else reduce_scatter(width * act_bytes, grp)
+        # forward: the all-reduce, or its reduce-scatter and the input's gather at its width
+        exposed += n_fwd * (ar - half + col if sequence_parallel and width != 1.0 else ar)
         # (seconds, GEMM it can run under: 0 = none) of each backward collective of the block
         if sequence_parallel:
-            parts = [(half, 0.0), (half, window)] + ([(half, window)] if regather else [])
+            parts = [(half, 0.0), (col, window)] + ([(col, window)] if regather else [])
         else:
-            parts = [(ar, window)]
+            parts = [(ar if width == 1.0 else all_reduce(width * act_bytes, grp), window)]
         for seconds, under in parts:
             shown = max(seconds - under, 0.0) if overlap_backward else seconds
             exposed += shown

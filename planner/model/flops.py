@@ -242,11 +242,17 @@ def kv_heads(arch: ModelArch, tp: int) -> float:
     return max(arch.query_groups / tp, 1)
 
 
-def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, float, float]]:
+def attention_gemms(
+    arch: ModelArch, t: float, tp: int, latents_on_shard: bool = False
+) -> list[tuple[float, float, float, float]]:
     """(M, K, N, count) of one layer's forward attention projections on one GPU, for t tokens.
 
     TP slices the weights' output (column-parallel) or input (row-parallel) dimension; KV heads
-    are replicated when tp exceeds num_query_groups; MLA's down-projections are not split."""
+    are replicated when tp exceeds num_query_groups; MLA's down-projections are not split: whole
+    weights on every TP rank, run on the whole t tokens, or with `latents_on_shard` on the rank's
+    t / tp (Megatron-Core's MLA under sequence parallelism: Transformer Engine's "duplicated"
+    linears read the layer's sequence shard, and the latents are gathered for the column-parallel
+    up-projections: multi_latent_attention.py d98e8a64 `_qkv_down_projection`)."""
     h, a = arch.hidden_size, arch.num_attention_heads
     if not arch.multi_latent_attention:
         d = arch.head_dim
@@ -262,12 +268,13 @@ def attention_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, flo
         arch.kv_lora_rank,
     )
     g: list[tuple[float, float, float, float]] = []
+    down = t / tp if latents_on_shard else t
     if arch.q_lora_rank:
-        g.append((t, h, arch.q_lora_rank, 1))
+        g.append((down, h, arch.q_lora_rank, 1))
         g.append((t, arch.q_lora_rank, a * (d_qk + d_r) / tp, 1))
     else:
         g.append((t, h, a * (d_qk + d_r) / tp, 1))
-    g.append((t, h, r_kv + d_r, 1))
+    g.append((down, h, r_kv + d_r, 1))
     g.append((t, r_kv, a * (d_qk + d_v) / tp, 1))
     g.append((t, a * d_v / tp, h, 1))
     return g
@@ -302,6 +309,15 @@ def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart,
     return (*mixer, "expert", "expert", *latent, *shared)
 
 
+def mla_gathered_width(arch: ModelArch) -> float:
+    """The width of what Megatron-Core's MLA gathers over TP before its column-parallel
+    projections: the q latent (or, without one, the h-wide input of the whole query projection)
+    and the kv latent with the shared rope key (multi_latent_attention.py d98e8a64: the
+    up-projections' sequence-parallel gather, and k_pos_emb's own)."""
+    assert arch.kv_lora_rank and arch.qk_pos_emb_head_dim
+    return (arch.q_lora_rank or arch.hidden_size) + arch.kv_lora_rank + arch.qk_pos_emb_head_dim
+
+
 def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:
     """The blocks of a layer's `linear_gemms`, in order, each with the indices of its entries:
     the mixer ("attention" or "mamba"), then the channel block ("dense" or "moe"). A block's
@@ -326,10 +342,12 @@ def linear_gemms(
     etp: int,
     moe: bool | LayerKind,
     imbalance: float = 1.0,
+    latents_on_shard: bool = False,
 ) -> list[tuple[float, float, float, float]]:
     """(M, K, N, count) of one decoder layer's forward linear GEMMs on one GPU, for the t tokens
     of a micro-batch that the layer's TP group shares (the column-parallel GEMMs see all t); `moe`
-    the layer's kind, or a transformer layer's MoE flag.
+    the layer's kind, or a transformer layer's MoE flag; `latents_on_shard` as
+    `attention_gemms` takes it.
 
     The mixer's projections (`attention_gemms`, or a Mamba mixer's `mamba.mixer_gemms`), then
     the MLP: TP slices the dense MLP and the shared experts. Routed experts (Megatron's MoE
@@ -344,7 +362,7 @@ def linear_gemms(
     h = arch.hidden_size
     g: list[tuple[float, float, float, float]] = []
     if kind.mixer == "attention":
-        g = attention_gemms(arch, t, tp)
+        g = attention_gemms(arch, t, tp, latents_on_shard)
     elif kind.mixer == "mamba":
         g = mamba.mixer_gemms(arch, t, tp)
     glu = 2 if arch.gated_linear_unit else 1

@@ -251,7 +251,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
     # once per step, `weight_cast`)
-    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load)
+    on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
+    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load, on_shard)
     parts = flops.linear_gemm_parts(arch, kind)
     times: list[float] = []
     casts: list[float] = []

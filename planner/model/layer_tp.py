@@ -33,11 +33,15 @@ def tp_charges(
     arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster, job.gemm_sm_margin)
     shapes, times = gemms
     keep = tp_blocks(job, lay, kind)
-    cols = _kept(column_parallel_windows(arch, shapes, times, kind), keep)
+    windows, widths = column_parallel_windows(arch, shapes, times, kind), None
+    if latents_gathered(job, kind):
+        windows, widths = _mla_windows(arch, times, kind, windows)
+        widths = _kept(widths, keep)
+    cols = _kept(windows, keep)
     size = t * arch.hidden_size * BF16
     exposed, hidden = comms.tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
-        job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input,
+        job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input, widths=widths,
     )  # fmt: skip
     plain = exposed + share * hidden
     shown = None
@@ -61,6 +65,30 @@ def tp_charges(
         again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
     shown = exposed + share * hidden if shown is None else shown
     return shown + again, hidden, exposed + hidden + again, plain + again
+
+
+def latents_gathered(job: Job, kind: LayerKind) -> bool:
+    """Megatron-Core's multi-latent attention: its down-projections are whole on every TP rank
+    and the TP group gathers their latents, not the layer's h-wide input, for the
+    column-parallel up-projections (multi_latent_attention.py d98e8a64). torchtitan's MLA
+    replicates the attention's input over TP before its projections (the h-wide gather)."""
+    return (
+        job.arch.multi_latent_attention
+        and kind.mixer == "attention"
+        and job.framework == ("megatron")
+    )
+
+
+def _mla_windows(
+    arch: ModelArch, times: list[float], kind: LayerKind, windows: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The blocks' windows and gathered widths with the attention block's (the first) as
+    Megatron's MLA has them: the latents' width over h (`flops.mla_gathered_width`), under the
+    up-projections' GEMMs (the column-parallel ones reading the gathered latents)."""
+    parts = flops.linear_gemm_parts(arch, kind)
+    up = sum(x for x, part in zip(times, parts, strict=False) if part == "mla_up")
+    width = flops.mla_gathered_width(arch) / arch.hidden_size
+    return (up, *windows[1:]), (width,) + (1.0,) * (len(windows) - 1)
 
 
 def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
