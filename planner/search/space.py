@@ -346,11 +346,12 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
 
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     """alltoall, and flex where the experts are spread over more than one rank (DeepEP needs
-    expert-TP x EP > 1); a dense model has one base."""
+    expert-TP x EP > 1) on an NVIDIA GPU (`rules.features.dispatch`); a dense model has one
+    base."""
     if not job.arch.is_moe:
         return ["alltoall"]
-    spread = s.ep * s.etp > 1
-    return [d for d in space.dispatchers if d != "flex" or spread] or ["alltoall"]
+    flex = s.ep * s.etp > 1 and job.cluster.gpu.vendor == "nvidia"
+    return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 
 def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:

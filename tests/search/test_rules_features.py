@@ -22,7 +22,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import parse
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.search import rules
+from planner.search import rules, space, top_k
 
 
 def make_job(
@@ -119,6 +119,19 @@ def test_flex_with_deepep_needs_expert_parallelism_and_no_padding() -> None:
     )
 
 
+@pytest.mark.parametrize("gpu", ["mi300x-192gb", "mi355x-288gb"])
+def test_flex_is_refused_on_amd_gpus(gpu: str) -> None:
+    # Megatron-LM's flex backends come from NVIDIA's deep_ep package (fused_a2a.py d98e8a64),
+    # which has no ROCm build (ROCm/aiter issue #421): on AMD the same layout with alltoall is kept
+    amd = make_job("mixtral-8x7b", 8, gpu=gpu)
+    flex = Layout(dp=8, ep=8, moe_token_dispatcher_type="flex")
+    for backend in ("deepep", "hybridep"):
+        v = broken(amd, flex.with_(moe_flex_dispatcher_backend=backend))["dispatcher"]
+        assert v.field == "parallel.moe_token_dispatcher_type" and gpu in v.message
+    assert broken(amd, flex.with_(moe_token_dispatcher_type="alltoall")) == {}
+    assert broken(make_job("mixtral-8x7b", 8), flex) == {}  # the same on H100 runs
+
+
 def test_group_limited_routing() -> None:
     # DeepSeek-V3: 256 experts in 8 groups, 4 per token (its HF config n_group / topk_group)
     job = make_job("deepseek-v3", 64, moe_router_num_groups=8, moe_router_group_topk=4)
@@ -210,3 +223,15 @@ def test_account_for_switches_count_a_layer_in_the_split() -> None:
         "num_layers + 1 (127)"
         in broken(replace(job, global_batch_size=128), one)["layers_pp"].message
     )
+
+
+def test_search_on_amd_never_picks_flex() -> None:
+    # the search generates no flex base on an AMD GPU (space._dispatchers), so none of its picks
+    # is a layout the rule would refuse; on H100 the same job's bases include flex ones
+    amd = make_job("mixtral-8x7b", 16, gpu="mi355x-288gb")
+    picks = top_k.search(amd, top_k=5).candidates
+    assert picks and all(c.layout.moe_token_dispatcher_type != "flex" for c in picks)
+    s = space.Structure(tp=1, cp=1, pp=1, dp=16, ep=8, etp=1)
+    assert space._dispatchers(amd, s, space.Space()) == ["alltoall"]
+    nvidia = make_job("mixtral-8x7b", 16)
+    assert "flex" in space._dispatchers(nvidia, s, space.Space())

@@ -136,11 +136,25 @@ def fine_offloading(job: Job, lay: Layout) -> Violation | None:
 
 
 def dispatch(job: Job, lay: Layout) -> Violation | None:
-    """The flex dispatcher's DeepEP backend needs expert-TP x EP > 1 and no padding to capacity;
-    padding needs a capacity factor."""
+    """The flex dispatcher runs on NVIDIA GPUs only; its DeepEP backend needs expert-TP x EP > 1
+    and no padding to capacity; padding needs a capacity factor.
+
+    NVIDIA only: Megatron-LM's flex backends are DeepEP, HybridEP (both from the deep_ep package,
+    NVSHMEM / NVLink kernels) and NCCL-EP (transformer_config.py and fused_a2a.py d98e8a64);
+    ROCm's Megatron-LM fork adds its own MORI backend for AMD GPUs (ROCm/Megatron-LM PR #135,
+    "The flex dispatcher previously only supported deepep and hybridep"), which planner does not
+    model, and DeepEP has no ROCm build (ROCm/aiter issue #421, open)."""
     if not job.arch.is_moe:
         return None
     flex = lay.moe_token_dispatcher_type == "flex"
+    if flex and job.cluster.gpu.vendor != "nvidia":
+        return Violation(
+            "dispatcher",
+            "parallel.moe_token_dispatcher_type",
+            f"the flex dispatcher's backends (DeepEP, HybridEP) run on NVIDIA GPUs only (got "
+            f"{job.cluster.gpu.name}): use alltoall (ROCm's Megatron-LM fork has its own MORI "
+            "backend, which planner does not model)",
+        )
     if flex and lay.moe_flex_dispatcher_backend == "deepep":
         if lay.expert_tp * lay.ep == 1:
             return Violation(
