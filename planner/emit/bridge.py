@@ -93,6 +93,25 @@ def _hybrid_split(plan: Plan) -> dict[str, Any]:
     return {"virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None}
 
 
+GRACE_BLACKWELL = ("gb200", "gb300")
+"""Catalog-name prefixes of the parts Megatron-Bridge refuses DeepEP on: its
+ConfigContainer.validate calls validate_flex_dispatcher_backend (config.py and
+flex_dispatcher_backend.py, 067f987d), which raises unless the GPU is Ampere or Hopper (major 8,
+9) or is named "NVIDIA B200" / "NVIDIA B300"; GB200 and GB300 report major 10 under their own
+names. HybridEP it allows on every major 8, 9 and 10 part."""
+
+
+def _bridge_flex(plan: Plan) -> None:
+    """Refuse the flex dispatcher's DeepEP backend where Megatron-Bridge does (GRACE_BLACKWELL)."""
+    lay, gpu = plan.require_layout(), plan.job.cluster.gpu.name
+    if lay.moe_flex_dispatcher_backend == "deepep" and gpu.startswith(GRACE_BLACKWELL):
+        raise InputError(
+            f"{plan.path}: parallel.moe_flex_dispatcher_backend: Megatron-Bridge runs DeepEP on "
+            f"Ampere, Hopper, B200 and B300 only (got {gpu}; its config validation raises): set "
+            '"hybridep", or launch with --target megatron-args'
+        )
+
+
 def _split_words(pp: int, vpp: int, counts: set[int]) -> str:
     """A refused hybrid split in words: "4 ranks x 11 virtual stages of 2 layers", "2 ranks of
     24 and 28 layers"."""
@@ -202,6 +221,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if job.arch.is_moe:
         model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
         if lay.moe_token_dispatcher_type == "flex":
+            _bridge_flex(plan)
             model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
         model["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         model["delay_wgrad_compute"] = lay.ep_comm_overlap

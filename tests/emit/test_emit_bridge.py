@@ -232,3 +232,22 @@ def test_alibi_is_refused_for_bridge_naming_the_field() -> None:
         with pytest.raises(InputError, match=r"model\.position_embedding_type: .*ALiBi"):
             render(bloom, target)
     _accepted(yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]))
+
+
+def test_deepep_on_grace_blackwell_is_refused_for_bridge() -> None:
+    """Megatron-Bridge's config validation (flex_dispatcher_backend.py 067f987d) raises for
+    DeepEP unless the GPU is Ampere / Hopper or named B200 / B300: GB200 and GB300 plans with it
+    exit 2 naming the field; HybridEP there, and DeepEP on B200, are written."""
+    par = {"ep": 8, "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+    for gpu in ("gb200-nvl72", "gb300-nvl72"):
+        with pytest.raises(InputError, match=r"parallel\.moe_flex_dispatcher_backend"):
+            render(make_plan("qwen3-30b-a3b", 16, par, gpu=gpu), "megatron-bridge")
+        hybrid = make_plan(
+            "qwen3-30b-a3b", 16, {**par, "moe_flex_dispatcher_backend": "hybridep"}, gpu=gpu
+        )
+        _accepted(yaml.safe_load(render(hybrid, "megatron-bridge")[1]))
+    _accepted(
+        yaml.safe_load(
+            render(make_plan("qwen3-30b-a3b", 16, par, gpu="b200-sxm-180gb"), "megatron-bridge")[1]
+        )
+    )
