@@ -357,14 +357,24 @@ class ModelArch(BaseModel):
             out.append(tuple(row))
         return tuple(out)
 
+    @cached_property
+    def _kind_counts_memo(self) -> dict[tuple[range, ...], tuple[int, ...]]:
+        return {}
+
     def kind_counts(self, chunks: Sequence[range]) -> tuple[int, ...]:
-        """Layers of each of `kinds` in some ranges of decoder layers (a rank's chunks)."""
-        out = [0] * len(self.kinds)
-        for r in chunks:
-            lo, hi = self.kind_prefix[r.start], self.kind_prefix[r.stop]
-            for j in range(len(out)):
-                out[j] += hi[j] - lo[j]
-        return tuple(out)
+        """Layers of each of `kinds` in some ranges of decoder layers (a rank's chunks),
+        remembered per ranges (the search asks for the same ranks' chunks again and again)."""
+        key = tuple(chunks)
+        got = self._kind_counts_memo.get(key)
+        if got is None:
+            out = [0] * len(self.kinds)
+            prefix = self.kind_prefix
+            for r in key:
+                lo, hi = prefix[r.start], prefix[r.stop]
+                for j in range(len(out)):
+                    out[j] += hi[j] - lo[j]
+            got = self._kind_counts_memo[key] = tuple(out)
+        return got
 
     def mtp_counts(self) -> tuple[int, ...]:
         """Layers of each of `kinds` in all the MTP depths together."""
