@@ -85,10 +85,9 @@ def _hybrid_split(plan: Plan) -> dict[str, Any]:
         got = _split_words(lay.pp, lay.vpp, counts)
         raise InputError(
             f"{plan.path}: parallel: Megatron-Bridge runs a hybrid Mamba stack on an even "
-            f"pipeline split without virtual stages only (got {got}); launch it with "
-            "--target megatron-args, "
-            "whose --hybrid-layer-pattern carries any split as '|' segments, or search a layout "
-            "Megatron-Bridge runs with `planner suggest --vpp 1 --no-uneven`"
+            f"pipeline split without virtual stages only (got {got}); launch it with --target "
+            "megatron-args, whose --hybrid-layer-pattern carries any split as '|' segments, or "
+            "search a layout Megatron-Bridge runs with `planner suggest --vpp 1 --no-uneven`"
         )
     return {"virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None}
 

@@ -72,11 +72,8 @@ def latents_gathered(job: Job, kind: LayerKind) -> bool:
     and the TP group gathers their latents, not the layer's h-wide input, for the
     column-parallel up-projections (multi_latent_attention.py d98e8a64). torchtitan's MLA
     replicates the attention's input over TP before its projections (the h-wide gather)."""
-    return (
-        job.arch.multi_latent_attention
-        and kind.mixer == "attention"
-        and job.framework == ("megatron")
-    )
+    mla = job.arch.multi_latent_attention and kind.mixer == "attention"
+    return mla and job.framework == "megatron"
 
 
 def _mla_windows(
@@ -86,7 +83,7 @@ def _mla_windows(
     Megatron's MLA has them: the latents' width over h (`flops.mla_gathered_width`), under the
     up-projections' GEMMs (the column-parallel ones reading the gathered latents)."""
     parts = flops.linear_gemm_parts(arch, kind)
-    up = sum(x for x, part in zip(times, parts, strict=False) if part == "mla_up")
+    up = sum(x for x, part in zip(times, parts, strict=True) if part == "mla_up")
     width = flops.mla_gathered_width(arch) / arch.hidden_size
     return (up, *windows[1:]), (width,) + (1.0,) * (len(windows) - 1)
 
