@@ -262,7 +262,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
                     fwd,
                     bwd,
                     m,
-                    layers=sum(n for _, n in mix),
+                    layers=sum(n for k, n in mix if k is not lt.mtp_proj),
                     param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
                 )
             # the hidden part holds comms.sm_share of the SMs of the compute it runs under

@@ -256,7 +256,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     parts = flops.linear_gemm_parts(arch, kind)
     times: list[float] = []
     casts: list[float] = []
-    slower = _margin_slowdown(job)
+    slower = margin_slowdown(job)
     for (m, k, n, c), part in zip(shapes, parts, strict=True):
         rows = grouped_rows(m) if part == "expert" else m
         times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
@@ -360,7 +360,7 @@ def small_kernels(job: Job, lay: Layout, kind: LayerKind, gemms: int) -> float:
     return max(host.kernels(job, lay, kind) - big, 0.0) * (1 + host.BACKWARD_ISSUE_RATIO)
 
 
-def _margin_slowdown(job: Job) -> float:
+def margin_slowdown(job: Job) -> float:
     """How much longer a decoder GEMM runs on the SMs `Job.gemm_sm_margin` leaves it
     (Transformer Engine's NVTE_EXT_MARGIN_SM: cuBLAS and its grouped GEMMs get `sm_count -
     margin` SMs, gemm.cpp and the grouped-GEMM wrappers): S / (S - margin)."""

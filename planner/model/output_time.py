@@ -3,7 +3,7 @@
 over the local logits (`loss_bytes_per_logit`: Megatron's unfused loss counted, the fused kernels
 at the fitted `layer_time.ELEMENTWISE_PASSES`), and with logits gathered over TP their
 all-gather. `planner.model.stage_time` adds it to the last stage (and to the stage holding the
-MTP layers, once per MTP layer)."""
+MTP layers, once per MTP layer), and there each MTP depth's projection (`mtp_projection`)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,33 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
         # logits all-gathered forward, their gradient sliced backward
         gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
     return (2 if job.frozen_model else 3) * fwd + ce + gather + quant
+
+
+def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
+    """One MTP depth's projection per micro-batch, as a layer of the MTP rank's mix: Megatron's
+    `eh_proj` (multi_token_prediction.py d98e8a64 `_concat_embeddings`), a column-parallel
+    linear from the concatenated [embedding, hidden state] (2h) to h, its forward GEMM on the
+    TP group's t tokens (M = t, K = 2h, N = h / tp; in the decoder's linear precision, the
+    TE linear that it is) and, dgrad and wgrad, twice that backward; with tp > 1 its output is
+    all-gathered over the last dimension and, with sequence parallelism, its 2h-wide input is
+    gathered (and re-gathered, and its gradient reduce-scattered, backward) and its output's
+    sequence scatter gathers the gradient backward; without, its input gradient is all-reduced.
+    Every collective counted exposed: the module is one small GEMM with nothing else to hide
+    under. Model FLOPs count the projection (`flops.mtp_forward`)."""
+    arch = job.arch
+    t = float(lay.micro_batch_size * job.seq_length // lay.cp)
+    h, tp = arch.hidden_size, lay.tp
+    slower = layer_time.margin_slowdown(job)
+    fwd = slower * gemm_time(t, 2 * h, h / tp, gpu.peak_linear, gpu.ridge, gpu.e_linear)
+    bwd = (1 if job.frozen_model else 2) * fwd
+    comm = 0.0
+    if tp > 1:
+        grp = comms.place(job.cluster, 1, tp)
+        wide, narrow = t * 2 * h * BF16, t * h * BF16
+        comm = comms.all_gather(narrow, grp)  # the output's gather over the last dimension
+        if lay.sequence_parallel:  # input gather, its re-gather and gradient reduce-scatter
+            comm += 2 * comms.all_gather(wide, grp) + comms.reduce_scatter(wide, grp)
+            comm += comms.all_gather(narrow, grp)  # the sequence scatter's backward
+        else:
+            comm += comms.all_reduce(wide, grp)
+    return layer_time.Layer(fwd=fwd, bwd=bwd, tp=comm, tp_traffic=comm, tp_plain=comm)

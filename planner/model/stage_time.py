@@ -35,7 +35,7 @@ from planner.model.host_floor import issued_layer
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer, gpu_of, layer_time
-from planner.model.output_time import output_layer_time
+from planner.model.output_time import mtp_projection, output_layer_time
 from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_activations import shard, sub_counts
 from planner.model.vision_time import EncoderTime, encoder_time
@@ -116,6 +116,9 @@ class LayoutTimes:
     """The same without recompute (block full recompute's other layers)."""
     encoder: EncoderTime = field(default_factory=EncoderTime)
     """The first rank's vision encoder per micro-batch (`vision_time`; zero without one)."""
+    mtp_proj: Layer | None = None
+    """One MTP depth's projection (`output_time.mtp_projection`), in the MTP rank's mix once per
+    depth (`rank_mix`); None without MTP layers."""
 
     @property
     def dense(self) -> Layer:
@@ -135,7 +138,9 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         twin = layout_times(bf16_twin(job), lay)
         bf16, bf16_plain = twin.layers, twin.plain
-    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, _encoder(job, lay))
+    proj = None if mtp is None else mtp_projection(job, lay, gpu)
+    encoder = _encoder(job, lay)
+    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
 
 
 def _encoder(job: Job, lay: Layout) -> EncoderTime:
@@ -263,7 +268,18 @@ def rank_mix(
     """The (layer time, count) pairs a rank runs per micro-batch, and its output layers: each
     kind's layers with the layout's recompute, except with block full recompute, where only the
     first recompute_num_layers layers of each chunk are recomputed and the rest run plain; the
-    job's bf16 layers (`bf16_layers`) as its bf16 twin runs them."""
+    job's bf16 layers (`bf16_layers`) as its bf16 twin runs them; on the MTP rank each MTP
+    depth's projection (`LayoutTimes.mtp_proj`)."""
+    mix, heads = _layer_mix(job, lay, rank, chunks, t)
+    if rank == t.mtp_rank and t.mtp_proj is not None:
+        mix.append((t.mtp_proj, job.arch.mtp_num_layers))
+    return mix, heads
+
+
+def _layer_mix(
+    job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
+) -> tuple[list[tuple[Layer, int]], int]:
+    """`rank_mix`'s decoder (and MTP) layers."""
     counts, heads = rank_layers(job, lay, rank, chunks, t)
     block = lay.recompute == "full" and lay.recompute_method == "block"
     low = bf16_ranges(job, chunks)
