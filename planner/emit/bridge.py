@@ -114,10 +114,10 @@ def _bridge_flex(plan: Plan) -> None:
 def _split_words(pp: int, vpp: int, counts: set[int]) -> str:
     """A refused hybrid split in words: "4 ranks x 11 virtual stages of 2 layers", "2 ranks of
     24 and 28 layers"."""
-    sizes = " or ".join(str(n) for n in sorted(counts))
+    sizes = [str(n) for n in sorted(counts)]
     if vpp > 1:
-        return f"{pp} ranks x {vpp} virtual stages of {sizes} layers"
-    return f"{pp} ranks of {sizes.replace(' or ', ' and ')} layers"
+        return f"{pp} ranks x {vpp} virtual stages of {' or '.join(sizes)} layers"
+    return f"{pp} ranks of {' and '.join(sizes)} layers"
 
 
 def _recompute(plan: Plan) -> dict[str, Any]:

@@ -284,14 +284,16 @@ def tensor_parallel_layer(
     half = reduce_scatter(act_bytes, grp)
     exposed = hidden = 0.0
     for window, width in zip(windows, widths or (1.0,) * len(windows), strict=True):
-        col = half if width == 1.0 else reduce_scatter(width * act_bytes, grp)
-        # forward: the all-reduce, or its reduce-scatter and the input's gather at its width
-        exposed += n_fwd * (ar - half + col if sequence_parallel and width != 1.0 else ar)
-        # (seconds, GEMM it can run under: 0 = none) of each backward collective of the block
+        # forward: the all-reduce (with SP and a narrower input: its reduce-scatter and the
+        # input's gather at its width); then (seconds, GEMM it can run under: 0 = none) of each
+        # backward collective of the block
         if sequence_parallel:
+            col = reduce_scatter(width * act_bytes, grp)
+            exposed += n_fwd * (ar if width == 1.0 else ar - half + col)
             parts = [(half, 0.0), (col, window)] + ([(col, window)] if regather else [])
         else:
-            parts = [(ar if width == 1.0 else all_reduce(width * act_bytes, grp), window)]
+            exposed += n_fwd * ar
+            parts = [(all_reduce(width * act_bytes, grp), window)]
         for seconds, under in parts:
             shown = max(seconds - under, 0.0) if overlap_backward else seconds
             exposed += shown

@@ -318,6 +318,11 @@ def mla_gathered_width(arch: ModelArch) -> float:
     return (arch.q_lora_rank or arch.hidden_size) + arch.kv_lora_rank + arch.qk_pos_emb_head_dim
 
 
+def _mixer_gemms(arch: ModelArch, kind: LayerKind) -> int:
+    """How many of a layer's `linear_gemms` its mixer's projections are (they come first)."""
+    return {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
+
+
 def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:
     """The blocks of a layer's `linear_gemms`, in order, each with the indices of its entries:
     the mixer ("attention" or "mamba"), then the channel block ("dense" or "moe"). A block's
@@ -325,7 +330,7 @@ def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, rang
     experts are neither: the dispatcher moves their tokens)."""
     kind = layer_kind(moe)
     parts = linear_gemm_parts(arch, kind)
-    n_mixer = {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
+    n_mixer = _mixer_gemms(arch, kind)
     out: list[tuple[str, range]] = []
     if kind.mixer is not None:
         out.append((kind.mixer, range(n_mixer)))
@@ -393,7 +398,7 @@ def _titan_mms(
     projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a dense
     MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit), and an MoE block's (routed and
     shared experts, a latent MoE's projections)."""
-    n_mixer = {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
+    n_mixer = _mixer_gemms(arch, kind)
     n_dense = 2 if kind.ffn == "dense" else 0
     counted = gemms[: n_mixer + n_dense]
     if kind.mixer == "attention" and not arch.multi_latent_attention:  # split QKV

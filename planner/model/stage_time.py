@@ -138,7 +138,7 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         twin = layout_times(bf16_twin(job), lay)
         bf16, bf16_plain = twin.layers, twin.plain
-    proj = None if mtp is None else mtp_projection(job, lay, gpu)
+    proj = None if mtp is None else _mtp_projection(job, lay, gpu)
     encoder = _encoder(job, lay)
     return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
 
@@ -152,6 +152,16 @@ def _encoder(job: Job, lay: Layout) -> EncoderTime:
     if key not in memo:
         memo[key] = encoder_time(job, _layer_key(lay), gpu_of(job))
     return memo[key]
+
+
+def _mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> Layer:
+    """`output_time.mtp_projection`, once per job and layer key (in LAYER_TIMES, as the dense
+    layers): the search asks for the layout's times on every variant it estimates."""
+    memo = LAYER_TIMES.of(job)
+    key = ("mtp_proj", _memo_key(lay))
+    if key not in memo:
+        memo[key] = (gpu, (mtp_projection(job, _layer_key(lay), gpu),), 0.0)
+    return memo[key][1][0]
 
 
 _GPU = ("gpu",)
