@@ -66,8 +66,13 @@ _FIXED: dict[str, object] = {
     "ep_comm_overlap": False,
     "overlap_grad_reduce": True,
     "overlap_param_gather": True,
+    "cpu_offloading_num_layers": 0,
+    "offload_modules": (),
 }
-"""The fields `_layer_key` fixes, and their fixed values."""
+"""The fields `_layer_key` fixes, and their fixed values. Offloading is among them: a layer's
+time per micro-batch carries its activations' one-way transfer time whether or not it is
+offloaded (`Layer.offload`); how many layers or which modules are offloaded is the stage's
+business (`offload_exposed`, `fine_offload_exposed`)."""
 
 
 def _layer_key(lay: Layout) -> Layout:

@@ -79,3 +79,27 @@ def test_dense_layer_time_reads_no_expert_field() -> None:
             # through the memo, warm from the layouts before (another expert setting's entry)
             direct = issued_layer(layer_time(job, key, gpu, False), job, key, DENSE)
             assert layout_times(job, lay).dense == direct
+
+
+def test_offloading_fields_reach_no_layer_time() -> None:
+    """The layer-time memo keys layouts without their offloading (`stage_time._FIXED`): every
+    kind's layer time, as computed afresh (`layer_time` and its host floor, output layer
+    included), is bit for bit the same whatever number of layers or which modules are offloaded
+    (the stage charges the transfers: `offload_exposed`, `fine_offload_exposed`)."""
+    from planner.model.host_floor import issued_layer
+    from planner.model.layer_time import gpu_of, layer_time
+    from planner.model.output_time import output_layer_time
+
+    job = make_job("deepseek-v3", "h100-sxm-80gb", 256, 4096, 1024)
+    gpu = gpu_of(job)
+    base = Layout(tp=2, pp=4, dp=32, ep=8, sequence_parallel=True, micro_batch_size=1)
+
+    def times(lay: Layout) -> tuple[object, ...]:
+        kinds = job.arch.kinds
+        each = tuple(issued_layer(layer_time(job, lay, gpu, k), job, lay, k) for k in kinds)
+        return (*each, output_layer_time(job, lay, gpu))
+
+    plain = times(base)
+    for n, mods in itertools.product((0, 3, 14), ((), ("core_attn", "attn_proj"), ("moe_act",))):
+        lay = base.with_(cpu_offloading_num_layers=n, offload_modules=mods)
+        assert times(lay) == plain
