@@ -76,8 +76,8 @@ business (`offload_exposed`, `fine_offload_exposed`)."""
 
 
 def _layer_key(lay: Layout) -> Layout:
-    """The layout as the layer times see it: pipeline, data-parallel, sharding and the schedule's
-    overlap fields (`_FIXED`) do not change one layer's time per micro-batch."""
+    """The layout as the layer times see it: pipeline, data-parallel, sharding, offloading and
+    the schedule's overlap fields (`_FIXED`) do not change one layer's time per micro-batch."""
     return lay.with_(**_FIXED)
 
 
