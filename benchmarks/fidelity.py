@@ -87,8 +87,8 @@ def is_fit(c: Case) -> bool:
     measured ceiling, and such a row would fit the derivation instead (GB300 runs 6-12% faster
     relative to B300, B200 and GB200 than that derivation gives: benchmarks/gpu_pairs.py). Nor
     AMD rows (ROCm's forks of Megatron-LM and Transformer Engine, settings partly assumed: the
-    one MI355X entry's training script is not stored): they check that the physics carries to a
-    GPU the constants never saw."""
+    MI355X and MI350X entries' training script is not stored): they check that the physics
+    carries to a GPU the constants never saw."""
     gpu = c.job.cluster.gpu
     if c.job.precision == "fp4" or gpu.mamf_derived_from is not None or gpu.vendor != "nvidia":
         return False

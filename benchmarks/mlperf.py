@@ -17,8 +17,8 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              the model's (the 405B benchmark uses Mixtral 8x22B's 32,768-token tokenizer) and its
              mtp_layers where they differ from the zoo's
   gpu        hardware.catalog (h100-sxm-80gb, h200-sxm-141gb, b200-sxm-180gb, b300-sxm-270gb,
-             gb200-nvl72, gb300-nvl72; mi355x-288gb for AMD's one FP8 entry), with
-             hardware.num_gpus of them
+             gb200-nvl72, gb300-nvl72; mi355x-288gb and mi350x-288gb for AMD's two FP8
+             entries), with hardware.num_gpus of them
   job        seq_length, global_batch_size as logged; precision fp8 with the entry's fp8_recipe
              (delayed, tensorwise, mxfp8); fp8_param_gather = fp8_params; precision fp4 for the
              NVFP4 entries (FP4=True, FP4_RECIPE=nvfp4) with fp4_param_gather (FP8_PARAM_GATHER, the

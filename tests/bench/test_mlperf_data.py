@@ -99,7 +99,7 @@ def test_each_entry_names_its_sources() -> None:
 def test_breadth() -> None:
     # oracle: the task's coverage goals: 64 .. 11,616 GPUs; H100, H200, B200 and GB200 (and
     # GB300, whose DeepSeek-V3 rows came with its catalog entry; B300 with the NVFP4 rows; AMD's
-    # MI355X with its own)
+    # MI355X and MI350X with their own)
     sizes = {c.job.cluster.num_gpus for c in CASES}
     assert min(sizes) <= 64 and max(sizes) == 11616
     assert {r["hardware"]["catalog"] for r in ROWS} == {
@@ -110,6 +110,7 @@ def test_breadth() -> None:
         "gb200-nvl72",
         "gb300-nvl72",
         "mi355x-288gb",
+        "mi350x-288gb",
     }
     groups = {c.group for c in CASES}
     assert groups == {

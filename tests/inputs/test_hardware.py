@@ -30,8 +30,9 @@ CATALOG_NAMES = {
     # added after DESIGN.md's list: Blackwell Ultra
     "b300-sxm-270gb",
     "gb300-nvl72",
-    # and AMD's CDNA4 part
+    # and AMD's CDNA4 parts
     "mi355x-288gb",
+    "mi350x-288gb",
 }
 
 # Dense peak TFLOP/s (bf16, fp8; None = no FP8).
@@ -51,6 +52,9 @@ PEAKS = {
     "b300-sxm-270gb": (2250, 4500),  # S1 (DGX B300 datasheet)
     "gb300-nvl72": (2500, 5000),  # S1, per GPU
     "mi355x-288gb": (2500, 5000),  # S1 (AMD's dense figures, its note 22)
+    # S1 note 22: MI355X's silicon at 2200 MHz, not 2400: 2200 x 512 x 2 x 1024 / 1e6 = 2306.9
+    # bf16 (MI355X's 2516.6 x 2200 / 2400), FP8 twice that
+    "mi350x-288gb": (2306.9, 4613.7),
 }
 
 # Usable capacity as the driver reports it, in MiB (nvidia-smi memory.total; rocm-smi bytes / 2^20).
@@ -86,6 +90,7 @@ LINKS = {
     "b300-sxm-270gb": (8.0, 900, 800, 1000),  # S1; v6.0 system file; S2 DGX B300 XDR; S1
     "gb300-nvl72": (8.0, 900, 800, 1400),  # Verda; v6.0 system file (NVLink, 4 x CX-8); S1
     "mi355x-288gb": (8.0, 535.5, 400, 1400),  # S1; S2 7 x 76.5 all-to-all; NIC assumed; S1
+    "mi350x-288gb": (8.0, 535.5, 400, 1000),  # MI355X's silicon (S1 note 22); 1000 W (note 22)
 }
 
 
@@ -136,9 +141,10 @@ def test_memory_matches_reported_total(gpus: dict[str, GpuSpec], name: str) -> N
 
 def test_mi325x_memory_is_the_documented_assumption(gpus: dict[str, GpuSpec]) -> None:
     # No measured total: 256 GiB less the 320 MiB MI300X withholds (196608 - 196288 MiB); the
-    # same for MI355X's 288 GiB.
+    # same for MI355X's and MI350X's 288 GiB.
     assert gpus["mi325x-256gb"].memory_gib == pytest.approx(256 - 320 / 1024, abs=0.01)
-    assert gpus["mi355x-288gb"].memory_gib == pytest.approx(288 - 320 / 1024, abs=0.01)
+    for name in ("mi355x-288gb", "mi350x-288gb"):
+        assert gpus[name].memory_gib == pytest.approx(288 - 320 / 1024, abs=0.01)
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG_NAMES))
@@ -186,7 +192,7 @@ def test_every_file_is_sourced_and_priced_with_a_source(
 
 
 def test_assumed_figures_say_so(gpus: dict[str, GpuSpec]) -> None:
-    for name in ("mi300x-192gb", "mi325x-256gb", "mi355x-288gb", "l40s-48gb"):
+    for name in ("mi300x-192gb", "mi325x-256gb", "mi355x-288gb", "mi350x-288gb", "l40s-48gb"):
         assert "ASSUMED" in gpus[name].source
 
 
@@ -213,6 +219,9 @@ MAMF = {
     "mi300x-192gb": (668.4, None),
     "mi325x-256gb": (784.9, None),
     "mi355x-288gb": (1565.0, None),  # @744d01e1
+    # no MI350X row (@744d01e1): MI355X's fraction of its peak at MI350X's, 1565.0 / 2500 x
+    # 2306.9 = 1444.12, to 0.1
+    "mi350x-288gb": (1444.1, None),
 }
 
 
@@ -239,6 +248,7 @@ def test_fp32_peaks_are_the_cuda_cores(gpus: dict[str, GpuSpec]) -> None:
     want = {"h100-sxm-80gb": 67.0, "a100-sxm-80gb": 19.5, "b200-sxm-180gb": 80.0}
     want |= {"gb200-nvl72": 80.0, "mi300x-192gb": 163.4, "l40s-48gb": 91.6}
     want |= {"b300-sxm-270gb": 80.0, "gb300-nvl72": 80.0, "mi355x-288gb": 157.3}
+    want |= {"mi350x-288gb": 144.2}  # note 22
     for name, fp32 in want.items():
         assert gpus[name].peak_tflops_fp32 == fp32
     for gpu in gpus.values():
