@@ -99,9 +99,9 @@ class GpuSpec(BaseModel):
     )
     mamf_derived_from: str | None = Field(
         default=None,
-        description="the catalog GPU whose measured MAMF fractions of its peaks the two figures "
-        "above take at this GPU's peaks, where this GPU has no measurement of its own; None = "
-        "measured",
+        description="the catalog GPU whose measured MAMF the two figures above are derived "
+        "from (its fractions at this GPU's peaks, or as the entry's comment derives them), where "
+        "this GPU has no measurement of its own; None = measured",
     )
     exp_tera_per_s: PositiveFloat | None = Field(
         default=None,

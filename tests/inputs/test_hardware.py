@@ -219,9 +219,9 @@ MAMF = {
     "mi300x-192gb": (668.4, None),
     "mi325x-256gb": (784.9, None),
     "mi355x-288gb": (1565.0, None),  # @744d01e1
-    # no MI350X row (@744d01e1): MI355X's fraction of its peak at MI350X's, 1565.0 / 2500 x
-    # 2306.9 = 1444.12, to 0.1
-    "mi350x-288gb": (1444.1, None),
+    # no MI350X row (@744d01e1): MI355X's 1565.0 at 1400 W under a 1000 W cap, the planner's
+    # sustained clock ~ power^(1/3): 1565.0 x (1000 / 1400)^(1/3) = 1398.96, to 0.1
+    "mi350x-288gb": (1399.0, None),
 }
 
 

@@ -435,3 +435,20 @@ def test_fp8_param_gather_gathers_the_decoder_weights_in_one_byte() -> None:
     assert got[0] == pytest.approx(2 - 6_979_584_000 / 8_030_261_248, rel=1e-3)
     off = replace(j, fp8_param_gather=False)
     assert cost.gathered_param_bytes(off, lay, chunks, dense, expert) == (2.0, 2.0)
+
+
+def test_mi350x_is_mi355x_under_a_1000_w_cap() -> None:
+    # oracle: stas00's note 22 (MI350X is MI355X's silicon at 1000 W) and the power-cap physics
+    # above: the catalog's MI350X matmul ceiling (derived, hardware_catalog/gpus/mi350x-288gb.toml)
+    # is MI355X's measured 1565.0 TFLOP/s x (1000 / 1400)^(1/3) = 1399.0, so a large GEMM runs at
+    # the same rate on an MI350X as on an MI355X capped to 1000 W (to the catalog's 0.1 TFLOP/s)
+    def large_gemm_rate(gpu: str, **cluster: float) -> float:
+        j = job("llama3.1-8b", num_gpus=8, gbs=64)
+        spec = catalog.get_gpu(gpu)
+        on = j.cluster.model_copy(update={"gpu": spec, "memory_gib": spec.memory_gib, **cluster})
+        g = gpu_of(replace(j, cluster=on))
+        return g.peak_bf16 * g.e_bf16
+
+    capped = large_gemm_rate("mi355x-288gb", power_limit_w=1000.0)
+    assert large_gemm_rate("mi350x-288gb") == pytest.approx(capped, rel=1e-4)
+    assert capped == pytest.approx(1565.0e12 * (1000 / 1400) ** (1 / 3), rel=1e-4)
