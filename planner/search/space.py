@@ -346,11 +346,10 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
 
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     """alltoall, and flex where the experts are spread over more than one rank (DeepEP needs
-    expert-TP x EP > 1) on an NVIDIA GPU (`rules.features.dispatch`); a dense model has one
-    base."""
+    expert-TP x EP > 1) on a GPU it runs on (`rules.flex_runs`); a dense model has one base."""
     if not job.arch.is_moe:
         return ["alltoall"]
-    flex = s.ep * s.etp > 1 and job.cluster.gpu.vendor == "nvidia"
+    flex = s.ep * s.etp > 1 and rules.flex_runs(job)
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 

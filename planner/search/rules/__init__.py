@@ -24,7 +24,7 @@ from planner.search.rules.context import (
     context_exchange,
 )
 from planner.search.rules.features import RULES as FEATURE_RULES
-from planner.search.rules.features import WARNINGS, recompute_allows_overlap
+from planner.search.rules.features import WARNINGS, flex_runs, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
@@ -58,6 +58,7 @@ __all__ = [
     "Violation",
     "check_plan",
     "expert_overlap",
+    "flex_runs",
     "job_violations",
     "recompute_allows_overlap",
     "violations",

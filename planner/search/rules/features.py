@@ -135,19 +135,23 @@ def fine_offloading(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def dispatch(job: Job, lay: Layout) -> Violation | None:
-    """The flex dispatcher runs on NVIDIA GPUs only; its DeepEP backend needs expert-TP x EP > 1
-    and no padding to capacity; padding needs a capacity factor.
+def flex_runs(job: Job) -> bool:
+    """Whether the flex dispatcher runs on the job's GPU: NVIDIA only. Megatron-LM's flex
+    backends are DeepEP, HybridEP (both from the deep_ep package, NVSHMEM / NVLink kernels) and
+    NCCL-EP (transformer_config.py and fused_a2a.py d98e8a64); ROCm's Megatron-LM fork adds its
+    own MORI backend for AMD GPUs (ROCm/Megatron-LM PR #135, "The flex dispatcher previously only
+    supported deepep and hybridep"), which planner does not model, and DeepEP has no ROCm build
+    (ROCm/aiter issue #421, open)."""
+    return job.cluster.gpu.vendor == "nvidia"
 
-    NVIDIA only: Megatron-LM's flex backends are DeepEP, HybridEP (both from the deep_ep package,
-    NVSHMEM / NVLink kernels) and NCCL-EP (transformer_config.py and fused_a2a.py d98e8a64);
-    ROCm's Megatron-LM fork adds its own MORI backend for AMD GPUs (ROCm/Megatron-LM PR #135,
-    "The flex dispatcher previously only supported deepep and hybridep"), which planner does not
-    model, and DeepEP has no ROCm build (ROCm/aiter issue #421, open)."""
+
+def dispatch(job: Job, lay: Layout) -> Violation | None:
+    """The flex dispatcher runs on NVIDIA GPUs only (`flex_runs`); its DeepEP backend needs
+    expert-TP x EP > 1 and no padding to capacity; padding needs a capacity factor."""
     if not job.arch.is_moe:
         return None
     flex = lay.moe_token_dispatcher_type == "flex"
-    if flex and job.cluster.gpu.vendor != "nvidia":
+    if flex and not flex_runs(job):
         return Violation(
             "dispatcher",
             "parallel.moe_token_dispatcher_type",
