@@ -181,6 +181,17 @@ def _deepseek_v3(r: Reader) -> Fields:
     }
 
 
+def _deepseek_v2(r: Reader) -> Fields:
+    """DeepSeek-V2 / V2-Lite: DeepSeek-V3's shapes (`_deepseek_v3`: MLA, DeepSeekMoE, the dense
+    first layers), no MTP layer, and routing groups only under topk_method
+    "group_limited_greedy" (V2's device-limited routing, n_group 8 / topk_group 3); V2-Lite's
+    "greedy" routes over all experts (its n_group 1 / topk_group 1 group nothing)."""
+    f = _deepseek_v3(r)
+    if r.cfg.get("topk_method") != "group_limited_greedy":
+        f["moe_router_num_groups"] = f["moe_router_group_topk"] = None
+    return f
+
+
 def _window(r: Reader, num_layers: int, every: bool) -> Fields:
     """sliding_window w (HF: a query sees itself and the w - 1 tokens before it) -> window_size
     w - 1 (Megatron-Bridge's conversion, models/conversion/utils.py `mcore_to_hf_window_size`
@@ -312,6 +323,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Qwen3ForCausalLM": ("qwen3", _qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "GPT2LMHeadModel": ("gpt2", _gpt2),
     "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),

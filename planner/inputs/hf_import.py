@@ -20,6 +20,8 @@ files (tests/data/hf) and transformers' config classes:
   n_shared_experts x moe_intermediate_size -> moe_shared_expert_intermediate_size,
   num_nextn_predict_layers -> mtp_num_layers; group-limited routing n_group / topk_group ->
   moe_router_num_groups / moe_router_group_topk (Megatron-Bridge's DeepSeek bridge maps them so).
+  DeepSeek-V2 / V2-Lite the same, without MTP, and grouped only where topk_method is
+  "group_limited_greedy" (V2-Lite's "greedy" routes over all 64 experts).
 - gpt-oss: num_local_experts experts of width intermediate_size on every layer, biases
   everywhere; its attention sinks and clamped GLU are noted in `source`.
 - sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"

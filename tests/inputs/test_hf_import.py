@@ -102,6 +102,25 @@ EXPECTED: dict[str, dict[str, Any]] = {
         # moe_router_num_groups / moe_router_group_topk (benchmarks/data/bridge_recipes.md)
         moe_router_num_groups=8, moe_router_group_topk=4,
     ),
+    # DeepSeek-V2: one dense layer, then 59 MoE layers of 160 routed + 2 shared experts; its
+    # topk_method "group_limited_greedy" (device-limited routing, M = 3 of 8) keeps the groups
+    "deepseek-v2": dict(
+        num_layers=60, hidden_size=5120, ffn_hidden_size=12288, num_attention_heads=128,
+        vocab_size=102400, max_position_embeddings=163840, multi_latent_attention=True,
+        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+        v_head_dim=128, num_moe_experts=160, moe_router_topk=6, moe_ffn_hidden_size=1536,
+        moe_shared_expert_intermediate_size=3072, moe_layer_freq=(0,) + (1,) * 59,
+        mtp_num_layers=0, moe_router_num_groups=8, moe_router_group_topk=3,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # V2-Lite: q_lora_rank null (a full-rank query projection); "greedy" routing, no groups
+    "deepseek-v2-lite": dict(
+        num_layers=27, hidden_size=2048, ffn_hidden_size=10944, num_attention_heads=16,
+        q_lora_rank=None, kv_lora_rank=512, num_moe_experts=64, moe_router_topk=6,
+        moe_ffn_hidden_size=1408, moe_shared_expert_intermediate_size=2816,
+        moe_layer_freq=(0,) + (1,) * 26, mtp_num_layers=0, moe_router_num_groups=None,
+        moe_router_group_topk=None,
+    ),
     # the published config.json: 64 x 64 = 4096 != hidden 2880 (kv_channels carries 64); biases
     # on attention and experts (the checkpoint's *_proj_bias tensors); every layer MoE
     "gpt-oss-120b": dict(
@@ -197,6 +216,8 @@ SAME_AS_ZOO = {
     "qwen2.5-7b": "qwen2.5-7b",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "deepseek-v3": "deepseek-v3",
+    "deepseek-v2": "deepseek-v2",
+    "deepseek-v2-lite": "deepseek-v2-lite",
     "gpt-oss-120b": "gpt-oss-120b",
     "gpt-neox-20b": "gpt-neox-20b",
     "opt-175b": "opt-175b",
@@ -228,6 +249,8 @@ ROUGH_PARAMS = {
     "qwen3-32b": (32.8e9, None, 0.002),
     "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.02),
     "deepseek-v3": (671e9, 37e9, 0.02),  # main model, MTP excluded, as DeepSeek reports
+    "deepseek-v2": (236e9, None, 0.002),  # arXiv:2405.04434 abstract; active: test_params.py
+    "deepseek-v2-lite": (15.7e9, None, 0.002),  # HF card deepseek-ai/DeepSeek-V2-Lite
     "gpt-oss-120b": (116.83e9, None, 0.001),  # model card; active: test_gpt_oss_active_params
     "gpt-neox-20b": (20.55e9, None, 0.002),
     "bloom-560m": (559.2e6, None, 0.002),

@@ -266,6 +266,27 @@ def test_latent_moe_models_match_their_names(name: str, total: float, active: fl
     assert without <= active <= with_edges
 
 
+# DeepSeek's published (total, activated) parameters. Totals: V3 671.03B (ours, MTP excluded),
+# V2 235.74B against 236B, V2-Lite 15.706B against 15.7B. "Activated", one convention for all
+# three: everything a token runs through except the input embedding (a table look-up, no
+# matmul), the output layer included. Ours less embedding_params: V3 36.63B against 37B (-1.0%),
+# V2 20.85B against 21B (-0.7%), V2-Lite 2.451B against 2.4B (+2.1%); each figure is rounded to
+# two or three digits ("2.4B" is 2.35-2.45B), hence 2.5%.
+DEEPSEEK_PUBLISHED = [
+    ("deepseek-v3", 671e9, 37e9),  # arXiv:2412.19437 abstract
+    ("deepseek-v2", 236e9, 21e9),  # arXiv:2405.04434 abstract
+    ("deepseek-v2-lite", 15.7e9, 2.4e9),  # HF card deepseek-ai/DeepSeek-V2-Lite
+]
+
+
+@pytest.mark.parametrize(("name", "total", "activated"), DEEPSEEK_PUBLISHED)
+def test_deepseek_published_parameters(name: str, total: float, activated: float) -> None:
+    arch = ZOO[name]
+    assert params.params_total(arch) == pytest.approx(total, rel=0.005)
+    ours = params.params_active(arch) - params.embedding_params(arch)
+    assert ours == pytest.approx(activated, rel=0.025)
+
+
 @pytest.mark.parametrize(("name", "total", "active", "tol"), PUBLISHED)
 def test_published_totals(name: str, total: float, active: float | None, tol: float) -> None:
     arch = ZOO[name]
