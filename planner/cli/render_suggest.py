@@ -23,10 +23,11 @@ _PARTS = {"compute": "compute"} | {k: v for k, v in COST_NAMES.items() if k != "
 """Step-time components compared when explaining why #1 beats #2."""
 
 
-def _split(c: Candidate) -> str:
-    pl = c.layout.pipeline_layers
-    if not pl:
+def _split(c: Candidate, num_layers: int) -> str:
+    """The decoder layers of the first / a middle / the last rank, or "even"."""
+    if c.layout.even_split:
         return "even"
+    pl = c.layout.stage_layers(num_layers)
     return f"{pl[0]}/{pl[1] if len(pl) > 2 else ''}.../{pl[-1]}" if len(pl) > 2 else f"{pl}"
 
 
@@ -57,7 +58,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             str(lay.vpp),
             str(lay.micro_batch_size),
             str(lay.num_microbatches(job.global_batch_size)),
-            _split(c),
+            _split(c, job.arch.num_layers),
             str(lay.zero_stage),
             _savers(lay, job),
             *([variant_text(job, c) or "as job"] if titan else []),

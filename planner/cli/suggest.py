@@ -151,11 +151,7 @@ def suggest(
         # a torchtitan candidate's own [torchtitan] settings (planner.search.titan_variants)
         plan_job = candidate_job(job, best)
         lay = best.layout
-        if (
-            job.framework == "torchtitan"
-            and lay.pp > 1
-            and lay.split_key()[2:] == (None, None, False, False)
-        ):
+        if job.framework == "torchtitan" and lay.pp > 1 and lay.even_split:
             # the even split spelled out: a torchtitan plan without one reads as torchtitan's
             # own split (embedding and output counted as layers), not the one searched
             lay = lay.with_(pipeline_layers=(job.arch.num_layers // lay.pp,) * lay.pp)

@@ -181,6 +181,11 @@ class Layout:
         the last stage."""
         return _stages(self.split_key(), num_layers, mtp_layers)
 
+    @property
+    def even_split(self) -> bool:
+        """Megatron's even split: no pipeline_layers, layout string or layer accounting."""
+        return self.split_key()[2:] == (None, None, False, False)
+
     def split_key(self) -> _SplitKey:
         """The fields that decide the stages (the caches below are keyed on these alone: the
         search asks for the stages of thousands of layouts that share a split)."""

@@ -57,7 +57,7 @@ def _candidates(lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]
         yield 5, "vpp", 1, lay.with_(vpp=1)
     yield 6, "tp", lay.tp * 2, _halve_dp(lay, tp=lay.tp * 2)
     yield 7, "cp", lay.cp * 2, _halve_dp(lay, cp=lay.cp * 2)
-    if lay.pipeline_layers is None:
+    if lay.even_split:
         yield 8, "pp", lay.pp * 2, _halve_dp(lay, pp=lay.pp * 2)
 
 

@@ -29,7 +29,8 @@ from planner.model import cost, memory, pools
 from planner.search.pools import MICRO_BATCHES, PoolPlan, expert_degrees
 from planner.search.rules import violations
 from planner.search.rules.context import exchange_for
-from planner.search.space import Space, splits
+from planner.search.space import Space
+from planner.search.splits import split_fields, splits
 
 LADDER: tuple[Recompute, ...] = ("none", "selective", "full")
 """Recompute tried in turn until the memory fits (each later one only adds time)."""
@@ -75,7 +76,7 @@ def layouts(job: Job) -> list[Layout]:
                                     ep=ep,
                                     sequence_parallel=tp > 1,
                                     micro_batch_size=mbs,
-                                    pipeline_layers=split,
+                                    **split_fields(split),
                                     tp_comm_overlap=tpov,
                                     dp_pools=count,
                                 )

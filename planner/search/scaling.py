@@ -142,11 +142,13 @@ def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
     parts = []
     for attr, name in _CHANGE_FIELDS:
         a, b = getattr(prev, attr), getattr(cur, attr)
+        if attr == "pipeline_layers":  # the whole split: layers, layout string, accounting
+            a, b = prev.split_key()[2:], cur.split_key()[2:]
         if a == b or (not moe and attr in ("ep", "etp")):
             continue
         if attr == "pipeline_layers":
             shape = {True: "even", False: "uneven"}
-            was, now = shape[a is None], shape[b is None]
+            was, now = shape[prev.even_split], shape[cur.even_split]
             parts.append(f"{name} {was}->{now}" if was != now else f"{name} changed")
         elif isinstance(a, bool):
             parts.append(f"{name} {'on' if b else 'off'}")

@@ -4,10 +4,9 @@ options (micro-batch size, vpp, pipeline split) and base layouts (`bases`: TP ov
 dispatcher, EP overlap) with the ZeRO stages and the memory-saving rungs (`planner.search.rungs`:
 recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and certifies over it.
 
-Pipeline splits: the even split where pp divides the layers, and the split of
-`planner.search.solver` that balances the first rank's embedding and the last rank's output layer
-against whole layers (Megatron's first/last uneven form; where the user bounds vpp above 1, also
-interleaved in the layout string's free form, `free_form`).
+Pipeline splits (`planner.search.splits`): the even split, Megatron's first/last uneven form
+balanced by `planner.search.solver`, the embedding and loss counted as layers, and, where the user
+bounds vpp above 1, the layout string's free form.
 """
 
 from __future__ import annotations
@@ -15,16 +14,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any
 
-from planner.inputs.arch import ModelArch
 from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
 from planner.inputs.plan import Job
-from planner.model import memory, params
-from planner.search import rules, solver
+from planner.model import memory
+from planner.search import rules
 from planner.search.rules.context import exchange_for
 from planner.search.rungs import Ladder, Rung, rungs
+from planner.search.splits import (
+    Split,
+    divisors,
+    free_form,
+    split_fields,
+    splits,
+    vpp_candidates,
+)
 
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 MAX_MICRO_BATCH = 16
@@ -110,11 +115,6 @@ class Structure:
         )
 
 
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
 def _sp(tp: int) -> bool:
     return tp > 1
 
@@ -171,65 +171,7 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
     return None
 
 
-@cache
-def _last_stage_extra(arch: ModelArch) -> float:
-    """The output layer (and MTP) in units of one decoder layer's active parameters: the work the
-    last pipeline rank does besides its layers (the loss itself is memory-bound and small). Each
-    MTP layer runs one more decoder layer (its active parameters: top-k of the routed experts) and
-    one more output layer (`output_time.output_layer_time`)."""
-    routed = arch.moe_router_topk / max(arch.num_moe_experts or 1, 1)
-    d, e = params.layer_kinds(arch)[1 if arch.is_moe else 0]
-    per_layer = (d + routed * e) or 1
-    mtp_dense, mtp_expert = params.mtp_layer_params(arch)
-    heads = 1 + arch.mtp_num_layers
-    out_params = heads * arch.padded_vocab() * arch.hidden_size + mtp_dense + routed * mtp_expert
-    return round(out_params / per_layer, 3)
-
-
-def splits(job: Job, space: Space, pp: int, vpp: int) -> list[tuple[int, ...] | None]:
-    """Pipeline splits to consider: even (None) when it exists, and the balanced uneven one, in
-    Megatron's first/last form (every rank's layers a multiple of vpp) where that exists, else,
-    where the user asks for interleaving (`free_form`), in the layout string's free form: the
-    same balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted
-    as --pipeline-model-parallel-layout (whose virtual stages may differ or be empty)."""
-    L = job.arch.num_layers
-    out: list[tuple[int, ...] | None] = []
-    if L % (pp * vpp) == 0:
-        out.append(None)
-    if space.uneven and pp > 1:
-        extra = _last_stage_extra(job.arch)
-        split = solver.balanced_split(L, pp, vpp, 0.0, extra)
-        if split is not None and len(set(split)) > 1:
-            out.append(split)
-        elif split is None and free_form(space) and L % (pp * vpp):
-            free = solver.balanced_split(L, pp, 1, 0.0, extra)  # every rank >= 1 layer
-            out += [free] if free is not None else []
-    return out
-
-
-def free_form(space: Space) -> bool:
-    """Whether interleaved splits may take the layout string's free form: only where the user
-    bounds vpp above 1 (`suggest --vpp`). Unasked, each pipeline degree would gain up to L / pp
-    interleaving degrees whose bounds the search must compute for every structure, which on
-    DeepSeek-V3 (61 layers, every degree free) more than doubles the search's time."""
-    return space.uneven and space.vpp.lo > 1
-
-
-@cache
-def _vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple[int, ...]:
-    """Interleaving degrees with some split: vpp | L / pp (even), vpp | L with pp x vpp <= L
-    (uneven, first/last form), or with `free` any vpp with pp x vpp <= L (`splits` decides)."""
-    if pp == 1:
-        return (1,)
-    if free:  # every other form's degrees are among these
-        return tuple(range(1, num_layers // pp + 1))
-    even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
-    # first/last form: every rank's layers a multiple of vpp, so vpp divides the layers
-    odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
-    return tuple(sorted(even | odd))
-
-
-Option = tuple[int, int, tuple[int, ...] | None]
+Option = tuple[int, int, Split]
 """(micro-batch size, vpp, pipeline split) of one structure."""
 
 
@@ -237,7 +179,7 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
     """(micro_batch_size, vpp, split) choices of a structure that pass the schedule rules."""
     out = []
     per_dp = job.global_batch_size // s.dp
-    vpps = _vpp_candidates(job.arch.num_layers, s.pp, space.uneven, free_form(space))
+    vpps = vpp_candidates(job.arch.num_layers, s.pp, space.uneven, free_form(space))
     vpps = tuple(v for v in vpps if space.vpp.admits(v))
     for mbs in divisors(per_dp):
         if not space.mbs.admits(mbs):
@@ -289,9 +231,7 @@ def flex_backend(job: Job) -> FlexBackend:
     return "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
 
 
-def bases(
-    job: Job, s: Structure, mbs: int, vpp: int, split: tuple[int, ...] | None, space: Space
-) -> list[Base]:
+def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space) -> list[Base]:
     """The base layouts of one shape, each with the rungs tried on it: TP overlap where sequence
     parallelism allows it; per MoE token dispatcher (alltoall, and flex where experts are spread);
     and where Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second base
@@ -305,7 +245,7 @@ def bases(
         plain = s.layout(
             vpp=vpp,
             micro_batch_size=mbs,
-            pipeline_layers=split,
+            **split_fields(split),
             tp_comm_overlap=sp and space.tp_comm_overlap and not titan,
             moe_token_dispatcher_type=dispatcher,
             moe_flex_dispatcher_backend="deepep" if titan else flex_backend(job),
@@ -367,7 +307,7 @@ def layouts_in(
     space: Space,
     s: Structure,
     opts: list[Option],
-    of: Callable[[int, int, tuple[int, ...] | None], list[Base]] | None = None,
+    of: Callable[[int, int, Split], list[Base]] | None = None,
 ) -> int:
     """Layouts the options of one structure stand for: each base times its ZeRO stages and every
     rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's

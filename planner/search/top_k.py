@@ -57,6 +57,7 @@ from planner.search.space import (
     options,
     structures,
 )
+from planner.search.splits import Split
 from planner.search.twins import Row, fold, same_time
 from planner.search.variants import Candidate, best_variants, states_fit
 
@@ -75,7 +76,7 @@ def simplicity(lay: Layout) -> tuple[int, ...]:
         lay.zero_stage,
         RECOMPUTE_ORDER.index(lay.recompute),
         -lay.micro_batch_size,
-        int(lay.pipeline_layers is not None),
+        int(not lay.even_split),
     )
 
 
@@ -111,10 +112,10 @@ class _Bases:
 
     def __init__(self, job: Job, space: Space, s: Structure) -> None:
         self.job, self.space, self.s = job, space, s
-        self.memo: dict[tuple[int, int, tuple[int, ...] | None], list[Base]] = {}
-        self.shapes: dict[tuple[int, tuple[int, ...] | None], list[Base]] = {}
+        self.memo: dict[tuple[int, int, Split], list[Base]] = {}
+        self.shapes: dict[tuple[int, Split], list[Base]] = {}
 
-    def __call__(self, mbs: int, vpp: int, split: tuple[int, ...] | None) -> list[Base]:
+    def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
         key = (mbs, vpp, split)
         if key not in self.memo:
             shape = self.shapes.get((vpp, split))
@@ -204,7 +205,7 @@ def _search(
             list[Option],
             dict[tuple[object, ...], bool],
             _Bases,
-            dict[tuple[int, tuple[int, ...] | None], list[Floors]],
+            dict[tuple[int, Split], list[Floors]],
         ]
     ] = []
     space_size = 0
@@ -221,7 +222,7 @@ def _search(
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
         too_big: dict[tuple[object, ...], bool] = {}
-        tops: dict[tuple[int, tuple[int, ...] | None], list[Floors]] = {}
+        tops: dict[tuple[int, Split], list[Floors]] = {}
         for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
             shape = of(top_mbs, vpp, split)
             if states_fit(job, space, shape[0].layout, capacity, too_big):

@@ -91,7 +91,7 @@ def best_variants(
 
     for z in zero_stages(space, base):
         zbase = base.with_(zero_stage=z)
-        key = (base.vpp, base.pipeline_layers, z)
+        key = (base.split_key(), z)
         if key not in too_big:
             too_big[key] = memory.state_floor(job, zbase) > capacity
         if too_big[key]:
@@ -218,7 +218,7 @@ def states_fit(
     `best_variants`'s key, which then need not estimate it again."""
     fit = False
     for z in zero_stages(space, base):
-        key = (base.vpp, base.pipeline_layers, z)
+        key = (base.split_key(), z)
         if key not in too_big:
             too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
         fit |= not too_big[key]

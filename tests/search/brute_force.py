@@ -25,6 +25,7 @@ from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
 from planner.search.space import Bound, Space
+from planner.search.splits import split_fields
 from planner.search.top_k import Candidate
 
 TOP_K = 5
@@ -107,7 +108,7 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         vpp=vpp,
                         sequence_parallel=sp,
                         micro_batch_size=mbs,
-                        pipeline_layers=split,
+                        **split_fields(split),
                         tp_comm_overlap=sp and space.tp_comm_overlap,
                         moe_token_dispatcher_type=dispatcher,
                         moe_flex_dispatcher_backend=space_mod.flex_backend(job),

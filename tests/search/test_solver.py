@@ -11,7 +11,7 @@ import pytest
 
 from planner.inputs import catalog
 from planner.inputs.plan import Job, parse_plan
-from planner.search import space
+from planner.search import space, splits
 from planner.search.solver import balanced_split
 
 
@@ -43,7 +43,7 @@ def test_llama3_405b_published_split() -> None:
     """Llama 3 405B: 126 layers on 16 pipeline ranks, one fewer layer on the first and last rank
     (Llama 3 paper, section 3.3.2), with the extra work the output layer gives the last rank."""
     arch = catalog.get_model("llama3.1-405b")
-    extra = space._last_stage_extra(arch)
+    extra = splits.last_stage_extra(arch)
     assert 0.3 < extra < 1.0  # a 128k x 16k output layer vs a 16k-wide decoder layer
     split = balanced_split(126, 16, 1, 0.0, extra)
     assert split == (7,) + (8,) * 14 + (7,)

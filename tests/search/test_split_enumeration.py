@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from planner.inputs import catalog
-from planner.search import space
+from planner.search import splits
 from planner.search.solver import SCALE, balanced_split
 
 
@@ -50,7 +50,7 @@ def expected(*args: float) -> tuple[int, ...] | None:
 
 EXTRAS = sorted(
     {0.0, 0.341, 0.659, 1.228, 1.37, 2.409, 4.342}
-    | {space._last_stage_extra(catalog.get_model(m)) for m in ("deepseek-v3", "mixtral-8x7b")}
+    | {splits.last_stage_extra(catalog.get_model(m)) for m in ("deepseek-v3", "mixtral-8x7b")}
 )
 
 

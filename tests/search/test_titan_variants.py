@@ -28,6 +28,7 @@ from planner.search import rules
 from planner.search import space as space_mod
 from planner.search import titan_variants as tv
 from planner.search.space import Bound, Space
+from planner.search.splits import split_fields
 from planner.search.suggest import search_rows
 from planner.search.top_k import Candidate, rank_key, simplicity
 from planner.search.twins import Row, fold
@@ -94,7 +95,7 @@ def _bases(job: Job, space: Space) -> list[Layout]:
                         lay = Layout(
                             tp=tp, pp=pp, dp=dp, cp=cp, etp=tp, vpp=vpp,
                             sequence_parallel=tp > 1, micro_batch_size=mbs,
-                            pipeline_layers=split, zero_stage=zero, tp_comm_overlap=False,
+                            **split_fields(split), zero_stage=zero, tp_comm_overlap=False,
                         )  # fmt: skip
                         if _user_ok(space, lay, domain):
                             out.append(lay)

@@ -1,0 +1,141 @@
+"""Pipeline splits the search tries (`splits`) and the interleaving degrees that have one
+(`vpp_candidates`): how a structure's L decoder layers go over its pp ranks and vpp chunks.
+
+Three of Megatron's forms, and a fourth where the user asks for interleaving:
+- even: every virtual stage L / (pp x vpp) layers (None);
+- first/last: Megatron's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers,
+  the balance of `planner.search.solver` between the first rank's embedding and the last rank's
+  output layer over whole layers, every rank's layers a multiple of vpp (a pipeline_layers tuple);
+- ACCOUNTED: Megatron's --account-for-embedding-in-pipeline-split and
+  --account-for-loss-in-pipeline-split, the embedding and the output layer each counted as a
+  layer of the even split: (L + 2) / (pp x vpp) per virtual stage, the first and the last one
+  building a decoder layer fewer. Interleaved only (vpp > 1: at vpp 1 its per-rank counts are a
+  first/last split, which the solver weighs already), where every virtual stage keeps a decoder
+  layer. NVIDIA's Llama 3.1 405B runs take it: 126 + 2 layers on pp 8 x vpp 8, two a stage
+  (MLPerf's ASYM_PP_EMBED / ASYM_PP_LOSS, Megatron-Bridge's 405B recipes:
+  benchmarks/data/bridge_recipes.md);
+- free form, only where the user bounds vpp above 1 (`free_form`): the solver's balance over
+  whole layers, each rank's layers in vpp chunks as even as they go, emitted as
+  --pipeline-model-parallel-layout.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Literal, Protocol
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.plan import Job
+from planner.model import params
+from planner.search import solver
+
+
+class _Lower(Protocol):
+    @property
+    def lo(self) -> int: ...
+
+
+class SplitSpace(Protocol):
+    """What the splits read of the search space (`planner.search.space.Space`)."""
+
+    @property
+    def uneven(self) -> bool: ...
+
+    @property
+    def vpp(self) -> _Lower: ...
+
+
+ACCOUNTED: Literal["accounted"] = "accounted"
+"""The split that counts the embedding and the output layer as layers (module docstring)."""
+
+Split = tuple[int, ...] | Literal["accounted"] | None
+"""One pipeline split: None (even), each rank's layers (first/last or free form), or ACCOUNTED."""
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def split_fields(split: Split) -> dict[str, Any]:
+    """The Layout fields that spell a split."""
+    if split == ACCOUNTED:
+        return {
+            "pipeline_layers": None,
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
+    return {"pipeline_layers": split}
+
+
+def accounted_fits(num_layers: int, pp: int, vpp: int) -> bool:
+    """Whether the ACCOUNTED split exists at (pp, vpp): interleaved, L + 2 a multiple of
+    pp x vpp, and at least two layers a virtual stage (the first and the last keep one)."""
+    units = num_layers + 2
+    return vpp > 1 and units % (pp * vpp) == 0 and units // (pp * vpp) >= 2
+
+
+@cache
+def last_stage_extra(arch: ModelArch) -> float:
+    """The output layer (and MTP) in units of one decoder layer's active parameters: the work the
+    last pipeline rank does besides its layers (the loss itself is memory-bound and small). Each
+    MTP layer runs one more decoder layer (its active parameters: top-k of the routed experts) and
+    one more output layer (`output_time.output_layer_time`)."""
+    routed = arch.moe_router_topk / max(arch.num_moe_experts or 1, 1)
+    d, e = params.layer_kinds(arch)[1 if arch.is_moe else 0]
+    per_layer = (d + routed * e) or 1
+    mtp_dense, mtp_expert = params.mtp_layer_params(arch)
+    heads = 1 + arch.mtp_num_layers
+    out_params = heads * arch.padded_vocab() * arch.hidden_size + mtp_dense + routed * mtp_expert
+    return round(out_params / per_layer, 3)
+
+
+def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
+    """Pipeline splits to consider: even (None) when it exists; the balanced uneven one, in
+    Megatron's first/last form (every rank's layers a multiple of vpp) where that exists, else,
+    where the user asks for interleaving (`free_form`), in the layout string's free form: the
+    same balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted
+    as --pipeline-model-parallel-layout (whose virtual stages may differ or be empty); and
+    ACCOUNTED where it exists (`accounted_fits`)."""
+    L = job.arch.num_layers
+    out: list[Split] = []
+    if L % (pp * vpp) == 0:
+        out.append(None)
+    if space.uneven and pp > 1:
+        extra = last_stage_extra(job.arch)
+        split = solver.balanced_split(L, pp, vpp, 0.0, extra)
+        if split is not None and len(set(split)) > 1:
+            out.append(split)
+        elif split is None and free_form(space) and L % (pp * vpp):
+            free = solver.balanced_split(L, pp, 1, 0.0, extra)  # every rank >= 1 layer
+            out += [free] if free is not None else []
+        if accounted_fits(L, pp, vpp):
+            out.append(ACCOUNTED)
+    return out
+
+
+def free_form(space: SplitSpace) -> bool:
+    """Whether interleaved splits may take the layout string's free form: only where the user
+    bounds vpp above 1 (`suggest --vpp`). Unasked, each pipeline degree would gain up to L / pp
+    interleaving degrees whose bounds the search must compute for every structure, which on
+    DeepSeek-V3 (61 layers, every degree free) more than doubles the search's time."""
+    return space.uneven and space.vpp.lo > 1
+
+
+@cache
+def vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple[int, ...]:
+    """Interleaving degrees with some split: vpp | L / pp (even), vpp | L with pp x vpp <= L
+    (uneven, first/last form), vpp | (L + 2) / pp (uneven, ACCOUNTED), or with `free` any vpp
+    with pp x vpp <= L (`splits` decides)."""
+    if pp == 1:
+        return (1,)
+    if free:  # every other form's degrees are among these
+        return tuple(range(1, num_layers // pp + 1))
+    even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
+    # first/last form: every rank's layers a multiple of vpp, so vpp divides the layers
+    odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
+    units = num_layers + 2
+    accounted = set()
+    if uneven and units % pp == 0:
+        accounted = {v for v in divisors(units // pp) if accounted_fits(num_layers, pp, v)}
+    return tuple(sorted(even | odd | accounted))
