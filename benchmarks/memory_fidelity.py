@@ -2,7 +2,9 @@
 
 1. Every run in benchmarks/data/published_runs.yaml that trained: is it judged "fits"? Where
    the source gives a measured per-GPU figure, the predicted peak beside it.
-2. Every flash-attention-2 layout of Hagemann et al. (trained or out of memory): the confusion
+2. Every MLPerf Training submission of benchmarks/data/mlperf/runs.yaml (all trained): is it
+   judged "fits"? The count, and the rows that are not.
+3. Every flash-attention-2 layout of Hagemann et al. (trained or out of memory): the confusion
    table, and the rows judged wrongly.
 
 Run: python benchmarks/memory_fidelity.py
@@ -22,6 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hagemann
+import mlperf
 import runs
 
 from planner.inputs.layout import Layout
@@ -61,6 +64,19 @@ def published() -> None:
             f"measured-memory rows: {len(errors)}, median |error| "
             f"{errors[len(errors) // 2]:.0%}, worst {errors[-1]:.0%}"
         )
+
+
+def mlperf_runs() -> None:
+    print("\nMLPerf Training submissions (every one trained: each must be judged 'fits')")
+    cases = mlperf.load_mlperf()
+    wrong = []
+    for case in cases:
+        rep = memory.estimate(case.job, case.layout)
+        if not rep.fits:
+            wrong.append(f"  {case.id:40} {case.layout.describe():52} peak {rep.peak / GIB:.1f}")
+    print(f"judged 'does not fit' although they trained: {len(wrong)} of {len(cases)}")
+    if wrong:
+        print("\n".join(wrong))
 
 
 def hagemann_table(split: str = "uniform") -> None:
@@ -153,4 +169,5 @@ if __name__ == "__main__":
         )
     else:
         published()
+        mlperf_runs()
         hagemann_table("balanced" if "--split-balanced" in sys.argv else "uniform")
