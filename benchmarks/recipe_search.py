@@ -21,7 +21,6 @@ in planner's memory model are left out (their time is not a layout the search co
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
@@ -31,22 +30,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.mlperf import load_mlperf
+from benchmarks.recipe_data import load_recipes
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan
 from planner.model import cost, memory
 from planner.search.space import Space
 from planner.search.top_k import search
 
-PLANS = Path(__file__).resolve().parent.parent / "examples" / "recipes"
-ID = re.compile(r"^# ([A-Z]\d+): ")
 GAP = 0.01
 """A run faster than the search's best by more than this is a gap in the search space."""
-
-
-def recipe_id(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
-    m = ID.match(first)
-    return m.group(1) if m else path.stem
 
 
 def runs(wanted: set[str], mlperf: bool) -> Iterator[tuple[str, str, Job, Layout]]:
@@ -56,11 +48,10 @@ def runs(wanted: set[str], mlperf: bool) -> Iterator[tuple[str, str, Job, Layout
             if not wanted or c.id in wanted:
                 yield c.id, c.raw["hardware"]["catalog"], c.job, c.layout
         return
-    for path in sorted(PLANS.glob("*.toml")):
-        rid = recipe_id(path)
-        if not wanted or rid in wanted:
-            plan = load_plan(path)
-            yield rid, path.name, plan.job, plan.require_layout()
+    for r in load_recipes():  # each recipe with a plan file (benchmarks/recipes.py writes them)
+        if r.skip is None and (not wanted or r.id in wanted):
+            plan = load_plan(r.plan_path)
+            yield r.id, r.plan_path.name, plan.job, plan.require_layout()
 
 
 def main() -> None:
