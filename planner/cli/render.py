@@ -188,6 +188,7 @@ def time_table(perf: Performance) -> Table:
         ("DP gradient / parameter traffic", b.dp_comm_exposed, b.dp_comm_hidden),
         ("pipeline bubble", b.bubble, None),
         ("CPU offloading host transfers", b.offload_exposed, None),
+        ("waiting on the one PCIe link all traffic shares", b.link_shared, None),
         ("optimizer step", b.optimizer, None),
         ("other per-step costs", b.other, None),
     ]

@@ -44,7 +44,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop)
     pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
-    tail = b.dp_comm_exposed + b.optimizer + b.other
+    tail = b.dp_comm_exposed + b.optimizer + b.other + b.link_shared
     total = pipe_end + tail
     span = WIDTH - LEFT - RIGHT
 

@@ -10,7 +10,8 @@ where they are defined.
   workspaces; `memory` memory per pipeline stage (ZeRO 0-3, fragmentation); `fsdp2`
   torchtitan's FSDP2 model states (with and without pipelining)
 - `comms` collectives on the link tier each group spans (a new collective goes here);
-  `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather)
+  `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather);
+  `shared_link` a GPU without NVLink, whose every transfer shares its one PCIe link
 - `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `layer_time` one
   layer's compute and TP / CP / EP traffic per micro-batch; `attention` the flash kernels' rate;
   `host` the host's floor under a small layer's time (`host_floor` applies it);

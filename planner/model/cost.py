@@ -27,7 +27,9 @@ whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`; where
 slower than the compute, also the first bucket's share of it, before which nothing could be
 sent: `dp_sync.windowed`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
-(under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead).
+(under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead). On GPUs
+without NVLink every transfer shares the GPU's one PCIe link: the step is at least that link's
+busy time (`planner.model.shared_link`; the excess is `link_shared`).
 
 Pipeline (planner.model.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
@@ -57,7 +59,18 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_sync, flops, fsdp2, host, muon_time, pools, t5, weight_hash
+from planner.model import (
+    comms,
+    dp_sync,
+    flops,
+    fsdp2,
+    host,
+    muon_time,
+    pools,
+    shared_link,
+    t5,
+    weight_hash,
+)
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.param_tensors import max_rank_tensors
@@ -74,6 +87,7 @@ from planner.model.stage_time import (
     layout_times,
     mix_sums,
     offload_exposed,
+    offload_one_way,
     rank_layers,
     rank_mix,
 )
@@ -220,6 +234,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     rows: list[tuple[float, ...]] = []
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
+    link_busy = 0.0  # the busiest rank's shared PCIe link (planner.model.shared_link)
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
             job, lt = jobs[rank], layout_times(jobs[rank], lay)
@@ -275,6 +290,14 @@ def estimate(job: Job, layout: Layout) -> Performance:
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
+        if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
+            sends = 2 * lay.vpp * (max(hops[rank]) if hops else hop) if lay.pp > 1 else 0.0
+            per_mb = sum(n * (k.tp_traffic + k.ep) for k, n in mix)
+            per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt)
+            if rank == 0:
+                per_mb += lt.encoder.tp
+            dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
+            link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))
 
     # the schedule's closed form (planner.model.schedule: 1F1B / interleaved, torchtitan's others)
     bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
@@ -308,6 +331,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
         other=step_overhead_s(job, lay),
         offload_exposed=m * off,
     )
+    if link_busy > 0:
+        least = shared_link.floor(link_busy, opt, breakdown.other)
+        breakdown = replace(breakdown, link_shared=max(least - breakdown.step_time, 0.0))
     step = breakdown.step_time
     n_gpus = lay.num_gpus
     t5_flops = t5.model_flops_per_sample(job) * job.global_batch_size

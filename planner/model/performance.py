@@ -30,6 +30,9 @@ class StepBreakdown:
     other: float
     offload_exposed: float = 0.0
     """CPU offloading's host transfers beyond the compute they overlap."""
+    link_shared: float = 0.0
+    """What the step waits, beyond the rest, for the one PCIe link a GPU without NVLink moves all
+    its traffic over (`planner.model.shared_link`): 0 where the link keeps up."""
 
     @property
     def step_time(self) -> float:
@@ -50,6 +53,7 @@ COST_NAMES = {
     "optimizer": "optimizer",
     "other": "other",
     "offload_exposed": "host offload",
+    "link_shared": "shared PCIe link",
 }
 
 BOTTLENECK_MIN_SHARE = 0.05

@@ -224,6 +224,13 @@ def ep_exposed(
     return shown + share * hidden, hidden
 
 
+def _stage_layers(job: Job, chunks: Chunks, t: LayoutTimes) -> list[Layer]:
+    """The stage's decoder layers' times in the order it runs them."""
+    arch = job.arch
+    index = {kind: j for j, kind in enumerate(arch.kinds)}
+    return [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
+
+
 def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
     """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
     (Megatron --cpu-offloading-num-layers k, one pipeline stage only): Transformer Engine's
@@ -234,11 +241,28 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     k = lay.cpu_offloading_num_layers
     if k <= 0:
         return fine_offload_exposed(job, lay, chunks, t)
-    arch = job.arch
-    index = {kind: j for j, kind in enumerate(arch.kinds)}
-    layers = [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
+    layers = _stage_layers(job, chunks, t)
     return cpu_offload.exposed_seconds(
         [x.fwd for x in layers], [x.bwd for x in layers], [x.offload for x in layers], k
+    )
+
+
+def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch a stage's host copies take one way over the host link (the
+    forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
+    --cpu-offloading-num-layers k, each layer's offloaded groups under fine-grained offloading."""
+    arch, k = job.arch, lay.cpu_offloading_num_layers
+    if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
+        layers = _stage_layers(job, chunks, t)
+        return sum(x.offload for x in layers[: min(k, len(layers) - 1)])
+    if not lay.offload_modules:
+        return 0.0
+    sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
+    counts = arch.kind_counts(chunks)
+    return sum(
+        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods), link)
+        for kind, n in zip(arch.kinds, counts, strict=True)
+        if n
     )
 
 

@@ -419,3 +419,27 @@ def test_explain_shows_the_host_transfers_of_cpu_offloading(
     assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
     _, text, _ = run(["explain", str(plan)], capsys)
     assert ("CPU offloading host transfers" in text) == (parts["offload_exposed"] > 0)
+
+
+def test_explain_shows_the_wait_on_a_shared_pcie_link(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Llama 3.1 70B on 64 L40S (no NVLink), tp 2 x ZeRO-3 dp 32 with 77 layers offloaded: TP,
+    # DP and host copies all cross each GPU's one PCIe link, busier than the rest of the step
+    # (tests/model/test_shared_link.py has its arithmetic); explain names the wait, and the
+    # exposed parts still add up to the step
+    plan = tmp_path / "l40s.toml"
+    plan.write_text(
+        '[model]\nname = "llama3.1-70b"\n[cluster]\ngpu = "l40s-48gb"\nnum_gpus = 64\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 512\n"
+        "[parallel]\ntp = 2\ndp = 32\nsequence_parallel = true\ntp_comm_overlap = true\n"
+        "micro_batch_size = 4\nzero_stage = 3\ncpu_offloading_num_layers = 77\n"
+    )
+    code, out, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    perf = json.loads(out)["performance"]
+    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
+    assert parts["link_shared"] > 0
+    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
+    _, text, _ = run(["explain", str(plan)], capsys)
+    assert "waiting on the one PCIe link all traffic shares" in text
