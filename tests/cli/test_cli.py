@@ -401,6 +401,18 @@ def test_megatron_warnings_are_reported_not_refused(
     assert json.loads(out)["warnings"] == [] and "warning" not in err
 
 
+def explained_parts(plan: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, float], str]:
+    """`explain --json`'s exposed step-time parts, checked to add up to the step, and the human
+    output of the same plan."""
+    code, out, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    perf = json.loads(out)["performance"]
+    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
+    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
+    _, text, _ = run(["explain", str(plan)], capsys)
+    return parts, text
+
+
 def test_explain_shows_the_host_transfers_of_cpu_offloading(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -412,12 +424,7 @@ def test_explain_shows_the_host_transfers_of_cpu_offloading(
         EXAMPLE.read_text().split("[parallel]")[0]
         + "[parallel]\ntp = 1\npp = 1\nmicro_batch_size = 2\ncpu_offloading_num_layers = 16\n"
     )
-    code, out, err = run(["explain", str(plan), "--json"], capsys)
-    assert code == 0, err
-    perf = json.loads(out)["performance"]
-    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
-    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
-    _, text, _ = run(["explain", str(plan)], capsys)
+    parts, text = explained_parts(plan, capsys)
     assert ("CPU offloading host transfers" in text) == (parts["offload_exposed"] > 0)
 
 
@@ -435,11 +442,6 @@ def test_explain_shows_the_wait_on_a_shared_pcie_link(
         "[parallel]\ntp = 2\ndp = 32\nsequence_parallel = true\ntp_comm_overlap = true\n"
         "micro_batch_size = 4\nzero_stage = 3\ncpu_offloading_num_layers = 77\n"
     )
-    code, out, err = run(["explain", str(plan), "--json"], capsys)
-    assert code == 0, err
-    perf = json.loads(out)["performance"]
-    parts = {k: v for k, v in perf["breakdown_s"].items() if not k.endswith("_hidden")}
+    parts, text = explained_parts(plan, capsys)
     assert parts["link_shared"] > 0
-    assert sum(parts.values()) == pytest.approx(perf["step_time_s"], abs=1e-3)
-    _, text, _ = run(["explain", str(plan)], capsys)
     assert "waiting on the one PCIe link all traffic shares" in text
