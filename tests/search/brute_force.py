@@ -301,6 +301,13 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
         Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),
     ),
+    "llama70b-l40s-shared-link": (
+        # PCIe-only GPUs: the top layouts offload most layers and wait on the one PCIe link
+        # their TP, DP and host traffic share (planner.model.shared_link), a cost that grows
+        # with the offloaded layers and the ZeRO stage, as the search's dominance rules assume
+        make_job("llama3.1-70b", "l40s-48gb", 64, 4096, 512),
+        Space(tp=Bound(2, 4), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1), mbs=Bound(1, 4)),
+    ),
 }
 
 
