@@ -17,15 +17,18 @@ else of the step can run while the link is the bottleneck but the compute it hid
 the step is at least the link's busy seconds plus the optimizer step and the fixed per-step
 costs, which run with no traffic in flight (`floor`).
 
-Approximations, all on the side of a longer step: traffic counted at the seconds its own tier
-takes, latency included; traffic through the NIC at the NIC's rate, below the link's on the L40S
-(200 Gb/s assumed, 23 against 24.8 GB/s achieved), so counted up to 7% long. Not modelled: the
-PCIe switch's uplink, which two to four GPUs share toward the CPU and the other switches, and
-which would bound cross-switch and host traffic further.
+Approximations: traffic counted at the seconds its own tier takes, latency included, and
+traffic through the NIC at the NIC's rate, below the link's on the L40S (200 Gb/s assumed, 23
+against 24.8 GB/s achieved), so up to 7% long; the output layer's TP collectives left out (one
+layer's against the decoder's dozens). Not modelled: the PCIe switch's uplink, which two to four
+GPUs share toward the CPU and the other switches, and which would bound cross-switch and host
+traffic further.
 
 NVLink GPUs keep their NVLink traffic off the PCIe link; their NIC traffic and host copies share
-it too (PCIe 5.0 x16, 63 GB/s, against a 50 GB/s NIC on H100), but no published or measured run
-here offloads while its data-parallel traffic is exposed, so they are left unfloored."""
+it too (PCIe 5.0 x16, 63 GB/s, against a 50 GB/s NIC on H100), but the runs here that offload
+(Megatron-LM's functional tests) keep their traffic inside one NVLink domain, so nothing checks
+such a floor and they are left without one: the breakdown does not split a collective's
+seconds between NVLink and the NIC."""
 
 from __future__ import annotations
 
