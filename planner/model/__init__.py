@@ -2,7 +2,8 @@
 (`Job`, `Layout`), every formula derived in its module's docstring and its constants documented
 where they are defined.
 
-- `params` parameter counts; `flops` FLOPs and GEMM shapes (Megatron's counting)
+- `params` parameter counts; `flops` FLOPs (Megatron's counting); `gemm_shapes` a layer's
+  linear GEMM shapes on one GPU
 - `activations` activation bytes per layer (Korthikanti et al. 2022, generalised);
   `stage_activations` what a pipeline rank holds at its peak (in-flight micro-batches, recompute,
   offloading); `cpu_offload` Transformer Engine's schedule of whole-layer CPU offloading (its

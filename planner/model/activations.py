@@ -43,7 +43,7 @@ Full recompute keeps only the layer input, 2Th (split by t under SP).
 PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan's
 `selective_ac_option = "op"`) keeps the layer input, the attention kernel's output and log-sum-exp,
 and the 1st, 3rd, ... of the block's matmul outputs (its counter starts again at each block's
-forward: `planner.model.flops.per_op_split`; a Llama layer keeps wq, wv, w1 and w2).
+forward: `planner.model.gemm_shapes.per_op_split`; a Llama layer keeps wq, wv, w1 and w2).
 
 MoE layers (moe/moe_layer.py, router.py, experts.py TEGroupedMLP, token_dispatcher.py; the TE
 spec puts a separate norm before the MoE layer), per local token (T/t: MoE with TP needs SP) and
@@ -70,7 +70,7 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
-from planner.model import flops, mamba
+from planner.model import flops, gemm_shapes, mamba
 from planner.model.scores import score_bytes
 
 BF16 = 2
@@ -262,7 +262,7 @@ def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
 def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
     output (bf16) and log-sum-exp (fp32 per head and token), and the matmul outputs its policy
-    saves (`planner.model.flops.per_op_split`: every other one; MoE experts at the busiest
+    saves (`planner.model.gemm_shapes.per_op_split`: every other one; MoE experts at the busiest
     rank's load)."""
     t, a = sh.tokens, arch.num_attention_heads
     _, v_width = flops.attention_core_width(arch)
@@ -271,8 +271,8 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
         attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
     # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
     # pairs an expert-parallel rank receives, so the same bytes
-    gemms = flops.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
-    saved, _, _ = flops.per_op_split(arch, gemms, sh.tp, is_moe)
+    gemms = gemm_shapes.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
+    saved, _, _ = gemm_shapes.per_op_split(arch, gemms, sh.tp, is_moe)
     return layer_input_bytes(arch, sh) + attention_out + BF16 * saved
 
 

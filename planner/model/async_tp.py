@@ -33,7 +33,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops
+from planner.model import comms, gemm_shapes
 
 
 def hidden_share(c: float, g: float, tp: int) -> float:
@@ -46,10 +46,11 @@ def row_parallel_windows(
     arch: ModelArch, times: list[float], moe: bool | LayerKind
 ) -> tuple[float, ...]:
     """Seconds of each block's row-parallel forward GEMM (the attention's output projection, a
-    Mamba mixer's out_proj, fc2; `flops.gemm_blocks`), for a layer of a kind (or a transformer
+    Mamba mixer's out_proj, fc2; `gemm_shapes.gemm_blocks`), for a layer of a kind (or a transformer
     layer's MoE flag); 0 for an MoE block."""
     return tuple(
-        0.0 if block == "moe" else times[idx[-1]] for block, idx in flops.gemm_blocks(arch, moe)
+        0.0 if block == "moe" else times[idx[-1]]
+        for block, idx in gemm_shapes.gemm_blocks(arch, moe)
     )
 
 

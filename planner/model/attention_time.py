@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
-from planner.model import attention, determinism, flops
+from planner.model import attention, determinism, flops, gemm_shapes
 from planner.model.gemm import Gpu
 
 
@@ -97,4 +97,4 @@ def rope_elements(arch: ModelArch, t: float, tp: int) -> float:
     heads = arch.num_attention_heads / tp
     if arch.multi_latent_attention and arch.qk_pos_emb_head_dim:
         return t * (heads + 1) * arch.qk_pos_emb_head_dim
-    return t * (heads + flops.kv_heads(arch, tp)) * arch.head_dim
+    return t * (heads + gemm_shapes.kv_heads(arch, tp)) * arch.head_dim

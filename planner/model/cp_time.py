@@ -22,13 +22,13 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.model import comms, flops
+from planner.model import comms, gemm_shapes
 from planner.model.activations import BF16
 
 
 def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:
     """The rank's K and V for its t tokens, bf16, head_dim wide each."""
-    return t * 2 * flops.kv_heads(arch, tp) * arch.head_dim * BF16
+    return t * 2 * gemm_shapes.kv_heads(arch, tp) * arch.head_dim * BF16
 
 
 def a2a_bytes(arch: ModelArch, t: float, tp: int) -> tuple[float, float]:

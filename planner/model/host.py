@@ -60,14 +60,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.model import determinism, flops
+from planner.model import determinism, gemm_shapes
 
 if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
     from planner.inputs.layout import Layout
     from planner.inputs.plan import Job
     from planner.inputs.plan_sections import CudaGraphModule
-    from planner.model.flops import GemmPart
+    from planner.model.gemm_shapes import GemmPart
 
 HOST_LAYER_ISSUE_S = 1.22e-3
 """Fitted. Seconds the reference host takes to issue one dense transformer layer's forward
@@ -246,19 +246,19 @@ FP8_GEMM_BLOCK: dict[GemmPart, CudaGraphModule] = {
     "latent": "moe",
     "shared": "moe_router",
 }
-"""The block (`issue_blocks`) each of a layer's linear GEMMs (`flops.linear_gemm_parts`) runs in:
-a mixture of experts' grouped fc1 and fc2 and its latent projections under "moe", its shared
-experts under "moe_router" (they run in that captured region)."""
+"""The block (`issue_blocks`) each of a layer's linear GEMMs (`gemm_shapes.linear_gemm_parts`)
+runs in: a mixture of experts' grouped fc1 and fc2 and its latent projections under "moe", its
+shared experts under "moe_router" (they run in that captured region)."""
 
 
 def fp8_gemms(job: Job, kind: LayerKind) -> dict[CudaGraphModule, int]:
     """GEMMs per block of a layer's forward that Transformer Engine quantises under FP8 / NVFP4:
-    its linear GEMMs (`flops.linear_gemm_parts`: QKV and the output projection, MLA's five,
+    its linear GEMMs (`gemm_shapes.linear_gemm_parts`: QKV and the output projection, MLA's five,
     a Mamba mixer's in- and out-projections, an MLP's fc1 and fc2, the experts' grouped fc1 and
     fc2, each one quantisation of every local expert's input in TE's GroupedLinear) by
     FP8_GEMM_BLOCK; none for the router's GEMM and the dispatch preprocessing."""
     out: dict[CudaGraphModule, int] = {}
-    for part in flops.linear_gemm_parts(job.arch, kind):
+    for part in gemm_shapes.linear_gemm_parts(job.arch, kind):
         block = FP8_GEMM_BLOCK[part]
         out[block] = out.get(block, 0) + 1
     return out

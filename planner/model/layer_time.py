@@ -81,7 +81,7 @@ attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and 
 experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine,
 shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
 torchtitan's per-op policy (saves every other matmul output of a block and the attention output)
-the linear GEMMs it does not save (`flops.per_op_split`: by their share of the FLOPs) and the
+the linear GEMMs it does not save (`gemm_shapes.per_op_split`: by their share of the FLOPs) and the
 elementwise forward. Rotary embeddings run as separate ops (`Job.fused_rope` false) add
 `attention_time.UNFUSED_ROPE_BYTES` per element they turn to the streamed work. The layer's TP,
 CP and EP traffic is computed here too
@@ -114,7 +114,7 @@ from planner.model import (
     cp_time,
     determinism,
     dispatch,
-    flops,
+    gemm_shapes,
     host,
     layer_tp,
     mamba,
@@ -252,8 +252,8 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
     # once per step, `weight_cast`)
     on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
-    shapes = flops.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load, on_shard)
-    parts = flops.linear_gemm_parts(arch, kind)
+    shapes = gemm_shapes.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load, on_shard)
+    parts = gemm_shapes.linear_gemm_parts(arch, kind)
     times: list[float] = []
     casts: list[float] = []
     slower = margin_slowdown(job)
@@ -265,7 +265,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     gemm_fwd, cast = sum(times), sum(casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
-        # router GEMM and the token permutations (not in `flops.linear_gemms`: no model FLOPs)
+        # router GEMM and the token permutations (not in `gemm_shapes.linear_gemms`: no model FLOPs)
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
         perm = moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
@@ -309,7 +309,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     if policy == "full":
         out.recompute = out.fwd
     elif policy == "per_op":  # the matmuls torchtitan's policy re-runs, by their FLOPs' share
-        _, rerun, whole = flops.per_op_split(arch, shapes, tp, kind)
+        _, rerun, whole = gemm_shapes.per_op_split(arch, shapes, tp, kind)
         out.recompute = gemm_fwd * rerun / whole + streamed / 3 + perm / 2
     elif policy == "core_attn":
         pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)

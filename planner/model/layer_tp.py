@@ -12,7 +12,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
-from planner.model import async_tp, comms, flops, tp_overlap
+from planner.model import async_tp, comms, gemm_shapes, tp_overlap
 from planner.model.activations import BF16
 
 
@@ -80,16 +80,16 @@ def _mla_windows(
     arch: ModelArch, times: list[float], kind: LayerKind, windows: tuple[float, ...]
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The blocks' windows and gathered widths with the attention block's (the first) as
-    Megatron's MLA has them: the latents' width over h (`flops.mla_gathered_width`), under the
+    Megatron's MLA has them: the latents' width over h (`gemm_shapes.mla_gathered_width`), under the
     up-projections' GEMMs (the column-parallel ones reading the gathered latents)."""
-    parts = flops.linear_gemm_parts(arch, kind)
+    parts = gemm_shapes.linear_gemm_parts(arch, kind)
     up = sum(x for x, part in zip(times, parts, strict=True) if part == "mla_up")
-    width = flops.mla_gathered_width(arch) / arch.hidden_size
+    width = gemm_shapes.mla_gathered_width(arch) / arch.hidden_size
     return (up, *windows[1:]), (width,) + (1.0,) * (len(windows) - 1)
 
 
 def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
-    """Per block of the layer (`flops.gemm_blocks`), whether it runs the TP collectives of
+    """Per block of the layer (`gemm_shapes.gemm_blocks`), whether it runs the TP collectives of
     `comms.tensor_parallel_layer` on its h-wide input. A mixer or a dense MLP does. An MoE block
     does only where a TP-sharded MLP reads the gathered input: a shared expert beside the routed
     ones (Megatron-Core's SharedExpertMLP, a ColumnParallelLinear / RowParallelLinear pair on the
@@ -101,7 +101,7 @@ def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
     routed copies is the dispatcher's traffic (`dispatch.moe_dispatch`)."""
     shared = bool(job.arch.moe_shared_expert_intermediate_size)
     gathered = shared or experts_on_gathered_input(job, lay)
-    return tuple(block != "moe" or gathered for block, _ in flops.gemm_blocks(job.arch, kind))
+    return tuple(block != "moe" or gathered for block, _ in gemm_shapes.gemm_blocks(job.arch, kind))
 
 
 def experts_on_gathered_input(job: Job, lay: Layout) -> bool:
@@ -122,12 +122,12 @@ def column_parallel_windows(
 ) -> tuple[float, ...]:
     """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer
     input; one backward GEMM, dgrad or wgrad, takes as long): what the block's backward TP
-    collectives can run under (`flops.gemm_blocks`: the attention's QKV or down-projections, a
+    collectives can run under (`gemm_shapes.gemm_blocks`: the attention's QKV or down-projections, a
     Mamba mixer's in_proj, fc1). An MoE block's collectives (where it has any, `tp_blocks`) are
     given no GEMM to hide under (0). `moe`: the layer's kind, or a transformer layer's
     MoE flag."""
     h = arch.hidden_size
     return tuple(
         0.0 if block == "moe" else sum(times[i] for i in idx[:-1] if shapes[i][1] == h)
-        for block, idx in flops.gemm_blocks(arch, moe)
+        for block, idx in gemm_shapes.gemm_blocks(arch, moe)
     )

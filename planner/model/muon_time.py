@@ -49,7 +49,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, flops, host
+from planner.model import comms, gemm_shapes, host
 from planner.model.gemm import Gpu, gemm_time
 
 MUON_MATRIX_KERNELS = 30
@@ -75,9 +75,9 @@ def matrices(
     """(dense, expert) matrices of one layer of `kind` on one GPU (module docstring), whole and
     as TP (experts: expert-TP) shards, the rank's E / ep local experts each."""
     # the layer's GEMMs' K x N are its weights: whole at tp = etp = 1, a rank's shard at tp, etp
-    whole = flops.linear_gemms(arch, 1.0, 1, ep, 1, kind)
-    shard = flops.linear_gemms(arch, 1.0, tp, ep, etp, kind)
-    parts = flops.linear_gemm_parts(arch, kind)
+    whole = gemm_shapes.linear_gemms(arch, 1.0, 1, ep, 1, kind)
+    shard = gemm_shapes.linear_gemms(arch, 1.0, tp, ep, etp, kind)
+    parts = gemm_shapes.linear_gemm_parts(arch, kind)
     dense: list[Matrix] = []
     expert: list[Matrix] = []
     h = arch.hidden_size

@@ -23,7 +23,7 @@ class Pieces:
 
     parts: tuple[str, ...]
     times: list[float]
-    """Forward seconds of each linear GEMM (`flops.linear_gemm_parts` order)."""
+    """Forward seconds of each linear GEMM (`gemm_shapes.linear_gemm_parts` order)."""
     casts: list[float]
     """FP8 quantisation seconds of each GEMM's input and output gradient (fwd + bwd)."""
     attn_fwd: float

@@ -33,7 +33,7 @@ from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import attention_time, flops, params
+from planner.model import attention_time, gemm_shapes, params
 from planner.model import layer_time as lt
 from planner.model.activations import Shard
 from planner.model.gemm import Gpu, gemm_time
@@ -100,7 +100,7 @@ def cross_attention(job: Job, lay: Layout, gpu: Gpu, layer: Layer) -> Layer:
     b, tp = lay.micro_batch_size, lay.tp
     td, te = b * job.seq_length, b * job.t5_encoder[1]
     h, d, heads = arch.hidden_size, arch.head_dim, arch.num_attention_heads
-    q_w, kv_w = heads * d / tp, 2 * flops.kv_heads(arch, tp) * d  # K/V replicated past g
+    q_w, kv_w = heads * d / tp, 2 * gemm_shapes.kv_heads(arch, tp) * d  # K/V replicated past g
     peak, ridge, e = gpu.peak_linear, gpu.ridge, gpu.e_linear
     gemms = (
         gemm_time(td, h, q_w, peak, ridge, e)

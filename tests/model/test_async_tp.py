@@ -12,7 +12,7 @@ from plan_text import plan_text, write
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan
-from planner.model import async_tp, comms, cost, flops
+from planner.model import async_tp, comms, cost, gemm_shapes
 from planner.model.activations import BF16
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
@@ -65,7 +65,7 @@ def test_async_tp_hides_the_forward_collectives(tmp_path: Path) -> None:
     # by hand: the layer's GEMM windows, 8 collectives each showing what outlasts its GEMM plus
     # one chunk, the hidden rest charged comms.sm_share
     arch, t = job.arch, 8192.0
-    shapes = flops.linear_gemms(arch, t, 8, 1, 1, False)
+    shapes = gemm_shapes.linear_gemms(arch, t, 8, 1, 1, False)
     times = _gemm_times(job, shapes)
     cols = column_parallel_windows(arch, shapes, times, False)
     rows = async_tp.row_parallel_windows(arch, times, False)

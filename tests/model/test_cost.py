@@ -18,7 +18,15 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, flops, layer_time, layer_tp, schedule, stage_time
+from planner.model import (
+    comms,
+    cost,
+    gemm_shapes,
+    layer_time,
+    layer_tp,
+    schedule,
+    stage_time,
+)
 from planner.model.layer_time import gpu_of
 
 
@@ -411,9 +419,9 @@ def test_megatron_hides_backward_tp_traffic_synchronous_code_does_not() -> None:
 )
 def test_backward_tp_windows_are_the_input_side_gemms(model: str, attn_inputs: tuple) -> None:
     arch = catalog.get_model(model)
-    shapes = flops.linear_gemms(arch, 4096.0, 2, 1, 1, moe=False)
+    shapes = gemm_shapes.linear_gemms(arch, 4096.0, 2, 1, 1, moe=False)
     times = [float(10**i) for i in range(len(shapes))]  # 1, 10, 100, ...: each sum is unique
-    n_attn = len(flops.attention_gemms(arch, 4096.0, 2))
+    n_attn = len(gemm_shapes.attention_gemms(arch, 4096.0, 2))
     attn, mlp = layer_tp.column_parallel_windows(arch, shapes, times, moe=False)
     assert attn == sum(times[i] for i in attn_inputs)
     assert mlp == times[n_attn]  # fc1

@@ -12,7 +12,7 @@ import pytest
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
-from planner.model import flops
+from planner.model import flops, gemm_shapes
 
 
 def gpt(L: int, h: int, a: int, V: int = 51200, s: int = 2048) -> ModelArch:
@@ -171,8 +171,8 @@ SMALL_MOE = ModelArch(
 
 def _expert_flops(tp: int, ep: int, etp: int, t: float = 1024.0) -> float:
     """Forward FLOPs of one GPU's routed-expert GEMMs (the shapes after the attention ones)."""
-    n_attn = len(flops.attention_gemms(SMALL_MOE, t, tp))
-    shapes = flops.linear_gemms(SMALL_MOE, t, tp, ep, etp, moe=True)[n_attn:]
+    n_attn = len(gemm_shapes.attention_gemms(SMALL_MOE, t, tp))
+    shapes = gemm_shapes.linear_gemms(SMALL_MOE, t, tp, ep, etp, moe=True)[n_attn:]
     return sum(2 * m * k * n * c for m, k, n, c in shapes)
 
 
@@ -226,9 +226,9 @@ def test_latent_moe_experts_run_at_the_latent_width() -> None:
     # per GPU, tp 4 ep 4 etp 1, t = 1,024: 512 routed pairs (the case above) at 2,048 each, and
     # the projections on the rank's 256 sequence-parallel tokens, whole on every TP rank
     t = 1024.0
-    n_attn = len(flops.attention_gemms(arch, t, 4))
-    shapes = flops.linear_gemms(arch, t, 4, 4, 1, moe=True)[n_attn:]
-    parts = flops.linear_gemm_parts(arch, True)[n_attn:]
+    n_attn = len(gemm_shapes.attention_gemms(arch, t, 4))
+    shapes = gemm_shapes.linear_gemms(arch, t, 4, 4, 1, moe=True)[n_attn:]
+    parts = gemm_shapes.linear_gemm_parts(arch, True)[n_attn:]
     assert parts == ("expert", "expert", "latent", "latent")
     assert shapes[2:] == [(256.0, 64, 16, 1), (256.0, 16, 64, 1)]
     total = sum(2 * m * k * n * c for m, k, n, c in shapes)
@@ -242,13 +242,15 @@ def test_per_op_split_counts_each_block_from_its_first_matmul() -> None:
     # fc2: 2 (h^2 + h^2 + 4h^2) = 12 h^2 FLOPs of all 2 (4h^2 + 8h^2) = 24 h^2 (half, for MHA)
     h = 12288
     gpt = catalog.get_model("gpt3-175b")
-    saved, rerun, whole = flops.per_op_split(
-        gpt, flops.linear_gemms(gpt, 1.0, 1, 1, 1, False), 1, False
+    saved, rerun, whole = gemm_shapes.per_op_split(
+        gpt, gemm_shapes.linear_gemms(gpt, 1.0, 1, 1, 1, False), 1, False
     )
     assert (saved, rerun, whole) == pytest.approx((6 * h, 12 * h * h, 24 * h * h), rel=1e-12)
     # Mixtral 8x7B (GQA 32 / 8 heads of 128, top-2 of 8 experts of 14336): the attention's wq
     # (4096) and wv (1024) kept; the experts' outputs taken half: 2 copies x (2 x 14336 + 4096)
     # = 65,536 elements -> 32,768; so 37,888 per token
     mix = catalog.get_model("mixtral-8x7b")
-    saved, _, _ = flops.per_op_split(mix, flops.linear_gemms(mix, 1.0, 1, 1, 1, True), 1, True)
+    saved, _, _ = gemm_shapes.per_op_split(
+        mix, gemm_shapes.linear_gemms(mix, 1.0, 1, 1, 1, True), 1, True
+    )
     assert saved == pytest.approx(4096 + 1024 + 32768, rel=1e-12)

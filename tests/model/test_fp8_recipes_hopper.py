@@ -18,7 +18,7 @@ import pytest
 
 from planner.inputs.hybrid import DENSE
 from planner.inputs.plan import parse_plan
-from planner.model import flops
+from planner.model import gemm_shapes
 from planner.model.gemm import gemm_time, quant_bytes
 from planner.model.layer_time import gpu_of
 
@@ -56,7 +56,7 @@ def layer_gemm_ms(recipe: str) -> float:
     gpu = gpu_of(job)
     q = quant_bytes(job.quant_recipe, blackwell=False)
     total = 0.0
-    for m, k, n, c in flops.linear_gemms(job.arch, 31 * 512.0, 1, 1, 1, DENSE, 1.0):
+    for m, k, n, c in gemm_shapes.linear_gemms(job.arch, 31 * 512.0, 1, 1, 1, DENSE, 1.0):
         total += 3 * gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c)
         total += c * q * (m * k + m * n + k * n) / gpu.hbm
     return 1e3 * total

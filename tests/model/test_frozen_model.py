@@ -27,7 +27,7 @@ from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan, parse_plan
-from planner.model import activations, cost, flops, memory
+from planner.model import activations, cost, gemm_shapes, memory
 from planner.model.activations import Shard
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
@@ -89,11 +89,11 @@ def test_no_gradients_optimizer_wgrad_or_gradient_sync_when_frozen() -> None:
     assert (b.grads, b.optimizer) == (0.0, 0.0)
     assert b.weights == a.weights  # the bf16 weights stay
     # the layer's backward loses its weight-gradient GEMMs: one forward's worth of the linear
-    # GEMMs (flops.linear_gemms at T = 4096, tp 1)
+    # GEMMs (gemm_shapes.linear_gemms at T = 4096, tp 1)
     gpu = gpu_of(live)
     gemms = sum(
         gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c)
-        for m, k, n, c in flops.linear_gemms(live.arch, 4096.0, 1, 1, 1, False, 1.0)
+        for m, k, n, c in gemm_shapes.linear_gemms(live.arch, 4096.0, 1, 1, 1, False, 1.0)
     )
     x, y = layer_time(live, lay, gpu, False), layer_time(frozen, lay, gpu, False)
     assert x.fwd == y.fwd

@@ -14,7 +14,7 @@ from plan_text import load_error, plan_text, write
 from planner.emit import torchrun
 from planner.inputs import plan_writer
 from planner.inputs.plan import Plan, load_plan
-from planner.model import comms, flops
+from planner.model import comms, gemm_shapes
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
 from planner.model.output_time import output_layer_time
@@ -40,11 +40,11 @@ def test_decoder_gemms_run_on_the_sms_left(tmp_path: Path) -> None:
     plain = replace(job, gemm_sm_margin=0)
     gpu = gpu_of(job)
     a, b = layer_time(plain, lay, gpu, False), layer_time(job, lay, gpu, False)
-    # the layer's linear GEMMs, forward: sum of gemm_time over flops.linear_gemms' shapes
+    # the layer's linear GEMMs, forward: sum of gemm_time over gemm_shapes.linear_gemms' shapes
     t = 4096.0
     gemms = sum(
         gemm_time(m, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c)
-        for m, k, n, c in flops.linear_gemms(job.arch, t, 2, 1, 2, False, 1.0)
+        for m, k, n, c in gemm_shapes.linear_gemms(job.arch, t, 2, 1, 2, False, 1.0)
     )
     extra = (148 / 132 - 1) * gemms
     assert b.fwd - a.fwd == pytest.approx(extra, rel=1e-9)

@@ -17,7 +17,7 @@ import pytest
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import ATTENTION, MAMBA, MLP, MOE_MLP
 from planner.model import activations as act
-from planner.model import flops, mamba, params
+from planner.model import flops, gemm_shapes, mamba, params
 from planner.model.activations import Shard
 from planner.model.gemm import Gpu
 
@@ -119,11 +119,11 @@ def test_ssd_scan_time_by_hand() -> None:
 
 def test_gemm_blocks_follow_the_kind() -> None:
     # a Mamba layer's GEMMs are in_proj (column-parallel) then out_proj (row-parallel)
-    gemms = flops.linear_gemms(TINY, 10.0, 2, 1, 1, MAMBA)
+    gemms = gemm_shapes.linear_gemms(TINY, 10.0, 2, 1, 1, MAMBA)
     assert gemms == [(10.0, 64, 296 / 2, 1), (10.0, 128 / 2, 64, 1)]
-    assert flops.gemm_blocks(TINY, MAMBA) == (("mamba", range(2)),)
-    assert flops.gemm_blocks(TINY, MLP) == (("dense", range(2)),)
-    assert [b for b, _ in flops.gemm_blocks(TINY, True)] == ["attention", "moe"]
+    assert gemm_shapes.gemm_blocks(TINY, MAMBA) == (("mamba", range(2)),)
+    assert gemm_shapes.gemm_blocks(TINY, MLP) == (("dense", range(2)),)
+    assert [b for b, _ in gemm_shapes.gemm_blocks(TINY, True)] == ["attention", "moe"]
 
 
 def test_nemotron3_nano_parameter_counts() -> None:

@@ -16,7 +16,7 @@ from jobs import h100_cluster, job
 
 from planner.inputs import catalog
 from planner.inputs.layout import Layout
-from planner.model import comms, flops, layer_time, layer_tp
+from planner.model import comms, gemm_shapes, layer_time, layer_tp
 
 DSV3 = catalog.get_model("deepseek-v3")  # h 7168, q_lora 1536, kv_lora 512, rope 64, 128 heads
 
@@ -25,20 +25,24 @@ def test_down_projections_run_on_the_sequence_shard() -> None:
     # 4096 tokens on tp 2: the q and kv down-projections (K = h) see 4096 / 2 = 2048 rows on the
     # shard, 4096 when duplicated on the whole input; the up-projections and the output projection
     # see all 4096 with their weights sliced
-    shard = flops.attention_gemms(DSV3, 4096.0, 2, latents_on_shard=True)
-    whole = flops.attention_gemms(DSV3, 4096.0, 2)
+    shard = gemm_shapes.attention_gemms(DSV3, 4096.0, 2, latents_on_shard=True)
+    whole = gemm_shapes.attention_gemms(DSV3, 4096.0, 2)
     assert [g[0] for g in shard] == [2048.0, 4096.0, 2048.0, 4096.0, 4096.0]
     assert [g[0] for g in whole] == [4096.0] * 5
     assert [g[1:] for g in shard] == [g[1:] for g in whole]
     assert shard[0][1:3] == (7168, 1536) and shard[2][1:3] == (7168, 512 + 64)
     # at tp 1 the shard is the whole sequence
-    assert flops.attention_gemms(DSV3, 4096.0, 1, True) == flops.attention_gemms(DSV3, 4096.0, 1)
+    assert gemm_shapes.attention_gemms(DSV3, 4096.0, 1, True) == gemm_shapes.attention_gemms(
+        DSV3, 4096.0, 1
+    )
 
 
 def test_gathered_width_is_the_latents() -> None:
-    assert flops.mla_gathered_width(DSV3) == 1536 + 512 + 64  # q latent, kv latent, rope key
+    assert gemm_shapes.mla_gathered_width(DSV3) == 1536 + 512 + 64  # q latent, kv latent, rope key
     no_q = DSV3.model_copy(update={"q_lora_rank": None})
-    assert flops.mla_gathered_width(no_q) == 7168 + 512 + 64  # the whole query projection's input
+    assert (
+        gemm_shapes.mla_gathered_width(no_q) == 7168 + 512 + 64
+    )  # the whole query projection's input
 
 
 def test_a_narrow_gather_by_hand() -> None:

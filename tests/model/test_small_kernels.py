@@ -15,7 +15,7 @@ from jobs import job
 from planner.inputs.hybrid import layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import flops, host, layer_time
+from planner.model import gemm_shapes, host, layer_time
 from planner.model.layer_time import Layer, gpu_of
 
 FLOOR = 3e-6  # a round value for the arithmetic, not the fitted one
@@ -37,7 +37,7 @@ def test_a_dense_layer_counts_its_small_kernels() -> None:
     # and its attention kernel, 43.8, and twice as many backward: 131.4
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(tp=1, dp=8)
-    gemms = flops.linear_gemms(j.arch, 8192.0, 1, 1, 1, DENSE, 1.0)
+    gemms = gemm_shapes.linear_gemms(j.arch, 8192.0, 1, 1, 1, DENSE, 1.0)
     assert len(gemms) == 4
     assert host.kernels(j, lay, DENSE) == pytest.approx(48.8)
     assert layer_time.small_kernels(j, lay, DENSE, len(gemms)) == pytest.approx(131.4)

@@ -18,7 +18,7 @@ from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout, RecomputeModule
 from planner.inputs.plan import Job, load_plan
-from planner.model import cost, flops, gemm, host_link, layer_time
+from planner.model import cost, flops, gemm, gemm_shapes, host_link, layer_time
 from planner.model.layer_time import gpu_of
 
 EXAMPLE = EXAMPLES / "deepseek-v3-h800.toml"
@@ -129,7 +129,7 @@ def test_fp8_recipes_quantisation_cost_by_hand() -> None:
         r: layer_time.layer_time(h100_job("fp8", r), lay, g, False)
         for r in ("delayed", "tensorwise", "blockwise")
     }
-    shapes = flops.linear_gemms(h100_job().arch, 8192, 1, 1, 1, False)
+    shapes = gemm_shapes.linear_gemms(h100_job().arch, 8192, 1, 1, 1, False)
     elems = sum(c * (m * k + m * n) for m, k, n, c in shapes)
     delayed = times["delayed"].fwd + times["delayed"].bwd
     tensorwise = times["tensorwise"].fwd + times["tensorwise"].bwd
