@@ -96,8 +96,8 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         if tail > 0:
             body.append(
                 f"<rect x='{x(pipe_end):.2f}' y='{y}' width='{x(total) - x(pipe_end):.2f}' "
-                f"height='{ROW}' fill='{ORANGE}'><title>DP traffic, optimizer and fixed costs: "
-                f"{tail:.4f} s</title></rect>"
+                f"height='{ROW}' fill='{ORANGE}'><title>DP traffic, optimizer and fixed costs"
+                f"{', shared PCIe link' if b.link_shared else ''}: {tail:.4f} s</title></rect>"
             )
     axis_y = TOP + layout.pp * (ROW + GAP) + 4
     for t in nice_linear_ticks(0.0, total):
