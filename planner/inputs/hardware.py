@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.inputs import units
-from planner.inputs.fields import NonNegativeFloat, PositiveFloat, PositiveInt
+from planner.inputs.fields import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
 
 MAX_GPUS = 1 << 24
 """GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
@@ -35,6 +35,13 @@ class LinkTier(BaseModel):
         description="line rate per GPU, one direction, decimal GB/s"
     )
     latency_us: NonNegativeFloat = Field(default=5.0, description="per-message latency")
+    mesh: Flag = Field(
+        default=False,
+        description="the tier's GPUs are wired to each other directly, a link per pair (a full "
+        "mesh: AMD's xGMI), not through a switch: bandwidth_gb_per_s_per_gpu is a GPU's links to "
+        "all its span_gpus - 1 peers together, of which a group of g GPUs uses g - 1 "
+        "(planner.model.comms.place); innermost tier only",
+    )
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -46,9 +53,16 @@ class LinkTier(BaseModel):
 
 
 def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> None:
-    """Tiers must be nested: spans grow, each divides the next, and the last reaches every GPU."""
+    """Tiers must be nested: spans grow, each divides the next, and the last reaches every GPU;
+    only the innermost may be a full mesh."""
     if not tiers:
         raise ValueError("at least one network tier is needed")
+    for tier in tiers:
+        if tier.mesh and (tier is not tiers[0] or (tier.span_gpus or 0) < 2):
+            raise ValueError(
+                f"tier '{tier.name}' has mesh = true: only the innermost tier, spanning 2 GPUs "
+                "or more, can be a full mesh"
+            )
     for inner, outer in itertools.pairwise(tiers):
         if inner.span_gpus is None:
             raise ValueError(

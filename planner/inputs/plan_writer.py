@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs import catalog, pipeline_layout
+from planner.inputs.hardware import LinkTier
 from planner.inputs.layout import Layout
 from planner.inputs.plan import TRAINING_AS_IS, Job
 from planner.inputs.torchtitan import training_defaults
@@ -147,15 +148,21 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         lines += _table("cluster", cluster)
     if job.cluster.tiers != gpu.tiers and not job.pools:
         for tier in job.cluster.tiers:
-            lines += ["", "[[cluster.tiers]]"]
-            lines += [
-                f"{k} = {toml_value(v)}" for k, v in tier.model_dump().items() if v is not None
-            ]
+            lines += ["", "[[cluster.tiers]]", *_tier_lines(tier)]
     lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
     if titan is not None:
         fields = titan.model_dump(exclude_defaults=True)
         lines += ["", *_table("torchtitan", fields)]
     return "\n".join(lines) + "\n"
+
+
+def _tier_lines(tier: LinkTier) -> list[str]:
+    """A `[[cluster.tiers]]` entry's fields: those set (an outermost tier has no span), `mesh`
+    only where the tier is one."""
+    fields = tier.model_dump()
+    if not tier.mesh:
+        del fields["mesh"]
+    return [f"{k} = {toml_value(v)}" for k, v in fields.items() if v is not None]
 
 
 def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
@@ -204,10 +211,7 @@ def _pools_lines(job: Job) -> list[str]:
         lines += ["", "[[cluster.pools]]", *[f"{k} = {toml_value(v)}" for k, v in pool.items()]]
         if c.tiers != gpu.tiers:
             for tier in c.tiers:
-                lines += ["", "[[cluster.pools.tiers]]"]
-                lines += [
-                    f"{k} = {toml_value(v)}" for k, v in tier.model_dump().items() if v is not None
-                ]
+                lines += ["", "[[cluster.pools.tiers]]", *_tier_lines(tier)]
     if job.between_pools is not None:
         b = job.between_pools
         lines += ["", "[cluster.between_pools]"]

@@ -4,7 +4,9 @@ Placement. Megatron orders ranks tp-cp-ep-dp-pp (TP fastest, ecosystem.md 1.2), 
 ranks whose members are `stride` ranks apart lies on `stride x n` consecutive ranks;
 `ClusterSpec.tier_for_span` gives the innermost tier that holds them. When that is not the
 innermost tier, g = min(n, span_0 / stride) members share each innermost domain (an NVLink node)
-and k = n / g domains take part: a two-level group.
+and k = n / g domains take part: a two-level group. Where the innermost tier is a full mesh
+(AMD's xGMI: a link per pair of GPUs, no switch) a group's members reach each other over their
+own links only: g - 1 of the span - 1 (`mesh_link`).
 
 Cost model (NVIDIA nccl-tests doc/PERFORMANCE.md; ecosystem.md section 4), S the payload in bytes,
 B the achieved bus bandwidth per GPU, α the per-message latency:
@@ -137,17 +139,34 @@ class Group:
 
 
 def place(cluster: ClusterSpec, stride: int, size: int) -> Group:
-    """Where a group of `size` ranks, `stride` ranks apart, lands (Megatron rank order)."""
+    """Where a group of `size` ranks, `stride` ranks apart, lands (Megatron rank order); inside
+    a full-mesh domain its members reach each other over their own links only (`mesh_link`)."""
     tiers = cluster.tiers
-    inner = achieved(tiers[0], True)
     tier = cluster.tier_for_span(stride * size)
     if size <= 1 or tier is tiers[0]:
-        return Group(max(size, 1), max(size, 1), 1, inner, None, tier.name)
+        n = max(size, 1)
+        return Group(n, n, 1, mesh_link(tiers[0], n), None, tier.name)
     span0 = tiers[0].span_gpus or stride * size
     g = max(1, min(size, span0 // stride))
     while size % g:
         g -= 1
-    return Group(size, g, size // g, inner, achieved(tier, False), tier.name)
+    return Group(size, g, size // g, mesh_link(tiers[0], g), achieved(tier, False), tier.name)
+
+
+def mesh_link(tier: LinkTier, members: int) -> Link:
+    """The innermost tier as `members` GPUs of one of its domains see it. Behind a switch each
+    GPU's whole bandwidth reaches any peer. In a full mesh (`LinkTier.mesh`: AMD's xGMI, one
+    link per pair of GPUs) the tier's bandwidth is a GPU's span - 1 links together, and a group
+    uses the links to its own members only: members - 1 of them (one for a point-to-point
+    pair), each bandwidth / (span - 1). The collective libraries spread a collective over all of
+    them (RCCL builds its rings and all-to-alls over the direct links), and groups of different
+    GPUs share no link, so the groups of a layout do not slow each other. MI300X (448 GB/s over
+    7 links): a TP group of 2 sees 64 GB/s, of 4 192 GB/s, of 8 448 GB/s."""
+    link = achieved(tier, True)
+    if not tier.mesh or tier.span_gpus is None or tier.span_gpus < 2:
+        return link
+    peers = min(max(members - 1, 1), tier.span_gpus - 1)
+    return Link(link.bandwidth * peers / (tier.span_gpus - 1), link.latency)
 
 
 def _steps(n: int) -> int:
@@ -239,9 +258,10 @@ def p2p(size_bytes: float, link: Link) -> float:
 
 
 def p2p_link(cluster: ClusterSpec, stride: int, size: int) -> Link:
-    """The link between neighbours of a group (e.g. adjacent pipeline stages): the slowest hop."""
+    """The link between neighbours of a group (e.g. adjacent pipeline stages): the slowest hop
+    (inside a full mesh the pair's own link)."""
     grp = place(cluster, stride, size)
-    return grp.outer or grp.inner
+    return grp.outer or mesh_link(cluster.tiers[0], 2)
 
 
 def tensor_parallel_layer(

@@ -322,6 +322,18 @@ def test_check_tiers_rejects_outermost_smaller_than_cluster() -> None:
         check_tiers((_tier("a", 8), _tier("b", 64)), num_gpus=128)
 
 
+def test_check_tiers_takes_a_full_mesh_only_innermost() -> None:
+    mesh = _tier("xgmi", 8).model_copy(update={"mesh": True})
+    check_tiers((mesh, _tier("b", None)))
+    with pytest.raises(ValueError, match="'b' has mesh = true: only the innermost"):
+        check_tiers((_tier("a", 8), _tier("b", 64).model_copy(update={"mesh": True})))
+    with pytest.raises(ValueError, match="'a' has mesh = true"):  # one GPU has no peer
+        check_tiers((_tier("a", 1).model_copy(update={"mesh": True}), _tier("b", None)))
+    # the AMD parts' xGMI is a mesh; NVLink behind NVSwitch is not
+    assert catalog.get_gpu("mi300x-192gb").tiers[0].mesh
+    assert not catalog.get_gpu("h100-sxm-80gb").tiers[0].mesh
+
+
 # --- ClusterSpec ----------------------------------------------------------------------------
 
 

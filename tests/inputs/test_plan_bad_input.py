@@ -248,6 +248,24 @@ def test_tiers_not_nested(tmp_path: Path, spans: tuple[int | None, ...], shown: 
         assert s in msg
 
 
+def test_a_mesh_tier_that_is_not_innermost(tmp_path: Path) -> None:
+    # mesh = true on the outer tier: a full mesh can only be the GPUs' own fabric
+    outer = tiers(8, None).replace('name = "t1"\n', 'name = "t1"\nmesh = true\n')
+    cluster = '[cluster]\ngpu = "mi300x-192gb"\nnum_gpus = 16\n' + outer
+    path = write(tmp_path, plan_text(cluster=cluster))
+    msg = load_error(path)
+    assert f"{path}: cluster.tiers:" in msg and "'t1' has mesh = true" in msg
+    # and not a flag: the value is named
+    inner = tiers(8, None).replace('name = "t0"\n', 'name = "t0"\nmesh = "yes"\n')
+    path = write(
+        tmp_path,
+        plan_text(cluster='[cluster]\ngpu = "mi300x-192gb"\nnum_gpus = 16\n' + inner),
+        "flag.toml",
+    )
+    msg = load_error(path)
+    assert f"{path}: cluster.tiers.0.mesh:" in msg and '(got "yes")' in msg
+
+
 def test_layout_rule_violation_names_file_and_field(tmp_path: Path) -> None:
     # 40 GPUs / tp 5 = dp 8, but 32 heads do not split 5 ways
     cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 40\n'
