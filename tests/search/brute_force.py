@@ -301,6 +301,12 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         make_job("llama3.1-8b", "h100-sxm-80gb", 16, 8192, 32),
         Space(tp_across_nodes=True, tp=Bound(8, 16), uneven=False),
     ),
+    "llama70b-mi300x-mesh": (
+        # AMD's xGMI full mesh: TP 4 reaches 3 of a GPU's 7 links, TP 8 all of them
+        # (planner.model.comms.mesh_link), against offloading and ZeRO-3 at TP 1
+        make_job("llama3.1-70b", "mi300x-192gb", 16, 8192, 64),
+        Space(cp=Bound(1, 1), mbs=Bound(1, 2), vpp=Bound(1, 2)),
+    ),
     "llama70b-l40s-shared-link": (
         # PCIe-only GPUs: the top layouts offload most layers and wait on the one PCIe link
         # their TP, DP and host traffic share (planner.model.shared_link), a cost that grows
