@@ -122,12 +122,14 @@ def test_tensor_parallel_layer_by_hand() -> None:
         ("b300-sxm-270gb", 148),
         ("gb300-nvl72", 148),
         ("mi300x-192gb", 304),
+        ("mi325x-256gb", 304),
+        ("mi355x-288gb", 256),
     ],
 )
 def test_sm_share_is_the_kernels_sms_over_the_parts(gpu: str, sms: int) -> None:
     # COMM_KERNEL_SMS = 20 (DeepSeek-V3's and DeepEP's dispatch SMs) over each part's SM count
     # (NVIDIA whitepapers: A100 108, H100 / H800 132, B200 148; Blackwell Ultra at least B200's
-    # 148, not Hopper's 132; MI300X 304 CUs)
+    # 148, not Hopper's 132; MI300X / MI325X 304 CUs, CDNA 4's MI355X 8 dies x 32 = 256)
     spec = catalog.get_gpu(gpu)
     cluster = ClusterSpec(
         gpu=spec, num_gpus=8, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=spec.tiers
