@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cli_run import STAGE_KEYS, run
 from paths import REPO
+from plan_text import plan_text, write
 
 import planner
 
@@ -435,12 +436,17 @@ def test_explain_shows_the_wait_on_a_shared_pcie_link(
     # DP and host copies all cross each GPU's one PCIe link, busier than the rest of the step
     # (tests/model/test_shared_link.py has its arithmetic); explain names the wait, and the
     # exposed parts still add up to the step
-    plan = tmp_path / "l40s.toml"
-    plan.write_text(
-        '[model]\nname = "llama3.1-70b"\n[cluster]\ngpu = "l40s-48gb"\nnum_gpus = 64\n'
-        "[training]\nseq_length = 4096\nglobal_batch_size = 512\n"
-        "[parallel]\ntp = 2\ndp = 32\nsequence_parallel = true\ntp_comm_overlap = true\n"
-        "micro_batch_size = 4\nzero_stage = 3\ncpu_offloading_num_layers = 77\n"
+    plan = write(
+        tmp_path,
+        plan_text(
+            model='[model]\nname = "llama3.1-70b"\n',
+            cluster='[cluster]\ngpu = "l40s-48gb"\nnum_gpus = 64\n',
+            training="[training]\nseq_length = 4096\nglobal_batch_size = 512\n",
+            parallel="[parallel]\ntp = 2\ndp = 32\nsequence_parallel = true\n"
+            "tp_comm_overlap = true\nmicro_batch_size = 4\nzero_stage = 3\n"
+            "cpu_offloading_num_layers = 77\n",
+        ),
+        "l40s.toml",
     )
     parts, text = explained_parts(plan, capsys)
     assert parts["link_shared"] > 0

@@ -9,7 +9,7 @@ placement.
 from __future__ import annotations
 
 import pytest
-from jobs import h100_cluster
+from jobs import h100_cluster, job
 
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
@@ -155,17 +155,10 @@ def test_fp8_param_gather_halves_the_fp8_weights_all_gather() -> None:
     assert bf16 - fp8 == pytest.approx(buckets * comms.all_gather(2 * n / buckets, groups[0]) - ag)
 
 
-def mi300x_cluster(num_gpus: int) -> ClusterSpec:
-    spec = catalog.get_gpu("mi300x-192gb")
-    return ClusterSpec(
-        gpu=spec, num_gpus=num_gpus, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=spec.tiers
-    )
-
-
 def test_a_full_mesh_gives_a_group_its_own_links_only() -> None:
     # MI300X: 7 xGMI links of 64 GB/s per direction, 448 together (the catalog's tier), each to
     # one peer. A group of g GPUs in one node uses its g - 1 links, x 0.80 achieved
-    c = mi300x_cluster(64)
+    c = job("llama3.1-8b", "mi300x-192gb", 64, 4096, 64).cluster
     for size, peers in ((2, 1), (4, 3), (8, 7)):
         grp = comms.place(c, stride=1, size=size)
         assert grp.outer is None

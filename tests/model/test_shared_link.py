@@ -8,22 +8,10 @@ NVLink; light traffic under long compute never waits on it; offloading more neve
 from __future__ import annotations
 
 import pytest
+from jobs import job
 
-from planner.inputs import catalog
-from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
 from planner.model import comms, cost, host_link, shared_link, stage_time
-
-
-def job(model: str, gpu: str, num_gpus: int, seq: int, gbs: int) -> Job:
-    spec = catalog.get_gpu(gpu)
-    cluster = ClusterSpec(
-        gpu=spec, num_gpus=num_gpus, gpus_per_node=8, memory_gib=spec.memory_gib, tiers=spec.tiers
-    )
-    arch = catalog.get_model(model)
-    return Job(arch=arch, cluster=cluster, seq_length=seq, global_batch_size=gbs)
-
 
 # Llama 3.1 70B on 64 L40S, 4k sequences, batch 512: the layout `planner suggest` ranks first
 # there (tp 2 x ZeRO-3 dp 32, micro-batch 4, 77 of the 80 layers' activations offloaded)
