@@ -43,7 +43,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, layer_time, memory, params
+from planner.model import comms, cost, layer_time, memory, params, stage_sync
 from planner.model.activations import BF16, FP32
 from planner.model.dp_sync import data_parallel_groups
 from planner.model.performance import Performance
@@ -249,7 +249,7 @@ def serial_dp_sync(job: Job, lay: Layout) -> tuple[float, float]:
                 continue
             exposed += comms.all_reduce(n_params * FP32, grp)
             exposed += comms.all_gather(n_params * BF16, grp) if lay.zero_stage else 0.0
-        opt = cost.optimizer_time(job, lay, dense, expert, gpu)
+        opt = stage_sync.optimizer_time(job, lay, dense, expert, gpu)
         if exposed + opt >= sum(best):
             best = (exposed, opt)
     return best

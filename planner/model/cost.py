@@ -36,16 +36,8 @@ stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last s
 output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
 The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
 
-Optimizer: memory-bound, pass by pass as Megatron-Core's distributed optimizer runs them
-(`optimizer_time`): for each parameter of the shard a GPU updates, the copy of its gradient into
-an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the gradient,
-ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
-each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
-to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
-next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the norm's and Adam's
-passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
-(`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
-(`planner.model.muon_time`).
+Optimizer and DP sync: `planner.model.stage_sync` (the stage where the two take longest, after the
+pipeline; Muon's Newton-Schulz iterations in `planner.model.muon_time`).
 Other: `step_overhead_s` per step (data loading, logging, launch latencies), on the job's host,
 with the weight-hash check's share (`planner.model.weight_hash`).
 
@@ -63,51 +55,29 @@ from planner.model import (
     comms,
     dp_sync,
     flops,
-    fsdp2,
     host,
-    muon_time,
     pools,
     shared_link,
+    stage_sync,
     t5,
     weight_hash,
 )
 from planner.model.activations import BF16
-from planner.model.gemm import Gpu
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown
 from planner.model.schedule import (
-    Chunks,
     interleaved_p2p_exposed,
     schedule_bubble,
     schedule_name,
 )
-from planner.model.stage_params import quantised_decoder_params, stage_params
 from planner.model.stage_time import (
     ep_exposed,
     layout_times,
     mix_sums,
     offload_exposed,
     offload_one_way,
-    rank_layers,
     rank_mix,
 )
-
-ADAM_GRAD_READ_BYTES = 4.0
-"""Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
-written: `Job.optimizer_bytes` each way)."""
-
-GRAD_NORM_READ_BYTES = 4.0
-"""The gradient norm (clip_grad_norm) reads each updated parameter's fp32 main gradient once:
-Megatron-Core d98e8a64 DistributedOptimizer.get_main_grads_for_grad_norm takes the shard's main
-gradients only, not the whole local buffer."""
-MAIN_GRAD_COPY_BYTES = 2.0 + 4.0
-"""Per updated parameter with bf16 gradient buffers (`Job.main_grad_dtype`): the copy of its
-reduced gradient into an fp32 main gradient, read 2 and write 4 (d98e8a64
-DistributedOptimizer._copy_model_grads_to_main_grads, `shard_model_grad.float()`, on the shard's
-range only; with fp32 buffers `.float()` returns the buffer itself and nothing moves)."""
-PARAM_COPY_BYTES = 4.0 + 2.0
-"""Per updated parameter: the fp32 master weight read and the model's 16-bit weight written
-after the update (d98e8a64 _copy_main_params_to_model_params), a pass apart from Adam's."""
 
 STEP_OVERHEAD_S = 0.01
 """Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data
@@ -135,46 +105,6 @@ def step_overhead_s(job: Job, lay: Layout | None = None) -> float:
         return STEP_OVERHEAD_S * host.slowdown(job)
     stats = GRAD_STATS_S * max_rank_tensors(job.arch, lay) if job.log_grad_stats else 0.0
     return (STEP_OVERHEAD_S + stats) * host.slowdown(job) + weight_hash.step_seconds(job, lay)
-
-
-def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
-    """Seconds of one stage's optimizer step, all memory-bound (module docstring): the passes
-    over the shard this GPU updates (ZeRO >= 1: 1 / dp of the stage's parameters), and the
-    zeroing of the stage's whole gradient buffer (Megatron's DDP zero_grad_buffer; counted so
-    at every ZeRO stage, which keeps a higher stage never faster than a lower one, the
-    dominance the search's stops rely on)."""
-    shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
-    shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
-    updated = dense / shard_d + expert / shard_e
-    per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
-    if job.framework == "torchtitan":
-        # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
-        # gradients straight into fp32 shards and frees them (zero_grad(set_to_none=True)): no
-        # copy either way, no zeroing
-        return per_updated * updated / gpu.hbm
-    copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
-    per_updated += copy + PARAM_COPY_BYTES
-    touched = per_updated * updated + job.grad_bytes * (dense + expert)
-    return touched / gpu.hbm
-
-
-def gathered_param_bytes(
-    job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
-) -> tuple[float, float]:
-    """(dense, expert) bytes per parameter of the distributed optimizer's all-gather: the
-    decoder layers' FP8 weights as 1-byte data with fp8_param_gather, NVFP4 weights as half a
-    byte with fp4_param_gather (two values packed per uint8, param_and_grad_buffer.py d98e8a64:
-    "the param buffer stores packed bytes (half the logical numel)") (ZeRO 1/2), the rest
-    (and the decoder layers kept in bf16) bf16."""
-    if not job.low_precision_params or lay.zero_stage not in (1, 2):
-        return BF16, BF16
-    fp8_dense, fp8_expert = quantised_decoder_params(job, lay, chunks)
-    saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
-
-    def mean(fp8: float, n: float) -> float:
-        return BF16 - saved * min(fp8, n) / n if n > 0 else BF16
-
-    return mean(fp8_dense, dense), mean(fp8_expert, expert)
 
 
 def compute_floor(job: Job, layout: Layout) -> float:
@@ -249,11 +179,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * lt.out
-        fwd += heads * lt.out / 3
-        bwd += 2 * heads * lt.out / 3
+        fwd, bwd = stage_sync.windows(fwd, bwd, heads, lt, rank)
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-            vis = lt.encoder
-            c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
+            c, tp = c + lt.encoder.fwd + lt.encoder.bwd, tp + lt.encoder.tp
         stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
@@ -262,31 +190,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
         # same layers, as counted in their mix, and role move the same bytes: computed once)
         key = (tuple(n for _, n in mix), heads, rank == 0, id(job))
         if key not in dp_seen:
-            dense, expert = stage_params(job, lay, rank, chunks)
-            if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
-                dense = expert = 0.0
-            if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
-                e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, m)
-            else:
-                e, hid = pools.data_parallel(
-                    job,
-                    dp_groups,
-                    lay,
-                    dense,
-                    expert,
-                    fwd,
-                    bwd,
-                    m,
-                    layers=sum(n for k, n in mix if k is not lt.mtp_proj),
-                    param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
-                )
-            # the hidden part holds comms.sm_share of the SMs of the compute it runs under
-            e += share * hid
-            o = optimizer_time(job, lay, dense, expert, lt.gpu)
-            if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
-                counts = rank_layers(job, lay, rank, chunks, lt)[0]
-                o += muon_time.step_time(job, lay, counts, lt.gpu)
-            dp_seen[key] = (e, hid, o)
+            dp_seen[key] = stage_sync.stage_sync(
+                job, lay, rank, chunks, mix, lt, dp_groups, fwd, bwd
+            )
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o

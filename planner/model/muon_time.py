@@ -4,17 +4,17 @@
 Megatron-LM d98e8a64 (--optimizer muon: megatron/core/optimizer/emerging_optimizers.py
 `TensorParallelMuon`, running NVIDIA-NeMo/Emerging-Optimizers fd77292
 orthogonalized_optimizers/muon_utils.py `newton_schulz`) orthogonalises the momentum of every 2-D
-decoder weight; the rest (embeddings, output layer, norms, biases) take Adam (`cost.optimizer_time`,
-which times every parameter's memory-bound update). On X, m x n with m <= n (transposed if not),
-each of `Job.muon_ns_steps` quintic iterations (--muon-num-ns-steps, 5 by default) runs three GEMMs:
-A = X X^T (M = m, K = n, N = m), B = b A + c A A (m, m, m) and X = a X + B X (m, m, n), i.e. 4 m^2 n
-+ 2 m^3 FLOPs. Megatron's own balancing estimate (layer_wise_optimizer.py `_ns_compute_cost`) is the
-leading max(m, n) min(m, n)^2 term. At --muon-fp32-matmul-prec medium (the default,
-`Job.muon_matmul_precision`) the iteration casts X to bf16 ("BF16 I/O kernels"): the bf16 roofline;
-at high the fp32 GEMMs run as TF32, which the vendors' datasheets put at half the bf16 dense peak on
-every part in the catalog (4-byte elements: the same ridge); at highest on the CUDA cores at the
-part's fp32 peak (`GpuSpec.peak_tflops_fp32`: 67 of H100's 989 bf16 TFLOP/s), at the same
-large-GEMM fraction.
+decoder weight; the rest (embeddings, output layer, norms, biases) take Adam
+(`stage_sync.optimizer_time`, which times every parameter's memory-bound update). On X, m x n with m
+<= n (transposed if not), each of `Job.muon_ns_steps` quintic iterations (--muon-num-ns-steps, 5 by
+default) runs three GEMMs: A = X X^T (M = m, K = n, N = m), B = b A + c A A (m, m, m) and X = a X +
+B X (m, m, n), i.e. 4 m^2 n + 2 m^3 FLOPs. Megatron's own balancing estimate
+(layer_wise_optimizer.py `_ns_compute_cost`) is the leading max(m, n) min(m, n)^2 term. At
+--muon-fp32-matmul-prec medium (the default, `Job.muon_matmul_precision`) the iteration casts X to
+bf16 ("BF16 I/O kernels"): the bf16 roofline; at high the fp32 GEMMs run as TF32, which the vendors'
+datasheets put at half the bf16 dense peak on every part in the catalog (4-byte elements: the same
+ridge); at highest on the CUDA cores at the part's fp32 peak (`GpuSpec.peak_tflops_fp32`: 67 of
+H100's 989 bf16 TFLOP/s), at the same large-GEMM fraction.
 
 The matrices (`matrices`): attention's Q, K and V apart (--muon-split-qkv, the default, each over
 all query groups; `Job.muon_split_qkv` False keeps QKV one matrix) and its output projection, or

@@ -25,6 +25,7 @@ from planner.model import (
     layer_time,
     layer_tp,
     schedule,
+    stage_sync,
     stage_time,
 )
 from planner.model.layer_time import gpu_of
@@ -439,10 +440,10 @@ def test_fp8_param_gather_gathers_the_decoder_weights_in_one_byte() -> None:
     lay = Layout(tp=1, pp=1, dp=8)
     chunks = lay.chunk_layers(j.arch.num_layers)[0]
     dense, expert = stage_params(j, lay, 0, chunks)
-    got = cost.gathered_param_bytes(j, lay, chunks, dense, expert)
+    got = stage_sync.gathered_param_bytes(j, lay, chunks, dense, expert)
     assert got[0] == pytest.approx(2 - 6_979_584_000 / 8_030_261_248, rel=1e-3)
     off = replace(j, fp8_param_gather=False)
-    assert cost.gathered_param_bytes(off, lay, chunks, dense, expert) == (2.0, 2.0)
+    assert stage_sync.gathered_param_bytes(off, lay, chunks, dense, expert) == (2.0, 2.0)
 
 
 def test_mi350x_is_mi355x_under_a_1000_w_cap() -> None:

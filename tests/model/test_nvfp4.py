@@ -15,7 +15,7 @@ from jobs import job
 
 from planner.cli.report import performance_dict
 from planner.inputs.layout import Layout
-from planner.model import buffers, cost, gemm
+from planner.model import buffers, cost, gemm, stage_sync
 from planner.model.activations import LINEAR_INPUT_BYTES
 from planner.model.layer_time import FP8_CEILING_FRACTION, GEMM_EFFICIENCY_MAX, gpu_of
 from planner.model.stage_activations import shard
@@ -85,11 +85,11 @@ def test_the_distributed_optimizer_gathers_half_a_byte_per_nvfp4_weight() -> Non
     j = job("llama3.1-8b", B200, 8, 8192, 64, precision="fp4")
     dense, expert = decoder_params(j, lay, chunks)
     total = dense * 1.25  # the embedding and output layer besides, in bf16
-    got = cost.gathered_param_bytes(j, lay, chunks, total, expert)[0]
+    got = stage_sync.gathered_param_bytes(j, lay, chunks, total, expert)[0]
     # decoder weights at 0.5, the rest at 2: 2 - 1.5 x decoder / total = 2 - 1.5 / 1.25 = 0.8
     assert got == pytest.approx(0.8)
     fp8 = job("llama3.1-8b", B200, 8, 8192, 64, precision="fp8")
-    assert cost.gathered_param_bytes(fp8, lay, chunks, total, expert)[0] == pytest.approx(1.2)
+    assert stage_sync.gathered_param_bytes(fp8, lay, chunks, total, expert)[0] == pytest.approx(1.2)
 
 
 def test_fp4_plan_reports_mfu_against_both_peaks() -> None:

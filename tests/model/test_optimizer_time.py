@@ -1,4 +1,4 @@
-"""The Adam step's time (planner.model.cost.optimizer_time): the memory passes Megatron-Core's
+"""The Adam step's time (planner.model.stage_sync.optimizer_time): the memory passes Megatron-Core's
 optimizer makes over the shard a GPU updates and over the gradient buffer it holds.
 
 Oracle: hand arithmetic, pass by pass, from Megatron-Core d98e8a64: the bf16 gradient shard
@@ -13,7 +13,7 @@ import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
-from planner.model import cost
+from planner.model import stage_sync
 from planner.model.layer_time import gpu_of
 
 N = 1.0e9  # the stage's parameters, all dense
@@ -24,7 +24,7 @@ def _seconds(grads: str, zero: int, dp: int = 8) -> tuple[float, float]:
     j = job("llama3.1-8b", "h100-sxm-80gb", dp, 4096, 64, main_grad_dtype=grads)
     lay = Layout(tp=1, pp=1, dp=dp, zero_stage=zero)
     gpu = gpu_of(j)
-    return cost.optimizer_time(j, lay, N, 0.0, gpu), gpu.hbm
+    return stage_sync.optimizer_time(j, lay, N, 0.0, gpu), gpu.hbm
 
 
 def test_distributed_optimizer_with_bf16_gradients() -> None:
@@ -64,5 +64,5 @@ def test_fsdp2_updates_its_fp32_shard_in_place() -> None:
     reduced into fp32 shards and freed, not zeroed: norm 4 + Adam 28 = 32 bytes x N / 8 = 4e9."""
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64, framework="torchtitan")
     gpu = gpu_of(j)
-    t = cost.optimizer_time(j, Layout(tp=1, pp=1, dp=8, zero_stage=3), N, 0.0, gpu)
+    t = stage_sync.optimizer_time(j, Layout(tp=1, pp=1, dp=8, zero_stage=3), N, 0.0, gpu)
     assert t * gpu.hbm == pytest.approx(4.0e9)

@@ -1,0 +1,142 @@
+"""A pipeline stage's data-parallel sync and optimizer step (`stage_sync`): what
+`planner.model.cost.estimate` adds to the step after the pipeline, from the stage where the two
+take longest.
+
+Sync: the stage's gradient reduction and parameter gathers (`planner.model.dp_sync` through
+`planner.model.pools`; torchtitan's FSDP2 in `planner.model.fsdp2`), hidden under the windows
+its forward and backward leave (`windows`: the stage's layers, its output layers and, on the
+first rank, a vision encoder), what hides still holding `comms.sm_share` of the SMs.
+
+Optimizer: memory-bound, pass by pass as Megatron-Core's distributed optimizer runs them
+(`optimizer_time`): for each parameter of the shard a GPU updates, the copy of its gradient into
+an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the gradient,
+ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
+each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
+to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
+next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the norm's and Adam's
+passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
+(`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
+(`planner.model.muon_time`).
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, fsdp2, muon_time, pools
+from planner.model.activations import BF16
+from planner.model.gemm import Gpu
+from planner.model.layer_time import Layer
+from planner.model.schedule import Chunks
+from planner.model.stage_params import quantised_decoder_params, stage_params
+from planner.model.stage_time import LayoutTimes, rank_layers
+
+ADAM_GRAD_READ_BYTES = 4.0
+"""Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
+written: `Job.optimizer_bytes` each way)."""
+
+GRAD_NORM_READ_BYTES = 4.0
+"""The gradient norm (clip_grad_norm) reads each updated parameter's fp32 main gradient once:
+Megatron-Core d98e8a64 DistributedOptimizer.get_main_grads_for_grad_norm takes the shard's main
+gradients only, not the whole local buffer."""
+MAIN_GRAD_COPY_BYTES = 2.0 + 4.0
+"""Per updated parameter with bf16 gradient buffers (`Job.main_grad_dtype`): the copy of its
+reduced gradient into an fp32 main gradient, read 2 and write 4 (d98e8a64
+DistributedOptimizer._copy_model_grads_to_main_grads, `shard_model_grad.float()`, on the shard's
+range only; with fp32 buffers `.float()` returns the buffer itself and nothing moves)."""
+PARAM_COPY_BYTES = 4.0 + 2.0
+"""Per updated parameter: the fp32 master weight read and the model's 16-bit weight written
+after the update (d98e8a64 _copy_main_params_to_model_params), a pass apart from Adam's."""
+
+
+def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
+    """Seconds of one stage's optimizer step, all memory-bound (module docstring): the passes
+    over the shard this GPU updates (ZeRO >= 1: 1 / dp of the stage's parameters), and the
+    zeroing of the stage's whole gradient buffer (Megatron's DDP zero_grad_buffer; counted so
+    at every ZeRO stage, which keeps a higher stage never faster than a lower one, the
+    dominance the search's stops rely on)."""
+    shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
+    shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
+    updated = dense / shard_d + expert / shard_e
+    per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
+    if job.framework == "torchtitan":
+        # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
+        # gradients straight into fp32 shards and frees them (zero_grad(set_to_none=True)): no
+        # copy either way, no zeroing
+        return per_updated * updated / gpu.hbm
+    copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
+    per_updated += copy + PARAM_COPY_BYTES
+    touched = per_updated * updated + job.grad_bytes * (dense + expert)
+    return touched / gpu.hbm
+
+
+def gathered_param_bytes(
+    job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
+) -> tuple[float, float]:
+    """(dense, expert) bytes per parameter of the distributed optimizer's all-gather: the
+    decoder layers' FP8 weights as 1-byte data with fp8_param_gather, NVFP4 weights as half a
+    byte with fp4_param_gather (two values packed per uint8, param_and_grad_buffer.py d98e8a64:
+    "the param buffer stores packed bytes (half the logical numel)") (ZeRO 1/2), the rest
+    (and the decoder layers kept in bf16) bf16."""
+    if not job.low_precision_params or lay.zero_stage not in (1, 2):
+        return BF16, BF16
+    fp8_dense, fp8_expert = quantised_decoder_params(job, lay, chunks)
+    saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
+
+    def mean(fp8: float, n: float) -> float:
+        return BF16 - saved * min(fp8, n) / n if n > 0 else BF16
+
+    return mean(fp8_dense, dense), mean(fp8_expert, expert)
+
+
+def windows(fwd: float, bwd: float, heads: int, t: LayoutTimes, rank: int) -> tuple[float, float]:
+    """The stage's forward and backward seconds per micro-batch, the windows its sync hides
+    under: its layers' (`fwd`, `bwd`, from `stage_time.mix_sums`), its `heads` output layers'
+    (a third forward, two thirds backward) and, on the first rank, a vision encoder's."""
+    fwd += heads * t.out / 3
+    bwd += 2 * heads * t.out / 3
+    if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
+        fwd, bwd = fwd + t.encoder.fwd, bwd + t.encoder.bwd
+    return fwd, bwd
+
+
+def stage_sync(
+    job: Job,
+    lay: Layout,
+    rank: int,
+    chunks: Chunks,
+    mix: list[tuple[Layer, int]],
+    t: LayoutTimes,
+    groups: tuple[comms.Group, comms.Group],
+    fwd: float,
+    bwd: float,
+) -> tuple[float, float, float]:
+    """(exposed, hidden, optimizer) seconds per step of pipeline rank `rank` (its decoder layers
+    `chunks`, its `mix` from `stage_time.rank_mix`): its data-parallel traffic over `groups`
+    (`dp_sync.data_parallel_groups`) beyond the `windows` `fwd` and `bwd`, the exposed part
+    also holding `comms.sm_share` of the hidden part's SMs, and its optimizer step."""
+    dense, expert = stage_params(job, lay, rank, chunks)
+    if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
+        dense = expert = 0.0
+    if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
+        e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m)
+    else:
+        e, hid = pools.data_parallel(
+            job,
+            groups,
+            lay,
+            dense,
+            expert,
+            fwd,
+            bwd,
+            t.m,
+            layers=sum(n for k, n in mix if k is not t.mtp_proj),
+            param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
+        )
+    # the hidden part holds comms.sm_share of the SMs of the compute it runs under
+    e += comms.sm_share(job.cluster, job.gemm_sm_margin) * hid
+    o = optimizer_time(job, lay, dense, expert, t.gpu)
+    if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
+        counts = rank_layers(job, lay, rank, chunks, t)[0]
+        o += muon_time.step_time(job, lay, counts, t.gpu)
+    return e, hid, o
