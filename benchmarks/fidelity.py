@@ -24,7 +24,7 @@ the rest, per source (published: per paper), per family (dense / MoE) and per tr
 (Megatron family: Megatron-LM, Megatron-Core, NeMo, MLPerf's NeMo reference; other: torchtitan).
 Target on the held-out Megatron-family runs: median |error| <= 5%, worst <= 15%. Then the
 held-out Megatron rows by GPU, and the MLPerf rows by round (the software of the day), family
-and whether explain flags the layout as optimistic (known_gaps.in_one_micro_batch_regime).
+and whether explain flags the layout as optimistic (known_gaps.optimistic).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from benchmarks.calibration_loo import hash_fold
 from benchmarks.functional_steps import one_tray
 from benchmarks.runs import Case, load_published
 from planner.model import performance
-from planner.model.known_gaps import in_one_micro_batch_regime
+from planner.model.known_gaps import optimistic
 
 FIT_PREFIXES = ("sc21-", "mcore-h100-")
 """Published rows benchmarks/fit_constants.py fits on (ids starting so): the SC21 Table 1 and
@@ -221,14 +221,14 @@ def _by_gpu(res: list[tuple[Case, Any, float]]) -> None:
 
 def _by_round(res: list[tuple[Case, Any, float]]) -> None:
     """Every MLPerf row (fit and held out) by round, family and whether explain flags its layout
-    as optimistic (known_gaps.in_one_micro_batch_regime), with the signed median: each round
+    as optimistic (known_gaps.optimistic), with the signed median: each round
     runs one NVIDIA reference software, so this is the model against the software of the day
     (v3.0's GPT-3 ran 9% slower than v3.1's on the same GPUs and layout)."""
     print("\nMLPerf rows by round (the software of the day), family and the flagged regime")
     groups: dict[tuple[str, str, bool], list[float]] = {}
     for c, _, x in res:
         if source(c) == "mlperf":
-            flagged = in_one_micro_batch_regime(c.job, c.layout)
+            flagged = optimistic(c.job, c.layout)
             groups.setdefault((str(c.raw["round"]), family(c), flagged), []).append(x)
     for (rnd, fam, flagged), e in sorted(groups.items()):
         where = "flagged optimistic" if flagged else "unflagged"

@@ -36,7 +36,7 @@ from planner.cli.ops_options import (
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
-from planner.model.known_gaps import in_one_micro_batch_regime
+from planner.model.known_gaps import optimistic
 from planner.ops import operations
 from planner.search import pool_costs
 from planner.search.rules import check_plan
@@ -108,7 +108,7 @@ def explain(
             data["operations"] = report.operations_dict(ops)
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
-        data["performance"]["optimistic"] = in_one_micro_batch_regime(job, layout)
+        data["performance"]["optimistic"] = optimistic(job, layout)
         data["notes"] = explain_notes.notes(job, layout, perf)
         data["warnings"] = warned
         calibration.add_json(data, prof, run)

@@ -1,8 +1,8 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
 saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
 attention saves it, what Megatron's deterministic mode costs it, where the host's eager kernel
-issue floors the layers, and whether the plan is in the regime where measured steps run well
-behind the model."""
+issue floors the layers, and whether the plan is in a regime where measured steps run well
+behind the model (`planner.model.known_gaps`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
 from planner.model import attention_time, cost, determinism, layer_time
-from planner.model.known_gaps import ONE_MICRO_BATCH_GAP, in_one_micro_batch_regime
+from planner.model.known_gaps import (
+    FOLDED_MOE_GAP,
+    ONE_MICRO_BATCH_GAP,
+    in_folded_moe_regime,
+    in_one_micro_batch_regime,
+)
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
@@ -28,6 +33,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
         deterministic_text(job, layout, perf),
         host_text(job, layout, perf),
         one_micro_batch_text(job, layout),
+        folded_moe_text(job, layout),
     )
     return [n for n in texts if n]
 
@@ -200,4 +206,19 @@ def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
         f"measured a median {ONE_MICRO_BATCH_GAP:.0%} longer steps than this model predicts "
         "(those with tp 1 and ep 1 matched it), so read the step time as a lower bound; more "
         "micro-batches per step, or more tokens per GPU, leave the regime"
+    )
+
+
+def folded_moe_text(job: Job, layout: Layout) -> str | None:
+    """A Megatron MoE plan whose attention is tensor-parallel over experts that are not (tp > 1,
+    expert tp 1, ep > 1): the regime where measured runs took FOLDED_MOE_GAP longer steps than the
+    model predicts (a caveat, as `one_micro_batch_text`)."""
+    if not in_folded_moe_regime(job, layout):
+        return None
+    return (
+        f"optimistic: MoE with tp {layout.tp} attention over ep {layout.ep} experts at expert tp "
+        f"1; Megatron runs of this kind (DeepSeek-V3, gpt-oss, H100 to GB300) measured a median "
+        f"{FOLDED_MOE_GAP:.0%} longer steps than this model predicts (MoE runs at tp 1, or with "
+        "the experts split as the attention, matched it within 5%), so read the step time as a "
+        "lower bound and weigh a tp 1 layout against it"
     )

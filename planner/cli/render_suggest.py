@@ -175,6 +175,7 @@ def print_result(
         for note in (
             explain_notes.host_text(job, top.layout, top.performance),
             explain_notes.one_micro_batch_text(job, top.layout),
+            explain_notes.folded_moe_text(job, top.layout),
         ):
             if note:
                 console.print(f"#1 is {note}", highlight=False)

@@ -12,7 +12,7 @@ from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
-from planner.model.known_gaps import in_one_micro_batch_regime
+from planner.model.known_gaps import optimistic
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
 from planner.ops import operations as ops
@@ -190,12 +190,12 @@ def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
 
 def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) -> dict[str, Any]:
     """A plan_dict plus `parallel.num_microbatches`, `performance.optimistic` (the layout is in
-    the regime where measured steps ran well behind the model: known_gaps.in_one_micro_batch_regime)
+    a regime where measured steps ran well behind the model: known_gaps.optimistic)
     and `equivalents`: the layouts folded into this one (planner.search.twins.Row), each as its
     `parallel` and `memory.peak_gib`."""
     d = plan_dict(job.arch, c.layout, c.memory, c.performance)
     d["parallel"] = _parallel(job, c.layout)
-    d["performance"]["optimistic"] = in_one_micro_batch_regime(job, c.layout)
+    d["performance"]["optimistic"] = optimistic(job, c.layout)
     titan = getattr(c, "titan", None)  # a torchtitan search's settings (titan_variants)
     if titan is not None:
         d["torchtitan"] = titan.model_dump()

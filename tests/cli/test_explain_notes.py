@@ -181,6 +181,27 @@ def test_one_micro_batch_with_model_parallel_collectives_is_flagged_optimistic()
     assert text is not None and text.split(";")[0].endswith("with ep 4")
 
 
+def test_moe_with_tp_attention_over_unsplit_experts_is_flagged_optimistic() -> None:
+    # DeepSeek-V3 on 512 GB200 in the layout of v6.0-nvidia-dsv3-gb200-512: tp 2 attention over
+    # ep 32 experts at expert tp 1; the note names the degrees and the measured gap
+    j = job("deepseek-v3", "gb200-nvl72", 512, 4096, 15360)
+    folded = Layout(tp=2, pp=4, dp=64, ep=32, etp=1, sequence_parallel=True)
+    text = explain_notes.folded_moe_text(j, folded)
+    assert text is not None and "tp 2 attention over ep 32 experts" in text
+    assert f"{known_gaps.FOLDED_MOE_GAP:.0%}" in text
+    assert known_gaps.optimistic(j, folded)
+    # tp 1 (v6.0-nvidia-dsv3-gb300-512's), the experts split as the attention (expert tp 2), no
+    # expert parallelism, or a dense model at tp 2: no note
+    assert explain_notes.folded_moe_text(j, Layout(tp=1, pp=4, dp=128, ep=32)) is None
+    split = Layout(tp=2, pp=4, dp=64, ep=16, etp=2, sequence_parallel=True)
+    assert explain_notes.folded_moe_text(j, split) is None
+    assert (
+        explain_notes.folded_moe_text(j, Layout(tp=2, pp=4, dp=64, sequence_parallel=True)) is None
+    )
+    dense = job("llama3.1-70b", "gb200-nvl72", 512, 4096, 512)
+    assert explain_notes.folded_moe_text(dense, Layout(tp=2, pp=4, dp=64)) is None
+
+
 def test_json_marks_the_optimistic_regime(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
