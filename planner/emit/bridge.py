@@ -36,7 +36,7 @@ from planner.emit.megatron import unflagged
 from planner.emit.megatron_model import refuse_alibi, stage_ranges
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
-from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
 
 PRESETS = {
@@ -133,6 +133,16 @@ def _recompute(plan: Plan) -> dict[str, Any]:
         "recompute_granularity": "full",
         "recompute_method": lay.recompute_method,
         "recompute_num_layers": lay.recompute_num_layers,
+    }
+
+
+def _deferral(lay: Layout) -> dict[str, Any]:
+    """CommOverlapConfig's deferral of the output layer's weight gradients: the limit always,
+    since Bridge leaves it at -1 unless given (comm_overlap.py _get_model_comm_overlap_cfgs), which
+    Megatron's ModelParallelConfig refuses with the deferral on."""
+    return {
+        "defer_embedding_wgrad_compute": True,
+        "wgrad_deferral_limit": lay.wgrad_deferral_limit,
     }
 
 
@@ -264,7 +274,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "min_lr": float(schedule["--min-lr"]),
             **(_muon(plan) if muon else {}),
         },
-        "comm_overlap": {"tp_comm_overlap": lay.tp_comm_overlap},
+        "comm_overlap": {
+            "tp_comm_overlap": lay.tp_comm_overlap,
+            **(_deferral(lay) if lay.defer_embedding_wgrad_compute else {}),
+        },
     }
 
 

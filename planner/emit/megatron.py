@@ -151,6 +151,10 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-flex-dispatcher-backend", lay.moe_flex_dispatcher_backend))
         if lay.ep_comm_overlap:
             a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
+    if lay.defer_embedding_wgrad_compute:
+        a.append(("--defer-embedding-wgrad-compute",))
+        if lay.wgrad_deferral_limit:
+            a.append(("--wgrad-deferral-limit", str(lay.wgrad_deferral_limit)))
     if lay.microbatch_group_size_per_vp_stage is not None:
         size = str(lay.microbatch_group_size_per_vp_stage)
         a.append(("--microbatch-group-size-per-virtual-pipeline-stage", size))

@@ -132,6 +132,13 @@ class Layout:
     (distributed_data_parallel.py). Each bucket is one collective that starts when its last
     gradient is ready, so the last bucket of the backward (and the first of the forward's
     parameter gathers) shows whatever the overlap (`planner.model.dp_sync`)."""
+    defer_embedding_wgrad_compute: bool = False
+    """Defer the output layer's weight-gradient GEMMs to the pipeline flush (Megatron
+    --defer-embedding-wgrad-compute; needs pp > 1): the last stage keeps each deferred micro-batch's
+    output-layer input and logits gradient until then (`loss_activations.deferred_wgrad_bytes`)."""
+    wgrad_deferral_limit: int = 0
+    """With `defer_embedding_wgrad_compute`: how many of the output layer's calls per step defer
+    their weight gradient (Megatron --wgrad-deferral-limit); 0 = every one."""
     ddp_num_buckets: int | None = None
     """Data-parallel buckets per model chunk (Megatron --ddp-num-buckets; NeMo's
     ddp.num_buckets): each bucket holds the chunk's parameters // this many (Megatron

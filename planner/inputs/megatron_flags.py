@@ -179,6 +179,8 @@ READ = frozenset(
         "--recompute-num-layers",
         "--recompute-modules",
         "--cpu-offloading-num-layers",
+        "--defer-embedding-wgrad-compute",
+        "--wgrad-deferral-limit",
         "--fine-grained-activation-offloading",
         "--offload-modules",
         # precision and kernels

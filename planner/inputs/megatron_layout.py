@@ -98,6 +98,7 @@ def parallel(
         value = line.integer(flag)
         if value is not None:
             out[key] = value
+    out.update(_deferral(line))
     fine = line.words("--offload-modules")
     if line.has("--fine-grained-activation-offloading") and fine:
         out["offload_modules"] = fine
@@ -110,6 +111,21 @@ def parallel(
             out[key] = name
     if line.integer("--num-experts") and "moe_token_dispatcher_type" not in out:
         out["moe_token_dispatcher_type"] = MEGATRON_DEFAULT_DISPATCHER
+    return out
+
+
+def _deferral(line: Line) -> dict[str, Any]:
+    """--defer-embedding-wgrad-compute and its --wgrad-deferral-limit, a negative limit refused
+    as Megatron's ModelParallelConfig refuses it (model_parallel_config.py d98e8a64
+    `__post_init__`; pp = 1 is a rule of the plan: `planner.search.rules`)."""
+    if not line.has("--defer-embedding-wgrad-compute"):
+        return {}
+    limit = line.integer("--wgrad-deferral-limit")
+    if limit is not None and limit < 0:
+        raise InputError(f"{line.where}: --wgrad-deferral-limit: expected 0 or more (got {limit})")
+    out: dict[str, Any] = {"defer_embedding_wgrad_compute": True}
+    if limit:
+        out["wgrad_deferral_limit"] = limit
     return out
 
 

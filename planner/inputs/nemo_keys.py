@@ -26,6 +26,7 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
                                                loss), compiled_loss_fusion (True with "native")
     model.config.recompute_granularity / _method / _num_layers / _modules   recompute
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
+    model.config.defer_embedding_wgrad_compute, wgrad_deferral_limit   the same ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
       moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
 
@@ -74,6 +75,7 @@ PARALLEL = {
     "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
     "model.config.cp_comm_type": "cp_comm_type",
+    "model.config.wgrad_deferral_limit": "wgrad_deferral_limit",
 }
 """Keys that are `[parallel]` fields."""
 PARALLEL_SWITCHES = {
@@ -81,6 +83,7 @@ PARALLEL_SWITCHES = {
     "trainer.strategy.ddp.overlap_grad_reduce": "overlap_grad_reduce",
     "trainer.strategy.ddp.overlap_param_gather": "overlap_param_gather",
     "model.config.tp_comm_overlap": "tp_comm_overlap",
+    "model.config.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
 }
 TRAINING = {
     "data.seq_length": "seq_length",

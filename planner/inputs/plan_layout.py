@@ -109,6 +109,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         overlap_param_gather=section.overlap_param_gather,
         ddp_bucket_size=section.ddp_bucket_size,
         ddp_num_buckets=section.ddp_num_buckets,
+        defer_embedding_wgrad_compute=section.defer_embedding_wgrad_compute,
+        wgrad_deferral_limit=section.wgrad_deferral_limit,
         dp_pools=section.dp_pools,
     )
     return _torchtitan_recompute(job, section, layout, where)

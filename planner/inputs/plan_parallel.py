@@ -94,6 +94,16 @@ class ParallelSection(BaseModel):
         description="parameters per data-parallel bucket (Megatron --ddp-bucket-size); unset: "
         "Megatron's default, max(40M, 1M x the data-parallel size)",
     )
+    defer_embedding_wgrad_compute: Flag = Field(
+        default=False,
+        description="Megatron --defer-embedding-wgrad-compute: the output layer's weight "
+        "gradients run at the pipeline flush (needs pp > 1); the last stage holds their inputs",
+    )
+    wgrad_deferral_limit: NonNegativeInt = Field(
+        default=0,
+        description="Megatron --wgrad-deferral-limit: output-layer calls per step whose weight "
+        "gradient is deferred (0 = all)",
+    )
     ddp_num_buckets: PositiveInt | None = Field(
         default=None,
         description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "

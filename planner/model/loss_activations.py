@@ -1,7 +1,8 @@
 """The last pipeline stage's loss, in bytes on one GPU for the micro-batch at the loss: the final
 norm's input and output (the output layer's input) and the cross entropy's peak over the logits,
 per logit as each training code's loss kernel holds them (Megatron's vocab-parallel fused loss,
-torch's cross_entropy, logits gathered over TP), and what stays alive after it."""
+torch's cross_entropy, logits gathered over TP), what stays alive after it, and what Megatron's
+deferred output-layer weight gradients hold until the pipeline flush (`deferred_wgrad_bytes`)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,21 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
         return norm + per * local
     extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
     return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
+
+
+def deferred_wgrad_bytes(arch: ModelArch, padded_vocab: int, sh: Shard, calls: int) -> float:
+    """What `calls` output-layer calls whose weight gradient Megatron defers to the pipeline flush
+    (--defer-embedding-wgrad-compute) hold on the last stage: each keeps its input, the
+    final norm's bf16 output (the sequence-parallel shard with SP: ColumnParallelLinear appends
+    `input_parallel`, before its all-gather), in `embedding_activation_buffer`, and its bf16
+    gradient of the local logits in `grad_output_buffer`, both freed only by the flush's
+    `drain_embedding_wgrad_compute` (Megatron-LM d98e8a64 tensor_parallel/layers.py,
+    pipeline_parallel/schedules.py). Check: Megatron-LM's functional test
+    gpt3_mcore_te_tp2_pp2_defer_embedding_wgrad_compute (limit 2 of 4 micro-batches of 4 x 1,024
+    tokens, vocabulary 50,432 over tp 2, hidden 512) peaks 0.408 GiB above its twin without the
+    flag (..._ddp_average_in_collective: 2,340,560,384 against 1,902,255,616 bytes on A100);
+    2 x (4,096 x 512 + 4,096 x 25,216) x 2 bytes = 0.393 GiB."""
+    T, h = sh.tokens, arch.hidden_size
+    inputs = BF16 * T * h / (sh.tp if sh.sequence_parallel else 1)
+    grads = BF16 * T * padded_vocab / sh.tp
+    return calls * (inputs + grads)

@@ -37,7 +37,11 @@ from planner.model import cp_time, cpu_offload, mamba, routing_load, t5, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
-from planner.model.loss_activations import GATHERED_HELD_BYTES_PER_LOGIT, logits_bytes
+from planner.model.loss_activations import (
+    GATHERED_HELD_BYTES_PER_LOGIT,
+    deferred_wgrad_bytes,
+    logits_bytes,
+)
 from planner.model.schedule import Chunks, layer_count, schedule_name
 
 
@@ -343,7 +347,19 @@ def stage_activations(
     acts = stored + (loss + working if both else max(loss, working))
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         acts += cp_time.exchange_bytes(arch, layout, sh.tokens)
+    if last and layout.defer_embedding_wgrad_compute:
+        acts += deferred_wgrad_bytes(arch, vocab, sh, deferred_calls(layout, m, 1 + mtp))
     return acts
+
+
+def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:
+    """The deferred output-layer calls (`loss_activations.deferred_wgrad_bytes`) the last stage
+    holds at its peak, with `per_micro_batch` calls per micro-batch (the output layer, and each
+    MTP depth's logits on that stage): every call up to --wgrad-deferral-limit (0: no limit)
+    but the last micro-batch's, whose own tensors the peak counts already (the loss's working
+    set), and which the flush drains next."""
+    limit = layout.wgrad_deferral_limit or m * per_micro_batch
+    return min(limit, (m - 1) * per_micro_batch)
 
 
 def _dispatcher(layout: Layout) -> str:

@@ -132,6 +132,8 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("overlap_param_gather", "overlap-param-gather"),
     ("ddp_bucket_size", "ddp-bucket-size"),
     ("ddp_num_buckets", "ddp-num-buckets"),
+    ("defer_embedding_wgrad_compute", "defer-embedding-wgrad"),
+    ("wgrad_deferral_limit", "wgrad-deferral-limit"),
     ("pipeline_layers", "pipeline split"),
 )
 

@@ -97,6 +97,15 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ("model.config.cross_entropy_loss_fusion=True", "training", "compiled_loss_fusion", True),
         # TransformerConfig.cp_comm_type, the plan's [parallel] field of the same name
         ("model.config.cp_comm_type=a2a", "parallel", "cp_comm_type", "a2a"),
+        # ModelParallelConfig's deferral of the output layer's weight gradients (Megatron-LM
+        # d98e8a64 model_parallel_config.py), the plan's [parallel] fields of the same names
+        (
+            "model.config.defer_embedding_wgrad_compute=True",
+            "parallel",
+            "defer_embedding_wgrad_compute",
+            True,
+        ),
+        ("model.config.wgrad_deferral_limit=22", "parallel", "wgrad_deferral_limit", 22),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),

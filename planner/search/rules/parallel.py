@@ -223,6 +223,21 @@ def overlap(job: Job, lay: Layout) -> Violation | None:
             "overlap_param_gather = true needs overlap_grad_reduce = true (Megatron "
             "validate_args); set both, or overlap_param_gather = false",
         )
+    if lay.defer_embedding_wgrad_compute and lay.pp == 1:
+        return Violation(
+            "defer_embedding_wgrad",
+            "parallel.defer_embedding_wgrad_compute",
+            "defer_embedding_wgrad_compute = true needs pipeline_model_parallel_size > 1 "
+            "(Megatron's ModelParallelConfig raises: the weight gradients wait for a pipeline "
+            "flush)",
+        )
+    if lay.defer_embedding_wgrad_compute and job.fp8_output_proj:
+        return Violation(
+            "defer_embedding_wgrad",
+            "parallel.defer_embedding_wgrad_compute",
+            "defer_embedding_wgrad_compute = true with training.fp8_output_proj: Transformer "
+            "Engine's MXFP8 output projection does not support it (Megatron raises)",
+        )
     if lay.ddp_bucket_size is not None and lay.ddp_num_buckets is not None:
         return Violation(
             "ddp_buckets",

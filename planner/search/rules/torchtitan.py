@@ -124,6 +124,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
         (lay.ep_comm_overlap, "parallel.ep_comm_overlap", "no torchtitan setting"),
         (lay.cpu_offloading_num_layers > 0, "parallel.cpu_offloading_num_layers", "none"),
         (
+            lay.defer_embedding_wgrad_compute,
+            "parallel.defer_embedding_wgrad_compute",
+            "torch's schedules run each weight gradient in its backward",
+        ),
+        (
             lay.microbatch_group_size_per_vp_stage is not None,
             "parallel.microbatch_group_size_per_vp_stage",
             "torch's schedules fix it",
