@@ -134,7 +134,7 @@ class Layout:
     parameter gathers) shows whatever the overlap (`planner.model.dp_sync`)."""
     defer_embedding_wgrad_compute: bool = False
     """Defer the output layer's weight-gradient GEMMs to the pipeline flush (Megatron
-    --defer-embedding-wgrad-compute; needs pp > 1): the last stage keeps each deferred micro-batch's
+    --defer-embedding-wgrad-compute; needs pp > 1): the last stage keeps each deferred call's
     output-layer input and logits gradient until then (`loss_activations.deferred_wgrad_bytes`)."""
     wgrad_deferral_limit: int = 0
     """With `defer_embedding_wgrad_compute`: how many of the output layer's calls per step defer

@@ -19,10 +19,9 @@ where they are defined.
   `recompute_time` what selective recompute re-runs; `stage_time` each pipeline stage's layers,
   memoised layer times and exposed EP / offload traffic; `schedule` pipeline bubbles and
   Megatron's 1F1B / interleaved order; `stage_sync` a stage's DP sync and optimizer step;
-  `cost` the step time, its breakdown, MFU (`weight_hash`
-  the share of Megatron's weight-hash check in it); `job_memo` what
-  the search's hot path remembers per job; `calibratable` the constants a cluster's logs may
-  refit (`planner calibrate`) and the one way to change them
+  `cost` the step time, its breakdown, MFU (`weight_hash` the share of Megatron's weight-hash
+  check in it); `job_memo` what the search's hot path remembers per job; `calibratable` the
+  constants a cluster's logs may refit (`planner calibrate`) and the one way to change them
 
 May import `planner.inputs` only; nothing here searches, prints or reads files.
 """
