@@ -230,6 +230,9 @@ NOT_MODELLED: dict[str, str] = {
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
+    "--keep-fp8-transpose-cache": "Megatron-FSDP then keeps each FP8 weight's transpose through "
+    "the step (about one byte per parameter, its README says), which is not counted (memory "
+    "under-estimated)",
 }
 """Megatron-LM flags that change memory in ways planner does not model: present (with a value
 other than Megatron's default), they are read as the note says."""

@@ -380,6 +380,11 @@ def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
     assert not read(SMALL + "--optimizer adam --main-params-dtype fp32").not_modelled
     notes = read(SMALL + "--optimizer sgd --main-params-dtype fp16").not_modelled
     assert [n.split(":")[0] for n in notes] == ["--main-params-dtype", "--optimizer"]
+    # a switch is off by default: noted wherever it is given (Megatron-FSDP's FP8 transposes,
+    # megatron/core/distributed/fsdp/src/README.md: ~1 byte per parameter kept)
+    notes = read(SMALL + "--keep-fp8-transpose-cache").not_modelled
+    assert [n.split(":")[0] for n in notes] == ["--keep-fp8-transpose-cache"]
+    assert "under-estimated" in notes[0]
 
 
 def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:
