@@ -227,8 +227,16 @@ def _zero_stage(line: Line) -> int:
 
 def _recompute(line: Line) -> dict[str, Any]:
     """Megatron's recompute flags as the plan's recompute fields: selective with its module list
-    (Megatron's default ["core_attn"]), full with its method and layer count."""
+    (Megatron's default ["core_attn"]), full with its method and layer count. The deprecated
+    --moe-layer-recompute is selective recompute with "moe" added to the modules, and refused with
+    full recompute (TransformerConfig.__post_init__ d98e8a64 does both)."""
     granularity = line.text("--recompute-granularity") or ""
+    moe_layer = line.has("--moe-layer-recompute")
+    if granularity == "full" and moe_layer:
+        raise InputError(
+            f"{line.where}: --moe-layer-recompute: Megatron refuses it with "
+            "--recompute-granularity full"
+        )
     if granularity == "full":
         out: dict[str, Any] = {"recompute": "full"}
         method = line.text("--recompute-method")
@@ -238,7 +246,9 @@ def _recompute(line: Line) -> dict[str, Any]:
         if layers is not None:
             out["recompute_num_layers"] = layers
         return out
-    if granularity == "selective" or line.has("--recompute-activations"):
+    if granularity == "selective" or line.has("--recompute-activations") or moe_layer:
         modules = line.words("--recompute-modules") or ["core_attn"]
+        if moe_layer and "moe" not in modules:
+            modules = [*modules, "moe"]
         return {"recompute": "selective", "recompute_modules": modules}
     return {"recompute": "none"}

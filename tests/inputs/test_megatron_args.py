@@ -104,6 +104,23 @@ def test_moe_dispatcher_defaults_to_megatrons() -> None:
     )
 
 
+def test_the_deprecated_moe_layer_recompute_is_selective_moe_recompute() -> None:
+    # TransformerConfig.__post_init__ (d98e8a64): --moe-layer-recompute sets the granularity to
+    # selective and appends "moe" to the modules (default ["core_attn"]), and raises with full
+    moe = (
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "
+        "--seq-length 4096 --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 4 "
+    )
+    par = megatron_args.to_plan(moe + "--moe-layer-recompute", "h100-sxm-80gb", 8)["parallel"]
+    assert (par["recompute"], par["recompute_modules"]) == ("selective", ["core_attn", "moe"])
+    both = moe + "--moe-layer-recompute --recompute-granularity selective --recompute-modules moe"
+    par = megatron_args.to_plan(both, "h100-sxm-80gb", 8)["parallel"]
+    assert par["recompute_modules"] == ["moe"]
+    full = moe + "--moe-layer-recompute --recompute-granularity full --recompute-method uniform"
+    with pytest.raises(InputError, match="--moe-layer-recompute: Megatron refuses it"):
+        megatron_args.to_plan(full, "h100-sxm-80gb", 8)
+
+
 def test_uneven_first_and_last_stages() -> None:
     # Llama 3 405B style: one fewer layer on the first and last stage (126 layers, pp 16):
     # (126 - 7 - 7) / 14 = 8 layers on each middle rank
@@ -385,6 +402,10 @@ def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
     notes = read(SMALL + "--keep-fp8-transpose-cache").not_modelled
     assert [n.split(":")[0] for n in notes] == ["--keep-fp8-transpose-cache"]
     assert "under-estimated" in notes[0]
+    # optimizer states in host memory (OptimizerConfig.optimizer_cpu_offload): counted on the GPU
+    notes = read(SMALL + "--optimizer-cpu-offload").not_modelled
+    assert [n.split(":")[0] for n in notes] == ["--optimizer-cpu-offload"]
+    assert "over-estimated" in notes[0]
 
 
 def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:
