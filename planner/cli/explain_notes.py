@@ -1,8 +1,8 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
 saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
 attention saves it, what Megatron's deterministic mode costs it, where the host's eager kernel
-issue floors the layers, and whether the plan is in a regime where measured steps run well
-behind the model (`planner.model.known_gaps`)."""
+issue floors the layers, what deferred output-layer weight gradients hold, and whether the plan
+is in a regime where measured steps run well behind the model (`planner.model.known_gaps`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
-from planner.model import attention_time, cost, determinism, layer_time
+from planner.inputs.units import GIB
+from planner.model import attention_time, cost, determinism, layer_time, memory
 from planner.model.known_gaps import (
     FOLDED_MOE_GAP,
     ONE_MICRO_BATCH_GAP,
@@ -32,6 +33,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
         fp8_attention_text(job, layout, perf),
         deterministic_text(job, layout, perf),
         host_text(job, layout, perf),
+        deferral_text(job, layout),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
     )
@@ -206,6 +208,24 @@ def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
         f"measured a median {ONE_MICRO_BATCH_GAP:.0%} longer steps than this model predicts "
         "(those with tp 1 and ep 1 matched it), so read the step time as a lower bound; more "
         "micro-batches per step, or more tokens per GPU, leave the regime"
+    )
+
+
+def deferral_text(job: Job, layout: Layout) -> str | None:
+    """A plan that defers the output layer's weight gradients to the pipeline flush
+    (`Layout.defer_embedding_wgrad_compute`): what the last stage holds for them, its memory
+    against the same plan without (`loss_activations.deferred_wgrad_bytes`, counted in the
+    table), and that the flush's time is not modelled."""
+    if not layout.defer_embedding_wgrad_compute:
+        return None
+    held = memory.estimate(job, layout).stages[-1].total
+    plain = memory.estimate(job, layout.with_(defer_embedding_wgrad_compute=False)).stages[-1]
+    limit = layout.wgrad_deferral_limit or "every call"
+    return (
+        f"deferred output-layer weight gradients (limit {limit}): the last stage holds each "
+        f"deferred call's input and logits gradient until the pipeline flush, "
+        f"{(held - plain.total) / GIB:.2f} GiB of its {held / GIB:.1f} GiB; the step time "
+        "keeps those weight gradients where they were (the flush hides them, not modelled)"
     )
 
 

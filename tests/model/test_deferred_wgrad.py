@@ -19,11 +19,14 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from planner.cli import explain_notes
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan, reframe
+from planner.inputs.units import GIB
+from planner.model import memory
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search.rules import violations
 
@@ -124,3 +127,18 @@ def test_the_functional_pair_measures_what_the_deferral_holds() -> None:
     plan = _plan()
     held = _acts(plan, 1) - _acts(plan, 1, defer_embedding_wgrad_compute=False)
     assert held == pytest.approx(measured, rel=0.05)
+
+
+def test_explain_says_what_the_last_stage_holds() -> None:
+    # the note's GiB is the last stage's total less the same plan's without the deferral
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    text = explain_notes.deferral_text(job, lay)
+    assert text is not None and text.startswith("deferred output-layer weight gradients (limit 2)")
+    held = memory.estimate(job, lay).stages[-1].total
+    plain = memory.estimate(job, lay.with_(defer_embedding_wgrad_compute=False)).stages[-1].total
+    assert f"{(held - plain) / GIB:.2f} GiB of its {held / GIB:.1f} GiB" in text
+    assert "(limit every call)" in (
+        explain_notes.deferral_text(job, lay.with_(wgrad_deferral_limit=0)) or ""
+    )
+    assert explain_notes.deferral_text(job, lay.with_(defer_embedding_wgrad_compute=False)) is None
