@@ -13,6 +13,7 @@ from planner.cli.render import capacity_text
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
+from planner.model.known_gaps import optimistic
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
 from planner.search.suggest import Infeasible
 from planner.search.titan_variants import variant_text, variants
@@ -63,7 +64,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             _savers(lay, job),
             *([variant_text(job, c) or "as job"] if titan else []),
             f"{c.memory.peak / GIB:.1f}",
-            f"{p.step_time_s:.3f}",
+            f"{p.step_time_s:.3f}" + ("+" if optimistic(job, lay) else ""),
             f"{p.tokens_per_s_per_gpu:,.0f}",
             f"{p.mfu_bf16_peak:.1%}",
             *([f"{p.mfu:.1%}"] if low else []),
@@ -86,6 +87,11 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
         t.caption += "; cp a2a / all_gather = the context-parallel exchange (--cp-comm-type)"
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
+    if any(optimistic(job, c.layout) for c in cands):
+        t.caption += (
+            "; step s + = a regime where measured runs took longer than predicted "
+            "(planner/model/known_gaps.py; explain says which): read it as a lower bound"
+        )
     return t
 
 

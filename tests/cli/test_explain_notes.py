@@ -15,14 +15,16 @@ import pytest
 from cli_run import run
 from jobs import job
 from paths import REPO
+from rich.console import Console
 
-from planner.cli import explain_notes
+from planner.cli import explain_notes, render_suggest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
-from planner.model import cost, known_gaps
+from planner.model import cost, known_gaps, memory
 from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.performance import BOTTLENECK_MIN_SHARE
 from planner.model.routing_load import memory_load, step_load
+from planner.search.top_k import Candidate
 
 
 def test_explain_states_the_load_it_times_and_the_one_it_stores(
@@ -200,6 +202,24 @@ def test_moe_with_tp_attention_over_unsplit_experts_is_flagged_optimistic() -> N
     )
     dense = job("llama3.1-70b", "gb200-nvl72", 512, 4096, 512)
     assert explain_notes.folded_moe_text(dense, Layout(tp=2, pp=4, dp=64)) is None
+
+
+def test_the_suggest_table_marks_the_optimistic_rows() -> None:
+    # the step cell of a row in a known optimistic regime ends in "+", and the caption says why;
+    # DeepSeek-V3 on 512 GB200 at tp 2 over ep 32 (expert tp 1) is, at tp 1 it is not
+    j = job("deepseek-v3", "gb200-nvl72", 512, 4096, 15360)
+    folded = Layout(tp=2, pp=4, dp=64, ep=32, etp=1, sequence_parallel=True)
+    plain = Layout(tp=1, pp=4, dp=128, ep=32)
+    cands = [
+        Candidate(lay, memory.estimate(j, lay), cost.estimate(j, lay)) for lay in (folded, plain)
+    ]
+    console = Console(record=True, width=400, markup=False)
+    console.print(render_suggest.candidates_table(j, cands, "step time"))
+    text = console.export_text()
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│ ")}
+    step = [f"{c.performance.step_time_s:.3f}" for c in cands]
+    assert f" {step[0]}+ " in rows["1"] and f" {step[1]} " in rows["2"]
+    assert "step s + = a regime where measured runs took longer" in " ".join(text.split())
 
 
 def test_json_marks_the_optimistic_regime(
