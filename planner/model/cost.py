@@ -179,9 +179,11 @@ def estimate(job: Job, layout: Layout) -> Performance:
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * lt.out
-        fwd, bwd = stage_sync.windows(fwd, bwd, heads, lt, rank)
+        fwd += heads * lt.out / 3
+        bwd += 2 * heads * lt.out / 3
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-            c, tp = c + lt.encoder.fwd + lt.encoder.bwd, tp + lt.encoder.tp
+            vis = lt.encoder
+            c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
         stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
@@ -191,7 +193,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         key = (tuple(n for _, n in mix), heads, rank == 0, id(job))
         if key not in dp_seen:
             dp_seen[key] = stage_sync.stage_sync(
-                job, lay, rank, chunks, mix, lt, dp_groups, fwd, bwd
+                job, lay, rank, chunks, mix, lt, dp_groups, share, fwd, bwd
             )
         e, hid, o = dp_seen[key]
         if e + o >= dp_exp + opt:

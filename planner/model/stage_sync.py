@@ -4,8 +4,9 @@ take longest.
 
 Sync: the stage's gradient reduction and parameter gathers (`planner.model.dp_sync` through
 `planner.model.pools`; torchtitan's FSDP2 in `planner.model.fsdp2`), hidden under the windows
-its forward and backward leave (`windows`: the stage's layers, its output layers and, on the
-first rank, a vision encoder), what hides still holding `comms.sm_share` of the SMs.
+its forward and backward leave (the stage's layers, its output layers and, on the first rank, a
+vision encoder: `cost.estimate` passes them), what hides still holding `comms.sm_share` of the
+SMs.
 
 Optimizer: memory-bound, pass by pass as Megatron-Core's distributed optimizer runs them
 (`optimizer_time`): for each parameter of the shard a GPU updates, the copy of its gradient into
@@ -89,17 +90,6 @@ def gathered_param_bytes(
     return mean(fp8_dense, dense), mean(fp8_expert, expert)
 
 
-def windows(fwd: float, bwd: float, heads: int, t: LayoutTimes, rank: int) -> tuple[float, float]:
-    """The stage's forward and backward seconds per micro-batch, the windows its sync hides
-    under: its layers' (`fwd`, `bwd`, from `stage_time.mix_sums`), its `heads` output layers'
-    (a third forward, two thirds backward) and, on the first rank, a vision encoder's."""
-    fwd += heads * t.out / 3
-    bwd += 2 * heads * t.out / 3
-    if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-        fwd, bwd = fwd + t.encoder.fwd, bwd + t.encoder.bwd
-    return fwd, bwd
-
-
 def stage_sync(
     job: Job,
     lay: Layout,
@@ -108,13 +98,15 @@ def stage_sync(
     mix: list[tuple[Layer, int]],
     t: LayoutTimes,
     groups: tuple[comms.Group, comms.Group],
+    share: float,
     fwd: float,
     bwd: float,
 ) -> tuple[float, float, float]:
     """(exposed, hidden, optimizer) seconds per step of pipeline rank `rank` (its decoder layers
     `chunks`, its `mix` from `stage_time.rank_mix`): its data-parallel traffic over `groups`
-    (`dp_sync.data_parallel_groups`) beyond the `windows` `fwd` and `bwd`, the exposed part
-    also holding `comms.sm_share` of the hidden part's SMs, and its optimizer step."""
+    (`dp_sync.data_parallel_groups`) beyond the forward and backward windows `fwd` and `bwd`, the
+    exposed part also holding `share` (`comms.sm_share`) of the hidden part's SMs, and its
+    optimizer step."""
     dense, expert = stage_params(job, lay, rank, chunks)
     if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
         dense = expert = 0.0
@@ -134,7 +126,7 @@ def stage_sync(
             param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
         )
     # the hidden part holds comms.sm_share of the SMs of the compute it runs under
-    e += comms.sm_share(job.cluster, job.gemm_sm_margin) * hid
+    e += share * hid
     o = optimizer_time(job, lay, dense, expert, t.gpu)
     if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
         counts = rank_layers(job, lay, rank, chunks, t)[0]
