@@ -234,6 +234,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
         model["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         model["delay_wgrad_compute"] = lay.ep_comm_overlap
+        model["moe_shared_expert_overlap"] = lay.moe_shared_expert_overlap
         model["moe_router_num_groups"] = job.moe_router_num_groups
         model["moe_router_group_topk"] = job.moe_router_group_topk
         model["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor

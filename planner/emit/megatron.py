@@ -151,6 +151,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-flex-dispatcher-backend", lay.moe_flex_dispatcher_backend))
         if lay.ep_comm_overlap:
             a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
+        if lay.moe_shared_expert_overlap:
+            a.append(("--moe-shared-expert-overlap",))
     if lay.defer_embedding_wgrad_compute:
         a.append(("--defer-embedding-wgrad-compute",))
         if lay.wgrad_deferral_limit:

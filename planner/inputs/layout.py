@@ -117,6 +117,10 @@ class Layout:
     micro-batch and the backward of another as one merged op (Megatron
     --overlap-moe-expert-parallel-comm --delay-wgrad-compute; needs ep > 1, and vpp > 1 when
     pp > 1)."""
+    moe_shared_expert_overlap: bool = False
+    """Run the shared experts on a side stream under the token dispatcher's all-to-alls (Megatron
+    --moe-shared-expert-overlap: fc1 beside the dispatch, fc2 beside the combine; the alltoall or
+    flex dispatcher, not with `ep_comm_overlap`): `dispatch.shared_overlap` hides what they can."""
     overlap_grad_reduce: bool = True
     """Reduce gradients in buckets during the backward (Megatron --overlap-grad-reduce). False:
     the whole reduction runs after the last micro-batch's backward, exposed."""
@@ -262,6 +266,8 @@ class Layout:
             parts.append("tpov")
         if self.ep_comm_overlap:
             parts.append("epov")
+        if self.moe_shared_expert_overlap:
+            parts.append("shov")
         if not self.overlap_grad_reduce:
             parts.append("grad-sync-exposed")
         if self.zero_stage >= 1 and not self.overlap_param_gather:

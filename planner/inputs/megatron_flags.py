@@ -181,6 +181,7 @@ READ = frozenset(
         "--moe-layer-recompute",
         "--cpu-offloading-num-layers",
         "--defer-embedding-wgrad-compute",
+        "--moe-shared-expert-overlap",
         "--wgrad-deferral-limit",
         "--fine-grained-activation-offloading",
         "--offload-modules",

@@ -77,6 +77,7 @@ def parallel(
             out[f"account_for_{part}_in_pipeline_split"] = True
     out["tp_comm_overlap"] = line.has("--tp-comm-overlap")
     out["ep_comm_overlap"] = line.has("--overlap-moe-expert-parallel-comm")
+    out["moe_shared_expert_overlap"] = line.has("--moe-shared-expert-overlap")
     out["zero_stage"] = _zero_stage(line)
     # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
     # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no

@@ -27,6 +27,7 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     model.config.recompute_granularity / _method / _num_layers / _modules   recompute
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
     model.config.defer_embedding_wgrad_compute, wgrad_deferral_limit   the same ([parallel])
+    model.config.moe_shared_expert_overlap     the same ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
       moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
 
@@ -84,6 +85,7 @@ PARALLEL_SWITCHES = {
     "trainer.strategy.ddp.overlap_param_gather": "overlap_param_gather",
     "model.config.tp_comm_overlap": "tp_comm_overlap",
     "model.config.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
+    "model.config.moe_shared_expert_overlap": "moe_shared_expert_overlap",
 }
 TRAINING = {
     "data.seq_length": "seq_length",

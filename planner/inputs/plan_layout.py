@@ -105,6 +105,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         account_for_loss_in_pipeline_split=bool(section.account_for_loss_in_pipeline_split),
         tp_comm_overlap=section.tp_comm_overlap,
         ep_comm_overlap=section.ep_comm_overlap,
+        moe_shared_expert_overlap=section.moe_shared_expert_overlap,
         overlap_grad_reduce=section.overlap_grad_reduce,
         overlap_param_gather=section.overlap_param_gather,
         ddp_bucket_size=section.ddp_bucket_size,

@@ -77,6 +77,11 @@ class ParallelSection(BaseModel):
         default=False,
         description="Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
     )
+    moe_shared_expert_overlap: Flag = Field(
+        default=False,
+        description="Megatron --moe-shared-expert-overlap: the shared experts run beside the "
+        "token dispatcher's all-to-alls",
+    )
     overlap_grad_reduce: Flag = Field(
         default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
     )

@@ -189,6 +189,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
     if layout.dp_pools > 1:
         out["dp_pools"] = layout.dp_pools
+    if layout.moe_shared_expert_overlap:
+        out["moe_shared_expert_overlap"] = True
     if layout.defer_embedding_wgrad_compute:
         out["defer_embedding_wgrad_compute"] = True
         if layout.wgrad_deferral_limit:

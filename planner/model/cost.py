@@ -71,6 +71,7 @@ from planner.model.schedule import (
     schedule_name,
 )
 from planner.model.stage_time import (
+    a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
@@ -122,10 +123,8 @@ def compute_floor(job: Job, layout: Layout) -> float:
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
-        a2a = sum(n * k.ep for k, n in mix)
-        # with the overlap at least the merged pairs' excess, and the SMs the hidden rest takes
-        # (`ep_exposed` with every forward and backward merged and the window c)
-        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
+        a2a, shared = sum(n * k.ep for k, n in mix), sum(n * k.ep_shared for k, n in mix)
+        c += a2a_floor(layout, a2a, shared, c, share)
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
             c += t.encoder.fwd + t.encoder.bwd
         worst = max(worst, c + heads * out_layer)
@@ -174,8 +173,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
             )
             pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
-        c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep = mix_sums(mix)
-        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share)
+        c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
+        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share, ep_s)
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * lt.out

@@ -17,7 +17,9 @@ DeepEP's `per_token_cast_to_fp8` (DeepSeek-V3 Sec. 3.3.2; Megatron-LM fused_a2a.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
 from planner.model import comms
@@ -29,6 +31,10 @@ from planner.model.comms import (
     place,
     reduce_scatter,
 )
+
+if TYPE_CHECKING:
+    from planner.inputs.layout import Layout
+    from planner.inputs.plan import Job
 
 FUSED_EP_NVLINK_EFFICIENCY = 0.70
 """Achieved / line rate of NVLink under the fused dispatch and combine kernels (DeepEP, HybridEP),
@@ -201,3 +207,45 @@ def expert_all_to_all(
     dispatch and combine in each forward pass and in the backward (EP ranks are etp apart: MoE
     parallel folding). `moe_dispatch` with the alltoall dispatcher and bf16 is this."""
     return (2 * n_fwd + 2) * all_to_all(dispatch_bytes, place(cluster, etp, ep))
+
+
+def shared_overlap(a2a: float, passes: int, shared: Sequence[float], grads: int) -> float:
+    """Seconds of a MoE layer's token dispatcher (`a2a`: `moe_dispatch`'s, over `passes`
+    forward passes and the backward) that its shared experts' GEMMs run under with Megatron's
+    --moe-shared-expert-overlap (`shared`: each shared-expert GEMM's forward seconds, fc1 then
+    fc2; `grads` backward GEMMs per forward one). Megatron d98e8a64 (token_dispatcher.py, the
+    alltoall and flex dispatchers; shared_experts.py) launches the shared experts on their own
+    stream: fc1 beside the dispatch and fc2 beside the combine, and autograd runs each backward
+    on its forward's stream, so the combine's gradient meets fc2's backward and the dispatch's
+    fc1's. Each all-to-all hides under the GEMM beside it up to that GEMM's length (the two of a
+    pass taken as equal halves); what shows beyond either side is exposed. The hidden part still
+    costs the SMs the collective holds (`stage_time.ep_exposed`)."""
+    if not shared or a2a <= 0.0:
+        return 0.0
+    one = a2a / passes / len(shared)  # one dispatch or combine of one pass
+    forward = sum(min(one, s) for s in shared)
+    backward = sum(min(one, grads * s) for s in shared)
+    return (passes - 1) * forward + backward
+
+
+def layer_dispatch(
+    job: Job, lay: Layout, t: float, load: float, n_fwd: int, shared: Sequence[float], grads: int
+) -> tuple[float, float]:
+    """(seconds, seconds its shared experts hide) per micro-batch of one MoE layer's token
+    dispatcher (`moe_dispatch`, `shared_overlap` with `Layout.moe_shared_expert_overlap`) for
+    `t` tokens per TP group at the step's routing `load`."""
+    arch = job.arch
+    routing = Routing(
+        tokens=t / (lay.tp if lay.sequence_parallel else 1),
+        hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens
+        topk=arch.moe_router_topk,
+        experts=arch.num_moe_experts or 1,
+        groups=job.moe_router_num_groups,
+        group_topk=job.moe_router_group_topk,
+        load=load,
+    )
+    a2a = moe_dispatch(
+        job.cluster, lay.expert_tp, lay.ep, routing, lay.moe_token_dispatcher_type, n_fwd
+    )
+    hidden = shared_overlap(a2a, n_fwd + 1, shared, grads) if lay.moe_shared_expert_overlap else 0.0
+    return a2a, hidden

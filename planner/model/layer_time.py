@@ -208,6 +208,9 @@ class Layer:
     cp: float = 0.0
     cp_hidden: float = 0.0
     ep: float = 0.0
+    ep_shared: float = 0.0
+    """Of `ep`, the seconds the shared experts' GEMMs run under (Megatron
+    --moe-shared-expert-overlap: `dispatch.shared_overlap`)."""
     weight_cast: float = 0.0
     """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch)."""
     offload: float = 0.0
@@ -331,24 +334,9 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
             job.cluster, lay, arch, t, (attn_fwd, attn_bwd), n_fwd
         )
     if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
-        routing = dispatch.Routing(
-            tokens=t / (tp if lay.sequence_parallel else 1),
-            hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens
-            topk=arch.moe_router_topk,
-            experts=arch.num_moe_experts or 1,
-            groups=job.moe_router_num_groups,
-            group_topk=job.moe_router_group_topk,
-            load=load,
-        )
         n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
-        out.ep = dispatch.moe_dispatch(
-            job.cluster,
-            lay.expert_tp,
-            lay.ep,
-            routing,
-            lay.moe_token_dispatcher_type,
-            n_ep,
-        )
+        shared = [x for x, part in zip(times, parts, strict=True) if part == "shared"]
+        out.ep, out.ep_shared = dispatch.layer_dispatch(job, lay, t, load, n_ep, shared, grads)
     return out
 
 

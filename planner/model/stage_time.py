@@ -206,22 +206,33 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
 
 
 def ep_exposed(
-    lay: Layout, rank: int, m: int, a2a: float, window: float, share: float
+    lay: Layout, rank: int, m: int, a2a: float, window: float, share: float, shared: float = 0.0
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
-    and backward). Without `lay.ep_comm_overlap` all of it is exposed. With it (Megatron's merged
-    forward-backward, `schedule.unmerged_share`), a merged pair's all-to-all runs under the other
-    micro-batch's compute (`window`: the stage's forward + backward compute per micro-batch) and
-    shows only beyond it; the forwards and backwards that run alone expose theirs. The hidden
-    part still takes `share` of the SMs (`comms.sm_share`) from the compute it runs under: that
-    much of it counts as exposed too. Optimistic otherwise: each all-to-all really hides under one
-    attention or MLP phase of the other pass."""
+    and backward). Without `lay.ep_comm_overlap` all of it is exposed but the `shared` seconds
+    its shared experts run under (`Layer.ep_shared`, Megatron --moe-shared-expert-overlap). With
+    it (Megatron's merged forward-backward, `schedule.unmerged_share`), a merged pair's
+    all-to-all runs under the other micro-batch's compute (`window`: the stage's forward +
+    backward compute per micro-batch) and shows only beyond it; the forwards and backwards that
+    run alone expose theirs. The hidden part still takes `share` of the SMs (`comms.sm_share`)
+    from the compute it runs under: that much of it counts as exposed too. Optimistic otherwise:
+    each all-to-all really hides under one attention or MLP phase of the other pass."""
     if not lay.ep_comm_overlap:
-        return a2a, 0.0
+        return a2a - (1 - share) * shared, shared
     alone = unmerged_share(lay.pp, lay.vpp, rank, m)
     shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
     hidden = a2a - shown
     return shown + share * hidden, hidden
+
+
+def a2a_floor(lay: Layout, a2a: float, shared: float, window: float, share: float) -> float:
+    """The least a stage's expert all-to-all (`a2a`, of which `shared` under its shared experts)
+    adds to its `window` of compute per micro-batch, as `ep_exposed` charges it with every
+    forward and backward merged (the search's bounds: the merged share only shrinks as more
+    micro-batches run alone)."""
+    if lay.ep_comm_overlap:
+        return max(a2a - window, 0.0) + share * min(a2a, window)
+    return a2a - (1 - share) * shared
 
 
 def _stage_layers(job: Job, chunks: Chunks, t: LayoutTimes) -> list[Layer]:
@@ -344,11 +355,11 @@ def _layer_mix(
 
 def mix_sums(
     mix: list[tuple[Layer, int]],
-) -> tuple[float, float, float, float, float, float, float, float, float]:
+) -> tuple[float, float, float, float, float, float, float, float, float, float]:
     """A rank's seconds per micro-batch over its mix (`rank_mix`), before its output layers:
     (compute, forward, backward with recompute, recompute, TP, TP hidden, CP, CP hidden, expert
-    all-to-all), each `Layer` field times its count."""
-    c = fwd = bwd = rec = tp = tp_h = cp = cp_h = ep = 0.0
+    all-to-all, the part of it under the shared experts), each `Layer` field times its count."""
+    c = fwd = bwd = rec = tp = tp_h = cp = cp_h = ep = ep_s = 0.0
     for k, n in mix:
         c += n * (k.fwd + k.bwd)
         fwd += n * k.fwd
@@ -359,4 +370,5 @@ def mix_sums(
         cp += n * k.cp
         cp_h += n * k.cp_hidden
         ep += n * k.ep
-    return c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep
+        ep_s += n * k.ep_shared
+    return c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s

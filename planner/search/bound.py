@@ -17,6 +17,7 @@ from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.stage_time import (
     LayoutTimes,
+    a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
@@ -39,8 +40,8 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
-        a2a = sum(n * k.ep for k, n in mix)
-        c += max(a2a - c, 0.0) + share * min(a2a, c) if layout.ep_comm_overlap else a2a
+        a2a, shared = sum(n * k.ep for k, n in mix), sum(n * k.ep_shared for k, n in mix)
+        c += a2a_floor(layout, a2a, shared, c, share)
         floors.append(c + heads * t.out)
         tps.append(sum(n * k.tp_traffic for k, n in mix))
     return t.m, floors, tps
@@ -140,12 +141,13 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     floor = tp_floor_share(job, lay)
     out: list[float] = []
     for (counts, heads), times in _rank_counts(job, lay, t):
-        c = a2a = tp = 0.0
+        c = a2a = shared = tp = 0.0
         for k, n in zip(t.layers, counts, strict=True):
             c += n * (k.fwd + k.bwd)
             a2a += n * k.ep
+            shared += n * k.ep_shared
             tp += n * k.tp_traffic
-        c += max(a2a - c, 0.0) + share * min(a2a, c) if lay.ep_comm_overlap else a2a
+        c += a2a_floor(lay, a2a, shared, c, share)
         out += [c + heads * t.out + floor * tp] * times
     return t.m, out
 
@@ -214,8 +216,8 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     out: list[float] = []
     for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, lay, rank, chunks, t)
-        c, _, _, rec, tp, _, cp, _, ep = mix_sums(mix)
+        c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
         tp = min(tp, sum(n * k.tp_plain for k, n in mix))
-        ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share)
+        ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share, ep_s)
         out.append(c + heads * t.out + rec + tp + cp + ep_e)
     return t.m, out

@@ -128,6 +128,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("sequence_parallel", "sp"),
     ("tp_comm_overlap", "tp-comm-overlap"),
     ("ep_comm_overlap", "ep-comm-overlap"),
+    ("moe_shared_expert_overlap", "shared-expert-overlap"),
     ("overlap_grad_reduce", "overlap-grad-reduce"),
     ("overlap_param_gather", "overlap-param-gather"),
     ("ddp_bucket_size", "ddp-bucket-size"),

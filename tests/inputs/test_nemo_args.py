@@ -106,6 +106,13 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
             True,
         ),
         ("model.config.wgrad_deferral_limit=22", "parallel", "wgrad_deferral_limit", 22),
+        # TransformerConfig.moe_shared_expert_overlap (transformer_config.py), the same name
+        (
+            "model.config.moe_shared_expert_overlap=True",
+            "parallel",
+            "moe_shared_expert_overlap",
+            True,
+        ),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),

@@ -4,11 +4,11 @@ Each rule returns a `Violation` (the plan field it concerns and a Megatron-style
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `fused_mlp` those of
-the experts' fused grouped MLP; `hybrid` those of a hybrid Mamba stack;
-`torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs
-every rule (the search uses it to prune and to count rejections per rule); `check_plan` turns
-a plan's into one InputError; `warnings` lists what Megatron would warn about, which commands
-report without refusing.
+the experts' fused grouped MLP; `shared_overlap` those of the shared experts' overlap; `hybrid`
+those of a hybrid Mamba stack; `torchtitan` what torchtitan runs (plans with framework =
+"torchtitan"). `violations` runs every rule (the search uses it to prune and to count rejections
+per rule); `check_plan` turns a plan's into one InputError; `warnings` lists what Megatron would
+warn about, which commands report without refusing.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from planner.search.rules.parallel import (
     world,
 )
 from planner.search.rules.pools import pools
+from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import experts as torchtitan_experts
@@ -86,6 +87,7 @@ RULES: tuple[Rule, ...] = (
     deterministic,
     *FEATURE_RULES,
     *FUSED_MLP_RULES,
+    *SHARED_OVERLAP_RULES,
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
     batch,

@@ -122,6 +122,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
     megatron_only = (
         (lay.tp_comm_overlap, "parallel.tp_comm_overlap", "use torchtitan.async_tp"),
         (lay.ep_comm_overlap, "parallel.ep_comm_overlap", "no torchtitan setting"),
+        (
+            lay.moe_shared_expert_overlap,
+            "parallel.moe_shared_expert_overlap",
+            "no torchtitan setting",
+        ),
         (lay.cpu_offloading_num_layers > 0, "parallel.cpu_offloading_num_layers", "none"),
         (
             lay.defer_embedding_wgrad_compute,

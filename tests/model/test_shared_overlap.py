@@ -1,0 +1,132 @@
+"""Megatron's --moe-shared-expert-overlap (`Layout.moe_shared_expert_overlap`): read from a command
+line, written back to a plan, emitted by launch, refused where Megatron refuses it, and the
+dispatcher seconds the shared experts hide (`dispatch.shared_overlap`), charged by
+`stage_time.ep_exposed` and floored alike by the search's bounds.
+
+Oracles: Megatron-LM d98e8a64 (moe/token_dispatcher.py: the alltoall and flex dispatchers launch
+the shared experts' fc1 on their own stream beside the dispatch and fc2 beside the combine;
+transformer_config.py refuses the flag with the allgather dispatcher and with recompute of the
+shared experts when the model has them, and with --overlap-moe-expert-parallel-comm always),
+hand arithmetic, and the estimate's own pieces recombined by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from planner.emit import megatron
+from planner.emit.launch import render
+from planner.inputs import megatron_args, plan_writer
+from planner.inputs.plan import parse_plan, reframe
+from planner.model import comms, cost, dispatch, layer_time
+from planner.model.layer_time import gpu_of
+from planner.search.bound import lower_bound
+from planner.search.rules import violations
+
+# a 16-layer MoE of 1,024 hidden with 16 experts of 2,048 (top 2) and one shared expert of 4,096,
+# on two H100 nodes: ep 16 spans both, so the all-to-all crosses InfiniBand
+LINE = (
+    "--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 "
+    "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 "
+    "--vocab-size 32000 --bf16 --num-experts 16 --moe-router-topk 2 --moe-ffn-hidden-size 2048 "
+    "--moe-shared-expert-intermediate-size 4096 --expert-model-parallel-size 16 "
+    "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --swiglu "
+    "--transformer-impl transformer_engine --moe-shared-expert-overlap"
+)
+FLAG = " --moe-shared-expert-overlap"
+
+
+def _plan(line: str = LINE):  # type: ignore[no-untyped-def]
+    return parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 16))
+
+
+def test_hidden_seconds_by_hand() -> None:
+    # a2a 12 s over 2 passes (one forward, the backward): each dispatch or combine 3 s; shared
+    # GEMMs fc1 4 s, fc2 2 s forward, twice that backward. Forward: min(3, 4) + min(3, 2) = 5;
+    # backward: min(3, 8) + min(3, 4) = 6; 11 of the 12 s hidden
+    assert dispatch.shared_overlap(12.0, 2, [4.0, 2.0], 2) == pytest.approx(11.0)
+    # a short all-to-all hides whole: 2 s, each of the four 0.5 s under a longer GEMM
+    assert dispatch.shared_overlap(2.0, 2, [4.0, 2.0], 2) == pytest.approx(2.0)
+    # the forward recomputed (3 passes): each all-to-all 2 s; forward min(2, 4) + min(2, 2) = 4,
+    # twice, backward 4: 12 of 12
+    assert dispatch.shared_overlap(12.0, 3, [4.0, 2.0], 2) == pytest.approx(12.0)
+    # no shared experts, no all-to-all: nothing hidden
+    assert dispatch.shared_overlap(12.0, 2, [], 2) == 0.0
+    assert dispatch.shared_overlap(0.0, 2, [4.0, 2.0], 2) == 0.0
+
+
+def test_the_flag_is_read_written_back_and_emitted() -> None:
+    plan = _plan()
+    lay = plan.require_layout()
+    assert lay.moe_shared_expert_overlap and lay.ep == 16
+    assert violations(plan.job, lay) == []
+    text = plan_writer.render(plan.job, lay, {"name": "moe"}, ["t"])
+    assert "moe_shared_expert_overlap = true" in text
+    args = [a for g in megatron.arguments(plan).parallel for a in g]
+    assert "--moe-shared-expert-overlap" in args
+    bridge = yaml.safe_load(render(plan, "megatron-bridge")[1])["model"]
+    assert bridge["moe_shared_expert_overlap"] is True
+    bare = _plan(LINE.replace(FLAG, ""))
+    assert not bare.require_layout().moe_shared_expert_overlap
+    assert "shared_expert_overlap" not in plan_writer.render(
+        bare.job, bare.require_layout(), {"name": "m"}, []
+    )
+    bare_bridge = yaml.safe_load(render(bare, "megatron-bridge")[1])["model"]
+    assert bare_bridge["moe_shared_expert_overlap"] is False
+
+
+def test_megatron_refuses_it_where_it_asserts() -> None:
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+
+    def fields(**change: object) -> list[str]:
+        return [v.field for v in violations(job, lay.with_(**change))]
+
+    field = "parallel.moe_shared_expert_overlap"
+    assert field in fields(moe_token_dispatcher_type="allgather")
+    assert field in fields(recompute="selective", recompute_modules=("shared_experts",))
+    assert field not in fields(recompute="selective", recompute_modules=("moe_act",))
+    assert field in fields(ep_comm_overlap=True)
+    # a model without shared experts runs the flag as a no-op, any dispatcher; not with the EP
+    # overlap, which Megatron asserts against either way
+    plain = _plan(LINE.replace("--moe-shared-expert-intermediate-size 4096 ", ""))
+    pj, pl = plain.job, plain.require_layout()
+    assert violations(pj, pl.with_(moe_token_dispatcher_type="allgather")) == []
+    assert field in [v.field for v in violations(pj, pl.with_(ep_comm_overlap=True))]
+    titan = reframe(job, "torchtitan")
+    assert field in [v.field for v in violations(titan, lay)]
+
+
+def test_the_layer_hides_part_of_its_all_to_all() -> None:
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    gpu = gpu_of(job)
+    on = layer_time.layer_time(job, lay, gpu, True)
+    off = layer_time.layer_time(job, lay.with_(moe_shared_expert_overlap=False), gpu, True)
+    assert off.ep_shared == 0.0 and on.ep == off.ep > 0
+    # the same seconds every way but the hidden ones; at most the all-to-all itself
+    assert (on.fwd, on.bwd) == (off.fwd, off.bwd)
+    assert 0 < on.ep_shared <= on.ep
+    # a dense layer has no dispatcher to hide
+    assert layer_time.layer_time(job, lay, gpu, False).ep_shared == 0.0
+
+
+def test_the_step_shows_the_hidden_seconds_at_the_sms_share() -> None:
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    off_lay = lay.with_(moe_shared_expert_overlap=False)
+    on, off = cost.estimate(job, lay), cost.estimate(job, off_lay)
+    gpu = gpu_of(job)
+    per_layer = layer_time.layer_time(job, lay, gpu, True).ep_shared
+    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    m = 64 // lay.dp  # one micro-batch per data-parallel rank and step
+    # pp 1: the one stage runs the 16 MoE layers m times; each hidden second still holds share
+    # of the SMs from the shared experts it runs under
+    hidden = m * 16 * per_layer
+    assert on.breakdown.ep_comm_hidden == pytest.approx(hidden)
+    shown = off.breakdown.ep_comm_exposed - (1 - share) * hidden
+    assert on.breakdown.ep_comm_exposed == pytest.approx(shown)
+    assert on.step_time_s == pytest.approx(off.step_time_s - (1 - share) * hidden)
+    # the search's lower bound stays under the estimate
+    assert lower_bound(job, lay) <= on.step_time_s
