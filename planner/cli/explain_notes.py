@@ -12,13 +12,14 @@ from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import attention_time, cost, determinism, layer_time, memory
+from planner.model import attention_time, cost, determinism, layer_time, memory, stage_time
 from planner.model.known_gaps import (
     FOLDED_MOE_GAP,
     ONE_MICRO_BATCH_GAP,
     in_folded_moe_regime,
     in_one_micro_batch_regime,
 )
+from planner.model.output_time import deferred_wgrad
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
@@ -215,17 +216,26 @@ def deferral_text(job: Job, layout: Layout) -> str | None:
     """A plan that defers the output layer's weight gradients to the pipeline flush
     (`Layout.defer_embedding_wgrad_compute`): what the last stage holds for them, its memory
     against the same plan without (`loss_activations.deferred_wgrad_bytes`, counted in the
-    table), and that the flush's time is not modelled."""
+    table), the GEMM seconds the flush runs (`output_time.deferred_wgrad`) and the step against
+    the same plan without (`cost`: the last stage's backwards lose them, the flush shows what
+    outlasts the other stages' cooldown)."""
     if not layout.defer_embedding_wgrad_compute:
         return None
+    plain_layout = layout.with_(defer_embedding_wgrad_compute=False)
     held = memory.estimate(job, layout).stages[-1].total
-    plain = memory.estimate(job, layout.with_(defer_embedding_wgrad_compute=False)).stages[-1]
+    plain = memory.estimate(job, plain_layout).stages[-1]
     limit = layout.wgrad_deferral_limit or "every call"
+    times, last = stage_time.layout_times(job, layout), layout.pp - 1
+    chunks = layout.chunk_layers(job.arch.num_layers)[last]
+    calls = stage_time.rank_layers(job, layout, last, chunks, times)[1]  # its output layers
+    flush = deferred_wgrad(job, layout, times.gpu, times.m, calls)
+    change = cost.estimate(job, layout).step_time_s / cost.estimate(job, plain_layout).step_time_s
     return (
         f"deferred output-layer weight gradients (limit {limit}): the last stage holds each "
         f"deferred call's input and logits gradient until the pipeline flush, "
-        f"{(held - plain.total) / GIB:.2f} GiB of its {held / GIB:.1f} GiB; the step time "
-        "keeps those weight gradients where they were (the flush hides them, not modelled)"
+        f"{(held - plain.total) / GIB:.2f} GiB of its {held / GIB:.1f} GiB; the flush runs "
+        f"their {flush * 1e3:.1f} ms of GEMMs per step, the step {change - 1:+.1%} against the "
+        "same plan without"
     )
 
 

@@ -33,7 +33,11 @@ busy time (`planner.model.shared_link`; the excess is `link_shared`).
 
 Pipeline (planner.model.schedule): T = m x max_r t_r + (sum_r t_r - max_r t_r) / vpp with t_r each
 stage's time per micro-batch (compute + exposed TP/CP/EP/PP traffic); the last stage also runs the
-output layer and loss. The breakdown reports the slowest stage; `bubble` is the second term.
+output layer and loss, less the weight gradients Megatron's --defer-embedding-wgrad-compute moves
+to the flush (`output_time.deferred_wgrad`), which show in `bubble` where they outlast the other
+stages' cooldown (`schedule.flush_exposed`; the search never sets the deferral and its floors
+count the output layer whole). The breakdown reports the slowest stage; `bubble` is the second
+term.
 The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
 
 Optimizer and DP sync: `planner.model.stage_sync` (the stage where the two take longest, after the
@@ -63,9 +67,11 @@ from planner.model import (
     weight_hash,
 )
 from planner.model.activations import BF16
+from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown
 from planner.model.schedule import (
+    flush_exposed,
     interleaved_p2p_exposed,
     schedule_bubble,
     schedule_name,
@@ -164,6 +170,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
     link_busy = 0.0  # the busiest rank's shared PCIe link (planner.model.shared_link)
+    drain = 0.0  # the last stage's deferred output-layer wgrads (output_time.deferred_wgrad)
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
             job, lt = jobs[rank], layout_times(jobs[rank], lay)
@@ -180,6 +187,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
         c += heads * lt.out
         fwd += heads * lt.out / 3
         bwd += 2 * heads * lt.out / 3
+        if rank == lay.pp - 1:  # deferred output-layer wgrads leave its backwards for the flush
+            drain = deferred_wgrad(job, lay, lt.gpu, m, heads)
+            c, bwd = c - drain / m, bwd - drain / m
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
             vis = lt.encoder
             c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
@@ -208,6 +218,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     # the schedule's closed form (planner.model.schedule: 1F1B / interleaved, torchtitan's others)
     bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
+    bubble += flush_exposed(drain, stages, lay.vpp)
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)

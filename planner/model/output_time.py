@@ -63,6 +63,25 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     return (2 if job.frozen_model else 3) * fwd + ce + gather + quant
 
 
+def deferred_wgrad(job: Job, lay: Layout, gpu: Gpu, m: int, calls_per_micro_batch: int) -> float:
+    """Seconds per step of the output layer's weight-gradient GEMMs that Megatron's
+    --defer-embedding-wgrad-compute moves from the last stage's backwards to the flush
+    (`Layout.defer_embedding_wgrad_compute`): one logits GEMM's time (`output_layer_time`'s
+    forward: the wgrad has its three dimensions) per deferred call, every call of the step up to
+    --wgrad-deferral-limit (0: no limit), `calls_per_micro_batch` per micro-batch (the output
+    layer, and each MTP depth's logits on that stage: tensor_parallel/layers.py d98e8a64 defers
+    per call of the output layer's linear). None with the model's weights frozen (no wgrad)."""
+    if not lay.defer_embedding_wgrad_compute or job.frozen_model:
+        return 0.0
+    calls = m * calls_per_micro_batch
+    deferred = min(lay.wgrad_deferral_limit or calls, calls)
+    t = float(lay.micro_batch_size * job.seq_length // lay.cp)
+    vocab = job.arch.padded_vocab(lay.tp) / lay.tp
+    fp8 = job.output_layer_in_fp8
+    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
+    return deferred * gemm_time(t, job.arch.hidden_size, vocab, peak, gpu.ridge, e)
+
+
 def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
     """One MTP depth's projection per micro-batch, as a layer of the MTP rank's mix: Megatron's
     `eh_proj` (multi_token_prediction.py d98e8a64 `_concat_embeddings`), a column-parallel

@@ -124,6 +124,17 @@ def schedule_bubble(
     return (sum(g) - max(g)) / (vpp if d is None else d)
 
 
+def flush_exposed(drain: float, stages: Sequence[tuple[float, float]], vpp: int = 1) -> float:
+    """Seconds the last stage's flush work (`drain`: Megatron's deferred output-layer weight
+    gradients, `output_time.deferred_wgrad`) adds to the step: it starts when the last stage's
+    final backward ends and runs while that micro-batch's gradient crosses the other stages,
+    each running one chunk's backward (its per-micro-batch backward / vpp: the schedules'
+    cooldown, pipeline_parallel/schedules.py d98e8a64 drains it after the cooldown, before the
+    gradients' reduction); what outlasts them shows."""
+    window = sum(b for _, b in stages[:-1]) / vpp
+    return max(drain - window, 0.0)
+
+
 Chunks = tuple[range, ...]
 """A pipeline rank's decoder layers: one range of layer indices per virtual chunk
 (`Layout.chunk_layers`)."""

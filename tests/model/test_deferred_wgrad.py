@@ -1,13 +1,16 @@
 """Megatron's --defer-embedding-wgrad-compute (and --wgrad-deferral-limit): read from a command
 line and from NeMo overrides, written back to a plan, emitted by launch, refused where Megatron
-refuses it, and what the last pipeline stage holds for it (planner.model.loss_activations
-`deferred_wgrad_bytes`, stage_activations `deferred_calls`).
+refuses it, what the last pipeline stage holds for it (planner.model.loss_activations
+`deferred_wgrad_bytes`, stage_activations `deferred_calls`), and the step time: the output layer's
+weight-gradient GEMMs moved from the last stage's backwards to the flush
+(output_time `deferred_wgrad`), which shows what outlasts the cooldown (schedule `flush_exposed`).
 
 Oracles: Megatron-LM d98e8a64 (tensor_parallel/layers.py: each output-layer call appends its input
 to embedding_activation_buffer and, in its backward, its logits gradient to grad_output_buffer,
 up to wgrad_deferral_limit calls, 0 = all; pipeline_parallel/schedules.py drains both at the
-flush; model_parallel_config.py refuses the deferral at pp 1 and a negative limit; Transformer
-Engine's MXFP8 output projection refuses it), hand arithmetic on the bytes, and Megatron-LM's
+flush, after the cooldown; model_parallel_config.py refuses the deferral at pp 1 and a negative
+limit; Transformer Engine's MXFP8 output projection refuses it), hand arithmetic on the bytes and
+seconds, the frozen-weights output layer (no wgrad) as a second route, and Megatron-LM's
 functional test gpt3_mcore_te_tp2_pp2_defer_embedding_wgrad_compute against its twin without the
 flag (benchmarks/data/megatron_functional_tests/golden_values.json, A100).
 """
@@ -26,7 +29,10 @@ from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan, reframe
 from planner.inputs.units import GIB
-from planner.model import memory
+from planner.model import cost, memory
+from planner.model.layer_time import gpu_of
+from planner.model.output_time import deferred_wgrad, output_layer_time
+from planner.model.schedule import flush_exposed
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search.rules import violations
 
@@ -129,6 +135,56 @@ def test_the_functional_pair_measures_what_the_deferral_holds() -> None:
     assert held == pytest.approx(measured, rel=0.05)
 
 
+def test_the_flush_shows_what_outlasts_the_cooldown_by_hand() -> None:
+    # three stages' (forward, backward) per micro-batch; the last one's final backward ends, then
+    # the other two run theirs: 2 + 3 = 5 s of cooldown, a chunk's (/ vpp) when interleaved
+    stages = [(1.0, 2.0), (1.0, 3.0), (1.0, 4.0)]
+    assert flush_exposed(7.0, stages) == pytest.approx(2.0)
+    assert flush_exposed(4.0, stages) == 0.0
+    assert flush_exposed(4.0, stages, vpp=2) == pytest.approx(1.5)
+    assert flush_exposed(0.0, stages) == 0.0
+
+
+def test_the_deferred_seconds_are_the_output_layers_wgrads() -> None:
+    # one wgrad GEMM per call: what the output layer loses when the weights are frozen (no wgrad,
+    # the same logits GEMM's dimensions), an independent route to the same seconds
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    gpu = gpu_of(job)
+    one = output_layer_time(job, lay, gpu) - output_layer_time(
+        replace(job, frozen_model=True), lay, gpu
+    )
+    assert one > 0
+    # 4 micro-batches per step, one output-layer call each: limit 2 defers 2, 0 (all) and 22 all 4
+    assert deferred_wgrad(job, lay, gpu, 4, 1) == pytest.approx(2 * one)
+    for limit in (0, 22):
+        assert deferred_wgrad(job, lay.with_(wgrad_deferral_limit=limit), gpu, 4, 1) == (
+            pytest.approx(4 * one)
+        )
+    # two calls per micro-batch (an MTP depth's logits on the last stage), no limit: 8
+    assert deferred_wgrad(job, lay.with_(wgrad_deferral_limit=0), gpu, 4, 2) == pytest.approx(
+        8 * one
+    )
+    assert deferred_wgrad(job, lay.with_(defer_embedding_wgrad_compute=False), gpu, 4, 1) == 0.0
+    assert deferred_wgrad(replace(job, frozen_model=True), lay, gpu, 4, 1) == 0.0
+
+
+def test_the_step_moves_them_off_the_last_stage() -> None:
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    off = cost.estimate(job, lay.with_(defer_embedding_wgrad_compute=False))
+    for limit in (2, 0):
+        on_lay = lay.with_(wgrad_deferral_limit=limit)
+        on = cost.estimate(job, on_lay)
+        moved = deferred_wgrad(job, on_lay, gpu_of(job), 4, 1)
+        # the last stage (the output layer's) is the slowest: its compute loses the moved GEMMs
+        assert on.breakdown.compute == pytest.approx(off.breakdown.compute - moved)
+        # its 6 layers' backward cover the flush on the first stage: nothing shows, and the
+        # step gains at most what moved
+        assert on.breakdown.bubble == pytest.approx(off.breakdown.bubble)
+        assert off.step_time_s - moved <= on.step_time_s + 1e-12 < off.step_time_s
+
+
 def test_explain_says_what_the_last_stage_holds() -> None:
     # the note's GiB is the last stage's total less the same plan's without the deferral
     plan = _plan()
@@ -138,6 +194,13 @@ def test_explain_says_what_the_last_stage_holds() -> None:
     held = memory.estimate(job, lay).stages[-1].total
     plain = memory.estimate(job, lay.with_(defer_embedding_wgrad_compute=False)).stages[-1].total
     assert f"{(held - plain) / GIB:.2f} GiB of its {held / GIB:.1f} GiB" in text
+    flush = deferred_wgrad(job, lay, gpu_of(job), 4, 1)
+    change = (
+        cost.estimate(job, lay).step_time_s
+        / cost.estimate(job, lay.with_(defer_embedding_wgrad_compute=False)).step_time_s
+    )
+    assert f"the flush runs their {flush * 1e3:.1f} ms of GEMMs per step, the step " in text
+    assert f"{change - 1:+.1%} against the same plan without" in text and change < 1
     assert "(limit every call)" in (
         explain_notes.deferral_text(job, lay.with_(wgrad_deferral_limit=0)) or ""
     )
