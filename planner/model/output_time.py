@@ -42,13 +42,11 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     `Job.fp8_output_proj` at the job's FP8 rate plus the MXFP8 quantisation of its input and
     output gradient (its weight's, once per step, is left out: h x V elements, under a
     millisecond)."""
-    arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
-    vocab = arch.padded_vocab(lay.tp) / lay.tp
-    h = arch.hidden_size
+    vocab = job.arch.padded_vocab(lay.tp) / lay.tp
+    h = job.arch.hidden_size
     fp8 = job.output_layer_in_fp8
-    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
-    fwd = gemm_time(t, h, vocab, peak, gpu.ridge, e)
+    fwd = logits_gemm(job, lay, gpu)
     quant = 0.0
     if fp8:  # the input forward, the logits' gradient backward
         per_element = quant_bytes(job.fp8_recipe, job.cluster.gpu.is_blackwell)
@@ -66,20 +64,26 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
 def deferred_wgrad(job: Job, lay: Layout, gpu: Gpu, m: int, calls_per_micro_batch: int) -> float:
     """Seconds per step of the output layer's weight-gradient GEMMs that Megatron's
     --defer-embedding-wgrad-compute moves from the last stage's backwards to the flush
-    (`Layout.defer_embedding_wgrad_compute`): one logits GEMM's time (`output_layer_time`'s
-    forward: the wgrad has its three dimensions) per deferred call, every call of the step up to
+    (`Layout.defer_embedding_wgrad_compute`): one `logits_gemm` (the wgrad has the forward's
+    three dimensions) per deferred call, every call of the step up to
     --wgrad-deferral-limit (0: no limit), `calls_per_micro_batch` per micro-batch (the output
     layer, and each MTP depth's logits on that stage: tensor_parallel/layers.py d98e8a64 defers
     per call of the output layer's linear). None with the model's weights frozen (no wgrad)."""
     if not lay.defer_embedding_wgrad_compute or job.frozen_model:
         return 0.0
     calls = m * calls_per_micro_batch
-    deferred = min(lay.wgrad_deferral_limit or calls, calls)
+    return min(lay.wgrad_deferral_limit or calls, calls) * logits_gemm(job, lay, gpu)
+
+
+def logits_gemm(job: Job, lay: Layout, gpu: Gpu) -> float:
+    """Seconds of one logits GEMM of the output layer per micro-batch (t local tokens x h x the
+    TP shard of the padded vocabulary), at the bf16 rate or, with `Job.output_layer_in_fp8`, the
+    job's FP8 rate: the forward, and each of the backward's dgrad and wgrad."""
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = job.arch.padded_vocab(lay.tp) / lay.tp
     fp8 = job.output_layer_in_fp8
     peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
-    return deferred * gemm_time(t, job.arch.hidden_size, vocab, peak, gpu.ridge, e)
+    return gemm_time(t, job.arch.hidden_size, vocab, peak, gpu.ridge, e)
 
 
 def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
