@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from planner.calibration import profile as profiles
-from planner.calibration.measured import MeasuredRun, read_runs
 from planner.calibration.profile import Profile
 from planner.cli.common import err
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.units import GIB
 from planner.model import calibratable, cost, memory
+
+if TYPE_CHECKING:
+    from planner.calibration.measured import MeasuredRun
 
 CalibrationOpt = Annotated[
     str | None,
@@ -64,7 +66,10 @@ def use(option: str | None, gpu: str) -> Profile | None:
 def log_run(
     path: Path, gpu: str | None, num_gpus: int | None, vocab_size: int | None
 ) -> MeasuredRun:
-    """The last run of a Megatron-LM log, with its plan and measurements."""
+    """The last run of a Megatron-LM log, with its plan and measurements (the log reader
+    imported here: the commands that take no --log do without it)."""
+    from planner.calibration.measured import read_runs
+
     runs = read_runs([path], gpu, num_gpus, None, vocab_size)
     return runs[-1]
 
