@@ -23,6 +23,7 @@ from planner.model.output_time import deferred_wgrad
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_load, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
+from planner.search.rules.shared_overlap import shared_expert_overlap
 
 
 def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
@@ -30,6 +31,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     texts = (
         routing_text(job, layout),
         fused_mlp_text(job, layout, perf),
+        shared_overlap_text(job, layout, perf),
         bf16_layers_text(job, layout, perf),
         fp8_attention_text(job, layout, perf),
         deterministic_text(job, layout, perf),
@@ -65,9 +67,10 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     )
 
 
-FUSED_MLP_ADVICE_SHARE = 0.01
-"""The share of the step the fused grouped MLP must save for explain to suggest it to a plan
-without it (1%: it is one switch and a kernel choice, no layout change)."""
+SWITCH_ADVICE_SHARE = 0.01
+"""The share of the step a one-switch change (the fused grouped MLP, the shared experts'
+overlap) must save for explain to suggest it to a plan without it (1%: one flag, no layout
+change)."""
 
 
 def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
@@ -75,7 +78,7 @@ def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     (`moe_time.fused_mlp_saving`), or, where they do not run (`Job.grouped_mlp_fused`), that
     the experts are timed unfused and why. A Megatron MoE plan without it whose layout allows it
     (`planner.search.rules.fused_mlp`) and whose kernels would run: what turning it on would save,
-    from FUSED_MLP_ADVICE_SHARE of the step."""
+    from SWITCH_ADVICE_SHARE of the step."""
     if not job.moe_fused_grouped_mlp:
         return _fused_mlp_advice(job, layout, perf)
     if not job.grouped_mlp_fused:
@@ -103,7 +106,7 @@ def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None
     if not usable or not fused.grouped_mlp_fused or fused_grouped_mlp(fused, layout):
         return None
     saved = _added(perf, fused, layout)
-    if saved < FUSED_MLP_ADVICE_SHARE * perf.step_time_s:
+    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
         return None
     flags = "--use-transformer-engine-op-fuser"
     if job.arch.gated_linear_unit:
@@ -111,6 +114,33 @@ def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None
     return (
         f"fused grouped MLP: off; training.moe_fused_grouped_mlp = true (Megatron {flags}) would "
         f"save {saved:.3f} s of the {perf.step_time_s:.3f} s step"
+    )
+
+
+def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """A Megatron MoE plan with shared experts and a token dispatcher's all-to-all: with
+    `Layout.moe_shared_expert_overlap`, the all-to-all seconds its shared experts hide per step
+    and the step against the same plan without; without it, where Megatron allows it
+    (`planner.search.rules.shared_overlap`) and it would save SWITCH_ADVICE_SHARE of the step,
+    what turning it on would save."""
+    if job.framework != "megatron" or not job.arch.moe_shared_expert_intermediate_size:
+        return None
+    flip = layout.with_(moe_shared_expert_overlap=not layout.moe_shared_expert_overlap)
+    other = cost.estimate(job, flip)
+    if layout.moe_shared_expert_overlap:
+        hidden = perf.breakdown.ep_comm_hidden
+        return (
+            f"shared-expert overlap: the shared experts' GEMMs run beside the dispatch and "
+            f"combine, hiding {hidden:.3f} s of the all-to-all per step; the step "
+            f"{perf.step_time_s / other.step_time_s - 1:+.1%} against the same plan without"
+        )
+    saved = perf.step_time_s - other.step_time_s
+    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s or shared_expert_overlap(job, flip):
+        return None
+    return (
+        "shared-expert overlap: off; parallel.moe_shared_expert_overlap = true (Megatron "
+        f"--moe-shared-expert-overlap) would save {saved:.3f} s of the {perf.step_time_s:.3f} s "
+        "step"
     )
 
 

@@ -1,7 +1,8 @@
 """Megatron's --moe-shared-expert-overlap (`Layout.moe_shared_expert_overlap`): read from a command
 line, written back to a plan, emitted by launch, refused where Megatron refuses it, and the
 dispatcher seconds the shared experts hide (`dispatch.shared_overlap`), charged by
-`stage_time.ep_exposed` and floored alike by the search's bounds.
+`stage_time.ep_exposed` and floored alike by the search's bounds, and explain's note (what the
+overlap hides, or what it would save).
 
 Oracles: Megatron-LM d98e8a64 (moe/token_dispatcher.py: the alltoall and flex dispatchers launch
 the shared experts' fc1 on their own stream beside the dispatch and fc2 beside the combine;
@@ -15,6 +16,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from planner.cli import explain_notes
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
@@ -130,3 +132,30 @@ def test_the_step_shows_the_hidden_seconds_at_the_sms_share() -> None:
     assert on.step_time_s == pytest.approx(off.step_time_s - (1 - share) * hidden)
     # the search's lower bound stays under the estimate
     assert lower_bound(job, lay) <= on.step_time_s
+
+
+def test_explain_says_what_it_hides_or_would_save() -> None:
+    plan = _plan()
+    job, lay = plan.job, plan.require_layout()
+    on, off = (
+        cost.estimate(job, lay),
+        cost.estimate(job, lay.with_(moe_shared_expert_overlap=False)),
+    )
+    text = explain_notes.shared_overlap_text(job, lay, on)
+    assert text is not None
+    assert f"hiding {on.breakdown.ep_comm_hidden:.3f} s of the all-to-all per step" in text
+    assert f"the step {on.step_time_s / off.step_time_s - 1:+.1%} against" in text
+    # the same plan without: the advice, with the difference of the two estimates (over 1%)
+    plain = lay.with_(moe_shared_expert_overlap=False)
+    advice = explain_notes.shared_overlap_text(job, plain, off)
+    assert advice is not None and "parallel.moe_shared_expert_overlap = true" in advice
+    assert f"would save {off.step_time_s - on.step_time_s:.3f} s" in advice
+    # no advice where Megatron refuses it (the EP overlap), nor without an all-to-all to hide
+    # (ep 1), nor without shared experts
+    ep_ov = plain.with_(ep_comm_overlap=True)
+    assert explain_notes.shared_overlap_text(job, ep_ov, cost.estimate(job, ep_ov)) is None
+    flat = plain.with_(ep=1)
+    assert explain_notes.shared_overlap_text(job, flat, cost.estimate(job, flat)) is None
+    bare = _plan(LINE.replace("--moe-shared-expert-intermediate-size 4096 ", "").replace(FLAG, ""))
+    bj, bl = bare.job, bare.require_layout()
+    assert explain_notes.shared_overlap_text(bj, bl, cost.estimate(bj, bl)) is None
