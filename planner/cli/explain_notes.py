@@ -125,6 +125,8 @@ def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | No
     what turning it on would save."""
     if job.framework != "megatron" or not job.arch.moe_shared_expert_intermediate_size:
         return None
+    if layout.ep * layout.expert_tp <= 1:  # no all-to-all: the flag is a no-op
+        return None
     flip = layout.with_(moe_shared_expert_overlap=not layout.moe_shared_expert_overlap)
     other = cost.estimate(job, flip)
     if layout.moe_shared_expert_overlap:

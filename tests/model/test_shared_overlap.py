@@ -154,8 +154,9 @@ def test_explain_says_what_it_hides_or_would_save() -> None:
     # (ep 1), nor without shared experts
     ep_ov = plain.with_(ep_comm_overlap=True)
     assert explain_notes.shared_overlap_text(job, ep_ov, cost.estimate(job, ep_ov)) is None
-    flat = plain.with_(ep=1)
-    assert explain_notes.shared_overlap_text(job, flat, cost.estimate(job, flat)) is None
+    for flag in (False, True):  # ep 1: nothing to hide, nothing said either way
+        flat = lay.with_(ep=1, moe_shared_expert_overlap=flag)
+        assert explain_notes.shared_overlap_text(job, flat, cost.estimate(job, flat)) is None
     bare = _plan(LINE.replace("--moe-shared-expert-intermediate-size 4096 ", "").replace(FLAG, ""))
     bj, bl = bare.job, bare.require_layout()
     assert explain_notes.shared_overlap_text(bj, bl, cost.estimate(bj, bl)) is None
