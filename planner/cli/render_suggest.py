@@ -185,6 +185,9 @@ def print_result(
         ):
             if note:
                 console.print(f"#1 is {note}", highlight=False)
+        advice = explain_notes.shared_overlap_text(job, top.layout, top.performance)
+        if advice:  # suggest leaves the overlap off (NVIDIA's recipes do): what it would save
+            console.print(f"#1: {advice}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
         console.print(

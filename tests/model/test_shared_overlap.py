@@ -2,7 +2,7 @@
 line, written back to a plan, emitted by launch, refused where Megatron refuses it, and the
 dispatcher seconds the shared experts hide (`dispatch.shared_overlap`), charged by
 `stage_time.ep_exposed` and floored alike by the search's bounds, and explain's note (what the
-overlap hides, or what it would save).
+overlap hides, or what it would save), which suggest prints for its first pick.
 
 Oracles: Megatron-LM d98e8a64 (moe/token_dispatcher.py: the alltoall and flex dispatchers launch
 the shared experts' fc1 on their own stream beside the dispatch and fc2 beside the combine;
@@ -13,14 +13,17 @@ hand arithmetic, and the estimate's own pieces recombined by hand.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
+from cli_run import run
 
 from planner.cli import explain_notes
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
-from planner.inputs.plan import parse_plan, reframe
+from planner.inputs.plan import load_plan, parse_plan, reframe
 from planner.model import comms, cost, dispatch, layer_time
 from planner.model.layer_time import gpu_of
 from planner.search.bound import lower_bound
@@ -160,3 +163,23 @@ def test_explain_says_what_it_hides_or_would_save() -> None:
     bare = _plan(LINE.replace("--moe-shared-expert-intermediate-size 4096 ", "").replace(FLAG, ""))
     bj, bl = bare.job, bare.require_layout()
     assert explain_notes.shared_overlap_text(bj, bl, cost.estimate(bj, bl)) is None
+
+
+def test_suggest_says_what_it_would_save_on_its_first_pick(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # DeepSeek-V2-Lite (two shared experts) on 16 H100 at pp 2 without interleaving, where the EP
+    # overlap cannot run: suggest leaves the shared experts' overlap off and says what it would
+    # save on its first pick, the written plan's own note
+    plan = tmp_path / "plan.toml"
+    argv = ["suggest", "--model", "deepseek-v2-lite", "--gpu", "h100-sxm-80gb", "--num-gpus", "16"]
+    argv += ["--seq-length", "4096", "--global-batch-size", "64", "--pp", "2", "--vpp", "1"]
+    argv += ["--ep", "8", "--write-plan", str(plan)]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    written = load_plan(plan)
+    job, lay = written.job, written.require_layout()
+    assert not lay.moe_shared_expert_overlap and not lay.ep_comm_overlap
+    note = explain_notes.shared_overlap_text(job, lay, cost.estimate(job, lay))
+    assert note is not None and "would save" in note
+    assert f"#1: {note}" in out.replace("\n", " ")
