@@ -17,7 +17,11 @@ training run). planner's block also has the pre-MLP norm (the test's layer has n
     python benchmarks/moe_layer.py
 
 prints the table and the median and worst |error| of the forward, the backward and their sum,
-and the same by dispatcher.
+and the same by dispatcher; then, per case, the rate planner runs the layer's linear GEMMs at
+(`planner.model.linear_time`: the experts' grouped GEMM and the shared expert) and the rate the
+measurement implies for them if everything else in the layer took what planner says
+(FLOPs / (measured - planner's non-GEMM seconds), forward, and backward at twice the FLOPs):
+where the model's time goes wrong, GEMMs or the rest.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.inputs.hybrid import MOE_MLP
+from planner.inputs.hybrid import MOE_MLP, layer_kind
 from planner.inputs.plan import parse_plan
 from planner.model.layer_time import gpu_of, layer_time
+from planner.model.linear_time import linear_times
+from planner.model.routing_load import step_load
 
 DATA = Path(__file__).parent / "data" / "megatron_moe_perf" / "moe_layer_h100.yaml"
 
@@ -99,6 +105,31 @@ def predicted_ms(data: dict[str, Any], case: dict[str, Any]) -> tuple[float, flo
     return 1e3 * (one.fwd + one.weight_cast + one.ep / 2), 1e3 * (one.bwd + one.ep / 2)
 
 
+def gemm_rates(data: dict[str, Any], case: dict[str, Any]) -> tuple[float, float, float]:
+    """(planner's, forward-implied, backward-implied) TFLOP/s of the case's linear GEMMs (module
+    docstring); the implied ones are 0 where planner's other seconds already exceed the
+    measurement."""
+    plan = parse_plan(plan_doc(data, case), DATA)
+    job, lay = plan.job, plan.require_layout()
+    gpu = gpu_of(job)
+    t = float(lay.micro_batch_size * job.seq_length)
+    lin = linear_times(job, lay, gpu, layer_kind(MOE_MLP), t, step_load(job, lay))
+    flops = sum(2 * m * k * n * c for m, k, n, c in lin.shapes)
+    gemm = sum(lin.times)
+    fwd, bwd = predicted_ms(data, case)
+    rest_f, rest_b = fwd / 1e3 - gemm, bwd / 1e3 - 2 * gemm  # backward: dgrad and wgrad
+
+    def implied(measured_ms: float, rest: float, work: float) -> float:
+        left = measured_ms / 1e3 - rest
+        return work / left / 1e12 if left > 0 else 0.0
+
+    return (
+        flops / gemm / 1e12,
+        implied(case["forward_ms"], rest_f, flops),
+        implied(case["backward_ms"], rest_b, 2 * flops),
+    )
+
+
 def _summary(errs: list[float]) -> str:
     a = [abs(e) for e in errs]
     return f"median |error| {statistics.median(a):5.1%}, worst {max(errs, key=abs):+6.1%}"
@@ -128,6 +159,13 @@ def main() -> None:
             f"backward {_summary([e[1] for e in es])}; sum {_summary([e[2] for e in es])} "
             f"(n={len(es)})"
         )
+    print(
+        f"\n{'case':32s} {'GEMM TFLOP/s: planner':>22s} {'fwd-implied':>12s} {'bwd-implied':>12s}"
+    )
+    for case in data["cases"]:
+        own, f, b = gemm_rates(data, case)
+        print(f"{case['name']:32s} {own:22.0f} {f:12.0f} {b:12.0f}")
+    print("implied: the linear GEMMs' FLOPs over the measured time less planner's other seconds")
 
 
 if __name__ == "__main__":

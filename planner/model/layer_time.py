@@ -126,11 +126,10 @@ from planner.model.gemm import (
     Gpu,
     fp4_ceiling,
     gemm_time,
-    grouped_rows,
     linear_fraction,
-    quant_bytes,
 )
 from planner.model.host_link import host_link_bandwidth
+from planner.model.linear_time import linear_times
 from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
 
@@ -248,23 +247,10 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
     s_local = s // lay.cp
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
-    blackwell = job.cluster.gpu.is_blackwell
-    quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if job.quantised else 0.0
     load = step_load(job, lay)
-    # --- linear layers: routed experts as a grouped GEMM with row-tile padding; FP8 adds the
-    # recipe's quantisation of each GEMM's input and output gradient per micro-batch (weights:
-    # once per step, `weight_cast`)
-    on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
-    shapes = gemm_shapes.linear_gemms(arch, t, tp, lay.ep, lay.expert_tp, kind, load, on_shard)
-    parts = gemm_shapes.linear_gemm_parts(arch, kind)
-    times: list[float] = []
-    casts: list[float] = []
-    slower = margin_slowdown(job)
-    for (m, k, n, c), part in zip(shapes, parts, strict=True):
-        rows = grouped_rows(m) if part == "expert" else m
-        times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
-        casts.append(c * quant * (m * k + m * n) / gpu.hbm)
-        out.weight_cast += c * quant * k * n / gpu.hbm
+    lin = linear_times(job, lay, gpu, kind, t, load)
+    shapes, parts, times, casts = lin.shapes, lin.parts, lin.times, lin.casts
+    out.weight_cast = lin.weight_cast
     gemm_fwd, cast = sum(times), sum(casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
@@ -346,16 +332,6 @@ def small_kernels(job: Job, lay: Layout, kind: LayerKind, gemms: int) -> float:
     and BACKWARD_ISSUE_RATIO times as many backward."""
     big = gemms + (1 if kind.mixer is not None else 0)
     return max(host.kernels(job, lay, kind) - big, 0.0) * (1 + host.BACKWARD_ISSUE_RATIO)
-
-
-def margin_slowdown(job: Job) -> float:
-    """How much longer a decoder GEMM runs on the SMs `Job.gemm_sm_margin` leaves it
-    (Transformer Engine's NVTE_EXT_MARGIN_SM: cuBLAS and its grouped GEMMs get `sm_count -
-    margin` SMs, gemm.cpp and the grouped-GEMM wrappers): S / (S - margin)."""
-    if not job.gemm_sm_margin:
-        return 1.0
-    sms = comms.gpu_sms(job.cluster)
-    return sms / (sms - min(job.gemm_sm_margin, sms - 1))
 
 
 def gpu_of(job: Job) -> Gpu:

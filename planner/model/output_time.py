@@ -12,6 +12,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, layer_time
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu, gemm_time, quant_bytes
+from planner.model.linear_time import margin_slowdown
 
 UNFUSED_LOSS_BYTES_PER_LOGIT = 52.0
 """HBM bytes per local logit of Megatron-LM's unfused vocab-parallel cross entropy (its default,
@@ -100,7 +101,7 @@ def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
     arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     h, tp = arch.hidden_size, lay.tp
-    slower = layer_time.margin_slowdown(job)
+    slower = margin_slowdown(job)
     fwd = slower * gemm_time(t, 2 * h, h / tp, gpu.peak_linear, gpu.ridge, gpu.e_linear)
     bwd = (1 if job.frozen_model else 2) * fwd
     comm = 0.0

@@ -1,0 +1,64 @@
+"""A layer's linear GEMMs per micro-batch on one GPU: each on the additive roofline of
+`planner.model.gemm` (routed experts as one grouped GEMM, each expert padded to the kernel's row
+tile), the quantisation traffic of FP8 / NVFP4 recipes, and the SMs Transformer Engine's
+NVTE_EXT_MARGIN_SM leaves them (`margin_slowdown`). `planner.model.layer_time` assembles them
+into the layer's time; benchmarks/moe_layer.py reads them apart."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from planner.inputs.hybrid import LayerKind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, gemm_shapes, layer_tp
+from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
+
+
+class LinearTimes(NamedTuple):
+    """A layer's linear GEMMs per micro-batch (`linear_times`), in `gemm_shapes.linear_gemms`'
+    order: their (M, K, N, count) shapes, parts ("expert", "shared", ...), forward seconds, the
+    seconds of their inputs' and output gradients' quantisation, and of the weights' (once per
+    step)."""
+
+    shapes: list[tuple[float, float, float, float]]
+    parts: tuple[str, ...]
+    times: list[float]
+    casts: list[float]
+    weight_cast: float
+
+
+def linear_times(
+    job: Job, lay: Layout, gpu: Gpu, kind: LayerKind, t: float, load: float
+) -> LinearTimes:
+    """The linear layers of one layer of `kind` for `t` tokens per TP group at routing `load`:
+    routed experts as a grouped GEMM with row-tile padding; FP8 adds the recipe's quantisation of
+    each GEMM's input and output gradient per micro-batch (weights: once per step,
+    `weight_cast`); every GEMM on the SMs `Job.gemm_sm_margin` leaves it."""
+    blackwell = job.cluster.gpu.is_blackwell
+    quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if job.quantised else 0.0
+    on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
+    shapes = gemm_shapes.linear_gemms(
+        job.arch, t, lay.tp, lay.ep, lay.expert_tp, kind, load, on_shard
+    )
+    parts = gemm_shapes.linear_gemm_parts(job.arch, kind)
+    times: list[float] = []
+    casts: list[float] = []
+    weight_cast = 0.0
+    slower = margin_slowdown(job)
+    for (m, k, n, c), part in zip(shapes, parts, strict=True):
+        rows = grouped_rows(m) if part == "expert" else m
+        times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
+        casts.append(c * quant * (m * k + m * n) / gpu.hbm)
+        weight_cast += c * quant * k * n / gpu.hbm
+    return LinearTimes(shapes, tuple(parts), times, casts, weight_cast)
+
+
+def margin_slowdown(job: Job) -> float:
+    """How much longer a decoder GEMM runs on the SMs `Job.gemm_sm_margin` leaves it
+    (Transformer Engine's NVTE_EXT_MARGIN_SM: cuBLAS and its grouped GEMMs get `sm_count -
+    margin` SMs, gemm.cpp and the grouped-GEMM wrappers): S / (S - margin)."""
+    if not job.gemm_sm_margin:
+        return 1.0
+    sms = comms.gpu_sms(job.cluster)
+    return sms / (sms - min(job.gemm_sm_margin, sms - 1))
