@@ -128,6 +128,8 @@ def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | No
     if layout.ep * layout.expert_tp <= 1:  # no all-to-all: the flag is a no-op
         return None
     flip = layout.with_(moe_shared_expert_overlap=not layout.moe_shared_expert_overlap)
+    if not layout.moe_shared_expert_overlap and shared_expert_overlap(job, flip):
+        return None  # Megatron refuses it here: no advice
     other = cost.estimate(job, flip)
     if layout.moe_shared_expert_overlap:
         hidden = perf.breakdown.ep_comm_hidden
@@ -137,7 +139,7 @@ def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | No
             f"{perf.step_time_s / other.step_time_s - 1:+.1%} against the same plan without"
         )
     saved = perf.step_time_s - other.step_time_s
-    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s or shared_expert_overlap(job, flip):
+    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
         return None
     return (
         "shared-expert overlap: off; parallel.moe_shared_expert_overlap = true (Megatron "

@@ -228,6 +228,15 @@ class Layout:
             account_for_loss_in_pipeline_split=False,
         )
 
+    def deferred_wgrad_calls(self, calls: int) -> int:
+        """Of a step's `calls` output-layer calls, those whose weight gradient waits for the
+        pipeline flush (`defer_embedding_wgrad_compute`): every one up to `wgrad_deferral_limit`
+        (0: no limit), none without the deferral (Megatron-LM d98e8a64 tensor_parallel/layers.py
+        appends to its buffers while fewer than the limit are held)."""
+        if not self.defer_embedding_wgrad_compute:
+            return 0
+        return min(self.wgrad_deferral_limit or calls, calls)
+
     def mtp_rank(self, num_layers: int, mtp_layers: int) -> int | None:
         """The pipeline rank whose last chunk holds the MTP layers (None without them)."""
         if not mtp_layers:

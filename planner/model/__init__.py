@@ -13,8 +13,9 @@ where they are defined.
 - `comms` collectives on the link tier each group spans (a new collective goes here);
   `dispatch` the MoE token dispatchers (NCCL all-to-all, DeepEP / HybridEP, all-gather);
   `shared_link` a GPU without NVLink, whose every transfer shares its one PCIe link
-- `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `layer_time` one
-  layer's compute and TP / CP / EP traffic per micro-batch; `attention` the flash kernels' rate;
+- `gemm` GEMMs on the roofline (grouped-GEMM padding, FP8 quantisation bytes); `linear_time` a
+  layer's linear GEMMs on it; `layer_time` one layer's compute and TP / CP / EP traffic per
+  micro-batch; `attention` the flash kernels' rate;
   `host` the host's floor under a small layer's time (`host_floor` applies it);
   `recompute_time` what selective recompute re-runs; `stage_time` each pipeline stage's layers,
   memoised layer times and exposed EP / offload traffic; `schedule` pipeline bubbles and

@@ -66,14 +66,14 @@ def deferred_wgrad(job: Job, lay: Layout, gpu: Gpu, m: int, calls_per_micro_batc
     """Seconds per step of the output layer's weight-gradient GEMMs that Megatron's
     --defer-embedding-wgrad-compute moves from the last stage's backwards to the flush
     (`Layout.defer_embedding_wgrad_compute`): one `logits_gemm` (the wgrad has the forward's
-    three dimensions) per deferred call, every call of the step up to
-    --wgrad-deferral-limit (0: no limit), `calls_per_micro_batch` per micro-batch (the output
+    three dimensions) per deferred call of the step (`Layout.deferred_wgrad_calls`),
+    `calls_per_micro_batch` per micro-batch (the output
     layer, and each MTP depth's logits on that stage: tensor_parallel/layers.py d98e8a64 defers
     per call of the output layer's linear). None with the model's weights frozen (no wgrad)."""
-    if not lay.defer_embedding_wgrad_compute or job.frozen_model:
+    deferred = lay.deferred_wgrad_calls(m * calls_per_micro_batch)
+    if not deferred or job.frozen_model:
         return 0.0
-    calls = m * calls_per_micro_batch
-    return min(lay.wgrad_deferral_limit or calls, calls) * logits_gemm(job, lay, gpu)
+    return deferred * logits_gemm(job, lay, gpu)
 
 
 def logits_gemm(job: Job, lay: Layout, gpu: Gpu) -> float:

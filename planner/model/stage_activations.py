@@ -355,11 +355,10 @@ def stage_activations(
 def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:
     """The deferred output-layer calls (`loss_activations.deferred_wgrad_bytes`) the last stage
     holds at its peak, with `per_micro_batch` calls per micro-batch (the output layer, and each
-    MTP depth's logits on that stage): every call up to --wgrad-deferral-limit (0: no limit)
+    MTP depth's logits on that stage): every deferred call (`Layout.deferred_wgrad_calls`)
     but the last micro-batch's, whose own tensors the peak counts already (the loss's working
     set), and which the flush drains next."""
-    limit = layout.wgrad_deferral_limit or m * per_micro_batch
-    return min(limit, (m - 1) * per_micro_batch)
+    return min(layout.deferred_wgrad_calls(m * per_micro_batch), (m - 1) * per_micro_batch)
 
 
 def _dispatcher(layout: Layout) -> str:
