@@ -71,6 +71,7 @@ SCOPE = frozenset(
         "--expert-tensor-parallel-size",
         "--moe-token-dispatcher-type",
         "--moe-flex-dispatcher-backend",
+        "--moe-flex-dispatcher-num-sms",
         "--overlap-moe-expert-parallel-comm",
         "--delay-wgrad-compute",
         "--moe-router-num-groups",
@@ -220,6 +221,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--moe-token-dispatcher-type"] = (str(s.dispatcher),)
         if s.backend:
             f["--moe-flex-dispatcher-backend"] = (s.backend,)
+        if s.dispatcher_sms is not None:
+            f["--moe-flex-dispatcher-num-sms"] = (str(s.dispatcher_sms),)
         if s.force_load_balancing:  # every MoE recipe but GPT-OSS-20B's
             f["--moe-router-force-load-balancing"] = ()
         if s.ep_overlap:

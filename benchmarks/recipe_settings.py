@@ -35,6 +35,7 @@ class Settings:
     offload_modules: tuple[str, ...]  # fine-grained activation offloading's modules (() = off)
     dispatcher: str | None
     backend: str | None
+    dispatcher_sms: int | None  # the flex dispatcher's SMs (None: Megatron's default, 20)
     tp_overlap: bool
     ep_overlap: bool
     delay_wgrad: bool
@@ -139,9 +140,15 @@ def read(r: Recipe) -> Settings:
             notes.append(
                 "flex / hybridep as the base recipe sets it when built on an sm 8-10 GPU or none"
             )
-    extra = re.findall(r"\((SMs \d+|\+permute fusion into hybridep)\)", d)
-    if extra or "hybridep SMs" in rt["notes"]:
-        notes.append(f"dispatcher tuning ({', '.join(extra) or 'hybridep SMs'}): no plan field")
+    # the SM count: the cell's "(SMs n)", the notes' "hybridep SMs n" where a recipe sets it
+    # after _benchmark_common, else the 32 _benchmark_common gives every HybridEP recipe
+    sms = None
+    if m := re.search(r"\(SMs (\d+)\)", d) or re.search(r"hybridep SMs (\d+)", rt["notes"]):
+        sms = int(m.group(1))
+    elif backend == "hybridep":
+        sms = 32
+    if "(+permute fusion into hybridep)" in d:
+        notes.append("dispatcher tuning (+permute fusion into hybridep): no plan field")
 
     dropping = rt["dropping"]
     rank_capacity = None
@@ -222,6 +229,7 @@ def read(r: Recipe) -> Settings:
         offload_modules=fine,
         dispatcher=dispatcher,
         backend=backend,
+        dispatcher_sms=sms,
         tp_overlap=rt["tp_overlap"].startswith("on"),
         ep_overlap=ep_overlap,
         delay_wgrad=delay,

@@ -155,6 +155,8 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         parallel["moe_token_dispatcher_type"] = s.dispatcher
         if s.backend:
             parallel["moe_flex_dispatcher_backend"] = s.backend
+        if s.dispatcher_sms is not None:
+            parallel["moe_flex_dispatcher_num_sms"] = s.dispatcher_sms
         parallel["ep_comm_overlap"] = s.ep_overlap
     parallel["tp_comm_overlap"] = s.tp_overlap
     parallel["overlap_grad_reduce"] = s.overlap_grad_reduce

@@ -232,6 +232,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         if lay.moe_token_dispatcher_type == "flex":
             _bridge_flex(plan)
             model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
+            if lay.moe_flex_dispatcher_num_sms is not None:
+                model["moe_flex_dispatcher_num_sms"] = lay.moe_flex_dispatcher_num_sms
         model["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         model["delay_wgrad_compute"] = lay.ep_comm_overlap
         model["moe_shared_expert_overlap"] = lay.moe_shared_expert_overlap

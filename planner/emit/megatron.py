@@ -149,6 +149,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
         ]
         if lay.moe_token_dispatcher_type == "flex":
             a.append(("--moe-flex-dispatcher-backend", lay.moe_flex_dispatcher_backend))
+            if lay.moe_flex_dispatcher_num_sms is not None:
+                a.append(("--moe-flex-dispatcher-num-sms", str(lay.moe_flex_dispatcher_num_sms)))
         if lay.ep_comm_overlap:
             a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
         if lay.moe_shared_expert_overlap:

@@ -97,6 +97,11 @@ class Layout:
     gathers every token), flex (a fused dispatcher, `moe_flex_dispatcher_backend`)."""
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     """The flex dispatcher's kernels: DeepEP or HybridEP (only read with flex)."""
+    moe_flex_dispatcher_num_sms: int | None = None
+    """SMs the flex dispatcher's dispatch and combine kernels run on (Megatron
+    --moe-flex-dispatcher-num-sms; None = Megatron's default, 20: `comms.ep_sm_share`; only
+    read with flex). They hold them while the all-to-all hides under compute, and DeepEP sizes
+    its buffers by them (`buffers.dispatcher_bytes`)."""
     cp_comm_type: CpCommType = "p2p"
     """Context parallelism's attention exchange (`CpCommType`; only read with cp > 1)."""
     pipeline_layers: tuple[int, ...] | None = field(default=None)
@@ -284,6 +289,8 @@ class Layout:
         if self.moe_token_dispatcher_type != "alltoall":
             backend = self.moe_token_dispatcher_type == "flex"
             parts.append(self.moe_flex_dispatcher_backend if backend else "allgather")
+            if backend and self.moe_flex_dispatcher_num_sms is not None:
+                parts[-1] += f"-{self.moe_flex_dispatcher_num_sms}sm"
         if self.cpu_offloading_num_layers:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.offload_modules:

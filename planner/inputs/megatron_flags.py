@@ -147,6 +147,9 @@ READ = frozenset(
         "--overlap-moe-expert-parallel-comm",
         "--moe-token-dispatcher-type",
         "--moe-flex-dispatcher-backend",
+        "--moe-flex-dispatcher-num-sms",
+        "--moe-deepep-num-sms",
+        "--moe-hybridep-num-sms",
         # data parallelism and optimizer
         "--use-distributed-optimizer",
         "--optimizer",  # muon (megatron_training._muon); the others: NOT_MODELLED

@@ -112,7 +112,35 @@ def parallel(
             out[key] = name
     if line.integer("--num-experts") and "moe_token_dispatcher_type" not in out:
         out["moe_token_dispatcher_type"] = MEGATRON_DEFAULT_DISPATCHER
+    sms = _dispatcher_sms(line)
+    if sms is not None:
+        out["moe_flex_dispatcher_num_sms"] = sms
     return out
+
+
+DEPRECATED_SMS_FLAGS = ("--moe-deepep-num-sms", "--moe-hybridep-num-sms")
+"""Megatron's per-backend SM counts, deprecated for --moe-flex-dispatcher-num-sms and routed to
+it (TransformerConfig.__post_init__ @d98e8a64: an explicit --moe-flex-dispatcher-num-sms wins;
+the two set to different counts is a ValueError)."""
+
+
+def _dispatcher_sms(line: Line) -> int | None:
+    """The flex dispatcher's SM count as Megatron routes its three flags (DEPRECATED_SMS_FLAGS);
+    a count below 1 is refused (planner models a kernel on that many SMs)."""
+    given = {f: v for f in DEPRECATED_SMS_FLAGS if (v := line.integer(f)) is not None}
+    sms = line.integer("--moe-flex-dispatcher-num-sms")
+    flag = "--moe-flex-dispatcher-num-sms"
+    if sms is None and given:
+        if len(set(given.values())) > 1:
+            counts = ", ".join(f"{f} {v}" for f, v in given.items())
+            raise InputError(
+                f"{line.where}: {counts}: conflicting SM counts for the flex dispatcher (Megatron "
+                "refuses them too); set one --moe-flex-dispatcher-num-sms"
+            )
+        flag, sms = next(iter(given.items()))
+    if sms is not None and sms < 1:
+        raise InputError(f"{line.where}: {flag}: expected 1 or more SMs (got {sms})")
+    return sms
 
 
 def _deferral(line: Line) -> dict[str, Any]:

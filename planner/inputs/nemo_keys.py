@@ -28,6 +28,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
     model.config.defer_embedding_wgrad_compute, wgrad_deferral_limit   the same ([parallel])
     model.config.moe_shared_expert_overlap     the same ([parallel])
+    model.config.moe_flex_dispatcher_num_sms (moe_deepep_num_sms, moe_hybridep_num_sms)
+                                               moe_flex_dispatcher_num_sms ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
       moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
 
@@ -75,6 +77,10 @@ PARALLEL = {
     "model.config.cpu_offloading_num_layers": "cpu_offloading_num_layers",
     "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    # the deprecated per-backend SM counts first: the unified key, read last, wins as in Megatron
+    "model.config.moe_deepep_num_sms": "moe_flex_dispatcher_num_sms",
+    "model.config.moe_hybridep_num_sms": "moe_flex_dispatcher_num_sms",
+    "model.config.moe_flex_dispatcher_num_sms": "moe_flex_dispatcher_num_sms",
     "model.config.cp_comm_type": "cp_comm_type",
     "model.config.wgrad_deferral_limit": "wgrad_deferral_limit",
 }

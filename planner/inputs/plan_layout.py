@@ -95,6 +95,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         offload_modules=section.offload_modules,
         moe_token_dispatcher_type=section.moe_token_dispatcher_type,
         moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
+        moe_flex_dispatcher_num_sms=section.moe_flex_dispatcher_num_sms,
         cp_comm_type=section.cp_comm_type,
         microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
         pipeline_layers=section.pipeline_layers,

@@ -55,6 +55,11 @@ class ParallelSection(BaseModel):
     )
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
+    moe_flex_dispatcher_num_sms: PositiveInt | None = Field(
+        default=None,
+        description="Megatron --moe-flex-dispatcher-num-sms: SMs of the flex dispatcher's "
+        "dispatch / combine kernels (None = Megatron's default, 20; only read with flex)",
+    )
     cp_comm_type: CpCommType = Field(
         default="p2p", description="context parallelism's exchange: p2p, a2a or all_gather"
     )

@@ -183,6 +183,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["moe_token_dispatcher_type"] = layout.moe_token_dispatcher_type
         if layout.moe_token_dispatcher_type == "flex":
             out["moe_flex_dispatcher_backend"] = layout.moe_flex_dispatcher_backend
+            if layout.moe_flex_dispatcher_num_sms is not None:
+                out["moe_flex_dispatcher_num_sms"] = layout.moe_flex_dispatcher_num_sms
     if layout.cp_exchange:
         out["cp_comm_type"] = layout.cp_exchange
     if layout.microbatch_group_size_per_vp_stage is not None:

@@ -73,7 +73,9 @@ buffers in 8 bits under FP8 (`fp8_buf`), the 4 reduce-scatter ones in 16."""
 
 DEEPEP_NUM_SMS = 20
 """SMs (two per channel) DeepEP's normal kernels use under Megatron when
---moe-flex-dispatcher-num-sms is unset (token_dispatcher.py: "None -> 20")."""
+--moe-flex-dispatcher-num-sms is unset (token_dispatcher.py: "None -> 20"); set, its buffers
+are sized for that many (`Layout.moe_flex_dispatcher_num_sms`: DeepEP's `Config` takes
+`Buffer.num_sms`, and its size hints grow with the channels)."""
 
 DEEPEP_RECV_TOKENS = {
     2: (256, 128),
@@ -119,14 +121,14 @@ def tp_overlap_bytes(job: Job, layout: Layout) -> float:
     return elems * TP_OVERLAP_BUFFERS["fp8" if job.precision == "fp8" else "bf16"]
 
 
-def _deepep_bytes(hidden_bytes: int, ranks: int) -> float:
-    """DeepEP normal-mode NVLink + RDMA buffer sizes (csrc/legacy/config.hpp hints: per received
-    token the data, 16 bytes of source metadata, 128 top-k indices (8 bytes) and weights (4),
-    128 fp32 scales; 8 NVLink peers)."""
+def _deepep_bytes(hidden_bytes: int, ranks: int, sms: int) -> float:
+    """DeepEP normal-mode NVLink + RDMA buffer sizes on `sms` SMs (csrc/legacy/config.hpp
+    hints: per channel of two SMs and received token the data, 16 bytes of source metadata, 128
+    top-k indices (8 bytes) and weights (4), 128 fp32 scales; 8 NVLink peers)."""
     nvl_tokens, rdma_tokens = DEEPEP_RECV_TOKENS[
         min((r for r in DEEPEP_RECV_TOKENS if r >= ranks), default=160)
     ]
-    channels = DEEPEP_NUM_SMS // 2
+    channels = sms // 2
     nvl_ranks, rdma_ranks = min(ranks, 8), max(ranks // 8, 1)
     per_token = hidden_bytes + 16 + 128 * 8 + 128 * 4 + 128 * 4
     nvl = channels * nvl_ranks * (nvl_tokens * per_token + (2 * rdma_ranks + 3) * 4)
@@ -148,7 +150,8 @@ def dispatcher_bytes(job: Job, layout: Layout) -> float:
     h = arch.hidden_size
     group = layout.ep * layout.expert_tp
     if layout.moe_flex_dispatcher_backend == "deepep":
-        return _deepep_bytes(2 * h, group)
+        sms = layout.moe_flex_dispatcher_num_sms or DEEPEP_NUM_SMS
+        return _deepep_bytes(2 * h, group, sms)
     tokens = job.seq_length // layout.cp * layout.micro_batch_size // layout.tp * group
     domain = min(group, job.cluster.gpu.scaleup_domain_gpus)
     local_experts = arch.num_moe_experts // layout.ep

@@ -46,8 +46,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
+
+if TYPE_CHECKING:
+    from planner.inputs.layout import Layout
 
 SCALEUP_BUS_EFFICIENCY = 0.80
 """Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink, xGMI). Measured:
@@ -111,7 +115,27 @@ def sm_share(cluster: ClusterSpec, margin: int = 0) -> float:
     only the SMs beyond them: charging both would count the same SMs twice. (The margin binds
     Transformer Engine's GEMMs only; what hides under attention or elementwise kernels is taken
     at the same share, the GEMMs being most of a layer's time.)"""
-    return min(1.0, max(COMM_KERNEL_SMS - margin, 0) / gpu_sms(cluster))
+    return _held(cluster, COMM_KERNEL_SMS, margin)
+
+
+def ep_sm_share(cluster: ClusterSpec, layout: Layout, margin: int = 0) -> float:
+    """`sm_share` of the expert all-to-all: the flex dispatcher's DeepEP / HybridEP kernels hold
+    the SMs Megatron gives them (`Layout.moe_flex_dispatcher_num_sms`, Megatron
+    --moe-flex-dispatcher-num-sms; Megatron-Bridge's performance scripts give HybridEP 32, its
+    H100 recipes 16, gpt-oss's 128), unset the DeepEP default COMM_KERNEL_SMS
+    (token_dispatcher.py @d98e8a64: None -> 20; HybridEP takes DeepEP's default too,
+    transformer_config.py); NCCL's all-to-all COMM_KERNEL_SMS. What they move per second is
+    taken as published whatever the count (`planner.model.dispatch`: no benchmark gives the fused
+    kernels' bandwidth by SM count)."""
+    sms = layout.moe_flex_dispatcher_num_sms
+    if layout.moe_token_dispatcher_type != "flex" or sms is None:
+        return sm_share(cluster, margin)
+    return _held(cluster, sms, margin)
+
+
+def _held(cluster: ClusterSpec, sms: int, margin: int) -> float:
+    """Share of the GPU's SMs a kernel on `sms` of them takes beyond the GEMMs' `margin`."""
+    return min(1.0, max(sms - margin, 0) / gpu_sms(cluster))
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def compute_floor(job: Job, layout: Layout) -> float:
     window by less than it adds)."""
     t = layout_times(job, layout)
     m, out_layer = t.m, t.out
-    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
     worst = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
@@ -164,6 +164,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
     share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    ep_share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
@@ -174,14 +175,15 @@ def estimate(job: Job, layout: Layout) -> Performance:
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
             job, lt = jobs[rank], layout_times(jobs[rank], lay)
-            dp_groups, share = (
+            dp_groups, share, ep_share = (
                 dp_sync.data_parallel_groups(job.cluster, lay),
                 comms.sm_share(job.cluster, job.gemm_sm_margin),
+                comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin),
             )
             pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
-        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, share, ep_s)
+        ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, ep_share, ep_s)
         off = offload_exposed(job, lay, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * lt.out

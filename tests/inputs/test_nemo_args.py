@@ -113,6 +113,16 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
             "moe_shared_expert_overlap",
             True,
         ),
+        # TransformerConfig.moe_flex_dispatcher_num_sms and its two deprecated per-backend keys,
+        # which __post_init__ routes to it (transformer_config.py d98e8a64)
+        (
+            "model.config.moe_flex_dispatcher_num_sms=24",
+            "parallel",
+            "moe_flex_dispatcher_num_sms",
+            24,
+        ),
+        ("model.config.moe_hybridep_num_sms=32", "parallel", "moe_flex_dispatcher_num_sms", 32),
+        ("model.config.moe_deepep_num_sms=16", "parallel", "moe_flex_dispatcher_num_sms", 16),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),

@@ -128,10 +128,10 @@ def test_deepep_buffers_from_its_size_hints() -> None:
     # DeepEP normal mode, 20 SMs = 10 channels, h = 7168 bf16 (14,336 bytes per token), per
     # received token 14,336 + 16 (meta) + 128 x 8 + 128 x 4 + 128 x 4 = 16,400 bytes.
     # ep 8: NVLink only, 256 tokens per channel and rank: 10 x 8 x (256 x 16,400 + 5 x 4)
-    assert buffers._deepep_bytes(14_336, 8) == 335_873_600
+    assert buffers._deepep_bytes(14_336, 8, 20) == 335_873_600
     # ep 32: NVLink 10 x 8 x (288 x 16,400 + 11 x 4) = 377,859,520; RDMA over 4 nodes
     # 10 x 4 x (128 x 2 x (16,400 + 16) + 18 x 2 x 4) = 168,105,600
-    assert buffers._deepep_bytes(14_336, 32) == 377_859_520 + 168_105_600
+    assert buffers._deepep_bytes(14_336, 32, 20) == 377_859_520 + 168_105_600
 
 
 def test_hybridep_buffer_holds_every_token_of_the_ep_group() -> None:

@@ -163,6 +163,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
             "parallel.moe_flex_dispatcher_backend",
             'torchtitan has DeepEP ("deepep") only',
         ),
+        (
+            lay.moe_flex_dispatcher_num_sms is not None,
+            "parallel.moe_flex_dispatcher_num_sms",
+            "DeepEP's default SM count under torchtitan",
+        ),
     )
     for broken, field, instead in megatron_only:
         if broken:
