@@ -28,7 +28,10 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              (NeMo's distributed Adam grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for
              Llama, DeepSeek-V3 and gpt-oss); MoE routing: moe_router_num_groups / group_topk,
              moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
-             them; expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
+             them; HybridEP's per-rank budget moe_expert_rank_capacity_factor
+             (MOE_EXPERT_RANK_CAPACITY_FACTOR: the config's, else config_common_cg.sh's 2 where
+             it is sourced) and moe_paged_stash (MOE_PAGED_STASH, the DeepSeek-V3 rows);
+             expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
              fp8_attention where the entry records FP8_DPA (an FP8 or NVFP4 run's FP8
              dot-product attention: planner.model.attention_time); fp8_output_proj where it
              records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head);
@@ -53,8 +56,8 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
   not modelled  the TP_PP_DP_MAPPING rank order, FP8 scaling format (hybrid / e4m3), FP8
              attention's own recipe and format (fp8_attention_recipe / _format: NVTE_DPA_FP8_*), the
              NVFP4 recipe's options (nvfp4_rht, nvfp4_stochastic_rounding, nvfp4_2d_quantization:
-             NVTE_NVFP4_DISABLE_*), MoE paged stashing:
-             kept in `raw` for the reader
+             NVTE_NVFP4_DISABLE_*), the paged stash's host buffer
+             (MOE_PAGED_STASH_BUFFER_SIZE_FACTOR_CPU): kept in `raw` for the reader
 """
 
 from __future__ import annotations
@@ -110,6 +113,10 @@ def graph_modules(settings: dict[str, Any]) -> tuple[str, ...]:
     return tuple(w for w in words if w in CUDA_GRAPH_MODULES)
 
 
+def none_or_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def case_from_row(row: dict[str, Any]) -> Case:
     s, hw = row["settings"], row["hardware"]
     arch = catalog.get_model(row["model"])
@@ -139,8 +146,10 @@ def case_from_row(row: dict[str, Any]) -> Case:
         expandable_segments=bool(s.get("expandable_segments", False)),
         moe_router_num_groups=s.get("moe_router_num_groups"),
         moe_router_group_topk=s.get("moe_router_group_topk"),
-        moe_expert_capacity_factor=float(capacity) if capacity is not None else None,
+        moe_expert_capacity_factor=none_or_float(capacity),
         moe_pad_expert_input_to_capacity=bool(s.get("moe_pad_expert_input_to_capacity", False)),
+        moe_expert_rank_capacity_factor=none_or_float(s.get("moe_expert_rank_capacity_factor")),
+        moe_paged_stash=bool(s.get("moe_paged_stash", False)),
         tp_overlap_cfg=userbuffers.resolve((s.get("tp_overlap_cfg") or {}).get("slots")),
         gemm_sm_margin=int(s.get("gemm_sm_margin", 0)),
     )

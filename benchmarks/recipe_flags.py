@@ -95,10 +95,6 @@ WHY: dict[str, str] = {
     "--fp8-amax-compute-algo": "see --fp8-amax-history-len",
     "--overlap-param-gather-with-optimizer-step": "no plan field (Bridge's "
     "PG-overlap-with-opt-step)",
-    "--moe-paged-stash": "paged stash of expert activations (full-iteration CUDA graphs): no "
-    "plan field",
-    "--moe-expert-rank-capacity-factor": "HybridEP per-rank token budget (drops beyond it): no "
-    "plan field",
     "--fsdp-double-buffer": "Megatron-FSDP double buffering: no plan field (planner counts two "
     "gathered layers)",
     "--num-distributed-optimizer-instances": "the plan's training.optimizer_instances (HSDP: "

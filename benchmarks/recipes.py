@@ -120,6 +120,10 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["moe_router_num_groups"], training["moe_router_group_topk"] = DSV3_ROUTING
     if s.force_load_balancing:  # random routing: every MoE recipe but GPT-OSS-20B's (data file)
         training["moe_router_force_load_balancing"] = True
+    if s.rank_capacity:  # HybridEP's per-rank budget, and the paged stash beside it
+        training["moe_expert_rank_capacity_factor"] = float(s.rank_capacity)
+    if s.paged_stash:
+        training["moe_paged_stash"] = True
     if s.graph_modules is not None:
         training["cuda_graphs"] = True
         if s.graph_modules:

@@ -241,6 +241,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["moe_router_group_topk"] = job.moe_router_group_topk
         model["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
         model["moe_pad_expert_input_to_capacity"] = job.moe_pad_expert_input_to_capacity
+        model["moe_expert_rank_capacity_factor"] = job.moe_expert_rank_capacity_factor
+        model["moe_paged_stash"] = job.moe_paged_stash
+        if job.moe_paged_stash:
+            factor = job.moe_paged_stash_buffer_size_factor
+            model["moe_paged_stash_buffer_size_factor_cuda"] = factor
         model["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
     fsdp = lay.zero_stage >= 2
     schedule = {flag: value for flag, _, value in SCHEDULE}

@@ -151,6 +151,13 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-expert-capacity-factor", f"{job.moe_expert_capacity_factor:g}"))
         if job.moe_pad_expert_input_to_capacity:
             a.append(("--moe-pad-expert-input-to-capacity",))
+        budget = job.moe_expert_rank_capacity_factor
+        if budget is not None:
+            a.append(("--moe-expert-rank-capacity-factor", f"{budget:g}"))
+        if job.moe_paged_stash:
+            a.append(("--moe-paged-stash",))
+            factor = f"{job.moe_paged_stash_buffer_size_factor:g}"
+            a.append(("--moe-paged-stash-buffer-size-factor-cuda", factor))
         if job.moe_router_force_load_balancing:
             a.append(("--moe-router-force-load-balancing",))
     if arch.mtp_num_layers and not arch.is_hybrid:  # a hybrid pattern's '/' parts say it

@@ -64,6 +64,14 @@ class Job:
     dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Every expert runs exactly its capacity of tokens (padded)."""
+    moe_expert_rank_capacity_factor: float | None = None
+    """HybridEP's static per-rank token budget over the rank's routed copies (Megatron
+    --moe-expert-rank-capacity-factor; `routing_load.memory_loads`); None = dropless."""
+    moe_paged_stash: bool = False
+    """The routed experts' saved activations live in Megatron's paged stash (--moe-paged-stash)."""
+    moe_paged_stash_buffer_size_factor: float = 1.10
+    """The stash's CUDA buffer over the even share (--moe-paged-stash-buffer-size-factor-cuda;
+    negative: over the actual maxima)."""
     moe_router_force_load_balancing: bool = False
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
     --moe-router-force-load-balancing; `planner.model.routing_load`)."""

@@ -96,6 +96,9 @@ READ = frozenset(
         "--moe-router-num-groups",
         "--moe-router-group-topk",
         "--moe-expert-capacity-factor",
+        "--moe-expert-rank-capacity-factor",
+        "--moe-paged-stash",
+        "--moe-paged-stash-buffer-size-factor-cuda",
         "--moe-pad-expert-input-to-capacity",
         "--moe-router-force-load-balancing",
         # the experts' fused grouped MLP (megatron_training._fused_grouped_mlp)

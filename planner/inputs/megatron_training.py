@@ -86,6 +86,14 @@ def training_table(
         training["moe_expert_capacity_factor"] = capacity
     if line.has("--moe-pad-expert-input-to-capacity"):
         training["moe_pad_expert_input_to_capacity"] = True
+    rank_capacity = line.number("--moe-expert-rank-capacity-factor")
+    if rank_capacity is not None:
+        training["moe_expert_rank_capacity_factor"] = rank_capacity
+    if line.has("--moe-paged-stash"):
+        training["moe_paged_stash"] = True
+    stash = line.number("--moe-paged-stash-buffer-size-factor-cuda")
+    if stash is not None:
+        training["moe_paged_stash_buffer_size_factor"] = stash
     if line.has("--moe-router-force-load-balancing"):
         training["moe_router_force_load_balancing"] = True
     _fused_grouped_mlp(line, training, notes)

@@ -57,6 +57,9 @@ class Plan:
 
 TRAINING_AS_IS = (
     "moe_expert_capacity_factor",
+    "moe_expert_rank_capacity_factor",
+    "moe_paged_stash",
+    "moe_paged_stash_buffer_size_factor",
     "moe_pad_expert_input_to_capacity",
     "moe_router_force_load_balancing",
     "cuda_graphs",

@@ -115,6 +115,23 @@ class TrainingSection(BaseModel):
     moe_pad_expert_input_to_capacity: Flag = Field(
         default=False, description="pad every expert's tokens up to its capacity"
     )
+    moe_expert_rank_capacity_factor: PositiveFloat | None = Field(
+        default=None,
+        description="Megatron --moe-expert-rank-capacity-factor (HybridEP): each expert-parallel "
+        "rank's static token budget, this x its routed copies; its expert tensors are that big "
+        "and tokens beyond it dropped (None = dropless, sized as routed)",
+    )
+    moe_paged_stash: Flag = Field(
+        default=False,
+        description="Megatron --moe-paged-stash (needs moe_expert_rank_capacity_factor): the "
+        "routed experts' saved activations move to a stash of moe_paged_stash_buffer_size_factor "
+        "x their even share",
+    )
+    moe_paged_stash_buffer_size_factor: float = Field(
+        default=1.10,
+        description="Megatron --moe-paged-stash-buffer-size-factor-cuda: the stash's size over "
+        "the even share (negative: over the actual maxima, bounded by the budget)",
+    )
     moe_router_force_load_balancing: Flag = Field(
         default=False,
         description="benchmark routing: random router logits spread each token's experts "

@@ -128,7 +128,11 @@ class Shard:
     modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
     """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""
     moe_load: float = MOE_LOAD_IMBALANCE
-    """Token-expert pairs the busiest rank's experts receive, relative to the even share."""
+    """Token-expert pairs the busiest rank's experts receive, relative to the even share: what
+    the layers keep for the backward."""
+    moe_work_load: float | None = None
+    """The same for the layer running, where its tensors differ from what it keeps (HybridEP's
+    static budget beside Megatron's paged stash, `routing_load.memory_loads`); None = moe_load."""
     cuda_graphs: bool = False
     """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
     offload: frozenset[str] = frozenset()
@@ -328,10 +332,10 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
     return 8 * T + (mask / sh.tp if sh.sequence_parallel else mask)
 
 
-def pairs(arch: ModelArch, sh: Shard) -> float:
+def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
     """Token-expert pairs the experts of one GPU receive per micro-batch (before expert-TP
-    gathering): k x T/tp x the routing load."""
-    return arch.moe_router_topk * sh.tokens / sh.tp * sh.moe_load
+    gathering): k x T/tp x the routing load (`Shard.moe_load`, or `load`)."""
+    return arch.moe_router_topk * sh.tokens / sh.tp * (sh.moe_load if load is None else load)
 
 
 def moe_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -379,7 +383,7 @@ def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int)
     token of the etp x ep group (token_dispatcher.MoEAllGatherTokenDispatcher) before it keeps
     its experts' pairs."""
     h = arch.expert_hidden
-    n = pairs(arch, sh) * sh.etp
+    n = pairs(arch, sh, sh.moe_work_load) * sh.etp
     if dispatcher == "allgather":
         return BF16 * h * (sh.tokens / sh.tp * sh.etp * ep + n)
     return BF16 * h * n * DISPATCH_COPIES.get(dispatcher, 2.0)

@@ -20,11 +20,15 @@ loads, layer by layer, not their average.
   (Megatron-Core moe_utils.RandomSTE), so each token's top_k experts are k distinct experts drawn
   uniformly. The load then differs from 1 only by sampling noise (`random_routing_load`).
 - A capacity factor drops tokens beyond it (the smaller of it and the load); padding to it runs
-  exactly it.
+  exactly it. HybridEP's per-rank budget (Megatron --moe-expert-rank-capacity-factor c) drops a
+  rank's copies beyond c x its even share the same way (`rank_budget`).
 
 The memory model bounds the load instead of taking its expectation (`planner check` must not call
 a layout that runs out of memory one that fits): the planning value for learned routing, and under
-forced balance MEMORY_TAIL_SIGMAS spreads above the even share (`memory_load`).
+forced balance MEMORY_TAIL_SIGMAS spreads above the even share (`memory_load`). Under HybridEP's
+budget every expert tensor is the budget's size whatever the routing (`memory_loads`), and
+Megatron's paged stash moves what the layers keep for the backward into a stash sized on the even
+share.
 """
 
 from __future__ import annotations
@@ -105,13 +109,25 @@ def _block(job: Job, lay: Layout) -> tuple[float, int, int, int]:
     return tokens, job.arch.num_moe_experts or 1, job.arch.moe_router_topk, lay.ep
 
 
-def _capped(job: Job, load: float) -> float:
+def rank_budget(job: Job, lay: Layout) -> float | None:
+    """HybridEP's static per-rank token budget over the rank's even share of routed copies, where
+    it applies: Megatron --moe-expert-rank-capacity-factor with the flex dispatcher's HybridEP
+    backend, which sizes its dispatch to int(tokens x top_k x c) rows (token_dispatcher.py
+    d98e8a64, `_HybridEPManager.setup_metadata`) and drops what a rank receives beyond it. The
+    other dispatchers do not read it (None)."""
+    c = job.moe_expert_rank_capacity_factor
+    flex = lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend == "hybridep"
+    return c if flex else None
+
+
+def _capped(job: Job, load: float, budget: float | None = None) -> float:
     """A load under the job's capacity factor: it drops tokens beyond the factor (the smaller of
-    the two), and padding to it runs exactly it (moe_utils.get_capacity, token_dispatcher.py)."""
+    the two), and padding to it runs exactly it (moe_utils.get_capacity, token_dispatcher.py);
+    under HybridEP's `budget` too, which drops a rank's copies beyond it."""
     cf = job.moe_expert_capacity_factor
-    if cf is None:
-        return load
-    return cf if job.moe_pad_expert_input_to_capacity else min(cf, load)
+    if cf is not None:
+        load = cf if job.moe_pad_expert_input_to_capacity else min(cf, load)
+    return load if budget is None else min(budget, load)
 
 
 def step_load(job: Job, lay: Layout) -> float:
@@ -119,11 +135,12 @@ def step_load(job: Job, lay: Layout) -> float:
     micro-batch, for the step time (module docstring): 1 with one expert-parallel rank, the
     expected maximum of the ep ranks under forced balance (`random_routing_load`) or learned
     routing (`learned_routing_load`)."""
+    budget = rank_budget(job, lay)
     if lay.ep <= 1:
-        return _capped(job, 1.0)
+        return _capped(job, 1.0, budget)
     if job.moe_router_force_load_balancing:
-        return _capped(job, random_routing_load(*_block(job, lay)))
-    return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep))
+        return _capped(job, random_routing_load(*_block(job, lay)), budget)
+    return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep), budget)
 
 
 def memory_load(job: Job, lay: Layout) -> float:
@@ -134,3 +151,25 @@ def memory_load(job: Job, lay: Layout) -> float:
     if job.moe_router_force_load_balancing and lay.ep > 1:
         return _capped(job, 1.0 + MEMORY_TAIL_SIGMAS * relative_spread(*_block(job, lay)))
     return _capped(job, MOE_LOAD_IMBALANCE)
+
+
+def memory_loads(job: Job, lay: Layout) -> tuple[float, float]:
+    """(kept, working): the load of what the MoE layers keep for the backward, and of the tensors
+    of the layer running (`Shard.moe_load`, `Shard.moe_work_load`). Dropless: both
+    `memory_load`. Under HybridEP's budget c (`rank_budget`) the dispatch output and every expert
+    tensor after it have the budget's rows whatever the routing: both c. With Megatron's paged
+    stash (--moe-paged-stash) the kept expert tensors are copied into a stash of
+    moe_paged_stash_buffer_size_factor x their even share (paged_stash.py d98e8a64
+    `allocate_stash_buffers`: positive factors scale the average-based maxima, negative ones
+    the actual maxima, at most the budget) and the budget-sized ones freed; a step that
+    overflows the stash is rerun dropless without it (`prepare_for_rerun`), so the kept load is
+    also at least the dropless one, and the running layer's at least that."""
+    dropless = memory_load(job, lay)
+    budget = rank_budget(job, lay)
+    if budget is None:
+        return dropless, dropless
+    if not job.moe_paged_stash:
+        return budget, budget
+    f = job.moe_paged_stash_buffer_size_factor
+    kept = max(f if f > 0 else budget * -f, dropless)
+    return kept, max(budget, kept)

@@ -25,7 +25,7 @@ README: PP + 1 with PP = 2p chunks), split as a 1F1B over the 2p chunks of the V
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.inputs.arch import ModelArch
@@ -124,6 +124,7 @@ def shard(job: Job, layout: Layout) -> Shard:
     """How a layout splits one layer's activations (`planner.model.activations.Shard`)."""
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
+    kept, working = routing_load.memory_loads(job, layout)
     return Shard(
         tokens=s * layout.micro_batch_size,
         tp=layout.tp,
@@ -142,7 +143,8 @@ def shard(job: Job, layout: Layout) -> Shard:
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
-        moe_load=routing_load.memory_load(job, layout),
+        moe_load=kept,
+        moe_work_load=working if working != kept else None,
         cuda_graphs=job.cuda_graphs,
         offload=frozenset(layout.offload_modules),
     )
@@ -328,6 +330,7 @@ def stage_activations(
         if layout.ep_comm_overlap:
             # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
             moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
+        moe += _unstashed_bytes(arch, sh, per)
         working = max(working, moe)
     if MAMBA in arch.kinds and arch.kind_counts(chunks)[arch.kinds.index(MAMBA)]:
         # an M layer's backward rebuilds what its forward did not keep (`mamba.backward_working`)
@@ -359,6 +362,20 @@ def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:
     but the last micro-batch's, whose own tensors the peak counts already (the loss's working
     set), and which the flush drains next."""
     return min(layout.deferred_wgrad_calls(m * per_micro_batch), (m - 1) * per_micro_batch)
+
+
+def _unstashed_bytes(arch: ModelArch, sh: Shard, per: PerLayer) -> float:
+    """What the MoE layer running holds beyond what it keeps (`Shard.moe_work_load`, Megatron's
+    paged stash beside HybridEP's budget): its expert tensors at the budget's rows until the
+    stash takes them at its own, the largest MoE kind's difference; 0 where the two are one."""
+    if sh.moe_work_load is None:
+        return 0.0
+    work = replace(sh, moe_load=sh.moe_work_load)
+    return max(
+        act.layer_bytes(arch, k, work, recompute=False) - full
+        for k, full in zip(arch.kinds, per.full, strict=True)
+        if k.moe
+    )
 
 
 def _dispatcher(layout: Layout) -> str:

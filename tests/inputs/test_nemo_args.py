@@ -123,6 +123,20 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ),
         ("model.config.moe_hybridep_num_sms=32", "parallel", "moe_flex_dispatcher_num_sms", 32),
         ("model.config.moe_deepep_num_sms=16", "parallel", "moe_flex_dispatcher_num_sms", 16),
+        # TransformerConfig's HybridEP budget and paged stash, the same names ([training])
+        (
+            "model.config.moe_expert_rank_capacity_factor=1.5",
+            "training",
+            "moe_expert_rank_capacity_factor",
+            1.5,
+        ),
+        ("model.config.moe_paged_stash=True", "training", "moe_paged_stash", True),
+        (
+            "model.config.moe_paged_stash_buffer_size_factor_cuda=1.2",
+            "training",
+            "moe_paged_stash_buffer_size_factor",
+            1.2,
+        ),
         ("model.config.num_layers=12", "model", "num_layers", 12),
         ("model.config.hidden_size=768", "model", "hidden_size", 768),
         ("model.config.ffn_hidden_size=3072", "model", "ffn_hidden_size", 3072),

@@ -4,7 +4,8 @@ Each rule returns a `Violation` (the plan field it concerns and a Megatron-style
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `fused_mlp` those of
-the experts' fused grouped MLP; `shared_overlap` those of the shared experts' overlap; `hybrid`
+the experts' fused grouped MLP; `shared_overlap` those of the shared experts' overlap;
+`rank_budget` those of HybridEP's per-rank budget and the paged stash; `hybrid`
 those of a hybrid Mamba stack; `torchtitan` what torchtitan runs (plans with framework =
 "torchtitan"). `violations` runs every rule (the search uses it to prune and to count rejections
 per rule); `check_plan` turns a plan's into one InputError; `warnings` lists what Megatron would
@@ -47,6 +48,7 @@ from planner.search.rules.parallel import (
     world,
 )
 from planner.search.rules.pools import pools
+from planner.search.rules.rank_budget import RULES as RANK_BUDGET_RULES
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
@@ -88,6 +90,7 @@ RULES: tuple[Rule, ...] = (
     *FEATURE_RULES,
     *FUSED_MLP_RULES,
     *SHARED_OVERLAP_RULES,
+    *RANK_BUDGET_RULES,
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
     batch,

@@ -164,6 +164,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
             'torchtitan has DeepEP ("deepep") only',
         ),
         (
+            job.moe_expert_rank_capacity_factor is not None or job.moe_paged_stash,
+            "training.moe_expert_rank_capacity_factor",
+            "torchtitan's DeepEP is dropless, with no paged stash",
+        ),
+        (
             lay.moe_flex_dispatcher_num_sms is not None,
             "parallel.moe_flex_dispatcher_num_sms",
             "DeepEP's default SM count under torchtitan",
