@@ -21,7 +21,7 @@ from planner.model.known_gaps import (
 )
 from planner.model.output_time import deferred_wgrad
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
-from planner.model.routing_load import memory_load, step_load
+from planner.model.routing_load import memory_loads, rank_budget, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
 from planner.search.rules.shared_overlap import shared_expert_overlap
 
@@ -45,10 +45,11 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
 
 def routing_text(job: Job, layout: Layout) -> str | None:
     """A MoE plan's routing load: how many routed tokens the busiest expert-parallel rank runs
-    per layer over its even share in the step time (`routing_load.step_load`), and in memory."""
+    per layer over its even share in the step time (`routing_load.step_load`), and in memory
+    (`routing_load.memory_loads`: HybridEP's budget, the paged stash)."""
     if not job.arch.is_moe:
         return None
-    load, kept = step_load(job, layout), memory_load(job, layout)
+    load, (kept, working) = step_load(job, layout), memory_loads(job, layout)
     if layout.ep <= 1:
         why = "one expert-parallel rank: each runs its own tokens' copies"
     elif job.moe_router_force_load_balancing:
@@ -61,10 +62,16 @@ def routing_text(job: Job, layout: Layout) -> str | None:
         )
     if job.moe_expert_capacity_factor is not None:
         why += f", capacity factor {job.moe_expert_capacity_factor:g}"
-    return (
+    budget = rank_budget(job, layout)
+    if budget is not None:
+        why += f", HybridEP's budget {budget:g} drops beyond it"
+    text = (
         f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
         f"time ({why}), {kept:.2f}x in memory"
     )
+    if budget is not None and job.moe_paged_stash:
+        return f"{text} (the paged stash's; the layer running holds {working:.2f}x, the budget's)"
+    return f"{text} (the budget's rows)" if budget is not None else text
 
 
 SWITCH_ADVICE_SHARE = 0.01

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from paths import REPO
 
+from planner.cli import explain_notes
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
@@ -161,3 +162,17 @@ def test_the_mlperf_gpt_oss_runs_fit_with_the_budgets_they_set() -> None:
     assert len(rows) == 7 and set(budgets.values()) == {1.5, 1.2}
     for c in rows:
         assert memory.estimate(c.job, c.layout).fits, c.id
+
+
+def test_explain_says_which_load_memory_holds() -> None:
+    plan = _plan("--moe-expert-rank-capacity-factor 2")
+    job, lay = plan.job, plan.require_layout()
+    text = explain_notes.routing_text(job, lay)
+    assert text is not None
+    assert "HybridEP's budget 2 drops beyond it" in text and "2.00x in memory (the budget's" in text
+    stash = explain_notes.routing_text(replace(job, moe_paged_stash=True), lay)
+    assert stash is not None and "1.10x in memory (the paged stash's" in stash
+    assert "holds 2.00x, the budget's" in stash
+    # without a budget: the dropless bound alone, no budget said
+    bare = explain_notes.routing_text(replace(job, moe_expert_rank_capacity_factor=None), lay)
+    assert bare is not None and "budget" not in bare
