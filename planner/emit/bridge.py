@@ -227,6 +227,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)
+        model["activation_offload_fraction"] = lay.activation_offload_fraction
     if job.arch.is_moe:
         model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
         if lay.moe_token_dispatcher_type == "flex":

@@ -169,6 +169,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             ("--fine-grained-activation-offloading",),
             ("--offload-modules", *lay.offload_modules),
         ]
+        if lay.activation_offload_fraction != 1.0:
+            a.append(("--activation-offload-fraction", f"{lay.activation_offload_fraction:g}"))
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
     elif lay.zero_stage >= 2:

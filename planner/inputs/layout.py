@@ -92,6 +92,10 @@ class Layout:
     """Fine-grained activation offloading (Megatron --fine-grained-activation-offloading
     --offload-modules): the submodules of every layer whose saved inputs live in host memory
     between their forward and backward; () = off."""
+    activation_offload_fraction: float = 1.0
+    """With `offload_modules`: the share of the eligible groups, first in forward order, that
+    go to the host (Megatron --activation-offload-fraction; docs/user-guide/features/
+    fine_grained_activation_offloading.md: the later groups stay on the GPU)."""
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     """How MoE tokens reach their experts: alltoall (NCCL all-to-all), allgather (every rank
     gathers every token), flex (a fused dispatcher, `moe_flex_dispatcher_backend`)."""

@@ -191,6 +191,7 @@ READ = frozenset(
         "--wgrad-deferral-limit",
         "--fine-grained-activation-offloading",
         "--offload-modules",
+        "--activation-offload-fraction",
         # precision and kernels
         *PRECISION_FLAGS,
         "--fp16",

@@ -103,6 +103,12 @@ def parallel(
     fine = line.words("--offload-modules")
     if line.has("--fine-grained-activation-offloading") and fine:
         out["offload_modules"] = fine
+        share = line.number("--activation-offload-fraction")
+        if share is not None and not 0.0 <= share <= 1.0:
+            raise InputError(f"{line.where}: --activation-offload-fraction: expected 0 to 1 "
+                             f"(got {share:g})")  # fmt: skip
+        if share is not None:
+            out["activation_offload_fraction"] = share
     for flag, key in (
         ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
         ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),

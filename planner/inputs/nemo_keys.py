@@ -75,6 +75,7 @@ PARALLEL = {
     "model.config.recompute_num_layers": "recompute_num_layers",
     "model.config.recompute_modules": "recompute_modules",
     "model.config.cpu_offloading_num_layers": "cpu_offloading_num_layers",
+    "model.config.activation_offload_fraction": "activation_offload_fraction",
     "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
     # the deprecated per-backend SM counts first: the unified key, read last, wins as in Megatron

@@ -93,6 +93,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         recompute_num_layers=section.recompute_num_layers or 1,
         cpu_offloading_num_layers=section.cpu_offloading_num_layers,
         offload_modules=section.offload_modules,
+        activation_offload_fraction=section.activation_offload_fraction,
         moe_token_dispatcher_type=section.moe_token_dispatcher_type,
         moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
         moe_flex_dispatcher_num_sms=section.moe_flex_dispatcher_num_sms,

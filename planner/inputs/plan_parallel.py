@@ -53,6 +53,13 @@ class ParallelSection(BaseModel):
     offload_modules: tuple[OffloadModule, ...] = Field(
         default=(), description="fine-grained activation offloading's modules (() = off)"
     )
+    activation_offload_fraction: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Megatron --activation-offload-fraction: the first this share of the "
+        "offload groups, in forward order, go to the host (the rest stay on the GPU)",
+    )
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     moe_flex_dispatcher_num_sms: PositiveInt | None = Field(

@@ -179,6 +179,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["cpu_offloading_num_layers"] = layout.cpu_offloading_num_layers
     if layout.offload_modules:
         out["offload_modules"] = list(layout.offload_modules)
+        if layout.activation_offload_fraction != 1.0:
+            out["activation_offload_fraction"] = layout.activation_offload_fraction
     if job.arch.is_moe:
         out["moe_token_dispatcher_type"] = layout.moe_token_dispatcher_type
         if layout.moe_token_dispatcher_type == "flex":

@@ -137,6 +137,9 @@ class Shard:
     """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
     offload: frozenset[str] = frozenset()
     """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
+    offload_fraction: float = 1.0
+    """The share of the layers whose groups go to the host
+    (`Layout.activation_offload_fraction`)."""
 
     @property
     def quantised(self) -> bool:

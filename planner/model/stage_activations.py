@@ -147,6 +147,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         moe_work_load=working if working != kept else None,
         cuda_graphs=job.cuda_graphs,
         offload=frozenset(layout.offload_modules),
+        offload_fraction=layout.activation_offload_fraction,
     )
 
 
@@ -179,9 +180,12 @@ class PerLayer:
 def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     """Each kind's activations under `sh`, kept (what fine-grained offloading leaves on the GPU)
     and whole."""
-    # fine-grained offloading: the listed modules' saved inputs wait in host memory
+    # fine-grained offloading: the listed modules' saved inputs wait in host memory, those of
+    # the first offload_fraction of the layers (the others keep theirs: on average that share)
+    f = sh.offload_fraction
     kept = tuple(
-        act.layer_bytes(arch, k, sh) - offloaded_bytes(arch, k, sh, sh.offload) for k in arch.kinds
+        act.layer_bytes(arch, k, sh) - f * offloaded_bytes(arch, k, sh, sh.offload)
+        for k in arch.kinds
     )
     full = tuple(act.layer_bytes(arch, k, sh, recompute=False) for k in arch.kinds)
     return PerLayer(kept, full)

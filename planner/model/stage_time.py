@@ -270,7 +270,7 @@ def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
         return 0.0
     sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
     counts = arch.kind_counts(chunks)
-    return sum(
+    return lay.activation_offload_fraction * sum(
         n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods), link)
         for kind, n in zip(arch.kinds, counts, strict=True)
         if n
@@ -282,7 +282,8 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
     (Megatron --offload-modules, `planner.model.fine_offload`): each layer's offloaded groups go
     to the host on a side stream while the layer's own forward goes on and come back, prefetched,
     under the previous layer's backward; a transfer (one way, the host link at
-    HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward."""
+    HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward, in the
+    layers that offload (`Layout.activation_offload_fraction` of them)."""
     if not lay.offload_modules:
         return 0.0
     sh = shard(job, lay)
@@ -293,7 +294,8 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
         if n:
             sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods), link)
             exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
-    return exposed
+    # only the first activation_offload_fraction of the layers move theirs
+    return lay.activation_offload_fraction * exposed
 
 
 def rank_layers(

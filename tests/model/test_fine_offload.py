@@ -13,6 +13,7 @@ from jobs import job
 from planner.emit.megatron import parallel_args
 from planner.inputs import catalog, megatron_args
 from planner.inputs.arch import ModelArch
+from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import fine_offload, host_link, stage_time
@@ -163,3 +164,49 @@ def test_command_line_round_trip() -> None:
     i = words.index("--offload-modules")
     assert "--fine-grained-activation-offloading" in words
     assert words[i + 1 : i + 3] == ["core_attn", "attn_proj"]
+
+
+def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
+    # Megatron --activation-offload-fraction f: the first f of the offload groups in forward order
+    # go to the host, the rest stay (fine_grained_activation_offloading.md @d98e8a64). Llama 3.1
+    # 8B on one stage: 32 layers, core_attn's group of 8192 x 20480 bytes each (as above); at
+    # f = 0.5 the GPU keeps 16 of them beyond f = 1, the reload window the same
+    j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
+    chunks = Layout(dp=8).chunk_layers(32)[0]
+
+    def peak(f: float) -> float:
+        lay = Layout(dp=8, offload_modules=("core_attn",), activation_offload_fraction=f)
+        sh = shard(j, lay)
+        return stage_activations(j, lay, 0, chunks, sh, per_layer(j.arch, sh))
+
+    assert peak(0.5) - peak(1.0) == pytest.approx(16 * 8192 * 20480)
+    assert peak(0.0) - peak(1.0) == pytest.approx(32 * 8192 * 20480)
+    # the transfers move half the groups: half the seconds on the host link
+    lay = Layout(dp=8, offload_modules=("core_attn",))
+    t = stage_time.layout_times(j, lay)
+    full = stage_time.offload_one_way(j, lay, chunks, t)
+    half = lay.with_(activation_offload_fraction=0.5)
+    assert stage_time.offload_one_way(j, half, chunks, t) == pytest.approx(full / 2)
+    shown = stage_time.fine_offload_exposed(j, lay, chunks, t)
+    assert stage_time.fine_offload_exposed(j, half, chunks, t) == pytest.approx(shown / 2)
+
+
+def test_the_fraction_on_a_command_line() -> None:
+    line = (
+        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+        "--seq-length 128 --bf16 --micro-batch-size 1 --global-batch-size 8 "
+        "--fine-grained-activation-offloading --offload-modules core_attn "
+        "--activation-offload-fraction 0.8"
+    )
+    plan = check_plan(parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 8)))
+    assert plan.require_layout().activation_offload_fraction == 0.8
+    words = [w for a in parallel_args(plan) for w in a]
+    assert words[words.index("--activation-offload-fraction") + 1] == "0.8"
+    with pytest.raises(InputError, match="--activation-offload-fraction: expected 0 to 1"):
+        megatron_args.to_plan(line.replace("0.8", "1.5"), "h100-sxm-80gb", 8)
+    # without fine-grained offloading Megatron offloads nothing: the flag is not read
+    bare = line.replace("--fine-grained-activation-offloading ", "")
+    assert (
+        "activation_offload_fraction"
+        not in megatron_args.to_plan(bare, "h100-sxm-80gb", 8)["parallel"]
+    )
