@@ -70,7 +70,13 @@ def routing_text(job: Job, layout: Layout) -> str | None:
         f"time ({why}), {kept:.2f}x in memory"
     )
     if budget is not None and job.moe_paged_stash:
-        return f"{text} (the paged stash's; the layer running holds {working:.2f}x, the budget's)"
+        f = job.moe_paged_stash_buffer_size_factor
+        whose = (
+            "the paged stash's"
+            if kept <= (f if f > 0 else budget * -f)
+            else "the dropless load a step that overflows the paged stash reruns at"
+        )
+        return f"{text} ({whose}; the layer running holds {working:.2f}x, the budget's)"
     return f"{text} (the budget's rows)" if budget is not None else text
 
 

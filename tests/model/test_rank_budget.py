@@ -173,6 +173,9 @@ def test_explain_says_which_load_memory_holds() -> None:
     stash = explain_notes.routing_text(replace(job, moe_paged_stash=True), lay)
     assert stash is not None and "1.10x in memory (the paged stash's" in stash
     assert "holds 2.00x, the budget's" in stash
+    learned = replace(job, moe_paged_stash=True, moe_router_force_load_balancing=False)
+    rerun = explain_notes.routing_text(learned, lay)
+    assert rerun is not None and "1.20x in memory (the dropless load a step that overflows" in rerun
     # without a budget: the dropless bound alone, no budget said
     bare = explain_notes.routing_text(replace(job, moe_expert_rank_capacity_factor=None), lay)
     assert bare is not None and "budget" not in bare
