@@ -1,6 +1,8 @@
 """The search's lower bounds on step time (`planner.search.top_k`): per structure
 (`lower_bound`, at its largest micro-batch, for every layout of the structure, split and vpp) and
-per base layout (`base_bound`, at its own micro-batch, with the pipeline's fill and drain). Each
+per base layout (`base_bound`, at its own micro-batch, with the pipeline's fill and drain) and per
+variant (`variant_bound`: the layout with its own ZeRO stage and rung, so that of a base's variants
+that fit only those that may be its fastest are estimated exactly). Each
 term's proof is in its docstring; tests/search/test_search_assumptions.py checks both below
 every layout of its brute-forced problems and tests/search/test_bound.py that the compute part
 is `cost.compute_floor`."""
@@ -8,6 +10,7 @@ is `cost.compute_floor`."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.arch import ModelArch
@@ -15,12 +18,14 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
+from planner.model.schedule import Chunks
 from planner.model.stage_time import (
     LayoutTimes,
     a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
+    offload_exposed,
     rank_layers,
     rank_mix,
 )
@@ -213,11 +218,96 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.sm_share(job.cluster, job.gemm_sm_margin)
-    out: list[float] = []
-    for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
+
+    def stage(rank: int, chunks: Chunks) -> float:
         mix, heads = rank_mix(job, lay, rank, chunks, t)
         c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
         tp = min(tp, sum(n * k.tp_plain for k, n in mix))
         ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share, ep_s)
-        out.append(c + heads * t.out + rec + tp + cp + ep_e)
-    return t.m, out
+        return c + heads * t.out + rec + tp + cp + ep_e
+
+    return t.m, _rank_values(job, lay, t, stage)
+
+
+def variant_bound(job: Job, layout: Layout) -> float | None:
+    """Seconds `cost.estimate(job, layout)` cannot go under, for the layout as it is (its own
+    rung and ZeRO stage; no other layout), cheaper than the estimate: per rank the stage time's
+    terms `cost.estimate` sums, from the same functions on the same layer times (compute and the
+    output layers, recompute, TP, CP, exposed expert all-to-all, exposed host offloading), less
+    the terms that are >= 0 (point-to-point sends, a vision encoder on the first rank), then
+    Megatron's schedule as in `base_bound`, (m - 1/vpp) max_r t_r + sum_r t_r / vpp (1F1B's and
+    interleaved 1F1B's steady state and bubble, `schedule.schedule_bubble`), and the step's
+    least host overhead; the DP sync, optimizer, shared link and the rest only add. Taken less
+    1e-12 of itself (the estimate sums the same terms in another order). None where not claimed:
+    other training codes' schedules, pools (each rank its own pool's job), and Megatron's
+    deferred output-layer weight gradients (they leave the last stage's backward).
+    tests/search/test_bound.py checks it below every variant of its problems' bases."""
+    if job.framework != "megatron" or job.pools or layout.defer_embedding_wgrad_compute:
+        return None
+    t = layout_times(job, layout)
+    share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
+
+    def stage(rank: int, chunks: Chunks) -> float:
+        mix, heads = rank_mix(job, layout, rank, chunks, t)
+        c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
+        ep_e, _ = ep_exposed(layout, rank, t.m, ep, c + rec, share, ep_s)
+        off = offload_exposed(job, layout, chunks, t)
+        return c + heads * t.out + rec + tp + cp + ep_e + off
+
+    out = _rank_values(job, layout, t, stage)
+    v = layout.vpp
+    step = (t.m - 1 / v) * max(out) + sum(out) / v + cost.step_overhead_s(job)
+    return step * (1 - 1e-12)
+
+
+_GROUPS: dict[tuple[object, ...], tuple[ModelArch, tuple[list[int], list[int]]]] = {}
+
+
+def _rank_values(
+    job: Job, lay: Layout, t: LayoutTimes, value: Callable[[int, Chunks], float]
+) -> list[float]:
+    """`value(rank, chunks)` of each pipeline rank, in rank order, computed once per group of
+    ranks that run the same mix (`_rank_groups`) and repeated for the others: the same list,
+    bit for bit, as one call per rank (tests/search/test_bound.py), so its max and its sum
+    are too. Where ranks differ by more than their mix (Megatron's EP overlap: a rank's unmerged
+    share; bf16 layers: where they fall in a rank's chunks), one call per rank."""
+    chunks = lay.chunk_layers(job.arch.num_layers)
+    if lay.ep_comm_overlap or (
+        job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end)
+    ):
+        return [value(rank, c) for rank, c in enumerate(chunks)]
+    firsts, group = _rank_groups(job, lay, t, chunks)
+    values = [value(rank, chunks[rank]) for rank in firsts]
+    return [values[g] for g in group]
+
+
+def _rank_groups(
+    job: Job, lay: Layout, t: LayoutTimes, chunks: tuple[Chunks, ...]
+) -> tuple[list[int], list[int]]:
+    """The first rank of each group of ranks with the same mix, and each rank's group: ranks
+    that run the same layers of each kind (`stage_time.rank_layers`, which counts the MTP
+    depths' layers and the output layers), the same layers of each kind in their chunks (what
+    fine-grained offloading's transfers read), are the MTP rank or not (its MTP projections),
+    and under block recompute the same layers of each kind in the first recompute_num_layers of
+    each chunk (`stage_time.rank_mix`: those run recomputed, the rest plain). Remembered per
+    model, split, MTP rank and block count (all they read)."""
+    block = lay.recompute == "full" and lay.recompute_method == "block"
+    k = lay.recompute_num_layers if block else 0
+    key = (id(job.arch), lay.split_key(), t.mtp_rank, k)
+    hit = _GROUPS.get(key)
+    if hit is not None and hit[0] is job.arch:
+        return hit[1]
+    arch = job.arch
+    seen: dict[tuple[object, ...], int] = {}
+    firsts: list[int] = []
+    group: list[int] = []
+    for rank, cs in enumerate(chunks):
+        ran = tuple(range(c.start, c.start + min(k, len(c))) for c in cs)
+        kinds = (rank_layers(job, lay, rank, cs, t), arch.kind_counts(cs), rank == t.mtp_rank)
+        mix_key = (*kinds, arch.kind_counts(ran) if block else None)
+        if mix_key not in seen:
+            seen[mix_key] = len(firsts)
+            firsts.append(rank)
+        group.append(seen[mix_key])
+    _GROUPS[key] = (arch, (firsts, group))
+    return firsts, group

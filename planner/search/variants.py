@@ -1,7 +1,8 @@
 """One base layout's variants, scored (`best_variants`): the memory-feasible (ZeRO stage,
 memory-saving rung) variants of a base that can rank in `planner.search.top_k`'s top K, each
-ZeRO stage's fastest that fits, with the shortcuts that spare exact estimates (the bounds of
-`planner.search.bound`, the state floor, what did not fit at a smaller micro-batch); and the
+ZeRO stage's fastest that fits (`planner.search.stage_rungs`), with the shortcuts that spare
+exact estimates (the bounds of `planner.search.bound`, the state floor, what did not fit at a
+smaller micro-batch); and the
 structure filter on the states alone (`states_fit`). Each shortcut's proof is in its docstring;
 tests/search/test_top_k.py checks the search against a brute force that shares none of them."""
 
@@ -14,14 +15,14 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, memory
+from planner.model import memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
 from planner.search.bound import Floors, base_bound, below
-from planner.search.rungs import FULL, NONE, Ladder, Rung, leanest
+from planner.search.rungs import FULL, NONE, Rung, leanest
 from planner.search.space import Base, Space, zero_stages
-from planner.search.twins import same_time
+from planner.search.stage_rungs import StageRungs, slower
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,10 @@ def best_variants(
     without the TP overlap where that does not pay: no rung is faster than both,
     tests/search/test_top_k.py) is above `cut`, before any rung is tried; once
     that time is above `cut` at one stage it is at every later one, not estimated again (no
-    stage is faster than a lower one with the same rung: tests/search/test_top_k.py)."""
+    stage is faster than a lower one with the same rung: tests/search/test_top_k.py). Of the
+    rungs that fit a stage only those that may be its fastest, and not above `cut`, are
+    estimated (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it
+    would be dropped from the top K, and so would every variant it dominates)."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
@@ -103,96 +107,64 @@ def best_variants(
             ) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
-        known: dict[Rung, MemoryReport | None] = {}
-        timed: dict[Rung, Performance] = {}
-
-        def time_of(
-            rung: Rung, zbase: Layout = zbase, timed: dict[Rung, Performance] = timed
-        ) -> Performance:
-            if rung not in timed:
-                timed[rung] = cost.estimate(job, rung.on(zbase))
-            return timed[rung]
-
-        over: dict[Rung, float] = {}  # each estimated rung's bytes over the capacity
-        lean_key = (key, base.moe_token_dispatcher_type, base.ep_comm_overlap)
-
-        def fits(
-            rung: Rung,
-            fails: bool = False,
-            *,
-            zbase: Layout = zbase,
-            known: dict[Rung, MemoryReport | None] = known,
-            over: dict[Rung, float] = over,
-            lean_key: tuple[object, ...] = lean_key,
-        ) -> MemoryReport | None:
-            if rung not in known:
-                # memory grows with the micro-batch: a rung that did not fit at a smaller one
-                # (or `fails`: is known not to) does not fit here (counted as an estimate)
-                if fails or lean_fails.get((lean_key, rung), math.inf) < mbs:
-                    rejected["memory"] += 1
-                    known[rung] = None
-                    return None
-                rep = memory.estimate(job, rung.on(zbase), space.headroom_pct, all_stages=False)
-                over[rung] = rep.shortfall
-                if not rep.fits:
-                    rejected["memory"] += 1
-                    lean_fails.setdefault((lean_key, rung), mbs)
-                known[rung] = rep if rep.fits else None
-            return known[rung]
-
-        feasible: list[tuple[Rung, MemoryReport]] = []
-        plain = fits(NONE) if NONE in single else None
+        stage = StageRungs(
+            job,
+            zbase,
+            space.headroom_pct,
+            (key, base.moe_token_dispatcher_type, base.ep_comm_overlap),
+            lean_fails,
+            rejected,
+        )
+        plain = stage.fits(NONE) if NONE in single else None
         plain_fits = plain is not None
         if plain is not None:
-            feasible.append((NONE, plain))
+            feasible = [NONE]
             # without the overlap (its userbuffers freed: it fits too), where faster (the
             # first of equals is taken, so it matters only then)
             off = NONE_OFF in single and not pays_for()
-            faster = off and time_of(NONE_OFF).step_time_s < time_of(NONE).step_time_s
-            if faster and (rep := fits(NONE_OFF)) is not None:
-                feasible.append((NONE_OFF, rep))
+            faster = off and stage.time_of(NONE_OFF).step_time_s < stage.time_of(NONE).step_time_s
+            if faster and stage.fits(NONE_OFF) is not None:
+                feasible.append(NONE_OFF)
+            picked = stage.fastest(feasible, limit)
         else:
             # memory grows with the micro-batch (the options come smallest first): where the
             # leanest rungs did not fit at a smaller one, they do not fit here
-            if lean_fails.get(lean_key, math.inf) <= base.micro_batch_size:
+            if lean_fails.get(stage.lean_key, math.inf) <= mbs:
                 rejected["memory"] += 1
                 continue
-            if limit is not None and (plain_slower or _plain_slower(time_of, pays_for, limit)):
+            if limit is not None and (plain_slower or _plain_slower(stage, pays_for, limit)):
                 plain_slower = True
                 continue  # every rung is slower than none at this stage: none makes the top K
             lean = leanest(single, ladders)
-            if lean and all(fits(r) is None for r in lean):
-                lean_fails[lean_key] = base.micro_batch_size
+            if lean and all(stage.fits(r) is None for r in lean):
+                lean_fails[stage.lean_key] = mbs
                 continue
+            rest: list[Rung] = []
             for r in single:
                 # without the TP overlap a rung is no faster where the overlap pays: then only
                 # where it does not fit with it
                 dominated = (
-                    not r.tp_overlap and pays_for(r) and fits(r.with_tp_overlap()) is not None
+                    not r.tp_overlap and pays_for(r) and stage.fits(r.with_tp_overlap()) is not None
                 )
-                if r != NONE and not dominated and (rep := fits(r)) is not None:
-                    feasible.append((r, rep))
+                if r != NONE and not dominated and stage.fits(r) is not None:
+                    rest.append(r)
             smallest: dict[int, int] = {}
             for ld in ladders:
                 hi = ld.hi
                 with_it = ld.with_tp_overlap
                 if with_it is not None and id(with_it) in smallest and pays_for(ld.make(ld.lo)):
                     hi = smallest[id(with_it)] - 1  # else the twin is as lean, faster
-                floor_key = (lean_key, "ladder", ld.make(0))
-                n = _smallest_fitting(ld, fits, over.get, hi, lean_fails.get(floor_key, 0))
-                if hi >= ld.lo:  # every n below the smallest that fits does not fit
-                    lean_fails[floor_key] = max(lean_fails.get(floor_key, 0), n or hi + 1)
+                n = stage.smallest(ld, hi)
                 if n is not None:
-                    rep = fits(ld.make(n))
-                    assert rep is not None
-                    feasible.append((ld.make(n), rep))
+                    rest.append(ld.make(n))
                     smallest[id(ld)] = n
-        scored = [Candidate(r.on(zbase), rep, time_of(r)) for r, rep in feasible]
-        if not scored:
+            picked = stage.fastest(rest, limit)  # memory known: the fastest by time
+        if picked is None:  # nothing fits, or its fastest cannot make the top K
+            if plain_fits:
+                break  # every later stage is no faster than this
             continue
-        pick = min(range(len(scored)), key=lambda i: scored[i].step_time)  # first of equals
-        best = scored[pick]
-        rung = feasible[pick][0]
+        rung, rep = picked
+        best = Candidate(rung.on(zbase), rep, stage.time_of(rung))
         twin = rung in base_of.twin_takes and _twin_fits(job, space, rung.on(zbase))
         if not twin and not any(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
@@ -242,58 +214,10 @@ def overlap_pays(job: Job, base: Layout, full: bool = False) -> bool:
     return all(k.tp <= k.tp_plain for k in layers)
 
 
-def _plain_slower(
-    time_of: Callable[[Rung], Performance], pays: Callable[[], bool], limit: float
-) -> bool:
+def _plain_slower(stage: StageRungs, pays: Callable[[], bool], limit: float) -> bool:
     """Whether no rung of a stage can make the top K under `limit` (`best_variants`): none is
     above it, and so is none without the TP overlap where the overlap does not pay (every rung
     is at least one of the two)."""
-    if not _slower(time_of(NONE).step_time_s, limit):
+    if not slower(stage.time_of(NONE).step_time_s, limit):
         return False
-    return pays() or _slower(time_of(NONE_OFF).step_time_s, limit)
-
-
-def _slower(t: float, cut: float) -> bool:
-    """A step time that cannot make the top K under `cut`: above it and not its twin
-    (`twins.same_time`: the kept layouts reach that far above the K-th row's time)."""
-    return t > cut and not same_time(t, cut)
-
-
-def _smallest_fitting(
-    ladder: Ladder,
-    fits: Callable[[Rung, bool], MemoryReport | None],
-    over: Callable[[Rung], float | None],
-    hi: int,
-    floor: int = 0,
-) -> int | None:
-    """The smallest n up to hi whose rung of the ladder fits (memory falls as n grows); None when
-    not even n = hi fits. `fits` remembers what it has estimated, and `over` each estimated
-    rung's bytes over the capacity (`MemoryReport.shortfall`); each n below `floor` is known not
-    to fit (below the smallest that fitted at a smaller micro-batch: memory grows with it).
-
-    The search keeps [lo, hi] with hi fitting and every n < lo not: it probes lo first, then the
-    n where the line through the largest n known not to fit and hi crosses the capacity (each
-    layer recomputed or offloaded frees about the same bytes, so that is mostly the answer or its
-    neighbour), else the midpoint; whatever it probes narrows the range, so it ends, and exactly
-    (tests/search/test_top_k.py: memory never grows along a ladder)."""
-    if hi < ladder.lo or fits(ladder.make(hi), hi < floor) is None:
-        return None
-    lo = first = max(ladder.lo, floor)
-    last: tuple[int, float] | None = None  # (n, bytes over) of the largest n known not to fit
-    while lo < hi:
-        top = over(ladder.make(hi))
-        if lo == first:
-            probe = lo
-        elif top is not None and last is not None and last[1] > top:
-            n0, s0 = last
-            cross = n0 + math.ceil(s0 / (s0 - top) * (hi - n0))
-            probe = min(max(cross, lo), hi - 1)
-        else:
-            probe = (lo + hi) // 2
-        if fits(ladder.make(probe), False) is not None:
-            hi = probe
-        else:
-            lo = probe + 1
-            short = over(ladder.make(probe))
-            last = (probe, short) if short is not None else last
-    return hi
+    return pays() or slower(stage.time_of(NONE_OFF).step_time_s, limit)

@@ -1,0 +1,162 @@
+"""One ZeRO stage of a base layout, as `planner.search.variants.best_variants` tries it: each rung's
+memory and step time, estimated at most once (`StageRungs`), and the fastest of the rungs that
+fit, found with as few step-time estimates as that takes (`StageRungs.fastest`).
+
+Of the rungs that fit a stage, one is kept: the fastest. Most stages the search reaches keep
+none that makes the top K, every rung that fits being slower than the K-th best time so far; an
+exact estimate of each says so, but a lower bound on each rung's step time
+(`bound.variant_bound`, from its layer times without the DP sync, optimizer and pipeline sends)
+mostly says it first. So the rungs that fit are taken in order of that bound and estimated only
+while the bound is at most the fastest time found and not above the K-th best: the stage's
+fastest (the first of equals) and the stages that keep nothing come out as if every rung had been
+estimated (tests/search/test_stage_rungs.py checks the pick against that plain minimum,
+tests/search/test_top_k.py the search against a brute force).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost, memory
+from planner.model.memory import MemoryReport
+from planner.model.performance import Performance
+from planner.search.bound import variant_bound
+from planner.search.rungs import Ladder, Rung
+from planner.search.twins import same_time
+
+
+def slower(t: float, cut: float) -> bool:
+    """A step time that cannot make the top K under `cut`: above it and not its twin
+    (`twins.same_time`: the kept layouts reach that far above the K-th row's time)."""
+    return t > cut and not same_time(t, cut)
+
+
+@dataclass
+class StageRungs:
+    """One ZeRO stage of a base (`zbase`, its layout with the stage set): what its rungs'
+    memory and step-time estimates said, and what the search remembers across micro-batch
+    sizes (`lean_fails`, keyed under `lean_key`: see `best_variants`)."""
+
+    job: Job
+    zbase: Layout
+    headroom_pct: float
+    lean_key: tuple[object, ...]
+    lean_fails: dict[tuple[object, ...], int]
+    rejected: Counter[str]
+    known: dict[Rung, MemoryReport | None] = field(default_factory=dict)
+    timed: dict[Rung, Performance] = field(default_factory=dict)
+    over: dict[Rung, float] = field(default_factory=dict)
+    """Each memory-estimated rung's bytes over the capacity."""
+    bounds: dict[Rung, float] = field(default_factory=dict)
+
+    def time_of(self, rung: Rung) -> Performance:
+        if rung not in self.timed:
+            self.timed[rung] = cost.estimate(self.job, rung.on(self.zbase))
+        return self.timed[rung]
+
+    def fits(self, rung: Rung, fails: bool = False) -> MemoryReport | None:
+        """The rung's memory report where it fits, else None (each estimated once)."""
+        if rung not in self.known:
+            # memory grows with the micro-batch: a rung that did not fit at a smaller one
+            # (or `fails`: is known not to) does not fit here (counted as an estimate)
+            mbs = self.zbase.micro_batch_size
+            if fails or self.lean_fails.get((self.lean_key, rung), math.inf) < mbs:
+                self.rejected["memory"] += 1
+                self.known[rung] = None
+                return None
+            lay = rung.on(self.zbase)
+            rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
+            self.over[rung] = rep.shortfall
+            if not rep.fits:
+                self.rejected["memory"] += 1
+                self.lean_fails.setdefault((self.lean_key, rung), mbs)
+            self.known[rung] = rep if rep.fits else None
+        return self.known[rung]
+
+    def bound(self, rung: Rung) -> float:
+        """Seconds the rung's step time is at least: its exact time where estimated, else
+        `bound.variant_bound` (-inf where that claims none)."""
+        if rung in self.timed:
+            return self.timed[rung].step_time_s
+        if rung not in self.bounds:
+            b = variant_bound(self.job, rung.on(self.zbase))
+            self.bounds[rung] = -math.inf if b is None else b
+        return self.bounds[rung]
+
+    def smallest(self, ladder: Ladder, hi: int) -> int | None:
+        """The ladder's smallest n up to `hi` that fits (`smallest_fitting`), remembering under
+        `lean_fails` that every n below it (or up to hi, where none fits) does not fit here, nor
+        so at any larger micro-batch."""
+        floor_key = (self.lean_key, "ladder", ladder.make(0))
+        floor = self.lean_fails.get(floor_key, 0)
+        n = smallest_fitting(ladder, self.fits, self.over.get, hi, floor)
+        if hi >= ladder.lo:
+            self.lean_fails[floor_key] = max(floor, n or hi + 1)
+        return n
+
+    def fastest(self, rungs: list[Rung], limit: float | None) -> tuple[Rung, MemoryReport] | None:
+        """The fastest of `rungs` that fits (the first of equals in their order); None where
+        none fits, or where the fastest is above `limit` (`slower`: it cannot make the top K).
+
+        They are taken in order of their bound (`bound`): a rung's memory is estimated (where
+        not yet), and its step time where it fits; once the next bound exceeds the fastest time
+        found no rung left is as fast, so none is the first of equals either, and once it is
+        above `limit` none left makes the top K."""
+        order = sorted((self.bound(r), i) for i, r in enumerate(rungs))
+        pick: tuple[float, int] | None = None
+        for b, i in order:
+            if (pick is not None and b > pick[0]) or (limit is not None and slower(b, limit)):
+                break
+            if self.fits(rungs[i]) is not None:
+                t = self.time_of(rungs[i]).step_time_s
+                pick = min(pick or (t, i), (t, i))
+        if pick is None or (limit is not None and slower(pick[0], limit)):
+            return None
+        rep = self.fits(rungs[pick[1]])
+        assert rep is not None
+        return rungs[pick[1]], rep
+
+
+def smallest_fitting(
+    ladder: Ladder,
+    fits: Callable[[Rung, bool], MemoryReport | None],
+    over: Callable[[Rung], float | None],
+    hi: int,
+    floor: int = 0,
+) -> int | None:
+    """The smallest n up to hi whose rung of the ladder fits (memory falls as n grows); None when
+    not even n = hi fits. `fits` remembers what it has estimated, and `over` each estimated
+    rung's bytes over the capacity (`MemoryReport.shortfall`); each n below `floor` is known not
+    to fit (below the smallest that fitted at a smaller micro-batch: memory grows with it).
+
+    The search keeps [lo, hi] with hi fitting and every n < lo not: it probes lo first, then the
+    n where the line through the largest n known not to fit and hi crosses the capacity (each
+    layer recomputed or offloaded frees about the same bytes, so that is mostly the answer or its
+    neighbour), else the midpoint; whatever it probes narrows the range, so it ends, and exactly
+    (tests/search/test_top_k.py: memory never grows along a ladder)."""
+    if hi < ladder.lo or fits(ladder.make(hi), hi < floor) is None:
+        return None
+    lo = first = max(ladder.lo, floor)
+    last: tuple[int, float] | None = None  # (n, bytes over) of the largest n known not to fit
+    while lo < hi:
+        top = over(ladder.make(hi))
+        if lo == first:
+            probe = lo
+        elif top is not None and last is not None and last[1] > top:
+            n0, s0 = last
+            cross = n0 + math.ceil(s0 / (s0 - top) * (hi - n0))
+            probe = min(max(cross, lo), hi - 1)
+        else:
+            probe = (lo + hi) // 2
+        if fits(ladder.make(probe), False) is not None:
+            hi = probe
+        else:
+            lo = probe + 1
+            short = over(ladder.make(probe))
+            last = (probe, short) if short is not None else last
+    return hi
