@@ -39,7 +39,7 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
     bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
     hidden (`Layer.tp_traffic`). One pass over the ranks serves both."""
     t = layout_times(job, layout)
-    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
     floors: list[float] = []
     tps: list[float] = []
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
@@ -142,7 +142,7 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     often as such ranks occur (max and sum are what the bounds read)."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
-    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     floor = tp_floor_share(job, lay)
     out: list[float] = []
     for (counts, heads), times in _rank_counts(job, lay, t):
@@ -217,7 +217,7 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     variant of their problems' bases."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
-    share = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
 
     def stage(rank: int, chunks: Chunks) -> float:
         mix, heads = rank_mix(job, lay, rank, chunks, t)

@@ -67,8 +67,9 @@ def test_the_step_pays_the_extra_sms_on_the_hidden_all_to_all() -> None:
     # fewer SMs than the default cost less; the search's lower bound stays under either
     fewer = cost.estimate(job, lay.with_(moe_flex_dispatcher_num_sms=8))
     assert fewer.step_time_s == pytest.approx(base.step_time_s - 12 / 132 * hidden)
-    for p in (more, base):
-        assert lower_bound(job, lay.with_(moe_flex_dispatcher_num_sms=None)) <= p.step_time_s
+    # the search's lower bound takes the same share: under each estimate, at 8 SMs too
+    for sms, p in ((32, more), (None, base), (8, fewer)):
+        assert lower_bound(job, lay.with_(moe_flex_dispatcher_num_sms=sms)) <= p.step_time_s
     # without the EP overlap nothing hides: the count changes nothing
     bare = lay.with_(ep_comm_overlap=False)
     assert cost.estimate(job, bare).step_time_s == pytest.approx(
