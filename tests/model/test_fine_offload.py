@@ -11,7 +11,7 @@ import pytest
 from jobs import job
 
 from planner.emit.megatron import parallel_args
-from planner.inputs import catalog, megatron_args
+from planner.inputs import catalog, megatron_args, plan_writer
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
@@ -202,6 +202,8 @@ def test_the_fraction_on_a_command_line() -> None:
     assert plan.require_layout().activation_offload_fraction == 0.8
     words = [w for a in parallel_args(plan) for w in a]
     assert words[words.index("--activation-offload-fraction") + 1] == "0.8"
+    text = plan_writer.render(plan.job, plan.require_layout(), {"name": "m"}, [])
+    assert "activation_offload_fraction = 0.8" in text
     with pytest.raises(InputError, match="--activation-offload-fraction: expected 0 to 1"):
         megatron_args.to_plan(line.replace("0.8", "1.5"), "h100-sxm-80gb", 8)
     # without fine-grained offloading Megatron offloads nothing: the flag is not read
