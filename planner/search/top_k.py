@@ -126,6 +126,29 @@ class _Bases:
         return self.memo[key]
 
 
+_Queued = tuple[
+    float,
+    int,
+    Structure,
+    list[Option],
+    dict[tuple[object, ...], bool],
+    _Bases,
+    dict[tuple[int, Split], list[Floors]],
+    bool,
+]
+"""A queued structure: (bound, index, structure, options, its `too_big`, its bases, each
+shape's bases' `bound.floors`, whether its shapes are those whose states fit). A structure is
+queued first on the least bound of all its shapes and, when it comes first, again on the least
+of those whose states fit in some ZeRO stage (`variants.states_fit`), which is no less: it is
+expanded in the same order as if queued on that alone (by bound, then index), and those never
+asked of structures that never come first."""
+
+
+def _least(tops: dict[tuple[int, Split], list[Floors]]) -> float:
+    """The least `Floors.lower_bound` of a structure's shapes' bases."""
+    return min(f.lower_bound() for shape_tops in tops.values() for f in shape_tops)
+
+
 def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None:
     """The step time of the K-th best layout (or, folding twins, of the K-th row), None while
     fewer have been scored: a structure whose bound exceeds it holds nothing of the top K."""
@@ -196,18 +219,9 @@ def _search(
     # bound each structure at its largest micro-batch, for each (vpp, split)
     # (bound, index, structure, options, its too_big, its bases, each shape's bases' bounds):
     # shapes whose states fit in no ZeRO stage hold no layout that fits, and a structure without
-    # any other is never expanded
-    queue: list[
-        tuple[
-            float,
-            int,
-            Structure,
-            list[Option],
-            dict[tuple[object, ...], bool],
-            _Bases,
-            dict[tuple[int, Split], list[Floors]],
-        ]
-    ] = []
+    # any other is never expanded. Which shapes' states fit is asked once the structure comes
+    # first in the queue (`_Queued`): most never do
+    queue: list[_Queued] = []
     space_size = 0
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     same_opts: dict[tuple[int, int], list[Option]] = {}  # `options` reads only s.dp and s.pp
@@ -221,17 +235,11 @@ def _search(
         of = _Bases(job, space, s)
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
-        too_big: dict[tuple[object, ...], bool] = {}
-        tops: dict[tuple[int, Split], list[Floors]] = {}
-        for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
-            shape = of(top_mbs, vpp, split)
-            if states_fit(job, space, shape[0].layout, capacity, too_big):
-                tops[vpp, split] = [floors(job, b.layout) for b in shape]
-        if not tops:
-            rejected["memory"] += 1
-            continue
-        bound = min(f.lower_bound() for shape_tops in tops.values() for f in shape_tops)
-        queue.append((bound, i, s, opts, too_big, of, tops))
+        tops = {
+            (vpp, split): [floors(job, b.layout) for b in of(top_mbs, vpp, split)]
+            for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts)
+        }
+        queue.append((_least(tops), i, s, opts, {}, of, tops, False))
     heapq.heapify(queue)
 
     best: list[Candidate] = []
@@ -239,9 +247,21 @@ def _search(
     scored = expanded = 0
     last_report = t0
     while queue:
-        bound, _, s, opts, too_big, of, tops = heapq.heappop(queue)
+        bound, i, s, opts, too_big, of, tops, checked = heapq.heappop(queue)
         if cut is not None and bound > cut:
             break
+        if not checked:  # its shapes whose states fit: queued again on their bound
+            top_mbs = max(o[0] for o in opts)
+            tops = {
+                k: fs
+                for k, fs in tops.items()
+                if states_fit(job, space, of(top_mbs, *k)[0].layout, capacity, too_big)
+            }
+            if tops:
+                heapq.heappush(queue, (_least(tops), i, s, opts, too_big, of, tops, True))
+            else:
+                rejected["memory"] += 1
+            continue
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
         # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
