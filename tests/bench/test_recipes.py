@@ -377,6 +377,23 @@ def test_gpt_oss_20b_recipes_route_as_learned() -> None:
     assert all(load_plan(r.plan_path).job.moe_router_force_load_balancing for r in forced)
 
 
+def test_dispatcher_sms_and_budgets_as_the_recipes_set_them() -> None:
+    # bridge_recipes.md: _benchmark_common gives every HybridEP recipe 32 SMs (Q1), a recipe may
+    # set its own afterwards (Q20's notes: 64; the Nemotron 3 Nano row N1's cell: 16; the
+    # gpt-oss-20b rows': 128); DeepEP keeps Megatron's default (D9: flex / deepep, none set);
+    # the budget and the stash where the dropping cell names them (Q14: 1.5 with the stash;
+    # G9: 7 without)
+    def sms(rid: str) -> int | None:
+        return load_plan(BY_ID[rid].plan_path).require_layout().moe_flex_dispatcher_num_sms
+
+    assert (sms("Q1"), sms("Q20"), sms("N1"), sms("G9")) == (32, 64, 16, 128)
+    d9 = load_plan(BY_ID["D9"].plan_path).require_layout()
+    assert d9.moe_flex_dispatcher_backend == "deepep" and d9.moe_flex_dispatcher_num_sms is None
+    q14, g9 = (load_plan(BY_ID[r].plan_path).job for r in ("Q14", "G9"))
+    assert (q14.moe_expert_rank_capacity_factor, q14.moe_paged_stash) == (1.5, True)
+    assert (g9.moe_expert_rank_capacity_factor, g9.moe_paged_stash) == (7.0, False)
+
+
 def test_new_megatron_fsdp_rows() -> None:
     # L54 (B300 405B): Megatron-FSDP at tp 2 without double buffering, 40 layers offloaded;
     # L73 (GB300, the same with double buffering); L63: nccl_ub, 30 layers, mbs 2
