@@ -65,6 +65,9 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     budget = rank_budget(job, layout)
     if budget is not None:
         why += f", HybridEP's budget {budget:g} drops beyond it"
+        uncapped = step_load(replace(job, moe_expert_rank_capacity_factor=None), layout)
+        if uncapped > budget:  # the busiest rank's expected copies exceed the budget
+            why += f": about {1 - budget / uncapped:.0%} of that rank's copies every layer"
     text = (
         f"MoE routing: the busiest expert-parallel rank runs {load:.3f}x its share in the step "
         f"time ({why}), {kept:.2f}x in memory"

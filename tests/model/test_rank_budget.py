@@ -176,6 +176,13 @@ def test_explain_says_which_load_memory_holds() -> None:
     learned = replace(job, moe_paged_stash=True, moe_router_force_load_balancing=False)
     rerun = explain_notes.routing_text(learned, lay)
     assert rerun is not None and "1.20x in memory (the dropless load a step that overflows" in rerun
+    # a budget under the busiest rank's expected load: what it drops there, 1 - budget / load
+    learned_tight = replace(job, moe_router_force_load_balancing=False)
+    load = routing_load.step_load(learned_tight, lay)
+    tight = replace(learned_tight, moe_expert_rank_capacity_factor=1.0)
+    drops = explain_notes.routing_text(tight, lay)
+    assert drops is not None and f"about {1 - 1.0 / load:.0%} of that rank's copies" in drops
+    assert "of that rank's copies" not in text  # budget 2 drops nothing expected
     # without a budget: the dropless bound alone, no budget said
     bare = explain_notes.routing_text(replace(job, moe_expert_rank_capacity_factor=None), lay)
     assert bare is not None and "budget" not in bare
