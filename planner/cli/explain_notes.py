@@ -79,7 +79,8 @@ def routing_text(job: Job, layout: Layout) -> str | None:
             if kept <= (f if f > 0 else budget * -f)
             else "the dropless load a step that overflows the paged stash reruns at"
         )
-        return f"{text} ({whose}; the layer running holds {working:.2f}x, the budget's)"
+        running = "the budget's" if working <= budget else "the rerun's"
+        return f"{text} ({whose}; the layer running holds {working:.2f}x, {running})"
     return f"{text} (the budget's rows)" if budget is not None else text
 
 

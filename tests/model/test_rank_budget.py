@@ -183,6 +183,9 @@ def test_explain_says_which_load_memory_holds() -> None:
     drops = explain_notes.routing_text(tight, lay)
     assert drops is not None and f"about {1 - 1.0 / load:.0%} of that rank's copies" in drops
     assert "of that rank's copies" not in text  # budget 2 drops nothing expected
+    # with the stash under that budget a rerun holds the dropless load, not the budget's
+    rerun_tight = explain_notes.routing_text(replace(tight, moe_paged_stash=True), lay)
+    assert rerun_tight is not None and "holds 1.20x, the rerun's" in rerun_tight
     # without a budget: the dropless bound alone, no budget said
     bare = explain_notes.routing_text(replace(job, moe_expert_rank_capacity_factor=None), lay)
     assert bare is not None and "budget" not in bare
