@@ -5,7 +5,7 @@ both values) or nothing: `parallel` holds the rules on degrees, pipeline split a
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `fused_mlp` those of
 the experts' fused grouped MLP; `shared_overlap` those of the shared experts' overlap;
-`rank_budget` those of HybridEP's per-rank budget and the paged stash; `hybrid`
+`flex_settings` the flex dispatcher's SM count, HybridEP's budget and the paged stash; `hybrid`
 those of a hybrid Mamba stack; `torchtitan` what torchtitan runs (plans with framework =
 "torchtitan"). `violations` runs every rule (the search uses it to prune and to count rejections
 per rule); `check_plan` turns a plan's into one InputError; `warnings` lists what Megatron would
@@ -27,6 +27,7 @@ from planner.search.rules.context import (
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import WARNINGS, flex_runs, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
+from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
@@ -48,7 +49,6 @@ from planner.search.rules.parallel import (
     world,
 )
 from planner.search.rules.pools import pools
-from planner.search.rules.rank_budget import RULES as RANK_BUDGET_RULES
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
@@ -90,7 +90,7 @@ RULES: tuple[Rule, ...] = (
     *FEATURE_RULES,
     *FUSED_MLP_RULES,
     *SHARED_OVERLAP_RULES,
-    *RANK_BUDGET_RULES,
+    *FLEX_SETTINGS_RULES,
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
     batch,

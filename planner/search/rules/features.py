@@ -147,8 +147,7 @@ def flex_runs(job: Job) -> bool:
 
 def dispatch(job: Job, lay: Layout) -> Violation | None:
     """The flex dispatcher runs on NVIDIA GPUs only (`flex_runs`); its DeepEP backend needs
-    expert-TP x EP > 1 and no padding to capacity; its SM count is at most the GPU's and, for
-    DeepEP, even; padding needs a capacity factor."""
+    expert-TP x EP > 1 and no padding to capacity; padding needs a capacity factor."""
     if not job.arch.is_moe:
         return None
     flex = lay.moe_token_dispatcher_type == "flex"
@@ -174,22 +173,6 @@ def dispatch(job: Job, lay: Layout) -> Violation | None:
                 "training.moe_pad_expert_input_to_capacity",
                 "moe_pad_expert_input_to_capacity cannot be used with the flex dispatcher's "
                 "DeepEP backend",
-            )
-    sms = lay.moe_flex_dispatcher_num_sms
-    if flex and sms is not None:
-        total = comms.gpu_sms(job.cluster)
-        if sms > total:
-            return Violation(
-                "dispatcher_sms",
-                "parallel.moe_flex_dispatcher_num_sms",
-                f"{sms} SMs for the flex dispatcher, but {job.cluster.gpu.name} has {total}",
-            )
-        if lay.moe_flex_dispatcher_backend == "deepep" and sms % 2:
-            return Violation(
-                "dispatcher_sms",
-                "parallel.moe_flex_dispatcher_num_sms",
-                f"DeepEP runs its kernels on pairs of SMs: an even count (got {sms}; its "
-                "Buffer.set_num_sms asserts it)",
             )
     if job.moe_pad_expert_input_to_capacity and job.moe_expert_capacity_factor is None:
         return Violation(

@@ -1,4 +1,6 @@
-"""Megatron-LM's rules on HybridEP's per-rank token budget (`Job.moe_expert_rank_capacity_factor`,
+"""The flex dispatcher's own settings: its SM count (`Layout.moe_flex_dispatcher_num_sms`), at
+most the GPU's and, under DeepEP, even (its Buffer.set_num_sms asserts it); and Megatron-LM's
+rules on HybridEP's per-rank token budget (`Job.moe_expert_rank_capacity_factor`,
 --moe-expert-rank-capacity-factor) and the paged stash (`Job.moe_paged_stash`,
 --moe-paged-stash), d98e8a64 megatron/core/transformer/transformer_config.py `__post_init__`: the
 budget needs the flex dispatcher's HybridEP (or NCCL-EP, which planner does not model) backend;
@@ -9,10 +11,31 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import comms
 from planner.search.rules.base import Violation
 
 STASHED_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
 """Fine-grained offloading's modules whose activations the paged stash holds instead."""
+
+
+def dispatcher_sms(job: Job, lay: Layout) -> Violation | None:
+    """See the module docstring (read with the flex dispatcher only, as Megatron does)."""
+    sms = lay.moe_flex_dispatcher_num_sms
+    if not job.arch.is_moe or lay.moe_token_dispatcher_type != "flex" or sms is None:
+        return None
+    total = comms.gpu_sms(job.cluster)
+    if sms > total:
+        return Violation(
+            "dispatcher_sms", "parallel.moe_flex_dispatcher_num_sms",
+            f"{sms} SMs for the flex dispatcher, but {job.cluster.gpu.name} has {total}",
+        )  # fmt: skip
+    if lay.moe_flex_dispatcher_backend == "deepep" and sms % 2:
+        return Violation(
+            "dispatcher_sms", "parallel.moe_flex_dispatcher_num_sms",
+            f"DeepEP runs its kernels on pairs of SMs: an even count (got {sms}; its "
+            "Buffer.set_num_sms asserts it)",
+        )  # fmt: skip
+    return None
 
 
 def rank_budget(job: Job, lay: Layout) -> Violation | None:
@@ -53,4 +76,4 @@ def rank_budget(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (rank_budget,)
+RULES = (dispatcher_sms, rank_budget)
