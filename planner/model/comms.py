@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
@@ -102,7 +103,12 @@ communication kernel or an SM margin takes)."""
 
 def gpu_sms(cluster: ClusterSpec) -> int:
     """The cluster GPU's SMs (AMD: compute units), `GPU_SMS`."""
-    name = cluster.gpu.name
+    return _sms_of(cluster.gpu.name)
+
+
+@cache
+def _sms_of(name: str) -> int:
+    """`GPU_SMS` by catalog name (the search asks it for every estimate: looked up once)."""
     return next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
 
 

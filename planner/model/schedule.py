@@ -142,7 +142,7 @@ Chunks = tuple[range, ...]
 
 def layer_count(chunks: Chunks) -> int:
     """Decoder layers in a rank's chunks."""
-    return sum(len(c) for c in chunks)
+    return sum(map(len, chunks))
 
 
 class Op(NamedTuple):
