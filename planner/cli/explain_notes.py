@@ -21,7 +21,7 @@ from planner.model.known_gaps import (
 )
 from planner.model.output_time import deferred_wgrad
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
-from planner.model.routing_load import memory_loads, rank_budget, step_load
+from planner.model.routing_load import memory_loads, rank_budget, stash_load, step_load
 from planner.search.rules.fused_mlp import fused_grouped_mlp
 from planner.search.rules.shared_overlap import shared_expert_overlap
 
@@ -36,7 +36,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
         fp8_attention_text(job, layout, perf),
         deterministic_text(job, layout, perf),
         host_text(job, layout, perf),
-        deferral_text(job, layout),
+        deferral_text(job, layout, perf),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
     )
@@ -73,10 +73,9 @@ def routing_text(job: Job, layout: Layout) -> str | None:
         f"time ({why}), {kept:.2f}x in memory"
     )
     if budget is not None and job.moe_paged_stash:
-        f = job.moe_paged_stash_buffer_size_factor
         whose = (
             "the paged stash's"
-            if kept <= (f if f > 0 else budget * -f)
+            if kept <= stash_load(job, budget)
             else "the dropless load a step that overflows the paged stash reruns at"
         )
         running = "the budget's" if working <= budget else "the rerun's"
@@ -263,7 +262,7 @@ def one_micro_batch_text(job: Job, layout: Layout) -> str | None:
     )
 
 
-def deferral_text(job: Job, layout: Layout) -> str | None:
+def deferral_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """A plan that defers the output layer's weight gradients to the pipeline flush
     (`Layout.defer_embedding_wgrad_compute`): what the last stage holds for them, its memory
     against the same plan without (`loss_activations.deferred_wgrad_bytes`, counted in the
@@ -280,7 +279,7 @@ def deferral_text(job: Job, layout: Layout) -> str | None:
     chunks = layout.chunk_layers(job.arch.num_layers)[last]
     calls = stage_time.rank_layers(job, layout, last, chunks, times)[1]  # its output layers
     flush = deferred_wgrad(job, layout, times.gpu, times.m, calls)
-    change = cost.estimate(job, layout).step_time_s / cost.estimate(job, plain_layout).step_time_s
+    change = perf.step_time_s / cost.estimate(job, plain_layout).step_time_s
     return (
         f"deferred output-layer weight gradients (limit {limit}): the last stage holds each "
         f"deferred call's input and logits gradient until the pipeline flush, "

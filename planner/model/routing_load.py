@@ -158,18 +158,24 @@ def memory_loads(job: Job, lay: Layout) -> tuple[float, float]:
     of the layer running (`Shard.moe_load`, `Shard.moe_work_load`). Dropless: both
     `memory_load`. Under HybridEP's budget c (`rank_budget`) the dispatch output and every expert
     tensor after it have the budget's rows whatever the routing: both c. With Megatron's paged
-    stash (--moe-paged-stash) the kept expert tensors are copied into a stash of
-    moe_paged_stash_buffer_size_factor x their even share (paged_stash.py d98e8a64
-    `allocate_stash_buffers`: positive factors scale the average-based maxima, negative ones
-    the actual maxima, at most the budget) and the budget-sized ones freed; a step that
-    overflows the stash is rerun dropless without it (`prepare_for_rerun`), so the kept load is
-    also at least the dropless one, and the running layer's at least that."""
+    stash (--moe-paged-stash) the kept expert tensors are copied into the stash (`stash_load`)
+    and the budget-sized ones freed; a step that overflows the stash is rerun dropless without it
+    (`prepare_for_rerun`), so the kept load is also at least the dropless one, and the running
+    layer's at least that."""
     dropless = memory_load(job, lay)
     budget = rank_budget(job, lay)
     if budget is None:
         return dropless, dropless
     if not job.moe_paged_stash:
         return budget, budget
-    f = job.moe_paged_stash_buffer_size_factor
-    kept = max(f if f > 0 else budget * -f, dropless)
+    kept = max(stash_load(job, budget), dropless)
     return kept, max(budget, kept)
+
+
+def stash_load(job: Job, budget: float) -> float:
+    """The paged stash's size over the even share under HybridEP's `budget`:
+    moe_paged_stash_buffer_size_factor x it (paged_stash.py d98e8a64 `allocate_stash_buffers`:
+    positive factors scale the average-based maxima, negative ones the actual maxima, at most
+    the budget)."""
+    f = job.moe_paged_stash_buffer_size_factor
+    return f if f > 0 else budget * -f

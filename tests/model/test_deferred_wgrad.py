@@ -189,7 +189,7 @@ def test_explain_says_what_the_last_stage_holds() -> None:
     # the note's GiB is the last stage's total less the same plan's without the deferral
     plan = _plan()
     job, lay = plan.job, plan.require_layout()
-    text = explain_notes.deferral_text(job, lay)
+    text = explain_notes.deferral_text(job, lay, cost.estimate(job, lay))
     assert text is not None and text.startswith("deferred output-layer weight gradients (limit 2)")
     held = memory.estimate(job, lay).stages[-1].total
     plain = memory.estimate(job, lay.with_(defer_embedding_wgrad_compute=False)).stages[-1].total
@@ -201,7 +201,9 @@ def test_explain_says_what_the_last_stage_holds() -> None:
     )
     assert f"the flush runs their {flush * 1e3:.1f} ms of GEMMs per step, the step " in text
     assert f"{change - 1:+.1%} against the same plan without" in text and change < 1
+    unlimited = lay.with_(wgrad_deferral_limit=0)
     assert "(limit every call)" in (
-        explain_notes.deferral_text(job, lay.with_(wgrad_deferral_limit=0)) or ""
+        explain_notes.deferral_text(job, unlimited, cost.estimate(job, unlimited)) or ""
     )
-    assert explain_notes.deferral_text(job, lay.with_(defer_embedding_wgrad_compute=False)) is None
+    plain_lay = lay.with_(defer_embedding_wgrad_compute=False)
+    assert explain_notes.deferral_text(job, plain_lay, cost.estimate(job, plain_lay)) is None
