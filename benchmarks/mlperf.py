@@ -26,11 +26,15 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              bf16_layers_at_end (FIRST_LAST_LAYERS_BF16 with NUM_LAYERS_AT_START_IN_BF16 /
              NUM_LAYERS_AT_END_IN_BF16), each as the entry records it; main_grad_dtype bf16
              (NeMo's distributed Adam grad_sync_dtype bf16 for GPT-3, grad_reduce_in_fp32=False for
-             Llama, DeepSeek-V3 and gpt-oss); MoE routing: moe_router_num_groups / group_topk,
+             Llama, DeepSeek-V3 and gpt-oss); optimizer_state_dtype where recorded (DeepSeek-V3:
+             the Megatron-Bridge recipe's bf16 moments under the precision-aware optimizer),
+             else fp32; MoE routing: moe_router_num_groups / group_topk,
              moe_expert_capacity_factor / moe_pad_expert_input_to_capacity where the entry sets
              them; HybridEP's per-rank budget moe_expert_rank_capacity_factor
              (MOE_EXPERT_RANK_CAPACITY_FACTOR: the config's, else config_common_cg.sh's 2 where
-             it is sourced) and moe_paged_stash (MOE_PAGED_STASH, the DeepSeek-V3 rows);
+             it is sourced), moe_paged_stash (MOE_PAGED_STASH, the DeepSeek-V3 rows) with
+             its device buffer's factor moe_paged_stash_buffer_size_factor_cuda
+             (MOE_PAGED_STASH_BUFFER_SIZE_FACTOR_CUDA; Megatron's 1.10 where unset);
              expandable_segments where the config's PYTORCH_CUDA_ALLOC_CONF sets it;
              fp8_attention where the entry records FP8_DPA (an FP8 or NVFP4 run's FP8
              dot-product attention: planner.model.attention_time); fp8_output_proj where it
@@ -39,7 +43,9 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
-             moe_flex_dispatcher_backend (flex with deepep / hybridep), cp_comm_type (a2a where
+             moe_flex_dispatcher_backend (flex with deepep / hybridep) and its SM count
+             moe_flex_dispatcher_num_sms where recorded (the DeepSeek-V3 rows: 671b.yaml's
+             MOE_HYBRIDEP_NUM_SMS default 32, which no config overrides), cp_comm_type (a2a where
              recorded, the gpt-oss CP runs; else Megatron's p2p), pipeline_layout (Megatron's
              --pipeline-model-parallel-layout string, expanded by planner.inputs.pipeline_layout)
              or pipeline_layers, ep_comm_overlap (OVERLAP_MOE_EXPERT_PARALLEL_COMM with
@@ -117,6 +123,10 @@ def none_or_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def none_or_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def case_from_row(row: dict[str, Any]) -> Case:
     s, hw = row["settings"], row["hardware"]
     arch = catalog.get_model(row["model"])
@@ -133,6 +143,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         global_batch_size=int(s["global_batch_size"]),
         precision="fp8" if fp8 else "fp4" if fp4 else "bf16",
         main_grad_dtype=s.get("main_grad_dtype", "bf16"),
+        optimizer_state_dtype=s.get("optimizer_state_dtype", "fp32"),
         fp8_param_gather=bool(s.get("fp8_params")) and fp8,
         fp4_param_gather=bool(s.get("fp4_param_gather")) and fp4,
         fp8_recipe=s.get("fp8_recipe") or "delayed",
@@ -150,6 +161,9 @@ def case_from_row(row: dict[str, Any]) -> Case:
         moe_pad_expert_input_to_capacity=bool(s.get("moe_pad_expert_input_to_capacity", False)),
         moe_expert_rank_capacity_factor=none_or_float(s.get("moe_expert_rank_capacity_factor")),
         moe_paged_stash=bool(s.get("moe_paged_stash", False)),
+        moe_paged_stash_buffer_size_factor=float(
+            s.get("moe_paged_stash_buffer_size_factor_cuda", 1.10)
+        ),
         tp_overlap_cfg=userbuffers.resolve((s.get("tp_overlap_cfg") or {}).get("slots")),
         gemm_sm_margin=int(s.get("gemm_sm_margin", 0)),
     )
@@ -177,6 +191,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
         recompute_modules=tuple(s.get("recompute_modules") or ("core_attn",)),
         moe_token_dispatcher_type=s.get("moe_token_dispatcher_type", "alltoall"),
         moe_flex_dispatcher_backend=s.get("moe_flex_dispatcher_backend", "deepep"),
+        moe_flex_dispatcher_num_sms=none_or_int(s.get("moe_flex_dispatcher_num_sms")),
         cp_comm_type=s.get("cp_comm_type", "p2p"),
         pipeline_layers=tuple(int(n) for n in layers) if layers else None,
         pipeline_layout=stages,
