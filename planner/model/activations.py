@@ -345,7 +345,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     """A mixture-of-experts MLP with its norm: router, experts (reading expert_hidden-wide
     tokens), shared experts; a latent MoE's up-projection keeps its latent input."""
     assert arch.num_moe_experts is not None
-    h, E, he = arch.hidden_size, arch.num_moe_experts, arch.expert_hidden
+    h, E = arch.hidden_size, arch.num_moe_experts
     local = sh.tokens / sh.tp
     out = norm_input(local, h, sh) + MASK * local * h
     if sh.drops("moe"):
@@ -357,7 +357,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
-    out += n * sh.etp * linear_in(BF16 * he, sh) + n * (BF16 * F * glu + FP32)
+    out += expert_input_bytes(arch, sh) + n * (BF16 * F * glu + FP32)
     if arch.moe_latent_size:
         out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
@@ -369,6 +369,15 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         if not sh.drops("shared_experts"):
             out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
     return out
+
+
+def expert_input_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What the routed experts keep of their input per micro-batch: each (token, expert) copy the
+    GPU's experts receive (`pairs`, etp x over with expert TP), expert_hidden wide, saved by fc1
+    for its weight gradient. The token permutation writes it and the grouped GEMMs read it; no
+    elementwise kernel touches it (`planner.model.layer_time` leaves it out of its elementwise
+    traffic, priced as the permutation's)."""
+    return pairs(arch, sh) * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
 
 
 DISPATCH_COPIES = {"alltoall": 2.0, "flex": 2.0, "hybridep": 1.0}

@@ -217,12 +217,15 @@ class Layer:
     offloading: out in the forward, back before the backward)."""
 
 
-def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> float:
-    """Saved-activation bytes of one layer per micro-batch (planner.model.activations, with fused
-    norms, flash attention and bf16 inputs: the unfused-norm, s^2 and FP8 traffic are added
-    apart): the proxy for the memory traffic of its elementwise kernels. A MoE layer's routed
-    pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and permutations), not
-    memory's planning bound."""
+def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tuple[float, float]:
+    """(saved, streamed): the saved-activation bytes of one layer per micro-batch
+    (planner.model.activations, with fused norms, flash attention and bf16 inputs: the
+    unfused-norm, s^2 and FP8 traffic are added apart), and of them the proxy for the memory
+    traffic of its elementwise kernels: all but a MoE layer's routed-expert input
+    (`activations.expert_input_bytes`), which only the token permutation writes and reads
+    (`moe_time.permute_time` prices it; counting it here too priced it twice). A MoE layer's
+    routed pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and
+    permutations), not memory's planning bound."""
     s_local = job.seq_length // lay.cp
     sh = Shard(
         tokens=s_local * lay.micro_batch_size,
@@ -233,7 +236,9 @@ def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> fl
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
     )
-    return activations.layer_bytes(job.arch, kind, sh, recompute=False)
+    saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
+    permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
+    return saved, saved - permuted
 
 
 def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer:
@@ -258,7 +263,7 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
         perm = moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
-    act_bytes = ew_bytes = _activation_bytes(job, lay, kind, load)
+    act_bytes, ew_bytes = _activation_bytes(job, lay, kind, load)
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if kind.mixer == "mamba":
         scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)

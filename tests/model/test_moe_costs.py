@@ -78,6 +78,8 @@ def test_elementwise_traffic_counts_the_step_load(monkeypatch: pytest.MonkeyPatc
     # 2h, fc1's gated output 2 x 2F, the activation 2F and the fp32 probability 4
     # (activations module docstring): 2 x 4096 + 6 x 14336 + 4 = 94,212 bytes. At ep 1 the step
     # load is 1 where memory plans 1.2: the proxy is 0.2 x 2 x 4096 pairs x 94,212 bytes lighter.
+    # Of what is left the proxy leaves out each pair's fc1 input (2h = 8,192 bytes of the 2 x 4096
+    # pairs at load 1), which only the token permutation writes and reads (priced there).
     # One pass more (ELEMENTWISE_PASSES + 1) lengthens the layer's forward + backward by the
     # proxy's bytes at the HBM rate, so the step-time layer must grow by the lighter count.
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 8)
@@ -88,7 +90,7 @@ def test_elementwise_traffic_counts_the_step_load(monkeypatch: pytest.MonkeyPatc
     sh = Shard(tokens=4096, tp=1, etp=1, seq_per_cp_rank=4096, micro_batch_size=1)
     planned = layer_bytes(j.arch, kind, sh, recompute=False)  # Shard's default load, 1.2
     pair = 2 * 4096 + 6 * 14336 + 4
-    at_step = planned - 0.2 * 2 * 4096 * pair
+    at_step = planned - 0.2 * 2 * 4096 * pair - 2 * 4096 * (2 * 4096)
     gpu = gpu_of(j)
     base = layer_time.layer_time(j, lay, gpu, kind)
     monkeypatch.setattr(layer_time, "ELEMENTWISE_PASSES", layer_time.ELEMENTWISE_PASSES + 1)
