@@ -47,10 +47,12 @@ by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors a
 Non-GEMM work (norms, activation functions, dropout, residuals, rotary, softmax, cross-entropy) is
 memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (Korthikanti et al.
 2022 Table 2 terms, generalised to GQA/GLU; the replicated terms are split by tp only with
-sequence parallelism) at HBM_EFFICIENCY x the HBM bandwidth. Framework switches that change this
-work (composite RMSNorm, loss on gathered logits, no flash attention) are `Job` fields. The
-experts' fused grouped MLP (`Job.grouped_mlp_fused`) does its activation and quantisation passes
-in the GEMM epilogues: `moe_time.fused_mlp_saving` comes off this work and the casts.
+sequence parallelism; of a MoE layer's, not the routed experts' permuted input, which only the
+token permutation touches, `moe_time.permute_time`) at HBM_EFFICIENCY x the HBM bandwidth.
+Framework switches that change this work (composite RMSNorm, loss on gathered logits, no flash
+attention) are `Job` fields. The experts' fused grouped MLP (`Job.grouped_mlp_fused`) does its
+activation and quantisation passes in the GEMM epilogues: `moe_time.fused_mlp_saving` comes off
+this work and the casts.
 
 Small kernels. A stream runs at most one kernel per KERNEL_MIN_S however little each does (the
 launch path's rate: a grid is dispatched once the kernel it depends on retires, its waves ramp
