@@ -19,7 +19,7 @@ from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
 from planner.search import pool_search
 from planner.search.pool_costs import slow_link, usd_per_million_tokens
-from planner.search.pools import PoolPlan
+from planner.search.pool_plan import PoolPlan
 from planner.search.space import Space
 from planner.search.suggest import search_rows
 

@@ -18,6 +18,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
+from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks
 from planner.model.stage_time import (
     LayoutTimes,
@@ -52,15 +53,26 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
     return t.m, floors, tps
 
 
+_TP_SHARES: JobMemo[tuple[bool, int], float] = JobMemo()
+"""`tp_floor_share` per job, and per whether the overlap's share applies and tp: all it reads of
+the layout (the search asks for it once per base it queues)."""
+
+
 def tp_floor_share(job: Job, layout: Layout) -> float:
     """The share of a layer's TP traffic (`Layer.tp_traffic`) that its TP charge (`Layer.tp`)
     never goes under, in every rung of the layout: `comms.sm_share` of what hides without
     Megatron's TP overlap (exposed + share x hidden >= share x traffic, 0 <= share <= 1); with
     it, and rungs may turn it off, also `tp_overlap.floor_share`."""
-    if layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1:
-        slots = slot_map(job.tp_overlap_cfg)
-        return tp_overlap.floor_share(job.cluster, layout.tp, slots, job.gemm_sm_margin)
-    return comms.sm_share(job.cluster, job.gemm_sm_margin)
+    overlap = layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1
+    memo = _TP_SHARES.of(job)
+    key = (overlap, layout.tp if overlap else 0)
+    if key not in memo:
+        if overlap:
+            slots = slot_map(job.tp_overlap_cfg)
+            memo[key] = tp_overlap.floor_share(job.cluster, layout.tp, slots, job.gemm_sm_margin)
+        else:
+            memo[key] = comms.sm_share(job.cluster, job.gemm_sm_margin)
+    return memo[key]
 
 
 def lower_bound(job: Job, layout: Layout) -> float:
@@ -107,8 +119,32 @@ class Floors:
 
 
 def floors(job: Job, layout: Layout) -> Floors:
-    m, g = _stage_floors(job, layout)
-    return Floors(layout.micro_batch_size, m, max(g), sum(g), cost.step_overhead_s(job))
+    return floors_of(job, [layout])[0]
+
+
+def floors_of(job: Job, layouts: list[Layout]) -> list[Floors]:
+    """`floors` of each layout (a shape's bases, `space.bases`, as the search queues them), bit
+    for bit; a layout that follows its twin without Megatron's EP overlap (`space.bases` puts
+    it there) shares that twin's pass over the ranks: only what the all-to-all adds reads the
+    overlap (`stage_time.a2a_floor`; the layer times, SM shares and ranks' layers do not)."""
+    other = cost.step_overhead_s(job)
+    out: list[Floors] = []
+    i = 0
+    while i < len(layouts):
+        lay = layouts[i]
+        paired = (
+            i + 1 < len(layouts)
+            and not lay.ep_comm_overlap
+            and layouts[i + 1] == lay.with_(ep_comm_overlap=True)
+        )
+        group = layouts[i : i + 1 + paired]
+        m, per = _overlap_floors(job, lay, [x.ep_comm_overlap for x in group])
+        out += [
+            Floors(x.micro_batch_size, m, max(g), sum(g), other)
+            for x, g in zip(group, per, strict=True)
+        ]
+        i += len(group)
+    return out
 
 
 def below(job: Job, top: Floors, layout: Layout) -> float:
@@ -140,11 +176,21 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     the same layer counts of each kind and output layers (without memory savers each rank's mix
     is those counts of the layout's layer of each kind, `stage_time.rank_mix`), each repeated as
     often as such ranks occur (max and sum are what the bounds read)."""
+    m, per = _overlap_floors(job, layout, [layout.ep_comm_overlap])
+    return m, per[0]
+
+
+def _overlap_floors(
+    job: Job, layout: Layout, overlaps: list[bool]
+) -> tuple[int, list[list[float]]]:
+    """`_stage_floors` of the layout with each of `overlaps` as its EP overlap
+    (`Layout.ep_comm_overlap`), in one pass over its kinds of rank."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     floor = tp_floor_share(job, lay)
-    out: list[float] = []
+    lays = [lay if ov == lay.ep_comm_overlap else lay.with_(ep_comm_overlap=ov) for ov in overlaps]
+    outs: list[list[float]] = [[] for _ in overlaps]
     for (counts, heads), times in _rank_counts(job, lay, t):
         c = a2a = shared = tp = 0.0
         for k, n in zip(t.layers, counts, strict=True):
@@ -152,9 +198,10 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
             a2a += n * k.ep
             shared += n * k.ep_shared
             tp += n * k.tp_traffic
-        c += a2a_floor(lay, a2a, shared, c, share)
-        out += [c + heads * t.out + floor * tp] * times
-    return t.m, out
+        for out, x in zip(outs, lays, strict=True):
+            g = c + a2a_floor(x, a2a, shared, c, share)
+            out += [g + heads * t.out + floor * tp] * times
+    return t.m, outs
 
 
 _RankLayers = tuple[tuple[int, ...], int]
@@ -244,6 +291,18 @@ def variant_bound(job: Job, layout: Layout) -> float | None:
     tests/search/test_bound.py checks it below every variant of its problems' bases."""
     if job.framework != "megatron" or job.pools or layout.defer_embedding_wgrad_compute:
         return None
+    m, out = rank_stage_times(job, layout)
+    v = layout.vpp
+    step = (m - 1 / v) * max(out) + sum(out) / v + cost.step_overhead_s(job)
+    return step * (1 - 1e-12)
+
+
+def rank_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
+    """Micro-batches, and each rank's stage time per micro-batch as `cost.estimate` sums it on
+    one GPU kind, less the terms the rank's layers do not decide (point-to-point sends, a vision
+    encoder on the first rank, deferred output-layer weight gradients): compute and the output
+    layers, recompute, TP, CP, exposed expert all-to-all and exposed host offloading, from the
+    same functions on the same layer times (`variant_bound`'s terms)."""
     t = layout_times(job, layout)
     share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
 
@@ -254,10 +313,7 @@ def variant_bound(job: Job, layout: Layout) -> float | None:
         off = offload_exposed(job, layout, chunks, t)
         return c + heads * t.out + rec + tp + cp + ep_e + off
 
-    out = _rank_values(job, layout, t, stage)
-    v = layout.vpp
-    step = (t.m - 1 / v) * max(out) + sum(out) / v + cost.step_overhead_s(job)
-    return step * (1 - 1e-12)
+    return t.m, _rank_values(job, layout, t, stage)
 
 
 _GROUPS: dict[tuple[object, ...], tuple[ModelArch, tuple[list[int], list[int]]]] = {}

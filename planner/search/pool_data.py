@@ -12,21 +12,26 @@ share (expert TP = tp), micro-batch sizes 1, 2 and 4, Megatron's TP overlap on a
 ZeRO 1 (the instances are the distributed optimizer's), vpp 1; each with the least recompute that
 fits (none, selective, full: each adds time, so the least that fits is the fastest). Every plan is
 scored by the exact model (memory on every pool's GPU, the slowest pool's step). Layouts are
-scored in the order of a lower bound (the slowest pool's compute, `cost.compute_floor`, which no
+scanned in the order of a lower bound (the slowest pool's compute, `cost.compute_floor`, which no
 recompute or overlap lowers), and the scan stops where the bound reaches the top-th best step
-known, the pipeline-across plans' included.
+known, the pipeline-across plans' included. A layout the scan reaches is scored at once unless a
+tighter bound (`step_floor`, with the pipeline's fill and drain) says its step cannot move the
+top-th best; those wait, and are scored after the scan only while they may still be the best
+plan of this kind or tie the top-th (`search`).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import cost, memory, pools
-from planner.search.pools import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.bound import base_bound
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
 from planner.search.rules import violations
 from planner.search.rules.context import exchange_for
 from planner.search.space import Space
@@ -89,6 +94,19 @@ def lower_bound_s(job: Job, layout: Layout) -> float:
     return max(cost.compute_floor(j, lay) for j, lay in pools.replica_views(job, layout))
 
 
+ROUNDING = 1e-9
+"""The relative slack `search` leaves between a bound and the steps it is compared with (the
+bound sums the exact model's terms in another order; $ per token rounds the step again)."""
+
+
+def step_floor(job: Job, layout: Layout) -> float:
+    """Seconds the layout's step cannot go under, whichever recompute of LADDER it takes: the
+    slowest pool's `bound.base_bound` (each pool's replicas are a job of one GPU kind, and the
+    step is the slowest pool's, `cost.estimate`), less ROUNDING of itself."""
+    views = dict.fromkeys(pools.replica_views(job, layout))
+    return max(base_bound(j, lay) for j, lay in views) * (1 - ROUNDING)
+
+
 def score(job: Job, layout: Layout, headroom_pct: float) -> PoolPlan | None:
     """The layout with the least recompute of LADDER that fits, scored exactly (None: it breaks
     a rule, or nothing fits)."""
@@ -115,20 +133,65 @@ class DataSearch:
 
 def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataSearch:
     """The plans that fit, each layout with its least recompute that fits; `known`: the step
-    times found so far (the pipeline-across plans'), which bound the scan."""
+    times found so far (the pipeline-across plans'), which bound the scan.
+
+    What the plans decide is the top-th best step of all (the scan's stop, and with it the
+    layouts scanned), the plans that may enter the top (the top-th best or faster, ties
+    included) and the best of this kind (`PoolSearch.best_data`, the first of equals in scan
+    order). Once `top` steps are known, a layout whose `step_floor` is at least the top-th best
+    changes none of the first (its step is no better, and goes in after its equals), so it waits
+    (`_waiting`) and the scan goes on as if it had been scored; the plans found are those a
+    scan scoring every layout finds, less only plans slower than both the final top-th best and
+    the best of this kind (tests/search/test_pool_data_search.py checks the search against
+    every layout scored)."""
     times = sorted(known)
     todo = layouts(job)
     bounded = sorted((lower_bound_s(job, lay), i, lay) for i, lay in enumerate(todo))
-    plans: list[PoolPlan] = []
+    found: list[tuple[int, PoolPlan]] = []  # (place in the scan, plan)
+    waiting: list[tuple[float, int, Layout]] = []
     scored = 0
-    for bound, _, lay in bounded:
+    for place, (bound, _, lay) in enumerate(bounded):
         if len(times) >= top and bound >= times[top - 1]:
             break  # sorted by the bound: no later layout can enter the top
+        if len(times) >= top:
+            floor = step_floor(job, lay)
+            if floor >= times[top - 1]:
+                waiting.append((floor, place, lay))
+                continue
         scored += 1
         plan = score(job, lay, headroom_pct)
         if plan is not None:
-            plans.append(plan)
+            found.append((place, plan))
             bisect.insort(times, plan.performance.step_time_s)
+    last = times[top - 1] if len(times) >= top else math.inf
+    found, extra = _waiting(job, headroom_pct, waiting, found, last)
+    plans = [p for _, p in sorted(found, key=lambda f: f[0])]
     ranked = tuple(sorted(plans, key=lambda q: q.performance.step_time_s))
     least = bounded[0][0] if bounded else None
-    return DataSearch(ranked, len(todo), scored, least)
+    return DataSearch(ranked, len(todo), scored + extra, least)
+
+
+def _waiting(
+    job: Job,
+    headroom_pct: float,
+    waiting: list[tuple[float, int, Layout]],
+    found: list[tuple[int, PoolPlan]],
+    last: float,
+) -> tuple[list[tuple[int, PoolPlan]], int]:
+    """`found` with the plans of the `waiting` layouts (floor, place in the scan, layout) that
+    may matter: scored in order of their floor while it is at most `last` (the scan's final
+    top-th best step: a plan that ties it may enter the top) or the best step found so far (a
+    plan that ties it may be the first of equals), each with ROUNDING to spare; once a floor is
+    above both, every later layout's step is too. And how many were scored."""
+    best = min((p.performance.step_time_s for _, p in found), default=math.inf)
+    found = list(found)
+    scored = 0
+    for floor, place, lay in sorted(waiting):
+        if floor > max(last, best) * (1 + ROUNDING):
+            break
+        scored += 1
+        plan = score(job, lay, headroom_pct)
+        if plan is not None:
+            found.append((place, plan))
+            best = min(best, plan.performance.step_time_s)
+    return found, scored

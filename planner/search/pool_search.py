@@ -18,9 +18,10 @@ neither can be tried on the leaders alone. Ranked by step time, or by $ per toke
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute, ZeroStage
@@ -28,12 +29,12 @@ from planner.inputs.plan import Job
 from planner.search import pool_data
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
 from planner.search.pools import (
-    MICRO_BATCHES,
-    PoolPlan,
+    Recomputed,
     TimeLines,
     apply,
-    expert_degrees,
+    lines_floor,
     lower_bound_s,
     plan_split,
     problem,
@@ -156,17 +157,9 @@ def search(
     `lower_bound_s` is no better than the top-th best exact step found is not solved (every
     plan uses every GPU, so $ per token ranks as step time does)."""
     todo = layouts(job)
-    # bounded on the time lines alone; the memory lines only for the layouts solved. A stage's
-    # time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
-    # serves a layout's ZeRO 1 and ZeRO 2
-    lines: dict[Layout, TimeLines] = {}
-    bounded = []
-    for lay in todo:
-        plain = lay.with_(zero_stage=ZERO_STAGES[0])
-        if plain not in lines:
-            lines[plain] = time_lines(job, plain)
-        bounded.append((lay, lines[plain]))
-    bounded.sort(key=lambda lt: lower_bound_s(lt[1]))
+    # bounded on the time lines alone; the memory lines only for the layouts solved
+    recomputed = Recomputed()  # the none and selective layouts' samples, every layer recomputed
+    bounded = _by_bound(job, todo, recomputed)
     plans: list[PoolPlan] = []
     solved = 0
     # splits that only CP-SAT solves (recompute may beat none) wait for the others' plans, by
@@ -178,7 +171,7 @@ def search(
         best = sorted(q.performance.step_time_s for q in plans)
         if len(best) >= top and lower_bound_s(times) >= best[top - 1]:
             break  # sorted by the bound: no later layout can enter the top
-        p = problem(job, lay, headroom_pct, lay.recompute == "none", times)
+        p = problem(job, lay, headroom_pct, lay.recompute == "none", times, recomputed)
         if needs_solver(p):
             bound = split_bound(p)
             if bound is not None:  # None: no block recompute count fits it
@@ -218,3 +211,32 @@ def search(
     near = None if plans else closest(job, headroom_pct, todo)
     ranked = tuple(sorted(plans, key=key)[:top])
     return PoolSearch(ranked, solved, layouts_seen, near, best_pipeline, data)
+
+
+def _by_bound(
+    job: Job, todo: list[Layout], recomputed: Recomputed
+) -> Iterator[tuple[Layout, TimeLines]]:
+    """The layouts with their time lines, in order of `lower_bound_s` (then of `todo`), each
+    layout's lines computed only when it may come next: queued first on `lines_floor`, no more
+    than that bound, and again on the bound itself once it comes first, so in the order of a
+    sort by the bound, without the lines of the layouts the search never reaches. A stage's
+    time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
+    (and of floors) serves a layout's ZeRO 1 and ZeRO 2."""
+    plains = [lay.with_(zero_stage=ZERO_STAGES[0]) for lay in todo]
+    floors: dict[Layout, float] = {}
+    lines: dict[Layout, TimeLines] = {}
+    queue: list[tuple[float, int, bool]] = []
+    for i, plain in enumerate(plains):
+        if plain not in floors:
+            floors[plain] = lines_floor(job, plain)
+        queue.append((floors[plain], i, False))
+    heapq.heapify(queue)
+    while queue:
+        _, i, exact = heapq.heappop(queue)
+        plain = plains[i]
+        if exact:
+            yield todo[i], lines[plain]
+            continue
+        if plain not in lines:
+            lines[plain] = time_lines(job, plain, recomputed)
+        heapq.heappush(queue, (lower_bound_s(lines[plain]), i, True))

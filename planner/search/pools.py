@@ -26,47 +26,24 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, memory, performance, pools
+from planner.model import comms, cost, memory, pools
 from planner.model.activations import BF16
+from planner.model.job_memo import JobMemo
+from planner.model.memory import StageMemory
+from planner.search.bound import rank_stage_times
 from planner.search.pool_enum import best_splits
+from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
 
 MIB = 2**20
-MICRO_BATCHES = (1, 2, 4)
-"""Micro-batch sizes the pooled searches try (where the global batch divides)."""
 RESOLVE_TRIES = 4
 """Times a split is solved again with a pool's capacity lowered by the exact model's excess."""
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    """A scored plan over pools: the job (its pools in pipeline order), the layout with its
-    per-stage split, and the exact model's memory and performance."""
-
-    job: Job
-    layout: Layout
-    memory: memory.MemoryReport
-    performance: performance.Performance
-    split: PoolSplit | None
-    """The solver's split of the pipeline over the pools (None: the data-parallel replicas
-    span the pools, `planner.search.pool_data`)."""
-
-
-def expert_degrees(job: Job, cp_dp: int) -> list[int]:
-    """The expert-parallel degrees of a stage of cp x dp = `cp_dp` (expert TP = tp): [1] for a
-    dense model; for a mixture of experts every divisor of the experts that divides cp x dp, so
-    that the expert grid (etp x ep x pp) divides the job and each EP group stays in its stage
-    (Megatron folds EP inside the tp x cp x dp ranks of a pipeline rank), so in its pool."""
-    experts = job.arch.num_moe_experts
-    if not job.arch.is_moe or experts is None:
-        return [1]
-    return [e for e in range(1, experts + 1) if experts % e == 0 and cp_dp % e == 0]
 
 
 def _sample_counts(num_layers: int, pp: int) -> tuple[int, int]:
@@ -75,16 +52,27 @@ def _sample_counts(num_layers: int, pp: int) -> tuple[int, int]:
     return (max(even // 2, 1), even) if even >= 2 else (1, 2)
 
 
+_LAYER_CACHES = ("moe_prefix", "moe_layers", "layer_kinds", "mtp_kinds", "kinds", "kind_prefix")
+"""The model's cached properties that read its layer count."""
+_ROOMY: JobMemo[int, Job] = JobMemo()
+"""`_room`'s jobs per job and layer count: one job object for every layout that asks for the
+same count, so that the model's memos (per job, by identity) serve them all, and do not fill
+with a new job per layout (`JobMemo` forgets everything past a few jobs)."""
+
+
 def _room(job: Job, layers: int) -> Job:
     """The job with at least `layers` decoder layers (the sample of `problem` numbers every
     rank's layers in one sequence); the pattern of dense and MoE layers is the model's own
     where it reaches."""
     if layers <= job.arch.num_layers:
         return job
-    arch = job.arch.model_copy(update={"num_layers": layers})
-    for cached in ("moe_prefix", "moe_layers", "layer_kinds", "mtp_kinds", "kinds", "kind_prefix"):
-        arch.__dict__.pop(cached, None)
-    return replace(job, arch=arch)
+    memo = _ROOMY.of(job)
+    if layers not in memo:
+        arch = job.arch.model_copy(update={"num_layers": layers})
+        for cached in _LAYER_CACHES:
+            arch.__dict__.pop(cached, None)
+        memo[layers] = replace(job, arch=arch)
+    return memo[layers]
 
 
 @dataclass(frozen=True)
@@ -127,11 +115,44 @@ def _twins(job: Job) -> list[int]:
     return [clusters.index(c) for c in clusters]
 
 
-def time_lines(job: Job, layout: Layout) -> TimeLines:
+Stages = tuple[tuple[float, float], ...]
+"""`Performance.stages`: each rank's (forward, backward) seconds per micro-batch."""
+
+
+@dataclass
+class Recomputed:
+    """What the exact model said of the sample layouts with every layer recomputed (`_at`'s
+    `full`), by pool and sample layout, kept by a search across the layouts it asks about: `_at`
+    sets their recompute, so layouts that differ only in their own (the searches' none and
+    selective) have the same ones, estimated once."""
+
+    times: dict[tuple[int, Layout], Stages] = field(default_factory=dict)
+    memory: dict[tuple[int, Layout], tuple[StageMemory, ...]] = field(default_factory=dict)
+
+    def stage_times(self, k: int, pj: Job, lay: Layout) -> Stages:
+        """`cost.estimate(pj, lay).stages` of pool k's sample `lay`, kept where it is one."""
+        if lay.recompute != "full":
+            return cost.estimate(pj, lay).stages
+        if (k, lay) not in self.times:
+            self.times[k, lay] = cost.estimate(pj, lay).stages
+        return self.times[k, lay]
+
+    def stage_memory(self, k: int, pj: Job, lay: Layout) -> tuple[StageMemory, ...]:
+        """`memory.estimate(pj, lay).stages` of pool k's sample `lay`, kept where it is one."""
+        if lay.recompute != "full":
+            return memory.estimate(pj, lay).stages
+        if (k, lay) not in self.memory:
+            self.memory[k, lay] = memory.estimate(pj, lay).stages
+        return self.memory[k, lay]
+
+
+def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> TimeLines:
     """`problem`'s time coefficients of `layout`'s degrees on the job's pools (the same values,
-    from the same stage times)."""
+    from the same stage times); `known`: the recomputed samples' times, where the caller keeps
+    them across layouts."""
     pp = layout.pp
     ya, yb, at = _at(job, layout)
+    known = Recomputed() if known is None else known
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt", "rt")}
     for k, src in enumerate(_twins(job)):
         if src < k:  # the same cluster as an earlier pool: the same lines
@@ -140,7 +161,7 @@ def time_lines(job: Job, layout: Layout) -> TimeLines:
                     row.append(row[src])
             continue
         pj = _room(pools.pool_job(job, k), yb * pp)
-        tim = {(y, f): cost.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)}
+        tim = {(y, f): known.stage_times(k, pj, at(y, f)) for y in (ya, yb) for f in (False, True)}
         for r in range(pp):
             t_line = [
                 _line(sum(tim[ya, f][r]) * 1e6, sum(tim[yb, f][r]) * 1e6, ya, yb)
@@ -167,12 +188,15 @@ def problem(
     headroom_pct: float,
     recompute: bool,
     times: TimeLines | None = None,
+    known: Recomputed | None = None,
 ) -> PoolSplitProblem:
     """The CP-SAT problem of `layout`'s degrees on the job's pools (see the module docstring);
-    `times`: its `time_lines`, where the caller has them already."""
+    `times`: its `time_lines`, where the caller has them already; `known`: the recomputed
+    samples' memory, where the caller keeps them across layouts."""
     pp = layout.pp
     ya, yb, at = _at(job, layout)
-    times = times or time_lines(job, layout)
+    known = Recomputed() if known is None else known
+    times = times or time_lines(job, layout, known)
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("fm", "lm", "rm")}
     caps: list[int] = []
     for k, src in enumerate(_twins(job)):
@@ -184,9 +208,7 @@ def problem(
             continue
         pj = _room(pools.pool_job(job, k), yb * pp)
         caps.append(math.floor(memory.usable_bytes(pj.cluster.capacity_bytes, headroom_pct) / MIB))
-        mem = {
-            (y, f): memory.estimate(pj, at(y, f)).stages for y in (ya, yb) for f in (False, True)
-        }
+        mem = {(y, f): known.stage_memory(k, pj, at(y, f)) for y in (ya, yb) for f in (False, True)}
         for r in range(pp):
             m_line = [
                 _line(mem[ya, f][r].total / MIB, mem[yb, f][r].total / MIB, ya, yb)
@@ -291,6 +313,47 @@ def _order_bound(p: PoolSplitProblem | TimeLines) -> float:
         total = sum(a) + sum(b) + (L - pp) * min(b)
         best = min(best, (m - 1) * max(slowest, fluid) + total)
     return best
+
+
+def lines_floor(job: Job, layout: Layout) -> float:
+    """No more than `lower_bound_s(time_lines(job, layout))`, without the exact model's
+    estimates: `lower_bound_s` of lines whose every coefficient is no more than `time_lines`'
+    (it only grows with each fixed and per-layer time), less 1e-9 of itself for rounding.
+
+    A rank's stage time at the two sample counts, as `bound.rank_stage_times` sums it from the
+    layer times, leaves out only terms that are >= 0 and the same at both counts (its sends, a
+    vision encoder): its line through them has the exact line's slope and no more than its
+    intercept. `time_lines` rounds both to the microsecond (by 1/2 at most); here 1 us less,
+    rounded down. None of it claimed (0) for other training codes than Megatron, or with the
+    deferred output-layer weight gradients (tests/search/test_pool_floor.py checks it below)."""
+    if job.framework != "megatron" or layout.defer_embedding_wgrad_compute:
+        return 0.0
+    pp = layout.pp
+    ya, yb, at = _at(job, layout)
+    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt")}
+    for k, src in enumerate(_twins(job)):
+        if src < k:
+            for rows in grids.values():
+                for row in rows:
+                    row.append(row[src])
+            continue
+        pj = _room(pools.pool_job(job, k), yb * pp)
+        v = {(y, f): rank_stage_times(pj, at(y, f))[1] for y in (ya, yb) for f in (False, True)}
+        for r in range(pp):
+            lines = [_line(v[ya, f][r] * 1e6, v[yb, f][r] * 1e6, ya, yb) for f in (False, True)]
+            grids["ft"][r].append(math.floor(min(lines[0][0], lines[1][0]) - 1))
+            grids["lt"][r].append(math.floor(lines[0][1] - 1))
+    g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
+    least = TimeLines(
+        num_layers=job.arch.num_layers,
+        fixed_us=g["ft"],
+        layer_us=g["lt"],
+        recompute_us=tuple((0,) * len(job.pools) for _ in range(pp)),
+        microbatches=layout.num_microbatches(job.global_batch_size),
+        stages=pools.pool_stages(job, layout),
+        boundary_us=round(_boundary_s(job, layout) * 1e6),
+    )
+    return lower_bound_s(least) * (1 - 1e-9)
 
 
 def plan_split(

@@ -53,6 +53,20 @@ class StageRungs:
     over: dict[Rung, float] = field(default_factory=dict)
     """Each memory-estimated rung's bytes over the capacity."""
     bounds: dict[Rung, float] = field(default_factory=dict)
+    twin_key: tuple[object, ...] | None = None
+    """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
+    without it (`space.bases` tries that first), whose failures are this stage's too: with the
+    same rung the overlap holds as much and one MoE layer's activations more
+    (`stage_activations`: the merged forward and backward), so what did not fit there at this
+    micro-batch size or a smaller one does not fit here (tests/search/test_search_shortcuts.py)."""
+
+    def failed(self, *what: object) -> bool:
+        """Whether the leanest rungs (`what` empty), or the rung `what`, did not fit the twin
+        (`twin_key`) at this micro-batch size or a smaller one."""
+        if self.twin_key is None:
+            return False
+        key = (self.twin_key, *what) if what else self.twin_key
+        return self.lean_fails.get(key, math.inf) <= self.zbase.micro_batch_size
 
     def time_of(self, rung: Rung) -> Performance:
         if rung not in self.timed:
@@ -60,12 +74,16 @@ class StageRungs:
         return self.timed[rung]
 
     def fits(self, rung: Rung, fails: bool = False) -> MemoryReport | None:
-        """The rung's memory report where it fits, else None (each estimated once)."""
+        """The rung's memory report where it fits, else None (each estimated once). Not
+        estimated where it is known not to fit: it did not fit at a smaller micro-batch size
+        (memory grows with it), nor on the EP-overlap base's twin (`twin_key`), nor without the
+        base's TP overlap (the overlap's userbuffers only add memory, `buffers`; `leanest` rests
+        on it too), or `fails` says so (each counted as an estimate;
+        tests/search/test_search_shortcuts.py)."""
         if rung not in self.known:
-            # memory grows with the micro-batch: a rung that did not fit at a smaller one
-            # (or `fails`: is known not to) does not fit here (counted as an estimate)
             mbs = self.zbase.micro_batch_size
-            if fails or self.lean_fails.get((self.lean_key, rung), math.inf) < mbs:
+            own = self.lean_fails.get((self.lean_key, rung), math.inf) < mbs
+            if fails or own or self.failed(rung) or self._leaner_failed(rung):
                 self.rejected["memory"] += 1
                 self.known[rung] = None
                 return None
@@ -77,6 +95,13 @@ class StageRungs:
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
             self.known[rung] = rep if rep.fits else None
         return self.known[rung]
+
+    def _leaner_failed(self, rung: Rung) -> bool:
+        """Whether the rung has the base's TP overlap and did not fit without it."""
+        if not (rung.tp_overlap and self.zbase.tp_comm_overlap):
+            return False
+        lean = rung.without_tp_overlap()
+        return lean in self.known and self.known[lean] is None
 
     def bound(self, rung: Rung) -> float:
         """Seconds the rung's step time is at least: its exact time where estimated, else
@@ -94,6 +119,8 @@ class StageRungs:
         so at any larger micro-batch."""
         floor_key = (self.lean_key, "ladder", ladder.make(0))
         floor = self.lean_fails.get(floor_key, 0)
+        if self.twin_key is not None:  # every n the twin's floor excludes fails here too
+            floor = max(floor, self.lean_fails.get((self.twin_key, "ladder", ladder.make(0)), 0))
         n = smallest_fitting(ladder, self.fits, self.over.get, hi, floor)
         if hi >= ladder.lo:
             self.lean_fails[floor_key] = max(floor, n or hi + 1)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory
-from planner.search.bound import Floors, floors
+from planner.search.bound import Floors, floors_of
 from planner.search.space import (
     RECOMPUTE_ORDER,
     Base,
@@ -236,7 +236,7 @@ def _search(
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
         tops = {
-            (vpp, split): [floors(job, b.layout) for b in of(top_mbs, vpp, split)]
+            (vpp, split): floors_of(job, [b.layout for b in of(top_mbs, vpp, split)])
             for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts)
         }
         queue.append((_least(tops), i, s, opts, {}, of, tops, False))

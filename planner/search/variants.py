@@ -69,11 +69,12 @@ def best_variants(
     `bound.floors` at its structure's largest micro-batch size (the search has them from queueing
     the structure), bounds base_bound from below without the layer times at this size
     (`bound.below`), and where that exceeds `cut` base_bound is not computed. Nor does a stage
-    where the base without memory savers does not fit and its exact time (NONE.on(zbase), and
-    without the TP overlap where that does not pay: no rung is faster than both,
-    tests/search/test_top_k.py) is above `cut`, before any rung is tried; once
-    that time is above `cut` at one stage it is at every later one, not estimated again (no
-    stage is faster than a lower one with the same rung: tests/search/test_top_k.py). Of the
+    whose time without memory savers (NONE.on(zbase), and without the TP overlap where that does
+    not pay: no rung is faster than both, tests/search/test_top_k.py) is above `cut`, asked
+    before its memory (the stage's fastest takes that time where it fits); and then no later
+    stage does either (no stage is faster than a lower one with the same rung:
+    tests/search/test_search_assumptions.py). A stage of a base with Megatron's EP overlap
+    skips what did not fit its twin without it (`StageRungs.twin_key`). Of the
     rungs that fit a stage only those that may be its fastest, and not above `cut`, are
     estimated (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it
     would be dropped from the top K, and so would every variant it dominates)."""
@@ -82,7 +83,6 @@ def best_variants(
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     mbs = base.micro_batch_size
-    plain_slower = False  # NONE at a lower stage was above `limit`
     asked: dict[bool, bool] = {}  # overlap_pays without and with full recompute, once asked
 
     def pays_for(rung: Rung = NONE) -> bool:
@@ -107,14 +107,23 @@ def best_variants(
             ) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
+        dispatcher = base.moe_token_dispatcher_type
         stage = StageRungs(
             job,
             zbase,
             space.headroom_pct,
-            (key, base.moe_token_dispatcher_type, base.ep_comm_overlap),
+            (key, dispatcher, base.ep_comm_overlap),
             lean_fails,
             rejected,
+            twin_key=(key, dispatcher, False) if base.ep_comm_overlap else None,
         )
+        # memory grows with the micro-batch (the options come smallest first): where the
+        # leanest rungs did not fit at a smaller one, none fits here (none holds less)
+        if lean_fails.get(stage.lean_key, math.inf) <= mbs or stage.failed():
+            rejected["memory"] += 1
+            continue
+        if limit is not None and _plain_slower(stage, pays_for, limit):
+            break  # every rung is slower than none, here and at every later stage
         plain = stage.fits(NONE) if NONE in single else None
         plain_fits = plain is not None
         if plain is not None:
@@ -127,19 +136,16 @@ def best_variants(
                 feasible.append(NONE_OFF)
             picked = stage.fastest(feasible, limit)
         else:
-            # memory grows with the micro-batch (the options come smallest first): where the
-            # leanest rungs did not fit at a smaller one, they do not fit here
-            if lean_fails.get(stage.lean_key, math.inf) <= mbs:
-                rejected["memory"] += 1
-                continue
-            if limit is not None and (plain_slower or _plain_slower(stage, pays_for, limit)):
-                plain_slower = True
-                continue  # every rung is slower than none at this stage: none makes the top K
             lean = leanest(single, ladders)
             if lean and all(stage.fits(r) is None for r in lean):
                 lean_fails[stage.lean_key] = mbs
                 continue
             rest: list[Rung] = []
+            # the rungs without the TP overlap first: where one does not fit, nor does its
+            # twin with the overlap (`StageRungs.fits`), which need not be estimated then
+            for r in single:
+                if not r.tp_overlap:
+                    stage.fits(r)
             for r in single:
                 # without the TP overlap a rung is no faster where the overlap pays: then only
                 # where it does not fit with it

@@ -1,0 +1,186 @@
+"""The pooled searches' cheaper bounds and shared estimates, each against its oracle:
+`pools.lines_floor` against the bound of the exact time lines
+(`pools.lower_bound_s(pools.time_lines(...))`, four exact estimates per pool) on every layout of
+the pooled problems; `pool_search._by_bound`'s order against a plain sort of every layout by that
+bound (then by its place, as a stable sort leaves ties); the lines and problems built with the
+recomputed samples shared (`pools.Recomputed`) against each layout's own estimates;
+`pool_data.step_floor` against the exact model on every recompute of every data-parallel layout;
+and `pool_data.search`'s plans against a scan that scores every layout it reaches (the search
+before its floor). The searches' answers themselves: tests/search/test_solver_pools.py,
+test_pool_search_moe.py and test_pool_data_search.py (brute force)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+
+import pytest
+from pool_problems import pool_job
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job, parse_plan
+from planner.model import cost
+from planner.model import pools as model_pools
+from planner.search import pool_data, pool_search, pools
+from planner.search.pool_plan import PoolPlan
+from planner.search.rules import violations
+
+HEADROOM = 3.0
+
+
+def data_job(bandwidth: float = 5.0, latency_us: float = 500.0) -> Job:
+    """Llama 3.1 8B on twin pools of 16 H100, data parallelism across them allowed."""
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [{"name": n, "gpu": "h100-sxm-80gb", "num_gpus": 16} for n in "ab"],
+            "between_pools": {
+                "bandwidth_gb_per_s_per_gpu": bandwidth,
+                "latency_us": latency_us,
+                "allow_data_parallel": True,
+            },
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    return parse_plan(doc).job
+
+
+JOBS = {
+    "a100+h100": lambda: pool_job(),
+    "twin h100": lambda: pool_job(twins=True),
+    "mixtral a100+h100": lambda: pool_job("mixtral-8x7b"),
+}
+
+
+def _plains(job: Job) -> list[Layout]:
+    """The layouts' time-line keys: a stage's time per micro-batch does not read the ZeRO
+    stage."""
+    return list(dict.fromkeys(lay.with_(zero_stage=1) for lay in pool_search.layouts(job)))
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_lines_floor_is_below_the_bound_of_the_exact_lines(name: str) -> None:
+    job = JOBS[name]()
+    tight = 0
+    for lay in _plains(job):
+        floor = pools.lines_floor(job, lay)
+        exact = pools.lower_bound_s(pools.time_lines(job, lay))
+        assert floor <= exact, (lay.describe(), floor, exact)
+        tight += floor > 0.9 * exact
+    assert tight > 0  # a floor that says something
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_layouts_come_in_the_order_of_their_exact_bound(name: str) -> None:
+    """What the lazy queue yields is a stable sort of every layout by its lines' bound, each
+    with the lines `time_lines` gives it."""
+    job = JOBS[name]()
+    todo = pool_search.layouts(job)
+    lines = {lay: pools.time_lines(job, lay) for lay in _plains(job)}
+    want = sorted(todo, key=lambda lay: pools.lower_bound_s(lines[lay.with_(zero_stage=1)]))
+    got = list(pool_search._by_bound(job, todo, pools.Recomputed()))
+    assert [lay for lay, _ in got] == want
+    assert all(t == lines[lay.with_(zero_stage=1)] for lay, t in got)
+
+
+def test_shared_recomputed_samples_change_no_line() -> None:
+    """One `Recomputed` across every layout, as the search keeps it: the same lines and problems
+    as each layout's own estimates, and the none and selective layouts do share their samples
+    with every layer recomputed (two per pool and layout otherwise)."""
+    job = pool_job()
+    shared = pools.Recomputed()
+    plains = _plains(job)
+    for lay in plains:
+        assert pools.time_lines(job, lay, shared) == pools.time_lines(job, lay)
+    assert len(shared.times) < 2 * len(job.pools) * len(plains)
+    for lay in pool_search.layouts(job):
+        times = pools.time_lines(job, lay.with_(zero_stage=1), shared)
+        rc = lay.recompute == "none"
+        got = pools.problem(job, lay, HEADROOM, rc, times, shared)
+        assert got == pools.problem(job, lay, HEADROOM, rc)
+
+
+def test_room_job_is_one_object_per_count() -> None:
+    """A pipeline of more ranks than half the layers samples two layers a rank, on a job with
+    room for them (`pools._room`): one job object per count, whose lines are those of a fresh
+    job per layout (the memo forgotten before each)."""
+    job = pool_job()
+    base = model_pools.pool_job(job, 0)
+    more = base.arch.num_layers + 8
+    assert pools._room(base, more) is pools._room(base, more)
+    roomy = [lay for lay in _plains(job) if 2 * lay.pp > job.arch.num_layers]
+    assert roomy
+    for lay in roomy:
+        kept = pools.time_lines(job, lay)
+        pools._ROOMY.clear()
+        assert pools.time_lines(job, lay) == kept
+
+
+def test_step_floor_is_below_every_recompute() -> None:
+    job = data_job()
+    checked = 0
+    for lay in pool_data.layouts(job):
+        floor = pool_data.step_floor(job, lay)
+        for rc in pool_data.LADDER:
+            one = lay.with_(recompute=rc)
+            if violations(job, one):
+                continue
+            exact = cost.estimate(job, one).step_time_s
+            assert floor <= exact, (one.describe(), floor, exact)
+            checked += 1
+    assert checked > 0
+
+
+def _scan_every(job: Job, top: int, known: list[float]) -> list[tuple[int, PoolPlan]]:
+    """The data-parallel scan scoring every layout it reaches (no floor): each plan with its
+    place in the scan."""
+    times = sorted(known)
+    todo = pool_data.layouts(job)
+    bounded = sorted((pool_data.lower_bound_s(job, lay), i, lay) for i, lay in enumerate(todo))
+    found = []
+    for place, (bound, _, lay) in enumerate(bounded):
+        if len(times) >= top and bound >= times[top - 1]:
+            break
+        plan = pool_data.score(job, lay, HEADROOM)
+        if plan is not None:
+            found.append((place, plan))
+            bisect.insort(times, plan.performance.step_time_s)
+    return found
+
+
+def _key(plan: PoolPlan) -> tuple[float, Layout]:
+    return plan.performance.step_time_s, plan.layout
+
+
+@pytest.mark.parametrize(("bandwidth", "latency_us"), [(5.0, 500.0), (50.0, 5.0)])
+@pytest.mark.parametrize("known", ["none", "one", "pipelines", "at the best's floor"])
+def test_data_search_keeps_what_scoring_every_layout_keeps(
+    bandwidth: float, latency_us: float, known: str
+) -> None:
+    """The best plan of the kind and every plan that may enter the top (no slower than the
+    final top-th step of all, pipelines' included) are the full scan's, in its order; what the
+    floor spares is only slower than both. `known`: no step known before, fewer than the top,
+    the pipelines' top, and the top all at the best data plan's own floor (so that it waits
+    and the floor's wait decides the best)."""
+    job = data_job(bandwidth, latency_us)
+    top = 3
+    if known == "pipelines":
+        off = pool_search.search(replace(job, pools_data_parallel=False), HEADROOM, top=top)
+        steps = [q.performance.step_time_s for q in off.plans]
+    elif known == "at the best's floor":
+        best = min(
+            (p for _, p in _scan_every(job, top, [])), key=lambda q: q.performance.step_time_s
+        )
+        steps = [pool_data.step_floor(job, best.layout.with_(recompute="none"))] * top
+    else:
+        steps = {"none": [], "one": [1e-3]}[known]
+    every = _scan_every(job, top, steps)
+    want = [p for _, p in sorted(every, key=lambda f: f[0])]
+    want = sorted(want, key=lambda q: q.performance.step_time_s)
+    res = pool_data.search(job, HEADROOM, top, steps)
+    assert want and res.plans
+    assert _key(res.plans[0]) == _key(want[0])
+    last = sorted(steps + [q.performance.step_time_s for q in want])[top - 1]
+    keep = [_key(q) for q in want if q.performance.step_time_s <= last]
+    assert [_key(q) for q in res.plans if q.performance.step_time_s <= last] == keep
+    assert {_key(q) for q in res.plans} <= {_key(q) for q in want}
