@@ -69,8 +69,10 @@ def plan_doc(data: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
         ffn_hidden_size=proxy["moe_ffn_hidden_size"],
         vocab_size=32000,
         max_position_embeddings=proxy["seq_length"],
-        gated_linear_unit=True,
-        activation="swiglu",
+        # the test's TransformerConfig leaves gated_linear_unit (False) and activation_func
+        # (F.gelu) at their defaults: a plain MLP, fc1 hidden -> ffn (data file, `method`)
+        gated_linear_unit=False,
+        activation="gelu",
         normalization="RMSNorm",
         add_bias_linear=False,
         position_embedding_type="rope",
