@@ -24,3 +24,21 @@ def pool_job(model: str = "llama3.1-8b", twins: bool = False) -> Job:
         "training": {"seq_length": 4096, "global_batch_size": 64},
     }
     return parse_plan(doc).job
+
+
+def data_job(bandwidth: float = 5.0, latency_us: float = 500.0) -> Job:
+    """Llama 3.1 8B on twin pools of 16 H100 joined by `bandwidth` GB/s per GPU at
+    `latency_us`, data parallelism across them allowed (issue 25)."""
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {
+            "pools": [{"name": n, "gpu": "h100-sxm-80gb", "num_gpus": 16} for n in "ab"],
+            "between_pools": {
+                "bandwidth_gb_per_s_per_gpu": bandwidth,
+                "latency_us": latency_us,
+                "allow_data_parallel": True,
+            },
+        },
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    return parse_plan(doc).job

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pool_problems import data_job
 
 from planner.inputs.plan import Job, parse_plan
 from planner.model import cost, memory
@@ -20,23 +21,6 @@ from planner.search import pool_data, pool_search
 from planner.search.rules import violations
 
 HEADROOM = 3.0
-
-
-def job(bandwidth: float, latency_us: float) -> Job:
-    """Llama 3.1 8B on twin pools of 16 H100 joined by `bandwidth` GB/s per GPU."""
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [{"name": n, "gpu": "h100-sxm-80gb", "num_gpus": 16} for n in "ab"],
-            "between_pools": {
-                "bandwidth_gb_per_s_per_gpu": bandwidth,
-                "latency_us": latency_us,
-                "allow_data_parallel": True,
-            },
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    return parse_plan(doc).job
 
 
 def every_data_plan(j: Job) -> float:
@@ -56,7 +40,7 @@ def every_data_plan(j: Job) -> float:
     [(5.0, 500.0, "pipeline"), (50.0, 5.0, "data")],
 )
 def test_the_search_picks_the_faster_kind(bandwidth: float, latency_us: float, winner: str) -> None:
-    j = job(bandwidth, latency_us)
+    j = data_job(bandwidth, latency_us)
     pipeline = pool_search.search(replace(j, pools_data_parallel=False), HEADROOM)
     data = every_data_plan(j)
     both = pool_search.search(j, HEADROOM)
@@ -70,7 +54,7 @@ def test_the_search_picks_the_faster_kind(bandwidth: float, latency_us: float, w
 
 
 def test_without_the_permission_nothing_changes() -> None:
-    j = job(50.0, 5.0)
+    j = data_job(50.0, 5.0)
     off = replace(j, pools_data_parallel=False)
     res = pool_search.search(off, HEADROOM)
     assert all(p.layout.dp_pools == 1 for p in res.plans)

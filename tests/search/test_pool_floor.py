@@ -15,10 +15,10 @@ import bisect
 from dataclasses import replace
 
 import pytest
-from pool_problems import pool_job
+from pool_problems import data_job, pool_job
 
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job, parse_plan
+from planner.inputs.plan import Job
 from planner.model import cost
 from planner.model import pools as model_pools
 from planner.search import pool_data, pool_search, pools
@@ -26,23 +26,6 @@ from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
 
 HEADROOM = 3.0
-
-
-def data_job(bandwidth: float = 5.0, latency_us: float = 500.0) -> Job:
-    """Llama 3.1 8B on twin pools of 16 H100, data parallelism across them allowed."""
-    doc = {
-        "model": {"name": "llama3.1-8b"},
-        "cluster": {
-            "pools": [{"name": n, "gpu": "h100-sxm-80gb", "num_gpus": 16} for n in "ab"],
-            "between_pools": {
-                "bandwidth_gb_per_s_per_gpu": bandwidth,
-                "latency_us": latency_us,
-                "allow_data_parallel": True,
-            },
-        },
-        "training": {"seq_length": 4096, "global_batch_size": 64},
-    }
-    return parse_plan(doc).job
 
 
 JOBS = {
