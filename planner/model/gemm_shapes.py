@@ -10,6 +10,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model import mamba
+from planner.model.job_memo import ModelMemo
 
 
 def kv_heads(arch: ModelArch, tp: int) -> float:
@@ -62,11 +63,21 @@ MLP), "expert" (routed experts, one grouped GEMM over the rank's local experts),
 latent MoE's down- and up-projections), "shared" (shared experts)."""
 
 
+_PARTS: ModelMemo[LayerKind, tuple[GemmPart, ...]] = ModelMemo()
+_BLOCKS: ModelMemo[LayerKind, tuple[tuple[str, range], ...]] = ModelMemo()
+"""`linear_gemm_parts` and `gemm_blocks` per model and kind (all they read): the search asks
+for them on every layer time it computes."""
+
+
 def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart, ...]:
     """What each of `linear_gemms`' entries is, in its order (what selective recompute modules
     re-run: mla_up_proj the "mla_up" GEMMs, mlp "mlp", moe "expert" and "shared",
-    shared_experts "shared")."""
+    shared_experts "shared"). Remembered per model and kind."""
     kind = layer_kind(moe)
+    return _PARTS.get(arch, kind, lambda: _parts_of(arch, kind))
+
+
+def _parts_of(arch: ModelArch, kind: LayerKind) -> tuple[GemmPart, ...]:
     mixer: tuple[GemmPart, ...] = ()
     if kind.mixer == "mamba":
         mixer = ("mamba", "mamba")
@@ -102,8 +113,12 @@ def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, rang
     """The blocks of a layer's `linear_gemms`, in order, each with the indices of its entries:
     the mixer ("attention" or "mamba"), then the channel block ("dense" or "moe"). A block's
     column-parallel GEMMs read the h-wide input; its last is the row-parallel one (an MoE block's
-    experts are neither: the dispatcher moves their tokens)."""
+    experts are neither: the dispatcher moves their tokens). Remembered per model and kind."""
     kind = layer_kind(moe)
+    return _BLOCKS.get(arch, kind, lambda: _blocks_of(arch, kind))
+
+
+def _blocks_of(arch: ModelArch, kind: LayerKind) -> tuple[tuple[str, range], ...]:
     parts = linear_gemm_parts(arch, kind)
     n_mixer = _mixer_gemms(arch, kind)
     out: list[tuple[str, range]] = []

@@ -14,22 +14,97 @@ from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import async_tp, comms, gemm_shapes, tp_overlap
 from planner.model.activations import BF16
+from planner.model.job_memo import JobMemo
+
+_Gemms = tuple[list[tuple[float, float, float, float]], list[float]]
+_Charges = tuple[float, float, float, float]
+
+_CHARGES: JobMemo[tuple[object, ...], _Charges] = JobMemo()
+"""`tp_charges` per job and `_charges_key`: the search times one layer's attention at the same
+TP degree, tokens and recompute under many expert layouts (EP, expert TP, token dispatcher),
+whose routed-expert GEMMs the TP charges never read."""
 
 
 def tp_charges(
     job: Job,
     lay: Layout,
     kind: LayerKind,
-    gemms: tuple[list[tuple[float, float, float, float]], list[float]],
+    gemms: _Gemms,
     t: float,
     n_fwd: int,
     modules: tuple[str, ...],
-) -> tuple[float, float, float, float]:
+) -> _Charges:
     """(shown, hidden, traffic, shown without the TP overlap) seconds of a layer's TP
     collectives per micro-batch (`Layer.tp`, `tp_hidden`, `tp_traffic`, `tp_plain`): the hidden
     part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
     the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
-    seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens."""
+    seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens.
+    Remembered per job on exactly what it reads (`_charges_key`)."""
+    memo = _CHARGES.of(job)
+    key = _charges_key(job, lay, kind, gemms, t, n_fwd, modules)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _tp_charges(job, lay, kind, gemms, t, n_fwd, modules)
+    return hit
+
+
+def _charges_key(
+    job: Job,
+    lay: Layout,
+    kind: LayerKind,
+    gemms: _Gemms,
+    t: float,
+    n_fwd: int,
+    modules: tuple[str, ...],
+) -> tuple[object, ...]:
+    """What `_tp_charges` reads besides the job: the collectives' constants (in the key, so a
+    calibration or a test that sets them never reads charges computed under others); of the
+    layout its TP degree, sequence
+    parallelism, TP overlap and whether its experts sit on the gathered input
+    (`experts_on_gathered_input`, `async_tp.applies` reading nothing else); the kind, tokens,
+    forward passes and recompute modules; and of the GEMMs only the shapes and seconds before
+    an MoE block (`_read_gemms`): an MoE block's windows are 0 whatever its GEMMs
+    (`column_parallel_windows`, `async_tp.row_parallel_windows`), and MLA's windows read the
+    mixer's "mla_up" GEMMs alone."""
+    shapes, times = gemms
+    n = _read_gemms(job.arch, kind, len(times))
+    return (
+        comms.SCALEUP_BUS_EFFICIENCY,
+        comms.SCALEOUT_BUS_EFFICIENCY,
+        comms.LATENCY_SCALE,
+        comms.COMM_KERNEL_SMS,
+        kind,
+        lay.tp,
+        lay.sequence_parallel,
+        lay.tp_comm_overlap,
+        experts_on_gathered_input(job, lay),
+        t,
+        n_fwd,
+        modules,
+        tuple(shapes[:n]),
+        tuple(times[:n]),
+    )
+
+
+def _read_gemms(arch: ModelArch, kind: LayerKind, n: int) -> int:
+    """How many of a layer's n linear GEMMs (`gemm_shapes.linear_gemms`' order) its TP charges
+    read: those before its MoE block (the last block, `gemm_shapes.gemm_blocks`), else all."""
+    blocks = gemm_shapes.gemm_blocks(arch, kind)
+    if blocks and blocks[-1][0] == "moe":
+        return blocks[-1][1].start
+    return n
+
+
+def _tp_charges(
+    job: Job,
+    lay: Layout,
+    kind: LayerKind,
+    gemms: _Gemms,
+    t: float,
+    n_fwd: int,
+    modules: tuple[str, ...],
+) -> _Charges:
+    """`tp_charges`, computed."""
     arch, tp, share = job.arch, lay.tp, comms.sm_share(job.cluster, job.gemm_sm_margin)
     shapes, times = gemms
     keep = tp_blocks(job, lay, kind)
