@@ -171,9 +171,29 @@ class Group:
     tier_name: str
 
 
+_PLACED: dict[tuple[object, ...], tuple[ClusterSpec, Group]] = {}
+"""`place` per cluster (by identity: an entry holds the cluster, so its id is not reused while
+the entry lives), stride, size and bus efficiencies (all it reads; the efficiencies are in the
+key, so a calibration or a test that sets them never reads a group placed under others)."""
+
+
 def place(cluster: ClusterSpec, stride: int, size: int) -> Group:
     """Where a group of `size` ranks, `stride` ranks apart, lands (Megatron rank order); inside
-    a full-mesh domain its members reach each other over their own links only (`mesh_link`)."""
+    a full-mesh domain its members reach each other over their own links only (`mesh_link`).
+    Remembered (`_PLACED`): every layer time and step places its groups again."""
+    key = (id(cluster), stride, size, SCALEUP_BUS_EFFICIENCY, SCALEOUT_BUS_EFFICIENCY)
+    hit = _PLACED.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_PLACED) >= 1 << 12:
+        _PLACED.clear()
+    grp = _place(cluster, stride, size)
+    _PLACED[key] = (cluster, grp)
+    return grp
+
+
+def _place(cluster: ClusterSpec, stride: int, size: int) -> Group:
+    """`place`, computed."""
     tiers = cluster.tiers
     tier = cluster.tier_for_span(stride * size)
     if size <= 1 or tier is tiers[0]:
