@@ -23,9 +23,14 @@ class JobMemo(Generic[K, V]):
 
     _every: ClassVar[list[JobMemo[Any, Any]]] = []
 
-    def __init__(self, jobs: int = 8) -> None:
+    def __init__(self, jobs: int = 8, cleared_with: JobMemo[Any, Any] | None = None) -> None:
+        """`cleared_with`: a memo whose `clear` clears this one too (one whose values this one's
+        are made of: a caller that clears that one to recompute them must not read these)."""
         self._jobs = jobs
         self._entries: dict[int, tuple[Job, dict[K, V]]] = {}
+        self._dependants: list[JobMemo[Any, Any]] = []
+        if cleared_with is not None:
+            cleared_with._dependants.append(self)
         JobMemo._every.append(self)
 
     @classmethod
@@ -56,6 +61,8 @@ class JobMemo(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+        for memo in self._dependants:
+            memo.clear()
 
 
 class ModelMemo(Generic[K, V]):

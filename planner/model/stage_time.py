@@ -131,8 +131,33 @@ class LayoutTimes:
         return self.layers[0]
 
 
+LAYOUT_TIMES: JobMemo[tuple[object, ...], LayoutTimes] = JobMemo(cleared_with=LAYER_TIMES)
+"""`layout_times` per job and `_layout_key`, cleared with LAYER_TIMES (its values are made of
+those): the search asks for the same layout's times from its bounds, its estimate and the
+stage's other ZeRO stages."""
+
+
+def _layout_key(lay: Layout) -> tuple[object, ...]:
+    """What `_layout_times` reads of a layout: the layer times' fields (`_memo_key`), dp (the
+    micro-batches, with the micro-batch size in `_memo_key`; and the per-rank checks of a test
+    job's layer times), the recompute method (block recompute's plain layers) and the split (the
+    MTP rank)."""
+    return (_memo_key(lay), lay.dp, lay.recompute_method, lay.split_key())
+
+
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
-    """The `LayoutTimes` of a layout (its layer times from the memo)."""
+    """The `LayoutTimes` of a layout (its layer times from the memo), remembered
+    (`LAYOUT_TIMES`)."""
+    memo = LAYOUT_TIMES.of(job)
+    key = _layout_key(lay)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _layout_times(job, lay)
+    return hit
+
+
+def _layout_times(job: Job, lay: Layout) -> LayoutTimes:
+    """`layout_times`, computed."""
     gpu, m, layers, out_layer = _times(job, lay)
     plain = layers
     if lay.recompute == "full" and lay.recompute_method == "block":

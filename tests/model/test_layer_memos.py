@@ -1,0 +1,138 @@
+"""The layer-time memos' keys, each against its uncached computation: a layer's TP charges
+(`layer_tp.tp_charges`, shared by layouts that differ only in their experts), a layout's
+`LayoutTimes` (`stage_time.layout_times`), a process group's placement (`comms.place`) and a
+model's GEMM parts and blocks (`gemm_shapes`). Each memo is first filled with every layout of the
+problem, so a key that left out something its value reads would return another layout's value;
+then each value is checked bit for bit against the function computed afresh."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+
+import pytest
+
+from planner.inputs.hybrid import ATTENTION, DENSE, MAMBA, MLP, MOE, MOE_WINDOW, LayerKind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms, gemm_shapes, layer_time, layer_tp, stage_time
+from planner.model.job_memo import JobMemo
+from planner.model.layer_time import gpu_of
+from planner.search import rungs
+from planner.search import space as space_mod
+from tests.search.brute_force import PROBLEMS, make_job, sample_layouts
+
+JOBS: dict[str, tuple[Job, space_mod.Space]] = {
+    "deepseek-v2-lite-16xh100": (
+        make_job("deepseek-v2-lite", "h100-sxm-80gb", 16, 4096, 256),
+        space_mod.Space(),
+    ),
+    "qwen3-30b-a3b-64xh100": (
+        make_job("qwen3-30b-a3b", "h100-sxm-80gb", 64, 4096, 512),
+        space_mod.Space(),
+    ),
+}
+
+
+@cache
+def search_layouts(name: str) -> list[Layout]:
+    """About 1,500 layouts as the suggest search builds them (`space.bases` of every structure's
+    first and last options: dispatchers, TP and EP overlap), each with every rung
+    (`rungs.every`), evenly spaced in that enumeration."""
+    job, space = JOBS[name]
+    out: list[Layout] = []
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        for mbs, vpp, split in dict.fromkeys(opts[:1] + opts[-1:]):
+            for b in space_mod.bases(job, s, mbs, vpp, split, space):
+                out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
+    return out[:: max(len(out) // 1500, 1)]
+
+
+def problem_layouts(name: str) -> tuple[Job, list[Layout]]:
+    if name in JOBS:
+        return JOBS[name][0], search_layouts(name)
+    job, space = PROBLEMS[name]
+    lays = sample_layouts(name, 25)
+    return job, [r.on(lay) for lay in lays for r in rungs.every(job, lay, space.recompute, True)]
+
+
+NAMES = [*JOBS, "mixtral-expert-tp", "mixtral-ep-overlap", "llama8b-fp8", "llama70b-mi300x-mesh"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tp_charges_read_from_the_memo_are_computed_afresh(name: str) -> None:
+    """Every layer time (its TP charges from the memo, filled by every layout first) equals the
+    layer time with the TP-charge memo emptied before it, field for field."""
+    job, lays = problem_layouts(name)
+    JobMemo.forget_all()
+    gpu = gpu_of(job)
+    warm = [[layer_time.layer_time(job, lay, gpu, k) for k in job.arch.kinds] for lay in lays]
+    assert len(layer_tp._CHARGES.of(job)) < sum(map(len, warm))  # the memo is shared
+    for lay, layers in zip(lays, warm, strict=True):
+        for k, warm_layer in zip(job.arch.kinds, layers, strict=True):
+            layer_tp._CHARGES.clear()
+            assert layer_time.layer_time(job, lay, gpu, k) == warm_layer, (lay.describe(), k)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_layout_times_read_from_the_memo_are_computed_afresh(name: str) -> None:
+    """`layout_times` (memoised, filled by every layout first) equals `_layout_times` of the
+    same layout, which reads only the layer-time memos."""
+    job, lays = problem_layouts(name)
+    JobMemo.forget_all()
+    warm = [stage_time.layout_times(job, lay) for lay in lays]
+    for lay, t in zip(lays, warm, strict=True):
+        assert stage_time._layout_times(job, lay) == t, lay.describe()
+        assert stage_time.layout_times(job, lay) is t
+
+
+def test_clearing_the_layer_times_clears_the_layout_times() -> None:
+    """A caller that clears LAYER_TIMES to recompute them (benchmarks/fit_constants.py after
+    setting a constant) never reads a `LayoutTimes` made of the old ones."""
+    job, lays = problem_layouts("mixtral-expert-tp")
+    before = stage_time.layout_times(job, lays[0])
+    e = layer_time.ATTENTION_EFFICIENCY
+    try:
+        layer_time.ATTENTION_EFFICIENCY = e / 2
+        stage_time.LAYER_TIMES.clear()
+        slower = stage_time.layout_times(job, lays[0])
+    finally:
+        layer_time.ATTENTION_EFFICIENCY = e
+        stage_time.LAYER_TIMES.clear()
+    assert slower.dense.fwd > before.dense.fwd
+    assert stage_time.layout_times(job, lays[0]) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_placed_groups_are_placed_afresh(name: str) -> None:
+    job, _ = problem_layouts(name)
+    cluster = job.cluster
+    n = cluster.num_gpus
+    pairs = [(stride, size) for stride in (1, 2, 4, 8, 16, 64) for size in (1, 2, 3, 4, 8, 16, n)]
+    warm = [comms.place(cluster, stride, size) for stride, size in pairs]
+    for (stride, size), grp in zip(pairs, warm, strict=True):
+        assert comms._place(cluster, stride, size) == grp
+
+
+def test_placement_follows_the_bus_efficiencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The efficiencies are in the key: a group placed after they change is placed afresh."""
+    job, _ = problem_layouts("mixtral-expert-tp")
+    before = comms.place(job.cluster, 1, 8)
+    monkeypatch.setattr(comms, "SCALEUP_BUS_EFFICIENCY", comms.SCALEUP_BUS_EFFICIENCY / 2)
+    after = comms.place(job.cluster, 1, 8)
+    assert after == comms._place(job.cluster, 1, 8)
+    assert after.inner.bandwidth == pytest.approx(before.inner.bandwidth / 2)
+
+
+KINDS: tuple[LayerKind | bool, ...] = (DENSE, MOE, MOE_WINDOW, MAMBA, ATTENTION, MLP, True, False)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gemm_parts_and_blocks_are_the_models_own(name: str) -> None:
+    job, _ = problem_layouts(name)
+    arch = job.arch
+    for kind in KINDS * 2:  # the second pass reads the memo
+        k = kind if isinstance(kind, LayerKind) else (MOE if kind else DENSE)
+        assert gemm_shapes.linear_gemm_parts(arch, kind) == gemm_shapes._parts_of(arch, k)
+        assert gemm_shapes.gemm_blocks(arch, kind) == gemm_shapes._blocks_of(arch, k)
