@@ -134,14 +134,11 @@ _Queued = tuple[
     dict[tuple[object, ...], bool],
     _Bases,
     dict[tuple[int, Split], list[Floors]],
-    bool,
 ]
 """A queued structure: (bound, index, structure, options, its `too_big`, its bases, each
-shape's bases' `bound.floors`, whether its shapes are those whose states fit). A structure is
-queued first on the least bound of all its shapes and, when it comes first, again on the least
-of those whose states fit in some ZeRO stage (`variants.states_fit`), which is no less: it is
-expanded in the same order as if queued on that alone (by bound, then index), and those never
-asked of structures that never come first."""
+shape's bases' `bound.floors`), queued on the least bound of its shapes whose states fit in
+some ZeRO stage (`variants.states_fit`); a structure with none is not queued (none of its
+layouts fits), and its floors, which cost more than asking its states, are never computed."""
 
 
 def _least(tops: dict[tuple[int, Split], list[Floors]]) -> float:
@@ -216,11 +213,8 @@ def _search(
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)
-    # bound each structure at its largest micro-batch, for each (vpp, split)
-    # (bound, index, structure, options, its too_big, its bases, each shape's bases' bounds):
-    # shapes whose states fit in no ZeRO stage hold no layout that fits, and a structure without
-    # any other is never expanded. Which shapes' states fit is asked once the structure comes
-    # first in the queue (`_Queued`): most never do
+    # bound each structure at its largest micro-batch, for each (vpp, split) whose states fit
+    # in some ZeRO stage (the others hold no layout that fits): `_Queued`
     queue: list[_Queued] = []
     space_size = 0
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
@@ -235,11 +229,17 @@ def _search(
         of = _Bases(job, space, s)
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
-        tops = {
-            (vpp, split): floors_of(job, [b.layout for b in of(top_mbs, vpp, split)])
-            for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts)
-        }
-        queue.append((_least(tops), i, s, opts, {}, of, tops, False))
+        too_big: dict[tuple[object, ...], bool] = {}
+        fit = [
+            k
+            for k in dict.fromkeys((vpp, split) for _, vpp, split in opts)
+            if states_fit(job, space, of(top_mbs, *k)[0].layout, capacity, too_big)
+        ]
+        if not fit:
+            rejected["memory"] += 1
+            continue
+        tops = {k: floors_of(job, [b.layout for b in of(top_mbs, *k)]) for k in fit}
+        queue.append((_least(tops), i, s, opts, too_big, of, tops))
     heapq.heapify(queue)
 
     best: list[Candidate] = []
@@ -247,21 +247,9 @@ def _search(
     scored = expanded = 0
     last_report = t0
     while queue:
-        bound, i, s, opts, too_big, of, tops, checked = heapq.heappop(queue)
+        bound, i, s, opts, too_big, of, tops = heapq.heappop(queue)
         if cut is not None and bound > cut:
             break
-        if not checked:  # its shapes whose states fit: queued again on their bound
-            top_mbs = max(o[0] for o in opts)
-            tops = {
-                k: fs
-                for k, fs in tops.items()
-                if states_fit(job, space, of(top_mbs, *k)[0].layout, capacity, too_big)
-            }
-            if tops:
-                heapq.heappush(queue, (_least(tops), i, s, opts, too_big, of, tops, True))
-            else:
-                rejected["memory"] += 1
-            continue
         expanded += 1
         lean_fails: dict[tuple[object, ...], int] = {}
         # each shape's bound holds at every micro-batch size: shapes best first (micro-batch

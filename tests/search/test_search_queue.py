@@ -1,5 +1,5 @@
-"""planner.search.top_k's queue of structures: each is queued on the least bound of all its
-shapes and asked which shapes' states fit only when it comes first (`top_k._Queued`). The
+"""planner.search.top_k's queue of structures: each is asked which shapes' states fit first and
+queued on the least bound of those alone, their floors computed only then (`top_k._Queued`). The
 oracle: the structures expanded, in the order the search expands them, are those with some shape
 whose states fit, sorted by the least bound of those shapes and then by index, as queueing each
 on that bound alone orders them (the search's answers themselves: tests/search/test_top_k.py)."""
