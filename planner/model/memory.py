@@ -173,15 +173,11 @@ def stage_memory(
     fixed: tuple[float, float] | None = None,
 ) -> StageMemory:
     """Bytes on one GPU of pipeline rank `rank`, whose decoder layers are `chunks` (one range per
-    virtual chunk, `Layout.chunk_layers`). `sh`, `per` and `fixed` (`buffers.fixed_bytes`, the
-    same on every rank) where the caller has them already."""
-    sh = sh or shard(job, layout)
-    per = per or per_layer(job.arch, sh)
-    if sh.quantised and bf16_ranges(job, chunks):  # 16-bit linear inputs (bf16_layers)
-        sh = replace(sh, linear_bytes=BF16)
-        per = per_layer(job.arch, sh)
+    virtual chunk, `Layout.chunk_layers`). `sh`, `per` (`shard` and `per_layer` of the layout)
+    and `fixed` (`buffers.fixed_bytes`, the same on every rank) where the caller has them
+    already."""
     weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
-    acts = stage_activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
+    acts = _activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
@@ -196,6 +192,38 @@ def stage_memory(
         other=cache + transient * frag + counted + outside,
         unallocated=outside + (acts + transient) * (frag - 1),
     )
+
+
+_ACTIVATIONS: JobMemo[tuple[Layout, int], float] = JobMemo()
+"""`stage_activations` per job, layout (`_activations_key`) and rank: the search estimates the
+memory of each ZeRO stage, and of each rung with and without the TP overlap, on the same
+activations."""
+
+
+def _activations_key(layout: Layout) -> Layout:
+    """The layout as the activations see it: neither `shard` (with `per_layer`) nor
+    `stage_activations` reads the ZeRO stage or the TP overlap (the states and the userbuffers
+    are `_state`'s and `buffers.fixed_bytes`')."""
+    return layout.with_(zero_stage=0, tp_comm_overlap=False)
+
+
+def _activations(
+    job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shard | None, per: PerLayer | None
+) -> float:
+    """`stage_activations` of rank `rank` (`chunks`), with 16-bit linear inputs where its chunks
+    hold the job's bf16 layers, remembered (`_ACTIVATIONS`: the rank's chunks are the layout's
+    split's, in the key). `sh` and `per` where the caller has them (`shard`, `per_layer`)."""
+    memo = _ACTIVATIONS.of(job)
+    key = (_activations_key(layout), rank)
+    acts = memo.get(key)
+    if acts is None:
+        sh = sh or shard(job, layout)
+        per = per or per_layer(job.arch, sh)
+        if sh.quantised and bf16_ranges(job, chunks):  # 16-bit linear inputs (bf16_layers)
+            sh = replace(sh, linear_bytes=BF16)
+            per = per_layer(job.arch, sh)
+        acts = memo[key] = stage_activations(job, layout, rank, chunks, sh, per)
+    return acts
 
 
 _State = tuple[float, float, float, float, float]
@@ -328,12 +356,10 @@ def estimate(
 
 
 def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -> MemoryReport:
-    sh = shard(job, layout)
-    per = per_layer(job.arch, sh)
     chunks = layout.chunk_layers(job.arch.num_layers)
     ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
     fixed = buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
-    stages = tuple(stage_memory(job, layout, r, chunks[r], sh, per, fixed) for r in ranks)
+    stages = tuple(stage_memory(job, layout, r, chunks[r], fixed=fixed) for r in ranks)
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,
