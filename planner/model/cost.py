@@ -15,7 +15,7 @@ limit (`dispatch.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / Hy
 and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
 micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of the SMs from it
 (`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
-backward (`stage_time.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
+backward (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
 activation send forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on
 the critical path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill
 and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
@@ -76,13 +76,12 @@ from planner.model.schedule import (
     schedule_bubble,
     schedule_name,
 )
+from planner.model.stage_offload import offload_exposed, offload_one_way
 from planner.model.stage_time import (
     a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
-    offload_exposed,
-    offload_one_way,
     rank_mix,
 )
 

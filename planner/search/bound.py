@@ -20,13 +20,13 @@ from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks
+from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import (
     LayoutTimes,
     a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
-    offload_exposed,
     rank_layers,
     rank_mix,
 )

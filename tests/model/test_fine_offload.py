@@ -16,7 +16,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
-from planner.model import fine_offload, host_link, stage_time
+from planner.model import fine_offload, host_link, stage_offload, stage_time
 from planner.model.activations import Shard, pairs
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search import rules
@@ -109,7 +109,7 @@ def test_transfers_show_only_beyond_the_layer() -> None:
     link = host_link.host_link_bandwidth(j)
     sec = (T * 2) * (20480 + 16384) / link  # seq 8192 = 2 T tokens
     want = 32 * (max(sec - t.dense.fwd, 0) + max(sec - t.dense.bwd, 0))
-    assert stage_time.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)
+    assert stage_offload.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)
 
 
 @pytest.mark.parametrize(
@@ -184,11 +184,11 @@ def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
     # the transfers move half the groups: half the seconds on the host link
     lay = Layout(dp=8, offload_modules=("core_attn",))
     t = stage_time.layout_times(j, lay)
-    full = stage_time.offload_one_way(j, lay, chunks, t)
+    full = stage_offload.offload_one_way(j, lay, chunks, t)
     half = lay.with_(activation_offload_fraction=0.5)
-    assert stage_time.offload_one_way(j, half, chunks, t) == pytest.approx(full / 2)
-    shown = stage_time.fine_offload_exposed(j, lay, chunks, t)
-    assert stage_time.fine_offload_exposed(j, half, chunks, t) == pytest.approx(shown / 2)
+    assert stage_offload.offload_one_way(j, half, chunks, t) == pytest.approx(full / 2)
+    shown = stage_offload.fine_offload_exposed(j, lay, chunks, t)
+    assert stage_offload.fine_offload_exposed(j, half, chunks, t) == pytest.approx(shown / 2)
 
 
 def test_the_fraction_on_a_command_line() -> None:

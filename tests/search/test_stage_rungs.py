@@ -14,7 +14,8 @@ import pytest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost, memory
-from planner.model.stage_time import LayoutTimes, layout_times, mix_sums, offload_exposed, rank_mix
+from planner.model.stage_offload import offload_exposed
+from planner.model.stage_time import LayoutTimes, layout_times, mix_sums, rank_mix
 from planner.search import bound as bounds
 from planner.search import rungs
 from planner.search import space as space_mod

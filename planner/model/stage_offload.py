@@ -1,0 +1,80 @@
+"""CPU offloading's host transfers on a pipeline stage, per micro-batch: what of them the
+layers' compute leaves exposed (`offload_exposed`: Megatron --cpu-offloading-num-layers under
+Transformer Engine's schedule, `planner.model.cpu_offload`; fine-grained offloading,
+`fine_offload_exposed`) and how long they take one way (`offload_one_way`), from the layout's
+layer times (`stage_time.layout_times`)."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cpu_offload
+from planner.model.fine_offload import offloaded_bytes, transfer_seconds
+from planner.model.host_link import host_link_bandwidth
+from planner.model.layer_time import Layer
+from planner.model.schedule import Chunks
+from planner.model.stage_activations import shard
+from planner.model.stage_time import LayoutTimes
+
+
+def _stage_layers(job: Job, chunks: Chunks, t: LayoutTimes) -> list[Layer]:
+    """The stage's decoder layers' times in the order it runs them."""
+    arch = job.arch
+    index = {kind: j for j, kind in enumerate(arch.kinds)}
+    return [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
+
+
+def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
+    (Megatron --cpu-offloading-num-layers k, one pipeline stage only): Transformer Engine's
+    schedule of the first k layers' copies out and back (`cpu_offload.exposed_seconds`), each
+    (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) hidden under the layers between its
+    start and the one that waits for it. Fine-grained offloading (`fine_offload_exposed`) adds
+    its own."""
+    k = lay.cpu_offloading_num_layers
+    if k <= 0:
+        return fine_offload_exposed(job, lay, chunks, t)
+    layers = _stage_layers(job, chunks, t)
+    return cpu_offload.exposed_seconds(
+        [x.fwd for x in layers], [x.bwd for x in layers], [x.offload for x in layers], k
+    )
+
+
+def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch a stage's host copies take one way over the host link (the
+    forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
+    --cpu-offloading-num-layers k, each layer's offloaded groups under fine-grained offloading."""
+    arch, k = job.arch, lay.cpu_offloading_num_layers
+    if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
+        layers = _stage_layers(job, chunks, t)
+        return sum(x.offload for x in layers[: min(k, len(layers) - 1)])
+    if not lay.offload_modules:
+        return 0.0
+    sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
+    counts = arch.kind_counts(chunks)
+    return lay.activation_offload_fraction * sum(
+        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods), link)
+        for kind, n in zip(arch.kinds, counts, strict=True)
+        if n
+    )
+
+
+def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+    """Seconds per micro-batch fine-grained activation offloading leaves exposed on a stage
+    (Megatron --offload-modules, `planner.model.fine_offload`): each layer's offloaded groups go
+    to the host on a side stream while the layer's own forward goes on and come back, prefetched,
+    under the previous layer's backward; a transfer (one way, the host link at
+    HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward, in the
+    layers that offload (`Layout.activation_offload_fraction` of them)."""
+    if not lay.offload_modules:
+        return 0.0
+    sh = shard(job, lay)
+    mods, link = frozenset(lay.offload_modules), host_link_bandwidth(job)
+    exposed = 0.0
+    counts = job.arch.kind_counts(chunks)
+    for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
+        if n:
+            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods), link)
+            exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
+    # only the first activation_offload_fraction of the layers move theirs
+    return lay.activation_offload_fraction * exposed
