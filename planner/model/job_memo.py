@@ -23,15 +23,17 @@ class JobMemo(Generic[K, V]):
 
     _every: ClassVar[list[JobMemo[Any, Any]]] = []
 
-    def __init__(self, jobs: int = 8, cleared_with: JobMemo[Any, Any] | None = None) -> None:
-        """`cleared_with`: a memo whose `clear` clears this one too (one whose values this one's
-        are made of: a caller that clears that one to recompute them must not read these)."""
+    def __init__(self, jobs: int = 8) -> None:
         self._jobs = jobs
         self._entries: dict[int, tuple[Job, dict[K, V]]] = {}
         self._dependants: list[JobMemo[Any, Any]] = []
-        if cleared_with is not None:
-            cleared_with._dependants.append(self)
         JobMemo._every.append(self)
+
+    def clears(self, *memos: JobMemo[Any, Any]) -> None:
+        """Let `clear` clear `memos` too: memos of values computed along with this one's (a
+        caller that clears this one to recompute its values, after setting a constant, must
+        not read theirs)."""
+        self._dependants += memos
 
     @classmethod
     def forget_all(cls) -> None:

@@ -113,12 +113,11 @@ from planner.model import (
     activations,
     attention_time,
     comms,
-    cp_time,
     determinism,
-    dispatch,
     gemm_shapes,
     host,
     layer_tp,
+    layer_traffic,
     mamba,
     moe_time,
     recompute_time,
@@ -131,6 +130,8 @@ from planner.model.gemm import (
     linear_fraction,
 )
 from planner.model.host_link import host_link_bandwidth
+from planner.model.job_memo import JobMemo
+from planner.model.layer_traffic import LayerCore
 from planner.model.linear_time import linear_times
 from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
@@ -243,21 +244,105 @@ def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tu
     return saved, saved - permuted
 
 
-def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer:
+LAYER_CORES: JobMemo[tuple[object, ...], LayerCore] = JobMemo()
+"""`_core` per job and `_core_key`, for `layer_time`'s callers that remember layer times
+(`planner.model.stage_time`, which clears it with them): the search times each layout with
+and without memory savers and its TP overlap, whose layer cores are the same."""
+
+_UNREAD: dict[str, object] = {
+    "recompute": "none",
+    "recompute_modules": ("core_attn",),
+    "tp_comm_overlap": False,
+}
+"""The layout fields `_core` does not read (recompute and the TP overlap only change what
+`layer_time` computes after it: the recompute, and the TP, CP and EP traffic), with the values
+`_core_key` sets them to."""
+
+
+def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
+    """What `_core` (and `layer_traffic.traffic` on it) reads besides the job: the layout
+    without the `_UNREAD` fields, the GPU, the kind, and the constants of this module and of the
+    collectives read at call time (a calibration or a test that sets one never reads a core
+    computed under another; LAYER_TIMES.clear() clears the memo too)."""
+    return (
+        lay.with_(**_UNREAD),
+        gpu,
+        kind,
+        ATTENTION_EFFICIENCY,
+        ELEMENTWISE_PASSES,
+        KERNEL_MIN_S,
+        UNFUSED_NORM_BYTES,
+        comms.SCALEUP_BUS_EFFICIENCY,
+        comms.SCALEOUT_BUS_EFFICIENCY,
+        comms.LATENCY_SCALE,
+        comms.COMM_KERNEL_SMS,
+    )
+
+
+def layer_time(
+    job: Job,
+    lay: Layout,
+    gpu: Gpu,
+    kind: bool | LayerKind,
+    cores: dict[tuple[object, ...], LayerCore] | None = None,
+) -> Layer:
     """Seconds per micro-batch of one decoder layer of a kind (or a transformer layer's MoE
-    flag: False dense, True MoE) on one GPU; a Mamba mixer's scan from `planner.model.mamba`."""
+    flag: False dense, True MoE) on one GPU; a Mamba mixer's scan from `planner.model.mamba`.
+    `cores`: where the caller remembers the layer cores (`_core`: compute, streamed work,
+    offload; `LAYER_CORES.of(job)`, which `planner.model.stage_time` clears with its layer
+    times), keyed on what they read (`_core_key`); the recompute and the TP, CP and EP traffic
+    are computed here."""
     arch = job.arch
     kind = layer_kind(kind)
     moe = kind.moe
-    out = Layer()
+    if cores is None:
+        c = _core(job, lay, gpu, kind)
+    else:
+        key = _core_key(lay, gpu, kind)
+        got = cores.get(key)
+        c = got if got is not None else cores.setdefault(key, _core(job, lay, gpu, kind))
+    lin, t, load, gemm_fwd, perm = c.lin, c.t, c.load, c.gemm_fwd, c.perm
+    shapes, parts, times, casts = lin.shapes, lin.parts, lin.times, lin.casts
+    attn_fwd, streamed = c.attn_fwd, c.streamed
+    tp = lay.tp
+    out = Layer(fwd=c.fwd, bwd=c.bwd, weight_cast=lin.weight_cast, offload=c.offload)
+    policy = job.recompute_policy(lay.recompute)
+    modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
+    if policy == "full":
+        out.recompute = out.fwd
+    elif policy == "per_op":  # the matmuls torchtitan's policy re-runs, by their FLOPs' share
+        _, rerun, whole = gemm_shapes.per_op_split(arch, shapes, tp, kind)
+        out.recompute = gemm_fwd * rerun / whole + streamed / 3 + perm / 2
+    elif policy == "core_attn":
+        pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)
+        out.recompute = sum(
+            recompute_time.module_time(job, lay, gpu, kind, pieces, mod) for mod in modules
+        )
+    # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
+    n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
+    if tp > 1:
+        out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = layer_tp.tp_charges(
+            job, lay, kind, (shapes, times), t, n_fwd, modules
+        )
+    if lay.cp > 1 and kind.mixer in ("mamba", "attention"):
+        out.cp, out.cp_hidden = layer_traffic.traffic(job, lay, kind, c, "cp", n_fwd)
+    if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
+        n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
+        out.ep, out.ep_shared = layer_traffic.traffic(job, lay, kind, c, "ep", n_ep)
+    return out
+
+
+def _core(job: Job, lay: Layout, gpu: Gpu, kind: LayerKind) -> LayerCore:
+    """`layer_time`'s core (`LayerCore`), computed."""
+    arch = job.arch
+    moe = kind.moe
     s = job.seq_length
     s_local = s // lay.cp
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     load = step_load(job, lay)
     lin = linear_times(job, lay, gpu, kind, t, load)
-    shapes, parts, times, casts = lin.shapes, lin.parts, lin.times, lin.casts
-    out.weight_cast = lin.weight_cast
+    shapes, times, casts = lin.shapes, lin.times, lin.casts
     gemm_fwd, cast = sum(times), sum(casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
@@ -296,41 +381,13 @@ def layer_time(job: Job, lay: Layout, gpu: Gpu, kind: bool | LayerKind) -> Layer
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
     # the small-kernel floor covers the permutations' kernels too
     streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(shapes)) - perm)
-    out.fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
+    fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
-    out.bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
-    out.offload = act_bytes / host_link_bandwidth(job)
-    policy = job.recompute_policy(lay.recompute)
-    modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
-    if policy == "full":
-        out.recompute = out.fwd
-    elif policy == "per_op":  # the matmuls torchtitan's policy re-runs, by their FLOPs' share
-        _, rerun, whole = gemm_shapes.per_op_split(arch, shapes, tp, kind)
-        out.recompute = gemm_fwd * rerun / whole + streamed / 3 + perm / 2
-    elif policy == "core_attn":
-        pieces = recompute_time.Pieces(parts, times, casts, attn_fwd, t, load, perm / 2)
-        out.recompute = sum(
-            recompute_time.module_time(job, lay, gpu, kind, pieces, mod) for mod in modules
-        )
-    # --- TP, CP, EP traffic of the layer (planner.model.comms, planner.model.dispatch)
-    n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
-    if tp > 1:
-        out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = layer_tp.tp_charges(
-            job, lay, kind, (shapes, times), t, n_fwd, modules
-        )
-    if lay.cp > 1 and kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
-        grp = comms.place(job.cluster, tp, lay.cp)
-        fwd_b, bwd_b = mamba.context_parallel_bytes(arch, t, tp)
-        out.cp = n_fwd * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp)
-    elif lay.cp > 1 and kind.mixer == "attention":
-        out.cp, out.cp_hidden = cp_time.context_parallel(
-            job.cluster, lay, arch, t, (attn_fwd, attn_bwd), n_fwd
-        )
-    if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
-        n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
-        shared = [x for x, part in zip(times, parts, strict=True) if part == "shared"]
-        out.ep, out.ep_shared = dispatch.layer_dispatch(job, lay, t, load, n_ep, shared, grads)
-    return out
+    bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
+    offload = act_bytes / host_link_bandwidth(job)
+    return LayerCore(
+        lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
+    )
 
 
 def small_kernels(job: Job, lay: Layout, kind: LayerKind, gemms: int) -> float:

@@ -19,7 +19,7 @@ from planner.model.job_memo import JobMemo
 _Gemms = tuple[list[tuple[float, float, float, float]], list[float]]
 _Charges = tuple[float, float, float, float]
 
-_CHARGES: JobMemo[tuple[object, ...], _Charges] = JobMemo()
+TP_CHARGES: JobMemo[tuple[object, ...], _Charges] = JobMemo()
 """`tp_charges` per job and `_charges_key`: the search times one layer's attention at the same
 TP degree, tokens and recompute under many expert layouts (EP, expert TP, token dispatcher),
 whose routed-expert GEMMs the TP charges never read."""
@@ -40,7 +40,7 @@ def tp_charges(
     the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
     seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens.
     Remembered per job on exactly what it reads (`_charges_key`)."""
-    memo = _CHARGES.of(job)
+    memo = TP_CHARGES.of(job)
     key = _charges_key(job, lay, kind, gemms, t, n_fwd, modules)
     hit = memo.get(key)
     if hit is None:

@@ -1,6 +1,6 @@
 """What one pipeline stage (rank) runs per micro-batch, the pieces `planner.model.cost` assembles
 into the step time: the layer times of a layout, the layers each rank runs, and the EP and
-CPU-offload traffic its overlap leaves exposed.
+CPU-offload traffic its overlap leaves exposed (`planner.model.stage_offload`).
 
 Layer times (`layout_times`): each kind of layer's (`ModelArch.kinds`: a transformer's dense and
 MoE layers, a hybrid stack's Mamba, attention, MLP and MoE layers) and the output layer's times of
@@ -17,8 +17,9 @@ EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged fo
 `schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
 which loses `comms.sm_share` of the SMs to it (COMM_KERNEL_SMS: DeepSeek-V3's and DeepEP's 20;
 HybridEP docs/README_Hybrid-EP.md reaches the NIC's bandwidth with 8-16). CPU offloading
-(`offload_exposed`, Megatron --cpu-offloading-num-layers): Transformer Engine's schedule
-(`planner.model.cpu_offload`) shows each host transfer beyond the layers it may run under.
+(`stage_offload.offload_exposed`, Megatron --cpu-offloading-num-layers): Transformer Engine's
+schedule (`planner.model.cpu_offload`) shows each host transfer beyond the layers it may run
+under.
 """
 
 from __future__ import annotations
@@ -27,17 +28,16 @@ from dataclasses import dataclass, field, fields
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cpu_offload, t5
+from planner.model import t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
-from planner.model.fine_offload import offloaded_bytes, transfer_seconds
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
-from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
-from planner.model.layer_time import Layer, gpu_of, layer_time
+from planner.model.layer_time import LAYER_CORES, Layer, gpu_of, layer_time
+from planner.model.layer_tp import TP_CHARGES
 from planner.model.output_time import mtp_projection, output_layer_time
 from planner.model.schedule import Chunks, unmerged_share
-from planner.model.stage_activations import shard, sub_counts
+from planner.model.stage_activations import sub_counts
 from planner.model.vision_time import EncoderTime, encoder_time
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float]] = JobMemo()
@@ -72,7 +72,7 @@ _FIXED: dict[str, object] = {
 """The fields `_layer_key` fixes, and their fixed values. Offloading is among them: a layer's
 time per micro-batch carries its activations' one-way transfer time whether or not it is
 offloaded (`Layer.offload`); how many layers or which modules are offloaded is the stage's
-business (`offload_exposed`, `fine_offload_exposed`)."""
+business (`stage_offload.offload_exposed`, `stage_offload.fine_offload_exposed`)."""
 
 
 def _layer_key(lay: Layout) -> Layout:
@@ -131,10 +131,11 @@ class LayoutTimes:
         return self.layers[0]
 
 
-LAYOUT_TIMES: JobMemo[tuple[object, ...], LayoutTimes] = JobMemo(cleared_with=LAYER_TIMES)
+LAYOUT_TIMES: JobMemo[tuple[object, ...], LayoutTimes] = JobMemo()
 """`layout_times` per job and `_layout_key`, cleared with LAYER_TIMES (its values are made of
 those): the search asks for the same layout's times from its bounds, its estimate and the
 stage's other ZeRO stages."""
+LAYER_TIMES.clears(LAYOUT_TIMES, LAYER_CORES, TP_CHARGES)  # the layer times' own memos too
 
 
 def _layout_key(lay: Layout) -> tuple[object, ...]:
@@ -212,14 +213,16 @@ def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
         if _GPU not in memo:  # the job's GPU, once for all its layer times
             memo[_GPU] = (gpu_of(job), (), 0.0)
         gpu = memo[_GPU][0]
+        cores = LAYER_CORES.of(job)
         layers: list[Layer] = []
         for kind in job.arch.kinds:
             if kind.moe:
-                layers.append(issued_layer(layer_time(job, key, gpu, kind), job, key, kind))
+                one = layer_time(job, key, gpu, kind, cores)
+                layers.append(issued_layer(one, job, key, kind))
                 continue
             dkey = ("dense", kind.name, _dense_key(key))
             if dkey not in memo:
-                one = layer_time(job, dkey[2], gpu, kind)
+                one = layer_time(job, dkey[2], gpu, kind, cores)
                 if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention
                     one = t5.cross_attention(job, dkey[2], gpu, one)
                 plain = issued_layer(one, job, dkey[2], kind)
@@ -258,69 +261,6 @@ def a2a_floor(lay: Layout, a2a: float, shared: float, window: float, share: floa
     if lay.ep_comm_overlap:
         return max(a2a - window, 0.0) + share * min(a2a, window)
     return a2a - (1 - share) * shared
-
-
-def _stage_layers(job: Job, chunks: Chunks, t: LayoutTimes) -> list[Layer]:
-    """The stage's decoder layers' times in the order it runs them."""
-    arch = job.arch
-    index = {kind: j for j, kind in enumerate(arch.kinds)}
-    return [t.layers[index[kd]] for c in chunks for kd in arch.layer_kinds[c.start : c.stop]]
-
-
-def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
-    """Seconds per micro-batch the host transfers of CPU offloading leave exposed on a stage
-    (Megatron --cpu-offloading-num-layers k, one pipeline stage only): Transformer Engine's
-    schedule of the first k layers' copies out and back (`cpu_offload.exposed_seconds`), each
-    (`Layer.offload`, the host link at HOST_LINK_EFFICIENCY) hidden under the layers between its
-    start and the one that waits for it. Fine-grained offloading (`fine_offload_exposed`) adds
-    its own."""
-    k = lay.cpu_offloading_num_layers
-    if k <= 0:
-        return fine_offload_exposed(job, lay, chunks, t)
-    layers = _stage_layers(job, chunks, t)
-    return cpu_offload.exposed_seconds(
-        [x.fwd for x in layers], [x.bwd for x in layers], [x.offload for x in layers], k
-    )
-
-
-def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
-    """Seconds per micro-batch a stage's host copies take one way over the host link (the
-    forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
-    --cpu-offloading-num-layers k, each layer's offloaded groups under fine-grained offloading."""
-    arch, k = job.arch, lay.cpu_offloading_num_layers
-    if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
-        layers = _stage_layers(job, chunks, t)
-        return sum(x.offload for x in layers[: min(k, len(layers) - 1)])
-    if not lay.offload_modules:
-        return 0.0
-    sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
-    counts = arch.kind_counts(chunks)
-    return lay.activation_offload_fraction * sum(
-        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods), link)
-        for kind, n in zip(arch.kinds, counts, strict=True)
-        if n
-    )
-
-
-def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
-    """Seconds per micro-batch fine-grained activation offloading leaves exposed on a stage
-    (Megatron --offload-modules, `planner.model.fine_offload`): each layer's offloaded groups go
-    to the host on a side stream while the layer's own forward goes on and come back, prefetched,
-    under the previous layer's backward; a transfer (one way, the host link at
-    HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward, in the
-    layers that offload (`Layout.activation_offload_fraction` of them)."""
-    if not lay.offload_modules:
-        return 0.0
-    sh = shard(job, lay)
-    mods, link = frozenset(lay.offload_modules), host_link_bandwidth(job)
-    exposed = 0.0
-    counts = job.arch.kind_counts(chunks)
-    for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
-        if n:
-            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods), link)
-            exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
-    # only the first activation_offload_fraction of the layers move theirs
-    return lay.activation_offload_fraction * exposed
 
 
 def rank_layers(

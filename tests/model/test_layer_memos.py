@@ -68,11 +68,29 @@ def test_tp_charges_read_from_the_memo_are_computed_afresh(name: str) -> None:
     JobMemo.forget_all()
     gpu = gpu_of(job)
     warm = [[layer_time.layer_time(job, lay, gpu, k) for k in job.arch.kinds] for lay in lays]
-    assert len(layer_tp._CHARGES.of(job)) < sum(map(len, warm))  # the memo is shared
+    assert len(layer_tp.TP_CHARGES.of(job)) < sum(map(len, warm))  # the memo is shared
     for lay, layers in zip(lays, warm, strict=True):
         for k, warm_layer in zip(job.arch.kinds, layers, strict=True):
-            layer_tp._CHARGES.clear()
+            layer_tp.TP_CHARGES.clear()
             assert layer_time.layer_time(job, lay, gpu, k) == warm_layer, (lay.describe(), k)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_layer_cores_read_from_the_memo_are_computed_afresh(name: str) -> None:
+    """Every layer time with its core (`layer_time._core`) from a memo filled by every layout
+    first (the layouts share cores across their recompute and TP overlap, and their CP and EP
+    traffic per forward pass) equals the layer time computed without the memo, field for
+    field."""
+    job, lays = problem_layouts(name)
+    lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))  # as `stage_time` asks
+    JobMemo.forget_all()
+    gpu = gpu_of(job)
+    cores = layer_time.LAYER_CORES.of(job)
+    kinds = job.arch.kinds
+    warm = [[layer_time.layer_time(job, lay, gpu, k, cores) for k in kinds] for lay in lays]
+    assert len(cores) < sum(map(len, warm))  # the cores are shared
+    for lay, layers in zip(lays, warm, strict=True):
+        assert [layer_time.layer_time(job, lay, gpu, k) for k in kinds] == layers, lay.describe()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -87,9 +105,10 @@ def test_layout_times_read_from_the_memo_are_computed_afresh(name: str) -> None:
         assert stage_time.layout_times(job, lay) is t
 
 
-def test_clearing_the_layer_times_clears_the_layout_times() -> None:
+def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
     """A caller that clears LAYER_TIMES to recompute them (benchmarks/fit_constants.py after
-    setting a constant) never reads a `LayoutTimes` made of the old ones."""
+    setting a constant) never reads a `LayoutTimes`, layer core or TP charge made with the old
+    ones."""
     job, lays = problem_layouts("mixtral-expert-tp")
     before = stage_time.layout_times(job, lays[0])
     e = layer_time.ATTENTION_EFFICIENCY
@@ -102,6 +121,9 @@ def test_clearing_the_layer_times_clears_the_layout_times() -> None:
         stage_time.LAYER_TIMES.clear()
     assert slower.dense.fwd > before.dense.fwd
     assert stage_time.layout_times(job, lays[0]) == before
+    for memo in (stage_time.LAYOUT_TIMES, layer_time.LAYER_CORES, layer_tp.TP_CHARGES):
+        stage_time.LAYER_TIMES.clear()
+        assert not memo.of(job)
 
 
 @pytest.mark.parametrize("name", NAMES)
