@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
@@ -266,14 +267,18 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     t = layout_times(job, lay)
     share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
 
-    def stage(rank: int, chunks: Chunks) -> float:
+    def mix(rank: int, chunks: Chunks) -> tuple[float, float, float, float, float]:
         mix, heads = rank_mix(job, lay, rank, chunks, t)
         c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
         tp = min(tp, sum(n * k.tp_plain for k, n in mix))
-        ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share, ep_s)
-        return c + heads * t.out + rec + tp + cp + ep_e
+        return c + heads * t.out + rec + tp + cp, c, rec, ep, ep_s
 
-    return t.m, _rank_values(job, lay, t, stage)
+    def stage(rank: int, sums: tuple[float, float, float, float, float]) -> float:
+        before, c, rec, ep, ep_s = sums
+        ep_e, _ = ep_exposed(lay, rank, t.m, ep, c + rec, share, ep_s)
+        return before + ep_e
+
+    return t.m, _rank_values(job, lay, t, mix, stage)
 
 
 def variant_bound(job: Job, layout: Layout) -> float | None:
@@ -306,34 +311,46 @@ def rank_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     t = layout_times(job, layout)
     share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
 
-    def stage(rank: int, chunks: Chunks) -> float:
+    def mix(rank: int, chunks: Chunks) -> tuple[float, float, float, float, float, float]:
         mix, heads = rank_mix(job, layout, rank, chunks, t)
         c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
-        ep_e, _ = ep_exposed(layout, rank, t.m, ep, c + rec, share, ep_s)
         off = offload_exposed(job, layout, chunks, t)
-        return c + heads * t.out + rec + tp + cp + ep_e + off
+        return c + heads * t.out + rec + tp + cp, c, rec, ep, ep_s, off
 
-    return t.m, _rank_values(job, layout, t, stage)
+    def stage(rank: int, sums: tuple[float, float, float, float, float, float]) -> float:
+        before, c, rec, ep, ep_s, off = sums
+        ep_e, _ = ep_exposed(layout, rank, t.m, ep, c + rec, share, ep_s)
+        return before + ep_e + off
+
+    return t.m, _rank_values(job, layout, t, mix, stage)
 
 
 _GROUPS: dict[tuple[object, ...], tuple[ModelArch, tuple[list[int], list[int]]]] = {}
+_Sums = TypeVar("_Sums")
 
 
 def _rank_values(
-    job: Job, lay: Layout, t: LayoutTimes, value: Callable[[int, Chunks], float]
+    job: Job,
+    lay: Layout,
+    t: LayoutTimes,
+    mix: Callable[[int, Chunks], _Sums],
+    value: Callable[[int, _Sums], float],
 ) -> list[float]:
-    """`value(rank, chunks)` of each pipeline rank, in rank order, computed once per group of
-    ranks that run the same mix (`_rank_groups`) and repeated for the others: the same list,
-    bit for bit, as one call per rank (tests/search/test_bound.py), so its max and its sum
-    are too. Where ranks differ by more than their mix (Megatron's EP overlap: a rank's unmerged
-    share; bf16 layers: where they fall in a rank's chunks), one call per rank."""
+    """`value(rank, mix(rank, chunks))` of each pipeline rank, in rank order: `mix`, what the
+    rank's value reads of its mix, computed once per group of ranks that run the same mix
+    (`_rank_groups`); `value` once per group too, and repeated for the others, but with
+    Megatron's EP overlap, where a rank's value reads its rank beyond its mix (its unmerged
+    share, `stage_time.ep_exposed`), once per rank on its group's mix. The same list, bit for
+    bit, as one call of each per rank (tests/search/test_stage_rungs.py), so its max and its sum
+    are too. With bf16 layers (where they fall in a rank's chunks) one call of each per rank."""
     chunks = lay.chunk_layers(job.arch.num_layers)
-    if lay.ep_comm_overlap or (
-        job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end)
-    ):
-        return [value(rank, c) for rank, c in enumerate(chunks)]
+    if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
+        return [value(rank, mix(rank, c)) for rank, c in enumerate(chunks)]
     firsts, group = _rank_groups(job, lay, t, chunks)
-    values = [value(rank, chunks[rank]) for rank in firsts]
+    mixes = [mix(rank, chunks[rank]) for rank in firsts]
+    if lay.ep_comm_overlap:
+        return [value(rank, mixes[g]) for rank, g in enumerate(group)]
+    values = [value(rank, sums) for rank, sums in zip(firsts, mixes, strict=True)]
     return [values[g] for g in group]
 
 

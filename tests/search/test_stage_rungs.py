@@ -1,9 +1,10 @@
 """planner.search.stage_rungs and the bounds it reads, each against its oracle:
 `bound.variant_bound` against the exact model (`cost.estimate`) on every rung and ZeRO stage of
-sampled bases; `bound._rank_values` (one value per group of ranks with the same mix) against one
-call per rank, bit for bit; `StageRungs.fastest` (rungs estimated in order of their bound, while
-they may be the fastest) against the plain minimum over every rung that fits, each estimated. The
-search's answers themselves: tests/search/test_top_k.py's brute force."""
+sampled bases; `bound._rank_values` (a rank's mix once per group of ranks with the same mix, its
+value once per group or, under the EP overlap, per rank) against one call per rank, bit for bit;
+`StageRungs.fastest` (rungs estimated in order of their bound, while they may be the fastest)
+against the plain minimum over every rung that fits, each estimated. The search's answers
+themselves: tests/search/test_top_k.py's brute force."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, memory
+from planner.model import comms, cost, memory
 from planner.model.stage_offload import offload_exposed
-from planner.model.stage_time import LayoutTimes, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import LayoutTimes, ep_exposed, layout_times, mix_sums, rank_mix
 from planner.search import bound as bounds
 from planner.search import rungs
 from planner.search import space as space_mod
@@ -92,8 +93,20 @@ def test_rank_values_are_one_call_per_rank(name: str) -> None:
                 terms = (c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s, off, heads * t.out)
                 return sum(x * 3.0**i for i, x in enumerate(terms))
 
-            per_rank = [value(r, c) for r, c in enumerate(lay.chunk_layers(job.arch.num_layers))]
-            assert bounds._rank_values(job, lay, t, value) == per_rank, lay.describe()
+            ranks = list(enumerate(lay.chunk_layers(job.arch.num_layers)))
+            per_rank = [value(r, c) for r, c in ranks]
+            got = bounds._rank_values(job, lay, t, value, lambda rank, v: v)
+            assert got == per_rank, lay.describe()
+            # a value that reads the rank beyond its mix (the EP overlap's unmerged share)
+            share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
+
+            def exposed(
+                rank: int, v: float, lay: Layout = lay, t: LayoutTimes = t, share: float = share
+            ) -> float:
+                return v + ep_exposed(lay, rank, t.m, v, v / 2, share, v / 4)[0]
+
+            per_rank = [exposed(r, value(r, c)) for r, c in ranks]
+            assert bounds._rank_values(job, lay, t, value, exposed) == per_rank, lay.describe()
 
 
 @pytest.mark.parametrize(
@@ -146,4 +159,4 @@ def test_rank_values_tell_block_recompute_apart() -> None:
 
     per_rank = [value(r, c) for r, c in enumerate(lay.chunk_layers(job.arch.num_layers))]
     assert per_rank[1] != per_rank[2]
-    assert bounds._rank_values(job, lay, t, value) == per_rank
+    assert bounds._rank_values(job, lay, t, value, lambda rank, v: v) == per_rank
