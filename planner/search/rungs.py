@@ -103,10 +103,26 @@ class Rung:
         )
 
     def without_tp_overlap(self) -> Rung:
-        return replace(self, tp_overlap=False)
+        return _overlap_twin(self, False)
 
     def with_tp_overlap(self) -> Rung:
-        return replace(self, tp_overlap=True)
+        return _overlap_twin(self, True)
+
+
+_TWINS: dict[tuple[Rung, bool], Rung] = {}
+"""Each rung with the base's TP overlap set either way, once made (rungs are values: the search
+asks for these twins on every memory estimate)."""
+
+
+def _overlap_twin(rung: Rung, on: bool) -> Rung:
+    """The rung with `tp_overlap` = `on` (`dataclasses.replace`, remembered)."""
+    key = (rung, on)
+    twin = _TWINS.get(key)
+    if twin is None:
+        if len(_TWINS) >= 1 << 12:
+            _TWINS.clear()
+        twin = _TWINS[key] = replace(rung, tp_overlap=on)
+    return twin
 
 
 NONE = Rung()

@@ -7,6 +7,7 @@ delayed FP8, core_attn pointless with flash attention)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from planner.inputs.layout import Layout
@@ -139,3 +140,16 @@ def test_fine_grained_offloading_rungs() -> None:
     # every one passes Megatron's offloading rules on the base
     base = Layout(tp=1, pp=2, dp=16)
     assert all(fine_offloading(ds, r.on(base)) is None for r in rungs.offloading(ds))
+
+
+def test_overlap_twins_are_the_rung_with_its_overlap_set() -> None:
+    """`Rung.with_tp_overlap` / `without_tp_overlap` (remembered) are `dataclasses.replace` of
+    the rung, asked twice (the second from the memo), for every rung of a base."""
+    j = job("deepseek-v3")
+    base = Layout(tp=2, pp=8, dp=2, ep=8, sequence_parallel=True, tp_comm_overlap=True)
+    every = rungs.every(j, base, ALL, True)
+    assert len(every) > 10
+    for _ in range(2):
+        for r in every:
+            assert r.without_tp_overlap() == replace(r, tp_overlap=False)
+            assert r.with_tp_overlap() == replace(r, tp_overlap=True)
