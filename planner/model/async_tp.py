@@ -29,6 +29,8 @@ peer-to-peer copies run on the copy engines instead of SMs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
@@ -43,7 +45,7 @@ def hidden_share(c: float, g: float, tp: int) -> float:
 
 
 def row_parallel_windows(
-    arch: ModelArch, times: list[float], moe: bool | LayerKind
+    arch: ModelArch, times: Sequence[float], moe: bool | LayerKind
 ) -> tuple[float, ...]:
     """Seconds of each block's row-parallel forward GEMM (the attention's output projection, a
     Mamba mixer's out_proj, fc2; `gemm_shapes.gemm_blocks`), for a layer of a kind (or a transformer

@@ -7,6 +7,8 @@ step's FLOPs from them; `planner.model.layer_time` times them on the roofline.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model import mamba
@@ -180,7 +182,7 @@ def linear_gemms(
 
 
 def _titan_mms(
-    arch: ModelArch, gemms: list[tuple[float, float, float, float]], tp: int, kind: LayerKind
+    arch: ModelArch, gemms: Sequence[tuple[float, float, float, float]], tp: int, kind: LayerKind
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """A torchtitan layer's forward matmuls, from its `linear_gemms`, each as (output elements,
     FLOPs), in two lists: those its per-op checkpointing counts one by one, in the order they run
@@ -190,7 +192,7 @@ def _titan_mms(
     shared experts, a latent MoE's projections)."""
     n_mixer = _mixer_gemms(arch, kind)
     n_dense = 2 if kind.ffn == "dense" else 0
-    counted = gemms[: n_mixer + n_dense]
+    counted = list(gemms[: n_mixer + n_dense])
     if kind.mixer == "attention" and not arch.multi_latent_attention:  # split QKV
         (m, k, _, _), kv = counted[0], kv_heads(arch, tp) * arch.head_dim
         q = arch.num_attention_heads * arch.head_dim / tp
@@ -205,7 +207,7 @@ def _titan_mms(
 
 def per_op_split(
     arch: ModelArch,
-    gemms: list[tuple[float, float, float, float]],
+    gemms: Sequence[tuple[float, float, float, float]],
     tp: int,
     moe: bool | LayerKind,
 ) -> tuple[float, float, float]:

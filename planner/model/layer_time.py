@@ -103,7 +103,7 @@ Megatron-Core H100 rows of published_runs.yaml and one hash fold of the dense ML
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from planner.inputs.hybrid import LayerKind, layer_kind
@@ -259,15 +259,21 @@ _UNREAD: dict[str, object] = {
 `_core_key` sets them to."""
 
 
+_CORE_READ = tuple(f.name for f in fields(Layout) if f.name not in _UNREAD)
+
+
 def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
-    """What `_core` (and `layer_traffic.traffic` on it) reads besides the job: the layout
-    without the `_UNREAD` fields, the GPU, the kind, and the constants of this module and of the
-    collectives read at call time (a calibration or a test that sets one never reads a core
-    computed under another; LAYER_TIMES.clear() clears the memo too)."""
+    """What `_core` (and `layer_traffic.traffic` on it) reads besides the job, as one flat tuple
+    of plain values (the memo holds thousands, which the garbage collector then need not walk):
+    the layout's fields but the `_UNREAD` ones (`_CORE_READ`, in field order), the GPU's and the
+    kind's fields (both dataclasses compared field by field), and the constants of this module
+    and of the collectives read at call time (a calibration or a test that sets one never reads
+    a core computed under another; LAYER_TIMES.clear() clears the memo too)."""
+    d = lay.__dict__
     return (
-        lay.with_(**_UNREAD),
-        gpu,
-        kind,
+        *[d[f] for f in _CORE_READ],
+        *gpu.__dict__.values(),
+        *kind.__dict__.values(),
         ATTENTION_EFFICIENCY,
         ELEMENTWISE_PASSES,
         KERNEL_MIN_S,
@@ -301,11 +307,11 @@ def layer_time(
         key = _core_key(lay, gpu, kind)
         got = cores.get(key)
         c = got if got is not None else cores.setdefault(key, _core(job, lay, gpu, kind))
-    lin, t, load, gemm_fwd, perm = c.lin, c.t, c.load, c.gemm_fwd, c.perm
-    shapes, parts, times, casts = lin.shapes, lin.parts, lin.times, lin.casts
+    t, load, gemm_fwd, perm = c.t, c.load, c.gemm_fwd, c.perm
+    shapes, parts, times, casts = c.shapes, c.parts, c.times, c.casts
     attn_fwd, streamed = c.attn_fwd, c.streamed
     tp = lay.tp
-    out = Layer(fwd=c.fwd, bwd=c.bwd, weight_cast=lin.weight_cast, offload=c.offload)
+    out = Layer(fwd=c.fwd, bwd=c.bwd, weight_cast=c.weight_cast, offload=c.offload)
     policy = job.recompute_policy(lay.recompute)
     modules: tuple[str, ...] = lay.recompute_modules if policy == "core_attn" else ()
     if policy == "full":
@@ -385,8 +391,9 @@ def _core(job: Job, lay: Layout, gpu: Gpu, kind: LayerKind) -> LayerCore:
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
     bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     offload = act_bytes / host_link_bandwidth(job)
+    gemms = (tuple(shapes), lin.parts, tuple(times), tuple(casts), lin.weight_cast)
     return LayerCore(
-        lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
+        *gemms, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
     )
 
 

@@ -7,6 +7,8 @@ the overlap pays). `planner.model.layer_time` times the layer's compute and call
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
@@ -16,7 +18,7 @@ from planner.model import async_tp, comms, gemm_shapes, tp_overlap
 from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
 
-_Gemms = tuple[list[tuple[float, float, float, float]], list[float]]
+_Gemms = tuple[Sequence[tuple[float, float, float, float]], Sequence[float]]
 _Charges = tuple[float, float, float, float]
 
 TP_CHARGES: JobMemo[tuple[object, ...], _Charges] = JobMemo()
@@ -152,7 +154,7 @@ def latents_gathered(job: Job, kind: LayerKind) -> bool:
 
 
 def _mla_windows(
-    arch: ModelArch, times: list[float], kind: LayerKind, windows: tuple[float, ...]
+    arch: ModelArch, times: Sequence[float], kind: LayerKind, windows: tuple[float, ...]
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The blocks' windows and gathered widths with the attention block's (the first) as
     Megatron's MLA has them: the latents' width over h (`gemm_shapes.mla_gathered_width`), under the
@@ -191,8 +193,8 @@ def _kept(windows: tuple[float, ...], keep: tuple[bool, ...]) -> tuple[float, ..
 
 def column_parallel_windows(
     arch: ModelArch,
-    shapes: list[tuple[float, float, float, float]],
-    times: list[float],
+    shapes: Sequence[tuple[float, float, float, float]],
+    times: Sequence[float],
     moe: bool | LayerKind,
 ) -> tuple[float, ...]:
     """Seconds of each block's column-parallel forward GEMMs (those reading the h-wide layer

@@ -12,7 +12,6 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cp_time, dispatch, mamba
-from planner.model.linear_time import LinearTimes
 
 
 @dataclass(frozen=True)
@@ -22,7 +21,13 @@ class LayerCore:
     (with the router), the core attention's forward and backward, the streamed (HBM-bound)
     work, the token permutations, and the layer's forward, backward and offload seconds."""
 
-    lin: LinearTimes
+    shapes: tuple[tuple[float, float, float, float], ...]
+    """The linear GEMMs' (M, K, N, count), parts, forward seconds and quantisation seconds
+    (`linear_time.linear_times`, as tuples)."""
+    parts: tuple[str, ...]
+    times: tuple[float, ...]
+    casts: tuple[float, ...]
+    weight_cast: float
     t: float
     load: float
     gemm_fwd: float
@@ -52,7 +57,7 @@ def traffic(
         return hit
     arch, tp, t = job.arch, lay.tp, c.t
     if what == "ep":
-        shared = [x for x, p in zip(c.lin.times, c.lin.parts, strict=True) if p == "shared"]
+        shared = [x for x, p in zip(c.times, c.parts, strict=True) if p == "shared"]
         got = dispatch.layer_dispatch(job, lay, t, c.load, n, shared, c.grads)
     elif kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)

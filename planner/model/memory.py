@@ -28,7 +28,7 @@ fragmentation (FRAGMENTATION) is on activations and transient buffers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -194,17 +194,26 @@ def stage_memory(
     )
 
 
-_ACTIVATIONS: JobMemo[tuple[Layout, int], float] = JobMemo()
+_ACTIVATIONS: JobMemo[tuple[object, ...], float] = JobMemo()
 """`stage_activations` per job, layout (`_activations_key`) and rank: the search estimates the
 memory of each ZeRO stage, and of each rung with and without the TP overlap, on the same
 activations."""
 
+_ACTIVATIONS_READ = tuple(
+    f.name for f in fields(Layout) if f.name not in ("zero_stage", "tp_comm_overlap")
+)
+"""The layout fields the activations read: neither `shard` (with `per_layer`) nor
+`stage_activations` reads the ZeRO stage or the TP overlap (the states and the userbuffers are
+`_state`'s and `buffers.fixed_bytes`')."""
 
-def _activations_key(layout: Layout) -> Layout:
-    """The layout as the activations see it: neither `shard` (with `per_layer`) nor
-    `stage_activations` reads the ZeRO stage or the TP overlap (the states and the userbuffers
-    are `_state`'s and `buffers.fixed_bytes`')."""
-    return layout.with_(zero_stage=0, tp_comm_overlap=False)
+
+def _activations_key(layout: Layout, rank: int) -> tuple[object, ...]:
+    """The values of the fields the activations read (`_ACTIVATIONS_READ`, in field order) and
+    the rank: two layouts have equal keys exactly when they differ at most in the fields not
+    read. A flat tuple of plain values (no layout object: the memo holds thousands, which the
+    garbage collector then need not walk)."""
+    d = layout.__dict__
+    return (*[d[f] for f in _ACTIVATIONS_READ], rank)
 
 
 def _activations(
@@ -214,7 +223,7 @@ def _activations(
     hold the job's bf16 layers, remembered (`_ACTIVATIONS`: the rank's chunks are the layout's
     split's, in the key). `sh` and `per` where the caller has them (`shard`, `per_layer`)."""
     memo = _ACTIVATIONS.of(job)
-    key = (_activations_key(layout), rank)
+    key = _activations_key(layout, rank)
     acts = memo.get(key)
     if acts is None:
         sh = sh or shard(job, layout)

@@ -8,6 +8,7 @@ the GPU's achieved HBM bandwidth. `layer_time` sums the modules a layout names i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.inputs.hybrid import LayerKind, layer_kind
@@ -22,9 +23,9 @@ class Pieces:
     """One layer's forward pieces that selective recompute re-runs."""
 
     parts: tuple[str, ...]
-    times: list[float]
+    times: Sequence[float]
     """Forward seconds of each linear GEMM (`gemm_shapes.linear_gemm_parts` order)."""
-    casts: list[float]
+    casts: Sequence[float]
     """FP8 quantisation seconds of each GEMM's input and output gradient (fwd + bwd)."""
     attn_fwd: float
     tokens: float

@@ -131,34 +131,11 @@ class LayoutTimes:
         return self.layers[0]
 
 
-LAYOUT_TIMES: JobMemo[tuple[object, ...], LayoutTimes] = JobMemo()
-"""`layout_times` per job and `_layout_key`, cleared with LAYER_TIMES (its values are made of
-those): the search asks for the same layout's times from its bounds, its estimate and the
-stage's other ZeRO stages."""
-LAYER_TIMES.clears(LAYOUT_TIMES, LAYER_CORES, TP_CHARGES)  # the layer times' own memos too
-
-
-def _layout_key(lay: Layout) -> tuple[object, ...]:
-    """What `_layout_times` reads of a layout: the layer times' fields (`_memo_key`), dp (the
-    micro-batches, with the micro-batch size in `_memo_key`; and the per-rank checks of a test
-    job's layer times), the recompute method (block recompute's plain layers) and the split (the
-    MTP rank)."""
-    return (_memo_key(lay), lay.dp, lay.recompute_method, lay.split_key())
+LAYER_TIMES.clears(LAYER_CORES, TP_CHARGES)  # the memos made with the layer times
 
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
-    """The `LayoutTimes` of a layout (its layer times from the memo), remembered
-    (`LAYOUT_TIMES`)."""
-    memo = LAYOUT_TIMES.of(job)
-    key = _layout_key(lay)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _layout_times(job, lay)
-    return hit
-
-
-def _layout_times(job: Job, lay: Layout) -> LayoutTimes:
-    """`layout_times`, computed."""
+    """The `LayoutTimes` of a layout (its layer times from the memo)."""
     gpu, m, layers, out_layer = _times(job, lay)
     plain = layers
     if lay.recompute == "full" and lay.recompute_method == "block":
@@ -174,10 +151,14 @@ def _layout_times(job: Job, lay: Layout) -> LayoutTimes:
     return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
 
 
+_NO_ENCODER = EncoderTime()
+"""A job without an encoder's (frozen: one for every layout)."""
+
+
 def _encoder(job: Job, lay: Layout) -> EncoderTime:
     """The layout's vision (or T5) encoder time, once per job and layer key (ENCODER_TIMES)."""
     if job.vision_encoder is None and job.t5_encoder is None:
-        return EncoderTime()
+        return _NO_ENCODER
     memo = ENCODER_TIMES.of(job)
     key = _memo_key(lay)
     if key not in memo:

@@ -1,6 +1,7 @@
 """The layer-time memos' keys, each against its uncached computation: a layer's TP charges
-(`layer_tp.tp_charges`, shared by layouts that differ only in their experts), a layout's
-`LayoutTimes` (`stage_time.layout_times`), a process group's placement (`comms.place`) and a
+(`layer_tp.tp_charges`, shared by layouts that differ only in their experts), a layer's core
+(`layer_time._core`, shared by layouts that differ only in their recompute and TP overlap), a
+process group's placement (`comms.place`) and a
 model's GEMM parts and blocks (`gemm_shapes`). Each memo is first filled with every layout of the
 problem, so a key that left out something its value reads would return another layout's value;
 then each value is checked bit for bit against the function computed afresh."""
@@ -93,22 +94,9 @@ def test_layer_cores_read_from_the_memo_are_computed_afresh(name: str) -> None:
         assert [layer_time.layer_time(job, lay, gpu, k) for k in kinds] == layers, lay.describe()
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_layout_times_read_from_the_memo_are_computed_afresh(name: str) -> None:
-    """`layout_times` (memoised, filled by every layout first) equals `_layout_times` of the
-    same layout, which reads only the layer-time memos."""
-    job, lays = problem_layouts(name)
-    JobMemo.forget_all()
-    warm = [stage_time.layout_times(job, lay) for lay in lays]
-    for lay, t in zip(lays, warm, strict=True):
-        assert stage_time._layout_times(job, lay) == t, lay.describe()
-        assert stage_time.layout_times(job, lay) is t
-
-
 def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
     """A caller that clears LAYER_TIMES to recompute them (benchmarks/fit_constants.py after
-    setting a constant) never reads a `LayoutTimes`, layer core or TP charge made with the old
-    ones."""
+    setting a constant) never reads a layer core or TP charge made with the old ones."""
     job, lays = problem_layouts("mixtral-expert-tp")
     before = stage_time.layout_times(job, lays[0])
     e = layer_time.ATTENTION_EFFICIENCY
@@ -121,7 +109,7 @@ def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
         stage_time.LAYER_TIMES.clear()
     assert slower.dense.fwd > before.dense.fwd
     assert stage_time.layout_times(job, lays[0]) == before
-    for memo in (stage_time.LAYOUT_TIMES, layer_time.LAYER_CORES, layer_tp.TP_CHARGES):
+    for memo in (layer_time.LAYER_CORES, layer_tp.TP_CHARGES):
         stage_time.LAYER_TIMES.clear()
         assert not memo.of(job)
 
