@@ -28,6 +28,7 @@ fragmentation (FRAGMENTATION) is on activations and transient buffers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from planner.inputs.layout import Layout
@@ -171,13 +172,14 @@ def stage_memory(
     sh: Shard | None = None,
     per: PerLayer | None = None,
     fixed: tuple[float, float] | None = None,
+    shards: Callable[[], tuple[Shard, PerLayer]] | None = None,
 ) -> StageMemory:
     """Bytes on one GPU of pipeline rank `rank`, whose decoder layers are `chunks` (one range per
     virtual chunk, `Layout.chunk_layers`). `sh`, `per` (`shard` and `per_layer` of the layout)
     and `fixed` (`buffers.fixed_bytes`, the same on every rank) where the caller has them
-    already."""
+    already; `shards`, where it makes `sh` and `per` once for every rank when first asked."""
     weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
-    acts = _activations(job, layout, rank, chunks, sh, per) * ACTIVATION_SCALE
+    acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
@@ -217,15 +219,24 @@ def _activations_key(layout: Layout, rank: int) -> tuple[object, ...]:
 
 
 def _activations(
-    job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shard | None, per: PerLayer | None
+    job: Job,
+    layout: Layout,
+    rank: int,
+    chunks: Chunks,
+    known: tuple[Shard | None, PerLayer | None],
+    shards: Callable[[], tuple[Shard, PerLayer]] | None,
 ) -> float:
     """`stage_activations` of rank `rank` (`chunks`), with 16-bit linear inputs where its chunks
     hold the job's bf16 layers, remembered (`_ACTIVATIONS`: the rank's chunks are the layout's
-    split's, in the key). `sh` and `per` where the caller has them (`shard`, `per_layer`)."""
+    split's, in the key). `known`: the layout's `shard` and `per_layer` where the caller has
+    them, else `shards` makes them (once for the caller's ranks), else they are made here."""
     memo = _ACTIVATIONS.of(job)
     key = _activations_key(layout, rank)
     acts = memo.get(key)
     if acts is None:
+        sh, per = known
+        if sh is None and shards is not None:
+            sh, per = shards()
         sh = sh or shard(job, layout)
         per = per or per_layer(job.arch, sh)
         if sh.quantised and bf16_ranges(job, chunks):  # 16-bit linear inputs (bf16_layers)
@@ -368,7 +379,17 @@ def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -
     chunks = layout.chunk_layers(job.arch.num_layers)
     ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
     fixed = buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
-    stages = tuple(stage_memory(job, layout, r, chunks[r], fixed=fixed) for r in ranks)
+    made: list[tuple[Shard, PerLayer]] = []
+
+    def shards() -> tuple[Shard, PerLayer]:  # once, where some rank's activations are not known
+        if not made:
+            sh = shard(job, layout)
+            made.append((sh, per_layer(job.arch, sh)))
+        return made[0]
+
+    stages = tuple(
+        stage_memory(job, layout, r, chunks[r], fixed=fixed, shards=shards) for r in ranks
+    )
     physical = job.cluster.capacity_bytes
     return MemoryReport(
         stages=stages,
