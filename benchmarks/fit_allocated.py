@@ -15,7 +15,7 @@ per node; 8 where no recipe names the case, one node as `_run_training.sh` launc
 The measurements come from the last rank (the last pipeline stage).
 
 1. The fit. `mem-allocated-bytes` after a step (the last recorded value) is what stays allocated
-   between steps: model states, FP8 caches, workspaces (`memory.persistent_bytes`). Its one
+   between steps: model states, FP8 caches, workspaces (`rank_states.persistent_bytes`). Its one
    unknown is buffers.TORCH_WORKSPACE_BYTES (PyTorch's cuBLAS workspaces, Megatron's gather
    buffer, RNG states): the median over the rows of measured - predicted-without-it. The median,
    not the mean: a few rows carry state the reader does not see (several distributed-optimizer
@@ -42,7 +42,7 @@ from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.units import GIB
-from planner.model import buffers, memory
+from planner.model import buffers, memory, rank_states
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron_functional_tests"
 GPU = {"A100": "a100-sxm-80gb", "H100": "h100-sxm-80gb", "GB200": "gb200-nvl72"}
@@ -112,7 +112,7 @@ def fit_workspace(rows: list[Row], show: bool) -> float:
         if r.after_step is None:
             continue
         job, lay = r.plan.job, r.plan.require_layout()
-        rest = memory.persistent_bytes(job, lay, lay.pp - 1) - buffers.TORCH_WORKSPACE_BYTES
+        rest = rank_states.persistent_bytes(job, lay, lay.pp - 1) - buffers.TORCH_WORKSPACE_BYTES
         residuals.append((r.after_step - rest, r))
     residuals.sort(key=lambda x: x[0])
     if show:

@@ -13,7 +13,7 @@ rest. The distributed optimizer shards the fp32 master weights and Adam's two mo
 per parameter) over dp (the experts' over the expert-dp ranks), so what stays allocated between
 steps on the last pipeline stage (the golden file's mem-allocated-bytes, logged by the last
 rank) falls with dp: for Mixtral 8x7B at tp 2 pp 4 ep 4, 29.7 / 20.8 / 16.4 / 14.2 GiB at dp 4 /
-8 / 16 / 32. For each dp of DP_CANDIDATES whose plan planner reads, `memory.persistent_bytes`
+8 / 16 / 32. For each dp of DP_CANDIDATES whose plan planner reads, `rank_states.persistent_bytes`
 of the last stage (the memory model's own, fitted on other rows: benchmarks/fit_allocated.py)
 against the measured value; the count is the best candidate's when its |log(predicted /
 measured)| is at most MATCH and every other candidate's at least SEPARATION and twice the best's.
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.functional_platforms import GPU_OF_PLATFORM, golden_target
 from benchmarks.functional_tests import DATA, Verdict, command_line, evaluate, load_cases
 from planner.inputs.plan import Job
-from planner.model import flops, memory
+from planner.model import flops, rank_states
 
 DP_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 """Data-parallel sizes tried: the powers of two and their 1.5x up to 512."""
@@ -97,7 +97,7 @@ def candidates(words: list[str], gpu: str, name: str) -> list[tuple[int, float]]
         if v.plan is None or v.plan.require_layout().dp != dp:
             continue
         job, lay = v.plan.job, v.plan.require_layout()
-        out.append((job.cluster.num_gpus, memory.persistent_bytes(job, lay, lay.pp - 1)))
+        out.append((job.cluster.num_gpus, rank_states.persistent_bytes(job, lay, lay.pp - 1)))
     return out
 
 

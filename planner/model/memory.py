@@ -37,15 +37,9 @@ from planner.model import buffers, fsdp2, pools
 from planner.model.activations import BF16, Shard
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
-from planner.model.optimizer_states import muon_optimizer_bytes
+from planner.model.rank_states import rank_state
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
-from planner.model.stage_params import (
-    decoder_params,
-    output_params,
-    quantised_params,
-    stage_params,
-)
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
 NCCL_BYTES_PER_GROUP = buffers.NCCL_BYTES_PER_GROUP
@@ -147,23 +141,6 @@ class MemoryReport:
         return st.total - self.room(st)
 
 
-def state_bytes_per_param(
-    zero_stage: int,
-    grad_bytes: float,
-    shard_group: int,
-    optimizer_bytes: float = 12.0,
-    weight_bytes: float = 2.0,
-) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter: weight_bytes (2 in bf16), grad_bytes of
-    gradient (4 fp32 main_grad, 2 bf16) and optimizer_bytes of fp32 master + Adam m, v (12; 8
-    with bf16 moments); ZeRO stage z shards the optimizer (z >= 1), the gradients (z >= 2) and
-    the weights (z = 3) over shard_group ranks."""
-    weights = weight_bytes / shard_group if zero_stage >= 3 else weight_bytes
-    grads = grad_bytes / shard_group if zero_stage >= 2 else grad_bytes
-    optim = optimizer_bytes / shard_group if zero_stage >= 1 else optimizer_bytes
-    return weights, grads, optim
-
-
 def stage_memory(
     job: Job,
     layout: Layout,
@@ -178,7 +155,7 @@ def stage_memory(
     virtual chunk, `Layout.chunk_layers`). `sh`, `per` (`shard` and `per_layer` of the layout)
     and `fixed` (`buffers.fixed_bytes`, the same on every rank) where the caller has them
     already; `shards`, where it makes `sh` and `per` once for every rank when first asked."""
-    weights, grads, optimizer, cache, transient = _state(job, layout, rank, chunks)
+    weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
@@ -246,73 +223,6 @@ def _activations(
     return acts
 
 
-_State = tuple[float, float, float, float, float]
-
-_STATES: JobMemo[tuple[object, ...], _State] = JobMemo()
-"""`_state` per job and per (degrees, split, ZeRO stage, rank): the search estimates the memory
-of dozens of memory savers on each layout, all with the same states."""
-
-
-def _state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
-    """(weights, grads, optimizer, FP8 weight caches, transient buffers) bytes on one GPU of
-    pipeline rank `rank`: all but the activations and fixed costs, so the same at every
-    micro-batch size, recompute policy, offloading, dispatcher and TP overlap."""
-    memo = _STATES.of(job)
-    lay = layout
-    key = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage, lay.split_key(), rank)
-    if key not in memo:
-        memo[key] = _state_of(job, layout, rank, chunks)
-    return memo[key]
-
-
-def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
-    dense, expert = stage_params(job, layout, rank, chunks)
-    fp8_dense, fp8_expert = quantised_params(job, layout, rank, chunks)
-    if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
-        vocab = job.arch.padded_vocab(layout.tp)
-        out = output_params(job.arch, vocab) / layout.tp if rank == layout.pp - 1 else 0.0
-        fp8 = (fp8_dense, fp8_expert)
-        return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
-    w8, cache8 = buffers.quantised_weight_bytes(job, layout)
-    z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
-    # each of Megatron's distributed-optimizer instances shards over its slice of the groups
-    n = job.optimizer_instances
-    dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
-    w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
-    w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
-    if n > 1 and z == 3 and job.outer_dp_sharding_strategy == "optim":
-        # Megatron-FSDP's HFSDP: the optimizer states shard over the instances too
-        o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)[2]
-        o_e = state_bytes_per_param(z, g, layout.expert_dp, opt)[2]
-    w8_d = state_bytes_per_param(z, g, dense_dp, opt, w8)[0]
-    w8_e = state_bytes_per_param(z, g, expert_dp, opt, w8)[0]
-    weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d
-    weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
-    cache = cache8 * (fp8_dense + fp8_expert)
-    if rank == layout.pp - 1:
-        cache += buffers.output_proj_cache_bytes(job, layout)
-    transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
-    optimizer = dense * o_d + expert * o_e
-    if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
-        return (weights, 0.0, 0.0, cache, transient)
-    if job.optimizer == "muon":
-        decoder = decoder_params(job, layout, chunks)
-        words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
-        largest = min(dense - decoder[0], words)  # its embedding or output layer, if any
-        shards = (dense_dp, expert_dp)
-        optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
-    return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
-
-
-def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:
-    """What stays allocated on a GPU of pipeline rank `rank` between steps (what
-    torch.cuda.memory_allocated() reads after one): weights, gradient buffers, optimizer states,
-    FP8 weight caches and the persistent workspaces."""
-    chunks = layout.chunk_layers(job.arch.num_layers)[rank]
-    weights, grads, optimizer, cache, _ = _state(job, layout, rank, chunks)
-    return weights + grads + optimizer + cache + buffers.workspace_bytes(job, layout)
-
-
 _PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()
 
 
@@ -349,7 +259,7 @@ def state_floor(job: Job, layout: Layout) -> float:
     fixed = buffers.workspace_bytes(job, lean) + buffers.context_bytes(lean)
     return max(
         (
-            sum(_state(job, layout, r, ranks[r])) + fixed
+            sum(rank_state(job, layout, r, ranks[r])) + fixed
             for r in _peak_candidates(job, layout, ranks)
         ),
         default=0.0,

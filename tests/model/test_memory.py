@@ -19,7 +19,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import memory
+from planner.model import memory, rank_states
 from planner.model.activations import Shard
 from planner.model.stage_activations import in_flight, shard
 
@@ -33,15 +33,15 @@ GB = 1e9
     [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
 )
 def test_zero_paper_example(stage: int, expected_gb: float) -> None:
-    w, g, o = memory.state_bytes_per_param(stage, grad_bytes=2.0, shard_group=64)
+    w, g, o = rank_states.state_bytes_per_param(stage, grad_bytes=2.0, shard_group=64)
     assert (w + g + o) * 7.5e9 / GB == pytest.approx(expected_gb, abs=0.05)
 
 
 def test_megatron_distributed_optimizer_bytes() -> None:
     # docs/user-guide/features/dist_optimizer.md: bf16 params + fp32 grads: 18 bytes without,
     # 6 + 12/d with the distributed optimizer.
-    assert sum(memory.state_bytes_per_param(0, 4.0, 8)) == 18
-    assert sum(memory.state_bytes_per_param(1, 4.0, 8)) == pytest.approx(6 + 12 / 8)
+    assert sum(rank_states.state_bytes_per_param(0, 4.0, 8)) == 18
+    assert sum(rank_states.state_bytes_per_param(1, 4.0, 8)) == pytest.approx(6 + 12 / 8)
 
 
 def test_bf16_adam_moments_shrink_the_optimizer() -> None:
@@ -50,7 +50,7 @@ def test_bf16_adam_moments_shrink_the_optimizer() -> None:
     # 7.5 x (2 + 2 + 8/64) = 30.94 GB (31.4 with K = 12).
     j = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 64, optimizer_state_dtype="bf16")
     assert j.optimizer_bytes == 8.0
-    w, g, o = memory.state_bytes_per_param(1, 2.0, 64, j.optimizer_bytes)
+    w, g, o = rank_states.state_bytes_per_param(1, 2.0, 64, j.optimizer_bytes)
     assert (w + g + o) * 7.5e9 / GB == pytest.approx(30.94, abs=0.01)
 
 

@@ -19,7 +19,7 @@ from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.units import GIB
 from planner.model import activations as act
-from planner.model import buffers, memory, params
+from planner.model import buffers, memory, params, rank_states
 from planner.model.activations import Shard
 from planner.model.routing_load import memory_load
 from planner.model.stage_activations import per_layer, shard, stage_activations
@@ -209,7 +209,7 @@ def test_allocated_leaves_out_what_pytorch_does_not_allocate() -> None:
     assert st.allocated == pytest.approx(
         st.weights + st.grads + st.optimizer + acts + buffers.workspace_bytes(j, lay)
     )
-    persistent = memory.persistent_bytes(j, lay, 0)
+    persistent = rank_states.persistent_bytes(j, lay, 0)
     assert persistent == pytest.approx(
         st.weights + st.grads + st.optimizer + buffers.workspace_bytes(j, lay)
     )

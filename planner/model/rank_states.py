@@ -1,0 +1,105 @@
+"""What a GPU of one pipeline rank keeps besides activations and fixed buffers: its weights,
+gradient buffers and optimizer states under the layout's ZeRO stage (Megatron's distributed
+optimizer, Megatron-FSDP, or torchtitan's FSDP2, `planner.model.fsdp2`), its FP8 weight caches
+and its transient buffers; the same at every micro-batch size, recompute policy, offloading,
+dispatcher and TP overlap, so remembered per job and rank (`rank_state`).
+`planner.model.memory` adds the activations and the fixed costs."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import buffers, fsdp2
+from planner.model.job_memo import JobMemo
+from planner.model.optimizer_states import muon_optimizer_bytes
+from planner.model.schedule import Chunks, layer_count
+from planner.model.stage_params import (
+    decoder_params,
+    output_params,
+    quantised_params,
+    stage_params,
+)
+
+
+def state_bytes_per_param(
+    zero_stage: int,
+    grad_bytes: float,
+    shard_group: int,
+    optimizer_bytes: float = 12.0,
+    weight_bytes: float = 2.0,
+) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per parameter: weight_bytes (2 in bf16), grad_bytes of
+    gradient (4 fp32 main_grad, 2 bf16) and optimizer_bytes of fp32 master + Adam m, v (12; 8
+    with bf16 moments); ZeRO stage z shards the optimizer (z >= 1), the gradients (z >= 2) and
+    the weights (z = 3) over shard_group ranks."""
+    weights = weight_bytes / shard_group if zero_stage >= 3 else weight_bytes
+    grads = grad_bytes / shard_group if zero_stage >= 2 else grad_bytes
+    optim = optimizer_bytes / shard_group if zero_stage >= 1 else optimizer_bytes
+    return weights, grads, optim
+
+
+_State = tuple[float, float, float, float, float]
+
+_STATES: JobMemo[tuple[object, ...], _State] = JobMemo()
+"""`rank_state` per job and per (degrees, split, ZeRO stage, rank): the search estimates the memory
+of dozens of memory savers on each layout, all with the same states."""
+
+
+def rank_state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
+    """(weights, grads, optimizer, FP8 weight caches, transient buffers) bytes on one GPU of
+    pipeline rank `rank`: all but the activations and fixed costs, so the same at every
+    micro-batch size, recompute policy, offloading, dispatcher and TP overlap."""
+    memo = _STATES.of(job)
+    lay = layout
+    key = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage, lay.split_key(), rank)
+    if key not in memo:
+        memo[key] = _state_of(job, layout, rank, chunks)
+    return memo[key]
+
+
+def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
+    dense, expert = stage_params(job, layout, rank, chunks)
+    fp8_dense, fp8_expert = quantised_params(job, layout, rank, chunks)
+    if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
+        vocab = job.arch.padded_vocab(layout.tp)
+        out = output_params(job.arch, vocab) / layout.tp if rank == layout.pp - 1 else 0.0
+        fp8 = (fp8_dense, fp8_expert)
+        return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
+    w8, cache8 = buffers.quantised_weight_bytes(job, layout)
+    z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
+    # each of Megatron's distributed-optimizer instances shards over its slice of the groups
+    n = job.optimizer_instances
+    dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
+    w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
+    w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
+    if n > 1 and z == 3 and job.outer_dp_sharding_strategy == "optim":
+        # Megatron-FSDP's HFSDP: the optimizer states shard over the instances too
+        o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)[2]
+        o_e = state_bytes_per_param(z, g, layout.expert_dp, opt)[2]
+    w8_d = state_bytes_per_param(z, g, dense_dp, opt, w8)[0]
+    w8_e = state_bytes_per_param(z, g, expert_dp, opt, w8)[0]
+    weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d
+    weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
+    cache = cache8 * (fp8_dense + fp8_expert)
+    if rank == layout.pp - 1:
+        cache += buffers.output_proj_cache_bytes(job, layout)
+    transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
+    optimizer = dense * o_d + expert * o_e
+    if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
+        return (weights, 0.0, 0.0, cache, transient)
+    if job.optimizer == "muon":
+        decoder = decoder_params(job, layout, chunks)
+        words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
+        largest = min(dense - decoder[0], words)  # its embedding or output layer, if any
+        shards = (dense_dp, expert_dp)
+        optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
+    return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
+
+
+def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:
+    """What stays allocated on a GPU of pipeline rank `rank` between steps (what
+    torch.cuda.memory_allocated() reads after one): weights, gradient buffers, optimizer states,
+    FP8 weight caches and the persistent workspaces."""
+    chunks = layout.chunk_layers(job.arch.num_layers)[rank]
+    weights, grads, optimizer, cache, _ = rank_state(job, layout, rank, chunks)
+    return weights + grads + optimizer + cache + buffers.workspace_bytes(job, layout)
