@@ -43,10 +43,11 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, layer_time, memory, params, stage_sync
+from planner.model import comms, cost, layer_time, params, stage_sync
 from planner.model.activations import BF16, FP32
 from planner.model.dp_sync import data_parallel_groups
 from planner.model.performance import Performance
+from planner.model.stage_params import stage_params
 
 DpSync = Literal["megatron", "fp32_after_backward"]
 """How the data-parallel replicas synchronise: Megatron's overlapped sync (what planner
@@ -242,7 +243,7 @@ def serial_dp_sync(job: Job, lay: Layout) -> tuple[float, float]:
     gpu = layer_time.gpu_of(job)
     best = (0.0, 0.0)
     for rank, layers in enumerate(lay.chunk_layers(job.arch.num_layers)):
-        dense, expert = memory.stage_params(job, lay, rank, layers)
+        dense, expert = stage_params(job, lay, rank, layers)
         exposed = 0.0
         for n_params, grp in zip((dense, expert), groups, strict=True):
             if n_params <= 0 or grp.size <= 1:

@@ -52,7 +52,7 @@ import numpy as np
 from benchmarks.hagemann import SPLITS, Assumptions, DpSync
 from benchmarks.runs import Case, load_hagemann
 from planner.model import performance
-from planner.model.memory import stage_params
+from planner.model.stage_params import stage_params
 
 
 def ranks(values: Sequence[float]) -> list[float]:

@@ -24,7 +24,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_resolve import resolve_cluster
 from planner.model import cost
-from planner.model.memory import stage_params
+from planner.model.stage_params import stage_params
 
 
 def test_spearman_matches_the_no_ties_formula() -> None:

@@ -434,7 +434,7 @@ def test_fp8_param_gather_gathers_the_decoder_weights_in_one_byte() -> None:
     untied 128,256 x 4,096 embedding and output layer, 1,050,673,152, stay bf16), so the
     all-gather moves 2 - 6.98 / 8.03 = 1.131 bytes a parameter with --fp8-param-gather, 2 without
     (hand arithmetic on the zoo shape)."""
-    from planner.model.memory import stage_params
+    from planner.model.stage_params import stage_params
 
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision="fp8")
     lay = Layout(tp=1, pp=1, dp=8)

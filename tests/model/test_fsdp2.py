@@ -11,6 +11,7 @@ from plan_text import plan_text, write
 
 from planner.inputs.plan import load_plan
 from planner.model import cost, fsdp2, memory
+from planner.model.stage_params import stage_params
 from planner.search.rules import check_plan
 
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
@@ -29,7 +30,7 @@ def test_pipelined_stage_keeps_parameters_and_fp32_gradients(tmp_path: Path) -> 
     # optimizer 8P/4 (AdamW moments)
     job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
     chunks = lay.chunk_layers(job.arch.num_layers)[1]
-    dense, expert = memory.stage_params(job, lay, 1, chunks)
+    dense, expert = stage_params(job, lay, 1, chunks)
     p = dense + expert
     st = memory.stage_memory(job, lay, 1, chunks)
     assert st.weights == pytest.approx(p + 2 * p)
@@ -42,7 +43,7 @@ def test_without_pipeline_only_shards_stay(tmp_path: Path) -> None:
     # forward to backward (2 bytes each); grads 4P/8; optimizer 8P/8
     job, lay = _plan(tmp_path, "[parallel]\nzero_stage = 3\n")
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
-    dense, _ = memory.stage_params(job, lay, 0, chunks)
+    dense, _ = stage_params(job, lay, 0, chunks)
     out = job.arch.padded_vocab(1) * job.arch.hidden_size
     st = memory.stage_memory(job, lay, 0, chunks)
     assert st.weights == pytest.approx(dense / 2 + 2 * out)
@@ -54,7 +55,7 @@ def test_never_keeps_parameters_gathered_even_without_pipeline(tmp_path: Path) -
     never = "\n[torchtitan]\nreshard_after_forward = 'never'\n"
     job, lay = _plan(tmp_path, "[parallel]\nzero_stage = 3\n", never)
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
-    dense, _ = memory.stage_params(job, lay, 0, chunks)
+    dense, _ = stage_params(job, lay, 0, chunks)
     assert memory.stage_memory(job, lay, 0, chunks).weights == pytest.approx(dense / 2 + 2 * dense)
 
 
@@ -67,7 +68,7 @@ def test_pipelining_costs_more_than_megatron_zero3_said(tmp_path: Path) -> None:
 
     megatron = memory.estimate(replace(job, framework="megatron", torchtitan=None), lay).peak
     chunks = lay.chunk_layers(job.arch.num_layers)[1]
-    p = sum(memory.stage_params(job, lay, 1, chunks))
+    p = sum(stage_params(job, lay, 1, chunks))
     assert titan - megatron > 5 * p
 
 

@@ -23,6 +23,7 @@ from planner.model import buffers, memory, params, rank_states
 from planner.model.activations import Shard
 from planner.model.routing_load import memory_load
 from planner.model.stage_activations import per_layer, shard, stage_activations
+from planner.model.stage_params import stage_params
 
 LLAMA8 = catalog.get_model("llama3.1-8b")  # h 4096, F 14336, 32 heads / 8 groups of 128
 DSV3 = catalog.get_model("deepseek-v3")  # MLA r_q 1536, r_kv 512, 128 heads (128+64 qk, 128 v)
@@ -175,9 +176,9 @@ def test_mtp_rank_holds_the_word_embedding_its_input_needs() -> None:
     j = job("deepseek-v3", "b200-sxm-180gb", 256, 4096, 4096)
     lay = Layout(pp=16, dp=16, ep=8, etp=1)
     chunks = lay.chunk_layers(DSV3.num_layers)
-    with_mtp = memory.stage_params(j, lay, 15, chunks[15])
+    with_mtp = stage_params(j, lay, 15, chunks[15])
     no_mtp_arch = DSV3.model_copy(update={"mtp_num_layers": 0})
-    without = memory.stage_params(replace(j, arch=no_mtp_arch), lay, 15, chunks[15])
+    without = stage_params(replace(j, arch=no_mtp_arch), lay, 15, chunks[15])
     mtp_dense, mtp_expert = params.mtp_layer_params(DSV3)
     assert with_mtp[0] - without[0] == mtp_dense + 129_280 * 7168
     assert with_mtp[1] - without[1] == mtp_expert / 8

@@ -18,6 +18,7 @@ import pytest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
 from planner.model import cost, dp_sync, memory, pools
+from planner.model.stage_params import stage_params
 from planner.search.rules import violations
 
 SMALL = {
@@ -54,7 +55,7 @@ def test_the_link_part_by_hand() -> None:
     job = two_pools()
     (view, lay), _ = pools.replica_views(job, ACROSS)
     assert (view.cluster.num_gpus, lay.dp, view.global_batch_size) == (8, 8, 16)
-    dense, expert = memory.stage_params(view, lay, 0, lay.chunk_layers(8)[0])
+    dense, expert = stage_params(view, lay, 0, lay.chunk_layers(8)[0])
     assert expert == 0
     # buckets of max(40M, 1M x 16) parameters; fp32 gradients (4 bytes)
     buckets = math.ceil(dense / 40e6)
@@ -67,7 +68,7 @@ def test_the_link_part_by_hand() -> None:
 def test_the_whole_reduction_by_hand() -> None:
     job = two_pools()
     (view, lay), _ = pools.replica_views(job, ACROSS)
-    dense, _ = memory.stage_params(view, lay, 0, lay.chunk_layers(8)[0])
+    dense, _ = stage_params(view, lay, 0, lay.chunk_layers(8)[0])
     nvlink = view.cluster.tiers[0]
     b_in = nvlink.bandwidth_gb_per_s_per_gpu * 1e9 * 0.80  # scale-up bus efficiency
     a_in = nvlink.latency_us * 1e-6
