@@ -183,7 +183,7 @@ _ACTIVATIONS_READ = tuple(
 )
 """The layout fields the activations read: neither `shard` (with `per_layer`) nor
 `stage_activations` reads the ZeRO stage or the TP overlap (the states and the userbuffers are
-`_state`'s and `buffers.fixed_bytes`')."""
+`rank_states.rank_state`'s and `buffers.fixed_bytes`')."""
 
 
 def _activations_key(layout: Layout, rank: int) -> tuple[object, ...]:
