@@ -17,9 +17,10 @@ training run). planner's block also has the pre-MLP norm (the test's layer has n
     python benchmarks/moe_layer.py
 
 prints the table and the median and worst |error| of the forward, the backward and their sum,
-and the same by dispatcher; then, per case, the rate planner runs the layer's linear GEMMs at
-(`planner.model.linear_time`: the experts' grouped GEMM and the shared expert) and the rate the
-measurement implies for them if everything else in the layer took what planner says
+and the same by dispatcher and by proxy model; then, per case, the rate planner runs the layer's
+linear GEMMs at (`planner.model.linear_time`: the experts' grouped GEMM and the shared expert)
+and the rate the measurement implies for them if everything else in the layer took what planner
+says
 (FLOPs / (measured - planner's non-GEMM seconds), forward, and backward at twice the FLOPs):
 where the model's time goes wrong, GEMMs or the rest.
 """
@@ -143,13 +144,16 @@ def main() -> None:
         f"{'case':32s} {'fwd ms':>7s} {'pred':>7s} {'error':>7s}   "
         f"{'bwd ms':>7s} {'pred':>7s} {'error':>7s}   {'sum err':>7s}"
     )
-    errs: dict[str, list[tuple[float, float, float]]] = {}
+    groups = (
+        ["all"] + [c["dispatcher"] for c in data["cases"]] + [c["model"] for c in data["cases"]]
+    )
+    errs: dict[str, list[tuple[float, float, float]]] = {g: [] for g in groups}
     for case in data["cases"]:
         fwd, bwd = case["forward_ms"], case["backward_ms"]
         pf, pb = predicted_ms(data, case)
         e = (pf / fwd - 1, pb / bwd - 1, (pf + pb) / (fwd + bwd) - 1)
-        errs.setdefault("all", []).append(e)
-        errs.setdefault(case["dispatcher"], []).append(e)
+        for group in ("all", case["dispatcher"], case["model"]):
+            errs[group].append(e)
         print(
             f"{case['name']:32s} {fwd:7.2f} {pf:7.2f} {e[0]:+7.1%}   "
             f"{bwd:7.2f} {pb:7.2f} {e[1]:+7.1%}   {e[2]:+7.1%}"
