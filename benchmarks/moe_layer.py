@@ -20,9 +20,8 @@ prints the table and the median and worst |error| of the forward, the backward a
 and the same by dispatcher and by proxy model; then, per case, the rate planner runs the layer's
 linear GEMMs at (`planner.model.linear_time`: the experts' grouped GEMM and the shared expert)
 and the rate the measurement implies for them if everything else in the layer took what planner
-says
-(FLOPs / (measured - planner's non-GEMM seconds), forward, and backward at twice the FLOPs):
-where the model's time goes wrong, GEMMs or the rest.
+says (FLOPs / (measured - planner's non-GEMM seconds), forward, and backward at twice the
+FLOPs): where the model's time goes wrong, GEMMs or the rest.
 """
 
 from __future__ import annotations
