@@ -50,6 +50,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
+from planner.model.job_memo import ModelMemo
 
 if TYPE_CHECKING:
     from planner.inputs.layout import Layout
@@ -171,25 +172,22 @@ class Group:
     tier_name: str
 
 
-_PLACED: dict[tuple[object, ...], tuple[ClusterSpec, Group]] = {}
-"""`place` per cluster (by identity: an entry holds the cluster, so its id is not reused while
-the entry lives), stride, size and bus efficiencies (all it reads; the efficiencies are in the
-key, so a calibration or a test that sets them never reads a group placed under others)."""
+def constants() -> tuple[float, ...]:
+    """This module's constants, read at call time: memo keys of values computed with them hold
+    them, so a calibration or a test that sets one never reads a value computed under another."""
+    return (SCALEUP_BUS_EFFICIENCY, SCALEOUT_BUS_EFFICIENCY, LATENCY_SCALE, COMM_KERNEL_SMS)
+
+
+_PLACED: ModelMemo[tuple[object, ...], Group] = ModelMemo()
+"""`place` per cluster, stride, size and `constants` (all it reads)."""
 
 
 def place(cluster: ClusterSpec, stride: int, size: int) -> Group:
     """Where a group of `size` ranks, `stride` ranks apart, lands (Megatron rank order); inside
     a full-mesh domain its members reach each other over their own links only (`mesh_link`).
     Remembered (`_PLACED`): every layer time and step places its groups again."""
-    key = (id(cluster), stride, size, SCALEUP_BUS_EFFICIENCY, SCALEOUT_BUS_EFFICIENCY)
-    hit = _PLACED.get(key)
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
-    if len(_PLACED) >= 1 << 12:
-        _PLACED.clear()
-    grp = _place(cluster, stride, size)
-    _PLACED[key] = (cluster, grp)
-    return grp
+    key = (stride, size, *constants())
+    return _PLACED.get(cluster, key, lambda: _place(cluster, stride, size))
 
 
 def _place(cluster: ClusterSpec, stride: int, size: int) -> Group:

@@ -267,8 +267,9 @@ def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
     of plain values (the memo holds thousands, which the garbage collector then need not walk):
     the layout's fields but the `_UNREAD` ones (`_CORE_READ`, in field order), the GPU's and the
     kind's fields (both dataclasses compared field by field), and the constants of this module
-    and of the collectives read at call time (a calibration or a test that sets one never reads
-    a core computed under another; LAYER_TIMES.clear() clears the memo too)."""
+    and of the collectives (`comms.constants`) read at call time (a calibration or a test that
+    sets one never reads a core computed under another; LAYER_TIMES.clear() clears the memo
+    too)."""
     d = lay.__dict__
     return (
         *[d[f] for f in _CORE_READ],
@@ -278,10 +279,7 @@ def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
         ELEMENTWISE_PASSES,
         KERNEL_MIN_S,
         UNFUSED_NORM_BYTES,
-        comms.SCALEUP_BUS_EFFICIENCY,
-        comms.SCALEOUT_BUS_EFFICIENCY,
-        comms.LATENCY_SCALE,
-        comms.COMM_KERNEL_SMS,
+        *comms.constants(),
     )
 
 

@@ -22,7 +22,7 @@ _Gemms = tuple[Sequence[tuple[float, float, float, float]], Sequence[float]]
 _Charges = tuple[float, float, float, float]
 
 TP_CHARGES: JobMemo[tuple[object, ...], _Charges] = JobMemo()
-"""`tp_charges` per job and `_charges_key`: the search times one layer's attention at the same
+"""`tp_charges` per job and what it reads: the search times one layer's attention at the same
 TP degree, tokens and recompute under many expert layouts (EP, expert TP, token dispatcher),
 whose routed-expert GEMMs the TP charges never read."""
 
@@ -41,51 +41,33 @@ def tp_charges(
     part still holds comms.sm_share of the SMs the GEMMs under it run on, or under userbuffers
     the overlaps' SM margin holds its share of their GEMMs (`tp_overlap.layer_traffic`'s held
     seconds). `gemms`: the layer's linear GEMM shapes and forward seconds; t its tokens.
-    Remembered per job on exactly what it reads (`_charges_key`)."""
+    Remembered per job on exactly what it reads besides the job: the collectives' constants
+    (`comms.constants`); of the layout its TP degree, sequence parallelism, TP overlap and
+    whether its experts sit on the gathered input (`experts_on_gathered_input`;
+    `async_tp.applies` reads nothing else); the kind, tokens, forward passes and recompute
+    modules; and of the GEMMs only the shapes and seconds before an MoE block (`_read_gemms`):
+    an MoE block's windows are 0 whatever its GEMMs (`column_parallel_windows`,
+    `async_tp.row_parallel_windows`), and MLA's windows read the mixer's "mla_up" GEMMs
+    alone."""
     memo = TP_CHARGES.of(job)
-    key = _charges_key(job, lay, kind, gemms, t, n_fwd, modules)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _tp_charges(job, lay, kind, gemms, t, n_fwd, modules)
-    return hit
-
-
-def _charges_key(
-    job: Job,
-    lay: Layout,
-    kind: LayerKind,
-    gemms: _Gemms,
-    t: float,
-    n_fwd: int,
-    modules: tuple[str, ...],
-) -> tuple[object, ...]:
-    """What `_tp_charges` reads besides the job: the collectives' constants (in the key, so a
-    calibration or a test that sets them never reads charges computed under others); of the
-    layout its TP degree, sequence
-    parallelism, TP overlap and whether its experts sit on the gathered input
-    (`experts_on_gathered_input`, `async_tp.applies` reading nothing else); the kind, tokens,
-    forward passes and recompute modules; and of the GEMMs only the shapes and seconds before
-    an MoE block (`_read_gemms`): an MoE block's windows are 0 whatever its GEMMs
-    (`column_parallel_windows`, `async_tp.row_parallel_windows`), and MLA's windows read the
-    mixer's "mla_up" GEMMs alone."""
     shapes, times = gemms
     n = _read_gemms(job.arch, kind, len(times))
-    return (
-        comms.SCALEUP_BUS_EFFICIENCY,
-        comms.SCALEOUT_BUS_EFFICIENCY,
-        comms.LATENCY_SCALE,
-        comms.COMM_KERNEL_SMS,
+    on_gathered = experts_on_gathered_input(job, lay)
+    layout = (lay.tp, lay.sequence_parallel, lay.tp_comm_overlap, on_gathered)
+    key = (
+        *comms.constants(),
         kind,
-        lay.tp,
-        lay.sequence_parallel,
-        lay.tp_comm_overlap,
-        experts_on_gathered_input(job, lay),
+        *layout,
         t,
         n_fwd,
         modules,
         tuple(shapes[:n]),
         tuple(times[:n]),
     )
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _tp_charges(job, lay, kind, gemms, t, n_fwd, modules)
+    return hit
 
 
 def _read_gemms(arch: ModelArch, kind: LayerKind, n: int) -> int:

@@ -109,20 +109,11 @@ class Rung:
         return _overlap_twin(self, True)
 
 
-_TWINS: dict[tuple[Rung, bool], Rung] = {}
-"""Each rung with the base's TP overlap set either way, once made (rungs are values: the search
-asks for these twins on every memory estimate)."""
-
-
+@lru_cache(maxsize=1 << 12)
 def _overlap_twin(rung: Rung, on: bool) -> Rung:
-    """The rung with `tp_overlap` = `on` (`dataclasses.replace`, remembered)."""
-    key = (rung, on)
-    twin = _TWINS.get(key)
-    if twin is None:
-        if len(_TWINS) >= 1 << 12:
-            _TWINS.clear()
-        twin = _TWINS[key] = replace(rung, tp_overlap=on)
-    return twin
+    """The rung with `tp_overlap` = `on`, remembered (rungs are values: the search asks for
+    these twins on every memory estimate)."""
+    return replace(rung, tp_overlap=on)
 
 
 NONE = Rung()
