@@ -38,6 +38,11 @@ benchmark's proxies built as Megatron builds them (plain GELU MLPs; until 2026-1
 built gated, 1.5x the GEMM FLOPs) the current constants are within a median 8.6% of the layer,
 and fitting on it too moves the layer to 7.0% and the MoE Megatron rows from 11.2% to 13.2%:
 not taken.
+
+The attention kernels' own rates are not fitted here: benchmarks/attention_kernels.py fits them
+to cuDNN's measured kernels. With that table (2026-12-04) a plain refit here moves
+ATTENTION_EFFICIENCY 0.633 -> 0.697 with every held-out source worse: not taken
+(layer_time.ATTENTION_EFFICIENCY says by how much).
 """
 
 from __future__ import annotations

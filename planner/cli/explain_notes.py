@@ -181,8 +181,8 @@ def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
 
 def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """An FP8 / NVFP4 plan with FP8 attention: the seconds per step it saves over bf16 attention,
-    and whether the forward kernel then waits on the GPU's exponential units
-    (`planner.model.attention_time`), which FP8 does not speed up."""
+    and whether the forward kernel then waits on the GPU's exponential units or on the softmax's
+    CUDA-core work (`planner.model.attention_time`), which FP8 does not speed up."""
     if not job.attention_in_fp8:
         return None
     saved = -_added(perf, replace(job, fp8_attention=False), layout)
@@ -200,6 +200,12 @@ def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | Non
         text += (
             f"; its forward waits on the exponential units ({rate:g} x 10^12/s on "
             f"{job.cluster.gpu.name}), which FP8 does not speed up"
+        )
+    elif core.alu_bound:
+        text += (
+            "; its forward waits on the softmax's FP32 work on the CUDA cores "
+            f"({job.cluster.gpu.peak_tflops_fp32:g} TFLOP/s on {job.cluster.gpu.name}), which "
+            "FP8 does not speed up"
         )
     return text
 

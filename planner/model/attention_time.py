@@ -1,6 +1,7 @@
-"""Seconds of the flash-attention kernel of one layer and micro-batch on one GPU: its matmuls at
-the published kernels' rate (`planner.model.attention`, bf16 or FP8), its softmax's exponentials
-at the GPU's special-function rate, each direction the longer of the two, and FP8 attention's
+"""Seconds of the flash-attention kernel of one layer and micro-batch on one GPU: its matmuls over
+the whole key tiles it computes at the published kernels' rate (`planner.model.attention`, bf16
+or FP8), its softmax's exponentials at the GPU's special-function rate and its softmax's FP32
+work at the CUDA cores' rate, each direction the longest of the three, and FP8 attention's
 operand quantisation. `planner.model.layer_time` adds it to the layer; `efficiency` is its
 ATTENTION_EFFICIENCY, passed in so that a refit reaches it."""
 
@@ -23,21 +24,28 @@ class Core(NamedTuple):
     """FP8 attention's operand quantisation (HBM traffic), forward and backward together."""
     exp_bound: bool
     """The forward waits on the exponential units, not on the matmuls."""
+    alu_bound: bool = False
+    """The forward waits on the softmax's FP32 work on the CUDA cores."""
 
 
-def fractions(job: Job, seq: float, head_dim: float, efficiency: float) -> tuple[float, float]:
-    """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on
-    sequences of `seq` tokens (`attention.kernel_fractions`: the published kernels' rate by GPU,
-    length and head dim), never above the part's measured matmul ceiling, times `efficiency`.
+def fractions(
+    job: Job, span: float, head_dim: float, efficiency: float, fp8: bool = False
+) -> tuple[float, float]:
+    """(forward, backward) fraction of the bf16 peak the flash-attention kernel sustains on the
+    work it computes over a `span` of keys (`attention.kernel_fractions`: the published kernels'
+    rate by GPU, precision, span and head dim), never above the part's measured matmul ceiling
+    (FP8's as a fraction of the bf16 peak), times `efficiency`.
     Taken at the whole sequence also with context parallelism: the ring's chunk kernels run back
     to back over the whole key range (and the all-to-all variant runs whole sequences on fewer
     heads); the chunks' extra per-call overheads are not charged here, so trading cp for
     micro-batch size keeps the step time (`planner.search.twins`) unless the layer's small
     kernels, the ring's among them, set it (`layer_time.KERNEL_MIN_S`)."""
     spec = job.cluster.gpu
-    fe, be = attention.kernel_fractions(spec.name, seq, head_dim, job.attention_kernel)
-    ceiling = spec.matmul_ceiling("bf16")
+    fe, be = attention.kernel_fractions(spec.name, span, head_dim, job.attention_kernel, fp8)
+    ceiling = spec.matmul_ceiling("fp8" if fp8 else "bf16")
     if ceiling is not None:
+        if fp8:
+            ceiling *= spec.peak_flops("fp8") / spec.peak_flops("bf16")
         fe, be = min(fe, ceiling), min(be, ceiling)
     return fe * efficiency, be * efficiency
 
@@ -46,35 +54,42 @@ def core_attention(
     job: Job, gpu: Gpu, t: float, s: int, tp: int, efficiency: float, window: int | None = None
 ) -> Core:
     """The flash-attention kernel for t local queries over s keys (or a sliding `window` of them)
-    on a TP shard: each direction the longer of its matmuls (bf16, or FP8 with
-    `Job.fp8_attention`: FP8_ATTENTION_SPEEDUP x the bf16 kernel's rate; the backward's longer
-    in Megatron's deterministic mode, `determinism.attention_bwd_factor`) and its exponentials
-    (one per score computed, at the GPU's `exp_tera_per_s` x `attention.exp_fractions`), and
-    FP8's quantisation traffic."""
+    on a TP shard: each direction the longest of its matmuls over the keys it computes
+    (`attention.computed_keys`: whole tiles), at the kernel's bf16 or FP8 rate
+    (`Job.fp8_attention`; the backward's longer in Megatron's deterministic mode,
+    `determinism.attention_bwd_factor`), its exponentials (one per score computed, at the GPU's
+    `exp_tera_per_s` x `attention.exp_fraction`) and its softmax's CUDA-core work
+    (`attention.alu_flops` per score at the FP32 peak), and FP8's quantisation traffic."""
     arch, spec = job.arch, job.cluster.gpu
     qk_w, v_w = flops.attention_core_width(arch)
     heads = arch.num_attention_heads
-    keys = attention.keys_per_query(s, window)  # s / 2 over the whole sequence
+    keys, span = attention.computed_keys(s, window)  # (s + 128) / 2 over the whole sequence
     work = 2.0 * t * keys * (qk_w + v_w) / tp  # QK^T and AV, forward
-    length = 2 * keys  # the kernel's rate as over a whole causal sequence this long
-    fe, be = fractions(job, length, (qk_w + v_w) / 2 / heads, efficiency)
     fp8 = job.attention_in_fp8
-    mma = gpu.peak_bf16 * (attention.FP8_ATTENTION_SPEEDUP if fp8 else 1.0)
-    fwd = work / (mma * fe)
-    bwd = 2.5 * work / (mma * be) * determinism.attention_bwd_factor(job)
-    exp_fwd = exp_bwd = 0.0
+    fe, be = fractions(job, span, (qk_w + v_w) / 2 / heads, efficiency, fp8)
+    fwd = work / (gpu.peak_bf16 * fe)
+    bwd = 2.5 * work / (gpu.peak_bf16 * be) * determinism.attention_bwd_factor(job)
+    exp_fwd = 0.0
+    clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs and ALUs alike
+    scores = t * keys * heads / tp
     if spec.exp_tera_per_s is not None:
-        clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs alike
         rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
-        xf, xb = attention.exp_fractions(spec.name, length, job.attention_kernel)
-        scores = t * keys * heads / tp  # (diagonal tiles: the length term)
-        exp_fwd, exp_bwd = scores / (rate * xf), scores / (rate * xb)
+        exp_fwd = scores / (rate * attention.exp_fraction(spec.name, span, job.attention_kernel))
+    alu = attention.alu_flops(spec.name, span, job.attention_kernel)
+    alu_fwd = scores * alu / (spec.peak_tflops_fp32 * 1e12 * clock * efficiency)
+    side = max(exp_fwd, alu_fwd)  # either direction: one exponential and its softmax per score
     quant = 0.0
     if fp8:  # Q, K, V (K and V per query group) forward, the output gradient backward
         groups = min(arch.query_groups / heads, 1.0)
         elements = t * (qk_w + (qk_w + v_w) * groups + v_w) / tp
         quant = attention.FP8_ATTENTION_QUANT_BYTES * elements / gpu.hbm
-    return Core(max(fwd, exp_fwd), max(bwd, exp_bwd), quant, exp_fwd > fwd)
+    return Core(
+        max(fwd, side),
+        max(bwd, side),
+        quant,
+        exp_fwd > max(fwd, alu_fwd),
+        alu_fwd > max(fwd, exp_fwd),
+    )
 
 
 UNFUSED_ROPE_BYTES = 32.0

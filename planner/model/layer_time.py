@@ -34,12 +34,13 @@ attention and MLP or experts, or one block of a hybrid stack: attention, an MLP,
 Mamba-2 mixer, whose in_proj and out_proj are GEMMs like the others and whose chunked scan is timed
 by `planner.model.mamba.scan_time` (its context parallelism: two all-to-alls each way, exposed).
 
-Core attention with flash attention executes half the s x s matrix under the causal mask (the
-work, not the FLOP convention of `planner.model.flops`) and its backward recomputes the scores:
-2 + 5 matmuls, i.e. forward + 2.5 forwards; each direction runs at the published kernels' fraction
-of the bf16 peak for the sequence length and head dim (`planner.model.attention`), times
-ATTENTION_EFFICIENCY, FP8_ATTENTION_SPEEDUP x faster with FP8 attention, but never faster than
-the GPU's special-function units compute the softmax's exponentials, one per score
+Core attention with flash attention executes the whole key tiles under the causal mask (about
+half the s x s matrix, or a sliding window's tiles: the work, not the FLOP convention of
+`planner.model.flops`) and its backward recomputes the scores: 2 + 5 matmuls, i.e. forward + 2.5
+forwards; each direction runs at the published kernels' fraction of the bf16 peak for the GPU,
+precision (bf16, or FP8 with FP8 attention), span of keys and head dim
+(`planner.model.attention`), times ATTENTION_EFFICIENCY, but never faster than the GPU's
+special-function units compute the softmax's exponentials, one per score
 (`planner.model.attention_time`).
 Without flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed
 by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
@@ -154,12 +155,17 @@ kernel, DeepGEMM PR #74). Fitted by benchmarks/fit_constants.py (the FP8 rows th
 fold, Transformer Engine's cuBLASLt GEMMs)."""
 
 ATTENTION_EFFICIENCY = 0.6329
-"""Multiplier on the flash-attention kernels' published throughput (`planner.model.attention`:
-FlashAttention-2 on A100, FlashAttention-3 / cuDNN on Hopper and later, by sequence length, head
-dimension and the causal mask), and on the rate they sustain the softmax's exponentials at
-(`planner.model.attention_time`): 1.0 = the kernel benchmarks as published. Read at call time; a
-calibration or benchmarks/fit_constants.py may refit it (what it then absorbs beyond the kernel:
-the attention's softmax and launch gaps inside a training step)."""
+"""Multiplier on the flash-attention kernels' measured throughput (`planner.model.attention`:
+FlashAttention-2 on A100, cuDNN on Hopper and Blackwell, by GPU, precision, span of keys and head
+dimension, whole key tiles), and on the rates they sustain the softmax's exponentials and its
+CUDA-core work at (`planner.model.attention_time`): 1.0 = the kernels as benchmarked alone.
+Read at call time; a calibration or benchmarks/fit_constants.py may refit it (what it absorbs
+beyond the kernel: the attention's launch gaps and its share of the step's other losses). Fitted
+(2026-12-04) against the kernel rates before the cuDNN table; with the cuDNN table a refit moves
+it to 0.697 and the other constants a little, the fit rows 4.4% -> 4.1% median, but every
+held-out source worse (dense Megatron 3.8% -> 3.9%, torchtitan 5.5% -> 7.5%, MoE Megatron 12.8%
+-> 13.7%): not taken. At 1.0 (the kernels alone, the rest refitted) the fit rows come to 3.8%
+and the held-out rows worse still (dense 4.5%, torchtitan 10.9%, MoE 17.4%)."""
 
 ELEMENTWISE_PASSES = 5.267
 """HBM traffic of a layer's non-GEMM kernels, forward + backward, in multiples of the bytes of its

@@ -65,19 +65,46 @@ def test_bad_windows_are_refused() -> None:
 
 
 def test_a_windowed_layers_attention_by_hand() -> None:
-    # Llama 3.1 8B shapes, s = 8192, w = 127: keys = 128 x (1 - 127 / 16384); work scales by
-    # keys / (s / 2); the kernel's rate is taken at length 2 x keys (its few tiles per query
-    # tile); bf16 on H100, no exponential bound
+    # Llama 3.1 8B shapes, s = 8192, w = 127: each 128-query tile visits its own key tile and the
+    # one before (the first tile only its own): (63 x 2 + 1) / 64 tiles of 128 = 254 keys a query
+    # against (8192 + 128) / 2 = 4160 without the window; the rate at a span of 256 keys against
+    # 8192; bf16 on H100, the matmuls bind either way
     j = _job(_windowed("llama3.1-8b", 127, 2))
     gpu = layer_time.gpu_of(j)
     e = layer_time.ATTENTION_EFFICIENCY
     full = attention_time.core_attention(j, gpu, 8192.0, 8192, 1, e)
     win = attention_time.core_attention(j, gpu, 8192.0, 8192, 1, e, window=127)
-    keys = 128 * (1 - 127 / 16384)
+    assert attention.computed_keys(8192, 127) == (254.0, 256.0)
     fe_full = attention.kernel_fractions(j.cluster.gpu.name, 8192, 128)[0]
-    fe_win = attention.kernel_fractions(j.cluster.gpu.name, 2 * keys, 128)[0]
-    assert win.fwd / full.fwd == pytest.approx(keys / 4096 * fe_full / fe_win, rel=1e-9)
-    assert win.fwd < 0.1 * full.fwd  # a 128-token window costs under a tenth of 8k tokens
+    fe_win = attention.kernel_fractions(j.cluster.gpu.name, 256, 128)[0]
+    assert win.fwd / full.fwd == pytest.approx(254 / 4160 * fe_full / fe_win, rel=1e-9)
+    # whole tiles and a short span: a 128-token window still costs a fifth of 8k tokens' attention
+    assert 0.15 < win.fwd / full.fwd < 0.25
+
+
+def _tiles_brute(seq: int, window: int | None, b: int = 128) -> int:
+    """Key tiles the kernel computes, counted: (query tile, key tile) pairs holding any unmasked
+    (query q, key k): k <= q and, with a window, k >= q - window."""
+    count = 0
+    for qt in range(-(-seq // b)):
+        for kt in range(qt + 1):
+            for q in range(qt * b, min((qt + 1) * b, seq)):
+                lo = 0 if window is None else max(q - window, 0)
+                if lo <= min((kt + 1) * b - 1, q) and kt * b <= q:  # [lo, q] meets the key tile
+                    count += 1
+                    break
+    return count
+
+
+@pytest.mark.parametrize(
+    ("seq", "window"),
+    [(1024, None), (1024, 0), (1024, 1), (1024, 127), (1024, 128), (1024, 129), (2048, 1023)],
+)
+def test_computed_keys_count_the_whole_tiles(seq: int, window: int | None) -> None:
+    # brute force: the tiles counted over every (query tile, key tile) pair, 128 keys each,
+    # averaged over the seq / 128 query tiles
+    keys, _ = attention.computed_keys(seq, window)
+    assert keys == pytest.approx(128 * _tiles_brute(seq, window) / (seq // 128), rel=1e-12)
 
 
 def test_the_window_shortens_the_layers_it_is_on_and_keeps_memory() -> None:
