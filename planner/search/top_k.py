@@ -19,6 +19,17 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
    traffic, sharded optimizer step; tests/test_search.py checks it); with pipelines the layout
    without the EP overlap is only tried with full recompute, the one policy Megatron bars from
    the overlap (the overlap holds no more memory there and only hides time).
+   Two passes over the structures, in that order (`_search`): a survey first scores each shape's
+   smallest micro-batch size alone (where memory leaves the fastest layouts most often), so the
+   K-th best time falls early, then the expansion scores every option the survey did not, each
+   against the K-th best so far. The order only decides how soon the cut falls: every option
+   whose shape's bound is not above the final K-th best is scored in one pass or the other,
+   against a cut no lower than that (the cut only falls), so the same layouts make the top K;
+   and layouts that tie on `rank_key` (their simplicity alike: the same degrees but expert-TP,
+   vpp and micro-batch size, so the same options of each shape) fall in the same pass, in the
+   order one pass scores them, so ties rank alike. Only what the cut spares (`scored`,
+   `rejected`) depends on the order (tests/search/test_search_survey.py: the same rows as one
+   pass on every brute-forced problem).
 4. Certify. Once the K-th best exact time is no worse than the next structure's bound, no layout
    left can enter the top K: the result is the exact top K of the model (the brute-force test
    enumerates every layout to prove it). With `fold_twins` the K-th best is the K-th row of the
@@ -34,7 +45,6 @@ base's variants, scored with their shortcuts, `planner.search.variants`.
 from __future__ import annotations
 
 import gc
-import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -94,7 +104,8 @@ class SearchResult:
     """Layouts scored by the exact model."""
     structures: int
     expanded: int
-    """Structures expanded before the bound certified the top K."""
+    """Structures expanded before the bound certified the top K (by the expansion pass; the
+    survey before it visits them too)."""
     rejected: Counter[str] = field(default_factory=Counter)
     """Removed: structures by the first rule they break (rule ids of planner.rules), layouts by
     memory."""
@@ -136,9 +147,10 @@ _Queued = tuple[
     dict[tuple[int, Split], list[Floors]],
 ]
 """A queued structure: (bound, index, structure, options, its `too_big`, its bases, each
-shape's bases' `bound.floors`), queued on the least bound of its shapes whose states fit in
-some ZeRO stage (`variants.states_fit`); a structure with none is not queued (none of its
-layouts fits), and its floors, which cost more than asking its states, are never computed."""
+shape's bases' `bound.floors`), queued (the queue is sorted by bound, then index) on the least
+bound of its shapes whose states fit in some ZeRO stage (`variants.states_fit`); a structure with
+none is not queued (none of its layouts fits), and its floors, which cost more than asking its
+states, are never computed."""
 
 
 def _least(tops: dict[tuple[int, Split], list[Floors]]) -> float:
@@ -170,18 +182,33 @@ def _kept(
     return [c for c in best if c.step_time <= cut or same_time(c.step_time, cut)], cut
 
 
+def _pass(kept: list[Option], surveying: bool, surveyed: bool) -> Iterator[Option]:
+    """A structure's options (`kept`: shapes best first, micro-batch sizes ascending within one)
+    that one pass scores: the survey each shape's first (its smallest micro-batch size); the
+    expansion after it the rest, or every option without one. The lean_fails a structure keeps
+    across the passes stay valid: each shape's sizes are still tried smallest first."""
+    seen: set[tuple[int, Split]] = set()
+    for o in kept:
+        first = o[1:] not in seen
+        seen.add(o[1:])
+        if surveying == first or not surveyed:
+            yield o
+
+
 def search(
     job: Job,
     space: Space | None = None,
     top_k: int = 5,
     progress: Callable[[str], None] | None = None,
     fold_twins: bool = False,
+    survey: bool = True,
 ) -> SearchResult:
     """The top_k layouts by predicted step time (ties: `simplicity`), certified exact; with
     `fold_twins`, the top_k rows of twins (`planner.search.twins`), each row's layouts all
-    scored. Without a `space`, every layout the job's training code runs."""
+    scored. Without a `space`, every layout the job's training code runs. `survey` False: one
+    pass over the structures (the same answers, more layouts scored: the module docstring)."""
     with _cyclic_gc_paused():
-        return _search(job, space, top_k, progress, fold_twins)
+        return _search(job, space, top_k, progress, fold_twins, survey)
 
 
 @contextmanager
@@ -206,6 +233,7 @@ def _search(
     top_k: int,
     progress: Callable[[str], None] | None,
     fold_twins: bool,
+    survey: bool = True,
 ) -> SearchResult:
     space = space or Space(framework=job.framework)
     if job.optimizer == "muon":  # Megatron's Muon runs without Megatron-FSDP (rules.muon)
@@ -240,44 +268,46 @@ def _search(
             continue
         tops = {k: floors_of(job, [b.layout for b in of(top_mbs, *k)]) for k in fit}
         queue.append((_least(tops), i, s, opts, too_big, of, tops))
-    heapq.heapify(queue)
+    queue.sort(key=lambda q: q[:2])  # by bound, then index (unique: nothing else compared)
 
     best: list[Candidate] = []
     cut: float | None = None  # _cutoff(best, ...), kept up to date with best
     scored = expanded = 0
     last_report = t0
-    while queue:
-        bound, i, s, opts, too_big, of, tops = heapq.heappop(queue)
-        if cut is not None and bound > cut:
-            break
-        expanded += 1
-        lean_fails: dict[tuple[object, ...], int] = {}
-        # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
-        # sizes ascending within one), none whose states fit in no ZeRO stage (not in `tops`:
-        # none of its layouts fits), and none from the first whose bound exceeds the cut (the
-        # cut only falls)
-        shape_bound = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
-        kept = [o for o in opts if o[1:] in tops]
-        for mbs, vpp, split in sorted(kept, key=lambda o: shape_bound[o[1:]]):
-            if cut is not None and shape_bound[vpp, split] > cut:
+    lean: dict[int, dict[tuple[object, ...], int]] = {}  # each structure's lean_fails
+    for surveying in (True, False) if survey else (False,):
+        for visited, (bound, i, _, opts, too_big, of, tops) in enumerate(queue, 1):
+            if cut is not None and bound > cut:
                 break
-            shape_tops = tops[vpp, split]
-            found = 0
-            for j, base in enumerate(of(mbs, vpp, split)):
-                floor = shape_tops[j]
-                variants = best_variants(
-                    job, space, base, rejected, too_big, cut, lean_fails, floor
-                )
-                found += len(variants)
-                best += variants
-            if found:  # a tighter cut for the structure's next options
-                scored += found
-                best.sort(key=rank_key)
-                best, cut = _kept(best, top_k, fold_twins)
-        now = time.perf_counter()
-        if progress and now - last_report > 0.5:
-            progress(f"searched {expanded}/{len(structs)} structures, scored {scored} layouts")
-            last_report = now
+            expanded += not surveying
+            lean_fails = lean.setdefault(i, {})
+            # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
+            # sizes ascending within one), none whose states fit in no ZeRO stage (not in `tops`:
+            # none of its layouts fits), and none from the first whose bound exceeds the cut
+            # (the cut only falls); each pass its own options of them (`_pass`)
+            shape_bound = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
+            kept = sorted((o for o in opts if o[1:] in tops), key=lambda o: shape_bound[o[1:]])
+            for mbs, vpp, split in _pass(kept, surveying, survey):
+                if cut is not None and shape_bound[vpp, split] > cut:
+                    break
+                shape_tops = tops[vpp, split]
+                found = 0
+                for j, base in enumerate(of(mbs, vpp, split)):
+                    floor = shape_tops[j]
+                    variants = best_variants(
+                        job, space, base, rejected, too_big, cut, lean_fails, floor
+                    )
+                    found += len(variants)
+                    best += variants
+                if found:  # a tighter cut for the next options
+                    scored += found
+                    best.sort(key=rank_key)
+                    best, cut = _kept(best, top_k, fold_twins)
+            now = time.perf_counter()
+            if progress and now - last_report > 0.5:
+                what = "surveyed" if surveying else "searched"
+                progress(f"{what} {visited}/{len(structs)} structures, scored {scored} layouts")
+                last_report = now
 
     def whole(c: Candidate) -> Candidate:  # every stage's memory, for the report
         return replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct))
