@@ -10,7 +10,9 @@ the benchmark times it) on a one-layer model of the row's heads, head dims and s
     python benchmarks/attention_kernels.py [--rows]
 
 prints the median and worst |error| (predicted / measured time) by GPU, precision, direction
-and full or windowed attention, and with --rows every row.
+and full or windowed attention, and with --rows every row; then cuDNN's deterministic backward
+over its default one, measured on the same shapes, against the model's
+`determinism.DETERMINISTIC_ATTENTION_BWD` (FlashAttention-3's on H100).
 
     python benchmarks/attention_kernels.py --fit
 
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fit_constants import loss, nelder_mead
 from planner.inputs.plan import Job, parse_plan
-from planner.model import attention, attention_time
+from planner.model import attention, attention_time, determinism
 from planner.model.gemm import Gpu
 from planner.model.layer_time import gpu_of
 
@@ -183,6 +185,36 @@ def report(rows: list[Row], show_rows: bool) -> None:
     print(f"all: median |error| {_med(errs):.1%}, worst {max(errs, key=abs):+.1%} (n={len(errs)})")
 
 
+def deterministic_ratios() -> dict[str, list[float]]:
+    """cuDNN's deterministic backward time over its default one, per GPU, precision and shape
+    (the causal rows timed both ways)."""
+    pairs: dict[tuple[str, ...], dict[str, float]] = {}
+    for name in FILES:
+        with (DATA / name).open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                if r["direction"] != "bwd" or r["mask"] != "causal" or not r["deterministic"]:
+                    continue
+                fields = ("gpu", "dtype", "q_heads", "kv_heads", "head_dim_qk", "window", "seq")
+                key = tuple(r[f] for f in (*fields, "batch"))
+                pairs.setdefault(key, {})[r["deterministic"]] = float(r["time_ms"])
+    out: dict[str, list[float]] = {}
+    for key, both in pairs.items():
+        if "true" in both and "false" in both:
+            gpu, dtype, q, kv, d, window = key[:6]
+            shape = f"{q}/{kv} heads d{d}" + (f" window {window}" if window else "")
+            out.setdefault(f"{gpu:15s} {dtype:5s} {shape}", []).append(both["true"] / both["false"])
+    return out
+
+
+def report_deterministic() -> None:
+    model = determinism.DETERMINISTIC_ATTENTION_BWD
+    print(f"\ndeterministic / default backward (cuDNN; the model: {model:.3f} in bf16 and FP8)")
+    for k, v in sorted(deterministic_ratios().items()):
+        print(
+            f"  {k:48s} n {len(v):2d}  median {statistics.median(v):.3f}  {min(v):.3f}-{max(v):.3f}"
+        )
+
+
 def _med(errs: list[float]) -> float:
     return statistics.median(abs(e) for e in errs)
 
@@ -257,6 +289,7 @@ def main() -> None:
         print("  shared: " + ", ".join(f"{f} {v:.4g}" for f, v in shared))
         print("\nafter:")
     report(rows, "--rows" in sys.argv)
+    report_deterministic()
 
 
 if __name__ == "__main__":
