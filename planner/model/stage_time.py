@@ -40,12 +40,15 @@ from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_activations import sub_counts
 from planner.model.vision_time import EncoderTime, encoder_time
 
-LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float]] = JobMemo()
+LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float, Layer | None]] = (
+    JobMemo()
+)
 ENCODER_TIMES: JobMemo[tuple[object, ...], EncoderTime] = JobMemo()
 """A vision encoder's time per job and `_memo_key` (`vision_time.encoder_time`), beside
 LAYER_TIMES and cleared with it."""
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
-values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple): the search
+values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple), with the
+layout's MTP projection (`output_time.mtp_projection`; None without MTP layers): the search
 scores thousands of layouts that differ only in those fields;
 and under ("dense", kind, `_dense_key`) a kind without experts alone (no output layer), shared by
 layouts that differ only in their experts. Cleared by benchmarks/fit_constants.py when it
@@ -136,7 +139,7 @@ LAYER_TIMES.clears(LAYER_CORES, TP_CHARGES)  # the memos made with the layer tim
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     """The `LayoutTimes` of a layout (its layer times from the memo)."""
-    gpu, m, layers, out_layer = _times(job, lay)
+    gpu, m, layers, out_layer, proj = _times(job, lay)
     plain = layers
     if lay.recompute == "full" and lay.recompute_method == "block":
         plain = _times(job, lay.with_(recompute="none"))[2]
@@ -146,8 +149,8 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         twin = layout_times(bf16_twin(job), lay)
         bf16, bf16_plain = twin.layers, twin.plain
-    proj = None if mtp is None else _mtp_projection(job, lay, gpu)
     encoder = _encoder(job, lay)
+    proj = None if mtp is None else proj
     return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
 
 
@@ -166,52 +169,56 @@ def _encoder(job: Job, lay: Layout) -> EncoderTime:
     return memo[key]
 
 
-def _mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> Layer:
-    """`output_time.mtp_projection`, once per job and layer key (in LAYER_TIMES, as the dense
-    layers): the search asks for the layout's times on every variant it estimates."""
-    memo = LAYER_TIMES.of(job)
-    key = ("mtp_proj", _memo_key(lay))
-    if key not in memo:
-        memo[key] = (gpu, (mtp_projection(job, _layer_key(lay), gpu),), 0.0)
-    return memo[key][1][0]
-
-
 _GPU = ("gpu",)
 """`LAYER_TIMES`' entry for the job's `gpu_of` (its first element), on which every layer time of
 the job is computed."""
 
 
-def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float]:
-    """(GPU, micro-batches, each kind's layer, output layer) times of a layout. A kind without
-    experts is memoised under `_dense_key` (no expert field reaches it)."""
+def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float, Layer | None]:
+    """(GPU, micro-batches, each kind's layer, output layer, MTP projection) times of a layout,
+    from one memo entry (the search asks for them on every variant it estimates). A kind without
+    experts is memoised under `_dense_key` (no expert field reaches it); the MTP projection
+    (`output_time.mtp_projection`, None without MTP layers) reads the layer key alone."""
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     memo = LAYER_TIMES.of(job)
     tkey = _memo_key(lay)
     if job.test_mode:  # its per-layer checks visit every data-parallel rank (host.realtime_test_s)
         tkey = (*tkey, lay.dp)
-    if tkey not in memo:
-        key = _layer_key(lay).with_(dp=lay.dp) if job.test_mode else _layer_key(lay)
-        if _GPU not in memo:  # the job's GPU, once for all its layer times
-            memo[_GPU] = (gpu_of(job), (), 0.0)
-        gpu = memo[_GPU][0]
-        cores = LAYER_CORES.of(job)
-        layers: list[Layer] = []
-        for kind in job.arch.kinds:
-            if kind.moe:
-                one = layer_time(job, key, gpu, kind, cores)
-                layers.append(issued_layer(one, job, key, kind))
-                continue
-            dkey = ("dense", kind.name, _dense_key(key))
-            if dkey not in memo:
-                one = layer_time(job, dkey[2], gpu, kind, cores)
-                if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention
-                    one = t5.cross_attention(job, dkey[2], gpu, one)
-                plain = issued_layer(one, job, dkey[2], kind)
-                memo[dkey] = (gpu, (plain,), 0.0)
-            layers.append(memo[dkey][1][0])
-        memo[tkey] = (gpu, tuple(layers), output_layer_time(job, key, gpu))
-    gpu, layers_t, out_layer = memo[tkey]
-    return gpu, m, layers_t, out_layer
+    hit = memo.get(tkey)
+    if hit is None:
+        hit = memo[tkey] = _made(job, lay, memo)
+    gpu, layers_t, out_layer, proj = hit
+    return gpu, m, layers_t, out_layer, proj
+
+
+def _made(
+    job: Job,
+    lay: Layout,
+    memo: dict[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float, Layer | None]],
+) -> tuple[Gpu, tuple[Layer, ...], float, Layer | None]:
+    """`_times`' memo entry of a layout, computed (its dense kinds from their own entries)."""
+    plain_key = _layer_key(lay)
+    key = plain_key.with_(dp=lay.dp) if job.test_mode else plain_key
+    if _GPU not in memo:  # the job's GPU, once for all its layer times
+        memo[_GPU] = (gpu_of(job), (), 0.0, None)
+    gpu = memo[_GPU][0]
+    cores = LAYER_CORES.of(job)
+    layers: list[Layer] = []
+    for kind in job.arch.kinds:
+        if kind.moe:
+            one = layer_time(job, key, gpu, kind, cores)
+            layers.append(issued_layer(one, job, key, kind))
+            continue
+        dkey = ("dense", kind.name, _dense_key(key))
+        if dkey not in memo:
+            one = layer_time(job, dkey[2], gpu, kind, cores)
+            if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention
+                one = t5.cross_attention(job, dkey[2], gpu, one)
+            plain = issued_layer(one, job, dkey[2], kind)
+            memo[dkey] = (gpu, (plain,), 0.0, None)
+        layers.append(memo[dkey][1][0])
+    proj = mtp_projection(job, plain_key, gpu) if job.arch.mtp_num_layers else None
+    return gpu, tuple(layers), output_layer_time(job, key, gpu), proj
 
 
 def ep_exposed(

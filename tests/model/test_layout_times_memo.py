@@ -1,0 +1,61 @@
+"""`stage_time.layout_times` from its memo (`stage_time.LAYER_TIMES`: one entry per layer key
+holding each kind's layer, the output layer and the MTP projection) against the same times
+computed afresh, on a model with MTP layers (DeepSeek-V3) and one without: the memo is first
+filled by every layout of the problem, so an entry whose key left out something its value reads
+would hand one layout another's times."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+
+import pytest
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import stage_time
+from planner.model.job_memo import JobMemo
+from planner.search import rungs
+from planner.search import space as space_mod
+from tests.search.brute_force import make_job
+
+JOBS = {
+    "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
+    "mixtral-64xh100": ("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 512),
+}
+
+
+@cache
+def problem(name: str) -> tuple[Job, list[Layout]]:
+    """About 600 layouts as the suggest search builds them (every structure's first and last
+    options, each base with every rung), evenly spaced in that enumeration."""
+    job = make_job(*JOBS[name])
+    space = space_mod.Space()
+    out: list[Layout] = []
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        for mbs, vpp, split in dict.fromkeys(opts[:1] + opts[-1:]):
+            for b in space_mod.bases(job, s, mbs, vpp, split, space):
+                out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
+    return job, out[:: max(len(out) // 600, 1)]
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_layout_times_from_the_memo_are_computed_afresh(name: str) -> None:
+    job, lays = problem(name)
+    JobMemo.forget_all()
+    warm = [stage_time.layout_times(job, lay) for lay in lays]
+    memo = stage_time.LAYER_TIMES.of(job)
+    keys = {stage_time._memo_key(lay) for lay in lays}
+    assert keys <= memo.keys()
+    assert len(keys) < len(lays)  # layouts share entries
+    with_proj = [t for t in warm if t.mtp_proj is not None]
+    if job.arch.mtp_num_layers:
+        assert len(with_proj) == len(warm)  # every DeepSeek-V3 layout has its MTP rank
+        assert len({t.mtp_proj.fwd for t in with_proj if t.mtp_proj}) > 1  # and they differ
+    else:
+        assert not with_proj
+    for lay, t in zip(lays, warm, strict=True):
+        stage_time.LAYER_TIMES.clear()
+        assert stage_time.layout_times(job, lay) == t, lay.describe()
+    stage_time.LAYER_TIMES.clear()
