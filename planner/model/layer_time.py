@@ -111,19 +111,18 @@ from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
-    activations,
     attention_time,
     comms,
     determinism,
     gemm_shapes,
     host,
+    layer_parts,
     layer_tp,
     layer_traffic,
     mamba,
     moe_time,
     recompute_time,
 )
-from planner.model.activations import Shard
 from planner.model.gemm import (
     Gpu,
     fp4_ceiling,
@@ -133,8 +132,6 @@ from planner.model.gemm import (
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_traffic import LayerCore
-from planner.model.linear_time import linear_times
-from planner.model.ring_balance import ring_skew
 from planner.model.routing_load import step_load
 
 GEMM_EFFICIENCY_MAX = 0.7594
@@ -226,30 +223,6 @@ class Layer:
     offloading: out in the forward, back before the backward)."""
 
 
-def _activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tuple[float, float]:
-    """(saved, streamed): the saved-activation bytes of one layer per micro-batch
-    (planner.model.activations, with fused norms, flash attention and bf16 inputs: the
-    unfused-norm, s^2 and FP8 traffic are added apart), and of them the proxy for the memory
-    traffic of its elementwise kernels: all but a MoE layer's routed-expert input
-    (`activations.expert_input_bytes`), which only the token permutation writes and reads
-    (`moe_time.permute_time` prices it; counting it here too priced it twice). A MoE layer's
-    routed pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and
-    permutations), not memory's planning bound."""
-    s_local = job.seq_length // lay.cp
-    sh = Shard(
-        tokens=s_local * lay.micro_batch_size,
-        tp=lay.tp,
-        sequence_parallel=lay.sequence_parallel,
-        etp=lay.expert_tp,
-        seq_per_cp_rank=s_local,
-        micro_batch_size=lay.micro_batch_size,
-        moe_load=load,
-    )
-    saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
-    permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
-    return saved, saved - permuted
-
-
 LAYER_CORES: JobMemo[tuple[object, ...], LayerCore] = JobMemo()
 """`_core` per job and `_core_key`, for `layer_time`'s callers that remember layer times
 (`planner.model.stage_time`, which clears it with them): the search times each layout with
@@ -289,6 +262,17 @@ def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
     )
 
 
+_PARTS_READ = tuple(f for f in _CORE_READ if f not in layer_parts.DISPATCHER_FIELDS)
+
+
+def _parts_key(lay: Layout, gpu: Gpu, kind: LayerKind, load: float) -> tuple[object, ...]:
+    """`_core_key` without the dispatcher's fields, with the routing load: what
+    `layer_parts.parts` reads (a flat tuple, as `_core_key`)."""
+    d = lay.__dict__
+    g, k = gpu.__dict__.values(), kind.__dict__.values()
+    return (*[d[f] for f in _PARTS_READ], *g, *k, ATTENTION_EFFICIENCY, *comms.constants(), load)
+
+
 def layer_time(
     job: Job,
     lay: Layout,
@@ -310,7 +294,9 @@ def layer_time(
     else:
         key = _core_key(lay, gpu, kind)
         got = cores.get(key)
-        c = got if got is not None else cores.setdefault(key, _core(job, lay, gpu, kind))
+        if got is None:  # its dispatcher-free parts shared with the other dispatchers'
+            got = cores[key] = _core(job, lay, gpu, kind, layer_parts.PARTS.of(job))
+        c = got
     t, load, gemm_fwd, perm = c.t, c.load, c.gemm_fwd, c.perm
     shapes, parts, times, casts = c.shapes, c.parts, c.times, c.casts
     attn_fwd, streamed = c.attn_fwd, c.streamed
@@ -342,8 +328,15 @@ def layer_time(
     return out
 
 
-def _core(job: Job, lay: Layout, gpu: Gpu, kind: LayerKind) -> LayerCore:
-    """`layer_time`'s core (`LayerCore`), computed."""
+def _core(
+    job: Job,
+    lay: Layout,
+    gpu: Gpu,
+    kind: LayerKind,
+    memo: dict[tuple[object, ...], layer_parts.Parts] | None = None,
+) -> LayerCore:
+    """`layer_time`'s core (`LayerCore`), computed; its dispatcher-free parts
+    (`layer_parts.parts`) from `memo` where the caller gives one (`_parts_key`)."""
     arch = job.arch
     moe = kind.moe
     s = job.seq_length
@@ -351,26 +344,28 @@ def _core(job: Job, lay: Layout, gpu: Gpu, kind: LayerKind) -> LayerCore:
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     load = step_load(job, lay)
-    lin = linear_times(job, lay, gpu, kind, t, load)
-    shapes, times, casts = lin.shapes, lin.times, lin.casts
-    gemm_fwd, cast = sum(times), sum(casts)
+    if memo is None:
+        p = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
+    else:
+        pkey = _parts_key(lay, gpu, kind, load)
+        hit = memo.get(pkey)
+        if hit is None:
+            hit = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
+        p = hit
+    gemm_fwd, cast = sum(p.times), sum(p.casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
         # router GEMM and the token permutations (not in `gemm_shapes.linear_gemms`: no model FLOPs)
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
         perm = moe_time.permute_time(job, lay, gpu, t, load)
     # --- core attention, or a Mamba mixer's chunked scan
-    act_bytes, ew_bytes = _activation_bytes(job, lay, kind, load)
+    act_bytes, ew_bytes = p.act_bytes, p.ew_bytes
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if kind.mixer == "mamba":
         scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)
     if kind.mixer == "attention" and job.flash_attention:
-        window = arch.window_size if kind.window else None
-        core = attention_time.core_attention(job, gpu, t, s, tp, ATTENTION_EFFICIENCY, window)
-        attn_fwd, attn_bwd = core.fwd, core.bwd
-        cast += core.quant
-        skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
-        attn_fwd, attn_bwd = skew * attn_fwd, skew * attn_bwd
+        attn_fwd, attn_bwd = p.attn_fwd, p.attn_bwd
+        cast += p.attn_quant
     elif kind.mixer == "attention":
         heads_local = arch.num_attention_heads / tp
         bmm = gemm_time(
@@ -390,12 +385,12 @@ def _core(job: Job, lay: Layout, gpu: Gpu, kind: LayerKind) -> LayerCore:
     if moe:
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
     # the small-kernel floor covers the permutations' kernels too
-    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(shapes)) - perm)
+    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(p.shapes)) - perm)
     fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
     bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     offload = act_bytes / host_link_bandwidth(job)
-    gemms = (tuple(shapes), lin.parts, tuple(times), tuple(casts), lin.weight_cast)
+    gemms = (p.shapes, p.parts, p.times, p.casts, p.weight_cast)
     return LayerCore(
         *gemms, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
     )

@@ -33,6 +33,7 @@ from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.job_memo import JobMemo
+from planner.model.layer_parts import PARTS
 from planner.model.layer_time import LAYER_CORES, Layer, gpu_of, layer_time
 from planner.model.layer_tp import TP_CHARGES
 from planner.model.output_time import mtp_projection, output_layer_time
@@ -134,7 +135,7 @@ class LayoutTimes:
         return self.layers[0]
 
 
-LAYER_TIMES.clears(LAYER_CORES, TP_CHARGES)  # the memos made with the layer times
+LAYER_TIMES.clears(LAYER_CORES, PARTS, TP_CHARGES)  # the memos made with the layer times
 
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:

@@ -18,7 +18,7 @@ from planner.inputs import megatron_args
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
-from planner.model import attention_time, cost, determinism, host, layer_time
+from planner.model import attention_time, cost, determinism, host, layer_parts, layer_time
 from planner.model.job_memo import JobMemo
 
 GATE_LINE = (
@@ -60,12 +60,12 @@ def test_torchtitan_turns_the_fill_off_so_nothing_is_charged() -> None:
 
 def test_the_fills_write_two_passes_of_the_saved_activations() -> None:
     # a layer's elementwise traffic grows by FILL_PASSES x its saved-activation bytes at the
-    # HBM rate (layer_time._activation_bytes, the same bytes ELEMENTWISE_PASSES multiplies),
+    # HBM rate (layer_parts.activation_bytes, the same bytes ELEMENTWISE_PASSES multiplies),
     # beside the attention backward's deterministic schedule (the test below)
     j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 64, loss_fusion=False)
     lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True)
     gpu = layer_time.gpu_of(j)
-    saved, streamed = layer_time._activation_bytes(j, lay, DENSE, 1.0)
+    saved, streamed = layer_parts.activation_bytes(j, lay, DENSE, 1.0)
     assert streamed == saved  # a dense layer has no routed-expert input to leave out
     dj = replace(j, deterministic=True)
     assert determinism.fill_bytes(dj, saved) == 2 * saved

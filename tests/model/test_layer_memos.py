@@ -16,7 +16,15 @@ import pytest
 from planner.inputs.hybrid import ATTENTION, DENSE, MAMBA, MLP, MOE, MOE_WINDOW, LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, gemm_shapes, layer_time, layer_tp, stage_time
+from planner.model import (
+    comms,
+    gemm_shapes,
+    layer_parts,
+    layer_time,
+    layer_tp,
+    routing_load,
+    stage_time,
+)
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import gpu_of
 from planner.search import rungs
@@ -94,6 +102,32 @@ def test_layer_cores_read_from_the_memo_are_computed_afresh(name: str) -> None:
         assert [layer_time.layer_time(job, lay, gpu, k) for k in kinds] == layers, lay.describe()
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_layer_parts_read_from_the_memo_are_computed_afresh(name: str) -> None:
+    """The cores' dispatcher-free parts (`layer_parts.PARTS`, shared by layouts that differ only
+    in their token dispatcher), filled by every layout first: each layout's entry equals its
+    parts computed afresh, field for field."""
+    job, lays = problem_layouts(name)
+    lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))  # as `stage_time` asks
+    JobMemo.forget_all()
+    gpu = gpu_of(job)
+    cores = layer_time.LAYER_CORES.of(job)
+    kinds = job.arch.kinds
+    for lay in lays:
+        for k in kinds:
+            layer_time.layer_time(job, lay, gpu, k, cores)
+    memo = layer_parts.PARTS.of(job)
+    if job.arch.is_moe and name in JOBS:  # both dispatchers among the layouts: parts shared
+        assert len(memo) < len(cores)
+    eff = layer_time.ATTENTION_EFFICIENCY
+    for lay in lays:
+        load = routing_load.step_load(job, lay)
+        t = float(lay.micro_batch_size * (job.seq_length // lay.cp))
+        for k in kinds:
+            got = memo[layer_time._parts_key(lay, gpu, k, load)]
+            assert got == layer_parts.parts(job, lay, gpu, k, t, load, eff), (lay.describe(), k)
+
+
 def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
     """A caller that clears LAYER_TIMES to recompute them (benchmarks/fit_constants.py after
     setting a constant) never reads a layer core or TP charge made with the old ones."""
@@ -109,7 +143,7 @@ def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
         stage_time.LAYER_TIMES.clear()
     assert slower.dense.fwd > before.dense.fwd
     assert stage_time.layout_times(job, lays[0]) == before
-    for memo in (layer_time.LAYER_CORES, layer_tp.TP_CHARGES):
+    for memo in (layer_time.LAYER_CORES, layer_parts.PARTS, layer_tp.TP_CHARGES):
         stage_time.LAYER_TIMES.clear()
         assert not memo.of(job)
 

@@ -1,0 +1,104 @@
+"""What a decoder layer's core (`layer_time._core`) computes that no token dispatcher reaches:
+its linear GEMMs (`linear_time.linear_times`), its core attention (`attention_time`) and its
+saved-activation bytes (`activation_bytes`), at the layer's routing load. The dispatchers change
+the core only through the load (HybridEP's rank budget, `routing_load.rank_budget`), the token
+permutations (`moe_time`) and the small kernels (`host.kernels`): layouts that differ only in
+their dispatcher share these parts (`PARTS`, keyed by `parts_key`)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from planner.inputs.hybrid import LayerKind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import activations, attention_time
+from planner.model.activations import Shard
+from planner.model.gemm import Gpu
+from planner.model.job_memo import JobMemo
+from planner.model.linear_time import linear_times
+from planner.model.ring_balance import ring_skew
+
+DISPATCHER_FIELDS = (
+    "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
+    "moe_flex_dispatcher_num_sms",
+)
+"""The layout fields that choose and size the token dispatcher: `parts` reads none of them (the
+load, which HybridEP's budget may cap, is passed in and in the key)."""
+
+
+class Parts(NamedTuple):
+    """A layer's linear GEMMs (`linear_times`, as tuples), its core attention's forward,
+    backward and FP8 quantisation seconds (0 without flash attention or an attention mixer),
+    and its saved and streamed activation bytes (`activation_bytes`)."""
+
+    shapes: tuple[tuple[float, float, float, float], ...]
+    parts: tuple[str, ...]
+    times: tuple[float, ...]
+    casts: tuple[float, ...]
+    weight_cast: float
+    attn_fwd: float
+    attn_bwd: float
+    attn_quant: float
+    act_bytes: float
+    ew_bytes: float
+
+
+PARTS: JobMemo[tuple[object, ...], Parts] = JobMemo()
+"""`parts` per job and `parts_key` (`layer_time` reads it where the caller remembers the layer
+cores; cleared with them by `stage_time.LAYER_TIMES`)."""
+
+
+def parts(
+    job: Job, lay: Layout, gpu: Gpu, kind: LayerKind, t: float, load: float, efficiency: float
+) -> Parts:
+    """The layer's dispatcher-free parts for `t` tokens at routing `load`, its attention at
+    `efficiency` (`layer_time.ATTENTION_EFFICIENCY`)."""
+    lin = linear_times(job, lay, gpu, kind, t, load)
+    attn_fwd = attn_bwd = quant = 0.0
+    if kind.mixer == "attention" and job.flash_attention:
+        arch = job.arch
+        window = arch.window_size if kind.window else None
+        s = job.seq_length
+        core = attention_time.core_attention(job, gpu, t, s, lay.tp, efficiency, window)
+        quant = core.quant
+        skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
+        attn_fwd, attn_bwd = skew * core.fwd, skew * core.bwd
+    act_bytes, ew_bytes = activation_bytes(job, lay, kind, load)
+    return Parts(
+        tuple(lin.shapes),
+        lin.parts,
+        tuple(lin.times),
+        tuple(lin.casts),
+        lin.weight_cast,
+        attn_fwd,
+        attn_bwd,
+        quant,
+        act_bytes,
+        ew_bytes,
+    )
+
+
+def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tuple[float, float]:
+    """(saved, streamed): the saved-activation bytes of one layer per micro-batch
+    (planner.model.activations, with fused norms, flash attention and bf16 inputs: the
+    unfused-norm, s^2 and FP8 traffic are added apart), and of them the proxy for the memory
+    traffic of its elementwise kernels: all but a MoE layer's routed-expert input
+    (`activations.expert_input_bytes`), which only the token permutation writes and reads
+    (`moe_time.permute_time` prices it; counting it here too priced it twice). A MoE layer's
+    routed pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and
+    permutations), not memory's planning bound."""
+    s_local = job.seq_length // lay.cp
+    sh = Shard(
+        tokens=s_local * lay.micro_batch_size,
+        tp=lay.tp,
+        sequence_parallel=lay.sequence_parallel,
+        etp=lay.expert_tp,
+        seq_per_cp_rank=s_local,
+        micro_batch_size=lay.micro_batch_size,
+        moe_load=load,
+    )
+    saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
+    permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
+    return saved, saved - permuted
