@@ -55,16 +55,19 @@ DETERMINISTIC_ATTENTION_BWD = 2.900 / 2.391
 one (dQ reduced in a fixed order rather than by atomic adds). FlashAttention-3 on H100, head dim
 128, causal, 8,192 tokens, 16 heads: 2.900 ms with its deterministic schedule against 2.391 ms
 without (Dao-AILab/flash-attention PR #1893, "Improve causal backward determinism perf with SPT
-schedule", its benchmark table): 1.213. Transformer Engine's deterministic path is cuDNN's; no
-rate of its own was found (the same table's cuDNN backward, its mode not stated, takes 2.925
-ms). Taken on every GPU, for Megatron's mode only (`fills`: torchtitan's deterministic kernels
-are not modelled)."""
+schedule", its benchmark table): 1.213. Transformer Engine's deterministic path is cuDNN's:
+cudnn-frontend's SDPA benchmark times it on GB200 and GB300 (benchmarks/attention_kernels.py:
+1.11-1.16 for Llama's GQA at head dim 128, 0.95-1.09 for MLA, 1.27-1.31 for gpt-oss's windowed
+64-wide heads in bf16; 1.00 at every shape with FP8 operands), no Hopper pair. Taken in bf16 on
+every GPU, 1 with FP8 attention, for Megatron's mode only (`fills`: torchtitan's deterministic
+kernels are not modelled)."""
 
 
 def attention_bwd_factor(job: Job) -> float:
     """How much longer the flash-attention backward's matmuls take in the job's mode
-    (DETERMINISTIC_ATTENTION_BWD under Megatron's deterministic mode, else 1)."""
-    return DETERMINISTIC_ATTENTION_BWD if fills(job) else 1.0
+    (DETERMINISTIC_ATTENTION_BWD under Megatron's deterministic mode, else 1; 1 with FP8
+    attention, whose backward cuDNN runs alike either way: benchmarks/attention_kernels.py)."""
+    return DETERMINISTIC_ATTENTION_BWD if fills(job) and not job.attention_in_fp8 else 1.0
 
 
 def fills(job: Job) -> bool:

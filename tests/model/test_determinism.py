@@ -111,3 +111,18 @@ def test_the_attention_backward_takes_the_deterministic_schedule() -> None:
     assert det.bwd == pytest.approx(plain.bwd * 2.900 / 2.391, rel=1e-12)
     tt = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, framework="torchtitan")
     assert core(replace(tt, deterministic=True)).bwd == core(tt).bwd
+
+
+def test_fp8_attention_backward_costs_nothing_more_in_deterministic_mode() -> None:
+    # cuDNN's FP8 attention backward takes the same time deterministic or not (cudnn-frontend's
+    # SDPA benchmark on GB200 and GB300: 0.97-1.05 at every shape, benchmarks/attention_kernels.py)
+    j = job("llama3.1-8b", "b200-sxm-180gb", 8, 8192, 16, precision="fp8", fp8_attention=True)
+    j = replace(j, fp8_recipe="tensorwise")
+    assert j.attention_in_fp8
+    gpu = layer_time.gpu_of(j)
+    eff = layer_time.ATTENTION_EFFICIENCY
+    plain = attention_time.core_attention(j, gpu, 8192.0, 8192, 1, eff)
+    det = attention_time.core_attention(replace(j, deterministic=True), gpu, 8192.0, 8192, 1, eff)
+    assert det == plain
+    bf16 = replace(j, fp8_attention=False, deterministic=True)
+    assert determinism.attention_bwd_factor(bf16) == determinism.DETERMINISTIC_ATTENTION_BWD
