@@ -344,14 +344,11 @@ def _core(
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     load = step_load(job, lay)
-    if memo is None:
-        p = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
-    else:
-        pkey = _parts_key(lay, gpu, kind, load)
-        hit = memo.get(pkey)
-        if hit is None:
-            hit = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
-        p = hit
+    memo = {} if memo is None else memo
+    pkey = _parts_key(lay, gpu, kind, load)
+    p = memo.get(pkey)
+    if p is None:
+        p = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
     gemm_fwd, cast = sum(p.times), sum(p.casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:

@@ -8,7 +8,6 @@ then each value is checked bit for bit against the function computed afresh."""
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import cache
 
 import pytest
@@ -25,11 +24,13 @@ from planner.model import (
     routing_load,
     stage_time,
 )
+from planner.model.gemm import Gpu
 from planner.model.job_memo import JobMemo
-from planner.model.layer_time import gpu_of
+from planner.model.layer_time import Layer, gpu_of
+from planner.model.layer_traffic import LayerCore
 from planner.search import rungs
 from planner.search import space as space_mod
-from tests.search.brute_force import PROBLEMS, make_job, sample_layouts
+from tests.search.brute_force import PROBLEMS, make_job, sample_layouts, search_built_layouts
 
 JOBS: dict[str, tuple[Job, space_mod.Space]] = {
     "deepseek-v2-lite-16xh100": (
@@ -45,17 +46,9 @@ JOBS: dict[str, tuple[Job, space_mod.Space]] = {
 
 @cache
 def search_layouts(name: str) -> list[Layout]:
-    """About 1,500 layouts as the suggest search builds them (`space.bases` of every structure's
-    first and last options: dispatchers, TP and EP overlap), each with every rung
-    (`rungs.every`), evenly spaced in that enumeration."""
+    """About 1,500 layouts as the suggest search builds them (`search_built_layouts`)."""
     job, space = JOBS[name]
-    out: list[Layout] = []
-    for s in space_mod.structures(job, space, Counter()):
-        opts = space_mod.options(job, space, s)
-        for mbs, vpp, split in dict.fromkeys(opts[:1] + opts[-1:]):
-            for b in space_mod.bases(job, s, mbs, vpp, split, space):
-                out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
-    return out[:: max(len(out) // 1500, 1)]
+    return search_built_layouts(job, space, 1500)
 
 
 def problem_layouts(name: str) -> tuple[Job, list[Layout]]:
@@ -84,19 +77,31 @@ def test_tp_charges_read_from_the_memo_are_computed_afresh(name: str) -> None:
             assert layer_time.layer_time(job, lay, gpu, k) == warm_layer, (lay.describe(), k)
 
 
+def _filled_cores(
+    name: str,
+) -> tuple[Job, list[Layout], Gpu, dict[tuple[object, ...], LayerCore], list[list[Layer]]]:
+    """The problem's layouts as `stage_time` asks (one per layer key), every memo forgotten, then
+    each layout's layer times with their cores from `LAYER_CORES` (filling it and the parts'
+    memo): (job, layouts, GPU, the cores' memo, the layer times)."""
+    job, lays = problem_layouts(name)
+    lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))
+    JobMemo.forget_all()
+    gpu = gpu_of(job)
+    cores = layer_time.LAYER_CORES.of(job)
+    warm = [
+        [layer_time.layer_time(job, lay, gpu, k, cores) for k in job.arch.kinds] for lay in lays
+    ]
+    return job, lays, gpu, cores, warm
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_layer_cores_read_from_the_memo_are_computed_afresh(name: str) -> None:
     """Every layer time with its core (`layer_time._core`) from a memo filled by every layout
     first (the layouts share cores across their recompute and TP overlap, and their CP and EP
     traffic per forward pass) equals the layer time computed without the memo, field for
     field."""
-    job, lays = problem_layouts(name)
-    lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))  # as `stage_time` asks
-    JobMemo.forget_all()
-    gpu = gpu_of(job)
-    cores = layer_time.LAYER_CORES.of(job)
+    job, lays, gpu, cores, warm = _filled_cores(name)
     kinds = job.arch.kinds
-    warm = [[layer_time.layer_time(job, lay, gpu, k, cores) for k in kinds] for lay in lays]
     assert len(cores) < sum(map(len, warm))  # the cores are shared
     for lay, layers in zip(lays, warm, strict=True):
         assert [layer_time.layer_time(job, lay, gpu, k) for k in kinds] == layers, lay.describe()
@@ -107,15 +112,8 @@ def test_layer_parts_read_from_the_memo_are_computed_afresh(name: str) -> None:
     """The cores' dispatcher-free parts (`layer_parts.PARTS`, shared by layouts that differ only
     in their token dispatcher), filled by every layout first: each layout's entry equals its
     parts computed afresh, field for field."""
-    job, lays = problem_layouts(name)
-    lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))  # as `stage_time` asks
-    JobMemo.forget_all()
-    gpu = gpu_of(job)
-    cores = layer_time.LAYER_CORES.of(job)
+    job, lays, gpu, cores, _ = _filled_cores(name)
     kinds = job.arch.kinds
-    for lay in lays:
-        for k in kinds:
-            layer_time.layer_time(job, lay, gpu, k, cores)
     memo = layer_parts.PARTS.of(job)
     if job.arch.is_moe and name in JOBS:  # both dispatchers among the layouts: parts shared
         assert len(memo) < len(cores)

@@ -6,7 +6,6 @@ would hand one layout another's times."""
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import cache
 
 import pytest
@@ -15,9 +14,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import stage_time
 from planner.model.job_memo import JobMemo
-from planner.search import rungs
 from planner.search import space as space_mod
-from tests.search.brute_force import make_job
+from tests.search.brute_force import make_job, search_built_layouts
 
 JOBS = {
     "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
@@ -27,17 +25,9 @@ JOBS = {
 
 @cache
 def problem(name: str) -> tuple[Job, list[Layout]]:
-    """About 600 layouts as the suggest search builds them (every structure's first and last
-    options, each base with every rung), evenly spaced in that enumeration."""
+    """About 600 layouts as the suggest search builds them (`search_built_layouts`)."""
     job = make_job(*JOBS[name])
-    space = space_mod.Space()
-    out: list[Layout] = []
-    for s in space_mod.structures(job, space, Counter()):
-        opts = space_mod.options(job, space, s)
-        for mbs, vpp, split in dict.fromkeys(opts[:1] + opts[-1:]):
-            for b in space_mod.bases(job, s, mbs, vpp, split, space):
-                out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
-    return job, out[:: max(len(out) // 600, 1)]
+    return job, search_built_layouts(job, space_mod.Space(), 600)
 
 
 @pytest.mark.parametrize("name", list(JOBS))

@@ -14,6 +14,7 @@ problems it is run on."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -340,3 +341,16 @@ def sample_layouts(name: str, count: int) -> list[Layout]:
     lays = layouts_of(name)
     step = max(len(lays) // count, 1)
     return lays[::step]
+
+
+def search_built_layouts(job: Job, space: Space, count: int) -> list[Layout]:
+    """About `count` layouts as the suggest search builds them (`space.bases` of every
+    structure's first and last options: dispatchers, TP and EP overlap), each with every rung
+    (`rungs.every`), evenly spaced in that enumeration."""
+    out: list[Layout] = []
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        for mbs, vpp, split in dict.fromkeys(opts[:1] + opts[-1:]):
+            for b in space_mod.bases(job, s, mbs, vpp, split, space):
+                out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
+    return out[:: max(len(out) // count, 1)]
