@@ -95,7 +95,11 @@ hand-tuned FP8 kernel reaches it (DeepGEMM PR #74: 1404-1470 TFLOP/s at M=4096 N
 H800, H100's SMs and FP8 peak); Transformer Engine's GEMMs in training reach the fitted
 `layer_time.FP8_CEILING_FRACTION` of it. B200's best-shape FP8 MAMF
 (3432.5 of 4500, hardware catalog) is 1.97 x its bf16 MAMF: one favourable shape of a sweep,
-not what a training step's GEMMs reach."""
+not what a training step's GEMMs reach. Against it: Transformer Engine's B300 benchmark
+(benchmarks/gemm_kernels.py) runs a layer's FP8 GEMMs 1.92 x (tensorwise) and 1.83 x (MXFP8) its
+bf16 ones with pre-quantised operands; on B300 this cap does not bind (its MAMF FP8 ceiling
+does), and lifting it would speed B200's and GB200's FP8 GEMMs 3-4%, which their MLPerf FP8 rows,
+already predicted fast, do not want: kept as measured on B200."""
 
 
 BLACKWELL_BF16_MAMF_SHARE = 0.95
