@@ -14,6 +14,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations, attention_time
 from planner.model.activations import Shard
+from planner.model.attention_time import Core
 from planner.model.gemm import Gpu
 from planner.model.job_memo import JobMemo
 from planner.model.linear_time import linear_times
@@ -50,18 +51,38 @@ PARTS: JobMemo[tuple[object, ...], Parts] = JobMemo()
 cores; cleared with them by `stage_time.LAYER_TIMES`)."""
 
 
+ATTENTION_CORES: JobMemo[tuple[object, ...], Core] = JobMemo()
+"""`attention_time.core_attention` per job and what it reads besides the job (`parts`' callers
+that remember the parts remember these too, cleared with them by `stage_time.LAYER_TIMES`): the
+layouts whose parts differ, in their expert degrees, pipeline or data-parallel size, mostly run
+the same attention (a few dozen kernels over the thousands of parts the search makes)."""
+
+
 def parts(
-    job: Job, lay: Layout, gpu: Gpu, kind: LayerKind, t: float, load: float, efficiency: float
+    job: Job,
+    lay: Layout,
+    gpu: Gpu,
+    kind: LayerKind,
+    t: float,
+    load: float,
+    efficiency: float,
+    attention: dict[tuple[object, ...], Core] | None = None,
 ) -> Parts:
     """The layer's dispatcher-free parts for `t` tokens at routing `load`, its attention at
-    `efficiency` (`layer_time.ATTENTION_EFFICIENCY`)."""
+    `efficiency` (`layer_time.ATTENTION_EFFICIENCY`); the attention kernel from `attention`
+    (`ATTENTION_CORES.of(job)`) where the caller gives it."""
     lin = linear_times(job, lay, gpu, kind, t, load)
     attn_fwd = attn_bwd = quant = 0.0
     if kind.mixer == "attention" and job.flash_attention:
         arch = job.arch
         window = arch.window_size if kind.window else None
         s = job.seq_length
-        core = attention_time.core_attention(job, gpu, t, s, lay.tp, efficiency, window)
+        key = (gpu, t, s, lay.tp, efficiency, window)
+        core = None if attention is None else attention.get(key)
+        if core is None:
+            core = attention_time.core_attention(job, gpu, t, s, lay.tp, efficiency, window)
+            if attention is not None:
+                attention[key] = core
         quant = core.quant
         skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
         attn_fwd, attn_bwd = skew * core.fwd, skew * core.bwd

@@ -336,7 +336,8 @@ def _core(
     memo: dict[tuple[object, ...], layer_parts.Parts] | None = None,
 ) -> LayerCore:
     """`layer_time`'s core (`LayerCore`), computed; its dispatcher-free parts
-    (`layer_parts.parts`) from `memo` where the caller gives one (`_parts_key`)."""
+    (`layer_parts.parts`) from `memo` where the caller gives one (`_parts_key`), their attention
+    kernels then from `layer_parts.ATTENTION_CORES`."""
     arch = job.arch
     moe = kind.moe
     s = job.seq_length
@@ -344,11 +345,13 @@ def _core(
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     load = step_load(job, lay)
+    attention = None if memo is None else layer_parts.ATTENTION_CORES.of(job)
     memo = {} if memo is None else memo
     pkey = _parts_key(lay, gpu, kind, load)
     p = memo.get(pkey)
     if p is None:
-        p = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, ATTENTION_EFFICIENCY)
+        e = ATTENTION_EFFICIENCY
+        p = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, e, attention)
     gemm_fwd, cast = sum(p.times), sum(p.casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:

@@ -33,7 +33,7 @@ from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.job_memo import JobMemo
-from planner.model.layer_parts import PARTS
+from planner.model.layer_parts import ATTENTION_CORES, PARTS
 from planner.model.layer_time import LAYER_CORES, Layer, gpu_of, layer_time
 from planner.model.layer_tp import TP_CHARGES
 from planner.model.output_time import mtp_projection, output_layer_time
@@ -52,7 +52,8 @@ values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple),
 layout's MTP projection (`output_time.mtp_projection`; None without MTP layers): the search
 scores thousands of layouts that differ only in those fields;
 and under ("dense", kind, `_dense_key`) a kind without experts alone (no output layer), shared by
-layouts that differ only in their experts. Cleared by benchmarks/fit_constants.py when it
+layouts that differ only in their experts, and under ("heads", ...) the output layer and MTP
+projection alone (`_HEADS_READ`). Cleared by benchmarks/fit_constants.py when it
 changes a layer_time constant."""
 
 
@@ -135,7 +136,9 @@ class LayoutTimes:
         return self.layers[0]
 
 
-LAYER_TIMES.clears(LAYER_CORES, PARTS, TP_CHARGES)  # the memos made with the layer times
+LAYER_TIMES.clears(
+    LAYER_CORES, PARTS, ATTENTION_CORES, TP_CHARGES
+)  # the memos made with the layer times
 
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
@@ -218,8 +221,19 @@ def _made(
             plain = issued_layer(one, job, dkey[2], kind)
             memo[dkey] = (gpu, (plain,), 0.0, None)
         layers.append(memo[dkey][1][0])
-    proj = mtp_projection(job, plain_key, gpu) if job.arch.mtp_num_layers else None
-    return gpu, tuple(layers), output_layer_time(job, key, gpu), proj
+    hkey = (_HEADS, *[key.__dict__[f] for f in _HEADS_READ])
+    if hkey not in memo:
+        proj = mtp_projection(job, plain_key, gpu) if job.arch.mtp_num_layers else None
+        memo[hkey] = (gpu, (), output_layer_time(job, key, gpu), proj)
+    _, _, out_layer, proj = memo[hkey]
+    return gpu, tuple(layers), out_layer, proj
+
+
+_HEADS = "heads"
+_HEADS_READ = ("micro_batch_size", "cp", "tp", "sequence_parallel")
+"""The layout fields the output layer (`output_time.output_layer_time`) and an MTP depth's
+projection (`output_time.mtp_projection`) read: `LAYER_TIMES` keeps the two under
+(_HEADS, their values), shared by the many layer keys that differ in nothing else."""
 
 
 def ep_exposed(
