@@ -67,6 +67,7 @@ from planner.model import (
     weight_hash,
 )
 from planner.model.activations import BF16
+from planner.model.job_memo import ModelMemo
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown
@@ -256,11 +257,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
     step = breakdown.step_time
     n_gpus = lay.num_gpus
     t5_flops = t5.model_flops_per_sample(job) * job.global_batch_size
-    model = flops.model_flops(arch, job.seq_length, job.global_batch_size) + t5_flops
-    policy = job.recompute_policy(lay.recompute)
-    hw = t5_flops + flops.hardware_flops(
-        arch, job.seq_length, job.global_batch_size, policy, lay.recompute_modules
-    )
+    model, hw = _step_flops(job, job.recompute_policy(lay.recompute), lay.recompute_modules)
+    model += t5_flops
+    hw += t5_flops
     peak = sum(p for p, _ in peaks) / len(peaks)
     bf16_peak = sum(b for _, b in peaks) / len(peaks)
     return Performance(
@@ -276,6 +275,26 @@ def estimate(job: Job, layout: Layout) -> Performance:
         peak_over_bf16=peak / bf16_peak,
         precision=job.precision,
     )
+
+
+_FLOPS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()
+"""`_step_flops` per model and what it reads besides the model (the search estimates thousands
+of layouts of a job that share their recompute)."""
+
+
+def _step_flops(job: Job, policy: str, modules: tuple[str, ...]) -> tuple[float, float]:
+    """The decoder's model and hardware FLOPs of one step (`flops.model_flops`,
+    `flops.hardware_flops` with the recompute `policy` and `modules`), remembered: they read the
+    architecture, the sequence, the batch and flops' own conventions (in the key), nothing
+    calibrated."""
+    seq, batch = job.seq_length, job.global_batch_size
+    key = (seq, batch, policy, modules, flops.CAUSAL_HALVED, flops.FWD_BWD)
+
+    def make() -> tuple[float, float]:
+        model = flops.model_flops(job.arch, seq, batch)
+        return model, flops.hardware_flops(job.arch, seq, batch, policy, modules)
+
+    return _FLOPS.get(job.arch, key, make)
 
 
 def _replicas(job: Job, layout: Layout, views: tuple[tuple[Job, Layout], ...]) -> Performance:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
@@ -61,10 +62,12 @@ bf16 (HybridEP asserts `not fp8_dispatch`, fused_a2a.py @d98e8a64); only its ncc
 quantises (moe_dispatch_fwd_dtype = mxfp8), which plans cannot name yet."""
 
 
+@lru_cache(maxsize=4096)
 def distinct_reached(bins: int, items: int, picks: int) -> float:
     """Expected distinct bins hit when `picks` of `items` (spread evenly over `bins`) are drawn
     without replacement: bins x (1 - C(items - items/bins, picks) / C(items, picks)). The random
-    uniform router of DeepEP's and HybridEP's published benchmarks."""
+    uniform router of DeepEP's and HybridEP's published benchmarks. Remembered (it reads its
+    arguments alone; every fused dispatch asks for it twice)."""
     if bins <= 1 or picks <= 0:
         return float(min(bins, max(picks, 0)))
     per = items / bins

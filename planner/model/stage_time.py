@@ -136,18 +136,39 @@ class LayoutTimes:
         return self.layers[0]
 
 
-LAYER_TIMES.clears(
-    LAYER_CORES, PARTS, ATTENTION_CORES, TP_CHARGES
-)  # the memos made with the layer times
+LAYOUT_TIMES: JobMemo[tuple[object, ...], LayoutTimes] = JobMemo()
+"""`layout_times` per job and what it reads of the layout (`_times_key`, the micro-batches, the
+recompute method and the MTP rank): the search asks for the times of most layouts several times
+(their bounds, their estimates)."""
+
+# the memos made with the layer times
+LAYER_TIMES.clears(LAYER_CORES, PARTS, ATTENTION_CORES, TP_CHARGES, LAYOUT_TIMES)
 
 
 def layout_times(job: Job, lay: Layout) -> LayoutTimes:
-    """The `LayoutTimes` of a layout (its layer times from the memo)."""
-    gpu, m, layers, out_layer, proj = _times(job, lay)
+    """The `LayoutTimes` of a layout (its layer times from the memo), remembered
+    (`LAYOUT_TIMES`)."""
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    tkey = _times_key(job, lay)
+    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+    memo = LAYOUT_TIMES.of(job)
+    key = (*tkey, m, lay.recompute_method, mtp)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _layout_times(job, lay, tkey, m, mtp)
+    return hit
+
+
+def _layout_times(
+    job: Job, lay: Layout, tkey: tuple[object, ...], m: int, mtp: int | None
+) -> LayoutTimes:
+    """`layout_times`, computed (`tkey`, `m` and `mtp` the layout's `_times_key`, micro-batches
+    and MTP rank)."""
+    gpu, layers, out_layer, proj = _times(job, lay, tkey)
     plain = layers
     if lay.recompute == "full" and lay.recompute_method == "block":
-        plain = _times(job, lay.with_(recompute="none"))[2]
-    mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
+        lean = lay.with_(recompute="none")
+        plain = _times(job, lean, _times_key(job, lean))[1]
     bf16: tuple[Layer, ...] = ()
     bf16_plain: tuple[Layer, ...] = ()
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
@@ -178,21 +199,26 @@ _GPU = ("gpu",)
 the job is computed."""
 
 
-def _times(job: Job, lay: Layout) -> tuple[Gpu, int, tuple[Layer, ...], float, Layer | None]:
-    """(GPU, micro-batches, each kind's layer, output layer, MTP projection) times of a layout,
-    from one memo entry (the search asks for them on every variant it estimates). A kind without
-    experts is memoised under `_dense_key` (no expert field reaches it); the MTP projection
-    (`output_time.mtp_projection`, None without MTP layers) reads the layer key alone."""
-    m = max(lay.num_microbatches(job.global_batch_size), 1)
-    memo = LAYER_TIMES.of(job)
+def _times_key(job: Job, lay: Layout) -> tuple[object, ...]:
+    """`LAYER_TIMES`' key of a layout: its `_memo_key`, and its data-parallel size in test mode
+    (its per-layer checks visit every data-parallel rank, `host.realtime_test_s`)."""
     tkey = _memo_key(lay)
-    if job.test_mode:  # its per-layer checks visit every data-parallel rank (host.realtime_test_s)
-        tkey = (*tkey, lay.dp)
+    return (*tkey, lay.dp) if job.test_mode else tkey
+
+
+def _times(
+    job: Job, lay: Layout, tkey: tuple[object, ...]
+) -> tuple[Gpu, tuple[Layer, ...], float, Layer | None]:
+    """(GPU, each kind's layer, output layer, MTP projection) times of a layout (`tkey` its
+    `_times_key`), from one memo entry. A kind without experts is memoised under `_dense_key`
+    (no expert field reaches it); the output layer and the MTP projection
+    (`output_time.mtp_projection`, None without MTP layers) under the fields they read
+    (`_HEADS_READ`)."""
+    memo = LAYER_TIMES.of(job)
     hit = memo.get(tkey)
     if hit is None:
         hit = memo[tkey] = _made(job, lay, memo)
-    gpu, layers_t, out_layer, proj = hit
-    return gpu, m, layers_t, out_layer, proj
+    return hit
 
 
 def _made(

@@ -41,6 +41,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo
+from planner.search.rules import recompute_allows_overlap
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
     ("layernorm",),
@@ -205,7 +206,7 @@ def rungs(
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
     (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none)."""
     memo = _RUNGS.of(job)
-    key = (base.split_key(), base.tp_comm_overlap, kinds, offload)
+    key = _key(base, kinds, offload)
     hit = memo.get(key)
     if hit is None:
         longest = 0
@@ -217,6 +218,39 @@ def rungs(
         fine = tuple(r for r in (offloading(job) if offload else ()) if r.recompute in kinds)
         hit = memo[key] = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
     return list(hit[0]), list(hit[1])
+
+
+def _key(base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> tuple[object, ...]:
+    """What `rungs` reads of its arguments besides the job."""
+    return (base.split_key(), base.tp_comm_overlap, kinds, offload)
+
+
+_OVERLAP_RUNGS: JobMemo[
+    tuple[object, ...], tuple[tuple[Rung, ...], tuple[Ladder, ...], frozenset[Rung]]
+] = JobMemo()
+"""`overlap_rungs` per job and per `rungs`' key (`_key`)."""
+
+
+def overlap_rungs(
+    job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool
+) -> tuple[tuple[Rung, ...], tuple[Ladder, ...], frozenset[Rung]]:
+    """Of `rungs`, the single rungs and the ladders Megatron's EP all-to-all overlap allows
+    (`rules.recompute_allows_overlap`: the one condition of `rules.expert_overlap` a rung
+    changes), and those single rungs as a set; remembered as `rungs` are (`space.bases` asks
+    for them on every base with the overlap)."""
+    memo = _OVERLAP_RUNGS.of(job)
+    key = _key(base, kinds, offload)
+    hit = memo.get(key)
+    if hit is None:
+        single, ladders = rungs(job, base, kinds, offload)
+        allowed = tuple(r for r in single if _allows(r))
+        ov = tuple(ld for ld in ladders if _allows(ld.make(ld.lo)))
+        hit = memo[key] = (allowed, ov, frozenset(allowed))
+    return hit
+
+
+def _allows(rung: Rung) -> bool:
+    return recompute_allows_overlap(rung.recompute, rung.modules)
 
 
 @lru_cache(maxsize=1024)

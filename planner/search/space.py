@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
@@ -21,7 +21,7 @@ from planner.inputs.plan import Job
 from planner.model import memory
 from planner.search import rules
 from planner.search.rules.context import exchange_for
-from planner.search.rungs import Ladder, Rung, rungs
+from planner.search.rungs import Ladder, Rung, overlap_rungs, rungs
 from planner.search.splits import (
     Split,
     divisors,
@@ -255,7 +255,8 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
             moe_token_dispatcher_type=dispatcher,
             moe_flex_dispatcher_backend="deepep" if titan else flex_backend(job),
         )
-        single, ladders = rungs(job, plain, space.recompute, space.offload and not titan)
+        offload = space.offload and not titan
+        single, ladders = rungs(job, plain, space.recompute, offload)
         if titan:  # torchtitan: none, per-op selective (one rung) and full recompute
             single = [r for r in single if r.modules == ("core_attn",)]
             ladders = []
@@ -265,15 +266,10 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
             continue
         # `overlap` passed `rules.expert_overlap` without recompute, and a rung changes only
         # the recompute, offloading and TP-overlap fields: the rule's recompute condition decides
-        allowed = [r for r in single if rules.recompute_allows_overlap(r.recompute, r.modules)]
-        ov_ladders = [
-            ld
-            for ld in ladders
-            if rules.recompute_allows_overlap(ld.make(ld.lo).recompute, ld.make(ld.lo).modules)
-        ]
-        takes = frozenset(allowed) if s.pp > 1 else frozenset()
+        allowed, ov_ladders, allowed_set = overlap_rungs(job, plain, space.recompute, offload)
+        takes = allowed_set if s.pp > 1 else frozenset()
         out.append(Base(plain, tuple(single), tuple(ladders), takes))
-        out.append(Base(overlap, tuple(allowed), tuple(ov_ladders)))
+        out.append(Base(overlap, allowed, ov_ladders))
     return out
 
 
@@ -286,7 +282,9 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
     problems)."""
     if all(b.layout.micro_batch_size == mbs for b in shape):
         return shape
-    return [replace(b, layout=b.layout.with_(micro_batch_size=mbs)) for b in shape]
+    return [
+        Base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes) for b in shape
+    ]
 
 
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
