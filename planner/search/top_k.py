@@ -217,14 +217,31 @@ def _cyclic_gc_paused() -> Iterator[None]:
     hundreds of thousands of short-lived tuples, layouts and reports and remembers many of them:
     the collector, run by allocation counts, would walk the growing memos again and again (a few
     percent of the search) for cycles the search does not make (what it drops, reference
-    counting frees). No number depends on it."""
+    counting frees). No number depends on it.
+
+    After the search what the process holds is frozen (`gc.freeze`: out of the collector's
+    reach) until the next search starts (`_FROZEN`): else the collector's next run, and the
+    interpreter's exit, would walk all that the search remembers once more (about 0.1 s after
+    DeepSeek-V3's search), and `planner suggest` exits right after it. Unfrozen at the next
+    search, none of it stays out of reach longer than until then; nothing is frozen where
+    something else froze objects already (it manages its own)."""
     was = gc.isenabled()
+    if _FROZEN:
+        _FROZEN.clear()
+        gc.unfreeze()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                _FROZEN.append(True)
             gc.enable()
+
+
+_FROZEN: list[bool] = []
+"""[True] while the objects frozen after a search (`_cyclic_gc_paused`) wait for the next."""
 
 
 def _search(
