@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import t5
@@ -51,7 +52,7 @@ LAYER_TIMES and cleared with it."""
 values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple), with the
 layout's MTP projection (`output_time.mtp_projection`; None without MTP layers): the search
 scores thousands of layouts that differ only in those fields;
-and under ("dense", kind, `_dense_key`) a kind without experts alone (no output layer), shared by
+and under `_dense_memo_key` a kind without experts alone (no output layer), shared by
 layouts that differ only in their experts, and under ("heads", ...) the output layer and MTP
 projection alone (`_HEADS_READ`). Cleared by benchmarks/fit_constants.py when it
 changes a layer_time constant."""
@@ -98,13 +99,29 @@ def _memo_key(lay: Layout) -> tuple[object, ...]:
     return tuple([d[f] for f in _READ])
 
 
+_DENSE: dict[str, object] = {
+    "ep": 1,
+    "etp": None,
+    "moe_token_dispatcher_type": "alltoall",
+    "moe_flex_dispatcher_backend": "deepep",
+}
+"""The expert fields `_dense_key` fixes, and their fixed values."""
+
+
 def _dense_key(key: Layout) -> Layout:
     """A `_layer_key` as the dense layer's time sees it: no expert field reaches it (expert
     parallelism, expert TP, the token dispatcher only shape the MoE layer;
     tests/search/test_scaling_memo.py checks the times bit for bit)."""
-    return key.with_(
-        ep=1, etp=None, moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend="deepep"
-    )
+    return key.with_(**_DENSE)
+
+
+def _dense_memo_key(kind: LayerKind, key: Layout) -> tuple[object, ...]:
+    """`LAYER_TIMES`' key of a kind without experts on the layer key `key` (`_made`'s): the
+    kind's name, and `_dense_key(key)` as a flat tuple (its data-parallel size, set in test mode,
+    and its `_READ` values), equal exactly when those layouts are (every other field of theirs
+    is fixed), and cheaper to build, hash and compare."""
+    d = {**key.__dict__, **_DENSE}
+    return ("dense", kind.name, d["dp"], *[d[f] for f in _READ])
 
 
 @dataclass(frozen=True)
@@ -239,14 +256,15 @@ def _made(
             one = layer_time(job, key, gpu, kind, cores)
             layers.append(issued_layer(one, job, key, kind))
             continue
-        dkey = ("dense", kind.name, _dense_key(key))
-        if dkey not in memo:
-            one = layer_time(job, dkey[2], gpu, kind, cores)
+        dkey = _dense_memo_key(kind, key)
+        hit = memo.get(dkey)
+        if hit is None:
+            dense = _dense_key(key)
+            one = layer_time(job, dense, gpu, kind, cores)
             if job.t5_encoder is not None:  # a T5 decoder layer's cross-attention
-                one = t5.cross_attention(job, dkey[2], gpu, one)
-            plain = issued_layer(one, job, dkey[2], kind)
-            memo[dkey] = (gpu, (plain,), 0.0, None)
-        layers.append(memo[dkey][1][0])
+                one = t5.cross_attention(job, dense, gpu, one)
+            hit = memo[dkey] = (gpu, (issued_layer(one, job, dense, kind),), 0.0, None)
+        layers.append(hit[1][0])
     hkey = (_HEADS, *[key.__dict__[f] for f in _HEADS_READ])
     if hkey not in memo:
         proj = mtp_projection(job, plain_key, gpu) if job.arch.mtp_num_layers else None

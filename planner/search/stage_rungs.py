@@ -89,11 +89,12 @@ class StageRungs:
                 return None
             lay = rung.on(self.zbase)
             rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
-            self.over[rung] = rep.shortfall
-            if not rep.fits:
+            short = self.over[rung] = rep.shortfall
+            fits = short <= 0  # `MemoryReport.fits`, its worst stage found once
+            if not fits:
                 self.rejected["memory"] += 1
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
-            self.known[rung] = rep if rep.fits else None
+            self.known[rung] = rep if fits else None
         return self.known[rung]
 
     def _leaner_failed(self, rung: Rung) -> bool:

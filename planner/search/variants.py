@@ -94,10 +94,9 @@ def best_variants(
         return True
 
     for z in zero_stages(space, base):
-        zbase = base.with_(zero_stage=z)
         key = (base.split_key(), z)
         if key not in too_big:
-            too_big[key] = memory.state_floor(job, zbase) > capacity
+            too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
         if too_big[key]:
             rejected["memory"] += 1
             continue
@@ -107,6 +106,7 @@ def best_variants(
             ) > cut:
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
+        zbase = base.with_(zero_stage=z)  # past the bound: most bases stop before it
         dispatcher = base.moe_token_dispatcher_type
         stage = StageRungs(
             job,
