@@ -8,28 +8,11 @@ one another's value; then each value is checked bit for bit against the function
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
-from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
 from planner.model import cost, dispatch, flops, stage_time
 from planner.model.job_memo import JobMemo
-from planner.search import space as space_mod
-from tests.search.brute_force import make_job, search_built_layouts
-
-JOBS = {
-    "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
-    "mixtral-64xh100": ("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 512),
-}
-
-
-@cache
-def problem(name: str) -> tuple[Job, list[Layout]]:
-    """About 600 layouts as the suggest search builds them (`search_built_layouts`)."""
-    job = make_job(*JOBS[name])
-    return job, search_built_layouts(job, space_mod.Space(), 600)
+from tests.search.brute_force import MEMO_JOBS, memo_problem
 
 
 def test_distinct_reached_from_the_memo_is_computed_afresh() -> None:
@@ -39,9 +22,9 @@ def test_distinct_reached_from_the_memo_is_computed_afresh() -> None:
         assert dispatch.distinct_reached(*a) == got == dispatch.distinct_reached.__wrapped__(*a)
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_step_flops_from_the_memo_are_computed_afresh(name: str) -> None:
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     asked = {(job.recompute_policy(lay.recompute), lay.recompute_modules) for lay in lays}
     assert len(asked) > 3  # none, full and several selective module sets
     warm = {a: cost._step_flops(job, *a) for a in asked}
@@ -51,9 +34,9 @@ def test_step_flops_from_the_memo_are_computed_afresh(name: str) -> None:
         assert hw == flops.hardware_flops(job.arch, seq, batch, policy, modules)
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_layout_times_from_the_memo_are_computed_afresh(name: str) -> None:
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     lays = [lay.with_(zero_stage=z) for lay in lays for z in (1, 3)]  # read by no layer time
     JobMemo.forget_all()
     warm = [stage_time.layout_times(job, lay) for lay in lays]

@@ -9,8 +9,6 @@ function computed afresh."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
 from planner.inputs.layout import Layout
@@ -24,20 +22,7 @@ from planner.model import (
     stage_time,
 )
 from planner.model.job_memo import JobMemo
-from planner.search import space as space_mod
-from tests.search.brute_force import make_job, search_built_layouts
-
-JOBS = {
-    "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
-    "mixtral-64xh100": ("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 512),
-}
-
-
-@cache
-def problem(name: str) -> tuple[Job, list[Layout]]:
-    """About 600 layouts as the suggest search builds them (`search_built_layouts`)."""
-    job = make_job(*JOBS[name])
-    return job, search_built_layouts(job, space_mod.Space(), 600)
+from tests.search.brute_force import MEMO_JOBS, memo_problem
 
 
 def _warm(job: Job, lays: list[Layout]) -> list[stage_time.LayoutTimes]:
@@ -46,9 +31,9 @@ def _warm(job: Job, lays: list[Layout]) -> list[stage_time.LayoutTimes]:
     return [stage_time.layout_times(job, lay) for lay in lays]
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_attention_kernels_from_the_memo_are_computed_afresh(name: str) -> None:
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     _warm(job, lays)
     memo = layer_parts.ATTENTION_CORES.of(job)
     assert 0 < len(memo) < len(layer_parts.PARTS.of(job))  # layouts share kernels
@@ -56,9 +41,9 @@ def test_attention_kernels_from_the_memo_are_computed_afresh(name: str) -> None:
         assert core == attention_time.core_attention(job, gpu, t, s, tp, efficiency, window)
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_output_layers_from_the_memo_are_computed_afresh(name: str) -> None:
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     warm = _warm(job, lays)
     memo = stage_time.LAYER_TIMES.of(job)
     heads = [k for k in memo if k[0] == stage_time._HEADS]
@@ -74,19 +59,19 @@ def test_output_layers_from_the_memo_are_computed_afresh(name: str) -> None:
 def test_clearing_the_layer_times_clears_the_attention_kernels() -> None:
     """A caller that clears LAYER_TIMES after setting a constant (benchmarks/fit_constants.py)
     never reads an attention kernel made with the old one."""
-    job, lays = problem("mixtral-64xh100")
+    job, lays = memo_problem("mixtral-64xh100")
     _warm(job, lays[:20])
     assert layer_parts.ATTENTION_CORES.of(job)
     stage_time.LAYER_TIMES.clear()
     assert not layer_parts.ATTENTION_CORES.of(job)
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_dense_layers_from_the_memo_are_computed_afresh(name: str) -> None:
     """`LAYER_TIMES`' entries of the kinds without experts (`stage_time._dense_memo_key`, a flat
     tuple) are keyed as their dense layouts (`stage_time._dense_key`) compare, and each equals
     the layer timed afresh (`layer_time.layer_time` without a memo, floored by its issue)."""
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     warm = _warm(job, lays)
     gpu = layer_time.gpu_of(job)
     keys = list(dict.fromkeys(map(stage_time._layer_key, lays)))

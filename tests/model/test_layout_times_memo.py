@@ -6,33 +6,16 @@ would hand one layout another's times."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
-from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
 from planner.model import stage_time
 from planner.model.job_memo import JobMemo
-from planner.search import space as space_mod
-from tests.search.brute_force import make_job, search_built_layouts
-
-JOBS = {
-    "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
-    "mixtral-64xh100": ("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 512),
-}
+from tests.search.brute_force import MEMO_JOBS, memo_problem
 
 
-@cache
-def problem(name: str) -> tuple[Job, list[Layout]]:
-    """About 600 layouts as the suggest search builds them (`search_built_layouts`)."""
-    job = make_job(*JOBS[name])
-    return job, search_built_layouts(job, space_mod.Space(), 600)
-
-
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", list(MEMO_JOBS))
 def test_layout_times_from_the_memo_are_computed_afresh(name: str) -> None:
-    job, lays = problem(name)
+    job, lays = memo_problem(name)
     JobMemo.forget_all()
     warm = [stage_time.layout_times(job, lay) for lay in lays]
     memo = stage_time.LAYER_TIMES.of(job)

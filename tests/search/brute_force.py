@@ -354,3 +354,19 @@ def search_built_layouts(job: Job, space: Space, count: int) -> list[Layout]:
             for b in space_mod.bases(job, s, mbs, vpp, split, space):
                 out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
     return out[:: max(len(out) // count, 1)]
+
+
+MEMO_JOBS = {
+    "deepseek-v3-256xh800": ("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
+    "mixtral-64xh100": ("mixtral-8x7b", "h100-sxm-80gb", 64, 4096, 512),
+}
+"""The memo tests' problems (tests/model/test_*_memo*.py): an MoE model with MTP layers and MLA,
+and one without either."""
+
+
+@cache
+def memo_problem(name: str) -> tuple[Job, list[Layout]]:
+    """A `MEMO_JOBS` job and about 600 of its layouts as the suggest search builds them
+    (`search_built_layouts`)."""
+    job = make_job(*MEMO_JOBS[name])
+    return job, search_built_layouts(job, space_mod.Space(), 600)
