@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,10 @@ def load() -> list[Row]:
     return rows
 
 
+@cache
 def job(gpu: str, recipe: str) -> Job:
     """A one-GPU job in the recipe's precision (the model is a carrier: only the precision,
-    the recipe and the GPU reach the GEMM times)."""
+    the recipe and the GPU reach the GEMM times), parsed once per pair."""
     training: dict[str, Any] = {"seq_length": 512, "global_batch_size": 1}
     if recipe == "nvfp4":
         training["precision"] = "fp4"

@@ -154,15 +154,6 @@ def kernel(gpu_name: str, kind: AttentionKernel = "fused") -> Kernel:
     return next(k for prefixes, k in table if "*" in prefixes or gpu_name.startswith(prefixes))
 
 
-def keys_per_query(seq: float, window: int | None) -> float:
-    """Keys a query attends to on average under the causal mask: s / 2 over the whole sequence;
-    with a sliding window of w tokens before it, query i attends to min(i, w) + 1 keys, on
-    average (w + 1)(1 - w / 2s) when w < s."""
-    if window is None or window >= seq:
-        return seq / 2
-    return (window + 1) * (1 - window / (2 * seq))
-
-
 def computed_keys(seq: float, window: int | None) -> tuple[float, float]:
     """(keys the kernel computes per query, span): the whole B-wide key tiles (B =
     ATTENTION_CAUSAL_TILE) each of the n = ceil(s / B) query tiles visits, averaged over the

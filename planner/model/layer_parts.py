@@ -17,7 +17,7 @@ from planner.model.activations import Shard
 from planner.model.attention_time import Core
 from planner.model.gemm import Gpu
 from planner.model.job_memo import JobMemo
-from planner.model.linear_time import linear_times
+from planner.model.linear_time import LinearTimes, linear_times
 from planner.model.ring_balance import ring_skew
 
 DISPATCHER_FIELDS = (
@@ -30,15 +30,11 @@ load, which HybridEP's budget may cap, is passed in and in the key)."""
 
 
 class Parts(NamedTuple):
-    """A layer's linear GEMMs (`linear_times`, as tuples), its core attention's forward,
-    backward and FP8 quantisation seconds (0 without flash attention or an attention mixer),
-    and its saved and streamed activation bytes (`activation_bytes`)."""
+    """A layer's linear GEMMs (`linear_times`), its core attention's forward, backward and FP8
+    quantisation seconds (0 without flash attention or an attention mixer), and its saved and
+    streamed activation bytes (`activation_bytes`)."""
 
-    shapes: tuple[tuple[float, float, float, float], ...]
-    parts: tuple[str, ...]
-    times: tuple[float, ...]
-    casts: tuple[float, ...]
-    weight_cast: float
+    lin: LinearTimes
     attn_fwd: float
     attn_bwd: float
     attn_quant: float
@@ -87,18 +83,7 @@ def parts(
         skew = ring_skew(job, lay)  # CP without causal load balancing: the last rank's share
         attn_fwd, attn_bwd = skew * core.fwd, skew * core.bwd
     act_bytes, ew_bytes = activation_bytes(job, lay, kind, load)
-    return Parts(
-        tuple(lin.shapes),
-        lin.parts,
-        tuple(lin.times),
-        tuple(lin.casts),
-        lin.weight_cast,
-        attn_fwd,
-        attn_bwd,
-        quant,
-        act_bytes,
-        ew_bytes,
-    )
+    return Parts(lin, attn_fwd, attn_bwd, quant, act_bytes, ew_bytes)
 
 
 def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tuple[float, float]:

@@ -352,7 +352,7 @@ def _core(
     if p is None:
         e = ATTENTION_EFFICIENCY
         p = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, e, attention)
-    gemm_fwd, cast = sum(p.times), sum(p.casts)
+    gemm_fwd, cast = sum(p.lin.times), sum(p.lin.casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses
     if moe:
         # router GEMM and the token permutations (not in `gemm_shapes.linear_gemms`: no model FLOPs)
@@ -385,14 +385,13 @@ def _core(
     if moe:
         streamed = max(streamed - moe_time.fused_mlp_saving(job, lay, gpu, t, load), 0.0)
     # the small-kernel floor covers the permutations' kernels too
-    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(p.shapes)) - perm)
+    streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(p.lin.shapes)) - perm)
     fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
     bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     offload = act_bytes / host_link_bandwidth(job)
-    gemms = (p.shapes, p.parts, p.times, p.casts, p.weight_cast)
     return LayerCore(
-        *gemms, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
+        *p.lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
     )
 
 

@@ -19,12 +19,12 @@ class LinearTimes(NamedTuple):
     """A layer's linear GEMMs per micro-batch (`linear_times`), in `gemm_shapes.linear_gemms`'
     order: their (M, K, N, count) shapes, parts ("expert", "shared", ...), forward seconds, the
     seconds of their inputs' and output gradients' quantisation, and of the weights' (once per
-    step)."""
+    step). Tuples throughout: the layer memos keep them (`planner.model.layer_parts`)."""
 
-    shapes: list[tuple[float, float, float, float]]
+    shapes: tuple[tuple[float, float, float, float], ...]
     parts: tuple[str, ...]
-    times: list[float]
-    casts: list[float]
+    times: tuple[float, ...]
+    casts: tuple[float, ...]
     weight_cast: float
 
 
@@ -51,7 +51,7 @@ def linear_times(
         times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
         casts.append(c * quant * (m * k + m * n) / gpu.hbm)
         weight_cast += c * quant * k * n / gpu.hbm
-    return LinearTimes(shapes, tuple(parts), times, casts, weight_cast)
+    return LinearTimes(tuple(shapes), tuple(parts), tuple(times), tuple(casts), weight_cast)
 
 
 def margin_slowdown(job: Job) -> float:

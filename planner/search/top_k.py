@@ -292,6 +292,7 @@ def _search(
     scored = expanded = 0
     last_report = t0
     lean: dict[int, dict[tuple[object, ...], int]] = {}  # each structure's lean_fails
+    ordered: dict[int, tuple[dict[tuple[int, Split], float], list[Option]]] = {}
     for surveying in (True, False) if survey else (False,):
         for visited, (bound, i, _, opts, too_big, of, tops) in enumerate(queue, 1):
             if cut is not None and bound > cut:
@@ -301,9 +302,13 @@ def _search(
             # each shape's bound holds at every micro-batch size: shapes best first (micro-batch
             # sizes ascending within one), none whose states fit in no ZeRO stage (not in `tops`:
             # none of its layouts fits), and none from the first whose bound exceeds the cut
-            # (the cut only falls); each pass its own options of them (`_pass`)
-            shape_bound = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
-            kept = sorted((o for o in opts if o[1:] in tops), key=lambda o: shape_bound[o[1:]])
+            # (the cut only falls); each pass its own options of them (`_pass`), the order made
+            # once per structure
+            if i not in ordered:
+                bounds = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
+                kept = sorted((o for o in opts if o[1:] in tops), key=lambda o: bounds[o[1:]])
+                ordered[i] = bounds, kept
+            shape_bound, kept = ordered[i]
             for mbs, vpp, split in _pass(kept, surveying, survey):
                 if cut is not None and shape_bound[vpp, split] > cut:
                     break

@@ -69,7 +69,6 @@ def test_a_one_tile_sequence_computes_its_whole_tile() -> None:
     # 128 queries, one 128-key tile computed whole: 128 keys a query for (128 + 1) / 2 useful
     keys, span = attention.computed_keys(128.0, None)
     assert (keys, span) == (128.0, 128.0)
-    assert attention.keys_per_query(128.0, None) == 64.0
 
 
 def test_attention_time_scales_with_the_multiplier(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,10 @@
 """Sliding-window attention (ModelArch.window_size, window_attn_skip_freq; Megatron --window-size,
---window-attn-skip-freq): which layers, the keys each query attends to, the attention kernel's time,
-the memory (unchanged under flash attention) and the launch flags read back.
+--window-attn-skip-freq): which layers, the key tiles each query tile computes, the attention
+kernel's time, the memory (unchanged under flash attention) and the launch flags read back.
 
 Oracles: Megatron-Core's `is_layer_window_attention` (transformer/utils.py @d98e8a64: layer
-numbers from 1, an int N makes every N-th layer whole), a brute-force count of each query's keys,
-and the kernel model of planner.model.attention by hand.
+numbers from 1, an int N makes every N-th layer whole), a brute-force count of each query tile's
+key tiles, and the kernel model of planner.model.attention by hand.
 """
 
 from __future__ import annotations
@@ -29,19 +29,6 @@ def _windowed(base: str, window: int | None, freq: object = None) -> ModelArch:
 
 def _job(arch: ModelArch, seq: int = 8192) -> Job:
     return replace(job("llama3.1-8b", "h100-sxm-80gb", 8, seq, 64), arch=arch)
-
-
-@pytest.mark.parametrize(("seq", "window"), [(8192, 127), (1000, 999), (64, 200), (4096, 4095)])
-def test_keys_per_query_is_a_count_over_the_queries(seq: int, window: int) -> None:
-    # brute force: query i attends to keys max(0, i - w) .. i, i.e. min(i, w) + 1 of them; the
-    # model's whole-sequence value is s / 2 (its causal-half convention), reached as w -> s
-    brute = sum(min(i, window) + 1 for i in range(seq)) / seq
-    got = attention.keys_per_query(seq, window)
-    if window >= seq:
-        assert got == seq / 2
-    else:
-        assert got == pytest.approx(brute, rel=1e-12)
-    assert attention.keys_per_query(seq, None) == seq / 2
 
 
 def test_which_layers_are_windowed_as_megatron_says() -> None:
