@@ -1,5 +1,8 @@
 """What the commands share about calibration: the `--calibration` option and applying a profile,
-`--megatron-log` (a past run as a plan, with what it measured), and how both are shown."""
+`--megatron-log` (a past run as a plan, with what it measured), and how both are shown.
+
+rich's tables are imported by `measured_table`, the one function that draws one: a command that
+only applies a profile does not load them."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from planner.calibration import profile as profiles
 from planner.calibration.profile import Profile
@@ -18,6 +20,8 @@ from planner.inputs.units import GIB
 from planner.model import calibratable, cost, memory
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from planner.calibration.measured import MeasuredRun
 
 CalibrationOpt = Annotated[
@@ -155,6 +159,8 @@ def measured_dict(run: MeasuredRun, prof: Profile | None) -> dict[str, Any]:
 
 def measured_table(run: MeasuredRun, prof: Profile | None) -> Table:
     """The log's measurements beside the prediction (and the uncalibrated one, if calibrated)."""
+    from rich.table import Table
+
     peak = run.peak()
     stage = None if peak is None else peak.stage
     columns = [("predicted", _prediction(run.plan, stage))]

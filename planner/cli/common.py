@@ -15,9 +15,10 @@ from planner.inputs.plan import Plan
 from planner.model import memory
 from planner.search.rules import warnings
 
-out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
-"""stdout. No rich markup: names and paths a user gave print as they are (`render`)."""
-err = Console(stderr=True, markup=False)
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
+"""stdout. No rich markup nor emoji codes: names and paths a user gave print as they are
+(`render`; a name holding ":smile:" too, and rich's emoji table is not loaded)."""
+err = Console(stderr=True, markup=False, emoji=False)
 """stderr: the job planned, progress."""
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.inputs import units
 from planner.inputs.arch import ModelArch
@@ -16,10 +16,12 @@ from planner.model.known_gaps import optimistic
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
 from planner.ops import operations as ops
-from planner.search import pool_costs, scaling
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
 from planner.search.twins import Row
+
+if TYPE_CHECKING:
+    from planner.search import pool_costs, scaling
 
 
 def _gib(nbytes: float) -> float:

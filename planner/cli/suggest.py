@@ -1,6 +1,10 @@
 """`planner suggest`: search every layout of the job (a job file, flags, or the bundled default)
 within the user's pins and bounds, list the fastest that fit (or, ranked by cost or goodput, the
-cheapest), and write the top one as a plan file; when nothing fits, why and what would."""
+cheapest), and write the top one as a plan file; when nothing fits, why and what would.
+
+What only some runs need is imported where it is used, so that `suggest --json` does not pay for it
+at start-up: the pools search (`planner.cli.pools_suggest`), the text output
+(`planner.cli.render_suggest`, `planner.cli.job_text`) and the plan writer."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Annotated
 import typer
 
 from planner import __version__
-from planner.cli import calibration, pools_suggest, render_suggest, report
+from planner.cli import calibration, report
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     BatchOpt,
@@ -26,16 +30,13 @@ from planner.cli.common import (
     err,
     out,
 )
-from planner.cli.job_text import print_job
 from planner.cli.space_flags import bound, recompute_list, zero_list
-from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
 from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.search.suggest import check_space, explain_infeasible, search_rows
-from planner.search.titan_variants import candidate_job
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
 MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
@@ -126,8 +127,12 @@ def suggest(
             f"--objective: expected one of {', '.join(OBJECTIVES)} (got {objective!r})"
         )
     if not as_json:
+        from planner.cli.job_text import print_job
+
         print_job(err, "planning", req)
     if job.pools:  # heterogeneous pools: planner.cli.pools_suggest
+        from planner.cli import pools_suggest
+
         pools_suggest.run(job, space, top, objective, as_json, write_plan, model_ref)
         return
     res, rows = search_rows(job, space, top, objective, progress=lambda msg: err.print(msg))
@@ -136,9 +141,14 @@ def suggest(
         if as_json:
             emit_json(report.infeasible_dict(why, res, job, req.defaulted))
         else:
+            from planner.cli import render_suggest
+
             render_suggest.print_infeasible(out, why, res)
         raise typer.Exit(EXIT_NO)
     if write_plan is not None:
+        from planner.inputs import plan_writer
+        from planner.search.titan_variants import candidate_job
+
         best = res.candidates[0]
         header = [
             f"planner {__version__} suggest: {job.arch.name} on {job.cluster.num_gpus} x "
@@ -164,6 +174,8 @@ def suggest(
         calibration.add_json(data, prof)
         emit_json(data)
     else:
+        from planner.cli import render_suggest
+
         label = {"throughput": "step time", "cost": "cost per token"}.get(objective, objective)
         render_suggest.print_result(out, job, res, label, rows)
         for line in calibration.profile_lines(prof):

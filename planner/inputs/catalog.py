@@ -2,7 +2,13 @@
 
 Nothing is read at import time. Each file is validated at the boundary (pydantic, frozen,
 extra="forbid"); a file whose `name` differs from its file stem, or two files with one name, are
-errors that name the file, the field and the value.
+errors that name the file, the field and the value. A GPU or model asked for by name is read from
+its own file (`<name>.toml`, `_named`): a command that plans one job reads two files, not the
+whole catalog, which is read to list the names, to suggest one for a name that has no file, or
+when a file's `name` is not its stem (whose error it then raises).
+
+The Hugging Face importer (`planner.inputs.hf_import`) is imported by `resolve_model` when a
+config.json is asked for.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.files import load_toml, validate
 from planner.inputs.hardware import GpuSpec
-from planner.inputs.hf_import import load_hf_config
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -91,7 +96,23 @@ def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
     return InputError(f"unknown {kind} '{name}'{hint} (`planner catalog list` shows them all)")
 
 
+@cache
+def _named(cls: type[T], directory: Path, name: str) -> T | None:
+    """The entry `name` of a catalog directory, read from `<name>.toml` alone (once); None where
+    there is no such file or its `name` is not `name` (the whole directory then decides)."""
+    if not name or any(c in name for c in "/\\") or name.startswith("."):
+        return None
+    path = directory / f"{name}.toml"
+    if not path.is_file():
+        return None
+    obj = validate(cls, load_toml(path), path)
+    return obj if getattr(obj, "name", None) == name else None
+
+
 def get_gpu(name: str) -> GpuSpec:
+    found = _named(GpuSpec, gpu_dir(), name)
+    if found is not None:
+        return found
     table = gpus()
     if name not in table:
         raise unknown_name("GPU", name, sorted(table))
@@ -99,10 +120,18 @@ def get_gpu(name: str) -> GpuSpec:
 
 
 def get_model(name: str) -> ModelArch:
+    found = _named(ModelArch, zoo_dir(), name)
+    if found is not None:
+        return found
     table = models()
     if name not in table:
         raise unknown_name("model", name, sorted(table))
     return table[name]
+
+
+def has_model(name: str) -> bool:
+    """Whether the bundled zoo has a model of this name."""
+    return _named(ModelArch, zoo_dir(), name) is not None or name in models()
 
 
 def looks_like_path(ref: str) -> bool:
@@ -118,4 +147,6 @@ def resolve_model(ref: str, base_dir: Path | None = None) -> ModelArch:
         path = base_dir / path
     if path.suffix == ".toml":
         return validate(ModelArch, load_toml(path), path)
+    from planner.inputs.hf_import import load_hf_config
+
     return load_hf_config(path)

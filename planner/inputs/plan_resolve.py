@@ -1,7 +1,7 @@
 """The plan's references resolved: `[model]` (a zoo name, a Hugging Face config.json path relative
 to the plan file, or inline Megatron fields) into a ModelArch, and a one-kind `[cluster]` (a
 catalog GPU with the plan's overrides) into a ClusterSpec. Heterogeneous pools are
-`planner.inputs.pools`."""
+`planner.inputs.pools`. The Hugging Face importer is imported when a plan names a config.json."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import validate
 from planner.inputs.hardware import ClusterSpec
-from planner.inputs.hf_import import load_hf_config
 from planner.inputs.pools import check_one_kind, one_kind
 
 
@@ -28,7 +27,7 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
             raise InputError(
                 f"{where}: model.name: expected a zoo name or a path (got {spelled(ref)})"
             )
-        if not catalog.looks_like_path(ref) and ref not in catalog.models():
+        if not catalog.looks_like_path(ref) and not catalog.has_model(ref):
             err = catalog.unknown_name("model", ref, sorted(catalog.models()))
             raise InputError(f"{where}: model.name: {err}")
         return catalog.resolve_model(ref, base)
@@ -43,6 +42,8 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
         if not hf_path.is_file():
             what = "is a directory" if hf_path.is_dir() else "no such file"
             raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
+        from planner.inputs.hf_import import load_hf_config
+
         return load_hf_config(hf_path)
     if not table:
         raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")

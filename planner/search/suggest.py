@@ -2,6 +2,9 @@
 its rows (layouts that only trade context parallelism for micro-batch size folded into one,
 `planner.search.twins`) ranked by step time, cost or goodput, and, when nothing fits, the binding
 constraint and the smallest changes that would make something fit.
+
+The torchtitan search (`planner.search.titan_variants`, `planner.search.titan_every`) is imported
+by `search_rows` when a job asks for it: a Megatron job does not load it at start-up.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from planner.inputs.plan import Job
 from planner.model import memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
-from planner.search import rules, titan_every, titan_variants, top_k
+from planner.search import rules, top_k
 from planner.search import space as space_mod
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
@@ -177,6 +180,8 @@ def search_rows(
     ask = top if objective == "throughput" else max(4 * top, 20)
     if job.framework == "torchtitan" and not job.pools:
         # torchtitan's own settings beside the layout (`planner.search.titan_variants`)
+        from planner.search import titan_every, titan_variants
+
         found = titan_variants.search_variants(job, space, ask, progress)
         res = titan_variants.result(titan_every.add_every(job, space, ask, found))
     else:
