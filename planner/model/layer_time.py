@@ -105,6 +105,7 @@ Megatron-Core H100 rows of published_runs.yaml and one hash fold of the dense ML
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Literal
 
 from planner.inputs.hybrid import LayerKind, layer_kind
@@ -239,6 +240,8 @@ _UNREAD: dict[str, object] = {
 
 
 _CORE_READ = tuple(f.name for f in fields(Layout) if f.name not in _UNREAD)
+_CORE_VALUES = itemgetter(*_CORE_READ)
+"""A layout's `__dict__` to its `_CORE_READ` values, as a tuple (one C call)."""
 
 
 def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
@@ -249,9 +252,8 @@ def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
     and of the collectives (`comms.constants`) read at call time (a calibration or a test that
     sets one never reads a core computed under another; LAYER_TIMES.clear() clears the memo
     too)."""
-    d = lay.__dict__
     return (
-        *[d[f] for f in _CORE_READ],
+        *_CORE_VALUES(lay.__dict__),
         *gpu.__dict__.values(),
         *kind.__dict__.values(),
         ATTENTION_EFFICIENCY,
@@ -263,14 +265,14 @@ def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
 
 
 _PARTS_READ = tuple(f for f in _CORE_READ if f not in layer_parts.DISPATCHER_FIELDS)
+_PARTS_VALUES = itemgetter(*_PARTS_READ)
 
 
 def _parts_key(lay: Layout, gpu: Gpu, kind: LayerKind, load: float) -> tuple[object, ...]:
     """`_core_key` without the dispatcher's fields, with the routing load: what
     `layer_parts.parts` reads (a flat tuple, as `_core_key`)."""
-    d = lay.__dict__
     g, k = gpu.__dict__.values(), kind.__dict__.values()
-    return (*[d[f] for f in _PARTS_READ], *g, *k, ATTENTION_EFFICIENCY, *comms.constants(), load)
+    return (*_PARTS_VALUES(lay.__dict__), *g, *k, ATTENTION_EFFICIENCY, *comms.constants(), load)
 
 
 def layer_time(

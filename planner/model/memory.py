@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from operator import itemgetter
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -185,14 +186,16 @@ _ACTIVATIONS_READ = tuple(
 `stage_activations` reads the ZeRO stage or the TP overlap (the states and the userbuffers are
 `rank_states.rank_state`'s and `buffers.fixed_bytes`')."""
 
+_ACTIVATIONS_VALUES = itemgetter(*_ACTIVATIONS_READ)
+"""A layout's `__dict__` to its `_ACTIVATIONS_READ` values, as a tuple (one C call)."""
+
 
 def _activations_key(layout: Layout, rank: int) -> tuple[object, ...]:
     """The values of the fields the activations read (`_ACTIVATIONS_READ`, in field order) and
     the rank: two layouts have equal keys exactly when they differ at most in the fields not
     read. A flat tuple of plain values (no layout object: the memo holds thousands, which the
     garbage collector then need not walk)."""
-    d = layout.__dict__
-    return (*[d[f] for f in _ACTIVATIONS_READ], rank)
+    return (*_ACTIVATIONS_VALUES(layout.__dict__), rank)
 
 
 def _activations(

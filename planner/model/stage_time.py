@@ -25,6 +25,7 @@ under.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
@@ -88,6 +89,8 @@ def _layer_key(lay: Layout) -> Layout:
 
 
 _READ = tuple(f.name for f in fields(Layout) if f.name not in _FIXED)
+_READ_VALUES = itemgetter(*_READ)
+"""A layout's `__dict__` to its `_READ` values, as a tuple (one C call)."""
 
 
 def _memo_key(lay: Layout) -> tuple[object, ...]:
@@ -95,8 +98,7 @@ def _memo_key(lay: Layout) -> tuple[object, ...]:
     `_layer_key` keeps (`_READ`, in field order). Two layouts have equal tuples exactly when
     their `_layer_key`s are equal, as those set every other field to the same constants
     (`_FIXED`)."""
-    d = lay.__dict__
-    return tuple([d[f] for f in _READ])
+    return _READ_VALUES(lay.__dict__)
 
 
 _DENSE: dict[str, object] = {
@@ -121,7 +123,7 @@ def _dense_memo_key(kind: LayerKind, key: Layout) -> tuple[object, ...]:
     and its `_READ` values), equal exactly when those layouts are (every other field of theirs
     is fixed), and cheaper to build, hash and compare."""
     d = {**key.__dict__, **_DENSE}
-    return ("dense", kind.name, d["dp"], *[d[f] for f in _READ])
+    return ("dense", kind.name, d["dp"], *_READ_VALUES(d))
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,7 @@ def _made(
                 one = t5.cross_attention(job, dense, gpu, one)
             hit = memo[dkey] = (gpu, (issued_layer(one, job, dense, kind),), 0.0, None)
         layers.append(hit[1][0])
-    hkey = (_HEADS, *[key.__dict__[f] for f in _HEADS_READ])
+    hkey = (_HEADS, *_HEADS_VALUES(key.__dict__))
     if hkey not in memo:
         proj = mtp_projection(job, plain_key, gpu) if job.arch.mtp_num_layers else None
         memo[hkey] = (gpu, (), output_layer_time(job, key, gpu), proj)
@@ -275,6 +277,7 @@ def _made(
 
 _HEADS = "heads"
 _HEADS_READ = ("micro_batch_size", "cp", "tp", "sequence_parallel")
+_HEADS_VALUES = itemgetter(*_HEADS_READ)
 """The layout fields the output layer (`output_time.output_layer_time`) and an MTP depth's
 projection (`output_time.mtp_projection`) read: `LAYER_TIMES` keeps the two under
 (_HEADS, their values), shared by the many layer keys that differ in nothing else."""
