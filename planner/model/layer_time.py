@@ -293,12 +293,10 @@ def layer_time(
     moe = kind.moe
     if cores is None:
         c = _core(job, lay, gpu, kind)
-    else:
-        key = _core_key(lay, gpu, kind)
-        got = cores.get(key)
-        if got is None:  # its dispatcher-free parts shared with the other dispatchers'
-            got = cores[key] = _core(job, lay, gpu, kind, layer_parts.PARTS.of(job))
-        c = got
+    elif (hit := cores.get(key := _core_key(lay, gpu, kind))) is not None:
+        c = hit
+    else:  # its dispatcher-free parts shared with the other dispatchers'
+        c = cores[key] = _core(job, lay, gpu, kind, layer_parts.PARTS.of(job))
     t, load, gemm_fwd, perm = c.t, c.load, c.gemm_fwd, c.perm
     shapes, parts, times, casts = c.shapes, c.parts, c.times, c.casts
     attn_fwd, streamed = c.attn_fwd, c.streamed
@@ -347,12 +345,13 @@ def _core(
     t = float(lay.micro_batch_size * s_local)
     tp = lay.tp
     load = step_load(job, lay)
-    attention = None if memo is None else layer_parts.ATTENTION_CORES.of(job)
-    memo = {} if memo is None else memo
-    pkey = _parts_key(lay, gpu, kind, load)
-    p = memo.get(pkey)
-    if p is None:
-        e = ATTENTION_EFFICIENCY
+    e = ATTENTION_EFFICIENCY
+    if memo is None:
+        p = layer_parts.parts(job, lay, gpu, kind, t, load, e)
+    elif (hit := memo.get(pkey := _parts_key(lay, gpu, kind, load))) is not None:
+        p = hit
+    else:
+        attention = layer_parts.ATTENTION_CORES.of(job)
         p = memo[pkey] = layer_parts.parts(job, lay, gpu, kind, t, load, e, attention)
     gemm_fwd, cast = sum(p.lin.times), sum(p.lin.casts)
     perm = 0.0  # the token permutations: half forward (permute, unpermute), half their reverses

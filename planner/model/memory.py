@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from operator import itemgetter
 
 from planner.inputs.layout import Layout
@@ -122,9 +123,10 @@ class MemoryReport:
         """The usable bytes of a stage's GPU."""
         return st.capacity or self.capacity
 
-    @property
+    @cached_property
     def worst(self) -> StageMemory:
-        """The stage nearest its capacity (with one GPU kind: the largest)."""
+        """The stage nearest its capacity (with one GPU kind: the largest); found once per
+        report (`peak`, `fits` and `shortfall` all read it, the search's rungs each)."""
         return max(self.stages, key=lambda st: st.total - self.room(st))
 
     @property

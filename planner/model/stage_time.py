@@ -46,9 +46,6 @@ from planner.model.vision_time import EncoderTime, encoder_time
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float, Layer | None]] = (
     JobMemo()
 )
-ENCODER_TIMES: JobMemo[tuple[object, ...], EncoderTime] = JobMemo()
-"""A vision encoder's time per job and `_memo_key` (`vision_time.encoder_time`), beside
-LAYER_TIMES and cleared with it."""
 """Layer times per job and per layout with the fields the layer times do not read set to fixed
 values (`_layer_key`, keyed by `_memo_key`: the same equality as a plain tuple), with the
 layout's MTP projection (`output_time.mtp_projection`; None without MTP layers): the search
@@ -57,6 +54,10 @@ and under `_dense_memo_key` a kind without experts alone (no output layer), shar
 layouts that differ only in their experts, and under ("heads", ...) the output layer and MTP
 projection alone (`_HEADS_READ`). Cleared by benchmarks/fit_constants.py when it
 changes a layer_time constant."""
+
+ENCODER_TIMES: JobMemo[tuple[object, ...], EncoderTime] = JobMemo()
+"""A vision encoder's time per job and `_memo_key` (`vision_time.encoder_time`), beside
+LAYER_TIMES and cleared with it."""
 
 
 _FIXED: dict[str, object] = {

@@ -89,12 +89,11 @@ class StageRungs:
                 return None
             lay = rung.on(self.zbase)
             rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
-            short = self.over[rung] = rep.shortfall
-            fits = short <= 0  # `MemoryReport.fits`, its worst stage found once
-            if not fits:
+            self.over[rung] = rep.shortfall
+            if not rep.fits:
                 self.rejected["memory"] += 1
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
-            self.known[rung] = rep if fits else None
+            self.known[rung] = rep if rep.fits else None
         return self.known[rung]
 
     def _leaner_failed(self, rung: Rung) -> bool:
