@@ -192,6 +192,38 @@ def _deepseek_v2(r: Reader) -> Fields:
     return f
 
 
+def _glm4_moe(r: Reader) -> Fields:
+    """GLM-4.5 / GLM-4.5-Air (Glm4MoeForCausalLM; transformers 4.57.1 modeling_glm4_moe.py, and
+    Megatron-Bridge's GLM45Bridge @681278ca): Llama's shapes with head_dim (96 x 128 against a
+    5,120 hidden size), bias on q, k and v alone (attention_bias; o_proj has none), q/k RMSNorm
+    where use_qk_norm; layer i MoE when i >= first_k_dense_replace (the dense ones
+    intermediate_size wide): n_routed_experts of width moe_intermediate_size, top
+    num_experts_per_tok, n_shared_experts shared ones of that width; num_nextn_predict_layers MTP
+    layers; routing groups only where n_group > 1 (the released models' 1 / 1 group nothing). The
+    fields that change the parameter count are required, as for DeepSeek-V3. RoPE on part of
+    each head (partial_rotary_factor) is noted: timed as if whole."""
+    f = _llama(r)
+    expert_ffn = r.req_int("moe_intermediate_size")
+    first_dense = r.req_int("first_k_dense_replace", minimum=0)
+    shared = r.nullable_int("n_shared_experts", minimum=0)
+    moe_layers = [i >= first_dense for i in range(f["num_layers"])]
+    groups = r.opt_int("n_group")
+    rotary = r.cfg.get("partial_rotary_factor")
+    if isinstance(rotary, int | float) and rotary < 1:
+        r.notes.append(f"RoPE on {rotary:g} of each head (partial_rotary_factor) timed as whole")
+    return {
+        **f,
+        "add_bias_linear": False,
+        "add_qkv_bias": r.flag("attention_bias", False),
+        "qk_layernorm": r.flag("use_qk_norm", False),
+        **_moe(r, ("n_routed_experts", "num_experts"), expert_ffn, moe_layers),
+        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+        "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
+        "moe_router_num_groups": groups if groups and groups > 1 else None,
+        "moe_router_group_topk": r.opt_int("topk_group") if groups and groups > 1 else None,
+    }
+
+
 def _window(r: Reader, num_layers: int, every: bool) -> Fields:
     """sliding_window w (HF: a query sees itself and the w - 1 tokens before it) -> window_size
     w - 1 (Megatron-Bridge's conversion, models/conversion/utils.py `mcore_to_hf_window_size`
@@ -325,6 +357,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
+    "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
     "GPT2LMHeadModel": ("gpt2", _gpt2),
     "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),
     "BloomForCausalLM": ("bloom", _bloom),

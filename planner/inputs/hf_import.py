@@ -22,6 +22,9 @@ files (tests/data/hf) and transformers' config classes:
   moe_router_num_groups / moe_router_group_topk (Megatron-Bridge's DeepSeek bridge maps them so).
   DeepSeek-V2 / V2-Lite the same, without MTP, and grouped only where topk_method is
   "group_limited_greedy" (V2-Lite's "greedy" routes over all 64 experts).
+- GLM-4.5 (glm4_moe): head_dim 128, q/k/v biases (attention_bias), use_qk_norm -> qk_layernorm;
+  first_k_dense_replace dense layers, then n_routed_experts routed and n_shared_experts shared
+  experts of moe_intermediate_size; num_nextn_predict_layers -> mtp_num_layers.
 - gpt-oss: num_local_experts experts of width intermediate_size on every layer, biases
   everywhere; its attention sinks and clamped GLU are noted in `source`.
 - sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"

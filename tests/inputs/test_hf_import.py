@@ -1,9 +1,11 @@
 """HF config.json -> ModelArch.
 
-Oracles: the fixtures in tests/data/hf/ are the published config.json files; the expected Megatron
-fields follow Megatron-LM's example scripts (and the team's notes on mapping HF fields to them);
-parameter counts are the published totals (Hugging Face `model.num_parameters()` where an exact
-figure is quoted, the model card otherwise)."""
+Oracles: the fixtures in tests/data/hf/ are the published config.json files (but
+glm4.5-355b-a32b.json, composed: Megatron-Bridge's GLM45ModelProvider355B values @5f28ae82 in the
+field names of transformers 4.57.1's Glm4MoeConfig, no published file being in reach); the
+expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
+fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
+where an exact figure is quoted, the model card otherwise)."""
 
 from __future__ import annotations
 
@@ -131,6 +133,18 @@ EXPECTED: dict[str, dict[str, Any]] = {
         untie_embeddings_and_output_weights=True, num_moe_experts=128, moe_router_topk=4,
         moe_ffn_hidden_size=2880, moe_layer_freq=1, moe_shared_expert_intermediate_size=None,
     ),
+    # GLM-4.5 (composed fixture, module docstring): Megatron-Bridge's GLM45ModelProvider355B
+    # fields; head_dim 128 against hidden / heads = 53.3; q/k/v biases alone (transformers'
+    # o_proj has bias=False); 3 dense layers (first_k_dense_replace), then 89 MoE
+    "glm4.5-355b-a32b": dict(
+        num_layers=92, hidden_size=5120, ffn_hidden_size=12288, num_attention_heads=96,
+        num_query_groups=8, kv_channels=128, vocab_size=151552, max_position_embeddings=131072,
+        add_qkv_bias=True, add_bias_linear=False, qk_layernorm=True, gated_linear_unit=True,
+        num_moe_experts=160, moe_router_topk=8, moe_ffn_hidden_size=1536,
+        moe_shared_expert_intermediate_size=1536, moe_layer_freq=(0,) * 3 + (1,) * 89,
+        mtp_num_layers=1, moe_router_num_groups=None, moe_router_group_topk=None,
+        untie_embeddings_and_output_weights=True,
+    ),
     # n_inner null -> 4 x 768; learned positions (n_positions); tied; biases
     "gpt2": dict(
         num_layers=12, hidden_size=768, ffn_hidden_size=3072, num_attention_heads=12,
@@ -222,6 +236,7 @@ SAME_AS_ZOO = {
     "gpt-neox-20b": "gpt-neox-20b",
     "opt-175b": "opt-175b",
     "nemotron-4-340b": "nemotron4-340b",
+    "glm4.5-355b-a32b": "glm4.5-355b-a32b",
 }
 
 
@@ -353,6 +368,31 @@ def test_gpt_oss_notes_what_it_cannot_model() -> None:
     # attention_bias false still leaves the experts' biases: erring high, biases stay on
     cfg = {**fixture("gpt-oss-120b"), "attention_bias": False}
     assert arch_from_hf(cfg, "x.json").add_bias_linear
+
+
+def test_glm45_air_fields_give_the_air_zoo_entry() -> None:
+    # GLM-4.5-Air as Megatron-Bridge's GLM45AirModelProvider106B gives it, in HF spelling: 46
+    # layers, the first dense, 128 experts of 1,408, no q/k norm
+    air = {
+        **fixture("glm4.5-355b-a32b"),
+        "num_hidden_layers": 46, "hidden_size": 4096, "intermediate_size": 10944,
+        "n_routed_experts": 128, "moe_intermediate_size": 1408, "first_k_dense_replace": 1,
+        "use_qk_norm": False, "routed_scaling_factor": 1.0,
+    }  # fmt: skip
+    ignore = {"name", "source", "display_name"}
+    got = arch_from_hf(air, "GLM-4.5-Air.json").model_dump(exclude=ignore)
+    assert got == catalog.get_model("glm4.5-air-106b-a12b").model_dump(exclude=ignore)
+
+
+def test_glm45_notes_partial_rope_and_needs_its_dense_prefix(tmp_path: Path) -> None:
+    arch = load_hf_config(HF / "glm4.5-355b-a32b.json")
+    assert "partial_rotary_factor" in arch.source
+    whole = arch_from_hf({**fixture("glm4.5-355b-a32b"), "partial_rotary_factor": 1.0}, "x.json")
+    assert "partial_rotary_factor" not in whole.source
+    cfg = fixture("glm4.5-355b-a32b")
+    del cfg["first_k_dense_replace"]  # changes the parameter count: required, not defaulted
+    with pytest.raises(InputError, match="first_k_dense_replace: required field missing"):
+        load_hf_config(write(tmp_path, cfg))
 
 
 def test_deepseek_without_routing_groups() -> None:

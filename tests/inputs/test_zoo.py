@@ -32,6 +32,8 @@ REQUIRED = [
     "qwen2.5-72b",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
+    "glm4.5-355b-a32b",  # Megatron-Bridge's GLM-4.5 providers
+    "glm4.5-air-106b-a12b",
     "nemotron4-340b",
     "bloom-176b",
     "opt-175b",

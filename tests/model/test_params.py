@@ -279,6 +279,35 @@ DEEPSEEK_PUBLISHED = [
 ]
 
 
+# GLM-4.5 by hand (Megatron-Bridge's GLM45ModelProvider355B / GLM45AirModelProvider106B): per
+# layer, attention h x 96 x 128 (q) + 2 x h x 8 x 128 (k, v) + 96 x 128 x h (o) + the q/k/v biases
+# (12,288 + 2,048) + q/k norms (2 x 128, the 355B only) + its norm (h); a dense MLP 3 x h x ffn + h;
+# an MoE MLP E x 3 x h x 1,536 (1,408) + one shared expert of that width + the router (E x h) +
+# h; plus embedding and output layer 2 x 151,552 x h and the final norm h. 355B: 3 dense + 89 MoE
+# layers (h 5,120, ffn 12,288, E 160) = 352,797,814,784; Air: 1 dense + 45 MoE (h 4,096, ffn
+# 10,944, E 128) = 106,852,245,504. Active: the same with 8 of the E experts. The MTP layer is
+# left out, as DeepSeek-V3's 671B leaves it out.
+GLM45 = [
+    ("glm4.5-355b-a32b", 352_797_814_784, 33_632_251_904, 355e9, 32e9),
+    ("glm4.5-air-106b-a12b", 106_852_245_504, 13_424_123_904, 106e9, 12e9),
+]
+
+
+@pytest.mark.parametrize(("name", "total", "active", "card_total", "card_active"), GLM45)
+def test_glm45_parameters(
+    name: str, total: int, active: int, card_total: float, card_active: float
+) -> None:
+    arch = ZOO[name]
+    assert params.params_total(arch) == total
+    assert params.params_active(arch) == active
+    # Z.ai's model card (zai-org/GLM-4.5, as Megatron-Bridge's docs/models/llm/glm45.md quotes
+    # it): 355B / 32B and 106B / 12B, rounded to the billion. The totals sit within 1% of them
+    # (the 355B's 352.8B without its 4.0B MTP layer, 356.8B with it: either within 0.7%); the
+    # active counts without the embedding and output layer (2 x V x h) within half a billion
+    assert total == pytest.approx(card_total, rel=0.01)
+    assert abs(active - 2 * params.embedding_params(arch) - card_active) < 0.5e9
+
+
 @pytest.mark.parametrize(("name", "total", "activated"), DEEPSEEK_PUBLISHED)
 def test_deepseek_published_parameters(name: str, total: float, activated: float) -> None:
     arch = ZOO[name]
