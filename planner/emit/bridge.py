@@ -212,6 +212,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["cuda_graph_impl"] = cuda_graph_impl(plan)
         if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
+    for name in ("attention_dropout", "hidden_dropout"):
+        if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
+            model[name] = 0.0
     if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
         model["fp8_output_proj"] = True
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False

@@ -290,6 +290,11 @@ def training_args(plan: Plan) -> list[Arg]:
         ]
     if not job.flash_attention:
         a.append(("--attention-backend", "unfused"))
+    # the dropouts the plan's memory counts no masks for (Megatron's default is 0.1 each)
+    if not job.attention_dropout:
+        a.append(("--attention-dropout", "0.0"))
+    if not job.hidden_dropout:
+        a.append(("--hidden-dropout", "0.0"))
     if job.cuda_graphs:
         a.append(("--cuda-graph-impl", cuda_graph_impl(plan)))
         if job.cuda_graph_modules:

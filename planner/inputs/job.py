@@ -116,6 +116,7 @@ class Job:
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
     t5_encoder: tuple[int, int] | None = None  # planner.model.t5: (layers, encoder tokens)
     attention_dropout: bool = True  # planner.model.scores
+    hidden_dropout: bool = True  # the residual dropouts' masks (planner.model.activations)
     frozen_model: bool = False
     """The model's own parameters are frozen (`[training] frozen_model`): only modules outside it
     train, which planner leaves out (`planner.model.memory`, `layer_time`, `cost`)."""

@@ -1,7 +1,7 @@
 """Megatron-LM training flags that change what a GPU holds or how long a step takes, read into
 the plan's `[training]` table by `planner.inputs.megatron_args`: the partial distributed
-optimizer, the native fused cross entropy, attention dropout, the RL step's rollout engine,
-LLaVA's vision encoder and the MIMO example's frozen language model (their memory:
+optimizer, the native fused cross entropy, attention and hidden dropout, the RL step's rollout
+engine, LLaVA's vision encoder and the MIMO example's frozen language model (their memory:
 `planner.model.memory`,
 `planner.model.loss_activations.COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT`, `planner.model.scores`,
 `planner.model.rl_inference`, `planner.model.vision`), and the per-step gradient statistics
@@ -43,6 +43,8 @@ def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
         out["weight_hash_interval"] = hashed
     if line.number("--attention-dropout") == 0:  # Megatron's default is 0.1
         out["attention_dropout"] = False
+    if line.number("--hidden-dropout") == 0:  # likewise
+        out["hidden_dropout"] = False
     out.update(_rl_step(line, parallel))
     return out
 

@@ -210,6 +210,7 @@ READ = frozenset(
         "--check-weight-hash-across-dp-replicas-interval",
         "--perform-rl-step",
         "--attention-dropout",
+        "--hidden-dropout",
         "--img-h",
         "--img-w",
         "--patch-dim",

@@ -87,6 +87,7 @@ TRAINING_AS_IS = (
     "vision_encoder",
     "t5_encoder",
     "attention_dropout",
+    "hidden_dropout",
     "attention_kernel",
     "frozen_model",
 )

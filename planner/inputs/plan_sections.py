@@ -326,6 +326,12 @@ class TrainingSection(BaseModel):
         description="the model has attention dropout (Megatron --attention-dropout > 0, its "
         "default 0.1): with an unfused attention, its mask and output per score",
     )
+    hidden_dropout: Flag = Field(
+        default=True,
+        description="the model has hidden dropout (Megatron --hidden-dropout > 0, its default "
+        "0.1): the embedding's and each residual add's dropout keeps a 1-byte mask per hidden "
+        "element; at 0 PyTorch's dropout returns its input and keeps none",
+    )
     expandable_segments: Flag | None = Field(
         default=None,
         description="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as "

@@ -81,6 +81,7 @@ precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Trans
 linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
 `update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
 MASK = 1
+"""Bytes per element of a dropout's saved mask (torch.bool)."""
 
 UNFUSED_NORM_EXTRA = 6
 """Extra bytes per element a plain PyTorch RMSNorm/LayerNorm keeps over a fused kernel, which keeps
@@ -121,6 +122,9 @@ class Shard:
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
     compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
     attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
+    hidden_dropout: bool = True
+    """The model has hidden dropout: each residual add's and the embedding's dropout keeps its
+    mask (`masks`)."""
     frozen: bool = False
     """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
     fused_swiglu: bool = True
@@ -149,6 +153,16 @@ class Shard:
     def drops(self, module: str) -> bool:
         """Whether Megatron's selective recompute discards `module`'s saved activations."""
         return self.recompute == "core_attn" and module in self.modules
+
+
+def masks(T: float, h: int, sh: Shard) -> float:
+    """One dropout's saved mask over T tokens of width h (`MASK` bytes per element), where the
+    model has hidden dropout; none at Megatron's --hidden-dropout 0: its fused bias-dropout-add
+    (megatron/core/fusions/fused_bias_dropout.py @d98e8a64, under torch.compile) and the
+    embedding's torch.nn.Dropout call torch's dropout, which at p = 0 returns its input (ATen's
+    `dropout` in eager mode; `torch._decomp.decompositions.dropout`, `input.clone()`, when
+    compiled), so autograd keeps no mask."""
+    return MASK * T * h if sh.hidden_dropout else 0.0
 
 
 def norm_input(T: float, h: int, sh: Shard) -> float:
@@ -185,7 +199,7 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
         return _mla_bytes(arch, sh)
     T, h = sh.tokens, arch.hidden_size
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + scores(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
@@ -215,7 +229,7 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
     )
     r_q = arch.q_lora_rank or 0
     norm_out = 0.0 if sh.drops("layernorm") else BF16 * T * h
-    rep = norm_input(T, h, sh) + norm_out + MASK * T * h
+    rep = norm_input(T, h, sh) + norm_out + masks(T, h, sh)
     rep += BF16 * T * (r_q + r_kv + drope)  # the latents
     if not sh.drops("mla_up_proj"):
         rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
@@ -240,9 +254,9 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     mlp module recomputed, its input (the residual stream) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
     if sh.drops("mlp"):
-        return split(norm_input(T, h, sh) + MASK * T * h, 0.0, sh)
+        return split(norm_input(T, h, sh) + masks(T, h, sh), 0.0, sh)
     glu = 2 if arch.gated_linear_unit else 1
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     part = BF16 * T * ffn * glu + linear_in(BF16 * T * ffn, sh)
     if glu == 2 and not sh.fused_swiglu:
         part += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
@@ -254,7 +268,7 @@ def mamba_bytes(arch: ModelArch, sh: Shard) -> float:
     in_proj keeps), what the Mamba-2 mixer's training path keeps (`mamba.saved_widths`: zxBCdt,
     the scan's output, the gated norm's input and rstd, out_proj's input) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + MASK * T * h
+    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     width, out_in = mamba.saved_widths(arch)
     part = T * (width - out_in) + linear_in(T * out_in, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
@@ -331,7 +345,7 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
     dropout mask after it (Megatron's 8sbp + sbhp term). The embedding output itself is the first
     layer's input, counted there."""
     T, h = sh.tokens, arch.hidden_size
-    mask = MASK * T * h
+    mask = masks(T, h, sh)
     return 8 * T + (mask / sh.tp if sh.sequence_parallel else mask)
 
 
@@ -347,7 +361,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     assert arch.num_moe_experts is not None
     h, E = arch.hidden_size, arch.num_moe_experts
     local = sh.tokens / sh.tp
-    out = norm_input(local, h, sh) + MASK * local * h
+    out = norm_input(local, h, sh) + masks(local, h, sh)
     if sh.drops("moe"):
         # the checkpointed MoE layer keeps its input, the norm output
         return out + BF16 * local * h

@@ -138,6 +138,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         cross_entropy=job.cross_entropy,
         compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
         attention_dropout=job.attention_dropout,
+        hidden_dropout=job.hidden_dropout,
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,

@@ -68,7 +68,7 @@ def cross_bytes(job: Job, sh: Shard) -> float:
     arch = job.arch
     te = job.t5_encoder[1] * sh.micro_batch_size
     td, h, d = sh.tokens, arch.hidden_size, arch.head_dim
-    rep = act.norm_input(td, h, sh) + act.linear_in(act.BF16 * td * h, sh) + act.MASK * td * h
+    rep = act.norm_input(td, h, sh) + act.linear_in(act.BF16 * td * h, sh) + act.masks(td, h, sh)
     q = act.BF16 * td * arch.num_attention_heads * d
     kv = act.BF16 * te * 2 * arch.query_groups * d
     part = q + kv + (q if sh.flash_attention else act.linear_in(q, sh))

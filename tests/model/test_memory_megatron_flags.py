@@ -1,7 +1,8 @@
 """Megatron-LM flags that change what a GPU holds (issue 21): the native fused cross entropy
 (--cross-entropy-loss-fusion), the partial distributed optimizer
 (--num-distributed-optimizer-instances), the RL step's rollout engine (--perform-rl-step) and
-LLaVA's vision encoder (pretrain_vlm.py --img-h).
+LLaVA's vision encoder (pretrain_vlm.py --img-h), and the dropouts' masks (--attention-dropout,
+--hidden-dropout).
 
 Oracles: hand arithmetic from the shapes in the comments (Llama 3.1 8B: vocabulary 128,256,
 padded to 129,024, a multiple of 128 x t, at t = 8) and Megatron-LM d98e8a64 parallel_state.py
@@ -17,10 +18,12 @@ from dataclasses import replace
 import pytest
 from jobs import job
 
+from planner.emit import bridge, megatron
 from planner.inputs import megatron_args
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.inputs.units import GIB
+from planner.model import activations as act
 from planner.model import memory, rl_inference, scores, vision
 from planner.model.loss_activations import logits_bytes
 from planner.model.stage_activations import shard
@@ -153,3 +156,42 @@ def test_unfused_scores_by_softmax_path_and_dropout() -> None:
     assert not parse_plan(
         megatron_args.read(line, "h100-sxm-80gb", 8, "llava").doc
     ).job.attention_dropout
+
+
+def test_hidden_dropout_off_keeps_no_residual_masks() -> None:
+    # Megatron's default --hidden-dropout 0.1: the embedding's dropout and each layer's two
+    # residual adds (after attention, after the MLP) keep a 1-byte mask per hidden element. At
+    # 0 torch's dropout returns its input and keeps none. Llama 3.1 8B (h 4096) at tp 8 with
+    # sequence parallelism and 4096 tokens: 2 x 4096 x 4096 / 8 = 4 MiB per layer, and the
+    # embedding's 4096 x 4096 / 8 = 2 MiB on the first stage
+    on = job("llama3.1-8b", "h100-sxm-80gb", 64, 4096, 256)
+    off = replace(on, hidden_dropout=False)
+    sh_on, sh_off = shard(on, LAYOUT), shard(off, LAYOUT)
+    arch = on.arch
+    per_layer = act.attention_bytes(arch, sh_on) + act.mlp_bytes(arch, arch.ffn_hidden_size, sh_on)
+    per_layer_off = act.attention_bytes(arch, sh_off) + act.mlp_bytes(
+        arch, arch.ffn_hidden_size, sh_off
+    )
+    assert per_layer - per_layer_off == 2 * 4096 * 4096 / 8
+    assert act.embedding_bytes(arch, sh_on) - act.embedding_bytes(arch, sh_off) == 4096 * 4096 / 8
+    # the whole stage: its layers' masks for every micro-batch in flight, and never more memory
+    first_on = memory.estimate(on, LAYOUT).stages[0]
+    first_off = memory.estimate(off, LAYOUT).stages[0]
+    assert first_off.activations < first_on.activations
+    assert first_off.weights == first_on.weights
+
+
+def test_hidden_dropout_is_read_and_launched_as_megatron_spells_it() -> None:
+    plan = parse_plan(megatron_args.read(LLAVA, "h100-sxm-80gb", 8, "llava").doc)
+    assert plan.job.hidden_dropout  # Megatron's default is 0.1
+    line = LLAVA + " --hidden-dropout 0.0 --attention-dropout 0"
+    off = parse_plan(megatron_args.read(line, "h100-sxm-80gb", 8, "llava").doc)
+    assert not off.job.hidden_dropout and not off.job.attention_dropout
+    # launch asks for the dropouts the plan's memory counted no masks for, and nothing else
+    assert "--hidden-dropout" not in megatron.arguments(plan).flat()
+    flags = megatron.arguments(off).flat()
+    assert flags[flags.index("--hidden-dropout") + 1] == "0.0"
+    assert flags[flags.index("--attention-dropout") + 1] == "0.0"
+    model = bridge.sections(off)["model"]
+    assert model["hidden_dropout"] == model["attention_dropout"] == 0.0
+    assert "hidden_dropout" not in bridge.sections(plan)["model"]
