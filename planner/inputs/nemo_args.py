@@ -316,6 +316,7 @@ def _training(
     if glu and (not recipe.fused_glu if fused is None else not fused):
         out["fused_swiglu"] = False
     _loss(line, out)
+    _dropouts(line, recipe, out)
     key = "model.config.use_transformer_engine_op_fuser"
     grouped = line.get("model.config.moe_grouped_gemm") is not False
     fused_mlp, note = fused_mlp_reading(
@@ -327,6 +328,22 @@ def _training(
     if note:
         notes.append(note)
     return out
+
+
+def _dropouts(line: _Line, recipe: Recipe, out: dict[str, Any]) -> None:
+    """model.config.attention_dropout / hidden_dropout where the line sets them, else the recipe
+    config's (`Recipe.dropout`): at 0 the plan counts no dropout masks."""
+    for name in ("attention_dropout", "hidden_dropout"):
+        key = f"model.config.{name}"
+        rate = line.get(key)
+        if rate is None:
+            zero = not recipe.dropout
+        elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
+            raise line.fail(key, "expected a dropout rate in [0, 1)")
+        else:
+            zero = rate == 0
+        if zero:
+            out[name] = False
 
 
 def _loss(line: _Line, out: dict[str, Any]) -> None:

@@ -22,6 +22,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
                                                moe_router_topk, moe_ffn_hidden_size, vocab_size...)
     model.config.share_embeddings_and_output_weights   untie_embeddings_and_output_weights = not
     model.config.bias_activation_fusion        fused_swiglu (the GLU's fusion)
+    model.config.attention_dropout / hidden_dropout   the same at 0 (no masks; unset: the
+                                               recipe config's, `nemo_recipes.Recipe.dropout`)
     model.config.cross_entropy_loss_fusion / _fusion_impl   loss_fusion (False: the unfused
                                                loss), compiled_loss_fusion (True with "native")
     model.config.recompute_granularity / _method / _num_layers / _modules   recompute
@@ -134,6 +136,8 @@ SPECIAL = (
     "model.config.bias_activation_fusion",
     "model.config.cross_entropy_loss_fusion",
     "model.config.cross_entropy_fusion_impl",
+    "model.config.attention_dropout",
+    "model.config.hidden_dropout",
     "model.config.moe_layer_freq",
     "model.config.use_transformer_engine_op_fuser",
     "model.config.moe_grouped_gemm",

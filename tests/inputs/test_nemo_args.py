@@ -46,7 +46,14 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         "sequence_parallel": False,
         "zero_stage": 1,
     }
-    assert d["training"] == {"seq_length": 8192, "global_batch_size": 512, "precision": "bf16"}
+    # and NeMo's LlamaConfig (gpt/model/llama.py): attention_dropout = hidden_dropout = 0.0
+    assert d["training"] == {
+        "seq_length": 8192,
+        "global_batch_size": 512,
+        "precision": "bf16",
+        "attention_dropout": False,
+        "hidden_dropout": False,
+    }
     # llama3_70b.py: tp 4, pp 4, vpp 5, cp 2, sp on
     p = doc("nemo llm pretrain --factory llama3_70b trainer.num_nodes=4", 32)["parallel"]
     assert (p["tp"], p["pp"], p["vpp"], p["cp"], p["sequence_parallel"]) == (4, 4, 5, 2, True)
@@ -400,3 +407,18 @@ def test_the_loss_keys_read_and_refuse_by_value() -> None:
     assert "compiled_loss_fusion" not in te and "loss_fusion" not in te
     with pytest.raises(InputError, match=r"cross_entropy_fusion_impl.*expected native or te"):
         doc(HEAD + "model.config.cross_entropy_fusion_impl=linear")
+
+
+def test_dropout_rates_from_the_line_or_the_recipe_config() -> None:
+    # the Llama recipes' LlamaConfig sets both rates to 0 (no masks); a line may set them;
+    # MixtralConfig at NeMo 8cfedd72 was not read for it: GPTConfig's 0.1 (masks counted)
+    assert doc(HEAD + "trainer.max_steps=10")["training"]["hidden_dropout"] is False
+    with_dropout = doc(HEAD + "model.config.hidden_dropout=0.1")["training"]
+    assert "hidden_dropout" not in with_dropout and with_dropout["attention_dropout"] is False
+    mixtral = doc("nemo llm pretrain --factory mixtral_8x7b trainer.num_nodes=1", 8)["training"]
+    assert "hidden_dropout" not in mixtral and "attention_dropout" not in mixtral
+    off = doc("nemo llm pretrain --factory mixtral_8x7b trainer.num_nodes=1 "
+              "model.config.hidden_dropout=0.0", 8)["training"]  # fmt: skip
+    assert off["hidden_dropout"] is False
+    with pytest.raises(InputError, match=r"model.config.hidden_dropout=1.5: expected a dropout"):
+        read(HEAD + "model.config.hidden_dropout=1.5")
