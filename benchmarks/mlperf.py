@@ -40,7 +40,8 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              dot-product attention: planner.model.attention_time); fp8_output_proj where it
              records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head);
              moe_fused_grouped_mlp where it records USE_TE_OPS with
-             NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300)
+             NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300); hidden and
+             attention dropout 0 (no masks) for the benchmarks in NO_DROPOUT (gpt-oss)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
              moe_flex_dispatcher_backend (flex with deepep / hybridep) and its SM count
