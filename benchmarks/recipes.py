@@ -81,14 +81,6 @@ from planner.search import rules
 
 # --- the recipe as a plan
 
-NO_DROPOUT = frozenset({"llama3_8b", "llama3_70b", "llama31_405b"})
-"""Recipe families whose Megatron-Bridge model provider sets hidden_dropout and attention_dropout
-to 0.0: LlamaModelProvider and Llama3ModelProvider (src/megatron/bridge/models/llama/
-llama_provider.py @2afd2d34), which LlamaBridge builds from the HF config (llama_bridge.py, read
-at 06ecb208 and 8992364f). Their plans say so (training.hidden_dropout / attention_dropout
-false: no dropout masks). The other families' providers were not read for it: their plans keep
-Megatron's default 0.1, whose masks count on the larger side."""
-
 
 def recipe_expandable(r: Recipe) -> bool:
     """Does the recipe's environment set PYTORCH_CUDA_ALLOC_CONF=expandable_segments? Every
@@ -138,8 +130,14 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
             training["cuda_graph_modules"] = list(s.graph_modules)
     if recipe_expandable(r):
         training["expandable_segments"] = True
-    if r.family in NO_DROPOUT:
-        training["attention_dropout"] = training["hidden_dropout"] = False
+    # no recipe runs hidden or attention dropout at Bridge 067f987d: the model bridges set
+    # hidden_dropout = 0.0 (models/llama/llama_bridge.py:55, deepseek/deepseek_v3_bridge.py:87,
+    # kimi/kimi_bridge.py:76, qwen/qwen3_moe_bridge.py:59, gpt_oss/gpt_oss_bridge.py:76) and take
+    # attention_dropout from the HF config (conversion/model_bridge.py CONFIG_MAPPING: 0.0 in the
+    # published Llama 3.1, Qwen3, DeepSeek-V3 and gpt-oss configs, tests/data/hf); the Nemotron
+    # recipes' HybridModelProvider defaults both to 0.0 (hybrid/hybrid_provider.py:143-144); no
+    # recipe overrides them: no dropout masks
+    training["attention_dropout"] = training["hidden_dropout"] = False
     parallel: dict[str, Any] = {"tp": r.tp, "pp": r.pp, "cp": r.cp}
     if r.cp > 1 and r.family in CP_COMM_TYPE:
         parallel["cp_comm_type"] = CP_COMM_TYPE[r.family]

@@ -492,28 +492,20 @@ PP8_CP2_128 = (
     "269.2 holds the same plan (L75), and at 256 GPUs (L79, dp x cp 16) it fits"
 )
 QWEN30B_MBS8 = (
-    "Qwen3-30B-A3B BF16 at mbs 8 (32,768 tokens per micro-batch), no recompute, on 8 GPUs with ep "
-    "8: the expert-data-parallel group is 1, so the experts' fp32 master copy and moments are not "
-    "sharded (42.7 GiB), and the activations (with the graphs' static buffers, the routed copies "
-    "bounded 7 spreads above the forced-balance share) come to 206.1 GiB: 270.9 GiB, over B300's "
-    "usable 260.5 and GB300's 269.2; the FP8-CS twins (Q49, Q62) and the 32-GPU recipe (Q65, "
-    "states sharded over 4) fit; undecided (a measurement of the MoE layer's saved tensors would "
-    "settle it)"
-)
-NEMOTRONH_56B_B200 = (
-    "Nemotron-H 56B FP8-CS at tp 2, pp 1, no recompute, on 64 B200 (dp 32): every rank holds half "
-    "of all 118 layers, 25.7 GiB of FP8 weights (fp8 param gather), 50.9 of bf16 gradients, 9.6 "
-    "of optimizer states and 86.8 of activations (8,192 tokens): 175.8 GiB, 2.1 (1.2%) over "
-    "B200's usable 173.7 and under its 179.1 physical; GB200's 179.5 and B300 hold the same plan "
-    "(M5, M6), and at 256 GPUs (M4, states over dp 128) it fits at 169; undecided"
+    "Qwen3-30B-A3B BF16 at mbs 8 (32,768 tokens per micro-batch), no recompute, on 8 B300 with "
+    "ep 8: the expert-data-parallel group is 1, so the experts' fp32 master copy and moments are "
+    "not sharded (42.7 GiB), and the activations (with the graphs' static buffers, the routed "
+    "copies bounded 7 spreads above the forced-balance share; no dropout masks) come to 199.9 "
+    "GiB: 264.7 GiB, 4.2 over B300's usable 260.5; GB300's 269.2 holds the same plan (Q61), and "
+    "the FP8-CS twins (Q49, Q62) and the 32-GPU recipe (Q65, states sharded over 4) fit; "
+    "undecided (a measurement of the MoE layer's saved tensors would settle it)"
 )
 DO_NOT_FIT = {
     "L42": PP16_VPP8,
     **dict.fromkeys(("L18", "L31", "L36", "L37"), FSDP_OFFLOAD),
     **dict.fromkeys(("L64", "L71", "L72"), FSDP_OFFLOAD),
     "L56": PP8_CP2_128,
-    **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),
-    "M2": NEMOTRONH_56B_B200,
+    "Q48": QWEN30B_MBS8,
 }
 """Recipes judged out of memory, and why (for L18-L43 the closing note of issue 21 gives the
 evidence; the B300 / GB300 and NVFP4 ones are benchmarks/recipes.py's numbers, not measured)."""
