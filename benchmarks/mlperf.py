@@ -41,7 +41,7 @@ Mapping (one place, used by the fidelity and fitting benchmarks through load_mlp
              records FP8_OUTPUT_PROJ (DeepSeek-V3 on GB300: an MXFP8 LM head);
              moe_fused_grouped_mlp where it records USE_TE_OPS with
              NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (DeepSeek-V3, gpt-oss on GB300); hidden and
-             attention dropout 0 (no masks) for the benchmarks in NO_DROPOUT (gpt-oss)
+             attention dropout 0 (no masks) for the benchmarks in NO_DROPOUT (all but GPT-3)
   layout     tp, pp, dp, cp, vpp, micro batch as read; the distributed optimizer (zero_stage 1);
              ep, etp (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL), moe_token_dispatcher_type and
              moe_flex_dispatcher_backend (flex with deepep / hybridep) and its SM count
@@ -128,12 +128,16 @@ def none_or_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-NO_DROPOUT = frozenset({"gpt_oss_20b"})
+NO_DROPOUT = frozenset({"gpt_oss_20b", "llama31_8b", "llama31_405b", "deepseekv3_671b"})
 """Benchmarks whose model config sets hidden_dropout and attention_dropout to 0.0, so their runs
 keep no dropout masks: gpt-oss-20b (NVIDIA/benchmarks/gpt_oss_20b/implementations/nemo/pretrain.py
 `GPTModelProvider(..., hidden_dropout=0.0, attention_dropout=0.0)`, which every gpt-oss entry's
-config_also names). The other benchmarks' model configs were not read for it: Megatron's default
-0.1, masks counted (the larger side)."""
+config_also names); Llama 3.1 8B and 405B (v6.0: NVIDIA's llama31_8b pretrain.py, whose
+`Llama31ModelProvider` sets both to 0.0; v5.x: NeMo 2's `LlamaConfig`,
+nemo/collections/llm/gpt/model/llama.py, likewise); DeepSeek-V3 (Megatron-Bridge's
+`deepseek_v3_pretrain_config`: its DeepSeek provider has set hidden_dropout 0.0 since August 2025
+and its bridge since February 2026, the HF config's attention_dropout 0.0). GPT-3's NeMo 1
+configs were not read for it: Megatron's default 0.1, masks counted (the larger side)."""
 
 
 def case_from_row(row: dict[str, Any]) -> Case:
