@@ -124,6 +124,20 @@ def _moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[
     }
 
 
+def _dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: int = 1) -> Fields:
+    """DeepSeekMoE's layout, which GLM-4.5 shares: layer i is MoE when i >= first_k_dense_replace
+    and i % freq == 0; routed experts of moe_intermediate_size (`_moe`) and n_shared_experts
+    (may be null) shared ones of that width. Both count-changing fields are required."""
+    expert_ffn = r.req_int("moe_intermediate_size")
+    first_dense = r.req_int("first_k_dense_replace", minimum=0)
+    shared = r.nullable_int("n_shared_experts", minimum=0)
+    moe_layers = [i >= first_dense and i % freq == 0 for i in range(num_layers)]
+    return {
+        **_moe(r, experts, expert_ffn, moe_layers),
+        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+    }
+
+
 def _mixtral(r: Reader) -> Fields:
     """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
     f = _llama(r)
@@ -156,18 +170,13 @@ def _deepseek_v3(r: Reader) -> Fields:
     count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
     own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null."""
     f = _llama(r)
-    expert_ffn = r.req_int("moe_intermediate_size")
-    first_dense = r.req_int("first_k_dense_replace", minimum=0)
     freq = r.opt_int("moe_layer_freq", default=1) or 1
-    shared = r.nullable_int("n_shared_experts", minimum=0)
     v_head_dim = r.req_int("v_head_dim")
-    moe_layers = [i >= first_dense and i % freq == 0 for i in range(f["num_layers"])]
     return {
         **f,
         "num_query_groups": None,  # MLA: latent KV, no GQA groups
         "kv_channels": v_head_dim,  # unused by MLA; hidden/heads (56) would mislead
-        **_moe(r, ("n_routed_experts", "num_local_experts"), expert_ffn, moe_layers),
-        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+        **_dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_local_experts"), freq),
         "multi_latent_attention": True,
         "qk_layernorm": True,  # MLA's q_a / kv_a latent RMSNorms (Megatron --qk-layernorm)
         "q_lora_rank": r.nullable_int("q_lora_rank"),
@@ -196,17 +205,13 @@ def _glm4_moe(r: Reader) -> Fields:
     """GLM-4.5 / GLM-4.5-Air (Glm4MoeForCausalLM; transformers 4.57.1 modeling_glm4_moe.py, and
     Megatron-Bridge's GLM45Bridge @681278ca): Llama's shapes with head_dim (96 x 128 against a
     5,120 hidden size), bias on q, k and v alone (attention_bias; o_proj has none), q/k RMSNorm
-    where use_qk_norm; layer i MoE when i >= first_k_dense_replace (the dense ones
-    intermediate_size wide): n_routed_experts of width moe_intermediate_size, top
-    num_experts_per_tok, n_shared_experts shared ones of that width; num_nextn_predict_layers MTP
+    where use_qk_norm; DeepSeek's MoE layout (`_dense_first_moe`: the first first_k_dense_replace
+    layers dense, intermediate_size wide, then n_routed_experts and n_shared_experts of width
+    moe_intermediate_size, top num_experts_per_tok); num_nextn_predict_layers MTP
     layers; routing groups only where n_group > 1 (the released models' 1 / 1 group nothing). The
     fields that change the parameter count are required, as for DeepSeek-V3. RoPE on part of
     each head (partial_rotary_factor) is noted: timed as if whole."""
     f = _llama(r)
-    expert_ffn = r.req_int("moe_intermediate_size")
-    first_dense = r.req_int("first_k_dense_replace", minimum=0)
-    shared = r.nullable_int("n_shared_experts", minimum=0)
-    moe_layers = [i >= first_dense for i in range(f["num_layers"])]
     groups = r.opt_int("n_group")
     rotary = r.cfg.get("partial_rotary_factor")
     if isinstance(rotary, int | float) and rotary < 1:
@@ -216,8 +221,7 @@ def _glm4_moe(r: Reader) -> Fields:
         "add_bias_linear": False,
         "add_qkv_bias": r.flag("attention_bias", False),
         "qk_layernorm": r.flag("use_qk_norm", False),
-        **_moe(r, ("n_routed_experts", "num_experts"), expert_ffn, moe_layers),
-        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+        **_dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_experts")),
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": groups if groups and groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups and groups > 1 else None,

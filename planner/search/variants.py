@@ -95,9 +95,7 @@ def best_variants(
 
     for z in zero_stages(space, base):
         key = (base.split_key(), z)
-        if key not in too_big:
-            too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
-        if too_big[key]:
+        if _too_big(job, base, key, capacity, too_big):
             rejected["memory"] += 1
             continue
         if cut is not None:
@@ -196,11 +194,23 @@ def states_fit(
     `best_variants`'s key, which then need not estimate it again."""
     fit = False
     for z in zero_stages(space, base):
-        key = (base.split_key(), z)
-        if key not in too_big:
-            too_big[key] = memory.state_floor(job, base.with_(zero_stage=z)) > capacity
-        fit |= not too_big[key]
+        fit |= not _too_big(job, base, (base.split_key(), z), capacity, too_big)
     return fit
+
+
+def _too_big(
+    job: Job,
+    base: Layout,
+    key: tuple[object, ...],
+    capacity: float,
+    too_big: dict[tuple[object, ...], bool],
+) -> bool:
+    """Whether the base's states at ZeRO stage key[1] (`key` = (split key, stage)) alone
+    (`memory.state_floor`) exceed `capacity`, asked once per key (`too_big`)."""
+    hit = too_big.get(key)
+    if hit is None:
+        hit = too_big[key] = memory.state_floor(job, base.with_(zero_stage=key[1])) > capacity
+    return hit
 
 
 NONE_OFF = NONE.without_tp_overlap()
