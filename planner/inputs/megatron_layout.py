@@ -59,6 +59,12 @@ def parallel(
     if note is not None and notes is not None:
         notes.append(note)
     out["sequence_parallel"] = line.has("--sequence-parallel") and tp > 1
+    if tp == 1 and line.has("--tp-comm-overlap"):
+        raise InputError(
+            f"{where}: --tp-comm-overlap: at --tensor-model-parallel-size 1 Megatron-LM turns "
+            "sequence parallelism off and then refuses TP communication overlap (validate_args); "
+            "drop the flag"
+        )
     out["vpp"] = _vpp(line, num_layers, pp)
     first_last = _uneven(line, num_layers, pp)
     if first_last is not None:
@@ -213,13 +219,36 @@ def _ints(value: str, flag: str, where: str) -> list[int]:
 
 
 def _vpp(line: Line, num_layers: int, pp: int) -> int:
+    """The virtual pipeline size, as Megatron-LM's validate_args derives it: the stages per rank
+    as given, else the layers per rank over the layers per virtual stage, where the layers per
+    rank count the embedding and the loss as one layer each under
+    --account-for-{embedding,loss}-in-pipeline-split (both must divide evenly)."""
     stages = line.integer("--num-virtual-stages-per-pipeline-rank")
     if stages is not None:
         return stages
-    per = line.integer("--num-layers-per-virtual-pipeline-stage")
-    if per is not None:
-        return max(num_layers // pp // max(per, 1), 1)
-    return 1
+    flag = "--num-layers-per-virtual-pipeline-stage"
+    per = line.integer(flag)
+    if per is None:
+        return 1
+    if per < 1:
+        raise InputError(f"{line.where}: {flag}: expected a positive integer (got {per})")
+    if line.has("--decoder-first-pipeline-num-layers") or line.has(
+        "--decoder-last-pipeline-num-layers"
+    ):
+        raise InputError(
+            f"{line.where}: {flag}: cannot be combined with --decoder-first/last-pipeline-num-"
+            "layers; Megatron-LM asks for --num-virtual-stages-per-pipeline-rank there"
+        )
+    counted = num_layers + sum(
+        line.has(f"--account-for-{part}-in-pipeline-split") for part in ("embedding", "loss")
+    )
+    if counted % pp or (counted // pp) % per:
+        raise InputError(
+            f"{line.where}: {flag}: {per} does not divide the {counted} / {pp} layers of a "
+            "pipeline rank (the decoder layers, plus one each for an embedding or loss counted "
+            "by --account-for-...-in-pipeline-split)"
+        )
+    return counted // pp // per
 
 
 def _uneven(line: Line, num_layers: int, pp: int) -> tuple[int, ...] | None:

@@ -133,6 +133,58 @@ def test_uneven_first_and_last_stages() -> None:
     assert doc["parallel"]["pipeline_layers"] == (7,) + (8,) * 14 + (7,)
 
 
+QWEN3_SPLIT = (
+    "--num-layers 94 --hidden-size 1024 --num-attention-heads 16 --vocab-size 151936 "
+    "--seq-length 4096 --pipeline-model-parallel-size 4 "
+)
+
+
+@pytest.mark.parametrize(
+    ("flags", "vpp"),
+    [
+        # Megatron-LM validate_args: the embedding and the loss count as one layer each, so
+        # (94 + 1 + 1) / 4 = 24 layers a rank, 24 / 1 = 24 virtual stages (the
+        # Megatron-MoE-ModelZoo's Qwen3-235B line at pp 4, vpp 24) and 24 / 3 = 8
+        (
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+            "--num-layers-per-virtual-pipeline-stage 1",
+            24,
+        ),
+        (
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+            "--num-layers-per-virtual-pipeline-stage 3",
+            8,
+        ),
+        ("--num-virtual-stages-per-pipeline-rank 6", 6),
+    ],
+)
+def test_virtual_stages_count_the_accounted_embedding_and_loss(flags: str, vpp: int) -> None:
+    doc = megatron_args.to_plan(QWEN3_SPLIT + flags, "h100-sxm-80gb", 8)
+    assert doc["parallel"]["vpp"] == vpp
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        # 94 layers do not split over 4 ranks (Megatron asserts it), nor 96 / 4 = 24 into 5s
+        ("--num-layers-per-virtual-pipeline-stage 1", "94 / 4 layers"),
+        (
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+            "--num-layers-per-virtual-pipeline-stage 5",
+            "96 / 4 layers",
+        ),
+        ("--num-layers-per-virtual-pipeline-stage 0", "expected a positive integer"),
+        (
+            "--num-layers-per-virtual-pipeline-stage 2 --decoder-first-pipeline-num-layers 22",
+            "--num-virtual-stages-per-pipeline-rank there",
+        ),
+    ],
+)
+def test_layers_per_virtual_stage_must_divide_as_megatron_asks(flags: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        megatron_args.to_plan(QWEN3_SPLIT + flags, "h100-sxm-80gb", 8)
+
+
 def test_without_group_query_attention_the_groups_are_ignored() -> None:
     # Megatron passes num_query_groups only with --group-query-attention (ecosystem.md 1.1)
     text = (
@@ -199,6 +251,13 @@ def test_block_recompute_is_read_as_written_and_sits_between_none_and_full() -> 
             "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
             "--seq-length 8 --micro-batch-size -1",
             "--micro-batch-size: expected a positive integer",
+        ),
+        (
+            # validate_args sets sequence_parallel False at tp 1, then asserts it for the overlap
+            # (the Megatron-MoE-ModelZoo's bf16 lines at tp 1 add --tp-comm-overlap)
+            "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --vocab-size 10 "
+            "--seq-length 8 --sequence-parallel --tp-comm-overlap",
+            "--tp-comm-overlap: at --tensor-model-parallel-size 1",
         ),
     ],
 )
