@@ -37,7 +37,7 @@ from planner.emit.megatron_model import refuse_alibi, stage_ranges
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
-from planner.inputs.plan import Plan
+from planner.inputs.plan import Job, Plan
 
 PRESETS = {
     ("bf16", None): "bf16_mixed",
@@ -281,7 +281,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         },
         "optimizer": {
             "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
-            "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16",
+            "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16"
+            or job.optimizer_offload_fraction > 0,
+            **_offload(job),
             "lr": float(schedule["--lr"]),
             "min_lr": float(schedule["--min-lr"]),
             **(_muon(plan) if muon else {}),
@@ -290,6 +292,18 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "tp_comm_overlap": lay.tp_comm_overlap,
             **(_deferral(lay) if lay.defer_embedding_wgrad_compute else {}),
         },
+    }
+
+
+def _offload(job: Job) -> dict[str, object]:
+    """The CPU-offloaded optimizer's fields of Megatron-Core's OptimizerConfig (which
+    Megatron-Bridge's `optimizer` table is)."""
+    if job.optimizer_offload_fraction <= 0:
+        return {}
+    return {
+        "optimizer_cpu_offload": True,
+        "optimizer_offload_fraction": job.optimizer_offload_fraction,
+        "overlap_cpu_optimizer_d2h_h2d": job.optimizer_offload_overlap,
     }
 
 

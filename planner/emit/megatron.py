@@ -257,7 +257,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--deterministic-mode",))
     if job.weight_hash_interval:  # the check the plan's step time counts (model.weight_hash)
         a.append(("--check-weight-hash-across-dp-replicas-interval", str(job.weight_hash_interval)))
-    if job.optimizer_state_dtype == "bf16":
+    offload = job.optimizer_offload_fraction > 0
+    if job.optimizer_state_dtype == "bf16" or offload:
         if lay.zero_stage == 0:
             raise InputError(
                 f"{plan.path}: training.optimizer_state_dtype: Megatron's "
@@ -269,7 +270,15 @@ def training_args(plan: Plan) -> list[Arg]:
             # the optimizer's gradients in bf16 too (its --main-grads-dtype defaults to fp32;
             # Megatron asserts it is fp32 without the precision-aware optimizer)
             a.append(("--main-grads-dtype", "bf16"))
-        a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+        if job.optimizer_state_dtype == "bf16":
+            a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if offload:  # the host optimizer (model.optimizer_offload), which asks for the above
+        a += [
+            ("--optimizer-cpu-offload",),
+            ("--optimizer-offload-fraction", repr(job.optimizer_offload_fraction)),
+        ]
+        if job.optimizer_offload_overlap:
+            a.append(("--overlap-cpu-optimizer-d2h-h2d",))
     if job.optimizer == "muon":
         # with --use-distributed-optimizer (zero_stage 1) validate_args makes it the layer-wise
         # distributed optimizer; its legacy whole-parameter dealing where the plan says so

@@ -22,6 +22,14 @@ from planner.inputs.plan_sections import (
 from planner.inputs.torchtitan import Framework, TorchtitanSection
 from planner.inputs.userbuffers import TE_DEFAULT, UbSlot
 
+OFFLOAD_GPU_PART_BYTES = 12.0
+"""Per parameter the CPU-offloaded optimizer keeps on the GPU (the 1 - fraction share): Megatron-LM
+d98e8a64's HybridDeviceOptimizer (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py,
+built with param_update_in_fp32 in optimizer/__init__.py) updates a fp32 clone of each
+parameter shard (4) with a GPU Adam given no moment dtypes (4 + 4 in fp32): Megatron's
+--exp-avg-dtype does not reach it. The offloaded share keeps nothing on the GPU (its clone,
+moments and gradient copy are pinned host tensors)."""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -34,6 +42,12 @@ class Job:
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_offload_fraction: float = 0.0
+    """Megatron --optimizer-cpu-offload: the share of the updated parameters whose optimizer state
+    lives in host memory (`optimizer_bytes`, `planner.model.optimizer_offload`); 0 = off."""
+    optimizer_offload_overlap: bool = True
+    """Megatron --overlap-cpu-optimizer-d2h-h2d: the offloaded step's copies and CPU update
+    pipeline over parameters (`planner.model.optimizer_offload.host_step_time`)."""
     fused_norm: bool = True
     cross_entropy: CrossEntropy = "fused"
     fused_swiglu: bool = True
@@ -223,10 +237,14 @@ class Job:
 
     @property
     def optimizer_bytes(self) -> float:
-        """Optimizer bytes per parameter: the fp32 master weight (4) and Adam's two moments
-        (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with Transformer
-        Engine >= 2.1 keeps only the master's 16-bit remainder (store_param_remainders, on by
-        default; OptimizerConfig @d98e8a64), 2 bytes fewer: counting 4 is the safe side."""
+        """Optimizer bytes per parameter on the GPU: the fp32 master weight (4) and Adam's two
+        moments (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with
+        Transformer Engine >= 2.1 keeps only the master's 16-bit remainder
+        (store_param_remainders, on by default; OptimizerConfig @d98e8a64), 2 bytes fewer:
+        counting 4 is the safe side. With the optimizer offloaded to the CPU, the share kept on
+        the GPU at OFFLOAD_GPU_PART_BYTES each."""
+        if self.optimizer_offload_fraction > 0:
+            return (1.0 - self.optimizer_offload_fraction) * OFFLOAD_GPU_PART_BYTES
         return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)
 
     @property

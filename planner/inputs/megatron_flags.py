@@ -174,6 +174,9 @@ READ = frozenset(
         "--main-grads-dtype",
         "--exp-avg-dtype",
         "--exp-avg-sq-dtype",
+        "--optimizer-cpu-offload",
+        "--optimizer-offload-fraction",
+        "--overlap-cpu-optimizer-d2h-h2d",
         # batch, recompute, offloading
         "--seq-length",
         "--micro-batch-size",
@@ -240,8 +243,6 @@ NOT_MODELLED: dict[str, str] = {
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
-    "--optimizer-cpu-offload": "optimizer states offloaded to host memory are counted on the GPU "
-    "(memory over-estimated), and their host transfers and CPU update are not timed",
     "--keep-fp8-transpose-cache": "Megatron-FSDP then keeps each FP8 weight's transpose through "
     "the step (about one byte per parameter, its README says), which is not counted (memory "
     "under-estimated)",

@@ -263,4 +263,34 @@ def _optimizer_dtypes(line: Line) -> dict[str, Any]:
         moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
         if all(m in ("bf16", "fp16") for m in moments):
             out["optimizer_state_dtype"] = "bf16"
+    out.update(_optimizer_offload(line, aware))
+    return out
+
+
+def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
+    """--optimizer-cpu-offload: the share --optimizer-offload-fraction (argparse default 1.0) of
+    the optimizer on the host, with --overlap-cpu-optimizer-d2h-h2d or not; Megatron-LM d98e8a64
+    validate_args asserts the precision-aware optimizer with it, and FP8 parameter gathers only
+    with the delayed recipe."""
+    flag = "--optimizer-cpu-offload"
+    if not line.has(flag):
+        return {}
+    if not aware:
+        raise InputError(
+            f"{line.where}: {flag}: needs --use-precision-aware-optimizer (Megatron-LM asserts "
+            "it: the host optimizer reuses that path)"
+        )
+    if line.has("--fp8-param-gather") and (line.text("--fp8-recipe") or "delayed") != "delayed":
+        raise InputError(
+            f"{line.where}: {flag}: with --fp8-param-gather Megatron-LM asserts --fp8-recipe "
+            "delayed"
+        )
+    fraction = line.number("--optimizer-offload-fraction")
+    fraction = 1.0 if fraction is None else min(max(fraction, 0.0), 1.0)  # a share of the count
+    out: dict[str, Any] = {
+        "optimizer_offload_fraction": fraction,
+        "optimizer_offload_overlap": line.has("--overlap-cpu-optimizer-d2h-h2d"),
+    }
+    if fraction == 0:  # all on the GPU, in the host optimizer's fp32 copies and moments
+        out["optimizer_state_dtype"] = "fp32"
     return out

@@ -56,6 +56,8 @@ class Plan:
 
 
 TRAINING_AS_IS = (
+    "optimizer_offload_fraction",
+    "optimizer_offload_overlap",
     "moe_expert_capacity_factor",
     "moe_expert_rank_capacity_factor",
     "moe_paged_stash",

@@ -77,6 +77,19 @@ class TrainingSection(BaseModel):
         description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
     )
+    optimizer_offload_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Megatron --optimizer-cpu-offload (--optimizer-offload-fraction, default 1): "
+        "this share of the updated parameters keeps its fp32 master and Adam moments in host "
+        "memory and is updated by the CPU (0 = off; planner.model.optimizer_offload)",
+    )
+    optimizer_offload_overlap: Flag = Field(
+        default=True,
+        description="with optimizer_offload_fraction: Megatron --overlap-cpu-optimizer-d2h-h2d, "
+        "the gradient copies out, the CPU update and the copies back pipelined over parameters",
+    )
     fused_norm: Flag | None = Field(
         default=None, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
     )

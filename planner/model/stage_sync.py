@@ -15,7 +15,9 @@ ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Jo
 each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
 to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
 next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the norm's and Adam's
-passes (its fp32 shard is the master; its gradients are freed, not zeroed). Muon
+passes (its fp32 shard is the master; its gradients are freed, not zeroed). A CPU-offloaded
+optimizer (`Job.optimizer_offload_fraction`) updates its share on the host
+(`planner.model.optimizer_offload`), under which the GPU updates the rest. Muon
 (`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
 (`planner.model.muon_time`).
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, fsdp2, muon_time, pools
+from planner.model import comms, fsdp2, muon_time, optimizer_offload, pools
 from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
@@ -59,16 +61,22 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
-    per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
     if job.framework == "torchtitan":
         # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
         # gradients straight into fp32 shards and frees them (zero_grad(set_to_none=True)): no
         # copy either way, no zeroing
+        per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
         return per_updated * updated / gpu.hbm
+    # the CPU-offloaded share (optimizer_offload) is updated on the host, while the GPU updates
+    # the rest: Adam's passes and the master's copy back over the GPU's share only
+    on_gpu = 1.0 - job.optimizer_offload_fraction
+    update = on_gpu * (ADAM_GRAD_READ_BYTES + PARAM_COPY_BYTES) + 2 * job.optimizer_bytes
     copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
-    per_updated += copy + PARAM_COPY_BYTES
-    touched = per_updated * updated + job.grad_bytes * (dense + expert)
-    return touched / gpu.hbm
+    always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
+    host = optimizer_offload.host_step_time(
+        job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap
+    )
+    return always / gpu.hbm + max(update * updated / gpu.hbm, host)
 
 
 def gathered_param_bytes(

@@ -461,10 +461,9 @@ def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
     notes = read(SMALL + "--keep-fp8-transpose-cache").not_modelled
     assert [n.split(":")[0] for n in notes] == ["--keep-fp8-transpose-cache"]
     assert "under-estimated" in notes[0]
-    # optimizer states in host memory (OptimizerConfig.optimizer_cpu_offload): counted on the GPU
-    notes = read(SMALL + "--optimizer-cpu-offload").not_modelled
-    assert [n.split(":")[0] for n in notes] == ["--optimizer-cpu-offload"]
-    assert "over-estimated" in notes[0]
+    # optimizer states in host memory are modelled (tests/model/test_optimizer_offload.py)
+    line = SMALL + "--use-distributed-optimizer --use-precision-aware-optimizer "
+    assert not read(line + "--optimizer-cpu-offload").not_modelled
 
 
 def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:

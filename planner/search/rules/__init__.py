@@ -3,13 +3,14 @@
 Each rule returns a `Violation` (the plan field it concerns and a Megatron-style message printing
 both values) or nothing: `parallel` holds the rules on degrees, pipeline split and batch,
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
-and routing, FP8 and the expert overlap, and what Megatron only warns about; `fused_mlp` those of
-the experts' fused grouped MLP; `shared_overlap` those of the shared experts' overlap;
-`flex_settings` the flex dispatcher's SM count, HybridEP's budget and the paged stash; `hybrid`
-those of a hybrid Mamba stack; `torchtitan` what torchtitan runs (plans with framework =
-"torchtitan"). `violations` runs every rule (the search uses it to prune and to count rejections
-per rule); `check_plan` turns a plan's into one InputError; `warnings` lists what Megatron would
-warn about, which commands report without refusing.
+and routing, FP8 and the expert overlap, and what Megatron only warns about; `optimizer` those of
+Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused grouped MLP;
+`shared_overlap` those of the shared experts' overlap; `flex_settings` the flex dispatcher's SM
+count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack;
+`torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
+rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
+into one InputError; `warnings` lists what Megatron would warn about, which commands report
+without refusing.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
+from planner.search.rules.optimizer import muon, optimizer_offload
 from planner.search.rules.parallel import (
     batch,
     deterministic,
     experts,
     heads,
-    muon,
     optimizer_instances,
     overlap,
     pipeline_split,
@@ -85,6 +86,7 @@ RULES: tuple[Rule, ...] = (
     overlap,
     optimizer_instances,
     muon,
+    optimizer_offload,
     weight_hash,
     deterministic,
     *FEATURE_RULES,

@@ -273,26 +273,6 @@ def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def muon(job: Job, lay: Layout) -> Violation | None:
-    """--optimizer muon (an "emerging optimizer"): validate_args asserts it runs without
-    Megatron-FSDP (Megatron-LM d98e8a64 arguments.py, the emerging optimizer check); planner
-    launches it with Megatron-LM only."""
-    if job.optimizer != "muon":
-        return None
-    if job.framework == "torchtitan":
-        return Violation(
-            "muon", "training.optimizer", "optimizer = muon is planned for Megatron-LM only"
-        )
-    if lay.zero_stage >= 2:
-        return Violation(
-            "muon",
-            "parallel.zero_stage",
-            f"optimizer = muon does not run with Megatron-FSDP (zero_stage {lay.zero_stage}; "
-            "Megatron's validate_args asserts): use zero_stage 0 or 1",
-        )
-    return None
-
-
 def weight_hash(job: Job, lay: Layout) -> Violation | None:
     """Megatron's weight-hash check (`Job.weight_hash_interval`): validate_args asserts it runs
     without Megatron-FSDP's full sharding (optim_grads_params: zero_stage 3; Megatron-LM d98e8a64
