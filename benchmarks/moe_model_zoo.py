@@ -1,0 +1,132 @@
+"""NVIDIA's Megatron-MoE-ModelZoo benchmark lines through `planner check --megatron-args`.
+
+    python benchmarks/moe_model_zoo.py                  # every line: read? fits? predicted step
+    python benchmarks/moe_model_zoo.py --extract GITDIR # rebuild the data from a clone's git dir
+
+Data: benchmarks/data/megatron_moe_model_zoo/command_lines.json (see its README): the Megatron-LM
+command lines that the zoo's best-practice scripts (DeepSeek-V3, Kimi-K2, Mixtral 8x22B, Qwen3
+235B / 30B / Next) launch through its sbatch_benchmarking.sh, composed as that script composes
+them (the model's YAML MODEL_ARGS, the invocation's extra words, then the words it adds for the
+dispatcher, precision, optimizer offload and 1F1B overlap), with the GPU and GPU count each
+invocation names. These are the settings of the MoE training runs NVIDIA publishes throughput for
+(Megatron-LM's MoE README, which is held out to judge the model: no measured figure is read or
+stored here). What this checks: that planner reads NVIDIA's own MoE lines as Megatron-LM would
+(or refuses them for Megatron's reasons), and that the layouts NVIDIA ran fit. The vocabulary of
+the lines' HuggingFace tokenizers is passed as `--vocab-size` from the zoo's model files, as a
+user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.inputs import catalog, megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import parse_plan
+from planner.inputs.units import GIB
+from planner.model import cost, memory
+from planner.search.rules import check_plan
+
+DATA = Path(__file__).resolve().parent / "data" / "megatron_moe_model_zoo" / "command_lines.json"
+VOCAB_FROM_ZOO = {
+    "DeepSeek-V3": "deepseek-v3",
+    "Kimi-K2": "kimi-k2",
+    "Mixtral-8x22B": "mixtral-8x22b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen3-Next-80B-A3B": "qwen3-30b-a3b",  # the Qwen3 tokenizer's 151,936 (HF configs)
+}
+"""The zoo model whose vocabulary a line's tokenizer has (--tokenizer-model names a HuggingFace
+repository planner cannot open)."""
+
+
+def script_text(row: dict[str, Any]) -> str:
+    """The line as a launch script: its environment exported, then the training command."""
+    env = [f"export {k}={shlex.quote(v)}" for k, v in row["env"].items()]
+    return "\n".join([*env, "python pretrain_gpt.py " + shlex.join(row["args"])]) + "\n"
+
+
+TP1_OVERLAP = "--tp-comm-overlap: at --tensor-model-parallel-size 1"
+"""How the reader refuses the zoo's bf16 lines at tp 1, to which sbatch_benchmarking.sh adds
+--tp-comm-overlap: Megatron-LM's validate_args turns sequence parallelism off at tp 1 and then
+asserts it for the overlap (arguments.py since 2024-11, d98e8a64 included). `check` reads such a
+line once more without the flag, what a run at tp 1 must do, and says so."""
+
+
+def check(row: dict[str, Any], args: list[str] | None = None) -> dict[str, Any]:
+    """What `planner check --megatron-args` says of one line: refused (the message), or the
+    layout, peak memory against capacity, and the predicted step."""
+    vocab = catalog.get_model(VOCAB_FROM_ZOO[row["model"]]).vocab_size
+    text = script_text(dict(row, args=args or row["args"]))
+    try:
+        reading = megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab)
+        plan = parse_plan(reading.doc)
+        check_plan(plan)
+    except InputError as e:
+        message = str(e).splitlines()[0]
+        if args is None and TP1_OVERLAP in message:
+            again = check(row, [a for a in row["args"] if a != "--tp-comm-overlap"])
+            return dict(again, dropped="--tp-comm-overlap")
+        return {"verdict": "exit 2", "message": message}
+    lay = plan.require_layout()
+    mem = memory.estimate(plan.job, lay)
+    perf = cost.estimate(plan.job, lay)
+    return {
+        "verdict": "read" if mem.fits else "exit 1",
+        "layout": lay.describe(),
+        "peak_gib": mem.peak / GIB,
+        "capacity_gib": mem.capacity / GIB,
+        "step_s": perf.step_time_s,
+        "tokens_per_s_per_gpu": perf.tokens_per_s_per_gpu,
+        "mfu": perf.mfu_bf16_peak,
+        "unknown": list(reading.unknown),
+        "not_modelled": [n.split(":")[0] for n in reading.not_modelled],
+    }
+
+
+def rows() -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(DATA.read_text())["rows"]
+    return data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--extract", metavar="GITDIR", help="rebuild the data from a zoo git dir")
+    args = ap.parse_args()
+    if args.extract:
+        from benchmarks.moe_model_zoo_extract import extract
+
+        DATA.write_text(json.dumps(extract(Path(args.extract)), indent=1) + "\n")
+        print(f"wrote {DATA}")
+        return
+    counts: dict[str, int] = {}
+    print(f"{'line':28s} {'gpus':>14s}  verdict  peak / capacity GiB  step s  tok/s/GPU  MFU")
+    for row in rows():
+        r = check(row)
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        gpus = f"{row['num_gpus']} {row['gpu'].split('-')[0]}"
+        if r["verdict"] == "exit 2":
+            print(f"{row['id']:28s} {gpus:>14s}  exit 2   {r['message'][:150]}")
+            continue
+        extra = ", ".join(f"not read: {w}" for w in r["unknown"] + r["not_modelled"])
+        if "dropped" in r:
+            extra = ", ".join(
+                filter(None, [f"read without {r['dropped']} (exit 2 with it)", extra])
+            )
+        print(
+            f"{row['id']:28s} {gpus:>14s}  {r['verdict']:7s}  {r['peak_gib']:6.1f} / "
+            f"{r['capacity_gib']:5.1f}      {r['step_s']:7.2f}  {r['tokens_per_s_per_gpu']:9.0f}"
+            f"  {r['mfu']:.3f}  {r['layout']}" + (f"  [{extra}]" if extra else "")
+        )
+    print("\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" (of {len(rows())})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""NVIDIA's Megatron-MoE-ModelZoo command lines through the reader (benchmarks/moe_model_zoo.py).
+
+Oracles: the zoo's own lines (benchmarks/data/megatron_moe_model_zoo/command_lines.json, composed
+from yanring/Megatron-MoE-ModelZoo at e8650517 as its sbatch_benchmarking.sh composes them); the
+zoo of planner (model_zoo/*.toml, built from HuggingFace configs and Megatron-Bridge providers, a
+separate source of the same shapes); Megatron-LM d98e8a64's validate_args for what it refuses;
+and the fact that NVIDIA ran these layouts, so each fits on its GPU."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+from paths import REPO
+
+sys.path.insert(0, str(REPO))
+
+from benchmarks import moe_model_zoo as zoo
+from planner.inputs import catalog, megatron_args
+from planner.inputs.plan import parse_plan
+from planner.model import params
+
+ROWS = zoo.rows()
+IDS = [r["id"] for r in ROWS]
+DEV_BRANCH = "--offload-optimizer-states"
+"""Optimizer-state offloading of the zoo's GB200 lines: a flag of Megatron-LM's dev branch (the
+zoo's scripts say so), not of d98e8a64's parser: the reader lists it as unknown and counts the
+states on the GPU."""
+
+
+def _read(row: dict[str, Any]) -> Any:
+    args = [a for a in row["args"] if a != "--tp-comm-overlap"]
+    vocab = catalog.get_model(zoo.VOCAB_FROM_ZOO[row["model"]]).vocab_size
+    text = zoo.script_text(dict(row, args=args))
+    return parse_plan(megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab).doc)
+
+
+def test_the_data_is_every_invocation_of_the_best_practice_scripts() -> None:
+    # 4 DeepSeek-V3 scripts (1 + 1 + 1 + 8 invocations), Kimi-K2 1, Mixtral 3, Qwen3 6 scripts
+    # (8 + 3 + 3 + 1 + 1 + 1)
+    assert len(ROWS) == 32
+    assert len(set(IDS)) == 32
+    assert {r["model"] for r in ROWS} == set(zoo.VOCAB_FROM_ZOO)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_every_line_is_read_or_refused_for_megatrons_reason(row: dict[str, Any]) -> None:
+    r = zoo.check(row)
+    assert r["verdict"] in ("read", "exit 1"), r.get("message")
+    # the only refusal: --tp-comm-overlap, which sbatch_benchmarking.sh adds to every bf16 line,
+    # at tp 1, where validate_args disables sequence parallelism and then asserts it
+    tp1_bf16 = "--tp-comm-overlap" in row["args"] and "--fp8-recipe" not in row["args"]
+    tp = row["args"][row["args"].index("--tensor-model-parallel-size") + 1]
+    assert ("dropped" in r) == (tp1_bf16 and tp == "1")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_the_layouts_nvidia_ran_fit_but_where_a_dev_branch_flag_offloads(
+    row: dict[str, Any],
+) -> None:
+    r = zoo.check(row)
+    assert (r["verdict"] == "read") == (DEV_BRANCH not in row["args"])
+    if DEV_BRANCH in row["args"]:
+        assert DEV_BRANCH in r["unknown"]
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if r["model"] != "Qwen3-Next-80B-A3B"], ids=lambda r: r["id"]
+)
+def test_each_line_is_its_zoo_model(row: dict[str, Any]) -> None:
+    # DeepSeek-V3 671,026,404,352 with its MTP layer, Kimi-K2 1,026,408,209,408, Mixtral 8x22B
+    # 140,620,634,112, Qwen3 235B-A22B 235,093,634,560 and 30B-A3B 30,532,122,624: the line's
+    # shape flags give exactly the parameters of the zoo file of the same model
+    arch = _read(row).job.arch
+    reference = catalog.get_model(zoo.VOCAB_FROM_ZOO[row["model"]])
+    assert params.params_total(arch) == params.params_total(reference)
+    assert arch.mtp_num_layers == reference.mtp_num_layers
+
+
+def test_the_lines_ask_for_what_the_scripts_set() -> None:
+    by_id = {r["id"]: r for r in ROWS}
+    # OPTIMIZER_OFFLOAD=1 on the long-context DeepSeek-V3 lines: the whole optimizer on the host
+    long = _read(by_id["deepseek-v3/run_deepseek_v3_h100#2"])
+    assert long.job.optimizer_offload_fraction == 1.0 and long.job.optimizer_offload_overlap
+    # PR=fp8: blockwise FP8 without parameter gathers (the offload refuses them)
+    assert (long.job.precision, long.job.fp8_recipe, long.job.fp8_param_gather) == (
+        "fp8",
+        "blockwise",
+        False,
+    )
+    # Qwen3 235B at pp 4 with 1 layer per virtual stage: (94 + embedding + loss) / 4 = 24
+    lay = _read(by_id["qwen3/run_235b#1"]).require_layout()
+    assert (lay.pp, lay.vpp) == (4, 24)
