@@ -38,7 +38,7 @@ from planner.inputs.megatron_flags import (
     typo_of,
 )
 from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
-from planner.inputs.megatron_line import Line, flags_of, no_flags, tokens
+from planner.inputs.megatron_line import Line, environment, flags_of, no_flags, tokens
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 
@@ -151,6 +151,7 @@ def read(
     model = _model(line, notes)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
+    megatron_training.environment_fields(environment(text), training, where)
     megatron_args_memory.vision(line, model, parallel, training)
     megatron_t5.t5_fields(line, model, training, notes)
     missing += megatron_args_memory.mimo(line, training)

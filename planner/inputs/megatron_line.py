@@ -25,6 +25,23 @@ T = TypeVar("T")
 def tokens(text: str) -> list[str]:
     """Shell-like words of a script: comments dropped, `\\` continuations joined, simple
     `NAME=value` assignments substituted into later `$NAME` / `${NAME}`."""
+    return _scan(text)[0]
+
+
+def environment(text: str) -> dict[str, str]:
+    """The variables a script sets for the run: its `NAME=value` (or `export NAME=value`) lines
+    and the `NAME=value` words before a command, the later setting winning."""
+    words, env = _scan(text)
+    for w in words:
+        if w.startswith("--"):
+            break
+        m = _ASSIGN.match(w)
+        if m:
+            env[m.group(1)] = m.group(2).strip("\"'")
+    return env
+
+
+def _scan(text: str) -> tuple[list[str], dict[str, str]]:
     env: dict[str, str] = {}
     words: list[str] = []
 
@@ -40,7 +57,7 @@ def tokens(text: str) -> list[str]:
             words += shlex.split(_VAR.sub(sub, line), comments=True)
         except ValueError as e:
             raise InputError(f"cannot split the line {line.strip()!r}: {e}") from None
-    return words
+    return words, env
 
 
 def flags_of(words: list[str]) -> dict[str, list[str]]:

@@ -294,3 +294,21 @@ def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
     if fraction == 0:  # all on the GPU, in the host optimizer's fp32 copies and moments
         out["optimizer_state_dtype"] = "fp32"
     return out
+
+
+def environment_fields(env: dict[str, str], training: dict[str, Any], where: str) -> None:
+    """What the script's environment (`megatron_line.environment`) sets that planner models:
+    PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF, or its newer name
+    PYTORCH_ALLOC_CONF, holding `expandable_segments:True`; `training.expandable_segments`) and
+    Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM; `training.gemm_sm_margin`)."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        options = dict(o.partition(":")[::2] for o in env.get(name, "").split(",") if o)
+        if options.get("expandable_segments", "").lower() == "true":
+            training["expandable_segments"] = True
+    margin = env.get("NVTE_EXT_MARGIN_SM")
+    if margin is not None:
+        if not margin.isdigit():
+            raise InputError(
+                f"{where}: NVTE_EXT_MARGIN_SM: expected a count of SMs (got {margin!r})"
+            )
+        training["gemm_sm_margin"] = int(margin)

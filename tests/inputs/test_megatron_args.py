@@ -581,3 +581,31 @@ def test_nvfp4_lines_are_read_and_a_custom_quantiser_is_refused() -> None:
     # Hopper has no FP4 tensor cores: the line is bad input for that GPU, named
     with pytest.raises(InputError, match=r'training\.precision: "fp4"'):
         parse_plan(megatron_args.to_plan(nvfp4, "h100-sxm-80gb", 16))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expandable", "margin"),
+    [
+        ("", None, None),
+        # a launch script's exports (the Megatron-MoE-ModelZoo's ENV_VARS, Megatron-Bridge's
+        # recipes), and PyTorch's newer name for the allocator's settings
+        ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n", True, None),
+        (
+            "PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.6,expandable_segments:True ",
+            True,
+            None,
+        ),
+        ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False\n", None, None),
+        # MLPerf's DeepSeek-V3 configs: NVTE_EXT_MARGIN_SM=16
+        ("NVTE_EXT_MARGIN_SM=16\n", None, 16),
+    ],
+)
+def test_the_runs_environment_is_read(prefix: str, expandable: bool | None, margin: int) -> None:
+    training = megatron_args.to_plan(prefix + SMALL, "h100-sxm-80gb", 8)["training"]
+    assert training.get("expandable_segments") == expandable
+    assert training.get("gemm_sm_margin") == margin
+
+
+def test_a_margin_that_is_no_count_is_bad_input() -> None:
+    with pytest.raises(InputError, match="NVTE_EXT_MARGIN_SM: expected a count of SMs"):
+        megatron_args.to_plan("NVTE_EXT_MARGIN_SM=x\n" + SMALL, "h100-sxm-80gb", 8)
