@@ -115,6 +115,8 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--add-qkv-bias",))
     if arch.qk_layernorm:
         a.append(("--qk-layernorm",))
+    if arch.attention_output_gate:
+        a.append(("--attention-output-gate",))
     if arch.softmax_type != "vanilla":
         a.append(("--softmax-type", arch.softmax_type))
     if arch.untie_embeddings_and_output_weights:

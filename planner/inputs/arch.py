@@ -71,6 +71,11 @@ class ModelArch(BaseModel):
     add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
     add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")
     qk_layernorm: Flag = False
+    attention_output_gate: Flag = Field(
+        default=False,
+        description="Megatron --attention-output-gate (Qwen3-Next): the QKV projection also "
+        "makes a query-sized gate, and sigmoid(gate) scales the attention output",
+    )
     softmax_type: SoftmaxType = Field(
         default="vanilla",
         description="Megatron --softmax-type: the attention softmax with an extra logit in its "
@@ -192,6 +197,8 @@ class ModelArch(BaseModel):
             ]
             if missing:
                 raise ValueError(f"multi_latent_attention needs {', '.join(missing)}")
+            if self.attention_output_gate:  # TransformerConfig raises NotImplementedError
+                raise ValueError("attention_output_gate does not run with multi_latent_attention")
         return self
 
     def _check_hybrid(self, text: str) -> None:

@@ -71,6 +71,7 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--disable-bias-linear": ("add_bias_linear", False),
     "--add-qkv-bias": ("add_qkv_bias", True),
     "--qk-layernorm": ("qk_layernorm", True),
+    "--attention-output-gate": ("attention_output_gate", True),
     "--multi-latent-attention": ("multi_latent_attention", True),
 }
 SOFTMAX_TYPES: tuple[str, ...] = get_args(SoftmaxType)

@@ -78,6 +78,7 @@ READ = frozenset(
         "--disable-bias-linear",
         "--add-qkv-bias",
         "--qk-layernorm",
+        "--attention-output-gate",
         "--multi-latent-attention",
         "--q-lora-rank",
         "--kv-lora-rank",
@@ -239,7 +240,6 @@ NOT_MODELLED: dict[str, str] = {
     "as softmax attention",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
-    "--attention-output-gate": "the attention output gate's weights are not counted",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",

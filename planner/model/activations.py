@@ -185,9 +185,14 @@ def linear_in(nbytes: float, sh: Shard) -> float:
     return nbytes * sh.linear_bytes / BF16
 
 
-def _attention_out(nbytes: float, sh: Shard) -> float:
+def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
     """The attention output: flash attention keeps it in 16 bits, the output projection a
-    quantised copy under FP8 / NVFP4; without flash only the projection keeps it."""
+    quantised copy under FP8 / NVFP4; without flash only the projection keeps it. With the
+    output gate (`ModelArch.attention_output_gate`; Megatron-LM d98e8a64 attention.py
+    `_apply_output_gate`, compiled) the gating keeps the output and its gate (a contiguous copy
+    of the projection's gate slice), and the projection its own gated input."""
+    if gated:
+        return 2 * nbytes + linear_in(nbytes, sh)
     if not sh.flash_attention:
         return linear_in(nbytes, sh)
     return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0)
@@ -200,7 +205,8 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     T, h = sh.tokens, arch.hidden_size
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
     rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
-    part = BF16 * T * (a + 2 * g) * d + _attention_out(BF16 * T * a * d, sh) + scores(arch, sh)
+    out = _attention_out(BF16 * T * a * d, sh, arch.attention_output_gate)
+    part = BF16 * T * (a + 2 * g) * d + out + scores(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 

@@ -35,7 +35,8 @@ def attention_gemms(
     if not arch.multi_latent_attention:
         d = arch.head_dim
         kv = kv_heads(arch, tp)
-        return [(t, h, a * d / tp + 2 * kv * d, 1), (t, a * d / tp, h, 1)]
+        q = 2 * a if arch.attention_output_gate else a  # the gate is a query-sized output
+        return [(t, h, q * d / tp + 2 * kv * d, 1), (t, a * d / tp, h, 1)]
     # the model validator guarantees these are set when multi_latent_attention is on
     assert arch.kv_lora_rank and arch.qk_head_dim and arch.v_head_dim
     assert arch.qk_pos_emb_head_dim

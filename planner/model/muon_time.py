@@ -89,7 +89,8 @@ def matrices(
         elif part == "attn" and i == 0 and split_qkv and not arch.multi_latent_attention:
             d, q, g = arch.head_dim, arch.num_attention_heads, arch.query_groups
             kv = max(g / tp, 1) * d  # KV heads are replicated when tp exceeds the groups
-            dense += [(h, q * d, h, q * d / tp, 1), (h, g * d, h, kv, 2)]  # Q, and K and V
+            gated = 2 if arch.attention_output_gate else 1  # the gate: a Q-sized matrix
+            dense += [(h, q * d, h, q * d / tp, gated), (h, g * d, h, kv, 2)]  # Q, K and V
         else:
             dense.append((k, n, ks, ns, c))
     if kind.moe:

@@ -115,7 +115,8 @@ def attention_params(arch: ModelArch) -> int:
         return _mla_attention_params(arch)
     h, d_h = arch.hidden_size, arch.head_dim
     q_out = arch.num_attention_heads * d_h
-    qkv_out = q_out + 2 * arch.query_groups * d_h
+    gate = q_out if arch.attention_output_gate else 0  # the output gate's rows of linear_qkv
+    qkv_out = q_out + gate + 2 * arch.query_groups * d_h
     qkv = h * qkv_out + (qkv_out if arch.add_bias_linear or arch.add_qkv_bias else 0)
     out = q_out * h + (h if arch.add_bias_linear else 0)
     qk_norm = 2 * _norm_width(arch) * d_h if arch.qk_layernorm else 0

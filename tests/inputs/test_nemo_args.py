@@ -277,10 +277,12 @@ def test_harmless_keys_are_ignored_and_listed() -> None:
 
 
 def test_a_not_modelled_megatron_setting_is_noted() -> None:
-    notes = read(HEAD + "model.config.attention_output_gate=True").not_modelled
-    assert any(
-        n.startswith("model.config.attention_output_gate (--attention-output-gate)") for n in notes
-    )
+    key = "model.config.experimental_attention_variant"
+    notes = read(HEAD + f"{key}=gated_delta_net").not_modelled
+    assert any(n.startswith(f"{key} (--experimental-attention-variant)") for n in notes)
+    # the output gate is the model's own field (ModelArch.attention_output_gate), read as such
+    r = read(HEAD + "model.config.attention_output_gate=True")
+    assert r.doc["model"]["attention_output_gate"] is True and not r.not_modelled
 
 
 @pytest.mark.parametrize(
