@@ -13,9 +13,8 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
 - Precision: `--fp8-format` with `--fp8-recipe` always (Megatron's default recipe is delayed);
   MXFP8 with `--fp8-param-gather` gathers in the gradient buffer
   (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); NVFP4 is
-  `--fp4-format e2m1 --fp4-recipe nvfp4` (with `--fp4-param-gather`); bf16 Adam moments
-  are `--use-precision-aware-optimizer` with `--exp-avg(-sq)-dtype bf16`, and with bf16 gradients
-  `--main-grads-dtype bf16` (which Megatron allows only with that optimizer).
+  `--fp4-format e2m1 --fp4-recipe nvfp4` (with `--fp4-param-gather`); the optimizer's flags
+  (bf16 moments, the CPU-offloaded optimizer, Muon) are `planner.emit.megatron_optimizer`'s.
 - Pipeline split: even -> `--num-layers-per-virtual-pipeline-stage` when interleaved; only the
   first and/or last rank different -> `--decoder-first/last-pipeline-num-layers` (with
   `--num-virtual-stages-per-pipeline-rank`, the only VPP flag they combine with); any other split
@@ -40,6 +39,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.megatron_model import Arg, model_args, training_script
+from planner.emit.megatron_optimizer import optimizer_args
 from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
@@ -255,37 +255,11 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--grad-reduce-in-bf16",))
     if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
         a.append(("--deterministic-mode",))
+    if job.log_grad_stats:  # the gradient statistics the plan's step pays (cost.GRAD_STATS_S)
+        a += [("--log-params-norm",), ("--log-num-zeros-in-grad",)]
     if job.weight_hash_interval:  # the check the plan's step time counts (model.weight_hash)
         a.append(("--check-weight-hash-across-dp-replicas-interval", str(job.weight_hash_interval)))
-    offload = job.optimizer_offload_fraction > 0
-    if job.optimizer_state_dtype == "bf16" or offload:
-        if lay.zero_stage == 0:
-            raise InputError(
-                f"{plan.path}: training.optimizer_state_dtype: Megatron's "
-                f"--use-precision-aware-optimizer needs the distributed optimizer or FSDP "
-                f"(zero_stage >= 1, got 0); set optimizer_state_dtype = 'fp32' or raise zero_stage"
-            )
-        a.append(("--use-precision-aware-optimizer",))
-        if job.main_grad_dtype == "bf16":
-            # the optimizer's gradients in bf16 too (its --main-grads-dtype defaults to fp32;
-            # Megatron asserts it is fp32 without the precision-aware optimizer)
-            a.append(("--main-grads-dtype", "bf16"))
-        if job.optimizer_state_dtype == "bf16":
-            a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
-    if offload:  # the host optimizer (model.optimizer_offload), which asks for the above
-        a += [
-            ("--optimizer-cpu-offload",),
-            ("--optimizer-offload-fraction", repr(job.optimizer_offload_fraction)),
-        ]
-        if job.optimizer_offload_overlap:
-            a.append(("--overlap-cpu-optimizer-d2h-h2d",))
-    if job.optimizer == "muon":
-        # with --use-distributed-optimizer (zero_stage 1) validate_args makes it the layer-wise
-        # distributed optimizer; its legacy whole-parameter dealing where the plan says so
-        a.append(("--optimizer", "muon"))
-        if job.muon_whole_params and lay.zero_stage == 1:
-            a.append(("--no-use-layer-wise-param-layout",))
-        a += _muon_knobs(plan)
+    a += optimizer_args(plan)
     if lay.recompute == "full":
         a += [
             ("--recompute-granularity", "full"),
@@ -308,33 +282,6 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--cuda-graph-impl", cuda_graph_impl(plan)))
         if job.cuda_graph_modules:
             a.append(("--cuda-graph-modules", *job.cuda_graph_modules))
-    return a
-
-
-MUON_PRECISION_FLAG = ("medium", "high")
-"""The `Job.muon_matmul_precision` values Megatron-LM's --muon-fp32-matmul-prec takes (choices
-low, medium, high: no "highest")."""
-
-
-def _muon_knobs(plan: Plan) -> list[Arg]:
-    """Muon's knobs where the plan leaves Megatron's defaults (5 iterations, duplicated TP mode,
-    Q / K / V apart, medium precision)."""
-    job = plan.job
-    a: list[Arg] = []
-    if job.muon_ns_steps != 5:
-        a.append(("--muon-num-ns-steps", str(job.muon_ns_steps)))
-    if job.muon_tp_mode != "duplicated":
-        a.append(("--muon-tp-mode", job.muon_tp_mode))
-    if not job.muon_split_qkv:
-        a.append(("--muon-no-split-qkv",))
-    if job.muon_matmul_precision not in MUON_PRECISION_FLAG:
-        raise InputError(
-            f"{plan.path}: training.muon_matmul_precision: Megatron-LM's --muon-fp32-matmul-prec "
-            f"takes low, medium or high (got {job.muon_matmul_precision!r}; Megatron-Bridge's "
-            "optimizer.muon_fp32_matmul_prec takes it)"
-        )
-    if job.muon_matmul_precision != "medium":
-        a.append(("--muon-fp32-matmul-prec", job.muon_matmul_precision))
     return a
 
 

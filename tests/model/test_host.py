@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from jobs import job, read_job
+from jobs import TINY_LINE, job, read_job
 
+from planner.emit import megatron
+from planner.inputs import megatron_args
 from planner.inputs.hybrid import DENSE, MAMBA, MOE
 from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
 from planner.model import calibratable, cost, host, host_floor
 from planner.model.layer_time import Layer
 
@@ -167,6 +170,16 @@ def test_megatron_lines_that_log_gradient_statistics_are_read_so() -> None:
     """--log-params-norm or --log-num-zeros-in-grad set `log_grad_stats`; neither leaves it off."""
     read = [read_job(extra) for extra in ("", " --log-params-norm", " --log-num-zeros-in-grad")]
     assert [j.log_grad_stats for j in read] == [False, True, True]
+
+
+def test_launch_logs_the_gradient_statistics_the_plan_pays_for() -> None:
+    """A plan with `log_grad_stats` (its step pays cost.GRAD_STATS_S per tensor) launches both
+    flags; one without launches neither."""
+    on = parse_plan(megatron_args.read(TINY_LINE + " --log-params-norm", "h100-sxm-80gb", 8).doc)
+    flags = megatron.arguments(on).flat()
+    assert {"--log-params-norm", "--log-num-zeros-in-grad"} <= set(flags)
+    off = parse_plan(megatron_args.read(TINY_LINE, "h100-sxm-80gb", 8).doc)
+    assert "--log-params-norm" not in megatron.arguments(off).flat()
 
 
 def test_graphed_regions_step_through_nodes_and_the_rest_is_issued() -> None:
