@@ -43,12 +43,19 @@ HOST_LINK_EFFICIENCY = 0.80
 HBM_EFFICIENCY for streaming kernels; PCIe's TLP overhead alone takes ~5-10%)."""
 
 
+def gpu_share(table: tuple[tuple[str, float, int], ...], job: Job) -> float:
+    """Bytes/s of a host resource one GPU of the job gets while every GPU uses it: the first row of
+    `table` (catalog-name prefix, GB/s, GPUs sharing it) whose prefix the GPU's name starts with
+    ("*" any), its rate over its sharers."""
+    name = job.cluster.gpu.name
+    rate, sharing = next(
+        (v, n) for prefix, v, n in table if prefix == "*" or name.startswith(prefix)
+    )
+    return rate / sharing * 1e9
+
+
 def host_link_bandwidth(job: Job) -> float:
     """Bytes/s one GPU moves to or from host memory while every GPU offloads: its host link's rate
     per direction over the GPUs sharing it (HOST_LINK_GB_PER_S by GPU family; "*" the rest) x
     HOST_LINK_EFFICIENCY."""
-    name = job.cluster.gpu.name
-    link, sharing = next(
-        (v, n) for prefix, v, n in HOST_LINK_GB_PER_S if prefix == "*" or name.startswith(prefix)
-    )
-    return link / sharing * 1e9 * HOST_LINK_EFFICIENCY
+    return gpu_share(HOST_LINK_GB_PER_S, job) * HOST_LINK_EFFICIENCY

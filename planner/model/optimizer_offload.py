@@ -32,7 +32,7 @@ this by the ratio of one core's bandwidth to its share of the node's: not modell
 from __future__ import annotations
 
 from planner.inputs.plan import Job
-from planner.model.host_link import host_link_bandwidth
+from planner.model.host_link import gpu_share, host_link_bandwidth
 
 CPU_ADAM_BYTES = 4.0 * 4 + 4.0 * 3
 """Host-memory bytes per offloaded parameter of torch's AdamW step: the fp32 master, gradient,
@@ -71,11 +71,7 @@ def host_memory_bandwidth(job: Job) -> float:
     """Bytes/s of host memory one GPU's CPU step streams while every GPU's runs: the node's host
     memory (HOST_MEMORY_GB_PER_S by GPU family) over the GPUs sharing it, x
     HOST_MEMORY_EFFICIENCY."""
-    name = job.cluster.gpu.name
-    rate, sharing = next(
-        (v, n) for prefix, v, n in HOST_MEMORY_GB_PER_S if prefix == "*" or name.startswith(prefix)
-    )
-    return rate / sharing * 1e9 * HOST_MEMORY_EFFICIENCY
+    return gpu_share(HOST_MEMORY_GB_PER_S, job) * HOST_MEMORY_EFFICIENCY
 
 
 def host_step_time(job: Job, offloaded: float, overlap: bool) -> float:
