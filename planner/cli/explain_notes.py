@@ -1,7 +1,8 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
 saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
 attention saves it, what Megatron's deterministic mode costs it, where the host's eager kernel
-issue floors the layers, what deferred output-layer weight gradients hold, and whether the plan
+issue floors the layers, what an offloaded optimizer takes of the host and adds to the step, what
+deferred output-layer weight gradients hold, and whether the plan
 is in a regime where measured steps run well behind the model (`planner.model.known_gaps`)."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
         fp8_attention_text(job, layout, perf),
         deterministic_text(job, layout, perf),
         host_text(job, layout, perf),
+        optimizer_offload_text(job, layout, perf),
         deferral_text(job, layout, perf),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
@@ -244,6 +246,34 @@ def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     return (
         f"host-bound: issuing the layers' kernels eagerly adds {extra:.3f} s to the "
         f"{perf.step_time_s:.3f} s step ({extra / perf.step_time_s:.0%}); {fix}"
+    )
+
+
+HOST_OPTIMIZER_BYTES = 16.0
+"""Host memory per offloaded parameter (Megatron-LM d98e8a64 HybridDeviceOptimizer): its pinned fp32
+copy, torch AdamW's two fp32 moments and the pinned fp32 buffer its gradient is copied into."""
+
+
+def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str | None:
+    """A plan with the optimizer offloaded to the CPU (`planner.model.optimizer_offload`): the
+    host memory it takes per GPU and per node (HOST_OPTIMIZER_BYTES per offloaded parameter of the
+    busiest GPU), the GPU memory it frees and the seconds per step it adds, both against the same
+    plan with the optimizer on the GPU."""
+    f = job.optimizer_offload_fraction
+    if f <= 0:
+        return None
+    on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
+    kept = memory.estimate(on_gpu, layout)
+    offloaded = f * max(st.optimizer for st in kept.stages) / on_gpu.optimizer_bytes
+    host = HOST_OPTIMIZER_BYTES * offloaded
+    node = host * job.cluster.gpus_per_node
+    freed = kept.peak - memory.estimate(job, layout).peak
+    extra = _added(perf, on_gpu, layout)
+    return (
+        f"optimizer offloaded ({f:.0%} of it): {host / GIB:.1f} GiB of pinned host memory a GPU "
+        f"({node / GIB:.0f} GiB a node of {job.cluster.gpus_per_node}) hold its fp32 master, "
+        f"moments and gradient copy; it frees {freed / GIB:.1f} GiB at the peak and its CPU update "
+        f"adds {extra:.3f} s to the {perf.step_time_s:.3f} s step against the optimizer on the GPU"
     )
 
 

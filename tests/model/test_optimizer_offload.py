@@ -7,11 +7,13 @@ comments for the host step, and the round trip through `planner launch`'s argume
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 from jobs import job
 
+from planner.cli import explain_notes
 from planner.emit import bridge, megatron
 from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
@@ -139,3 +141,25 @@ def test_launch_writes_what_reads_back() -> None:
     text = plan_writer.render(plan.job, plan.require_layout(), {"name": "gpt"}, ["t"])
     assert "optimizer_offload_fraction = 0.75" in text
     assert "optimizer_offload_overlap = false" in text
+
+
+def _number(pattern: str, text: str) -> float:
+    m = re.search(pattern, text)
+    assert m is not None, (pattern, text)
+    return float(m.group(1))
+
+
+def test_explain_says_what_the_host_holds_and_the_step_pays() -> None:
+    # the busiest GPU updates ~1.1e9 parameters (above); each takes 16 bytes of pinned host
+    # memory (fp32 copy, two fp32 moments, fp32 gradient buffer): ~16.4 GiB a GPU, 131 a node of
+    # 8; the GPU keeps none of their 12 bytes
+    off = replace(BASE, optimizer_offload_fraction=1.0)
+    perf, base = cost.estimate(off, LAYOUT), cost.estimate(BASE, LAYOUT)
+    (text,) = [n for n in explain_notes.notes(off, LAYOUT, perf) if "offloaded" in n]
+    on_gpu = max(st.optimizer for st in memory.estimate(BASE, LAYOUT).stages)
+    host = _number(r"([\d.]+) GiB of pinned host memory", text)
+    assert host == pytest.approx(16 / 12 * on_gpu / 2**30, abs=0.05)
+    assert 16.0 < host < 17.0
+    added = _number(r"adds ([\d.]+) s", text)
+    assert added == pytest.approx(perf.step_time_s - base.step_time_s, abs=1e-3)
+    assert not [n for n in explain_notes.notes(BASE, LAYOUT, base) if "offloaded" in n]
