@@ -284,6 +284,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16"
             or job.optimizer_offload_fraction > 0,
             **_offload(job),
+            # the gradient statistics the plan's step pays (cost.GRAD_STATS_S); the parameter
+            # norm is the logger's (a note)
+            **({"log_num_zeros_in_grad": True} if job.log_grad_stats else {}),
             "lr": float(schedule["--lr"]),
             "min_lr": float(schedule["--min-lr"]),
             **(_muon(plan) if muon else {}),
@@ -363,6 +366,8 @@ def render(plan: Plan, job_name: str) -> str:
         )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
+    if job.log_grad_stats:
+        notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
     notes += unflagged(plan)
     hydra = [f"{s}.{k}={_scalar(v)}" for s, fields in tables.items() for k, v in fields.items()]
     text = comment_block(

@@ -260,6 +260,30 @@ def test_check_megatron_args_names_the_flag_or_the_script(
     assert needle in err, err
 
 
+def test_check_megatron_args_reads_the_scripts_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the same line with and without the allocator's expandable segments exported before it: the
+    # fragmentation planner counts on activations falls from 10% to 2% (memory.fragmentation), so
+    # the peak falls and the weights do not move
+    line = (
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 8 --hidden-size 4096 "
+        "--num-attention-heads 32 --vocab-size 32000 --seq-length 4096 --micro-batch-size 2 "
+        "--global-batch-size 16 --bf16\n"
+    )
+    peaks, weights = [], []
+    for env in ("", "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"):
+        script = tmp_path / "train.sh"
+        script.write_text(env + line)
+        argv = ["check", "--megatron-args", str(script), "--gpu", "h100-sxm-80gb"]
+        code, out, err = run([*argv, "--num-gpus", "8", "--json"], capsys)
+        assert code == 0, err
+        stage = json.loads(out)["memory"]["stages"][0]
+        peaks.append(stage["total_gib"])
+        weights.append(stage["weights_gib"])
+    assert peaks[1] < peaks[0] and weights[0] == weights[1]
+
+
 def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     """name -> (plan path, a string the error must contain)."""
     return {

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from jobs import TINY_LINE, job, read_job
 
-from planner.emit import megatron
+from planner.emit import bridge, megatron
 from planner.inputs import megatron_args
 from planner.inputs.hybrid import DENSE, MAMBA, MOE
 from planner.inputs.layout import Layout
@@ -180,6 +180,10 @@ def test_launch_logs_the_gradient_statistics_the_plan_pays_for() -> None:
     assert {"--log-params-norm", "--log-num-zeros-in-grad"} <= set(flags)
     off = parse_plan(megatron_args.read(TINY_LINE, "h100-sxm-80gb", 8).doc)
     assert "--log-params-norm" not in megatron.arguments(off).flat()
+    # Megatron-Bridge: OptimizerConfig.log_num_zeros_in_grad (its schema,
+    # tests/data/megatron_bridge_config_schema.json), the logger's parameter norm as a note
+    assert bridge.sections(on)["optimizer"]["log_num_zeros_in_grad"] is True
+    assert "log_num_zeros_in_grad" not in bridge.sections(off)["optimizer"]
 
 
 def test_graphed_regions_step_through_nodes_and_the_rest_is_issued() -> None:
