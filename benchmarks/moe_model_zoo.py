@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.inputs import catalog, megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.plan import parse_plan
+from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.units import GIB
 from planner.model import cost, memory
 from planner.search.rules import check_plan
@@ -58,6 +58,18 @@ TP1_OVERLAP = "--tp-comm-overlap: at --tensor-model-parallel-size 1"
 --tp-comm-overlap: Megatron-LM's validate_args turns sequence parallelism off at tp 1 and then
 asserts it for the overlap (arguments.py since 2024-11, d98e8a64 included). `check` reads such a
 line once more without the flag, what a run at tp 1 must do, and says so."""
+
+
+def read_plan(row: dict[str, Any]) -> Plan:
+    """The plan `check --megatron-args` reads from a line (without the --tp-comm-overlap that
+    Megatron refuses at tp 1: TP1_OVERLAP)."""
+    vocab = catalog.get_model(VOCAB_FROM_ZOO[row["model"]]).vocab_size
+    args = row["args"]
+    tp = args[args.index("--tensor-model-parallel-size") + 1]
+    if tp == "1":
+        args = [a for a in args if a != "--tp-comm-overlap"]
+    text = script_text(dict(row, args=args))
+    return parse_plan(megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab).doc)
 
 
 def check(row: dict[str, Any], args: list[str] | None = None) -> dict[str, Any]:

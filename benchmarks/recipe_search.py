@@ -6,12 +6,16 @@ the space lacks.
     python benchmarks/recipe_search.py            # every recipe plan that fits
     python benchmarks/recipe_search.py L22 Q15    # some of them, by id
     python benchmarks/recipe_search.py --mlperf   # the MLPerf rows (benchmarks/mlperf.py)
+    python benchmarks/recipe_search.py --zoo      # NVIDIA's Megatron-MoE-ModelZoo lines
 
 Each plan file under examples/recipes/ (written by benchmarks/recipes.py from
 benchmarks/data/bridge_recipes.md: settings only, no throughput figure of Megatron-Bridge's) is
 taken as a job (its [parallel] table dropped; the training settings kept: precision and recipe,
 CUDA graphs, optimizer dtypes) and searched with every dimension open (`top_k.search`, as
-`planner suggest` with no bound); with --mlperf, each MLPerf row's job (benchmarks/mlperf.py).
+`planner suggest` with no bound); with --mlperf, each MLPerf row's job (benchmarks/mlperf.py);
+with --zoo, each Megatron-MoE-ModelZoo line as `check --megatron-args` reads it
+(benchmarks/moe_model_zoo.py; the bf16 lines at tp 1 without the --tp-comm-overlap Megatron
+refuses there).
 Printed per run: its step time, the search's best, their ratio (above 1: the run is faster) and
 the search's layout; then the runs faster than the best by more than GAP (the layout fields the
 search does not choose, DDP bucket sizes and Transformer Engine's TP-overlap slots, move an
@@ -29,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import moe_model_zoo
 from benchmarks.mlperf import load_mlperf
 from benchmarks.recipe_data import load_recipes
 from planner.inputs.layout import Layout
@@ -41,8 +46,14 @@ GAP = 0.01
 """A run faster than the search's best by more than this is a gap in the search space."""
 
 
-def runs(wanted: set[str], mlperf: bool) -> Iterator[tuple[str, str, Job, Layout]]:
+def runs(wanted: set[str], mlperf: bool, zoo: bool) -> Iterator[tuple[str, str, Job, Layout]]:
     """(id, name, job, layout) of each run asked for."""
+    if zoo:
+        for row in moe_model_zoo.rows():
+            if not wanted or row["id"] in wanted:
+                plan = moe_model_zoo.read_plan(row)
+                yield row["id"], f"{row['num_gpus']} {row['gpu']}", plan.job, plan.require_layout()
+        return
     if mlperf:
         for c in load_mlperf():
             if not wanted or c.id in wanted:
@@ -56,13 +67,13 @@ def runs(wanted: set[str], mlperf: bool) -> Iterator[tuple[str, str, Job, Layout
 
 def main() -> None:
     args = sys.argv[1:]
-    mlperf = "--mlperf" in args
-    wanted = {a for a in args if a != "--mlperf"}
+    mlperf, zoo = "--mlperf" in args, "--zoo" in args
+    wanted = {a for a in args if a not in ("--mlperf", "--zoo")}
     gaps, ratios, left_out = [], [], 0
     started = time.perf_counter()
     head = f"{'id':40s} {'name':58s} {'run s':>9s} {'search s':>9s} {'ratio':>6s}"
     print(f"{head}  search's layout")
-    for rid, name, job, layout in runs(wanted, mlperf):
+    for rid, name, job, layout in runs(wanted, mlperf, zoo):
         if not memory.estimate(job, layout).fits:
             left_out += 1
             continue
