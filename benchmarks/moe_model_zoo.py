@@ -60,32 +60,39 @@ asserts it for the overlap (arguments.py since 2024-11, d98e8a64 included). `che
 line once more without the flag, what a run at tp 1 must do, and says so."""
 
 
-def read_plan(row: dict[str, Any]) -> Plan:
-    """The plan `check --megatron-args` reads from a line (without the --tp-comm-overlap that
-    Megatron refuses at tp 1: TP1_OVERLAP)."""
+def _reading(row: dict[str, Any], args: list[str]) -> megatron_args.Reading:
+    """The reader on the line's script with `args` as its words, the tokenizer's vocabulary given
+    from the zoo (VOCAB_FROM_ZOO)."""
     vocab = catalog.get_model(VOCAB_FROM_ZOO[row["model"]]).vocab_size
-    args = row["args"]
-    tp = args[args.index("--tensor-model-parallel-size") + 1]
-    if tp == "1":
-        args = [a for a in args if a != "--tp-comm-overlap"]
     text = script_text(dict(row, args=args))
-    return parse_plan(megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab).doc)
+    return megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab)
 
 
-def check(row: dict[str, Any], args: list[str] | None = None) -> dict[str, Any]:
+def runnable_args(row: dict[str, Any]) -> list[str]:
+    """The line's words as a run at tp 1 must have them: without --tp-comm-overlap (TP1_OVERLAP)."""
+    args: list[str] = row["args"]
+    if args[args.index("--tensor-model-parallel-size") + 1] == "1":
+        return [a for a in args if a != "--tp-comm-overlap"]
+    return args
+
+
+def read_plan(row: dict[str, Any]) -> Plan:
+    """The plan `check --megatron-args` reads from the line's runnable words."""
+    return parse_plan(_reading(row, runnable_args(row)).doc)
+
+
+def check(row: dict[str, Any], retried: bool = False) -> dict[str, Any]:
     """What `planner check --megatron-args` says of one line: refused (the message), or the
-    layout, peak memory against capacity, and the predicted step."""
-    vocab = catalog.get_model(VOCAB_FROM_ZOO[row["model"]]).vocab_size
-    text = script_text(dict(row, args=args or row["args"]))
+    layout, peak memory against capacity, and the predicted step; a line refused for
+    TP1_OVERLAP is read once more as it can run (`runnable_args`), which the result says."""
     try:
-        reading = megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab)
+        reading = _reading(row, runnable_args(row) if retried else row["args"])
         plan = parse_plan(reading.doc)
         check_plan(plan)
     except InputError as e:
         message = str(e).splitlines()[0]
-        if args is None and TP1_OVERLAP in message:
-            again = check(row, [a for a in row["args"] if a != "--tp-comm-overlap"])
-            return dict(again, dropped="--tp-comm-overlap")
+        if not retried and TP1_OVERLAP in message:
+            return dict(check(row, retried=True), dropped="--tp-comm-overlap")
         return {"verdict": "exit 2", "message": message}
     lay = plan.require_layout()
     mem = memory.estimate(plan.job, lay)

@@ -89,10 +89,11 @@ def _unquote(word: str) -> str:
     return word
 
 
-def _yaml_words(text: str) -> list[str]:
-    """MODEL_ARGS as sbatch_benchmarking.sh's yq turns them into words (step 1)."""
+def _yaml_words(text: str, model_args: dict[str, Any]) -> list[str]:
+    """MODEL_ARGS (parsed from `text`) as sbatch_benchmarking.sh's yq turns them into words
+    (step 1): the raw text of each value, which YAML's parse would reformat."""
     words: list[str] = []
-    for key, value in yaml.safe_load(text)["MODEL_ARGS"].items():
+    for key, value in model_args.items():
         raw = re.search(re.escape(key) + r":[ \t]*([^#\n]*)", text)
         shown = raw.group(1).strip() if raw else str(value)
         if value is False or shown == "false":
@@ -116,7 +117,8 @@ def compose(
     pp, vpp, layers = int(env["PP"]), int(env["VPP"]), int(env["NUM_LAYERS"])
     env["LAYERS_PER_VP"] = str(layers // pp // vpp) if vpp > 1 else "false"
     text = _envsubst(model_yaml, env)
-    words = _yaml_words(text) + extra
+    doc = yaml.safe_load(text)
+    words = _yaml_words(text, doc["MODEL_ARGS"]) + extra
     joined = " ".join(words)
     layout = "--pipeline-model-parallel-layout" in joined
     virtual = ("--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage")
@@ -160,10 +162,10 @@ def compose(
     a2a = env.get("A2A_OVERLAP", "0") == "1"
     if a2a:
         words += ["--delay-wgrad-compute", "--overlap-moe-expert-parallel-comm"]
-    mpe = yaml.safe_load(text)["MODEL_ARGS"].get("--max-position-embeddings")
+    mpe = doc["MODEL_ARGS"].get("--max-position-embeddings")
     if mpe is not None and int(env["SEQ_LEN"]) > int(mpe):
         words += ["--max-position-embeddings", env["SEQ_LEN"]]
-    run_env = {k: str(v) for k, v in (yaml.safe_load(text).get("ENV_VARS") or {}).items()}
+    run_env = {k: str(v) for k, v in (doc.get("ENV_VARS") or {}).items()}
     run_env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if a2a else "1"
     margin = "24" if a2a else "0"
     run_env["NVTE_FWD_LAYERNORM_SM_MARGIN"] = run_env["NVTE_BWD_LAYERNORM_SM_MARGIN"] = margin

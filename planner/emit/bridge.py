@@ -281,8 +281,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         },
         "optimizer": {
             "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
-            "use_precision_aware_optimizer": job.optimizer_state_dtype == "bf16"
-            or job.optimizer_offload_fraction > 0,
+            "use_precision_aware_optimizer": job.precision_aware_optimizer,
             **_offload(job),
             # the gradient statistics the plan's step pays (cost.GRAD_STATS_S); the parameter
             # norm is the logger's (a note)

@@ -18,8 +18,7 @@ def optimizer_args(plan: Plan) -> list[Arg]:
     precision-aware optimizer without the distributed optimizer or FSDP)."""
     lay, job = plan.require_layout(), plan.job
     a: list[Arg] = []
-    offload = job.optimizer_offload_fraction > 0
-    if job.optimizer_state_dtype == "bf16" or offload:
+    if job.precision_aware_optimizer:
         if lay.zero_stage == 0:
             raise InputError(
                 f"{plan.path}: training.optimizer_state_dtype: Megatron's "
@@ -33,7 +32,7 @@ def optimizer_args(plan: Plan) -> list[Arg]:
             a.append(("--main-grads-dtype", "bf16"))
         if job.optimizer_state_dtype == "bf16":
             a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
-    if offload:  # the host optimizer (model.optimizer_offload), which asks for the above
+    if job.optimizer_offload_fraction > 0:  # the host optimizer, which asks for the above
         a += [
             ("--optimizer-cpu-offload",),
             ("--optimizer-offload-fraction", repr(job.optimizer_offload_fraction)),

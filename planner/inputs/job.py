@@ -236,6 +236,12 @@ class Job:
         return self.precision == "fp4" and self.fp4_param_gather
 
     @property
+    def precision_aware_optimizer(self) -> bool:
+        """Whether the run needs Megatron's --use-precision-aware-optimizer: for bf16 Adam
+        moments, and for the CPU-offloaded optimizer, which validate_args asserts it with."""
+        return self.optimizer_state_dtype == "bf16" or self.optimizer_offload_fraction > 0
+
+    @property
     def optimizer_bytes(self) -> float:
         """Optimizer bytes per parameter on the GPU: the fp32 master weight (4) and Adam's two
         moments (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with

@@ -38,7 +38,7 @@ from planner.inputs.megatron_flags import (
     typo_of,
 )
 from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
-from planner.inputs.megatron_line import Line, environment, flags_of, no_flags, tokens
+from planner.inputs.megatron_line import Line, flags_of, no_flags, script, tokens
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 
@@ -122,7 +122,7 @@ def read(
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
-    words = tokens(text)
+    words, env = script(text)
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
@@ -152,7 +152,7 @@ def read(
     model = _model(line, notes)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
-    megatron_training.environment_fields(environment(text), training, where)
+    megatron_training.environment_fields(env, training, where)
     megatron_args_memory.vision(line, model, parallel, training)
     megatron_t5.t5_fields(line, model, training, notes)
     missing += megatron_args_memory.mimo(line, training)

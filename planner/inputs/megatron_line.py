@@ -28,9 +28,10 @@ def tokens(text: str) -> list[str]:
     return _scan(text)[0]
 
 
-def environment(text: str) -> dict[str, str]:
-    """The variables a script sets for the run: its `NAME=value` (or `export NAME=value`) lines
-    and the `NAME=value` words before a command, the later setting winning."""
+def script(text: str) -> tuple[list[str], dict[str, str]]:
+    """A script's words (`tokens`) and the variables it sets for the run: its `NAME=value` (or
+    `export NAME=value`) lines and the `NAME=value` words before a command, the later setting
+    winning."""
     words, env = _scan(text)
     for w in words:
         if w.startswith("--"):
@@ -38,7 +39,7 @@ def environment(text: str) -> dict[str, str]:
         m = _ASSIGN.match(w)
         if m:
             env[m.group(1)] = m.group(2).strip("\"'")
-    return env
+    return words, env
 
 
 def _scan(text: str) -> tuple[list[str], dict[str, str]]:

@@ -270,8 +270,8 @@ def _optimizer_dtypes(line: Line) -> dict[str, Any]:
 def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
     """--optimizer-cpu-offload: the share --optimizer-offload-fraction (argparse default 1.0) of
     the optimizer on the host, with --overlap-cpu-optimizer-d2h-h2d or not; Megatron-LM d98e8a64
-    validate_args asserts the precision-aware optimizer with it, and FP8 parameter gathers only
-    with the delayed recipe."""
+    validate_args asserts the precision-aware optimizer with it (its other asserts are the plan's
+    rules: `planner.search.rules.optimizer.optimizer_offload`)."""
     flag = "--optimizer-cpu-offload"
     if not line.has(flag):
         return {}
@@ -279,11 +279,6 @@ def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
         raise InputError(
             f"{line.where}: {flag}: needs --use-precision-aware-optimizer (Megatron-LM asserts "
             "it: the host optimizer reuses that path)"
-        )
-    if line.has("--fp8-param-gather") and (line.text("--fp8-recipe") or "delayed") != "delayed":
-        raise InputError(
-            f"{line.where}: {flag}: with --fp8-param-gather Megatron-LM asserts --fp8-recipe "
-            "delayed"
         )
     fraction = line.number("--optimizer-offload-fraction")
     fraction = 1.0 if fraction is None else min(max(fraction, 0.0), 1.0)  # a share of the count
@@ -297,7 +292,7 @@ def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
 
 
 def environment_fields(env: dict[str, str], training: dict[str, Any], where: str) -> None:
-    """What the script's environment (`megatron_line.environment`) sets that planner models:
+    """What the script's environment (`megatron_line.script`) sets that planner models:
     PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF, or its newer name
     PYTORCH_ALLOC_CONF, holding `expandable_segments:True`; `training.expandable_segments`) and
     Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM; `training.gemm_sm_margin`)."""

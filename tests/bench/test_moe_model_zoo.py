@@ -17,8 +17,7 @@ from paths import REPO
 sys.path.insert(0, str(REPO))
 
 from benchmarks import moe_model_zoo as zoo
-from planner.inputs import catalog, megatron_args
-from planner.inputs.plan import parse_plan
+from planner.inputs import catalog
 from planner.model import params
 
 ROWS = zoo.rows()
@@ -27,13 +26,6 @@ DEV_BRANCH = "--offload-optimizer-states"
 """Optimizer-state offloading of the zoo's GB200 lines: a flag of Megatron-LM's dev branch (the
 zoo's scripts say so), not of d98e8a64's parser: the reader lists it as unknown and counts the
 states on the GPU."""
-
-
-def _read(row: dict[str, Any]) -> Any:
-    args = [a for a in row["args"] if a != "--tp-comm-overlap"]
-    vocab = catalog.get_model(zoo.VOCAB_FROM_ZOO[row["model"]]).vocab_size
-    text = zoo.script_text(dict(row, args=args))
-    return parse_plan(megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab).doc)
 
 
 def test_the_data_is_every_invocation_of_the_best_practice_scripts() -> None:
@@ -72,7 +64,7 @@ def test_each_line_is_its_zoo_model(row: dict[str, Any]) -> None:
     # DeepSeek-V3 671,026,404,352 with its MTP layer, Kimi-K2 1,026,408,209,408, Mixtral 8x22B
     # 140,620,634,112, Qwen3 235B-A22B 235,093,634,560 and 30B-A3B 30,532,122,624: the line's
     # shape flags give exactly the parameters of the zoo file of the same model
-    arch = _read(row).job.arch
+    arch = zoo.read_plan(row).job.arch
     reference = catalog.get_model(zoo.VOCAB_FROM_ZOO[row["model"]])
     assert params.params_total(arch) == params.params_total(reference)
     assert arch.mtp_num_layers == reference.mtp_num_layers
@@ -81,7 +73,7 @@ def test_each_line_is_its_zoo_model(row: dict[str, Any]) -> None:
 def test_the_lines_ask_for_what_the_scripts_set() -> None:
     by_id = {r["id"]: r for r in ROWS}
     # OPTIMIZER_OFFLOAD=1 on the long-context DeepSeek-V3 lines: the whole optimizer on the host
-    long = _read(by_id["deepseek-v3/run_deepseek_v3_h100#2"])
+    long = zoo.read_plan(by_id["deepseek-v3/run_deepseek_v3_h100#2"])
     assert long.job.optimizer_offload_fraction == 1.0 and long.job.optimizer_offload_overlap
     # PR=fp8: blockwise FP8 without parameter gathers (the offload refuses them)
     assert (long.job.precision, long.job.fp8_recipe, long.job.fp8_param_gather) == (
@@ -90,5 +82,5 @@ def test_the_lines_ask_for_what_the_scripts_set() -> None:
         False,
     )
     # Qwen3 235B at pp 4 with 1 layer per virtual stage: (94 + embedding + loss) / 4 = 24
-    lay = _read(by_id["qwen3/run_235b#1"]).require_layout()
+    lay = zoo.read_plan(by_id["qwen3/run_235b#1"]).require_layout()
     assert (lay.pp, lay.vpp) == (4, 24)
