@@ -74,6 +74,27 @@ def moe_layer_freq(freq: int | tuple[int, ...]) -> str:
     return "+".join(f"[{x}]*{n}" if n > 1 else f"[{x}]" for x, n in runs)
 
 
+def gdn_args(arch: ModelArch) -> list[Arg]:
+    """The gated delta nets' flags (`planner.inputs.megatron_gdn`): a transformer's variant and
+    linear-attention layers (a hybrid stack's G layers build one by default), and the sizes."""
+    if not arch.has_gdn:
+        return []
+    out: list[Arg] = []
+    if arch.linear_attention_freq is not None:
+        out += [
+            ("--experimental-attention-variant", "gdn"),
+            ("--linear-attention-freq", moe_layer_freq(arch.linear_attention_freq)),
+        ]
+    return [
+        *out,
+        ("--linear-conv-kernel-dim", str(arch.linear_conv_kernel_dim)),
+        ("--linear-key-head-dim", str(arch.linear_key_head_dim)),
+        ("--linear-value-head-dim", str(arch.linear_value_head_dim)),
+        ("--linear-num-key-heads", str(arch.linear_num_key_heads)),
+        ("--linear-num-value-heads", str(arch.linear_num_value_heads)),
+    ]
+
+
 def model_args(plan: Plan) -> list[Arg]:
     """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
     arch, job = plan.job.arch, plan.job
@@ -131,6 +152,7 @@ def model_args(plan: Plan) -> list[Arg]:
         a.append(("--window-size", f"{arch.window_size},0"))
         if arch.window_attn_skip_freq is not None:
             a.append(("--window-attn-skip-freq", moe_layer_freq(arch.window_attn_skip_freq)))
+    a += gdn_args(arch)
     if arch.is_moe:
         a += [
             ("--num-experts", str(arch.num_moe_experts)),

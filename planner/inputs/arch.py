@@ -155,6 +155,22 @@ class ModelArch(BaseModel):
         default=None, description="None = 2 x hidden_size / mamba_head_dim (expand 2)"
     )
 
+    # --- gated delta net (Megatron --experimental-attention-variant gdn, --linear-attention-freq,
+    # --linear-*: TransformerConfig's fields and defaults, d98e8a64; planner.model.gdn)
+    linear_attention_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] | None = (
+        Field(
+            default=None,
+            description="a transformer's linear-attention layers: int N, every N-th layer "
+            "softmax attention and the others a gated delta net; or a 1 (gated delta net) / 0 "
+            "(attention) list, one per layer; None = attention in every layer",
+        )
+    )
+    linear_conv_kernel_dim: PositiveInt = Field(default=4, description="GDN causal conv width")
+    linear_key_head_dim: PositiveInt = Field(default=128, description="GDN query / key head dim")
+    linear_value_head_dim: PositiveInt = Field(default=128, description="GDN value head dim")
+    linear_num_key_heads: PositiveInt = Field(default=16, description="GDN query / key heads")
+    linear_num_value_heads: PositiveInt = Field(default=32, description="GDN value heads")
+
     @model_validator(mode="after")
     def _check(self) -> ModelArch:
         if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
@@ -172,6 +188,7 @@ class ModelArch(BaseModel):
         elif self.mtp_use_repeated_layer and not self.mtp_num_layers:
             raise ValueError("mtp_use_repeated_layer needs mtp_num_layers")
         self._check_window()
+        self._check_linear_attention()
         if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
@@ -301,6 +318,43 @@ class ModelArch(BaseModel):
                 f"window_attn_skip_freq has {len(freq)} entries but num_layers is {self.num_layers}"
             )
 
+    def _check_linear_attention(self) -> None:
+        """What Megatron asserts of a gated delta net (TransformerConfig.__post_init__; the
+        divisibility by tp x cp is the layout's, `planner.search.rules`)."""
+        freq = self.linear_attention_freq
+        if freq is None:
+            return
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError(
+                "linear_attention_freq does not combine with hybrid_layer_pattern (its gated "
+                "delta net layers are the pattern's G)"
+            )
+        if self.window_size is not None:
+            raise ValueError("window_size with linear_attention_freq is not modelled")
+        if self.multi_latent_attention:
+            raise ValueError("linear_attention_freq with multi_latent_attention is not modelled")
+        if isinstance(freq, tuple) and len(freq) != self.num_layers:
+            raise ValueError(
+                f"linear_attention_freq has {len(freq)} entries but num_layers is {self.num_layers}"
+            )
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError(
+                f"linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
+                f"linear_num_key_heads ({self.linear_num_key_heads})"
+            )
+
+    def is_linear_attention(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-indexed) is a gated delta net, as Megatron-Core's
+        `get_linear_attention_pattern` (experimental_attention_variant_module_specs.py
+        d98e8a64): with an int N every layer but each N-th, with a list its 1s."""
+        freq = self.linear_attention_freq
+        return freq is not None and _marked(freq, layer)
+
+    @property
+    def has_gdn(self) -> bool:
+        """Whether any layer (decoder or MTP) is a gated delta net."""
+        return any(k.mixer == "gdn" for k in self.kinds)
+
     def is_windowed(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-indexed) attends over the sliding window, as
         Megatron-Core's `is_layer_window_attention` (transformer/utils.py @d98e8a64, 1-indexed
@@ -309,11 +363,7 @@ class ModelArch(BaseModel):
         freq = self.window_attn_skip_freq
         if self.window_size is None:
             return False
-        if freq is None:
-            return True
-        if isinstance(freq, tuple):
-            return bool(freq[layer])
-        return (layer + 1) % freq != 0
+        return freq is None or _marked(freq, layer)
 
     @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
@@ -329,6 +379,11 @@ class ModelArch(BaseModel):
             base = tuple(
                 MOE if i % self.moe_layer_freq == 0 else DENSE for i in range(self.num_layers)
             )
+        if self.linear_attention_freq is not None:
+            return tuple(
+                hybrid.linear_attention(k) if self.is_linear_attention(i) else k
+                for i, k in enumerate(base)
+            )
         if self.window_size is None:
             return base
         return tuple(hybrid.windowed(k) if self.is_windowed(i) else k for i, k in enumerate(base))
@@ -336,13 +391,16 @@ class ModelArch(BaseModel):
     @cached_property
     def mtp_kinds(self) -> tuple[LayerKind, ...]:
         """The layers of one MTP depth: the hybrid pattern's MTP part, or one layer of the last
-        decoder layer's kind (Megatron's GPT MTP, multi_token_prediction.py), attending to the
-        whole sequence (the safe side where its window is not known)."""
+        decoder layer's kind (Megatron's GPT MTP, multi_token_prediction.py, builds it from the
+        last layer's spec, gpt_layer_specs.py `get_gpt_mtp_block_spec_for_backend`), attending
+        to the whole sequence where that layer's attention is windowed (the safe side where its
+        window is not known)."""
         if self.hybrid_layer_pattern is not None:
             return hybrid.kinds_of(hybrid.parse(self.hybrid_layer_pattern).mtp)
         if not self.mtp_num_layers:
             return ()
-        return (MOE if self.layer_kinds[-1].moe else DENSE,)
+        last = self.layer_kinds[-1]
+        return (last if last.mixer == "gdn" else hybrid.whole_attention(last),)
 
     @cached_property
     def kinds(self) -> tuple[LayerKind, ...]:
@@ -416,3 +474,12 @@ class ModelArch(BaseModel):
         """Megatron's padded vocabulary: a multiple of make_vocab_size_divisible_by x tp."""
         m = self.make_vocab_size_divisible_by * tp
         return -(-self.vocab_size // m) * m
+
+
+def _marked(freq: int | tuple[int, ...], layer: int) -> bool:
+    """Whether Megatron's per-layer frequency flags (--window-attn-skip-freq,
+    --linear-attention-freq) mark decoder layer `layer` (0-indexed): an int N every layer but each
+    N-th (1-indexed layer numbers), a list its 1s."""
+    if isinstance(freq, tuple):
+        return bool(freq[layer])
+    return (layer + 1) % freq != 0

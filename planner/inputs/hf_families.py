@@ -5,163 +5,82 @@ reads the file and validates what these return; its docstring lists the mappings
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
 from planner.inputs.errors import spelled_json
 from planner.inputs.hf_fields import Reader
-
-Fields = dict[str, Any]
-
-_GELU = (  # every GeLU approximation maps to Megatron's gelu
-    "gelu",
-    "gelu_new",
-    "gelu_fast",
-    "gelu_pytorch_tanh",
-    "gelu_accurate",
-    "gelu_python",
-    "gelu_10",
-    "quick_gelu",
+from planner.inputs.hf_shapes import (
+    Fields,
+    dense_first_moe,
+    dense_shape,
+    gpt2_shape,
+    llama,
+    mlp,
+    moe,
+    tied,
 )
-
-
-# --- shared pieces
-
-
-def _mlp(r: Reader, key: str, default: str, gated: bool) -> Fields:
-    """activation + gated_linear_unit from hidden_act / activation_function."""
-    act = r.text(key, default)
-    if gated:
-        table = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(_GELU, "geglu")}
-    else:
-        table = {
-            "relu": "relu",
-            "relu2": "squared_relu",
-            "silu": "silu",
-            "swish": "silu",
-            **dict.fromkeys(_GELU, "gelu"),
-        }
-    if act not in table:
-        raise r.error(
-            key,
-            f"unsupported activation {spelled_json(act)} for {r.arch}; "
-            f"supported: {', '.join(table)}",
-        )
-    return {"activation": table[act], "gated_linear_unit": gated}
-
-
-def _attention(r: Reader, hidden: int, heads: int, head_dim_default: int | None = None) -> Fields:
-    """num_query_groups and kv_channels from num_key_value_heads and head_dim."""
-    kv = r.opt_int("num_key_value_heads")
-    head_dim = r.opt_int("head_dim", default=head_dim_default)
-    if head_dim is None and hidden % heads == 0:
-        head_dim = hidden // heads
-    return {
-        "num_query_groups": None if kv in (None, heads) else kv,
-        "kv_channels": head_dim,
-    }
-
-
-def _tied(r: Reader, default: bool) -> Fields:
-    return {"untie_embeddings_and_output_weights": not r.flag("tie_word_embeddings", default)}
-
 
 # --- one mapper per architecture family
 
 
-def _dense_shape(r: Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
-    """The fields the HF-style configs spell alike: layers, hidden, ffn (under ffn_key), heads,
-    the attention shape, vocabulary and positions."""
-    hidden = r.req_int("hidden_size")
-    heads = r.req_int("num_attention_heads")
-    return {
-        "num_layers": r.req_int("num_hidden_layers", maximum=MAX_LAYERS),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int(ffn_key),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads, head_dim_default),
-        "vocab_size": r.req_int("vocab_size"),
-        "max_position_embeddings": r.opt_int("max_position_embeddings"),
-    }
-
-
-def _gpt2_shape(r: Reader, *hidden_keys: str) -> Fields:
-    """The same fields in GPT-2-era spelling (n_layer, n_head, n_inner; the newer names are also
-    accepted); n_inner absent or null -> 4 x hidden."""
-    hidden = r.req_int(*hidden_keys)
-    heads = r.req_int("n_head", "num_attention_heads")
-    return {
-        "num_layers": r.req_int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
-        "num_attention_heads": heads,
-        **_attention(r, hidden, heads),
-        "vocab_size": r.req_int("vocab_size"),
-    }
-
-
-def _llama(r: Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
-    """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
-    attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
-    return {
-        **_dense_shape(r, "intermediate_size", head_dim_default),
-        **_mlp(r, "hidden_act", "silu" if gated else "relu2", gated=gated),
-        "normalization": "RMSNorm",
-        "add_bias_linear": r.flag("attention_bias", False) or r.flag("mlp_bias", False),
-        "position_embedding_type": "rope",
-        **_tied(r, False),
-    }
-
-
-def _moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
-    """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
-    else one 0/1 entry per layer."""
-    return {
-        "num_moe_experts": r.req_int(*experts, maximum=MAX_EXPERTS),
-        "moe_router_topk": r.req_int("num_experts_per_tok"),
-        "moe_ffn_hidden_size": expert_ffn,
-        "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],
-    }
-
-
-def _dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: int = 1) -> Fields:
-    """DeepSeekMoE's layout, which GLM-4.5 shares: layer i is MoE when i >= first_k_dense_replace
-    and i % freq == 0; routed experts of moe_intermediate_size (`_moe`) and n_shared_experts
-    (may be null) shared ones of that width. Both count-changing fields are required."""
-    expert_ffn = r.req_int("moe_intermediate_size")
-    first_dense = r.req_int("first_k_dense_replace", minimum=0)
-    shared = r.nullable_int("n_shared_experts", minimum=0)
-    moe_layers = [i >= first_dense and i % freq == 0 for i in range(num_layers)]
-    return {
-        **_moe(r, experts, expert_ffn, moe_layers),
-        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
-    }
-
-
 def _mixtral(r: Reader) -> Fields:
     """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
-    f = _llama(r)
+    f = llama(r)
     every = [True] * f["num_layers"]
-    return f | _moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
+    return f | moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
 
 
 def _qwen2(r: Reader) -> Fields:
     """Qwen2 / Qwen2.5: bias on q, k, v only."""
-    return {**_llama(r), "add_qkv_bias": True, "add_bias_linear": False}
+    return {**llama(r), "add_qkv_bias": True, "add_bias_linear": False}
 
 
-def _qwen3(r: Reader) -> Fields:
+def _qwen3(r: Reader, head_dim_default: int = 128) -> Fields:
     """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
-    return {**_llama(r, head_dim_default=128), "qk_layernorm": True}
+    return {**llama(r, head_dim_default=head_dim_default), "qk_layernorm": True}
 
 
-def _qwen3_moe(r: Reader) -> Fields:
+def _qwen3_moe(r: Reader, head_dim_default: int = 128) -> Fields:
     """Layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
-    f = _qwen3(r)
+    f = _qwen3(r, head_dim_default)
     step = r.opt_int("decoder_sparse_step", default=1) or 1
     dense = set(r.int_list("mlp_only_layers"))
     moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
-    return f | _moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
+    return f | moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
+
+
+def _qwen3_next(r: Reader) -> Fields:
+    """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
+    MoE layout (`_qwen3_moe`) with one shared expert of shared_expert_intermediate_size, head_dim
+    256, the gated attention (q_proj makes the query and its output gate: attention_output_gate),
+    and gated delta nets (linear_* sizes) on the layers layer_types marks "linear_attention"
+    (without it, all but every full_attention_interval-th, 4 by default) -> linear_attention_freq.
+    RoPE on part of each head (partial_rotary_factor, 0.25) is timed as if whole."""
+    f = _qwen3_moe(r, head_dim_default=256)
+    n = f["num_layers"]
+    types = r.cfg.get("layer_types")
+    if types is None:
+        every = r.opt_int("full_attention_interval", default=4, minimum=1) or 4
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+    kinds = ("linear_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n or any(t not in kinds for t in types):
+        raise r.error(
+            "layer_types",
+            f'must list "linear_attention" or "full_attention" for each of the {n} layers '
+            f"{spelled_json(types)}",
+        )
+    shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
+    defaults = {"conv_kernel_dim": 4, "key_head_dim": 128, "value_head_dim": 128}
+    defaults |= {"num_key_heads": 16, "num_value_heads": 32}
+    linear = {f"linear_{k}": r.opt_int(f"linear_{k}", default=v) for k, v in defaults.items()}
+    flags = tuple(int(t == kinds[0]) for t in types)
+    r.notes.append("RoPE on part of each head (partial_rotary_factor) timed as whole")
+    return {
+        **f,
+        **linear,
+        "attention_output_gate": True,
+        "moe_shared_expert_intermediate_size": shared or None,
+        "linear_attention_freq": _skip_freq(flags) if any(flags) else None,
+    }
 
 
 def _deepseek_v3(r: Reader) -> Fields:
@@ -169,14 +88,14 @@ def _deepseek_v3(r: Reader) -> Fields:
     == 0; intermediate_size is the dense layers' MLP width. The fields that change the parameter
     count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
     own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null."""
-    f = _llama(r)
+    f = llama(r)
     freq = r.opt_int("moe_layer_freq", default=1) or 1
     v_head_dim = r.req_int("v_head_dim")
     return {
         **f,
         "num_query_groups": None,  # MLA: latent KV, no GQA groups
         "kv_channels": v_head_dim,  # unused by MLA; hidden/heads (56) would mislead
-        **_dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_local_experts"), freq),
+        **dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_local_experts"), freq),
         "multi_latent_attention": True,
         "qk_layernorm": True,  # MLA's q_a / kv_a latent RMSNorms (Megatron --qk-layernorm)
         "q_lora_rank": r.nullable_int("q_lora_rank"),
@@ -205,13 +124,13 @@ def _glm4_moe(r: Reader) -> Fields:
     """GLM-4.5 / GLM-4.5-Air (Glm4MoeForCausalLM; transformers 4.57.1 modeling_glm4_moe.py, and
     Megatron-Bridge's GLM45Bridge @681278ca): Llama's shapes with head_dim (96 x 128 against a
     5,120 hidden size), bias on q, k and v alone (attention_bias; o_proj has none), q/k RMSNorm
-    where use_qk_norm; DeepSeek's MoE layout (`_dense_first_moe`: the first first_k_dense_replace
+    where use_qk_norm; DeepSeek's MoE layout (`dense_first_moe`: the first first_k_dense_replace
     layers dense, intermediate_size wide, then n_routed_experts and n_shared_experts of width
     moe_intermediate_size, top num_experts_per_tok); num_nextn_predict_layers MTP
     layers; routing groups only where n_group > 1 (the released models' 1 / 1 group nothing). The
     fields that change the parameter count are required, as for DeepSeek-V3. RoPE on part of
     each head (partial_rotary_factor) is noted: timed as if whole."""
-    f = _llama(r)
+    f = llama(r)
     groups = r.opt_int("n_group")
     rotary = r.cfg.get("partial_rotary_factor")
     if isinstance(rotary, int | float) and rotary < 1:
@@ -221,7 +140,7 @@ def _glm4_moe(r: Reader) -> Fields:
         "add_bias_linear": False,
         "add_qkv_bias": r.flag("attention_bias", False),
         "qk_layernorm": r.flag("use_qk_norm", False),
-        **_dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_experts")),
+        **dense_first_moe(r, f["num_layers"], ("n_routed_experts", "num_experts")),
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": groups if groups and groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups and groups > 1 else None,
@@ -253,15 +172,22 @@ def _window(r: Reader, num_layers: int, every: bool) -> Fields:
     out: Fields = {"window_size": window - 1}
     if all(flags):
         return out
-    for n in range(2, num_layers + 1):  # Megatron's int N: layer k (from 1) whole iff k % N == 0
-        if flags == tuple(int((i + 1) % n != 0) for i in range(num_layers)):
-            return {**out, "window_attn_skip_freq": n}
-    return {**out, "window_attn_skip_freq": list(flags)}
+    return {**out, "window_attn_skip_freq": _skip_freq(flags)}
+
+
+def _skip_freq(flags: tuple[int, ...]) -> int | list[int]:
+    """A per-layer 0/1 pattern as Megatron's frequency flags take it (--window-attn-skip-freq,
+    --linear-attention-freq): the int N where layer k (from 1) is 0 iff k % N == 0, else the
+    list."""
+    for n in range(2, len(flags) + 1):
+        if flags == tuple(int((i + 1) % n != 0) for i in range(len(flags))):
+            return n
+    return list(flags)
 
 
 def _mistral(r: Reader) -> Fields:
     """Mistral: Llama's shapes, sliding_window (when not null) on every layer."""
-    f = _llama(r)
+    f = llama(r)
     return {**f, **_window(r, f["num_layers"], every=True)}
 
 
@@ -273,14 +199,14 @@ def _gpt_oss(r: Reader) -> Fields:
     attention_bias is false). The per-head attention sinks (GptOssAttention.sinks): softmax_type
     "learnable". Not expressible, noted in `source`: the router bias and the clamped GLU
     (swiglu_limit; counted as SwiGLU)."""
-    f = _llama(r, head_dim_default=64)
+    f = llama(r, head_dim_default=64)
     every = [True] * f["num_layers"]
     r.notes.append("router bias and the clamped GLU (swiglu_limit) not modelled")
     return {
         **f,
         "add_bias_linear": True,
         "softmax_type": "learnable",
-        **_moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
+        **moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
         **_window(r, f["num_layers"], every=False),
     }
 
@@ -288,25 +214,25 @@ def _gpt_oss(r: Reader) -> Fields:
 def _gpt2(r: Reader) -> Fields:
     """GPT-2: n_embd / n_layer / n_head / n_positions."""
     return {
-        **_gpt2_shape(r, "n_embd", "hidden_size"),
+        **gpt2_shape(r, "n_embd", "hidden_size"),
         "max_position_embeddings": r.opt_int("n_positions", "max_position_embeddings"),
-        **_mlp(r, "activation_function", "gelu_new", gated=False),
+        **mlp(r, "activation_function", "gelu_new", gated=False),
         "normalization": "LayerNorm",
         "add_bias_linear": True,
         "position_embedding_type": "learned_absolute",
-        **_tied(r, True),
+        **tied(r, True),
     }
 
 
 def _gpt_neox(r: Reader) -> Fields:
     """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
     return {
-        **_dense_shape(r, "intermediate_size"),
-        **_mlp(r, "hidden_act", "gelu", gated=False),
+        **dense_shape(r, "intermediate_size"),
+        **mlp(r, "hidden_act", "gelu", gated=False),
         "normalization": "LayerNorm",
         "add_bias_linear": True,
         "position_embedding_type": "rope",
-        **_tied(r, False),
+        **tied(r, False),
     }
 
 
@@ -315,13 +241,13 @@ def _bloom(r: Reader) -> Fields:
     num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
     (2h parameters) has no ModelArch field and is not counted."""
     return {
-        **_gpt2_shape(r, "hidden_size", "n_embed"),
+        **gpt2_shape(r, "hidden_size", "n_embed"),
         "activation": "gelu",
         "gated_linear_unit": False,
         "normalization": "LayerNorm",
         "add_bias_linear": True,
         "position_embedding_type": "alibi",
-        **_tied(r, True),
+        **tied(r, True),
     }
 
 
@@ -336,28 +262,29 @@ def _opt(r: Reader) -> Fields:
             "with project_in/project_out layers, not modelled"
         )
     return {
-        **_dense_shape(r, "ffn_dim"),
-        **_mlp(r, "activation_function", "relu", gated=False),
+        **dense_shape(r, "ffn_dim"),
+        **mlp(r, "activation_function", "relu", gated=False),
         "normalization": "LayerNorm",
         "add_bias_linear": r.flag("enable_bias", True),
         "position_embedding_type": "learned_absolute",
-        **_tied(r, True),
+        **tied(r, True),
     }
 
 
 def _nemotron(r: Reader) -> Fields:
     """Nemotron-4: squared ReLU without GLU, LayerNorm1p (a LayerNorm), partial RoPE, head_dim."""
-    return {**_llama(r, gated=False), "normalization": "LayerNorm"}
+    return {**llama(r, gated=False), "normalization": "LayerNorm"}
 
 
 # architectures[0] -> (model_type, mapper), in the order error messages list them
 FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
-    "LlamaForCausalLM": ("llama", _llama),
+    "LlamaForCausalLM": ("llama", llama),
     "MistralForCausalLM": ("mistral", _mistral),
     "MixtralForCausalLM": ("mixtral", _mixtral),
     "Qwen2ForCausalLM": ("qwen2", _qwen2),
     "Qwen3ForCausalLM": ("qwen3", _qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
+    "Qwen3NextForCausalLM": ("qwen3_next", _qwen3_next),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),

@@ -29,6 +29,10 @@ files (tests/data/hf) and transformers' config classes:
   everywhere; its attention sinks and clamped GLU are noted in `source`.
 - sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"
   (gpt-oss), or on every layer (Mistral) -> window_attn_skip_freq (an int, or a 0/1 list).
+- Qwen3-Next (qwen3_next): the layers layer_types marks "linear_attention" (or all but every
+  full_attention_interval-th) -> linear_attention_freq (an int, or a 0/1 list), the linear_*
+  sizes -> the gated delta net's; its gated attention -> attention_output_gate;
+  shared_expert_intermediate_size -> moe_shared_expert_intermediate_size.
 
 RoPE settings (rope_theta / rope_scaling, or the newer rope_parameters; rotary_pct,
 partial_rotary_factor) have no ModelArch field and are accepted in either spelling and ignored.

@@ -1,10 +1,12 @@
 """Layer kinds, and Megatron-LM's hybrid layer pattern (Mamba / attention / MLP / MoE stacks).
 
-A decoder layer is a sequence mixer (attention or a Mamba-2 mixer), a channel block (a dense MLP
-or a mixture of experts), or both: a transformer layer is attention and an MLP (`DENSE`) or
-attention and experts (`MOE`); the layers of a hybrid stack are one block each. Everything
-per-layer in planner (parameters, FLOPs, activations, time) is the sum of a kind's blocks and
-their norms, one norm per block.
+A decoder layer is a sequence mixer (attention, a Mamba-2 mixer or a gated delta net), a channel
+block (a dense MLP or a mixture of experts), or both: a transformer layer is attention and an MLP
+(`DENSE`) or attention and experts (`MOE`), its linear-attention layers a gated delta net in place
+of the attention (`DENSE_GDN`, `MOE_GDN`: Megatron's --experimental-attention-variant gdn with
+--linear-attention-freq, `planner.model.gdn`); the layers of a hybrid stack are one block each.
+Everything per-layer in planner (parameters, FLOPs, activations, time) is the sum of a kind's
+blocks and their norms, one norm per block.
 
 The hybrid pattern (NVIDIA/Megatron-LM d98e8a64, megatron/core/models/hybrid/
 hybrid_layer_allocation.py `Symbols`, `parse_hybrid_pattern`, `select_pipeline_segment`; the
@@ -14,9 +16,10 @@ layers themselves: hybrid_layer_specs.py `hybrid_stack_spec`) has one symbol per
     *  TransformerLayer with self-attention only (norm fused into QKV)   `ATTENTION`
     -  MLPLayer: a dense MLP only (norm fused into fc1)                  `MLP`
     E  MoETransformerLayer: a separate pre-MLP norm and the experts      `MOE_MLP`
+    G  a gated delta net only (norm fused into in_proj)                  `GDN`
 
-Megatron also knows G (gated delta net), D (DeepSeek sparse attention) and + (MLA), which planner
-does not model (`NOT_MODELLED`). "|" separates pipeline segments of the main pattern (segment
+Megatron also knows D (DeepSeek sparse attention) and + (MLA), which planner does not model
+(`NOT_MODELLED`). "|" separates pipeline segments of the main pattern (segment
 k on pipeline rank k % pp, virtual stage k // pp; without "|" the layers split evenly over the
 ranks, which must divide them). "/" starts the multi-token-prediction part: one copy of the same
 pattern per MTP depth ("M*M*/*E/*E": main "M*M*", two depths of "*E").
@@ -27,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Mixer = Literal["attention", "mamba"]
+Mixer = Literal["attention", "mamba", "gdn"]
 Channel = Literal["dense", "moe"]
 
 
@@ -60,19 +63,39 @@ DENSE_WINDOW = LayerKind("dense-window", "attention", "dense", window=True)
 """`DENSE` whose attention is a sliding window."""
 MOE_WINDOW = LayerKind("moe-window", "attention", "moe", window=True)
 """`MOE` whose attention is a sliding window."""
+DENSE_GDN = LayerKind("dense-gdn", "gdn", "dense")
+"""A transformer layer whose mixer is a gated delta net (a linear-attention layer), and an MLP."""
+MOE_GDN = LayerKind("moe-gdn", "gdn", "moe")
+"""A transformer layer whose mixer is a gated delta net, and a mixture of experts."""
 MAMBA = LayerKind("M", "mamba", None)
 ATTENTION = LayerKind("*", "attention", None)
 MLP = LayerKind("-", None, "dense")
 MOE_MLP = LayerKind("E", None, "moe")
+GDN = LayerKind("G", "gdn", None)
 
-KIND_OF_SYMBOL = {k.name: k for k in (MAMBA, ATTENTION, MLP, MOE_MLP)}
+KIND_OF_SYMBOL = {k.name: k for k in (MAMBA, ATTENTION, MLP, MOE_MLP, GDN)}
 """Megatron's hybrid pattern symbols that planner models, and their kinds."""
 
-KIND_ORDER = (DENSE, MOE, DENSE_WINDOW, MOE_WINDOW, MAMBA, ATTENTION, MLP, MOE_MLP)
+KIND_ORDER = (
+    DENSE,
+    MOE,
+    DENSE_WINDOW,
+    MOE_WINDOW,
+    DENSE_GDN,
+    MOE_GDN,
+    MAMBA,
+    ATTENTION,
+    MLP,
+    MOE_MLP,
+    GDN,
+)
 """The order kinds are listed in (`ModelArch.kinds`)."""
 
+LINEAR_MIXERS = ("mamba", "gdn")
+"""The mixers whose work is a chunked linear-time scan with its own modules (`planner.model.mamba`,
+`planner.model.gdn`), not attention."""
+
 NOT_MODELLED = {
-    "G": "gated delta net",
     "D": "DeepSeek sparse attention",
     "+": "multi-latent attention",
 }
@@ -85,6 +108,16 @@ MTP_SEPARATOR = "/"
 def windowed(kind: LayerKind) -> LayerKind:
     """A transformer layer's kind with sliding-window attention."""
     return MOE_WINDOW if kind.moe else DENSE_WINDOW
+
+
+def linear_attention(kind: LayerKind) -> LayerKind:
+    """A transformer layer's kind with a gated delta net in place of its attention."""
+    return MOE_GDN if kind.moe else DENSE_GDN
+
+
+def whole_attention(kind: LayerKind) -> LayerKind:
+    """A transformer layer's kind with softmax attention over the whole sequence."""
+    return MOE if kind.moe else DENSE
 
 
 def layer_kind(kind: bool | LayerKind) -> LayerKind:

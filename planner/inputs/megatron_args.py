@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from planner.inputs import catalog, megatron_args_memory, megatron_t5, megatron_training, nemo_args
+from planner.inputs import (
+    catalog,
+    megatron_args_memory,
+    megatron_gdn,
+    megatron_t5,
+    megatron_training,
+    nemo_args,
+)
 from planner.inputs import megatron_layout as layout
 from planner.inputs.arch import SoftmaxType
 from planner.inputs.errors import InputError
@@ -137,7 +144,7 @@ def read(
     known = megatron_flags()
     unknown = []
     for flag in flags:
-        if flag in known:
+        if flag in known or flag == megatron_gdn.OLD_FLAG:  # a development branch's, read
             continue
         typo = typo_of(flag)
         if typo is not None:
@@ -213,6 +220,7 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
         if line.has(flag):
             model[field] = value
     model.update(hybrid_fields(line, model, notes))
+    model.update(megatron_gdn.model_fields(line, "hybrid_layer_pattern" in model, notes))
     if not line.has("--group-query-attention"):
         model.pop("num_query_groups", None)  # Megatron ignores it without the switch
     if line.has("--swiglu"):

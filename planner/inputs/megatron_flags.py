@@ -125,6 +125,14 @@ READ = frozenset(
         "--mamba-head-dim",
         "--mamba-num-groups",
         "--mamba-num-heads",
+        # gated delta nets (megatron_gdn)
+        "--experimental-attention-variant",
+        "--linear-attention-freq",
+        "--linear-conv-kernel-dim",
+        "--linear-key-head-dim",
+        "--linear-value-head-dim",
+        "--linear-num-key-heads",
+        "--linear-num-value-heads",
         # T5's encoder and decoder (megatron_t5)
         "--encoder-num-layers",
         "--decoder-num-layers",
@@ -236,8 +244,8 @@ READ = frozenset(
 NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
-    "--experimental-attention-variant": "attention variants (gated delta net, DSA) are counted "
-    "as softmax attention",
+    "--experimental-attention-variant": "DeepSeek sparse attention (DSA) is counted as dense "
+    "softmax attention",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
@@ -254,6 +262,7 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--megatron-fsdp-main-params-dtype": ("fp32",),
     "--main-params-dtype": ("fp32",),
     "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
+    "--experimental-attention-variant": ("gdn", "gated_delta_net"),  # megatron_gdn
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
 note then)."""

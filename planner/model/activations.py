@@ -70,7 +70,7 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
-from planner.model import flops, gemm_shapes, mamba
+from planner.model import flops, gemm_shapes, mixers
 from planner.model.scores import score_bytes
 
 BF16 = 2
@@ -269,13 +269,15 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
-def mamba_bytes(arch: ModelArch, sh: Shard) -> float:
-    """A hybrid stack's M layer: the norm fused into in_proj (its input, and its output that
-    in_proj keeps), what the Mamba-2 mixer's training path keeps (`mamba.saved_widths`: zxBCdt,
-    the scan's output, the gated norm's input and rstd, out_proj's input) and the dropout mask."""
+def linear_mixer_bytes(arch: ModelArch, sh: Shard, linear: mixers.LinearMixer) -> float:
+    """A linear-time mixer's block (a hybrid stack's M or G layer, a transformer layer's gated
+    delta net): the norm fused into in_proj (its input, and its output that in_proj keeps), what
+    the mixer's training path keeps (`saved_widths`: the Mamba-2 mixer's zxBCdt, the scan's
+    output, the gated norm's input and rstd, out_proj's input; the gated delta net's,
+    `planner.model.gdn`) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
     rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
-    width, out_in = mamba.saved_widths(arch)
+    width, out_in = linear.saved_widths(arch)
     part = T * (width - out_in) + linear_in(T * out_in, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
@@ -337,8 +339,8 @@ def layer_bytes(
     out = graph_bytes(arch, sh)
     if kind.mixer == "attention":
         out += attention_bytes(arch, sh)
-    elif kind.mixer == "mamba":
-        out += mamba_bytes(arch, sh)
+    elif (linear := mixers.of(kind)) is not None:
+        out += linear_mixer_bytes(arch, sh, linear)
     if kind.ffn == "dense":
         out += mlp_bytes(arch, arch.ffn_hidden_size, sh)
     elif kind.moe:

@@ -103,7 +103,8 @@ def offloaded_bytes(
 ) -> float:
     """Bytes of one layer's saved activations per micro-batch that fine-grained offloading keeps
     in host memory (module docstring), for a layer of a kind (or a transformer layer's MoE flag:
-    a hybrid stack's layers offload their attention or MoE block's modules, a Mamba mixer none);
+    a hybrid stack's layers offload their attention or MoE block's modules, a Mamba mixer or a
+    gated delta net none: Megatron-Core marks no offload group in either);
     0 without modules, under full recompute (nothing is saved inside the checkpointed layer), or
     for modules a checkpointed block (mlp, moe) discards."""
     if not modules or sh.recompute in ("full", "per_op"):

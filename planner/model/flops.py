@@ -26,10 +26,12 @@ gated (SwiGLU) MLP, 2 otherwise):
                                      norms and projection; the 3h norm term is left out here);
                                      a hybrid stack's MTP depth: its pattern's layers
     Mamba-2 mixer (hybrid M layer)   2h(2d + 2gn + H) + 7dn + 2dh (`planner.model.mamba`)
+    gated delta net (linear-attention 2[h(2qk + 2vd + 2n_v) + w(2qk + vd) + 4 n_v d_v^2 + vd h]
+    layer, hybrid G layer)           (`planner.model.gdn`)
 
 A layer is the sum of its kind's blocks (`planner.inputs.hybrid.LayerKind`): a transformer layer
-attention and an MLP or MoE, a hybrid stack's layers one of a Mamba mixer, attention, an MLP or
-an MoE block.
+attention (or a gated delta net) and an MLP or MoE, a hybrid stack's layers one of a Mamba mixer,
+attention, a gated delta net, an MLP or an MoE block.
 
 Model FLOPs per step = 3 x forward x (B x s) tokens. This is ecosystem.md 1.5
 (`num_floating_point_operations`) with the attention term not halved: for GQA + SwiGLU it is
@@ -63,7 +65,7 @@ from functools import cache
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import mamba
+from planner.model import mixers
 from planner.model.gemm_shapes import (
     attention_gemms,
     linear_gemm_parts,
@@ -126,8 +128,8 @@ def layer_forward(arch: ModelArch, seq_length: int, moe: bool | LayerKind) -> fl
     out = 0.0
     if kind.mixer == "attention":
         out += attention_linear_forward(arch) + attention_core_forward(arch, seq_length)
-    elif kind.mixer == "mamba":
-        out += mamba.mixer_forward(arch)
+    elif (linear := mixers.of(kind)) is not None:
+        out += linear.mixer_forward(arch)
     if kind.ffn == "dense":
         out += dense_mlp_forward(arch)
     elif kind.ffn == "moe":

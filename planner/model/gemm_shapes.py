@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import mamba
+from planner.inputs.hybrid import LINEAR_MIXERS, LayerKind, layer_kind
+from planner.model import mixers
 from planner.model.job_memo import ModelMemo
 
 
@@ -61,7 +61,8 @@ def attention_gemms(
 
 GemmPart = str
 """What a linear GEMM belongs to (`linear_gemm_parts`): "attn" (attention projections), "mla_up"
-(MLA's q and kv up-projections), "mamba" (a Mamba mixer's in_proj and out_proj), "mlp" (a dense
+(MLA's q and kv up-projections), "mamba" (a Mamba mixer's in_proj and out_proj), "gdn" (a gated
+delta net's in_proj and out_proj), "mlp" (a dense
 MLP), "expert" (routed experts, one grouped GEMM over the rank's local experts), "latent" (a
 latent MoE's down- and up-projections), "shared" (shared experts)."""
 
@@ -82,8 +83,8 @@ def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart,
 
 def _parts_of(arch: ModelArch, kind: LayerKind) -> tuple[GemmPart, ...]:
     mixer: tuple[GemmPart, ...] = ()
-    if kind.mixer == "mamba":
-        mixer = ("mamba", "mamba")
+    if kind.mixer in LINEAR_MIXERS:
+        mixer = (kind.mixer, kind.mixer)
     elif kind.mixer == "attention" and arch.multi_latent_attention:
         q = ("attn", "mla_up") if arch.q_lora_rank else ("attn",)
         mixer = (*q, "attn", "mla_up", "attn")
@@ -109,12 +110,14 @@ def mla_gathered_width(arch: ModelArch) -> float:
 
 def _mixer_gemms(arch: ModelArch, kind: LayerKind) -> int:
     """How many of a layer's `linear_gemms` its mixer's projections are (they come first)."""
-    return {"attention": len(attention_gemms(arch, 1.0, 1)), "mamba": 2, None: 0}[kind.mixer]
+    if kind.mixer == "attention":
+        return len(attention_gemms(arch, 1.0, 1))
+    return 2 if kind.mixer in LINEAR_MIXERS else 0
 
 
 def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:
     """The blocks of a layer's `linear_gemms`, in order, each with the indices of its entries:
-    the mixer ("attention" or "mamba"), then the channel block ("dense" or "moe"). A block's
+    the mixer ("attention", "mamba" or "gdn"), then the channel block ("dense" or "moe"). A block's
     column-parallel GEMMs read the h-wide input; its last is the row-parallel one (an MoE block's
     experts are neither: the dispatcher moves their tokens). Remembered per model and kind."""
     kind = layer_kind(moe)
@@ -147,7 +150,8 @@ def linear_gemms(
     the layer's kind, or a transformer layer's MoE flag; `latents_on_shard` as
     `attention_gemms` takes it.
 
-    The mixer's projections (`attention_gemms`, or a Mamba mixer's `mamba.mixer_gemms`), then
+    The mixer's projections (`attention_gemms`, or a linear-time mixer's `mixer_gemms`,
+    `planner.model.mixers`), then
     the MLP: TP slices the dense MLP and the shared experts. Routed experts (Megatron's MoE
     parallel folding): with sequence parallelism (required for MoE with tp > 1) each rank holds
     t / tp tokens; the expert-TP group gathers those of its etp ranks, and the dispatcher sends
@@ -161,8 +165,8 @@ def linear_gemms(
     g: list[tuple[float, float, float, float]] = []
     if kind.mixer == "attention":
         g = attention_gemms(arch, t, tp, latents_on_shard)
-    elif kind.mixer == "mamba":
-        g = mamba.mixer_gemms(arch, t, tp)
+    elif (linear := mixers.of(kind)) is not None:
+        g = linear.mixer_gemms(arch, t, tp)
     glu = 2 if arch.gated_linear_unit else 1
     if kind.ffn == "dense":
         f = arch.ffn_hidden_size / tp

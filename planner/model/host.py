@@ -21,7 +21,8 @@ half each) on the reference host (DGX H100's Xeon):
   dispatcher's permute, communication and unpermute, the grouped expert GEMMs, and the
   `tokens_per_expert` copy to the host that sizes them), plus MOE_TP_ISSUE where the attention
   is tensor-parallel (the gather / scatter between the TP and the expert group around it);
-- a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm).
+- a Mamba mixer, MAMBA_ISSUE (its fused scan kernels, the convolution, the gated norm); a gated
+  delta net, GDN_ISSUE.
 Megatron's --deterministic-mode (`Job.deterministic`) multiplies a layer's eager operations by
 `planner.model.determinism.DETERMINISTIC_ISSUE` (PyTorch then fills every allocation).
 FP8 and NVFP4 (`Job.precision`) add Transformer Engine's quantisation to each GEMM it runs in
@@ -92,6 +93,14 @@ what --cuda-graph-modules moe_preprocess captures. The rest (~18: permute, the a
 grouped GEMMs with their activation and FP8 casts, unpermute, combine) stays eager."""
 MAMBA_ISSUE = 0.929
 """Fitted. A Mamba mixer's forward issue, in HOST_LAYER_ISSUE_S."""
+GDN_ISSUE = MAMBA_ISSUE
+"""Not fitted (no step time of a gated delta net may be used: Megatron-LM's GDN functional tests
+have no golden values): a gated delta net's forward issue, taken as the Mamba mixer's, the other
+chunked linear-time mixer. Counted from Megatron-Core's gated_delta_net (d98e8a64) and FLA's
+kernels, its forward launches about 22 kernels (in_proj with its norm, the convolution and its
+input copy, the L2 norm, the q / k repeat and the contiguous copies, the gates, the chunked rule's
+cumsum, WY, state and output kernels, the gated norm, out_proj), as many as an attention block,
+but as Python-heavy as the Mamba mixer: splits, reshapes and two compiled helper functions."""
 CP_STEP_ISSUE = 0.200
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1 with the p2p
 ring: cp steps)."""
@@ -181,13 +190,14 @@ def issue_blocks(
     job: Job, lay: Layout, kind: LayerKind, launches: bool = False
 ) -> list[tuple[CudaGraphModule, float]]:
     """One layer's forward issue in HOST_LAYER_ISSUE_S, block by block (see the docstring), each
-    under the Megatron --cuda-graph-modules region that captures it: the attention block ("attn"),
-    a Mamba mixer ("mamba"), a dense MLP ("mlp"), and a mixture of experts split into its router
-    and shared experts ("moe_router", MOE_ROUTER_SHARE of MOE_ISSUE), the dispatch preprocessing
-    ("moe_preprocess", MOE_PREPROCESS_SHARE) and the dispatch, experts and combine with the TP
-    gather around them ("moe", which captures the whole block). With `launches`, the GPU's
-    launches in the same units (`kernels`): MLA_LAUNCHES for MLA, and MOE_ETP_LAUNCHES where the
-    experts are tensor-parallel in place of MOE_TP_ISSUE where the attention is."""
+    under the Megatron --cuda-graph-modules region that captures it: the attention block ("attn",
+    also a gated delta net's), a Mamba mixer ("mamba"), a dense MLP ("mlp"), and a mixture of
+    experts split into its router and shared experts ("moe_router", MOE_ROUTER_SHARE of
+    MOE_ISSUE), the dispatch preprocessing ("moe_preprocess", MOE_PREPROCESS_SHARE) and the
+    dispatch, experts and combine with the TP gather around them ("moe", which captures the whole
+    block). With `launches`, the GPU's launches in the same units (`kernels`): MLA_LAUNCHES for
+    MLA, and MOE_ETP_LAUNCHES where the experts are tensor-parallel in place of MOE_TP_ISSUE where
+    the attention is."""
     mla = MLA_LAUNCHES if launches else MLA_ISSUE
     if launches:
         moe_tp = MOE_ETP_LAUNCHES if lay.expert_tp > 1 else 0.0
@@ -209,6 +219,8 @@ def issue_blocks(
             out.append(("attn", HALF_LAYER))
     elif kind.mixer == "mamba":
         out.append(("mamba", MAMBA_ISSUE))
+    elif kind.mixer == "gdn":  # Megatron builds it as the layer's self_attention: "attn"
+        out.append(("attn", GDN_ISSUE))
     if kind.ffn == "dense":
         out.append(("mlp", HALF_LAYER))
     elif kind.ffn == "moe":
@@ -241,6 +253,7 @@ FP8_GEMM_BLOCK: dict[GemmPart, CudaGraphModule] = {
     "attn": "attn",
     "mla_up": "attn",
     "mamba": "mamba",
+    "gdn": "attn",
     "mlp": "mlp",
     "expert": "moe",
     "latent": "moe",

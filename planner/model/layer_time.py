@@ -30,9 +30,11 @@ permutations before the dispatch and after the combine (`planner.model.moe_time`
 timed too, though no model FLOPs count them.
 
 A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transformer layer's
-attention and MLP or experts, or one block of a hybrid stack: attention, an MLP, experts, or a
-Mamba-2 mixer, whose in_proj and out_proj are GEMMs like the others and whose chunked scan is timed
-by `planner.model.mamba.scan_time` (its context parallelism: two all-to-alls each way, exposed).
+attention (or gated delta net) and MLP or experts, or one block of a hybrid stack: attention, an
+MLP, experts, a Mamba-2 mixer or a gated delta net. A linear-time mixer's in_proj and out_proj are
+GEMMs like the others and its chunked scan is timed by its module's `scan_time`
+(`planner.model.mamba`, `planner.model.gdn`; its context parallelism: two all-to-alls each way,
+exposed).
 
 Core attention with flash attention executes the whole key tiles under the causal mask (about
 half the s x s matrix, or a sliding window's tiles: the work, not the FLOP convention of
@@ -120,7 +122,7 @@ from planner.model import (
     layer_parts,
     layer_tp,
     layer_traffic,
-    mamba,
+    mixers,
     moe_time,
     recompute_time,
 )
@@ -283,7 +285,8 @@ def layer_time(
     cores: dict[tuple[object, ...], LayerCore] | None = None,
 ) -> Layer:
     """Seconds per micro-batch of one decoder layer of a kind (or a transformer layer's MoE
-    flag: False dense, True MoE) on one GPU; a Mamba mixer's scan from `planner.model.mamba`.
+    flag: False dense, True MoE) on one GPU; a linear-time mixer's scan from its module
+    (`planner.model.mixers`).
     `cores`: where the caller remembers the layer cores (`_core`: compute, streamed work,
     offload; `LAYER_CORES.of(job)`, which `planner.model.stage_time` clears with its layer
     times), keyed on what they read (`_core_key`); the recompute and the TP, CP and EP traffic
@@ -320,7 +323,7 @@ def layer_time(
         out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = layer_tp.tp_charges(
             job, lay, kind, (shapes, times), t, n_fwd, modules
         )
-    if lay.cp > 1 and kind.mixer in ("mamba", "attention"):
+    if lay.cp > 1 and kind.mixer is not None:
         out.cp, out.cp_hidden = layer_traffic.traffic(job, lay, kind, c, "cp", n_fwd)
     if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
         n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
@@ -362,8 +365,8 @@ def _core(
     # --- core attention, or a Mamba mixer's chunked scan
     act_bytes, ew_bytes = p.act_bytes, p.ew_bytes
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
-    if kind.mixer == "mamba":
-        scan_fwd, scan_bwd = mamba.scan_time(arch, gpu, t, tp)
+    if (linear := mixers.of(kind)) is not None:
+        scan_fwd, scan_bwd = linear.scan_time(arch, gpu, t, tp)
     if kind.mixer == "attention" and job.flash_attention:
         attn_fwd, attn_bwd = p.attn_fwd, p.attn_bwd
         cast += p.attn_quant

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cp_time, dispatch, mamba
+from planner.model import comms, cp_time, dispatch, mixers
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class LayerCore:
 def traffic(
     job: Job, lay: Layout, kind: LayerKind, c: LayerCore, what: str, n: int
 ) -> tuple[float, float]:
-    """The layer's CP traffic ("cp": a Mamba mixer's sequence <-> head all-to-alls, or the
+    """The layer's CP traffic ("cp": a linear-time mixer's sequence <-> head all-to-alls, or the
     attention's exchange, `cp_time.context_parallel`; seconds and hidden seconds) or its expert
     dispatch ("ep": `dispatch.layer_dispatch`, seconds and those under the shared experts) with
     n forward passes, remembered on the core (`LayerCore.traffic`)."""
@@ -59,9 +59,9 @@ def traffic(
     if what == "ep":
         shared = [x for x, p in zip(c.times, c.parts, strict=True) if p == "shared"]
         got = dispatch.layer_dispatch(job, lay, t, c.load, n, shared, c.grads)
-    elif kind.mixer == "mamba":  # the mixer's sequence <-> head all-to-alls
+    elif (linear := mixers.of(kind)) is not None:  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)
-        fwd_b, bwd_b = mamba.context_parallel_bytes(arch, t, tp)
+        fwd_b, bwd_b = linear.context_parallel_bytes(arch, t, tp)
         got = (n * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp), 0.0)
     else:
         got = cp_time.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)

@@ -11,8 +11,9 @@ norms more, learned attention sinks one (`softmax_offset`); a dense MLP its fc1 
 biases) and its norm; a mixture of experts its norm, the router's weight, and each local expert's
 fc1 and fc2 (TEGroupedMLP keeps one weight per expert, with biases), shared experts two more; a
 Mamba mixer its in_proj, conv1d weight and bias, dt bias, A_log, D, its inner norm and out_proj, and
-its input norm. The first rank holds the word embedding (and learned position embeddings), the last
-the final norm and the output layer (a tied model's copy with pp > 1)."""
+its input norm; a gated delta net its in_proj, conv1d weight, dt bias, A_log, out_norm and out_proj,
+and its input norm. The first rank holds the word embedding (and learned position embeddings), the
+last the final norm and the output layer (a tied model's copy with pp > 1)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from planner.inputs.layout import Layout
 MAMBA_TENSORS = 8
 """A Mamba-2 mixer's own tensors (mamba_mixer.py: in_proj, conv1d weight and bias, dt_bias,
 A_log, D, the gated norm, out_proj)."""
+GDN_TENSORS = 5
+"""A gated delta net's own tensors beyond its norms (gated_delta_net/common.py: in_proj, conv1d
+weight, dt_bias, A_log, out_proj; no biases, no conv bias)."""
 MLA_TENSORS = 7
 """Multi-latent attention's (q down, q up, kv down, kv up, output projections; q and kv norms)."""
 
@@ -46,6 +50,8 @@ def layer_tensors(arch: ModelArch, kind: LayerKind, ep: int) -> int:
         n += 1 if arch.softmax_type == "learnable" else 0  # the sinks' `softmax_offset`
     elif kind.mixer == "mamba":
         n += norm + MAMBA_TENSORS
+    elif kind.mixer == "gdn":  # its input norm and out_norm
+        n += 2 * norm + GDN_TENSORS
     if kind.ffn == "dense":
         n += norm + 2 * linear
     elif kind.ffn == "moe":

@@ -47,9 +47,11 @@ Embedding: V*h, plus P*h for learned absolute positions. Output layer: V*h when 
 A decoder layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`), each with its norm
 (nw*h): a transformer layer is dense (attention + dense MLP) or MoE (attention + router + shared
 experts + E routed experts), following moe_layer_freq; a hybrid stack's layers are one block each
-(M a Mamba-2 mixer, `planner.model.mamba`; * attention; - a dense MLP; E the MoE block), following
-hybrid_layer_pattern. `layer_params` splits a layer into (non-expert, routed-expert) because the
-two shard differently (TP/PP vs EP/expert-TP).
+(M a Mamba-2 mixer, `planner.model.mamba`; * attention; - a dense MLP; E the MoE block; G a gated
+delta net, `planner.model.gdn`), following hybrid_layer_pattern; a transformer's linear-attention
+layers (linear_attention_freq) have a gated delta net in place of the attention. `layer_params`
+splits a layer into (non-expert, routed-expert) because the two shard differently (TP/PP vs
+EP/expert-TP).
 
 MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm
 (nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type
@@ -70,7 +72,7 @@ from functools import cache
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import mamba
+from planner.model import mixers
 
 
 def _norm_width(arch: ModelArch) -> int:
@@ -173,8 +175,8 @@ def kind_params(arch: ModelArch, kind: bool | LayerKind) -> tuple[int, int]:
     non_expert = kind.blocks * _norm_width(arch) * arch.hidden_size
     if kind.mixer == "attention":
         non_expert += attention_params(arch)
-    elif kind.mixer == "mamba":
-        non_expert += mamba.mixer_params(arch)
+    elif (linear := mixers.of(kind)) is not None:
+        non_expert += linear.mixer_params(arch)
     if kind.ffn == "dense":
         non_expert += dense_mlp_params(arch)
     if not kind.moe:

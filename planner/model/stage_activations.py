@@ -29,11 +29,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.hybrid import MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, cpu_offload, mamba, routing_load, t5, vision
+from planner.model import cp_time, cpu_offload, mixers, routing_load, t5, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -337,9 +336,11 @@ def stage_activations(
             moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
         moe += _unstashed_bytes(arch, sh, per)
         working = max(working, moe)
-    if MAMBA in arch.kinds and arch.kind_counts(chunks)[arch.kinds.index(MAMBA)]:
-        # an M layer's backward rebuilds what its forward did not keep (`mamba.backward_working`)
-        working = max(working, mamba.backward_working(arch, sh.tokens, sh.tp))
+    for kind, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True):
+        if n and (linear := mixers.of(kind)) is not None:
+            # a linear-time mixer's backward rebuilds what its forward did not keep (its chunk
+            # states, `backward_working`)
+            working = max(working, linear.backward_working(arch, sh.tokens, sh.tp))
     if last and sh.cross_entropy == "gathered":
         # the recomputed layer's working set comes after the loss backward has released all but
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)

@@ -2,7 +2,9 @@
 
 Oracles: the fixtures in tests/data/hf/ are the published config.json files (but
 glm4.5-355b-a32b.json, composed: Megatron-Bridge's GLM45ModelProvider355B values @5f28ae82 in the
-field names of transformers 4.57.1's Glm4MoeConfig, no published file being in reach); the
+field names of transformers 4.57.1's Glm4MoeConfig, no published file being in reach; and
+qwen3-next-80b-a3b.json, composed: the fields the Qwen/Qwen3-Next-80B-A3B-Instruct card's config
+shows, the rest transformers' Qwen3NextConfig defaults, which are that model's); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -89,6 +91,18 @@ EXPECTED: dict[str, dict[str, Any]] = {
         num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
         num_query_groups=4, kv_channels=128, vocab_size=151936, num_moe_experts=128,
         moe_router_topk=8, moe_ffn_hidden_size=768, moe_layer_freq=1, qk_layernorm=True,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # yanring/Megatron-MoE-ModelZoo e8650517 model_configs/benchmarking/Qwen3-Next-80B-A3B.yaml:
+    # --linear-attention-freq 4 and the --linear-* sizes, --attention-output-gate, --kv-channels
+    # 256, --moe-shared-expert-intermediate-size 512
+    "qwen3-next-80b-a3b": dict(
+        num_layers=48, hidden_size=2048, ffn_hidden_size=5120, num_attention_heads=16,
+        num_query_groups=2, kv_channels=256, vocab_size=151936, num_moe_experts=512,
+        moe_router_topk=10, moe_ffn_hidden_size=512, moe_shared_expert_intermediate_size=512,
+        moe_layer_freq=1, qk_layernorm=True, attention_output_gate=True,
+        linear_attention_freq=4, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+        linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
         untie_embeddings_and_output_weights=True,
     ),
     # models.yaml megatron note: first_k_dense_replace 3 -> --moe-layer-freq [0]*3+[1]*58 etc.
@@ -229,6 +243,7 @@ SAME_AS_ZOO = {
     "mixtral-8x7b": "mixtral-8x7b",
     "qwen2.5-7b": "qwen2.5-7b",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-next-80b-a3b": "qwen3-next-80b-a3b",
     "deepseek-v3": "deepseek-v3",
     "deepseek-v2": "deepseek-v2",
     "deepseek-v2-lite": "deepseek-v2-lite",

@@ -85,7 +85,7 @@ def test_num_layers_the_pattern_overrides_is_noted() -> None:
     ("flags", "needle"),
     [
         ("--hybrid-layer-pattern M-Q*", "--hybrid-layer-pattern: 'Q' in the main pattern"),
-        ("--hybrid-layer-pattern M-G*", "'G' (gated delta net) layers are not modelled"),
+        ("--hybrid-layer-pattern M-D*", "'D' (DeepSeek sparse attention) layers are not modelled"),
         ("--hybrid-layer-pattern M*/M/*", "every MTP pattern after '/' must be the same"),
         ("--hybrid-layer-pattern M*|M* --hybrid-override-pattern M*", "cannot be combined"),
         ("--is-hybrid-model", "--is-hybrid-model: a hybrid stack without"),

@@ -79,7 +79,7 @@ def test_mamba_activation_bytes_by_hand() -> None:
     # replicated: norm input 2h, in_proj's input 2h, dropout mask h = 5 x 64 = 320 per token;
     # split by tp: zxBCdt 2 x 296 = 592, out_x 2d = 256, gated norm input 2d = 256 and rstd
     # 4g = 8, out_proj's input 2d = 256: 1368 per token
-    assert act.mamba_bytes(TINY, sh) == pytest.approx(T * (320 + 1368))
+    assert act.linear_mixer_bytes(TINY, sh, mamba) == pytest.approx(T * (320 + 1368))
     assert act.layer_bytes(TINY, MAMBA, sh) == pytest.approx(T * 1688)
     # TP 2 with sequence parallelism splits all of it
     sp = Shard(tokens=T, tp=2, sequence_parallel=True, seq_per_cp_rank=T)

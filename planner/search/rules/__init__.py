@@ -6,7 +6,8 @@ both values) or nothing: `parallel` holds the rules on degrees, pipeline split a
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `optimizer` those of
 Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused grouped MLP;
 `shared_overlap` those of the shared experts' overlap; `flex_settings` the flex dispatcher's SM
-count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack;
+count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack; `gdn` those
+of gated delta nets;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
 rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
 into one InputError; `warnings` lists what Megatron would warn about, which commands report
@@ -30,6 +31,8 @@ from planner.search.rules.features import WARNINGS, flex_runs, recompute_allows_
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
 from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
+from planner.search.rules.gdn import RULES as GDN_RULES
+from planner.search.rules.gdn import STRUCTURAL_RULES as GDN_STRUCTURAL
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
@@ -95,6 +98,7 @@ RULES: tuple[Rule, ...] = (
     *FLEX_SETTINGS_RULES,
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
+    *GDN_RULES,
     batch,
     positions,
 )
@@ -114,6 +118,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     t5_scope,
     *JOB_RULES,
     *HYBRID_STRUCTURAL,
+    *GDN_STRUCTURAL,
     batch,
 )
 """The rules that depend only on the parallel degrees (with micro_batch_size 1), or on the job

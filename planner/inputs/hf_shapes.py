@@ -1,0 +1,131 @@
+"""The config.json pieces Hugging Face architecture families spell alike (dense shape, attention,
+activation, tied embeddings, routed experts), as ModelArch fields; `planner.inputs.hf_families`
+builds each family's mapping from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.errors import spelled_json
+from planner.inputs.hf_fields import Reader
+
+Fields = dict[str, Any]
+
+GELU = (  # every GeLU approximation maps to Megatron's gelu
+    "gelu",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_accurate",
+    "gelu_python",
+    "gelu_10",
+    "quick_gelu",
+)
+
+
+def mlp(r: Reader, key: str, default: str, gated: bool) -> Fields:
+    """activation + gated_linear_unit from hidden_act / activation_function."""
+    act = r.text(key, default)
+    if gated:
+        table = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(GELU, "geglu")}
+    else:
+        table = {
+            "relu": "relu",
+            "relu2": "squared_relu",
+            "silu": "silu",
+            "swish": "silu",
+            **dict.fromkeys(GELU, "gelu"),
+        }
+    if act not in table:
+        raise r.error(
+            key,
+            f"unsupported activation {spelled_json(act)} for {r.arch}; "
+            f"supported: {', '.join(table)}",
+        )
+    return {"activation": table[act], "gated_linear_unit": gated}
+
+
+def attention(r: Reader, hidden: int, heads: int, head_dim_default: int | None = None) -> Fields:
+    """num_query_groups and kv_channels from num_key_value_heads and head_dim."""
+    kv = r.opt_int("num_key_value_heads")
+    head_dim = r.opt_int("head_dim", default=head_dim_default)
+    if head_dim is None and hidden % heads == 0:
+        head_dim = hidden // heads
+    return {
+        "num_query_groups": None if kv in (None, heads) else kv,
+        "kv_channels": head_dim,
+    }
+
+
+def tied(r: Reader, default: bool) -> Fields:
+    return {"untie_embeddings_and_output_weights": not r.flag("tie_word_embeddings", default)}
+
+
+def dense_shape(r: Reader, ffn_key: str, head_dim_default: int | None = None) -> Fields:
+    """The fields the HF-style configs spell alike: layers, hidden, ffn (under ffn_key), heads,
+    the attention shape, vocabulary and positions."""
+    hidden = r.req_int("hidden_size")
+    heads = r.req_int("num_attention_heads")
+    return {
+        "num_layers": r.req_int("num_hidden_layers", maximum=MAX_LAYERS),
+        "hidden_size": hidden,
+        "ffn_hidden_size": r.req_int(ffn_key),
+        "num_attention_heads": heads,
+        **attention(r, hidden, heads, head_dim_default),
+        "vocab_size": r.req_int("vocab_size"),
+        "max_position_embeddings": r.opt_int("max_position_embeddings"),
+    }
+
+
+def gpt2_shape(r: Reader, *hidden_keys: str) -> Fields:
+    """The same fields in GPT-2-era spelling (n_layer, n_head, n_inner; the newer names are also
+    accepted); n_inner absent or null -> 4 x hidden."""
+    hidden = r.req_int(*hidden_keys)
+    heads = r.req_int("n_head", "num_attention_heads")
+    return {
+        "num_layers": r.req_int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
+        "hidden_size": hidden,
+        "ffn_hidden_size": r.opt_int("n_inner", default=4 * hidden),
+        "num_attention_heads": heads,
+        **attention(r, hidden, heads),
+        "vocab_size": r.req_int("vocab_size"),
+    }
+
+
+def llama(r: Reader, head_dim_default: int | None = None, gated: bool = True) -> Fields:
+    """Llama, Mistral and the Qwen/Mixtral variants: RMSNorm, RoPE, gated MLP (gate/up/down).
+    attention_bias / mlp_bias (default false) -> add_bias_linear (either one: erring high)."""
+    return {
+        **dense_shape(r, "intermediate_size", head_dim_default),
+        **mlp(r, "hidden_act", "silu" if gated else "relu2", gated=gated),
+        "normalization": "RMSNorm",
+        "add_bias_linear": r.flag("attention_bias", False) or r.flag("mlp_bias", False),
+        "position_embedding_type": "rope",
+        **tied(r, False),
+    }
+
+
+def moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
+    """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
+    else one 0/1 entry per layer."""
+    return {
+        "num_moe_experts": r.req_int(*experts, maximum=MAX_EXPERTS),
+        "moe_router_topk": r.req_int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": expert_ffn,
+        "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],
+    }
+
+
+def dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: int = 1) -> Fields:
+    """DeepSeekMoE's layout, which GLM-4.5 shares: layer i is MoE when i >= first_k_dense_replace
+    and i % freq == 0; routed experts of moe_intermediate_size (`moe`) and n_shared_experts
+    (may be null) shared ones of that width. Both count-changing fields are required."""
+    expert_ffn = r.req_int("moe_intermediate_size")
+    first_dense = r.req_int("first_k_dense_replace", minimum=0)
+    shared = r.nullable_int("n_shared_experts", minimum=0)
+    moe_layers = [i >= first_dense and i % freq == 0 for i in range(num_layers)]
+    return {
+        **moe(r, experts, expert_ffn, moe_layers),
+        "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
+    }

@@ -1,0 +1,59 @@
+"""Megatron-LM's rules on a model's gated delta nets (`planner.model.gdn`): what the mixer asserts
+of its heads under tensor and context parallelism and of its in_proj under FP8, and that only
+Megatron runs it.
+
+Sources: Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py (`__post_init__`:
+linear_num_key_heads and linear_num_value_heads multiples of tp x cp) and
+megatron/core/ssm/gated_delta_net/common.py (`_GDNBase.__init__`: under FP8 the in_proj output
+width a multiple of 16)."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import gdn
+from planner.search.rules.base import Violation
+
+
+def heads(job: Job, lay: Layout) -> Violation | None:
+    arch = job.arch
+    if not arch.has_gdn:
+        return None
+    n_k, n_v, split = arch.linear_num_key_heads, arch.linear_num_value_heads, lay.tp * lay.cp
+    if n_k % split or n_v % split:
+        return Violation(
+            "gdn_heads",
+            "parallel.tp",
+            f"linear_num_key_heads ({n_k}) and linear_num_value_heads ({n_v}) must be multiples "
+            f"of tensor_model_parallel_size x context_parallel_size ({lay.tp} x {lay.cp})",
+        )
+    return None
+
+
+def fp8(job: Job, lay: Layout) -> Violation | None:
+    width = gdn.in_proj_width(job.arch)
+    if job.arch.has_gdn and job.precision == "fp8" and width % 16:
+        return Violation(
+            "gdn_fp8",
+            "training.precision",
+            f"FP8 needs the gated delta net's in_proj width (2 qk + 2 vd + 2 value heads = "
+            f"{width}) to be a multiple of 16",
+        )
+    return None
+
+
+def framework(job: Job, lay: Layout) -> Violation | None:
+    if job.arch.has_gdn and job.framework != "megatron":
+        return Violation(
+            "gdn_framework",
+            "training.framework",
+            f"a gated delta net (model.linear_attention_freq, or G in the hybrid pattern) runs on "
+            f"Megatron-LM only here (got {job.framework!r})",
+        )
+    return None
+
+
+RULES = (heads, fp8, framework)
+
+STRUCTURAL_RULES = (heads, framework)
+"""The rules that read the degrees alone."""
