@@ -41,7 +41,7 @@ VOCAB_FROM_ZOO = {
     "Mixtral-8x22B": "mixtral-8x22b",
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
-    "Qwen3-Next-80B-A3B": "qwen3-30b-a3b",  # the Qwen3 tokenizer's 151,936 (HF configs)
+    "Qwen3-Next-80B-A3B": "qwen3-next-80b-a3b",
 }
 """The zoo model whose vocabulary a line's tokenizer has (--tokenizer-model names a HuggingFace
 repository planner cannot open)."""

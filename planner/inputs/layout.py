@@ -16,12 +16,19 @@ Recompute = Literal["none", "selective", "full"]
 RecomputePolicy = Literal["none", "core_attn", "per_op", "full"]
 """What is recomputed: "selective" resolved by the training code (`Job.recompute_policy`)."""
 RecomputeModule = Literal[
-    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+    "gdn_norm_out",
 ]
 """Megatron's --recompute-modules (TransformerConfig.recompute_modules): the parts of a layer
 selective recompute re-runs. core_attn, mlp, moe and shared_experts are checkpointed (their inputs
-kept, their insides recomputed); moe_act, layernorm and mla_up_proj discard their outputs and
-recompute them from their inputs."""
+kept, their insides recomputed); moe_act, layernorm, mla_up_proj and gdn_norm_out (a gated delta
+net's gated output norm) discard their outputs and recompute them from their inputs."""
 OffloadModule = Literal[
     "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
     "fused_group_mlp",

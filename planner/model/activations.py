@@ -38,6 +38,9 @@ attention.py, multi_latent_attention.py, mlp.py, and the MoE layer and experts m
                 fused into QKV or fc1 have none to drop)
   mla_up_proj   MLA's up-projections and RoPE: Q, K, V are discarded and rebuilt from the
                 latents before the attention backward
+  gdn_norm_out  a gated delta net's gated output norm: its output and rstd and out_proj's input
+                are discarded and rebuilt from the kernel's output and the gate
+                (`planner.model.gdn.norm_out_widths`)
 Full recompute keeps only the layer input, 2Th (split by t under SP).
 
 PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan's
@@ -70,7 +73,7 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
-from planner.model import flops, gemm_shapes, mixers
+from planner.model import flops, gdn, gemm_shapes, mixers
 from planner.model.scores import score_bytes
 
 BF16 = 2
@@ -278,6 +281,9 @@ def linear_mixer_bytes(arch: ModelArch, sh: Shard, linear: mixers.LinearMixer) -
     T, h = sh.tokens, arch.hidden_size
     rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     width, out_in = linear.saved_widths(arch)
+    if linear is gdn and sh.drops("gdn_norm_out"):
+        dropped, out_in = gdn.norm_out_widths(arch), 0.0
+        width -= dropped
     part = T * (width - out_in) + linear_in(T * out_in, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 

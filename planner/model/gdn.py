@@ -155,6 +155,14 @@ def saved_widths(arch: ModelArch) -> tuple[float, float]:
     return float(width + 2 * vd), 2.0 * vd
 
 
+def norm_out_widths(arch: ModelArch) -> float:
+    """Bytes per token (split by tp) that --recompute-modules gdn_norm_out drops (common.py: the
+    gated norm and its all-to-all run under a CheckpointWithoutOutput): the norm's output, its
+    rstd and out_proj's input; its inputs (the kernel's output and the gate) stay."""
+    _, vd = widths(arch)
+    return 2.0 * vd + 4 * arch.linear_num_value_heads + 2.0 * vd
+
+
 def state_elements(arch: ModelArch) -> float:
     """Chunk-state elements per token: n_v d_k d_v per chunk of CHUNK_SIZE tokens."""
     _, n_v, d_k, d_v = dims(arch)

@@ -1,9 +1,9 @@
 """Seconds Megatron's selective recompute re-runs in one layer's backward per micro-batch: each
 entry of its --recompute-modules (core_attn, layernorm, mla_up_proj, moe_act, mlp, moe,
-shared_experts) re-runs its GEMMs' forward (their times from `planner.model.layer_time`, on the
-roofline of `planner.model.gemm`) and reads and writes its elementwise kernels' bytes once, at
-the GPU's achieved HBM bandwidth. `layer_time` sums the modules a layout names into
-`Layer.recompute`.
+shared_experts, gdn_norm_out) re-runs its GEMMs' forward (their times from
+`planner.model.layer_time`, on the roofline of `planner.model.gemm`) and reads and writes its
+elementwise kernels' bytes once, at the GPU's achieved HBM bandwidth. `layer_time` sums the
+modules a layout names into `Layer.recompute`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def module_time(
     writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
     mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
     experts and the shared experts, with the forward's token permutations; the shared experts).
+    gdn_norm_out: a gated delta net's gated norm (read the kernel's output and the gate, write
+    the norm's output, vd each per token).
     A module the layer lacks costs 0 (`moe`: the layer's kind, or a transformer layer's MoE
     flag)."""
     kind = layer_kind(moe)
@@ -91,4 +93,15 @@ def module_time(
         return experts + p.permute_fwd
     if module == "shared_experts":
         return gemms("shared") + act(p.tokens, fs) if moe else 0.0
+    if module == "gdn_norm_out" and kind.mixer == "gdn":
+        # the gated norm reads the kernel's output and the gate and writes its output (bf16);
+        # its CP all-to-all, where there is one, is not charged again
+        return (
+            3
+            * p.tokens
+            * arch.linear_num_value_heads
+            * arch.linear_value_head_dim
+            / lay.tp
+            * (BF16 / gpu.hbm)
+        )
     return 0.0

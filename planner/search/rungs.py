@@ -20,7 +20,8 @@ best: the search finds it by bisection (`Ladder`).
 Module sets: the sets Megatron-LM's own recipes use (Megatron-Bridge: [layernorm, moe_act] for
 GPT-OSS, [mla_up_proj, mlp] for DeepSeek-V3) and the single modules, each kept where the model has
 what it recomputes (mla_up_proj needs multi-latent attention, moe_act / moe an MoE layer,
-shared_experts shared experts, mlp a dense layer) and the rules allow it (not moe_act or layernorm
+shared_experts shared experts, mlp a dense layer, gdn_norm_out a gated delta net: alone, and
+with the GPT-OSS recipe's pair) and the rules allow it (not moe_act or layernorm
 under delayed FP8). core_attn only without flash attention: with it the module saves nothing
 (Megatron warns so). PyTorch's per-op policy (`training.selective_recompute = "per_op"`) is one
 rung of its own.
@@ -55,6 +56,8 @@ MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
     ("moe",),
     ("mla_up_proj", "moe"),
     ("core_attn",),
+    ("gdn_norm_out",),
+    ("gdn_norm_out", "layernorm", "moe_act"),
 )
 """Selective-recompute module sets the search tries (those the model and rules allow)."""
 
@@ -160,6 +163,7 @@ def selective(job: Job) -> list[Rung]:
         ("moe", arch.is_moe),
         ("shared_experts", arch.moe_shared_expert_intermediate_size is not None),
         ("mlp", arch.num_moe_layers < arch.num_layers),
+        ("gdn_norm_out", arch.has_gdn),
     )
     delayed = job.precision == "fp8" and job.fp8_recipe == "delayed"
     return list(_selective(has, delayed))

@@ -98,3 +98,17 @@ def test_heads_must_divide_by_tp_times_cp() -> None:
 def test_dsa_keeps_its_note() -> None:
     r = read(BASE + "--experimental-attention-variant dsa")
     assert any("DeepSeek sparse attention" in m for m in r.not_modelled)
+
+
+def test_gdn_norm_out_recompute() -> None:
+    # Megatron raises ValueError for gdn_norm_out without a gated delta net; with one, the gated
+    # norm's output, rstd and out_proj's input are no longer kept: less memory per GPU
+    recompute = "--recompute-granularity selective --recompute-modules gdn_norm_out "
+    with pytest.raises(InputError, match="gdn_norm_out needs gated delta nets"):
+        check_plan(parse_plan(read(BASE + recompute).doc))
+    gdn = BASE + GDN_FLAGS + "--experimental-attention-variant gdn --linear-attention-freq 4 "
+    kept = check_plan(parse_plan(read(gdn).doc))
+    dropped = check_plan(parse_plan(read(gdn + recompute).doc))
+    assert dropped.require_layout().recompute_modules == ("gdn_norm_out",)
+    peak = [memory.estimate(p.job, p.require_layout()).peak for p in (kept, dropped)]
+    assert peak[1] < peak[0]

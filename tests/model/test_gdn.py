@@ -96,6 +96,12 @@ def test_gdn_activation_bytes_by_hand() -> None:
     # TP 2 with sequence parallelism splits all of it
     sp = Shard(tokens=T, tp=2, sequence_parallel=True, seq_per_cp_rank=T)
     assert act.layer_bytes(TINY, GDN, sp) == pytest.approx(T * 3592 / 2)
+    # --recompute-modules gdn_norm_out drops the norm's output 2 vd = 256, its rstd 4 n_v = 16
+    # and out_proj's input 256: 528 per token; the other modules leave the mixer alone
+    norm_out = Shard(tokens=T, recompute="core_attn", modules=frozenset({"gdn_norm_out"}))
+    assert act.layer_bytes(TINY, GDN, norm_out) == pytest.approx(T * (3592 - 528))
+    others = Shard(tokens=T, recompute="core_attn", modules=frozenset({"layernorm", "mlp"}))
+    assert act.layer_bytes(TINY, GDN, others) == pytest.approx(T * 3592)
 
 
 def test_gdn_backward_working_set_by_hand() -> None:

@@ -65,10 +65,16 @@ def test_single_rungs_follow_the_model_and_the_rules() -> None:
     tensorwise = job(precision="fp8", fp8_recipe="tensorwise")
     assert Rung("selective", ("layernorm",)) in rungs.selective(tensorwise)
     # DeepSeek-V3 (MLA, MoE with shared experts, 3 dense layers): every module set of MODULE_SETS
-    # but core_attn
+    # but core_attn and those with gdn_norm_out (no gated delta net)
     ds = job("deepseek-v3")
     sets = [r.modules for r in rungs.selective(ds)]
-    assert sets == [m for m in rungs.MODULE_SETS if m != ("core_attn",)]
+    assert sets == [m for m in rungs.MODULE_SETS if m != ("core_attn",) and "gdn_norm_out" not in m]
+    # Qwen3-Next (gated delta nets, every layer MoE with a shared expert, no MLA): the sets
+    # without mla_up_proj, mlp or core_attn, gdn_norm_out's among them
+    qn = [r.modules for r in rungs.selective(job("qwen3-next-80b-a3b"))]
+    barred = ("mla_up_proj", "mlp", "core_attn")
+    assert qn == [m for m in rungs.MODULE_SETS if not any(b in m for b in barred)]
+    assert ("gdn_norm_out",) in qn
     # PyTorch's per-op policy is one rung whatever the modules
     assert rungs.selective(job(selective_recompute="per_op")) == [Rung("selective")]
 

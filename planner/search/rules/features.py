@@ -17,7 +17,8 @@ from planner.search.rules.base import Violation
 
 def recompute(job: Job, lay: Layout) -> Violation | None:
     """Modules only with selective, method and layer count only with full (TransformerConfig
-    asserts both ways); mla_up_proj needs MLA; moe_act and layernorm cannot be recomputed under
+    asserts both ways); mla_up_proj needs MLA, gdn_norm_out a gated delta net; moe_act and
+    layernorm cannot be recomputed under
     the delayed FP8 recipe."""
     mods = lay.recompute_modules
     if lay.recompute != "selective" and mods != ("core_attn",):
@@ -44,6 +45,12 @@ def recompute(job: Job, lay: Layout) -> Violation | None:
             "recompute_modules",
             "parallel.recompute_modules",
             "recompute module mla_up_proj needs multi-latent attention",
+        )
+    if "gdn_norm_out" in mods and not job.arch.has_gdn:
+        return Violation(
+            "recompute_modules",
+            "parallel.recompute_modules",
+            "recompute module gdn_norm_out needs gated delta nets (Megatron raises ValueError)",
         )
     delayed = job.precision == "fp8" and job.fp8_recipe == "delayed"
     dropped = [m for m in ("moe_act", "layernorm") if m in mods]
