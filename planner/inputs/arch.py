@@ -241,6 +241,8 @@ class ModelArch(BaseModel):
             raise ValueError("hybrid_layer_pattern has MoE layers (E) but num_moe_experts is unset")
         if self.moe_layer_freq != 1:
             raise ValueError("moe_layer_freq cannot be combined with hybrid_layer_pattern (E)")
+        if "M" not in text:  # the Mamba mixer's asserts run where it is built
+            return
         if self.mamba_num_heads is None and 2 * self.hidden_size % self.mamba_head_dim:
             raise ValueError(
                 f"2 x hidden_size ({2 * self.hidden_size}) must be a multiple of mamba_head_dim "
@@ -322,22 +324,24 @@ class ModelArch(BaseModel):
         """What Megatron asserts of a gated delta net (TransformerConfig.__post_init__; the
         divisibility by tp x cp is the layout's, `planner.search.rules`)."""
         freq = self.linear_attention_freq
-        if freq is None:
-            return
-        if self.hybrid_layer_pattern is not None:
-            raise ValueError(
-                "linear_attention_freq does not combine with hybrid_layer_pattern (its gated "
-                "delta net layers are the pattern's G)"
-            )
-        if self.window_size is not None:
-            raise ValueError("window_size with linear_attention_freq is not modelled")
-        if self.multi_latent_attention:
-            raise ValueError("linear_attention_freq with multi_latent_attention is not modelled")
-        if isinstance(freq, tuple) and len(freq) != self.num_layers:
-            raise ValueError(
-                f"linear_attention_freq has {len(freq)} entries but num_layers is {self.num_layers}"
-            )
-        if self.linear_num_value_heads % self.linear_num_key_heads:
+        if freq is not None:
+            if self.hybrid_layer_pattern is not None:
+                raise ValueError(
+                    "linear_attention_freq does not combine with hybrid_layer_pattern (its "
+                    "gated delta net layers are the pattern's G)"
+                )
+            if self.window_size is not None:
+                raise ValueError("window_size with linear_attention_freq is not modelled")
+            if self.multi_latent_attention:
+                raise ValueError(
+                    "linear_attention_freq with multi_latent_attention is not modelled"
+                )
+            if isinstance(freq, tuple) and len(freq) != self.num_layers:
+                raise ValueError(
+                    f"linear_attention_freq has {len(freq)} entries but num_layers is "
+                    f"{self.num_layers}"
+                )
+        if self.has_gdn and self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError(
                 f"linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
                 f"linear_num_key_heads ({self.linear_num_key_heads})"

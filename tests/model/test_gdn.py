@@ -139,6 +139,12 @@ def test_arch_checks() -> None:
         ModelArch.model_validate({**TINY.model_dump(), "linear_attention_freq": (1, 0)})
     with pytest.raises(ValueError, match="window_size"):
         ModelArch.model_validate({**TINY.model_dump(), "window_size": 128})
+    # a hybrid stack's G layers are held to the same head rule (and, without M layers, not to
+    # the Mamba mixer's)
+    hybrid = {**TINY.model_dump(), "linear_attention_freq": None, "hybrid_layer_pattern": "G*G-"}
+    assert ModelArch.model_validate(hybrid).layer_kinds[0] == GDN
+    with pytest.raises(ValueError, match="must be a multiple of linear_num_key_heads"):
+        ModelArch.model_validate({**hybrid, "linear_num_key_heads": 3})
 
 
 def test_qwen3_next_totals() -> None:
