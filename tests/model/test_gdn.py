@@ -158,6 +158,15 @@ def test_qwen3_next_totals() -> None:
     assert [k.name for k in arch.layer_kinds[:4]] == ["moe-gdn"] * 3 + ["moe"]
 
 
+def test_qwen3_5_totals() -> None:
+    # HF card Qwen/Qwen3.5-397B-A17B: 397B in total (with its vision encoder, which the zoo's
+    # language model leaves out), 17B active; the language model is 396.3B here, 17.3B active
+    arch = catalog.get_model("qwen3.5-397b-a17b")
+    assert params.params_total(arch) == pytest.approx(397e9, rel=0.01)
+    assert params.params_active(arch) == pytest.approx(17e9, rel=0.03)
+    assert [k.name for k in arch.layer_kinds].count("moe-gdn") == 45
+
+
 # NVIDIA's Megatron-Bridge performance recipes for Qwen3-Next-80B-A3B (NVIDIA-NeMo/Megatron-Bridge
 # 067f987d src/megatron/bridge/perf_recipes/qwen/*/qwen3_moe.py, settings only: seq 4096, global
 # batch 1024, tp 1, etp 1, no recompute, forced load balancing, the distributed optimizer; the base
