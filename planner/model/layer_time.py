@@ -362,7 +362,7 @@ def _core(
         # router GEMM and the token permutations (not in `gemm_shapes.linear_gemms`: no model FLOPs)
         gemm_fwd += moe_time.router_time(job, lay, gpu, t)
         perm = moe_time.permute_time(job, lay, gpu, t, load)
-    # --- core attention, or a Mamba mixer's chunked scan
+    # --- core attention, or a linear-time mixer's chunked scan
     act_bytes, ew_bytes = p.act_bytes, p.ew_bytes
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if (linear := mixers.of(kind)) is not None:

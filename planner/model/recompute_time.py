@@ -96,12 +96,6 @@ def module_time(
     if module == "gdn_norm_out" and kind.mixer == "gdn":
         # the gated norm reads the kernel's output and the gate and writes its output (bf16);
         # its CP all-to-all, where there is one, is not charged again
-        return (
-            3
-            * p.tokens
-            * arch.linear_num_value_heads
-            * arch.linear_value_head_dim
-            / lay.tp
-            * (BF16 / gpu.hbm)
-        )
+        vd = arch.linear_num_value_heads * arch.linear_value_head_dim / lay.tp
+        return 3 * p.tokens * vd * BF16 / gpu.hbm
     return 0.0
