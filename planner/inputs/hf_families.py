@@ -48,15 +48,13 @@ def _qwen3_moe(r: Reader, head_dim_default: int = 128) -> Fields:
     return f | moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
 
 
-def _qwen3_next(r: Reader) -> Fields:
-    """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
-    MoE layout (`_qwen3_moe`) with one shared expert of shared_expert_intermediate_size, head_dim
-    256, the gated attention (q_proj makes the query and its output gate: attention_output_gate),
-    and gated delta nets (linear_* sizes) on the layers layer_types marks "linear_attention"
-    (without it, all but every full_attention_interval-th, 4 by default) -> linear_attention_freq.
-    RoPE on part of each head (partial_rotary_factor, 0.25) is timed as if whole."""
-    f = _qwen3_moe(r, head_dim_default=256)
-    n = f["num_layers"]
+def _gated_delta_nets(r: Reader, n: int) -> Fields:
+    """The gated delta nets of Qwen3-Next and Qwen3.5 (transformers' Qwen3NextConfig and
+    Qwen3_5TextConfig, same fields and defaults): on the layers layer_types marks
+    "linear_attention" (without it, all but every full_attention_interval-th, 4 by default) ->
+    linear_attention_freq, and the linear_* sizes; their full-attention layers are gated
+    (q_proj makes the query and its output gate: attention_output_gate). RoPE on part of each head
+    (partial_rotary_factor, 0.25) is timed as if whole."""
     types = r.cfg.get("layer_types")
     if types is None:
         every = r.opt_int("full_attention_interval", default=4, minimum=1) or 4
@@ -68,19 +66,65 @@ def _qwen3_next(r: Reader) -> Fields:
             f'must list "linear_attention" or "full_attention" for each of the {n} layers '
             f"{spelled_json(types)}",
         )
-    shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
     defaults = {"conv_kernel_dim": 4, "key_head_dim": 128, "value_head_dim": 128}
     defaults |= {"num_key_heads": 16, "num_value_heads": 32}
     linear = {f"linear_{k}": r.opt_int(f"linear_{k}", default=v) for k, v in defaults.items()}
     flags = tuple(int(t == kinds[0]) for t in types)
     r.notes.append("RoPE on part of each head (partial_rotary_factor) timed as whole")
     return {
-        **f,
         **linear,
         "attention_output_gate": True,
-        "moe_shared_expert_intermediate_size": shared or None,
         "linear_attention_freq": _skip_freq(flags) if any(flags) else None,
     }
+
+
+def _qwen3_next(r: Reader) -> Fields:
+    """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
+    MoE layout (`_qwen3_moe`) with one shared expert of shared_expert_intermediate_size, head_dim
+    256, and its gated delta nets (`_gated_delta_nets`)."""
+    f = _qwen3_moe(r, head_dim_default=256)
+    shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
+    return {
+        **f,
+        **_gated_delta_nets(r, f["num_layers"]),
+        "moe_shared_expert_intermediate_size": shared or None,
+    }
+
+
+def _text_config(r: Reader) -> Reader:
+    """A vision-language config's language model (its text_config object), read alone: errors
+    name the file and text_config, notes join the outer reader's."""
+    text = r.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise r.error("text_config", f"must be an object (the language model) {spelled_json(text)}")
+    outer_tie = r.cfg.get("tie_word_embeddings")  # the model's, where the text config has none
+    tie = (
+        {}
+        if outer_tie is None or "tie_word_embeddings" in text
+        else {"tie_word_embeddings": outer_tie}
+    )
+    sub = Reader({**tie, **text}, None, r.arch)
+    sub.file = f"{r.file}: text_config"
+    sub.notes = r.notes
+    r.notes.append("the vision encoder is not modelled (text_config only)")
+    return sub
+
+
+def _qwen3_5_moe(r: Reader) -> Fields:
+    """Qwen3.5 MoE (Qwen3_5MoeForConditionalGeneration; transformers' Qwen3_5MoeTextConfig):
+    Qwen3-Next's language model in text_config (`_qwen3_next`), every layer MoE (the text config
+    has no dense layers, no intermediate_size: ffn_hidden_size takes the expert width, unused)."""
+    t = _text_config(r)
+    t.cfg = {"intermediate_size": t.cfg.get("moe_intermediate_size"), **t.cfg}
+    return _qwen3_next(t)
+
+
+def _qwen3_5(r: Reader) -> Fields:
+    """Qwen3.5 dense (Qwen3_5ForConditionalGeneration): Qwen3's dense shape in text_config with
+    head_dim 256 and the gated delta nets (`_gated_delta_nets`)."""
+    t = _text_config(r)
+    f = _qwen3(t, head_dim_default=256)
+    return {**f, **_gated_delta_nets(t, f["num_layers"])}
 
 
 def _deepseek_v3(r: Reader) -> Fields:
@@ -285,6 +329,8 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Qwen3ForCausalLM": ("qwen3", _qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
     "Qwen3NextForCausalLM": ("qwen3_next", _qwen3_next),
+    "Qwen3_5ForConditionalGeneration": ("qwen3_5", _qwen3_5),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", _qwen3_5_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),

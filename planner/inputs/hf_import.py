@@ -32,7 +32,9 @@ files (tests/data/hf) and transformers' config classes:
 - Qwen3-Next (qwen3_next): the layers layer_types marks "linear_attention" (or all but every
   full_attention_interval-th) -> linear_attention_freq (an int, or a 0/1 list), the linear_*
   sizes -> the gated delta net's; its gated attention -> attention_output_gate;
-  shared_expert_intermediate_size -> moe_shared_expert_intermediate_size.
+  shared_expert_intermediate_size -> moe_shared_expert_intermediate_size. Qwen3.5 (qwen3_5,
+  qwen3_5_moe): the same fields in the config's text_config (its language model; the vision
+  encoder is not modelled, and noted).
 
 RoPE settings (rope_theta / rope_scaling, or the newer rope_parameters; rotary_pct,
 partial_rotary_factor) have no ModelArch field and are accepted in either spelling and ignored.

@@ -2,9 +2,13 @@
 
 Oracles: the fixtures in tests/data/hf/ are the published config.json files (but
 glm4.5-355b-a32b.json, composed: Megatron-Bridge's GLM45ModelProvider355B values @5f28ae82 in the
-field names of transformers 4.57.1's Glm4MoeConfig, no published file being in reach; and
+field names of transformers 4.57.1's Glm4MoeConfig, no published file being in reach;
 qwen3-next-80b-a3b.json, composed: the fields the Qwen/Qwen3-Next-80B-A3B-Instruct card's config
-shows, the rest transformers' Qwen3NextConfig defaults, which are that model's); the
+shows, the rest transformers' Qwen3NextConfig defaults, which are that model's; and
+qwen3.5-397b-a17b.json, composed: Megatron-Bridge 067f987d's Qwen35VLMoEModelProvider defaults
+for Qwen3.5-397B-A17B in the field names of transformers' Qwen3_5MoeTextConfig; qwen3.5-9b.json,
+composed: transformers' Qwen3_5TextConfig defaults, which its docstring calls the Qwen3.5-9B style
+configuration, with layer_types spelt out); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -103,6 +107,25 @@ EXPECTED: dict[str, dict[str, Any]] = {
         moe_layer_freq=1, qk_layernorm=True, attention_output_gate=True,
         linear_attention_freq=4, linear_conv_kernel_dim=4, linear_key_head_dim=128,
         linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # Megatron-Bridge 067f987d Qwen35VLMoEModelProvider (the language model in text_config;
+    # no dense layer, so ffn_hidden_size is the expert width, unused)
+    "qwen3.5-397b-a17b": dict(
+        num_layers=60, hidden_size=4096, ffn_hidden_size=1024, num_attention_heads=32,
+        num_query_groups=2, kv_channels=256, vocab_size=248320, num_moe_experts=512,
+        moe_router_topk=10, moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
+        moe_layer_freq=1, qk_layernorm=True, attention_output_gate=True,
+        linear_attention_freq=4, linear_num_key_heads=16, linear_num_value_heads=64,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # transformers' Qwen3_5TextConfig defaults (dense: every layer an MLP of intermediate_size;
+    # layer_types' every 4th full attention read back as the int 4)
+    "qwen3.5-9b": dict(
+        num_layers=32, hidden_size=4096, ffn_hidden_size=12288, num_attention_heads=16,
+        num_query_groups=4, kv_channels=256, vocab_size=248320, num_moe_experts=None,
+        qk_layernorm=True, attention_output_gate=True, linear_attention_freq=4,
+        linear_num_key_heads=16, linear_num_value_heads=32,
         untie_embeddings_and_output_weights=True,
     ),
     # models.yaml megatron note: first_k_dense_replace 3 -> --moe-layer-freq [0]*3+[1]*58 etc.
@@ -244,6 +267,7 @@ SAME_AS_ZOO = {
     "qwen2.5-7b": "qwen2.5-7b",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "qwen3-next-80b-a3b": "qwen3-next-80b-a3b",
+    "qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
     "deepseek-v3": "deepseek-v3",
     "deepseek-v2": "deepseek-v2",
     "deepseek-v2-lite": "deepseek-v2-lite",
@@ -584,3 +608,17 @@ def test_sliding_window_layers() -> None:
     assert irregular.window_attn_skip_freq == (0, 0, 0) + (1,) * (n - 3)
     with pytest.raises(InputError, match=r"x\.json: layer_types: must list"):
         arch_from_hf({**cfg, "layer_types": ["sliding_attention"]}, "x.json")
+
+
+def test_qwen3_5_reads_its_text_config(tmp_path: Path) -> None:
+    cfg = fixture("qwen3.5-9b")
+    # the model's tie_word_embeddings stands where the text config has none
+    tied = {**cfg, "tie_word_embeddings": True}
+    assert not load_hf_config(write(tmp_path, tied)).untie_embeddings_and_output_weights
+    # an error inside the language model names the file and text_config
+    bad = {**cfg, "text_config": {**cfg["text_config"], "linear_num_key_heads": 0}}
+    message = load_error(write(tmp_path, bad))
+    assert "text_config: linear_num_key_heads" in message
+    assert "text_config: must be an object" in load_error(
+        write(tmp_path, {**cfg, "text_config": 3})
+    )
