@@ -81,13 +81,15 @@ def _gated_delta_nets(r: Reader, n: int) -> Fields:
 def _qwen3_next(r: Reader) -> Fields:
     """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
     MoE layout (`_qwen3_moe`) with one shared expert of shared_expert_intermediate_size, head_dim
-    256, and its gated delta nets (`_gated_delta_nets`)."""
+    256, and its gated delta nets (`_gated_delta_nets`); mtp_num_hidden_layers -> mtp_num_layers
+    (Megatron-Bridge maps it so, conversion/model_bridge.py)."""
     f = _qwen3_moe(r, head_dim_default=256)
     shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
     return {
         **f,
         **_gated_delta_nets(r, f["num_layers"]),
         "moe_shared_expert_intermediate_size": shared or None,
+        "mtp_num_layers": r.opt_int("mtp_num_hidden_layers", default=0, minimum=0),
     }
 
 

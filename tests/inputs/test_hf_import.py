@@ -622,3 +622,13 @@ def test_qwen3_5_reads_its_text_config(tmp_path: Path) -> None:
     assert "text_config: must be an object" in load_error(
         write(tmp_path, {**cfg, "text_config": 3})
     )
+
+
+def test_qwen3_next_mtp_layers(tmp_path: Path) -> None:
+    # mtp_num_hidden_layers -> mtp_num_layers (Megatron-Bridge's mapping); the MTP layer is the
+    # last decoder layer's kind, a full-attention MoE layer in Qwen3-Next
+    cfg = {**fixture("qwen3-next-80b-a3b"), "mtp_num_hidden_layers": 1}
+    arch = load_hf_config(write(tmp_path, cfg))
+    assert arch.mtp_num_layers == 1
+    assert [k.name for k in arch.mtp_kinds] == ["moe"]
+    assert load_hf_config(HF / "qwen3-next-80b-a3b.json").mtp_num_layers == 0
