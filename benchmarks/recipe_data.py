@@ -44,6 +44,7 @@ MODELS = {
     "nemotronh_56b": "nemotronh-56b",
     "nemotron_3_super": "nemotron3-super-120b-a12b",
     "nemotron_3_ultra": "nemotron3-ultra-550b-a55b",
+    "qwen3_next_80b_a3b": "qwen3-next-80b-a3b",
 }
 """Recipe function prefix -> zoo model. Llama 3 8B / 70B (meta-llama/Meta-Llama-3-8B / -70B,
 the recipes' HF configs) have exactly the Llama 3.1 shapes (layers, widths, heads, vocabulary
@@ -139,7 +140,7 @@ class Recipe:
 
     @property
     def is_moe(self) -> bool:
-        return self.id[0] in "QGDKNSU"
+        return self.id[0] in "QGDKNSUX"
 
     @property
     def stem(self) -> str:
@@ -194,7 +195,7 @@ def load_recipes(path: Path = DATA) -> list[Recipe]:
         if line.startswith("### "):
             section = line
             continue
-        if not re.match(r"\|\s*[LQGDKNMSU]\d+\s*\|", line):
+        if not re.match(r"\|\s*[LQGDKNMSUX]\d+\s*\|", line):
             continue
         c = _cells(line)
         if section.endswith("parallel layout"):

@@ -237,6 +237,7 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         groups, topk = DSV3_ROUTING
         f["--moe-router-num-groups"] = (str(groups),)
         f["--moe-router-group-topk"] = (str(topk),)
+    if r.family in ("deepseek_v3", "qwen3_next_80b_a3b"):  # their base recipes' one MTP layer
         f["--mtp-num-layers"] = ("1",)
     return f
 

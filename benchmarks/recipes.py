@@ -4,10 +4,10 @@ what does planner predict, and does `planner launch` emit the flags the recipe s
     python benchmarks/recipes.py                 # the table, then each recipe's differences
     python benchmarks/recipes.py --write-plans   # rewrite examples/recipes/*.toml from the data
 
-The recipes' settings are read from benchmarks/data/bridge_recipes.md (249 recipes of
+The recipes' settings are read from benchmarks/data/bridge_recipes.md (259 recipes of
 NVIDIA-NeMo/Megatron-Bridge @ 067f987d: Llama 3 8B / 70B, Llama 3.1 405B, Qwen3 30B-A3B and
-235B-A22B, GPT-OSS 120B / 20B, DeepSeek-V3, Kimi K2, Nemotron 3 Nano / Super / Ultra, Nemotron-H
-56B on H100, B200, GB200, B300 and GB300).
+235B-A22B, Qwen3-Next 80B-A3B, GPT-OSS 120B / 20B, DeepSeek-V3, Kimi K2, Nemotron 3 Nano / Super /
+Ultra, Nemotron-H 56B on H100, B200, GB200, B300 and GB300).
 Settings only: no throughput figure of Megatron-Bridge's was read or is printed; "tok/s/GPU" is
 planner's own prediction. Each modelled recipe has a plan file under examples/recipes/, written by
 `plan_document` from the same row (so `--write-plans` reproduces them); the recipe's
@@ -24,7 +24,7 @@ cannot run at the size in their name). The NVFP4
 recipes are plans of precision "fp4", with fp4_param_gather and bf16 first / last layers as each
 recipe sets them (bridge_recipes.md, "NVFP4 per recipe"). Settings with no plan field are named
 in each recipe's notes.
-The data file's development ("_dev") recipes are not among the 249 and are not modelled.
+The data file's development ("_dev") recipes are not among the 259 and are not modelled.
 Six 128-GPU Llama 3.1 405B recipes (L21-L23, L38-L40) whose code contradicts their docstrings
 are modelled from the legacy presets the docstrings describe, each named in its notes
 (bridge_recipes.md, "Legacy presets modelled in place of the flat code"); the B300 / GB300

@@ -1,7 +1,7 @@
 """NVIDIA's Megatron-Bridge performance recipes as plan files (examples/recipes/, written by
 benchmarks/recipes.py from benchmarks/data/bridge_recipes.md).
 
-Oracles: the data file itself (its 249 rows by id, its own derived "dp / micro-batches per step"
+Oracles: the data file itself (its 259 rows by id, its own derived "dp / micro-batches per step"
 column, its list of recipes that cannot run at their size); hand readings of single rows
 (arithmetic in the comments); Megatron-LM's rules (planner.search.rules, whose sources
 benchmarks/data/megatron_rules.md lists). Whether each fits: every recipe ran on the GPUs it
@@ -32,17 +32,19 @@ MODELLED = [r for r in ALL if not r.skip]
 
 
 def test_every_row_of_the_data_file_is_read() -> None:
-    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9, S1-S13, U1-U2: the data file's nine
-    # tables, 249 recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300 and GB300
-    # after them; Kimi K2's 16, Nemotron 3 Nano's 14, Nemotron-H 56B's 9 and Nemotron 3 Super's
-    # 13 on all five, 7, 6, 4 and 6 of them on B300 / GB300; Nemotron 3 Ultra's GB200 and GB300)
+    # L1-L80, Q1-Q66, G1-G20, D1-D29, K1-K16, N1-N14, M1-M9, S1-S13, U1-U2, X1-X10: the data
+    # file's ten tables, 259 recipes (H100, B200 and GB200: L1-L45, Q1-Q38, G1-G9, D1-D16; B300
+    # and GB300 after them; Kimi K2's 16, Nemotron 3 Nano's 14, Nemotron-H 56B's 9, Nemotron 3
+    # Super's 13 and Qwen3-Next's 10 on all five, 7, 6, 4, 6 and 4 of them on B300 / GB300;
+    # Nemotron 3 Ultra's GB200 and GB300)
     sizes = (("L", 80), ("Q", 66), ("G", 20), ("D", 29), ("K", 16), ("N", 14), ("M", 9))
-    sizes += (("S", 13), ("U", 2))
+    sizes += (("S", 13), ("U", 2), ("X", 10))
     want = {f"{k}{i}" for k, n in sizes for i in range(1, n + 1)}
-    assert set(BY_ID) == want and len(ALL) == 249
+    assert set(BY_ID) == want and len(ALL) == 259
     assert {r.gpu for r in ALL} == {"H100", "B200", "GB200", "B300", "GB300"}
     new = [r for r in ALL if r.gpu in ("B300", "GB300")]
-    assert len(new) == 87 + 7 + 6 + 4 + 6 + 1 and all(f"/{r.gpu.lower()}/" in r.source for r in new)
+    assert len(new) == 87 + 7 + 6 + 4 + 6 + 1 + 4
+    assert all(f"/{r.gpu.lower()}/" in r.source for r in new)
     assert all(r.runtime and r.env for r in ALL)
 
 
@@ -69,7 +71,7 @@ def test_skipped_are_the_recipes_the_data_file_calls_infeasible() -> None:
     # 18 NVFP4 recipes on H100 / B200 / GB200, 20 on B300 / GB300, Kimi K2's K16, Nemotron 3
     # Nano's N5, N8, N11, N14, Nemotron 3 Super's S4, S7, S10, S13; 45 modelled
     assert len(nvfp4) == 47 and len(nvfp4 - skipped) == 45
-    assert len(MODELLED) == 249 - 11 == 238
+    assert len(MODELLED) == 259 - 11 == 248
 
 
 def test_the_plan_files_are_the_modelled_recipes_and_in_step_with_the_data() -> None:
@@ -459,7 +461,7 @@ def test_the_benchmark_prints_a_row_per_recipe(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for r in ALL:
         assert any(line.split()[:1] == [r.id] for line in out.splitlines()), r.id
-    assert "249 recipes: 238 modelled" in out  # 249 less the 11 infeasible
+    assert "259 recipes: 248 modelled" in out  # 259 less the 11 infeasible
     assert all(row.error is None for row in rows)
 
 
