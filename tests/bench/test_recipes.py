@@ -311,6 +311,33 @@ def test_nemotron_3_ultra_rows() -> None:
         assert "--reuse-grad-buf-for-mxfp8-param-ag" not in flags  # dropped under FSDP
 
 
+def test_qwen3_next_rows() -> None:
+    # bridge_recipes.md, Qwen3-Next-80B-A3B (X1-X10): the zoo model with its 36 gated delta nets
+    # and one MTP layer, no recompute, forced load balancing; H100 alltoall at ep 128; B200 / B300
+    # flex / deepep at ep 64; GB200 / GB300 flex / hybridep (16 SMs) at pp 2 with the layout
+    # string's 8 stages (vpp 4), ep 32 and TE graphs of attention and the router
+    expect = {
+        "X1": (1, 1, 128, "alltoall", None),
+        "X3": (1, 1, 64, "flex", "deepep"),
+        "X7": (1, 1, 64, "flex", "deepep"),
+        "X5": (2, 4, 32, "flex", "hybridep"),
+        "X9": (2, 4, 32, "flex", "hybridep"),
+    }
+    for rid, (pp, vpp, ep, dispatcher, backend) in expect.items():
+        plan = load_plan(BY_ID[rid].plan_path)
+        job, lay = plan.job, plan.require_layout()
+        assert job.arch.has_gdn and job.arch.mtp_num_layers == 1
+        assert (lay.pp, lay.vpp, lay.ep, lay.recompute) == (pp, vpp, ep, "none")
+        assert lay.moe_token_dispatcher_type == dispatcher
+        assert backend is None or lay.moe_flex_dispatcher_backend == backend
+        assert job.moe_router_force_load_balancing
+        assert job.cuda_graphs == (backend == "hybridep")
+    gb = load_plan(BY_ID["X9"].plan_path).require_layout()
+    # Et*4 | (t*7 |)*5 t*8 | tmL: 4 + 5 x 7 + 8 + 1 = 48 layers in 8 stages
+    assert gb.pipeline_model_parallel_layout == "Et*4|(t*7|)*5t*8|tmL"
+    assert gb.moe_flex_dispatcher_num_sms == 16
+
+
 def test_fp8_presets() -> None:
     # FP8-CS tensorwise with param gather; FP8-DS delayed; MXFP8 e4m3 (and reuse of the grad
     # buffer); FP8-blockwise without param gather

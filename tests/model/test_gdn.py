@@ -1,6 +1,7 @@
 """A transformer's gated delta net (linear-attention) layers on a tiny config, by hand: which
 layers they are, parameters, FLOPs, activation bytes, the chunked kernels' time; Qwen3-Next's
-totals; and NVIDIA's ten Qwen3-Next benchmark layouts judged to fit.
+totals. (NVIDIA's ten Qwen3-Next benchmark layouts are judged to fit in
+tests/bench/test_recipes.py, rows X1-X10.)
 
 Oracle: hand arithmetic from Megatron-LM d98e8a64 megatron/core/ssm/gated_delta_net/ (gdn.py,
 common.py: the module shapes; training.py `gdn_layer_flops`), experimental_attention_variant_
@@ -20,12 +21,10 @@ import pytest
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import DENSE, DENSE_GDN, GDN
-from planner.inputs.plan import parse_plan
 from planner.model import activations as act
-from planner.model import flops, gdn, gemm_shapes, memory, params
+from planner.model import flops, gdn, gemm_shapes, params
 from planner.model.activations import Shard
 from planner.model.gemm import Gpu
-from planner.search.rules import check_plan
 
 TINY = ModelArch(
     name="tiny-gdn",
@@ -165,96 +164,3 @@ def test_qwen3_5_totals() -> None:
     assert params.params_total(arch) == pytest.approx(397e9, rel=0.01)
     assert params.params_active(arch) == pytest.approx(17e9, rel=0.03)
     assert [k.name for k in arch.layer_kinds].count("moe-gdn") == 45
-
-
-# NVIDIA's Megatron-Bridge performance recipes for Qwen3-Next-80B-A3B (NVIDIA-NeMo/Megatron-Bridge
-# 067f987d src/megatron/bridge/perf_recipes/qwen/*/qwen3_moe.py, settings only: seq 4096, global
-# batch 1024, tp 1, etp 1, no recompute, forced load balancing, the distributed optimizer; the base
-# recipe recipes/qwen/h100/qwen3_next.py makes the dispatcher flex, which the H100 recipe sets back
-# to alltoall): (GPU, GPUs, precision, FP8 recipe, pp, vpp, ep, mbs, flex backend, CUDA graphs).
-QWEN3_NEXT_RECIPES = {
-    "h100_bf16 (h100/qwen3_moe.py:316)": ("h100-sxm-80gb", 128, "bf16", None, 1, 1, 128, 1, None),
-    "h100_fp8cs (:359)": ("h100-sxm-80gb", 128, "fp8", "tensorwise", 1, 1, 128, 1, None),
-    "b300_bf16 (b300/qwen3_moe.py:647)": (
-        "b300-sxm-270gb",
-        64,
-        "bf16",
-        None,
-        1,
-        1,
-        64,
-        1,
-        "deepep",
-    ),
-    "b300_fp8mx (:692)": ("b300-sxm-270gb", 64, "fp8", "mxfp8", 1, 1, 64, 2, "deepep"),
-    "b200_bf16 (b200/qwen3_moe.py:664)": (
-        "b200-sxm-180gb",
-        64,
-        "bf16",
-        None,
-        1,
-        1,
-        64,
-        1,
-        "deepep",
-    ),
-    "b200_fp8mx (:685)": ("b200-sxm-180gb", 64, "fp8", "mxfp8", 1, 1, 64, 1, "deepep"),
-    "gb300_bf16 (gb300/qwen3_moe.py:681)": (
-        "gb300-nvl72",
-        64,
-        "bf16",
-        None,
-        2,
-        4,
-        32,
-        4,
-        "hybridep",
-    ),
-    "gb300_fp8mx (:736)": ("gb300-nvl72", 64, "fp8", "mxfp8", 2, 4, 32, 4, "hybridep"),
-    "gb200_bf16 (gb200/qwen3_moe.py:683)": (
-        "gb200-nvl72",
-        64,
-        "bf16",
-        None,
-        2,
-        4,
-        32,
-        2,
-        "hybridep",
-    ),
-    "gb200_fp8mx (:710)": ("gb200-nvl72", 64, "fp8", "mxfp8", 2, 4, 32, 2, "hybridep"),
-}
-
-
-@pytest.mark.parametrize("recipe", sorted(QWEN3_NEXT_RECIPES))
-def test_the_layouts_nvidia_ran_fit(recipe: str) -> None:
-    # Oracle: NVIDIA benchmarks these layouts, so each ran in its GPU's memory; the gated delta
-    # nets' activations (3 of every 4 layers) must not be counted so high that one is refused
-    gpu, n, precision, fp8, pp, vpp, ep, mbs, backend = QWEN3_NEXT_RECIPES[recipe]
-    training: dict[str, object] = {
-        "seq_length": 4096,
-        "global_batch_size": 1024,
-        "precision": precision,
-        "moe_router_force_load_balancing": True,
-    }
-    if fp8 is not None:
-        training["fp8_recipe"] = fp8
-    if backend == "hybridep":  # the GB recipes capture these modules in CUDA graphs
-        training["cuda_graphs"] = True
-        training["cuda_graph_modules"] = ["attn", "moe_router", "moe_preprocess"]
-    parallel: dict[str, object] = {
-        "tp": 1, "pp": pp, "vpp": vpp, "ep": ep, "etp": 1, "micro_batch_size": mbs,
-        "zero_stage": 1, "recompute": "none",
-        "moe_token_dispatcher_type": "alltoall" if backend is None else "flex",
-    }  # fmt: skip
-    if backend is not None:
-        parallel["moe_flex_dispatcher_backend"] = backend
-    doc = {
-        "model": {"name": "qwen3-next-80b-a3b"},
-        "cluster": {"gpu": gpu, "num_gpus": n},
-        "training": training,
-        "parallel": parallel,
-    }
-    plan = check_plan(parse_plan(doc))
-    report = memory.estimate(plan.job, plan.require_layout())
-    assert report.fits, f"{recipe}: {report.peak / 2**30:.1f} GiB of {report.capacity / 2**30:.1f}"
