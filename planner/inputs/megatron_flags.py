@@ -245,7 +245,9 @@ NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
     "--experimental-attention-variant": "DeepSeek sparse attention (DSA) is counted as dense "
-    "softmax attention",
+    "flash attention: its indexer and top-k indices are not counted, and under "
+    "--dsa-kernel-backend none (Megatron's default) its attention runs unfused over fp32 s x s "
+    "scores per head, which are not counted either (memory under-estimated)",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
