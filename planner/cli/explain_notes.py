@@ -1,9 +1,10 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
-saves (or why it saves nothing), what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8
-attention saves it, what Megatron's deterministic mode costs it, where the host's eager kernel
-issue floors the layers, what an offloaded optimizer takes of the host and adds to the step, what
-deferred output-layer weight gradients hold, and whether the plan
-is in a regime where measured steps run well behind the model (`planner.model.known_gaps`)."""
+saves (or why it saves nothing), what a model's gated delta nets or Mamba mixers keep and run,
+what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8 attention saves it, what
+Megatron's deterministic mode costs it, where the host's eager kernel issue floors the layers,
+what an offloaded optimizer takes of the host and adds to the step, what deferred output-layer
+weight gradients hold, and whether the plan is in a regime where measured steps run well behind
+the model (`planner.model.known_gaps`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import attention_time, cost, determinism, layer_time, memory, stage_time
+from planner.model import activations as act
+from planner.model import (
+    attention_time,
+    cost,
+    determinism,
+    layer_time,
+    memory,
+    mixers,
+    stage_activations,
+    stage_time,
+)
 from planner.model.known_gaps import (
     FOLDED_MOE_GAP,
     ONE_MICRO_BATCH_GAP,
@@ -31,6 +42,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     """The notes that apply to the plan, in order."""
     texts = (
         routing_text(job, layout),
+        linear_mixer_text(job, layout),
         fused_mlp_text(job, layout, perf),
         shared_overlap_text(job, layout, perf),
         bf16_layers_text(job, layout, perf),
@@ -89,6 +101,35 @@ SWITCH_ADVICE_SHARE = 0.01
 """The share of the step a one-switch change (the fused grouped MLP, the shared experts'
 overlap) must save for explain to suggest it to a plan without it (1%: one flag, no layout
 change)."""
+
+
+MIXER_NAMES = {"gdn": "a gated delta net", "mamba": "a Mamba-2 mixer"}
+
+
+def linear_mixer_text(job: Job, layout: Layout) -> str | None:
+    """A model with linear-time mixers (`planner.model.mixers`): how many of its layers mix with
+    one, what the mixer's block keeps per token on a GPU against an attention block's, and what
+    its chunked kernels run per micro-batch."""
+    arch = job.arch
+    found = [(k, mixers.of(k)) for k in arch.layer_kinds]
+    linear = [(k, m) for k, m in found if m is not None]
+    if not linear:
+        return None
+    kind, module = linear[0]
+    assert kind.mixer is not None and module is not None
+    sh = stage_activations.shard(job, layout)
+    per_token = act.linear_mixer_bytes(arch, sh, module) / sh.tokens
+    fwd, bwd = module.scan_time(arch, layer_time.gpu_of(job), sh.tokens, layout.tp)
+    text = (
+        f"{len(linear)} of {arch.num_layers} layers mix with {MIXER_NAMES[kind.mixer]}: its block "
+        f"keeps {per_token / 1e3:.1f} kB a token on each GPU"
+    )
+    if any(k.mixer == "attention" for k in arch.layer_kinds):
+        text += f" (an attention block {act.attention_bytes(arch, sh) / sh.tokens / 1e3:.1f})"
+    return text + (
+        f", and its chunked kernels run {fwd * 1e3:.2f} + {bwd * 1e3:.2f} ms forward and "
+        "backward per micro-batch"
+    )
 
 
 def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:

@@ -268,3 +268,26 @@ def test_deterministic_note_says_what_the_mode_adds() -> None:
     tt_det = replace(tt, deterministic=True)
     tt_lay = Layout(dp=8, zero_stage=3)
     assert explain_notes.deterministic_text(tt_det, tt_lay, cost.estimate(tt_det, tt_lay)) is None
+
+
+def test_explain_restates_the_linear_mixers_bytes_and_kernel_time() -> None:
+    # Qwen3-Next on 128 H100 (Megatron-Bridge's recipe X1, tp 1, 4,096 tokens a micro-batch):
+    # 36 of 48 layers are gated delta nets; the note restates the model's own block bytes per
+    # token (activations.linear_mixer_bytes) and the kernels' time (gdn.scan_time)
+    from planner.model import activations as act
+    from planner.model import gdn, layer_time, stage_activations
+
+    plan = load_plan(
+        REPO / "examples" / "recipes" / "qwen3-next-80b-a3b-pretrain-128gpu-h100-bf16.toml"
+    )
+    lay = plan.require_layout()
+    text = explain_notes.linear_mixer_text(plan.job, lay)
+    assert text is not None and text.startswith("36 of 48 layers mix with a gated delta net")
+    sh = stage_activations.shard(plan.job, lay)
+    kept = act.linear_mixer_bytes(plan.job.arch, sh, gdn) / sh.tokens
+    assert f"keeps {kept / 1e3:.1f} kB a token" in text
+    fwd, bwd = gdn.scan_time(plan.job.arch, layer_time.gpu_of(plan.job), sh.tokens, 1)
+    assert f"run {fwd * 1e3:.2f} + {bwd * 1e3:.2f} ms" in text
+    # a transformer without linear-time mixers has no such line
+    dense = load_plan(REPO / "examples" / "recipes" / "llama3-8b-pretrain-8gpu-h100-bf16.toml")
+    assert explain_notes.linear_mixer_text(dense.job, dense.require_layout()) is None
