@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.inputs.hybrid import ATTENTION, GDN, MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
@@ -118,14 +119,17 @@ def linear_mixer_text(job: Job, layout: Layout) -> str | None:
     kind, module = linear[0]
     assert kind.mixer is not None and module is not None
     sh = stage_activations.shard(job, layout)
-    per_token = act.linear_mixer_bytes(arch, sh, module) / sh.tokens
+    alone = {"gdn": GDN, "mamba": MAMBA}[kind.mixer]  # the mixer's block alone, recompute applied
+    per_token = act.layer_bytes(arch, alone, sh) / sh.tokens
     fwd, bwd = module.scan_time(arch, layer_time.gpu_of(job), sh.tokens, layout.tp)
     text = (
         f"{len(linear)} of {arch.num_layers} layers mix with {MIXER_NAMES[kind.mixer]}: its block "
         f"keeps {per_token / 1e3:.1f} kB a token on each GPU"
     )
     if any(k.mixer == "attention" for k in arch.layer_kinds):
-        text += f" (an attention block {act.attention_bytes(arch, sh) / sh.tokens / 1e3:.1f})"
+        text += (
+            f" (an attention block {act.layer_bytes(arch, ATTENTION, sh) / sh.tokens / 1e3:.1f})"
+        )
     return text + (
         f", and its chunked kernels run {fwd * 1e3:.2f} + {bwd * 1e3:.2f} ms forward and "
         "backward per micro-batch"

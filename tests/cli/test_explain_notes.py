@@ -273,7 +273,8 @@ def test_deterministic_note_says_what_the_mode_adds() -> None:
 def test_explain_restates_the_linear_mixers_bytes_and_kernel_time() -> None:
     # Qwen3-Next on 128 H100 (Megatron-Bridge's recipe X1, tp 1, 4,096 tokens a micro-batch):
     # 36 of 48 layers are gated delta nets; the note restates the model's own block bytes per
-    # token (activations.linear_mixer_bytes) and the kernels' time (gdn.scan_time)
+    # token (activations.linear_mixer_bytes: no recompute here) and the kernels' time
+    # (gdn.scan_time)
     from planner.model import activations as act
     from planner.model import gdn, layer_time, stage_activations
 
