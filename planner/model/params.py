@@ -51,7 +51,8 @@ experts + E routed experts), following moe_layer_freq; a hybrid stack's layers a
 delta net, `planner.model.gdn`), following hybrid_layer_pattern; a transformer's linear-attention
 layers (linear_attention_freq) have a gated delta net in place of the attention. `layer_params`
 splits a layer into (non-expert, routed-expert) because the two shard differently (TP/PP vs
-EP/expert-TP).
+EP/expert-TP); `replicated_params` is the part of the non-expert one that TP does not split (the
+norms, MLA's down-projections and latent norms, the router, a latent MoE's projections).
 
 MTP (Megatron `multi_token_prediction.py`, DeepSeek-V3): each MTP layer has enorm and hnorm
 (nw*h each), eh_proj (2h -> h, no bias), one transformer layer of the last decoder layer's type
@@ -185,6 +186,28 @@ def kind_params(arch: ModelArch, kind: bool | LayerKind) -> tuple[int, int]:
     return non_expert, (arch.num_moe_experts or 0) * expert_params(arch)
 
 
+def replicated_params(arch: ModelArch, kind: bool | LayerKind) -> int:
+    """The part of a layer's non-expert parameters (`kind_params`) that every TP rank holds whole,
+    as Megatron-Core builds it (d98e8a64): the block norms, the q / k norms and MLA's latent
+    norms, MLA's down-projections (TELinear with parallel_mode "duplicated",
+    multi_latent_attention.py), the router's weight (TopKRouter, unsplit) and a latent MoE's
+    projections (duplicated). The rest is split over TP; a mixer's inner norms are split with its
+    channels or are a few dozen weights."""
+    kind = layer_kind(kind)
+    h, nw = arch.hidden_size, _norm_width(arch)
+    n = kind.blocks * nw * h
+    if kind.mixer == "attention" and arch.multi_latent_attention:
+        assert arch.kv_lora_rank is not None and arch.qk_pos_emb_head_dim is not None
+        r_q, r_kv = arch.q_lora_rank or 0, arch.kv_lora_rank
+        n += h * r_q + h * (r_kv + arch.qk_pos_emb_head_dim)
+        n += nw * (r_q + r_kv) if arch.qk_layernorm else 0
+    elif kind.mixer == "attention" and arch.qk_layernorm:
+        n += 2 * nw * arch.head_dim
+    if kind.moe:
+        n += router_params(arch) + latent_projection_params(arch)
+    return n
+
+
 def layer_params(arch: ModelArch, i: int) -> tuple[int, int]:
     """(non-expert, routed-expert) parameters of decoder layer i (0-based)."""
     if not 0 <= i < arch.num_layers:
@@ -197,6 +220,12 @@ def kind_table(arch: ModelArch) -> tuple[tuple[int, int], ...]:
     """`kind_params` of each of `arch.kinds`, in order (cached: the memory model asks per
     layout)."""
     return tuple(kind_params(arch, k) for k in arch.kinds)
+
+
+@cache
+def replicated_table(arch: ModelArch) -> tuple[int, ...]:
+    """`replicated_params` of each of `arch.kinds`, in order (cached, as `kind_table`)."""
+    return tuple(replicated_params(arch, k) for k in arch.kinds)
 
 
 @cache

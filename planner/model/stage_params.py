@@ -1,5 +1,6 @@
 """Parameters one GPU of a pipeline rank holds, dense and expert: its decoder layers by kind (TP /
-EP x expert-TP split), the embedding on the first rank, the output layer and final norm on the
+EP x expert-TP split, but for what Megatron-Core keeps whole on every TP rank,
+`params.replicated_params`), the embedding on the first rank, the output layer and final norm on the
 last, the MTP layers (with the embedding and output copies Megatron builds for them) on theirs;
 and how many of them are FP8 GEMM weights. `planner.model.memory` turns them into bytes."""
 
@@ -30,10 +31,13 @@ def _edge_params_of(arch: ModelArch, vocab: int) -> tuple[int, int, int, tuple[i
 
 def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of some decoder layers (a rank's chunks) on one GPU (TP / EP x
-    expert-TP split), each layer's by its kind (`params.kind_table`)."""
+    expert-TP split, but for what every TP rank holds whole, `params.replicated_params`), each
+    layer's by its kind (`params.kind_table`)."""
     counts = job.arch.kind_counts(chunks)
     table = params.kind_table(job.arch)
-    dense = sum(n * d for n, (d, _) in zip(counts, table, strict=True)) / layout.tp
+    whole = params.replicated_table(job.arch)
+    dense = sum(n * (d - w) for n, (d, _), w in zip(counts, table, whole, strict=True)) / layout.tp
+    dense += sum(n * w for n, w in zip(counts, whole, strict=True))
     expert = sum(n * e for n, (_, e) in zip(counts, table, strict=True))
     return dense, expert / (layout.ep * layout.expert_tp)
 

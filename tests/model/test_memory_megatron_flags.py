@@ -101,13 +101,14 @@ def test_rl_rollout_engine_adds_its_kv_cache_and_its_own_copy_of_the_weights() -
     )
     for a, b in stages:
         assert b.allocated - a.allocated == pytest.approx(20 * GIB)
-    # a tp 4, pp 1 rollout model of Llama 3.1 8B: 32 layers of 218,112,000 parameters (QKV
-    # 4096 x 6144, projection 4096^2, SwiGLU 3 x 4096 x 14,336, two norms) / 4, the embedding
-    # and output layer of 128,512 (a multiple of 128 x 4) x 4096 each / 4, the final norm 4096:
-    # 1,744,896,000 + 2 x 131,596,288 + 4096 = 2,008,092,672 bf16 weights per GPU
+    # a tp 4, pp 1 rollout model of Llama 3.1 8B: 32 layers of 218,103,808 parameters (QKV
+    # 4096 x 6144, projection 4096^2, SwiGLU 3 x 4096 x 14,336) / 4 and their two norms, 8,192,
+    # whole on every rank (Megatron does not split norms), the embedding and output layer of
+    # 128,512 (a multiple of 128 x 4) x 4096 each / 4, the final norm 4096:
+    # 32 x 54,534,144 + 2 x 131,596,288 + 4096 = 2,008,289,280 bf16 weights per GPU
     separate = replace(base, rl_inference_parallel=(4, 1, 1, 4))
-    assert rl_inference.inference_model_params(separate, LAYOUT) == pytest.approx(2_008_092_672)
-    assert rl_inference.resident_bytes(separate, LAYOUT) == pytest.approx(2 * 2_008_092_672)
+    assert rl_inference.inference_model_params(separate, LAYOUT) == pytest.approx(2_008_289_280)
+    assert rl_inference.resident_bytes(separate, LAYOUT) == pytest.approx(2 * 2_008_289_280)
 
 
 LLAVA = (
