@@ -279,6 +279,17 @@ def mtp_layer_params(arch: ModelArch) -> tuple[int, int]:
     return copies * non_expert, copies * experts
 
 
+def mtp_replicated_params(arch: ModelArch) -> int:
+    """The part of `mtp_layer_params`' non-expert parameters that TP does not split: each
+    layer's inner decoder layer's `replicated_params` and its three norms (eh_proj is
+    column-parallel)."""
+    if arch.mtp_num_layers == 0:
+        return 0
+    one = sum(replicated_params(arch, k) for k in arch.mtp_kinds)
+    one += 3 * _norm_width(arch) * arch.hidden_size
+    return (1 if arch.mtp_use_repeated_layer else arch.mtp_num_layers) * one
+
+
 def mtp_params(arch: ModelArch) -> int:
     """What the MTP layers add (their embedding and output layer are the main model's)."""
     return sum(mtp_layer_params(arch))

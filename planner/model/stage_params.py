@@ -44,9 +44,10 @@ def decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, flo
 
 def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
     """(dense, expert) parameters of the MTP layers on one GPU of the rank that holds them (TP /
-    EP x expert-TP split)."""
+    EP x expert-TP split, but for what every TP rank holds whole)."""
     mtp_dense, mtp_expert = _edge_params(job.arch, job.arch.padded_vocab(layout.tp))[3]
-    return mtp_dense / layout.tp, mtp_expert / (layout.ep * layout.expert_tp)
+    whole = params.mtp_replicated_params(job.arch)  # what every TP rank holds whole
+    return (mtp_dense - whole) / layout.tp + whole, mtp_expert / (layout.ep * layout.expert_tp)
 
 
 def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:

@@ -50,3 +50,11 @@ def test_a_ranks_layers_split_all_but_the_whole_part(tp: int) -> None:
     kept = sum(n * w for n, w in zip(counts, whole, strict=True))
     assert dense == pytest.approx((total - kept) / tp + kept)
     assert kept == 3 * params.replicated_params(arch, DENSE) + 58 * 16_990_208
+
+
+def test_the_mtp_layer_keeps_its_norms_and_inner_layer_whole() -> None:
+    # DeepSeek-V3's one MTP layer: enorm, hnorm and its final norm (3 x 7168) and an MoE layer's
+    # whole part (16,990,208); its eh_proj (2h x h) is column-parallel
+    arch = job("deepseek-v3", "h800-sxm-80gb", 8, 4096, 8).arch
+    assert params.mtp_replicated_params(arch) == 3 * 7168 + 16_990_208
+    assert params.mtp_replicated_params(job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 8).arch) == 0
