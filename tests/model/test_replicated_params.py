@@ -2,8 +2,9 @@
 parallelism, and a rank's share of its layers with them.
 
 Oracle: hand arithmetic from Megatron-LM d98e8a64 (multi_latent_attention.py builds MLA's q and kv
-down-projections as TELinear with parallel_mode "duplicated"; moe/router.py's TopKRouter weight
-is a plain [E, h] parameter; norms are never split) on the zoo's published shapes.
+down-projections as TELinear with parallel_mode "duplicated"; the MoE router module's
+TopKRouter weight is a plain [E, h] parameter; norms are never split) on the zoo's published
+shapes.
 """
 
 from __future__ import annotations
