@@ -39,10 +39,9 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.megatron_model import Arg, model_args, training_script
-from planner.emit.megatron_optimizer import optimizer_args
+from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimizer_args
 from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
-from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
 
@@ -216,12 +215,9 @@ def training_args(plan: Plan) -> list[Arg]:
         fmt = "e4m3" if job.fp8_recipe == "mxfp8" else "hybrid"
         a += [("--fp8-format", fmt), ("--fp8-recipe", job.fp8_recipe)]
         if job.fp8_param_gather:
-            if lay.zero_stage == 0:
-                raise InputError(
-                    f"{plan.path}: training.fp8_param_gather: Megatron's --fp8-param-gather "
-                    f"needs the distributed optimizer or FSDP (zero_stage >= 1, got 0); set "
-                    f"fp8_param_gather = false or raise zero_stage"
-                )
+            needs_distributed_optimizer(
+                plan, "fp8_param_gather", "--fp8-param-gather", "set fp8_param_gather = false"
+            )
             a.append(("--fp8-param-gather",))
             if job.fp8_recipe == "mxfp8" and lay.zero_stage == 1:
                 # MXFP8 weights gathered in the gradient buffer, as Megatron-Bridge's MXFP8

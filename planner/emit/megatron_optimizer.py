@@ -13,18 +13,28 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 
 
+def needs_distributed_optimizer(plan: Plan, field: str, flag: str, remedy: str) -> None:
+    """Refuse a plan whose `field` asks for a Megatron flag that needs the distributed optimizer
+    or FSDP at zero_stage 0 (Megatron asserts it), saying how to mend it (`remedy`)."""
+    if plan.require_layout().zero_stage == 0:
+        raise InputError(
+            f"{plan.path}: training.{field}: Megatron's {flag} needs the distributed optimizer "
+            f"or FSDP (zero_stage >= 1, got 0); {remedy} or raise zero_stage"
+        )
+
+
 def optimizer_args(plan: Plan) -> list[Arg]:
     """The optimizer's flags (module docstring); refuses what Megatron would (the
     precision-aware optimizer without the distributed optimizer or FSDP)."""
     lay, job = plan.require_layout(), plan.job
     a: list[Arg] = []
     if job.precision_aware_optimizer:
-        if lay.zero_stage == 0:
-            raise InputError(
-                f"{plan.path}: training.optimizer_state_dtype: Megatron's "
-                f"--use-precision-aware-optimizer needs the distributed optimizer or FSDP "
-                f"(zero_stage >= 1, got 0); set optimizer_state_dtype = 'fp32' or raise zero_stage"
-            )
+        needs_distributed_optimizer(
+            plan,
+            "optimizer_state_dtype",
+            "--use-precision-aware-optimizer",
+            "set optimizer_state_dtype = 'fp32'",
+        )
         a.append(("--use-precision-aware-optimizer",))
         if job.main_grad_dtype == "bf16":
             # the optimizer's gradients in bf16 too (its --main-grads-dtype defaults to fp32;

@@ -93,9 +93,10 @@ def _qwen3_next(r: Reader) -> Fields:
     }
 
 
-def _text_config(r: Reader) -> Reader:
-    """A vision-language config's language model (its text_config object), read alone: errors
-    name the file and text_config, notes join the outer reader's."""
+def _text_config(r: Reader, **fill: object) -> Reader:
+    """A vision-language config's language model (its text_config object), read alone, `fill`
+    standing in for fields it lacks: errors name the file and text_config, notes join the outer
+    reader's."""
     text = r.cfg.get("text_config")
     if not isinstance(text, dict):
         raise r.error("text_config", f"must be an object (the language model) {spelled_json(text)}")
@@ -105,7 +106,7 @@ def _text_config(r: Reader) -> Reader:
         if outer_tie is None or "tie_word_embeddings" in text
         else {"tie_word_embeddings": outer_tie}
     )
-    sub = Reader({**tie, **text}, None, r.arch)
+    sub = Reader({**fill, **tie, **text}, None, r.arch)
     sub.file = f"{r.file}: text_config"
     sub.notes = r.notes
     r.notes.append("the vision encoder is not modelled (text_config only)")
@@ -116,9 +117,9 @@ def _qwen3_5_moe(r: Reader) -> Fields:
     """Qwen3.5 MoE (Qwen3_5MoeForConditionalGeneration; transformers' Qwen3_5MoeTextConfig):
     Qwen3-Next's language model in text_config (`_qwen3_next`), every layer MoE (the text config
     has no dense layers, no intermediate_size: ffn_hidden_size takes the expert width, unused)."""
-    t = _text_config(r)
-    t.cfg = {"intermediate_size": t.cfg.get("moe_intermediate_size"), **t.cfg}
-    return _qwen3_next(t)
+    text = r.cfg.get("text_config")
+    experts = text.get("moe_intermediate_size") if isinstance(text, dict) else None
+    return _qwen3_next(_text_config(r, intermediate_size=experts))
 
 
 def _qwen3_5(r: Reader) -> Fields:

@@ -91,10 +91,6 @@ KIND_ORDER = (
 )
 """The order kinds are listed in (`ModelArch.kinds`)."""
 
-LINEAR_MIXERS = ("mamba", "gdn")
-"""The mixers whose work is a chunked linear-time scan with its own modules (`planner.model.mamba`,
-`planner.model.gdn`), not attention."""
-
 NOT_MODELLED = {
     "D": "DeepSeek sparse attention",
     "+": "multi-latent attention",

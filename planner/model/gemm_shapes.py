@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.hybrid import LINEAR_MIXERS, LayerKind, layer_kind
+from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model import mixers
 from planner.model.job_memo import ModelMemo
 
@@ -83,7 +83,7 @@ def linear_gemm_parts(arch: ModelArch, moe: bool | LayerKind) -> tuple[GemmPart,
 
 def _parts_of(arch: ModelArch, kind: LayerKind) -> tuple[GemmPart, ...]:
     mixer: tuple[GemmPart, ...] = ()
-    if kind.mixer in LINEAR_MIXERS:
+    if kind.mixer is not None and mixers.of(kind) is not None:
         mixer = (kind.mixer, kind.mixer)
     elif kind.mixer == "attention" and arch.multi_latent_attention:
         q = ("attn", "mla_up") if arch.q_lora_rank else ("attn",)
@@ -112,7 +112,7 @@ def _mixer_gemms(arch: ModelArch, kind: LayerKind) -> int:
     """How many of a layer's `linear_gemms` its mixer's projections are (they come first)."""
     if kind.mixer == "attention":
         return len(attention_gemms(arch, 1.0, 1))
-    return 2 if kind.mixer in LINEAR_MIXERS else 0
+    return 2 if mixers.of(kind) is not None else 0
 
 
 def gemm_blocks(arch: ModelArch, moe: bool | LayerKind) -> tuple[tuple[str, range], ...]:

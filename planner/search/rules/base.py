@@ -1,4 +1,5 @@
-"""A broken rule: the plan field it concerns and a Megatron-style message printing both values."""
+"""A broken rule: the plan field it concerns and a Megatron-style message printing both values;
+and the one of a model feature only Megatron-LM runs (`megatron_only`)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,13 @@ class Violation:
 
 
 Rule = Callable[[Job, Layout], Violation | None]
+
+
+def megatron_only(job: Job, present: bool, rule: str, what: str) -> Violation | None:
+    """The violation of a model feature (`what`, `present` in the job's model) that only
+    Megatron-LM runs, where the job trains with another framework."""
+    if not present or job.framework == "megatron":
+        return None
+    return Violation(
+        rule, "training.framework", f"{what} runs on Megatron-LM only (got {job.framework!r})"
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import gdn
-from planner.search.rules.base import Violation
+from planner.search.rules.base import Violation, megatron_only
 
 
 def heads(job: Job, lay: Layout) -> Violation | None:
@@ -43,14 +43,8 @@ def fp8(job: Job, lay: Layout) -> Violation | None:
 
 
 def framework(job: Job, lay: Layout) -> Violation | None:
-    if job.arch.has_gdn and job.framework != "megatron":
-        return Violation(
-            "gdn_framework",
-            "training.framework",
-            f"a gated delta net (model.linear_attention_freq, or G in the hybrid pattern) runs on "
-            f"Megatron-LM only here (got {job.framework!r})",
-        )
-    return None
+    what = "a gated delta net (model.linear_attention_freq, or G in the hybrid pattern)"
+    return megatron_only(job, job.arch.has_gdn, "gdn_framework", what)
 
 
 RULES = (heads, fp8, framework)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.search.rules.base import Violation
+from planner.search.rules.base import Violation, megatron_only
 
 
 def mamba(job: Job, lay: Layout) -> Violation | None:
@@ -46,14 +46,8 @@ def mamba(job: Job, lay: Layout) -> Violation | None:
 
 
 def framework(job: Job, lay: Layout) -> Violation | None:
-    if job.arch.is_hybrid and job.framework != "megatron":
-        return Violation(
-            "hybrid_framework",
-            "training.framework",
-            f"a hybrid Mamba stack (model.hybrid_layer_pattern) runs on Megatron-LM only (got "
-            f"{job.framework!r})",
-        )
-    return None
+    what = "a hybrid Mamba stack (model.hybrid_layer_pattern)"
+    return megatron_only(job, job.arch.is_hybrid, "hybrid_framework", what)
 
 
 def expert_overlap(job: Job, lay: Layout) -> Violation | None:
