@@ -51,8 +51,10 @@ of the kernels' per-token tensors, additively, as the Mamba mixer's scan
 (`planner.model.mamba.scan_time`). The kernels hand each other per-token tensors through HBM
 (q, k, v, w, u, v_new, o and their gradients; the forward's three kernels, intra-chunk, state and
 output, read or write 12 bytes per key and per value element, the backward's six 32) and the
-chunk-wide A (2C bytes, read once more in the backward). The convolution, L2 norm, gates and gated
-norm are elementwise, counted with every layer's passes over its saved activations.
+chunk-wide A (2C bytes, read once more in the backward). Against FLA's own GB200 benchmark of
+the kernels (benchmarks/linear_kernels.py) the forward runs at that roofline and the backward at
+BWD_ROOFLINE_FRACTION of it. The convolution, L2 norm, gates and gated norm are elementwise,
+counted with every layer's passes over its saved activations.
 """
 
 from __future__ import annotations
@@ -88,6 +90,18 @@ IO_BYTES_BWD = 32.0
 """The same for the backward's kernels (recompute of w and u and of the states with v_new, dv
 local, the state-gradient recurrence, dq / dk / dw, the WY gradients): about 16 reads and writes
 of 2 bytes on each side (17 on the key side, 15 on the value side)."""
+
+BWD_ROOFLINE_FRACTION = 0.605
+"""The fraction of its roofline (the FLOPs at the large-GEMM rate plus the HBM bytes at the
+achieved bandwidth, as `scan_time` counts them) FLA's backward kernels sustain. Fitted by
+benchmarks/linear_kernels.py (`--fit`) on FLA's own GB200 benchmark of the chunked gated delta
+rule (benchmarks/data/fla_kernels): the slope of time over token-heads through its four shapes
+at head dim 128 is 3.32 ns a token-head backward, 3.08 less the L2 norms the benchmarked call
+runs inside it (Megatron runs them before it), against 1.87 at the roofline. The forward
+sustains its roofline (0.73 ns measured without the norms, 0.76 counted: 1.04, taken as 1). The
+backward's two recurrences over the chunks (the recomputed states and the state gradients) and
+its six kernels' hand-offs run further from it; at head dim 256 (one shape) further still, which
+no model planner knows has."""
 
 
 def dims(arch: ModelArch) -> tuple[int, int, int, int]:
@@ -192,7 +206,8 @@ def scan_flops(arch: ModelArch) -> tuple[float, float]:
 def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float, float]:
     """(forward, backward) seconds of one mixer's chunked kernels per micro-batch of `tokens` on
     one GPU: their FLOPs at the large-GEMM fraction of the bf16 peak plus the HBM bytes of the
-    chunk states, the per-token tensors and A at the achieved bandwidth."""
+    chunk states, the per-token tensors and A at the achieved bandwidth, the backward's at
+    BWD_ROOFLINE_FRACTION of that."""
     fwd_f, bwd_f = scan_flops(arch)
     _, n_v, d_k, d_v = dims(arch)
     states = tokens * state_elements(arch) / tp
@@ -201,7 +216,7 @@ def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float,
     fwd_bytes = STATE_BYTES_FWD * states + heads * (IO_BYTES_FWD * (d_k + d_v) + 2 * CHUNK_SIZE)
     bwd_bytes = STATE_BYTES_BWD * states + heads * (IO_BYTES_BWD * (d_k + d_v) + 4 * CHUNK_SIZE)
     fwd = tokens * fwd_f / tp / rate + fwd_bytes / gpu.hbm
-    bwd = tokens * bwd_f / tp / rate + bwd_bytes / gpu.hbm
+    bwd = (tokens * bwd_f / tp / rate + bwd_bytes / gpu.hbm) / BWD_ROOFLINE_FRACTION
     return fwd, bwd
 
 

@@ -100,7 +100,11 @@ chunked linear-time mixer. Counted from Megatron-Core's gated_delta_net (d98e8a6
 kernels, its forward launches about 22 kernels (in_proj with its norm, the convolution and its
 input copy, the L2 norm, the q / k repeat and the contiguous copies, the gates, the chunked rule's
 cumsum, WY, state and output kernels, the gated norm, out_proj), as many as an attention block,
-but as Python-heavy as the Mamba mixer: splits, reshapes and two compiled helper functions."""
+but as Python-heavy as the Mamba mixer: splits, reshapes and two compiled helper functions.
+A check, not a fit: FLA's GB200 benchmark of the chunked rule alone (benchmarks/linear_kernels.py)
+shows a per-call intercept of 0.60 ms forward (its ~9 Triton launches on GB200's Grace, 0.48 ms
+on the reference host: 53 us a launch); the block's ~13 other kernels at KERNEL_ISSUE_S to that
+rate bring it to 0.8-1.2 ms, about the 1.13 ms taken here."""
 CP_STEP_ISSUE = 0.200
 """Fitted. What each context-parallel ring step adds to an attention block (cp > 1 with the p2p
 ring: cp steps)."""
