@@ -1,5 +1,6 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
-saves (or why it saves nothing), what a model's gated delta nets or Mamba mixers keep and run,
+saves (or why it saves nothing), what a model's gated delta nets or Mamba mixers keep and run
+(and its DeepSeek sparse attention, `planner.cli.explain_dsa`),
 what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8 attention saves it, what
 Megatron's deterministic mode costs it, where the host's eager kernel issue floors the layers,
 what an offloaded optimizer takes of the host and adds to the step, what deferred output-layer
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.cli.explain_dsa import dsa_text
 from planner.inputs.hybrid import ATTENTION, GDN, MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
@@ -44,6 +46,7 @@ def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
     texts = (
         routing_text(job, layout),
         linear_mixer_text(job, layout),
+        dsa_text(job, layout),
         fused_mlp_text(job, layout, perf),
         shared_overlap_text(job, layout, perf),
         bf16_layers_text(job, layout, perf),

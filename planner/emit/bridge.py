@@ -219,6 +219,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["fp8_output_proj"] = True
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
+    if job.arch.has_dsa:  # TransformerConfig's DSA fields the plan decides (its shape: a note)
+        model["dsa_kernel_backend"] = job.dsa_kernel_backend
+        model["dsa_indexer_loss_coeff"] = job.dsa_indexer_loss_coeff
+        model["dsa_indexer_use_sparse_loss"] = job.dsa_indexer_use_sparse_loss
     if job.megatron_loss is not None:  # the loss the plan was timed with (TransformerConfig's)
         model["cross_entropy_loss_fusion"] = job.megatron_loss != "unfused"
         if job.megatron_loss != "unfused":
@@ -365,6 +369,14 @@ def render(plan: Plan, job_name: str) -> str:
         )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
+    if job.arch.has_dsa:
+        a = job.arch
+        notes.append(
+            "DeepSeek sparse attention: planned with model.experimental_attention_variant=dsa, "
+            f"dsa_indexer_n_heads={a.dsa_indexer_n_heads}, dsa_indexer_head_dim="
+            f"{a.dsa_indexer_head_dim}, dsa_indexer_topk={a.dsa_indexer_topk}: the recipe's "
+            "model must set them"
+        )
     if job.log_grad_stats:
         notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
     notes += unflagged(plan)

@@ -1,6 +1,7 @@
-"""Megatron-LM `pretrain_gpt.py` arguments for a plan's model: shape, attention, positions,
-activation, MoE (flag names of Megatron-LM d98e8a64's parser; `planner.emit.megatron` puts them
-with the layout, batch and precision flags). A hybrid Mamba stack runs under `pretrain_hybrid.py`
+"""Megatron-LM `pretrain_gpt.py` arguments for a plan's model: shape, attention (with the gated
+delta nets' and DeepSeek sparse attention's flags), positions, activation, MoE (flag names of
+Megatron-LM d98e8a64's parser; `planner.emit.megatron` puts them with the layout, batch and
+precision flags). A hybrid Mamba stack runs under `pretrain_hybrid.py`
 (`training_script`) with --hybrid-layer-pattern in place of --num-layers: the pattern carries the
 pipeline split as its '|' segments (`hybrid_pattern`) and the --mamba-* sizes come with it."""
 
@@ -95,6 +96,29 @@ def gdn_args(arch: ModelArch) -> list[Arg]:
     ]
 
 
+def dsa_args(plan: Plan) -> list[Arg]:
+    """DeepSeek sparse attention's flags (`planner.inputs.megatron_dsa`): the variant, the
+    indexer's sizes (Megatron has no defaults for them), the kernel backend always (Megatron's
+    default is none, the plan's choice is written out) and the indexer loss where the plan runs
+    one. (A gated delta net's variant never comes with it: ModelArch refuses gated delta nets
+    beside MLA, which DSA needs.)"""
+    arch, job = plan.job.arch, plan.job
+    if not arch.has_dsa:
+        return []
+    out: list[Arg] = [
+        ("--experimental-attention-variant", "dsa"),
+        ("--dsa-indexer-n-heads", str(arch.dsa_indexer_n_heads)),
+        ("--dsa-indexer-head-dim", str(arch.dsa_indexer_head_dim)),
+        ("--dsa-indexer-topk", str(arch.dsa_indexer_topk)),
+        ("--dsa-kernel-backend", job.dsa_kernel_backend),
+    ]
+    if job.dsa_indexer_loss_coeff > 0:
+        out.append(("--dsa-indexer-loss-coeff", repr(job.dsa_indexer_loss_coeff)))
+    if job.dsa_indexer_use_sparse_loss:
+        out.append(("--dsa-indexer-use-sparse-loss",))
+    return out
+
+
 def model_args(plan: Plan) -> list[Arg]:
     """Model shape, with the GQA, SwiGLU, MoE, MLA and MTP flags."""
     arch, job = plan.job.arch, plan.job
@@ -153,6 +177,7 @@ def model_args(plan: Plan) -> list[Arg]:
         if arch.window_attn_skip_freq is not None:
             a.append(("--window-attn-skip-freq", moe_layer_freq(arch.window_attn_skip_freq)))
     a += gdn_args(arch)
+    a += dsa_args(plan)
     if arch.is_moe:
         a += [
             ("--num-experts", str(arch.num_moe_experts)),

@@ -118,6 +118,20 @@ class ModelArch(BaseModel):
     qk_pos_emb_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
 
+    # --- DeepSeek sparse attention (Megatron --experimental-attention-variant dsa,
+    # --dsa-indexer-*: TransformerConfig's fields, d98e8a64; planner.model.dsa)
+    dsa_indexer_n_heads: PositiveInt | None = Field(
+        default=None, description="DSA: the lightning indexer's heads (HF index_n_heads)"
+    )
+    dsa_indexer_head_dim: PositiveInt | None = Field(
+        default=None, description="DSA: the indexer's head dim (HF index_head_dim)"
+    )
+    dsa_indexer_topk: PositiveInt | None = Field(
+        default=None,
+        description="DSA: the keys each query attends to, chosen by the indexer (HF index_topk); "
+        "None = dense attention",
+    )
+
     # --- sliding-window attention (Megatron --window-size, --window-attn-skip-freq)
     window_size: NonNegativeInt | None = Field(
         default=None,
@@ -189,6 +203,7 @@ class ModelArch(BaseModel):
             raise ValueError("mtp_use_repeated_layer needs mtp_num_layers")
         self._check_window()
         self._check_linear_attention()
+        self._check_dsa()
         if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
@@ -320,6 +335,32 @@ class ModelArch(BaseModel):
                 f"window_attn_skip_freq has {len(freq)} entries but num_layers is {self.num_layers}"
             )
 
+    def _check_dsa(self) -> None:
+        """What Megatron asserts of DeepSeek sparse attention (experimental_attention_variant
+        "dsa": the indexer's sizes have no defaults; the absorbed MLA it runs on)."""
+        given = [
+            self.dsa_indexer_n_heads is not None,
+            self.dsa_indexer_head_dim is not None,
+            self.dsa_indexer_topk is not None,
+        ]
+        if not any(given):
+            return
+        if not all(given):
+            raise ValueError(
+                "DeepSeek sparse attention needs dsa_indexer_n_heads, dsa_indexer_head_dim and "
+                "dsa_indexer_topk together"
+            )
+        if not self.multi_latent_attention:
+            raise ValueError(
+                "DeepSeek sparse attention (dsa_indexer_*) needs multi_latent_attention"
+            )
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError(
+                "DeepSeek sparse attention in a hybrid stack (D layers) is not modelled"
+            )
+        if self.add_bias_linear:  # AbsorbedMLASelfAttention asserts it
+            raise ValueError("DeepSeek sparse attention needs add_bias_linear = false")
+
     def _check_linear_attention(self) -> None:
         """What Megatron asserts of a gated delta net (TransformerConfig.__post_init__; the
         divisibility by tp x cp is the layout's, `planner.search.rules`)."""
@@ -353,6 +394,11 @@ class ModelArch(BaseModel):
         d98e8a64): with an int N every layer but each N-th, with a list its 1s."""
         freq = self.linear_attention_freq
         return freq is not None and _marked(freq, layer)
+
+    @property
+    def has_dsa(self) -> bool:
+        """Whether the attention layers run DeepSeek sparse attention (`planner.model.dsa`)."""
+        return self.dsa_indexer_topk is not None
 
     @property
     def has_gdn(self) -> bool:

@@ -156,6 +156,19 @@ def _deepseek_v3(r: Reader) -> Fields:
     }
 
 
+def _deepseek_v32(r: Reader) -> Fields:
+    """DeepSeek-V3.2 (DeepseekV32ForCausalLM, model_type deepseek_v32): DeepSeek-V3's shapes
+    (`_deepseek_v3`) with DeepSeek sparse attention's lightning indexer: index_n_heads ->
+    dsa_indexer_n_heads, index_head_dim -> dsa_indexer_head_dim, index_topk -> dsa_indexer_topk
+    (Megatron's --dsa-indexer-*, which have no defaults: required)."""
+    return {
+        **_deepseek_v3(r),
+        "dsa_indexer_n_heads": r.req_int("index_n_heads"),
+        "dsa_indexer_head_dim": r.req_int("index_head_dim"),
+        "dsa_indexer_topk": r.req_int("index_topk"),
+    }
+
+
 def _deepseek_v2(r: Reader) -> Fields:
     """DeepSeek-V2 / V2-Lite: DeepSeek-V3's shapes (`_deepseek_v3`: MLA, DeepSeekMoE, the dense
     first layers), no MTP layer, and routing groups only under topk_method
@@ -335,6 +348,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Qwen3_5ForConditionalGeneration": ("qwen3_5", _qwen3_5),
     "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", _qwen3_5_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
+    "DeepseekV32ForCausalLM": ("deepseek_v32", _deepseek_v32),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),

@@ -13,6 +13,7 @@ from planner.inputs.plan_sections import (
     AttentionKernel,
     CrossEntropy,
     CudaGraphModule,
+    DsaKernelBackend,
     Fp8Recipe,
     MuonPrecision,
     MuonTpMode,
@@ -106,6 +107,14 @@ class Job:
     """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
     bf16_layers_at_end: int = 0
     """The same for the last decoder layers."""
+    dsa_kernel_backend: DsaKernelBackend = "tilelang"
+    """DeepSeek sparse attention's kernels (`DsaKernelBackend`, `planner.model.dsa`): a plan's
+    default is the sparse kernels a DSA model trains with; Megatron's own default, "none", is
+    what `planner.inputs.megatron_dsa` reads a command line without --dsa-kernel-backend as."""
+    dsa_indexer_loss_coeff: float = 0.0
+    """The DSA indexer's KL loss weight; 0: the indexer runs without autograd."""
+    dsa_indexer_use_sparse_loss: bool = False
+    """The indexer loss over the top-k keys only (else over every causal key)."""
     fp8_attention: bool = False
     """FP8 / NVFP4: the fused attention's matmuls run in FP8 (Transformer Engine's FP8
     dot-product attention; `planner.model.attention`)."""

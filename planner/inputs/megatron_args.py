@@ -14,9 +14,9 @@ and listed (`Reading.ignored`); those that change memory in ways planner does no
 named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
 inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`). T5's encoder-decoder lines are
-read by `megatron_t5`; hybrid Mamba stacks by
-`megatron_hybrid`. A NeMo 2 `nemo llm pretrain` line (NeMo-Run `key=value` overrides, no
-Megatron-LM flag) goes to `nemo_args`.
+read by `megatron_t5`; hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by
+`megatron_gdn`, DeepSeek sparse attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line
+(NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to `nemo_args`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, get_args
 from planner.inputs import (
     catalog,
     megatron_args_memory,
+    megatron_dsa,
     megatron_gdn,
     megatron_t5,
     megatron_training,
@@ -156,9 +157,10 @@ def read(
     line = Line(flags, where)
     notes: list[str] = []
     missing: list[str] = []
-    model = _model(line, notes)
+    model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
+    training.update(megatron_dsa.training_fields(line, notes))
     megatron_training.environment_fields(env, training, where)
     megatron_args_memory.vision(line, model, parallel, training)
     megatron_t5.t5_fields(line, model, training, notes)
@@ -207,7 +209,7 @@ def _blackwell(gpu: str) -> bool:
         return False
 
 
-def _model(line: Line, notes: list[str]) -> dict[str, Any]:
+def _model(line: Line, notes: list[str], missing: list[str]) -> dict[str, Any]:
     where = line.where
     model: dict[str, Any] = {}
     for flag, field in MODEL_INT.items():
@@ -221,6 +223,7 @@ def _model(line: Line, notes: list[str]) -> dict[str, Any]:
             model[field] = value
     model.update(hybrid_fields(line, model, notes))
     model.update(megatron_gdn.model_fields(line, "hybrid_layer_pattern" in model, notes))
+    model.update(megatron_dsa.model_fields(line, "hybrid_layer_pattern" in model, missing))
     if not line.has("--group-query-attention"):
         model.pop("num_query_groups", None)  # Megatron ignores it without the switch
     if line.has("--swiglu"):

@@ -125,7 +125,7 @@ READ = frozenset(
         "--mamba-head-dim",
         "--mamba-num-groups",
         "--mamba-num-heads",
-        # gated delta nets (megatron_gdn)
+        # gated delta nets (megatron_gdn); the variant also says DSA (megatron_dsa)
         "--experimental-attention-variant",
         "--linear-attention-freq",
         "--linear-conv-kernel-dim",
@@ -133,6 +133,17 @@ READ = frozenset(
         "--linear-value-head-dim",
         "--linear-num-key-heads",
         "--linear-num-value-heads",
+        # DeepSeek sparse attention (megatron_dsa.FLAGS)
+        "--dsa-indexer-n-heads",
+        "--dsa-indexer-head-dim",
+        "--dsa-indexer-topk",
+        "--dsa-kernel-backend",
+        "--dsa-indexer-loss-coeff",
+        "--dsa-indexer-use-sparse-loss",
+        "--dsa-indexer-topk-freq",
+        "--dsa-indexer-skip-topk-offset",
+        "--no-dsa-indexer-scoring-relu",
+        "--disable-dsa-indexer-scoring-relu",
         # T5's encoder and decoder (megatron_t5)
         "--encoder-num-layers",
         "--decoder-num-layers",
@@ -244,10 +255,6 @@ READ = frozenset(
 NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--main-params-dtype": "16-bit main weights are counted as fp32",
-    "--experimental-attention-variant": "DeepSeek sparse attention (DSA) is counted as dense "
-    "flash attention: its indexer and top-k indices are not counted, and under "
-    "--dsa-kernel-backend none (Megatron's default) its attention runs unfused over fp32 s x s "
-    "scores per head, which are not counted either (memory under-estimated)",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
@@ -264,7 +271,6 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--megatron-fsdp-main-params-dtype": ("fp32",),
     "--main-params-dtype": ("fp32",),
     "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
-    "--experimental-attention-variant": ("gdn", "gated_delta_net"),  # megatron_gdn
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
 note then)."""

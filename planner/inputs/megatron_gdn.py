@@ -11,7 +11,8 @@ TransformerConfig's (conv width 4, key and value head dims 128, 16 key and 32 va
 Megatron-MoE-ModelZoo's scripts (e8650517) run a development branch that spelt the variant
 --linear-attention-type gated_delta_net; the reader takes that too, with a note. "gdn2" (GDN-2's
 channel-wise gates, a wider in_proj) is refused: planner models the gated delta net of "gdn";
-"dsa" keeps the note `megatron_flags.NOT_MODELLED` gives it.
+"dsa" is read by `megatron_dsa`; any other value is refused, as Megatron's parser does (its
+choices).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ VARIANT_FLAG = "--experimental-attention-variant"
 OLD_FLAG = "--linear-attention-type"
 """The development branch's spelling (not a d98e8a64 flag)."""
 GDN_VARIANTS = ("gdn", "gated_delta_net")
+VARIANTS = ("gdn", "gdn2", "dsa", "gated_delta_net")
+"""TransformerConfig.experimental_attention_variant's choices (d98e8a64)."""
 GDN_INT = {
     "--linear-conv-kernel-dim": "linear_conv_kernel_dim",
     "--linear-key-head-dim": "linear_key_head_dim",
@@ -60,6 +63,10 @@ def model_fields(line: Line, hybrid: bool, notes: list[str]) -> dict[str, Any]:
     they size); {} where the line has none."""
     where = line.where
     variant = _variant(line, notes)
+    if variant is not None and variant not in VARIANTS:
+        raise InputError(
+            f"{where}: {VARIANT_FLAG}: expected one of {', '.join(VARIANTS)} (got {variant!r})"
+        )
     if variant == "gdn2":
         raise InputError(
             f"{where}: {VARIANT_FLAG} gdn2: GDN-2 (channel-wise decay, erase and write gates) is "

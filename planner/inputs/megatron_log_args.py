@@ -15,7 +15,8 @@ This module turns the arguments the reader uses (`megatron_flags.READ`) back int
   words the parser takes;
 - what `validate_args` derives is not a flag given: `encoder_num_layers` (set to
   `num_layers` for GPT) is dropped, and so are the MoE arguments of a model without experts
-  (their defaults print; Megatron does not use them).
+  and the DSA arguments of a model without DeepSeek sparse attention (their defaults print;
+  Megatron does not use them).
 """
 
 from __future__ import annotations
@@ -33,10 +34,19 @@ DEST = {
     "--fp8-format": "fp8",
     "--no-bias-swiglu-fusion": "bias_swiglu_fusion",
     "--microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group_size_per_vp_stage",
+    "--no-dsa-indexer-scoring-relu": "dsa_indexer_scoring_relu",
+    "--no-rope-fusion": "apply_rope_fusion",
 }
 """Flags whose attribute is not their name (TransformerConfig `argparse_meta` arg_names and
 `dest=` in arguments.py)."""
-STORE_FALSE = frozenset({"--disable-bias-linear", "--no-bias-swiglu-fusion"})
+STORE_FALSE = frozenset(
+    {
+        "--disable-bias-linear",
+        "--no-bias-swiglu-fusion",
+        "--no-dsa-indexer-scoring-relu",
+        "--no-rope-fusion",
+    }
+)
 ONE_WORD_LISTS = frozenset({"--moe-layer-freq"})
 DTYPES = {
     "torch.float32": "fp32",
@@ -74,6 +84,7 @@ def words(run: LogRun) -> list[str]:
     args = run.args
     out: list[str] = []
     no_experts = args.get("num_experts", "None") == "None"
+    dsa = args.get("experimental_attention_variant") == "dsa"
     for flag in sorted(READ):
         name = dest(flag)
         value = args.get(name)
@@ -81,6 +92,8 @@ def words(run: LogRun) -> list[str]:
             continue
         if no_experts and flag.startswith(MOE_PREFIXES):
             continue
+        if "-dsa-" in flag and not dsa:
+            continue  # the defaults of DeepSeek sparse attention's fields print too
         if flag == "--encoder-num-layers" and value == args.get("num_layers"):
             continue  # validate_args copies num_layers into it for GPT
         if value in ("True", "False"):

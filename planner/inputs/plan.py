@@ -92,6 +92,9 @@ TRAINING_AS_IS = (
     "hidden_dropout",
     "attention_kernel",
     "frozen_model",
+    "dsa_kernel_backend",
+    "dsa_indexer_loss_coeff",
+    "dsa_indexer_use_sparse_loss",
 )
 """`[training]` fields the Job takes as they are, under the same name (`build_job`), and that
 `planner.inputs.plan_writer` writes back where they differ from the Job's defaults."""
@@ -105,7 +108,8 @@ def build_job(
     titan: TorchtitanSection | None = None,
 ) -> Job:
     """The job: the training-code knobs the plan leaves out take its framework's defaults
-    (`planner.inputs.torchtitan.training_defaults`)."""
+    (`planner.inputs.torchtitan.training_defaults`; Megatron's RoPE unfused under DeepSeek sparse
+    attention, which refuses the fusion)."""
     where = str(path) if path else "<plan>"
     missing = cluster.gpu.missing_cores(training.precision)
     if missing:
@@ -128,6 +132,8 @@ def build_job(
             )
     knobs = training_defaults(framework, titan.compile if titan else False)
     given = training.model_dump(exclude_none=True)
+    if arch.has_dsa and framework == "megatron":
+        knobs["fused_rope"] = False  # Megatron asserts no RoPE fusion with DSA (rules.dsa)
     knobs.update({k: given[k] for k in knobs if k in given})
     if framework == "torchtitan" and "tp_backward_overlap" not in given and titan is not None:
         knobs["tp_backward_overlap"] = titan.async_tp

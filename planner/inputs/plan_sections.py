@@ -46,6 +46,11 @@ and torchtitan since pytorch/torchtitan 6a3a9da9 (Oct 2025: cuDNN first among it
 backends); "flash2", FlashAttention-2, PyTorch SDPA's flash backend, which a plain
 F.scaled_dot_product_attention picks on Hopper under PyTorch >= 2.5 (cuDNN made opt-in,
 pytorch/pytorch#138522): torchtitan before that commit."""
+DsaKernelBackend = Literal["none", "tilelang", "cudnn"]
+"""Megatron --dsa-kernel-backend (d98e8a64): how DeepSeek sparse attention runs
+(`planner.model.dsa`): "none" (Megatron's default) the unfused PyTorch path, dense over fp32
+s x s scores per head; "tilelang" the TileLang sparse kernels (a plan's default); "cudnn"
+FlashMLA's forward and cuDNN's sparse backward."""
 CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
 """Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
 CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
@@ -170,6 +175,23 @@ class TrainingSection(BaseModel):
         default="fused",
         description="the flash-attention kernel: fused (TE cuDNN / FlashAttention-3) or flash2 "
         "(FlashAttention-2: PyTorch SDPA's flash backend, torchtitan before Oct 2025)",
+    )
+    dsa_kernel_backend: DsaKernelBackend = Field(
+        default="tilelang",
+        description="DeepSeek sparse attention's kernels (Megatron --dsa-kernel-backend): "
+        "tilelang or cudnn (sparse), or none (dense over fp32 s x s scores: Megatron's own "
+        "default, which a command line without the flag is read as)",
+    )
+    dsa_indexer_loss_coeff: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="DeepSeek sparse attention: the indexer's KL loss weight (Megatron "
+        "--dsa-indexer-loss-coeff); 0 = the indexer is frozen and keeps nothing for a backward",
+    )
+    dsa_indexer_use_sparse_loss: Flag = Field(
+        default=False,
+        description="the indexer loss over the top-k keys only (Megatron "
+        "--dsa-indexer-use-sparse-loss); false: over every causal key",
     )
     fused_swiglu: Flag | None = Field(
         default=None,

@@ -73,7 +73,8 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import RecomputePolicy
-from planner.model import flops, gdn, gemm_shapes, mixers
+from planner.inputs.plan_sections import DsaKernelBackend
+from planner.model import dsa, flops, gdn, gemm_shapes, mixers
 from planner.model.scores import score_bytes
 
 BF16 = 2
@@ -147,6 +148,13 @@ class Shard:
     offload_fraction: float = 1.0
     """The share of the layers whose groups go to the host
     (`Layout.activation_offload_fraction`)."""
+    dsa_kernels: DsaKernelBackend = "none"
+    """DeepSeek sparse attention's kernels as they run (`planner.model.dsa.backend`)."""
+    dsa_loss: dsa.LossMode = "off"
+    """Its indexer loss (`planner.model.dsa.loss_mode`)."""
+    seq_length: int = 0
+    """The whole sequence: the keys DSA's queries see (context parallelism gathers them); 0 =
+    seq_per_cp_rank."""
 
     @property
     def quantised(self) -> bool:
@@ -203,6 +211,8 @@ def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     """Attention block (incl. its norm and dropout), Korthikanti's 11sbh + 5as^2b generalised."""
+    if arch.has_dsa:
+        return _dsa_bytes(arch, sh)
     if arch.multi_latent_attention:
         return _mla_bytes(arch, sh)
     T, h = sh.tokens, arch.hidden_size
@@ -219,6 +229,28 @@ def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:
     if not (sh.sequence_parallel and sh.sp_keeps_gathered_input):
         return 0.0
     return linear_in(BF16 * T * h, sh) * (1 - 1 / sh.tp)
+
+
+def _dsa_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Multi-latent attention run as DeepSeek sparse attention (`planner.model.dsa`): the block's
+    norms and latents as MLA's, q_up's input (kv_up never runs as a layer), the output
+    projection's input, and what the absorbed attention and its indexer keep
+    (`dsa.block_bytes`)."""
+    T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
+    assert arch.kv_lora_rank and arch.qk_pos_emb_head_dim and arch.v_head_dim
+    r_q = arch.q_lora_rank or 0
+    rep = norm_input(T, h, sh) + masks(T, h, sh)
+    rep += 0.0 if sh.drops("layernorm") else BF16 * T * h
+    rep += BF16 * T * (r_q + arch.kv_lora_rank + arch.qk_pos_emb_head_dim)  # the latents
+    if not sh.drops("mla_up_proj"):
+        rep += linear_in(BF16 * T * r_q, sh)
+    out = split(rep, _attention_out(BF16 * T * a * arch.v_head_dim, sh), sh)
+    dropped = frozenset(m for m in ("core_attn", "mla_up_proj") if sh.drops(m))
+    s = sh.seq_length or sh.seq_per_cp_rank
+    part, whole = dsa.block_bytes(
+        arch, T, s, sh.micro_batch_size, sh.tp, sh.dsa_kernels, sh.dsa_loss, dropped
+    )
+    return out + part + whole
 
 
 def _mla_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, attention_time
+from planner.model import activations, attention_time, dsa, dsa_time
 from planner.model.activations import Shard
 from planner.model.attention_time import Core
 from planner.model.gemm import Gpu
@@ -69,7 +69,10 @@ def parts(
     (`ATTENTION_CORES.of(job)`) where the caller gives it."""
     lin = linear_times(job, lay, gpu, kind, t, load)
     attn_fwd = attn_bwd = quant = 0.0
-    if kind.mixer == "attention" and job.flash_attention:
+    if kind.mixer == "attention" and job.arch.has_dsa:  # sparse attention and its indexer
+        sparse = dsa_time.core_time(job, gpu, t, job.seq_length, lay.tp, efficiency)
+        attn_fwd, attn_bwd = sparse.fwd, sparse.bwd
+    elif kind.mixer == "attention" and job.flash_attention:
         arch = job.arch
         window = arch.window_size if kind.window else None
         s = job.seq_length
@@ -104,7 +107,10 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
+        **dsa.shard_fields(job, lay.tp),
     )
     saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
     permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
+    if kind.mixer == "attention" and job.arch.has_dsa:  # timed by dsa_time with the scores
+        permuted += dsa.scores_kept(job.arch, sh.tokens, job.seq_length, lay.tp, sh.dsa_kernels)
     return saved, saved - permuted

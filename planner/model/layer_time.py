@@ -367,7 +367,7 @@ def _core(
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if (linear := mixers.of(kind)) is not None:
         scan_fwd, scan_bwd = linear.scan_time(arch, gpu, t, tp)
-    if kind.mixer == "attention" and job.flash_attention:
+    if kind.mixer == "attention" and (job.flash_attention or arch.has_dsa):
         attn_fwd, attn_bwd = p.attn_fwd, p.attn_bwd
         cast += p.attn_quant
     elif kind.mixer == "attention":

@@ -73,7 +73,7 @@ from functools import cache
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import mixers
+from planner.model import dsa, mixers
 
 
 def _norm_width(arch: ModelArch) -> int:
@@ -109,7 +109,7 @@ def _mla_attention_params(arch: ModelArch) -> int:
         q = h * a * (d_qk + d_r)
     kv = h * (r_kv + d_r) + r_kv * a * (d_qk + d_v) + (nw * r_kv if latent_norm else 0)
     out = a * d_v * h + (h if arch.add_bias_linear else 0)
-    return q + kv + out + sink_params(arch)
+    return q + kv + out + sink_params(arch) + dsa.indexer_params(arch)
 
 
 def attention_params(arch: ModelArch) -> int:
@@ -201,6 +201,7 @@ def replicated_params(arch: ModelArch, kind: bool | LayerKind) -> int:
         r_q, r_kv = arch.q_lora_rank or 0, arch.kv_lora_rank
         n += h * r_q + h * (r_kv + arch.qk_pos_emb_head_dim)
         n += nw * (r_q + r_kv) if arch.qk_layernorm else 0
+        n += dsa.indexer_params(arch)  # DSA's indexer, duplicated
     elif kind.mixer == "attention" and arch.qk_layernorm:
         n += 2 * nw * arch.head_dim
     if kind.moe:

@@ -32,7 +32,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, cpu_offload, mixers, routing_load, t5, vision
+from planner.model import cp_time, cpu_offload, dsa, mixers, routing_load, t5, vision
 from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
@@ -148,6 +148,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         cuda_graphs=job.cuda_graphs,
         offload=frozenset(layout.offload_modules),
         offload_fraction=layout.activation_offload_fraction,
+        **dsa.shard_fields(job, layout.tp),
     )
 
 
@@ -336,6 +337,20 @@ def stage_activations(
             moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
         moe += _unstashed_bytes(arch, sh, per)
         working = max(working, moe)
+    if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
+        # DSA's indexer scores and its dense path's score copies while a layer runs
+        working = max(
+            working,
+            dsa.working_bytes(
+                arch,
+                sh.tokens,
+                job.seq_length,
+                sh.micro_batch_size,
+                sh.tp,
+                sh.dsa_kernels,
+                sh.dsa_loss,
+            ),
+        )
     for kind, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True):
         if n and (linear := mixers.of(kind)) is not None:
             # a linear-time mixer's backward rebuilds what its forward did not keep (its chunk

@@ -8,7 +8,9 @@ shows, the rest transformers' Qwen3NextConfig defaults, which are that model's; 
 qwen3.5-397b-a17b.json, composed: Megatron-Bridge 067f987d's Qwen35VLMoEModelProvider defaults
 for Qwen3.5-397B-A17B in the field names of transformers' Qwen3_5MoeTextConfig; qwen3.5-9b.json,
 composed: transformers' Qwen3_5TextConfig defaults, which its docstring calls the Qwen3.5-9B style
-configuration, with layer_types spelt out); the
+configuration, with layer_types spelt out; deepseek-v3.2-exp.json, composed: deepseek-v3.json with
+the architecture, model_type and index_n_heads 64 / index_head_dim 128 / index_topk 2048 of the
+deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are DeepSeek-V3's); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -141,6 +143,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         # moe_router_num_groups / moe_router_group_topk (benchmarks/data/bridge_recipes.md)
         moe_router_num_groups=8, moe_router_group_topk=4,
     ),
+    # DeepSeek-V3.2-Exp: DeepSeek-V3's shapes and its sparse attention's indexer (index_*)
+    "deepseek-v3.2-exp": dict(
+        num_layers=61, hidden_size=7168, num_attention_heads=128, multi_latent_attention=True,
+        q_lora_rank=1536, kv_lora_rank=512, add_bias_linear=False, dsa_indexer_n_heads=64,
+        dsa_indexer_head_dim=128, dsa_indexer_topk=2048,
+    ),
     # DeepSeek-V2: one dense layer, then 59 MoE layers of 160 routed + 2 shared experts; its
     # topk_method "group_limited_greedy" (device-limited routing, M = 3 of 8) keeps the groups
     "deepseek-v2": dict(
@@ -269,6 +277,7 @@ SAME_AS_ZOO = {
     "qwen3-next-80b-a3b": "qwen3-next-80b-a3b",
     "qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
     "deepseek-v3": "deepseek-v3",
+    "deepseek-v3.2-exp": "deepseek-v3.2",
     "deepseek-v2": "deepseek-v2",
     "deepseek-v2-lite": "deepseek-v2-lite",
     "gpt-oss-120b": "gpt-oss-120b",

@@ -95,9 +95,11 @@ def test_heads_must_divide_by_tp_times_cp() -> None:
         check_plan(parse_plan(read(text, gpus=32).doc))
 
 
-def test_dsa_keeps_its_note() -> None:
-    r = read(BASE + "--experimental-attention-variant dsa")
-    assert any("DeepSeek sparse attention" in m for m in r.not_modelled)
+def test_dsa_is_not_a_gated_delta_net() -> None:
+    # "dsa" is megatron_dsa's (tests/inputs/test_megatron_dsa.py): its indexer sizes are
+    # required, and no gated delta net is read
+    with pytest.raises(InputError, match="--dsa-indexer-n-heads: required"):
+        read(BASE + GDN_FLAGS + "--experimental-attention-variant dsa --multi-latent-attention")
 
 
 def test_gdn_norm_out_recompute() -> None:

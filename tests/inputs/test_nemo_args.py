@@ -277,9 +277,14 @@ def test_harmless_keys_are_ignored_and_listed() -> None:
 
 
 def test_a_not_modelled_megatron_setting_is_noted() -> None:
-    key = "model.config.experimental_attention_variant"
-    notes = read(HEAD + f"{key}=gated_delta_net").not_modelled
-    assert any(n.startswith(f"{key} (--experimental-attention-variant)") for n in notes)
+    key = "model.config.keep_fp8_transpose_cache"
+    notes = read(HEAD + f"{key}=True").not_modelled
+    assert any(n.startswith(f"{key} (--keep-fp8-transpose-cache)") for n in notes)
+    # the attention variant (a gated delta net, DeepSeek sparse attention) changes the model,
+    # which the Megatron-LM reader reads (megatron_gdn, megatron_dsa) and the NeMo one does not
+    variant = "model.config.experimental_attention_variant=gated_delta_net"
+    with pytest.raises(InputError, match=r"\(Megatron-LM --experimental-attention-variant\)"):
+        read(HEAD + variant)
     # the output gate is the model's own field (ModelArch.attention_output_gate), read as such
     r = read(HEAD + "model.config.attention_output_gate=True")
     assert r.doc["model"]["attention_output_gate"] is True and not r.not_modelled

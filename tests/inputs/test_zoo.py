@@ -26,6 +26,7 @@ REQUIRED = [
     "mixtral-8x7b",
     "mixtral-8x22b",
     "deepseek-v3",
+    "deepseek-v3.2",  # DeepSeek sparse attention (DeepSeek-V3.2-Exp's config.json)
     "kimi-k2",  # Megatron-Bridge's Kimi K2 performance recipes
     "nemotronh-56b",  # Megatron-Bridge's Nemotron-H 56B performance recipes
     "qwen2.5-7b",
@@ -101,3 +102,18 @@ def test_deepseek_v3_layout() -> None:
     arch = ZOO["deepseek-v3"]
     assert arch.moe_layers == [False] * 3 + [True] * 58
     assert arch.padded_vocab(8) == arch.vocab_size == 129280
+
+
+def test_deepseek_v32_is_v3_with_sparse_attention() -> None:
+    # DeepSeek-V3.2-Exp's config.json: DeepSeek-V3's fields plus index_n_heads 64,
+    # index_head_dim 128, index_topk 2048; DSA needs no linear biases (absorbed MLA asserts it)
+    v32, v3 = ZOO["deepseek-v3.2"], ZOO["deepseek-v3"]
+    dsa = {"dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk"}
+    naming = {"name", "display_name", "source"}
+    assert v32.model_dump(exclude=dsa | naming) == v3.model_dump(exclude=dsa | naming)
+    assert (v32.dsa_indexer_n_heads, v32.dsa_indexer_head_dim, v32.dsa_indexer_topk) == (
+        64,
+        128,
+        2048,
+    )
+    assert v32.has_dsa and not v3.has_dsa and not v32.add_bias_linear

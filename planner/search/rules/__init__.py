@@ -7,7 +7,7 @@ and routing, FP8 and the expert overlap, and what Megatron only warns about; `op
 Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused grouped MLP;
 `shared_overlap` those of the shared experts' overlap; `flex_settings` the flex dispatcher's SM
 count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack; `gdn` those
-of gated delta nets;
+of gated delta nets; `dsa` those of DeepSeek sparse attention;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
 rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
 into one InputError; `warnings` lists what Megatron would warn about, which commands report
@@ -26,6 +26,9 @@ from planner.search.rules.context import (
     context_attention,
     context_exchange,
 )
+from planner.search.rules.dsa import JOB_RULES as DSA_JOB_RULES
+from planner.search.rules.dsa import RULES as DSA_RULES
+from planner.search.rules.dsa import STRUCTURAL_RULES as DSA_STRUCTURAL
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import WARNINGS, flex_runs, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
@@ -99,11 +102,12 @@ RULES: tuple[Rule, ...] = (
     *TORCHTITAN_RULES,
     *HYBRID_RULES,
     *GDN_RULES,
+    *DSA_RULES,
     batch,
     positions,
 )
 
-JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic)
+JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic, *DSA_JOB_RULES)
 """The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
 
 
@@ -119,6 +123,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     *JOB_RULES,
     *HYBRID_STRUCTURAL,
     *GDN_STRUCTURAL,
+    *DSA_STRUCTURAL,
     batch,
 )
 """The rules that depend only on the parallel degrees (with micro_batch_size 1), or on the job

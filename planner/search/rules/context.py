@@ -9,6 +9,7 @@ from __future__ import annotations
 from planner.inputs.layout import CpCommType, Layout
 from planner.inputs.plan import Job
 from planner.search.rules.base import Violation
+from planner.search.rules.dsa import context_exchange as dsa_exchange
 
 EXCHANGES: tuple[CpCommType, ...] = ("p2p", "a2a", "all_gather")
 """The exchanges in the order the search offers them (`exchange_for`): Megatron's default first."""
@@ -139,10 +140,12 @@ def context_exchange(job: Job, lay: Layout) -> Violation | None:
 
 
 def exchange_for(job: Job, tp: int, cp: int) -> CpCommType:
-    """The first of EXCHANGES that `context_exchange` accepts for these degrees (p2p where no
-    rule refuses it; p2p again where none is accepted, for the rule to name)."""
+    """The first of EXCHANGES that `context_exchange` (and DeepSeek sparse attention's
+    `dsa.context_exchange`: all_gather only) accepts for these degrees (p2p where no rule refuses
+    it; p2p again where none is accepted, for the rule to name)."""
     base = Layout(tp=tp, cp=cp)
     for kind in EXCHANGES:
-        if context_exchange(job, base.with_(cp_comm_type=kind)) is None:
+        lay = base.with_(cp_comm_type=kind)
+        if context_exchange(job, lay) is None and dsa_exchange(job, lay) is None:
             return kind
     return "p2p"
