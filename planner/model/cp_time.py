@@ -22,12 +22,17 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.model import comms, gemm_shapes
+from planner.model import comms, dsa, gemm_shapes
 from planner.model.activations import BF16
 
 
 def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:
-    """The rank's K and V for its t tokens, bf16, head_dim wide each."""
+    """The rank's K and V for its t tokens, bf16, head_dim wide each; DeepSeek sparse attention's
+    one latent key (r_kv + d_r wide: its value is part of it) and its indexer's key (d_i), whole
+    on every TP rank (`planner.model.dsa`: all_gather is its only exchange)."""
+    if arch.has_dsa:
+        q_w, _ = dsa.widths(arch)
+        return t * (q_w + dsa.indexer_dims(arch)[1]) * BF16
     return t * 2 * gemm_shapes.kv_heads(arch, tp) * arch.head_dim * BF16
 
 

@@ -219,3 +219,13 @@ def test_explain_says_which_kernels_run_and_why_not() -> None:
     sparse = parse_plan({**doc, "model": _model()}, ZOO)
     text = dsa_text(sparse.job, sparse.layout)
     assert text is not None and "TileLang's sparse MLA:" in text and "falls back" not in text
+
+
+def test_context_parallelism_gathers_the_latent_key_and_the_indexer_key() -> None:
+    # all_gather gathers one 576-wide latent key and the indexer's 128-wide key per token, bf16,
+    # whole on every TP rank: (576 + 128) x 2 = 1,408 bytes a token, not 2 x heads x head_dim
+    from planner.model import cp_time
+
+    assert cp_time.kv_bytes(_arch(), 1000, 8) == 1000 * 1408
+    dense = _arch(dsa_indexer_n_heads=None, dsa_indexer_head_dim=None, dsa_indexer_topk=None)
+    assert cp_time.kv_bytes(dense, 1000, 8) == 1000 * 2 * 16 * 128 * 2
