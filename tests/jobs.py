@@ -14,6 +14,32 @@ TINY_LINE = (
 )
 """A Megatron-LM functional test's 12-layer model as a command line."""
 
+TINY_DSA: dict[str, object] = {
+    "name": "tiny-dsa",
+    "num_layers": 4,
+    "hidden_size": 1024,
+    "ffn_hidden_size": 4096,
+    "num_attention_heads": 16,
+    "vocab_size": 32000,
+    "gated_linear_unit": True,
+    "activation": "swiglu",
+    "normalization": "RMSNorm",
+    "add_bias_linear": False,
+    "position_embedding_type": "rope",
+    "multi_latent_attention": True,
+    "q_lora_rank": 512,
+    "kv_lora_rank": 512,
+    "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_layernorm": True,
+    "dsa_indexer_n_heads": 64,
+    "dsa_indexer_head_dim": 128,
+    "dsa_indexer_topk": 2048,
+}
+"""A 4-layer MLA model with DeepSeek-V3.2's attention widths and indexer, as a plan's model
+table (the DSA launch and rule tests)."""
+
 
 def job(model: str, gpu: str, n: int, seq: int, gbs: int, **kw: object) -> Job:
     """`model` on `n` of `gpu` (its catalog node size, memory and tiers), sequences of `seq`,

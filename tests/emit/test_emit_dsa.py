@@ -15,35 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
+from jobs import TINY_DSA
 from megatron_plans import MEGATRON_FLAGS, assert_same, flags, make_plan, round_trip
 from test_emit_bridge import _accepted
 
 from planner.emit.launch import render
 from planner.inputs.errors import InputError
 
-TINY = {
-    "name": "tiny-dsa",
-    "num_layers": 4,
-    "hidden_size": 1024,
-    "ffn_hidden_size": 4096,
-    "num_attention_heads": 16,
-    "vocab_size": 32000,
-    "gated_linear_unit": True,
-    "activation": "swiglu",
-    "normalization": "RMSNorm",
-    "add_bias_linear": False,
-    "position_embedding_type": "rope",
-    "multi_latent_attention": True,
-    "q_lora_rank": 512,
-    "kv_lora_rank": 512,
-    "qk_head_dim": 128,
-    "qk_pos_emb_head_dim": 64,
-    "v_head_dim": 128,
-    "qk_layernorm": True,
-    "dsa_indexer_n_heads": 64,
-    "dsa_indexer_head_dim": 128,
-    "dsa_indexer_topk": 2048,
-}
+TINY: dict[str, Any] = dict(TINY_DSA)
 DSA_FLAGS = ("--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk")
 
 

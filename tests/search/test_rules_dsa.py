@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from jobs import TINY_DSA
 
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan
@@ -24,28 +25,7 @@ from planner.search import rules
 from planner.search.rules.context import exchange_for
 from planner.search.space import Space, structures
 
-MODEL = {
-    "name": "tiny-dsa",
-    "num_layers": 4,
-    "hidden_size": 1024,
-    "ffn_hidden_size": 4096,
-    "num_attention_heads": 16,
-    "vocab_size": 32000,
-    "gated_linear_unit": True,
-    "activation": "swiglu",
-    "normalization": "RMSNorm",
-    "add_bias_linear": False,
-    "position_embedding_type": "rope",
-    "multi_latent_attention": True,
-    "q_lora_rank": 512,
-    "kv_lora_rank": 512,
-    "qk_head_dim": 128,
-    "qk_pos_emb_head_dim": 64,
-    "v_head_dim": 128,
-    "dsa_indexer_n_heads": 64,
-    "dsa_indexer_head_dim": 128,
-    "dsa_indexer_topk": 2048,
-}
+MODEL: dict[str, Any] = dict(TINY_DSA)
 DENSE_MLA = {k: v for k, v in MODEL.items() if not k.startswith("dsa_")} | {"name": "tiny-mla"}
 
 
