@@ -16,6 +16,11 @@ token-head, which `planner.model.gdn.scan_time` (with the L2 norms' HBM bytes th
     python benchmarks/linear_kernels.py          # the slopes, the fraction, every row
     python benchmarks/linear_kernels.py --fit    # also the backward fraction to paste
 
+Then, as a comparison (no fit), planner's Mamba-2 scan at the same head dim against FLA's
+retention and GLA kernels (`mamba_proxy`): no benchmark of the mamba_ssm SSD kernels Megatron
+runs is stored, and these bracket SSD's work (2026-12-05: planner's scan 0.31 / 0.88 ns a
+token-head forward / backward, under retention's measured 0.44 / 2.13).
+
 `--fit` prints the fraction of its roofline the backward sustains (planner's roofline seconds per
 token-head over the measured slope): `planner.model.gdn.BWD_ROOFLINE_FRACTION`. The forward's
 (also printed) is about 1, and taken as 1.
@@ -35,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import parse_plan
-from planner.model import gdn
+from planner.model import gdn, mamba
 from planner.model.gemm import Gpu
 from planner.model.layer_time import gpu_of
 
@@ -156,6 +161,40 @@ def predicted_ms(row: Row, intercepts: dict[str, tuple[float, float]]) -> float:
     return 1e3 * (intercepts[row.mode][0] + work * row.token_heads)
 
 
+PROXY_OPS = ("chunk_retention", "chunk_gla")
+"""FLA's chunked kernels the Mamba-2 mixer's scan is compared with (`mamba_proxy`)."""
+
+
+def mamba_proxy(base: ModelArch, gpu: Gpu) -> None:
+    """A comparison, not a fit: planner's Mamba-2 scan (`planner.model.mamba.scan_time`, the
+    mamba_ssm SSD kernels Megatron runs, of which no benchmark is stored) per token-head at the
+    shape of FLA's head-dim-128 rows (state and head dim 128, B and C per head), against the
+    measured slopes of FLA's retention (a fixed decay: less work than SSD's per-token decay) and
+    GLA (a per-channel decay: more) kernels on the same GB200."""
+    arch = base.model_copy(
+        update={
+            "hidden_size": 1024,
+            "mamba_num_heads": 16,
+            "mamba_head_dim": FIT_HEAD_DIM,
+            "mamba_num_groups": 16,
+            "mamba_state_dim": FIT_HEAD_DIM,
+        }
+    )
+    tokens = 1e6
+    fwd, bwd = mamba.scan_time(arch, gpu, tokens, 1)
+    per = tokens * arch.mamba_heads
+    print(
+        f"Mamba-2 scan at head dim {FIT_HEAD_DIM} (planner): forward {fwd / per * 1e9:.3f}, "
+        f"backward {bwd / per * 1e9:.3f} ns a token-head"
+    )
+    for op in PROXY_OPS:
+        slopes = measured_slopes(load(op))
+        print(
+            f"  FLA {op:16s} measured: forward {slopes['fwd'][1] * 1e9:.3f}, backward "
+            f"{slopes['bwd'][1] * 1e9:.3f} ns a token-head"
+        )
+
+
 def main(argv: list[str]) -> None:
     rows = load()
     slopes = measured_slopes(rows)
@@ -190,6 +229,8 @@ def main(argv: list[str]) -> None:
         f"worst {max(fit):.1%} (n={len(fit)}); every row: median "
         f"{statistics.median(abs(e) for e in errors):.1%}"
     )
+    print()
+    mamba_proxy(base, gpu)
     if "--fit" in argv:
         f_fwd, f_bwd = roofline_fractions(rows)
         print(
