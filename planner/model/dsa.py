@@ -20,8 +20,8 @@ Kernels (`Job.dsa_kernel_backend`, Megatron --dsa-kernel-backend; `backend` says
 - "none" (Megatron's default): the unfused PyTorch path, DENSE: fp32 scores [b, heads, s, s]
   over every key (the top-k and causal bounds are masks), softmax, a bf16 copy for the value
   product. It keeps 13 bytes per score (the softmax's fp32 exponentials and numerator, the bf16
-  probabilities, three boolean masks) and fp32 copies of the query and the key
-  (DENSE_SCORE_BYTES). The indexer scores every key in fp32 too ([s, n_i, s] per sequence).
+  probabilities, three boolean masks: SCORE_KEPT_BYTES) and fp32 copies of the query and the
+  key. The indexer scores every key in fp32 too ([s, n_i, s] per sequence).
 - "tilelang": TileLang's sparse MLA over the top k (int32 indices), padded to at least
   TILELANG_MIN_HEADS heads; it keeps the query, the latent key and the indices and recomputes its
   forward in the backward. It runs only for 576 / 512-wide queries and latents, a power-of-two
@@ -235,7 +235,7 @@ def block_bytes(
     if loss == "dense":
         whole += t * (2.0 * n_i * d_i + 2.0 * n_i + 2.0 * d_i + 8.0 * k)
         if kernels == "none":
-            part += 2.0 * t * heads * q_w  # the loss keeps the bf16 absorbed query alive
+            part += views * t * heads * q_w  # the loss keeps (a view of) the absorbed query
     elif loss == "sparse":
         whole += t * (2.0 * n_i * d_i + 2.0 * d_i + 4.0 * n_i + (4 + 1 + 4) * k)
         whole += 8.0 * t * k if tp > 1 else 0.0  # the sorted int64 copy under TP
