@@ -395,7 +395,7 @@ class ModelArch(BaseModel):
         freq = self.linear_attention_freq
         return freq is not None and _marked(freq, layer)
 
-    @property
+    @cached_property
     def has_dsa(self) -> bool:
         """Whether the attention layers run DeepSeek sparse attention (`planner.model.dsa`)."""
         return self.dsa_indexer_topk is not None

@@ -7,6 +7,7 @@ their dispatcher share these parts (`PARTS`, keyed by `parts_key`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from planner.inputs.hybrid import LayerKind
@@ -107,8 +108,9 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
-        **dsa.shard_fields(job, lay.tp),
     )
+    if job.arch.has_dsa:
+        sh = replace(sh, **dsa.shard_fields(job, lay.tp))
     saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
     permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
     if kind.mixer == "attention" and job.arch.has_dsa:  # timed by dsa_time with the scores

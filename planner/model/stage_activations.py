@@ -124,7 +124,7 @@ def shard(job: Job, layout: Layout) -> Shard:
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)
-    return Shard(
+    out = Shard(
         tokens=s * layout.micro_batch_size,
         tp=layout.tp,
         sequence_parallel=layout.sequence_parallel,
@@ -148,8 +148,8 @@ def shard(job: Job, layout: Layout) -> Shard:
         cuda_graphs=job.cuda_graphs,
         offload=frozenset(layout.offload_modules),
         offload_fraction=layout.activation_offload_fraction,
-        **dsa.shard_fields(job, layout.tp),
     )
+    return replace(out, **dsa.shard_fields(job, layout.tp)) if job.arch.has_dsa else out
 
 
 @dataclass(frozen=True)
