@@ -1,18 +1,19 @@
 """Single changes to a layout that save memory, with the bytes each saves.
 
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
-knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp) and must still
-pass `planner.search.rules`; the total GPU count and the global batch stay as they are.
+knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp; and for
+DeepSeek sparse attention on Megatron's dense path, its sparse kernels) and must still pass
+`planner.search.rules`; the total GPU count and the global batch stay as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import memory
+from planner.model import dsa, memory
 from planner.search import rules
 
 
@@ -61,6 +62,24 @@ def _candidates(lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]
         yield 8, "pp", lay.pp * 2, _halve_dp(lay, pp=lay.pp * 2)
 
 
+def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
+    """DeepSeek sparse attention on Megatron's dense PyTorch path (`planner.model.dsa`): the
+    sparse kernels instead (`training.dsa_kernel_backend`, a job field: the layout stays), where
+    they run at this layout and save memory. Ranked first: they are faster too."""
+    if not job.arch.has_dsa or job.dsa_kernel_backend != "none":
+        return []
+    out = []
+    for kernels in ("tilelang", "cudnn"):
+        other = replace(job, dsa_kernel_backend=kernels)
+        if dsa.backend(other, layout.tp) != kernels or rules.violations(other, layout):
+            continue
+        rep = memory.estimate(other, layout, headroom_pct)
+        if peak - rep.peak > 0:
+            field = "training.dsa_kernel_backend"
+            out.append(Change(field, "none", kernels, layout, peak - rep.peak, rep.fits, -1))
+    return out
+
+
 def memory_changes(
     job: Job,
     layout: Layout,
@@ -86,6 +105,7 @@ def memory_changes(
             continue
         before = getattr(layout, field)
         out.append(Change(field, before, after, new, saves, rep.fits, order))
+    out += _dsa_kernels(job, layout, headroom_pct, base.peak)
 
     def key(c: Change) -> tuple[bool, float]:
         return (not c.fits, cost(c.layout) if cost else float(c.order))

@@ -229,3 +229,22 @@ def test_context_parallelism_gathers_the_latent_key_and_the_indexer_key() -> Non
     assert cp_time.kv_bytes(_arch(), 1000, 8) == 1000 * 1408
     dense = _arch(dsa_indexer_n_heads=None, dsa_indexer_head_dim=None, dsa_indexer_topk=None)
     assert cp_time.kv_bytes(dense, 1000, 8) == 1000 * 2 * 16 * 128 * 2
+
+
+def test_check_advises_the_sparse_kernels() -> None:
+    # the dense path's plan that does not fit: check's single changes name the sparse kernels
+    # (a job field, the layout kept), which save the scores and fit
+    from planner.search import advice
+
+    doc = {
+        "model": _model(num_layers=16, moe_layer_freq=[0] * 16, mtp_num_layers=0),
+        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_size": 8, "dsa_kernel_backend": "none"},
+        "parallel": {"tp": 8, "sequence_parallel": True, "micro_batch_size": 1},
+    }
+    plan = parse_plan(doc, ZOO)
+    assert not memory.estimate(plan.job, plan.layout).fits
+    changes = advice.memory_changes(plan.job, plan.layout)
+    kernels = [c for c in changes if c.field == "training.dsa_kernel_backend"]
+    assert {c.after for c in kernels} == {"tilelang", "cudnn"}
+    assert all(c.fits and c.layout == plan.layout for c in kernels)
