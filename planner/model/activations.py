@@ -152,6 +152,9 @@ class Shard:
     """DeepSeek sparse attention's kernels as they run (`planner.model.dsa.backend`)."""
     dsa_loss: dsa.LossMode = "off"
     """Its indexer loss (`planner.model.dsa.loss_mode`)."""
+    dsa_heads: float = 0.0
+    """The query heads its kernel computes a rank, padded (`planner.model.dsa.local_heads`);
+    0 = unpadded."""
     seq_length: int = 0
     """The whole sequence: the keys DSA's queries see (context parallelism gathers them); 0 =
     seq_per_cp_rank."""
@@ -247,8 +250,9 @@ def _dsa_bytes(arch: ModelArch, sh: Shard) -> float:
     out = split(rep, _attention_out(BF16 * T * a * arch.v_head_dim, sh), sh)
     dropped = frozenset(m for m in ("core_attn", "mla_up_proj") if sh.drops(m))
     s = sh.seq_length or sh.seq_per_cp_rank
+    kernels, heads = sh.dsa_kernels, sh.dsa_heads or None
     part, whole = dsa.block_bytes(
-        arch, T, s, sh.micro_batch_size, sh.tp, sh.dsa_kernels, sh.dsa_loss, dropped
+        arch, T, s, sh.micro_batch_size, sh.tp, kernels, sh.dsa_loss, dropped, heads
     )
     return out + part + whole
 

@@ -27,9 +27,9 @@ Kernels (`Job.dsa_kernel_backend`, Megatron --dsa-kernel-backend; `backend` says
   forward in the backward. It runs only for 576 / 512-wide queries and latents, a power-of-two
   head count (after the padding), k a multiple of 64 and bf16 operands; otherwise Megatron falls
   back to "none" silently (`backend`).
-- "cudnn": FlashMLA's forward and cuDNN's sparse backward, heads padded to CUDNN_MIN_HEADS; it
+- "cudnn": FlashMLA's forward and cuDNN's sparse backward, heads padded (CUDNN_HEAD_ALIGN); it
   keeps the latent output, its fp32 log-sum-exp and int32 indices (k padded to a multiple of
-  512), no recompute. Needs a 512-wide latent value, else "none".
+  512), no recompute. Needs a 512-wide latent value and a head count it takes, else "none".
 The indexer runs without autograd and keeps nothing unless its KL loss is on
 (`Job.dsa_indexer_loss_coeff` > 0, `loss_mode`): "dense" (backend none, or tilelang without
 --dsa-indexer-use-sparse-loss) recomputes dense fp32 attention scores over every causal key in
@@ -56,9 +56,11 @@ TILELANG_MIN_HEADS = 16
 """TileLang's sparse MLA pads the local query heads to at least 16 (ops/tilelang_dsa.py)."""
 TILELANG_K_MULTIPLE = 64
 """It takes only a top-k that is a multiple of 64 (ops/tilelang_dsa.py)."""
-CUDNN_MIN_HEADS = 64
-"""FlashMLA / cuDNN pad the local query heads to 64 (dsa_cudnn_kernels.py: 64 on Hopper, 64 or
-128 on Blackwell; the smaller taken)."""
+CUDNN_HEAD_ALIGN = {False: (64,), True: (64, 128)}
+"""The local query-head counts FlashMLA's sparse kernel runs (dsa_cudnn_kernels.py
+`_flash_mla_head_padding`), on Hopper (False) and on Blackwell (True): fewer heads are padded up
+to the first of these they divide, more must be a multiple of the last; other counts decline
+to the PyTorch path (`cudnn_heads`)."""
 CUDNN_K_MULTIPLE = 512
 """cuDNN's top-k indices are padded to a multiple of 512 (dsa_cudnn_kernels.py)."""
 SCORE_KEPT_BYTES = 13.0
@@ -103,6 +105,16 @@ def indexer_params(arch: ModelArch) -> int:
     return r_q * n_i * d_i + h * d_i + 2 * d_i + h * n_i
 
 
+def cudnn_heads(heads: int, blackwell: bool) -> int | None:
+    """The heads FlashMLA computes for `heads` local query heads (CUDNN_HEAD_ALIGN), or None
+    where it declines them."""
+    aligns = CUDNN_HEAD_ALIGN[blackwell]
+    for align in aligns:
+        if heads <= align and align % heads == 0:
+            return align
+    return heads if heads % aligns[-1] == 0 else None
+
+
 def backend(job: Job, tp: int) -> DsaKernelBackend:
     """The kernels that run: the requested backend where it takes the layer's shapes, else the
     PyTorch path Megatron falls back to (module docstring)."""
@@ -116,7 +128,8 @@ def backend(job: Job, tp: int) -> DsaKernelBackend:
             return "tilelang"
         return "none"
     if asked == "cudnn":
-        return "cudnn" if v_w == 512 else "none"
+        padded = cudnn_heads(arch.num_attention_heads // tp, job.cluster.gpu.is_blackwell)
+        return "cudnn" if v_w == 512 and padded is not None else "none"
     return "none"
 
 
@@ -128,8 +141,11 @@ def fallback(job: Job, tp: int) -> str | None:
         return None
     arch = job.arch
     q_w, v_w = widths(arch)
-    if asked == "cudnn":
+    if asked == "cudnn" and v_w != 512:
         return f"cuDNN's sparse attention needs a 512-wide latent value (kv_lora_rank {v_w})"
+    if asked == "cudnn":
+        local = arch.num_attention_heads // tp
+        return f"FlashMLA's sparse kernel takes no {local} heads a rank on this GPU"
     heads = max(arch.num_attention_heads // tp, TILELANG_MIN_HEADS)
     if (q_w, v_w) != (576, 512):
         return f"TileLang's sparse MLA needs 576 / 512-wide queries and latents (got {q_w} / {v_w})"
@@ -152,13 +168,15 @@ def loss_mode(job: Job, kernels: DsaKernelBackend) -> LossMode:
     return "dense"
 
 
-def local_heads(arch: ModelArch, tp: int, kernels: DsaKernelBackend) -> float:
+def local_heads(
+    arch: ModelArch, tp: int, kernels: DsaKernelBackend, blackwell: bool = False
+) -> float:
     """Query heads one TP rank's kernel computes (padded by the fused kernels)."""
     heads = arch.num_attention_heads / tp
     if kernels == "tilelang":
         return max(heads, TILELANG_MIN_HEADS)
     if kernels == "cudnn":
-        return max(heads, CUDNN_MIN_HEADS)
+        return float(cudnn_heads(arch.num_attention_heads // tp, blackwell) or heads)
     return heads
 
 
@@ -193,6 +211,7 @@ def block_bytes(
     kernels: DsaKernelBackend,
     loss: LossMode,
     dropped: frozenset[str] = frozenset(),
+    padded: float | None = None,
 ) -> tuple[float, float]:
     """(by the heads, whole on every TP rank): bytes the absorbed attention and the indexer keep
     for the backward for t local queries (mbs sequences, each of s keys: context parallelism
@@ -204,13 +223,14 @@ def block_bytes(
     the absorbed query and the key; mla_up_proj (absorbed_mla.py's CheckpointWithoutOutput)
     frees q_nope, the absorbed query and the key once the attention has run and rebuilds them
     for the backward, so the kernels' saved views of them hold nothing (backend none's fp32
-    copies stay)."""
+    copies stay). `padded`: the heads the kernel computes a rank (`local_heads`; by default
+    Hopper's padding)."""
     assert arch.qk_head_dim is not None
     q_w, v_w = widths(arch)
     n_i, d_i, _ = indexer_dims(arch)
     h, r_q = arch.hidden_size, arch.q_lora_rank or arch.hidden_size
     heads = arch.num_attention_heads / tp
-    padded = local_heads(arch, tp, kernels)
+    padded = local_heads(arch, tp, kernels) if padded is None else padded
     rebuilt = "mla_up_proj" in dropped
     keys = float(s * mbs)  # the keys of the micro-batch's sequences, gathered
     views = 0.0 if rebuilt else 2.0  # bytes an element of a kept view of q or the key holds
@@ -260,6 +280,7 @@ def working_bytes(
     tp: int,
     kernels: DsaKernelBackend,
     loss: LossMode,
+    padded: float | None = None,
 ) -> float:
     """Bytes one DSA layer holds beyond what it keeps while its forward or backward runs, for t
     local queries over s keys on one TP rank: the larger of the indexer's scores (every key in
@@ -275,7 +296,8 @@ def working_bytes(
         attention = SCORE_WORKING_BYTES * heads * pairs + INDEX_MASK_BYTES * pairs
     elif kernels == "tilelang":
         index = 4.0 * min(TILELANG_INDEX_ROWS, t / mbs) * s  # one batch row's block
-        attention = 2.0 * t * local_heads(arch, tp, kernels) * q_w + 4.0 * s * mbs * q_w
+        heads_run = local_heads(arch, tp, kernels) if padded is None else padded
+        attention = 2.0 * t * heads_run * q_w + 4.0 * s * mbs * q_w
     else:
         index = min(4.0 * pairs, CUDNN_SCORE_CHUNK) + min(8.0 * pairs, CUDNN_TOPK_SCRATCH)
         attention = 0.0
@@ -289,14 +311,22 @@ def working_bytes(
 class ShardFields(TypedDict, total=False):
     dsa_kernels: DsaKernelBackend
     dsa_loss: LossMode
+    dsa_heads: float
     seq_length: int
 
 
 def shard_fields(job: Job, tp: int) -> ShardFields:
     """The `activations.Shard` fields a DSA model's activations read (the kernels that run, the
-    indexer loss, the whole sequence); none for another model."""
+    indexer loss, the heads they compute a rank, the whole sequence); none for another
+    model."""
     if not job.arch.has_dsa:
         return {}
     kernels = backend(job, tp)
     loss = loss_mode(job, kernels)
-    return {"dsa_kernels": kernels, "dsa_loss": loss, "seq_length": job.seq_length}
+    heads = local_heads(job.arch, tp, kernels, job.cluster.gpu.is_blackwell)
+    return {
+        "dsa_kernels": kernels,
+        "dsa_loss": loss,
+        "dsa_heads": heads,
+        "seq_length": job.seq_length,
+    }

@@ -20,7 +20,8 @@ off the code's operations (a prediction, not a calibration).
   causal bounds are masks), the value product in bf16 at the large-GEMM rate, and
   DENSE_SOFTMAX_BYTES per score and direction of elementwise traffic; the backward twice the
   forward's matmuls. The fused kernels run the absorbed widths (2 (576 + 512) FLOPs per head and
-  key forward) over their key slots (`dsa.key_slots`) and padded heads, at the flash-attention
+  key forward) over their key slots (`dsa.key_slots`) and padded heads (cuDNN's by the GPU
+  generation, `dsa.cudnn_heads`), at the flash-attention
   kernels' rate for the GPU at that span and head width (`attention_time.fractions`): TileLang's
   backward recomputes its forward and runs 2 (3 x 576 + 2 x 512) per head and key; cuDNN's
   backward 2.5 x its forward, as flash attention's.
@@ -123,7 +124,7 @@ def attention_seconds(
         pv = 2.0 * v_w * scores / (gpu.peak_bf16 * gpu.e_bf16)
         soft = DENSE_SOFTMAX_BYTES * scores / gpu.hbm
         return qk + pv + soft, 2.0 * (qk + pv) + soft
-    heads = dsa.local_heads(arch, tp, kernels)
+    heads = dsa.local_heads(arch, tp, kernels, job.cluster.gpu.is_blackwell)
     slots = dsa.key_slots(arch, s, kernels)
     fe, be = attention_time.fractions(job, slots, (q_w + v_w) / 2.0, efficiency)
     work = 2.0 * (q_w + v_w) * slots * t * heads

@@ -349,6 +349,7 @@ def stage_activations(
                 sh.tp,
                 sh.dsa_kernels,
                 sh.dsa_loss,
+                sh.dsa_heads or None,
             ),
         )
     for kind, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True):

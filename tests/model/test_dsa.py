@@ -248,3 +248,21 @@ def test_check_advises_the_sparse_kernels() -> None:
     kernels = [c for c in changes if c.field == "training.dsa_kernel_backend"]
     assert {c.after for c in kernels} == {"tilelang", "cudnn"}
     assert all(c.fits and c.layout == plan.layout for c in kernels)
+
+
+def test_flashmla_head_padding_by_generation() -> None:
+    # dsa_cudnn_kernels.py `_flash_mla_head_padding`: Hopper pads fewer than 64 heads that divide
+    # 64 up to 64 and takes multiples of 64; Blackwell pads to 64 or 128 (the first they divide)
+    # and takes multiples of 128; anything else declines to the PyTorch path
+    assert dsa.cudnn_heads(16, blackwell=False) == 64
+    assert dsa.cudnn_heads(128, blackwell=False) == 128
+    assert dsa.cudnn_heads(48, blackwell=False) is None  # 64 % 48 != 0
+    assert dsa.cudnn_heads(16, blackwell=True) == 64
+    assert dsa.cudnn_heads(128, blackwell=True) == 128
+    assert dsa.cudnn_heads(96, blackwell=True) is None
+    assert dsa.cudnn_heads(192, blackwell=False) == 192 and dsa.cudnn_heads(192, True) is None
+    # so DeepSeek-V3.2's 128 heads at tp 8 run 64 on either part; at tp 1 on Blackwell, 128
+    job = _job("cudnn", gpu="b200-sxm-180gb")
+    assert dsa.local_heads(job.arch, 8, "cudnn", blackwell=True) == 64
+    odd = Job(**{**job.__dict__, "arch": job.arch.model_copy(update={"num_attention_heads": 96})})
+    assert dsa.backend(odd, 1) == "none" and "96 heads" in (dsa.fallback(odd, 1) or "")
