@@ -27,6 +27,7 @@ REQUIRED = [
     "mixtral-8x22b",
     "deepseek-v3",
     "deepseek-v3.2",  # DeepSeek sparse attention (DeepSeek-V3.2-Exp's config.json)
+    "glm-5",  # DeepSeek sparse attention (GlmMoeDsaConfig's GLM-5 defaults)
     "kimi-k2",  # Megatron-Bridge's Kimi K2 performance recipes
     "nemotronh-56b",  # Megatron-Bridge's Nemotron-H 56B performance recipes
     "qwen2.5-7b",
@@ -117,3 +118,17 @@ def test_deepseek_v32_is_v3_with_sparse_attention() -> None:
         2048,
     )
     assert v32.has_dsa and not v3.has_dsa and not v32.add_bias_linear
+
+
+def test_glm5_parameters_by_hand() -> None:
+    # GLM-5's shapes (model_zoo/glm-5.toml; GlmMoeDsaConfig's defaults), counted by hand:
+    # MLA: q 6144 x 2048 + 2048 x 64 x (192 + 64) + 2048 (its latent norm) = 46,139,392;
+    # kv 6144 x (512 + 64) + 512 x 64 x (192 + 256) + 512 = 18,219,520; out 64 x 256 x 6144 =
+    # 100,663,296; the indexer 2048 x 32 x 128 + 6144 x 128 + 2 x 128 + 6144 x 32 = 9,371,904:
+    # 174,394,112 a layer, with its two norms 12,288. Dense MLP 3 x 6144 x 12288 = 226,492,416;
+    # an expert 3 x 6144 x 2048 = 37,748,736, 256 routed and one shared, the router 256 x 6144:
+    # 3 dense layers x 400,898,816 + 75 MoE layers x 9,877,404,416 + untied embeddings
+    # 2 x 154,880 x 6,144 + the final norm 6,144 = 743,911,199,232 (Z.ai's "744B")
+    arch = ZOO["glm-5"]
+    assert params.params_total(arch) == 743_911_199_232
+    assert arch.has_dsa and arch.moe_layers == [False] * 3 + [True] * 75
