@@ -349,6 +349,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", _qwen3_5_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV32ForCausalLM": ("deepseek_v32", _deepseek_v32),
+    "GlmMoeDsaForCausalLM": ("glm_moe_dsa", _deepseek_v32),  # GLM-5: V3.2's fields
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),

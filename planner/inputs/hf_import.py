@@ -23,7 +23,9 @@ files (tests/data/hf) and transformers' config classes:
   DeepSeek-V2 / V2-Lite the same, without MTP, and grouped only where topk_method is
   "group_limited_greedy" (V2-Lite's "greedy" routes over all 64 experts). DeepSeek-V3.2
   (deepseek_v32) as V3, with its sparse attention's indexer: index_n_heads, index_head_dim,
-  index_topk -> dsa_indexer_n_heads, dsa_indexer_head_dim, dsa_indexer_topk.
+  index_topk -> dsa_indexer_n_heads, dsa_indexer_head_dim, dsa_indexer_topk; GLM-5 (glm_moe_dsa,
+  GlmMoeDsaForCausalLM) the same fields (its indexer's numerics, no ReLU and no Hadamard
+  rotation, do not change its shape).
 - GLM-4.5 (glm4_moe): head_dim 128, q/k/v biases (attention_bias), use_qk_norm -> qk_layernorm;
   first_k_dense_replace dense layers, then n_routed_experts routed and n_shared_experts shared
   experts of moe_intermediate_size; num_nextn_predict_layers -> mtp_num_layers.

@@ -10,7 +10,10 @@ for Qwen3.5-397B-A17B in the field names of transformers' Qwen3_5MoeTextConfig; 
 composed: transformers' Qwen3_5TextConfig defaults, which its docstring calls the Qwen3.5-9B style
 configuration, with layer_types spelt out; deepseek-v3.2-exp.json, composed: deepseek-v3.json with
 the architecture, model_type and index_n_heads 64 / index_head_dim 128 / index_topk 2048 of the
-deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are DeepSeek-V3's); the
+deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are DeepSeek-V3's;
+glm-5.json, composed: GlmMoeDsaConfig's defaults, which its docstring gives as GLM-5's
+(PrimeIntellect-ai/prime-rl @ 0030893e configuration_glm_moe_dsa.py), in config.json's field
+names); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -149,6 +152,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
         q_lora_rank=1536, kv_lora_rank=512, add_bias_linear=False, dsa_indexer_n_heads=64,
         dsa_indexer_head_dim=128, dsa_indexer_topk=2048,
     ),
+    # GLM-5: MLA 192 / 64 / 256 with q-LoRA 2048, 3 dense then 75 MoE layers of 256 experts
+    # top-8 and one shared, the indexer 32 heads of 128 (no MTP layer in the fixture)
+    "glm-5": dict(
+        num_layers=78, hidden_size=6144, ffn_hidden_size=12288, num_attention_heads=64,
+        vocab_size=154880, multi_latent_attention=True, q_lora_rank=2048, kv_lora_rank=512,
+        qk_head_dim=192, qk_pos_emb_head_dim=64, v_head_dim=256, num_moe_experts=256,
+        moe_router_topk=8, moe_ffn_hidden_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 75,
+        mtp_num_layers=0, dsa_indexer_n_heads=32, dsa_indexer_head_dim=128,
+        dsa_indexer_topk=2048, add_bias_linear=False,
+    ),
     # DeepSeek-V2: one dense layer, then 59 MoE layers of 160 routed + 2 shared experts; its
     # topk_method "group_limited_greedy" (device-limited routing, M = 3 of 8) keeps the groups
     "deepseek-v2": dict(
@@ -278,6 +291,7 @@ SAME_AS_ZOO = {
     "qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
     "deepseek-v3": "deepseek-v3",
     "deepseek-v3.2-exp": "deepseek-v3.2",
+    "glm-5": "glm-5",
     "deepseek-v2": "deepseek-v2",
     "deepseek-v2-lite": "deepseek-v2-lite",
     "gpt-oss-120b": "gpt-oss-120b",
