@@ -9,7 +9,7 @@ dsa_kernel_backend Literal["none", "tilelang", "cudnn"] = "none"; `__post_init__
 (`is_dsa_skip_topk_layer` raises ValueError for topk_freq < 1; `indexer_loss_coeff > 0` decides
 the loss), dsa_kernels.py `use_fused_dsa_kernels` (False under attention_backend unfused),
 dsa_cudnn_kernels.py `_assert_supported_indexer_scoring` (RuntimeError without the ReLU), and
-megatron/core/models/hybrid/hybrid_layer_allocation.py `Symbols` (D = DS_ATTENTION)."""
+the hybrid models' layer-allocation module's `Symbols` (D = DS_ATTENTION)."""
 
 from __future__ import annotations
 
