@@ -142,12 +142,8 @@ def roofline_fractions(rows: list[Row]) -> tuple[float, float]:
     roofline fraction at 1) over the measured slopes less the L2 norms' (memory-bound kernels
     at the achieved bandwidth, as planner times every elementwise pass)."""
     base, gpu = gb200()
-    saved = gdn.BWD_ROOFLINE_FRACTION
-    gdn.BWD_ROOFLINE_FRACTION = 1.0
-    try:
-        fwd, bwd = gdn.scan_time(arch_for(base, 1, FIT_HEAD_DIM), gpu, 1.0, 1)
-    finally:
-        gdn.BWD_ROOFLINE_FRACTION = saved
+    fwd, bwd = gdn.scan_time(arch_for(base, 1, FIT_HEAD_DIM), gpu, 1.0, 1)
+    bwd *= gdn.BWD_ROOFLINE_FRACTION  # the backward's roofline itself
     l2_fwd, l2_bwd = (b / gpu.hbm for b in l2norm_bytes(FIT_HEAD_DIM))
     slopes = measured_slopes(rows)
     return fwd / (slopes["fwd"][1] - l2_fwd), bwd / (slopes["bwd"][1] - l2_bwd)

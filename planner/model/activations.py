@@ -248,12 +248,7 @@ def _dsa_bytes(arch: ModelArch, sh: Shard) -> float:
     if not sh.drops("mla_up_proj"):
         rep += linear_in(BF16 * T * r_q, sh)
     out = split(rep, _attention_out(BF16 * T * a * arch.v_head_dim, sh), sh)
-    dropped = frozenset(m for m in ("core_attn", "mla_up_proj") if sh.drops(m))
-    s = sh.seq_length or sh.seq_per_cp_rank
-    kernels, heads = sh.dsa_kernels, sh.dsa_heads or None
-    part, whole = dsa.block_bytes(
-        arch, T, s, sh.micro_batch_size, sh.tp, kernels, sh.dsa_loss, dropped, heads
-    )
+    part, whole = dsa.block_bytes(arch, sh)
     return out + part + whole
 
 

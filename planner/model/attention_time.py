@@ -12,7 +12,7 @@ from typing import NamedTuple
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
 from planner.model import attention, determinism, flops, gemm_shapes
-from planner.model.gemm import Gpu
+from planner.model.gemm import Gpu, fp32_peak
 
 
 class Core(NamedTuple):
@@ -76,7 +76,7 @@ def core_attention(
         rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
         exp_fwd = scores / (rate * attention.exp_fraction(spec.name, span, job.attention_kernel))
     alu = attention.alu_flops(spec.name, span, job.attention_kernel)
-    alu_fwd = scores * alu / (spec.peak_tflops_fp32 * 1e12 * clock * efficiency)
+    alu_fwd = scores * alu / (fp32_peak(spec, gpu) * efficiency)
     side = max(exp_fwd, alu_fwd)  # either direction: one exponential and its softmax per score
     quant = 0.0
     if fp8:  # Q, K, V (K and V per query group) forward, the output gradient backward

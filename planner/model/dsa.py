@@ -42,7 +42,7 @@ indexer key gathered to the whole sequence.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan_sections import DsaKernelBackend
@@ -202,45 +202,64 @@ def index_slots(arch: ModelArch, s: int, kernels: DsaKernelBackend) -> float:
     return float(k)
 
 
-def block_bytes(
-    arch: ModelArch,
-    t: float,
-    s: int,
-    mbs: int,
-    tp: int,
-    kernels: DsaKernelBackend,
-    loss: LossMode,
-    dropped: frozenset[str] = frozenset(),
-    padded: float | None = None,
-) -> tuple[float, float]:
+class Shard(Protocol):
+    """What the DSA bytes read of a layer's shard (`planner.model.activations.Shard`, which
+    `shard_fields` fills for a DSA model)."""
+
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def micro_batch_size(self) -> int: ...
+    @property
+    def seq_per_cp_rank(self) -> int: ...
+    @property
+    def seq_length(self) -> int: ...
+    @property
+    def dsa_kernels(self) -> DsaKernelBackend: ...
+    @property
+    def dsa_loss(self) -> LossMode: ...
+    @property
+    def dsa_heads(self) -> float: ...
+    def drops(self, module: str) -> bool: ...
+
+
+def _shape(arch: ModelArch, sh: Shard) -> tuple[float, int, int, int, DsaKernelBackend, float]:
+    """(t local queries, s keys a sequence, mbs sequences, tp, the kernels, the heads they compute
+    a rank) of a layer's shard: context parallelism gathers the keys (`Shard.seq_length`)."""
+    kernels = sh.dsa_kernels
+    padded = sh.dsa_heads or local_heads(arch, sh.tp, kernels)
+    s = sh.seq_length or sh.seq_per_cp_rank
+    return sh.tokens, s, sh.micro_batch_size, sh.tp, kernels, padded
+
+
+def block_bytes(arch: ModelArch, sh: Shard) -> tuple[float, float]:
     """(by the heads, whole on every TP rank): bytes the absorbed attention and the indexer keep
-    for the backward for t local queries (mbs sequences, each of s keys: context parallelism
-    gathers the keys) on one TP rank, beyond MLA's latents and
-    their norms (`activations`): split over the heads, q_nope for W_uk's gradient, the latent
-    output for W_uv's and the backend's saved query, scores or log-sum-exp; whole, the gathered
-    latent key, the indices and the indexer's saved inputs. `dropped`: the selective recompute
-    modules: core_attn recomputes the whole sparse attention and its indexer from its inputs,
-    the absorbed query and the key; mla_up_proj (absorbed_mla.py's CheckpointWithoutOutput)
-    frees q_nope, the absorbed query and the key once the attention has run and rebuilds them
-    for the backward, so the kernels' saved views of them hold nothing (backend none's fp32
-    copies stay). `padded`: the heads the kernel computes a rank (`local_heads`; by default
-    Hopper's padding)."""
+    for the backward on one TP rank of the shard (its kernels, indexer loss and padded heads:
+    `shard_fields`), beyond MLA's latents and their norms (`activations`): split over the heads,
+    q_nope for W_uk's gradient, the latent output for W_uv's and the backend's saved query,
+    scores or log-sum-exp; whole, the gathered latent key, the indices and the indexer's saved
+    inputs. Selective recompute: core_attn recomputes the whole sparse attention and its
+    indexer from its inputs, the absorbed query and the key; mla_up_proj (absorbed_mla.py's
+    CheckpointWithoutOutput) frees q_nope, the absorbed query and the key once the attention has
+    run and rebuilds them for the backward, so the kernels' saved views of them hold nothing
+    (backend none's fp32 copies stay)."""
     assert arch.qk_head_dim is not None
+    t, s, mbs, tp, kernels, padded = _shape(arch, sh)
     q_w, v_w = widths(arch)
     n_i, d_i, _ = indexer_dims(arch)
     h, r_q = arch.hidden_size, arch.q_lora_rank or arch.hidden_size
     heads = arch.num_attention_heads / tp
-    padded = local_heads(arch, tp, kernels) if padded is None else padded
-    rebuilt = "mla_up_proj" in dropped
     keys = float(s * mbs)  # the keys of the micro-batch's sequences, gathered
-    views = 0.0 if rebuilt else 2.0  # bytes an element of a kept view of q or the key holds
+    views = 0.0 if sh.drops("mla_up_proj") else 2.0  # bytes a kept view of q or the key holds
     part = views * t * heads * arch.qk_head_dim  # q_nope, W_uk's input
     whole = views * keys * q_w  # the all-gathered latent key (the value is its first r_kv)
-    if "core_attn" in dropped:
+    if sh.drops("core_attn"):
         return part + views * t * heads * q_w, whole  # the checkpoint keeps its inputs
     part += 2.0 * t * heads * v_w  # W_uv's input
     if kernels == "none":
-        part += 4.0 * t * heads * q_w + SCORE_KEPT_BYTES * t * heads * s  # fp32 q, the scores
+        part += 4.0 * t * heads * q_w + scores_kept(arch, sh)  # the fp32 query, the scores
         whole += 4.0 * keys * q_w  # the key's fp32 copy
     elif kernels == "tilelang":
         part += views * t * padded * q_w + t * padded  # the query, the head mask
@@ -248,15 +267,15 @@ def block_bytes(
     else:
         part += views * t * padded * q_w + 4.0 * t * padded + 2.0 * t * (padded - heads) * v_w
         whole += 4.0 * t * index_slots(arch, s, kernels)
-    if loss == "off":
+    if sh.dsa_loss == "off":
         return part, whole
     whole += 2.0 * t * (h + r_q + d_i)  # the indexer's gathered inputs and its key norm's input
     k = min(indexer_dims(arch)[2], s)
-    if loss == "dense":
+    if sh.dsa_loss == "dense":
         whole += t * (2.0 * n_i * d_i + 2.0 * n_i + 2.0 * d_i + 8.0 * k)
         if kernels == "none":
             part += views * t * heads * q_w  # the loss keeps (a view of) the absorbed query
-    elif loss == "sparse":
+    elif sh.dsa_loss == "sparse":
         whole += t * (2.0 * n_i * d_i + 2.0 * d_i + 4.0 * n_i + (4 + 1 + 4) * k)
         whole += 8.0 * t * k if tp > 1 else 0.0  # the sorted int64 copy under TP
     else:
@@ -264,29 +283,23 @@ def block_bytes(
     return part, whole
 
 
-def scores_kept(arch: ModelArch, t: float, s: int, tp: int, kernels: DsaKernelBackend) -> float:
-    """Of `block_bytes`, backend none's saved scores: the elementwise passes over them are timed
-    by `planner.model.dsa_time` (DENSE_SOFTMAX_BYTES), not as saved activations."""
-    if kernels != "none":
+def scores_kept(arch: ModelArch, sh: Shard) -> float:
+    """Of `block_bytes`, backend none's saved scores (0 for the fused kernels): the elementwise
+    passes over them are timed by `planner.model.dsa_time` (DENSE_SOFTMAX_BYTES), not as saved
+    activations."""
+    if sh.dsa_kernels != "none":
         return 0.0
+    t, s, _, tp, _, _ = _shape(arch, sh)
     return SCORE_KEPT_BYTES * t * arch.num_attention_heads / tp * s
 
 
-def working_bytes(
-    arch: ModelArch,
-    t: float,
-    s: int,
-    mbs: int,
-    tp: int,
-    kernels: DsaKernelBackend,
-    loss: LossMode,
-    padded: float | None = None,
-) -> float:
-    """Bytes one DSA layer holds beyond what it keeps while its forward or backward runs, for t
-    local queries over s keys on one TP rank: the larger of the indexer's scores (every key in
-    fp32 per head on the PyTorch path, TileLang's 8,192-row blocks, cuDNN's capped chunk and
-    top-k scratch), the dense path's score copies and index masks, and the dense indexer loss's
-    fp32 attention scores, key copies and index einsum."""
+def working_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Bytes one DSA layer holds beyond what it keeps while its forward or backward runs on one
+    TP rank of the shard: the larger of the indexer's scores (every key in fp32 per head on the
+    PyTorch path, TileLang's 8,192-row blocks, cuDNN's capped chunk and top-k scratch), the dense
+    path's score copies and index masks, and the dense indexer loss's fp32 attention scores, key
+    copies and index einsum."""
+    t, s, mbs, tp, kernels, padded = _shape(arch, sh)
     q_w, _ = widths(arch)
     n_i = indexer_dims(arch)[0]
     heads = arch.num_attention_heads / tp
@@ -296,13 +309,12 @@ def working_bytes(
         attention = SCORE_WORKING_BYTES * heads * pairs + INDEX_MASK_BYTES * pairs
     elif kernels == "tilelang":
         index = 4.0 * min(TILELANG_INDEX_ROWS, t / mbs) * s  # one batch row's block
-        heads_run = local_heads(arch, tp, kernels) if padded is None else padded
-        attention = 2.0 * t * heads_run * q_w + 4.0 * s * mbs * q_w
+        attention = 2.0 * t * padded * q_w + 4.0 * s * mbs * q_w
     else:
         index = min(4.0 * pairs, CUDNN_SCORE_CHUNK) + min(8.0 * pairs, CUDNN_TOPK_SCRATCH)
         attention = 0.0
     out = max(index, attention)
-    if loss == "dense":
+    if sh.dsa_loss == "dense":
         dense = SCORE_WORKING_BYTES * heads * pairs + NAIVE_INDEX_BYTES * (n_i + 1) * pairs
         out = max(out, dense + 6.0 * heads * q_w * s * mbs)
     return out

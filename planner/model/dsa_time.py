@@ -35,7 +35,7 @@ from __future__ import annotations
 from planner.inputs.plan import Job
 from planner.model import attention_time, dsa
 from planner.model.attention_time import Core
-from planner.model.gemm import Gpu, gemm_time
+from planner.model.gemm import Gpu, fp32_peak, gemm_time
 
 NAIVE_INDEX_TRAFFIC = 24.0
 """HBM bytes per indexer head and query-key pair of the PyTorch scoring's elementwise ops
@@ -57,12 +57,6 @@ FLASH_BWD_RATIO = 2.5
 """A flash-attention backward's matmuls over its forward's (cuDNN's sparse backward)."""
 
 
-def _fp32_rate(job: Job, gpu: Gpu) -> float:
-    """The CUDA cores' FP32 rate, at the clock the job's power cap leaves (as the bf16 peak)."""
-    spec = job.cluster.gpu
-    return spec.peak_tflops_fp32 * 1e12 * gpu.peak_bf16 / spec.peak_flops("bf16")
-
-
 def indexer_time(job: Job, gpu: Gpu, t: float, s: int, tp: int) -> tuple[float, float]:
     """(forward, backward) seconds of the indexer and its top-k for t local queries over s keys a
     sequence: projections, scoring, top-k, and with its loss on its weight gradients and the
@@ -82,7 +76,7 @@ def indexer_time(job: Job, gpu: Gpu, t: float, s: int, tp: int) -> tuple[float, 
     tensor = gpu.peak_bf16 * gpu.e_bf16
     naive = kernels == "none" or (kernels == "cudnn" and 4.0 * pairs > dsa.CUDNN_SCORE_CHUNK)
     if naive:
-        score = score_flops * pairs / _fp32_rate(job, gpu)
+        score = score_flops * pairs / fp32_peak(job.cluster.gpu, gpu)
         score += NAIVE_INDEX_TRAFFIC * n_i * pairs / gpu.hbm
     else:
         causal = t * (s + 256) / 2.0
@@ -94,7 +88,7 @@ def indexer_time(job: Job, gpu: Gpu, t: float, s: int, tp: int) -> tuple[float, 
     q_w, _ = dsa.widths(arch)
     heads = arch.num_attention_heads / tp
     if loss == "dense":
-        dense = 2.0 * q_w * heads * pairs / _fp32_rate(job, gpu)
+        dense = 2.0 * q_w * heads * pairs / fp32_peak(job.cluster.gpu, gpu)
         dense += DENSE_SOFTMAX_BYTES * heads * pairs / gpu.hbm + score
         fwd += dense
         bwd += FLASH_BWD_RATIO * dense
@@ -120,7 +114,7 @@ def attention_seconds(
     if kernels == "none":
         heads = arch.num_attention_heads / tp
         scores = t * s * heads
-        qk = 2.0 * q_w * scores / _fp32_rate(job, gpu)
+        qk = 2.0 * q_w * scores / fp32_peak(job.cluster.gpu, gpu)
         pv = 2.0 * v_w * scores / (gpu.peak_bf16 * gpu.e_bf16)
         soft = DENSE_SOFTMAX_BYTES * scores / gpu.hbm
         return qk + pv + soft, 2.0 * (qk + pv) + soft

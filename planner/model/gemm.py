@@ -24,6 +24,10 @@ entry there; NVFP4 GEMMs run at `fp4_ceiling` of the FP4 peak.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.inputs.hardware import GpuSpec
 
 GROUPED_GEMM_TILE_ROWS = 128
 """Rows of the grouped GEMM's tile along the token dimension: each expert's tokens are padded to
@@ -187,6 +191,12 @@ class Gpu:
     """Large-GEMM fraction of the bf16 peak: GEMM_EFFICIENCY_MAX, at most the measured ceiling."""
     e_linear: float
     """The same for the decoder's linear layers, in the job's precision."""
+
+
+def fp32_peak(spec: GpuSpec, gpu: Gpu) -> float:
+    """The CUDA cores' FP32 FLOP/s (`GpuSpec.peak_tflops_fp32`) at the clock the job's power cap
+    leaves (the bf16 peak's ratio to its rated value)."""
+    return spec.peak_tflops_fp32 * 1e12 * gpu.peak_bf16 / spec.peak_flops("bf16")
 
 
 def gemm_efficiency(m: float, k: float, n: float, ridge: float, e: float) -> float:

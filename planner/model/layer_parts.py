@@ -114,5 +114,5 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
     saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
     permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
     if kind.mixer == "attention" and job.arch.has_dsa:  # timed by dsa_time with the scores
-        permuted += dsa.scores_kept(job.arch, sh.tokens, job.seq_length, lay.tp, sh.dsa_kernels)
+        permuted += dsa.scores_kept(job.arch, sh)
     return saved, saved - permuted

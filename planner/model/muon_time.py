@@ -44,13 +44,12 @@ from __future__ import annotations
 
 import math
 
-from planner.inputs import units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, gemm_shapes, host
-from planner.model.gemm import Gpu, gemm_time
+from planner.model.gemm import Gpu, fp32_peak, gemm_time
 
 MUON_MATRIX_KERNELS = 30
 """Kernels the host issues per orthogonalised matrix and step (orthogonalized_optimizer.py `step`,
@@ -114,7 +113,7 @@ def _rate(job: Job, gpu: Gpu) -> tuple[float, float]:
         return gpu.peak_bf16, gpu.ridge
     if precision == "high":
         return gpu.peak_bf16 / 2, gpu.ridge
-    peak = units.tflops(spec.peak_tflops_fp32) * gpu.peak_bf16 / spec.peak_flops("bf16")
+    peak = fp32_peak(spec, gpu)
     # 4-byte elements: twice the bytes per FLOP of the bf16 roofline's intensity
     return peak, 2 * gpu.ridge * peak / gpu.peak_bf16
 

@@ -339,19 +339,7 @@ def stage_activations(
         working = max(working, moe)
     if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
         # DSA's indexer scores and its dense path's score copies while a layer runs
-        working = max(
-            working,
-            dsa.working_bytes(
-                arch,
-                sh.tokens,
-                job.seq_length,
-                sh.micro_batch_size,
-                sh.tp,
-                sh.dsa_kernels,
-                sh.dsa_loss,
-                sh.dsa_heads or None,
-            ),
-        )
+        working = max(working, dsa.working_bytes(arch, sh))
     for kind, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True):
         if n and (linear := mixers.of(kind)) is not None:
             # a linear-time mixer's backward rebuilds what its forward did not keep (its chunk

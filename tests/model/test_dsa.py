@@ -14,12 +14,15 @@ and the DSv3.2-shaped parity helper of Megatron-LM's unit tests).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job, parse_plan
+from planner.inputs.plan_sections import DsaKernelBackend
 from planner.model import dsa, dsa_time, memory, params
+from planner.model.activations import Shard
 from planner.model.layer_time import gpu_of
 
 ZOO = Path(__file__).resolve().parents[2] / "model_zoo" / "deepseek-v3.toml"
@@ -55,6 +58,11 @@ def _job(
         "parallel": {"tp": 8, "sequence_parallel": True, "micro_batch_size": 1},
     }
     return parse_plan(doc, ZOO).job
+
+
+def _shard(kernels: DsaKernelBackend, **kw: Any) -> Shard:
+    """One micro-batch of 4,096 tokens (the whole sequence) on a rank of tp 8."""
+    return Shard(tokens=4096, tp=8, seq_per_cp_rank=4096, dsa_kernels=kernels, **kw)
 
 
 def _arch(**update: object) -> ModelArch:
@@ -123,7 +131,7 @@ def test_the_dense_path_keeps_3_65_gb_a_layer_at_tp_8() -> None:
     # key (4 x 4096 x 576 = 9,437,184): 3,650,093,056, beside W_uv's input (2 x 16 x 4096 x 512 =
     # 67,108,864), q_nope (2 x 16 x 4096 x 128 = 16,777,216) and the gathered key (2 x 4096 x 576
     # = 4,718,592)
-    part, whole = dsa.block_bytes(_arch(), 4096, 4096, 1, 8, "none", "off")
+    part, whole = dsa.block_bytes(_arch(), _shard("none"))
     assert part + whole == 3_650_093_056 + 67_108_864 + 16_777_216 + 4_718_592
 
 
@@ -131,13 +139,12 @@ def test_tilelang_keeps_the_query_and_the_indices() -> None:
     # 16 heads a rank: q_nope 2 x 16 x 4096 x 128, W_uv's input 2 x 16 x 4096 x 512, the query
     # 2 x 16 x 4096 x 576 and its head mask 16 x 4096; whole: the key 2 x 4096 x 576 and the int32
     # indices 4 x 4096 x 2048
-    part, whole = dsa.block_bytes(_arch(), 4096, 4096, 1, 8, "tilelang", "off")
+    part, whole = dsa.block_bytes(_arch(), _shard("tilelang"))
     assert part == 2 * 16 * 4096 * (128 + 512 + 576) + 16 * 4096
     assert whole == 2 * 4096 * 576 + 4 * 4096 * 2048
     # mla_up_proj frees q_nope, the query and the key after the attention: the views keep nothing
-    part, whole = dsa.block_bytes(
-        _arch(), 4096, 4096, 1, 8, "tilelang", "off", frozenset({"mla_up_proj"})
-    )
+    rebuilt = _shard("tilelang", recompute="core_attn", modules=frozenset({"mla_up_proj"}))
+    part, whole = dsa.block_bytes(_arch(), rebuilt)
     assert (part, whole) == (2 * 16 * 4096 * 512 + 16 * 4096, 4 * 4096 * 2048)
 
 
@@ -145,9 +152,9 @@ def test_what_the_dense_path_holds_while_it_runs() -> None:
     # the PyTorch indexer's fp32 einsum over 64 heads and its head sum, 4 x 65 x 4096^2
     # (4,362,076,160), is more than the attention's three fp32 score copies and two index masks
     # (12 x 16 x 4096^2 + 8 x 4096^2 = 3,355,443,200)
-    assert dsa.working_bytes(_arch(), 4096, 4096, 1, 8, "none", "off") == 4 * 65 * 4096**2
+    assert dsa.working_bytes(_arch(), _shard("none")) == 4 * 65 * 4096**2
     # TileLang scores 8,192 rows at a time: 4 x 4096 x 4096 of logits for one 4k sequence
-    assert dsa.working_bytes(_arch(), 4096, 4096, 1, 8, "tilelang", "off") == max(
+    assert dsa.working_bytes(_arch(), _shard("tilelang")) == max(
         4 * 4096 * 4096, 2 * 4096 * 16 * 576 + 4 * 4096 * 576
     )
 
