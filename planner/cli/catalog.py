@@ -1,4 +1,5 @@
-"""`planner catalog list | show`: the GPUs and models planner knows, and every field of one."""
+"""`planner catalog [list | show]`: the GPUs and models planner knows (`catalog` alone lists
+them all), and every field of one."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ from planner.inputs import catalog
 from planner.inputs.errors import InputError
 
 app = typer.Typer(
-    no_args_is_help=True, help="The GPUs and models planner knows.", rich_markup_mode=None
+    invoke_without_command=True,
+    help="The GPUs and models planner knows.",
+    rich_markup_mode=None,
 )
+
+
+@app.callback()
+def catalog_main(ctx: typer.Context) -> None:
+    """The GPUs and models planner knows (`planner catalog` alone lists them all)."""
+    if ctx.invoked_subcommand is None:
+        catalog_list("all", as_json=False)
 
 
 @app.command("list")

@@ -169,6 +169,7 @@ def suggest(
             write_plan.write_text(plan_writer.render(plan_job, lay, table, header))
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
+        _launch_notes(write_plan)
     if as_json:
         data = report.suggest_dict(job, res, rows, req.defaulted)
         calibration.add_json(data, prof)
@@ -182,3 +183,13 @@ def suggest(
             out.print(line)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")
+
+
+def _launch_notes(path: Path) -> None:
+    """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
+    cannot run, a layout one of its targets cannot write), naming the targets."""
+    from planner.emit import launch
+    from planner.inputs.plan import load_plan
+
+    for message, targets in launch.refusals(load_plan(path)).items():
+        err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")

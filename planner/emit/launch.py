@@ -103,6 +103,23 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
     return file_name, renderer(plan, check_job_name(job_name))
 
 
+def refusals(plan: Plan) -> dict[str, list[str]]:
+    """What `render` refuses of a loaded plan among the targets of its framework (pools: those
+    that place ranks on pools): message -> the targets refused with it (`suggest --write-plan`
+    says so, rather than leave the plan's first launch to find it)."""
+    out: dict[str, list[str]] = {}
+    for target in TARGETS:
+        if FRAMEWORK.get(target, "megatron") != plan.job.framework:
+            continue
+        if plan.job.pools and target not in POOL_TARGETS:
+            continue
+        try:
+            render(plan, target)
+        except InputError as e:
+            out.setdefault(str(e), []).append(target)
+    return out
+
+
 def launch(
     plan_path: Path,
     target: str,

@@ -34,6 +34,7 @@ from planner.model.performance import Performance
 from planner.model.stage_time import LAYER_TIMES
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
+from planner.search import rules
 from planner.search import top_k as search
 from planner.search.space import Space
 
@@ -178,12 +179,15 @@ def scale(
     ops_params = ops_params or OpsParams()
     if tokens is not None:
         ops.training_steps(job, tokens)  # a budget below one step is bad input at every size
+    # a rule the job itself breaks refuses every size alike: say which, and search none
+    broken = "; ".join(f"{v.field}: {v.message}" for v in rules.job_violations(job))
     raw: list[ScalePoint] = []
     for n in sorted(set(sizes)):
         j = job_at(job, n)
-        found = best_layout(j)
+        found = None if broken else best_layout(j)
         if found is None:
-            raw.append(ScalePoint(n, None, None, None, note="no layout fits"))
+            note = f"no layout runs: {broken}" if broken else "no layout fits"
+            raw.append(ScalePoint(n, None, None, None, note=note))
             continue
         lay, perf = found
         raw.append(ScalePoint(n, lay, perf, ops.operations(j, perf, tokens, ops_params)))

@@ -81,6 +81,16 @@ def test_catalog_list_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert "h100-sxm-80gb" in out and "llama3.1-405b" in out
 
 
+def test_catalog_alone_lists_everything(capsys: pytest.CaptureFixture[str]) -> None:
+    """`planner catalog` with no sub-command lists what `catalog list` does (it used to print
+    its help and exit 2, the bad-input code, for a command that asked nothing wrong)."""
+    code, listed, _ = run(["catalog", "list"], capsys)
+    assert code == 0
+    code, alone, err = run(["catalog"], capsys)
+    assert code == 0, err
+    assert alone == listed
+
+
 def test_catalog_show_llama3_405b(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["catalog", "show", "llama3.1-405b", "--json"], capsys)
     assert code == 0, err

@@ -257,6 +257,20 @@ def test_cli_scale_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "efficiency" in out and "$/M tokens" in out
 
 
+def test_cli_scale_names_a_job_no_layout_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A job that breaks a rule of its own (SC21's 1.7B GPT has 2,048 learned positions: 4,096
+    tokens run in no layout) is no layout at every size, each point saying why (the rule's field
+    and message), and exit 1, as suggest's."""
+    argv = ["scale", "--model", "gpt-sc21-1.7b", "--seq-length", "4096", "--num-gpus", "8,16"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 1, err
+    points = json.loads(out)["points"]
+    assert [p["feasible"] for p in points] == [False, False]
+    for p in points:
+        assert p["note"].startswith("no layout runs: training.seq_length:")
+        assert "max_position_embeddings (2048)" in p["note"]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -268,6 +268,27 @@ def test_write_plan_round_trips(
     assert f"--pipeline-model-parallel-size {top['parallel']['pp']}" in out
 
 
+def test_write_plan_names_the_launch_targets_that_refuse_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gemma 2's gated GELU MLP has no flag in Megatron-LM's pretrain_gpt.py, while a
+    Megatron-Bridge recipe runs it: suggest writes the plan and says, on stderr, which launch
+    targets refuse it. Oracle: `planner launch` itself, target by target."""
+    plan = tmp_path / "gemma.toml"
+    argv = ["suggest", "--model", "gemma2-2b", "--seq-length", "4096", "--write-plan", str(plan)]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    err = err.replace("\n", " ")
+    assert "note: launch --target megatron-args, torchrun, slurm, k8s refuses this plan" in err
+    assert "geglu" in err and "megatron-bridge" not in err
+    for target, refused in (("megatron-args", True), ("k8s", True), ("megatron-bridge", False)):
+        code, _, launch_err = run(["launch", str(plan), "--target", target], capsys)
+        assert code == (2 if refused else 0), (target, launch_err)
+    # a plan every target writes gets no note
+    code, _, err = run(["suggest", "--write-plan", str(tmp_path / "llama.toml")], capsys)
+    assert code == 0 and "note: launch" not in err
+
+
 def test_write_plan_refuses_to_overwrite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -320,6 +341,25 @@ def test_nothing_fits_names_a_job_no_layout_can_run(
     binding = json.loads(out)["binding"]
     assert "sinks_fp8" in binding and "training.fp8_attention" in binding
     assert suggest_json([str(job), "--gpu", "b200-sxm-180gb"], capsys)["candidates"]
+
+
+def test_nothing_runs_past_learned_positions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sequence longer than a learned-position model's table (SC21's 1.7B GPT: 2,048
+    positions, learned_absolute) runs in no layout: suggest says so, naming the field, rather than
+    writing a plan that check then refuses (exit 2, the rule `positions`); at 2,048 tokens the
+    plan it writes passes check."""
+    argv = ["suggest", "--model", "gpt-sc21-1.7b", "--num-gpus", "8", "--global-batch-size", "64"]
+    code, out, err = run([*argv, "--seq-length", "4096", "--json"], capsys)
+    assert code == 1, err
+    binding = json.loads(out)["binding"]
+    assert "max_positions" in binding and "training.seq_length" in binding
+    plan = tmp_path / "plan.toml"
+    code, out, err = run([*argv, "--seq-length", "2048", "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    code, out, err = run(["check", str(plan)], capsys)
+    assert code == 0, out + err
 
 
 def test_nothing_fits_offers_a_shorter_sequence(capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,7 +107,7 @@ RULES: tuple[Rule, ...] = (
     positions,
 )
 
-JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic, *DSA_JOB_RULES)
+JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic, positions, *DSA_JOB_RULES)
 """The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
 
 
