@@ -31,6 +31,8 @@ with the most pipeline splits and memory-saving rungs to try:
     Qwen3 235B-A22B on 256 H100 (seq 4096, batch 8,192; recipe Q6)
     Nemotron 3 Super 120B-A12B on 64 H100 (seq 8192, batch 1,024; Mamba, attention and MoE
       layers)
+    Qwen3 30B-A3B on 64 H100 under torchtitan (seq 4096, batch 512; --framework torchtitan:
+      18 settings variants, each searched, then every-N recompute)
 
 `--profile` runs each case once in this process under cProfile instead (the import excluded) and
 says where its time went: space enumeration, bounds, layer times, memory and cost estimates.
@@ -74,6 +76,8 @@ class SpeedCase:
     command: str = "suggest"
     plan: str = ""
     """A plan file to plan instead (the pools case: `[[cluster.pools]]`)."""
+    framework: str = ""
+    """`--framework` (torchtitan: its settings and every-N recompute searched too); "" the job's."""
 
     def argv(self) -> list[str]:
         if self.plan:
@@ -93,6 +97,7 @@ class SpeedCase:
             str(self.seq_length),
             "--global-batch-size",
             str(self.global_batch_size),
+            *(("--framework", self.framework) if self.framework else ()),
             "--json",
         ]
 
@@ -137,6 +142,16 @@ CASES = (
         8192,
         1024,
         None,
+    ),
+    SpeedCase(
+        "Qwen3 30B-A3B titan, 64 x H100",
+        "qwen3-30b-a3b",
+        "h100-sxm-80gb",
+        "64",
+        4096,
+        512,
+        None,
+        framework="torchtitan",
     ),
 )
 NOT_YET: tuple[tuple[str, float, str], ...] = ()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
@@ -26,8 +27,8 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.search import rules
 from planner.search import space as space_mod
-from planner.search.bound import base_bound
-from planner.search.space import Space
+from planner.search.bound import base_bound, below, floors_of
+from planner.search.space import Space, Split, Structure
 from planner.search.titan_variants import (
     Memo,
     Merged,
@@ -39,7 +40,7 @@ from planner.search.titan_variants import (
     given,
     row_key,
 )
-from planner.search.top_k import Candidate
+from planner.search.top_k import Bases, Candidate
 from planner.search.twins import Row, fold
 
 
@@ -61,23 +62,85 @@ def every_job(job: Job, n: int) -> Job:
     return replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
 
 
-def fastest_every(job: Job, space: Space, lay: Layout) -> tuple[Candidate, int] | None:
-    """The fastest fitting every-N layout of a base under `job` and its N, or None: none where
-    the base's states alone (`memory.state_floor`, a floor under every recompute policy) do not
-    fit, or where it fits without recompute (no recompute is faster: tests/search/test_top_k.py),
-    else the fewest layers recomputed that fit and that torchtitan's rules take."""
-    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
-    if memory.state_floor(job, lay) > capacity:
+def plain_fits(job: Job, space: Space, lay: Layout) -> bool:
+    """Whether the base fits without recompute (then no every-N layout of it is faster: no
+    recompute is faster, tests/search/test_top_k.py)."""
+    return memory.estimate(job, lay.with_(recompute="none"), space.headroom_pct, False).fits
+
+
+def fewest_every(job: Job, space: Space, lay: Layout) -> tuple[Candidate, int] | None:
+    """The every-N layout of a base with the fewest layers recomputed that fits and that
+    torchtitan's rules take, and its N; None where none does. Memory falls as layers are added
+    to the recompute, so the most of them is asked first (where it does not fit, nothing does)
+    and the fewest that fits is bisected (as `planner.search.variants` bisects block recompute);
+    from there the first that the rules take (tests/search/test_titan_variants.py: the merged
+    search against a brute force that tries every N of every base)."""
+    options = every_options(lay, job.arch.num_layers)
+    reports: dict[int, memory.MemoryReport] = {}
+
+    def fits(i: int) -> bool:
+        if i not in reports:
+            k, n = options[i]
+            reports[i] = memory.estimate(every_job(job, n), on(lay, k), space.headroom_pct, False)
+        return reports[i].fits
+
+    if not options or not fits(len(options) - 1):
         return None
-    if memory.estimate(job, lay.with_(recompute="none"), space.headroom_pct, False).fits:
-        return None
-    for k, n in every_options(lay, job.arch.num_layers):
-        trial = on(lay, k)
-        njob = every_job(job, n)
-        rep = memory.estimate(njob, trial, space.headroom_pct, all_stages=False)
-        if rep.fits and not rules.violations(njob, trial):
-            return Candidate(trial, rep, cost.estimate(njob, trial)), n
+    lo, hi = 0, len(options) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    for i in range(lo, len(options)):
+        k, n = options[i]
+        trial, njob = on(lay, k), every_job(job, n)
+        if fits(i) and not rules.violations(njob, trial):
+            return Candidate(trial, reports[i], cost.estimate(njob, trial)), n
     return None
+
+
+def recompute_bases(job: Job, space: Space, s: Structure, cut: float | None) -> Iterator[Layout]:
+    """The bases of structure `s` (each at its first ZeRO stage) that an every-N layout may run
+    within `cut`: the search's bounds (`planner.search.top_k`: the shape's floors at the largest
+    micro-batch first, `bound.below`, no layer times, then the base's own `base_bound`) at most
+    `cut`, states that fit, and no fit without recompute. Each shape (vpp, split) is visited from
+    its largest micro-batch down, and a base settled at one size is not asked at the smaller
+    ones: where it fits without recompute (it fits at every smaller size: memory grows with the
+    micro-batch, as `planner.search.variants` takes it), and, outside Megatron's schedules, where
+    its bound exceeds `cut` (there `base_bound` is `bound.lower_bound`, which holds at this size
+    and every smaller one). tests/search/test_titan_variants.py checks the merged search against
+    a brute force that asks every base."""
+    opts = space_mod.options(job, space, s)
+    if not opts:
+        return
+    of = Bases(job, space, s)
+    top_mbs = max(o[0] for o in opts)
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    sizes: dict[tuple[int, Split], list[int]] = {}
+    for mbs, vpp, split in opts:
+        sizes.setdefault((vpp, split), []).append(mbs)
+    for (vpp, split), shape_sizes in sizes.items():
+        tops = (
+            floors_of(job, [b.layout for b in of(top_mbs, vpp, split)]) if cut is not None else []
+        )
+        done: set[int] = set()  # bases settled at a larger size for every smaller one
+        for mbs in sorted(shape_sizes, reverse=True):
+            for j, base in enumerate(of(mbs, vpp, split)):
+                zeros = space_mod.zero_stages(space, base.layout)
+                if j in done or not zeros:
+                    continue
+                lay = base.layout.with_(zero_stage=zeros[0])
+                if cut is not None and below(job, tops[j], lay) > cut:
+                    continue
+                if cut is not None and base_bound(job, lay, tops[j]) > cut:
+                    if job.framework != "megatron":  # there `bound.lower_bound` at this size,
+                        done.add(j)  # which bounds every smaller size too
+                    continue
+                if memory.state_floor(job, lay) > capacity:
+                    continue
+                if plain_fits(job, space, lay):
+                    done.add(j)
+                    continue
+                yield lay
 
 
 def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
@@ -117,29 +180,22 @@ def _every_rows(
         vjob = v.job(job)
         found: list[Candidate] = []
         for s in space_mod.structures(vjob, sp, Counter()):
-            for mbs, vpp, split in space_mod.options(vjob, sp, s):
-                for base in space_mod.bases(vjob, s, mbs, vpp, split, sp):
-                    zeros = space_mod.zero_stages(sp, base.layout)
-                    if not zeros:
-                        continue
-                    lay = base.layout.with_(zero_stage=zeros[0])
-                    if cut is not None and base_bound(vjob, lay) > cut:
-                        continue
-                    got = fastest_every(vjob, sp, lay)
-                    if got is None:
-                        continue
-                    scored += 1
-                    c, n = got
-                    if cut is not None and c.step_time > cut:
-                        continue
-                    key = base_of(lay)
-                    if any(t <= c.step_time for t in taken.get(key, [])):
-                        continue
-                    if dominated(job, space, order, len(order), c, memo):
-                        continue
-                    taken.setdefault(key, []).append(c.step_time)
-                    titan = vjob.titan.model_copy(update={"selective_layer_every": n})
-                    found.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
+            for lay in recompute_bases(vjob, sp, s, cut):
+                got = fewest_every(vjob, sp, lay)
+                if got is None:
+                    continue
+                scored += 1
+                c, n = got
+                if cut is not None and c.step_time > cut:
+                    continue
+                key = base_of(lay)
+                if any(t <= c.step_time for t in taken.get(key, [])):
+                    continue
+                if dominated(job, space, order, len(order), c, memo):
+                    continue
+                taken.setdefault(key, []).append(c.step_time)
+                titan = vjob.titan.model_copy(update={"selective_layer_every": n})
+                found.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
         found.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
         out += [(row_key(r, len(order) + vi), r) for r in fold(found)]
     return out, scored

@@ -115,7 +115,7 @@ class SearchResult:
     one row per candidate."""
 
 
-class _Bases:
+class Bases:
     """A structure's `space.bases`, each (micro-batch size, vpp, split) built once: the bound,
     the space's size and the expansion ask for the same ones. Each (vpp, split) is built once
     too, at the first micro-batch size asked; the others are those bases with their micro-batch
@@ -143,7 +143,7 @@ _Queued = tuple[
     Structure,
     list[Option],
     dict[tuple[object, ...], bool],
-    _Bases,
+    Bases,
     dict[tuple[int, Split], list[Floors]],
 ]
 """A queued structure: (bound, index, structure, options, its `too_big`, its bases, each
@@ -271,7 +271,7 @@ def _search(
         if not opts:
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue
-        of = _Bases(job, space, s)
+        of = Bases(job, space, s)
         space_size += layouts_in(job, space, s, opts, of)
         top_mbs = max(o[0] for o in opts)
         too_big: dict[tuple[object, ...], bool] = {}
