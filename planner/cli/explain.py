@@ -63,6 +63,23 @@ def explain(
         typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
     ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
+    megatron_args_path: Annotated[
+        str | None,
+        typer.Option(
+            "--megatron-args",
+            help="a file holding a Megatron-LM command line or launch script ('-' = stdin), "
+            "with --gpu and --num-gpus",
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            min=1,
+            help="the tokenizer's vocabulary, where the command line does not imply it "
+            "(--megatron-args)",
+        ),
+    ] = None,
     gpu: calibration.LogGpuOpt = None,
     num_gpus: calibration.LogGpusOpt = None,
     calibration_opt: calibration.CalibrationOpt = None,
@@ -77,16 +94,25 @@ def explain(
         gpu_power_w, async_checkpoint, checkpoint_interval_min,
     )  # fmt: skip
     run = None
-    if megatron_log_path is not None and plan_path is None:
+    given = [s for s in (plan_path, megatron_log_path, megatron_args_path) if s is not None]
+    if len(given) != 1:
+        raise InputError(
+            "explain: give one of a plan file, --megatron-args FILE or --megatron-log FILE"
+        )
+    if vocab_size is not None and megatron_args_path is None:
+        raise InputError("explain: --vocab-size: only with --megatron-args")
+    if megatron_log_path is not None:
         run = calibration.log_run(megatron_log_path, gpu, num_gpus, None)
         plan = run.plan
-    elif plan_path is not None and megatron_log_path is None:
+    elif megatron_args_path is not None:
+        from planner.cli.check import plan_from_args
+
+        plan = plan_from_args(None, megatron_args_path, gpu, num_gpus, vocab_size)
+    else:
         for flag, value in (("--gpu", gpu), ("--num-gpus", num_gpus)):
             if value is not None:
-                raise InputError(f"explain: {flag}: only with --megatron-log")
-        plan = check_plan(load_plan(plan_path))
-    else:
-        raise InputError("explain: give a plan file, or --megatron-log FILE (not both)")
+                raise InputError(f"explain: {flag}: only with --megatron-args or --megatron-log")
+        plan = check_plan(load_plan(plan_path))  # type: ignore[arg-type]
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)

@@ -11,8 +11,9 @@ meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dat
 
 Megatron-LM flags the reader does not read do not change memory or layout; they are ignored
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
-named in `Reading.not_modelled`. Words that are not Megatron-LM flags (a launcher's, an
-inference script's) are listed too (`Reading.unknown`), unless they look like a misspelt flag
+named in `Reading.not_modelled`. Words after the script that are not Megatron-LM flags (a
+fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's options before
+the script are not read, `megatron_line.script`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`). T5's encoder-decoder lines are
 read by `megatron_t5`; hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by
 `megatron_gdn`, DeepSeek sparse attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line
@@ -96,7 +97,7 @@ class Reading:
     ignored: tuple[str, ...] = ()
     """Megatron-LM flags that do not change memory or layout."""
     unknown: tuple[str, ...] = ()
-    """Words shaped like flags that Megatron-LM's parser lacks (a launcher's, a script's)."""
+    """Words shaped like flags that Megatron-LM's parser lacks (a fork's, another script's)."""
     notes: tuple[str, ...] = ()
     """How the line was read where it says less than a plan (the vocabulary's source, a batch
     schedule) or where planner's value is the same in memory (fp16 as bf16, YaRN as RoPE)."""

@@ -1,64 +1,68 @@
 """A Megatron-LM command line or launch script as flags and their values.
 
-The text is split like a shell would (comments, quotes, `\\` continuations), simple
-`NAME=value` assignments are substituted into `$NAME` / `${NAME}`, and each `--flag` collects the
-words up to the next one (`--flag=value` too; a flag given twice keeps its last values, as
-argparse does). `Line` hands the values to the reader (`megatron_args`), records which flags it
-looked at, and refuses a value that is still a shell variable.
+The text is read as bash would run it (`planner.inputs.shell_run`: its variables, arrays,
+default expansions, conditions on known values and functions; the commands it launches, not its
+`echo` lines), and each `--flag` collects the words up to the next one (`--flag=value` too; a
+flag given twice keeps its last values, as argparse does). `Line` hands the values to the
+reader (`megatron_args`), records which flags it looked at, and refuses a value that is still a
+shell variable.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
 from typing import TypeVar
 
+from planner.inputs import shell_run
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import READ
 
-_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 T = TypeVar("T")
 
 
 def tokens(text: str) -> list[str]:
-    """Shell-like words of a script: comments dropped, `\\` continuations joined, simple
-    `NAME=value` assignments substituted into later `$NAME` / `${NAME}`."""
-    return _scan(text)[0]
+    """The words of the commands a script launches (`planner.inputs.shell_run`), in order."""
+    return script(text)[0]
 
 
 def script(text: str) -> tuple[list[str], dict[str, str]]:
-    """A script's words (`tokens`) and the variables it sets for the run: its `NAME=value` (or
-    `export NAME=value`) lines and the `NAME=value` words before a command, the later setting
-    winning."""
-    words, env = _scan(text)
-    for w in words:
-        if w.startswith("--"):
-            break
-        m = _ASSIGN.match(w)
-        if m:
-            env[m.group(1)] = m.group(2).strip("\"'")
+    """A script's launched words (`tokens`: each command from its Python script on,
+    `_script_args`) and the variables it sets for the run: what it
+    assigns (`NAME=value`, `export NAME=value`, ...; arrays left out) and the `NAME=value` words
+    before a command (`env NAME=value ...` too), the later setting winning. A file that
+    launches nothing with a flag gives the flags its variables hold instead."""
+    run = shell_run.commands(text)
+    words = [w for cmd in run.commands for w in _script_args(cmd)]
+    if not any(w.startswith("--") for w in words):  # a file of settings (MODEL_ARGS="--...")
+        words = _held_flags(run.env) or words
+    env = {k: v for k, v in run.env.items() if isinstance(v, str)}
+    env.update(run.command_env)
     return words, env
 
 
-def _scan(text: str) -> tuple[list[str], dict[str, str]]:
-    env: dict[str, str] = {}
-    words: list[str] = []
+def _script_args(command: list[str]) -> list[str]:
+    """A launched command from its Python script on (`torchrun ... pretrain_gpt.py --flags`,
+    `nsys profile ... python pretrain_gpt.py ...`): the launcher's and profiler's own options
+    are not the script's; the whole command where it names no script or is itself flags
+    (`--num-layers ...`, a file of them)."""
+    if command and command[0].startswith("-"):
+        return command
+    for i, w in enumerate(command):
+        if w.endswith(".py") and not w.startswith("-"):
+            return command[i:]
+    return command
 
-    def sub(m: re.Match[str]) -> str:
-        return env.get(m.group(1) or m.group(2), m.group(0))
 
-    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
-        m = _ASSIGN.match(line)
-        if m:
-            env[m.group(1)] = m.group(2).strip("\"'")
-            continue
-        try:
-            words += shlex.split(_VAR.sub(sub, line), comments=True)
-        except ValueError as e:
-            raise InputError(f"cannot split the line {line.strip()!r}: {e}") from None
-    return words, env
+def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:
+    """The words of the variables that hold flags, in the order they were set: what a file
+    that only sets them (a model's configuration, sourced by a launch script) says."""
+    out: list[str] = []
+    for value in env.values():
+        words = value.split() if isinstance(value, str) else [w for v in value for w in v.split()]
+        if any(w.startswith("--") for w in words):
+            out += words
+    return out
 
 
 def flags_of(words: list[str]) -> dict[str, list[str]]:

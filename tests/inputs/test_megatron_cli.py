@@ -41,8 +41,8 @@ def test_verbose_lists_what_was_ignored_on_stderr_only(
     ignored = next(line for line in err.splitlines() if "ignored Megatron-LM flags" in line)
     for flag in ("--lr", "--log-interval", "--ckpt-fully-parallel-save"):
         assert flag in ignored
-    unknown = next(line for line in err.splitlines() if "not Megatron-LM flags" in line)
-    assert "--nproc_per_node" in unknown
+    # torchrun's own options come before the script: not the script's, not listed
+    assert "--nproc_per_node" not in err
     assert "vocabulary: GPT2BPETokenizer" in err  # the note, always
 
 
@@ -66,11 +66,30 @@ def test_vocab_size_gives_what_the_tokenizer_file_holds(
     assert "vocabulary: --vocab-size 128256 given to planner" in err
 
 
+def test_explain_reads_the_same_line_check_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explain --megatron-args: the plan check reads (same peak), and where its time goes."""
+    path = script(tmp_path, LINE)
+    code, out, _ = run(check(path, "--json"), capsys)
+    assert code == 0
+    checked = json.loads(out)["memory"]["peak_gib"]
+    argv = ["explain", "--megatron-args", path, "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["memory"]["peak_gib"] == checked
+    assert data["performance"]["step_time_s"] > 0
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
         (["check", "plan.toml", "--vocab-size", "1000"], "--vocab-size: only with --megatron-args"),
         (["check", "plan.toml", "--verbose"], "--verbose: only with --megatron-args"),
+        (["explain", "plan.toml", "--vocab-size", "1000"], "--vocab-size: only with"),
+        (["explain", "plan.toml", "--megatron-args", "x.sh"], "give one of a plan file"),
+        (["explain", "plan.toml", "--gpu", "h100-sxm-80gb"], "--gpu: only with --megatron-args"),
     ],
 )
 def test_megatron_only_options_need_megatron_args(

@@ -1,0 +1,178 @@
+"""Launch scripts read as bash runs them (planner.inputs.shell_run, megatron_line.tokens).
+
+Oracle: bash itself. Each script runs under bash with `torchrun` a function that writes its
+arguments, one per line, to a file (exported, so that `bash -c` strings see it too); the words
+planner reads from the script must be those arguments. The scripts are the shapes Megatron-LM's
+examples and its users' launch scripts are written in (arrays over many lines with quoted
+elements, multi-line strings, `${VAR:-default}`, conditions, `case`, functions, `echo` lines,
+here-documents), each small enough to run here. Then what bash cannot say (an unset variable)
+against the reader's message."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_line import script, tokens
+
+BASH = shutil.which("bash")
+
+TAIL = "--hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128"
+
+SCRIPTS = {
+    "array over lines": f"""
+GPT_MODEL_ARGS=(
+    --num-layers 2   # a comment
+    {TAIL}
+)
+torchrun pretrain_gpt.py ${{GPT_MODEL_ARGS[@]}} --micro-batch-size 1
+""",
+    "quoted array elements split when unquoted": """
+A=(
+  "--fp8-format hybrid"
+  "--fp8-amax-history-len 1024"
+)
+B=("--recompute-granularity full" --use-mcore-models)
+torchrun pretrain_gpt.py --num-layers 2 ${A[@]} ${B[@]}
+""",
+    "quoted array expansion keeps elements": """
+A=(--num-layers 2 --hidden-size 256)
+A+=(--bf16)
+torchrun pretrain_gpt.py "${A[@]}" --wandb-exp-name "${A[*]}"
+""",
+    "multi-line strings": """
+OPTIONS="
+    --num-layers 2
+    --hidden-size 256
+"
+MODEL_ARGS=" \\
+    --seq-length 128 \\
+    --max-position-embeddings 128 \\
+"
+torchrun pretrain_gpt.py ${OPTIONS} ${MODEL_ARGS} --micro-batch-size 1
+""",
+    "defaults, nesting, arithmetic, comments": """
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+L=${L:-2} # layers
+X=256; H=$X
+NODES=2
+GPUS=$((NODES * 8))
+CKPT=${1:-"checkpoints/run"}
+TP=${TP:=2}
+torchrun pretrain_gpt.py --num-layers $L --hidden-size $H --world $GPUS --save $CKPT --tp $TP
+""",
+    "quotes glued to variables": """
+mbs=8
+EXP_NAME='run_mbs_'$mbs''
+torchrun pretrain_gpt.py --micro-batch-size $mbs --wandb-exp-name $EXP_NAME"_x"
+""",
+    "conditions on known values": """
+L=2
+DTYPE="fp8"
+EXTRA=()
+if [ "$BIG" = 1 ]; then
+  L=4
+elif [[ "$DTYPE" == "fp8" ]]; then
+  EXTRA+=("--fp8-format hybrid")
+else
+  EXTRA+=(--bf16)
+fi
+[ -z "$UNSET_THING" ] && L=$((L + 1))
+[ -n "$UNSET_THING" ] || EXTRA+=(--use-mcore-models)
+case $DTYPE in
+  bf16) EXTRA+=(--bf16) ;;
+  fp8|mxfp8) EXTRA+=(--fp8-recipe delayed) ;;
+  *) EXTRA+=(--fp16) ;;
+esac
+torchrun pretrain_gpt.py --num-layers $L ${EXTRA[@]}
+""",
+    "echo, case patterns and argument loops": """
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --tensor-model-parallel-size) TP=$2; shift 2;;
+    *) shift;;
+  esac
+done
+echo "starting --tensor-model-parallel-size 4"
+printf '%s\\n' --pipeline-model-parallel-size 8
+torchrun pretrain_gpt.py --num-layers 2 --tensor-model-parallel-size ${TP:-1}
+echo done --tensor-model-parallel-size 4
+""",
+    "functions and bash -c": """
+launch() {
+  local layers=$1
+  torchrun pretrain_gpt.py --num-layers $layers "${@:2}"
+}
+ARGS="--hidden-size 256"
+launch 2 --bf16 --seq-length 128
+bash -c "torchrun pretrain_gpt.py --num-layers 3 $ARGS"
+""",
+    "here-documents and redirections": """
+cat > config.yaml <<EOF
+--num-layers 99
+EOF
+torchrun pretrain_gpt.py --num-layers 2 2>&1 | tee log.txt
+""",
+}
+
+
+def bash_words(text: str, tmp_path: Path) -> list[str]:
+    """The words `torchrun` gets when bash runs the script (the script's working directory a
+    scratch one)."""
+    out = tmp_path / "words.txt"
+    stub = 'torchrun() { printf "%s\\n" "$@" >> "$OUT"; }\nexport -f torchrun\n'
+    env = {"PATH": os.environ.get("PATH", ""), "OUT": str(out)}
+    assert BASH is not None
+    subprocess.run(
+        [BASH, "-c", stub + text], cwd=tmp_path, env=env, check=True, capture_output=True
+    )
+    return out.read_text().splitlines() if out.exists() else []
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash, the oracle")
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_words_are_what_bash_passes(name: str, tmp_path: Path) -> None:
+    text = SCRIPTS[name]
+    expected = bash_words(text, tmp_path)
+    assert expected  # the oracle ran the commands
+    assert tokens(text) == expected
+
+
+def test_environment_is_what_the_script_exports() -> None:
+    _, env = script(SCRIPTS["defaults, nesting, arithmetic, comments"])
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert env["GPUS"] == "16"  # 2 x 8
+
+
+def test_a_file_of_settings_gives_the_flags_it_holds() -> None:
+    """A model configuration that only sets variables (Megatron-LM's post-training conf files:
+    MODEL_ARGS="--num-layers 32 ...", sourced by a launch script) reads as those flags."""
+    text = (
+        "if [ -z ${HF} ]; then HF=meta/x; fi\n"
+        f'MODEL_ARGS=" \\\n    --num-layers 2 \\\n    {TAIL} \\\n"\n'
+    )
+    assert tokens(text) == ["--num-layers", "2", *TAIL.split()]
+
+
+def test_a_value_the_script_does_not_set_is_named() -> None:
+    """bash would pass an empty word; the reader says which flag holds what it cannot know."""
+    text = f"torchrun pretrain_gpt.py --num-layers ${{NUM_LAYERS}} {TAIL} --micro-batch-size 1"
+    with pytest.raises(InputError, match=r"--num-layers: '\$\{NUM_LAYERS\}' is a shell variable"):
+        megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000)
+
+
+def test_launcher_options_are_not_the_scripts() -> None:
+    """A profiler's option before the script (nsys's --cuda-graph-trace, one letter from a
+    Megatron-LM flag) is not read as the script's."""
+    text = (
+        "nsys profile --cuda-graph-trace=node -o prof python pretrain_gpt.py --num-layers 2 "
+        f"{TAIL} --micro-batch-size 1 --global-batch-size 8 --bf16"
+    )
+    doc = megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000).doc
+    assert doc["model"]["num_layers"] == 2
