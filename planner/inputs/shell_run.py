@@ -1,20 +1,15 @@
 """A launch script read as bash would run it, without running anything (`commands`): the words of
-the commands it would launch, with its variables and arrays expanded, and the variables it sets.
+the commands it would launch, with its variables and arrays expanded
+(`planner.inputs.shell_expand`), and the variables it sets.
 
-What is evaluated: assignments (`NAME=value`, `NAME+=value`, arrays `NAME=( ... )` and
-`NAME+=( ... )`, also after `export`, `declare`, `local`, `readonly`, `typeset`); expansions
-`$NAME`, `${NAME}`, `${NAME:-word}` and the other default / alternative forms, `${#NAME}`,
-`${NAME[@]}`, `"${NAME[@]}"` (one word per element), `${NAME[i]}`, `${NAME%suffix}` /
-`${NAME#prefix}`, `$((arithmetic))` over known integers; word splitting of unquoted expansions;
-`if` / `elif` on `[ ]`, `[[ ]]` and `test` of known values (string and integer comparisons,
-`-z`, `-n`); `case` on a known word; `&&` / `||` after such tests; functions, called with their
-arguments; `bash -c "..."` strings; `for` loops on their first item.
-
-What cannot be known is kept as written, never guessed: an unset variable, a positional
-parameter without a default, `$(command)` and backquotes stay literal `$...` text (the reader
-then says which flag holds a value the file does not set); a condition on them takes its first
-branch (`if`: the `then` branch; `case`: the `*` pattern where there is one); `while` / `until`
-bodies run once.
+What is run: assignments (`NAME=value`, `NAME+=value`, arrays `NAME=( ... )` and
+`NAME+=( ... )`, also after `export`, `declare`, `local`, `readonly`, `typeset`); `if` / `elif`
+on `[ ]`, `[[ ]]` and `test` (string and integer comparisons, `-z`, `-n`), with unset variables
+empty as bash has them, so that the script's own defaults decide; `case` likewise; `&&` / `||`
+after such tests; functions, called with their arguments; `bash -c "..."` strings; `for` loops
+on their first item. A condition on what cannot be known (`$(command)`, a file test) takes its
+first branch (`if`: the `then` branch; `case`: the `*` pattern where there is one); `while` /
+`until` bodies run once.
 
 Collected: every simple command's words but those of `echo`, `printf` and the shell's and
 coreutils' own commands (`NOT_LAUNCHES`): `torchrun ...`, `python pretrain_gpt.py ...`,
@@ -23,13 +18,13 @@ coreutils' own commands (`NOT_LAUNCHES`): `torchrun ...`, `python pretrain_gpt.p
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
 
-from planner.inputs.shell_lex import (
+from planner.inputs.shell_expand import Scope, Value, expand_all, one
+from planner.inputs.shell_parse import (
     DECLARES,
     Case,
     Chain,
@@ -41,8 +36,6 @@ from planner.inputs.shell_lex import (
     Simple,
     parse,
 )
-
-Value = str | list[str]
 
 NOT_LAUNCHES = frozenset(
     {"echo", "printf", "cd", "pushd", "popd", "mkdir", "rm", "cp", "mv", "ln", "touch", "cat"}
@@ -62,25 +55,18 @@ MAX_CALL_DEPTH = 16
 """Nested function calls followed (a recursive script stops there)."""
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_PARAM = re.compile(rf"^(#?)({_NAME}|[0-9]+|[@*#?$!])(\[[^]]*\])?(.*)$", re.S)
-_ARITH = re.compile(r"^[0-9+\-*/%() ]*$")
 
 
 @dataclass
-class Run:
-    """What reading a script found: the launched commands' words and the variables set."""
+class Run(Scope):
+    """What reading a script found: the launched commands' words and the variables set (its
+    `Scope`), and what a command and a function call need besides."""
 
     commands: list[list[str]] = field(default_factory=list)
-    env: dict[str, Value] = field(default_factory=dict)
     command_env: dict[str, str] = field(default_factory=dict)
     """`NAME=value` words before a collected command (its environment)."""
     functions: dict[str, list[Node]] = field(default_factory=dict)
-    args: list[str] | None = None
-    """The positional parameters inside a function call (None: the script's own, unknown)."""
     depth: int = 0
-    blank_unset: bool = False
-    """Expand an unset variable as bash does, to nothing (a condition's operands, a case word:
-    the branch the script takes when run as it is), rather than keep its text."""
 
 
 def commands(text: str) -> Run:
@@ -131,7 +117,7 @@ def _blank(raws: list[str], run: Run) -> list[str]:
     """Words expanded with unset variables as nothing (`Run.blank_unset`)."""
     run.blank_unset = True
     try:
-        return _expand_all(raws, run)
+        return expand_all(raws, run)
     finally:
         run.blank_unset = False
 
@@ -144,14 +130,14 @@ def _case(node: Case, run: Run) -> bool | None:
         return _block(chosen, run)
     for patterns, body in items:
         alternatives = [a for p in patterns for a in p.split("|")]  # fp8|mxfp8)
-        if any(fnmatch.fnmatchcase(word, _one(a, run)) for a in alternatives):
+        if any(fnmatch.fnmatchcase(word, one(a, run)) for a in alternatives):
             return _block(body, run)
     return True
 
 
 def _loop(node: Loop, run: Run) -> bool | None:
     if node.kind in ("for", "select"):
-        items = _expand_all(node.items, run) if node.items is not None else list(run.args or [])
+        items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
         if not items:
             return True
         run.env[node.var] = items[0]
@@ -163,7 +149,7 @@ def _loop(node: Loop, run: Run) -> bool | None:
 def _simple(node: Simple, run: Run) -> bool | None:
     if node.words and node.words[0] in ("[", "[[", "test"):
         return _test(_blank(node.words[1:], run))
-    words = _expand_all(node.words, run)
+    words = expand_all(node.words, run)
     while words and words[0] in WRAPPERS:
         words = words[1:]
     if words and words[0] == "env":
@@ -178,7 +164,7 @@ def _simple(node: Simple, run: Run) -> bool | None:
         return True
     for name, _, value in node.assigns:  # the command's own environment
         if isinstance(value, str):
-            run.command_env[name] = _one(value, run)
+            run.command_env[name] = one(value, run)
     return _command(words, run)
 
 
@@ -216,12 +202,12 @@ def _command(words: list[str], run: Run) -> bool | None:
 
 def _assign(run: Run, name: str, append: bool, value: Value) -> None:
     if isinstance(value, list):
-        elements = _expand_all(value, run)
+        elements = expand_all(value, run)
         old = run.env.get(name)
         base = (old if isinstance(old, list) else [old]) if append and old is not None else []
         run.env[name] = base + elements
         return
-    text = _one(value, run)
+    text = one(value, run)
     old = run.env.get(name)
     if append and isinstance(old, list):
         run.env[name] = [*old, text]
@@ -274,271 +260,3 @@ def _binary(a: str, op: str, b: str) -> bool | None:
         except ValueError:
             return None
     return None
-
-
-# --- expansion
-
-
-def _expand_all(raws: list[str], run: Run) -> list[str]:
-    out: list[str] = []
-    for raw in raws:
-        out += expand(raw, run)
-    return out
-
-
-def _one(raw: str, run: Run) -> str:
-    """A word expanded without splitting (an assignment's value, a case word)."""
-    return " ".join(expand(raw, run, split=False))
-
-
-def expand(raw: str, run: Run, split: bool = True) -> list[str]:
-    """The words one raw word becomes: quotes removed, expansions made (module docstring),
-    unquoted expansions split on whitespace where `split`."""
-    fields: list[str] = []
-    cur: list[str] = []
-    quoted = False  # the current field holds quoted text (kept even if empty)
-    i, n = 0, len(raw)
-
-    def push_split(text: str) -> None:
-        nonlocal cur, quoted
-        if not split:
-            cur.append(text)
-            return
-        parts = text.split()
-        if not parts:
-            return
-        if text[:1].isspace() and (cur or quoted):
-            fields.append("".join(cur))
-            cur, quoted = [], False
-        cur.append(parts[0])
-        for p in parts[1:]:
-            fields.append("".join(cur))
-            cur, quoted = [p], False
-        if text[-1:].isspace():
-            fields.append("".join(cur))
-            cur, quoted = [], False
-
-    def push_many(elements: list[str]) -> None:  # "${A[@]}": one field per element
-        nonlocal cur
-        for k, e in enumerate(elements):
-            if k:
-                fields.append("".join(cur))
-                cur = []
-            cur.append(e)
-
-    while i < n:
-        c = raw[i]
-        if c == "\\" and i + 1 < n:
-            cur.append(raw[i + 1])
-            i += 2
-        elif c == "'":
-            j = raw.find("'", i + 1)
-            j = n if j < 0 else j
-            cur.append(raw[i + 1 : j])
-            quoted = True
-            i = j + 1
-        elif c == '"':
-            quoted = True
-            i = _double(raw, i + 1, run, cur, push_many)
-        elif c == "$" or c == "`":
-            value, i = _dollar(raw, i, run)
-            push_split(" ".join(value) if isinstance(value, list) else value)
-        else:
-            cur.append(c)
-            i += 1
-    if cur or quoted:
-        fields.append("".join(cur))
-    return fields
-
-
-def _double(raw: str, i: int, run: Run, cur: list[str], many: object) -> int:
-    """A double-quoted string from i (after its `"`) into `cur`; the index after it."""
-    n = len(raw)
-    while i < n and raw[i] != '"':
-        c = raw[i]
-        if c == "\\" and i + 1 < n and raw[i + 1] in '$`"\\\n':
-            cur.append(raw[i + 1])
-            i += 2
-        elif c == "$" or c == "`":
-            value, i = _dollar(raw, i, run)
-            if isinstance(value, list):
-                many(value)  # type: ignore[operator]
-            else:
-                cur.append(value)
-        else:
-            cur.append(c)
-            i += 1
-    return i + 1
-
-
-def _dollar(raw: str, i: int, run: Run) -> tuple[Value, int]:
-    """The expansion at i (`$...` or a backquote) and the index after it: its value, a list for
-    `${A[@]}` / `$@`, or its own text where it is not known."""
-    n = len(raw)
-    if raw[i] == "`":
-        j = raw.find("`", i + 1)
-        j = n if j < 0 else j + 1
-        return raw[i:j], j
-    if raw.startswith("$((", i):
-        end = _close(raw, i + 1, "(", ")")
-        return _arith(raw[i + 3 : end - 2], run, raw[i:end]), end
-    if raw.startswith("$(", i):
-        end = _close(raw, i + 1, "(", ")")
-        return raw[i:end], end
-    if raw.startswith("${", i):
-        end = _close(raw, i + 1, "{", "}")
-        return _brace(raw[i + 2 : end - 1], run, raw[i:end]), end
-    m = re.match(rf"\$({_NAME}|[0-9]|[@*#?$!])", raw[i:])
-    if m is None:
-        return "$", i + 1
-    name = m.group(1)
-    value = _lookup(name, run)
-    if isinstance(value, list) and name not in "@*":  # $A is ${A[0]}
-        value = value[0] if value else ""
-    return (_unknown(run, raw[i : i + m.end()]) if value is None else value), i + m.end()
-
-
-def _close(raw: str, i: int, open_: str, close: str) -> int:
-    depth, n = 0, len(raw)
-    while i < n:
-        if raw[i] == open_:
-            depth += 1
-        elif raw[i] == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return n
-
-
-def _unknown(run: Run, whole: str) -> str:
-    """What an unset variable's expansion `whole` gives: nothing under `Run.blank_unset`, else
-    its own text."""
-    return "" if run.blank_unset else whole
-
-
-def _lookup(name: str, run: Run) -> Value | None:
-    if name.isdigit():
-        k = int(name)
-        if run.args is None or k == 0:
-            return None
-        return run.args[k - 1] if k <= len(run.args) else ""
-    if name in ("@", "*"):
-        return None if run.args is None else list(run.args)
-    if name == "#":
-        return None if run.args is None else str(len(run.args))
-    return run.env.get(name)
-
-
-def _brace(body: str, run: Run, whole: str) -> Value:
-    """${body}: the parameter forms of the module docstring; `whole` where not known."""
-    m = _PARAM.match(body)
-    if m is None:
-        return whole
-    length, name, index, rest = m.groups()
-    value = _lookup(name, run)
-    if index is not None and index not in ("[@]", "[*]"):
-        if not isinstance(value, list):
-            value = [value] if isinstance(value, str) else None
-        if value is not None:
-            try:
-                k = int(index[1:-1])
-                value = value[k] if -len(value) <= k < len(value) else ""
-            except ValueError:
-                return whole
-    elif index is None and isinstance(value, list) and name not in "@*":
-        value = value[0] if value else ""  # $A is ${A[0]}
-    elif index == "[*]" and isinstance(value, list):
-        value = " ".join(value)  # one word, where quoted
-    if length:
-        return ("0" if run.blank_unset else whole) if value is None else str(len(value))
-    return _operator(rest, value, name, run, whole)
-
-
-def _operator(rest: str, value: Value | None, name: str, run: Run, whole: str) -> Value:
-    if rest == "":
-        return _unknown(run, whole) if value is None else value
-    part = re.match(r"^:(\d+|\s+-?\d+)(?::\s*(\d+))?$", rest)  # ${V:-2} is a default
-    if part is not None:  # ${V:offset:length}, ${@:offset}, ${A[@]:offset}
-        if value is None:
-            return _unknown(run, whole)
-        start = int(part.group(1))
-        if name in "@*" and isinstance(value, list):  # $0 is not among them: offset 1 is $1
-            start -= 1 if start > 0 else 0
-        stop = None if part.group(2) is None else start + int(part.group(2))
-        return value[start:stop]
-    op = re.match(r"^(:?[-=+?])(.*)$", rest, re.S)
-    if op is not None:
-        kind, word = op.groups()
-        empty = value is None or (kind.startswith(":") and value in ("", []))
-        if kind.endswith("+"):
-            return "" if empty else _one(word, run)
-        if empty:
-            if kind.endswith("?"):
-                return whole
-            text = _one(word, run)
-            if kind.endswith("="):
-                run.env[name] = text
-            return text
-        return value if value is not None else whole
-    if value is None or isinstance(value, list):
-        return whole
-    trim = re.match(r"^(%%|%|##|#)(.*)$", rest, re.S)
-    if trim is not None:
-        how, pattern = trim.group(1), _one(trim.group(2), run)
-        return _trim(value, how, pattern)
-    return whole
-
-
-def _trim(value: str, how: str, pattern: str) -> str:
-    """${V%p}, ${V%%p}, ${V#p}, ${V##p}: the shortest / longest matching suffix or prefix off."""
-    cuts = range(len(value) + 1)
-    if how.startswith("%"):
-        order = reversed(cuts) if how == "%" else cuts
-        for k in order:
-            if fnmatch.fnmatchcase(value[k:], pattern):
-                return value[:k]
-        return value
-    order = cuts if how == "#" else reversed(cuts)
-    for k in order:
-        if fnmatch.fnmatchcase(value[:k], pattern):
-            return value[k:]
-    return value
-
-
-def _arith(expr: str, run: Run, whole: str) -> str:
-    """$((expr)) over known integers (bash's integer arithmetic: + - * / %, parentheses);
-    `whole` where not known."""
-
-    def value(m: re.Match[str]) -> str:
-        v = _lookup(m.group(1) or m.group(2), run)
-        return v if isinstance(v, str) else m.group(0)
-
-    text = re.sub(rf"\$\{{({_NAME})\}}|\$?({_NAME})", value, expr)
-    if not _ARITH.match(text) or not text.strip():
-        return whole
-    try:
-        return str(_integer(ast.parse(text.strip(), mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return whole
-
-
-_BINARY = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: int(a / b) if b else a // b,
-    ast.Mod: lambda a, b: a % b,
-}
-
-
-def _integer(node: ast.expr) -> int:
-    """An integer expression's value; ValueError for anything else."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        v = _integer(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return int(_BINARY[type(node.op)](_integer(node.left), _integer(node.right)))
-    raise ValueError("not an integer expression")
