@@ -14,6 +14,8 @@ from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
     JsonOpt,
+    MegatronArgsOpt,
+    VocabSizeOpt,
     check_headroom,
     emit_json,
     err,
@@ -104,26 +106,12 @@ def check(
     ] = None,
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
-    megatron_args_path: Annotated[
-        str | None,
-        typer.Option(
-            "--megatron-args",
-            help="a file holding a Megatron-LM command line or launch script ('-' = stdin)",
-        ),
-    ] = None,
+    megatron_args_path: MegatronArgsOpt = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args)")] = None,
     num_gpus: Annotated[
         int | None, typer.Option("--num-gpus", min=1, help="GPU count (--megatron-args)")
     ] = None,
-    vocab_size: Annotated[
-        int | None,
-        typer.Option(
-            "--vocab-size",
-            min=1,
-            help="the tokenizer's vocabulary, where the command line does not imply it "
-            "(--megatron-args)",
-        ),
-    ] = None,
+    vocab_size: VocabSizeOpt = None,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", help="list the flags --megatron-args ignored (on stderr)"),

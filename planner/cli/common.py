@@ -23,6 +23,22 @@ err = Console(stderr=True, markup=False, emoji=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="percent of GPU memory kept free")]
+MegatronArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--megatron-args",
+        help="a file holding a Megatron-LM command line or launch script ('-' = stdin)",
+    ),
+]
+VocabSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--vocab-size",
+        min=1,
+        help="the tokenizer's vocabulary, where the command line does not imply it "
+        "(--megatron-args)",
+    ),
+]
 DEFAULT_HEADROOM = memory.DEFAULT_HEADROOM_PCT
 
 

@@ -14,6 +14,8 @@ from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
     JsonOpt,
+    MegatronArgsOpt,
+    VocabSizeOpt,
     check_headroom,
     emit_json,
     out,
@@ -63,23 +65,8 @@ def explain(
         typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
     ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
-    megatron_args_path: Annotated[
-        str | None,
-        typer.Option(
-            "--megatron-args",
-            help="a file holding a Megatron-LM command line or launch script ('-' = stdin), "
-            "with --gpu and --num-gpus",
-        ),
-    ] = None,
-    vocab_size: Annotated[
-        int | None,
-        typer.Option(
-            "--vocab-size",
-            min=1,
-            help="the tokenizer's vocabulary, where the command line does not imply it "
-            "(--megatron-args)",
-        ),
-    ] = None,
+    megatron_args_path: MegatronArgsOpt = None,
+    vocab_size: VocabSizeOpt = None,
     gpu: calibration.LogGpuOpt = None,
     num_gpus: calibration.LogGpusOpt = None,
     calibration_opt: calibration.CalibrationOpt = None,

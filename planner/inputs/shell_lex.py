@@ -35,15 +35,11 @@ def lex(text: str) -> list[Token]:
     out: list[Token] = []
     i, n = 0, len(text)
     while i < n:
+        if (j := _skip(text, i, newlines=False)) != i:
+            i = j
+            continue
         c = text[i]
-        if c in " \t\r":
-            i += 1
-        elif c == "\\" and text.startswith("\n", i + 1):
-            i += 2
-        elif c == "#":
-            while i < n and text[i] != "\n":
-                i += 1
-        elif c == "\n":
+        if c == "\n":
             out.append(Token("\n", op=True))
             i += 1
         elif (op := next((o for o in _OPERATORS if text.startswith(o, i)), None)) is not None:
@@ -60,6 +56,24 @@ def lex(text: str) -> list[Token]:
             else:
                 out.append(Token(word))
     return out
+
+
+def _skip(text: str, i: int, newlines: bool) -> int:
+    """The index after the blanks, `\\` + newline joins and comments from i (and newlines,
+    where `newlines`)."""
+    n = len(text)
+    blanks = " \t\r\n" if newlines else " \t\r"
+    while i < n:
+        if text[i] in blanks:
+            i += 1
+        elif text.startswith("\\\n", i):
+            i += 2
+        elif text[i] == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+        else:
+            break
+    return i
 
 
 def _heredoc_end(text: str, i: int) -> int:
@@ -167,21 +181,12 @@ def _array(text: str, i: int) -> tuple[list[str], int]:
     newlines between them skipped."""
     elements: list[str] = []
     n = len(text)
-    while i < n:
-        c = text[i]
-        if c in " \t\r\n":
-            i += 1
-        elif c == "\\" and text.startswith("\n", i + 1):
-            i += 2
-        elif c == "#":
-            while i < n and text[i] != "\n":
-                i += 1
-        elif c == ")":
+    while (i := _skip(text, i, newlines=True)) < n:
+        if text[i] == ")":
             return elements, i + 1
-        else:
-            word, j = _word(text, i)
-            if j == i:  # an operator character inside the list: keep it as a word
-                word, j = text[i], i + 1
-            elements.append(word)
-            i = j
+        word, j = _word(text, i)
+        if j == i:  # an operator character inside the list: keep it as a word
+            word, j = text[i], i + 1
+        elements.append(word)
+        i = j
     return elements, n
