@@ -63,7 +63,7 @@ L=${L:-2} # layers
 X=256; H=$X
 NODES=2
 GPUS=$((NODES * 8))
-CKPT=${1:-"checkpoints/run"}
+CKPT=${1:-"ckpt_run"}
 TP=${TP:=2}
 torchrun pretrain_gpt.py --num-layers $L --hidden-size $H --world $GPUS --save $CKPT --tp $TP
 """,
