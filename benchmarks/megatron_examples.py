@@ -1,0 +1,109 @@
+"""Megatron-LM's own example launch scripts through `planner check --megatron-args`: how many
+read, and why the others do not.
+
+    python benchmarks/megatron_examples.py GITDIR [--gpu G] [--vocab-size V]
+
+GITDIR: a Megatron-LM clone or its git directory (bare mirrors too); every `examples/**/*.sh`
+at its HEAD is read from git (nothing is copied into this repository). Each script is checked
+as a user would check it, at 8, 64, 256 and 1,024 GPUs (a script names its own layout, not
+its GPU count: the verdict is "fits" at the first count where it fits, else "does not fit" at
+the first that reads, else the refusal), with `--vocab-size` for the tokenizer files
+planner cannot open (default 128,256, Llama 3's; a script that sets its own vocabulary keeps
+it). Printed: each script's verdict (with its layout and peak, or the refusal's first line), the
+count of each, and the refusals grouped by their message's gist.
+
+Read means exit 0 or 1 at some count: the launch script became a plan. A refusal is right where
+the script itself cannot run as written (a positional parameter without default, a layout its
+GPU count does not divide, flags of another entry point); the rest are the reader's to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import parse_plan
+from planner.model import memory
+from planner.search.rules import check_plan
+
+COUNTS = (8, 64, 256, 1024)
+"""GPU counts each script is tried at, smallest first."""
+
+
+def git(gitdir: str, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", gitdir, *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def scripts(gitdir: str) -> list[str]:
+    """The example launch scripts at HEAD."""
+    names = git(gitdir, "ls-tree", "-r", "--name-only", "HEAD", "--", "examples").splitlines()
+    return sorted(n for n in names if n.endswith(".sh"))
+
+
+def verdict(text: str, where: str, gpu: str, vocab: int) -> tuple[str, str]:
+    """("fits" | "does not fit" | "refused", detail): fits at the first count where it fits,
+    else does not fit at the first count that reads, else the first count's refusal."""
+    first_error, first_read = "", ""
+    for n in COUNTS:
+        try:
+            reading = megatron_args.read(text, gpu, n, where, vocab)
+            plan = check_plan(parse_plan(reading.doc, Path(where)))
+            job, layout = plan.job, plan.require_layout()
+        except InputError as e:
+            first_error = first_error or str(e).removeprefix(f"{where}: ")
+            continue
+        rep = memory.estimate(job, layout)
+        peak = f"{layout.describe()} on {n}: peak {rep.peak / 2**30:.1f} GiB"
+        if rep.fits:
+            return "fits", peak
+        first_read = first_read or peak
+    return ("does not fit", first_read) if first_read else ("refused", first_error)
+
+
+def gist(message: str) -> str:
+    """A refusal's kind: its message with quoted values and numbers blanked."""
+    text = re.sub(r"'[^']*'", "'...'", message)
+    text = re.sub(r"\([^)]*\)", "(...)", text)
+    return re.sub(r"\d+", "N", text)[:110]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("gitdir", help="a Megatron-LM clone or git directory")
+    ap.add_argument("--gpu", default="h100-sxm-80gb", help="catalog GPU (default H100)")
+    ap.add_argument("--vocab-size", type=int, default=128_256, help="for tokenizer files")
+    args = ap.parse_args()
+    head = git(args.gitdir, "rev-parse", "HEAD").strip()
+    print(f"Megatron-LM {head[:8]}: examples/**/*.sh through check --megatron-args ({args.gpu})")
+    tally: Counter[str] = Counter()
+    refusals: Counter[str] = Counter()
+    for name in scripts(args.gitdir):
+        text = git(args.gitdir, "show", f"HEAD:{name}")
+        what, detail = verdict(text, name, args.gpu, args.vocab_size)
+        tally[what] += 1
+        if what == "refused":
+            refusals[gist(detail)] += 1
+        print(f"  {what:12s} {name[len('examples/') :][:70]:70s} {detail[:100]}")
+    total = sum(tally.values())
+    read = tally["fits"] + tally["does not fit"]
+    print(
+        f"\n{total} scripts: {read} read ({tally['fits']} fit, {tally['does not fit']} do not), "
+        f"{tally['refused']} refused"
+    )
+    print("refusals by kind:")
+    for kind, n in refusals.most_common():
+        print(f"  {n:4d}  {kind}")
+
+
+if __name__ == "__main__":
+    main()
