@@ -14,7 +14,8 @@ and listed (`Reading.ignored`); those that change memory in ways planner does no
 named in `Reading.not_modelled`. Words after the script that are not Megatron-LM flags (a
 fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's options before
 the script are not read, `megatron_line.script`), unless they look like a misspelt flag
-the reader reads, which is an error (`megatron_flags.typo_of`). T5's encoder-decoder lines are
+the reader reads, which is an error (`megatron_flags.typo_of`) on a training line; a line that
+launches only a generation / inference entry point keeps its own flags (`_runs_trained_model`). T5's encoder-decoder lines are
 read by `megatron_t5`; hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by
 `megatron_gdn`, DeepSeek sparse attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line
 (NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to `nemo_args`.
@@ -22,9 +23,10 @@ read by `megatron_t5`; hybrid Mamba stacks by `megatron_hybrid`; gated delta net
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, get_args
 
 from planner.inputs import (
@@ -143,13 +145,14 @@ def read(
     flags = flags_of(words)
     if not flags:
         raise InputError(f"{where}: {no_flags(words)}")
+    runs_model = _runs_trained_model(words)
     known = megatron_flags()
     unknown = []
     for flag in flags:
         if flag in known or flag == megatron_gdn.OLD_FLAG:  # a development branch's, read
             continue
         typo = typo_of(flag)
-        if typo is not None:
+        if typo is not None and not runs_model:
             raise InputError(
                 f"{where}: {flag}: not a Megatron-LM flag (did you mean {typo}?); Megatron-LM "
                 "rejects it, and it would change the layout"
@@ -277,6 +280,20 @@ def _default_ffn(model: dict[str, Any]) -> int:
     if model.get("gated_linear_unit"):
         return int(4 * h * 2 / 3 / 64) * 64
     return 4 * h
+
+
+_NOT_TRAINING = re.compile(r"generat|inference|server|eval")
+"""The names of Megatron-LM's entry points that run a trained model (tools/
+run_text_generation_server.py, examples' run_text_generation.py and generate_samples_gpt.py,
+the inference examples): flags of their own (--out-seq-length, ...) are theirs, not misspelt
+training flags."""
+
+
+def _runs_trained_model(words: list[str]) -> bool:
+    """Whether every Python script the line names is a generation / inference entry point (its
+    model's flags are read as a training line's, its own listed as not Megatron-LM's)."""
+    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
+    return bool(scripts) and all(_NOT_TRAINING.search(s) for s in scripts)
 
 
 def load(

@@ -93,6 +93,18 @@ def test_a_misspelt_layout_flag_is_an_error(flag: str, meant: str) -> None:
         megatron_args.read(LINE + f"{flag} 2", "h100-sxm-80gb", 8, "train.sh")
 
 
+def test_a_generation_scripts_own_flags_are_not_misspellings() -> None:
+    """Megatron-LM's text generation server takes --out-seq-length (its own argument, one edit
+    from --seq-length): on a line that launches only such an entry point it is listed as not a
+    Megatron-LM flag, where on a training line it is an error."""
+    server = "torchrun tools/run_text_generation_server.py " + LINE + "--out-seq-length 64"
+    assert "--out-seq-length" in megatron_args.read(server, "h100-sxm-80gb", 8).unknown
+    with pytest.raises(InputError, match="--out-seq-length: not a Megatron-LM flag"):
+        megatron_args.read(
+            "python pretrain_gpt.py " + LINE + "--out-seq-length 64", "h100-sxm-80gb", 8
+        )
+
+
 def non_megatron_flags_in_the_functional_tests() -> list[str]:
     cases = json.loads(
         (BENCHMARKS / "data/megatron_functional_tests/command_lines.json").read_text()
