@@ -15,8 +15,9 @@ named in `Reading.not_modelled`. Words after the script that are not Megatron-LM
 fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's options before
 the script are not read, `megatron_line.script`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`) on a training line; a line that
-launches only a generation / inference entry point keeps its own flags (`_runs_trained_model`). T5's encoder-decoder lines are
-read by `megatron_t5`; hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by
+launches only a generation / inference entry point keeps its own flags
+(`_runs_trained_model`). T5's encoder-decoder lines are read by `megatron_t5`; hybrid Mamba
+stacks by `megatron_hybrid`; gated delta nets by
 `megatron_gdn`, DeepSeek sparse attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line
 (NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to `nemo_args`.
 """
