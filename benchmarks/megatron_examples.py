@@ -5,9 +5,10 @@ read, and why the others do not.
 
 GITDIR: a Megatron-LM clone or its git directory (bare mirrors too); every `examples/**/*.sh`
 at its HEAD is read from git (nothing is copied into this repository). Each script is checked
-as a user would check it, at 8, 64, 256 and 1,024 GPUs (a script names its own layout, not
-its GPU count: the verdict is "fits" at the first count where it fits, else "does not fit" at
-the first that reads, else the refusal), with `--vocab-size` for the tokenizer files
+as a user would check it: at the GPU count its torchrun asks for (--nproc-per-node x --nnodes),
+as `check` takes it where --num-gpus is not given; a script whose launcher says none at 8, 64,
+256 and 1,024 GPUs ("fits" at the first count where it fits, else "does not fit" at the first
+that reads, else the refusal); with `--vocab-size` for the tokenizer files
 planner cannot open (default 128,256, Llama 3's; a script that sets its own vocabulary keeps
 it). Printed: each script's verdict (with its layout and peak, or the refusal's first line), the
 count of each, and the refusals grouped by their message's gist.
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_line import world_size
 from planner.inputs.plan import parse_plan
 from planner.model import memory
 from planner.search.rules import check_plan
@@ -51,10 +53,12 @@ def scripts(gitdir: str) -> list[str]:
 
 
 def verdict(text: str, where: str, gpu: str, vocab: int) -> tuple[str, str]:
-    """("fits" | "does not fit" | "refused", detail): fits at the first count where it fits,
-    else does not fit at the first count that reads, else the first count's refusal."""
+    """("fits" | "does not fit" | "refused", detail) at the count the script's torchrun asks
+    for (`megatron_line.world_size`) where it says one, else: fits at the first of COUNTS where
+    it fits, else does not fit at the first that reads, else the first count's refusal."""
     first_error, first_read = "", ""
-    for n in COUNTS:
+    own = world_size(text)
+    for n in (own[0],) if own is not None else COUNTS:
         try:
             reading = megatron_args.read(text, gpu, n, where, vocab)
             plan = check_plan(parse_plan(reading.doc, Path(where)))

@@ -46,7 +46,9 @@ LogGpuOpt = Annotated[
 LogGpusOpt = Annotated[
     int | None,
     typer.Option(
-        "--num-gpus", min=1, help="GPU count (--megatron-args; --megatron-log: its world_size)"
+        "--num-gpus",
+        min=1,
+        help="GPU count (--megatron-args: default its torchrun's; --megatron-log: its world_size)",
     ),
 ]
 

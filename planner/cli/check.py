@@ -41,9 +41,10 @@ def plan_from_args(
     verbose: bool = False,
     nemo_model: str | None = None,
 ) -> Plan:
-    """A plan file, or an existing Megatron-LM command line with --gpu and --num-gpus, its
-    layout checked against Megatron-LM's rules. For a command line, what was assumed is noted
-    on stderr, and with `verbose` what was ignored too."""
+    """A plan file, or an existing Megatron-LM command line with --gpu and --num-gpus (else the
+    world size its torchrun asks for), its layout checked against Megatron-LM's rules. For a
+    command line, what was assumed is noted on stderr, and with `verbose` what was ignored
+    too."""
     if megatron_args_path is None:
         if plan_path is None:
             raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
@@ -54,8 +55,11 @@ def plan_from_args(
         return check_plan(load_plan(plan_path))
     if plan_path is not None:
         raise InputError("check: give either PLAN or --megatron-args, not both")
-    if gpu is None or num_gpus is None:
-        raise InputError("--megatron-args: also needs --gpu NAME and --num-gpus N")
+    if gpu is None:
+        raise InputError(
+            "--megatron-args: also needs --gpu NAME (and --num-gpus N where no torchrun line "
+            "says it)"
+        )
     reading, where = megatron_args.load(megatron_args_path, gpu, num_gpus, vocab_size, nemo_model)
     print_reading(reading, where, verbose)
     try:
@@ -109,7 +113,10 @@ def check(
     megatron_args_path: MegatronArgsOpt = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args)")] = None,
     num_gpus: Annotated[
-        int | None, typer.Option("--num-gpus", min=1, help="GPU count (--megatron-args)")
+        int | None,
+        typer.Option(
+            "--num-gpus", min=1, help="GPU count (--megatron-args; default: its torchrun's)"
+        ),
     ] = None,
     vocab_size: VocabSizeOpt = None,
     verbose: Annotated[

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, get_args
 
@@ -50,7 +50,7 @@ from planner.inputs.megatron_flags import (
     typo_of,
 )
 from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
-from planner.inputs.megatron_line import Line, flags_of, no_flags, script, tokens
+from planner.inputs.megatron_line import Line, flags_of, no_flags, script, tokens, world_size
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 
@@ -300,15 +300,27 @@ def _runs_trained_model(words: list[str]) -> bool:
 def load(
     path: str,
     gpu: str,
-    num_gpus: int,
+    num_gpus: int | None,
     vocab_size: int | None = None,
     nemo_model: str | None = None,
 ) -> tuple[Reading, str]:
     """Read a file (or '-' for standard input) of Megatron-LM arguments (or a NeMo 2 line);
-    also returns how messages name the source."""
+    also returns how messages name the source. `num_gpus` None: the script's launcher's
+    (`megatron_line.world_size`), noted."""
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
-    return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where
+    if num_gpus is not None:
+        return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where
+    found = world_size(text)
+    if found is None:
+        raise InputError(
+            f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
+            "--nnodes) in numbers: give --num-gpus N"
+        )
+    count, how = found
+    reading = read(text, gpu, count, where, vocab_size, nemo_model)
+    note = f"GPU count {count:,}: the launcher's {how}"
+    return replace(reading, notes=(note, *reading.notes)), where
 
 
 def _window(line: Line, where: str) -> dict[str, Any]:

@@ -41,17 +41,41 @@ def script(text: str) -> tuple[list[str], dict[str, str]]:
     return words, env
 
 
+def world_size(text: str) -> tuple[int, str] | None:
+    """The GPU count a script's launcher asks for, and how it says so: torchrun's (or
+    `python -m torch.distributed.run`'s) --nproc-per-node times --nnodes (1 where not given)
+    before the first Python script it launches; None where no launcher says it with integers."""
+    for command in shell_run.commands(text).commands:
+        script_at = _script_at(command)
+        if script_at is None or command[0].startswith("-"):
+            continue
+        opts = flags_of(command[:script_at])
+        per = opts.get("--nproc_per_node") or opts.get("--nproc-per-node")
+        nodes = opts.get("--nnodes") or ["1"]
+        if not per or not per[0].isdigit() or not nodes[0].isdigit():
+            continue
+        p, n = int(per[0]), int(nodes[0])
+        if p > 0 and n > 0:
+            return p * n, f"--nproc-per-node {p} x --nnodes {n}"
+    return None
+
+
+def _script_at(command: list[str]) -> int | None:
+    """The index of the Python script a command runs, if any."""
+    return next(
+        (i for i, w in enumerate(command) if w.endswith(".py") and not w.startswith("-")), None
+    )
+
+
 def _script_args(command: list[str]) -> list[str]:
     """A launched command from its Python script on (`torchrun ... pretrain_gpt.py --flags`,
     `nsys profile ... python pretrain_gpt.py ...`): the launcher's and profiler's own options
     are not the script's; the whole command where it names no script or is itself flags
     (`--num-layers ...`, a file of them)."""
-    if command and command[0].startswith("-"):
+    at = _script_at(command)
+    if at is None or command[0].startswith("-"):
         return command
-    for i, w in enumerate(command):
-        if w.endswith(".py") and not w.startswith("-"):
-            return command[i:]
-    return command
+    return command[at:]
 
 
 def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:

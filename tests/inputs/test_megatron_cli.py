@@ -107,3 +107,32 @@ def test_bad_vocab_size_and_typo(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, out, err = run(check(typo, "--json"), capsys)
     assert code == 2 and out == ""
     assert f"{typo}: --tensor-model-paralel-size: not a Megatron-LM flag" in err
+
+
+def test_the_gpu_count_is_the_launchers_where_not_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --num-gpus, torchrun's --nproc-per-node x --nnodes (Megatron-LM's examples pass
+    them through an array of variables): 8 x 2 = 16 here, the same plan as --num-gpus 16, and
+    noted; a line whose launcher says no count asks for --num-gpus."""
+    body = LINE.removeprefix("torchrun --nproc_per_node 8 ").replace(
+        "--global-batch-size 8", "--global-batch-size 16"
+    )
+    text = (
+        "GPUS_PER_NODE=8\nNUM_NODES=2\n"
+        "DISTRIBUTED_ARGS=(\n  --nproc_per_node $GPUS_PER_NODE\n  --nnodes $NUM_NODES\n)\n"
+        f"torchrun ${{DISTRIBUTED_ARGS[@]}} {body}"
+    )
+    path = script(tmp_path, text)
+    gpu = ["check", "--megatron-args", path, "--gpu", "h100-sxm-80gb", "--json"]
+    code, out, err = run(gpu, capsys)
+    assert code == 0, err
+    assert "GPU count 16: the launcher's --nproc-per-node 8 x --nnodes 2" in err
+    code, given, _ = run([*gpu, "--num-gpus", "16"], capsys)
+    assert json.loads(out)["memory"] == json.loads(given)["memory"]
+    module = script(tmp_path, f"python -m torch.distributed.run --nproc-per-node 4 {body}")
+    code, _, err = run(["check", "--megatron-args", module, "--gpu", "h100-sxm-80gb"], capsys)
+    assert code in (0, 1) and "GPU count 4" in err
+    bare = script(tmp_path, body)
+    code, out, err = run(["check", "--megatron-args", bare, "--gpu", "h100-sxm-80gb"], capsys)
+    assert code == 2 and "give --num-gpus N" in err
