@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, get_args
@@ -134,7 +136,8 @@ def read(
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
-    words, env = script(text)
+    with _shallow(where):
+        words, env = script(text)
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
@@ -283,6 +286,16 @@ def _default_ffn(model: dict[str, Any]) -> int:
     return 4 * h
 
 
+@contextmanager
+def _shallow(where: str) -> Iterator[None]:
+    """Reading a script nested beyond Python's recursion (thousands of `(` or `${`: no launch
+    script nests so) is bad input, not a traceback."""
+    try:
+        yield
+    except RecursionError:
+        raise InputError(f"{where}: the script nests its commands too deeply to read") from None
+
+
 _NOT_TRAINING = re.compile(r"generat|inference|server|eval")
 """The names of Megatron-LM's entry points that run a trained model (tools/
 run_text_generation_server.py, examples' run_text_generation.py and generate_samples_gpt.py,
@@ -311,7 +324,8 @@ def load(
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     if num_gpus is not None:
         return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where
-    found = world_size(text)
+    with _shallow(where):
+        found = world_size(text)
     if found is None:
         raise InputError(
             f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
