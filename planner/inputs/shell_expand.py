@@ -76,11 +76,10 @@ def expand(raw: str, run: Scope, split: bool = True) -> list[str]:
             cur, quoted = [], False
 
     def push_many(elements: list[str]) -> None:  # "${A[@]}": one field per element
-        nonlocal cur
-        for k, e in enumerate(elements):
+        for k, e in enumerate(elements):  # `cur` kept, not rebound: `_double` holds it
             if k:
                 fields.append("".join(cur))
-                cur = []
+                cur.clear()
             cur.append(e)
 
     while i < n:

@@ -46,7 +46,7 @@ torchrun pretrain_gpt.py --num-layers 2 ${A[@]} ${B[@]}
     "quoted array expansion keeps elements": """
 A=(--num-layers 2 --hidden-size 256)
 A+=(--bf16)
-torchrun pretrain_gpt.py "${A[@]}" --wandb-exp-name "${A[*]}"
+torchrun pretrain_gpt.py "${A[@]}" --wandb-exp-name "${A[*]}" "x ${A[@]} y" p"${A[@]}"q
 """,
     "multi-line strings": """
 OPTIONS="
