@@ -163,7 +163,7 @@ def read(
             )
         unknown.append(flag)
     line = Line(flags, where)
-    notes: list[str] = []
+    notes: list[str] = [] if (entry := _entry_note(words)) is None else [entry]
     missing: list[str] = []
     model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
@@ -301,6 +301,16 @@ _NOT_TRAINING = re.compile(r"generat|inference|server|eval")
 run_text_generation_server.py, examples' run_text_generation.py and generate_samples_gpt.py,
 the inference examples): flags of their own (--out-seq-length, ...) are theirs, not misspelt
 training flags."""
+
+
+def _entry_note(words: list[str]) -> str | None:
+    """What the line runs where that is not one of Megatron-LM's training scripts
+    (pretrain_*.py, an example's train.py): its flags are still read as a training run's."""
+    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
+    if not scripts or any(s.startswith("pretrain_") or s == "train.py" for s in scripts):
+        return None
+    what = "runs a trained model" if _runs_trained_model(words) else "is no pretrain_*.py"
+    return f"{scripts[-1]} {what}: its model read as if it trained (training's memory and time)"
 
 
 def _runs_trained_model(words: list[str]) -> bool:

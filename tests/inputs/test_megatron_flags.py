@@ -98,7 +98,11 @@ def test_a_generation_scripts_own_flags_are_not_misspellings() -> None:
     from --seq-length): on a line that launches only such an entry point it is listed as not a
     Megatron-LM flag, where on a training line it is an error."""
     server = "torchrun tools/run_text_generation_server.py " + LINE + "--out-seq-length 64"
-    assert "--out-seq-length" in megatron_args.read(server, "h100-sxm-80gb", 8).unknown
+    reading = megatron_args.read(server, "h100-sxm-80gb", 8)
+    assert "--out-seq-length" in reading.unknown
+    assert any(
+        n.startswith("run_text_generation_server.py runs a trained model") for n in reading.notes
+    )
     with pytest.raises(InputError, match="--out-seq-length: not a Megatron-LM flag"):
         megatron_args.read(
             "python pretrain_gpt.py " + LINE + "--out-seq-length 64", "h100-sxm-80gb", 8
