@@ -8,10 +8,11 @@ at its HEAD is read from git (nothing is copied into this repository). Each scri
 as a user would check it: at the GPU count its torchrun asks for (--nproc-per-node x --nnodes),
 as `check` takes it where --num-gpus is not given; a script whose launcher says none at 8, 64,
 256 and 1,024 GPUs ("fits" at the first count where it fits, else "does not fit" at the first
-that reads, else the refusal); with `--vocab-size` for the tokenizer files
-planner cannot open (default 128,256, Llama 3's; a script that sets its own vocabulary keeps
-it). Printed: each script's verdict (with its layout and peak, or the refusal's first line), the
-count of each, and the refusals grouped by their message's gist.
+that reads, else the refusal); with `--vocab-size` for the tokenizer files planner cannot
+open (default 128,256, Llama 3's; a script that sets its own vocabulary keeps it); what a
+script sources is read from the same commit. Printed: each script's verdict (with its layout
+and peak, or the refusal's first line), the count of each, and the refusals grouped by their
+message's gist.
 
 Read means exit 0 or 1 at some count: the launch script became a plan. A refusal is right where
 the script itself cannot run as written (a positional parameter without default, a layout its
@@ -21,10 +22,12 @@ GPU count does not divide, flags of another entry point); the rest are the reade
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,15 +55,33 @@ def scripts(gitdir: str) -> list[str]:
     return sorted(n for n in names if n.endswith(".sh"))
 
 
-def verdict(text: str, where: str, gpu: str, vocab: int) -> tuple[str, str]:
+def repo_files(gitdir: str) -> Callable[[str], str | None]:
+    """What a script sources, read from the same commit (paths from the repository's root, as
+    the examples are run from it); None for a path outside it or not there."""
+
+    def read(path: str) -> str | None:
+        name = os.path.normpath(path)
+        if name.startswith(("/", "..")):
+            return None
+        done = subprocess.run(
+            ["git", "-C", gitdir, "show", f"HEAD:{name}"], capture_output=True, text=True
+        )
+        return done.stdout if done.returncode == 0 else None
+
+    return read
+
+
+def verdict(
+    text: str, where: str, gpu: str, vocab: int, files: Callable[[str], str | None]
+) -> tuple[str, str]:
     """("fits" | "does not fit" | "refused", detail) at the count the script's torchrun asks
     for (`megatron_line.world_size`) where it says one, else: fits at the first of COUNTS where
     it fits, else does not fit at the first that reads, else the first count's refusal."""
     first_error, first_read = "", ""
-    own = world_size(text)
+    own = world_size(text, where, files)
     for n in (own[0],) if own is not None else COUNTS:
         try:
-            reading = megatron_args.read(text, gpu, n, where, vocab)
+            reading = megatron_args.read(text, gpu, n, where, vocab, files=files)
             plan = check_plan(parse_plan(reading.doc, Path(where)))
             job, layout = plan.job, plan.require_layout()
         except InputError as e:
@@ -91,9 +112,10 @@ def main() -> None:
     print(f"Megatron-LM {head[:8]}: examples/**/*.sh through check --megatron-args ({args.gpu})")
     tally: Counter[str] = Counter()
     refusals: Counter[str] = Counter()
+    files = repo_files(args.gitdir)
     for name in scripts(args.gitdir):
         text = git(args.gitdir, "show", f"HEAD:{name}")
-        what, detail = verdict(text, name, args.gpu, args.vocab_size)
+        what, detail = verdict(text, name, args.gpu, args.vocab_size, files)
         tally[what] += 1
         if what == "refused":
             refusals[gist(detail)] += 1

@@ -52,9 +52,18 @@ from planner.inputs.megatron_flags import (
     typo_of,
 )
 from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
-from planner.inputs.megatron_line import Line, flags_of, no_flags, script, tokens, world_size
+from planner.inputs.megatron_line import (
+    Line,
+    flags_of,
+    local_files,
+    no_flags,
+    script,
+    tokens,
+    world_size,
+)
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
+from planner.inputs.shell_run import Files
 
 __all__ = ["Reading", "load", "read", "to_plan", "tokens"]
 
@@ -131,13 +140,15 @@ def read(
     where: str = "<megatron-args>",
     vocab_size: int | None = None,
     nemo_model: str | None = None,
+    files: Files | None = None,
 ) -> Reading:
     """Megatron-LM arguments as a plan document, with what was ignored and assumed.
+    `files`: what reads the files the script sources (`where` then its path, its `$0`).
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
     with _shallow(where):
-        words, env = script(text)
+        words, env = script(text, where if files else None, files)
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
@@ -332,17 +343,18 @@ def load(
     (`megatron_line.world_size`), noted."""
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
+    files = None if path == "-" else local_files  # what it sources, from the disk
     if num_gpus is not None:
-        return read(text, gpu, num_gpus, where, vocab_size, nemo_model), where
+        return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
     with _shallow(where):
-        found = world_size(text)
+        found = world_size(text, where if files else None, files)
     if found is None:
         raise InputError(
             f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
             "--nnodes) in numbers: give --num-gpus N"
         )
     count, how = found
-    reading = read(text, gpu, count, where, vocab_size, nemo_model)
+    reading = read(text, gpu, count, where, vocab_size, nemo_model, files)
     note = f"GPU count {count:,}: the launcher's {how}"
     return replace(reading, notes=(note, *reading.notes)), where
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from planner.inputs import shell_run
@@ -26,13 +27,28 @@ def tokens(text: str) -> list[str]:
     return script(text)[0]
 
 
-def script(text: str) -> tuple[list[str], dict[str, str]]:
+def local_files(path: str) -> str | None:
+    """A sourced file's text from the local disk (relative paths from the working directory,
+    as bash takes them), None where there is no regular file of at most 1 MB to read."""
+    file = Path(path).expanduser()
+    try:
+        if not file.is_file() or file.stat().st_size > 1 << 20:
+            return None
+        return file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def script(
+    text: str, path: str | None = None, files: shell_run.Files | None = None
+) -> tuple[list[str], dict[str, str]]:
     """A script's launched words (`tokens`: each command from its Python script on,
     `_script_args`) and the variables it sets for the run: what it
     assigns (`NAME=value`, `export NAME=value`, ...; arrays left out) and the `NAME=value` words
     before a command (`env NAME=value ...` too), the later setting winning. A file that
-    launches nothing with a flag gives the flags its variables hold instead."""
-    run = shell_run.commands(text)
+    launches nothing with a flag gives the flags its variables hold instead. `path`: the
+    script's own (its `$0`); `files`: what reads the files it sources (none followed without)."""
+    run = shell_run.commands(text, path, files)
     words = [w for cmd in run.commands for w in _script_args(cmd)]
     if not any(w.startswith("--") for w in words):  # a file of settings (MODEL_ARGS="--...")
         words = _held_flags(run.env) or words
@@ -41,11 +57,14 @@ def script(text: str) -> tuple[list[str], dict[str, str]]:
     return words, env
 
 
-def world_size(text: str) -> tuple[int, str] | None:
+def world_size(
+    text: str, path: str | None = None, files: shell_run.Files | None = None
+) -> tuple[int, str] | None:
     """The GPU count a script's launcher asks for, and how it says so: torchrun's (or
     `python -m torch.distributed.run`'s) --nproc-per-node times --nnodes (1 where not given)
-    before the first Python script it launches; None where no launcher says it with integers."""
-    for command in shell_run.commands(text).commands:
+    before the first Python script it launches; None where no launcher says it with integers.
+    `path` and `files` as `script` takes them."""
+    for command in shell_run.commands(text, path, files).commands:
         script_at = _script_at(command)
         if script_at is None or command[0].startswith("-"):
             continue

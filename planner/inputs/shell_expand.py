@@ -2,7 +2,9 @@
 quotes removed; `$NAME`, `${NAME}`, `${NAME:-word}` and the other default / alternative forms,
 `${#NAME}`, `${NAME[@]}`, `"${NAME[@]}"` (one word per element), `${NAME[*]}`, `${NAME[i]}`,
 `${NAME:offset:length}` (and of `$@` and arrays), `${NAME%suffix}` / `${NAME#prefix}`,
-`$((arithmetic))` over known integers; unquoted expansions split on whitespace.
+`$((arithmetic))` over known integers, `$0` / `${BASH_SOURCE[0]}` (the script's path, where
+known), and `$(...)` of the commands that only rewrite a path (`dirname`, `basename`,
+`realpath`, `readlink -f`, `cd DIR && pwd`); unquoted expansions split on whitespace.
 
 What is not known stays as written (`Scope.blank_unset` aside): an unset variable, a positional
 parameter outside a function call, `$(command)` and backquotes keep their `$...` text, so that the
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from planner.inputs.shell_lex import lex
 
 Value = str | list[str]
 
@@ -34,6 +39,8 @@ class Scope:
     blank_unset: bool = False
     """Expand an unset variable as bash does, to nothing (a condition's operands, a case word:
     the branch the script takes when run as it is), rather than keep its text."""
+    script: str | None = None
+    """The path of the script being read, where known: `$0`, `${BASH_SOURCE[0]}`."""
 
 
 def expand_all(raws: list[str], run: Scope) -> list[str]:
@@ -140,7 +147,7 @@ def _dollar(raw: str, i: int, run: Scope) -> tuple[Value, int]:
         return _arith(raw[i + 3 : end - 2], run, raw[i:end]), end
     if raw.startswith("$(", i):
         end = _close(raw, i + 1, "(", ")")
-        return raw[i:end], end
+        return _substitute(raw[i + 2 : end - 1], run, raw[i:end]), end
     if raw.startswith("${", i):
         end = _close(raw, i + 1, "{", "}")
         return _brace(raw[i + 2 : end - 1], run, raw[i:end]), end
@@ -174,9 +181,13 @@ def _unknown(run: Scope, whole: str) -> str:
 
 
 def lookup(name: str, run: Scope) -> Value | None:
+    if name == "0" or (name == "BASH_SOURCE" and name not in run.env):
+        if run.script is None:
+            return None
+        return run.script if name == "0" else [run.script]
     if name.isdigit():
         k = int(name)
-        if run.args is None or k == 0:
+        if run.args is None:
             return None
         return run.args[k - 1] if k <= len(run.args) else ""
     if name in ("@", "*"):
@@ -298,3 +309,28 @@ def _integer(node: ast.expr) -> int:
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return int(_BINARY[type(node.op)](_integer(node.left), _integer(node.right)))
     raise ValueError("not an integer expression")
+
+
+_PATH_COMMANDS = ("dirname", "basename", "realpath", "readlink", "pwd", "cd")
+
+
+def _substitute(inner: str, run: Scope, whole: str) -> str:
+    """$(command) where the command only rewrites a path it is given (`dirname`, `basename`,
+    `realpath`, `readlink -f`, `cd DIR && pwd`): what it prints, the path kept relative as given
+    (the same file from the same working directory); `whole` for anything else."""
+    words = [t.text for t in lex(inner) if t.text != "\n"]
+    if not words or words[0] not in _PATH_COMMANDS:
+        return whole
+    if words[0] == "cd" and words[-2:] == ["&&", "pwd"] and len(words) == 4:
+        words = ["realpath", words[1]]
+    elif any(w in ("&&", "||", ";", "|", "&") for w in words):
+        return whole
+    args = [one(w, run) for w in words[1:] if not w.startswith("-")]
+    if len(args) != 1 or "$" in args[0] or "`" in args[0]:
+        return whole
+    path = args[0]
+    if words[0] == "dirname":
+        return os.path.dirname(path.rstrip("/")) or "."
+    if words[0] == "basename":
+        return os.path.basename(path.rstrip("/"))
+    return os.path.normpath(path)

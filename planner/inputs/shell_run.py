@@ -6,8 +6,9 @@ What is run: assignments (`NAME=value`, `NAME+=value`, arrays `NAME=( ... )` and
 `NAME+=( ... )`, also after `export`, `declare`, `local`, `readonly`, `typeset`); `if` / `elif`
 on `[ ]`, `[[ ]]` and `test` (string and integer comparisons, `-z`, `-n`), with unset variables
 empty as bash has them, so that the script's own defaults decide; `case` likewise; `&&` / `||`
-after such tests; functions, called with their arguments; `bash -c "..."` strings; `for` loops
-on their first item. A condition on what cannot be known (`$(command)`, a file test) takes its
+after such tests; functions, called with their arguments; `bash -c "..."` strings; `source` /
+`.` of a file that `Run.files` reads (the CLI: the local disk), in this scope; `for` loops on
+their first item. A condition on what cannot be known (`$(command)`, a file test) takes its
 first branch (`if`: the `then` branch; `case`: the `*` pattern where there is one); `while` /
 `until` bodies run once.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.inputs.shell_expand import Scope, Value, expand_all, one
@@ -67,11 +69,19 @@ class Run(Scope):
     """`NAME=value` words before a collected command (its environment)."""
     functions: dict[str, list[Node]] = field(default_factory=dict)
     depth: int = 0
+    files: Files | None = None
+    """Reads a file `source` / `.` names (its text, None where there is none to read); None:
+    sourced files are not followed."""
 
 
-def commands(text: str) -> Run:
-    """The script's launched commands and variables (module docstring)."""
-    run = Run()
+Files = Callable[[str], str | None]
+"""A path -> the file's text, or None where there is no file to read."""
+
+
+def commands(text: str, script: str | None = None, files: Files | None = None) -> Run:
+    """The script's launched commands and variables (module docstring); `script` its path
+    (`$0`), `files` what reads the files it sources."""
+    run = Run(script=script, files=files)
     _block(parse(text), run)
     return run
 
@@ -181,6 +191,8 @@ def _command(words: list[str], run: Run) -> bool | None:
             return _block(run.functions[words[0]], run)
         finally:
             run.args, run.depth = saved, run.depth - 1
+    if name in ("source", ".") and len(words) > 1:
+        return _source(words[1], words[2:], run)
     if name == "eval":
         nested = commands(" ".join(words[1:]))
         run.commands += nested.commands
@@ -191,13 +203,30 @@ def _command(words: list[str], run: Run) -> bool | None:
         if os.path.basename(w) in ("bash", "sh") and words[i + 1] == "-c" and i + 2 < len(words):
             if i:
                 run.commands.append(words[:i])
-            inner = Run(env=dict(run.env), functions=run.functions, args=run.args)
+            inner = Run(env=dict(run.env), functions=run.functions, args=run.args, files=run.files)
             _block(parse(words[i + 2]), inner)
             run.commands += inner.commands
             run.command_env.update(inner.command_env)
             return None
     run.commands.append(words)
     return None
+
+
+def _source(path: str, args: list[str], run: Run) -> bool | None:
+    """`source PATH ARGS`: the file's commands run here, in this scope (its `$0` / BASH_SOURCE
+    its own path, its positional parameters ARGS where given), where `Run.files` reads it."""
+    if run.files is None or "$" in path or "`" in path or run.depth >= MAX_CALL_DEPTH:
+        return None
+    text = run.files(path)
+    if text is None:
+        return None
+    saved = run.script, run.args
+    run.script, run.args = path, (args or run.args)
+    run.depth += 1
+    try:
+        return _block(parse(text), run)
+    finally:
+        (run.script, run.args), run.depth = saved, run.depth - 1
 
 
 def _assign(run: Run, name: str, append: bool, value: Value) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_line import script, tokens
+from planner.inputs.megatron_line import local_files, script, tokens
 
 BASH = shutil.which("bash")
 
@@ -198,3 +198,31 @@ def test_pathological_nesting_says_why(text: str) -> None:
     """Nesting beyond Python's recursion limit is bad input (exit 2), not a traceback."""
     with pytest.raises(InputError, match="nests its commands too deeply"):
         megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh")
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash, the oracle")
+def test_sourced_files_are_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that sources its model's configuration next to it (by `$0`'s directory, as
+    Megatron-LM's post-training scripts do, and by a relative path): the words bash's
+    torchrun gets, the script run as a file from its own directory."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "model.sh").write_text(
+        f"MODEL_ARGS=(\n  --num-layers 2\n  {TAIL}\n)\nL=${{1:-7}}\n"
+    )
+    (tmp_path / "common.sh").write_text('EXTRA="--bf16 --micro-batch-size 1"\n')
+    text = (
+        'SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"\n'
+        'source "${SCRIPT_DIR}/conf/model.sh" 5\n'
+        ". ./common.sh\n"
+        'torchrun pretrain_gpt.py "${MODEL_ARGS[@]}" $EXTRA --layers-given $L\n'
+    )
+    stub = 'torchrun() { printf "%s\\n" "$@" >> "$OUT"; }\n'
+    (tmp_path / "train.sh").write_text(stub + text)
+    out = tmp_path / "words.txt"
+    assert BASH is not None
+    env = {"PATH": os.environ.get("PATH", ""), "OUT": str(out)}
+    subprocess.run([BASH, "train.sh"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    monkeypatch.chdir(tmp_path)
+    words, _ = script(text, "train.sh", local_files)
+    assert words == out.read_text().splitlines()
+    assert script(text)[0] != words  # without a file reader nothing is sourced
