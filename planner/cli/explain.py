@@ -99,7 +99,8 @@ def explain(
         for flag, value in (("--gpu", gpu), ("--num-gpus", num_gpus)):
             if value is not None:
                 raise InputError(f"explain: {flag}: only with --megatron-args or --megatron-log")
-        plan = check_plan(load_plan(plan_path))  # type: ignore[arg-type]
+        assert plan_path is not None  # the one source given
+        plan = check_plan(load_plan(plan_path))
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)

@@ -90,6 +90,11 @@ class _Parser:
     def peek(self) -> Token | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
 
+    def word_text(self) -> str:
+        """The next token's text ("" at the end)."""
+        t = self.peek()
+        return "" if t is None else t.text
+
     def at_word(self, *words: str) -> bool:
         t = self.peek()
         return t is not None and not t.op and t.array is None and t.text in words
@@ -156,9 +161,9 @@ class _Parser:
                 return Group(body)
             if t.text == "function":
                 self.i += 1
-                name = self.toks[self.i].text if self.peek() else ""
+                name = self.word_text()
                 self.i += 1
-                if self.peek() is not None and self.peek().text == "(":  # type: ignore[union-attr]
+                if (paren := self.peek()) is not None and paren.text == "(":
                     self.i += 2
                 return self._function(name)
             if t.text == "!":
@@ -185,7 +190,7 @@ class _Parser:
                 continue
             self.i += 1
             if _REDIRECT.match(t.text) or (t.text[:1] in "<>" and t.text.strip("<>&") == ""):
-                if self.peek() is not None and not self.peek().op:  # type: ignore[union-attr]
+                if (target := self.peek()) is not None and not target.op:
                     self.i += 1  # its target
                 continue
             m = NAME_ASSIGN.match(t.text)
@@ -236,7 +241,7 @@ class _Parser:
 
     def _case(self) -> Case:
         self.i += 1  # case
-        word = self.peek().text if self.peek() is not None else ""  # type: ignore[union-attr]
+        word = self.word_text()
         self.i += 1
         self.skip_separators()
         self._expect_word("in")
@@ -262,7 +267,7 @@ class _Parser:
         self.i += 1
         var, items, cond = "", None, []
         if kind in ("for", "select"):
-            var = self.peek().text if self.peek() is not None else ""  # type: ignore[union-attr]
+            var = self.word_text()
             self.i += 1
             self.skip_separators()
             if self.at_word("in"):
