@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_line import world_size
+from planner.inputs.megatron_line import launch
 from planner.inputs.plan import parse_plan
 from planner.model import memory
 from planner.search.rules import check_plan
@@ -75,10 +75,10 @@ def verdict(
     text: str, where: str, gpu: str, vocab: int, files: Callable[[str], str | None]
 ) -> tuple[str, str]:
     """("fits" | "does not fit" | "refused", detail) at the count the script's torchrun asks
-    for (`megatron_line.world_size`) where it says one, else: fits at the first of COUNTS where
+    for (`megatron_line.Launch.world`) where it says one, else: fits at the first of COUNTS where
     it fits, else does not fit at the first that reads, else the first count's refusal."""
     first_error, first_read = "", ""
-    own = world_size(text, where, files)
+    own = launch(text, where, files).world
     for n in (own[0],) if own is not None else COUNTS:
         try:
             reading = megatron_args.read(text, gpu, n, where, vocab, files=files)

@@ -13,7 +13,7 @@ Megatron-LM flags the reader does not read do not change memory or layout; they 
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
 named in `Reading.not_modelled`. Words after the script that are not Megatron-LM flags (a
 fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's options before
-the script are not read, `megatron_line.script`), unless they look like a misspelt flag
+the script are not read, `megatron_line.launch`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`) on a training line; a line that
 launches only a generation / inference entry point keeps its own flags
 (`_runs_trained_model`). T5's encoder-decoder lines are read by `megatron_t5`; hybrid Mamba
@@ -53,13 +53,13 @@ from planner.inputs.megatron_flags import (
 )
 from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
 from planner.inputs.megatron_line import (
+    Launch,
     Line,
     flags_of,
+    launch,
     local_files,
     no_flags,
-    script,
     tokens,
-    world_size,
 )
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
@@ -136,19 +136,43 @@ def to_plan(
 def read(
     text: str,
     gpu: str,
-    num_gpus: int,
+    num_gpus: int | None,
     where: str = "<megatron-args>",
     vocab_size: int | None = None,
     nemo_model: str | None = None,
     files: Files | None = None,
 ) -> Reading:
     """Megatron-LM arguments as a plan document, with what was ignored and assumed.
-    `files`: what reads the files the script sources (`where` then its path, its `$0`).
+    `num_gpus` None: the GPU count the script's launcher asks for (`megatron_line.Launch`),
+    noted. `files`: what reads the files the script sources (`where` then its path, its `$0`).
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
     with _shallow(where):
-        words, env = script(text, where if files else None, files)
+        launched = launch(text, where if files else None, files)
+    if num_gpus is not None:
+        return _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
+    if launched.world is None:
+        raise InputError(
+            f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
+            "--nnodes) in numbers: give --num-gpus N"
+        )
+    count, how = launched.world
+    reading = _read(launched, gpu, count, where, vocab_size, nemo_model)
+    note = f"GPU count {count:,}: the launcher's {how}"
+    return replace(reading, notes=(note, *reading.notes))
+
+
+def _read(
+    launched: Launch,
+    gpu: str,
+    num_gpus: int,
+    where: str,
+    vocab_size: int | None,
+    nemo_model: str | None,
+) -> Reading:
+    """`read` of the script's launched words and environment at `num_gpus`."""
+    words, env = launched.words, launched.env
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
@@ -340,23 +364,11 @@ def load(
 ) -> tuple[Reading, str]:
     """Read a file (or '-' for standard input) of Megatron-LM arguments (or a NeMo 2 line);
     also returns how messages name the source. `num_gpus` None: the script's launcher's
-    (`megatron_line.world_size`), noted."""
+    (`read`)."""
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     files = None if path == "-" else local_files  # what it sources, from the disk
-    if num_gpus is not None:
-        return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
-    with _shallow(where):
-        found = world_size(text, where if files else None, files)
-    if found is None:
-        raise InputError(
-            f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
-            "--nnodes) in numbers: give --num-gpus N"
-        )
-    count, how = found
-    reading = read(text, gpu, count, where, vocab_size, nemo_model, files)
-    note = f"GPU count {count:,}: the launcher's {how}"
-    return replace(reading, notes=(note, *reading.notes)), where
+    return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
 
 
 def _window(line: Line, where: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -39,32 +40,44 @@ def local_files(path: str) -> str | None:
         return None
 
 
-def script(
-    text: str, path: str | None = None, files: shell_run.Files | None = None
-) -> tuple[list[str], dict[str, str]]:
-    """A script's launched words (`tokens`: each command from its Python script on,
-    `_script_args`) and the variables it sets for the run: what it
-    assigns (`NAME=value`, `export NAME=value`, ...; arrays left out) and the `NAME=value` words
-    before a command (`env NAME=value ...` too), the later setting winning. A file that
-    launches nothing with a flag gives the flags its variables hold instead. `path`: the
-    script's own (its `$0`); `files`: what reads the files it sources (none followed without)."""
+@dataclass(frozen=True)
+class Launch:
+    """What a script launches (`launch`): its words, its environment, and the GPU count its
+    launcher asks for."""
+
+    words: list[str]
+    """Each launched command from its Python script on (`_script_args`), in order; a file
+    that launches nothing with a flag: the flags its variables hold (`_held_flags`)."""
+    env: dict[str, str]
+    """What it assigns (`NAME=value`, `export NAME=value`, ...; arrays left out) and the
+    `NAME=value` words before a command (`env NAME=value ...` too), the later setting winning."""
+    world: tuple[int, str] | None
+    """torchrun's (or `python -m torch.distributed.run`'s) --nproc-per-node times --nnodes (1
+    where not given) before the first Python script it launches, and how it says so; None
+    where no launcher says it with integers."""
+
+
+def launch(text: str, path: str | None = None, files: shell_run.Files | None = None) -> Launch:
+    """The script read once (`planner.inputs.shell_run`): `path` its own (its `$0`), `files`
+    what reads the files it sources (none followed without)."""
     run = shell_run.commands(text, path, files)
     words = [w for cmd in run.commands for w in _script_args(cmd)]
     if not any(w.startswith("--") for w in words):  # a file of settings (MODEL_ARGS="--...")
         words = _held_flags(run.env) or words
     env = {k: v for k, v in run.env.items() if isinstance(v, str)}
     env.update(run.command_env)
-    return words, env
+    return Launch(words, env, _world_size(run.commands))
 
 
-def world_size(
-    text: str, path: str | None = None, files: shell_run.Files | None = None
-) -> tuple[int, str] | None:
-    """The GPU count a script's launcher asks for, and how it says so: torchrun's (or
-    `python -m torch.distributed.run`'s) --nproc-per-node times --nnodes (1 where not given)
-    before the first Python script it launches; None where no launcher says it with integers.
-    `path` and `files` as `script` takes them."""
-    for command in shell_run.commands(text, path, files).commands:
+def script(text: str) -> tuple[list[str], dict[str, str]]:
+    """A script's `Launch` words and environment, nothing sourced."""
+    read = launch(text)
+    return read.words, read.env
+
+
+def _world_size(commands: list[list[str]]) -> tuple[int, str] | None:
+    """`Launch.world` of the launched commands."""
+    for command in commands:
         script_at = _script_at(command)
         if script_at is None or command[0].startswith("-"):
             continue

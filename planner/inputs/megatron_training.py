@@ -292,7 +292,7 @@ def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
 
 
 def environment_fields(env: dict[str, str], training: dict[str, Any], where: str) -> None:
-    """What the script's environment (`megatron_line.script`) sets that planner models:
+    """What the script's environment (`megatron_line.Launch.env`) sets that planner models:
     PyTorch's allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF, or its newer name
     PYTORCH_ALLOC_CONF, holding `expandable_segments:True`; `training.expandable_segments`) and
     Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM; `training.gemm_sm_margin`)."""

@@ -21,7 +21,7 @@ import pytest
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_line import local_files, script, tokens
+from planner.inputs.megatron_line import launch, local_files, script, tokens
 
 BASH = shutil.which("bash")
 
@@ -223,6 +223,6 @@ def test_sourced_files_are_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     env = {"PATH": os.environ.get("PATH", ""), "OUT": str(out)}
     subprocess.run([BASH, "train.sh"], cwd=tmp_path, env=env, check=True, capture_output=True)
     monkeypatch.chdir(tmp_path)
-    words, _ = script(text, "train.sh", local_files)
+    words = launch(text, "train.sh", local_files).words
     assert words == out.read_text().splitlines()
     assert script(text)[0] != words  # without a file reader nothing is sourced
