@@ -27,7 +27,8 @@ MegatronArgsOpt = Annotated[
     str | None,
     typer.Option(
         "--megatron-args",
-        help="a file holding a Megatron-LM command line or launch script ('-' = stdin)",
+        help="a file holding a Megatron-LM command line, launch script or test configuration "
+        "(model_config.yaml) ('-' = stdin)",
     ),
 ]
 VocabSizeOpt = Annotated[

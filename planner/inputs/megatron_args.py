@@ -16,20 +16,20 @@ fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's o
 the script are not read, `megatron_line.launch`), unless they look like a misspelt flag
 the reader reads, which is an error (`megatron_flags.typo_of`) on a training line; a line that
 launches only a generation / inference entry point keeps its own flags
-(`_runs_trained_model`). T5's encoder-decoder lines are read by `megatron_t5`; hybrid Mamba
-stacks by `megatron_hybrid`; gated delta nets by
-`megatron_gdn`, DeepSeek sparse attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line
-(NeMo-Run `key=value` overrides, no Megatron-LM flag) goes to `nemo_args`.
+(`megatron_line.runs_trained_model`). T5's encoder-decoder lines are read by `megatron_t5`;
+hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by `megatron_gdn`, DeepSeek sparse
+attention by `megatron_dsa`. A NeMo 2 `nemo llm pretrain` line (NeMo-Run `key=value` overrides,
+no Megatron-LM flag) goes to `nemo_args`. A Megatron-LM test configuration (a functional test's
+`model_config.yaml`: MODEL_ARGS and ENV_VARS) becomes its runner's words in `megatron_yaml`.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, get_args
 
 from planner.inputs import (
@@ -39,6 +39,7 @@ from planner.inputs import (
     megatron_gdn,
     megatron_t5,
     megatron_training,
+    megatron_yaml,
     nemo_args,
 )
 from planner.inputs import megatron_layout as layout
@@ -55,10 +56,12 @@ from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
 from planner.inputs.megatron_line import (
     Launch,
     Line,
+    entry_note,
     flags_of,
     launch,
     local_files,
     no_flags,
+    runs_trained_model,
     tokens,
 )
 from planner.inputs.megatron_values import layer_pattern
@@ -148,19 +151,30 @@ def read(
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
-    with _shallow(where):
-        launched = launch(text, where if files else None, files)
+    config = megatron_yaml.read(text, where) if megatron_yaml.is_config(text) else None
+    if config is not None:
+        launched = config.launch
+    else:
+        with _shallow(where):
+            launched = launch(text, where if files else None, files)
     if num_gpus is not None:
-        return _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
-    if launched.world is None:
-        raise InputError(
-            f"{where}: --num-gpus: the file launches no torchrun with --nproc-per-node (and "
-            "--nnodes) in numbers: give --num-gpus N"
+        reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
+    elif launched.world is None:
+        why = (
+            "a test configuration does not hold its GPU count (its CI recipe does: Megatron-LM's "
+            "runner starts 8 processes a node, 4 on a GB200 tray)"
+            if config
+            else "the file launches no torchrun with --nproc-per-node (and --nnodes) in numbers"
         )
-    count, how = launched.world
-    reading = _read(launched, gpu, count, where, vocab_size, nemo_model)
-    note = f"GPU count {count:,}: the launcher's {how}"
-    return replace(reading, notes=(note, *reading.notes))
+        raise InputError(f"{where}: --num-gpus: {why}: give --num-gpus N")
+    else:
+        count, how = launched.world
+        reading = _read(launched, gpu, count, where, vocab_size, nemo_model)
+        note = f"GPU count {count:,}: the launcher's {how}"
+        reading = replace(reading, notes=(note, *reading.notes))
+    if config is not None:
+        reading = replace(reading, notes=(config.note, *reading.notes))
+    return reading
 
 
 def _read(
@@ -184,7 +198,7 @@ def _read(
     flags = flags_of(words)
     if not flags:
         raise InputError(f"{where}: {no_flags(words)}")
-    runs_model = _runs_trained_model(words)
+    runs_model = runs_trained_model(words)
     known = megatron_flags()
     unknown = []
     for flag in flags:
@@ -198,7 +212,7 @@ def _read(
             )
         unknown.append(flag)
     line = Line(flags, where)
-    notes: list[str] = [] if (entry := _entry_note(words)) is None else [entry]
+    notes: list[str] = [] if (entry := entry_note(words)) is None else [entry]
     missing: list[str] = []
     model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
@@ -329,30 +343,6 @@ def _shallow(where: str) -> Iterator[None]:
         yield
     except RecursionError:
         raise InputError(f"{where}: the script nests its commands too deeply to read") from None
-
-
-_NOT_TRAINING = re.compile(r"generat|inference|server|eval")
-"""The names of Megatron-LM's entry points that run a trained model (tools/
-run_text_generation_server.py, examples' run_text_generation.py and generate_samples_gpt.py,
-the inference examples): flags of their own (--out-seq-length, ...) are theirs, not misspelt
-training flags."""
-
-
-def _entry_note(words: list[str]) -> str | None:
-    """What the line runs where that is not one of Megatron-LM's training scripts
-    (pretrain_*.py, an example's train.py): its flags are still read as a training run's."""
-    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
-    if not scripts or any(s.startswith("pretrain_") or s == "train.py" for s in scripts):
-        return None
-    what = "runs a trained model" if _runs_trained_model(words) else "is no pretrain_*.py"
-    return f"{scripts[-1]} {what}: its model read as if it trained (training's memory and time)"
-
-
-def _runs_trained_model(words: list[str]) -> bool:
-    """Whether every Python script the line names is a generation / inference entry point (its
-    model's flags are read as a training line's, its own listed as not Megatron-LM's)."""
-    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
-    return bool(scripts) and all(_NOT_TRAINING.search(s) for s in scripts)
 
 
 def load(

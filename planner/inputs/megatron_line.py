@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from planner.inputs import shell_run
@@ -203,3 +203,27 @@ def no_flags(words: list[str]) -> str:
             "not Megatron-LM arguments"
         )
     return "no Megatron-LM flags (--num-layers, --hidden-size, ...) found"
+
+
+_NOT_TRAINING = re.compile(r"generat|inference|server|eval")
+"""The names of Megatron-LM's entry points that run a trained model (tools/
+run_text_generation_server.py, examples' run_text_generation.py and generate_samples_gpt.py,
+the inference examples): flags of their own (--out-seq-length, ...) are theirs, not misspelt
+training flags."""
+
+
+def entry_note(words: list[str]) -> str | None:
+    """What the line runs where that is not one of Megatron-LM's training scripts
+    (pretrain_*.py, an example's train.py): its flags are still read as a training run's."""
+    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
+    if not scripts or any(s.startswith("pretrain_") or s == "train.py" for s in scripts):
+        return None
+    what = "runs a trained model" if runs_trained_model(words) else "is no pretrain_*.py"
+    return f"{scripts[-1]} {what}: its model read as if it trained (training's memory and time)"
+
+
+def runs_trained_model(words: list[str]) -> bool:
+    """Whether every Python script the line names is a generation / inference entry point (its
+    model's flags are read as a training line's, its own listed as not Megatron-LM's)."""
+    scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
+    return bool(scripts) and all(_NOT_TRAINING.search(s) for s in scripts)
