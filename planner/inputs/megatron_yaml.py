@@ -81,7 +81,9 @@ def read(text: str, where: str) -> Config:
         (k, _value(v, where, f"MODEL_ARGS.{k}"))
         for k, v in _entries(_mapping(args, where, "MODEL_ARGS"), where)
     ]
-    nemo = bool(entries) and not any(k.startswith("-") for k, _ in entries)
+    if not entries:
+        raise InputError(f"{where}: MODEL_ARGS: holds no flags")
+    nemo = not any(k.startswith("-") for k, _ in entries)
     words: list[str] = []
     for key, value in entries:
         if value is not None:  # an empty string drops the entry, as yq's select does
@@ -121,12 +123,20 @@ def _mapping(node: Node, where: str, what: str) -> MappingNode:
     return node
 
 
-def _entries(node: MappingNode, where: str) -> list[tuple[str, Node]]:
+def _entries(
+    node: MappingNode, where: str, within: frozenset[int] = frozenset()
+) -> list[tuple[str, Node]]:
     """The mapping's (key, value) pairs in order, duplicates kept (the later one wins where a
     flag is read twice, as argparse takes it), `<<` merges expanded where no key of the mapping's
-    own overrides them (yq's explode)."""
+    own overrides them (yq's explode); `within`: the mappings being expanded (a merge of one of
+    them is a cycle)."""
     from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
+    if id(node) in within:
+        raise InputError(
+            f"{where}: '<<': a mapping merges itself (line {node.start_mark.line + 1})"
+        )
+    within |= {id(node)}
     own = {k.value for k, _ in node.value if isinstance(k, ScalarNode) and k.tag != _MERGE}
     out: list[tuple[str, Node]] = []
     for key, value in node.value:
@@ -135,7 +145,7 @@ def _entries(node: MappingNode, where: str) -> list[tuple[str, Node]]:
             for m in merged:
                 if not isinstance(m, MappingNode):
                     raise InputError(f"{where}: '<<': merges a mapping (an &anchor's), not this")
-                out += [(k, v) for k, v in _entries(m, where) if k not in own]
+                out += [(k, v) for k, v in _entries(m, where, within) if k not in own]
         elif isinstance(key, ScalarNode):
             out.append((key.value, value))
         else:
