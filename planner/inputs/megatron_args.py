@@ -198,6 +198,12 @@ def _read(
     flags = flags_of(words)
     if not flags:
         raise InputError(f"{where}: {no_flags(words)}")
+    if "--yaml-cfg" in flags:  # megatron/training/arguments.py parse_args -> yaml_arguments
+        raise InputError(
+            f"{where}: --yaml-cfg {' '.join(flags['--yaml-cfg'])}: Megatron-LM then takes every "
+            "argument from that file (its experimental load_yaml ignores the command line's), "
+            "which planner does not read: give the flags on the line"
+        )
     runs_model = runs_trained_model(words)
     known = megatron_flags()
     unknown = []

@@ -609,3 +609,10 @@ def test_the_runs_environment_is_read(prefix: str, expandable: bool | None, marg
 def test_a_margin_that_is_no_count_is_bad_input() -> None:
     with pytest.raises(InputError, match="NVTE_EXT_MARGIN_SM: expected a count of SMs"):
         megatron_args.to_plan("NVTE_EXT_MARGIN_SM=x\n" + SMALL, "h100-sxm-80gb", 8)
+
+
+def test_a_yaml_cfg_line_is_refused_because_megatron_ignores_its_flags() -> None:
+    # Megatron-LM d98e8a64 parse_args: with --yaml-cfg, args = load_yaml(path), which warns
+    # "argparse arguments will be ignored": the line's own flags (here a whole model) do not run
+    with pytest.raises(InputError, match=r"--yaml-cfg cfg\.yaml: Megatron-LM then takes every"):
+        megatron_args.to_plan(LLAMA3_8B + " --yaml-cfg cfg.yaml", "h100-sxm-80gb", 8)
