@@ -39,6 +39,14 @@ def read_text(stream: IO[str], where: str) -> str:
     return text
 
 
+def is_file(path: Path) -> bool:
+    """Whether the path is a file (False for a name the system refuses: read_file says why)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def read_file(path: Path) -> str:
     """Read a text file the user named; a missing path, a directory or a name the system refuses
     (too long, say: a command line passed where its file was expected) is an InputError."""

@@ -45,7 +45,7 @@ from planner.inputs import (
 from planner.inputs import megatron_layout as layout
 from planner.inputs.arch import SoftmaxType
 from planner.inputs.errors import InputError
-from planner.inputs.files import read_file, read_text
+from planner.inputs.files import is_file, read_file, read_text
 from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
@@ -358,9 +358,12 @@ def load(
     vocab_size: int | None = None,
     nemo_model: str | None = None,
 ) -> tuple[Reading, str]:
-    """Read a file (or '-' for standard input) of Megatron-LM arguments (or a NeMo 2 line);
+    """Read a file (or '-' for standard input) of Megatron-LM arguments (or a NeMo 2 line, or
+    a test configuration; a test case's folder reads its model_config.yaml);
     also returns how messages name the source. `num_gpus` None: the script's launcher's
     (`read`)."""
+    if path != "-" and is_file(Path(path) / megatron_yaml.CONFIG_FILE):
+        path = str(Path(path) / megatron_yaml.CONFIG_FILE)  # a test case's folder: its config
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     files = None if path == "-" else local_files  # what it sources, from the disk

@@ -29,6 +29,8 @@ from planner.inputs.megatron_line import Launch
 if TYPE_CHECKING:
     from yaml.nodes import MappingNode, Node
 
+CONFIG_FILE = "model_config.yaml"
+"""A test case folder's configuration (tests/functional_tests/test_cases/<family>/<case>/)."""
 _CONFIG = re.compile(r"^MODEL_ARGS[ \t]*:", re.MULTILINE)
 
 SCRIPTS = {

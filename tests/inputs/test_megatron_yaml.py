@@ -213,3 +213,21 @@ def test_any_configuration_text_reads_or_says_why() -> None:
             lines.append(f"  {rng.choice(keys)}: {value}")
         with contextlib.suppress(InputError):
             megatron_args.read("\n".join(lines) + "\n", "h100-sxm-80gb", 8, "cfg.yaml")
+
+
+def test_a_test_case_folder_reads_its_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = tmp_path / "test_cases" / "bert" / "bert_case"
+    case.mkdir(parents=True)
+    (case / "model_config.yaml").write_text(
+        "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 256\n  --num-attention-heads: 4\n"
+        "  --seq-length: 512\n  --micro-batch-size: 1\n  --global-batch-size: 8\n"
+    )
+    args = ["check", "--megatron-args", str(case), "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    # the folder names the family, so BERT's script and its default tokenizer (section 12)
+    assert "after pretrain_bert.py" in err and "BertWordPieceLowerCase" in err
+    code, _, err = run([*args[:2], str(tmp_path), *args[3:]], capsys)  # no configuration there
+    assert code == 2 and "is a directory, expected a file" in err
