@@ -28,7 +28,7 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
-from planner.inputs.torchtitan import MODELS, TORCHTITAN_COMMIT
+from planner.inputs.torchtitan import MODELS, TOML_REMOVED, TORCHTITAN_COMMIT
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -172,6 +172,8 @@ def render(plan: Plan, job_name: str) -> str:
             "run: torchrun ... -m torchtitan.train --job.config_file THIS_FILE (see the scripts "
             "planner launch --target torchtitan writes beside it); set model.hf_assets_path "
             "and training.dataset",
+            f"for torchtitan at that commit or before it: {TOML_REMOVED} reads no TOML (a "
+            "Python config function, --module / --config, which planner does not write yet)",
             f"{GPU_LINE}{plan.job.cluster.gpu.name}",
         ]
     )

@@ -15,6 +15,7 @@ from planner.emit.common import comment_block, header, nodes, predict
 from planner.emit.slurm import FIRST_NODE_MASTER, sbatch_directives, sbatch_name
 from planner.emit.torchrun import array, rdzv_words, user_settings
 from planner.inputs.plan import Plan
+from planner.inputs.torchtitan import TOML_REMOVED
 
 CONFIG_NAME = "torchtitan.toml"
 
@@ -24,7 +25,8 @@ def _settings(job_name: str, master_addr: bool) -> str:
     directory under torchrun, the submission directory under Slurm (sbatch runs a copy)."""
     beside = '$(cd "$(dirname "$0")" && pwd)' if master_addr else "$SLURM_SUBMIT_DIR"
     body = [
-        "# a torchtitan checkout at (or after) the commit named in the config's header",
+        "# a torchtitan checkout at (or before) the commit named in the config's header:",
+        f"# {TOML_REMOVED} reads no TOML job config",
         'TORCHTITAN_DIR="${TORCHTITAN_DIR:-/opt/torchtitan}"',
         "# the job config planner wrote (default: beside this script)",
         f'CONFIG_FILE="${{CONFIG_FILE:-{beside}/{CONFIG_NAME}}}"',

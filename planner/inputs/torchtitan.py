@@ -35,6 +35,9 @@ from planner.inputs.fields import Flag, PositiveInt
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
 """pytorch/torchtitan commit whose torchtitan/config/job_config.py the emitted TOML follows."""
+TOML_REMOVED = "torchtitan 9810191b (2026-02-23, PR #2386) and later"
+"""The torchtitan that reads no TOML job config: its runs take a Python config function
+(`-m torchtitan.train --module M --config F`; benchmarks/data/torchtitan_head_config.md)."""
 
 Framework = Literal["megatron", "torchtitan"]
 Reshard = Literal["default", "always", "never"]
