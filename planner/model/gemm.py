@@ -38,6 +38,8 @@ tiles). It only matters where an expert gets few tokens (fine-grained experts, s
 FP8_QUANT_BYTES: dict[str, float] = {
     "delayed": 4.0,
     "tensorwise": 6.0,
+    "rowwise": 2 * (2.0 + 2.0 + 1.0),
+    "rowwise_with_gw_hp": 2.0 + 2.0 + 1.0,
     "blockwise": 4.0 + 2 * 4.0 / 128,
     "mxfp8": 4.0 + 2 * 1.0 / 32,
     "nvfp4": 2.0 + 2.0 + 2 * (0.5 + 1.0 / 16),
@@ -50,6 +52,11 @@ transpose across micro-batches). delayed: one fused cast-transpose with the prev
 pass that reads the tensor for its amax (+2). blockwise (DeepSeek-V3's 1 x 128 / 128 x 128): the
 scale is local to its block, so one pass writes both orientations and one fp32 scale per 128
 elements each. mxfp8 (Blackwell, 1 x 32 blocks): the same with one 1-byte E8M0 scale per 32.
+rowwise (torchao's float8 under torchtitan: one scale per row of each GEMM operand, so each
+orientation a GEMM takes is quantised on its own: a pass reading the bf16 tensor for the rows'
+amaxes, then one reading it again and writing fp8, 2 + 2 + 1 bytes, for the forward / input-
+gradient orientation and again for the weight gradient's); rowwise_with_gw_hp runs the weight
+gradient in bf16, so the activations and output gradients take one orientation.
 nvfp4 (Transformer Engine NVFP4BlockScaling @d0067d0d: 4-bit E2M1 values with a 1-byte E4M3 scale
 per 16 and a per-tensor fp32 scale): a pass that reads the bf16 tensor for its two amaxes (plain
 rows, and the columns after the random Hadamard transform the weight gradient's operands take;
@@ -62,7 +69,8 @@ the bf16 rate, `linear_fraction`)."""
 
 
 COMPILED_AMAX_SAVING = 2.0
-"""HBM bytes per element that tensorwise scaling saves under torch.compile (torchtitan's
+"""HBM bytes per element and quantised orientation that torchao's dynamic scaling (tensorwise,
+rowwise) saves under torch.compile (torchtitan's
 [torchtitan] compile with torchao's Float8: "torch.compile fuses the float8 scaling/casting
 kernels", pytorch/torchtitan b5bcd76c components/quantization/float8.md): Inductor fuses the amax
 reduction into the kernel that produces the operand (a reduction fused with its pointwise
@@ -76,10 +84,12 @@ def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:
     keeps one FP8 copy there too), so delayed and tensorwise scaling write no transpose: one FP8
     byte less per element. MXFP8, blockwise and NVFP4 scales run along one axis and keep both
     orientations anyway. `compiled` (the training step under torch.compile): tensorwise less
-    COMPILED_AMAX_SAVING."""
+    COMPILED_AMAX_SAVING, rowwise less it for each orientation."""
     q = FP8_QUANT_BYTES[recipe]
-    if compiled and recipe == "tensorwise":
-        q -= COMPILED_AMAX_SAVING
+    if compiled:  # the amax pass of each orientation torchao quantises (one for a per-tensor scale)
+        q -= COMPILED_AMAX_SAVING * {"tensorwise": 1, "rowwise": 2, "rowwise_with_gw_hp": 1}.get(
+            recipe, 0
+        )
     return q - 1.0 if blackwell and recipe in ("delayed", "tensorwise") else q
 
 

@@ -392,7 +392,8 @@ def _core(
     streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(p.lin.shapes)) - perm)
     fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
-    bwd = grads * gemm_fwd + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
+    wgrad = (grads - 1) * gemm_fwd * _wgrad_slowdown(job, gpu)
+    bwd = gemm_fwd + wgrad + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     offload = act_bytes / host_link_bandwidth(job)
     return LayerCore(
         *p.lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
@@ -433,3 +434,13 @@ def gpu_of(job: Job) -> Gpu:
             e("fp8") if fp8 else e_bf16, e_bf16, fp8, spec.is_blackwell, ceiling, job.fp8_recipe
         )
     return Gpu(peak, linear, hbm, peak / hbm_nominal, e_bf16, e_linear)
+
+
+def _wgrad_slowdown(job: Job, gpu: Gpu) -> float:
+    """The weight-gradient GEMMs' time over the forward's: 1, but torchao's rowwise_with_gw_hp
+    runs them in bf16 (the "gw" of its name kept in high precision) while the forward and input
+    gradient run in FP8: the ratio of the large-GEMM rates (`Gpu.peak_linear` x `e_linear`, the
+    FP8 ceiling, over `peak_bf16` x `e_bf16`)."""
+    if not (job.quantised and job.quant_recipe == "rowwise_with_gw_hp"):
+        return 1.0
+    return (gpu.peak_linear * gpu.e_linear) / (gpu.peak_bf16 * gpu.e_bf16)
