@@ -3,7 +3,8 @@
 Targets: `megatron-args` (Megatron-LM pretrain_gpt.py arguments), `torchrun` (bash script),
 `slurm` (sbatch script), `k8s` (Kubeflow PyTorchJob), `megatron-bridge` (a Megatron-Bridge
 ConfigContainer override), all for framework "megatron"; `torchtitan` (torchtitan's job TOML,
-and under --out its torchrun and sbatch scripts beside it) for framework "torchtitan". With an
+and under --out its torchrun and sbatch scripts beside it) and `torchtitan-module` (the Python
+configuration torchtitan takes since 9810191b, with its scripts) for framework "torchtitan". With an
 output directory the file gets the target's fixed name there; an existing file is kept unless
 `force` (InputError, exit 2, naming it). The job name defaults to the plan file's stem. The
 plan's layout must pass the rules (`planner.search.rules`); rendering is the pure functions of
@@ -16,7 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.emit import bridge, k8s, megatron, slurm, torchrun, torchtitan, torchtitan_run
+from planner.emit import (
+    bridge,
+    k8s,
+    megatron,
+    slurm,
+    torchrun,
+    torchtitan,
+    torchtitan_module,
+    torchtitan_run,
+)
 from planner.emit.common import check_job_name
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
@@ -31,6 +41,7 @@ TARGETS: dict[str, tuple[Renderer, str]] = {
     "slurm": (slurm.render, "train.sbatch"),
     "k8s": (k8s.render, "pytorchjob.yaml"),
     "torchtitan": (torchtitan.render, torchtitan_run.CONFIG_NAME),
+    "torchtitan-module": (torchtitan_module.render, torchtitan_module.MODULE_FILE),
     "megatron-bridge": (bridge.render, "bridge-overrides.yaml"),
 }
 """target -> (renderer, file name written under --out)."""
@@ -40,10 +51,14 @@ COMPANIONS: dict[str, tuple[tuple[Renderer, str], ...]] = {
         (torchtitan_run.render_torchrun, "torchtitan-train.sh"),
         (torchtitan_run.render_slurm, "torchtitan-train.sbatch"),
     ),
+    "torchtitan-module": (
+        (torchtitan_run.render_module_torchrun, "torchtitan-train.sh"),
+        (torchtitan_run.render_module_slurm, "torchtitan-train.sbatch"),
+    ),
 }
 """Files written beside a target's own under --out (the scripts that run torchtitan's TOML)."""
 
-FRAMEWORK = {"torchtitan": "torchtitan"}
+FRAMEWORK = {"torchtitan": "torchtitan", "torchtitan-module": "torchtitan"}
 """target -> the plan framework it needs (the others launch Megatron-LM)."""
 
 POOL_TARGETS = ("slurm", "torchrun", "megatron-args")

@@ -173,7 +173,7 @@ def render(plan: Plan, job_name: str) -> str:
             "planner launch --target torchtitan writes beside it); set model.hf_assets_path "
             "and training.dataset",
             f"for torchtitan at that commit or before it: {TOML_REMOVED} reads no TOML (a "
-            "Python config function, --module / --config, which planner does not write yet)",
+            "Python config function, --module / --config: launch --target torchtitan-module)",
             f"{GPU_LINE}{plan.job.cluster.gpu.name}",
         ]
     )

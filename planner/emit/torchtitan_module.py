@@ -1,0 +1,266 @@
+"""torchtitan's Python configuration for a plan with framework = "torchtitan": a module holding
+one config function, for torchtitan since its move from TOML job configs (9810191b, 2026-02-23;
+names and fields of pytorch/torchtitan b5bcd76c, HEAD_COMMIT; facts with path:line in
+benchmarks/data/torchtitan_head_config.md; tests/data/torchtitan_config_schema.json holds the
+classes and functions the emitted module uses, and the test checks it against them).
+
+The function starts from the model's baseline (`BASELINES`: its config_registry function, which
+sets the tokenizer folder, dataset, loss and logging) and sets what the plan decides:
+- `model_spec`: the flavor's `model_registry(...)`, with the float8 converter (rowwise recipes;
+  the LM head, `lm_head`, kept in bf16 as the TOML's filter did), the DeepEP dispatcher for a
+  plan with the flex dispatcher, FlexAttention for gpt-oss under CP (its default, varlen, does
+  not run CP);
+- `parallelism`: a whole ParallelismConfig (the baseline's presets, DeepSeek-V3's ep 2, Llama 3
+  70B's tp 8, do not leak in): the degrees, reshard_after_forward, the schedule, its
+  micro-batches (num_pp_microbatches: the per-rank batch over the micro-batch size) and the
+  plan's stages (module_fqns_per_model_part, the last module now `lm_head`), the CP balancer;
+- `training`: tokens per micro-batch per DP rank (micro-batch x sequence), per step (global
+  batch x sequence), the context length, the steps; CUDA graphs off (on by default at HEAD; the
+  prediction has no graph pool, and PP and EP refuse them);
+- `activation_checkpoint` (None, SelectiveAC per-op, FullAC), `compile` (async TP only with
+  compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism.
+
+What that torchtitan cannot run is refused, naming the plan's field: expert TP (EP borrows the
+TP ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
+all-gather, a TP degree that does not divide the KV heads, a context beyond the flavor's RoPE
+table. The prediction in the header is for the training code planner models (e347b1e5's: the
+whole logits, causal SDPA); the header says how this torchtitan differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.emit.torchtitan import stage_modules
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Plan
+
+HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+"""pytorch/torchtitan commit (2026-08-21) whose configuration API the module follows."""
+FUNCTION = "planner_job"
+"""The module's (and its config function's) name: `--module planner_job --config planner_job`."""
+MODULE_FILE = f"{FUNCTION}.py"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    model: str
+    """torchtitan.models.<model>."""
+    function: str
+    """Its config_registry function the configuration starts from."""
+    flavor: str
+    """Its model_registry flavor."""
+    max_context: int
+    """The flavor's RoPE table (torchtitan refuses a longer max_context_length)."""
+    hf_folder: str | None = None
+    """A tokenizer folder to set where the baseline is another flavor's."""
+
+
+BASELINES = {
+    "llama3.1-8b": Baseline("llama3", "llama3_8b", "8B", 131_072),
+    "llama3.1-70b": Baseline("llama3", "llama3_70b", "70B", 131_072),
+    "llama3.1-405b": Baseline("llama3", "llama3_405b", "405B", 131_072),
+    "deepseek-v3": Baseline("deepseek_v3", "deepseek_v3_671b", "671B", 16_384),
+    "qwen3-30b-a3b": Baseline("qwen3", "qwen3_30b_a3b", "30B-A3B", 40_960),
+    "qwen3-235b-a22b": Baseline(
+        "qwen3", "qwen3_30b_a3b", "235B-A22B", 40_960, "./assets/hf/Qwen3-235B-A22B"
+    ),
+    "gpt-oss-20b": Baseline("gpt_oss", "gpt_oss_20b", "20b", 131_072),
+    "gpt-oss-120b": Baseline("gpt_oss", "gpt_oss_120b", "120b", 131_072),
+}
+"""planner zoo name -> the baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py and
+__init__.py's model_registry flavors and RoPE maxima; Qwen3 235B-A22B has no baseline of its own:
+the 30B-A3B one with its flavor, the same vocabulary)."""
+
+DIFFERENCES = (
+    "the prediction is for the training code planner models (torchtitan e347b1e5: the whole "
+    "logits, causal SDPA); this torchtitan computes the loss in 8 chunks (less memory), runs "
+    "FlexAttention (varlen for gpt-oss) with per-document masks on packed sequences, and FSDP "
+    "even at shard degree 1"
+)
+
+
+def _refuse(plan: Plan, field: str, why: str) -> InputError:
+    where = str(plan.path) if plan.path else "<plan>"
+    return InputError(f"{where}: {field}: torchtitan {HEAD_COMMIT[:8]} {why}")
+
+
+def _checked(plan: Plan) -> Baseline:
+    """The plan's baseline, or the InputError for what this torchtitan cannot run."""
+    job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
+    base = BASELINES.get(job.arch.name)
+    if base is None:
+        raise _refuse(plan, "model", f"has no baseline for it (runs {', '.join(BASELINES)})")
+    if lay.ep > 1 and lay.expert_tp > 1:
+        raise _refuse(
+            plan,
+            "parallel.etp",
+            "has no expert tensor parallelism (its EP takes the TP ranks): set etp = 1",
+        )
+    if titan.selective_layer_every is not None:
+        raise _refuse(
+            plan,
+            "torchtitan.selective_layer_every",
+            "checkpoints per op or whole (no every-N-layers option)",
+        )
+    if job.precision == "fp8" and job.fp8_recipe not in ("rowwise", "rowwise_with_gw_hp"):
+        raise _refuse(
+            plan,
+            "training.fp8_recipe",
+            f"has no float8 recipe {job.fp8_recipe!r} (rowwise or rowwise_with_gw_hp)",
+        )
+    if titan.float8_all_gather:
+        raise _refuse(plan, "torchtitan.float8_all_gather", "has no FSDP float8 all-gather")
+    if job.precision not in ("bf16", "fp8"):
+        raise _refuse(plan, "training.precision", f"{job.precision}: not written for it")
+    if job.attention_kernel == "flash2":
+        raise _refuse(plan, "training.attention_kernel", "runs no SDPA flash2 for LMs")
+    kv_heads = job.arch.num_query_groups or job.arch.num_attention_heads
+    if kv_heads % lay.tp:
+        raise _refuse(
+            plan,
+            "parallel.tp",
+            f"shards the {kv_heads} KV heads whole: tp {lay.tp} does not divide them",
+        )
+    if job.seq_length > base.max_context:
+        raise _refuse(
+            plan,
+            "training.seq_length",
+            f"refuses a context above the {base.flavor} flavor's RoPE table ({base.max_context:,})",
+        )
+    if (lay.micro_batch_size * job.seq_length // lay.cp) % 8:
+        raise _refuse(
+            plan,
+            "training.seq_length",
+            "splits the loss in 8 chunks: a micro-batch's tokens over cp must be a multiple of 8",
+        )
+    return base
+
+
+def _model_spec(plan: Plan, base: Baseline) -> tuple[str, list[str]]:
+    """The model_registry call, and the imports it needs."""
+    job, lay = plan.job, plan.require_layout()
+    args, imports = [repr(base.flavor)], []
+    if job.precision == "fp8":
+        args.append(
+            "converters=[Float8LinearConverter.Config("
+            f"recipe_name={job.fp8_recipe!r}, filter_fqns=['lm_head'], "
+            f"model_compile_enabled={job.titan.compile})]"
+        )
+        imports.append("from torchtitan.components.quantization import Float8LinearConverter")
+    if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
+        args.append("moe_comm_backend='deepep'")
+    if base.model == "gpt_oss" and lay.cp > 1:
+        args.append("attn_backend='flex'")
+    return f"model_registry({', '.join(args)})", imports
+
+
+def _parallelism(plan: Plan) -> list[str]:
+    """ParallelismConfig's keyword arguments."""
+    job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
+    out = [
+        f"data_parallel_replicate_degree={titan.dp_replicate}",
+        f"data_parallel_shard_degree={lay.dp // titan.dp_replicate}",
+        f"fsdp_reshard_after_forward={titan.reshard_after_forward!r}",
+        f"tensor_parallel_degree={lay.tp}",
+        f"pipeline_parallel_degree={lay.pp}",
+        f"context_parallel_degree={lay.cp}",
+        f"expert_parallel_degree={lay.ep}",
+    ]
+    if lay.pp > 1:
+        parts, start = [], 0
+        for stage in lay.stages(job.arch.num_layers):
+            names = ["lm_head" if m == "output" else m for m in stage_modules(stage, start)]
+            parts.append(names)
+            start += stage.count("t")
+        local = job.global_batch_size // lay.dp
+        out += [
+            f"pipeline_parallel_schedule={titan.schedule(lay.vpp)!r}",
+            f"num_pp_microbatches={local // lay.micro_batch_size}",
+            f"module_fqns_per_model_part={parts!r}",
+        ]
+    if lay.cp > 1 and not titan.cp_load_balance:
+        out.append("context_parallel_load_balancer=None")
+    return out
+
+
+def _activation_checkpoint(plan: Plan) -> str:
+    rc = plan.require_layout().recompute
+    return {"none": "None", "selective": "SelectiveAC.Config()"}.get(rc, "FullAC.Config()")
+
+
+def _ac_imports(plan: Plan) -> list[str]:
+    ac = _activation_checkpoint(plan)
+    if ac == "None":
+        return []
+    return [f"from torchtitan.distributed.activation_checkpoint import {ac.split('.')[0]}"]
+
+
+def render(plan: Plan, job_name: str) -> str:
+    """The whole module, headed by the prediction."""
+    base = _checked(plan)
+    job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
+    p = predict(plan)
+    spec, spec_imports = _model_spec(plan, base)
+    schedule = {flag: value for flag, _, value in SCHEDULE}
+    lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
+    seq = job.seq_length
+    async_tp = titan.async_tp and titan.compile
+    imports = sorted(
+        {
+            "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
+            "from torchtitan.config import CompileConfig, ParallelismConfig",
+            f"from torchtitan.models.{base.model} import model_registry",
+            f"from torchtitan.models.{base.model}.config_registry import {base.function}",
+            "from torchtitan.trainer import Trainer",
+            *spec_imports,
+            *_ac_imports(plan),
+        }
+    )
+    body = [
+        f"config = {base.function}()",
+        f"config.model_spec = {spec}",
+        "config.parallelism = ParallelismConfig(",
+        *(f"    {a}," for a in _parallelism(plan)),
+        ")",
+        f"config.training.num_tokens_per_microbatch_per_dp_rank = {lay.micro_batch_size * seq}",
+        f"config.training.num_tokens_per_train_step = {job.global_batch_size * seq}",
+        f"config.training.max_context_length = {seq}",
+        f"config.training.steps = {int(schedule['--train-iters'])}",
+        "config.training.disable_cuda_graphs = True",
+        f"config.activation_checkpoint = {_activation_checkpoint(plan)}",
+        f"config.compile = CompileConfig(enable={titan.compile}, "
+        f"enable_async_tensor_parallel={async_tp})",
+        f"config.optimizer = default_adamw(lr={lr!r})",
+        "config.lr_scheduler = LRSchedulersContainer.Config(",
+        f"    warmup_steps={int(schedule['--lr-warmup-iters'])},",
+        "    decay_type='cosine',",
+        f"    min_lr_factor={min_lr / lr!r},",
+        ")",
+        "config.checkpoint.enable = True",
+        f"config.checkpoint.interval = {p.checkpoint_interval_steps}",
+    ]
+    if base.hf_folder:
+        body.append(f"config.hf_assets_path = {base.hf_folder!r}  # its tokenizer: set the path")
+    if job.deterministic:
+        body.append("config.debug.deterministic = True")
+    head = comment_block(
+        [
+            *header(plan, "torchtitan module", job_name, p),
+            f"torchtitan configuration (pytorch/torchtitan @ {HEAD_COMMIT}, the API since "
+            "9810191b, 2026-02-23): run torchrun ... -m torchtitan.train --module "
+            f"{FUNCTION} --config {FUNCTION} with this file's folder on PYTHONPATH (the scripts "
+            "planner launch --target torchtitan-module writes beside it); the tokenizer folder "
+            "and dataset are the baseline's",
+            DIFFERENCES,
+        ]
+    )
+    return (
+        head
+        + "\n".join(imports)
+        + f"\n\n\ndef {FUNCTION}() -> Trainer.Config:\n"
+        + f'    """The plan\'s layout on {base.function}\'s baseline."""\n'
+        + "".join(f"    {line}\n" for line in body)
+        + "    return config\n"
+    )

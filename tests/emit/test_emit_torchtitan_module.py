@@ -1,0 +1,350 @@
+"""planner launch --target torchtitan-module: the Python configuration torchtitan takes since
+it dropped TOML job configs, and its scripts.
+
+Oracles: tests/data/torchtitan_config_schema.json (the modules, classes with their annotated
+fields and bases, and functions with their parameters of pytorch/torchtitan at the commit it
+names, derived with Python's ast by benchmarks/torchtitan_schema.py): every import of the emitted
+module must name what that module defines or imports, every `config.a.b = ...` a field along the
+annotated types from Trainer.Config, every keyword of a call a field of the class or a parameter
+of the function called, every string given to a Literal field one of its values. The plan for the
+numbers (degrees, tokens = sequences x sequence length, micro-batches per rank = the per-rank
+batch over the micro-batch size); torchtitan's refusals as benchmarks/data/
+torchtitan_head_config.md cites them; bash -n and shellcheck for the scripts.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import TESTS
+from plan_text import plan_text, write
+from shell_check import check_script
+
+from planner.emit import torchtitan_module
+from planner.emit.launch import launch, render
+from planner.inputs.errors import InputError
+from planner.inputs.plan import load_plan
+from planner.search.rules import check_plan
+
+SCHEMA = json.loads((TESTS / "data" / "torchtitan_config_schema.json").read_text())
+MODULES: dict[str, Any] = SCHEMA["modules"]
+TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
+
+
+PLANS = {
+    "8b-fsdp": ("llama3.1-8b", 8, "[parallel]\nzero_stage = 3\nrecompute = 'none'\n", "", ""),
+    "405b-pp-fp8": (
+        "llama3.1-405b",
+        512,
+        "[parallel]\ntp = 8\npp = 8\nzero_stage = 3\nrecompute = 'full'\n",
+        "precision = 'fp8'\nfp8_recipe = 'rowwise'\n",
+        "\n[torchtitan]\ncompile = true\nasync_tp = true\n",
+    ),
+    "70b-interleaved-hsdp": (
+        "llama3.1-70b",
+        64,
+        "[parallel]\ntp = 4\npp = 4\nvpp = 2\nzero_stage = 3\nrecompute = 'selective'\n",
+        "",
+        "\n[torchtitan]\ndp_replicate = 2\nreshard_after_forward = 'never'\n",
+    ),
+    "qwen3-ep-deepep": (
+        "qwen3-30b-a3b",
+        64,
+        "[parallel]\ntp = 2\nep = 8\netp = 1\nzero_stage = 3\nrecompute = 'full'\n"
+        "moe_token_dispatcher_type = 'flex'\n",
+        "seq_length = 4096\n",
+        "",
+    ),
+    "gpt-oss-cp": (
+        "gpt-oss-20b",
+        16,
+        "[parallel]\ncp = 2\nzero_stage = 3\nrecompute = 'full'\n",
+        "",
+        "\n[torchtitan]\ncp_load_balance = false\n",
+    ),
+    "qwen3-235b": (
+        "qwen3-235b-a22b",
+        256,
+        "[parallel]\ntp = 4\npp = 4\nep = 16\netp = 1\nzero_stage = 3\nrecompute = 'full'\n",
+        "seq_length = 4096\nglobal_batch_size = 256\ndeterministic = true\n",
+        "",
+    ),
+}
+
+
+def _emitted(tmp_path: Path, key: str) -> tuple[Any, str]:
+    model, gpus, parallel, training, extra = PLANS[key]
+    # a later seq_length / global_batch_size in [training] wins over TITAN's (TOML keys once)
+    training_lines = dict(
+        line.split(" = ", 1) for line in (TITAN + training).splitlines()[1:] if " = " in line
+    )
+    training_text = "[training]\n" + "".join(f"{k} = {v}\n" for k, v in training_lines.items())
+    text = plan_text(
+        model=f'[model]\nname = "{model}"\n',
+        cluster=f'[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = {gpus}\n',
+        training=training_text,
+        parallel=parallel,
+    )
+    path = write(tmp_path, text + extra)
+    plan = check_plan(load_plan(path))
+    _, module = render(plan, "torchtitan-module", "job")
+    return plan, module
+
+
+# --- the schema resolver --------------------------------------------------------------------
+
+
+def _resolve(module: str, name: str) -> tuple[str, str, str]:
+    """(module, qualified name, kind) of `name` as `module` sees it, through its imports."""
+    head, _, rest = name.partition(".")
+    entry = MODULES[module]["names"].get(head)
+    assert entry is not None, f"{module} has no name {head!r}"
+    if entry in ("class", "function", "variable"):
+        kind = "class" if name in MODULES[module]["classes"] else entry
+        return module, name, kind
+    origin, _, original = entry.partition(":")
+    assert origin in MODULES, f"{name} comes from {origin}, which the schema does not hold"
+    return _resolve(origin, original + (f".{rest}" if rest else ""))
+
+
+def _fields(module: str, cls: str) -> dict[str, tuple[str, str]]:
+    """A class's annotated fields with those of its bases: name -> (module, annotation)."""
+    info = MODULES[module]["classes"][cls]
+    out: dict[str, tuple[str, str]] = {}
+    for base in info["bases"]:
+        try:
+            bmod, bname, kind = _resolve(module, base)
+        except AssertionError:
+            continue  # a base outside the schema (Stateful, ABC): no dataclass fields
+        if kind == "class":
+            out.update(_fields(bmod, bname))
+    out.update({f: (module, a) for f, a in info["fields"].items()})
+    return out
+
+
+def _class_of(module: str, annotation: str) -> tuple[str, str]:
+    """The schema class an annotation names (the first name in it that resolves to one)."""
+    for node in ast.walk(ast.parse(annotation, mode="eval")):
+        if isinstance(node, ast.Name | ast.Attribute):
+            text = ast.unparse(node)
+            try:
+                m, q, kind = _resolve(module, text)
+            except (AssertionError, KeyError):
+                continue
+            if kind == "class":
+                return m, q
+    raise AssertionError(f"no class of the schema in {annotation!r}")
+
+
+def _literal(annotation: str) -> set[object] | None:
+    """The values a Literal annotation allows (None: no Literal in it)."""
+    for node in ast.walk(ast.parse(annotation, mode="eval")):
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
+            elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return {ast.literal_eval(e) for e in elts}
+    return None
+
+
+def _check_value(module: str, annotation: str, value: ast.expr, where: str) -> None:
+    allowed = _literal(annotation)
+    if allowed is not None and isinstance(value, ast.Constant) and isinstance(value.value, str):
+        assert value.value in allowed, f"{where}: {value.value!r} not in {sorted(allowed)}"
+
+
+def check_module(text: str) -> None:
+    """The emitted module against the schema (module docstring)."""
+    tree = ast.parse(text)
+    names: dict[str, tuple[str, str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            assert node.module in MODULES, f"import from {node.module}: not in the schema"
+            for alias in node.names:
+                names[alias.asname or alias.name] = _resolve(node.module, alias.name)
+    (function,) = (n for n in tree.body if isinstance(n, ast.FunctionDef))
+    assert function.name == torchtitan_module.FUNCTION and not function.args.args
+    trainer = ("torchtitan.trainer", "Trainer.Config")
+
+    def target(name: str) -> tuple[str, str, str]:
+        head, _, rest = name.partition(".")
+        mod, qual, kind = names[head]
+        return (mod, f"{qual}.{rest}", "class") if rest else (mod, qual, kind)
+
+    for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+        mod, qual, kind = target(ast.unparse(call.func))
+        if kind == "class":
+            fields = _fields(mod, qual)
+            for kw in call.keywords:
+                assert kw.arg in fields, f"{qual}({kw.arg}=...): no such field"
+                _check_value(fields[kw.arg][0], fields[kw.arg][1], kw.value, f"{qual}.{kw.arg}")
+        else:
+            params = MODULES[mod]["functions"][qual]
+            assert not call.args or len(call.args) <= len(params)
+            for kw in call.keywords:
+                assert kw.arg in params, f"{qual}({kw.arg}=...): no such parameter"
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute)):
+            continue
+        path = ast.unparse(node.targets[0]).split(".")
+        assert path[0] == "config", path
+        mod, cls = trainer
+        for i, attr in enumerate(path[1:], 1):
+            fields = _fields(mod, cls)
+            assert attr in fields, f"{'.'.join(path[:i])}.{attr}: no such field of {cls}"
+            fmod, annotation = fields[attr]
+            if i == len(path) - 1:
+                _check_value(fmod, annotation, node.value, ".".join(path))
+            else:
+                mod, cls = _class_of(fmod, annotation)
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+def test_schema_is_the_cited_commit() -> None:
+    assert SCHEMA["commit"] == torchtitan_module.HEAD_COMMIT
+
+
+@pytest.mark.parametrize("key", sorted(PLANS))
+def test_the_module_names_only_what_torchtitan_defines(tmp_path: Path, key: str) -> None:
+    _, text = _emitted(tmp_path, key)
+    check_module(text)
+
+
+def test_the_checker_catches_a_wrong_name(tmp_path: Path) -> None:
+    """The oracle can fail: a misspelt field, keyword, import or Literal value is caught."""
+    _, text = _emitted(tmp_path, "8b-fsdp")
+    for good, bad in [
+        ("config.training.max_context_length", "config.training.max_context_len"),
+        (
+            "tensor_parallel_degree=",
+            "tensor_parallel=",
+        ),
+        ("import CompileConfig", "import CompilerConfig"),
+        ("fsdp_reshard_after_forward='default'", "fsdp_reshard_after_forward='sometimes'"),
+        ("decay_type='cosine'", "decay_type='cosinus'"),
+    ]:
+        assert good in text
+        with pytest.raises((AssertionError, KeyError)):
+            check_module(text.replace(good, bad))
+
+
+def _values(text: str) -> dict[str, object]:
+    """`config.x.y = constant` assignments and ParallelismConfig's keywords, as Python values."""
+    out: dict[str, object] = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):
+            try:
+                out[ast.unparse(node.targets[0])] = ast.literal_eval(node.value)
+            except ValueError:
+                out[ast.unparse(node.targets[0])] = ast.unparse(node.value)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "ParallelismConfig":
+            out.update({f"p.{k.arg}": ast.literal_eval(k.value) for k in node.keywords})
+    return out
+
+
+def test_the_numbers_are_the_plans(tmp_path: Path) -> None:
+    plan, text = _emitted(tmp_path, "70b-interleaved-hsdp")
+    v = _values(text)
+    lay = plan.require_layout()
+    # 64 GPUs = tp 4 x pp 4 x dp 4, dp = replicate 2 x shard 2
+    assert (v["p.tensor_parallel_degree"], v["p.pipeline_parallel_degree"]) == (4, 4)
+    assert (v["p.data_parallel_replicate_degree"], v["p.data_parallel_shard_degree"]) == (2, 2)
+    assert v["p.fsdp_reshard_after_forward"] == "never"
+    assert v["p.pipeline_parallel_schedule"] == "Interleaved1F1B"
+    # 128 sequences / dp 4 = 32 per rank, in micro-batches of the plan's size
+    assert v["p.num_pp_microbatches"] == 32 // lay.micro_batch_size
+    parts = v["p.module_fqns_per_model_part"]
+    assert isinstance(parts, list) and len(parts) == 4 * 2  # pp x vpp stages
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+    layers = [m for part in parts for m in part if m.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(plan.job.arch.num_layers)]
+    assert v["config.training.num_tokens_per_microbatch_per_dp_rank"] == lay.micro_batch_size * 8192
+    assert v["config.training.num_tokens_per_train_step"] == 128 * 8192
+    assert v["config.activation_checkpoint"] == "SelectiveAC.Config()"
+    assert v["config.training.disable_cuda_graphs"] is True  # PP refuses CUDA graphs
+
+
+def test_model_side_choices_go_through_model_registry(tmp_path: Path) -> None:
+    _, fp8 = _emitted(tmp_path, "405b-pp-fp8")
+    assert "recipe_name='rowwise', filter_fqns=['lm_head'], model_compile_enabled=True" in fp8
+    assert "enable_async_tensor_parallel=True" in fp8
+    _, moe = _emitted(tmp_path, "qwen3-ep-deepep")
+    assert "moe_comm_backend='deepep'" in moe and "expert_parallel_degree=8" in moe
+    _, oss = _emitted(tmp_path, "gpt-oss-cp")
+    # gpt-oss's varlen attention does not run CP: FlexAttention; the plan's balancer off
+    assert "attn_backend='flex'" in oss and "context_parallel_load_balancer=None" in oss
+    _, big = _emitted(tmp_path, "qwen3-235b")
+    assert "qwen3_30b_a3b()" in big and "model_registry('235B-A22B')" in big
+    assert "config.debug.deterministic = True" in big
+
+
+REFUSALS = {
+    "expert TP": (
+        "qwen3-30b-a3b",
+        64,
+        "[parallel]\ntp = 2\nep = 8\netp = 2\nzero_stage = 3\n",
+        "",
+        "",
+        "parallel.etp",
+    ),
+    "every N layers": (
+        "llama3.1-8b",
+        8,
+        "[parallel]\nzero_stage = 3\nrecompute = 'full'\n",
+        "",
+        "\n[torchtitan]\nselective_layer_every = 2\n",
+        "torchtitan.selective_layer_every",
+    ),
+    "tensorwise": (
+        "llama3.1-8b",
+        8,
+        "[parallel]\nzero_stage = 3\n",
+        "precision = 'fp8'\nfp8_recipe = 'tensorwise'\n",
+        "",
+        "training.fp8_recipe",
+    ),
+    "kv heads": (
+        "qwen3-30b-a3b",
+        64,
+        "[parallel]\ntp = 8\nzero_stage = 3\n",
+        "seq_length = 4096\n",
+        "",
+        "parallel.tp",
+    ),
+    "rope table": (
+        "deepseek-v3",
+        1024,
+        "[parallel]\nep = 64\nzero_stage = 3\nrecompute = 'full'\n",
+        "seq_length = 32768\nglobal_batch_size = 1024\n",
+        "",
+        "training.seq_length",
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(REFUSALS))
+def test_what_this_torchtitan_cannot_run_is_refused_by_field(tmp_path: Path, key: str) -> None:
+    model, gpus, parallel, training, extra, field = REFUSALS[key]
+    PLANS["_refused"] = (model, gpus, parallel, training, extra)
+    try:
+        with pytest.raises(InputError, match=rf"{field}: torchtitan b5bcd76c"):
+            _emitted(tmp_path, "_refused")
+    finally:
+        del PLANS["_refused"]
+
+
+def test_the_scripts_run_the_module(tmp_path: Path) -> None:
+    _emitted(tmp_path, "405b-pp-fp8")  # writes plan.toml
+    out = tmp_path / "out"
+    done = launch(tmp_path / "plan.toml", "torchtitan-module", out)
+    assert done.path == out / torchtitan_module.MODULE_FILE
+    check_module(done.text)
+    for name in ("torchtitan-train.sh", "torchtitan-train.sbatch"):
+        check_script(out / name)
+        script = (out / name).read_text()
+        assert "--module planner_job --config planner_job" in script
+        assert 'export PYTHONPATH="$CONFIG_DIR' in script
