@@ -56,7 +56,8 @@ COMPANIONS: dict[str, tuple[tuple[Renderer, str], ...]] = {
         (torchtitan_run.render_module_slurm, "torchtitan-train.sbatch"),
     ),
 }
-"""Files written beside a target's own under --out (the scripts that run torchtitan's TOML)."""
+"""Files written beside a target's own under --out (the scripts that run torchtitan on the
+target's configuration)."""
 
 FRAMEWORK = {"torchtitan": "torchtitan", "torchtitan-module": "torchtitan"}
 """target -> the plan framework it needs (the others launch Megatron-LM)."""
