@@ -118,6 +118,7 @@ def build_job(
     check_fused_grouped_mlp(training, arch, where)
     check_t5(training, arch, where)
     framework = training.framework
+    arch = trained_by(arch, framework)
     if training.framework == "megatron" and titan is not None:
         raise InputError(
             f'{where}: torchtitan: the [torchtitan] table needs training.framework = "torchtitan" '
@@ -218,6 +219,16 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
 
 
+def trained_by(arch: ModelArch, framework: Framework) -> ModelArch:
+    """The model as `framework` builds it: torchtitan's DeepSeek-V3 has no multi-token
+    prediction (pytorch/torchtitan e347b1e5: no MTP module in models/deepseek_v3; b5bcd76c's
+    model_registry builds num_mtp_layers = 0 unless asked, and its baselines do not ask), so a
+    zoo model's MTP layers are not trained, held or pipelined there."""
+    if framework == "torchtitan" and arch.mtp_num_layers and arch.hybrid_layer_pattern is None:
+        return arch.model_copy(update={"mtp_num_layers": 0, "mtp_use_repeated_layer": False})
+    return arch
+
+
 def reframe(job: Job, framework: Framework) -> Job:
     """The job as trained by `framework` (suggest --framework): its training-code knobs that
     framework's defaults, torchtitan's settings their defaults."""
@@ -225,7 +236,8 @@ def reframe(job: Job, framework: Framework) -> Job:
         return job
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
-    return replace(job, framework=framework, torchtitan=titan, **knobs)  # type: ignore[arg-type]
+    arch = trained_by(job.arch, framework)
+    return replace(job, arch=arch, framework=framework, torchtitan=titan, **knobs)  # type: ignore[arg-type]
 
 
 def load_plan(path: Path, framework: Framework | None = None) -> Plan:

@@ -201,3 +201,29 @@ def test_plan_writer_round_trip(tmp_path: Path, parallel: str, extra: str) -> No
     again = check_plan(load_plan(out))
     assert again.job == plan.job
     assert again.require_layout() == lay
+
+
+def test_torchtitan_trains_deepseek_v3_without_mtp(tmp_path: Path) -> None:
+    """torchtitan e347b1e5's models/deepseek_v3 has no multi-token-prediction module (and
+    b5bcd76c's baselines build none): the zoo model's MTP layer is not held there, so a pipelined
+    plan's default split has no MTP stage to miss (it was refused, naming a layout the plan never
+    set: 'the layout holds 0 MTP layers (m) but mtp_num_layers is 1')."""
+    parallel = "[parallel]\npp = 8\nep = 32\nzero_stage = 3\nrecompute = 'full'\n"
+    cluster = '[cluster]\ngpu = "b200-sxm-180gb"\nnum_gpus = 256\n'
+    model = '[model]\nname = "deepseek-v3"\n'
+    training = TITAN.replace("8192", "4096").replace("128\n", "1024\n")
+    plan = check_plan(
+        load_plan(titan_plan(tmp_path, parallel, cluster=cluster, model=model, training=training))
+    )
+    assert plan.job.arch.mtp_num_layers == 0
+    # under Megatron-LM the same model keeps its MTP layer (DeepSeek-V3's one depth)
+    megatron = load_plan(
+        titan_plan(
+            tmp_path,
+            "[parallel]\nep = 32\n",
+            cluster=cluster,
+            model=model,
+            training=training.replace("torchtitan", "megatron"),
+        )
+    )
+    assert megatron.job.arch.mtp_num_layers == 1
