@@ -151,12 +151,9 @@ def read(
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
-    config = megatron_yaml.read(text, where) if megatron_yaml.is_config(text) else None
-    if config is not None:
-        launched = config.launch
-    else:
-        with _shallow(where):
-            launched = launch(text, where if files else None, files)
+    with _shallow(where):
+        config = megatron_yaml.read(text, where) if megatron_yaml.is_config(text) else None
+        launched = config.launch if config else launch(text, where if files else None, files)
     if num_gpus is not None:
         reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
     elif launched.world is None:
@@ -343,12 +340,12 @@ def _default_ffn(model: dict[str, Any]) -> int:
 
 @contextmanager
 def _shallow(where: str) -> Iterator[None]:
-    """Reading a script nested beyond Python's recursion (thousands of `(` or `${`: no launch
-    script nests so) is bad input, not a traceback."""
+    """Reading a script (or a test configuration) nested beyond Python's recursion (thousands
+    of `(`, `${` or `[`: none nests so) is bad input, not a traceback."""
     try:
         yield
     except RecursionError:
-        raise InputError(f"{where}: the script nests its commands too deeply to read") from None
+        raise InputError(f"{where}: the file nests too deeply to read") from None
 
 
 def load(

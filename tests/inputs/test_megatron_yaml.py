@@ -231,3 +231,17 @@ def test_a_test_case_folder_reads_its_configuration(
     assert "after pretrain_bert.py" in err and "BertWordPieceLowerCase" in err
     code, _, err = run([*args[:2], str(tmp_path), *args[3:]], capsys)  # no configuration there
     assert code == 2 and "is a directory, expected a file" in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "MODEL_ARGS:\n  --x: " + "[" * 5000 + "]" * 5000 + "\n",
+        "MODEL_ARGS:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 3000)),
+    ],
+)
+def test_pathological_nesting_says_why(text: str) -> None:
+    """YAML nested beyond Python's recursion limit (PyYAML composes recursively) is bad input
+    (exit 2), not a traceback."""
+    with pytest.raises(InputError, match="nests too deeply to read"):
+        megatron_args.read(text, "h100-sxm-80gb", 8, "cfg.yaml")

@@ -196,7 +196,7 @@ def test_any_text_reads_or_says_why() -> None:
 @pytest.mark.parametrize("text", ["(" * 5000 + "x", "${X:-" * 3000])
 def test_pathological_nesting_says_why(text: str) -> None:
     """Nesting beyond Python's recursion limit is bad input (exit 2), not a traceback."""
-    with pytest.raises(InputError, match="nests its commands too deeply"):
+    with pytest.raises(InputError, match="nests too deeply to read"):
         megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh")
 
 
