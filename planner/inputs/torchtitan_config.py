@@ -68,6 +68,12 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
     except OSError as e:
         raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        if path.suffix == ".py":
+            raise InputError(
+                f"{where}: a Python configuration (torchtitan since 9810191b; planner launch "
+                "--target torchtitan-module writes one) is not read back: check the plan it "
+                "came from (planner check PLAN --framework torchtitan)"
+            ) from None
         raise InputError(f"{where}: not a TOML file: {e}") from None
     if gpu is None:
         found = GPU_LINE.search(text)

@@ -26,6 +26,7 @@ from shell_check import check_script
 
 from planner.emit import torchtitan_module
 from planner.emit.launch import launch, render
+from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.search.rules import check_plan
@@ -348,3 +349,13 @@ def test_the_scripts_run_the_module(tmp_path: Path) -> None:
         script = (out / name).read_text()
         assert "--module planner_job --config planner_job" in script
         assert 'export PYTHONPATH="$CONFIG_DIR' in script
+
+
+def test_check_names_what_it_does_not_read_back(tmp_path: Path) -> None:
+    """`check --torchtitan-config` reads the TOML only: the module is refused by name (exit 2),
+    not as a malformed TOML."""
+    _emitted(tmp_path, "8b-fsdp")
+    done = launch(tmp_path / "plan.toml", "torchtitan-module", tmp_path / "out")
+    assert done.path is not None
+    with pytest.raises(InputError, match=r"a Python configuration .* is not read back"):
+        torchtitan_config.read(done.path, "h100-sxm-80gb", None)
