@@ -38,14 +38,12 @@ from benchmarks.functional_platforms import DEFAULT, targets
 from benchmarks.functional_tests import (
     command_line,
     evaluate,
+    evaluate_text,
     load_cases,
-    needed_gpus,
     vocab_given,
 )
-from planner.inputs import megatron_args, megatron_yaml
+from planner.inputs import megatron_yaml
 from planner.inputs.errors import InputError
-from planner.inputs.plan import parse_plan
-from planner.search.rules import check_plan
 
 STORED_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -67,23 +65,6 @@ def first_target(case: dict[str, Any]) -> tuple[str, int | None]:
     of 0 there: DEFAULT's, grown to what the layout needs)."""
     t = targets(case)[0]
     return t.gpu, t.num_gpus or None
-
-
-def verdict(
-    text: str, where: str, gpu: str, num_gpus: int | None, vocab: int | None, nemo: str | None
-) -> str:
-    """`check --megatron-args FILE --gpu G --num-gpus N [--vocab-size V] [--nemo-model M]`."""
-    try:
-        if num_gpus is None:
-            doc = megatron_args.read(text, gpu, DEFAULT[1], where, vocab, nemo).doc
-            num_gpus = needed_gpus(doc)
-        reading = megatron_args.read(text, gpu, num_gpus, where, vocab, nemo)
-        check_plan(parse_plan(reading.doc, Path(where))).require_layout()
-    except InputError as e:
-        return f"exit 2: {str(e).splitlines()[0]}"
-    except Exception as e:  # a bug, not bad input: counted and shown
-        return f"CRASH: {type(e).__name__}: {e}"
-    return "read"
 
 
 def _braced(word: str) -> str:
@@ -140,20 +121,22 @@ def main() -> None:
             (r["nemo_model"] for r in (case or {}).get("recipe_runs", []) if r.get("nemo_model")),
             None,
         )  # the recipe's, as --nemo-model gives it
-        v = verdict(text, path, gpu, count, vocab_given(got), nemo)
-        verdicts[v if v == "read" else v.split(":")[0]] += 1
+        v = evaluate_text(text, gpu, count, path, vocab_given(got), nemo)
+        verdicts["read" if v.read else str(v.code)] += 1
         if case is not None:
-            old = evaluate(command_line(case), gpu, count, path)
-            agree += (old.code in (0, 1)) == (v == "read")
-        if v != "read":
-            print(f"  {path}: {v}")
+            agree += evaluate(command_line(case), gpu, count, path).read == v.read
+        if not v.read:
+            print(f"  {path}: {v.describe()}")
     total = sum(verdicts.values())
     print(f"\nusable cases' model_config.yaml at HEAD: {total}")
     print(f"  flags equal to the stored runner words: {words_ok} of {len(cases)} stored cases")
     print(f"  training script the one its CI recipes name: {scripts_ok} of {len(cases)}")
     for d in differs:
         print(d)
-    print("  verdicts: " + ", ".join(f"{k} {n}" for k, n in verdicts.most_common()))
+    print(
+        "  verdicts (exit code where not read): "
+        + ", ".join(f"{k} {n}" for k, n in verdicts.most_common())
+    )
     print(f"  read / not read as functional_tests.py's words: {agree} of {len(cases)} agree")
 
 

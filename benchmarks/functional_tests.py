@@ -127,12 +127,24 @@ def vocab_given(words: list[str]) -> int | None:
 def evaluate(words: list[str], gpu: str, num_gpus: int | None, where: str) -> Verdict:
     """What `planner check --megatron-args` would answer for these words (num_gpus None: the
     default count, grown to what the layout needs)."""
-    vocab = vocab_given(words)
-    text = shlex.join(words)
+    return evaluate_text(shlex.join(words), gpu, num_gpus, where, vocab_given(words))
+
+
+def evaluate_text(
+    text: str,
+    gpu: str,
+    num_gpus: int | None,
+    where: str,
+    vocab: int | None,
+    nemo_model: str | None = None,
+) -> Verdict:
+    """`evaluate` of a file's text as `check --megatron-args FILE [--vocab-size V]
+    [--nemo-model M]` reads it (a command line, a script or a test configuration)."""
     try:
         if num_gpus is None:
-            num_gpus = needed_gpus(megatron_args.to_plan(text, gpu, DEFAULT[1], where, vocab))
-        reading = megatron_args.read(text, gpu, num_gpus, where, vocab)
+            doc = megatron_args.to_plan(text, gpu, DEFAULT[1], where, vocab, nemo_model)
+            num_gpus = needed_gpus(doc)
+        reading = megatron_args.read(text, gpu, num_gpus, where, vocab, nemo_model)
         plan = check_plan(parse_plan(reading.doc, Path(where)))
         layout = plan.require_layout()
         rep = memory.estimate(plan.job, layout)

@@ -35,6 +35,7 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.emit.torchtitan import stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
+from planner.inputs.torchtitan import MODELS
 
 HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 """pytorch/torchtitan commit (2026-08-21) whose configuration API the module follows."""
@@ -45,12 +46,8 @@ MODULE_FILE = f"{FUNCTION}.py"
 
 @dataclass(frozen=True)
 class Baseline:
-    model: str
-    """torchtitan.models.<model>."""
     function: str
-    """Its config_registry function the configuration starts from."""
-    flavor: str
-    """Its model_registry flavor."""
+    """The config_registry function the configuration starts from."""
     max_context: int
     """The flavor's RoPE table (torchtitan refuses a longer max_context_length)."""
     hf_folder: str | None = None
@@ -58,20 +55,23 @@ class Baseline:
 
 
 BASELINES = {
-    "llama3.1-8b": Baseline("llama3", "llama3_8b", "8B", 131_072),
-    "llama3.1-70b": Baseline("llama3", "llama3_70b", "70B", 131_072),
-    "llama3.1-405b": Baseline("llama3", "llama3_405b", "405B", 131_072),
-    "deepseek-v3": Baseline("deepseek_v3", "deepseek_v3_671b", "671B", 16_384),
-    "qwen3-30b-a3b": Baseline("qwen3", "qwen3_30b_a3b", "30B-A3B", 40_960),
-    "qwen3-235b-a22b": Baseline(
-        "qwen3", "qwen3_30b_a3b", "235B-A22B", 40_960, "./assets/hf/Qwen3-235B-A22B"
-    ),
-    "gpt-oss-20b": Baseline("gpt_oss", "gpt_oss_20b", "20b", 131_072),
-    "gpt-oss-120b": Baseline("gpt_oss", "gpt_oss_120b", "120b", 131_072),
+    "llama3.1-8b": Baseline("llama3_8b", 131_072),
+    "llama3.1-70b": Baseline("llama3_70b", 131_072),
+    "llama3.1-405b": Baseline("llama3_405b", 131_072),
+    "deepseek-v3": Baseline("deepseek_v3_671b", 16_384),
+    "qwen3-30b-a3b": Baseline("qwen3_30b_a3b", 40_960),
+    "qwen3-235b-a22b": Baseline("qwen3_30b_a3b", 40_960, "./assets/hf/Qwen3-235B-A22B"),
+    "gpt-oss-20b": Baseline("gpt_oss_20b", 131_072),
+    "gpt-oss-120b": Baseline("gpt_oss_120b", 131_072),
 }
-"""planner zoo name -> the baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py and
-__init__.py's model_registry flavors and RoPE maxima; Qwen3 235B-A22B has no baseline of its own:
-the 30B-A3B one with its flavor, the same vocabulary)."""
+"""planner zoo name -> its baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py, and
+the RoPE maxima of __init__.py's model_registry flavors); the model and flavor are
+`planner.inputs.torchtitan.MODELS`' (the same names at b5bcd76c). Qwen3 235B-A22B has no
+baseline of its own: the 30B-A3B one with its flavor, the same vocabulary."""
+
+AC = {"none": ("None", None), "selective": ("SelectiveAC.Config()", "SelectiveAC")}
+"""recompute -> (activation_checkpoint's value, the class it imports); else full."""
+FULL_AC = ("FullAC.Config()", "FullAC")
 
 DIFFERENCES = (
     "the prediction is for the training code planner models (torchtitan e347b1e5: the whole "
@@ -86,12 +86,14 @@ def _refuse(plan: Plan, field: str, why: str) -> InputError:
     return InputError(f"{where}: {field}: torchtitan {HEAD_COMMIT[:8]} {why}")
 
 
-def _checked(plan: Plan) -> Baseline:
-    """The plan's baseline, or the InputError for what this torchtitan cannot run."""
+def _checked(plan: Plan) -> tuple[Baseline, str, str]:
+    """The plan's baseline, model and flavor, or the InputError for what this torchtitan cannot
+    run."""
     job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
     base = BASELINES.get(job.arch.name)
     if base is None:
         raise _refuse(plan, "model", f"has no baseline for it (runs {', '.join(BASELINES)})")
+    model, flavor = MODELS[job.arch.name]
     if lay.ep > 1 and lay.expert_tp > 1:
         raise _refuse(
             plan,
@@ -127,7 +129,7 @@ def _checked(plan: Plan) -> Baseline:
         raise _refuse(
             plan,
             "training.seq_length",
-            f"refuses a context above the {base.flavor} flavor's RoPE table ({base.max_context:,})",
+            f"refuses a context above the {flavor} flavor's RoPE table ({base.max_context:,})",
         )
     if (lay.micro_batch_size * job.seq_length // lay.cp) % 8:
         raise _refuse(
@@ -135,13 +137,13 @@ def _checked(plan: Plan) -> Baseline:
             "training.seq_length",
             "splits the loss in 8 chunks: a micro-batch's tokens over cp must be a multiple of 8",
         )
-    return base
+    return base, model, flavor
 
 
-def _model_spec(plan: Plan, base: Baseline) -> tuple[str, list[str]]:
+def _model_spec(plan: Plan, model: str, flavor: str) -> tuple[str, list[str]]:
     """The model_registry call, and the imports it needs."""
     job, lay = plan.job, plan.require_layout()
-    args, imports = [repr(base.flavor)], []
+    args, imports = [repr(flavor)], []
     if job.precision == "fp8":
         args.append(
             "converters=[Float8LinearConverter.Config("
@@ -151,7 +153,7 @@ def _model_spec(plan: Plan, base: Baseline) -> tuple[str, list[str]]:
         imports.append("from torchtitan.components.quantization import Float8LinearConverter")
     if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
         args.append("moe_comm_backend='deepep'")
-    if base.model == "gpt_oss" and lay.cp > 1:
+    if model == "gpt_oss" and lay.cp > 1:
         args.append("attn_backend='flex'")
     return f"model_registry({', '.join(args)})", imports
 
@@ -185,24 +187,15 @@ def _parallelism(plan: Plan) -> list[str]:
     return out
 
 
-def _activation_checkpoint(plan: Plan) -> str:
-    rc = plan.require_layout().recompute
-    return {"none": "None", "selective": "SelectiveAC.Config()"}.get(rc, "FullAC.Config()")
-
-
-def _ac_imports(plan: Plan) -> list[str]:
-    ac = _activation_checkpoint(plan)
-    if ac == "None":
-        return []
-    return [f"from torchtitan.distributed.activation_checkpoint import {ac.split('.')[0]}"]
-
-
 def render(plan: Plan, job_name: str) -> str:
     """The whole module, headed by the prediction."""
-    base = _checked(plan)
+    base, model, flavor = _checked(plan)
     job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
     p = predict(plan)
-    spec, spec_imports = _model_spec(plan, base)
+    spec, spec_imports = _model_spec(plan, model, flavor)
+    ac, ac_class = AC.get(lay.recompute, FULL_AC)
+    ac_module = "torchtitan.distributed.activation_checkpoint"
+    ac_imports = [f"from {ac_module} import {ac_class}"] if ac_class else []
     schedule = {flag: value for flag, _, value in SCHEDULE}
     lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
     seq = job.seq_length
@@ -211,11 +204,11 @@ def render(plan: Plan, job_name: str) -> str:
         {
             "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
             "from torchtitan.config import CompileConfig, ParallelismConfig",
-            f"from torchtitan.models.{base.model} import model_registry",
-            f"from torchtitan.models.{base.model}.config_registry import {base.function}",
+            f"from torchtitan.models.{model} import model_registry",
+            f"from torchtitan.models.{model}.config_registry import {base.function}",
             "from torchtitan.trainer import Trainer",
             *spec_imports,
-            *_ac_imports(plan),
+            *ac_imports,
         }
     )
     body = [
@@ -229,7 +222,7 @@ def render(plan: Plan, job_name: str) -> str:
         f"config.training.max_context_length = {seq}",
         f"config.training.steps = {int(schedule['--train-iters'])}",
         "config.training.disable_cuda_graphs = True",
-        f"config.activation_checkpoint = {_activation_checkpoint(plan)}",
+        f"config.activation_checkpoint = {ac}",
         f"config.compile = CompileConfig(enable={titan.compile}, "
         f"enable_async_tensor_parallel={async_tp})",
         f"config.optimizer = default_adamw(lr={lr!r})",

@@ -78,6 +78,12 @@ producer), so the separate pass that reads the bf16 tensor for its amax (tensorw
 over delayed scaling) is gone; the cast itself stays."""
 
 
+AMAX_PASSES = {"tensorwise": 1, "rowwise": 2, "rowwise_with_gw_hp": 1}
+"""The separate amax passes of torchao's dynamic scaling that torch.compile fuses, by recipe: one
+for a per-tensor scale (both orientations share it), one per quantised orientation for per-row
+scales."""
+
+
 def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:
     """FP8_QUANT_BYTES of a recipe (or "nvfp4") on a GPU. Blackwell's FP8 GEMMs read either
     operand layout (Transformer Engine `is_non_tn_fp8_gemm_supported`; `planner.model.buffers`
@@ -86,10 +92,8 @@ def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:
     orientations anyway. `compiled` (the training step under torch.compile): tensorwise less
     COMPILED_AMAX_SAVING, rowwise less it for each orientation."""
     q = FP8_QUANT_BYTES[recipe]
-    if compiled:  # the amax pass of each orientation torchao quantises (one for a per-tensor scale)
-        q -= COMPILED_AMAX_SAVING * {"tensorwise": 1, "rowwise": 2, "rowwise_with_gw_hp": 1}.get(
-            recipe, 0
-        )
+    if compiled:
+        q -= COMPILED_AMAX_SAVING * AMAX_PASSES.get(recipe, 0)
     return q - 1.0 if blackwell and recipe in ("delayed", "tensorwise") else q
 
 
