@@ -32,7 +32,7 @@ with the most pipeline splits and memory-saving rungs to try:
     Nemotron 3 Super 120B-A12B on 64 H100 (seq 8192, batch 1,024; Mamba, attention and MoE
       layers)
     Qwen3 30B-A3B on 64 H100 under torchtitan (seq 4096, batch 512; --framework torchtitan:
-      18 settings variants, each searched, then every-N recompute)
+      18 settings variants, each searched under the merged cut so far, then every-N recompute)
 
 `--profile` runs each case once in this process under cProfile instead (the import excluded) and
 says where its time went: space enumeration, bounds, layer times, memory and cost estimates.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -27,20 +26,18 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.search import rules
 from planner.search import space as space_mod
-from planner.search.bound import base_bound, below, floors_of
+from planner.search.bound import base_bound, below
 from planner.search.space import Space, Split, Structure
 from planner.search.titan_variants import (
-    Memo,
     Merged,
     RowKey,
     TitanCandidate,
-    Variant,
     base_of,
     dominated,
     given,
     row_key,
 )
-from planner.search.top_k import Bases, Candidate
+from planner.search.top_k import Candidate, Queued
 from planner.search.twins import Row, fold
 
 
@@ -59,6 +56,10 @@ def on(lay: Layout, k: int) -> Layout:
 
 
 def every_job(job: Job, n: int) -> Job:
+    """The job with `selective_layer_every = n`: what torchtitan's rules read
+    (`rules.torchtitan`). The model reads none of it (the layout's block recompute carries it,
+    `plan_layout.layout_from_section`), so memory and time are asked of `job` itself, whose
+    memos the search has filled."""
     return replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
 
 
@@ -68,20 +69,33 @@ def plain_fits(job: Job, space: Space, lay: Layout) -> bool:
     return memory.estimate(job, lay.with_(recompute="none"), space.headroom_pct, False).fits
 
 
-def fewest_every(job: Job, space: Space, lay: Layout) -> tuple[Candidate, int] | None:
+def most_every(job: Job, space: Space, lay: Layout) -> memory.MemoryReport | None:
+    """The memory of the base's every-N layout with the most layers recomputed (the least
+    memory of them all), None where the base has no every-N option."""
+    options = every_options(lay, job.arch.num_layers)
+    if not options:
+        return None
+    return memory.estimate(job, on(lay, options[-1][0]), space.headroom_pct, False)
+
+
+def fewest_every(
+    job: Job, space: Space, lay: Layout, most: memory.MemoryReport | None = None
+) -> tuple[Candidate, int] | None:
     """The every-N layout of a base with the fewest layers recomputed that fits and that
     torchtitan's rules take, and its N; None where none does. Memory falls as layers are added
-    to the recompute, so the most of them is asked first (where it does not fit, nothing does)
-    and the fewest that fits is bisected (as `planner.search.variants` bisects block recompute);
-    from there the first that the rules take (tests/search/test_titan_variants.py: the merged
-    search against a brute force that tries every N of every base)."""
+    to the recompute, so the most of them is asked first (`most_every`, or `most` where the
+    caller asked it: where it does not fit, nothing does) and the fewest that fits is bisected
+    (as `planner.search.variants` bisects block recompute); from there the first that the rules
+    take (tests/search/test_titan_variants.py: the merged search against a brute force that
+    tries every N of every base)."""
     options = every_options(lay, job.arch.num_layers)
     reports: dict[int, memory.MemoryReport] = {}
+    if most is not None and options:
+        reports[len(options) - 1] = most
 
     def fits(i: int) -> bool:
         if i not in reports:
-            k, n = options[i]
-            reports[i] = memory.estimate(every_job(job, n), on(lay, k), space.headroom_pct, False)
+            reports[i] = memory.estimate(job, on(lay, options[i][0]), space.headroom_pct, False)
         return reports[i].fits
 
     if not options or not fits(len(options) - 1):
@@ -92,38 +106,46 @@ def fewest_every(job: Job, space: Space, lay: Layout) -> tuple[Candidate, int] |
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     for i in range(lo, len(options)):
         k, n = options[i]
-        trial, njob = on(lay, k), every_job(job, n)
-        if fits(i) and not rules.violations(njob, trial):
-            return Candidate(trial, reports[i], cost.estimate(njob, trial)), n
+        trial = on(lay, k)
+        if fits(i) and not rules.violations(every_job(job, n), trial):
+            return Candidate(trial, reports[i], cost.estimate(job, trial)), n
     return None
 
 
-def recompute_bases(job: Job, space: Space, s: Structure, cut: float | None) -> Iterator[Layout]:
-    """The bases of structure `s` (each at its first ZeRO stage) that an every-N layout may run
-    within `cut`: the search's bounds (`planner.search.top_k`: the shape's floors at the largest
-    micro-batch first, `bound.below`, no layer times, then the base's own `base_bound`) at most
-    `cut`, states that fit, and no fit without recompute. Each shape (vpp, split) is visited from
-    its largest micro-batch down, and a base settled at one size is not asked at the smaller
-    ones: where it fits without recompute (it fits at every smaller size: memory grows with the
-    micro-batch, as `planner.search.variants` takes it), and, outside Megatron's schedules, where
-    its bound exceeds `cut` (there `base_bound` is `bound.lower_bound`, which holds at this size
-    and every smaller one). tests/search/test_titan_variants.py checks the merged search against
-    a brute force that asks every base."""
-    opts = space_mod.options(job, space, s)
-    if not opts:
-        return
-    of = Bases(job, space, s)
-    top_mbs = max(o[0] for o in opts)
+def every_candidates(
+    job: Job, space: Space, s: Structure, cut: float | None, known: Queued
+) -> Iterator[tuple[Layout, tuple[Candidate, int]]]:
+    """Each base of structure `s` (at its first ZeRO stage) that an every-N layout may run
+    within `cut`, with that layout (`fewest_every`) and its N. The bases asked are those the
+    search's bounds (`planner.search.top_k`: the shape's floors at the largest micro-batch
+    first, `bound.below`, no layer times, then the base's own `base_bound`) put at most `cut`,
+    whose states fit, that do not fit without recompute, and whose every-N layout with the most
+    layers recomputed fits. `known` is what the certified search of the same job and space
+    queued of `s` (`top_k.Queued`): its bases and the floors of its shapes whose states fit (the
+    others hold no layout that fits: none is asked).
+
+    Each shape (vpp, split) is visited from its largest micro-batch down, and a base settled at
+    one size is not asked at the smaller ones: where it fits without recompute (it fits at
+    every smaller size: memory grows with the micro-batch, as `planner.search.variants` takes
+    it), and, outside Megatron's schedules, where its bound exceeds `cut` (there `base_bound` is
+    `bound.lower_bound`, which holds at this size and every smaller one). By the same growth the
+    sizes at which the most-recomputed layout fits are the smallest ones: the largest of them is
+    bisected once per base (`_most_fit`), and no larger size is asked.
+    tests/search/test_titan_variants.py checks the merged search against a brute force that
+    asks every base."""
+    of = known.bases
     capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     sizes: dict[tuple[int, Split], list[int]] = {}
-    for mbs, vpp, split in opts:
+    for mbs, vpp, split in space_mod.options(job, space, s):
         sizes.setdefault((vpp, split), []).append(mbs)
     for (vpp, split), shape_sizes in sizes.items():
-        tops = (
-            floors_of(job, [b.layout for b in of(top_mbs, vpp, split)]) if cut is not None else []
-        )
+        tops = known.floors.get((vpp, split))
+        if tops is None:
+            continue
+        ascending = sorted(shape_sizes)
         done: set[int] = set()  # bases settled at a larger size for every smaller one
-        for mbs in sorted(shape_sizes, reverse=True):
+        most: dict[int, tuple[int, dict[int, memory.MemoryReport | None]]] = {}
+        for mbs in reversed(ascending):
             for j, base in enumerate(of(mbs, vpp, split)):
                 zeros = space_mod.zero_stages(space, base.layout)
                 if j in done or not zeros:
@@ -137,10 +159,41 @@ def recompute_bases(job: Job, space: Space, s: Structure, cut: float | None) -> 
                     continue
                 if memory.state_floor(job, lay) > capacity:
                     continue
+                if j not in most:
+                    at = [_first_zero(space, of(m, vpp, split)[j].layout) for m in ascending]
+                    most[j] = _most_fit(job, space, [x for x in at if x.micro_batch_size <= mbs])
+                largest, reports = most[j]
+                if mbs > largest:
+                    continue
                 if plain_fits(job, space, lay):
                     done.add(j)
                     continue
-                yield lay
+                got = fewest_every(job, space, lay, reports.get(mbs))
+                if got is not None:
+                    yield lay, got
+
+
+def _first_zero(space: Space, lay: Layout) -> Layout:
+    return lay.with_(zero_stage=space_mod.zero_stages(space, lay)[0])
+
+
+def _most_fit(
+    job: Job, space: Space, ascending: list[Layout]
+) -> tuple[int, dict[int, memory.MemoryReport | None]]:
+    """The largest micro-batch size of a base's layouts (`ascending` in it) at which its
+    most-recomputed every-N layout fits (`most_every`; 0 where none), bisected (it fits at a
+    prefix of the sizes: memory grows with the micro-batch), and the reports asked, by size."""
+    reports: dict[int, memory.MemoryReport | None] = {}
+    lo, hi = 0, len(ascending)  # ascending[:lo] fit, ascending[hi:] do not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lay = ascending[mid]
+        rep = reports[lay.micro_batch_size] = most_every(job, space, lay)
+        if rep is not None and rep.fits:
+            lo = mid + 1
+        else:
+            hi = mid
+    return (ascending[lo - 1].micro_batch_size if lo else 0), reports
 
 
 def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
@@ -149,7 +202,7 @@ def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
     if "full" not in space.recompute or "selective_layer_every" in given(job):
         return found
     t0 = time.perf_counter()
-    extra, scored = _every_rows(job, space, found.order, found.rows, top, found.memo)
+    extra, scored = _every_rows(job, space, found, top)
     rows = heapq.nsmallest(top, found.rows + extra, key=lambda e: e[0])
     total = replace(
         found.total,
@@ -160,15 +213,13 @@ def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
 
 
 def _every_rows(
-    job: Job,
-    space: Space,
-    order: list[Variant],
-    merged: list[tuple[RowKey, Row[Candidate]]],
-    top: int,
-    memo: Memo,
+    job: Job, space: Space, found: Merged, top: int
 ) -> tuple[list[tuple[RowKey, Row[Candidate]]], int]:
-    """The every-N rows that can rank among the first `top` with `merged`, and how many
-    layouts were scored."""
+    """The every-N rows that can rank among the first `top` with the merged ones, and how many
+    layouts were scored. A structure is visited only where its variant's search queued it with
+    a bound not above the K-th merged time (`bound.below` >= that bound, less its 1e-12
+    rounding allowance: none of its bases would pass)."""
+    order, merged, memo, jobs = found.order, found.rows, found.memo, found.jobs
     cut = merged[top - 1][0][0] if len(merged) >= top else None
     out: list[tuple[RowKey, Row[Candidate]]] = []
     taken: dict[Layout, list[float]] = {}  # base -> earlier variants' every-N times
@@ -177,13 +228,12 @@ def _every_rows(
         sp = v.space(space)
         if sp is None:
             continue
-        vjob = v.job(job)
-        found: list[Candidate] = []
-        for s in space_mod.structures(vjob, sp, Counter()):
-            for lay in recompute_bases(vjob, sp, s, cut):
-                got = fewest_every(vjob, sp, lay)
-                if got is None:
-                    continue
+        vjob = jobs[vi]
+        listed: list[Candidate] = []
+        for s, known in found.queued[vi].items():
+            if cut is not None and known.bound * (1 - 1e-12) > cut:
+                continue
+            for lay, got in every_candidates(vjob, sp, s, cut, known):
                 scored += 1
                 c, n = got
                 if cut is not None and c.step_time > cut:
@@ -191,11 +241,11 @@ def _every_rows(
                 key = base_of(lay)
                 if any(t <= c.step_time for t in taken.get(key, [])):
                     continue
-                if dominated(job, space, order, len(order), c, memo):
+                if dominated(jobs, space, order, len(order), c, memo):
                     continue
                 taken.setdefault(key, []).append(c.step_time)
                 titan = vjob.titan.model_copy(update={"selective_layer_every": n})
-                found.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
-        found.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
-        out += [(row_key(r, len(order) + vi), r) for r in fold(found)]
+                listed.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
+        listed.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
+        out += [(row_key(r, len(order) + vi), r) for r in fold(listed)]
     return out, scored

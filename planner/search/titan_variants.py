@@ -11,7 +11,11 @@ rankings are merged by the objective. The merged top K is exact over every (layo
   "default" and 0.2-odd GiB less, so it is listed only where "default" does not fit as fast.
 - Each variant's ranking is read (`top_k.search` for K' rows, K' doubled while more are needed)
   until a row ranks below the K-th merged row, or K' rows of it are listed, or it ends: every
-  listed (layout, variant) that ranks among the first K is then in the merge.
+  listed (layout, variant) that ranks among the first K is then in the merge. Its search starts
+  its cut at the merged K-th row's time so far (`top_k.search`'s `ceiling`): a slower row ranks
+  below that row, and the merge's K-th row only rises in rank.
+- The variants' jobs are made once and share the job's layer times (`Variant.job`); what each
+  search queued (`SearchResult.queued`) is kept for the every-N pass.
 
 Which variants: reshard_after_forward "default", "never" and "always", the last two only without
 pipelining; dp_replicate r = 1 (plain FSDP) and every r > 1 dividing the GPU count that leaves an
@@ -34,11 +38,12 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import Reshard, TorchtitanSection
 from planner.model import cost, memory
+from planner.model.stage_time import LAYER_TIMES
 from planner.search import space as space_mod
 from planner.search import top_k
 from planner.search.rules.torchtitan import sharding
-from planner.search.space import Bound, Space
-from planner.search.top_k import Candidate, SearchResult, simplicity
+from planner.search.space import Bound, Space, Structure
+from planner.search.top_k import Candidate, Queued, SearchResult, simplicity
 from planner.search.twins import Row
 
 Memo = dict[tuple[int, Layout], float | None]
@@ -61,8 +66,13 @@ class Variant:
         )
 
     def job(self, job: Job) -> Job:
-        """The job with this variant's `[torchtitan]` table."""
-        return replace(job, torchtitan=self.settings(job.titan))
+        """The job with this variant's `[torchtitan]` table, sharing `job`'s layer times
+        (`stage_time.LAYER_TIMES`: a layer's time reads none of the settings a variant sets,
+        only FSDP2's states and data-parallel traffic do, `planner.model.fsdp2`;
+        tests/search/test_titan_variants.py checks them bit for bit)."""
+        out = replace(job, torchtitan=self.settings(job.titan))
+        LAYER_TIMES.share(out, job)
+        return out
 
     def space(self, space: Space) -> Space | None:
         """The layouts searched under it: "never" and "always" only without pipelining (under
@@ -139,10 +149,11 @@ def base_of(lay: Layout) -> Layout:
 
 
 def dominated(
-    job: Job, space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
+    jobs: list[Job], space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
 ) -> bool:
     """Whether a variant before `order[vi]` runs c's base layout, with some recompute policy
-    the space allows, at no more step time, fitting (vi = len(order): any variant)."""
+    the space allows, at no more step time, fitting (vi = len(order): any variant); `jobs` are
+    the variants' jobs (`Variant.job`, made once: the model's memos are per job)."""
     for ui in range(vi):
         u = order[ui]
         sp = u.space(space)
@@ -151,7 +162,7 @@ def dominated(
             continue
         key = (ui, base_of(lay))
         if key not in memo:
-            memo[key] = best_time(u.job(job), sp, lay)
+            memo[key] = best_time(jobs[ui], sp, lay)
         best = memo[key]
         if best is not None and best <= c.step_time:
             return True
@@ -189,12 +200,16 @@ def row_key(row: Row[Candidate], vi: int) -> RowKey:
 @dataclass
 class Merged:
     """The merged ranking: the counts summed over the variants' searches, the first rows (each
-    with its `row_key`), the variants and what `dominated` remembered."""
+    with its `row_key`), the variants, what `dominated` remembered, and each variant's queued
+    structures (`SearchResult.queued`, by its index in `order`)."""
 
     total: SearchResult
     rows: list[tuple[RowKey, Row[Candidate]]]
     order: list[Variant]
+    jobs: list[Job]
+    """Each variant's job (`Variant.job`), made once."""
     memo: Memo
+    queued: dict[int, dict[Structure, Queued]]
 
 
 def search_variants(
@@ -206,23 +221,28 @@ def search_variants(
     """The top `top` rows of twins over every (layout, variant), each candidate a
     `TitanCandidate` (`result` makes them a SearchResult)."""
     order = variants(job)
+    jobs = [v.job(job) for v in order]
     merged: list[tuple[RowKey, Row[Candidate]]] = []
     total = SearchResult([], 0, 0, 0, 0)
     memo: Memo = {}
+    queued: dict[int, dict[Structure, Queued]] = {}
     for vi, v in enumerate(order):
         sp = v.space(space)
         if sp is None:
             continue
-        vjob = v.job(job)
+        vjob = jobs[vi]
         ask = top
+        # no row slower than the merged K-th can enter: the variant's search starts its cut there
+        ceiling = merged[top - 1][0][0] if len(merged) >= top else None
         while True:
-            res = top_k.search(vjob, sp, ask, progress=progress, fold_twins=True)
+            res = top_k.search(vjob, sp, ask, progress=progress, fold_twins=True, ceiling=ceiling)
             rest = [e for e in merged if e[0][2] != vi]
-            kept, more = _read(vjob, space, order, vi, res, rest, top, memo, v.settings(job.titan))
+            kept, more = _read(jobs, space, order, vi, res, rest, top, memo)
             if not more or len(res.rows) < ask:
                 break
             ask *= 2
         merged = heapq.nsmallest(top, rest + kept, key=lambda e: e[0])
+        queued[vi] = res.queued
         total.space_size += res.space_size
         total.scored += res.scored
         total.structures += res.structures
@@ -232,7 +252,7 @@ def search_variants(
                 why = "outside a setting's layouts (pp > 1 or dp < dp_replicate)"
             total.rejected[why] += count
         total.seconds += res.seconds
-    return Merged(total, merged, order, memo)
+    return Merged(total, merged, order, jobs, memo, queued)
 
 
 def result(merged: Merged) -> SearchResult:
@@ -242,7 +262,7 @@ def result(merged: Merged) -> SearchResult:
 
 
 def _read(
-    vjob: Job,
+    jobs: list[Job],
     space: Space,
     order: list[Variant],
     vi: int,
@@ -250,7 +270,6 @@ def _read(
     others: list[tuple[RowKey, Row[Candidate]]],
     top: int,
     memo: Memo,
-    titan: TorchtitanSection,
 ) -> tuple[list[tuple[RowKey, Row[Candidate]]], bool]:
     """The listed rows of one variant's ranking that can rank among the first `top` with
     `others`, and whether the ranking must be read further (every row was read, and fewer than
@@ -262,9 +281,9 @@ def _read(
         if len(pool) >= top and key > pool[-1]:
             return kept, False
         members: list[Candidate] = [
-            TitanCandidate(c.layout, c.memory, c.performance, titan)
+            TitanCandidate(c.layout, c.memory, c.performance, jobs[vi].titan)
             for c in (row.candidate, *row.equivalents)
-            if not _invalid(vjob, space, order, vi, c, memo)
+            if not _invalid(jobs, space, order, vi, c, memo)
         ]
         if members:
             lead = Row(members[0], tuple(members[1:]))
@@ -276,7 +295,7 @@ def _read(
 
 
 def _invalid(
-    vjob: Job, space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
+    jobs: list[Job], space: Space, order: list[Variant], vi: int, c: Candidate, memo: Memo
 ) -> bool:
     """Not a torchtitan setting for this layout, or dominated by an earlier variant."""
-    return sharding(vjob, c.layout) is not None or dominated(vjob, space, order, vi, c, memo)
+    return sharding(jobs[vi], c.layout) is not None or dominated(jobs, space, order, vi, c, memo)

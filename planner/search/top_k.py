@@ -68,7 +68,7 @@ from planner.search.space import (
     structures,
 )
 from planner.search.splits import Split
-from planner.search.twins import Row, fold, same_time
+from planner.search.twins import TWIN_REL_TOL, Row, fold, same_time
 from planner.search.variants import Candidate, best_variants, states_fit
 
 __all__ = ["Candidate", "SearchResult", "rank_key", "search", "simplicity"]
@@ -113,6 +113,10 @@ class SearchResult:
     rows: list[Row[Candidate]] = field(default_factory=list)
     """The candidates as rows of twins (`planner.search.twins`): folded with `fold_twins`, else
     one row per candidate."""
+    queued: dict[Structure, Queued] = field(default_factory=dict)
+    """Each structure the search queued (`Queued`), in `space.structures`' order; one not here
+    holds no layout that fits (no micro-batch / vpp its schedule takes, or no shape whose states
+    fit in some ZeRO stage)."""
 
 
 class Bases:
@@ -135,6 +139,18 @@ class Bases:
                 self.shapes[vpp, split] = shape
             self.memo[key] = at_micro_batch(shape, mbs)
         return self.memo[key]
+
+
+@dataclass(frozen=True)
+class Queued:
+    """What the search knows of a structure it queued, for a later pass over the same job and
+    space (`planner.search.titan_every`): its bound (the least `Floors.lower_bound` of its
+    shapes' bases at its largest micro-batch size), its bases, and those floors of each shape
+    whose states fit in some ZeRO stage (a shape not here holds no layout that fits)."""
+
+    bound: float
+    bases: Bases
+    floors: dict[tuple[int, Split], list[Floors]]
 
 
 _Queued = tuple[
@@ -202,13 +218,19 @@ def search(
     progress: Callable[[str], None] | None = None,
     fold_twins: bool = False,
     survey: bool = True,
+    ceiling: float | None = None,
 ) -> SearchResult:
     """The top_k layouts by predicted step time (ties: `simplicity`), certified exact; with
     `fold_twins`, the top_k rows of twins (`planner.search.twins`), each row's layouts all
     scored. Without a `space`, every layout the job's training code runs. `survey` False: one
-    pass over the structures (the same answers, more layouts scored: the module docstring)."""
+    pass over the structures (the same answers, more layouts scored: the module docstring).
+
+    `ceiling`: the caller needs no layout slower than this (another search's K-th best, as
+    `planner.search.titan_variants` merges several): the cut starts there, so the result is the
+    exact top_k of the layouts no slower than it (all of them where fewer; every twin of
+    theirs too, the cut widened by `TWIN_REL_TOL`), and may hold slower ones scored on the way."""
     with _cyclic_gc_paused():
-        return _search(job, space, top_k, progress, fold_twins, survey)
+        return _search(job, space, top_k, progress, fold_twins, survey, ceiling)
 
 
 @contextmanager
@@ -251,6 +273,7 @@ def _search(
     progress: Callable[[str], None] | None,
     fold_twins: bool,
     survey: bool = True,
+    ceiling: float | None = None,
 ) -> SearchResult:
     space = space or Space(framework=job.framework)
     if job.optimizer == "muon":  # Megatron's Muon runs without Megatron-FSDP (rules.muon)
@@ -288,7 +311,9 @@ def _search(
     queue.sort(key=lambda q: q[:2])  # by bound, then index (unique: nothing else compared)
 
     best: list[Candidate] = []
-    cut: float | None = None  # _cutoff(best, ...), kept up to date with best
+    # the least of `ceiling` and _cutoff(best, ...), kept up to date with best
+    top = None if ceiling is None else ceiling * (1.0 + TWIN_REL_TOL)
+    cut: float | None = top
     scored = expanded = 0
     last_report = t0
     lean: dict[int, dict[tuple[object, ...], int]] = {}  # each structure's lean_fails
@@ -325,6 +350,8 @@ def _search(
                     scored += found
                     best.sort(key=rank_key)
                     best, cut = _kept(best, top_k, fold_twins)
+                    if top is not None and (cut is None or cut > top):
+                        cut = top
             now = time.perf_counter()
             if progress and now - last_report > 0.5:
                 what = "surveyed" if surveying else "searched"
@@ -334,6 +361,8 @@ def _search(
     def whole(c: Candidate) -> Candidate:  # every stage's memory, for the report
         return replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct))
 
+    by_index = sorted(queue, key=lambda q: q[1])  # the structures' own order
+    queued = {s: Queued(bound, of, tops) for bound, _, s, _, _, of, tops in by_index}
     rows = fold(best) if fold_twins else [Row(c) for c in best]
     rows = [Row(whole(r.candidate), tuple(map(whole, r.equivalents))) for r in rows[:top_k]]
     return SearchResult(
@@ -345,4 +374,5 @@ def _search(
         expanded=expanded,
         rejected=rejected,
         seconds=time.perf_counter() - t0,
+        queued=queued,
     )

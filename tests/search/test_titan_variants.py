@@ -115,6 +115,12 @@ def _every_variant(job: Job) -> list[tv.Variant]:
     return order + extra
 
 
+def _own_job(job: Job, v: tv.Variant) -> Job:
+    """The variant's job with memos of its own (`Variant.job` shares the base job's layer
+    times: the brute force does not lean on that)."""
+    return replace(job, torchtitan=v.settings(job.titan))
+
+
 def _best(job: Job, space: Space, base: Layout) -> Candidate | None:
     """The base's fastest fitting recompute policy under the job (the first of equals)."""
     found: list[tuple[float, int, Candidate]] = []
@@ -174,8 +180,9 @@ def reference(name: str) -> Ref:
     job, space = PROBLEMS[name]
     order = _every_variant(job)
     bases = _bases(job, space)
-    best = [[_best(v.job(job), space, b) for b in bases] for v in order]
-    every = [[_every_best(v.job(job), space, b) for b in bases] for v in order]
+    own = [_own_job(job, v) for v in order]
+    best = [[_best(own[vi], space, b) for b in bases] for vi in range(len(order))]
+    every = [[_every_best(own[vi], space, b) for b in bases] for vi in range(len(order))]
     merged: Ref = []
 
     def add(kept: list[Candidate], rank: int, titan: TorchtitanSection) -> None:
@@ -252,3 +259,48 @@ def test_problems_exercise_the_settings() -> None:
     assert any(t.reshard_after_forward == "always" for t in seen)
     assert any(t.dp_replicate > 1 for t in seen)
     assert any(t.selective_layer_every is not None for t in seen)
+
+
+def test_variants_share_the_layer_times_bit_for_bit() -> None:
+    """`Variant.job` shares the base job's layer-time memo, and the every-N pass asks memory and
+    time of the variant's job rather than of one with selective_layer_every set: for every
+    variant of the 70B problem and layouts with and without pipelining, HSDP and every-N
+    recompute, what is read through the shared memo (filled by other variants first) and
+    under the variant's job is bit for bit what a fresh job with the settings computes."""
+    from planner.model.job_memo import JobMemo
+    from planner.model.stage_time import LAYER_TIMES, layout_times
+    from planner.search.titan_every import every_job, on
+
+    job, _ = PROBLEMS["llama70b-64xh100"]
+    base = Layout(tp=8, pp=2, dp=4, cp=1, etp=8, sequence_parallel=True, zero_stage=3)
+    layouts = [
+        base,
+        base.with_(pp=1, dp=8, recompute="selective"),
+        on(base.with_(pp=1, dp=8, micro_batch_size=2), 16),
+        on(base, 8),
+    ]
+    order = _every_variant(job)
+    for v in order:
+        for lay in layouts:
+            every = lay.recompute_method == "block"
+            fresh_job = _own_job(job, v)
+            if every:
+                fresh_job = every_job(fresh_job, 4)
+            JobMemo.forget_all()
+            fresh = (
+                layout_times(fresh_job, lay),
+                cost.estimate(fresh_job, lay).step_time_s,
+                memory.estimate(fresh_job, lay).peak,
+            )
+            JobMemo.forget_all()
+            for u in order:  # fill the shared memo under the other variants first
+                if u != v:
+                    cost.estimate(u.job(job), lay)
+            shared = v.job(job)
+            assert LAYER_TIMES.of(shared) is LAYER_TIMES.of(job)
+            got = (
+                layout_times(shared, lay),
+                cost.estimate(shared, lay).step_time_s,
+                memory.estimate(shared, lay).peak,
+            )
+            assert got == fresh, (v, lay.describe())
