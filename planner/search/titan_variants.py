@@ -13,7 +13,7 @@ rankings are merged by the objective. The merged top K is exact over every (layo
   until a row ranks below the K-th merged row, or K' rows of it are listed, or it ends: every
   listed (layout, variant) that ranks among the first K is then in the merge. Its search starts
   its cut at the merged K-th row's time so far (`top_k.search`'s `ceiling`): a slower row ranks
-  below that row, and the merge's K-th row only rises in rank.
+  below that row, and the merged K-th key only falls as rows join.
 - The variants' jobs are made once and share the job's layer times (`Variant.job`); what each
   search queued (`SearchResult.queued`) is kept for the every-N pass.
 
