@@ -236,9 +236,7 @@ def print_explain(
         width = console.width - 10
         for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop):
             console.print(line, highlight=False)
-    mfu = f"MFU {perf.mfu_bf16_peak:.1%} of the bf16 peak"
-    if perf.precision != "bf16":
-        mfu += f", {perf.mfu:.1%} of the {perf.precision.upper()} peak"
+    mfu = perf.mfu_text()
     console.print(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
         f"{perf.model_tflops_per_gpu:.0f}   {mfu} (model FLOPs, causal attention not halved)"

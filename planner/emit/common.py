@@ -202,6 +202,8 @@ class Prediction:
     step_time_s: float
     tokens_per_s_per_gpu: float
     mfu: float
+    mfu_text: str
+    """`Performance.mfu_text`: against the bf16 peak, and the FP8 / FP4 one for such a job."""
     peak_gib: float
     capacity_gib: float
     worst_stage: int
@@ -224,6 +226,7 @@ def predict(plan: Plan) -> Prediction:
         step_time_s=perf.step_time_s,
         tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
         mfu=perf.mfu,
+        mfu_text=perf.mfu_text(),
         peak_gib=rep.peak / GIB,
         capacity_gib=rep.capacity / GIB,
         worst_stage=rep.worst.stage,
@@ -251,7 +254,7 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
         f"layout: {lay.describe()}",
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
-        f"MFU {p.mfu:.1%}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
+        f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
         f"usable ({verdict})",
         *(f"operations: {line}" for line in p.operations),
     ]

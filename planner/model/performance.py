@@ -107,6 +107,14 @@ class Performance:
         """MFU against the FP4 dense peak, for an NVFP4 job (None otherwise)."""
         return self.mfu if self.precision == "fp4" else None
 
+    def mfu_text(self) -> str:
+        """ "MFU 40.5% of the bf16 peak", and for an FP8 (NVFP4) job ", 20.3% of the FP8 (FP4)
+        peak" after it: both labelled (explain, the launch files' headers)."""
+        text = f"MFU {self.mfu_bf16_peak:.1%} of the bf16 peak"
+        if self.precision != "bf16":
+            text += f", {self.mfu:.1%} of the {self.precision.upper()} peak"
+        return text
+
     def bottleneck(self) -> str:
         """The largest cost other than compute, e.g. "bubble" or "TP traffic", when it takes at
         least BOTTLENECK_MIN_SHARE of the step time; else COMPUTE_BOUND. (The suggest table's

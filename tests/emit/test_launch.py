@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
-from paths import PLANS
+from paths import EXAMPLES, PLANS
 
 from planner import __version__
 from planner.emit.launch import FRAMEWORK, TARGETS, launch, render
@@ -88,7 +88,7 @@ def test_header_prediction_is_the_cost_and_memory_models() -> None:
     rep = memory.estimate(plan.job, plan.layout)
     text = render(plan, "megatron-args")[1]
     m = re.search(
-        r"^# predicted: step ([\d.]+) s, ([\d.]+) tokens/s/GPU, MFU ([\d.]+)%, "
+        r"^# predicted: step ([\d.]+) s, ([\d.]+) tokens/s/GPU, MFU ([\d.]+)% of the bf16 peak, "
         r"peak memory ([\d.]+) GiB of ([\d.]+) GiB usable \((fits)\)$",
         text,
         flags=re.M,
@@ -99,6 +99,21 @@ def test_header_prediction_is_the_cost_and_memory_models() -> None:
     assert float(m.group(3)) == pytest.approx(100 * perf.mfu, abs=0.05)
     assert float(m.group(4)) == pytest.approx(rep.peak / 2**30, abs=0.05)
     assert float(m.group(5)) == pytest.approx(rep.capacity / 2**30, abs=0.05)
+
+
+def test_header_labels_both_mfus_of_an_fp8_plan() -> None:
+    """An FP8 plan's header gives MFU against the bf16 peak and the FP8 one, each labelled.
+    Oracle: H800's catalog peaks (dense bf16 989, FP8 1979 TFLOP/s), so the FP8 figure is
+    989 / 1979 of the bf16 one, and the bf16 one is the Performance's own."""
+    plan = load_plan(EXAMPLES / "deepseek-v3-h800.toml")
+    assert plan.layout is not None and plan.job.precision == "fp8"
+    perf = cost.estimate(plan.job, plan.layout)
+    text = render(plan, "megatron-args")[1]
+    m = re.search(r"MFU ([\d.]+)% of the bf16 peak, ([\d.]+)% of the FP8 peak, ", text)
+    assert m, text
+    bf16, fp8 = float(m.group(1)), float(m.group(2))
+    assert bf16 == pytest.approx(100 * perf.mfu_bf16_peak, abs=0.05)
+    assert fp8 == pytest.approx(bf16 * 989 / 1979, abs=0.06)
 
 
 def test_a_plan_that_does_not_fit_says_so() -> None:
