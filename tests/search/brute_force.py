@@ -370,3 +370,17 @@ def memo_problem(name: str) -> tuple[Job, list[Layout]]:
     (`search_built_layouts`)."""
     job = make_job(*MEMO_JOBS[name])
     return job, search_built_layouts(job, space_mod.Space(), 600)
+
+
+def answer_rows(res: search.SearchResult) -> list[tuple[object, ...]]:
+    """What a search answers, to compare two searches by: each row's layout, step time, peak
+    memory and its twins (layout and step time)."""
+    return [
+        (
+            r.candidate.layout,
+            r.candidate.step_time,
+            r.candidate.memory.peak,
+            tuple((e.layout, e.step_time) for e in r.equivalents),
+        )
+        for r in res.rows
+    ]

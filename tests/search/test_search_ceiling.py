@@ -10,21 +10,13 @@ import pytest
 
 from planner.search import top_k
 from planner.search.top_k import SearchResult
-from tests.search.brute_force import PROBLEMS, TOP_K
+from tests.search.brute_force import PROBLEMS, TOP_K, answer_rows
 
 
 def _rows(res: SearchResult, ceiling: float) -> list[tuple[object, ...]]:
-    """Each row no slower than `ceiling`: its layout, step time, peak memory and twins."""
-    return [
-        (
-            r.candidate.layout,
-            r.candidate.step_time,
-            r.candidate.memory.peak,
-            tuple((e.layout, e.step_time) for e in r.equivalents),
-        )
-        for r in res.rows
-        if r.candidate.step_time <= ceiling
-    ]
+    """The answer's rows (`answer_rows`) no slower than `ceiling`."""
+    kept = zip(res.rows, answer_rows(res), strict=True)
+    return [row for r, row in kept if r.candidate.step_time <= ceiling]
 
 
 def _ceilings(plain: SearchResult) -> list[float]:

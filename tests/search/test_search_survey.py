@@ -13,21 +13,7 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.search import top_k, variants
-from planner.search.top_k import SearchResult
-from tests.search.brute_force import PROBLEMS, TOP_K
-
-
-def _rows(res: SearchResult) -> list[tuple[object, ...]]:
-    """What the search answers: each row's layout, step time, peak memory and its twins."""
-    return [
-        (
-            r.candidate.layout,
-            r.candidate.step_time,
-            r.candidate.memory.peak,
-            tuple((e.layout, e.step_time) for e in r.equivalents),
-        )
-        for r in res.rows
-    ]
+from tests.search.brute_force import PROBLEMS, TOP_K, answer_rows
 
 
 @pytest.mark.parametrize("fold_twins", [False, True])
@@ -37,7 +23,7 @@ def test_survey_changes_no_answer(name: str, k: int, fold_twins: bool) -> None:
     job, space = PROBLEMS[name]
     surveyed = top_k.search(job, space, top_k=k, fold_twins=fold_twins)
     plain = top_k.search(job, space, top_k=k, fold_twins=fold_twins, survey=False)
-    assert _rows(surveyed) == _rows(plain)
+    assert answer_rows(surveyed) == answer_rows(plain)
     assert [c.layout for c in surveyed.candidates] == [c.layout for c in plain.candidates]
     assert surveyed.space_size == plain.space_size
     assert surveyed.structures == plain.structures
