@@ -138,8 +138,9 @@ def check(
         Path | None,
         typer.Option(
             "--torchtitan-config",
-            help="a torchtitan job config TOML (as launch --target torchtitan writes); --gpu "
-            "where it names none",
+            help="a torchtitan job config TOML (as launch --target torchtitan writes), or a "
+            "Python configuration FILE.py[:FUNCTION] (as --target torchtitan-module writes); "
+            "--gpu where it names none",
         ),
     ] = None,
     framework: Annotated[

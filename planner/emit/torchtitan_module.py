@@ -24,7 +24,9 @@ What that torchtitan cannot run is refused, naming the plan's field: expert TP (
 TP ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
 all-gather, a TP degree that does not divide the KV heads, a context beyond the flavor's RoPE
 table. The prediction in the header is for the training code planner models (e347b1e5's: the
-whole logits, causal SDPA); the header says how this torchtitan differs.
+whole logits, causal SDPA); the header says how this torchtitan differs. The header's
+`# planner-gpu:` line names the GPU, and `planner check --torchtitan-config planner_job.py` reads
+the module back into its plan (`planner.inputs.torchtitan_module`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.emit.common import SCHEDULE, comment_block, header, predict
-from planner.emit.torchtitan import stage_modules
+from planner.emit.torchtitan import GPU_LINE, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.torchtitan import MODELS
@@ -247,6 +249,7 @@ def render(plan: Plan, job_name: str) -> str:
             "planner launch --target torchtitan-module writes beside it); the tokenizer folder "
             "and dataset are the baseline's",
             DIFFERENCES,
+            f"{GPU_LINE}{job.cluster.gpu.name}",
         ]
     )
     return (

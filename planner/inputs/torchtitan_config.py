@@ -1,5 +1,7 @@
 """A torchtitan job config TOML (the one `planner launch --target torchtitan` writes) read back
-into a plan document: `planner check --torchtitan-config FILE [--gpu G]`.
+into a plan document: `planner check --torchtitan-config FILE [--gpu G]`; a Python configuration
+(FILE.py[:FUNCTION], torchtitan since 9810191b) is read by `planner.inputs.torchtitan_module`
+into the same tables first.
 
 Field names: torchtitan/config/job_config.py at planner.inputs.torchtitan.TORCHTITAN_COMMIT.
 What the TOML says is read into the plan (the degrees, the batch and micro-batch, the schedule and
@@ -16,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import pipeline_layout
+from planner.inputs import pipeline_layout, torchtitan_module
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
@@ -59,22 +61,36 @@ def _stages(parts: Any, where: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _module(path: Path) -> tuple[Path, str | None] | None:
+    """FILE.py or FILE.py:FUNCTION as (file, function), else None (a TOML)."""
+    name, _, function = path.name.partition(":")
+    if not name.endswith(".py"):
+        return None
+    return path.with_name(name), function or None
+
+
 def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
-    """The plan document (as a plan file's tables) the TOML describes."""
+    """The plan document (as a plan file's tables) the TOML, or the Python configuration
+    (`planner.inputs.torchtitan_module`, FILE.py[:FUNCTION]), describes."""
     where = str(path)
+    module = _module(path)
+    if module is not None:
+        doc, text = torchtitan_module.tables(*module)
+        return _document(doc, text, str(module[0]), gpu, num_gpus)
     try:
         text = path.read_text(encoding="utf-8")
         doc = tomllib.loads(text)
     except OSError as e:
         raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        if path.suffix == ".py":
-            raise InputError(
-                f"{where}: a Python configuration (torchtitan since 9810191b; planner launch "
-                "--target torchtitan-module writes one) is not read back: check the plan it "
-                "came from (planner check PLAN --framework torchtitan)"
-            ) from None
         raise InputError(f"{where}: not a TOML file: {e}") from None
+    return _document(doc, text, where, gpu, num_gpus)
+
+
+def _document(
+    doc: dict[str, Any], text: str, where: str, gpu: str | None, num_gpus: int | None
+) -> dict[str, Any]:
+    """The plan document of a torchtitan TOML's tables (`text` the file, for its GPU line)."""
     if gpu is None:
         found = GPU_LINE.search(text)
         if found is None:
@@ -130,6 +146,8 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
         "async_tp": par("enable_async_tensor_parallel", False, bool),
         "compile": _get(doc, where, "compile", "enable", bool, False),
     }
+    if doc.get("parallelism", {}).get("context_parallel_load_balancer", "") is None:
+        titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
     ep = par("expert_parallel_degree", 1)
     if ep > 1:

@@ -29,6 +29,7 @@ from planner.emit.launch import launch, render
 from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
+from planner.model import cost, memory
 from planner.search.rules import check_plan
 
 SCHEMA = json.loads((TESTS / "data" / "torchtitan_config_schema.json").read_text())
@@ -351,11 +352,34 @@ def test_the_scripts_run_the_module(tmp_path: Path) -> None:
         assert 'export PYTHONPATH="$CONFIG_DIR' in script
 
 
-def test_check_names_what_it_does_not_read_back(tmp_path: Path) -> None:
-    """`check --torchtitan-config` reads the TOML only: the module is refused by name (exit 2),
-    not as a malformed TOML."""
-    _emitted(tmp_path, "8b-fsdp")
-    done = launch(tmp_path / "plan.toml", "torchtitan-module", tmp_path / "out")
-    assert done.path is not None
-    with pytest.raises(InputError, match=r"a Python configuration .* is not read back"):
-        torchtitan_config.read(done.path, "h100-sxm-80gb", None)
+@pytest.mark.parametrize("key", list(PLANS))
+def test_the_module_reads_back_as_its_plan(tmp_path: Path, key: str) -> None:
+    """`check --torchtitan-config planner_job.py` reads the module into the plan it was written
+    from (planner.inputs.torchtitan_module): the same job and layout fields, and so the same
+    predicted step time and peak memory. Oracle: the plan itself."""
+    plan, module = _emitted(tmp_path, key)
+    path = tmp_path / "planner_job.py"
+    path.write_text(module)
+    back = check_plan(torchtitan_config.load(path, None, None))
+    lay, got = plan.require_layout(), back.require_layout()
+    fields = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "micro_batch_size")
+    fields += ("recompute", "zero_stage", "moe_token_dispatcher_type")
+    assert {f: getattr(got, f) for f in fields} == {f: getattr(lay, f) for f in fields}
+    assert got.stages(plan.job.arch.num_layers) == lay.stages(plan.job.arch.num_layers)
+    job, again = plan.job, back.job
+    assert (again.arch.name, again.seq_length, again.global_batch_size) == (
+        job.arch.name,
+        job.seq_length,
+        job.global_batch_size,
+    )
+    assert (again.precision, again.deterministic, again.cluster) == (
+        job.precision,
+        job.deterministic,
+        job.cluster,
+    )
+    if job.precision == "fp8":
+        assert again.fp8_recipe == job.fp8_recipe
+    keys = ("reshard_after_forward", "dp_replicate", "compile", "async_tp", "cp_load_balance")
+    assert {k: getattr(again.titan, k) for k in keys} == {k: getattr(job.titan, k) for k in keys}
+    assert cost.estimate(again, got).step_time_s == cost.estimate(job, lay).step_time_s
+    assert memory.estimate(again, got).peak == memory.estimate(job, lay).peak

@@ -1,0 +1,155 @@
+"""torchtitan's configuration records as `planner.inputs.torchtitan_module` reads them, the
+baselines' values (pytorch/torchtitan b5bcd76c config_registry functions) and torchtitan's
+defaults of the fields a plan needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Fields = dict[tuple[str, ...], Any]
+"""Configuration values by field path, ("parallelism", "tensor_parallel_degree") -> 8; a whole
+record at a shorter path (("parallelism",) -> Record) holds its own fields."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a call in the configuration builds: the callee as written (`ParallelismConfig`,
+    `FullAC.Config`, `model_registry`), its positional and keyword arguments."""
+
+    callee: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    line: int = 0
+    """Where it is built (0: a baseline's)."""
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A value the reader does not evaluate, kept with its line and text: an error only if the
+    plan needs it."""
+
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Baseline:
+    model: str
+    """torchtitan's model module (torchtitan/models/<model>)."""
+    fields: Fields
+    source: str
+    """Where the values are: the config_registry function's lines at b5bcd76c."""
+
+
+def _baseline(
+    model: str,
+    lines: str,
+    flavor: str,
+    tokens: int,
+    context: int,
+    ac: str,
+    spec: dict[str, Any] | None = None,
+    **records: Record,
+) -> Baseline:
+    """A baseline's values: its model_registry(flavor, **spec), tokens per micro-batch per DP
+    rank, context length, activation checkpointing (SelectiveAC / FullAC) and whole records
+    (`parallelism`, `compile`)."""
+    fields: Fields = {
+        ("model_spec",): Record("model_registry", (flavor,), spec or {}),
+        ("training", "num_tokens_per_microbatch_per_dp_rank"): tokens,
+        ("training", "max_context_length"): context,
+        ("activation_checkpoint",): Record(f"{ac}.Config"),
+    }
+    fields.update({(name,): rec for name, rec in records.items()})
+    return Baseline(model, fields, f"torchtitan/models/{model}/config_registry.py:{lines}")
+
+
+def _parallelism(**kwargs: Any) -> Record:
+    return Record("ParallelismConfig", (), kwargs)
+
+
+BASELINES = {
+    "llama3_8b": _baseline("llama3", "194-226", "8B", 8192, 8192, "SelectiveAC"),
+    "llama3_70b": _baseline(
+        "llama3",
+        "267-302",
+        "70B",
+        8 * 8192,
+        8192,
+        "FullAC",
+        parallelism=_parallelism(tensor_parallel_degree=8),
+    ),
+    "llama3_405b": _baseline(
+        "llama3",
+        "305-356",
+        "405B",
+        2 * 8192,
+        8192,
+        "FullAC",
+        {"converters": [Record("Float8LinearConverter.Config")]},
+        parallelism=_parallelism(tensor_parallel_degree=8),
+        compile=Record("CompileConfig", (), {"enable": True, "enable_async_tensor_parallel": True}),
+    ),
+    "deepseek_v3_671b": _baseline(
+        "deepseek_v3",
+        "209-245",
+        "671B",
+        4 * 4096,
+        4096,
+        "SelectiveAC",
+        {"attn_backend": "flex"},
+        parallelism=_parallelism(
+            pipeline_parallel_schedule="Interleaved1F1B", expert_parallel_degree=2
+        ),
+        compile=Record("CompileConfig", (), {"enable": True, "components": ["loss"]}),
+    ),
+    "qwen3_30b_a3b": _baseline("qwen3", "305-337", "30B-A3B", 2 * 4096, 4096, "FullAC"),
+    "gpt_oss_20b": _baseline("gpt_oss", "71-101", "20b", 8192, 8192, "FullAC"),
+    "gpt_oss_120b": _baseline("gpt_oss", "104-134", "120b", 8192, 8192, "FullAC"),
+}
+"""The baselines (b5bcd76c config_registry functions, `Baseline.source`) and the values of theirs
+the plan reads; the rest of what they set (tokenizer, dataset, loss, optimizer, logging) the plan
+does not. The float8 converter of llama3_405b has its default recipe, rowwise."""
+
+DEFAULTS: Fields = {
+    ("parallelism", "data_parallel_replicate_degree"): 1,
+    ("parallelism", "data_parallel_shard_degree"): -1,
+    ("parallelism", "fsdp_reshard_after_forward"): "default",
+    ("parallelism", "tensor_parallel_degree"): 1,
+    ("parallelism", "pipeline_parallel_degree"): 1,
+    ("parallelism", "context_parallel_degree"): 1,
+    ("parallelism", "expert_parallel_degree"): 1,
+    ("parallelism", "pipeline_parallel_schedule"): "1F1B",
+    ("parallelism", "num_pp_microbatches"): 1,
+    ("parallelism", "module_fqns_per_model_part"): None,
+    ("parallelism", "context_parallel_load_balancer"): "headtail",
+    ("training", "num_tokens_per_microbatch_per_dp_rank"): 16384,
+    ("training", "num_tokens_per_train_step"): -1,
+    ("training", "max_context_length"): 2048,
+    ("activation_checkpoint",): Record("SelectiveAC.Config"),
+    ("compile", "enable"): False,
+    ("compile", "enable_async_tensor_parallel"): False,
+    ("compile", "components"): ["model", "loss"],
+    ("debug", "deterministic"): False,
+}
+"""torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
+:133-290, training :43-51, compile :293-313; the default activation checkpointing
+trainer.py:108-110), as benchmarks/data/torchtitan_head_config.md cites them."""
+
+
+def lookup(values: Fields, path: tuple[str, ...]) -> Any:
+    """The field's value: set at its path, else in a record set at a shorter one (its keyword
+    argument, else torchtitan's default: the record replaced the baseline's), else the
+    default."""
+    if path in values:
+        return values[path]
+    for i in range(len(path) - 1, 0, -1):
+        rec = values.get(path[:i])
+        if isinstance(rec, Record):
+            rest = path[i:]
+            if len(rest) == 1 and rest[0] in rec.kwargs:
+                return rec.kwargs[rest[0]]
+            break
+    return DEFAULTS.get(path)
