@@ -6,13 +6,15 @@ What is read is the form torchtitan documents and `planner launch --target torch
 writes (torchtitan/config/README.md at b5bcd76c; benchmarks/data/torchtitan_head_config.md): one
 function that starts from a model's baseline, `config = llama3_70b()`, sets fields,
 `config.parallelism = ParallelismConfig(...)` or `config.training.max_context_length = 8192`, and
-returns it. The function is read, not run (no torch, no torchtitan): each right-hand side is a
-literal, arithmetic on literals, a name bound to one earlier, or a call, which stands for the
-configuration record it builds (its keyword arguments, the rest at torchtitan's defaults,
-`DEFAULTS`). A field the function leaves alone is the baseline's (`BASELINES`, each with its
-config_registry lines) or torchtitan's default. What the plan needs but the function computes in
-a way that is not read (a loop, a helper's result, an attribute of a call) exits 2 naming its
-line; what the plan does not need is not looked at.
+returns it; or, as the baselines themselves do, returns `Trainer.Config(...)`, or another config
+function's result (relative imports resolve within a torchtitan tree: its own config_registry files
+read, `benchmarks/torchtitan_baselines.py`). The function is read, not run (no torch, no
+torchtitan): each right-hand side is a literal, arithmetic on literals, a name bound to one
+earlier, or a call, which stands for the configuration record it builds (its keyword arguments, the
+rest at torchtitan's defaults, `DEFAULTS`). A field the function leaves alone is the baseline's
+(`BASELINES`, each with its config_registry lines) or torchtitan's default. What the plan needs but
+the function computes in a way that is not read (a loop, a helper's result, an attribute of a call)
+exits 2 naming its line; what the plan does not need is not looked at.
 
 The values become the tables of a torchtitan TOML (`planner.inputs.torchtitan_config`, which
 turns them into a plan as for a TOML): tokens per micro-batch per DP rank over the context length
@@ -40,12 +42,28 @@ class Reader:
         self.imports: dict[str, str] = {}  # local name -> dotted origin
         self.functions: dict[str, ast.FunctionDef] = {}
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module:
+            if isinstance(node, ast.ImportFrom):
+                origin = self._origin(node)
                 for alias in node.names:
-                    self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    self.imports[alias.asname or alias.name] = f"{origin}.{alias.name}"
             elif isinstance(node, ast.FunctionDef):
                 self.functions[node.name] = node
         self.model: str | None = None  # torchtitan's model module, from the baseline or imports
+
+    def _origin(self, node: ast.ImportFrom) -> str:
+        """The module imported from; a relative import resolved within a torchtitan tree
+        (`from . import model_registry` in torchtitan/models/llama3/config_registry.py), else
+        left relative ("." and the module)."""
+        if not node.level:
+            return node.module or ""
+        parts = self.path.resolve().parent.parts
+        package = (
+            parts[len(parts) - parts[::-1].index("torchtitan") - 1 :]
+            if ("torchtitan" in parts)
+            else ()
+        )
+        base = list(package[: len(package) - node.level + 1]) if package else ["."]
+        return ".".join([*base, *([node.module] if node.module else [])])
 
     def fail(self, node: ast.AST, why: str) -> InputError:
         line = getattr(node, "lineno", 0)
@@ -75,9 +93,14 @@ class Reader:
         config: str | None = None
         values: Fields = {}
         for stmt in fn.body:
-            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-                continue  # the docstring
+            if isinstance(stmt, ast.Assert) or (
+                isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+            ):
+                continue  # the docstring; an assert changes nothing it passes
             if isinstance(stmt, ast.Return):
+                if isinstance(stmt.value, ast.Call):  # return Trainer.Config(...), or f()
+                    base = self._baseline(stmt.value, depth)
+                    return base if base is not None else self._built(stmt.value, names)
                 if config is None or not (
                     isinstance(stmt.value, ast.Name) and stmt.value.id == config
                 ):
@@ -88,6 +111,12 @@ class Reader:
             target = stmt.targets[0]
             if isinstance(target, ast.Name):
                 base = self._baseline(stmt.value, depth)
+                if (
+                    base is None
+                    and isinstance(stmt.value, ast.Call)
+                    and _trainer_config(stmt.value)
+                ):
+                    base = self._built(stmt.value, names)  # config = Trainer.Config(...)
                 if base is not None:
                     config, values = target.id, dict(base)
                 else:
@@ -100,6 +129,13 @@ class Reader:
                 del values[key]  # a whole record replaces what was set inside it
             values[path] = self.value(stmt.value, names)
         raise self.fail(fn, "the function returns no configuration")
+
+    def _built(self, node: ast.Call, names: dict[str, Any]) -> Fields:
+        """The fields of `Trainer.Config(...)`: its keyword arguments, whole records."""
+        if not _trainer_config(node):
+            raise self.fail(node, f"expected Trainer.Config(...): {self._text(node)}")
+        rec = self.value(node, names)
+        return {(key,): v for key, v in rec.kwargs.items()}
 
     def _baseline(self, node: ast.expr, depth: int) -> Fields | None:
         """`llama3_70b()` (a baseline, or a config function of this module): its fields."""
@@ -163,6 +199,10 @@ class Reader:
 
     def _text(self, node: ast.AST) -> str:
         return (ast.get_source_segment(self.source, node) or ast.dump(node))[:120]
+
+
+def _trainer_config(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and _dotted(node.func) == "Trainer.Config"
 
 
 def _number(v: Any) -> bool:

@@ -91,6 +91,35 @@ def test_names_and_converters(tmp_path: Path) -> None:
     assert plan.job.seq_length == 4096 and plan.require_layout().micro_batch_size == 4
 
 
+def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
+    """A function that returns Trainer.Config(...) (the baselines' own form) and one that
+    returns another config function's result; an assert is read past."""
+    path = tmp_path / "own.py"
+    path.write_text(
+        "from torchtitan.config import ParallelismConfig, TrainingConfig\n"
+        "from torchtitan.distributed.activation_checkpoint import FullAC\n"
+        "from torchtitan.models.qwen3 import model_registry\n"
+        "from torchtitan.trainer import Trainer\n\n\n"
+        "def base():\n"
+        "    spec = model_registry('30B-A3B')\n"
+        "    return Trainer.Config(\n"
+        "        model_spec=spec,\n"
+        "        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=2 * 4096,\n"
+        "            max_context_length=4096, num_tokens_per_train_step=512 * 4096),\n"
+        "        parallelism=ParallelismConfig(expert_parallel_degree=8),\n"
+        "        activation_checkpoint=FullAC.Config(),\n"
+        "    )\n\n\n"
+        "def job():\n"
+        "    assert True\n"
+        "    return base()\n"
+    )
+    plan = torchtitan_config.load(Path(f"{path}:job"), "h100-sxm-80gb", 64)
+    lay = plan.require_layout()
+    # 2 x 4096 tokens at 4096 = micro-batch 2; 512 sequences a step; 64 GPUs all FSDP shards
+    assert plan.job.arch.name == "qwen3-30b-a3b" and plan.job.global_batch_size == 512
+    assert (lay.dp, lay.ep, lay.micro_batch_size, lay.recompute) == (64, 8, 2, "full")
+
+
 def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:
     """An optimizer built from the environment is no plan field: read past, not refused."""
     body = "    config.optimizer = default_adamw(lr=float(os.environ['LR']))\n"
