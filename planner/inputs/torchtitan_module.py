@@ -135,6 +135,8 @@ class Reader:
         if not _trainer_config(node):
             raise self.fail(node, f"expected Trainer.Config(...): {self._text(node)}")
         rec = self.value(node, names)
+        if not isinstance(rec, Record):  # Trainer.Config(**kwargs)
+            raise self.fail(node, f"planner does not evaluate {self._text(node)}")
         return {(key,): v for key, v in rec.kwargs.items()}
 
     def _baseline(self, node: ast.expr, depth: int) -> Fields | None:

@@ -143,6 +143,8 @@ def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:
             r"moe_comm_backend: planner models torchtitan's standard and deepep",
         ),
         ("    config.parallelism.tensor_parallel_degree = 'eight'\n", r"expected int"),
+        ("    kw = {}\n    return Trainer.Config(**kw)\n", r"planner does not evaluate"),
+        ("    config = Trainer.Config(**kw)\n", r"job\.py:9: planner does not evaluate"),
     ],
 )
 def test_what_is_not_read_exits_2_naming_it(tmp_path: Path, body: str, match: str | None) -> None:
