@@ -15,6 +15,7 @@ from planner.cli.common import (
     HeadroomOpt,
     JsonOpt,
     MegatronArgsOpt,
+    TorchtitanConfigOpt,
     VocabSizeOpt,
     check_headroom,
     emit_json,
@@ -134,15 +135,7 @@ def check(
     ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
     calibration_opt: calibration.CalibrationOpt = None,
-    torchtitan_config: Annotated[
-        Path | None,
-        typer.Option(
-            "--torchtitan-config",
-            help="a torchtitan job config TOML (as launch --target torchtitan writes), or a "
-            "Python configuration FILE.py[:FUNCTION] (as --target torchtitan-module writes); "
-            "--gpu where it names none",
-        ),
-    ] = None,
+    torchtitan_config: TorchtitanConfigOpt = None,
     framework: Annotated[
         str | None,
         typer.Option("--framework", help="check PLAN as trained by megatron or torchtitan"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +24,16 @@ err = Console(stderr=True, markup=False, emoji=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="percent of GPU memory kept free")]
+TorchtitanConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--torchtitan-config",
+        help="a torchtitan job config TOML (as launch --target torchtitan writes), or a "
+        "Python configuration FILE.py[:FUNCTION] (as --target torchtitan-module writes); "
+        "--gpu where it names none",
+    ),
+]
+
 MegatronArgsOpt = Annotated[
     str | None,
     typer.Option(

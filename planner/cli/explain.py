@@ -15,6 +15,7 @@ from planner.cli.common import (
     HeadroomOpt,
     JsonOpt,
     MegatronArgsOpt,
+    TorchtitanConfigOpt,
     VocabSizeOpt,
     check_headroom,
     emit_json,
@@ -35,6 +36,7 @@ from planner.cli.ops_options import (
     named_options,
     ops_inputs,
 )
+from planner.inputs import torchtitan_config as torchtitan_config_mod
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
@@ -66,6 +68,7 @@ def explain(
     ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
     megatron_args_path: MegatronArgsOpt = None,
+    torchtitan_config: TorchtitanConfigOpt = None,
     vocab_size: VocabSizeOpt = None,
     gpu: calibration.LogGpuOpt = None,
     num_gpus: calibration.LogGpusOpt = None,
@@ -81,10 +84,11 @@ def explain(
         gpu_power_w, async_checkpoint, checkpoint_interval_min,
     )  # fmt: skip
     run = None
-    given = [s for s in (plan_path, megatron_log_path, megatron_args_path) if s is not None]
-    if len(given) != 1:
+    sources = (plan_path, megatron_log_path, megatron_args_path, torchtitan_config)
+    if len([s for s in sources if s is not None]) != 1:
         raise InputError(
-            "explain: give one of a plan file, --megatron-args FILE or --megatron-log FILE"
+            "explain: give one of a plan file, --megatron-args FILE, --megatron-log FILE or "
+            "--torchtitan-config FILE"
         )
     if vocab_size is not None and megatron_args_path is None:
         raise InputError("explain: --vocab-size: only with --megatron-args")
@@ -95,10 +99,15 @@ def explain(
         from planner.cli.check import plan_from_args
 
         plan = plan_from_args(None, megatron_args_path, gpu, num_gpus, vocab_size)
+    elif torchtitan_config is not None:
+        plan = check_plan(torchtitan_config_mod.load(torchtitan_config, gpu, num_gpus))
     else:
         for flag, value in (("--gpu", gpu), ("--num-gpus", num_gpus)):
             if value is not None:
-                raise InputError(f"explain: {flag}: only with --megatron-args or --megatron-log")
+                raise InputError(
+                    f"explain: {flag}: only with --megatron-args, --megatron-log or "
+                    "--torchtitan-config"
+                )
         assert plan_path is not None  # the one source given
         plan = check_plan(load_plan(plan_path))
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)

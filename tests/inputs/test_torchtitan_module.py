@@ -11,6 +11,7 @@ num_tokens_per_train_step -1 the per-rank tokens x dp), and arithmetic in the co
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,8 @@ def test_check_reads_a_module_on_the_command_line(
     assert code in (0, 1) and "llama3.1-70b on 64 x h100-sxm-80gb" in out
     code, _, err = run(["check", "--torchtitan-config", str(tmp_path / "none.py")], capsys)
     assert code == 2 and "none.py: cannot read" in err
+    args = ["--torchtitan-config", str(path), "--gpu", "h100-sxm-80gb", "--num-gpus", "64"]
+    code, out, _ = run(["explain", *args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["parallel"]["tp"] == 8  # the baseline's preset
+    code, _, err = run(["explain", "plan.toml", *args], capsys)
+    assert code == 2 and "give one of a plan file" in err
