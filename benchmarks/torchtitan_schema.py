@@ -34,6 +34,8 @@ FILES = (
     "torchtitan/components/quantization/__init__.py",
     "torchtitan/components/quantization/float8.py",
     "torchtitan/components/quantization/mx.py",
+    "torchtitan/components/loss.py",
+    "torchtitan/models/common/config_utils.py",
     *(
         f"torchtitan/models/{m}/{f}"
         for m in ("llama3", "qwen3", "deepseek_v3", "gpt_oss")

@@ -61,6 +61,13 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "None, which a TOML file cannot hold; pass "
             "--parallelism.context_parallel_load_balancer on train.py's command line instead"
         )
+    if titan.loss_chunks > 1:
+        raise InputError(
+            f"{where}: torchtitan.loss_chunks: {titan.loss_chunks}: torchtitan "
+            f"{TORCHTITAN_COMMIT[:8]} computes the loss on the whole logits (its chunked loss "
+            "came with the Python configurations): set loss_chunks = 1, or write the module "
+            "(launch --target torchtitan-module)"
+        )
     if job.attention_kernel == "flash2":
         raise InputError(
             f"{where}: training.attention_kernel: flash2 is torchtitan before Oct 2025; at "

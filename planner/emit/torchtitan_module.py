@@ -20,13 +20,15 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
 - `activation_checkpoint` (None, SelectiveAC per-op, FullAC), `compile` (async TP only with
   compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism.
 
-What that torchtitan cannot run is refused, naming the plan's field: expert TP (EP borrows the
-TP ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
+What that torchtitan cannot run is refused, naming the plan's field: expert TP (EP borrows the TP
+ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
 all-gather, a TP degree that does not divide the KV heads, a context beyond the flavor's RoPE
-table. The prediction in the header is for the training code planner models (e347b1e5's: the
-whole logits, causal SDPA); the header says how this torchtitan differs. The header's
-`# planner-gpu:` line names the GPU, and `planner check --torchtitan-config planner_job.py` reads
-the module back into its plan (`planner.inputs.torchtitan_module`).
+table. The loss is the plan's (`[torchtitan] loss_chunks`): ChunkedLossWrapper over that many
+chunks, as the baselines run it with 8, or at 1 the whole logits' CrossEntropyLoss, which the
+prediction then counts. The prediction in the header is for the training code planner models
+(e347b1e5's, causal SDPA, with the plan's loss); the header says how this torchtitan differs. The
+header's `# planner-gpu:` line names the GPU, and `planner check --torchtitan-config
+planner_job.py` reads the module back into its plan (`planner.inputs.torchtitan_module`).
 """
 
 from __future__ import annotations
@@ -76,10 +78,9 @@ AC = {"none": ("None", None), "selective": ("SelectiveAC.Config()", "SelectiveAC
 FULL_AC = ("FullAC.Config()", "FullAC")
 
 DIFFERENCES = (
-    "the prediction is for the training code planner models (torchtitan e347b1e5: the whole "
-    "logits, causal SDPA); this torchtitan computes the loss in 8 chunks (less memory), runs "
-    "FlexAttention (varlen for gpt-oss) with per-document masks on packed sequences, and FSDP "
-    "even at shard degree 1"
+    "the prediction is for the training code planner models (torchtitan e347b1e5's, with the "
+    "plan's loss: [torchtitan] loss_chunks); this torchtitan runs FlexAttention (varlen for "
+    "gpt-oss) with per-document masks on packed sequences, and FSDP even at shard degree 1"
 )
 
 
@@ -132,12 +133,6 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
             plan,
             "training.seq_length",
             f"refuses a context above the {flavor} flavor's RoPE table ({base.max_context:,})",
-        )
-    if (lay.micro_batch_size * job.seq_length // lay.cp) % 8:
-        raise _refuse(
-            plan,
-            "training.seq_length",
-            "splits the loss in 8 chunks: a micro-batch's tokens over cp must be a multiple of 8",
         )
     return base, model, flavor
 
@@ -202,9 +197,14 @@ def render(plan: Plan, job_name: str) -> str:
     lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
     seq = job.seq_length
     async_tp = titan.async_tp and titan.compile
+    loss_imports = "CrossEntropyLoss"
+    if titan.loss_chunks > 1:
+        loss_imports = "ChunkedLossWrapper, CrossEntropyLoss"
     imports = sorted(
         {
             "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
+            f"from torchtitan.components.loss import {loss_imports}",
+            "from torchtitan.models.common.config_utils import decoder_vocab_size",
             "from torchtitan.config import CompileConfig, ParallelismConfig",
             f"from torchtitan.models.{model} import model_registry",
             f"from torchtitan.models.{model}.config_registry import {base.function}",
@@ -236,6 +236,16 @@ def render(plan: Plan, job_name: str) -> str:
         "config.checkpoint.enable = True",
         f"config.checkpoint.interval = {p.checkpoint_interval_steps}",
     ]
+    loss_fn = "CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))"
+    if titan.loss_chunks > 1:
+        body += [
+            "config.loss = ChunkedLossWrapper.Config(",
+            f"    num_chunks={titan.loss_chunks},",
+            f"    loss_fn={loss_fn},",
+            ")",
+        ]
+    else:
+        body.append(f"config.loss = {loss_fn}")
     if base.hf_folder:
         body.append(f"config.hf_assets_path = {base.hf_folder!r}  # its tokenizer: set the path")
     if job.deterministic:

@@ -107,6 +107,12 @@ class TorchtitanSection(BaseModel):
     cp_load_balance: Flag = Field(
         default=True, description="context_parallel_load_balancer headtail (false: None)"
     )
+    loss_chunks: PositiveInt = Field(
+        default=1,
+        description="the loss over this many chunks of a micro-batch's tokens (torchtitan's "
+        "ChunkedLossWrapper num_chunks: 8 in every baseline since it came, the Python "
+        "configurations' torchtitan); 1 = the whole logits at once (CrossEntropyLoss, e347b1e5)",
+    )
 
     def schedule(self, vpp: int) -> str:
         """The pipeline schedule torchtitan runs at `vpp` stages per rank."""

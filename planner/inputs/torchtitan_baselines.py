@@ -53,11 +53,14 @@ def _baseline(
     spec: dict[str, Any] | None = None,
     **records: Record,
 ) -> Baseline:
-    """A baseline's values: its model_registry(flavor, **spec), tokens per micro-batch per DP
-    rank, context length, activation checkpointing (SelectiveAC / FullAC) and whole records
+    """A baseline's values: its model_registry(flavor, **spec), the chunked loss every baseline
+    has (`loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(...))`, num_chunks at
+    its default 8, torchtitan/components/loss.py:544), tokens per micro-batch per DP rank,
+    context length, activation checkpointing (SelectiveAC / FullAC) and whole records
     (`parallelism`, `compile`)."""
     fields: Fields = {
         ("model_spec",): Record("model_registry", (flavor,), spec or {}),
+        ("loss",): Record("ChunkedLossWrapper.Config"),
         ("training", "num_tokens_per_microbatch_per_dp_rank"): tokens,
         ("training", "max_context_length"): context,
         ("activation_checkpoint",): Record(f"{ac}.Config"),
@@ -133,10 +136,12 @@ DEFAULTS: Fields = {
     ("compile", "enable_async_tensor_parallel"): False,
     ("compile", "components"): ["model", "loss"],
     ("debug", "deterministic"): False,
+    ("loss",): Record("BaseLoss.Config"),
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
 :133-290, training :43-51, compile :293-313; the default activation checkpointing
-trainer.py:108-110), as benchmarks/data/torchtitan_head_config.md cites them."""
+trainer.py:108-110; the loss's, trainer.py:116), as benchmarks/data/torchtitan_head_config.md
+cites them."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:

@@ -148,6 +148,9 @@ def _document(
     }
     if doc.get("parallelism", {}).get("context_parallel_load_balancer", "") is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
+    chunks = _get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss
+    if chunks != 1:
+        titan["loss_chunks"] = chunks
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
     ep = par("expert_parallel_degree", 1)
     if ep > 1:

@@ -262,7 +262,29 @@ class Document:
             ("compile", "enable_async_tensor_parallel"), bool
         )
         tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
+        tables["loss"] = {"num_chunks": self._loss_chunks()}
         return tables
+
+    def _loss_chunks(self) -> int:
+        """ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss."""
+        loss = self.need(("loss",), Record)
+        if loss.callee.endswith("ChunkedLossWrapper.Config"):
+            chunks = loss.kwargs.get("num_chunks", 8)
+            if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
+                return chunks
+            raise InputError(
+                f"{self.where}:{loss.line}: config.loss: num_chunks: expected a positive int "
+                f"(got {spelled(chunks)})"
+            )
+        if loss.callee.endswith("CrossEntropyLoss.Config"):
+            return 1
+        why = (
+            " (torchtitan's abstract default: set config.loss)" if "BaseLoss" in loss.callee else ""
+        )
+        raise InputError(
+            f"{self.where}: config.loss: planner models ChunkedLossWrapper and CrossEntropyLoss "
+            f"(got {loss.callee}{why})"
+        )
 
     def _converters(self, spec: Record, tables: dict[str, Any]) -> None:
         """The float8 converter as the TOML's float8 tables; the MoE dispatcher."""

@@ -125,6 +125,9 @@ class Shard:
     fused_norm: bool = True
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
     compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
+    loss_chunks: int = 1
+    """torchtitan's ChunkedLossWrapper chunks (`TorchtitanSection.loss_chunks`; 1 = whole
+    logits): `loss_activations.logits_bytes`."""
     attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
     hidden_dropout: bool = True
     """The model has hidden dropout: each residual add's and the embedding's dropout keeps its

@@ -7,7 +7,7 @@ deferred output-layer weight gradients hold until the pipeline flush (`deferred_
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
-from planner.model.activations import BF16, Shard, norm_input
+from planner.model.activations import BF16, FP32, Shard, norm_input
 
 GATHERED_LOSS_BYTES_PER_LOGIT = 24
 """Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
@@ -69,9 +69,23 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
         return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
         per = LOSS_PARALLEL_BYTES_PER_LOGIT if sh.tp > 1 else PYTORCH_LOSS_BYTES_PER_LOGIT
+        if sh.loss_chunks > 1:
+            return norm + per * local / sh.loss_chunks + chunk_gradient_bytes(T, h)
         return norm + per * local
     extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
     return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
+
+
+def chunk_gradient_bytes(tokens: int, hidden: int) -> float:
+    """torchtitan's ChunkedLossWrapper (pytorch/torchtitan b5bcd76c
+    torchtitan/components/loss.py:501-720): the decoder's output is split into `loss_chunks`
+    chunks of tokens, and each chunk runs the output layer, the loss and its own backward in
+    turn, so only one chunk's logits are alive (the same loss kernel on 1 / chunks of the
+    tokens: `logits_bytes`); the chunks' input gradients gather in one fp32 [tokens, hidden]
+    buffer (GradAccumulator, :383-432, made at :639-643 with dtype float32, over the rank's
+    whole tokens: the output layer's input is replicated over TP, :529-531), alive until the
+    decoder's backward starts."""
+    return FP32 * tokens * hidden
 
 
 def deferred_wgrad_bytes(arch: ModelArch, padded_vocab: int, sh: Shard, calls: int) -> float:

@@ -136,6 +136,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         fused_norm=job.fused_norm,
         cross_entropy=job.cross_entropy,
         compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
+        loss_chunks=job.titan.loss_chunks if job.framework == "torchtitan" else 1,
         attention_dropout=job.attention_dropout,
         hidden_dropout=job.hidden_dropout,
         frozen=job.frozen_model,

@@ -194,6 +194,23 @@ def test_a_model_torchtitan_has_no_flavor_of_exits_2(tmp_path: Path) -> None:
         launch(path, "torchtitan")
 
 
+def test_the_toml_target_refuses_a_chunked_loss(tmp_path: Path) -> None:
+    """e347b1e5's TOML torchtitan has no chunked loss: a plan with loss_chunks > 1 is for the
+    module target."""
+    path = write(
+        tmp_path,
+        plan_text(
+            model='[model]\nname = "llama3.1-8b"\n',
+            training=TITAN,
+            parallel="[parallel]\nzero_stage = 3\n",
+        )
+        + "\n[torchtitan]\nloss_chunks = 8\n",
+    )
+    with pytest.raises(InputError, match=r"torchtitan\.loss_chunks: 8: torchtitan e347b1e5"):
+        launch(path, "torchtitan")
+    assert launch(path, "torchtitan-module").text.count("num_chunks=8") == 1
+
+
 def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
     path = write(tmp_path, "[model]\nname = 'llama3'\nflavor = '8B'\n", "t.toml")
     with pytest.raises(InputError, match="give --gpu"):

@@ -38,7 +38,13 @@ TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_s
 
 
 PLANS = {
-    "8b-fsdp": ("llama3.1-8b", 8, "[parallel]\nzero_stage = 3\nrecompute = 'none'\n", "", ""),
+    "8b-fsdp": (
+        "llama3.1-8b",
+        8,
+        "[parallel]\nzero_stage = 3\nrecompute = 'none'\n",
+        "",
+        "\n[torchtitan]\nloss_chunks = 8\n",
+    ),
     "405b-pp-fp8": (
         "llama3.1-405b",
         512,
@@ -380,6 +386,7 @@ def test_the_module_reads_back_as_its_plan(tmp_path: Path, key: str) -> None:
     if job.precision == "fp8":
         assert again.fp8_recipe == job.fp8_recipe
     keys = ("reshard_after_forward", "dp_replicate", "compile", "async_tp", "cp_load_balance")
+    keys += ("loss_chunks",)
     assert {k: getattr(again.titan, k) for k in keys} == {k: getattr(job.titan, k) for k in keys}
     assert cost.estimate(again, got).step_time_s == cost.estimate(job, lay).step_time_s
     assert memory.estimate(again, got).peak == memory.estimate(job, lay).peak

@@ -46,6 +46,7 @@ def test_a_baseline_alone_is_its_registry_values(tmp_path: Path) -> None:
     assert (plan.job.seq_length, plan.job.global_batch_size) == (8192, 64)
     assert lay.recompute == "full" and lay.zero_stage == 3
     assert plan.job.arch.name == "llama3.1-70b" and plan.job.precision == "bf16"
+    assert plan.job.titan.loss_chunks == 8  # ChunkedLossWrapper at its default num_chunks
 
 
 def test_fields_set_over_the_baseline(tmp_path: Path) -> None:
@@ -97,6 +98,7 @@ def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
     returns another config function's result; an assert is read past."""
     path = tmp_path / "own.py"
     path.write_text(
+        "from torchtitan.components.loss import ChunkedLossWrapper\n"
         "from torchtitan.config import ParallelismConfig, TrainingConfig\n"
         "from torchtitan.distributed.activation_checkpoint import FullAC\n"
         "from torchtitan.models.qwen3 import model_registry\n"
@@ -105,6 +107,7 @@ def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
         "    spec = model_registry('30B-A3B')\n"
         "    return Trainer.Config(\n"
         "        model_spec=spec,\n"
+        "        loss=ChunkedLossWrapper.Config(num_chunks=4),\n"
         "        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=2 * 4096,\n"
         "            max_context_length=4096, num_tokens_per_train_step=512 * 4096),\n"
         "        parallelism=ParallelismConfig(expert_parallel_degree=8),\n"
@@ -119,6 +122,13 @@ def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
     # 2 x 4096 tokens at 4096 = micro-batch 2; 512 sequences a step; 64 GPUs all FSDP shards
     assert plan.job.arch.name == "qwen3-30b-a3b" and plan.job.global_batch_size == 512
     assert (lay.dp, lay.ep, lay.micro_batch_size, lay.recompute) == (64, 8, 2, "full")
+    assert plan.job.titan.loss_chunks == 4
+    no_loss = path.read_text().replace(
+        "        loss=ChunkedLossWrapper.Config(num_chunks=4),\n", ""
+    )
+    path.write_text(no_loss)
+    with pytest.raises(InputError, match=r"BaseLoss.Config \(torchtitan's abstract default"):
+        torchtitan_config.load(Path(f"{path}:job"), "h100-sxm-80gb", 64)
 
 
 def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:

@@ -255,6 +255,16 @@ def _compile_and_float8(job: Job, lay: Layout) -> Violation | None:
             if lay.cp > 1
             else f"torchtitan needs seq_length ({job.seq_length}) divisible by tp ({lay.tp})",
         )
+    chunks = titan.loss_chunks
+    tokens = lay.micro_batch_size * job.seq_length // lay.cp
+    if chunks > 1 and tokens % chunks:
+        return Violation(
+            "tt_loss_chunks",
+            "torchtitan.loss_chunks",
+            f"the chunked loss splits a micro-batch's {tokens} tokens per CP rank into "
+            f"{chunks} equal chunks (torchtitan/components/loss.py: 'sequence length must be "
+            "divisible by num_chunks')",
+        )
     return None
 
 
