@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
+from paths import EXAMPLES
 
 from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
@@ -206,3 +207,15 @@ def test_check_reads_a_module_on_the_command_line(
     assert code == 0 and json.loads(out)["parallel"]["tp"] == 8  # the baseline's preset
     code, _, err = run(["explain", "plan.toml", *args], capsys)
     assert code == 2 and "give one of a plan file" in err
+
+
+def test_the_bundled_example_reads() -> None:
+    """examples/torchtitan_qwen3_30b_a3b.py: qwen3_30b_a3b's FullAC (config_registry.py:305-337)
+    under the example's own settings: ep 8 over the 64 FSDP shards (-1: the GPUs left), two
+    4,096-token sequences a micro-batch, 512 a step, DeepEP, the loss in 8 chunks."""
+    plan = torchtitan_config.load(EXAMPLES / "torchtitan_qwen3_30b_a3b.py", "h100-sxm-80gb", 64)
+    lay = plan.require_layout()
+    assert (lay.tp, lay.dp, lay.ep, lay.expert_tp, lay.micro_batch_size) == (1, 64, 8, 1, 2)
+    assert (plan.job.seq_length, plan.job.global_batch_size) == (4096, 512)
+    assert lay.recompute == "full" and lay.moe_token_dispatcher_type == "flex"
+    assert plan.job.titan.loss_chunks == 8 and plan.job.arch.name == "qwen3-30b-a3b"
