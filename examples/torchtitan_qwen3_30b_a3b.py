@@ -24,6 +24,7 @@ def qwen3_30b_a3b_ep8() -> Trainer.Config:
     config.training.max_context_length = 4096
     config.training.num_tokens_per_microbatch_per_dp_rank = 2 * 4096
     config.training.num_tokens_per_train_step = 512 * 4096
+    config.training.disable_cuda_graphs = True  # torchtitan refuses them with expert parallelism
     config.loss = ChunkedLossWrapper.Config(
         num_chunks=8,
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),

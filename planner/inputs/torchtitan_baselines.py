@@ -51,13 +51,14 @@ def _baseline(
     context: int,
     ac: str,
     spec: dict[str, Any] | None = None,
+    graphs_off: bool = False,
     **records: Record,
 ) -> Baseline:
     """A baseline's values: its model_registry(flavor, **spec), the chunked loss every baseline
     has (`loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(...))`, num_chunks at
     its default 8, torchtitan/components/loss.py:544), tokens per micro-batch per DP rank,
-    context length, activation checkpointing (SelectiveAC / FullAC) and whole records
-    (`parallelism`, `compile`)."""
+    context length, activation checkpointing (SelectiveAC / FullAC), CUDA graphs turned off
+    (`graphs_off`) and whole records (`parallelism`, `compile`)."""
     fields: Fields = {
         ("model_spec",): Record("model_registry", (flavor,), spec or {}),
         ("loss",): Record("ChunkedLossWrapper.Config"),
@@ -65,6 +66,8 @@ def _baseline(
         ("training", "max_context_length"): context,
         ("activation_checkpoint",): Record(f"{ac}.Config"),
     }
+    if graphs_off:
+        fields["training", "disable_cuda_graphs"] = True
     fields.update({(name,): rec for name, rec in records.items()})
     return Baseline(model, fields, f"torchtitan/models/{model}/config_registry.py:{lines}")
 
@@ -106,6 +109,7 @@ BASELINES = {
         parallelism=_parallelism(
             pipeline_parallel_schedule="Interleaved1F1B", expert_parallel_degree=2
         ),
+        graphs_off=True,
         compile=Record("CompileConfig", (), {"enable": True, "components": ["loss"]}),
     ),
     "qwen3_30b_a3b": _baseline("qwen3", "305-337", "30B-A3B", 2 * 4096, 4096, "FullAC"),
@@ -131,6 +135,7 @@ DEFAULTS: Fields = {
     ("training", "num_tokens_per_microbatch_per_dp_rank"): 16384,
     ("training", "num_tokens_per_train_step"): -1,
     ("training", "max_context_length"): 2048,
+    ("training", "disable_cuda_graphs"): False,
     ("activation_checkpoint",): Record("SelectiveAC.Config"),
     ("compile", "enable"): False,
     ("compile", "enable_async_tensor_parallel"): False,
@@ -140,8 +145,8 @@ DEFAULTS: Fields = {
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
 :133-290, training :43-51, compile :293-313; the default activation checkpointing
-trainer.py:108-110; the loss's, trainer.py:116), as benchmarks/data/torchtitan_head_config.md
-cites them."""
+trainer.py:108-110; the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85), as
+benchmarks/data/torchtitan_head_config.md cites them."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:

@@ -263,7 +263,26 @@ class Document:
         )
         tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
         tables["loss"] = {"num_chunks": self._loss_chunks()}
+        self._graphs(par)
         return tables
+
+    def _graphs(self, par: dict[str, Any]) -> None:
+        """torchtitan b5bcd76c captures the step in CUDA graphs unless told not to
+        (training.disable_cuda_graphs, default False, configs.py:75-85), and its Trainer.Config
+        refuses them with pipelining (trainer.py:172-176) and with expert parallelism over the
+        standard or DeepEP dispatcher (trainer.py:178-199): such a configuration does not run."""
+        if self.need(("training", "disable_cuda_graphs"), bool):
+            return
+        pp, ep = par["pipeline_parallel_degree"], par["expert_parallel_degree"]
+        what = f"pipeline parallelism ({pp})" if pp > 1 else ""
+        if not what and ep > 1:  # the backend is standard or deepep (the others exit before)
+            what = f"expert parallelism ({ep}) over {par['expert_parallel_comm_backend']}"
+        if what:
+            raise InputError(
+                f"{self.where}: config.training.disable_cuda_graphs: False (the default) with "
+                f"{what}: torchtitan refuses CUDA graphs there (trainer.py:172-199 at "
+                "b5bcd76c); set it True"
+            )
 
     def _loss_chunks(self) -> int:
         """ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss."""

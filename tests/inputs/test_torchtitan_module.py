@@ -71,7 +71,10 @@ def test_a_whole_record_replaces_the_baselines_presets(tmp_path: Path) -> None:
         "        num_pp_microbatches=8, pipeline_parallel_schedule='1F1B')\n"
         "    config.training.num_tokens_per_microbatch_per_dp_rank = 8192\n"
     )
-    plan = _load(tmp_path, body)
+    # torchtitan refuses CUDA graphs (on by default) with pipelining (trainer.py:172-176)
+    with pytest.raises(InputError, match=r"disable_cuda_graphs: False .* pipeline parallelism"):
+        _load(tmp_path, body)
+    plan = _load(tmp_path, body + "    config.training.disable_cuda_graphs = True\n")
     lay = plan.require_layout()
     # 64 / pp 4 = 16 shards; 8 micro-batches of one sequence per rank, x 16 = 128 a step
     assert (lay.tp, lay.pp, lay.dp, lay.micro_batch_size) == (1, 4, 16, 1)
@@ -110,7 +113,8 @@ def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
         "        model_spec=spec,\n"
         "        loss=ChunkedLossWrapper.Config(num_chunks=4),\n"
         "        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=2 * 4096,\n"
-        "            max_context_length=4096, num_tokens_per_train_step=512 * 4096),\n"
+        "            max_context_length=4096, num_tokens_per_train_step=512 * 4096,\n"
+        "            disable_cuda_graphs=True),\n"
         "        parallelism=ParallelismConfig(expert_parallel_degree=8),\n"
         "        activation_checkpoint=FullAC.Config(),\n"
         "    )\n\n\n"
