@@ -20,6 +20,7 @@ from planner.cli.common import (
     check_headroom,
     emit_json,
     err,
+    module_note,
     out,
     warn,
 )
@@ -158,6 +159,7 @@ def check(
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
+    module_note(plan)
     rep = memory.estimate(job, layout, headroom)
 
     def step_time(lay: Layout) -> float:

@@ -88,6 +88,24 @@ def check_headroom(headroom: float) -> None:
         raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
 
 
+MODULE_NOTE = (
+    "a torchtitan Python configuration (b5bcd76c): the prediction is for the training code "
+    "planner models, torchtitan e347b1e5's with this configuration's loss; FlexAttention's "
+    "per-document masks (less attention work on packed short documents) and CUDA graphs are "
+    "not modelled"
+)
+
+
+def module_note(plan: Plan) -> list[str]:
+    """For a plan read from a torchtitan Python configuration: what its prediction is for
+    (`MODULE_NOTE`), also written on stderr; else nothing."""
+    if plan.path is None or not plan.path.name.partition(":")[0].endswith(".py"):
+        return []
+    line = f"{plan.path}: {MODULE_NOTE}"
+    sys.stderr.write(f"planner: note: {line}\n")
+    return [line]
+
+
 def warn(plan: Plan) -> list[str]:
     """What Megatron-LM would warn about in the plan's layout (`planner.search.rules.warnings`),
     each as 'file: field: message', also written on stderr; the plan stays valid."""

@@ -19,6 +19,7 @@ from planner.cli.common import (
     VocabSizeOpt,
     check_headroom,
     emit_json,
+    module_note,
     out,
     warn,
 )
@@ -113,6 +114,7 @@ def explain(
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
+    noted = module_note(plan)
     rep = memory.estimate(job, layout, headroom)
     perf = cost.estimate(job, layout)
     ops = None
@@ -132,7 +134,7 @@ def explain(
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
         data["performance"]["optimistic"] = optimistic(job, layout)
-        data["notes"] = explain_notes.notes(job, layout, perf)
+        data["notes"] = noted + explain_notes.notes(job, layout, perf)
         data["warnings"] = warned
         calibration.add_json(data, prof, run)
         emit_json(data)

@@ -207,8 +207,10 @@ def test_check_reads_a_module_on_the_command_line(
     code, _, err = run(["check", "--torchtitan-config", str(tmp_path / "none.py")], capsys)
     assert code == 2 and "none.py: cannot read" in err
     args = ["--torchtitan-config", str(path), "--gpu", "h100-sxm-80gb", "--num-gpus", "64"]
-    code, out, _ = run(["explain", *args, "--json"], capsys)
+    code, out, err = run(["explain", *args, "--json"], capsys)
     assert code == 0 and json.loads(out)["parallel"]["tp"] == 8  # the baseline's preset
+    assert "torchtitan e347b1e5's with this configuration's loss" in json.loads(out)["notes"][0]
+    assert "planner: note:" in err
     code, _, err = run(["explain", "plan.toml", *args], capsys)
     assert code == 2 and "give one of a plan file" in err
 
