@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import pipeline_layout, torchtitan_module
+from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
@@ -75,6 +75,8 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
     where = str(path)
     module = _module(path)
     if module is not None:
+        from planner.inputs import torchtitan_module  # ast and the baselines: only here
+
         doc, text = torchtitan_module.tables(*module)
         return _document(doc, text, str(module[0]), gpu, num_gpus)
     try:
