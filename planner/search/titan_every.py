@@ -130,7 +130,9 @@ def every_candidates(
     it), and, outside Megatron's schedules, where its bound exceeds `cut` (there `base_bound` is
     `bound.lower_bound`, which holds at this size and every smaller one). By the same growth the
     sizes at which the most-recomputed layout fits are the smallest ones: the largest of them is
-    bisected once per base (`_most_fit`), and no larger size is asked.
+    bisected once per base (`_most_fit`), and no larger size is asked. Before any of that a base
+    whose step time without recompute is above `cut` is passed (recompute is never faster,
+    tests/search/test_top_k.py): most of them are.
     tests/search/test_titan_variants.py checks the merged search against a brute force that
     asks every base."""
     of = known.bases
@@ -159,6 +161,9 @@ def every_candidates(
                     continue
                 if memory.state_floor(job, lay) > capacity:
                     continue
+                plain = lay.with_(recompute="none")
+                if cut is not None and cost.estimate(job, plain).step_time_s > cut:
+                    continue  # recompute is never faster: no every-N layout of it makes the cut
                 if j not in most:
                     at = [_first_zero(space, of(m, vpp, split)[j].layout) for m in ascending]
                     most[j] = _most_fit(job, space, [x for x in at if x.micro_batch_size <= mbs])
