@@ -130,8 +130,8 @@ def every_candidates(
     it), and, outside Megatron's schedules, where its bound exceeds `cut` (there `base_bound` is
     `bound.lower_bound`, which holds at this size and every smaller one). By the same growth the
     sizes at which the most-recomputed layout fits are the smallest ones: the largest of them is
-    bisected once per base (`_most_fit`), and no larger size is asked. Before any of that a base
-    whose step time without recompute is above `cut` is passed (recompute is never faster,
+    bisected once per base (`_most_fit`), and no larger size is asked. Before that bisection a
+    base whose step time without recompute is above `cut` is passed (recompute is never faster,
     tests/search/test_top_k.py): most of them are.
     tests/search/test_titan_variants.py checks the merged search against a brute force that
     asks every base."""
