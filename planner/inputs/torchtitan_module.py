@@ -141,12 +141,14 @@ class Reader:
 
     def _baseline(self, node: ast.expr, depth: int) -> Fields | None:
         """`llama3_70b()` (a baseline, or a config function of this module): its fields."""
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        if not isinstance(node, ast.Call):
             return None
-        name = node.func.id
-        if name in self.functions:
+        dotted = _dotted(node.func) or ""
+        head, _, name = dotted.rpartition(".")
+        if not head and name in self.functions:
             return self.run(self.functions[name], depth + 1)
-        origin = self.imports.get(name, "")
+        # `llama3_70b()` imported by name, or `config_registry.llama3_70b()` by its module
+        origin = f"{self.imports.get(head, head)}.{name}" if head else self.imports.get(name, "")
         if ".config_registry." not in origin:
             return None
         base = BASELINES.get(name)

@@ -136,6 +136,18 @@ def test_torchtitans_own_form_returns_the_record(tmp_path: Path) -> None:
         torchtitan_config.load(Path(f"{path}:job"), "h100-sxm-80gb", 64)
 
 
+def test_a_baseline_through_its_module(tmp_path: Path) -> None:
+    """`from torchtitan.models.llama3 import config_registry` then config_registry.llama3_70b():
+    the same baseline as importing the function."""
+    path = tmp_path / "via.py"
+    path.write_text(
+        "from torchtitan.models.llama3 import config_registry\n\n\n"
+        "def job():\n    config = config_registry.llama3_70b()\n    return config\n"
+    )
+    lay = torchtitan_config.load(path, "h100-sxm-80gb", 64).require_layout()
+    assert (lay.tp, lay.dp, lay.micro_batch_size) == (8, 8, 8)  # as the baseline alone
+
+
 def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:
     """An optimizer built from the environment is no plan field: read past, not refused."""
     body = "    config.optimizer = default_adamw(lr=float(os.environ['LR']))\n"
