@@ -206,6 +206,8 @@ def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
     every variant's own, `len(order) + vi`); the job's own selective_layer_every is kept."""
     if "full" not in space.recompute or "selective_layer_every" in given(job):
         return found
+    if job.titan.loss_chunks > 1:  # the chunked loss's torchtitan has no every-N option
+        return found  # (rules.torchtitan.chunked_loss_era)
     t0 = time.perf_counter()
     extra, scored = _every_rows(job, space, found, top)
     rows = heapq.nsmallest(top, found.rows + extra, key=lambda e: e[0])

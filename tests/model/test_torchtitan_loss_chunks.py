@@ -9,14 +9,19 @@ by 12 x 8,192 x 128,256 x 7 / 8 - 4 x 8,192 x 4,096 bytes, times the allocator a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from jobs import job
 
+from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import TorchtitanSection, training_defaults
 from planner.model import memory
 from planner.search import rules
+from planner.search.space import Space
+from planner.search.suggest import search_rows
 
 LAY = Layout(tp=1, pp=1, dp=8, zero_stage=3, micro_batch_size=1)
 
@@ -50,3 +55,26 @@ def test_the_chunks_must_divide_the_tokens() -> None:
     found = [v.rule for v in rules.violations(j, LAY)]
     assert "tt_loss_chunks" in found
     assert "tt_loss_chunks" not in [v.rule for v in rules.violations(_titan(8), LAY)]
+
+
+def test_the_chunked_loss_era_has_no_every_n_nor_expert_tp() -> None:
+    """loss_chunks > 1 is torchtitan's Python-configuration era (b5bcd76c), which has neither
+    every-N-layers checkpointing nor expert TP: a plan asking for either is refused, and the
+    torchtitan search suggests neither there."""
+    every = replace(_titan(8), torchtitan=TorchtitanSection(loss_chunks=8, selective_layer_every=2))
+    full = LAY.with_(recompute="full", recompute_method="block", recompute_num_layers=16)
+    assert "tt_head_every" in [v.rule for v in rules.violations(every, full)]
+    qwen = replace(_titan(8), arch=catalog.get_model("qwen3-30b-a3b"))
+    folded = LAY.with_(tp=2, dp=4, ep=4, etp=2, sequence_parallel=True)
+    assert "tt_head_etp" in [v.rule for v in rules.violations(qwen, folded)]
+    whole = replace(qwen, torchtitan=TorchtitanSection())  # e347b1e5 runs etp = tp
+    assert "tt_head_etp" not in [v.rule for v in rules.violations(whole, folded)]
+    _, rows = search_rows(qwen, Space(framework="torchtitan"), 5)
+    assert rows
+    for c in [c for r in rows for c in (r.candidate, *r.equivalents)]:
+        assert getattr(c, "titan", qwen.titan).selective_layer_every is None
+        assert c.layout.ep == 1 or c.layout.expert_tp == 1
+        assert c.layout.ep > 1 or c.layout.moe_token_dispatcher_type != "flex"
+        assert not rules.violations(qwen, c.layout)
+    deepep = LAY.with_(moe_token_dispatcher_type="flex")  # DeepEP at ep 1
+    assert "tt_head_deepep" in [v.rule for v in rules.violations(qwen, deepep)]

@@ -280,5 +280,43 @@ def megatron_recipes(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (sharding, schedule, experts, features, megatron_recipes)
+def deepep_needs_ep(job: Job) -> bool:
+    """Whether DeepEP needs expert parallelism itself (not expert TP x EP > 1, as Megatron's):
+    torchtitan with the chunked loss (`chunked_loss_era`)."""
+    return _titan(job) and job.titan.loss_chunks > 1
+
+
+def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
+    """A chunked loss (`[torchtitan] loss_chunks` > 1) is torchtitan's since its Python
+    configurations (b5bcd76c: the TOML target refuses it), which has no every-N-layers
+    checkpointing, no expert TP (its EP takes the TP ranks) and no DeepEP without expert
+    parallelism (benchmarks/data/torchtitan_head_config.md 2e, 2g): a plan with the one cannot
+    have the others."""
+    if not _titan(job) or job.titan.loss_chunks == 1:
+        return None
+    if job.titan.selective_layer_every is not None:
+        return Violation(
+            "tt_head_every",
+            "torchtitan.selective_layer_every",
+            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
+            "activation checkpointing is per op or whole: there is no every-N-layers option",
+        )
+    if deepep_needs_ep(job) and lay.ep == 1 and lay.moe_token_dispatcher_type == "flex":
+        return Violation(
+            "tt_head_deepep",
+            "parallel.moe_token_dispatcher_type",
+            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
+            "DeepEP needs expert parallelism (ep > 1; models/common/token_dispatcher.py)",
+        )
+    if lay.ep > 1 and lay.expert_tp > 1:
+        return Violation(
+            "tt_head_etp",
+            "parallel.etp",
+            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
+            f"there is no expert TP (etp {lay.expert_tp}): its EP takes the TP ranks; etp = 1",
+        )
+    return None
+
+
+RULES = (sharding, schedule, experts, features, chunked_loss_era, megatron_recipes)
 """The framework rules, in the order their messages are listed."""
