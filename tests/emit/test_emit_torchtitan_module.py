@@ -28,9 +28,13 @@ from planner.emit import torchtitan_module
 from planner.emit.launch import launch, render
 from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
-from planner.inputs.plan import load_plan
+from planner.inputs.job_request import JobArgs, load_job
+from planner.inputs.plan import Plan, load_plan
 from planner.model import cost, memory
-from planner.search.rules import check_plan
+from planner.search.rules import check_plan, violations
+from planner.search.space import Space
+from planner.search.suggest import search_rows
+from planner.search.titan_variants import candidate_job
 
 SCHEMA = json.loads((TESTS / "data" / "torchtitan_config_schema.json").read_text())
 MODULES: dict[str, Any] = SCHEMA["modules"]
@@ -390,3 +394,39 @@ def test_the_module_reads_back_as_its_plan(tmp_path: Path, key: str) -> None:
     assert {k: getattr(again.titan, k) for k in keys} == {k: getattr(job.titan, k) for k in keys}
     assert cost.estimate(again, got).step_time_s == cost.estimate(job, lay).step_time_s
     assert memory.estimate(again, got).peak == memory.estimate(job, lay).peak
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "seq"), [("llama3.1-8b", 8, 8192), ("qwen3-30b-a3b", 16, 4096)]
+)
+def test_what_suggest_finds_for_todays_torchtitan_runs_there(
+    tmp_path: Path, model: str, gpus: int, seq: int
+) -> None:
+    """A job with the chunked loss (today's torchtitan): every row and twin `suggest` returns
+    passes the rules, `--target torchtitan-module` writes it, and the module reads back to the
+    same predicted step time and peak memory. Oracle: the suggested plan itself."""
+    text = plan_text(
+        model=f'[model]\nname = "{model}"\n',
+        cluster=f'[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = {gpus}\n',
+        training=f"[training]\nframework = 'torchtitan'\nseq_length = {seq}\n"
+        "global_batch_size = 64\n",
+        parallel="",
+    )
+    job = load_job(write(tmp_path, text + "\n[torchtitan]\nloss_chunks = 8\n"), JobArgs())[0]
+    _, rows = search_rows(job, Space(framework="torchtitan"), 3)
+    assert rows
+    for c in [c for r in rows for c in (r.candidate, *r.equivalents)]:
+        plan = Plan(candidate_job(job, c), c.layout, tmp_path / "plan.toml")
+        assert not violations(plan.job, c.layout)
+        path = tmp_path / "planner_job.py"
+        path.write_text(render(plan, "torchtitan-module", "job")[1])
+        back = check_plan(torchtitan_config.load(path, None, None))
+        want = (
+            cost.estimate(plan.job, c.layout).step_time_s,
+            memory.estimate(plan.job, c.layout).peak,
+        )
+        got = (
+            cost.estimate(back.job, back.layout).step_time_s,
+            memory.estimate(back.job, back.layout).peak,
+        )
+        assert got == want, c.layout.describe()
