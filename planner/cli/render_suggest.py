@@ -190,11 +190,19 @@ def print_result(
             console.print(f"#1: {advice}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
+        chunks = job.titan.loss_chunks
+        every = "" if chunks > 1 else ", each also with full recompute of every N-th layer"
+        loss = (
+            f"the loss in {chunks} chunks (today's torchtitan: --target torchtitan-module)"
+            if chunks > 1
+            else "the loss on the whole logits (torchtitan e347b1e5's TOML; today's torchtitan "
+            "runs it in chunks: set [torchtitan] loss_chunks = 8 in the job to plan for it)"
+        )
         console.print(
             f"torchtitan: {len(variants(job))} settings searched (reshard_after_forward x "
             'dp_replicate; under pipelining only reshard_after_forward "default": torch '
-            "pipelining keeps the stage's parameters gathered whatever it says), each also "
-            "with full recompute of every N-th layer; the counts above are summed over them.",
+            f"pipelining keeps the stage's parameters gathered whatever it says){every}; the "
+            f"counts above are summed over them. Planned with {loss}.",
             highlight=False,
         )
 
