@@ -163,3 +163,82 @@ def lookup(values: Fields, path: tuple[str, ...]) -> Any:
                 return rec.kwargs[rest[0]]
             break
     return DEFAULTS.get(path)
+
+
+SECTION_FIELDS: dict[str, frozenset[str]] = {
+    "training": frozenset(
+        [
+            "disable_cuda_graphs",
+            "dtype",
+            "enable_cpu_offload",
+            "gc_debug",
+            "gc_freq",
+            "max_context_length",
+            "max_norm",
+            "mixed_precision_param",
+            "mixed_precision_reduce",
+            "num_tokens_per_microbatch_per_dp_rank",
+            "num_tokens_per_train_step",
+            "steps",
+        ]
+    ),
+    "parallelism": frozenset(
+        [
+            "context_parallel_degree",
+            "context_parallel_load_balancer",
+            "context_parallel_ptrr_mask_key",
+            "data_parallel_replicate_degree",
+            "data_parallel_shard_degree",
+            "enable_fsdp_symm_mem",
+            "enable_sequence_parallel",
+            "expert_parallel_degree",
+            "fsdp_reshard_after_forward",
+            "module_fqns_per_model_part",
+            "num_pp_microbatches",
+            "pipeline_parallel_degree",
+            "pipeline_parallel_first_stage_less_layers",
+            "pipeline_parallel_last_stage_less_layers",
+            "pipeline_parallel_layers_per_stage",
+            "pipeline_parallel_schedule",
+            "pipeline_parallel_schedule_csv",
+            "spmd_backend",
+            "tensor_parallel_degree",
+        ]
+    ),
+    "compile": frozenset(["backend", "components", "enable", "enable_async_tensor_parallel"]),
+    "debug": frozenset(
+        [
+            "batch_invariant",
+            "detect_anomaly",
+            "deterministic",
+            "deterministic_warn_only",
+            "enable_structured_logging",
+            "moe_force_load_balance",
+            "print_config",
+            "save_config_file",
+            "seed",
+            "spmd_typechecking",
+        ]
+    ),
+}
+"""The fields of the sections the reader reads (torchtitan/config/configs.py at b5bcd76c:
+TrainingConfig :36-106, ParallelismConfig :121-290, CompileConfig :294-313, DebugConfig :355-);
+torchtitan's dataclasses have slots, so any other name fails there as here.
+tests/inputs/test_torchtitan_module.py checks them against tests/data/torchtitan_config_schema.json
+(benchmarks/torchtitan_schema.py's reading of the same files)."""
+
+UNMODELLED: Fields = {
+    ("parallelism", "enable_sequence_parallel"): True,
+    ("parallelism", "pipeline_parallel_layers_per_stage"): None,
+    ("parallelism", "pipeline_parallel_first_stage_less_layers"): 1,
+    ("parallelism", "pipeline_parallel_last_stage_less_layers"): 1,
+    ("parallelism", "pipeline_parallel_schedule_csv"): "",
+    ("training", "enable_cpu_offload"): False,
+    ("training", "mixed_precision_param"): "bfloat16",
+    ("training", "dtype"): "float32",
+    ("debug", "moe_force_load_balance"): False,
+}
+"""Fields that move memory, time or the stages in a way planner does not model, at their
+torchtitan defaults (configs.py:70-209, 368): the reader takes each at its default only (the
+sequence-parallel switch, the stages by layer count, a schedule from a CSV, FSDP's CPU offload,
+fp32 parameters, forced load balance)."""

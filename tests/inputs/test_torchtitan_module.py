@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
-from paths import EXAMPLES
+from paths import EXAMPLES, TESTS
 
 from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
+from planner.inputs.torchtitan_baselines import SECTION_FIELDS, UNMODELLED
 
 HEAD = (
     "from torchtitan.config import ParallelismConfig\n"
@@ -172,6 +173,22 @@ def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:
         ),
         ("    config.parallelism.tensor_parallel_degree = 'eight'\n", r"expected int"),
         ("    kw = {}\n    return Trainer.Config(**kw)\n", r"planner does not evaluate"),
+        (  # an e347b1e5 TOML name: torchtitan's slotted dataclass has no such field now
+            "    config.training.local_batch_size = 8\n",
+            r"config\.training\.local_batch_size: torchtitan b5bcd76c has no such field",
+        ),
+        (
+            "    config.parallelism = ParallelismConfig(tensor_parallel=2)\n",
+            r"config\.parallelism\.tensor_parallel: torchtitan b5bcd76c has no such field",
+        ),
+        (
+            "    config.parallelism.enable_sequence_parallel = False\n",
+            r"enable_sequence_parallel: false: planner models torchtitan at its default here",
+        ),
+        (
+            "    config.training.enable_cpu_offload = True\n",
+            r"enable_cpu_offload: true: planner models torchtitan at its default here",
+        ),
         ("    config = Trainer.Config(**kw)\n", r"job\.py:9: planner does not evaluate"),
     ],
 )
@@ -237,3 +254,20 @@ def test_the_bundled_example_reads() -> None:
     assert (plan.job.seq_length, plan.job.global_batch_size) == (4096, 512)
     assert lay.recompute == "full" and lay.moe_token_dispatcher_type == "flex"
     assert plan.job.titan.loss_chunks == 8 and plan.job.arch.name == "qwen3-30b-a3b"
+
+
+def test_the_section_fields_are_torchtitans() -> None:
+    """SECTION_FIELDS (what the reader accepts) against torchtitan's classes as
+    benchmarks/torchtitan_schema.py read them from b5bcd76c (tests/data)."""
+    schema = json.loads((TESTS / "data" / "torchtitan_config_schema.json").read_text())
+    classes = schema["modules"]["torchtitan.config.configs"]["classes"]
+    names = {
+        "training": "TrainingConfig",
+        "parallelism": "ParallelismConfig",
+        "compile": "CompileConfig",
+        "debug": "DebugConfig",
+    }
+    for section, cls in names.items():
+        assert SECTION_FIELDS[section] == set(classes[cls]["fields"]), section
+    for (section, name), _ in UNMODELLED.items():
+        assert name in SECTION_FIELDS[section]

@@ -1,0 +1,210 @@
+"""A read torchtitan configuration's fields (`planner.inputs.torchtitan_module`) as the tables of a
+torchtitan TOML (`planner.inputs.torchtitan_config`): the micro-batch and batches from the token
+budgets, the float8 converter, the MoE dispatcher, activation checkpointing, compile, the loss's
+chunks; what torchtitan would refuse, or planner does not model, exits 2 naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.errors import InputError, spelled
+from planner.inputs.torchtitan_baselines import (
+    SECTION_FIELDS,
+    UNMODELLED,
+    Fields,
+    Record,
+    Unread,
+    lookup,
+)
+
+
+class Document:
+    """The TOML tables (`planner.inputs.torchtitan_config`'s) a read function's fields make."""
+
+    def __init__(self, where: str, values: Fields, model: str | None) -> None:
+        self.where, self.values, self.model = where, values, model
+
+    def need(self, path: tuple[str, ...], kind: type | tuple[type, ...]) -> Any:
+        v = lookup(self.values, path)
+        name = "config." + ".".join(path)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(v, Unread) or (isinstance(v, Record) and Record not in kinds and v.line):
+            raise InputError(f"{self.where}:{v.line}: {name}: planner does not evaluate {v.text}")
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            raise InputError(f"{self.where}: {name}: expected {_kinds(kind)} (got {spelled(v)})")
+        return v
+
+    def _known_fields(self) -> None:
+        """Every field set in a section the reader reads is one torchtitan has
+        (`SECTION_FIELDS`), and each it has but planner does not model is at its default
+        (`UNMODELLED`)."""
+        for path, value in self.values.items():
+            names = SECTION_FIELDS.get(path[0])
+            if names is None:
+                continue
+            given = path[1:2] if len(path) > 1 else []
+            if len(path) == 1 and isinstance(value, Record):
+                given = list(value.kwargs)
+            for name in given:
+                if name not in names:
+                    raise InputError(
+                        f"{self.where}: config.{path[0]}.{name}: torchtitan b5bcd76c has no "
+                        f"such field (configs.py)"
+                    )
+        for path, default in UNMODELLED.items():
+            v = lookup(self.values, path)
+            if v is None and default is not None:
+                continue  # not set: the default
+            if v != default:
+                shown = self.need(path, (bool, int, str, type(None)))
+                raise InputError(
+                    f"{self.where}: config.{'.'.join(path)}: {spelled(shown)}: planner models "
+                    f"torchtitan at its default here ({spelled(default)})"
+                )
+
+    def tables(self) -> dict[str, Any]:
+        self._known_fields()
+        spec = self.need(("model_spec",), Record)
+        flavor = spec.args[0] if spec.args else spec.kwargs.get("flavor")
+        if spec.callee != "model_registry" or not isinstance(flavor, str) or self.model is None:
+            raise InputError(
+                f"{self.where}: config.model_spec: expected torchtitan.models.<model>'s "
+                f"model_registry(flavor, ...) (got {spelled(spec.callee)})"
+            )
+        model: dict[str, Any] = {"name": self.model, "flavor": flavor}
+        par = {k: self.need(("parallelism", k), int) for k in _DEGREES}
+        text_keys = ("fsdp_reshard_after_forward", "pipeline_parallel_schedule")
+        par.update({k: self.need(("parallelism", k), str) for k in text_keys})
+        if self.need(("parallelism", "context_parallel_load_balancer"), (str, type(None))) is None:
+            par["context_parallel_load_balancer"] = None
+        tables: dict[str, Any] = {"model": model, "parallelism": par}
+        self._converters(spec, tables)
+        self._batch(par, tables)
+        self._checkpointing(tables)
+        enable = self.need(("compile", "enable"), bool)
+        components = self.need(("compile", "components"), list)
+        tables["compile"] = {"enable": enable and "model" in components}
+        par["enable_async_tensor_parallel"] = enable and self.need(
+            ("compile", "enable_async_tensor_parallel"), bool
+        )
+        tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
+        tables["loss"] = {"num_chunks": self._loss_chunks()}
+        self._graphs(par)
+        return tables
+
+    def _graphs(self, par: dict[str, Any]) -> None:
+        """torchtitan b5bcd76c captures the step in CUDA graphs unless told not to
+        (training.disable_cuda_graphs, default False, configs.py:75-85), and its Trainer.Config
+        refuses them with pipelining (trainer.py:172-176) and with expert parallelism over the
+        standard or DeepEP dispatcher (trainer.py:178-199): such a configuration does not run."""
+        if self.need(("training", "disable_cuda_graphs"), bool):
+            return
+        pp, ep = par["pipeline_parallel_degree"], par["expert_parallel_degree"]
+        what = f"pipeline parallelism ({pp})" if pp > 1 else ""
+        if not what and ep > 1:  # the backend is standard or deepep (the others exit before)
+            what = f"expert parallelism ({ep}) over {par['expert_parallel_comm_backend']}"
+        if what:
+            raise InputError(
+                f"{self.where}: config.training.disable_cuda_graphs: False (the default) with "
+                f"{what}: torchtitan refuses CUDA graphs there (trainer.py:172-199 at "
+                "b5bcd76c); set it True"
+            )
+
+    def _loss_chunks(self) -> int:
+        """ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss."""
+        loss = self.need(("loss",), Record)
+        if loss.callee.endswith("ChunkedLossWrapper.Config"):
+            chunks = loss.kwargs.get("num_chunks", 8)
+            if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
+                return chunks
+            raise InputError(
+                f"{self.where}:{loss.line}: config.loss: num_chunks: expected a positive int "
+                f"(got {spelled(chunks)})"
+            )
+        if loss.callee.endswith("CrossEntropyLoss.Config"):
+            return 1
+        why = (
+            " (torchtitan's abstract default: set config.loss)" if "BaseLoss" in loss.callee else ""
+        )
+        raise InputError(
+            f"{self.where}: config.loss: planner models ChunkedLossWrapper and CrossEntropyLoss "
+            f"(got {loss.callee}{why})"
+        )
+
+    def _converters(self, spec: Record, tables: dict[str, Any]) -> None:
+        """The float8 converter as the TOML's float8 tables; the MoE dispatcher."""
+        for conv in spec.kwargs.get("converters") or []:
+            name = conv.callee if isinstance(conv, Record) else spelled(conv)
+            if not (isinstance(conv, Record) and name.endswith("Float8LinearConverter.Config")):
+                raise InputError(
+                    f"{self.where}: config.model_spec: converters: planner reads torchtitan's "
+                    f"Float8LinearConverter (got {name})"
+                )
+            tables["model"]["converters"] = ["float8"]
+            recipe = conv.kwargs.get("recipe_name", "rowwise")
+            tables["quantize"] = {"linear": {"float8": {"recipe_name": recipe}}}
+        backend = spec.kwargs.get("moe_comm_backend") or "standard"
+        if backend not in ("standard", "deepep"):
+            raise InputError(
+                f"{self.where}: config.model_spec: moe_comm_backend: planner models torchtitan's "
+                f"standard and deepep (got {spelled(backend)})"
+            )
+        tables["parallelism"]["expert_parallel_comm_backend"] = backend
+
+    def _batch(self, par: dict[str, Any], tables: dict[str, Any]) -> None:
+        """Tokens per micro-batch per DP rank and per step, over the context length."""
+        tokens = self.need(("training", "num_tokens_per_microbatch_per_dp_rank"), int)
+        seq = self.need(("training", "max_context_length"), int)
+        step = self.need(("training", "num_tokens_per_train_step"), int)
+        if seq < 1 or tokens % seq or (step != -1 and step % seq):
+            raise InputError(
+                f"{self.where}: config.training: planner plans whole sequences: "
+                f"num_tokens_per_microbatch_per_dp_rank {tokens} and num_tokens_per_train_step "
+                f"{step} must be multiples of max_context_length {seq}"
+            )
+        mbs = tokens // seq
+        local = mbs
+        if par["pipeline_parallel_degree"] > 1:
+            local *= self.need(("parallelism", "num_pp_microbatches"), int)
+            par["pipeline_parallel_microbatch_size"] = mbs
+            parts = self.need(("parallelism", "module_fqns_per_model_part"), (list, type(None)))
+            if parts is not None:
+                par["module_fqns_per_model_part"] = [
+                    ["output" if m == "lm_head" else m for m in part]
+                    if isinstance(part, list)
+                    else part
+                    for part in parts
+                ]
+        tables["training"] = {
+            "seq_len": seq,
+            "local_batch_size": local,
+            "global_batch_size": -1 if step == -1 else step // seq,
+        }
+
+    def _checkpointing(self, tables: dict[str, Any]) -> None:
+        ac = self.need(("activation_checkpoint",), (Record, type(None)))
+        modes = {"SelectiveAC.Config": "selective", "FullAC.Config": "full"}
+        mode = "none" if ac is None else None
+        if ac is not None:
+            mode = next((m for c, m in modes.items() if ac.callee.endswith(c)), None)
+        if mode is None:
+            raise InputError(
+                f"{self.where}: config.activation_checkpoint: planner models None, "
+                f"SelectiveAC.Config() and FullAC.Config() (got {ac.callee if ac else ac})"
+            )
+        tables["activation_checkpoint"] = {"mode": mode, "selective_ac_option": "op"}
+
+
+_DEGREES = (
+    "data_parallel_replicate_degree",
+    "data_parallel_shard_degree",
+    "tensor_parallel_degree",
+    "pipeline_parallel_degree",
+    "context_parallel_degree",
+    "expert_parallel_degree",
+)
+
+
+def _kinds(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
