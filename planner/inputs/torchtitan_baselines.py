@@ -142,11 +142,21 @@ DEFAULTS: Fields = {
     ("compile", "components"): ["model", "loss"],
     ("debug", "deterministic"): False,
     ("loss",): Record("BaseLoss.Config"),
+    ("parallelism", "enable_sequence_parallel"): True,
+    ("parallelism", "pipeline_parallel_layers_per_stage"): None,
+    ("parallelism", "pipeline_parallel_first_stage_less_layers"): 1,
+    ("parallelism", "pipeline_parallel_last_stage_less_layers"): 1,
+    ("parallelism", "pipeline_parallel_schedule_csv"): "",
+    ("training", "enable_cpu_offload"): False,
+    ("training", "mixed_precision_param"): "bfloat16",
+    ("training", "dtype"): "float32",
+    ("debug", "moe_force_load_balance"): False,
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
 :133-290, training :43-51, compile :293-313; the default activation checkpointing
-trainer.py:108-110; the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85), as
-benchmarks/data/torchtitan_head_config.md cites them."""
+trainer.py:108-110; the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85; the
+`UNMODELLED` ones, configs.py:70-209 and 368), as benchmarks/data/torchtitan_head_config.md cites
+them."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:
@@ -227,18 +237,20 @@ torchtitan's dataclasses have slots, so any other name fails there as here.
 tests/inputs/test_torchtitan_module.py checks them against tests/data/torchtitan_config_schema.json
 (benchmarks/torchtitan_schema.py's reading of the same files)."""
 
-UNMODELLED: Fields = {
-    ("parallelism", "enable_sequence_parallel"): True,
-    ("parallelism", "pipeline_parallel_layers_per_stage"): None,
-    ("parallelism", "pipeline_parallel_first_stage_less_layers"): 1,
-    ("parallelism", "pipeline_parallel_last_stage_less_layers"): 1,
-    ("parallelism", "pipeline_parallel_schedule_csv"): "",
-    ("training", "enable_cpu_offload"): False,
-    ("training", "mixed_precision_param"): "bfloat16",
-    ("training", "dtype"): "float32",
-    ("debug", "moe_force_load_balance"): False,
-}
-"""Fields that move memory, time or the stages in a way planner does not model, at their
-torchtitan defaults (configs.py:70-209, 368): the reader takes each at its default only (the
-sequence-parallel switch, the stages by layer count, a schedule from a CSV, FSDP's CPU offload,
-fp32 parameters, forced load balance)."""
+UNMODELLED: frozenset[tuple[str, ...]] = frozenset(
+    {
+        ("parallelism", "enable_sequence_parallel"),
+        ("parallelism", "pipeline_parallel_layers_per_stage"),
+        ("parallelism", "pipeline_parallel_first_stage_less_layers"),
+        ("parallelism", "pipeline_parallel_last_stage_less_layers"),
+        ("parallelism", "pipeline_parallel_schedule_csv"),
+        ("training", "enable_cpu_offload"),
+        ("training", "mixed_precision_param"),
+        ("training", "dtype"),
+        ("debug", "moe_force_load_balance"),
+    }
+)
+"""Fields that move memory, time or the stages in a way planner does not model: the reader takes
+each at its torchtitan default only (`DEFAULTS`; the sequence-parallel switch, the stages by
+layer count, a schedule from a CSV, FSDP's CPU offload, fp32 parameters, forced load
+balance)."""

@@ -160,13 +160,9 @@ class Reader:
         return dict(base.fields)
 
     def _path(self, node: ast.expr, config: str | None) -> tuple[str, ...] | None:
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if config is None or not isinstance(node, ast.Name) or node.id != config or not parts:
-            return None
-        return tuple(reversed(parts))
+        """`config.a.b` as ("a", "b"); None for anything else."""
+        head, *parts = (_dotted(node) or "").split(".")
+        return tuple(parts) if config is not None and head == config and parts else None
 
     def value(self, node: ast.expr, names: dict[str, Any]) -> Any:
         """The node's value: a literal, a Record, or Unread."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan_baselines import (
+    DEFAULTS,
     SECTION_FIELDS,
     UNMODELLED,
     Fields,
@@ -37,7 +38,7 @@ class Document:
     def _known_fields(self) -> None:
         """Every field set in a section the reader reads is one torchtitan has
         (`SECTION_FIELDS`), and each it has but planner does not model is at its default
-        (`UNMODELLED`)."""
+        (`UNMODELLED`, `DEFAULTS`)."""
         for path, value in self.values.items():
             names = SECTION_FIELDS.get(path[0])
             if names is None:
@@ -51,10 +52,8 @@ class Document:
                         f"{self.where}: config.{path[0]}.{name}: torchtitan b5bcd76c has no "
                         f"such field (configs.py)"
                     )
-        for path, default in UNMODELLED.items():
-            v = lookup(self.values, path)
-            if v is None and default is not None:
-                continue  # not set: the default
+        for path in sorted(UNMODELLED):
+            v, default = lookup(self.values, path), DEFAULTS[path]
             if v != default:
                 shown = self.need(path, (bool, int, str, type(None)))
                 raise InputError(

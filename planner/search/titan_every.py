@@ -165,8 +165,9 @@ def every_candidates(
                 if cut is not None and cost.estimate(job, plain).step_time_s > cut:
                     continue  # recompute is never faster: no every-N layout of it makes the cut
                 if j not in most:
-                    at = [_first_zero(space, of(m, vpp, split)[j].layout) for m in ascending]
-                    most[j] = _most_fit(job, space, [x for x in at if x.micro_batch_size <= mbs])
+                    upto = [m for m in ascending if m <= mbs]
+                    at = [_first_zero(space, of(m, vpp, split)[j].layout) for m in upto]
+                    most[j] = _most_fit(job, space, at)
                 largest, reports = most[j]
                 if mbs > largest:
                     continue
