@@ -20,7 +20,7 @@ from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
-from planner.model.schedule import Chunks
+from planner.model.schedule import Chunks, unmerged_share
 from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import (
     LayoutTimes,
@@ -34,16 +34,18 @@ from planner.model.stage_time import (
 from planner.search.rungs import NONE
 
 
-def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]]:
-    """(micro-batches, each rank's `cost.compute_floor` term, each rank's TP traffic) per
-    micro-batch of the layout as it is (`lower_bound` passes it without memory savers). The first
-    list is `cost.compute_floor`'s own loop (m x its largest element is compute_floor, bit for
-    bit: tests/search/test_bound.py); the second is every TP collective's seconds, exposed or
-    hidden (`Layer.tp_traffic`). One pass over the ranks serves both."""
+def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float], list[float]]:
+    """(micro-batches, each rank's `cost.compute_floor` term, each rank's TP traffic, each rank's
+    CP charge) per micro-batch of the layout as it is (`lower_bound` passes it without memory
+    savers). The first list is `cost.compute_floor`'s own loop (m x its largest element is
+    compute_floor, bit for bit: tests/search/test_bound.py); the second is every TP collective's
+    seconds, exposed or hidden (`Layer.tp_traffic`); the third the context-parallel exchange's
+    charge (`Layer.cp`). One pass over the ranks serves all three."""
     t = layout_times(job, layout)
     share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
     floors: list[float] = []
     tps: list[float] = []
+    cps: list[float] = []
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
         mix, heads = rank_mix(job, layout, rank, chunks, t)
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
@@ -51,7 +53,8 @@ def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float]
         c += a2a_floor(layout, a2a, shared, c, share)
         floors.append(c + heads * t.out)
         tps.append(sum(n * k.tp_traffic for k, n in mix))
-    return t.m, floors, tps
+        cps.append(sum(n * k.cp for k, n in mix))
+    return t.m, floors, tps, cps
 
 
 _TP_SHARES: JobMemo[tuple[bool, int], float] = JobMemo()
@@ -79,8 +82,9 @@ def tp_floor_share(job: Job, layout: Layout) -> float:
 def lower_bound(job: Job, layout: Layout) -> float:
     """Seconds no layout of this structure, split and vpp can beat at the given micro-batch size
     or a smaller one: per rank, compute without recompute plus the exposed expert all-to-all
-    (`cost.compute_floor`'s terms) plus what its TP traffic costs, at least; the slowest
-    rank's times the micro-batches, and the step's fixed overhead.
+    (`cost.compute_floor`'s terms) plus what its TP traffic costs, at least, plus its CP
+    exchange's charge without recompute; the slowest rank's times the micro-batches, and the
+    step's fixed overhead.
 
     Why the TP term is safe. Every rank's stage time per micro-batch (`cost.estimate`) is
     c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
@@ -94,8 +98,18 @@ def lower_bound(job: Job, layout: Layout) -> float:
     whatever the ZeRO stage. At a larger micro-batch fewer, longer micro-batches move the same
     bytes with fewer latencies: m x total is least at the largest micro-batch, as the compute
     term is (tests/search/test_search_assumptions.py checks the bound below every layout of
-    every structure of its problems). The step's other costs (bubble, DP, optimizer) are >= 0 and
-    the step's host overhead (`cost.step_overhead_s`) is in every step."""
+    every structure of its problems).
+
+    Why the CP term is safe. The layer's CP charge (`Layer.cp`, `cp_time.context_parallel`) reads
+    of the layout its degrees, micro-batch and exchange, and of the rungs only the forward passes
+    (2 under full recompute, which repeats the exchange: no less); no ZeRO stage, overlap or
+    offload reaches it. The all-to-all and all-gather exchanges are all exposed: m x their
+    seconds is least at the largest micro-batch, as for the TP traffic. The ring's shows what its
+    hops (F forward, B backward) take beyond the attention kernel they run under (a_f, a_b), so
+    compute + charge = (compute - a_f - a_b) + max(a_f, F) + max(a_b, B): each of the three parts,
+    times m, is least at the largest micro-batch (the compute term's premise, part by part, and
+    the hops' bytes), and so is each max. The step's other costs (bubble, DP, optimizer) are >= 0
+    and the step's host overhead (`cost.step_overhead_s`) is in every step."""
     m, g = _stage_floors(job, layout)
     return m * max(g) + cost.step_overhead_s(job)
 
@@ -113,6 +127,13 @@ class Floors:
     total: float
     other: float
     """The job's `cost.step_overhead_s`."""
+    spare_worst: float = 0.0
+    """With Megatron's EP overlap, what the all-to-all floor (`stage_time.a2a_floor`) leaves out
+    of the charge of a forward and backward that run alone, (1 - share) x min(all-to-all,
+    compute) per micro-batch (`stage_time.ep_exposed`), on the rank whose floor is `worst`;
+    0 without the overlap (the floor is the charge)."""
+    spare_total: float = 0.0
+    """`spare_worst`'s term summed over the ranks."""
 
     def lower_bound(self) -> float:
         """`lower_bound` of the layout, bit for bit."""
@@ -140,10 +161,10 @@ def floors_of(job: Job, layouts: list[Layout]) -> list[Floors]:
         )
         group = layouts[i : i + 1 + paired]
         m, per = _overlap_floors(job, lay, [x.ep_comm_overlap for x in group])
-        out += [
-            Floors(x.micro_batch_size, m, max(g), sum(g), other)
-            for x, g in zip(group, per, strict=True)
-        ]
+        for x, (g, spare) in zip(group, per, strict=True):
+            worst = max(g)
+            at = spare[g.index(worst)]
+            out.append(Floors(x.micro_batch_size, m, worst, sum(g), other, at, sum(spare)))
         i += len(group)
     return out
 
@@ -156,18 +177,28 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
 
     Why. Each rank's floor per micro-batch g_r, times the micro-batches m, is least at the
     largest micro-batch (`lower_bound`'s premise, term by term), so at this layout's m
-    g_r >= g_r(top) x m(top) / m =: h_r. base_bound is nondecreasing in every g_r: where it adds
+    g_r >= g_r(top) x m(top) / m =: h_r. With Megatron's EP overlap each rank's forwards and
+    backwards that run alone (its share u_r of them at this m, `schedule.unmerged_share`) also
+    expose what the floor leaves out, s_r per micro-batch (`Floors.spare_worst`), and m x s_r is
+    least at the largest micro-batch too (the lesser of the all-to-all and the compute, each
+    so), so g_r >= (g_r(top) + u s_r(top)) x m(top) / m =: h_r, u = the least u_r, the last
+    rank's (the fewest warm-up forwards). base_bound is nondecreasing in every g_r: where it adds
     the fill and drain (Megatron, pp > 1) it is at least (m - 1/vpp) max_r h_r + sum_r h_r / vpp
-    + overhead = (m(top) / m) x ((m - 1/vpp) worst + total / vpp) + overhead (the step's), taken
-    here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at least m(top) x
-    worst + the step overhead (= `Floors.lower_bound`, the bound the search queued the structure
-    on). tests/search/test_search_assumptions.py checks it below base_bound for every base of
-    its problems."""
+    + overhead >= (m(top) / m) x ((m - 1/vpp) (worst + u spare_worst) + (total + u
+    spare_total) / vpp) + overhead (the step's; max_r h_r at least the rank whose floor is
+    `worst`), taken here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at
+    least m(top) x worst + the step overhead (= `Floors.lower_bound`, the bound the search queued
+    the structure on). tests/search/test_search_assumptions.py checks it below base_bound for
+    every base of its problems."""
     if job.framework != "megatron":
         return top.lower_bound()
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     v = layout.vpp
-    scaled = top.m / m * ((m - 1 / v) * top.worst + top.total / v)
+    worst, total = top.worst, top.total
+    if top.spare_total:
+        u = unmerged_share(layout.pp, v, layout.pp - 1, m)
+        worst, total = worst + u * top.spare_worst, total + u * top.spare_total
+    scaled = top.m / m * ((m - 1 / v) * worst + total / v)
     return scaled * (1 - 1e-12) + top.other
 
 
@@ -178,30 +209,33 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     is those counts of the layout's layer of each kind, `stage_time.rank_mix`), each repeated as
     often as such ranks occur (max and sum are what the bounds read)."""
     m, per = _overlap_floors(job, layout, [layout.ep_comm_overlap])
-    return m, per[0]
+    return m, per[0][0]
 
 
 def _overlap_floors(
     job: Job, layout: Layout, overlaps: list[bool]
-) -> tuple[int, list[list[float]]]:
+) -> tuple[int, list[tuple[list[float], list[float]]]]:
     """`_stage_floors` of the layout with each of `overlaps` as its EP overlap
-    (`Layout.ep_comm_overlap`), in one pass over its kinds of rank."""
+    (`Layout.ep_comm_overlap`), in one pass over its kinds of rank; beside each, the ranks'
+    spares in the same order (`Floors.spare_worst`'s term, 0 without the overlap)."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     floor = tp_floor_share(job, lay)
     lays = [lay if ov == lay.ep_comm_overlap else lay.with_(ep_comm_overlap=ov) for ov in overlaps]
-    outs: list[list[float]] = [[] for _ in overlaps]
+    outs: list[tuple[list[float], list[float]]] = [([], []) for _ in overlaps]
     for (counts, heads), times in _rank_counts(job, lay, t):
-        c = a2a = shared = tp = 0.0
+        c = a2a = shared = tp = cp = 0.0
         for k, n in zip(t.layers, counts, strict=True):
             c += n * (k.fwd + k.bwd)
             a2a += n * k.ep
             shared += n * k.ep_shared
             tp += n * k.tp_traffic
-        for out, x in zip(outs, lays, strict=True):
+            cp += n * k.cp
+        for (out, spares), x in zip(outs, lays, strict=True):
             g = c + a2a_floor(x, a2a, shared, c, share)
-            out += [g + heads * t.out + floor * tp] * times
+            out += [g + heads * t.out + floor * tp + cp] * times
+            spares += [(1 - share) * min(a2a, c) if x.ep_comm_overlap else 0.0] * times
     return t.m, outs
 
 

@@ -9,7 +9,8 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
 2. Bound. For each structure a lower bound on the step time of every layout in it: the step's
    compute at the largest micro-batch (GEMM efficiency only grows with the micro-batch), without
    recompute, plus the expert all-to-all, or with Megatron's EP overlap only what of it outlasts
-   the compute (`planner.cost.compute_floor`).
+   the compute (`planner.cost.compute_floor`), plus a share of the TP traffic and the CP
+   exchange's charge (`planner.search.bound.lower_bound`).
 3. Score. Structures are expanded in order of their bound: every (micro-batch size, vpp, pipeline
    split), shapes (vpp, split) in order of their own bound and none above the K-th best, and base
    layout (with and, where Megatron allows it, without the EP all-to-all overlap),

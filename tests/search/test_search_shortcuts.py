@@ -3,7 +3,8 @@ brute-forced problems of tests/search/brute_force.py: the memory premises that s
 estimate (`StageRungs.fits`: a base with Megatron's EP overlap holds no less than its twin
 without it, a rung with the base's TP overlap no less than without it) against the memory model
 on both layouts, rank by rank; a shape's floors computed in one pass with the EP-overlap twins'
-(`bound.floors_of`) against each layout's own pass, bit for bit; the remembered TP floor share
+(`bound.floors_of`) against each layout's own pass, bit for bit, and their EP-overlap spares
+against the ranks' mixes by hand; the remembered TP floor share
 against computing it; and the search with those memory shortcuts against the search without
 them, answer for answer (the answers themselves: tests/search/test_top_k.py's brute force)."""
 
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 
 from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, memory, tp_overlap
+from planner.model.stage_time import layout_times, rank_mix
 from planner.search import bound as bounds
 from planner.search import rungs, stage_rungs, top_k
 from planner.search import space as space_mod
+from planner.search.rungs import NONE
 from tests.search.brute_force import PROBLEMS, sample_layouts
 
 
@@ -74,9 +78,10 @@ def test_tp_overlap_holds_no_less_than_without_it_with_every_rung(name: str) -> 
 @pytest.mark.parametrize("name", ["mixtral-ep-overlap", "llama8b-tiny-memory", "mixtral-expert-tp"])
 def test_a_shapes_floors_are_each_layouts_own(name: str) -> None:
     """`floors_of` a shape's bases (EP-overlap twins sharing a pass) equals one `_stage_floors`
-    pass per base, bit for bit."""
+    pass per base, bit for bit; its spares (`Floors.spare_total`, `spare_worst`) the ranks' by
+    hand (`_spares`), nonzero exactly where some base has the EP overlap."""
     job, space = PROBLEMS[name]
-    paired = 0
+    paired = spared = 0
     for s in space_mod.structures(job, space, Counter()):
         opts = space_mod.options(job, space, s)
         if not opts:
@@ -84,14 +89,53 @@ def test_a_shapes_floors_are_each_layouts_own(name: str) -> None:
         top = max(o[0] for o in opts)
         for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
             lays = [b.layout for b in space_mod.bases(job, s, top, vpp, split, space)]
-            want = []
-            for lay in lays:
+            got = bounds.floors_of(job, lays)
+            for lay, f in zip(lays, got, strict=True):
                 m, g = bounds._stage_floors(job, lay)
                 other = cost.step_overhead_s(job)
-                want.append(bounds.Floors(lay.micro_batch_size, m, max(g), sum(g), other))
-            assert bounds.floors_of(job, lays) == want
+                assert (f.micro_batch_size, f.m, f.worst, f.total, f.other) == (
+                    lay.micro_batch_size,
+                    m,
+                    max(g),
+                    sum(g),
+                    other,
+                )
+                spares = _spares(job, lay)
+                assert f.spare_total == pytest.approx(sum(spares), rel=1e-12)
+                # the spare of a rank whose floor is the worst
+                assert any(
+                    f.spare_worst == pytest.approx(x, rel=1e-12)
+                    for x, y in zip(spares, _floors(job, lay), strict=True)
+                    if y == pytest.approx(f.worst, rel=1e-12)
+                ), lay.describe()
+                spared += f.spare_total > 0
             paired += sum(lay.ep_comm_overlap for lay in lays)
     assert paired > 0 or name != "mixtral-ep-overlap"
+    assert (spared > 0) == (paired > 0)
+
+
+def _spares(job: Job, lay: Layout) -> list[float]:
+    """Each rank's all-to-all seconds per micro-batch that `stage_time.ep_exposed` charges a
+    forward and backward that run alone beyond `stage_time.a2a_floor`, by hand from the ranks'
+    layer mixes: (1 - share) x min(all-to-all, compute) with Megatron's EP overlap, else 0."""
+    plain = NONE.on(lay)
+    t = layout_times(job, plain)
+    share = comms.ep_sm_share(job.cluster, plain, job.gemm_sm_margin)
+    out = []
+    for rank, chunks in enumerate(plain.chunk_layers(job.arch.num_layers)):
+        mix, _ = rank_mix(job, plain, rank, chunks, t)
+        a2a = sum(n * k.ep for k, n in mix)
+        c = sum(n * (k.fwd + k.bwd) for k, n in mix)
+        out.append((1 - share) * min(a2a, c) if lay.ep_comm_overlap else 0.0)
+    return out
+
+
+def _floors(job: Job, lay: Layout) -> list[float]:
+    """Each rank's floor in rank order (`bound.rank_floors`' terms, as `_stage_floors` sums
+    them)."""
+    _, floors, tps, cps = bounds.rank_floors(job, NONE.on(lay))
+    share = bounds.tp_floor_share(job, lay)
+    return [f + share * tp + cp for f, tp, cp in zip(floors, tps, cps, strict=True)]
 
 
 @pytest.mark.parametrize("name", ["llama8b-16xh100-s4096", "mixtral-expert-tp"])
