@@ -29,7 +29,7 @@ rung of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -283,6 +283,50 @@ def _rungs(
         single += [r.without_tp_overlap() for r in single]
         ladders += [_without_tp_overlap(ld) for ld in ladders]
     return tuple(single), tuple(ladders)
+
+
+def covers(lean: Rung, rung: Rung) -> bool:
+    """Whether `lean` holds no more memory than `rung` on any stage, so that where it does not
+    fit, `rung` does not either: neither recomputes or offloads whole layers, both have the
+    same TP overlap, and `lean` offloads every module `rung` offloads and recomputes every
+    module it recomputes (none for no recompute), the same ones where `rung` offloads some.
+    Offloading one more module's saved input frees it; so does recomputing one more module where
+    nothing is offloaded; so `lean` holds no more than `rung` with `lean`'s offloading, which
+    holds no more than `rung`. Not always so for recomputing more beside offloading: on some
+    DeepSeek-V3 layouts the memory model holds more with MLA's up-projection recomputed beside
+    the offloaded modules than without (tests/search/test_search_assumptions.py found it, and
+    checks this relation on every covering pair of the single rungs of MoE jobs' bases)."""
+    a, b = _saved(lean), _saved(rung)
+    return (
+        a is not None
+        and b is not None
+        and lean != rung
+        and lean.tp_overlap == rung.tp_overlap
+        and a[1] >= b[1]
+        and (a[0] == b[0] or (a[0] >= b[0] and not b[1]))
+    )
+
+
+@lru_cache(maxsize=1 << 10)
+def _saved(rung: Rung) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(modules recomputed, modules offloaded) of a rung that recomputes modules selectively or
+    not at all and offloads no whole layer; None for full recompute and layer offloading."""
+    if rung.recompute == "full" or rung.offload:
+        return None
+    recomputed = frozenset(rung.modules) if rung.recompute == "selective" else frozenset()
+    return recomputed, frozenset(rung.offload_modules)
+
+
+def leaner_first(single: Iterable[Rung]) -> list[Rung]:
+    """The single rungs, those without the TP overlap first, and within each, every rung after
+    each rung that covers it (`covers`): full recompute first, then by modules saved, most
+    first (a stable sort: equals keep their order)."""
+
+    def key(r: Rung) -> tuple[bool, int]:
+        saved = _saved(r)
+        return r.tp_overlap, -(1 << 10 if saved is None else len(saved[0]) + len(saved[1]))
+
+    return sorted(single, key=key)
 
 
 def leanest(single: tuple[Rung, ...], ladders: tuple[Ladder, ...]) -> list[Rung]:

@@ -26,7 +26,7 @@ from planner.model import cost, memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.search.bound import variant_bound
-from planner.search.rungs import Ladder, Rung
+from planner.search.rungs import Ladder, Rung, covers
 from planner.search.twins import same_time
 
 
@@ -78,8 +78,8 @@ class StageRungs:
         estimated where it is known not to fit: it did not fit at a smaller micro-batch size
         (memory grows with it), nor on the EP-overlap base's twin (`twin_key`), nor without the
         base's TP overlap (the overlap's userbuffers only add memory, `buffers`; `leanest` rests
-        on it too), or `fails` says so (each counted as an estimate;
-        tests/search/test_search_shortcuts.py)."""
+        on it too), nor did a rung that covers it (`rungs.covers`), or `fails` says so (each
+        counted as an estimate; tests/search/test_search_shortcuts.py)."""
         if rung not in self.known:
             mbs = self.zbase.micro_batch_size
             own = self.lean_fails.get((self.lean_key, rung), math.inf) < mbs
@@ -97,11 +97,13 @@ class StageRungs:
         return self.known[rung]
 
     def _leaner_failed(self, rung: Rung) -> bool:
-        """Whether the rung has the base's TP overlap and did not fit without it."""
-        if not (rung.tp_overlap and self.zbase.tp_comm_overlap):
-            return False
-        lean = rung.without_tp_overlap()
-        return lean in self.known and self.known[lean] is None
+        """Whether a rung that holds no more memory did not fit: the rung without the base's TP
+        overlap, or one that covers it (`rungs.covers`)."""
+        if rung.tp_overlap and self.zbase.tp_comm_overlap:
+            lean = rung.without_tp_overlap()
+            if lean in self.known and self.known[lean] is None:
+                return True
+        return any(rep is None and covers(r, rung) for r, rep in self.known.items())
 
     def bound(self, rung: Rung) -> float:
         """Seconds the rung's step time is at least: its exact time where estimated, else

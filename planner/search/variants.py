@@ -20,7 +20,7 @@ from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
 from planner.search.bound import Floors, base_bound, below
-from planner.search.rungs import FULL, NONE, Rung, leanest
+from planner.search.rungs import FULL, NONE, Rung, leaner_first, leanest
 from planner.search.space import Base, Space, zero_stages
 from planner.search.stage_rungs import StageRungs, slower
 
@@ -74,7 +74,9 @@ def best_variants(
     before its memory (the stage's fastest takes that time where it fits); and then no later
     stage does either (no stage is faster than a lower one with the same rung:
     tests/search/test_search_assumptions.py). A stage of a base with Megatron's EP overlap
-    skips what did not fit its twin without it (`StageRungs.twin_key`). Of the
+    skips what did not fit its twin without it (`StageRungs.twin_key`), and every stage a rung
+    that a rung which did not fit covers (`rungs.covers`: its rungs' memory is asked leaner
+    first). Of the
     rungs that fit a stage only those that may be its fastest, and not above `cut`, are
     estimated (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it
     would be dropped from the top K, and so would every variant it dominates)."""
@@ -135,15 +137,16 @@ def best_variants(
             picked = stage.fastest(feasible, limit)
         else:
             lean = leanest(single, ladders)
-            if lean and all(stage.fits(r) is None for r in lean):
+            if lean and all(stage.fits(r) is None for r in leaner_first(lean)):
                 lean_fails[stage.lean_key] = mbs
                 continue
             rest: list[Rung] = []
-            # the rungs without the TP overlap first: where one does not fit, nor does its
-            # twin with the overlap (`StageRungs.fits`), which need not be estimated then
-            for r in single:
-                if not r.tp_overlap:
-                    stage.fits(r)
+            # every rung's memory first, the rungs without the TP overlap first and leaner
+            # first (`rungs.leaner_first`): where one does not fit, nor does its twin with the
+            # overlap, nor a rung it covers (`StageRungs.fits`), which need not be estimated
+            # then (the loop below asks each of them, in their own order, which decides ties)
+            for r in leaner_first(single):
+                stage.fits(r)
             for r in single:
                 # without the TP overlap a rung is no faster where the overlap pays: then only
                 # where it does not fit with it

@@ -7,20 +7,24 @@ floor is below every micro-batch size and recompute."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 
 from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.search import bound as bounds
 from planner.search import rungs
 from planner.search import space as space_mod
 from planner.search import variants as variants_mod
 from planner.search.rungs import NONE
+from planner.search.space import Space
 from tests.search.brute_force import (
     PROBLEMS,
     base_variants,
+    make_job,
     sample_layouts,
     variants_of,
 )
@@ -187,3 +191,70 @@ def test_ep_overlap_twin_is_never_slower_but_holds_a_layer_more() -> None:
     twin_mem = memory.estimate(job, twin, space.headroom_pct)
     assert twin_mem.peak > plain_mem.peak
     assert plain_mem.fits and not twin_mem.fits
+
+
+COVER_JOBS = {
+    **{
+        name: PROBLEMS[name][0]
+        for name in ("mixtral-8x7b-16xh100", "mixtral-expert-tp", "llama8b-per-op-selective")
+    },
+    "deepseek-v3-256xh800": make_job("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
+    "qwen3-235b-64xh100": make_job("qwen3-235b-a22b", "h100-sxm-80gb", 64, 4096, 256),
+}
+"""MoE jobs (every module set and fine-grained offloading rung there is): the brute-forced
+Mixtral problems, and DeepSeek-V3 (MLA, a dense MLP, shared experts) and Qwen3 235B beside
+them, their bases sampled as the search builds them; and PyTorch's per-op checkpointing (one
+selective rung, whatever its modules say)."""
+
+
+@pytest.mark.parametrize("name", list(COVER_JOBS))
+def test_a_covering_rung_holds_no_more_memory(name: str) -> None:
+    """The premise of `StageRungs.fits` skipping a rung covered by one that did not fit
+    (`rungs.covers`: every module recomputed or offloaded there is recomputed or offloaded in the
+    covering rung too): on every stage the covering rung holds no more, so its shortfall is no
+    less either; every pair of a base's single rungs, at ZeRO 1 (the states do not read the
+    rung)."""
+    job = COVER_JOBS[name]
+    pairs = 0
+    for lay in _sampled_bases(job, 12):
+        single, _ = rungs.rungs(job, lay, space_mod.RECOMPUTE_ORDER, offload=True)
+        reps = {r: memory.estimate(job, r.on(lay.with_(zero_stage=1))) for r in single}
+        for lean, r in itertools.permutations(single, 2):
+            if not rungs.covers(lean, r):
+                continue
+            pairs += 1
+            a, b = reps[lean], reps[r]
+            for x, y in zip(a.stages, b.stages, strict=True):
+                assert x.total <= y.total * (1 + 1e-12), (lean, r, lay.describe())
+            assert a.shortfall <= b.shortfall + 1e-6 * abs(b.shortfall), (lean, r, lay.describe())
+    assert pairs > 0
+
+
+def _sampled_bases(job: Job, count: int) -> list[Layout]:
+    """About `count` base layouts of the default space (the first option of each structure),
+    evenly spaced."""
+    space = Space()
+    out: list[Layout] = []
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        out += [b.layout for b in space_mod.bases(job, s, *opts[0], space)] if opts else []
+    return out[:: max(len(out) // count, 1)]
+
+
+def test_leaner_first_puts_every_rung_after_those_that_cover_it() -> None:
+    """`rungs.leaner_first`'s order, on DeepSeek-V3's rungs with and without the TP overlap (its
+    module sets and offloading rungs): the rungs without the overlap first, and no rung before
+    one that covers it."""
+    job = COVER_JOBS["deepseek-v3-256xh800"]
+    lay = next(b for b in _sampled_bases(job, 40) if b.tp_comm_overlap)
+    single, _ = rungs.rungs(job, lay, space_mod.RECOMPUTE_ORDER, offload=True)
+    order = rungs.leaner_first(single)
+    assert sorted(order, key=repr) == sorted(single, key=repr)
+    overlap = [r.tp_overlap for r in order]
+    assert overlap == sorted(overlap) and any(overlap) and not all(overlap)
+    covered = 0
+    for i, r in enumerate(order):
+        for lean in order[i + 1 :]:
+            assert not rungs.covers(lean, r), (lean, r)
+        covered += any(rungs.covers(lean, r) for lean in order[:i])
+    assert covered > 0
