@@ -296,25 +296,33 @@ def covers(lean: Rung, rung: Rung) -> bool:
     DeepSeek-V3 layouts the memory model holds more with MLA's up-projection recomputed beside
     the offloaded modules than without (tests/search/test_search_assumptions.py found it, and
     checks this relation on every covering pair of the single rungs of MoE jobs' bases)."""
-    a, b = _saved(lean), _saved(rung)
-    return (
-        a is not None
-        and b is not None
-        and lean != rung
-        and lean.tp_overlap == rung.tp_overlap
-        and a[1] >= b[1]
-        and (a[0] == b[0] or (a[0] >= b[0] and not b[1]))
-    )
+    a, b = saved(lean), saved(rung)
+    return lean != rung and a is not None and b is not None and saves_more(a, b)
+
+
+Saved = tuple[bool, frozenset[str], frozenset[str]]
+"""What `covers` reads of a rung (`saved`): its TP overlap, the modules it recomputes and those
+it offloads."""
 
 
 @lru_cache(maxsize=1 << 10)
-def _saved(rung: Rung) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(modules recomputed, modules offloaded) of a rung that recomputes modules selectively or
-    not at all and offloads no whole layer; None for full recompute and layer offloading."""
+def saved(rung: Rung) -> Saved | None:
+    """(TP overlap, modules recomputed, modules offloaded) of a rung that recomputes modules
+    selectively or not at all and offloads no whole layer; None for full recompute and layer
+    offloading (`covers` relates neither)."""
     if rung.recompute == "full" or rung.offload:
         return None
     recomputed = frozenset(rung.modules) if rung.recompute == "selective" else frozenset()
-    return recomputed, frozenset(rung.offload_modules)
+    return rung.tp_overlap, recomputed, frozenset(rung.offload_modules)
+
+
+def saves_more(lean: Saved, rung: Saved) -> bool:
+    """`covers` on what it reads of both rungs (`saved`), the rungs equal or not."""
+    return (
+        lean[0] == rung[0]
+        and lean[2] >= rung[2]
+        and (lean[1] == rung[1] or (lean[1] >= rung[1] and not rung[2]))
+    )
 
 
 def leaner_first(single: Iterable[Rung]) -> list[Rung]:
@@ -323,8 +331,8 @@ def leaner_first(single: Iterable[Rung]) -> list[Rung]:
     first (a stable sort: equals keep their order)."""
 
     def key(r: Rung) -> tuple[bool, int]:
-        saved = _saved(r)
-        return r.tp_overlap, -(1 << 10 if saved is None else len(saved[0]) + len(saved[1]))
+        what = saved(r)
+        return r.tp_overlap, -(1 << 10 if what is None else len(what[1]) + len(what[2]))
 
     return sorted(single, key=key)
 

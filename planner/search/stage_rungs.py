@@ -26,7 +26,7 @@ from planner.model import cost, memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.search.bound import variant_bound
-from planner.search.rungs import Ladder, Rung, covers
+from planner.search.rungs import Ladder, Rung, Saved, saved, saves_more
 from planner.search.twins import same_time
 
 
@@ -53,6 +53,8 @@ class StageRungs:
     over: dict[Rung, float] = field(default_factory=dict)
     """Each memory-estimated rung's bytes over the capacity."""
     bounds: dict[Rung, float] = field(default_factory=dict)
+    misfits: list[Saved] = field(default_factory=list)
+    """What `rungs.covers` reads (`rungs.saved`) of each rung known not to fit."""
     twin_key: tuple[object, ...] | None = None
     """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
     without it (`space.bases` tries that first), whose failures are this stage's too: with the
@@ -84,17 +86,25 @@ class StageRungs:
             mbs = self.zbase.micro_batch_size
             own = self.lean_fails.get((self.lean_key, rung), math.inf) < mbs
             if fails or own or self.failed(rung) or self._leaner_failed(rung):
-                self.rejected["memory"] += 1
-                self.known[rung] = None
+                self._misfit(rung)
                 return None
             lay = rung.on(self.zbase)
             rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
             self.over[rung] = rep.shortfall
             if not rep.fits:
-                self.rejected["memory"] += 1
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
-            self.known[rung] = rep if rep.fits else None
+                self._misfit(rung)
+                return None
+            self.known[rung] = rep
         return self.known[rung]
+
+    def _misfit(self, rung: Rung) -> None:
+        """Record that the rung does not fit (`known`, and what `covers` reads of it)."""
+        self.rejected["memory"] += 1
+        self.known[rung] = None
+        what = saved(rung)
+        if what is not None:
+            self.misfits.append(what)
 
     def _leaner_failed(self, rung: Rung) -> bool:
         """Whether a rung that holds no more memory did not fit: the rung without the base's TP
@@ -103,7 +113,8 @@ class StageRungs:
             lean = rung.without_tp_overlap()
             if lean in self.known and self.known[lean] is None:
                 return True
-        return any(rep is None and covers(r, rung) for r, rep in self.known.items())
+        what = saved(rung) if self.misfits else None
+        return what is not None and any(saves_more(m, what) for m in self.misfits)
 
     def bound(self, rung: Rung) -> float:
         """Seconds the rung's step time is at least: its exact time where estimated, else
