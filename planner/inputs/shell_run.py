@@ -229,21 +229,34 @@ def _source(path: str, args: list[str], run: Run) -> bool | None:
         (run.script, run.args), run.depth = saved, run.depth - 1
 
 
+MAX_VALUE_CHARS = 1 << 16
+"""The most characters a variable's value (an array's, all its elements) holds: past it the
+value is not known, kept as the variable's own `${NAME}` text as an unset one is. No Megatron
+setting is that long, and a value that keeps its unset parts' text can double with each line
+(`a=${a}${a}`: a fuzzer's 30 lines took 25 s and gigabytes)."""
+
+
 def _assign(run: Run, name: str, append: bool, value: Value) -> None:
     if isinstance(value, list):
         elements = expand_all(value, run)
         old = run.env.get(name)
         base = (old if isinstance(old, list) else [old]) if append and old is not None else []
-        run.env[name] = base + elements
+        _set(run, name, base + elements)
         return
     text = one(value, run)
     old = run.env.get(name)
     if append and isinstance(old, list):
-        run.env[name] = [*old, text]
+        _set(run, name, [*old, text])
     elif append and isinstance(old, str):
-        run.env[name] = old + text
+        _set(run, name, old + text)
     else:
-        run.env[name] = text
+        _set(run, name, text)
+
+
+def _set(run: Run, name: str, value: Value) -> None:
+    """The variable set, or not known where its value passes MAX_VALUE_CHARS."""
+    size = len(value) if isinstance(value, str) else sum(map(len, value))
+    run.env[name] = value if size <= MAX_VALUE_CHARS else f"${{{name}}}"
 
 
 # --- tests ([ ], [[ ]], test)

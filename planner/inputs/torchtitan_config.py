@@ -41,9 +41,10 @@ def _get(doc: dict[str, Any], where: str, table: str, key: str, kind: type, defa
 def _stages(parts: Any, where: str) -> tuple[str, ...]:
     """module_fqns_per_model_part -> planner's stage strings (E, t, L)."""
     field = f"{where}: parallelism.module_fqns_per_model_part"
-    if not isinstance(parts, list) or not all(isinstance(p, list) for p in parts):
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, list) for p in parts):
         raise InputError(
-            f"{field}: expected a list of lists of module names (got {spelled(parts)})"
+            f"{field}: expected a list of lists of module names, one per stage "
+            f"(got {spelled(parts)})"
         )
     out = []
     for part in parts:
@@ -107,13 +108,24 @@ def _document(
     def par(key: str, default: Any, kind: type = int) -> Any:
         return _get(doc, where, "parallelism", key, kind, default)
 
-    rep, shard = par("data_parallel_replicate_degree", 1), par("data_parallel_shard_degree", -1)
+    def degree(key: str) -> int:
+        value = par(key, 1)
+        if value < 1:
+            raise InputError(f"{where}: parallelism.{key}: must be at least 1 (got {value})")
+        return int(value)
+
+    rep, shard = degree("data_parallel_replicate_degree"), par("data_parallel_shard_degree", -1)
     tp, pp, cp = (
-        par("tensor_parallel_degree", 1),
-        par("pipeline_parallel_degree", 1),
-        par("context_parallel_degree", 1),
+        degree("tensor_parallel_degree"),
+        degree("pipeline_parallel_degree"),
+        degree("context_parallel_degree"),
     )
-    if shard < 1:
+    if shard < 1 and shard != -1:
+        raise InputError(
+            f"{where}: parallelism.data_parallel_shard_degree: must be at least 1, or -1 for "
+            f"the GPUs the other degrees leave (got {shard})"
+        )
+    if shard == -1:
         if num_gpus is None:
             raise InputError(
                 f"{where}: parallelism.data_parallel_shard_degree: {shard} (the rest) needs "

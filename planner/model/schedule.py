@@ -293,6 +293,14 @@ def interleaved_p2p_exposed(
     return out
 
 
+def drawn(layout: Layout) -> bool:
+    """Whether `simulate` draws the layout's schedule: 1F1B always; the interleaved one in
+    Megatron's default groups of pp micro-batches per virtual stage only (`op_order`), not a
+    layout's own --microbatch-group-size-per-virtual-pipeline-stage."""
+    group = layout.microbatch_group_size_per_vp_stage
+    return layout.vpp == 1 or group is None or group == layout.pp
+
+
 def shown_microbatches(m: int, pp: int, vpp: int, at_most: int) -> int:
     """How many micro-batches a drawing of the schedule shows: at most `at_most` of the m, and
     for the interleaved schedule whole groups of pp (at least one)."""

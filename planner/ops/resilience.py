@@ -43,10 +43,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.inputs import units
 from planner.inputs.plan import Job
 from planner.inputs.units import GB, SECONDS_PER_DAY
 from planner.model import params as params_mod
-from planner.ops.assumptions import OpsParams
+from planner.ops.assumptions import AssumptionError, OpsParams
 
 CHECKPOINT_BYTES_PER_PARAM = 2 + 4 + 4 + 4
 """bf16 weights + fp32 master weights + Adam first and second moments; gradients are not saved."""
@@ -117,6 +118,36 @@ class Resilience:
         return max(0.0, self.lost_failures - self.lost_restart)
 
 
+def _no_progress(
+    job: Job, ops: OpsParams, times: tuple[float, float, float, float, float], goodput: float
+) -> AssumptionError:
+    """The error for settings under which the job makes no progress, under the setting whose
+    term of Daly's exponents is the larger: the restart and reload R / M (the restart, or the
+    storage that reloads), or the checkpoint interval and its blocking time (tau + delta) / M
+    (the interval where given, the storage where the write blocks longer than the interval,
+    else the failure rate)."""
+    m, restart, tau, delta, write = times
+    if restart >= tau + delta:
+        field = "restart_min" if ops.restart_min * 60.0 >= write else "storage_gb_per_s_per_node"
+    elif ops.checkpoint_interval_min is not None and tau >= delta:
+        field = "checkpoint_interval_min"
+    elif delta > tau:
+        field = "host_copy_gb_per_s" if ops.async_checkpoint else "storage_gb_per_s_per_node"
+    else:
+        field = "failure_rate_per_gpu_day"
+
+    def fmt(seconds: float) -> str:  # format_duration, or seconds past a thousand days
+        return units.format_duration(seconds) if seconds < 1e8 else f"{seconds:.2e} s"
+
+    return AssumptionError(
+        field,
+        f"the job would make no progress (goodput {goodput:.1e}): an interruption every "
+        f"{fmt(m)} on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
+        f"{job.cluster.num_gpus:,} GPUs), each costing {fmt(restart)} to restart and reload "
+        f"the checkpoint, and checkpoints blocking {fmt(delta)} every {fmt(tau)} of training",
+    )
+
+
 def num_nodes(job: Job) -> int:
     c = job.cluster
     return -(-c.num_gpus // c.gpus_per_node)
@@ -138,11 +169,25 @@ def mtbf_s(job: Job, ops: OpsParams) -> float:
     return SECONDS_PER_DAY / (ops.failure_rate_per_gpu_day * job.cluster.num_gpus)
 
 
+MIN_GOODPUT = 1e-9
+"""Below this share of the wall clock training (a billionth) the job makes no progress that any
+figure could show: the settings are refused (`resilience`)."""
+
+
 def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
-    """Checkpoint cost, optimal interval (Daly, rounded to whole steps), goodput and its losses."""
+    """Checkpoint cost, optimal interval (Daly, rounded to whole steps), goodput and its losses.
+    Settings under which the job makes no progress (goodput below MIN_GOODPUT: interruptions
+    far more often than the restart or the checkpoints take) are an AssumptionError naming the
+    one that decides it and every figure behind it."""
     size = checkpoint_bytes(job)
     write = checkpoint_write_s(job, ops)
     m = mtbf_s(job, ops)
+    if not 0 < m < math.inf:
+        raise AssumptionError(
+            "failure_rate_per_gpu_day",
+            f"{ops.failure_rate_per_gpu_day:g} per GPU-day on {job.cluster.num_gpus:,} GPUs "
+            f"leaves no time between interruptions (MTBF {m:g} s)",
+        )
     restart = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
     if ops.async_checkpoint:
         delta0 = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)  # copy to host
@@ -153,6 +198,10 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
     daly = daly_interval(delta0, m)
     if ops.checkpoint_interval_min is not None:
         tau = ops.checkpoint_interval_min * 60.0
+        if not math.isfinite(tau):
+            raise AssumptionError(
+                "checkpoint_interval_min", f"{ops.checkpoint_interval_min:g} minutes is too long"
+            )
     elif ops.async_checkpoint:
         tau = max(daly, write)
     else:
@@ -161,8 +210,13 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
     tau = steps * step_time_s
     # async: a checkpoint that starts before the previous write finished waits for it
     delta = delta0 + max(0.0, write - tau) if ops.async_checkpoint else delta0
-    wall_per_work = daly_wall_time(1.0, tau, delta, m, restart)
+    try:
+        wall_per_work = daly_wall_time(1.0, tau, delta, m, restart)
+    except OverflowError:  # e^(x) past the largest float: no progress
+        wall_per_work = math.inf
     goodput = 1.0 / wall_per_work
+    if not goodput >= MIN_GOODPUT:
+        raise _no_progress(job, ops, (m, restart, tau, delta, write), goodput)
     lost_ckpt = goodput * delta / tau
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
     return Resilience(

@@ -106,8 +106,12 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     for s in space_mod.structures(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
             for base in space_mod.bases(job, s, mbs, vpp, split, lean):
-                # the most sharding Megatron allows on it, and its leanest rungs
-                zbase = base.layout.with_(zero_stage=max(space_mod.zero_stages(space, base.layout)))
+                # the most sharding Megatron allows on it (none of the space's stages: no
+                # layout of this base is searched), and its leanest rungs
+                stages = space_mod.zero_stages(space, base.layout)
+                if not stages:
+                    continue
+                zbase = base.layout.with_(zero_stage=max(stages))
                 for rung in leanest(base.single, base.ladders) or list(base.single):
                     lay = rung.on(zbase)
                     peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak

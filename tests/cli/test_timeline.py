@@ -114,3 +114,29 @@ def test_cli_explain_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     code, out, err = run(["explain", str(PLAN), "--timeline", str(tmp_path / "step.png")], capsys)
     assert code == 2
     assert "--timeline" in err and "step.png" in err
+
+
+def test_a_group_size_the_drawing_does_not_run_is_not_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interleaved schedule in groups of 5 micro-batches per virtual stage on 4 stages (8
+    GPUs / pp 4 = dp 2, so 40 / (4 x 2) = 5 micro-batches: the rule's m mod g = 0) passes the
+    rules, but `schedule.simulate` draws Megatron's default groups of pp only (it raised on 5
+    micro-batches, not a multiple of 4: a fuzzer's internal error). explain says it is not
+    drawn; --timeline exits 2 naming the option and the group size."""
+    line = tmp_path / "run.sh"
+    line.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 12 --hidden-size 512 "
+        "--num-attention-heads 8 --micro-batch-size 4 --global-batch-size 40 --seq-length 1024 "
+        "--max-position-embeddings 1024 --pipeline-model-parallel-size 4 "
+        "--num-layers-per-virtual-pipeline-stage 1 --bf16 --vocab-size 32000 "
+        "--tokenizer-type NullTokenizer --microbatch-group-size-per-virtual-pipeline-stage 5\n"
+    )
+    argv = ["explain", "--megatron-args", str(line), "--gpu", "h100-sxm-80gb"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "schedule not drawn" in out and "microbatch_group_size_per_vp_stage 5" in out
+    svg = tmp_path / "t.svg"
+    code, out, err = run([*argv, "--timeline", str(svg)], capsys)
+    assert code == 2 and not svg.exists()
+    assert "--timeline" in err and "is 5" in err and "internal error" not in err

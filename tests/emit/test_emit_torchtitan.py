@@ -219,6 +219,31 @@ def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
     assert plan.job.arch.name == "llama3.1-8b" and plan.require_layout().dp == 8
 
 
+@pytest.mark.parametrize(
+    ("parallelism", "field"),
+    [
+        ("tensor_parallel_degree = 0", "parallelism.tensor_parallel_degree: must be at least 1"),
+        ("pipeline_parallel_degree = -2", "parallelism.pipeline_parallel_degree: must be at"),
+        ("context_parallel_degree = 0", "parallelism.context_parallel_degree: must be at least"),
+        ("data_parallel_replicate_degree = 0", "parallelism.data_parallel_replicate_degree"),
+        ("data_parallel_shard_degree = 0", "parallelism.data_parallel_shard_degree: must be at"),
+        ("pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = []", "one per stage"),
+    ],
+)
+def test_degrees_below_one_exit_2_naming_the_field(
+    tmp_path: Path, parallelism: str, field: str
+) -> None:
+    """A fuzzer's internal errors: a degree of 0 beside the shard degree's -1 (the rest)
+    divided by zero, and an empty list of stages indexed its last. Now exit 2 (InputError),
+    naming the file and the field; torchtitan's ParallelDims takes the shard degree at least 1
+    or -1, every other degree at least 1."""
+    text = f"[model]\nname = 'llama3'\nflavor = '8B'\n[parallelism]\n{parallelism}\n"
+    path = write(tmp_path, text, "t.toml")
+    with pytest.raises(InputError, match=field) as e:
+        torchtitan_config.load(path, "h100-sxm-80gb", 8)
+    assert str(path) in str(e.value)
+
+
 def test_check_and_explain_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.inputs import megatron_args
+from planner.inputs import megatron_args, shell_run
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import launch, local_files, script, tokens
 
@@ -191,6 +191,19 @@ def test_any_text_reads_or_says_why() -> None:
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
         with contextlib.suppress(InputError):
             script(text)
+
+
+def test_a_value_that_keeps_doubling_is_not_known() -> None:
+    """`a=${a}${a}` with `a` unset keeps the `${a}` text (the reader names what the file does
+    not set), so each line doubles it: 60 lines would be 4 x 2^60 characters (a fuzzer's 30 took
+    25 s and gigabytes). Past MAX_VALUE_CHARS the value is not known, its own `${a}` again, and
+    the read stays small; a long value under the limit is kept whole."""
+    _, env = script("a=${a}${a}\n" * 60)
+    assert len(env["a"]) <= 2 * shell_run.MAX_VALUE_CHARS
+    assert env["a"].startswith("${a}")
+    long = "x" * (shell_run.MAX_VALUE_CHARS - 1)
+    _, env = script(f"b={long}\nc=${{b}}y\nd=${{c}}z\n")
+    assert env["c"] == long + "y" and env["d"] == "${d}"  # d: 2 past the limit
 
 
 @pytest.mark.parametrize("text", ["(" * 5000 + "x", "${X:-" * 3000])

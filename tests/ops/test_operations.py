@@ -286,6 +286,51 @@ def test_bad_parameters_name_the_option(field: str, value: float, option: str) -
     assert repr(value) in str(named.value)
 
 
+def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
+    """Settings under which the job never trains are refused, not divided by: 100 interruptions
+    per GPU-day on 32 GPUs is one every 86,400 / 3,200 = 27 s, against a 10 min restart, so
+    Daly's e^(R / M) alone is e^(600 / 27) ~ 4e9 and goodput is below a billionth (the restart
+    decides it); 1e308 per GPU-day leaves no time between interruptions (MTBF 0 s); a
+    checkpoint interval of 1e308 minutes is no number of seconds; and at 1e-9 GB/s per node
+    the reload of an 8B checkpoint (8.03e9 x 14 bytes, one node) takes ~1.1e11 s (storage)."""
+    job = make_job(num_gpus=32)
+    with pytest.raises(AssumptionError, match=r"no progress .* every 27\.0 s") as e:
+        resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=100.0))
+    assert e.value.field == "restart_min"
+    with pytest.raises(AssumptionError, match="MTBF 0 s") as e:
+        resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=1e308))
+    assert e.value.field == "failure_rate_per_gpu_day"
+    with pytest.raises(AssumptionError, match="too long") as e:
+        resilience.resilience(job, 2.0, OpsParams(checkpoint_interval_min=1e308))
+    assert e.value.field == "checkpoint_interval_min"
+    one_node = make_job(num_gpus=8)
+    with pytest.raises(AssumptionError, match=r"1\.12e\+11 s to restart") as e:
+        resilience.resilience(one_node, 2.0, OpsParams(storage_gb_per_s_per_node=1e-9))
+    assert e.value.field == "storage_gb_per_s_per_node"
+    # one interruption every 86,400 / 32 s = 45 min: slow, but training
+    slow = resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=1.0))
+    assert resilience.MIN_GOODPUT < slow.goodput < 0.9
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["scale", "--num-gpus", "8", "--restart-min", "1e308"], "--restart-min"),
+        (["explain", str(EXAMPLE), "--failure-rate", "1e308"], "--failure-rate"),
+        (["explain", str(EXAMPLE), "--tokens", "15T", "--restart-min", "1e308"], "--restart-min"),
+        (["scale", "--num-gpus", "8", "--checkpoint-interval-min", "1e308"], "--checkpoint-"),
+        (["scale", "--num-gpus", "8", "--storage-gb-per-s", "1e-9"], "--storage-gb-per-s"),
+    ],
+)
+def test_cli_no_progress_exits_2_naming_the_option(
+    command: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fuzzer's internal errors (overflow, division by zero): now exit 2 naming the option."""
+    code, _, err = run(command, capsys)
+    assert code == 2, err
+    assert f"planner: error: {option}" in err and "internal error" not in err
+
+
 # ----------------------------------------------------------------------------- objectives, headers
 
 

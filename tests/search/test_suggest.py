@@ -323,6 +323,21 @@ def test_nothing_fits_names_the_binding_constraint(capsys: pytest.CaptureFixture
     assert any("GPUs instead of 8" in c for c in data["changes"])
 
 
+def test_nothing_fits_with_only_zero_stages_some_bases_cannot_take(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--zero 3 alone: the layouts with pipelines (which Megatron-FSDP does not run) take no
+    ZeRO stage of the space, and the explanation skips them (it asked the most sharding of an
+    empty list: a fuzzer's internal error). The leanest layout is a ZeRO 3 one, and more GPUs
+    are offered (the states sharded further)."""
+    argv = ["suggest", "--model", "llama3.1-405b", "--num-gpus", "8", "--zero", "3"]
+    code, out, err = run(argv, capsys)
+    assert code == 1, err
+    assert "internal error" not in err
+    assert "nothing fits: memory" in out and "zero3" in out
+    assert "GPUs instead of 8" in out
+
+
 def test_nothing_fits_names_a_job_no_layout_can_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
