@@ -96,8 +96,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(args: list[str]) -> None:
     debug = "--debug" in args
+    # --debug is the root's flag, and read here: after the command too (`planner suggest ...
+    # --debug`), where the command's parser would refuse it
+    command = command_named(args)
+    if command is not None:
+        at = args.index(command) + 1
+        args = args[:at] + [a for a in args[at:] if a != "--debug"]
     try:
-        rc = build_app(command_named(args))(args=args, prog_name="planner", standalone_mode=False)
+        rc = build_app(command)(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as e:
         if debug:
             raise

@@ -339,6 +339,11 @@ def test_debug_shows_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "InputError" in proc.stderr
+    # after the command too, where users append it (the command's parser refused it)
+    proc = run_subprocess("check", str(tmp_path / "missing.toml"), "--debug")
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "InputError" in proc.stderr
+    assert "No such option" not in proc.stderr
 
 
 def test_check_example_subprocess_end_to_end() -> None:
