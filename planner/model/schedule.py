@@ -157,23 +157,29 @@ class Op(NamedTuple):
     """The rank's model chunk (0 .. vpp - 1; always 0 without interleaving)."""
 
 
-def warmup(pp: int, vpp: int, rank: int, total: int) -> int:
+def warmup(pp: int, vpp: int, rank: int, total: int, group: int | None = None) -> int:
     """Forwards a rank runs before its first backward (Megatron `get_pp_rank_microbatches`):
-    pp - rank - 1 without interleaving, (pp - rank - 1) x 2 + (vpp - 1) x pp with it, at most
-    `total` (the rank's m x vpp chunk forwards)."""
-    warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * pp
+    pp - rank - 1 without interleaving, (pp - rank - 1) x 2 + (vpp - 1) x g with it (g the
+    micro-batches per group of a virtual stage, --microbatch-group-size-per-virtual-pipeline-
+    stage, default pp), at most `total` (the rank's m x vpp chunk forwards)."""
+    g = group or pp
+    warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * g
     return min(warm, total)
 
 
-def unmerged_share(pp: int, vpp: int, rank: int, m: int) -> float:
+def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = None) -> float:
     """Share of a rank's forwards (and of its backwards) that Megatron's EP all-to-all overlap
     (--overlap-moe-expert-parallel-comm) cannot pair with another micro-batch's backward (or
     forward). That schedule runs each steady-state forward and backward as one merged op: the
     warm-up forwards and cool-down backwards run alone, and where there is no warm-up (pp = 1)
     the first forward and the last backward do, since a micro-batch's backward cannot merge with
-    its own forward."""
+    its own forward. With pipelines (interleaved: the overlap needs vpp there) the warm-up runs
+    one forward more, so that every merged pair's forward and backward are independent
+    (get_pp_rank_microbatches, Megatron-LM d98e8a64 schedules.py:966-970), and one more backward
+    runs alone after. `group`: the layout's micro-batches per virtual-stage group (None: pp)."""
     total = m * vpp
-    return min(1.0, max(warmup(pp, vpp, rank, total), 1) / total)
+    extra = 1 if pp > 1 else 0
+    return min(1.0, max(warmup(pp, vpp, rank, total, group) + extra, 1) / total)
 
 
 def op_order(pp: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:

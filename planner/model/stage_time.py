@@ -298,7 +298,7 @@ def ep_exposed(
     each all-to-all really hides under one attention or MLP phase of the other pass."""
     if not lay.ep_comm_overlap:
         return a2a - (1 - share) * shared, shared
-    alone = unmerged_share(lay.pp, lay.vpp, rank, m)
+    alone = unmerged_share(lay.pp, lay.vpp, rank, m, lay.microbatch_group_size_per_vp_stage)
     shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
     hidden = a2a - shown
     return shown + share * hidden, hidden

@@ -196,7 +196,9 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     v = layout.vpp
     worst, total = top.worst, top.total
     if top.spare_total:
-        u = unmerged_share(layout.pp, v, layout.pp - 1, m)
+        u = unmerged_share(
+            layout.pp, v, layout.pp - 1, m, layout.microbatch_group_size_per_vp_stage
+        )
         worst, total = worst + u * top.spare_worst, total + u * top.spare_total
     scaled = top.m / m * ((m - 1 / v) * worst + total / v)
     return scaled * (1 - 1e-12) + top.other

@@ -301,11 +301,14 @@ def test_ep_exposed_by_hand() -> None:
     assert comms.sm_share(job().cluster) == pytest.approx(f)
     assert stage_time.ep_exposed(lay, 0, 8, 10.0, 4.0, f) == (10.0, 0.0)  # no overlap: all
     ov = lay.with_(ep_comm_overlap=True)
-    # rank 3 runs 4 of its 16 chunk forwards (and backwards) alone: 1/4 x 10 + 3/4 x (10 - 4)
-    # shows, 3/4 x 4 = 3 hides and takes f of the SMs from the compute it hides under
-    assert stage_time.ep_exposed(ov, 3, 8, 10.0, 4.0, f) == pytest.approx((7.0 + 3.0 * f, 3.0))
-    # a window longer than the all-to-all hides all of the merged share: 1/4 x 10 shows
-    assert stage_time.ep_exposed(ov, 3, 8, 10.0, 40.0, f) == pytest.approx((2.5 + 7.5 * f, 7.5))
+    # rank 3 runs 5 of its 16 chunk forwards (and backwards) alone (its warm-up (vpp - 1) x pp
+    # = 4, and the overlap's one more): 5/16 x 10 + 11/16 x (10 - 4) shows, 11/16 x 4 = 2.75
+    # hides and takes f of the SMs from the compute it hides under
+    shown = 5 / 16 * 10 + 11 / 16 * 6
+    assert stage_time.ep_exposed(ov, 3, 8, 10.0, 4.0, f) == pytest.approx((shown + 2.75 * f, 2.75))
+    # a window longer than the all-to-all hides all of the merged share: 5/16 x 10 shows
+    long = stage_time.ep_exposed(ov, 3, 8, 10.0, 40.0, f)
+    assert long == pytest.approx((50 / 16 + 110 / 16 * f, 110 / 16))
 
 
 def test_ep_overlap_hides_the_all_to_all_under_the_merged_compute() -> None:

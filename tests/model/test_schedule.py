@@ -107,12 +107,17 @@ def test_megatron_warmup_counts() -> None:
 
 def test_unmerged_share_by_hand() -> None:
     # EP overlap merges each steady-state forward with a backward: the warm-up forwards (and as
-    # many cool-down backwards) run alone, at least one (a micro-batch's own F and B cannot merge)
+    # many cool-down backwards) run alone, at least one (a micro-batch's own F and B cannot
+    # merge); with pipelines the warm-up runs one forward more (Megatron-LM d98e8a64
+    # get_pp_rank_microbatches: num_warmup_microbatches + 1 with the overlap)
     assert schedule.unmerged_share(1, 1, 0, 8) == 1 / 8  # pp 1: F1 alone, then F2+B1 ...
-    assert schedule.unmerged_share(4, 2, 0, 8) == 10 / 16  # warm-up 3 x 2 + 1 x 4 of 16
-    assert schedule.unmerged_share(4, 2, 3, 8) == 4 / 16  # last rank: (vpp - 1) x pp = 4
+    assert schedule.unmerged_share(4, 2, 0, 8) == 11 / 16  # warm-up 3 x 2 + 1 x 4, + 1, of 16
+    assert schedule.unmerged_share(4, 2, 3, 8) == 5 / 16  # last rank: (vpp - 1) x pp + 1 = 5
     assert schedule.unmerged_share(4, 2, 0, 4) == 1.0  # warm-up 10 > 8 chunk forwards
+    # in groups of 6 micro-batches per virtual stage: the last rank's (vpp - 1) x 6 + 1 = 7
+    assert schedule.unmerged_share(4, 2, 3, 12, group=6) == 7 / 24
     assert schedule.warmup(4, 2, 0, 8) == 8 and schedule.warmup(4, 1, 1, 8) == 2
+    assert schedule.warmup(4, 2, 3, 24, group=6) == 6
 
 
 def test_interleaved_schedule_by_hand() -> None:
