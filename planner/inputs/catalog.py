@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
-from planner.inputs.files import load_toml, validate
+from planner.inputs.files import is_file, load_toml, validate
 from planner.inputs.hardware import GpuSpec
 
 T = TypeVar("T", bound=BaseModel)
@@ -103,7 +103,7 @@ def _named(cls: type[T], directory: Path, name: str) -> T | None:
     if not name or any(c in name for c in "/\\") or name.startswith("."):
         return None
     path = directory / f"{name}.toml"
-    if not path.is_file():
+    if not is_file(path):  # a name the system refuses (too long) is no catalog entry either
         return None
     obj = validate(cls, load_toml(path), path)
     return obj if getattr(obj, "name", None) == name else None

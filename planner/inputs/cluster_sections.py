@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs.fields import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
-from planner.inputs.hardware import LinkTier
+from planner.inputs.hardware import MAX_LATENCY_US, MIN_HBM_TB_PER_S, MIN_LINK_GB_PER_S, LinkTier
 
 
 class PoolSection(BaseModel):
@@ -23,7 +23,7 @@ class PoolSection(BaseModel):
     gpus_per_node: PositiveInt | None = None
     memory_gib: PositiveFloat | None = None
     power_limit_w: PositiveFloat | None = None
-    hbm_bandwidth_tb_per_s: PositiveFloat | None = None
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(default=None, ge=MIN_HBM_TB_PER_S)
     tiers: tuple[LinkTier, ...] | None = None
     price_usd_per_gpu_hour: PositiveFloat | None = Field(
         default=None, description="None = the catalog GPU's price"
@@ -35,8 +35,8 @@ class BetweenPoolsSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bandwidth_gb_per_s_per_gpu: PositiveFloat
-    latency_us: NonNegativeFloat = 5.0
+    bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(ge=MIN_LINK_GB_PER_S)
+    latency_us: NonNegativeFloat = Field(default=5.0, le=MAX_LATENCY_US)
     allow_data_parallel: Flag = Field(
         default=False,
         description="data-parallel replicas may span the pools (each pool holding whole "
@@ -61,6 +61,8 @@ class ClusterSection(BaseModel):
         default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
     )
     hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
-        default=None, description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)"
+        default=None,
+        ge=MIN_HBM_TB_PER_S,
+        description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)",
     )
     tiers: tuple[LinkTier, ...] | None = None

@@ -47,6 +47,14 @@ def is_file(path: Path) -> bool:
         return False
 
 
+def is_dir(path: Path) -> bool:
+    """Whether the path is a directory (False for a name the system refuses)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def read_file(path: Path) -> str:
     """Read a text file the user named; a missing path, a directory or a name the system refuses
     (too long, say: a command line passed where its file was expected) is an InputError."""

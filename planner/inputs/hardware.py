@@ -22,6 +22,21 @@ far (~100,000-200,000 GPUs). Above it a count is a typo; below it the search's e
 divisors stays instant (it walks up to the square root)."""
 
 
+MIN_LINK_GB_PER_S = 1e-3
+"""The least link bandwidth a plan may give, decimal GB/s per GPU (1 MB/s, a hundredth of any
+wide-area link's): below it every step takes years, and the figures after it overflow."""
+
+MAX_LATENCY_US = 1e6
+"""The most per-message latency a plan may give, microseconds (one second)."""
+
+MIN_HBM_TB_PER_S = 0.01
+"""The least HBM bandwidth a plan may give, TB/s (10 GB/s, a hundredth of any GPU's since 2017)."""
+
+MIN_POWER_SHARE = 0.1
+"""The least power cap a plan may give, as a share of the GPU's TDP (drivers floor their caps
+higher: H100 SXM at 200 of 700 W)."""
+
+
 class LinkTier(BaseModel):
     """One level of the network, seen from one GPU."""
 
@@ -32,9 +47,11 @@ class LinkTier(BaseModel):
         default=None, description="GPUs reachable inside this tier; None = every GPU (outermost)"
     )
     bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(
-        description="line rate per GPU, one direction, decimal GB/s"
+        ge=MIN_LINK_GB_PER_S, description="line rate per GPU, one direction, decimal GB/s"
     )
-    latency_us: NonNegativeFloat = Field(default=5.0, description="per-message latency")
+    latency_us: NonNegativeFloat = Field(
+        default=5.0, le=MAX_LATENCY_US, description="per-message latency"
+    )
     mesh: Flag = Field(
         default=False,
         description="the tier's GPUs are wired to each other directly, a link per pair (a full "
@@ -213,7 +230,7 @@ class ClusterSpec(BaseModel):
         default=None, description="power cap per GPU; None = the catalog TDP"
     )
     hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
-        default=None, description="None = the catalog GPU's"
+        default=None, ge=MIN_HBM_TB_PER_S, description="None = the catalog GPU's"
     )
     tiers: tuple[LinkTier, ...]
 
@@ -224,6 +241,12 @@ class ClusterSpec(BaseModel):
             raise ValueError(
                 f"power_limit_w ({self.power_limit_w:g}) is above {self.gpu.name}'s TDP "
                 f"({self.gpu.tdp_w:g} W); a cap can only lower it"
+            )
+        least = MIN_POWER_SHARE * self.gpu.tdp_w
+        if self.power_limit_w is not None and self.power_limit_w < least:
+            raise ValueError(
+                f"power_limit_w ({self.power_limit_w:g}) is below a tenth of {self.gpu.name}'s "
+                f"TDP ({least:g} of {self.gpu.tdp_w:g} W)"
             )
         return self
 

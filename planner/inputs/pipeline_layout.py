@@ -24,15 +24,37 @@ SYMBOLS = frozenset("EtmL")
 """E embedding, t decoder layer, m MTP layer, L output layer and loss."""
 
 
+MAX_CHARS = 1 << 17
+"""The most characters (symbols and |) a layout expands to: a model's layers and stages number
+thousands at most; `parse` refuses a repeat that would pass this before making it (a fuzzer's
+t*99999999999 asked for 100 GB)."""
+
+
 def parse(text: str) -> tuple[str, ...] | None:
     """The expanded stages of a layout string, None when it holds anything but E, t, m, L, "|",
-    commas and well-formed "*n" repeats (Megatron unrolls "(...)*n" first, then "x*n")."""
+    commas and well-formed "*n" repeats (Megatron unrolls "(...)*n" first, then "x*n"), or
+    expands past MAX_CHARS."""
     flat = text.replace(",", "").replace(" ", "")
-    flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    if set(flat) - SYMBOLS - {"|"}:
+    try:
+        flat = re.sub(r"\(([^()]+)\)\*(\d+)", _repeat, flat)
+        flat = re.sub(r"(.)\*(\d+)", _repeat, flat)
+    except _TooLong:
+        return None
+    if set(flat) - SYMBOLS - {"|"} or len(flat) > MAX_CHARS:
         return None
     return tuple(flat.split("|"))
+
+
+class _TooLong(Exception):
+    """A repeat past MAX_CHARS (`_repeat`)."""
+
+
+def _repeat(m: re.Match[str]) -> str:
+    """A "*n" repeat unrolled, unless it would pass MAX_CHARS."""
+    times = int(m.group(2))
+    if times * len(m.group(1)) > MAX_CHARS:
+        raise _TooLong
+    return m.group(1) * times
 
 
 def problems(stages: Sequence[str], pp: int, num_layers: int, mtp_layers: int) -> str | None:

@@ -40,6 +40,21 @@ def torchtitan_stages(num_layers: int, stages: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _stages_fit(job: Job, section: ParallelSection, where: str) -> None:
+    """pp x vpp virtual stages at most the model's layers and the embedding and loss beside
+    them (each stage holds one of them at least; a layout string's empty stages are counted by
+    the string, which `pipeline_layout.parse` bounds): a fuzzer's vpp of 2^31 built as many
+    chunks before any rule was asked."""
+    vpp = section.vpp or 1
+    most = job.arch.num_layers + 2
+    if section.pipeline_model_parallel_layout is None and section.pp * vpp > most:
+        field, value = ("vpp", vpp) if vpp > 1 else ("pp", section.pp)
+        raise InputError(
+            f"{where}: parallel.{field}: {value}: pp x vpp = {section.pp * vpp} virtual stages, "
+            f"more than the model's {job.arch.num_layers} layers and its embedding and loss"
+        )
+
+
 def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:
     """Build a Layout from `[parallel]`, deriving dp (which must then be a whole number) and
     sequence parallelism (on when tp > 1 unless the table says otherwise)."""
@@ -56,6 +71,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     else:
         dp = section.dp
     sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
+    _stages_fit(job, section, where)
     stages = None
     titan_split = not (
         section.pipeline_layers
@@ -74,7 +90,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         if stages is None:
             raise InputError(
                 f"{where}: parallel.pipeline_model_parallel_layout: cannot read {spelled(text)}: "
-                "stages of E, t, m, L separated by |, with x*n and (...)*n repeats"
+                "stages of E, t, m, L separated by |, with x*n and (...)*n repeats, "
+                f"{pipeline_layout.MAX_CHARS:,} characters at most"
             )
     layout = Layout(
         tp=section.tp,

@@ -12,7 +12,7 @@ from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.files import validate
+from planner.inputs.files import is_dir, is_file, validate
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.pools import check_one_kind, one_kind
 
@@ -27,10 +27,15 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
             raise InputError(
                 f"{where}: model.name: expected a zoo name or a path (got {spelled(ref)})"
             )
-        if not catalog.looks_like_path(ref) and not catalog.has_model(ref):
-            err = catalog.unknown_name("model", ref, sorted(catalog.models()))
-            raise InputError(f"{where}: model.name: {err}")
-        return catalog.resolve_model(ref, base)
+        if not catalog.looks_like_path(ref):
+            if not catalog.has_model(ref):
+                err = catalog.unknown_name("model", ref, sorted(catalog.models()))
+                raise InputError(f"{where}: model.name: {err}")
+            return catalog.resolve_model(ref, base)
+        try:  # a model file: what is wrong with it, under the plan's field
+            return catalog.resolve_model(ref, base)
+        except InputError as e:
+            raise InputError(f"{where}: model.name: {e}") from None
     if "hf_config" in table:
         if len(table) != 1:
             extra = sorted(set(table) - {"hf_config"})
@@ -39,8 +44,8 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
         if not isinstance(ref, str) or not ref:
             raise InputError(f"{where}: model.hf_config: expected a path (got {spelled(ref)})")
         hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
-        if not hf_path.is_file():
-            what = "is a directory" if hf_path.is_dir() else "no such file"
+        if not is_file(hf_path):
+            what = "is a directory" if is_dir(hf_path) else "no such file"
             raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
         from planner.inputs.hf_import import load_hf_config
 

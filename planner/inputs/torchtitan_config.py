@@ -179,6 +179,11 @@ def _document(
         vpp = 1 if schedule in SINGLE_STAGE else 2  # torchtitan's stages per rank by default
         if parts is not None:
             stages = _stages(parts, where)
+            if len(stages) % pp:
+                raise InputError(
+                    f"{where}: parallelism.module_fqns_per_model_part: {len(stages)} stages, "
+                    f"not a multiple of pipeline_parallel_degree ({pp})"
+                )
             parallel["pipeline_model_parallel_layout"] = pipeline_layout.compact(stages)
             vpp = max(len(stages) // pp, 1)
         parallel["vpp"] = vpp

@@ -224,7 +224,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)
-        job, pp_per_mb = whole, (0.0 if interleaved else sum(hops[worst]))
+        job, pp_per_mb = whole, (0.0 if interleaved or not hops else sum(hops[worst]))
     peaks = [
         (j.cluster.gpu.peak_flops(j.precision), j.cluster.gpu.peak_flops("bf16"))
         for j in jobs or (job,)

@@ -119,14 +119,28 @@ class Resilience:
 
 
 def _no_progress(
-    job: Job, ops: OpsParams, times: tuple[float, float, float, float, float], goodput: float
+    job: Job,
+    ops: OpsParams,
+    times: tuple[float, float, float, float, float],
+    goodput: float,
+    step_time_s: float,
 ) -> AssumptionError:
-    """The error for settings under which the job makes no progress, under the setting whose
-    term of Daly's exponents is the larger: the restart and reload R / M (the restart, or the
+    """The error for settings under which the job makes no progress: a step (the least
+    checkpoint interval) longer than the mean time between interruptions (the plan's sizes, not
+    an operations setting: `step_time`); else under the setting whose term of Daly's exponents is
+    the larger: the restart and reload R / M (the restart, or the
     storage that reloads), or the checkpoint interval and its blocking time (tau + delta) / M
     (the interval where given, the storage where the write blocks longer than the interval,
     else the failure rate)."""
     m, restart, tau, delta, write = times
+    if tau >= m and tau == step_time_s:  # one step outlasts the time between interruptions
+        return AssumptionError(
+            "step_time",
+            f"one step takes {_duration(step_time_s)}, longer than the {_duration(m)} between "
+            f"interruptions on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
+            f"{job.cluster.num_gpus:,} GPUs): the job would make no progress (goodput "
+            f"{goodput:.1e})",
+        )
     if restart >= tau + delta:
         field = "restart_min" if ops.restart_min * 60.0 >= write else "storage_gb_per_s_per_node"
     elif ops.checkpoint_interval_min is not None and tau >= delta:
@@ -136,9 +150,7 @@ def _no_progress(
     else:
         field = "failure_rate_per_gpu_day"
 
-    def fmt(seconds: float) -> str:  # format_duration, or seconds past a thousand days
-        return units.format_duration(seconds) if seconds < 1e8 else f"{seconds:.2e} s"
-
+    fmt = _duration
     return AssumptionError(
         field,
         f"the job would make no progress (goodput {goodput:.1e}): an interruption every "
@@ -146,6 +158,11 @@ def _no_progress(
         f"{job.cluster.num_gpus:,} GPUs), each costing {fmt(restart)} to restart and reload "
         f"the checkpoint, and checkpoints blocking {fmt(delta)} every {fmt(tau)} of training",
     )
+
+
+def _duration(seconds: float) -> str:
+    """`units.format_duration`, or seconds past a thousand days."""
+    return units.format_duration(seconds) if seconds < 1e8 else f"{seconds:.2e} s"
 
 
 def num_nodes(job: Job) -> int:
@@ -216,7 +233,7 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
         wall_per_work = math.inf
     goodput = 1.0 / wall_per_work
     if not goodput >= MIN_GOODPUT:
-        raise _no_progress(job, ops, (m, restart, tau, delta, write), goodput)
+        raise _no_progress(job, ops, (m, restart, tau, delta, write), goodput, step_time_s)
     lost_ckpt = goodput * delta / tau
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
     return Resilience(

@@ -228,6 +228,11 @@ def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
         ("data_parallel_replicate_degree = 0", "parallelism.data_parallel_replicate_degree"),
         ("data_parallel_shard_degree = 0", "parallelism.data_parallel_shard_degree: must be at"),
         ("pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = []", "one per stage"),
+        (
+            'pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = [["tok_embeddings"], '
+            '["layers.0"], ["norm", "output"]]',
+            "3 stages, not a multiple of pipeline_parallel_degree",
+        ),
     ],
 )
 def test_degrees_below_one_exit_2_naming_the_field(
@@ -236,7 +241,8 @@ def test_degrees_below_one_exit_2_naming_the_field(
     """A fuzzer's internal errors: a degree of 0 beside the shard degree's -1 (the rest)
     divided by zero, and an empty list of stages indexed its last. Now exit 2 (InputError),
     naming the file and the field; torchtitan's ParallelDims takes the shard degree at least 1
-    or -1, every other degree at least 1."""
+    or -1, every other degree at least 1. Stages that pp does not divide are named under
+    torchtitan's field too (it was the plan's parallel.pipeline_model_parallel_layout)."""
     text = f"[model]\nname = 'llama3'\nflavor = '8B'\n[parallelism]\n{parallelism}\n"
     path = write(tmp_path, text, "t.toml")
     with pytest.raises(InputError, match=field) as e:

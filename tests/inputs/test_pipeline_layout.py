@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from planner.inputs.layout import Layout
-from planner.inputs.pipeline_layout import compact, parse, problems, stages_of
+from planner.inputs.pipeline_layout import MAX_CHARS, compact, parse, problems, stages_of
 
 DEEPSEEK = "Et*3|(tt|)*29,m|L"
 
@@ -38,6 +38,17 @@ def test_grammar_unrolls_groups_then_symbols_and_ignores_commas() -> None:
     assert parse("E||t|L") == ("E", "", "t", "L")  # empty stages are allowed
     assert parse("(ab)*3") is None  # only E, t, m, L
     assert parse("Et*2|tL") == ("Ett", "tL")
+
+
+def test_a_repeat_past_the_limit_is_refused_before_it_is_made() -> None:
+    """A fuzzer's t*99999999999 asked for 100 GB (and a longer count overflowed an index): a
+    layout expands to MAX_CHARS characters at most, refused before the repeat is unrolled."""
+    assert parse("Et*99999999999|t*16L") is None
+    assert parse("Et*99999999999999999999|t*16L") is None
+    assert parse("(tt|)*99999999999") is None
+    most = MAX_CHARS - 3  # E, | and L beside the layers
+    assert parse(f"Et*{most}|L") == ("E" + "t" * most, "L")
+    assert parse(f"Et*{most + 1}|L") is None  # one character too many
 
 
 @pytest.mark.parametrize(

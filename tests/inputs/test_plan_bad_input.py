@@ -171,6 +171,60 @@ def test_unknown_zoo_model_suggests_close_names(tmp_path: Path) -> None:
     assert "llama3.1-405b" in msg.split("did you mean", 1)[1]
 
 
+@pytest.mark.parametrize(
+    ("model", "cluster", "field"),
+    [
+        (f'[model]\nname = "{"x" * 300}"\n', CLUSTER, "model.name: unknown model"),
+        (None, f'[cluster]\ngpu = "{"x" * 300}"\nnum_gpus = 8\n', "cluster.gpu: unknown GPU"),
+        (f'[model]\nhf_config = "{"x" * 300}.json"\n', CLUSTER, "model.hf_config: no such"),
+        (f'[model]\nname = "{"x" * 300}.toml"\n', CLUSTER, "model.name: "),
+        ('[model]\nname = "nonexist.toml"\n', CLUSTER, "model.name: "),
+    ],
+)
+def test_names_the_system_refuses_are_bad_input(
+    tmp_path: Path, model: str | None, cluster: str, field: str
+) -> None:
+    """A fuzzer's internal errors: a 300-character name reached the catalog's and the HF
+    config's file lookups, which raised 'File name too long' (an OSError). Now each is an
+    unknown name or a missing file, under the plan's field; so is a model file that is not
+    there (its message named neither the plan nor the field)."""
+    text = plan_text(cluster=cluster) if model is None else plan_text(model=model, cluster=cluster)
+    path = write(tmp_path, text)
+    msg = load_error(path)
+    assert msg.startswith(f"{path}: {field}"), msg[:200]
+
+
+TIER = '[[cluster.tiers]]\nname = "ib"\nbandwidth_gb_per_s_per_gpu = {bw}\nlatency_us = {lat}\n'
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ("hbm_bandwidth_tb_per_s = 1e-300\n", "cluster.hbm_bandwidth_tb_per_s: Input should be"),
+        ("power_limit_w = 1e-300\n", "below a tenth of h100-sxm-80gb's TDP (70 of 700 W)"),
+        (TIER.format(bw="50.0", lat="1e300"), "cluster.tiers.0.latency_us: Input should"),
+        (TIER.format(bw="1e-300", lat="5.0"), "cluster.tiers.0.bandwidth_gb_per_s_per_gpu"),
+    ],
+)
+def test_cluster_figures_out_of_any_gpus_range(tmp_path: Path, extra: str, field: str) -> None:
+    """A fuzzer's NaN (a timeline's, the JSON's) and overflows: positive but absurd overrides
+    (HBM at 1e-300 TB/s, a power cap of 1e-300 W, a link of 1e-300 GB/s or 1e300 us latency)
+    made steps of 1e300 s. Each now has a floor or a ceiling no real GPU or link is near
+    (hardware.MIN_HBM_TB_PER_S, MIN_POWER_SHARE, MIN_LINK_GB_PER_S, MAX_LATENCY_US)."""
+    path = write(tmp_path, plan_text(cluster=CLUSTER + extra))
+    assert field in load_error(path)
+
+
+def test_more_virtual_stages_than_layers(tmp_path: Path) -> None:
+    """vpp 2^31 on Llama 3.1 8B's 32 layers built 2^32 chunks before any rule was asked (a
+    fuzzer's hang); pp x vpp is at most the layers and the embedding and loss (34)."""
+    parallel = "[parallel]\npp = 2\nvpp = 2147483648\npipeline_layers = [16, 16]\n"
+    msg = load_error(write(tmp_path, plan_text(parallel=parallel)))
+    assert f"{tmp_path / 'plan.toml'}: parallel.vpp: 2147483648: pp x vpp = 4294967296" in msg
+    ok = "[parallel]\npp = 2\nvpp = 16\n"  # one layer a chunk
+    load_plan(write(tmp_path, plan_text(parallel=ok), "ok.toml"))
+
+
 def test_hf_config_and_name_together(tmp_path: Path) -> None:
     model = '[model]\nname = "llama3.1-8b"\nhf_config = "../hf/llama2-7b.json"\n'
     path = write(tmp_path, plan_text(model=model))

@@ -97,3 +97,21 @@ def test_suggest_infeasible_mix_names_binding_stage(
     flat = " ".join(out.split())
     assert "the closest" in flat and "on stage" in flat and "(pool '" in flat
     assert "GiB more" in flat
+
+
+def test_one_pool_without_pipelines_checks_and_advises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One [[cluster.pools]] entry and no layout (the default tp 1 pp 1 dp 16, ZeRO 1, no
+    recompute: Llama 3.1 8B at 8,192 tokens does not fit an H800): check exits 1 and ranks its
+    advice by step time, which asked the pooled step time of a layout without pipeline sends
+    (a fuzzer's IndexError)."""
+    plan = tmp_path / "one.toml"
+    plan.write_text(
+        '[model]\nname = "llama3.1-8b"\n[cluster]\n[[cluster.pools]]\nname = "p0"\n'
+        'gpu = "h800-sxm-80gb"\nnum_gpus = 16\n[training]\nseq_length = 8192\n'
+        "global_batch_size = 128\n[parallel]\n"
+    )
+    code, out, err = run(["check", str(plan)], capsys)
+    assert code == 1, err
+    assert "internal error" not in err and "saves" in out

@@ -119,6 +119,7 @@ def test_transfers_show_only_beyond_the_layer() -> None:
         ("llama3.1-8b", ("expert_fc1",), {}, "offload_moe"),
         ("llama3.1-8b", ("core_attn",), {"cpu_offloading_num_layers": 4}, "offload_both"),
         ("mixtral-8x7b", ("fused_group_mlp", "moe_act"), {}, "offload_fused"),
+        ("mixtral-8x7b", ("moe_act", "moe_act"), {}, "offload_twice"),
         (
             "mixtral-8x7b",
             ("moe_act",),
@@ -137,6 +138,7 @@ def test_megatrons_rules(model: str, mods: tuple[str, ...], extra: dict, rule: s
         "offload_moe",
         "offload_fused",
         "offload_both",
+        "offload_twice",
     }
 
 
@@ -148,6 +150,10 @@ def test_megatrons_cuda_graphs_capture_only_expert_modules() -> None:
     bad = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("core_attn",)))}
     good = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("moe_act",)))}
     assert "offload_graphs" in bad and "offload_graphs" not in good
+    # a module listed twice is its own violation (it made the CUDA-graph check ask the first
+    # module outside the experts of a list that had none: a fuzzer's StopIteration)
+    twice = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("moe_act",) * 2))}
+    assert "offload_twice" in twice and "offload_graphs" not in twice
 
 
 def test_command_line_round_trip() -> None:

@@ -307,6 +307,11 @@ def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
     with pytest.raises(AssumptionError, match=r"1\.12e\+11 s to restart") as e:
         resilience.resilience(one_node, 2.0, OpsParams(storage_gb_per_s_per_node=1e-9))
     assert e.value.field == "storage_gb_per_s_per_node"
+    # a step of 1e9 s (31 years) against an interruption every 86,400 / (4.74e-4 x 8) = 2.3e7 s
+    # (264 days): no checkpoint interval is shorter than a step, the plan's sizes decide it
+    with pytest.raises(AssumptionError, match=r"one step takes 1\.00e\+09 s, longer than") as e:
+        resilience.resilience(one_node, 1e9, OpsParams())
+    assert e.value.field == "step_time"
     # one interruption every 86,400 / 32 s = 45 min: slow, but training
     slow = resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=1.0))
     assert resilience.MIN_GOODPUT < slow.goodput < 0.9

@@ -99,16 +99,19 @@ MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
 
 def fine_offloading(job: Job, lay: Layout) -> Violation | None:
     """--offload-modules (with --fine-grained-activation-offloading), as TransformerConfig
-    asserts: not with --cpu-offloading-num-layers; attn_proj only with core_attn; no module inside
-    the experts while selective recompute checkpoints the whole MoE layer; with Megatron's own
-    (local) CUDA graphs only the expert modules; fused_group_mlp not with expert_fc1 or moe_act
-    (the feature's documentation). The expert modules need an MoE model (documented as MoE
-    only)."""
+    asserts: each module once; not with --cpu-offloading-num-layers; attn_proj only with
+    core_attn; no module inside the experts while selective recompute checkpoints the whole MoE
+    layer; with Megatron's own (local) CUDA graphs only the expert modules; fused_group_mlp not
+    with expert_fc1 or moe_act (the feature's documentation). The expert modules need an MoE
+    model (documented as MoE only)."""
     mods = lay.offload_modules
     if not mods:
         return None
     field = "parallel.offload_modules"
     listed = ", ".join(mods)
+    twice = next((m for k, m in enumerate(mods) if m in mods[:k]), None)
+    if twice is not None:
+        return Violation("offload_twice", field, f"offload module {twice} is listed twice")
     if lay.cpu_offloading_num_layers:
         return Violation(
             "offload_both", field, f"offload_modules ({listed}) cannot be combined with "
@@ -127,8 +130,8 @@ def fine_offloading(job: Job, lay: Layout) -> Violation | None:
             "offload_moe", field, f"offload module {inside[0]} cannot be combined with recompute "
             "module moe (the whole MoE layer is checkpointed)",
         )  # fmt: skip
-    if job.cuda_graphs and len(inside) < len(mods):
-        outside = next(m for m in mods if m not in MOE_OFFLOAD_MODULES)
+    outside = next((m for m in mods if m not in MOE_OFFLOAD_MODULES), None)
+    if job.cuda_graphs and outside is not None:
         return Violation(
             "offload_graphs", field, f"offload module {outside} cannot be captured by Megatron's "
             "per-layer CUDA graphs (training.cuda_graphs: only expert_fc1, moe_act and "
