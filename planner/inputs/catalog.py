@@ -21,7 +21,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.errors import InputError
+from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import is_file, load_toml, validate
 from planner.inputs.hardware import GpuSpec
 
@@ -93,7 +93,8 @@ def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
     """An error for an unknown catalog name, suggesting the closest known ones."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return InputError(f"unknown {kind} '{name}'{hint} (`planner catalog list` shows them all)")
+    shown = f"'{name}'" if name.isprintable() else spelled(name)  # a NUL escaped, not printed
+    return InputError(f"unknown {kind} {shown}{hint} (`planner catalog list` shows them all)")
 
 
 @cache

@@ -225,6 +225,14 @@ def test_more_virtual_stages_than_layers(tmp_path: Path) -> None:
     load_plan(write(tmp_path, plan_text(parallel=ok), "ok.toml"))
 
 
+def test_a_name_with_a_control_character_is_escaped(tmp_path: Path) -> None:
+    """A NUL in a model name was echoed raw to the terminal: an unprintable name is spelled as
+    TOML writes it (a \\u escape)."""
+    path = write(tmp_path, plan_text(model='[model]\nname = "a\\u0000b"\n'))
+    msg = load_error(path)
+    assert "\x00" not in msg and 'unknown model "a\\u0000b"' in msg
+
+
 def test_hf_config_and_name_together(tmp_path: Path) -> None:
     model = '[model]\nname = "llama3.1-8b"\nhf_config = "../hf/llama2-7b.json"\n'
     path = write(tmp_path, plan_text(model=model))
