@@ -42,7 +42,6 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
 from planner.model.known_gaps import optimistic
-from planner.model.schedule import drawn
 from planner.ops import operations
 from planner.search import pool_costs
 from planner.search.rules import check_plan
@@ -123,12 +122,6 @@ def explain(
         with named_options():
             ops = operations.operations(job, perf, budget, params)
     if timeline_path is not None:
-        if not drawn(layout):
-            raise InputError(
-                f"--timeline {timeline_path}: the drawing runs Megatron's default groups of pp "
-                f"= {layout.pp} micro-batches per virtual stage; the plan's "
-                f"microbatch_group_size_per_vp_stage is {layout.microbatch_group_size_per_vp_stage}"
-            )
         svg = timeline.pipeline_svg(job, layout, perf)
         plot.write_svg(timeline_path, svg, "--timeline")
     link = pool_costs.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share

@@ -22,13 +22,7 @@ from planner.inputs.plan import Job
 from planner.model import params
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
-from planner.model.schedule import (
-    BUBBLE_TEXT,
-    drawn,
-    schedule_name,
-    shown_microbatches,
-    timeline_text,
-)
+from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.ops.operations import Operations
 from planner.search import scaling
 from planner.search.advice import Change
@@ -228,16 +222,10 @@ def print_explain(
             "gradients, p stages, v chunks per rank)",
             highlight=False,
         )
-    if layout.pp > 1 and name in ("1F1B", "Interleaved1F1B") and not drawn(layout):
-        console.print(
-            f"(schedule not drawn: the drawing runs Megatron's default groups of pp = {layout.pp} "
-            "micro-batches per virtual stage, not microbatch_group_size_per_vp_stage "
-            f"{layout.microbatch_group_size_per_vp_stage})",
-            highlight=False,
-        )
-    elif layout.pp > 1 and name in ("1F1B", "Interleaved1F1B"):
+    if layout.pp > 1 and name in ("1F1B", "Interleaved1F1B"):
         m = layout.num_microbatches(job.global_batch_size)
-        shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp)
+        group = layout.microbatch_group_size_per_vp_stage
+        shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp, group)
         kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
         odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"
         console.print(
@@ -247,7 +235,8 @@ def print_explain(
         fwd = [f for f, _ in perf.stages]
         bwd = [b for _, b in perf.stages]
         width = console.width - 10
-        for line in timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop):
+        lines = timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop, group)
+        for line in lines:
             console.print(line, highlight=False)
     mfu = perf.mfu_text()
     console.print(

@@ -8,8 +8,9 @@ of its rank's time, the odd chunks in a lighter shade, each overlapped send dela
 by `Performance.p2p_hop`), so uneven stages and the fill and drain show as they run. Gaps are
 idle time (the bubble). After the last backward every rank pays the step's exposed DP traffic,
 optimizer and fixed costs. A long step is drawn for its first micro-batches: at most MAX_OPS
-forwards per rank, or when interleaved whole groups of pp micro-batches, at least two (a steady
-state between the fill and the drain).
+forwards per rank, or when interleaved whole groups (of pp micro-batches, or the plan's
+microbatch_group_size_per_vp_stage), at least two (a steady state between the fill and the
+drain).
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     vpp = layout.vpp
-    shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp))
+    group = layout.microbatch_group_size_per_vp_stage
+    shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp), group)
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
-    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop)
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop, group)
     pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
     tail = b.dp_comm_exposed + b.optimizer + b.other + b.link_shared

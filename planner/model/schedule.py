@@ -182,24 +182,28 @@ def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = Non
     return min(1.0, max(warmup(pp, vpp, rank, total, group) + extra, 1) / total)
 
 
-def op_order(pp: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:
+def op_order(
+    pp: int, m: int, vpp: int, rank: int, group: int | None = None
+) -> list[tuple[str, int, int]]:
     """Megatron-LM's order of (kind, micro-batch, chunk) on one pipeline rank.
 
     Forwards walk the schedule table (`megatron/core/pipeline_parallel/schedules.py`,
-    `get_schedule_table` with its default group of pp micro-batches): for each group of pp
-    micro-batches, chunk 0 for all of them, then chunk 1, ...; the k-th backward takes the k-th
-    entry with the chunk mirrored (vpp - 1 - c). The rank runs its warm-up forwards
+    `get_schedule_table`, in groups of `group` micro-batches, --microbatch-group-size-per-
+    virtual-pipeline-stage, default pp): for each group, chunk 0 for all of its micro-batches,
+    then chunk 1, ..., the last group taking every micro-batch left; the k-th backward takes the
+    k-th entry with the chunk mirrored (vpp - 1 - c). The rank runs its warm-up forwards
     (`get_pp_rank_microbatches`: pp - rank - 1 without interleaving, (pp - rank - 1) x 2 +
-    (vpp - 1) x pp with it, at most all of them), then one forward and one backward at a time,
-    then its remaining backwards."""
+    (vpp - 1) x group with it, at most all of them), then one forward and one backward at a
+    time, then its remaining backwards."""
+    g = group or pp
     table = [
         (i, c)
-        for g in range(0, m, pp)
+        for first in range(0, m, g)
         for c in range(vpp)
-        for i in range(g, m if g + pp >= m else g + pp)
+        for i in range(first, m if first + g >= m else first + g)
     ]
     total = m * vpp
-    warm = warmup(pp, vpp, rank, total)
+    warm = warmup(pp, vpp, rank, total, group)
     ops = [("F", *table[k]) for k in range(warm)]
     for k in range(total - warm):
         ops.append(("F", *table[warm + k]))
@@ -231,9 +235,12 @@ def simulate(
     bwd: float | Sequence[float] = 2,
     vpp: int = 1,
     p2p: float = 0.0,
+    group: int | None = None,
 ) -> list[list[Op]]:
     """One step's pipeline schedule, every op timed, per rank: 1F1B (vpp 1) or Megatron's
-    interleaved 1F1B (vpp > 1, which needs m a multiple of pp).
+    interleaved 1F1B (vpp > 1) in groups of `group` micro-batches per virtual stage (default pp),
+    which needs pp <= group <= m and the last group whole or of pp at least
+    (`rules.interleaved_microbatches`).
 
     fwd and bwd are one micro-batch's forward and backward through the whole rank, the same on
     every rank or one per rank (uneven stages); each of its vpp chunks takes 1/vpp of them. An op
@@ -244,9 +251,13 @@ def simulate(
     b_of = [float(bwd)] * pp if isinstance(bwd, int | float) else [float(t) for t in bwd]
     if len(f_of) != pp or len(b_of) != pp:
         raise ValueError(f"one forward and one backward time per rank: {pp} ranks")
-    if vpp > 1 and (m % pp or m < pp):
-        raise ValueError(f"the interleaved schedule needs m ({m}) a multiple of pp ({pp})")
-    order = [op_order(pp, m, vpp, r) for r in range(pp)]
+    g = group or pp
+    if vpp > 1 and not (pp <= g <= m and (m % g == 0 or m % g >= pp)):
+        raise ValueError(
+            f"the interleaved schedule needs pp ({pp}) <= the group ({g}) <= m ({m}), and the "
+            "last group whole or of pp micro-batches at least"
+        )
+    order = [op_order(pp, m, vpp, r, group) for r in range(pp)]
     done: dict[tuple, float] = {}
     clock = [0.0] * pp
     pos = [0] * pp
@@ -299,20 +310,13 @@ def interleaved_p2p_exposed(
     return out
 
 
-def drawn(layout: Layout) -> bool:
-    """Whether `simulate` draws the layout's schedule: 1F1B always; the interleaved one in
-    Megatron's default groups of pp micro-batches per virtual stage only (`op_order`), not a
-    layout's own --microbatch-group-size-per-virtual-pipeline-stage."""
-    group = layout.microbatch_group_size_per_vp_stage
-    return layout.vpp == 1 or group is None or group == layout.pp
-
-
-def shown_microbatches(m: int, pp: int, vpp: int, at_most: int) -> int:
+def shown_microbatches(m: int, pp: int, vpp: int, at_most: int, group: int | None = None) -> int:
     """How many micro-batches a drawing of the schedule shows: at most `at_most` of the m, and
-    for the interleaved schedule whole groups of pp (at least one)."""
+    for the interleaved schedule whole groups (of `group`, default pp; at least one)."""
     if vpp == 1:
         return min(m, at_most)
-    return min(m, max(pp, at_most // pp * pp))
+    g = group or pp
+    return min(m, max(g, at_most // g * g))
 
 
 def timeline_text(
@@ -323,11 +327,12 @@ def timeline_text(
     bwd: float | Sequence[float] = 2,
     vpp: int = 1,
     p2p: float = 0.0,
+    group: int | None = None,
 ) -> list[str]:
     """One text line per pipeline rank: F forward, B backward (f and b for the odd chunks of an
     interleaved schedule), . idle (the bubble), at most `width` characters of equal time, each op
     at least one, its edges rounded to the nearest (`simulate`'s durations)."""
-    sched = simulate(pp, m, fwd, bwd, vpp, p2p)
+    sched = simulate(pp, m, fwd, bwd, vpp, p2p, group)
     end = max(op.end for rank in sched for op in rank)
     cell = end / width if end > width or not float(end).is_integer() else 1.0
     cols = math.ceil(end / cell - 1e-9)

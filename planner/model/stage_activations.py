@@ -81,8 +81,9 @@ def schedule_peak(
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
     order, `planner.model.schedule.op_order`, with its micro-batch group), each forward adding its
     chunk's bytes and each backward releasing the mirrored chunk's. The pattern repeats every
-    group x vpp steps, so one period after the warm-up holds the peak. torchtitan's schedule
-    `name` where it differs (module docstring)."""
+    group x vpp steps, so one period after the warm-up holds the peak when the groups are whole;
+    a shorter last group (m not a multiple of the group) breaks the period, and the whole steady
+    state is walked. torchtitan's schedule `name` where it differs (module docstring)."""
     vpp = len(kept)
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
@@ -94,7 +95,7 @@ def schedule_peak(
         return n_flight * kept[0]
     total, group = m * vpp, _group(layout)
     warm = n_flight - 1 if n_flight < total else total
-    steady = min(total - warm, group * vpp + 1)
+    steady = total - warm if m % group else min(total - warm, group * vpp + 1)
     order: list[int] = []
     start = 0
     while len(order) < warm + steady and start < m:

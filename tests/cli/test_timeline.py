@@ -116,14 +116,13 @@ def test_cli_explain_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "--timeline" in err and "step.png" in err
 
 
-def test_a_group_size_the_drawing_does_not_run_is_not_drawn(
+def test_a_plans_own_group_size_is_drawn(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An interleaved schedule in groups of 5 micro-batches per virtual stage on 4 stages (8
-    GPUs / pp 4 = dp 2, so 40 / (4 x 2) = 5 micro-batches: the rule's m mod g = 0) passes the
-    rules, but `schedule.simulate` draws Megatron's default groups of pp only (it raised on 5
-    micro-batches, not a multiple of 4: a fuzzer's internal error). explain says it is not
-    drawn; --timeline exits 2 naming the option and the group size."""
+    GPUs / pp 4 = dp 2, so 40 / (4 x 2) = 5 micro-batches: one whole group) is drawn in its own
+    groups (`schedule.op_order`'s group; it raised on 5 micro-batches, not a multiple of 4: a
+    fuzzer's internal error). explain draws the four ranks; --timeline writes the SVG."""
     line = tmp_path / "run.sh"
     line.write_text(
         "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 12 --hidden-size 512 "
@@ -135,8 +134,13 @@ def test_a_group_size_the_drawing_does_not_run_is_not_drawn(
     argv = ["explain", "--megatron-args", str(line), "--gpu", "h100-sxm-80gb"]
     code, out, err = run(argv, capsys)
     assert code == 0, err
-    assert "schedule not drawn" in out and "microbatch_group_size_per_vp_stage 5" in out
+    assert "schedule not drawn" not in out
+    assert "interleaved 1F1B (3 chunks per rank)" in out, out
     svg = tmp_path / "t.svg"
     code, out, err = run([*argv, "--timeline", str(svg)], capsys)
-    assert code == 2 and not svg.exists()
-    assert "--timeline" in err and "is 5" in err and "internal error" not in err
+    assert code == 0, err
+    titles = [r.findtext(f"{SVG}title") or "" for r in _rects(svg.read_text())]
+    # 12 layers / (pp 4 x 1 a virtual stage) = 3 chunks: every rank runs each of the 5
+    # micro-batches' 3 chunks forward and backward once, 4 x 5 x 3 = 60 of each
+    for kind in ("forward", "backward"):
+        assert sum(t.startswith(f"{kind} of micro-batch") for t in titles) == 60

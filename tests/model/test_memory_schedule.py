@@ -18,9 +18,11 @@ from planner.model.schedule import op_order
 from planner.model.stage_activations import schedule_peak
 
 
-def brute_force(kept: tuple[float, ...], pp: int, vpp: int, rank: int, m: int) -> float:
+def brute_force(
+    kept: tuple[float, ...], pp: int, vpp: int, rank: int, m: int, group: int | None = None
+) -> float:
     held = peak = 0.0
-    for kind, _, chunk in op_order(pp, m, vpp, rank):
+    for kind, _, chunk in op_order(pp, m, vpp, rank, group):
         if kind == "F":
             held += kept[chunk]
             peak = max(peak, held)
@@ -42,6 +44,26 @@ def test_schedule_peak_is_the_brute_force_peak() -> None:
         assert got == brute_force(kept, pp, vpp, rank, m), (pp, vpp, rank, m, kept)
         checked += 1
     assert checked == 300
+
+
+def test_schedule_peak_in_a_plans_own_group_is_the_brute_force_peak() -> None:
+    # --microbatch-group-size-per-virtual-pipeline-stage g: every g the rule admits (pp <= g <=
+    # m, the last group whole or of pp at least), the walk of op_order in groups of g
+    rng = random.Random(11)
+    checked = 0
+    while checked < 300:
+        pp = rng.choice([2, 3, 4])
+        vpp = rng.choice([2, 3, 5])
+        m = rng.randint(pp, 5 * pp)
+        g = rng.randint(pp, m)
+        if m % g and m % g < pp:
+            continue
+        rank = rng.randrange(pp)
+        kept = tuple(float(rng.randint(0, 5)) for _ in range(vpp))
+        lay = Layout(pp=pp, vpp=vpp, microbatch_group_size_per_vp_stage=g)
+        got = schedule_peak(kept, lay, rank, m)
+        assert got == brute_force(kept, pp, vpp, rank, m, g), (pp, vpp, rank, m, g, kept)
+        checked += 1
 
 
 def test_uneven_chunks_count_as_often_as_they_are_in_flight() -> None:

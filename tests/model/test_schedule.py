@@ -149,8 +149,64 @@ def test_interleaved_schedule_by_hand() -> None:
         (4.5, 5.5, "B", 0, 0),
         (5.5, 6.5, "B", 1, 0),
     ]
-    with pytest.raises(ValueError, match="multiple of pp"):
+    # 6 micro-batches in the default groups of pp 4 leave a last group of 2 < pp (the rule)
+    with pytest.raises(ValueError, match="last group whole or of pp"):
         schedule.simulate(4, 6, vpp=2)
+    with pytest.raises(ValueError, match=r"pp \(4\) <= the group \(3\)"):
+        schedule.simulate(4, 8, vpp=2, group=3)
+
+
+def test_op_order_in_a_plans_own_group_by_hand() -> None:
+    # pp 2, vpp 2, m 3 in one group of 3 (--microbatch-group-size-per-virtual-pipeline-stage 3):
+    # the table runs chunk 0 of micro-batches 0-2, then chunk 1 of them: (0,0) (1,0) (2,0) (0,1)
+    # (1,1) (2,1). Rank 0's warm-up (pp - 0 - 1) x 2 + (vpp - 1) x 3 = 5 forwards, then F(2,1)
+    # with the first backward, the table's (0,0) mirrored to chunk 1; rank 1's warm-up 0 + 3.
+    # The k-th backward is the table's k-th entry with its chunk mirrored (1 - c).
+    backs = [("B", 0, 1), ("B", 1, 1), ("B", 2, 1), ("B", 0, 0), ("B", 1, 0), ("B", 2, 0)]
+    assert schedule.op_order(2, 3, 2, 0, group=3) == [
+        ("F", 0, 0),
+        ("F", 1, 0),
+        ("F", 2, 0),
+        ("F", 0, 1),
+        ("F", 1, 1),
+        ("F", 2, 1),
+        *backs,
+    ]
+    assert schedule.op_order(2, 3, 2, 1, group=3) == [
+        ("F", 0, 0),
+        ("F", 1, 0),
+        ("F", 2, 0),
+        ("F", 0, 1),
+        backs[0],
+        ("F", 1, 1),
+        backs[1],
+        ("F", 2, 1),
+        backs[2],
+        *backs[3:],
+    ]
+    # the default group is pp: the same order as naming it
+    assert schedule.op_order(2, 4, 2, 0) == schedule.op_order(2, 4, 2, 0, group=2)
+
+
+def test_every_valid_group_runs_each_op_once() -> None:
+    """Brute force over small schedules: every (pp, vpp, m, group) the rule admits
+    (`rules.interleaved_microbatches`: pp <= g <= m, m mod g 0 or >= pp) simulates without a
+    deadlock, each rank running each (micro-batch, chunk) forward and backward exactly once,
+    each backward after its own forward; the step is never shorter than a rank's own work."""
+    for pp, vpp in itertools.product(range(2, 5), range(2, 4)):
+        for m in range(pp, 3 * pp + 2):
+            for g in range(pp, m + 1):
+                if m % g and m % g < pp:
+                    continue
+                sched = schedule.simulate(pp, m, fwd=1, bwd=2, vpp=vpp, group=g)
+                want = {(k, i, c) for k in "FB" for i in range(m) for c in range(vpp)}
+                for rank in sched:
+                    ran = [(op.kind, op.micro, op.chunk) for op in rank]
+                    assert len(ran) == len(want) and set(ran) == want, (pp, vpp, m, g)
+                    when = {(op.kind, op.micro, op.chunk): op.end for op in rank}
+                    assert all(when[("F", i, c)] < when[("B", i, c)] for _, i, c in want)
+                end = max(op.end for rank in sched for op in rank)
+                assert end >= m * 3 - 1e-9  # m x (f + b) of one rank's own work
 
 
 @pytest.mark.parametrize(("pp", "m", "vpp"), [(2, 16, 40), (4, 16, 5), (4, 32, 5), (8, 32, 4)])
