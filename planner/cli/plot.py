@@ -96,8 +96,9 @@ class _Panel:
             )
             ticks = _nice_log_ticks(10**llo, 10**lhi)
         else:
-            if hi - lo < 1e-9:
-                lo, hi = lo - 1, hi + 1
+            scale = max(abs(lo), abs(hi), 1.0)
+            if hi - lo <= 1e-9 * scale:  # one value (one GPU count): 5% of it either side
+                lo, hi = lo - 0.05 * scale, hi + 0.05 * scale
             self.ymap = lambda v: self.bottom - pad_bottom - (v - lo) / (hi - lo) * span
             ticks = nice_linear_ticks(lo, hi)
         for t in ticks:

@@ -27,6 +27,10 @@ from planner.ops.operations import Operations
 from planner.search import scaling
 from planner.search.advice import Change
 
+MIN_TIMELINE_WIDTH = 20
+"""Characters of the text schedule at least (a rank's label takes 10 of the terminal's width;
+below this the terminal wraps the lines rather than the drawing losing its ops)."""
+
 
 def gib(nbytes: float) -> str:
     return f"{units.gib(nbytes):.1f}"
@@ -234,7 +238,7 @@ def print_explain(
         )
         fwd = [f for f, _ in perf.stages]
         bwd = [b for _, b in perf.stages]
-        width = console.width - 10
+        width = max(console.width - 10, MIN_TIMELINE_WIDTH)
         lines = timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop, group)
         for line in lines:
             console.print(line, highlight=False)

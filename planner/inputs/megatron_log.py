@@ -146,6 +146,9 @@ def _memory(m: re.Match[str], line: int, where: str) -> MemoryReport:
     if missing:
         raise InputError(f"{where}: memory report without {', '.join(missing)} (cut short?)")
     mib = [_number(fields[f], f, where) for f in MEMORY_FIELDS]
+    for name, value in zip(MEMORY_FIELDS, mib, strict=True):
+        if value <= 0:  # a training rank always holds its weights: 0 or less is no measurement
+            raise InputError(f"{where}: {name}: {fields[name]} MiB (must be > 0)")
     return MemoryReport(line, int(m.group(1)), int(m.group(2)), *mib)
 
 

@@ -23,6 +23,7 @@ Checkpoints, failures and goodput: planner/ops/resilience.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.inputs.plan import Job
@@ -109,6 +110,14 @@ def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
     return gpu_w, node_w, facility
 
 
+def _finite(figure: str, value: float | None, terms: str) -> None:
+    """An AssumptionError where finite options multiply past a float (--gpu-power-w 1e308: an
+    infinite facility power, which JSON cannot hold), naming each factor and where it came from
+    (an option, or the plan's GPU and price)."""
+    if value is not None and not math.isfinite(value):
+        raise AssumptionError("operations", f"the {figure} overflows a float: {terms}")
+
+
 def training_steps(job: Job, tokens: int) -> int:
     """ceil(tokens / tokens_per_step); a budget smaller than one step is an AssumptionError."""
     per_step = job.tokens_per_step
@@ -140,6 +149,17 @@ def operations(
         gpu_hours = n * wall / SECONDS_PER_HOUR
         cost = None if usd is None else gpu_hours * usd
         energy = facility * wall / SECONDS_PER_HOUR / 1e6  # W x h -> MWh
+    power = (
+        f"{n} GPUs x {gpu_w:.3g} W (--gpu-power-w or the GPU's power) + {num_nodes(job)} nodes "
+        f"x {node_w:.3g} W (--node-overhead-w), x PUE {ops.pue:.3g} (--pue)"
+    )
+    _finite("facility power", facility, power)
+    if wall is not None and steps is not None:
+        budget = f"{steps:.3g} steps (--tokens) x {perf.step_time_s:.3g} s / goodput"
+        _finite("wall-clock time", wall, budget)
+        _finite("energy", energy, f"{facility:.3g} W x {wall:.3g} s ({budget})")
+        if cost is not None:
+            _finite("cost", cost, f"{gpu_hours:.3g} GPU-hours x ${usd:.3g} (--price or the GPU's)")
     return Operations(
         num_gpus=n,
         nodes=num_nodes(job),
@@ -188,4 +208,8 @@ def objective_value(
         return wall_per_mtok
     gpu_hours = job.cluster.num_gpus * wall_per_mtok / SECONDS_PER_HOUR
     usd, _ = price(job, ops_params)
-    return gpu_hours if usd is None else gpu_hours * usd
+    if usd is None:
+        return gpu_hours
+    terms = f"{gpu_hours:.3g} GPU-hours a million tokens x ${usd:.3g} (--price or the GPU's)"
+    _finite("cost", gpu_hours * usd, terms)
+    return gpu_hours * usd

@@ -7,6 +7,7 @@ geometry."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -15,13 +16,15 @@ from pathlib import Path
 import pytest
 from cli_run import run
 from paths import EXAMPLES
+from rich.console import Console
 
-from planner.cli import timeline
+from planner.cli import render, timeline
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
-from planner.model import cost, schedule
+from planner.inputs.plan import Job, load_plan
+from planner.model import cost, memory, schedule
+from planner.search.rules import check_plan
 
 SVG = "{http://www.w3.org/2000/svg}"
 PLAN = EXAMPLES / "llama3.1-8b-h100.toml"
@@ -144,3 +147,20 @@ def test_a_plans_own_group_size_is_drawn(
     # micro-batches' 3 chunks forward and backward once, 4 x 5 x 3 = 60 of each
     for kind in ("forward", "backward"):
         assert sum(t.startswith(f"{kind} of micro-batch") for t in titles) == 60
+
+
+@pytest.mark.parametrize("columns", [1, 9, 10, 11])
+def test_a_terminal_too_narrow_for_the_text_schedule(columns: int) -> None:
+    """explain's text schedule takes the terminal's width less 10 for the rank labels: 10
+    columns left none (a division by zero) and 9 a negative width (IndexError), a fuzzer's
+    internal errors on `COLUMNS=10 planner explain` of a pipelined plan. It is drawn
+    MIN_TIMELINE_WIDTH wide at least, and the terminal wraps it."""
+    plan = check_plan(load_plan(EXAMPLES / "deepseek-v3-h800.toml"))
+    j, lay = plan.job, plan.require_layout()
+    assert lay.pp > 1
+    text = io.StringIO()
+    console = Console(file=text, width=columns, markup=False, emoji=False, soft_wrap=True)
+    render.print_explain(console, j, lay, memory.estimate(j, lay), cost.estimate(j, lay))
+    rows = re.findall(r"^rank +\d+ ([FBfb.]+)$", text.getvalue(), re.M)
+    assert len(rows) == lay.pp
+    assert all(len(r) >= render.MIN_TIMELINE_WIDTH for r in rows)

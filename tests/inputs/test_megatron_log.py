@@ -137,6 +137,11 @@ BAD = [
      "bad.log:1: iteration line without 'elapsed time per iteration (ms)'"),
     ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: inf | "
      "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: inf"),
+    # a zero or negative peak divided the calibration's error (ZeroDivisionError, a fuzzer's)
+    ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: 0.00 | "
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: 0.00 MiB (must be > 0)"),
+    ("[Rank 3] (after 2 iterations) memory (MB) | allocated: -5000.0 | max allocated: 9.0 | "
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: allocated: -5000.0 MiB (must be > 0)"),
 ]  # fmt: skip
 
 

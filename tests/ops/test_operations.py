@@ -336,6 +336,28 @@ def test_cli_no_progress_exits_2_naming_the_option(
     assert f"planner: error: {option}" in err and "internal error" not in err
 
 
+@pytest.mark.parametrize(
+    ("options", "factor"),
+    [
+        # 8 x 1e308 W x PUE 1.1 > 1.8e308, the largest float
+        (["--gpu-power-w", "1e308"], "8 GPUs x 1e+308 W (--gpu-power-w"),
+        (["--pue", "1e308"], "PUE 1e+308 (--pue)"),
+        # finite power and time, their product (energy, cost) past a float
+        (["--tokens", "15T", "--gpu-power-w", "1e300"], "(--tokens)"),
+        (["--tokens", "1e300", "--price", "1e300"], "x $1e+300 (--price"),
+    ],
+)
+def test_cli_figures_past_a_float_exit_2_naming_their_factors(
+    options: list[str], factor: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fuzzer's `--json` with Infinity in it (not JSON) and 'inf MWh': finite options whose
+    product overflows exit 2 naming each factor and the option it came from."""
+    code, out, err = run(["explain", str(EXAMPLE), "--json", *options], capsys)
+    assert code == 2 and not out, out
+    assert "planner: error: operations: the " in err and "overflows a float" in err
+    assert factor in err, err
+
+
 # ----------------------------------------------------------------------------- objectives, headers
 
 
@@ -356,6 +378,11 @@ def test_objective_values() -> None:
     assert usd == pytest.approx(64 * good / 3600 * 3.24)
     priced = ops.objective_value(job, perf, "cost", OpsParams(price_usd_per_gpu_hour=1.0))
     assert priced == pytest.approx(64 * good / 3600)
+    # steps of 1e6 s: 1e6 / 1,048,576 x 1e6 = 9.5e5 s a million tokens, x 64 GPUs / 3600 =
+    # 1.7e4 GPU-hours (more with goodput), x $1.7e308 is past the largest float (1.8e308)
+    slow = perf_with_step(job, LAYOUT_64, 1e6)
+    with pytest.raises(AssumptionError, match=r"the cost overflows a float: .* x \$1\.7e\+308"):
+        ops.objective_value(job, slow, "cost", OpsParams(price_usd_per_gpu_hour=1.7e308))
     faster = perf_with_step(job, LAYOUT_64, 1.5)
     for objective in ops.OBJECTIVES:
         assert ops.objective_value(job, faster, objective) < ops.objective_value(

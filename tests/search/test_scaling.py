@@ -224,6 +224,19 @@ def test_svg_is_well_formed_and_marks_the_knee(tmp_path: Path) -> None:
         plot.write_svg(tmp_path / "curve.png", svg)
 
 
+@pytest.mark.parametrize("value", [0.0, 3.5, 41_000.0, 1e20, -2e17])
+def test_one_value_gets_an_axis_around_it(value: float) -> None:
+    """One GPU count plots one value a panel (`scale --num-gpus 8 --price 1e20 --plot`: its cost
+    a million tokens): the axis spans 5% of it (at least 1) either side, the value inside the
+    panel, two ticks or more. It padded by 1 only, which vanishes beside 1e20 (1e20 - 1 ==
+    1e20): a division by zero, a fuzzer's internal error."""
+    panel = plot._Panel(100.0, [8], "one point")
+    panel.set_y(value, value, log=False)
+    assert panel.top < panel.ymap(value) < panel.bottom
+    ticks = [i for i in panel.items if i.startswith("<line")]
+    assert len(ticks) >= 2
+
+
 def test_svg_without_budget_or_layouts() -> None:
     table: dict[int, tuple[Layout, float] | None] = {8: (Layout(tp=8), 2.0), 16: None}
     ET.fromstring(plot.scaling_svg(scaling.scale(make_job(), [8, 16], fake_best(table))))
