@@ -43,6 +43,7 @@ from planner.inputs.layout import (
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo
 from planner.search.rules import recompute_allows_overlap
+from planner.search.rules.dsa import up_proj_recompute_barred
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
     ("layernorm",),
@@ -158,7 +159,7 @@ def selective(job: Job) -> list[Rung]:
     has = (
         ("layernorm", True),
         ("core_attn", not job.flash_attention),
-        ("mla_up_proj", arch.multi_latent_attention),
+        ("mla_up_proj", arch.multi_latent_attention and not up_proj_recompute_barred(job)),
         ("moe_act", arch.is_moe),
         ("moe", arch.is_moe),
         ("shared_experts", arch.moe_shared_expert_intermediate_size is not None),

@@ -65,8 +65,14 @@ def kernel_backend(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def up_proj_recompute_barred(job: Job) -> bool:
+    """Whether the job's absorbed MLA refuses the mla_up_proj recompute (DeepSeek sparse
+    attention in FP8 or FP4); the search's recompute rungs leave it out there too."""
+    return job.arch.has_dsa and job.precision in ("fp8", "fp4")
+
+
 def up_proj_recompute(job: Job, lay: Layout) -> Violation | None:
-    if not job.arch.has_dsa or job.precision not in ("fp8", "fp4"):
+    if not up_proj_recompute_barred(job):
         return None
     if lay.recompute == "selective" and "mla_up_proj" in lay.recompute_modules:
         return Violation(
