@@ -288,13 +288,12 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
 
 
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
-    """alltoall, and flex where the experts are spread over more than one rank (DeepEP needs
-    expert-TP x EP > 1; torchtitan's with the chunked loss, EP > 1: `rules.deepep_needs_ep`) on
-    a GPU it runs on (`rules.flex_runs`); a dense model has one base."""
+    """alltoall, and flex where the experts are spread as DeepEP needs (Megatron's expert-TP x
+    EP > 1, torchtitan's EP > 1 without expert TP: `rules.deepep_spread`) on a GPU it runs on
+    (`rules.flex_runs`); a dense model has one base."""
     if not job.arch.is_moe:
         return ["alltoall"]
-    spread = s.ep > 1 if rules.deepep_needs_ep(job) else s.ep * s.etp > 1
-    flex = spread and rules.flex_runs(job)
+    flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job)
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 

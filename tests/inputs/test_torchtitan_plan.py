@@ -133,6 +133,41 @@ def test_expert_parallelism_needs_a_torchtitan_moe_model(tmp_path: Path) -> None
     assert "parallel.ep" in msg and "deepseek_v3" in msg and "mixtral-8x7b" in msg
 
 
+QWEN3 = '[model]\nname = "qwen3-30b-a3b"\n'
+
+
+@pytest.mark.parametrize(
+    ("parallel", "words"),
+    [
+        # e347b1e5 apply_moe_ep_tp: no ep mesh -> the experts TensorParallel() on the tp mesh,
+        # so expert TP is tp; a plan saying etp 1 there describes a run torchtitan does not do
+        # (a round-trip fuzzer: its configuration read back as etp 8, 397 GiB, not 233)
+        ("tp = 8\nsequence_parallel = true\nep = 1\netp = 1\n", "(1) with expert_parallel"),
+        # parallelize.py:114-125: DeepEP raises at ep 1 and with expert TP enabled
+        (
+            "tp = 2\nsequence_parallel = true\nmoe_token_dispatcher_type = 'flex'\n",
+            "needs expert parallelism",
+        ),
+        (
+            "tp = 2\nsequence_parallel = true\nep = 4\netp = 2\n"
+            "moe_token_dispatcher_type = 'flex'\n",
+            "without expert TP (etp 2",
+        ),
+    ],
+)
+def test_torchtitans_expert_sharding(tmp_path: Path, parallel: str, words: str) -> None:
+    path = titan_plan(tmp_path, "[parallel]\nzero_stage = 3\n" + parallel, cluster=BIG, model=QWEN3)
+    msg = load_error(path)
+    assert words in msg, msg
+    # the same degrees with what torchtitan runs there check
+    good = parallel.replace("etp = 1", "etp = 8").replace("'flex'", "'alltoall'")
+    check_plan(
+        load_plan(
+            titan_plan(tmp_path, "[parallel]\nzero_stage = 3\n" + good, cluster=BIG, model=QWEN3)
+        )
+    )
+
+
 def test_megatron_only_recompute_fields_exit_2(tmp_path: Path) -> None:
     path = titan_plan(
         tmp_path,

@@ -76,5 +76,6 @@ def test_the_chunked_loss_era_has_no_every_n_nor_expert_tp() -> None:
         assert c.layout.ep == 1 or c.layout.expert_tp == 1
         assert c.layout.ep > 1 or c.layout.moe_token_dispatcher_type != "flex"
         assert not rules.violations(qwen, c.layout)
-    deepep = LAY.with_(moe_token_dispatcher_type="flex")  # DeepEP at ep 1
-    assert "tt_head_deepep" in [v.rule for v in rules.violations(qwen, deepep)]
+    deepep = LAY.with_(moe_token_dispatcher_type="flex")  # DeepEP at ep 1, in either era
+    assert "tt_deepep" in [v.rule for v in rules.violations(qwen, deepep)]
+    assert "tt_deepep" in [v.rule for v in rules.violations(whole, deepep)]

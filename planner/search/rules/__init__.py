@@ -59,7 +59,7 @@ from planner.search.rules.pools import pools
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
-from planner.search.rules.torchtitan import chunked_loss_era, deepep_needs_ep
+from planner.search.rules.torchtitan import chunked_loss_era, deepep_spread
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 
 __all__ = [
@@ -68,7 +68,7 @@ __all__ = [
     "Rule",
     "Violation",
     "check_plan",
-    "deepep_needs_ep",
+    "deepep_spread",
     "expert_overlap",
     "flex_runs",
     "job_violations",

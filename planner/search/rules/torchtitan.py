@@ -86,8 +86,21 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
 
 def experts(job: Job, lay: Layout) -> Violation | None:
     """EP only for torchtitan's MoE models, expert TP 1 or tp, and ep x etp dividing
-    dp_shard x cp x tp (its expert mesh)."""
-    if not _titan(job) or lay.ep == 1:
+    dp_shard x cp x tp (its expert mesh). Without EP the experts are tensor-parallel over the
+    whole tp mesh (e347b1e5 models/llama4/infra/parallelize.py `apply_moe_ep_tp`: no ep mesh ->
+    `TensorParallel()` on tp_mesh; b5bcd76c the same, models/common/MOE_SHARDING.md): expert TP
+    is tp there, as the configuration reader reads it."""
+    if not _titan(job):
+        return None
+    if lay.ep == 1:
+        if job.arch.is_moe and lay.expert_tp != lay.tp:
+            return Violation(
+                "tt_etp",
+                "parallel.etp",
+                f"expert_tensor_parallel_degree ({lay.expert_tp}) with expert_parallel_degree 1: "
+                f"torchtitan shards the experts over the whole tensor_parallel_degree ({lay.tp}) "
+                "then",
+            )
         return None
     model = MODELS.get(job.arch.name, ("", ""))[0]
     if model not in MOE_MODELS:
@@ -280,18 +293,17 @@ def megatron_recipes(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def deepep_needs_ep(job: Job) -> bool:
-    """Whether DeepEP needs expert parallelism itself (not expert TP x EP > 1, as Megatron's):
-    torchtitan with the chunked loss (`chunked_loss_era`)."""
-    return _titan(job) and job.titan.loss_chunks > 1
+def deepep_spread(job: Job, ep: int, etp: int) -> bool:
+    """Whether the experts are spread so that DeepEP runs on them: Megatron's needs expert TP x
+    EP > 1; torchtitan's expert parallelism itself, without expert TP (`deepep`)."""
+    return ep > 1 and etp == 1 if _titan(job) else ep * etp > 1
 
 
 def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
     """A chunked loss (`[torchtitan] loss_chunks` > 1) is torchtitan's since its Python
     configurations (b5bcd76c: the TOML target refuses it), which has no every-N-layers
-    checkpointing, no expert TP (its EP takes the TP ranks) and no DeepEP without expert
-    parallelism (benchmarks/data/torchtitan_head_config.md 2e, 2g): a plan with the one cannot
-    have the others."""
+    checkpointing and no expert TP (its EP takes the TP ranks; benchmarks/data/
+    torchtitan_head_config.md 2e, 2g): a plan with the one cannot have the others."""
     if not _titan(job) or job.titan.loss_chunks == 1:
         return None
     if job.titan.selective_layer_every is not None:
@@ -300,13 +312,6 @@ def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
             "torchtitan.selective_layer_every",
             f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
             "activation checkpointing is per op or whole: there is no every-N-layers option",
-        )
-    if deepep_needs_ep(job) and lay.ep == 1 and lay.moe_token_dispatcher_type == "flex":
-        return Violation(
-            "tt_head_deepep",
-            "parallel.moe_token_dispatcher_type",
-            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
-            "DeepEP needs expert parallelism (ep > 1; models/common/token_dispatcher.py)",
         )
     if lay.ep > 1 and lay.expert_tp > 1:
         return Violation(
@@ -318,5 +323,25 @@ def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (sharding, schedule, experts, features, chunked_loss_era, megatron_recipes)
+def deepep(job: Job, lay: Layout) -> Violation | None:
+    """torchtitan's DeepEP (the flex dispatcher) needs expert parallelism, and at e347b1e5 runs
+    without expert TP (models/llama4/infra/parallelize.py:114-125: ValueError at ep 1,
+    NotImplementedError with etp enabled; b5bcd76c's dispatchers need ep > 1 as well)."""
+    if not _titan(job) or lay.moe_token_dispatcher_type != "flex" or not job.arch.is_moe:
+        return None
+    field = "parallel.moe_token_dispatcher_type"
+    if lay.ep == 1:
+        return Violation(
+            "tt_deepep", field, "torchtitan's DeepEP needs expert parallelism (ep > 1; "
+            "expert_parallel_comm_backend deepep raises at expert_parallel_degree 1)",
+        )  # fmt: skip
+    if lay.expert_tp > 1:
+        return Violation(
+            "tt_deepep", field, f"torchtitan's DeepEP runs without expert TP (etp "
+            f"{lay.expert_tp}: NotImplementedError there); etp = 1 or the all-to-all dispatcher",
+        )  # fmt: skip
+    return None
+
+
+RULES = (sharding, schedule, experts, features, deepep, chunked_loss_era, megatron_recipes)
 """The framework rules, in the order their messages are listed."""
