@@ -169,9 +169,10 @@ def environment(plan: Plan) -> list[EnvVar]:
         )
     env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
     if nvidia and (lay.zero_stage < 2 or plan.job.expandable_segments):
-        env.append(
-            EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmented memory")
-        )
+        why = "less fragmented memory"
+        if not plan.job.expandable_segments:  # read back, this script predicts a lower peak
+            why += " (the predicted peak counts without it: training.expandable_segments)"
+        env.append(EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", why))
     if nvidia and plan.job.cluster.num_gpus > 1:
         for way in ("FWD", "BWD"):
             env.append(
