@@ -253,7 +253,10 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
             **split_fields(split),
             tp_comm_overlap=sp and space.tp_comm_overlap and not titan,
             moe_token_dispatcher_type=dispatcher,
-            moe_flex_dispatcher_backend="deepep" if titan else flex_backend(job),
+            # the backend names the flex dispatcher's; other layouts keep the field's default
+            moe_flex_dispatcher_backend=(
+                flex_backend(job) if dispatcher == "flex" and not titan else "deepep"
+            ),
         )
         offload = space.offload and not titan
         single, ladders = rungs(job, plain, space.recompute, offload)

@@ -112,7 +112,9 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         **split_fields(split),
                         tp_comm_overlap=sp and space.tp_comm_overlap,
                         moe_token_dispatcher_type=dispatcher,
-                        moe_flex_dispatcher_backend=space_mod.flex_backend(job),
+                        moe_flex_dispatcher_backend=(
+                            space_mod.flex_backend(job) if dispatcher == "flex" else "deepep"
+                        ),
                     )
                     if _user_ok(space, lay, domain) and not rules.violations(job, lay):
                         out.append(lay)
