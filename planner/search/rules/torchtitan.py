@@ -98,8 +98,8 @@ def experts(job: Job, lay: Layout) -> Violation | None:
                 "tt_etp",
                 "parallel.etp",
                 f"expert_tensor_parallel_degree ({lay.expert_tp}) with expert_parallel_degree 1: "
-                f"torchtitan shards the experts over the whole tensor_parallel_degree ({lay.tp}) "
-                "then",
+                f"torchtitan then shards the experts over the whole tensor_parallel_degree "
+                f"({lay.tp}); set etp = {lay.tp}, or ep > 1",
             )
         return None
     model = MODELS.get(job.arch.name, ("", ""))[0]
