@@ -161,7 +161,11 @@ per kernel replayed as a graph: ~0.5 us per node."""
 
 
 def slowdown(job: Job) -> float:
-    """The job's host time per operation against the reference host (`HOST_CPU_SLOWDOWN`)."""
+    """The job's host time per operation against the reference host (`HOST_CPU_SLOWDOWN`). With
+    pools, the slowest pool's host: what a step waits for on every rank (its fixed time), in
+    whichever order the pools run; a rank's own work reads its pool's job (`pools.rank_jobs`)."""
+    if job.pools:
+        return max(HOST_CPU_SLOWDOWN[p.cluster.gpu.host_cpu] for p in job.pools)
     return HOST_CPU_SLOWDOWN[job.cluster.gpu.host_cpu]
 
 

@@ -52,8 +52,16 @@ def _sample_counts(num_layers: int, pp: int) -> tuple[int, int]:
     return (max(even // 2, 1), even) if even >= 2 else (1, 2)
 
 
-_LAYER_CACHES = ("moe_prefix", "moe_layers", "layer_kinds", "mtp_kinds", "kinds", "kind_prefix")
-"""The model's cached properties that read its layer count."""
+_LAYER_CACHES = (
+    "moe_prefix",
+    "moe_layers",
+    "layer_kinds",
+    "mtp_kinds",
+    "kinds",
+    "kind_prefix",
+    "_kind_counts_memo",
+)
+"""The model's cached properties that read its layer count (a copy would share the memo)."""
 _ROOMY: JobMemo[int, Job] = JobMemo()
 """`_room`'s jobs per job and layer count: one job object for every layout that asks for the
 same count, so that the model's memos (per job, by identity) serve them all, and do not fill
@@ -71,6 +79,11 @@ def _room(job: Job, layers: int) -> Job:
         arch = job.arch.model_copy(update={"num_layers": layers})
         for cached in _LAYER_CACHES:
             arch.__dict__.pop(cached, None)
+        kinds = arch.layer_kinds
+        if len(kinds) < layers:
+            # a per-layer list (a tuple moe_layer_freq, window or linear-attention flags, a
+            # hybrid pattern) names the model's own layers only: the rest repeat its last kind
+            arch.__dict__["layer_kinds"] = kinds + (kinds[-1],) * (layers - len(kinds))
         memo[layers] = replace(job, arch=arch)
     return memo[layers]
 

@@ -84,3 +84,18 @@ def test_a100_stages_slower_and_slow_link_costs() -> None:
     assert slow.layout is not None
     # 10 ms latency on each of the 2 stages at the boundary, each way, at least once per step
     assert cost.estimate(slow.job, slow.layout).step_time_s > perf.step_time_s + 0.02
+
+
+def test_the_steps_fixed_host_time_is_the_slowest_pools() -> None:
+    """GB200's Grace host issues at 1.25x the reference Xeon's time (host.HOST_CPU_SLOWDOWN),
+    H100's at 1.0: the step's fixed time, cost.STEP_OVERHEAD_S (10 ms) x 1.25 = 12.5 ms, on
+    every rank's host, whichever pool runs the first stages. It read the first pool's host
+    (a fuzzer: suggest 12.5 ms, check of the plan it wrote, pools in pipeline order, 10 ms)."""
+    gb200 = {"name": "g", "gpu": "gb200-nvl72", "num_gpus": 16}
+    h100 = {"name": "h", "gpu": "h100-sxm-80gb", "num_gpus": 16}
+    others = []
+    for pools in ([gb200, h100], [h100, gb200]):
+        p = plan(pools, dp=4)
+        assert p.layout is not None
+        others.append(cost.estimate(p.job, p.layout).breakdown.other)
+    assert others == [pytest.approx(cost.STEP_OVERHEAD_S * 1.25)] * 2

@@ -53,6 +53,23 @@ def test_lines_floor_is_below_the_bound_of_the_exact_lines(name: str) -> None:
     assert tight > 0  # a floor that says something
 
 
+def test_more_ranks_than_half_the_layers_with_a_per_layer_pattern() -> None:
+    """DeepSeek-V2-Lite (27 layers, its dense and MoE layers a per-layer list, moe_layer_freq)
+    on pp 16: the samples give every rank 1 and 2 layers, 32 in all, past the model's 27; the
+    list named 27 kinds, and the lines indexed past them (a fuzzer's IndexError in suggest).
+    The added layers repeat the last kind; the model's own keep theirs; the floor stays below
+    the exact lines' bound."""
+    job = pool_job("deepseek-v2-lite")
+    assert isinstance(job.arch.moe_layer_freq, tuple) and job.arch.num_layers == 27
+    deep = [lay for lay in _plains(job) if 2 * lay.pp > job.arch.num_layers]
+    assert deep
+    for lay in deep:
+        assert pools.lines_floor(job, lay) <= pools.lower_bound_s(pools.time_lines(job, lay))
+    roomy = pools._room(job, 32).arch
+    own = job.arch.layer_kinds
+    assert roomy.layer_kinds == own + (own[-1],) * 5
+
+
 @pytest.mark.parametrize("name", list(JOBS))
 def test_layouts_come_in_the_order_of_their_exact_bound(name: str) -> None:
     """What the lazy queue yields is a stable sort of every layout by its lines' bound, each
