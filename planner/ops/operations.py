@@ -24,6 +24,7 @@ Checkpoints, failures and goodput: planner/ops/resilience.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.plan import Job
@@ -110,12 +111,12 @@ def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
     return gpu_w, node_w, facility
 
 
-def _finite(figure: str, value: float | None, terms: str) -> None:
+def _finite(figure: str, value: float | None, terms: Callable[[], str]) -> None:
     """An AssumptionError where finite options multiply past a float (--gpu-power-w 1e308: an
     infinite facility power, which JSON cannot hold), naming each factor and where it came from
-    (an option, or the plan's GPU and price)."""
+    (an option, or the plan's GPU and price): `terms()`, spelled only then."""
     if value is not None and not math.isfinite(value):
-        raise AssumptionError("operations", f"the {figure} overflows a float: {terms}")
+        raise AssumptionError("operations", f"the {figure} overflows a float: {terms()}")
 
 
 def training_steps(job: Job, tokens: int) -> int:
@@ -149,17 +150,26 @@ def operations(
         gpu_hours = n * wall / SECONDS_PER_HOUR
         cost = None if usd is None else gpu_hours * usd
         energy = facility * wall / SECONDS_PER_HOUR / 1e6  # W x h -> MWh
-    power = (
-        f"{n} GPUs x {gpu_w:.3g} W (--gpu-power-w or the GPU's power) + {num_nodes(job)} nodes "
-        f"x {node_w:.3g} W (--node-overhead-w), x PUE {ops.pue:.3g} (--pue)"
+    _finite(
+        "facility power",
+        facility,
+        lambda: (
+            f"{n} GPUs x {gpu_w:.3g} W (--gpu-power-w or the GPU's power) + "
+            f"{num_nodes(job)} nodes x {node_w:.3g} W (--node-overhead-w), "
+            f"x PUE {ops.pue:.3g} (--pue)"
+        ),
     )
-    _finite("facility power", facility, power)
     if wall is not None and steps is not None:
-        budget = f"{steps:.3g} steps (--tokens) x {perf.step_time_s:.3g} s / goodput"
+        step_s = perf.step_time_s
+
+        def budget() -> str:
+            return f"{steps:.3g} steps (--tokens) x {step_s:.3g} s / goodput"
+
         _finite("wall-clock time", wall, budget)
-        _finite("energy", energy, f"{facility:.3g} W x {wall:.3g} s ({budget})")
-        if cost is not None:
-            _finite("cost", cost, f"{gpu_hours:.3g} GPU-hours x ${usd:.3g} (--price or the GPU's)")
+        _finite("energy", energy, lambda: f"{facility:.3g} W x {wall:.3g} s ({budget()})")
+        _finite(
+            "cost", cost, lambda: f"{gpu_hours:.3g} GPU-hours x ${usd:.3g} (--price or the GPU's)"
+        )
     return Operations(
         num_gpus=n,
         nodes=num_nodes(job),
@@ -210,6 +220,9 @@ def objective_value(
     usd, _ = price(job, ops_params)
     if usd is None:
         return gpu_hours
-    terms = f"{gpu_hours:.3g} GPU-hours a million tokens x ${usd:.3g} (--price or the GPU's)"
-    _finite("cost", gpu_hours * usd, terms)
+    _finite(
+        "cost",
+        gpu_hours * usd,
+        lambda: f"{gpu_hours:.3g} GPU-hours a million tokens x ${usd:.3g} (--price or the GPU's)",
+    )
     return gpu_hours * usd

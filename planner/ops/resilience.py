@@ -150,13 +150,13 @@ def _no_progress(
     else:
         field = "failure_rate_per_gpu_day"
 
-    fmt = _duration
     return AssumptionError(
         field,
         f"the job would make no progress (goodput {goodput:.1e}): an interruption every "
-        f"{fmt(m)} on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
-        f"{job.cluster.num_gpus:,} GPUs), each costing {fmt(restart)} to restart and reload "
-        f"the checkpoint, and checkpoints blocking {fmt(delta)} every {fmt(tau)} of training",
+        f"{_duration(m)} on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
+        f"{job.cluster.num_gpus:,} GPUs), each costing {_duration(restart)} to restart and "
+        f"reload the checkpoint, and checkpoints blocking {_duration(delta)} every "
+        f"{_duration(tau)} of training",
     )
 
 
