@@ -2,8 +2,8 @@
 
 The Hagemann et al. layouts (benchmarks/hagemann.py) ran on Aleph Alpha's training code, whose
 cross entropy runs on logits gathered over TP and whose "no RMS kernel" rows use PyTorch's
-RMSNorm. Two constants in planner/activations.py describe those and nothing else:
-GATHERED_LOSS_BYTES_PER_LOGIT and UNFUSED_NORM_EXTRA. This script sweeps both over physically
+RMSNorm. Two constants describe those and nothing else: GATHERED_LOSS_BYTES_PER_LOGIT
+(planner/model/loss_activations.py) and UNFUSED_NORM_EXTRA (planner/model/shard.py). This script sweeps both over physically
 plausible ranges (16-32 bytes per logit: fp32 logits, log-softmax, gradient and bf16 copies;
 4-10 extra bytes per normalised element: fp32 input and output copies) and picks the pair that
 judges the fewest out-of-memory layouts "fits" while judging at most 10% of the layouts that
@@ -23,14 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hagemann
 
-from planner.model import activations, loss_activations, memory
+from planner.model import loss_activations, memory, shard
 from planner.model.stage_activations import per_layer
 
 
 def set_constants(loss_bytes: float, norm_extra: float) -> None:
     """Set both constants and drop memory's cached per-layer activations, which depend on them."""
     loss_activations.GATHERED_LOSS_BYTES_PER_LOGIT = loss_bytes
-    activations.UNFUSED_NORM_EXTRA = norm_extra
+    shard.UNFUSED_NORM_EXTRA = norm_extra
     per_layer.cache_clear()
 
 
@@ -51,7 +51,7 @@ def main() -> None:
     print(f"{len(rows)} flash-attention-2 layouts: {n_ok} trained, {n_oom} out of memory")
     print(f"{'bytes/logit':>11} {'norm extra':>10} {'oom->fits':>9} {'ok->no':>7}")
     results = []
-    saved = (loss_activations.GATHERED_LOSS_BYTES_PER_LOGIT, activations.UNFUSED_NORM_EXTRA)
+    saved = (loss_activations.GATHERED_LOSS_BYTES_PER_LOGIT, shard.UNFUSED_NORM_EXTRA)
     for lb, ne in itertools.product((16, 20, 24, 28, 32), (4, 6, 8, 10)):
         set_constants(lb, ne)
         fp, fn = classify(rows)
@@ -64,7 +64,7 @@ def main() -> None:
         f"chosen: GATHERED_LOSS_BYTES_PER_LOGIT = {lb}, UNFUSED_NORM_EXTRA = {ne}: "
         f"{fp}/{n_oom} out-of-memory layouts judged fits, {fn}/{n_ok} trained judged not"
     )
-    print(f"in planner/activations.py now: {saved[0]}, {saved[1]}")
+    print(f"in planner/model now: {saved[0]}, {saved[1]}")
 
 
 if __name__ == "__main__":

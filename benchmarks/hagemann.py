@@ -44,9 +44,9 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, layer_time, params, stage_sync
-from planner.model.activations import BF16, FP32
 from planner.model.dp_sync import data_parallel_groups
 from planner.model.performance import Performance
+from planner.model.shard import BF16, FP32
 from planner.model.stage_params import stage_params
 
 DpSync = Literal["megatron", "fp32_after_backward"]

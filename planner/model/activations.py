@@ -48,158 +48,26 @@ PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan'
 and the 1st, 3rd, ... of the block's matmul outputs (its counter starts again at each block's
 forward: `planner.model.gemm_shapes.per_op_split`; a Llama layer keeps wq, wv, w1 and w2).
 
-MoE layers (moe/moe_layer.py, router.py, experts.py TEGroupedMLP, token_dispatcher.py; the TE
-spec puts a separate norm before the MoE layer), per local token (T/t: MoE with TP needs SP) and
-per token-expert pair the GPU's experts receive:
-
-    pre-MLP norm   its input 2h; its output 2h (the router's saved input, and the shared
-                   experts' input: an 8-bit copy more under FP8)                per local token
-    dropout mask   h                                                            per local token
-    router         fp32 logits and scores, 2 x 4E                               per local token
-    experts        fc1's input 2h (8 bits under FP8) x etp (expert-TP gathers its ranks'
-                   tokens); fc1's output 2F (x 2 gated: the fused SwiGLU's input); the weighted
-                   activation 2F, fc2's input (8 bits under FP8); the probability, 4   per pair
-    shared experts fc1's output and activation over the TP group's tokens, split by t
-
-Pairs: k x T/t x the routing load (`Shard.moe_load`). The dispatchers' permutations save only
-indices (moe_utils.permute / unpermute without probabilities, sort_chunks_by_idxs): no token
-tensor is kept for them, but they hold tokens while the layer runs (`dispatch_working_bytes`)."""
+MoE layers: `planner.model.moe_activations`. The split of a layer over a GPU (`Shard`) and the
+byte rules every block shares (masks, norm inputs, quantised linear inputs):
+`planner.model.shard`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.inputs.layout import RecomputePolicy
-from planner.inputs.plan_sections import DsaKernelBackend
 from planner.model import dsa, flops, gdn, gemm_shapes, mixers
+from planner.model.moe_activations import moe_bytes
 from planner.model.scores import score_bytes
-
-BF16 = 2
-FP32 = 4
-LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
-"""Bytes per element a linear layer keeps of its input for the weight gradient, by the training's
-precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
-linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
-`update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
-MASK = 1
-"""Bytes per element of a dropout's saved mask (torch.bool)."""
-
-UNFUSED_NORM_EXTRA = 6
-"""Extra bytes per element a plain PyTorch RMSNorm/LayerNorm keeps over a fused kernel, which keeps
-its bf16 input (2) and one statistic per token: the unfused one also keeps intermediate tensors
-for autograd (a bf16 normalised tensor, 2; with a LLaMA-style fp32 upcast 4-8 more); the bf16
-output counts as the next layer's input. Fitted (grid 4-10, picked 6) by benchmarks/fit_memory.py
-on the Hagemann et al. rows without the fused kernel."""
-
-MOE_LOAD_IMBALANCE = 1.2
-"""Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
-routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
-value, used for learned routing by the memory model (`routing_load.memory_load`). The step time
-takes the expected busiest rank instead, which depends on the expert-parallel size and the experts
-per rank and is this value at DeepSeek-V3's 32 ranks of 8 experts
-(`routing_load.learned_routing_load`)."""
-
-SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
-"""Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """How one layer's activations are split on one GPU."""
-
-    tokens: int
-    """Tokens per micro-batch on this context-parallel rank: seq_length / cp x micro_batch_size."""
-    tp: int = 1
-    sequence_parallel: bool = False
-    etp: int = 1
-    recompute: RecomputePolicy = "none"
-    flash_attention: bool = True
-    linear_bytes: float = BF16
-    """`LINEAR_INPUT_BYTES` of the training's precision."""
-    seq_per_cp_rank: int = 0
-    """s / cp (for the s^2 attention-score term without flash attention)."""
-    micro_batch_size: int = 1
-    fused_norm: bool = True
-    cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
-    compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
-    loss_chunks: int = 1
-    """torchtitan's ChunkedLossWrapper chunks (`TorchtitanSection.loss_chunks`; 1 = whole
-    logits): `loss_activations.logits_bytes`."""
-    attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
-    hidden_dropout: bool = True
-    """The model has hidden dropout: each residual add's and the embedding's dropout keeps its
-    mask (`masks`)."""
-    frozen: bool = False
-    """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
-    fused_swiglu: bool = True
-    sp_keeps_gathered_input: bool = False
-    modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
-    """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""
-    moe_load: float = MOE_LOAD_IMBALANCE
-    """Token-expert pairs the busiest rank's experts receive, relative to the even share: what
-    the layers keep for the backward."""
-    moe_work_load: float | None = None
-    """The same for the layer running, where its tensors differ from what it keeps (HybridEP's
-    static budget beside Megatron's paged stash, `routing_load.memory_loads`); None = moe_load."""
-    cuda_graphs: bool = False
-    """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
-    offload: frozenset[str] = frozenset()
-    """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
-    offload_fraction: float = 1.0
-    """The share of the layers whose groups go to the host
-    (`Layout.activation_offload_fraction`)."""
-    dsa_kernels: DsaKernelBackend = "none"
-    """DeepSeek sparse attention's kernels as they run (`planner.model.dsa.backend`)."""
-    dsa_loss: dsa.LossMode = "off"
-    """Its indexer loss (`planner.model.dsa.loss_mode`)."""
-    dsa_heads: float = 0.0
-    """The query heads its kernel computes a rank, padded (`planner.model.dsa.local_heads`);
-    0 = unpadded."""
-    seq_length: int = 0
-    """The whole sequence: the keys DSA's queries see (context parallelism gathers them); 0 =
-    seq_per_cp_rank."""
-
-    @property
-    def quantised(self) -> bool:
-        """The linear layers keep FP8 / NVFP4 copies of their inputs."""
-        return self.linear_bytes < BF16
-
-    def drops(self, module: str) -> bool:
-        """Whether Megatron's selective recompute discards `module`'s saved activations."""
-        return self.recompute == "core_attn" and module in self.modules
-
-
-def masks(T: float, h: int, sh: Shard) -> float:
-    """One dropout's saved mask over T tokens of width h (`MASK` bytes per element), where the
-    model has hidden dropout; none at Megatron's --hidden-dropout 0: its fused bias-dropout-add
-    (megatron/core/fusions/fused_bias_dropout.py @d98e8a64, under torch.compile) and the
-    embedding's torch.nn.Dropout call torch's dropout, which at p = 0 returns its input (ATen's
-    `dropout` in eager mode; `torch._decomp.decompositions.dropout`, `input.clone()`, when
-    compiled), so autograd keeps no mask."""
-    return MASK * T * h if sh.hidden_dropout else 0.0
-
-
-def norm_input(T: float, h: int, sh: Shard) -> float:
-    """What one norm keeps of its input per micro-batch (before any TP/SP split)."""
-    return (BF16 + (0 if sh.fused_norm else UNFUSED_NORM_EXTRA)) * T * h
-
-
-def split(rep: float, part: float, sh: Shard) -> float:
-    """rep is replicated over TP unless SP; part is always divided by tp."""
-    return (rep + part) / sh.tp if sh.sequence_parallel else rep + part / sh.tp
-
-
-def linear_in(nbytes: float, sh: Shard) -> float:
-    """A linear layer's saved input: `Shard.linear_bytes` per element (8 bits under FP8, 4.5 under
-    NVFP4); none when its weight is frozen, as only
-    the weight gradient reads it (Transformer Engine linear.py @d0067d0d: backward_needs_input =
-    is_grad_enabled and weight.requires_grad)."""
-    if sh.frozen:
-        return 0.0
-    return nbytes * sh.linear_bytes / BF16
+from planner.model.shard import (
+    BF16,
+    FP32,
+    Shard,
+    linear_in,
+    masks,
+    norm_input,
+    split,
+)
 
 
 def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
@@ -395,69 +263,3 @@ def embedding_bytes(arch: ModelArch, sh: Shard) -> float:
     T, h = sh.tokens, arch.hidden_size
     mask = masks(T, h, sh)
     return 8 * T + (mask / sh.tp if sh.sequence_parallel else mask)
-
-
-def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
-    """Token-expert pairs the experts of one GPU receive per micro-batch (before expert-TP
-    gathering): k x T/tp x the routing load (`Shard.moe_load`, or `load`)."""
-    return arch.moe_router_topk * sh.tokens / sh.tp * (sh.moe_load if load is None else load)
-
-
-def moe_bytes(arch: ModelArch, sh: Shard) -> float:
-    """A mixture-of-experts MLP with its norm: router, experts (reading expert_hidden-wide
-    tokens), shared experts; a latent MoE's up-projection keeps its latent input."""
-    assert arch.num_moe_experts is not None
-    h, E = arch.hidden_size, arch.num_moe_experts
-    local = sh.tokens / sh.tp
-    out = norm_input(local, h, sh) + masks(local, h, sh)
-    if sh.drops("moe"):
-        # the checkpointed MoE layer keeps its input, the norm output
-        return out + BF16 * local * h
-    if not sh.drops("layernorm"):
-        out += BF16 * local * h
-    out += 2 * FP32 * local * E
-    n = pairs(arch, sh)
-    glu = 2 if arch.gated_linear_unit else 1
-    F = arch.expert_ffn
-    out += expert_input_bytes(arch, sh) + n * (BF16 * F * glu + FP32)
-    if arch.moe_latent_size:
-        out += local * linear_in(BF16 * arch.moe_latent_size, sh)
-    if not sh.drops("moe_act"):
-        out += n * linear_in(BF16 * F, sh)
-    Fs = arch.moe_shared_expert_intermediate_size
-    if Fs:
-        if sh.quantised and not sh.drops("layernorm"):
-            out += local * h * sh.linear_bytes  # the shared experts' quantised input copy
-        if not sh.drops("shared_experts"):
-            out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
-    return out
-
-
-def expert_input_bytes(arch: ModelArch, sh: Shard) -> float:
-    """What the routed experts keep of their input per micro-batch: each (token, expert) copy the
-    GPU's experts receive (`pairs`, etp x over with expert TP), expert_hidden wide, saved by fc1
-    for its weight gradient. The token permutation writes it and the grouped GEMMs read it; no
-    elementwise kernel touches it (`planner.model.layer_time` leaves it out of its elementwise
-    traffic, priced as the permutation's)."""
-    return pairs(arch, sh) * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
-
-
-DISPATCH_COPIES = {"alltoall": 2.0, "flex": 2.0, "hybridep": 1.0}
-"""Token tensors (expert_hidden wide, per pair) a dispatcher holds while one MoE layer runs,
-beyond what the experts keep: alltoall, the permuted local tokens and the all-to-all output before
-they are sorted by expert (token_dispatcher.MoEAlltoAllTokenDispatcher: permute, all_to_all,
-sort_chunks_by_idxs); DeepEP (flex), the received tokens and their expert-major permutation;
-HybridEP, which permutes into its own buffer, the permuted tokens only. The backward holds as many
-gradients of the same shapes. allgather is sized by the gathered tokens instead."""
-
-
-def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:
-    """Bytes of tokens in flight in the token dispatcher while one MoE layer's forward or backward
-    runs, not kept afterwards: DISPATCH_COPIES token tensors of the pairs; allgather gathers every
-    token of the etp x ep group (token_dispatcher.MoEAllGatherTokenDispatcher) before it keeps
-    its experts' pairs."""
-    h = arch.expert_hidden
-    n = pairs(arch, sh, sh.moe_work_load) * sh.etp
-    if dispatcher == "allgather":
-        return BF16 * h * (sh.tokens / sh.tp * sh.etp * ep + n)
-    return BF16 * h * n * DISPATCH_COPIES.get(dispatcher, 2.0)

@@ -66,7 +66,6 @@ from planner.model import (
     t5,
     weight_hash,
 )
-from planner.model.activations import BF16
 from planner.model.job_memo import ModelMemo
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
@@ -77,6 +76,7 @@ from planner.model.schedule import (
     schedule_bubble,
     schedule_name,
 )
+from planner.model.shard import BF16
 from planner.model.stage_offload import offload_exposed, offload_one_way
 from planner.model.stage_time import (
     a2a_floor,

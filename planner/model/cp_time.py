@@ -23,7 +23,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.model import comms, dsa, gemm_shapes
-from planner.model.activations import BF16
+from planner.model.shard import BF16
 
 
 def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:

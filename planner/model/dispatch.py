@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
 from planner.model import comms
-from planner.model.activations import BF16
 from planner.model.comms import (
     Group,
     all_gather,
@@ -32,6 +31,7 @@ from planner.model.comms import (
     place,
     reduce_scatter,
 )
+from planner.model.shard import BF16
 
 if TYPE_CHECKING:
     from planner.inputs.layout import Layout

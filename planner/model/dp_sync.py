@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.model.activations import BF16
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
+from planner.model.shard import BF16
 
 FSDP_MAX_LIVE_PARAMS: float | None = None
 """Cap on the gathered (live) parameters of a ZeRO-3 implementation, or None for none. Megatron-FSDP

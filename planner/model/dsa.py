@@ -203,7 +203,7 @@ def index_slots(arch: ModelArch, s: int, kernels: DsaKernelBackend) -> float:
 
 
 class Shard(Protocol):
-    """What the DSA bytes read of a layer's shard (`planner.model.activations.Shard`, which
+    """What the DSA bytes read of a layer's shard (`planner.model.shard.Shard`, which
     `shard_fields` fills for a DSA model)."""
 
     @property
@@ -328,7 +328,7 @@ class ShardFields(TypedDict, total=False):
 
 
 def shard_fields(job: Job, tp: int) -> ShardFields:
-    """The `activations.Shard` fields a DSA model's activations read (the kernels that run, the
+    """The `shard.Shard` fields a DSA model's activations read (the kernels that run, the
     indexer loss, the heads they compute a rank, the whole sequence); none for another
     model."""
     if not job.arch.has_dsa:

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model.activations import BF16, FP32, Shard, linear_in, pairs, scores, split
+from planner.model.activations import scores
+from planner.model.moe_activations import pairs
+from planner.model.shard import BF16, FP32, Shard, linear_in, split
 
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 """TransformerConfig.min_offloaded_tensor_size default (Megatron-LM d98e8a64): smaller tensors

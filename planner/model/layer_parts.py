@@ -13,13 +13,13 @@ from typing import NamedTuple
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, attention_time, dsa, dsa_time
-from planner.model.activations import Shard
+from planner.model import activations, attention_time, dsa, dsa_time, moe_activations
 from planner.model.attention_time import Core
 from planner.model.gemm import Gpu
 from planner.model.job_memo import JobMemo
 from planner.model.linear_time import LinearTimes, linear_times
 from planner.model.ring_balance import ring_skew
+from planner.model.shard import Shard
 
 DISPATCHER_FIELDS = (
     "moe_token_dispatcher_type",
@@ -95,7 +95,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
     (planner.model.activations, with fused norms, flash attention and bf16 inputs: the
     unfused-norm, s^2 and FP8 traffic are added apart), and of them the proxy for the memory
     traffic of its elementwise kernels: all but a MoE layer's routed-expert input
-    (`activations.expert_input_bytes`), which only the token permutation writes and reads
+    (`moe_activations.expert_input_bytes`), which only the token permutation writes and reads
     (`moe_time.permute_time` prices it; counting it here too priced it twice). A MoE layer's
     routed pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and
     permutations), not memory's planning bound."""
@@ -112,7 +112,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
     if job.arch.has_dsa:
         sh = replace(sh, **dsa.shard_fields(job, lay.tp))
     saved = activations.layer_bytes(job.arch, kind, sh, recompute=False)
-    permuted = activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
+    permuted = moe_activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
     if kind.mixer == "attention" and job.arch.has_dsa:  # timed by dsa_time with the scores
         permuted += dsa.scores_kept(job.arch, sh)
     return saved, saved - permuted

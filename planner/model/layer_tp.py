@@ -15,8 +15,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import async_tp, comms, gemm_shapes, tp_overlap
-from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
+from planner.model.shard import BF16
 
 _Gemms = tuple[Sequence[tuple[float, float, float, float]], Sequence[float]]
 _Charges = tuple[float, float, float, float]

@@ -7,7 +7,7 @@ deferred output-layer weight gradients hold until the pipeline flush (`deferred_
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
-from planner.model.activations import BF16, FP32, Shard, norm_input
+from planner.model.shard import BF16, FP32, Shard, norm_input
 
 GATHERED_LOSS_BYTES_PER_LOGIT = 24
 """Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel

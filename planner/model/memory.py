@@ -36,11 +36,11 @@ from operator import itemgetter
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools
-from planner.model.activations import BF16, Shard
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.rank_states import rank_state
 from planner.model.schedule import Chunks, layer_count
+from planner.model.shard import BF16, Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES

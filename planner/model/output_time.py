@@ -10,9 +10,9 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, layer_time
-from planner.model.activations import BF16
 from planner.model.gemm import Gpu, gemm_time, quant_bytes
 from planner.model.linear_time import margin_slowdown
+from planner.model.shard import BF16
 
 UNFUSED_LOSS_BYTES_PER_LOGIT = 52.0
 """HBM bytes per local logit of Megatron-LM's unfused vocab-parallel cross entropy (its default,

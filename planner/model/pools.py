@@ -38,8 +38,8 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, dp_sync
-from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
+from planner.model.shard import BF16
 
 _POOL_JOBS: JobMemo[int, Job] = JobMemo()
 """The job of each pool, per job (one object per pool: the layer-time memos key on identity)."""

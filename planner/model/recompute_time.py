@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.activations import BF16
 from planner.model.gemm import Gpu
+from planner.model.shard import BF16
 
 
 @dataclass(frozen=True)

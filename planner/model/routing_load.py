@@ -38,13 +38,13 @@ from statistics import NormalDist
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.activations import MOE_LOAD_IMBALANCE
+from planner.model.shard import MOE_LOAD_IMBALANCE
 
 EXPERT_LOAD_SPREAD = 0.274
 """Spread (s / mu) of one expert's routed copies about the even share under learned, balanced
 routing, per layer and micro-batch: a planning value, set so that DeepSeek-V3's training layout
 (256 experts over 32 expert-parallel ranks, 8 per rank) keeps the busiest-rank load of 1.2 the
-model took for every learned-routing layout before (activations.MOE_LOAD_IMBALANCE). Not fitted:
+model took for every learned-routing layout before (shard.MOE_LOAD_IMBALANCE). Not fitted:
 the measured MoE runs in benchmarks/ mix this load with every other MoE cost, and no published
 per-expert load spread was found."""
 

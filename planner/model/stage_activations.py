@@ -33,7 +33,6 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import cp_time, cpu_offload, dsa, mixers, routing_load, t5, vision
-from planner.model.activations import LINEAR_INPUT_BYTES, Shard, dispatch_working_bytes
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
 from planner.model.loss_activations import (
@@ -41,7 +40,9 @@ from planner.model.loss_activations import (
     deferred_wgrad_bytes,
     logits_bytes,
 )
+from planner.model.moe_activations import dispatch_working_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
+from planner.model.shard import LINEAR_INPUT_BYTES, Shard
 
 
 def _group(layout: Layout) -> int:
@@ -121,7 +122,7 @@ which stores the s^2 scores."""
 
 
 def shard(job: Job, layout: Layout) -> Shard:
-    """How a layout splits one layer's activations (`planner.model.activations.Shard`)."""
+    """How a layout splits one layer's activations (`planner.model.shard.Shard`)."""
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)

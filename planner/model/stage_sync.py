@@ -27,10 +27,10 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, fsdp2, muon_time, optimizer_offload, pools
-from planner.model.activations import BF16
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
 from planner.model.schedule import Chunks
+from planner.model.shard import BF16
 from planner.model.stage_params import quantised_decoder_params, stage_params
 from planner.model.stage_time import LayoutTimes, rank_layers
 

@@ -35,10 +35,10 @@ from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import attention_time, gemm_shapes, params
 from planner.model import layer_time as lt
-from planner.model.activations import Shard
 from planner.model.gemm import Gpu, gemm_time
 from planner.model.layer_time import Layer
 from planner.model.scores import score_bytes
+from planner.model.shard import Shard
 
 
 def encoder_job(job: Job) -> Job:

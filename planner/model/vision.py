@@ -22,7 +22,7 @@ from dataclasses import replace
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import params
-from planner.model.activations import Shard
+from planner.model.shard import Shard
 
 PATCH_CHANNELS = 3
 """Input channels of the patch convolution (RGB)."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import host
-from planner.model.activations import BF16
 from planner.model.host_link import host_link_bandwidth
 from planner.model.param_tensors import rank_tensors
+from planner.model.shard import BF16
 from planner.model.stage_params import stage_params
 
 HASH_S_PER_PARAM = 3.66e-9

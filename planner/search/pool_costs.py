@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, performance, pools, stage_params
-from planner.model.activations import BF16
 from planner.model.schedule import layer_count
+from planner.model.shard import BF16
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory, pools
-from planner.model.activations import BF16
 from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
+from planner.model.shard import BF16
 from planner.search.bound import rank_stage_times
 from planner.search.pool_enum import best_splits
 from planner.search.pool_plan import PoolPlan

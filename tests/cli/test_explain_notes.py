@@ -21,9 +21,9 @@ from planner.cli import explain_notes, render_suggest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
 from planner.model import cost, known_gaps, memory
-from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.performance import BOTTLENECK_MIN_SHARE
 from planner.model.routing_load import memory_load, step_load
+from planner.model.shard import MOE_LOAD_IMBALANCE
 from planner.search.top_k import Candidate
 
 

@@ -18,8 +18,8 @@ import pytest
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.model import activations as act
-from planner.model.activations import Shard
 from planner.model.loss_activations import GATHERED_LOSS_BYTES_PER_LOGIT, logits_bytes
+from planner.model.shard import Shard
 
 # GPT-3 175B's layer shape (Korthikanti Table 3 uses it): h 12288, a 96, s 2048.
 GPT = ModelArch(

@@ -13,10 +13,10 @@ from plan_text import plan_text, write
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan
 from planner.model import async_tp, comms, cost, gemm_shapes
-from planner.model.activations import BF16
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
 from planner.model.layer_tp import column_parallel_windows
+from planner.model.shard import BF16
 from planner.search.rules import check_plan
 
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"

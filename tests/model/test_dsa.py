@@ -22,8 +22,8 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job, parse_plan
 from planner.inputs.plan_sections import DsaKernelBackend
 from planner.model import dsa, dsa_time, memory, params
-from planner.model.activations import Shard
 from planner.model.layer_time import gpu_of
+from planner.model.shard import Shard
 
 ZOO = Path(__file__).resolve().parents[2] / "model_zoo" / "deepseek-v3.toml"
 

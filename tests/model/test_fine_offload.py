@@ -17,7 +17,8 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import fine_offload, host_link, stage_offload, stage_time
-from planner.model.activations import Shard, pairs
+from planner.model.moe_activations import pairs
+from planner.model.shard import Shard
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search import rules
 from planner.search.rules import check_plan

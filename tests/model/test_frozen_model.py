@@ -28,9 +28,9 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan, parse_plan
 from planner.model import activations, cost, gemm_shapes, memory
-from planner.model.activations import Shard
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of, layer_time
+from planner.model.shard import Shard
 from planner.search.rules import check_plan
 
 sys.path.insert(0, str(REPO))

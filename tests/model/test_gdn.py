@@ -23,8 +23,8 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import DENSE, DENSE_GDN, GDN
 from planner.model import activations as act
 from planner.model import flops, gdn, gemm_shapes, params
-from planner.model.activations import Shard
 from planner.model.gemm import Gpu
+from planner.model.shard import Shard
 
 TINY = ModelArch(
     name="tiny-gdn",

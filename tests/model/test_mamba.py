@@ -18,8 +18,8 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import ATTENTION, MAMBA, MLP, MOE_MLP
 from planner.model import activations as act
 from planner.model import flops, gemm_shapes, mamba, params
-from planner.model.activations import Shard
 from planner.model.gemm import Gpu
+from planner.model.shard import Shard
 
 TINY = ModelArch(
     name="tiny-hybrid",

@@ -20,7 +20,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import memory, rank_states
-from planner.model.activations import Shard
+from planner.model.shard import Shard
 from planner.model.stage_activations import in_flight, shard
 
 GB = 1e9

@@ -20,8 +20,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.units import GIB
 from planner.model import activations as act
 from planner.model import buffers, memory, params, rank_states
-from planner.model.activations import Shard
 from planner.model.routing_load import memory_load
+from planner.model.shard import Shard
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.model.stage_params import stage_params
 

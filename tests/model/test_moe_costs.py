@@ -17,10 +17,11 @@ from jobs import job
 from planner.inputs.hybrid import layer_kind
 from planner.inputs.layout import Layout
 from planner.model import layer_time, moe_time
-from planner.model.activations import Shard, layer_bytes
+from planner.model.activations import layer_bytes
 from planner.model.gemm import gemm_time
 from planner.model.layer_time import gpu_of
 from planner.model.routing_load import memory_load, step_load
+from planner.model.shard import Shard
 
 
 def test_router_and_permutation_by_hand() -> None:

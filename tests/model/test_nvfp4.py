@@ -16,8 +16,8 @@ from jobs import job
 from planner.cli.report import performance_dict
 from planner.inputs.layout import Layout
 from planner.model import buffers, cost, gemm, stage_sync
-from planner.model.activations import LINEAR_INPUT_BYTES
 from planner.model.layer_time import FP8_CEILING_FRACTION, GEMM_EFFICIENCY_MAX, gpu_of
+from planner.model.shard import LINEAR_INPUT_BYTES
 from planner.model.stage_activations import shard
 from planner.model.stage_params import decoder_params
 

@@ -27,7 +27,7 @@ from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
 from planner.inputs.plan import parse_plan, reframe
-from planner.model import activations, memory, routing_load, stage_activations
+from planner.model import memory, moe_activations, routing_load, stage_activations
 from planner.search.rules import violations
 
 # Qwen3-30B-A3B-like: 48 layers of 128 experts (top 8) of 768 on 8 B200, HybridEP at ep 8 with the
@@ -89,7 +89,7 @@ def test_memory_follows_the_loads() -> None:
     sh = stage_activations.shard(job, lay)
     assert (sh.moe_load, sh.moe_work_load) == (2.0, None)
     # an MoE layer keeps its routed pairs at the budget: k x T x 2 of them
-    assert activations.pairs(job.arch, sh) == 8 * 4096 * 2.0
+    assert moe_activations.pairs(job.arch, sh) == 8 * 4096 * 2.0
     peaks = {c: memory.estimate(replace(job, moe_expert_rank_capacity_factor=c), lay).peak
              for c in (1.5, 2.0, 2.5)}  # fmt: skip
     # the kept and running expert tensors grow linearly with the budget's rows

@@ -20,7 +20,6 @@ from jobs import job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import layer_time, routing_load
-from planner.model.activations import MOE_LOAD_IMBALANCE
 from planner.model.layer_time import gpu_of
 from planner.model.routing_load import (
     EXPERT_LOAD_SPREAD,
@@ -30,6 +29,7 @@ from planner.model.routing_load import (
     random_routing_load,
     step_load,
 )
+from planner.model.shard import MOE_LOAD_IMBALANCE
 
 
 def _simulated_load(tokens: int, experts: int, topk: int, ep: int, trials: int) -> float:

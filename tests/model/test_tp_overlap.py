@@ -13,8 +13,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan
 from planner.inputs.userbuffers import TE_DEFAULT, UbSlot, resolve, slot_map
 from planner.model import comms, cost, tp_overlap
-from planner.model.activations import BF16
 from planner.model.layer_time import gpu_of, layer_time
+from planner.model.shard import BF16
 from planner.search.rules import check_plan
 
 TRAINING = "[training]\nseq_length = 8192\nglobal_batch_size = 128\n"

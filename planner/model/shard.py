@@ -1,0 +1,138 @@
+"""How one decoder layer's activations are split on one GPU (`Shard`: the tokens of a micro-batch
+on a context-parallel rank, the TP / SP / expert-TP split, the precision its linear layers keep,
+what is recomputed or offloaded), and the byte rules every block's activations share: a dropout's
+mask, a norm's input, a linear layer's saved input (`planner.model.activations` for the dense
+blocks, `planner.model.moe_activations` for MoE layers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from planner.inputs.layout import RecomputePolicy
+from planner.inputs.plan_sections import DsaKernelBackend
+from planner.model import dsa
+
+BF16 = 2
+FP32 = 4
+LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+"""Bytes per element a linear layer keeps of its input for the weight gradient, by the training's
+precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
+linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
+`update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
+MASK = 1
+"""Bytes per element of a dropout's saved mask (torch.bool)."""
+
+UNFUSED_NORM_EXTRA = 6
+"""Extra bytes per element a plain PyTorch RMSNorm/LayerNorm keeps over a fused kernel, which keeps
+its bf16 input (2) and one statistic per token: the unfused one also keeps intermediate tensors
+for autograd (a bf16 normalised tensor, 2; with a LLaMA-style fp32 upcast 4-8 more); the bf16
+output counts as the next layer's input. Fitted (grid 4-10, picked 6) by benchmarks/fit_memory.py
+on the Hagemann et al. rows without the fused kernel."""
+
+MOE_LOAD_IMBALANCE = 1.2
+"""Tokens the busiest expert-parallel rank receives, relative to the balanced share, under dropless
+routing (Megatron's default, no capacity factor) with an auxiliary balancing loss: a planning
+value, used for learned routing by the memory model (`routing_load.memory_load`). The step time
+takes the expected busiest rank instead, which depends on the expert-parallel size and the experts
+per rank and is this value at DeepSeek-V3's 32 ranks of 8 experts
+(`routing_load.learned_routing_load`)."""
+
+SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
+"""Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How one layer's activations are split on one GPU."""
+
+    tokens: int
+    """Tokens per micro-batch on this context-parallel rank: seq_length / cp x micro_batch_size."""
+    tp: int = 1
+    sequence_parallel: bool = False
+    etp: int = 1
+    recompute: RecomputePolicy = "none"
+    flash_attention: bool = True
+    linear_bytes: float = BF16
+    """`LINEAR_INPUT_BYTES` of the training's precision."""
+    seq_per_cp_rank: int = 0
+    """s / cp (for the s^2 attention-score term without flash attention)."""
+    micro_batch_size: int = 1
+    fused_norm: bool = True
+    cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
+    compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
+    loss_chunks: int = 1
+    """torchtitan's ChunkedLossWrapper chunks (`TorchtitanSection.loss_chunks`; 1 = whole
+    logits): `loss_activations.logits_bytes`."""
+    attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
+    hidden_dropout: bool = True
+    """The model has hidden dropout: each residual add's and the embedding's dropout keeps its
+    mask (`masks`)."""
+    frozen: bool = False
+    """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
+    fused_swiglu: bool = True
+    sp_keeps_gathered_input: bool = False
+    modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
+    """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""
+    moe_load: float = MOE_LOAD_IMBALANCE
+    """Token-expert pairs the busiest rank's experts receive, relative to the even share: what
+    the layers keep for the backward."""
+    moe_work_load: float | None = None
+    """The same for the layer running, where its tensors differ from what it keeps (HybridEP's
+    static budget beside Megatron's paged stash, `routing_load.memory_loads`); None = moe_load."""
+    cuda_graphs: bool = False
+    """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
+    offload: frozenset[str] = frozenset()
+    """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
+    offload_fraction: float = 1.0
+    """The share of the layers whose groups go to the host
+    (`Layout.activation_offload_fraction`)."""
+    dsa_kernels: DsaKernelBackend = "none"
+    """DeepSeek sparse attention's kernels as they run (`planner.model.dsa.backend`)."""
+    dsa_loss: dsa.LossMode = "off"
+    """Its indexer loss (`planner.model.dsa.loss_mode`)."""
+    dsa_heads: float = 0.0
+    """The query heads its kernel computes a rank, padded (`planner.model.dsa.local_heads`);
+    0 = unpadded."""
+    seq_length: int = 0
+    """The whole sequence: the keys DSA's queries see (context parallelism gathers them); 0 =
+    seq_per_cp_rank."""
+
+    @property
+    def quantised(self) -> bool:
+        """The linear layers keep FP8 / NVFP4 copies of their inputs."""
+        return self.linear_bytes < BF16
+
+    def drops(self, module: str) -> bool:
+        """Whether Megatron's selective recompute discards `module`'s saved activations."""
+        return self.recompute == "core_attn" and module in self.modules
+
+
+def masks(T: float, h: int, sh: Shard) -> float:
+    """One dropout's saved mask over T tokens of width h (`MASK` bytes per element), where the
+    model has hidden dropout; none at Megatron's --hidden-dropout 0: its fused bias-dropout-add
+    (megatron/core/fusions/fused_bias_dropout.py @d98e8a64, under torch.compile) and the
+    embedding's torch.nn.Dropout call torch's dropout, which at p = 0 returns its input (ATen's
+    `dropout` in eager mode; `torch._decomp.decompositions.dropout`, `input.clone()`, when
+    compiled), so autograd keeps no mask."""
+    return MASK * T * h if sh.hidden_dropout else 0.0
+
+
+def norm_input(T: float, h: int, sh: Shard) -> float:
+    """What one norm keeps of its input per micro-batch (before any TP/SP split)."""
+    return (BF16 + (0 if sh.fused_norm else UNFUSED_NORM_EXTRA)) * T * h
+
+
+def split(rep: float, part: float, sh: Shard) -> float:
+    """rep is replicated over TP unless SP; part is always divided by tp."""
+    return (rep + part) / sh.tp if sh.sequence_parallel else rep + part / sh.tp
+
+
+def linear_in(nbytes: float, sh: Shard) -> float:
+    """A linear layer's saved input: `Shard.linear_bytes` per element (8 bits under FP8, 4.5 under
+    NVFP4); none when its weight is frozen, as only
+    the weight gradient reads it (Transformer Engine linear.py @d0067d0d: backward_needs_input =
+    is_grad_enabled and weight.requires_grad)."""
+    if sh.frozen:
+        return 0.0
+    return nbytes * sh.linear_bytes / BF16
