@@ -1,14 +1,15 @@
 """Fit the two memory constants that only non-Megatron training code uses, on Hagemann et al.
 
-The Hagemann et al. layouts (benchmarks/hagemann.py) ran on Aleph Alpha's training code, whose
-cross entropy runs on logits gathered over TP and whose "no RMS kernel" rows use PyTorch's
-RMSNorm. Two constants describe those and nothing else: GATHERED_LOSS_BYTES_PER_LOGIT
-(planner/model/loss_activations.py) and UNFUSED_NORM_EXTRA (planner/model/shard.py). This script sweeps both over physically
-plausible ranges (16-32 bytes per logit: fp32 logits, log-softmax, gradient and bf16 copies;
-4-10 extra bytes per normalised element: fp32 input and output copies) and picks the pair that
-judges the fewest out-of-memory layouts "fits" while judging at most 10% of the layouts that
-trained "does not fit". Every flash-attention-2 row is used (there is no held-out split: the two
-constants are properties of that one code base). Megatron-path predictions do not depend on them.
+The Hagemann et al. layouts (benchmarks/hagemann.py) ran on Aleph Alpha's training code, whose cross
+entropy runs on logits gathered over TP and whose "no RMS kernel" rows use PyTorch's RMSNorm. Two
+constants describe those and nothing else: GATHERED_LOSS_BYTES_PER_LOGIT
+(planner/model/loss_activations.py) and UNFUSED_NORM_EXTRA (planner/model/shard.py). This script
+sweeps both over physically plausible ranges (16-32 bytes per logit: fp32 logits, log-softmax,
+gradient and bf16 copies; 4-10 extra bytes per normalised element: fp32 input and output copies) and
+picks the pair that judges the fewest out-of-memory layouts "fits" while judging at most 10% of the
+layouts that trained "does not fit". Every flash-attention-2 row is used (there is no held-out
+split: the two constants are properties of that one code base). Megatron-path predictions do not
+depend on them.
 
 Run: python benchmarks/fit_memory.py
 """

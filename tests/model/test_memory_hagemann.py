@@ -5,8 +5,8 @@ outcomes (trained / out of memory) of 458 layouts of 13B and 30B models on 80 GB
 (arXiv:2311.05610; see benchmarks/hagemann.py for the settings). Issue target: no out-of-memory
 layout judged "fits", at most 10% of those that trained judged "does not fit".
 benchmarks/fit_memory.py measured 0 / 280 and 11 / 178 with the constants in
-planner/model/loss_activations.py and shard.py; the test holds the issue's targets. The what-if pipeline split
-(hagemann.balanced_item_split) is checked against a brute-force search of every cut.
+planner/model/loss_activations.py and shard.py; the test holds the issue's targets. The what-if
+pipeline split (hagemann.balanced_item_split) is checked against a brute-force search of every cut.
 """
 
 from __future__ import annotations
