@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from planner.inputs import units
+from planner.inputs import plan_writer, units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import GpuSpec
 from planner.inputs.job_request import job_values
@@ -185,7 +185,8 @@ def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
 
 
 def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
-    d = layout_dict(lay)
+    """The layout as its plan file spells it (`plan_writer.spelled`), with its micro-batches."""
+    d = layout_dict(plan_writer.spelled(job, lay))
     d["num_microbatches"] = lay.num_microbatches(job.global_batch_size)
     return d
 

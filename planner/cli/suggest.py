@@ -160,13 +160,8 @@ def suggest(
         table = plan_writer.model_table(job, model_ref, write_plan)
         # a torchtitan candidate's own [torchtitan] settings (planner.search.titan_variants)
         plan_job = candidate_job(job, best)
-        lay = best.layout
-        if job.framework == "torchtitan" and lay.pp > 1 and lay.even_split:
-            # the even split spelled out: a torchtitan plan without one reads as torchtitan's
-            # own split (embedding and output counted as layers), not the one searched
-            lay = lay.with_(pipeline_layers=(job.arch.num_layers // lay.pp,) * lay.pp)
         try:
-            write_plan.write_text(plan_writer.render(plan_job, lay, table, header))
+            write_plan.write_text(plan_writer.render(plan_job, best.layout, table, header))
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
         _launch_notes(write_plan)

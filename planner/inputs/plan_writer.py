@@ -70,7 +70,18 @@ def model_table(job: Job, ref: dict[str, Any] | None, plan_path: Path) -> dict[s
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
 
 
+def spelled(job: Job, layout: Layout) -> Layout:
+    """The layout as a plan spells it so that reading the plan back gives the split it was
+    scored at: a torchtitan layout with pipelines on Megatron's even split names each rank's
+    layers, because a torchtitan plan that gives no split reads as torchtitan's own
+    (`plan_layout`: the embedding and the output counted as layers), not the even one."""
+    if job.framework == "torchtitan" and layout.pp > 1 and layout.even_split:
+        return layout.with_(pipeline_layers=(job.arch.num_layers // layout.pp,) * layout.pp)
+    return layout
+
+
 def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -> str:
+    layout = spelled(job, layout)
     gpu = job.cluster.gpu
     cluster: dict[str, Any] = {"gpu": gpu.name, "num_gpus": job.cluster.num_gpus}
     if job.cluster.gpus_per_node != gpu.gpus_per_node:
