@@ -17,7 +17,7 @@ def parse_bound(flag: str, text: str) -> Bound:
     if not m or not (m.group(1) or m.group(3)) or (m.group(2) == "" and not m.group(1)):
         raise InputError(f"{flag}: expected N, LO-HI, LO- or -HI (got {text!r})")
     lo = int(m.group(1)) if m.group(1) else 1
-    hi = int(m.group(3)) if m.group(3) else (lo if not m.group(2) else 1 << 30)
+    hi = int(m.group(3)) if m.group(3) else (lo if not m.group(2) else space_mod.UNBOUNDED)
     if lo < 1 or hi < lo:
         raise InputError(f"{flag}: the range {text!r} is empty")
     return Bound(lo, hi)

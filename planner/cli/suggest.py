@@ -64,8 +64,8 @@ def suggest(
     vpp: Annotated[
         str | None,
         typer.Option(
-            help="pin (2) or bound (2-4); bounded above 1, interleaved splits where vpp divides "
-            "no rank's layers too (Megatron's pipeline layout string)"
+            help="pin (2) or bound (2-4, 1-2); a bound admitting vpp > 1 adds interleaved "
+            "splits where vpp divides no rank's layers too (Megatron's pipeline layout string)"
         ),
     ] = None,
     mbs: RangeOpt = None,

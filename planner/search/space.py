@@ -6,7 +6,7 @@ recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and 
 
 Pipeline splits (`planner.search.splits`): the even split, Megatron's first/last uneven form
 balanced by `planner.search.solver`, the embedding and loss counted as layers, and, where the user
-bounds vpp above 1, the layout string's free form.
+bounds vpp to a range above 1, the layout string's free form.
 """
 
 from __future__ import annotations
@@ -42,15 +42,23 @@ CP_BOUND = f"bound on cp (--cp, --max-cp, --no-cp; at most {MAX_CP} by default)"
 MAX_CP where the user set none, so the reason names both rather than calling it the user's."""
 
 
+UNBOUNDED = 1 << 30
+"""A bound's upper end where the user gives none."""
+
+
 @dataclass(frozen=True)
 class Bound:
     """An inclusive range for one degree; pin with lo == hi."""
 
     lo: int = 1
-    hi: int = 1 << 30
+    hi: int = UNBOUNDED
 
     def admits(self, value: int) -> bool:
         return self.lo <= value <= self.hi
+
+    def bounded_above(self) -> bool:
+        """Whether the user gave an upper end (a pin, `LO-HI`, `-HI`, `--max-X`)."""
+        return self.hi < UNBOUNDED
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,11 @@ class Structure:
         )
 
 
+FSDP_UNSEARCHED = "ZeRO 2-3 (Megatron-FSDP) with pp or cp > 1: not searched"
+"""The rejection of a structure with pipelines or context parallelism where the user allows only
+ZeRO 2 and 3: the search leaves Megatron-FSDP out there (`zero_stages`), though `check` takes
+such a plan, so the reason says so rather than counting it as memory."""
+
 _DEFAULTS = Layout()
 """Layout's defaults (Layout has no __post_init__: a copy with fields changed is the layout
 built with them)."""
@@ -168,6 +181,8 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
             return CP_BOUND if name == "cp" else f"user bound on {name}"
     if s.pp > job.arch.num_layers:
         return "pp exceeds num_layers"
+    if space.framework != "torchtitan" and (s.pp > 1 or s.cp > 1) and min(space.zero_stages) > 1:
+        return FSDP_UNSEARCHED
     lay = s.layout()
     for rule in rules.STRUCTURAL_RULES:
         v = rule(job, lay)
@@ -201,7 +216,11 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
 def zero_stages(space: Space, base: Layout) -> list[int]:
     """The ZeRO stages tried on a base, in order: zero 0 only when 1 is not allowed (ZeRO 1 moves
     the same bytes and shards the optimizer step: never slower, never bigger); Megatron-FSDP
-    (2, 3) not with pipeline or context parallelism, which Megatron-LM's own tests never run."""
+    (2, 3) not with pipeline or context parallelism, which Megatron-LM's own tests never run and
+    NVIDIA's recipes avoid (Megatron-Bridge's Llama 3 70B FSDP recipe sets pp 1 where its
+    docstring says pp 8: benchmarks/data/bridge_recipes.md, row L54). Megatron-LM itself allows
+    it (d98e8a64 validate_args asserts nothing of the pair), and `check` takes such a plan with
+    a warning; a structure the rule leaves empty is rejected as FSDP_UNSEARCHED."""
     zeros = sorted(space.zero_stages)
     if space.framework == "torchtitan":
         # FSDP2 over dp_shard x cp wherever that is more than one rank, else replicated

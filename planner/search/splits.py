@@ -14,8 +14,8 @@ Three of Megatron's forms, and a fourth where the user asks for interleaving:
   layer. NVIDIA's Llama 3.1 405B runs take it: 126 + 2 layers on pp 8 x vpp 8, two a stage
   (MLPerf's ASYM_PP_EMBED / ASYM_PP_LOSS, Megatron-Bridge's 405B recipes:
   benchmarks/data/bridge_recipes.md);
-- free form, only where the user bounds vpp above 1 (`free_form`): the solver's balance over
-  whole layers, each rank's layers in vpp chunks as even as they go, emitted as
+- free form, only where the user bounds vpp to a range above 1 (`free_form`): the solver's
+  balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted as
   --pipeline-model-parallel-layout.
 """
 
@@ -30,9 +30,14 @@ from planner.model import params
 from planner.search import solver
 
 
-class _Lower(Protocol):
+class _Range(Protocol):
     @property
     def lo(self) -> int: ...
+
+    @property
+    def hi(self) -> int: ...
+
+    def bounded_above(self) -> bool: ...
 
 
 class SplitSpace(Protocol):
@@ -42,7 +47,7 @@ class SplitSpace(Protocol):
     def uneven(self) -> bool: ...
 
     @property
-    def vpp(self) -> _Lower: ...
+    def vpp(self) -> _Range: ...
 
 
 ACCOUNTED: Literal["accounted"] = "accounted"
@@ -116,10 +121,13 @@ def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
 
 def free_form(space: SplitSpace) -> bool:
     """Whether interleaved splits may take the layout string's free form: only where the user
-    bounds vpp above 1 (`suggest --vpp`). Unasked, each pipeline degree would gain up to L / pp
-    interleaving degrees whose bounds the search must compute for every structure, which on
-    DeepSeek-V3 (61 layers, every degree free) more than doubles the search's time."""
-    return space.uneven and space.vpp.lo > 1
+    bounds vpp to a range that holds a degree above 1 (`suggest --vpp 2`, `2-4`, `1-2`, `-4`; a
+    range from 1 takes it as well as one from 2, or `--vpp 1-2` could rank a layout of `--vpp 2`
+    below a slower one). Unasked, each pipeline degree would gain up to L / pp interleaving
+    degrees whose bounds the search must compute for every structure, which on DeepSeek-V3 (61
+    layers, every degree free) more than doubles the search's time."""
+    vpp = space.vpp
+    return space.uneven and vpp.hi > 1 and (vpp.lo > 1 or vpp.bounded_above())
 
 
 @cache

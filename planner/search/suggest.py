@@ -54,7 +54,7 @@ def check_space(job: Job, space: Space) -> None:
 def _flag(name: str, b: Bound) -> str:
     if b.lo == b.hi:
         return f"--{name} {b.lo}"
-    return f"--{name} {b.lo}-{'' if b.hi >= 1 << 30 else b.hi}"
+    return f"--{name} {b.lo}-{b.hi if b.bounded_above() else ''}"
 
 
 def _check_degrees(n: int, space: Space) -> None:
@@ -123,7 +123,10 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
 def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasible:
     """The binding constraint and the smallest single change (GPUs, memory, sequence, batch)."""
     if result.structures == 0 or result.space_size == 0:
-        top = ", ".join(f"{k} ({v})" for k, v in result.rejected.most_common(3))
+        # the rules that rejected layouts inside the user's bounds first: those say why
+        own = ("user bound on ", space_mod.CP_BOUND)
+        ranked = sorted(result.rejected.items(), key=lambda kv: (kv[0].startswith(own), -kv[1]))
+        top = ", ".join(f"{k} ({v})" for k, v in ranked[:3])
         changes = _batch_changes(job, space)
         top += "".join(f"; {v.field}: {v.message}" for v in rules.job_violations(job))
         return Infeasible(f"no layout passes the rules: {top}", changes)

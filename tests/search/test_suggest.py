@@ -323,6 +323,23 @@ def test_nothing_fits_names_the_binding_constraint(capsys: pytest.CaptureFixture
     assert any("GPUs instead of 8" in c for c in data["changes"])
 
 
+def test_a_pinned_fsdp_pipeline_names_the_rule_not_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A layout pinned with ZeRO 2 and pipelines and context parallelism, which the search
+    leaves out (space.zero_stages) though `check` takes it: the reason named first is that rule,
+    not memory (a fuzzer's pinned Llama 3.1 70B, tp 4 pp 4 cp 2, said "memory: 1" and offered
+    a larger global batch, which changes nothing)."""
+    argv = ["suggest", "--model", "llama3.1-70b", "--num-gpus", "128", "--global-batch-size"]
+    argv += ["512", "--tp", "4", "--pp", "4", "--cp", "2", "--mbs", "2", "--zero", "2"]
+    code, out, err = run(argv, capsys)
+    assert code == 1, err
+    flat = " ".join(out.split())
+    assert "no layout passes the rules: ZeRO 2-3 (Megatron-FSDP) with pp or cp > 1" in flat
+    assert "memory" not in flat.split("Rejected:")[1]
+    assert "global_batch_size" not in flat
+
+
 def test_nothing_fits_with_only_zero_stages_some_bases_cannot_take(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
