@@ -20,6 +20,7 @@ there. `--calibration none` (or PLANNER_CALIBRATION=none) uses the shipped const
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -149,12 +150,34 @@ def render(fit: Fit, gpu: str, logs: list[str]) -> str:
     return "\n".join(lines)
 
 
+POSITIVE = frozenset(
+    {
+        "measured_step_s",
+        "predicted_default_s",
+        "predicted_s",
+        "measured_allocated_gib",
+        "predicted_allocated_default_gib",
+        "predicted_allocated_gib",
+    }
+)
+"""Keys whose figure is a time or a memory size: above 0 (the commands divide by them)."""
+
+
 def _typed(where: str, value: Any, kind: type) -> Any:
+    """The value as `kind`; every number finite, a count (int) and an error or spread not
+    negative, a time or a size (`POSITIVE`) above 0."""
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value, ok = float(value), True
     if not ok:
         raise InputError(f"{where}: expected {kind.__name__} (got {value!r})")
+    key = where.rpartition(".")[2]
+    if kind is float and not math.isfinite(value):
+        raise InputError(f"{where}: {value} (not a finite number)")
+    if key in POSITIVE and value <= 0:
+        raise InputError(f"{where}: {value} (must be > 0)")
+    if (kind is int or (key.endswith("_pct") and key != "leave_one_out_pct")) and value < 0:
+        raise InputError(f"{where}: {value} (must be >= 0)")
     return value
 
 

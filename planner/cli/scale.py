@@ -38,6 +38,7 @@ from planner.cli.ops_options import (
     ops_inputs,
 )
 from planner.inputs.errors import EXIT_NO, InputError
+from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -48,12 +49,23 @@ MAX_SIZES = 64
 """GPU counts one `--num-gpus` may list."""
 
 
+def _count(digits: str, option: str) -> int:
+    """One GPU count or step factor of the sizes, at most hardware.MAX_GPUS (a count with more
+    digits than any size could have is refused before int() reads it: Python refuses
+    4,300 digits, and a valid one has eight)."""
+    value = int(digits) if len(digits) <= len(str(MAX_GPUS)) else MAX_GPUS + 1
+    if value > MAX_GPUS:
+        shown = digits if len(digits) <= 20 else f"{digits[:8]}... ({len(digits):,} digits)"
+        raise InputError(f"{option}: {shown}: at most {MAX_GPUS:,} GPUs")
+    return value
+
+
 def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
     """'64..16384' (doubling), '64..1024x4' (times 4), '64,256,1024', or one number."""
     s = text.replace(" ", "")
     m = re.fullmatch(r"(\d+)\.\.(\d+)(?:[x*](\d+))?", s)
     if m:
-        lo, hi, factor = int(m[1]), int(m[2]), int(m[3] or 2)
+        lo, hi, factor = (_count(g, option) for g in (m[1], m[2], m[3] or "2"))
         if lo < 1 or hi < lo:
             raise InputError(f"{option}: expected LO..HI with 1 <= LO <= HI (got {text!r})")
         if factor < 2:
@@ -65,7 +77,7 @@ def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
             sizes.append(hi)
         return sizes
     if re.fullmatch(r"\d+(,\d+)*", s):
-        sizes = sorted({int(x) for x in s.split(",")})
+        sizes = sorted({_count(x, option) for x in s.split(",")})
         if sizes[0] < 1:
             raise InputError(f"{option}: GPU counts must be positive (got {text!r})")
         if len(sizes) > MAX_SIZES:

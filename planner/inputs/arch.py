@@ -216,6 +216,7 @@ class ModelArch(BaseModel):
                 f"moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
                 f"({self.num_moe_experts})"
             )
+        self._check_routing_groups()
         learned = self.position_embedding_type == "learned_absolute"
         if learned and self.max_position_embeddings is None and self.seq_length is None:
             raise ValueError(
@@ -321,6 +322,26 @@ class ModelArch(BaseModel):
             if isinstance(attr, cached_property):
                 copy.__dict__.pop(name, None)
         return copy
+
+    def _check_routing_groups(self) -> None:
+        """Group-limited routing as TransformerConfig asserts it (the same rule as a plan's
+        training overrides, `planner.search.rules.features.routing`)."""
+        groups, topk = self.moe_router_num_groups, self.moe_router_group_topk
+        if groups is None:
+            if topk is not None:
+                raise ValueError(f"moe_router_group_topk ({topk}) needs moe_router_num_groups")
+            return
+        if self.num_moe_experts is None:
+            raise ValueError("moe_router_num_groups needs num_moe_experts (a mixture of experts)")
+        if self.num_moe_experts % groups:
+            raise ValueError(
+                f"num_moe_experts ({self.num_moe_experts}) must be a multiple of "
+                f"moe_router_num_groups ({groups})"
+            )
+        if topk is not None and topk > groups:
+            raise ValueError(
+                f"moe_router_group_topk ({topk}) exceeds moe_router_num_groups ({groups})"
+            )
 
     def _check_window(self) -> None:
         if self.window_size is None:

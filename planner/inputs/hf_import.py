@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -73,6 +74,13 @@ def parse_json(text: str, path: Path | str | None) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise InputError(
             f"{where(path)}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+        ) from None
+    except RecursionError:  # the decoder recurses once per nested array or object
+        raise InputError(f"{where(path)}: JSON nested too deep to read") from None
+    except ValueError:  # an integer past Python's int() digit limit
+        limit = sys.get_int_max_str_digits()
+        raise InputError(
+            f"{where(path)}: an integer of more than {limit:,} digits (no field holds one)"
         ) from None
     if not isinstance(data, dict):
         raise InputError(f"{where(path)}: expected a JSON object, got {type(data).__name__}")

@@ -95,17 +95,43 @@ class MegatronLog:
     """(line, device family as printed, e.g. 'H100', 'A100', 'MI300X')."""
 
 
+MIN_ELAPSED_MS = 1e-3
+"""The shortest iteration time a log can measure, 1 us: one kernel launch takes a few (a smaller
+positive figure, such as 1e-320, is no measurement, and its reciprocal overflows)."""
+
+MIN_MEMORY_MIB = 1.0
+"""The least memory a training rank's report can hold: its weights alone are more than 1 MiB."""
+
+MAX_COUNT_DIGITS = 18
+"""Digits of a rank, an iteration or a GPU count in a log (10^18 is past any of them; Python's
+int() refuses 4,300 digits with an error of its own)."""
+
+
 def _number(text: str, what: str, where: str) -> float:
     try:
         value = float(text.strip().replace(",", ""))
     except ValueError:
         raise InputError(f"{where}: {what}: not a number ({text.strip()!r})") from None
-    if not math.isfinite(value):
+    if math.isnan(value) or text.strip().lower().lstrip("+-") in ("inf", "infinity"):
         raise InputError(
             f"{where}: {what}: {text.strip()} (a nan or inf on this line; its timing and "
             "memory cannot be trusted: drop the line or the run)"
         )
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {what}: {shown(text.strip())} (out of range)")
     return value
+
+
+def count(text: str, what: str, where: str) -> int:
+    """A count printed in the log (digits only), refused past MAX_COUNT_DIGITS digits."""
+    if len(text) > MAX_COUNT_DIGITS:
+        raise InputError(f"{where}: {what}: {shown(text)} (more digits than any count)")
+    return int(text)
+
+
+def shown(text: str) -> str:
+    """A figure as a message quotes it: its first digits and its length where it is long."""
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -127,13 +153,15 @@ def _iteration(m: re.Match[str], line: int, where: str) -> Iteration:
             f"{where}: iteration line without '{ELAPSED}' (a line cut short: truncated log?)"
         )
     elapsed = _number(fields[ELAPSED], ELAPSED, where)
-    if elapsed <= 0:
-        raise InputError(f"{where}: {ELAPSED}: {fields[ELAPSED]} (must be > 0)")
+    if elapsed < MIN_ELAPSED_MS:
+        raise InputError(
+            f"{where}: {ELAPSED}: {fields[ELAPSED]} (must be at least {MIN_ELAPSED_MS} ms)"
+        )
     tflops = _number(fields[THROUGHPUT], THROUGHPUT, where) if THROUGHPUT in fields else None
     batch = fields.get(BATCH)
     return Iteration(
         line=line,
-        iteration=int(m.group(1)),
+        iteration=count(m.group(1), "iteration", where),
         elapsed_ms=elapsed,
         tflops_per_gpu=tflops,
         global_batch=int(_number(batch, BATCH, where)) if batch is not None else None,
@@ -147,9 +175,12 @@ def _memory(m: re.Match[str], line: int, where: str) -> MemoryReport:
         raise InputError(f"{where}: memory report without {', '.join(missing)} (cut short?)")
     mib = [_number(fields[f], f, where) for f in MEMORY_FIELDS]
     for name, value in zip(MEMORY_FIELDS, mib, strict=True):
-        if value <= 0:  # a training rank always holds its weights: 0 or less is no measurement
-            raise InputError(f"{where}: {name}: {fields[name]} MiB (must be > 0)")
-    return MemoryReport(line, int(m.group(1)), int(m.group(2)), *mib)
+        if value < MIN_MEMORY_MIB:  # a training rank always holds its weights
+            raise InputError(
+                f"{where}: {name}: {fields[name]} MiB (must be at least {MIN_MEMORY_MIB:g})"
+            )
+    rank, after = count(m.group(1), "Rank", where), count(m.group(2), "after", where)
+    return MemoryReport(line, rank, after, *mib)
 
 
 def parse(text: str, path: Path) -> MegatronLog:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import shlex
 
+from planner.inputs import megatron_log
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_args import Reading, read
 from planner.inputs.megatron_flags import READ
@@ -106,9 +107,15 @@ def words(run: LogRun) -> list[str]:
 
 
 def world_size(run: LogRun) -> int | None:
-    """The run's GPU count as printed (`world_size`), if it was."""
+    """The run's GPU count as printed (`world_size`), if it was; a printed value that is no
+    positive count is refused, naming its line."""
     text = run.args.get("world_size")
-    return int(text) if text is not None and text.isdigit() else None
+    if text is None:
+        return None
+    where = run.where(run.arg_lines.get("world_size"))
+    if not text.isdigit() or not megatron_log.count(text, "world_size", where):
+        raise InputError(f"{where}: world_size: {megatron_log.shown(text)} (not a GPU count)")
+    return int(text)
 
 
 def reading(run: LogRun, gpu: str, num_gpus: int, vocab_size: int | None = None) -> Reading:

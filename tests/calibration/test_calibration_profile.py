@@ -61,6 +61,13 @@ def _edited(written: Path, tmp_path: Path, old: str, new: str) -> Path:
         ("[calibration]\n", "[calibration]\ncolour = 1\n", "calibration.colour: unknown key"),
         ("[constants.activation_scale]\nvalue = ", "[constants.activation_scale]\nvalue = 'x'#",
          "constants.activation_scale.value: expected float"),
+        # a fuzzer's hand edits that were echoed as nan, inf, -3 runs, or divided by zero
+        ("\nerror_band_pct = ", "\nerror_band_pct = nan #",
+         "calibration.error_band_pct: nan (not a finite number)"),
+        ("\nruns = ", "\nruns = -3 #", "calibration.runs: -3 (must be >= 0)"),
+        ("measured_step_s = ", "measured_step_s = 0.0 #",
+         "residuals[0].measured_step_s: 0.0 (must be"),
+        ("predicted_s = ", "predicted_s = inf #", "residuals[0].predicted_s: inf (not a finite"),
     ],
 )  # fmt: skip
 def test_hand_edits_are_checked(

@@ -537,6 +537,27 @@ def test_missing_required_deepseek_field(tmp_path: Path) -> None:
     assert "kv_lora_rank: required field missing" in load_error(write(tmp_path, cfg))
 
 
+def test_json_past_what_the_decoder_reads_is_named(tmp_path: Path) -> None:
+    """A fuzzer's configs: arrays nested 100,000 deep (RecursionError in json) and a 5,000-digit
+    hidden_size (past Python's 4,300-digit int() limit) were internal errors."""
+    deep = write(tmp_path, "[" * 100_000 + "]" * 100_000)
+    assert load_error(deep) == f"{deep}: JSON nested too deep to read"
+    cfg = fixture("llama3.1-8b")
+    big = write(
+        tmp_path, json.dumps(cfg).replace('"hidden_size": 4096', '"hidden_size": ' + "9" * 5000)
+    )
+    assert load_error(big).startswith(f"{big}: an integer of more than")
+
+
+def test_routing_groups_the_experts_do_not_divide_are_the_configs(tmp_path: Path) -> None:
+    """DeepSeek-V2-Lite's 64 experts in n_group 7: the model is refused where it is read
+    (catalog show took it; check blamed a training field the plan did not have)."""
+    cfg = fixture("deepseek-v2-lite")
+    cfg.update(n_group=7, topk_group=3, topk_method="group_limited_greedy")
+    message = load_error(write(tmp_path, cfg))
+    assert "num_moe_experts (64) must be a multiple of moe_router_num_groups (7)" in message
+
+
 def test_malformed_json_names_line(tmp_path: Path) -> None:
     path = write(tmp_path, '{\n  "hidden_size": 4096,\n  "vocab_size": \n}\n')
     message = load_error(path)

@@ -87,6 +87,17 @@ def test_printed_arguments_become_the_flags_megatron_read() -> None:
     assert megatron_log_args.world_size(run) == 8
 
 
+@pytest.mark.parametrize("value", ["-1", "1e3", "abc", "0", "9" * 5000])
+def test_a_printed_world_size_that_is_no_count_is_named(value: str) -> None:
+    """A printed world_size that is not a positive count is refused naming its line (19) and
+    value (a fuzzer's: the message said none was printed, and 5,000 digits an internal error)."""
+    dots = "." * 38
+    text = HAND.replace(f"world_size {dots} 8", f"world_size {dots} {value}")
+    run = megatron_log.parse(text, Path("hand.log")).runs[0]
+    with pytest.raises(InputError, match=r"hand\.log:19: world_size: .*\(.*\)"):
+        megatron_log_args.world_size(run)
+
+
 def test_args_block_pads_like_megatron() -> None:
     # '  {} {} {}'.format(arg, '.' * (48 - len(arg)), value): 'num_layers' is 10 long -> 38 dots
     line = args_block({"num_layers": 4})[1]
@@ -137,11 +148,24 @@ BAD = [
      "bad.log:1: iteration line without 'elapsed time per iteration (ms)'"),
     ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: inf | "
      "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: inf"),
-    # a zero or negative peak divided the calibration's error (ZeroDivisionError, a fuzzer's)
+    # a zero or negative peak divided the calibration's error (ZeroDivisionError, a fuzzer's);
+    # a subnormal one (1e-320 MiB) wrote nan into the profile: MIN_MEMORY_MIB = 1
     ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: 0.00 | "
-     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: 0.00 MiB (must be > 0)"),
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: 0.00 MiB (must be at least"),
     ("[Rank 3] (after 2 iterations) memory (MB) | allocated: -5000.0 | max allocated: 9.0 | "
-     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: allocated: -5000.0 MiB (must be > 0)"),
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: allocated: -5000.0 MiB (must be at least"),
+    ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: 1e-320 | "
+     "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: 1e-320 MiB (must be at least"),
+    # 4.9e-324 ms passed "> 0" and made a 0.0 s step (ZeroDivisionError, log(0) in calibrate)
+    (" iteration        5/     100 | elapsed time per iteration (ms): 4.9e-324 |",
+     "bad.log:1: elapsed time per iteration (ms): 4.9e-324 (must be at least 0.001 ms)"),
+    (" iteration        5/     100 | elapsed time per iteration (ms): 1" + "0" * 400 + " |",
+     "bad.log:1: elapsed time per iteration (ms): 100000000000... (401 characters) (out of"),
+    # counts past Python's 4,300-digit int() limit were internal errors
+    (" iteration " + "9" * 5000 + "/     100 | elapsed time per iteration (ms): 5.0 |",
+     "bad.log:1: iteration: 999999999999... (5,000 characters) (more digits than any count)"),
+    ("[Rank " + "9" * 5000 + "] (after 2 iterations) memory (MB) | allocated: 5.0 | "
+     "max allocated: 9.0 | reserved: 9.0 | max reserved: 9.0", "bad.log:1: Rank: 999999999999"),
 ]  # fmt: skip
 
 

@@ -83,6 +83,22 @@ def test_parse_sizes_rejects(text: str) -> None:
         parse_sizes(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("1..16777217", "16777217"),  # hardware.MAX_GPUS = 2^24 = 16,777,216, plus one
+        ("8,16777217", "16777217"),
+        ("1..99999999999999999999", "99999999999999999999"),  # not a power of two below it
+        ("9" * 5000, "5,000 digits"),  # past Python's 4,300-digit int() limit
+    ],
+)
+def test_parse_sizes_names_a_count_past_the_largest(text: str, named: str) -> None:
+    """A fuzzer's sizes: past MAX_GPUS the range was planned to its end and then failed with
+    pydantic's text, naming 33,554,432 (a size nobody gave); 5,000 digits an internal error."""
+    with pytest.raises(InputError, match=f"--num-gpus: .*{named}.*at most 16,777,216 GPUs"):
+        parse_sizes(text)
+
+
 def test_job_at_changes_only_the_gpu_count() -> None:
     job = make_job(num_gpus=8)
     big = scaling.job_at(job, 1024)
