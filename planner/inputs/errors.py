@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,20 +66,34 @@ def is_json(path: Path | str | None) -> bool:
     return path is not None and str(path).lower().endswith(".json")
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) if loc else "(top level)"
+_UNION_MEMBER = re.compile(r"[a-z]+(-[a-z]+)+|[a-z-]+\[.*\]")
+"""How pydantic names the member of a union an error is about (`constrained-int`,
+`tuple[function-before[_integer(), literal[0,1]], ...]`): no field's name, left out of `_loc`."""
+
+
+def _loc(loc: tuple[int | str, ...], unknown_key: bool = False) -> str:
+    """The field path: names and indices, without pydantic's union members (but an unknown key
+    as the user spelled it)."""
+    parts = [
+        str(p)
+        for p in loc
+        if unknown_key or not (isinstance(p, str) and _UNION_MEMBER.fullmatch(p))
+    ]
+    return ".".join(parts) if parts else "(top level)"
 
 
 def from_validation(err: ValidationError, path: Path | str | None, prefix: str = "") -> InputError:
     """Turn a pydantic error into one InputError: `file: field: message (got value)` per line."""
     lines = []
     for e in err.errors():
-        field = _loc(tuple(e["loc"]))
+        field = _loc(tuple(e["loc"]), e["type"] == "extra_forbidden")
         if prefix:
             field = f"{prefix}.{field}" if field != "(top level)" else prefix
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif e["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # a validator's own message
         elif e["type"] == "literal_error":
             msg = msg.replace("'", '"')  # "Input should be 'bf16' or 'fp8'": the choices as TOML
         value: Any = e.get("input")
