@@ -64,8 +64,9 @@ def suggest(
     vpp: Annotated[
         str | None,
         typer.Option(
-            help="pin (2) or bound (2-4, 1-2); a bound admitting vpp > 1 adds interleaved "
-            "splits where vpp divides no rank's layers too (Megatron's pipeline layout string)"
+            help="pin (2) or bound (2-4, 1-3); interleaved splits where vpp divides no rank's "
+            "layers (Megatron's pipeline layout string) are searched to vpp 2, or to the "
+            "bound's top"
         ),
     ] = None,
     mbs: RangeOpt = None,

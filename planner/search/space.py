@@ -5,8 +5,8 @@ dispatcher, EP overlap) with the ZeRO stages and the memory-saving rungs (`plann
 recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and certifies over it.
 
 Pipeline splits (`planner.search.splits`): the even split, Megatron's first/last uneven form
-balanced by `planner.search.solver`, the embedding and loss counted as layers, and, where the user
-bounds vpp to a range above 1, the layout string's free form.
+balanced by `planner.search.solver`, the embedding and loss counted as layers, and the layout
+string's free form (up to vpp 2, or to the top of the user's vpp bound: `splits.free_form`).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ Three of Megatron's forms, and a fourth where the user asks for interleaving:
   layer. NVIDIA's Llama 3.1 405B runs take it: 126 + 2 layers on pp 8 x vpp 8, two a stage
   (MLPerf's ASYM_PP_EMBED / ASYM_PP_LOSS, Megatron-Bridge's 405B recipes:
   benchmarks/data/bridge_recipes.md);
-- free form, only where the user bounds vpp to a range above 1 (`free_form`): the solver's
-  balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted as
-  --pipeline-model-parallel-layout.
+- free form, up to vpp FREE_FORM_VPP or the top of the user's vpp bound (`free_form`): the
+  solver's balance over whole layers, each rank's layers in vpp chunks as even as they go,
+  emitted as --pipeline-model-parallel-layout.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
         split = solver.balanced_split(L, pp, vpp, 0.0, extra)
         if split is not None and len(set(split)) > 1:
             out.append(split)
-        elif split is None and free_form(space) and L % (pp * vpp):
+        elif split is None and vpp <= free_form(space) and L % (pp * vpp):
             free = solver.balanced_split(L, pp, 1, 0.0, extra)  # every rank >= 1 layer
             out += [free] if free is not None else []
         if accounted_fits(L, pp, vpp):
@@ -119,26 +119,35 @@ def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
     return out
 
 
-def free_form(space: SplitSpace) -> bool:
-    """Whether interleaved splits may take the layout string's free form: only where the user
-    bounds vpp to a range that holds a degree above 1 (`suggest --vpp 2`, `2-4`, `1-2`, `-4`; a
-    range from 1 takes it as well as one from 2, or `--vpp 1-2` could rank a layout of `--vpp 2`
-    below a slower one). Unasked, each pipeline degree would gain up to L / pp interleaving
-    degrees whose bounds the search must compute for every structure, which on DeepSeek-V3 (61
-    layers, every degree free) more than doubles the search's time."""
+FREE_FORM_VPP = 2
+"""The largest interleaving degree the search gives the layout string's free form unless the
+user bounds vpp. Every degree would make each pipeline degree gain up to L / pp interleaving
+degrees whose bounds the search computes for every structure: on DeepSeek-V3 (61 layers, which
+no other form interleaves at pp 2-32) on 2,048 H800, 0.79 s -> 2.4 s. Degree 2 costs 0.1 s there
+and takes the step from 25.70 s (vpp 1) to 22.95 s; every degree reaches 22.67 s (vpp 3).
+Measured on 2026-12-05 (2 CPUs, `planner suggest ... --vpp 1-N`)."""
+
+
+def free_form(space: SplitSpace) -> int:
+    """The largest interleaving degree whose splits may take the layout string's free form (0:
+    none): FREE_FORM_VPP where the user leaves vpp unbounded, the bound's top where the user
+    bounds it (`suggest --vpp 2`, `2-4`, `1-3`, `-4`; a range from 1 as far as one from 2, or
+    `--vpp 1-2` could rank a layout of `--vpp 2` below a slower one); none without uneven
+    splits."""
     vpp = space.vpp
-    return space.uneven and vpp.hi > 1 and (vpp.lo > 1 or vpp.bounded_above())
+    if not space.uneven:
+        return 0
+    return vpp.hi if vpp.lo > 1 or vpp.bounded_above() else FREE_FORM_VPP
 
 
 @cache
-def vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple[int, ...]:
+def vpp_candidates(num_layers: int, pp: int, uneven: bool, free: int) -> tuple[int, ...]:
     """Interleaving degrees with some split: vpp | L / pp (even), vpp | L with pp x vpp <= L
-    (uneven, first/last form), vpp | (L + 2) / pp (uneven, ACCOUNTED), or with `free` any vpp
+    (uneven, first/last form), vpp | (L + 2) / pp (uneven, ACCOUNTED), and any vpp up to `free`
     with pp x vpp <= L (`splits` decides)."""
     if pp == 1:
         return (1,)
-    if free:  # every other form's degrees are among these
-        return tuple(range(1, num_layers // pp + 1))
+    free_degrees = set(range(1, min(free, num_layers // pp) + 1))
     even = set(divisors(num_layers // pp)) if num_layers % pp == 0 else set()
     # first/last form: every rank's layers a multiple of vpp, so vpp divides the layers
     odd = {v for v in divisors(num_layers) if v * pp <= num_layers} if uneven else set()
@@ -146,4 +155,4 @@ def vpp_candidates(num_layers: int, pp: int, uneven: bool, free: bool) -> tuple[
     accounted = set()
     if uneven and units % pp == 0:
         accounted = {v for v in divisors(units // pp) if accounted_fits(num_layers, pp, v)}
-    return tuple(sorted(even | odd | accounted))
+    return tuple(sorted(even | odd | accounted | free_degrees))
