@@ -341,10 +341,16 @@ def leaner_first(single: Iterable[Rung]) -> list[Rung]:
 def leanest(single: tuple[Rung, ...], ladders: tuple[Ladder, ...]) -> list[Rung]:
     """The leanest rung of each family of a base: full recompute, each fine-grained offloading
     rung and each ladder's top, without the TP overlap where the base has it (every other rung
-    holds at least as much memory as one of these)."""
+    holds at least as much memory as one of these). Where the space has no full recompute
+    (`suggest --recompute selective`), every rung: a selective one can then be the leanest (an
+    optimality fuzzer's DeepSeek-V3 on 256 H800 with MLA's up-projection and the MoE layers
+    recomputed fitted at 74.4 GiB, and the pinned search said nothing fits)."""
     off = [r for r in single if not r.tp_overlap] or list(single)
     off_ladders = [ld for ld in ladders if ld.with_tp_overlap] or list(ladders)
-    lean = [r for r in off if r.recompute == "full" or r.offload_modules]
+    if any(r.recompute == "full" for r in off):
+        lean = [r for r in off if r.recompute == "full" or r.offload_modules]
+    else:
+        lean = off
     return lean + [ld.make(ld.hi) for ld in off_ladders]
 
 

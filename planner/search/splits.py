@@ -130,14 +130,15 @@ Measured on 2026-12-05 (2 CPUs, `planner suggest ... --vpp 1-N`)."""
 
 def free_form(space: SplitSpace) -> int:
     """The largest interleaving degree whose splits may take the layout string's free form (0:
-    none): FREE_FORM_VPP where the user leaves vpp unbounded, the bound's top where the user
-    bounds it (`suggest --vpp 2`, `2-4`, `1-3`, `-4`; a range from 1 as far as one from 2, or
-    `--vpp 1-2` could rank a layout of `--vpp 2` below a slower one); none without uneven
+    none): the top of the user's vpp bound (`suggest --vpp 2`, `2-4`, `1-3`, `-4`; a range from
+    1 as far as one from 2, or `--vpp 1-2` could rank a layout of `--vpp 2` below a slower one);
+    FREE_FORM_VPP where it has no top, or its bottom where that is higher (`--vpp 1-` is the
+    default, and `--vpp 2-` holds no more of the free form than it); none without uneven
     splits."""
     vpp = space.vpp
     if not space.uneven:
         return 0
-    return vpp.hi if vpp.lo > 1 or vpp.bounded_above() else FREE_FORM_VPP
+    return vpp.hi if vpp.bounded_above() else max(vpp.lo, FREE_FORM_VPP)
 
 
 @cache

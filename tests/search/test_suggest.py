@@ -323,6 +323,28 @@ def test_nothing_fits_names_the_binding_constraint(capsys: pytest.CaptureFixture
     assert any("GPUs instead of 8" in c for c in data["changes"])
 
 
+def test_selective_recompute_alone_finds_what_it_finds_beside_full(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--recompute selective` holds the first layout of `--recompute selective,full` where that
+    one recomputes selectively, so it finds it (oracle: that search). An optimality fuzzer's
+    DeepSeek-V3 on 256 H800 (tp 2, pp 16 x vpp 2) said nothing fits: the pruning took full
+    recompute for the leanest rung, and without it a selective one (MLA's up-projection and the
+    MoE layers) is the leanest (`rungs.leanest`)."""
+    job = ["suggest", "--model", "deepseek-v3", "--gpu", "h800-sxm-80gb", "--num-gpus", "256"]
+    job += ["--seq-length", "4096", "--global-batch-size", "1024", "--tp", "2", "--pp", "16"]
+    job += ["--vpp", "2", "--top", "1", "--json"]
+    code, out, err = run([*job, "--recompute", "selective,full"], capsys)
+    assert code == 0, err
+    both = json.loads(out)["candidates"][0]
+    assert both["parallel"]["recompute"] == "selective"
+    code, out, err = run([*job, "--recompute", "selective"], capsys)
+    assert code == 0, err
+    alone = json.loads(out)["candidates"][0]
+    assert alone["performance"]["step_time_s"] == both["performance"]["step_time_s"]
+    assert alone["parallel"]["recompute_modules"] == both["parallel"]["recompute_modules"]
+
+
 def test_a_pinned_fsdp_pipeline_names_the_rule_not_memory(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
