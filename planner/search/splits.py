@@ -123,9 +123,9 @@ FREE_FORM_VPP = 2
 """The largest interleaving degree the search gives the layout string's free form unless the
 user bounds vpp. Every degree would make each pipeline degree gain up to L / pp interleaving
 degrees whose bounds the search computes for every structure: on DeepSeek-V3 (61 layers, which
-no other form interleaves at pp 2-32) on 2,048 H800, 0.79 s -> 2.4 s. Degree 2 costs 0.1 s there
-and takes the step from 25.70 s (vpp 1) to 22.95 s; every degree reaches 22.67 s (vpp 3).
-Measured on 2026-12-05 (2 CPUs, `planner suggest ... --vpp 1-N`)."""
+no other form interleaves at pp 2, 4, 8, 16 or 32) on 2,048 H800, 0.79 s -> 2.4 s. Degree 2
+costs 0.1 s there and takes the step from 25.70 s (vpp 1) to 22.95 s; every degree reaches
+22.67 s (vpp 3). Measured on 2026-12-05 (2 CPUs, `planner suggest ... --vpp 1-N`)."""
 
 
 def free_form(space: SplitSpace) -> int:
