@@ -47,6 +47,11 @@ def check_space(job: Job, space: Space) -> None:
         raise InputError(f"--ep {space.ep.lo}: {job.arch.name} has no experts")
     if not space.zero_stages:
         raise InputError("--zero: no ZeRO stage left to search")
+    if job.optimizer == "muon" and min(space.zero_stages) > 1:  # rules.muon
+        raise InputError(
+            f"--zero {','.join(map(str, space.zero_stages))}: Megatron's Muon optimizer runs "
+            "without Megatron-FSDP (ZeRO 2, 3): allow ZeRO 0 or 1 (training.optimizer is muon)"
+        )
     if not space.recompute:
         raise InputError("--recompute: no recompute policy left to search")
 

@@ -345,6 +345,23 @@ def test_selective_recompute_alone_finds_what_it_finds_beside_full(
     assert alone["parallel"]["recompute_modules"] == both["parallel"]["recompute_modules"]
 
 
+def test_muon_with_only_fsdp_stages_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Megatron's Muon runs without Megatron-FSDP (rules.muon), so `--zero 2` leaves it no stage:
+    exit 2 naming the option and the optimizer (the search had filtered the stages to none and
+    the structure rule then took the least of nothing: an internal error)."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[model]\nname = "llama3.1-8b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        '[training]\nseq_length = 4096\nglobal_batch_size = 64\noptimizer = "muon"\n'
+    )
+    code, out, err = run(["suggest", str(job), "--zero", "2,3"], capsys)
+    assert code == 2, out
+    assert "--zero 2,3: Megatron's Muon optimizer runs without Megatron-FSDP" in err
+    assert "internal error" not in err
+
+
 def test_a_pinned_fsdp_pipeline_names_the_rule_not_memory(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
