@@ -163,7 +163,7 @@ POSITIVE = frozenset(
 """Keys whose figure is a time or a memory size: above 0 (the commands divide by them)."""
 
 
-def _typed(where: str, value: Any, kind: type) -> Any:
+def _typed(where: str, key: str, value: Any, kind: type) -> Any:
     """The value as `kind`; every number finite, a count (int) and an error or spread not
     negative, a time or a size (`POSITIVE`) above 0."""
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
@@ -171,7 +171,6 @@ def _typed(where: str, value: Any, kind: type) -> Any:
         value, ok = float(value), True
     if not ok:
         raise InputError(f"{where}: expected {kind.__name__} (got {value!r})")
-    key = where.rpartition(".")[2]
     if kind is float and not math.isfinite(value):
         raise InputError(f"{where}: {value} (not a finite number)")
     if key in POSITIVE and value <= 0:
@@ -188,7 +187,7 @@ def _keys(where: str, table: Any, known: dict[str, type]) -> dict[str, Any]:
     for key, value in table.items():
         if key not in known:
             raise InputError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
-        out[key] = _typed(f"{where}.{key}", value, known[key])
+        out[key] = _typed(f"{where}.{key}", key, value, known[key])
     return out
 
 

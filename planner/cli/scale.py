@@ -37,7 +37,7 @@ from planner.cli.ops_options import (
     named_options,
     ops_inputs,
 )
-from planner.inputs.errors import EXIT_NO, InputError
+from planner.inputs.errors import EXIT_NO, InputError, abbreviated
 from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.layout import Layout
@@ -55,8 +55,7 @@ def _count(digits: str, option: str) -> int:
     4,300 digits, and a valid one has eight)."""
     value = int(digits) if len(digits) <= len(str(MAX_GPUS)) else MAX_GPUS + 1
     if value > MAX_GPUS:
-        shown = digits if len(digits) <= 20 else f"{digits[:8]}... ({len(digits):,} digits)"
-        raise InputError(f"{option}: {shown}: at most {MAX_GPUS:,} GPUs")
+        raise InputError(f"{option}: {abbreviated(digits)}: at most {MAX_GPUS:,} GPUs")
     return value
 
 

@@ -56,6 +56,12 @@ def spelled(value: Any, json_syntax: bool = False) -> str:
     return repr(value)
 
 
+def abbreviated(text: str) -> str:
+    """A figure as a message quotes it: whole, or where long (a fuzzer's 5,000 digits) its first
+    digits and its length."""
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
+
+
 def spelled_json(value: Any) -> str:
     """`spelled` for a value read from a config.json."""
     return spelled(value, json_syntax=True)

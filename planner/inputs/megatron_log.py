@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.inputs.errors import InputError
+from planner.inputs.errors import InputError, abbreviated
 
 _ARGS_START = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
@@ -118,20 +118,15 @@ def _number(text: str, what: str, where: str) -> float:
             "memory cannot be trusted: drop the line or the run)"
         )
     if not math.isfinite(value):
-        raise InputError(f"{where}: {what}: {shown(text.strip())} (out of range)")
+        raise InputError(f"{where}: {what}: {abbreviated(text.strip())} (out of range)")
     return value
 
 
 def count(text: str, what: str, where: str) -> int:
     """A count printed in the log (digits only), refused past MAX_COUNT_DIGITS digits."""
     if len(text) > MAX_COUNT_DIGITS:
-        raise InputError(f"{where}: {what}: {shown(text)} (more digits than any count)")
+        raise InputError(f"{where}: {what}: {abbreviated(text)} (more digits than any count)")
     return int(text)
-
-
-def shown(text: str) -> str:
-    """A figure as a message quotes it: its first digits and its length where it is long."""
-    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
 
 
 def _fields(text: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ import ast
 import shlex
 
 from planner.inputs import megatron_log
-from planner.inputs.errors import InputError
+from planner.inputs.errors import InputError, abbreviated
 from planner.inputs.megatron_args import Reading, read
 from planner.inputs.megatron_flags import READ
 from planner.inputs.megatron_log import LogRun
@@ -114,7 +114,7 @@ def world_size(run: LogRun) -> int | None:
         return None
     where = run.where(run.arg_lines.get("world_size"))
     if not text.isdigit() or not megatron_log.count(text, "world_size", where):
-        raise InputError(f"{where}: world_size: {megatron_log.shown(text)} (not a GPU count)")
+        raise InputError(f"{where}: world_size: {abbreviated(text)} (not a GPU count)")
     return int(text)
 
 

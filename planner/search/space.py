@@ -181,10 +181,10 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
             return CP_BOUND if name == "cp" else f"user bound on {name}"
     if s.pp > job.arch.num_layers:
         return "pp exceeds num_layers"
-    fsdp_only = bool(space.zero_stages) and min(space.zero_stages) > 1
-    if space.framework != "torchtitan" and (s.pp > 1 or s.cp > 1) and fsdp_only:
-        return FSDP_UNSEARCHED
     lay = s.layout()
+    megatron = space.framework != "torchtitan"  # torchtitan's stage follows its degrees
+    if megatron and space.zero_stages and not zero_stages(space, lay):
+        return FSDP_UNSEARCHED
     for rule in rules.STRUCTURAL_RULES:
         v = rule(job, lay)
         if v is not None:

@@ -89,7 +89,7 @@ def test_parse_sizes_rejects(text: str) -> None:
         ("1..16777217", "16777217"),  # hardware.MAX_GPUS = 2^24 = 16,777,216, plus one
         ("8,16777217", "16777217"),
         ("1..99999999999999999999", "99999999999999999999"),  # not a power of two below it
-        ("9" * 5000, "5,000 digits"),  # past Python's 4,300-digit int() limit
+        ("9" * 5000, "5,000 characters"),  # past Python's 4,300-digit int() limit
     ],
 )
 def test_parse_sizes_names_a_count_past_the_largest(text: str, named: str) -> None:
