@@ -1,7 +1,8 @@
 """planner.search.stage_rungs and the bounds it reads, each against its oracle:
 `bound.variant_bound` against the exact model (`cost.estimate`) on every rung and ZeRO stage of
-sampled bases; `bound._rank_values` (a rank's mix once per group of ranks with the same mix, its
-value once per group or, under the EP overlap, per rank) against one call per rank, bit for bit;
+sampled bases; `rank_groups.rank_values` (a rank's mix once per group of ranks with the same
+mix, its value once per group or, under the EP overlap, per rank) against one call per rank, bit
+for bit;
 `StageRungs.fastest` (rungs estimated in order of their bound, while they may be the fastest)
 against the plain minimum over every rung that fits, each estimated. The search's answers
 themselves: tests/search/test_top_k.py's brute force."""
@@ -18,7 +19,7 @@ from planner.model import comms, cost, memory
 from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import LayoutTimes, ep_exposed, layout_times, mix_sums, rank_mix
 from planner.search import bound as bounds
-from planner.search import rungs
+from planner.search import rank_groups, rungs
 from planner.search import space as space_mod
 from planner.search.space import Space, Structure
 from planner.search.stage_rungs import StageRungs
@@ -95,7 +96,7 @@ def test_rank_values_are_one_call_per_rank(name: str) -> None:
 
             ranks = list(enumerate(lay.chunk_layers(job.arch.num_layers)))
             per_rank = [value(r, c) for r, c in ranks]
-            got = bounds._rank_values(job, lay, t, value, lambda rank, v: v)
+            got = rank_groups.rank_values(job, lay, t, value, lambda rank, v: v)
             assert got == per_rank, lay.describe()
             # a value that reads the rank beyond its mix (the EP overlap's unmerged share)
             share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
@@ -106,7 +107,7 @@ def test_rank_values_are_one_call_per_rank(name: str) -> None:
                 return v + ep_exposed(lay, rank, t.m, v, v / 2, share, v / 4)[0]
 
             per_rank = [exposed(r, value(r, c)) for r, c in ranks]
-            assert bounds._rank_values(job, lay, t, value, exposed) == per_rank, lay.describe()
+            assert rank_groups.rank_values(job, lay, t, value, exposed) == per_rank, lay.describe()
 
 
 @pytest.mark.parametrize(
@@ -159,4 +160,4 @@ def test_rank_values_tell_block_recompute_apart() -> None:
 
     per_rank = [value(r, c) for r, c in enumerate(lay.chunk_layers(job.arch.num_layers))]
     assert per_rank[1] != per_rank[2]
-    assert bounds._rank_values(job, lay, t, value, lambda rank, v: v) == per_rank
+    assert rank_groups.rank_values(job, lay, t, value, lambda rank, v: v) == per_rank
