@@ -1,5 +1,6 @@
 """Each supported Hugging Face architecture's config.json mapped to ModelArch fields (Megatron
-names): one small function per family, `FAMILIES` by `architectures[0]`. `planner.inputs.hf_import`
+names): one small function per family, `FAMILIES` by `architectures[0]`; the MoE and hybrid
+families here, the dense ones in `planner.inputs.hf_dense`. `planner.inputs.hf_import`
 reads the file and validates what these return; its docstring lists the mappings."""
 
 from __future__ import annotations
@@ -7,16 +8,29 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.inputs.errors import spelled_json
+from planner.inputs.hf_dense import (
+    bloom,
+    gemma2,
+    gpt2,
+    gpt_neox,
+    mistral,
+    nemotron,
+    opt,
+    phi3,
+    qwen2,
+    qwen3,
+    seed_oss,
+    smollm3,
+)
 from planner.inputs.hf_fields import Reader
 from planner.inputs.hf_shapes import (
     Fields,
     dense_first_moe,
-    dense_shape,
-    gpt2_shape,
     llama,
-    mlp,
     moe,
-    tied,
+    partial_rope,
+    skip_freq,
+    window,
 )
 
 # --- one mapper per architecture family
@@ -29,19 +43,9 @@ def _mixtral(r: Reader) -> Fields:
     return f | moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
 
 
-def _qwen2(r: Reader) -> Fields:
-    """Qwen2 / Qwen2.5: bias on q, k, v only."""
-    return {**llama(r), "add_qkv_bias": True, "add_bias_linear": False}
-
-
-def _qwen3(r: Reader, head_dim_default: int = 128) -> Fields:
-    """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
-    return {**llama(r, head_dim_default=head_dim_default), "qk_layernorm": True}
-
-
 def _qwen3_moe(r: Reader, head_dim_default: int = 128) -> Fields:
     """Layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
-    f = _qwen3(r, head_dim_default)
+    f = qwen3(r, head_dim_default)
     step = r.opt_int("decoder_sparse_step", default=1) or 1
     dense = set(r.int_list("mlp_only_layers"))
     moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
@@ -74,7 +78,7 @@ def _gated_delta_nets(r: Reader, n: int) -> Fields:
     return {
         **linear,
         "attention_output_gate": True,
-        "linear_attention_freq": _skip_freq(flags) if any(flags) else None,
+        "linear_attention_freq": skip_freq(flags) if any(flags) else None,
     }
 
 
@@ -126,7 +130,7 @@ def _qwen3_5(r: Reader) -> Fields:
     """Qwen3.5 dense (Qwen3_5ForConditionalGeneration): Qwen3's dense shape in text_config with
     head_dim 256 and the gated delta nets (`_gated_delta_nets`)."""
     t = _text_config(r)
-    f = _qwen3(t, head_dim_default=256)
+    f = qwen3(t, head_dim_default=256)
     return {**f, **_gated_delta_nets(t, f["num_layers"])}
 
 
@@ -192,9 +196,7 @@ def _glm4_moe(r: Reader) -> Fields:
     each head (partial_rotary_factor) is noted: timed as if whole."""
     f = llama(r)
     groups = r.opt_int("n_group")
-    rotary = r.cfg.get("partial_rotary_factor")
-    if isinstance(rotary, int | float) and rotary < 1:
-        r.notes.append(f"RoPE on {rotary:g} of each head (partial_rotary_factor) timed as whole")
+    partial_rope(r)
     return {
         **f,
         "add_bias_linear": False,
@@ -207,54 +209,54 @@ def _glm4_moe(r: Reader) -> Fields:
     }
 
 
-def _window(r: Reader, num_layers: int, every: bool) -> Fields:
-    """sliding_window w (HF: a query sees itself and the w - 1 tokens before it) -> window_size
-    w - 1 (Megatron-Bridge's conversion, models/conversion/utils.py `mcore_to_hf_window_size`
-    @067f987d: HF = Megatron's left window + 1), on the layers layer_types marks
-    "sliding_attention": all of them -> no window_attn_skip_freq, all but every N-th -> N, else
-    the 1 (window) / 0 list. Without layer_types, every layer when `every` (Mistral), else none
-    (the whole sequence: the slower side)."""
-    window = r.opt_int("sliding_window")
-    types = r.cfg.get("layer_types")
-    if window is None or (types is None and not every):
-        return {}
-    if types is None:
-        return {"window_size": window - 1}
-    kinds = ("sliding_attention", "full_attention")
-    listed = isinstance(types, list) and len(types) == num_layers
-    if not listed or any(t not in kinds for t in types):
-        raise r.error(
-            "layer_types",
-            f'must list "sliding_attention" or "full_attention" for each of the {num_layers} '
-            f"layers {spelled_json(types)}",
-        )
-    flags = tuple(int(t == kinds[0]) for t in types)
-    out: Fields = {"window_size": window - 1}
-    if all(flags):
-        return out
-    return {**out, "window_attn_skip_freq": _skip_freq(flags)}
+def _olmoe(r: Reader) -> Fields:
+    """OLMoE (transformers' OlmoeConfig): every layer MoE, num_experts experts each
+    intermediate_size wide, top num_experts_per_tok, no shared expert; q/k RMSNorm (over the whole
+    projection, not per head: a few thousand parameters more, not counted)."""
+    f = {**llama(r), "qk_layernorm": True}
+    every = [True] * f["num_layers"]
+    return f | moe(r, ("num_experts",), f["ffn_hidden_size"], every)
 
 
-def _skip_freq(flags: tuple[int, ...]) -> int | list[int]:
-    """A per-layer 0/1 pattern as Megatron's frequency flags take it (--window-attn-skip-freq,
-    --linear-attention-freq): the int N where layer k (from 1) is 0 iff k % N == 0, else the
-    list."""
-    for n in range(2, len(flags) + 1):
-        if flags == tuple(int((i + 1) % n != 0) for i in range(len(flags))):
-            return n
-    return list(flags)
+def _granite_moe(r: Reader) -> Fields:
+    """Granite 3.0 MoE (GraniteMoeForCausalLM): Mixtral's shapes (`_mixtral`); its scalar
+    multipliers (embedding, residual, attention, logits) change no weight and no FLOP."""
+    return _mixtral(r)
 
 
-def _mistral(r: Reader) -> Fields:
-    """Mistral: Llama's shapes, sliding_window (when not null) on every layer."""
+def _minimax_m2(r: Reader) -> Fields:
+    """MiniMax-M2 (MiniMaxM2ForCausalLM, its repository's configuration_minimax_m2.py): Llama's
+    shapes with head_dim, full attention on every layer (attn_type_list all 1: its 0, MiniMax-01's
+    lightning attention, is refused), q/k RMSNorm where use_qk_norm; every layer MoE,
+    num_local_experts experts of width intermediate_size, top num_experts_per_tok, a shared
+    expert of shared_intermediate_size where above 0; num_mtp_modules MTP layers where use_mtp.
+    RoPE on rotary_dim of each head is noted: timed as if whole."""
     f = llama(r)
-    return {**f, **_window(r, f["num_layers"], every=True)}
+    n = f["num_layers"]
+    types = r.cfg.get("attn_type_list")
+    if types is not None and types != [1] * n:
+        raise r.error(
+            "attn_type_list",
+            f"only full attention (1 on each of the {n} layers) is modelled {spelled_json(types)}",
+        )
+    rotary, head_dim = r.opt_int("rotary_dim"), f["kv_channels"]
+    if rotary is not None and head_dim is not None and rotary < head_dim:
+        r.notes.append(f"RoPE on {rotary} of {head_dim} head dims (rotary_dim) timed as whole")
+    shared = r.opt_int("shared_intermediate_size", default=0, minimum=0)
+    mtp = r.opt_int("num_mtp_modules", default=0, minimum=0) if r.flag("use_mtp", False) else 0
+    return {
+        **f,
+        "qk_layernorm": r.flag("use_qk_norm", False),
+        **moe(r, ("num_local_experts",), f["ffn_hidden_size"], [True] * n),
+        "moe_shared_expert_intermediate_size": shared or None,
+        "mtp_num_layers": mtp,
+    }
 
 
 def _gpt_oss(r: Reader) -> Fields:
     """gpt-oss: every layer MoE (num_local_experts, each intermediate_size wide, top
     num_experts_per_tok), GQA with head_dim, RMSNorm, RoPE, sliding-window attention on the
-    layers layer_types marks (`_window`). The experts and the router always carry biases and
+    layers layer_types marks (`window`). The experts and the router always carry biases and
     attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring high when
     attention_bias is false). The per-head attention sinks (GptOssAttention.sinks): softmax_type
     "learnable". Not expressible, noted in `source`: the router bias and the clamped GLU
@@ -267,82 +269,17 @@ def _gpt_oss(r: Reader) -> Fields:
         "add_bias_linear": True,
         "softmax_type": "learnable",
         **moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
-        **_window(r, f["num_layers"], every=False),
+        **window(r, f["num_layers"], every=False),
     }
-
-
-def _gpt2(r: Reader) -> Fields:
-    """GPT-2: n_embd / n_layer / n_head / n_positions."""
-    return {
-        **gpt2_shape(r, "n_embd", "hidden_size"),
-        "max_position_embeddings": r.opt_int("n_positions", "max_position_embeddings"),
-        **mlp(r, "activation_function", "gelu_new", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "learned_absolute",
-        **tied(r, True),
-    }
-
-
-def _gpt_neox(r: Reader) -> Fields:
-    """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
-    return {
-        **dense_shape(r, "intermediate_size"),
-        **mlp(r, "hidden_act", "gelu", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "rope",
-        **tied(r, False),
-    }
-
-
-def _bloom(r: Reader) -> Fields:
-    """BLOOM: ALiBi (no position table), GeLU, tied. BLOOM-176B's config says n_embed /
-    num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
-    (2h parameters) has no ModelArch field and is not counted."""
-    return {
-        **gpt2_shape(r, "hidden_size", "n_embed"),
-        "activation": "gelu",
-        "gated_linear_unit": False,
-        "normalization": "LayerNorm",
-        "add_bias_linear": True,
-        "position_embedding_type": "alibi",
-        **tied(r, True),
-    }
-
-
-def _opt(r: Reader) -> Fields:
-    """OPT: ffn_dim, ReLU, learned positions, tied. A word_embed_proj_dim other than hidden_size
-    (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
-    hidden = r.req_int("hidden_size")
-    proj = r.opt_int("word_embed_proj_dim", default=hidden)
-    if proj != hidden:
-        r.notes.append(
-            f"word_embed_proj_dim {proj} != hidden_size {hidden}: embeddings are {proj} wide "
-            "with project_in/project_out layers, not modelled"
-        )
-    return {
-        **dense_shape(r, "ffn_dim"),
-        **mlp(r, "activation_function", "relu", gated=False),
-        "normalization": "LayerNorm",
-        "add_bias_linear": r.flag("enable_bias", True),
-        "position_embedding_type": "learned_absolute",
-        **tied(r, True),
-    }
-
-
-def _nemotron(r: Reader) -> Fields:
-    """Nemotron-4: squared ReLU without GLU, LayerNorm1p (a LayerNorm), partial RoPE, head_dim."""
-    return {**llama(r, gated=False), "normalization": "LayerNorm"}
 
 
 # architectures[0] -> (model_type, mapper), in the order error messages list them
 FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "LlamaForCausalLM": ("llama", llama),
-    "MistralForCausalLM": ("mistral", _mistral),
+    "MistralForCausalLM": ("mistral", mistral),
     "MixtralForCausalLM": ("mixtral", _mixtral),
-    "Qwen2ForCausalLM": ("qwen2", _qwen2),
-    "Qwen3ForCausalLM": ("qwen3", _qwen3),
+    "Qwen2ForCausalLM": ("qwen2", qwen2),
+    "Qwen3ForCausalLM": ("qwen3", qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
     "Qwen3NextForCausalLM": ("qwen3_next", _qwen3_next),
     "Qwen3_5ForConditionalGeneration": ("qwen3_5", _qwen3_5),
@@ -353,10 +290,17 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
-    "GPT2LMHeadModel": ("gpt2", _gpt2),
-    "GPTNeoXForCausalLM": ("gpt_neox", _gpt_neox),
-    "BloomForCausalLM": ("bloom", _bloom),
-    "OPTForCausalLM": ("opt", _opt),
-    "NemotronForCausalLM": ("nemotron", _nemotron),
+    "MiniMaxM2ForCausalLM": ("minimax_m2", _minimax_m2),
+    "OlmoeForCausalLM": ("olmoe", _olmoe),
+    "GraniteMoeForCausalLM": ("granitemoe", _granite_moe),
+    "Phi3ForCausalLM": ("phi3", phi3),
+    "SmolLM3ForCausalLM": ("smollm3", smollm3),
+    "SeedOssForCausalLM": ("seed_oss", seed_oss),
+    "Gemma2ForCausalLM": ("gemma2", gemma2),
+    "GPT2LMHeadModel": ("gpt2", gpt2),
+    "GPTNeoXForCausalLM": ("gpt_neox", gpt_neox),
+    "BloomForCausalLM": ("bloom", bloom),
+    "OPTForCausalLM": ("opt", opt),
+    "NemotronForCausalLM": ("nemotron", nemotron),
 }
 SUPPORTED: dict[str, str] = {arch: model_type for arch, (model_type, _) in FAMILIES.items()}

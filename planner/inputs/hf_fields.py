@@ -26,6 +26,13 @@ class Reader:
         self.arch = arch
         self.notes: list[str] = []  # what ModelArch cannot express, added to `source`
 
+    def with_fields(self, **fill: Any) -> Reader:
+        """The same config with `fill` over its fields: errors name the same file, notes join
+        this reader's."""
+        sub = Reader({**self.cfg, **fill}, None, self.arch)
+        sub.file, sub.notes = self.file, self.notes
+        return sub
+
     def error(self, key: str, msg: str) -> InputError:
         return InputError(f"{self.file}: {key}: {msg}")
 

@@ -32,7 +32,13 @@ files (tests/data/hf) and transformers' config classes:
 - gpt-oss: num_local_experts experts of width intermediate_size on every layer, biases
   everywhere; its attention sinks and clamped GLU are noted in `source`.
 - sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"
-  (gpt-oss), or on every layer (Mistral) -> window_attn_skip_freq (an int, or a 0/1 list).
+  (gpt-oss; Gemma 2, every other layer where it has no layer_types), or on every layer
+  (Mistral, Phi-3, SmolLM3 where use_sliding_window) -> window_attn_skip_freq (an int, or a 0/1
+  list).
+- Llama's relatives (`planner.inputs.hf_dense`): Phi-3 / Phi-4, SmolLM3 (tied by default),
+  Seed-OSS (q/k/v biases), Gemma 2 (GeLU-gated, tied; its logit soft-capping and extra norms
+  noted). MoE: OLMoE (q/k norms), Granite 3.0 MoE (Mixtral's shapes), MiniMax-M2 (q/k norms,
+  num_mtp_modules MTP layers where use_mtp; MiniMax-01's lightning-attention layers refused).
 - Qwen3-Next (qwen3_next): the layers layer_types marks "linear_attention" (or all but every
   full_attention_interval-th) -> linear_attention_freq (an int, or a 0/1 list), the linear_*
   sizes -> the gated delta net's; its gated attention -> attention_output_gate;

@@ -129,3 +129,48 @@ def dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: 
         **moe(r, experts, expert_ffn, moe_layers),
         "moe_shared_expert_intermediate_size": shared * expert_ffn if shared else None,
     }
+
+
+def window(r: Reader, num_layers: int, every: bool) -> Fields:
+    """sliding_window w (HF: a query sees itself and the w - 1 tokens before it) -> window_size
+    w - 1 (Megatron-Bridge's conversion, models/conversion/utils.py `mcore_to_hf_window_size`
+    @067f987d: HF = Megatron's left window + 1), on the layers layer_types marks
+    "sliding_attention": all of them -> no window_attn_skip_freq, all but every N-th -> N, else
+    the 1 (window) / 0 list. Without layer_types, every layer when `every` (Mistral), else none
+    (the whole sequence: the slower side)."""
+    window = r.opt_int("sliding_window")
+    types = r.cfg.get("layer_types")
+    if window is None or (types is None and not every):
+        return {}
+    if types is None:
+        return {"window_size": window - 1}
+    kinds = ("sliding_attention", "full_attention")
+    listed = isinstance(types, list) and len(types) == num_layers
+    if not listed or any(t not in kinds for t in types):
+        raise r.error(
+            "layer_types",
+            f'must list "sliding_attention" or "full_attention" for each of the {num_layers} '
+            f"layers {spelled_json(types)}",
+        )
+    flags = tuple(int(t == kinds[0]) for t in types)
+    out: Fields = {"window_size": window - 1}
+    if all(flags):
+        return out
+    return {**out, "window_attn_skip_freq": skip_freq(flags)}
+
+
+def skip_freq(flags: tuple[int, ...]) -> int | list[int]:
+    """A per-layer 0/1 pattern as Megatron's frequency flags take it (--window-attn-skip-freq,
+    --linear-attention-freq): the int N where layer k (from 1) is 0 iff k % N == 0, else the
+    list."""
+    for n in range(2, len(flags) + 1):
+        if flags == tuple(int((i + 1) % n != 0) for i in range(len(flags))):
+            return n
+    return list(flags)
+
+
+def partial_rope(r: Reader) -> None:
+    """Note RoPE on part of each head (partial_rotary_factor below 1): timed as if whole."""
+    rotary = r.cfg.get("partial_rotary_factor")
+    if isinstance(rotary, int | float) and rotary < 1:
+        r.notes.append(f"RoPE on {rotary:g} of each head (partial_rotary_factor) timed as whole")

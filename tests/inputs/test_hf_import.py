@@ -13,7 +13,14 @@ the architecture, model_type and index_n_heads 64 / index_head_dim 128 / index_t
 deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are DeepSeek-V3's;
 glm-5.json, composed: GlmMoeDsaConfig's defaults, which its docstring gives as GLM-5's
 (PrimeIntellect-ai/prime-rl @ 0030893e configuration_glm_moe_dsa.py), in config.json's field
-names); the
+names; and seven configs read from copies of the published files, none at a pinned revision of
+the original repository (shapes unchanged; whitespace compacted): phi-4.json from
+Gunulhona/phi4-backup (_name_or_path microsoft/phi-4), gemma-2-9b.json from
+thejaminator/gemma-hook-layer-0-step-2000 ("Copy config.json from google/gemma-2-9b-it"),
+olmoe-1b-7b.json from a fine-tune of allenai/OLMoE-1B-7B-0924-Instruct, smollm3-3b.json from
+fetchwiki/HuggingFaceTB-SmolLM3-3B @ 24f7882f, seed-oss-36b.json from a Seed-OSS-36B
+derivative (darkc0de/4.3test2), minimax-m2.7.json from amd/MiniMax-M2.7-BF16 and
+granite-3.0-3b-a800m.json from ibm-granite/granite-3.0-3b-a800m-instruct); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -237,6 +244,57 @@ EXPECTED: dict[str, dict[str, Any]] = {
         add_bias_linear=False, position_embedding_type="rope",
         untie_embeddings_and_output_weights=True,
     ),
+    # Phi-4: Llama's shapes (fused qkv / gate_up), GQA 40 / 10, untied; its sliding_window
+    # 16,384 (= its context) on every layer
+    "phi-4": dict(
+        num_layers=40, hidden_size=5120, ffn_hidden_size=17920, num_attention_heads=40,
+        num_query_groups=10, kv_channels=128, vocab_size=100352, activation="swiglu",
+        add_bias_linear=False, window_size=16383, window_attn_skip_freq=None,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # SmolLM3: Llama's shapes, embeddings tied by SmolLM3Config's default (no key in the file)
+    "smollm3-3b": dict(
+        num_layers=36, hidden_size=2048, ffn_hidden_size=11008, num_attention_heads=16,
+        num_query_groups=4, kv_channels=128, vocab_size=128256, window_size=None,
+        untie_embeddings_and_output_weights=False,
+    ),
+    # Seed-OSS: head_dim 128 (80 x 128 against hidden 5,120), bias on q, k, v only
+    # (attention_bias true, attention_out_bias and mlp_bias false)
+    "seed-oss-36b": dict(
+        num_layers=64, hidden_size=5120, ffn_hidden_size=27648, num_attention_heads=80,
+        num_query_groups=8, kv_channels=128, vocab_size=155136, add_qkv_bias=True,
+        add_bias_linear=False, untie_embeddings_and_output_weights=True,
+    ),
+    # Gemma 2: GeLU-tanh on a gated MLP -> geglu; head_dim 256; tied; sliding_window 4,096 on
+    # every other layer from the first (Gemma2Config's layer_types default) -> window 4,095,
+    # every 2nd layer whole
+    "gemma-2-9b": dict(
+        num_layers=42, hidden_size=3584, ffn_hidden_size=14336, num_attention_heads=16,
+        num_query_groups=8, kv_channels=256, vocab_size=256000, activation="geglu",
+        gated_linear_unit=True, normalization="RMSNorm", window_size=4095,
+        window_attn_skip_freq=2, untie_embeddings_and_output_weights=False,
+    ),
+    # OLMoE: 64 experts of 1,024 top-8 on every layer, q/k norms, plain MHA
+    "olmoe-1b-7b": dict(
+        num_layers=16, hidden_size=2048, num_attention_heads=16, num_query_groups=None,
+        vocab_size=50304, num_moe_experts=64, moe_router_topk=8, moe_ffn_hidden_size=1024,
+        moe_layer_freq=1, moe_shared_expert_intermediate_size=None, qk_layernorm=True,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # Granite 3.0 MoE: Mixtral's shapes (40 experts of 512, top 8), tied
+    "granite-3.0-3b-a800m": dict(
+        num_layers=32, hidden_size=1536, num_attention_heads=24, num_query_groups=8,
+        vocab_size=49155, num_moe_experts=40, moe_router_topk=8, moe_ffn_hidden_size=512,
+        moe_layer_freq=1, untie_embeddings_and_output_weights=False,
+    ),
+    # MiniMax-M2: 256 experts of 1,536 top-8 on all 62 layers, no shared expert, q/k norms,
+    # head_dim 128 (48 x 128 against hidden 3,072), 3 MTP modules (use_mtp)
+    "minimax-m2.7": dict(
+        num_layers=62, hidden_size=3072, num_attention_heads=48, num_query_groups=8,
+        kv_channels=128, vocab_size=200064, num_moe_experts=256, moe_router_topk=8,
+        moe_ffn_hidden_size=1536, moe_layer_freq=1, moe_shared_expert_intermediate_size=None,
+        qk_layernorm=True, mtp_num_layers=3, untie_embeddings_and_output_weights=True,
+    ),
 }  # fmt: skip
 
 
@@ -333,6 +391,13 @@ ROUGH_PARAMS = {
     "bloom-560m": (559.2e6, None, 0.002),
     "opt-175b": (175e9, None, 0.005),
     "nemotron-4-340b": (340e9, None, 0.005),
+    "phi-4": (14.7e9, None, 0.005),  # HF card microsoft/phi-4: 14.7B
+    "smollm3-3b": (3.08e9, None, 0.005),  # HF card HuggingFaceTB/SmolLM3-3B: 3.08B
+    "seed-oss-36b": (36e9, None, 0.01),  # ByteDance-Seed/Seed-OSS-36B-Base: 36B
+    # OLMoE paper (arXiv:2409.02060) Table 1: 6.9B total, 1.3B active (embeddings counted)
+    "olmoe-1b-7b": (6.9e9, 1.3e9, 0.02),
+    # HF card google/gemma-2-9b: 9.24B; the 2 x 42 x 3,584 extra norm weights are not counted
+    "gemma-2-9b": (9.24e9, None, 0.001),
 }
 
 
@@ -676,3 +741,65 @@ def test_qwen3_next_mtp_layers(tmp_path: Path) -> None:
     assert arch.mtp_num_layers == 1
     assert [k.name for k in arch.mtp_kinds] == ["moe"]
     assert load_hf_config(HF / "qwen3-next-80b-a3b.json").mtp_num_layers == 0
+
+
+# --- the families added from real configs (phi3, smollm3, seed_oss, gemma2, olmoe, granitemoe,
+# minimax_m2)
+
+
+def test_vendors_quoting_active_parameters_without_embeddings() -> None:
+    """MiniMax's "230B total, 10B active" and IBM's 3B-A800M count the active parameters
+    without the embedding table and the output layer (params_active counts both: the tables
+    less); MTP modules are outside the total, as DeepSeek reports. Tolerances: the published
+    figures' rounding (10B and 800M to their last digit, 5%; 230B and 3.3B, 1%)."""
+    for name, total, active in (
+        ("minimax-m2.7", 230e9, 10e9),
+        ("granite-3.0-3b-a800m", 3.3e9, 0.8e9),
+    ):
+        arch = load_hf_config(HF / f"{name}.json")
+        tables = (1 + arch.untie_embeddings_and_output_weights) * arch.vocab_size
+        assert params.params_total(arch) == pytest.approx(total, rel=0.01), name
+        non_embedding = params.params_active(arch) - tables * arch.hidden_size
+        assert non_embedding == pytest.approx(active, rel=0.05), name
+
+
+def test_minimax_lightning_attention_layers_are_refused(tmp_path: Path) -> None:
+    """MiniMax-01's lightning (linear) attention, attn_type_list 0, has no model here."""
+    cfg = fixture("minimax-m2.7")
+    cfg["attn_type_list"] = [0] + [1] * 61
+    message = load_error(write(tmp_path, cfg))
+    assert "attn_type_list: only full attention (1 on each of the 62 layers)" in message
+
+
+def test_minimax_mtp_only_where_used_and_partial_rope_noted() -> None:
+    arch = load_hf_config(HF / "minimax-m2.7.json")
+    assert "RoPE on 64 of 128 head dims (rotary_dim)" in arch.source
+    off = arch_from_hf({**fixture("minimax-m2.7"), "use_mtp": False}, "x.json")
+    assert off.mtp_num_layers == 0
+    assert params.params_total(off) == params.params_total(arch)  # MTP is outside the total
+
+
+def test_gemma2_layer_types_spelt_out_equal_the_default_alternation() -> None:
+    """Gemma2Config's default: layer i slides where i + 1 is odd (i = 0, 2, ...): the same as
+    the list spelt out, and with every layer sliding no skip frequency at all."""
+    cfg = fixture("gemma-2-9b")
+    types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(42)]
+    assert arch_from_hf({**cfg, "layer_types": types}, "x.json") == arch_from_hf(cfg, "x.json")
+    every = arch_from_hf({**cfg, "layer_types": ["sliding_attention"] * 42}, "x.json")
+    assert (every.window_size, every.window_attn_skip_freq) == (4095, None)
+    assert "soft-capping" in arch_from_hf(cfg, "x.json").source
+
+
+def test_smollm3_window_only_where_used_and_seed_oss_out_bias() -> None:
+    smol = fixture("smollm3-3b")
+    assert arch_from_hf({**smol, "sliding_window": 4096}, "x.json").window_size is None
+    on = arch_from_hf({**smol, "sliding_window": 4096, "use_sliding_window": True}, "x.json")
+    assert on.window_size == 4095
+    assert "no_rope_layers" in arch_from_hf(smol, "x.json").source
+    seed = arch_from_hf({**fixture("seed-oss-36b"), "attention_out_bias": True}, "x.json")
+    assert (seed.add_bias_linear, seed.add_qkv_bias) == (True, False)
+
+
+def test_phi3_partial_rope_is_noted() -> None:
+    arch = arch_from_hf({**fixture("phi-4"), "partial_rotary_factor": 0.75}, "x.json")
+    assert "RoPE on 0.75 of each head" in arch.source

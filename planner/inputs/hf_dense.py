@@ -1,0 +1,155 @@
+"""The dense Hugging Face architecture families (`planner.inputs.hf_families` maps them by
+`architectures[0]`, beside the MoE and hybrid ones): Llama's relatives (Qwen2, Qwen3, Mistral,
+Phi-3, SmolLM3, Seed-OSS, Gemma 2, Nemotron-4) and the GPT-2-era layouts (GPT-2, GPT-NeoX, BLOOM,
+OPT), each one small function from a config.json's fields to ModelArch fields."""
+
+from __future__ import annotations
+
+from planner.inputs.hf_fields import Reader
+from planner.inputs.hf_shapes import (
+    Fields,
+    dense_shape,
+    gpt2_shape,
+    llama,
+    mlp,
+    partial_rope,
+    tied,
+    window,
+)
+
+
+def qwen2(r: Reader) -> Fields:
+    """Qwen2 / Qwen2.5: bias on q, k, v only."""
+    return {**llama(r), "add_qkv_bias": True, "add_bias_linear": False}
+
+
+def qwen3(r: Reader, head_dim_default: int = 128) -> Fields:
+    """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
+    return {**llama(r, head_dim_default=head_dim_default), "qk_layernorm": True}
+
+
+def mistral(r: Reader) -> Fields:
+    """Mistral: Llama's shapes, sliding_window (when not null) on every layer."""
+    f = llama(r)
+    return {**f, **window(r, f["num_layers"], every=True)}
+
+
+def gpt2(r: Reader) -> Fields:
+    """GPT-2: n_embd / n_layer / n_head / n_positions."""
+    return {
+        **gpt2_shape(r, "n_embd", "hidden_size"),
+        "max_position_embeddings": r.opt_int("n_positions", "max_position_embeddings"),
+        **mlp(r, "activation_function", "gelu_new", gated=False),
+        "normalization": "LayerNorm",
+        "add_bias_linear": True,
+        "position_embedding_type": "learned_absolute",
+        **tied(r, True),
+    }
+
+
+def gpt_neox(r: Reader) -> Fields:
+    """GPT-NeoX: partial rotary (rotary_pct), biases everywhere, untied by default."""
+    return {
+        **dense_shape(r, "intermediate_size"),
+        **mlp(r, "hidden_act", "gelu", gated=False),
+        "normalization": "LayerNorm",
+        "add_bias_linear": True,
+        "position_embedding_type": "rope",
+        **tied(r, False),
+    }
+
+
+def bloom(r: Reader) -> Fields:
+    """BLOOM: ALiBi (no position table), GeLU, tied. BLOOM-176B's config says n_embed /
+    num_attention_heads, bloom-560m hidden_size / n_head. The LayerNorm after the word embedding
+    (2h parameters) has no ModelArch field and is not counted."""
+    return {
+        **gpt2_shape(r, "hidden_size", "n_embed"),
+        "activation": "gelu",
+        "gated_linear_unit": False,
+        "normalization": "LayerNorm",
+        "add_bias_linear": True,
+        "position_embedding_type": "alibi",
+        **tied(r, True),
+    }
+
+
+def opt(r: Reader) -> Fields:
+    """OPT: ffn_dim, ReLU, learned positions, tied. A word_embed_proj_dim other than hidden_size
+    (OPT-350m) adds two small projections that ModelArch cannot express: noted in `source`."""
+    hidden = r.req_int("hidden_size")
+    proj = r.opt_int("word_embed_proj_dim", default=hidden)
+    if proj != hidden:
+        r.notes.append(
+            f"word_embed_proj_dim {proj} != hidden_size {hidden}: embeddings are {proj} wide "
+            "with project_in/project_out layers, not modelled"
+        )
+    return {
+        **dense_shape(r, "ffn_dim"),
+        **mlp(r, "activation_function", "relu", gated=False),
+        "normalization": "LayerNorm",
+        "add_bias_linear": r.flag("enable_bias", True),
+        "position_embedding_type": "learned_absolute",
+        **tied(r, True),
+    }
+
+
+def nemotron(r: Reader) -> Fields:
+    """Nemotron-4: squared ReLU without GLU, LayerNorm1p (a LayerNorm), partial RoPE, head_dim."""
+    return {**llama(r, gated=False), "normalization": "LayerNorm"}
+
+
+def phi3(r: Reader) -> Fields:
+    """Phi-3, Phi-3.5-mini and Phi-4 (Phi3ForCausalLM): Llama's shapes, q/k/v and gate/up each
+    fused into one projection (the same weights); sliding_window, where set, on every layer
+    (transformers' Phi3Attention passes it to each). RoPE on part of each head
+    (partial_rotary_factor, Phi-4-mini) is noted: timed as if whole."""
+    f = llama(r)
+    partial_rope(r)
+    return {**f, **window(r, f["num_layers"], every=True)}
+
+
+def smollm3(r: Reader) -> Fields:
+    """SmolLM3 (transformers' SmolLM3Config, which ties the embeddings by default): Llama's shapes;
+    its layers without RoPE (no_rope_layers) have the same weights and are timed with it; the
+    sliding window where use_sliding_window is true (every layer, as Mistral)."""
+    f = {**llama(r), **tied(r, True)}
+    if 0 in (r.cfg.get("no_rope_layers") or []):
+        r.notes.append("layers without RoPE (no_rope_layers) timed with it")
+    if not r.flag("use_sliding_window", False):
+        return f
+    return {**f, **window(r, f["num_layers"], every=True)}
+
+
+def seed_oss(r: Reader) -> Fields:
+    """Seed-OSS (transformers' SeedOssConfig): Llama's shapes with head_dim; attention_bias puts
+    biases on q, k and v, attention_out_bias on o_proj and mlp_bias on the MLP, either of the
+    last two -> add_bias_linear (every linear layer: erring high)."""
+    f = llama(r)
+    everywhere = r.flag("attention_out_bias", False) or r.flag("mlp_bias", False)
+    qkv = r.flag("attention_bias", False)
+    return {**f, "add_bias_linear": everywhere, "add_qkv_bias": qkv and not everywhere}
+
+
+def gemma2(r: Reader) -> Fields:
+    """Gemma 2 (transformers' Gemma2Config): Llama's shapes with head_dim (256 by default), GeLU
+    on the gated MLP (hidden_activation, gelu_pytorch_tanh) -> geglu, tied embeddings; the
+    sliding window on the layers layer_types marks, or without it on every other layer from the
+    first (Gemma2Config's default: layer i slides where (i + 1) is odd) -> window_attn_skip_freq
+    2. Not fields of ModelArch, noted: the logit soft-capping of attention and of the output
+    (timed as plain attention), and the two extra RMSNorms per layer (2 h parameters)."""
+    act = "hidden_activation" if r.cfg.get("hidden_activation") is not None else "hidden_act"
+    f = {
+        **dense_shape(r, "intermediate_size", 256),
+        **mlp(r, act, "gelu_pytorch_tanh", gated=True),
+        "normalization": "RMSNorm",
+        "add_bias_linear": r.flag("attention_bias", False),
+        "position_embedding_type": "rope",
+        **tied(r, True),
+    }
+    n = f["num_layers"]
+    if r.cfg.get("layer_types") is None and r.cfg.get("sliding_window") is not None:
+        slides = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        r = r.with_fields(layer_types=slides)
+    r.notes.append("logit soft-capping and the 2 extra norms per layer not modelled")
+    return {**f, **window(r, n, every=False)}
