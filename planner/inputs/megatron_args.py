@@ -61,6 +61,7 @@ from planner.inputs.megatron_line import (
     launch,
     local_files,
     no_flags,
+    read_words,
     runs_trained_model,
     tokens,
 )
@@ -183,7 +184,8 @@ def _read(
     nemo_model: str | None,
 ) -> Reading:
     """`read` of the script's launched words and environment at `num_gpus`."""
-    words, env = launched.words, launched.env
+    words, picked = read_words(launched, where)
+    env = launched.env
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
@@ -215,7 +217,7 @@ def _read(
             )
         unknown.append(flag)
     line = Line(flags, where)
-    notes: list[str] = [] if (entry := entry_note(words)) is None else [entry]
+    notes = [n for n in (picked, entry_note(words)) if n is not None]
     missing: list[str] = []
     model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)

@@ -86,6 +86,21 @@ MIMO_FROZEN_PROVIDERS = ("llava_vlm", "video_llava_vlm")
 the vision encoder (model_providers/llava_vlm.py, Megatron-LM d98e8a64: requires_grad False on
 both; only the vision projection trains)."""
 
+MIMO_HETERO_FLAGS = (
+    "--llm-tp",
+    "--llm-pp",
+    "--llm-cp",
+    "--llm-dp",
+    "--llm-ep",
+    "--llm-expt-tp",
+    "--llm-offset",
+    "--llm-only",
+    "--encoder-tp",
+    "--encoder-dp",
+)
+"""The heterogeneous grids of examples/mimo/pretrain_mimo.py (examples/mimo/training/args.py,
+Megatron-LM d98e8a64): the language model and the encoder each on ranks of their own."""
+
 MIMO_TOTAL_SEQ_DEFAULT = 512
 """examples/mimo/train.py --total-seq-length default."""
 
@@ -99,6 +114,13 @@ def mimo(line: Line, training: dict[str, Any]) -> list[str]:
     encoder (frozen: its forward only, nothing kept for a backward) and the projector are not
     counted. Returns what the line does that planner does not model."""
     own = line.flags
+    hetero = [f for f in MIMO_HETERO_FLAGS if f in own]
+    if hetero:
+        raise InputError(
+            f"{line.where}: {hetero[0]}: examples/mimo/pretrain_mimo.py places the language model "
+            "and the encoder on ranks of their own (--llm-* and --encoder-* grids), which planner "
+            "does not model"
+        )
     if (own.get("--model-provider") or [""])[0] not in MIMO_FROZEN_PROVIDERS:
         return []
     training["frozen_model"] = True

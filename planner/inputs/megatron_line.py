@@ -55,6 +55,9 @@ class Launch:
     """torchrun's (or `python -m torch.distributed.run`'s) --nproc-per-node times --nnodes (1
     where not given) before the first Python script it launches, and how it says so; None
     where no launcher says it with integers."""
+    scripts: tuple[tuple[str, ...], ...] = ()
+    """Each launched command that runs a Python script, from the script on, in order: where
+    there are several, `read_words` picks the one to read."""
 
 
 def launch(text: str, path: str | None = None, files: shell_run.Files | None = None) -> Launch:
@@ -66,7 +69,38 @@ def launch(text: str, path: str | None = None, files: shell_run.Files | None = N
         words = _held_flags(run.env) or words
     env = {k: v for k, v in run.env.items() if isinstance(v, str)}
     env.update(run.command_env)
-    return Launch(words, env, _world_size(run.commands))
+    scripts = tuple(
+        tuple(_script_args(c))
+        for c in run.commands
+        if _script_at(c) is not None and not c[0].startswith("-")
+    )
+    return Launch(words, env, _world_size(run.commands), scripts)
+
+
+def read_words(launched: Launch, where: str) -> tuple[list[str], str | None]:
+    """The words of a launch to read as one training run, and a note of what was left out.
+    A file that launches several Python scripts (a checkpoint conversion, then training, then
+    an evaluation) is read by its training command's flags alone (a pretrain_*.py or a
+    train.py: `is_training`), or, with none, by the one command it launches; the same command
+    launched again is one. Several with different flags are refused: their flags merged would
+    describe no run (the last value of each flag winning, from whichever command)."""
+    if len(set(launched.scripts)) <= 1:
+        return launched.words, None
+    training = [c for c in launched.scripts if is_training(c[0])]
+    pool = list(dict.fromkeys(training or launched.scripts))
+    if len(pool) > 1:
+        names = ", ".join(PurePosixPath(c[0]).name for c in pool)
+        kind = "training commands" if training else "Python commands"
+        raise InputError(
+            f"{where}: the file launches {len(pool)} {kind} with different flags ({names}): "
+            "planner reads one run; keep the one to check"
+        )
+    left = dict.fromkeys(PurePosixPath(c[0]).name for c in launched.scripts if c not in pool)
+    note = (
+        f"read {PurePosixPath(pool[0][0]).name}'s flags alone; the file also launches "
+        f"{', '.join(left)} (no training script)"
+    )
+    return list(pool[0]), note
 
 
 def script(text: str) -> tuple[list[str], dict[str, str]]:
@@ -92,22 +126,36 @@ def _world_size(commands: list[list[str]]) -> tuple[int, str] | None:
     return None
 
 
+LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+"""Modules `python -m` runs that launch the script named after them (torchrun's)."""
+
+
 def _script_at(command: list[str]) -> int | None:
-    """The index of the Python script a command runs, if any."""
-    return next(
-        (i for i, w in enumerate(command) if w.endswith(".py") and not w.startswith("-")), None
-    )
+    """The index of the Python script a command runs, if any: a `.py` word, or the module of
+    `-m module` (`python -m torch.distributed.run ... -m examples.mimo.pretrain_mimo`) other
+    than a launcher's (LAUNCHER_MODULES)."""
+    for i, w in enumerate(command):
+        if w.endswith(".py") and not w.startswith("-"):
+            return i
+        module = command[i + 1] if w == "-m" and i + 1 < len(command) else None
+        if module is not None and module not in LAUNCHER_MODULES and not module.startswith("-"):
+            return i + 1
+    return None
 
 
 def _script_args(command: list[str]) -> list[str]:
     """A launched command from its Python script on (`torchrun ... pretrain_gpt.py --flags`,
     `nsys profile ... python pretrain_gpt.py ...`): the launcher's and profiler's own options
     are not the script's; the whole command where it names no script or is itself flags
-    (`--num-layers ...`, a file of them)."""
+    (`--num-layers ...`, a file of them). A module run with `-m` is spelt as its file
+    (`examples.mimo.pretrain_mimo` -> examples/mimo/pretrain_mimo.py), as Python finds it."""
     at = _script_at(command)
     if at is None or command[0].startswith("-"):
         return command
-    return command[at:]
+    script = command[at]
+    if not script.endswith(".py"):
+        script = script.replace(".", "/") + ".py"
+    return [script, *command[at + 1 :]]
 
 
 def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:
@@ -149,13 +197,24 @@ class Line:
         self.used.add(flag)
 
     def has(self, flag: str) -> bool:
+        """Whether the flag is given. Words after it that are still a shell variable or a
+        command's output (`$(...)`, backquotes) are an error, whatever the flag takes: bash may
+        expand them to more flags (`$(parallel_args 2)`, `$(cat args.txt)`), which the reader
+        cannot know."""
         self._use(flag)
+        for v in self.flags.get(flag, ()):
+            if "$" in v or "`" in v:
+                raise InputError(
+                    f"{self.where}: {flag}: {v!r} follows it, a shell variable or a command's "
+                    "output that the file does not set"
+                )
         return flag in self.flags
 
     def words(self, flag: str) -> list[str] | None:
         """The values of a flag (None when absent); a value that is still a shell variable is
         an error: the reader cannot know it."""
-        if not self.has(flag):
+        self._use(flag)
+        if flag not in self.flags:
             return None
         values = self.flags[flag]
         for v in values:
@@ -212,11 +271,18 @@ the inference examples): flags of their own (--out-seq-length, ...) are theirs, 
 training flags."""
 
 
+def is_training(script: str) -> bool:
+    """Whether a Python script is one of Megatron-LM's training entry points (pretrain_*.py, an
+    example's train.py)."""
+    name = PurePosixPath(script).name
+    return name.startswith("pretrain_") or name == "train.py"
+
+
 def entry_note(words: list[str]) -> str | None:
     """What the line runs where that is not one of Megatron-LM's training scripts
-    (pretrain_*.py, an example's train.py): its flags are still read as a training run's."""
+    (`is_training`): its flags are still read as a training run's."""
     scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
-    if not scripts or any(s.startswith("pretrain_") or s == "train.py" for s in scripts):
+    if not scripts or any(is_training(s) for s in scripts):
         return None
     what = "runs a trained model" if runs_trained_model(words) else "is no pretrain_*.py"
     return f"{scripts[-1]} {what}: its model read as if it trained (training's memory and time)"

@@ -2,7 +2,8 @@
 quotes removed; `$NAME`, `${NAME}`, `${NAME:-word}` and the other default / alternative forms,
 `${#NAME}`, `${NAME[@]}`, `"${NAME[@]}"` (one word per element), `${NAME[*]}`, `${NAME[i]}`,
 `${NAME:offset:length}` (and of `$@` and arrays), `${NAME%suffix}` / `${NAME#prefix}`,
-`$((arithmetic))` over known integers, `$0` / `${BASH_SOURCE[0]}` (the script's path, where
+`${NAME,,}` / `${NAME^^}` (and `,` / `^`: the first letter), `$((arithmetic))` over known
+integers (`**` too), `$0` / `${BASH_SOURCE[0]}` (the script's path, where
 known), and `$(...)` of the commands that only rewrite a path (`dirname`, `basename`,
 `realpath`, `readlink -f`, `cd DIR && pwd`); unquoted expansions split on whitespace.
 
@@ -26,7 +27,7 @@ Value = str | list[str]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PARAM = re.compile(rf"^(#?)({_NAME}|[0-9]+|[@*#?$!])(\[[^]]*\])?(.*)$", re.S)
-_ARITH = re.compile(r"^[0-9+\-*/%() ]*$")
+_ARITH = re.compile(r"^[0-9+\-*/%() ]*$")  # `**` (power) is two of its `*`
 
 
 @dataclass
@@ -41,6 +42,11 @@ class Scope:
     the branch the script takes when run as it is), rather than keep its text."""
     script: str | None = None
     """The path of the script being read, where known: `$0`, `${BASH_SOURCE[0]}`."""
+    assigned: frozenset[str] = frozenset()
+    """The names the file assigns somewhere (`planner.inputs.shell_run.assigned_names`): one of
+    them unset where it is expanded was assigned only on a path the script did not take, and
+    expands as bash expands it, to nothing (an unset name the file never assigns comes from the
+    environment, and stays not known)."""
 
 
 def expand_all(raws: list[str], run: Scope) -> list[str]:
@@ -158,7 +164,7 @@ def _dollar(raw: str, i: int, run: Scope) -> tuple[Value, int]:
     value = lookup(name, run)
     if isinstance(value, list) and name not in "@*":  # $A is ${A[0]}
         value = value[0] if value else ""
-    return (_unknown(run, raw[i : i + m.end()]) if value is None else value), i + m.end()
+    return (_unknown(run, raw[i : i + m.end()], name) if value is None else value), i + m.end()
 
 
 def _close(raw: str, i: int, open_: str, close: str) -> int:
@@ -174,10 +180,16 @@ def _close(raw: str, i: int, open_: str, close: str) -> int:
     return n
 
 
-def _unknown(run: Scope, whole: str) -> str:
-    """What an unset variable's expansion `whole` gives: nothing under `Run.blank_unset`, else
-    its own text."""
-    return "" if run.blank_unset else whole
+def _unknown(run: Scope, whole: str, name: str) -> str:
+    """What an unset variable's expansion `whole` gives: nothing where it is known to be unset
+    (`_unset`), else its own text."""
+    return "" if _unset(run, name) else whole
+
+
+def _unset(run: Scope, name: str) -> bool:
+    """Whether an unset name expands as bash expands it, empty: under `Run.blank_unset`, or
+    where the file assigns it elsewhere (`Scope.assigned`)."""
+    return run.blank_unset or name in run.assigned
 
 
 def lookup(name: str, run: Scope) -> Value | None:
@@ -218,17 +230,17 @@ def _brace(body: str, run: Scope, whole: str) -> Value:
     elif index == "[*]" and isinstance(value, list):
         value = " ".join(value)  # one word, where quoted
     if length:
-        return ("0" if run.blank_unset else whole) if value is None else str(len(value))
+        return ("0" if _unset(run, name) else whole) if value is None else str(len(value))
     return _operator(rest, value, name, run, whole)
 
 
 def _operator(rest: str, value: Value | None, name: str, run: Scope, whole: str) -> Value:
     if rest == "":
-        return _unknown(run, whole) if value is None else value
+        return _unknown(run, whole, name) if value is None else value
     part = re.match(r"^:(\d+|\s+-?\d+)(?::\s*(\d+))?$", rest)  # ${V:-2} is a default
     if part is not None:  # ${V:offset:length}, ${@:offset}, ${A[@]:offset}
         if value is None:
-            return _unknown(run, whole)
+            return _unknown(run, whole, name)
         start = int(part.group(1))
         if name in "@*" and isinstance(value, list):  # $0 is not among them: offset 1 is $1
             start -= 1 if start > 0 else 0
@@ -250,11 +262,18 @@ def _operator(rest: str, value: Value | None, name: str, run: Scope, whole: str)
         return value if value is not None else whole
     if value is None or isinstance(value, list):
         return whole
+    case = {",,": str.lower, "^^": str.upper, ",": _first(str.lower), "^": _first(str.upper)}
+    if rest in case:  # ${V,,} ${V^^} ${V,} ${V^}: the case changed (all, or the first letter)
+        return case[rest](value)
     trim = re.match(r"^(%%|%|##|#)(.*)$", rest, re.S)
     if trim is not None:
         how, pattern = trim.group(1), one(trim.group(2), run)
         return _trim(value, how, pattern)
     return whole
+
+
+def _first(change: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda v: change(v[:1]) + v[1:]
 
 
 def _trim(value: str, how: str, pattern: str) -> str:
@@ -291,12 +310,24 @@ def _arith(expr: str, run: Scope, whole: str) -> str:
 
 
 _BINARY = {
+    ast.Pow: lambda a, b: _power(a, b),
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
     ast.Mult: lambda a, b: a * b,
     ast.Div: lambda a, b: int(a / b) if b else a // b,
     ast.Mod: lambda a, b: a % b,
 }
+
+
+def _power(a: int, b: int) -> int:
+    """a ** b where bash's 64-bit integers hold it (bash refuses a negative exponent); not
+    known (ValueError) past them, where bash wraps around."""
+    if b < 0 or (abs(a) > 1 and b > 64):
+        raise ValueError("exponent out of range")
+    out = a**b
+    if abs(out) >= 1 << 63:
+        raise ValueError("past 64-bit integers")
+    return out
 
 
 def _integer(node: ast.expr) -> int:

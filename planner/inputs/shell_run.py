@@ -8,9 +8,10 @@ on `[ ]`, `[[ ]]` and `test` (string and integer comparisons, `-z`, `-n`), with 
 empty as bash has them, so that the script's own defaults decide; `case` likewise; `&&` / `||`
 after such tests; functions, called with their arguments; `bash -c "..."` strings; `source` /
 `.` of a file that `Run.files` reads (the CLI: the local disk), in this scope; `for` loops on
-their first item. A condition on what cannot be known (`$(command)`, a file test) takes its
-first branch (`if`: the `then` branch; `case`: the `*` pattern where there is one); `while` /
-`until` bodies run once.
+every item, the commands launched from their first item's pass alone; a name the file assigns
+on a path it does not take expands to nothing, as in bash (`Scope.assigned`). A condition on
+what cannot be known (`$(command)`, a file test) takes its first branch (`if`: the `then`
+branch; `case`: the `*` pattern where there is one); `while` / `until` bodies run once.
 
 Collected: every simple command's words but those of `echo`, `printf` and the shell's and
 coreutils' own commands (`NOT_LAUNCHES`): `torchrun ...`, `python pretrain_gpt.py ...`,
@@ -81,9 +82,37 @@ Files = Callable[[str], str | None]
 def commands(text: str, script: str | None = None, files: Files | None = None) -> Run:
     """The script's launched commands and variables (module docstring); `script` its path
     (`$0`), `files` what reads the files it sources."""
-    run = Run(script=script, files=files)
-    _block(parse(text), run)
+    nodes = parse(text)
+    run = Run(script=script, files=files, assigned=assigned_names(nodes))
+    _block(nodes, run)
     return run
+
+
+def assigned_names(nodes: list[Node]) -> frozenset[str]:
+    """The names the nodes assign a value anywhere (`NAME=value`, `NAME+=( ... )`, after
+    `export` / `local` too; a `for` loop's variable), on any path, in functions too
+    (`Scope.assigned`). `read` and `mapfile` targets are not among them: what they hold is not
+    known, not empty."""
+    out: set[str] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Simple):
+            out.update(name for name, _, _ in node.assigns)
+        elif isinstance(node, Chain):
+            stack += node.parts
+        elif isinstance(node, If):
+            stack += [n for cond, body in node.branches for n in (*cond, *body)]
+            stack += node.otherwise
+        elif isinstance(node, Case):
+            stack += [n for _, body in node.items for n in body]
+        elif isinstance(node, Loop):
+            if node.kind in ("for", "select"):
+                out.add(node.var)
+            stack += [*node.cond, *node.body]
+        elif isinstance(node, Group | Function):
+            stack += node.body
+    return frozenset(out)
 
 
 def _block(nodes: list[Node], run: Run) -> bool | None:
@@ -145,15 +174,27 @@ def _case(node: Case, run: Run) -> bool | None:
     return True
 
 
+MAX_LOOP_ITEMS = 1024
+"""The most items of a `for` loop whose body is run (a longer list: its first ones)."""
+
+
 def _loop(node: Loop, run: Run) -> bool | None:
-    if node.kind in ("for", "select"):
-        items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
-        if not items:
-            return True
-        run.env[node.var] = items[0]
-    elif _block(node.cond, run) is False:
-        return True
-    return _block(node.body, run)
+    """A `for` loop's body run for each item (up to MAX_LOOP_ITEMS: what it assigns accumulates
+    as bash has it, `ARGS="$ARGS --$kv"`), the commands it launches collected from its first
+    item's pass alone (a sweep that launches a run per item is read as its first run); a `while`
+    / `until` body once, where its condition is not false."""
+    if node.kind not in ("for", "select"):
+        return True if _block(node.cond, run) is False else _block(node.body, run)
+    items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
+    status: bool | None = True
+    for k, item in enumerate(items[:MAX_LOOP_ITEMS]):
+        run.env[node.var] = item
+        launched, env = len(run.commands), dict(run.command_env)
+        status = _block(node.body, run)
+        if k:  # the first pass's commands alone
+            del run.commands[launched:]
+            run.command_env = env
+    return status
 
 
 def _simple(node: Simple, run: Run) -> bool | None:
@@ -203,8 +244,10 @@ def _command(words: list[str], run: Run) -> bool | None:
         if os.path.basename(w) in ("bash", "sh") and words[i + 1] == "-c" and i + 2 < len(words):
             if i:
                 run.commands.append(words[:i])
+            nodes = parse(words[i + 2])
             inner = Run(env=dict(run.env), functions=run.functions, args=run.args, files=run.files)
-            _block(parse(words[i + 2]), inner)
+            inner.assigned = run.assigned | assigned_names(nodes)
+            _block(nodes, inner)
             run.commands += inner.commands
             run.command_env.update(inner.command_env)
             return None
@@ -223,8 +266,10 @@ def _source(path: str, args: list[str], run: Run) -> bool | None:
     saved = run.script, run.args
     run.script, run.args = path, (args or run.args)
     run.depth += 1
+    nodes = parse(text)
+    run.assigned |= assigned_names(nodes)
     try:
-        return _block(parse(text), run)
+        return _block(nodes, run)
     finally:
         (run.script, run.args), run.depth = saved, run.depth - 1
 

@@ -616,3 +616,43 @@ def test_a_yaml_cfg_line_is_refused_because_megatron_ignores_its_flags() -> None
     # "argparse arguments will be ignored": the line's own flags (here a whole model) do not run
     with pytest.raises(InputError, match=r"--yaml-cfg cfg\.yaml: Megatron-LM then takes every"):
         megatron_args.to_plan(LLAMA3_8B + " --yaml-cfg cfg.yaml", "h100-sxm-80gb", 8)
+
+
+# --- a file that launches more than one Python script
+
+EVAL = "torchrun --nproc_per_node 1 tasks/main.py --task LAMBADA --tensor-model-parallel-size 1"
+CONVERT = "python tools/checkpoint/convert.py --target-tensor-parallel-size 1 --load /ckpt"
+
+
+def test_the_training_command_is_read_alone() -> None:
+    """A checkpoint conversion before training and an evaluation after it: each their own
+    flags (an evaluation at tp 1 with mbs 8 was read into the training run's layout, and a
+    converter's flag refused as a misspelt Megatron-LM flag); the training command is read
+    alone, noted. The oracle: the training command by itself."""
+    alone = read(LLAMA3_8B)
+    both = read(f"{CONVERT}\n{LLAMA3_8B}\n{EVAL} --micro-batch-size 8 --seq-length 2048\n")
+    assert both.doc == alone.doc
+    assert any("pretrain_gpt.py's flags alone" in n and "main.py" in n for n in both.notes)
+    twice = read(f"{LLAMA3_8B}\n{LLAMA3_8B}")  # the same run launched again is one run
+    assert twice.doc == alone.doc
+
+
+def test_two_different_training_commands_are_refused() -> None:
+    other = LLAMA3_8B.replace("--micro-batch-size 1", "--micro-batch-size 2")
+    with pytest.raises(InputError, match="launches 2 training commands with different flags"):
+        read(f"{LLAMA3_8B}\n{other}")
+
+
+def test_a_module_run_with_dash_m_is_the_script() -> None:
+    """`python -m torch.distributed.run ... -m examples.mimo.pretrain_mimo` launches that
+    module (a launcher module is not the script): the GPU count is the launcher's, the flags
+    the module's; the MIMO example's heterogeneous grids (--llm-tp, --encoder-tp: the language
+    model and the encoder on ranks of their own) are refused, not read as tp 1."""
+    line = LLAMA3_8B.split("torchrun --nproc_per_node 8 pretrain_gpt.py ")[1]
+    model = LLAMA3_8B.split("torchrun")[0]
+    text = f"{model}python -m torch.distributed.run --nproc-per-node 8 -m pretrain_gpt {line}"
+    got = megatron_args.read(text, "h100-sxm-80gb", None, "train.sh")
+    assert got.doc == read(LLAMA3_8B).doc
+    hetero = f"{model}torchrun --nproc-per-node 8 -m examples.mimo.pretrain_mimo {line} --llm-tp 2"
+    with pytest.raises(InputError, match=r"--llm-tp: examples/mimo/pretrain_mimo\.py places"):
+        megatron_args.read(hetero, "h100-sxm-80gb", 8, "train.sh")

@@ -115,6 +115,31 @@ ARGS="--hidden-size 256"
 launch 2 --bf16 --seq-length 128
 bash -c "torchrun pretrain_gpt.py --num-layers 3 $ARGS"
 """,
+    "case changes and powers": """
+SIZE=${SIZE:-8B}
+case "${SIZE,,}" in
+  8b) TP=2 ;;
+  *) TP=1 ;;
+esac
+SEQ=$(( 2 ** 12 ))
+torchrun pretrain_gpt.py --num-layers 2 --tp $TP --seq-length $SEQ --name ${SIZE^^}-${SIZE,}
+""",
+    "a name set only on a path not taken is empty": """
+AC=none
+if [ $AC = full ]; then
+  recompute="--recompute-granularity full --recompute-method uniform"
+elif [ $AC = sel ]; then
+  recompute="--recompute-activations"
+fi
+torchrun pretrain_gpt.py --num-layers 2 ${recompute} --bf16 "${recompute}" x${recompute}y
+""",
+    "a loop that builds the arguments": """
+ARGS=""
+for kv in tensor-model-parallel-size=2 micro-batch-size=2 seq-length=128; do
+  ARGS="$ARGS --${kv%%=*} ${kv#*=}"
+done
+torchrun pretrain_gpt.py --num-layers 2 $ARGS
+""",
     "here-documents and redirections": """
 cat > config.yaml <<EOF
 --num-layers 99
@@ -194,11 +219,11 @@ def test_any_text_reads_or_says_why() -> None:
 
 
 def test_a_value_that_keeps_doubling_is_not_known() -> None:
-    """`a=${a}${a}` with `a` unset keeps the `${a}` text (the reader names what the file does
-    not set), so each line doubles it: 60 lines would be 4 x 2^60 characters (a fuzzer's 30 took
-    25 s and gigabytes). Past MAX_VALUE_CHARS the value is not known, its own `${a}` again, and
-    the read stays small; a long value under the limit is kept whole."""
-    _, env = script("a=${a}${a}\n" * 60)
+    """`a=${a}${a}` with `a` holding an unset variable's `${b}` text (the reader names what the
+    file does not set) doubles it with each line: 60 lines would be 4 x 2^60 characters (a
+    fuzzer's 30 took 25 s and gigabytes). Past MAX_VALUE_CHARS the value is not known, its own
+    `${a}` again, and the read stays small; a long value under the limit is kept whole."""
+    _, env = script("a=${b}\n" + "a=${a}${a}\n" * 60)  # b: never set, its text kept
     assert len(env["a"]) <= 2 * shell_run.MAX_VALUE_CHARS
     assert env["a"].startswith("${a}")
     long = "x" * (shell_run.MAX_VALUE_CHARS - 1)
@@ -239,3 +264,29 @@ def test_sourced_files_are_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     words = launch(text, "train.sh", local_files).words
     assert words == out.read_text().splitlines()
     assert script(text)[0] != words  # without a file reader nothing is sourced
+
+
+def test_a_sweep_loop_is_read_as_its_first_run() -> None:
+    """A loop that launches a run per item (a sweep: bash launches both) is read as its first
+    run; what its passes assign still accumulates (the loop above, against bash)."""
+    text = "for lr in 1e-4 3e-4; do\n  torchrun pretrain_gpt.py --num-layers 2 --lr $lr\ndone\n"
+    assert tokens(text) == ["pretrain_gpt.py", "--num-layers", "2", "--lr", "1e-4"]
+    _, env = script("N=0\nfor i in 1 2 3; do N=$((N + i)); done\n")
+    assert env["N"] == "6"  # 0 + 1 + 2 + 3
+
+
+def test_a_power_past_64_bit_integers_is_not_known() -> None:
+    """bash wraps 2 ** 64 to 0 in its 64-bit integers; planner keeps the text (not known)."""
+    _, env = script("A=$(( 2 ** 62 ))\nB=$(( 2 ** 64 ))\nC=$(( (10 ** 9) ** 9 ))\n")
+    assert env["A"] == str(2**62)
+    assert env["B"] == "$(( 2 ** 64 ))" and env["C"].startswith("$((")
+
+
+def test_flags_a_command_would_print_are_not_known() -> None:
+    """`$(parallel_args 2)` and `$(cat args.txt)` hold flags bash would pass: after a flag
+    that takes no value the reader could drop them unnoticed (it read tp 1 where the script
+    runs tp 2); they are named instead."""
+    for words in ("$(parallel_args 2)", "$(cat args.txt)", "`cat args.txt`", "$ARGS"):
+        text = f"torchrun pretrain_gpt.py --num-layers 2 {TAIL} --use-distributed-optimizer {words}"
+        with pytest.raises(InputError, match=r"--use-distributed-optimizer: .* follows it"):
+            megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000)
