@@ -92,6 +92,13 @@ def price(job: Job, ops: OpsParams) -> tuple[float | None, str]:
     """$/GPU-hour and where it comes from: the option, the catalog, or nowhere (None)."""
     if ops.price_usd_per_gpu_hour is not None:
         return ops.price_usd_per_gpu_hour, "--price"
+    if job.pools:  # each pool at its own price (its plan's, or its GPU's), per GPU on average
+        unpriced = [p for p in job.pools if p.price is None]
+        if unpriced:
+            return None, f"no price for pool {unpriced[0].name} ({unpriced[0].cluster.gpu.name})"
+        total = sum(p.price * p.cluster.num_gpus for p in job.pools if p.price is not None)
+        each = ", ".join(f"{p.name} ${p.price:g}" for p in job.pools)
+        return total / job.cluster.num_gpus, f"the pools' prices, per GPU on average ({each})"
     gpu = job.cluster.gpu
     if gpu.price_usd_per_gpu_hour is not None:
         return gpu.price_usd_per_gpu_hour, gpu.price_source or f"catalog ({gpu.name})"
@@ -99,16 +106,22 @@ def price(job: Job, ops: OpsParams) -> tuple[float | None, str]:
 
 
 def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
-    """(per-GPU W, per-node overhead W, facility W = (N x GPU + nodes x node) x PUE)."""
-    c = job.cluster
-    gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.power_w
-    node_w = (
-        ops.node_overhead_w
-        if ops.node_overhead_w is not None
-        else NODE_OVERHEAD_W_PER_GPU * c.gpus_per_node
-    )
-    facility = (c.num_gpus * gpu_w + num_nodes(job) * node_w) * ops.pue
-    return gpu_w, node_w, facility
+    """(per-GPU W, per-node overhead W, facility W = (N x GPU + nodes x node) x PUE); with
+    pools each pool's GPUs and nodes at their own power, the first two their averages."""
+    gpu_total = node_total = 0.0
+    for c in [p.cluster for p in job.pools] or [job.cluster]:
+        gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.power_w
+        node_w = (
+            ops.node_overhead_w
+            if ops.node_overhead_w is not None
+            else NODE_OVERHEAD_W_PER_GPU * c.gpus_per_node
+        )
+        gpu_total += c.num_gpus * gpu_w
+        node_total += -(-c.num_gpus // c.gpus_per_node) * node_w
+    facility = (gpu_total + node_total) * ops.pue
+    gpu = ops.gpu_power_w if ops.gpu_power_w is not None else gpu_total / job.cluster.num_gpus
+    node = ops.node_overhead_w if ops.node_overhead_w is not None else node_total / num_nodes(job)
+    return gpu, node, facility
 
 
 def _finite(figure: str, value: float | None, terms: Callable[[], str]) -> None:

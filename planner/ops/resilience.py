@@ -23,7 +23,7 @@ checkpoints and delta the time a checkpoint blocks training:
 ("A higher order estimate of the optimum checkpoint interval for restart dumps", Future
 Generation Computer Systems 22 (2006) 303-312, the perturbation solution). Asynchronous
 checkpoints use delta = the blocking copy and tau >= the write time. tau is rounded to whole
-steps (>= 1).
+steps (>= 1; asynchronous ones, up to the first whole step past the write).
 
 Goodput (the fraction of wall-clock time that trains) is Daly's complete cost model for
 solve time T_s:
@@ -166,8 +166,9 @@ def _duration(seconds: float) -> str:
 
 
 def num_nodes(job: Job) -> int:
-    c = job.cluster
-    return -(-c.num_gpus // c.gpus_per_node)
+    """The job's nodes: each pool's own, with pools."""
+    clusters = [p.cluster for p in job.pools] or [job.cluster]
+    return sum(-(-c.num_gpus // c.gpus_per_node) for c in clusters)
 
 
 def checkpoint_bytes(job: Job) -> float:
@@ -224,6 +225,8 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
     else:
         tau = daly
     steps = max(1, round(tau / step_time_s))
+    if ops.async_checkpoint and ops.checkpoint_interval_min is None:  # whole steps, not under
+        steps = max(steps, math.ceil(write / step_time_s))  # the write (rounding went below it)
     tau = steps * step_time_s
     # async: a checkpoint that starts before the previous write finished waits for it
     delta = delta0 + max(0.0, write - tau) if ops.async_checkpoint else delta0

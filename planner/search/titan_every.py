@@ -255,5 +255,18 @@ def _every_rows(
                 titan = vjob.titan.model_copy(update={"selective_layer_every": n})
                 listed.append(TitanCandidate(c.layout, c.memory, c.performance, titan))
         listed.sort(key=lambda c: (c.step_time, row_key(Row(c), 0)[1]))
-        out += [(row_key(r, len(order) + vi), r) for r in fold(listed)]
+        # a variant's rows past its first `top` rank below them all; those that may be listed
+        # get every stage's memory (the candidates above hold the stages that decide the fit)
+        rows = [_whole(vjob, space, r) for r in fold(listed)[:top]]
+        out += [(row_key(r, len(order) + vi), r) for r in rows]
     return out, scored
+
+
+def _whole(job: Job, space: Space, row: Row[Candidate]) -> Row[Candidate]:
+    """The row with every stage's memory of its layouts (as `top_k`'s rows have it: a report
+    of only the stages that may hold the peak lists fewer stages than `check` does)."""
+
+    def whole(c: Candidate) -> Candidate:
+        return replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct))
+
+    return Row(whole(row.candidate), tuple(map(whole, row.equivalents)))

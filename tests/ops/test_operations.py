@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from cli_run import run
@@ -188,6 +189,20 @@ def test_async_checkpoint_blocks_less_and_lags_by_a_write() -> None:
     assert asyn.restart_s == pytest.approx(sync.restart_s + sync.checkpoint_write_s)
     assert asyn.lost_checkpoint < sync.lost_checkpoint
     assert asyn.goodput > sync.goodput
+
+
+def test_async_interval_is_never_rounded_under_the_write() -> None:
+    """Frequent failures put Daly's interval near the write (44.39 s); rounded to whole 30 s
+    steps it fell to 1 step, under the write, each checkpoint then waiting 14.39 s for the last
+    (the fuzzer's case: async below sync). The interval is the first whole step past the write:
+    2 steps, 60 s, and the host copy alone blocks (5.6819e12 / 1024 / 25 GB/s = 0.221951 s)."""
+    job = make_job("llama3.1-405b", num_gpus=1024)
+    p = OpsParams(async_checkpoint=True, failure_rate_per_gpu_day=0.05)
+    r = resilience.resilience(job, 30.0, p)
+    assert r.interval_steps == 2  # ceil(44.39 / 30)
+    assert r.checkpoint_blocking_s == pytest.approx(0.221951072, rel=1e-8)
+    sync = resilience.resilience(job, 30.0, replace(p, async_checkpoint=False))
+    assert r.goodput > sync.goodput
 
 
 def test_async_with_too_short_interval_waits_for_the_write() -> None:
@@ -451,3 +466,32 @@ def test_explain_bad_ops_input_exits_2(
     assert code == 2
     assert needle in err
     assert "Traceback" not in err and out == ""
+
+
+def test_pools_are_priced_and_powered_each_at_its_own_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1,024 A100 and 1,024 H100 (examples/pools-llama3.1-70b-h100-a100-plan.toml): each pool's
+    GPU-hours at its catalog price and its GPUs at their TDP, its nodes at 8 GPUs' overhead
+    (hand arithmetic below; all were the first pool's A100 figures), and a pool's own price."""
+    plan = REPO / "examples" / "pools-llama3.1-70b-h100-a100-plan.toml"
+    code, out, err = run(["explain", str(plan), "--tokens", "1T", "--json"], capsys)
+    assert code == 0, err
+    o = json.loads(out)["operations"]
+    a100, h100 = catalog.get_gpu("a100-sxm-80gb"), catalog.get_gpu("h100-sxm-80gb")
+    assert a100.price_usd_per_gpu_hour is not None and h100.price_usd_per_gpu_hour is not None
+    half = o["gpu_hours"] / 2  # both pools run the same wall clock
+    cost = half * (a100.price_usd_per_gpu_hour + h100.price_usd_per_gpu_hour)
+    assert o["cost_usd"] == pytest.approx(cost, rel=1e-4)
+    # (1,024 x 400 W + 1,024 x 700 W + 256 nodes x 8 x NODE_OVERHEAD_W_PER_GPU) x PUE 1.1
+    nodes_w = 256 * 8 * ops.NODE_OVERHEAD_W_PER_GPU
+    assert o["facility_power_mw"] == pytest.approx((1024 * (400 + 700) + nodes_w) * 1.1 / 1e6)
+    dear = plan.read_text().replace(
+        'gpu = "h100-sxm-80gb"\n', 'gpu = "h100-sxm-80gb"\nprice_usd_per_gpu_hour = 100.0\n'
+    )
+    path = tmp_path / "dear.toml"
+    path.write_text(dear)
+    code, out, err = run(["explain", str(path), "--tokens", "1T", "--json"], capsys)
+    assert code == 0, err
+    o = json.loads(out)["operations"]
+    assert o["cost_usd"] == pytest.approx(o["gpu_hours"] / 2 * (100 + a100.price_usd_per_gpu_hour))

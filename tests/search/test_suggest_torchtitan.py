@@ -146,3 +146,6 @@ def test_every_nth_layer_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert checked["parallel"]["recompute_num_layers"] == par["recompute_num_layers"]
     assert checked["performance"]["step_time_s"] == best["performance"]["step_time_s"]
     assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]
+    # every stage's memory, as `check` lists it (the row listed only the stages that may hold
+    # the peak, stage 2 of 4 missing)
+    assert checked["memory"]["stages"] == best["memory"]["stages"]
