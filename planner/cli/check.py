@@ -28,6 +28,7 @@ from planner.inputs import megatron_args, torchtitan_config
 from planner.inputs.errors import EXIT_NO, EXIT_OK, InputError
 from planner.inputs.job_request import JobArgs, name_flags
 from planner.inputs.layout import Layout
+from planner.inputs.megatron_line import flags_named
 from planner.inputs.plan import Plan, load_plan, parse_plan
 from planner.model import cost, memory
 from planner.search import advice
@@ -68,7 +69,8 @@ def plan_from_args(
         return check_plan(parse_plan(reading.doc, Path(where)))
     except InputError as e:  # --gpu / --num-gpus are flags, not lines of the script
         flags = JobArgs(gpu=gpu, num_gpus=num_gpus)
-        raise InputError(name_flags(str(e), Path(where), flags)) from None
+        message = flags_named(name_flags(str(e), Path(where), flags), where)
+        raise InputError(message) from None
 
 
 def print_reading(reading: megatron_args.Reading, where: str, verbose: bool) -> None:

@@ -293,3 +293,27 @@ def runs_trained_model(words: list[str]) -> bool:
     model's flags are read as a training line's, its own listed as not Megatron-LM's)."""
     scripts = [PurePosixPath(w).name for w in words if w.endswith(".py")]
     return bool(scripts) and all(_NOT_TRAINING.search(s) for s in scripts)
+
+
+FLAG_OF_FIELD = {
+    "parallel.tp": "--tensor-model-parallel-size",
+    "parallel.pp": "--pipeline-model-parallel-size",
+    "parallel.cp": "--context-parallel-size",
+    "parallel.ep": "--expert-model-parallel-size",
+    "parallel.etp": "--expert-tensor-parallel-size",
+    "parallel.micro_batch_size": "--micro-batch-size",
+    "parallel.pipeline_model_parallel_layout": "--pipeline-model-parallel-layout",
+    "training.global_batch_size": "--global-batch-size",
+    "training.seq_length": "--seq-length",
+}
+"""The Megatron-LM flag behind each plan field a layout error names, for a plan read from a
+command line (`flags_named`); fields two flags may set (vpp, the first / last stage's layers)
+are left as they are."""
+
+
+def flags_named(message: str, where: str) -> str:
+    """An error about the plan read from a command line, naming the flag beside the plan field
+    (`FILE: --pipeline-model-parallel-size (parallel.pp): ...`)."""
+    for field, flag in FLAG_OF_FIELD.items():
+        message = message.replace(f"{where}: {field}: ", f"{where}: {flag} ({field}): ")
+    return message

@@ -136,3 +136,15 @@ def test_the_gpu_count_is_the_launchers_where_not_given(
     bare = script(tmp_path, body)
     code, out, err = run(["check", "--megatron-args", bare, "--gpu", "h100-sxm-80gb"], capsys)
     assert code == 2 and "give --num-gpus N" in err
+
+
+def test_layout_errors_name_the_megatron_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As Megatron-LM's gpt-oss example (pp 8 on 12 layers): pp 4 on 6 layers; the error names
+    the flag the script set beside the plan field (it named only `parallel.pp`)."""
+    line = LINE.replace("--num-layers 4", "--num-layers 6")
+    path = script(tmp_path, line + " --pipeline-model-parallel-size 4")
+    code, _, err = run(check(path), capsys)
+    assert code == 2
+    assert f"{path}: --pipeline-model-parallel-size (parallel.pp): num_layers (6)" in err
