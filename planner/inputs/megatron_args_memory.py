@@ -196,12 +196,21 @@ def vision(
     image's patches and one class token (clip_vit_model.py: --disable-vision-class-token drops
     it from the embeddings the language model gets, not from the encoder). --dataloader-seq-length
     and --disable-vision-class-token are pretrain_vlm.py's own flags (not in arguments.py)."""
+    own = line.flags  # pretrain_vlm.py's own flags, read from the words as they are
+    built = [f for f in ("--language-model-type", "--vision-model-type") if f in own]
+    if built:
+        raise InputError(
+            f"{line.where}: {built[0]}: Megatron-LM's examples/multimodal (NVLM, LLaVA-style "
+            "training with train.py) builds its language and vision models from "
+            "--language-model-type and --vision-model-type (examples/multimodal/config.py: MLP "
+            "widths, activations, the vision encoder's own shape) and freezes them with "
+            "--freeze-LM / --freeze-ViT, which planner does not model"
+        )
     img_h = line.integer("--img-h")
     if img_h is None:
         return
     patch = line.integer("--patch-dim") or 16  # arguments.py defaults: 16, img-w 224
     patches = (img_h // patch) * ((line.integer("--img-w") or 224) // patch)
-    own = line.flags  # pretrain_vlm.py's own flags, read from the words as they are
     embeddings = patches + (0 if "--disable-vision-class-token" in own else 1)
     text = own.get("--dataloader-seq-length") or [str(training["seq_length"])]
     seq = int(text[0]) + embeddings

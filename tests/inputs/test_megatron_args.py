@@ -656,3 +656,14 @@ def test_a_module_run_with_dash_m_is_the_script() -> None:
     hetero = f"{model}torchrun --nproc-per-node 8 -m examples.mimo.pretrain_mimo {line} --llm-tp 2"
     with pytest.raises(InputError, match=r"--llm-tp: examples/mimo/pretrain_mimo\.py places"):
         megatron_args.read(hetero, "h100-sxm-80gb", 8, "train.sh")
+
+
+def test_the_multimodal_examples_models_are_refused() -> None:
+    """Megatron-LM's examples/multimodal/train.py (the NVLM scripts) builds its models from
+    --language-model-type / --vision-model-type (examples/multimodal/config.py): read as
+    pretrain_vlm.py's LLaVA, a Qwen2 72B + InternViT-6B run was sized with a second 72B model as
+    its vision encoder (323 GiB); refused, naming the flag."""
+    line = LLAMA3_8B.replace("pretrain_gpt.py", "examples/multimodal/train.py")
+    text = line.rstrip() + " --language-model-type llama3_8b --vision-model-type clip\n"
+    with pytest.raises(InputError, match="--language-model-type: Megatron-LM's examples/multi"):
+        read(text)
