@@ -282,11 +282,18 @@ SCRIPT_FLAGS = frozenset({"--dataloader-seq-length", "--disable-vision-class-tok
 (`--dataloader-seq-length` is 0.84 alike to `--decoder-seq-length`)."""
 
 
+FORK_FLAGS = frozenset({"--patch-tokenizer-type", "--extra-vocab-size"})
+"""Flags of Megatron-LM derivatives' own training scripts, never taken for a misspelling: Alibaba's
+Pai-Megatron-Patch (its tokenizer, `--patch-tokenizer-type Qwen2Tokenizer`, and the rows it adds
+to it, `--extra-vocab-size`; in its example scripts across models). They are listed as not
+Megatron-LM flags: the vocabulary is then `--vocab-size`'s, the tokenizer's plus the extra rows."""
+
+
 def typo_of(flag: str, read: Iterable[str] = READ) -> str | None:
     """The flag the reader reads that `flag` (not a Megatron-LM flag) is probably a misspelling
     of: the same flag with `_` for `-` or in other case, or one at least TYPO_CUTOFF alike; never
-    one of SCRIPT_FLAGS."""
-    if flag in SCRIPT_FLAGS:
+    one of SCRIPT_FLAGS or FORK_FLAGS."""
+    if flag in SCRIPT_FLAGS or flag in FORK_FLAGS:
         return None
     names = sorted(read)
     normal = flag.replace("_", "-").lower()

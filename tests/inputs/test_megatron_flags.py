@@ -8,6 +8,7 @@ rejected, never guessed)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
     READ,
+    TYPO_CUTOFF,
     megatron_flags,
     typo_of,
 )
@@ -107,6 +109,18 @@ def test_a_generation_scripts_own_flags_are_not_misspellings() -> None:
         megatron_args.read(
             "python pretrain_gpt.py " + LINE + "--out-seq-length 64", "h100-sxm-80gb", 8
         )
+
+
+def test_pai_megatron_patch_flags_are_not_misspellings() -> None:
+    """Pai-Megatron-Patch's scripts pass --patch-tokenizer-type (one edit class from
+    --tokenizer-type) and --extra-vocab-size: listed as not Megatron-LM flags, the vocabulary
+    given with --vocab-size, where every Pai script was refused as misspelt."""
+    line = "torchrun pretrain_llama.py " + LINE + "--patch-tokenizer-type LLama3Tokenizer "
+    reading = megatron_args.read(line + "--extra-vocab-size 256", "h100-sxm-80gb", 8, "x", 1000)
+    assert {"--patch-tokenizer-type", "--extra-vocab-size"} <= set(reading.unknown)
+    # without the exemption it would be one: as alike to --tokenizer-type as the cut-off asks
+    alike = difflib.SequenceMatcher(None, "--patch-tokenizer-type", "--tokenizer-type").ratio()
+    assert alike >= TYPO_CUTOFF
 
 
 def non_megatron_flags_in_the_functional_tests() -> list[str]:
