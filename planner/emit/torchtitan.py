@@ -2,8 +2,9 @@
 framework = "torchtitan".
 
 Section and field names are those of torchtitan/config/job_config.py at pytorch/torchtitan
-e347b1e5 (planner.inputs.torchtitan.TORCHTITAN_COMMIT; tests/data/torchtitan_job_config_schema.json
-holds every field of that file and the emitted TOML is checked against it):
+e347b1e5 (planner.inputs.torchtitan.TORCHTITAN_COMMIT; its schema,
+planner/inputs/torchtitan_job_config_schema.json, holds every field of that file, and the
+emitted TOML is checked against it):
 - [parallelism] data_parallel_replicate_degree x data_parallel_shard_degree x
   context_parallel_degree x tensor_parallel_degree x pipeline_parallel_degree = the GPUs;
   fsdp_reshard_after_forward; enable_async_tensor_parallel; pipeline_parallel_schedule and
@@ -15,7 +16,8 @@ holds every field of that file and the emitted TOML is checked against it):
   global / dp (torchtitan splits it into micro-batches of pipeline_parallel_microbatch_size),
   without PP the micro-batch (train.py accumulates global / (local x dp) of them).
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
-- [compile], [quantize.linear.float8] (with model.converters = ["float8"]).
+- [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
+  name e347b1e5 registers the converter under).
 `planner.inputs.torchtitan_config` reads the file back into the same plan (`planner check
 --torchtitan-config FILE`).
 """
@@ -29,6 +31,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
 from planner.inputs.torchtitan import MODELS, TOML_REMOVED, TORCHTITAN_COMMIT
+from planner.inputs.torchtitan_toml import FLOAT8
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -145,7 +148,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     if job.deterministic:  # torch's deterministic algorithms (model.determinism)
         out["debug"] = {"deterministic": True}
     if job.precision == "fp8":
-        model["converters"] = ["float8"]
+        model["converters"] = [FLOAT8[0]]  # e347b1e5's registry name
         out["quantize.linear.float8"] = {
             "recipe_name": job.fp8_recipe,
             "enable_fsdp_float8_all_gather": titan.float8_all_gather,

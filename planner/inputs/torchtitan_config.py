@@ -3,12 +3,13 @@ into a plan document: `planner check --torchtitan-config FILE [--gpu G]`; a Pyth
 (FILE.py[:FUNCTION], torchtitan since 9810191b) is read by `planner.inputs.torchtitan_module`
 into the same tables first.
 
-Field names: torchtitan/config/job_config.py at planner.inputs.torchtitan.TORCHTITAN_COMMIT.
-What the TOML says is read into the plan (the degrees, the batch and micro-batch, the schedule and
-its stages from module_fqns_per_model_part, activation checkpointing, compile, float8, the FSDP
-policy); the training-code knobs it has no field for take torchtitan's defaults, as in a plan
-that leaves them out. The GPU is --gpu, else the `# planner-gpu:` header line planner writes;
-the GPU count the product of the degrees.
+Field names: torchtitan/config/job_config.py at planner.inputs.torchtitan.TORCHTITAN_COMMIT; a
+name it lacks, or a field planner does not model off its default, is refused
+(`planner.inputs.torchtitan_toml`). What the TOML says is read into the plan (the degrees, the
+batch and micro-batch, the schedule and its stages from module_fqns_per_model_part, activation
+checkpointing, compile of the model, float8, the FSDP policy); the training-code knobs it has no
+field for take torchtitan's defaults, as in a plan that leaves them out. The GPU is --gpu, else
+the `# planner-gpu:` header line planner writes; the GPU count the product of the degrees.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import pipeline_layout
+from planner.inputs import pipeline_layout, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
@@ -87,6 +88,11 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
         raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{where}: not a TOML file: {e}") from None
+    torchtitan_toml.check_fields(doc, where)
+    compile_ = doc.get("compile")
+    if isinstance(compile_, dict) and "model" not in compile_.get("components", ["model"]):
+        compile_ = {**compile_, "enable": False}  # the loss alone compiled: the model runs eager
+        doc = {**doc, "compile": compile_}
     return _document(doc, text, where, gpu, num_gpus)
 
 
@@ -148,7 +154,7 @@ def _document(
         "framework": "torchtitan",
         "seq_length": seq,
         "global_batch_size": gbs,
-        "precision": "fp8" if "float8" in converters else "bf16",
+        "precision": torchtitan_toml.precision(converters, where),
     }
     if par("disable_loss_parallel", False, bool):
         training["cross_entropy"] = "gathered"
@@ -157,7 +163,8 @@ def _document(
     titan: dict[str, Any] = {
         "reshard_after_forward": par("fsdp_reshard_after_forward", "default", str),
         "dp_replicate": rep,
-        "async_tp": par("enable_async_tensor_parallel", False, bool),
+        # torchtitan turns async TP on only where tp > 1 (llama3/infra/parallelize.py)
+        "async_tp": par("enable_async_tensor_parallel", False, bool) and tp > 1,
         "compile": _get(doc, where, "compile", "enable", bool, False),
     }
     if doc.get("parallelism", {}).get("context_parallel_load_balancer", "") is None:

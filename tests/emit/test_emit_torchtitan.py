@@ -1,7 +1,7 @@
 """planner launch --target torchtitan: the job TOML torchtitan's train.py reads, its torchrun and
 sbatch scripts, and `check --torchtitan-config` reading the TOML back.
 
-Oracles: tests/data/torchtitan_job_config_schema.json (every field of torchtitan's
+Oracles: planner/inputs/torchtitan_job_config_schema.json (every field of torchtitan's
 config/job_config.py at the commit it names, with its annotation, derived from that file with
 Python's ast) for the TOML; the plan itself for the round trip; bash -n and shellcheck for the
 scripts.
@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from paths import REPO, TESTS
+from paths import REPO
 from plan_text import plan_text, write
 from shell_check import check_script
 
 from planner.emit.launch import launch, render
-from planner.inputs import torchtitan_config
+from planner.inputs import torchtitan_config, torchtitan_toml
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.inputs.torchtitan import TORCHTITAN_COMMIT
 from planner.search.rules import check_plan
 
-SCHEMA = json.loads((TESTS / "data" / "torchtitan_job_config_schema.json").read_text())
+SCHEMA = json.loads(torchtitan_toml.SCHEMA.read_text())
 EXAMPLE = REPO / "examples" / "torchtitan-llama3.1-405b-h100.toml"
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
 CLUSTER64 = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 64\n'
