@@ -199,7 +199,11 @@ class Reader:
         return Unread(getattr(node, "lineno", 0), self._text(node))
 
     def _text(self, node: ast.AST) -> str:
-        return (ast.get_source_segment(self.source, node) or ast.dump(node))[:120]
+        """The node's source for a one-line message: its first line, at most 120 characters
+        (an `if` block is shown by its `if ...:` line)."""
+        text = ast.get_source_segment(self.source, node) or ast.dump(node)
+        first = text.splitlines()[0] if text else text
+        return first[:120] + (" ..." if first != text else "")
 
 
 def _trainer_config(node: ast.expr) -> bool:

@@ -163,7 +163,10 @@ def test_what_the_plan_does_not_need_is_not_evaluated(tmp_path: Path) -> None:
             r"job\.py:9: config\.parallelism\.tensor_parallel_degree: planner does not evaluate "
             r"int\(os\.environ\['TP'\]\)",
         ),
-        ("    for i in range(2):\n        pass\n", r"job\.py:9: planner reads assignments only"),
+        (  # one line: a block is named by its first (flux's `if ...: raise` spanned three)
+            "    for i in range(2):\n        pass\n",
+            r"job\.py:9: planner reads assignments only: for i in range\(2\): \.\.\.$",
+        ),
         ("    other = 1\n", None),
         ("    config.training.max_context_length = 1000\n", r"multiples of max_context_length"),
         ("    config.activation_checkpoint = MemoryBudgetAC.Config()\n", r"SelectiveAC"),
