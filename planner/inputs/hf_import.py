@@ -102,7 +102,44 @@ def arch_from_hf(cfg: dict[str, Any], path: Path | str | None = None) -> ModelAr
     fields["name"] = model_name(cfg, path)
     fields["display_name"] = name_or_path if isinstance(name_or_path, str) else ""
     fields["source"] = "; ".join([f"HF config {where(path)}", *reader.notes])
-    return validate(ModelArch, fields, path)
+    try:
+        return validate(ModelArch, fields, path)
+    except InputError as e:  # name the config's own keys beside the Megatron fields
+        raise InputError(with_hf_keys(str(e), cfg)) from None
+
+
+HF_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "ffn_hidden_size": ("intermediate_size", "n_inner", "ffn_dim"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_query_groups": ("num_key_value_heads",),
+    "kv_channels": ("head_dim",),
+    "num_moe_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
+    "moe_router_topk": ("num_experts_per_tok",),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "moe_router_num_groups": ("n_group",),
+    "moe_router_group_topk": ("topk_group",),
+    "mtp_num_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"),
+    "window_size": ("sliding_window",),
+    "qk_head_dim": ("qk_nope_head_dim",),
+    "qk_pos_emb_head_dim": ("qk_rope_head_dim",),
+}
+"""The config.json keys each Megatron field is read from (`planner.inputs.hf_families`), in the
+order the families look for them."""
+
+
+def with_hf_keys(message: str, cfg: dict[str, Any]) -> str:
+    """A validation message about Megatron fields, with the config.json keys they came from
+    (the first of HF_KEYS' that the config, or its text_config, holds) where their names
+    differ."""
+    text = cfg.get("text_config")
+    keys = {**cfg, **(text if isinstance(text, dict) else {})}
+    named = []
+    for field, candidates in HF_KEYS.items():
+        key = next((k for k in candidates if k in keys), None)
+        if key is not None and key != field and re.search(rf"\b{field}\b", message):
+            named.append(f"{field} is {key}")
+    return f"{message} (in config.json: {', '.join(named)})" if named else message
 
 
 def architecture(cfg: dict[str, Any], path: Path | str | None = None) -> str:

@@ -803,3 +803,17 @@ def test_smollm3_window_only_where_used_and_seed_oss_out_bias() -> None:
 def test_phi3_partial_rope_is_noted() -> None:
     arch = arch_from_hf({**fixture("phi-4"), "partial_rotary_factor": 0.75}, "x.json")
     assert "RoPE on 0.75 of each head" in arch.source
+
+
+def test_a_bad_value_is_named_by_its_config_key_too(tmp_path: Path) -> None:
+    """ModelArch's rules speak of Megatron's fields; a config.json holds Hugging Face's keys:
+    the message says which key each named field was read from (the rule itself: 32 heads in
+    groups of 5 do not divide)."""
+    cfg = {**fixture("llama3.1-8b"), "num_key_value_heads": 5}
+    message = load_error(write(tmp_path, cfg))
+    assert "num_attention_heads (32) must be a multiple of num_query_groups (5)" in message
+    assert message.endswith("(in config.json: num_query_groups is num_key_value_heads)")
+    dsv2 = fixture("deepseek-v2-lite")
+    dsv2.update(n_group=7, topk_group=3, topk_method="group_limited_greedy")
+    message = load_error(write(tmp_path, dsv2))
+    assert "num_moe_experts is n_routed_experts, moe_router_num_groups is n_group" in message
