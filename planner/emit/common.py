@@ -144,10 +144,15 @@ def environment(plan: Plan) -> list[EnvVar]:
     move weights).
     NCCL settings come from Megatron-LM's own launch examples (examples/llama,
     examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL
-    reads the NCCL_* names too)."""
+    reads the NCCL_* names too). With pools (one vendor) every rank gets the same environment:
+    CUDA_DEVICE_MAX_CONNECTIONS "1" where any pool's GPU needs it (a Hopper pool beside a
+    Blackwell one: Blackwell takes "1" too, with fewer queues)."""
     lay = plan.require_layout()
     gpu = plan.job.cluster.gpu
-    nvidia = gpu.vendor == "nvidia"
+    nvidia = gpu.vendor == "nvidia"  # pools are of one vendor (`planner.inputs.pools`)
+    # with pools, one environment for every pool's ranks: "1" where any pool's GPU needs it
+    kinds = [p.cluster.gpu for p in plan.job.pools] or [gpu]
+    needs_one = any(g.needs_one_device_connection for g in kinds)
     env: list[EnvVar] = []
     many = "32"
     if lay.zero_stage >= 2:
@@ -159,7 +164,7 @@ def environment(plan: Plan) -> list[EnvVar]:
             )
     elif lay.ep_comm_overlap:
         env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "EP all-to-all overlap needs > 1"))
-    elif (lay.tp > 1 or lay.cp > 1) and gpu.needs_one_device_connection:
+    elif (lay.tp > 1 or lay.cp > 1) and needs_one:
         env.append(
             EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "TP/CP > 1 before Blackwell (asserted)")
         )

@@ -10,7 +10,15 @@ arrays, settings and environment are those of `planner.emit.torchrun`.
 
 from __future__ import annotations
 
-from planner.emit.common import comment_block, file_word, header, nodes, predict, slug
+from planner.emit.common import (
+    comment_block,
+    comment_safe,
+    file_word,
+    header,
+    nodes,
+    predict,
+    slug,
+)
 from planner.emit.pools import pool_nodes, procid_node_rank, rank_lines
 from planner.emit.torchrun import (
     env_block,
@@ -93,7 +101,7 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
     for k, (pool, count, gpus, _) in enumerate(pools):
         if k:
             sb += "#SBATCH hetjob\n"
-        sb += f"# component {k}: pool {pool}\n"
+        sb += f"# component {k}: pool {comment_safe(pool)}\n"
         directives = node_directives(count, gpus, name if k == 0 else None)
         sb += "".join(f"#SBATCH {d}\n" for d in directives)
     groups = ",".join(str(k) for k in range(len(pools)))

@@ -94,8 +94,21 @@ def resolve_pools(
     for k, p in enumerate(section.pools):
         if p.name in names:
             raise InputError(f"{where}: cluster.pools[{k}].name: {p.name!r} is given twice")
+        if not p.name.isprintable():  # the launch files put it on comment lines
+            raise InputError(
+                f"{where}: cluster.pools[{k}].name: {p.name!r}: no line breaks or control "
+                "characters"
+            )
         names.add(p.name)
     pools = tuple(resolve_pool(p, k, path) for k, p in enumerate(section.pools))
+    first_vendor = pools[0].cluster.gpu.vendor
+    k = next((k for k, p in enumerate(pools) if p.cluster.gpu.vendor != first_vendor), 0)
+    if k:
+        raise InputError(
+            f"{where}: cluster.pools[{k}].gpu: {pools[k].cluster.gpu.name} beside "
+            f"{pools[0].cluster.gpu.name}: one torch.distributed job runs on one vendor's GPUs "
+            "(NCCL and RCCL do not join one process group)"
+        )
     for k, pool in enumerate(pools):
         missing = pool.cluster.gpu.missing_cores(precision)
         if missing:

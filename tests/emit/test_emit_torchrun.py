@@ -175,6 +175,26 @@ def test_amd_and_multi_node_environment() -> None:
     assert "NCCL_IB_TIMEOUT" not in single and "--nnodes 1" in single
 
 
+def test_every_pool_gets_what_its_gpu_asserts() -> None:
+    """A Blackwell pool before a Hopper one at tp 2: every pool's script set the first pool's 32,
+    which Megatron's validate_args refuses on the Hopper ranks (TP > 1 before Blackwell needs
+    "1"); "1" runs on Blackwell too. The pools listed the other way round gave "1" already."""
+    pools = [
+        {"name": "bw", "gpu": "b200-sxm-180gb", "num_gpus": 8},
+        {"name": "hop", "gpu": "h100-sxm-80gb", "num_gpus": 8},
+    ]
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {"pools": pools},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "parallel": {"tp": 2, "pp": 2, "dp": 4, "pipeline_model_parallel_layout": "Et*20|t*12L"},
+    }
+    for order in (pools, pools[::-1]):
+        plan = parse_plan({**doc, "cluster": {"pools": order}})
+        for _, text in torchrun.pool_files(plan, "j"):
+            assert "export CUDA_DEVICE_MAX_CONNECTIONS=1 " in text
+
+
 @pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
 def test_planner_reads_the_script_back(path: Path) -> None:
     """`planner check --megatron-args train.sh` on the script gives the plan's layout back."""

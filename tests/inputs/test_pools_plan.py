@@ -100,6 +100,19 @@ def test_duplicate_names_and_mixed_forms_exit_2() -> None:
     assert "cluster.gpu" in error(doc(gpu="h100-sxm-80gb"))
 
 
+def test_a_pool_name_on_two_lines_and_two_vendors_exit_2() -> None:
+    """A pool's name goes on the launch files' comment lines: a line break in it wrote a command
+    of its own into the Slurm script (a fuzzer's `bw\necho ...`, run before the #SBATCH lines).
+    An AMD pool beside an NVIDIA one was planned and launched as one job: one torch.distributed
+    process group cannot hold NCCL and RCCL ranks."""
+    d = doc()
+    d["cluster"]["pools"][0]["name"] = "bw\necho INJECTED"
+    assert "cluster.pools[0].name: 'bw\\necho INJECTED': no line breaks" in error(d)
+    d = doc()
+    d["cluster"]["pools"][1]["gpu"] = "mi300x-192gb"
+    assert "cluster.pools[1].gpu: mi300x-192gb beside h100-sxm-80gb" in error(d)
+
+
 def test_examples_load() -> None:
     for path in sorted(EXAMPLES.glob("pools-*.toml")):
         job = load_plan(path).job
