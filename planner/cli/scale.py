@@ -38,6 +38,7 @@ from planner.cli.ops_options import (
     ops_inputs,
 )
 from planner.inputs.errors import EXIT_NO, InputError, abbreviated
+from planner.inputs.files import load_toml
 from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.layout import Layout
@@ -132,6 +133,7 @@ def scale(
     )  # fmt: skip
     if plot_path is not None:
         plot.check_svg_path(plot_path)
+    _one_kind(job_path)
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
     job = req.job
@@ -171,3 +173,16 @@ def scale(
             out.print(f"wrote {plot_path}")
     if curve.baseline is None:
         raise typer.Exit(EXIT_NO)
+
+
+def _one_kind(job_path: Path | None) -> None:
+    """A job over pools is refused by name: scale plans one GPU kind at many sizes (the pools
+    were refused as given beside the size scale put in, "--num-gpus ... 8 with 2 pools")."""
+    if job_path is None:
+        return
+    cluster = load_toml(job_path).get("cluster")
+    if isinstance(cluster, dict) and cluster.get("pools") is not None:
+        raise InputError(
+            f"{job_path}: cluster.pools: scale plans one GPU kind at many sizes; plan a job "
+            "over pools with suggest"
+        )

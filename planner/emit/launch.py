@@ -91,6 +91,7 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
     if plan.job.framework != need:
         where = str(plan.path) if plan.path else "<plan>"
         fits = [t for t in TARGETS if FRAMEWORK.get(t, "megatron") == plan.job.framework]
+        fits = [t for t in fits if t in POOL_TARGETS] if plan.job.pools else fits
         raise InputError(
             f"{where}: training.framework: --target {target} launches {need}, the plan trains "
             f"with {plan.job.framework} (targets for it: {', '.join(fits)})"

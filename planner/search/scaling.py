@@ -227,10 +227,12 @@ def _compare(
             notes.append(f"efficiency up {prev.efficiency:.0%}->{eff:.0%}: {change}")
         if stops_at is None and marginal < threshold:
             stops_at = p.num_gpus
-            notes.append(
-                f"stops paying: each GPU added since {prev.num_gpus} buys {max(marginal, 0):.0%} "
-                f"of a GPU at {base_n}"
+            what = (
+                f"buys {marginal:.0%} of a GPU at {base_n}"
+                if marginal >= 0
+                else f"loses {-marginal:.0%} of a GPU at {base_n} (throughput falls)"
             )
+            notes.append(f"stops paying: each GPU added since {prev.num_gpus} {what}")
         prev = replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
         points.append(prev)
     return points, stops_at

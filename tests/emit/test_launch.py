@@ -14,6 +14,7 @@ from paths import EXAMPLES, PLANS
 
 from planner import __version__
 from planner.emit.launch import FRAMEWORK, TARGETS, launch, render
+from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
 from planner.model import cost, memory
 
@@ -144,3 +145,14 @@ def test_unwritable_out_dir_is_bad_input(
     argv = ["launch", str(PLAN), "--target", "k8s", "--out", str(a_file / "sub")]
     code, _, err = run(argv, capsys)
     assert code == 2 and "cannot write" in err and "Traceback" not in err
+
+
+def test_a_pools_plan_is_offered_only_the_targets_that_take_pools() -> None:
+    """--target torchtitan on a Megatron plan over pools listed k8s and megatron-bridge among
+    the targets for it, both of which refuse pools."""
+    plan = load_plan(EXAMPLES / "pools-llama3.1-70b-h100-a100-plan.toml")
+    with pytest.raises(InputError, match=r"targets for it: megatron-args, torchrun, slurm\)"):
+        render(plan, "torchtitan")
+    for target in ("k8s", "megatron-bridge"):
+        with pytest.raises(InputError, match="cannot place pipeline ranks on pools"):
+            render(plan, target)

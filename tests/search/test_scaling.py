@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
+from paths import REPO
 
 from planner.cli import plot, render, report
 from planner.cli.scale import parse_sizes
@@ -140,6 +141,18 @@ def test_efficiency_rise_names_the_layout_change_and_knee_is_found() -> None:
     assert "stops paying" in curve.points[3].note
     rows = render.scale_rows(curve)
     assert rows[2][-1] == curve.points[2].note and rows[3][4] == "62%"
+
+
+def test_falling_throughput_is_a_loss_not_nothing() -> None:
+    """8 GPUs at 8 s, 16 at 10 s (the fuzzer's 192 -> 200 GPUs: tokens/s fell to a quarter):
+    marginal = (T/10 - T/8) / 8 / (T/64) = -0.025 x 8 = -20 %; the note said "buys 0%"."""
+    table: dict[int, tuple[Layout, float] | None] = {
+        8: (Layout(pp=8, dp=1), 8.0),
+        16: (Layout(pp=8, dp=2), 10.0),
+    }
+    curve = scaling.scale(make_job(), [8, 16], fake_best(table), ops_params=NEGLIGIBLE_FAILURES)
+    assert curve.points[1].marginal_efficiency == pytest.approx(-0.2)
+    assert "loses 20% of a GPU at 8 (throughput falls)" in curve.points[1].note
 
 
 def test_rise_with_only_dp_changed_says_so() -> None:
@@ -314,3 +327,12 @@ def test_cli_scale_bad_input(
 ) -> None:
     code, _, err = run(["scale", *args], capsys)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_cli_scale_refuses_a_job_over_pools_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "--num-gpus: give either pools or one GPU kind (got 8 with 2 pools)" where no
+    --num-gpus was given (8: the first size scale put in)."""
+    job = REPO / "examples" / "pools-llama3.1-70b-h100-a100.toml"
+    code, _, err = run(["scale", str(job)], capsys)
+    assert code == 2
+    assert f"{job}: cluster.pools: scale plans one GPU kind" in err
