@@ -70,6 +70,8 @@ class Run(Scope):
     """`NAME=value` words before a collected command (its environment)."""
     functions: dict[str, list[Node]] = field(default_factory=dict)
     depth: int = 0
+    passes: int = 0
+    """Loop-body passes run so far (MAX_LOOP_PASSES)."""
     files: Files | None = None
     """Reads a file `source` / `.` names (its text, None where there is none to read); None:
     sourced files are not followed."""
@@ -177,6 +179,10 @@ def _case(node: Case, run: Run) -> bool | None:
 MAX_LOOP_ITEMS = 1024
 """The most items of a `for` loop whose body is run (a longer list: its first ones)."""
 
+MAX_LOOP_PASSES = 1 << 14
+"""The most loop-body passes a read runs over all its loops (nested loops multiply): past it, a
+loop runs its first item only, as every loop did before."""
+
 
 def _loop(node: Loop, run: Run) -> bool | None:
     """A `for` loop's body run for each item (up to MAX_LOOP_ITEMS: what it assigns accumulates
@@ -188,6 +194,9 @@ def _loop(node: Loop, run: Run) -> bool | None:
     items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
     status: bool | None = True
     for k, item in enumerate(items[:MAX_LOOP_ITEMS]):
+        if k and run.passes >= MAX_LOOP_PASSES:
+            break
+        run.passes += 1
         run.env[node.var] = item
         launched, env = len(run.commands), dict(run.command_env)
         status = _block(node.body, run)

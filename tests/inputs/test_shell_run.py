@@ -290,3 +290,14 @@ def test_flags_a_command_would_print_are_not_known() -> None:
         text = f"torchrun pretrain_gpt.py --num-layers 2 {TAIL} --use-distributed-optimizer {words}"
         with pytest.raises(InputError, match=r"--use-distributed-optimizer: .* follows it"):
             megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000)
+
+
+def test_nested_loops_stay_bounded() -> None:
+    """Three nested loops of 1,024 items would run their body 2^30 times; past
+    MAX_LOOP_PASSES passes a loop runs its first item only (the read stays well under a
+    second: the suite's time)."""
+    items = " ".join(["x"] * 1024)
+    text = f"for a in {items}; do for b in {items}; do for c in {items}; do N=$a; done; done; done"
+    _, env = script(text)
+    assert env["N"] == "x"
+    assert shell_run.MAX_LOOP_PASSES < 1024**2
