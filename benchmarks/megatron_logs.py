@@ -50,6 +50,10 @@ def attributes(words: Sequence[str], world_size: int) -> dict[str, object]:
         "num_experts": None,
         "recompute_granularity": None,
         "params_dtype": "torch.bfloat16",
+        # arguments.py's vision group, added for every script: every log prints its defaults
+        "img_h": 224,
+        "img_w": 224,
+        "patch_dim": 16,
     }
     for flag, values in flags_of(list(words)).items():
         name = dest(flag)
@@ -75,6 +79,9 @@ def attributes(words: Sequence[str], world_size: int) -> dict[str, object]:
     attrs["data_parallel_size"] = world_size // model
     attrs["encoder_num_layers"] = attrs.get("num_layers")
     attrs["rank"] = 0
+    if "--img-h" in words:  # pretrain_vlm.py's own arguments print too (add_vlm_extra_args)
+        attrs.setdefault("disable_vision_class_token", False)
+        attrs.setdefault("dataloader_seq_length", None)
     return attrs
 
 

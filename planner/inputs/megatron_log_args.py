@@ -80,13 +80,26 @@ def _value_words(flag: str, value: str, where: str) -> list[str]:
     return [value]
 
 
+VISION_FLAGS = frozenset({"--img-h", "--img-w", "--patch-dim"})
+"""Megatron-LM's vision arguments (arguments.py `_add_vision_args`, d98e8a64): parse_args adds
+them for every script, so every log prints their defaults (img_h 224), LLaVA's or not."""
+
+VLM_ARGS = ("disable_vision_class_token", "dataloader_seq_length")
+"""Arguments only pretrain_vlm.py adds (`add_vlm_extra_args`): a log that prints one is LLaVA's."""
+
+
 def words(run: LogRun) -> list[str]:
     """The flags of `megatron_flags.READ` that the run's printed arguments stand for."""
     args = run.args
     out: list[str] = []
     no_experts = args.get("num_experts", "None") == "None"
     dsa = args.get("experimental_attention_variant") == "dsa"
+    # arguments.py's vision group prints for every script (--img-h 224): LLaVA's only where
+    # pretrain_vlm.py's own arguments print beside it (add_vlm_extra_args)
+    vlm = any(name in args for name in VLM_ARGS)
     for flag in sorted(READ):
+        if flag in VISION_FLAGS and not vlm:
+            continue
         name = dest(flag)
         value = args.get(name)
         if value is None or value == "None":

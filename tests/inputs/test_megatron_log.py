@@ -174,3 +174,20 @@ def test_bad_logs_name_file_and_line(text: str, message: str) -> None:
     with pytest.raises(InputError) as info:
         megatron_log.parse(text, Path("bad.log"))
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_the_vision_defaults_every_log_prints_are_no_llava() -> None:
+    """Megatron-LM adds its vision arguments for every script, so every log prints img_h 224,
+    img_w 224 and patch_dim 16 (the fixture writer prints them now too): a pretrain_gpt.py log
+    was read as LLaVA (197 image tokens and a vision encoder as deep as the model: the step
+    1.6 s -> 2.7 s on Llama 3.1 8B). LLaVA's only where pretrain_vlm.py's own arguments print
+    beside them (disable_vision_class_token)."""
+    plan = load_plan(EXAMPLES / "llama3.1-8b-h100.toml")
+    n = plan.job.cluster.num_gpus
+    text = log_text(arguments(plan).flat(), n, [Step(1, 1.0), Step(2, 1.0)])
+    assert "img_h ........" in text  # printed, as Megatron-LM prints it
+    (run,) = megatron_log.parse(text, Path("x.log")).runs
+    assert "--img-h" not in megatron_log_args.words(run)
+    vlm = text.replace("  img_h ...", "  disable_vision_class_token ....... False\n  img_h ...")
+    (run,) = megatron_log.parse(vlm, Path("x.log")).runs
+    assert "--img-h" in megatron_log_args.words(run)
