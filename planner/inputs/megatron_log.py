@@ -143,9 +143,12 @@ def _iteration(m: re.Match[str], line: int, where: str) -> Iteration:
     for name, value in fields.items():
         if value.lower().lstrip("+-") in ("nan", "inf"):
             _number(value, name, where)
-    if ELAPSED not in fields:
+    if ELAPSED not in fields or ELAPSED in m.group(3).rsplit("|", 1)[-1]:
+        # missing, or the line's last field without the ' |' training_log ends each with: the
+        # value may be cut (`(ms): 2` of 2059.2)
         raise InputError(
-            f"{where}: iteration line without '{ELAPSED}' (a line cut short: truncated log?)"
+            f"{where}: iteration line without a whole '{ELAPSED}' field (a line cut short: "
+            "truncated log?)"
         )
     elapsed = _number(fields[ELAPSED], ELAPSED, where)
     if elapsed < MIN_ELAPSED_MS:

@@ -145,7 +145,7 @@ BAD = [
     (" iteration        5/     100 | elapsed time per iteration (ms): 12.0 | lm loss: nan |",
      "bad.log:1: lm loss: nan"),
     (" iteration        5/     100 | consumed samples:   40 | elapsed ti",
-     "bad.log:1: iteration line without 'elapsed time per iteration (ms)'"),
+     "bad.log:1: iteration line without a whole 'elapsed time per iteration (ms)' field"),
     ("[Rank 3] (after 2 iterations) memory (MB) | allocated: 5.0 | max allocated: inf | "
      "reserved: 8.0 | max reserved: 8.0", "bad.log:1: max allocated: inf"),
     # a zero or negative peak divided the calibration's error (ZeroDivisionError, a fuzzer's);
@@ -161,6 +161,9 @@ BAD = [
      "bad.log:1: elapsed time per iteration (ms): 4.9e-324 (must be at least 0.001 ms)"),
     (" iteration        5/     100 | elapsed time per iteration (ms): 1" + "0" * 400 + " |",
      "bad.log:1: elapsed time per iteration (ms): 100000000000... (401 characters) (out of"),
+    # cut inside the value (2059.2 read as 2: the median of the last lines halved), a fuzzer's
+    (" iteration        3/     100 | consumed samples: 48 | elapsed time per iteration (ms): 2",
+     "bad.log:1: iteration line without a whole 'elapsed time per iteration (ms)' field"),
     # counts past Python's 4,300-digit int() limit were internal errors
     (" iteration " + "9" * 5000 + "/     100 | elapsed time per iteration (ms): 5.0 |",
      "bad.log:1: iteration: 999999999999... (5,000 characters) (more digits than any count)"),
