@@ -28,7 +28,7 @@ from pathlib import Path
 
 from planner.inputs import catalog, megatron_log, megatron_log_args
 from planner.inputs.errors import InputError
-from planner.inputs.files import read_file
+from planner.inputs.files import read_log
 from planner.inputs.hardware import GpuSpec
 from planner.inputs.plan import Plan, load_plan, parse_plan
 from planner.inputs.units import GIB
@@ -108,7 +108,8 @@ def _plan(
             first = run.iterations[0].line if run.iterations else None
             raise InputError(
                 f"{run.where(first)}: no arguments block before this run (Megatron prints it "
-                "at start-up on rank 0): give the plan with --plan"
+                "at start-up on rank 0): `calibrate` takes the run's plan with --plan; "
+                "`explain` and `check --megatron-log` need the block"
             )
         plan = check_plan(load_plan(plan_path))
         if plan.job.cluster.gpu.name != gpu.name:
@@ -190,12 +191,26 @@ def read_runs(
     """Every run of every log, with its plan and measurements (InputError names the file and
     line of what cannot be used). A run that logged no iteration (an attempt that died before
     its first log interval, then restarted in the same file) is left out and said in `notes`,
-    unless no run of the file logged one: then the log is truncated, an error."""
+    unless no run of the file logged one: then the log is truncated, an error. A run logged
+    twice (a log given twice, or copied into another) counts once, said in `notes`: a copy
+    would weigh its run double and, left out, keep its twin in (the left-out errors would say
+    nothing)."""
     out = []
+    seen: dict[tuple[object, ...], str] = {}
     for path in paths:
-        log = megatron_log.parse(read_file(path), path)
+        log = megatron_log.parse(read_log(path), path)
         spec = gpu_of(log, gpu)
         for run in log.runs:
+            key = (
+                tuple(sorted(run.args.items())),
+                tuple((it.iteration, it.elapsed_ms) for it in run.iterations),
+                tuple((m.rank, m.after, m.max_allocated_mib) for m in run.memory),
+            )
+            if run.iterations and key in seen:
+                if notes is not None:
+                    notes.append(f"{run.where(run.args_line)}: the run of {seen[key]} again: once")
+                continue
+            seen.setdefault(key, run.where(run.args_line))
             if not run.iterations:
                 why = "no iteration lines after this (the run ended before its first log interval"
                 if not any(r.iterations for r in log.runs):

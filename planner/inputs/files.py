@@ -8,6 +8,7 @@ are not UTF-8, malformed TOML, a file too large to be any of these, or a pydanti
 
 from __future__ import annotations
 
+import gzip
 import tomllib
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -71,6 +72,39 @@ def read_file(path: Path) -> str:
             return read_text(f, str(path))
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e}") from None
+
+
+MAX_LOG_CHARS = 512 * MIB
+"""The most a training log may hold: a run that logs every iteration, or a log full of NCCL's
+INFO lines, passes MAX_INPUT_CHARS by far."""
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_log(path: Path) -> str:
+    """A training log's text: gzip'd or not (its magic bytes), at most MAX_LOG_CHARS; bytes
+    that are not UTF-8 (another program's lines) read as U+FFFD, which no field the reader
+    parses holds."""
+    if not is_file(path):
+        read_file(path)  # its message: no such file, a directory, a name the system refuses
+    gzipped = False
+    try:
+        with path.open("rb") as raw:
+            gzipped = raw.read(2) == GZIP_MAGIC
+        if gzipped:
+            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as z:
+                text = z.read(MAX_LOG_CHARS + 1)
+        else:
+            with path.open(encoding="utf-8", errors="replace") as f:
+                text = f.read(MAX_LOG_CHARS + 1)
+    except (OSError, EOFError) as e:
+        what = "gzip'd log" if gzipped else "log"
+        raise InputError(f"{path}: cannot read the {what}: {e}") from None
+    if len(text) > MAX_LOG_CHARS:
+        raise InputError(
+            f"{path}: a log of more than {MAX_LOG_CHARS:,} characters: keep its arguments block "
+            "and the iteration and memory lines (grep)"
+        )
+    return text
 
 
 def load_toml(path: Path) -> dict[str, Any]:

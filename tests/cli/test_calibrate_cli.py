@@ -97,7 +97,7 @@ BAD_LOGS = {
     "truncated": ("\n".join(LOGS[0].read_text().splitlines()[:30]), ":2:", "no 'end of arguments'"),
     "no arguments block": (
         "\n".join(ln for ln in LOGS[0].read_text().splitlines() if ln.startswith(" [")),
-        ":1:", "give the plan with --plan",
+        ":1:", "`calibrate` takes the run's plan with --plan",
     ),
     "nan": (
         _fixture_with("(ms): 1148.6", "(ms): nan"), ":", "elapsed time per iteration (ms): nan"
@@ -224,3 +224,40 @@ def test_an_attempt_that_died_before_logging_is_left_out(
     assert code == 0, err
     assert "left out" in err and f"{log}:2:" in err
     assert len(json.loads(out)["runs"]) == 1
+
+
+def test_a_run_given_twice_counts_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log given twice weighed its run double and, left out, kept its twin in: the fit and
+    its left-out band moved (a fuzzer's). It counts once, said on stderr: the same constants
+    as without the copy (the oracle)."""
+    once, twice = tmp_path / "once.json", tmp_path / "twice.json"
+    for argv, out_path in (([*map(str, LOGS)], once), ([*map(str, LOGS), str(LOGS[0])], twice)):
+        code, out, err = run(["calibrate", *argv, *GPU, "--out", str(tmp_path / "p"), "--json"],
+                             capsys)  # fmt: skip
+        assert code == 0, err
+        out_path.write_text(out)
+    a, b = json.loads(once.read_text()), json.loads(twice.read_text())
+    assert a["constants"] == b["constants"] and len(b["runs"]) == len(LOGS)
+    assert "again: once" in err
+
+
+def test_a_gzipd_log_and_stray_bytes_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gzip'd log was refused ("'utf-8' codec can't decode byte 0x8b"), and one byte that
+    is not UTF-8 in another program's line refused the whole log: both read as the plain log."""
+    import gzip
+
+    plain = LOGS[0].read_bytes()
+    gz = tmp_path / "run.log.gz"
+    gz.write_bytes(gzip.compress(plain))
+    stray = tmp_path / "stray.log"
+    stray.write_bytes(b"launcher: caf\xe9\n" + plain)
+    outs = []
+    for log in (LOGS[0], gz, stray):
+        code, out, err = run(["explain", "--megatron-log", str(log), *GPU, "--json"], capsys)
+        assert code == 0, err
+        measured = json.loads(out)["measured"]
+        measured.pop("log")  # the file and line
+        outs.append(measured)
+    assert outs[1] == outs[0] and outs[2]["step_time_s"] == outs[0]["step_time_s"]
