@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from planner.emit import bridge_precision
 from planner.emit.common import (
     SCHEDULE,
     comment_block,
@@ -38,16 +39,6 @@ from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Job, Plan
-
-PRESETS = {
-    ("bf16", None): "bf16_mixed",
-    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
-    ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
-    ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
-    ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
-    ("fp4", None): "bf16_with_nvfp4_mixed",
-}
-"""(precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset (mixed_precision.py)."""
 
 
 def _split(plan: Plan) -> dict[str, Any]:
@@ -66,8 +57,11 @@ def _split(plan: Plan) -> dict[str, Any]:
             "pipeline_model_parallel_layout": None,
         }
     stages = lay.stages(plan.job.arch.num_layers, plan.job.arch.mtp_num_layers)
-    return {
-        "virtual_pipeline_model_parallel_size": None,
+    return {  # vpp beside the layout, as Megatron-Core accepts it (transformer_config.py
+        # checks it against the layout): Bridge's EP-overlap setup asserts vpp set before
+        # Megatron-Core derives it from the layout (comm_overlap.py), and null would clear a
+        # recipe's own
+        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
         "pipeline_model_parallel_layout": pipeline_layout.compact(stages),
     }
 
@@ -208,8 +202,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
     if lay.cp_exchange:  # TransformerConfig's, as Bridge's GPT-OSS recipes set it
         model["cp_comm_type"] = lay.cp_exchange
-    if job.cuda_graphs:  # TransformerConfig.cuda_graph_impl, as Megatron-LM's flag
-        model["cuda_graph_impl"] = cuda_graph_impl(plan)
+    if job.cuda_graphs:  # per-layer graphs: Bridge captures them with Transformer Engine's
+        cuda_graph_impl(plan)  # (its CPU-offloading refusal), not Megatron-LM's "local",
+        model["cuda_graph_impl"] = "transformer_engine"  # which utils/cuda_graph.py refuses
         if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)
     for name in ("attention_dropout", "hidden_dropout"):
@@ -242,8 +237,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
             if lay.moe_flex_dispatcher_num_sms is not None:
                 model["moe_flex_dispatcher_num_sms"] = lay.moe_flex_dispatcher_num_sms
-        model["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
-        model["delay_wgrad_compute"] = lay.ep_comm_overlap
         model["moe_shared_expert_overlap"] = lay.moe_shared_expert_overlap
         model["moe_router_num_groups"] = job.moe_router_num_groups
         model["moe_router_group_topk"] = job.moe_router_group_topk
@@ -294,11 +287,44 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "min_lr": float(schedule["--min-lr"]),
             **(_muon(plan) if muon else {}),
         },
-        "comm_overlap": {
-            "tp_comm_overlap": lay.tp_comm_overlap,
-            **(_deferral(lay) if lay.defer_embedding_wgrad_compute else {}),
-        },
+        "comm_overlap": _comm_overlap(plan),
+        # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
+        "dataset": {"seq_length": job.seq_length},
+        # Megatron-FSDP saves and loads only in its own format (ConfigContainer.validate)
+        **({"checkpoint": {"ckpt_format": "fsdp_dtensor"}} if fsdp else {}),
     }
+
+
+COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+"""The class the override's comm_overlap table builds (its `_target_`): a recipe that leaves
+comm_overlap unset (recipes/common.py's None) gets one, and one that sets it keeps its other
+fields (the recipe's own table carries the same `_target_` once Bridge converts it)."""
+
+
+def _comm_overlap(plan: Plan) -> dict[str, Any]:
+    """CommOverlapConfig's fields the plan decides. Bridge's setup (comm_overlap.py `setup`)
+    writes this table's TP, deferral and EP-overlap settings over the model's (off unless given
+    here: the model's own `overlap_moe_expert_parallel_comm` was dropped), and, with the
+    distributed optimizer, its gradient-reduce and parameter-gather overlap and bucket size over
+    DDP's (128 MB buckets wherever dp > 1 unless given here)."""
+    lay = plan.require_layout()
+    out: dict[str, Any] = {"_target_": COMM_OVERLAP, "tp_comm_overlap": lay.tp_comm_overlap}
+    out |= _deferral(lay) if lay.defer_embedding_wgrad_compute else {}
+    if plan.job.arch.is_moe:
+        out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
+        out["delay_wgrad_compute"] = lay.ep_comm_overlap
+    out["overlap_grad_reduce"] = lay.overlap_grad_reduce
+    out["overlap_param_gather"] = lay.overlap_param_gather
+    if lay.ddp_bucket_size:
+        out["bucket_size"] = lay.ddp_bucket_size
+    elif lay.ddp_num_buckets and lay.zero_stage >= 1 and lay.dp > 1:
+        raise InputError(
+            f"{plan.path}: parallel.ddp_num_buckets: Megatron-Bridge's comm-overlap setup gives "
+            "DDP a 128 MB bucket size wherever dp > 1 with the distributed optimizer "
+            "(comm_overlap.py), which Megatron-Core refuses beside num_buckets; give "
+            "ddp_bucket_size, or launch with --target megatron-args"
+        )
+    return out
 
 
 def _offload(job: Job) -> dict[str, object]:
@@ -311,17 +337,6 @@ def _offload(job: Job) -> dict[str, object]:
         "optimizer_offload_fraction": job.optimizer_offload_fraction,
         "overlap_cpu_optimizer_d2h_h2d": job.optimizer_offload_overlap,
     }
-
-
-def _preset(plan: Plan) -> str:
-    job = plan.job
-    key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
-    if key not in PRESETS:
-        raise InputError(
-            f"{plan.path}: training.fp8_recipe: Megatron-Bridge has no mixed-precision preset "
-            f"for {job.fp8_recipe!r} (it has delayed, tensorwise, blockwise, mxfp8)"
-        )
-    return PRESETS[key]
 
 
 def _scalar(v: Any) -> str:
@@ -340,33 +355,18 @@ def _scalar(v: Any) -> str:
     return yaml_str(str(v))
 
 
+def _hydra_dict(fields: dict[str, Any]) -> str:
+    """A table as one Hydra dict value, `{_target_:a.B,key:value}`: merged into the recipe's
+    table, or set where the recipe leaves it unset."""
+    return "{" + ",".join(f"{k}:{_scalar(v)}" for k, v in fields.items()) + "}"
+
+
 def render(plan: Plan, job_name: str) -> str:
     """The YAML override, headed by the prediction and the same settings as Hydra overrides."""
     tables = sections(plan)
-    preset = _preset(plan)
-    notes = []
+    preset = bridge_precision.preset(plan)
+    notes = bridge_precision.notes(plan)
     job = plan.job
-    if job.precision == "fp8" and job.fp8_param_gather and plan.require_layout().zero_stage >= 1:
-        notes.append(
-            "fp8_param_gather: set the preset's mixed_precision.fp8_param_gather=true (the plan "
-            "keeps weights only in FP8)"
-        )
-    if job.precision == "fp4" and not (job.fp4_param_gather and plan.require_layout().zero_stage):
-        notes.append(
-            "fp4_param_gather: set the preset's mixed_precision.fp4_param_gather=false (the plan "
-            "keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 parameters)"
-        )
-    if job.bf16_layers_at_start or job.bf16_layers_at_end:
-        notes.append(
-            "bf16 layers: set mixed_precision.first_last_layers_bf16=true, "
-            f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
-            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end}"
-        )
-    if job.fp8_attention:
-        notes.append(
-            "fp8_attention: set the preset's mixed_precision.fp8_dot_product_attention=true (the "
-            "plan runs the fused attention in FP8)"
-        )
     if job.optimizer_state_dtype == "bf16":
         notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
     if job.arch.has_dsa:
@@ -380,7 +380,12 @@ def render(plan: Plan, job_name: str) -> str:
     if job.log_grad_stats:
         notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
     notes += unflagged(plan)
-    hydra = [f"{s}.{k}={_scalar(v)}" for s, fields in tables.items() for k, v in fields.items()]
+    hydra: list[str] = []
+    for name, fields in tables.items():
+        if "_target_" in fields:  # one value: a recipe's unset table takes no dotted key
+            hydra.append(f"{name}={_hydra_dict(fields)}")
+        else:
+            hydra += [f"{name}.{k}={_scalar(v)}" for k, v in fields.items()]
     text = comment_block(
         [
             *header(plan, "megatron-bridge", job_name, predict(plan)),

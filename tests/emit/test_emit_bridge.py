@@ -54,6 +54,12 @@ def _accepted(doc: dict[str, Any]) -> None:
         if section == "mixed_precision":
             continue
         known = SCHEMA["sections"][section]
+        target = fields.pop("_target_", None)
+        if target is not None:  # the class the table builds (a recipe may leave it unset)
+            assert section == "comm_overlap" and any(
+                f"{target.replace('.', '/')}".rsplit("/", 1)[0] + ".py CommOverlapConfig" in s
+                for s in SCHEMA["sources"]
+            ), target
         for name, value in fields.items():
             assert name in known, f"{section}.{name}"
             assert _fits(known[name], value), f"{section}.{name} = {value!r} ({known[name]})"
@@ -104,12 +110,14 @@ def test_the_override_carries_the_layout() -> None:
 
 def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     # a cuda_graphs plan is timed without the host's per-kernel floor (planner/model/host.py):
-    # TransformerConfig.cuda_graph_impl "local", Megatron-Core's per-layer graphs, as the
-    # Megatron-LM target's --cuda-graph-impl local; eager plans leave it unset
+    # per-layer graphs, which Megatron-Bridge captures with Transformer Engine's implementation
+    # (its utils/cuda_graph.py validate_cuda_graph_configuration at 067f987d raises on "local"
+    # outside full-iteration graphs, the Megatron-LM target's --cuda-graph-impl local, which
+    # this override wrote); eager plans leave it unset
     graphs = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True)
     doc = yaml.safe_load(render(graphs, "megatron-bridge")[1])
     _accepted(doc)
-    assert doc["model"]["cuda_graph_impl"] == "local"
+    assert doc["model"]["cuda_graph_impl"] == "transformer_engine"
     assert "cuda_graph_modules" not in doc["model"]  # the whole layer: Megatron-Core's default
     part = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_modules=["attn"])
     part_doc = yaml.safe_load(render(part, "megatron-bridge")[1])
@@ -251,3 +259,75 @@ def test_deepep_on_grace_blackwell_is_refused_for_bridge() -> None:
             render(make_plan("qwen3-30b-a3b", 16, par, gpu="b200-sxm-180gb"), "megatron-bridge")[1]
         )
     )
+
+
+# --- what Megatron-Bridge's own setup does with the override (NVIDIA-NeMo/Megatron-Bridge
+# 067f987d, read from its source: comm_overlap.py `setup`, ConfigContainer.validate, the
+# mixed-precision presets of mixed_precision.py)
+
+
+def test_overlaps_go_where_bridges_setup_reads_them() -> None:
+    """Bridge's comm-overlap setup writes its table's EP overlap and wgrad delay over the model's
+    (off unless the table sets them: the model's own were dropped, and the step the plan times
+    with the overlap ran without it), and with the distributed optimizer its DP overlap over
+    DDP's. The table names its class (`_target_`), so a recipe that leaves it unset gets one:
+    and in the Hydra header it is one dict value (dotted keys on an unset table fail)."""
+    par = {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "ep_comm_overlap": True}
+    plan = make_plan("qwen3-30b-a3b", 64, par, global_batch_size=512)
+    text = render(plan, "megatron-bridge")[1]
+    doc = yaml.safe_load(text)
+    _accepted(yaml.safe_load(text))
+    over = doc["comm_overlap"]
+    assert over["_target_"] == "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+    assert over["overlap_moe_expert_parallel_comm"] is True and over["delay_wgrad_compute"]
+    assert "overlap_moe_expert_parallel_comm" not in doc["model"]
+    assert over["overlap_grad_reduce"] is plan.require_layout().overlap_grad_reduce
+    hydra = [ln[2:] for ln in text.splitlines() if ln.startswith("# comm_overlap")]
+    assert len(hydra) == 1 and hydra[0].startswith("comm_overlap={_target_:")
+
+
+def test_a_layout_keeps_its_virtual_stages_and_the_dataset_its_length() -> None:
+    """With a layout the override wrote vpp null: Bridge's EP-overlap setup asserts vpp set
+    with pp > 1 before Megatron-Core derives it (comm_overlap.py), and null cleared a
+    recipe's own; Megatron-Core takes an explicit vpp that matches the layout. The dataset's
+    sequence length must equal the model's (ConfigContainer.validate asserts it): both set."""
+    plan = load_plan(TESTS / "data" / "plans" / "launch-deepseek-v3.toml")  # pp 16 x vpp 2
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    assert doc["model"]["pipeline_model_parallel_layout"] is not None
+    assert doc["model"]["virtual_pipeline_model_parallel_size"] == 2
+    assert doc["dataset"]["seq_length"] == doc["model"]["seq_length"] == 4096
+
+
+def test_fsdp_checkpoints_and_bucket_counts() -> None:
+    """Megatron-FSDP saves and loads only fsdp_dtensor (ConfigContainer.validate); Bridge gives
+    DDP 128 MB buckets wherever dp > 1 with the distributed optimizer, which Megatron-Core
+    refuses beside a bucket count: such a plan exits 2 naming the field, a bucket size goes into
+    the comm_overlap table, where setup reads it."""
+    fsdp = make_plan("llama3.1-8b", 16, {"zero_stage": 3})
+    assert yaml.safe_load(render(fsdp, "megatron-bridge")[1])["checkpoint"] == {
+        "ckpt_format": "fsdp_dtensor"
+    }
+    with pytest.raises(InputError, match=r"parallel\.ddp_num_buckets: Megatron-Bridge"):
+        render(make_plan("llama3.1-8b", 16, {"tp": 2, "ddp_num_buckets": 4}), "megatron-bridge")
+    sized = make_plan("llama3.1-8b", 16, {"tp": 2, "ddp_bucket_size": 50_000_000})
+    over = yaml.safe_load(render(sized, "megatron-bridge")[1])["comm_overlap"]
+    assert over["bucket_size"] == 50_000_000
+
+
+def test_the_presets_differences_are_said_with_their_peaks() -> None:
+    """The delayed-scaling preset gathers FP8 parameters already (fp8_param_gather True): the
+    note that told to set it is gone; a plan without it is told the preset's peak. Every preset
+    reduces gradients in fp32 over the DDP config: a bf16-gradient plan is told the run's peak,
+    higher than its own."""
+    fp8 = make_plan("llama3.1-8b", 16, {"tp": 2}, precision="fp8", fp8_recipe="delayed")
+    text = render(fp8, "megatron-bridge")[1]
+    assert "fp8_param_gather" not in text
+    off = make_plan("llama3.1-8b", 16, {"tp": 2}, precision="fp8", fp8_recipe="delayed",
+                    fp8_param_gather=False)  # fmt: skip
+    assert "sets fp8_param_gather=True" in render(off, "megatron-bridge")[1]
+    bf16 = make_plan("llama3.1-8b", 16, {"tp": 2}, main_grad_dtype="bf16")
+    note = next(
+        ln for ln in render(bf16, "megatron-bridge")[1].splitlines() if "reduces gradients" in ln
+    )
+    run, planned = (float(x) for x in re.findall(r"(\d+\.\d) GiB", note))
+    assert run > planned

@@ -1,0 +1,98 @@
+"""The mixed-precision preset a Megatron-Bridge override names (`PRESETS`), and what the preset
+sets that the plan may not: Bridge writes its gradient-reduce dtype over the DDP config and its
+FP8 parameter gathering over the plan's (training/mixed_precision.py at NVIDIA-NeMo/
+Megatron-Bridge 067f987d: `update_config_with_precision_overrides`, applied in
+ConfigContainer.runtime_config_update). An override cannot set a field of a preset named by
+string (`mixed_precision.fp8_param_gather=...` after `mixed_precision=<preset>` fails), so where
+they differ the file says so, with the peak the run then has (`notes`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Job, Plan
+from planner.inputs.units import gib
+from planner.model import memory
+
+PRESETS = {
+    ("bf16", None): "bf16_mixed",
+    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+    ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
+    ("fp4", None): "bf16_with_nvfp4_mixed",
+}
+"""(precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset (mixed_precision.py)."""
+
+FP8_PARAM_GATHER = {
+    "bf16_with_fp8_delayed_scaling_mixed": True,  # mixed_precision.py:231
+    "bf16_with_fp8_current_scaling_mixed": True,  # :302
+    "bf16_with_mxfp8_mixed": True,  # :264
+    "bf16_with_fp8_subchannel_scaling_mixed": False,  # :384
+}
+"""Each FP8 preset's fp8_param_gather (weights kept only in FP8 and all-gathered so)."""
+
+GRAD_REDUCE_IN_FP32 = True
+"""Every bf16 preset's grad_reduce_in_fp32 (MixedPrecisionConfig's default, mixed_precision.py
+:47), written over ddp.grad_reduce_in_fp32."""
+
+
+def preset(plan: Plan) -> str:
+    job = plan.job
+    key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
+    if key not in PRESETS:
+        raise InputError(
+            f"{plan.path}: training.fp8_recipe: Megatron-Bridge has no mixed-precision preset "
+            f"for {job.fp8_recipe!r} (it has delayed, tensorwise, blockwise, mxfp8)"
+        )
+    return PRESETS[key]
+
+
+def notes(plan: Plan) -> list[str]:
+    """Where the preset's settings differ from the plan's: each with the run's peak under the
+    preset against the plan's, and how to get the plan's run."""
+    job, lay = plan.job, plan.require_layout()
+    name = preset(plan)
+    out = []
+    gather = FP8_PARAM_GATHER.get(name)
+    planned = job.fp8_param_gather and lay.zero_stage >= 1
+    if gather is not None and lay.zero_stage >= 1 and gather != planned:
+        run = replace(job, fp8_param_gather=gather)
+        keeps = "only in FP8" if gather else "in bf16 beside their FP8 copies"
+        out.append(
+            f"{name} sets fp8_param_gather={gather} (weights {keeps}), the plan "
+            f"{planned}: {_peaks(plan, run)}; set it on the recipe's MixedPrecisionConfig"
+        )
+    if job.main_grad_dtype == "bf16" and GRAD_REDUCE_IN_FP32:
+        run = replace(job, main_grad_dtype="fp32")
+        out.append(
+            f"{name} reduces gradients in fp32 (grad_reduce_in_fp32=True, written over ddp), the "
+            f"plan in bf16: {_peaks(plan, run)}; set grad_reduce_in_fp32=False on the recipe's "
+            "MixedPrecisionConfig (Megatron-Bridge's performance recipes do)"
+        )
+    if job.precision == "fp4" and not (job.fp4_param_gather and lay.zero_stage):
+        out.append(
+            "fp4_param_gather: set the preset's mixed_precision.fp4_param_gather=false (the plan "
+            "keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 parameters)"
+        )
+    if job.bf16_layers_at_start or job.bf16_layers_at_end:
+        out.append(
+            "bf16 layers: set mixed_precision.first_last_layers_bf16=true, "
+            f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
+            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end}"
+        )
+    if job.fp8_attention:
+        out.append(
+            "fp8_attention: set the preset's mixed_precision.fp8_dot_product_attention=true (the "
+            "plan runs the fused attention in FP8)"
+        )
+    return out
+
+
+def _peaks(plan: Plan, run_job: Job) -> str:
+    """'the run's peak X GiB, the plan's Y GiB' (the run: the plan's layout under `run_job`)."""
+    lay = plan.require_layout()
+    planned = memory.estimate(plan.job, lay).peak
+    under = memory.estimate(run_job, lay).peak
+    return f"the run's peak {gib(under):.1f} GiB, the plan's {gib(planned):.1f} GiB"
