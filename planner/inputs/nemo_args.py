@@ -69,11 +69,14 @@ class _Line:
 
 
 def is_nemo_line(words: list[str]) -> bool:
-    """NeMo-Run overrides (`trainer.*`, `model.*`, `data.*` ...) and no Megatron-LM flag."""
+    """NeMo-Run overrides (`trainer.*`, `model.*`, `data.*` ...) and no Megatron-LM flag, or
+    the command `nemo llm pretrain` itself (a recipe without overrides: `nemo llm pretrain -y
+    --factory llama3_8b`)."""
     known = megatron_flags()
     if any(w.partition("=")[0] in known for w in words if w.startswith("--")):
         return False
-    return any(KEY.match(w.partition("=")[0]) for w in words)
+    command = any(words[i : i + 3] == ["nemo", "llm", "pretrain"] for i in range(len(words)))
+    return command or any(KEY.match(w.partition("=")[0]) for w in words)
 
 
 def _parse(words: list[str], where: str) -> _Line:
@@ -264,6 +267,13 @@ def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
     if out["pp"] == 1:
         vpp = None  # NeMo's _validate_config drops vpp without pipeline parallelism
     out["vpp"] = 1 if vpp is None else vpp
+    for side in ("embedding", "loss"):  # the recipe's, unless the line sets it
+        key = f"account_for_{side}_in_pipeline_split"
+        value = line.get(f"trainer.strategy.{key}", recipe.accounted)
+        if not isinstance(value, bool):
+            raise line.fail(f"trainer.strategy.{key}", "expected True or False")
+        if value:
+            out[key] = True
     sp = line.get("trainer.strategy.sequence_parallel", recipe.sp)
     for key, name in PARALLEL_SWITCHES.items():
         value = line.get(key)
@@ -289,10 +299,17 @@ def _training(
         value = line.get(key)
         if value is not None:
             out[name] = value
-    for key in ("trainer.strategy.ddp.grad_reduce_in_fp32", "trainer.plugins.grad_reduce_in_fp32"):
-        value = line.get(key)
-        if value is not None:
-            out["main_grad_dtype"] = "fp32" if value else "bf16"
+    # NeMo's strategy writes the precision plugin's dtype settings over its DDP config
+    # (megatron_strategy.py `update_config_with_dtype_overrides`, NeMo 8cfedd72): the plugin's
+    # grad_reduce_in_fp32 (True by default, plugins/mixed_precision.py) is what runs
+    value = line.get("trainer.plugins.grad_reduce_in_fp32")
+    if value is not None:
+        out["main_grad_dtype"] = "fp32" if value else "bf16"
+    if line.get("trainer.strategy.ddp.grad_reduce_in_fp32") is not None:
+        notes.append(
+            "trainer.strategy.ddp.grad_reduce_in_fp32: NeMo writes the precision plugin's "
+            "value over it (trainer.plugins.grad_reduce_in_fp32, True by default): read that"
+        )
     precision = line.get("trainer.plugins.precision", "bf16-mixed")
     if precision not in ("bf16-mixed", "16-mixed"):
         raise line.fail(

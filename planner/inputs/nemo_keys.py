@@ -126,6 +126,8 @@ SPECIAL = (
     "trainer.devices",
     "trainer.strategy.ddp.grad_reduce_in_fp32",
     "trainer.plugins.grad_reduce_in_fp32",
+    "trainer.strategy.account_for_embedding_in_pipeline_split",
+    "trainer.strategy.account_for_loss_in_pipeline_split",
     "optim.config.use_distributed_optimizer",
     "trainer.plugins.precision",
     "trainer.plugins.fp8",

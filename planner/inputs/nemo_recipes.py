@@ -56,6 +56,9 @@ class Recipe:
     """Fields the zoo file states but the NeMo config leaves to Megatron's default (hidden /
     heads; the expert width = ffn_hidden_size): they follow the line's shape overrides."""
     not_modelled: tuple[str, ...] = ()
+    accounted: bool = False
+    """The strategy counts the embedding and the loss as pipeline layers
+    (account_for_embedding_in_pipeline_split / _loss_; llama31_405b.py sets both)."""
     dropout: bool = True
     """The config's attention and hidden dropout are above 0 (GPTConfig keeps TransformerConfig's
     0.1); NeMo's LlamaConfig sets both to 0.0 (`gpt/model/llama.py`), so its recipes keep no
@@ -122,6 +125,7 @@ RECIPES: dict[str, Recipe] = {
             # MixtralConfig leaves moe_ffn_hidden_size unset (= ffn_hidden_size)
             derived=("kv_channels", "moe_ffn_hidden_size") if row[8] > 1 else ("kv_channels",),
             dropout=not row[2].startswith("Llama"),  # LlamaConfig: 0.0 (Recipe.dropout)
+            accounted=row[0] == "llama31_405b",  # its trainer() sets both (Recipe.accounted)
         )
         for row in _ROWS
     },

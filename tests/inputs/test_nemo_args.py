@@ -94,7 +94,7 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ("model.config.tp_comm_overlap=True", "parallel", "tp_comm_overlap", True),
         ("data.seq_length=4096", "training", "seq_length", 4096),
         ("data.global_batch_size=64", "training", "global_batch_size", 64),
-        ("trainer.strategy.ddp.grad_reduce_in_fp32=False", "training", "main_grad_dtype", "bf16"),
+        ("trainer.plugins.grad_reduce_in_fp32=False", "training", "main_grad_dtype", "bf16"),
         ("trainer.plugins.grad_reduce_in_fp32=True", "training", "main_grad_dtype", "fp32"),
         ("trainer.plugins.fp8=hybrid", "training", "precision", "fp8"),
         ("model.config.bias_activation_fusion=False", "training", "fused_swiglu", False),
@@ -429,3 +429,28 @@ def test_dropout_rates_from_the_line_or_the_recipe_config() -> None:
     assert off["hidden_dropout"] is False
     with pytest.raises(InputError, match=r"model.config.hidden_dropout=1.5: expected a dropout"):
         read(HEAD + "model.config.hidden_dropout=1.5")
+
+
+def test_what_nemo_itself_does_with_the_line() -> None:
+    """Three readings NeMo 8cfedd72's own code decides:
+    - a bare `nemo llm pretrain -y --factory llama3_8b` (no override) is a NeMo line: it was
+      read as Megatron-LM flags ("--num-layers: required");
+    - llama31_405b's trainer() counts the embedding and the loss as pipeline layers (126 + 2 =
+      8 ranks x 2 virtual stages x 8): refused as 126 % 16 before;
+    - the strategy writes the precision plugin's grad_reduce_in_fp32 (True unless the plugin
+      says) over its DDP config (megatron_strategy.py update_config_with_dtype_overrides): the
+      DDP key alone leaves fp32 gradients, noted (it was read as bf16, 5.4 GiB under)."""
+    bare = doc("nemo llm pretrain -y --factory llama3_8b")
+    assert bare["parallel"]["cp"] == 2  # the recipe's
+    p = doc("nemo llm pretrain -y --factory llama31_405b trainer.num_nodes=64", 512)["parallel"]
+    assert p["account_for_embedding_in_pipeline_split"] is True
+    assert p["account_for_loss_in_pipeline_split"] is True
+    off = " ".join(
+        f"trainer.strategy.account_for_{side}_in_pipeline_split=False"
+        for side in ("embedding", "loss")
+    )
+    line = f"nemo llm pretrain -y --factory llama31_405b trainer.num_nodes=64 {off}"
+    assert "account_for_loss_in_pipeline_split" not in doc(line, 512)["parallel"]  # the line's
+    ddp = read(HEAD + "trainer.strategy.ddp.grad_reduce_in_fp32=False")
+    assert "main_grad_dtype" not in ddp.doc["training"]
+    assert any("writes the precision plugin's value over it" in n for n in ddp.notes)
