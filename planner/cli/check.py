@@ -29,7 +29,7 @@ from planner.inputs.errors import EXIT_NO, EXIT_OK, InputError
 from planner.inputs.job_request import JobArgs, name_flags
 from planner.inputs.layout import Layout
 from planner.inputs.megatron_line import flags_named
-from planner.inputs.plan import Plan, load_plan, parse_plan
+from planner.inputs.plan import Job, Plan, load_plan, parse_plan
 from planner.model import cost, memory
 from planner.search import advice
 from planner.search.rules import check_plan
@@ -164,8 +164,8 @@ def check(
     module_note(plan)
     rep = memory.estimate(job, layout, headroom)
 
-    def step_time(lay: Layout) -> float:
-        return cost.estimate(job, lay).step_time_s
+    def step_time(run: Job, lay: Layout) -> float:
+        return cost.estimate(run, lay).step_time_s
 
     changes = [] if rep.fits else advice.memory_changes(job, layout, headroom, step_time)
     if as_json:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.plan_layout import torchtitan_stages
 from planner.model import dsa, memory
 from planner.search import rules
 
@@ -28,9 +29,14 @@ class Change:
     fits: bool
     order: int
     """Rough cost rank when no step-time model orders them (lower is cheaper)."""
+    also: str = ""
+    """What the change turns on with it, where the rules need it (`sequence_parallel`)."""
+    job: Job | None = None
+    """The job the change runs under, where it changes a job field (the DSA kernels)."""
 
     def describe(self) -> str:
-        return f"{self.field} {self.before} -> {self.after}"
+        with_it = f" (+ {self.also})" if self.also else ""
+        return f"{self.field} {self.before} -> {self.after}{with_it}"
 
 
 def _halve_dp(lay: Layout, **changes: int) -> Layout | None:
@@ -42,7 +48,7 @@ def _halve_dp(lay: Layout, **changes: int) -> Layout | None:
     return lay.with_(dp=lay.dp // factor, **changes)
 
 
-def _candidates(lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]:
+def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]:
     if lay.zero_stage < 3:
         yield 0, "zero_stage", lay.zero_stage + 1, lay.with_(zero_stage=lay.zero_stage + 1)
     if lay.tp > 1 and not lay.sequence_parallel:
@@ -60,6 +66,16 @@ def _candidates(lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]
     yield 7, "cp", lay.cp * 2, _halve_dp(lay, cp=lay.cp * 2)
     if lay.even_split:
         yield 8, "pp", lay.pp * 2, _halve_dp(lay, pp=lay.pp * 2)
+    elif _titan_split(job, lay):  # torchtitan's own split, at the new pp too
+        deeper = _halve_dp(lay, pp=lay.pp * 2)
+        stages = torchtitan_stages(job.arch.num_layers, lay.pp * 2 * lay.vpp)
+        yield 8, "pp", lay.pp * 2, deeper.with_(pipeline_layout=stages) if deeper else None
+
+
+def _titan_split(job: Job, lay: Layout) -> bool:
+    """Whether the layout runs torchtitan's own pipeline split (the plan gave none)."""
+    stages = torchtitan_stages(job.arch.num_layers, lay.pp * lay.vpp)
+    return job.framework == "torchtitan" and lay.pp > 1 and lay.pipeline_layout == stages
 
 
 def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
@@ -76,7 +92,8 @@ def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> 
         rep = memory.estimate(other, layout, headroom_pct)
         if peak - rep.peak > 0:
             field = "training.dsa_kernel_backend"
-            out.append(Change(field, "none", kernels, layout, peak - rep.peak, rep.fits, -1))
+            change = Change(field, "none", kernels, layout, peak - rep.peak, rep.fits, -1)
+            out.append(replace(change, job=other))
     return out
 
 
@@ -84,19 +101,26 @@ def memory_changes(
     job: Job,
     layout: Layout,
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
-    cost: Callable[[Layout], float] | None = None,
+    cost: Callable[[Job, Layout], float] | None = None,
 ) -> list[Change]:
     """Every valid single change that lowers the peak, those that fit first, cheapest first.
 
-    `cost` (e.g. predicted step time) orders them when given; otherwise a fixed rank does.
+    `cost` (e.g. predicted step time, of the job and layout a change runs) orders them when
+    given; otherwise a fixed rank does. A tp change turns sequence parallelism on with it
+    where the rules need it at the new tp (MoE layers, torchtitan, DeepSeek sparse attention),
+    and says so; no other change touches it.
     """
     base = memory.estimate(job, layout, headroom_pct)
     out = []
-    for order, field, after, new in _candidates(layout):
+    for order, field, after, new in _candidates(job, layout):
         if new is None:
             continue
-        if new.tp > 1 and job.arch.is_moe:
-            new = new.with_(sequence_parallel=True)
+        also = ""
+        if field == "tp" and not new.sequence_parallel:
+            with_sp = new.with_(sequence_parallel=True)
+            needed = rules.violations(job, new) and not rules.violations(job, with_sp)
+            if job.arch.is_moe or needed:
+                new, also = with_sp, "sequence_parallel"
         if rules.violations(job, new):
             continue
         rep = memory.estimate(job, new, headroom_pct)
@@ -104,10 +128,10 @@ def memory_changes(
         if saves <= 0:
             continue
         before = getattr(layout, field)
-        out.append(Change(field, before, after, new, saves, rep.fits, order))
+        out.append(Change(field, before, after, new, saves, rep.fits, order, also))
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
 
     def key(c: Change) -> tuple[bool, float]:
-        return (not c.fits, cost(c.layout) if cost else float(c.order))
+        return (not c.fits, cost(c.job or job, c.layout) if cost else float(c.order))
 
     return sorted(out, key=key)
