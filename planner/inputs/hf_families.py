@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.inputs.arch import MAX_LAYERS
 from planner.inputs.errors import spelled_json
 from planner.inputs.hf_dense import (
     bloom,
@@ -30,6 +31,7 @@ from planner.inputs.hf_shapes import (
     moe,
     partial_rope,
     skip_freq,
+    tied,
     window,
 )
 
@@ -50,6 +52,65 @@ def _qwen3_moe(r: Reader, head_dim_default: int = 128) -> Fields:
     dense = set(r.int_list("mlp_only_layers"))
     moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
     return f | moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
+
+
+def _qwen2_moe(r: Reader) -> Fields:
+    """Qwen1.5-MoE / Qwen2-MoE (transformers' modular_qwen2_moe.py): Qwen2's attention (bias on
+    q, k and v), Qwen3-MoE's layer rule (`_qwen3_moe`: decoder_sparse_step, mlp_only_layers;
+    a dense layer is intermediate_size wide), num_experts of moe_intermediate_size, top
+    num_experts_per_tok, and a shared expert of shared_expert_intermediate_size; its sigmoid
+    gate (hidden_size weights a layer) is not counted."""
+    f = qwen2(r)
+    step = r.opt_int("decoder_sparse_step", default=1) or 1
+    dense = set(r.int_list("mlp_only_layers"))
+    moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
+    shared = r.opt_int("shared_expert_intermediate_size", default=0, minimum=0)
+    return {
+        **f,
+        **moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers),
+        "moe_shared_expert_intermediate_size": shared or None,
+    }
+
+
+def _dbrx(r: Reader) -> Fields:
+    """DBRX (DbrxForCausalLM, transformers' configuration_dbrx.py): d_model, n_heads, n_layers,
+    max_seq_len; attn_config's kv_n_heads (GQA; q/k/v fused, no bias); ffn_config's
+    moe_num_experts experts of ffn_hidden_size, top moe_top_k, a gated SiLU MLP on every layer,
+    no shared expert; LayerNorm without bias (counted with it: 2 h a norm more). Its clip_qkv
+    changes no weight."""
+    hidden, heads = r.req_int("d_model"), r.req_int("n_heads")
+    attn, ffn = _nested(r, "attn_config"), _nested(r, "ffn_config")
+    layers = r.req_int("n_layers", maximum=MAX_LAYERS)
+    kv = attn.opt_int("kv_n_heads", default=heads)
+    width = ffn.req_int("ffn_hidden_size")
+    return {
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "ffn_hidden_size": width,
+        "num_attention_heads": heads,
+        "num_query_groups": None if kv == heads else kv,
+        "kv_channels": hidden // heads if hidden % heads == 0 else None,
+        "vocab_size": r.req_int("vocab_size"),
+        "max_position_embeddings": r.opt_int("max_seq_len"),
+        "activation": "swiglu",
+        "gated_linear_unit": True,
+        "normalization": "LayerNorm",
+        "add_bias_linear": False,
+        "position_embedding_type": "rope",
+        **tied(r, False),
+        **moe(ffn, ("moe_num_experts",), width, [True] * layers, topk=("moe_top_k",)),
+    }
+
+
+def _nested(r: Reader, key: str) -> Reader:
+    """A config's nested table (DBRX's attn_config, ffn_config) read alone: errors name the file
+    and the table."""
+    table = r.cfg.get(key)
+    if not isinstance(table, dict):
+        raise r.error(key, f"must be an object {spelled_json(table)}")
+    sub = Reader(table, None, r.arch)
+    sub.file, sub.notes = f"{r.file}: {key}", r.notes
+    return sub
 
 
 def _gated_delta_nets(r: Reader, n: int) -> Fields:
@@ -291,6 +352,8 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", _minimax_m2),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", _qwen2_moe),
+    "DbrxForCausalLM": ("dbrx", _dbrx),
     "OlmoeForCausalLM": ("olmoe", _olmoe),
     "GraniteMoeForCausalLM": ("granitemoe", _granite_moe),
     "Phi3ForCausalLM": ("phi3", phi3),

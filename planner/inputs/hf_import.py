@@ -38,7 +38,9 @@ files (tests/data/hf) and transformers' config classes:
 - Llama's relatives (`planner.inputs.hf_dense`): Phi-3 / Phi-4, SmolLM3 (tied by default),
   Seed-OSS (q/k/v biases), Gemma 2 (GeLU-gated, tied; its logit soft-capping and extra norms
   noted). MoE: OLMoE (q/k norms), Granite 3.0 MoE (Mixtral's shapes), MiniMax-M2 (q/k norms,
-  num_mtp_modules MTP layers where use_mtp; MiniMax-01's lightning-attention layers refused).
+  num_mtp_modules MTP layers where use_mtp; MiniMax-01's lightning-attention layers refused),
+  Qwen1.5 / Qwen2-MoE (a shared expert beside Qwen3-MoE's layer rule), DBRX (its attn_config
+  and ffn_config tables).
 - Qwen3-Next (qwen3_next): the layers layer_types marks "linear_attention" (or all but every
   full_attention_interval-th) -> linear_attention_freq (an int, or a 0/1 list), the linear_*
   sizes -> the gated delta net's; its gated attention -> attention_output_gate;

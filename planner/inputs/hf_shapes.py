@@ -106,12 +106,18 @@ def llama(r: Reader, head_dim_default: int | None = None, gated: bool = True) ->
     }
 
 
-def moe(r: Reader, experts: tuple[str, ...], expert_ffn: int, moe_layers: list[bool]) -> Fields:
-    """The routed experts (top num_experts_per_tok); moe_layer_freq is 1 when every layer is MoE,
-    else one 0/1 entry per layer."""
+def moe(
+    r: Reader,
+    experts: tuple[str, ...],
+    expert_ffn: int,
+    moe_layers: list[bool],
+    topk: tuple[str, ...] = ("num_experts_per_tok",),
+) -> Fields:
+    """The routed experts (top num_experts_per_tok, or `topk`'s key); moe_layer_freq is 1 when
+    every layer is MoE, else one 0/1 entry per layer."""
     return {
         "num_moe_experts": r.req_int(*experts, maximum=MAX_EXPERTS),
-        "moe_router_topk": r.req_int("num_experts_per_tok"),
+        "moe_router_topk": r.req_int(*topk),
         "moe_ffn_hidden_size": expert_ffn,
         "moe_layer_freq": 1 if all(moe_layers) else [int(m) for m in moe_layers],
     }

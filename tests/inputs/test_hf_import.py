@@ -20,7 +20,10 @@ thejaminator/gemma-hook-layer-0-step-2000 ("Copy config.json from google/gemma-2
 olmoe-1b-7b.json from a fine-tune of allenai/OLMoE-1B-7B-0924-Instruct, smollm3-3b.json from
 fetchwiki/HuggingFaceTB-SmolLM3-3B @ 24f7882f, seed-oss-36b.json from a Seed-OSS-36B
 derivative (darkc0de/4.3test2), minimax-m2.7.json from amd/MiniMax-M2.7-BF16 and
-granite-3.0-3b-a800m.json from ibm-granite/granite-3.0-3b-a800m-instruct); the
+granite-3.0-3b-a800m.json from ibm-granite/granite-3.0-3b-a800m-instruct; dbrx-instruct.json
+from SinclairSchneider/dbrx-instruct-quantization-fixed @731fe61 (no quantization block; the
+shape of two other copies), qwen1.5-moe-a2.7b.json from a fine-tune whose _name_or_path is
+Qwen/Qwen1.5-MoE-A2.7B); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -287,6 +290,23 @@ EXPECTED: dict[str, dict[str, Any]] = {
         vocab_size=49155, num_moe_experts=40, moe_router_topk=8, moe_ffn_hidden_size=512,
         moe_layer_freq=1, untie_embeddings_and_output_weights=False,
     ),
+    # Qwen1.5-MoE-A2.7B: Qwen2's q/k/v bias, 60 experts of 1,408 top-4 on every layer and one
+    # shared expert of 5,632 (modular_qwen2_moe.py)
+    "qwen1.5-moe-a2.7b": dict(
+        num_layers=24, hidden_size=2048, num_attention_heads=16, num_query_groups=None,
+        vocab_size=151936, num_moe_experts=60, moe_router_topk=4, moe_ffn_hidden_size=1408,
+        moe_shared_expert_intermediate_size=5632, moe_layer_freq=1, add_qkv_bias=True,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # DBRX: d_model / n_heads / n_layers; attn_config's kv_n_heads 8; ffn_config's 16 experts of
+    # 10,752 top-4 (a gated SiLU MLP) on every layer; LayerNorm
+    "dbrx-instruct": dict(
+        num_layers=40, hidden_size=6144, ffn_hidden_size=10752, num_attention_heads=48,
+        num_query_groups=8, kv_channels=128, vocab_size=100352, max_position_embeddings=32768,
+        num_moe_experts=16, moe_router_topk=4, moe_ffn_hidden_size=10752, moe_layer_freq=1,
+        gated_linear_unit=True, normalization="LayerNorm", add_bias_linear=False,
+        untie_embeddings_and_output_weights=True,
+    ),
     # MiniMax-M2: 256 experts of 1,536 top-8 on all 62 layers, no shared expert, q/k norms,
     # head_dim 128 (48 x 128 against hidden 3,072), 3 MTP modules (use_mtp)
     "minimax-m2.7": dict(
@@ -398,6 +418,12 @@ ROUGH_PARAMS = {
     "olmoe-1b-7b": (6.9e9, 1.3e9, 0.02),
     # HF card google/gemma-2-9b: 9.24B; the 2 x 42 x 3,584 extra norm weights are not counted
     "gemma-2-9b": (9.24e9, None, 0.001),
+    # Qwen's README: "14.3B parameters in total and 2.7B activated parameters during runtime"
+    # (embeddings counted); the Open LLM leaderboard's request file: "params": 14.316
+    "qwen1.5-moe-a2.7b": (14.316e9, 2.7e9, 0.02),
+    # databricks/dbrx MODEL_CARD_dbrx_instruct.md @0edd966: "132B total parameters of which 36B
+    # parameters are active on any input" (rounded: 1%, 2%)
+    "dbrx-instruct": (132e9, 36e9, 0.02),
 }
 
 
