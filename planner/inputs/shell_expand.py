@@ -301,13 +301,17 @@ def _arith(expr: str, run: Scope, whole: str) -> str:
         return v if isinstance(v, str) else m.group(0)
 
     text = re.sub(rf"\$\{{({_NAME})\}}|\$?({_NAME})", value, expr)
-    if not _ARITH.match(text) or not text.strip():
+    if not _ARITH.match(text) or not text.strip() or len(text) > MAX_ARITH_CHARS:
         return whole
     try:
         return str(_integer(ast.parse(text.strip(), mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return whole
+    except (SyntaxError, ValueError, ZeroDivisionError, MemoryError, RecursionError):
+        return whole  # MemoryError: Python's parser on thousands of nested signs or brackets
 
+
+MAX_ARITH_CHARS = 1000
+"""The longest arithmetic expression evaluated: a launch script's are a few dozen characters; a
+fuzzer's 10,000 unary minus signs made Python's parser raise MemoryError."""
 
 _BINARY = {
     ast.Pow: lambda a, b: _power(a, b),

@@ -90,9 +90,14 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
         raise InputError(f"{where}: not a TOML file: {e}") from None
     torchtitan_toml.check_fields(doc, where)
     compile_ = doc.get("compile")
-    if isinstance(compile_, dict) and "model" not in compile_.get("components", ["model"]):
-        compile_ = {**compile_, "enable": False}  # the loss alone compiled: the model runs eager
-        doc = {**doc, "compile": compile_}
+    if isinstance(compile_, dict):
+        parts = compile_.get("components", ["model", "loss"])
+        if not isinstance(parts, list) or not all(isinstance(x, str) for x in parts):
+            raise InputError(
+                f"{where}: compile.components: expected a list of names (got {spelled(parts)})"
+            )
+        if "model" not in parts:  # the loss alone compiled: the model runs eager
+            doc = {**doc, "compile": {**compile_, "enable": False}}
     return _document(doc, text, where, gpu, num_gpus)
 
 
@@ -200,7 +205,7 @@ def _document(
     mode = _get(doc, where, "activation_checkpoint", "mode", str, "selective")
     option = _get(doc, where, "activation_checkpoint", "selective_ac_option", str, "2")
     if mode == "selective" and option != "op":
-        if not option.isdigit() or int(option) < 1:
+        if not re.fullmatch(r"[0-9]{1,9}", option) or int(option) < 1:  # ASCII digits only
             raise InputError(
                 f"{where}: activation_checkpoint.selective_ac_option: expected 'op' or a "
                 f"positive integer (got {spelled(option)})"

@@ -301,3 +301,14 @@ def test_nested_loops_stay_bounded() -> None:
     _, env = script(text)
     assert env["N"] == "x"
     assert shell_run.MAX_LOOP_PASSES < 1024**2
+
+
+def test_an_arithmetic_past_the_parser_is_not_known() -> None:
+    """10,000 unary minus signs made Python's parser raise MemoryError (an internal error, a
+    fuzzer's): past MAX_ARITH_CHARS an expression is not known, and named where it is used."""
+    expr = "$((" + "-" * 10_000 + "2))"
+    _, env = script(f"TP={expr}\n")
+    assert env["TP"] == expr
+    text = f"torchrun pretrain_gpt.py --num-layers 2 {TAIL} --tensor-model-parallel-size $TP"
+    with pytest.raises(InputError, match="--tensor-model-parallel-size"):
+        megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000)

@@ -32,7 +32,7 @@ tensor_parallel_degree = {tp}
 {parallelism}
 [activation_checkpoint]
 mode = "selective"
-selective_ac_option = "op"
+selective_ac_option = {ac}
 [compile]
 enable = true
 {compile}
@@ -46,6 +46,7 @@ def read(tmp_path: Path, tp: int = 1, **tables: str) -> Plan:
         training=tables.get("training", ""),
         parallelism=tables.get("parallelism", ""),
         compile=tables.get("compile", ""),
+        ac=tables.get("ac", '"op"'),
     )
     path = tmp_path / "job.toml"
     path.write_text(text + tables.get("extra", ""))
@@ -67,6 +68,10 @@ def read(tmp_path: Path, tp: int = 1, **tables: str) -> Plan:
         ({"training": 'dtype = "bfloat16"'}, 'training.dtype: "bfloat16": planner models'),
         ({"parallelism": "pipeline_parallel_layers_per_stage = 4"}, "(unset)"),
         ({"model": 'converters = ["quantize.linear.mx"]'}, "float8 linear converter"),
+        # a fuzzer's internal errors: components not a list ('in' on an int), a superscript
+        # digit that str.isdigit takes and int() does not
+        ({"compile": "components = 3"}, "compile.components: expected a list of names"),
+        ({"ac": '"²"'}, "selective_ac_option: expected 'op' or a positive integer"),
     ],
 )
 def test_what_torchtitan_refuses_or_planner_does_not_model_exits_2(
