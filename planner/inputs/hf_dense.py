@@ -114,7 +114,8 @@ def smollm3(r: Reader) -> Fields:
     its layers without RoPE (no_rope_layers) have the same weights and are timed with it; the
     sliding window where use_sliding_window is true (every layer, as Mistral)."""
     f = {**llama(r), **tied(r, True)}
-    if 0 in (r.cfg.get("no_rope_layers") or []):
+    no_rope = r.cfg.get("no_rope_layers")  # a note only: read where it is the 0/1 list
+    if isinstance(no_rope, list) and 0 in no_rope:
         r.notes.append("layers without RoPE (no_rope_layers) timed with it")
     if not r.flag("use_sliding_window", False):
         return f

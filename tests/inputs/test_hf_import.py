@@ -822,6 +822,8 @@ def test_smollm3_window_only_where_used_and_seed_oss_out_bias() -> None:
     on = arch_from_hf({**smol, "sliding_window": 4096, "use_sliding_window": True}, "x.json")
     assert on.window_size == 4095
     assert "no_rope_layers" in arch_from_hf(smol, "x.json").source
+    # a fuzzer's string there was an internal error ('in <string>' with an int): it is a note
+    assert arch_from_hf({**smol, "no_rope_layers": "full_attention"}, "x.json").num_layers == 36
     seed = arch_from_hf({**fixture("seed-oss-36b"), "attention_out_bias": True}, "x.json")
     assert (seed.add_bias_linear, seed.add_qkv_bias) == (True, False)
 
