@@ -228,7 +228,10 @@ def _vocabulary(
             else f"{recipe.config}.vocab_size"
         )
         unused = f" (--vocab-size {vocab_size} not used)" if vocab_size else ""
-        notes.append(f"vocabulary: {model['vocab_size']:,}, {why}, unpadded{unused}")
+        size = model["vocab_size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise line.fail("model.config.vocab_size", "expected a positive integer")
+        notes.append(f"vocabulary: {size:,}, {why}, unpadded{unused}")
         return
     tokenizer = line.get("data.tokenizer")
     if vocab_size is not None:
@@ -248,6 +251,10 @@ def _vocabulary(
     )
 
 
+DEGREES = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size"})
+"""The [parallel] fields `_parallel` reads as numbers (the others the plan's checks type)."""
+
+
 def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
     out: dict[str, Any] = {
         "tp": recipe.tp,
@@ -260,6 +267,9 @@ def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
     for key, name in PARALLEL.items():
         if key in line.values:
             value = line.get(key)
+            number = isinstance(value, int) and not isinstance(value, bool)
+            if name in DEGREES and value is not None and not number:  # compared below
+                raise line.fail(key, "expected an integer")
             if name == "vpp":
                 vpp = value
             elif value is not None:
@@ -303,6 +313,8 @@ def _training(
     # (megatron_strategy.py `update_config_with_dtype_overrides`, NeMo 8cfedd72): the plugin's
     # grad_reduce_in_fp32 (True by default, plugins/mixed_precision.py) is what runs
     value = line.get("trainer.plugins.grad_reduce_in_fp32")
+    if value is not None and not isinstance(value, bool):
+        raise line.fail("trainer.plugins.grad_reduce_in_fp32", "expected True or False")
     if value is not None:
         out["main_grad_dtype"] = "fp32" if value else "bf16"
     if line.get("trainer.strategy.ddp.grad_reduce_in_fp32") is not None:

@@ -8,6 +8,7 @@ convention (_run_training.sh), and hand arithmetic for the Gemma 2 2B parameter 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -454,3 +455,21 @@ def test_what_nemo_itself_does_with_the_line() -> None:
     ddp = read(HEAD + "trainer.strategy.ddp.grad_reduce_in_fp32=False")
     assert "main_grad_dtype" not in ddp.doc["training"]
     assert any("writes the precision plugin's value over it" in n for n in ddp.notes)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        # a fuzzer's internal errors: a degree compared as text ('>' of str and int), a vocabulary
+        # formatted with ',' before its check
+        ("--factory llama31_70b trainer.strategy.tensor_model_parallel_size=x",
+         "trainer.strategy.tensor_model_parallel_size='x': expected an integer"),
+        ("--factory llama3_8b model.config.vocab_size=abc",
+         "model.config.vocab_size='abc': expected a positive integer"),
+        ("--factory llama3_8b trainer.plugins.grad_reduce_in_fp32=maybe",
+         "trainer.plugins.grad_reduce_in_fp32='maybe': expected True or False"),
+    ],
+)  # fmt: skip
+def test_values_of_the_wrong_kind_are_named(overrides: str, needle: str) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)):
+        read(f"nemo llm pretrain -y {overrides}", 64)
