@@ -4,7 +4,8 @@ FP8 parameter gathering over the plan's (training/mixed_precision.py at NVIDIA-N
 Megatron-Bridge 067f987d: `update_config_with_precision_overrides`, applied in
 ConfigContainer.runtime_config_update). An override cannot set a field of a preset named by
 string (`mixed_precision.fp8_param_gather=...` after `mixed_precision=<preset>` fails), so where
-they differ the file says so, with the peak the run then has (`notes`)."""
+they differ the file says so, with the peak the run then has, and where to set them: on the
+MixedPrecisionConfig a recipe script builds, as Bridge's performance recipes do (`notes`)."""
 
 from __future__ import annotations
 
@@ -73,19 +74,21 @@ def notes(plan: Plan) -> list[str]:
         )
     if job.precision == "fp4" and not (job.fp4_param_gather and lay.zero_stage):
         out.append(
-            "fp4_param_gather: set the preset's mixed_precision.fp4_param_gather=false (the plan "
-            "keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 parameters)"
+            "fp4_param_gather: set fp4_param_gather=False on the recipe's MixedPrecisionConfig "
+            "(the plan keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 "
+            "parameters)"
         )
     if job.bf16_layers_at_start or job.bf16_layers_at_end:
         out.append(
-            "bf16 layers: set mixed_precision.first_last_layers_bf16=true, "
+            "bf16 layers: set first_last_layers_bf16=True, "
             f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
-            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end}"
+            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end} on the recipe's "
+            "MixedPrecisionConfig"
         )
     if job.fp8_attention:
         out.append(
-            "fp8_attention: set the preset's mixed_precision.fp8_dot_product_attention=true (the "
-            "plan runs the fused attention in FP8)"
+            "fp8_attention: set fp8_dot_product_attention=True on the recipe's "
+            "MixedPrecisionConfig (the plan runs the fused attention in FP8)"
         )
     return out
 

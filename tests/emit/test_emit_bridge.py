@@ -143,7 +143,8 @@ def test_settings_without_a_megatron_switch_are_noted() -> None:
 
 def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     # Bridge's bf16_with_nvfp4_mixed (mixed_precision.py @067f987d) gathers NVFP4 parameters and
-    # keeps no layer in bf16: a plan that differs says how to set the preset's fields
+    # keeps no layer in bf16: a plan that differs says which fields to set on the recipe's
+    # MixedPrecisionConfig (a Hydra override of a preset named by string fails)
     def doc(**training: object) -> tuple[dict[str, Any], str]:
         plan = make_plan("llama3.1-8b", 8, {"tp": 1}, "b200-sxm-180gb", **training)
         text = render(plan, "megatron-bridge")[1]
@@ -153,12 +154,12 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     _accepted(same)
     assert same["mixed_precision"] == "bf16_with_nvfp4_mixed" and "fp4_param_gather" not in text
     _, text = doc(precision="fp4", fp4_param_gather=False, bf16_layers_at_end=4)
-    assert "mixed_precision.fp4_param_gather=false" in text
+    assert "set fp4_param_gather=False on the recipe's MixedPrecisionConfig" in text
     assert "num_layers_at_end_in_bf16=4" in text
     # FP8 attention: Bridge's MixedPrecisionConfig.fp8_dot_product_attention (off in the preset)
     assert "fp8_dot_product_attention" not in text
     _, text = doc(precision="fp4", fp8_attention=True)
-    assert "mixed_precision.fp8_dot_product_attention=true" in text
+    assert "set fp8_dot_product_attention=True on the recipe's MixedPrecisionConfig" in text
     # the MXFP8 LM head: TransformerConfig.fp8_output_proj, which Bridge's recipes set on the model
     mx, _ = doc(precision="fp8", fp8_recipe="mxfp8", fp8_output_proj=True)
     _accepted(mx)
