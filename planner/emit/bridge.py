@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.emit import bridge_precision
+from planner.emit import bridge_precision, bridge_split
 from planner.emit.common import (
     SCHEDULE,
     comment_block,
@@ -34,57 +34,10 @@ from planner.emit.common import (
 )
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import unflagged
-from planner.emit.megatron_model import refuse_alibi, stage_ranges
-from planner.inputs import pipeline_layout
+from planner.emit.megatron_model import refuse_alibi
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Job, Plan
-
-
-def _split(plan: Plan) -> dict[str, Any]:
-    lay = plan.require_layout()
-    if plan.job.arch.is_hybrid and lay.pp > 1:
-        return _hybrid_split(plan)
-    plain = not (
-        lay.pipeline_layers
-        or lay.pipeline_layout
-        or lay.account_for_embedding_in_pipeline_split
-        or lay.account_for_loss_in_pipeline_split
-    )
-    if lay.pp == 1 or plain:
-        return {
-            "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
-            "pipeline_model_parallel_layout": None,
-        }
-    stages = lay.stages(plan.job.arch.num_layers, plan.job.arch.mtp_num_layers)
-    return {  # vpp beside the layout, as Megatron-Core accepts it (transformer_config.py
-        # checks it against the layout): Bridge's EP-overlap setup asserts vpp set before
-        # Megatron-Core derives it from the layout (comm_overlap.py), and null would clear a
-        # recipe's own
-        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
-        "pipeline_model_parallel_layout": pipeline_layout.compact(stages),
-    }
-
-
-def _hybrid_split(plan: Plan) -> dict[str, Any]:
-    """A hybrid Mamba stack's pipeline split: Megatron-Bridge's HybridModelProvider refuses
-    virtual pipeline stages (hybrid_provider.py `provide` asserts it at 067f987d), and without
-    '|' in its pattern Megatron-Core splits the layers evenly over the pipeline ranks
-    (hybrid_layer_allocation.py `select_pipeline_segment`); a pattern with '|' is a
-    HybridModelProvider field outside the GPTModelProvider schema this writer keeps to. So an
-    even split without virtual stages is written as pp alone, and any other is refused."""
-    lay = plan.require_layout()
-    counts = {len(layers) for layers in stage_ranges(plan)}
-    if lay.vpp > 1 or len(counts) > 1:
-        got = _split_words(lay.pp, lay.vpp, counts)
-        raise InputError(
-            f"{plan.path}: parallel: Megatron-Bridge runs a hybrid Mamba stack on an even "
-            f"pipeline split without virtual stages only (got {got}); launch it with --target "
-            "megatron-args, whose --hybrid-layer-pattern carries any split as '|' segments, or "
-            "search a layout Megatron-Bridge runs with `planner suggest --vpp 1 --no-uneven`"
-        )
-    return {"virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None}
-
 
 GRACE_BLACKWELL = ("gb200", "gb300")
 """Catalog-name prefixes of the parts Megatron-Bridge refuses DeepEP on: its
@@ -103,15 +56,6 @@ def _bridge_flex(plan: Plan) -> None:
             f"Ampere, Hopper, B200 and B300 only (got {gpu}; its config validation raises): set "
             '"hybridep", or launch with --target megatron-args'
         )
-
-
-def _split_words(pp: int, vpp: int, counts: set[int]) -> str:
-    """A refused hybrid split in words: "4 ranks x 11 virtual stages of 2 layers", "2 ranks of
-    24 and 28 layers"."""
-    sizes = [str(n) for n in sorted(counts)]
-    if vpp > 1:
-        return f"{pp} ranks x {vpp} virtual stages of {' or '.join(sizes)} layers"
-    return f"{pp} ranks of {' and '.join(sizes)} layers"
 
 
 def _recompute(plan: Plan) -> dict[str, Any]:
@@ -194,7 +138,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "expert_tensor_parallel_size": lay.expert_tp if job.arch.is_moe else None,
         "sequence_parallel": lay.sequence_parallel,
         "seq_length": job.seq_length,
-        **_split(plan),
+        **bridge_split.split(plan),
         **_recompute(plan),
         "cpu_offloading": lay.cpu_offloading_num_layers > 0,
         "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
@@ -222,6 +166,13 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["cross_entropy_loss_fusion"] = job.megatron_loss != "unfused"
         if job.megatron_loss != "unfused":
             model["cross_entropy_fusion_impl"] = job.megatron_loss
+    if job.moe_grouped_tensor:
+        raise InputError(
+            f"{plan.path}: training.moe_grouped_tensor: the Megatron-Core Megatron-Bridge pins "
+            "(2a75ac12) has no moe_use_grouped_tensor (it takes a HybridEP rank capacity factor "
+            "with the fused grouped MLP only); set moe_fused_grouped_mlp instead, or launch with "
+            "--target megatron-args"
+        )
     if job.moe_fused_grouped_mlp:  # as Bridge's perf overrides set it (cutedsl_fused_grouped_mlp)
         model["use_transformer_engine_op_fuser"] = True
         if job.arch.gated_linear_unit:

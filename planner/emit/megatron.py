@@ -233,6 +233,8 @@ def training_args(plan: Plan) -> list[Arg]:
         # Engine's (Megatron-Bridge's performance recipes' choice); without the flag Megatron
         # runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
+    if job.moe_grouped_tensor:  # not modelled; HybridEP's rank capacity factor takes it
+        a.append(("--moe-use-grouped-tensor",))
     if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)
         a.append(("--use-transformer-engine-op-fuser",))
         if job.arch.gated_linear_unit:

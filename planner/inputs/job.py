@@ -125,6 +125,10 @@ class Job:
     moe_fused_grouped_mlp: bool = False
     """MoE: the experts run as Transformer Engine's fused grouped MLP (Megatron
     --use-transformer-engine-op-fuser; `grouped_mlp_fused` says where its kernel runs)."""
+    moe_grouped_tensor: bool = False
+    """MoE: the experts' weights as Transformer Engine's grouped tensor (Megatron
+    --moe-use-grouped-tensor): not modelled; what lets a rank capacity factor run on HybridEP
+    without the fused grouped MLP (`planner.search.rules.flex_settings`)."""
     gemm_sm_margin: int = 0
     """NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves free for the
     whole step (`planner.model.layer_time`)."""

@@ -104,6 +104,7 @@ READ = frozenset(
         "--moe-router-force-load-balancing",
         # the experts' fused grouped MLP (megatron_training._fused_grouped_mlp)
         "--use-transformer-engine-op-fuser",
+        "--moe-use-grouped-tensor",
         "--moe-grouped-gemm",
         "--moe-mlp-glu-interleave-size",
         "--use-checkpoint-args",

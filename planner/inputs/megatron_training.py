@@ -118,6 +118,8 @@ def _fused_grouped_mlp(line: Line, training: dict[str, Any], notes: list[str]) -
         training["moe_fused_grouped_mlp"] = True
     if note:
         notes.append(note)
+    if line.has("--moe-use-grouped-tensor"):
+        training["moe_grouped_tensor"] = True
 
 
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")

@@ -79,6 +79,7 @@ TRAINING_AS_IS = (
     "fp8_attention",
     "fp8_output_proj",
     "moe_fused_grouped_mlp",
+    "moe_grouped_tensor",
     "optimizer",
     "muon_whole_params",
     "muon_ns_steps",

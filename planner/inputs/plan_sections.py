@@ -279,6 +279,12 @@ class TrainingSection(BaseModel):
         "model.use_transformer_engine_op_fuser); its fused kernel runs on Blackwell with "
         "fp8_recipe mxfp8 or precision fp4 (launch exports NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)",
     )
+    moe_grouped_tensor: Flag = Field(
+        default=False,
+        description="MoE: the experts' weights as Transformer Engine's grouped tensor (Megatron "
+        "--moe-use-grouped-tensor; not modelled: it lets moe_expert_rank_capacity_factor run on "
+        "HybridEP without moe_fused_grouped_mlp)",
+    )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "

@@ -26,6 +26,7 @@ from planner.cli import explain_notes
 from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
+from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan, reframe
 from planner.model import memory, moe_activations, routing_load, stage_activations
 from planner.search.rules import violations
@@ -189,3 +190,25 @@ def test_explain_says_which_load_memory_holds() -> None:
     # without a budget: the dropless bound alone, no budget said
     bare = explain_notes.routing_text(replace(job, moe_expert_rank_capacity_factor=None), lay)
     assert bare is not None and "budget" not in bare
+
+
+def test_hybridep_budgets_need_the_grouped_experts() -> None:
+    """Megatron-Core's TransformerConfig (d98e8a64, __post_init__) raises for a rank capacity
+    factor on HybridEP unless the experts run as Transformer Engine's fused grouped MLP
+    (--use-transformer-engine-op-fuser) or hold their weights as its grouped tensor
+    (--moe-use-grouped-tensor): planner refused neither. The flag is read, written back and
+    emitted; Megatron-Bridge's Megatron-Core (2a75ac12) has no grouped tensor: that target
+    refuses it by name."""
+    plan = _plan("--moe-expert-rank-capacity-factor 1.5")
+    job, lay = plan.job, plan.require_layout()
+    budget = "training.moe_expert_rank_capacity_factor"
+    bare = replace(job, moe_fused_grouped_mlp=False, moe_grouped_tensor=False)
+    assert budget in [v.field for v in violations(bare, lay)]
+    assert violations(replace(bare, moe_fused_grouped_mlp=True), lay) == []
+    grouped = _plan("--moe-expert-rank-capacity-factor 1.5 --moe-use-grouped-tensor")
+    assert grouped.job.moe_grouped_tensor
+    gj = replace(grouped.job, moe_fused_grouped_mlp=False)
+    assert violations(gj, lay) == []
+    assert "--moe-use-grouped-tensor" in megatron.arguments(replace(grouped, job=gj)).flat()
+    with pytest.raises(InputError, match=r"training\.moe_grouped_tensor"):
+        render(replace(grouped, job=gj), "megatron-bridge")

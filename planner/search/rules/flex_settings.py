@@ -48,6 +48,15 @@ def rank_budget(job: Job, lay: Layout) -> Violation | None:
             f'"hybridep" (got "{lay.moe_flex_dispatcher_backend}"; Megatron also takes its '
             "ncclep backend, which planner does not model)",
         )  # fmt: skip
+    grouped = job.moe_fused_grouped_mlp or job.moe_grouped_tensor
+    if c is not None and job.arch.is_moe and not grouped:
+        return Violation(  # Megatron-Core's TransformerConfig raises (d98e8a64, ~line 1876)
+            "rank_budget", "training.moe_expert_rank_capacity_factor",
+            f"moe_expert_rank_capacity_factor ({c:g}) on HybridEP needs the experts as Transformer "
+            "Engine's fused grouped MLP (training.moe_fused_grouped_mlp, Megatron "
+            "--use-transformer-engine-op-fuser) or their grouped tensor "
+            "(training.moe_grouped_tensor, --moe-use-grouped-tensor)",
+        )  # fmt: skip
     if not job.moe_paged_stash:
         return None
     field = "training.moe_paged_stash"
