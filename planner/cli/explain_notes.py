@@ -383,6 +383,6 @@ def folded_moe_text(job: Job, layout: Layout) -> str | None:
         f"optimistic: MoE with tp {layout.tp} attention over ep {layout.ep} experts at expert tp "
         f"1; Megatron runs of this kind (DeepSeek-V3, gpt-oss, H100 to GB300) measured a median "
         f"{FOLDED_MOE_GAP:.0%} longer steps than this model predicts (MoE runs at tp 1, or with "
-        "the experts split as the attention, matched it within a median 6%), so read the step "
+        "the experts split as the attention, matched it within a median 5%), so read the step "
         "time as a lower bound and weigh a tp 1 layout against it"
     )

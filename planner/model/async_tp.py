@@ -79,7 +79,7 @@ def layer_traffic(
     `act_bytes` the layer input: per block one all-gather and one reduce-scatter of S per forward
     pass (n_fwd) and per backward, each under the block's column- (`columns`) or row-parallel
     (`rows`) GEMM as the module docstring pairs them."""
-    half = comms.reduce_scatter(act_bytes, comms.place(cluster, 1, tp))
+    half = comms.reduce_scatter(act_bytes, comms.place(cluster, 1, tp), nccl=False)
     exposed = total = 0.0
     for col, row in zip(columns, rows, strict=True):
         pairs = [(col, n_fwd), (row, n_fwd), (row, 1), (col, 1)]  # AG, RS fwd; AG, RS bwd

@@ -102,8 +102,8 @@ def layer_traffic(
     slot sets it; `held`, what they take from their GEMMs' SMs."""
     grp = comms.place(cluster, 1, tp)
     sms = comms.gpu_sms(cluster)
-    rs = comms.reduce_scatter(act_bytes, grp)
-    ag = comms.all_gather(act_bytes / 2, grp) if fp8 else rs
+    rs = comms.reduce_scatter(act_bytes, grp, nccl=False)  # userbuffers' own exchange
+    ag = comms.all_gather(act_bytes / 2, grp, nccl=False) if fp8 else rs
     exposed = total = held = 0.0
     for i, (col, row) in enumerate(zip(*windows, strict=True)):
         col_f, row_f, row_d, col_d, col_w = block_slots(i)

@@ -41,7 +41,8 @@ def test_hidden_share_by_hand() -> None:
 def test_layer_traffic_by_hand(tmp_path: Path) -> None:
     job, _ = _plan(tmp_path, "[torchtitan]\ncompile = true\nasync_tp = true\n")
     size = 8192 * 4096 * BF16
-    half = comms.reduce_scatter(size, comms.place(job.cluster, 1, 8))
+    # async TP's symmetric-memory exchange, not NCCL's call: the link's point-to-point rate
+    half = comms.reduce_scatter(size, comms.place(job.cluster, 1, 8), nccl=False)
     # long GEMMs: each of the 2 blocks' 4 collectives (AG, RS forward; AG, RS backward) shows
     # one chunk, half / 8; a second forward pass (full recompute) adds the 2 forward ones again
     exposed, hidden = async_tp.layer_traffic(job.cluster, 8, size, 1, (1.0, 1.0), (1.0, 1.0))
@@ -69,7 +70,8 @@ def test_async_tp_hides_the_forward_collectives(tmp_path: Path) -> None:
     times = _gemm_times(job, shapes)
     cols = column_parallel_windows(arch, shapes, times, False)
     rows = async_tp.row_parallel_windows(arch, times, False)
-    half = comms.reduce_scatter(t * arch.hidden_size * BF16, comms.place(job.cluster, 1, 8))
+    act = t * arch.hidden_size * BF16
+    half = comms.reduce_scatter(act, comms.place(job.cluster, 1, 8), nccl=False)
     shown = sum(async_tp.hidden_share(half, w, 8) for w in (*cols, *rows)) * 2
     share = comms.sm_share(job.cluster)
     assert fast.tp == pytest.approx(shown + share * (8 * half - shown))

@@ -73,7 +73,8 @@ def test_a_negative_margin_is_bad_input(tmp_path: Path) -> None:
 def test_hidden_collectives_take_only_the_sms_beyond_the_margin(tmp_path: Path) -> None:
     """A collective hidden under compute holds COMM_KERNEL_SMS = 20 SMs; with 16 left free by
     every GEMM it takes 20 - 16 = 4 of GB200's 148 from them, with 24 free none. The layer's TP
-    charge (exposed + share x hidden) falls by (20 - 4) / 148 of its hidden TP seconds."""
+    charge is exposed + share x hidden: 20 / 148 of the hidden seconds without the margin, 4 / 148
+    with it (the margin's slower GEMMs also hide more: each layout's own hidden seconds)."""
     plan = _plan(tmp_path, "gemm_sm_margin = 16\n")
     job, lay = plan.job, plan.require_layout()
     assert comms.sm_share(job.cluster) == pytest.approx(20 / 148)
@@ -83,4 +84,6 @@ def test_hidden_collectives_take_only_the_sms_beyond_the_margin(tmp_path: Path) 
     gpu = gpu_of(job)
     a, b = layer_time(plain, lay, gpu, False), layer_time(job, lay, gpu, False)
     assert a.tp_hidden > 0.0
-    assert a.tp - b.tp == pytest.approx((20 - 4) / 148 * a.tp_hidden, rel=1e-9)
+    for layer, held in ((a, 20 / 148), (b, 4 / 148)):
+        exposed = layer.tp_traffic - layer.tp_hidden
+        assert layer.tp == pytest.approx(exposed + held * layer.tp_hidden, rel=1e-9)

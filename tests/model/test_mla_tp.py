@@ -57,8 +57,10 @@ def test_a_narrow_gather_by_hand() -> None:
     wide = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
     narrow = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)
     ar = comms.all_reduce(64e6, grp)
-    assert wide == pytest.approx((ar + 3 * half, 0.0))
-    assert narrow == pytest.approx((ar - half + quarter + half + 2 * quarter, 0.0))
+    # forward: the input's gather and the output's reduce-scatter; backward: the output
+    # gradient's gather, the input gradient's reduce-scatter and the input's re-gather
+    assert wide == pytest.approx((2 * half + 3 * half, 0.0))
+    assert narrow == pytest.approx((quarter + half + half + 2 * quarter, 0.0))
     # without sequence parallelism the backward all-reduce is of the narrow input's gradient
     args["sequence_parallel"] = False
     got = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)

@@ -42,7 +42,8 @@ def test_layer_traffic_by_hand(tmp_path: Path) -> None:
     job, _ = _plan(tmp_path, "tp_comm_overlap = true\n")
     size = 8192 * 4096 * BF16
     grp = comms.place(job.cluster, 1, 8)
-    rs = comms.reduce_scatter(size, grp)
+    # userbuffers' own exchange, not NCCL's call: the link's point-to-point rate
+    rs = comms.reduce_scatter(size, grp, nccl=False)
     # long GEMMs (1 s each): per block the forward all-gather shows one of 8 chunks, the forward
     # reduce-scatter one of 4, the backward output-gradient gather one of 8, the two bulk
     # collectives nothing: 2 blocks x (1/8 + 1/4 + 1/8) x rs
@@ -57,7 +58,7 @@ def test_layer_traffic_by_hand(tmp_path: Path) -> None:
     exposed, _, _ = _traffic(job, 1, (1.0, 0.0, 1.0, 0.0))
     assert exposed == pytest.approx(rs / 8 + rs / 4 + rs / 8 + 5 * rs)
     # FP8: the three all-gathers move half the bytes (comms.all_gather of S / 2)
-    ag8 = comms.all_gather(size / 2, grp)
+    ag8 = comms.all_gather(size / 2, grp, nccl=False)
     exposed8, hidden8, _ = _traffic(job, 1, (1.0, 1.0, 1.0, 1.0), fp8=True)
     assert exposed8 == pytest.approx(2 * (ag8 / 8 + rs / 4 + ag8 / 8))
     assert exposed8 + hidden8 == pytest.approx(2 * (3 * ag8 + 2 * rs))
@@ -120,7 +121,7 @@ def test_a_tuned_configuration_by_hand(tmp_path: Path) -> None:
     assert slots["qkv_dgrad"] == UbSlot("bulk", 4, False)
     assert slots["fc2_fprop"] == UbSlot("pipeline", 16, True)
     size = 8192 * 4096 * BF16
-    rs = comms.reduce_scatter(size, comms.place(job.cluster, 1, 8))
+    rs = comms.reduce_scatter(size, comms.place(job.cluster, 1, 8), nccl=False)
     tuned = tp_overlap.layer_traffic(
         job.cluster, 8, size, 1, ((1.0, 1.0), (1.0, 1.0)), False, slots
     )

@@ -101,7 +101,7 @@ def _job(*args: object) -> Job:
 
 JOBS = {
     "default": (),
-    "8b-32k": ("llama3.1-8b", "h100-sxm-80gb", 8, None, 32768, 64),
+    "8b-32k": ("llama3.1-8b", "h100-sxm-80gb", 16, None, 32768, 64),
     "8b-64": ("llama3.1-8b", "h100-sxm-80gb", 64),
 }
 
