@@ -12,8 +12,8 @@ ranks in one node) at 1 MiB and at 4-512 MiB (median and worst), and the same wi
 shares switched off (the model before them: every collective at SCALEUP_BUS_EFFICIENCY of the
 line rate plus the catalog's per-step latency).
 
-`--fit` refits comms.NCCL_NVLINK_SHARE and NCCL_CALL_S (ring and all-reduce; the all-to-all's
-fit is printed, not used) and prints them to paste: on each system's
+`--fit` refits planner/model/nccl_shares.py's NCCL_NVLINK_SHARE and NCCL_CALL_S (ring and
+all-reduce; the all-to-all's fit is printed, not used) and prints them to paste: on each system's
 newest NCCL (A100 2.27.3, the others 2.29.2), each collective and group size is fitted over the
 sizes of 4 MiB and more (TP, CP, EP and DP messages of training; below, NCCL's low-latency
 protocols take over and the affine form over-states the time) as
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner.inputs import catalog
 from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.plan_resolve import resolve_cluster
-from planner.model import comms
+from planner.model import comms, nccl_shares
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl_nvlink" / "nccl_tests.csv"
 NEWEST = {"a100-sxm-80gb": "2.27.3"}
@@ -58,7 +58,7 @@ OPS: dict[str, tuple[str, Callable[[int], float]]] = {
     "alltoall": ("all_to_all", lambda n: (n - 1) / n),
 }
 """nccl-tests' operation -> (collective class, the bytes each GPU sends over S). The all-to-all is
-fitted and printed but not in comms' tables (comms.NCCL_NVLINK_SHARE says why)."""
+fitted and printed but not in comms' tables (nccl_shares.NCCL_NVLINK_SHARE says why)."""
 MODEL: dict[str, Callable[[float, comms.Group], float]] = {
     "all_gather": comms.all_gather,
     "reduce_scatter": comms.reduce_scatter,
@@ -97,7 +97,7 @@ def affine(points: list[tuple[float, float]], op: str, n: int, line: float) -> t
 
 
 def family(gpu: str) -> str:
-    family = comms.nvlink_family(resolve_cluster(ClusterSection(gpu=gpu, num_gpus=8), None))
+    family = nccl_shares.family(resolve_cluster(ClusterSection(gpu=gpu, num_gpus=8), None))
     assert family is not None, gpu
     return family
 
@@ -107,10 +107,17 @@ def steps(cls: str, n: int) -> int:
     return 2 * (n - 1) if cls == "all_reduce" else n - 1
 
 
-def fit(rows: dict[Key, list[tuple[float, float]]]) -> None:
+FAMILIES = ("blackwell", "hopper", "ampere")
+CLASSES = ("ring", "all_reduce", "all_to_all")
+
+
+def derive(
+    rows: dict[Key, list[tuple[float, float]]], verbose: bool = False
+) -> tuple[dict[tuple[str, str, int], float], dict[str, float]]:
+    """The fit's results: eta's median per (family, class, ranks) and the call cost's median per
+    class (seconds), on each GPU's newest NCCL; `verbose` prints each series' fit."""
     etas: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     calls: dict[str, list[float]] = defaultdict(list)
-    print("per system (newest NCCL), sizes >= 4 MiB: eta / a (us)")
     for (gpu, version, op, n), points in sorted(rows.items()):
         if version != NEWEST.get(gpu, "2.29.2"):
             continue
@@ -119,37 +126,50 @@ def fit(rows: dict[Key, list[tuple[float, float]]]) -> None:
         alpha = catalog.get_gpu(gpu).tiers[0].latency_us * 1e-6
         etas[(family(gpu), cls, n)].append(eta)
         calls[cls].append(a - steps(cls, n) * alpha)
-        print(f"  {gpu:16s} {op:15s} {n}  eta {eta:.3f}  a {a * 1e6:5.1f}")
+        if verbose:
+            print(f"  {gpu:16s} {op:15s} {n}  eta {eta:.3f}  a {a * 1e6:5.1f}")
+    return (
+        {key: statistics.median(v) for key, v in etas.items()},
+        {cls: statistics.median(v) for cls, v in calls.items()},
+    )
+
+
+def fit(rows: dict[Key, list[tuple[float, float]]]) -> None:
+    print("per system (newest NCCL), sizes >= 4 MiB: eta / a (us)")
+    etas, calls = derive(rows, verbose=True)
     print(
         "\nNCCL_NVLINK_SHARE (eta median / SCALEUP_BUS_EFFICIENCY "
         f"{comms.SCALEUP_BUS_EFFICIENCY}), ranks 2, 4, 8:"
     )
-    for fam in ("blackwell", "hopper", "ampere"):
-        for cls in ("ring", "all_reduce", "all_to_all"):
-            med = [statistics.median(etas[(fam, cls, n)]) for n in (2, 4, 8)]
+    for fam in FAMILIES:
+        for cls in CLASSES:
+            med = ", ".join(f"{etas[(fam, cls, n)]:.3f}" for n in nccl_shares.NCCL_NVLINK_RANKS)
             if cls == "all_to_all":
-                print(f"  {fam:9s} {cls:10s} (not used)  eta {', '.join(f'{m:.3f}' for m in med)}")
+                print(f"  {fam:9s} {cls:10s} (not used)  eta {med}")
                 continue
-            shares = ", ".join(f"{m / comms.SCALEUP_BUS_EFFICIENCY:.3f}" for m in med)
-            print(f"  {fam:9s} {cls:10s} ({shares})   eta {', '.join(f'{m:.3f}' for m in med)}")
+            shares = ", ".join(
+                f"{etas[(fam, cls, n)] / comms.SCALEUP_BUS_EFFICIENCY:.3f}"
+                for n in nccl_shares.NCCL_NVLINK_RANKS
+            )
+            print(f"  {fam:9s} {cls:10s} ({shares})   eta {med}")
     print("\nNCCL_CALL_S (median of a - steps x catalog latency):")
-    for cls in ("ring", "all_reduce", "all_to_all"):
+    for cls in CLASSES:
         unused = " (not used)" if cls == "all_to_all" else ""
-        print(f"  {cls:10s} {statistics.median(calls[cls]) * 1e6:.1f} us{unused}")
+        print(f"  {cls:10s} {calls[cls] * 1e6:.1f} us{unused}")
 
 
 @contextmanager
 def without_shares() -> Iterator[None]:
     """comms as it was before NCCL's measured shares: every share 1, no call cost."""
-    shares, call = comms.NCCL_NVLINK_SHARE, comms.NCCL_CALL_S
-    comms.NCCL_NVLINK_SHARE = {
+    shares, call = nccl_shares.NCCL_NVLINK_SHARE, nccl_shares.NCCL_CALL_S
+    nccl_shares.NCCL_NVLINK_SHARE = {
         fam: {cls: (1.0, 1.0, 1.0) for cls in table} for fam, table in shares.items()
     }
-    comms.NCCL_CALL_S = dict.fromkeys(call, 0.0)
+    nccl_shares.NCCL_CALL_S = dict.fromkeys(call, 0.0)
     try:
         yield
     finally:
-        comms.NCCL_NVLINK_SHARE, comms.NCCL_CALL_S = shares, call
+        nccl_shares.NCCL_NVLINK_SHARE, nccl_shares.NCCL_CALL_S = shares, call
 
 
 def ratios(gpu: str, op: str, n: int, points: list[tuple[float, float]]) -> list[float]:

@@ -98,7 +98,7 @@ MIMO_HETERO_FLAGS = (
     "--encoder-tp",
     "--encoder-dp",
 )
-"""The heterogeneous grids of examples/mimo/pretrain_mimo.py (examples/mimo/training/args.py,
+"""The heterogeneous grids of examples/mimo/pretrain_mimo.py (the argument parser beside it,
 Megatron-LM d98e8a64): the language model and the encoder each on ranks of their own."""
 
 MIMO_TOTAL_SEQ_DEFAULT = 512

@@ -32,7 +32,7 @@ by LATENCY_SCALE. α is the tier's per-message latency (catalog `latency_us`).
 
 Achieved bus bandwidth = line rate x an efficiency (constants below, from measured busbw); inside
 an NVLink domain NCCL's rings and all-reduces reach nccl-tests' measured share of it by group size
-and pay a fixed cost per call (NCCL_NVLINK_SHARE, NCCL_CALL_S; `Group.share`, `Group.call`).
+and pay a fixed cost per call (`planner.model.nccl_shares`; `Group.share`, `Group.call`).
 
 Overlap is not free: a collective hidden under compute runs on COMM_KERNEL_SMS of the GPU's SMs
 (`sm_share`), so the compute under it takes that share of the collective's time longer; the
@@ -52,7 +52,9 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
+from planner.model import nccl_shares
 from planner.model.job_memo import ModelMemo
+from planner.model.nccl_shares import ALL_REDUCE, RING
 
 if TYPE_CHECKING:
     from planner.inputs.layout import Layout
@@ -65,56 +67,6 @@ A100 NVLink3 ~235 of 300 GB/s (0.78; stas00/ml-engineering). ecosystem.md sectio
 SCALEOUT_BUS_EFFICIENCY = 0.92
 """Achieved bus bandwidth / NIC line rate across nodes (InfiniBand / RoCE): NDR 400 Gb/s gives
 46-48 of 50 GB/s per NIC (0.92-0.96; nccl-tests#290, #267), HDR ~24 of 25 GB/s (nccl#412)."""
-
-
-NCCL_NVLINK_SHARE: dict[str, dict[str, tuple[float, float, float]]] = {
-    "blackwell": {
-        "ring": (0.604, 0.788, 0.824),
-        "all_reduce": (0.783, 0.874, 0.910),
-    },
-    "hopper": {
-        "ring": (0.670, 0.869, 0.915),
-        "all_reduce": (0.837, 0.950, 1.195),
-    },
-    "ampere": {
-        "ring": (0.648, 0.810, 0.811),
-        "all_reduce": (0.787, 0.866, 0.874),
-    },
-}
-"""The bus bandwidth NCCL's collectives reach inside one NVLink domain, as a share of
-SCALEUP_BUS_EFFICIENCY x the line rate, by NVLink family (`nvlink_family`), collective class
-(ring: reduce-scatter and all-gather; all-reduce) and group size (2, 4, 8 ranks of one
-node: NCCL_NVLINK_RANKS, `nccl_share`). Measured: nccl-tests on A100, H100, H200, B200, B300,
-GB200 and GB300 nodes (NVIDIA's AI Configurator tables, NCCL 2.27-2.29;
-benchmarks/data/nccl_nvlink), each fitted over 4-512 MiB as a call cost plus bytes over a rate,
-the family's median (benchmarks/nccl_nvlink.py --fit). A ring of 2 reaches half the line rate
-(Blackwell 0.48, Hopper 0.54), of 8 two thirds to three quarters; SCALEUP_BUS_EFFICIENCY's 0.80 is
-what the best case (large all-reduces) reaches. Hopper's 8-rank all-reduce runs above the ring's
-bound (0.96 of the line rate: NCCL's NVLink SHARP, the switch reducing), A100's switches cannot
-(0.70). NCCL's all-to-all keeps the link's rate: nccl-tests put it at 0.61-0.66 of the line rate
-among 8 H100 / H200 (0.36-0.61 on Blackwell), but Megatron-LM's measured MoE layer on 8 H100
-(tests/model/test_moe_layer_perf.py: the alltoall dispatcher 3.41 ms slower than HybridEP) is
-matched within 4% at the link's 0.80 and 34% off at nccl-tests' share; which holds in training is
-undecided here (benchmarks/nccl_nvlink.py prints the all-to-all rows against the model).
-Point-to-point sends (pipeline stages, ring attention) and the libraries that move TP traffic
-themselves (Transformer Engine's userbuffers, PyTorch's symmetric memory: `nccl=False`) keep the
-link's SCALEUP_BUS_EFFICIENCY: nothing here measures them. Groups of more than 8 ranks (NVL72
-racks) take the 8-rank share."""
-
-NCCL_NVLINK_RANKS = (2, 4, 8)
-"""The group sizes NCCL_NVLINK_SHARE is measured at (one node of 8 GPUs)."""
-
-NCCL_CALL_S: dict[str, float] = {"ring": 16.8e-6, "all_reduce": 21.6e-6}
-"""Seconds one NCCL collective costs inside an NVLink domain beyond its bytes and its ring's
-per-step latency (the catalog's `latency_us` per step): the launch, the protocol's set-up and the
-pipeline's fill before the data streams at the rate NCCL_NVLINK_SHARE gives. Measured on the same
-nccl-tests rows: the intercept of each size-4-512 MiB fit less the steps' catalog latency, the
-median over all systems and group sizes (benchmarks/nccl_nvlink.py --fit; A100's run higher,
-28-33 us). Below ~4 MiB NCCL's low-latency protocols take over and this over-states a call by up to
-about 2x (1 MiB: 10-20 us measured); the model's messages (a layer's activations, gradient
-buckets) are mostly larger."""
-
-RING, ALL_REDUCE = "ring", "all_reduce"
 
 
 LATENCY_SCALE = 1.0
@@ -223,59 +175,31 @@ class Group:
     """The link between domains (None when the whole group sits in one innermost domain)."""
     tier_name: str
     nvlink: str | None = None
-    """The NVLink family (`nvlink_family`) whose measured NCCL shares and call cost apply to the
-    group's collectives; None where they do not (no NVLink domain: AMD's mesh, PCIe)."""
+    """The NVLink family (`nccl_shares.family`) whose measured NCCL shares and call cost apply
+    to the group's collectives; None where they do not (no NVLink domain: AMD's mesh, PCIe)."""
 
     def share(self, op: str) -> float:
         """NCCL's measured share of the inner link's bandwidth for collective class `op` among
-        `per_domain` ranks (`nccl_share`); 1 off NVLink."""
-        return 1.0 if self.nvlink is None else nccl_share(self.nvlink, op, self.per_domain)
+        `per_domain` ranks (`nccl_shares.share`); 1 off NVLink."""
+        return 1.0 if self.nvlink is None else nccl_shares.share(self.nvlink, op, self.per_domain)
 
     def call(self, op: str) -> float:
-        """NCCL's fixed cost of one call of collective class `op` (NCCL_CALL_S); 0 off NVLink."""
-        return 0.0 if self.nvlink is None else NCCL_CALL_S[op]
+        """NCCL's fixed cost of one call of collective class `op` (`nccl_shares.NCCL_CALL_S`);
+        0 off NVLink."""
+        return 0.0 if self.nvlink is None else nccl_shares.NCCL_CALL_S[op]
 
 
-def nccl_share(family: str, op: str, ranks: int) -> float:
-    """NCCL_NVLINK_SHARE of a family and collective class at `ranks` ranks of one domain:
-    linear in log2(ranks) between the measured sizes, the nearest one outside them (groups of
-    more than 8 ranks in an NVL72 rack take the 8-GPU share: nothing larger was measured)."""
-    shares = NCCL_NVLINK_SHARE[family][op]
-    sizes = NCCL_NVLINK_RANKS
-    if ranks <= sizes[0]:
-        return shares[0]
-    for (lo, s_lo), (hi, s_hi) in zip(
-        zip(sizes, shares, strict=True), zip(sizes[1:], shares[1:], strict=True), strict=False
-    ):
-        if ranks <= hi:
-            w = (math.log2(ranks) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
-            return s_lo + w * (s_hi - s_lo)
-    return shares[-1]
-
-
-def nvlink_family(cluster: ClusterSpec) -> str | None:
-    """Which NCCL_NVLINK_SHARE row a cluster's innermost tier takes, for an NVIDIA GPU whose
-    scale-up domain is NVLink behind switches: "blackwell" (B200, B300, GB200, GB300), "ampere"
-    (A100), "hopper" (H100, H200, H800); None otherwise (AMD's xGMI mesh, PCIe: not measured)."""
-    gpu = cluster.gpu
-    if gpu.vendor != "nvidia" or not gpu.scaleup_name.startswith("NVLink") or cluster.tiers[0].mesh:
-        return None
-    if gpu.is_blackwell:
-        return "blackwell"
-    return "ampere" if gpu.name.startswith("a100") else "hopper"
-
-
-def constants() -> tuple[float, ...]:
+def constants() -> tuple[object, ...]:
     """This module's constants, read at call time: memo keys of values computed with them hold
     them, so a calibration or a test that sets one never reads a value computed under another."""
-    shares = tuple(x for fam in NCCL_NVLINK_SHARE.values() for row in fam.values() for x in row)
+    shares = tuple(row for fam in nccl_shares.NCCL_NVLINK_SHARE.values() for row in fam.values())
     return (
         SCALEUP_BUS_EFFICIENCY,
         SCALEOUT_BUS_EFFICIENCY,
         LATENCY_SCALE,
         COMM_KERNEL_SMS,
         *shares,
-        *NCCL_CALL_S.values(),
+        *nccl_shares.NCCL_CALL_S.values(),
     )
 
 
@@ -295,7 +219,7 @@ def _place(cluster: ClusterSpec, stride: int, size: int) -> Group:
     """`place`, computed."""
     tiers = cluster.tiers
     tier = cluster.tier_for_span(stride * size)
-    nvlink = nvlink_family(cluster)
+    nvlink = nccl_shares.family(cluster)
     if size <= 1 or tier is tiers[0]:
         n = max(size, 1)
         return Group(n, n, 1, mesh_link(tiers[0], n), None, tier.name, nvlink)
@@ -401,7 +325,7 @@ def all_gather(size_bytes: float, grp: Group, nccl: bool = True) -> float:
 
 def all_to_all(size_bytes: float, grp: Group) -> float:
     """All-to-all where each rank sends S bytes spread evenly over the group (incl. itself), at
-    the link's rate (NCCL_NVLINK_SHARE says why no measured share)."""
+    the link's rate (`nccl_shares.NCCL_NVLINK_SHARE` says why no measured share)."""
     n = grp.size
     if n <= 1 or size_bytes <= 0:
         return 0.0

@@ -54,7 +54,7 @@ on 256-8,192 GB200 at tp 2 ep 32, growing with the GPU count, gpt-oss-20b at tp 
 and 512 GB300 (also in the one-micro-batch regime), Megatron-LM's DeepSeek-V3 proxy release runs at
 tp 2 on H100 and GB200, and its Mixtral 8x7B release run at tp 2 ep 8 (the one below): -6% to +65%
 (2026-12-05, since NCCL's rings and all-reduces run at nccl-tests' measured share of NVLink by group
-size, `comms.NCCL_NVLINK_SHARE`, which slows the tp 2 collectives: 0.22 before; 0.25 before the
+size, `nccl_shares.NCCL_NVLINK_SHARE`: it slows the tp 2 collectives: 0.22 before; 0.25 before the
 attention kernels were cuDNN's measured ones, `planner.model.attention`). The 25 MoE runs outside
 the regime (tp 1, or the experts split as the attention is) are within a median +5%; before the
 shares (2026-12-04) the 52 dense MLPerf runs at tp > 1 were within +4% and Megatron-LM's functional

@@ -2,7 +2,7 @@
 
 Oracle: nccl-tests' measured all-gather, reduce-scatter and all-reduce times on 2, 4 and 8 GPUs of
 A100, H100, H200, B200, B300, GB200 and GB300 nodes (benchmarks/data/nccl_nvlink, NVIDIA's AI
-Configurator tables). comms.NCCL_NVLINK_SHARE and NCCL_CALL_S are derived from these rows by
+Configurator tables). nccl_shares.NCCL_NVLINK_SHARE and NCCL_CALL_S are derived from these rows by
 benchmarks/nccl_nvlink.py --fit (each series' affine fit over 4-512 MiB, the family's median);
 here the model meets every row of 4 MiB and more, and the constants are checked to be what the
 script derives.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from benchmarks import nccl_nvlink
-from planner.model import comms
+from planner.model import comms, nccl_shares
 
 
 def _errors(op_filter: set[str]) -> dict[str, list[float]]:
@@ -50,31 +50,24 @@ def test_a_ring_of_two_reaches_about_half_the_line_rate() -> None:
 
 
 def test_the_constants_are_what_the_data_gives() -> None:
-    # benchmarks/nccl_nvlink.py --fit's medians, recomputed: every share within 0.002 (printed
-    # to 3 decimals), every call cost within 0.1 us
-    rows = nccl_nvlink.load()
-    etas: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    calls: dict[str, list[float]] = defaultdict(list)
-    for (gpu, version, op, n), points in rows.items():
-        cls = nccl_nvlink.OPS[op][0]
-        if version != nccl_nvlink.NEWEST.get(gpu, "2.29.2") or cls not in comms.NCCL_CALL_S:
-            continue
-        a, eta = nccl_nvlink.affine(points, op, n, nccl_nvlink.line_rate(gpu))
-        etas[(nccl_nvlink.family(gpu), cls, n)].append(eta)
-        calls[cls].append(a - nccl_nvlink.steps(cls, n) * 2e-6)
-    for family, table in comms.NCCL_NVLINK_SHARE.items():
+    # benchmarks/nccl_nvlink.py --fit's medians (`derive`): every share within 0.002 (printed to 3
+    # decimals), every call cost within 0.1 us
+    etas, calls = nccl_nvlink.derive(nccl_nvlink.load())
+    for family, table in nccl_shares.NCCL_NVLINK_SHARE.items():
         for cls, shares in table.items():
-            for n, share in zip(comms.NCCL_NVLINK_RANKS, shares, strict=True):
-                eta = statistics.median(etas[(family, cls, n)])
+            for n, share in zip(nccl_shares.NCCL_NVLINK_RANKS, shares, strict=True):
+                eta = etas[(family, cls, n)]
                 assert share == pytest.approx(eta / comms.SCALEUP_BUS_EFFICIENCY, abs=2e-3)
-    for cls, call in comms.NCCL_CALL_S.items():
-        assert call == pytest.approx(statistics.median(calls[cls]), abs=1e-7)
+    for cls, call in nccl_shares.NCCL_CALL_S.items():
+        assert call == pytest.approx(calls[cls], abs=1e-7)
 
 
 def test_shares_interpolate_between_measured_sizes() -> None:
     # 6 ranks: log2 6 lies 0.585 of the way from 4 to 8; 16 ranks take the 8-rank share
-    lo, hi = comms.NCCL_NVLINK_SHARE["hopper"]["ring"][1:]
+    lo, hi = nccl_shares.NCCL_NVLINK_SHARE["hopper"]["ring"][1:]
     w = (np.log2(6) - 2) / 1
-    assert comms.nccl_share("hopper", "ring", 6) == pytest.approx(lo + w * (hi - lo))
-    assert comms.nccl_share("hopper", "ring", 16) == hi
-    assert comms.nccl_share("hopper", "ring", 1) == comms.NCCL_NVLINK_SHARE["hopper"]["ring"][0]
+    assert nccl_shares.share("hopper", "ring", 6) == pytest.approx(lo + w * (hi - lo))
+    assert nccl_shares.share("hopper", "ring", 16) == hi
+    assert (
+        nccl_shares.share("hopper", "ring", 1) == nccl_shares.NCCL_NVLINK_SHARE["hopper"]["ring"][0]
+    )

@@ -99,7 +99,8 @@ def test_serial_dp_sync_by_hand() -> None:
     lay = Layout(tp=8, pp=1, dp=8, sequence_parallel=True, zero_stage=1)
     p, expert = stage_params(job, lay, 0, (range(job.arch.num_layers),))
     assert expert == 0
-    # (and NCCL's call on an NVLink cluster: all-reduce 21.6 us, ring 16.8 us, comms.NCCL_CALL_S)
+    # (and NCCL's call on an NVLink cluster, nccl_shares.NCCL_CALL_S: all-reduce 21.6 us, ring
+    # 16.8 us)
     b_out = 50e9 * 0.92
     all_reduce = 2 * (7 / 8 * 4 * p / b_out + 3 * 5e-6) + 21.6e-6
     all_gather = 7 / 8 * 2 * p / b_out + 7 * 5e-6 + 16.8e-6

@@ -29,7 +29,7 @@ def test_tp_group_of_8_in_a_node_uses_nvlink() -> None:
     assert grp.outer is None
     # the link: 450 GB/s x 0.80 (H100 NVLink4 rings reach ~370 of 450 GB/s); NCCL's all-reduce
     # of 8 ranks reaches 1.195 x that (nccl-tests on H100 / H200: 0.96 of the line rate, NVLink
-    # SHARP; comms.NCCL_NVLINK_SHARE) and costs 21.6 us a call (NCCL_CALL_S)
+    # SHARP; nccl_shares.NCCL_NVLINK_SHARE) and costs 21.6 us a call (NCCL_CALL_S)
     assert grp.inner.bandwidth == pytest.approx(450e9 * 0.80)
     assert grp.nvlink == "hopper"
     # flat ring: 2*7/8 * 1 GB / (360 GB/s x 1.195) + 14 * 2 us + 21.6 us
@@ -73,7 +73,7 @@ def test_hierarchical_all_reduce_by_hand() -> None:
 
 def test_all_to_all_and_p2p() -> None:
     # EP 8 inside a node: (n-1)/n * S/B + (n-1) alpha, at the link's rate (no NCCL share for the
-    # all-to-all: comms.NCCL_NVLINK_SHARE says why)
+    # all-to-all: nccl_shares.NCCL_NVLINK_SHARE says why)
     grp = comms.place(h100_cluster(8), stride=1, size=8)
     b = 450e9 * 0.80
     assert comms.all_to_all(1e9, grp) == pytest.approx(7 / 8 * 1e9 / b + 7 * 2e-6)
@@ -101,7 +101,7 @@ def _tp(**kw: object) -> tuple[float, float]:
 def test_tensor_parallel_layer_by_hand() -> None:
     # all-reduce of S on tp 8: 2*7/8 * 64 MB / (360 GB/s x 1.195) + 14 * 2 us + 21.6 us; a
     # reduce-scatter or all-gather 7/8 * 64 MB / (360 GB/s x 0.915) + 7 * 2 us + 16.8 us (NCCL's
-    # H100 shares and calls, comms.NCCL_NVLINK_SHARE / NCCL_CALL_S)
+    # H100 shares and calls, nccl_shares.NCCL_NVLINK_SHARE / NCCL_CALL_S)
     ar = 2 * 7 / 8 * 64e6 / (450e9 * 0.80 * 1.195) + 14 * 2e-6 + 21.6e-6
     half = 7 / 8 * 64e6 / (450e9 * 0.80 * 0.915) + 7 * 2e-6 + 16.8e-6
     # synchronous code: 2 all-reduces forward, one per block backward, all exposed

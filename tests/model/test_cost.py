@@ -201,7 +201,7 @@ def test_tp_comm_overlap_hides_traffic() -> None:
     assert on.breakdown.tp_comm_exposed < off.breakdown.tp_comm_exposed
     # the same collectives (Layer.tp_traffic), split differently; userbuffers move them at the
     # link's point-to-point rate, NCCL's calls at its measured ring share of 8 H100 ranks (0.915,
-    # comms.NCCL_NVLINK_SHARE) with its 16.8 us call each. What the layer shows: without the
+    # nccl_shares.NCCL_NVLINK_SHARE) with its 16.8 us call each. What the layer shows: without the
     # overlap the exposed part plus the SMs the hidden part takes from the GEMMs under it
     # (comms.sm_share of it); with it the exposed part plus the SM margin its pipelined and bulk
     # overlaps hold on their GEMMs (tests/model/test_tp_overlap.py), not a share of the hidden
@@ -237,7 +237,7 @@ def test_dp_sync_after_the_backward_is_all_exposed() -> None:
     Its DP group is 8 ranks 8 apart, one per node: everything crosses the NICs, 5 GB/s x 0.92
     achieved. Megatron's DDP sends it in buckets of max(40M, 1M x 8) parameters, ceil(8,821,940,224
     / 40M) = 221 of them, each a ring (NCCL runs reduce-scatter and all-gather only as rings) of
-    7 steps of 5 us, and NCCL's call, 16.8 us each (comms.NCCL_CALL_S):
+    7 steps of 5 us, and NCCL's call, 16.8 us each (nccl_shares.NCCL_CALL_S):
         reduce-scatter of fp32 gradients  7/8 x 4 B x 8,821,940,224 / 4.6e9 B/s = 6.712347 s
         all-gather of bf16 parameters     7/8 x 2 B x 8,821,940,224 / 4.6e9 B/s = 3.356173 s
         latency                           2 x 221 x 7 x 5 us                  = 0.015470 s

@@ -3,8 +3,8 @@
 Oracle: hand arithmetic on Llama 3.1 8B (32 query heads, 8 K/V groups, head_dim 128) on one H100
 node, the NVLink tier as planner's comms sees it: 450 GB/s x SCALEUP_BUS_EFFICIENCY 0.80 = 360 GB/s
 per GPU and 2 us per message (LATENCY_SCALE 1); NCCL's rings reach a measured share of it by group
-size (comms.NCCL_NVLINK_SHARE, H100: 0.869 among 4 ranks) and cost 16.8 us a call (NCCL_CALL_S);
-its all-to-all runs at the link's rate. A rank of t = 4096 local tokens at tp 1:
+size (nccl_shares.NCCL_NVLINK_SHARE, H100: 0.869 among 4 ranks) and cost 16.8 us a call
+(NCCL_CALL_S); its all-to-all runs at the link's rate. A rank of t = 4096 local tokens at tp 1:
   K and V: 4096 x 2 x 8 x 128 x 2 bytes = 16 MiB (16,777,216 bytes)
   Q: 4096 x 32 x 128 x 2 = 32 MiB; the output the same.
 """

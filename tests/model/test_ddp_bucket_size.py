@@ -22,7 +22,7 @@ from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
-from planner.model import comms, cost, dp_sync
+from planner.model import comms, cost, dp_sync, nccl_shares
 from planner.search.rules import check_plan
 
 LINE = (
@@ -75,7 +75,7 @@ def test_the_last_bucket_shows_whatever_the_window() -> None:
         # the last bucket of the reduce-scatter (4 B a gradient) and of the all-gather (2 B)
         last = comms.reduce_scatter(4 * n / count, grp) + comms.all_gather(2 * n / count, grp)
         assert shown(bucket) == pytest.approx(last)
-    fixed = 2 * (comms.ring_latency(grp) + grp.call(comms.RING))
+    fixed = 2 * (comms.ring_latency(grp) + grp.call(nccl_shares.RING))
     assert shown(500_000_000) - fixed == pytest.approx(8 * (shown(None) - fixed))
 
 

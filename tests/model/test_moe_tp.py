@@ -19,7 +19,7 @@ from jobs import h100_cluster, job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dispatch, layer_time
+from planner.model import comms, dispatch, layer_time, nccl_shares
 from planner.model.layer_time import gpu_of
 
 
@@ -67,13 +67,14 @@ ROUTING = dispatch.Routing(tokens=2048, hidden=4096, topk=2, experts=8)
 @pytest.fixture
 def no_latency(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bandwidth terms only, at one rate: no latency, no NCCL call cost, and NCCL's measured
-    shares by collective and group size (comms.NCCL_NVLINK_SHARE, tested in test_comms) at 1, so
-    that the ratios below are the bytes' alone."""
+    shares by collective and group size (nccl_shares.NCCL_NVLINK_SHARE, tested in test_comms) at
+    1, so that the ratios below are the bytes' alone."""
     monkeypatch.setattr(comms, "LATENCY_SCALE", 0.0)
-    shares = comms.NCCL_NVLINK_SHARE
+    shares = nccl_shares.NCCL_NVLINK_SHARE
     ones = {fam: dict.fromkeys(row, (1.0, 1.0, 1.0)) for fam, row in shares.items()}
-    monkeypatch.setattr(comms, "NCCL_NVLINK_SHARE", ones)
-    monkeypatch.setattr(comms, "NCCL_CALL_S", dict.fromkeys(comms.NCCL_CALL_S, 0.0))
+    monkeypatch.setattr(nccl_shares, "NCCL_NVLINK_SHARE", ones)
+    calls = dict.fromkeys(nccl_shares.NCCL_CALL_S, 0.0)
+    monkeypatch.setattr(nccl_shares, "NCCL_CALL_S", calls)
 
 
 @pytest.mark.usefixtures("no_latency")

@@ -70,10 +70,10 @@ def test_the_whole_reduction_by_hand() -> None:
     (view, lay), _ = pools.replica_views(job, ACROSS)
     dense, _ = stage_params(view, lay, 0, lay.chunk_layers(8)[0])
     nvlink = view.cluster.tiers[0]
-    # scale-up bus efficiency x NCCL's ring share of 8 H100 ranks (comms.NCCL_NVLINK_SHARE)
+    # scale-up bus efficiency x NCCL's ring share of 8 H100 ranks (nccl_shares.NCCL_NVLINK_SHARE)
     b_in = nvlink.bandwidth_gb_per_s_per_gpu * 1e9 * 0.80 * 0.915
     a_in = nvlink.latency_us * 1e-6
-    call = 16.8e-6  # NCCL's ring call (comms.NCCL_CALL_S)
+    call = 16.8e-6  # NCCL's ring call (nccl_shares.NCCL_CALL_S)
     buckets = math.ceil(dense / 40e6)
     grad, param = 4 * dense / buckets, 2 * dense / buckets
     rs = 7 / 8 * grad / b_in + 7 * a_in + call  # ring reduce-scatter over the node's 8 GPUs
