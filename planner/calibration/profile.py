@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner import __version__
 from planner.inputs.errors import InputError
-from planner.inputs.files import read_file
+from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan_writer import toml_value
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
@@ -193,10 +192,7 @@ def _keys(where: str, table: Any, known: dict[str, type]) -> dict[str, Any]:
 
 def read(path: Path) -> Profile:
     """A profile file, validated (InputError names the file and key)."""
-    try:
-        doc = tomllib.loads(read_file(path))
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: not valid TOML: {e}") from None
+    doc = parse_toml(read_file(path), str(path))
     for key in doc:
         if key not in ("calibration", "constants", "residuals"):
             raise InputError(

@@ -55,6 +55,7 @@ def plan_from_args(
         for flag, value in (*only, ("--nemo-model", nemo_model)):
             if value is not None:
                 raise InputError(f"check: {flag}: only with --megatron-args")
+        _plan_names_cluster(gpu, num_gpus)
         return check_plan(load_plan(plan_path))
     if plan_path is not None:
         raise InputError("check: give either PLAN or --megatron-args, not both")
@@ -105,7 +106,19 @@ def titan_plan(
         raise InputError(
             f"check: --framework: megatron or torchtitan, with PLAN (got {framework!r})"
         )
+    _plan_names_cluster(gpu, num_gpus)
     return check_plan(load_plan(plan_path, framework))  # type: ignore[arg-type]
+
+
+def _plan_names_cluster(gpu: str | None, num_gpus: int | None) -> None:
+    """A plan file names its own GPU and count: --gpu and --num-gpus beside it are refused (they
+    would be ignored), as `explain` refuses them."""
+    for flag, value in (("--gpu", gpu), ("--num-gpus", num_gpus)):
+        if value is not None:
+            raise InputError(
+                f"check: {flag}: only with --megatron-args, --megatron-log or "
+                "--torchtitan-config (a plan file names its cluster: edit its [cluster] table)"
+            )
 
 
 def check(

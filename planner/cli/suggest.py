@@ -105,10 +105,14 @@ def suggest(
         req = replace(req, job=reframe(req.job, framework))  # type: ignore[arg-type]
     job, model_ref = req.job, req.model_ref
     prof = calibration.use(calibration_opt, job.cluster.gpu.name)
+    if no_cp and (cp is not None or max_cp is not None):
+        flag = "--cp" if cp is not None else "--max-cp"
+        raise InputError(f"--no-cp contradicts {flag}: give one of them")
     space = Space(
         tp=bound("tp", tp, max_tp),
         pp=bound("pp", pp, max_pp),
-        cp=Bound(1, 1) if no_cp else bound("cp", cp, max_cp if max_cp else MAX_CP),
+        # MAX_CP bounds cp where the user gave no bound of their own (a pin above it is theirs)
+        cp=Bound(1, 1) if no_cp else bound("cp", cp, max_cp or (None if cp else MAX_CP)),
         ep=bound("ep", ep, max_ep),
         dp=bound("dp", dp),
         vpp=bound("vpp", vpp),

@@ -19,6 +19,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.units import GIB, format_bytes, format_duration, format_money, format_tokens
 from planner.model import cost, memory
+from planner.ops.assumptions import AssumptionError
 from planner.ops.operations import Operations, operations
 
 RDZV_PORT = 29400
@@ -227,7 +228,14 @@ def predict(plan: Plan) -> Prediction:
     lay = plan.require_layout()
     perf = cost.estimate(plan.job, lay)
     rep = memory.estimate(plan.job, lay)
-    o = operations(plan.job, perf, None)
+    try:
+        o = operations(plan.job, perf, None)
+    except AssumptionError as e:  # the header's checkpoint interval and goodput need them
+        where = str(plan.path) if plan.path else "<plan>"
+        raise InputError(
+            f"{where}: {e} (under planner's default operations assumptions, which set the "
+            "launch file's checkpoint interval; `planner explain PLAN --tokens N` shows them)"
+        ) from None
     return Prediction(
         step_time_s=perf.step_time_s,
         tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,

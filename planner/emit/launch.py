@@ -14,7 +14,7 @@ the other emit modules.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from planner.emit import (
@@ -117,7 +117,24 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
         )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
-    return file_name, renderer(plan, check_job_name(job_name))
+    return file_name, renderer(megatron_lm_loss(plan, target), check_job_name(job_name))
+
+
+MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
+"""The targets that run Megatron-LM's own pretrain_gpt.py (d98e8a64)."""
+
+
+def megatron_lm_loss(plan: Plan, target: str) -> Plan:
+    """The plan as a Megatron-LM target launches it: Megatron-LM d98e8a64 refuses Transformer
+    Engine's fused cross entropy (arguments.py asserts `--cross-entropy-loss-fusion` off with
+    `--cross-entropy-fusion-impl te`: "disabled due to stability issues"; the Megatron-Core that
+    Megatron-Bridge pins only warns), so a plan timed with it (`Job.megatron_loss` "te", the
+    default fused loss) is launched with the compiled native fusion, and its header predicts
+    that: one more fp32 copy of the local logits at the loss's peak
+    (`training.compiled_loss_fusion`)."""
+    if target not in MEGATRON_LM_TARGETS or plan.job.megatron_loss != "te":
+        return plan
+    return replace(plan, job=replace(plan.job, compiled_loss_fusion=True))
 
 
 def refusals(plan: Plan) -> dict[str, list[str]]:

@@ -229,9 +229,10 @@ def training_args(plan: Plan) -> list[Arg]:
     if not job.fused_rope and job.arch.position_embedding_type == "rope":
         a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
     if job.megatron_loss in ("native", "te"):
-        # a fused loss: the compiled native one where the plan says so, else Transformer
-        # Engine's (Megatron-Bridge's performance recipes' choice); without the flag Megatron
-        # runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
+        # a fused loss: the compiled native one where the plan says so (and where it says
+        # Transformer Engine's, which Megatron-LM refuses: `launch.megatron_lm_loss`), else
+        # Transformer Engine's (Megatron-Bridge's performance recipes' choice); without the flag
+        # Megatron runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
     if job.moe_grouped_tensor:  # not modelled; HybridEP's rank capacity factor takes it
         a.append(("--moe-use-grouped-tensor",))

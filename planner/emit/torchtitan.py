@@ -48,6 +48,12 @@ def stage_modules(stage: str, first_layer: int) -> list[str]:
     return out
 
 
+DEEPEP_MODELS = ("deepseek_v3", "llama4")
+"""The torchtitan models whose parallelize reads `expert_parallel_comm_backend` at the TOML's
+commit (e347b1e5: models/deepseek_v3/infra/parallelize.py, models/llama4/infra/parallelize.py;
+qwen3's and gpt_oss's build the plain ExpertParallel)."""
+
+
 def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     """The TOML tables, by dotted name."""
     job, lay = plan.job, plan.require_layout()
@@ -78,6 +84,14 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
         )
     name, flavor = MODELS[job.arch.name]
+    deepep = lay.ep > 1 and lay.moe_token_dispatcher_type == "flex"
+    if deepep and name not in DEEPEP_MODELS:
+        raise InputError(
+            f"{where}: parallel.moe_token_dispatcher_type: flex (DeepEP), but torchtitan "
+            f"{TORCHTITAN_COMMIT[:8]}'s {name} ignores expert_parallel_comm_backend (only "
+            f"{' and '.join(DEEPEP_MODELS)} read it) and would run the all-to-all the plan did "
+            'not time: write the module (launch --target torchtitan-module), or set "alltoall"'
+        )
     schedule = {flag: value for flag, _, value in SCHEDULE}
     lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
     warmup, iters = int(schedule["--lr-warmup-iters"]), int(schedule["--train-iters"])

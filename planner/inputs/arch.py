@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.inputs import arch_checks, hybrid
-from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveInt
+from planner.inputs import hybrid
+from planner.inputs.fields import Flag, Integer, Label, Name, NonNegativeInt, PositiveInt, Text
 from planner.inputs.hybrid import DENSE, KIND_ORDER, MOE, LayerKind
 
 MAX_LAYERS = 10_000
@@ -34,6 +34,13 @@ production MoEs have 8-384. Bounds the search's walk over the expert-parallel de
 divisors of the expert count)."""
 
 
+MAX_SIZE = 1 << 53
+"""The largest integer any field takes: 2^53, the last integer a float holds exactly (the model's
+arithmetic is in floats). Real sizes stop far below it; a 400-digit hidden size is refused here,
+not met as an overflow in the model (fields with a cap of their own, num_layers, say, meet it
+first)."""
+
+
 SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 """Megatron --softmax-type's choices (TransformerConfig.softmax_type, d98e8a64)."""
 
@@ -43,9 +50,9 @@ class ModelArch(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, description="catalog name, lower-case and hyphenated")
-    source: str = Field(default="", description="where the figures come from")
-    display_name: str = ""
+    name: Name = Field(description="catalog name, lower-case and hyphenated")
+    source: Text = Field(default="", description="where the figures come from")
+    display_name: Label = ""
 
     # --- dense shape
     num_layers: PositiveInt = Field(
@@ -63,7 +70,9 @@ class ModelArch(BaseModel):
     vocab_size: PositiveInt
     make_vocab_size_divisible_by: PositiveInt = 128
     max_position_embeddings: PositiveInt | None = None
-    seq_length: PositiveInt | None = Field(default=None, description="training length, if fixed")
+    seq_length: PositiveInt | None = Field(
+        default=None, le=MAX_WINDOW, description="training length, if fixed"
+    )
 
     gated_linear_unit: Flag = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
     activation: Literal["gelu", "swiglu", "geglu", "squared_relu", "relu", "silu"] = "gelu"
@@ -187,9 +196,93 @@ class ModelArch(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelArch:
-        """What Megatron asserts of the model (`planner.inputs.arch_checks`)."""
-        arch_checks.check(self)
+        for name, value in self:
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SIZE:
+                shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}..."
+                raise ValueError(f"{name} ({shown}) must be at most 2^53 = {MAX_SIZE:,}")
+        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}) when kv_channels is not given"
+            )
+        if self.num_attention_heads % self.query_groups:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_query_groups ({self.query_groups})"
+            )
+        if self.hybrid_layer_pattern is not None:
+            self._check_hybrid(self.hybrid_layer_pattern)
+        elif self.mtp_use_repeated_layer and not self.mtp_num_layers:
+            raise ValueError("mtp_use_repeated_layer needs mtp_num_layers")
+        # before the checks below, which read the layer kinds it gives
+        if isinstance(self.moe_layer_freq, tuple) and len(self.moe_layer_freq) != self.num_layers:
+            raise ValueError(
+                f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
+                f"{self.num_layers}"
+            )
+        self._check_window()
+        self._check_linear_attention()
+        self._check_dsa()
+        if self.moe_latent_size is not None and self.num_moe_experts is None:
+            raise ValueError("moe_latent_size needs num_moe_experts (a mixture of experts)")
+        if self.num_moe_experts is not None and self.moe_router_topk > self.num_moe_experts:
+            raise ValueError(
+                f"moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
+                f"({self.num_moe_experts})"
+            )
+        self._check_routing_groups()
+        learned = self.position_embedding_type == "learned_absolute"
+        if learned and self.max_position_embeddings is None and self.seq_length is None:
+            raise ValueError(
+                "position_embedding_type 'learned_absolute' needs max_position_embeddings"
+            )
+        if self.multi_latent_attention:
+            missing = [
+                f
+                for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                if getattr(self, f) is None
+            ]
+            if missing:
+                raise ValueError(f"multi_latent_attention needs {', '.join(missing)}")
+            if self.attention_output_gate:  # TransformerConfig raises NotImplementedError
+                raise ValueError("attention_output_gate does not run with multi_latent_attention")
         return self
+
+    def _check_hybrid(self, text: str) -> None:
+        """What Megatron asserts of a hybrid stack (hybrid_layer_allocation.py, mamba_mixer.py
+        `MambaMixer.__init__`), with the pattern held without pipeline separators."""
+        if hybrid.PIPE in text:
+            raise ValueError(
+                "hybrid_layer_pattern holds no pipeline separators ('|'): the split is the "
+                "layout's (parallel.pipeline_layers or pipeline_model_parallel_layout)"
+            )
+        pattern = hybrid.parse(text)
+        if len(pattern.main) != self.num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {len(pattern.main)} layers but num_layers is "
+                f"{self.num_layers}"
+            )
+        if pattern.depths != self.mtp_num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {pattern.depths} MTP depths after '/' but "
+                f"mtp_num_layers is {self.mtp_num_layers}"
+            )
+        if "E" in text and self.num_moe_experts is None:
+            raise ValueError("hybrid_layer_pattern has MoE layers (E) but num_moe_experts is unset")
+        if self.moe_layer_freq != 1:
+            raise ValueError("moe_layer_freq cannot be combined with hybrid_layer_pattern (E)")
+        if "M" not in text:  # the Mamba mixer's asserts run where it is built
+            return
+        if self.mamba_num_heads is None and 2 * self.hidden_size % self.mamba_head_dim:
+            raise ValueError(
+                f"2 x hidden_size ({2 * self.hidden_size}) must be a multiple of mamba_head_dim "
+                f"({self.mamba_head_dim}) when mamba_num_heads is not given"
+            )
+        if self.mamba_heads % self.mamba_num_groups:
+            raise ValueError(
+                f"the Mamba heads ({self.mamba_heads}) must be a multiple of mamba_num_groups "
+                f"({self.mamba_num_groups})"
+            )
 
     # --- derived shape (Megatron's defaults applied)
     @property
@@ -243,6 +336,92 @@ class ModelArch(BaseModel):
             if isinstance(attr, cached_property):
                 copy.__dict__.pop(name, None)
         return copy
+
+    def _check_routing_groups(self) -> None:
+        """Group-limited routing as TransformerConfig asserts it (the same rule as a plan's
+        training overrides, `planner.search.rules.features.routing`)."""
+        groups, topk = self.moe_router_num_groups, self.moe_router_group_topk
+        if groups is None:
+            if topk is not None:
+                raise ValueError(f"moe_router_group_topk ({topk}) needs moe_router_num_groups")
+            return
+        if self.num_moe_experts is None:
+            raise ValueError("moe_router_num_groups needs num_moe_experts (a mixture of experts)")
+        if self.num_moe_experts % groups:
+            raise ValueError(
+                f"num_moe_experts ({self.num_moe_experts}) must be a multiple of "
+                f"moe_router_num_groups ({groups})"
+            )
+        if topk is not None and topk > groups:
+            raise ValueError(
+                f"moe_router_group_topk ({topk}) exceeds moe_router_num_groups ({groups})"
+            )
+
+    def _check_window(self) -> None:
+        if self.window_size is None:
+            if self.window_attn_skip_freq is not None:
+                raise ValueError("window_attn_skip_freq needs window_size")
+            return
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError("window_size in a hybrid stack is not modelled")
+        freq = self.window_attn_skip_freq
+        if isinstance(freq, tuple) and len(freq) != self.num_layers:
+            raise ValueError(
+                f"window_attn_skip_freq has {len(freq)} entries but num_layers is {self.num_layers}"
+            )
+
+    def _check_dsa(self) -> None:
+        """What Megatron asserts of DeepSeek sparse attention (experimental_attention_variant
+        "dsa": the indexer's sizes have no defaults; the absorbed MLA it runs on)."""
+        given = [
+            self.dsa_indexer_n_heads is not None,
+            self.dsa_indexer_head_dim is not None,
+            self.dsa_indexer_topk is not None,
+        ]
+        if not any(given):
+            return
+        if not all(given):
+            raise ValueError(
+                "DeepSeek sparse attention needs dsa_indexer_n_heads, dsa_indexer_head_dim and "
+                "dsa_indexer_topk together"
+            )
+        if not self.multi_latent_attention:
+            raise ValueError(
+                "DeepSeek sparse attention (dsa_indexer_*) needs multi_latent_attention"
+            )
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError(
+                "DeepSeek sparse attention in a hybrid stack (D layers) is not modelled"
+            )
+        if self.add_bias_linear:  # AbsorbedMLASelfAttention asserts it
+            raise ValueError("DeepSeek sparse attention needs add_bias_linear = false")
+
+    def _check_linear_attention(self) -> None:
+        """What Megatron asserts of a gated delta net (TransformerConfig.__post_init__; the
+        divisibility by tp x cp is the layout's, `planner.search.rules`)."""
+        freq = self.linear_attention_freq
+        if freq is not None:
+            if self.hybrid_layer_pattern is not None:
+                raise ValueError(
+                    "linear_attention_freq does not combine with hybrid_layer_pattern (its "
+                    "gated delta net layers are the pattern's G)"
+                )
+            if self.window_size is not None:
+                raise ValueError("window_size with linear_attention_freq is not modelled")
+            if self.multi_latent_attention:
+                raise ValueError(
+                    "linear_attention_freq with multi_latent_attention is not modelled"
+                )
+            if isinstance(freq, tuple) and len(freq) != self.num_layers:
+                raise ValueError(
+                    f"linear_attention_freq has {len(freq)} entries but num_layers is "
+                    f"{self.num_layers}"
+                )
+        if self.has_gdn and self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError(
+                f"linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
+                f"linear_num_key_heads ({self.linear_num_key_heads})"
+            )
 
     def is_linear_attention(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-indexed) is a gated delta net, as Megatron-Core's

@@ -147,7 +147,15 @@ def resolve_model(ref: str, base_dir: Path | None = None) -> ModelArch:
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
     if path.suffix == ".toml":
-        return validate(ModelArch, load_toml(path), path)
+        doc = load_toml(path)
+        if "peak_tflops_bf16" in doc and "num_layers" not in doc:
+            name = doc.get("name")
+            by = f"by its name ({name})" if isinstance(name, str) and name in gpus() else "by name"
+            raise InputError(
+                f"{path}: a GPU's TOML, not a model's: catalog GPUs are shown {by}, "
+                "and a cluster takes one as [cluster] gpu"
+            )
+        return validate(ModelArch, doc, path)
     from planner.inputs.hf_import import load_hf_config
 
     return load_hf_config(path)

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs.fields import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
+from planner.inputs.fields import (
+    MAX_NAME_CHARS,
+    Flag,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+)
 from planner.inputs.hardware import MAX_LATENCY_US, MIN_HBM_TB_PER_S, MIN_LINK_GB_PER_S, LinkTier
 
 
@@ -17,7 +23,9 @@ class PoolSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, description="free text, unique among the pools")
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, description="free text, unique among the pools"
+    )
     gpu: str = Field(min_length=1)
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt | None = None

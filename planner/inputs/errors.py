@@ -35,10 +35,43 @@ def where(path: Path | str | None) -> str:
     return str(path) if path is not None else "<inline>"
 
 
-def spelled(value: Any, json_syntax: bool = False) -> str:
+SPELLED_ITEMS = 16
+"""The most items of an array or table a message quotes (then "..." and the count): a fuzzer's
+2,000-item list is named, not reprinted."""
+
+SPELLED_DIGITS = 64
+"""The most digits of an integer a message quotes whole (more: `abbreviated`)."""
+
+SPELLED_CHARS = 200
+"""The most characters of a string a message quotes (then "..." and the length)."""
+
+SPELLED_DEPTH = 8
+"""The most levels of nested arrays or tables a message quotes (deeper ones are "[...]")."""
+
+
+def spelled(value: Any, json_syntax: bool = False, depth: int = 0) -> str:
     """A parsed value as the user wrote it: in TOML (`true`, `"fp16"`, `inf`, `[1, 2]`,
     `{ a = 1 }`), or in JSON for a config.json (`true`, `null`, `"fp16"`, `{"a": 1}`), not in
-    Python's spelling (`True`, `'fp16'`)."""
+    Python's spelling (`True`, `'fp16'`); long or deeply nested arrays and tables cut short
+    (SPELLED_ITEMS, SPELLED_DEPTH)."""
+    if isinstance(value, list | tuple | dict) and depth >= SPELLED_DEPTH:
+        return "{...}" if isinstance(value, dict) else "[...]"
+    if isinstance(value, list | tuple):
+        items = [spelled(v, json_syntax, depth + 1) for v in value[:SPELLED_ITEMS]]
+        return "[" + ", ".join(items + _more(len(value))) + "]"
+    if isinstance(value, dict):
+        pairs = list(value.items())[:SPELLED_ITEMS]
+        if json_syntax:
+            inner = [f"{json.dumps(str(k))}: {spelled(v, True, depth + 1)}" for k, v in pairs]
+            return "{" + ", ".join(inner + _more(len(value))) + "}"
+        inner = [f"{k} = {spelled(v, False, depth + 1)}" for k, v in pairs]
+        return "{ " + ", ".join(inner + _more(len(value))) + " }"
+    if isinstance(value, str) and len(value) > SPELLED_CHARS:  # a fuzzer's 30,000 characters
+        head = json.dumps(value[:SPELLED_CHARS], ensure_ascii=False)
+        return f"{head}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)  # a fuzzer's 400 digits: the first ones and the count
+        return text if len(text) <= SPELLED_DIGITS else abbreviated(text)
     if json_syntax:
         return json.dumps(value, default=str)
     if isinstance(value, bool):
@@ -47,13 +80,14 @@ def spelled(value: Any, json_syntax: bool = False) -> str:
         return json.dumps(value, ensure_ascii=False)  # a TOML basic string escapes as JSON does
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(spelled(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {spelled(v)}" for k, v in value.items()) + " }"
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     return repr(value)
+
+
+def _more(count: int) -> list[str]:
+    """The tail of a cut-short array or table: "... (N items)", or nothing."""
+    return [f"... ({count:,} items)"] if count > SPELLED_ITEMS else []
 
 
 def abbreviated(text: str) -> str:
@@ -90,7 +124,7 @@ def _loc(loc: tuple[int | str, ...], unknown_key: bool = False) -> str:
 
 def from_validation(err: ValidationError, path: Path | str | None, prefix: str = "") -> InputError:
     """Turn a pydantic error into one InputError: `file: field: message (got value)` per line."""
-    lines = []
+    lines: list[tuple[str, str, str]] = []
     for e in err.errors():
         field = _loc(tuple(e["loc"]), e["type"] == "extra_forbidden")
         if prefix:
@@ -106,5 +140,31 @@ def from_validation(err: ValidationError, path: Path | str | None, prefix: str =
         shown = "" if e["type"] == "missing" else f" (got {spelled(value, is_json(path))})"
         if isinstance(value, dict):
             shown = ""
-        lines.append(f"{where(path)}: {field}: {msg}{shown}")
-    return InputError("\n".join(lines))
+        lines.append((field, f"{where(path)}: {field}: {msg}{shown}", msg))
+    return InputError("\n".join(_collapsed(lines, where(path))))
+
+
+SAME_ERRORS_SHOWN = 3
+"""The most lines one message takes for the items of one array (a 61-entry moe_layer_freq of 2s
+gets three, then a count)."""
+
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _collapsed(lines: list[tuple[str, str, str]], name: str) -> list[str]:
+    """The error lines, each (field, line, message), with those that differ only in an array
+    index beyond the first SAME_ERRORS_SHOWN folded into one "... N more" line."""
+    count: dict[tuple[str, str], int] = {}
+    for field, _, msg in lines:
+        key = (_INDEX.sub(".*", field), msg)
+        count[key] = count.get(key, 0) + 1
+    out, seen = [], dict.fromkeys(count, 0)
+    for field, line, msg in lines:
+        key = (_INDEX.sub(".*", field), msg)
+        seen[key] += 1
+        if seen[key] <= SAME_ERRORS_SHOWN:
+            out.append(line)
+        elif seen[key] == SAME_ERRORS_SHOWN + 1:
+            more = count[key] - SAME_ERRORS_SHOWN
+            out.append(f"{name}: {key[0]}: {msg} ({more:,} more items)")
+    return out

@@ -8,14 +8,24 @@ every layout fit). Integers are accepted where a float is expected.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 PositiveFloat = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)]
+FiniteFloat = Annotated[StrictFloat, Field(allow_inf_nan=False)]
 Flag = StrictBool
 
 
@@ -28,3 +38,38 @@ def _integer(value: object) -> object:
 Integer = BeforeValidator(_integer)
 """For a Literal of integers (`Annotated[Literal[0, 1], Integer]`), which pydantic cannot make
 strict and which would otherwise take `true` as 1 and 2.0 as 2."""
+
+
+MAX_NAME_CHARS = 1024
+"""The longest name (a model, a GPU, a link tier): a path-like Hugging Face name fits; a 30,000-
+character one took rich 46 s to print."""
+
+MAX_TEXT_CHARS = 1 << 16
+"""The longest free text (a `source` note): the catalog's run to a few hundred characters."""
+
+
+def _controls(value: str, allowed: str) -> str:
+    """`value`, unless it holds a control character other than those `allowed` (printed raw, an
+    escape sequence would rewrite the user's terminal)."""
+    bad = next((c for c in value if unicodedata.category(c) == "Cc" and c not in allowed), None)
+    if bad is not None:
+        raise ValueError(f"no control characters (holds U+{ord(bad):04X})")
+    return value
+
+
+Name = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=MAX_NAME_CHARS),
+    AfterValidator(lambda v: _controls(v, "")),
+]
+"""A name: one line of printable text."""
+
+Label = Annotated[
+    StrictStr, Field(max_length=MAX_NAME_CHARS), AfterValidator(lambda v: _controls(v, ""))
+]
+"""A display name: as `Name`, and may be empty."""
+
+Text = Annotated[
+    StrictStr, Field(max_length=MAX_TEXT_CHARS), AfterValidator(lambda v: _controls(v, "\n\t"))
+]
+"""Free text over lines (a `source` note): tabs and line breaks, no other control character."""

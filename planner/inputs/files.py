@@ -109,11 +109,21 @@ def read_log(path: Path) -> str:
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; malformed TOML is an InputError quoting tomllib's line and column."""
-    text = read_file(path)
+    return parse_toml(read_file(path), str(path))
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """Parse TOML text read from `where`. Malformed TOML, arrays or tables nested deeper than
+    Python's recursion limit (tomllib recurses once per level) and an integer of more digits than
+    Python converts (4,300) are InputErrors naming `where`."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: malformed TOML: {e}") from None
+        raise InputError(f"{where}: malformed TOML: {e}") from None
+    except RecursionError:
+        raise InputError(f"{where}: malformed TOML: nested too deep to read") from None
+    except ValueError as e:  # int() of a literal beyond sys.get_int_max_str_digits()
+        raise InputError(f"{where}: malformed TOML: {e}") from None
 
 
 def validate(cls: type[T], data: dict[str, Any], path: Path | str | None, prefix: str = "") -> T:

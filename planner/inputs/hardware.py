@@ -14,7 +14,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.inputs import units
-from planner.inputs.fields import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
+from planner.inputs.fields import (
+    Flag,
+    Label,
+    Name,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Text,
+)
 
 MAX_GPUS = 1 << 24
 """GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
@@ -42,7 +50,7 @@ class LinkTier(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: Name
     span_gpus: PositiveInt | None = Field(
         default=None, description="GPUs reachable inside this tier; None = every GPU (outermost)"
     )
@@ -109,10 +117,10 @@ class GpuSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, description="catalog name == file stem")
-    display_name: str
+    name: Name = Field(description="catalog name == file stem")
+    display_name: Label
     vendor: Literal["nvidia", "amd"]
-    source: str = Field(min_length=1)
+    source: Text = Field(min_length=1)
     peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
     peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
     peak_tflops_fp4: PositiveFloat | None = Field(
@@ -158,7 +166,7 @@ class GpuSpec(BaseModel):
         "eager PyTorch issues kernels (planner.model.host.HOST_CPU_SLOWDOWN)",
     )
     price_usd_per_gpu_hour: PositiveFloat | None = None
-    price_source: str = ""
+    price_source: Text = ""
     tiers: tuple[LinkTier, ...] = Field(description="network tiers, innermost first")
 
     @model_validator(mode="after")

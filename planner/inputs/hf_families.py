@@ -240,7 +240,8 @@ def _deepseek_v2(r: Reader) -> Fields:
     "group_limited_greedy" (V2's device-limited routing, n_group 8 / topk_group 3); V2-Lite's
     "greedy" routes over all experts (its n_group 1 / topk_group 1 group nothing)."""
     f = _deepseek_v3(r)
-    if r.cfg.get("topk_method") != "group_limited_greedy":
+    method = r.choice("topk_method", "greedy", ("greedy", "group_limited_greedy"))
+    if method != "group_limited_greedy":
         f["moe_router_num_groups"] = f["moe_router_group_topk"] = None
     return f
 

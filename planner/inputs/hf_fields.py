@@ -86,6 +86,14 @@ class Reader:
     def text(self, key: str, default: str) -> str:
         return self._typed(key, default, "a string")
 
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        """A string that must be one of `choices` (absent or null gives `default`)."""
+        value = self.text(key, default)
+        if value not in choices:
+            named = " or ".join(f'"{c}"' for c in choices)
+            raise self.error(key, f"must be {named} for {self.arch} {_got(value)}")
+        return value
+
     def int_list(self, key: str) -> list[int]:
         value = self.cfg.get(key)
         if value is None:

@@ -51,7 +51,10 @@ class _TooLong(Exception):
 
 def _repeat(m: re.Match[str]) -> str:
     """A "*n" repeat unrolled, unless it would pass MAX_CHARS."""
-    times = int(m.group(2))
+    digits = m.group(2)
+    if len(digits) > len(str(MAX_CHARS)):  # int() refuses 4,300 digits and more
+        raise _TooLong
+    times = int(digits)
     if times * len(m.group(1)) > MAX_CHARS:
         raise _TooLong
     return m.group(1) * times

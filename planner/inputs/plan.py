@@ -204,6 +204,10 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     doc = validate(PlanFile, data, path)
     arch = resolve_model_table(doc.model, path)
     if doc.cluster.pools is not None:
+        if doc.training.framework == "torchtitan":
+            raise InputError(
+                _TITAN_POOLS.format(where=path or "<plan>", given="training.framework")
+            )
         cluster, pools, between = resolve_pools(doc.cluster, path, arch, doc.training.precision)
         job = build_job(arch, cluster, doc.training, path, doc.torchtitan)
         link = doc.cluster.between_pools
@@ -230,11 +234,20 @@ def trained_by(arch: ModelArch, framework: Framework) -> ModelArch:
     return arch
 
 
+_TITAN_POOLS = (
+    "{where}: {given}: torchtitan trains on one kind of GPU: a cluster of pools "
+    "(cluster.pools) is planned for Megatron-LM only (torch's pipelining places no stage on a "
+    "pool, and no launch target runs torchtitan on pools)"
+)
+
+
 def reframe(job: Job, framework: Framework) -> Job:
     """The job as trained by `framework` (suggest --framework): its training-code knobs that
     framework's defaults, torchtitan's settings their defaults."""
     if framework == job.framework:
         return job
+    if job.pools and framework == "torchtitan":
+        raise InputError(_TITAN_POOLS.format(where="--framework", given="torchtitan"))
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
     arch = trained_by(job.arch, framework)

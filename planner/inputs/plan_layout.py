@@ -72,6 +72,12 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         dp = section.dp
     sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
     _stages_fit(job, section, where)
+    if section.recompute_modules == () and section.recompute == "selective":
+        raise InputError(
+            f'{where}: parallel.recompute_modules: [] with recompute = "selective" recomputes '
+            'no module (Megatron runs an empty --recompute-modules so): set recompute = "none", '
+            "or name the modules"
+        )
     stages = None
     titan_split = not (
         section.pipeline_layers

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs.fields import Flag, Integer, NonNegativeInt, PositiveInt
+from planner.inputs.fields import Flag, Integer, NonNegativeFloat, NonNegativeInt, PositiveInt
 from planner.inputs.layout import (
     CpCommType,
     Dispatcher,
@@ -53,7 +53,7 @@ class ParallelSection(BaseModel):
     offload_modules: tuple[OffloadModule, ...] = Field(
         default=(), description="fine-grained activation offloading's modules (() = off)"
     )
-    activation_offload_fraction: float = Field(
+    activation_offload_fraction: NonNegativeFloat = Field(
         default=1.0,
         ge=0.0,
         le=1.0,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.fields import (
+    FiniteFloat,
     Flag,
     NonNegativeFloat,
     NonNegativeInt,
@@ -63,12 +64,17 @@ MAX_GLOBAL_BATCH = 1 << 24
 degrees."""
 
 
+MAX_SEQ_LENGTH = 1 << 24
+"""Tokens per sequence: 16,777,216, arch.MAX_WINDOW's bound, above any sequence planner plans. A
+sequence of 2^35 tokens made the pipeline-split solver's integer step times overflow 64 bits."""
+
+
 class TrainingSection(BaseModel):
     """`[training]`: sequence length, global batch (sequences per optimizer step), precision."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq_length: PositiveInt
+    seq_length: PositiveInt = Field(le=MAX_SEQ_LENGTH)
     framework: Framework = Field(
         default="megatron",
         description="the training code: megatron (Megatron-LM) or torchtitan; it sets the defaults "
@@ -82,7 +88,7 @@ class TrainingSection(BaseModel):
         description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
     )
-    optimizer_offload_fraction: float = Field(
+    optimizer_offload_fraction: NonNegativeFloat = Field(
         default=0.0,
         ge=0.0,
         le=1.0,
@@ -145,7 +151,7 @@ class TrainingSection(BaseModel):
         "routed experts' saved activations move to a stash of moe_paged_stash_buffer_size_factor "
         "x their even share",
     )
-    moe_paged_stash_buffer_size_factor: float = Field(
+    moe_paged_stash_buffer_size_factor: FiniteFloat = Field(
         default=1.10,
         description="Megatron --moe-paged-stash-buffer-size-factor-cuda: the stash's size over "
         "the even share (negative: over the actual maxima, bounded by the budget)",
@@ -182,7 +188,7 @@ class TrainingSection(BaseModel):
         "tilelang or cudnn (sparse), or none (dense over fp32 s x s scores: Megatron's own "
         "default, which a command line without the flag is read as)",
     )
-    dsa_indexer_loss_coeff: float = Field(
+    dsa_indexer_loss_coeff: NonNegativeFloat = Field(
         default=0.0,
         ge=0.0,
         description="DeepSeek sparse attention: the indexer's KL loss weight (Megatron "

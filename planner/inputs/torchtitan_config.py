@@ -15,12 +15,12 @@ the `# planner-gpu:` header line planner writes; the GPU count the product of th
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from planner.inputs import pipeline_layout, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
+from planner.inputs.files import parse_toml
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
 
@@ -83,11 +83,11 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
         return _document(doc, text, str(module[0]), gpu, num_gpus)
     try:
         text = path.read_text(encoding="utf-8")
-        doc = tomllib.loads(text)
     except OSError as e:
         raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise InputError(f"{where}: not a TOML file: {e}") from None
+    doc = parse_toml(text, where)
     torchtitan_toml.check_fields(doc, where)
     compile_ = doc.get("compile")
     if isinstance(compile_, dict):

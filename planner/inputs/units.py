@@ -73,7 +73,9 @@ def parse_tokens(text: str, option: str) -> int:
         value = float(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
     except ValueError:
         raise InputError(f"{option}: expected a token count (got {text!r})") from None
-    if not math.isfinite(value) or value < 1:
+    if not math.isfinite(value):
+        raise InputError(f"{option}: too large to be a number (got {text!r})")
+    if value < 1:
         raise InputError(f"{option}: must be at least one token (got {text!r})")
     return round(value)
 

@@ -16,7 +16,10 @@ gated (SwiGLU) MLP, 2 otherwise):
     attention projections (MLA)      2*[q + h*(r_kv + d_r) + r_kv*a*(d_qk + d_v) + a*d_v*h],
                                      q = r_q*(h + a*(d_qk + d_r)) with q-LoRA, else h*a*(d_qk + d_r)
     core attention (QK^T and AV)     2*s*a*d_qk' + 2*s*a*d_v  (= 4*s*Q for MHA/GQA; MLA:
-                                     d_qk' = d_qk + d_r); not halved for the causal mask
+                                     d_qk' = d_qk + d_r); not halved for the causal mask; a
+                                     sliding-window layer's s is its window, min(s, w + 1)
+                                     (Megatron's own count takes the whole sequence there,
+                                     which put gpt-oss at 131k tokens above 100% MFU)
     dense MLP                        2*φ*h*F
     MoE MLP                          2*φ*h*(k*F_e + F_s)   (the router's 2*h*E is not counted,
                                                           as in Megatron)
@@ -127,7 +130,10 @@ def layer_forward(arch: ModelArch, seq_length: int, moe: bool | LayerKind) -> fl
     kind = layer_kind(moe)
     out = 0.0
     if kind.mixer == "attention":
-        out += attention_linear_forward(arch) + attention_core_forward(arch, seq_length)
+        span = seq_length  # keys a query attends to: the sequence, or its sliding window
+        if kind.window and arch.window_size is not None:
+            span = min(seq_length, arch.window_size + 1)
+        out += attention_linear_forward(arch) + attention_core_forward(arch, span)
     elif (linear := mixers.of(kind)) is not None:
         out += linear.mixer_forward(arch)
     if kind.ffn == "dense":

@@ -138,13 +138,17 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     peak, lay = _min_peak(job, space)
     gib = 2**30
-    binding = (
-        f"memory: the leanest layout ({lay.describe() if lay else '?'}) needs "
-        f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
-    )
-    # the physical size whose usable part holds the peak
-    needed = peak * job.cluster.capacity_bytes / cap
-    changes = [f"GPUs with at least {needed / gib:.0f} GiB each"]
+    if lay is None:  # no leanest variant to size (its structures have none at vpp 1)
+        binding = f"memory: no layout fits in the {cap / gib:.1f} GiB available per GPU"
+        changes = []
+    else:
+        binding = (
+            f"memory: the leanest layout ({lay.describe()}) needs "
+            f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
+        )
+        # the physical size whose usable part holds the peak
+        needed = peak * job.cluster.capacity_bytes / cap
+        changes = [f"GPUs with at least {needed / gib:.0f} GiB each"]
     for k in range(1, 7):
         n = job.cluster.num_gpus * 2**k
         bigger = replace(job, cluster=job.cluster.model_copy(update={"num_gpus": n}))

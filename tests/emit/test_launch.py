@@ -156,3 +156,23 @@ def test_a_pools_plan_is_offered_only_the_targets_that_take_pools() -> None:
     for target in ("k8s", "megatron-bridge"):
         with pytest.raises(InputError, match="cannot place pipeline ranks on pools"):
             render(plan, target)
+
+
+def test_megatron_lm_targets_launch_the_native_fused_loss() -> None:
+    # Megatron-LM d98e8a64 arguments.py asserts --cross-entropy-loss-fusion off with
+    # --cross-entropy-fusion-impl te ("disabled due to stability issues"); the Megatron-Core
+    # Megatron-Bridge pins only warns. A default plan (loss_fusion, TE's fused loss) is launched
+    # on Megatron-LM with the compiled native fusion, and its header predicts that run.
+    from dataclasses import replace
+
+    plan = load_plan(EXAMPLES / "llama3.1-8b-h100.toml")
+    assert plan.job.megatron_loss == "te"
+    for target in ("megatron-args", "torchrun", "slurm", "k8s"):
+        text = render(plan, target)[1]
+        impl = re.search(r"--cross-entropy-fusion-impl\W+(\w+)", text)
+        assert impl is not None and impl.group(1) == "native", target
+    bridge = render(plan, "megatron-bridge")[1]
+    assert 'cross_entropy_fusion_impl: "te"' in bridge
+    native = replace(plan.job, compiled_loss_fusion=True)
+    peak = memory.estimate(native, plan.require_layout()).peak / 2**30
+    assert f"peak memory {peak:.1f} GiB" in render(plan, "megatron-args")[1]

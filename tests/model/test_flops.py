@@ -254,3 +254,19 @@ def test_per_op_split_counts_each_block_from_its_first_matmul() -> None:
         mix, gemm_shapes.linear_gemms(mix, 1.0, 1, 1, 1, True), 1, True
     )
     assert saved == pytest.approx(4096 + 1024 + 32768, rel=1e-12)
+
+
+def test_sliding_window_layers_count_their_window() -> None:
+    # gpt-oss-20b: 64 heads x 64 = 4,096 wide, window_size 127 (itself and 127 before: 128 keys).
+    # Hand arithmetic: a full layer's QK^T and AV are 2 x s x (4,096 + 4,096) FLOPs a token, a
+    # windowed one's 2 x 128 x 8,192; at s = 131,072 they differ by 2 x (131,072 - 128) x 8,192.
+    # Counting the whole sequence put gpt-oss above 100% MFU at 131k tokens.
+    from planner.inputs.hybrid import MOE, MOE_WINDOW
+
+    arch = catalog.get_model("gpt-oss-20b")
+    s = 131072
+    full = flops.layer_forward(arch, s, MOE)
+    windowed = flops.layer_forward(arch, s, MOE_WINDOW)
+    assert full - windowed == pytest.approx(2 * (s - 128) * 8192)
+    # a sequence shorter than the window attends to all of it
+    assert flops.layer_forward(arch, 64, MOE_WINDOW) == flops.layer_forward(arch, 64, MOE)

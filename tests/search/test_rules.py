@@ -112,15 +112,16 @@ def test_query_groups_may_divide_tp() -> None:
 
 def test_query_groups_neither_multiple_nor_divisor_of_tp() -> None:
     # 24 heads (24 % 3 == 0, so the heads rule holds), 8 groups, tp 3: 8 % 3 = 2 and 3 % 8 = 3
+    # (3,072-token sequences: sequence parallelism splits them over tp 3, `sequence_split`)
     arch = tiny(heads=24, groups=8)
-    job = make_job(arch, num_gpus=3, global_batch_size=8)
+    job = make_job(arch, num_gpus=3, seq_length=3072, global_batch_size=8)
     found = broken(job, Layout(tp=3, dp=1, sequence_parallel=True))
     assert set(found) == {"query_groups_tp"}
     assert found["query_groups_tp"].message == (
         "num_query_groups (8) must be a multiple of tensor_model_parallel_size (3) or divide it"
     )
     # the 8B model at tp 3 breaks both rules (32 % 3 and 8 % 3)
-    job8 = make_job(num_gpus=3, global_batch_size=9)
+    job8 = make_job(num_gpus=3, seq_length=3072, global_batch_size=9)
     assert set(broken(job8, Layout(tp=3, dp=1, sequence_parallel=True))) == {
         "heads_tp",
         "query_groups_tp",
@@ -137,8 +138,24 @@ def test_query_groups_rule_skips_multi_latent_attention() -> None:
         qk_pos_emb_head_dim=16,
         v_head_dim=32,
     )
-    job = make_job(tiny(heads=24, groups=8, **mla), num_gpus=3, global_batch_size=8)
+    job = make_job(
+        tiny(heads=24, groups=8, **mla), num_gpus=3, seq_length=3072, global_batch_size=8
+    )
     assert_ok(job, Layout(tp=3, dp=1, sequence_parallel=True))
+
+
+def test_sequence_parallelism_needs_tp_to_divide_a_cp_ranks_tokens() -> None:
+    # Megatron-Core's _split_along_first_dim asserts tp divides the first dim, s / cp tokens:
+    # 4,097 % 2 = 1 breaks it; 4,096 % 2 = 0 and, at cp 2, 2,048 % 4 = 0 do not;
+    # 4,100 / 2 = 2,050 and 2,050 % 4 = 2 breaks it; without sequence parallelism nothing splits
+    v = broken(make_job(seq_length=4097), Layout(tp=2, dp=4, sequence_parallel=True))["sp_seq"]
+    assert v.field == "training.seq_length"
+    assert "4097 tokens over tensor_model_parallel_size 2" in v.message
+    assert "sp_seq" not in broken(make_job(), Layout(tp=2, dp=4, sequence_parallel=True))
+    cp2 = Layout(tp=4, cp=2, dp=1, sequence_parallel=True)
+    assert "sp_seq" not in broken(make_job(seq_length=4096), cp2)
+    assert "sp_seq" in broken(make_job(seq_length=4100), cp2)
+    assert "sp_seq" not in broken(make_job(seq_length=4097), Layout(tp=2, dp=4))
 
 
 # --- pipeline split

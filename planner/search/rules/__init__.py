@@ -25,6 +25,7 @@ from planner.search.rules.context import (
     context,
     context_attention,
     context_exchange,
+    sm_margin,
 )
 from planner.search.rules.dsa import JOB_RULES as DSA_JOB_RULES
 from planner.search.rules.dsa import RULES as DSA_RULES
@@ -51,6 +52,7 @@ from planner.search.rules.parallel import (
     positions,
     query_groups,
     sequence_parallel,
+    sequence_split,
     vpp,
     weight_hash,
     world,
@@ -89,8 +91,10 @@ RULES: tuple[Rule, ...] = (
     context_attention,
     context_exchange,
     attention_sinks,
+    sm_margin,
     t5_scope,
     sequence_parallel,
+    sequence_split,
     overlap,
     optimizer_instances,
     muon,
@@ -109,12 +113,19 @@ RULES: tuple[Rule, ...] = (
     positions,
 )
 
-JOB_RULES: tuple[Rule, ...] = (attention_sinks, deterministic, positions, *DSA_JOB_RULES)
+JOB_RULES: tuple[Rule, ...] = (
+    attention_sinks,
+    deterministic,
+    positions,
+    sm_margin,
+    *DSA_JOB_RULES,
+)
 """The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
 
 
 STRUCTURAL_RULES: tuple[Rule, ...] = (
     heads,
+    sequence_split,
     query_groups,
     experts,
     torchtitan_experts,

@@ -199,6 +199,23 @@ def experts(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def sequence_split(job: Job, lay: Layout) -> Violation | None:
+    """Sequence parallelism splits each context-parallel rank's tokens (the first dimension of
+    its [s, b, h] activations) over the TP group, which must divide them (Megatron-Core
+    mappings.py d98e8a64 `_split_along_first_dim` asserts it). Degrees alone: a structural
+    rule."""
+    local = job.seq_length // lay.cp
+    if not lay.sequence_parallel or lay.tp == 1 or local % lay.tp == 0:
+        return None
+    return Violation(
+        "sp_seq",
+        "training.seq_length",
+        f"sequence parallelism splits each context-parallel rank's {local} tokens over "
+        f"tensor_model_parallel_size {lay.tp}, which must divide them (Megatron-Core "
+        "_split_along_first_dim asserts it)",
+    )
+
+
 def sequence_parallel(job: Job, lay: Layout) -> Violation | None:
     if lay.sequence_parallel and lay.tp == 1:
         return Violation(
@@ -206,6 +223,7 @@ def sequence_parallel(job: Job, lay: Layout) -> Violation | None:
             "parallel.sequence_parallel",
             "sequence_parallel = true needs tensor_model_parallel_size > 1 (got 1)",
         )
+
     if lay.tp_comm_overlap and not lay.sequence_parallel:
         return Violation(
             "tp_overlap_sp",
