@@ -21,6 +21,7 @@ pipeline_model_parallel_layout, the stages spelled out. ZeRO: 0 DDP, 1 the distr
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from planner.emit import bridge_precision, bridge_split
@@ -331,12 +332,12 @@ def render(plan: Plan, job_name: str) -> str:
     if job.log_grad_stats:
         notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
     notes += unflagged(plan)
-    hydra: list[str] = []
+    hydra: list[str] = []  # shell-quoted, to paste as they are (a list's spaces split words)
     for name, fields in tables.items():
         if "_target_" in fields:  # one value: a recipe's unset table takes no dotted key
-            hydra.append(f"{name}={_hydra_dict(fields)}")
+            hydra.append(shlex.quote(f"{name}={_hydra_dict(fields)}"))
         else:
-            hydra += [f"{name}.{k}={_scalar(v)}" for k, v in fields.items()]
+            hydra += [shlex.quote(f"{name}.{k}={_scalar(v)}") for k, v in fields.items()]
     text = comment_block(
         [
             *header(plan, "megatron-bridge", job_name, predict(plan)),

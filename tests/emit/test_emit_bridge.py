@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -283,8 +284,19 @@ def test_overlaps_go_where_bridges_setup_reads_them() -> None:
     assert over["overlap_moe_expert_parallel_comm"] is True and over["delay_wgrad_compute"]
     assert "overlap_moe_expert_parallel_comm" not in doc["model"]
     assert over["overlap_grad_reduce"] is plan.require_layout().overlap_grad_reduce
-    hydra = [ln[2:] for ln in text.splitlines() if ln.startswith("# comm_overlap")]
+    words = [shlex.split(ln[2:]) for ln in text.splitlines() if ln.startswith("# ")]
+    hydra = [w[0] for w in words if len(w) == 1 and w[0].startswith("comm_overlap")]
     assert len(hydra) == 1 and hydra[0].startswith("comm_overlap={_target_:")
+
+
+def test_hydra_overrides_paste_into_a_shell_as_one_word_each() -> None:
+    """The header's Hydra overrides are shell-quoted: a list's spaces split it into words
+    run_script.py's Hydra refuses (`model.recompute_modules=["core_attn", "mlp"]`), so each
+    line reads back through shlex as one word, the override itself."""
+    par = {"tp": 2, "pp": 1, "recompute": "selective", "recompute_modules": ["core_attn", "mlp"]}
+    text = render(make_plan("llama3.1-8b", 16, par), "megatron-bridge")[1]
+    line = next(ln for ln in text.splitlines() if "recompute_modules=" in ln)
+    assert shlex.split(line[2:]) == ['model.recompute_modules=["core_attn", "mlp"]']
 
 
 def test_a_layout_keeps_its_virtual_stages_and_the_dataset_its_length() -> None:
