@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.inputs import hybrid
+from planner.inputs.errors import abbreviated
 from planner.inputs.fields import Flag, Integer, Label, Name, NonNegativeInt, PositiveInt, Text
 from planner.inputs.hybrid import DENSE, KIND_ORDER, MOE, LayerKind
 
@@ -198,7 +199,7 @@ class ModelArch(BaseModel):
     def _check(self) -> ModelArch:
         for name, value in self:
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SIZE:
-                shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}..."
+                shown = abbreviated(str(value))
                 raise ValueError(f"{name} ({shown}) must be at most 2^53 = {MAX_SIZE:,}")
         if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(
