@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planner.inputs.arch import MAX_LAYERS
+from planner.inputs.arch_fields import MAX_LAYERS
 from planner.inputs.errors import spelled_json
 from planner.inputs.hf_dense import (
     bloom,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.arch_fields import MAX_EXPERTS, MAX_LAYERS
 from planner.inputs.errors import spelled_json
 from planner.inputs.hf_fields import Reader
 

@@ -43,7 +43,7 @@ from planner.inputs import (
     nemo_args,
 )
 from planner.inputs import megatron_layout as layout
-from planner.inputs.arch import SoftmaxType
+from planner.inputs.arch_fields import SoftmaxType
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
 from planner.inputs.megatron_flags import (

@@ -16,8 +16,8 @@ from planner.inputs.errors import InputError
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|(.))")
 MAX_PATTERN = 1 << 16
-"""Entries a pattern may expand to: far above any layer count (arch.MAX_LAYERS is 10,000), and
-small enough that "[0]*10**9" style typos fail at once instead of filling memory."""
+"""Entries a pattern may expand to: far above any layer count (arch_fields.MAX_LAYERS is
+10,000), and small enough that "[0]*10**9" style typos fail at once instead of filling memory."""
 
 Value = int | list[int]
 

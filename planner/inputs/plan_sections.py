@@ -65,8 +65,9 @@ degrees."""
 
 
 MAX_SEQ_LENGTH = 1 << 24
-"""Tokens per sequence: 16,777,216, arch.MAX_WINDOW's bound, above any sequence planner plans. A
-sequence of 2^35 tokens made the pipeline-split solver's integer step times overflow 64 bits."""
+"""Tokens per sequence: 16,777,216, arch_fields.MAX_WINDOW's bound, above any sequence planner
+plans. A sequence of 2^35 tokens made the pipeline-split solver's integer step times overflow 64
+bits."""
 
 
 class TrainingSection(BaseModel):

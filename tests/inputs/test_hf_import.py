@@ -38,7 +38,8 @@ import pytest
 from paths import HF
 
 from planner.inputs import catalog
-from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS, ModelArch
+from planner.inputs.arch import ModelArch
+from planner.inputs.arch_fields import MAX_EXPERTS, MAX_LAYERS
 from planner.inputs.errors import InputError
 from planner.inputs.hf_import import SUPPORTED, arch_from_hf, load_hf_config
 from planner.model import params

@@ -18,7 +18,7 @@ from plan_text import CLUSTER, MODEL, PARALLEL, PLANS, TRAINING, load_error, pla
 
 from planner.cli import check as check_command
 from planner.inputs import files
-from planner.inputs.arch import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.arch_fields import MAX_EXPERTS, MAX_LAYERS
 from planner.inputs.errors import PlannerError
 from planner.inputs.files import MAX_INPUT_CHARS
 from planner.inputs.hardware import MAX_GPUS
