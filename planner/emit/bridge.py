@@ -201,6 +201,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model["moe_paged_stash_buffer_size_factor_cuda"] = factor
         model["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
     fsdp = lay.zero_stage >= 2
+    if fsdp:  # as the megatron-args target: no full-size model built before it is sharded
+        model["init_model_with_meta_device"] = True
     schedule = {flag: value for flag, _, value in SCHEDULE}
     return {
         "model": model,
@@ -331,6 +333,12 @@ def render(plan: Plan, job_name: str) -> str:
         )
     if job.log_grad_stats:
         notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
+    if plan.require_layout().zero_stage >= 2 and job.main_grad_dtype == "fp32":
+        notes.append(
+            "Megatron-FSDP reduces gradients in ddp.megatron_fsdp_main_grads_dtype (unset: the "
+            "parameters' bf16), not grad_reduce_in_fp32: set it to torch.float32 in the recipe "
+            "(planned with fp32 gradients)"
+        )
     notes += unflagged(plan)
     hydra: list[str] = []  # shell-quoted, to paste as they are (a list's spaces split words)
     for name, fields in tables.items():

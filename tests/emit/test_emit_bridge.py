@@ -327,6 +327,23 @@ def test_fsdp_checkpoints_and_bucket_counts() -> None:
     assert over["bucket_size"] == 50_000_000
 
 
+def test_fsdp_builds_on_the_meta_device_and_names_its_gradient_dtype() -> None:
+    """As the megatron-args target writes --init-model-with-meta-device and
+    --megatron-fsdp-main-grads-dtype fp32 for Megatron-FSDP: Bridge's GPTModelProvider leaves
+    init_model_with_meta_device False (gpt_provider.py @067f987d), so the override sets it; and
+    Megatron-FSDP takes its gradients' dtype from ddp.megatron_fsdp_main_grads_dtype (None: the
+    parameters' dtype; Megatron-Core mcore_fsdp_adapter.py @d98e8a64), never
+    grad_reduce_in_fp32, so an fp32 plan says so in a note (a torch dtype on a field unset by
+    default is not a YAML value Bridge converts)."""
+    text = render(make_plan("llama3.1-8b", 16, {"zero_stage": 3}), "megatron-bridge")[1]
+    doc = yaml.safe_load(text)
+    _accepted(doc)
+    assert doc["model"]["init_model_with_meta_device"] is True
+    assert "megatron_fsdp_main_grads_dtype" in text and "torch.float32" in text
+    plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
+    assert "init_model_with_meta_device" not in plain["model"]
+
+
 def test_the_presets_differences_are_said_with_their_peaks() -> None:
     """The delayed-scaling preset gathers FP8 parameters already (fp8_param_gather True): the
     note that told to set it is gone; a plan without it is told the preset's peak. Every preset
