@@ -31,6 +31,7 @@ from planner.emit.common import check_job_name
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
+from planner.model import memory
 from planner.search.rules import check_plan
 
 Renderer = Callable[[Plan, str], str]
@@ -125,16 +126,20 @@ MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
 
 
 def megatron_lm_loss(plan: Plan, target: str) -> Plan:
-    """The plan as a Megatron-LM target launches it: Megatron-LM d98e8a64 refuses Transformer
+    """The plan as a Megatron-LM target launches it. Megatron-LM d98e8a64 refuses Transformer
     Engine's fused cross entropy (arguments.py asserts `--cross-entropy-loss-fusion` off with
     `--cross-entropy-fusion-impl te`: "disabled due to stability issues"; the Megatron-Core that
-    Megatron-Bridge pins only warns), so a plan timed with it (`Job.megatron_loss` "te", the
-    default fused loss) is launched with the compiled native fusion, and its header predicts
-    that: one more fp32 copy of the local logits at the loss's peak
-    (`training.compiled_loss_fusion`)."""
+    Megatron-Bridge pins only warns). A plan timed with it (`Job.megatron_loss` "te", the default
+    fused loss) is launched with Megatron-LM's compiled native fusion where that still fits (it
+    holds one more fp32 copy of the local logits: `training.compiled_loss_fusion`), else with its
+    unfused loss (no flag: TE's memory, twice its HBM traffic per logit), and the header predicts
+    the one launched."""
     if target not in MEGATRON_LM_TARGETS or plan.job.megatron_loss != "te":
         return plan
-    return replace(plan, job=replace(plan.job, compiled_loss_fusion=True))
+    native = replace(plan.job, compiled_loss_fusion=True)
+    if memory.estimate(native, plan.require_layout()).fits:
+        return replace(plan, job=native)
+    return replace(plan, job=replace(plan.job, loss_fusion=False))
 
 
 def refusals(plan: Plan) -> dict[str, list[str]]:
