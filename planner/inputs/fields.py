@@ -57,16 +57,12 @@ def _controls(value: str, allowed: str) -> str:
     return value
 
 
-Name = Annotated[
-    StrictStr,
-    Field(min_length=1, max_length=MAX_NAME_CHARS),
-    AfterValidator(lambda v: _controls(v, "")),
-]
+_ONE_LINE = AfterValidator(lambda v: _controls(v, ""))
+
+Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS), _ONE_LINE]
 """A name: one line of printable text."""
 
-Label = Annotated[
-    StrictStr, Field(max_length=MAX_NAME_CHARS), AfterValidator(lambda v: _controls(v, ""))
-]
+Label = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS), _ONE_LINE]
 """A display name: as `Name`, and may be empty."""
 
 Text = Annotated[

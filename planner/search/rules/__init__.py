@@ -25,7 +25,6 @@ from planner.search.rules.context import (
     context,
     context_attention,
     context_exchange,
-    sm_margin,
 )
 from planner.search.rules.dsa import JOB_RULES as DSA_JOB_RULES
 from planner.search.rules.dsa import RULES as DSA_RULES
@@ -53,6 +52,7 @@ from planner.search.rules.parallel import (
     query_groups,
     sequence_parallel,
     sequence_split,
+    sm_margin,
     vpp,
     weight_hash,
     world,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from planner.inputs.layout import CpCommType, Layout
 from planner.inputs.plan import Job
-from planner.model import comms
 from planner.search.rules.base import Violation
 from planner.search.rules.dsa import context_exchange as dsa_exchange
 
@@ -40,20 +39,6 @@ def context_attention(job: Job, lay: Layout) -> Violation | None:
             "or fused backend); training.flash_attention is false",
         )
     return None
-
-
-def sm_margin(job: Job, lay: Layout) -> Violation | None:
-    """Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM, `Job.gemm_sm_margin`) must leave
-    the GEMMs an SM of the GPU's (`comms.gpu_sms`)."""
-    sms = comms.gpu_sms(job.cluster)
-    if job.gemm_sm_margin < sms:
-        return None
-    return Violation(
-        "sm_margin",
-        "training.gemm_sm_margin",
-        f"{job.gemm_sm_margin} SMs held back from the GEMMs, but {job.cluster.gpu.name} has "
-        f"{sms}: the GEMMs would have none",
-    )
 
 
 def attention_sinks(job: Job, lay: Layout) -> Violation | None:

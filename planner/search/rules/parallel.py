@@ -10,6 +10,7 @@ from __future__ import annotations
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import comms
 from planner.search.rules.base import Violation
 
 
@@ -199,6 +200,20 @@ def experts(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def sm_margin(job: Job, lay: Layout) -> Violation | None:
+    """Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM, `Job.gemm_sm_margin`) must leave
+    the GEMMs an SM of the GPU's (`comms.gpu_sms`)."""
+    sms = comms.gpu_sms(job.cluster)
+    if job.gemm_sm_margin < sms:
+        return None
+    return Violation(
+        "sm_margin",
+        "training.gemm_sm_margin",
+        f"{job.gemm_sm_margin} SMs held back from the GEMMs, but {job.cluster.gpu.name} has "
+        f"{sms}: the GEMMs would have none",
+    )
+
+
 def sequence_split(job: Job, lay: Layout) -> Violation | None:
     """Sequence parallelism splits each context-parallel rank's tokens (the first dimension of
     its [s, b, h] activations) over the TP group, which must divide them (Megatron-Core
@@ -223,7 +238,6 @@ def sequence_parallel(job: Job, lay: Layout) -> Violation | None:
             "parallel.sequence_parallel",
             "sequence_parallel = true needs tensor_model_parallel_size > 1 (got 1)",
         )
-
     if lay.tp_comm_overlap and not lay.sequence_parallel:
         return Violation(
             "tp_overlap_sp",
