@@ -1,6 +1,6 @@
 """`planner check`: does a plan's layout (or an existing Megatron-LM command line's) fit in GPU
-memory? Exit 0 fits, 1 does not, 2 bad input; when it does not, the cheapest single changes that
-would make it fit."""
+memory, and what it offloads in the host's (`planner.model.host_memory`)? Exit 0 fits, 1 does
+not, 2 bad input; when the GPU's does not, the cheapest single changes that would make it fit."""
 
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ from planner.cli.common import (
     out,
     warn,
 )
+from planner.cli.host_text import host_line
 from planner.inputs import megatron_args, torchtitan_config
 from planner.inputs.errors import EXIT_NO, EXIT_OK, InputError
 from planner.inputs.job_request import JobArgs, name_flags
 from planner.inputs.layout import Layout
 from planner.inputs.megatron_line import flags_named
 from planner.inputs.plan import Job, Plan, load_plan, parse_plan
-from planner.model import cost, memory
+from planner.model import cost, host_memory, memory
 from planner.search import advice
 from planner.search.rules import check_plan
 
@@ -176,13 +177,14 @@ def check(
     warned = warn(plan)
     module_note(plan)
     rep = memory.estimate(job, layout, headroom)
+    host = host_memory.estimate(job, layout)
 
     def step_time(run: Job, lay: Layout) -> float:
         return cost.estimate(run, lay).step_time_s
 
     changes = [] if rep.fits else advice.memory_changes(job, layout, headroom, step_time)
     if as_json:
-        data = report.plan_dict(job.arch, layout, rep, cost.estimate(job, layout))
+        data = report.plan_dict(job.arch, layout, rep, cost.estimate(job, layout), host)
         data["changes"] = [
             {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
             for c in changes
@@ -191,7 +193,7 @@ def check(
         calibration.add_json(data, prof, run)
         emit_json(data)
     else:
-        render.print_check(out, job, layout, rep, changes)
+        render.print_check(out, job, layout, rep, changes, (host_line(job, host), host.fits))
         if run is not None:
             out.print(calibration.measured_table(run, prof))
-    raise typer.Exit(EXIT_OK if rep.fits else EXIT_NO)
+    raise typer.Exit(EXIT_OK if rep.fits and host.fits else EXIT_NO)

@@ -23,6 +23,7 @@ from planner.cli.common import (
     out,
     warn,
 )
+from planner.cli.host_text import host_line
 from planner.cli.ops_options import (
     AsyncOpt,
     FailureRateOpt,
@@ -40,7 +41,7 @@ from planner.cli.ops_options import (
 from planner.inputs import torchtitan_config as torchtitan_config_mod
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan
-from planner.model import cost, memory
+from planner.model import cost, host_memory, memory
 from planner.model.known_gaps import optimistic
 from planner.ops import operations
 from planner.search import pool_costs
@@ -116,6 +117,7 @@ def explain(
     warned = warn(plan)
     noted = module_note(plan)
     rep = memory.estimate(job, layout, headroom)
+    host = host_memory.estimate(job, layout)
     perf = cost.estimate(job, layout)
     ops = None
     if wanted:
@@ -126,7 +128,7 @@ def explain(
         plot.write_svg(timeline_path, svg, "--timeline")
     link = pool_costs.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share
     if as_json:
-        data = report.plan_dict(job.arch, layout, rep, perf)
+        data = report.plan_dict(job.arch, layout, rep, perf, host)
         if link is not None:
             data["performance"]["between_pools"] = report.slow_link_dict(link)
         if ops is not None:
@@ -139,7 +141,7 @@ def explain(
         calibration.add_json(data, prof, run)
         emit_json(data)
     else:
-        render.print_explain(out, job, layout, rep, perf)
+        render.print_explain(out, job, layout, rep, perf, host_line(job, host))
         if link is not None:
             out.print(report.slow_link_text(link), highlight=False)
         if run is not None:

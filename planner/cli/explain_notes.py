@@ -22,6 +22,7 @@ from planner.model import (
     attention_time,
     cost,
     determinism,
+    host_memory,
     layer_time,
     memory,
     mixers,
@@ -297,25 +298,18 @@ def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     )
 
 
-HOST_OPTIMIZER_BYTES = 16.0
-"""Host memory per offloaded parameter (Megatron-LM d98e8a64 HybridDeviceOptimizer): its pinned fp32
-copy, torch AdamW's two fp32 moments and the pinned fp32 buffer its gradient is copied into."""
-
-
 def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """A plan with the optimizer offloaded to the CPU (`planner.model.optimizer_offload`): the
-    host memory it takes per GPU and per node (HOST_OPTIMIZER_BYTES per offloaded parameter of the
-    busiest GPU), the GPU memory it frees and the seconds per step it adds, both against the same
-    plan with the optimizer on the GPU."""
+    host memory it takes per GPU and per node (`host_memory.optimizer_bytes`, the busiest GPU's),
+    the GPU memory it frees and the seconds per step it adds, both against the same plan with the
+    optimizer on the GPU."""
     f = job.optimizer_offload_fraction
     if f <= 0:
         return None
     on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
-    kept = memory.estimate(on_gpu, layout)
-    offloaded = f * max(st.optimizer for st in kept.stages) / on_gpu.optimizer_bytes
-    host = HOST_OPTIMIZER_BYTES * offloaded
+    host = host_memory.optimizer_bytes(job, layout)
     node = host * job.cluster.gpus_per_node
-    freed = kept.peak - memory.estimate(job, layout).peak
+    freed = memory.estimate(on_gpu, layout).peak - memory.estimate(job, layout).peak
     extra = _added(perf, on_gpu, layout)
     return (
         f"optimizer offloaded ({f:.0%} of it): {host / GIB:.1f} GiB of pinned host memory a GPU "

@@ -13,10 +13,11 @@ from rich.table import Table
 
 from planner import __version__
 from planner.cli.common import emit_json, err, out
-from planner.cli.report import layout_dict, memory_dict, performance_dict
+from planner.cli.report import host_dict, layout_dict, memory_dict, performance_dict
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
+from planner.model import host_memory
 from planner.search import pool_search
 from planner.search.pool_costs import slow_link, usd_per_million_tokens
 from planner.search.pool_plan import PoolPlan
@@ -174,7 +175,10 @@ def _plan_dict(p: PoolPlan) -> dict[str, Any]:
         "pools": [q.name for q in p.job.pools],
         "layers_per_stage": _stage_layers(p),
         "recompute_num_layers": None if p.split is None else p.split.recompute_layers,
-        "memory": memory_dict(p.memory),
+        "memory": {
+            **memory_dict(p.memory),
+            "host": host_dict(host_memory.estimate(p.job, p.layout)),
+        },
         "performance": performance_dict(p.performance),
         "usd_per_million_tokens": usd_per_million_tokens(p.job, p.performance),
     }

@@ -24,7 +24,6 @@ from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.ops.operations import Operations
-from planner.search import scaling
 from planner.search.advice import Change
 
 MIN_TIMELINE_WIDTH = 20
@@ -136,8 +135,16 @@ def cluster_text(job: Job) -> str:
 
 
 def print_check(
-    console: Console, job: Job, layout: Layout, rep: MemoryReport, changes: list[Change]
+    console: Console,
+    job: Job,
+    layout: Layout,
+    rep: MemoryReport,
+    changes: list[Change],
+    host: tuple[str | None, bool] = (None, True),
 ) -> None:
+    """check's table and verdict; `host`, the host-memory line (`host_text.host_line`) and
+    whether the host's fits, printed after the GPU's verdict (which then names the GPU)."""
+    line, host_fits = host
     console.print(
         f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}: {layout.describe()}",
@@ -146,9 +153,12 @@ def print_check(
     console.print(memory_table(rep))
     peak, cap = gib(rep.peak), gib(rep.capacity)
     if rep.fits:
+        verdict = "[green]fits[/]" if host_fits else "[green]fits in GPU memory[/]"
         console.print(
-            f"[green]fits[/]: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})", markup=True
+            f"{verdict}: peak {peak} GiB of {cap} GiB (stage {rep.worst.stage})", markup=True
         )
+        if line is not None:
+            console.print(line, markup=True, highlight=False)
         return
     on = f"stage {rep.worst.stage}"
     if rep.worst.pool:  # the binding stage, its pool and GPU
@@ -158,6 +168,8 @@ def print_check(
         f"{gib(rep.shortfall)} GiB over",
         markup=True,
     )
+    if line is not None:
+        console.print(line, markup=True, highlight=False)
     fitting = [c for c in changes if c.fits]
     if fitting:
         console.print("Single changes that make it fit (cheapest first):")
@@ -205,8 +217,15 @@ def time_table(perf: Performance) -> Table:
 
 
 def print_explain(
-    console: Console, job: Job, layout: Layout, rep: MemoryReport, perf: Performance
+    console: Console,
+    job: Job,
+    layout: Layout,
+    rep: MemoryReport,
+    perf: Performance,
+    host: str | None = None,
 ) -> None:
+    """explain's tables and lines; `host`, the host-memory line (`host_text.host_line`) after
+    the GPU memory's verdict."""
     console.print(
         f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
@@ -216,6 +235,8 @@ def print_explain(
     console.print(memory_table(rep, perf))
     verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
     console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB", markup=True)
+    if host is not None:
+        console.print(host, markup=True, highlight=False)
     console.print(time_table(perf))
     name = schedule_name(job, layout)
     if layout.pp > 1:
@@ -318,73 +339,3 @@ def operations_table(o: Operations) -> Table:
         f"{o.effective_tokens_per_s:,.0f} effective ({o.tokens_per_s:,.0f} without failures)",
     )
     return t
-
-
-SCALE_COLUMNS = (
-    "GPUs",
-    "layout",
-    "tokens/s",
-    "tokens/s/GPU",
-    "efficiency",
-    "marginal",
-    "goodput",
-    "$/M tokens",
-    "days",
-    "note",
-)
-
-
-def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
-    """One row of strings per size, in SCALE_COLUMNS order."""
-    rows: list[tuple[str, ...]] = []
-    for p in curve.points:
-        o = p.operations
-        if o is None or p.layout is None:
-            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
-            continue
-        usd = o.usd_per_million_tokens
-        rows.append(
-            (
-                f"{p.num_gpus:,}",
-                p.layout.describe(),
-                units.format_si(o.effective_tokens_per_s),
-                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
-                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
-                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
-                f"{o.resilience.goodput:.1%}",
-                f"{usd:,.2f}" if usd is not None else "-",
-                f"{o.days:,.1f}" if o.days is not None else "-",
-                p.note,
-            )
-        )
-    return rows
-
-
-def scale_table(curve: scaling.ScaleCurve) -> Table:
-    """`planner scale`: one row per GPU count (`scale_rows`)."""
-    job = curve.job
-    budget = f", {units.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
-    t = Table(
-        title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
-        f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
-    )
-    for col in SCALE_COLUMNS:
-        t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")
-    for p, row in zip(curve.points, scale_rows(curve), strict=True):
-        style = "red" if p.num_gpus == curve.stops_paying_at else None
-        t.add_row(*row, style=style)
-    t.caption = scale_caption(curve)
-    return t
-
-
-def scale_caption(curve: scaling.ScaleCurve) -> str:
-    """What the days and cost columns assume, or which option fills them."""
-    notes = []
-    if not curve.tokens:
-        notes.append("days: give --tokens (the token budget)")
-    o = next((p.operations for p in curve.points if p.operations is not None), None)
-    if o is not None and o.price_usd_per_gpu_hour is None:
-        notes.append("$/M tokens: give --price ($ per GPU-hour)")
-    elif o is not None:
-        notes.append(f"$/M tokens at ${o.price_usd_per_gpu_hour:g}/GPU-hour ({o.price_source})")
-    return "; ".join(notes)

@@ -11,7 +11,8 @@ from planner.inputs.hardware import GpuSpec
 from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import params
+from planner.model import host_memory, params
+from planner.model.host_memory import HostMemory
 from planner.model.known_gaps import optimistic
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
@@ -97,13 +98,28 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
     }
 
 
-def plan_dict(
-    arch: ModelArch, layout: Layout, rep: MemoryReport, perf: Performance
-) -> dict[str, Any]:
-    """The object `check --json` and `explain --json` print (DESIGN.md section 2 keys)."""
+def host_dict(host: HostMemory) -> dict[str, Any]:
+    """`memory.host`: what a GPU's process pins for offloading (`planner.model.host_memory`),
+    against its share of the node's host memory less the process's reserve."""
     return {
-        "fits": rep.fits,
-        "memory": memory_dict(rep),
+        "activations_gib": _gib(host.activations),
+        "optimizer_gib": _gib(host.optimizer),
+        "total_gib": _gib(host.total),
+        "capacity_gib": _gib(host.capacity),
+        "share_gib": _gib(host.share),
+        "share_assumed": host.assumed,
+        "fits": host.fits,
+    }
+
+
+def plan_dict(
+    arch: ModelArch, layout: Layout, rep: MemoryReport, perf: Performance, host: HostMemory
+) -> dict[str, Any]:
+    """The object `check --json` and `explain --json` print (DESIGN.md section 2 keys); `fits`
+    needs both the GPU's memory and the host's (`memory.host`)."""
+    return {
+        "fits": rep.fits and host.fits,
+        "memory": {**memory_dict(rep), "host": host_dict(host)},
         "performance": performance_dict(perf),
         "model": model_dict(arch),
         "parallel": layout_dict(layout),
@@ -196,7 +212,7 @@ def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) ->
     a regime where measured steps ran well behind the model: known_gaps.optimistic)
     and `equivalents`: the layouts folded into this one (planner.search.twins.Row), each as its
     `parallel` and `memory.peak_gib`."""
-    d = plan_dict(job.arch, c.layout, c.memory, c.performance)
+    d = plan_dict(job.arch, c.layout, c.memory, c.performance, host_memory.estimate(job, c.layout))
     d["parallel"] = _parallel(job, c.layout)
     d["performance"]["optimistic"] = optimistic(job, c.layout)
     titan = getattr(c, "titan", None)  # a torchtitan search's settings (titan_variants)

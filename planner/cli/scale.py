@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, plot, render, report
+from planner.cli import calibration, plot, render_scale, report
 from planner.cli.common import (
     BatchOpt,
     GpuOpt,
@@ -163,7 +163,7 @@ def scale(
         calibration.add_json(data, prof)
         emit_json(data)
     else:
-        out.print(render.scale_table(curve))
+        out.print(render_scale.scale_table(curve))
         if curve.stops_paying_at is not None:
             out.print(
                 f"adding GPUs stops paying at {curve.stops_paying_at:,}: marginal efficiency "

@@ -14,7 +14,13 @@ from planner.inputs.fields import (
     PositiveFloat,
     PositiveInt,
 )
-from planner.inputs.hardware import MAX_LATENCY_US, MIN_HBM_TB_PER_S, MIN_LINK_GB_PER_S, LinkTier
+from planner.inputs.hardware import (
+    MAX_HOST_MEMORY_GIB,
+    MAX_LATENCY_US,
+    MIN_HBM_TB_PER_S,
+    MIN_LINK_GB_PER_S,
+    LinkTier,
+)
 
 
 class PoolSection(BaseModel):
@@ -33,6 +39,7 @@ class PoolSection(BaseModel):
     power_limit_w: PositiveFloat | None = None
     hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(default=None, ge=MIN_HBM_TB_PER_S)
     tiers: tuple[LinkTier, ...] | None = None
+    host_memory_gib_per_node: PositiveFloat | None = Field(default=None, le=MAX_HOST_MEMORY_GIB)
     price_usd_per_gpu_hour: PositiveFloat | None = Field(
         default=None, description="None = the catalog GPU's price"
     )
@@ -74,3 +81,8 @@ class ClusterSection(BaseModel):
         description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)",
     )
     tiers: tuple[LinkTier, ...] | None = None
+    host_memory_gib_per_node: PositiveFloat | None = Field(
+        default=None,
+        le=MAX_HOST_MEMORY_GIB,
+        description="host (CPU) memory per node, GiB, where it differs from the catalog's",
+    )

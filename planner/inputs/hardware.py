@@ -40,6 +40,10 @@ MAX_LATENCY_US = 1e6
 MIN_HBM_TB_PER_S = 0.01
 """The least HBM bandwidth a plan may give, TB/s (10 GB/s, a hundredth of any GPU's since 2017)."""
 
+MAX_HOST_MEMORY_GIB = float(1 << 20)
+"""Host (CPU) memory a node may have, GiB: 1 PiB, some hundred times the largest servers' (4-8 TiB
+of DIMMs); above it a value is a typo."""
+
 MIN_POWER_SHARE = 0.1
 """The least power cap a plan may give, as a share of the GPU's TDP (drivers floor their caps
 higher: H100 SXM at 200 of 700 W)."""
@@ -165,6 +169,12 @@ class GpuSpec(BaseModel):
         description="the reference system's host CPU, whose single-thread speed sets how fast "
         "eager PyTorch issues kernels (planner.model.host.HOST_CPU_SLOWDOWN)",
     )
+    host_memory_gib_per_node: PositiveFloat | None = Field(
+        default=None,
+        le=MAX_HOST_MEMORY_GIB,
+        description="the reference system's host (CPU) memory per node, GiB: what offloading "
+        "pins (planner.model.host_memory); None = no source read gives it",
+    )
     price_usd_per_gpu_hour: PositiveFloat | None = None
     price_source: Text = ""
     tiers: tuple[LinkTier, ...] = Field(description="network tiers, innermost first")
@@ -241,6 +251,9 @@ class ClusterSpec(BaseModel):
         default=None, ge=MIN_HBM_TB_PER_S, description="None = the catalog GPU's"
     )
     tiers: tuple[LinkTier, ...]
+    host_memory_gib_per_node: PositiveFloat | None = Field(
+        default=None, le=MAX_HOST_MEMORY_GIB, description="the plan's; None = the catalog GPU's"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -271,6 +284,17 @@ class ClusterSpec(BaseModel):
     @property
     def capacity_bytes(self) -> float:
         return units.from_gib(self.memory_gib)
+
+    @property
+    def host_gib_per_gpu(self) -> float | None:
+        """A GPU's share of its node's host memory, GiB: the plan's per-node figure over the
+        plan's GPUs per node, else the catalog's over the catalog's; None where neither says."""
+        if self.host_memory_gib_per_node is not None:
+            return self.host_memory_gib_per_node / self.gpus_per_node
+        gpu = self.gpu
+        if gpu.host_memory_gib_per_node is None:
+            return None
+        return gpu.host_memory_gib_per_node / gpu.gpus_per_node
 
     def tier_for_span(self, span_gpus: int) -> LinkTier:
         """The innermost tier whose span holds `span_gpus` consecutive ranks."""

@@ -58,6 +58,6 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
 
 def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:
     """A catalog GPU with the plan's overrides (gpus_per_node, memory_gib, power_limit_w,
-    hbm_bandwidth_tb_per_s, tiers) applied."""
+    hbm_bandwidth_tb_per_s, tiers, host_memory_gib_per_node) applied."""
     check_one_kind(section, str(path) if path else "<plan>")
     return one_kind(section, path, "cluster")

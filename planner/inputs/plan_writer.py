@@ -92,6 +92,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         cluster["power_limit_w"] = job.cluster.power_limit_w
     if job.cluster.hbm_bandwidth_tb_per_s is not None:
         cluster["hbm_bandwidth_tb_per_s"] = job.cluster.hbm_bandwidth_tb_per_s
+    if job.cluster.host_memory_gib_per_node is not None:
+        cluster["host_memory_gib_per_node"] = job.cluster.host_memory_gib_per_node
     training: dict[str, Any] = {
         "seq_length": job.seq_length,
         "global_batch_size": job.global_batch_size,
@@ -224,7 +226,7 @@ def _pools_lines(job: Job) -> list[str]:
             pool["gpus_per_node"] = c.gpus_per_node
         if c.memory_gib != gpu.memory_gib:
             pool["memory_gib"] = c.memory_gib
-        for name in ("power_limit_w", "hbm_bandwidth_tb_per_s"):
+        for name in ("power_limit_w", "hbm_bandwidth_tb_per_s", "host_memory_gib_per_node"):
             if getattr(c, name) is not None:
                 pool[name] = getattr(c, name)
         if p.price_usd_per_gpu_hour is not None:

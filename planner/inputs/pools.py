@@ -43,8 +43,8 @@ def one_kind(
     section: ClusterSection | PoolSection, path: Path | None, field: str, unreachable: str = ""
 ) -> ClusterSpec:
     """A catalog GPU, `section.num_gpus` of them, with the section's overrides (gpus_per_node,
-    memory_gib, power_limit_w, hbm_bandwidth_tb_per_s, tiers reaching all its GPUs); messages
-    name `field` (`cluster`, `cluster.pools[k]`)."""
+    memory_gib, power_limit_w, hbm_bandwidth_tb_per_s, host_memory_gib_per_node, tiers reaching
+    all its GPUs); messages name `field` (`cluster`, `cluster.pools[k]`)."""
     where = str(path) if path else "<plan>"
     assert section.gpu is not None and section.num_gpus is not None
     try:
@@ -64,6 +64,7 @@ def one_kind(
         "power_limit_w": section.power_limit_w,
         "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
         "tiers": section.tiers or gpu.tiers,
+        "host_memory_gib_per_node": section.host_memory_gib_per_node,
     }
     return validate(ClusterSpec, data, path, prefix=field)
 

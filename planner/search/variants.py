@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import memory
+from planner.model import host_memory, memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
@@ -79,7 +79,11 @@ def best_variants(
     first). Of the
     rungs that fit a stage only those that may be its fastest, and not above `cut`, are
     estimated (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it
-    would be dropped from the top K, and so would every variant it dominates)."""
+    would be dropped from the top K, and so would every variant it dominates). Host memory
+    (`planner.model.host_memory`) is a budget apart: a stage whose offloaded optimizer alone is
+    over it yields nothing, and a rung is picked only where its offloaded activations fit what
+    is left (of a ladder, its smallest n that fits the GPU or none: the host's bytes grow with
+    n); what the GPU memory's shortcuts remember is the GPU's alone."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
@@ -107,6 +111,17 @@ def best_variants(
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         zbase = base.with_(zero_stage=z)  # past the bound: most bases stop before it
+        budget = host_memory.activation_budget(job, zbase)
+        if budget < 0:  # the offloaded optimizer alone is over the host's (higher stages less)
+            rejected["host memory"] += 1
+            continue
+
+        def host_fits(rung: Rung, zbase: Layout = zbase, budget: float = budget) -> bool:
+            fits = host_memory.activation_bytes(job, rung.on(zbase)) <= budget
+            if not fits:
+                rejected["host memory"] += 1
+            return fits
+
         dispatcher = base.moe_token_dispatcher_type
         stage = StageRungs(
             job,
@@ -153,7 +168,7 @@ def best_variants(
                 dominated = (
                     not r.tp_overlap and pays_for(r) and stage.fits(r.with_tp_overlap()) is not None
                 )
-                if r != NONE and not dominated and stage.fits(r) is not None:
+                if r != NONE and not dominated and stage.fits(r) is not None and host_fits(r):
                     rest.append(r)
             smallest: dict[int, int] = {}
             for ld in ladders:
@@ -163,8 +178,11 @@ def best_variants(
                     hi = smallest[id(with_it)] - 1  # else the twin is as lean, faster
                 n = stage.smallest(ld, hi)
                 if n is not None:
-                    rest.append(ld.make(n))
                     smallest[id(ld)] = n
+                    # the host's bytes grow with n: past the smallest n that fits the GPU's
+                    # memory none fits the host's if that one does not
+                    if host_fits(ld.make(n)):
+                        rest.append(ld.make(n))
             picked = stage.fastest(rest, limit)  # memory known: the fastest by time
         if picked is None:  # nothing fits, or its fastest cannot make the top K
             if plain_fits:

@@ -21,7 +21,7 @@ from typing import Any
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
-from planner.model import cost, memory
+from planner.model import cost, host_memory, memory
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
@@ -173,9 +173,10 @@ def reference_top(
                 # no rung is faster than none with the same TP overlap (test_search_assumptions)
                 continue
             rep = memory.estimate(job, lay, space.headroom_pct)
-            if rep.fits and _no_saver(lay):
+            fits = rep.fits and host_memory.estimate(job, lay).fits
+            if fits and _no_saver(lay):
                 plain_fits.add((z, lay.tp_comm_overlap))
-            if rep.fits:
+            if fits:
                 c = Candidate(lay, rep, cost.estimate(job, lay))
                 fitting.setdefault(z, []).append((c.step_time, i, c))
         kept: list[Candidate] = []
@@ -207,7 +208,8 @@ def _overlap_twin_dominates(job: Job, space: Space, c: Candidate) -> bool:
         return False
     rep = memory.estimate(job, twin, space.headroom_pct)
     faster = cost.estimate(job, twin).step_time_s <= c.step_time
-    return rep.fits and rep.peak <= c.memory.peak and faster
+    fits = rep.fits and host_memory.estimate(job, twin).fits
+    return fits and rep.peak <= c.memory.peak and faster
 
 
 # ----------------------------------------------------------------------------- the problems
@@ -315,6 +317,12 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         # their TP, DP and host traffic share (planner.model.shared_link), a cost that grows
         # with the offloaded layers and the ZeRO stage, as the search's dominance rules assume
         make_job("llama3.1-70b", "l40s-48gb", 64, 4096, 512),
+        Space(tp=Bound(2, 4), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1), mbs=Bound(1, 4)),
+    ),
+    "llama70b-l40s-host-bound": (
+        # the same with 576 GiB of host memory a node of 8: 72 a GPU, 40 usable past the
+        # process's 32 (planner.model.host_memory): the deepest offloads no longer fit the host
+        make_job("llama3.1-70b", "l40s-48gb", 64, 4096, 512, host_memory_gib_per_node=576),
         Space(tp=Bound(2, 4), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1), mbs=Bound(1, 4)),
     ),
 }

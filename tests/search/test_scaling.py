@@ -16,7 +16,7 @@ import pytest
 from cli_run import run
 from paths import REPO
 
-from planner.cli import plot, render, report
+from planner.cli import plot, render_scale, report
 from planner.cli.scale import parse_sizes
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
@@ -139,7 +139,7 @@ def test_efficiency_rise_names_the_layout_change_and_knee_is_found() -> None:
     assert curve.points[1].note == ""
     assert curve.stops_paying_at == 64
     assert "stops paying" in curve.points[3].note
-    rows = render.scale_rows(curve)
+    rows = render_scale.scale_rows(curve)
     assert rows[2][-1] == curve.points[2].note and rows[3][4] == "62%"
 
 

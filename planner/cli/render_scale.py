@@ -1,0 +1,77 @@
+"""`planner scale`'s table: one row per GPU count of a scaling curve (`planner.search.scaling`)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.inputs import units
+from planner.search import scaling
+
+SCALE_COLUMNS = (
+    "GPUs",
+    "layout",
+    "tokens/s",
+    "tokens/s/GPU",
+    "efficiency",
+    "marginal",
+    "goodput",
+    "$/M tokens",
+    "days",
+    "note",
+)
+
+
+def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
+    """One row of strings per size, in SCALE_COLUMNS order."""
+    rows: list[tuple[str, ...]] = []
+    for p in curve.points:
+        o = p.operations
+        if o is None or p.layout is None:
+            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+            continue
+        usd = o.usd_per_million_tokens
+        rows.append(
+            (
+                f"{p.num_gpus:,}",
+                p.layout.describe(),
+                units.format_si(o.effective_tokens_per_s),
+                f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
+                f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
+                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
+                f"{o.resilience.goodput:.1%}",
+                f"{usd:,.2f}" if usd is not None else "-",
+                f"{o.days:,.1f}" if o.days is not None else "-",
+                p.note,
+            )
+        )
+    return rows
+
+
+def scale_table(curve: scaling.ScaleCurve) -> Table:
+    """`planner scale`: one row per GPU count (`scale_rows`)."""
+    job = curve.job
+    budget = f", {units.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
+    t = Table(
+        title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
+        f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
+    )
+    for col in SCALE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")
+    for p, row in zip(curve.points, scale_rows(curve), strict=True):
+        style = "red" if p.num_gpus == curve.stops_paying_at else None
+        t.add_row(*row, style=style)
+    t.caption = scale_caption(curve)
+    return t
+
+
+def scale_caption(curve: scaling.ScaleCurve) -> str:
+    """What the days and cost columns assume, or which option fills them."""
+    notes = []
+    if not curve.tokens:
+        notes.append("days: give --tokens (the token budget)")
+    o = next((p.operations for p in curve.points if p.operations is not None), None)
+    if o is not None and o.price_usd_per_gpu_hour is None:
+        notes.append("$/M tokens: give --price ($ per GPU-hour)")
+    elif o is not None:
+        notes.append(f"$/M tokens at ${o.price_usd_per_gpu_hour:g}/GPU-hour ({o.price_source})")
+    return "; ".join(notes)
