@@ -130,12 +130,15 @@ def activation_bytes(job: Job, layout: Layout) -> float:
     f = layout.activation_offload_fraction
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     name = schedule_name(job, layout)
-    peak = 0.0
+    peak, seen = 0.0, set()
     for rank, chunks in enumerate(ranks):
         per_chunk = tuple(
             f * sum(n * b for n, b in zip(arch.kind_counts((c,)), each, strict=True))
             for c in chunks
         )
+        if per_chunk in seen and job.framework == "megatron":
+            continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
+        seen.add(per_chunk)
         peak = max(peak, schedule_peak(per_chunk, layout, rank, m, name))
     return peak * _roundup(job, sh)
 

@@ -117,6 +117,8 @@ def best_variants(
             continue
 
         def host_fits(rung: Rung, zbase: Layout = zbase, budget: float = budget) -> bool:
+            if not rung.offload and not rung.offload_modules:
+                return True  # nothing offloaded: the budget is not negative (above)
             fits = host_memory.activation_bytes(job, rung.on(zbase)) <= budget
             if not fits:
                 rejected["host memory"] += 1
