@@ -3,12 +3,9 @@ process pins for offloading against its share of the node's host memory."""
 
 from __future__ import annotations
 
+from planner.cli.render import gib
 from planner.inputs.plan import Job
 from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:.1f}"
 
 
 def host_line(job: Job, host: HostMemory) -> str | None:
@@ -18,25 +15,25 @@ def host_line(job: Job, host: HostMemory) -> str | None:
     if host.total <= 0:
         return None
     parts = [
-        f"{what} {_gib(b)}"
+        f"{what} {gib(b)}"
         for what, b in (("activations", host.activations), ("optimizer", host.optimizer))
         if b > 0
     ]
-    share = f"{_gib(host.share)} GiB a GPU's share of its node's host memory"
+    share = f"{gib(host.share)} GiB a GPU's share of its node's host memory"
     if host.assumed:
         share += (
             f" (assumed: {job.cluster.gpu.name} has no host memory in the catalog; set "
             "[cluster] host_memory_gib_per_node)"
         )
     budget = (
-        f"{_gib(host.capacity)} GiB usable ({share}, less {HOST_RESERVED_GIB_PER_GPU:g} GiB "
+        f"{gib(host.capacity)} GiB usable ({share}, less {HOST_RESERVED_GIB_PER_GPU:g} GiB "
         "for the process)"
     )
-    pinned = f"{_gib(host.total)} GiB pinned a GPU ({', '.join(parts)})"
+    pinned = f"{gib(host.total)} GiB pinned a GPU ({', '.join(parts)})"
     if host.fits:
         return f"host memory: {pinned} of {budget}"
     return (
         f"[red]does not fit in host memory[/]: {pinned} of {budget}, "
-        f"{_gib(host.shortfall)} GiB over; offload less (fewer layers or modules, or a smaller "
+        f"{gib(host.shortfall)} GiB over; offload less (fewer layers or modules, or a smaller "
         "optimizer_offload_fraction) or set the node's host_memory_gib_per_node"
     )

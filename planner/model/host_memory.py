@@ -78,8 +78,7 @@ class HostMemory:
 
     @property
     def capacity(self) -> float:
-        """Bytes the offloads may pin: the share less HOST_RESERVED_GIB_PER_GPU."""
-        return max(self.share - units.from_gib(HOST_RESERVED_GIB_PER_GPU), 0.0)
+        return usable_bytes(self.share)
 
     @property
     def fits(self) -> bool:
@@ -89,6 +88,11 @@ class HostMemory:
     def shortfall(self) -> float:
         """Bytes over the capacity (<= 0 when it fits)."""
         return self.total - self.capacity
+
+
+def usable_bytes(share: float) -> float:
+    """Bytes the offloads may pin out of a GPU's `share`: less HOST_RESERVED_GIB_PER_GPU."""
+    return max(share - units.from_gib(HOST_RESERVED_GIB_PER_GPU), 0.0)
 
 
 def share_bytes(job: Job) -> tuple[float, bool]:
@@ -163,9 +167,7 @@ def activation_budget(job: Job, layout: Layout) -> float:
     """Host bytes a GPU may pin for offloaded activations under the layout's ZeRO stage: the
     capacity less the offloaded optimizer's share (negative where that alone is over); what the
     search holds each memory saver's `activation_bytes` to."""
-    share, _ = share_bytes(job)
-    free = HostMemory(0.0, 0.0, share, False).capacity
-    return free - optimizer_bytes(job, layout)
+    return usable_bytes(share_bytes(job)[0]) - optimizer_bytes(job, layout)
 
 
 def estimate(job: Job, layout: Layout) -> HostMemory:
