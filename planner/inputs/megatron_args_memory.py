@@ -21,15 +21,30 @@ RL_KV_CACHE_GIB = 40.0
 """--inference-dynamic-batching-buffer-size-gb's default (Megatron-LM d98e8a64 arguments.py)."""
 
 
-def training_flags(line: Line, parallel: dict[str, Any]) -> dict[str, Any]:
-    """`[training]` fields of these flags, where they differ from the defaults."""
+TE_LOSS_NOTE = (
+    "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te: read as Transformer Engine's "
+    "fused loss, as Megatron-LM before 168cb15d (2026-06-03) runs it; from that commit on "
+    "(d98e8a64 included) validate_args asserts against the pair (TE's fused cross entropy "
+    "disabled for stability): there use --cross-entropy-fusion-impl native"
+)
+"""The note of a line that asks for Transformer Engine's fused loss (Megatron-LM d98e8a64
+arguments.py; benchmarks/data/megatron_rules.md section 13): the Megatron-MoE-ModelZoo scripts
+of May 2026 still do, on the Megatron-LM of their day."""
+
+
+def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """`[training]` fields of these flags, where they differ from the defaults; how they were
+    read where a Megatron-LM of another date reads them otherwise, to `notes`."""
     out: dict[str, Any] = {}
     if (n := line.integer("--num-distributed-optimizer-instances") or 1) > 1:
         out["optimizer_instances"] = n
     if line.text("--outer-dp-sharding-strategy") == "optim":
         out["outer_dp_sharding_strategy"] = "optim"
     fused = line.has("--cross-entropy-loss-fusion")
-    out.update(loss_fields(fused, line.text("--cross-entropy-fusion-impl")))
+    impl = line.text("--cross-entropy-fusion-impl")
+    if fused and impl == "te":
+        notes.append(TE_LOSS_NOTE)
+    out.update(loss_fields(fused, impl))
     if line.has("--log-params-norm") or line.has("--log-num-zeros-in-grad"):
         out["log_grad_stats"] = True
     if line.has("--test-mode"):

@@ -99,7 +99,7 @@ def training_table(
     _fused_grouped_mlp(line, training, notes)
     training.update(_optimizer_dtypes(line))
     training.update(_muon(line))
-    training.update(megatron_args_memory.training_flags(line, parallel))
+    training.update(megatron_args_memory.training_flags(line, parallel, notes))
     _cuda_graphs(line, training)
     return training
 

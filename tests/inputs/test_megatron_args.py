@@ -472,8 +472,26 @@ def test_optimizer_instances_and_the_native_loss_fusion_are_read() -> None:
     line = SMALL + "--num-distributed-optimizer-instances 2 --cross-entropy-loss-fusion"
     training = read(line).doc["training"]
     assert training["optimizer_instances"] == 2 and training["compiled_loss_fusion"]
-    te = read(SMALL + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te").doc
-    assert "compiled_loss_fusion" not in te["training"]  # TE's kernel works in place
+    # the impl without --cross-entropy-loss-fusion chooses nothing: Megatron's unfused loss
+    te = read(SMALL + "--cross-entropy-fusion-impl te").doc["training"]
+    assert te["loss_fusion"] is False and "compiled_loss_fusion" not in te
+
+
+def test_the_fused_te_loss_is_read_with_the_megatron_lm_that_refuses_it_named() -> None:
+    """Megatron-LM asserts --cross-entropy-loss-fusion off with --cross-entropy-fusion-impl te
+    from 168cb15d (2026-06-03; d98e8a64 arguments.py, benchmarks/data/megatron_rules.md section
+    13); the Megatron-MoE-ModelZoo scripts of May 2026 ask for it on the Megatron-LM of their
+    day. The line is read as it ran there (TE's in-place kernel: no compiled fusion's extra fp32
+    copy) and the reading names the commit that refuses it; native or no impl says nothing."""
+    reading = read(SMALL + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
+    training = reading.doc["training"]
+    assert "compiled_loss_fusion" not in training and "loss_fusion" not in training
+    (note,) = [n for n in reading.notes if "--cross-entropy-fusion-impl te" in n]
+    assert "168cb15d" in note and "native" in note
+    for impl in ("native", "te"):
+        line = SMALL + ("--cross-entropy-loss-fusion " if impl == "native" else "")
+        quiet = read(line + f"--cross-entropy-fusion-impl {impl}")
+        assert not [n for n in quiet.notes if "cross-entropy" in n]
 
 
 def test_the_rl_steps_kv_cache_and_separate_inference_model_are_read() -> None:
