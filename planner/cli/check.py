@@ -32,7 +32,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.megatron_line import flags_named
 from planner.inputs.plan import Job, Plan, load_plan, parse_plan
 from planner.model import cost, host_memory, memory
-from planner.search import advice
+from planner.search import advice, host_advice
 from planner.search.rules import check_plan
 
 
@@ -182,11 +182,20 @@ def check(
     def step_time(run: Job, lay: Layout) -> float:
         return cost.estimate(run, lay).step_time_s
 
-    changes = [] if rep.fits else advice.memory_changes(job, layout, headroom, step_time)
+    changes = []
+    if not rep.fits:
+        changes = advice.memory_changes(job, layout, headroom, step_time)
+    elif not host.fits:
+        changes = host_advice.host_changes(job, layout, headroom, step_time)
     if as_json:
         data = report.plan_dict(job.arch, layout, rep, cost.estimate(job, layout), host)
         data["changes"] = [
-            {"change": c.describe(), "saves_gib": round(c.saves / 2**30, 2), "fits": c.fits}
+            {
+                "change": c.describe(),
+                "saves_gib": round(c.saves / 2**30, 2),
+                "memory": c.memory,
+                "fits": c.fits,
+            }
             for c in changes
         ]
         data["warnings"] = warned

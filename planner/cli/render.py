@@ -159,6 +159,7 @@ def print_check(
         )
         if line is not None:
             console.print(line, markup=True, highlight=False)
+        _print_changes(console, changes)
         return
     on = f"stage {rep.worst.stage}"
     if rep.worst.pool:  # the binding stage, its pool and GPU
@@ -170,17 +171,29 @@ def print_check(
     )
     if line is not None:
         console.print(line, markup=True, highlight=False)
+    _print_changes(console, changes)
+
+
+def _print_changes(console: Console, changes: list[Change]) -> None:
+    """The single changes that make the layout fit, cheapest first (GPU memory's from
+    `advice.memory_changes`, host memory's from `host_advice.host_changes`); else the largest
+    saving."""
     fitting = [c for c in changes if c.fits]
-    if fitting:
-        console.print("Single changes that make it fit (cheapest first):")
+    if fitting:  # host memory's may pair offloading less with a GPU change (`Change.also`)
+        kind = "Changes" if any(c.memory == "host" for c in fitting) else "Single changes"
+        console.print(f"{kind} that make it fit (cheapest first):")
         for c in fitting[:5]:
-            console.print(f"  {c.describe()} saves {gib(c.saves)} GiB")
+            console.print(f"  {c.describe()} saves {_saving(c)}")
     elif changes:
         best = max(changes, key=lambda c: c.saves)
         console.print(
             f"No single change makes it fit; the largest saving is {best.describe()} "
-            f"({gib(best.saves)} GiB)."
+            f"({_saving(best)})."
         )
+
+
+def _saving(c: Change) -> str:
+    return f"{gib(c.saves)} GiB" + (" of host memory" if c.memory == "host" else "")
 
 
 def _ms(seconds: float) -> str:

@@ -3,7 +3,10 @@
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
 knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp; and for
 DeepSeek sparse attention on Megatron's dense path, its sparse kernels) and must still pass
-`planner.search.rules`; the total GPU count and the global batch stay as they are.
+`planner.search.rules`; the total GPU count and the global batch stay as they are. A change
+makes the layout fit only where what it offloads fits in host memory too
+(`planner.model.host_memory`; `planner.search.host_advice` lists the changes for a layout over
+host memory alone).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.plan_layout import torchtitan_stages
-from planner.model import dsa, memory
+from planner.model import dsa, host_memory, memory
 from planner.search import rules
 
 
@@ -33,6 +36,8 @@ class Change:
     """What the change turns on with it, where the rules need it (`sequence_parallel`)."""
     job: Job | None = None
     """The job the change runs under, where it changes a job field (the DSA kernels)."""
+    memory: str = "gpu"
+    """The memory `saves` is of: "gpu", or "host" (`planner.search.host_advice`)."""
 
     def describe(self) -> str:
         with_it = f" (+ {self.also})" if self.also else ""
@@ -92,26 +97,17 @@ def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> 
         rep = memory.estimate(other, layout, headroom_pct)
         if peak - rep.peak > 0:
             field = "training.dsa_kernel_backend"
-            change = Change(field, "none", kernels, layout, peak - rep.peak, rep.fits, -1)
+            fits = rep.fits and host_memory.estimate(other, layout).fits
+            change = Change(field, "none", kernels, layout, peak - rep.peak, fits, -1)
             out.append(replace(change, job=other))
     return out
 
 
-def memory_changes(
-    job: Job,
-    layout: Layout,
-    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
-    cost: Callable[[Job, Layout], float] | None = None,
-) -> list[Change]:
-    """Every valid single change that lowers the peak, those that fit first, cheapest first.
-
-    `cost` (e.g. predicted step time, of the job and layout a change runs) orders them when
-    given; otherwise a fixed rank does. A tp change turns sequence parallelism on with it
+def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object, Layout, str]]:
+    """(rank, field, new value, layout, what it turns on with it) of every single change of
+    `_candidates` that passes the rules. A tp change turns sequence parallelism on with it
     where the rules need it at the new tp (MoE layers, torchtitan, DeepSeek sparse attention),
-    and says so; no other change touches it.
-    """
-    base = memory.estimate(job, layout, headroom_pct)
-    out = []
+    and says so; no other change touches it."""
     for order, field, after, new in _candidates(job, layout):
         if new is None:
             continue
@@ -121,17 +117,39 @@ def memory_changes(
             needed = rules.violations(job, new) and not rules.violations(job, with_sp)
             if job.arch.is_moe or needed:
                 new, also = with_sp, "sequence_parallel"
-        if rules.violations(job, new):
-            continue
+        if not rules.violations(job, new):
+            yield order, field, after, new, also
+
+
+def by_cost(
+    job: Job, changes: list[Change], cost: Callable[[Job, Layout], float] | None
+) -> list[Change]:
+    """Those that fit first, then cheapest: by `cost` (e.g. predicted step time, of the job and
+    layout a change runs) where given, else by the fixed rank."""
+
+    def key(c: Change) -> tuple[bool, float]:
+        return (not c.fits, cost(c.job or job, c.layout) if cost else float(c.order))
+
+    return sorted(changes, key=key)
+
+
+def memory_changes(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
+    cost: Callable[[Job, Layout], float] | None = None,
+) -> list[Change]:
+    """Every valid single change (`single_changes`) that lowers the peak, those that fit first,
+    cheapest first (`by_cost`)."""
+    base = memory.estimate(job, layout, headroom_pct)
+    out = []
+    for order, field, after, new, also in single_changes(job, layout):
         rep = memory.estimate(job, new, headroom_pct)
         saves = base.peak - rep.peak
         if saves <= 0:
             continue
         before = getattr(layout, field)
-        out.append(Change(field, before, after, new, saves, rep.fits, order, also))
+        fits = rep.fits and host_memory.estimate(job, new).fits
+        out.append(Change(field, before, after, new, saves, fits, order, also))
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
-
-    def key(c: Change) -> tuple[bool, float]:
-        return (not c.fits, cost(c.job or job, c.layout) if cost else float(c.order))
-
-    return sorted(out, key=key)
+    return by_cost(job, out, cost)

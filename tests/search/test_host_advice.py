@@ -1,0 +1,158 @@
+"""What `planner check` proposes for a layout that fits in GPU memory but offloads more than its
+host memory holds (planner.search.host_advice), and that GPU memory's changes count the host.
+
+Oracles: hand arithmetic on Llama 3.1 8B's offloaded layers (each 8192-token micro-batch's layer
+is 1.125 GiB on the host: 24 of them 27 GiB, tests/model/test_host_memory.py), and brute force
+over the knob each change turns (every layer count, every hundredth of a fraction), judged by
+the host and GPU models themselves."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cli_run import run
+from jobs import job
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model import host_memory, memory
+from planner.search import advice, host_advice
+
+
+def _host(gib_per_gpu: int, **kw: object) -> Job:
+    """Llama 3.1 8B on 8 H100 at 8192 tokens, a node's host memory `gib_per_gpu` x 8."""
+    base = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, **kw)
+    node = {"host_memory_gib_per_node": 8 * gib_per_gpu}
+    return replace(base, cluster=base.cluster.model_copy(update=node))
+
+
+LAYERS = Layout(tp=1, pp=1, dp=8, zero_stage=1, cpu_offloading_num_layers=24)
+
+
+def _fits_both(c: advice.Change, job: Job) -> bool:
+    j = c.job or job
+    return memory.estimate(j, c.layout).fits and host_memory.estimate(j, c.layout).fits
+
+
+def test_fewer_layers_is_the_most_that_fits_the_host_and_is_judged_on_the_gpu() -> None:
+    # 48 GiB a GPU, 16 usable; 24 layers pin 24 x 1.125 = 27 GiB. 14 layers (15.75 GiB) is the
+    # most that fits; the 10 layers back on the GPU (+11.25 GiB on 74.0) overflow its 77.3
+    job48 = _host(48)
+    assert memory.estimate(job48, LAYERS).fits and not host_memory.estimate(job48, LAYERS).fits
+    per_layer = host_memory.estimate(job48, LAYERS).activations / 24
+    assert per_layer / GIB == pytest.approx(1.125, rel=0.01)
+    changes = host_advice.host_changes(job48, LAYERS)
+    (fewer,) = [c for c in changes if c.field == "cpu_offloading_num_layers"]
+    fitting = [
+        n
+        for n in range(24)
+        if host_memory.estimate(job48, LAYERS.with_(cpu_offloading_num_layers=n)).fits
+    ]
+    assert fewer.after == max(fitting) == 14 and fewer.memory == "host"
+    assert fewer.saves == pytest.approx(10 * per_layer)
+    assert not fewer.fits  # the GPU's 74.0 + 11.25 GiB
+    # context parallelism halves each layer's tokens: 13.5 GiB, and the GPU's share shrinks too
+    (cp,) = [c for c in changes if c.field == "cp"]
+    assert cp.fits and cp.after == 2 and _fits_both(cp, job48)
+    assert changes[0].fits  # those that fit come first
+
+
+def test_where_no_single_change_fits_a_gpu_change_is_paired_with_offloading_less() -> None:
+    # 40 GiB a GPU, 8 usable: cp 2's 13.5 GiB is over too, so no single change fits both; each
+    # GPU change with the most layers that then fit the host does
+    job40 = _host(40)
+    changes = host_advice.host_changes(job40, LAYERS)
+    singles = [c for c in changes if not c.also or c.field != "cpu_offloading_num_layers"]
+    assert singles and not any(c.fits for c in singles)
+    paired = [c for c in changes if c.fits]
+    assert paired and all(c.field == "cpu_offloading_num_layers" and c.also for c in paired)
+    assert all(_fits_both(c, job40) for c in paired)
+    for c in paired:  # the most layers that fit the host on the changed layout
+        assert isinstance(c.after, int)
+        more = c.layout.with_(cpu_offloading_num_layers=c.after + 1)
+        assert not host_memory.estimate(job40, more).fits
+    assert {c.also for c in paired} >= {"cp 1 -> 2"}
+
+
+def test_the_optimizer_and_fine_grained_shares_are_the_largest_hundredth_that_fits() -> None:
+    # the whole optimizer shard on the host: 16 bytes x 8.03e9 / 8 = 14.96 GiB, with 8 usable
+    job40 = _host(40, optimizer_offload_fraction=1.0)
+    lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, recompute="full")
+    assert memory.estimate(job40, lay).fits and not host_memory.estimate(job40, lay).fits
+    changes = host_advice.host_changes(job40, lay)
+    (opt,) = [c for c in changes if c.field == "training.optimizer_offload_fraction"]
+    assert opt.job is not None and opt.before == 1.0 and opt.fits and not opt.also
+
+    def fits(x: float) -> bool:
+        return host_memory.estimate(replace(job40, optimizer_offload_fraction=x), lay).fits
+
+    best = max(i / 100 for i in range(100) if fits(i / 100))
+    assert opt.after == best == pytest.approx(0.53, abs=0.01)  # 8 / 14.96 = 0.535
+    # fine-grained offloading of every module at fraction 1: the largest hundredth that fits
+    modules = Layout(
+        tp=1, pp=1, dp=8, zero_stage=1, offload_modules=("attn_norm", "qkv_linear", "core_attn")
+    )
+    job33 = _host(33)  # 1 GiB usable
+    assert host_memory.estimate(job33, modules).activations > 1 * GIB
+    changes = host_advice.host_changes(job33, modules)
+    (share,) = [c for c in changes if c.field == "activation_offload_fraction" and not c.also]
+
+    def share_fits(x: float) -> bool:
+        return host_memory.estimate(job33, modules.with_(activation_offload_fraction=x)).fits
+
+    assert share.after == max(i / 100 for i in range(1, 100) if share_fits(i / 100))
+    dropped = [c for c in changes if c.field == "offload_modules"]
+    assert all(host_memory.estimate(job33, c.layout).fits for c in dropped)
+
+
+def test_a_gpu_memory_change_that_leaves_the_host_over_does_not_make_it_fit() -> None:
+    # micro-batch 2 overflows the GPU; halving it fits the GPU, but 24 layers still pin 27 GiB
+    # of 8 usable: no change advice.memory_changes lists may say it makes the layout fit
+    job40 = _host(40)
+    big = LAYERS.with_(micro_batch_size=2)
+    assert not memory.estimate(job40, big).fits
+    changes = advice.memory_changes(job40, big)
+    halve = [c for c in changes if c.field == "micro_batch_size"]
+    assert halve and memory.estimate(job40, halve[0].layout).fits and not halve[0].fits
+    assert all(_fits_both(c, job40) for c in changes if c.fits)
+
+
+def _plan(tmp_path: Path) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        """
+[model]
+name = "llama3.1-8b"
+[cluster]
+gpu = "h100-sxm-80gb"
+num_gpus = 8
+host_memory_gib_per_node = 384
+[training]
+seq_length = 8192
+global_batch_size = 64
+[parallel]
+tp = 1
+pp = 1
+micro_batch_size = 1
+zero_stage = 1
+cpu_offloading_num_layers = 24
+"""
+    )
+    return path
+
+
+def test_check_lists_the_changes_for_host_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path)
+    code, out, _ = run(["check", str(plan)], capsys)
+    assert code == 1 and "Changes that make it fit" in out and "cp 1 -> 2 saves" in out
+    assert "of host memory" in out
+    code, out, _ = run(["check", str(plan), "--json"], capsys)
+    changes = json.loads(out)["changes"]
+    assert code == 1 and {c["memory"] for c in changes} == {"host"}
+    assert any(c["change"] == "cp 1 -> 2" and c["fits"] for c in changes)
