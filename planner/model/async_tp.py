@@ -22,7 +22,7 @@ transfer lands, or the last partial output's send after the last matmul):
 max(c - g, 0) + min(c, g) / tp. An MoE block's TP collectives (where it has any:
 `planner.model.layer_tp.tp_blocks`) stay exposed (window 0). Without sequence parallelism torchtitan
 does not run async TP (it needs the all-gather / reduce-scatter pair); the layer then times as
-`comms.tensor_parallel_layer`. The hidden part still holds `comms.sm_share` of the SMs
+`layer_tp.tensor_parallel_layer`. The hidden part still holds `comms.sm_share` of the SMs
 (`planner.model.layer_time` charges it) as for NCCL's overlapped collectives: a bound where the
 peer-to-peer copies run on the copy engines instead of SMs.
 """

@@ -39,7 +39,9 @@ Overlap is not free: a collective hidden under compute runs on COMM_KERNEL_SMS o
 callers add it to the exposed time (TP in `planner.model.layer_time`, EP in
 `planner.model.stage_time`, DP in `planner.model.cost`).
 
-Data-parallel sync, built on these collectives, is `planner.model.dp_sync`.
+Data-parallel sync, built on these collectives, is `planner.model.dp_sync`; a layer's
+tensor-parallel collectives `planner.model.layer_tp.tensor_parallel_layer`; context parallelism's
+exchanges `planner.model.cp_time`.
 
 The MoE token dispatchers, built on these collectives, are `planner.model.dispatch`.
 """
@@ -350,78 +352,3 @@ def p2p_link(cluster: ClusterSpec, stride: int, size: int) -> Link:
     (inside a full mesh the pair's own link)."""
     grp = place(cluster, stride, size)
     return grp.outer or mesh_link(cluster.tiers[0], 2)
-
-
-def tensor_parallel_layer(
-    cluster: ClusterSpec,
-    tp: int,
-    act_bytes: float,
-    n_fwd: int,
-    sequence_parallel: bool,
-    windows: tuple[float, ...],
-    overlap_backward: bool = True,
-    regather: bool = True,
-    widths: tuple[float, ...] | None = None,
-) -> tuple[float, float]:
-    """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
-    activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
-    among them: one entry of `windows` per block) is a column-parallel linear and a row-parallel
-    one (Megatron's f and g operators, Shoeybi et al. 2019 / Korthikanti et al. 2022):
-
-    forward, per pass (n_fwd: 2 with full recompute): an all-reduce after each row-parallel
-      linear, or with sequence parallelism an all-gather before the column-parallel one and a
-      reduce-scatter after the row-parallel one; always exposed.
-    backward, per block: the column-parallel linear's input gradient is all-reduced (with SP:
-      reduce-scattered), and with SP the row-parallel linear's output gradient is all-gathered
-      and, unless the gathered input was saved (`regather` False), the column-parallel input is
-      all-gathered again for its weight gradient.
-
-    `overlap_backward` (Megatron-LM's and Transformer Engine's column-parallel backward): the
-    re-gather runs under the dgrad GEMM and the input-gradient all-reduce / reduce-scatter under
-    the wgrad GEMM, each exposed only beyond that GEMM's time, the block's `windows` entry (its
-    column-parallel forward GEMM time: dgrad and wgrad each equal it; 0 where nothing overlaps).
-    Otherwise every collective blocks.
-
-    `widths` (one per block, default 1): the column-parallel input's width over h, where a block
-    gathers less than its input (Megatron-Core's MLA gathers its latents: `flops.
-    mla_gathered_width`): the forward gather, the backward reduce-scatter (all-reduce without
-    sequence parallelism) of that input's gradient and its re-gather move that many bytes; the
-    row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide."""
-    grp = place(cluster, 1, tp)
-    ar = all_reduce(act_bytes, grp)
-    half = reduce_scatter(act_bytes, grp)
-    exposed = hidden = 0.0
-    for window, width in zip(windows, widths or (1.0,) * len(windows), strict=True):
-        # forward: the all-reduce (with SP and a narrower input: its reduce-scatter and the
-        # input's gather at its width); then (seconds, GEMM it can run under: 0 = none) of each
-        # backward collective of the block
-        if sequence_parallel:
-            col = reduce_scatter(width * act_bytes, grp)
-            exposed += n_fwd * (col + half)  # the input's gather, the output's reduce-scatter
-            parts = [(half, 0.0), (col, window)] + ([(col, window)] if regather else [])
-        else:
-            exposed += n_fwd * ar
-            parts = [(all_reduce(width * act_bytes, grp), window)]
-        for seconds, under in parts:
-            shown = max(seconds - under, 0.0) if overlap_backward else seconds
-            exposed += shown
-            hidden += seconds - shown
-    return exposed, hidden
-
-
-def context_parallel_ring(
-    cluster: ClusterSpec,
-    tp: int,
-    cp: int,
-    kv_bytes: float,
-    attn_fwd: float,
-    attn_bwd: float,
-    n_fwd: int,
-) -> tuple[float, float]:
-    """(exposed, hidden) seconds per layer and micro-batch of ring attention: the K/V chunk
-    passes cp-1 hops per forward, K/V and their gradients per backward, each pass overlapped
-    with the attention kernel it feeds (Megatron's p2p context parallelism)."""
-    hop = p2p(kv_bytes, p2p_link(cluster, tp, cp))
-    fwd, bwd = (cp - 1) * hop, 2 * (cp - 1) * hop
-    exposed = n_fwd * max(fwd - attn_fwd, 0.0) + max(bwd - attn_bwd, 0.0)
-    return exposed, n_fwd * fwd + bwd - exposed

@@ -7,9 +7,9 @@ per step, in seconds. Each stage's layers and their times come from `planner.mod
 Communication (planner.model.comms, each group on the tier it spans in Megatron's tp-cp-ep-dp-pp
 order): TP two all-reduces (SP: all-gather + reduce-scatter) per layer per forward and backward (SP
 adds Megatron's backward re-gather), the forward ones exposed, the column-parallel backward ones
-under their dgrad / wgrad GEMMs (`comms.tensor_parallel_layer`; all exposed when the training code's
-collectives block), and with `tp_comm_overlap` each collective pipelined with or beside its own
-GEMM as Transformer Engine's userbuffers run it (`tp_overlap.layer_traffic`); CP's K/V ring
+under their dgrad / wgrad GEMMs (`layer_tp.tensor_parallel_layer`; all exposed when the training
+code's collectives block), and with `tp_comm_overlap` each collective pipelined with or beside its
+own GEMM as Transformer Engine's userbuffers run it (`tp_overlap.layer_traffic`); CP's K/V ring
 hops, hidden behind the attention kernels; EP dispatch and combine per token dispatcher and routing
 limit (`dispatch.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / HybridEP once per node
 and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other

@@ -2,7 +2,7 @@
 layout names (`Layout.cp_comm_type`, Megatron --cp-comm-type, which Transformer Engine runs;
 TransformerEngine d0067d0d context_parallel.py):
 
-- p2p (`comms.context_parallel_ring`): a ring passing the K/V chunks, each hop under the partial
+- p2p (`context_parallel_ring`): a ring passing the K/V chunks, each hop under the partial
   attention it feeds.
 - a2a (AttnFuncWithCPAndQKVOA2A, DeepSpeed Ulysses): all-to-alls turn the rank's sequence shard
   of Q, K and V (all its heads) into the whole sequence of a 1/cp share of the heads before the
@@ -60,7 +60,7 @@ def context_parallel(
         return 0.0, 0.0
     if lay.cp_comm_type == "p2p":
         attn_fwd, attn_bwd = attention
-        return comms.context_parallel_ring(
+        return context_parallel_ring(
             cluster, tp, cp, kv_bytes(arch, t, tp), attn_fwd, attn_bwd, n_fwd
         )
     grp = comms.place(cluster, tp, cp)
@@ -85,3 +85,21 @@ def exchange_bytes(arch: ModelArch, lay: Layout, t: float) -> float:
     if lay.cp_comm_type == "all_gather":
         return lay.cp * kv_bytes(arch, t, lay.tp)
     return 2 * kv_bytes(arch, t, lay.tp)
+
+
+def context_parallel_ring(
+    cluster: ClusterSpec,
+    tp: int,
+    cp: int,
+    kv_bytes: float,
+    attn_fwd: float,
+    attn_bwd: float,
+    n_fwd: int,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds per layer and micro-batch of ring attention: the K/V chunk
+    passes cp-1 hops per forward, K/V and their gradients per backward, each pass overlapped
+    with the attention kernel it feeds (Megatron's p2p context parallelism)."""
+    hop = comms.p2p(kv_bytes, comms.p2p_link(cluster, tp, cp))
+    fwd, bwd = (cp - 1) * hop, 2 * (cp - 1) * hop
+    exposed = n_fwd * max(fwd - attn_fwd, 0.0) + max(bwd - attn_bwd, 0.0)
+    return exposed, n_fwd * fwd + bwd - exposed

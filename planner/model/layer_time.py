@@ -69,31 +69,17 @@ MB each: 0.7% of GPT-3 175B's MLPerf step at tp 4 on H100, none of Llama 3.1 405
 thousand tokens per GPU each moves 1-3 us of bytes, and the floor sets a third of the step
 (Llama 3.1 8B at tp 2 cp 4 on 512 GB200, 1,024 tokens per GPU per micro-batch: 32%).
 
-TP traffic (`planner.model.layer_tp`). Overlapped traffic is not free: a collective hidden under
-compute holds `comms.sm_share` of the SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it
-runs that much longer; each hidden TP second adds that share to the layer's exposed TP time
-(`Layer.tp`). torchtitan's async TP hides the forward TP collectives too, each under its GEMM less
-one chunk (`planner.model.async_tp`), and so does Megatron's --tp-comm-overlap, each collective
-with or beside its own GEMM as Transformer Engine's userbuffers pipeline it
-(`planner.model.tp_overlap`); there the GEMMs of its pipelined and bulk overlaps run on the SMs the
-userbuffers leave them for their whole length instead (its held seconds). Context parallelism's
-ring hops are point-to-point sends, which NCCL runs on a channel or two per peer
-(NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a collective's SMs: not charged.
-
+Traffic. The layer's TP, CP and EP traffic is charged here, since how much of it hides depends on
+the layer's own kernels: TP by `planner.model.layer_tp` (what hides under the GEMMs still holds
+SMs), CP by `planner.model.cp_time`, EP by the token dispatcher (`dispatch.moe_dispatch`).
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
-Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`: core_attn the
-attention kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the
-experts' SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine,
-shared_experts the shared experts: their GEMMs' forward and their elementwise bytes once);
-torchtitan's per-op policy (saves every other matmul output of a block and the attention output)
-the linear GEMMs it does not save (`gemm_shapes.per_op_split`: by their share of the FLOPs) and the
+Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`); torchtitan's
+per-op policy (saves every other matmul output of a block and the attention output) the linear
+GEMMs it does not save (`gemm_shapes.per_op_split`: by their share of the FLOPs) and the
 elementwise forward. Rotary embeddings run as separate ops (`Job.fused_rope` false) add
-`attention_time.UNFUSED_ROPE_BYTES` per element they turn to the streamed work. The layer's TP,
-CP and EP traffic is computed here too
-(planner.model.comms; the token dispatcher by `dispatch.moe_dispatch`), since how much of it
-hides depends on the layer's own kernels. CPU offloading: `Layer.offload`, the layer's saved
-activations over the GPU's host link one way (`planner.model.host_link`);
-`planner.model.stage_time` exposes what outlasts the next layer.
+`attention_time.UNFUSED_ROPE_BYTES` per element they turn to the streamed work. CPU offloading:
+`Layer.offload`, the layer's saved activations over the GPU's host link one way
+(`planner.model.host_link`); `planner.model.stage_time` exposes what outlasts the next layer.
 
 Power caps: a GPU capped below its TDP (`[cluster] power_limit_w`) runs its tensor cores at a lower
 clock. Dynamic power goes as f x V^2 and, in the DVFS range, V as f, so P ~ f^3: compute peaks scale
@@ -106,8 +92,7 @@ Megatron-Core H100 rows of published_runs.yaml and one hash fold of the dense ML
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from operator import itemgetter
+from dataclasses import dataclass
 from typing import Literal
 
 from planner.inputs.hybrid import LayerKind, layer_kind
@@ -115,7 +100,6 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
     attention_time,
-    comms,
     determinism,
     gemm_shapes,
     host,
@@ -133,7 +117,7 @@ from planner.model.gemm import (
     linear_fraction,
 )
 from planner.model.host_link import host_link_bandwidth
-from planner.model.job_memo import JobMemo
+from planner.model.layer_keys import core_key, parts_key
 from planner.model.layer_traffic import LayerCore
 from planner.model.routing_load import step_load
 
@@ -226,55 +210,11 @@ class Layer:
     offloading: out in the forward, back before the backward)."""
 
 
-LAYER_CORES: JobMemo[tuple[object, ...], LayerCore] = JobMemo()
-"""`_core` per job and `_core_key`, for `layer_time`'s callers that remember layer times
-(`planner.model.stage_time`, which clears it with them): the search times each layout with
-and without memory savers and its TP overlap, whose layer cores are the same."""
-
-_UNREAD: dict[str, object] = {
-    "recompute": "none",
-    "recompute_modules": ("core_attn",),
-    "tp_comm_overlap": False,
-}
-"""The layout fields `_core` does not read (recompute and the TP overlap only change what
-`layer_time` computes after it: the recompute, and the TP, CP and EP traffic), with the values
-`_core_key` sets them to."""
-
-
-_CORE_READ = tuple(f.name for f in fields(Layout) if f.name not in _UNREAD)
-_CORE_VALUES = itemgetter(*_CORE_READ)
-"""A layout's `__dict__` to its `_CORE_READ` values, as a tuple (one C call)."""
-
-
-def _core_key(lay: Layout, gpu: Gpu, kind: LayerKind) -> tuple[object, ...]:
-    """What `_core` (and `layer_traffic.traffic` on it) reads besides the job, as one flat tuple
-    of plain values (the memo holds thousands, which the garbage collector then need not walk):
-    the layout's fields but the `_UNREAD` ones (`_CORE_READ`, in field order), the GPU's and the
-    kind's fields (both dataclasses compared field by field), and the constants of this module
-    and of the collectives (`comms.constants`) read at call time (a calibration or a test that
-    sets one never reads a core computed under another; LAYER_TIMES.clear() clears the memo
-    too)."""
-    return (
-        *_CORE_VALUES(lay.__dict__),
-        *gpu.__dict__.values(),
-        *kind.__dict__.values(),
-        ATTENTION_EFFICIENCY,
-        ELEMENTWISE_PASSES,
-        KERNEL_MIN_S,
-        UNFUSED_NORM_BYTES,
-        *comms.constants(),
-    )
-
-
-_PARTS_READ = tuple(f for f in _CORE_READ if f not in layer_parts.DISPATCHER_FIELDS)
-_PARTS_VALUES = itemgetter(*_PARTS_READ)
-
-
-def _parts_key(lay: Layout, gpu: Gpu, kind: LayerKind, load: float) -> tuple[object, ...]:
-    """`_core_key` without the dispatcher's fields, with the routing load: what
-    `layer_parts.parts` reads (a flat tuple, as `_core_key`)."""
-    g, k = gpu.__dict__.values(), kind.__dict__.values()
-    return (*_PARTS_VALUES(lay.__dict__), *g, *k, ATTENTION_EFFICIENCY, *comms.constants(), load)
+def _constants() -> tuple[float, ...]:
+    """This module's constants `_core` reads, at call time: its memo keys hold them
+    (`layer_keys.core_key`), so a calibration or a test that sets one never reads a core computed
+    under another."""
+    return ATTENTION_EFFICIENCY, ELEMENTWISE_PASSES, KERNEL_MIN_S, UNFUSED_NORM_BYTES
 
 
 def layer_time(
@@ -288,15 +228,15 @@ def layer_time(
     flag: False dense, True MoE) on one GPU; a linear-time mixer's scan from its module
     (`planner.model.mixers`).
     `cores`: where the caller remembers the layer cores (`_core`: compute, streamed work,
-    offload; `LAYER_CORES.of(job)`, which `planner.model.stage_time` clears with its layer
-    times), keyed on what they read (`_core_key`); the recompute and the TP, CP and EP traffic
-    are computed here."""
+    offload; `layer_keys.LAYER_CORES.of(job)`, which `planner.model.stage_time` clears with its
+    layer times), keyed on what they read (`layer_keys.core_key`); the recompute and the TP, CP
+    and EP traffic are computed here."""
     arch = job.arch
     kind = layer_kind(kind)
     moe = kind.moe
     if cores is None:
         c = _core(job, lay, gpu, kind)
-    elif (hit := cores.get(key := _core_key(lay, gpu, kind))) is not None:
+    elif (hit := cores.get(key := core_key(lay, gpu, kind, _constants()))) is not None:
         c = hit
     else:  # its dispatcher-free parts shared with the other dispatchers'
         c = cores[key] = _core(job, lay, gpu, kind, layer_parts.PARTS.of(job))
@@ -339,8 +279,8 @@ def _core(
     memo: dict[tuple[object, ...], layer_parts.Parts] | None = None,
 ) -> LayerCore:
     """`layer_time`'s core (`LayerCore`), computed; its dispatcher-free parts
-    (`layer_parts.parts`) from `memo` where the caller gives one (`_parts_key`), their attention
-    kernels then from `layer_parts.ATTENTION_CORES`."""
+    (`layer_parts.parts`) from `memo` where the caller gives one (`layer_keys.parts_key`), their
+    attention kernels then from `layer_parts.ATTENTION_CORES`."""
     arch = job.arch
     moe = kind.moe
     s = job.seq_length
@@ -351,7 +291,7 @@ def _core(
     e = ATTENTION_EFFICIENCY
     if memo is None:
         p = layer_parts.parts(job, lay, gpu, kind, t, load, e)
-    elif (hit := memo.get(pkey := _parts_key(lay, gpu, kind, load))) is not None:
+    elif (hit := memo.get(pkey := parts_key(lay, gpu, kind, load, e))) is not None:
         p = hit
     else:
         attention = layer_parts.ATTENTION_CORES.of(job)

@@ -1,15 +1,26 @@
 """A decoder layer's tensor-parallel charges per micro-batch: its TP collectives (Megatron's f and g
-operators, `planner.model.comms.tensor_parallel_layer`), what of them hides under the layer's own
-GEMMs and what the hidden part still costs (the SMs a collective holds, `comms.sm_share`, or under
-Transformer Engine's userbuffers the SMs its overlaps hold, `planner.model.tp_overlap`; torchtitan's
-async TP, `planner.model.async_tp`), and the same without --tp-comm-overlap (what decides whether
-the overlap pays). `planner.model.layer_time` times the layer's compute and calls it."""
+operators, `tensor_parallel_layer`, on `planner.model.comms`' collectives), what of them hides
+under the layer's own GEMMs and what the hidden part still costs, and the same without
+--tp-comm-overlap (what decides whether the overlap pays). `planner.model.layer_time` times the
+layer's compute and calls it.
+
+Overlapped traffic is not free: a collective hidden under compute holds `comms.sm_share` of the
+SMs (COMM_KERNEL_SMS of the GPU's), so the compute under it runs that much longer; each hidden TP
+second adds that share to the layer's exposed TP time (`Layer.tp`). torchtitan's async TP hides
+the forward TP collectives too, each under its GEMM less one chunk (`planner.model.async_tp`), and
+so does Megatron's --tp-comm-overlap, each collective with or beside its own GEMM as Transformer
+Engine's userbuffers pipeline it (`planner.model.tp_overlap`); there the GEMMs of its pipelined and
+bulk overlaps run on the SMs the userbuffers leave them for their whole length instead (its held
+seconds). Context parallelism's ring hops (`planner.model.cp_time`) are point-to-point sends,
+which NCCL runs on a channel or two per peer (NCCL_NCHANNELS_PER_NET_PEER, 2 by default), not a
+collective's SMs: not charged."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hardware import ClusterSpec
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -98,7 +109,7 @@ def _tp_charges(
         widths = _kept(widths, keep)
     cols = _kept(windows, keep)
     size = t * arch.hidden_size * BF16
-    exposed, hidden = comms.tensor_parallel_layer(
+    exposed, hidden = tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
         job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input, widths=widths,
     )  # fmt: skip
@@ -149,7 +160,7 @@ def _mla_windows(
 
 def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
     """Per block of the layer (`gemm_shapes.gemm_blocks`), whether it runs the TP collectives of
-    `comms.tensor_parallel_layer` on its h-wide input. A mixer or a dense MLP does. An MoE block
+    `tensor_parallel_layer` on its h-wide input. A mixer or a dense MLP does. An MoE block
     does only where a TP-sharded MLP reads the gathered input: a shared expert beside the routed
     ones (Megatron-Core's SharedExpertMLP, a ColumnParallelLinear / RowParallelLinear pair on the
     layer's TP group; torchtitan's dense-family plan for shared_experts), or torchtitan's routed
@@ -190,3 +201,60 @@ def column_parallel_windows(
         0.0 if block == "moe" else sum(times[i] for i in idx[:-1] if shapes[i][1] == h)
         for block, idx in gemm_shapes.gemm_blocks(arch, moe)
     )
+
+
+def tensor_parallel_layer(
+    cluster: ClusterSpec,
+    tp: int,
+    act_bytes: float,
+    n_fwd: int,
+    sequence_parallel: bool,
+    windows: tuple[float, ...],
+    overlap_backward: bool = True,
+    regather: bool = True,
+    widths: tuple[float, ...] | None = None,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
+    activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
+    among them: one entry of `windows` per block) is a column-parallel linear and a row-parallel
+    one (Megatron's f and g operators, Shoeybi et al. 2019 / Korthikanti et al. 2022):
+
+    forward, per pass (n_fwd: 2 with full recompute): an all-reduce after each row-parallel
+      linear, or with sequence parallelism an all-gather before the column-parallel one and a
+      reduce-scatter after the row-parallel one; always exposed.
+    backward, per block: the column-parallel linear's input gradient is all-reduced (with SP:
+      reduce-scattered), and with SP the row-parallel linear's output gradient is all-gathered
+      and, unless the gathered input was saved (`regather` False), the column-parallel input is
+      all-gathered again for its weight gradient.
+
+    `overlap_backward` (Megatron-LM's and Transformer Engine's column-parallel backward): the
+    re-gather runs under the dgrad GEMM and the input-gradient all-reduce / reduce-scatter under
+    the wgrad GEMM, each exposed only beyond that GEMM's time, the block's `windows` entry (its
+    column-parallel forward GEMM time: dgrad and wgrad each equal it; 0 where nothing overlaps).
+    Otherwise every collective blocks.
+
+    `widths` (one per block, default 1): the column-parallel input's width over h, where a block
+    gathers less than its input (Megatron-Core's MLA gathers its latents: `flops.
+    mla_gathered_width`): the forward gather, the backward reduce-scatter (all-reduce without
+    sequence parallelism) of that input's gradient and its re-gather move that many bytes; the
+    row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide."""
+    grp = comms.place(cluster, 1, tp)
+    ar = comms.all_reduce(act_bytes, grp)
+    half = comms.reduce_scatter(act_bytes, grp)
+    exposed = hidden = 0.0
+    for window, width in zip(windows, widths or (1.0,) * len(windows), strict=True):
+        # forward: the all-reduce (with SP and a narrower input: its reduce-scatter and the
+        # input's gather at its width); then (seconds, GEMM it can run under: 0 = none) of each
+        # backward collective of the block
+        if sequence_parallel:
+            col = comms.reduce_scatter(width * act_bytes, grp)
+            exposed += n_fwd * (col + half)  # the input's gather, the output's reduce-scatter
+            parts = [(half, 0.0), (col, window)] + ([(col, window)] if regather else [])
+        else:
+            exposed += n_fwd * ar
+            parts = [(comms.all_reduce(width * act_bytes, grp), window)]
+        for seconds, under in parts:
+            shown = max(seconds - under, 0.0) if overlap_backward else seconds
+            exposed += shown
+            hidden += seconds - shown
+    return exposed, hidden

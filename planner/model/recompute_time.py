@@ -1,9 +1,11 @@
 """Seconds Megatron's selective recompute re-runs in one layer's backward per micro-batch: each
-entry of its --recompute-modules (core_attn, layernorm, mla_up_proj, moe_act, mlp, moe,
-shared_experts, gdn_norm_out) re-runs its GEMMs' forward (their times from
+entry of its --recompute-modules re-runs its GEMMs' forward (their times from
 `planner.model.layer_time`, on the roofline of `planner.model.gemm`) and reads and writes its
-elementwise kernels' bytes once, at the GPU's achieved HBM bandwidth. `layer_time` sums the
-modules a layout names into `Layer.recompute`.
+elementwise kernels' bytes once, at the GPU's achieved HBM bandwidth: core_attn the attention
+kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the experts'
+SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine, shared_experts the
+shared experts, gdn_norm_out the gated delta net's output norm. `layer_time` sums the modules a
+layout names into `Layer.recompute`.
 """
 
 from __future__ import annotations

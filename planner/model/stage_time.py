@@ -35,8 +35,9 @@ from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.job_memo import JobMemo
+from planner.model.layer_keys import LAYER_CORES
 from planner.model.layer_parts import ATTENTION_CORES, PARTS
-from planner.model.layer_time import LAYER_CORES, Layer, gpu_of, layer_time
+from planner.model.layer_time import Layer, gpu_of, layer_time
 from planner.model.layer_tp import TP_CHARGES
 from planner.model.output_time import mtp_projection, output_layer_time
 from planner.model.schedule import Chunks, unmerged_share

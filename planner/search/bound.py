@@ -85,7 +85,7 @@ def lower_bound(job: Job, layout: Layout) -> float:
     c + recompute + tp + cp + exposed all-to-all + offload + p2p, and compute_floor's term bounds
     c + recompute + exposed all-to-all from below; tp, the layer's `Layer.tp`, is at least
     `tp_floor_share` of the layer's TP traffic (exposed + hidden). That traffic, the TP
-    collectives' total seconds, does not depend on where they run (`comms.tensor_parallel_layer`,
+    collectives' total seconds, does not depend on where they run (`layer_tp.tensor_parallel_layer`,
     `async_tp.layer_traffic` and `tp_overlap.layer_traffic` only move seconds between exposed and
     hidden), so neither the TP overlap nor the GEMM windows change it, and recompute only adds
     collectives (full recompute's

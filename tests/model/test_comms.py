@@ -13,7 +13,7 @@ from jobs import h100_cluster, job
 
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms, dp_sync
+from planner.model import comms, dp_sync, layer_tp
 
 
 def test_ring_all_reduce_by_hand() -> None:
@@ -95,7 +95,7 @@ def test_pipeline_neighbours_across_nodes() -> None:
 def _tp(**kw: object) -> tuple[float, float]:
     """TP traffic of one layer, tp 8 in an H100 node, S = 64 MB, one forward pass."""
     args: dict = {"n_fwd": 1, "sequence_parallel": False, "windows": (0.0, 0.0)} | kw
-    return comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
+    return layer_tp.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
 
 
 def test_tensor_parallel_layer_by_hand() -> None:

@@ -16,7 +16,7 @@ from jobs import job
 
 from planner.inputs.hybrid import layer_kind
 from planner.inputs.layout import Layout
-from planner.model import comms, cp_time, host, layer_time
+from planner.model import cp_time, host, layer_time
 
 B = 450e9 * 0.80  # bytes/s over NVLink, as achieved
 ALPHA = 2e-6
@@ -58,9 +58,9 @@ def test_all_gather_gathers_k_v_twice_and_reduce_scatters_their_gradients() -> N
 
 
 def test_p2p_is_the_ring_hidden_under_its_attention() -> None:
-    """The ring is comms.context_parallel_ring on the rank's K/V (16 MiB per hop)."""
+    """The ring is cp_time.context_parallel_ring on the rank's K/V (16 MiB per hop)."""
     got = _exchange(Layout(cp=2, dp=4))
-    assert got == comms.context_parallel_ring(J.cluster, 1, 2, 16 * MIB, 1.0, 2.0, 1)
+    assert got == cp_time.context_parallel_ring(J.cluster, 1, 2, 16 * MIB, 1.0, 2.0, 1)
     assert got[0] == 0.0  # one 16 MiB hop (47 us) hides under a second of attention
 
 

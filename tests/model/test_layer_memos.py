@@ -18,6 +18,7 @@ from planner.inputs.plan import Job
 from planner.model import (
     comms,
     gemm_shapes,
+    layer_keys,
     layer_parts,
     layer_time,
     layer_tp,
@@ -87,7 +88,7 @@ def _filled_cores(
     lays = list(dict.fromkeys(map(stage_time._layer_key, lays)))
     JobMemo.forget_all()
     gpu = gpu_of(job)
-    cores = layer_time.LAYER_CORES.of(job)
+    cores = layer_keys.LAYER_CORES.of(job)
     warm = [
         [layer_time.layer_time(job, lay, gpu, k, cores) for k in job.arch.kinds] for lay in lays
     ]
@@ -122,7 +123,7 @@ def test_layer_parts_read_from_the_memo_are_computed_afresh(name: str) -> None:
         load = routing_load.step_load(job, lay)
         t = float(lay.micro_batch_size * (job.seq_length // lay.cp))
         for k in kinds:
-            got = memo[layer_time._parts_key(lay, gpu, k, load)]
+            got = memo[layer_keys.parts_key(lay, gpu, k, load, layer_time.ATTENTION_EFFICIENCY)]
             assert got == layer_parts.parts(job, lay, gpu, k, t, load, eff), (lay.describe(), k)
 
 
@@ -141,7 +142,7 @@ def test_clearing_the_layer_times_clears_the_memos_made_with_them() -> None:
         stage_time.LAYER_TIMES.clear()
     assert slower.dense.fwd > before.dense.fwd
     assert stage_time.layout_times(job, lays[0]) == before
-    for memo in (layer_time.LAYER_CORES, layer_parts.PARTS, layer_tp.TP_CHARGES):
+    for memo in (layer_keys.LAYER_CORES, layer_parts.PARTS, layer_tp.TP_CHARGES):
         stage_time.LAYER_TIMES.clear()
         assert not memo.of(job)
 

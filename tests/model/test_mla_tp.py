@@ -54,8 +54,8 @@ def test_a_narrow_gather_by_hand() -> None:
     quarter = comms.reduce_scatter(16e6, grp)
     args: dict = {"n_fwd": 1, "sequence_parallel": True, "windows": (0.0,)}
     args["overlap_backward"] = False
-    wide = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
-    narrow = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)
+    wide = layer_tp.tensor_parallel_layer(h100_cluster(8), 8, 64e6, **args)
+    narrow = layer_tp.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)
     ar = comms.all_reduce(64e6, grp)
     # forward: the input's gather and the output's reduce-scatter; backward: the output
     # gradient's gather, the input gradient's reduce-scatter and the input's re-gather
@@ -63,7 +63,7 @@ def test_a_narrow_gather_by_hand() -> None:
     assert narrow == pytest.approx((quarter + half + half + 2 * quarter, 0.0))
     # without sequence parallelism the backward all-reduce is of the narrow input's gradient
     args["sequence_parallel"] = False
-    got = comms.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)
+    got = layer_tp.tensor_parallel_layer(h100_cluster(8), 8, 64e6, widths=(0.25,), **args)
     assert got == pytest.approx((ar + comms.all_reduce(16e6, grp), 0.0))
 
 
