@@ -30,7 +30,7 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
-from planner.inputs.torchtitan import MODELS, TOML_REMOVED, TORCHTITAN_COMMIT
+from planner.inputs.torchtitan import DEEPEP_MODELS, MODELS, TOML_REMOVED, TORCHTITAN_COMMIT
 from planner.inputs.torchtitan_toml import FLOAT8
 
 GPU_LINE = "planner-gpu: "
@@ -46,12 +46,6 @@ def stage_modules(stage: str, first_layer: int) -> list[str]:
     if "L" in stage:
         out += ["norm", "output"]
     return out
-
-
-DEEPEP_MODELS = ("deepseek_v3", "llama4")
-"""The torchtitan models whose parallelize reads `expert_parallel_comm_backend` at the TOML's
-commit (e347b1e5: models/deepseek_v3/infra/parallelize.py, models/llama4/infra/parallelize.py;
-qwen3's and gpt_oss's build the plain ExpertParallel)."""
 
 
 def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:

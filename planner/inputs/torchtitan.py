@@ -71,6 +71,12 @@ MODELS: dict[str, tuple[str, str]] = {
 MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss"})
 """torchtitan models with MoE layers (torchtitan/models/moe), the only ones it runs EP for."""
 
+DEEPEP_MODELS = ("deepseek_v3", "llama4")
+"""The torchtitan models whose parallelize reads `expert_parallel_comm_backend` at
+TORCHTITAN_COMMIT (models/deepseek_v3/infra/parallelize.py, models/llama4/infra/parallelize.py;
+qwen3's and gpt_oss's build the plain ExpertParallel): DeepEP for the others is torchtitan's
+Python configurations' (b5bcd76c, whose dispatchers every MoE model takes)."""
+
 
 class TorchtitanSection(BaseModel):
     """`[torchtitan]`: torchtitan's own settings (only with `[training] framework =

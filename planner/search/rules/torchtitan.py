@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.torchtitan import MODELS, MOE_MODELS, SINGLE_STAGE, V_SHAPED
+from planner.inputs.torchtitan import DEEPEP_MODELS, MODELS, MOE_MODELS, SINGLE_STAGE, V_SHAPED
 from planner.search.rules.base import Violation
 
 
@@ -299,26 +299,38 @@ def deepep_spread(job: Job, ep: int, etp: int) -> bool:
     return ep > 1 and etp == 1 if _titan(job) else ep * etp > 1
 
 
+def python_config_era(job: Job, lay: Layout) -> str | None:
+    """What makes the plan torchtitan's Python configurations' (b5bcd76c; the TOML target
+    refuses both): a chunked loss (`[torchtitan] loss_chunks` > 1), or DeepEP for a model whose
+    e347b1e5 parallelize ignores it (not in DEEPEP_MODELS: its TOML runs the all-to-all);
+    None where neither."""
+    if job.titan.loss_chunks > 1:
+        return f"with loss_chunks {job.titan.loss_chunks}"
+    name = MODELS.get(job.arch.name, ("", ""))[0]
+    if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex" and name not in DEEPEP_MODELS:
+        return f"with DeepEP for {name or job.arch.name} (moe_token_dispatcher_type flex)"
+    return None
+
+
 def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
-    """A chunked loss (`[torchtitan] loss_chunks` > 1) is torchtitan's since its Python
-    configurations (b5bcd76c: the TOML target refuses it), which has no every-N-layers
-    checkpointing and no expert TP (its EP takes the TP ranks; benchmarks/data/
-    torchtitan_head_config.md 2e, 2g): a plan with the one cannot have the others."""
-    if not _titan(job) or job.titan.loss_chunks == 1:
+    """The Python configurations (`python_config_era`) have no every-N-layers checkpointing and
+    no expert TP (its EP takes the TP ranks; benchmarks/data/torchtitan_head_config.md 2e, 2g):
+    a plan of that era cannot have either (nor could any torchtitan run it)."""
+    if not _titan(job) or (era := python_config_era(job, lay)) is None:
         return None
     if job.titan.selective_layer_every is not None:
         return Violation(
             "tt_head_every",
             "torchtitan.selective_layer_every",
-            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
-            "activation checkpointing is per op or whole: there is no every-N-layers option",
+            f"{era} (torchtitan's Python configurations) activation checkpointing is per op "
+            "or whole: there is no every-N-layers option",
         )
     if lay.ep > 1 and lay.expert_tp > 1:
         return Violation(
             "tt_head_etp",
             "parallel.etp",
-            f"with loss_chunks {job.titan.loss_chunks} (torchtitan's Python configurations) "
-            f"there is no expert TP (etp {lay.expert_tp}): its EP takes the TP ranks; etp = 1",
+            f"{era} (torchtitan's Python configurations) there is no expert TP "
+            f"(etp {lay.expert_tp}): its EP takes the TP ranks; etp = 1",
         )
     return None
 
