@@ -313,10 +313,14 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
 def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     """alltoall, and flex where the experts are spread as DeepEP needs (Megatron's expert-TP x
     EP > 1, torchtitan's EP > 1 without expert TP: `rules.deepep_spread`) on a GPU it runs on
-    (`rules.flex_runs`); a dense model has one base."""
+    (`rules.flex_runs`) and, for torchtitan, where the era that runs DeepEP for the model runs
+    the job's other settings (`rules.head_era`: no tensorwise float8 where only the Python
+    configurations run it); a dense model has one base."""
     if not job.arch.is_moe:
         return ["alltoall"]
     flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job)
+    if flex and job.framework == "torchtitan":
+        flex = rules.head_era(job, s.layout(moe_token_dispatcher_type="flex")) is None
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 

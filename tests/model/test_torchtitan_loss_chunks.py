@@ -57,13 +57,18 @@ def test_the_chunks_must_divide_the_tokens() -> None:
     assert "tt_loss_chunks" not in [v.rule for v in rules.violations(_titan(8), LAY)]
 
 
-def test_the_chunked_loss_era_has_no_every_n_nor_expert_tp() -> None:
+def test_the_chunked_loss_era_has_no_every_n_nor_expert_tp_nor_tensorwise() -> None:
     """loss_chunks > 1 is torchtitan's Python-configuration era (b5bcd76c), which has neither
-    every-N-layers checkpointing nor expert TP: a plan asking for either is refused, and the
-    torchtitan search suggests neither there."""
+    every-N-layers checkpointing nor expert TP, and float8 rowwise only (torchtitan_head_config.md
+    2h): a plan asking for any is refused, and the torchtitan search suggests none there."""
     every = replace(_titan(8), torchtitan=TorchtitanSection(loss_chunks=8, selective_layer_every=2))
     full = LAY.with_(recompute="full", recompute_method="block", recompute_num_layers=16)
     assert "tt_head_every" in [v.rule for v in rules.violations(every, full)]
+    for recipe, refused in (("tensorwise", True), ("rowwise", False)):
+        fp8 = replace(_titan(8), precision="fp8", fp8_recipe=recipe)
+        assert ("tt_head_float8" in [v.rule for v in rules.violations(fp8, LAY)]) is refused
+    whole_fp8 = replace(_titan(1), precision="fp8", fp8_recipe="tensorwise")  # e347b1e5's default
+    assert "tt_head_float8" not in [v.rule for v in rules.violations(whole_fp8, LAY)]
     qwen = replace(_titan(8), arch=catalog.get_model("qwen3-30b-a3b"))
     folded = LAY.with_(tp=2, dp=4, ep=4, etp=2, sequence_parallel=True)
     assert "tt_head_etp" in [v.rule for v in rules.violations(qwen, folded)]

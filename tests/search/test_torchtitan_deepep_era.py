@@ -59,6 +59,10 @@ def test_deepep_for_qwen3_has_no_every_n_layers() -> None:
     assert "tt_head_every" in _rules(qwen, FLEX)
     assert "tt_head_every" not in _rules(qwen, FLEX.with_(moe_token_dispatcher_type="alltoall"))
     assert "tt_head_every" not in _rules(replace(qwen, torchtitan=TorchtitanSection()), FLEX)
+    # nor float8 tensorwise (the Python configurations' float8 is rowwise only)
+    fp8 = replace(_titan("qwen3-30b-a3b"), precision="fp8", fp8_recipe="tensorwise")
+    assert "tt_head_float8" in _rules(fp8, FLEX)
+    assert "tt_head_float8" not in _rules(replace(fp8, fp8_recipe="rowwise"), FLEX)
     # deepseek_v3's e347b1e5 parallelize reads the backend: its TOML runs DeepEP with every-N
     dsv3 = _titan("deepseek-v3", every=2)
     assert "tt_head_every" not in _rules(dsv3, FLEX.with_(dp=2, ep=16, pp=8))
@@ -81,6 +85,9 @@ def test_the_qwen3_search_suggests_what_a_torchtitan_target_launches(
     argv += ["--global-batch-size", "128", "--framework", "torchtitan"]
     code, _, _ = run([*argv, "--write-plan", str(path)], capsys)
     assert code == 0 and _launchable(path)
+    fp8 = tmp_path / "fp8.toml"  # torchtitan's default float8 recipe, tensorwise, with it
+    code, _, _ = run([*argv, "--precision", "fp8", "--write-plan", str(fp8)], capsys)
+    assert code == 0 and _launchable(fp8)
     qwen = replace(load_plan(path).job, torchtitan=TorchtitanSection())  # the CLI's own job
     _, rows = search_rows(qwen, Space(framework="torchtitan"), 5)
     assert rows

@@ -61,7 +61,7 @@ from planner.search.rules.pools import pools
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
-from planner.search.rules.torchtitan import chunked_loss_era, deepep_spread
+from planner.search.rules.torchtitan import deepep_spread, head_era
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "deepep_spread",
     "expert_overlap",
     "flex_runs",
+    "head_era",
     "job_violations",
     "recompute_allows_overlap",
     "violations",
@@ -129,7 +130,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     query_groups,
     experts,
     torchtitan_experts,
-    chunked_loss_era,
+    head_era,
     context,
     context_attention,
     context_exchange,

@@ -312,25 +312,33 @@ def python_config_era(job: Job, lay: Layout) -> str | None:
     return None
 
 
-def chunked_loss_era(job: Job, lay: Layout) -> Violation | None:
-    """The Python configurations (`python_config_era`) have no every-N-layers checkpointing and
-    no expert TP (its EP takes the TP ranks; benchmarks/data/torchtitan_head_config.md 2e, 2g):
-    a plan of that era cannot have either (nor could any torchtitan run it)."""
+def head_era(job: Job, lay: Layout) -> Violation | None:
+    """The Python configurations (`python_config_era`) have no every-N-layers checkpointing, no
+    expert TP (its EP takes the TP ranks) and float8 rowwise only (benchmarks/data/
+    torchtitan_head_config.md 2e, 2g, 2h): a plan of that era cannot have any of them (nor could
+    any torchtitan run it)."""
     if not _titan(job) or (era := python_config_era(job, lay)) is None:
         return None
+    head = f"{era} (torchtitan's Python configurations)"
     if job.titan.selective_layer_every is not None:
         return Violation(
             "tt_head_every",
             "torchtitan.selective_layer_every",
-            f"{era} (torchtitan's Python configurations) activation checkpointing is per op "
-            "or whole: there is no every-N-layers option",
+            f"{head} activation checkpointing is per op or whole: there is no every-N-layers "
+            "option",
         )
     if lay.ep > 1 and lay.expert_tp > 1:
         return Violation(
             "tt_head_etp",
             "parallel.etp",
-            f"{era} (torchtitan's Python configurations) there is no expert TP "
-            f"(etp {lay.expert_tp}): its EP takes the TP ranks; etp = 1",
+            f"{head} there is no expert TP (etp {lay.expert_tp}): its EP takes the TP ranks; "
+            "etp = 1",
+        )
+    if job.precision == "fp8" and job.fp8_recipe == "tensorwise":
+        return Violation(
+            "tt_head_float8",
+            "training.fp8_recipe",
+            f'{head} float8 is rowwise only (got "tensorwise"): set fp8_recipe = "rowwise"',
         )
     return None
 
@@ -355,5 +363,5 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (sharding, schedule, experts, features, deepep, chunked_loss_era, megatron_recipes)
+RULES = (sharding, schedule, experts, features, deepep, head_era, megatron_recipes)
 """The framework rules, in the order their messages are listed."""
