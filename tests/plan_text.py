@@ -40,3 +40,29 @@ def load_error(path: Path) -> str:
     with pytest.raises(InputError) as info:
         check_plan(load_plan(path))
     return str(info.value)
+
+
+def offload_plan(tmp_path: Path, host_gib_per_node: int, layers: int) -> Path:
+    """Llama 3.1 8B on 8 H100 at 8192 tokens, tp 1 pp 1 ZeRO 1, `layers` layers' activations
+    offloaded to the host (`cpu_offloading_num_layers`), on nodes of `host_gib_per_node` GiB
+    (the host-memory tests: planner.model.host_memory, planner.search.host_advice)."""
+    return write(
+        tmp_path,
+        f"""
+        [model]
+        name = "llama3.1-8b"
+        [cluster]
+        gpu = "h100-sxm-80gb"
+        num_gpus = 8
+        host_memory_gib_per_node = {host_gib_per_node}
+        [training]
+        seq_length = 8192
+        global_batch_size = 64
+        [parallel]
+        tp = 1
+        pp = 1
+        micro_batch_size = 1
+        zero_stage = 1
+        cpu_offloading_num_layers = {layers}
+        """,
+    )

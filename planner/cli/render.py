@@ -175,9 +175,9 @@ def print_check(
 
 
 def _print_changes(console: Console, changes: list[Change]) -> None:
-    """The single changes that make the layout fit, cheapest first (GPU memory's from
-    `advice.memory_changes`, host memory's from `host_advice.host_changes`); else the largest
-    saving."""
+    """The changes that make the layout fit, cheapest first (GPU memory's single changes from
+    `advice.memory_changes`; host memory's from `host_advice.host_changes`, which may pair one
+    with offloading less); else the largest saving."""
     fitting = [c for c in changes if c.fits]
     if fitting:  # host memory's may pair offloading less with a GPU change (`Change.also`)
         kind = "Changes" if any(c.memory == "host" for c in fitting) else "Single changes"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from cli_run import run
 from jobs import job
+from plan_text import offload_plan
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
@@ -101,30 +102,6 @@ def test_the_offloaded_optimizer_takes_the_budget_first() -> None:
     assert host_memory.activation_budget(off, lay) == pytest.approx(share - reserve - opt)
 
 
-def _plan(tmp_path: Path, host_gib_per_node: int, layers: int) -> Path:
-    path = tmp_path / "plan.toml"
-    path.write_text(
-        f"""
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-host_memory_gib_per_node = {host_gib_per_node}
-[training]
-seq_length = 8192
-global_batch_size = 64
-[parallel]
-tp = 1
-pp = 1
-micro_batch_size = 1
-zero_stage = 1
-cpu_offloading_num_layers = {layers}
-"""
-    )
-    return path
-
-
 def test_check_fails_a_plan_over_the_host(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -133,7 +110,7 @@ def test_check_fails_a_plan_over_the_host(
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, cpu_offloading_num_layers=24)
     need = host_memory.activation_bytes(JOB, lay) / GIB
     assert 16 < need < 992
-    tight = _plan(tmp_path, 8 * 48, 24)  # 48 GiB a GPU, 16 usable
+    tight = offload_plan(tmp_path, 8 * 48, 24)  # 48 GiB a GPU, 16 usable
     code, out, _ = run(["check", str(tight)], capsys)
     assert code == 1 and "does not fit in host memory" in out and "fits in GPU memory" in out
     code, out, _ = run(["check", str(tight), "--json"], capsys)
@@ -142,7 +119,7 @@ def test_check_fails_a_plan_over_the_host(
     assert code == 1 and data["fits"] is False and host["fits"] is False
     assert host["total_gib"] == pytest.approx(need, abs=1e-3)
     assert host["capacity_gib"] == 16.0
-    roomy = _plan(tmp_path, 8 * 1024, 24)
+    roomy = offload_plan(tmp_path, 8 * 1024, 24)
     code, out, _ = run(["check", str(roomy)], capsys)
     assert code == 0 and "host memory:" in out
     code, out, _ = run(["explain", str(roomy)], capsys)

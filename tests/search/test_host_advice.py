@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_run import run
 from jobs import job
+from plan_text import offload_plan
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -121,34 +122,10 @@ def test_a_gpu_memory_change_that_leaves_the_host_over_does_not_make_it_fit() ->
     assert all(_fits_both(c, job40) for c in changes if c.fits)
 
 
-def _plan(tmp_path: Path) -> Path:
-    path = tmp_path / "plan.toml"
-    path.write_text(
-        """
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-host_memory_gib_per_node = 384
-[training]
-seq_length = 8192
-global_batch_size = 64
-[parallel]
-tp = 1
-pp = 1
-micro_batch_size = 1
-zero_stage = 1
-cpu_offloading_num_layers = 24
-"""
-    )
-    return path
-
-
 def test_check_lists_the_changes_for_host_memory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan = _plan(tmp_path)
+    plan = offload_plan(tmp_path, 8 * 48, 24)  # 48 GiB a GPU, 16 usable
     code, out, _ = run(["check", str(plan)], capsys)
     assert code == 1 and "Changes that make it fit" in out and "cp 1 -> 2 saves" in out
     assert "of host memory" in out
