@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout, Recompute, ZeroStage
 from planner.inputs.plan import Job
 from planner.search import pool_data
+from planner.search.pool_bounds import lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
@@ -35,7 +36,6 @@ from planner.search.pools import (
     TimeLines,
     apply,
     lines_floor,
-    lower_bound_s,
     plan_split,
     problem,
     time_lines,

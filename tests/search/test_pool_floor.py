@@ -1,13 +1,14 @@
 """The pooled searches' cheaper bounds and shared estimates, each against its oracle:
 `pools.lines_floor` against the bound of the exact time lines
-(`pools.lower_bound_s(pools.time_lines(...))`, four exact estimates per pool) on every layout of
-the pooled problems; `pool_search._by_bound`'s order against a plain sort of every layout by that
-bound (then by its place, as a stable sort leaves ties); the lines and problems built with the
-recomputed samples shared (`pools.Recomputed`) against each layout's own estimates;
-`pool_data.step_floor` against the exact model on every recompute of every data-parallel layout;
-and `pool_data.search`'s plans against a scan that scores every layout it reaches (the search
-before its floor). The searches' answers themselves: tests/search/test_solver_pools.py,
-test_pool_search_moe.py and test_pool_data_search.py (brute force)."""
+(`pool_bounds.lower_bound_s(pools.time_lines(...))`, four exact estimates per pool) on every
+layout of the pooled problems; `pool_search._by_bound`'s order against a plain sort of every
+layout by that bound (then by its place, as a stable sort leaves ties); the lines and problems
+built with the recomputed samples shared (`pools.Recomputed`) against each layout's own
+estimates; `pool_data.step_floor` against the exact model on every recompute of every
+data-parallel layout; and `pool_data.search`'s plans against a scan that scores every layout it
+reaches (the search before its floor). The searches' answers themselves:
+tests/search/test_solver_pools.py, test_pool_search_moe.py and test_pool_data_search.py (brute
+force)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost
 from planner.model import pools as model_pools
-from planner.search import pool_data, pool_search, pools
+from planner.search import pool_bounds, pool_data, pool_search, pools
 from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
 
@@ -47,7 +48,7 @@ def test_lines_floor_is_below_the_bound_of_the_exact_lines(name: str) -> None:
     tight = 0
     for lay in _plains(job):
         floor = pools.lines_floor(job, lay)
-        exact = pools.lower_bound_s(pools.time_lines(job, lay))
+        exact = pool_bounds.lower_bound_s(pools.time_lines(job, lay))
         assert floor <= exact, (lay.describe(), floor, exact)
         tight += floor > 0.9 * exact
     assert tight > 0  # a floor that says something
@@ -64,7 +65,7 @@ def test_more_ranks_than_half_the_layers_with_a_per_layer_pattern() -> None:
     deep = [lay for lay in _plains(job) if 2 * lay.pp > job.arch.num_layers]
     assert deep
     for lay in deep:
-        assert pools.lines_floor(job, lay) <= pools.lower_bound_s(pools.time_lines(job, lay))
+        assert pools.lines_floor(job, lay) <= pool_bounds.lower_bound_s(pools.time_lines(job, lay))
     roomy = pools._room(job, 32).arch
     own = job.arch.layer_kinds
     assert roomy.layer_kinds == own + (own[-1],) * 5
@@ -77,7 +78,7 @@ def test_layouts_come_in_the_order_of_their_exact_bound(name: str) -> None:
     job = JOBS[name]()
     todo = pool_search.layouts(job)
     lines = {lay: pools.time_lines(job, lay) for lay in _plains(job)}
-    want = sorted(todo, key=lambda lay: pools.lower_bound_s(lines[lay.with_(zero_stage=1)]))
+    want = sorted(todo, key=lambda lay: pool_bounds.lower_bound_s(lines[lay.with_(zero_stage=1)]))
     got = list(pool_search._by_bound(job, todo, pools.Recomputed()))
     assert [lay for lay, _ in got] == want
     assert all(t == lines[lay.with_(zero_stage=1)] for lay, t in got)

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from pool_problems import pool_job
 
-from planner.search import pools
+from planner.search import pool_bounds, pools
 from planner.search.solver import (
     PoolSplitProblem,
     may_fit,
@@ -190,19 +190,19 @@ def test_may_fit_refuses_some() -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_lower_bound_is_below_every_split(seed: int) -> None:
-    """`pools.lower_bound_s`, memory aside: no assignment's objective is below it (the
+    """`pool_bounds.lower_bound_s`, memory aside: no assignment's objective is below it (the
     enumeration with every capacity unbounded), and the time lines alone give the same bound."""
     p = random_problem(random.Random(500 + seed))
     roomy = replace(p, capacity_mib=(10**9,) * len(p.stages))
     least = brute_force(roomy)
     if least is None:  # more ranks than layers
         return
-    assert pools.lower_bound_s(p) * 1e6 <= least * (1 + 1e-12)
+    assert pool_bounds.lower_bound_s(p) * 1e6 <= least * (1 + 1e-12)
     lines = pools.TimeLines(
         p.num_layers, p.fixed_us, p.layer_us, p.recompute_us, p.microbatches, p.stages,
         p.boundary_us,
     )  # fmt: skip
-    assert pools.lower_bound_s(lines) == pools.lower_bound_s(p)
+    assert pool_bounds.lower_bound_s(lines) == pool_bounds.lower_bound_s(p)
 
 
 def test_lower_bound_per_order_is_tighter() -> None:
@@ -212,7 +212,7 @@ def test_lower_bound_per_order_is_tighter() -> None:
     for seed in range(40):
         p = random_problem(random.Random(500 + seed))
         if sum(p.stages) <= p.num_layers:
-            tighter += pools._order_bound(p) > pools._any_order_bound(p)
+            tighter += pool_bounds._order_bound(p) > pool_bounds._any_order_bound(p)
     assert tighter >= 5
 
 

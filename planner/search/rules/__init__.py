@@ -29,9 +29,10 @@ from planner.search.rules.context import (
 from planner.search.rules.dsa import JOB_RULES as DSA_JOB_RULES
 from planner.search.rules.dsa import RULES as DSA_RULES
 from planner.search.rules.dsa import STRUCTURAL_RULES as DSA_STRUCTURAL
+from planner.search.rules.feature_warnings import WARNINGS
 from planner.search.rules.features import RULES as FEATURE_RULES
-from planner.search.rules.features import WARNINGS, flex_runs, recompute_allows_overlap
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
+from planner.search.rules.features import flex_runs, recompute_allows_overlap
 from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.gdn import RULES as GDN_RULES

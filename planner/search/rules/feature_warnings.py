@@ -1,0 +1,100 @@
+"""What Megatron-LM only warns about in a layout it accepts (or its own tests never run), from
+the same sources as `planner.search.rules.features`: a warning rule returns a `Violation` where
+Megatron logs, and the plan stays valid (`planner check` and `explain` report them)."""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import comms
+from planner.search.rules.base import Violation
+
+
+def overlap_connections(job: Job, lay: Layout) -> Violation | None:
+    """validate_args: TP or CP with the EP overlap or Megatron-FSDP before Blackwell would want
+    CUDA_DEVICE_MAX_CONNECTIONS=1 and the overlap wants more; it warns and runs (planner launches
+    it with 32)."""
+    if not (lay.tp > 1 or lay.cp > 1) or not job.cluster.gpu.needs_one_device_connection:
+        return None
+    what = "ep_comm_overlap" if lay.ep_comm_overlap else "Megatron-FSDP (zero_stage >= 2)"
+    if not (lay.ep_comm_overlap or lay.zero_stage >= 2):
+        return None
+    return Violation(
+        "connections",
+        "parallel.ep_comm_overlap" if lay.ep_comm_overlap else "parallel.zero_stage",
+        f"Megatron warns: {what} with tp ({lay.tp}) or cp ({lay.cp}) > 1 on "
+        f"{job.cluster.gpu.name}: TP/CP prefer CUDA_DEVICE_MAX_CONNECTIONS=1, the overlap more "
+        "(launched with 32)",
+    )
+
+
+def core_attention(job: Job, lay: Layout) -> Violation | None:
+    """Megatron warns that fused attention does not need core_attn recompute (it keeps no s x s
+    scores): it still re-runs the attention forward, for no memory."""
+    if (
+        lay.recompute == "selective"
+        and "core_attn" in lay.recompute_modules
+        and (job.flash_attention)
+    ):
+        return Violation(
+            "core_attn",
+            "parallel.recompute_modules",
+            "Megatron warns: recompute module core_attn with fused attention costs an attention "
+            "forward and saves no memory",
+        )
+    return None
+
+
+def fsdp_untested(job: Job, lay: Layout) -> Violation | None:
+    """Megatron-FSDP (v1) has no assert against pipeline or context parallelism, but none of
+    Megatron-LM's functional tests runs it with them: said, not refused (the search does not
+    propose it)."""
+    if lay.zero_stage >= 2 and (lay.pp > 1 or lay.cp > 1):
+        return Violation(
+            "fsdp_untested",
+            "parallel.zero_stage",
+            f"Megatron-FSDP (zero_stage {lay.zero_stage}) with pp ({lay.pp}) or cp ({lay.cp}) "
+            "> 1 is not run by Megatron-LM's own tests",
+        )
+    return None
+
+
+def node_limited_routing(job: Job, lay: Layout) -> Violation | None:
+    """Node-limited routing with more groups per token than the nodes expert parallelism spans
+    limits nothing (Megatron does not check it)."""
+    topk = job.moe_router_group_topk
+    if topk is None or lay.ep == 1:
+        return None
+    span = comms.place(job.cluster, lay.expert_tp, lay.ep)
+    if topk > span.domains > 1:
+        return Violation(
+            "routing",
+            "training.moe_router_group_topk",
+            f"moe_router_group_topk ({topk}) exceeds the {span.domains} nodes expert "
+            "parallelism spans: a token cannot reach more",
+        )
+    return None
+
+
+def moe_without_sp(job: Job, lay: Layout) -> Violation | None:
+    """ModelParallelConfig.__post_init__ (Megatron-LM d98e8a64) only warns when expert and tensor
+    parallelism run without sequence parallelism; it trains (each TP rank then routes every
+    token of the micro-batch)."""
+    if lay.ep > 1 and lay.tp > 1 and not lay.sequence_parallel:
+        return Violation(
+            "moe_sp",
+            "parallel.sequence_parallel",
+            f"Megatron warns: expert_model_parallel_size ({lay.ep}) with "
+            f"tensor_model_parallel_size ({lay.tp}) > 1 should use sequence_parallel = true",
+        )
+    return None
+
+
+WARNINGS = (
+    overlap_connections,
+    core_attention,
+    fsdp_untested,
+    node_limited_routing,
+    moe_without_sp,
+)
+"""What Megatron warns about (or its own tests never run): reported, not refused."""
