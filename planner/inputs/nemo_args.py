@@ -9,36 +9,33 @@ True: Megatron-LM's CI writes a YAML `true` as the key alone (Megatron-LM d98e8a
 tests/functional_tests/shell_test_utils/_run_training.sh). Values are read as NeMo-Run reads
 them: integers, floats, True / False, None, else text.
 
-What each key becomes: `nemo_keys`.
+What each key becomes: `nemo_keys`; the `[training]` table: `nemo_training`.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_args_memory import loss_fields
 from planner.inputs.megatron_flags import megatron_flags
-from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS, graph_regions
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import PUBLIC_VOCAB
-from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.nemo_keys import (
     ARCH_KEYS,
     CLI,
     FACTORY,
-    GRAPH_KEYS,
     KEY,
     PARALLEL,
     PARALLEL_SWITCHES,
-    TRAINING,
+    NemoLine,
     classify,
     value_of,
 )
 from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
+from planner.inputs.nemo_training import training_table
 
 __all__ = ["NemoReading", "is_nemo_line", "read"]
 
@@ -54,20 +51,6 @@ class NemoReading:
     not_modelled: tuple[str, ...] = ()
 
 
-@dataclass
-class _Line:
-    where: str
-    values: dict[str, Any] = field(default_factory=dict)
-    factory: str | None = None
-    unknown: list[str] = field(default_factory=list)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def fail(self, key: str, why: str) -> InputError:
-        return InputError(f"{self.where}: {key}={self.values.get(key)!r}: {why}")
-
-
 def is_nemo_line(words: list[str]) -> bool:
     """NeMo-Run overrides (`trainer.*`, `model.*`, `data.*` ...) and no Megatron-LM flag, or
     the command `nemo llm pretrain` itself (a recipe without overrides: `nemo llm pretrain -y
@@ -79,8 +62,8 @@ def is_nemo_line(words: list[str]) -> bool:
     return command or any(KEY.match(w.partition("=")[0]) for w in words)
 
 
-def _parse(words: list[str], where: str) -> _Line:
-    line = _Line(where)
+def _parse(words: list[str], where: str) -> NemoLine:
+    line = NemoLine(where)
     i = 0
     while i < len(words):
         w = words[i]
@@ -103,7 +86,7 @@ def _parse(words: list[str], where: str) -> _Line:
     return line
 
 
-def _recipe(line: _Line, nemo_model: str | None) -> Recipe:
+def _recipe(line: NemoLine, nemo_model: str | None) -> Recipe:
     named = nemo_model or line.factory
     if line.factory and nemo_model and line.factory != nemo_model:
         raise InputError(
@@ -151,7 +134,7 @@ def read(
     _gpu_count(line, recipe, num_gpus, notes)
     model = _model(line, recipe, vocab_size, notes)
     parallel = _parallel(line, recipe)
-    training = _training(line, recipe, model, notes)
+    training = training_table(line, recipe, model, notes)
     doc = {
         "model": model,
         "cluster": {"gpu": gpu, "num_gpus": num_gpus},
@@ -161,7 +144,7 @@ def read(
     return NemoReading(doc, tuple(ignored), tuple(line.unknown), tuple(notes), tuple(missing))
 
 
-def _gpu_count(line: _Line, recipe: Recipe, num_gpus: int, notes: list[str]) -> None:
+def _gpu_count(line: NemoLine, recipe: Recipe, num_gpus: int, notes: list[str]) -> None:
     nodes = line.get("trainer.num_nodes")
     devices = line.get("trainer.devices")
     for key, value in (("trainer.num_nodes", nodes), ("trainer.devices", devices)):
@@ -186,7 +169,9 @@ def _gpu_count(line: _Line, recipe: Recipe, num_gpus: int, notes: list[str]) -> 
         )
 
 
-def _model(line: _Line, recipe: Recipe, vocab_size: int | None, notes: list[str]) -> dict[str, Any]:
+def _model(
+    line: NemoLine, recipe: Recipe, vocab_size: int | None, notes: list[str]
+) -> dict[str, Any]:
     arch = catalog.get_model(recipe.zoo)
     model = arch.model_dump(exclude_defaults=True, exclude={"display_name", *recipe.derived})
     model["name"] = arch.name
@@ -218,7 +203,7 @@ def _model(line: _Line, recipe: Recipe, vocab_size: int | None, notes: list[str]
 
 
 def _vocabulary(
-    line: _Line, recipe: Recipe, model: dict[str, Any], vocab_size: int | None, notes: list[str]
+    line: NemoLine, recipe: Recipe, model: dict[str, Any], vocab_size: int | None, notes: list[str]
 ) -> None:
     if line.get("model.config.vocab_size") is not None or recipe.vocab_in_config:
         model["make_vocab_size_divisible_by"] = 1  # GPTConfig uses a set vocab_size as it is
@@ -255,7 +240,7 @@ DEGREES = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size"})
 """The [parallel] fields `_parallel` reads as numbers (the others the plan's checks type)."""
 
 
-def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
+def _parallel(line: NemoLine, recipe: Recipe) -> dict[str, Any]:
     out: dict[str, Any] = {
         "tp": recipe.tp,
         "pp": recipe.pp,
@@ -295,117 +280,3 @@ def _parallel(line: _Line, recipe: Recipe) -> dict[str, Any]:
     distributed = line.get("optim.config.use_distributed_optimizer", True)
     out["zero_stage"] = 1 if distributed else 0
     return out
-
-
-def _training(
-    line: _Line, recipe: Recipe, model: dict[str, Any], notes: list[str]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "seq_length": recipe.seq_length,
-        "global_batch_size": recipe.global_batch_size,
-        "precision": "bf16",
-    }
-    for key, name in TRAINING.items():
-        value = line.get(key)
-        if value is not None:
-            out[name] = value
-    # NeMo's strategy writes the precision plugin's dtype settings over its DDP config
-    # (megatron_strategy.py `update_config_with_dtype_overrides`, NeMo 8cfedd72): the plugin's
-    # grad_reduce_in_fp32 (True by default, plugins/mixed_precision.py) is what runs
-    value = line.get("trainer.plugins.grad_reduce_in_fp32")
-    if value is not None and not isinstance(value, bool):
-        raise line.fail("trainer.plugins.grad_reduce_in_fp32", "expected True or False")
-    if value is not None:
-        out["main_grad_dtype"] = "fp32" if value else "bf16"
-    if line.get("trainer.strategy.ddp.grad_reduce_in_fp32") is not None:
-        notes.append(
-            "trainer.strategy.ddp.grad_reduce_in_fp32: NeMo writes the precision plugin's "
-            "value over it (trainer.plugins.grad_reduce_in_fp32, True by default): read that"
-        )
-    precision = line.get("trainer.plugins.precision", "bf16-mixed")
-    if precision not in ("bf16-mixed", "16-mixed"):
-        raise line.fail(
-            "trainer.plugins.precision", "planner models bf16-mixed (and 16-mixed as bf16)"
-        )
-    if precision == "16-mixed":
-        notes.append("trainer.plugins.precision=16-mixed: read as bf16 (the same bytes per value)")
-    if line.get("trainer.plugins.fp8") or line.get("model.config.fp8"):
-        out["precision"] = "fp8"
-        gather = line.get("trainer.plugins.fp8_param_gather") or line.get(
-            "trainer.plugins.fp8_params"
-        )
-        out["fp8_param_gather"] = bool(gather)
-    _graphs(line, out)
-    if not recipe.flash_attention:
-        out["flash_attention"] = False
-    fused = line.get("model.config.bias_activation_fusion")
-    if fused is not None and not isinstance(fused, bool):
-        raise line.fail("model.config.bias_activation_fusion", "expected True or False")
-    glu = model.get("gated_linear_unit", False)
-    if glu and (not recipe.fused_glu if fused is None else not fused):
-        out["fused_swiglu"] = False
-    _loss(line, out)
-    _dropouts(line, recipe, out)
-    key = "model.config.use_transformer_engine_op_fuser"
-    grouped = line.get("model.config.moe_grouped_gemm") is not False
-    fused_mlp, note = fused_mlp_reading(
-        key, bool(line.get(key)), bool(model.get("num_moe_experts")) and grouped, glu,
-        line.get("model.config.moe_mlp_glu_interleave_size"),
-    )  # fmt: skip
-    if fused_mlp:
-        out["moe_fused_grouped_mlp"] = True
-    if note:
-        notes.append(note)
-    return out
-
-
-def _dropouts(line: _Line, recipe: Recipe, out: dict[str, Any]) -> None:
-    """model.config.attention_dropout / hidden_dropout where the line sets them, else the recipe
-    config's (`Recipe.dropout`): at 0 the plan counts no dropout masks."""
-    for name in ("attention_dropout", "hidden_dropout"):
-        key = f"model.config.{name}"
-        rate = line.get(key)
-        if rate is None:
-            zero = not recipe.dropout
-        elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
-            raise line.fail(key, "expected a dropout rate in [0, 1)")
-        else:
-            zero = rate == 0
-        if zero:
-            out[name] = False
-
-
-def _loss(line: _Line, out: dict[str, Any]) -> None:
-    """model.config.cross_entropy_loss_fusion / cross_entropy_fusion_impl, where the line sets
-    them (TransformerConfig's fields; left out, the recipe's loss is timed as a fused one)."""
-    fused = line.get("model.config.cross_entropy_loss_fusion")
-    if fused is not None and not isinstance(fused, bool):
-        raise line.fail("model.config.cross_entropy_loss_fusion", "expected True or False")
-    impl = line.get("model.config.cross_entropy_fusion_impl")
-    if impl is not None and impl not in ("native", "te"):
-        raise line.fail("model.config.cross_entropy_fusion_impl", "expected native or te")
-    out.update(loss_fields(fused, impl))
-
-
-def _graphs(line: _Line, out: dict[str, Any]) -> None:
-    """CUDA graphs (nemo_keys.GRAPH_KEYS): on with enable_cuda_graph, external_cuda_graph or an
-    implementation other than "none"; the regions named (a list, or one name) less "full" and
-    "full_iteration", which mean the whole layer."""
-    impl_key = "model.config.cuda_graph_impl"
-    impl = line.get(impl_key)
-    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
-        raise line.fail(impl_key, f"expected one of {', '.join(CUDA_GRAPH_IMPLS)}")
-    legacy = line.get("model.config.enable_cuda_graph") or line.get(
-        "model.config.external_cuda_graph"
-    )
-    if not (legacy or impl not in (None, "none")):
-        return
-    out["cuda_graphs"] = True
-    key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
-    if key is None:
-        return
-    parts = graph_regions(str(line.get(key)))
-    if isinstance(parts, str):
-        raise line.fail(key, parts)
-    if parts:
-        out["cuda_graph_modules"] = parts

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner.inputs.arch import ModelArch
@@ -252,3 +253,20 @@ def classify(values: dict[str, Any], where: str, missing: list[str]) -> list[str
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise InputError(f"{where}: {key}={value!r}: not a NeMo 2 override planner knows{hint}")
     return sorted(ignored)
+
+
+@dataclass
+class NemoLine:
+    """A NeMo line's overrides as read: key -> value, the recipe it names, the words it has
+    that are neither."""
+
+    where: str
+    values: dict[str, Any] = field(default_factory=dict)
+    factory: str | None = None
+    unknown: list[str] = field(default_factory=list)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def fail(self, key: str, why: str) -> InputError:
+        return InputError(f"{self.where}: {key}={self.values.get(key)!r}: {why}")

@@ -1,0 +1,127 @@
+"""The `[training]` table of a NeMo 2.0 `nemo llm pretrain` line (`planner.inputs.nemo_args`):
+the recipe's batch and sequence, the keys of `nemo_keys.TRAINING`, precision and FP8, CUDA graphs,
+the fused loss, dropouts and the experts' fused grouped MLP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.megatron_args_memory import loss_fields
+from planner.inputs.megatron_training import CUDA_GRAPH_IMPLS, graph_regions
+from planner.inputs.moe_checks import fused_mlp_reading
+from planner.inputs.nemo_keys import GRAPH_KEYS, TRAINING, NemoLine
+from planner.inputs.nemo_recipes import Recipe
+
+
+def training_table(
+    line: NemoLine, recipe: Recipe, model: dict[str, Any], notes: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "seq_length": recipe.seq_length,
+        "global_batch_size": recipe.global_batch_size,
+        "precision": "bf16",
+    }
+    for key, name in TRAINING.items():
+        value = line.get(key)
+        if value is not None:
+            out[name] = value
+    # NeMo's strategy writes the precision plugin's dtype settings over its DDP config
+    # (megatron_strategy.py `update_config_with_dtype_overrides`, NeMo 8cfedd72): the plugin's
+    # grad_reduce_in_fp32 (True by default, plugins/mixed_precision.py) is what runs
+    value = line.get("trainer.plugins.grad_reduce_in_fp32")
+    if value is not None and not isinstance(value, bool):
+        raise line.fail("trainer.plugins.grad_reduce_in_fp32", "expected True or False")
+    if value is not None:
+        out["main_grad_dtype"] = "fp32" if value else "bf16"
+    if line.get("trainer.strategy.ddp.grad_reduce_in_fp32") is not None:
+        notes.append(
+            "trainer.strategy.ddp.grad_reduce_in_fp32: NeMo writes the precision plugin's "
+            "value over it (trainer.plugins.grad_reduce_in_fp32, True by default): read that"
+        )
+    precision = line.get("trainer.plugins.precision", "bf16-mixed")
+    if precision not in ("bf16-mixed", "16-mixed"):
+        raise line.fail(
+            "trainer.plugins.precision", "planner models bf16-mixed (and 16-mixed as bf16)"
+        )
+    if precision == "16-mixed":
+        notes.append("trainer.plugins.precision=16-mixed: read as bf16 (the same bytes per value)")
+    if line.get("trainer.plugins.fp8") or line.get("model.config.fp8"):
+        out["precision"] = "fp8"
+        gather = line.get("trainer.plugins.fp8_param_gather") or line.get(
+            "trainer.plugins.fp8_params"
+        )
+        out["fp8_param_gather"] = bool(gather)
+    _graphs(line, out)
+    if not recipe.flash_attention:
+        out["flash_attention"] = False
+    fused = line.get("model.config.bias_activation_fusion")
+    if fused is not None and not isinstance(fused, bool):
+        raise line.fail("model.config.bias_activation_fusion", "expected True or False")
+    glu = model.get("gated_linear_unit", False)
+    if glu and (not recipe.fused_glu if fused is None else not fused):
+        out["fused_swiglu"] = False
+    _loss(line, out)
+    _dropouts(line, recipe, out)
+    key = "model.config.use_transformer_engine_op_fuser"
+    grouped = line.get("model.config.moe_grouped_gemm") is not False
+    fused_mlp, note = fused_mlp_reading(
+        key, bool(line.get(key)), bool(model.get("num_moe_experts")) and grouped, glu,
+        line.get("model.config.moe_mlp_glu_interleave_size"),
+    )  # fmt: skip
+    if fused_mlp:
+        out["moe_fused_grouped_mlp"] = True
+    if note:
+        notes.append(note)
+    return out
+
+
+def _dropouts(line: NemoLine, recipe: Recipe, out: dict[str, Any]) -> None:
+    """model.config.attention_dropout / hidden_dropout where the line sets them, else the recipe
+    config's (`Recipe.dropout`): at 0 the plan counts no dropout masks."""
+    for name in ("attention_dropout", "hidden_dropout"):
+        key = f"model.config.{name}"
+        rate = line.get(key)
+        if rate is None:
+            zero = not recipe.dropout
+        elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
+            raise line.fail(key, "expected a dropout rate in [0, 1)")
+        else:
+            zero = rate == 0
+        if zero:
+            out[name] = False
+
+
+def _loss(line: NemoLine, out: dict[str, Any]) -> None:
+    """model.config.cross_entropy_loss_fusion / cross_entropy_fusion_impl, where the line sets
+    them (TransformerConfig's fields; left out, the recipe's loss is timed as a fused one)."""
+    fused = line.get("model.config.cross_entropy_loss_fusion")
+    if fused is not None and not isinstance(fused, bool):
+        raise line.fail("model.config.cross_entropy_loss_fusion", "expected True or False")
+    impl = line.get("model.config.cross_entropy_fusion_impl")
+    if impl is not None and impl not in ("native", "te"):
+        raise line.fail("model.config.cross_entropy_fusion_impl", "expected native or te")
+    out.update(loss_fields(fused, impl))
+
+
+def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
+    """CUDA graphs (nemo_keys.GRAPH_KEYS): on with enable_cuda_graph, external_cuda_graph or an
+    implementation other than "none"; the regions named (a list, or one name) less "full" and
+    "full_iteration", which mean the whole layer."""
+    impl_key = "model.config.cuda_graph_impl"
+    impl = line.get(impl_key)
+    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
+        raise line.fail(impl_key, f"expected one of {', '.join(CUDA_GRAPH_IMPLS)}")
+    legacy = line.get("model.config.enable_cuda_graph") or line.get(
+        "model.config.external_cuda_graph"
+    )
+    if not (legacy or impl not in (None, "none")):
+        return
+    out["cuda_graphs"] = True
+    key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
+    if key is None:
+        return
+    parts = graph_regions(str(line.get(key)))
+    if isinstance(parts, str):
+        raise line.fail(key, parts)
+    if parts:
+        out["cuda_graph_modules"] = parts
