@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from planner.search.solver import PoolSplitProblem
+from planner.search.solver import Grid, PoolSplitProblem
 
-if TYPE_CHECKING:
-    from planner.search.pools import TimeLines
+
+@dataclass(frozen=True)
+class TimeLines:
+    """The time part of `pools.problem` (microseconds per micro-batch, [rank][pool]): all that
+    `lower_bound_s` reads, from the exact model's stage times alone (no memory estimate), so a
+    layout can be bounded before its memory lines are computed."""
+
+    num_layers: int
+    fixed_us: Grid
+    layer_us: Grid
+    recompute_us: Grid
+    microbatches: int
+    stages: tuple[int, ...]
+    boundary_us: int
 
 
 def lower_bound_s(p: PoolSplitProblem | TimeLines) -> float:

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout, Recompute, ZeroStage
 from planner.inputs.plan import Job
 from planner.search import pool_data
-from planner.search.pool_bounds import lower_bound_s
+from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
 from planner.search.pools import (
     Recomputed,
-    TimeLines,
     apply,
     lines_floor,
     plan_split,

@@ -35,11 +35,11 @@ from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
 from planner.model.shard import BF16
 from planner.search.bound import rank_stage_times
-from planner.search.pool_bounds import lower_bound_s
+from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_enum import best_splits
 from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
-from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
+from planner.search.solver import PoolSplit, PoolSplitProblem
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -86,21 +86,6 @@ def _room(job: Job, layers: int) -> Job:
             arch.__dict__["layer_kinds"] = kinds + (kinds[-1],) * (layers - len(kinds))
         memo[layers] = replace(job, arch=arch)
     return memo[layers]
-
-
-@dataclass(frozen=True)
-class TimeLines:
-    """The time part of `problem` (microseconds per micro-batch, [rank][pool]): all that
-    `lower_bound_s` reads, from the exact model's stage times alone (no memory estimate), so a
-    layout can be bounded before its memory lines are computed."""
-
-    num_layers: int
-    fixed_us: Grid
-    layer_us: Grid
-    recompute_us: Grid
-    microbatches: int
-    stages: tuple[int, ...]
-    boundary_us: int
 
 
 def _at(job: Job, layout: Layout) -> tuple[int, int, Callable[[int, bool], Layout]]:

@@ -198,7 +198,7 @@ def test_lower_bound_is_below_every_split(seed: int) -> None:
     if least is None:  # more ranks than layers
         return
     assert pool_bounds.lower_bound_s(p) * 1e6 <= least * (1 + 1e-12)
-    lines = pools.TimeLines(
+    lines = pool_bounds.TimeLines(
         p.num_layers, p.fixed_us, p.layer_us, p.recompute_us, p.microbatches, p.stages,
         p.boundary_us,
     )  # fmt: skip
