@@ -49,6 +49,7 @@ The MoE token dispatchers, built on these collectives, are `planner.model.dispat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
@@ -193,16 +194,33 @@ class Group:
 
 def constants() -> tuple[object, ...]:
     """This module's constants, read at call time: memo keys of values computed with them hold
-    them, so a calibration or a test that sets one never reads a value computed under another."""
-    shares = tuple(row for fam in nccl_shares.NCCL_NVLINK_SHARE.values() for row in fam.values())
+    them, so a calibration or a test that sets one never reads a value computed under another.
+    NCCL's tables (`nccl_shares.NCCL_NVLINK_SHARE`, `NCCL_CALL_S`) enter flattened, once per
+    table object (`_tables`): one that sets them replaces them, as it does a scalar."""
     return (
         SCALEUP_BUS_EFFICIENCY,
         SCALEOUT_BUS_EFFICIENCY,
         LATENCY_SCALE,
         COMM_KERNEL_SMS,
-        *shares,
-        *nccl_shares.NCCL_CALL_S.values(),
+        *_tables(nccl_shares.NCCL_NVLINK_SHARE, nccl_shares.NCCL_CALL_S),
     )
+
+
+_FLAT: tuple[object, object, tuple[object, ...]] = (None, None, ())
+"""The NCCL tables `_tables` last flattened, and their values: (shares, calls, flat)."""
+
+
+def _tables(
+    shares: Mapping[str, Mapping[str, object]], calls: Mapping[str, object]
+) -> tuple[object, ...]:
+    """The values of NCCL's share and call tables as one tuple, flattened again only when either
+    table is another object than the last one's (every estimate's memo keys read them: the
+    search asks for hundreds of thousands)."""
+    global _FLAT
+    if _FLAT[0] is not shares or _FLAT[1] is not calls:
+        rows = tuple(row for fam in shares.values() for row in fam.values())
+        _FLAT = (shares, calls, (*rows, *calls.values()))
+    return _FLAT[2]
 
 
 _PLACED: ModelMemo[tuple[object, ...], Group] = ModelMemo()

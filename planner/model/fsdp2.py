@@ -46,6 +46,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import V_SHAPED
 from planner.model import comms
+from planner.model.job_memo import JobMemo
 
 BF16 = 2.0
 FP32 = 4.0
@@ -124,6 +125,26 @@ def pipeline_buffers(job: Job, lay: Layout, rank: int) -> float:
     return m * count * boundary * BF16
 
 
+COLLECTIVES: JobMemo[tuple[object, ...], tuple[float, float]] = JobMemo()
+"""`_collectives` per job and what it reads: the search times every micro-batch count and
+recompute of a layout, whose parameters and groups, and so collectives, are the same."""
+
+
+def _collectives(
+    job: Job, n_params: float, stride: int, size: int, rep: int
+) -> tuple[float, float]:
+    """Seconds of one bf16 all-gather and of one fp32 reduce-scatter (with HSDP, the all-reduce
+    of the shards over the replicas after it) of `n_params` parameters over a shard group of
+    `size` ranks `stride` apart."""
+    shard = comms.place(job.cluster, stride, size)
+    ag = comms.all_gather(n_params * BF16, shard) if size > 1 else 0.0
+    rs = comms.reduce_scatter(n_params * FP32, shard) if size > 1 else 0.0
+    if rep > 1:
+        replicas = comms.place(job.cluster, stride * size, rep)
+        rs += comms.all_reduce(n_params * FP32 / size, replicas)
+    return ag, rs
+
+
 def data_parallel_time(
     job: Job,
     lay: Layout,
@@ -146,15 +167,14 @@ def data_parallel_time(
     n_d, n_e = shard_groups(job, lay)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
     exposed = hidden = 0.0
+    memo = COLLECTIVES.of(job)
     for n_params, (stride, size) in zip((dense, expert), strides, strict=True):
         if n_params <= 0 or size * rep <= 1:
             continue
-        shard = comms.place(job.cluster, stride, size)
-        ag = comms.all_gather(n_params * BF16, shard) if size > 1 else 0.0
-        rs = comms.reduce_scatter(n_params * FP32, shard) if size > 1 else 0.0
-        if rep > 1:
-            replicas = comms.place(job.cluster, stride * size, rep)
-            rs += comms.all_reduce(n_params * FP32 / size, replicas)
+        key = (n_params, stride, size, rep, *comms.constants())
+        if (hit := memo.get(key)) is None:
+            hit = memo[key] = _collectives(job, n_params, stride, size, rep)
+        ag, rs = hit
         if keeps_unsharded(job, lay) and job.titan.reshard_after_forward != "always":
             gathers, reduces = 1, 1
         elif lay.pp > 1:
