@@ -209,7 +209,10 @@ def rungs(
     job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool
 ) -> tuple[list[Rung], list[Ladder]]:
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
-    (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none)."""
+    (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none), no
+    CUDA graphs (Megatron's per-layer graphs, which `planner launch` writes for
+    `Job.cuda_graphs`, raise ValueError with CPU offloading: TransformerConfig d98e8a64,
+    `emit.common.cuda_graph_impl`)."""
     memo = _RUNGS.of(job)
     key = _key(base, kinds, offload)
     hit = memo.get(key)
@@ -218,7 +221,8 @@ def rungs(
         if "full" in kinds:
             chunks = base.chunk_layers(job.arch.num_layers)
             longest = max(len(chunk) for rank in chunks for chunk in rank)
-        offload_up_to = job.arch.num_layers - 1 if offload and base.pp == 1 else 0
+        whole = offload and base.pp == 1 and not job.cuda_graphs
+        offload_up_to = job.arch.num_layers - 1 if whole else 0
         sel = tuple(selective(job)) if "selective" in kinds else ()
         fine = tuple(r for r in (offloading(job) if offload else ()) if r.recompute in kinds)
         hit = memo[key] = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
