@@ -38,6 +38,7 @@ from planner.model.known_gaps import (
 from planner.model.output_time import deferred_wgrad
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
 from planner.model.routing_load import memory_loads, rank_budget, stash_load, step_load
+from planner.search.rules import graphs
 from planner.search.rules.fused_mlp import fused_grouped_mlp
 from planner.search.rules.shared_overlap import shared_expert_overlap
 
@@ -279,15 +280,17 @@ def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | Non
 def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """Where the host's eager kernel issue floors the layers (`planner.model.host`): the seconds
     per step it adds over the same layout with every layer captured in CUDA graphs, when that is
-    at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it (none
-    with CPU offloading, which Megatron's graphs refuse: `emit.common.cuda_graph_impl`)."""
+    at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it, or why
+    the layout cannot take it (`planner.search.rules.graphs`: CPU offloading, full recompute,
+    graphed recompute with dropout)."""
     if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
         return None  # nothing left to capture, or no CUDA graphs to capture it with
     extra = _added(perf, replace(job, cuda_graphs=True, cuda_graph_modules=()), layout)
     if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
         return None
-    if layout.cpu_offloading_num_layers:
-        fix = "Megatron's CUDA graphs, which would remove it, do not run with CPU offloading"
+    barred = graphs.conflict(replace(job, cuda_graphs=True, cuda_graph_modules=()), layout)
+    if barred is not None:  # rules.graphs: what Megatron's per-layer graphs do not run
+        fix = f"CUDA graphs would remove it, but {barred[1]}"
     elif job.cuda_graphs:
         fix = "CUDA graphs of the whole layer (training.cuda_graph_modules unset) would remove it"
     else:

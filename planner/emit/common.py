@@ -21,6 +21,7 @@ from planner.inputs.units import GIB, format_bytes, format_duration, format_mone
 from planner.model import cost, memory
 from planner.ops.assumptions import AssumptionError
 from planner.ops.operations import Operations, operations
+from planner.search.rules import graphs
 
 RDZV_PORT = 29400
 """torchrun's default c10d rendezvous port (torch/distributed/run.py)."""
@@ -320,13 +321,13 @@ def cuda_graph_impl(plan: Plan) -> str:
     """The CUDA-graph implementation a `cuda_graphs` plan launches with: Megatron-Core's own
     per-layer graphs ("local", the MLPerf v5.x configs' MCORE_CUDA_GRAPH; the transformer_engine
     implementation would need NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py
-    d98e8a64). They do not run with CPU offloading (TransformerConfig raises ValueError)."""
-    lay = plan.require_layout()
-    if lay.cpu_offloading_num_layers:
+    d98e8a64). What they do not run (CPU offloading, full recompute, graphed recompute with
+    dropout: `planner.search.rules.graphs`) is refused, naming the field."""
+    found = graphs.conflict(plan.job, plan.require_layout())
+    if found is not None:
+        field, why = found
         raise InputError(
-            f"{plan.path}: training.cuda_graphs: true, but Megatron's per-layer CUDA graphs "
-            f"do not run with CPU offloading (parallel.cpu_offloading_num_layers = "
-            f"{lay.cpu_offloading_num_layers}; TransformerConfig raises ValueError); set one "
-            "of them off"
+            f"{plan.path}: {field}: with training.cuda_graphs = true, {why}; set one of them "
+            "otherwise"
         )
     return "local"

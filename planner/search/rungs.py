@@ -42,7 +42,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo
-from planner.search.rules import recompute_allows_overlap
+from planner.search.rules import graphs, recompute_allows_overlap
 from planner.search.rules.dsa import up_proj_recompute_barred
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
@@ -209,13 +209,15 @@ def rungs(
     job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool
 ) -> tuple[list[Rung], list[Ladder]]:
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
-    (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none), no
-    CUDA graphs (Megatron's per-layer graphs, which `planner launch` writes for
-    `Job.cuda_graphs`, raise ValueError with CPU offloading: TransformerConfig d98e8a64,
-    `emit.common.cuda_graph_impl`)."""
+    (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none). With
+    `Job.cuda_graphs` none that Megatron's per-layer graphs, which `planner launch` writes for it,
+    refuse (`rules.graphs`): no CPU offloading, no full recompute, no graphed recompute with
+    dropout."""
     memo = _RUNGS.of(job)
     key = _key(base, kinds, offload)
     hit = memo.get(key)
+    if hit is None and job.cuda_graphs and job.framework == "megatron":
+        kinds = tuple(k for k in kinds if k != "full")  # per-layer graphs: rules.graphs
     if hit is None:
         longest = 0
         if "full" in kinds:
@@ -225,8 +227,15 @@ def rungs(
         offload_up_to = job.arch.num_layers - 1 if whole else 0
         sel = tuple(selective(job)) if "selective" in kinds else ()
         fine = tuple(r for r in (offloading(job) if offload else ()) if r.recompute in kinds)
-        hit = memo[key] = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
+        single, ladders = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
+        if job.cuda_graphs:  # what Megatron's per-layer CUDA graphs refuse (rules.graphs)
+            single = tuple(r for r in single if not _graph_conflict(job, r))
+        hit = memo[key] = (single, ladders)
     return list(hit[0]), list(hit[1])
+
+
+def _graph_conflict(job: Job, rung: Rung) -> bool:
+    return graphs.rung_conflict(job, rung.recompute, rung.modules, rung.offload) is not None
 
 
 def _key(base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> tuple[object, ...]:
