@@ -148,7 +148,13 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if lay.cp_exchange:  # TransformerConfig's, as Bridge's GPT-OSS recipes set it
         model["cp_comm_type"] = lay.cp_exchange
     if job.cuda_graphs:  # per-layer graphs: Bridge captures them with Transformer Engine's
-        cuda_graph_impl(plan)  # (its CPU-offloading refusal), not Megatron-LM's "local",
+        impl = cuda_graph_impl(plan)  # (its refusals), not Megatron-LM's "local",
+        if impl == "full_iteration":
+            raise InputError(
+                f"{plan.path}: training.cuda_graph_impl: full_iteration (the whole step as one "
+                "graph) is Megatron-LM's --cuda-graph-impl; planner writes Megatron-Bridge's "
+                "per-layer graphs only: launch it with --target megatron-args"
+            )
         model["cuda_graph_impl"] = "transformer_engine"  # which utils/cuda_graph.py refuses
         if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
             model["cuda_graph_modules"] = list(job.cuda_graph_modules)

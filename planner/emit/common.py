@@ -318,11 +318,12 @@ def summary_lines(o: Operations) -> list[str]:
 
 
 def cuda_graph_impl(plan: Plan) -> str:
-    """The CUDA-graph implementation a `cuda_graphs` plan launches with: Megatron-Core's own
-    per-layer graphs ("local", the MLPerf v5.x configs' MCORE_CUDA_GRAPH; the transformer_engine
-    implementation would need NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py
-    d98e8a64). What they do not run (CPU offloading, full recompute, graphed recompute with
-    dropout: `planner.search.rules.graphs`) is refused, naming the field."""
+    """The CUDA-graph implementation a `cuda_graphs` plan launches with: the plan's own
+    (`Job.cuda_graph_impl`), else Megatron-Core's per-layer graphs ("local", the MLPerf v5.x
+    configs' MCORE_CUDA_GRAPH; the transformer_engine implementation would need
+    NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py d98e8a64). What it does not
+    run (per-layer graphs: CPU offloading, full recompute; any: graphed recompute with dropout,
+    `planner.search.rules.graphs`) is refused, naming the field."""
     found = graphs.conflict(plan.job, plan.require_layout())
     if found is not None:
         field, why = found
@@ -330,4 +331,4 @@ def cuda_graph_impl(plan: Plan) -> str:
             f"{plan.path}: {field}: with training.cuda_graphs = true, {why}; set one of them "
             "otherwise"
         )
-    return "local"
+    return plan.job.cuda_graph_impl or "local"

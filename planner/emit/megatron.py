@@ -278,9 +278,12 @@ def training_args(plan: Plan) -> list[Arg]:
     if not job.hidden_dropout:
         a.append(("--hidden-dropout", "0.0"))
     if job.cuda_graphs:
-        a.append(("--cuda-graph-impl", cuda_graph_impl(plan)))
+        impl = cuda_graph_impl(plan)
+        a.append(("--cuda-graph-impl", impl))
         if job.cuda_graph_modules:
             a.append(("--cuda-graph-modules", *job.cuda_graph_modules))
+        if impl == "full_iteration":  # validate_args asserts it off for the whole-step graph
+            a.append(("--no-check-for-nan-in-loss-and-grad",))
     return a
 
 

@@ -12,6 +12,7 @@ from planner.inputs.layout import Recompute, RecomputePolicy
 from planner.inputs.plan_sections import (
     AttentionKernel,
     CrossEntropy,
+    CudaGraphImpl,
     CudaGraphModule,
     DsaKernelBackend,
     Fp8Recipe,
@@ -154,6 +155,11 @@ class Job:
     cuda_graphs: bool = False
     """The decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl): the host
     issues one graph per layer and direction instead of each kernel (`planner.model.host`)."""
+    cuda_graph_impl: CudaGraphImpl | None = None
+    """With `cuda_graphs`, Megatron's --cuda-graph-impl where the plan or line names it (local,
+    transformer_engine: per-layer; full_iteration: the whole step); None: what the launch target
+    writes, per-layer graphs (`planner.emit.common.cuda_graph_impl`). What per-layer graphs
+    refuse: `planner.search.rules.graphs`."""
     cuda_graph_modules: tuple[CudaGraphModule, ...] = ()
     """With `cuda_graphs`, the regions of each layer captured (Megatron --cuda-graph-modules);
     the rest of the layer runs eagerly. () = the whole layer."""

@@ -132,8 +132,9 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     transformer_engine | full_iteration, or the deprecated --enable-cuda-graph (local) and
     --external-cuda-graph (transformer_engine) (arguments.py validate_args, d98e8a64); and which
     regions of each layer: --cuda-graph-modules (or the deprecated --cuda-graph-scope) naming
-    some of attn, mlp, moe, moe_router, moe_preprocess, mamba (full, full_iteration: the whole
-    layer)."""
+    some of attn, mlp, moe, moe_router, moe_preprocess, mamba (full: the whole layer); the
+    implementation (`Job.cuda_graph_impl`), a deprecated full_iteration region with local being
+    the full_iteration implementation (arguments.py's migration)."""
     impl = _choice(line, "--cuda-graph-impl", CUDA_GRAPH_IMPLS)
     legacy = line.has("--enable-cuda-graph") or line.has("--external-cuda-graph")
     if legacy and impl not in (None, "none"):
@@ -145,10 +146,18 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
         return
     training["cuda_graphs"] = True
     flag = "--cuda-graph-modules" if line.has("--cuda-graph-modules") else "--cuda-graph-scope"
-    parts = graph_regions(",".join(line.words(flag) or []))
+    words = ",".join(line.words(flag) or [])
+    parts = graph_regions(words)
     if isinstance(parts, str):
         raise InputError(f"{line.where}: {flag}: {parts}")
-    if parts:
+    if line.has("--external-cuda-graph"):
+        impl = "transformer_engine"
+    elif impl in (None, "none") or "full_iteration" in words.replace(" ", "").split(","):
+        # --enable-cuda-graph is local; the deprecated full_iteration region with local is
+        # the full_iteration implementation (arguments.py's migration)
+        impl = "full_iteration" if "full_iteration" in words else "local"
+    training["cuda_graph_impl"] = impl
+    if parts and impl != "full_iteration":
         training["cuda_graph_modules"] = parts
 
 

@@ -105,8 +105,9 @@ def _loss(line: NemoLine, out: dict[str, Any]) -> None:
 
 def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
     """CUDA graphs (nemo_keys.GRAPH_KEYS): on with enable_cuda_graph, external_cuda_graph or an
-    implementation other than "none"; the regions named (a list, or one name) less "full" and
-    "full_iteration", which mean the whole layer."""
+    implementation other than "none" (kept as `cuda_graph_impl`; a "full_iteration" scope is the
+    whole iteration's graph); the regions named (a list, or one name) less "full", the whole
+    layer."""
     impl_key = "model.config.cuda_graph_impl"
     impl = line.get(impl_key)
     if impl is not None and impl not in CUDA_GRAPH_IMPLS:
@@ -118,10 +119,16 @@ def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
         return
     out["cuda_graphs"] = True
     key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
+    words = str(line.get(key)) if key is not None else ""
+    if impl in (None, "none"):  # the deprecated switches: external is Transformer Engine's
+        impl = "transformer_engine" if line.get("model.config.external_cuda_graph") else "local"
+    if "full_iteration" in words:  # Megatron-Core's full-iteration graph, by its old scope name
+        impl = "full_iteration"
+    out["cuda_graph_impl"] = impl
     if key is None:
         return
-    parts = graph_regions(str(line.get(key)))
+    parts = graph_regions(words)
     if isinstance(parts, str):
         raise line.fail(key, parts)
-    if parts:
+    if parts and impl != "full_iteration":
         out["cuda_graph_modules"] = parts

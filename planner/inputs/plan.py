@@ -25,6 +25,7 @@ from planner.inputs.moe_checks import check_fused_grouped_mlp
 from planner.inputs.plan_layout import layout_from_section
 from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import (
+    CudaGraphImpl,
     CudaGraphModule,
     PlanFile,
     TrainingSection,
@@ -152,6 +153,7 @@ def build_job(
         moe_router_group_topk=_or(training.moe_router_group_topk, arch.moe_router_group_topk),
         rl_kv_cache_bytes=training.rl_kv_cache_gib * 2**30,
         cuda_graph_modules=_graph_modules(training, where),
+        cuda_graph_impl=_graph_impl(training, where),
         framework=framework,
         torchtitan=titan,
         **{name: getattr(training, name) for name in TRAINING_AS_IS},
@@ -192,6 +194,26 @@ def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModu
             f"asserts it; got {mods})"
         )
     return tuple(dict.fromkeys(mods))
+
+
+def _graph_impl(training: TrainingSection, where: str) -> CudaGraphImpl | None:
+    """`training.cuda_graph_impl`, checked as Megatron checks it (d98e8a64): only with CUDA graphs,
+    and full_iteration without per-layer regions (TransformerConfig asserts
+    "cuda_graph_modules must be empty when cuda_graph_impl="full_iteration"")."""
+    impl = training.cuda_graph_impl
+    if impl is None:
+        return None
+    if not training.cuda_graphs:
+        raise InputError(
+            f"{where}: training.cuda_graph_impl: {impl!r} needs training.cuda_graphs = true"
+        )
+    if impl == "full_iteration" and training.cuda_graph_modules:
+        raise InputError(
+            f"{where}: training.cuda_graph_modules: {training.cuda_graph_modules} with "
+            'cuda_graph_impl "full_iteration" (the whole step is one graph; Megatron-Core '
+            "asserts the regions empty)"
+        )
+    return impl
 
 
 def _or(given: int | None, default: int | None) -> int | None:

@@ -55,6 +55,9 @@ FlashMLA's forward and cuDNN's sparse backward."""
 CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
 """Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
 CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
+CudaGraphImpl = Literal["local", "transformer_engine", "full_iteration"]
+"""Megatron --cuda-graph-impl (d98e8a64, but "none"): per-layer graphs of Megatron-Core's own
+(local) or Transformer Engine's, or the whole training iteration as one graph."""
 
 
 MAX_GLOBAL_BATCH = 1 << 24
@@ -168,6 +171,13 @@ class TrainingSection(BaseModel):
         description="the decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl "
         "local | transformer_engine | full_iteration): one graph launch per layer and direction, "
         "so the host's per-kernel issue no longer floors a small layer's time",
+    )
+    cuda_graph_impl: CudaGraphImpl | None = Field(
+        default=None,
+        description="with cuda_graphs: Megatron --cuda-graph-impl (local, transformer_engine: "
+        "per-layer graphs; full_iteration: the whole iteration, which Megatron also runs with CPU "
+        "offloading and full recompute). None: what the launch target writes (local for "
+        "Megatron-LM, transformer_engine for Megatron-Bridge)",
     )
     cuda_graph_modules: list[CudaGraphModule] | None = Field(
         default=None,

@@ -259,6 +259,8 @@ def _as_is(job: Job) -> dict[str, Any]:
             out[name] = list(value) if isinstance(value, tuple) else value
     if job.cuda_graph_modules:
         out["cuda_graph_modules"] = list(job.cuda_graph_modules)
+    if job.cuda_graph_impl is not None:
+        out["cuda_graph_impl"] = job.cuda_graph_impl
     if job.rl_kv_cache_bytes:
         out["rl_kv_cache_gib"] = job.rl_kv_cache_bytes / 2**30
     return out

@@ -128,6 +128,19 @@ def test_cuda_graphs_emit_mcore_graphs_and_read_back() -> None:
     assert flags(part)["--cuda-graph-modules"] == ["attn"]
     assert round_trip(part).job.cuda_graph_modules == ("attn",)
     assert "--cuda-graph-modules" not in flags(plan)
+    # the whole-step graph: its implementation, the NaN check off (validate_args), and back,
+    # with full recompute, which per-layer graphs refuse (rules.graphs)
+    whole = make_plan(
+        "llama3.1-8b", 16, {"tp": 2, "recompute": "full"}, cuda_graphs=True,
+        cuda_graph_impl="full_iteration",
+    )  # fmt: skip
+    f = flags(whole)
+    assert f["--cuda-graph-impl"] == ["full_iteration"]
+    assert "--no-check-for-nan-in-loss-and-grad" in f
+    back = round_trip(whole)
+    assert (
+        back.job.cuda_graph_impl == "full_iteration" and back.require_layout().recompute == "full"
+    )
 
 
 def test_graph_modules_need_graphs_and_the_router_first() -> None:

@@ -507,24 +507,30 @@ def test_the_rl_steps_kv_cache_and_separate_inference_model_are_read() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "graphs"),
+    ("extra", "graphs", "impl"),
     [
-        ("", False),
-        ("--cuda-graph-impl none", False),
-        ("--cuda-graph-impl local", True),
-        ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn", True),
-        ("--cuda-graph-impl full_iteration", True),
-        ("--enable-cuda-graph", True),  # deprecated: local (arguments.py d98e8a64)
-        ("--external-cuda-graph", True),  # deprecated: transformer_engine
+        ("", False, None),
+        ("--cuda-graph-impl none", False, None),
+        ("--cuda-graph-impl local", True, "local"),
+        (
+            "--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
+            True,
+            "transformer_engine",
+        ),
+        ("--cuda-graph-impl full_iteration", True, "full_iteration"),
+        ("--enable-cuda-graph", True, "local"),  # deprecated: local (arguments.py d98e8a64)
+        ("--external-cuda-graph", True, "transformer_engine"),  # deprecated: transformer_engine
+        # the deprecated full_iteration region: arguments.py migrates it to the implementation
+        ("--cuda-graph-impl local --cuda-graph-modules full_iteration", True, "full_iteration"),
     ],
 )
-def test_cuda_graph_flags_are_read(extra: str, graphs: bool) -> None:
+def test_cuda_graph_flags_are_read(extra: str, graphs: bool, impl: str | None) -> None:
     """Megatron-LM d98e8a64 arguments.py: --cuda-graph-impl none | local | transformer_engine |
-    full_iteration; --enable-cuda-graph and --external-cuda-graph set local and
-    transformer_engine."""
+    full_iteration, kept as the job's (`Job.cuda_graph_impl`); --enable-cuda-graph and
+    --external-cuda-graph set local and transformer_engine."""
     text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
     plan = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))
-    assert plan.job.cuda_graphs is graphs
+    assert plan.job.cuda_graphs is graphs and plan.job.cuda_graph_impl == impl
 
 
 @pytest.mark.parametrize(

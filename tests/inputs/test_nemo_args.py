@@ -353,16 +353,25 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ("overrides", "graphs"),
     [
         ("model.config.cuda_graph_impl=none", {}),
-        ("model.config.cuda_graph_impl=local", {"cuda_graphs": True}),
-        ("model.config.enable_cuda_graph=True", {"cuda_graphs": True}),  # deprecated: local
+        ("model.config.cuda_graph_impl=local", {"cuda_graphs": True, "cuda_graph_impl": "local"}),
+        # deprecated: local
+        ("model.config.enable_cuda_graph=True", {"cuda_graphs": True, "cuda_graph_impl": "local"}),
         (
             "model.config.cuda_graph_impl=transformer_engine "
             "model.config.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
-            {"cuda_graphs": True, "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"]},
+            {
+                "cuda_graphs": True,
+                "cuda_graph_impl": "transformer_engine",
+                "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"],
+            },
         ),
         (
             "model.config.cuda_graph_impl=local model.config.cuda_graph_modules=full",
-            {"cuda_graphs": True},
+            {"cuda_graphs": True, "cuda_graph_impl": "local"},
+        ),
+        (  # the MLPerf configs' whole-step graph, by Megatron-Core's old scope name
+            "model.config.cuda_graph_impl=local model.config.cuda_graph_scope=full_iteration",
+            {"cuda_graphs": True, "cuda_graph_impl": "full_iteration"},
         ),
     ],
 )

@@ -93,3 +93,56 @@ def test_launch_refuses_full_recompute_under_graphs(
     )
     code, _, err = run(["launch", str(path), "--target", "megatron-args"], capsys)
     assert code == 2 and "parallel.recompute" in err and "full-iteration" in err
+
+
+def _plan(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        '[model]\nname = "llama3.1-70b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n'
+        "[training]\nseq_length = 8192\nglobal_batch_size = 64\ncuda_graphs = true\n"
+        f'{extra}[parallel]\ntp = 8\npp = 2\nrecompute = "full"\n'
+    )
+    return path
+
+
+def test_check_judges_the_graph_implementation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-layer graphs (the plan's default, as planner launches them) with full recompute:
+    check exits 2 as Megatron asserts at start-up; the full-iteration graph runs it, launched
+    with its implementation and the NaN check off (validate_args asserts it), which
+    Megatron-Bridge's per-layer graphs are not."""
+    code, _, err = run(["check", str(_plan(tmp_path, ""))], capsys)
+    assert code == 2 and "parallel.recompute" in err and "full-iteration" in err
+    whole = _plan(tmp_path, 'cuda_graph_impl = "full_iteration"\n')
+    code, _, err = run(["check", str(whole)], capsys)
+    assert code in (0, 1) and "cuda_graphs" not in err
+    code, out, _ = run(["launch", str(whole), "--target", "megatron-args"], capsys)
+    assert code == 0 and "--cuda-graph-impl full_iteration" in out
+    assert "--no-check-for-nan-in-loss-and-grad" in out
+    code, _, err = run(["launch", str(whole), "--target", "megatron-bridge"], capsys)
+    assert code == 2 and "training.cuda_graph_impl" in err
+
+
+@pytest.mark.parametrize(
+    ("training", "needle"),
+    [
+        ('cuda_graphs = false\ncuda_graph_impl = "local"\n', "needs training.cuda_graphs"),
+        (
+            'cuda_graphs = true\ncuda_graph_impl = "full_iteration"\n'
+            'cuda_graph_modules = ["attn"]\n',
+            "full_iteration",
+        ),
+    ],
+)
+def test_a_graph_implementation_megatron_refuses_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], training: str, needle: str
+) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        '[model]\nname = "llama3.1-8b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        f"[training]\nseq_length = 8192\nglobal_batch_size = 64\n{training}"
+        "[parallel]\ntp = 1\npp = 1\n"
+    )
+    code, _, err = run(["check", str(path)], capsys)
+    assert code == 2 and needle in err

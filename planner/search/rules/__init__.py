@@ -37,6 +37,7 @@ from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.gdn import RULES as GDN_RULES
 from planner.search.rules.gdn import STRUCTURAL_RULES as GDN_STRUCTURAL
+from planner.search.rules.graphs import rule as graphs_rule
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
@@ -104,6 +105,7 @@ RULES: tuple[Rule, ...] = (
     weight_hash,
     deterministic,
     *FEATURE_RULES,
+    graphs_rule,
     *FUSED_MLP_RULES,
     *SHARED_OVERLAP_RULES,
     *FLEX_SETTINGS_RULES,

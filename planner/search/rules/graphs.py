@@ -1,25 +1,26 @@
-"""What Megatron's per-layer CUDA graphs refuse, which is what planner launches for a job with
-`Job.cuda_graphs` (--cuda-graph-impl local, `planner.emit.common.cuda_graph_impl`). Megatron-LM
-d98e8a64's TransformerConfig.__post_init__ asserts these for the per-layer implementations
-(`local`, `transformer_engine`; its `full_iteration` graphs allow the first two):
+"""What Megatron's CUDA graphs refuse (`Job.cuda_graphs`, with `Job.cuda_graph_impl`: None is
+what `planner launch` writes, per-layer graphs, `planner.emit.common.cuda_graph_impl`).
+Megatron-LM d98e8a64's TransformerConfig.__post_init__ asserts, for the per-layer
+implementations (local, transformer_engine), the first two; for every implementation the last
+two (a full-iteration graph captures the recompute too):
 
 - CPU offloading: "CUDA graphs not supported with CPU offloading" (ValueError);
 - full recompute: "full recompute is only supported with full iteration CUDA graph";
 - selective recompute of core_attn with attention dropout where the attention is graphed (the
-  whole layer, `cuda_graph_modules` empty, or `attn` among them): "attention dropout is not
-  supported with graphed attention recomputation";
+  whole layer, `cuda_graph_modules` empty, the whole iteration, or `attn` among them):
+  "attention dropout is not supported with graphed attention recomputation";
 - selective recompute of mlp or moe with hidden dropout where that block is graphed: "hidden
   dropout is not supported with graphed MLP/MoE recomputation".
 
-The search offers no such rung to a graphed job (`planner.search.rungs`) and the launch targets
-refuse them (`emit.common.cuda_graph_impl`). `planner check` does not: a plan's `cuda_graphs`
-also stands for a command line's --cuda-graph-impl full_iteration, which runs the first two.
+`rule` is the rule `planner check` applies; the search offers no such rung to a graphed job
+(`planner.search.rungs`) and the launch targets refuse them (`emit.common.cuda_graph_impl`).
 """
 
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.search.rules.base import Violation
 
 
 def rung_conflict(
@@ -30,21 +31,24 @@ def rung_conflict(
     where it breaks none, or the job runs eagerly or is not Megatron-LM's."""
     if not job.cuda_graphs or job.framework != "megatron":
         return None
-    if offload_layers:
+    per_layer = job.cuda_graph_impl != "full_iteration"
+    if offload_layers and per_layer:
         return (
             "parallel.cpu_offloading_num_layers",
             f"Megatron's per-layer CUDA graphs do not run with CPU offloading "
-            f"(cpu_offloading_num_layers = {offload_layers}; TransformerConfig raises ValueError)",
+            f"(cpu_offloading_num_layers = {offload_layers}; TransformerConfig raises ValueError; "
+            'training.cuda_graph_impl = "full_iteration" runs it)',
         )
-    if recompute == "full":
+    if recompute == "full" and per_layer:
         return (
             "parallel.recompute",
-            "Megatron runs full recompute only with full-iteration CUDA graphs, not the "
-            "per-layer ones planner launches (TransformerConfig asserts it)",
+            "Megatron runs full recompute only with full-iteration CUDA graphs, not per-layer "
+            'ones (TransformerConfig asserts it; training.cuda_graph_impl = "full_iteration" '
+            "runs it)",
         )
     if recompute != "selective":
         return None
-    whole = not job.cuda_graph_modules
+    whole = not job.cuda_graph_modules  # the whole layer (or iteration)
     graphed = set(job.cuda_graph_modules)
     if job.attention_dropout and "core_attn" in modules and (whole or "attn" in graphed):
         return (
@@ -67,3 +71,12 @@ def rung_conflict(
 def conflict(job: Job, lay: Layout) -> tuple[str, str] | None:
     """`rung_conflict` of a layout."""
     return rung_conflict(job, lay.recompute, lay.recompute_modules, lay.cpu_offloading_num_layers)
+
+
+def rule(job: Job, lay: Layout) -> Violation | None:
+    """`conflict` as the rule `planner check` applies (Megatron asserts each at start-up)."""
+    found = conflict(job, lay)
+    if found is None:
+        return None
+    field, why = found
+    return Violation("cuda_graphs", field, f"with training.cuda_graphs = true, {why}")
