@@ -82,7 +82,7 @@ from benchmarks.runs import Case, cluster
 from planner.inputs import catalog, pipeline_layout, userbuffers
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
+from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
 RUNS = Path(__file__).resolve().parent / "data" / "mlperf" / "runs.yaml"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from benchmarks.recipe_data import BUILT_IN_LAYOUTS, Recipe
 from planner.inputs import pipeline_layout
-from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
+from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Literal
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
 from planner.inputs.layout import Recompute, RecomputePolicy
-from planner.inputs.plan_sections import (
+from planner.inputs.plan_types import (
     AttentionKernel,
     CrossEntropy,
     CudaGraphImpl,

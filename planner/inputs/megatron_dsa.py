@@ -28,7 +28,7 @@ from typing import Any, get_args
 
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
-from planner.inputs.plan_sections import DsaKernelBackend
+from planner.inputs.plan_types import DsaKernelBackend
 
 VARIANT_FLAG = "--experimental-attention-variant"
 VARIANT = "dsa"

@@ -12,7 +12,7 @@ from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_line import Line
 from planner.inputs.moe_checks import fused_mlp_reading
-from planner.inputs.plan_sections import CUDA_GRAPH_MODULES
+from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
 
 def training_table(

@@ -24,12 +24,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import check_fused_grouped_mlp
 from planner.inputs.plan_layout import layout_from_section
 from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
-from planner.inputs.plan_sections import (
-    CudaGraphImpl,
-    CudaGraphModule,
-    PlanFile,
-    TrainingSection,
-)
+from planner.inputs.plan_sections import PlanFile, TrainingSection
+from planner.inputs.plan_types import CudaGraphImpl, CudaGraphModule
 from planner.inputs.pools import resolve_pools
 from planner.inputs.precision_checks import check_precision
 from planner.inputs.torchtitan import (

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from planner.inputs.plan_sections import AttentionKernel
+from planner.inputs.plan_types import AttentionKernel
 
 
 class Kernel(NamedTuple):

@@ -45,7 +45,7 @@ import math
 from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.plan_sections import DsaKernelBackend
+from planner.inputs.plan_types import DsaKernelBackend
 
 if TYPE_CHECKING:
     from planner.inputs.plan import Job

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
     from planner.inputs.layout import Layout
     from planner.inputs.plan import Job
-    from planner.inputs.plan_sections import CudaGraphModule
+    from planner.inputs.plan_types import CudaGraphModule
     from planner.model.gemm_shapes import GemmPart
 
 HOST_LAYER_ISSUE_S = 1.22e-3

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.plan_sections import Precision
+from planner.inputs.plan_types import Precision
 
 
 @dataclass(frozen=True)

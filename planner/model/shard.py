@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.inputs.layout import RecomputePolicy
-from planner.inputs.plan_sections import DsaKernelBackend
+from planner.inputs.plan_types import DsaKernelBackend
 from planner.model import dsa
 
 BF16 = 2

@@ -20,7 +20,7 @@ import pytest
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job, parse_plan
-from planner.inputs.plan_sections import DsaKernelBackend
+from planner.inputs.plan_types import DsaKernelBackend
 from planner.model import dsa, dsa_time, memory, params
 from planner.model.layer_time import gpu_of
 from planner.model.shard import Shard

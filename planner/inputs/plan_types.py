@@ -1,0 +1,41 @@
+"""The literal types of the plan file's choices (`planner.inputs.plan_sections`' fields, and the
+`Job` and model fields that carry them): each a Literal with the values the training code takes,
+documented where it is defined."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Precision = Literal["bf16", "fp8", "fp4"]
+"""The decoder's linear layers: bf16; FP8 (by `Fp8Recipe`); fp4 = NVFP4 (Transformer Engine's
+NVFP4BlockScaling: E2M1 values with an E4M3 scale per 16, random Hadamard transforms on the weight
+gradient's operands, 16 x 16 weight blocks; Megatron --fp4-format e2m1 --fp4-recipe nvfp4)."""
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"]
+"""Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
+torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
+CrossEntropy = Literal["fused", "pytorch", "gathered"]
+MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
+"""Megatron --muon-tp-mode: how Muon orthogonalises a tensor-parallel weight (whole on every TP
+rank, each shard on its own, or the whole with its Gram matrix all-reduced)."""
+MuonPrecision = Literal["medium", "high", "highest"]
+"""Muon's fp32 matmul precision (torch.set_float32_matmul_precision): medium runs the
+Newton-Schulz GEMMs in bf16, high in TF32, highest in fp32."""
+SelectivePolicy = Literal["core_attn", "per_op"]
+AttentionKernel = Literal["fused", "flash2"]
+"""The flash-attention kernel the training code runs (`planner.model.attention`): "fused",
+Transformer Engine's cuDNN fused attention or FlashAttention-3 on Hopper, what Megatron-LM runs
+and torchtitan since pytorch/torchtitan 6a3a9da9 (Oct 2025: cuDNN first among its SDPA
+backends); "flash2", FlashAttention-2, PyTorch SDPA's flash backend, which a plain
+F.scaled_dot_product_attention picks on Hopper under PyTorch >= 2.5 (cuDNN made opt-in,
+pytorch/pytorch#138522): torchtitan before that commit."""
+DsaKernelBackend = Literal["none", "tilelang", "cudnn"]
+"""Megatron --dsa-kernel-backend (d98e8a64): how DeepSeek sparse attention runs
+(`planner.model.dsa`): "none" (Megatron's default) the unfused PyTorch path, dense over fp32
+s x s scores per head; "tilelang" the TileLang sparse kernels (a plan's default); "cudnn"
+FlashMLA's forward and cuDNN's sparse backward."""
+CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
+"""Megatron --cuda-graph-modules (CudaGraphModule, d98e8a64): the per-layer regions captured."""
+CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
+CudaGraphImpl = Literal["local", "transformer_engine", "full_iteration"]
+"""Megatron --cuda-graph-impl (d98e8a64, but "none"): per-layer graphs of Megatron-Core's own
+(local) or Transformer Engine's, or the whole training iteration as one graph."""
