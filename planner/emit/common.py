@@ -324,7 +324,7 @@ def cuda_graph_impl(plan: Plan) -> str:
     NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py d98e8a64). What it does not
     run (per-layer graphs: CPU offloading, full recompute; any: graphed recompute with dropout,
     `planner.search.rules.graphs`) is refused, naming the field."""
-    found = graphs.conflict(plan.job, plan.require_layout())
+    found = graphs.module_conflict(plan.job) or graphs.conflict(plan.job, plan.require_layout())
     if found is not None:
         field, why = found
         raise InputError(

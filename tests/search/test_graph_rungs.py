@@ -20,7 +20,7 @@ from planner.emit import launch
 from planner.inputs import plan_writer
 from planner.inputs.plan import Job, load_plan
 from planner.inputs.torchtitan import training_defaults
-from planner.search.rules.graphs import rung_conflict
+from planner.search.rules.graphs import module_conflict, rung_conflict
 from planner.search.space import Space
 from planner.search.suggest import search_rows
 
@@ -146,3 +146,32 @@ def test_a_graph_implementation_megatron_refuses_is_bad_input(
     )
     code, _, err = run(["check", str(path)], capsys)
     assert code == 2 and needle in err
+
+
+def test_the_regions_are_asserted_against_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TransformerConfig d98e8a64's asserts on --cuda-graph-modules, case by case; for a job
+    that breaks one, suggest finds nothing and names the rule (no layout of it runs)."""
+    moe = job("qwen3-30b-a3b", "h100-sxm-80gb", 8, 4096, 64, cuda_graphs=True)  # every layer MoE
+    dense = job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64, cuda_graphs=True)
+
+    def modules(j: Job, *mods: str, **kw: object) -> tuple[str, str] | None:
+        return module_conflict(replace(j, cuda_graph_modules=mods, **kw))  # type: ignore[arg-type]
+
+    assert modules(moe, "attn", "moe_router", "moe_preprocess") is None  # the recipes' regions
+    assert modules(moe, "moe", "moe_router") is not None  # not both
+    assert modules(dense, "moe_router") is not None  # no experts
+    assert modules(moe, "mlp") is not None  # no dense layer
+    assert modules(moe, "moe") is not None  # dropless
+    padded = {"moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+    assert modules(moe, "moe", **padded) is None
+    assert modules(replace(moe, cuda_graphs=False)) is None
+    path = tmp_path / "job.toml"
+    path.write_text(
+        '[model]\nname = "qwen3-30b-a3b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 64\ncuda_graphs = true\n"
+        'cuda_graph_modules = ["moe"]\n'
+    )
+    code, out, _ = run(["suggest", str(path)], capsys)
+    assert code == 1 and "training.cuda_graph_modules" in out and "drop-and-pad" in out

@@ -37,6 +37,7 @@ from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.gdn import RULES as GDN_RULES
 from planner.search.rules.gdn import STRUCTURAL_RULES as GDN_STRUCTURAL
+from planner.search.rules.graphs import modules_rule as graph_modules_rule
 from planner.search.rules.graphs import rule as graphs_rule
 from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
@@ -105,6 +106,7 @@ RULES: tuple[Rule, ...] = (
     weight_hash,
     deterministic,
     *FEATURE_RULES,
+    graph_modules_rule,
     graphs_rule,
     *FUSED_MLP_RULES,
     *SHARED_OVERLAP_RULES,
@@ -119,6 +121,7 @@ RULES: tuple[Rule, ...] = (
 
 JOB_RULES: tuple[Rule, ...] = (
     attention_sinks,
+    graph_modules_rule,
     deterministic,
     positions,
     sm_margin,

@@ -12,8 +12,10 @@ two (a full-iteration graph captures the recompute too):
 - selective recompute of mlp or moe with hidden dropout where that block is graphed: "hidden
   dropout is not supported with graphed MLP/MoE recomputation".
 
-`rule` is the rule `planner check` applies; the search offers no such rung to a graphed job
-(`planner.search.rungs`) and the launch targets refuse them (`emit.common.cuda_graph_impl`).
+The regions a job captures are asserted against its model too (`module_conflict`, a rule of the
+job alone). `rule` is the rule `planner check` applies; the search offers no such rung to a
+graphed job (`planner.search.rungs`) and the launch targets refuse them
+(`emit.common.cuda_graph_impl`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,37 @@ def rung_conflict(
 def conflict(job: Job, lay: Layout) -> tuple[str, str] | None:
     """`rung_conflict` of a layout."""
     return rung_conflict(job, lay.recompute, lay.recompute_modules, lay.cpu_offloading_num_layers)
+
+
+def module_conflict(job: Job) -> tuple[str, str] | None:
+    """(plan field, why) where the captured regions (`Job.cuda_graph_modules`) are ones
+    TransformerConfig d98e8a64 asserts against for the model, whatever the layout: moe with
+    moe_router; moe or moe_router without experts, mlp where every layer is MoE; the whole MoE
+    block (moe) of a dropless one (it needs a capacity factor with padding to it)."""
+    mods = set(job.cuda_graph_modules)
+    if not job.cuda_graphs or not mods or job.framework != "megatron":
+        return None
+    field = "training.cuda_graph_modules"
+    arch = job.arch
+    if {"moe", "moe_router"} <= mods:
+        return field, "moe and moe_router cannot both be captured (TransformerConfig asserts it)"
+    if not arch.is_moe and mods & {"moe", "moe_router"}:
+        return field, "moe and moe_router regions need a model with experts"
+    if arch.is_moe and arch.num_moe_layers == arch.num_layers and "mlp" in mods:
+        return field, "the mlp region is a dense layer's, and every layer of the model is MoE"
+    dropless = job.moe_expert_capacity_factor is None or not job.moe_pad_expert_input_to_capacity
+    if "moe" in mods and dropless:
+        return field, (
+            "the moe region (the whole MoE block) is captured only with drop-and-pad routing "
+            "(training.moe_expert_capacity_factor with moe_pad_expert_input_to_capacity)"
+        )
+    return None
+
+
+def modules_rule(job: Job, lay: Layout) -> Violation | None:
+    """`module_conflict` as a rule of the job alone (`planner suggest` refuses such a job)."""
+    found = module_conflict(job)
+    return None if found is None else Violation("cuda_graph_modules", *found)
 
 
 def rule(job: Job, lay: Layout) -> Violation | None:
