@@ -29,8 +29,9 @@ def rung_conflict(
     job: Job, recompute: str, modules: tuple[str, ...], offload_layers: int
 ) -> tuple[str, str] | None:
     """(plan field, why) of the first assert above that a layout with this recompute (policy and
-    selective modules) and CPU offloading breaks under the job's per-layer CUDA graphs; None
-    where it breaks none, or the job runs eagerly or is not Megatron-LM's."""
+    selective modules) and CPU offloading breaks under the job's CUDA graphs (their
+    implementation: `Job.cuda_graph_impl`); None where it breaks none, or the job runs eagerly
+    or is not Megatron-LM's."""
     if not job.cuda_graphs or job.framework != "megatron":
         return None
     per_layer = job.cuda_graph_impl != "full_iteration"
