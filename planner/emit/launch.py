@@ -143,15 +143,22 @@ def megatron_lm_loss(plan: Plan, target: str) -> Plan:
 
 
 def refusals(plan: Plan) -> dict[str, list[str]]:
-    """What `render` refuses of a loaded plan among the targets of its framework (pools: those
+    """What `launch` refuses of a loaded plan among the targets of its framework (pools: those
     that place ranks on pools): message -> the targets refused with it (`suggest --write-plan`
-    says so, rather than leave the plan's first launch to find it)."""
+    says so, rather than leave the plan's first launch to find it). A rule the plan breaks
+    (`check_plan`) refuses them all, as `launch` checks it first."""
+    targets = [
+        t
+        for t in TARGETS
+        if FRAMEWORK.get(t, "megatron") == plan.job.framework
+        and (not plan.job.pools or t in POOL_TARGETS)
+    ]
+    try:
+        check_plan(plan)
+    except InputError as e:
+        return {str(e): targets}
     out: dict[str, list[str]] = {}
-    for target in TARGETS:
-        if FRAMEWORK.get(target, "megatron") != plan.job.framework:
-            continue
-        if plan.job.pools and target not in POOL_TARGETS:
-            continue
+    for target in targets:
         try:
             render(plan, target)
         except InputError as e:

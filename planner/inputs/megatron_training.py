@@ -150,12 +150,12 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     parts = graph_regions(words)
     if isinstance(parts, str):
         raise InputError(f"{line.where}: {flag}: {parts}")
-    if line.has("--external-cuda-graph"):
+    if "full_iteration" in words.replace(" ", "").split(","):
+        impl = "full_iteration"  # the deprecated region: arguments.py migrates it to the impl
+    elif line.has("--external-cuda-graph"):
         impl = "transformer_engine"
-    elif impl in (None, "none") or "full_iteration" in words.replace(" ", "").split(","):
-        # --enable-cuda-graph is local; the deprecated full_iteration region with local is
-        # the full_iteration implementation (arguments.py's migration)
-        impl = "full_iteration" if "full_iteration" in words else "local"
+    elif impl in (None, "none"):  # --enable-cuda-graph
+        impl = "local"
     training["cuda_graph_impl"] = impl
     if parts and impl != "full_iteration":
         training["cuda_graph_modules"] = parts

@@ -120,10 +120,10 @@ def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
     out["cuda_graphs"] = True
     key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
     words = str(line.get(key)) if key is not None else ""
-    if impl in (None, "none"):  # the deprecated switches: external is Transformer Engine's
-        impl = "transformer_engine" if line.get("model.config.external_cuda_graph") else "local"
     if "full_iteration" in words:  # Megatron-Core's full-iteration graph, by its old scope name
         impl = "full_iteration"
+    elif impl in (None, "none"):  # the deprecated switches: external is Transformer Engine's
+        impl = "transformer_engine" if line.get("model.config.external_cuda_graph") else "local"
     out["cuda_graph_impl"] = impl
     if key is None:
         return

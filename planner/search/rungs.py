@@ -210,32 +210,32 @@ def rungs(
 ) -> tuple[list[Rung], list[Ladder]]:
     """A base layout's rungs of the allowed recompute kinds: (single rungs, ladders). Offloading
     (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none). With
-    `Job.cuda_graphs` none that Megatron's per-layer graphs, which `planner launch` writes for it,
-    refuse (`rules.graphs`): no CPU offloading, no full recompute, no graphed recompute with
-    dropout."""
+    `Job.cuda_graphs` none that its graphs refuse (`rules.graphs`: per-layer ones no CPU
+    offloading and no full recompute, any no graphed recompute with dropout)."""
     memo = _RUNGS.of(job)
     key = _key(base, kinds, offload)
     hit = memo.get(key)
-    if hit is None and job.cuda_graphs and job.framework == "megatron":
-        kinds = tuple(k for k in kinds if k != "full")  # per-layer graphs: rules.graphs
     if hit is None:
+        if _barred(job, "full", (), 0):  # full recompute under per-layer CUDA graphs
+            kinds = tuple(k for k in kinds if k != "full")
         longest = 0
         if "full" in kinds:
             chunks = base.chunk_layers(job.arch.num_layers)
             longest = max(len(chunk) for rank in chunks for chunk in rank)
-        whole = offload and base.pp == 1 and not job.cuda_graphs
+        whole = offload and base.pp == 1 and not _barred(job, "none", (), 1)
         offload_up_to = job.arch.num_layers - 1 if whole else 0
         sel = tuple(selective(job)) if "selective" in kinds else ()
         fine = tuple(r for r in (offloading(job) if offload else ()) if r.recompute in kinds)
         single, ladders = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
-        if job.cuda_graphs:  # what Megatron's per-layer CUDA graphs refuse (rules.graphs)
-            single = tuple(r for r in single if not _graph_conflict(job, r))
+        single = tuple(r for r in single if not _barred(job, r.recompute, r.modules, r.offload))
         hit = memo[key] = (single, ladders)
     return list(hit[0]), list(hit[1])
 
 
-def _graph_conflict(job: Job, rung: Rung) -> bool:
-    return graphs.rung_conflict(job, rung.recompute, rung.modules, rung.offload) is not None
+def _barred(job: Job, recompute: str, modules: tuple[str, ...], offload: int) -> bool:
+    """Whether the job's CUDA graphs refuse a rung of this recompute and CPU offloading
+    (`rules.graphs.rung_conflict`; never for an eager job)."""
+    return graphs.rung_conflict(job, recompute, modules, offload) is not None
 
 
 def _key(base: Layout, kinds: tuple[Recompute, ...], offload: bool) -> tuple[object, ...]:

@@ -70,6 +70,16 @@ def test_a_graphed_job_gets_no_cpu_offloading(tmp_path: Path) -> None:
     assert rows[0].candidate.layout.cpu_offloading_num_layers > 0
     got = _rows_launch(replace(eager, cuda_graphs=True), tmp_path)
     assert all(offload == 0 for _, _, offload in got)
+    # the full-iteration graph runs CPU offloading (only per-layer graphs raise): as eager,
+    # launched as Megatron-LM's (Megatron-Bridge's target writes per-layer graphs only)
+    whole = replace(eager, cuda_graphs=True, cuda_graph_impl="full_iteration")
+    _, rows = search_rows(whole, Space(), 1)
+    lay = rows[0].candidate.layout
+    assert lay.cpu_offloading_num_layers > 0
+    path = tmp_path / "whole.toml"
+    path.write_text(plan_writer.render(whole, lay, {"name": "llama3.1-8b"}, []))
+    refused = {t for ts in launch.refusals(load_plan(path)).values() for t in ts}
+    assert refused == {"megatron-bridge"}
 
 
 def test_a_graphed_job_recomputes_no_graphed_block_with_dropout(tmp_path: Path) -> None:
