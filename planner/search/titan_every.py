@@ -28,6 +28,7 @@ from planner.search import rules
 from planner.search import space as space_mod
 from planner.search.bound import base_bound, below
 from planner.search.space import Space, Split, Structure
+from planner.search.structure_queue import Queued
 from planner.search.titan_variants import (
     Merged,
     RowKey,
@@ -37,7 +38,7 @@ from planner.search.titan_variants import (
     given,
     row_key,
 )
-from planner.search.top_k import Candidate, Queued
+from planner.search.top_k import Candidate
 from planner.search.twins import Row, fold
 
 
@@ -121,8 +122,8 @@ def every_candidates(
     first, `bound.below`, no layer times, then the base's own `base_bound`) put at most `cut`,
     whose states fit, that do not fit without recompute, and whose every-N layout with the most
     layers recomputed fits. `known` is what the certified search of the same job and space
-    queued of `s` (`top_k.Queued`): its bases and the floors of its shapes whose states fit (the
-    others hold no layout that fits: none is asked).
+    queued of `s` (`structure_queue.Queued`): its bases and the floors of its shapes whose
+    states fit (the others hold no layout that fits: none is asked).
 
     Each shape (vpp, split) is visited from its largest micro-batch down, and a base settled at
     one size is not asked at the smaller ones: where it fits without recompute (it fits at
@@ -238,7 +239,7 @@ def _every_rows(
             continue
         vjob = jobs[vi]
         listed: list[Candidate] = []
-        for s, known in found.queued[vi].items():
+        for s, known in found.queued[vi].within(cut).items():
             if cut is not None and known.bound * (1 - 1e-12) > cut:
                 continue
             for lay, got in every_candidates(vjob, sp, s, cut, known):

@@ -42,8 +42,9 @@ from planner.model.stage_time import LAYER_TIMES
 from planner.search import space as space_mod
 from planner.search import top_k
 from planner.search.rules.torchtitan import sharding
-from planner.search.space import Bound, Space, Structure
-from planner.search.top_k import Candidate, Queued, SearchResult, simplicity
+from planner.search.space import Bound, Space
+from planner.search.structure_queue import StructureQueue
+from planner.search.top_k import Candidate, SearchResult, simplicity
 from planner.search.twins import Row
 
 Memo = dict[tuple[int, Layout], float | None]
@@ -209,7 +210,7 @@ class Merged:
     jobs: list[Job]
     """Each variant's job (`Variant.job`), made once."""
     memo: Memo
-    queued: dict[int, dict[Structure, Queued]]
+    queued: dict[int, StructureQueue]
 
 
 def search_variants(
@@ -225,7 +226,7 @@ def search_variants(
     merged: list[tuple[RowKey, Row[Candidate]]] = []
     total = SearchResult([], 0, 0, 0, 0)
     memo: Memo = {}
-    queued: dict[int, dict[Structure, Queued]] = {}
+    queued: dict[int, StructureQueue] = {}
     for vi, v in enumerate(order):
         sp = v.space(space)
         if sp is None:
@@ -242,7 +243,8 @@ def search_variants(
                 break
             ask *= 2
         merged = heapq.nsmallest(top, rest + kept, key=lambda e: e[0])
-        queued[vi] = res.queued
+        if res.queued is not None:
+            queued[vi] = res.queued
         total.space_size += res.space_size
         total.scored += res.scored
         total.structures += res.structures

@@ -10,7 +10,11 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
    compute at the largest micro-batch (GEMM efficiency only grows with the micro-batch), without
    recompute, plus the expert all-to-all, or with Megatron's EP overlap only what of it outlasts
    the compute (`planner.cost.compute_floor`), plus a share of the TP traffic and the CP
-   exchange's charge (`planner.search.bound.lower_bound`).
+   exchange's charge (`planner.search.bound.lower_bound`). A structure is queued first on a
+   floor under that bound, from one shape and without memory (`bound.structure_floor`), and its
+   states and bound are computed only when it may come next (`planner.search.structure_queue`):
+   the structures come in the same order, and those whose floor is above the final cut never
+   cost more than their floor.
 3. Score. Structures are expanded in order of their bound: every (micro-batch size, vpp, pipeline
    split), shapes (vpp, split) in order of their own bound and none above the K-th best, and base
    layout (with and, where Megatron allows it, without the EP all-to-all overlap),
@@ -55,24 +59,20 @@ from dataclasses import dataclass, field, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory
-from planner.search.bound import Floors, floors_of
 from planner.search.space import (
     RECOMPUTE_ORDER,
-    Base,
     Option,
     Space,
-    Structure,
-    at_micro_batch,
-    bases,
     layouts_in,
     options,
     structures,
 )
 from planner.search.splits import Split
+from planner.search.structure_queue import Bases, Queued, StructureQueue
 from planner.search.twins import TWIN_REL_TOL, Row, fold, same_time
-from planner.search.variants import Candidate, best_variants, states_fit
+from planner.search.variants import Candidate, best_variants
 
-__all__ = ["Candidate", "SearchResult", "rank_key", "search", "simplicity"]
+__all__ = ["Candidate", "Queued", "SearchResult", "rank_key", "search", "simplicity"]
 
 
 def simplicity(lay: Layout) -> tuple[int, ...]:
@@ -114,65 +114,11 @@ class SearchResult:
     rows: list[Row[Candidate]] = field(default_factory=list)
     """The candidates as rows of twins (`planner.search.twins`): folded with `fold_twins`, else
     one row per candidate."""
-    queued: dict[Structure, Queued] = field(default_factory=dict)
-    """Each structure the search queued (`Queued`), in `space.structures`' order; one not here
-    holds no layout that fits (no micro-batch / vpp its schedule takes, or no shape whose states
-    fit in some ZeRO stage)."""
-
-
-class Bases:
-    """A structure's `space.bases`, each (micro-batch size, vpp, split) built once: the bound,
-    the space's size and the expansion ask for the same ones. Each (vpp, split) is built once
-    too, at the first micro-batch size asked; the others are those bases with their micro-batch
-    size set (`space.at_micro_batch`)."""
-
-    def __init__(self, job: Job, space: Space, s: Structure) -> None:
-        self.job, self.space, self.s = job, space, s
-        self.memo: dict[tuple[int, int, Split], list[Base]] = {}
-        self.shapes: dict[tuple[int, Split], list[Base]] = {}
-
-    def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
-        key = (mbs, vpp, split)
-        if key not in self.memo:
-            shape = self.shapes.get((vpp, split))
-            if shape is None:
-                shape = bases(self.job, self.s, mbs, vpp, split, self.space)
-                self.shapes[vpp, split] = shape
-            self.memo[key] = at_micro_batch(shape, mbs)
-        return self.memo[key]
-
-
-@dataclass(frozen=True)
-class Queued:
-    """What the search knows of a structure it queued, for a later pass over the same job and
-    space (`planner.search.titan_every`): its bound (the least `Floors.lower_bound` of its
-    shapes' bases at its largest micro-batch size), its bases, and those floors of each shape
-    whose states fit in some ZeRO stage (a shape not here holds no layout that fits)."""
-
-    bound: float
-    bases: Bases
-    floors: dict[tuple[int, Split], list[Floors]]
-
-
-_Queued = tuple[
-    float,
-    int,
-    Structure,
-    list[Option],
-    dict[tuple[object, ...], bool],
-    Bases,
-    dict[tuple[int, Split], list[Floors]],
-]
-"""A queued structure: (bound, index, structure, options, its `too_big`, its bases, each
-shape's bases' `bound.floors`), queued (the queue is sorted by bound, then index) on the least
-bound of its shapes whose states fit in some ZeRO stage (`variants.states_fit`); a structure with
-none is not queued (none of its layouts fits), and its floors, which cost more than asking its
-states, are never computed."""
-
-
-def _least(tops: dict[tuple[int, Split], list[Floors]]) -> float:
-    """The least `Floors.lower_bound` of a structure's shapes' bases."""
-    return min(f.lower_bound() for shape_tops in tops.values() for f in shape_tops)
+    queued: StructureQueue | None = None
+    """The search's queue of structures: `StructureQueue.within(cut)` gives what it knows of
+    each that may hold a layout no slower than `cut` (`Queued`), in `space.structures`' order;
+    one not there holds no layout that fits (no micro-batch / vpp its schedule takes, or no
+    shape whose states fit in some ZeRO stage), or none within `cut`."""
 
 
 def _cutoff(best: list[Candidate], top_k: int, fold_twins: bool) -> float | None:
@@ -282,11 +228,10 @@ def _search(
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)
-    # bound each structure at its largest micro-batch, for each (vpp, split) whose states fit
-    # in some ZeRO stage (the others hold no layout that fits): `_Queued`
-    queue: list[_Queued] = []
+    # each structure queued on its floor, refined (its states, then its bound over the shapes
+    # whose states fit) only when it may come next: `StructureQueue`
+    queue = StructureQueue(job, space, rejected)
     space_size = 0
-    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     same_opts: dict[tuple[int, int], list[Option]] = {}  # `options` reads only s.dp and s.pp
     for i, s in enumerate(structs):
         if (s.dp, s.pp) not in same_opts:
@@ -297,19 +242,7 @@ def _search(
             continue
         of = Bases(job, space, s)
         space_size += layouts_in(job, space, s, opts, of)
-        top_mbs = max(o[0] for o in opts)
-        too_big: dict[tuple[object, ...], bool] = {}
-        fit = [
-            k
-            for k in dict.fromkeys((vpp, split) for _, vpp, split in opts)
-            if states_fit(job, space, of(top_mbs, *k)[0].layout, capacity, too_big)
-        ]
-        if not fit:
-            rejected["memory"] += 1
-            continue
-        tops = {k: floors_of(job, [b.layout for b in of(top_mbs, *k)]) for k in fit}
-        queue.append((_least(tops), i, s, opts, too_big, of, tops))
-    queue.sort(key=lambda q: q[:2])  # by bound, then index (unique: nothing else compared)
+        queue.add(i, s, opts, of)
 
     best: list[Candidate] = []
     # the least of `ceiling` and _cutoff(best, ...), kept up to date with best
@@ -319,8 +252,15 @@ def _search(
     last_report = t0
     lean: dict[int, dict[tuple[object, ...], int]] = {}  # each structure's lean_fails
     ordered: dict[int, tuple[dict[tuple[int, Split], float], list[Option]]] = {}
+
+    def cut_now() -> float | None:  # the cut as it falls, for the queue's first pass
+        return cut
+
     for surveying in (True, False) if survey else (False,):
-        for visited, (bound, i, _, opts, too_big, of, tops) in enumerate(queue, 1):
+        # the first pass refines the structures it reaches; the next visits them again in the
+        # same order (those it did not reach have bounds above the cut, which only falls)
+        passing = queue.visit(cut_now) if surveying or not survey else queue.in_order()
+        for visited, (bound, i, _, opts, too_big, of, tops) in enumerate(passing, 1):
             if cut is not None and bound > cut:
                 break
             expanded += not surveying
@@ -362,8 +302,6 @@ def _search(
     def whole(c: Candidate) -> Candidate:  # every stage's memory, for the report
         return replace(c, memory=memory.estimate(job, c.layout, space.headroom_pct))
 
-    by_index = sorted(queue, key=lambda q: q[1])  # the structures' own order
-    queued = {s: Queued(bound, of, tops) for bound, _, s, _, _, of, tops in by_index}
     rows = fold(best) if fold_twins else [Row(c) for c in best]
     rows = [Row(whole(r.candidate), tuple(map(whole, r.equivalents))) for r in rows[:top_k]]
     return SearchResult(
@@ -375,5 +313,5 @@ def _search(
         expanded=expanded,
         rejected=rejected,
         seconds=time.perf_counter() - t0,
-        queued=queued,
+        queued=queue,
     )

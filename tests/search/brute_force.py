@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -25,7 +26,7 @@ from planner.model import cost, host_memory, memory
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
-from planner.search.space import Bound, Space
+from planner.search.space import Base, Bound, Space, Structure
 from planner.search.splits import split_fields
 from planner.search.top_k import Candidate
 
@@ -364,6 +365,19 @@ def search_built_layouts(job: Job, space: Space, count: int) -> list[Layout]:
             for b in space_mod.bases(job, s, mbs, vpp, split, space):
                 out += [r.on(b.layout) for r in rungs.every(job, b.layout, space.recompute, True)]
     return out[:: max(len(out) // count, 1)]
+
+
+def top_shapes(job: Job, space: Space) -> Iterator[tuple[Structure, list[list[Base]]]]:
+    """Each structure with options and its shapes' bases (`space.bases`, one list per (vpp,
+    split) in the options' order) at its largest micro-batch size: what the search bounds and
+    asks the states of."""
+    for s in space_mod.structures(job, space, Counter()):
+        opts = space_mod.options(job, space, s)
+        if not opts:
+            continue
+        top = max(o[0] for o in opts)
+        shapes = dict.fromkeys(o[1:] for o in opts)
+        yield s, [space_mod.bases(job, s, top, vpp, split, space) for vpp, split in shapes]
 
 
 MEMO_JOBS = {

@@ -24,7 +24,7 @@ from planner.search import bound as bounds
 from planner.search import rungs, stage_rungs, top_k
 from planner.search import space as space_mod
 from planner.search.rungs import NONE
-from tests.search.brute_force import PROBLEMS, sample_layouts
+from tests.search.brute_force import PROBLEMS, sample_layouts, top_shapes
 
 
 def _peaks(name: str, lay: Layout) -> tuple[float, tuple[float, ...]]:
@@ -82,13 +82,9 @@ def test_a_shapes_floors_are_each_layouts_own(name: str) -> None:
     hand (`_spares`), nonzero exactly where some base has the EP overlap."""
     job, space = PROBLEMS[name]
     paired = spared = 0
-    for s in space_mod.structures(job, space, Counter()):
-        opts = space_mod.options(job, space, s)
-        if not opts:
-            continue
-        top = max(o[0] for o in opts)
-        for vpp, split in dict.fromkeys((vpp, split) for _, vpp, split in opts):
-            lays = [b.layout for b in space_mod.bases(job, s, top, vpp, split, space)]
+    for _, shapes in top_shapes(job, space):
+        for shape in shapes:
+            lays = [b.layout for b in shape]
             got = bounds.floors_of(job, lays)
             for lay, f in zip(lays, got, strict=True):
                 m, g = bounds._stage_floors(job, lay)
