@@ -16,15 +16,18 @@ from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
-from planner.model.schedule import Chunks, unmerged_share
+from planner.model.schedule import BUBBLE_TERMS, Chunks, schedule_name, unmerged_share
 from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import (
+    LAYER_TIMES,
     a2a_floor,
     ep_exposed,
     layout_times,
     mix_sums,
     rank_mix,
 )
+from planner.search.fsdp_bound import applies as fsdp_applies
+from planner.search.fsdp_bound import fsdp_bound
 from planner.search.rank_groups import rank_counts, rank_values
 from planner.search.rungs import NONE
 
@@ -223,24 +226,24 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     least at the largest micro-batch too (the lesser of the all-to-all and the compute, each
     so), so g_r >= (g_r(top) + u s_r(top)) x m(top) / m =: h_r, u = the least u_r, the last
     rank's (the fewest warm-up forwards). base_bound is nondecreasing in every g_r: where it adds
-    the fill and drain (Megatron, pp > 1) it is at least (m - 1/vpp) max_r h_r + sum_r h_r / vpp
-    + overhead >= (m(top) / m) x ((m - 1/vpp) (worst + u spare_worst) + (total + u
-    spare_total) / vpp) + overhead (the step's; max_r h_r at least the rank whose floor is
-    `worst`), taken here less 1e-12 of itself for rounding; elsewhere it is `lower_bound`, at
-    least m(top) x worst + the step overhead (= `Floors.lower_bound`, the bound the search queued
-    the structure on). tests/search/test_search_assumptions.py checks it below base_bound for
-    every base of its problems."""
-    if job.framework != "megatron":
+    the fill and drain (d = `fill_drain`: vpp under Megatron) it is at least (m - 1/d) max_r h_r
+    + sum_r h_r / d + overhead >= (m(top) / m) x ((m - 1/d) (worst + u spare_worst) + (total +
+    u spare_total) / d) + overhead (the step's; max_r h_r at least the rank whose floor is
+    `worst`), taken here less 1e-12 of itself for rounding; elsewhere it is at least
+    `lower_bound`, at least m(top) x worst + the step overhead (= `Floors.lower_bound`, the bound
+    the search queued the structure on). tests/search/test_search_assumptions.py checks it below
+    base_bound for every base of its problems."""
+    d = fill_drain(job, layout)
+    if d is None:
         return top.lower_bound()
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    v = layout.vpp
     worst, total = top.worst, top.total
     if top.spare_total:
         u = unmerged_share(
-            layout.pp, v, layout.pp - 1, m, layout.microbatch_group_size_per_vp_stage
+            layout.pp, layout.vpp, layout.pp - 1, m, layout.microbatch_group_size_per_vp_stage
         )
         worst, total = worst + u * top.spare_worst, total + u * top.spare_total
-    scaled = top.m / m * ((m - 1 / v) * worst + total / v)
+    scaled = top.m / m * ((m - 1 / d) * worst + total / d)
     return scaled * (1 - 1e-12) + top.other
 
 
@@ -284,28 +287,51 @@ def _overlap_floors(
 def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     """`lower_bound` with the pipeline's fill and drain, for the layout's own micro-batch size
     only (the bubble grows with it, so this does not bound a structure's smaller micro-batches),
-    under Megatron-LM's schedules (1F1B, interleaved 1F1B): step >= m max_r t_r +
-    (sum_r t_r - max_r t_r) / vpp (`schedule.pipeline_time`; the step adds only terms >= 0 to
-    it, and the step overhead), which is (m - 1/vpp) max_r t_r + sum_r t_r / vpp: nondecreasing in
-    every stage time t_r, as m >= 1 >= 1/vpp, so it holds at any g_r <= t_r (with one stage,
-    m t_1, its steady state). On one GPU kind g_r is the rank's own stage time without memory
-    savers (`_plain_stage_times`), a floor under every rung's at this micro-batch; with pools
-    the floors of `lower_bound`. Other training codes' schedules (zero-bubble ones) get
-    `lower_bound` alone, from `known` (the `floors` of this same base at some micro-batch size)
-    where that is the layout's own."""
-    if job.framework != "megatron":
-        f = (
-            known
-            if known is not None and known.micro_batch_size == layout.micro_batch_size
-            else None
-        )
-        return (f or floors(job, layout)).lower_bound()
-    if pools.rank_jobs(job, layout):
-        m, g = _stage_floors(job, layout)
+    under the schedules whose bubble is the stages' whole time (`fill_drain`: Megatron-LM's 1F1B
+    and interleaved 1F1B, torchtitan's 1F1B, GPipe, Interleaved1F1B, LoopedBFS): step >= m
+    max_r t_r + (sum_r t_r - max_r t_r) / d (`schedule.pipeline_time`, `schedule_bubble`; the
+    step adds only terms >= 0 to it, and the step overhead), which is (m - 1/d) max_r t_r +
+    sum_r t_r / d: nondecreasing in every stage time t_r, as m >= 1 >= 1/d, so it holds at any
+    g_r <= t_r (with one stage, m t_1, its steady state). On one GPU kind g_r is the rank's own
+    stage time without memory savers (`_plain_stage_times`: the stage time's composition is
+    the same for both training codes), a floor under every rung's at this micro-batch; with
+    pools the floors of `lower_bound`. torchtitan's zero-bubble schedules get `size_floor`.
+    torchtitan without pipelining: the higher of that and `fsdp_bound.fsdp_bound` (FSDP2's
+    exposed traffic counted)."""
+    d = fill_drain(job, layout)
+    if d is None:
+        out = size_floor(job, layout, known)
     else:
-        m, g = _plain_stage_times(job, layout)
-    v = layout.vpp
-    return (m - 1 / v) * max(g) + sum(g) / v + cost.step_overhead_s(job)
+        m, g = (
+            _stage_floors(job, layout)
+            if pools.rank_jobs(job, layout)
+            else _plain_stage_times(job, layout)
+        )
+        out = (m - 1 / d) * max(g) + sum(g) / d + cost.step_overhead_s(job)
+    return max(out, fsdp_bound(job, layout)) if fsdp_applies(job, layout) else out
+
+
+def size_floor(job: Job, layout: Layout, known: Floors | None = None) -> float:
+    """`lower_bound` of the layout at its own micro-batch size, from `known` (the `floors` of
+    this same base at some micro-batch size) where that is the layout's own: no layout of its
+    base at that size or a smaller one goes under it (`lower_bound`'s premise)."""
+    own = known is not None and known.micro_batch_size == layout.micro_batch_size
+    return (known if own and known is not None else floors(job, layout)).lower_bound()
+
+
+def fill_drain(job: Job, layout: Layout) -> int | None:
+    """The divisor d of the pipeline's fill and drain in the schedule's step, m max_r t_r +
+    (sum_r t_r - max_r t_r) / d, t_r each stage's time per micro-batch: Megatron-LM's 1F1B and
+    interleaved 1F1B (d = vpp), and torchtitan's schedules whose bubble is that of the stages'
+    whole forward and backward (`schedule.BUBBLE_TERMS` a = b = 1, w = 0: 1F1B and GPipe d = 1,
+    Interleaved1F1B and LoopedBFS d = vpp); None for torchtitan's zero-bubble schedules, whose
+    stages' weight gradients fill the bubble (`schedule.schedule_bubble`)."""
+    if job.framework == "megatron":
+        return layout.vpp
+    a, b, w, d = BUBBLE_TERMS[schedule_name(job, layout)]
+    if (a, b, w) != (1.0, 1.0, 0.0):
+        return None
+    return layout.vpp if d is None else d
 
 
 def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
@@ -320,7 +346,24 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     TP seconds only grow with recompute); the layer times read no ZeRO stage (`stage_time._FIXED`).
     tests/search/test_top_k.py and tests/search/test_bound.py check base_bound below every
     variant of their problems' bases."""
-    lay = NONE.on(layout)
+    lay = NONE.on(layout).with_(zero_stage=1)
+    memo = PLAIN_STAGES.of(job)
+    hit = memo.get(lay)
+    if hit is None:
+        hit = memo[lay] = _plain_stages(job, lay)
+    return hit
+
+
+PLAIN_STAGES: JobMemo[Layout, tuple[int, list[float]]] = JobMemo()
+"""`_plain_stage_times` per job and layout without memory savers (at ZeRO 1: they read no ZeRO
+stage). They read the layer times and the layout alone, no setting of torchtitan's FSDP2, so
+`titan_variants.Variant.job` shares them as it shares the layer times; cleared with those
+(`stage_time.LAYER_TIMES`)."""
+LAYER_TIMES.clears(PLAIN_STAGES)
+
+
+def _plain_stages(job: Job, lay: Layout) -> tuple[int, list[float]]:
+    """`_plain_stage_times` of `lay` (without memory savers), computed."""
     t = layout_times(job, lay)
     share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
 

@@ -26,7 +26,7 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.search import rules
 from planner.search import space as space_mod
-from planner.search.bound import base_bound, below
+from planner.search.bound import base_bound, below, size_floor
 from planner.search.space import Space, Split, Structure
 from planner.search.structure_queue import Queued
 from planner.search.titan_variants import (
@@ -128,8 +128,8 @@ def every_candidates(
     Each shape (vpp, split) is visited from its largest micro-batch down, and a base settled at
     one size is not asked at the smaller ones: where it fits without recompute (it fits at
     every smaller size: memory grows with the micro-batch, as `planner.search.variants` takes
-    it), and, outside Megatron's schedules, where its bound exceeds `cut` (there `base_bound` is
-    `bound.lower_bound`, which holds at this size and every smaller one). By the same growth the
+    it), and where its `bound.lower_bound` at this size (`bound.size_floor`, under its
+    `base_bound`) exceeds `cut`: that holds at every smaller size too. By the same growth the
     sizes at which the most-recomputed layout fits are the smallest ones: the largest of them is
     bisected once per base (`_most_fit`), and no larger size is asked. Before that bisection a
     base whose step time without recompute is above `cut` is passed (recompute is never faster,
@@ -157,8 +157,8 @@ def every_candidates(
                 if cut is not None and below(job, tops[j], lay) > cut:
                     continue
                 if cut is not None and base_bound(job, lay, tops[j]) > cut:
-                    if job.framework != "megatron":  # there `bound.lower_bound` at this size,
-                        done.add(j)  # which bounds every smaller size too
+                    if size_floor(job, lay, tops[j]) > cut:  # `bound.lower_bound` at this size
+                        done.add(j)  # bounds every smaller size too
                     continue
                 if memory.state_floor(job, lay) > capacity:
                     continue

@@ -41,6 +41,7 @@ from planner.model import cost, memory
 from planner.model.stage_time import LAYER_TIMES
 from planner.search import space as space_mod
 from planner.search import top_k
+from planner.search.bound import PLAIN_STAGES
 from planner.search.rules.torchtitan import sharding
 from planner.search.space import Bound, Space
 from planner.search.structure_queue import StructureQueue
@@ -70,9 +71,11 @@ class Variant:
         """The job with this variant's `[torchtitan]` table, sharing `job`'s layer times
         (`stage_time.LAYER_TIMES`: a layer's time reads none of the settings a variant sets,
         only FSDP2's states and data-parallel traffic do, `planner.model.fsdp2`;
-        tests/search/test_titan_variants.py checks them bit for bit)."""
+        tests/search/test_titan_variants.py checks them bit for bit) and the base bound's stage
+        times made of them (`bound.PLAIN_STAGES`)."""
         out = replace(job, torchtitan=self.settings(job.titan))
         LAYER_TIMES.share(out, job)
+        PLAIN_STAGES.share(out, job)
         return out
 
     def space(self, space: Space) -> Space | None:
