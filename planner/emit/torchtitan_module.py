@@ -39,7 +39,7 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.emit.torchtitan import GPU_LINE, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.torchtitan import MODELS
+from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS
 
 HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 """pytorch/torchtitan commit (2026-08-21) whose configuration API the module follows."""
@@ -59,14 +59,16 @@ class Baseline:
 
 
 BASELINES = {
-    "llama3.1-8b": Baseline("llama3_8b", 131_072),
-    "llama3.1-70b": Baseline("llama3_70b", 131_072),
-    "llama3.1-405b": Baseline("llama3_405b", 131_072),
-    "deepseek-v3": Baseline("deepseek_v3_671b", 16_384),
-    "qwen3-30b-a3b": Baseline("qwen3_30b_a3b", 40_960),
-    "qwen3-235b-a22b": Baseline("qwen3_30b_a3b", 40_960, "./assets/hf/Qwen3-235B-A22B"),
-    "gpt-oss-20b": Baseline("gpt_oss_20b", 131_072),
-    "gpt-oss-120b": Baseline("gpt_oss_120b", 131_072),
+    "llama3.1-8b": Baseline("llama3_8b", HEAD_CONTEXT["llama3.1-8b"]),
+    "llama3.1-70b": Baseline("llama3_70b", HEAD_CONTEXT["llama3.1-70b"]),
+    "llama3.1-405b": Baseline("llama3_405b", HEAD_CONTEXT["llama3.1-405b"]),
+    "deepseek-v3": Baseline("deepseek_v3_671b", HEAD_CONTEXT["deepseek-v3"]),
+    "qwen3-30b-a3b": Baseline("qwen3_30b_a3b", HEAD_CONTEXT["qwen3-30b-a3b"]),
+    "qwen3-235b-a22b": Baseline(
+        "qwen3_30b_a3b", HEAD_CONTEXT["qwen3-235b-a22b"], "./assets/hf/Qwen3-235B-A22B"
+    ),
+    "gpt-oss-20b": Baseline("gpt_oss_20b", HEAD_CONTEXT["gpt-oss-20b"]),
+    "gpt-oss-120b": Baseline("gpt_oss_120b", HEAD_CONTEXT["gpt-oss-120b"]),
 }
 """planner zoo name -> its baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py, and
 the RoPE maxima of __init__.py's model_registry flavors); the model and flavor are

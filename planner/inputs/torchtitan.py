@@ -68,6 +68,20 @@ MODELS: dict[str, tuple[str, str]] = {
 """planner zoo name -> torchtitan (model.name, model.flavor): the flavors torchtitan defines
 (torchtitan/models/<name>/__init__.py at TORCHTITAN_COMMIT) with the same shape."""
 
+HEAD_CONTEXT: dict[str, int] = {
+    "llama3.1-8b": 131_072,
+    "llama3.1-70b": 131_072,
+    "llama3.1-405b": 131_072,
+    "deepseek-v3": 16_384,
+    "qwen3-30b-a3b": 40_960,
+    "qwen3-235b-a22b": 40_960,
+    "gpt-oss-20b": 131_072,
+    "gpt-oss-120b": 131_072,
+}
+"""planner zoo name -> the RoPE table of the flavor torchtitan's Python configurations start it
+from (the config_registry baselines of `planner.emit.torchtitan_module`): they refuse a longer
+max_context_length."""
+
 MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss"})
 """torchtitan models with MoE layers (torchtitan/models/moe), the only ones it runs EP for."""
 

@@ -100,3 +100,30 @@ def test_the_qwen3_search_suggests_what_a_torchtitan_target_launches(
         text = plan_writer.render(replace(qwen, torchtitan=titan), c.layout, model, [])
         (tmp_path / f"row{i}.toml").write_text(text)
         assert _launchable(tmp_path / f"row{i}.toml"), f"row {i}: no torchtitan target writes it"
+
+
+def test_deepep_for_qwen3_within_the_flavors_rope_table() -> None:
+    """The Python configurations start qwen3 30B-A3B from its flavor, whose RoPE table holds
+    40,960 positions (torchtitan refuses a longer max_context_length; the module target says
+    so): DeepEP for it beyond that runs nowhere, alltoall runs in the TOML configuration."""
+    qwen = _titan("qwen3-30b-a3b")
+    assert "tt_head_context" not in _rules(replace(qwen, seq_length=40_960), FLEX)
+    long = replace(qwen, seq_length=65_536)
+    assert "tt_head_context" in _rules(long, FLEX)
+    assert "tt_head_context" not in _rules(long, FLEX.with_(moe_token_dispatcher_type="alltoall"))
+    # deepseek_v3's TOML runs DeepEP: not the Python configurations' alone, at any context
+    dsv3 = replace(_titan("deepseek-v3"), seq_length=32_768)
+    assert "tt_head_context" not in _rules(dsv3, FLEX.with_(dp=2, ep=16, pp=8))
+
+
+def test_a_long_qwen3_search_suggests_what_a_torchtitan_target_launches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the rule, qwen3 30B-A3B on 8 GB200 at 131,072 tokens picked DeepEP: the TOML
+    target refused its DeepEP and the module target its context. Now some target writes it."""
+    path = tmp_path / "long.toml"
+    argv = ["suggest", "--model", "qwen3-30b-a3b", "--gpu", "gb200-nvl72", "--num-gpus", "8"]
+    argv += ["--seq-length", "131072", "--global-batch-size", "8", "--framework", "torchtitan"]
+    code, _, err = run([*argv, "--write-plan", str(path)], capsys)
+    assert code == 0, err
+    assert _launchable(path)

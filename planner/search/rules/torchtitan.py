@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.torchtitan import DEEPEP_MODELS, MODELS, MOE_MODELS, SINGLE_STAGE, V_SHAPED
+from planner.inputs.torchtitan import (
+    DEEPEP_MODELS,
+    HEAD_CONTEXT,
+    MODELS,
+    MOE_MODELS,
+    SINGLE_STAGE,
+    V_SHAPED,
+)
 from planner.search.rules.base import Violation
 
 
@@ -315,8 +322,9 @@ def python_config_era(job: Job, lay: Layout) -> str | None:
 def head_era(job: Job, lay: Layout) -> Violation | None:
     """The Python configurations (`python_config_era`) have no every-N-layers checkpointing, no
     expert TP (its EP takes the TP ranks) and float8 rowwise only (benchmarks/data/
-    torchtitan_head_config.md 2e, 2g, 2h): a plan of that era cannot have any of them (nor could
-    any torchtitan run it)."""
+    torchtitan_head_config.md 2e, 2g, 2h), and their flavors refuse a context beyond their RoPE
+    tables (`HEAD_CONTEXT`): a plan of that era cannot have any of them (nor could any
+    torchtitan run it)."""
     if not _titan(job) or (era := python_config_era(job, lay)) is None:
         return None
     head = f"{era} (torchtitan's Python configurations)"
@@ -339,6 +347,14 @@ def head_era(job: Job, lay: Layout) -> Violation | None:
             "tt_head_float8",
             "training.fp8_recipe",
             f'{head} float8 is rowwise only (got "tensorwise"): set fp8_recipe = "rowwise"',
+        )
+    table = HEAD_CONTEXT.get(job.arch.name)
+    if table is not None and job.seq_length > table:
+        return Violation(
+            "tt_head_context",
+            "training.seq_length",
+            f"{head} the model's flavor has a RoPE table of {table:,} positions and refuses a "
+            f"longer context (got {job.seq_length:,})",
         )
     return None
 
