@@ -7,7 +7,8 @@ suggest` a tenth of a second of start-up); `--help`, no command or an unknown on
 `app` (the module attribute) is the whole app.
 
 Exit codes: 0 success, 1 the answer is "no", 2 bad input (one message on stderr, no traceback
-unless --debug). With --json, stdout carries exactly one JSON document.
+unless --debug). With --json, an answer (exit 0 or 1) is exactly one JSON document on stdout; bad
+input leaves stdout empty (DESIGN.md section 2: its message goes to stderr).
 """
 
 from __future__ import annotations

@@ -100,8 +100,8 @@ def titan_plan(
 ) -> Plan:
     """check --torchtitan-config FILE, or check PLAN --framework F (its rules applied)."""
     if titan_config is not None:
-        if plan_path is not None or framework is not None:
-            raise InputError("check: --torchtitan-config: not with PLAN or --framework")
+        if framework is not None:
+            raise InputError("check: --torchtitan-config: not with --framework")
         return check_plan(torchtitan_config.load(titan_config, gpu, num_gpus))
     if plan_path is None or framework not in ("megatron", "torchtitan"):
         raise InputError(
@@ -161,11 +161,21 @@ def check(
     """Does the plan's layout fit in GPU memory? Exit 0 fits, 1 does not, 2 bad input."""
     check_headroom(headroom)
     run = None
+    given = [
+        name
+        for name, value in (
+            ("PLAN", plan_path),
+            ("--megatron-args", megatron_args_path),
+            ("--megatron-log", megatron_log_path),
+            ("--torchtitan-config", torchtitan_config),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:  # one reading of one job: the others would be ignored
+        raise InputError(f"check: give one of {', '.join(given)}")
     if torchtitan_config is not None or framework is not None:
         plan = titan_plan(plan_path, torchtitan_config, framework, gpu, num_gpus)
     elif megatron_log_path is not None:
-        if plan_path is not None or megatron_args_path is not None:
-            raise InputError("check: give one of PLAN, --megatron-args, --megatron-log")
         run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)
         plan = run.plan
     else:

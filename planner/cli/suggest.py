@@ -32,11 +32,13 @@ from planner.cli.common import (
 )
 from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs.errors import EXIT_NO, InputError
+from planner.inputs.job import Job
 from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
 from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.search.suggest import check_space, explain_infeasible, search_rows
+from planner.search.top_k import Candidate
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
 MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
@@ -112,7 +114,7 @@ def suggest(
         tp=bound("tp", tp, max_tp),
         pp=bound("pp", pp, max_pp),
         # MAX_CP bounds cp where the user gave no bound of their own (a pin above it is theirs)
-        cp=Bound(1, 1) if no_cp else bound("cp", cp, max_cp or (None if cp else MAX_CP)),
+        cp=Bound(1, 1) if no_cp else bound("cp", cp, _cp_top(cp, max_cp)),
         ep=bound("ep", ep, max_ep),
         dp=bound("dp", dp),
         vpp=bound("vpp", vpp),
@@ -141,6 +143,7 @@ def suggest(
         pools_suggest.run(job, space, top, objective, as_json, write_plan, model_ref)
         return
     res, rows = search_rows(job, space, top, objective, progress=lambda msg: err.print(msg))
+    _check_rows(job, res.candidates, job_path)
     if not res.candidates:
         why = explain_infeasible(job, space, res)
         if as_json:
@@ -185,11 +188,43 @@ def suggest(
             out.print(f"wrote {write_plan}")
 
 
+def _cp_top(cp: str | None, max_cp: int | None) -> int | None:
+    """--max-cp as given (0 too: `bound` refuses it), else MAX_CP where --cp gives no bound."""
+    if max_cp is not None:
+        return max_cp
+    return None if cp else MAX_CP
+
+
+def _check_rows(job: Job, found: list[Candidate], job_path: Path | None) -> None:
+    """Every listed layout passes the rules `check` applies (`rules.violations`, under the
+    candidate's own torchtitan settings): the search filters layouts by the rules its space
+    models, and a job setting that no layout can run (one the job's own fields break, such as
+    MoE router groups on a dense model) is bad input, reported as `check` would report it."""
+    from planner.search import rules
+    from planner.search.titan_variants import candidate_job
+
+    where = str(job_path) if job_path is not None else "<flags>"
+    for c in found:
+        broken = rules.violations(candidate_job(job, c), c.layout)
+        if broken:
+            lines = [f"{where}: {v.field}: {v.message}" for v in broken]
+            raise InputError("\n".join(lines))
+
+
 def _launch_notes(path: Path) -> None:
     """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
-    cannot run, a layout one of its targets cannot write), naming the targets."""
+    cannot run, a layout one of its targets cannot write), naming the targets, and what the
+    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`)."""
     from planner.emit import launch
     from planner.inputs.plan import load_plan
 
-    for message, targets in launch.refusals(load_plan(path)).items():
+    plan = load_plan(path)
+    refused = launch.refusals(plan)
+    for message, targets in refused.items():
         err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")
+    if plan.job.framework == "megatron" and not any(
+        t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts
+    ):
+        loss = launch.megatron_lm_loss_note(plan)
+        if loss is not None:
+            err.print(f"note: {loss}")

@@ -31,7 +31,7 @@ from planner.emit.common import check_job_name
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
-from planner.model import memory
+from planner.model import cost, memory
 from planner.search.rules import check_plan
 
 Renderer = Callable[[Plan, str], str]
@@ -140,6 +140,32 @@ def megatron_lm_loss(plan: Plan, target: str) -> Plan:
     if memory.estimate(native, plan.require_layout()).fits:
         return replace(plan, job=native)
     return replace(plan, job=replace(plan.job, loss_fusion=False))
+
+
+def megatron_lm_loss_note(plan: Plan) -> str | None:
+    """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan ranked with
+    Transformer Engine's fused cross entropy (`megatron_lm_loss`), with the step and peak they
+    predict, and how to rank with the loss they launch; None where they launch the plan as
+    it is."""
+    launched = megatron_lm_loss(plan, MEGATRON_LM_TARGETS[0])
+    if launched is plan:
+        return None
+    lay = plan.require_layout()
+    ranked, run = cost.estimate(plan.job, lay), cost.estimate(launched.job, lay)
+    peak = memory.estimate(launched.job, lay).peak / 2**30
+    native = launched.job.compiled_loss_fusion
+    loss, setting = (
+        ("its compiled native fusion", "compiled_loss_fusion = true")
+        if native
+        else ("its unfused loss", "loss_fusion = false")
+    )
+    return (
+        f"launch --target {', '.join(MEGATRON_LM_TARGETS)} run Megatron-LM, which refuses "
+        "Transformer Engine's fused cross entropy (the loss this plan was ranked with, as "
+        f"Megatron-Bridge runs it): they launch {loss}, predicted step "
+        f"{run.step_time_s:.3f} s (ranked at {ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; "
+        f"to rank layouts with that loss, set training.{setting} in a job file"
+    )
 
 
 def refusals(plan: Plan) -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from planner.inputs.arch import ModelArch
-from planner.inputs.errors import InputError, spelled
+from planner.inputs.errors import SPELLED_CHARS, InputError, spelled
 from planner.inputs.files import is_file, load_toml, validate
 from planner.inputs.hardware import GpuSpec
 
@@ -91,9 +91,11 @@ def models() -> dict[str, ModelArch]:
 
 def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
     """An error for an unknown catalog name, suggesting the closest known ones."""
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    short = name.isprintable() and len(name) <= SPELLED_CHARS
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4) if short else []
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    shown = f"'{name}'" if name.isprintable() else spelled(name)  # a NUL escaped, not printed
+    # a NUL escaped, not printed; a fuzzer's 100,000 characters cut short (`spelled`)
+    shown = f"'{name}'" if short else spelled(name)
     return InputError(f"unknown {kind} {shown}{hint} (`planner catalog list` shows them all)")
 
 

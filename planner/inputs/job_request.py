@@ -109,8 +109,12 @@ def request_job(path: Path | None, args: JobArgs) -> JobRequest:
         base = None
     elif path is not None:
         doc = load_toml(path)
-        doc.pop("parallel", None)
-        origin = str(path)
+        # a whole plan is a job too: its layout is what the command searches, so not read
+        origin = (
+            f"{path}, its [parallel] not read"
+            if doc.pop("parallel", None) is not None
+            else str(path)
+        )
         base = path
     else:
         doc = {k: dict(v) for k, v in DEFAULT_JOB.items()}

@@ -65,6 +65,11 @@ def training_table(
             training["fp8_recipe"] = recipe
     if line.has("--fp8-output-proj"):  # the plan's check repeats Megatron's: fp8 with mxfp8
         training["fp8_output_proj"] = True
+    if line.has("--fp16") and bf16:  # validate_args: `if args.fp16: assert not args.bf16`
+        raise InputError(
+            f"{where}: --fp16: not with --bf16 (Megatron-LM d98e8a64 validate_args asserts "
+            "`not args.bf16` under --fp16): give one of them"
+        )
     if line.has("--fp16"):
         notes.append("--fp16: read as bf16 (the same bytes per value)")
     elif not bf16:

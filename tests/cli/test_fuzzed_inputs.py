@@ -275,3 +275,82 @@ def test_torchtitan_toml_target_refuses_deepep_where_the_model_ignores_it(
     err = bad(["launch", str(path), "--target", "torchtitan"], capsys)
     assert "parallel.moe_token_dispatcher_type: flex (DeepEP)" in err
     assert "qwen3 ignores expert_parallel_comm_backend" in err
+
+
+# --- a second pass (2026-12-05, session 24): 689 bad inputs, about 3,000 runs
+
+
+def _job_file(tmp_path: Path, line: str) -> Path:
+    """The example plan without its [parallel] table, with one [training] line added: a job."""
+    text = EXAMPLE.read_text()
+    text = text[: text.index("[parallel]")] if "[parallel]" in text else text
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace("[training]\n", f"[training]\n{line}\n", 1))
+    return path
+
+
+def test_suggest_refuses_a_job_setting_check_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # MoE router groups on a dense model: `check` refuses every plan of the job (the rule's own
+    # message); suggest ranked layouts and wrote one, exit 0, before
+    job = _job_file(tmp_path, "moe_router_num_groups = 3")
+    err = bad(["suggest", str(job), "--top", "1"], capsys)
+    assert f"{job}: training.moe_router_num_groups" in err
+    assert "mixture-of-experts" in err
+
+
+def test_suggest_max_cp_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--max-cp 0` read as "no bound" (MAX_CP) and listed cp 2 layouts; --max-tp 0 is refused
+    err = bad(["suggest", "--num-gpus", "16", "--max-cp", "0"], capsys)
+    assert "--max-cp" in err and "at least 1" in err
+
+
+def test_check_takes_one_reading_of_one_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # with a plan and --megatron-args, or --megatron-args and --torchtitan-config, check used one
+    # and ignored the other, exit 0
+    line = tmp_path / "line.txt"
+    line.write_text("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128")
+    err = bad(["check", str(EXAMPLE), "--megatron-args", str(line)], capsys)
+    assert "give one of PLAN, --megatron-args" in err
+    titan = tmp_path / "titan.toml"
+    titan.write_text('[model]\nname = "llama3"\nflavor = "8B"\n')
+    cluster = ["--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    argv = ["check", "--megatron-args", str(line), "--torchtitan-config", str(titan), *cluster]
+    err = bad(argv, capsys)
+    assert "give one of --megatron-args, --torchtitan-config" in err
+
+
+def test_megatron_line_with_fp16_and_bf16_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Megatron-LM d98e8a64 validate_args: `if args.fp16: assert not args.bf16` (and the
+    # converse): the line does not start; it was read as bf16 with a note, exit 0 or 1
+    line = tmp_path / "line.txt"
+    words = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128"
+    words += " --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8"
+    line.write_text(words + " --vocab-size 1000 --bf16 --fp16")
+    cluster = ["--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    err = bad(["check", "--megatron-args", str(line), *cluster], capsys)
+    assert f"{line}: --fp16: not with --bf16" in err
+
+
+def test_a_long_unknown_name_is_quoted_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a 100,000-character GPU name was echoed whole (100 KB on stderr) after a fuzzy match
+    # over it; strings elsewhere are cut at SPELLED_CHARS
+    name = "x" * 100_000
+    err = bad(["suggest", "--gpu", name, "--num-gpus", "8"], capsys)
+    assert len(err) < 2_000 and "100000" in err.replace(",", "")
+
+
+def test_suggest_says_a_plans_parallel_table_is_not_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a whole plan is a job too; its layout was dropped without a word
+    code, _, err = run(["suggest", str(EXAMPLE), "--top", "1"], capsys)
+    assert code == 0, err
+    assert "its [parallel] not read" in " ".join(err.split())

@@ -196,3 +196,26 @@ def test_where_the_native_loss_would_not_fit_the_unfused_one_is_launched(tmp_pat
     assert "--cross-entropy-loss-fusion" not in text
     unfused = memory.estimate(plan.job, plan.require_layout()).peak / 2**30
     assert f"peak memory {unfused:.1f} GiB of 77.3 GiB usable (fits)" in text
+
+
+def test_suggest_says_what_megatron_lm_launches_of_its_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # suggest ranks with TE's fused loss (Megatron-Bridge's), which Megatron-LM refuses: writing
+    # the bundled default job's plan it says what the Megatron-LM targets launch instead (the
+    # unfused loss there: the native fusion's fp32 logits would not fit) and the step their
+    # header predicts, which is the launch file's own; Megatron-Bridge launches it as ranked
+    path = tmp_path / "top.toml"
+    args = ["suggest", "--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    args += ["--seq-length", "8192", "--global-batch-size", "128", "--write-plan", str(path)]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    note = " ".join(err.split())
+    header = render(load_plan(path), "megatron-args")[1]
+    step = re.search(r"predicted: step ([\d.]+) s", header)
+    assert step is not None
+    assert f"predicted step {step.group(1)} s" in note
+    ranked = cost.estimate(load_plan(path).job, load_plan(path).require_layout()).step_time_s
+    assert f"(ranked at {ranked:.3f} s)" in note
+    assert "its unfused loss" in note and "training.loss_fusion = false" in note
+    assert f"predicted: step {ranked:.3f} s" in render(load_plan(path), "megatron-bridge")[1]

@@ -288,9 +288,10 @@ def test_write_plan_names_the_launch_targets_that_refuse_it(
     for target, refused in (("megatron-args", True), ("k8s", True), ("megatron-bridge", False)):
         code, _, launch_err = run(["launch", str(plan), "--target", target], capsys)
         assert code == (2 if refused else 0), (target, launch_err)
-    # a plan every target writes gets no note
+    assert "run Megatron-LM, which refuses" not in err  # no loss note where they refuse it
+    # a plan every target writes gets no refusal note
     code, _, err = run(["suggest", "--write-plan", str(tmp_path / "llama.toml")], capsys)
-    assert code == 0 and "note: launch" not in err
+    assert code == 0 and "refuses this plan" not in err
 
 
 def test_write_plan_refuses_to_overwrite(
