@@ -29,6 +29,7 @@ from planner.cli.common import (
     emit_json,
     err,
     out,
+    warn,
 )
 from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs.errors import EXIT_NO, InputError
@@ -214,11 +215,13 @@ def _check_rows(job: Job, found: list[Candidate], job_path: Path | None) -> None
 def _launch_notes(path: Path) -> None:
     """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
     cannot run, a layout one of its targets cannot write), naming the targets, and what the
-    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`)."""
+    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`); before them, the
+    warnings `check` gives the plan (`common.warn`)."""
     from planner.emit import launch
     from planner.inputs.plan import load_plan
 
     plan = load_plan(path)
+    warn(plan)  # what `check` warns about the plan, as it says it
     refused = launch.refusals(plan)
     for message, targets in refused.items():
         err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")

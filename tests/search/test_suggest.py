@@ -516,3 +516,21 @@ def test_bad_input_in_a_subprocess_has_no_traceback() -> None:
     assert p.returncode == 2
     assert p.stdout == ""
     assert "contradicts" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_write_plan_repeats_the_warnings_check_gives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama 3.1 70B on 64 H100 at 8,192 tokens: the pick runs Megatron-FSDP with tp 8, which
+    Megatron warns about (CUDA_DEVICE_MAX_CONNECTIONS); suggest said nothing of it. Oracle:
+    `planner check` on the written plan, whose warning lines suggest now prints as they are."""
+    plan = tmp_path / "w.toml"
+    argv = ["suggest", "--model", "llama3.1-70b", "--num-gpus", "64", "--seq-length", "8192"]
+    code, _, err = run([*argv, "--global-batch-size", "512", "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    code, _, checked = run(["check", str(plan)], capsys)
+    assert code == 0
+    warnings = [line for line in checked.splitlines() if line.startswith("planner: warning:")]
+    assert warnings
+    for line in warnings:
+        assert line in err
