@@ -39,7 +39,8 @@ def fsdp_bound(job: Job, layout: Layout) -> float:
     and so in B: the sum holds at any F' <= F and B' <= B, as the layer times without memory
     savers are (recompute adds to B and to the step, never to less; the collectives read the
     parameters, groups and settings, not the rung). tests/search/test_fsdp_bound.py checks it
-    below every variant of every base of its torchtitan problems."""
+    below every recompute policy of bases of its torchtitan problems, under several settings
+    variants and every schedule."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
