@@ -45,6 +45,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.performance import Performance
 from planner.search import scaling
+from planner.search.suggest import check_found
 
 MAX_SIZES = 64
 """GPU counts one `--num-gpus` may list."""
@@ -148,7 +149,10 @@ def scale(
     def planned(j: Job) -> tuple[Layout, Performance] | None:
         if not as_json:
             err.print(f"planning {j.cluster.num_gpus:,} GPUs")
-        return best(j)
+        got = best(j)
+        if got is not None:  # a job setting no layout runs is bad input, as `check` says
+            check_found(j, [(j, got[0])], str(job_path) if job_path is not None else "<flags>")
+        return got
 
     if not as_json:
         print_job(err, "scaling", req, values, tuple(f for f in values if f in defaulted))

@@ -38,7 +38,7 @@ from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
 from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
-from planner.search.suggest import check_space, explain_infeasible, search_rows
+from planner.search.suggest import check_found, check_space, explain_infeasible, search_rows
 from planner.search.top_k import Candidate
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
@@ -197,19 +197,11 @@ def _cp_top(cp: str | None, max_cp: int | None) -> int | None:
 
 
 def _check_rows(job: Job, found: list[Candidate], job_path: Path | None) -> None:
-    """Every listed layout passes the rules `check` applies (`rules.violations`, under the
-    candidate's own torchtitan settings): the search filters layouts by the rules its space
-    models, and a job setting that no layout can run (one the job's own fields break, such as
-    MoE router groups on a dense model) is bad input, reported as `check` would report it."""
-    from planner.search import rules
+    """`search.suggest.check_found` of the rows, each under its own torchtitan settings."""
     from planner.search.titan_variants import candidate_job
 
     where = str(job_path) if job_path is not None else "<flags>"
-    for c in found:
-        broken = rules.violations(candidate_job(job, c), c.layout)
-        if broken:
-            lines = [f"{where}: {v.field}: {v.message}" for v in broken]
-            raise InputError("\n".join(lines))
+    check_found(job, [(candidate_job(job, c), c.layout) for c in found], where)
 
 
 def _launch_notes(path: Path) -> None:

@@ -56,6 +56,18 @@ def check_space(job: Job, space: Space) -> None:
         raise InputError("--recompute: no recompute policy left to search")
 
 
+def check_found(job: Job, found: list[tuple[Job, Layout]], where: str) -> None:
+    """Every (job, layout) the search found passes the rules `check` applies
+    (`rules.violations`): the search filters layouts by the rules its space models, and a job
+    setting that no layout runs (one the job's own fields break, such as MoE router groups on a
+    dense model) is bad input (InputError, exit 2), reported as `check` reports it, `where`
+    naming the job's file or flags."""
+    for j, lay in found:
+        broken = rules.violations(j, lay)
+        if broken:
+            raise InputError("\n".join(f"{where}: {v.field}: {v.message}" for v in broken))
+
+
 def _flag(name: str, b: Bound) -> str:
     if b.lo == b.hi:
         return f"--{name} {b.lo}"

@@ -289,15 +289,16 @@ def _job_file(tmp_path: Path, line: str) -> Path:
     return path
 
 
-def test_suggest_refuses_a_job_setting_check_refuses(
+def test_suggest_and_scale_refuse_a_job_setting_check_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # MoE router groups on a dense model: `check` refuses every plan of the job (the rule's own
     # message); suggest ranked layouts and wrote one, exit 0, before
     job = _job_file(tmp_path, "moe_router_num_groups = 3")
-    err = bad(["suggest", str(job), "--top", "1"], capsys)
-    assert f"{job}: training.moe_router_num_groups" in err
-    assert "mixture-of-experts" in err
+    for argv in (["suggest", str(job), "--top", "1"], ["scale", str(job), "--num-gpus", "8,16"]):
+        err = bad(argv, capsys)
+        assert f"{job}: training.moe_router_num_groups" in err
+        assert "mixture-of-experts" in err
 
 
 def test_suggest_max_cp_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
