@@ -167,51 +167,6 @@ def floors_of(job: Job, layouts: list[Layout]) -> list[Floors]:
     return out
 
 
-def structure_floor(job: Job, shape: list[Layout]) -> float:
-    """No more than the bound the search queues a structure on (the least `Floors.lower_bound`
-    of the bases of its shapes whose states fit, at its largest micro-batch size), from one of
-    its shapes (`shape`: that shape's bases at that size) and without asking memory: the
-    search queues every structure on this first and computes its states and floors only when
-    it comes next (`planner.search.structure_queue`).
-
-    Why. A base's `lower_bound` is m x max_r g_r + overhead, g_r the rank's floor per
-    micro-batch (`_overlap_floors`: compute c_r, the all-to-all floor a2a_floor(a_r, s_r, c_r),
-    output layers, the TP floor share of its TP traffic, the CP charge). The max is at least the
-    mean over the pp ranks, and the sum over the ranks is the same in every shape of the
-    structure but for the all-to-all term: every shape runs all the model's layers of each kind
-    and its output layers and MTP depths once (`stage_time.rank_layers`), on the same layer
-    times (they read no pipeline field, `stage_time._FIXED`, and the micro-batches are the
-    structure's at its largest size), the shapes' bases differ only in their vpp, split and EP
-    overlap (the dispatchers, the TP overlap and the SM shares are the structure's), and the
-    TP floor share reads only the TP overlap and tp. The all-to-all floor is linear without the
-    overlap and, with it, (1 - share) max(a - c, 0) + share x a: convex and positively
-    homogeneous, so the sum over the ranks is at least the floor of the sums. Each base of
-    `shape` is taken with and without the overlap (where ep > 1), the least of them, as any
-    shape may hold either. Taken less 1e-12 of itself for rounding (the sums run in another
-    order). tests/search/test_structure_queue.py checks it below every fitting shape's floors
-    of its problems."""
-    best = float("inf")
-    # a base's EP-overlap twin has its layer times and is taken below with and without it
-    for lay in dict.fromkeys(NONE.on(x).with_(ep_comm_overlap=False) for x in shape):
-        t = layout_times(job, lay)
-        share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
-        c = a2a = shared = tp = cp = 0.0
-        heads = ranks = 0
-        for (counts, h), times in rank_counts(job, lay, t):
-            for k, n in zip(t.layers, counts, strict=True):
-                c += times * n * (k.fwd + k.bwd)
-                a2a += times * n * k.ep
-                shared += times * n * k.ep_shared
-                tp += times * n * k.tp_traffic
-                cp += times * n * k.cp
-            heads += times * h
-            ranks += times
-        rest = c + heads * t.out + tp_floor_share(job, lay) * tp + cp
-        for x in (lay, lay.with_(ep_comm_overlap=True)) if lay.ep > 1 else (lay,):
-            best = min(best, t.m * (rest + a2a_floor(x, a2a, shared, c, share)) / ranks)
-    return best * (1 - 1e-12) + cost.step_overhead_s(job)
-
-
 def below(job: Job, top: Floors, layout: Layout) -> float:
     """No more than `base_bound(job, layout)`, from `top`, the `floors` of the same base at a
     micro-batch size no smaller than the layout's (the search's: at its structure's largest), so

@@ -11,10 +11,9 @@ micro-batch size (and so the number of micro-batches), pipeline split, ZeRO stag
    recompute, plus the expert all-to-all, or with Megatron's EP overlap only what of it outlasts
    the compute (`planner.cost.compute_floor`), plus a share of the TP traffic and the CP
    exchange's charge (`planner.search.bound.lower_bound`). A structure is queued first on a
-   floor under that bound, from one shape and without memory (`bound.structure_floor`), and its
-   states and bound are computed only when it may come next (`planner.search.structure_queue`):
-   the structures come in the same order, and those whose floor is above the final cut never
-   cost more than their floor.
+   floor under that bound, from one shape and without memory, and its states and bound are
+   computed only when it may come next (`planner.search.structure_queue`): the structures come
+   in the same order, and those whose floor is above the final cut never cost more than it.
 3. Score. Structures are expanded in order of their bound: every (micro-batch size, vpp, pipeline
    split), shapes (vpp, split) in order of their own bound and none above the K-th best, and base
    layout (with and, where Megatron allows it, without the EP all-to-all overlap),

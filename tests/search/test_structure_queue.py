@@ -1,4 +1,4 @@
-"""planner.search.structure_queue: each structure queued first on `bound.structure_floor`, refined
+"""planner.search.structure_queue: each structure queued first on `structure_floor`, refined
 (its states, then the floors of its fitting shapes) only when it may come next.
 
 Oracles: the floors themselves, shape by shape and base by base (`bound.floors`, whose
@@ -14,8 +14,9 @@ import pytest
 
 from planner.model import memory
 from planner.search import top_k
-from planner.search.bound import floors, structure_floor
+from planner.search.bound import floors
 from planner.search.space import Space
+from planner.search.structure_queue import structure_floor
 from planner.search.variants import states_fit
 from tests.search.brute_force import MEMO_JOBS, PROBLEMS, make_job, top_shapes
 
