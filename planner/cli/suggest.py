@@ -107,6 +107,7 @@ def suggest(
             raise InputError(f"--framework: megatron or torchtitan (got {framework!r})")
         req = replace(req, job=reframe(req.job, framework))  # type: ignore[arg-type]
     job, model_ref = req.job, req.model_ref
+    _titan_model_note(job)
     prof = calibration.use(calibration_opt, job.cluster.gpu.name)
     if no_cp and (cp is not None or max_cp is not None):
         flag = "--cp" if cp is not None else "--max-cp"
@@ -187,6 +188,19 @@ def suggest(
             out.print(line)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")
+
+
+def _titan_model_note(job: Job) -> None:
+    """On stderr, before the search: a torchtitan job of a model torchtitan defines no flavor of
+    is planned as torchtitan would run a port of it, and no torchtitan target launches it."""
+    from planner.inputs.torchtitan import MODELS
+
+    if job.framework == "torchtitan" and job.arch.name not in MODELS:
+        err.print(
+            f"note: torchtitan defines no flavor of {job.arch.name} (it runs "
+            f"{', '.join(sorted(MODELS))}): the layouts are planned as torchtitan would run a "
+            "port of it, and `launch` refuses them"
+        )
 
 
 def _cp_top(cp: str | None, max_cp: int | None) -> int | None:

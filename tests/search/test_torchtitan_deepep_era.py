@@ -127,3 +127,22 @@ def test_a_long_qwen3_search_suggests_what_a_torchtitan_target_launches(
     code, _, err = run([*argv, "--write-plan", str(path)], capsys)
     assert code == 0, err
     assert _launchable(path)
+
+
+def test_a_model_torchtitan_has_no_flavor_of_is_said_so_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mixtral under --framework torchtitan: torchtitan defines no mixtral flavor, so both of its
+    targets refuse every plan (oracle: `launch.refusals` on the written plan); suggest says so
+    before it searches, not only in the --write-plan notes."""
+    path = tmp_path / "mixtral.toml"
+    argv = ["suggest", "--model", "mixtral-8x7b", "--num-gpus", "16", "--seq-length", "4096"]
+    argv += ["--global-batch-size", "64", "--framework", "torchtitan", "--top", "1"]
+    code, _, err = run([*argv, "--write-plan", str(path)], capsys)
+    assert code == 0, err
+    assert not _launchable(path)
+    flat = " ".join(err.split())
+    assert "note: torchtitan defines no flavor of mixtral-8x7b" in flat
+    assert flat.index("defines no flavor") < flat.index("refuses this plan")
+    code, _, err = run(["suggest", "--model", "qwen3-30b-a3b", *argv[3:]], capsys)
+    assert code == 0 and "defines no flavor" not in err
