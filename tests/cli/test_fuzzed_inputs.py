@@ -355,3 +355,17 @@ def test_suggest_says_a_plans_parallel_table_is_not_read(
     code, _, err = run(["suggest", str(EXAMPLE), "--top", "1"], capsys)
     assert code == 0, err
     assert "its [parallel] not read" in " ".join(err.split())
+
+
+def test_recompute_layers_without_full_recompute_names_that_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # recompute_num_layers = 1000 with recompute "none" blamed parallel.recompute_method, which
+    # the plan left at its default (uniform); the field it set is named now
+    line = 'recompute = "none"\n'
+    plan = edited(tmp_path, line, line + "recompute_num_layers = 3\n")
+    err = bad(["check", str(plan)], capsys)
+    assert f"{plan}: parallel.recompute_num_layers:" in err
+    plan = edited(tmp_path, line, line + 'recompute_method = "block"\n')
+    err = bad(["check", str(plan)], capsys)
+    assert f"{plan}: parallel.recompute_method:" in err

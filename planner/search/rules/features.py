@@ -30,9 +30,11 @@ def recompute(job: Job, lay: Layout) -> Violation | None:
         "uniform",
         1,
     ):
+        # the field the plan set away from its default is the one named
+        field = "recompute_method" if lay.recompute_method != "uniform" else "recompute_num_layers"
         return Violation(
             "recompute_method",
-            "parallel.recompute_method",
+            f"parallel.{field}",
             f"recompute_method ({lay.recompute_method}) and recompute_num_layers "
             f'({lay.recompute_num_layers}) need recompute = "full" (got "{lay.recompute}")',
         )
