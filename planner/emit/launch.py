@@ -212,7 +212,8 @@ def launch(
     for renderer, extra in COMPANIONS.get(target, ()):
         files.append((out_dir / extra, renderer(plan, name)))
     if target == "torchrun" and plan.job.pools:  # one script per pool (planner.emit.pools)
-        files = [(out_dir / f, body) for f, body in pool_files(plan, name)]
+        launched = megatron_lm_loss(plan, target)  # the loss Megatron-LM runs, as `render`
+        files = [(out_dir / f, body) for f, body in pool_files(launched, name)]
     for path, _ in files:
         if path.exists() and not force:
             raise InputError(f"{path}: already exists; pass --force to overwrite it")

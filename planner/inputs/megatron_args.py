@@ -34,6 +34,7 @@ from typing import Any, get_args
 
 from planner.inputs import (
     catalog,
+    launch_files,
     megatron_args_memory,
     megatron_dsa,
     megatron_gdn,
@@ -152,9 +153,15 @@ def read(
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
     read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
+    launch_files.refuse_bridge(text, where)
     with _shallow(where):
         config = megatron_yaml.read(text, where) if megatron_yaml.is_config(text) else None
-        launched = config.launch if config else launch(text, where if files else None, files)
+        if config:
+            launched = config.launch
+        elif launch_files.is_job(text):  # `launch --target k8s`: its containers' words
+            launched = launch_files.read_job(text, where)
+        else:
+            launched = launch(text, where if files else None, files)
     if num_gpus is not None:
         reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
     elif launched.world is None:
@@ -190,9 +197,10 @@ def _read(
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
         return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
     if nemo_model is not None:
+        holds = "holds Megatron-LM flags" if flags_of(words) else "holds no such overrides"
         raise InputError(
             f"{where}: --nemo-model {nemo_model}: only for NeMo `nemo llm pretrain` lines "
-            "(key=value overrides); this one holds Megatron-LM flags"
+            f"(key=value overrides); this one {holds}"
         )
     flags = flags_of(words)
     if not flags:

@@ -369,3 +369,19 @@ def test_recompute_layers_without_full_recompute_names_that_field(
     plan = edited(tmp_path, line, line + 'recompute_method = "block"\n')
     err = bad(["check", str(plan)], capsys)
     assert f"{plan}: parallel.recompute_method:" in err
+
+
+def test_a_bridge_override_is_named_not_read_as_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `launch --target megatron-bridge` writes a ConfigContainer override (YAML); read by
+    # check --megatron-args it was "NeMo-style overrides", and with --nemo-model "Megatron-LM
+    # flags": two contradicting reasons for a file that is neither
+    path = tmp_path / "bridge.yaml"
+    code, text, _ = run(["launch", str(EXAMPLE), "--target", "megatron-bridge"], capsys)
+    assert code == 0
+    path.write_text(text)
+    cluster = ["--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    for extra in ([], ["--nemo-model", "llama31_8b"]):
+        err = bad(["check", "--megatron-args", str(path), *cluster, *extra], capsys)
+        assert f"{path}: a Megatron-Bridge ConfigContainer override" in err

@@ -219,3 +219,24 @@ def test_suggest_says_what_megatron_lm_launches_of_its_plan(
     assert f"(ranked at {ranked:.3f} s)" in note
     assert "its unfused loss" in note and "training.loss_fusion = false" in note
     assert f"predicted: step {ranked:.3f} s" in render(load_plan(path), "megatron-bridge")[1]
+
+
+def test_pooled_torchrun_files_launch_the_loss_megatron_lm_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `launch --target torchrun --out DIR` of a pooled plan writes one script per pool; they
+    # were rendered from the plan as ranked and passed --cross-entropy-fusion-impl te, which
+    # Megatron-LM d98e8a64 refuses (the stdout script and the other targets passed native)
+    plan = EXAMPLES / "pools-llama3.1-70b-h100-a100-plan.toml"
+    argv = ["launch", str(plan), "--target", "torchrun"]
+    code, _, err = run([*argv, "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    scripts = sorted(tmp_path.glob("*.sh"))
+    assert len(scripts) > 1
+    code, stdout, _ = run(argv, capsys)
+    want = re.search(r"--cross-entropy-fusion-impl\W+(\w+)", stdout)
+    assert want is not None and want.group(1) != "te"
+    for path in scripts:
+        text = path.read_text()
+        impl = re.search(r"--cross-entropy-fusion-impl\W+(\w+)", text)
+        assert impl is not None and impl.group(1) == want.group(1), path.name

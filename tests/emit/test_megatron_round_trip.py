@@ -7,6 +7,7 @@ Oracle: Megatron-LM's own source (NVIDIA/Megatron-LM d98e8a64), as in test_emit_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from planner.emit import megatron
 from planner.emit.common import environment
 from planner.inputs import catalog, megatron_args, plan_writer
 from planner.inputs.errors import InputError
-from planner.inputs.plan import load_plan
+from planner.inputs.plan import load_plan, parse_plan
 from planner.model import params
 from planner.search.rules import check_plan
 
@@ -283,3 +284,48 @@ def test_deterministic_mode_is_launched_reads_back_and_refuses_what_megatron_ass
     overlap = {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True}
     with pytest.raises(InputError, match=r"parallel\.tp_comm_overlap"):
         check_plan(make_plan("llama3.1-8b", 16, overlap, deterministic=True, loss_fusion=False))
+
+
+# --- the k8s target read back: a PyTorchJob's containers, as Kubernetes runs them
+
+
+@pytest.mark.parametrize("path", GOLDEN_PLANS, ids=lambda p: p.stem)
+def test_k8s_pytorchjob_reads_back_to_its_header(path: Path) -> None:
+    """`launch --target k8s` writes a Kubeflow PyTorchJob; `check --megatron-args` read it as a
+    shell script and stopped at its YAML list marks ("--num-layers: expected an integer (got
+    '-')"). Now its container's command and args (each list item a word, `$(NAME)` from the
+    container's env, the kubelet's expansion) are read, with nprocPerNode x the pods as the GPU
+    count. Oracle: the file's own header, which predicts the run it launches."""
+    from planner.emit.launch import render
+    from planner.model import cost, memory
+
+    plan = load_plan(path)
+    if plan.job.pools or plan.job.framework != "megatron":
+        pytest.skip("k8s launches one GPU kind's Megatron-LM")
+    try:
+        text = render(plan, "k8s")[1]
+    except InputError as e:
+        pytest.skip(f"the k8s target refuses it: {e}")
+    reading = megatron_args.read(text, plan.job.cluster.gpu.name, None, "<k8s>")
+    assert any("nprocPerNode" in n for n in reading.notes)
+    back = parse_plan(reading.doc)
+    step = cost.estimate(back.job, back.require_layout()).step_time_s
+    # the header counts fragmentation as the plan says (`expandable_segments`), though the pod
+    # sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (emit.common.environment: it errs
+    # high); read back, the pod's own setting holds
+    counted = replace(back.job, expandable_segments=plan.job.expandable_segments)
+    peak = memory.estimate(counted, back.require_layout()).peak / 2**30
+    assert back.job.cluster.num_gpus == plan.job.cluster.num_gpus
+    assert f"step {step:.3f} s" in text.splitlines()[3]
+    assert f"peak memory {peak:.1f} GiB" in text.splitlines()[3]
+
+
+def test_k8s_pytorchjob_with_bad_replicas_is_bad_input() -> None:
+    text = (
+        "kind: PyTorchJob\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: many\n"
+        "      template:\n        spec:\n          containers:\n            - name: p\n"
+        '              command: ["torchrun"]\n              args: ["train.py", "--num-layers", '
+        '"2"]\n'
+    )
+    with pytest.raises(InputError, match=r"<k8s>: spec.pytorchReplicaSpecs.Worker.replicas"):
+        megatron_args.read(text, "h100-sxm-80gb", None, "<k8s>")
