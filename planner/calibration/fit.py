@@ -61,6 +61,8 @@ information criterion charges 2 per parameter."""
 STEP = 0.02
 """Finite-difference step in log(constant) (a linear constant's: a twentieth of its spread)."""
 ITERATIONS = 8
+BACKTRACKS = 6
+"""Halvings of a Gauss-Newton step that raises the objective, at most, before the fit stops."""
 """Gauss-Newton (and IRLS) iterations at most; they stop once a step moves every constant by
 less than 5% of its finite-difference step."""
 SELECTION_ROUNDS = 3
@@ -192,6 +194,11 @@ def _gauss_newton(
     free constants at θ, weights)."""
     theta = dict(theta0)
     prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
+
+    def objective(th: dict[str, float], resid: np.ndarray, weights: np.ndarray) -> float:
+        dev = np.array([th[k] - theta0[k] for k in free])
+        return float(weights @ resid**2) / OBSERVATION_SD**2 + float(dev @ prior @ dev)
+
     for _ in range(ITERATIONS if free else 0):
         base, jac = _jacobian(runs, theta, free)
         resid = base - measured
@@ -200,8 +207,20 @@ def _gauss_newton(
         a = jac.T @ (weights[:, None] * jac) / OBSERVATION_SD**2 + prior
         g = jac.T @ (weights * resid) / OBSERVATION_SD**2 + prior @ dev
         delta = -np.linalg.solve(a, g)
-        for i, k in enumerate(free):
-            theta[k] = _clamp(k, theta[k] + delta[i])
+        # a step that does not lower the objective is halved (up to BACKTRACKS times): the
+        # model has kinks (a GEMM efficiency above the part's matmul ceiling changes nothing,
+        # `layer_time`), where a full Gauss-Newton step jumps across and back
+        now = objective(theta, resid, weights)
+        for _ in range(BACKTRACKS):
+            trial = dict(theta)
+            for i, k in enumerate(free):
+                trial[k] = _clamp(k, theta[k] + delta[i])
+            if objective(trial, _log_times(runs, trial) - measured, weights) <= now:
+                break
+            delta = delta / 2
+        else:
+            break  # no step lowers it: theta is the fit
+        theta = trial
         if float(np.max(np.abs(delta / np.array([_step(k) for k in free])))) < 0.05:
             break
     base, jac = _jacobian(runs, theta, free)
@@ -312,7 +331,12 @@ def _fit_memory(runs: Sequence[MeasuredRun]) -> tuple[float, bool, float, list[t
 
 
 def _relative(key: str, sd: float, value: float) -> float:
-    return sd / max(value, 1e-12) if BY_KEY[key].linear else math.expm1(sd)
+    """A posterior sd relative to the constant: for an additive one (`linear`, a step's fixed
+    seconds) relative to the larger of its value and its default, so that a value fitted to
+    its floor of 0 is not read as infinitely uncertain."""
+    if not BY_KEY[key].linear:
+        return math.expm1(sd)
+    return sd / max(value, DEFAULTS[key], 1e-12)
 
 
 def fit(runs: Sequence[MeasuredRun]) -> Fit:
