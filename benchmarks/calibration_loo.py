@@ -47,6 +47,7 @@ from benchmarks.runs import Case, load_published
 from planner.calibration.fit import fit
 from planner.calibration.measured import MeasuredRun, read_runs
 from planner.emit.megatron import arguments
+from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.model import calibratable, cost, memory
 
@@ -162,15 +163,23 @@ def main() -> None:
     directory = args.write_logs or Path(tempfile.mkdtemp(prefix="megatron-logs-"))
     directory.mkdir(parents=True, exist_ok=True)
     groups: dict[tuple[str, str], list[tuple[str, MeasuredRun]]] = defaultdict(list)
+    unread: list[str] = []
     for case, path, vocab in write_logs(cases, directory):
-        (run,) = read_runs([path], case.raw["gpu"], None, None, vocab)
+        try:
+            (run,) = read_runs([path], case.raw["gpu"], None, None, vocab)
+        except InputError as e:  # what `planner calibrate` refuses of it (exit 2): said below
+            unread.append(f"{case.raw['case']}: {str(e).splitlines()[0]}")
+            continue
         groups[("functional", case.raw["gpu"])].append((case.raw["case"], run))
     for i, (source, case, text) in enumerate(published_logs()):
         path = directory / f"{source}-{i:03d}.log"
         path.write_text(text)
         (run,) = read_runs([path], case.job.cluster.gpu.name)
         groups[(source, case.job.cluster.gpu.name)].append((case.id, run))
-    print(f"logs in {directory}; held out: {args.folds} folds by case (one per case when fewer)\n")
+    print(f"logs in {directory}; held out: {args.folds} folds by case (one per case when fewer)")
+    for line in unread:
+        print(f"  not read (calibrate refuses it): {line}")
+    print()
     header = f"{'source':11s} {'gpu':15s} {'runs':>4s}  {'step time before':24s} {'after':24s}"
     print(header + f" {'allocated before':24s} {'after':24s}")
     for (source, gpu), pairs in sorted(groups.items()):
