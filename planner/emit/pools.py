@@ -121,9 +121,13 @@ def _replica_lines(plan: Plan) -> list[str]:
     ]
     for k, (name, nodes, per, _) in enumerate(pool_nodes(plan)):
         q = c // per
+        ranks = (
+            f"node rank r x {p} + {k}"  # one node a replica of a stage
+            if q == 1
+            else f"node ranks r x {p * q} + {k * q} .. r x {p * q} + {(k + 1) * q - 1}"
+        )
         lines.append(
             f"pool {name!r}: data-parallel ranks {per_pool * k}-{per_pool * (k + 1) - 1} of "
-            f"every stage, node ranks r x {p * q} + {k * q} .. r x {p * q} + {(k + 1) * q - 1} "
-            f"for stage r = 0 .. {lay.pp - 1} ({nodes} x {per} GPUs)"
+            f"every stage, {ranks} for stage r = 0 .. {lay.pp - 1} ({nodes} x {per} GPUs)"
         )
     return lines

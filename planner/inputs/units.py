@@ -120,4 +120,5 @@ def format_duration(seconds: float) -> str:
         return f"{seconds / 60:.1f} min"
     if seconds >= 1:
         return f"{seconds:.1f} s"
-    return f"{seconds * 1e3:.2g} ms"
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"  # 530 ms, not 5.3e+02 ms

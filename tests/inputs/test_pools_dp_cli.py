@@ -124,6 +124,8 @@ def test_launch_places_each_pools_replicas(tmp_path: Path) -> None:
     # (pool) k = dp ranks [4k, 4k + 4) = global ranks [16 r + 8 k, 16 r + 8 k + 8) = node 2r + k
     assert node_ranks(east, 2) == [0, 2]
     assert node_ranks(west, 2) == [1, 3]
+    # the header says so: one node a replica of a stage (it printed "r x 2 + 0 .. r x 2 + 0")
+    assert "node rank r x 2 + 0 for stage r" in east and "node rank r x 2 + 1 for stage r" in east
     assert "--num-distributed-optimizer-instances 2" in east
     for name in ("train-0-east.sh", "train-1-west.sh"):
         check_script(tmp_path / "t" / name)

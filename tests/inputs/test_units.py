@@ -39,3 +39,15 @@ def test_parse_tokens_rejects(text: str) -> None:
 def test_format_tokens_round_trips() -> None:
     for text in ("15T", "300B", "1.2M"):
         assert format_tokens(parse_tokens(text, "--tokens")) == text
+
+
+def test_format_duration_writes_milliseconds_plainly() -> None:
+    # explain's "training blocked 5.3e+02 ms" (a 0.53 s checkpoint block): two significant
+    # digits in exponent form above 99 ms; whole milliseconds from 10 ms up now
+    from planner.inputs.units import format_duration
+
+    assert format_duration(0.53) == "530 ms"
+    assert format_duration(0.0042) == "4.2 ms"
+    assert format_duration(0.012) == "12 ms"
+    assert format_duration(1.5) == "1.5 s"
+    assert "e+" not in format_duration(0.9996)
