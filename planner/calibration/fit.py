@@ -61,10 +61,10 @@ information criterion charges 2 per parameter."""
 STEP = 0.02
 """Finite-difference step in log(constant) (a linear constant's: a twentieth of its spread)."""
 ITERATIONS = 8
-BACKTRACKS = 6
-"""Halvings of a Gauss-Newton step that raises the objective, at most, before the fit stops."""
 """Gauss-Newton (and IRLS) iterations at most; they stop once a step moves every constant by
 less than 5% of its finite-difference step."""
+BACKTRACKS = 6
+"""Halvings of a Gauss-Newton step that raises the objective, at most, before the fit stops."""
 SELECTION_ROUNDS = 3
 """Rounds of selecting and fitting (see `_fit_time`)."""
 ROBUST_SCALE = 0.1

@@ -151,7 +151,7 @@ def scale(
             err.print(f"planning {j.cluster.num_gpus:,} GPUs")
         got = best(j)
         if got is not None:  # a job setting no layout runs is bad input, as `check` says
-            check_found(j, [(j, got[0])], str(job_path) if job_path is not None else "<flags>")
+            check_found(j, [(j, got[0])], job_path)
         return got
 
     if not as_json:

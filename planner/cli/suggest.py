@@ -214,8 +214,7 @@ def _check_rows(job: Job, found: list[Candidate], job_path: Path | None) -> None
     """`search.suggest.check_found` of the rows, each under its own torchtitan settings."""
     from planner.search.titan_variants import candidate_job
 
-    where = str(job_path) if job_path is not None else "<flags>"
-    check_found(job, [(candidate_job(job, c), c.layout) for c in found], where)
+    check_found(job, [(candidate_job(job, c), c.layout) for c in found], job_path)
 
 
 def _launch_notes(path: Path) -> None:

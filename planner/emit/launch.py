@@ -201,7 +201,9 @@ def launch(
 ) -> Launched:
     """Render `target` for the plan file; write it under `out_dir` when given."""
     _target(target)  # before reading the plan: the cheaper message first
-    plan = check_plan(load_plan(plan_path))
+    # every file of the target (a pooled torchrun's per-pool scripts too) launches the loss
+    # Megatron-LM runs (`megatron_lm_loss`, which `render` applies for its callers alike)
+    plan = megatron_lm_loss(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
     if out_dir is None:
         return Launched(text)
@@ -212,8 +214,7 @@ def launch(
     for renderer, extra in COMPANIONS.get(target, ()):
         files.append((out_dir / extra, renderer(plan, name)))
     if target == "torchrun" and plan.job.pools:  # one script per pool (planner.emit.pools)
-        launched = megatron_lm_loss(plan, target)  # the loss Megatron-LM runs, as `render`
-        files = [(out_dir / f, body) for f, body in pool_files(launched, name)]
+        files = [(out_dir / f, body) for f, body in pool_files(plan, name)]
     for path, _ in files:
         if path.exists() and not force:
             raise InputError(f"{path}: already exists; pass --force to overwrite it")

@@ -27,7 +27,7 @@ from planner.model.stage_time import (
     rank_mix,
 )
 from planner.search.fsdp_bound import applies as fsdp_applies
-from planner.search.fsdp_bound import fsdp_bound
+from planner.search.fsdp_bound import fsdp_exposed
 from planner.search.rank_groups import rank_counts, rank_values
 from planner.search.rungs import NONE
 
@@ -251,8 +251,8 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     stage time without memory savers (`_plain_stage_times`: the stage time's composition is
     the same for both training codes), a floor under every rung's at this micro-batch; with
     pools the floors of `lower_bound`. torchtitan's zero-bubble schedules get `size_floor`.
-    torchtitan without pipelining: the higher of that and `fsdp_bound.fsdp_bound` (FSDP2's
-    exposed traffic counted)."""
+    torchtitan without pipelining: either, plus FSDP2's exposed traffic beyond the stage's
+    windows (`fsdp_bound.fsdp_exposed`, whose docstring proves the sum)."""
     d = fill_drain(job, layout)
     if d is None:
         out = size_floor(job, layout, known)
@@ -263,7 +263,9 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
             else _plain_stage_times(job, layout)
         )
         out = (m - 1 / d) * max(g) + sum(g) / d + cost.step_overhead_s(job)
-    return max(out, fsdp_bound(job, layout)) if fsdp_applies(job, layout) else out
+    if fsdp_applies(job, layout):  # FSDP2's exposed traffic beyond the stage's windows
+        out = (out + fsdp_exposed(job, layout)) * (1 - 1e-12)
+    return out
 
 
 def size_floor(job: Job, layout: Layout, known: Floors | None = None) -> float:

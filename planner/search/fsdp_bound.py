@@ -1,5 +1,5 @@
-"""A base bound for torchtitan layouts without pipelining that counts FSDP2's exposed traffic
-(`fsdp_bound`), which `bound.base_bound` takes where it is higher than the compute floor.
+"""What a base bound for torchtitan layouts without pipelining adds for FSDP2's exposed traffic
+(`fsdp_exposed`, which `bound.base_bound` adds to its own).
 
 torchtitan's FSDP2 all-gathers every block's parameters before each forward and backward and
 reduce-scatters their gradients in each backward (`planner.model.fsdp2.data_parallel_time`); on
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, fsdp2
+from planner.model import fsdp2
 from planner.model.stage_params import stage_params
-from planner.model.stage_time import ep_exposed, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import layout_times, mix_sums, rank_mix
 from planner.search.rungs import NONE
 
 
@@ -25,33 +25,28 @@ def applies(job: Job, layout: Layout) -> bool:
     )
 
 
-def fsdp_bound(job: Job, layout: Layout) -> float:
-    """Seconds no rung of the layout goes under, at its micro-batch size: its one stage's time
-    per micro-batch without memory savers, less the terms that are >= 0 (`bound.base_bound`'s
-    `_plain_stage_times`), times the micro-batches, plus FSDP2's exposed traffic beyond that
-    stage's forward and backward windows, and the step's least host overhead.
+def fsdp_exposed(job: Job, layout: Layout) -> float:
+    """FSDP2's exposed traffic per step (`fsdp2.data_parallel_time`) beyond the windows of the
+    layout's one stage without memory savers at its micro-batch size: what `bound.base_bound`
+    adds to its bound, whose stage time holds those windows' compute (F + B per micro-batch,
+    the output layer's third forward and two thirds backward as `cost.estimate` splits it).
 
-    Why. `cost.estimate` times the step at least m (F + B + r) + e(F, B) + overhead, with F and B
-    the stage's forward and backward seconds per micro-batch (recompute in B), r its TP, CP and
-    exposed expert all-to-all, and e = max(G ag - m F, 0) + max(R rs - m B, 0) the exposed FSDP2
-    traffic (`fsdp2.data_parallel_time`: G all-gathers, R reduce-scatters; the shards' SM share of
-    the hidden part only adds). m F + max(G ag - m F, 0) = max(m F, G ag) is nondecreasing in F,
-    and so in B: the sum holds at any F' <= F and B' <= B, as the layer times without memory
-    savers are (recompute adds to B and to the step, never to less; the collectives read the
-    parameters, groups and settings, not the rung). tests/search/test_fsdp_bound.py checks it
-    below every recompute policy of bases of its torchtitan problems, under several settings
-    variants and every schedule."""
+    Why the sum is a bound. `cost.estimate` times the step at least m (F + B + r) + e(F, B) +
+    overhead, with F and B the stage's forward and backward seconds per micro-batch (recompute
+    in B), r its TP, CP and exposed expert all-to-all, and e = max(G ag - m F, 0) + max(R rs -
+    m B, 0) the exposed FSDP2 traffic (G all-gathers, R reduce-scatters; the shards' SM share
+    of the hidden part only adds). m F + max(G ag - m F, 0) = max(m F, G ag) is nondecreasing in
+    F, and so in B: the sum holds at any F' <= F, B' <= B and r' <= r, as the layer times and
+    terms without memory savers are (recompute adds to B and to the step, never to less; the
+    collectives read the parameters, groups and settings, not the rung).
+    tests/search/test_fsdp_bound.py checks the bound below every recompute policy of bases of
+    its torchtitan problems, under several settings variants and every schedule."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
     mix, heads = rank_mix(job, lay, 0, chunks, t)
-    c, fwd, bwd, _, tp, _, cp, _, ep, ep_s = mix_sums(mix)
-    tp = min(tp, sum(n * k.tp_plain for k, n in mix))
-    share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
-    ep_e, _ = ep_exposed(lay, 0, t.m, ep, c, share, ep_s)
+    _, fwd, bwd, *_ = mix_sums(mix)
     fwd += heads * t.out / 3
     bwd += 2 * heads * t.out / 3
     dense, expert = stage_params(job, lay, 0, chunks)
-    exposed, _ = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m)
-    step = t.m * (fwd + bwd + tp + cp + ep_e) + exposed + cost.step_overhead_s(job)
-    return step * (1 - 1e-12)
+    return fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m)[0]

@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
@@ -56,12 +57,13 @@ def check_space(job: Job, space: Space) -> None:
         raise InputError("--recompute: no recompute policy left to search")
 
 
-def check_found(job: Job, found: list[tuple[Job, Layout]], where: str) -> None:
+def check_found(job: Job, found: list[tuple[Job, Layout]], path: Path | None) -> None:
     """Every (job, layout) the search found passes the rules `check` applies
     (`rules.violations`): the search filters layouts by the rules its space models, and a job
     setting that no layout runs (one the job's own fields break, such as MoE router groups on a
-    dense model) is bad input (InputError, exit 2), reported as `check` reports it, `where`
-    naming the job's file or flags."""
+    dense model) is bad input (InputError, exit 2), reported as `check` reports it, naming the
+    job file `path` (None: the flags)."""
+    where = str(path) if path is not None else "<flags>"
     for j, lay in found:
         broken = rules.violations(j, lay)
         if broken:
