@@ -108,11 +108,12 @@ def module_note(plan: Plan) -> list[str]:
 
 def warn(plan: Plan) -> list[str]:
     """What Megatron-LM would warn about in the plan's layout (`planner.search.rules.warnings`),
-    each as 'file: field: message', also written on stderr; the plan stays valid."""
-    if plan.layout is None:
-        return []
+    and the settings the plan gives that change nothing (`Plan.inert`), each as 'file: field:
+    message', also written on stderr; the plan stays valid."""
     where = str(plan.path) if plan.path else "<plan>"
-    lines = [f"{where}: {v.field}: {v.message}" for v in warnings(plan.job, plan.layout)]
+    found = [] if plan.layout is None else warnings(plan.job, plan.layout)
+    lines = [f"{where}: {v.field}: {v.message}" for v in found]
+    lines += [f"{where}: {field}: {message}" for field, message in plan.inert]
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
     return lines

@@ -15,8 +15,11 @@ from planner.inputs.fields import (
     PositiveInt,
 )
 from planner.inputs.hardware import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_HBM_TB_PER_S,
     MAX_HOST_MEMORY_GIB,
     MAX_LATENCY_US,
+    MAX_LINK_GB_PER_S,
     MIN_HBM_TB_PER_S,
     MIN_LINK_GB_PER_S,
     LinkTier,
@@ -35,9 +38,11 @@ class PoolSection(BaseModel):
     gpu: str = Field(min_length=1)
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt | None = None
-    memory_gib: PositiveFloat | None = None
+    memory_gib: PositiveFloat | None = Field(default=None, le=MAX_GPU_MEMORY_GIB)
     power_limit_w: PositiveFloat | None = None
-    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(default=None, ge=MIN_HBM_TB_PER_S)
+    hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
+        default=None, ge=MIN_HBM_TB_PER_S, le=MAX_HBM_TB_PER_S
+    )
     tiers: tuple[LinkTier, ...] | None = None
     host_memory_gib_per_node: PositiveFloat | None = Field(default=None, le=MAX_HOST_MEMORY_GIB)
     price_usd_per_gpu_hour: PositiveFloat | None = Field(
@@ -50,7 +55,7 @@ class BetweenPoolsSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(ge=MIN_LINK_GB_PER_S)
+    bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(ge=MIN_LINK_GB_PER_S, le=MAX_LINK_GB_PER_S)
     latency_us: NonNegativeFloat = Field(default=5.0, le=MAX_LATENCY_US)
     allow_data_parallel: Flag = Field(
         default=False,
@@ -71,13 +76,14 @@ class ClusterSection(BaseModel):
     pools: tuple[PoolSection, ...] | None = Field(default=None, min_length=1)
     between_pools: BetweenPoolsSection | None = None
     gpus_per_node: PositiveInt | None = None
-    memory_gib: PositiveFloat | None = None
+    memory_gib: PositiveFloat | None = Field(default=None, le=MAX_GPU_MEMORY_GIB)
     power_limit_w: PositiveFloat | None = Field(
         default=None, description="GPU power cap (nvidia-smi -pl) below the catalog TDP"
     )
     hbm_bandwidth_tb_per_s: PositiveFloat | None = Field(
         default=None,
         ge=MIN_HBM_TB_PER_S,
+        le=MAX_HBM_TB_PER_S,
         description="a variant's HBM bandwidth (e.g. HBM2e instead of HBM3)",
     )
     tiers: tuple[LinkTier, ...] | None = None

@@ -40,6 +40,18 @@ MAX_LATENCY_US = 1e6
 MIN_HBM_TB_PER_S = 0.01
 """The least HBM bandwidth a plan may give, TB/s (10 GB/s, a hundredth of any GPU's since 2017)."""
 
+MAX_HBM_TB_PER_S = 1000.0
+"""The most HBM bandwidth a plan may give, TB/s: some fifty times the fastest announced GPU's
+(Rubin Ultra, about 32 TB/s); above it a value is a typo (a bytes figure, or GB/s)."""
+
+MAX_GPU_MEMORY_GIB = float(1 << 16)
+"""The most memory a plan may give one GPU, GiB (64 TiB): some sixty times the largest announced
+(Rubin Ultra, 1 TB of HBM4e); above it a value is a typo (bytes, or MiB)."""
+
+MAX_LINK_GB_PER_S = 1e5
+"""The most link bandwidth a plan may give one GPU, decimal GB/s (100 TB/s): a hundred times
+NVLink 5's 900 GB/s per direction; above it a value is a typo (bits, or bytes)."""
+
 MAX_HOST_MEMORY_GIB = float(1 << 20)
 """Host (CPU) memory a node may have, GiB: 1 PiB, some hundred times the largest servers' (4-8 TiB
 of DIMMs); above it a value is a typo."""
@@ -59,7 +71,9 @@ class LinkTier(BaseModel):
         default=None, description="GPUs reachable inside this tier; None = every GPU (outermost)"
     )
     bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(
-        ge=MIN_LINK_GB_PER_S, description="line rate per GPU, one direction, decimal GB/s"
+        ge=MIN_LINK_GB_PER_S,
+        le=MAX_LINK_GB_PER_S,
+        description="line rate per GPU, one direction, decimal GB/s",
     )
     latency_us: NonNegativeFloat = Field(
         default=5.0, le=MAX_LATENCY_US, description="per-message latency"

@@ -90,8 +90,8 @@ def parallel(
     # sharded optimizer) there is no such traffic and the plan default (true) is kept.
     always = line.has("--use-torch-fsdp2") or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
     out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
-    no_gather = out["zero_stage"] == 0
-    out["overlap_param_gather"] = always or no_gather or line.has("--overlap-param-gather")
+    if out["zero_stage"] > 0:  # without a sharded optimizer the default is left unset
+        out["overlap_param_gather"] = always or line.has("--overlap-param-gather")
     out.update(_recompute(line))
     for flag, key in (
         ("--ddp-bucket-size", "ddp_bucket_size"),

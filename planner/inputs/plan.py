@@ -19,6 +19,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.files import load_toml, validate
 from planner.inputs.hardware import ClusterSpec
+from planner.inputs.inert import inert
 from planner.inputs.job import Job
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import check_fused_grouped_mlp
@@ -44,6 +45,8 @@ class Plan:
     layout: Layout | None
     path: Path | None = None
     model_ref: dict[str, Any] | None = None
+    inert: tuple[tuple[str, str], ...] = ()
+    """(field, message) for the settings the plan gives that change nothing (`inert.inert`)."""
 
     def require_layout(self) -> Layout:
         """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""
@@ -239,7 +242,8 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     if titan and layout and titan.pipeline_schedule == default_schedule(layout.vpp):
         # one spelling of one plan: the schedule a plan would run anyway is left unnamed
         job = replace(job, torchtitan=titan.model_copy(update={"pipeline_schedule": None}))
-    return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model))
+    unread = tuple(inert(doc.training, doc.parallel, job, layout))
+    return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model), inert=unread)
 
 
 def trained_by(arch: ModelArch, framework: Framework) -> ModelArch:

@@ -78,6 +78,14 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
             'no module (Megatron runs an empty --recompute-modules so): set recompute = "none", '
             "or name the modules"
         )
+    given_method = section.recompute_method is not None and job.framework == "megatron"
+    if given_method and section.recompute != "full":
+        # the layout's default method cannot tell a given "uniform" from none (rules.features;
+        # Megatron asserts no method with selective recompute, and reads none without full)
+        raise InputError(
+            f"{where}: parallel.recompute_method: {spelled(section.recompute_method)} needs "
+            f'recompute = "full" (got "{section.recompute}")'
+        )
     stages = None
     titan_split = not (
         section.pipeline_layers

@@ -42,8 +42,14 @@ def check_space(job: Job, space: Space) -> None:
             f"--dp {space.dp.lo} exceeds global_batch_size ({job.global_batch_size}): every "
             f"data-parallel rank needs at least one sequence"
         )
-    if space.pp.lo > job.arch.num_layers:
-        raise InputError(f"--pp {space.pp.lo} exceeds num_layers ({job.arch.num_layers})")
+    if space.mbs.lo > job.global_batch_size:
+        raise InputError(
+            f"--mbs {space.mbs.lo} exceeds global_batch_size ({job.global_batch_size})"
+        )
+    layers = job.arch.num_layers
+    for name in ("pp", "vpp"):  # a virtual stage holds one layer at least
+        if getattr(space, name).lo > layers:
+            raise InputError(f"--{name} {getattr(space, name).lo} exceeds num_layers ({layers})")
     if space.ep.lo > 1 and not job.arch.is_moe:
         raise InputError(f"--ep {space.ep.lo}: {job.arch.name} has no experts")
     if not space.zero_stages:

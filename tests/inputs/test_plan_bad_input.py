@@ -204,13 +204,18 @@ TIER = '[[cluster.tiers]]\nname = "ib"\nbandwidth_gb_per_s_per_gpu = {bw}\nlaten
         ("power_limit_w = 1e-300\n", "below a tenth of h100-sxm-80gb's TDP (70 of 700 W)"),
         (TIER.format(bw="50.0", lat="1e300"), "cluster.tiers.0.latency_us: Input should"),
         (TIER.format(bw="1e-300", lat="5.0"), "cluster.tiers.0.bandwidth_gb_per_s_per_gpu"),
+        # a figure in the wrong unit: HBM in GB/s, memory in bytes, a link in bits per second
+        ("hbm_bandwidth_tb_per_s = 3350\n", "cluster.hbm_bandwidth_tb_per_s: Input should be"),
+        ("memory_gib = 85899345920\n", "cluster.memory_gib: Input should be less than"),
+        (TIER.format(bw="4e11", lat="5.0"), "cluster.tiers.0.bandwidth_gb_per_s_per_gpu"),
     ],
 )
 def test_cluster_figures_out_of_any_gpus_range(tmp_path: Path, extra: str, field: str) -> None:
     """A fuzzer's NaN (a timeline's, the JSON's) and overflows: positive but absurd overrides
     (HBM at 1e-300 TB/s, a power cap of 1e-300 W, a link of 1e-300 GB/s or 1e300 us latency)
     made steps of 1e300 s. Each now has a floor or a ceiling no real GPU or link is near
-    (hardware.MIN_HBM_TB_PER_S, MIN_POWER_SHARE, MIN_LINK_GB_PER_S, MAX_LATENCY_US)."""
+    (hardware.MIN_HBM_TB_PER_S, MIN_POWER_SHARE, MIN_LINK_GB_PER_S, MAX_LATENCY_US; and
+    MAX_HBM_TB_PER_S, MAX_GPU_MEMORY_GIB, MAX_LINK_GB_PER_S for a figure in the wrong unit)."""
     path = write(tmp_path, plan_text(cluster=CLUSTER + extra))
     assert field in load_error(path)
 

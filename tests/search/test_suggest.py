@@ -485,6 +485,9 @@ def test_no_batch_change_offered_when_none_helps(capsys: pytest.CaptureFixture[s
         (["--dp", "3"], ["--dp 3", "num_gpus (8)"]),
         (["--ep", "2"], ["--ep 2", "no experts"]),
         (["--num-gpus", "64", "--pp", "64"], ["--pp 64", "num_layers (32)"]),
+        # a virtual stage holds a layer at least; a micro-batch is a slice of the global batch
+        (["--vpp", "33"], ["--vpp 33", "num_layers (32)"]),
+        (["--mbs", "129-"], ["--mbs 129", "global_batch_size (128)"]),
         (["--nodes", "2", "--num-gpus", "16"], ["--nodes", "--num-gpus"]),
         (["--headroom", "100"], ["--headroom"]),
         (["--model", "no-such-model"], ["--model: unknown model 'no-such-model'"]),

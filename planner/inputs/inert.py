@@ -1,0 +1,137 @@
+"""Settings a plan gives that change nothing for its job and layout (`inert`): an FP8 recipe in a
+bf16 job, expert settings on a dense model, a context-parallel exchange at cp 1. The plan stays
+valid: the training code would ignore them too (or, for `overlap_param_gather` at ZeRO stage 0,
+the launch leaves the flag out, which Megatron-LM refuses without a sharded optimizer). `check`,
+`explain` and `suggest --write-plan` print each as a warning naming the file, the field and the
+value, so that a user who meant it to matter sees that it does not.
+
+A field counts as given when the file (or the command line read into one) sets it to a value
+that would do something: a flag set true, a number or name set; a field left at its default is
+never named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planner.inputs.errors import spelled
+from planner.inputs.job import Job
+from planner.inputs.layout import Layout
+from planner.inputs.plan_parallel import ParallelSection
+from planner.inputs.plan_sections import TrainingSection
+
+DENSE_TRAINING = (
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "moe_expert_rank_capacity_factor",
+    "moe_router_force_load_balancing",
+    "moe_grouped_tensor",
+)
+"""`[training]` settings of the experts' layers: nothing reads them in a dense model."""
+
+DENSE_PARALLEL = (
+    "etp",
+    "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
+    "moe_flex_dispatcher_num_sms",
+    "moe_shared_expert_overlap",
+)
+"""`[parallel]` settings of the experts' layers: nothing reads them in a dense model."""
+
+MUON = ("muon_whole_params", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv")
+"""`[training]` settings only the Muon optimizer reads."""
+
+DSA = ("dsa_kernel_backend", "dsa_indexer_loss_coeff", "dsa_indexer_use_sparse_loss")
+"""`[training]` settings only DeepSeek sparse attention reads."""
+
+
+def _given(section: TrainingSection | ParallelSection, name: str) -> bool:
+    """Whether the section sets `name` to a value that does something: given, and not its
+    default (a flag given false, or a field given its default value, changes nothing)."""
+    if name not in section.model_fields_set:
+        return False
+    value = getattr(section, name)
+    default = type(section).model_fields[name].default
+    return value is not None and value is not False and value != default
+
+
+def _set_true(section: TrainingSection | ParallelSection, name: str) -> bool:
+    """Whether the section sets the flag `name` true itself (for flags that default to true)."""
+    return name in section.model_fields_set and getattr(section, name) is True
+
+
+def inert(
+    training: TrainingSection, parallel: ParallelSection | None, job: Job, layout: Layout | None
+) -> list[tuple[str, str]]:
+    """(field, message) for each setting the plan gives that its job and layout never read, in
+    the order of the sections' fields."""
+    return list(_training(training, job)) + (
+        list(_parallel(parallel, job, layout)) if parallel is not None and layout else []
+    )
+
+
+def _note(
+    section: TrainingSection | ParallelSection, table: str, name: str, why: str
+) -> tuple[str, str]:
+    value = spelled(getattr(section, name))
+    return f"{table}.{name}", f"{name} = {value} has no effect: {why}"
+
+
+def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
+    precision = f'precision is "{job.precision}"'
+    if _given(t, "fp8_recipe") and job.precision != "fp8":
+        # fp4 quantises with NVFP4 whatever the FP8 recipe (Job.quant_recipe)
+        yield _note(t, "training", "fp8_recipe", f'{precision}, not "fp8"')
+    if t.fp8_param_gather and job.precision != "fp8":
+        yield _note(t, "training", "fp8_param_gather", f'{precision}, not "fp8"')
+    if t.fp4_param_gather and job.precision != "fp4":
+        yield _note(t, "training", "fp4_param_gather", f'{precision}, not "fp4"')
+    if not job.arch.is_moe:
+        for name in DENSE_TRAINING:
+            if _given(t, name):
+                yield _note(t, "training", name, "the model has no experts")
+    elif _given(t, "moe_paged_stash_buffer_size_factor") and not t.moe_paged_stash:
+        yield _note(t, "training", "moe_paged_stash_buffer_size_factor", "moe_paged_stash is off")
+    if job.optimizer != "muon":
+        for name in MUON:
+            if _given(t, name):
+                yield _note(t, "training", name, f'the optimizer is "{job.optimizer}", not muon')
+    if _set_true(t, "optimizer_offload_overlap") and not t.optimizer_offload_fraction:
+        yield _note(t, "training", "optimizer_offload_overlap", "optimizer_offload_fraction is 0")
+    if not job.arch.has_dsa:
+        for name in DSA:
+            if _given(t, name):
+                yield _note(t, "training", name, "the model has no DeepSeek sparse attention")
+
+
+def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, str]]:
+    if not job.arch.is_moe:
+        for name in DENSE_PARALLEL:
+            if _given(p, name):
+                yield _note(p, "parallel", name, "the model has no experts")
+    elif lay.moe_token_dispatcher_type != "flex":
+        for name in ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms"):
+            if _given(p, name):
+                why = f'moe_token_dispatcher_type is "{lay.moe_token_dispatcher_type}", not "flex"'
+                yield _note(p, "parallel", name, why)
+    if _given(p, "cp_comm_type") and lay.cp == 1:
+        yield _note(p, "parallel", "cp_comm_type", "cp is 1")
+    if _given(p, "microbatch_group_size_per_vp_stage") and lay.vpp == 1:
+        why = "vpp is 1 (only the interleaved schedule groups micro-batches)"
+        yield _note(p, "parallel", "microbatch_group_size_per_vp_stage", why)
+    if _given(p, "wgrad_deferral_limit") and not lay.defer_embedding_wgrad_compute:
+        yield _note(p, "parallel", "wgrad_deferral_limit", "defer_embedding_wgrad_compute is off")
+    if _given(p, "activation_offload_fraction") and not lay.offload_modules:
+        yield _note(p, "parallel", "activation_offload_fraction", "offload_modules is empty")
+    if lay.pp == 1:
+        for name in (
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+        ):
+            if _given(p, name):
+                yield _note(p, "parallel", name, "pp is 1 (there is no pipeline split)")
+    if job.framework == "megatron" and _set_true(p, "overlap_param_gather") and lay.zero_stage == 0:
+        why = (
+            "zero_stage is 0 (Megatron overlaps the sharded optimizer's parameter all-gather; "
+            "launch leaves the flag out, which Megatron-LM refuses without one)"
+        )
+        yield _note(p, "parallel", "overlap_param_gather", why)
