@@ -52,10 +52,13 @@ OPTION_NAMES = {
     "pue": "--pue",
     "node_overhead_w": "--node-overhead-w",
     "gpu_power_w": "--gpu-power-w",
-    "host_copy_gb_per_s": "--host-copy-gb-per-s",
+    "host_copy_gb_per_s": "--async-checkpoint",
     "checkpoint_interval_min": "--checkpoint-interval-min",
+    "step_time": "--failure-rate",
 }
-"""The option that sets each assumption (`AssumptionError.field`), so errors name the option."""
+"""The option that sets each assumption (`AssumptionError.field`), so errors name the option: the
+host copy's rate has no option of its own (the copy blocks under --async-checkpoint), and a step
+longer than the time between interruptions is named under the rate of interruptions."""
 
 
 @contextmanager

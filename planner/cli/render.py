@@ -24,6 +24,7 @@ from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.ops.operations import Operations
+from planner.ops.resilience import Resilience
 from planner.search.advice import Change
 
 MIN_TIMELINE_WIDTH = 20
@@ -324,15 +325,15 @@ def operations_table(o: Operations) -> Table:
         f"{units.format_duration(r.checkpoint_write_s)} at {p.storage_gb_per_s_per_node:g} GB/s "
         f"x {o.nodes:,} nodes, training blocked {units.format_duration(r.checkpoint_blocking_s)}",
     )
-    how = "given" if p.checkpoint_interval_min is not None else "Daly optimum"
+    how = _interval_source(r, p.checkpoint_interval_min)
     young, daly = (
         units.format_duration(r.young_interval_s),
         units.format_duration(r.daly_interval_s),
     )
     t.add_row(
         "checkpoint interval",
-        f"every {r.interval_steps:,} steps = {units.format_duration(r.interval_s)} ({how}; "
-        f"Young {young}, Daly {daly})",
+        f"every {r.interval_steps:,} step{'s' if r.interval_steps != 1 else ''} = "
+        f"{units.format_duration(r.interval_s)} ({how}; Young {young}, Daly {daly})",
     )
     failures = (
         f"; ~{o.expected_failures:,.0f} over the run" if o.expected_failures is not None else ""
@@ -352,3 +353,16 @@ def operations_table(o: Operations) -> Table:
         f"{o.effective_tokens_per_s:,.0f} effective ({o.tokens_per_s:,.0f} without failures)",
     )
     return t
+
+
+def _interval_source(r: Resilience, given_min: float | None) -> str:
+    """Where the checkpoint interval comes from: the option (and where less than half a step,
+    the one step it became), Daly's optimum, or with asynchronous save the write it may not
+    start before (when that is the longer)."""
+    if given_min is not None:
+        step = r.interval_s / r.interval_steps
+        short = r.interval_steps == 1 and given_min * 60.0 < step / 2
+        return f"given {given_min:g} min, under a step: one step" if short else "given"
+    if r.async_checkpoint and r.checkpoint_write_s > r.daly_interval_s:
+        return "the write time, past Daly's optimum"
+    return "Daly optimum"

@@ -27,7 +27,7 @@ def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
     for p in curve.points:
         o = p.operations
         if o is None or p.layout is None:
-            rows.append((str(p.num_gpus), "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+            rows.append((f"{p.num_gpus:,}", "-", "-", "-", "-", "-", "-", "-", "-", p.note))
             continue
         usd = o.usd_per_million_tokens
         rows.append(
@@ -37,7 +37,7 @@ def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
                 units.format_si(o.effective_tokens_per_s),
                 f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
                 f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
-                f"{p.marginal_efficiency:.0%}" if p.marginal_efficiency is not None else "-",
+                _marginal(p.marginal_efficiency),
                 f"{o.resilience.goodput:.1%}",
                 f"{usd:,.2f}" if usd is not None else "-",
                 f"{o.days:,.1f}" if o.days is not None else "-",
@@ -75,3 +75,11 @@ def scale_caption(curve: scaling.ScaleCurve) -> str:
     elif o is not None:
         notes.append(f"$/M tokens at ${o.price_usd_per_gpu_hour:g}/GPU-hour ({o.price_source})")
     return "; ".join(notes)
+
+
+def _marginal(value: float | None) -> str:
+    """A marginal efficiency as a percentage; one that rounds to 0% keeps a decimal, so that a
+    loss does not print as "-0%" and a small gain shows."""
+    if value is None:
+        return "-"
+    return f"{value:.0%}" if abs(value) >= 0.005 else f"{value:.1%}"

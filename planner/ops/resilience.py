@@ -1,7 +1,11 @@
 """Checkpoints, failures and goodput: how much of the wall clock a job spends training.
 
-Checkpoint. Size = params_total x 14 bytes: bf16 weights (2) + fp32 master weights (4) + Adam m
-and v (4 + 4). Gradients are not saved (Megatron rebuilds them in the next step). Megatron Core's
+Checkpoint. Size = params_total x `checkpoint_bytes_per_param`: under Megatron-LM bf16 weights (2)
++ fp32 master weights (4) + Adam m and v (4 + 4, or 2 + 2 with `optimizer_state_dtype = "bf16"`):
+14 or 10; under torchtitan the fp32 parameters FSDP2 shards (4) + m and v (4 + 4): 12. Gradients
+are not saved (the next step rebuilds them). Muon's one momentum buffer is counted as Adam's two
+(the Adam that trains its embeddings and norms keeps both): the safe side, a checkpoint no
+smaller than it is. Megatron Core's
 distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state so that
 every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per node, so
     C = size / (nodes x storage_bytes_per_s_per_node)
@@ -30,9 +34,13 @@ solve time T_s:
     T_wall = M e^(R'/M) (e^((tau + delta)/M) - 1) T_s / tau,     goodput = T_s / T_wall
 with R' = R + C (load) (+ C again with asynchronous save: the durable checkpoint lags by the
 write). To first order it is 1 - delta/tau - (tau/2 + R')/M: the checkpoint share delta/tau plus
-the rework tau/2 and restart R' per failure times failures per second. Time lost to checkpoints is
-goodput x delta / tau of the wall clock; the rest of 1 - goodput is lost to failures (restart
-about R'/M, the remainder re-doing work). Effective tokens/s = tokens/s x goodput.
+the rework tau/2 and restart R' per failure times failures per second. Split exactly, per
+segment of L = tau + delta (the same model: e^(L/M) - 1 failed attempts, each losing the work
+it did, E[t | t < L], then a restart phase of M (e^(R'/M) - 1) that failures may restart too):
+    wall = L + (M (e^(L/M) - 1) - L) + M (e^(L/M) - 1)(e^(R'/M) - 1)
+(the segment, the re-done work, the restarts; they sum to Daly's M e^(R'/M)(e^(L/M) - 1)):
+of the wall clock tau / wall trains (the goodput), delta / wall checkpoints, and the two failure
+terms over wall re-do work and restart. Effective tokens/s = tokens/s x goodput.
 
 Defaults (the failure rate, restart time, storage and host-copy rates) and their sources:
 planner/ops/assumptions.py.
@@ -49,8 +57,13 @@ from planner.inputs.units import GB, SECONDS_PER_DAY
 from planner.model import params as params_mod
 from planner.ops.assumptions import AssumptionError, OpsParams
 
-CHECKPOINT_BYTES_PER_PARAM = 2 + 4 + 4 + 4
-"""bf16 weights + fp32 master weights + Adam first and second moments; gradients are not saved."""
+
+def checkpoint_bytes_per_param(job: Job) -> float:
+    """Bytes per parameter of a checkpoint (the module docstring): Adam's two moments at the
+    job's optimizer_state_dtype, the fp32 master weights and, under Megatron-LM, the bf16
+    weights beside them (torchtitan's parameters are the fp32 ones)."""
+    moments = 2 * (4 if job.optimizer_state_dtype == "fp32" else 2)
+    return (4 if job.framework == "torchtitan" else 2 + 4) + moments
 
 
 def young_interval(delta_s: float, mtbf_s: float) -> float:
@@ -110,7 +123,7 @@ class Resilience:
     lost_failures: float
     """Fraction lost to failures: restarts and re-done work."""
     lost_restart: float
-    """Of lost_failures, the restarts themselves (~ R'/M)."""
+    """Of lost_failures, the restarts themselves (the module docstring's split; ~ R'/M)."""
     async_checkpoint: bool
 
     @property
@@ -146,7 +159,9 @@ def _no_progress(
     elif ops.checkpoint_interval_min is not None and tau >= delta:
         field = "checkpoint_interval_min"
     elif delta > tau:
-        field = "host_copy_gb_per_s" if ops.async_checkpoint else "storage_gb_per_s_per_node"
+        # asynchronous: the blocking is the host copy plus any wait for the previous write
+        wait = max(0.0, write - tau) if ops.async_checkpoint else delta
+        field = "storage_gb_per_s_per_node" if wait >= delta - wait else "host_copy_gb_per_s"
     else:
         field = "failure_rate_per_gpu_day"
 
@@ -172,8 +187,8 @@ def num_nodes(job: Job) -> int:
 
 
 def checkpoint_bytes(job: Job) -> float:
-    """params_total x 14 bytes (bf16 weights, fp32 master weights, Adam m and v)."""
-    return float(params_mod.params_total(job.arch) * CHECKPOINT_BYTES_PER_PARAM)
+    """params_total x `checkpoint_bytes_per_param` (weights, fp32 master weights, Adam m and v)."""
+    return float(params_mod.params_total(job.arch) * checkpoint_bytes_per_param(job))
 
 
 def checkpoint_write_s(job: Job, ops: OpsParams) -> float:
@@ -201,11 +216,13 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
     write = checkpoint_write_s(job, ops)
     m = mtbf_s(job, ops)
     if not 0 < m < math.inf:
-        raise AssumptionError(
-            "failure_rate_per_gpu_day",
-            f"{ops.failure_rate_per_gpu_day:g} per GPU-day on {job.cluster.num_gpus:,} GPUs "
-            f"leaves no time between interruptions (MTBF {m:g} s)",
+        rate = f"{ops.failure_rate_per_gpu_day:g} per GPU-day on {job.cluster.num_gpus:,} GPUs"
+        why = (
+            "is too small a rate: the time between interruptions overflows a float"
+            if m == math.inf
+            else f"leaves no time between interruptions (MTBF {m:g} s)"
         )
+        raise AssumptionError("failure_rate_per_gpu_day", f"{rate} {why}")
     restart = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
     if ops.async_checkpoint:
         delta0 = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)  # copy to host
@@ -239,6 +256,8 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
         raise _no_progress(job, ops, (m, restart, tau, delta, write), goodput, step_time_s)
     lost_ckpt = goodput * delta / tau
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
+    # per segment: restarts M (e^(L/M) - 1)(e^(R'/M) - 1) of the wall, tau / goodput
+    restarts = m * math.expm1((tau + delta) / m) * math.expm1(restart / m) * goodput / tau
     return Resilience(
         checkpoint_bytes=size,
         checkpoint_write_s=write,
@@ -252,6 +271,6 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
         goodput=goodput,
         lost_checkpoint=lost_ckpt,
         lost_failures=lost_fail,
-        lost_restart=min(lost_fail, restart / m),
+        lost_restart=min(lost_fail, restarts),
         async_checkpoint=ops.async_checkpoint,
     )

@@ -233,6 +233,8 @@ def _compare(
                 else f"loses {-marginal:.0%} of a GPU at {base_n} (throughput falls)"
             )
             notes.append(f"stops paying: each GPU added since {prev.num_gpus} {what}")
+        elif gained < 0:  # past where it stopped paying, a size that is slower outright
+            notes.append(f"throughput falls: fewer tokens/s than at {prev.num_gpus:,} GPUs")
         prev = replace(p, efficiency=eff, marginal_efficiency=marginal, note="; ".join(notes))
         points.append(prev)
     return points, stops_at

@@ -155,6 +155,25 @@ def test_falling_throughput_is_a_loss_not_nothing() -> None:
     assert "loses 20% of a GPU at 8 (throughput falls)" in curve.points[1].note
 
 
+def test_every_size_that_loses_throughput_says_so() -> None:
+    """After the first loss (which is where adding GPUs stops paying), each later size that is
+    slower outright still says so; it had no note. 8 GPUs at 8 s, 16 at 10 s, 32 at 10.05 s:
+    marginal (T/10.05 - T/10) / 16 / (T/64) = 4 x (0.0995025 - 0.1) = -0.199 %, printed with a
+    decimal (it showed as "-0%"); the infeasible row's count with separators."""
+    table: dict[int, tuple[Layout, float] | None] = {
+        8: (Layout(pp=8, dp=1), 8.0),
+        16: (Layout(pp=8, dp=2), 10.0),
+        32: (Layout(pp=8, dp=4), 10.05),
+        1024: None,
+    }
+    sizes = [8, 16, 32, 1024]
+    curve = scaling.scale(make_job(), sizes, fake_best(table), ops_params=NEGLIGIBLE_FAILURES)
+    assert curve.points[2].note == "throughput falls: fewer tokens/s than at 16 GPUs"
+    rows = render_scale.scale_rows(curve)
+    assert rows[2][5] == "-0.2%"
+    assert rows[3][0] == "1,024"
+
+
 def test_rise_with_only_dp_changed_says_so() -> None:
     table: dict[int, tuple[Layout, float] | None] = {
         8: (Layout(tp=8, dp=1), 8.0),
