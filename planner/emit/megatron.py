@@ -158,7 +158,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
         a.append(("--defer-embedding-wgrad-compute",))
         if lay.wgrad_deferral_limit:
             a.append(("--wgrad-deferral-limit", str(lay.wgrad_deferral_limit)))
-    if lay.microbatch_group_size_per_vp_stage is not None:
+    if lay.microbatch_group_size_per_vp_stage is not None and lay.vpp > 1:  # else unread
         size = str(lay.microbatch_group_size_per_vp_stage)
         a.append(("--microbatch-group-size-per-virtual-pipeline-stage", size))
     if lay.cpu_offloading_num_layers:

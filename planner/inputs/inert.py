@@ -23,6 +23,7 @@ DENSE_TRAINING = (
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
     "moe_expert_rank_capacity_factor",
+    "moe_paged_stash_buffer_size_factor",
     "moe_router_force_load_balancing",
     "moe_grouped_tensor",
 )
@@ -37,21 +38,36 @@ DENSE_PARALLEL = (
 )
 """`[parallel]` settings of the experts' layers: nothing reads them in a dense model."""
 
-MUON = ("muon_whole_params", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv")
+MUON = (
+    "muon_whole_params",
+    "muon_ns_steps",
+    "muon_tp_mode",
+    "muon_split_qkv",
+    "muon_matmul_precision",
+)
 """`[training]` settings only the Muon optimizer reads."""
 
 DSA = ("dsa_kernel_backend", "dsa_indexer_loss_coeff", "dsa_indexer_use_sparse_loss")
 """`[training]` settings only DeepSeek sparse attention reads."""
 
+MEGATRON_TRAINING = (
+    "compiled_loss_fusion",
+    "loss_fusion",
+    "moe_grouped_tensor",
+    "optimizer_instances",
+    "outer_dp_sharding_strategy",
+)
+"""`[training]` settings of Megatron-LM's code that a torchtitan job never reads (its loss is
+`[torchtitan] loss_chunks`, its data parallelism FSDP2's, its experts its own)."""
+
 
 def _given(section: TrainingSection | ParallelSection, name: str) -> bool:
-    """Whether the section sets `name` to a value that does something: given, and not its
-    default (a flag given false, or a field given its default value, changes nothing)."""
+    """Whether the section sets `name` away from its default: given, not None, and not its
+    default value (a flag given false where it defaults to false changes nothing)."""
     if name not in section.model_fields_set:
         return False
     value = getattr(section, name)
-    default = type(section).model_fields[name].default
-    return value is not None and value is not False and value != default
+    return value is not None and value != type(section).model_fields[name].default
 
 
 def _set_true(section: TrainingSection | ParallelSection, name: str) -> bool:
@@ -64,9 +80,13 @@ def inert(
 ) -> list[tuple[str, str]]:
     """(field, message) for each setting the plan gives that its job and layout never read, in
     the order of the sections' fields."""
-    return list(_training(training, job)) + (
-        list(_parallel(parallel, job, layout)) if parallel is not None and layout else []
-    )
+    if parallel is None or layout is None:
+        return list(_training(training, job))
+    return [
+        *_training(training, job),
+        *_recompute(training, parallel, layout),
+        *_parallel(parallel, job, layout),
+    ]
 
 
 def _note(
@@ -85,9 +105,15 @@ def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
         yield _note(t, "training", "fp8_param_gather", f'{precision}, not "fp8"')
     if t.fp4_param_gather and job.precision != "fp4":
         yield _note(t, "training", "fp4_param_gather", f'{precision}, not "fp4"')
+    if job.framework == "torchtitan":
+        for name in MEGATRON_TRAINING:
+            if _given(t, name):
+                yield _note(t, "training", name, "a Megatron-LM setting torchtitan does not read")
     if not job.arch.is_moe:
         for name in DENSE_TRAINING:
-            if _given(t, name):
+            if _given(t, name) and not (
+                job.framework == "torchtitan" and name in MEGATRON_TRAINING
+            ):
                 yield _note(t, "training", name, "the model has no experts")
     elif _given(t, "moe_paged_stash_buffer_size_factor") and not t.moe_paged_stash:
         yield _note(t, "training", "moe_paged_stash_buffer_size_factor", "moe_paged_stash is off")
@@ -95,7 +121,7 @@ def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
         for name in MUON:
             if _given(t, name):
                 yield _note(t, "training", name, f'the optimizer is "{job.optimizer}", not muon')
-    if _set_true(t, "optimizer_offload_overlap") and not t.optimizer_offload_fraction:
+    if "optimizer_offload_overlap" in t.model_fields_set and not t.optimizer_offload_fraction:
         yield _note(t, "training", "optimizer_offload_overlap", "optimizer_offload_fraction is 0")
     if not job.arch.has_dsa:
         for name in DSA:
@@ -103,10 +129,23 @@ def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
                 yield _note(t, "training", name, "the model has no DeepSeek sparse attention")
 
 
+def _recompute(t: TrainingSection, p: ParallelSection, lay: Layout) -> Iterator[tuple[str, str]]:
+    """Which modules selective recompute runs, set where the layout recomputes none or whole
+    layers (recompute_modules other than the default are refused there: rules.features)."""
+    if lay.recompute == "selective":
+        return
+    why = f'recompute is "{lay.recompute}", not "selective"'
+    if t.selective_recompute is not None:
+        yield _note(t, "training", "selective_recompute", why)
+    if "recompute_modules" in p.model_fields_set:
+        yield _note(p, "parallel", "recompute_modules", why)
+
+
 def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, str]]:
     if not job.arch.is_moe:
         for name in DENSE_PARALLEL:
-            if _given(p, name):
+            # an expert TP equal to tp is what leaving it out means (Layout.expert_tp)
+            if _given(p, name) and not (name == "etp" and p.etp == lay.tp):
                 yield _note(p, "parallel", name, "the model has no experts")
     elif lay.moe_token_dispatcher_type != "flex":
         for name in ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms"):
@@ -122,6 +161,9 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
         yield _note(p, "parallel", "wgrad_deferral_limit", "defer_embedding_wgrad_compute is off")
     if _given(p, "activation_offload_fraction") and not lay.offload_modules:
         yield _note(p, "parallel", "activation_offload_fraction", "offload_modules is empty")
+    if lay.offload_modules and lay.recompute == "full":
+        why = 'recompute is "full": a layer keeps only its input, which no module offloads'
+        yield _note(p, "parallel", "offload_modules", why)
     if lay.pp == 1:
         for name in (
             "account_for_embedding_in_pipeline_split",

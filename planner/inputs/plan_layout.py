@@ -78,20 +78,22 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
             'no module (Megatron runs an empty --recompute-modules so): set recompute = "none", '
             "or name the modules"
         )
-    given_method = section.recompute_method is not None and job.framework == "megatron"
-    if given_method and section.recompute != "full":
-        # the layout's default method cannot tell a given "uniform" from none (rules.features;
+    for name in ("recompute_method", "recompute_num_layers"):
+        given = getattr(section, name)
+        if given is None or job.framework != "megatron" or section.recompute == "full":
+            continue
+        # the layout's defaults cannot tell a given "uniform" or 1 from none (rules.features;
         # Megatron asserts no method with selective recompute, and reads none without full)
         raise InputError(
-            f"{where}: parallel.recompute_method: {spelled(section.recompute_method)} needs "
-            f'recompute = "full" (got "{section.recompute}")'
+            f'{where}: parallel.{name}: {spelled(given)} needs recompute = "full" '
+            f'(got "{section.recompute}")'
         )
     stages = None
-    titan_split = not (
+    titan_split = not (  # an account_for_* flag given false is the default: torchtitan's split
         section.pipeline_layers
         or section.pipeline_model_parallel_layout
-        or section.account_for_embedding_in_pipeline_split is not None
-        or section.account_for_loss_in_pipeline_split is not None
+        or section.account_for_embedding_in_pipeline_split
+        or section.account_for_loss_in_pipeline_split
     )
     if job.framework == "torchtitan" and section.pp > 1 and titan_split:
         # torchtitan's own split, unless the plan gives one

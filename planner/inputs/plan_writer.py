@@ -148,6 +148,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
             pipeline_layout.compact(layout.pipeline_layout) if layout.pipeline_layout else None
         ),
     }
+    if layout.zero_stage == 0 and layout.overlap_param_gather:
+        del parallel["overlap_param_gather"]  # the default, which ZeRO 0 has nothing to gather for
     for part in ("embedding", "loss"):
         name = f"account_for_{part}_in_pipeline_split"
         if getattr(layout, name):

@@ -26,9 +26,15 @@ INERT = [
     ("training", "moe_pad_expert_input_to_capacity = true", "a dense model routes no token"),
     ("training", "moe_router_force_load_balancing = true", "a dense model has no router"),
     ("training", "muon_ns_steps = 3", "Adam runs no Newton-Schulz steps"),
+    ("training", "muon_split_qkv = false", "Adam orthogonalises nothing (default true)"),
+    ("training", 'muon_matmul_precision = "high"', "Adam runs no Newton-Schulz GEMMs"),
+    ("training", "moe_paged_stash_buffer_size_factor = 1.5", "a dense model stashes nothing"),
+    ("training", "optimizer_offload_overlap = false", "no optimizer offloaded (either value)"),
+    ("training", 'selective_recompute = "per_op"', 'recompute "none": no selective recompute'),
+    ("parallel", 'recompute_modules = ["core_attn"]', 'recompute "none": no module recomputed'),
     ("training", "optimizer_offload_overlap = true", "no optimizer offloaded (fraction 0)"),
     ("training", "dsa_indexer_loss_coeff = 0.1", "no sparse-attention indexer in Llama"),
-    ("parallel", "etp = 2", "a dense model has no expert tensors"),
+    ("parallel", "etp = 1", "a dense model has no expert tensors (etp = tp is the default)"),
     ("parallel", 'moe_token_dispatcher_type = "flex"', "a dense model dispatches nothing"),
     ("parallel", 'cp_comm_type = "a2a"', "cp 1 exchanges nothing"),
     ("parallel", "microbatch_group_size_per_vp_stage = 4", "vpp 1: no interleaved schedule"),
@@ -80,7 +86,12 @@ def test_the_bundled_plan_names_no_setting(tmp_path: Path) -> None:
         (MOE_MODEL, TRAINING, "parallel", "etp = 1"),
         (MODEL, TRAINING, "parallel", 'moe_token_dispatcher_type = "alltoall"'),
         (MODEL, TRAINING, "parallel", "overlap_param_gather = true"),  # ZeRO 1 gathers
-        (MODEL, TRAINING, "training", "optimizer_offload_overlap = false"),
+        (
+            MODEL,
+            TRAINING + "optimizer_offload_fraction = 0.5\n",
+            "training",
+            "optimizer_offload_overlap = false",
+        ),
     ],
 )
 def test_a_setting_that_is_read_is_not_named(
@@ -99,14 +110,18 @@ def test_overlap_param_gather_at_zero_stage_0(tmp_path: Path) -> None:
 
 def test_a_recompute_method_needs_full_recompute(tmp_path: Path) -> None:
     # Megatron asserts "recompute method is not yet supported for selective recomputing
-    # granularity"; the layout's default method cannot tell a given "uniform" from none
+    # granularity"; the layout's defaults cannot tell a given "uniform" or 1 from none
     for recompute in ("selective", "none"):
-        parallel = f'{PARALLEL}recompute = "{recompute}"\nrecompute_method = "uniform"\n'
-        path = write(tmp_path, plan_text(parallel=parallel))
-        assert load_error(path) == (
-            f'{path}: parallel.recompute_method: "uniform" needs recompute = "full" '
-            f'(got "{recompute}")'
-        )
+        for line, value in (
+            ('recompute_method = "uniform"', '"uniform"'),
+            ("recompute_num_layers = 1", "1"),
+        ):
+            parallel = f'{PARALLEL}recompute = "{recompute}"\n{line}\n'
+            path = write(tmp_path, plan_text(parallel=parallel))
+            name = line.split(" = ")[0]
+            assert load_error(path) == (
+                f'{path}: parallel.{name}: {value} needs recompute = "full" (got "{recompute}")'
+            )
     ok = f'{PARALLEL}recompute = "full"\nrecompute_method = "uniform"\n'
     load_plan(write(tmp_path, plan_text(parallel=ok)))
 
@@ -133,3 +148,38 @@ def test_a_megatron_line_names_only_what_it_gives(
         assert code == 0
         warned = [w for w in json.loads(out)["warnings"] if "has no effect" in w]
         assert [w.split(": ")[1] for w in warned] == named
+
+
+def test_megatron_settings_under_torchtitan_and_offload_under_full_recompute(
+    tmp_path: Path,
+) -> None:
+    """torchtitan's loss is [torchtitan] loss_chunks (planner.model.stage_activations applies
+    compiled_loss_fusion under Megatron only); fine-grained offloading under full recompute
+    offloads nothing (planner.model.fine_offload: a layer keeps only its input then)."""
+    training = TRAINING + 'framework = "torchtitan"\ncompiled_loss_fusion = true\n'
+    plan = load_plan(write(tmp_path, plan_text(training=training, parallel=PARALLEL)))
+    assert [field for field, _ in plan.inert] == ["training.compiled_loss_fusion"]
+    parallel = (
+        '[parallel]\ntp = 2\npp = 1\nep = 8\nrecompute = "full"\noffload_modules = ["expert_fc1"]\n'
+    )
+    plan = load_plan(write(tmp_path, plan_text(model=MOE_MODEL, parallel=parallel), "moe.toml"))
+    assert [field for field, _ in plan.inert] == ["parallel.offload_modules"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # a dense model's etp (written as tp) and ZeRO 0's overlap_param_gather (the default)
+        ["--model", "llama3.1-70b", "--num-gpus", "64"],
+        ["--model", "llama3.1-8b", "--num-gpus", "8", "--zero", "0"],
+        ["--model", "qwen3-30b-a3b", "--num-gpus", "16", "--framework", "torchtitan"],
+    ],
+)
+def test_a_written_plan_names_no_setting(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What suggest writes is what check reads back: none of its settings is without effect."""
+    path = tmp_path / "plan.toml"
+    code, _, err = run(["suggest", *argv, "--write-plan", str(path)], capsys)
+    assert code == 0, err
+    assert load_plan(path).inert == ()

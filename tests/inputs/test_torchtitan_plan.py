@@ -110,6 +110,14 @@ def test_torchtitan_table_needs_the_framework(tmp_path: Path) -> None:
             "parallel.cpu_offloading_num_layers",
             "Megatron-LM setting",
         ),
+        # torchtitan's trainer (b5bcd76c) offloads no activations: check counted the memory
+        # fine-grained offloading saves, and the launched run would not save it
+        (
+            'tp = 1\nzero_stage = 3\noffload_modules = ["attn_norm"]\n',
+            "",
+            "parallel.offload_modules",
+            "offloads no activations",
+        ),
     ],
 )
 def test_what_torchtitan_cannot_run(
@@ -262,3 +270,15 @@ def test_torchtitan_trains_deepseek_v3_without_mtp(tmp_path: Path) -> None:
         )
     )
     assert megatron.job.arch.mtp_num_layers == 1
+
+
+def test_a_split_flag_given_false_keeps_torchtitans_split(tmp_path: Path) -> None:
+    """account_for_*_in_pipeline_split = false is the field's default; given, it switched
+    torchtitan's own split off (Llama 3.1 405B's 126 layers over pp 8 then needed 126 / 8)."""
+    model = '[model]\nname = "llama3.1-405b"\n'
+    splits = []
+    for extra in ("", "account_for_loss_in_pipeline_split = false\n"):
+        parallel = "[parallel]\npp = 8\nzero_stage = 3\n" + extra
+        path = titan_plan(tmp_path, parallel, model=model, cluster=BIG)
+        splits.append(load_plan(path).require_layout().pipeline_layout)
+    assert splits[0] is not None and splits[0] == splits[1]

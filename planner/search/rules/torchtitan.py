@@ -149,6 +149,12 @@ def features(job: Job, lay: Layout) -> Violation | None:
         ),
         (lay.cpu_offloading_num_layers > 0, "parallel.cpu_offloading_num_layers", "none"),
         (
+            bool(lay.offload_modules),
+            "parallel.offload_modules",
+            "its trainer offloads no activations; training.enable_cpu_offload moves FSDP2's "
+            "parameters, gradients and optimizer states",
+        ),
+        (
             lay.defer_embedding_wgrad_compute,
             "parallel.defer_embedding_wgrad_compute",
             "torch's schedules run each weight gradient in its backward",
