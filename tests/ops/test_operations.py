@@ -378,7 +378,7 @@ def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
     with pytest.raises(AssumptionError, match=r"one step takes 1\.00e\+09 s, longer than") as e:
         resilience.resilience(one_node, 1e9, OpsParams())
     assert e.value.field == "step_time"
-    with pytest.raises(InputError, match="^--failure-rate: one step takes"), named_options():
+    with pytest.raises(InputError, match=r"^--failure-rate: one step takes"), named_options():
         resilience.resilience(one_node, 1e9, OpsParams())
     # 1e-320 per GPU-day (a subnormal float): 86,400 / (1e-320 x 32) overflows to inf, an MTBF
     # of no interruption at all, not "no time between interruptions"
