@@ -304,6 +304,7 @@ def top_cost_text(perf: Performance) -> str:
 def operations_table(o: Operations) -> Table:
     """`explain --tokens ...`: days, GPU-hours, cost, energy, checkpoints, failures, goodput."""
     r, p = o.resilience, o.params
+    nodes = f"{o.nodes:,} node{'s' if o.nodes != 1 else ''}"
     t = Table(title="Operations (defaults and their sources: planner/ops/assumptions.py)")
     t.add_column("what", style="bold")
     t.add_column("estimate", overflow="fold")
@@ -315,7 +316,7 @@ def operations_table(o: Operations) -> Table:
         t.add_row(
             "energy",
             f"{o.energy_mwh:,.1f} MWh at {o.facility_power_w / 1e6:,.3f} MW "
-            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {o.nodes:,} nodes, "
+            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {nodes}, "
             f"PUE {o.pue:g})",
         )
     mode = "asynchronous" if r.async_checkpoint else "synchronous"
@@ -323,7 +324,7 @@ def operations_table(o: Operations) -> Table:
         "checkpoint",
         f"{units.format_bytes(r.checkpoint_bytes)} {mode}: write "
         f"{units.format_duration(r.checkpoint_write_s)} at {p.storage_gb_per_s_per_node:g} GB/s "
-        f"x {o.nodes:,} nodes, training blocked {units.format_duration(r.checkpoint_blocking_s)}",
+        f"x {nodes}, training blocked {units.format_duration(r.checkpoint_blocking_s)}",
     )
     how = _interval_source(r, p.checkpoint_interval_min)
     young, daly = (

@@ -112,8 +112,9 @@ def format_bytes(n: float) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    if seconds >= 2 * SECONDS_PER_HOUR:
-        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
+    if seconds >= 2 * SECONDS_PER_HOUR:  # thousands separated; past a million hours, exponent
+        hours = seconds / SECONDS_PER_HOUR
+        return f"{hours:,.1f} h" if hours < 1e6 else f"{hours:.3g} h"
     if seconds >= 600:
         return f"{seconds / 60:.0f} min"
     if seconds >= 120:

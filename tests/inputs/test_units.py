@@ -51,3 +51,12 @@ def test_format_duration_writes_milliseconds_plainly() -> None:
     assert format_duration(0.012) == "12 ms"
     assert format_duration(1.5) == "1.5 s"
     assert "e+" not in format_duration(0.9996)
+
+
+def test_format_duration_separates_thousands_of_hours() -> None:
+    # explain's "MTBF 6334.6 h" (8 GPUs at Llama 3's rate: 86,400 / (4.7359e-4 x 8) s), and
+    # 150-digit hours at --failure-rate 1e-300
+    from planner.inputs.units import format_duration
+
+    assert format_duration(2.2805e7) == "6,334.7 h"
+    assert format_duration(2.88e305) == "8e+301 h"
