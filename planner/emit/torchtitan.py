@@ -48,11 +48,32 @@ def stage_modules(stage: str, first_layer: int) -> list[str]:
     return out
 
 
+def routing_refusal(plan: Plan, commit: str) -> InputError | None:
+    """The refusal of a plan whose MoE routing groups are not its model's: torchtitan's flavor
+    builds the router with its own (MoE num_expert_groups / num_limited_groups at b5bcd76c),
+    which neither launch target writes, so the run would route as the flavor does and not as
+    the plan was timed (group-limited routing changes the dispatch, `planner.model.dispatch`)."""
+    job, arch = plan.job, plan.job.arch
+    given = (job.moe_router_num_groups, job.moe_router_group_topk)
+    own = (arch.moe_router_num_groups, arch.moe_router_group_topk)
+    if given == own:
+        return None
+    where = str(plan.path) if plan.path else "<plan>"
+    return InputError(
+        f"{where}: training.moe_router_num_groups: groups {given[0]}, group top-k {given[1]} "
+        f"(the model's: {own[0]}, {own[1]}): torchtitan {commit[:8]} routes with its flavor's "
+        "own groups, which this launch does not change; drop the override to launch it"
+    )
+
+
 def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     """The TOML tables, by dotted name."""
     job, lay = plan.job, plan.require_layout()
     titan = job.titan
     where = str(plan.path) if plan.path else "<plan>"
+    refused = routing_refusal(plan, TORCHTITAN_COMMIT)
+    if refused is not None:
+        raise refused
     if job.arch.name not in MODELS:
         raise InputError(
             f"{where}: model: torchtitan has no flavor of {job.arch.name!r}; it runs "

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.emit.common import SCHEDULE, comment_block, header, predict
-from planner.emit.torchtitan import GPU_LINE, stage_modules
+from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS
@@ -99,6 +99,9 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
     if base is None:
         raise _refuse(plan, "model", f"has no baseline for it (runs {', '.join(BASELINES)})")
     model, flavor = MODELS[job.arch.name]
+    refused = routing_refusal(plan, HEAD_COMMIT)
+    if refused is not None:
+        raise refused
     if lay.ep > 1 and lay.expert_tp > 1:
         raise _refuse(
             plan,

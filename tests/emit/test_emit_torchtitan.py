@@ -211,6 +211,22 @@ def test_the_toml_target_refuses_a_chunked_loss(tmp_path: Path) -> None:
     assert launch(path, "torchtitan-module").text.count("num_chunks=8") == 1
 
 
+def test_routing_groups_other_than_the_models_are_not_launched(tmp_path: Path) -> None:
+    """A plan's routing-group override changes its dispatch (planner.model.dispatch), but
+    torchtitan's flavor builds its router with its own groups and neither target writes them:
+    both refuse it, naming the field; the model's own groups launch."""
+    model = '[model]\nname = "qwen3-30b-a3b"\n'
+    parallel = "[parallel]\nep = 8\nzero_stage = 3\n"
+    own = write(tmp_path, plan_text(model=model, training=TITAN, parallel=parallel), "own.toml")
+    launch(own, "torchtitan")
+    training = TITAN + "moe_router_num_groups = 8\nmoe_router_group_topk = 2\n"
+    text = plan_text(model=model, training=training, parallel=parallel, cluster=CLUSTER64)
+    path = write(tmp_path, text, "groups.toml")
+    for target in ("torchtitan", "torchtitan-module"):
+        with pytest.raises(InputError, match=r"groups\.toml: training\.moe_router_num_groups: "):
+            launch(path, target)
+
+
 def test_a_toml_without_gpu_needs_the_flag(tmp_path: Path) -> None:
     path = write(tmp_path, "[model]\nname = 'llama3'\nflavor = '8B'\n", "t.toml")
     with pytest.raises(InputError, match="give --gpu"):
