@@ -71,14 +71,14 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     job, lay = plan.job, plan.require_layout()
     titan = job.titan
     where = str(plan.path) if plan.path else "<plan>"
-    refused = routing_refusal(plan, TORCHTITAN_COMMIT)
-    if refused is not None:
-        raise refused
     if job.arch.name not in MODELS:
         raise InputError(
             f"{where}: model: torchtitan has no flavor of {job.arch.name!r}; it runs "
             f"{', '.join(sorted(MODELS))} (torchtitan/models at {TORCHTITAN_COMMIT[:8]})"
         )
+    refused = routing_refusal(plan, TORCHTITAN_COMMIT)
+    if refused is not None:
+        raise refused
     if lay.cp > 1 and not titan.cp_load_balance:
         raise InputError(
             f"{where}: torchtitan.cp_load_balance: false is context_parallel_load_balancer = "
