@@ -24,6 +24,7 @@ from planner.inputs.hf_dense import (
     smollm3,
 )
 from planner.inputs.hf_fields import Reader
+from planner.inputs.hf_hybrid import nemotron_h
 from planner.inputs.hf_shapes import (
     Fields,
     dense_first_moe,
@@ -221,6 +222,29 @@ def _deepseek_v3(r: Reader) -> Fields:
     }
 
 
+def _glm4_moe_lite(r: Reader) -> Fields:
+    """GLM-4.7-Flash (Glm4MoeLiteForCausalLM; transformers' modular_glm4_moe_lite.py @008e5743:
+    DeepSeek-V3's attention, GLM-4.5's experts): DeepSeek-V3's fields (`_deepseek_v3`). Its
+    dense layers are the leading "dense" entries of mlp_layer_types where the config lists them
+    (transformers' default: the first layer dense, the rest "sparse"), else
+    first_k_dense_replace; its one routing group (n_group 1, the default) groups nothing."""
+    types = r.cfg.get("mlp_layer_types")
+    if "first_k_dense_replace" not in r.cfg and types is not None:
+        dense = next((i for i, t in enumerate(types) if t != "dense"), len(types))
+        if not isinstance(types, list) or any(t != "sparse" for t in types[dense:]):
+            raise r.error(
+                "mlp_layer_types",
+                f'must list "dense" layers, then "sparse" ones {spelled_json(types)}',
+            )
+        r = r.with_fields(first_k_dense_replace=dense)
+    elif "first_k_dense_replace" not in r.cfg:
+        r = r.with_fields(first_k_dense_replace=1)
+    f = _deepseek_v3(r)
+    if (f["moe_router_num_groups"] or 1) == 1:
+        f["moe_router_num_groups"] = f["moe_router_group_topk"] = None
+    return f
+
+
 def _deepseek_v32(r: Reader) -> Fields:
     """DeepSeek-V3.2 (DeepseekV32ForCausalLM, model_type deepseek_v32): DeepSeek-V3's shapes
     (`_deepseek_v3`) with DeepSeek sparse attention's lightning indexer: index_n_heads ->
@@ -349,6 +373,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV32ForCausalLM": ("deepseek_v32", _deepseek_v32),
     "GlmMoeDsaForCausalLM": ("glm_moe_dsa", _deepseek_v32),  # GLM-5: V3.2's fields
+    "Glm4MoeLiteForCausalLM": ("glm4_moe_lite", _glm4_moe_lite),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v2),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
@@ -366,5 +391,6 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "BloomForCausalLM": ("bloom", bloom),
     "OPTForCausalLM": ("opt", opt),
     "NemotronForCausalLM": ("nemotron", nemotron),
+    "NemotronHForCausalLM": ("nemotron_h", nemotron_h),
 }
 SUPPORTED: dict[str, str] = {arch: model_type for arch, (model_type, _) in FAMILIES.items()}

@@ -23,7 +23,12 @@ derivative (darkc0de/4.3test2), minimax-m2.7.json from amd/MiniMax-M2.7-BF16 and
 granite-3.0-3b-a800m.json from ibm-granite/granite-3.0-3b-a800m-instruct; dbrx-instruct.json
 from SinclairSchneider/dbrx-instruct-quantization-fixed @731fe61 (no quantization block; the
 shape of two other copies), qwen1.5-moe-a2.7b.json from a fine-tune whose _name_or_path is
-Qwen/Qwen1.5-MoE-A2.7B); the
+Qwen/Qwen1.5-MoE-A2.7B); and three from ai-dynamo/aiconfigurator's copies of the published
+files (auto_map dropped; Nemotron-H 56B's time_step_limit [0, Infinity] as [0, null]):
+nemotron-3-nano-30b-a3b.json and nemotron-h-56b.json @ 0b077da5
+(aic-core/src/aiconfigurator_core/model_configs/nvidia--*_config.json), glm-4.7-flash.json
+@ 19d098ad (src/aiconfigurator/model_configs/zai-org--GLM-4.7-Flash_config.json, a trimmed
+copy: no attention_bias, no num_nextn_predict_layers); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -307,6 +312,36 @@ EXPECTED: dict[str, dict[str, Any]] = {
         num_moe_experts=16, moe_router_topk=4, moe_ffn_hidden_size=10752, moe_layer_freq=1,
         gated_linear_unit=True, normalization="LayerNorm", add_bias_linear=False,
         untie_embeddings_and_output_weights=True,
+    ),
+    # Nemotron 3 Nano: the hybrid pattern as Megatron's (23 M, 23 E, 6 *); 128 squared-ReLU
+    # experts of 1,856 top-6, one shared of 3,712; Mamba-2 64 heads of 64, state 128, 8 groups;
+    # the same fields as model_zoo/nemotron3-nano-30b-a3b.toml (Megatron-LM's configuration)
+    "nemotron-3-nano-30b-a3b": dict(
+        num_layers=52, hidden_size=2688, ffn_hidden_size=1856, num_attention_heads=32,
+        num_query_groups=2, kv_channels=128, vocab_size=131072, activation="squared_relu",
+        gated_linear_unit=False, position_embedding_type="none",
+        hybrid_layer_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+        mamba_num_heads=64, mamba_head_dim=64, mamba_state_dim=128, mamba_num_groups=8,
+        num_moe_experts=128, moe_router_topk=6, moe_ffn_hidden_size=1856,
+        moe_shared_expert_intermediate_size=3712, moe_router_num_groups=None,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # Nemotron-H 56B: no experts (M, -, *), attention_head_dim 128, Mamba-2 256 heads of 64,
+    # state 256 (model_zoo/nemotronh-56b.toml)
+    "nemotron-h-56b": dict(
+        num_layers=118, hidden_size=8192, ffn_hidden_size=32768, num_attention_heads=64,
+        num_query_groups=8, kv_channels=128, vocab_size=131072, activation="squared_relu",
+        position_embedding_type="none", mamba_num_heads=256, mamba_head_dim=64,
+        mamba_state_dim=256, mamba_num_groups=8, num_moe_experts=None,
+    ),
+    # GLM-4.7-Flash: DeepSeek-V3's MLA (q-LoRA 768, 192 / 64 / 256), one dense layer then 46
+    # MoE layers of 64 experts of 1,536 top-4 and one shared; n_group 1 groups nothing
+    "glm-4.7-flash": dict(
+        num_layers=47, hidden_size=2048, ffn_hidden_size=10240, num_attention_heads=20,
+        vocab_size=154880, multi_latent_attention=True, q_lora_rank=768, kv_lora_rank=512,
+        qk_head_dim=192, qk_pos_emb_head_dim=64, v_head_dim=256, num_moe_experts=64,
+        moe_router_topk=4, moe_ffn_hidden_size=1536, moe_shared_expert_intermediate_size=1536,
+        moe_layer_freq=(0,) + (1,) * 46, mtp_num_layers=0, moe_router_num_groups=None,
     ),
     # MiniMax-M2: 256 experts of 1,536 top-8 on all 62 layers, no shared expert, q/k norms,
     # head_dim 128 (48 x 128 against hidden 3,072), 3 MTP modules (use_mtp)
