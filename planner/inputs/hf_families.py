@@ -25,6 +25,7 @@ from planner.inputs.hf_dense import (
 )
 from planner.inputs.hf_fields import Reader
 from planner.inputs.hf_hybrid import nemotron_h
+from planner.inputs.hf_llama4 import llama4
 from planner.inputs.hf_shapes import (
     Fields,
     dense_first_moe,
@@ -32,6 +33,7 @@ from planner.inputs.hf_shapes import (
     moe,
     partial_rope,
     skip_freq,
+    text_config,
     tied,
     window,
 )
@@ -159,39 +161,19 @@ def _qwen3_next(r: Reader) -> Fields:
     }
 
 
-def _text_config(r: Reader, **fill: object) -> Reader:
-    """A vision-language config's language model (its text_config object), read alone, `fill`
-    standing in for fields it lacks: errors name the file and text_config, notes join the outer
-    reader's."""
-    text = r.cfg.get("text_config")
-    if not isinstance(text, dict):
-        raise r.error("text_config", f"must be an object (the language model) {spelled_json(text)}")
-    outer_tie = r.cfg.get("tie_word_embeddings")  # the model's, where the text config has none
-    tie = (
-        {}
-        if outer_tie is None or "tie_word_embeddings" in text
-        else {"tie_word_embeddings": outer_tie}
-    )
-    sub = Reader({**fill, **tie, **text}, None, r.arch)
-    sub.file = f"{r.file}: text_config"
-    sub.notes = r.notes
-    r.notes.append("the vision encoder is not modelled (text_config only)")
-    return sub
-
-
 def _qwen3_5_moe(r: Reader) -> Fields:
     """Qwen3.5 MoE (Qwen3_5MoeForConditionalGeneration; transformers' Qwen3_5MoeTextConfig):
     Qwen3-Next's language model in text_config (`_qwen3_next`), every layer MoE (the text config
     has no dense layers, no intermediate_size: ffn_hidden_size takes the expert width, unused)."""
     text = r.cfg.get("text_config")
     experts = text.get("moe_intermediate_size") if isinstance(text, dict) else None
-    return _qwen3_next(_text_config(r, intermediate_size=experts))
+    return _qwen3_next(text_config(r, intermediate_size=experts))
 
 
 def _qwen3_5(r: Reader) -> Fields:
     """Qwen3.5 dense (Qwen3_5ForConditionalGeneration): Qwen3's dense shape in text_config with
     head_dim 256 and the gated delta nets (`_gated_delta_nets`)."""
-    t = _text_config(r)
+    t = text_config(r)
     f = qwen3(t, head_dim_default=256)
     return {**f, **_gated_delta_nets(t, f["num_layers"])}
 
@@ -364,6 +346,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "LlamaForCausalLM": ("llama", llama),
     "MistralForCausalLM": ("mistral", mistral),
     "MixtralForCausalLM": ("mixtral", _mixtral),
+    "Llama4ForConditionalGeneration": ("llama4", llama4),
     "Qwen2ForCausalLM": ("qwen2", qwen2),
     "Qwen3ForCausalLM": ("qwen3", qwen3),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),

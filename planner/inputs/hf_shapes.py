@@ -180,3 +180,23 @@ def partial_rope(r: Reader) -> None:
     rotary = r.cfg.get("partial_rotary_factor")
     if isinstance(rotary, int | float) and rotary < 1:
         r.notes.append(f"RoPE on {rotary:g} of each head (partial_rotary_factor) timed as whole")
+
+
+def text_config(r: Reader, **fill: object) -> Reader:
+    """A vision-language config's language model (its text_config object), read alone, `fill`
+    standing in for fields it lacks: errors name the file and text_config, notes join the outer
+    reader's."""
+    text = r.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise r.error("text_config", f"must be an object (the language model) {spelled_json(text)}")
+    outer_tie = r.cfg.get("tie_word_embeddings")  # the model's, where the text config has none
+    tie = (
+        {}
+        if outer_tie is None or "tie_word_embeddings" in text
+        else {"tie_word_embeddings": outer_tie}
+    )
+    sub = Reader({**fill, **tie, **text}, None, r.arch)
+    sub.file = f"{r.file}: text_config"
+    sub.notes = r.notes
+    r.notes.append("the vision encoder is not modelled (text_config only)")
+    return sub

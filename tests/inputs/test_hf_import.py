@@ -28,7 +28,9 @@ files (auto_map dropped; Nemotron-H 56B's time_step_limit [0, Infinity] as [0, n
 nemotron-3-nano-30b-a3b.json and nemotron-h-56b.json @ 0b077da5
 (aic-core/src/aiconfigurator_core/model_configs/nvidia--*_config.json), glm-4.7-flash.json
 @ 19d098ad (src/aiconfigurator/model_configs/zai-org--GLM-4.7-Flash_config.json, a trimmed
-copy: no attention_bias, no num_nextn_predict_layers); the
+copy: no attention_bias, no num_nextn_predict_layers); llama4-scout-17b-16e.json and
+llama4-maverick-17b-128e.json from the same repository @ 095f58a5 (no vision_config in them)
+(aic-core/src/aiconfigurator_core/model_configs/meta-llama--Llama-4-*-Instruct_config.json); the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -342,6 +344,21 @@ EXPECTED: dict[str, dict[str, Any]] = {
         qk_head_dim=192, qk_pos_emb_head_dim=64, v_head_dim=256, num_moe_experts=64,
         moe_router_topk=4, moe_ffn_hidden_size=1536, moe_shared_expert_intermediate_size=1536,
         moe_layer_freq=(0,) + (1,) * 46, mtp_num_layers=0, moe_router_num_groups=None,
+    ),
+    # Llama 4 Scout (text_config): 48 layers, every one MoE (interleave step 1): 16 experts of
+    # 8,192 top-1 beside a shared one of 8,192; 40 heads, 8 KV groups of 128; untied
+    "llama4-scout-17b-16e": dict(
+        num_layers=48, hidden_size=5120, ffn_hidden_size=16384, num_attention_heads=40,
+        num_query_groups=8, kv_channels=128, vocab_size=202048, num_moe_experts=16,
+        moe_router_topk=1, moe_ffn_hidden_size=8192, moe_shared_expert_intermediate_size=8192,
+        moe_layer_freq=1, gated_linear_unit=True, untie_embeddings_and_output_weights=True,
+    ),
+    # Maverick: every second layer MoE (interleave step 2: layers 1, 3, ...), 128 experts; the
+    # dense layers' MLP intermediate_size_mlp 16,384
+    "llama4-maverick-17b-128e": dict(
+        num_layers=48, hidden_size=5120, ffn_hidden_size=16384, num_moe_experts=128,
+        moe_router_topk=1, moe_ffn_hidden_size=8192, moe_shared_expert_intermediate_size=8192,
+        moe_layer_freq=(0, 1) * 24,
     ),
     # MiniMax-M2: 256 experts of 1,536 top-8 on all 62 layers, no shared expert, q/k norms,
     # head_dim 128 (48 x 128 against hidden 3,072), 3 MTP modules (use_mtp)
