@@ -1,7 +1,8 @@
 """The dense Hugging Face architecture families (`planner.inputs.hf_families` maps them by
 `architectures[0]`, beside the MoE and hybrid ones): Llama's relatives (Qwen2, Qwen3, Mistral,
-Phi-3, SmolLM3, Seed-OSS, Gemma 2, Nemotron-4) and the GPT-2-era layouts (GPT-2, GPT-NeoX, BLOOM,
-OPT), each one small function from a config.json's fields to ModelArch fields."""
+Phi-3, SmolLM3, Seed-OSS, OLMo 2, Gemma 2 and 3, Nemotron-4) and the GPT-2-era layouts (GPT-2,
+GPT-NeoX, BLOOM, OPT), each one small function from a config.json's fields to ModelArch
+fields."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ def qwen2(r: Reader) -> Fields:
 def qwen3(r: Reader, head_dim_default: int = 128) -> Fields:
     """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
     return {**llama(r, head_dim_default=head_dim_default), "qk_layernorm": True}
+
+
+def olmo2(r: Reader) -> Fields:
+    """OLMo 2 (Olmo2ForCausalLM; transformers' modeling_olmo2.py): Llama's shapes with RMSNorms of
+    q and k (qk_layernorm) and its two norms after the attention and the MLP instead of before.
+    Noted, not fields of ModelArch: the q / k norms span the whole projections (num_heads x
+    head_dim and num_key_value_heads x head_dim weights where Megatron's have head_dim: a few
+    thousand parameters a layer), and the norms' place (the same count and work)."""
+    r.notes.append("q/k norms over whole projections and post-norms counted as per-head pre-norms")
+    return {**llama(r), "qk_layernorm": True}
 
 
 def mistral(r: Reader) -> Fields:
@@ -139,6 +150,13 @@ def gemma2(r: Reader) -> Fields:
     first (Gemma2Config's default: layer i slides where (i + 1) is odd) -> window_attn_skip_freq
     2. Not fields of ModelArch, noted: the logit soft-capping of attention and of the output
     (timed as plain attention), and the two extra RMSNorms per layer (2 h parameters)."""
+    r.notes.append("logit soft-capping and the 2 extra norms per layer not modelled")
+    return _gemma(r, 2)
+
+
+def _gemma(r: Reader, every: int) -> Fields:
+    """Gemma's shapes (`gemma2`), the window on the layers layer_types marks, else on all but
+    every `every`-th layer."""
     act = "hidden_activation" if r.cfg.get("hidden_activation") is not None else "hidden_act"
     f = {
         **dense_shape(r, "intermediate_size", 256),
@@ -150,7 +168,16 @@ def gemma2(r: Reader) -> Fields:
     }
     n = f["num_layers"]
     if r.cfg.get("layer_types") is None and r.cfg.get("sliding_window") is not None:
-        slides = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        slides = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
         r = r.with_fields(layer_types=slides)
-    r.notes.append("logit soft-capping and the 2 extra norms per layer not modelled")
     return {**f, **window(r, n, every=False)}
+
+
+def gemma3(r: Reader) -> Fields:
+    """Gemma 3's language model (Gemma3ForCausalLM; transformers' Gemma3TextConfig): Gemma 2's
+    shapes (`gemma2`) with RMSNorms of q and k (qk_layernorm), no soft-capping, and without
+    layer_types every sliding_window_pattern-th layer global (default 6: layer i slides where
+    (i + 1) % 6 != 0, five local to one global)."""
+    r.notes.append("the 2 extra norms per layer not modelled")
+    every = r.opt_int("sliding_window_pattern", default=6) or 6
+    return {**_gemma(r, every), "qk_layernorm": True}

@@ -29,8 +29,11 @@ nemotron-3-nano-30b-a3b.json and nemotron-h-56b.json @ 0b077da5
 (aic-core/src/aiconfigurator_core/model_configs/nvidia--*_config.json), glm-4.7-flash.json
 @ 19d098ad (src/aiconfigurator/model_configs/zai-org--GLM-4.7-Flash_config.json, a trimmed
 copy: no attention_bias, no num_nextn_predict_layers); llama4-scout-17b-16e.json and
-llama4-maverick-17b-128e.json from the same repository @ 095f58a5 (no vision_config in them)
-(aic-core/src/aiconfigurator_core/model_configs/meta-llama--Llama-4-*-Instruct_config.json); the
+llama4-maverick-17b-128e.json from the same repository @ 095f58a5
+(aic-core/src/aiconfigurator_core/model_configs/meta-llama--Llama-4-*-Instruct_config.json, no
+vision_config in them); gemma-3-1b.json from the config google/gemma-3-1b-it's card shows, as
+Liwink/gemma-jax @ 2904b450 models/README.md quotes it, and olmo-2-13b.json from
+mauer4/Attention-From-Scratch @ 381a295f weights/allenai/OLMo-2-1124-13B/config.json; the
 expected Megatron fields follow Megatron-LM's example scripts (and the team's notes on mapping HF
 fields to them); parameter counts are the published totals (Hugging Face `model.num_parameters()`
 where an exact figure is quoted, the model card otherwise)."""
@@ -360,6 +363,20 @@ EXPECTED: dict[str, dict[str, Any]] = {
         moe_router_topk=1, moe_ffn_hidden_size=8192, moe_shared_expert_intermediate_size=8192,
         moe_layer_freq=(0, 1) * 24,
     ),
+    # Gemma 3 1B: Gemma 2's shapes (head_dim 256, geglu, tied) with q/k norms; window 512 on
+    # five layers in six (sliding_window_pattern 6: layers 5, 11, ... global)
+    "gemma-3-1b": dict(
+        num_layers=26, hidden_size=1152, ffn_hidden_size=6912, num_attention_heads=4,
+        num_query_groups=1, kv_channels=256, vocab_size=262144, activation="geglu",
+        qk_layernorm=True, window_size=511, window_attn_skip_freq=6,
+        untie_embeddings_and_output_weights=False,
+    ),
+    # OLMo 2 13B: Llama's shapes (40 heads, no GQA) with q/k norms
+    "olmo-2-13b": dict(
+        num_layers=40, hidden_size=5120, ffn_hidden_size=13824, num_attention_heads=40,
+        num_query_groups=None, vocab_size=100352, qk_layernorm=True, activation="swiglu",
+        untie_embeddings_and_output_weights=True,
+    ),
     # MiniMax-M2: 256 experts of 1,536 top-8 on all 62 layers, no shared expert, q/k norms,
     # head_dim 128 (48 x 128 against hidden 3,072), 3 MTP modules (use_mtp)
     "minimax-m2.7": dict(
@@ -478,6 +495,21 @@ ROUGH_PARAMS = {
     # parameters are active on any input" (rounded: 1%, 2%)
     "dbrx-instruct": (132e9, 36e9, 0.02),
 }
+
+
+def test_gemma3_and_olmo2_by_hand() -> None:
+    """Gemma 3 1B: tied table 262,144 x 1,152 = 301,989,888; a layer's q 1,152 x 1,024 and o
+    1,024 x 1,152 (1,179,648 each), k and v 1,152 x 256 (294,912 each), MLP 3 x 1,152 x 6,912
+    = 23,887,872, two norms 2,304 and q/k norms 2 x 256: 26,839,808, x 26 = 697,835,008, the
+    final norm 1,152: 999,826,048 (its two extra norms a layer, 59,904, make the checkpoint's
+    999,885,952). OLMo 2 13B: untied tables 2 x 100,352 x 5,120 = 1,027,604,480; a layer's
+    attention 4 x 5,120^2 = 104,857,600, MLP 3 x 5,120 x 13,824 = 212,336,640, norms 10,240 +
+    2 x 128: 317,204,736, x 40 = 12,688,189,440, the final norm 5,120: 13,715,799,040 (its q/k
+    norms span whole projections: 399,360 more), the card's 13.7B."""
+    gemma = load_hf_config(HF / "gemma-3-1b.json")
+    assert params.params_total(gemma) == 999_826_048
+    olmo = load_hf_config(HF / "olmo-2-13b.json")
+    assert params.params_total(olmo) == 13_715_799_040
 
 
 @pytest.mark.parametrize("name", sorted(EXACT_PARAMS))
