@@ -39,7 +39,7 @@ def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
                 f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
                 _marginal(p.marginal_efficiency),
                 f"{o.resilience.goodput:.1%}",
-                f"{usd:,.2f}" if usd is not None else "-",
+                _usd(usd),
                 f"{o.days:,.1f}" if o.days is not None else "-",
                 p.note,
             )
@@ -83,3 +83,11 @@ def _marginal(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.0%}" if abs(value) >= 0.005 else f"{value:.1%}"
+
+
+def _usd(value: float | None) -> str:
+    """Dollars per million tokens: cents from a dollar up, three significant digits below (two
+    decimals printed 0.0182 and 0.0188 both as 0.02)."""
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if value >= 1 else f"{value:.3g}"

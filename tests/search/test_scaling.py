@@ -174,6 +174,14 @@ def test_every_size_that_loses_throughput_says_so() -> None:
     assert rows[3][0] == "1,024"
 
 
+def test_cost_column_keeps_three_digits_under_a_dollar() -> None:
+    """Two decimals printed $0.0182 and $0.0188 per million tokens both as 0.02 (gemma2-2b on 8
+    and 64 MI300X): three significant digits under a dollar, cents above."""
+    assert render_scale._usd(0.018234) == "0.0182"
+    assert render_scale._usd(12.345) == "12.35"
+    assert render_scale._usd(None) == "-"
+
+
 def test_rise_with_only_dp_changed_says_so() -> None:
     table: dict[int, tuple[Layout, float] | None] = {
         8: (Layout(tp=8, dp=1), 8.0),
