@@ -38,6 +38,13 @@ MIB = 2**20
 WARMUP_LINES = 2
 """Logged iteration lines left out at the start of a run (see the module docstring)."""
 
+MIN_LINES = 2
+"""The fewest iteration lines a run is measured on: the first times start-up alone."""
+
+FULL_LINES = 3
+"""Iteration lines left after both warm-up lines that make a step time without start-up in it
+(fewer, and only the first is left out: a note says so)."""
+
 
 @dataclass(frozen=True)
 class StagePeak:
@@ -129,7 +136,8 @@ def _plan(
     return check_plan(parse_plan(reading.doc, Path(run.where(run.args_line))))
 
 
-def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int]:
+def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int, bool]:
+    """(median step time, lines it is measured on, whether both warm-up lines were left out)."""
     job = plan.job
     lines = [
         it
@@ -142,7 +150,7 @@ def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int]:
             f"{where}: {len(lines)} iteration line(s) at global batch {job.global_batch_size}: "
             "need two or more (the first only times start-up; a truncated log?)"
         )
-    skip = WARMUP_LINES if len(lines) - WARMUP_LINES >= 3 else 1
+    skip = WARMUP_LINES if len(lines) - WARMUP_LINES >= FULL_LINES else 1
     gpu = job.cluster.gpu
     peak = gpu.peak_flops(job.precision) / 1e12
     for it in lines:
@@ -153,7 +161,7 @@ def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int]:
                 "not from that GPU (--gpu)"
             )
     used = lines[skip:]
-    return statistics.median(it.elapsed_ms for it in used) / 1000, len(used)
+    return statistics.median(it.elapsed_ms for it in used) / 1000, len(used), skip == WARMUP_LINES
 
 
 def _memory(run: megatron_log.LogRun, plan: Plan) -> tuple[StagePeak, ...]:
@@ -199,7 +207,10 @@ def read_runs(
     seen: dict[tuple[object, ...], str] = {}
     for path in paths:
         log = megatron_log.parse(read_log(path), path)
+        if notes is not None:
+            notes.extend(log.notes)
         spec = gpu_of(log, gpu)
+        measurable = [r for r in log.runs if len(r.iterations) >= MIN_LINES]
         for run in log.runs:
             key = (
                 tuple(sorted(run.args.items())),
@@ -211,15 +222,48 @@ def read_runs(
                     notes.append(f"{run.where(run.args_line)}: the run of {seen[key]} again: once")
                 continue
             seen.setdefault(key, run.where(run.args_line))
+            if len(run.iterations) < MIN_LINES and measurable:
+                # an attempt that died within its first log intervals, then restarted
+                lines = len(run.iterations)
+                if notes is not None:
+                    notes.append(
+                        f"{run.where(run.args_line)}: {lines} iteration line(s) after this (the "
+                        "run ended within its first log intervals): left out"
+                    )
+                continue
             if not run.iterations:
                 why = "no iteration lines after this (the run ended before its first log interval"
-                if not any(r.iterations for r in log.runs):
-                    raise InputError(f"{run.where(run.args_line)}: {why}, or the log is truncated)")
+                raise InputError(f"{run.where(run.args_line)}: {why}, or the log is truncated)")
+            restart = _same_job(run, measurable)
+            if restart is not None:
                 if notes is not None:
-                    notes.append(f"{run.where(run.args_line)}: {why}): left out")
+                    first = restart.where(restart.args_line)
+                    notes.append(
+                        f"{run.where(run.args_line)}: the job of {first} again (a restart): "
+                        "measured on the run with more iteration lines"
+                    )
                 continue
             plan = _plan(run, spec, num_gpus, plan_path, vocab_size)
-            step, used = _step_time(run, plan)
+            step, used, warm_free = _step_time(run, plan)
             where = run.where(run.args_line or run.iterations[0].line)
+            if not warm_free and notes is not None:
+                notes.append(
+                    f"{where}: measured on {used} iteration line(s), the second logged interval "
+                    "among them, which still carries start-up: log more iterations for a "
+                    "warm-up-free step time"
+                )
             out.append(MeasuredRun(where, plan, step, used, _memory(run, plan)))
     return out
+
+
+def _same_job(
+    run: megatron_log.LogRun, runs: list[megatron_log.LogRun]
+) -> megatron_log.LogRun | None:
+    """Another run of the same file with the same printed arguments (a job restarted from its
+    checkpoint) that logged more iteration lines, the first of them on a tie; None if there is
+    none or `run` is it. One job measured twice would weigh double in a fit."""
+    if not run.args:
+        return None
+    twins = [r for r in runs if r.args == run.args]
+    best = max(twins, key=lambda r: len(r.iterations), default=run)
+    return None if best is run else best

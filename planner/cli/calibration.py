@@ -72,11 +72,15 @@ def use(option: str | None, gpu: str) -> Profile | None:
 def log_run(
     path: Path, gpu: str | None, num_gpus: int | None, vocab_size: int | None
 ) -> MeasuredRun:
-    """The last run of a Megatron-LM log, with its plan and measurements (the log reader
-    imported here: the commands that take no --log do without it)."""
+    """The last run of a Megatron-LM log, with its plan and measurements; what the reader left
+    out or could not measure cleanly (`read_runs`' notes) on stderr (the log reader imported
+    here: the commands that take no --log do without it)."""
     from planner.calibration.measured import read_runs
 
-    runs = read_runs([path], gpu, num_gpus, None, vocab_size)
+    notes: list[str] = []
+    runs = read_runs([path], gpu, num_gpus, None, vocab_size, notes)
+    for note in notes:
+        err.print(f"note: {note}", soft_wrap=True)
     return runs[-1]
 
 

@@ -17,11 +17,16 @@ Formats (NVIDIA/Megatron-LM d98e8a64):
   X | max allocated: Y | reserved: Z | max reserved: W`.
 
 Launchers prefix lines (`srun --label` writes `0: `, torchrun `[default0]:`); every pattern is
-searched anywhere in a line. A file may hold several runs (a job that restarted, or logs
-concatenated): each arguments block starts a new run. Lines of other programs are skipped, and
-device names they print (`nvidia-smi`, `torch.cuda.get_device_name`) are kept, so that a log of
-another GPU than the one given can be refused. A `nan` or `inf` on an iteration or memory line,
-an arguments block without its end, or an iteration line cut short are errors naming the line.
+searched anywhere in a line, after terminal colour codes are removed. Lines end at newlines only
+(a progress bar's carriage returns stay inside its line, so line numbers are `grep -n`'s). A
+last line without its newline (a job still writing, or killed mid-line) is not read, said in
+`MegatronLog.notes`; so is a memory report another rank's output tore (two `[Rank N]` on one
+line: its figures may be the other rank's). A file may hold several runs (a job that
+restarted, or logs concatenated): each arguments block starts a new run. Lines of other
+programs are skipped, and device names they print (`nvidia-smi`, `torch.cuda.get_device_name`)
+are kept, so that a log of another GPU than the one given can be refused. A `nan` or `inf` on
+an iteration or memory line, an arguments block without its end, or an iteration line cut short
+(before its newline) are errors naming the line.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ _ARG = re.compile(r"\s([A-Za-z_]\w*) (?:\.+ |\s)(.*)$")
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)((?:\s*\|[^|]*)+)")
 _DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)[ -]([A-Z]{1,2}\d{2,3}[A-Z]?)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+"""A terminal control sequence (colour, cursor): removed before a line is read."""
 
 ELAPSED = "elapsed time per iteration (ms)"
 THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
@@ -93,6 +100,8 @@ class MegatronLog:
     runs: list[LogRun]
     devices: list[tuple[int, str]]
     """(line, device family as printed, e.g. 'H100', 'A100', 'MI300X')."""
+    notes: list[str] = field(default_factory=list)
+    """Lines not read, and why (a last line cut short, a torn memory report)."""
 
 
 MIN_ELAPSED_MS = 1e-3
@@ -186,10 +195,17 @@ def parse(text: str, path: Path) -> MegatronLog:
     cannot be read."""
     runs: list[LogRun] = []
     devices: list[tuple[int, str]] = []
+    notes: list[str] = []
     current: LogRun | None = None
     in_args = False
-    for number, raw in enumerate(text.splitlines(), start=1):
+    lines = text.split("\n")
+    cut = lines.pop()  # after the last newline: "" in a whole file
+    if _ITERATION.search(cut) or _MEMORY.search(cut) or _ARGS_START.search(cut):
+        notes.append(f"{path}:{len(lines) + 1}: the last line has no newline (cut short): not read")
+    for number, raw in enumerate(lines, start=1):
         where = f"{path}:{number}"
+        if "\x1b" in raw:
+            raw = _ANSI.sub("", raw)
         if in_args and current is not None:
             if _ARGS_END.search(raw):
                 in_args = False
@@ -201,12 +217,17 @@ def parse(text: str, path: Path) -> MegatronLog:
                 current.args[m.group(1)] = m.group(2).strip()
                 current.arg_lines[m.group(1)] = number
             continue
-        if _ARGS_START.search(raw):
+        # each pattern's fixed text first: a log is mostly other programs' lines
+        if "arguments" in raw and _ARGS_START.search(raw):
             current = LogRun(path, args_line=number)
             runs.append(current)
             in_args = True
             continue
-        it, mem = _ITERATION.search(raw), _MEMORY.search(raw)
+        it = _ITERATION.search(raw) if "iteration" in raw else None
+        mem = _MEMORY.search(raw) if not it and "memory (MB)" in raw else None
+        if mem and raw.count("[Rank ") > 1:
+            notes.append(f"{where}: a memory report torn by another rank's output: not read")
+            continue
         if it or mem:
             if current is None:  # lines before any arguments block: a run of its own
                 current = LogRun(path)
@@ -216,7 +237,7 @@ def parse(text: str, path: Path) -> MegatronLog:
             elif mem:
                 current.memory.append(_memory(mem, number, where))
             continue
-        d = _DEVICE.search(raw)
+        d = _DEVICE.search(raw) if "NVIDIA" in raw or "AMD Instinct" in raw else None
         if d:
             devices.append((number, d.group(1)))
     if in_args and current is not None:
@@ -229,4 +250,4 @@ def parse(text: str, path: Path) -> MegatronLog:
             f"{path}: not a Megatron-LM training log: no '--- arguments ---' block, no "
             f"'iteration N/M | ... {ELAPSED}' line and no memory report"
         )
-    return MegatronLog(path, runs, devices)
+    return MegatronLog(path, runs, devices, notes)

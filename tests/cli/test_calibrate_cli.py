@@ -261,3 +261,55 @@ def test_a_gzipd_log_and_stray_bytes_read(
         measured.pop("log")  # the file and line
         outs.append(measured)
     assert outs[1] == outs[0] and outs[2]["step_time_s"] == outs[0]["step_time_s"]
+
+
+def _head(text: str, iterations: int) -> str:
+    """The log up to its `iterations`-th iteration line (an attempt that died there)."""
+    out, seen = [], 0
+    for line in text.splitlines():
+        if " iteration " in line:
+            if seen == iterations:
+                break
+            seen += 1
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_restarts_are_measured_on_their_longest_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QA, 2026-12-06: an attempt that logged one iteration line failed the whole log (exit 2:
+    "need two or more") where one that logged none was left out; a restart of the same job
+    (its arguments printed again) counted twice in a fit; and explain measured the last run,
+    a crashed attempt of two lines, ignoring the complete run before it. Now: the short
+    attempt is left out, the restart counts once, on its longest run, each said on stderr.
+    Oracle: the measurement of the complete log alone."""
+    text = LOGS[0].read_text()
+    argv = ["explain", "--megatron-log", "", *GPU, "--json"]
+    argv[2] = _log(tmp_path, text, "whole.log")
+    _, whole, _ = run(argv, capsys)
+    step = json.loads(whole)["measured"]["step_time_s"]
+    for name, log in (
+        ("one-line-first.log", _head(text, 1) + text),
+        ("crashed-after.log", text + _head(text, 2)),
+    ):
+        argv[2] = _log(tmp_path, log, name)
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        assert json.loads(out)["measured"]["step_time_s"] == step, name
+        assert "left out" in err or "again (a restart)" in err, err
+    log = _log(tmp_path, text + _head(text, 2), "fit.log")
+    code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
+    assert code == 0, err
+    assert len(json.loads(out)["runs"]) == 1
+
+
+def test_a_short_run_says_its_step_carries_start_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With three iteration lines only the first is left out, and the second interval still
+    carries start-up (measured.py's docstring): the step is read, and stderr says so."""
+    log = _log(tmp_path, _head(LOGS[0].read_text(), 3))
+    code, _, err = run(["explain", "--megatron-log", log, *GPU, "--json"], capsys)
+    assert code == 0, err
+    assert "still carries start-up" in err

@@ -175,8 +175,42 @@ BAD = [
 @pytest.mark.parametrize("text,message", BAD, ids=range(len(BAD)))
 def test_bad_logs_name_file_and_line(text: str, message: str) -> None:
     with pytest.raises(InputError) as info:
-        megatron_log.parse(text, Path("bad.log"))
+        megatron_log.parse(text + "\n", Path("bad.log"))  # whole lines, each with its newline
     assert str(info.value).startswith(message), str(info.value)
+
+
+ITERATION = (
+    " iteration {:8d}/     100 | elapsed time per iteration (ms): {} | global batch size: 8 |"
+)
+MEMORY = (
+    "[Rank {}] (after 2 iterations) memory (MB) | allocated: 5000.0 | max allocated: {} | "
+    "reserved: 9000.0 | max reserved: 9000.0"
+)
+
+
+def test_what_real_logs_add_around_the_lines() -> None:
+    """A helper's sweep of real-world variants (QA, 2026-12-06): each used to fail a whole log or
+    to read a wrong figure. A last line without its newline (a job still writing) was an error;
+    it is left unread, with a note. Colour codes made numbers unreadable. A progress bar's
+    carriage return split a line, so messages named a line grep -n does not. A memory report
+    torn by another rank's (two [Rank N] on one line) gave rank 0 rank 8's peak."""
+    lines = [ITERATION.format(i, 1000.0) for i in (1, 2, 3)]
+    log = megatron_log.parse("\n".join(lines) + "\n" + ITERATION.format(4, "20"), Path("a.log"))
+    assert [it.iteration for it in log.runs[0].iterations] == [1, 2, 3]
+    assert log.notes == ["a.log:4: the last line has no newline (cut short): not read"]
+    colour = "\x1b[32m" + ITERATION.format(5, "\x1b[1m1234.5\x1b[0m") + "\x1b[0m\n"
+    (run,) = megatron_log.parse(colour, Path("c.log")).runs
+    assert run.iterations[0].elapsed_ms == 1234.5
+    bar = "50%|#####     | 5/10\r60%|######    | 6/10\n" + ITERATION.format(6, "nan") + "\n"
+    with pytest.raises(InputError, match=r"^b\.log:2: elapsed time per iteration \(ms\): nan"):
+        megatron_log.parse(bar, Path("b.log"))
+    torn = MEMORY.format(0, "12000.0").replace(
+        "max allocated", "[Rank 8] (after 2 itera max allocated"
+    )
+    text = torn + "\n" + MEMORY.format(4, "11000.0") + "\n"
+    log = megatron_log.parse(text, Path("t.log"))
+    assert [m.rank for m in log.runs[0].memory] == [4]
+    assert log.notes == ["t.log:1: a memory report torn by another rank's output: not read"]
 
 
 def test_the_vision_defaults_every_log_prints_are_no_llava() -> None:
