@@ -9,9 +9,11 @@ it). The median of the rest is the step time: robust to a checkpoint save or a s
 one interval.
 
 Memory: `report_memory` lines come from data-parallel rank 0 of every model-parallel group;
-a rank's pipeline stage follows from Megatron's default rank order (tp-cp-ep-dp-pp: the stage
-is rank // (world size / pp)). Per stage, the largest `max allocated` of any of its lines is
-what `torch.cuda.max_memory_allocated()` reached there.
+a rank's pipeline stage follows from Megatron's rank order (megatron/training/initialize.py
+d98e8a64): tp-cp-ep-dp-pp by default, the stage rank // (world size / pp); tp-cp-ep-pp-dp
+under a printed `use_tp_pp_dp_mapping True`, the stage (rank // (tp x cp)) mod pp. Per stage,
+the largest `max allocated` of any of its lines is what `torch.cuda.max_memory_allocated()`
+reached there.
 
 A log that cannot be from the GPU given is refused, naming its line: a device name that other
 programs printed (`nvidia-smi`, `torch.cuda.get_device_name`) of another GPU family, a logged
@@ -167,6 +169,7 @@ def _step_time(run: megatron_log.LogRun, plan: Plan) -> tuple[float, int, bool]:
 def _memory(run: megatron_log.LogRun, plan: Plan) -> tuple[StagePeak, ...]:
     job, layout = plan.job, plan.require_layout()
     per_stage = job.cluster.num_gpus // layout.pp
+    tp_pp_dp = run.args.get("use_tp_pp_dp_mapping") == "True"
     capacity = job.cluster.gpu.memory_gib * GIB
     best: dict[int, StagePeak] = {}
     for rep in run.memory:
@@ -177,6 +180,8 @@ def _memory(run: megatron_log.LogRun, plan: Plan) -> tuple[StagePeak, ...]:
                 "that GPU (--gpu)"
             )
         stage = rep.rank // per_stage
+        if tp_pp_dp and rep.rank < job.cluster.num_gpus:
+            stage = rep.rank // (layout.tp * layout.cp) % layout.pp
         if stage >= layout.pp:
             raise InputError(
                 f"{run.where(rep.line)}: rank {rep.rank} is outside the run's "

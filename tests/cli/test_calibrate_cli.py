@@ -313,3 +313,21 @@ def test_a_short_run_says_its_step_carries_start_up(
     code, _, err = run(["explain", "--megatron-log", log, *GPU, "--json"], capsys)
     assert code == 0, err
     assert "still carries start-up" in err
+
+
+def test_memory_under_the_tp_pp_dp_rank_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With use_tp_pp_dp_mapping Megatron orders ranks tp-cp-ep-pp-dp (initialize.py
+    d98e8a64): in the tp 1, pp 4 log on 8 GPUs rank 6 is stage 6 mod 4 = 2, not the default
+    order's 6 // (8 / 4) = 3 (the helper's QA: it was compared with stage 3's prediction)."""
+    text = LOGS[0].read_text()
+    argv = ["explain", "--megatron-log", "", *GPU, "--json"]
+    for flag, stage in (("False", 3), ("True", 2)):
+        line = f"  use_tp_pp_dp_mapping ............................ {flag}\n"
+        mapped = text.replace("  world_size ", line + "  world_size ", 1)
+        argv[2] = _log(tmp_path, mapped, f"{flag}.log")
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        measured = json.loads(out)["measured"]
+        assert (measured["rank"], measured["stage"]) == (6, stage)
