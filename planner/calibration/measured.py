@@ -238,7 +238,10 @@ def read_runs(
                 continue
             if not run.iterations:
                 why = "no iteration lines after this (the run ended before its first log interval"
-                raise InputError(f"{run.where(run.args_line)}: {why}, or the log is truncated)")
+                raise InputError(
+                    f"{run.where(run.args_line)}: {why}, or the log is truncated; or it is one "
+                    "rank's file of per-rank logs: the last rank prints the iteration lines)"
+                )
             restart = _same_job(run, measurable)
             if restart is not None:
                 if notes is not None:
