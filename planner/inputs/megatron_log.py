@@ -41,6 +41,10 @@ from planner.inputs.errors import InputError, abbreviated
 _ARGS_START = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
 _ARG = re.compile(r"\s([A-Za-z_]\w*) (?:\.+ |\s)(.*)$")
+_DOTTED_ARG = re.compile(r"\s([A-Za-z_]\w*) \.+ (.*)$")
+"""An argument line with its dots (names under 48 characters): found first, so that a logging
+prefix of words and spaces (`| INFO     | `) is not read as an argument (`_ARG` also takes the
+longest names, which print no dots)."""
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)((?:\s*\|[^|]*)+)")
 _DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)[ -]([A-Z]{1,2}\d{2,3}[A-Z]?)\b")
@@ -212,7 +216,7 @@ def parse(text: str, path: Path) -> MegatronLog:
                 continue
             if _ARGS_START.search(raw):
                 break  # reported below: a block that never ended
-            m = _ARG.search(raw)
+            m = _DOTTED_ARG.search(raw) or _ARG.search(raw)
             if m:
                 current.args[m.group(1)] = m.group(2).strip()
                 current.arg_lines[m.group(1)] = number

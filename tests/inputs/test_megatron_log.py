@@ -228,3 +228,16 @@ def test_the_vision_defaults_every_log_prints_are_no_llava() -> None:
     vlm = text.replace("  img_h ...", "  disable_vision_class_token ....... False\n  img_h ...")
     (run,) = megatron_log.parse(vlm, Path("x.log")).runs
     assert "--img-h" in megatron_log_args.words(run)
+
+
+def test_a_logging_prefix_is_not_an_argument() -> None:
+    """Python logging's padded level (`| INFO     | `) before each argument line read every
+    argument as one named INFO (QA, 2026-12-06); the dotted name is the argument."""
+    block = [
+        "------------------------ arguments ------------------------",
+        "2026-01-01 10:00:00 | INFO     |   num_layers ...................................... 32",
+        "2026-01-01 10:00:00 | INFO     |   hidden_size ..................................... 4096",
+        "-------------------- end of arguments ---------------------",
+    ]
+    (run,) = megatron_log.parse("\n".join(block) + "\n", Path("p.log")).runs
+    assert run.args == {"num_layers": "32", "hidden_size": "4096"}
