@@ -22,10 +22,10 @@ nemotron3-nano-30b-a3b.toml, from Megatron-LM's own configurations of the same c
 
 from __future__ import annotations
 
-from planner.inputs.arch_fields import MAX_EXPERTS, MAX_LAYERS
+from planner.inputs.arch_fields import MAX_EXPERTS
 from planner.inputs.errors import spelled_json
 from planner.inputs.hf_fields import Reader
-from planner.inputs.hf_shapes import Fields, mlp, tied
+from planner.inputs.hf_shapes import Fields, dense_shape, mlp, tied
 
 MAMBA_CONV_WIDTH = 4
 """The Mamba-2 convolution's width planner models (`planner.model.mamba`, Megatron's d_conv)."""
@@ -37,22 +37,12 @@ def nemotron_h(r: Reader) -> Fields:
     pattern = r.text("hybrid_override_pattern", "")
     if not pattern:
         raise r.error("hybrid_override_pattern", f"required field missing for {r.arch}")
-    hidden = r.req_int("hidden_size")
-    heads = r.req_int("num_attention_heads")
-    kv = r.opt_int("num_key_value_heads")
-    head_dim = r.opt_int("head_dim", "attention_head_dim")
     conv = r.opt_int("conv_kernel", default=MAMBA_CONV_WIDTH)
     if conv != MAMBA_CONV_WIDTH:
         r.notes.append(f"conv_kernel {conv} is modelled as {MAMBA_CONV_WIDTH}")
+    head_dim = r.opt_int("head_dim", "attention_head_dim")  # the 56B's config spells the latter
     fields: Fields = {
-        "num_layers": r.req_int("num_hidden_layers", maximum=MAX_LAYERS),
-        "hidden_size": hidden,
-        "ffn_hidden_size": r.req_int("intermediate_size"),
-        "num_attention_heads": heads,
-        "num_query_groups": None if kv in (None, heads) else kv,
-        "kv_channels": head_dim if head_dim is not None else hidden // heads,
-        "vocab_size": r.req_int("vocab_size"),
-        "max_position_embeddings": r.opt_int("max_position_embeddings"),
+        **dense_shape(r.with_fields(head_dim=head_dim), "intermediate_size"),
         **mlp(r, "mlp_hidden_act", "relu2", gated=False),
         "normalization": "RMSNorm",
         "add_bias_linear": r.flag("attention_bias", False) or r.flag("mlp_bias", False),
@@ -79,7 +69,7 @@ def nemotron_h(r: Reader) -> Fields:
         "num_moe_experts": r.req_int("n_routed_experts", maximum=MAX_EXPERTS),
         "moe_router_topk": r.req_int("num_experts_per_tok"),
         "moe_ffn_hidden_size": r.req_int("moe_intermediate_size"),
-        "moe_shared_expert_intermediate_size": shared * width if shared and width else None,
+        "moe_shared_expert_intermediate_size": shared * width if width else None,
         "moe_router_num_groups": groups if groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups > 1 else None,
     }
