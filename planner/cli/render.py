@@ -23,6 +23,7 @@ from planner.model import params
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
+from planner.model.torch_schedules import microbatch_group
 from planner.ops.operations import Operations
 from planner.ops.resilience import Resilience
 from planner.search.advice import Change
@@ -263,7 +264,7 @@ def print_explain(
         )
     if layout.pp > 1 and name in ("1F1B", "Interleaved1F1B"):
         m = layout.num_microbatches(job.global_batch_size)
-        group = layout.microbatch_group_size_per_vp_stage
+        group = microbatch_group(job, layout)
         shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp, group)
         kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
         odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"

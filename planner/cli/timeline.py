@@ -22,6 +22,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.performance import Performance
 from planner.model.schedule import shown_microbatches, simulate
+from planner.model.torch_schedules import microbatch_group
 
 MAX_OPS = 32
 """Forwards drawn per rank at most (micro-batches x chunks): enough for the fill, a steady state
@@ -39,7 +40,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     vpp = layout.vpp
-    group = layout.microbatch_group_size_per_vp_stage
+    group = microbatch_group(job, layout)
     shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp), group)
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]

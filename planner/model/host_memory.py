@@ -42,6 +42,7 @@ from planner.model.schedule import schedule_name
 from planner.model.shard import BF16, Shard
 from planner.model.stage_activations import per_layer, schedule_peak, shard
 from planner.model.stage_params import stage_params
+from planner.model.torch_schedules import microbatch_group
 
 HOST_OPTIMIZER_BYTES = 16.0
 """Host memory per offloaded parameter (Megatron-LM d98e8a64 HybridDeviceOptimizer): its pinned fp32
@@ -133,7 +134,7 @@ def activation_bytes(job: Job, layout: Layout) -> float:
     each = [offloaded_bytes(arch, kind, sh, mods) for kind in arch.kinds]
     f = layout.activation_offload_fraction
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    name = schedule_name(job, layout)
+    name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
     for rank, chunks in enumerate(ranks):
         per_chunk = tuple(
@@ -143,7 +144,7 @@ def activation_bytes(job: Job, layout: Layout) -> float:
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
         seen.add(per_chunk)
-        peak = max(peak, schedule_peak(per_chunk, layout, rank, m, name))
+        peak = max(peak, schedule_peak(per_chunk, layout, rank, m, name, group))
     return peak * _roundup(job, sh)
 
 

@@ -43,14 +43,16 @@ from planner.model.loss_activations import (
 from planner.model.moe_activations import dispatch_working_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.shard import LINEAR_INPUT_BYTES, Shard
+from planner.model.torch_schedules import microbatch_group
 
 
-def _group(layout: Layout) -> int:
-    """Micro-batches the interleaved schedule runs per chunk in a row (default pp)."""
-    return layout.microbatch_group_size_per_vp_stage or layout.pp
+def _group(layout: Layout, group: int | None = None) -> int:
+    """Micro-batches the interleaved schedule runs per chunk in a row: `group` where given
+    (`torch_schedules.microbatch_group`), else the layout's (default pp)."""
+    return group or layout.microbatch_group_size_per_vp_stage or layout.pp
 
 
-def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
+def in_flight(layout: Layout, rank: int, num_microbatches: int, group: int | None = None) -> int:
     """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
     its warm-up forwards and the steady state's next one. With the EP all-to-all overlap Megatron
     runs one more warm-up forward (schedules.py:964-970) and then each forward merged with an
@@ -61,7 +63,7 @@ def in_flight(layout: Layout, rank: int, num_microbatches: int) -> int:
     total = num_microbatches * vpp
     if vpp == 1:
         return min(pp - rank, total)
-    warm = 2 * (pp - rank - 1) + (vpp - 1) * _group(layout)
+    warm = 2 * (pp - rank - 1) + (vpp - 1) * _group(layout, group)
     return min(warm + 1, total)
 
 
@@ -76,7 +78,12 @@ def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[int, int]:
 
 
 def schedule_peak(
-    kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str = "1F1B"
+    kept: tuple[float, ...],
+    layout: Layout,
+    rank: int,
+    m: int,
+    name: str = "1F1B",
+    group: int | None = None,
 ) -> float:
     """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
@@ -84,17 +91,19 @@ def schedule_peak(
     chunk's bytes and each backward releasing the mirrored chunk's. The pattern repeats every
     group x vpp steps, so one period after the warm-up holds the peak when the groups are whole;
     a shorter last group (m not a multiple of the group) breaks the period, and the whole steady
-    state is walked. torchtitan's schedule `name` where it differs (module docstring)."""
+    state is walked. torchtitan's schedule `name` where it differs (module docstring); `group`
+    the schedule's micro-batch group where not the layout's (`torch_schedules.microbatch_group`:
+    torch's rounds)."""
     vpp = len(kept)
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
     if name in V_SCHEDULES and vpp == 2:
         c0, c1 = v_in_flight(name, layout.pp, rank, max(m, 1))
         return c0 * kept[0] + c1 * kept[1]
-    n_flight = in_flight(layout, rank, max(m, 1))
+    n_flight = in_flight(layout, rank, max(m, 1), group)
     if vpp == 1:
         return n_flight * kept[0]
-    total, group = m * vpp, _group(layout)
+    total, group = m * vpp, _group(layout, group)
     warm = n_flight - 1 if n_flight < total else total
     steady = total - warm if m % group else min(total - warm, group * vpp + 1)
     order: list[int] = []
@@ -273,13 +282,15 @@ _PEAKS: dict[tuple[object, ...], float] = {}
 rank, the micro-batches and the schedule (no model constant: never stale)."""
 
 
-def _peak(kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str) -> float:
-    key = (kept, layout.pp, layout.vpp, _group(layout), rank, m, name)
+def _peak(
+    kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str, group: int | None
+) -> float:
+    key = (kept, layout.pp, layout.vpp, _group(layout, group), rank, m, name)
     peak = _PEAKS.get(key)
     if peak is None:
         if len(_PEAKS) >= 1 << 16:
             _PEAKS.clear()
-        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name)
+        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group)
     return peak
 
 
@@ -328,7 +339,8 @@ def stage_activations(
         kept[-1] += layers + mtp * extra
         loss = max(loss, logits)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
-    stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout))
+    group = microbatch_group(job, layout)
+    stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group)
     n_layers = layer_count(chunks)
     working = 0.0
     if sh.recompute in ("full", "per_op") and n_layers:

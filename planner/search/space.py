@@ -19,6 +19,7 @@ from typing import Any
 from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import memory
+from planner.model.torch_schedules import unmodelled
 from planner.search import rules
 from planner.search.rules.context import exchange_for
 from planner.search.rungs import Ladder, Rung, overlap_rungs, rungs
@@ -207,11 +208,20 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
             continue
         m = per_dp // mbs
         for vpp in vpps:
-            if vpp > 1 and (m % s.pp or m < s.pp):
+            if not _takes(job, s.pp, vpp, m):
                 continue
             for split in splits(job, space, s.pp, vpp):
                 out.append((mbs, vpp, split))
     return out
+
+
+def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
+    """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's as
+    `torch_schedules.unmodelled` says, Megatron's interleaved one in whole groups of pp (its
+    default group: `rules.interleaved_microbatches`)."""
+    if job.framework == "torchtitan":
+        return unmodelled(job.titan.schedule(vpp), pp, m) is None
+    return vpp == 1 or (m % pp == 0 and m >= pp)
 
 
 def zero_stages(space: Space, base: Layout) -> list[int]:

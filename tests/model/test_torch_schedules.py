@@ -8,6 +8,8 @@ small event loop below); the cited closed forms by hand (ZB-H1 / ZB1P (p-1)(F+B-
 
 from __future__ import annotations
 
+import random
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,12 @@ from cli_run import run
 from plan_text import plan_text, write
 
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job, load_plan
+from planner.inputs.plan import Job, load_plan, parse_plan
 from planner.model import cost, memory, schedule
 from planner.model.schedule import schedule_bubble
 from planner.model.stage_activations import schedule_peak, v_in_flight
+from planner.model.torch_schedules import microbatch_group
+from planner.search import rules
 from planner.search.rules import check_plan
 
 # the hand example: p = 4 stages, F = 1, B = 2 (whole backward), no recompute: W = 1
@@ -143,3 +147,119 @@ def test_explain_names_the_schedule(tmp_path: Path, capsys: pytest.CaptureFixtur
     line = next(x for x in out.splitlines() if x.startswith("pipeline schedule:"))
     assert "torchtitan's ZBVZeroBubble" in line and "(p-1)(F+B-3W)/2" in line
     assert f"= {bubble * 1e3:,.0f} ms" in line
+
+
+def broken(job: Job, lay: Layout) -> dict[str, rules.Violation]:
+    return {v.rule: v for v in rules.violations(job, lay)}
+
+
+def _torch_interleaved_peak(kept: tuple[float, ...], pp: int, rank: int, m: int) -> float:
+    """The most activation bytes rank `rank` holds under torch's ScheduleInterleaved1F1B, its op
+    order built from the formulas torch/distributed/pipelining/schedules.py (00722e64) documents:
+    rounds = max(1, m // pp), per round m // rounds micro-batches; warm-up forwards
+    min((v - 1) x per_round + 2 (pp - 1 - rank), m v); forward op k runs chunk
+    (k // per_round) % v, backward op k (counted from the warm-up's end) chunk
+    v - 1 - (k // per_round) % v; one forward then one backward in the steady state."""
+    v = len(kept)
+    per_round = m // max(1, m // pp)
+    warm = min((v - 1) * per_round + 2 * (pp - 1 - rank), m * v)
+    fwd = [kept[(k // per_round) % v] for k in range(m * v)]
+    bwd = [kept[v - 1 - (k // per_round) % v] for k in range(m * v)]
+    held = sum(fwd[:warm])
+    peak = held
+    for k in range(m * v - warm):
+        held += fwd[warm + k]
+        peak = max(peak, held)
+        held -= bwd[k]
+    return peak
+
+
+TITAN_4K = "[training]\nframework = 'torchtitan'\nseq_length = 4096\n"
+
+
+def _titan_layout(pp: int, vpp: int, m: int, name: str) -> tuple[Job, Layout]:
+    text = plan_text(
+        cluster=f'[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = {pp}\n',
+        training=f"{TITAN_4K}global_batch_size = {m}\n",
+        parallel=f"[parallel]\npp = {pp}\nvpp = {vpp}\nzero_stage = 0\n",
+    )
+    plan = parse_plan(tomllib.loads(text + f'[torchtitan]\npipeline_schedule = "{name}"\n'))
+    return plan.job, plan.require_layout()
+
+
+def test_interleaved_rounds_peak_against_torch_order() -> None:
+    """Under torchtitan, Interleaved1F1B holds what torch's own op order holds with its rounds:
+    m = 10 at pp 4 runs 2 rounds of 5 (Megatron's groups of pp would refuse it), m = 6 one round
+    of 6; on random uneven chunks, every rank, against `_torch_interleaved_peak`."""
+    rng = random.Random(7)
+    checked = 0
+    for pp in (2, 3, 4, 6):
+        for vpp in (2, 3, 4):
+            for m in range(pp, 5 * pp + 1):
+                if m % max(1, m // pp):
+                    continue  # torch raises (test_torch_refusals)
+                job, lay = _titan_layout(pp, vpp, m, "Interleaved1F1B")
+                group = microbatch_group(job, lay)
+                assert group == m // max(1, m // pp)
+                for rank in range(pp):
+                    kept = tuple(rng.uniform(1.0, 3.0) for _ in range(vpp))
+                    ours = schedule_peak(kept, lay, rank, m, "Interleaved1F1B", group)
+                    assert ours == pytest.approx(_torch_interleaved_peak(kept, pp, rank, m))
+                    checked += 1
+    assert checked > 300
+
+
+@pytest.mark.parametrize(
+    ("name", "pp", "m", "torch_raises"),
+    [
+        # Interleaved1F1B / InterleavedZeroBubble: m % max(1, m // pp) != 0 raises
+        ("Interleaved1F1B", 4, 9, True),  # rounds 2, 9 % 2 = 1
+        ("Interleaved1F1B", 4, 14, True),  # rounds 3, 14 % 3 = 2
+        ("InterleavedZeroBubble", 4, 9, True),
+        ("Interleaved1F1B", 4, 10, False),  # rounds 2 of 5
+        ("Interleaved1F1B", 4, 6, False),  # 1 round of 6
+        ("InterleavedZeroBubble", 8, 12, False),  # 1 round of 12
+        # DualPipeV: m < 2 pp stages raises
+        ("DualPipeV", 4, 4, True),
+        ("DualPipeV", 4, 7, True),
+        ("DualPipeV", 4, 8, False),
+        ("ZBVZeroBubble", 4, 7, False),  # 2 pp - 1: the layout's own length
+        ("ZBVZeroBubble", 4, 9, False),
+        ("LoopedBFS", 4, 5, False),
+    ],
+)
+def test_torch_refusals(name: str, pp: int, m: int, torch_raises: bool) -> None:
+    """What torch's schedule constructors raise on (schedules.py 00722e64, worked by hand in each
+    row's comment) planner refuses, naming torch; what they take at m >= pp (2 pp - 1 for ZB-V)
+    it takes."""
+    vpp = 2
+    job, lay = _titan_layout(pp, vpp, m, name)
+    why = broken(job, lay).get("tt_microbatches")
+    assert (why is not None) == torch_raises
+    if why is not None:
+        assert why.field == "training.global_batch_size" and "torch raises" in why.message
+
+
+@pytest.mark.parametrize(
+    ("name", "m"), [("Interleaved1F1B", 3), ("LoopedBFS", 3), ("ZBVZeroBubble", 6)]
+)
+def test_unfilled_pipelines_refused_as_not_modelled(name: str, m: int) -> None:
+    """torch runs these (rounds of m < pp; ZB-V idles in the slots of 2 pp - 1 - m missing
+    micro-batches), with a fill the closed-form bubble does not price: refused, saying so."""
+    job, lay = _titan_layout(4, 2, m, name)
+    why = broken(job, lay)["tt_microbatches"]
+    assert "does not model" in why.message and f"got {m}" in why.message
+
+
+def test_dual_pipe_v_check_refuses_what_torch_raises_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reproducer: DualPipeV at pp 4 with 4 micro-batches (global batch 8 over dp 2) used to
+    pass `check` (exit 0, Megatron's groups of pp: 4 % 4 = 0); torch raises (4 < 8 stages)."""
+    training = f"{TITAN_4K}global_batch_size = 8\n"
+    par = "[parallel]\npp = 4\nvpp = 2\nzero_stage = 3\n"
+    extra = '[torchtitan]\npipeline_schedule = "DualPipeV"\n'
+    path = write(tmp_path, plan_text(training=training, parallel=par) + extra)
+    code, _, err = run(["check", str(path)], capsys)
+    assert code == 2
+    assert "training.global_batch_size" in err and "8; got 4" in err

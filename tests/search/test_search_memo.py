@@ -17,6 +17,7 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.model import buffers, memory, schedule, stage_activations, stage_params, stage_time
+from planner.model.torch_schedules import microbatch_group
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from tests.search.brute_force import PROBLEMS, layouts_of, sample_layouts, variants_of
@@ -182,11 +183,12 @@ def test_chunks_kept_and_schedule_peaks_remembered_bit_for_bit(name: str) -> Non
             per = stage_activations.per_layer(arch, sh)
             m = max(v.num_microbatches(job.global_batch_size), 1)
             sched = schedule.schedule_name(job, v)
+            group = microbatch_group(job, v)
             for rank, chunks in enumerate(v.chunk_layers(arch.num_layers)):
                 kept = stage_activations._chunks_kept(arch, v, per, chunks)
                 assert kept == tuple(stage_activations.chunk_kept(arch, v, per, c) for c in chunks)
-                peak = stage_activations._peak(kept, v, rank, m, sched)
-                assert peak == stage_activations.schedule_peak(kept, v, rank, m, sched)
+                peak = stage_activations._peak(kept, v, rank, m, sched, group)
+                assert peak == stage_activations.schedule_peak(kept, v, rank, m, sched, group)
                 checked += 1
     assert checked > 0
 

@@ -142,7 +142,8 @@ def vpp(job: Job, lay: Layout) -> Violation | None:
             "parallel.vpp",
             f"virtual pipeline size ({lay.vpp}) needs pipeline_model_parallel_size > 1 (got 1)",
         )
-    if lay.vpp > 1 and lay.dp * lay.micro_batch_size:
+    if lay.vpp > 1 and lay.dp * lay.micro_batch_size and job.framework != "torchtitan":
+        # torch's schedules take other counts (rules.torchtitan.schedule)
         return interleaved_microbatches(lay, lay.num_microbatches(job.global_batch_size))
     return None
 

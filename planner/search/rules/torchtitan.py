@@ -22,6 +22,7 @@ from planner.inputs.torchtitan import (
     SINGLE_STAGE,
     V_SHAPED,
 )
+from planner.model import torch_schedules
 from planner.search.rules.base import Violation
 
 
@@ -83,11 +84,28 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     elif name not in SINGLE_STAGE and lay.vpp < 2:
         want = "at least two stages per rank; 1F1B or GPipe take one"
     else:
-        return None
+        return _microbatches(job, lay, name)
     return Violation(
         "tt_schedule",
         "parallel.vpp",
         f"vpp {lay.vpp}: torchtitan's pipeline_parallel_schedule {name!r} takes {want}",
+    )
+
+
+def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
+    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`)."""
+    if not lay.dp * lay.micro_batch_size:
+        return None
+    m = lay.num_microbatches(job.global_batch_size)
+    why = torch_schedules.unmodelled(name, lay.pp, m)
+    if why is None:
+        return None
+    return Violation(
+        "tt_microbatches",
+        "training.global_batch_size",
+        f"torchtitan's pipeline_parallel_schedule {name!r} at pipeline_parallel_degree {lay.pp} "
+        f"needs {why}; the micro-batches are global_batch_size / (dp x micro_batch_size) = "
+        f"{job.global_batch_size} / ({lay.dp} x {lay.micro_batch_size})",
     )
 
 
