@@ -11,7 +11,6 @@ from rich.table import Table
 
 from planner.calibration import profile as profiles
 from planner.calibration.measured import read_runs
-from planner.cli.calibration import LogGpuOpt
 from planner.cli.common import JsonOpt, emit_json, err, out
 from planner.inputs.errors import InputError
 from planner.inputs.units import GIB
@@ -101,7 +100,10 @@ def fit_dict(f: Fit, path: Path) -> dict[str, Any]:
 
 def calibrate(
     logs: Annotated[list[Path], typer.Argument(metavar="LOG...", help="Megatron-LM logs")],
-    gpu: LogGpuOpt = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="catalog GPU the logs ran on, where they do not name it"),
+    ] = None,
     num_gpus: Annotated[
         int | None,
         typer.Option("--num-gpus", min=1, help="GPU count (default: each log's world_size)"),

@@ -75,7 +75,7 @@ BatchOpt = Annotated[
     ),
 ]
 PrecisionOpt = Annotated[
-    str | None, typer.Option(help=f"bf16 or fp8 {_default('training', 'precision')}")
+    str | None, typer.Option(help=f"bf16, fp8 or fp4 (NVFP4) {_default('training', 'precision')}")
 ]
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from planner import __version__
 from planner.cli.common import emit_json, err, out
-from planner.cli.report import host_dict, layout_dict, memory_dict, performance_dict
+from planner.cli.report import host_dict, job_dict, layout_dict, memory_dict, performance_dict
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
@@ -80,8 +80,10 @@ def run(
     as_json: bool,
     write_plan: Path | None,
     model_ref: dict[str, Any] | None,
+    defaulted: tuple[str, ...] = (),
 ) -> None:
-    """Search, print or emit, write the plan; exit 1 when nothing fits."""
+    """Search, print or emit, write the plan; exit 1 when nothing fits. The JSON holds the job
+    as suggest's does (`report.job_dict`: `defaulted` its fields nobody gave)."""
     res = pool_search.search(
         job, space.headroom_pct, objective, top, progress=lambda m: err.print(m)
     )
@@ -97,7 +99,7 @@ def run(
                 f"its {near.capacity_mib / 1024:.1f} GiB usable"
             )
         if as_json:
-            emit_json({"candidates": [], "reason": msg})
+            emit_json({"candidates": [], "job": job_dict(job, defaulted), "reason": msg})
         else:
             out.print(msg)
         raise typer.Exit(EXIT_NO)
@@ -107,6 +109,7 @@ def run(
     if as_json:
         doc: dict[str, Any] = {
             "candidates": [_plan_dict(p) for p in res.plans],
+            "job": job_dict(job, defaulted),
             "layouts": res.layouts,
             "solved": res.solved,
             "single_pool": [s.__dict__ for s in solo],

@@ -142,7 +142,7 @@ def suggest(
     if job.pools:  # heterogeneous pools: planner.cli.pools_suggest
         from planner.cli import pools_suggest
 
-        pools_suggest.run(job, space, top, objective, as_json, write_plan, model_ref)
+        pools_suggest.run(job, space, top, objective, as_json, write_plan, model_ref, req.defaulted)
         return
     res, rows = search_rows(job, space, top, objective, progress=lambda msg: err.print(msg))
     _check_rows(job, res.candidates, job_path)

@@ -72,9 +72,10 @@ class JobRequest:
 
 def job_values(job: Job) -> dict[str, object]:
     """A job's `JOB_FIELDS`, by name (model and GPU by their catalog names)."""
+    gpus = {p.cluster.gpu.name: None for p in job.pools}  # a pools job: each kind, in order
     return {
         "model": job.arch.name,
-        "gpu": job.cluster.gpu.name,
+        "gpu": " + ".join(gpus) if gpus else job.cluster.gpu.name,
         "num_gpus": job.cluster.num_gpus,
         "seq_length": job.seq_length,
         "global_batch_size": job.global_batch_size,
@@ -98,6 +99,8 @@ def _in_file(doc: dict[str, Any], name: str) -> bool:
     table = doc.get(JOB_FIELDS[name][0])
     if not isinstance(table, dict):
         return False
+    if name in ("gpu", "num_gpus") and "pools" in table:
+        return True  # each pool names its GPU and count
     return bool(table) if name == "model" else name in table
 
 

@@ -120,3 +120,19 @@ def test_nothing_fits_json_names_the_job_too(capsys: pytest.CaptureFixture[str])
     job = json.loads(out)["job"]
     assert (job["model"], job["num_gpus"]) == ("llama3.1-405b", 8)
     assert job["defaulted"] == ["gpu", "seq_length", "global_batch_size", "precision"]
+
+
+def test_pools_job_names_its_pools_gpus_not_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """A cluster of pools gives the GPUs and their count (1,024 H100 + 1,024 A100 in the example):
+    neither is "(default)", the GPU is both kinds in pool order, and `--json` carries the job as a
+    one-kind suggest does (it used to mark both defaulted and print the H100 alone)."""
+    pools = REPO / "examples" / "pools-llama3.1-70b-h100-a100.toml"
+    code, out, err = run(["suggest", str(pools), "--top", "1"], capsys)
+    assert code == 0, err
+    text = flat(err)
+    assert "gpu h100-sxm-80gb + a100-sxm-80gb, num_gpus 2048, " in text
+    assert "set with --precision" in text  # the only field the file leaves out
+    code, out, err = run(["suggest", str(pools), "--top", "1", "--json"], capsys)
+    assert code == 0, err
+    job = json.loads(out)["job"]
+    assert job["defaulted"] == ["precision"] and job["num_gpus"] == 2048
