@@ -72,13 +72,16 @@ from planner.model.shard import (
 
 def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
     """The attention output: flash attention keeps it in 16 bits, the output projection a
-    quantised copy under FP8 / NVFP4; without flash only the projection keeps it. With the
-    output gate (`ModelArch.attention_output_gate`; Megatron-LM d98e8a64 attention.py
-    `_apply_output_gate`, compiled) the gating keeps the output and its gate (a contiguous copy
-    of the projection's gate slice), and the projection its own gated input."""
+    quantised copy under FP8 / NVFP4; without flash only the projection keeps it, and so with
+    the core_attn module recomputed (its checkpoint keeps the inputs, q, k and v, not what the
+    kernel saved: in bf16 the same tensor as the projection's input, so nothing is saved then;
+    Megatron-LM d98e8a64 TransformerConfig warns it is not needed for fused attention). With
+    the output gate (`ModelArch.attention_output_gate`; attention.py `_apply_output_gate`,
+    compiled) the gating keeps the output and its gate (a contiguous copy of the projection's
+    gate slice), and the projection its own gated input."""
     if gated:
         return 2 * nbytes + linear_in(nbytes, sh)
-    if not sh.flash_attention:
+    if not sh.flash_attention or sh.drops("core_attn"):
         return linear_in(nbytes, sh)
     return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0)
 

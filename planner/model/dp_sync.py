@@ -139,25 +139,11 @@ def data_parallel(
     """
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
-    exposed = hidden = 0.0
+    if lay.zero_stage == 3:
+        return _fsdp(groups, dense, expert, grad_bytes, fwd, bwd, m, max(layers, 1))
     parts: list[Part] = []
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0 or grp.size <= 1:
-            continue
-        if lay.zero_stage == 3:
-            u = max(layers, 1)
-            ag = all_gather(n_params / u * BF16, grp)
-            rs = reduce_scatter(n_params / u * grad_bytes, grp)
-            f, b = fwd / u, bwd / u
-            cap = FSDP_MAX_LIVE_PARAMS
-            if cap is None or 2 * n_params / u <= cap:
-                shown_f = ag + (u - 1) * max(ag - f, 0.0)
-                shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
-            else:
-                shown_f = u * ag
-                shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
-            exposed += m * (shown_f + shown_b)
-            hidden += m * max(u * (2 * ag + rs) - shown_f - shown_b, 0.0)  # rounding: not -1e-16
             continue
         per_bucket = bucket_params(lay, grp.size, dense + expert, layers)
         buckets = max(1, math.ceil(n_params / per_bucket))
@@ -168,8 +154,44 @@ def data_parallel(
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
-    e, h = windowed(parts, fwd, reduce_window(bwd, lay, m), bwd)
-    return exposed + e, hidden + h
+    return windowed(parts, fwd, reduce_window(bwd, lay, m), bwd)
+
+
+def _fsdp(
+    groups: tuple[Group, Group],
+    dense: float,
+    expert: float,
+    grad_bytes: float,
+    fwd: float,
+    bwd: float,
+    m: int,
+    u: int,
+) -> tuple[float, float]:
+    """`data_parallel`'s ZeRO 3 over `u` units (decoder layers): (exposed, hidden) seconds per
+    step. A unit's dense and expert parameters (MoE) are gathered and their gradients
+    reduce-scattered over their own groups, but one after the other: FSDP issues every unit's
+    all-gathers on one stream and its reduce-scatters on another (PyTorch FSDP2's comm context,
+    shared by all the parameter groups under its root; Megatron-FSDP likewise), so their seconds
+    add before a unit's window comes off, whichever tiers bound the two groups."""
+    ag = rs = live = 0.0
+    for n_params, grp in zip((dense, expert), groups, strict=True):
+        if n_params <= 0 or grp.size <= 1:
+            continue
+        ag += all_gather(n_params / u * BF16, grp)
+        rs += reduce_scatter(n_params / u * grad_bytes, grp)
+        live += n_params / u
+    if live == 0:
+        return 0.0, 0.0
+    f, b = fwd / u, bwd / u
+    cap = FSDP_MAX_LIVE_PARAMS
+    if cap is None or 2 * live <= cap:
+        shown_f = ag + (u - 1) * max(ag - f, 0.0)
+        shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
+    else:
+        shown_f = u * ag
+        shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
+    hidden = max(u * (2 * ag + rs) - shown_f - shown_b, 0.0)  # rounding: not -1e-16
+    return m * (shown_f + shown_b), m * hidden
 
 
 Part = tuple[str, float, float, float, float]

@@ -160,13 +160,16 @@ def data_parallel_time(
     last backward (hidden under it); "always" under PP, an all-gather per backward and per
     warm-up forward, the reduce-scatter once; without PP, an all-gather before each
     micro-batch's forward and backward and a reduce-scatter in each backward. HSDP adds the
-    all-reduce of the shards over the replicas, after the last reduce-scatter.
+    all-reduce of the shards over the replicas, after the last reduce-scatter. An MoE model's
+    dense and expert parameters (their own meshes) share the windows: FSDP2 issues every
+    parameter group's all-gathers on one stream and its reduce-scatters on another (the comm
+    context shared under the root), so their seconds add before the window comes off.
     `planner.model.cost` charges it for torchtitan plans in place of Megatron's ZeRO traffic
     (`dp_sync.data_parallel`)."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
-    exposed = hidden = 0.0
+    gathered = reduced = 0.0
     memo = COLLECTIVES.of(job)
     for n_params, (stride, size) in zip((dense, expert), strides, strict=True):
         if n_params <= 0 or size * rep <= 1:
@@ -183,9 +186,7 @@ def data_parallel_time(
             gathers, reduces = m + min(lay.pp, m), 1
         else:
             gathers, reduces = 2 * m, m
-        e = max(gathers * ag - m * fwd, 0.0) + max(
-            reduces * rs - (bwd if lay.pp > 1 else m * bwd), 0.0
-        )
-        exposed += e
-        hidden += gathers * ag + reduces * rs - e
-    return exposed, hidden
+        gathered += gathers * ag
+        reduced += reduces * rs
+    exposed = max(gathered - m * fwd, 0.0) + max(reduced - (bwd if lay.pp > 1 else m * bwd), 0.0)
+    return exposed, gathered + reduced - exposed

@@ -22,9 +22,10 @@ GPT-OSS, [mla_up_proj, mlp] for DeepSeek-V3) and the single modules, each kept w
 what it recomputes (mla_up_proj needs multi-latent attention, moe_act / moe an MoE layer,
 shared_experts shared experts, mlp a dense layer, gdn_norm_out a gated delta net: alone, and
 with the GPT-OSS recipe's pair) and the rules allow it (not moe_act or layernorm
-under delayed FP8). core_attn only without flash attention: with it the module saves nothing
-(Megatron warns so). PyTorch's per-op policy (`training.selective_recompute = "per_op"`) is one
-rung of its own.
+under delayed FP8). core_attn only without flash attention: with it the module saves nothing in
+bf16 (Megatron warns so) and under FP8 only the attention output's 16-bit copy, for a second
+attention forward (not searched; a plan may set it). PyTorch's per-op policy
+(`training.selective_recompute = "per_op"`) is one rung of its own.
 """
 
 from __future__ import annotations

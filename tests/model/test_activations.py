@@ -106,6 +106,25 @@ def test_fp8_keeps_the_linear_inputs_in_8_bits() -> None:
     assert saved == pytest.approx(5 * S * H)
 
 
+def test_core_attn_recompute_drops_flash_attentions_16_bit_output_under_fp8() -> None:
+    # GPT layer, t = 1, flash attention. Recomputing core attention keeps its inputs (q, k, v)
+    # and what the output projection saves of its output, not what the kernel saved: in bf16
+    # that is the same 16-bit tensor (nothing saved: Megatron warns the module is not needed),
+    # under FP8 only the 8-bit copy stays, so the 16-bit output goes: 2 sbh saved (2 bytes x s x
+    # a x d, a x d = h). It used to be kept, as if nothing were recomputed.
+    def one(recompute: str, linear_bytes: float) -> float:
+        sh = Shard(
+            tokens=S,
+            seq_per_cp_rank=S,
+            recompute=recompute,  # type: ignore[arg-type]
+            linear_bytes=linear_bytes,
+        )
+        return act.layer_bytes(GPT, False, sh)
+
+    assert one("none", 2.0) - one("core_attn", 2.0) == pytest.approx(0.0)
+    assert one("none", 1.0) - one("core_attn", 1.0) == pytest.approx(2 * S * H)
+
+
 def test_logits_are_split_by_tp() -> None:
     # (2 + 4) bytes per logit over t ranks, plus the final norm's input and output (the output
     # layer's input), 2sbh each (split under SP)

@@ -121,3 +121,34 @@ def test_step_time_charges_fsdp2_traffic_not_megatron_zero3(tmp_path: Path) -> N
     # the same layout, 4 and 32 micro-batches per step
     # the hidden part is charged its SM share on top: equal totals up to that charge
     assert exposed[1] == pytest.approx(exposed[0], rel=0.05)
+
+
+def test_dense_and_expert_shards_share_fsdp2_windows(tmp_path: Path) -> None:
+    """torchtitan's FSDP2 on an MoE model (Qwen3 30B-A3B, 16 H100, ep 8, no pipeline): the
+    dense and expert parameter groups' collectives share FSDP2's all-gather and reduce-scatter
+    streams, so exposed = max(G_d + G_e - m F, 0) + max(R_d + R_e - m B, 0) (hand arithmetic;
+    G, R each kind's gathers and reduce-scatters per step, read off with one window open), not
+    each kind's own excess: windows of 3/4 of the sums hide either kind alone."""
+    model = '[model]\nname = "qwen3-30b-a3b"\n'
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n'
+    plan = check_plan(
+        load_plan(
+            write(
+                tmp_path,
+                plan_text(model, cluster, TITAN, "[parallel]\nep = 8\nzero_stage = 3\n"),
+            )
+        )
+    )
+    job, lay = plan.job, plan.require_layout()
+    m, dense, expert, big = 4, 3e9, 1e9, 1e9
+
+    def time(d: float, e: float, f: float, b: float) -> tuple[float, float]:
+        return fsdp2.data_parallel_time(job, lay, d, e, f, b, m)
+
+    g_d, g_e = time(dense, 0, 0, big)[0], time(0, expert, 0, big)[0]  # gathers alone show
+    r_d, r_e = time(dense, 0, big, 0)[0], time(0, expert, big, 0)[0]  # reduce-scatters alone
+    f, b = 0.75 * (g_d + g_e) / m, 0.75 * (r_d + r_e) / m
+    assert max(g_d, g_e) < m * f and max(r_d, r_e) < m * b  # alone, each kind would hide
+    exposed, hidden = time(dense, expert, f, b)
+    assert exposed == pytest.approx((g_d + g_e - m * f) + (r_d + r_e - m * b))
+    assert exposed + hidden == pytest.approx(g_d + g_e + r_d + r_e)
