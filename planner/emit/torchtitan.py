@@ -17,7 +17,9 @@ emitted TOML is checked against it):
   without PP the micro-batch (train.py accumulates global / (local x dp) of them).
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
 - [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
-  name e347b1e5 registers the converter under).
+  name e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less
+  path, which alone takes the FSDP float8 all-gather).
+What e347b1e5 raises on and b5bcd76c runs is refused (`era_refusal`), naming the module target.
 `planner.inputs.torchtitan_config` reads the file back into the same plan (`planner check
 --torchtitan-config FILE`).
 """
@@ -66,6 +68,47 @@ def routing_refusal(plan: Plan, commit: str) -> InputError | None:
     )
 
 
+NO_CONTEXT_PARALLEL = {
+    "gpt_oss": "gpt_oss/model/args.py raises 'CP support for gpt-oss model is still in progress'",
+    "deepseek_v3": "its 671B flavor runs flex attention (deepseek_v3/__init__.py), and "
+    "deepseek_v3/model/args.py raises 'Context Parallel only supports SDPA attention'",
+}
+"""torchtitan e347b1e5's models whose flavor (`MODELS`) refuses context parallelism."""
+
+NO_PIPELINE = ("qwen3", "gpt_oss")
+"""torchtitan e347b1e5's models without a pipelining function (their __init__.py:
+pipelining_fn=None; train.py raises 'does not support pipelining')."""
+
+
+def era_refusal(plan: Plan, name: str) -> InputError | None:
+    """What torchtitan e347b1e5 (the TOML era) refuses of a plan that `check` takes, which the
+    module target's torchtitan (b5bcd76c) runs: context parallelism in `NO_CONTEXT_PARALLEL`,
+    pipelining in `NO_PIPELINE`, and a sequence length that is not a multiple of tp x 2 x cp
+    even at cp 1 (parallel_dims.py `seq_len_divisor`, asserted by each model's parallelize.py;
+    b5bcd76c asks tp x 2 x cp only with cp > 1)."""
+    job, lay = plan.job, plan.require_layout()
+    where = str(plan.path) if plan.path else "<plan>"
+    era = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
+    module = "write the module (launch --target torchtitan-module)"
+    if lay.cp > 1 and name in NO_CONTEXT_PARALLEL:
+        return InputError(
+            f"{where}: parallel.cp: {lay.cp}: at {era} {NO_CONTEXT_PARALLEL[name]}; {module}"
+        )
+    if lay.pp > 1 and name in NO_PIPELINE:
+        return InputError(
+            f"{where}: parallel.pp: {lay.pp}: {era}'s {name} has no pipelining function (train.py "
+            f"raises 'does not support pipelining'); {module}"
+        )
+    divisor = lay.tp * 2 * lay.cp
+    if job.seq_length % divisor:
+        return InputError(
+            f"{where}: training.seq_length: {job.seq_length}: {era} asserts it is a multiple "
+            f"of tp x 2 x cp ({lay.tp} x 2 x {lay.cp} = {divisor}) even at cp 1 "
+            f"(parallel_dims.py seq_len_divisor); {module}"
+        )
+    return None
+
+
 def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     """The TOML tables, by dotted name."""
     job, lay = plan.job, plan.require_layout()
@@ -99,6 +142,9 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
         )
     name, flavor = MODELS[job.arch.name]
+    refused = era_refusal(plan, name)
+    if refused is not None:
+        raise refused
     deepep = lay.ep > 1 and lay.moe_token_dispatcher_type == "flex"
     if deepep and name not in DEEPEP_MODELS:
         raise InputError(
@@ -178,12 +224,16 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         out["debug"] = {"deterministic": True}
     if job.precision == "fp8":
         model["converters"] = [FLOAT8[0]]  # e347b1e5's registry name
-        out["quantize.linear.float8"] = {
-            "recipe_name": job.fp8_recipe,
+        float8: dict[str, Any] = {
             "enable_fsdp_float8_all_gather": titan.float8_all_gather,
             "precompute_float8_dynamic_scale_for_fsdp": titan.float8_all_gather,
             "filter_fqns": ["output"],
         }
+        if job.fp8_recipe != "tensorwise":
+            # tensorwise is the recipe-less path: e347b1e5 float8.py asserts a recipe_name is
+            # never given with enable_fsdp_float8_all_gather
+            float8 = {"recipe_name": job.fp8_recipe, **float8}
+        out["quantize.linear.float8"] = float8
     return out
 
 

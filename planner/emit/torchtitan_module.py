@@ -22,13 +22,14 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
 
 What that torchtitan cannot run is refused, naming the plan's field: expert TP (EP borrows the TP
 ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
-all-gather, a TP degree that does not divide the KV heads, a context beyond the flavor's RoPE
-table. The loss is the plan's (`[torchtitan] loss_chunks`): ChunkedLossWrapper over that many
-chunks, as the baselines run it with 8, or at 1 the whole logits' CrossEntropyLoss, which the
-prediction then counts. The prediction in the header is for the training code planner models
-(e347b1e5's, causal SDPA, with the plan's loss); the header says how this torchtitan differs. The
-header's `# planner-gpu:` line names the GPU, and `planner check --torchtitan-config
-planner_job.py` reads the module back into its plan (`planner.inputs.torchtitan_module`).
+all-gather, a context beyond the flavor's RoPE table (a TP degree that does not divide the KV heads
+no plan has: `rules.torchtitan_shapes.heads`). The loss is the plan's (`[torchtitan] loss_chunks`):
+ChunkedLossWrapper over that many chunks, as the baselines run it with 8, or at 1 the whole logits'
+CrossEntropyLoss, which the prediction then counts. The prediction in the header is for the
+training code planner models (e347b1e5's, causal SDPA, with the plan's loss); the header says how
+this torchtitan differs. The header's `# planner-gpu:` line names the GPU, and `planner check
+--torchtitan-config planner_job.py` reads the module back into its plan
+(`planner.inputs.torchtitan_module`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class Baseline:
 BASELINES = {
     "llama3.1-8b": Baseline("llama3_8b", HEAD_CONTEXT["llama3.1-8b"]),
     "llama3.1-70b": Baseline("llama3_70b", HEAD_CONTEXT["llama3.1-70b"]),
-    "llama3.1-405b": Baseline("llama3_405b", HEAD_CONTEXT["llama3.1-405b"]),
+    "llama3.1-405b": Baseline(
+        "llama3_70b", HEAD_CONTEXT["llama3.1-405b"], "./assets/hf/Llama-3.1-405B"
+    ),
     "deepseek-v3": Baseline("deepseek_v3_671b", HEAD_CONTEXT["deepseek-v3"]),
     "qwen3-30b-a3b": Baseline("qwen3_30b_a3b", HEAD_CONTEXT["qwen3-30b-a3b"]),
     "qwen3-235b-a22b": Baseline(
@@ -73,7 +76,10 @@ BASELINES = {
 """planner zoo name -> its baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py, and
 the RoPE maxima of __init__.py's model_registry flavors); the model and flavor are
 `planner.inputs.torchtitan.MODELS`' (the same names at b5bcd76c). Qwen3 235B-A22B has no
-baseline of its own: the 30B-A3B one with its flavor, the same vocabulary."""
+baseline of its own: the 30B-A3B one with its flavor, the same vocabulary. Llama 3.1 405B starts
+from the 70B one with its own tokenizer folder (the same vocabulary): `llama3_405b` builds a
+float8 converter inside `model_registry` (Float8LinearConverter's constructor raises without
+torchao or below SM89), before the module could replace its model_spec."""
 
 AC = {"none": ("None", None), "selective": ("SelectiveAC.Config()", "SelectiveAC")}
 """recompute -> (activation_checkpoint's value, the class it imports); else full."""
@@ -126,13 +132,6 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
         raise _refuse(plan, "training.precision", f"{job.precision}: not written for it")
     if job.attention_kernel == "flash2":
         raise _refuse(plan, "training.attention_kernel", "runs no SDPA flash2 for LMs")
-    kv_heads = job.arch.num_query_groups or job.arch.num_attention_heads
-    if kv_heads % lay.tp:
-        raise _refuse(
-            plan,
-            "parallel.tp",
-            f"shards the {kv_heads} KV heads whole: tp {lay.tp} does not divide them",
-        )
     if job.seq_length > base.max_context:
         raise _refuse(
             plan,

@@ -10,6 +10,7 @@ scripts.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -209,6 +210,59 @@ def test_the_toml_target_refuses_a_chunked_loss(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"torchtitan\.loss_chunks: 8: torchtitan e347b1e5"):
         launch(path, "torchtitan")
     assert launch(path, "torchtitan-module").text.count("num_chunks=8") == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "parallel", "seq", "field", "words"),
+    [
+        # gpt_oss/model/args.py: "CP support for gpt-oss model is still in progress"
+        ("gpt-oss-20b", "ep = 8\ncp = 2\n", 8192, "parallel.cp", "in progress"),
+        # deepseek_v3 671B: attn_type "flex"; model/args.py: CP "only supports SDPA"
+        ("deepseek-v3", "ep = 64\ncp = 2\n", 8192, "parallel.cp", "only supports SDPA"),
+        # qwen3/__init__.py, gpt_oss/__init__.py: pipelining_fn=None; train.py raises
+        ("qwen3-30b-a3b", "ep = 8\npp = 2\n", 8192, "parallel.pp", "no pipelining"),
+        ("gpt-oss-20b", "ep = 8\npp = 2\n", 8192, "parallel.pp", "no pipelining"),
+        # parallel_dims.py seq_len_divisor = tp x (cp x 2) even at cp 1: 8 x 2 = 16 > 8200's 8
+        ("llama3.1-8b", "tp = 8\n", 8200, "training.seq_length", "tp x 2 x cp (8 x 2 x 1"),
+    ],
+)
+def test_the_toml_target_refuses_what_its_torchtitan_raises_on(
+    tmp_path: Path, model: str, parallel: str, seq: str, field: str, words: str
+) -> None:
+    """What torchtitan e347b1e5 (the TOML era) raises on and b5bcd76c runs: the plan checks,
+    the TOML target exits 2 naming the field and the module target, the module is written (the
+    QA found each of these written as a TOML that fails at start-up)."""
+    training = (
+        f"[training]\nframework = 'torchtitan'\nseq_length = {seq}\nglobal_batch_size = 512\n"
+    )
+    cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 512\n'
+    text = plan_text(
+        model=f'[model]\nname = "{model}"\n',
+        cluster=cluster,
+        training=training,
+        parallel=f"[parallel]\nzero_stage = 3\n{parallel}",
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(InputError, match=rf"{field}: .*{re.escape(words)}.*torchtitan-module"):
+        launch(path, "torchtitan")
+    if field != "training.seq_length":  # b5bcd76c asks tp x 2 x cp only with cp > 1
+        launch(path, "torchtitan-module")
+
+
+def test_tensorwise_float8_writes_no_recipe_name(tmp_path: Path) -> None:
+    """e347b1e5 float8.py asserts recipe_name and enable_fsdp_float8_all_gather are never set
+    together: tensorwise is its recipe-less path, so the example's TOML (tensorwise with the
+    all-gather) names no recipe; rowwise names its recipe. Both read back as their plan."""
+    doc = tomllib.loads(launch(EXAMPLE, "torchtitan").text)
+    float8 = doc["quantize"]["linear"]["float8"]
+    assert "recipe_name" not in float8 and float8["enable_fsdp_float8_all_gather"] is True
+    text = EXAMPLE.read_text().replace(
+        'precision = "fp8"', 'precision = "fp8"\nfp8_recipe = "rowwise"'
+    )
+    text = text.replace("float8_all_gather = true", "float8_all_gather = false")
+    path = write(tmp_path, text)
+    float8 = tomllib.loads(launch(path, "torchtitan").text)["quantize"]["linear"]["float8"]
+    assert float8["recipe_name"] == "rowwise"
 
 
 def test_routing_groups_other_than_the_models_are_not_launched(tmp_path: Path) -> None:

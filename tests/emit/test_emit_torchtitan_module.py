@@ -319,14 +319,6 @@ REFUSALS = {
         "",
         "training.fp8_recipe",
     ),
-    "kv heads": (
-        "qwen3-30b-a3b",
-        64,
-        "[parallel]\ntp = 8\nzero_stage = 3\n",
-        "seq_length = 4096\n",
-        "",
-        "parallel.tp",
-    ),
     "rope table": (
         "deepseek-v3",
         1024,

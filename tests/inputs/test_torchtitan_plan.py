@@ -150,7 +150,7 @@ QWEN3 = '[model]\nname = "qwen3-30b-a3b"\n'
         # e347b1e5 apply_moe_ep_tp: no ep mesh -> the experts TensorParallel() on the tp mesh,
         # so expert TP is tp; a plan saying etp 1 there describes a run torchtitan does not do
         # (a round-trip fuzzer: its configuration read back as etp 8, 397 GiB, not 233)
-        ("tp = 8\nsequence_parallel = true\nep = 1\netp = 1\n", "(1) with expert_parallel"),
+        ("tp = 4\nsequence_parallel = true\nep = 1\netp = 1\n", "(1) with expert_parallel"),
         # parallelize.py:114-125: DeepEP raises at ep 1 and with expert TP enabled
         (
             "tp = 2\nsequence_parallel = true\nmoe_token_dispatcher_type = 'flex'\n",
@@ -168,12 +168,28 @@ def test_torchtitans_expert_sharding(tmp_path: Path, parallel: str, words: str) 
     msg = load_error(path)
     assert words in msg, msg
     # the same degrees with what torchtitan runs there check
-    good = parallel.replace("etp = 1", "etp = 8").replace("'flex'", "'alltoall'")
+    good = parallel.replace("etp = 1", "etp = 4").replace("'flex'", "'alltoall'")
     check_plan(
         load_plan(
             titan_plan(tmp_path, "[parallel]\nzero_stage = 3\n" + good, cluster=BIG, model=QWEN3)
         )
     )
+
+
+@pytest.mark.parametrize(("tp", "refused"), [(4, False), (8, True), (16, True)])
+def test_tp_divides_the_kv_heads(tmp_path: Path, tp: int, refused: bool) -> None:
+    """torchtitan shards whole heads and never replicates KV heads (b5bcd76c
+    models/common/decoder.py: "tensor_parallel_degree (..) must divide n_kv_heads"): Qwen3
+    30B-A3B has 32 heads and 4 KV heads, so tp 4 runs and tp 8 exits 2 naming parallel.tp, where
+    Megatron-LM replicates the KV heads (`rules.parallel.query_groups` takes it); `suggest` then
+    never ranks it."""
+    par = f"[parallel]\nzero_stage = 3\ntp = {tp}\nsequence_parallel = true\nep = 1\netp = {tp}\n"
+    path = titan_plan(tmp_path, par, cluster=BIG, model=QWEN3)
+    if refused:
+        msg = load_error(path)
+        assert "parallel.tp" in msg and "n_kv_heads (4)" in msg, msg
+    else:
+        check_plan(load_plan(path))
 
 
 def test_megatron_only_recompute_fields_exit_2(tmp_path: Path) -> None:

@@ -3,11 +3,11 @@
 Sources: pytorch/torchtitan e347b1e5 (planner.inputs.torchtitan.TORCHTITAN_COMMIT):
 distributed/parallel_dims.py (`_validate`: etp is 1 or tp; the FSDP mesh is dp_shard x cp, the
 expert mesh pp x dp_replicate x efsdp x ep x etp; `seq_len_divisor` tp x 2cp; DDP only alone),
-distributed/pipeline_parallel.py (single-stage schedules take one stage per rank, multi-stage
-ones at least two), models/llama3/infra/parallelize.py (FSDP2 `fully_shard` on every block,
+models/llama3/infra/parallelize.py (FSDP2 `fully_shard` on every block,
 sequence parallelism whenever tp > 1, float8 all-gather only for tensorwise), config/job_config.py
 (the settings that exist). Each rule returns a Violation naming the plan field, the value and
-what torchtitan supports, or nothing; all return nothing for Megatron-LM plans.
+what torchtitan supports, or nothing; all return nothing for Megatron-LM plans. The pipeline
+schedules' and the attention heads' rules are `planner.search.rules.torchtitan_shapes`'.
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from planner.inputs.torchtitan import (
     HEAD_CONTEXT,
     MODELS,
     MOE_MODELS,
-    SINGLE_STAGE,
-    V_SHAPED,
 )
-from planner.model import torch_schedules
 from planner.search.rules.base import Violation
+from planner.search.rules.torchtitan_shapes import heads, schedule
 
 
 def _titan(job: Job) -> bool:
@@ -67,46 +65,6 @@ def sharding(job: Job, lay: Layout) -> Violation | None:
             f"runs only alone (tp {lay.tp}, pp {lay.pp}): 'DDP has not supported > 1D parallelism'",
         )
     return None
-
-
-def schedule(job: Job, lay: Layout) -> Violation | None:
-    """The schedule takes the plan's stages per rank: 1F1B / GPipe one, ZBVZeroBubble and
-    DualPipeV two, the other looped schedules two or more."""
-    if not _titan(job):
-        return None
-    name = job.titan.schedule(lay.vpp)
-    if lay.pp == 1:
-        return None
-    if name in SINGLE_STAGE and lay.vpp != 1:
-        want = "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
-    elif name in V_SHAPED and lay.vpp != 2:
-        want = "exactly two stages per rank"
-    elif name not in SINGLE_STAGE and lay.vpp < 2:
-        want = "at least two stages per rank; 1F1B or GPipe take one"
-    else:
-        return _microbatches(job, lay, name)
-    return Violation(
-        "tt_schedule",
-        "parallel.vpp",
-        f"vpp {lay.vpp}: torchtitan's pipeline_parallel_schedule {name!r} takes {want}",
-    )
-
-
-def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
-    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`)."""
-    if not lay.dp * lay.micro_batch_size:
-        return None
-    m = lay.num_microbatches(job.global_batch_size)
-    why = torch_schedules.unmodelled(name, lay.pp, m)
-    if why is None:
-        return None
-    return Violation(
-        "tt_microbatches",
-        "training.global_batch_size",
-        f"torchtitan's pipeline_parallel_schedule {name!r} at pipeline_parallel_degree {lay.pp} "
-        f"needs {why}; the micro-batches are global_batch_size / (dp x micro_batch_size) = "
-        f"{job.global_batch_size} / ({lay.dp} x {lay.micro_batch_size})",
-    )
 
 
 def experts(job: Job, lay: Layout) -> Violation | None:
@@ -403,5 +361,5 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (sharding, schedule, experts, features, deepep, head_era, megatron_recipes)
+RULES = (sharding, schedule, heads, experts, features, deepep, head_era, megatron_recipes)
 """The framework rules, in the order their messages are listed."""

@@ -1,0 +1,77 @@
+"""What torchtitan's pipeline schedules and attention sharding take: rules on a plan with
+`[training] framework = "torchtitan"` (`planner.search.rules.torchtitan` lists them with the
+others).
+
+Sources: pytorch/torchtitan e347b1e5 distributed/pipeline_parallel.py (single-stage schedules
+take one stage per rank, multi-stage ones at least two), torch's schedules for the micro-batches
+(`planner.model.torch_schedules`), and b5bcd76c models/common/decoder.py (tp must divide the
+attention heads and the KV heads: "tensor_parallel_degree (..) must divide n_kv_heads"; at
+e347b1e5 a tp that does not divide them splits the K and V projections into parts of heads,
+which the attention's view into whole heads then refuses).
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.torchtitan import SINGLE_STAGE, V_SHAPED
+from planner.model import torch_schedules
+from planner.search.rules.base import Violation
+
+
+def schedule(job: Job, lay: Layout) -> Violation | None:
+    """The schedule takes the plan's stages per rank: 1F1B / GPipe one, ZBVZeroBubble and
+    DualPipeV two, the other looped schedules two or more."""
+    if job.framework != "torchtitan":
+        return None
+    name = job.titan.schedule(lay.vpp)
+    if lay.pp == 1:
+        return None
+    if name in SINGLE_STAGE and lay.vpp != 1:
+        want = "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
+    elif name in V_SHAPED and lay.vpp != 2:
+        want = "exactly two stages per rank"
+    elif name not in SINGLE_STAGE and lay.vpp < 2:
+        want = "at least two stages per rank; 1F1B or GPipe take one"
+    else:
+        return _microbatches(job, lay, name)
+    return Violation(
+        "tt_schedule",
+        "parallel.vpp",
+        f"vpp {lay.vpp}: torchtitan's pipeline_parallel_schedule {name!r} takes {want}",
+    )
+
+
+def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
+    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`)."""
+    if not lay.dp * lay.micro_batch_size:
+        return None
+    m = lay.num_microbatches(job.global_batch_size)
+    why = torch_schedules.unmodelled(name, lay.pp, m)
+    if why is None:
+        return None
+    return Violation(
+        "tt_microbatches",
+        "training.global_batch_size",
+        f"torchtitan's pipeline_parallel_schedule {name!r} at pipeline_parallel_degree {lay.pp} "
+        f"needs {why}; the micro-batches are global_batch_size / (dp x micro_batch_size) = "
+        f"{job.global_batch_size} / ({lay.dp} x {lay.micro_batch_size})",
+    )
+
+
+def heads(job: Job, lay: Layout) -> Violation | None:
+    """tp divides the attention heads and the KV heads (module docstring): torchtitan shards
+    whole heads and never replicates KV heads, where Megatron-LM does for a tp above them."""
+    if job.framework != "torchtitan" or lay.tp == 1:
+        return None
+    arch = job.arch
+    kv = arch.num_attention_heads if arch.multi_latent_attention else arch.query_groups
+    for what, n in (("n_heads", arch.num_attention_heads), ("n_kv_heads", kv)):
+        if n % lay.tp:
+            return Violation(
+                "tt_heads",
+                "parallel.tp",
+                f"tensor_parallel_degree ({lay.tp}) must divide {what} ({n}): torchtitan "
+                "shards whole heads and does not replicate KV heads",
+            )
+    return None
