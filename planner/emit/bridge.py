@@ -61,12 +61,20 @@ def _bridge_flex(plan: Plan) -> None:
 
 def _recompute(plan: Plan) -> dict[str, Any]:
     lay = plan.require_layout()
+    # the recipe's method and layer count cleared where the plan has none (TransformerConfig
+    # refuses them beside selective recompute, and the EP overlap beside any method)
     if lay.recompute == "none":
-        return {"recompute_granularity": None}
+        return {
+            "recompute_granularity": None,
+            "recompute_method": None,
+            "recompute_num_layers": None,
+        }
     if lay.recompute == "selective":
         return {
             "recompute_granularity": "selective",
             "recompute_modules": list(lay.recompute_modules),
+            "recompute_method": None,
+            "recompute_num_layers": None,
         }
     return {
         "recompute_granularity": "full",
@@ -156,8 +164,13 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                 "per-layer graphs only: launch it with --target megatron-args"
             )
         model["cuda_graph_impl"] = "transformer_engine"  # which utils/cuda_graph.py refuses
-        if job.cuda_graph_modules:  # TransformerConfig.cuda_graph_modules
-            model["cuda_graph_modules"] = list(job.cuda_graph_modules)
+        # TransformerConfig.cuda_graph_modules ("full", its default: whole layers); the
+        # recipe's deprecated cuda_graph_scope cleared, which Megatron-Core refuses beside
+        # modules (and its "full_iteration" beside transformer_engine graphs)
+        model["cuda_graph_scope"] = None
+        model["cuda_graph_modules"] = list(job.cuda_graph_modules) or "full"
+        # GPTModelProvider.provide asserts Transformer Engine's RNG tracker under graphs
+        model["use_te_rng_tracker"] = True
     for name in ("attention_dropout", "hidden_dropout"):
         if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
             model[name] = 0.0
@@ -226,9 +239,16 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "ddp": {
             "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
             "overlap_grad_reduce": lay.overlap_grad_reduce,
-            "overlap_param_gather": lay.overlap_param_gather,
+            # nothing is gathered at ZeRO 0; with it on, Megatron-Core's DDP takes the
+            # layer-wise optimizer's path there and fails (Megatron-LM refuses the flag)
+            "overlap_param_gather": lay.overlap_param_gather and lay.zero_stage >= 1,
             **({"bucket_size": lay.ddp_bucket_size} if lay.ddp_bucket_size else {}),
-            **({"num_buckets": lay.ddp_num_buckets} if lay.ddp_num_buckets else {}),
+            # the recipe's bucket size cleared: DDP's config refuses both
+            **(
+                {"num_buckets": lay.ddp_num_buckets, "bucket_size": None}
+                if lay.ddp_num_buckets
+                else {}
+            ),
             "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
             "use_megatron_fsdp": fsdp,
             "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]
@@ -256,9 +276,14 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
-"""The class the override's comm_overlap table builds (its `_target_`): a recipe that leaves
-comm_overlap unset (recipes/common.py's None) gets one, and one that sets it keeps its other
-fields (the recipe's own table carries the same `_target_` once Bridge converts it)."""
+"""The class a comm_overlap table must name (`_target_`) where the recipe leaves comm_overlap
+unset (recipes/common.py's None): written into a note, not the override. Most recipes set it
+(every performance recipe), and there a `_target_` breaks both ways in: run_script.py's Hydra
+overrides apply to the recipe as a struct OmegaConf config without that key
+(utils/omegaconf_utils.py `parse_hydra_overrides`: "Could not override"), and a merged
+--config-file table with it is instantiated whole from the recipe's fields turned to plain dicts
+(`_apply_overrides`), whose tp_comm_overlap_cfg then fails CommOverlapConfig's asdict. Without
+it, the fields are set on the recipe's own CommOverlapConfig one by one."""
 
 
 def _comm_overlap(plan: Plan) -> dict[str, Any]:
@@ -268,13 +293,13 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
     distributed optimizer, its gradient-reduce and parameter-gather overlap and bucket size over
     DDP's (128 MB buckets wherever dp > 1 unless given here)."""
     lay = plan.require_layout()
-    out: dict[str, Any] = {"_target_": COMM_OVERLAP, "tp_comm_overlap": lay.tp_comm_overlap}
+    out: dict[str, Any] = {"tp_comm_overlap": lay.tp_comm_overlap}
     out |= _deferral(lay) if lay.defer_embedding_wgrad_compute else {}
     if plan.job.arch.is_moe:
         out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         out["delay_wgrad_compute"] = lay.ep_comm_overlap
     out["overlap_grad_reduce"] = lay.overlap_grad_reduce
-    out["overlap_param_gather"] = lay.overlap_param_gather
+    out["overlap_param_gather"] = lay.overlap_param_gather and lay.zero_stage >= 1
     if lay.ddp_bucket_size:
         out["bucket_size"] = lay.ddp_bucket_size
     elif lay.ddp_num_buckets and lay.zero_stage >= 1 and lay.dp > 1:
@@ -285,6 +310,13 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
             "ddp_bucket_size, or launch with --target megatron-args"
         )
     return out
+
+
+OFFLOAD_ENV = "NVTE_CPU_OFFLOAD_V1"
+"""What Bridge's config validation asks of fine-grained activation offloading on Transformer
+Engine >= 2.10 (training/config.py: "should be set to 1 to avoid offloading weights"); its
+DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, applied before the
+runtime config)."""
 
 
 def _offload(job: Job) -> dict[str, object]:
@@ -316,8 +348,8 @@ def _scalar(v: Any) -> str:
 
 
 def _hydra_dict(fields: dict[str, Any]) -> str:
-    """A table as one Hydra dict value, `{_target_:a.B,key:value}`: merged into the recipe's
-    table, or set where the recipe leaves it unset."""
+    """A table as one Hydra dict value, `{_target_:a.B,key:value}`: for a recipe that leaves the
+    table unset (`COMM_OVERLAP`)."""
     return "{" + ",".join(f"{k}:{_scalar(v)}" for k, v in fields.items()) + "}"
 
 
@@ -346,12 +378,33 @@ def render(plan: Plan, job_name: str) -> str:
             "(planned with fp32 gradients)"
         )
     notes += unflagged(plan)
+    unset = _hydra_dict({"_target_": COMM_OVERLAP, **tables["comm_overlap"]})
+    notes.append(
+        "a recipe that leaves comm_overlap unset (None, as recipes/common.py does) takes it whole: "
+        f"{shlex.quote('comm_overlap=' + unset)} in place of the comm_overlap lines (in the "
+        f"file, _target_: {COMM_OVERLAP} in its table)"
+    )
     hydra: list[str] = []  # shell-quoted, to paste as they are (a list's spaces split words)
     for name, fields in tables.items():
-        if "_target_" in fields:  # one value: a recipe's unset table takes no dotted key
-            hydra.append(shlex.quote(f"{name}={_hydra_dict(fields)}"))
-        else:
-            hydra += [shlex.quote(f"{name}.{k}={_scalar(v)}") for k, v in fields.items()]
+        hydra += [shlex.quote(f"{name}.{k}={_scalar(v)}") for k, v in fields.items()]
+    lay = plan.require_layout()
+    if lay.offload_modules:  # config.py raises without it on Transformer Engine >= 2.10
+        hydra.append(shlex.quote(f"++env_vars.{OFFLOAD_ENV}=1"))  # ++: added or overridden
+        notes.append(
+            f"fine-grained activation offloading needs {OFFLOAD_ENV}=1 (Transformer Engine >= "
+            "2.10): the ++env_vars line sets it; with --config-file, export it or set it in the "
+            "env_vars of the recipe"
+        )
+    if job.precision == "bf16" and job.optimizer == "adam" and not job.precision_aware_optimizer:
+        notes.append(
+            "run_script.py --compute_dtype bf16 turns optimizer.use_precision_aware_optimizer on "
+            "after these overrides (planned without it"
+            + (
+                "; at ZeRO 0 Megatron-Core refuses it: use a recipe script)"
+                if lay.zero_stage == 0
+                else ")"
+            )
+        )
     text = comment_block(
         [
             *header(plan, "megatron-bridge", job_name, predict(plan)),

@@ -119,7 +119,11 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     doc = yaml.safe_load(render(graphs, "megatron-bridge")[1])
     _accepted(doc)
     assert doc["model"]["cuda_graph_impl"] == "transformer_engine"
-    assert "cuda_graph_modules" not in doc["model"]  # the whole layer: Megatron-Core's default
+    # the whole layer ("full", Megatron-Core's default), set over a recipe's own; the recipe's
+    # deprecated cuda_graph_scope cleared (refused beside modules), Transformer Engine's RNG
+    # tracker on (GPTModelProvider.provide asserts it under graphs)
+    assert doc["model"]["cuda_graph_modules"] == "full" and doc["model"]["cuda_graph_scope"] is None
+    assert doc["model"]["use_te_rng_tracker"] is True
     part = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_modules=["attn"])
     part_doc = yaml.safe_load(render(part, "megatron-bridge")[1])
     _accepted(part_doc)
@@ -272,21 +276,28 @@ def test_overlaps_go_where_bridges_setup_reads_them() -> None:
     """Bridge's comm-overlap setup writes its table's EP overlap and wgrad delay over the model's
     (off unless the table sets them: the model's own were dropped, and the step the plan times
     with the overlap ran without it), and with the distributed optimizer its DP overlap over
-    DDP's. The table names its class (`_target_`), so a recipe that leaves it unset gets one:
-    and in the Hydra header it is one dict value (dotted keys on an unset table fail)."""
+    DDP's. The fields go onto the recipe's own CommOverlapConfig one by one (dotted Hydra keys,
+    a table without `_target_`): Bridge 067f987d applies overrides to a struct OmegaConf config
+    that has no `_target_` key (utils/omegaconf_utils.py parse_hydra_overrides), so the whole
+    dict with one used to fail on every recipe that sets comm_overlap; the dict form, for a
+    recipe that leaves it unset, is a note."""
     par = {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "ep_comm_overlap": True}
     plan = make_plan("qwen3-30b-a3b", 64, par, global_batch_size=512)
     text = render(plan, "megatron-bridge")[1]
     doc = yaml.safe_load(text)
     _accepted(yaml.safe_load(text))
     over = doc["comm_overlap"]
-    assert over["_target_"] == "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+    assert "_target_" not in over
     assert over["overlap_moe_expert_parallel_comm"] is True and over["delay_wgrad_compute"]
     assert "overlap_moe_expert_parallel_comm" not in doc["model"]
     assert over["overlap_grad_reduce"] is plan.require_layout().overlap_grad_reduce
     words = [shlex.split(ln[2:]) for ln in text.splitlines() if ln.startswith("# ")]
     hydra = [w[0] for w in words if len(w) == 1 and w[0].startswith("comm_overlap")]
-    assert len(hydra) == 1 and hydra[0].startswith("comm_overlap={_target_:")
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in hydra
+    assert all(h.startswith("comm_overlap.") for h in hydra) and len(hydra) == len(over)
+    note = next(ln for ln in text.splitlines() if "leaves comm_overlap unset" in ln)
+    target = '"megatron.bridge.training.comm_overlap.CommOverlapConfig"'
+    assert f"comm_overlap={{_target_:{target}," in note
 
 
 def test_hydra_overrides_paste_into_a_shell_as_one_word_each() -> None:
@@ -361,3 +372,27 @@ def test_the_presets_differences_are_said_with_their_peaks() -> None:
     )
     run, planned = (float(x) for x in re.findall(r"(\d+\.\d) GiB", note))
     assert run > planned
+
+
+def test_overrides_clear_what_a_recipe_sets_and_the_plan_does_not() -> None:
+    """Settings a Bridge recipe sets that the plan has none of are written cleared, since
+    Megatron-Core refuses them beside what the plan sets (the QA's Bridge 067f987d / Megatron-Core
+    2a75ac12 checks): selective recompute clears recompute_method and recompute_num_layers
+    (TransformerConfig raises beside selective); ddp.num_buckets clears bucket_size (DDP's config
+    asserts both); ZeRO 0 writes overlap_param_gather false (with it on, DDP takes the layer-wise
+    optimizer's path and fails; nothing is gathered there); fine-grained offloading adds
+    NVTE_CPU_OFFLOAD_V1=1 (config.py raises without it on Transformer Engine >= 2.10)."""
+    par = {"tp": 2, "recompute": "selective", "zero_stage": 0, "ddp_num_buckets": 4}
+    doc = yaml.safe_load(render(make_plan("llama3.1-8b", 16, par), "megatron-bridge")[1])
+    _accepted(doc)
+    model, ddp = doc["model"], doc["ddp"]
+    assert model["recompute_method"] is None and model["recompute_num_layers"] is None
+    assert ddp["num_buckets"] == 4 and ddp["bucket_size"] is None
+    assert (
+        ddp["overlap_param_gather"] is False
+        and doc["comm_overlap"]["overlap_param_gather"] is False
+    )
+    off = {"ep": 8, "offload_modules": ["expert_fc1"]}
+    text = render(make_plan("qwen3-30b-a3b", 64, off, global_batch_size=512), "megatron-bridge")[1]
+    words = [shlex.split(ln[2:]) for ln in text.splitlines() if ln.startswith("# ")]
+    assert ["++env_vars.NVTE_CPU_OFFLOAD_V1=1"] in words

@@ -344,6 +344,13 @@ def test_ep_comm_overlap_conditions() -> None:
     moe_recompute = ov.with_(recompute="selective", recompute_modules=("moe",))
     assert "ep_overlap_recompute" in broken(job, moe_recompute)
     assert "ep_overlap_dispatcher" in broken(job, ov.with_(moe_token_dispatcher_type="allgather"))
+    # Megatron-FSDP under the interleaved schedule: combined_1f1b.py (d98e8a64) asserts "EP
+    # overlap 1F1B with FSDP is not supported for interleaved pipeline parallelism"; at pp 1 it
+    # runs, and ZeRO 1 runs interleaved
+    interleaved = Layout(pp=2, vpp=2, dp=8, ep=8, ep_comm_overlap=True)
+    assert "ep_overlap_fsdp" in broken(job, interleaved.with_(zero_stage=3))
+    assert "ep_overlap_fsdp" not in broken(job, interleaved.with_(zero_stage=1))
+    assert "ep_overlap_fsdp" not in broken(job, ov.with_(zero_stage=3))
     tp2 = Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True)
     assert_ok(job, tp2)
     (w,) = rules.warnings(job, tp2)

@@ -267,7 +267,8 @@ def recompute_allows_overlap(recompute: str, modules: tuple[str, ...]) -> bool:
 
 def expert_overlap(job: Job, lay: Layout) -> Violation | None:
     """TransformerConfig's asserts for --overlap-moe-expert-parallel-comm: ep > 1, vpp when
-    pp > 1, the alltoall or flex dispatcher, no full recompute and no recompute of the whole MoE
+    pp > 1 (and then no Megatron-FSDP: the combined 1F1B schedule asserts it),
+    the alltoall or flex dispatcher, no full recompute and no recompute of the whole MoE
     layer, at most one MTP layer. (TP or CP with it before Blackwell is only a warning:
     `overlap_connections`.)"""
     if not lay.ep_comm_overlap:
@@ -280,6 +281,13 @@ def expert_overlap(job: Job, lay: Layout) -> Violation | None:
             "ep_overlap_vpp",
             field,
             f"{why} needs vpp > 1 when pipeline_model_parallel_size ({lay.pp}) > 1",
+        )
+    if lay.vpp > 1 and lay.zero_stage >= 2:  # combined_1f1b.py asserts (d98e8a64, 2a75ac12)
+        return Violation(
+            "ep_overlap_fsdp",
+            field,
+            f"{why} with Megatron-FSDP (zero_stage {lay.zero_stage}) is not supported for the "
+            f"interleaved schedule (vpp {lay.vpp}): use zero_stage 1, or pp 1",
         )
     if lay.moe_token_dispatcher_type == "allgather":
         return Violation(
