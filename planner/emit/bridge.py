@@ -171,6 +171,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["cuda_graph_modules"] = list(job.cuda_graph_modules) or "full"
         # GPTModelProvider.provide asserts Transformer Engine's RNG tracker under graphs
         model["use_te_rng_tracker"] = True
+    else:  # eager, as timed: a recipe's own graphs (most Blackwell ones capture) switched off
+        model["cuda_graph_impl"] = "none"
     for name in ("attention_dropout", "hidden_dropout"):
         if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
             model[name] = 0.0
