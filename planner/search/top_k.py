@@ -212,6 +212,24 @@ _FROZEN: list[bool] = []
 """[True] while the objects frozen after a search (`_cyclic_gc_paused`) wait for the next."""
 
 
+def job_zero_stages(job: Job, zeros: tuple[int, ...]) -> tuple[int, ...]:
+    """The ZeRO stages of `zeros` the job's settings run with, whatever the layout (the rules
+    that read the stage and the job alone; the search sets the stage after every other rule
+    has passed): Megatron's Muon not with Megatron-FSDP (`rules.muon`), the CPU-offloaded
+    optimizer only with the distributed optimizer or FSDP (`rules.optimizer_offload`), the
+    "optim" outer sharding only over ZeRO 3 (`rules.parallel`). torchtitan's stage follows its
+    degrees (`space.zero_stages`)."""
+    if job.framework == "torchtitan":
+        return zeros
+    if job.optimizer == "muon":
+        zeros = tuple(z for z in zeros if z < 2)
+    if job.optimizer_offload_fraction > 0:
+        zeros = tuple(z for z in zeros if z >= 1)
+    if job.outer_dp_sharding_strategy == "optim":
+        zeros = tuple(z for z in zeros if z == 3)
+    return zeros
+
+
 def _search(
     job: Job,
     space: Space | None,
@@ -222,8 +240,7 @@ def _search(
     ceiling: float | None = None,
 ) -> SearchResult:
     space = space or Space(framework=job.framework)
-    if job.optimizer == "muon":  # Megatron's Muon runs without Megatron-FSDP (rules.muon)
-        space = replace(space, zero_stages=tuple(z for z in space.zero_stages if z < 2))
+    space = replace(space, zero_stages=job_zero_stages(job, space.zero_stages))
     t0 = time.perf_counter()
     rejected: Counter[str] = Counter()
     structs = structures(job, space, rejected)

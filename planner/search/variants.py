@@ -47,39 +47,39 @@ def best_variants(
     floor: Floors | None = None,
 ) -> list[Candidate]:
     """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
-    fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is as
-    fast or faster. No rung is faster than none (they only add recompute or host transfers), and
-    no ZeRO stage is faster than a lower one with the same rung, so a base whose first stage fits
-    without a rung is done. A ZeRO stage whose weights, gradients, optimizer state and buffers
-    alone (`memory.state_floor`) exceed the capacity is rejected without trying a rung (`too_big`
-    remembers that per vpp, split and stage of a structure: it holds at every micro-batch size);
-    so is one where not even the leanest rungs (full recompute, the most offloading) fit, and
-    then at every larger micro-batch of the same shape (`lean_fails` remembers the smallest, and
-    each rung, or ladder's n, that did not fit: tests/search/test_search_memo.py). Block
-    recompute and offloading are bisected for their smallest setting that fits (their memory falls
-    and their time grows with it). Where the base's TP overlap pays (`overlap_pays`) a rung
-    without it is no faster than with it: tried only where it does not fit with it (a ladder's,
-    below the smallest n that does); where it does not, each rung is tried either way, none
-    too (a stage's fastest is then the faster of the two when none fits).
-    A stage whose fastest fitting rung the base's EP-overlap twin
-    takes too (`Base.twin_takes`) yields nothing where the twin fits with it: the twin's variant
+    fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is
+    as fast or faster. No rung is faster than none (they only add recompute or host transfers),
+    so a stage that fits without a rung takes none; every ZeRO stage is tried, since a higher
+    one can be faster (ZeRO 3's per-layer gathers hide where ZeRO 1's last buckets show, at one
+    micro-batch; ZeRO 0's whole optimizer step is slower than ZeRO 2's: a random-problem fuzz
+    against the brute force found both). A ZeRO stage whose weights, gradients, optimizer state
+    and buffers alone (`memory.state_floor`) exceed the capacity is rejected without trying a
+    rung (`too_big` remembers that per vpp, split and stage of a structure: it holds at every
+    micro-batch size); so is one where not even the leanest rungs (full recompute, the most
+    offloading) fit, and then at every larger micro-batch of the same shape (`lean_fails`
+    remembers the smallest, and each rung, or ladder's n, that did not fit:
+    tests/search/test_search_memo.py). Block recompute and offloading are bisected for their
+    smallest setting that fits (their memory falls and their time grows with it). Where the
+    base's TP overlap pays (`overlap_pays`) a rung without it is no faster than with it: tried
+    only where it does not fit with it (a ladder's, below the smallest n that does); where it
+    does not, each rung is tried either way, none too (a stage's fastest is then the faster of
+    the two when none fits). A stage whose fastest fitting rung the base's EP-overlap twin takes
+    too (`Base.twin_takes`) yields nothing where the twin fits with it: the twin's variant
     dominates it (the overlap holds one MoE layer more, so the twin may not fit). A base whose
     own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
     far, yields nothing either (checked once some ZeRO stage's states fit); `floor`, the base's
-    `bound.floors` at its structure's largest micro-batch size (the search has them from queueing
-    the structure), bounds base_bound from below without the layer times at this size
+    `bound.floors` at its structure's largest micro-batch size (the search has them from
+    queueing the structure), bounds base_bound from below without the layer times at this size
     (`bound.below`), and where that exceeds `cut` base_bound is not computed. Nor does a stage
     whose time without memory savers (NONE.on(zbase), and without the TP overlap where that does
     not pay: no rung is faster than both, tests/search/test_top_k.py) is above `cut`, asked
-    before its memory (the stage's fastest takes that time where it fits); and then no later
-    stage does either (no stage is faster than a lower one with the same rung:
-    tests/search/test_search_assumptions.py). A stage of a base with Megatron's EP overlap
-    skips what did not fit its twin without it (`StageRungs.twin_key`), and every stage a rung
-    that a rung which did not fit covers (`rungs.covers`: its rungs' memory is asked leaner
-    first). Of the
-    rungs that fit a stage only those that may be its fastest, and not above `cut`, are
-    estimated (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it
-    would be dropped from the top K, and so would every variant it dominates). Host memory
+    before its memory (the stage's fastest takes that time where it fits). A stage of a base
+    with Megatron's EP overlap skips what did not fit its twin without it
+    (`StageRungs.twin_key`), and every stage a rung that a rung which did not fit covers
+    (`rungs.covers`: its rungs' memory is asked leaner first). Of the rungs that fit a stage
+    only those that may be its fastest, and not above `cut`, are estimated
+    (`StageRungs.fastest`); a stage whose fastest is above `cut` yields nothing (it would be
+    dropped from the top K, and so would every variant it dominates). Host memory
     (`planner.model.host_memory`) is a budget apart: a stage whose offloaded optimizer alone is
     over it yields nothing, and a rung is picked only where its offloaded activations fit what
     is left (of a ladder, its smallest n that fits the GPU or none: the host's bytes grow with
@@ -140,9 +140,8 @@ def best_variants(
             rejected["memory"] += 1
             continue
         if limit is not None and _plain_slower(stage, pays_for, limit):
-            break  # every rung is slower than none, here and at every later stage
+            continue  # every rung is slower than none here (a later stage may be faster)
         plain = stage.fits(NONE) if NONE in single else None
-        plain_fits = plain is not None
         if plain is not None:
             feasible = [NONE]
             # without the overlap (its userbuffers freed: it fits too), where faster (the
@@ -187,8 +186,6 @@ def best_variants(
                         rest.append(ld.make(n))
             picked = stage.fastest(rest, limit)  # memory known: the fastest by time
         if picked is None:  # nothing fits, or its fastest cannot make the top K
-            if plain_fits:
-                break  # every later stage is no faster than this
             continue
         rung, rep = picked
         best = Candidate(rung.on(zbase), rep, stage.time_of(rung))
@@ -197,8 +194,6 @@ def best_variants(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
         ):
             found.append(best)
-        if plain_fits and rung in (NONE, NONE_OFF):
-            break  # every later stage is no faster than this
     return found
 
 

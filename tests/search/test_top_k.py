@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from planner.inputs.layout import Layout
 from planner.model import cost, memory
+from planner.search import rules
 from planner.search import space as space_mod
 from planner.search import top_k as search
 from planner.search.space import Space
@@ -124,3 +127,37 @@ def test_rank_key_prefers_simpler_on_ties() -> None:
     assert sorted([cb, ca], key=search.rank_key) == [ca, cb]
     assert search.simplicity(a) < search.simplicity(b)
     assert math.isfinite(perf.step_time_s)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "gpus", "seq", "gbs", "zeros", "training"),
+    [
+        # a higher ZeRO stage faster than a lower one: ZeRO 3 above ZeRO 0 (its whole optimizer
+        # step), and ZeRO 3 above ZeRO 1 at one micro-batch (its per-layer gathers hide where
+        # ZeRO 1's last buckets show)
+        ("gemma2-2b", "a100-sxm-80gb", 16, 1024, 64, (0, 3), {}),
+        ("gpt-mcore-1.7b", "mi300x-192gb", 64, 2048, 32, (1, 2, 3), {}),
+        # the CPU-offloaded optimizer runs at ZeRO >= 1 only: never a ZeRO 0 row
+        ("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 32, (0, 2), {"optimizer_offload_fraction": 0.5}),
+    ],
+)
+def test_fuzzed_problems_equal_brute_force(
+    model: str,
+    gpu: str,
+    gpus: int,
+    seq: int,
+    gbs: int,
+    zeros: tuple[int, ...],
+    training: dict[str, Any],
+) -> None:
+    """Problems a random-problem fuzz against the brute force found the search wrong on: it
+    stopped at the first ZeRO stage that fit without a rung (assuming no higher stage is
+    faster) and missed faster rows, and it returned ZeRO 0 rows with the CPU-offloaded
+    optimizer, which the rules refuse (suggest exited 2)."""
+    job = make_job(model, gpu, gpus, seq, gbs)
+    job = replace(job, **training)
+    space = Space(zero_stages=zeros, pp=space_mod.Bound(1, 1) if gpus == 64 else space_mod.Bound())
+    ref = reference_top(job, space)
+    res = search.search(job, space)
+    assert [c.layout for c in res.candidates] == [c.layout for c in ref]
+    assert all(not rules.violations(job, c.layout) for c in res.candidates)
