@@ -241,9 +241,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "ddp": {
             "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
             "overlap_grad_reduce": lay.overlap_grad_reduce,
-            # nothing is gathered at ZeRO 0; with it on, Megatron-Core's DDP takes the
-            # layer-wise optimizer's path there and fails (Megatron-LM refuses the flag)
-            "overlap_param_gather": lay.overlap_param_gather and lay.zero_stage >= 1,
+            "overlap_param_gather": lay.gathers_overlapped,
             **({"bucket_size": lay.ddp_bucket_size} if lay.ddp_bucket_size else {}),
             # the recipe's bucket size cleared: DDP's config refuses both
             **(
@@ -301,7 +299,7 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
         out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         out["delay_wgrad_compute"] = lay.ep_comm_overlap
     out["overlap_grad_reduce"] = lay.overlap_grad_reduce
-    out["overlap_param_gather"] = lay.overlap_param_gather and lay.zero_stage >= 1
+    out["overlap_param_gather"] = lay.gathers_overlapped
     if lay.ddp_bucket_size:
         out["bucket_size"] = lay.ddp_bucket_size
     elif lay.ddp_num_buckets and lay.zero_stage >= 1 and lay.dp > 1:

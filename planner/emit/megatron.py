@@ -195,8 +195,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--ddp-bucket-size", str(lay.ddp_bucket_size)))
         if lay.ddp_num_buckets is not None:
             a.append(("--ddp-num-buckets", str(lay.ddp_num_buckets)))
-        # needs the distributed optimizer or Megatron-FSDP
-        if lay.zero_stage >= 1 and lay.overlap_param_gather:
+        if lay.gathers_overlapped:
             a.append(("--overlap-param-gather",))
     return a
 

@@ -177,6 +177,14 @@ class Layout:
         return self.cp_comm_type if self.cp > 1 and self.cp_comm_type != "p2p" else None
 
     @property
+    def gathers_overlapped(self) -> bool:
+        """Whether the parameter all-gather overlaps the forward: `overlap_param_gather` where
+        something is gathered (the distributed optimizer or Megatron-FSDP, ZeRO >= 1); what a
+        launch writes (Megatron-LM refuses the flag at ZeRO 0, Megatron-Core's DDP fails with
+        it)."""
+        return self.overlap_param_gather and self.zero_stage >= 1
+
+    @property
     def expert_tp(self) -> int:
         return self.etp if self.etp is not None else self.tp
 
