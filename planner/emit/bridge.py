@@ -24,7 +24,8 @@ import json
 import shlex
 from typing import Any
 
-from planner.emit import bridge_precision, bridge_split
+from planner.emit import bridge_notes, bridge_precision, bridge_split
+from planner.emit.bridge_notes import COMM_OVERLAP
 from planner.emit.common import (
     SCHEDULE,
     comment_block,
@@ -34,7 +35,6 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.k8s import yaml_str
-from planner.emit.megatron import unflagged
 from planner.emit.megatron_model import refuse_alibi
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
@@ -129,15 +129,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
     muon = job.optimizer == "muon"
-    if job.deterministic:
-        raise InputError(
-            f"{plan.path}: training.deterministic: planner writes deterministic mode for "
-            "Megatron-LM (--deterministic-mode) and torchtitan only: Megatron-LM applies its NCCL, "
-            "Transformer Engine and cuBLAS settings and torch's deterministic algorithms in its "
-            "argument validation (megatron/training/determinism.py), which a Megatron-Bridge "
-            "override does not run; launch with --target megatron-args, or set deterministic = "
-            "false"
-        )
     refuse_alibi(job.arch, f"{plan.path}: model", "Megatron-Bridge")
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
@@ -184,7 +175,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["dsa_kernel_backend"] = job.dsa_kernel_backend
         model["dsa_indexer_loss_coeff"] = job.dsa_indexer_loss_coeff
         model["dsa_indexer_use_sparse_loss"] = job.dsa_indexer_use_sparse_loss
-    if job.megatron_loss is not None:  # the loss the plan was timed with (TransformerConfig's)
+    if job.deterministic:  # recipes/utils/determinism_utils.py apply_determinism_overrides:
+        model["deterministic_mode"] = True  # (its env_vars: `DETERMINISM_ENV`; the rules hold
+        model["cross_entropy_loss_fusion"] = False  # tp_comm_overlap off, as it sets it)
+    elif job.megatron_loss is not None:  # the loss the plan was timed with (TransformerConfig's)
         model["cross_entropy_loss_fusion"] = job.megatron_loss != "unfused"
         if job.megatron_loss != "unfused":
             model["cross_entropy_fusion_impl"] = job.megatron_loss
@@ -275,17 +269,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
 
 
-COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
-"""The class a comm_overlap table must name (`_target_`) where the recipe leaves comm_overlap
-unset (recipes/common.py's None): written into a note, not the override. Most recipes set it
-(every performance recipe), and there a `_target_` breaks both ways in: run_script.py's Hydra
-overrides apply to the recipe as a struct OmegaConf config without that key
-(utils/omegaconf_utils.py `parse_hydra_overrides`: "Could not override"), and a merged
---config-file table with it is instantiated whole from the recipe's fields turned to plain dicts
-(`_apply_overrides`), whose tp_comm_overlap_cfg then fails CommOverlapConfig's asdict. Without
-it, the fields are set on the recipe's own CommOverlapConfig one by one."""
-
-
 def _comm_overlap(plan: Plan) -> dict[str, Any]:
     """CommOverlapConfig's fields the plan decides. Bridge's setup (comm_overlap.py `setup`)
     writes this table's TP, deferral and EP-overlap settings over the model's (off unless given
@@ -310,13 +293,6 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
             "ddp_bucket_size, or launch with --target megatron-args"
         )
     return out
-
-
-OFFLOAD_ENV = "NVTE_CPU_OFFLOAD_V1"
-"""What Bridge's config validation asks of fine-grained activation offloading on Transformer
-Engine >= 2.10 (training/config.py: "should be set to 1 to avoid offloading weights"); its
-DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, applied before the
-runtime config)."""
 
 
 def _offload(job: Job) -> dict[str, object]:
@@ -357,54 +333,13 @@ def render(plan: Plan, job_name: str) -> str:
     """The YAML override, headed by the prediction and the same settings as Hydra overrides."""
     tables = sections(plan)
     preset = bridge_precision.preset(plan)
-    notes = bridge_precision.notes(plan)
-    job = plan.job
-    if job.optimizer_state_dtype == "bf16":
-        notes.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
-    if job.arch.has_dsa:
-        a = job.arch
-        notes.append(
-            "DeepSeek sparse attention: planned with model.experimental_attention_variant=dsa, "
-            f"dsa_indexer_n_heads={a.dsa_indexer_n_heads}, dsa_indexer_head_dim="
-            f"{a.dsa_indexer_head_dim}, dsa_indexer_topk={a.dsa_indexer_topk}: the recipe's "
-            "model must set them"
-        )
-    if job.log_grad_stats:
-        notes.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
-    if plan.require_layout().zero_stage >= 2 and job.main_grad_dtype == "fp32":
-        notes.append(
-            "Megatron-FSDP reduces gradients in ddp.megatron_fsdp_main_grads_dtype (unset: the "
-            "parameters' bf16), not grad_reduce_in_fp32: set it to torch.float32 in the recipe "
-            "(planned with fp32 gradients)"
-        )
-    notes += unflagged(plan)
     unset = _hydra_dict({"_target_": COMM_OVERLAP, **tables["comm_overlap"]})
-    notes.append(
-        "a recipe that leaves comm_overlap unset (None, as recipes/common.py does) takes it whole: "
-        f"{shlex.quote('comm_overlap=' + unset)} in place of the comm_overlap lines (in the "
-        f"file, _target_: {COMM_OVERLAP} in its table)"
-    )
+    notes = bridge_notes.notes(plan, "comm_overlap=" + unset)
     hydra: list[str] = []  # shell-quoted, to paste as they are (a list's spaces split words)
     for name, fields in tables.items():
         hydra += [shlex.quote(f"{name}.{k}={_scalar(v)}") for k, v in fields.items()]
-    lay = plan.require_layout()
-    if lay.offload_modules:  # config.py raises without it on Transformer Engine >= 2.10
-        hydra.append(shlex.quote(f"++env_vars.{OFFLOAD_ENV}=1"))  # ++: added or overridden
-        notes.append(
-            f"fine-grained activation offloading needs {OFFLOAD_ENV}=1 (Transformer Engine >= "
-            "2.10): the ++env_vars line sets it; with --config-file, export it or set it in the "
-            "env_vars of the recipe"
-        )
-    if job.precision == "bf16" and job.optimizer == "adam" and not job.precision_aware_optimizer:
-        notes.append(
-            "run_script.py --compute_dtype bf16 turns optimizer.use_precision_aware_optimizer on "
-            "after these overrides (planned without it"
-            + (
-                "; at ZeRO 0 Megatron-Core refuses it: use a recipe script)"
-                if lay.zero_stage == 0
-                else ")"
-            )
-        )
+    env = bridge_notes.environment(plan)  # ++: added or overridden
+    hydra += [shlex.quote(f"++env_vars.{k}={v}") for k, v in env.items()]
     text = comment_block(
         [
             *header(plan, "megatron-bridge", job_name, predict(plan)),

@@ -229,12 +229,30 @@ def test_the_weight_hash_check_is_bridges_train_field() -> None:
     assert "check_weight_hash_across_dp_replicas_interval" not in plain["train"]
 
 
-def test_deterministic_mode_is_refused_for_bridge_naming_the_field() -> None:
-    """Megatron-LM applies the mode in its argument validation (determinism.py), which a Bridge
-    override does not run: the launch exits 2 naming training.deterministic."""
+def test_deterministic_mode_is_bridges_determinism_overrides() -> None:
+    """Megatron-Bridge 067f987d recipes/utils/determinism_utils.py apply_determinism_overrides:
+    model.deterministic_mode true, model.cross_entropy_loss_fusion false, tp_comm_overlap off
+    (planner's rules hold it off, as Megatron's determinism.py does), and env_vars
+    CUBLAS_WORKSPACE_CONFIG=:4096:8, NCCL_ALGO=Ring (training/config.py asserts it is one of
+    Tree/Ring/CollnetDirect/CollnetChain/^NVLS), NVTE_ALLOW_NONDETERMINISTIC_ALGO=0. planner
+    refused the mode for Bridge before, though Bridge runs it."""
     plan = make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True, loss_fusion=False)
-    with pytest.raises(InputError, match=r"training\.deterministic"):
-        render(plan, "megatron-bridge")
+    text = render(plan, "megatron-bridge")[1]
+    doc = yaml.safe_load(text)
+    _accepted(doc)
+    assert doc["model"]["deterministic_mode"] is True
+    assert doc["model"]["cross_entropy_loss_fusion"] is False
+    assert doc["comm_overlap"]["tp_comm_overlap"] is False
+    words = [w for ln in text.splitlines() if ln.startswith("# ") for w in shlex.split(ln[2:])]
+    env = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith("++env_vars.")}
+    assert env == {
+        "++env_vars.CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "++env_vars.NCCL_ALGO": "Ring",
+        "++env_vars.NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
+    }
+    plain = render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]
+    assert "deterministic_mode" not in yaml.safe_load(plain)["model"]
+    assert "++env_vars" not in plain
 
 
 def test_alibi_is_refused_for_bridge_naming_the_field() -> None:

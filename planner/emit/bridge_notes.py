@@ -1,0 +1,110 @@
+"""The Megatron-Bridge override's notes and env_vars (planner.emit.bridge): what the plan was timed
+with that the override's tables cannot hold, or that a recipe or run_script.py changes after
+them, and the environment the plan's settings need (Megatron-Bridge 067f987d)."""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.emit import bridge_precision
+from planner.emit.megatron import unflagged
+from planner.inputs.plan import Plan
+
+COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+"""The class a comm_overlap table must name (`_target_`) where the recipe leaves comm_overlap
+unset (recipes/common.py's None): written into a note, not the override. Most recipes set it
+(every performance recipe), and there a `_target_` breaks both ways in: run_script.py's Hydra
+overrides apply to the recipe as a struct OmegaConf config without that key
+(utils/omegaconf_utils.py `parse_hydra_overrides`: "Could not override"), and a merged
+--config-file table with it is instantiated whole from the recipe's fields turned to plain dicts
+(`_apply_overrides`), whose tp_comm_overlap_cfg then fails CommOverlapConfig's asdict. Without
+it, the fields are set on the recipe's own CommOverlapConfig one by one."""
+
+
+DETERMINISM_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "NCCL_ALGO": "Ring",
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
+}
+"""What Bridge's deterministic mode asks of the environment (Megatron-Bridge 067f987d
+recipes/utils/determinism_utils.py `apply_determinism_overrides`, into env_vars;
+training/config.py `_validate_and_apply_deterministic_mode` asserts NCCL_ALGO): the same three
+Megatron-LM's determinism.py sets."""
+
+OFFLOAD_ENV = "NVTE_CPU_OFFLOAD_V1"
+"""What Bridge's config validation asks of fine-grained activation offloading on Transformer
+Engine >= 2.10 (training/config.py: "should be set to 1 to avoid offloading weights"); its
+DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, applied before the
+runtime config)."""
+
+
+def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
+    """The env_vars the plan needs, by why: NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading
+    (config.py raises without it on Transformer Engine >= 2.10), `DETERMINISM_ENV` in
+    deterministic mode."""
+    groups: dict[str, dict[str, str]] = {}
+    if plan.require_layout().offload_modules:
+        groups["fine-grained activation offloading, Transformer Engine >= 2.10"] = {
+            OFFLOAD_ENV: "1"
+        }
+    if plan.job.deterministic:
+        groups["deterministic mode"] = DETERMINISM_ENV
+    return groups
+
+
+def environment(plan: Plan) -> dict[str, str]:
+    """Every env_var the plan needs (`_env_groups`), in order."""
+    return {k: v for vs in _env_groups(plan).values() for k, v in vs.items()}
+
+
+def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
+    """The override's notes; `comm_overlap_whole` is the comm_overlap table as one Hydra
+    override, for a recipe that leaves the table unset."""
+    out = bridge_precision.notes(plan)
+    job, lay = plan.job, plan.require_layout()
+    if job.optimizer_state_dtype == "bf16":
+        out.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
+    if job.arch.has_dsa:
+        a = job.arch
+        out.append(
+            "DeepSeek sparse attention: planned with model.experimental_attention_variant=dsa, "
+            f"dsa_indexer_n_heads={a.dsa_indexer_n_heads}, dsa_indexer_head_dim="
+            f"{a.dsa_indexer_head_dim}, dsa_indexer_topk={a.dsa_indexer_topk}: the recipe's "
+            "model must set them"
+        )
+    if job.log_grad_stats:
+        out.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
+    if lay.zero_stage >= 2 and job.main_grad_dtype == "fp32":
+        out.append(
+            "Megatron-FSDP reduces gradients in ddp.megatron_fsdp_main_grads_dtype (unset: the "
+            "parameters' bf16), not grad_reduce_in_fp32: set it to torch.float32 in the recipe "
+            "(planned with fp32 gradients)"
+        )
+    out += unflagged(plan)
+    out.append(
+        "a recipe that leaves comm_overlap unset (None, as recipes/common.py does) takes it whole: "
+        f"{shlex.quote(comm_overlap_whole)} in place of the comm_overlap lines (in the "
+        f"file, _target_: {COMM_OVERLAP} in its table)"
+    )
+    groups = _env_groups(plan)
+    if groups:
+        out.append(
+            "env_vars "
+            + "; ".join(
+                f"{', '.join(f'{k}={v}' for k, v in vs.items())} ({why})"
+                for why, vs in groups.items()
+            )
+            + ": the ++env_vars lines set them; with --config-file, export them or set them in "
+            "the env_vars of the recipe"
+        )
+    if job.precision == "bf16" and job.optimizer == "adam" and not job.precision_aware_optimizer:
+        out.append(
+            "run_script.py --compute_dtype bf16 turns optimizer.use_precision_aware_optimizer on "
+            "after these overrides (planned without it"
+            + (
+                "; at ZeRO 0 Megatron-Core refuses it: use a recipe script)"
+                if lay.zero_stage == 0
+                else ")"
+            )
+        )
+    return out
