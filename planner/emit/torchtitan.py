@@ -83,9 +83,11 @@ pipelining_fn=None; train.py raises 'does not support pipelining')."""
 def era_refusal(plan: Plan, name: str) -> InputError | None:
     """What torchtitan e347b1e5 (the TOML era) refuses of a plan that `check` takes, which the
     module target's torchtitan (b5bcd76c) runs: context parallelism in `NO_CONTEXT_PARALLEL`,
-    pipelining in `NO_PIPELINE`, and a sequence length that is not a multiple of tp x 2 x cp
-    even at cp 1 (parallel_dims.py `seq_len_divisor`, asserted by each model's parallelize.py;
-    b5bcd76c asks tp x 2 x cp only with cp > 1)."""
+    pipelining in `NO_PIPELINE`, replication without sharding beside tp or pp (e347b1e5's DDP;
+    b5bcd76c's fully_shard replicates over dp_replicate with an fsdp mesh of 1), and a sequence
+    length that is not a multiple of tp x 2 x cp even at cp 1 (parallel_dims.py
+    `seq_len_divisor`, asserted by each model's parallelize.py; b5bcd76c asks tp x 2 x cp only
+    with cp > 1)."""
     job, lay = plan.job, plan.require_layout()
     where = str(plan.path) if plan.path else "<plan>"
     era = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
@@ -98,6 +100,13 @@ def era_refusal(plan: Plan, name: str) -> InputError | None:
         return InputError(
             f"{where}: parallel.pp: {lay.pp}: {era}'s {name} has no pipelining function (train.py "
             f"raises 'does not support pipelining'); {module}"
+        )
+    rep = job.titan.dp_replicate
+    if rep > 1 and rep == lay.dp and lay.cp == 1 and lay.tp * lay.pp > 1:
+        return InputError(
+            f"{where}: torchtitan.dp_replicate: {rep}: without sharding (data_parallel_shard_"
+            f"degree 1) {era} applies DDP, and raises 'DDP has not supported > 1D parallelism' "
+            f"beside tp {lay.tp} and pp {lay.pp} (models/*/infra/parallelize.py); {module}"
         )
     divisor = lay.tp * 2 * lay.cp
     if job.seq_length % divisor:

@@ -249,6 +249,28 @@ def test_the_toml_target_refuses_what_its_torchtitan_raises_on(
         launch(path, "torchtitan-module")
 
 
+def test_replication_beside_tensor_parallelism_is_the_module_targets(tmp_path: Path) -> None:
+    """dp_replicate = dp (no sharding) at tp 8: e347b1e5 applies DDP there and raises 'DDP has
+    not supported > 1D parallelism' (models/llama3/infra/parallelize.py), b5bcd76c calls
+    fully_shard over (dp_replicate, fsdp of 1) beside tp (models/llama3/parallelize.py): the plan
+    checks, the TOML target exits 2 naming the field, the module is written. Alone (tp 1) both
+    eras run it, and the TOML is written."""
+    text = plan_text(
+        cluster=CLUSTER64,
+        training=TITAN,
+        parallel="[parallel]\ntp = 8\nzero_stage = 0\n",
+    )
+    path = write(tmp_path, text + "\n[torchtitan]\ndp_replicate = 8\n")
+    check_plan(load_plan(path))  # raises InputError on a broken rule (it did: tt_ddp)
+    with pytest.raises(InputError, match=r"torchtitan\.dp_replicate: 8: .*1D parallelism"):
+        launch(path, "torchtitan")
+    assert "data_parallel_replicate_degree=8" in launch(path, "torchtitan-module").text
+    alone = plan_text(cluster=CLUSTER64, training=TITAN, parallel="[parallel]\nzero_stage = 0\n")
+    alone_path = write(tmp_path, alone + "\n[torchtitan]\ndp_replicate = 64\n")
+    toml = tomllib.loads(launch(alone_path, "torchtitan").text)
+    assert toml["parallelism"]["data_parallel_replicate_degree"] == 64
+
+
 def test_tensorwise_float8_writes_no_recipe_name(tmp_path: Path) -> None:
     """e347b1e5 float8.py asserts recipe_name and enable_fsdp_float8_all_gather are never set
     together: tensorwise is its recipe-less path, so the example's TOML (tensorwise with the

@@ -35,7 +35,9 @@ def shard_degree(job: Job, lay: Layout) -> int:
 
 def sharding(job: Job, lay: Layout) -> Violation | None:
     """dp = dp_replicate x dp_shard; FSDP2 (zero_stage 3) wherever dp_shard x cp > 1, else
-    replicated (DDP, zero_stage 0), which torchtitan runs only without other parallelism."""
+    replicated (zero_stage 0): b5bcd76c's fully_shard over (dp_replicate, fsdp of 1) beside any
+    tp and pp (models/llama3/parallelize.py always calls apply_fsdp_to_decoder), e347b1e5's DDP
+    only alone (the TOML target's `era_refusal`)."""
     if not _titan(job):
         return None
     rep = job.titan.dp_replicate
@@ -56,13 +58,6 @@ def sharding(job: Job, lay: Layout) -> Violation | None:
             f"gradients and optimizer states with FSDP2 (zero_stage = 3) over "
             f"data_parallel_shard_degree x cp ({lay.dp // rep} x {lay.cp}), and replicates "
             f"(zero_stage = 0) only where that is 1; here zero_stage must be {want}",
-        )
-    if shard == 1 and rep > 1 and lay.tp * lay.pp > 1:
-        return Violation(
-            "tt_ddp",
-            "torchtitan.dp_replicate",
-            f"data_parallel_replicate_degree {rep} without sharding is DDP, which torchtitan "
-            f"runs only alone (tp {lay.tp}, pp {lay.pp}): 'DDP has not supported > 1D parallelism'",
         )
     return None
 
