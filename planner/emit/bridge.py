@@ -31,6 +31,7 @@ from planner.emit.common import (
     comment_block,
     cuda_graph_impl,
     header,
+    inflight_offloads,
     optimizer_instances,
     predict,
 )
@@ -146,20 +147,17 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
     if lay.cp_exchange:  # TransformerConfig's, as Bridge's GPT-OSS recipes set it
         model["cp_comm_type"] = lay.cp_exchange
+    whole_step = False
     if job.cuda_graphs:  # per-layer graphs: Bridge captures them with Transformer Engine's
-        impl = cuda_graph_impl(plan)  # (its refusals), not Megatron-LM's "local",
-        if impl == "full_iteration":
-            raise InputError(
-                f"{plan.path}: training.cuda_graph_impl: full_iteration (the whole step as one "
-                "graph) is Megatron-LM's --cuda-graph-impl; planner writes Megatron-Bridge's "
-                "per-layer graphs only: launch it with --target megatron-args"
-            )
-        model["cuda_graph_impl"] = "transformer_engine"  # which utils/cuda_graph.py refuses
-        # TransformerConfig.cuda_graph_modules ("full", its default: whole layers); the
-        # recipe's deprecated cuda_graph_scope cleared, which Megatron-Core refuses beside
+        whole_step = cuda_graph_impl(plan) == "full_iteration"  # (its refusals), not
+        # Megatron-LM's "local", which utils/cuda_graph.py refuses outside full iteration;
+        # the whole step as Bridge's own set_full_iteration_cuda_graph writes it (regions
+        # empty). TransformerConfig.cuda_graph_modules ("full", its default: whole layers);
+        # the recipe's deprecated cuda_graph_scope cleared, which Megatron-Core refuses beside
         # modules (and its "full_iteration" beside transformer_engine graphs)
+        model["cuda_graph_impl"] = "full_iteration" if whole_step else "transformer_engine"
         model["cuda_graph_scope"] = None
-        model["cuda_graph_modules"] = list(job.cuda_graph_modules) or "full"
+        model["cuda_graph_modules"] = [] if whole_step else list(job.cuda_graph_modules) or "full"
         # GPTModelProvider.provide asserts Transformer Engine's RNG tracker under graphs
         model["use_te_rng_tracker"] = True
     else:  # eager, as timed: a recipe's own graphs (most Blackwell ones capture) switched off
@@ -197,6 +195,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["fine_grained_activation_offloading"] = True
         model["offload_modules"] = list(lay.offload_modules)
         model["activation_offload_fraction"] = lay.activation_offload_fraction
+        if (inflight := inflight_offloads(plan)) is not None:
+            model["fine_grained_offloading_max_inflight_offloads"] = inflight
     if job.arch.is_moe:
         model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
         if lay.moe_token_dispatcher_type == "flex":
@@ -266,6 +266,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "dataset": {"seq_length": job.seq_length},
         # Megatron-FSDP saves and loads only in its own format (ConfigContainer.validate)
         **({"checkpoint": {"ckpt_format": "fsdp_dtensor"}} if fsdp else {}),
+        # config.py asserts the loss's NaN check off under a full-iteration graph
+        **({"rerun_state_machine": {"check_for_nan_in_loss": False}} if whole_step else {}),
     }
 
 

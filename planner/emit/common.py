@@ -332,3 +332,18 @@ def cuda_graph_impl(plan: Plan) -> str:
             "otherwise"
         )
     return plan.job.cuda_graph_impl or "local"
+
+
+INFLIGHT_OFFLOADS = 1
+"""TransformerConfig.fine_grained_offloading_max_inflight_offloads where a full-iteration CUDA
+graph runs fine-grained offloading: Megatron-Core asserts it a non-negative integer there
+(transformer_config.py d98e8a64; the graph does not rely on record_stream, so the copies are
+joined explicitly), None (no joins) elsewhere. 1, as Megatron-Bridge 067f987d's DeepSeek-V3
+GB300 and Nemotron-H GB200 performance recipes set it: one copy per offload group in flight."""
+
+
+def inflight_offloads(plan: Plan) -> int | None:
+    """`INFLIGHT_OFFLOADS` where the plan offloads under a full-iteration graph, else None."""
+    lay, job = plan.require_layout(), plan.job
+    whole_step = job.cuda_graphs and cuda_graph_impl(plan) == "full_iteration"
+    return INFLIGHT_OFFLOADS if whole_step and lay.offload_modules else None

@@ -35,6 +35,7 @@ from planner.emit.common import (
     cuda_graph_impl,
     environment,
     header,
+    inflight_offloads,
     optimizer_instances,
     predict,
 )
@@ -170,6 +171,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
         ]
         if lay.activation_offload_fraction != 1.0:
             a.append(("--activation-offload-fraction", f"{lay.activation_offload_fraction:g}"))
+        if (inflight := inflight_offloads(plan)) is not None:
+            a.append(("--fine-grained-offloading-max-inflight-offloads", str(inflight)))
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
     elif lay.zero_stage >= 2:

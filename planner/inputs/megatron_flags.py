@@ -216,6 +216,9 @@ READ = frozenset(
         "--fine-grained-activation-offloading",
         "--offload-modules",
         "--activation-offload-fraction",
+        "--fine-grained-offloading-max-inflight-offloads",  # checked (megatron_training)
+        "--no-check-for-nan-in-loss-and-grad",  # checked beside full-iteration graphs
+        "--loss-scale",  # (fp16's dynamic scaling turns the check off)
         # precision and kernels
         *PRECISION_FLAGS,
         "--fp16",

@@ -164,6 +164,22 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
     training["cuda_graph_impl"] = impl
     if parts and impl != "full_iteration":
         training["cuda_graph_modules"] = parts
+    # validate_args turns the check off itself only for fp16's dynamic loss scaling
+    checked = not (line.has("--fp16") and line.number("--loss-scale") is None)
+    if impl == "full_iteration" and checked and not line.has("--no-check-for-nan-in-loss-and-grad"):
+        raise InputError(
+            f"{line.where}: --cuda-graph-impl: full_iteration needs "
+            "--no-check-for-nan-in-loss-and-grad (Megatron-LM's validate_args asserts it)"
+        )
+    inflight = line.integer("--fine-grained-offloading-max-inflight-offloads")
+    offloads = line.has("--fine-grained-activation-offloading") and line.words("--offload-modules")
+    if impl == "full_iteration" and offloads and (inflight is None or inflight < 0):
+        raise InputError(
+            f"{line.where}: --fine-grained-offloading-max-inflight-offloads: "
+            f"{'not given' if inflight is None else inflight}: under a full-iteration CUDA "
+            "graph, fine-grained activation offloading needs it a non-negative integer "
+            "(TransformerConfig asserts it; planner launch writes 1)"
+        )
 
 
 def graph_regions(text: str) -> list[str] | str:

@@ -137,6 +137,48 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
         render(offloading, "megatron-bridge")
 
 
+def test_a_whole_step_graph_is_bridges_full_iteration_graph() -> None:
+    """cuda_graph_impl full_iteration, which planner refused for Bridge before, is written as
+    Bridge 067f987d's utils/cuda_graph.py set_full_iteration_cuda_graph writes it (impl
+    "full_iteration", cuda_graph_modules empty, cuda_graph_scope None; train.py then wraps the
+    step in FullCudaGraphWrapper), with rerun_state_machine.check_for_nan_in_loss false
+    (training/config.py asserts it) and Transformer Engine's RNG tracker (gpt_provider.py asserts
+    it under any graph). With fine-grained offloading, Megatron-Core's TransformerConfig asserts
+    fine_grained_offloading_max_inflight_offloads a non-negative integer under the whole-step
+    graph (transformer_config.py, 2a75ac12 and d98e8a64 alike): both Megatron targets set it."""
+    plan = make_plan(
+        "llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_impl="full_iteration"
+    )
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    _accepted(doc)
+    m = doc["model"]
+    assert (m["cuda_graph_impl"], m["cuda_graph_modules"], m["cuda_graph_scope"]) == (
+        "full_iteration",
+        [],
+        None,
+    )
+    assert m["use_te_rng_tracker"] is True
+    assert doc["rerun_state_machine"] == {"check_for_nan_in_loss": False}
+    assert "fine_grained_offloading_max_inflight_offloads" not in m
+    per_layer = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True)
+    assert "rerun_state_machine" not in yaml.safe_load(render(per_layer, "megatron-bridge")[1])
+    par = {"ep": 8, "offload_modules": ["core_attn", "expert_fc1"]}
+    off = make_plan(
+        "qwen3-30b-a3b",
+        64,
+        par,
+        global_batch_size=512,
+        cuda_graphs=True,
+        cuda_graph_impl="full_iteration",
+    )
+    off_doc = yaml.safe_load(render(off, "megatron-bridge")[1])
+    _accepted(off_doc)
+    assert off_doc["model"]["fine_grained_offloading_max_inflight_offloads"] == 1
+    words = render(off, "megatron-args")[1].split()
+    i = words.index("--fine-grained-offloading-max-inflight-offloads")
+    assert words[i + 1] == "1"
+
+
 def test_settings_without_a_megatron_switch_are_noted() -> None:
     # training.fused_norm = false (an unfused norm, timed so) has no Megatron-Core switch: the
     # override says so, as the Megatron-LM target does (planner.emit.megatron.unflagged)

@@ -35,6 +35,7 @@ torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" \\
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \\
   --recompute-granularity selective --lr 3e-4 --data-path "/data/my corpus"
 """
+NO_NAN = "--no-check-for-nan-in-loss-and-grad"
 
 
 def test_reads_the_llama3_example_into_the_zoo_model() -> None:
@@ -517,11 +518,15 @@ def test_the_rl_steps_kv_cache_and_separate_inference_model_are_read() -> None:
             True,
             "transformer_engine",
         ),
-        ("--cuda-graph-impl full_iteration", True, "full_iteration"),
+        (f"--cuda-graph-impl full_iteration {NO_NAN}", True, "full_iteration"),
         ("--enable-cuda-graph", True, "local"),  # deprecated: local (arguments.py d98e8a64)
         ("--external-cuda-graph", True, "transformer_engine"),  # deprecated: transformer_engine
         # the deprecated full_iteration region: arguments.py migrates it to the implementation
-        ("--cuda-graph-impl local --cuda-graph-modules full_iteration", True, "full_iteration"),
+        (
+            f"--cuda-graph-impl local --cuda-graph-modules full_iteration {NO_NAN}",
+            True,
+            "full_iteration",
+        ),
     ],
 )
 def test_cuda_graph_flags_are_read(extra: str, graphs: bool, impl: str | None) -> None:
@@ -531,6 +536,45 @@ def test_cuda_graph_flags_are_read(extra: str, graphs: bool, impl: str | None) -
     text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
     plan = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))
     assert plan.job.cuda_graphs is graphs and plan.job.cuda_graph_impl == impl
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        # validate_args: "--no-check-for-nan-in-loss-and-grad should be set with
+        # --cuda-graph-impl=full_iteration for training"
+        ("--cuda-graph-impl full_iteration", "--cuda-graph-impl"),
+        ("--cuda-graph-impl local --cuda-graph-modules full_iteration", "--cuda-graph-impl"),
+        # TransformerConfig: fine_grained_offloading_max_inflight_offloads "must be a
+        # non-negative integer when using fine-grained activation offloading with
+        # full-iteration CUDA graphs"
+        (
+            f"--cuda-graph-impl full_iteration {NO_NAN} --fine-grained-activation-offloading "
+            "--offload-modules core_attn",
+            "--fine-grained-offloading-max-inflight-offloads",
+        ),
+        (
+            f"--cuda-graph-impl full_iteration {NO_NAN} --fine-grained-activation-offloading "
+            "--offload-modules core_attn --fine-grained-offloading-max-inflight-offloads -1",
+            "--fine-grained-offloading-max-inflight-offloads",
+        ),
+    ],
+)
+def test_what_megatron_asserts_of_a_full_iteration_graph_exits_2(extra: str, flag: str) -> None:
+    """Megatron-LM d98e8a64 refuses these lines at start-up; planner said they fit."""
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    with pytest.raises(InputError, match=re.escape(flag)):
+        megatron_args.to_plan(text, "h100-sxm-80gb", 16)
+    # fp16's dynamic loss scaling turns the NaN check off itself (validate_args, before it)
+    if "offload" not in extra:
+        fp16 = text.replace("--bf16", "--fp16")
+        assert parse_plan(megatron_args.to_plan(fp16, "h100-sxm-80gb", 16)).job.cuda_graphs
+    else:  # 0 (a join after every copy) is non-negative
+        inflight = "--fine-grained-offloading-max-inflight-offloads"
+        fixed = extra.split(f" {inflight}")[0] + f" {inflight} 0"
+        fixed_text = LLAMA3_8B.replace("--bf16", f"--bf16 {fixed}")
+        plan = parse_plan(megatron_args.to_plan(fixed_text, "h100-sxm-80gb", 16))
+        assert plan.require_layout().offload_modules == ("core_attn",)
 
 
 @pytest.mark.parametrize(

@@ -143,17 +143,47 @@ def test_megatrons_rules(model: str, mods: tuple[str, ...], extra: dict, rule: s
     }
 
 
-def test_megatrons_cuda_graphs_capture_only_expert_modules() -> None:
-    # TransformerConfig (d98e8a64): with cuda_graph_impl "local" (what planner emits for
-    # training.cuda_graphs) offload_modules must lie within expert_fc1, moe_act, fused_group_mlp
-    j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 64, cuda_graphs=True)
-    lay = Layout(dp=8, ep=8)
-    bad = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("core_attn",)))}
-    good = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("moe_act",)))}
-    assert "offload_graphs" in bad and "offload_graphs" not in good
+@pytest.mark.parametrize(
+    ("impl", "regions", "mods", "refused"),
+    [
+        # local (None: what planner emits): expert modules only, and only with regions listed
+        (None, ("attn",), ("moe_act",), None),
+        (None, ("attn",), ("core_attn",), "parallel.offload_modules"),
+        (None, (), ("moe_act",), "training.cuda_graph_modules"),  # "whole-layer capture"
+        ("local", ("moe_router",), ("expert_fc1",), None),
+        # transformer_engine and full_iteration: any module (planner refused them before)
+        ("transformer_engine", (), ("core_attn",), None),
+        ("transformer_engine", ("attn",), ("qkv_linear", "moe_act"), None),
+        ("full_iteration", (), ("core_attn", "attn_proj"), None),
+        # any implementation: no moe region beside offloading ("Token-drop MoE")
+        ("transformer_engine", ("moe",), ("moe_act",), "training.cuda_graph_modules"),
+    ],
+)
+def test_megatrons_cuda_graphs_beside_fine_grained_offloading(
+    impl: str | None, regions: tuple[str, ...], mods: tuple[str, ...], refused: str | None
+) -> None:
+    """TransformerConfig.__post_init__ (d98e8a64, transformer_config.py 2929-2975) with CUDA
+    graphs and fine-grained offloading: local only expert_fc1 / moe_act / fused_group_mlp and
+    asserts cuda_graph_modules non-empty; transformer_engine and full_iteration take any module;
+    every implementation asserts moe not among the regions."""
+    extra = {"moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+    j = job(
+        "mixtral-8x7b",
+        "h100-sxm-80gb",
+        8,
+        4096,
+        64,
+        cuda_graphs=True,
+        cuda_graph_impl=impl,
+        cuda_graph_modules=regions,
+        **(extra if "moe" in regions else {}),
+    )
+    lay = Layout(dp=8, ep=8, offload_modules=mods)
+    found = [v for v in rules.violations(j, lay) if v.rule == "offload_graphs"]
+    assert [v.field for v in found] == ([refused] if refused else [])
     # a module listed twice is its own violation (it made the CUDA-graph check ask the first
     # module outside the experts of a list that had none: a fuzzer's StopIteration)
-    twice = {v.rule for v in rules.violations(j, lay.with_(offload_modules=("moe_act",) * 2))}
+    twice = {v.rule for v in rules.violations(j, lay.with_(offload_modules=mods[:1] * 2))}
     assert "offload_twice" in twice and "offload_graphs" not in twice
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_run import run
 from jobs import job
 
@@ -71,7 +72,7 @@ def test_a_graphed_job_gets_no_cpu_offloading(tmp_path: Path) -> None:
     got = _rows_launch(replace(eager, cuda_graphs=True), tmp_path)
     assert all(offload == 0 for _, _, offload in got)
     # the full-iteration graph runs CPU offloading (only per-layer graphs raise): as eager,
-    # launched as Megatron-LM's (Megatron-Bridge's target writes per-layer graphs only)
+    # launched by every Megatron target (Megatron-Bridge's as its full_iteration graph)
     whole = replace(eager, cuda_graphs=True, cuda_graph_impl="full_iteration")
     _, rows = search_rows(whole, Space(), 1)
     lay = rows[0].candidate.layout
@@ -79,7 +80,7 @@ def test_a_graphed_job_gets_no_cpu_offloading(tmp_path: Path) -> None:
     path = tmp_path / "whole.toml"
     path.write_text(plan_writer.render(whole, lay, {"name": "llama3.1-8b"}, []))
     refused = {t for ts in launch.refusals(load_plan(path)).values() for t in ts}
-    assert refused == {"megatron-bridge"}
+    assert refused == set()
 
 
 def test_a_graphed_job_recomputes_no_graphed_block_with_dropout(tmp_path: Path) -> None:
@@ -120,8 +121,8 @@ def test_check_judges_the_graph_implementation(
 ) -> None:
     """Per-layer graphs (the plan's default, as planner launches them) with full recompute:
     check exits 2 as Megatron asserts at start-up; the full-iteration graph runs it, launched
-    with its implementation and the NaN check off (validate_args asserts it), which
-    Megatron-Bridge's per-layer graphs are not."""
+    with its implementation and the NaN check off (validate_args asserts it; Megatron-Bridge's
+    config.py asserts rerun_state_machine.check_for_nan_in_loss off)."""
     code, _, err = run(["check", str(_plan(tmp_path, ""))], capsys)
     assert code == 2 and "parallel.recompute" in err and "full-iteration" in err
     whole = _plan(tmp_path, 'cuda_graph_impl = "full_iteration"\n')
@@ -130,8 +131,10 @@ def test_check_judges_the_graph_implementation(
     code, out, _ = run(["launch", str(whole), "--target", "megatron-args"], capsys)
     assert code == 0 and "--cuda-graph-impl full_iteration" in out
     assert "--no-check-for-nan-in-loss-and-grad" in out
-    code, _, err = run(["launch", str(whole), "--target", "megatron-bridge"], capsys)
-    assert code == 2 and "training.cuda_graph_impl" in err
+    code, out, _ = run(["launch", str(whole), "--target", "megatron-bridge"], capsys)
+    doc = yaml.safe_load(out)
+    assert code == 0 and doc["model"]["cuda_graph_impl"] == "full_iteration"
+    assert doc["rerun_state_machine"]["check_for_nan_in_loss"] is False
 
 
 @pytest.mark.parametrize(

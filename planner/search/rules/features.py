@@ -101,9 +101,9 @@ def fine_offloading(job: Job, lay: Layout) -> Violation | None:
     """--offload-modules (with --fine-grained-activation-offloading), as TransformerConfig
     asserts: each module once; not with --cpu-offloading-num-layers; attn_proj only with
     core_attn; no module inside the experts while selective recompute checkpoints the whole MoE
-    layer; with Megatron's own (local) CUDA graphs only the expert modules; fused_group_mlp not
-    with expert_fc1 or moe_act (the feature's documentation). The expert modules need an MoE
-    model (documented as MoE only)."""
+    layer; under CUDA graphs what `_graph_conflict` says; fused_group_mlp not with expert_fc1 or
+    moe_act (the feature's documentation). The expert modules need an MoE model (documented as
+    MoE only)."""
     mods = lay.offload_modules
     if not mods:
         return None
@@ -130,18 +130,46 @@ def fine_offloading(job: Job, lay: Layout) -> Violation | None:
             "offload_moe", field, f"offload module {inside[0]} cannot be combined with recompute "
             "module moe (the whole MoE layer is checkpointed)",
         )  # fmt: skip
-    outside = next((m for m in mods if m not in MOE_OFFLOAD_MODULES), None)
-    if job.cuda_graphs and outside is not None:
-        return Violation(
-            "offload_graphs", field, f"offload module {outside} cannot be captured by Megatron's "
-            "per-layer CUDA graphs (training.cuda_graphs: only expert_fc1, moe_act and "
-            "fused_group_mlp)",
-        )  # fmt: skip
+    graphed = _graph_conflict(job, mods)
+    if graphed is not None:
+        return Violation("offload_graphs", *graphed)
     if "fused_group_mlp" in mods and len(inside) > 1:
         return Violation(
             "offload_fused", field, "offload module fused_group_mlp cannot be combined with "
             "expert_fc1 or moe_act",
         )  # fmt: skip
+    return None
+
+
+def _graph_conflict(job: Job, mods: tuple[str, ...]) -> tuple[str, str] | None:
+    """(plan field, why) where Megatron's CUDA graphs refuse fine-grained offloading
+    (TransformerConfig.__post_init__ d98e8a64, with graphs on): the local implementation (what
+    `cuda_graph_impl` None launches) only the expert modules and only with per-module capture
+    (`cuda_graph_modules` given: "not supported with whole-layer CUDA graph capture");
+    transformer_engine and full_iteration any module; no implementation beside a captured moe
+    region ("Token-drop MoE is temporarily not supported with activation offloading")."""
+    if not job.cuda_graphs or job.framework != "megatron":
+        return None
+    if "moe" in job.cuda_graph_modules:
+        return "training.cuda_graph_modules", (
+            f"the moe region is not captured beside fine-grained offloading ({', '.join(mods)}; "
+            "TransformerConfig asserts it)"
+        )
+    if (job.cuda_graph_impl or "local") != "local":
+        return None
+    outside = next((m for m in mods if m not in MOE_OFFLOAD_MODULES), None)
+    if outside is not None:
+        return "parallel.offload_modules", (
+            f"offload module {outside} does not run under Megatron's local CUDA graphs (only "
+            "expert_fc1, moe_act and fused_group_mlp; training.cuda_graph_impl = "
+            '"transformer_engine" or "full_iteration" runs it)'
+        )
+    if not job.cuda_graph_modules:
+        return "training.cuda_graph_modules", (
+            "Megatron's local CUDA graphs capture whole layers here, which fine-grained "
+            "offloading does not run beside (TransformerConfig asserts it): list the regions "
+            "(e.g. attn), or set training.cuda_graph_impl"
+        )
     return None
 
 
