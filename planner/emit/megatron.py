@@ -256,6 +256,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--grad-reduce-in-bf16",))
     if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
         a.append(("--deterministic-mode",))
+    if not job.dataloader_attention_mask:  # no [mbs, 1, s, s] mask per micro-batch on the GPU
+        a.append(("--no-create-attention-mask-in-dataloader",))  # (buffers.dataloader_mask_bytes)
     if job.log_grad_stats:  # the gradient statistics the plan's step pays (cost.GRAD_STATS_S)
         a += [("--log-params-norm",), ("--log-num-zeros-in-grad",)]
     if job.weight_hash_interval:  # the check the plan's step time counts (model.weight_hash)

@@ -97,6 +97,10 @@ class Job:
     Engine's or the compiled native kernel; NeMo's and Megatron-Bridge's default); False:
     Megatron-LM's default unfused loss (`output_time.UNFUSED_LOSS_BYTES_PER_LOGIT`)."""
     log_grad_stats: bool = False  # Megatron --log-params-norm / --log-num-zeros-in-grad
+    dataloader_attention_mask: bool = False
+    """Megatron-LM's dataloader builds each sample's causal mask and get_batch moves it to the
+    first and the last pipeline stage (its default; --no-create-attention-mask-in-dataloader
+    off, which planner launch writes): `planner.model.buffers.dataloader_mask_bytes`."""
     test_mode: bool = False  # Megatron --test-mode (planner.model.host.REALTIME_TEST_OPS)
     deterministic: bool = False  # Megatron --deterministic-mode (planner.model.determinism)
     weight_hash_interval: int = 0  # Megatron --check-weight-hash-across-dp-replicas-interval

@@ -61,7 +61,7 @@ def read_job(text: str, where: str) -> Launch:
     if found is None:
         raise InputError(f"{where}: no container of the PyTorchJob runs a Python script")
     per_pod = _get(doc, "spec", "nprocPerNode")
-    if isinstance(per_pod, str) and per_pod.isdigit():
+    if isinstance(per_pod, str) and per_pod.isdecimal():
         per_pod = int(per_pod)
     if not isinstance(per_pod, int) or isinstance(per_pod, bool):
         per_pod = None

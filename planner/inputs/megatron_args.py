@@ -36,6 +36,7 @@ from planner.inputs import (
     catalog,
     launch_files,
     megatron_args_memory,
+    megatron_asserts,
     megatron_dsa,
     megatron_gdn,
     megatron_t5,
@@ -50,6 +51,7 @@ from planner.inputs.files import is_file, read_file, read_text
 from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
+    REFUSED,
     megatron_flags,
     typo_of,
 )
@@ -93,6 +95,14 @@ MODEL_INT = {
     "--v-head-dim": "v_head_dim",
     "--mtp-num-layers": "mtp_num_layers",
 }
+MLA_DEFAULTS = {
+    "kv_lora_rank": 32,
+    "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64,
+    "v_head_dim": 128,
+}
+"""Megatron-LM d98e8a64's argparse defaults of the MLA shape (arguments.py `_add_mla_args`;
+--q-lora-rank None: the query unfactored), which a --multi-latent-attention line may leave out."""
 # flag -> ModelArch field set to a constant
 MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--untie-embeddings-and-output-weights": ("untie_embeddings_and_output_weights", True),
@@ -229,6 +239,7 @@ def _read(
     missing: list[str] = []
     model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
+    megatron_asserts.refuse(line, model["position_embedding_type"], parallel.get("vpp", 1))
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     training.update(megatron_dsa.training_fields(line, notes))
     megatron_training.environment_fields(env, training, where)
@@ -257,6 +268,9 @@ def _read(
     elif line.has("--make-vocab-size-divisible-by"):
         model["make_vocab_size_divisible_by"] = line.integer("--make-vocab-size-divisible-by")
     notes.insert(0, f"vocabulary: {vocab.note}")
+    refused = next((f for f in REFUSED if f in flags), None)
+    if refused is not None:
+        raise InputError(f"{line.where}: {refused}: planner does not model it: {REFUSED[refused]}")
     for flag, what in NOT_MODELLED.items():
         if flag in flags and (flags[flag] or [""])[0] not in NOT_MODELLED_DEFAULTS.get(flag, ()):
             line.used.add(flag)
@@ -296,6 +310,13 @@ def _model(line: Line, notes: list[str], missing: list[str]) -> dict[str, Any]:
     model.update(megatron_dsa.model_fields(line, "hybrid_layer_pattern" in model, missing))
     if not line.has("--group-query-attention"):
         model.pop("num_query_groups", None)  # Megatron ignores it without the switch
+    else:  # TransformerConfig's argparse default (transformer_config.py d98e8a64)
+        model.setdefault("num_query_groups", 1)
+    if model.get("num_moe_experts") == 0:
+        del model["num_moe_experts"]  # validate_args: --num-experts 0 is a dense model
+    if model.get("multi_latent_attention"):
+        for field, default in MLA_DEFAULTS.items():
+            model.setdefault(field, default)
     if line.has("--swiglu"):
         model.update(gated_linear_unit=True, activation="swiglu")
     elif line.has("--quick-geglu"):

@@ -49,6 +49,8 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
         out["log_grad_stats"] = True
     if line.has("--test-mode"):
         out["test_mode"] = True
+    if not line.has("--no-create-attention-mask-in-dataloader"):  # Megatron's default: built
+        out["dataloader_attention_mask"] = True
     if line.has("--deterministic-mode"):
         out["deterministic"] = True
     if (hashed := line.integer(HASH_FLAG)) is not None:
@@ -227,8 +229,13 @@ def vision(
     patch = line.integer("--patch-dim") or 16  # arguments.py defaults: 16, img-w 224
     patches = (img_h // patch) * ((line.integer("--img-w") or 224) // patch)
     embeddings = patches + (0 if "--disable-vision-class-token" in own else 1)
-    text = own.get("--dataloader-seq-length") or [str(training["seq_length"])]
-    seq = int(text[0]) + embeddings
+    text = (own.get("--dataloader-seq-length") or [str(training["seq_length"])])[0]
+    if not text.isdecimal():
+        raise InputError(
+            f"{line.where}: --dataloader-seq-length: expected a whole number of tokens (got "
+            f"{text!r})"
+        )
+    seq = int(text) + embeddings
     tp, cp, sp = parallel.get("tp", 1), parallel.get("cp", 1), parallel.get("sequence_parallel")
     factor = tp * cp * 2 if sp and cp > 1 else cp * 2 if cp > 1 else tp if sp else 1
     training["seq_length"] = -(-seq // factor) * factor

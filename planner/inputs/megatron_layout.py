@@ -45,6 +45,7 @@ def parallel(
             raise InputError(f"{where}: {flag}: expected a positive integer (got {value})")
         out[field] = value
     tp, pp, cp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1)
+    _weight_shards(line, tp, out.get("etp"))
     sizes = line.words("--hierarchical-context-parallel-sizes")
     if sizes is not None:
         split = _ints(" ".join(sizes), "--hierarchical-context-parallel-sizes", where)
@@ -66,7 +67,7 @@ def parallel(
             "drop the flag"
         )
     out["vpp"] = _vpp(line, num_layers, pp)
-    first_last = _uneven(line, num_layers, pp)
+    first_last = _uneven(line, num_layers, pp, out["vpp"])
     if first_last is not None:
         out["pipeline_layers"] = first_last
     hybrid = megatron_hybrid.split(line, pp, first_last is not None)
@@ -213,7 +214,7 @@ def cp_exchange(line: Line, num_layers: int) -> tuple[str | None, str | None]:
 
 def _ints(value: str, flag: str, where: str) -> list[int]:
     parts = value.replace(",", " ").split()
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isdecimal() for p in parts):
         raise InputError(f"{where}: {flag}: expected integers (got {value!r})")
     return [int(p) for p in parts]
 
@@ -224,6 +225,13 @@ def _vpp(line: Line, num_layers: int, pp: int) -> int:
     rank count the embedding and the loss as one layer each under
     --account-for-{embedding,loss}-in-pipeline-split (both must divide evenly)."""
     stages = line.integer("--num-virtual-stages-per-pipeline-rank")
+    flags = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+    given = [f for f in (*flags, "--pipeline-model-parallel-layout") if line.has(f)]
+    if len(given) > 1:
+        raise InputError(
+            f"{line.where}: {given[1]}: cannot be combined with {given[0]} (validate_args "
+            "asserts no more than one of them)"
+        )
     if stages is not None:
         return stages
     flag = "--num-layers-per-virtual-pipeline-stage"
@@ -251,22 +259,53 @@ def _vpp(line: Line, num_layers: int, pp: int) -> int:
     return counted // pp // per
 
 
-def _uneven(line: Line, num_layers: int, pp: int) -> tuple[int, ...] | None:
+def _weight_shards(line: Line, tp: int, etp: int | None) -> None:
+    """Refuses generalized tensor parallelism: --tensor-parallel-num-weight-shards (and the
+    expert one) above the TP size shard the weights over another axis that counts toward the
+    model-parallel size, so data parallelism is world / (tp x pp x cp x shards / tp)
+    (arguments.py, model_parallel_config.py resolve_tensor_parallel_weight_shards, d98e8a64),
+    with weights re-materialized per layer: planner models neither. The shards at the TP size
+    (or unset) are plain TP."""
+    for flag, size in (
+        ("--tensor-parallel-num-weight-shards", tp),
+        ("--expert-tensor-parallel-num-weight-shards", tp if etp is None else etp),
+    ):
+        shards = line.integer(flag)
+        if shards is not None and shards != size:
+            raise InputError(
+                f"{line.where}: {flag}: {shards}: planner does not model weight shards beyond "
+                f"the tensor-parallel size ({size}): Megatron then shards the weights over "
+                f"another axis ({shards} / {size}) that divides the data-parallel size"
+            )
+
+
+def _uneven(line: Line, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """Layers per pipeline rank from --decoder-first/last-pipeline-num-layers, as
+    TransformerConfig d98e8a64 checks them: each given one positive and a multiple of the
+    virtual size; middle layers and middle ranks both zero or both not, the middle layers
+    dividing evenly over the middle ranks."""
     first_f, last_f = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
     first, last = line.integer(first_f), line.integer(last_f)
     if first is None and last is None:
         return None
     if pp < 2:
         raise InputError(f"{line.where}: {first_f}: needs --pipeline-model-parallel-size > 1")
+    for flag, value in ((first_f, first), (last_f, last)):
+        if value is not None and (value <= 0 or value % vpp):
+            raise InputError(
+                f"{line.where}: {flag}: {value}: must be positive"
+                + (f" and a multiple of the virtual pipeline size ({vpp})" if vpp > 1 else "")
+                + " (TransformerConfig raises)"
+            )
     ends = (first is not None) + (last is not None)
     middle_ranks = pp - ends
     rest = num_layers - (first or 0) - (last or 0)
-    if middle_ranks == 0 or rest % middle_ranks or rest < 0:
+    if rest < 0 or bool(rest) != bool(middle_ranks) or (middle_ranks and rest % middle_ranks):
         raise InputError(
             f"{line.where}: {first_f}: the middle layers ({rest}) must divide evenly over the "
-            f"{middle_ranks} middle pipeline ranks"
+            f"{middle_ranks} middle pipeline ranks (none over none)"
         )
-    layers = [rest // middle_ranks] * pp
+    layers = [rest // middle_ranks if middle_ranks else 0] * pp
     if first is not None:
         layers[0] = first
     if last is not None:
@@ -291,26 +330,49 @@ def _zero_stage(line: Line) -> int:
 
 def _recompute(line: Line) -> dict[str, Any]:
     """Megatron's recompute flags as the plan's recompute fields: selective with its module list
-    (Megatron's default ["core_attn"]), full with its method and layer count. The deprecated
-    --moe-layer-recompute is selective recompute with "moe" added to the modules, and refused with
-    full recompute (TransformerConfig.__post_init__ d98e8a64 does both)."""
-    granularity = line.text("--recompute-granularity") or ""
-    moe_layer = line.has("--moe-layer-recompute")
-    if granularity == "full" and moe_layer:
+    (Megatron's default ["core_attn"]), full with its method and layer count. As Megatron-LM
+    d98e8a64 does: --recompute-activations makes the granularity selective whatever
+    --recompute-granularity says (arguments.py); selective takes neither --recompute-method
+    (validate_args asserts) nor --recompute-num-layers, full needs both (TransformerConfig
+    raises); the deprecated --moe-layer-recompute is selective recompute with "moe" added to the
+    modules, and refused with full recompute; --checkpoint-activations makes Megatron exit."""
+    if line.has("--checkpoint-activations"):
         raise InputError(
-            f"{line.where}: --moe-layer-recompute: Megatron refuses it with "
-            "--recompute-granularity full"
+            f"{line.where}: --checkpoint-activations: Megatron-LM exits on it (no longer valid): "
+            "use --recompute-activations or --recompute-granularity"
         )
+    granularity = line.text("--recompute-granularity") or ""
+    if line.has("--recompute-activations"):
+        granularity = "selective"  # arguments.py overrides --recompute-granularity with it
+    moe_layer = line.has("--moe-layer-recompute")
+    method = line.text("--recompute-method")
+    layers = line.integer("--recompute-num-layers")
     if granularity == "full":
-        out: dict[str, Any] = {"recompute": "full"}
-        method = line.text("--recompute-method")
-        if method is not None:
-            out["recompute_method"] = method
-        layers = line.integer("--recompute-num-layers")
-        if layers is not None:
-            out["recompute_num_layers"] = layers
-        return out
-    if granularity == "selective" or line.has("--recompute-activations") or moe_layer:
+        if moe_layer:
+            raise InputError(
+                f"{line.where}: --moe-layer-recompute: Megatron refuses it with "
+                "--recompute-granularity full"
+            )
+        missing = next(
+            (f for f, v in (("--recompute-method", method), ("--recompute-num-layers", layers))
+             if v is None),
+            None,
+        )  # fmt: skip
+        if missing is not None:
+            raise InputError(
+                f"{line.where}: {missing}: not given; full recompute needs --recompute-method "
+                "(uniform or block) and --recompute-num-layers (TransformerConfig raises)"
+            )
+        return {"recompute": "full", "recompute_method": method, "recompute_num_layers": layers}
+    if granularity == "selective" or moe_layer:
+        for flag, value in (("--recompute-method", method), ("--recompute-num-layers", layers)):
+            if value is not None:
+                raise InputError(
+                    f"{line.where}: {flag}: {value}: Megatron takes it with full recompute only "
+                    "(selective recompute: validate_args / TransformerConfig refuse it"
+                    + (", and --recompute-activations makes the recompute selective)"
+                       if line.has("--recompute-activations") else ")")
+                )  # fmt: skip
         modules = line.words("--recompute-modules") or ["core_attn"]
         if moe_layer and "moe" not in modules:
             modules = [*modules, "moe"]

@@ -118,7 +118,7 @@ def _world_size(commands: list[list[str]]) -> tuple[int, str] | None:
         opts = flags_of(command[:script_at])
         per = opts.get("--nproc_per_node") or opts.get("--nproc-per-node")
         nodes = opts.get("--nnodes") or ["1"]
-        if not per or not per[0].isdigit() or not nodes[0].isdigit():
+        if not per or not per[0].isdecimal() or not nodes[0].isdecimal():
             continue
         p, n = int(per[0]), int(nodes[0])
         if p > 0 and n > 0:

@@ -37,6 +37,8 @@ DEST = {
     "--microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group_size_per_vp_stage",
     "--no-dsa-indexer-scoring-relu": "dsa_indexer_scoring_relu",
     "--no-rope-fusion": "apply_rope_fusion",
+    "--no-create-attention-mask-in-dataloader": "create_attention_mask_in_dataloader",
+    "--no-check-for-nan-in-loss-and-grad": "check_for_nan_in_loss_and_grad",
 }
 """Flags whose attribute is not their name (TransformerConfig `argparse_meta` arg_names and
 `dest=` in arguments.py)."""
@@ -46,6 +48,8 @@ STORE_FALSE = frozenset(
         "--no-bias-swiglu-fusion",
         "--no-dsa-indexer-scoring-relu",
         "--no-rope-fusion",
+        "--no-create-attention-mask-in-dataloader",
+        "--no-check-for-nan-in-loss-and-grad",
     }
 )
 ONE_WORD_LISTS = frozenset({"--moe-layer-freq"})
@@ -126,7 +130,7 @@ def world_size(run: LogRun) -> int | None:
     if text is None:
         return None
     where = run.where(run.arg_lines.get("world_size"))
-    if not text.isdigit() or not megatron_log.count(text, "world_size", where):
+    if not text.isdecimal() or not megatron_log.count(text, "world_size", where):
         raise InputError(f"{where}: world_size: {abbreviated(text)} (not a GPU count)")
     return int(text)
 

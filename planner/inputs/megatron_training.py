@@ -115,7 +115,7 @@ def _fused_grouped_mlp(line: Line, training: dict[str, Any], notes: list[str]) -
     fused, note = fused_mlp_reading(
         "--use-transformer-engine-op-fuser",
         line.has("--use-transformer-engine-op-fuser"),
-        line.integer("--num-experts") is not None and line.has("--moe-grouped-gemm"),
+        bool(line.integer("--num-experts")) and line.has("--moe-grouped-gemm"),
         line.has("--swiglu") or line.has("--quick-geglu"),
         line.integer("--moe-mlp-glu-interleave-size"),
     )
@@ -200,7 +200,7 @@ def _largest_batch(schedule: str, where: str) -> int:
     sizes = []
     for part in schedule.split():
         _, colon, size = part.partition(":")
-        if not colon or not size.isdigit() or int(size) < 1:
+        if not colon or not size.isdecimal() or int(size) < 1:
             raise InputError(
                 f"{where}: --step-batch-size-schedule: expected THRESHOLD:BATCH pairs "
                 f"(got {schedule!r})"
@@ -334,7 +334,7 @@ def environment_fields(env: dict[str, str], training: dict[str, Any], where: str
             training["expandable_segments"] = True
     margin = env.get("NVTE_EXT_MARGIN_SM")
     if margin is not None:
-        if not margin.isdigit():
+        if not margin.isdecimal():
             raise InputError(
                 f"{where}: NVTE_EXT_MARGIN_SM: expected a count of SMs (got {margin!r})"
             )

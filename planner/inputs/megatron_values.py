@@ -77,7 +77,7 @@ class _Parser:
 
     def factor(self) -> Value:
         tok = self.take()
-        if tok.isdigit():
+        if tok.isdecimal():
             return int(tok)
         if tok == "(":
             value = self.expr()
@@ -107,7 +107,7 @@ def layer_pattern(text: str, where: str) -> int | list[int]:
     and flag in messages."""
     stripped = text.strip()
     if "[" not in stripped:
-        if not stripped.isdigit():
+        if not stripped.isdecimal():
             raise InputError(f"{where}: expected an integer or a list expression (got {text!r})")
         return int(stripped)
     parser = _Parser(stripped, where)

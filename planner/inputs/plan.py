@@ -68,6 +68,7 @@ TRAINING_AS_IS = (
     "compiled_loss_fusion",
     "loss_fusion",
     "log_grad_stats",
+    "dataloader_attention_mask",
     "test_mode",
     "deterministic",
     "weight_hash_interval",

@@ -224,6 +224,13 @@ class TrainingSection(BaseModel):
         "the parameters' norm or counts the zero gradients, tensor by tensor, and reads the result "
         "back to the host (planner.model.cost.GRAD_STATS_S)",
     )
+    dataloader_attention_mask: Flag = Field(
+        default=False,
+        description="Megatron-LM's default (--no-create-attention-mask-in-dataloader off): the "
+        "dataloader builds each sample's causal mask, [micro-batch, 1, seq, seq] bytes, and the "
+        "first and the last pipeline stage hold it on the GPU through each forward; planner "
+        "launch writes the flag that turns it off",
+    )
     test_mode: Flag = Field(
         default=False,
         description="Megatron --test-mode: with QK layernorm, every attention forward all-gathers "

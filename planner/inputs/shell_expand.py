@@ -197,7 +197,7 @@ def lookup(name: str, run: Scope) -> Value | None:
         if run.script is None:
             return None
         return run.script if name == "0" else [run.script]
-    if name.isdigit():
+    if name.isdecimal():
         k = int(name)
         if run.args is None:
             return None

@@ -204,6 +204,21 @@ def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     return workspace_bytes(job, layout) + rl_inference.resident_bytes(job, layout), outside
 
 
+def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:
+    """Bytes of Megatron-LM's dataloader attention mask on pipeline rank `rank`
+    (`Job.dataloader_attention_mask`): pretrain_gpt.py get_batch (d98e8a64) loads a batch on the
+    first and the last pipeline stage only, and moves or receives its [micro-batch, 1, seq, seq]
+    bool mask to the GPU (megatron/core/utils.py get_batch_on_this_tp_rank; its
+    get_batch_on_this_cp_rank keeps the rank's 1 / cp of the query rows), alive through the
+    micro-batch's forward and so at the activations' peak: micro-batch x seq^2 / cp bytes. Its
+    host-to-device copy and TP broadcast (the same bytes per micro-batch) are not timed."""
+    if not job.dataloader_attention_mask or job.framework != "megatron":
+        return 0.0
+    if rank not in (0, layout.pp - 1):
+        return 0.0
+    return layout.micro_batch_size * job.seq_length**2 / layout.cp
+
+
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
     """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
     gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else Megatron-FSDP's own

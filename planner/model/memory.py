@@ -163,6 +163,7 @@ def stage_memory(
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
+    counted += buffers.dataloader_mask_bytes(job, layout, rank)  # Megatron-LM's default
     frag = fragmentation(job)
     return StageMemory(
         stage=rank,

@@ -100,6 +100,7 @@ TRAINING_ARGS=(
     --cross-entropy-loss-fusion
     --cross-entropy-fusion-impl native
     --grad-reduce-in-bf16
+    --no-create-attention-mask-in-dataloader
     --recompute-granularity full
     --recompute-method uniform
     --recompute-num-layers 1

@@ -88,6 +88,7 @@ TRAINING_ARGS=(
     --bf16
     --cross-entropy-loss-fusion
     --cross-entropy-fusion-impl native
+    --no-create-attention-mask-in-dataloader
     --recompute-granularity selective
     --recompute-modules core_attn
     --train-iters "$TRAIN_ITERS"

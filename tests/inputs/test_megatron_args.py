@@ -75,7 +75,8 @@ def test_fsdp_and_fp8_and_moe_flags() -> None:
         "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 "
         "--seq-length 4096 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 2048 "
         "--moe-layer-freq [0]*1+[1]*3 --expert-model-parallel-size 4 --use-megatron-fsdp "
-        "--data-parallel-sharding-strategy optim_grads --fp8-format hybrid"
+        "--data-parallel-sharding-strategy optim_grads --fp8-format hybrid "
+        "--ckpt-format fsdp_dtensor"
     )
     doc = megatron_args.to_plan(text, "h100-sxm-80gb", 8)
     plan = parse_plan(doc)
@@ -361,7 +362,10 @@ def test_precision_flags() -> None:
 def test_megatron_fsdp_gradients_default_to_the_parameter_dtype() -> None:
     """DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype None ('auto') resolves to
     the parameters' dtype (megatron_fsdp/param_and_grad_buffer.py _resolve_group_grad_dtype)."""
-    fsdp = SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+    fsdp = SMALL + (
+        "--use-megatron-fsdp --ckpt-format fsdp_dtensor "
+        "--data-parallel-sharding-strategy optim_grads_params "
+    )
     assert read(fsdp).doc["training"]["main_grad_dtype"] == "bf16"
     assert (
         read(fsdp + "--megatron-fsdp-main-grads-dtype auto").doc["training"]["main_grad_dtype"]
@@ -455,7 +459,9 @@ def test_lines_that_cannot_be_read_say_why(text: str, needle: str) -> None:
 
 def test_not_modelled_flags_are_noted_only_off_their_defaults() -> None:
     assert not read(SMALL + "--optimizer adam --main-params-dtype fp32").not_modelled
-    notes = read(SMALL + "--optimizer sgd --main-params-dtype fp16").not_modelled
+    # (16-bit main weights only with the precision-aware optimizer: OptimizerConfig asserts it)
+    aware = "--use-precision-aware-optimizer --use-distributed-optimizer "
+    notes = read(SMALL + aware + "--optimizer sgd --main-params-dtype fp16").not_modelled
     assert [n.split(":")[0] for n in notes] == ["--main-params-dtype", "--optimizer"]
     # a switch is off by default: noted wherever it is given (Megatron-FSDP's FP8 transposes,
     # megatron/core/distributed/fsdp/src/README.md: ~1 byte per parameter kept)

@@ -42,10 +42,15 @@ MEGATRON_REFUSES: dict[str, str] = {
     "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": (
         "deterministic = true does not run with tp_comm_overlap"
     ),
+    "gpt/gpt3_mcore_tp1_pp1_fsdp2_resume_torch_dist_te": (
+        "--untie-embeddings-and-output-weights: must be given with --use-torch-fsdp2"
+    ),
 }
 """Lines Megatron-LM itself refuses at d98e8a64, and the words planner's refusal says: this weekly
 case passes --deterministic-mode with --tp-comm-overlap, which megatron/training/determinism.py
-asserts against (ARG_VALUES_REQUIRED_FOR_DETERMINISM); its golden values predate the assertion."""
+asserts against (ARG_VALUES_REQUIRED_FOR_DETERMINISM); its golden values predate the assertion.
+The FSDP2 resume case passes --use-torch-fsdp2 with tied embeddings and --fp16, both of which
+validate_args asserts against there (arguments.py, the --use-torch-fsdp2 block)."""
 
 
 def cases() -> list[dict[str, Any]]:

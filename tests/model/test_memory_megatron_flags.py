@@ -84,7 +84,8 @@ def test_hfsdp_shards_the_optimizer_states_over_the_instances_too(instances: int
     line = (
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
         "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
-        "--vocab-size 32000 --use-megatron-fsdp --data-parallel-sharding-strategy "
+        "--vocab-size 32000 --use-megatron-fsdp --ckpt-format fsdp_dtensor "
+        "--data-parallel-sharding-strategy "
         f"optim_grads_params --num-distributed-optimizer-instances {instances} "
         "--outer-dp-sharding-strategy optim"
     )

@@ -1,0 +1,152 @@
+"""What Megatron-LM refuses of a command line at start-up that the reader would otherwise read
+past: `refuse` raises an InputError (exit 2) naming the flag and Megatron's check, so that
+`planner check --megatron-args` never judges a line Megatron does not run.
+
+Each check cites Megatron-LM d98e8a64: megatron/training/arguments.py (validate_args),
+megatron/training/argument_utils.py (TransformerConfig from the arguments) and
+megatron/core/optimizer/optimizer_config.py. Checks the reader needs to read a value anyway
+live beside that reading (recompute, virtual pipeline, CUDA graphs, weight shards).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.inputs.errors import InputError
+
+if TYPE_CHECKING:
+    from planner.inputs.megatron_line import Line
+
+DEPRECATED = {
+    "--batch-size": "--micro-batch-size",
+    "--warmup": "--lr-warmup-fraction",
+    "--model-parallel-size": "--tensor-model-parallel-size",
+}
+"""Flags validate_args asserts unset ("no longer valid"), and what replaced each."""
+
+
+def refuse(line: Line, position: str, vpp: int) -> None:
+    """Raises where Megatron-LM refuses the line; `position` is the position embedding the line
+    asks for (its default resolved), `vpp` the virtual pipeline size it asks for."""
+    problem = _first_problem(line, position, vpp)
+    if problem is not None:
+        flag, why = problem
+        raise InputError(f"{line.where}: {flag}: {why}")
+
+
+def _first_problem(line: Line, position: str, vpp: int) -> tuple[str, str] | None:
+    for flag, new in DEPRECATED.items():
+        if line.has(flag):
+            return flag, f"no longer valid (validate_args asserts it unset): use {new}"
+    checks = (
+        _position(line, position),
+        _activations(line),
+        _precision(line),
+        _sharding(line),
+        _pipeline(line, vpp),
+        _context(line),
+    )
+    return next((c for c in checks if c is not None), None)
+
+
+def _position(line: Line, position: str) -> tuple[str, str] | None:
+    if line.has("--no-position-embedding") and position != "rope":
+        return "--no-position-embedding", (
+            "deprecated: Megatron-LM raises unless --position-embedding-type rope; use "
+            "--position-embedding-type none"
+        )
+    # (validate_args also requires --max-position-embeddings; the reader takes a line without)
+    longest, seq = line.integer("--max-position-embeddings"), line.integer("--seq-length")
+    if longest is not None and seq is not None and longest < seq:
+        return "--max-position-embeddings", (
+            f"{longest}: below --seq-length {seq} (validate_args asserts it at least that)"
+        )
+    if line.integer("--mtp-num-layers") and position not in ("rope", "none"):
+        return "--mtp-num-layers", (
+            f"multi-token prediction runs with rope or no position embedding, not {position} "
+            "(validate_args asserts it)"
+        )
+    return None
+
+
+def _activations(line: Line) -> tuple[str, str] | None:
+    if line.has("--swiglu"):
+        for flag in ("--squared-relu", "--quick-geglu"):
+            if line.has(flag):
+                return flag, "cannot be combined with --swiglu (argument_utils.py asserts it)"
+    return None
+
+
+def _precision(line: Line) -> tuple[str, str] | None:
+    if line.has("--fp8-format") and line.has("--fp4-format"):
+        return "--fp4-format", "cannot be combined with --fp8-format (validate_args raises)"
+    if line.has("--fp4-param-gather") and not line.has("--fp4-format"):
+        return "--fp4-param-gather", "needs --fp4-format (validate_args raises)"
+    fp8 = line.text("--fp8-format")
+    if fp8 is not None and fp8 not in ("e4m3", "hybrid"):
+        return "--fp8-format", f"{fp8}: e4m3 or hybrid (TransformerConfig's choices)"
+    if line.has("--use-precision-aware-optimizer"):
+        return None
+    for flag in ("--main-grads-dtype", "--main-params-dtype"):
+        if (line.text(flag) or "fp32") != "fp32":
+            return flag, "only fp32 without --use-precision-aware-optimizer (OptimizerConfig "
+            "asserts it)"
+    return None
+
+
+def _sharding(line: Line) -> tuple[str, str] | None:
+    distributed = line.has("--use-distributed-optimizer")
+    mfsdp, fsdp2 = line.has("--use-megatron-fsdp"), line.has("--use-torch-fsdp2")
+    dist_muon = line.text("--optimizer") == "dist_muon"
+    if line.has("--overlap-param-gather") and not (distributed or mfsdp or dist_muon):
+        return "--overlap-param-gather", (
+            "needs the distributed optimizer, Megatron-FSDP or dist_muon (validate_args asserts it)"
+        )
+    ckpt = line.text("--ckpt-format") or "torch_dist"
+    if mfsdp and ckpt != "fsdp_dtensor":
+        return "--ckpt-format", (
+            f"{ckpt}: Megatron-FSDP saves only --ckpt-format fsdp_dtensor (validate_args asserts "
+            "it)"
+        )
+    if fsdp2:
+        return _torch_fsdp2(line, ckpt, distributed)
+    return None
+
+
+def _torch_fsdp2(line: Line, ckpt: str, distributed: bool) -> tuple[str, str] | None:
+    """validate_args' asserts for --use-torch-fsdp2 (the pipeline and expert sizes are the
+    rules' own: `planner.search.rules`)."""
+    needs = (
+        (distributed, "--use-distributed-optimizer", "is not supported"),
+        (not line.has("--no-gradient-accumulation-fusion"), "--no-gradient-accumulation-fusion",
+         "must be given (gradient accumulation fusion is not supported)"),
+        (ckpt not in ("torch_dist", "torch_dcp"), "--ckpt-format",
+         f"{ckpt}: only torch_dist or torch_dcp are saved"),
+        (not line.has("--untie-embeddings-and-output-weights"),
+         "--untie-embeddings-and-output-weights", "must be given"),
+        (line.has("--fp16"), "--fp16", "is not supported"),
+    )  # fmt: skip
+    for broken, flag, why in needs:
+        if broken:
+            return flag, f"{why} with --use-torch-fsdp2 (validate_args asserts it)"
+    return None
+
+
+def _pipeline(line: Line, vpp: int) -> tuple[str, str] | None:
+    pp = line.integer("--pipeline-model-parallel-size") or 1
+    if vpp > 1 and line.has("--no-overlap-p2p-communication") and pp <= 2:
+        return "--no-overlap-p2p-communication", (
+            f"the interleaved schedule without p2p overlap needs pipeline size > 2 (got {pp}; "
+            "validate_args asserts it)"
+        )
+    return None
+
+
+def _context(line: Line) -> tuple[str, str] | None:
+    kinds = line.words("--cp-comm-type") or []
+    hierarchical = line.has("--hierarchical-context-parallel-sizes")
+    if any("a2a+p2p" in k for k in kinds) and not hierarchical:
+        return "--cp-comm-type", (
+            "a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args asserts it)"
+        )
+    return None
