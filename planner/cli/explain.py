@@ -35,6 +35,7 @@ from planner.cli.ops_options import (
     RestartOpt,
     StorageOpt,
     TokensOpt,
+    check_ops,
     named_options,
     ops_inputs,
 )
@@ -121,6 +122,7 @@ def explain(
     perf = cost.estimate(job, layout)
     ops = None
     if wanted:
+        check_ops(job, params, budget, tokens)  # --tokens as written, --gpu-power-w vs the TDP
         with named_options():
             ops = operations.operations(job, perf, budget, params)
     if timeline_path is not None:

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Annotated, Any
 
 import typer
 
 from planner.inputs.errors import InputError
+from planner.inputs.plan import Job
 from planner.inputs.units import parse_tokens
+from planner.ops import operations as ops
 from planner.ops.assumptions import AssumptionError, OpsParams
+from planner.ops.resilience import NoProgress
 
 TokensOpt = Annotated[
     str | None, typer.Option("--tokens", help="token budget, e.g. 15T, 300B, 2.5e12")
@@ -63,11 +67,65 @@ longer than the time between interruptions is named under the rate of interrupti
 
 @contextmanager
 def named_options() -> Iterator[None]:
-    """Re-raise an AssumptionError under the name of the option that set the value."""
+    """Re-raise an AssumptionError under the name of the option that set the value; settings
+    under which the job makes no progress (`resilience.NoProgress`) under the first of the
+    settings behind it that the user gave, each of them named with its value after."""
     try:
         yield
+    except NoProgress as e:
+        raise InputError(no_progress_text(e)) from None
     except AssumptionError as e:
         raise InputError(f"{OPTION_NAMES.get(e.field, e.field)}: {e.problem}") from None
+
+
+def no_progress_text(e: NoProgress) -> str:
+    """'--failure-rate: the job would make no progress ... (--restart-min 10, the default;
+    --failure-rate 0.3)': the message under the first setting behind it that is not at its
+    default (the one that decides it where none is), then every setting behind it, the deciding
+    one first, default or given."""
+    given = [f for f in e.involved if f in _OWN_OPTION and not e.params.is_default(f)]
+    lead = OPTION_NAMES.get(given[0] if given else e.field, e.field)
+    return f"{lead}: {e.problem} ({'; '.join(setting_text(e.params, f) for f in e.involved)})"
+
+
+_OWN_OPTION = frozenset(OPTION_NAMES) - {"host_copy_gb_per_s", "step_time", "tokens", "objective"}
+"""The OpsParams fields an option sets directly."""
+
+
+def setting_text(params: OpsParams, field: str) -> str:
+    """'--restart-min 10, the default', '--failure-rate 0.3', or the host copy's assumed rate."""
+    value = getattr(params, field)
+    if field not in _OWN_OPTION:
+        return f"the device-to-host copy at {value:g} GB/s per GPU (assumed)"
+    default = ", the default" if params.is_default(field) else ""
+    return f"{OPTION_NAMES[field]} {value:g}{default}"
+
+
+def parse_budget(text: str) -> int:
+    """The token budget (`units.parse_tokens`, which refuses what is not one), read exactly:
+    '123456789012345678901' is that many tokens, not the nearest float; a fraction of a token
+    ('1.5') rounds half up."""
+    approx = parse_tokens(text, "--tokens")
+    number = text.strip().upper().replace("_", "").replace(",", "")
+    suffix = number[-1] if number[-1:].isalpha() and number[-1] != "E" else ""
+    try:
+        exact = Decimal(number.removesuffix(suffix).strip()) * _SCALE[suffix]
+    except (InvalidOperation, KeyError):  # parse_tokens read it: keep its reading
+        return approx
+    return int(exact.to_integral_value(ROUND_HALF_UP))
+
+
+_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+"""`units.parse_tokens`'s suffixes (decimal)."""
+
+
+def check_ops(job: Job, params: OpsParams, budget: int | None, text: str | None) -> None:
+    """Before any search: a budget below one optimizer step exits 2 naming --tokens as the user
+    wrote it (`text`), a --gpu-power-w above the GPU's TDP (or power_limit_w) naming both."""
+    with named_options():
+        ops.power_w(job, params)
+        if budget is not None:
+            ops.training_steps(job, budget, text)
 
 
 def ops_inputs(
@@ -97,5 +155,5 @@ def ops_inputs(
     kwargs = {k: v for k, v in given.items() if v is not None}
     with named_options():
         params = OpsParams(async_checkpoint=async_checkpoint, **kwargs)
-    budget = parse_tokens(tokens, "--tokens") if tokens is not None else None
+    budget = parse_budget(tokens) if tokens is not None else None
     return params, budget, bool(kwargs) or async_checkpoint or budget is not None

@@ -6,7 +6,8 @@
 3. days to the token budget (log scale), with $ per million tokens printed at each point
    (or $ per million tokens alone when there is no budget).
 A red dashed line marks where adding GPUs stops paying; triangles mark sizes where efficiency rose
-because the layout changed, explained in the footnotes; sizes with no layout are crossed out.
+because the layout changed, explained in the footnotes; sizes with no layout, or none that makes
+progress, are crossed out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 
+from planner.cli.render_scale import usd_text
 from planner.inputs.errors import InputError
 from planner.inputs.units import format_si, format_tokens
 from planner.ops.operations import Operations
@@ -274,14 +276,14 @@ def _days_or_cost_panel(curve: ScaleCurve, feasible: list[ScalePoint], sizes: li
         usd = [(float(p.num_gpus), _ops(p).usd_per_million_tokens or 0.0) for p in feasible]
         panel.set_y(min(v for _, v in usd), max(v for _, v in usd), log=False)
         panel.line(usd, BLUE)
-        panel.dots(usd, BLUE, [f"${v:.2f}" for _, v in usd])
+        panel.dots(usd, BLUE, [f"${usd_text(v)}" for _, v in usd])
         return panel
     panel = _Panel(
         top, sizes, f"Days to {format_tokens(curve.tokens)} tokens (labels: $ per million tokens)"
     )
     days = [(float(p.num_gpus), _ops(p).days or 0.0) for p in feasible]
     prices = [_ops(p).usd_per_million_tokens for p in feasible]
-    labels = [f"${usd:.2f}" if usd is not None else "" for usd in prices]
+    labels = [f"${usd_text(usd)}" if usd is not None else "" for usd in prices]
     panel.set_y(
         min(v for _, v in days),
         max(v for _, v in days),
@@ -300,7 +302,8 @@ def _footnotes(
     notes: list[tuple[int, str]],
     infeasible: set[int],
 ) -> list[str]:
-    """Where adding GPUs stops paying, the numbered layout changes, the sizes with no layout."""
+    """Where adding GPUs stops paying, the numbered layout changes, the sizes with no layout and
+    those whose layout makes no progress."""
     stop, base_n = curve.stops_paying_at, feasible[0].num_gpus
     if stop is not None:
         foot = [
@@ -313,10 +316,10 @@ def _footnotes(
             f">= {curve.threshold:.0%} at every step)."
         ]
     foot += [f"[{i}] {n:,} GPUs: {note}" for i, (n, note) in enumerate(notes, start=1)]
-    if infeasible:
-        foot.append(
-            "x: no layout fits at " + ", ".join(f"{n:,}" for n in sorted(infeasible)) + " GPUs"
-        )
+    stalled = {p.num_gpus for p in curve.points if p.layout is not None and not p.feasible}
+    for why, ns in (("no layout fits", infeasible - stalled), ("no progress", stalled)):
+        if ns:  # no progress: failures outpace the restarts and checkpoints (the table's note)
+            foot.append(f"x: {why} at " + ", ".join(f"{n:,}" for n in sorted(ns)) + " GPUs")
     return foot
 
 
@@ -335,7 +338,7 @@ def scaling_svg(curve: ScaleCurve, title: str | None = None) -> str:
     third = bool(feasible) and (curve.tokens is not None or with_cost)
     panels = 3 if third else 2
     notes = [(p.num_gpus, p.note) for p in feasible if p.note.startswith("efficiency up")]
-    foot_h = 24 + 15 * (len(notes) + (1 if infeasible else 0) + 1)
+    foot_h = 24 + 15 * (len(notes) + 2 + 1)
     height = TOP + panels * (PANEL_H + GAP) + 20 + foot_h
     body: list[str] = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' "

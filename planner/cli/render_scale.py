@@ -1,10 +1,15 @@
-"""`planner scale`'s table: one row per GPU count of a scaling curve (`planner.search.scaling`)."""
+"""`planner scale`'s table (one row per GPU count of a scaling curve, `planner.search.scaling`)
+and its `--json` object (`curve_dict`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
+from planner.cli import report
 from planner.inputs import units
+from planner.ops import figures
 from planner.search import scaling
 
 SCALE_COLUMNS = (
@@ -26,20 +31,21 @@ def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for p in curve.points:
         o = p.operations
-        if o is None or p.layout is None:
-            rows.append((f"{p.num_gpus:,}", "-", "-", "-", "-", "-", "-", "-", "-", p.note))
+        if o is None or p.layout is None:  # no layout, or one that makes no progress
+            lay = layout_text(curve, p) if p.layout is not None else "-"
+            rows.append((f"{p.num_gpus:,}", lay, "-", "-", "-", "-", "-", "-", "-", p.note))
             continue
         usd = o.usd_per_million_tokens
         rows.append(
             (
                 f"{p.num_gpus:,}",
-                p.layout.describe(),
+                layout_text(curve, p),
                 units.format_si(o.effective_tokens_per_s),
                 f"{o.effective_tokens_per_s / p.num_gpus:,.0f}",
                 f"{p.efficiency:.0%}" if p.efficiency is not None else "-",
                 _marginal(p.marginal_efficiency),
                 f"{o.resilience.goodput:.1%}",
-                _usd(usd),
+                usd_text(usd),
                 f"{o.days:,.1f}" if o.days is not None else "-",
                 p.note,
             )
@@ -85,9 +91,52 @@ def _marginal(value: float | None) -> str:
     return f"{value:.0%}" if abs(value) >= 0.005 else f"{value:.1%}"
 
 
-def _usd(value: float | None) -> str:
+def layout_text(curve: scaling.ScaleCurve, p: scaling.ScalePoint) -> str:
+    """The layout, and the `[torchtitan]` settings the search chose where they are not the job's
+    ('... (reshard default->never)')."""
+    assert p.layout is not None
+    changed = scaling.titan_change(curve.job.titan, p.titan) if p.titan is not None else ""
+    return p.layout.describe() + (f" ({changed[2:]})" if changed else "")
+
+
+def usd_text(value: float | None) -> str:
     """Dollars per million tokens: cents from a dollar up, three significant digits below (two
-    decimals printed 0.0182 and 0.0188 both as 0.02)."""
+    decimals printed 0.0182 and 0.0188 both as 0.02). The table's and the plot's labels."""
     if value is None:
         return "-"
     return f"{value:,.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
+    """`scale --json`: the points with their layouts, performance (as `suggest --json` prints
+    it) and operations (`planner.ops.figures`: significant digits, never 0.0 for a figure that
+    is not zero). A point whose layout makes no progress has its layout and performance, no
+    operations; a torchtitan point its `[torchtitan]` settings (`torchtitan`) and those the
+    search chose that differ from the job's (`torchtitan_assumed`, {} where none)."""
+    pts = []
+    job = curve.job
+    for p in curve.points:
+        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
+        if p.layout is not None and p.performance is not None:
+            d["parallel"] = report.layout_dict(p.layout)
+            d["layout"] = p.layout.describe()
+            d["performance"] = report.performance_dict(p.performance)
+        if p.titan is not None:
+            d["torchtitan"] = p.titan.model_dump()
+            own = job.titan.model_dump()
+            d["torchtitan_assumed"] = {k: v for k, v in d["torchtitan"].items() if own[k] != v}
+        if p.operations is not None:
+            d["operations"] = figures.operations_dict(p.operations)
+            d["efficiency"] = figures.significant(p.efficiency)
+            d["marginal_efficiency"] = figures.significant(p.marginal_efficiency)
+        pts.append(d)
+    return {
+        "model": job.arch.name,
+        "gpu": job.cluster.gpu.name,
+        "seq_length": job.seq_length,
+        "global_batch_size": job.global_batch_size,
+        "tokens": curve.tokens,
+        "threshold": curve.threshold,
+        "stops_paying_at": curve.stops_paying_at,
+        "points": pts,
+    }

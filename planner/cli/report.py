@@ -16,13 +16,14 @@ from planner.model.host_memory import HostMemory
 from planner.model.known_gaps import optimistic
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
+from planner.ops import figures
 from planner.ops import operations as ops
 from planner.search.suggest import Infeasible
 from planner.search.top_k import Candidate, SearchResult
 from planner.search.twins import Row
 
 if TYPE_CHECKING:
-    from planner.search import pool_costs, scaling
+    from planner.search import pool_costs
 
 
 def _gib(nbytes: float) -> float:
@@ -127,77 +128,10 @@ def plan_dict(
 
 
 def operations_dict(o: ops.Operations) -> dict[str, Any]:
-    """`explain --tokens ... --json`'s `operations` object (planner.ops): days, GPU-hours, cost,
-    energy, checkpoint interval, goodput (the fraction of wall-clock time that trains)."""
-    r = o.resilience
-    p = o.params
-
-    def rnd(x: float | None, digits: int) -> float | None:
-        return None if x is None else round(x, digits)
-
-    return {
-        "tokens": o.tokens,
-        "steps": o.steps,
-        "days": rnd(o.days, 3),
-        "days_no_failures": rnd(o.days_no_failures, 3),
-        "gpu_hours": rnd(o.gpu_hours, 1),
-        "cost_usd": rnd(o.cost_usd, 0),
-        "price_usd_per_gpu_hour": o.price_usd_per_gpu_hour,
-        "price_source": o.price_source,
-        "usd_per_million_tokens": rnd(o.usd_per_million_tokens, 4),
-        "energy_mwh": rnd(o.energy_mwh, 2),
-        "facility_power_mw": round(o.facility_power_w / 1e6, 4),
-        "gpu_power_w": o.gpu_power_w,
-        "node_overhead_w": o.node_overhead_w,
-        "pue": o.pue,
-        "tokens_per_s": round(o.tokens_per_s, 1),
-        "effective_tokens_per_s": round(o.effective_tokens_per_s, 1),
-        "goodput": round(r.goodput, 5),
-        "lost_to_checkpoints": round(r.lost_checkpoint, 5),
-        "lost_to_failures": round(r.lost_failures, 5),
-        "lost_to_restarts": round(r.lost_restart, 5),
-        "lost_to_rework": round(r.lost_rework, 5),
-        "checkpoint_interval_min": round(r.interval_s / 60, 3),
-        "checkpoint_interval_steps": r.interval_steps,
-        "young_interval_min": round(r.young_interval_s / 60, 3),
-        "daly_interval_min": round(r.daly_interval_s / 60, 3),
-        "checkpoint_gb": round(r.checkpoint_bytes / units.GB, 2),
-        "checkpoint_write_s": round(r.checkpoint_write_s, 3),
-        "checkpoint_blocking_s": round(r.checkpoint_blocking_s, 4),
-        "async_checkpoint": r.async_checkpoint,
-        "mtbf_h": round(r.mtbf_s / ops.SECONDS_PER_HOUR, 3),
-        "restart_s": round(r.restart_s, 1),
-        "expected_failures": rnd(o.expected_failures, 1),
-        "failure_rate_per_gpu_day": p.failure_rate_per_gpu_day,
-        "storage_gb_per_s_per_node": p.storage_gb_per_s_per_node,
-    }
-
-
-def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
-    """`scale --json`: the points with their layouts, performance and operations."""
-    pts = []
-    for p in curve.points:
-        d: dict[str, Any] = {"num_gpus": p.num_gpus, "feasible": p.feasible, "note": p.note}
-        if p.layout is not None and p.performance is not None and p.operations is not None:
-            d["parallel"] = layout_dict(p.layout)
-            d["layout"] = p.layout.describe()
-            d["performance"] = performance_dict(p.performance)
-            d["operations"] = operations_dict(p.operations)
-            d["efficiency"] = round(p.efficiency, 4) if p.efficiency is not None else None
-            d["marginal_efficiency"] = (
-                round(p.marginal_efficiency, 4) if p.marginal_efficiency is not None else None
-            )
-        pts.append(d)
-    return {
-        "model": curve.job.arch.name,
-        "gpu": curve.job.cluster.gpu.name,
-        "seq_length": curve.job.seq_length,
-        "global_batch_size": curve.job.global_batch_size,
-        "tokens": curve.tokens,
-        "threshold": curve.threshold,
-        "stops_paying_at": curve.stops_paying_at,
-        "points": pts,
-    }
+    """`explain --tokens ... --json`'s `operations` object, as `scale --json` prints it
+    (`planner.ops.figures.operations_dict`: six significant digits, no figure that is not zero
+    printed as 0.0)."""
+    return figures.operations_dict(o)
 
 
 def _parallel(job: Job, lay: Layout) -> dict[str, Any]:

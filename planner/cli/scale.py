@@ -1,6 +1,9 @@
-"""`planner scale`: the best layout at each GPU count (`planner.search.scaling`): tokens/s,
-per-GPU efficiency, cost per token, days to the token budget, where adding GPUs stops paying, and
-`--plot` the curve as SVG. Exit 1 when no size has a layout that fits."""
+"""`planner scale`: the best layout at each GPU count (`planner.search.scaling`, suggest's search:
+a torchtitan job's `[torchtitan]` settings too): tokens/s, per-GPU efficiency, cost per token, days
+to the token budget, where adding GPUs stops paying, and `--plot` the curve as SVG. A size at
+which the job makes no progress under the failure settings is a row with a note. Exit 1 when no
+size has a layout that fits; 2 for bad input, and when no size makes progress (the options
+behind it named, `ops_options.no_progress_text`)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, plot, render_scale, report
+from planner.cli import calibration, plot, render_scale
 from planner.cli.common import (
     BatchOpt,
     GpuOpt,
@@ -34,6 +37,7 @@ from planner.cli.ops_options import (
     RestartOpt,
     StorageOpt,
     TokensOpt,
+    check_ops,
     named_options,
     ops_inputs,
 )
@@ -41,9 +45,7 @@ from planner.inputs.errors import EXIT_NO, InputError, abbreviated
 from planner.inputs.files import load_toml
 from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
-from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model.performance import Performance
 from planner.search import scaling
 from planner.search.suggest import check_found
 
@@ -144,14 +146,16 @@ def scale(
     if num_gpus is None:
         defaulted = ("num_gpus", *defaulted)
     values = req.values() | {"num_gpus": num_gpus if num_gpus is not None else DEFAULT_SIZES}
-    best = scaling.search_best_layout()
+    check_ops(job, params, budget, tokens)  # --tokens as the user wrote it, --gpu-power-w
+    best = scaling.search_best_layout()  # suggest's search (torchtitan: its settings too)
 
-    def planned(j: Job) -> tuple[Layout, Performance] | None:
+    def planned(j: Job) -> scaling.Found | None:
         if not as_json:
             err.print(f"planning {j.cluster.num_gpus:,} GPUs")
         got = best(j)
         if got is not None:  # a job setting no layout runs is bad input, as `check` says
-            check_found(j, [(j, got[0])], job_path)
+            runs, found = scaling.resolved(j, got)
+            check_found(runs, [(runs, found.layout)], job_path)
         return got
 
     if not as_json:
@@ -161,7 +165,7 @@ def scale(
     if plot_path is not None:
         plot.write_svg(plot_path, plot.scaling_svg(curve))
     if as_json:
-        data = report.curve_dict(curve)
+        data = render_scale.curve_dict(curve)
         data["defaulted"] = [f for f in req.values() if f in defaulted]
         data["plot"] = str(plot_path) if plot_path is not None else None
         calibration.add_json(data, prof)

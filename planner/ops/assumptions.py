@@ -13,8 +13,15 @@ Defaults (sources):
   comes out at ~92 % goodput, consistent with Meta's > 90 % (tests/ops/test_operations.py).
 - STORAGE_GB_PER_S_PER_NODE = 1.0: Llama 3's Tectonic file system sustained 2 TB/s (7 TB/s
   peak) for 16,384 GPUs = 2,048 nodes, ~0.98 GB/s per node (same section of the Llama 3 paper).
-- HOST_COPY_GB_PER_S = 25: planning assumption for the blocking device-to-host copy of an
-  asynchronous save, ~40 % of PCIe Gen5 x16's 64 GB/s because eight GPUs share the hosts' memory.
+- HOST_COPY_GB_PER_S = 25: planning assumption for the device-to-host copy of every save,
+  ~40 % of PCIe Gen5 x16's 64 GB/s because eight GPUs share the hosts' memory. A synchronous
+  save makes this copy too, before its write: Megatron Core's torch_dist save runs the stages of
+  its asynchronous save in the foreground, one after the other (the plan, the writer's preload
+  of every tensor to host memory, then the write: `TorchDistSaveShardedStrategy.save`,
+  `FileSystemWriterAsync`), and PyTorch DCP's default writer (one thread, torchtitan's
+  synchronous `dcp.save`) copies each tensor to the CPU and then writes it. So a synchronous
+  save blocks for the copy plus the write, an asynchronous one for the copy alone
+  (planner/ops/resilience.py), and asynchronous save never loses to it.
 - NODE_OVERHEAD_W_PER_GPU = 575: an NVIDIA DGX H100 draws at most 10.2 kW (DGX H100 user guide,
   power specifications: six 3.3 kW supplies, 4+2 redundant) of which 8 x 700 W are GPUs, leaving
   4.6 kW per 8-GPU node for CPUs, memory, NICs, NVSwitches and fans; the default node overhead is
@@ -42,7 +49,8 @@ STORAGE_GB_PER_S_PER_NODE = 1.0
 sustained over 2,048 nodes."""
 
 HOST_COPY_GB_PER_S = 25.0
-"""Device-to-host copy rate per GPU for the blocking part of an asynchronous save (assumption)."""
+"""Device-to-host copy rate per GPU of a save, synchronous (before its write) or asynchronous
+(all it blocks for): an assumption, ~40 % of PCIe Gen5 x16 (the module docstring)."""
 
 NODE_OVERHEAD_W_PER_GPU = (10_200 - 8 * 700) / 8
 """Non-GPU power of a node per GPU slot: DGX H100 10.2 kW maximum minus 8 x 700 W GPUs, / 8."""
@@ -95,11 +103,15 @@ class OpsParams:
     gpu_power_w: float | None = None
     """Power per GPU in W; None = the catalog TDP."""
     async_checkpoint: bool = False
-    """Asynchronous save: training blocks only for the copy to host memory."""
+    """Asynchronous save: training blocks only for the copy to host memory, not the write."""
     host_copy_gb_per_s: float = HOST_COPY_GB_PER_S
-    """Device-to-host copy rate per GPU for asynchronous save, decimal GB/s."""
+    """Device-to-host copy rate per GPU of a save (synchronous or asynchronous), decimal GB/s."""
     checkpoint_interval_min: float | None = None
     """Minutes of training between checkpoints; None = Daly's optimum."""
+
+    def is_default(self, name: str) -> bool:
+        """Whether field `name` holds its default (a message can say "the default")."""
+        return bool(getattr(self, name) == OpsParams.__dataclass_fields__[name].default)
 
     def __post_init__(self) -> None:
         for name in POSITIVE_FIELDS:

@@ -13,9 +13,9 @@ work); cost = GPU-hours x price ($/GPU-hour: the catalog's `price_usd_per_gpu_ho
 `price_source`, or `--price`).
 
 Energy. IT power P_it = N x P_gpu + nodes x P_node, nodes = ceil(N / gpus_per_node), P_gpu the
-GPU's TDP or the plan's `[cluster] power_limit_w` (`--gpu-power-w` overrides: training typically
-draws 70-90 % of TDP, so the default is an upper bound) and P_node the per-node overhead (CPUs,
-DRAM, NICs, switches' share, fans).
+GPU's TDP or the plan's `[cluster] power_limit_w` (`--gpu-power-w` overrides, up to that power:
+training typically draws 70-90 % of TDP, so the default is an upper bound) and P_node the
+per-node overhead (CPUs, DRAM, NICs, switches' share, fans).
 Facility power = P_it x PUE; energy = facility power x T_wall (GPUs stay powered while they wait).
 
 Checkpoints, failures and goodput: planner/ops/resilience.py.
@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Job
 from planner.inputs.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from planner.model.performance import Performance
@@ -110,6 +111,7 @@ def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
     pools each pool's GPUs and nodes at their own power, the first two their averages."""
     gpu_total = node_total = 0.0
     for c in [p.cluster for p in job.pools] or [job.cluster]:
+        _check_gpu_power(ops.gpu_power_w, c)
         gpu_w = ops.gpu_power_w if ops.gpu_power_w is not None else c.power_w
         node_w = (
             ops.node_overhead_w
@@ -124,6 +126,24 @@ def power_w(job: Job, ops: OpsParams) -> tuple[float, float, float]:
     return gpu, node, facility
 
 
+def _check_gpu_power(watts: float | None, cluster: ClusterSpec) -> None:
+    """A GPU's power is at most its TDP or the plan's power_limit_w below it (`c.power_w`), as
+    the plan's own power_limit_w is refused above the TDP (`hardware.ClusterSpec`): the average
+    draw of a GPU cannot exceed the power it is allowed."""
+    cap = cluster.power_w
+    if watts is None or watts <= cap:
+        return
+    gpu = cluster.gpu
+    what = (
+        f"the plan's power_limit_w ({cap:g} W)"
+        if cluster.power_limit_w is not None
+        else f"{gpu.name}'s TDP ({gpu.tdp_w:g} W)"
+    )
+    raise AssumptionError(
+        "gpu_power_w", f"{watts:g} W per GPU is above {what}: a GPU draws at most that"
+    )
+
+
 def _finite(figure: str, value: float | None, terms: Callable[[], str]) -> None:
     """An AssumptionError where finite options multiply past a float (--gpu-power-w 1e308: an
     infinite facility power, which JSON cannot hold), naming each factor and where it came from
@@ -132,13 +152,14 @@ def _finite(figure: str, value: float | None, terms: Callable[[], str]) -> None:
         raise AssumptionError("operations", f"the {figure} overflows a float: {terms()}")
 
 
-def training_steps(job: Job, tokens: int) -> int:
-    """ceil(tokens / tokens_per_step); a budget smaller than one step is an AssumptionError."""
+def training_steps(job: Job, tokens: int, given: str | None = None) -> int:
+    """ceil(tokens / tokens_per_step); a budget smaller than one step is an AssumptionError
+    spelling it as `given` (as the user wrote it) where given."""
     per_step = job.tokens_per_step
     if tokens < per_step:
         raise AssumptionError(
             "tokens",
-            f"{tokens:,} tokens is less than one optimizer step "
+            f"{given.strip() if given else f'{tokens:,}'} tokens is less than one optimizer step "
             f"({per_step:,} tokens = global_batch_size {job.global_batch_size} x seq_length "
             f"{job.seq_length})",
         )

@@ -9,10 +9,14 @@ smaller than it is. Megatron Core's
 distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state so that
 every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per node, so
     C = size / (nodes x storage_bytes_per_s_per_node)
-and reading it back at restart takes the same time. Asynchronous save (`--async-save`) blocks
-only for the copy of each GPU's shard (size / N) to host memory at HOST_COPY_GB_PER_S; the write
-to storage then overlaps training, must finish before the next checkpoint starts, and makes the
-newest durable checkpoint older by the write time.
+and reading it back at restart takes the same time. Every save first copies each GPU's shard
+(size / N) to host memory at HOST_COPY_GB_PER_S, taking H = size / (N x host copy rate), and then
+writes it (`assumptions.HOST_COPY_GB_PER_S` gives the sources). A synchronous save blocks
+training for both, one after the other: delta = H + C. Asynchronous save (`--async-save`) blocks
+only for the copy H; the write to storage then overlaps training, must finish before the next
+checkpoint starts, and makes the newest durable checkpoint older by the write time C. Both are
+durable H + C after the save starts, so at the same interval asynchronous save is never the
+slower (tests/ops/test_async_checkpoint.py).
 
 Failures. Interruptions of the whole job arrive as a Poisson process with rate
 lambda = failure_rate_per_gpu_day x N / 86400 per second; MTBF M = 1 / lambda. One interruption
@@ -25,16 +29,26 @@ checkpoints and delta the time a checkpoint blocks training:
                    for delta < 2M, else tau = M
 
 ("A higher order estimate of the optimum checkpoint interval for restart dumps", Future
-Generation Computer Systems 22 (2006) 303-312, the perturbation solution). Asynchronous
-checkpoints use delta = the blocking copy and tau >= the write time. tau is rounded to whole
-steps (>= 1; asynchronous ones, up to the first whole step past the write).
+Generation Computer Systems 22 (2006) 303-312, the perturbation solution), tau rounded to whole
+steps (>= 1).
+
+Asynchronous checkpoints block for the copy H alone, and a save that starts before the previous
+write finished waits for it: delta = H + max(0, C - tau). A checkpoint is durable once written;
+the training done meanwhile, min(C, tau), is lost with it at an interruption and counts to the
+restart (R' below). From one snapshot to the next durable point is then
+tau + delta + min(C, tau) = tau + H + C, the synchronous segment, and at any one tau
+    e^(min(C, tau)/M) (e^((tau + delta)/M) - 1) <= e^((tau + H + C)/M) - 1:
+asynchronous save never trains less of the wall clock than synchronous save. Its interval is
+the better (by T_wall below) of Daly's for delta = H in whole steps no shorter than the write,
+and the synchronous save's (shorter than the write only where the write nears the time between
+interruptions).
 
 Goodput (the fraction of wall-clock time that trains) is Daly's complete cost model for
 solve time T_s:
     T_wall = M e^(R'/M) (e^((tau + delta)/M) - 1) T_s / tau,     goodput = T_s / T_wall
-with R' = R + C (load) (+ C again with asynchronous save: the durable checkpoint lags by the
-write). To first order it is 1 - delta/tau - (tau/2 + R')/M: the checkpoint share delta/tau plus
-the rework tau/2 and restart R' per failure times failures per second. Split exactly, per
+with R' = R + C (load) (+ min(C, tau) with asynchronous save: the durable checkpoint lags). To
+first order it is 1 - delta/tau - (tau/2 + R')/M: the checkpoint share delta/tau plus the rework
+tau/2 and restart R' per failure times failures per second. Split exactly, per
 segment of L = tau + delta (the same model: e^(L/M) - 1 failed attempts, each losing the work
 it did, E[t | t < L], then a restart phase of M (e^(R'/M) - 1) that failures may restart too):
     wall = L + (M (e^(L/M) - 1) - L) + M (e^(L/M) - 1)(e^(R'/M) - 1)
@@ -82,15 +96,26 @@ def daly_interval(delta_s: float, mtbf_s: float) -> float:
 
 
 def daly_wall_time(
-    solve_s: float, tau_s: float, delta_s: float, mtbf_s: float, restart_s: float
+    solve_s: float,
+    tau_s: float,
+    delta_s: float,
+    mtbf_s: float,
+    restart_s: float,
+    lag_s: float = 0.0,
 ) -> float:
     """Daly (2006), complete model: expected wall-clock time to finish `solve_s` of work with a
     checkpoint costing delta after every tau of work, restart R, exponential failures of mean M:
-    M e^(R/M) (e^((tau + delta)/M) - 1) solve / tau."""
+    M e^(R/M) (e^((tau + delta)/M) - 1) solve / tau.
+
+    With a `lag` (an asynchronous save: the last `lag` of each span of tau + delta is training
+    under the write, lost with the checkpoint at an interruption, so it blocks delta - lag and
+    restarts in R + lag) the same model, M e^((R + lag)/M) (e^((tau + delta - lag)/M) - 1) solve
+    / tau, is spelled M e^(R/M) (e^((tau + delta)/M) - e^(lag/M)) solve / tau: the same float
+    operations as without the lag but a subtraction, so never above it in floating point."""
     return (
         mtbf_s
         * math.exp(restart_s / mtbf_s)
-        * math.expm1((tau_s + delta_s) / mtbf_s)
+        * (math.expm1((tau_s + delta_s) / mtbf_s) - math.expm1(lag_s / mtbf_s))
         * solve_s
         / tau_s
     )
@@ -105,12 +130,13 @@ class Resilience:
     checkpoint_write_s: float
     """Time to write it to storage, all nodes in parallel (and to read it back)."""
     checkpoint_blocking_s: float
-    """Time a checkpoint stops training: the write, or with async save the host copy (plus any
-    wait for the previous write)."""
+    """Time a checkpoint stops training: the host copy and the write, or with async save the host
+    copy alone (plus any wait for the previous write)."""
     mtbf_s: float
     """Mean time between job interruptions."""
     restart_s: float
-    """Time lost per interruption before re-doing work: restart + load (+ write lag if async)."""
+    """Time lost per interruption before re-doing work: restart + load (+ with async save the
+    training done while the newest checkpoint was written)."""
     interval_s: float
     """Training time between checkpoints (whole steps)."""
     interval_steps: int
@@ -131,47 +157,75 @@ class Resilience:
         return max(0.0, self.lost_failures - self.lost_restart)
 
 
+class NoProgress(AssumptionError):
+    """Settings under which the job makes no progress at its size (goodput below MIN_GOODPUT).
+    `field` is the setting that decides it (as `AssumptionError.field`); `involved` every setting
+    behind it, the deciding one first and the failure rate always among them, so that a command
+    line can say which of them the user gave and which are defaults (`params`)."""
+
+    def __init__(
+        self,
+        field: str,
+        problem: str,
+        involved: tuple[str, ...],
+        params: OpsParams,
+        goodput: float,
+    ) -> None:
+        super().__init__(field, problem)
+        self.involved = involved
+        self.params = params
+        self.goodput = goodput
+
+
 def _no_progress(
     job: Job,
     ops: OpsParams,
-    times: tuple[float, float, float, float, float],
+    times: tuple[float, float, float, float, float, float],
     goodput: float,
     step_time_s: float,
-) -> AssumptionError:
+) -> NoProgress:
     """The error for settings under which the job makes no progress: a step (the least
     checkpoint interval) longer than the mean time between interruptions (the plan's sizes, not
-    an operations setting: `step_time`); else under the setting whose term of Daly's exponents is
-    the larger: the restart and reload R / M (the restart, or the
+    an operations setting: `step_time`, with the failure rate); else under the setting whose term
+    of Daly's exponents is the larger: the restart and reload R / M (the restart, or the
     storage that reloads), or the checkpoint interval and its blocking time (tau + delta) / M
-    (the interval where given, the storage where the write blocks longer than the interval,
-    else the failure rate)."""
-    m, restart, tau, delta, write = times
+    (the interval where given, the storage or the host copy, whichever blocks longer, where
+    the checkpoint blocks longer than the interval, else the failure rate alone). Every setting
+    named is with the failure rate, whose interruptions the times are measured against."""
+    m, restart, tau, delta, write, copy = times
+    rate = "failure_rate_per_gpu_day"
     if tau >= m and tau == step_time_s:  # one step outlasts the time between interruptions
-        return AssumptionError(
+        return NoProgress(
             "step_time",
             f"one step takes {_duration(step_time_s)}, longer than the {_duration(m)} between "
             f"interruptions on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
             f"{job.cluster.num_gpus:,} GPUs): the job would make no progress (goodput "
             f"{goodput:.1e})",
+            (rate,),
+            ops,
+            goodput,
         )
     if restart >= tau + delta:
         field = "restart_min" if ops.restart_min * 60.0 >= write else "storage_gb_per_s_per_node"
     elif ops.checkpoint_interval_min is not None and tau >= delta:
         field = "checkpoint_interval_min"
     elif delta > tau:
-        # asynchronous: the blocking is the host copy plus any wait for the previous write
-        wait = max(0.0, write - tau) if ops.async_checkpoint else delta
-        field = "storage_gb_per_s_per_node" if wait >= delta - wait else "host_copy_gb_per_s"
+        # the blocking: the host copy, then the write (synchronous) or any wait for the
+        # previous write (asynchronous)
+        storage = max(0.0, write - tau) if ops.async_checkpoint else write
+        field = "storage_gb_per_s_per_node" if storage >= copy else "host_copy_gb_per_s"
     else:
-        field = "failure_rate_per_gpu_day"
-
-    return AssumptionError(
+        field = rate
+    return NoProgress(
         field,
         f"the job would make no progress (goodput {goodput:.1e}): an interruption every "
         f"{_duration(m)} on average ({ops.failure_rate_per_gpu_day:g} per GPU-day x "
         f"{job.cluster.num_gpus:,} GPUs), each costing {_duration(restart)} to restart and "
         f"reload the checkpoint, and checkpoints blocking {_duration(delta)} every "
         f"{_duration(tau)} of training",
+        (field,) if field == rate else (field, rate),
+        ops,
+        goodput,
     )
 
 
@@ -195,6 +249,11 @@ def checkpoint_write_s(job: Job, ops: OpsParams) -> float:
     """Size / (nodes x per-node storage bandwidth): every GPU writes its own 1/N shard."""
     bandwidth = num_nodes(job) * ops.storage_gb_per_s_per_node * GB
     return checkpoint_bytes(job) / bandwidth
+
+
+def host_copy_s(job: Job, ops: OpsParams) -> float:
+    """Size / N / host copy rate: each GPU copies its own shard to host memory."""
+    return checkpoint_bytes(job) / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)
 
 
 def mtbf_s(job: Job, ops: OpsParams) -> float:
@@ -223,37 +282,45 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
             else f"leaves no time between interruptions (MTBF {m:g} s)"
         )
         raise AssumptionError("failure_rate_per_gpu_day", f"{rate} {why}")
-    restart = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
-    if ops.async_checkpoint:
-        delta0 = size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)  # copy to host
-        restart += write  # the newest durable checkpoint lags by one write
-    else:
-        delta0 = write
+    reload = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
+    copy = host_copy_s(job, ops)
+    # the blocking: the copy to host memory, then (synchronous) the write: the module docstring
+    delta0 = copy if ops.async_checkpoint else copy + write
     young = young_interval(delta0, m)
     daly = daly_interval(delta0, m)
+
+    def schedule(steps: int) -> tuple[float, float, float, float]:
+        """(tau, delta, R', wall time per unit of work) checkpointing every `steps` steps."""
+        tau = steps * step_time_s
+        lag = min(write, tau) if ops.async_checkpoint else 0.0  # training under the write
+        # async: waits for the previous write (copy + write - lag = the copy + any wait)
+        delta = copy + max(0.0, write - tau) if ops.async_checkpoint else delta0
+        try:
+            # from one snapshot to the next durable point: the copy and the write past tau
+            wall = daly_wall_time(1.0, tau, copy + write, m, reload, lag)
+        except OverflowError:  # e^(x) past the largest float: no progress
+            wall = math.inf
+        return tau, delta, reload + lag, wall
+
     if ops.checkpoint_interval_min is not None:
-        tau = ops.checkpoint_interval_min * 60.0
-        if not math.isfinite(tau):
+        given = ops.checkpoint_interval_min * 60.0
+        if not math.isfinite(given):
             raise AssumptionError(
                 "checkpoint_interval_min", f"{ops.checkpoint_interval_min:g} minutes is too long"
             )
+        choices = [max(1, round(given / step_time_s))]
     elif ops.async_checkpoint:
-        tau = max(daly, write)
+        # Daly's for the copy, in whole steps not under the write (rounding went below it), or
+        # the synchronous save's, where the next save waits for the write: the better one
+        own = max(1, round(max(daly, write) / step_time_s), math.ceil(write / step_time_s))
+        choices = [own, max(1, round(daly_interval(copy + write, m) / step_time_s))]
     else:
-        tau = daly
-    steps = max(1, round(tau / step_time_s))
-    if ops.async_checkpoint and ops.checkpoint_interval_min is None:  # whole steps, not under
-        steps = max(steps, math.ceil(write / step_time_s))  # the write (rounding went below it)
-    tau = steps * step_time_s
-    # async: a checkpoint that starts before the previous write finished waits for it
-    delta = delta0 + max(0.0, write - tau) if ops.async_checkpoint else delta0
-    try:
-        wall_per_work = daly_wall_time(1.0, tau, delta, m, restart)
-    except OverflowError:  # e^(x) past the largest float: no progress
-        wall_per_work = math.inf
+        choices = [max(1, round(daly / step_time_s))]
+    steps = min(choices, key=lambda k: schedule(k)[3])
+    tau, delta, restart, wall_per_work = schedule(steps)
     goodput = 1.0 / wall_per_work
     if not goodput >= MIN_GOODPUT:
-        raise _no_progress(job, ops, (m, restart, tau, delta, write), goodput, step_time_s)
+        raise _no_progress(job, ops, (m, restart, tau, delta, write, copy), goodput, step_time_s)
     lost_ckpt = goodput * delta / tau
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
     # per segment: restarts M (e^(L/M) - 1)(e^(R'/M) - 1) of the wall, tau / goodput

@@ -1,9 +1,13 @@
 """Scaling curve: the best layout at each GPU count, and where adding GPUs stops paying.
 
 `scale(job, sizes, best_layout, ...)` plans the job at each size with `best_layout` (by default
-the search of `planner.search.top_k`, fastest step first) and reports, per size: tokens/s, effective
+`planner suggest`'s own search, `planner.search.suggest.search_rows`, its fastest row: for a
+torchtitan job over the `[torchtitan]` settings too) and reports, per size: tokens/s, effective
 tokens/s (x goodput, `planner.ops`), per-GPU efficiency against the smallest size that has a
-layout, cost per million tokens and days to the token budget.
+layout, cost per million tokens and days to the token budget. A size at which the job makes no
+progress (failures far more often than its restarts and checkpoints take,
+`planner.ops.resilience.NoProgress`) is a point with a note, as a size where no layout fits is;
+only where no size makes progress is that an error.
 
 The global batch (sequences per step) is held fixed, as in the plan: more GPUs mean fewer
 micro-batches per pipeline or smaller micro-batches, so the pipeline bubble and the exposed
@@ -30,16 +34,22 @@ from planner.inputs.errors import InputError
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import TorchtitanSection
 from planner.model.performance import Performance
 from planner.model.stage_time import LAYER_TIMES
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
-from planner.search import rules
-from planner.search import top_k as search
+from planner.ops.resilience import NoProgress
+from planner.search import rules, suggest
 from planner.search.space import Space
+from planner.search.top_k import Candidate
 
-BestLayout = Callable[[Job], tuple[Layout, Performance] | None]
-"""Plans one job: its best layout and that layout's performance, or None when nothing fits."""
+Found = tuple[Layout, Performance] | Candidate
+"""A layout and its performance, or a search's candidate (a torchtitan one with the
+`[torchtitan]` settings it runs under)."""
+
+BestLayout = Callable[[Job], Found | None]
+"""Plans one job: what it found best, or None when nothing fits."""
 
 STOPS_PAYING_THRESHOLD = 0.5
 """Marginal efficiency below which added GPUs are said to stop paying."""
@@ -70,16 +80,33 @@ def job_at(job: Job, num_gpus: int) -> Job:
 
 
 def search_best_layout(space: Space | None = None) -> BestLayout:
-    """The fastest layout found by `planner.search.top_k.search` (top 1), or None when none fits."""
+    """`planner suggest`'s first row (`planner.search.suggest.search_rows`, by step time: for a
+    torchtitan job over its `[torchtitan]` settings too), or None when nothing fits. Without a
+    `space`, suggest's own without options: `Space(framework=job.framework)`."""
 
-    def best(job: Job) -> tuple[Layout, Performance] | None:
-        result = search.search(job, space, top_k=1)
-        if not result.candidates:
-            return None
-        top = result.candidates[0]
-        return top.layout, top.performance
+    def best(job: Job) -> Candidate | None:
+        res, _ = suggest.search_rows(job, space or Space(framework=job.framework), 1)
+        return res.candidates[0] if res.candidates else None
 
     return best
+
+
+def resolved(job: Job, found: Found) -> tuple[Job, Planned]:
+    """The job the layout runs (under a torchtitan candidate's own settings) and what it found."""
+    if not isinstance(found, Candidate):
+        return job, Planned(*found)
+    titan = getattr(found, "titan", None)  # `titan_variants.TitanCandidate`
+    if titan is None:
+        return job, Planned(found.layout, found.performance)
+    return replace(job, torchtitan=titan), Planned(found.layout, found.performance, titan)
+
+
+@dataclass(frozen=True)
+class Planned:
+    layout: Layout
+    performance: Performance
+    titan: TorchtitanSection | None = None
+    """The `[torchtitan]` settings the layout runs under (None: the job's, or not torchtitan)."""
 
 
 # ----------------------------------------------------------------------------- the curve
@@ -96,6 +123,8 @@ class ScalePoint:
     marginal_efficiency: float | None = None
     """Effective tokens/s gained per added GPU, relative to a GPU's at the smallest size."""
     note: str = ""
+    titan: TorchtitanSection | None = None
+    """The `[torchtitan]` settings the search chose for the layout (None: not torchtitan)."""
 
     @property
     def feasible(self) -> bool:
@@ -163,6 +192,23 @@ def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
     return ", ".join(parts)
 
 
+def titan_change(prev: TorchtitanSection | None, cur: TorchtitanSection | None) -> str:
+    """', reshard default->never, hsdp 1->2': the searched `[torchtitan]` settings that changed
+    (`planner.search.titan_variants`), '' where none did."""
+    if prev is None or cur is None:
+        return ""
+    names = (
+        ("reshard_after_forward", "reshard"),
+        ("dp_replicate", "hsdp"),
+        ("selective_layer_every", "every"),
+    )
+    return "".join(
+        f", {name} {getattr(prev, attr)}->{getattr(cur, attr)}"
+        for attr, name in names
+        if getattr(prev, attr) != getattr(cur, attr)
+    )
+
+
 def scale(
     job: Job,
     sizes: list[int],
@@ -182,6 +228,7 @@ def scale(
     # a rule the job itself breaks refuses every size alike: say which, and search none
     broken = "; ".join(f"{v.field}: {v.message}" for v in rules.job_violations(job))
     raw: list[ScalePoint] = []
+    stalled: list[NoProgress] = []
     for n in sorted(set(sizes)):
         j = job_at(job, n)
         found = None if broken else best_layout(j)
@@ -189,8 +236,18 @@ def scale(
             note = f"no layout runs: {broken}" if broken else "no layout fits"
             raw.append(ScalePoint(n, None, None, None, note=note))
             continue
-        lay, perf = found
-        raw.append(ScalePoint(n, lay, perf, ops.operations(j, perf, tokens, ops_params)))
+        runs, got = resolved(j, found)
+        titan = got.titan or (runs.titan if runs.framework == "torchtitan" else None)
+        try:
+            o = ops.operations(runs, got.performance, tokens, ops_params)
+        except NoProgress as e:  # this size only: more GPUs, more interruptions
+            stalled.append(e)
+            lay, perf = got.layout, got.performance
+            raw.append(ScalePoint(n, lay, perf, None, note=e.problem, titan=titan))
+            continue
+        raw.append(ScalePoint(n, got.layout, got.performance, o, titan=titan))
+    if stalled and not any(p.feasible for p in raw):
+        raise stalled[0]  # no size makes progress: the settings are the problem
     points, stops_at = _compare(raw, threshold, job.arch.is_moe)
     return ScaleCurve(
         job=job, points=tuple(points), tokens=tokens, threshold=threshold, stops_paying_at=stops_at
@@ -223,7 +280,7 @@ def _compare(
         marginal = gained / (p.num_gpus - prev.num_gpus) / per_gpu0
         notes = []
         if eff > prev.efficiency * (1 + RISE_TOLERANCE):
-            change = layout_change(prev.layout, p.layout, moe)
+            change = layout_change(prev.layout, p.layout, moe) + titan_change(prev.titan, p.titan)
             notes.append(f"efficiency up {prev.efficiency:.0%}->{eff:.0%}: {change}")
         if stops_at is None and marginal < threshold:
             stops_at = p.num_gpus

@@ -277,7 +277,10 @@ def test_cost_and_energy_by_hand() -> None:
     job = make_job(num_gpus=64)
     perf = perf_with_step(job, LAYOUT_64, 2.0)
     p = OpsParams(
-        price_usd_per_gpu_hour=2.0, failure_rate_per_gpu_day=1e-12, storage_gb_per_s_per_node=1e9
+        price_usd_per_gpu_hour=2.0,
+        failure_rate_per_gpu_day=1e-12,
+        storage_gb_per_s_per_node=1e9,
+        host_copy_gb_per_s=1e9,  # a save copies to host memory too (resilience's docstring)
     )
     o = ops.operations(job, perf, 1_048_576_000, p)
     assert o.steps == 1000
@@ -412,11 +415,12 @@ def test_cli_no_progress_exits_2_naming_the_option(
 @pytest.mark.parametrize(
     ("options", "factor"),
     [
-        # 8 x 1e308 W x PUE 1.1 > 1.8e308, the largest float
-        (["--gpu-power-w", "1e308"], "8 GPUs x 1e+308 W (--gpu-power-w"),
+        # 1 node x 1.7e308 W x PUE 1.1 > 1.8e308, the largest float (--gpu-power-w is at
+        # most the TDP: test_gpu_power_above_the_tdp_is_refused)
+        (["--node-overhead-w", "1.7e308"], "1 nodes x 1.7e+308 W (--node-overhead-w)"),
         (["--pue", "1e308"], "PUE 1e+308 (--pue)"),
         # finite power and time, their product (energy, cost) past a float
-        (["--tokens", "15T", "--gpu-power-w", "1e300"], "(--tokens)"),
+        (["--tokens", "15T", "--node-overhead-w", "1e300"], "(--tokens)"),
         (["--tokens", "1e300", "--price", "1e300"], "x $1e+300 (--price"),
     ],
 )
@@ -552,7 +556,8 @@ def test_pools_are_priced_and_powered_each_at_its_own_gpu(
     code, out, err = run(["explain", str(path), "--tokens", "1T", "--json"], capsys)
     assert code == 0, err
     o = json.loads(out)["operations"]
-    assert o["cost_usd"] == pytest.approx(o["gpu_hours"] / 2 * (100 + a100.price_usd_per_gpu_hour))
+    dear_cost = o["gpu_hours"] / 2 * (100 + a100.price_usd_per_gpu_hour)
+    assert o["cost_usd"] == pytest.approx(dear_cost, rel=1e-5)  # six significant digits
 
 
 @pytest.mark.parametrize(

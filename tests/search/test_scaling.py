@@ -16,7 +16,7 @@ import pytest
 from cli_run import run
 from paths import REPO
 
-from planner.cli import plot, render_scale, report
+from planner.cli import plot, render_scale
 from planner.cli.scale import parse_sizes
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
@@ -177,9 +177,9 @@ def test_every_size_that_loses_throughput_says_so() -> None:
 def test_cost_column_keeps_three_digits_under_a_dollar() -> None:
     """Two decimals printed $0.0182 and $0.0188 per million tokens both as 0.02 (gemma2-2b on 8
     and 64 MI300X): three significant digits under a dollar, cents above."""
-    assert render_scale._usd(0.018234) == "0.0182"
-    assert render_scale._usd(12.345) == "12.35"
-    assert render_scale._usd(None) == "-"
+    assert render_scale.usd_text(0.018234) == "0.0182"
+    assert render_scale.usd_text(12.345) == "12.35"
+    assert render_scale.usd_text(None) == "-"
 
 
 def test_rise_with_only_dp_changed_says_so() -> None:
@@ -250,7 +250,7 @@ def test_real_search_small_curve() -> None:
     assert curve.points[0].efficiency == 1.0
     for p in curve.points:
         assert p.layout is not None and p.layout.num_gpus == p.num_gpus
-    data = report.curve_dict(curve)
+    data = render_scale.curve_dict(curve)
     json.dumps(data)  # serialisable
     assert [p["num_gpus"] for p in data["points"]] == [8, 16, 32]
     assert data["points"][0]["operations"]["days"] > data["points"][2]["operations"]["days"]
