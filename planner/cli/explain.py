@@ -143,7 +143,7 @@ def explain(
         calibration.add_json(data, prof, run)
         emit_json(data)
     else:
-        render.print_explain(out, job, layout, rep, perf, host_line(job, host))
+        render.print_explain(out, job, layout, rep, perf, (host_line(job, host), host.fits))
         if link is not None:
             out.print(report.slow_link_text(link), highlight=False)
         if run is not None:

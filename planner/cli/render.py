@@ -237,10 +237,12 @@ def print_explain(
     layout: Layout,
     rep: MemoryReport,
     perf: Performance,
-    host: str | None = None,
+    host: tuple[str | None, bool] = (None, True),
 ) -> None:
-    """explain's tables and lines; `host`, the host-memory line (`host_text.host_line`) after
-    the GPU memory's verdict."""
+    """explain's tables and lines; `host`, the host-memory line (`host_text.host_line`) and
+    whether the host's fits, printed after the GPU memory's verdict (which then names the GPU,
+    as check's does)."""
+    line, host_fits = host
     console.print(
         f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
@@ -248,10 +250,11 @@ def print_explain(
         markup=True,
     )
     console.print(memory_table(rep, perf))
-    verdict = "[green]fits[/]" if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
+    fits = "[green]fits[/]" if host_fits else "[green]fits in GPU memory[/]"
+    verdict = fits if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
     console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB", markup=True)
-    if host is not None:
-        console.print(host, markup=True, highlight=False)
+    if line is not None:
+        console.print(line, markup=True, highlight=False)
     console.print(time_table(perf))
     name = schedule_name(job, layout)
     if layout.pp > 1:

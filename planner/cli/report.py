@@ -83,8 +83,8 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
         "step_time_s": round(perf.step_time_s, 4),
         "tokens_per_s_per_gpu": round(perf.tokens_per_s_per_gpu, 1),
         "model_tflops_per_gpu": round(perf.model_tflops_per_gpu, 1),
-        "mfu": round(perf.mfu, 4),
-        "mfu_bf16_peak": round(perf.mfu_bf16_peak, 4),
+        "mfu": round(perf.mfu_bf16_peak, 4),  # DESIGN.md: MFU against the bf16 peak, and
+        "mfu_bf16_peak": round(perf.mfu_bf16_peak, 4),  # labelled, the FP8 / FP4 peaks
         "mfu_fp8_peak": None if perf.mfu_fp8_peak is None else round(perf.mfu_fp8_peak, 4),
         "mfu_fp4_peak": None if perf.mfu_fp4_peak is None else round(perf.mfu_fp4_peak, 4),
         "model_flops_per_step": perf.model_flops_per_step,
@@ -135,19 +135,29 @@ def operations_dict(o: ops.Operations) -> dict[str, Any]:
 
 
 def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
-    """The layout as its plan file spells it (`plan_writer.spelled`), with its micro-batches."""
+    """The resolved layout (every field of `Layout`, the split as a plan spells it:
+    `plan_writer.spelled`), with its micro-batches: not a `[parallel]` table (`plan_parallel`
+    is)."""
     d = layout_dict(plan_writer.spelled(job, lay))
     d["num_microbatches"] = lay.num_microbatches(job.global_batch_size)
     return d
 
 
+def plan_parallel(job: Job, lay: Layout) -> dict[str, Any]:
+    """The `[parallel]` table `--write-plan` writes for the layout (`plan_writer.parallel_table`,
+    the lines it leaves out dropped): any row, copied into a plan, checks as it was scored."""
+    return {k: v for k, v in plan_writer.parallel_table(job, lay).items() if v is not None}
+
+
 def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) -> dict[str, Any]:
-    """A plan_dict plus `parallel.num_microbatches`, `performance.optimistic` (the layout is in
-    a regime where measured steps ran well behind the model: known_gaps.optimistic)
-    and `equivalents`: the layouts folded into this one (planner.search.twins.Row), each as its
-    `parallel` and `memory.peak_gib`."""
+    """A plan_dict plus `parallel.num_microbatches`, `plan_parallel` (the row as a plan's
+    `[parallel]` table), `performance.optimistic` (the layout is in a regime where measured
+    steps ran well behind the model: known_gaps.optimistic) and `equivalents`: the layouts
+    folded into this one (planner.search.twins.Row), each as its `parallel` and
+    `memory.peak_gib`."""
     d = plan_dict(job.arch, c.layout, c.memory, c.performance, host_memory.estimate(job, c.layout))
     d["parallel"] = _parallel(job, c.layout)
+    d["plan_parallel"] = plan_parallel(job, c.layout)
     d["performance"]["optimistic"] = optimistic(job, c.layout)
     titan = getattr(c, "titan", None)  # a torchtitan search's settings (titan_variants)
     if titan is not None:

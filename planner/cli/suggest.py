@@ -167,6 +167,10 @@ def suggest(
             f"{best.performance.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
             f"peak {best.memory.peak / 2**30:.1f} GiB",
         ]
+        if headroom != DEFAULT_HEADROOM:  # check's default would judge it otherwise
+            header.append(
+                f"ranked with --headroom {headroom:g}: run planner check --headroom {headroom:g}"
+            )
         table = plan_writer.model_table(job, model_ref, write_plan)
         # a torchtitan candidate's own [torchtitan] settings (planner.search.titan_variants)
         plan_job = candidate_job(job, best)

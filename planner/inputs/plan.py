@@ -271,6 +271,12 @@ def reframe(job: Job, framework: Framework) -> Job:
         return job
     if job.pools and framework == "torchtitan":
         raise InputError(_TITAN_POOLS.format(where="--framework", given="torchtitan"))
+    if job.cuda_graphs and framework == "torchtitan":  # as `build_job` refuses it in a file
+        raise InputError(
+            "--framework: torchtitan, but the job sets training.cuda_graphs = true, and "
+            "torchtitan does not capture its training steps in CUDA graphs; set cuda_graphs = "
+            "false"
+        )
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
     arch = trained_by(job.arch, framework)

@@ -125,6 +125,27 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         if getattr(job, name) != getattr(job.arch, name):
             training[name] = getattr(job, name)
     training.update(_as_is(job))
+    parallel = parallel_table(job, layout)
+    lines = [f"# {h}" for h in header]
+    lines += [*_table("model", model), ""]
+    if job.pools:  # heterogeneous pools, in pipeline order
+        lines += _pools_lines(job)
+    else:
+        lines += _table("cluster", cluster)
+    if job.cluster.tiers != gpu.tiers and not job.pools:
+        for tier in job.cluster.tiers:
+            lines += ["", "[[cluster.tiers]]", *_tier_lines(tier)]
+    lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
+    if titan is not None:
+        fields = titan.model_dump(exclude_defaults=True)
+        lines += ["", *_table("torchtitan", fields)]
+    return "\n".join(lines) + "\n"
+
+
+def parallel_table(job: Job, layout: Layout) -> dict[str, Any]:
+    """The `[parallel]` table a plan of this layout holds (None: a line not written); the layout
+    as `spelled`."""
+    layout = spelled(job, layout)
     parallel: dict[str, Any] = {
         "tp": layout.tp,
         "pp": layout.pp,
@@ -155,20 +176,7 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         if getattr(layout, name):
             parallel[name] = True
     parallel.update(_feature_fields(job, layout))
-    lines = [f"# {h}" for h in header]
-    lines += [*_table("model", model), ""]
-    if job.pools:  # heterogeneous pools, in pipeline order
-        lines += _pools_lines(job)
-    else:
-        lines += _table("cluster", cluster)
-    if job.cluster.tiers != gpu.tiers and not job.pools:
-        for tier in job.cluster.tiers:
-            lines += ["", "[[cluster.tiers]]", *_tier_lines(tier)]
-    lines += ["", *_table("training", training), "", *_table("parallel", parallel)]
-    if titan is not None:
-        fields = titan.model_dump(exclude_defaults=True)
-        lines += ["", *_table("torchtitan", fields)]
-    return "\n".join(lines) + "\n"
+    return parallel
 
 
 def _tier_lines(tier: LinkTier) -> list[str]:
