@@ -54,6 +54,7 @@ runs a trained model, whose own flags are not misspelt training flags."""
 
 _MERGE = "tag:yaml.org,2002:merge"
 _TRUE = frozenset({"true", "True", "TRUE"})
+_FALSE = frozenset({"false", "False", "FALSE"})
 _NULL = frozenset({"", "~", "null", "Null", "NULL"})
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -193,6 +194,11 @@ def _flag_words(key: str, value: str, where: str) -> list[str]:
         ) from None
     if value == "true":
         return [key]
+    if value in _FALSE:  # a switch given a value: Megatron's argparse stops on the stray word
+        raise InputError(
+            f"{where}: MODEL_ARGS.{key}: {value}: the runner passes `{key} {value}`, which "
+            "Megatron-LM's parser refuses (a switch takes no value): leave the entry out"
+        )
     if re.fullmatch(r"\([^)]+\)", value):
         return [key, value]
     if re.fullmatch(r"\[[^\]]+\]", value):

@@ -170,6 +170,12 @@ def test_a_nemo_test_gives_key_value_overrides() -> None:
         ("MODEL_ARGS:\n  <<: 3\n", "'<<': merges a mapping"),
         ("MODEL_ARGS: &a\n  <<: *a\n  --num-layers: 2\n", "a mapping merges itself"),
         ("MODEL_ARGS: {}\n", "MODEL_ARGS: holds no flags"),
+        # the runner (_run_training.sh) writes `--flag false`, which argparse stops on (planner
+        # read the switch as given: the distributed optimizer on)
+        (
+            "MODEL_ARGS:\n  --use-distributed-optimizer: false\n",
+            "MODEL_ARGS.--use-distributed-optimizer: false: the runner passes",
+        ),
     ],
 )
 def test_bad_configurations_are_named(text: str, says: str) -> None:
