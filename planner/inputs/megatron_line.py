@@ -256,7 +256,8 @@ class Line:
 
 def no_flags(words: list[str]) -> str:
     """Why a text with no --flag at all cannot be read."""
-    if any(re.match(r"^[A-Za-z_]\w*(\.\w+)+(=|$)", w) for w in words):
+    nemo = r"^(trainer|model|data|optim|log|resume|recipe)(\.\w+)+(=|$)|^[A-Za-z_]\w*(\.\w+)+="
+    if any(re.match(nemo, w) for w in words):  # not a script's name (pretrain_gpt.py)
         return (
             "no Megatron-LM flags: NeMo-style `key=value` overrides (trainer.*, model.*) are "
             "not Megatron-LM arguments"

@@ -17,6 +17,7 @@ import pytest
 from planner.emit.megatron import parallel_args, training_args
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_line import no_flags
 from planner.inputs.plan import load_plan, parse_plan
 from planner.model import memory
 
@@ -170,3 +171,11 @@ def test_a_plan_file_launches_without_the_mask(tmp_path: Path) -> None:
         plan = load_plan(path)
         words = [w for arg in training_args(plan) for w in arg]
         assert ("--no-create-attention-mask-in-dataloader" in words) is flagged
+
+
+def test_a_script_name_is_no_nemo_override() -> None:
+    """A line whose flags come from "$@" (set --, which planner does not expand) has only its
+    launcher's words: pretrain_gpt.py was taken for a NeMo key=value override."""
+    assert "NeMo" not in no_flags(["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py"])
+    assert "NeMo" in no_flags(["nemo", "llm", "pretrain", "trainer.devices=8"])
+    assert "NeMo" in no_flags(["model.tensor_model_parallel_size=2"])
