@@ -135,8 +135,6 @@ def environment(plan: Plan) -> list[EnvVar]:
     fragmentation only where the plan says so: the gate errs high), and
     NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=20 (set by all 108, at 10-20; here on more than one GPU),
     which leaves SMs to the NCCL kernels overlapped with Transformer Engine's norm kernels.
-    NVTE_FUSED_ATTN=0 and NVTE_FLASH_ATTN=1 with `attention_kernel` "flash2": Transformer Engine
-    then runs the installed flash-attn package (FlashAttention-2 where that is its version).
     NVTE_EXT_MARGIN_SM with the plan's `gemm_sm_margin` (Transformer Engine launches every GEMM
     on the SMs less it). NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 with `moe_fused_grouped_mlp`: without it
     Transformer Engine registers no fused grouped-MLP kernel (d0067d0d
@@ -188,9 +186,6 @@ def environment(plan: Plan) -> list[EnvVar]:
     if plan.job.gemm_sm_margin:
         margin = str(plan.job.gemm_sm_margin)
         env.append(EnvVar("NVTE_EXT_MARGIN_SM", margin, "SMs every TE GEMM leaves free"))
-    if plan.job.attention_kernel == "flash2" and nvidia and plan.job.framework == "megatron":
-        env.append(EnvVar("NVTE_FUSED_ATTN", "0", "TE: no cuDNN attention (attention_kernel)"))
-        env.append(EnvVar("NVTE_FLASH_ATTN", "1", "TE: the flash-attn package's FA2 kernels"))
     if plan.job.moe_fused_grouped_mlp and nvidia:
         env.append(EnvVar("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "1", "TE's fused grouped MLP kernels"))
     if nodes(plan).nnodes > 1:

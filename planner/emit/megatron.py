@@ -276,6 +276,11 @@ def training_args(plan: Plan) -> list[Arg]:
         ]
     if not job.flash_attention:
         a.append(("--attention-backend", "unfused"))
+    elif job.attention_kernel == "flash2" and job.cluster.gpu.vendor == "nvidia":
+        # Transformer Engine's flash-attn path, pinned to FlashAttention-2: the backend sets
+        # NVTE_FLASH_ATTN=1 / NVTE_FUSED_ATTN=0 itself (language_module.py
+        # _set_attention_backend, which asserts those variables unset or so under "auto")
+        a += [("--attention-backend", "flash"), ("--flash-attention-version", "2")]
     # the dropouts the plan's memory counts no masks for (Megatron's default is 0.1 each)
     if not job.attention_dropout:
         a.append(("--attention-dropout", "0.0"))

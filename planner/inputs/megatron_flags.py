@@ -235,6 +235,7 @@ READ = frozenset(
         *PRECISION_FLAGS,
         "--fp16",
         "--attention-backend",
+        "--flash-attention-version",  # with --attention-backend flash: attention_kernel
         "--transformer-impl",
         "--spec",
         "--no-bias-swiglu-fusion",

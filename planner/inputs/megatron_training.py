@@ -214,7 +214,8 @@ def _largest_batch(schedule: str, where: str) -> int:
 def _attention(line: Line, training: dict[str, Any]) -> None:
     """The s x s attention scores are stored by the unfused paths: TE's `unfused` backend, and
     MCore's own DotProductAttention, which `--attention-backend local` and `--transformer-impl
-    local` select (megatron_rules.md section 10); flash / fused / auto keep none."""
+    local` select (megatron_rules.md section 10); flash / fused / auto keep none. `flash` pinned
+    to FlashAttention-2 (--flash-attention-version 2) is the plan's attention_kernel "flash2"."""
     backend = line.text("--attention-backend")
     impl = line.text("--transformer-impl")
     if backend == "local" and (line.words("--spec") or [""])[0] != "local":
@@ -224,6 +225,8 @@ def _attention(line: Line, training: dict[str, Any]) -> None:
         )
     if backend in ("unfused", "local") or impl == "local":
         training["flash_attention"] = False
+    elif backend == "flash" and line.integer("--flash-attention-version") == 2:
+        training["attention_kernel"] = "flash2"  # TE's flash-attn path, pinned to FA2
 
 
 def _muon(line: Line) -> dict[str, Any]:

@@ -258,15 +258,20 @@ def test_the_context_exchange_is_launched_as_megatrons_flag(model: str, kind: st
     assert "--cp-comm-type" not in flags(ring)
 
 
-def test_flashattention2_is_launched_through_transformer_engines_switches() -> None:
-    """attention_kernel flash2: NVTE_FUSED_ATTN=0 and NVTE_FLASH_ATTN=1 (Transformer Engine's
-    backend switches) in the launch environment; the default (fused) sets neither. The plan
-    file keeps the field."""
+def test_flashattention2_is_launched_as_the_flash_backend_pinned_to_version_2() -> None:
+    """attention_kernel flash2: --attention-backend flash --flash-attention-version 2, which set
+    Transformer Engine's switches themselves (language_module.py _set_attention_backend,
+    d98e8a64). Before, the environment set NVTE_FUSED_ATTN=0 under the default backend "auto",
+    whose check asserts that variable unset or 1: the launch failed at start-up. The line reads
+    back as flash2; the default (fused) writes none of it."""
     plan = make_plan("llama3.1-8b", 8, {"tp": 1}, attention_kernel="flash2")
-    env = {e.name: e.value for e in environment(plan)}
-    assert env["NVTE_FUSED_ATTN"] == "0" and env["NVTE_FLASH_ATTN"] == "1"
-    fused = {e.name for e in environment(make_plan("llama3.1-8b", 8, {"tp": 1}))}
-    assert "NVTE_FUSED_ATTN" not in fused and "NVTE_FLASH_ATTN" not in fused
+    f = flags(plan)
+    assert f["--attention-backend"] == ["flash"] and f["--flash-attention-version"] == ["2"]
+    env = {e.name for e in environment(plan)}
+    assert not env & {"NVTE_FUSED_ATTN", "NVTE_FLASH_ATTN", "NVTE_UNFUSED_ATTN"}
+    assert round_trip(plan).job.attention_kernel == "flash2"
+    fused = flags(make_plan("llama3.1-8b", 8, {"tp": 1}))
+    assert "--attention-backend" not in fused and "--flash-attention-version" not in fused
     text = plan_writer.render(plan.job, plan.require_layout(), {"name": "llama3.1-8b"}, ["t"])
     assert 'attention_kernel = "flash2"' in text
 
