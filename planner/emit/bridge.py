@@ -16,6 +16,10 @@ The split: Megatron's even split as virtual_pipeline_model_parallel_size; any ot
 (pipeline_layers, a layout, the embedding or loss counted as a layer) as
 pipeline_model_parallel_layout, the stages spelled out. ZeRO: 0 DDP, 1 the distributed optimizer,
 2 / 3 Megatron-FSDP (use_megatron_fsdp, data_parallel_sharding_strategy).
+
+A field a recipe sets that the plan decides is written even where the plan's value is Megatron's
+default (the plan was timed with it), or the recipe's own would stay: tests/emit/
+test_emit_bridge_resets.py names a recipe that sets each (Megatron-Bridge 067f987d).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import shlex
 from typing import Any
 
 from planner.emit import bridge_notes, bridge_precision, bridge_split
-from planner.emit.bridge_notes import COMM_OVERLAP
+from planner.emit.bridge_notes import COMM_OVERLAP, attention_backend
 from planner.emit.common import (
     SCHEDULE,
     comment_block,
@@ -39,7 +43,7 @@ from planner.emit.k8s import yaml_str
 from planner.emit.megatron_model import refuse_alibi
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
-from planner.inputs.plan import Job, Plan
+from planner.inputs.plan import Plan
 
 GRACE_BLACKWELL = ("gb200", "gb300")
 """Catalog-name prefixes of the parts Megatron-Bridge refuses DeepEP on: its
@@ -47,6 +51,10 @@ ConfigContainer.validate calls validate_flex_dispatcher_backend (config.py and
 flex_dispatcher_backend.py, 067f987d), which raises unless the GPU is Ampere or Hopper (major 8,
 9) or is named "NVIDIA B200" / "NVIDIA B300"; GB200 and GB300 report major 10 under their own
 names. HybridEP it allows on every major 8, 9 and 10 part."""
+
+
+MIN_OFFLOADED_TENSOR_SIZE = 1024 * 1024
+"""TransformerConfig's default min_offloaded_tensor_size (transformer_config.py, 2a75ac12)."""
 
 
 def _bridge_flex(plan: Plan) -> None:
@@ -84,6 +92,55 @@ def _recompute(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _offloading(plan: Plan) -> dict[str, Any]:
+    """Layer-wise CPU offloading and fine-grained activation offloading (TransformerConfig's): the
+    plan's, a recipe's own switched off where the plan has none."""
+    lay = plan.require_layout()
+    out: dict[str, Any] = {
+        "cpu_offloading": lay.cpu_offloading_num_layers > 0,
+        "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
+        "fine_grained_activation_offloading": bool(lay.offload_modules),
+        "offload_modules": list(lay.offload_modules),
+    }
+    if lay.offload_modules:
+        out["activation_offload_fraction"] = lay.activation_offload_fraction
+        out["min_offloaded_tensor_size"] = MIN_OFFLOADED_TENSOR_SIZE
+        out["delay_offload_until_cuda_graph"] = False
+        if (inflight := inflight_offloads(plan)) is not None:
+            out["fine_grained_offloading_max_inflight_offloads"] = inflight
+    return out
+
+
+def _moe(plan: Plan) -> dict[str, Any]:
+    """The MoE layer's settings the plan decides (TransformerConfig's): Megatron's grouped GEMM,
+    as the megatron-args target runs it (GPTModelProvider's default is off); the flex
+    dispatcher's SMs with the deprecated per-backend counts cleared, which Megatron-Core routes
+    into moe_flex_dispatcher_num_sms when that is unset (transformer_config.py, 2a75ac12)."""
+    job, lay = plan.job, plan.require_layout()
+    out: dict[str, Any] = {
+        "moe_grouped_gemm": True,
+        "moe_token_dispatcher_type": lay.moe_token_dispatcher_type,
+    }
+    if lay.moe_token_dispatcher_type == "flex":
+        _bridge_flex(plan)
+        out["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
+        out["moe_flex_dispatcher_num_sms"] = lay.moe_flex_dispatcher_num_sms
+        out["moe_deepep_num_sms"] = out["moe_hybridep_num_sms"] = None
+    out |= {
+        "moe_shared_expert_overlap": lay.moe_shared_expert_overlap,
+        "moe_router_num_groups": job.moe_router_num_groups,
+        "moe_router_group_topk": job.moe_router_group_topk,
+        "moe_expert_capacity_factor": job.moe_expert_capacity_factor,
+        "moe_pad_expert_input_to_capacity": job.moe_pad_expert_input_to_capacity,
+        "moe_expert_rank_capacity_factor": job.moe_expert_rank_capacity_factor,
+        "moe_paged_stash": job.moe_paged_stash,
+    }
+    if job.moe_paged_stash:
+        out["moe_paged_stash_buffer_size_factor_cuda"] = job.moe_paged_stash_buffer_size_factor
+    out["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
+    return out
+
+
 def _deferral(lay: Layout) -> dict[str, Any]:
     """CommOverlapConfig's deferral of the output layer's weight gradients: the limit always,
     since Bridge leaves it at -1 unless given (comm_overlap.py _get_model_comm_overlap_cfgs), which
@@ -95,34 +152,13 @@ def _deferral(lay: Layout) -> dict[str, Any]:
 
 
 def _instances(plan: Plan) -> dict[str, Any]:
-    """DistributedDataParallelConfig.num_distributed_optimizer_instances, where above 1."""
+    """DistributedDataParallelConfig.num_distributed_optimizer_instances and the outer sharding
+    (its defaults 1 and "no_shard" written too)."""
     n = optimizer_instances(plan)
-    if n <= 1:
-        return {}
-    out: dict[str, Any] = {"num_distributed_optimizer_instances": n}
-    if plan.job.outer_dp_sharding_strategy == "optim":
-        out["outer_dp_sharding_strategy"] = "optim"
-    return out
-
-
-def _muon(plan: Plan) -> dict[str, Any]:
-    """OptimizerConfig's Muon fields: "dist_muon" runs Megatron-Core's layer-wise distributed
-    optimizer (Megatron-Bridge training/optim.py: layer_wise_distributed_optimizer = "dist" in
-    the name; its Kimi and DeepSeek-V4 Muon recipes then leave ddp.use_distributed_optimizer
-    False), plain "muon" every rank's whole update."""
-    job, lay = plan.job, plan.require_layout()
-    if job.muon_whole_params and lay.zero_stage >= 1:
-        raise InputError(
-            f"{plan.path}: training.muon_whole_params: Megatron-Bridge has no switch for the "
-            "layer-wise optimizer's legacy whole-parameter dealing; launch with --target "
-            "megatron-args, or set muon_whole_params = false"
-        )
+    optim = n > 1 and plan.job.outer_dp_sharding_strategy == "optim"
     return {
-        "optimizer": "dist_muon" if lay.zero_stage >= 1 else "muon",
-        "muon_num_ns_steps": job.muon_ns_steps,
-        "muon_tp_mode": job.muon_tp_mode,
-        "muon_split_qkv": job.muon_split_qkv,
-        "muon_fp32_matmul_prec": job.muon_matmul_precision,
+        "num_distributed_optimizer_instances": n,
+        "outer_dp_sharding_strategy": "optim" if optim else "no_shard",
     }
 
 
@@ -141,12 +177,19 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "seq_length": job.seq_length,
         **bridge_split.split(plan),
         **_recompute(plan),
-        "cpu_offloading": lay.cpu_offloading_num_layers > 0,
-        "cpu_offloading_num_layers": lay.cpu_offloading_num_layers,
+        **_offloading(plan),
         "microbatch_group_size_per_vp_stage": lay.microbatch_group_size_per_vp_stage,
+        # TransformerConfig's (its default None, the ring, where cp is 1)
+        "cp_comm_type": lay.cp_comm_type if lay.cp > 1 else None,
+        "attention_backend": (attn := attention_backend(job)),
+        "flash_attention_version": 2 if attn == "flash" else None,
+        "fp8_output_proj": job.fp8_output_proj,  # (Bridge's DeepSeek recipes set it)
+        # as Bridge's perf overrides set them (cutedsl_fused_grouped_mlp)
+        "use_transformer_engine_op_fuser": job.moe_fused_grouped_mlp,
+        "moe_mlp_glu_interleave_size": 32
+        if job.moe_fused_grouped_mlp and job.arch.gated_linear_unit
+        else None,  # (the interleave Transformer Engine's fused GLU kernel requires)
     }
-    if lay.cp_exchange:  # TransformerConfig's, as Bridge's GPT-OSS recipes set it
-        model["cp_comm_type"] = lay.cp_exchange
     whole_step = False
     if job.cuda_graphs:  # per-layer graphs: Bridge captures them with Transformer Engine's
         whole_step = cuda_graph_impl(plan) == "full_iteration"  # (its refusals), not
@@ -165,8 +208,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     for name in ("attention_dropout", "hidden_dropout"):
         if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
             model[name] = 0.0
-    if job.fp8_output_proj:  # TransformerConfig's, as Bridge's DeepSeek recipes set it
-        model["fp8_output_proj"] = True
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if job.arch.has_dsa:  # TransformerConfig's DSA fields the plan decides (its shape: a note)
@@ -187,34 +228,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "with the fused grouped MLP only); set moe_fused_grouped_mlp instead, or launch with "
             "--target megatron-args"
         )
-    if job.moe_fused_grouped_mlp:  # as Bridge's perf overrides set it (cutedsl_fused_grouped_mlp)
-        model["use_transformer_engine_op_fuser"] = True
-        if job.arch.gated_linear_unit:
-            model["moe_mlp_glu_interleave_size"] = 32
-    if lay.offload_modules:  # TransformerConfig's fields (Bridge's DeepSeek recipes set them)
-        model["fine_grained_activation_offloading"] = True
-        model["offload_modules"] = list(lay.offload_modules)
-        model["activation_offload_fraction"] = lay.activation_offload_fraction
-        if (inflight := inflight_offloads(plan)) is not None:
-            model["fine_grained_offloading_max_inflight_offloads"] = inflight
     if job.arch.is_moe:
-        model["moe_token_dispatcher_type"] = lay.moe_token_dispatcher_type
-        if lay.moe_token_dispatcher_type == "flex":
-            _bridge_flex(plan)
-            model["moe_flex_dispatcher_backend"] = lay.moe_flex_dispatcher_backend
-            if lay.moe_flex_dispatcher_num_sms is not None:
-                model["moe_flex_dispatcher_num_sms"] = lay.moe_flex_dispatcher_num_sms
-        model["moe_shared_expert_overlap"] = lay.moe_shared_expert_overlap
-        model["moe_router_num_groups"] = job.moe_router_num_groups
-        model["moe_router_group_topk"] = job.moe_router_group_topk
-        model["moe_expert_capacity_factor"] = job.moe_expert_capacity_factor
-        model["moe_pad_expert_input_to_capacity"] = job.moe_pad_expert_input_to_capacity
-        model["moe_expert_rank_capacity_factor"] = job.moe_expert_rank_capacity_factor
-        model["moe_paged_stash"] = job.moe_paged_stash
-        if job.moe_paged_stash:
-            factor = job.moe_paged_stash_buffer_size_factor
-            model["moe_paged_stash_buffer_size_factor_cuda"] = factor
-        model["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
+        model |= _moe(plan)
     fsdp = lay.zero_stage >= 2
     if fsdp:  # as the megatron-args target: no full-size model built before it is sharded
         model["init_model_with_meta_device"] = True
@@ -225,6 +240,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             "micro_batch_size": lay.micro_batch_size,
             "global_batch_size": job.global_batch_size,
             "train_iters": int(schedule["--train-iters"]),
+            "empty_unused_memory_level": 0,  # Megatron's: no emptying of the cache per step
             # the check the plan's step time counts (planner.model.weight_hash)
             **(
                 {"check_weight_hash_across_dp_replicas_interval": job.weight_hash_interval}
@@ -244,23 +260,17 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                 else {}
             ),
             "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
+            # NCCL user buffers (and Megatron-FSDP's persistent double buffers they need), which
+            # the plan has none of; Bridge's validation asserts manual registration without them
+            "nccl_ub": False,
+            **({"fsdp_double_buffer": False, "fsdp_manual_registration": False} if fsdp else {}),
             "use_megatron_fsdp": fsdp,
             "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]
             if fsdp
             else "no_shard",
             **_instances(plan),
         },
-        "optimizer": {
-            "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
-            "use_precision_aware_optimizer": job.precision_aware_optimizer,
-            **_offload(job),
-            # the gradient statistics the plan's step pays (cost.GRAD_STATS_S); the parameter
-            # norm is the logger's (a note)
-            **({"log_num_zeros_in_grad": True} if job.log_grad_stats else {}),
-            "lr": float(schedule["--lr"]),
-            "min_lr": float(schedule["--min-lr"]),
-            **(_muon(plan) if muon else {}),
-        },
+        "optimizer": bridge_precision.optimizer_table(plan),
         "comm_overlap": _comm_overlap(plan),
         # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
         "dataset": {"seq_length": job.seq_length},
@@ -285,6 +295,10 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
         out["delay_wgrad_compute"] = lay.ep_comm_overlap
     out["overlap_grad_reduce"] = lay.overlap_grad_reduce
     out["overlap_param_gather"] = lay.gathers_overlapped
+    # Megatron's: the first bucket's gather after the optimizer step, not overlapped with it;
+    # the chunks' gathers aligned where Bridge's setup derives it (unset: dp, pp, vpp > 1)
+    out["overlap_param_gather_with_optimizer_step"] = False
+    out["align_param_gather"] = None
     if lay.ddp_bucket_size:
         out["bucket_size"] = lay.ddp_bucket_size
     elif lay.ddp_num_buckets and lay.zero_stage >= 1 and lay.dp > 1:
@@ -295,18 +309,6 @@ def _comm_overlap(plan: Plan) -> dict[str, Any]:
             "ddp_bucket_size, or launch with --target megatron-args"
         )
     return out
-
-
-def _offload(job: Job) -> dict[str, object]:
-    """The CPU-offloaded optimizer's fields of Megatron-Core's OptimizerConfig (which
-    Megatron-Bridge's `optimizer` table is)."""
-    if job.optimizer_offload_fraction <= 0:
-        return {}
-    return {
-        "optimizer_cpu_offload": True,
-        "optimizer_offload_fraction": job.optimizer_offload_fraction,
-        "overlap_cpu_optimizer_d2h_h2d": job.optimizer_offload_overlap,
-    }
 
 
 def _scalar(v: Any) -> str:

@@ -8,7 +8,7 @@ import shlex
 
 from planner.emit import bridge_precision
 from planner.emit.megatron import unflagged
-from planner.inputs.plan import Plan
+from planner.inputs.plan import Job, Plan
 
 COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
 """The class a comm_overlap table must name (`_target_`) where the recipe leaves comm_overlap
@@ -38,11 +38,34 @@ DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, appli
 runtime config)."""
 
 
+def attention_backend(job: Job) -> str:
+    """TransformerConfig.attention_backend as the plan runs it: Megatron's "auto" (its default,
+    as the megatron-args target leaves it), "unfused" without flash attention, and "flash" for
+    FlashAttention-2. Bridge sets the YAML's string on the field as it is (omegaconf_utils.py
+    `_apply_overrides`), which Megatron-Core's `_set_attention_backend` (language_module.py) does
+    not match to its enum: Transformer Engine's NVTE_* variables then choose
+    (`environment`), and "auto" leaves it its own choice."""
+    if not job.flash_attention:
+        return "unfused"
+    return "flash" if job.attention_kernel == "flash2" else "auto"
+
+
+ATTENTION_ENV = {
+    "unfused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0"},
+    "flash": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0"},
+}
+"""Transformer Engine's attention switches for the override's model.attention_backend (as
+Megatron-Core's language_module.py `_set_attention_backend` sets them for its enum, which the
+override's string does not reach: `attention_backend`); "auto" needs none."""
+
+
 def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
     """The env_vars the plan needs, by why: NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading
     (config.py raises without it on Transformer Engine >= 2.10), `DETERMINISM_ENV` in
-    deterministic mode."""
+    deterministic mode, `ATTENTION_ENV` for an unfused or FlashAttention-2 plan."""
     groups: dict[str, dict[str, str]] = {}
+    if (backend := attention_backend(plan.job)) in ATTENTION_ENV:
+        groups[f"attention_backend {backend}"] = ATTENTION_ENV[backend]
     if plan.require_layout().offload_modules:
         groups["fine-grained activation offloading, Transformer Engine >= 2.10"] = {
             OFFLOAD_ENV: "1"
@@ -62,8 +85,6 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
     override, for a recipe that leaves the table unset."""
     out = bridge_precision.notes(plan)
     job, lay = plan.job, plan.require_layout()
-    if job.optimizer_state_dtype == "bf16":
-        out.append("bf16 Adam moments: optimizer.exp_avg_dtype / exp_avg_sq_dtype = bf16")
     if job.arch.has_dsa:
         a = job.arch
         out.append(
@@ -106,5 +127,12 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
                 if lay.zero_stage == 0
                 else ")"
             )
+        )
+    block_scaled = job.precision == "fp4" or (job.precision == "fp8" and job.fp8_recipe == "mxfp8")
+    if lay.dp > 1 and lay.pp > 1 and lay.vpp > 1 and job.optimizer == "adam" and not block_scaled:
+        out.append(
+            "set_post_overrides in run_script.py (recipes without a flat perf recipe) turns "
+            "overlap_param_gather_with_optimizer_step on after these overrides here (planned "
+            "off): use a recipe script, or a flat perf recipe"
         )
     return out

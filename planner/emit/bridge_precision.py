@@ -5,12 +5,14 @@ Megatron-Bridge 067f987d: `update_config_with_precision_overrides`, applied in
 ConfigContainer.runtime_config_update). An override cannot set a field of a preset named by
 string (`mixed_precision.fp8_param_gather=...` after `mixed_precision=<preset>` fails), so where
 they differ the file says so, with the peak the run then has, and where to set them: on the
-MixedPrecisionConfig a recipe script builds, as Bridge's performance recipes do (`notes`)."""
+MixedPrecisionConfig a recipe script builds, as Bridge's performance recipes do (`notes`). Also the
+`optimizer` table (`optimizer_table`), whose precision (`optimizer_precision`) no preset sets."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.emit.common import SCHEDULE
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Job, Plan
 from planner.inputs.units import gib
@@ -37,6 +39,77 @@ FP8_PARAM_GATHER = {
 GRAD_REDUCE_IN_FP32 = True
 """Every bf16 preset's grad_reduce_in_fp32 (MixedPrecisionConfig's default, mixed_precision.py
 :47), written over ddp.grad_reduce_in_fp32."""
+
+
+def optimizer_table(plan: Plan) -> dict[str, object]:
+    """The `optimizer` table (Megatron-Core's OptimizerConfig): the optimizer, its precision, and
+    the schedule's learning rates."""
+    job, lay = plan.job, plan.require_layout()
+    muon = job.optimizer == "muon"
+    schedule = {flag: value for flag, _, value in SCHEDULE}
+    return {
+        "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
+        **optimizer_precision(plan),
+        "overlap_param_gather_with_optimizer_step": False,  # Megatron's default
+        # the gradient statistics the plan's step pays (cost.GRAD_STATS_S); the parameter norm is
+        # the logger's (a note)
+        **({"log_num_zeros_in_grad": True} if job.log_grad_stats else {}),
+        "lr": float(schedule["--lr"]),
+        "min_lr": float(schedule["--min-lr"]),
+        **(_muon(plan) if muon else {}),
+    }
+
+
+def _muon(plan: Plan) -> dict[str, object]:
+    """OptimizerConfig's Muon fields: "dist_muon" runs Megatron-Core's layer-wise distributed
+    optimizer (Megatron-Bridge training/optim.py: layer_wise_distributed_optimizer = "dist" in
+    the name; its Kimi and DeepSeek-V4 Muon recipes then leave ddp.use_distributed_optimizer
+    False), plain "muon" every rank's whole update."""
+    job, lay = plan.job, plan.require_layout()
+    if job.muon_whole_params and lay.zero_stage >= 1:
+        raise InputError(
+            f"{plan.path}: training.muon_whole_params: Megatron-Bridge has no switch for the "
+            "layer-wise optimizer's legacy whole-parameter dealing; launch with --target "
+            "megatron-args, or set muon_whole_params = false"
+        )
+    return {
+        "optimizer": "dist_muon" if lay.zero_stage >= 1 else "muon",
+        "muon_num_ns_steps": job.muon_ns_steps,
+        "muon_tp_mode": job.muon_tp_mode,
+        "muon_split_qkv": job.muon_split_qkv,
+        "muon_fp32_matmul_prec": job.muon_matmul_precision,
+    }
+
+
+def _dtype(bf16: bool) -> str:
+    """A torch dtype as Bridge reads it back onto a field holding one (training/utils/
+    omegaconf_utils.py `_apply_overrides`: activation_map.py str_to_dtype)."""
+    return "torch.bfloat16" if bf16 else "torch.float32"
+
+
+def optimizer_precision(plan: Plan) -> dict[str, object]:
+    """OptimizerConfig's precision fields (Megatron-Core optimizer_config.py, 2a75ac12): the
+    precision-aware optimizer and its four dtypes, always, since recipes set them (Bridge 067f987d:
+    bf16 moments in recipes/deepseek/h100/deepseek_v3.py and perf_recipes/qwen/*/qwen3_moe.py,
+    fp16 main parameters in recipes/nemotronh/h100/nemotron_3_super.py) and Megatron-Core asserts
+    all four fp32 without the precision-aware optimizer; and the CPU-offloaded optimizer, which
+    asks for it."""
+    job = plan.job
+    aware = job.precision_aware_optimizer
+    out: dict[str, object] = {
+        "use_precision_aware_optimizer": aware,
+        "main_params_dtype": _dtype(False),
+        "main_grads_dtype": _dtype(aware and job.main_grad_dtype == "bf16"),
+        "exp_avg_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),
+        "exp_avg_sq_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),
+    }
+    if job.optimizer_offload_fraction > 0:
+        out |= {
+            "optimizer_cpu_offload": True,
+            "optimizer_offload_fraction": job.optimizer_offload_fraction,
+            "overlap_cpu_optimizer_d2h_h2d": job.optimizer_offload_overlap,
+        }
+    return out
 
 
 def preset(plan: Plan) -> str:

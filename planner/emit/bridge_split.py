@@ -1,7 +1,8 @@
 """The pipeline split of a Megatron-Bridge override (`planner.emit.bridge`): Megatron's even split
 as virtual_pipeline_model_parallel_size; any other (pipeline_layers, a layout, the embedding or
 loss counted as a layer) as pipeline_model_parallel_layout, the stages spelled out, with its vpp;
-a hybrid Mamba stack's as Bridge's HybridModelProvider runs it."""
+a hybrid Mamba stack's as Bridge's HybridModelProvider runs it. Every split also clears the
+recipe's own (`STAGE_FIELDS`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,24 @@ from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 
+STAGE_FIELDS: dict[str, Any] = {
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+}
+"""TransformerConfig's other ways to split the stages, at their defaults: a recipe's own (Bridge
+067f987d perf_recipes/glm_moe_dsa/gb200/glm5.py 14 layers first, perf_recipes/qwen_vl/*/
+qwen3_vl.py 10) would otherwise move layers off the plan's even split, and Megatron-Core's
+transformer_config.py (2a75ac12) raises beside a pipeline_model_parallel_layout with any set."""
+
 
 def split(plan: Plan) -> dict[str, Any]:
+    """The plan's split, and `STAGE_FIELDS`."""
+    return {**_split(plan), **STAGE_FIELDS}
+
+
+def _split(plan: Plan) -> dict[str, Any]:
     lay = plan.require_layout()
     if plan.job.arch.is_hybrid and lay.pp > 1:
         return _hybrid_split(plan)

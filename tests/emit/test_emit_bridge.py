@@ -27,6 +27,15 @@ SCHEMA = json.loads((TESTS / "data" / "megatron_bridge_config_schema.json").read
 PLANS = sorted((TESTS / "data" / "plans").glob("launch-*.toml"))
 
 
+ENUM_NAMES = {"AttnBackend": {"flash", "fused", "unfused", "local", "auto"}}
+"""Megatron-Core 2a75ac12 megatron/core/transformer/enums.py AttnBackend's members: the names a
+recipe writes into the field (Bridge 067f987d recipes set "auto", "flash", "fused" strings)."""
+
+TORCH_DTYPES = {"torch.float32", "torch.bfloat16", "torch.float16"}
+"""Strings Bridge 067f987d reads back as a torch.dtype onto a field holding one
+(training/utils/omegaconf_utils.py `_apply_overrides`: utils/activation_map.py str_to_dtype)."""
+
+
 def _fits(annotation: str, value: Any) -> bool:
     """Whether a YAML value fits an annotation as written (Optional / Union / Literal / List)."""
     a = annotation.replace(" ", "")
@@ -35,9 +44,14 @@ def _fits(annotation: str, value: Any) -> bool:
     if isinstance(value, bool):
         return "bool" in a
     if isinstance(value, int):
-        return bool(re.search(r"\bint\b|\bfloat\b", a))
+        literals = ",".join(re.findall(r"Literal\[([^\]]*)\]", a)).split(",")
+        return bool(re.search(r"\bint\b|\bfloat\b", a)) or str(value) in literals
     if isinstance(value, float):
         return "float" in a
+    if isinstance(value, str) and a in ENUM_NAMES:
+        return value in ENUM_NAMES[a]
+    if isinstance(value, str) and a == "torch.dtype":
+        return value in TORCH_DTYPES
     if isinstance(value, str):
         literals = re.findall(r"Literal\[([^\]]*)\]", a)
         if literals and not re.search(r"\bstr\b", a):
@@ -225,11 +239,11 @@ def test_the_fused_grouped_mlp_sets_bridges_op_fuser() -> None:
     _accepted(doc)
     assert doc["model"]["use_transformer_engine_op_fuser"] is True
     assert doc["model"]["moe_mlp_glu_interleave_size"] == 32
+    # unfused: Megatron's default written over the recipe's (test_emit_bridge_resets.py)
     plain = make_plan("mixtral-8x7b", 64, {"tp": 1, "ep": 8, "etp": 1}, "b200-sxm-180gb")
-    assert (
-        "use_transformer_engine_op_fuser"
-        not in yaml.safe_load(render(plain, "megatron-bridge")[1])["model"]
-    )
+    plain_model = yaml.safe_load(render(plain, "megatron-bridge")[1])["model"]
+    assert plain_model["use_transformer_engine_op_fuser"] is False
+    assert plain_model["moe_mlp_glu_interleave_size"] is None
 
 
 def test_the_context_exchange_is_bridges_model_field() -> None:
@@ -239,12 +253,12 @@ def test_the_context_exchange_is_bridges_model_field() -> None:
     _accepted(doc)
     assert doc["model"]["cp_comm_type"] == "a2a"
     ring = yaml.safe_load(render(make_plan("llama3.1-8b", 8, {"cp": 2}), "megatron-bridge")[1])
-    assert "cp_comm_type" not in ring["model"]
+    assert ring["model"]["cp_comm_type"] == "p2p"  # the recipe's own written over
 
 
 def test_hfsdp_is_bridges_ddp_field() -> None:
     """--outer-dp-sharding-strategy optim as DistributedDataParallelConfig's field, beside the
-    instances it needs; a plain HSDP plan (no_shard) sets neither outer field."""
+    instances it needs; a plain HSDP plan writes its default no_shard (over a recipe's optim)."""
     par = {"zero_stage": 3}
     plan = make_plan(
         "llama3.1-8b", 16, par, optimizer_instances=2, outer_dp_sharding_strategy="optim"
@@ -255,8 +269,8 @@ def test_hfsdp_is_bridges_ddp_field() -> None:
     assert doc["ddp"]["outer_dp_sharding_strategy"] == "optim"
     plain = make_plan("llama3.1-8b", 16, par, optimizer_instances=2)
     assert (
-        "outer_dp_sharding_strategy"
-        not in yaml.safe_load(render(plain, "megatron-bridge")[1])["ddp"]
+        yaml.safe_load(render(plain, "megatron-bridge")[1])["ddp"]["outer_dp_sharding_strategy"]
+        == "no_shard"
     )
 
 
