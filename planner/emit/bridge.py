@@ -40,6 +40,7 @@ from planner.emit.common import (
     predict,
 )
 from planner.emit.k8s import yaml_str
+from planner.emit.megatron import activation_switch
 from planner.emit.megatron_model import refuse_alibi
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
@@ -210,6 +211,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model[name] = 0.0
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
+    if (switch := activation_switch(job)) is not None:  # the activation as timed, fused or not
+        model[switch[0]] = switch[1]  # (Bridge's Nemotron recipes fuse squared ReLU)
     if job.arch.has_dsa:  # TransformerConfig's DSA fields the plan decides (its shape: a note)
         model["dsa_kernel_backend"] = job.dsa_kernel_backend
         model["dsa_indexer_loss_coeff"] = job.dsa_indexer_loss_coeff

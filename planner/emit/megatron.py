@@ -44,7 +44,7 @@ from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimiz
 from planner.inputs import pipeline_layout
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import FSDP_STRATEGY, Layout
-from planner.inputs.plan import Plan
+from planner.inputs.plan import Job, Plan
 
 NOT_IN_PLAN = (
     "not in the plan (add your own): data and tokenizer, --train-iters, learning rate, "
@@ -256,6 +256,11 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--grad-reduce-in-bf16",))
     if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
         a.append(("--deterministic-mode",))
+    switch = activation_switch(job)
+    if switch == ("bias_activation_fusion", False):
+        a.append(("--no-bias-swiglu-fusion",))
+    elif switch == ("use_fused_weighted_squared_relu", True):
+        a.append(("--use-fused-weighted-squared-relu",))
     if not job.dataloader_attention_mask:  # no [mbs, 1, s, s] mask per micro-batch on the GPU
         a.append(("--no-create-attention-mask-in-dataloader",))  # (buffers.dataloader_mask_bytes)
     if job.log_grad_stats:  # the gradient statistics the plan's step pays (cost.GRAD_STATS_S)
@@ -296,6 +301,20 @@ def training_args(plan: Plan) -> list[Arg]:
     return a
 
 
+def activation_switch(job: Job) -> tuple[str, bool] | None:
+    """The TransformerConfig field (and its value) that says whether the activation runs fused,
+    where Megatron has one for the model's: bias_activation_fusion for SwiGLU (argument_utils.py
+    d98e8a64: --no-bias-swiglu-fusion turns it off), use_fused_weighted_squared_relu for an MoE
+    model's squared ReLU experts (off by default: the unfused path saves the activation's output
+    for the probabilities, `planner.model.moe_activations`)."""
+    arch = job.arch
+    if arch.gated_linear_unit and arch.activation == "swiglu":
+        return "bias_activation_fusion", job.fused_swiglu
+    if arch.is_moe and arch.activation == "squared_relu":
+        return "use_fused_weighted_squared_relu", job.fused_swiglu
+    return None
+
+
 def unflagged(plan: Plan) -> list[str]:
     """Notes for the plan's training-code settings that Megatron-Core (Megatron-LM and
     Megatron-Bridge alike) has no switch for: planner timed them, the launched job runs
@@ -304,8 +323,11 @@ def unflagged(plan: Plan) -> list[str]:
     notes = []
     if not job.fused_norm:
         notes.append("training.fused_norm = false has no Megatron flag (its norms are fused)")
-    if not job.fused_swiglu:
-        notes.append("training.fused_swiglu = false has no Megatron flag (--swiglu is fused)")
+    if not job.fused_swiglu and not activation_switch(job):
+        notes.append(
+            f"training.fused_swiglu = false has no Megatron flag for {job.arch.activation} "
+            "(planned with the activation unfused)"
+        )
     if job.sp_keeps_gathered_input:
         notes.append(
             "training.sp_keeps_gathered_input = true has no Megatron flag (it re-gathers in "

@@ -239,6 +239,7 @@ READ = frozenset(
         "--transformer-impl",
         "--spec",
         "--no-bias-swiglu-fusion",
+        "--use-fused-weighted-squared-relu",  # an MoE's squared ReLU: training.fused_swiglu
         "--no-rope-fusion",
         "--num-distributed-optimizer-instances",
         "--outer-dp-sharding-strategy",

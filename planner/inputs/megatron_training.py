@@ -80,6 +80,9 @@ def training_table(
     _attention(line, training)
     if line.has("--no-bias-swiglu-fusion"):
         training["fused_swiglu"] = False
+    squared_moe = line.has("--squared-relu") and bool(line.integer("--num-experts"))
+    if squared_moe and not line.has("--use-fused-weighted-squared-relu"):
+        training["fused_swiglu"] = False  # Megatron's default: the unfused weighted activation
     if line.has("--no-rope-fusion"):
         training["fused_rope"] = False
     for flag in ("--moe-router-num-groups", "--moe-router-group-topk"):

@@ -189,7 +189,10 @@ class TrainingSection(BaseModel):
     )
     fused_swiglu: Flag | None = Field(
         default=None,
-        description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x))",
+        description="fused SwiGLU (false: eager silu(x) * gate, which also saves silu(x); "
+        "Megatron --no-bias-swiglu-fusion); for an MoE model's squared-ReLU experts, Megatron's "
+        "--use-fused-weighted-squared-relu (false, Megatron's default: the activation's output "
+        "saved for the probabilities)",
     )
     fused_rope: Flag | None = Field(
         default=None,

@@ -47,6 +47,8 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
     out += expert_input_bytes(arch, sh) + n * (BF16 * F * glu + FP32)
+    if not sh.drops("moe_act"):  # (the checkpointed activation keeps none of them)
+        out += n * BF16 * F * _unfused_widths(arch, sh)
     if arch.moe_latent_size:
         out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
@@ -69,22 +71,72 @@ def expert_input_bytes(arch: ModelArch, sh: Shard) -> float:
     return pairs(arch, sh) * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
 
 
-DISPATCH_COPIES = {"alltoall": 2.0, "flex": 2.0, "hybridep": 1.0}
-"""Token tensors (expert_hidden wide, per pair) a dispatcher holds while one MoE layer runs,
-beyond what the experts keep: alltoall, the permuted local tokens and the all-to-all output before
-they are sorted by expert (token_dispatcher.MoEAlltoAllTokenDispatcher: permute, all_to_all,
-sort_chunks_by_idxs); DeepEP (flex), the received tokens and their expert-major permutation;
-HybridEP, which permutes into its own buffer, the permuted tokens only. The backward holds as many
-gradients of the same shapes. allgather is sized by the gathered tokens instead."""
+def _unfused_widths(arch: ModelArch, sh: Shard) -> int:
+    """Expert-FFN-wide tensors per pair the routed experts' activation saves beyond the fused
+    kernel's (TEGroupedMLP `bias_act_func`, experts.py d98e8a64): without --bias-swiglu-fusion a
+    gated unit runs silu(x_glu) * (x_linear + glu_linear_offset), whose multiplication saves
+    silu's output and the offset sum, and the product times the probabilities saves the product:
+    3; an ungated one (unless squared ReLU's fused kernel runs: --use-fused-weighted-squared-relu,
+    off by default, `Job.fused_swiglu` for it) saves the activation's output for the
+    probabilities: 1. Experts that weight the tokens
+    outside the activation (torchtitan's, `Shard.weighted_experts` false): silu's output, which
+    the gate's multiplication saves, where the activation is not fused (as a dense MLP's)."""
+    if not sh.weighted_experts:
+        return 0 if sh.fused_swiglu or not arch.gated_linear_unit else 1
+    if sh.fused_swiglu:  # the fused weighted SwiGLU / squared ReLU kernels
+        return 0
+    return 3 if arch.gated_linear_unit else 1
+
+
+DISPATCH_TOKENS = {"alltoall": 3.0, "flex": 3.0, "hybridep": 1.0}
+"""Token tensors of the pairs (expert_hidden wide) a dispatcher holds at the peak of one MoE
+layer's forward, beyond what the experts keep (moe_layer.py `custom_forward` and
+`routed_experts_compute`, token_dispatcher.py, d98e8a64). alltoall: the all-to-all's output
+(`dispatched_input`, a local of custom_forward), the experts' output and its sort back by source
+rank (combine_preprocess), besides the permuted local tokens (k per local token, `forward_bytes`);
+DeepEP (flex): the received tokens, their expert-major permutation and the experts' output, at
+most 3 (2 x the distinct token-rank pairs + 1 below it); HybridEP, which permutes into its own
+buffer: its permuted tokens, and the combine's output (one per local token). The backward holds
+two gradients of the pairs' shape (`backward_bytes`). allgather is sized by the gathered tokens
+instead."""
+
+
+def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:
+    """Bytes of tokens in flight while one MoE layer's forward runs, not kept afterwards
+    (`DISPATCH_TOKENS`), with the shared experts' output (hidden wide per local token) held
+    until the combine adds it. allgather gathers every token of the etp x ep group
+    (MoEAllGatherTokenDispatcher) into its global buffer and unpermutes into a second one before
+    it keeps its experts' pairs."""
+    h = arch.expert_hidden
+    n = pairs(arch, sh, sh.moe_work_load) * sh.etp
+    local = sh.tokens / sh.tp
+    shared = BF16 * arch.hidden_size * local if arch.moe_shared_expert_intermediate_size else 0.0
+    if dispatcher == "allgather":
+        return BF16 * h * (2 * local * sh.etp * ep + n)
+    tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n
+    if dispatcher == "alltoall":
+        tokens += arch.moe_router_topk * local  # the permuted local tokens (custom_forward's)
+    elif dispatcher == "hybridep":
+        tokens += local  # the combine's output
+    return BF16 * h * tokens + shared
+
+
+def backward_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Bytes one MoE layer's backward holds beyond what its forward kept: two gradients of the
+    pairs' tokens (expert_hidden wide) through the dispatcher, or the experts' own while their
+    activation runs backward (WeightedSwiGLUFunction.backward: fc2's input gradient and its
+    own input's, an expert-FFN-wide and a gated-width tensor per pair, beside the saved fc1
+    output; fused_bias_swiglu.py d98e8a64): per pair the larger of 2h, h + F and 2F, with the
+    recomputed activation (moe_act) one F more."""
+    h = arch.expert_hidden
+    p = pairs(arch, sh, sh.moe_work_load)
+    n = p * sh.etp
+    F = arch.expert_ffn  # per pair before the expert-TP gather: p x F = n x F / etp
+    tokens = max(2 * h * n, h * n + F * p, 2 * F * p)
+    return BF16 * (tokens + (F * p if sh.drops("moe_act") else 0.0))
 
 
 def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:
-    """Bytes of tokens in flight in the token dispatcher while one MoE layer's forward or backward
-    runs, not kept afterwards: DISPATCH_COPIES token tensors of the pairs; allgather gathers every
-    token of the etp x ep group (token_dispatcher.MoEAllGatherTokenDispatcher) before it keeps
-    its experts' pairs."""
-    h = arch.expert_hidden
-    n = pairs(arch, sh, sh.moe_work_load) * sh.etp
-    if dispatcher == "allgather":
-        return BF16 * h * (sh.tokens / sh.tp * sh.etp * ep + n)
-    return BF16 * h * n * DISPATCH_COPIES.get(dispatcher, 2.0)
+    """Bytes one MoE layer holds while it runs, not kept afterwards: the larger of its forward's
+    tokens in flight (`forward_bytes`) and its backward's (`backward_bytes`)."""
+    return max(forward_bytes(arch, sh, dispatcher, ep), backward_bytes(arch, sh))

@@ -71,6 +71,9 @@ class Shard:
     frozen: bool = False
     """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
     fused_swiglu: bool = True
+    weighted_experts: bool = True
+    """The routed experts weight their activation by the routing probabilities inside it
+    (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""
     sp_keeps_gathered_input: bool = False
     modules: frozenset[str] = field(default=SELECTIVE_DEFAULT)
     """Megatron's recompute_modules, read when `recompute` is "core_attn" (Megatron selective)."""

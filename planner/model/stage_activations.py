@@ -40,7 +40,7 @@ from planner.model.loss_activations import (
     deferred_wgrad_bytes,
     logits_bytes,
 )
-from planner.model.moe_activations import dispatch_working_bytes
+from planner.model.moe_working import moe_working
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.shard import LINEAR_INPUT_BYTES, Shard
 from planner.model.torch_schedules import microbatch_group
@@ -152,6 +152,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         hidden_dropout=job.hidden_dropout,
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
+        weighted_experts=job.framework == "megatron",
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
@@ -346,12 +347,7 @@ def stage_activations(
     if sh.recompute in ("full", "per_op") and n_layers:
         working = recompute_working(arch, layout, per, chunks)
     if arch.moe_in(chunks):
-        moe = dispatch_working_bytes(arch, sh, _dispatcher(layout), layout.ep)
-        if layout.ep_comm_overlap:
-            # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
-            moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
-        moe += _unstashed_bytes(arch, sh, per)
-        working = max(working, moe)
+        working = max(working, moe_working(arch, sh, layout, per))
     if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
         # DSA's indexer scores and its dense path's score copies while a layer runs
         working = max(working, dsa.working_bytes(arch, sh))
@@ -387,23 +383,3 @@ def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:
     but the last micro-batch's, whose own tensors the peak counts already (the loss's working
     set), and which the flush drains next."""
     return min(layout.deferred_wgrad_calls(m * per_micro_batch), (m - 1) * per_micro_batch)
-
-
-def _unstashed_bytes(arch: ModelArch, sh: Shard, per: PerLayer) -> float:
-    """What the MoE layer running holds beyond what it keeps (`Shard.moe_work_load`, Megatron's
-    paged stash beside HybridEP's budget): its expert tensors at the budget's rows until the
-    stash takes them at its own, the largest MoE kind's difference; 0 where the two are one."""
-    if sh.moe_work_load is None:
-        return 0.0
-    work = replace(sh, moe_load=sh.moe_work_load)
-    return max(
-        act.layer_bytes(arch, k, work, recompute=False) - full
-        for k, full in zip(arch.kinds, per.full, strict=True)
-        if k.moe
-    )
-
-
-def _dispatcher(layout: Layout) -> str:
-    if layout.moe_token_dispatcher_type == "flex":
-        return "hybridep" if layout.moe_flex_dispatcher_backend == "hybridep" else "flex"
-    return layout.moe_token_dispatcher_type

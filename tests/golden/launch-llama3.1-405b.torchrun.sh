@@ -4,7 +4,7 @@
 # layout: tp8 pp16 dp64 cp2 sp mbs1 zero1 recompute=selective
 # predicted: step 7.655 s, 133.8 tokens/s/GPU, MFU 35.5% of the bf16 peak, peak memory 55.1 GiB of 77.3 GiB usable (fits)
 # operations: checkpoint 5.68 TB (sync, write 2.8 s, blocks 2.8 s) every 32 steps = 4.1 min; MTBF 3.1 h at 0.000474 failures/GPU-day
-# operations: goodput 92.6% (checkpoints 1.0%, failures 6.3%); effective 2,030,170 tokens/s
+# operations: goodput 92.6% (checkpoints 1.1%, failures 6.3%); effective 2,030,055 tokens/s
 # 2048 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 

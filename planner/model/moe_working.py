@@ -1,0 +1,63 @@
+"""What one mixture-of-experts layer holds while it runs, beyond what the stage keeps: the stage's
+working set for its MoE layers (`planner.model.stage_activations`), one layer at a time.
+
+The dispatcher's and the experts' tokens in flight (`moe_activations.dispatch_working_bytes`);
+under selective recompute of "moe" the block its backward rebuilds, with the forward's tokens in
+flight again (`_rebuilt_moe`); with the EP communication overlap the layer merged beyond a
+micro-batch; with the paged stash the expert tensors at the budget's rows (`_unstashed_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.inputs.arch import ModelArch
+from planner.inputs.layout import Layout
+from planner.model import activations as act
+from planner.model.moe_activations import dispatch_working_bytes, forward_bytes, moe_bytes
+from planner.model.shard import Shard
+
+if TYPE_CHECKING:
+    from planner.model.stage_activations import PerLayer
+
+
+def moe_working(arch: ModelArch, sh: Shard, layout: Layout, per: PerLayer) -> float:
+    """Bytes an MoE layer of the stage holds while it runs, not kept afterwards."""
+    dispatcher = _dispatcher(layout)
+    moe = dispatch_working_bytes(arch, sh, dispatcher, layout.ep)
+    if sh.drops("moe"):  # the checkpointed MoE block rebuilt whole in its backward
+        moe = max(moe, _rebuilt_moe(arch, sh) + forward_bytes(arch, sh, dispatcher, layout.ep))
+    if layout.ep_comm_overlap:
+        # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
+        moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
+    return moe + _unstashed_bytes(arch, sh, per)
+
+
+def _rebuilt_moe(arch: ModelArch, sh: Shard) -> float:
+    """What the backward of a layer whose MoE block selective recompute checkpoints ("moe":
+    moe_layer.py runs custom_forward under tensor_parallel.checkpoint, d98e8a64) rebuilds before
+    it runs: the block's activations it did not keep (the other modules the policy drops, such
+    as moe_act, still dropped inside it)."""
+    whole = replace(sh, modules=sh.modules - {"moe"})
+    return moe_bytes(arch, whole) - moe_bytes(arch, sh)
+
+
+def _unstashed_bytes(arch: ModelArch, sh: Shard, per: PerLayer) -> float:
+    """What the MoE layer running holds beyond what it keeps (`Shard.moe_work_load`, Megatron's
+    paged stash beside HybridEP's budget): its expert tensors at the budget's rows until the
+    stash takes them at its own, the largest MoE kind's difference; 0 where the two are one."""
+    if sh.moe_work_load is None:
+        return 0.0
+    work = replace(sh, moe_load=sh.moe_work_load)
+    return max(
+        act.layer_bytes(arch, k, work, recompute=False) - full
+        for k, full in zip(arch.kinds, per.full, strict=True)
+        if k.moe
+    )
+
+
+def _dispatcher(layout: Layout) -> str:
+    if layout.moe_token_dispatcher_type == "flex":
+        return "hybridep" if layout.moe_flex_dispatcher_backend == "hybridep" else "flex"
+    return layout.moe_token_dispatcher_type

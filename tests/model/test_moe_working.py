@@ -1,0 +1,126 @@
+"""What a mixture-of-experts layer holds while it runs, and what its unfused activation keeps
+(an audit of planner.model.moe_activations against Megatron-LM d98e8a64's MoE code found these
+under-counted).
+
+Oracles: the tensors Megatron-Core holds, counted from its source (moe_layer.py custom_forward
+and routed_experts_compute, token_dispatcher.py MoEAlltoAllTokenDispatcher, experts.py
+TEGroupedMLP bias_act_func, fused_bias_swiglu.py WeightedSwiGLUFunction.backward), by hand for
+Qwen3-30B-A3B (hidden 2048, expert FFN 768, top-8 of 128 experts, no shared experts) at 4,096
+tokens, tp 2 with sequence parallelism: 2,048 local tokens, pairs n = 8 x 2,048 x the routing
+load 1.2 = 19,660.8.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.emit import megatron
+from planner.inputs import catalog, megatron_args
+from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
+from planner.model import moe_activations as moe
+from planner.model.moe_working import moe_working
+from planner.model.shard import Shard
+from planner.model.stage_activations import per_layer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "emit"))
+from megatron_plans import flags, make_plan
+
+ARCH = catalog.get_model("qwen3-30b-a3b")
+SH = Shard(tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2)
+N = 8 * 2048 * 1.2  # token-expert pairs on the busiest GPU
+
+
+def test_the_alltoall_forward_holds_the_local_tokens_and_three_copies_of_the_pairs() -> None:
+    """custom_forward keeps the permuted local tokens (8 per local token) and the all-to-all's
+    output as locals; routed_experts_compute adds the experts' output and its sort back by
+    source rank: 2 bytes x 2,048 x (8 x 2,048 + 3 n) = 308,700,774 bytes (294.4 MiB; planner
+    counted two copies of the pairs, 153.6 MiB)."""
+    assert moe.forward_bytes(ARCH, SH, "alltoall", 8) == pytest.approx(2 * 2048 * (16384 + 3 * N))
+    # the backward: two token gradients of the pairs, 2 x 2 x 2,048 x n, above the experts'
+    # max(h + F, 2F) = 2,816 per pair
+    assert moe.backward_bytes(ARCH, SH) == pytest.approx(2 * 2 * 2048 * N)
+    assert moe.dispatch_working_bytes(ARCH, SH, "alltoall", 8) == pytest.approx(
+        2 * 2048 * (16384 + 3 * N)
+    )
+
+
+def test_a_wide_experts_backward_holds_its_ffn_gradients() -> None:
+    """Mixtral 8x7B (hidden 4096, expert FFN 14,336): WeightedSwiGLUFunction.backward holds fc2's
+    input gradient (F wide) and its own input's (2F) per pair: 2F > 2h, so the backward is
+    2 bytes x 2 x 14,336 per pair, not the dispatcher's 2 x 4,096."""
+    arch = catalog.get_model("mixtral-8x7b")
+    sh = Shard(tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2)
+    pairs = 2 * 2048 * 1.2
+    assert moe.backward_bytes(arch, sh) == pytest.approx(2 * 2 * 14336 * pairs)
+    recomputed = Shard(
+        tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2, recompute="core_attn",
+        modules=frozenset({"moe_act"}),
+    )  # fmt: skip
+    assert moe.backward_bytes(arch, recomputed) == pytest.approx(2 * 3 * 14336 * pairs)
+
+
+def test_an_unfused_swiglu_keeps_three_more_ffn_wide_tensors_per_pair() -> None:
+    """--no-bias-swiglu-fusion: silu(x_glu) * (x_linear + glu_linear_offset) saves silu's output
+    and the offset sum, and the product times the probabilities saves the product: 3 x 2 bytes
+    x 768 x n = 90,596,966 bytes (86.4 MiB) more per layer; none with the activation
+    recomputed (moe_act); torchtitan's experts, which weight the tokens outside, one (silu's)."""
+    unfused = Shard(tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2, fused_swiglu=False)
+    extra = moe.moe_bytes(ARCH, unfused) - moe.moe_bytes(ARCH, SH)
+    assert extra == pytest.approx(3 * 2 * 768 * N)
+    titan = Shard(
+        tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2, fused_swiglu=False,
+        weighted_experts=False,
+    )  # fmt: skip
+    assert moe.moe_bytes(ARCH, titan) - moe.moe_bytes(ARCH, SH) == pytest.approx(2 * 768 * N)
+    act = {"recompute": "core_attn", "modules": frozenset({"moe_act"})}
+    kept = Shard(tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2, **act)  # type: ignore[arg-type]
+    kept_unfused = Shard(
+        tokens=4096,
+        tp=2,
+        sequence_parallel=True,
+        moe_load=1.2,
+        fused_swiglu=False,
+        **act,  # type: ignore[arg-type]
+    )
+    assert moe.moe_bytes(ARCH, kept_unfused) == moe.moe_bytes(ARCH, kept)
+
+
+def test_a_recomputed_moe_block_is_rebuilt_in_its_backward() -> None:
+    """Selective recompute of "moe" runs custom_forward under tensor_parallel.checkpoint: the
+    backward rebuilds the block (what the layer did not keep) with the forward's tokens in
+    flight again, on top of what the stage keeps; planner counted only the dispatcher's
+    backward copies."""
+    sh = Shard(
+        tokens=4096, tp=2, sequence_parallel=True, moe_load=1.2, recompute="core_attn",
+        modules=frozenset({"moe"}),
+    )  # fmt: skip
+    per = per_layer(ARCH, sh)
+    # the whole block as no recompute keeps it, less what the checkpoint kept (its input)
+    rebuilt = moe.moe_bytes(ARCH, SH) - moe.moe_bytes(ARCH, sh)
+    lay = Layout(tp=2, ep=8, sequence_parallel=True)
+    expected = rebuilt + moe.forward_bytes(ARCH, sh, "alltoall", 8)
+    assert moe_working(ARCH, sh, lay, per) == pytest.approx(expected)
+    # the block rebuilt is more than the tokens in flight alone (what planner counted)
+    assert rebuilt > 0 and expected > moe.dispatch_working_bytes(ARCH, sh, "alltoall", 8)
+
+
+def test_the_activation_fusion_is_launched_as_it_was_timed() -> None:
+    """training.fused_swiglu false on a SwiGLU model is Megatron's --no-bias-swiglu-fusion
+    (argument_utils.py: bias_activation_fusion = args.bias_swiglu_fusion); an MoE model's squared
+    ReLU experts run fused only with --use-fused-weighted-squared-relu (off by default, which a
+    command line without it reads as fused_swiglu false)."""
+    unfused = make_plan("llama3.1-8b", 8, {"tp": 2}, fused_swiglu=False)
+    assert "--no-bias-swiglu-fusion" in flags(unfused)
+    assert "--no-bias-swiglu-fusion" not in flags(make_plan("llama3.1-8b", 8, {"tp": 2}))
+    relu2 = make_plan("nemotron3-nano-30b-a3b", 8, {"ep": 8})
+    assert "--use-fused-weighted-squared-relu" in flags(relu2)  # fused_swiglu's default
+    eager = make_plan("nemotron3-nano-30b-a3b", 8, {"ep": 8}, fused_swiglu=False)
+    assert "--use-fused-weighted-squared-relu" not in flags(eager)
+    line = " ".join(w for arg in megatron.arguments(relu2).flat_args() for w in arg)
+    bare = line.replace("--use-fused-weighted-squared-relu", "")
+    assert parse_plan(megatron_args.to_plan(bare, "h100-sxm-80gb", 8)).job.fused_swiglu is False
+    assert parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 8)).job.fused_swiglu is True
