@@ -21,7 +21,8 @@ it saves (`planner.model.activations` terms, split over TP as there):
     attn_proj   the output projection's input: the attention output, the same tensor core_attn
                 saves (Megatron requires core_attn with it), plus its 8-bit copy under FP8
     mlp_norm    a separate pre-MLP norm's input (MoE layers; fused into fc1 in dense TE layers)
-    expert_fc1  the experts' fc1 input per routed pair (x etp; 8 bits under FP8)
+    expert_fc1  the experts' fc1 input per routed pair (x etp; 8 bits under MXFP8, bf16 under
+                the other FP8 recipes, whose offload makes fc1 save its original)
     moe_act     the experts' activation input, fc1's output per pair (2F wide when gated)
     fused_group_mlp  the whole grouped MLP's saved inputs: expert_fc1's, moe_act's, fc2's
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model.activations import scores
-from planner.model.moe_activations import pairs
+from planner.model.moe_activations import fc1_input_bytes, pairs
 from planner.model.shard import BF16, FP32, Shard, linear_in, split
 
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
@@ -87,7 +88,7 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
-    fc1_in = n * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
+    fc1_in = n * sh.etp * fc1_input_bytes(arch, sh)
     act_in = n * (BF16 * F * glu + FP32)
     fc2_in = 0.0 if sh.drops("moe_act") else n * linear_in(BF16 * F, sh)
     out = _big(BF16 * local * h) if "mlp_norm" in modules else 0.0

@@ -68,7 +68,14 @@ def expert_input_bytes(arch: ModelArch, sh: Shard) -> float:
     for its weight gradient. The token permutation writes it and the grouped GEMMs read it; no
     elementwise kernel touches it (`planner.model.layer_time` leaves it out of its elementwise
     traffic, priced as the permutation's)."""
-    return pairs(arch, sh) * sh.etp * linear_in(BF16 * arch.expert_hidden, sh)
+    return pairs(arch, sh) * sh.etp * fc1_input_bytes(arch, sh)
+
+
+def fc1_input_bytes(arch: ModelArch, sh: Shard) -> float:
+    """Bytes of one routed pair's fc1 input as fc1 saves it: its quantised copy, or the bf16
+    original where `Shard.fc1_keeps_original`."""
+    width = BF16 * arch.expert_hidden
+    return width if sh.fc1_keeps_original else linear_in(width, sh)
 
 
 def _unfused_widths(arch: ModelArch, sh: Shard) -> int:

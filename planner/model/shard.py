@@ -71,6 +71,10 @@ class Shard:
     frozen: bool = False
     """The model's weights are frozen (`Job.frozen_model`): no linear layer keeps its input."""
     fused_swiglu: bool = True
+    fc1_keeps_original: bool = False
+    """The routed experts' fc1 saves its bf16 input, not the FP8 copy: Megatron sets
+    save_original_input on it when expert_fc1 is offloaded under an FP8 recipe other than MXFP8
+    (experts.py d98e8a64, "to avoid the CPU overhead of multiple d2h copies")."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it
     (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jobs import job
 
 from planner.emit import megatron
 from planner.inputs import catalog, megatron_args
@@ -24,7 +25,7 @@ from planner.inputs.plan import parse_plan
 from planner.model import moe_activations as moe
 from planner.model.moe_working import moe_working
 from planner.model.shard import Shard
-from planner.model.stage_activations import per_layer
+from planner.model.stage_activations import per_layer, shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "emit"))
 from megatron_plans import flags, make_plan
@@ -124,3 +125,16 @@ def test_the_activation_fusion_is_launched_as_it_was_timed() -> None:
     bare = line.replace("--use-fused-weighted-squared-relu", "")
     assert parse_plan(megatron_args.to_plan(bare, "h100-sxm-80gb", 8)).job.fused_swiglu is False
     assert parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 8)).job.fused_swiglu is True
+
+
+def test_offloading_expert_fc1_under_fp8_keeps_its_bf16_input() -> None:
+    """experts.py sets save_original_input on fc1 when expert_fc1 is offloaded under an FP8
+    recipe other than MXFP8: fc1 saves (and the offload moves) 2 bytes x 2,048 per pair, not
+    the 8-bit copy's 1 x 2,048; MXFP8, or no offload, keeps the copy."""
+    lay = Layout(ep=8, offload_modules=("expert_fc1",))
+    for recipe, per_pair in (("delayed", 2 * 2048), ("tensorwise", 2 * 2048), ("mxfp8", 2048)):
+        j = job("qwen3-30b-a3b", "h100-sxm-80gb", 8, 4096, 64, precision="fp8", fp8_recipe=recipe)
+        sh = shard(j, lay)
+        assert moe.expert_input_bytes(ARCH, sh) == pytest.approx(moe.pairs(ARCH, sh) * per_pair)
+    kept = shard(job("qwen3-30b-a3b", "h100-sxm-80gb", 8, 4096, 64, precision="fp8"), Layout(ep=8))
+    assert moe.expert_input_bytes(ARCH, kept) == pytest.approx(moe.pairs(ARCH, kept) * 2048)
