@@ -10,7 +10,6 @@ micro-batch; with the paged stash the expert tensors at the budget's rows (`_uns
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
@@ -18,20 +17,18 @@ from planner.model import activations as act
 from planner.model.moe_activations import dispatch_working_bytes, forward_bytes, moe_bytes
 from planner.model.shard import Shard
 
-if TYPE_CHECKING:
-    from planner.model.stage_activations import PerLayer
 
-
-def moe_working(arch: ModelArch, sh: Shard, layout: Layout, per: PerLayer) -> float:
-    """Bytes an MoE layer of the stage holds while it runs, not kept afterwards."""
+def moe_working(arch: ModelArch, sh: Shard, layout: Layout, full: tuple[float, ...]) -> float:
+    """Bytes an MoE layer of the stage holds while it runs, not kept afterwards; `full`, each
+    layer kind's whole activations (`stage_activations.PerLayer.full`)."""
     dispatcher = _dispatcher(layout)
     moe = dispatch_working_bytes(arch, sh, dispatcher, layout.ep)
     if sh.drops("moe"):  # the checkpointed MoE block rebuilt whole in its backward
         moe = max(moe, _rebuilt_moe(arch, sh) + forward_bytes(arch, sh, dispatcher, layout.ep))
     if layout.ep_comm_overlap:
         # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
-        moe += max(b for b, k in zip(per.full, arch.kinds, strict=True) if k.moe)
-    return moe + _unstashed_bytes(arch, sh, per)
+        moe += max(b for b, k in zip(full, arch.kinds, strict=True) if k.moe)
+    return moe + _unstashed_bytes(arch, sh, full)
 
 
 def _rebuilt_moe(arch: ModelArch, sh: Shard) -> float:
@@ -43,7 +40,7 @@ def _rebuilt_moe(arch: ModelArch, sh: Shard) -> float:
     return moe_bytes(arch, whole) - moe_bytes(arch, sh)
 
 
-def _unstashed_bytes(arch: ModelArch, sh: Shard, per: PerLayer) -> float:
+def _unstashed_bytes(arch: ModelArch, sh: Shard, full: tuple[float, ...]) -> float:
     """What the MoE layer running holds beyond what it keeps (`Shard.moe_work_load`, Megatron's
     paged stash beside HybridEP's budget): its expert tensors at the budget's rows until the
     stash takes them at its own, the largest MoE kind's difference; 0 where the two are one."""
@@ -51,8 +48,8 @@ def _unstashed_bytes(arch: ModelArch, sh: Shard, per: PerLayer) -> float:
         return 0.0
     work = replace(sh, moe_load=sh.moe_work_load)
     return max(
-        act.layer_bytes(arch, k, work, recompute=False) - full
-        for k, full in zip(arch.kinds, per.full, strict=True)
+        act.layer_bytes(arch, k, work, recompute=False) - whole
+        for k, whole in zip(arch.kinds, full, strict=True)
         if k.moe
     )
 

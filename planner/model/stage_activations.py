@@ -350,7 +350,7 @@ def stage_activations(
     if sh.recompute in ("full", "per_op") and n_layers:
         working = recompute_working(arch, layout, per, chunks)
     if arch.moe_in(chunks):
-        working = max(working, moe_working(arch, sh, layout, per))
+        working = max(working, moe_working(arch, sh, layout, per.full))
     if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
         # DSA's indexer scores and its dense path's score copies while a layer runs
         working = max(working, dsa.working_bytes(arch, sh))
