@@ -30,6 +30,7 @@ from planner.inputs.nemo_keys import (
     KEY,
     PARALLEL,
     PARALLEL_SWITCHES,
+    ROOTS,
     NemoLine,
     classify,
     value_of,
@@ -75,6 +76,8 @@ def _parse(words: list[str], where: str) -> NemoLine:
             line.factory = value
         elif KEY.match(name):
             line.values[name] = value_of(value) if eq else True
+        elif eq and (why := _unread(name)) is not None:
+            raise InputError(f"{where}: {w}: {why}")
         elif w in ("finetune", "validate", "ptq", "import", "export"):
             raise InputError(
                 f"{where}: nemo llm {w}: planner reads `nemo llm pretrain` lines (fine-tuning "
@@ -84,6 +87,45 @@ def _parse(words: list[str], where: str) -> NemoLine:
             line.unknown.append(w)
         i += 1
     return line
+
+
+VALUED = (
+    "data.micro_batch_size",
+    "data.global_batch_size",
+    "data.seq_length",
+    "trainer.num_nodes",
+    "trainer.devices",
+    "trainer.strategy.tensor_model_parallel_size",
+    "trainer.strategy.pipeline_model_parallel_size",
+    "trainer.strategy.context_parallel_size",
+    "trainer.strategy.expert_model_parallel_size",
+)
+"""Keys NeMo needs a value for: given None, NeMo fails (its _validate_config asserts the batch
+and sequence, the strategy's sizes are numbers), where planner kept the recipe's."""
+
+
+def _unread(name: str) -> str | None:
+    """Why an override NeMo-Run would apply, or refuse, is not read (None: not an override):
+    a whole root swapped for a factory (`model=llama3_70b`, `trainer=...`: parse_factory), an
+    operator override (`data.seq_length*=2`: `+= -= *= /= |= &=`, nemo_run cli_parser.py), a
+    dotted key under no root of `llm.pretrain` (NeMo-Run raises "No parameter named ...")."""
+    if name in ("model", "trainer", "data", "optim"):  # (log= and resume= change no memory)
+        return (
+            f"the whole {name} swapped for a factory's (NeMo-Run parse_factory), which planner "
+            "does not read: name the recipe with --factory, and give its overrides key by key"
+        )
+    if name[-1:] in "+-*/|&" and KEY.match(name[:-1]):
+        return (
+            "NeMo-Run's operator override (+= -= *= /= |= &=) is not read: give the value "
+            f"({name[:-1]}=...)"
+        )
+    if "." in name and name.replace(".", "").replace("_", "").isalnum():
+        root = name.split(".")[0]
+        return (
+            f"no parameter {root!r} of llm.pretrain (NeMo-Run refuses it; its roots are "
+            f"{', '.join(ROOTS)})"
+        )
+    return None
 
 
 def _recipe(line: NemoLine, nemo_model: str | None) -> Recipe:
@@ -125,6 +167,9 @@ def read(
 ) -> NemoReading:
     """The plan document of a `nemo llm pretrain` line on `num_gpus` x `gpu`."""
     line = _parse(words, where)
+    for key in VALUED:
+        if key in line.values and line.values[key] is None:
+            raise line.fail(key, "NeMo needs a value here (llm.api._validate_config, the strategy)")
     recipe = _recipe(line, nemo_model)
     notes = [
         f"model: NeMo recipe {recipe.factory} ({recipe.config}; {NEMO_SOURCE}) as zoo {recipe.zoo}"
@@ -177,10 +222,13 @@ def _model(
     model["name"] = arch.name
     changed = []
     for key, name in ARCH_KEYS.items():
+        if key not in line.values:
+            continue
         value = line.get(key)
-        if value is not None:
-            model[name] = value
-            changed.append(f"{name}={value}")
+        if value is None:  # TransformerConfig's own default where it derives one
+            value = _config_default(line, key, name, model)
+        model[name] = value
+        changed.append(f"{name}={value}")
     shared = line.get("model.config.share_embeddings_and_output_weights")
     if shared is not None:
         if not isinstance(shared, bool):
@@ -200,6 +248,23 @@ def _model(
         model["source"] = f"{arch.source}; changed by the line: {', '.join(changed)}"
     _vocabulary(line, recipe, model, vocab_size, notes)
     return model
+
+
+def _config_default(line: NemoLine, key: str, name: str, model: dict[str, Any]) -> Any:
+    """What TransformerConfig.__post_init__ makes of a shape field given None: ffn_hidden_size
+    4 x hidden_size, num_query_groups the attention heads (multi-head attention), kv_channels
+    hidden_size / heads; any other field None is refused (NeMo's validation, or the model's
+    shape, needs a value)."""
+    hidden, heads = model.get("hidden_size"), model.get("num_attention_heads")
+    derived = {
+        "ffn_hidden_size": 4 * hidden if isinstance(hidden, int) else None,
+        "num_query_groups": heads,
+        "kv_channels": hidden // heads if isinstance(hidden, int) and heads else None,
+    }
+    value = derived.get(name)
+    if value is None:
+        raise line.fail(key, "planner needs a value here (None is not read)")
+    return value
 
 
 def _vocabulary(

@@ -14,7 +14,9 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
       trainer.plugins.grad_reduce_in_fp32      main_grad_dtype fp32 (False: bf16)
     optim.config.use_distributed_optimizer     zero_stage 1 (False: 0)
     trainer.plugins.precision                  bf16-mixed (16-mixed read as bf16: same bytes)
-    trainer.plugins.fp8, model.config.fp8      precision fp8 (with fp8_recipe, fp8_param_gather)
+    trainer.plugins.fp8                        precision fp8 (with fp8_recipe, fp8_param_gather;
+                                               model.config.fp8 / fp8_recipe are noted: NeMo
+                                               writes the plugin's over them)
     data.micro_batch_size, global_batch_size, seq_length                  the same
     model.config.<ModelArch field>             the model's field (num_layers, hidden_size,
                                                ffn_hidden_size, num_attention_heads,
@@ -108,7 +110,6 @@ TRAINING = {
     "model.config.moe_router_force_load_balancing": "moe_router_force_load_balancing",
     "model.config.moe_router_num_groups": "moe_router_num_groups",
     "model.config.moe_router_group_topk": "moe_router_group_topk",
-    "model.config.fp8_recipe": "fp8_recipe",
     "trainer.plugins.fp8_recipe": "fp8_recipe",
 }
 """Keys that are `[training]` fields."""
@@ -132,7 +133,8 @@ SPECIAL = (
     "optim.config.use_distributed_optimizer",
     "trainer.plugins.precision",
     "trainer.plugins.fp8",
-    "model.config.fp8",
+    "model.config.fp8",  # noted: the precision plugin's DtypeConfig is written over both
+    "model.config.fp8_recipe",
     "trainer.plugins.fp8_params",
     "trainer.plugins.fp8_param_gather",
     "model.config.share_embeddings_and_output_weights",
@@ -206,13 +208,21 @@ TYPO_CUTOFF = 0.9
 known keys score below it (`data.global_batch_size` against `data.micro_batch_size`: 0.85)."""
 
 
+TRUE_WORDS = ("true", "yes", "on")
+FALSE_WORDS = ("false", "no", "off")
+"""NeMo-Run's booleans (nemo_run cli_parser.py `parse_bool`: 1 and 0 too, read here as the
+numbers, which count alike)."""
+
+
 def value_of(text: str) -> Any:
     """A NeMo-Run CLI value: int, float, bool, None, else the text (quotes stripped)."""
     low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
+    if low in TRUE_WORDS or low in FALSE_WORDS:
+        return low in TRUE_WORDS
     if low in ("none", "null"):
         return None
+    if text.startswith("[") and text.endswith("]"):  # NeMo-Run's lists (parse_list)
+        return [value_of(w.strip()) for w in text[1:-1].split(",") if w.strip()]
     for kind in (int, float):
         try:
             return kind(text)

@@ -59,10 +59,11 @@ class Recipe:
     accounted: bool = False
     """The strategy counts the embedding and the loss as pipeline layers
     (account_for_embedding_in_pipeline_split / _loss_; llama31_405b.py sets both)."""
-    dropout: bool = True
+    dropout: bool = False
     """The config's attention and hidden dropout are above 0 (GPTConfig keeps TransformerConfig's
-    0.1); NeMo's LlamaConfig sets both to 0.0 (`gpt/model/llama.py`), so its recipes keep no
-    dropout masks."""
+    0.1). Every config planner reads sets both to 0.0, so its recipes keep no dropout masks:
+    LlamaConfig (`gpt/model/llama.py`), MixtralConfig (`gpt/model/mixtral.py`), Gemma2Config
+    (`gpt/model/gemma2.py`)."""
 
 
 _GEMMA2_2B = Recipe(
@@ -124,7 +125,6 @@ RECIPES: dict[str, Recipe] = {
             micro_batch_size=1,
             # MixtralConfig leaves moe_ffn_hidden_size unset (= ffn_hidden_size)
             derived=("kv_channels", "moe_ffn_hidden_size") if row[8] > 1 else ("kv_channels",),
-            dropout=not row[2].startswith("Llama"),  # LlamaConfig: 0.0 (Recipe.dropout)
             accounted=row[0] == "llama31_405b",  # its trainer() sets both (Recipe.accounted)
         )
         for row in _ROWS

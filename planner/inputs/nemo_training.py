@@ -45,12 +45,15 @@ def training_table(
         )
     if precision == "16-mixed":
         notes.append("trainer.plugins.precision=16-mixed: read as bf16 (the same bytes per value)")
-    if line.get("trainer.plugins.fp8") or line.get("model.config.fp8"):
+    for key in ("model.config.fp8", "model.config.fp8_recipe"):
+        if key in line.values:  # megatron_strategy.py `connect`: the plugin's DtypeConfig wins
+            notes.append(
+                f"{key}: NeMo writes the precision plugin's value over it "
+                "(update_config_with_dtype_overrides): give trainer.plugins.fp8 / fp8_recipe"
+            )
+    if line.get("trainer.plugins.fp8"):
         out["precision"] = "fp8"
-        gather = line.get("trainer.plugins.fp8_param_gather") or line.get(
-            "trainer.plugins.fp8_params"
-        )
-        out["fp8_param_gather"] = bool(gather)
+        out["fp8_param_gather"] = _fp8_gather(line)
     _graphs(line, out)
     if not recipe.flash_attention:
         out["flash_attention"] = False
@@ -73,6 +76,24 @@ def training_table(
     if note:
         notes.append(note)
     return out
+
+
+def _fp8_gather(line: NemoLine) -> bool:
+    """trainer.plugins.fp8_param_gather, or its older name fp8_params; both given, they must
+    agree (plugins/mixed_precision.py raises "Getting conflicting values for fp8_params and
+    fp8_param_gather")."""
+    keys = ("trainer.plugins.fp8_param_gather", "trainer.plugins.fp8_params")
+    values = [line.get(k) for k in keys]
+    given = [v for v in values if v is not None]
+    for key, value in zip(keys, values, strict=True):
+        if value is not None and not isinstance(value, bool):
+            raise line.fail(key, "expected True or False")
+    if len(given) == 2 and given[0] != given[1]:
+        raise line.fail(
+            "trainer.plugins.fp8_params",
+            "conflicts with trainer.plugins.fp8_param_gather (NeMo's precision plugin raises)",
+        )
+    return bool(given and given[0])
 
 
 def _dropouts(line: NemoLine, recipe: Recipe, out: dict[str, Any]) -> None:

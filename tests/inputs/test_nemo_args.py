@@ -210,7 +210,7 @@ def test_the_vocabulary() -> None:
 def test_gemma2_runs_unfused_attention_and_glu() -> None:
     # gemma2.py: core_attention=Gemma2DotProductAttention (unfused SDPA, for logit softcapping);
     # activation openai_gelu with bias_activation_fusion left False. Recipe: tp 2, gbs 32, mbs 2,
-    # seq 4096
+    # seq 4096; Gemma2Config's dropouts 0.0 (no masks)
     r = read("nemo llm pretrain --factory gemma2_2b trainer.max_steps=1")
     assert r.doc["training"] == {
         "seq_length": 4096,
@@ -218,6 +218,8 @@ def test_gemma2_runs_unfused_attention_and_glu() -> None:
         "precision": "bf16",
         "flash_attention": False,
         "fused_swiglu": False,
+        "attention_dropout": False,
+        "hidden_dropout": False,
     }
     assert r.doc["parallel"]["tp"] == 2 and r.doc["parallel"]["micro_batch_size"] == 2
     assert any("soft-capping" in n for n in r.not_modelled)
@@ -427,16 +429,16 @@ def test_the_loss_keys_read_and_refuse_by_value() -> None:
 
 
 def test_dropout_rates_from_the_line_or_the_recipe_config() -> None:
-    # the Llama recipes' LlamaConfig sets both rates to 0 (no masks); a line may set them;
-    # MixtralConfig at NeMo 8cfedd72 was not read for it: GPTConfig's 0.1 (masks counted)
+    # LlamaConfig, MixtralConfig and Gemma2Config all set both rates to 0.0 (gpt/model/llama.py,
+    # mixtral.py, gemma2.py at NeMo 8cfedd72: no masks; planner read Mixtral's and Gemma 2's as
+    # GPTConfig's 0.1); a line may set them
     assert doc(HEAD + "trainer.max_steps=10")["training"]["hidden_dropout"] is False
     with_dropout = doc(HEAD + "model.config.hidden_dropout=0.1")["training"]
     assert "hidden_dropout" not in with_dropout and with_dropout["attention_dropout"] is False
-    mixtral = doc("nemo llm pretrain --factory mixtral_8x7b trainer.num_nodes=1", 8)["training"]
-    assert "hidden_dropout" not in mixtral and "attention_dropout" not in mixtral
-    off = doc("nemo llm pretrain --factory mixtral_8x7b trainer.num_nodes=1 "
-              "model.config.hidden_dropout=0.0", 8)["training"]  # fmt: skip
-    assert off["hidden_dropout"] is False
+    for factory in ("mixtral_8x7b", "gemma2_2b"):
+        line = f"nemo llm pretrain --factory {factory} trainer.num_nodes=1"
+        off = doc(line, 8)["training"]
+        assert off["hidden_dropout"] is False and off["attention_dropout"] is False
     with pytest.raises(InputError, match=r"model.config.hidden_dropout=1.5: expected a dropout"):
         read(HEAD + "model.config.hidden_dropout=1.5")
 
@@ -482,3 +484,50 @@ def test_what_nemo_itself_does_with_the_line() -> None:
 def test_values_of_the_wrong_kind_are_named(overrides: str, needle: str) -> None:
     with pytest.raises(InputError, match=re.escape(needle)):
         read(f"nemo llm pretrain -y {overrides}", 64)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        # NeMo-Run parse_factory swaps the whole model (nemo_run cli_parser.py): the 70B, which
+        # planner sized as the recipe's 8B ("fits")
+        ("model=llama3_70b", "model=llama3_70b: the whole model swapped"),
+        ("trainer=llama3_70b", "trainer=llama3_70b: the whole trainer swapped"),
+        # the operator overrides (cli_parser.py: += -= *= /= |= &=), dropped before
+        ("data.seq_length*=2", "data.seq_length*=2: NeMo-Run's operator override"),
+        # no root of llm.pretrain: NeMo-Run refuses "No parameter named 'strategy'"
+        ("strategy.tensor_model_parallel_size=2", "no parameter 'strategy'"),
+        # llm.api._validate_config asserts the batch and the sequence
+        ("data.micro_batch_size=None", "data.micro_batch_size=None: NeMo needs a value"),
+        # plugins/mixed_precision.py: "Getting conflicting values for fp8_params and
+        # fp8_param_gather"
+        (
+            "trainer.plugins.fp8=hybrid trainer.plugins.fp8_params=True "
+            "trainer.plugins.fp8_param_gather=False",
+            "conflicts with trainer.plugins.fp8_param_gather",
+        ),
+    ],
+)
+def test_what_nemo_run_does_with_a_word_planner_dropped(extra: str, says: str) -> None:
+    with pytest.raises(InputError, match=re.escape(says)):
+        read(f"{HEAD}{extra}")
+
+
+def test_nemo_runs_values_read_as_it_reads_them() -> None:
+    """NeMo-Run's booleans (parse_bool: yes / no / on / off too) and lists (parse_list);
+    TransformerConfig's defaults for a shape field given None (ffn 4 x hidden, query groups =
+    heads: Llama 3 8B becomes 16,384 wide and multi-head); model.config.fp8 is written over by
+    the precision plugin (megatron_strategy.py update_config_with_dtype_overrides), so it
+    trains in bf16."""
+    assert doc(HEAD + "optim.config.use_distributed_optimizer=no")["parallel"]["zero_stage"] == 0
+    assert doc(HEAD + "optim.config.use_distributed_optimizer=on")["parallel"]["zero_stage"] == 1
+    listed = doc(HEAD + 'model.config.recompute_granularity=selective '
+                 'model.config.recompute_modules=["core_attn","mlp"]')["parallel"]  # fmt: skip
+    assert listed["recompute_modules"] == ["core_attn", "mlp"]
+    model = doc(HEAD + "model.config.ffn_hidden_size=None model.config.num_query_groups=None")[
+        "model"
+    ]
+    assert model["ffn_hidden_size"] == 4 * 4096 and model["num_query_groups"] == 32
+    fp8 = read(HEAD + "model.config.fp8=hybrid")
+    assert fp8.doc["training"]["precision"] == "bf16"
+    assert any("model.config.fp8: NeMo writes the precision plugin" in n for n in fp8.notes)
