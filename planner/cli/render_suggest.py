@@ -15,6 +15,7 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model.known_gaps import optimistic
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
+from planner.search.splits import FREE_FORM_VPP
 from planner.search.suggest import Infeasible
 from planner.search.titan_variants import variant_text, variants
 from planner.search.top_k import Candidate, SearchResult
@@ -212,7 +213,8 @@ def summary(res: SearchResult) -> str:
     return (
         f"{res.space_size:,} layouts in {res.structures} parallel structures; "
         f"{res.expanded} structures expanded, {res.scored:,} layouts scored exactly "
-        f"(certified exact top K) in {res.seconds:.2f} s. Rejected: {rej or 'none'}."
+        f"(certified exact top K; free-form pipeline splits to vpp {FREE_FORM_VPP} unless --vpp "
+        f"bounds it) in {res.seconds:.2f} s. Rejected: {rej or 'none'}."
     )
 
 

@@ -68,7 +68,7 @@ def suggest(
         str | None,
         typer.Option(
             help="pin (2) or bound (2-4, 1-3); interleaved splits where vpp divides no rank's "
-            "layers (Megatron's pipeline layout string) are searched to vpp 2, or to the "
+            "layers (Megatron's pipeline layout string) are searched to vpp 6, or to the "
             "bound's top"
         ),
     ] = None,

@@ -6,7 +6,7 @@ recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and 
 
 Pipeline splits (`planner.search.splits`): the even split, Megatron's first/last uneven form
 balanced by `planner.search.solver`, the embedding and loss counted as layers, and the layout
-string's free form (up to vpp 2, or to the top of the user's vpp bound: `splits.free_form`).
+string's free form (up to vpp 6, or to the top of the user's vpp bound: `splits.free_form`).
 """
 
 from __future__ import annotations

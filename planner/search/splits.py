@@ -119,13 +119,17 @@ def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
     return out
 
 
-FREE_FORM_VPP = 2
+FREE_FORM_VPP = 6
 """The largest interleaving degree the search gives the layout string's free form unless the
 user bounds vpp. Every degree would make each pipeline degree gain up to L / pp interleaving
-degrees whose bounds the search computes for every structure: on DeepSeek-V3 (61 layers, which
-no other form interleaves at pp 2, 4, 8, 16 or 32) on 2,048 H800, 0.79 s -> 2.4 s. Degree 2
-costs 0.1 s there and takes the step from 25.70 s (vpp 1) to 22.95 s; every degree reaches
-22.67 s (vpp 3). Measured on 2026-12-05 (2 CPUs, `planner suggest ... --vpp 1-N`)."""
+degrees whose bounds the search computes for every structure. At 2 (until 2026-12-06) bounding
+vpp found faster layouts than the unbounded search, by up to 14% (a search fuzz); 6 finds, on
+the six jobs measured on 2026-12-06 (2 CPUs, in-process search, `benchmarks/search_speed.py`
+has the CLI's), the best layout every degree finds: DeepSeek-V3 on 256 H100 2.58 -> 2.31 s
+(vpp 3), gpt-oss-120b on 64 H100 1.685 -> 1.593 s (vpp 5), Qwen3-235B FP8 on 128 H200 1.459
+-> 1.393 s (vpp 5), Mixtral 8x22B on 144 A100 3.544 -> 3.334 s (vpp 6), Llama 3.1 405B on
+16,384 H100 5.340 -> 5.244 s (vpp 5), DeepSeek-V3 on 2,048 H800 unchanged; the search time
+0.51 -> 0.83 s there (every degree: 1.35 s; 4.9 s on the Qwen3 job)."""
 
 
 def free_form(space: SplitSpace) -> int:
