@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Annotated, Any
 
 import typer
@@ -101,24 +100,6 @@ def setting_text(params: OpsParams, field: str) -> str:
     return f"{OPTION_NAMES[field]} {value:g}{default}"
 
 
-def parse_budget(text: str) -> int:
-    """The token budget (`units.parse_tokens`, which refuses what is not one), read exactly:
-    '123456789012345678901' is that many tokens, not the nearest float; a fraction of a token
-    ('1.5') rounds half up."""
-    approx = parse_tokens(text, "--tokens")
-    number = text.strip().upper().replace("_", "").replace(",", "")
-    suffix = number[-1] if number[-1:].isalpha() and number[-1] != "E" else ""
-    try:
-        exact = Decimal(number.removesuffix(suffix).strip()) * _SCALE[suffix]
-    except (InvalidOperation, KeyError):  # parse_tokens read it: keep its reading
-        return approx
-    return int(exact.to_integral_value(ROUND_HALF_UP))
-
-
-_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
-"""`units.parse_tokens`'s suffixes (decimal)."""
-
-
 def check_ops(job: Job, params: OpsParams, budget: int | None, text: str | None) -> None:
     """Before any search: a budget below one optimizer step exits 2 naming --tokens as the user
     wrote it (`text`), a --gpu-power-w above the GPU's TDP (or power_limit_w) naming both."""
@@ -155,5 +136,5 @@ def ops_inputs(
     kwargs = {k: v for k, v in given.items() if v is not None}
     with named_options():
         params = OpsParams(async_checkpoint=async_checkpoint, **kwargs)
-    budget = parse_budget(tokens) if tokens is not None else None
+    budget = parse_tokens(tokens, "--tokens") if tokens is not None else None
     return params, budget, bool(kwargs) or async_checkpoint or budget is not None

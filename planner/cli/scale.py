@@ -154,8 +154,8 @@ def scale(
             err.print(f"planning {j.cluster.num_gpus:,} GPUs")
         got = best(j)
         if got is not None:  # a job setting no layout runs is bad input, as `check` says
-            runs, found = scaling.resolved(j, got)
-            check_found(runs, [(runs, found.layout)], job_path)
+            runs, lay, _ = scaling.resolved(j, got)
+            check_found(runs, [(runs, lay)], job_path)
         return got
 
     if not as_json:

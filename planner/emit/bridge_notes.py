@@ -128,8 +128,8 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
                 else ")"
             )
         )
-    block_scaled = job.precision == "fp4" or (job.precision == "fp8" and job.fp8_recipe == "mxfp8")
-    if lay.dp > 1 and lay.pp > 1 and lay.vpp > 1 and job.optimizer == "adam" and not block_scaled:
+    interleaved = lay.dp > 1 and lay.pp > 1 and lay.vpp > 1
+    if interleaved and job.optimizer == "adam" and not job.block_scaled:
         out.append(
             "set_post_overrides in run_script.py (recipes without a flat perf recipe) turns "
             "overlap_param_gather_with_optimizer_step on after these overrides here (planned "

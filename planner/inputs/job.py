@@ -225,6 +225,11 @@ class Job:
         return "nvfp4" if self.precision == "fp4" else self.fp8_recipe
 
     @property
+    def block_scaled(self) -> bool:
+        """The linear layers' operands are quantised in blocks (MXFP8 or NVFP4), not per tensor."""
+        return self.quantised and self.quant_recipe in ("mxfp8", "nvfp4")
+
+    @property
     def attention_in_fp8(self) -> bool:
         """The fused attention's matmuls run in FP8: `fp8_attention` in an FP8 / NVFP4 job (its
         bf16 twin, `planner.model.bf16_layers`, runs them in bf16)."""
@@ -246,8 +251,7 @@ class Job:
             self.moe_fused_grouped_mlp
             and self.arch.is_moe
             and self.cluster.gpu.is_blackwell
-            and self.quantised
-            and self.quant_recipe in ("mxfp8", "nvfp4")
+            and self.block_scaled
         )
 
     @property

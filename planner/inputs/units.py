@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from planner.inputs.errors import InputError
 
@@ -62,7 +63,9 @@ _TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*\.?[0-9_]*(?:[eE][+-]?[0-9]+)?)\s*([
 def parse_tokens(text: str, option: str) -> int:
     """A token count: '15T', '2.5e12', '300B', '1.2M', '500k', '1_000_000' -> int (> 0).
 
-    Suffixes are decimal: K 1e3, M 1e6, B or G 1e9, T 1e12, P 1e15 (case-insensitive)."""
+    Suffixes are decimal: K 1e3, M 1e6, B or G 1e9, T 1e12, P 1e15 (case-insensitive). Read
+    exactly, in decimal ('123456789012345678901' is that many tokens, not the nearest float); a
+    fraction of a token ('1.5') rounds half up."""
     m = _TOKENS_RE.match(text.upper()) if isinstance(text, str) else None
     if m is None:
         raise InputError(
@@ -70,14 +73,14 @@ def parse_tokens(text: str, option: str) -> int:
         )
     number, suffix = m.groups()
     try:
-        value = float(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
-    except ValueError:
+        value = Decimal(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
+    except InvalidOperation:
         raise InputError(f"{option}: expected a token count (got {text!r})") from None
-    if not math.isfinite(value):
+    if not math.isfinite(float(value)):
         raise InputError(f"{option}: too large to be a number (got {text!r})")
     if value < 1:
         raise InputError(f"{option}: must be at least one token (got {text!r})")
-    return round(value)
+    return int(value.to_integral_value(ROUND_HALF_UP))
 
 
 def _scaled(x: float, units: tuple[tuple[str, float], ...], spec: str) -> str | None:

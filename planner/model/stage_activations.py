@@ -154,8 +154,8 @@ def shard(job: Job, layout: Layout) -> Shard:
         fused_swiglu=job.fused_swiglu,
         weighted_experts=job.framework == "megatron",
         fc1_keeps_original="expert_fc1" in layout.offload_modules
-        and job.precision == "fp8"
-        and job.fp8_recipe != "mxfp8",
+        and job.quantised
+        and not job.block_scaled,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),

@@ -42,6 +42,7 @@ from planner.ops.assumptions import OpsParams
 from planner.ops.resilience import NoProgress
 from planner.search import rules, suggest
 from planner.search.space import Space
+from planner.search.titan_variants import candidate_job, changed
 from planner.search.top_k import Candidate
 
 Found = tuple[Layout, Performance] | Candidate
@@ -91,22 +92,12 @@ def search_best_layout(space: Space | None = None) -> BestLayout:
     return best
 
 
-def resolved(job: Job, found: Found) -> tuple[Job, Planned]:
-    """The job the layout runs (under a torchtitan candidate's own settings) and what it found."""
-    if not isinstance(found, Candidate):
-        return job, Planned(*found)
-    titan = getattr(found, "titan", None)  # `titan_variants.TitanCandidate`
-    if titan is None:
-        return job, Planned(found.layout, found.performance)
-    return replace(job, torchtitan=titan), Planned(found.layout, found.performance, titan)
-
-
-@dataclass(frozen=True)
-class Planned:
-    layout: Layout
-    performance: Performance
-    titan: TorchtitanSection | None = None
-    """The `[torchtitan]` settings the layout runs under (None: the job's, or not torchtitan)."""
+def resolved(job: Job, found: Found) -> tuple[Job, Layout, Performance]:
+    """The job the layout runs (a torchtitan candidate's own settings: `candidate_job`), the
+    layout and its performance."""
+    if isinstance(found, Candidate):
+        return candidate_job(job, found), found.layout, found.performance
+    return job, *found
 
 
 # ----------------------------------------------------------------------------- the curve
@@ -194,19 +185,10 @@ def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
 
 def titan_change(prev: TorchtitanSection | None, cur: TorchtitanSection | None) -> str:
     """', reshard default->never, hsdp 1->2': the searched `[torchtitan]` settings that changed
-    (`planner.search.titan_variants`), '' where none did."""
+    (`titan_variants.changed`), '' where none did."""
     if prev is None or cur is None:
         return ""
-    names = (
-        ("reshard_after_forward", "reshard"),
-        ("dp_replicate", "hsdp"),
-        ("selective_layer_every", "every"),
-    )
-    return "".join(
-        f", {name} {getattr(prev, attr)}->{getattr(cur, attr)}"
-        for attr, name in names
-        if getattr(prev, attr) != getattr(cur, attr)
-    )
+    return "".join(f", {name} {old}->{new}" for name, old, new in changed(prev, cur))
 
 
 def scale(
@@ -236,16 +218,15 @@ def scale(
             note = f"no layout runs: {broken}" if broken else "no layout fits"
             raw.append(ScalePoint(n, None, None, None, note=note))
             continue
-        runs, got = resolved(j, found)
-        titan = got.titan or (runs.titan if runs.framework == "torchtitan" else None)
+        runs, lay, perf = resolved(j, found)
+        titan = runs.titan if runs.framework == "torchtitan" else None
         try:
-            o = ops.operations(runs, got.performance, tokens, ops_params)
+            o = ops.operations(runs, perf, tokens, ops_params)
         except NoProgress as e:  # this size only: more GPUs, more interruptions
             stalled.append(e)
-            lay, perf = got.layout, got.performance
             raw.append(ScalePoint(n, lay, perf, None, note=e.problem, titan=titan))
             continue
-        raw.append(ScalePoint(n, got.layout, got.performance, o, titan=titan))
+        raw.append(ScalePoint(n, lay, perf, o, titan=titan))
     if stalled and not any(p.feasible for p in raw):
         raise stalled[0]  # no size makes progress: the settings are the problem
     points, stops_at = _compare(raw, threshold, job.arch.is_moe)

@@ -100,20 +100,30 @@ class TitanCandidate(Candidate):
     titan: TorchtitanSection | None = None
 
 
+SEARCHED = (
+    ("reshard_after_forward", "reshard"),
+    ("dp_replicate", "hsdp"),
+    ("selective_layer_every", "every"),
+)
+"""The `[torchtitan]` settings the search varies, and their short names in tables."""
+
+
+def changed(prev: TorchtitanSection, cur: TorchtitanSection) -> list[tuple[str, object, object]]:
+    """(short name, before, after) of each searched setting `cur` changes from `prev`."""
+    return [
+        (name, getattr(prev, attr), getattr(cur, attr))
+        for attr, name in SEARCHED
+        if getattr(prev, attr) != getattr(cur, attr)
+    ]
+
+
 def variant_text(job: Job, c: Candidate) -> str:
     """The candidate's searched settings where they differ from the job's ("reshard never",
     "hsdp 2"), "" for the job's own."""
     titan = getattr(c, "titan", None)
     if titan is None:
         return ""
-    parts = []
-    if titan.reshard_after_forward != job.titan.reshard_after_forward:
-        parts.append(f"reshard {titan.reshard_after_forward}")
-    if titan.dp_replicate != job.titan.dp_replicate:
-        parts.append(f"hsdp {titan.dp_replicate}")
-    if titan.selective_layer_every != job.titan.selective_layer_every:
-        parts.append(f"every {titan.selective_layer_every}")
-    return ", ".join(parts)
+    return ", ".join(f"{name} {new}" for name, _, new in changed(job.titan, titan))
 
 
 def candidate_job(job: Job, c: Candidate) -> Job:

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from cli_run import run
 
-from planner.cli.ops_options import named_options, parse_budget
+from planner.cli.ops_options import named_options
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Job
+from planner.inputs.units import parse_tokens
 from planner.ops import resilience
 from planner.ops.assumptions import OpsParams
 from planner.ops.resilience import NoProgress
@@ -37,13 +38,13 @@ from planner.ops.resilience import NoProgress
     ],
 )
 def test_budget_is_read_exactly(text: str, tokens: int) -> None:
-    assert parse_budget(text) == tokens
+    assert parse_tokens(text, "--tokens") == tokens
 
 
 @pytest.mark.parametrize("text", ["lots", "", "1e400", "0.4", "-5"])
 def test_bad_budget_names_the_option(text: str) -> None:
     with pytest.raises(InputError, match=r"^--tokens: "):
-        parse_budget(text)
+        parse_tokens(text, "--tokens")
 
 
 def test_no_progress_is_named_under_the_option_given() -> None:
