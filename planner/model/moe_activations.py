@@ -6,13 +6,15 @@ spec puts a separate norm before the MoE layer), per local token (T/t: MoE with 
 per token-expert pair the GPU's experts receive:
 
     pre-MLP norm   its input 2h; its output 2h (the router's saved input, and the shared
-                   experts' input: an 8-bit copy more under FP8)                per local token
+                   experts' input: an 8-bit copy more under delayed-scaling FP8;
+                   `shared_input_bytes`)                                         per local token
     dropout mask   h                                                            per local token
     router         fp32 logits and scores, 2 x 4E                               per local token
     experts        fc1's input 2h (8 bits under FP8) x etp (expert-TP gathers its ranks'
                    tokens); fc1's output 2F (x 2 gated: the fused SwiGLU's input); the weighted
                    activation 2F, fc2's input (8 bits under FP8); the probability, 4   per pair
-    shared experts fc1's output and activation over the TP group's tokens, split by t
+    shared experts fc1's output and activation over the TP group's tokens, split by t; under
+                   the shared-expert overlap fc1's gathered input, 2h per token of the group
 
 Pairs: k x T/t x the routing load (`Shard.moe_load`). The dispatchers' permutations save only
 indices (moe_utils.permute / unpermute without probabilities, sort_chunks_by_idxs): no token
@@ -54,12 +56,29 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     if not sh.drops("moe_act"):
         out += n * linear_in(BF16 * F, sh)
     Fs = arch.moe_shared_expert_intermediate_size
-    if Fs:
-        if sh.quantised and not sh.drops("layernorm"):
-            out += local * h * sh.linear_bytes  # the shared experts' quantised input copy
-        if not sh.drops("shared_experts"):
-            out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
+    if Fs and not sh.drops("shared_experts"):
+        out += shared_input_bytes(arch, sh)
+        out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
     return out
+
+
+def shared_input_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What the shared experts' fc1 keeps of its input beyond the norm output the layer already
+    holds: the TP group's gathered tokens under the shared-expert overlap
+    (`Shard.shared_gathered`: bf16, or the quantised copy); else the quantised copy of the local
+    tokens, where fc1 makes one (`Shard.shared_keeps_original`) and the norm output is kept."""
+    h, local = arch.hidden_size, sh.tokens / sh.tp
+    if sh.frozen:
+        return 0.0
+    if sh.shared_gathered:
+        return (
+            BF16 * h * sh.tokens
+            if sh.shared_keeps_original
+            else linear_in(BF16 * h * sh.tokens, sh)
+        )
+    if sh.quantised and not sh.shared_keeps_original and not sh.drops("layernorm"):
+        return local * h * sh.linear_bytes
+    return 0.0
 
 
 def expert_input_bytes(arch: ModelArch, sh: Shard) -> float:

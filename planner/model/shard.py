@@ -75,6 +75,17 @@ class Shard:
     """The routed experts' fc1 saves its bf16 input, not the FP8 copy: Megatron sets
     save_original_input on it when expert_fc1 is offloaded under an FP8 recipe other than MXFP8
     (experts.py d98e8a64, "to avoid the CPU overhead of multiple d2h copies")."""
+    shared_keeps_original: bool = False
+    """The shared experts' fc1 saves its bf16 input, not a quantised copy: Megatron sets
+    save_original_input on it under an FP8 recipe other than delayed scaling, and under NVFP4,
+    unless selective recompute checkpoints the shared experts (shared_experts.py d98e8a64: the
+    router already keeps that input)."""
+    shared_gathered: bool = False
+    """The shared experts' fc1 saves the TP group's gathered input (T tokens, not T/t): under
+    --moe-shared-expert-overlap with TP, SharedExpertMLP gathers the sequence-parallel tokens
+    itself and runs its linear layers without their parallel mode (shared_experts.py
+    `pre_forward_comm`, d98e8a64), so fc1 keeps what it read instead of re-gathering it in its
+    backward."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it
     (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""

@@ -153,6 +153,10 @@ def shard(job: Job, layout: Layout) -> Shard:
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
         weighted_experts=job.framework == "megatron",
+        shared_keeps_original=job.framework == "megatron"
+        and job.quantised
+        and job.quant_recipe != "delayed",
+        shared_gathered=layout.moe_shared_expert_overlap and layout.tp > 1,
         fc1_keeps_original="expert_fc1" in layout.offload_modules
         and job.quantised
         and not job.block_scaled,

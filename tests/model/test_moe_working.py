@@ -138,3 +138,36 @@ def test_offloading_expert_fc1_under_fp8_keeps_its_bf16_input() -> None:
         assert moe.expert_input_bytes(ARCH, sh) == pytest.approx(moe.pairs(ARCH, sh) * per_pair)
     kept = shard(job("qwen3-30b-a3b", "h100-sxm-80gb", 8, 4096, 64, precision="fp8"), Layout(ep=8))
     assert moe.expert_input_bytes(ARCH, kept) == pytest.approx(moe.pairs(ARCH, kept) * 2048)
+
+
+def test_the_shared_experts_input_as_their_fc1_saves_it() -> None:
+    """shared_experts.py (d98e8a64): under --moe-shared-expert-overlap with TP, SharedExpertMLP
+    gathers the sequence-parallel tokens itself and runs fc1 without its parallel mode, so fc1
+    saves the gathered input, 2 bytes x hidden per token of the TP group; without the overlap
+    fc1 saves the local norm output the router already keeps (nothing more in bf16), plus its
+    8-bit copy under delayed-scaling FP8; under another FP8 recipe save_original_input drops that
+    copy. Hand count for DeepSeek-V3 (hidden 7,168, shared FFN 2,048) at 4,096 tokens, tp 4:
+    1,024 local tokens."""
+    dsv3 = catalog.get_model("deepseek-v3")
+    h, tokens, local = 7168, 4096, 1024
+
+    def extra(precision: str, recipe: str, overlap: bool) -> float:
+        j = job("deepseek-v3", "h100-sxm-80gb", 256, tokens, 256, precision=precision,
+                fp8_recipe=recipe)  # fmt: skip
+        lay = Layout(tp=4, ep=8, sequence_parallel=True, moe_shared_expert_overlap=overlap)
+        return moe.shared_input_bytes(dsv3, shard(j, lay))
+
+    assert extra("bf16", "delayed", overlap=False) == 0
+    assert extra("fp8", "delayed", overlap=False) == pytest.approx(1 * h * local)
+    assert extra("fp8", "tensorwise", overlap=False) == 0
+    assert extra("bf16", "delayed", overlap=True) == pytest.approx(2 * h * tokens)
+    assert extra("fp8", "delayed", overlap=True) == pytest.approx(1 * h * tokens)
+    assert extra("fp8", "mxfp8", overlap=True) == pytest.approx(2 * h * tokens)
+    # the layer's whole activations grow by that input (2 x 7,168 x 4,096 = 58.7 MB)
+    j = job("deepseek-v3", "h100-sxm-80gb", 256, tokens, 256)
+    lays = [
+        Layout(tp=4, ep=8, sequence_parallel=True, moe_shared_expert_overlap=o)
+        for o in (False, True)
+    ]
+    off, on = (moe.moe_bytes(dsv3, shard(j, lay)) for lay in lays)
+    assert on - off == pytest.approx(2 * h * tokens)
