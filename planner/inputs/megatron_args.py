@@ -239,7 +239,9 @@ def _read(
     missing: list[str] = []
     model = _model(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
-    megatron_asserts.refuse(line, model["position_embedding_type"], parallel.get("vpp", 1))
+    megatron_asserts.refuse(
+        line, model["position_embedding_type"], parallel.get("vpp", 1), trains=not runs_model
+    )
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     training.update(megatron_dsa.training_fields(line, notes))
     megatron_training.environment_fields(env, training, where)
@@ -248,7 +250,9 @@ def _read(
     missing += megatron_args_memory.mimo(line, training)
     missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
     missing += megatron_args_memory.deterministic_sinks_note(line, model)
-    model.setdefault("max_position_embeddings", training["seq_length"])
+    if "max_position_embeddings" not in model:
+        model["max_position_embeddings"] = training["seq_length"]
+        notes.extend(max_position_note(line))
     vocab = vocabulary(
         VocabFlags(
             tokenizer_type=line.raw("--tokenizer-type"),
@@ -283,6 +287,18 @@ def _read(
         "parallel": parallel,
     }
     return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
+
+
+def max_position_note(line: Line) -> list[str]:
+    """What a line without --max-position-embeddings is told: Megatron-LM requires the flag
+    (d98e8a64 validate_args: `_check_arg_is_not_none(args, 'max_position_embeddings')`) unless
+    the checkpoint's saved arguments supply it (--use-checkpoint-args, read before the check)."""
+    if line.has("--use-checkpoint-args"):
+        return []
+    return [
+        "--max-position-embeddings: not given, read as --seq-length; Megatron-LM requires it "
+        "(validate_args stops at start-up without it): add it to the line"
+    ]
 
 
 def _blackwell(gpu: str) -> bool:

@@ -25,16 +25,18 @@ DEPRECATED = {
 """Flags validate_args asserts unset ("no longer valid"), and what replaced each."""
 
 
-def refuse(line: Line, position: str, vpp: int) -> None:
+def refuse(line: Line, position: str, vpp: int, trains: bool = True) -> None:
     """Raises where Megatron-LM refuses the line; `position` is the position embedding the line
-    asks for (its default resolved), `vpp` the virtual pipeline size it asks for."""
-    problem = _first_problem(line, position, vpp)
+    asks for (its default resolved), `vpp` the virtual pipeline size it asks for; `trains`, the
+    line runs a training script (an inference entry point is let through what validate_args
+    allows there)."""
+    problem = _first_problem(line, position, vpp, trains)
     if problem is not None:
         flag, why = problem
         raise InputError(f"{line.where}: {flag}: {why}")
 
 
-def _first_problem(line: Line, position: str, vpp: int) -> tuple[str, str] | None:
+def _first_problem(line: Line, position: str, vpp: int, trains: bool) -> tuple[str, str] | None:
     for flag, new in DEPRECATED.items():
         if line.has(flag):
             return flag, f"no longer valid (validate_args asserts it unset): use {new}"
@@ -42,7 +44,7 @@ def _first_problem(line: Line, position: str, vpp: int) -> tuple[str, str] | Non
         _position(line, position),
         _activations(line),
         _precision(line),
-        _sharding(line),
+        _sharding(line, trains),
         _pipeline(line, vpp),
         _context(line),
     )
@@ -55,7 +57,8 @@ def _position(line: Line, position: str) -> tuple[str, str] | None:
             "deprecated: Megatron-LM raises unless --position-embedding-type rope; use "
             "--position-embedding-type none"
         )
-    # (validate_args also requires --max-position-embeddings; the reader takes a line without)
+    # (validate_args also requires --max-position-embeddings; a line without it is read with a
+    # note: `megatron_args.max_position_note`)
     longest, seq = line.integer("--max-position-embeddings"), line.integer("--seq-length")
     if longest is not None and seq is not None and longest < seq:
         return "--max-position-embeddings", (
@@ -94,13 +97,19 @@ def _precision(line: Line) -> tuple[str, str] | None:
     return None
 
 
-def _sharding(line: Line) -> tuple[str, str] | None:
+def _sharding(line: Line, trains: bool) -> tuple[str, str] | None:
     distributed = line.has("--use-distributed-optimizer")
     mfsdp, fsdp2 = line.has("--use-megatron-fsdp"), line.has("--use-torch-fsdp2")
     dist_muon = line.text("--optimizer") == "dist_muon"
     if line.has("--overlap-param-gather") and not (distributed or mfsdp or dist_muon):
         return "--overlap-param-gather", (
             "needs the distributed optimizer, Megatron-FSDP or dist_muon (validate_args asserts it)"
+        )
+    sharded = distributed or mfsdp or fsdp2
+    if trains and line.has("--fp8-param-gather") and not sharded:
+        return "--fp8-param-gather", (
+            "needs the distributed optimizer, Megatron-FSDP or torch FSDP2 in training "
+            "(validate_args asserts it; only inference, without gradients, runs it alone)"
         )
     ckpt = line.text("--ckpt-format") or "torch_dist"
     if mfsdp and ckpt != "fsdp_dtensor":

@@ -50,6 +50,8 @@ def read(extra: str, gpus: int = 8) -> megatron_args.Reading:
         ("--fp8-format e5m2", "--fp8-format"),  # TransformerConfig: Literal['e4m3', 'hybrid']
         ("--main-grads-dtype bf16", "--main-grads-dtype"),  # OptimizerConfig asserts fp32
         ("--overlap-grad-reduce --overlap-param-gather", "--overlap-param-gather"),  # no dist opt
+        # validate_args: fp8_param_gather needs a sharded optimizer unless grads are disabled
+        ("--fp8-format hybrid --fp8-param-gather", "--fp8-param-gather"),
         ("--use-megatron-fsdp", "--ckpt-format"),  # asserts ckpt_format == "fsdp_dtensor"
         ("--use-torch-fsdp2 --untie-embeddings-and-output-weights", "--no-gradient-accumulation"),
         ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
@@ -179,3 +181,27 @@ def test_a_script_name_is_no_nemo_override() -> None:
     assert "NeMo" not in no_flags(["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py"])
     assert "NeMo" in no_flags(["nemo", "llm", "pretrain", "trainer.devices=8"])
     assert "NeMo" in no_flags(["model.tensor_model_parallel_size=2"])
+
+
+def test_fp8_param_gather_alone_runs_only_in_inference() -> None:
+    """validate_args asserts --fp8-param-gather with the distributed optimizer, torch FSDP2,
+    Megatron-FSDP, `or not torch.is_grad_enabled()`: a generation entry point (which runs under
+    no_grad) is read, a training line with the distributed optimizer too."""
+    extra = "--fp8-format hybrid --fp8-param-gather"
+    words = "examples/inference/advanced/gpt_static_inference.py " + SMALL + extra
+    assert megatron_args.read(words, "h100-sxm-80gb", 8, "infer.sh").doc["model"]
+    assert read(extra + " --use-distributed-optimizer").doc["training"]
+
+
+def test_a_line_without_max_position_embeddings_is_told_megatron_needs_it() -> None:
+    """validate_args requires --max-position-embeddings (`_check_arg_is_not_none`), read after
+    --use-checkpoint-args loads the checkpoint's arguments; planner reads it as --seq-length and
+    says so, unless the checkpoint supplies it."""
+    line = SMALL.replace("--max-position-embeddings 4096 ", "")
+    note = "--max-position-embeddings: not given"
+    reading = megatron_args.read(line, "h100-sxm-80gb", 8, "train.sh")
+    assert any(n.startswith(note) for n in reading.notes)
+    assert reading.doc["model"]["max_position_embeddings"] == 4096
+    assert not any(n.startswith(note) for n in read("").notes)
+    restored = megatron_args.read(line + "--use-checkpoint-args", "h100-sxm-80gb", 8, "t.sh")
+    assert not any(n.startswith(note) for n in restored.notes)
