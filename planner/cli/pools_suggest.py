@@ -182,7 +182,7 @@ def _plan_dict(p: PoolPlan) -> dict[str, Any]:
             **memory_dict(p.memory),
             "host": host_dict(host_memory.estimate(p.job, p.layout)),
         },
-        "performance": performance_dict(p.performance),
+        "performance": performance_dict(p.performance, p.job.arch.has_dsa),
         "usd_per_million_tokens": usd_per_million_tokens(p.job, p.performance),
     }
 

@@ -120,7 +120,7 @@ def curve_dict(curve: scaling.ScaleCurve) -> dict[str, Any]:
         if p.layout is not None and p.performance is not None:
             d["parallel"] = report.layout_dict(p.layout)
             d["layout"] = p.layout.describe()
-            d["performance"] = report.performance_dict(p.performance)
+            d["performance"] = report.performance_dict(p.performance, job.arch.has_dsa)
         if p.titan is not None:
             d["torchtitan"] = p.titan.model_dump()
             own = job.titan.model_dump()

@@ -77,7 +77,10 @@ def gpu_dict(gpu: GpuSpec) -> dict[str, Any]:
     return gpu.model_dump(mode="json")
 
 
-def performance_dict(perf: Performance) -> dict[str, Any]:
+def performance_dict(perf: Performance, sparse_attention: bool) -> dict[str, Any]:
+    """`performance` of the JSON; `sparse_attention`, the model's attention is DeepSeek's sparse
+    attention, whose model FLOPs (Megatron-LM's count) are still dense causal attention's: its
+    MFU can pass 100% at long context (`sparse_attention_counted_dense`)."""
     b = perf.breakdown
     return {
         "step_time_s": round(perf.step_time_s, 4),
@@ -90,6 +93,7 @@ def performance_dict(perf: Performance) -> dict[str, Any]:
         "model_flops_per_step": perf.model_flops_per_step,
         "hardware_flops_per_step": perf.hardware_flops_per_step,
         "causal_attention_halved": False,
+        "sparse_attention_counted_dense": sparse_attention,
         "bottleneck": perf.bottleneck(),
         "breakdown_s": {k: round(float(v), 4) for k, v in asdict(b).items()},
         "stages": [
@@ -121,7 +125,7 @@ def plan_dict(
     return {
         "fits": rep.fits and host.fits,
         "memory": {**memory_dict(rep), "host": host_dict(host)},
-        "performance": performance_dict(perf),
+        "performance": performance_dict(perf, arch.has_dsa),
         "model": model_dict(arch),
         "parallel": layout_dict(layout),
     }

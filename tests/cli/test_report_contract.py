@@ -98,3 +98,19 @@ def test_a_plan_ranked_at_another_headroom_says_so(
     assert "# ranked with --headroom 0: run planner check --headroom 0" in written.read_text()
     code, _, _ = run(["check", str(written), "--headroom", "0"], capsys)
     assert code == 0
+
+
+def test_sparse_attention_mfu_is_labelled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DeepSeek-V3.2's model FLOPs are Megatron-LM's count, dense causal MLA over all 131,072
+    keys, while its sparse attention reads 2,048 keys a query: at 128k the best layout on 1,024
+    H100 passes 100% MFU against the bf16 peak, and the JSON says why; DeepSeek-V3's (dense MLA)
+    does not carry the label."""
+    for model, sparse in (("deepseek-v3.2", True), ("deepseek-v3", False)):
+        job = _job(tmp_path, model, 1024, 131072, 64)
+        code, out, err = run(["suggest", str(job), "--top", "1", "--json"], capsys)
+        assert code == 0, err
+        perf = json.loads(out)["candidates"][0]["performance"]
+        assert perf["sparse_attention_counted_dense"] is sparse
+        assert (perf["mfu"] > 1.0) is sparse  # above what a GPU computes: the count, not the run

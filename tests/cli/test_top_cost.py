@@ -45,7 +45,11 @@ def shown(p: Performance) -> tuple[str, str, str]:
     console.print(render_suggest.candidates_table(job, [Candidate(Layout(dp=8), mem, p)], "x"))
     row = next(line for line in console.export_text().splitlines() if line.startswith("│ 1 "))
     cell = row.rstrip(" │").rsplit("│", 1)[1].strip()
-    return cell, render.top_cost_text(p), report.performance_dict(p)["bottleneck"]
+    return (
+        cell,
+        render.top_cost_text(p),
+        report.performance_dict(p, sparse_attention=False)["bottleneck"],
+    )
 
 
 def test_threshold_is_five_percent() -> None:

@@ -21,7 +21,7 @@ def test_bf16_plan_has_one_mfu() -> None:
     by_hand = p.model_flops_per_step / (p.step_time_s * 8 * 989e12)
     assert p.mfu == pytest.approx(by_hand) and p.mfu_bf16_peak == pytest.approx(by_hand)
     assert p.mfu_fp8_peak is None
-    d = performance_dict(p)
+    d = performance_dict(p, sparse_attention=False)
     assert d["mfu"] == d["mfu_bf16_peak"] and d["mfu_fp8_peak"] is None
 
 
@@ -31,8 +31,9 @@ def test_fp8_plan_reports_both_peaks() -> None:
     assert p.mfu_bf16_peak == pytest.approx(flops / 989e12)
     assert p.mfu_fp8_peak == pytest.approx(flops / 1979e12)
     assert p.mfu == p.mfu_fp8_peak  # `Performance.mfu`: the job's precision's peak
-    d = performance_dict(p)
+    d = performance_dict(p, sparse_attention=False)
     # the JSON's `mfu` is the contract's (DESIGN.md: against the bf16 peak; the FP8 peak's
     # labelled beside it): an FP8 plan's was its FP8-peak figure, half the headline one
     assert d["mfu"] == d["mfu_bf16_peak"]
     assert d["mfu_bf16_peak"] == pytest.approx(2 * d["mfu_fp8_peak"], rel=2e-3)
+
