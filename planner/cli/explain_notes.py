@@ -189,8 +189,9 @@ def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | No
     """A Megatron MoE plan with shared experts and a token dispatcher's all-to-all: with
     `Layout.moe_shared_expert_overlap`, the all-to-all seconds its shared experts hide per step
     and the step against the same plan without; without it, where Megatron allows it
-    (`planner.search.rules.shared_overlap`) and it would save SWITCH_ADVICE_SHARE of the step,
-    what turning it on would save."""
+    (`planner.search.rules.shared_overlap`), it would save SWITCH_ADVICE_SHARE of the step and
+    the plan would still fit, what turning it on would save, and the memory it would add (with
+    TP, the shared experts' fc1 keeps the group's gathered input: `Shard.shared_gathered`)."""
     if job.framework != "megatron" or not job.arch.moe_shared_expert_intermediate_size:
         return None
     if layout.ep * layout.expert_tp <= 1:  # no all-to-all: the flag is a no-op
@@ -209,10 +210,15 @@ def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | No
     saved = perf.step_time_s - other.step_time_s
     if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
         return None
+    grown = memory.estimate(job, flip)
+    if not grown.fits:
+        return None
+    more = (grown.peak - memory.estimate(job, layout).peak) / GIB
+    cost_text = f", for {more:.1f} GiB more at the peak" if more >= 0.05 else ""
     return (
         "shared-expert overlap: off; parallel.moe_shared_expert_overlap = true (Megatron "
         f"--moe-shared-expert-overlap) would save {saved:.3f} s of the {perf.step_time_s:.3f} s "
-        "step"
+        f"step{cost_text}"
     )
 
 

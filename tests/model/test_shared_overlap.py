@@ -13,6 +13,7 @@ hand arithmetic, and the estimate's own pieces recombined by hand.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ from planner.emit import megatron
 from planner.emit.launch import render
 from planner.inputs import megatron_args, plan_writer
 from planner.inputs.plan import parse_plan, reframe
-from planner.model import comms, cost, dispatch, layer_time
+from planner.inputs.units import GIB
+from planner.model import comms, cost, dispatch, layer_time, memory
 from planner.model.layer_time import gpu_of
 from planner.search.bound import lower_bound
 from planner.search.rules import violations
@@ -179,3 +181,27 @@ def test_suggest_says_what_it_would_save_on_its_first_pick(
     note = explain_notes.shared_overlap_text(job, lay, cost.estimate(job, lay))
     assert note is not None and "would save" in note
     assert f"#1: {note}" in out
+
+
+def test_the_advice_names_the_memory_the_gathered_input_adds() -> None:
+    """With TP the overlapped shared experts' fc1 keeps the TP group's gathered input
+    (shared_experts.py `pre_forward_comm`, d98e8a64): the advice names what that adds at the peak,
+    the two estimates' difference, and is not given where the plan would then not fit."""
+    plan = _plan(LINE.replace(FLAG, "") + " --tensor-model-parallel-size 2 --sequence-parallel")
+    job, lay = plan.job, plan.require_layout()
+    flip = lay.with_(moe_shared_expert_overlap=True)
+    more = (memory.estimate(job, flip).peak - memory.estimate(job, lay).peak) / GIB
+    # at least the 16 MoE layers' gathered inputs, kept for the one micro-batch in flight at
+    # pp 1: 16 x 4,096 tokens x 1,024 x 2 bytes = 128 MiB (the norm output the layer keeps is the
+    # local 2,048 tokens', already counted)
+    assert more >= 16 * 4096 * 1024 * 2 / GIB
+    advice = explain_notes.shared_overlap_text(job, lay, cost.estimate(job, lay))
+    assert advice is not None and f"for {more:.1f} GiB more at the peak" in advice
+    # the same job on a GPU whose memory the overlap would overflow: no advice (usable memory
+    # halfway between the two peaks; the capacity is the physical memory less the headroom)
+    rep = memory.estimate(job, lay)
+    usable = rep.peak + 0.5 * more * GIB
+    gib = usable * rep.physical / rep.capacity / GIB
+    tight = replace(job, cluster=job.cluster.model_copy(update={"memory_gib": gib}))
+    assert memory.estimate(tight, lay).fits and not memory.estimate(tight, flip).fits
+    assert explain_notes.shared_overlap_text(tight, lay, cost.estimate(tight, lay)) is None
