@@ -312,14 +312,21 @@ def operations_table(o: Operations) -> Table:
     t = Table(title="Operations (defaults and their sources: planner/ops/assumptions.py)")
     t.add_column("what", style="bold")
     t.add_column("estimate", overflow="fold")
-    if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
+    if (
+        o.tokens is not None
+        and o.days is not None
+        and o.days_no_failures is not None
+        and o.gpu_hours is not None
+        and o.energy_mwh is not None
+    ):
         t.add_row("token budget", f"{units.format_tokens(o.tokens)} tokens = {o.steps:,} steps")
-        t.add_row("wall-clock", f"{o.days:,.1f} days ({o.days_no_failures:,.1f} without failures)")
-        t.add_row("GPU-hours", f"{o.gpu_hours:,.0f}")
+        days, ideal = units.format_amount(o.days), units.format_amount(o.days_no_failures)
+        t.add_row("wall-clock", f"{days} days ({ideal} without failures)")
+        t.add_row("GPU-hours", units.format_amount(o.gpu_hours, 0))
         t.add_row("cost", f"{cost_text(o) or 'unknown'} ({o.price_source})")
         t.add_row(
             "energy",
-            f"{o.energy_mwh:,.1f} MWh at {o.facility_power_w / 1e6:,.3f} MW "
+            f"{units.format_amount(o.energy_mwh)} MWh at {o.facility_power_w / 1e6:,.3f} MW "
             f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {nodes}, "
             f"PUE {o.pue:g})",
         )
@@ -363,7 +370,9 @@ def operations_table(o: Operations) -> Table:
 def _interval_source(r: Resilience, given_min: float | None) -> str:
     """Where the checkpoint interval comes from: the option (and where less than half a step,
     the one step it became), Daly's optimum, or with asynchronous save the write it may not
-    start before (when that is the longer)."""
+    start before (when that is the longer); a run shorter than that, the run."""
+    if r.whole_run:
+        return "the whole run, shorter than the interval: one save, at its end"
     if given_min is not None:
         step = r.interval_s / r.interval_steps
         short = r.interval_steps == 1 and given_min * 60.0 < step / 2

@@ -46,7 +46,7 @@ def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
                 _marginal(p.marginal_efficiency),
                 f"{o.resilience.goodput:.1%}",
                 usd_text(usd),
-                f"{o.days:,.1f}" if o.days is not None else "-",
+                units.format_amount(o.days) if o.days is not None else "-",
                 p.note,
             )
         )

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from planner import __version__
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.units import GIB, format_bytes, format_duration, format_money, format_tokens
+from planner.inputs.units import (
+    GIB,
+    format_amount,
+    format_bytes,
+    format_duration,
+    format_money,
+    format_si,
+    format_tokens,
+)
 from planner.model import cost, memory
 from planner.ops.assumptions import AssumptionError
 from planner.ops.operations import Operations, operations
@@ -286,16 +294,23 @@ def summary_lines(o: Operations) -> list[str]:
     """Plain sentences (no comment marker) describing an Operations, for headers and logs."""
     r = o.resilience
     lines: list[str] = []
-    if o.tokens is not None and o.days is not None and o.gpu_hours is not None:
+    if (
+        o.tokens is not None
+        and o.days is not None
+        and o.days_no_failures is not None
+        and o.gpu_hours is not None
+        and o.energy_mwh is not None
+    ):
         cost = f"{cost_text(o) or 'cost unknown'} ({o.price_source})"
         lines.append(
-            f"{format_tokens(o.tokens)} tokens in {o.steps:,} steps: {o.days:.1f} days "
-            f"wall-clock ({o.days_no_failures:.1f} without failures), "
-            f"{o.gpu_hours / 1e6:.3g}M GPU-hours, {cost}"
+            f"{format_tokens(o.tokens)} tokens in {o.steps:,} steps: {format_amount(o.days)} days "
+            f"wall-clock ({format_amount(o.days_no_failures)} without failures), "
+            f"{format_si(o.gpu_hours)} GPU-hours, {cost}"
         )
         lines.append(
-            f"energy {o.energy_mwh:,.0f} MWh: {o.facility_power_w / 1e6:.2f} MW facility "
-            f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node overhead, PUE {o.pue:g})"
+            f"energy {format_amount(o.energy_mwh, 0)} MWh: {o.facility_power_w / 1e6:.2f} MW "
+            f"facility ({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node overhead, "
+            f"PUE {o.pue:g})"
         )
     mode = "async" if r.async_checkpoint else "sync"
     lines.append(

@@ -72,6 +72,12 @@ def parse_tokens(text: str, option: str) -> int:
             f"{option}: expected a token count like 15T, 300B, 1.2M or 2.5e12 (got {text!r})"
         )
     number, suffix = m.groups()
+    whole = re.split(r"[.E]", number)[0]
+    if "," in whole and not re.fullmatch(r"[0-9]{1,3}(?:[,_][0-9]{3})+", whole):
+        raise InputError(
+            f"{option}: commas only between groups of three digits (1,000B); a fraction takes a "
+            f"point (1.5T) (got {text!r})"
+        )
     try:
         value = Decimal(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
     except InvalidOperation:
@@ -84,11 +90,17 @@ def parse_tokens(text: str, option: str) -> int:
 
 
 def _scaled(x: float, units: tuple[tuple[str, float], ...], spec: str) -> str | None:
-    """x in the largest of the (suffix, scale) units it reaches, largest first (1.5e6 -> '1.5M');
-    None below the smallest."""
-    for suffix, scale in units:
-        if abs(x) >= scale:
-            return f"{x / scale:{spec}}{suffix}"
+    """x in the largest of the (suffix, scale) units it reaches once written in `spec`, largest
+    first (1.5e6 -> '1.5M'; 999,800 at 3 digits -> '1M', not '1e+03k'; 999.7 -> '1k'); None
+    below the smallest. The units are each 1,000 times the next."""
+    for i, (suffix, scale) in enumerate(units):
+        text = f"{x / scale:{spec}}"
+        if abs(float(text)) < 1:
+            continue
+        if abs(float(text)) >= 1000 and i > 0:  # rounded up into the larger unit
+            suffix, scale = units[i - 1]
+            text = f"{x / scale:{spec}}"
+        return f"{text}{suffix}"
     return None
 
 
@@ -112,6 +124,15 @@ def format_money(usd: float) -> str:
 def format_bytes(n: float) -> str:
     """5.68e12 -> '5.68 TB'."""
     return _scaled(n, ((" TB", 1e12), (" GB", 1e9), (" MB", 1e6)), ".3g") or f"{n:.0f} B"
+
+
+def format_amount(x: float, decimals: int = 1) -> str:
+    """x with thousands separated and `decimals` places (12,345.7), or two significant digits
+    where those places would write a quantity that is not zero as 0 (0.00029 days)."""
+    text = f"{x:,.{decimals}f}"
+    if x != 0 and float(text.replace(",", "")) == 0:
+        return f"{x:.2g}"
+    return text
 
 
 def format_duration(seconds: float) -> str:

@@ -171,14 +171,14 @@ def operations(
 ) -> Operations:
     """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`)."""
     ops = ops or OpsParams()
-    res = resilience(job, perf.step_time_s, ops)
+    steps = None if tokens is None else training_steps(job, tokens)
+    res = resilience(job, perf.step_time_s, ops, steps)
     n = job.cluster.num_gpus
     tps = job.tokens_per_step / perf.step_time_s
     usd, source = price(job, ops)
     gpu_w, node_w, facility = power_w(job, ops)
-    steps = train = wall = gpu_hours = cost = energy = None
-    if tokens is not None:
-        steps = training_steps(job, tokens)
+    train = wall = gpu_hours = cost = energy = None
+    if steps is not None:
         train = steps * perf.step_time_s
         wall = train / res.goodput
         gpu_hours = n * wall / SECONDS_PER_HOUR

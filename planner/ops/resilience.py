@@ -30,7 +30,8 @@ checkpoints and delta the time a checkpoint blocks training:
 
 ("A higher order estimate of the optimum checkpoint interval for restart dumps", Future
 Generation Computer Systems 22 (2006) 303-312, the perturbation solution), tau rounded to whole
-steps (>= 1).
+steps (>= 1) and, for a run of a known length (a token budget), at most the run's steps: a run
+shorter than the interval checkpoints once, at its end, and a failure re-does it from the start.
 
 Asynchronous checkpoints block for the copy H alone, and a save that starts before the previous
 write finished waits for it: delta = H + max(0, C - tau). A checkpoint is durable once written;
@@ -151,6 +152,9 @@ class Resilience:
     lost_restart: float
     """Of lost_failures, the restarts themselves (the module docstring's split; ~ R'/M)."""
     async_checkpoint: bool
+    whole_run: bool = False
+    """The interval is the whole run (a token budget shorter than the optimum): one save, at its
+    end."""
 
     @property
     def lost_rework(self) -> float:
@@ -266,8 +270,11 @@ MIN_GOODPUT = 1e-9
 figure could show: the settings are refused (`resilience`)."""
 
 
-def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
-    """Checkpoint cost, optimal interval (Daly, rounded to whole steps), goodput and its losses.
+def resilience(
+    job: Job, step_time_s: float, ops: OpsParams, run_steps: int | None = None
+) -> Resilience:
+    """Checkpoint cost, optimal interval (Daly, rounded to whole steps, at most `run_steps`, the
+    run's length where a token budget gives it), goodput and its losses.
     Settings under which the job makes no progress (goodput below MIN_GOODPUT: interruptions
     far more often than the restart or the checkpoints take) are an AssumptionError naming the
     one that decides it and every figure behind it."""
@@ -316,6 +323,9 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
         choices = [own, max(1, round(daly_interval(copy + write, m) / step_time_s))]
     else:
         choices = [max(1, round(daly / step_time_s))]
+    whole_run = run_steps is not None and min(choices) >= run_steps
+    if run_steps is not None:  # no interval outlasts the run: it saves at its end
+        choices = [min(k, run_steps) for k in choices]
     steps = min(choices, key=lambda k: schedule(k)[3])
     tau, delta, restart, wall_per_work = schedule(steps)
     goodput = 1.0 / wall_per_work
@@ -340,4 +350,5 @@ def resilience(job: Job, step_time_s: float, ops: OpsParams) -> Resilience:
         lost_failures=lost_fail,
         lost_restart=min(lost_fail, restarts),
         async_checkpoint=ops.async_checkpoint,
+        whole_run=whole_run and steps == run_steps,
     )

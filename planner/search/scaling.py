@@ -146,6 +146,18 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("micro_batch_size", "mbs"),
     ("zero_stage", "zero"),
     ("recompute", "recompute"),
+    ("recompute_modules", "recompute modules"),
+    ("recompute_method", "recompute method"),
+    ("recompute_num_layers", "recompute layers"),
+    ("cpu_offloading_num_layers", "offload"),
+    ("offload_modules", "offload modules"),
+    ("activation_offload_fraction", "offload fraction"),
+    ("moe_token_dispatcher_type", "dispatcher"),
+    ("moe_flex_dispatcher_backend", "flex backend"),
+    ("moe_flex_dispatcher_num_sms", "dispatcher SMs"),
+    ("cp_comm_type", "cp-comm-type"),
+    ("microbatch_group_size_per_vp_stage", "vp group"),
+    ("dp_pools", "dp pools"),
     ("sequence_parallel", "sp"),
     ("tp_comm_overlap", "tp-comm-overlap"),
     ("ep_comm_overlap", "ep-comm-overlap"),
@@ -158,6 +170,17 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("wgrad_deferral_limit", "wgrad-deferral-limit"),
     ("pipeline_layers", "pipeline split"),
 )
+"""Every Layout field but dp, by the name `layout_change` gives it (pipeline_layers stands for the
+whole split: its layout string and embedding / loss accounting too)."""
+
+_DETAIL_OF = {
+    "recompute_modules": "recompute",
+    "recompute_method": "recompute",
+    "recompute_num_layers": "recompute",
+    "moe_flex_dispatcher_backend": "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_num_sms": "moe_token_dispatcher_type",
+}
+"""Fields not named where the field they detail changed too ('recompute none->full' says it)."""
 
 
 def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
@@ -170,17 +193,29 @@ def layout_change(prev: Layout, cur: Layout, moe: bool = True) -> str:
             a, b = prev.split_key()[2:], cur.split_key()[2:]
         if a == b or (not moe and attr in ("ep", "etp")):
             continue
+        parent = _DETAIL_OF.get(attr)
+        if parent is not None and getattr(prev, parent) != getattr(cur, parent):
+            continue
         if attr == "pipeline_layers":
             shape = {True: "even", False: "uneven"}
             was, now = shape[prev.even_split], shape[cur.even_split]
             parts.append(f"{name} {was}->{now}" if was != now else f"{name} changed")
         elif isinstance(a, bool):
             parts.append(f"{name} {'on' if b else 'off'}")
+        elif isinstance(a, tuple) or isinstance(b, tuple):
+            parts.append(f"{name} {_listed(a)}->{_listed(b)}")
         else:
             parts.append(f"{name} {a}->{b}")
     if not parts:
         return f"dp only (dp {prev.dp}->{cur.dp})"
     return ", ".join(parts)
+
+
+def _listed(value: object) -> str:
+    """A tuple field as 'a,b' ('none' when empty)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
 
 
 def titan_change(prev: TorchtitanSection | None, cur: TorchtitanSection | None) -> str:

@@ -11,6 +11,7 @@ contract (exit 2 naming the option for bad input).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -224,6 +225,42 @@ def test_interval_is_whole_steps_and_can_be_given() -> None:
     given = resilience.resilience(job, 7.0, OpsParams(checkpoint_interval_min=30))
     assert given.interval_steps == round(30 * 60 / 7.0)
     assert given.goodput <= r.goodput + 1e-12  # Daly's optimum is at least as good
+
+
+def test_no_interval_outlasts_the_run() -> None:
+    """A 2-step budget was told 'every 467 steps' with Daly's steady-state losses. Capped at the
+    run, it saves once, at its end: one segment of Daly's model, goodput = tau / (M e^(R'/M)
+    (e^((tau + delta)/M) - 1)), here by hand from the schedule's own figures."""
+    job = make_job("llama3.1-405b", num_gpus=1024)
+    long = resilience.resilience(job, 7.0, OpsParams())
+    assert long.interval_steps > 2
+    short = resilience.resilience(job, 7.0, OpsParams(), run_steps=2)
+    assert short.interval_steps == 2 and short.interval_s == pytest.approx(14.0)
+    assert short.whole_run and not long.whole_run
+    m, tau, delta, r = short.mtbf_s, 14.0, short.checkpoint_blocking_s, short.restart_s
+    assert short.goodput == pytest.approx(
+        tau / (m * math.exp(r / m) * math.expm1((tau + delta) / m))
+    )
+    # a run longer than the interval keeps Daly's, and a given interval is capped alike
+    assert resilience.resilience(job, 7.0, OpsParams(), run_steps=10**6) == long
+    given = OpsParams(checkpoint_interval_min=30)
+    assert resilience.resilience(job, 7.0, given, run_steps=5).interval_steps == 5
+    # explain passes the budget's steps: 2 steps of 128 x 8,192 tokens
+    perf = perf_with_step(job, Layout(tp=8, pp=8, dp=16, sequence_parallel=True), 7.0)
+    o = ops.operations(job, perf, 2 * 128 * 8192)
+    assert o.steps == 2 and o.resilience.interval_steps == 2
+
+
+def test_short_runs_are_not_written_as_zero() -> None:
+    """'0.0 days' and '0.0 MWh' for a 2-step run: the text keeps two significant digits where
+    one decimal place would write 0 (2 x 2 s = 4 s = 4.6e-05 days)."""
+    job = make_job(num_gpus=64)
+    perf = perf_with_step(job, LAYOUT_64, 2.0)
+    text = "\n".join(summary_lines(ops.operations(job, perf, 2 * 128 * 8192)))
+    assert " 0.0 days" not in text and " 0 MWh" not in text and "e-07M" not in text
+    assert "(4.6e-05 without failures)" in text  # 4 s of training
+    o = ops.operations(job, perf, 2 * 128 * 8192)
+    assert o.days is not None and f"{o.days:.2g} days wall-clock" in text  # and the final save
 
 
 def test_async_checkpoint_blocks_less_and_lags_by_a_write() -> None:

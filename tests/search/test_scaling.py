@@ -7,6 +7,7 @@ search on a small real job, an XML parser for the SVG, and the CLI contract.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -29,7 +30,10 @@ from planner.ops.assumptions import AssumptionError, OpsParams
 from planner.search import scaling
 
 NEGLIGIBLE_FAILURES = OpsParams(
-    failure_rate_per_gpu_day=1e-12, storage_gb_per_s_per_node=1e9, price_usd_per_gpu_hour=2.0
+    failure_rate_per_gpu_day=1e-12,
+    storage_gb_per_s_per_node=1e9,
+    host_copy_gb_per_s=1e9,
+    price_usd_per_gpu_hour=2.0,
 )
 """Failures and checkpoints made negligible: goodput ~ 1, so efficiencies are step-time ratios."""
 
@@ -242,6 +246,23 @@ def test_layout_change() -> None:
     c = a.with_(etp=1, ep=2)
     assert scaling.layout_change(a, c) == "ep 1->2, etp None->1"
     assert scaling.layout_change(a, c.with_(ep=1), moe=False) == "dp only (dp 8->8)"
+    # offloading and recompute details were never named ("dp only" where 23 offloaded layers
+    # became 19); a detail is left out where its policy changed too
+    d = a.with_(cpu_offloading_num_layers=23)
+    assert scaling.layout_change(d, d.with_(cpu_offloading_num_layers=19)) == "offload 23->19"
+    e = a.with_(recompute="selective", recompute_modules=("core_attn",))
+    f = e.with_(recompute_modules=("core_attn", "mlp"))
+    assert scaling.layout_change(e, f) == "recompute modules core_attn->core_attn,mlp"
+    assert scaling.layout_change(a, f) == "recompute none->selective"
+
+
+def test_layout_change_names_every_field_but_dp() -> None:
+    """Each Layout field is compared (a field added later must be named here or in
+    _CHANGE_FIELDS); the split's own fields go with pipeline_layers."""
+    named = {attr for attr, _ in scaling._CHANGE_FIELDS}
+    split = {"pipeline_layout", "account_for_embedding_in_pipeline_split"}
+    split |= {"account_for_loss_in_pipeline_split"}
+    assert {f.name for f in dataclasses.fields(Layout)} - named == {"dp"} | split
 
 
 def test_real_search_small_curve() -> None:
