@@ -12,7 +12,7 @@ checkpoints, goodput) in sentences. `planner.emit.launch` picks the emitter and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner import __version__
 from planner.inputs.errors import InputError
@@ -183,9 +183,14 @@ def environment(plan: Plan) -> list[EnvVar]:
     env.append(EnvVar("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", "free NCCL buffers sooner"))
     if nvidia and (lay.zero_stage < 2 or plan.job.expandable_segments):
         why = "less fragmented memory"
-        if not plan.job.expandable_segments:  # read back, this script predicts a lower peak
-            why += " (the predicted peak counts without it: training.expandable_segments)"
+        if exports_expandable(plan):  # the header gives both peaks
+            why += " (the plan's peak counts without it: training.expandable_segments)"
         env.append(EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", why))
+        if plan.job.cuda_graphs and plan.job.cuda_graph_impl == "transformer_engine":
+            # arguments.py d98e8a64 asserts it beside expandable segments for TE's graphs
+            env.append(
+                EnvVar("NCCL_GRAPH_REGISTER", "0", "TE CUDA graphs with expandable segments")
+            )
     if nvidia and plan.job.cluster.num_gpus > 1:
         for way in ("FWD", "BWD"):
             env.append(
@@ -223,6 +228,17 @@ class Prediction:
     """planner.ops figures in sentences (checkpoint size and interval, goodput) for this plan."""
     checkpoint_interval_steps: int
     """Daly's optimum checkpoint interval in steps (the default --save-interval)."""
+    expandable_peak_gib: float | None = None
+    """The peak under the expandable segments `environment` exports for a plan that does not
+    count them (`exports_expandable`): what reading the script back predicts; None otherwise."""
+
+
+def exports_expandable(plan: Plan) -> bool:
+    """Whether `environment` exports PyTorch's expandable segments for a plan whose memory is
+    counted without them (training.expandable_segments false): NVIDIA, below ZeRO 2."""
+    job = plan.job
+    nvidia = job.cluster.gpu.vendor == "nvidia"
+    return nvidia and plan.require_layout().zero_stage < 2 and not job.expandable_segments
 
 
 def predict(plan: Plan) -> Prediction:
@@ -251,6 +267,11 @@ def predict(plan: Plan) -> Prediction:
         fits=rep.fits,
         operations=summary_lines(o),
         checkpoint_interval_steps=o.resilience.interval_steps,
+        expandable_peak_gib=(
+            memory.estimate(replace(plan.job, expandable_segments=True), lay).peak / GIB
+            if exports_expandable(plan)
+            else None
+        ),
     )
 
 
@@ -273,9 +294,20 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
         f"layout: {lay.describe()}",
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
         f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
-        f"usable ({verdict})",
+        f"usable ({verdict}){_expandable_text(p)}",
         *(f"operations: {line}" for line in p.operations),
     ]
+
+
+def _expandable_text(p: Prediction) -> str:
+    """The header's second peak, where the environment exports expandable segments the plan's
+    memory does not count (the script read back predicts it)."""
+    if p.expandable_peak_gib is None:
+        return ""
+    return (
+        f"; {p.expandable_peak_gib:.1f} GiB with the expandable segments its environment sets "
+        "(PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)"
+    )
 
 
 def comment_block(lines: list[str]) -> str:
@@ -330,8 +362,9 @@ def summary_lines(o: Operations) -> list[str]:
 def cuda_graph_impl(plan: Plan) -> str:
     """The CUDA-graph implementation a `cuda_graphs` plan launches with: the plan's own
     (`Job.cuda_graph_impl`), else Megatron-Core's per-layer graphs ("local", the MLPerf v5.x
-    configs' MCORE_CUDA_GRAPH; the transformer_engine implementation would need
-    NCCL_GRAPH_REGISTER=0 beside expandable_segments, arguments.py d98e8a64). What it does not
+    configs' MCORE_CUDA_GRAPH; the transformer_engine implementation runs with
+    NCCL_GRAPH_REGISTER=0 beside expandable_segments, which arguments.py d98e8a64 asserts:
+    `environment`). What it does not
     run (per-layer graphs: CPU offloading, full recompute; any: graphed recompute with dropout,
     `planner.search.rules.graphs`) is refused, naming the field."""
     found = graphs.module_conflict(plan.job) or graphs.conflict(plan.job, plan.require_layout())

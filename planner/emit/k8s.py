@@ -105,10 +105,19 @@ def k8s_literal(word: str) -> str:
     return word.replace("$(", "$$(")
 
 
+def k8s_name(job_name: str) -> str:
+    """The PyTorchJob's metadata.name: a DNS-1035 label (`slug`, starting with a letter: 'j-'
+    before a digit), which Kubeflow's training operator asserts of a PyTorchJob's name
+    (pkg/webhooks/pytorch/pytorchjob_webhook.go `validatePyTorchJob`, NameIsDNS1035Label,
+    v1.7-v1.9)."""
+    name = slug(job_name)
+    return name if name[0].isalpha() else f"j-{name}"
+
+
 def manifest(plan: Plan, job_name: str, p: Prediction) -> dict[str, Any]:
     """The PyTorchJob as plain data; `p` is `predict(plan)`."""
     n = nodes(plan)
-    name = slug(job_name)
+    name = k8s_name(job_name)
     gpu = plan.job.cluster.gpu
     args = [
         *("--nnodes", str(n.nnodes), "--nproc-per-node", str(n.nproc_per_node)),

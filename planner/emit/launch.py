@@ -76,6 +76,23 @@ class Launched:
 
     text: str
     path: Path | None = None
+    note: str | None = None
+    """What the user should know of the file written (`renamed`)."""
+
+
+def renamed(target: str, job_name: str) -> str | None:
+    """Where Slurm's or Kubernetes' name for the job is not the job name as given (the
+    characters a directive or a DNS-1035 label cannot hold replaced, cut to length, 'j-' before
+    a leading digit): what it is, and that JOB_NAME keeps the name given."""
+    if target == "slurm":
+        name, what = slurm.sbatch_name(job_name), "#SBATCH --job-name"
+    elif target == "k8s":
+        name, what = k8s.k8s_name(job_name), "the PyTorchJob's metadata.name"
+    else:
+        return None
+    if name == job_name:
+        return None
+    return f"{what} is {name!r} (what it can hold of {job_name!r}, which JOB_NAME keeps)"
 
 
 def _target(target: str) -> tuple[Renderer, str]:
@@ -205,8 +222,9 @@ def launch(
     # Megatron-LM runs (`megatron_lm_loss`, which `render` applies for its callers alike)
     plan = megatron_lm_loss(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
+    note = renamed(target, job_name or plan_path.stem)
     if out_dir is None:
-        return Launched(text)
+        return Launched(text, note=note)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out: {out_dir} exists and is not a directory")
     name = check_job_name(job_name or plan_path.stem)
@@ -220,7 +238,7 @@ def launch(
             raise InputError(f"{path}: already exists; pass --force to overwrite it")
     for path, body in files:
         _write(path, body)
-    return Launched(text, files[0][0])
+    return Launched(text, files[0][0], note)
 
 
 def _write(path: Path, text: str) -> Path:

@@ -31,11 +31,17 @@ from planner.emit.megatron_model import training_script
 from planner.emit.pools import node_rank, pool_nodes, rank_lines
 from planner.inputs.plan import Plan
 
-MASTER_ADDR_LINES = [
-    "# the first node's address, the same on every node (localhost for one node)",
-    'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
-]
-"""The settings lines of a script whose nodes rendezvous on the first one."""
+
+def master_addr_lines(nnodes: int) -> list[str]:
+    """The settings lines of a script whose nodes rendezvous on the first one: localhost on one
+    node; on several, required (a node left at localhost would wait for its own rendezvous until
+    it timed out)."""
+    if nnodes > 1:
+        return [
+            "# the first node's address, the same on every node (required)",
+            'MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"',
+        ]
+    return ["# one node: the rendezvous is local", 'MASTER_ADDR="${MASTER_ADDR:-localhost}"']
 
 
 def q(word: str) -> str:
@@ -56,20 +62,21 @@ CHECKPOINT_WORDS = (
 )
 
 
-def user_settings(job_name: str, master_addr: bool, body: Sequence[str]) -> str:
+def user_settings(job_name: str, master_addr: bool, body: Sequence[str], nnodes: int = 1) -> str:
     """JOB_NAME, then the marked block of variables a user sets (`body`, each of which may also
-    come from the environment), MASTER_ADDR last where the nodes rendezvous on the first."""
+    come from the environment), MASTER_ADDR last where the `nnodes` nodes rendezvous on the
+    first."""
     lines = [f"JOB_NAME={q(job_name)}"]
     if "$" in job_name or "`" in job_name:  # quoted, so shellcheck's SC2016 is what we want
         lines.insert(0, "# shellcheck disable=SC2016 # the job name is literal text")
     lines += ["", "# ---- set these (or export them before running) " + "-" * 30, *body]
     if master_addr:
-        lines += MASTER_ADDR_LINES
+        lines += master_addr_lines(nnodes)
     lines.append("# " + "-" * 77)
     return "\n".join(lines) + "\n"
 
 
-def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
+def settings_block(job_name: str, master_addr: bool, save_interval: int, nnodes: int = 1) -> str:
     """The variables a user sets for Megatron-LM. The checkpoint interval defaults to Daly's
     optimum for the plan (planner.ops.resilience)."""
     body = [
@@ -85,7 +92,7 @@ def settings_block(job_name: str, master_addr: bool, save_interval: int) -> str:
         f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{save_interval}}}"',
         *(f'{var}="${{{var}:-{value}}}"' for _, var, value in SCHEDULE if var),
     ]
-    return user_settings(job_name, master_addr, body)
+    return user_settings(job_name, master_addr, body, nnodes)
 
 
 def env_block(plan: Plan) -> str:
@@ -185,7 +192,7 @@ def render(plan: Plan, job_name: str) -> str:
             ]
         )
         + "set -euo pipefail\n\n"
-        + settings_block(job_name, True, p.checkpoint_interval_steps)
+        + settings_block(job_name, True, p.checkpoint_interval_steps, n.nnodes)
         + "\n"
         + torchrun_body(plan, n, '"$JOB_NAME"')
         + f'exec torchrun "${{DISTRIBUTED_ARGS[@]}}" {megatron_words(plan)}\n'
@@ -224,7 +231,7 @@ def render_pool(plan: Plan, job_name: str, k: int) -> str:
             ]
         )
         + "set -euo pipefail\n\n"
-        + settings_block(job_name, True, p.checkpoint_interval_steps)
+        + settings_block(job_name, True, p.checkpoint_interval_steps, total)
         + f"NODE_RANK=$(( {node_rank(plan, k, index)} ))\n\n"
         + env_block(plan)
         + "\n"

@@ -59,12 +59,12 @@ MODULE = Runs(
 )
 
 
-def _settings(runs: Runs, job_name: str, master_addr: bool) -> str:
+def _settings(runs: Runs, job_name: str, master_addr: bool, nnodes: int = 1) -> str:
     """The variables a user sets. The configuration defaults to the one beside the script: its
     directory under torchrun, the submission directory under Slurm (sbatch runs a copy)."""
     beside = '$(cd "$(dirname "$0")" && pwd)' if master_addr else "$SLURM_SUBMIT_DIR"
     body = [line.replace("{beside}", beside) for line in runs.settings]
-    return user_settings(job_name, master_addr, body)
+    return user_settings(job_name, master_addr, body, nnodes)
 
 
 def _environment(plan: Plan, runs: Runs) -> str:
@@ -103,7 +103,7 @@ def render_torchrun(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
             ]
         )
         + "set -euo pipefail\n\n"
-        + _settings(runs, job_name, True)
+        + _settings(runs, job_name, True, n.nnodes)
         + "\n"
         + _environment(plan, runs)
         + "\n"

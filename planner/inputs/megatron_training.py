@@ -338,6 +338,16 @@ def environment_fields(env: dict[str, str], training: dict[str, Any], where: str
         options = dict(o.partition(":")[::2] for o in env.get(name, "").split(",") if o)
         if options.get("expandable_segments", "").lower() == "true":
             training["expandable_segments"] = True
+    te_graphs = training.get("cuda_graph_impl") == "transformer_engine"
+    expandable = "expandable_segments:True" in env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if te_graphs and expandable and env.get("NCCL_GRAPH_REGISTER", "") != "0":
+        # arguments.py d98e8a64 validate_args asserts it ("to avoid illegal memory access")
+        raise InputError(
+            f"{where}: NCCL_GRAPH_REGISTER: Megatron-LM asserts it is 0 where "
+            "--cuda-graph-impl transformer_engine runs beside PYTORCH_CUDA_ALLOC_CONF="
+            f"expandable_segments:True (got {env.get('NCCL_GRAPH_REGISTER')!r}): export "
+            "NCCL_GRAPH_REGISTER=0"
+        )
     margin = env.get("NVTE_EXT_MARGIN_SM")
     if margin is not None:
         if not margin.isdecimal():

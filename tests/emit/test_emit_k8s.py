@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_run import run
 from paths import PLANS
 
 from planner.emit import k8s
@@ -20,7 +21,9 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan, parse_plan
 
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
-DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+"""A PyTorchJob's name: Kubeflow's training operator (v1.7-v1.9) asserts a DNS-1035 label
+(pytorchjob_webhook.go validatePyTorchJob: NameIsDNS1035Label), which starts with a letter."""
 
 ODD = [
     'a b"c$(touch /tmp/pwned)`backtick`',
@@ -99,11 +102,36 @@ def test_hostile_job_names_stay_data(name: str) -> None:
     text = k8s.render(plan, name)
     doc = yaml.safe_load(text)
     meta = doc["metadata"]
-    assert DNS1123.fullmatch(meta["name"]) and len(meta["name"]) <= 40
+    assert DNS1035.fullmatch(meta["name"]) and len(meta["name"]) <= 42
     assert meta["annotations"]["planner/job-name"] == name
     # the header comment stays comments: only the manifest is data
     head = text.split("apiVersion:")[0]
     assert all(line.startswith("#") for line in head.splitlines())
+
+
+def test_a_name_starting_with_a_digit_gets_a_letter_and_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'8b' or '2025 run' (a plan file named 70b.toml) was written as metadata.name '8b', which
+    the training operator's webhook refuses; the name is now 'j-8b', and launch says so."""
+    plan = load_plan(PLANS / "launch-mixtral-8x7b.toml")
+    for given, name in (("8b", "j-8b"), ("2025 run", "j-2025-run"), ("run 1", "run-1")):
+        assert yaml.safe_load(k8s.render(plan, given))["metadata"]["name"] == name
+    code, _, err = run(
+        ["launch", str(PLANS / "launch-mixtral-8x7b.toml"), "--target", "k8s", "--job-name", "8b"],
+        capsys,
+    )
+    assert code == 0 and "note: the PyTorchJob's metadata.name is 'j-8b'" in err
+    code, _, err = run(
+        ["launch", str(PLANS / "launch-mixtral-8x7b.toml"), "--target", "slurm", "--job-name",
+         "ünï run"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0 and "note: #SBATCH --job-name is 'n-run'" in err
+    code, _, err = run(
+        ["launch", str(PLANS / "launch-mixtral-8x7b.toml"), "--target", "k8s"], capsys
+    )
+    assert code == 0 and "note:" not in err  # the plan's stem is a label as it is
 
 
 def test_a_name_without_letters_or_digits_is_refused() -> None:

@@ -197,6 +197,33 @@ def test_allocator_and_norm_sm_margin_as_the_bridge_recipes(
     assert env.get("NVTE_BWD_LAYERNORM_SM_MARGIN") == env.get("NVTE_FWD_LAYERNORM_SM_MARGIN")
 
 
+def test_te_cuda_graphs_beside_expandable_segments_set_nccl_graph_register() -> None:
+    """Megatron-LM d98e8a64 validate_args asserts, for --cuda-graph-impl transformer_engine, that
+    PYTORCH_CUDA_ALLOC_CONF has no expandable_segments:True or NCCL_GRAPH_REGISTER is "0": the
+    environment that exports the one sets the other (the script died at start-up before);
+    Megatron-Core's own graphs need neither, and reading back a line without it exits 2."""
+    par = {"tp": 1}
+    te = make_plan("llama3.1-8b", 16, par, cuda_graphs=True, cuda_graph_impl="transformer_engine")
+    env = {e.name: e.value for e in environment(te)}
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert env["NCCL_GRAPH_REGISTER"] == "0"
+    local = make_plan("llama3.1-8b", 16, par, cuda_graphs=True, cuda_graph_impl="local")
+    assert "NCCL_GRAPH_REGISTER" not in {e.name for e in environment(local)}
+    script = "\n".join(
+        [
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
+            "--num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 "
+            "--micro-batch-size 1 --bf16 --vocab-size 32000 --tokenizer-type NullTokenizer "
+            "--cuda-graph-impl transformer_engine",
+        ]
+    )
+    with pytest.raises(InputError, match="NCCL_GRAPH_REGISTER: Megatron-LM asserts it is 0"):
+        megatron_args.read(script, "h100-sxm-80gb", 8, "train.sh")
+    fixed = "export NCCL_GRAPH_REGISTER=0\n" + script
+    assert megatron_args.read(fixed, "h100-sxm-80gb", 8, "train.sh").doc["training"]["cuda_graphs"]
+
+
 def test_non_megatron_training_code_is_noted() -> None:
     par = {"tp": 2, "recompute": "selective"}
     plan = make_plan(

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from megatron_plans import make_plan
 from paths import PLANS
 from shell_check import check_script
 
@@ -48,15 +49,17 @@ def stub_bin(tmp: Path) -> Path:
 
 
 def run_script(
-    script: Path, tmp: Path, extra_env: dict[str, str] | None = None
+    script: Path, tmp: Path, extra_env: dict[str, str | None] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     env = {
         "PATH": f"{stub_bin(tmp)}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(tmp),
         "ARGV_OUT": str(tmp / "argv"),
         "MEGATRON_DIR": "/opt/mlm dir",
+        "MASTER_ADDR": "localhost",  # what a multi-node script requires of its caller
         **(extra_env or {}),
     }
+    env = {k: v for k, v in env.items() if v is not None}
     return subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=60)
 
 
@@ -210,3 +213,19 @@ def test_planner_reads_the_script_back(path: Path) -> None:
     assert back.layout.with_(etp=None).split_as_stages(*split) == plan.layout.with_(
         etp=None
     ).split_as_stages(*split)
+
+
+def test_a_multi_node_script_needs_master_addr(tmp_path: Path) -> None:
+    """Left at localhost, each of a multi-node job's nodes would wait for a rendezvous of its
+    own until torchrun timed out: the script stops before torchrun, naming MASTER_ADDR. One
+    node keeps localhost."""
+    multi = load_plan(PLANS / "launch-mixtral-8x7b.toml")
+    assert nodes(multi).nnodes > 1
+    script = tmp_path / "train.sh"
+    script.write_text(torchrun.render(multi, "j"))
+    res = run_script(script, tmp_path, {"MASTER_ADDR": None})
+    assert res.returncode != 0 and b"MASTER_ADDR" in res.stderr
+    assert not (tmp_path / "argv").exists()  # torchrun never ran
+    assert 'MASTER_ADDR="${MASTER_ADDR:-localhost}"' in torchrun.render(
+        make_plan("llama3.1-8b", 8, {"tp": 8}), "j"
+    )

@@ -2,7 +2,7 @@
 # planner 0.1.0: torchrun launch file for job 'launch-deepseek-v3' from launch-deepseek-v3.toml
 # model deepseek-v3 on 1024 x h800-sxm-80gb, seq 4096, global batch 1024, fp8
 # layout: tp2 pp16 dp32 ep64 etp1 vpp2 sp mbs1 zero1 recompute=full
-# predicted: step 9.581 s, 427.5 tokens/s/GPU, MFU 12.6% of the bf16 peak, 6.3% of the FP8 peak, peak memory 20.2 GiB of 77.3 GiB usable (fits)
+# predicted: step 9.581 s, 427.5 tokens/s/GPU, MFU 12.6% of the bf16 peak, 6.3% of the FP8 peak, peak memory 20.2 GiB of 77.3 GiB usable (fits); 19.9 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
 # operations: checkpoint 9.39 TB (sync, write 73.4 s, blocks 73.8 s) every 530 steps = 85 min; MTBF 49.5 h at 0.000474 failures/GPU-day
 # operations: goodput 96.8% (checkpoints 1.4%, failures 1.8%); effective 423,681 tokens/s
 # 128 node(s) x 8 GPUs: run this same script on each node
@@ -25,14 +25,14 @@ TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
 WARMUP_ITERS="${WARMUP_ITERS:-100}"
-# the first node's address, the same on every node (localhost for one node)
-MASTER_ADDR="${MASTER_ADDR:-localhost}"
+# the first node's address, the same on every node (required)
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
 # -----------------------------------------------------------------------------
 
 # environment Megatron-LM needs for this layout and hardware
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP > 1 before Blackwell (asserted)
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1  # free NCCL buffers sooner
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the predicted peak counts without it: training.expandable_segments)
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the plan's peak counts without it: training.expandable_segments)
 export NVTE_FWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NVTE_BWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NCCL_IB_TIMEOUT=19  # tolerate slow InfiniBand links at scale

@@ -2,7 +2,7 @@
 # planner 0.1.0: torchrun launch file for job 'launch-llama3.1-405b' from launch-llama3.1-405b.toml
 # model llama3.1-405b on 16384 x h100-sxm-80gb, seq 8192, global batch 2048, bf16
 # layout: tp8 pp16 dp64 cp2 sp mbs1 zero1 recompute=selective
-# predicted: step 7.655 s, 133.8 tokens/s/GPU, MFU 35.5% of the bf16 peak, peak memory 55.1 GiB of 77.3 GiB usable (fits)
+# predicted: step 7.655 s, 133.8 tokens/s/GPU, MFU 35.5% of the bf16 peak, peak memory 55.1 GiB of 77.3 GiB usable (fits); 52.5 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
 # operations: checkpoint 5.68 TB (sync, write 2.8 s, blocks 2.8 s) every 32 steps = 4.1 min; MTBF 3.1 h at 0.000474 failures/GPU-day
 # operations: goodput 92.6% (checkpoints 1.1%, failures 6.3%); effective 2,030,055 tokens/s
 # 2048 node(s) x 8 GPUs: run this same script on each node
@@ -25,14 +25,14 @@ TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
 WARMUP_ITERS="${WARMUP_ITERS:-100}"
-# the first node's address, the same on every node (localhost for one node)
-MASTER_ADDR="${MASTER_ADDR:-localhost}"
+# the first node's address, the same on every node (required)
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
 # -----------------------------------------------------------------------------
 
 # environment Megatron-LM needs for this layout and hardware
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP > 1 before Blackwell (asserted)
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1  # free NCCL buffers sooner
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the predicted peak counts without it: training.expandable_segments)
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the plan's peak counts without it: training.expandable_segments)
 export NVTE_FWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NVTE_BWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NCCL_IB_TIMEOUT=19  # tolerate slow InfiniBand links at scale

@@ -2,7 +2,7 @@
 # planner 0.1.0: torchrun launch file for job 'launch-llama3.1-70b' from launch-llama3.1-70b.toml
 # model llama3.1-70b on 256 x h100-sxm-80gb, seq 8192, global batch 512, bf16
 # layout: tp8 pp4 dp8 vpp5 sp tpov mbs1 zero1 recompute=selective
-# predicted: step 15.594 s, 1050.6 tokens/s/GPU, MFU 51.1% of the bf16 peak, peak memory 47.5 GiB of 77.3 GiB usable (fits)
+# predicted: step 15.594 s, 1050.6 tokens/s/GPU, MFU 51.1% of the bf16 peak, peak memory 47.5 GiB of 77.3 GiB usable (fits); 45.5 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
 # operations: checkpoint 988 GB (sync, write 30.9 s, blocks 31.0 s) every 425 steps = 110 min; MTBF 198.0 h at 0.000474 failures/GPU-day
 # operations: goodput 99.0% (checkpoints 0.5%, failures 0.6%); effective 266,225 tokens/s
 # 32 node(s) x 8 GPUs: run this same script on each node
@@ -25,14 +25,14 @@ TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
 WARMUP_ITERS="${WARMUP_ITERS:-100}"
-# the first node's address, the same on every node (localhost for one node)
-MASTER_ADDR="${MASTER_ADDR:-localhost}"
+# the first node's address, the same on every node (required)
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
 # -----------------------------------------------------------------------------
 
 # environment Megatron-LM needs for this layout and hardware
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP > 1 before Blackwell (asserted)
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1  # free NCCL buffers sooner
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the predicted peak counts without it: training.expandable_segments)
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmented memory (the plan's peak counts without it: training.expandable_segments)
 export NVTE_FWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NVTE_BWD_LAYERNORM_SM_MARGIN=20  # SMs for overlapped NCCL kernels
 export NCCL_IB_TIMEOUT=19  # tolerate slow InfiniBand links at scale

@@ -25,8 +25,8 @@ TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
 WARMUP_ITERS="${WARMUP_ITERS:-100}"
-# the first node's address, the same on every node (localhost for one node)
-MASTER_ADDR="${MASTER_ADDR:-localhost}"
+# the first node's address, the same on every node (required)
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
 # -----------------------------------------------------------------------------
 
 # environment Megatron-LM needs for this layout and hardware
