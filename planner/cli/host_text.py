@@ -3,7 +3,7 @@ process pins for offloading against its share of the node's host memory."""
 
 from __future__ import annotations
 
-from planner.cli.render import gib
+from planner.cli.render import gib, over
 from planner.inputs.plan import Job
 from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
 
@@ -34,6 +34,6 @@ def host_line(job: Job, host: HostMemory) -> str | None:
         return f"host memory: {pinned} of {budget}"
     return (
         f"[red]does not fit in host memory[/]: {pinned} of {budget}, "
-        f"{gib(host.shortfall)} GiB over; offload less (fewer layers or modules, or a smaller "
+        f"{over(host.shortfall)} over; offload less (fewer layers or modules, or a smaller "
         "optimizer_offload_fraction) or set the node's host_memory_gib_per_node"
     )

@@ -37,6 +37,20 @@ def gib(nbytes: float) -> str:
     return f"{units.gib(nbytes):.1f}"
 
 
+def against(peak: float, capacity: float) -> tuple[str, str]:
+    """A peak and its capacity in GiB, to two places where one would write them alike (a
+    peak 20 MiB over its capacity read 'peak 77.3 GiB of 77.3 GiB')."""
+    places = 1 if gib(peak) != gib(capacity) else 2
+    return f"{units.gib(peak):.{places}f}", f"{units.gib(capacity):.{places}f}"
+
+
+def over(nbytes: float) -> str:
+    """An amount over a capacity: GiB to one place, or MiB below 0.05 GiB ('0.0 GiB over')."""
+    if units.gib(nbytes) >= 0.05:
+        return f"{gib(nbytes)} GiB"
+    return f"{max(1.0, nbytes / 2**20):.0f} MiB"
+
+
 def billions(n: float) -> str:
     return f"{n / 1e9:.2f}B"
 
@@ -153,7 +167,7 @@ def print_check(
         markup=True,
     )
     console.print(memory_table(rep))
-    peak, cap = gib(rep.peak), gib(rep.capacity)
+    peak, cap = against(rep.peak, rep.capacity)
     if rep.fits:
         verdict = "[green]fits[/]" if host_fits else "[green]fits in GPU memory[/]"
         console.print(
@@ -167,8 +181,7 @@ def print_check(
     if rep.worst.pool:  # the binding stage, its pool and GPU
         on += f" (pool {escape(repr(rep.worst.pool))}, {rep.worst.gpu})"
     console.print(
-        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on {on}, "
-        f"{gib(rep.shortfall)} GiB over",
+        f"[red]does not fit[/]: peak {peak} GiB of {cap} GiB on {on}, {over(rep.shortfall)} over",
         markup=True,
     )
     if line is not None:

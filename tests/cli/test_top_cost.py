@@ -109,3 +109,15 @@ def test_explain_agrees_with_its_breakdown(plan: str, capsys: pytest.CaptureFixt
         assert "compute-bound: no cost besides compute reaches 5% of the step" in text
     else:
         assert f"largest cost besides compute: {name} ({share:.0%} of the step)" in text
+
+
+def test_check_writes_a_near_miss_so_it_can_be_read() -> None:
+    """A peak 20 MiB over 77.3 GiB read 'peak 77.3 GiB of 77.3 GiB ..., 0.0 GiB over': two
+    places where one writes both alike, and MiB below 0.05 GiB. Hand arithmetic: 77.3 GiB =
+    83,000,586,649.6 bytes; + 20 MiB = 20,971,520 bytes."""
+    cap = 77.3 * 2**30
+    assert render.against(cap + 20 * 2**20, cap) == ("77.32", "77.30")
+    assert render.against(70 * 2**30, cap) == ("70.0", "77.3")
+    assert render.over(20 * 2**20) == "20 MiB"
+    assert render.over(2**30) == "1.0 GiB"
+    assert render.over(100) == "1 MiB"  # never '0 MiB over' for a layout that does not fit
