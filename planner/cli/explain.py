@@ -115,6 +115,8 @@ def explain(
         plan = check_plan(load_plan(plan_path))
     prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
     job, layout = plan.job, plan.require_layout()
+    if timeline_path is not None:
+        timeline.drawable(job, layout)  # before the work
     warned = warn(plan)
     noted = module_note(plan)
     rep = memory.estimate(job, layout, headroom)

@@ -284,14 +284,18 @@ def print_explain(
         shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp, group)
         kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
         odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"
+        which = f"all {m}" if shown == m else f"a step of {shown} (of the {m} it runs)"
         console.print(
-            f"{kind} schedule of the first {shown} of {m} micro-batches, each stage's times "
+            f"{kind} schedule drawn with {which} micro-batches, each stage's times "
             f"to scale: F forward, B backward{odd}, . idle"
         )
         fwd = [f for f, _ in perf.stages]
         bwd = [b for _, b in perf.stages]
         width = max(console.width - 10, MIN_TIMELINE_WIDTH)
-        lines = timeline_text(layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop, group)
+        lines = timeline_text(
+            layout.pp, shown, width, fwd, bwd, layout.vpp, perf.p2p_hop, group,
+            layout.ep_comm_overlap,
+        )  # fmt: skip
         for line in lines:
             console.print(line, highlight=False)
     mfu = perf.mfu_text()

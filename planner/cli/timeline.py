@@ -7,10 +7,14 @@ planner.schedule.simulate in Megatron-LM's order (1F1B, or interleaved 1F1B with
 of its rank's time, the odd chunks in a lighter shade, each overlapped send delaying its receiver
 by `Performance.p2p_hop`), so uneven stages and the fill and drain show as they run. Gaps are
 idle time (the bubble). After the last backward every rank pays the step's exposed DP traffic,
-optimizer and fixed costs. A long step is drawn for its first micro-batches: at most MAX_OPS
-forwards per rank, or when interleaved whole groups (of pp micro-batches, or the plan's
-microbatch_group_size_per_vp_stage), at least two (a steady state between the fill and the
-drain).
+optimizer and fixed costs, with what the stage times leave out (`Performance.unscheduled_s`:
+FP8 weight casts once a step, the deferred output-layer gradients' flush). Under Megatron's EP
+all-to-all overlap each rank runs one more warm-up forward (`schedule.warmup`). A long step is
+drawn as a step of fewer micro-batches, said so: at most MAX_OPS forwards per rank, or when
+interleaved whole groups (of pp micro-batches, or the plan's microbatch_group_size_per_vp_stage),
+at least two (a steady state between the fill and the drain; the full step repeats it).
+Megatron's 1F1B and interleaved 1F1B only: torchtitan's other schedules (GPipe, zero-bubble, V
+schedules) run another order, which `pipeline_svg` refuses to draw as theirs.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from __future__ import annotations
 from html import escape
 
 from planner.cli.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
+from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.performance import Performance
-from planner.model.schedule import shown_microbatches, simulate
+from planner.model.schedule import schedule_name, shown_microbatches, simulate
 from planner.model.torch_schedules import microbatch_group
 
 MAX_OPS = 32
@@ -36,18 +41,30 @@ LEFT, RIGHT, TOP = 70, 24, 64
 ROW, GAP = 22, 6
 
 
+def drawable(job: Job, layout: Layout) -> None:
+    """Raises (exit 2, naming --timeline) where the plan's schedule is not one `pipeline_svg`
+    draws: torchtitan's GPipe, zero-bubble and V schedules."""
+    name = schedule_name(job, layout)
+    if name not in ("1F1B", "Interleaved1F1B"):
+        raise InputError(
+            f"--timeline: draws Megatron's 1F1B and interleaved 1F1B schedules; this plan runs "
+            f"torchtitan's {name} (its bubble is in explain's table)"
+        )
+
+
 def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
+    drawable(job, layout)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     vpp = layout.vpp
     group = microbatch_group(job, layout)
     shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp), group)
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
-    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop, group)
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop, group, layout.ep_comm_overlap)
     pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
-    tail = b.dp_comm_exposed + b.optimizer + b.other + b.link_shared
+    tail = b.dp_comm_exposed + b.optimizer + b.other + b.link_shared + perf.unscheduled_s
     total = pipe_end + tail
     span = WIDTH - LEFT - RIGHT
 
@@ -55,10 +72,10 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         return LEFT + t / total * span
 
     height = TOP + layout.pp * (ROW + GAP) + 112
-    which = f"all {m}" if shown == m else f"the first {shown} of {m}"
+    which = f"all {m}" if shown == m else f"a step of {shown} (of the {m} it runs)"
     title = f"{job.arch.name}, {layout.describe()}"
     kind = "1F1B" if vpp == 1 else "interleaved 1F1B"
-    sub = f"one step's {kind} schedule, {which} micro-batches" + (
+    sub = f"one step's {kind} schedule drawn with {which} micro-batches" + (
         f", {vpp} model chunks per rank" if vpp > 1 else ""
     )
     body = [
@@ -100,6 +117,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
             body.append(
                 f"<rect x='{x(pipe_end):.2f}' y='{y}' width='{x(total) - x(pipe_end):.2f}' "
                 f"height='{ROW}' fill='{ORANGE}'><title>DP traffic, optimizer and fixed costs"
+                f"{', FP8 weight casts, deferred wgrad flush' if perf.unscheduled_s else ''}"
                 f"{', shared PCIe link' if b.link_shared else ''}: {tail:.4f} s</title></rect>"
             )
     axis_y = TOP + layout.pp * (ROW + GAP) + 4

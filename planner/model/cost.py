@@ -220,7 +220,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     # the schedule's closed form (planner.model.schedule: 1F1B / interleaved, torchtitan's others)
     bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
-    bubble += flush_exposed(drain, stages, lay.vpp)
+    flush = flush_exposed(drain, stages, lay.vpp)
+    bubble += flush
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
     if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)
@@ -271,6 +272,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
         mfu=model / (step * n_gpus * peak),
         stages=tuple(stages),
+        unscheduled_s=wcast + flush,
         p2p_hop=hop if interleaved else 0.0,
         peak_over_bf16=peak / bf16_peak,
         precision=job.precision,

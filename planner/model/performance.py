@@ -83,6 +83,11 @@ class Performance:
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
     (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
+    unscheduled_s: float = 0.0
+    """Step seconds outside the per-stage micro-batch times and the step's tail (DP traffic,
+    optimizer, fixed costs): the slowest stage's once-a-step FP8 weight casts and the deferred
+    output-layer weight gradients' flush (part of `compute` and of `bubble`), which a drawn
+    schedule adds after the pipeline (`planner.cli.timeline`)."""
     p2p_hop: float = 0.0
     """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
     delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the

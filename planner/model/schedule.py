@@ -157,14 +157,19 @@ class Op(NamedTuple):
     """The rank's model chunk (0 .. vpp - 1; always 0 without interleaving)."""
 
 
-def warmup(pp: int, vpp: int, rank: int, total: int, group: int | None = None) -> int:
+def warmup(
+    pp: int, vpp: int, rank: int, total: int, group: int | None = None, ep_overlap: bool = False
+) -> int:
     """Forwards a rank runs before its first backward (Megatron `get_pp_rank_microbatches`):
     pp - rank - 1 without interleaving, (pp - rank - 1) x 2 + (vpp - 1) x g with it (g the
     micro-batches per group of a virtual stage, --microbatch-group-size-per-virtual-pipeline-
-    stage, default pp), at most `total` (the rank's m x vpp chunk forwards)."""
+    stage, default pp), at most `total` (the rank's m x vpp chunk forwards). Under the EP
+    all-to-all overlap (--overlap-moe-expert-parallel-comm) one more, so that each merged
+    forward and backward are of different micro-batches (schedules.py:966-970 d98e8a64; without
+    pipelining combined_1f1b_schedule_for_no_pipelining runs F0, then [F1 | B0], ...: one too)."""
     g = group or pp
     warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * g
-    return min(warm, total)
+    return min(warm + (1 if ep_overlap else 0), total)
 
 
 def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = None) -> float:
@@ -178,12 +183,11 @@ def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = Non
     (get_pp_rank_microbatches, Megatron-LM d98e8a64 schedules.py:966-970), and one more backward
     runs alone after. `group`: the layout's micro-batches per virtual-stage group (None: pp)."""
     total = m * vpp
-    extra = 1 if pp > 1 else 0
-    return min(1.0, max(warmup(pp, vpp, rank, total, group) + extra, 1) / total)
+    return min(1.0, warmup(pp, vpp, rank, total, group, ep_overlap=True) / total)
 
 
 def op_order(
-    pp: int, m: int, vpp: int, rank: int, group: int | None = None
+    pp: int, m: int, vpp: int, rank: int, group: int | None = None, ep_overlap: bool = False
 ) -> list[tuple[str, int, int]]:
     """Megatron-LM's order of (kind, micro-batch, chunk) on one pipeline rank.
 
@@ -193,8 +197,8 @@ def op_order(
     then chunk 1, ..., the last group taking every micro-batch left; the k-th backward takes the
     k-th entry with the chunk mirrored (vpp - 1 - c). The rank runs its warm-up forwards
     (`get_pp_rank_microbatches`: pp - rank - 1 without interleaving, (pp - rank - 1) x 2 +
-    (vpp - 1) x group with it, at most all of them), then one forward and one backward at a
-    time, then its remaining backwards."""
+    (vpp - 1) x group with it, at most all of them; one more under the EP overlap: `warmup`),
+    then one forward and one backward at a time, then its remaining backwards."""
     g = group or pp
     table = [
         (i, c)
@@ -203,7 +207,7 @@ def op_order(
         for i in range(first, m if first + g >= m else first + g)
     ]
     total = m * vpp
-    warm = warmup(pp, vpp, rank, total, group)
+    warm = warmup(pp, vpp, rank, total, group, ep_overlap)
     ops = [("F", *table[k]) for k in range(warm)]
     for k in range(total - warm):
         ops.append(("F", *table[warm + k]))
@@ -236,6 +240,7 @@ def simulate(
     vpp: int = 1,
     p2p: float = 0.0,
     group: int | None = None,
+    ep_overlap: bool = False,
 ) -> list[list[Op]]:
     """One step's pipeline schedule, every op timed, per rank: 1F1B (vpp 1) or Megatron's
     interleaved 1F1B (vpp > 1) in groups of `group` micro-batches per virtual stage (default pp),
@@ -246,7 +251,9 @@ def simulate(
     every rank or one per rank (uneven stages); each of its vpp chunks takes 1/vpp of them. An op
     starts when its rank is free and the op it depends on has finished, plus `p2p` seconds when
     that op ran on another rank: a send overlapped with compute, the rank staying free (Megatron's
-    overlap_p2p_comm, on with interleaving). 1F1B's blocking sends are in the stage times."""
+    overlap_p2p_comm, on with interleaving). 1F1B's blocking sends are in the stage times.
+    `ep_overlap`: Megatron's EP all-to-all overlap, one more warm-up forward (`warmup`); each
+    merged forward and backward is drawn as the two ops it merges, one after the other."""
     f_of = [float(fwd)] * pp if isinstance(fwd, int | float) else [float(t) for t in fwd]
     b_of = [float(bwd)] * pp if isinstance(bwd, int | float) else [float(t) for t in bwd]
     if len(f_of) != pp or len(b_of) != pp:
@@ -257,7 +264,7 @@ def simulate(
             f"the interleaved schedule needs pp ({pp}) <= the group ({g}) <= m ({m}), and the "
             "last group whole or of pp micro-batches at least"
         )
-    order = [op_order(pp, m, vpp, r, group) for r in range(pp)]
+    order = [op_order(pp, m, vpp, r, group, ep_overlap) for r in range(pp)]
     done: dict[tuple, float] = {}
     clock = [0.0] * pp
     pos = [0] * pp
@@ -328,11 +335,12 @@ def timeline_text(
     vpp: int = 1,
     p2p: float = 0.0,
     group: int | None = None,
+    ep_overlap: bool = False,
 ) -> list[str]:
     """One text line per pipeline rank: F forward, B backward (f and b for the odd chunks of an
     interleaved schedule), . idle (the bubble), at most `width` characters of equal time, each op
     at least one, its edges rounded to the nearest (`simulate`'s durations)."""
-    sched = simulate(pp, m, fwd, bwd, vpp, p2p, group)
+    sched = simulate(pp, m, fwd, bwd, vpp, p2p, group, ep_overlap)
     end = max(op.end for rank in sched for op in rank)
     cell = end / width if end > width or not float(end).is_integer() else 1.0
     cols = math.ceil(end / cell - 1e-9)

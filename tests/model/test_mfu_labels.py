@@ -36,4 +36,3 @@ def test_fp8_plan_reports_both_peaks() -> None:
     # labelled beside it): an FP8 plan's was its FP8-peak figure, half the headline one
     assert d["mfu"] == d["mfu_bf16_peak"]
     assert d["mfu_bf16_peak"] == pytest.approx(2 * d["mfu_fp8_peak"], rel=2e-3)
-
