@@ -32,7 +32,14 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
-from planner.inputs.torchtitan import DEEPEP_MODELS, MODELS, TOML_REMOVED, TORCHTITAN_COMMIT
+from planner.inputs.torchtitan import (
+    DEEPEP_MODELS,
+    MODELS,
+    TOML_REMOVED,
+    TORCHTITAN_COMMIT,
+    no_flavor,
+    zoo_flavor,
+)
 from planner.inputs.torchtitan_toml import FLOAT8
 
 GPU_LINE = "planner-gpu: "
@@ -123,10 +130,12 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     job, lay = plan.job, plan.require_layout()
     titan = job.titan
     where = str(plan.path) if plan.path else "<plan>"
-    if job.arch.name not in MODELS:
+    zoo = zoo_flavor(job.arch)
+    if zoo is None:
         raise InputError(
-            f"{where}: model: torchtitan has no flavor of {job.arch.name!r}; it runs "
-            f"{', '.join(sorted(MODELS))} (torchtitan/models at {TORCHTITAN_COMMIT[:8]})"
+            f"{where}: model: torchtitan has no flavor of {job.arch.name!r}: "
+            f"{no_flavor(job.arch)}; it runs {', '.join(sorted(MODELS))} (torchtitan/models at "
+            f"{TORCHTITAN_COMMIT[:8]}, each chosen by the model's shape, not its name)"
         )
     refused = routing_refusal(plan, TORCHTITAN_COMMIT)
     if refused is not None:
@@ -150,7 +159,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             f"{TORCHTITAN_COMMIT[:8]} its SDPA tries cuDNN attention first "
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
         )
-    name, flavor = MODELS[job.arch.name]
+    name, flavor = MODELS[zoo]
     refused = era_refusal(plan, name)
     if refused is not None:
         raise refused

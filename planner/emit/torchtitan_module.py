@@ -40,7 +40,7 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS
+from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS, no_flavor, zoo_flavor
 
 HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 """pytorch/torchtitan commit (2026-08-21) whose configuration API the module follows."""
@@ -73,8 +73,9 @@ BASELINES = {
     "gpt-oss-20b": Baseline("gpt_oss_20b", HEAD_CONTEXT["gpt-oss-20b"]),
     "gpt-oss-120b": Baseline("gpt_oss_120b", HEAD_CONTEXT["gpt-oss-120b"]),
 }
-"""planner zoo name -> its baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py, and
-the RoPE maxima of __init__.py's model_registry flavors); the model and flavor are
+"""planner zoo name (the one `planner.inputs.torchtitan.zoo_flavor` finds by the model's shape)
+-> its baseline (b5bcd76c: torchtitan/models/<model>/config_registry.py, and the RoPE maxima of
+__init__.py's model_registry flavors); the model and flavor are
 `planner.inputs.torchtitan.MODELS`' (the same names at b5bcd76c). Qwen3 235B-A22B has no
 baseline of its own: the 30B-A3B one with its flavor, the same vocabulary. Llama 3.1 405B starts
 from the 70B one with its own tokenizer folder (the same vocabulary): `llama3_405b` builds a
@@ -101,10 +102,16 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
     """The plan's baseline, model and flavor, or the InputError for what this torchtitan cannot
     run."""
     job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
-    base = BASELINES.get(job.arch.name)
-    if base is None:
-        raise _refuse(plan, "model", f"has no baseline for it (runs {', '.join(BASELINES)})")
-    model, flavor = MODELS[job.arch.name]
+    zoo = zoo_flavor(job.arch)
+    if zoo is None:
+        raise _refuse(
+            plan,
+            "model",
+            f"has no flavor of {job.arch.name!r}: {no_flavor(job.arch)}; it runs "
+            f"{', '.join(BASELINES)} (each chosen by the model's shape, not its name)",
+        )
+    base = BASELINES[zoo]
+    model, flavor = MODELS[zoo]
     refused = routing_refusal(plan, HEAD_COMMIT)
     if refused is not None:
         raise refused

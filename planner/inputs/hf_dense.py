@@ -1,8 +1,8 @@
 """The dense Hugging Face architecture families (`planner.inputs.hf_families` maps them by
-`architectures[0]`, beside the MoE and hybrid ones): Llama's relatives (Qwen2, Qwen3, Mistral,
-Phi-3, SmolLM3, Seed-OSS, OLMo 2, Gemma 2 and 3, Nemotron-4) and the GPT-2-era layouts (GPT-2,
-GPT-NeoX, BLOOM, OPT), each one small function from a config.json's fields to ModelArch
-fields."""
+`architectures[0]`, beside the MoE and hybrid ones): Llama's relatives (Mistral, Phi-3,
+SmolLM3, Seed-OSS, OLMo 2, Gemma 2 and 3, Nemotron-4; Qwen's are `planner.inputs.hf_qwen`'s)
+and the GPT-2-era layouts (GPT-2, GPT-NeoX, BLOOM, OPT), each one small function from a
+config.json's fields to ModelArch fields."""
 
 from __future__ import annotations
 
@@ -17,16 +17,6 @@ from planner.inputs.hf_shapes import (
     tied,
     window,
 )
-
-
-def qwen2(r: Reader) -> Fields:
-    """Qwen2 / Qwen2.5: bias on q, k, v only."""
-    return {**llama(r), "add_qkv_bias": True, "add_bias_linear": False}
-
-
-def qwen3(r: Reader, head_dim_default: int = 128) -> Fields:
-    """Qwen3: q/k RMSNorm; head_dim defaults to 128 in Qwen3Config."""
-    return {**llama(r, head_dim_default=head_dim_default), "qk_layernorm": True}
 
 
 def olmo2(r: Reader) -> Fields:

@@ -1,6 +1,7 @@
 """Each supported Hugging Face architecture's config.json mapped to ModelArch fields (Megatron
 names): one small function per family, `FAMILIES` by `architectures[0]`; the MoE and hybrid
-families here, the dense ones in `planner.inputs.hf_dense`. `planner.inputs.hf_import`
+families here, the dense ones in `planner.inputs.hf_dense`, the Qwen ones in
+`planner.inputs.hf_qwen`. `planner.inputs.hf_import`
 reads the file and validates what these return; its docstring lists the mappings."""
 
 from __future__ import annotations
@@ -20,22 +21,27 @@ from planner.inputs.hf_dense import (
     olmo2,
     opt,
     phi3,
-    qwen2,
-    qwen3,
     seed_oss,
     smollm3,
 )
 from planner.inputs.hf_fields import Reader
 from planner.inputs.hf_hybrid import nemotron_h
 from planner.inputs.hf_llama4 import llama4
+from planner.inputs.hf_qwen import (
+    qwen2,
+    qwen2_moe,
+    qwen3,
+    qwen3_5,
+    qwen3_5_moe,
+    qwen3_moe,
+    qwen3_next,
+)
 from planner.inputs.hf_shapes import (
     Fields,
     dense_first_moe,
     llama,
     moe,
     partial_rope,
-    skip_freq,
-    text_config,
     tied,
     window,
 )
@@ -44,49 +50,26 @@ from planner.inputs.hf_shapes import (
 
 
 def _mixtral(r: Reader) -> Fields:
-    """Mixtral: every layer MoE, each expert as wide as intermediate_size."""
+    """Mixtral: every layer MoE, each expert as wide as intermediate_size; sliding_window (when not
+    null) on every layer, as Mistral's (transformers' MixtralAttention passes
+    config.sliding_window to each layer's attention)."""
     f = llama(r)
-    every = [True] * f["num_layers"]
-    return f | moe(r, ("num_local_experts",), f["ffn_hidden_size"], every)
-
-
-def _qwen3_moe(r: Reader, head_dim_default: int = 128) -> Fields:
-    """Layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
-    f = qwen3(r, head_dim_default)
-    step = r.opt_int("decoder_sparse_step", default=1) or 1
-    dense = set(r.int_list("mlp_only_layers"))
-    moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
-    return f | moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers)
-
-
-def _qwen2_moe(r: Reader) -> Fields:
-    """Qwen1.5-MoE / Qwen2-MoE (transformers' modular_qwen2_moe.py): Qwen2's attention (bias on
-    q, k and v), Qwen3-MoE's layer rule (`_qwen3_moe`: decoder_sparse_step, mlp_only_layers;
-    a dense layer is intermediate_size wide), num_experts of moe_intermediate_size, top
-    num_experts_per_tok, and a shared expert of shared_expert_intermediate_size; its sigmoid
-    gate (hidden_size weights a layer) is not counted."""
-    f = qwen2(r)
-    step = r.opt_int("decoder_sparse_step", default=1) or 1
-    dense = set(r.int_list("mlp_only_layers"))
-    moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(f["num_layers"])]
-    shared = r.opt_int("shared_expert_intermediate_size", default=0, minimum=0)
-    return {
-        **f,
-        **moe(r, ("num_experts",), r.req_int("moe_intermediate_size"), moe_layers),
-        "moe_shared_expert_intermediate_size": shared or None,
-    }
+    n = f["num_layers"]
+    every = [True] * n
+    return f | moe(r, ("num_local_experts",), f["ffn_hidden_size"], every) | window(r, n, True)
 
 
 def _dbrx(r: Reader) -> Fields:
     """DBRX (DbrxForCausalLM, transformers' configuration_dbrx.py): d_model, n_heads, n_layers,
-    max_seq_len; attn_config's kv_n_heads (GQA; q/k/v fused, no bias); ffn_config's
+    max_seq_len; attn_config's kv_n_heads (GQA; q/k/v fused, no bias; absent:
+    DbrxAttentionConfig's default 1, one KV head, not n_heads); ffn_config's
     moe_num_experts experts of ffn_hidden_size, top moe_top_k, a gated SiLU MLP on every layer,
     no shared expert; LayerNorm without bias (counted with it: 2 h a norm more). Its clip_qkv
     changes no weight."""
     hidden, heads = r.req_int("d_model"), r.req_int("n_heads")
     attn, ffn = _nested(r, "attn_config"), _nested(r, "ffn_config")
     layers = r.req_int("n_layers", maximum=MAX_LAYERS)
-    kv = attn.opt_int("kv_n_heads", default=heads)
+    kv = attn.opt_int("kv_n_heads", default=1)
     width = ffn.req_int("ffn_hidden_size")
     return {
         "num_layers": layers,
@@ -116,68 +99,6 @@ def _nested(r: Reader, key: str) -> Reader:
     sub = Reader(table, None, r.arch)
     sub.file, sub.notes = f"{r.file}: {key}", r.notes
     return sub
-
-
-def _gated_delta_nets(r: Reader, n: int) -> Fields:
-    """The gated delta nets of Qwen3-Next and Qwen3.5 (transformers' Qwen3NextConfig and
-    Qwen3_5TextConfig, same fields and defaults): on the layers layer_types marks
-    "linear_attention" (without it, all but every full_attention_interval-th, 4 by default) ->
-    linear_attention_freq, and the linear_* sizes; their full-attention layers are gated
-    (q_proj makes the query and its output gate: attention_output_gate). RoPE on part of each head
-    (partial_rotary_factor, 0.25) is timed as if whole."""
-    types = r.cfg.get("layer_types")
-    if types is None:
-        every = r.opt_int("full_attention_interval", default=4, minimum=1) or 4
-        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    kinds = ("linear_attention", "full_attention")
-    if not isinstance(types, list) or len(types) != n or any(t not in kinds for t in types):
-        raise r.error(
-            "layer_types",
-            f'must list "linear_attention" or "full_attention" for each of the {n} layers '
-            f"{spelled_json(types)}",
-        )
-    defaults = {"conv_kernel_dim": 4, "key_head_dim": 128, "value_head_dim": 128}
-    defaults |= {"num_key_heads": 16, "num_value_heads": 32}
-    linear = {f"linear_{k}": r.opt_int(f"linear_{k}", default=v) for k, v in defaults.items()}
-    flags = tuple(int(t == kinds[0]) for t in types)
-    r.notes.append("RoPE on part of each head (partial_rotary_factor) timed as whole")
-    return {
-        **linear,
-        "attention_output_gate": True,
-        "linear_attention_freq": skip_freq(flags) if any(flags) else None,
-    }
-
-
-def _qwen3_next(r: Reader) -> Fields:
-    """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
-    MoE layout (`_qwen3_moe`) with one shared expert of shared_expert_intermediate_size, head_dim
-    256, and its gated delta nets (`_gated_delta_nets`); mtp_num_hidden_layers -> mtp_num_layers
-    (Megatron-Bridge maps it so, conversion/model_bridge.py)."""
-    f = _qwen3_moe(r, head_dim_default=256)
-    shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
-    return {
-        **f,
-        **_gated_delta_nets(r, f["num_layers"]),
-        "moe_shared_expert_intermediate_size": shared or None,
-        "mtp_num_layers": r.opt_int("mtp_num_hidden_layers", default=0, minimum=0),
-    }
-
-
-def _qwen3_5_moe(r: Reader) -> Fields:
-    """Qwen3.5 MoE (Qwen3_5MoeForConditionalGeneration; transformers' Qwen3_5MoeTextConfig):
-    Qwen3-Next's language model in text_config (`_qwen3_next`), every layer MoE (the text config
-    has no dense layers, no intermediate_size: ffn_hidden_size takes the expert width, unused)."""
-    text = r.cfg.get("text_config")
-    experts = text.get("moe_intermediate_size") if isinstance(text, dict) else None
-    return _qwen3_next(text_config(r, intermediate_size=experts))
-
-
-def _qwen3_5(r: Reader) -> Fields:
-    """Qwen3.5 dense (Qwen3_5ForConditionalGeneration): Qwen3's dense shape in text_config with
-    head_dim 256 and the gated delta nets (`_gated_delta_nets`)."""
-    t = text_config(r)
-    f = qwen3(t, head_dim_default=256)
-    return {**f, **_gated_delta_nets(t, f["num_layers"])}
 
 
 def _deepseek_v3(r: Reader) -> Fields:
@@ -351,10 +272,10 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "Llama4ForConditionalGeneration": ("llama4", llama4),
     "Qwen2ForCausalLM": ("qwen2", qwen2),
     "Qwen3ForCausalLM": ("qwen3", qwen3),
-    "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
-    "Qwen3NextForCausalLM": ("qwen3_next", _qwen3_next),
-    "Qwen3_5ForConditionalGeneration": ("qwen3_5", _qwen3_5),
-    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", _qwen3_5_moe),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", qwen3_moe),
+    "Qwen3NextForCausalLM": ("qwen3_next", qwen3_next),
+    "Qwen3_5ForConditionalGeneration": ("qwen3_5", qwen3_5),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", qwen3_5_moe),
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
     "DeepseekV32ForCausalLM": ("deepseek_v32", _deepseek_v32),
     "GlmMoeDsaForCausalLM": ("glm_moe_dsa", _deepseek_v32),  # GLM-5: V3.2's fields
@@ -363,7 +284,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Reader], Fields]]] = {
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
     "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", _minimax_m2),
-    "Qwen2MoeForCausalLM": ("qwen2_moe", _qwen2_moe),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", qwen2_moe),
     "DbrxForCausalLM": ("dbrx", _dbrx),
     "OlmoeForCausalLM": ("olmoe", _olmoe),
     "GraniteMoeForCausalLM": ("granitemoe", _granite_moe),

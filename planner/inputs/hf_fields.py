@@ -56,6 +56,9 @@ class Reader:
         key, value = self._first(keys)
         if value is None:
             also = f" (also accepted: {', '.join(keys[1:])})" if len(keys) > 1 else ""
+            null = next((k for k in keys if k in self.cfg), None)
+            if null is not None:  # present as null: the key is named with its value
+                raise self.error(null, f"null {_got(None)}; required for {self.arch}{also}")
             raise self.error(key, f"required field missing for {self.arch}{also}")
         return self._check_int(key, value, minimum, maximum)
 

@@ -33,8 +33,8 @@ files (tests/data/hf) and transformers' config classes:
   everywhere; its attention sinks and clamped GLU are noted in `source`.
 - sliding_window w -> window_size w - 1 on the layers layer_types marks "sliding_attention"
   (gpt-oss; Gemma 2, every other layer where it has no layer_types), or on every layer
-  (Mistral, Phi-3, SmolLM3 where use_sliding_window) -> window_attn_skip_freq (an int, or a 0/1
-  list).
+  (Mistral, Mixtral, Phi-3, SmolLM3 where use_sliding_window) -> window_attn_skip_freq (an int,
+  or a 0/1 list); the Qwen families' only where use_sliding_window (`planner.inputs.hf_qwen`).
 - Llama's relatives (`planner.inputs.hf_dense`): Phi-3 / Phi-4, SmolLM3 (tied by default),
   Seed-OSS (q/k/v biases), Gemma 2 (GeLU-gated, tied; its logit soft-capping and extra norms
   noted). MoE: OLMoE (q/k norms), Granite 3.0 MoE (Mixtral's shapes), MiniMax-M2 (q/k norms,

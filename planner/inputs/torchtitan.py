@@ -27,10 +27,14 @@ a Python config registry):
 
 from __future__ import annotations
 
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.inputs import catalog
+from planner.inputs.arch import ModelArch
+from planner.inputs.errors import spelled
 from planner.inputs.fields import Flag, PositiveInt
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
@@ -67,6 +71,60 @@ MODELS: dict[str, tuple[str, str]] = {
 }
 """planner zoo name -> torchtitan (model.name, model.flavor): the flavors torchtitan defines
 (torchtitan/models/<name>/__init__.py at TORCHTITAN_COMMIT) with the same shape."""
+
+NOT_SHAPE = frozenset(
+    {
+        "name",
+        "display_name",
+        "source",
+        "make_vocab_size_divisible_by",
+        "mtp_num_layers",
+        "mtp_use_repeated_layer",
+    }
+)
+"""ModelArch fields no torchtitan flavor has: the model's names and where its figures come from,
+Megatron's vocabulary padding (torchtitan sizes the embedding and the output at the flavor's
+vocab_size, unpadded), and the multi-token prediction layers its flavors do not build (a
+torchtitan plan's model has none: `planner.inputs.plan.trained_by`)."""
+
+
+def _shape(arch: ModelArch) -> dict[str, Any]:
+    return arch.model_dump(exclude=set(NOT_SHAPE))
+
+
+def _value(value: Any) -> str:
+    return "unset" if value is None else spelled(value)
+
+
+@lru_cache(maxsize=64)  # the search rules ask it of each layout of one model
+def zoo_flavor(arch: ModelArch) -> str | None:
+    """The `MODELS` key (a zoo name) of the flavor torchtitan runs for `arch`: the zoo entry every
+    field of which but `NOT_SHAPE`'s equals `arch`'s (as `plan_writer.model_table` compares a plan's
+    model with the zoo's, its name aside), else None. The flavor is chosen by what the model is,
+    never by what it is called: a config.json named after a flavor with another shape has none,
+    one of a flavor's shape under another name has it."""
+    shape = _shape(arch)
+    return next((name for name in MODELS if _shape(catalog.get_model(name)) == shape), None)
+
+
+def no_flavor(arch: ModelArch, limit: int = 4) -> str:
+    """Why `zoo_flavor` finds none: the flavor whose model differs from `arch` in the fewest
+    fields, and those fields (the first `limit`) with both values."""
+    shape = _shape(arch)
+    nearest: tuple[str, list[str], dict[str, Any]] | None = None
+    for name in MODELS:
+        other = _shape(catalog.get_model(name))
+        differ = [k for k in shape if shape[k] != other[k]]
+        if nearest is None or len(differ) < len(nearest[1]):
+            nearest = (name, differ, other)
+    assert nearest is not None
+    name, differ, other = nearest
+    model, flavor = MODELS[name]
+    shown = ", ".join(f"{k} {_value(shape[k])} (its {_value(other[k])})" for k in differ[:limit])
+    left = len(differ) - limit
+    more = f" and {left} more field{'s' if left > 1 else ''}" if left > 0 else ""
+    return f"the nearest, {model} {flavor} (planner's {name}), differs in {shown}{more}"
+
 
 HEAD_CONTEXT: dict[str, int] = {
     "llama3.1-8b": 131_072,

@@ -19,9 +19,17 @@ from planner.inputs.torchtitan import (
     HEAD_CONTEXT,
     MODELS,
     MOE_MODELS,
+    zoo_flavor,
 )
 from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_shapes import heads, schedule
+
+
+def _flavor(job: Job) -> str:
+    """The zoo name of the torchtitan flavor the job's model is (`zoo_flavor`: by its shape), else
+    its own name: a port of a flavor's family under that family's name (a config.json of other
+    sizes) is planned as torchtitan runs that family, which `launch` then refuses by field."""
+    return zoo_flavor(job.arch) or job.arch.name
 
 
 def _titan(job: Job) -> bool:
@@ -80,7 +88,7 @@ def experts(job: Job, lay: Layout) -> Violation | None:
                 f"({lay.tp}); set etp = {lay.tp}, or ep > 1",
             )
         return None
-    model = MODELS.get(job.arch.name, ("", ""))[0]
+    model = MODELS.get(_flavor(job), ("", ""))[0]
     if model not in MOE_MODELS:
         return Violation(
             "tt_ep_model",
@@ -290,7 +298,7 @@ def python_config_era(job: Job, lay: Layout) -> str | None:
     None where neither."""
     if job.titan.loss_chunks > 1:
         return f"with loss_chunks {job.titan.loss_chunks}"
-    name = MODELS.get(job.arch.name, ("", ""))[0]
+    name = MODELS.get(_flavor(job), ("", ""))[0]
     if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex" and name not in DEEPEP_MODELS:
         return f"with DeepEP for {name or job.arch.name} (moe_token_dispatcher_type flex)"
     return None
@@ -325,7 +333,7 @@ def head_era(job: Job, lay: Layout) -> Violation | None:
             "training.fp8_recipe",
             f'{head} float8 is rowwise only (got "tensorwise"): set fp8_recipe = "rowwise"',
         )
-    table = HEAD_CONTEXT.get(job.arch.name)
+    table = HEAD_CONTEXT.get(_flavor(job))
     if table is not None and job.seq_length > table:
         return Violation(
             "tt_head_context",
