@@ -12,13 +12,10 @@ on a run once its constants are right. That is the maximum a posteriori estimate
 log-normal prior (normal for the overhead); Gauss-Newton solves it, with the Jacobian by
 finite differences in θ.
 
-Which constants the runs determine (`select`, at the defaults): the posterior covariance of
-the fitted θ is (JᵀJ/σ² + diag(1/s²))⁻¹; a set of constants is determined when the runs halve
-each one's prior spread (posterior sd <= `DETERMINED_RATIO` x s_k). Constants join one at a
-time, the one that lowers the objective most first (stepwise regression), while each lowers it
-by more than Akaike's 2 and the set stays determined. The others keep their defaults and are
-reported as such; only the chosen are fitted. Constants the runs move together (a GEMM
-efficiency and a per-step overhead on runs of one size) do not both get in.
+Which constants the runs determine: `selection.select`, at the defaults (a constant joins
+while the runs halve its prior spread and it lowers the objective by more than Akaike's 2; one
+the runs cannot tell from another keeps its default, as the other does). The others keep
+their defaults and are reported as such; only the chosen are fitted, in the order chosen.
 
 Leave-one-out error: for the linearised fit, the residual of run i when it is left out is
 r_i / (1 − h_ii), h = the fit's hat matrix J A⁻¹ Jᵀ / σ² (the PRESS identity of ridge
@@ -39,25 +36,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from planner.calibration.measured import MeasuredRun
+from planner.calibration.selection import DETERMINED_RATIO, OBSERVATION_SD, TIME_KEYS, select
 from planner.model import calibratable, cost, memory
-from planner.model.calibratable import BY_KEY, CONSTANTS, DEFAULTS
+from planner.model.calibratable import BY_KEY, DEFAULTS
 
-OBSERVATION_SD = 0.03
-"""σ: the relative step-time residual of the model on one run once its constants are right
-(runs of one cluster and code; planner's fit rows from one source reach 1-4% median,
-benchmarks/fidelity.py), and of a memory prediction (allocated vs measured on the functional
-tests: median |error| about 2%, benchmarks/fit_allocated.py)."""
-DETERMINED_RATIO = 0.5
-"""A constant is determined when the runs shrink its prior spread to at most this fraction."""
-MIN_GAIN = 2.0
-"""What fitting one more constant must take off the objective (Σ r²/σ² + prior): Akaike's
-information criterion charges 2 per parameter."""
 STEP = 0.02
 """Finite-difference step in log(constant) (a linear constant's: a twentieth of its spread)."""
 ITERATIONS = 8
@@ -74,7 +62,6 @@ DEV_SET_ERROR = (0.070, 0.343)
 """(median, worst) |relative error| of the uncalibrated throughput on planner's held-out dev set
 (benchmarks/fidelity.py: the published runs not fitted and the MLPerf submissions, 72 rows;
 the functional tests' tiny models apart): the band quoted when one run leaves nothing out."""
-TIME_KEYS = tuple(c.key for c in CONSTANTS if c.kind == "time")
 MEMORY_KEY = "activation_scale"
 
 
@@ -104,6 +91,11 @@ class Fit:
     band: float
     """Expected relative step-time error after calibration."""
     band_basis: str
+    order: tuple[str, ...] = ()
+    """The time constants fitted, in the order the selection chose them."""
+    inseparable: dict[str, str] = field(default_factory=dict)
+    """Constants kept at their defaults because the runs cannot tell them from another (key:
+    that other), though fitting them would have lowered the objective enough."""
 
 
 def to_theta(key: str, value: float) -> float:
@@ -136,50 +128,6 @@ def _jacobian(
         shifted = dict(theta, **{k: theta[k] + _step(k)})
         cols.append((_log_times(runs, shifted) - base) / _step(k))
     return base, np.array(cols).T.reshape(len(runs), len(keys))
-
-
-def _ratios(jac: np.ndarray, keys: Sequence[str]) -> np.ndarray:
-    """Posterior sd / prior spread of each of `keys` when only they are fitted (the others
-    held at their values)."""
-    spreads = np.array([BY_KEY[k].spread for k in keys])
-    precision = jac.T @ jac / OBSERVATION_SD**2 + np.diag(1 / spreads**2)
-    return np.sqrt(np.diag(np.linalg.inv(precision))) / spreads
-
-
-def _gain(jac: np.ndarray, resid: np.ndarray, keys: Sequence[str]) -> float:
-    """How much fitting `keys` lowers the objective (Σ r²/σ² + prior), to first order:
-    gᵀ A⁻¹ g with g, A the objective's gradient and Gauss-Newton Hessian at the defaults."""
-    spreads = np.array([BY_KEY[k].spread for k in keys])
-    a = jac.T @ jac / OBSERVATION_SD**2 + np.diag(1 / spreads**2)
-    g = jac.T @ resid / OBSERVATION_SD**2
-    return float(g @ np.linalg.solve(a, g))
-
-
-def select(jac: np.ndarray, resid: np.ndarray) -> list[str]:
-    """The time constants the runs determine, chosen forward (stepwise regression): at each
-    round the candidate that, fitted with those already chosen, lowers the objective most, if
-    it lowers it by more than MIN_GAIN (Akaike's price of one more parameter) and leaves every
-    chosen constant within DETERMINED_RATIO of its prior spread. Constants the runs move
-    together do not both get in: the first takes what they share, and the second neither
-    gains enough nor halves its spread."""
-    chosen: list[str] = []
-    gained = 0.0
-    while True:
-        best: tuple[float, str] | None = None
-        for k in TIME_KEYS:
-            if k in chosen:
-                continue
-            keys = [*chosen, k]
-            cols = jac[:, [TIME_KEYS.index(x) for x in keys]]
-            if float(_ratios(cols, keys).max()) > DETERMINED_RATIO:
-                continue
-            gain = _gain(cols, resid, keys)
-            if gain - gained > MIN_GAIN and (best is None or gain > best[0]):
-                best = (gain, k)
-        if best is None:
-            return chosen
-        gained = best[0]
-        chosen.append(best[1])
 
 
 def _clamp(key: str, theta: float) -> float:
@@ -230,6 +178,9 @@ def _gauss_newton(
 
 class _TimeFit(NamedTuple):
     theta: dict[str, float]
+    free: list[str]
+    """The fitted constants in the order chosen: the order of `jac`'s columns."""
+    inseparable: dict[str, str]
     determined: dict[str, bool]
     sd: dict[str, float]
     resid: np.ndarray
@@ -248,9 +199,10 @@ def _fit_time(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> _TimeFit
     weights = robust_weights(base0 - measured)
     free: list[str] | None = None
     theta, resid, jac = dict(theta0), base0 - measured, np.zeros((len(runs), 0))
+    inseparable: dict[str, str] = {}
     for _ in range(SELECTION_ROUNDS):
         root = np.sqrt(weights)
-        chosen = select(jac0 * root[:, None], root * (base0 - measured))
+        chosen, inseparable = select(jac0 * root[:, None], root * (base0 - measured))
         if chosen == free:
             break
         free = chosen
@@ -263,7 +215,16 @@ def _fit_time(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> _TimeFit
         post = np.sqrt(np.diag(np.linalg.inv(a)))
         sd.update({k: float(post[i]) for i, k in enumerate(free)})
     determined = {k: k in free for k in TIME_KEYS}
-    return _TimeFit(theta, determined, sd, resid, base0 - measured, jac * np.sqrt(weights)[:, None])
+    return _TimeFit(
+        theta,
+        free,
+        inseparable,
+        determined,
+        sd,
+        resid,
+        base0 - measured,
+        jac * np.sqrt(weights)[:, None],
+    )
 
 
 def robust_weights(resid: np.ndarray) -> np.ndarray:
@@ -344,8 +305,9 @@ def fit(runs: Sequence[MeasuredRun]) -> Fit:
     if not runs:
         raise ValueError("fit needs at least one run")
     theta0 = {k: to_theta(k, DEFAULTS[k]) for k in TIME_KEYS}
-    theta, determined, sd, resid, resid0, jac = _fit_time(runs, theta0)
-    free = [k for k in TIME_KEYS if determined[k]]
+    theta, free, inseparable, determined, sd, resid, resid0, jac = _fit_time(runs, theta0)
+    # `free` in the order chosen, the order of the Jacobian's columns (its prior and deviation
+    # in any other order put each constant's against another's column)
     dev = np.array([theta[k] - theta0[k] for k in free])
     loo = _leave_one_out(resid, jac, free, dev) if len(runs) > 1 else None
     if loo is not None:  # a run left out is predicted no better than with it in
@@ -387,4 +349,6 @@ def fit(runs: Sequence[MeasuredRun]) -> Fit:
         runs=tuple(out),
         band=band,
         band_basis=basis,
+        order=tuple(free),
+        inseparable={k: v for k, v in inseparable.items() if not determined[k]},
     )

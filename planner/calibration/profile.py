@@ -2,7 +2,9 @@
 calibrate` and read by every command that takes `--calibration`.
 
     [calibration]          gpu, logs, runs, error band and its basis, planner version
-    [constants.<key>]      value (what is applied), default, determined, relative_sd_pct, what
+    [constants.<key>]      value (what is applied), default, determined, relative_sd_pct,
+                           not_separable_from (a constant kept at its default because the logs
+                           cannot tell it from that one), what
     [[residuals]]          per run: measured and predicted step time (default and calibrated),
                            leave-one-out error, measured and predicted allocated memory
 
@@ -52,6 +54,7 @@ CONSTANT_KEYS = {
     "default": float,
     "determined": bool,
     "relative_sd_pct": float,
+    "not_separable_from": str,
     "what": str,
 }
 RESIDUAL_KEYS = {
@@ -96,43 +99,19 @@ def _table(header: str, items: dict[str, Any]) -> list[str]:
     return [header, *(f"{k} = {toml_value(v)}" for k, v in items.items() if v is not None), ""]
 
 
-def render(fit: Fit, gpu: str, logs: list[str]) -> str:
-    """The profile's TOML text."""
-    lines = [
-        "# planner calibration profile, written by `planner calibrate`.",
-        "# `value` is what commands apply (--calibration FILE); edit it to override a constant.",
-        "",
-        *_table(
-            "[calibration]",
-            {
-                "gpu": gpu,
-                "planner_version": __version__,
-                "logs": logs,
-                "runs": len(fit.runs),
-                "error_band_pct": _round(100 * fit.band, 3),
-                "error_basis": fit.band_basis,
-            },
-        ),
-    ]
-    for key, value in fit.values.items():
-        lines += _table(
-            f"[constants.{key}]",
-            {
-                "value": _round(value),
-                "default": _round(DEFAULTS[key]),
-                "determined": fit.determined[key],
-                "relative_sd_pct": _round(100 * fit.relative_sd[key], 3),
-                "what": BY_KEY[key].what,
-            },
-        )
+def document(fit: Fit, gpu: str, logs: list[str]) -> dict[str, Any]:
+    """The profile as data: `calibration` (CALIBRATION_KEYS), `constants` (key: CONSTANT_KEYS)
+    and `residuals` (RESIDUAL_KEYS), every key present (None where the fit has no figure, which
+    the TOML leaves out); `calibrate --json` prints the same, with the same names, units and
+    roundings."""
+    residuals = []
     for rf in fit.runs:
         gib = {
             "measured_allocated_gib": rf.measured_allocated,
             "predicted_allocated_default_gib": rf.predicted_allocated_default,
             "predicted_allocated_gib": rf.predicted_allocated,
         }
-        lines += _table(
-            "[[residuals]]",
+        residuals.append(
             {
                 "run": rf.run.where,
                 "layout": rf.run.plan.require_layout().describe(),
@@ -144,8 +123,45 @@ def render(fit: Fit, gpu: str, logs: list[str]) -> str:
                 else _round(100 * rf.leave_one_out, 3),
                 "stage": rf.stage,
             }
-            | {k: None if v is None else _round(v / GIB) for k, v in gib.items()},
+            | {k: None if v is None else _round(v / GIB) for k, v in gib.items()}
         )
+    return {
+        "calibration": {
+            "gpu": gpu,
+            "planner_version": __version__,
+            "logs": logs,
+            "runs": len(fit.runs),
+            "error_band_pct": _round(100 * fit.band, 3),
+            "error_basis": fit.band_basis,
+        },
+        "constants": {
+            key: {
+                "value": _round(value),
+                "default": _round(DEFAULTS[key]),
+                "determined": fit.determined[key],
+                "relative_sd_pct": _round(100 * fit.relative_sd[key], 3),
+                "not_separable_from": fit.inseparable.get(key),
+                "what": BY_KEY[key].what,
+            }
+            for key, value in fit.values.items()
+        },
+        "residuals": residuals,
+    }
+
+
+def render(fit: Fit, gpu: str, logs: list[str]) -> str:
+    """The profile's TOML text."""
+    doc = document(fit, gpu, logs)
+    lines = [
+        "# planner calibration profile, written by `planner calibrate`.",
+        "# `value` is what commands apply (--calibration FILE); edit it to override a constant.",
+        "",
+        *_table("[calibration]", doc["calibration"]),
+    ]
+    for key, table in doc["constants"].items():
+        lines += _table(f"[constants.{key}]", table)
+    for row in doc["residuals"]:
+        lines += _table("[[residuals]]", row)
     return "\n".join(lines)
 
 

@@ -24,6 +24,15 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
+def _determined(f: Fit, key: str) -> str:
+    if f.determined[key]:
+        return "yes"
+    partner = f.inseparable.get(key)
+    if partner is not None:
+        return f"no: not separable from {partner} with these logs: kept default"
+    return "no: kept default"
+
+
 def constants_table(f: Fit) -> Table:
     t = Table(title="constants")
     for col in ("constant", "value", "default", "determined", "+/- (1 sd)", "what"):
@@ -33,7 +42,7 @@ def constants_table(f: Fit) -> Table:
             key,
             f"{value:.4g}",
             f"{DEFAULTS[key]:.4g}",
-            "yes" if f.determined[key] else "no: kept default",
+            _determined(f, key),
             f"{f.relative_sd[key]:.1%}",
             BY_KEY[key].what,
         )
@@ -64,37 +73,17 @@ def runs_table(f: Fit) -> Table:
     return t
 
 
-def fit_dict(f: Fit, path: Path) -> dict[str, Any]:
+def fit_dict(f: Fit, path: Path, gpu: str, logs: list[str]) -> dict[str, Any]:
+    """`--json`: the profile written, as data (`profile.document`: the same keys, units and
+    roundings as the TOML, every key present, null where the fit has no figure), with its
+    path: `profile`; the `[calibration]` table's keys at the top (`runs` the count); then
+    `constants` and `residuals`."""
+    doc = profiles.document(f, gpu, logs)
     return {
         "profile": str(path),
-        "constants": {
-            k: {
-                "value": v,
-                "default": DEFAULTS[k],
-                "determined": f.determined[k],
-                "relative_sd": f.relative_sd[k],
-            }
-            for k, v in f.values.items()
-        },
-        "error_band": f.band,
-        "error_basis": f.band_basis,
-        "runs": [
-            {
-                "run": r.run.where,
-                "layout": r.run.plan.require_layout().describe(),
-                "measured_step_s": r.run.step_time_s,
-                "predicted_default_s": r.predicted_default_s,
-                "predicted_s": r.predicted_s,
-                "leave_one_out": r.leave_one_out,
-                "measured_allocated_gib": None
-                if r.measured_allocated is None
-                else r.measured_allocated / GIB,
-                "predicted_allocated_gib": None
-                if r.predicted_allocated is None
-                else r.predicted_allocated / GIB,
-            }
-            for r in f.runs
-        ],
+        **doc["calibration"],
+        "constants": doc["constants"],
+        "residuals": doc["residuals"],
     }
 
 
@@ -136,14 +125,15 @@ def calibrate(
         )
     result = fit(runs)
     path = out_path or profiles.default_path()
-    text = profiles.render(result, gpus.pop(), [str(p) for p in logs])
+    gpu_name, log_names = gpus.pop(), [str(p) for p in logs]
+    text = profiles.render(result, gpu_name, log_names)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
         raise InputError(f"--out: cannot write {path}: {e.strerror or e}") from None
     if as_json:
-        emit_json(fit_dict(result, path))
+        emit_json(fit_dict(result, path, gpu_name, log_names))
         return
     out.print(constants_table(result))
     out.print(runs_table(result))

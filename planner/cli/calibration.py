@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from planner.calibration.measured import MeasuredRun
+    from planner.inputs.job import Job
 
 CalibrationOpt = Annotated[
     str | None,
@@ -53,15 +54,27 @@ LogGpusOpt = Annotated[
 ]
 
 
-def use(option: str | None, gpu: str) -> Profile | None:
+def use(option: str | None, job: Job) -> Profile | None:
     """Apply the profile the command is given (or the default one) for the rest of the process;
-    one line on stderr says which. A profile of another GPU is bad input."""
+    one line on stderr says which. A profile of another GPU than the job's is bad input, and so
+    is any profile for a job over pools of more than one GPU kind: a profile holds one GPU's
+    constants, and they are module constants of the model (`calibratable.apply`) that every
+    pool's time reads alike, so an H100's would be applied to an A100 pool too."""
     prof = profiles.resolve(option)
     if prof is None:
         return None
-    if prof.gpu != gpu:
+    gpus = [p.cluster.gpu.name for p in job.pools] or [job.cluster.gpu.name]
+    kinds = sorted(set(gpus))
+    if len(kinds) > 1:
         raise InputError(
-            f"{prof.path}: calibration.gpu: {prof.gpu!r}, but the plan runs on {gpu!r}: a "
+            f"{prof.path}: calibration.gpu: {prof.gpu!r}, but the plan's pools run on "
+            f"{', '.join(map(repr, kinds))}: a profile holds one GPU kind's constants and would "
+            "apply to every pool alike; calibrate each kind on its own logs, and plan a job over "
+            "pools of several kinds without a profile (--calibration none)"
+        )
+    if prof.gpu != kinds[0]:
+        raise InputError(
+            f"{prof.path}: calibration.gpu: {prof.gpu!r}, but the plan runs on {kinds[0]!r}: a "
             "profile holds one cluster's constants (--calibration none to plan without it)"
         )
     calibratable.apply(prof.values)
@@ -112,10 +125,12 @@ def profile_lines(prof: Profile | None) -> list[str]:
     """What `explain` and `suggest` say of the calibration they used (nothing without one)."""
     if prof is None:
         return []
-    moved = [
-        f"{k} {v:.4g} (default {calibratable.DEFAULTS[k]:.4g})"
+    moved = [  # every constant applied unlike the default: fitted, or edited by hand
+        f"{k} {v:.4g} (default {calibratable.DEFAULTS[k]:.4g}"
+        + ("" if prof.determined.get(k, True) else "; set by hand, not determined by the logs")
+        + ")"
         for k, v in prof.values.items()
-        if prof.determined.get(k) and v != calibratable.DEFAULTS[k]
+        if v != calibratable.DEFAULTS[k]
     ]
     lines = [f"calibrated: {prof.path}, {prof.runs} runs on {prof.gpu}"]
     lines.append("  constants: " + ("; ".join(moved) if moved else "all at their defaults"))

@@ -182,7 +182,7 @@ def check(
         plan = plan_from_args(
             plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose, nemo_model
         )
-    prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
+    prof = calibration.use(calibration_opt, plan.job)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
     module_note(plan)

@@ -113,7 +113,7 @@ def explain(
                 )
         assert plan_path is not None  # the one source given
         plan = check_plan(load_plan(plan_path))
-    prof = calibration.use(calibration_opt, plan.job.cluster.gpu.name)
+    prof = calibration.use(calibration_opt, plan.job)
     job, layout = plan.job, plan.require_layout()
     if timeline_path is not None:
         timeline.drawable(job, layout)  # before the work

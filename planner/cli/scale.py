@@ -140,7 +140,7 @@ def scale(
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
     job = req.job
-    prof = calibration.use(calibration_opt, job.cluster.gpu.name)
+    prof = calibration.use(calibration_opt, job)
     # the sizes replace the job's num_gpus; they default when --num-gpus is not given
     defaulted = tuple(f for f in req.defaulted if f != "num_gpus")
     if num_gpus is None:

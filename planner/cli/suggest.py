@@ -108,7 +108,7 @@ def suggest(
         req = replace(req, job=reframe(req.job, framework))  # type: ignore[arg-type]
     job, model_ref = req.job, req.model_ref
     _titan_model_note(job)
-    prof = calibration.use(calibration_opt, job.cluster.gpu.name)
+    prof = calibration.use(calibration_opt, job)
     if no_cp and (cp is not None or max_cp is not None):
         flag = "--cp" if cp is not None else "--max-cp"
         raise InputError(f"--no-cp contradicts {flag}: give one of them")
@@ -197,9 +197,9 @@ def suggest(
 def _titan_model_note(job: Job) -> None:
     """On stderr, before the search: a torchtitan job of a model torchtitan defines no flavor of
     is planned as torchtitan would run a port of it, and no torchtitan target launches it."""
-    from planner.inputs.torchtitan import MODELS
+    from planner.inputs.torchtitan import MODELS, zoo_flavor
 
-    if job.framework == "torchtitan" and job.arch.name not in MODELS:
+    if job.framework == "torchtitan" and zoo_flavor(job.arch) is None:
         err.print(
             f"note: torchtitan defines no flavor of {job.arch.name} (it runs "
             f"{', '.join(sorted(MODELS))}): the layouts are planned as torchtitan would run a "

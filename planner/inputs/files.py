@@ -83,7 +83,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 def read_log(path: Path) -> str:
     """A training log's text: gzip'd or not (its magic bytes), at most MAX_LOG_CHARS; bytes
     that are not UTF-8 (another program's lines) read as U+FFFD, which no field the reader
-    parses holds."""
+    parses holds. Line ends are kept as written (newline=""): a progress bar's bare carriage
+    returns stay inside its line, so that the reader's line numbers are `grep -n`'s, and a
+    Windows line end leaves a carriage return at the end of its line, which the reader strips
+    with the spaces around each value."""
     if not is_file(path):
         read_file(path)  # its message: no such file, a directory, a name the system refuses
     gzipped = False
@@ -91,10 +94,10 @@ def read_log(path: Path) -> str:
         with path.open("rb") as raw:
             gzipped = raw.read(2) == GZIP_MAGIC
         if gzipped:
-            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as z:
+            with gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="") as z:
                 text = z.read(MAX_LOG_CHARS + 1)
         else:
-            with path.open(encoding="utf-8", errors="replace") as f:
+            with path.open(encoding="utf-8", errors="replace", newline="") as f:
                 text = f.read(MAX_LOG_CHARS + 1)
     except (OSError, EOFError) as e:
         what = "gzip'd log" if gzipped else "log"

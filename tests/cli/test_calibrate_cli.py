@@ -33,8 +33,9 @@ def test_calibrate_writes_a_profile_and_says_what_it_fitted(
     assert code == 0, err
     data = json.loads(out)
     assert data["profile"] == str(path) and path.is_file()
-    assert {r["run"].split(":")[0] for r in data["runs"]} == {str(p) for p in LOGS}
-    for run_ in data["runs"]:  # the fixture logs' median step times, as the reader takes them
+    assert {r["run"].split(":")[0] for r in data["residuals"]} == {str(p) for p in LOGS}
+    assert data["runs"] == len(LOGS)
+    for run_ in data["residuals"]:  # the fixture logs' median step times, as the reader takes them
         assert 0.5 < run_["measured_step_s"] < 2.0
     assert set(data["constants"]) >= {"gemm_efficiency", "step_overhead_s", "activation_scale"}
 
@@ -177,7 +178,7 @@ def test_one_file_of_two_runs_is_two_runs(
     log = _log(tmp_path, LOGS[0].read_text() + LOGS[1].read_text())
     code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
     assert code == 0, err
-    starts = [r["run"] for r in json.loads(out)["runs"]]
+    starts = [r["run"] for r in json.loads(out)["residuals"]]
     assert starts == [f"{log}:2", f"{log}:{len(LOGS[0].read_text().splitlines()) + 2}"]
 
 
@@ -223,7 +224,7 @@ def test_an_attempt_that_died_before_logging_is_left_out(
     code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
     assert code == 0, err
     assert "left out" in err and f"{log}:2:" in err
-    assert len(json.loads(out)["runs"]) == 1
+    assert len(json.loads(out)["residuals"]) == 1
 
 
 def test_a_run_given_twice_counts_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,7 +238,7 @@ def test_a_run_given_twice_counts_once(tmp_path: Path, capsys: pytest.CaptureFix
         assert code == 0, err
         out_path.write_text(out)
     a, b = json.loads(once.read_text()), json.loads(twice.read_text())
-    assert a["constants"] == b["constants"] and len(b["runs"]) == len(LOGS)
+    assert a["constants"] == b["constants"] and len(b["residuals"]) == len(LOGS)
     assert "again: once" in err
 
 
@@ -301,7 +302,7 @@ def test_restarts_are_measured_on_their_longest_run(
     log = _log(tmp_path, text + _head(text, 2), "fit.log")
     code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
     assert code == 0, err
-    assert len(json.loads(out)["runs"]) == 1
+    assert len(json.loads(out)["residuals"]) == 1
 
 
 def test_a_short_run_says_its_step_carries_start_up(
