@@ -19,6 +19,7 @@ user would.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
@@ -59,6 +60,13 @@ TP1_OVERLAP = "--tp-comm-overlap: at --tensor-model-parallel-size 1"
 asserts it for the overlap (arguments.py since 2024-11, d98e8a64 included). `check` reads such a
 line once more without the flag, what a run at tp 1 must do, and says so."""
 
+GRAPH_REGISTER = "NCCL_GRAPH_REGISTER: Megatron-LM asserts it is 0"
+"""How the reader refuses the zoo's GB200 Qwen3 235B lines of run_235b.sh (--external-cuda-graph,
+Transformer Engine's CUDA graphs, beside common.conf's PYTORCH_CUDA_ALLOC_CONF=
+expandable_segments:True): validate_args asserts NCCL_GRAPH_REGISTER=0 there since 2b343d739f
+(2025-12-30; d98e8a64 included), which the zoo's newer scripts (run_gb200_235b.sh) export and
+these do not. `check` reads such a line once more with it exported, and says so."""
+
 
 def _reading(row: dict[str, Any], args: list[str]) -> megatron_args.Reading:
     """The reader on the line's script with `args` as its words, the tokenizer's vocabulary given
@@ -68,36 +76,51 @@ def _reading(row: dict[str, Any], args: list[str]) -> megatron_args.Reading:
     return megatron_args.read(text, row["gpu"], row["num_gpus"], row["id"], vocab)
 
 
-def runnable_args(row: dict[str, Any]) -> list[str]:
-    """The line's words as a run at tp 1 must have them: without --tp-comm-overlap (TP1_OVERLAP)."""
+def runnable(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The line as d98e8a64 runs it, and what that changed: without --tp-comm-overlap at tp 1
+    (TP1_OVERLAP), with NCCL_GRAPH_REGISTER=0 beside TE's graphs and expandable segments
+    (GRAPH_REGISTER)."""
     args: list[str] = row["args"]
-    if args[args.index("--tensor-model-parallel-size") + 1] == "1":
-        return [a for a in args if a != "--tp-comm-overlap"]
-    return args
+    env: dict[str, str] = dict(row["env"])
+    changes = []
+    if args[args.index("--tensor-model-parallel-size") + 1] == "1" and "--tp-comm-overlap" in args:
+        args = [a for a in args if a != "--tp-comm-overlap"]
+        changes.append("without --tp-comm-overlap")
+    te = "--external-cuda-graph" in args or any(
+        a == "--cuda-graph-impl" and b == "transformer_engine" for a, b in itertools.pairwise(args)
+    )
+    expandable = "expandable_segments:True" in env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if te and expandable and env.get("NCCL_GRAPH_REGISTER") != "0":
+        env["NCCL_GRAPH_REGISTER"] = "0"
+        changes.append("with NCCL_GRAPH_REGISTER=0")
+    return dict(row, args=args, env=env), changes
 
 
 def read_plan(row: dict[str, Any]) -> Plan:
-    """The plan `check --megatron-args` reads from the line's runnable words."""
-    return parse_plan(_reading(row, runnable_args(row)).doc)
+    """The plan `check --megatron-args` reads from the line as it can run (`runnable`)."""
+    run, _ = runnable(row)
+    return parse_plan(_reading(run, run["args"]).doc)
 
 
 def check(row: dict[str, Any], retried: bool = False) -> dict[str, Any]:
     """What `planner check --megatron-args` says of one line: refused (the message), or the
     layout, peak memory against capacity, and the predicted step; a line refused for
-    TP1_OVERLAP is read once more as it can run (`runnable_args`), which the result says."""
+    TP1_OVERLAP or GRAPH_REGISTER is read once more as it can run (`runnable`), which the
+    result says (`changed`)."""
+    run, changes = runnable(row) if retried else (row, [])
     try:
-        reading = _reading(row, runnable_args(row) if retried else row["args"])
+        reading = _reading(run, run["args"])
         plan = parse_plan(reading.doc)
         check_plan(plan)
     except InputError as e:
         message = str(e).splitlines()[0]
-        if not retried and TP1_OVERLAP in message:
-            return dict(check(row, retried=True), dropped="--tp-comm-overlap")
+        if not retried and (TP1_OVERLAP in message or GRAPH_REGISTER in message):
+            return check(row, retried=True)
         return {"verdict": "exit 2", "message": message}
     lay = plan.require_layout()
     mem = memory.estimate(plan.job, lay)
     perf = cost.estimate(plan.job, lay)
-    return {
+    out = {
         "verdict": "read" if mem.fits else "exit 1",
         "layout": lay.describe(),
         "peak_gib": mem.peak / GIB,
@@ -108,6 +131,7 @@ def check(row: dict[str, Any], retried: bool = False) -> dict[str, Any]:
         "unknown": list(reading.unknown),
         "not_modelled": [n.split(":")[0] for n in reading.not_modelled],
     }
+    return dict(out, changed=changes) if changes else out
 
 
 def rows() -> list[dict[str, Any]]:
@@ -135,10 +159,9 @@ def main() -> None:
             print(f"{row['id']:28s} {gpus:>14s}  exit 2   {r['message'][:150]}")
             continue
         extra = ", ".join(f"not read: {w}" for w in r["unknown"] + r["not_modelled"])
-        if "dropped" in r:
-            extra = ", ".join(
-                filter(None, [f"read without {r['dropped']} (exit 2 with it)", extra])
-            )
+        if "changed" in r:
+            how = " and ".join(r["changed"])
+            extra = ", ".join(filter(None, [f"read {how} (exit 2 as given)", extra]))
         print(
             f"{row['id']:28s} {gpus:>14s}  {r['verdict']:7s}  {r['peak_gib']:6.1f} / "
             f"{r['capacity_gib']:5.1f}      {r['step_s']:7.2f}  {r['tokens_per_s_per_gpu']:9.0f}"

@@ -40,11 +40,17 @@ def test_the_data_is_every_invocation_of_the_best_practice_scripts() -> None:
 def test_every_line_is_read_or_refused_for_megatrons_reason(row: dict[str, Any]) -> None:
     r = zoo.check(row)
     assert r["verdict"] in ("read", "exit 1"), r.get("message")
-    # the only refusal: --tp-comm-overlap, which sbatch_benchmarking.sh adds to every bf16 line,
-    # at tp 1, where validate_args disables sequence parallelism and then asserts it
+    # the refusals, read again as d98e8a64 runs the line: --tp-comm-overlap, which
+    # sbatch_benchmarking.sh adds to every bf16 line, at tp 1, where validate_args disables
+    # sequence parallelism and then asserts it; and TE's CUDA graphs (--external-cuda-graph)
+    # beside expandable segments without NCCL_GRAPH_REGISTER=0, which validate_args asserts
+    # since 2b343d739f (2025-12-30), after run_235b.sh's GB200 lines were written
     tp1_bf16 = "--tp-comm-overlap" in row["args"] and "--fp8-recipe" not in row["args"]
     tp = row["args"][row["args"].index("--tensor-model-parallel-size") + 1]
-    assert ("dropped" in r) == (tp1_bf16 and tp == "1")
+    graphs = "--external-cuda-graph" in row["args"] and "NCCL_GRAPH_REGISTER" not in row["env"]
+    expected = ["without --tp-comm-overlap"] * (tp1_bf16 and tp == "1")
+    expected += ["with NCCL_GRAPH_REGISTER=0"] * graphs
+    assert r.get("changed", []) == expected
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
