@@ -160,6 +160,8 @@ def scale(
 
     if not as_json:
         print_job(err, "scaling", req, values, tuple(f for f in values if f in defaulted))
+    elif req.unread is not None:  # the job line says it otherwise
+        err.print(f"note: {req.unread}", markup=False, highlight=False)
     with named_options():
         curve = scaling.scale(job, sizes, planned, budget, params, threshold)
     if plot_path is not None:

@@ -30,8 +30,9 @@ def merge_bound(flag: str, bound: Bound, max_value: int | None) -> Bound:
     if max_value < 1:
         raise InputError(f"--max-{flag}: must be at least 1 (got {max_value})")
     if bound.lo > max_value:
+        given = f"{bound.lo}-{bound.hi if bound.bounded_above() else ''}"
         raise InputError(
-            f"--{flag} {bound.lo if bound.lo == bound.hi else f'{bound.lo}-'} contradicts "
+            f"--{flag} {bound.lo if bound.lo == bound.hi else given} contradicts "
             f"--max-{flag} {max_value}"
         )
     return Bound(bound.lo, min(bound.hi, max_value))

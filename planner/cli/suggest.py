@@ -69,7 +69,7 @@ def suggest(
         typer.Option(
             help="pin (2) or bound (2-4, 1-3); interleaved splits where vpp divides no rank's "
             "layers (Megatron's pipeline layout string) are searched to vpp 6, or to the "
-            "bound's top"
+            "bound's top (a bound without one: to 6 or its bottom, the higher)"
         ),
     ] = None,
     mbs: RangeOpt = None,
@@ -139,6 +139,8 @@ def suggest(
         from planner.cli.job_text import print_job
 
         print_job(err, "planning", req)
+    elif req.unread is not None:  # the job line says it otherwise
+        err.print(f"note: {req.unread}", markup=False, highlight=False)
     if job.pools:  # heterogeneous pools: planner.cli.pools_suggest
         from planner.cli import pools_suggest
 

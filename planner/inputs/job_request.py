@@ -64,6 +64,9 @@ class JobRequest:
     """Where it came from, for people: a job file's path, "flags", or the bundled default."""
     defaulted: tuple[str, ...]
     """The `JOB_FIELDS` neither the job file nor a flag set, in `JOB_FIELDS` order."""
+    unread: str | None = None
+    """What of the job file the command does not read (a plan's [parallel] table: the layout is
+    what it searches), said on stderr even under --json; None where nothing."""
 
     def values(self) -> dict[str, object]:
         """The `JOB_FIELDS` of the job, by name."""
@@ -110,19 +113,24 @@ def request_job(path: Path | None, args: JobArgs) -> JobRequest:
         doc: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB.items()}
         origin = "no job given: the bundled default job"
         base = None
+        unread = None
     elif path is not None:
         doc = load_toml(path)
         # a whole plan is a job too: its layout is what the command searches, so not read
-        origin = (
-            f"{path}, its [parallel] not read"
-            if doc.pop("parallel", None) is not None
-            else str(path)
+        dropped = doc.pop("parallel", None) is not None
+        origin = f"{path}, its [parallel] not read" if dropped else str(path)
+        unread = (
+            f"{path}: its [parallel] table is not read: the layout is what is searched (pin a "
+            "degree with --tp, --pp, --cp, --ep, --dp, --vpp, --mbs, --zero)"
+            if dropped
+            else None
         )
         base = path
     else:
         doc = {k: dict(v) for k, v in DEFAULT_JOB.items()}
         origin = "flags"
         base = None
+        unread = None
     given = {} if path is None else doc
     defaulted = tuple(f for f in JOB_FIELDS if not _flagged(args, f) and not _in_file(given, f))
     doc = _apply_flags(doc, args)
@@ -135,7 +143,7 @@ def request_job(path: Path | None, args: JobArgs) -> JobRequest:
     if base is not None and isinstance(hf, str) and not Path(hf).is_absolute():
         # relative to the job file, not to where planner runs (the plan writer re-relativises it)
         ref["hf_config"] = str((base.parent / hf).resolve())
-    return JobRequest(plan.job, ref, origin, defaulted)
+    return JobRequest(plan.job, ref, origin, defaulted, unread)
 
 
 FLAG_FIELDS: dict[str, tuple[str, ...]] = {
@@ -179,6 +187,11 @@ def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
     if args.nodes is not None and args.num_gpus is not None:
         raise InputError("--nodes and --num-gpus: give one of them")
     if args.nodes is not None:
+        if "pools" in doc["cluster"]:
+            raise InputError(
+                "--nodes: give either pools or one GPU kind (the job's [[cluster.pools]] each "
+                "give their num_gpus)"
+            )
         gpu = catalog.get_gpu(str(doc["cluster"].get("gpu", args.gpu)))
         per_node = int(doc["cluster"].get("gpus_per_node", gpu.gpus_per_node))
         doc["cluster"]["num_gpus"] = args.nodes * per_node

@@ -23,6 +23,7 @@ from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import rules, top_k
 from planner.search import space as space_mod
+from planner.search.rules import parallel as parallel_rules
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
@@ -52,8 +53,14 @@ def check_space(job: Job, space: Space) -> None:
             raise InputError(f"--{name} {getattr(space, name).lo} exceeds num_layers ({layers})")
     if space.ep.lo > 1 and not job.arch.is_moe:
         raise InputError(f"--ep {space.ep.lo}: {job.arch.name} has no experts")
+    _check_pins(job, space)
     if not space.zero_stages:
         raise InputError("--zero: no ZeRO stage left to search")
+    if space.framework == "torchtitan" and not {0, 3} & set(space.zero_stages):
+        raise InputError(
+            f"--zero {','.join(map(str, space.zero_stages))}: torchtitan runs FSDP2, ZeRO 3 (ZeRO "
+            "0 where no data-parallel rank shards): allow 3"
+        )
     if job.optimizer == "muon" and min(space.zero_stages) > 1:  # rules.muon
         raise InputError(
             f"--zero {','.join(map(str, space.zero_stages))}: Megatron's Muon optimizer runs "
@@ -61,6 +68,24 @@ def check_space(job: Job, space: Space) -> None:
         )
     if not space.recompute:
         raise InputError("--recompute: no recompute policy left to search")
+
+
+def _check_pins(job: Job, space: Space) -> None:
+    """A pinned degree the model cannot split by exits 2 naming it (the rules would reject every
+    layout, which read as 'nothing fits'): an expert-parallel size that does not divide the
+    experts (the search tries only divisors), a tensor-parallel size the attention heads or the
+    query groups do not split by (`rules.parallel.heads`, `query_groups`)."""
+    arch = job.arch
+    ep, tp = space.ep, space.tp
+    if ep.lo == ep.hi and arch.num_moe_experts and arch.num_moe_experts % ep.lo:
+        raise InputError(f"--ep {ep.lo}: must divide {arch.name}'s {arch.num_moe_experts} experts")
+    if tp.lo != tp.hi:
+        return
+    lay = Layout(tp=tp.lo)
+    for rule in (parallel_rules.heads, parallel_rules.query_groups):
+        broken = rule(job, lay)
+        if broken is not None:
+            raise InputError(f"--tp {tp.lo}: {broken.message} ({arch.name})")
 
 
 def check_found(job: Job, found: list[tuple[Job, Layout]], path: Path | None) -> None:
