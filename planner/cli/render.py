@@ -329,21 +329,16 @@ def operations_table(o: Operations) -> Table:
     t = Table(title="Operations (defaults and their sources: planner/ops/assumptions.py)")
     t.add_column("what", style="bold")
     t.add_column("estimate", overflow="fold")
-    if (
-        o.tokens is not None
-        and o.days is not None
-        and o.days_no_failures is not None
-        and o.gpu_hours is not None
-        and o.energy_mwh is not None
-    ):
-        t.add_row("token budget", f"{units.format_tokens(o.tokens)} tokens = {o.steps:,} steps")
-        days, ideal = units.format_amount(o.days), units.format_amount(o.days_no_failures)
+    b = o.budget()
+    if b is not None:
+        t.add_row("token budget", f"{units.format_tokens(b.tokens)} tokens = {b.steps:,} steps")
+        days, ideal = units.format_amount(b.days), units.format_amount(b.days_no_failures)
         t.add_row("wall-clock", f"{days} days ({ideal} without failures)")
-        t.add_row("GPU-hours", units.format_amount(o.gpu_hours, 0))
+        t.add_row("GPU-hours", units.format_amount(b.gpu_hours, 0))
         t.add_row("cost", f"{cost_text(o) or 'unknown'} ({o.price_source})")
         t.add_row(
             "energy",
-            f"{units.format_amount(o.energy_mwh)} MWh at {o.facility_power_w / 1e6:,.3f} MW "
+            f"{units.format_amount(b.energy_mwh)} MWh at {o.facility_power_w / 1e6:,.3f} MW "
             f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {nodes}, "
             f"PUE {o.pue:g})",
         )

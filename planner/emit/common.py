@@ -326,21 +326,16 @@ def summary_lines(o: Operations) -> list[str]:
     """Plain sentences (no comment marker) describing an Operations, for headers and logs."""
     r = o.resilience
     lines: list[str] = []
-    if (
-        o.tokens is not None
-        and o.days is not None
-        and o.days_no_failures is not None
-        and o.gpu_hours is not None
-        and o.energy_mwh is not None
-    ):
+    b = o.budget()
+    if b is not None:
         cost = f"{cost_text(o) or 'cost unknown'} ({o.price_source})"
         lines.append(
-            f"{format_tokens(o.tokens)} tokens in {o.steps:,} steps: {format_amount(o.days)} days "
-            f"wall-clock ({format_amount(o.days_no_failures)} without failures), "
-            f"{format_si(o.gpu_hours)} GPU-hours, {cost}"
+            f"{format_tokens(b.tokens)} tokens in {b.steps:,} steps: {format_amount(b.days)} days "
+            f"wall-clock ({format_amount(b.days_no_failures)} without failures), "
+            f"{format_si(b.gpu_hours)} GPU-hours, {cost}"
         )
         lines.append(
-            f"energy {format_amount(o.energy_mwh, 0)} MWh: {o.facility_power_w / 1e6:.2f} MW "
+            f"energy {format_amount(b.energy_mwh, 0)} MWh: {o.facility_power_w / 1e6:.2f} MW "
             f"facility ({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node overhead, "
             f"PUE {o.pue:g})"
         )

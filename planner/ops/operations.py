@@ -38,6 +38,18 @@ OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The figures of a token budget (`Operations.budget`)."""
+
+    tokens: int
+    steps: int
+    days: float
+    days_no_failures: float
+    gpu_hours: float
+    energy_mwh: float
+
+
+@dataclass(frozen=True)
 class Operations:
     """Days, dollars, energy and goodput of a job and layout, for a token budget (or None)."""
 
@@ -75,6 +87,17 @@ class Operations:
     @property
     def days_no_failures(self) -> float | None:
         return None if self.train_s is None else self.train_s / SECONDS_PER_DAY
+
+    def budget(self) -> Budget | None:
+        """The token budget's figures, None without a budget."""
+        if self.tokens is None or self.steps is None or self.days is None:
+            return None
+        assert self.days_no_failures is not None and self.gpu_hours is not None
+        assert self.energy_mwh is not None  # set with the budget (`operations`)
+        return Budget(
+            self.tokens, self.steps, self.days, self.days_no_failures, self.gpu_hours,
+            self.energy_mwh,
+        )  # fmt: skip
 
     @property
     def expected_failures(self) -> float | None:
