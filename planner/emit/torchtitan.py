@@ -40,7 +40,7 @@ from planner.inputs.torchtitan import (
     no_flavor,
     zoo_flavor,
 )
-from planner.inputs.torchtitan_toml import FLOAT8
+from planner.inputs.torchtitan_toml import FLOAT8, NO_CONTEXT_PARALLEL, NO_PIPELINE
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -73,18 +73,6 @@ def routing_refusal(plan: Plan, commit: str) -> InputError | None:
         f"(the model's: {own[0]}, {own[1]}): torchtitan {commit[:8]} routes with its flavor's "
         "own groups, which this launch does not change; drop the override to launch it"
     )
-
-
-NO_CONTEXT_PARALLEL = {
-    "gpt_oss": "gpt_oss/model/args.py raises 'CP support for gpt-oss model is still in progress'",
-    "deepseek_v3": "its 671B flavor runs flex attention (deepseek_v3/__init__.py), and "
-    "deepseek_v3/model/args.py raises 'Context Parallel only supports SDPA attention'",
-}
-"""torchtitan e347b1e5's models whose flavor (`MODELS`) refuses context parallelism."""
-
-NO_PIPELINE = ("qwen3", "gpt_oss")
-"""torchtitan e347b1e5's models without a pipelining function (their __init__.py:
-pipelining_fn=None; train.py raises 'does not support pipelining')."""
 
 
 def era_refusal(plan: Plan, name: str) -> InputError | None:

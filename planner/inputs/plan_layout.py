@@ -157,8 +157,9 @@ def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, wh
     "full" (every layer), "selective" (per-op SAC) and, with `[torchtitan]
     selective_layer_every = N`, "full" on every N-th layer of a rank (a counter over the rank's
     layers, torchtitan activation_checkpoint.py `_apply_layer_sac`): Megatron's block method with
-    that many layers per virtual stage, in memory and time. Megatron's method / layer count /
-    modules have no torchtitan setting."""
+    that many layers per virtual stage, in memory and time; none where N is above every rank's
+    layer count (e347b1e5 activation_checkpoint.py:37-40: layer k of the rank wrapped where
+    k % N == 0). Megatron's method / layer count / modules have no torchtitan setting."""
     if job.framework != "torchtitan":
         return layout
     for name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
@@ -176,5 +177,8 @@ def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, wh
             f"{where}: torchtitan.selective_layer_every: {every} needs parallel.recompute = "
             f'"full" (got "{layout.recompute}")'
         )
-    most = max(len(c) for chunks in layout.chunk_layers(job.arch.num_layers) for c in chunks)
+    ranks = layout.chunk_layers(job.arch.num_layers)
+    if all(sum(len(c) for c in chunks) < every for chunks in ranks):
+        return layout.with_(recompute="none")  # the counter reaches N on no rank: none wrapped
+    most = max(len(c) for chunks in ranks for c in chunks)
     return layout.with_(recompute_method="block", recompute_num_layers=max(most // every, 1))

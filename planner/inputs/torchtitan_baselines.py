@@ -94,7 +94,7 @@ BASELINES = {
         2 * 8192,
         8192,
         "FullAC",
-        {"converters": [Record("Float8LinearConverter.Config")]},
+        {"converters": [Record("Float8LinearConverter.Config", (), {"filter_fqns": ["lm_head"]})]},
         parallelism=_parallelism(tensor_parallel_degree=8),
         compile=Record("CompileConfig", (), {"enable": True, "enable_async_tensor_parallel": True}),
     ),
@@ -118,7 +118,8 @@ BASELINES = {
 }
 """The baselines (b5bcd76c config_registry functions, `Baseline.source`) and the values of theirs
 the plan reads; the rest of what they set (tokenizer, dataset, loss, optimizer, logging) the plan
-does not. The float8 converter of llama3_405b has its default recipe, rowwise."""
+does not. The float8 converter of llama3_405b has its default recipe, rowwise, and keeps the output
+layer in bf16 (filter_fqns=["lm_head"], config_registry.py:312-316)."""
 
 DEFAULTS: Fields = {
     ("parallelism", "data_parallel_replicate_degree"): 1,
@@ -141,6 +142,7 @@ DEFAULTS: Fields = {
     ("compile", "enable_async_tensor_parallel"): False,
     ("compile", "components"): ["model", "loss"],
     ("debug", "deterministic"): False,
+    ("debug", "batch_invariant"): False,
     ("loss",): Record("BaseLoss.Config"),
     ("parallelism", "enable_sequence_parallel"): True,
     ("parallelism", "pipeline_parallel_layers_per_stage"): None,
@@ -167,6 +169,8 @@ def lookup(values: Fields, path: tuple[str, ...]) -> Any:
         return values[path]
     for i in range(len(path) - 1, 0, -1):
         rec = values.get(path[:i])
+        if isinstance(rec, Unread):  # the record itself not read: nor what it holds
+            return rec
         if isinstance(rec, Record):
             rest = path[i:]
             if len(rest) == 1 and rest[0] in rec.kwargs:
@@ -174,6 +178,41 @@ def lookup(values: Fields, path: tuple[str, ...]) -> Any:
             break
     return DEFAULTS.get(path)
 
+
+SECTION_CLASSES = {
+    "training": "TrainingConfig",
+    "parallelism": "ParallelismConfig",
+    "compile": "CompileConfig",
+    "debug": "DebugConfig",
+}
+"""The sections the reader reads field by field, and the class each is built by
+(torchtitan/config/configs.py at b5bcd76c; Trainer.Config's fields, trainer.py:69-116)."""
+
+TRAINER_FIELDS = frozenset(
+    [
+        "activation_checkpoint",
+        "checkpoint",
+        "comm",
+        "compile",
+        "dataloader",
+        "debug",
+        "dump_folder",
+        "hf_assets_path",
+        "loss",
+        "lr_scheduler",
+        "metrics",
+        "model_spec",
+        "optimizer",
+        "override",
+        "parallelism",
+        "profiler",
+        "tokenizer",
+        "training",
+        "validator",
+    ]
+)
+"""Trainer.Config's fields (trainer.py:69-116 at b5bcd76c, a slotted dataclass: any other name
+raises AttributeError)."""
 
 SECTION_FIELDS: dict[str, frozenset[str]] = {
     "training": frozenset(

@@ -10,22 +10,32 @@ batch and micro-batch, the schedule and its stages from module_fqns_per_model_pa
 checkpointing, compile of the model, float8, the FSDP policy); the training-code knobs it has no
 field for take torchtitan's defaults, as in a plan that leaves them out. The GPU is --gpu, else
 the `# planner-gpu:` header line planner writes; the GPU count the product of the degrees.
+
+A TOML is read as e347b1e5 runs it: what that torchtitan raises on exits 2 naming the field
+(`torchtitan_toml.era_refusal`, DeepSeek's DeepEP without EP or with expert TP), DeepEP for a
+model whose parallelize ignores it is the all-to-all, and float8's filter_fqns decides the
+precision (`torchtitan_toml.float8_filter`). Under pipelining a step of more than one
+gradient-accumulation step (several pipeline schedules) exits 2 in either form: planner's
+pipeline is one schedule of all the step's micro-batches (`_batches`). What is read otherwise
+than the file says is noted (`Plan.inert`, written as warnings).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import pipeline_layout, torchtitan_toml
+from planner.inputs import catalog, pipeline_layout, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, default_schedule
+from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, TORCHTITAN_COMMIT, default_schedule
 
 FLAVORS = {v: k for k, v in MODELS.items()}
 GPU_LINE = re.compile(r"^# planner-gpu: (\S+)$", re.MULTILINE)
+Notes = list[tuple[str, str]]
 
 
 def _get(doc: dict[str, Any], where: str, table: str, key: str, kind: type, default: Any) -> Any:
@@ -74,13 +84,20 @@ def _module(path: Path) -> tuple[Path, str | None] | None:
 def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
     """The plan document (as a plan file's tables) the TOML, or the Python configuration
     (`planner.inputs.torchtitan_module`, FILE.py[:FUNCTION]), describes."""
+    return _read(path, gpu, num_gpus)[0]
+
+
+def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, Any], Notes]:
+    """The plan document and the notes on what it reads otherwise than the file says
+    ((field, message), as `Plan.inert`)."""
     where = str(path)
+    notes: Notes = []
     module = _module(path)
     if module is not None:
         from planner.inputs import torchtitan_module  # ast and the baselines: only here
 
-        doc, text = torchtitan_module.tables(*module)
-        return _document(doc, text, str(module[0]), gpu, num_gpus)
+        doc, text, notes = torchtitan_module.read(*module)
+        return _document(doc, text, str(module[0]), gpu, num_gpus, notes, False), notes
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -98,34 +115,20 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
             )
         if "model" not in parts:  # the loss alone compiled: the model runs eager
             doc = {**doc, "compile": {**compile_, "enable": False}}
-    return _document(doc, text, where, gpu, num_gpus)
+    return _document(doc, text, where, gpu, num_gpus, notes, True), notes
 
 
-def _document(
-    doc: dict[str, Any], text: str, where: str, gpu: str | None, num_gpus: int | None
-) -> dict[str, Any]:
-    """The plan document of a torchtitan TOML's tables (`text` the file, for its GPU line)."""
-    if gpu is None:
-        found = GPU_LINE.search(text)
-        if found is None:
-            raise InputError(f"--torchtitan-config: {where} names no GPU; give --gpu NAME")
-        gpu = found.group(1)
-    name = _get(doc, where, "model", "name", str, "llama3")
-    flavor = _get(doc, where, "model", "flavor", str, "debugmodel")
-    if (name, flavor) not in FLAVORS:
-        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
-        raise InputError(f"{where}: model.flavor: planner knows no {name} {flavor!r} ({known})")
-
-    def par(key: str, default: Any, kind: type = int) -> Any:
-        return _get(doc, where, "parallelism", key, kind, default)
+def _degrees(doc: dict[str, Any], where: str, num_gpus: int | None) -> dict[str, int]:
+    """replicate, shard (-1 resolved), tp, pp, cp and the GPUs they multiply to."""
 
     def degree(key: str) -> int:
-        value = par(key, 1)
+        value = _get(doc, where, "parallelism", key, int, 1)
         if value < 1:
             raise InputError(f"{where}: parallelism.{key}: must be at least 1 (got {value})")
         return int(value)
 
-    rep, shard = degree("data_parallel_replicate_degree"), par("data_parallel_shard_degree", -1)
+    rep = degree("data_parallel_replicate_degree")
+    shard = _get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
     tp, pp, cp = (
         degree("tensor_parallel_degree"),
         degree("pipeline_parallel_degree"),
@@ -149,11 +152,48 @@ def _document(
             f"{where}: parallelism: the degrees multiply to {world} GPUs (replicate {rep} x shard "
             f"{shard} x cp {cp} x tp {tp} x pp {pp}), not --num-gpus {num_gpus}"
         )
+    return {"rep": rep, "shard": shard, "tp": tp, "pp": pp, "cp": cp, "world": world}
+
+
+def _document(
+    doc: dict[str, Any],
+    text: str,
+    where: str,
+    gpu: str | None,
+    num_gpus: int | None,
+    notes: Notes,
+    toml: bool,
+) -> dict[str, Any]:
+    """The plan document of a torchtitan TOML's tables (`text` the file, for its GPU line;
+    `toml`: a TOML file, read as e347b1e5 runs it, else a Python configuration's tables)."""
+    if gpu is None:
+        found = GPU_LINE.search(text)
+        if found is None:
+            raise InputError(f"--torchtitan-config: {where} names no GPU; give --gpu NAME")
+        gpu = found.group(1)
+    name = _get(doc, where, "model", "name", str, "llama3")
+    flavor = _get(doc, where, "model", "flavor", str, "debugmodel")
+    if (name, flavor) not in FLAVORS:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
+        raise InputError(f"{where}: model.flavor: planner knows no {name} {flavor!r} ({known})")
+
+    def par(key: str, default: Any, kind: type = int) -> Any:
+        return _get(doc, where, "parallelism", key, kind, default)
+
+    d = _degrees(doc, where, num_gpus)
+    rep, shard, tp, pp, cp = d["rep"], d["shard"], d["tp"], d["pp"], d["cp"]
     seq = _get(doc, where, "training", "seq_len", int, 2048)
-    local = _get(doc, where, "training", "local_batch_size", int, 8)
+    if toml:
+        torchtitan_toml.era_refusal(where, name, d, seq)
+    balancer = doc.get("parallelism", {}).get("context_parallel_load_balancer", "headtail")
+    if balancer == "":  # job_config.py:439-444 at e347b1e5, configs.py:265-269 at b5bcd76c
+        raise InputError(
+            f'{where}: parallelism.context_parallel_load_balancer: "": torchtitan raises '
+            "'cannot be an empty string' (ParallelismConfig.__post_init__); None turns it off"
+        )
     dp = rep * shard
-    gbs = _get(doc, where, "training", "global_batch_size", int, -1)
-    gbs = gbs if gbs > 0 else local * dp
+    mbs = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else 0
+    local, gbs = _batches(doc, where, dp, pp, mbs, toml)
     converters = _get(doc, where, "model", "converters", list, [])
     training: dict[str, Any] = {
         "framework": "torchtitan",
@@ -172,46 +212,152 @@ def _document(
         "async_tp": par("enable_async_tensor_parallel", False, bool) and tp > 1,
         "compile": _get(doc, where, "compile", "enable", bool, False),
     }
-    if doc.get("parallelism", {}).get("context_parallel_load_balancer", "") is None:
+    if balancer is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
     chunks = _get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss
     if chunks != 1:
         titan["loss_chunks"] = chunks
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
     ep = par("expert_parallel_degree", 1)
+    etp = par("expert_tensor_parallel_degree", 1)
+    backend = par("expert_parallel_comm_backend", "standard", str)
+    flex = ep > 1 and backend == "deepep"
+    if toml:
+        flex, note = torchtitan_toml.deepep(where, name, backend, ep, etp)
+        if note is not None:
+            notes.append(("parallelism.expert_parallel_comm_backend", note))
     if ep > 1:
         parallel["ep"] = ep
-        parallel["etp"] = par("expert_tensor_parallel_degree", 1)
-        if par("expert_parallel_comm_backend", "standard", str) == "deepep":
+        parallel["etp"] = etp
+        if flex:
             parallel["moe_token_dispatcher_type"] = "flex"
-    parallel["micro_batch_size"] = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else local
+    parallel["micro_batch_size"] = mbs if pp > 1 else local
     if pp > 1:
-        schedule = par("pipeline_parallel_schedule", "1F1B", str)
-        parts = doc.get("parallelism", {}).get("module_fqns_per_model_part")
-        vpp = 1 if schedule in SINGLE_STAGE else 2  # torchtitan's stages per rank by default
-        if parts is not None:
-            stages = _stages(parts, where)
-            if len(stages) % pp:
-                raise InputError(
-                    f"{where}: parallelism.module_fqns_per_model_part: {len(stages)} stages, "
-                    f"not a multiple of pipeline_parallel_degree ({pp})"
-                )
-            parallel["pipeline_model_parallel_layout"] = pipeline_layout.compact(stages)
-            vpp = max(len(stages) // pp, 1)
-        parallel["vpp"] = vpp
-        if schedule != default_schedule(vpp):
-            titan["pipeline_schedule"] = schedule
+        _pipeline(doc, where, pp, parallel, titan)
     parallel["zero_stage"] = 3 if shard * cp > 1 else 0
+    _checkpointing(doc, where, parallel, titan)
+    if training["precision"] == "fp8":
+        float8 = doc.get("quantize", {}).get("linear", {}).get("float8", {})
+        if toml:
+            layers = catalog.get_model(FLAVORS[name, flavor]).num_layers
+            fqns = float8.get("filter_fqns", [])
+            on, said = torchtitan_toml.float8_filter(where, name, layers, fqns)
+            notes.extend(said)
+            if not on:
+                training["precision"] = "bf16"
+        if training["precision"] == "fp8":
+            training["fp8_recipe"] = float8.get("recipe_name", "tensorwise")
+            titan["float8_all_gather"] = float8.get("enable_fsdp_float8_all_gather", False)
+    return {
+        "model": {"name": FLAVORS[name, flavor]},
+        "cluster": {"gpu": gpu, "num_gpus": d["world"]},
+        "training": training,
+        "parallel": parallel,
+        "torchtitan": titan,
+    }
+
+
+def _batches(
+    doc: dict[str, Any], where: str, dp: int, pp: int, mbs: int, toml: bool
+) -> tuple[int, int]:
+    """(local batch, global batch) as torchtitan takes them: e347b1e5 train.py:195-215 (the
+    global a multiple of local x dp, gradient accumulation over global / (local x dp) steps)
+    and pipeline_parallel.py:186-193 (local_batch_size a multiple of the micro-batch);
+    b5bcd76c trainer.py:409-428 (`num_tokens_per_train_step` over the tokens of one step of
+    num_pp_microbatches micro-batches). Under pipelining each accumulation step is one call of
+    the schedule (e347b1e5 train.py:561 and :502-511; b5bcd76c trainer.py:856-899 and :827),
+    and planner's pipeline is one schedule of all the step's micro-batches: more than one
+    accumulation step with pp > 1 is refused, naming what to set for one."""
+    local = _get(doc, where, "training", "local_batch_size", int, 8)
+    given = _get(doc, where, "training", "global_batch_size", int, -1)
+    seq = _get(doc, where, "training", "seq_len", int, 2048)
+    step_field = (
+        "training.global_batch_size" if toml else "config.training.num_tokens_per_train_step"
+    )
+    if toml and local < 1:
+        raise InputError(f"{where}: training.local_batch_size: must be at least 1 (got {local})")
+    if toml and given == 0:  # train.py:201 asserts global_batch_size > 0
+        raise InputError(f"{where}: {step_field}: must be positive, or -1 (got 0)")
+    if pp > 1 and toml and (mbs < 1 or local % mbs):
+        raise InputError(
+            f"{where}: parallelism.pipeline_parallel_microbatch_size: {mbs}: torchtitan "
+            f"{TORCHTITAN_COMMIT[:8]} raises unless it divides training.local_batch_size "
+            f"({local}) (distributed/pipeline_parallel.py:186-193)"
+        )
+    gbs = given if given > 0 else local * dp
+    npp = local // mbs if pp > 1 else 1
+    if gbs % (local * dp):
+        if toml:
+            raise InputError(
+                f"{where}: {step_field}: {gbs} is not a multiple of training.local_batch_size x "
+                f"dp ({local} x {dp}): torchtitan {TORCHTITAN_COMMIT[:8]} asserts it "
+                "(train.py:201-209)"
+            )
+        raise InputError(
+            f"{where}: {step_field}: {gbs * seq} is not a multiple of the tokens of one "
+            "accumulation step, num_tokens_per_microbatch_per_dp_rank x num_pp_microbatches x "
+            f"dp ({local // npp * seq} x {npp} x {dp}): torchtitan raises (trainer.py:419-425)"
+        )
+    steps = gbs // (local * dp)
+    if pp == 1 or steps == 1:
+        return local, gbs
+    if toml:
+        raise InputError(
+            f"{where}: {step_field}: {gbs} is {steps} x training.local_batch_size {local} x dp "
+            f"{dp}: with pipeline_parallel_degree {pp} torchtitan {TORCHTITAN_COMMIT[:8]} runs "
+            f"{steps} pipeline schedules of {npp} micro-batches (local_batch_size / "
+            "pipeline_parallel_microbatch_size) a step (train.py:561, each calling "
+            "pp_schedule.step, :502-511), which planner does not model (its pipeline is one "
+            f"schedule of all {steps * npp}): set local_batch_size = {gbs // dp}"
+        )
+    raise InputError(
+        f"{where}: {step_field}: {gbs * seq} is {steps} accumulation steps of "
+        f"num_pp_microbatches {npp} x num_tokens_per_microbatch_per_dp_rank {mbs * seq} x dp "
+        f"{dp}: with pipeline_parallel_degree {pp} torchtitan runs {steps} pipeline schedules "
+        f"of {npp} micro-batches a step (trainer.py:856-899, pp_schedule.step each, :827), which "
+        f"planner does not model (its pipeline is one schedule of all {steps * npp}): set "
+        f"num_pp_microbatches = {steps * npp}"
+    )
+
+
+def _pipeline(
+    doc: dict[str, Any], where: str, pp: int, parallel: dict[str, Any], titan: dict[str, Any]
+) -> None:
+    """The schedule and the stages (module_fqns_per_model_part) with pipelining."""
+    schedule = _get(doc, where, "parallelism", "pipeline_parallel_schedule", str, "1F1B")
+    parts = doc.get("parallelism", {}).get("module_fqns_per_model_part")
+    vpp = 1 if schedule in SINGLE_STAGE else 2  # torchtitan's stages per rank by default
+    if parts is not None:
+        stages = _stages(parts, where)
+        if len(stages) % pp:
+            raise InputError(
+                f"{where}: parallelism.module_fqns_per_model_part: {len(stages)} stages, "
+                f"not a multiple of pipeline_parallel_degree ({pp})"
+            )
+        parallel["pipeline_model_parallel_layout"] = pipeline_layout.compact(stages)
+        vpp = max(len(stages) // pp, 1)
+    parallel["vpp"] = vpp
+    if schedule != default_schedule(vpp):
+        titan["pipeline_schedule"] = schedule
+
+
+def _checkpointing(
+    doc: dict[str, Any], where: str, parallel: dict[str, Any], titan: dict[str, Any]
+) -> None:
+    """activation_checkpoint: mode none / full / selective with selective_ac_option "op" (per-op)
+    or "N" (e347b1e5 distributed/activation_checkpoint.py:27-49, :177-183: every N-th layer of
+    the rank by a counter, str.isdigit; N = 0 every layer, `not ac_freq`)."""
     mode = _get(doc, where, "activation_checkpoint", "mode", str, "selective")
     option = _get(doc, where, "activation_checkpoint", "selective_ac_option", str, "2")
     if mode == "selective" and option != "op":
-        if not re.fullmatch(r"[0-9]{1,9}", option) or int(option) < 1:  # ASCII digits only
+        if not re.fullmatch(r"[0-9]+", option):  # ASCII digits only: int() refuses "²"
             raise InputError(
                 f"{where}: activation_checkpoint.selective_ac_option: expected 'op' or a "
-                f"positive integer (got {spelled(option)})"
+                f"non-negative integer (got {spelled(option)})"
             )
         parallel["recompute"] = "full"
-        titan["selective_layer_every"] = int(option)
+        if int(option):  # beyond any rank's layers alike: none checkpointed
+            titan["selective_layer_every"] = min(int(option), MAX_EVERY)
     elif mode in ("none", "full", "selective"):
         parallel["recompute"] = mode
     else:
@@ -219,19 +365,15 @@ def _document(
             f"{where}: activation_checkpoint.mode: planner models none, full and selective "
             f"(got {spelled(mode)})"
         )
-    if training["precision"] == "fp8":
-        float8 = doc.get("quantize", {}).get("linear", {}).get("float8", {})
-        training["fp8_recipe"] = float8.get("recipe_name", "tensorwise")
-        titan["float8_all_gather"] = float8.get("enable_fsdp_float8_all_gather", False)
-    return {
-        "model": {"name": FLAVORS[name, flavor]},
-        "cluster": {"gpu": gpu, "num_gpus": world},
-        "training": training,
-        "parallel": parallel,
-        "torchtitan": titan,
-    }
+
+
+MAX_EVERY = 10**9
+"""selective_ac_option above this (more layers than any model has) reads as this."""
 
 
 def load(path: Path, gpu: str | None, num_gpus: int | None) -> Plan:
-    """The plan the TOML describes (its layout not yet checked by the rules)."""
-    return parse_plan(read(path, gpu, num_gpus), path)
+    """The plan the TOML describes (its layout not yet checked by the rules), with the notes
+    on what it reads otherwise than the file says as `Plan.inert` (written as warnings)."""
+    doc, notes = _read(path, gpu, num_gpus)
+    plan = parse_plan(doc, path)
+    return replace(plan, inert=plan.inert + tuple(notes)) if notes else plan

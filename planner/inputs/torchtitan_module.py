@@ -14,7 +14,13 @@ earlier, or a call, which stands for the configuration record it builds (its key
 rest at torchtitan's defaults, `DEFAULTS`). A field the function leaves alone is the baseline's
 (`BASELINES`, each with its config_registry lines) or torchtitan's default. What the plan needs but
 the function computes in a way that is not read (a loop, a helper's result, an attribute of a call)
-exits 2 naming its line; what the plan does not need is not looked at.
+exits 2 naming its line; what the plan does not need is not looked at. A section the plan reads
+(`SECTION_CLASSES`) is its class's record built with keyword arguments, or
+`dataclasses.replace(config.<section>, ...)` (its fields set one by one), else exits 2 naming the
+line; a field of another whole record (`config.loss.num_chunks = 4`) is set in it; a name
+Trainer.Config lacks, and a `.Config` or section class given positions (kw_only dataclasses),
+exit 2 as torchtitan raises. A baseline is the function imported, whatever its local name, from
+its own model's config_registry.
 
 The values become the tables of a torchtitan TOML (`planner.inputs.torchtitan_config`, which
 turns them into a plan as for a TOML): tokens per micro-batch per DP rank over the context length
@@ -31,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs.errors import InputError
-from planner.inputs.torchtitan_baselines import BASELINES, Fields, Record, Unread
+from planner.inputs.torchtitan_baselines import (
+    BASELINES,
+    SECTION_CLASSES,
+    TRAINER_FIELDS,
+    Fields,
+    Record,
+    Unread,
+)
 from planner.inputs.torchtitan_tables import Document
 
 
@@ -47,6 +60,10 @@ class Reader:
                 origin = self._origin(node)
                 for alias in node.names:
                     self.imports[alias.asname or alias.name] = f"{origin}.{alias.name}"
+            elif isinstance(node, ast.Import):  # `import dataclasses`, `import a.b as c`
+                for alias in node.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    self.imports[local] = alias.name if alias.asname else local
             elif isinstance(node, ast.FunctionDef):
                 self.functions[node.name] = node
         self.model: str | None = None  # torchtitan's model module, from the baseline or imports
@@ -126,10 +143,88 @@ class Reader:
             path = self._path(target, config)
             if path is None:
                 raise self.fail(stmt, f"not a field of the configuration: {self._text(target)}")
-            for key in [k for k in values if k[: len(path)] == path]:
-                del values[key]  # a whole record replaces what was set inside it
-            values[path] = self.value(stmt.value, names)
+            self._assign(stmt, path, values, names)
         raise self.fail(fn, "the function returns no configuration")
+
+    def _assign(
+        self, stmt: ast.Assign, path: tuple[str, ...], values: Fields, names: dict[str, Any]
+    ) -> None:
+        """`config.<path> = value` into `values`: a Trainer.Config field (slots: another name
+        raises AttributeError there); a section (`SECTION_CLASSES`) as its class's record or
+        `dataclasses.replace(config.<section>, ...)`, read as its fields set one by one; a field
+        of another record set (`config.loss.num_chunks = 4`) into that record."""
+        if path[0] not in TRAINER_FIELDS:
+            raise self.fail(
+                stmt,
+                f"config.{path[0]}: torchtitan b5bcd76c's Trainer.Config has no such field "
+                "(trainer.py:69-116, slotted)",
+            )
+        updates = self._replace(stmt.value, path, config_of(stmt.targets[0]))
+        if updates is not None:
+            for key, node in updates.items():
+                self._assign_value(stmt, (*path, key), self.value(node, names), values)
+            return
+        value = self.value(stmt.value, names)
+        if len(path) == 1:
+            value = self._section(stmt.value, path[0], value)
+        self._assign_value(stmt, path, value, values)
+
+    def _assign_value(
+        self, stmt: ast.Assign, path: tuple[str, ...], value: Any, values: Fields
+    ) -> None:
+        outer = values.get(path[:1])
+        if len(path) == 2 and path[0] not in SECTION_CLASSES and isinstance(outer, Record):
+            if path[0] == "model_spec":
+                raise self.fail(
+                    stmt,
+                    f"config.model_spec.{path[1]}: planner reads the model_registry(flavor, ...) "
+                    "call whole: give it there",
+                )
+            kwargs = {**outer.kwargs, path[1]: value}
+            values[path[:1]] = Record(outer.callee, outer.args, kwargs, outer.line, outer.text)
+            return
+        for key in [k for k in values if k[: len(path)] == path]:
+            del values[key]  # a whole record replaces what was set inside it
+        values[path] = value
+
+    def _section(self, node: ast.expr, section: str, value: Any) -> Any:
+        """A section's value as its class's record, else exit 2 naming the line: a helper's
+        result, `**kwargs`, an attribute, anything else is not read exactly."""
+        cls = SECTION_CLASSES.get(section)
+        if cls is None or (isinstance(value, Record) and value.callee.split(".")[-1] == cls):
+            return value
+        raise self.fail(
+            node,
+            f"config.{section}: planner reads {cls}(...) with keyword arguments, or "
+            f"dataclasses.replace(config.{section}, ...), and does not evaluate "
+            f"{self._text(node)}",
+        )
+
+    def _replace(
+        self, node: ast.expr, path: tuple[str, ...], config: str | None
+    ) -> dict[str, ast.expr] | None:
+        """`dataclasses.replace(config.<path>, k=v, ...)`: its keyword arguments by name (the
+        fields it sets over the record's own); None for any other value. The record replaced
+        must be the one assigned to, and the arguments named."""
+        if not isinstance(node, ast.Call):
+            return None
+        callee = _dotted(node.func) or ""
+        head, _, name = callee.rpartition(".")
+        origin = f"{self.imports.get(head, head)}.{name}" if head else self.imports.get(name, "")
+        if origin != "dataclasses.replace":
+            return None
+        own = ".".join([config or "", *path])
+        if (
+            len(node.args) != 1
+            or _dotted(node.args[0]) != own
+            or any(k.arg is None for k in node.keywords)
+        ):
+            raise self.fail(
+                node,
+                f"planner reads dataclasses.replace({own}, name=value, ...) only (got "
+                f"{self._text(node)})",
+            )
+        return {str(k.arg): k.value for k in node.keywords}
 
     def _built(self, node: ast.Call, names: dict[str, Any]) -> Fields:
         """The fields of `Trainer.Config(...)`: its keyword arguments, whole records."""
@@ -138,7 +233,17 @@ class Reader:
         rec = self.value(node, names)
         if not isinstance(rec, Record):  # Trainer.Config(**kwargs)
             raise self.fail(node, f"planner does not evaluate {self._text(node)}")
-        return {(key,): v for key, v in rec.kwargs.items()}
+        out: Fields = {}
+        for arg in node.keywords:
+            key = str(arg.arg)
+            if key not in TRAINER_FIELDS:
+                raise self.fail(
+                    arg.value,
+                    f"config.{key}: torchtitan b5bcd76c's Trainer.Config has no such field "
+                    "(trainer.py:69-116)",
+                )
+            out[(key,)] = self._section(arg.value, key, rec.kwargs[key])
+        return out
 
     def _baseline(self, node: ast.expr, depth: int) -> Fields | None:
         """`llama3_70b()` (a baseline, or a config function of this module): its fields."""
@@ -152,10 +257,14 @@ class Reader:
         origin = f"{self.imports.get(head, head)}.{name}" if head else self.imports.get(name, "")
         if ".config_registry." not in origin:
             return None
-        base = BASELINES.get(name)
+        module, _, function = origin.rpartition(".")  # the function imported, not its alias
+        base = BASELINES.get(function)
         if base is None or node.args or node.keywords:
             known = ", ".join(BASELINES)
             raise self.fail(node, f"planner knows the baselines {known} (got {origin})")
+        own = f"torchtitan.models.{base.model}.config_registry"
+        if module.startswith("torchtitan.") and module != own:
+            raise self.fail(node, f"{module} has no {function} (it is {own}'s): got {origin}")
         self.model = base.model
         return dict(base.fields)
 
@@ -183,17 +292,34 @@ class Reader:
                 return a * b
             return a + b if isinstance(node.op, ast.Add) else a - b
         if isinstance(node, ast.Call):
-            callee = _dotted(node.func)
-            if callee is None or any(k.arg is None for k in node.keywords):
+            written = _dotted(node.func)
+            if written is None or any(k.arg is None for k in node.keywords):
                 return self._unread(node)
-            if callee.split(".")[0] == "model_registry":
-                origin = self.imports.get("model_registry", "")
+            callee = self._imported_as(written)
+            if callee == "model_registry":
+                origin = self.imports.get(written, "")
                 if origin.startswith("torchtitan.models."):
                     self.model = origin.split(".")[2]
+            last = callee.split(".")[-1]
+            if node.args and (last == "Config" or last in SECTION_CLASSES.values()):
+                raise self.fail(  # kw_only dataclasses (configs.py, every .Config)
+                    node,
+                    f"{callee} takes keyword arguments only (torchtitan's kw_only dataclass "
+                    f"raises TypeError): {self._text(node)}",
+                )
             args = tuple(self.value(a, names) for a in node.args)
             kwargs = {str(k.arg): self.value(k.value, names) for k in node.keywords}
             return Record(callee, args, kwargs, node.lineno, self._text(node))
         return self._unread(node)
+
+    def _imported_as(self, written: str) -> str:
+        """A callee as its module names it: `from m import FullAC as F` makes `F.Config`
+        FullAC.Config (the records are told apart by these names)."""
+        head, dot, rest = written.partition(".")
+        origin = self.imports.get(head)
+        if origin is None or "." not in origin:
+            return written
+        return origin.rpartition(".")[2] + dot + rest
 
     def _unread(self, node: ast.AST) -> Unread:
         return Unread(getattr(node, "lineno", 0), self._text(node))
@@ -204,6 +330,12 @@ class Reader:
         text = ast.get_source_segment(self.source, node) or ast.dump(node)
         first = text.splitlines()[0] if text else text
         return first[:120] + (" ..." if first != text else "")
+
+
+def config_of(target: ast.expr) -> str | None:
+    """The name an assignment's `config.a.b` target starts from."""
+    head = (_dotted(target) or "").split(".")[0]
+    return head or None
 
 
 def _trainer_config(node: ast.expr) -> bool:
@@ -226,7 +358,17 @@ def _dotted(node: ast.expr) -> str | None:
 
 def tables(path: Path, function: str | None = None) -> tuple[dict[str, Any], str]:
     """The TOML tables the module's config function makes, and the module's text."""
+    doc, source, _ = read(path, function)
+    return doc, source
+
+
+def read(
+    path: Path, function: str | None = None
+) -> tuple[dict[str, Any], str, list[tuple[str, str]]]:
+    """`tables`, and the notes on what is read otherwise than the module says ((field,
+    message))."""
     where = str(path)
+    deep = InputError(f"{where}: expressions nested too deep to read")
     try:
         source = path.read_text(encoding="utf-8")
         tree = ast.parse(source, filename=where)
@@ -234,9 +376,12 @@ def tables(path: Path, function: str | None = None) -> tuple[dict[str, Any], str
         raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
     except (SyntaxError, UnicodeDecodeError, ValueError) as e:
         raise InputError(f"{where}: not a Python module: {e}") from None
+    except (RecursionError, MemoryError):  # ast.parse's own depth limit (a 20,000-term sum)
+        raise deep from None
     reader = Reader(path, tree, source)
     try:
         values = reader.run(reader.config_function(function))
     except RecursionError:
-        raise InputError(f"{where}: expressions nested too deep to read") from None
-    return Document(where, values, reader.model).tables(), source
+        raise deep from None
+    document = Document(where, values, reader.model)
+    return document.tables(), source, document.notes

@@ -24,6 +24,8 @@ class Document:
 
     def __init__(self, where: str, values: Fields, model: str | None) -> None:
         self.where, self.values, self.model = where, values, model
+        self.notes: list[tuple[str, str]] = []
+        """(field, message): what is read otherwise than the configuration says."""
 
     def need(self, path: tuple[str, ...], kind: type | tuple[type, ...]) -> Any:
         v = lookup(self.values, path)
@@ -74,7 +76,13 @@ class Document:
         par = {k: self.need(("parallelism", k), int) for k in _DEGREES}
         text_keys = ("fsdp_reshard_after_forward", "pipeline_parallel_schedule")
         par.update({k: self.need(("parallelism", k), str) for k in text_keys})
-        if self.need(("parallelism", "context_parallel_load_balancer"), (str, type(None))) is None:
+        balancer = self.need(("parallelism", "context_parallel_load_balancer"), (str, type(None)))
+        if balancer == "":
+            raise InputError(
+                f'{self.where}: config.parallelism.context_parallel_load_balancer: "": torchtitan '
+                "raises 'cannot be an empty string' (configs.py:265-269); None turns it off"
+            )
+        if balancer is None:
             par["context_parallel_load_balancer"] = None
         tables: dict[str, Any] = {"model": model, "parallelism": par}
         self._converters(spec, tables)
@@ -83,10 +91,21 @@ class Document:
         enable = self.need(("compile", "enable"), bool)
         components = self.need(("compile", "components"), list)
         tables["compile"] = {"enable": enable and "model" in components}
-        par["enable_async_tensor_parallel"] = enable and self.need(
-            ("compile", "enable_async_tensor_parallel"), bool
-        )
+        async_tp = self.need(("compile", "enable_async_tensor_parallel"), bool)
+        if async_tp and not tables["compile"]["enable"]:
+            raise InputError(
+                f"{self.where}: config.compile.enable_async_tensor_parallel: True without "
+                f"compile.enable and 'model' in compile.components (enable {enable}, components "
+                f"{spelled(components)}): torchtitan raises 'Async TP requires ...' "
+                "(CompileConfig.__post_init__, configs.py:306-312)"
+            )
+        par["enable_async_tensor_parallel"] = async_tp
         tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
+        if self.need(("debug", "batch_invariant"), bool):
+            raise InputError(
+                f"{self.where}: config.debug.batch_invariant: True: torchtitan raises "
+                "'Batch-invariant mode is not supported in pre-training' (trainer.py:119-122)"
+            )
         tables["loss"] = {"num_chunks": self._loss_chunks()}
         self._graphs(par)
         return tables
@@ -132,7 +151,13 @@ class Document:
 
     def _converters(self, spec: Record, tables: dict[str, Any]) -> None:
         """The float8 converter as the TOML's float8 tables; the MoE dispatcher."""
-        for conv in spec.kwargs.get("converters") or []:
+        converters = spec.kwargs.get("converters") or []
+        if not isinstance(converters, list):
+            raise InputError(
+                f"{self.where}:{spec.line}: config.model_spec: converters: planner does not "
+                f"evaluate {getattr(converters, 'text', spelled(converters))}"
+            )
+        for conv in converters:
             name = conv.callee if isinstance(conv, Record) else spelled(conv)
             if not (isinstance(conv, Record) and name.endswith("Float8LinearConverter.Config")):
                 raise InputError(
@@ -142,6 +167,7 @@ class Document:
             tables["model"]["converters"] = ["float8"]
             recipe = conv.kwargs.get("recipe_name", "rowwise")
             tables["quantize"] = {"linear": {"float8": {"recipe_name": recipe}}}
+            self._float8_filter(conv)
         backend = spec.kwargs.get("moe_comm_backend") or "standard"
         if backend not in ("standard", "deepep"):
             raise InputError(
@@ -150,12 +176,55 @@ class Document:
             )
         tables["parallelism"]["expert_parallel_comm_backend"] = backend
 
+    def _float8_filter(self, conv: Record) -> None:
+        """Float8LinearConverter.Config's filter_fqns (default [], float8.py:61 at b5bcd76c; a
+        module stays bf16 where an entry is a substring of its name, components/quantization/
+        utils.py:16-30): planner's torchtitan float8 keeps the output layer (`lm_head`) in bf16,
+        as llama3_405b's ["lm_head"] (config_registry.py:314) does; without it the output layer
+        is float8 too, which planner times in bf16 (said). The router's gate ("router.gate",
+        deepseek_v3's config_registry.py:262) planner times at no precision either way; any other
+        entry is refused (which decoder linears it keeps in bf16 is not read)."""
+        fqns = conv.kwargs.get("filter_fqns", [])
+        field = "config.model_spec: converters: filter_fqns"
+        if not isinstance(fqns, list) or not all(isinstance(f, str) for f in fqns):
+            raise InputError(
+                f"{self.where}:{conv.line}: {field}: expected a list of module names (got "
+                f"{getattr(fqns, 'text', spelled(fqns))})"
+            )
+        other = [f for f in fqns if f not in ("lm_head", "router.gate")]
+        if other:
+            raise InputError(
+                f"{self.where}:{conv.line}: {field}: {spelled(other[0])}: planner reads "
+                '"lm_head" (the output layer) and "router.gate" only: float8 on some of the '
+                "decoder's linear layers and not others is not modelled"
+            )
+        if "lm_head" not in fqns:
+            self.notes.append(
+                (
+                    "config.model_spec.converters.filter_fqns",
+                    f"{spelled(fqns)} leaves the output layer (lm_head) to float8, which planner "
+                    "times in bf16",
+                )
+            )
+
     def _batch(self, par: dict[str, Any], tables: dict[str, Any]) -> None:
         """Tokens per micro-batch per DP rank and per step, over the context length."""
         tokens = self.need(("training", "num_tokens_per_microbatch_per_dp_rank"), int)
         seq = self.need(("training", "max_context_length"), int)
         step = self.need(("training", "num_tokens_per_train_step"), int)
-        if seq < 1 or tokens % seq or (step != -1 and step % seq):
+        count = self.need(("parallelism", "num_pp_microbatches"), int)
+        for field, value, ok, why in (  # TrainingConfig.__post_init__, Trainer.Config's
+            ("training.num_tokens_per_microbatch_per_dp_rank", tokens, tokens > 0, "configs.py:55"),
+            ("training.num_tokens_per_train_step", step, step == -1 or step > 0, "configs.py:59"),
+            ("training.max_context_length", seq, seq > 0, "configs.py:61"),
+            ("parallelism.num_pp_microbatches", count, count > 0, "trainer.py:124-128"),
+        ):
+            if not ok:
+                raise InputError(
+                    f"{self.where}: config.{field}: {value}: torchtitan raises unless it is "
+                    f"positive{' (or -1)' if 'step' in field else ''} ({why})"
+                )
+        if tokens % seq or (step != -1 and step % seq):
             raise InputError(
                 f"{self.where}: config.training: planner plans whole sequences: "
                 f"num_tokens_per_microbatch_per_dp_rank {tokens} and num_tokens_per_train_step "
@@ -164,7 +233,7 @@ class Document:
         mbs = tokens // seq
         local = mbs
         if par["pipeline_parallel_degree"] > 1:
-            local *= self.need(("parallelism", "num_pp_microbatches"), int)
+            local *= count
             par["pipeline_parallel_microbatch_size"] = mbs
             parts = self.need(("parallelism", "module_fqns_per_model_part"), (list, type(None)))
             if parts is not None:

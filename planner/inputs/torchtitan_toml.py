@@ -14,7 +14,10 @@ Python's ast), for `planner.inputs.torchtitan_config`:
   layer count, a schedule from a CSV, forced load balance), as the Python configuration reader
   takes them (`planner.inputs.torchtitan_baselines.UNMODELLED`);
 - `model.converters` names the converters of e347b1e5's registry (`FLOAT8`: its float8 linear
-  converter, and the name torchtitan registered it under before 8a2686c4).
+  converter, and the name torchtitan registered it under before 8a2686c4);
+- what e347b1e5 raises on and the plan would take (`era_refusal`: the models without context
+  parallelism or pipelining, DDP beside tp or pp, a seq_len tp x 2 x cp does not divide; and
+  DeepEP's conditions, `deepep`) exits 2 naming the field; `float8_filter` reads filter_fqns.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.torchtitan import TORCHTITAN_COMMIT
+from planner.inputs.torchtitan import DEEPEP_MODELS, TORCHTITAN_COMMIT
 
 SCHEMA = Path(__file__).with_name("torchtitan_job_config_schema.json")
 
@@ -117,3 +120,149 @@ def precision(converters: list[Any], where: str) -> str:
             f"linear converter ({', '.join(FLOAT8)}) only"
         )
     return "fp8" if converters else "bf16"
+
+
+ERA = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
+
+NO_CONTEXT_PARALLEL = {
+    "gpt_oss": "models/gpt_oss/model/args.py:89-92 raises 'CP support for gpt-oss model is still "
+    "in progress'",
+    "deepseek_v3": "its 671B flavor runs flex attention (models/deepseek_v3/__init__.py), and "
+    "models/deepseek_v3/model/args.py:101-109 raises 'Context Parallel only supports SDPA "
+    "attention'",
+}
+"""e347b1e5's models whose flavor refuses context parallelism: what the reader refuses of a TOML
+and the TOML launch target of a plan (`planner.emit.torchtitan.era_refusal`)."""
+
+NO_PIPELINE = ("qwen3", "gpt_oss")
+"""e347b1e5's models without a pipelining function (their __init__.py: pipelining_fn=None;
+train.py:218-223 raises 'does not support pipelining')."""
+
+MODULE = "(torchtitan's Python configurations run it: launch --target torchtitan-module)"
+
+
+def era_refusal(where: str, name: str, degrees: dict[str, int], seq: int) -> None:
+    """What torchtitan e347b1e5 raises on that the plan would take (the launch target's
+    `planner.emit.torchtitan.era_refusal`, for the TOML it reads): context parallelism in
+    `NO_CONTEXT_PARALLEL`, pipelining in `NO_PIPELINE`, replication without sharding beside tp
+    or pp (DDP: models/*/infra/parallelize.py 'DDP has not supported > 1D parallelism'), and a
+    seq_len that is not a multiple of tp x 2 x cp (parallel_dims.py:365-372 `seq_len_divisor`,
+    asserted by each model's parallelize.py, e.g. llama3/infra/parallelize.py:69-74)."""
+    tp, pp, cp, rep = degrees["tp"], degrees["pp"], degrees["cp"], degrees["rep"]
+    if cp > 1 and name in NO_CONTEXT_PARALLEL:
+        raise InputError(
+            f"{where}: parallelism.context_parallel_degree: {cp}: at {ERA} "
+            f"{NO_CONTEXT_PARALLEL[name]} {MODULE}"
+        )
+    if pp > 1 and name in NO_PIPELINE:
+        raise InputError(
+            f"{where}: parallelism.pipeline_parallel_degree: {pp}: {ERA}'s {name} has no "
+            f"pipelining function (train.py:218-223 raises 'does not support pipelining') {MODULE}"
+        )
+    if rep > 1 and degrees["shard"] * cp == 1 and tp * pp > 1:
+        raise InputError(
+            f"{where}: parallelism.data_parallel_replicate_degree: {rep}: with "
+            f"data_parallel_shard_degree 1 {ERA} applies DDP, and raises 'DDP has not supported "
+            f"> 1D parallelism' beside tensor_parallel_degree {tp} and pipeline_parallel_degree "
+            f"{pp} (models/{name}/infra/parallelize.py) {MODULE}"
+        )
+    divisor = tp * 2 * cp
+    if seq % divisor:
+        raise InputError(
+            f"{where}: training.seq_len: {seq}: {ERA} asserts it is a multiple of "
+            f"tensor_parallel_degree x 2 x context_parallel_degree ({tp} x 2 x {cp} = {divisor}), "
+            f"even at context_parallel_degree 1 (distributed/parallel_dims.py:365-372 "
+            f"seq_len_divisor, models/{name}/infra/parallelize.py)"
+        )
+
+
+def deepep(where: str, name: str, backend: Any, ep: int, etp: int) -> tuple[bool, str | None]:
+    """expert_parallel_comm_backend as e347b1e5 runs it: (DeepEP, a note). Only deepseek_v3's
+    parallelize reads it (models/deepseek_v3/infra/parallelize.py:99-121; llama4's too, which
+    planner has no flavor of), and it raises there without EP (:100-106) and with expert TP
+    (:107-111); qwen3's and gpt_oss's build the plain all-to-all ExpertParallel whatever it says."""
+    field = f"{where}: parallelism.expert_parallel_comm_backend"
+    if backend not in ("standard", "deepep"):
+        raise InputError(
+            f"{field}: {ERA} takes standard or deepep (job_config.py:474; got {spelled(backend)})"
+        )
+    if backend == "standard":
+        return False, None
+    if name not in DEEPEP_MODELS:
+        return False, (
+            f'"deepep": {ERA}\'s {name} ignores it (only {" and ".join(DEEPEP_MODELS)} read it, '
+            "models/deepseek_v3/infra/parallelize.py:100): read as the all-to-all it runs"
+        )
+    if ep == 1:
+        raise InputError(
+            f'{field}: "deepep" with expert_parallel_degree 1: {ERA} raises \'DeepEP requires '
+            "expert parallelism (ep_degree > 1)' (models/deepseek_v3/infra/parallelize.py:"
+            "100-106)"
+        )
+    if etp > 1:
+        raise InputError(
+            f'{field}: "deepep" with expert_tensor_parallel_degree {etp}: {ERA} raises '
+            "'DeepEP with Expert Tensor Parallelism (ETP) is not supported yet' "
+            "(models/deepseek_v3/infra/parallelize.py:107-111)"
+        )
+    return True, None
+
+
+_ATTENTION = ("attention.wq", "attention.wk", "attention.wv", "attention.wo")
+_FFN = ("feed_forward.w1", "feed_forward.w2", "feed_forward.w3")
+DECODER_LINEARS = {
+    "llama3": (*_ATTENTION, *_FFN),
+    "qwen3": _ATTENTION,
+    "gpt_oss": _ATTENTION,
+    "deepseek_v3": (
+        *("attention.wq_a", "attention.wq_b", "attention.wkv_a", "attention.wkv_b", "attention.wo"),
+        *_FFN,
+        *("moe.shared_experts.w1", "moe.shared_experts.w2", "moe.shared_experts.w3"),
+    ),
+}
+"""The nn.Linear modules of a decoder layer at e347b1e5 (models/<name>/model/model.py, the MoE's
+shared experts models/moe/moe.py), each under layers.<i>: what float8 converts. The MoE's routed
+experts are grouped GEMMs, not nn.Linear; its router's gate (`moe.router.gate`, which torchtitan's
+own TOMLs filter) is left out: planner times it at no precision either way. deepseek_v3's dense
+(feed_forward) and MoE (shared_experts) modules are listed for every layer."""
+
+
+def float8_filter(
+    where: str, name: str, num_layers: int, fqns: Any
+) -> tuple[bool, list[tuple[str, str]]]:
+    """quantize.linear.float8.filter_fqns as e347b1e5 reads it (components/quantization/
+    utils.py:10-27: a module is kept in bf16 where any entry is a substring of its name;
+    float8.py:62-63): (the decoder in float8, notes). planner's torchtitan float8 is the
+    decoder's linear layers with the output layer in bf16 (`filter_fqns = ["output"]`, what
+    launch writes); a filter that keeps every decoder linear in bf16 is read as bf16, one that
+    leaves the output layer in float8 is said (planner has no torchtitan float8 output layer:
+    `Job.fp8_output_proj` is Megatron's MXFP8), and one that keeps some decoder linears in bf16
+    and others not is refused."""
+    field = "quantize.linear.float8.filter_fqns"
+    if not isinstance(fqns, list) or not all(isinstance(f, str) for f in fqns):
+        raise InputError(f"{where}: {field}: expected a list of module names (got {spelled(fqns)})")
+    if "auto_filter_small_kn" in fqns:
+        raise InputError(
+            f'{where}: {field}: "auto_filter_small_kn": torchao\'s size-based filter '
+            "(float8.py:108-141) chooses the linears by their shapes, which planner does not model"
+        )
+    decoder = [f"layers.{i}.{m}" for i in range(num_layers) for m in DECODER_LINEARS[name]]
+    kept = [q for q in decoder if any(f in q for f in fqns)]
+    notes: list[tuple[str, str]] = []
+    if kept and len(kept) < len(decoder):
+        converted = next(q for q in decoder if q not in kept)
+        raise InputError(
+            f"{where}: {field}: {spelled(fqns)} keeps {kept[0]} in bf16 and converts "
+            f"{converted} to float8: planner models float8 on every decoder linear or none"
+        )
+    if kept:
+        notes.append((field, f"{spelled(fqns)} keeps every decoder linear in bf16: read as bf16"))
+    if not any(f in "output" for f in fqns):
+        notes.append(
+            (
+                field,
+                f"{spelled(fqns)} leaves the output layer to float8 (components/quantization/"
+                "utils.py:10-27), which planner times in bf16",
+            )
+        )
+    return not kept, notes

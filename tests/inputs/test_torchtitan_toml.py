@@ -71,7 +71,7 @@ def read(tmp_path: Path, tp: int = 1, **tables: str) -> Plan:
         # a fuzzer's internal errors: components not a list ('in' on an int), a superscript
         # digit that str.isdigit takes and int() does not
         ({"compile": "components = 3"}, "compile.components: expected a list of names"),
-        ({"ac": '"²"'}, "selective_ac_option: expected 'op' or a positive integer"),
+        ({"ac": '"²"'}, "selective_ac_option: expected 'op' or a non-negative integer"),
     ],
 )
 def test_what_torchtitan_refuses_or_planner_does_not_model_exits_2(
