@@ -140,7 +140,7 @@ def explain(
         if timeline_path is not None:
             data["timeline"] = str(timeline_path)
         data["performance"]["optimistic"] = optimistic(job, layout)
-        data["notes"] = noted + explain_notes.notes(job, layout, perf)
+        data["notes"] = noted + explain_notes.notes(job, layout, perf, headroom)
         data["warnings"] = warned
         calibration.add_json(data, prof, run)
         emit_json(data)

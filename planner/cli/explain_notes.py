@@ -1,17 +1,20 @@
 """explain's notes under the time table: a MoE plan's routing load and what its fused grouped MLP
 saves (or why it saves nothing), what a model's gated delta nets or Mamba mixers keep and run
-(and its DeepSeek sparse attention, `planner.cli.explain_dsa`),
-what the layers kept in bf16 cost an FP8 / NVFP4 plan, what FP8 attention saves it, what
-Megatron's deterministic mode costs it, where the host's eager kernel issue floors the layers,
-what an offloaded optimizer takes of the host and adds to the step, what deferred output-layer
-weight gradients hold, and whether the plan is in a regime where measured steps run well behind
-the model (`planner.model.known_gaps`)."""
+(and its DeepSeek sparse attention, `planner.cli.explain_dsa`), what the layers kept in bf16 cost
+an FP8 / NVFP4 plan, what FP8 attention saves it, what Megatron's deterministic mode costs it,
+where the host's eager kernel issue floors the layers and what the shared experts' overlap would
+save (with the memory either switch adds: `planner.cli.switch_notes`), what an offloaded
+optimizer takes of the host and adds to the step, what deferred output-layer weight gradients
+hold, and whether the plan is in a regime where measured steps run well behind the model
+(`planner.model.known_gaps`); and which of them suggest gives its first pick."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from planner.cli.explain_dsa import dsa_text
+from planner.cli.switch_notes import SWITCH_ADVICE_SHARE, host_text, shared_overlap_text
+from planner.cli.switch_notes import added as _added
 from planner.inputs.hybrid import ATTENTION, GDN, MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
@@ -36,31 +39,47 @@ from planner.model.known_gaps import (
     in_one_micro_batch_regime,
 )
 from planner.model.output_time import deferred_wgrad
-from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
+from planner.model.performance import Performance
 from planner.model.routing_load import memory_loads, rank_budget, stash_load, step_load
-from planner.search.rules import graphs
 from planner.search.rules.fused_mlp import fused_grouped_mlp
-from planner.search.rules.shared_overlap import shared_expert_overlap
 
 
-def notes(job: Job, layout: Layout, perf: Performance) -> list[str]:
-    """The notes that apply to the plan, in order."""
+def notes(
+    job: Job, layout: Layout, perf: Performance, headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
+) -> list[str]:
+    """The notes that apply to the plan, in order; the advice to switch something on
+    (`planner.cli.switch_notes`) weighed at the command's `headroom_pct`."""
     texts = (
         routing_text(job, layout),
         linear_mixer_text(job, layout),
         dsa_text(job, layout),
         fused_mlp_text(job, layout, perf),
-        shared_overlap_text(job, layout, perf),
+        shared_overlap_text(job, layout, perf, headroom_pct),
         bf16_layers_text(job, layout, perf),
         fp8_attention_text(job, layout, perf),
         deterministic_text(job, layout, perf),
-        host_text(job, layout, perf),
+        host_text(job, layout, perf, headroom_pct),
         optimizer_offload_text(job, layout, perf),
         deferral_text(job, layout, perf),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
     )
     return [n for n in texts if n]
+
+
+def first_pick_notes(
+    job: Job, layout: Layout, perf: Performance, headroom_pct: float
+) -> list[tuple[str, str]]:
+    """(lead, note) of the notes suggest gives its first pick, in order, each as explain gives
+    it: the host-bound, one-micro-batch and folded-MoE notes ("#1 is"), and the shared experts'
+    overlap suggest leaves off, as NVIDIA's recipes do ("#1:")."""
+    texts = (
+        ("#1 is", host_text(job, layout, perf, headroom_pct)),
+        ("#1 is", one_micro_batch_text(job, layout)),
+        ("#1 is", folded_moe_text(job, layout)),
+        ("#1:", shared_overlap_text(job, layout, perf, headroom_pct)),
+    )
+    return [(lead, n) for lead, n in texts if n]
 
 
 def routing_text(job: Job, layout: Layout) -> str | None:
@@ -101,12 +120,6 @@ def routing_text(job: Job, layout: Layout) -> str | None:
         running = "the budget's" if working <= budget else "the rerun's"
         return f"{text} ({whose}; the layer running holds {working:.2f}x, {running})"
     return f"{text} (the budget's rows)" if budget is not None else text
-
-
-SWITCH_ADVICE_SHARE = 0.01
-"""The share of the step a one-switch change (the fused grouped MLP, the shared experts'
-overlap) must save for explain to suggest it to a plan without it (1%: one flag, no layout
-change)."""
 
 
 MIXER_NAMES = {"gdn": "a gated delta net", "mamba": "a Mamba-2 mixer"}
@@ -185,43 +198,6 @@ def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None
     )
 
 
-def shared_overlap_text(job: Job, layout: Layout, perf: Performance) -> str | None:
-    """A Megatron MoE plan with shared experts and a token dispatcher's all-to-all: with
-    `Layout.moe_shared_expert_overlap`, the all-to-all seconds its shared experts hide per step
-    and the step against the same plan without; without it, where Megatron allows it
-    (`planner.search.rules.shared_overlap`), it would save SWITCH_ADVICE_SHARE of the step and
-    the plan would still fit, what turning it on would save, and the memory it would add (with
-    TP, the shared experts' fc1 keeps the group's gathered input: `Shard.shared_gathered`)."""
-    if job.framework != "megatron" or not job.arch.moe_shared_expert_intermediate_size:
-        return None
-    if layout.ep * layout.expert_tp <= 1:  # no all-to-all: the flag is a no-op
-        return None
-    flip = layout.with_(moe_shared_expert_overlap=not layout.moe_shared_expert_overlap)
-    if not layout.moe_shared_expert_overlap and shared_expert_overlap(job, flip):
-        return None  # Megatron refuses it here: no advice
-    other = cost.estimate(job, flip)
-    if layout.moe_shared_expert_overlap:
-        hidden = perf.breakdown.ep_comm_hidden
-        return (
-            f"shared-expert overlap: the shared experts' GEMMs run beside the dispatch and "
-            f"combine, hiding {hidden:.3f} s of the all-to-all per step; the step "
-            f"{perf.step_time_s / other.step_time_s - 1:+.1%} against the same plan without"
-        )
-    saved = perf.step_time_s - other.step_time_s
-    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
-        return None
-    grown = memory.estimate(job, flip)
-    if not grown.fits:
-        return None
-    more = (grown.peak - memory.estimate(job, layout).peak) / GIB
-    cost_text = f", for {more:.1f} GiB more at the peak" if more >= 0.05 else ""
-    return (
-        "shared-expert overlap: off; parallel.moe_shared_expert_overlap = true (Megatron "
-        f"--moe-shared-expert-overlap) would save {saved:.3f} s of the {perf.step_time_s:.3f} s "
-        f"step{cost_text}"
-    )
-
-
 def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """An FP8 / NVFP4 plan's decoder layers kept in bf16 (`planner.model.bf16_layers`): how many,
     and the seconds per step they add over running them in the plan's precision."""
@@ -283,30 +259,6 @@ def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     )
 
 
-def host_text(job: Job, layout: Layout, perf: Performance) -> str | None:
-    """Where the host's eager kernel issue floors the layers (`planner.model.host`): the seconds
-    per step it adds over the same layout with every layer captured in CUDA graphs, when that is
-    at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it, or why
-    the layout cannot take it (`planner.search.rules.graphs`: CPU offloading, full recompute,
-    graphed recompute with dropout)."""
-    if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
-        return None  # nothing left to capture, or no CUDA graphs to capture it with
-    extra = _added(perf, replace(job, cuda_graphs=True, cuda_graph_modules=()), layout)
-    if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
-        return None
-    barred = graphs.conflict(replace(job, cuda_graphs=True, cuda_graph_modules=()), layout)
-    if barred is not None:  # rules.graphs: what Megatron's per-layer graphs do not run
-        fix = f"CUDA graphs would remove it, but {barred[1]}"
-    elif job.cuda_graphs:
-        fix = "CUDA graphs of the whole layer (training.cuda_graph_modules unset) would remove it"
-    else:
-        fix = "CUDA graphs (training.cuda_graphs = true) would remove it"
-    return (
-        f"host-bound: issuing the layers' kernels eagerly adds {extra:.3f} s to the "
-        f"{perf.step_time_s:.3f} s step ({extra / perf.step_time_s:.0%}); {fix}"
-    )
-
-
 def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """A plan with the optimizer offloaded to the CPU (`planner.model.optimizer_offload`): the
     host memory it takes per GPU and per node (`host_memory.optimizer_bytes`, the busiest GPU's),
@@ -326,11 +278,6 @@ def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str |
         f"moments and gradient copy; it frees {freed / GIB:.1f} GiB at the peak and its CPU update "
         f"adds {extra:.3f} s to the {perf.step_time_s:.3f} s step against the optimizer on the GPU"
     )
-
-
-def _added(perf: Performance, other: Job, layout: Layout) -> float:
-    """Seconds per step the plan (`perf`) takes over the same layout run as `other`."""
-    return perf.step_time_s - cost.estimate(other, layout).step_time_s
 
 
 def one_micro_batch_text(job: Job, layout: Layout) -> str | None:

@@ -303,7 +303,7 @@ def print_explain(
         f"tokens/s/GPU {perf.tokens_per_s_per_gpu:,.0f}   model TFLOP/s/GPU "
         f"{perf.model_tflops_per_gpu:.0f}   {mfu} (model FLOPs, causal attention not halved)"
     )
-    for line in explain_notes.notes(job, layout, perf):
+    for line in explain_notes.notes(job, layout, perf, rep.headroom_pct):
         console.print(line, highlight=False)
     console.print(top_cost_text(perf))
 

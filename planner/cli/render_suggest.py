@@ -179,16 +179,12 @@ def print_result(
         console.print(why_first(res.candidates[0], res.candidates[1]))
     if res.candidates and not job.pools:
         top = res.candidates[0]
-        for note in (
-            explain_notes.host_text(job, top.layout, top.performance),
-            explain_notes.one_micro_batch_text(job, top.layout),
-            explain_notes.folded_moe_text(job, top.layout),
+        # weighed at the headroom the search ranked with (the candidate's memory report's)
+        headroom = top.memory.headroom_pct
+        for lead, note in explain_notes.first_pick_notes(
+            job, top.layout, top.performance, headroom
         ):
-            if note:
-                console.print(f"#1 is {note}", highlight=False)
-        advice = explain_notes.shared_overlap_text(job, top.layout, top.performance)
-        if advice:  # suggest leaves the overlap off (NVIDIA's recipes do): what it would save
-            console.print(f"#1: {advice}", highlight=False)
+            console.print(f"{lead} {note}", highlight=False)
     console.print(summary(res))
     if job.framework == "torchtitan" and not job.pools:
         chunks = job.titan.loss_chunks

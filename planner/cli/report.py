@@ -184,13 +184,21 @@ def suggest_dict(
     rows: list[Row[Candidate]] | None = None,
     defaulted: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """`suggest --json`: the candidates (with the twins `rows` folded into each), the job (with
+    """`suggest --json`: the candidates (with the twins `rows` folded into each; the first with
+    `notes`, the notes the text gives it, each as explain's `notes` words it), the job (with
     `defaulted`: the fields neither a job file nor a flag set) and the search's counts."""
     twins = [r.equivalents for r in rows] if rows is not None else [()] * len(res.candidates)
+    candidates = [candidate_dict(job, c, t) for c, t in zip(res.candidates, twins, strict=True)]
+    if res.candidates and not job.pools:  # the notes the text gives #1, as explain's `notes`
+        from planner.cli import explain_notes  # suggest's alone: check does not load it
+
+        top = res.candidates[0]
+        notes = explain_notes.first_pick_notes(
+            job, top.layout, top.performance, top.memory.headroom_pct
+        )
+        candidates[0]["notes"] = [note for _, note in notes]
     return {
-        "candidates": [
-            candidate_dict(job, c, t) for c, t in zip(res.candidates, twins, strict=True)
-        ],
+        "candidates": candidates,
         "job": job_dict(job, defaulted),
         "search": {
             "space_size": res.space_size,

@@ -1,10 +1,15 @@
 """Single changes to a layout that save memory, with the bytes each saves.
 
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
-knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp; and for
-DeepSeek sparse attention on Megatron's dense path, its sparse kernels) and must still pass
-`planner.search.rules`; the total GPU count and the global batch stay as they are. A change
-makes the layout fit only where what it offloads fits in host memory too
+knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep, whole
+layers offloaded to the CPU; and for DeepSeek sparse attention on Megatron's dense path, its
+sparse kernels) and must still pass `planner.search.rules`; the total GPU count and the global
+batch stay as they are, so more tp, cp or pp takes its factor from dp, and the change says so
+(`tp 8 -> 16 (+ dp 4 -> 2)`). Every value of a knob that can help is tried (each higher ZeRO
+stage, each smaller micro-batch, each other vpp, each tp, cp, pp the data-parallel ranks leave
+room for, each larger ep, the fewest offloaded layers that fit), and the cheapest of each knob
+is kept: the one that fits at the shortest step where some fits, else the one that saves most.
+A change makes the layout fit only where what it offloads fits in host memory too
 (`planner.model.host_memory`; `planner.search.host_advice` lists the changes for a layout over
 host memory alone).
 """
@@ -33,7 +38,9 @@ class Change:
     order: int
     """Rough cost rank when no step-time model orders them (lower is cheaper)."""
     also: str = ""
-    """What the change turns on with it, where the rules need it (`sequence_parallel`)."""
+    """What the change changes with it, joined by " + ": the dp more tp, cp or pp takes its factor
+    from (`dp 8 -> 4`), sequence parallelism where the rules need it (`sequence_parallel`); for
+    host memory's pairs, the GPU change offloading less goes with (`planner.search.host_advice`)."""
     job: Job | None = None
     """The job the change runs under, where it changes a job field (the DSA kernels)."""
     memory: str = "gpu"
@@ -44,37 +51,57 @@ class Change:
         return f"{self.field} {self.before} -> {self.after}{with_it}"
 
 
-def _halve_dp(lay: Layout, **changes: int) -> Layout | None:
-    factor = 1
-    for k, v in changes.items():
-        factor *= v // getattr(lay, k)
-    if lay.dp % factor:
-        return None
-    return lay.with_(dp=lay.dp // factor, **changes)
+def _factors(n: int) -> list[int]:
+    """The divisors of n above 1, ascending: the factors more tp, cp or pp can take from dp."""
+    return [k for k in range(2, n + 1) if n % k == 0]
+
+
+def _deeper(job: Job, lay: Layout, k: int) -> Layout | None:
+    """pp k times deeper, dp k times smaller: on torchtitan's own split at the new pp where the
+    plan gives none (torchtitan splits so at any pp), else on Megatron's even split; None on a
+    split the plan gives (it names each stage's layers)."""
+    deeper = lay.with_(pp=lay.pp * k, dp=lay.dp // k)
+    if job.framework == "torchtitan" and (lay.pp == 1 or _titan_split(job, lay)):
+        stages = torchtitan_stages(job.arch.num_layers, deeper.pp * lay.vpp)
+        return deeper.with_(pipeline_layout=stages)
+    return deeper if lay.even_split else None
 
 
 def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]:
-    if lay.zero_stage < 3:
-        yield 0, "zero_stage", lay.zero_stage + 1, lay.with_(zero_stage=lay.zero_stage + 1)
+    """(rank, field, new value, layout) of every value of each knob that can save memory, each
+    knob's values from the nearest out: each higher ZeRO stage, each smaller micro-batch, each
+    other vpp (fewer chunks hold fewer micro-batches in flight, more hold smaller ones), tp, cp
+    and pp times each factor of dp (dp divided by it), each larger ep the experts split by."""
+    for zero in range(lay.zero_stage + 1, 4):
+        yield 0, "zero_stage", zero, lay.with_(zero_stage=zero)
     if lay.tp > 1 and not lay.sequence_parallel:
         yield 1, "sequence_parallel", True, lay.with_(sequence_parallel=True)
     if lay.recompute == "none":
         yield 2, "recompute", "selective", lay.with_(recompute="selective")
-    if lay.micro_batch_size > 1:
-        mbs = lay.micro_batch_size // 2 if lay.micro_batch_size % 2 == 0 else 1
+    for mbs in range(lay.micro_batch_size - 1, 0, -1):  # the rules keep those that divide
         yield 3, "micro_batch_size", mbs, lay.with_(micro_batch_size=mbs)
     if lay.recompute != "full":
         yield 4, "recompute", "full", lay.with_(recompute="full")
-    if lay.vpp > 1:
-        yield 5, "vpp", 1, lay.with_(vpp=1)
-    yield 6, "tp", lay.tp * 2, _halve_dp(lay, tp=lay.tp * 2)
-    yield 7, "cp", lay.cp * 2, _halve_dp(lay, cp=lay.cp * 2)
-    if lay.even_split:
-        yield 8, "pp", lay.pp * 2, _halve_dp(lay, pp=lay.pp * 2)
-    elif _titan_split(job, lay):  # torchtitan's own split, at the new pp too
-        deeper = _halve_dp(lay, pp=lay.pp * 2)
-        stages = torchtitan_stages(job.arch.num_layers, lay.pp * 2 * lay.vpp)
-        yield 8, "pp", lay.pp * 2, deeper.with_(pipeline_layout=stages) if deeper else None
+    titan = _titan_split(job, lay)
+    if lay.pp > 1 and (lay.pipeline_layout is None or titan):  # a layout string names each
+        # virtual stage: no other vpp splits it
+        most = max(lay.stage_layers(job.arch.num_layers))  # a chunk holds a layer at least
+        for vpp in [*range(lay.vpp - 1, 0, -1), *range(lay.vpp + 1, most + 1)]:
+            other = lay.with_(vpp=vpp)
+            if titan:  # torchtitan's own split over the new stages
+                stages = torchtitan_stages(job.arch.num_layers, lay.pp * vpp)
+                other = other.with_(pipeline_layout=stages)
+            yield 5, "vpp", vpp, other
+    factors = _factors(lay.dp)
+    for k in factors:
+        yield 6, "tp", lay.tp * k, lay.with_(tp=lay.tp * k, dp=lay.dp // k)
+    for k in factors:
+        yield 7, "cp", lay.cp * k, lay.with_(cp=lay.cp * k, dp=lay.dp // k)
+    for k in factors:
+        yield 8, "pp", lay.pp * k, _deeper(job, lay, k)
+    experts = job.arch.num_moe_experts or 1
+    for ep in (e for e in range(lay.ep + 1, experts + 1) if experts % e == 0):
+        yield 9, "ep", ep, lay.with_(ep=ep)
 
 
 def _titan_split(job: Job, lay: Layout) -> bool:
@@ -104,33 +131,86 @@ def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> 
 
 
 def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object, Layout, str]]:
-    """(rank, field, new value, layout, what it turns on with it) of every single change of
-    `_candidates` that passes the rules. A tp change turns sequence parallelism on with it
-    where the rules need it at the new tp (MoE layers, torchtitan, DeepSeek sparse attention),
-    and says so; no other change touches it."""
+    """(rank, field, new value, layout, what it changes with it) of every single change of
+    `_candidates` that passes the rules. More tp, cp or pp takes its factor from dp and says so
+    (`dp 8 -> 4`: the plan's dp must change with it, or the world size no longer adds up). A tp
+    change turns sequence parallelism on with it where the rules need it at the new tp (MoE
+    layers, torchtitan, DeepSeek sparse attention), and says so; no other change touches it.
+    What it changes with it is joined by " + " (`dp 8 -> 4 + sequence_parallel`)."""
     for order, field, after, new in _candidates(job, layout):
         if new is None:
             continue
-        also = ""
+        also = [f"dp {layout.dp} -> {new.dp}"] if new.dp != layout.dp else []
         if field == "tp" and not new.sequence_parallel:
             with_sp = new.with_(sequence_parallel=True)
             needed = rules.violations(job, new) and not rules.violations(job, with_sp)
             if job.arch.is_moe or needed:
-                new, also = with_sp, "sequence_parallel"
+                new = with_sp
+                also.append("sequence_parallel")
         if not rules.violations(job, new):
-            yield order, field, after, new, also
+            yield order, field, after, new, " + ".join(also)
 
 
 def by_cost(
     job: Job, changes: list[Change], cost: Callable[[Job, Layout], float] | None
 ) -> list[Change]:
     """Those that fit first, then cheapest: by `cost` (e.g. predicted step time, of the job and
-    layout a change runs) where given, else by the fixed rank."""
+    layout a change runs) where given, else by the fixed rank (ties in the order given)."""
 
     def key(c: Change) -> tuple[bool, float]:
         return (not c.fits, cost(c.job or job, c.layout) if cost else float(c.order))
 
     return sorted(changes, key=key)
+
+
+def cheapest_each(
+    job: Job,
+    changes: list[Change],
+    cost: Callable[[Job, Layout], float] | None,
+    knob: Callable[[Change], object],
+) -> list[Change]:
+    """One change per `knob` (a setting, or a pair of them): the cheapest that fits
+    (`by_cost`), else the one that saves most; in the order the knobs first come."""
+    groups: dict[object, list[Change]] = {}
+    for c in changes:
+        groups.setdefault(knob(c), []).append(c)
+    out = []
+    for group in groups.values():
+        fitting = [c for c in group if c.fits]
+        out.append(by_cost(job, fitting, cost)[0] if fitting else max(group, key=lambda c: c.saves))
+    return out
+
+
+def _offload_layers(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
+    """More whole layers offloaded to the CPU (`cpu_offloading_num_layers`, where the rules allow
+    it: pp 1, no recompute, Megatron): the fewest that fit the GPU, by bisection (its peak falls
+    as layers leave it; the host's grows, so where the fewest overflow the host none fits both);
+    where none fits, the most the rules allow (num_layers - 1), the largest saving."""
+    k, top = layout.cpu_offloading_num_layers, job.arch.num_layers - 1
+
+    def at(n: int) -> Layout:
+        return layout.with_(cpu_offloading_num_layers=n)
+
+    if k >= top or rules.violations(job, at(top)):
+        return []
+
+    def fits(n: int) -> bool:
+        return memory.estimate(job, at(n), headroom_pct).fits
+
+    lo, hi = k + 1, top
+    if fits(top):
+        while lo < hi:  # the fewest that fit: fits(hi) holds throughout
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    n = hi
+    new = at(n)
+    if rules.violations(job, new):
+        return []
+    rep = memory.estimate(job, new, headroom_pct)
+    if peak - rep.peak <= 0:
+        return []
+    ok = rep.fits and host_memory.estimate(job, new).fits
+    return [Change("cpu_offloading_num_layers", k, n, new, peak - rep.peak, ok, 4)]
 
 
 def memory_changes(
@@ -139,8 +219,9 @@ def memory_changes(
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
     cost: Callable[[Job, Layout], float] | None = None,
 ) -> list[Change]:
-    """Every valid single change (`single_changes`) that lowers the peak, those that fit first,
-    cheapest first (`by_cost`)."""
+    """The valid single changes (`single_changes`, `_offload_layers`, `_dsa_kernels`) that lower
+    the peak, the cheapest of each knob (`cheapest_each`), those that fit first, cheapest first
+    (`by_cost`)."""
     base = memory.estimate(job, layout, headroom_pct)
     out = []
     for order, field, after, new, also in single_changes(job, layout):
@@ -151,5 +232,7 @@ def memory_changes(
         before = getattr(layout, field)
         fits = rep.fits and host_memory.estimate(job, new).fits
         out.append(Change(field, before, after, new, saves, fits, order, also))
+    out += _offload_layers(job, layout, headroom_pct, base.peak)
+    out = cheapest_each(job, out, cost, lambda c: c.field)
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
     return by_cost(job, out, cost)

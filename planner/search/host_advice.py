@@ -1,20 +1,24 @@
 """Changes that bring what a layout offloads back within its host memory
 (`planner.model.host_memory`), for a layout that fits in GPU memory but not in host memory.
 
-Offloading less (`_candidates`), by as little as it must: the most whole layers
-(`cpu_offloading_num_layers`), the largest share of the fine-grained groups
-(`activation_offload_fraction`, in hundredths) or of the optimizer (`optimizer_offload_fraction`,
-a `[training]` field) that still fits the host; or one fine-grained module fewer. What it no
-longer offloads stays on the GPU, so each must still fit there (and pass `planner.search.rules`):
-the largest amount that fits the host is the one most likely to. Or a change of
+Offloading less (`_candidates`): of the whole layers (`cpu_offloading_num_layers`), the share of
+the fine-grained groups (`activation_offload_fraction`, in hundredths) or of the optimizer
+(`optimizer_offload_fraction`, a `[training]` field), among the amounts that fit both the host
+and the GPU (what it no longer offloads stays on the GPU: the GPU's memory falls as the amount
+grows and the host's rises, so those are a range) the fastest: of layers and shares the least
+(the step never gains from moving more activations), of the optimizer the fastest by the
+step-time model (its CPU update overlaps the GPU's on the rest: a few hundredths on the host can
+beat none). Where none of the range fits the GPU, the most the host holds, the nearest to
+fitting; or one fine-grained module fewer. Or a change of
 `advice.single_changes` (recompute, more tp or cp ...) that shrinks what is offloaded until it
 fits; and where none of those fits GPU memory too, each of the latter with offloading less on
-top. `planner check` lists the ones that fit both, cheapest first, as `advice.memory_changes`
-does for GPU memory.
+top. `planner check` lists the ones that fit both, the cheapest of each knob
+(`advice.cheapest_each`), cheapest first, as `advice.memory_changes` does for GPU memory.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -29,66 +33,102 @@ STEP = 0.01
 """The fractions' grid: hundredths (Megatron takes any float; a finer one saves little)."""
 
 
-def _largest(low: float, high: float, fits: Callable[[float], bool]) -> float | None:
-    """The largest value on the STEP grid in [low, high) that `fits` (monotone: a smaller value
-    offloads less), by bisection over the grid; None where not even `low` fits."""
-
-    def at(i: int) -> float:
-        return round(i * STEP, 2)
-
-    lo, hi = round(low / STEP), math.ceil(round(high / STEP, 6)) - 1
-    if hi < lo or not fits(at(lo)):
-        return None
-    while lo < hi:
+def _span(lo: int, hi: int, host: Callable[[int], bool], gpu: Callable[[int], bool]) -> range:
+    """On the integer grid [lo, hi] of an amount offloaded (the host's bytes grow with it, the
+    GPU's fall): the amounts that fit both, by bisection; where none of those that fit the host
+    fits the GPU, the most that fits the host alone (the nearest to fitting); empty where none
+    fits the host."""
+    if hi < lo or not host(lo):
+        return range(0)
+    first = lo
+    while lo < hi:  # the most that fit the host: host(lo) holds throughout
         mid = (lo + hi + 1) // 2
-        if fits(at(mid)):
-            lo = mid
-        else:
-            hi = mid - 1
-    return at(lo)
+        lo, hi = (mid, hi) if host(mid) else (lo, mid - 1)
+    top = hi
+    if not gpu(top):
+        return range(top, top + 1)
+    lo = first
+    while lo < hi:  # the least that fit the GPU: gpu(hi) holds throughout
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if gpu(mid) else (mid + 1, hi)
+    return range(hi, top + 1)
+
+
+def _fastest(parts: range, step: Callable[[int], float]) -> int:
+    """The hundredth of `parts` (optimizer shares on the host) with the fastest `step`, the least
+    on ties. Above none, the step's optimizer part is the larger of the GPU's update, which falls
+    with the share, and the CPU's, which grows (`stage_sync.optimizer_time`): a valley, found by
+    bisection on its slope; none on the host (0), where in `parts`, is weighed beside it."""
+    lo, hi = max(parts[0], 1), parts[-1]
+    if hi < lo:
+        return parts[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if step(mid + 1) < step(mid) else (lo, mid)
+    return min(dict.fromkeys((parts[0], lo)), key=step)
 
 
 def _names(modules: tuple[str, ...]) -> str:
     return ",".join(modules) or "none"
 
 
-def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, object, Job, Layout]]:
+def _candidates(
+    job: Job,
+    lay: Layout,
+    headroom_pct: float,
+    cost: Callable[[Job, Layout], float] | None = None,
+) -> Iterator[tuple[int, str, object, object, Job, Layout]]:
     """(rank, field, value before, value after, job, layout) of each way to offload less that
-    fits the host."""
+    fits the host (`_span`): of whole layers and fine-grained shares, the least that fits the GPU
+    too (the step never gains from offloading more of them); of the optimizer, the fastest by
+    `cost` that fits both (its CPU update overlaps the GPU's: a few hundredths on the host can
+    beat none), else the least."""
 
-    def host_fits(j: Job, new: Layout) -> bool:
+    def host(j: Job, new: Layout) -> bool:
         return host_memory.estimate(j, new).fits
 
+    def span(lo: int, hi: int, at: Callable[[int], tuple[Job, Layout]]) -> range:
+        def gpu(i: int) -> bool:
+            return memory.estimate(*at(i), headroom_pct).fits
+
+        return _span(lo, hi, lambda i: host(*at(i)), gpu)
+
+    def hundredths(x: float) -> int:  # the last grid point below x
+        return math.ceil(round(x / STEP, 6)) - 1
+
+    def share(i: int) -> float:
+        return round(i * STEP, 2)
+
     k = lay.cpu_offloading_num_layers
-    if k > 0:  # the most layers that fit: host bytes grow with k
-        layers = (lay.with_(cpu_offloading_num_layers=n) for n in range(k - 1, -1, -1))
-        new = next((x for x in layers if host_fits(job, x)), None)
-        if new is not None:
-            yield 0, "cpu_offloading_num_layers", k, new.cpu_offloading_num_layers, job, new
+    if k > 0:
+        layers = span(0, k - 1, lambda i: (job, lay.with_(cpu_offloading_num_layers=i)))
+        if layers:
+            new = lay.with_(cpu_offloading_num_layers=layers[0])
+            yield 0, "cpu_offloading_num_layers", k, layers[0], job, new
     mods, f = lay.offload_modules, lay.activation_offload_fraction
     if mods:
-
-        def share_fits(x: float) -> bool:
-            return host_fits(job, lay.with_(activation_offload_fraction=x))
-
-        share = _largest(STEP, f, share_fits)
-        if share is not None:
-            new = lay.with_(activation_offload_fraction=share)
-            yield 1, "activation_offload_fraction", f, share, job, new
+        shares = span(
+            1, hundredths(f), lambda i: (job, lay.with_(activation_offload_fraction=share(i)))
+        )
+        if shares:
+            new = lay.with_(activation_offload_fraction=share(shares[0]))
+            yield 1, "activation_offload_fraction", f, share(shares[0]), job, new
         for module in mods:
             new = lay.with_(offload_modules=tuple(m for m in mods if m != module))
-            if host_fits(job, new):
+            if host(job, new):
                 yield 2, "offload_modules", _names(mods), _names(new.offload_modules), job, new
     f = job.optimizer_offload_fraction
     if f > 0:
 
-        def part_fits(x: float) -> bool:
-            return host_fits(replace(job, optimizer_offload_fraction=x), lay)
+        def part(i: int) -> tuple[Job, Layout]:
+            return replace(job, optimizer_offload_fraction=share(i)), lay
 
-        part = _largest(0.0, f, part_fits)
-        if part is not None:
-            new_job = replace(job, optimizer_offload_fraction=part)
-            yield 3, "training.optimizer_offload_fraction", f, part, new_job, lay
+        parts = span(0, hundredths(f), part)
+        if parts:
+            i = _fastest(parts, functools.cache(lambda i: cost(*part(i)))) if cost else parts[0]
+            new_job = part(i)[0]
+            field = "training.optimizer_offload_fraction"
+            yield 3, field, f, new_job.optimizer_offload_fraction, new_job, lay
 
 
 def host_changes(
@@ -118,16 +158,19 @@ def host_changes(
             field, was, after, new, saves, fits, order, also, j if j is not job else None, "host"
         )
 
-    out = [evaluate(*c) for c in _candidates(job, layout)]
+    out = [evaluate(*c) for c in _candidates(job, layout, headroom_pct, cost)]
     gpu_side = list(advice.single_changes(job, layout))
     for order, field, after, new, also in gpu_side:
         out.append(evaluate(order + 4, field, getattr(layout, field), after, job, new, also))
     found = [c for c in out if c is not None]
+    pairs: dict[int, str] = {}  # a paired change's GPU knob, by the change's id
     if not any(c.fits for c in found):
         for order, field, after, g, also in gpu_side:
             first = f"{field} {getattr(layout, field)} -> {after}" + (f" + {also}" if also else "")
-            for o, f, was, to, j, new in _candidates(job, g):
+            for o, f, was, to, j, new in _candidates(job, g, headroom_pct, cost):
                 c = evaluate(o + order + 4, f, was, to, j, new, first)
                 if c is not None:
                     found.append(c)
+                    pairs[id(c)] = field
+    found = advice.cheapest_each(job, found, cost, lambda c: (c.field, pairs.get(id(c))))
     return advice.by_cost(job, found, cost)

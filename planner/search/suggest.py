@@ -142,12 +142,14 @@ class Infeasible:
     changes: list[str]
 
 
-def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
-    """The smallest peak memory any layout of the space reaches (most sharding, the leanest
-    memory savers, smallest micro-batch, no interleaving), and that layout."""
+def _min_peak(job: Job, space: Space, enough: float = 0.0) -> tuple[float, Layout | None]:
+    """The smallest peak memory any layout of the space reaches, and that layout: every structure
+    at its leanest, the most sharding the space searches on it (ZeRO 3 at pp 1 and cp 1, else the
+    highest stage allowed there: `space.zero_stages`), the leanest memory savers, the smallest
+    micro-batch, no interleaving. The first at or below `enough` is returned as soon as found
+    (whether any fits is all some callers ask)."""
     lean = replace(
         space,
-        zero_stages=(max(space.zero_stages),),
         recompute=(space.recompute[-1],),
         mbs=Bound(space.mbs.lo, space.mbs.lo),
         vpp=Bound(1, 1),
@@ -156,8 +158,6 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
     for s in space_mod.structures(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
             for base in space_mod.bases(job, s, mbs, vpp, split, lean):
-                # the most sharding Megatron allows on it (none of the space's stages: no
-                # layout of this base is searched), and its leanest rungs
                 stages = space_mod.zero_stages(space, base.layout)
                 if not stages:
                     continue
@@ -167,11 +167,85 @@ def _min_peak(job: Job, space: Space) -> tuple[float, Layout | None]:
                     peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
                     if peak < best[0]:
                         best = (peak, lay)
+                        if peak <= enough:
+                            return best
     return best
 
 
+GPU_DOUBLINGS = 6
+"""More GPUs are looked for up to 2^6 = 64 times the job's."""
+
+CONFIRMS = 4
+"""Searches (`_found`) a proposed change may take to confirm it: the leanest layout
+(`_min_peak`) sees the memory, not every rule a searched layout meets; where it fits and the
+search finds nothing, the next value is tried, up to this many."""
+
+
+def _found(job: Job, space: Space) -> bool:
+    """Whether the search finds a layout of the job that fits: a proposed change's oracle."""
+    return bool(search_rows(job, space, 1)[0].candidates)
+
+
+def _cluster(job: Job, **update: object) -> Job:
+    return replace(job, cluster=job.cluster.model_copy(update=update))
+
+
+def _more_gpus(job: Job, space: Space, cap: float) -> str | None:
+    """The fewest whole nodes above the job's GPUs on which some layout fits, to GPU_DOUBLINGS
+    doublings: the node count doubled from the first whole node above until the leanest layout
+    fits, then bisected below it, and confirmed by the search. The bisection assumes a count
+    above one that fits fits too (the leanest layout's peak falls as the GPUs that share the
+    model grow); a count whose divisors give no structure the batch and the layers split by can
+    break it, so the count found fits but a smaller one may."""
+    n, per_node = job.cluster.num_gpus, job.cluster.gpus_per_node
+    top = max(n // per_node + 1, (n << GPU_DOUBLINGS) // per_node)
+
+    def lean(nodes: int) -> bool:
+        return _min_peak(_cluster(job, num_gpus=nodes * per_node), space, cap)[0] <= cap
+
+    below, nodes = n // per_node, n // per_node + 1
+    while not lean(nodes):
+        if nodes >= top:
+            return None
+        below, nodes = nodes, min(2 * nodes, top)
+    while below + 1 < nodes:  # lean(nodes) holds throughout
+        mid = (below + nodes) // 2
+        below, nodes = (below, mid) if lean(mid) else (mid, nodes)
+    for m in range(nodes, min(nodes + CONFIRMS, top + 1)):
+        if _found(_cluster(job, num_gpus=m * per_node), space):
+            nodes_text = f"{m} node{'s' if m > 1 else ''} of {per_node}"
+            return f"{m * per_node} GPUs instead of {n} ({nodes_text})"
+    return None
+
+
+def _shorter(job: Job, space: Space, cap: float) -> str | None:
+    """The longest halving of the sequence (to 256 tokens) on which some layout fits, confirmed
+    by the search."""
+    seq, tries = job.seq_length, 0
+    while seq > 256 and tries < CONFIRMS:
+        seq //= 2
+        trial = replace(job, seq_length=seq)
+        if _min_peak(trial, space, cap)[0] <= cap:
+            tries += 1
+            if _found(trial, space):
+                return f"seq_length {seq} instead of {job.seq_length}"
+    return None
+
+
+def _more_memory(job: Job, space: Space, peak: float, cap: float) -> str | None:
+    """GPUs of the least whole GiB whose usable part holds the leanest layout's peak, confirmed
+    by the search on them."""
+    gib = 2**30
+    needed = math.ceil(peak * job.cluster.capacity_bytes / cap / gib - 1e-9)
+    for size in range(needed, needed + CONFIRMS):
+        if _found(_cluster(job, memory_gib=float(size)), space):
+            return f"GPUs with at least {size} GiB each"
+    return None
+
+
 def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasible:
-    """The binding constraint and the smallest single change (GPUs, memory, sequence, batch)."""
+    """The binding constraint and the smallest single changes (GPU memory, GPUs, sequence;
+    batch where no layout passes the rules), each confirmed by the search on the changed job."""
     if result.structures == 0 or result.space_size == 0:
         # the rules that rejected layouts inside the user's bounds first: those say why
         own = ("user bound on ", space_mod.CP_BOUND)
@@ -183,41 +257,43 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     peak, lay = _min_peak(job, space)
     gib = 2**30
+    found: list[str | None] = []
     if lay is None:  # no leanest variant to size (its structures have none at vpp 1)
         binding = f"memory: no layout fits in the {cap / gib:.1f} GiB available per GPU"
-        changes = []
     else:
         binding = (
             f"memory: the leanest layout ({lay.describe()}) needs "
             f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
         )
-        # the physical size whose usable part holds the peak
-        needed = peak * job.cluster.capacity_bytes / cap
-        changes = [f"GPUs with at least {needed / gib:.0f} GiB each"]
-    for k in range(1, 7):
-        n = job.cluster.num_gpus * 2**k
-        bigger = replace(job, cluster=job.cluster.model_copy(update={"num_gpus": n}))
-        if _min_peak(bigger, space)[0] <= cap:
-            changes.append(f"{n} GPUs instead of {job.cluster.num_gpus}")
-            break
-    seq = job.seq_length
-    while seq > 256:
-        seq //= 2
-        if _min_peak(replace(job, seq_length=seq), space)[0] <= cap:
-            changes.append(f"seq_length {seq} instead of {job.seq_length}")
-            break
-    return Infeasible(binding, changes)
+        found.append(_more_memory(job, space, peak, cap))
+    found += [_more_gpus(job, space, cap), _shorter(job, space, cap)]
+    return Infeasible(binding, [c for c in found if c is not None])
+
+
+BATCH_GROWTH = 16
+"""A larger global batch is looked for up to 16 times the job's."""
 
 
 def _batch_changes(job: Job, space: Space) -> list[str]:
-    out = []
-    for gbs in (job.global_batch_size * 2**k for k in range(1, 5)):
-        trial = replace(job, global_batch_size=gbs)
+    """The smallest larger global batch on which some layout fits, confirmed by the search: of
+    the multiples of each data-parallel size the GPUs allow above the batch (the batch splits
+    evenly over them), up to BATCH_GROWTH times it, the first CONFIRMS whose structures pass the
+    rules."""
+    gbs, n = job.global_batch_size, job.cluster.num_gpus
+    top = gbs * BATCH_GROWTH
+    sizes = sorted({(gbs // dp + 1) * dp for dp in space_mod.divisors(n)} | {2 * gbs})
+    tries = 0
+    for size in (b for b in sizes if b <= top):
+        trial = replace(job, global_batch_size=size)
         structs = space_mod.structures(trial, space, Counter())
-        if any(space_mod.options(trial, space, s) for s in structs):
-            out.append(f"global_batch_size {gbs} instead of {job.global_batch_size}")
+        if not any(space_mod.options(trial, space, s) for s in structs):
+            continue
+        if _found(trial, space):
+            return [f"global_batch_size {size} instead of {gbs}"]
+        tries += 1
+        if tries >= CONFIRMS:
             break
-    return out
+    return []
 
 
 def search_rows(

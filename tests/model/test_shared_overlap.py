@@ -205,3 +205,26 @@ def test_the_advice_names_the_memory_the_gathered_input_adds() -> None:
     tight = replace(job, cluster=job.cluster.model_copy(update={"memory_gib": gib}))
     assert memory.estimate(tight, lay).fits and not memory.estimate(tight, flip).fits
     assert explain_notes.shared_overlap_text(tight, lay, cost.estimate(tight, lay)) is None
+
+
+def test_the_advice_is_weighed_at_the_commands_headroom() -> None:
+    """The advice ignored --headroom: it was weighed at the default 3%, so a plan checked at a
+    larger one was told to turn on an overlap that no longer fit there. Oracle: the memory
+    model at that headroom (usable memory halfway between the two peaks), through explain's
+    notes and suggest's first-pick notes alike."""
+    plan = _plan(LINE.replace(FLAG, "") + " --tensor-model-parallel-size 2 --sequence-parallel")
+    job, lay = plan.job, plan.require_layout()
+    flip = lay.with_(moe_shared_expert_overlap=True)
+    before, after = memory.estimate(job, lay), memory.estimate(job, flip)
+    usable = before.peak + 0.5 * (after.peak - before.peak)
+    headroom = 100 * (1 - usable / before.physical)
+    assert memory.estimate(job, lay, headroom).fits
+    assert not memory.estimate(job, flip, headroom).fits
+    perf = cost.estimate(job, lay)
+    advice = explain_notes.shared_overlap_text(job, lay, perf)
+    assert advice is not None and advice in explain_notes.notes(job, lay, perf)
+    assert explain_notes.shared_overlap_text(job, lay, perf, headroom) is None
+    assert advice not in explain_notes.notes(job, lay, perf, headroom)
+    picked = [n for _, n in explain_notes.first_pick_notes(job, lay, perf, headroom)]
+    assert advice in [n for _, n in explain_notes.first_pick_notes(job, lay, perf, 3.0)]
+    assert advice not in picked

@@ -47,7 +47,8 @@ def test_only_the_tp_change_turns_sequence_parallelism_on_and_says_so() -> None:
         assert not violations(job, c.layout)
         # the change as described (the same sum in another order: to rounding)
         assert memory.estimate(job, c.layout).peak == pytest.approx(base - c.saves, rel=1e-12)
-    assert "tp 2 -> 4 (+ sequence_parallel)" in by_name(changes)
+    # tp 4 takes its factor from dp, and says so: the plan's dp must change with it
+    assert "tp 2 -> 4 (+ dp 8 -> 4 + sequence_parallel)" in by_name(changes)
 
 
 def test_torchtitan_changes_keep_its_rules_and_its_split() -> None:
@@ -58,12 +59,14 @@ def test_torchtitan_changes_keep_its_rules_and_its_split() -> None:
     p = plan("llama3.1-8b", "b200-sxm-180gb", 16, {"tp": 1, "cp": 2, "zero_stage": 3},
              seq_length=65536, framework="torchtitan")  # fmt: skip
     changes = by_name(advice.memory_changes(p.job, p.require_layout()))
-    tp = changes["tp 1 -> 2 (+ sequence_parallel)"]
+    tp = changes["tp 1 -> 2 (+ dp 8 -> 4 + sequence_parallel)"]
     assert tp.fits and not violations(p.job, tp.layout)
     deep = plan("llama3.1-405b", "h100-sxm-80gb", 512,
                 {"tp": 8, "pp": 4, "zero_stage": 3, "recompute": "selective"},
                 global_batch_size=512, framework="torchtitan")  # fmt: skip
-    pp = by_name(advice.memory_changes(deep.job, deep.require_layout()))["pp 4 -> 8"]
+    # none fits: the deepest pipeline the rules allow, the largest saving (dp 16 -> 4 for it)
+    (pp,) = [c for c in advice.memory_changes(deep.job, deep.require_layout()) if c.field == "pp"]
+    assert pp.describe() == "pp 4 -> 16 (+ dp 16 -> 4)" and not pp.fits
     assert not violations(deep.job, pp.layout)
     before = memory.estimate(deep.job, deep.require_layout()).peak
     assert memory.estimate(deep.job, pp.layout).peak == pytest.approx(before - pp.saves)

@@ -20,7 +20,7 @@ from plan_text import offload_plan
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import host_memory, memory
+from planner.model import cost, host_memory, memory
 from planner.search import advice, host_advice
 
 
@@ -63,37 +63,57 @@ def test_fewer_layers_is_the_most_that_fits_the_host_and_is_judged_on_the_gpu() 
 
 
 def test_where_no_single_change_fits_a_gpu_change_is_paired_with_offloading_less() -> None:
-    # 40 GiB a GPU, 8 usable: cp 2's 13.5 GiB is over too, so no single change fits both; each
-    # GPU change with the most layers that then fit the host does
-    job40 = _host(40)
-    changes = host_advice.host_changes(job40, LAYERS)
+    # 35 GiB a GPU, 3 usable: even cp 8's 27 / 8 = 3.4 GiB is over, so no single change fits
+    # both; each GPU change with the fewest layers that then fit the GPU does (the fastest step:
+    # the brute force over every layer count of the changed layout, judged by the models)
+    job35 = _host(35)
+    changes = host_advice.host_changes(job35, LAYERS)
     singles = [c for c in changes if not c.also or c.field != "cpu_offloading_num_layers"]
     assert singles and not any(c.fits for c in singles)
     paired = [c for c in changes if c.fits]
     assert paired and all(c.field == "cpu_offloading_num_layers" and c.also for c in paired)
-    assert all(_fits_both(c, job40) for c in paired)
-    for c in paired:  # the most layers that fit the host on the changed layout
-        assert isinstance(c.after, int)
-        more = c.layout.with_(cpu_offloading_num_layers=c.after + 1)
-        assert not host_memory.estimate(job40, more).fits
-    assert {c.also for c in paired} >= {"cp 1 -> 2"}
+    assert all(_fits_both(c, job35) for c in paired)
+    for c in paired:
+        counts = [c.layout.with_(cpu_offloading_num_layers=n) for n in range(24)]
+        fitting = [n for n, lay in enumerate(counts) if _fits_both(replace(c, layout=lay), job35)]
+        steps = {n: cost.estimate(job35, counts[n]).step_time_s for n in fitting}
+        assert c.after == min(fitting) and steps[min(fitting)] == min(steps.values())
+    # the tp change names the dp it takes its factor from: the plan's dp changes with it
+    assert "tp 1 -> 2 + dp 8 -> 4" in {c.also for c in paired}
 
 
-def test_the_optimizer_and_fine_grained_shares_are_the_largest_hundredth_that_fits() -> None:
-    # the whole optimizer shard on the host: 16 bytes x 8.03e9 / 8 = 14.96 GiB, with 8 usable
+def test_the_optimizer_and_fine_grained_shares_are_the_fastest_hundredth_that_fits() -> None:
+    # the whole optimizer shard on the host: 16 bytes x 8.03e9 / 8 = 14.96 GiB, with 8 usable;
+    # the GPU holds all of it (recompute full), so every hundredth up to 0.53 fits both, and the
+    # fastest is a few hundredths: their CPU update overlaps the GPU's on the rest
     job40 = _host(40, optimizer_offload_fraction=1.0)
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, recompute="full")
     assert memory.estimate(job40, lay).fits and not host_memory.estimate(job40, lay).fits
-    changes = host_advice.host_changes(job40, lay)
+
+    def step(j: Job, new: Layout) -> float:
+        return cost.estimate(j, new).step_time_s
+
+    changes = host_advice.host_changes(job40, lay, cost=step)
     (opt,) = [c for c in changes if c.field == "training.optimizer_offload_fraction"]
     assert opt.job is not None and opt.before == 1.0 and opt.fits and not opt.also
 
-    def fits(x: float) -> bool:
-        return host_memory.estimate(replace(job40, optimizer_offload_fraction=x), lay).fits
+    def opt_job(x: float) -> Job:
+        return replace(job40, optimizer_offload_fraction=x)
 
-    best = max(i / 100 for i in range(100) if fits(i / 100))
-    assert opt.after == best == pytest.approx(0.53, abs=0.01)  # 8 / 14.96 = 0.535
-    # fine-grained offloading of every module at fraction 1: the largest hundredth that fits
+    # brute force: every hundredth that fits both, the fastest by the step-time model
+    fitting = [i / 100 for i in range(100) if _fits_both(replace(opt, job=opt_job(i / 100)), job40)]
+    assert fitting == [i / 100 for i in range(54)]  # 8 / 14.96 = 0.535
+    best = min(fitting, key=lambda x: step(opt_job(x), lay))
+    assert opt.after == best == 0.02
+    # with no step-time model, the least on the host
+    (least,) = [
+        c
+        for c in host_advice.host_changes(job40, lay)
+        if c.field == "training.optimizer_offload_fraction"
+    ]
+    assert least.after == 0.0
+    # fine-grained offloading of every module at fraction 1, a layout over the GPU too: no share
+    # fits both, so the largest hundredth that fits the host, the nearest to fitting the GPU
     modules = Layout(
         tp=1, pp=1, dp=8, zero_stage=1, offload_modules=("attn_norm", "qkv_linear", "core_attn")
     )
@@ -106,6 +126,7 @@ def test_the_optimizer_and_fine_grained_shares_are_the_largest_hundredth_that_fi
         return host_memory.estimate(job33, modules.with_(activation_offload_fraction=x)).fits
 
     assert share.after == max(i / 100 for i in range(1, 100) if share_fits(i / 100))
+    assert not share.fits
     dropped = [c for c in changes if c.field == "offload_modules"]
     assert all(host_memory.estimate(job33, c.layout).fits for c in dropped)
 
@@ -127,9 +148,11 @@ def test_check_lists_the_changes_for_host_memory(
 ) -> None:
     plan = offload_plan(tmp_path, 8 * 48, 24)  # 48 GiB a GPU, 16 usable
     code, out, _ = run(["check", str(plan)], capsys)
-    assert code == 1 and "Changes that make it fit" in out and "cp 1 -> 2 saves" in out
+    assert (
+        code == 1 and "Changes that make it fit" in out and "cp 1 -> 2 (+ dp 8 -> 4) saves" in out
+    )
     assert "of host memory" in out
     code, out, _ = run(["check", str(plan), "--json"], capsys)
     changes = json.loads(out)["changes"]
     assert code == 1 and {c["memory"] for c in changes} == {"host"}
-    assert any(c["change"] == "cp 1 -> 2" and c["fits"] for c in changes)
+    assert any(c["change"] == "cp 1 -> 2 (+ dp 8 -> 4)" and c["fits"] for c in changes)

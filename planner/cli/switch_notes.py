@@ -1,0 +1,131 @@
+"""The notes explain and suggest give that advise one switch and weigh what it costs in memory:
+CUDA graphs for a plan whose host's eager kernel issue floors the layers, the shared experts'
+overlap for a MoE plan without it. A switch is advised only where the plan still fits with it,
+at the command's headroom (`--headroom`), and the advice names the memory it adds at the peak;
+where it would not fit, the note says so instead of advising it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model import cost, memory
+from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
+from planner.search.rules import graphs
+from planner.search.rules.shared_overlap import shared_expert_overlap
+
+SWITCH_ADVICE_SHARE = 0.01
+"""The share of the step a one-switch change (the fused grouped MLP, the shared experts'
+overlap) must save for explain to suggest it to a plan without it (1%: one flag, no layout
+change)."""
+
+FULL_ITERATION_RUNS = '; training.cuda_graph_impl = "full_iteration" runs it'
+"""How `rules.graphs` names the full-iteration graphs that run what per-layer ones refuse."""
+
+
+def added(perf: Performance, other: Job, layout: Layout) -> float:
+    """Seconds per step the plan (`perf`) takes over the same layout run as `other`."""
+    return perf.step_time_s - cost.estimate(other, layout).step_time_s
+
+
+def _weigh(
+    job: Job, layout: Layout, other: Job, other_layout: Layout, headroom_pct: float
+) -> tuple[bool, float, float]:
+    """(whether the plan fits run as `other` on `other_layout` at the headroom, the GiB that adds
+    at the peak, the GiB it would then be over)."""
+    grown = memory.estimate(other, other_layout, headroom_pct)
+    more = (grown.peak - memory.estimate(job, layout, headroom_pct).peak) / GIB
+    return grown.fits, more, grown.shortfall / GIB
+
+
+def _more_text(more: float) -> str:
+    return f", for {more:.1f} GiB more at the peak" if more >= 0.05 else ""
+
+
+def shared_overlap_text(
+    job: Job, layout: Layout, perf: Performance, headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
+) -> str | None:
+    """A Megatron MoE plan with shared experts and a token dispatcher's all-to-all: with
+    `Layout.moe_shared_expert_overlap`, the all-to-all seconds its shared experts hide per step
+    and the step against the same plan without; without it, where Megatron allows it
+    (`planner.search.rules.shared_overlap`), it would save SWITCH_ADVICE_SHARE of the step and
+    the plan would still fit at `headroom_pct`, what turning it on would save, and the memory it
+    would add (with TP, the shared experts' fc1 keeps the group's gathered input:
+    `Shard.shared_gathered`)."""
+    if job.framework != "megatron" or not job.arch.moe_shared_expert_intermediate_size:
+        return None
+    if layout.ep * layout.expert_tp <= 1:  # no all-to-all: the flag is a no-op
+        return None
+    flip = layout.with_(moe_shared_expert_overlap=not layout.moe_shared_expert_overlap)
+    if not layout.moe_shared_expert_overlap and shared_expert_overlap(job, flip):
+        return None  # Megatron refuses it here: no advice
+    other = cost.estimate(job, flip)
+    if layout.moe_shared_expert_overlap:
+        hidden = perf.breakdown.ep_comm_hidden
+        return (
+            f"shared-expert overlap: the shared experts' GEMMs run beside the dispatch and "
+            f"combine, hiding {hidden:.3f} s of the all-to-all per step; the step "
+            f"{perf.step_time_s / other.step_time_s - 1:+.1%} against the same plan without"
+        )
+    saved = perf.step_time_s - other.step_time_s
+    if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
+        return None
+    fits, more, _ = _weigh(job, layout, job, flip, headroom_pct)
+    if not fits:
+        return None
+    return (
+        "shared-expert overlap: off; parallel.moe_shared_expert_overlap = true (Megatron "
+        f"--moe-shared-expert-overlap) would save {saved:.3f} s of the {perf.step_time_s:.3f} s "
+        f"step{_more_text(more)}"
+    )
+
+
+def host_text(
+    job: Job, layout: Layout, perf: Performance, headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
+) -> str | None:
+    """Where the host's eager kernel issue floors the layers (`planner.model.host`): the seconds
+    per step it adds over the same layout with every layer captured in CUDA graphs, when that is
+    at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it and the
+    memory the graphs add at the peak, where the plan still fits with them at `headroom_pct`;
+    else why it does not take them: the layout (`planner.search.rules.graphs`: CPU offloading,
+    full recompute, graphed recompute with dropout; where full-iteration graphs would run it,
+    whether they fit), or the memory."""
+    if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
+        return None  # nothing left to capture, or no CUDA graphs to capture it with
+    graphed = replace(job, cuda_graphs=True, cuda_graph_modules=())
+    extra = added(perf, graphed, layout)
+    if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
+        return None
+    barred = graphs.conflict(graphed, layout)
+    if barred is not None:  # rules.graphs: what Megatron's per-layer graphs do not run
+        fix = f"CUDA graphs would remove it, but {barred[1]}"
+        whole = replace(graphed, cuda_graph_impl="full_iteration")
+        if FULL_ITERATION_RUNS in fix and graphs.conflict(whole, layout) is None:
+            fits, more, over = _weigh(job, layout, whole, layout, headroom_pct)
+            if fits:
+                fix += _more_text(more)
+            else:
+                fix = fix.replace(FULL_ITERATION_RUNS, "") + (
+                    f"; full-iteration graphs, which run it, would not fit: {more:.1f} GiB "
+                    f"more at the peak, {over:.1f} GiB over"
+                )
+    else:
+        switch = (
+            "CUDA graphs of the whole layer (training.cuda_graph_modules unset)"
+            if job.cuda_graphs
+            else "CUDA graphs (training.cuda_graphs = true)"
+        )
+        fits, more, over = _weigh(job, layout, graphed, layout, headroom_pct)
+        if fits:
+            fix = f"{switch} would remove it{_more_text(more)}"
+        else:
+            fix = (
+                f"{switch} would remove it, but the plan would not fit with them: {more:.1f} GiB "
+                f"more at the peak, {over:.1f} GiB over"
+            )
+    return (
+        f"host-bound: issuing the layers' kernels eagerly adds {extra:.3f} s to the "
+        f"{perf.step_time_s:.3f} s step ({extra / perf.step_time_s:.0%}); {fix}"
+    )
