@@ -223,6 +223,8 @@ def launch(
     plan = megatron_lm_loss(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
     note = renamed(target, job_name or plan_path.stem)
+    if out_dir is None and target == "torchrun" and len(plan.job.pools) > 1:
+        return _pool_scripts(plan, job_name or plan_path.stem, note)
     if out_dir is None:
         return Launched(text, note=note)
     if out_dir.exists() and not out_dir.is_dir():
@@ -239,6 +241,22 @@ def launch(
     for path, body in files:
         _write(path, body)
     return Launched(text, files[0][0], note)
+
+
+def _pool_scripts(plan: Plan, job_name: str, note: str | None) -> Launched:
+    """A pooled plan's torchrun scripts for stdout, one per pool (`pool_files`), each under a
+    banner naming its pool and the file `--out` writes it to; none runs the others' ranks, so
+    the note says to run each on its own pool's nodes."""
+    files = pool_files(plan, check_job_name(job_name))
+    parts = []
+    for k, ((name, body), pool) in enumerate(zip(files, plan.job.pools, strict=True)):
+        banner = f"# ===== pool {k + 1} of {len(files)}: {pool.name!r}, {name} ====="
+        parts.append(f"{banner}\n{body.rstrip()}\n")
+    said = (
+        f"a plan over {len(files)} pools launches one torchrun script per pool, printed one "
+        "after the other: run each on its own pool's nodes (--out DIR writes each to its file)"
+    )
+    return Launched("\n".join(parts), note=said if note is None else f"{note}; {said}")
 
 
 def _write(path: Path, text: str) -> Path:

@@ -248,3 +248,23 @@ def test_pooled_torchrun_files_launch_the_loss_megatron_lm_runs(
         text = path.read_text()
         impl = re.search(r"--cross-entropy-fusion-impl\W+(\w+)", text)
         assert impl is not None and impl.group(1) == want.group(1), path.name
+
+
+def test_a_pooled_torchrun_plan_prints_every_pools_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --out a pooled plan printed the first pool's script alone, whose header says to
+    run it on every node of that pool: the other pools' nodes had nothing to run (a QA pass).
+    Each script is printed, under a banner naming its pool and file, the same text --out
+    writes (oracle: the written files)."""
+    plan = EXAMPLES / "pools-llama3.1-70b-h100-a100-plan.toml"
+    argv = ["launch", str(plan), "--target", "torchrun"]
+    code, _, err = run([*argv, "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    written = sorted(tmp_path.glob("*.sh"))
+    assert len(written) == 2
+    code, stdout, err = run(argv, capsys)
+    assert code == 0 and "one torchrun script per pool" in " ".join(err.split())
+    for path in written:
+        assert f", {path.name} =====" in stdout
+        assert path.read_text().rstrip() in stdout
