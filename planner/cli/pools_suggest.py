@@ -84,6 +84,7 @@ def run(
 ) -> None:
     """Search, print or emit, write the plan; exit 1 when nothing fits. The JSON holds the job
     as suggest's does (`report.job_dict`: `defaulted` its fields nobody gave)."""
+    _unhonoured(space)
     res = pool_search.search(
         job, space.headroom_pct, objective, top, progress=lambda m: err.print(m)
     )
@@ -143,6 +144,38 @@ def run(
         out.print(_verdict(best, solo))
     if write_plan is not None:
         out.print(f"wrote {write_plan}")
+
+
+UNHONOURED = {
+    "tp": "--tp / --max-tp",
+    "pp": "--pp / --max-pp",
+    "cp": "--cp / --max-cp / --no-cp",
+    "ep": "--ep / --max-ep",
+    "dp": "--dp",
+    "vpp": "--vpp",
+    "mbs": "--mbs",
+    "zero_stages": "--zero",
+    "recompute": "--recompute",
+    "tp_across_nodes": "--tp-across-nodes",
+    "uneven": "--no-uneven",
+}
+"""The search flags (by `Space` field) the pooled search (`pool_search`) does not read: it
+searches its own uniform degrees, ZeRO 1 and its recompute ladder."""
+
+
+def _unhonoured(space: Space) -> None:
+    """Exit 2 naming the search flags given that the pooled search would ignore (it ran
+    without them, silently, before)."""
+    plain = Space(headroom_pct=space.headroom_pct, framework=space.framework)
+    given = [
+        flag for field, flag in UNHONOURED.items() if getattr(space, field) != getattr(plain, field)
+    ]
+    if given:
+        raise InputError(
+            f"{', '.join(given)}: the search over pools does not take them (it searches its own "
+            "uniform degrees, ZeRO 1 and its recompute ladder); drop them, or plan each pool on "
+            "its own"
+        )
 
 
 def _verdict(best: PoolPlan, solo: list[Alone]) -> str:

@@ -70,3 +70,16 @@ def test_a_job_files_layout_is_said_unread_under_json_too(
     assert code == 0 and "its [parallel] table is not read" in err
     code, err = _err([str(job), "--json", "--top", "1", "--pp", "4"], capsys)
     assert code == 0 and "its [parallel] table is not read" in err  # pinned or not, it is said
+
+
+def test_search_flags_the_pooled_search_ignores_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--tp 4 --recompute none` on a pools job returned cp 2, selective-recompute rows: the
+    pooled search does not read the search flags (a QA pass); it now exits 2 naming them, and
+    what it does read (--headroom, --top) still runs."""
+    job = str(EXAMPLES / "pools-llama3.1-70b-h100-a100.toml")
+    code, err = _err([job, "--tp", "4", "--recompute", "none"], capsys)
+    assert code == 2 and "--tp / --max-tp, --recompute: the search over pools" in err
+    code, err = _err([job, "--no-cp"], capsys)
+    assert code == 2 and "--no-cp" in err
+    code, err = _err([job, "--headroom", "5", "--top", "1"], capsys)
+    assert code == 0, err
