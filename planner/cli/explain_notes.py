@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.cli.explain_dsa import dsa_text
-from planner.cli.switch_notes import SWITCH_ADVICE_SHARE, host_text, shared_overlap_text
-from planner.cli.switch_notes import added as _added
+from planner.cli.switch_notes import SWITCH_ADVICE_SHARE, added, host_text, shared_overlap_text
 from planner.inputs.hybrid import ATTENTION, GDN, MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
@@ -173,7 +172,7 @@ def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
             f"with MXFP8 or NVFP4; this plan lacks {' and '.join(lacks)}, so its experts are "
             "timed unfused"
         )
-    saved = -_added(perf, replace(job, moe_fused_grouped_mlp=False), layout)
+    saved = -added(perf, replace(job, moe_fused_grouped_mlp=False), layout)
     return (
         f"fused grouped MLP: the experts' activation and quantisation in the GEMM epilogues save "
         f"{saved:.3f} s of the {perf.step_time_s + saved:.3f} s step unfused"
@@ -186,7 +185,7 @@ def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None
     usable = job.framework == "megatron" and job.arch.is_moe and fusable_activation(job.arch)
     if not usable or not fused.grouped_mlp_fused or fused_grouped_mlp(fused, layout):
         return None
-    saved = _added(perf, fused, layout)
+    saved = added(perf, fused, layout)
     if saved < SWITCH_ADVICE_SHARE * perf.step_time_s:
         return None
     flags = "--use-transformer-engine-op-fuser"
@@ -204,7 +203,7 @@ def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
     if not job.quantised or not (start or end):
         return None
-    extra = _added(perf, replace(job, bf16_layers_at_start=0, bf16_layers_at_end=0), layout)
+    extra = added(perf, replace(job, bf16_layers_at_start=0, bf16_layers_at_end=0), layout)
     which = " and ".join(f"{side} {n}" for side, n in (("first", start), ("last", end)) if n)
     return (
         f"bf16 layers: the {which} decoder layers run in bf16 (--first-last-layers-bf16), "
@@ -219,7 +218,7 @@ def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     CUDA-core work (`planner.model.attention_time`), which FP8 does not speed up."""
     if not job.attention_in_fp8:
         return None
-    saved = -_added(perf, replace(job, fp8_attention=False), layout)
+    saved = -added(perf, replace(job, fp8_attention=False), layout)
     t = layout.micro_batch_size * job.seq_length / layout.cp
     gpu = layer_time.gpu_of(job)
     core = attention_time.core_attention(
@@ -250,7 +249,7 @@ def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     it adds over the same plan without it. torchtitan's mode is not priced: no note."""
     if not determinism.fills(job):
         return None
-    extra = _added(perf, replace(job, deterministic=False), layout)
+    extra = added(perf, replace(job, deterministic=False), layout)
     return (
         "deterministic mode: the allocation fills (host operations, HBM writes) and the "
         f"deterministic attention backward add {extra:.3f} s to the {perf.step_time_s:.3f} s "
@@ -271,7 +270,7 @@ def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str |
     host = host_memory.optimizer_bytes(job, layout)
     node = host * job.cluster.gpus_per_node
     freed = memory.estimate(on_gpu, layout).peak - memory.estimate(job, layout).peak
-    extra = _added(perf, on_gpu, layout)
+    extra = added(perf, on_gpu, layout)
     return (
         f"optimizer offloaded ({f:.0%} of it): {host / GIB:.1f} GiB of pinned host memory a GPU "
         f"({node / GIB:.0f} GiB a node of {job.cluster.gpus_per_node}) hold its fp32 master, "

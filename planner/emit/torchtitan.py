@@ -40,7 +40,7 @@ from planner.inputs.torchtitan import (
     no_flavor,
     zoo_flavor,
 )
-from planner.inputs.torchtitan_toml import FLOAT8, NO_CONTEXT_PARALLEL, NO_PIPELINE
+from planner.inputs.torchtitan_toml import FLOAT8, EraNames, era_problem
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -75,42 +75,33 @@ def routing_refusal(plan: Plan, commit: str) -> InputError | None:
     )
 
 
+PLAN_NAMES = EraNames(
+    "parallel.cp",
+    "parallel.pp",
+    "torchtitan.dp_replicate",
+    "training.seq_length",
+    "tp",
+    "pp",
+    "cp",
+)
+"""How the TOML launch target names what e347b1e5 refuses: the plan's fields."""
+
+
 def era_refusal(plan: Plan, name: str) -> InputError | None:
     """What torchtitan e347b1e5 (the TOML era) refuses of a plan that `check` takes, which the
-    module target's torchtitan (b5bcd76c) runs: context parallelism in `NO_CONTEXT_PARALLEL`,
-    pipelining in `NO_PIPELINE`, replication without sharding beside tp or pp (e347b1e5's DDP;
-    b5bcd76c's fully_shard replicates over dp_replicate with an fsdp mesh of 1), and a sequence
-    length that is not a multiple of tp x 2 x cp even at cp 1 (parallel_dims.py
-    `seq_len_divisor`, asserted by each model's parallelize.py; b5bcd76c asks tp x 2 x cp only
-    with cp > 1)."""
+    module target's torchtitan (b5bcd76c) runs (`torchtitan_toml.era_problem`, in the plan's
+    field names)."""
     job, lay = plan.job, plan.require_layout()
-    where = str(plan.path) if plan.path else "<plan>"
-    era = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
-    module = "write the module (launch --target torchtitan-module)"
-    if lay.cp > 1 and name in NO_CONTEXT_PARALLEL:
-        return InputError(
-            f"{where}: parallel.cp: {lay.cp}: at {era} {NO_CONTEXT_PARALLEL[name]}; {module}"
-        )
-    if lay.pp > 1 and name in NO_PIPELINE:
-        return InputError(
-            f"{where}: parallel.pp: {lay.pp}: {era}'s {name} has no pipelining function (train.py "
-            f"raises 'does not support pipelining'); {module}"
-        )
     rep = job.titan.dp_replicate
-    if rep > 1 and rep == lay.dp and lay.cp == 1 and lay.tp * lay.pp > 1:
-        return InputError(
-            f"{where}: torchtitan.dp_replicate: {rep}: without sharding (data_parallel_shard_"
-            f"degree 1) {era} applies DDP, and raises 'DDP has not supported > 1D parallelism' "
-            f"beside tp {lay.tp} and pp {lay.pp} (models/*/infra/parallelize.py); {module}"
-        )
-    divisor = lay.tp * 2 * lay.cp
-    if job.seq_length % divisor:
-        return InputError(
-            f"{where}: training.seq_length: {job.seq_length}: {era} asserts it is a multiple "
-            f"of tp x 2 x cp ({lay.tp} x 2 x {lay.cp} = {divisor}) even at cp 1 "
-            f"(parallel_dims.py seq_len_divisor); {module}"
-        )
-    return None
+    degrees = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "rep": rep, "shard": lay.dp // rep}
+    problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES)
+    if problem is None:
+        return None
+    field, value, why = problem
+    where = str(plan.path) if plan.path else "<plan>"
+    return InputError(
+        f"{where}: {field}: {value}: {why}; write the module (launch --target torchtitan-module)"
+    )
 
 
 def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,7 @@ Python's ast), for `planner.inputs.torchtitan_config`:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -141,39 +142,76 @@ train.py:218-223 raises 'does not support pipelining')."""
 MODULE = "(torchtitan's Python configurations run it: launch --target torchtitan-module)"
 
 
-def era_refusal(where: str, name: str, degrees: dict[str, int], seq: int) -> None:
-    """What torchtitan e347b1e5 raises on that the plan would take (the launch target's
-    `planner.emit.torchtitan.era_refusal`, for the TOML it reads): context parallelism in
-    `NO_CONTEXT_PARALLEL`, pipelining in `NO_PIPELINE`, replication without sharding beside tp
-    or pp (DDP: models/*/infra/parallelize.py 'DDP has not supported > 1D parallelism'), and a
-    seq_len that is not a multiple of tp x 2 x cp (parallel_dims.py:365-372 `seq_len_divisor`,
-    asserted by each model's parallelize.py, e.g. llama3/infra/parallelize.py:69-74)."""
+@dataclass(frozen=True)
+class EraNames:
+    """How one reader of torchtitan's settings names the fields an e347b1e5 refusal names: a
+    TOML's (`TOML_NAMES`) or a plan's (`planner.emit.torchtitan`)."""
+
+    cp: str
+    pp: str
+    rep: str
+    seq: str
+    tp_word: str
+    pp_word: str
+    cp_word: str
+
+
+TOML_NAMES = EraNames(
+    "parallelism.context_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.data_parallel_replicate_degree",
+    "training.seq_len",
+    "tensor_parallel_degree",
+    "pipeline_parallel_degree",
+    "context_parallel_degree",
+)
+
+
+def era_problem(
+    name: str, degrees: dict[str, int], seq: int, names: EraNames
+) -> tuple[str, int, str] | None:
+    """(field, value, why) of what torchtitan e347b1e5 raises on that a plan would take, named as
+    `names` names them: context parallelism in `NO_CONTEXT_PARALLEL`, pipelining in
+    `NO_PIPELINE`, replication without sharding (`degrees["shard"]` x cp 1) beside tp or pp (DDP:
+    models/*/infra/parallelize.py 'DDP has not supported > 1D parallelism'; b5bcd76c's
+    fully_shard replicates over dp_replicate with an fsdp mesh of 1), and a seq_len that is not a
+    multiple of tp x 2 x cp even at cp 1 (parallel_dims.py:365-372 `seq_len_divisor`, asserted by
+    each model's parallelize.py, e.g. llama3/infra/parallelize.py:69-74; b5bcd76c asks it only
+    with cp > 1); None where it runs."""
     tp, pp, cp, rep = degrees["tp"], degrees["pp"], degrees["cp"], degrees["rep"]
     if cp > 1 and name in NO_CONTEXT_PARALLEL:
-        raise InputError(
-            f"{where}: parallelism.context_parallel_degree: {cp}: at {ERA} "
-            f"{NO_CONTEXT_PARALLEL[name]} {MODULE}"
-        )
+        return names.cp, cp, f"at {ERA} {NO_CONTEXT_PARALLEL[name]}"
     if pp > 1 and name in NO_PIPELINE:
-        raise InputError(
-            f"{where}: parallelism.pipeline_parallel_degree: {pp}: {ERA}'s {name} has no "
-            f"pipelining function (train.py:218-223 raises 'does not support pipelining') {MODULE}"
-        )
+        why = "no pipelining function (train.py:218-223 raises 'does not support pipelining')"
+        return names.pp, pp, f"{ERA}'s {name} has {why}"
     if rep > 1 and degrees["shard"] * cp == 1 and tp * pp > 1:
-        raise InputError(
-            f"{where}: parallelism.data_parallel_replicate_degree: {rep}: with "
-            f"data_parallel_shard_degree 1 {ERA} applies DDP, and raises 'DDP has not supported "
-            f"> 1D parallelism' beside tensor_parallel_degree {tp} and pipeline_parallel_degree "
-            f"{pp} (models/{name}/infra/parallelize.py) {MODULE}"
+        return (
+            names.rep,
+            rep,
+            (
+                f"with data_parallel_shard_degree 1 {ERA} applies DDP, and raises 'DDP has not "
+                f"supported > 1D parallelism' beside {names.tp_word} {tp} and {names.pp_word} {pp} "
+                f"(models/{name}/infra/parallelize.py)"
+            ),
         )
     divisor = tp * 2 * cp
     if seq % divisor:
-        raise InputError(
-            f"{where}: training.seq_len: {seq}: {ERA} asserts it is a multiple of "
-            f"tensor_parallel_degree x 2 x context_parallel_degree ({tp} x 2 x {cp} = {divisor}), "
-            f"even at context_parallel_degree 1 (distributed/parallel_dims.py:365-372 "
-            f"seq_len_divisor, models/{name}/infra/parallelize.py)"
+        tpw, cpw = names.tp_word, names.cp_word
+        why = (
+            f"{ERA} asserts it is a multiple of {tpw} x 2 x {cpw} ({tp} x 2 x {cp} = {divisor}), "
+            f"even at {cpw} 1 (distributed/parallel_dims.py:365-372 seq_len_divisor, "
+            f"models/{name}/infra/parallelize.py)"
         )
+        return names.seq, seq, why
+    return None
+
+
+def era_refusal(where: str, name: str, degrees: dict[str, int], seq: int) -> None:
+    """Raises `era_problem` of a TOML, in its own field names."""
+    problem = era_problem(name, degrees, seq, TOML_NAMES)
+    if problem is not None:
+        field, value, why = problem
+        raise InputError(f"{where}: {field}: {value}: {why} {MODULE}")
 
 
 def deepep(where: str, name: str, backend: Any, ep: int, etp: int) -> tuple[bool, str | None]:
