@@ -168,6 +168,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
+    tails: list[float] = []
     dp_exp = dp_hid = opt = 0.0
     dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
     link_busy = 0.0  # the busiest rank's shared PCIe link (planner.model.shared_link)
@@ -207,6 +208,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 job, lay, rank, chunks, mix, lt, dp_groups, share, fwd, bwd
             )
         e, hid, o = dp_seen[key]
+        tails.append(e + o)
         if e + o >= dp_exp + opt:
             dp_exp, dp_hid, opt = e, hid, o
         if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
@@ -272,6 +274,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         model_tflops_per_gpu=model / (step * n_gpus) / 1e12,
         mfu=model / (step * n_gpus * peak),
         stages=tuple(stages),
+        tails=tuple(tails),
         unscheduled_s=wcast + flush,
         p2p_hop=hop if interleaved else 0.0,
         peak_over_bf16=peak / bf16_peak,

@@ -83,6 +83,10 @@ class Performance:
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
     per micro-batch, exposed traffic included, split in proportion to its forward and backward
     (with recompute) compute. What the pipeline schedule is made of (planner.timeline)."""
+    tails: tuple[float, ...] = ()
+    """Per pipeline stage, the seconds a step adds after the pipeline for it: its exposed
+    data-parallel sync and its optimizer step (`planner.model.stage_sync`); the step's
+    `dp_comm_exposed` + `optimizer` are the largest's."""
     unscheduled_s: float = 0.0
     """Step seconds outside the per-stage micro-batch times and the step's tail (DP traffic,
     optimizer, fixed costs): the slowest stage's once-a-step FP8 weight casts and the deferred

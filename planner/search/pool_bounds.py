@@ -8,7 +8,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from planner.search.solver import Grid, PoolSplitProblem
+from planner.search.solver import Grid, PoolSplitProblem, TailLines
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class TimeLines:
     microbatches: int
     stages: tuple[int, ...]
     boundary_us: int
+    tail_us: TailLines = ()
+    """The stages' tails after the pipeline (`PoolSplitProblem`'s); `lower_bound_s` takes them
+    as 0, the least a tail is."""
 
 
 def lower_bound_s(p: PoolSplitProblem | TimeLines) -> float:
@@ -40,8 +43,9 @@ def lower_bound_s(p: PoolSplitProblem | TimeLines) -> float:
     With y_r >= 1 and sum_r y_r = L (real y_r, a relaxation of the integer layers):
     max_r t_r >= max_r (a_r + b_r), and >= T_w = (L + sum_r a_r / b_r) / sum_r 1 / b_r, as
     every y_r <= (max_r t_r - a_r) / b_r and they sum to L; sum_r t_r >= sum_r (a_r + b_r)
-    + (L - pp) min_r b_r (every layer past each rank's first at the least per-layer time). Each
-    part is minimised separately, so their sum is at most the objective's least value."""
+    + (L - pp) min_r b_r (every layer past each rank's first at the least per-layer time), and
+    the tail (`_tail_bound`). Each part is minimised separately, so their sum is at most the
+    objective's least value."""
     return max(_any_order_bound(p), _order_bound(p)) * 1e-6
 
 
@@ -73,5 +77,23 @@ def _order_bound(p: PoolSplitProblem | TimeLines) -> float:
         slowest = max(max(x + y for x, y in zip(a, b, strict=True)), 0.0)
         fluid = (L + sum(x / y for x, y in zip(a, b, strict=True))) / sum(1 / y for y in b)
         total = sum(a) + sum(b) + (L - pp) * min(b)
-        best = min(best, (m - 1) * max(slowest, fluid) + total)
+        best = min(best, (m - 1) * max(slowest, fluid) + total + _tail_bound(p, ks))
     return best
+
+
+def _tail_bound(p: PoolSplitProblem | TimeLines, ks: list[int]) -> float:
+    """No more than the tail of any split in the order `ks` (the ranks' pools), memory aside,
+    from each of its lines (a rank's tail is at least each): at least 0 and each rank's line at
+    its fewest layers (1, or L where it falls), and, where every rank's line rises with the
+    layers, the fluid bound: every y_r <= (S - sa_r) / sb_r, summing to L, so
+    S >= (L + sum_r sa_r / sb_r) / sum_r 1 / sb_r."""
+    L = p.num_layers
+    least = 0.0
+    for f, g in p.tail_us:
+        sa = [f[r][k] for r, k in enumerate(ks)]
+        sb = [g[r][k] for r, k in enumerate(ks)]
+        least = max(least, max(x + y * (1 if y >= 0 else L) for x, y in zip(sa, sb, strict=True)))
+        if min(sb) > 0:
+            fluid = (L + sum(x / y for x, y in zip(sa, sb, strict=True))) / sum(1 / y for y in sb)
+            least = max(least, fluid)
+    return least

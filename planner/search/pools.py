@@ -115,6 +115,8 @@ def _twins(job: Job) -> list[int]:
 
 Stages = tuple[tuple[float, float], ...]
 """`Performance.stages`: each rank's (forward, backward) seconds per micro-batch."""
+Tails = tuple[float, ...]
+"""`Performance.tails`: each rank's seconds after the pipeline (sync and optimizer step)."""
 
 
 @dataclass
@@ -124,15 +126,18 @@ class Recomputed:
     sets their recompute, so layouts that differ only in their own (the searches' none and
     selective) have the same ones, estimated once."""
 
-    times: dict[tuple[int, Layout], Stages] = field(default_factory=dict)
+    times: dict[tuple[int, Layout], tuple[Stages, Tails]] = field(default_factory=dict)
     memory: dict[tuple[int, Layout], tuple[StageMemory, ...]] = field(default_factory=dict)
 
-    def stage_times(self, k: int, pj: Job, lay: Layout) -> Stages:
-        """`cost.estimate(pj, lay).stages` of pool k's sample `lay`, kept where it is one."""
+    def stage_times(self, k: int, pj: Job, lay: Layout) -> tuple[Stages, Tails]:
+        """`cost.estimate(pj, lay)`'s stages and tails of pool k's sample `lay`, kept where it
+        is one."""
         if lay.recompute != "full":
-            return cost.estimate(pj, lay).stages
+            perf = cost.estimate(pj, lay)
+            return perf.stages, perf.tails
         if (k, lay) not in self.times:
-            self.times[k, lay] = cost.estimate(pj, lay).stages
+            perf = cost.estimate(pj, lay)
+            self.times[k, lay] = perf.stages, perf.tails
         return self.times[k, lay]
 
     def stage_memory(self, k: int, pj: Job, lay: Layout) -> tuple[StageMemory, ...]:
@@ -151,7 +156,8 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
     pp = layout.pp
     ya, yb, at = _at(job, layout)
     known = Recomputed() if known is None else known
-    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt", "rt")}
+    names = ("ft", "lt", "rt", "fs", "ls", "f1", "l1")
+    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in names}
     for k, src in enumerate(_twins(job)):
         if src < k:  # the same cluster as an earlier pool: the same lines
             for rows in grids.values():
@@ -160,14 +166,28 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
             continue
         pj = _room(pools.pool_job(job, k), yb * pp)
         tim = {(y, f): known.stage_times(k, pj, at(y, f)) for y in (ya, yb) for f in (False, True)}
+        if ya > 1:  # the tail's third sample
+            tim[1, False] = known.stage_times(k, pj, at(1, False))
         for r in range(pp):
             t_line = [
-                _line(sum(tim[ya, f][r]) * 1e6, sum(tim[yb, f][r]) * 1e6, ya, yb)
+                _line(sum(tim[ya, f][0][r]) * 1e6, sum(tim[yb, f][0][r]) * 1e6, ya, yb)
                 for f in (False, True)
             ]
             grids["ft"][r].append(round(min(t_line[0][0], t_line[1][0])))
             grids["lt"][r].append(round(t_line[0][1]))
             grids["rt"][r].append(max(round(t_line[1][1] - t_line[0][1]), 0))
+            # the tail (sync and optimizer step, as many with recompute: its windows and
+            # parameters are the same) is convex in y, the sync exposed beyond what the
+            # stage's backward hides, max(traffic - window, ...) of lines: the chords through
+            # the samples at 1, ya and yb, the larger (exact at the samples)
+            tail = {y: v[1][r] * 1e6 for (y, f), v in tim.items() if not f}
+            for n, (y0, y1) in (
+                ("s", (ya, yb)),
+                ("1", (1 if ya > 1 else ya, ya if ya > 1 else yb)),
+            ):
+                line = _line(tail[y0], tail[y1], y0, y1)
+                grids["f" + n][r].append(round(line[0]))
+                grids["l" + n][r].append(round(line[1]))
     g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
     return TimeLines(
         num_layers=job.arch.num_layers,
@@ -177,6 +197,7 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
         microbatches=layout.num_microbatches(job.global_batch_size),
         stages=pools.pool_stages(job, layout),
         boundary_us=round(_boundary_s(job, layout) * 1e6),
+        tail_us=((g["fs"], g["ls"]), (g["f1"], g["l1"])),
     )
 
 
@@ -195,7 +216,8 @@ def problem(
     ya, yb, at = _at(job, layout)
     known = Recomputed() if known is None else known
     times = times or time_lines(job, layout, known)
-    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("fm", "lm", "rm")}
+    names = ("fm", "lm", "rm", "fr")
+    grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in names}
     caps: list[int] = []
     for k, src in enumerate(_twins(job)):
         if src < k:  # the same cluster as an earlier pool: the same lines
@@ -212,7 +234,10 @@ def problem(
                 _line(mem[ya, f][r].total / MIB, mem[yb, f][r].total / MIB, ya, yb)
                 for f in (False, True)
             ]
-            grids["fm"][r].append(math.ceil(max(m_line[0][0], m_line[1][0])))
+            # the first line, less what each recomputed layer saves; a stage that recomputes
+            # all its layers (the second line's samples) has the second line's fixed part
+            grids["fm"][r].append(math.ceil(m_line[0][0]))
+            grids["fr"][r].append(math.ceil(m_line[1][0]) - math.ceil(m_line[0][0]))
             grids["lm"][r].append(math.ceil(m_line[0][1]))
             grids["rm"][r].append(min(math.ceil(m_line[1][1] - m_line[0][1]), 0))
     g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
@@ -229,6 +254,8 @@ def problem(
         boundary_us=times.boundary_us,
         microbatches=times.microbatches,
         recompute=recompute,
+        tail_us=times.tail_us,
+        whole_mib=g["fr"],
     )
 
 

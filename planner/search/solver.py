@@ -119,6 +119,8 @@ equally good answers."""
 
 Grid = tuple[tuple[int, ...], ...]
 """A table indexed [pipeline rank][pool]."""
+TailLines = tuple[tuple[Grid, Grid], ...]
+"""A stage's tail as the largest of lines: each (fixed, per layer), tables [rank][pool]."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,15 @@ class PoolSplitProblem:
     (`planner.search.pools.problem`): memory in MiB, time in microseconds per micro-batch.
 
     Stage r on pool k with y decoder layers, c of them fully recomputed:
-        memory  fixed_mib[r][k] + y layer_mib[r][k] + c recompute_mib[r][k] <= capacity_mib[k]
+        memory  fixed_mib[r][k] + y layer_mib[r][k] + c recompute_mib[r][k]
+                + [c = y >= 1] whole_mib[r][k] <= capacity_mib[k]
         time    fixed_us[r][k]  + y layer_us[r][k]  + c recompute_us[r][k]
-                + boundary_us for each neighbour on another pool."""
+                + boundary_us for each neighbour on another pool
+        tail    max over the lines (f, l) of tail_us of f[r][k] + y l[r][k]   (once a step)
+
+    The tail is what the step adds after the pipeline for the stage: its exposed data-parallel
+    sync and its optimizer step (`planner.model.stage_sync`), which grow with its parameters;
+    the step waits for the stage where they take longest. Empty tail grids: none."""
 
     num_layers: int
     stages: tuple[int, ...]
@@ -146,13 +154,23 @@ class PoolSplitProblem:
     microbatches: int
     recompute: bool = True
     """Whether the block recompute count N may be above 0."""
+    tail_us: TailLines = ()
+    whole_mib: Grid = ()
+    """What a stage whose every layer is recomputed (N >= y) adds to its memory: the working
+    memory of rebuilding a layer whole, which a stage that keeps some layers' activations does
+    without (block recompute frees its later layers first: `stage_activations.
+    recompute_working`); empty: nothing."""
+
+    def whole(self, r: int, k: int) -> int:
+        """`whole_mib[r][k]` (0 where the grid is empty)."""
+        return self.whole_mib[r][k] if self.whole_mib else 0
 
 
 @dataclass(frozen=True)
 class PoolSplit:
     """A solution: layers and pool of every pipeline rank, the block recompute count N (each
     stage recomputes min(N, its layers): Megatron's --recompute-num-layers is one value), the
-    objective (m - 1) max_r t_r + sum_r t_r in microseconds, and the stage times."""
+    objective (`objective_of`) in microseconds, and the stage times."""
 
     layers: tuple[int, ...]
     pools: tuple[int, ...]
@@ -177,7 +195,8 @@ def stage_values(
     mem, time = [], []
     for r, (y, k) in enumerate(zip(layers, pools, strict=True)):
         c = min(n, y)
-        mem.append(p.fixed_mib[r][k] + y * p.layer_mib[r][k] + c * p.recompute_mib[r][k])
+        whole = p.whole(r, k) if 0 < y <= n else 0
+        mem.append(p.fixed_mib[r][k] + whole + y * p.layer_mib[r][k] + c * p.recompute_mib[r][k])
         t = p.fixed_us[r][k] + y * p.layer_us[r][k] + c * p.recompute_us[r][k]
         t += p.boundary_us * (
             (r > 0 and pools[r - 1] != k) + (r + 1 < len(pools) and pools[r + 1] != k)
@@ -186,9 +205,20 @@ def stage_values(
     return mem, time
 
 
-def objective_of(p: PoolSplitProblem, times: list[int]) -> int:
-    """(m - 1) x slowest + sum: the 1F1B step's pipeline part (steady state plus bubble)."""
-    return (p.microbatches - 1) * max(times) + sum(times)
+def tail_of(p: PoolSplitProblem, layers: tuple[int, ...], pools: tuple[int, ...]) -> int:
+    """The step's tail: the longest stage tail (at least 0; 0 without tail grids)."""
+    lines = (
+        f[r][k] + y * g[r][k]
+        for f, g in p.tail_us
+        for r, (y, k) in enumerate(zip(layers, pools, strict=True))
+    )
+    return max(0, max(lines, default=0))
+
+
+def objective_of(p: PoolSplitProblem, times: list[int], tail: int = 0) -> int:
+    """(m - 1) x slowest + sum + tail: the 1F1B step's pipeline part (steady state plus bubble)
+    and what follows it (`tail_of`)."""
+    return (p.microbatches - 1) * max(times) + sum(times) + tail
 
 
 def may_fit(p: PoolSplitProblem) -> bool:
@@ -206,6 +236,7 @@ def may_fit(p: PoolSplitProblem) -> bool:
         room = 0
         for r, k in enumerate(ks):
             spare = p.capacity_mib[k] - p.fixed_mib[r][k]
+            spare -= min(p.whole(r, k), 0) if p.recompute else 0
             per = p.layer_mib[r][k] + (min(p.recompute_mib[r][k], 0) if p.recompute else 0)
             # where memory falls with y (per <= 0), some y fits iff y = L does
             most = spare // per if per > 0 else (L if L * per <= spare else 0)
@@ -258,8 +289,14 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     for r in range(pp):
         m.add_min_equality(c[r], [n, y[r]])
     m.add(sum(y) == L)
+    # whole[r]: every layer of rank r recomputed (N >= y[r], so c[r] = y[r]; N >= 1 as y >= 1)
+    whole = [m.new_bool_var(f"whole_{r}") for r in range(pp)]
+    for r in range(pp):
+        m.add(n >= y[r]).only_enforce_if(whole[r])
+        m.add(n <= y[r] - 1).only_enforce_if(~whole[r])
     # excess: MiB any stage may exceed its pool's capacity by (0 unless relaxed)
-    top_mib = sum(max(map(abs, row)) for g in (p.fixed_mib, p.layer_mib) for row in g) * (L + 1)
+    grids = (p.fixed_mib, p.layer_mib, p.whole_mib)
+    top_mib = sum(max(map(abs, row)) for g in grids for row in g) * (L + 1)
     excess = m.new_int_var(0, top_mib if relax else 0, "excess_mib")
     # per rank and pool: memory within the pool's capacity, time as a linear form
     big = max(max(map(abs, row)) for g in (p.layer_us, p.recompute_us, p.fixed_us) for row in g)
@@ -267,14 +304,22 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     t = [m.new_int_var(0, top, f"time_{r}") for r in range(pp)]
     for r in range(pp):
         for k in range(npools):
-            mem = p.fixed_mib[r][k] + y[r] * p.layer_mib[r][k] + c[r] * p.recompute_mib[r][k]
+            mem = p.fixed_mib[r][k] + whole[r] * p.whole(r, k)
+            mem += y[r] * p.layer_mib[r][k] + c[r] * p.recompute_mib[r][k]
             m.add(mem <= p.capacity_mib[k] + excess).only_enforce_if(x[r][k])
             work = p.fixed_us[r][k] + y[r] * p.layer_us[r][k] + c[r] * p.recompute_us[r][k]
             hops = (b[r - 1] if r > 0 else 0) + (b[r] if r + 1 < pp else 0)
             m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
     span = m.new_int_var(0, top, "slowest_stage")
     m.add_max_equality(span, t)
-    goal = excess if relax else (p.microbatches - 1) * span + sum(t)
+    # tail: at least every stage's, and 0 (`tail_of`)
+    tails = [abs(v) for line in p.tail_us for g in line for row in g for v in row]
+    tail = m.new_int_var(0, max(tails, default=0) * (L + 1), "tail")
+    for r in range(pp):
+        for k in range(npools):
+            for f, g in p.tail_us:
+                m.add(tail >= f[r][k] + y[r] * g[r][k]).only_enforce_if(x[r][k])
+    goal = excess if relax else (p.microbatches - 1) * span + sum(t) + tail
     m.minimize(goal)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = WORKERS
@@ -301,4 +346,5 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     # the re-check: every stage within its pool's memory, every layer placed once
     over = max(v - p.capacity_mib[k] for v, k in zip(used, pools, strict=True))
     assert sum(layers) == L and over <= solver.value(excess)
-    return PoolSplit(layers, pools, nv, objective_of(p, times), tuple(times), max(over, 0))
+    obj = objective_of(p, times, tail_of(p, layers, pools))
+    return PoolSplit(layers, pools, nv, obj, tuple(times), max(over, 0))

@@ -3,8 +3,8 @@ recompute over heterogeneous pools by CP-SAT.
 
 Oracle: brute force. Every composition of the layers over the ranks, every order of the pools in
 contiguous blocks, every block recompute count, scored by the same integer stage formulas
-(`stage_values`, `objective_of`); CP-SAT's objective must equal the enumeration's minimum, and it
-must say "infeasible" exactly when the enumeration finds nothing that fits."""
+(`stage_values`, `tail_of`, `objective_of`); CP-SAT's objective must equal the enumeration's
+minimum, and it must say "infeasible" exactly when the enumeration finds nothing that fits."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from planner.search.solver import (
     objective_of,
     solve_pools,
     stage_values,
+    tail_of,
 )
 
 
@@ -41,7 +42,7 @@ def brute_force(p: PoolSplitProblem) -> int | None:
                 mem, times = stage_values(p, layers, pools, n)
                 if any(v > p.capacity_mib[k] for v, k in zip(mem, pools, strict=True)):
                     continue
-                obj = objective_of(p, times)
+                obj = objective_of(p, times, tail_of(p, layers, pools))
                 best = obj if best is None else min(best, obj)
     return best
 
@@ -54,7 +55,7 @@ def random_problem(rng: random.Random) -> PoolSplitProblem:
     def grid(lo: int, hi: int) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(rng.randint(lo, hi) for _ in range(npools)) for _ in range(pp))
 
-    return PoolSplitProblem(
+    p = PoolSplitProblem(
         num_layers=num_layers,
         stages=stages,
         capacity_mib=tuple(rng.randint(30, 80) for _ in range(npools)),
@@ -68,6 +69,13 @@ def random_problem(rng: random.Random) -> PoolSplitProblem:
         microbatches=rng.randint(1, 8),
         recompute=rng.random() < 0.7,
     )
+    if rng.random() < 0.6:  # a tail after the pipeline: the largest of 1 or 2 lines, rising
+        # (or falling) with the layers
+        lines = ((grid(-20, 150), grid(-4, 60)) for _ in range(rng.randint(1, 2)))
+        p = replace(p, tail_us=tuple(lines))
+    if rng.random() < 0.6:  # memory a stage recomputing every layer adds (or spares)
+        p = replace(p, whole_mib=grid(-4, 10))
+    return p
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -81,7 +89,7 @@ def test_solver_matches_brute_force(seed: int) -> None:
     assert got is not None and got.objective == expected
     # the answer itself is an assignment the enumeration scores the same (contiguous pools)
     _, times = stage_values(p, got.layers, got.pools, got.recompute_layers)
-    assert objective_of(p, times) == expected
+    assert objective_of(p, times, tail_of(p, got.layers, got.pools)) == expected
     changes = sum(a != b for a, b in itertools.pairwise(got.pools))
     assert changes == len(p.stages) - 1
 
@@ -200,7 +208,7 @@ def test_lower_bound_is_below_every_split(seed: int) -> None:
     assert pool_bounds.lower_bound_s(p) * 1e6 <= least * (1 + 1e-12)
     lines = pool_bounds.TimeLines(
         p.num_layers, p.fixed_us, p.layer_us, p.recompute_us, p.microbatches, p.stages,
-        p.boundary_us,
+        p.boundary_us, p.tail_us,
     )  # fmt: skip
     assert pool_bounds.lower_bound_s(lines) == pool_bounds.lower_bound_s(p)
 
