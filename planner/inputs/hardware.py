@@ -142,7 +142,9 @@ class GpuSpec(BaseModel):
     peak_tflops_bf16: PositiveFloat = Field(description="dense (no 2:4 sparsity)")
     peak_tflops_fp8: PositiveFloat | None = Field(default=None, description="None = no FP8")
     peak_tflops_fp4: PositiveFloat | None = Field(
-        default=None, description="dense NVFP4 (E2M1, block-scaled); None = no FP4 tensor cores"
+        default=None,
+        description="dense FP4 (E2M1, block-scaled: NVFP4 on NVIDIA, MXFP4 on AMD); None = no "
+        "FP4 tensor cores",
     )
     peak_tflops_fp32: PositiveFloat = Field(
         description="dense FP32 on the CUDA cores (no tensor cores: what fp32 matmuls at "
@@ -212,6 +214,14 @@ class GpuSpec(BaseModel):
             return f"{self.name} has no FP8 tensor cores"
         if precision == "fp4" and not self.has_fp4:
             return f"{self.name} has no FP4 tensor cores (NVFP4 needs b200, b300, gb200, gb300)"
+        if precision == "fp4" and self.vendor != "nvidia":
+            # planner's fp4 is NVFP4 (Megatron-LM's --fp4-recipe nvfp4, Transformer Engine's
+            # NVFP4BlockScaling): 16-element blocks with FP8 scales, NVIDIA Blackwell's format;
+            # CDNA4's FP4 cores run MXFP4 (32-element blocks, power-of-two scales)
+            return (
+                f"{self.name}'s FP4 tensor cores run MXFP4, not the NVFP4 recipe planner models "
+                "(NVFP4 needs b200, b300, gb200, gb300)"
+            )
         return None
 
     @property

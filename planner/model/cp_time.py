@@ -26,21 +26,38 @@ from planner.model import comms, dsa, gemm_shapes
 from planner.model.shard import BF16
 
 
+def head_widths(arch: ModelArch) -> tuple[int, int]:
+    """(query and key, value) widths of one attention head: multi-latent attention's
+    qk_head_dim + qk_pos_emb_head_dim and v_head_dim (Megatron-Core d98e8a64
+    multi_latent_attention.py:165-169, 214-215: the core attention's k_channels and v_channels;
+    the value is padded to the key's width only for packed THD sequences, :85-99), else
+    head_dim both."""
+    if arch.multi_latent_attention and arch.qk_head_dim and arch.v_head_dim:
+        return arch.qk_head_dim + (arch.qk_pos_emb_head_dim or 0), arch.v_head_dim
+    return arch.head_dim, arch.head_dim
+
+
 def kv_bytes(arch: ModelArch, t: float, tp: int) -> float:
-    """The rank's K and V for its t tokens, bf16, head_dim wide each; DeepSeek sparse attention's
-    one latent key (r_kv + d_r wide: its value is part of it) and its indexer's key (d_i), whole
-    on every TP rank (`planner.model.dsa`: all_gather is its only exchange)."""
+    """The rank's K and V for its t tokens, bf16, each its head's width (`head_widths`; MLA's
+    one K and V per attention head); DeepSeek sparse attention's one latent key (r_kv + d_r wide:
+    its value is part of it) and its indexer's key (d_i), whole on every TP rank
+    (`planner.model.dsa`: all_gather is its only exchange)."""
     if arch.has_dsa:
         q_w, _ = dsa.widths(arch)
         return t * (q_w + dsa.indexer_dims(arch)[1]) * BF16
-    return t * 2 * gemm_shapes.kv_heads(arch, tp) * arch.head_dim * BF16
+    qk, v = head_widths(arch)
+    if arch.multi_latent_attention:
+        return t * arch.num_attention_heads / tp * (qk + v) * BF16
+    return t * gemm_shapes.kv_heads(arch, tp) * (qk + v) * BF16
 
 
 def a2a_bytes(arch: ModelArch, t: float, tp: int) -> tuple[float, float]:
-    """(Q, K and V; the output) bytes one rank holds for its t tokens, bf16, head_dim wide: what
-    its forward all-to-alls send (and the backward's, for the gradients of the same shapes)."""
-    q = t * arch.num_attention_heads / tp * arch.head_dim * BF16
-    return q + kv_bytes(arch, t, tp), q
+    """(Q, K and V; the output) bytes one rank holds for its t tokens, bf16, each its head's
+    width: what its forward all-to-alls send (and the backward's, for the gradients of the same
+    shapes)."""
+    qk, v = head_widths(arch)
+    heads = t * arch.num_attention_heads / tp * BF16
+    return heads * qk + kv_bytes(arch, t, tp), heads * v
 
 
 def context_parallel(

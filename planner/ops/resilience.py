@@ -1,13 +1,14 @@
 """Checkpoints, failures and goodput: how much of the wall clock a job spends training.
 
-Checkpoint. Size = params_total x `checkpoint_bytes_per_param`: under Megatron-LM bf16 weights (2)
-+ fp32 master weights (4) + Adam m and v (4 + 4, or 2 + 2 with `optimizer_state_dtype = "bf16"`):
-14 or 10; under torchtitan the fp32 parameters FSDP2 shards (4) + m and v (4 + 4): 12. Gradients
-are not saved (the next step rebuilds them). Muon's one momentum buffer is counted as Adam's two
-(the Adam that trains its embeddings and norms keeps both): the safe side, a checkpoint no
-smaller than it is. Megatron Core's
-distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state so that
-every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per node, so
+Checkpoint. Size = (params_total + mtp_params) x `checkpoint_bytes_per_param` (the MTP layers
+are saved too): under Megatron-LM bf16 weights (2) + fp32 master weights (4) + Adam m and v
+(4 + 4, or 2 + 2 with `optimizer_state_dtype = "bf16"`): 14 or 10; under torchtitan the fp32
+parameters FSDP2 shards (4) + m and v (4 + 4): 12. Gradients are not saved (the next step
+rebuilds them). Muon's one momentum buffer is counted as Adam's two (the Adam that trains its
+embeddings and norms keeps both): the safe side, a checkpoint no smaller than it is. Megatron
+Core's distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state
+so that every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per
+node, so
     C = size / (nodes x storage_bytes_per_s_per_node)
 and reading it back at restart takes the same time. Every save first copies each GPU's shard
 (size / N) to host memory at HOST_COPY_GB_PER_S, taking H = size / (N x host copy rate), and then
@@ -245,8 +246,11 @@ def num_nodes(job: Job) -> int:
 
 
 def checkpoint_bytes(job: Job) -> float:
-    """params_total x `checkpoint_bytes_per_param` (weights, fp32 master weights, Adam m and v)."""
-    return float(params_mod.params_total(job.arch) * checkpoint_bytes_per_param(job))
+    """(params_total + mtp_params) x `checkpoint_bytes_per_param` (weights, fp32 master weights,
+    Adam m and v): the MTP layers are trained and saved with the rest (DeepSeek-V3's published
+    checkpoint is 671B + 14B of MTP module, of which 11.6B are the layers planner counts)."""
+    params = params_mod.params_total(job.arch) + params_mod.mtp_params(job.arch)
+    return float(params * checkpoint_bytes_per_param(job))
 
 
 def checkpoint_write_s(job: Job, ops: OpsParams) -> float:

@@ -445,3 +445,15 @@ def test_malformed_toml_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"malformed TOML.*line 2") as info:
         catalog.load_gpus(tmp_path)
     assert str(path) in str(info.value)
+
+
+def test_fp4_is_nvfp4_on_nvidia_only(gpus: dict[str, GpuSpec]) -> None:
+    """planner's fp4 is the NVFP4 recipe (Transformer Engine NVFP4BlockScaling, Megatron-LM's
+    --fp4-recipe nvfp4): Blackwell trains it; Hopper has no FP4 cores; CDNA4's FP4 cores
+    (MI355X 10100 dense TFLOP/s, S1 note 22) run MXFP4, so an fp4 job there is refused, naming
+    the format, though the catalog keeps the hardware's peak."""
+    assert gpus["b200-sxm-180gb"].missing_cores("fp4") is None
+    assert "no FP4 tensor cores" in (gpus["h100-sxm-80gb"].missing_cores("fp4") or "")
+    amd = gpus["mi355x-288gb"]
+    assert amd.has_fp4 and "MXFP4" in (amd.missing_cores("fp4") or "")
+    assert amd.missing_cores("fp8") is None

@@ -90,3 +90,18 @@ def test_the_layer_charges_the_exchange_and_its_host_issue() -> None:
     ring_units = dict(host.issue_blocks(j, Layout(cp=2, dp=4), layer_kind(False)))
     assert units == pytest.approx(host.HALF_LAYER + 12 / host.LAYER_KERNELS)
     assert ring_units["attn"] == pytest.approx(host.HALF_LAYER + 2 * host.CP_STEP_ISSUE)
+
+
+def test_multi_latent_attention_moves_its_own_head_widths() -> None:
+    """DeepSeek-V3's MLA hands the core attention 128 heads whose query and key are qk_head_dim
+    + qk_pos_emb_head_dim = 128 + 64 = 192 wide and whose value is v_head_dim = 128 wide
+    (Megatron-Core d98e8a64 multi_latent_attention.py:165-169, 214-215). A rank of t = 4096
+    tokens at tp 8 (16 heads): K and V 4096 x 16 x (192 + 128) x 2 = 41,943,040 bytes (head_dim
+    128 for both would say 33,554,432); Q 4096 x 16 x 192 x 2 = 25,165,824; the output
+    4096 x 16 x 128 x 2 = 16,777,216."""
+    arch = job("deepseek-v3", "h100-sxm-80gb", 8, 4096, 64).arch
+    assert cp_time.head_widths(arch) == (192, 128)
+    assert cp_time.kv_bytes(arch, 4096, 8) == 41_943_040
+    assert cp_time.a2a_bytes(arch, 4096, 8) == (25_165_824 + 41_943_040, 16_777_216)
+    # grouped-query attention keeps head_dim for both (the module docstring's Llama 3.1 8B)
+    assert cp_time.head_widths(J.arch) == (128, 128)

@@ -230,12 +230,13 @@ def test_explain_says_which_kernels_run_and_why_not() -> None:
 
 def test_context_parallelism_gathers_the_latent_key_and_the_indexer_key() -> None:
     # all_gather gathers one 576-wide latent key and the indexer's 128-wide key per token, bf16,
-    # whole on every TP rank: (576 + 128) x 2 = 1,408 bytes a token, not 2 x heads x head_dim
+    # whole on every TP rank: (576 + 128) x 2 = 1,408 bytes a token, not the dense MLA's K
+    # (128 + 64 wide) and V (128) of each of its 128 / 8 = 16 heads: 16 x 320 x 2 = 10,240
     from planner.model import cp_time
 
     assert cp_time.kv_bytes(_arch(), 1000, 8) == 1000 * 1408
     dense = _arch(dsa_indexer_n_heads=None, dsa_indexer_head_dim=None, dsa_indexer_topk=None)
-    assert cp_time.kv_bytes(dense, 1000, 8) == 1000 * 2 * 16 * 128 * 2
+    assert cp_time.kv_bytes(dense, 1000, 8) == 1000 * 16 * (192 + 128) * 2
 
 
 def test_check_advises_the_sparse_kernels() -> None:

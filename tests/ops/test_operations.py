@@ -628,3 +628,14 @@ def test_asynchronous_interval_held_by_the_write_says_so(
     code, out, _ = run(argv, capsys)
     assert code == 0
     assert "the write time, past Daly's optimum" in " ".join(out.split())
+
+
+def test_checkpoint_counts_the_mtp_layers() -> None:
+    """DeepSeek-V3's MTP layer is trained and saved with the model. The released checkpoint
+    holds 685B parameters, the 671B main model and a 14B MTP module whose embedding and head
+    (2 x 129,280 x 7,168 = 1.85B) Megatron shares with the main model: about 683.1B saved, which
+    planner's count (671.03B + 11.61B of MTP layer) meets within the rounding of 685B and 14B."""
+    job = make_job("deepseek-v3", num_gpus=1024)
+    saved = resilience.checkpoint_bytes(job) / 14
+    assert saved == pytest.approx(685e9 - 2 * 129_280 * 7_168, rel=2e-3)
+    assert saved > 671.5e9  # the main model alone is 671.03B
