@@ -14,8 +14,11 @@ emitted YAML is checked against it.
 
 The split: Megatron's even split as virtual_pipeline_model_parallel_size; any other
 (pipeline_layers, a layout, the embedding or loss counted as a layer) as
-pipeline_model_parallel_layout, the stages spelled out. ZeRO: 0 DDP, 1 the distributed optimizer,
-2 / 3 Megatron-FSDP (use_megatron_fsdp, data_parallel_sharding_strategy).
+pipeline_model_parallel_layout, the stages spelled out (`bridge_split`). ZeRO: 0 DDP, 1 the
+distributed optimizer, 2 / 3 Megatron-FSDP (use_megatron_fsdp, data_parallel_sharding_strategy),
+with the plan's DDP buckets (`bridge_ddp`). The environment the plan needs goes into
+ConfigContainer.env_vars, as a table and as `++env_vars.NAME=value` Hydra lines
+(`bridge_notes.environment`).
 
 A field a recipe sets that the plan decides is written even where the plan's value is Megatron's
 default (the plan was timed with it), or the recipe's own would stay: tests/emit/
@@ -28,7 +31,7 @@ import json
 import shlex
 from typing import Any
 
-from planner.emit import bridge_notes, bridge_precision, bridge_split
+from planner.emit import bridge_ddp, bridge_notes, bridge_precision, bridge_split
 from planner.emit.bridge_notes import COMM_OVERLAP, attention_backend
 from planner.emit.common import (
     SCHEDULE,
@@ -36,14 +39,12 @@ from planner.emit.common import (
     cuda_graph_impl,
     header,
     inflight_offloads,
-    optimizer_instances,
     predict,
 )
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import activation_switch
 from planner.emit.megatron_model import refuse_alibi
 from planner.inputs.errors import InputError
-from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
 
 GRACE_BLACKWELL = ("gb200", "gb300")
@@ -56,6 +57,15 @@ names. HybridEP it allows on every major 8, 9 and 10 part."""
 
 MIN_OFFLOADED_TENSOR_SIZE = 1024 * 1024
 """TransformerConfig's default min_offloaded_tensor_size (transformer_config.py, 2a75ac12)."""
+
+
+DEPRECATED_GRAPHS = {"enable_cuda_graph": False, "external_cuda_graph": False}
+"""TransformerConfig's deprecated graph switches (GPTModelProvider's, both False by default at
+Megatron-LM 2a75ac12 transformer_config.py:1013 and :1035), written off over a recipe's: Bridge
+067f987d perf_recipes/qwen/gb200/qwen3_moe.py:823 sets external_cuda_graph True, which
+Megatron-Core refuses beside a cuda_graph_impl other than "none" and beside "none" (an eager
+plan) turns into Transformer Engine graphs the plan was not timed with
+(transformer_config.py:2457-2473). The plan names its graphs by cuda_graph_impl alone."""
 
 
 def _bridge_flex(plan: Plan) -> None:
@@ -142,31 +152,9 @@ def _moe(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def _deferral(lay: Layout) -> dict[str, Any]:
-    """CommOverlapConfig's deferral of the output layer's weight gradients: the limit always,
-    since Bridge leaves it at -1 unless given (comm_overlap.py _get_model_comm_overlap_cfgs), which
-    Megatron's ModelParallelConfig refuses with the deferral on."""
-    return {
-        "defer_embedding_wgrad_compute": True,
-        "wgrad_deferral_limit": lay.wgrad_deferral_limit,
-    }
-
-
-def _instances(plan: Plan) -> dict[str, Any]:
-    """DistributedDataParallelConfig.num_distributed_optimizer_instances and the outer sharding
-    (its defaults 1 and "no_shard" written too)."""
-    n = optimizer_instances(plan)
-    optim = n > 1 and plan.job.outer_dp_sharding_strategy == "optim"
-    return {
-        "num_distributed_optimizer_instances": n,
-        "outer_dp_sharding_strategy": "optim" if optim else "no_shard",
-    }
-
-
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
-    muon = job.optimizer == "muon"
     refuse_alibi(job.arch, f"{plan.path}: model", "Megatron-Bridge")
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
@@ -206,6 +194,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["use_te_rng_tracker"] = True
     else:  # eager, as timed: a recipe's own graphs (most Blackwell ones capture) switched off
         model["cuda_graph_impl"] = "none"
+    model |= DEPRECATED_GRAPHS
     for name in ("attention_dropout", "hidden_dropout"):
         if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
             model[name] = 0.0
@@ -251,30 +240,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                 else {}
             ),
         },
-        "ddp": {
-            "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
-            "overlap_grad_reduce": lay.overlap_grad_reduce,
-            "overlap_param_gather": lay.gathers_overlapped,
-            **({"bucket_size": lay.ddp_bucket_size} if lay.ddp_bucket_size else {}),
-            # the recipe's bucket size cleared: DDP's config refuses both
-            **(
-                {"num_buckets": lay.ddp_num_buckets, "bucket_size": None}
-                if lay.ddp_num_buckets
-                else {}
-            ),
-            "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
-            # NCCL user buffers (and Megatron-FSDP's persistent double buffers they need), which
-            # the plan has none of; Bridge's validation asserts manual registration without them
-            "nccl_ub": False,
-            **({"fsdp_double_buffer": False, "fsdp_manual_registration": False} if fsdp else {}),
-            "use_megatron_fsdp": fsdp,
-            "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage]
-            if fsdp
-            else "no_shard",
-            **_instances(plan),
-        },
+        "ddp": bridge_ddp.ddp_table(plan),
         "optimizer": bridge_precision.optimizer_table(plan),
-        "comm_overlap": _comm_overlap(plan),
+        "comm_overlap": bridge_ddp.comm_overlap_table(plan),
         # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
         "dataset": {"seq_length": job.seq_length},
         # Megatron-FSDP saves and loads only in its own format (ConfigContainer.validate)
@@ -282,36 +250,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         # config.py asserts the loss's NaN check off under a full-iteration graph
         **({"rerun_state_machine": {"check_for_nan_in_loss": False}} if whole_step else {}),
     }
-
-
-def _comm_overlap(plan: Plan) -> dict[str, Any]:
-    """CommOverlapConfig's fields the plan decides. Bridge's setup (comm_overlap.py `setup`)
-    writes this table's TP, deferral and EP-overlap settings over the model's (off unless given
-    here: the model's own `overlap_moe_expert_parallel_comm` was dropped), and, with the
-    distributed optimizer, its gradient-reduce and parameter-gather overlap and bucket size over
-    DDP's (128 MB buckets wherever dp > 1 unless given here)."""
-    lay = plan.require_layout()
-    out: dict[str, Any] = {"tp_comm_overlap": lay.tp_comm_overlap}
-    out |= _deferral(lay) if lay.defer_embedding_wgrad_compute else {}
-    if plan.job.arch.is_moe:
-        out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
-        out["delay_wgrad_compute"] = lay.ep_comm_overlap
-    out["overlap_grad_reduce"] = lay.overlap_grad_reduce
-    out["overlap_param_gather"] = lay.gathers_overlapped
-    # Megatron's: the first bucket's gather after the optimizer step, not overlapped with it;
-    # the chunks' gathers aligned where Bridge's setup derives it (unset: dp, pp, vpp > 1)
-    out["overlap_param_gather_with_optimizer_step"] = False
-    out["align_param_gather"] = None
-    if lay.ddp_bucket_size:
-        out["bucket_size"] = lay.ddp_bucket_size
-    elif lay.ddp_num_buckets and lay.zero_stage >= 1 and lay.dp > 1:
-        raise InputError(
-            f"{plan.path}: parallel.ddp_num_buckets: Megatron-Bridge's comm-overlap setup gives "
-            "DDP a 128 MB bucket size wherever dp > 1 with the distributed optimizer "
-            "(comm_overlap.py), which Megatron-Core refuses beside num_buckets; give "
-            "ddp_bucket_size, or launch with --target megatron-args"
-        )
-    return out
 
 
 def _scalar(v: Any) -> str:
@@ -360,5 +298,7 @@ def render(plan: Plan, job_name: str) -> str:
     for name, fields in tables.items():
         text += f"{name}:\n"
         text += "".join(f"  {k}: {_scalar(v)}\n" for k, v in fields.items())
+    if env:  # ConfigContainer.env_vars (config.py:965), merged key by key over the recipe's
+        text += "env_vars:\n" + "".join(f"  {k}: {yaml_str(v)}\n" for k, v in env.items())
     text += f"mixed_precision: {yaml_str(preset)}\n"
     return text

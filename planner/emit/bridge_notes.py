@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import bridge_precision
+from planner.emit import bridge_precision, common
 from planner.emit.megatron import unflagged
 from planner.inputs.plan import Job, Plan
 
@@ -59,11 +59,29 @@ Megatron-Core's language_module.py `_set_attention_backend` sets them for its en
 override's string does not reach: `attention_backend`); "auto" needs none."""
 
 
+CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+"""The hardware queues the plan's environment gives (planner.emit.common.environment): "1"
+where TP / CP > 1 before Blackwell needs it, else more. Recipes set their own in env_vars
+(Bridge 067f987d perf_recipes/llama/h100/llama3.py:58 and llama31.py:55 "1",
+perf_recipes/deepseek/*/deepseek_v3.py 32), which a Megatron-FSDP plan must not inherit as "1"
+(training/config.py:1110 asserts it is not) and an EP-overlap plan needs above 1."""
+
+
+def _connections(plan: Plan) -> dict[str, dict[str, str]]:
+    """`CONNECTIONS` as the plan's environment sets it, by why; none where it leaves it unset
+    (`notes` says so)."""
+    for var in common.environment(plan):
+        if var.name == CONNECTIONS and var.value is not None:
+            return {var.why: {CONNECTIONS: var.value}}
+    return {}
+
+
 def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
-    """The env_vars the plan needs, by why: NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading
-    (config.py raises without it on Transformer Engine >= 2.10), `DETERMINISM_ENV` in
-    deterministic mode, `ATTENTION_ENV` for an unfused or FlashAttention-2 plan."""
-    groups: dict[str, dict[str, str]] = {}
+    """The env_vars the plan needs, by why: `CONNECTIONS` from the plan's environment,
+    NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading (config.py raises without it on
+    Transformer Engine >= 2.10), `DETERMINISM_ENV` in deterministic mode, `ATTENTION_ENV` for an
+    unfused or FlashAttention-2 plan."""
+    groups = _connections(plan)
     if (backend := attention_backend(plan.job)) in ATTENTION_ENV:
         groups[f"attention_backend {backend}"] = ATTENTION_ENV[backend]
     if plan.require_layout().offload_modules:
@@ -115,8 +133,14 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
                 f"{', '.join(f'{k}={v}' for k, v in vs.items())} ({why})"
                 for why, vs in groups.items()
             )
-            + ": the ++env_vars lines set them; with --config-file, export them or set them in "
-            "the env_vars of the recipe"
+            + ": the env_vars table (--config-file) and the ++env_vars lines set them over those "
+            "of the recipe, as defaults: a value already exported where the run starts wins "
+            "(training/config.py apply_environment_variables, os.environ.setdefault)"
+        )
+    if lay.zero_stage >= 2 and not _connections(plan):
+        out.append(
+            f"{CONNECTIONS} must be unset or above 1 under Megatron-FSDP (training/config.py:1110 "
+            "asserts it): drop it from the env_vars of the recipe where it sets 1"
         )
     if job.precision == "bf16" and job.optimizer == "adam" and not job.precision_aware_optimizer:
         out.append(

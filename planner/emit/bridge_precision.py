@@ -16,7 +16,7 @@ from planner.emit.common import SCHEDULE
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Job, Plan
 from planner.inputs.units import gib
-from planner.model import memory
+from planner.model import cost, memory
 
 PRESETS = {
     ("bf16", None): "bf16_mixed",
@@ -35,6 +35,13 @@ FP8_PARAM_GATHER = {
     "bf16_with_fp8_subchannel_scaling_mixed": False,  # :384
 }
 """Each FP8 preset's fp8_param_gather (weights kept only in FP8 and all-gathered so)."""
+
+BF16_LAYERS = {"bf16_with_fp8_current_scaling_mixed": (1, 1)}  # mixed_precision.py:299-301
+"""Each preset's decoder layers kept in bf16, first and last: the tensorwise preset's
+first_last_layers_bf16=True with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16 1 and 1;
+the others leave MixedPrecisionConfig's first_last_layers_bf16=False (mixed_precision.py:53), no
+layer in bf16. The preset writes them over the model's (`update_config_with_precision_overrides`,
+mixed_precision.py:148-156), so a model field in the override cannot change them: a note does."""
 
 GRAD_REDUCE_IN_FP32 = True
 """Every bf16 preset's grad_reduce_in_fp32 (MixedPrecisionConfig's default, mixed_precision.py
@@ -113,6 +120,13 @@ def optimizer_precision(plan: Plan) -> dict[str, object]:
 
 
 def preset(plan: Plan) -> str:
+    """The plan's preset (`PRESETS`); refused where there is none, and where it gathers FP8
+    parameters without the distributed optimizer (ZeRO 0): every FP8 preset but blockwise sets
+    fp8_param_gather=True (`FP8_PARAM_GATHER`), synced to fp8_param (mixed_precision.py:81-87)
+    and written over the model's and DDP's whatever the plan says, and Megatron-LM asserts the
+    distributed optimizer or FSDP under it (arguments.py:1061-1063, 2a75ac12), as --target
+    megatron-args refuses the plan (planner.emit.megatron_optimizer.needs_distributed_optimizer).
+    An override cannot clear a field of a preset named by string (module docstring)."""
     job = plan.job
     key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
     if key not in PRESETS:
@@ -120,7 +134,16 @@ def preset(plan: Plan) -> str:
             f"{plan.path}: training.fp8_recipe: Megatron-Bridge has no mixed-precision preset "
             f"for {job.fp8_recipe!r} (it has delayed, tensorwise, blockwise, mxfp8)"
         )
-    return PRESETS[key]
+    name = PRESETS[key]
+    if FP8_PARAM_GATHER.get(name) and plan.require_layout().zero_stage == 0:
+        raise InputError(
+            f"{plan.path}: parallel.zero_stage: Megatron-Bridge's {name} preset gathers FP8 "
+            "parameters (fp8_param_gather=True, whatever training.fp8_param_gather says), which "
+            "needs the distributed optimizer or FSDP (zero_stage >= 1, got 0; Megatron-LM "
+            "asserts it, and --target megatron-args refuses it too); raise zero_stage, or launch "
+            "a recipe script whose MixedPrecisionConfig sets fp8_param_gather=False"
+        )
+    return name
 
 
 def notes(plan: Plan) -> list[str]:
@@ -134,9 +157,14 @@ def notes(plan: Plan) -> list[str]:
     if gather is not None and lay.zero_stage >= 1 and gather != planned:
         run = replace(job, fp8_param_gather=gather)
         keeps = "only in FP8" if gather else "in bf16 beside their FP8 copies"
+        fix = f"fp8_param_gather={planned}"
+        if name == PRESETS["fp8", "mxfp8"]:  # its reuse of the gradient buffer (:265) too:
+            # Megatron-Core's DDP config asserts fp8_param_gather under it
+            # (distributed_data_parallel_config.py:259-260, 2a75ac12)
+            fix += " and reuse_grad_buf_for_mxfp8_param_ag=False"
         out.append(
             f"{name} sets fp8_param_gather={gather} (weights {keeps}), the plan "
-            f"{planned}: {_peaks(plan, run)}; set it on the recipe's MixedPrecisionConfig"
+            f"{planned}: {_peaks(plan, run)}; set {fix} on the recipe's MixedPrecisionConfig"
         )
     if job.main_grad_dtype == "bf16" and GRAD_REDUCE_IN_FP32:
         run = replace(job, main_grad_dtype="fp32")
@@ -151,19 +179,51 @@ def notes(plan: Plan) -> list[str]:
             "(the plan keeps bf16 weights beside their NVFP4 copies; the preset gathers NVFP4 "
             "parameters)"
         )
-    if job.bf16_layers_at_start or job.bf16_layers_at_end:
-        out.append(
-            "bf16 layers: set first_last_layers_bf16=True, "
-            f"num_layers_at_start_in_bf16={job.bf16_layers_at_start}, "
-            f"num_layers_at_end_in_bf16={job.bf16_layers_at_end} on the recipe's "
-            "MixedPrecisionConfig"
-        )
+    if (note := _bf16_layers(plan, name)) is not None:
+        out.append(note)
     if job.fp8_attention:
         out.append(
             "fp8_attention: set fp8_dot_product_attention=True on the recipe's "
             "MixedPrecisionConfig (the plan runs the fused attention in FP8)"
         )
     return out
+
+
+def _bf16_layers(plan: Plan, name: str) -> str | None:
+    """Where the preset's bf16 first / last layers (`BF16_LAYERS`) differ from the plan's: the
+    run's step and peak under the preset's, and the fields that give the plan's."""
+    job = plan.job
+    start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
+    given = BF16_LAYERS.get(name, (0, 0))
+    if (start, end) == given:
+        return None
+    run = replace(job, bf16_layers_at_start=given[0], bf16_layers_at_end=given[1])
+    if any(given):
+        keeps = (
+            f"keeps the first {given[0]} and last {given[1]} decoder layers in bf16 "
+            "(first_last_layers_bf16=True)"
+        )
+    else:
+        keeps = "keeps no layer in bf16 (first_last_layers_bf16=False)"
+    planned, fix = "none", "set first_last_layers_bf16=False"
+    if start or end:
+        planned = f"the first {start} and last {end}"
+        fix = (
+            f"set first_last_layers_bf16=True, num_layers_at_start_in_bf16={start}, "
+            f"num_layers_at_end_in_bf16={end}"
+        )
+    return (
+        f"bf16 layers: {name} {keeps}, the plan {planned}: "
+        f"{_steps(plan, run)}, {_peaks(plan, run)}; {fix} on the recipe's MixedPrecisionConfig"
+    )
+
+
+def _steps(plan: Plan, run_job: Job) -> str:
+    """'the run's step X s, the plan's Y s' (the run: the plan's layout under `run_job`)."""
+    lay = plan.require_layout()
+    planned = cost.estimate(plan.job, lay).step_time_s
+    under = cost.estimate(run_job, lay).step_time_s
+    return f"the run's step {under:.3f} s, the plan's {planned:.3f} s"
 
 
 def _peaks(plan: Plan, run_job: Job) -> str:

@@ -62,11 +62,23 @@ def _fits(annotation: str, value: Any) -> bool:
     return False
 
 
-def _accepted(doc: dict[str, Any]) -> None:
+def _env_vars_fit(env: Any) -> bool:
+    """ConfigContainer.env_vars (Bridge 067f987d training/config.py:965), `dict[str, str | int |
+    float | bool]`, each applied with os.environ.setdefault(name, str(value)) (config.py
+    apply_environment_variables, which raises on an empty name or a non-scalar value)."""
+    return isinstance(env, dict) and all(
+        isinstance(k, str) and k and isinstance(v, (str, int, float, bool)) for k, v in env.items()
+    )
+
+
+def accepted(doc: dict[str, Any]) -> None:
     """Every field of the override is one of Bridge's, with a value its annotation takes."""
     assert doc["mixed_precision"] in SCHEMA["mixed_precision_presets"]
     for section, fields in doc.items():
         if section == "mixed_precision":
+            continue
+        if section == "env_vars":  # a dict field, not a dataclass of the schema
+            assert _env_vars_fit(fields), fields
             continue
         known = SCHEMA["sections"][section]
         target = fields.pop("_target_", None)
@@ -80,9 +92,12 @@ def _accepted(doc: dict[str, Any]) -> None:
             assert _fits(known[name], value), f"{section}.{name} = {value!r} ({known[name]})"
 
 
+_accepted = accepted  # (the name tests/emit/test_emit_dsa.py imports)
+
+
 @pytest.mark.parametrize("plan_path", PLANS, ids=lambda p: p.stem)
 def test_bridge_accepts_the_override(plan_path: Path) -> None:
-    _accepted(yaml.safe_load(render(load_plan(plan_path), "megatron-bridge")[1]))
+    accepted(yaml.safe_load(render(load_plan(plan_path), "megatron-bridge")[1]))
 
 
 def test_muon_is_launched_as_bridges_muon() -> None:
@@ -93,7 +108,7 @@ def test_muon_is_launched_as_bridges_muon() -> None:
         "llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_ns_steps=6, muon_tp_mode="blockwise"
     )
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     opt = doc["optimizer"]
     assert (opt["optimizer"], opt["muon_num_ns_steps"], opt["muon_tp_mode"]) == (
         "dist_muon",
@@ -131,7 +146,7 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     # this override wrote); eager plans switch a recipe's graphs off
     graphs = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True)
     doc = yaml.safe_load(render(graphs, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     assert doc["model"]["cuda_graph_impl"] == "transformer_engine"
     # the whole layer ("full", Megatron-Core's default), set over a recipe's own; the recipe's
     # deprecated cuda_graph_scope cleared (refused beside modules), Transformer Engine's RNG
@@ -140,7 +155,7 @@ def test_cuda_graphs_are_launched_as_bridges_graphs() -> None:
     assert doc["model"]["use_te_rng_tracker"] is True
     part = make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_modules=["attn"])
     part_doc = yaml.safe_load(render(part, "megatron-bridge")[1])
-    _accepted(part_doc)
+    accepted(part_doc)
     assert part_doc["model"]["cuda_graph_modules"] == ["attn"]
     eager = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
     assert eager["model"]["cuda_graph_impl"] == "none"  # a recipe's own graphs off, as timed
@@ -164,7 +179,7 @@ def test_a_whole_step_graph_is_bridges_full_iteration_graph() -> None:
         "llama3.1-8b", 16, {"tp": 2}, cuda_graphs=True, cuda_graph_impl="full_iteration"
     )
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     m = doc["model"]
     assert (m["cuda_graph_impl"], m["cuda_graph_modules"], m["cuda_graph_scope"]) == (
         "full_iteration",
@@ -186,7 +201,7 @@ def test_a_whole_step_graph_is_bridges_full_iteration_graph() -> None:
         cuda_graph_impl="full_iteration",
     )
     off_doc = yaml.safe_load(render(off, "megatron-bridge")[1])
-    _accepted(off_doc)
+    accepted(off_doc)
     assert off_doc["model"]["fine_grained_offloading_max_inflight_offloads"] == 1
     words = render(off, "megatron-args")[1].split()
     i = words.index("--fine-grained-offloading-max-inflight-offloads")
@@ -212,7 +227,7 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
         return yaml.safe_load(text), text
 
     same, text = doc(precision="fp4")
-    _accepted(same)
+    accepted(same)
     assert same["mixed_precision"] == "bf16_with_nvfp4_mixed" and "fp4_param_gather" not in text
     _, text = doc(precision="fp4", fp4_param_gather=False, bf16_layers_at_end=4)
     assert "set fp4_param_gather=False on the recipe's MixedPrecisionConfig" in text
@@ -223,7 +238,7 @@ def test_nvfp4_uses_bridges_nvfp4_preset_and_notes_what_differs() -> None:
     assert "set fp8_dot_product_attention=True on the recipe's MixedPrecisionConfig" in text
     # the MXFP8 LM head: TransformerConfig.fp8_output_proj, which Bridge's recipes set on the model
     mx, _ = doc(precision="fp8", fp8_recipe="mxfp8", fp8_output_proj=True)
-    _accepted(mx)
+    accepted(mx)
     assert mx["model"]["fp8_output_proj"] is True
 
 
@@ -236,7 +251,7 @@ def test_the_fused_grouped_mlp_sets_bridges_op_fuser() -> None:
         fp8_recipe="mxfp8", moe_fused_grouped_mlp=True,
     )  # fmt: skip
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     assert doc["model"]["use_transformer_engine_op_fuser"] is True
     assert doc["model"]["moe_mlp_glu_interleave_size"] == 32
     # unfused: Megatron's default written over the recipe's (test_emit_bridge_resets.py)
@@ -250,7 +265,7 @@ def test_the_context_exchange_is_bridges_model_field() -> None:
     """TransformerConfig.cp_comm_type, as Bridge's GPT-OSS recipes set it ("a2a")."""
     plan = make_plan("gpt-oss-20b", 8, {"cp": 2, "ep": 4, "cp_comm_type": "a2a"})
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     assert doc["model"]["cp_comm_type"] == "a2a"
     ring = yaml.safe_load(render(make_plan("llama3.1-8b", 8, {"cp": 2}), "megatron-bridge")[1])
     assert ring["model"]["cp_comm_type"] == "p2p"  # the recipe's own written over
@@ -264,7 +279,7 @@ def test_hfsdp_is_bridges_ddp_field() -> None:
         "llama3.1-8b", 16, par, optimizer_instances=2, outer_dp_sharding_strategy="optim"
     )
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     assert doc["ddp"]["num_distributed_optimizer_instances"] == 2
     assert doc["ddp"]["outer_dp_sharding_strategy"] == "optim"
     plain = make_plan("llama3.1-8b", 16, par, optimizer_instances=2)
@@ -279,7 +294,7 @@ def test_the_weight_hash_check_is_bridges_train_field() -> None:
     (Bridge's TrainingConfig field, in the schema); unset, no field."""
     plan = make_plan("llama3.1-8b", 16, {"tp": 2}, weight_hash_interval=100)
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     assert doc["train"]["check_weight_hash_across_dp_replicas_interval"] == 100
     plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
     assert "check_weight_hash_across_dp_replicas_interval" not in plain["train"]
@@ -295,20 +310,24 @@ def test_deterministic_mode_is_bridges_determinism_overrides() -> None:
     plan = make_plan("llama3.1-8b", 16, {"tp": 2}, deterministic=True, loss_fusion=False)
     text = render(plan, "megatron-bridge")[1]
     doc = yaml.safe_load(text)
-    _accepted(doc)
+    accepted(doc)
     assert doc["model"]["deterministic_mode"] is True
     assert doc["model"]["cross_entropy_loss_fusion"] is False
     assert doc["comm_overlap"]["tp_comm_overlap"] is False
     words = [w for ln in text.splitlines() if ln.startswith("# ") for w in shlex.split(ln[2:])]
     env = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith("++env_vars.")}
-    assert env == {
+    determinism = {
         "++env_vars.CUBLAS_WORKSPACE_CONFIG": ":4096:8",
         "++env_vars.NCCL_ALGO": "Ring",
         "++env_vars.NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
     }
+    assert determinism.items() <= env.items()  # (beside CUDA_DEVICE_MAX_CONNECTIONS)
+    assert {k.removeprefix("++env_vars."): v for k, v in determinism.items()}.items() <= doc[
+        "env_vars"
+    ].items()  # the --config-file table too
     plain = render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]
     assert "deterministic_mode" not in yaml.safe_load(plain)["model"]
-    assert "++env_vars" not in plain
+    assert not any(k.removeprefix("++env_vars.") in plain for k in determinism)
 
 
 def test_alibi_is_refused_for_bridge_naming_the_field() -> None:
@@ -319,7 +338,7 @@ def test_alibi_is_refused_for_bridge_naming_the_field() -> None:
     for target in ("megatron-bridge", "megatron-args"):
         with pytest.raises(InputError, match=r"model\.position_embedding_type: .*ALiBi"):
             render(bloom, target)
-    _accepted(yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]))
+    accepted(yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1]))
 
 
 def test_deepep_on_grace_blackwell_is_refused_for_bridge() -> None:
@@ -333,8 +352,8 @@ def test_deepep_on_grace_blackwell_is_refused_for_bridge() -> None:
         hybrid = make_plan(
             "qwen3-30b-a3b", 16, {**par, "moe_flex_dispatcher_backend": "hybridep"}, gpu=gpu
         )
-        _accepted(yaml.safe_load(render(hybrid, "megatron-bridge")[1]))
-    _accepted(
+        accepted(yaml.safe_load(render(hybrid, "megatron-bridge")[1]))
+    accepted(
         yaml.safe_load(
             render(make_plan("qwen3-30b-a3b", 16, par, gpu="b200-sxm-180gb"), "megatron-bridge")[1]
         )
@@ -359,7 +378,7 @@ def test_overlaps_go_where_bridges_setup_reads_them() -> None:
     plan = make_plan("qwen3-30b-a3b", 64, par, global_batch_size=512)
     text = render(plan, "megatron-bridge")[1]
     doc = yaml.safe_load(text)
-    _accepted(yaml.safe_load(text))
+    accepted(yaml.safe_load(text))
     over = doc["comm_overlap"]
     assert "_target_" not in over
     assert over["overlap_moe_expert_parallel_comm"] is True and over["delay_wgrad_compute"]
@@ -422,7 +441,7 @@ def test_fsdp_builds_on_the_meta_device_and_names_its_gradient_dtype() -> None:
     default is not a YAML value Bridge converts)."""
     text = render(make_plan("llama3.1-8b", 16, {"zero_stage": 3}), "megatron-bridge")[1]
     doc = yaml.safe_load(text)
-    _accepted(doc)
+    accepted(doc)
     assert doc["model"]["init_model_with_meta_device"] is True
     assert "megatron_fsdp_main_grads_dtype" in text and "torch.float32" in text
     plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
@@ -458,7 +477,7 @@ def test_overrides_clear_what_a_recipe_sets_and_the_plan_does_not() -> None:
     NVTE_CPU_OFFLOAD_V1=1 (config.py raises without it on Transformer Engine >= 2.10)."""
     par = {"tp": 2, "recompute": "selective", "zero_stage": 0, "ddp_num_buckets": 4}
     doc = yaml.safe_load(render(make_plan("llama3.1-8b", 16, par), "megatron-bridge")[1])
-    _accepted(doc)
+    accepted(doc)
     model, ddp = doc["model"], doc["ddp"]
     assert model["recompute_method"] is None and model["recompute_num_layers"] is None
     assert ddp["num_buckets"] == 4 and ddp["bucket_size"] is None
