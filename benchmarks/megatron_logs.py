@@ -8,26 +8,37 @@ Formats: NVIDIA/Megatron-LM d98e8a64 (the source of every fixture log this write
 module `planner/inputs/megatron_log.py` cites the same lines.
 
 The arguments block holds the attributes the command line sets, as `validate_args` leaves
-them (dtypes as `torch.*`, `--attention-backend` as `AttnBackend.*`, `--moe-layer-freq`
-evaluated to its list, `encoder_num_layers` = `num_layers`, `world_size`,
-`data_parallel_size`), plus a few arguments every run prints (`lr`, `seed`, `log_interval`,
-`train_iters`). Megatron prints all of its ~900 arguments; the reader uses only those of
-`megatron_flags.READ`, and Megatron's defaults for the others are the reader's.
+them (dtypes as `torch.*`, `--attention-backend` as `AttnBackend.*`, the layer patterns of
+`--moe-layer-freq`, `--window-attn-skip-freq` and `--linear-attention-freq` evaluated to
+their lists (`moe_freq_type` / `la_freq_type`, arguments.py :327-375), `--cuda-graph-modules`
+as `CudaGraphModule` members, whose list prints their reprs (arguments.py :256-294),
+`encoder_num_layers` = `num_layers`, `world_size`, `data_parallel_size`), plus a few
+arguments every run prints (`lr`, `seed`, `log_interval`, `train_iters`). Megatron prints
+all of its ~900 arguments; the reader uses only those of `megatron_flags.READ`, and
+Megatron's defaults for the others are the reader's.
 """
 
 from __future__ import annotations
 
 import datetime
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.inputs.megatron_line import flags_of
-from planner.inputs.megatron_log_args import DTYPES, STORE_FALSE, dest
+from planner.inputs.megatron_log_args import DTYPES, ONE_WORD_LISTS, STORE_FALSE, dest
 from planner.inputs.megatron_values import layer_pattern
 
 TORCH_DTYPE = {short: torch for torch, short in DTYPES.items()}
 DTYPE_FLAGS = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
 START = datetime.datetime(2026, 1, 5, 9, 0, 0)
+
+CudaGraphModule = enum.Enum(
+    "CudaGraphModule",
+    [("attn", 1), ("mlp", 2), ("moe", 3), ("moe_router", 4), ("moe_preprocess", 5), ("mamba", 6)],
+)
+"""megatron/core/transformer/enums.py :61-73: `str([CudaGraphModule.attn])` is Megatron's
+printed `[<CudaGraphModule.attn: 1>]`."""
 
 
 def _scalar(word: str) -> int | float | str:
@@ -65,8 +76,12 @@ def attributes(words: Sequence[str], world_size: int) -> dict[str, object]:
             attrs[name] = TORCH_DTYPE.get(values[0], values[0])
         elif flag == "--attention-backend":
             attrs[name] = f"AttnBackend.{values[0]}"
-        elif flag == "--moe-layer-freq":
+        elif flag in ONE_WORD_LISTS:
             attrs[name] = layer_pattern(values[0], flag)
+        elif flag == "--cuda-graph-modules":
+            # _normalize_cuda_graph_modules_args: the members (a deprecated scope stays a word)
+            members = CudaGraphModule.__members__
+            attrs[name] = [members.get(v, v) for v in values if v != "full"]
         elif len(values) == 1 and flag != "--recompute-modules":
             attrs[name] = _scalar(values[0])
         else:

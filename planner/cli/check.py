@@ -52,8 +52,9 @@ def plan_from_args(
     if megatron_args_path is None:
         if plan_path is None:
             raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
-        only = (("--vocab-size", vocab_size), ("--verbose", verbose or None))
-        for flag, value in (*only, ("--nemo-model", nemo_model)):
+        if vocab_size is not None:
+            raise InputError("check: --vocab-size: only with --megatron-args or --megatron-log")
+        for flag, value in (("--verbose", verbose or None), ("--nemo-model", nemo_model)):
             if value is not None:
                 raise InputError(f"check: {flag}: only with --megatron-args")
         _plan_names_cluster(gpu, num_gpus)
@@ -129,11 +130,19 @@ def check(
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
     megatron_args_path: MegatronArgsOpt = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args)")] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", help="catalog GPU (--megatron-args, --megatron-log, --torchtitan-config)"
+        ),
+    ] = None,
     num_gpus: Annotated[
         int | None,
         typer.Option(
-            "--num-gpus", min=1, help="GPU count (--megatron-args; default: its torchrun's)"
+            "--num-gpus",
+            min=1,
+            help="GPU count (--megatron-args: default its torchrun's; --megatron-log: default "
+            "its world_size; --torchtitan-config)",
         ),
     ] = None,
     vocab_size: VocabSizeOpt = None,

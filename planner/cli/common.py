@@ -47,8 +47,8 @@ VocabSizeOpt = Annotated[
     typer.Option(
         "--vocab-size",
         min=1,
-        help="the tokenizer's vocabulary, where the command line does not imply it "
-        "(--megatron-args)",
+        help="the tokenizer's vocabulary, where the command line or log does not imply it "
+        "(--megatron-args, --megatron-log)",
     ),
 ]
 DEFAULT_HEADROOM = memory.DEFAULT_HEADROOM_PCT

@@ -93,10 +93,10 @@ def explain(
             "explain: give one of a plan file, --megatron-args FILE, --megatron-log FILE or "
             "--torchtitan-config FILE"
         )
-    if vocab_size is not None and megatron_args_path is None:
-        raise InputError("explain: --vocab-size: only with --megatron-args")
+    if vocab_size is not None and megatron_args_path is None and megatron_log_path is None:
+        raise InputError("explain: --vocab-size: only with --megatron-args or --megatron-log")
     if megatron_log_path is not None:
-        run = calibration.log_run(megatron_log_path, gpu, num_gpus, None)
+        run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)
         plan = run.plan
     elif megatron_args_path is not None:
         from planner.cli.check import plan_from_args

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import tomllib
+import zlib
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -86,7 +87,8 @@ def read_log(path: Path) -> str:
     parses holds. Line ends are kept as written (newline=""): a progress bar's bare carriage
     returns stay inside its line, so that the reader's line numbers are `grep -n`'s, and a
     Windows line end leaves a carriage return at the end of its line, which the reader strips
-    with the spaces around each value."""
+    with the spaces around each value. A gzip'd log cut short or corrupt is an InputError
+    naming the file."""
     if not is_file(path):
         read_file(path)  # its message: no such file, a directory, a name the system refuses
     gzipped = False
@@ -99,7 +101,7 @@ def read_log(path: Path) -> str:
         else:
             with path.open(encoding="utf-8", errors="replace", newline="") as f:
                 text = f.read(MAX_LOG_CHARS + 1)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
         what = "gzip'd log" if gzipped else "log"
         raise InputError(f"{path}: cannot read the {what}: {e}") from None
     if len(text) > MAX_LOG_CHARS:

@@ -15,6 +15,10 @@ Formats (NVIDIA/Megatron-LM d98e8a64):
 - memory: `megatron/training/utils/common_utils.py` `report_memory`, printed by data-parallel
   rank 0 of each model-parallel group: `[Rank N] (after K iterations) memory (MB) | allocated:
   X | max allocated: Y | reserved: Z | max reserved: W`.
+- vocabulary: `megatron/core/tokenizers/utils/build_tokenizer.py` `vocab_size_with_padding`
+  (:141-145), on rank 0 when the tokenizer is built, after the arguments block:
+  ` > padded vocab (size: {orig_vocab_size}) with {after - orig_vocab_size} dummy tokens (new
+  size: {after})` (megatron/training/vocab_utils.py :36 prints the same words).
 
 Launchers prefix lines (`srun --label` writes `0: `, torchrun `[default0]:`); every pattern is
 searched anywhere in a line, after terminal colour codes are removed. Lines end at newlines only
@@ -22,7 +26,17 @@ searched anywhere in a line, after terminal colour codes are removed. Lines end 
 last line without its newline (a job still writing, or killed mid-line) is not read, said in
 `MegatronLog.notes`; so is a memory report another rank's output tore (two `[Rank N]` on one
 line: its figures may be the other rank's). A file may hold several runs (a job that
-restarted, or logs concatenated): each arguments block starts a new run. Lines of other
+restarted, or logs concatenated): each arguments block starts a new run. A log without
+arguments blocks (the last rank's own file, which `--plan` completes) shows a restart only in
+its iteration numbers: every start logs its first iteration (`training_log`'s
+`is_first_iteration`, training.py :3539), so a line whose iteration does not increase (a restart
+from an earlier checkpoint, or from scratch) or, once two lines past a run's first show its
+`--log-interval` (their gcd), one off that interval (a restart from the checkpoint of the last
+line: `iteration 21` after `20`) starts a new run. Of such runs the one with the most iteration
+lines (the first on a tie) is kept, as `planner.calibration.measured` measures a restart that
+printed its arguments again, and the others are left out, said in `MegatronLog.notes`: each
+restart's first two lines time its start-up, as the first run's do, and would enter the
+median if the runs were one. Lines of other
 programs are skipped, and device names they print (`nvidia-smi`, `torch.cuda.get_device_name`)
 are kept, so that a log of another GPU than the one given can be refused. A `nan` or `inf` on
 an iteration or memory line, an arguments block without its end, or an iteration line cut short
@@ -34,6 +48,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 
 from planner.inputs.errors import InputError, abbreviated
@@ -47,6 +62,9 @@ prefix of words and spaces (`| INFO     | `) is not read as an argument (`_ARG` 
 longest names, which print no dots)."""
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)((?:\s*\|[^|]*)+)")
+_PADDED_VOCAB = re.compile(
+    r"> padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)"
+)
 _DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)[ -]([A-Z]{1,2}\d{2,3}[A-Z]?)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 """A terminal control sequence (colour, cursor): removed before a line is read."""
@@ -81,6 +99,15 @@ class MemoryReport:
     max_reserved_mib: float
 
 
+@dataclass(frozen=True)
+class PaddedVocab:
+    """The ` > padded vocab` line: the tokenizer's size and Megatron's padded_vocab_size."""
+
+    line: int
+    size: int
+    padded: int
+
+
 @dataclass
 class LogRun:
     """One run in a log file: its arguments block (if printed) and what followed it."""
@@ -91,6 +118,8 @@ class LogRun:
     arg_lines: dict[str, int] = field(default_factory=dict)
     iterations: list[Iteration] = field(default_factory=list)
     memory: list[MemoryReport] = field(default_factory=list)
+    vocab: PaddedVocab | None = None
+    """The run's ` > padded vocab` line, if it printed one."""
 
     def where(self, line: int | None = None) -> str:
         return f"{self.path}:{line}" if line is not None else str(self.path)
@@ -237,9 +266,18 @@ def parse(text: str, path: Path) -> MegatronLog:
                 current = LogRun(path)
                 runs.append(current)
             if it:
-                current.iterations.append(_iteration(it, number, where))
+                step = _iteration(it, number, where)
+                if current.args_line is None and _restarts(current.iterations, step.iteration):
+                    current = LogRun(path)  # a restart that printed no arguments block
+                    runs.append(current)
+                current.iterations.append(step)
             elif mem:
                 current.memory.append(_memory(mem, number, where))
+            continue
+        v = _PADDED_VOCAB.search(raw) if "padded vocab" in raw else None
+        if v and current is not None and current.vocab is None:
+            size, padded = (count(v.group(i), "padded vocab", where) for i in (1, 3))
+            current.vocab = PaddedVocab(number, size, padded)
             continue
         d = _DEVICE.search(raw) if "NVIDIA" in raw or "AMD Instinct" in raw else None
         if d:
@@ -254,4 +292,38 @@ def parse(text: str, path: Path) -> MegatronLog:
             f"{path}: not a Megatron-LM training log: no '--- arguments ---' block, no "
             f"'iteration N/M | ... {ELAPSED}' line and no memory report"
         )
-    return MegatronLog(path, runs, devices, notes)
+    return MegatronLog(path, _longest_restart(runs, notes), devices, notes)
+
+
+def _restarts(previous: list[Iteration], iteration: int) -> bool:
+    """Whether an iteration line after `previous` (a run without an arguments block) starts
+    another run: its iteration does not increase, or it is off the run's log interval (the gcd
+    of two or more lines after the run's first, itself off the interval after a restart)."""
+    if not previous:
+        return False
+    if iteration <= previous[-1].iteration:
+        return True
+    aligned = [it.iteration for it in previous[1:]]
+    return len(aligned) >= 2 and iteration % reduce(math.gcd, aligned) != 0
+
+
+def _longest_restart(runs: list[LogRun], notes: list[str]) -> list[LogRun]:
+    """The runs, of the runs without an arguments block (a log's start, split at its
+    restarts) the one with the most iteration lines only, the first on a tie; the others are
+    said in `notes`."""
+    restarts = [r for r in runs if r.args_line is None]
+    if len(restarts) < 2:
+        return runs
+    best = max(restarts, key=lambda r: len(r.iterations))
+    kept = best.where(best.iterations[0].line)
+    for run in restarts:
+        if run is not best:
+            first = run.iterations[0]
+            notes.append(
+                f"{run.where(first.line)}: a run of {len(run.iterations)} iteration line(s) "
+                f"from iteration {first.iteration}, one start of a job that restarted (no "
+                "arguments block; its iteration numbers show the restart): left out, measured "
+                f"on the run with more iteration lines, {kept} (each start's first two lines "
+                "time its start-up)"
+            )
+    return [r for r in runs if r.args_line is not None or r is best]

@@ -264,7 +264,7 @@ def test_a_gzipd_log_and_stray_bytes_read(
     assert outs[1] == outs[0] and outs[2]["step_time_s"] == outs[0]["step_time_s"]
 
 
-def _head(text: str, iterations: int) -> str:
+def log_head(text: str, iterations: int) -> str:
     """The log up to its `iterations`-th iteration line (an attempt that died there)."""
     out, seen = [], 0
     for line in text.splitlines():
@@ -291,15 +291,15 @@ def test_restarts_are_measured_on_their_longest_run(
     _, whole, _ = run(argv, capsys)
     step = json.loads(whole)["measured"]["step_time_s"]
     for name, log in (
-        ("one-line-first.log", _head(text, 1) + text),
-        ("crashed-after.log", text + _head(text, 2)),
+        ("one-line-first.log", log_head(text, 1) + text),
+        ("crashed-after.log", text + log_head(text, 2)),
     ):
         argv[2] = _log(tmp_path, log, name)
         code, out, err = run(argv, capsys)
         assert code == 0, err
         assert json.loads(out)["measured"]["step_time_s"] == step, name
         assert "left out" in err or "again (a restart)" in err, err
-    log = _log(tmp_path, text + _head(text, 2), "fit.log")
+    log = _log(tmp_path, text + log_head(text, 2), "fit.log")
     code, out, err = run(["calibrate", log, *GPU, "--out", str(tmp_path / "p"), "--json"], capsys)
     assert code == 0, err
     assert len(json.loads(out)["residuals"]) == 1
@@ -310,7 +310,7 @@ def test_a_short_run_says_its_step_carries_start_up(
 ) -> None:
     """With three iteration lines only the first is left out, and the second interval still
     carries start-up (measured.py's docstring): the step is read, and stderr says so."""
-    log = _log(tmp_path, _head(LOGS[0].read_text(), 3))
+    log = _log(tmp_path, log_head(LOGS[0].read_text(), 3))
     code, _, err = run(["explain", "--megatron-log", log, *GPU, "--json"], capsys)
     assert code == 0, err
     assert "still carries start-up" in err
