@@ -56,17 +56,37 @@ def one_kind(
             check_tiers(section.tiers, section.num_gpus)
         except ValueError as e:
             raise InputError(f"{where}: {field}.tiers: {e}{unreachable}") from None
+    per_node = section.gpus_per_node or gpu.gpus_per_node
     data = {
         "gpu": gpu,
         "num_gpus": section.num_gpus,
-        "gpus_per_node": section.gpus_per_node or gpu.gpus_per_node,
+        "gpus_per_node": per_node,
         "memory_gib": section.memory_gib or gpu.memory_gib,
         "power_limit_w": section.power_limit_w,
         "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
-        "tiers": section.tiers or gpu.tiers,
+        "tiers": section.tiers or node_tiers(gpu.tiers, gpu.gpus_per_node, per_node),
         "host_memory_gib_per_node": section.host_memory_gib_per_node,
     }
     return validate(ClusterSpec, data, path, prefix=field)
+
+
+def node_tiers(
+    tiers: tuple[LinkTier, ...], catalog_node: int, per_node: int
+) -> tuple[LinkTier, ...]:
+    """The catalog's tiers on nodes of `per_node` GPUs: a scale-up domain that is the catalog's
+    node (an HGX board's NVLink: span = its gpus_per_node) ends at a smaller node's edge, since
+    NVLink does not leave the node there; a domain wider than the node (GB200's NVL72 rack
+    across trays of 4) or a full mesh (AMD's xGMI: its bandwidth is a link per peer) is kept, as
+    are the tiers of a larger node, whose GPUs beyond the board meet on the next tier."""
+    inner = tiers[0]
+    if per_node >= catalog_node or inner.mesh or inner.span_gpus != catalog_node:
+        return tiers
+    narrowed = (inner.model_copy(update={"span_gpus": per_node}), *tiers[1:])
+    try:
+        check_tiers(narrowed)
+    except ValueError:
+        return tiers  # the next tier's span is no multiple of the node: kept as the catalog's
+    return narrowed
 
 
 def resolve_pool(section: PoolSection, k: int, path: Path | None) -> Pool:

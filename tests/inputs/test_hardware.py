@@ -457,3 +457,27 @@ def test_fp4_is_nvfp4_on_nvidia_only(gpus: dict[str, GpuSpec]) -> None:
     amd = gpus["mi355x-288gb"]
     assert amd.has_fp4 and "MXFP4" in (amd.missing_cores("fp4") or "")
     assert amd.missing_cores("fp8") is None
+
+
+def _noded(gpu: str, per_node: int) -> ClusterSpec:
+    from planner.inputs.plan import parse_plan
+
+    doc = {
+        "model": {"name": "llama3.1-8b"},
+        "cluster": {"gpu": gpu, "num_gpus": 64, "gpus_per_node": per_node},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    return parse_plan(doc).job.cluster
+
+
+def test_a_smaller_node_ends_the_boards_nvlink() -> None:
+    """HGX H100's NVLink is the board of 8 (catalog span 8 = its node): on nodes of 4 it spans
+    4, and a TP group of 8 crosses the next tier; GB200's NVLink spans the NVL72 rack across
+    trays of 4, so nodes of 2 keep it; AMD's xGMI full mesh keeps its links per peer; a larger
+    node than the board's keeps the board's span."""
+    assert _noded("h100-sxm-80gb", 4).tiers[0].span_gpus == 4
+    assert _noded("h100-sxm-80gb", 4).tier_for_span(8).name != "nvlink"
+    assert _noded("h100-sxm-80gb", 8).tiers[0].span_gpus == 8
+    assert _noded("h100-sxm-80gb", 16).tiers[0].span_gpus == 8
+    assert _noded("gb200-nvl72", 2).tiers[0].span_gpus == 72
+    assert _noded("mi355x-288gb", 4).tiers[0].span_gpus == 8
