@@ -117,3 +117,24 @@ def warn(plan: Plan) -> list[str]:
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
     return lines
+
+
+def launch_notes(path: Path) -> None:
+    """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
+    cannot run, a layout one of its targets cannot write), naming the targets, and what the
+    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`); before them, the
+    warnings `check` gives the plan (`common.warn`)."""
+    from planner.emit import launch
+    from planner.inputs.plan import load_plan
+
+    plan = load_plan(path)
+    warn(plan)  # what `check` warns about the plan, as it says it
+    refused = launch.refusals(plan)
+    for message, targets in refused.items():
+        err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")
+    if plan.job.framework == "megatron" and not any(
+        t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts
+    ):
+        loss = launch.megatron_lm_loss_note(plan)
+        if loss is not None:
+            err.print(f"note: {loss}")

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from planner import __version__
-from planner.cli.common import emit_json, err, out
+from planner.cli.common import emit_json, err, launch_notes, out
 from planner.cli.report import host_dict, job_dict, layout_dict, memory_dict, performance_dict
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
@@ -92,7 +92,9 @@ def run(
     if not res.plans:
         msg = f"no layout of {res.layouts} fits the pools"
         near = res.closest
-        if near is not None:  # the binding constraint: which stage, which pool, by how much
+        if res.refused is not None:
+            msg += f": every layout breaks a rule of Megatron-LM's: {res.refused}"
+        elif near is not None:  # the binding constraint: which stage, which pool, by how much
             pool = job.pools[near.pool]
             msg += (
                 f"; the closest, {near.layout.describe()}, needs {near.over_mib / 1024:.1f} GiB "
@@ -232,6 +234,7 @@ def _write(job: Job, best: PoolPlan, path: Path, model_ref: dict[str, Any] | Non
         path.write_text(plan_writer.render(best.job, best.layout, table, header))
     except OSError as e:
         raise InputError(f"--write-plan: cannot write {path}: {e}") from None
+    launch_notes(path)
 
 
 def across_dict(res: pool_search.PoolSearch) -> dict[str, Any]:

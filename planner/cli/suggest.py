@@ -28,8 +28,8 @@ from planner.cli.common import (
     check_headroom,
     emit_json,
     err,
+    launch_notes,
     out,
-    warn,
 )
 from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs.errors import EXIT_NO, InputError
@@ -180,7 +180,7 @@ def suggest(
             write_plan.write_text(plan_writer.render(plan_job, best.layout, table, header))
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
-        _launch_notes(write_plan)
+        launch_notes(write_plan)
     if as_json:
         data = report.suggest_dict(job, res, rows, req.defaulted)
         calibration.add_json(data, prof)
@@ -221,24 +221,3 @@ def _check_rows(job: Job, found: list[Candidate], job_path: Path | None) -> None
     from planner.search.titan_variants import candidate_job
 
     check_found(job, [(candidate_job(job, c), c.layout) for c in found], job_path)
-
-
-def _launch_notes(path: Path) -> None:
-    """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
-    cannot run, a layout one of its targets cannot write), naming the targets, and what the
-    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`); before them, the
-    warnings `check` gives the plan (`common.warn`)."""
-    from planner.emit import launch
-    from planner.inputs.plan import load_plan
-
-    plan = load_plan(path)
-    warn(plan)  # what `check` warns about the plan, as it says it
-    refused = launch.refusals(plan)
-    for message, targets in refused.items():
-        err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")
-    if plan.job.framework == "megatron" and not any(
-        t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts
-    ):
-        loss = launch.megatron_lm_loss_note(plan)
-        if loss is not None:
-            err.print(f"note: {loss}")

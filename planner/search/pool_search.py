@@ -39,6 +39,7 @@ from planner.search.pools import (
     problem,
     time_lines,
 )
+from planner.search.rules import violations
 from planner.search.rules.context import exchange_for
 from planner.search.solver import PoolSplitProblem, solve_pools
 
@@ -61,6 +62,9 @@ class PoolSearch:
     layouts: int
     closest: Closest | None = None
     """When nothing fits: the layout that comes nearest (`closest`)."""
+    refused: str | None = None
+    """When nothing fits and every layout `closest` tries breaks a rule of Megatron-LM's
+    (`rules.violations`, a job's setting no layout can meet): the first such rule's message."""
     best_pipeline: PoolPlan | None = None
     """With data parallelism across the pools allowed: the best plan whose pipeline crosses
     the link, and (`data`) the search of those whose data-parallel replicas span the pools."""
@@ -90,20 +94,26 @@ CLOSEST_TRIES = 8
 sharded first (largest tp x cp x pp: the least memory per GPU)."""
 
 
-def closest(job: Job, headroom_pct: float, todo: list[Layout]) -> Closest | None:
-    """The nearest miss among the most sharded layouts (relaxed CP-SAT: least excess)."""
+def closest(job: Job, headroom_pct: float, todo: list[Layout]) -> tuple[Closest | None, str | None]:
+    """The nearest miss among the most sharded layouts (relaxed CP-SAT: least excess) that
+    pass the rules; else the first rule they break (None: no layout was tried)."""
     light = [lay for lay in todo if lay.micro_batch_size == 1 and lay.recompute == "none"]
     light.sort(key=lambda lay: -(lay.tp * lay.cp * lay.pp))
     best: Closest | None = None
+    refused: str | None = None
     for lay in light[:CLOSEST_TRIES]:
         p = problem(job, lay, headroom_pct, True)
         split = solve_pools(p, relax=True)
         if split is None:
             continue
+        pj, placed = apply(job, lay, split)
+        if broken := violations(pj, placed):
+            refused = refused or f"{broken[0].field}: {broken[0].message}"
+            continue
         r, k, over = split.binding(p)
         if best is None or over < best.over_mib:
-            best = Closest(apply(job, lay, split)[1], r, k, over, p.capacity_mib[k])
-    return best
+            best = Closest(placed, r, k, over, p.capacity_mib[k])
+    return best, None if best is not None else refused
 
 
 def layouts(job: Job) -> list[Layout]:
@@ -211,9 +221,11 @@ def search(
             return usd if usd is not None else math.inf
         return p.performance.step_time_s
 
-    near = None if plans else closest(job, headroom_pct, todo)
+    near, refused = (None, None) if plans else closest(job, headroom_pct, todo)
     ranked = tuple(sorted(plans, key=key)[:top])
-    return PoolSearch(ranked, solved, layouts_seen, near, best_pipeline, data)
+    return PoolSearch(
+        ranked, solved, layouts_seen, near, best_pipeline=best_pipeline, data=data, refused=refused
+    )
 
 
 def _by_bound(

@@ -115,3 +115,46 @@ def test_one_pool_without_pipelines_checks_and_advises(
     code, out, err = run(["check", str(plan)], capsys)
     assert code == 1, err
     assert "internal error" not in err and "saves" in out
+
+
+def test_a_rule_no_layout_meets_is_named_not_a_memory_excess(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPT 7.1B has learned absolute positions for 4,096 tokens: no layout trains 16,384 (the
+    max_positions rule, Megatron's validate_args), on any pools. suggest exits 1 naming the
+    rule; it said the closest layout 'needs -4.3 GiB more' (it fits its memory)."""
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        '[model]\nname = "gpt-mcore-7.1b"\n[cluster]\n[[cluster.pools]]\nname = "h100"\n'
+        'gpu = "h100-sxm-80gb"\nnum_gpus = 8\n[[cluster.pools]]\nname = "a40"\n'
+        'gpu = "a100-sxm-40gb"\nnum_gpus = 8\n[training]\nseq_length = 16384\n'
+        "global_batch_size = 32\n"
+    )
+    code, out, err = run(["suggest", str(path)], capsys)
+    assert code == 1, err
+    flat = " ".join(out.split())
+    assert "max_position_embeddings (4096)" in flat and "training.seq_length" in flat
+    assert "GiB more" not in flat
+
+
+def test_write_plan_over_pools_notes_what_launch_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pools of 8-GPU and 4-GPU nodes: torchrun (and Slurm) start the same number of workers
+    on every node, so `launch` refuses those targets (planner.emit.pools); suggest --write-plan
+    says so on stderr as the one-kind suggest does, before anyone launches it."""
+    path = tmp_path / "mixed.toml"
+    path.write_text(
+        '[model]\nname = "llama3.1-8b"\n[cluster]\n[[cluster.pools]]\nname = "h100"\n'
+        'gpu = "h100-sxm-80gb"\nnum_gpus = 16\n[[cluster.pools]]\nname = "a100x4"\n'
+        'gpu = "a100-sxm-40gb"\ngpus_per_node = 4\nnum_gpus = 16\n[training]\n'
+        "seq_length = 8192\nglobal_batch_size = 32\n"
+    )
+    plan = tmp_path / "plan.toml"
+    code, _, err = run(["suggest", str(path), "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    flat = " ".join(err.split())
+    assert "note: launch --target torchrun, slurm refuses this plan" in flat
+    assert "gpus_per_node differs between pools" in flat
+    code, _, err = run(["launch", str(plan), "--target", "torchrun"], capsys)
+    assert code == 2 and "gpus_per_node differs between pools" in " ".join(err.split())
