@@ -74,7 +74,12 @@ def gpu_table(gpus: list[GpuSpec]) -> Table:
 
 
 def model_table(models: list[ModelArch]) -> Table:
-    t = Table(title="Models (model_zoo)")
+    t = Table(
+        title="Models (model_zoo)",
+        caption="params: the main model, embedding and output layer counted, MTP layers not "
+        "(DeepSeek's 671B); active: what one token uses, the input embedding table counted "
+        "whole (OpenAI's 5.1B for gpt-oss-120b leaves it out: 5.7B here)",
+    )
     for col in ("name", "layers", "hidden", "heads/groups", "experts", "params", "active"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for m in models:

@@ -307,7 +307,9 @@ def params_total(arch: ModelArch) -> int:
 
 
 def params_active(arch: ModelArch) -> int:
-    """Parameters one token uses: everything dense, shared experts, and top-k routed experts."""
+    """Parameters one token uses: everything dense, shared experts, and top-k routed experts;
+    the input embedding table counted whole, as Mixtral's and Qwen3's published active counts do
+    (OpenAI's gpt-oss counts and DeepSeek-V2-Lite's 2.4B leave it out)."""
     total = _outside_layers(arch)
     for kind in arch.layer_kinds:
         non_expert, _ = kind_params(arch, kind)
