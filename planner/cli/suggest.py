@@ -107,6 +107,9 @@ def suggest(
             raise InputError(f"--framework: megatron or torchtitan (got {framework!r})")
         req = replace(req, job=reframe(req.job, framework))  # type: ignore[arg-type]
     job, model_ref = req.job, req.model_ref
+    if len(job.pools) == 1:  # one GPU kind: the one-kind search, every setting searched
+        job = one_kind(job)
+        req = replace(req, job=job)
     _titan_model_note(job)
     prof = calibration.use(calibration_opt, job)
     if no_cp and (cp is not None or max_cp is not None):
@@ -194,6 +197,24 @@ def suggest(
             out.print(line)
         if write_plan is not None:
             out.print(f"wrote {write_plan}")
+
+
+def one_kind(job: Job) -> Job:
+    """A job of one pool as the one-kind cluster it is (its price kept), with a note on stderr:
+    the pooled search pipelines across pools and searches ZeRO 1 alone
+    (`planner.search.pool_search`), the one-kind search every layout."""
+    pool = job.pools[0]
+    cluster = job.cluster
+    if pool.price_usd_per_gpu_hour is not None:
+        gpu = cluster.gpu.model_copy(update={"price_usd_per_gpu_hour": pool.price})
+        cluster = cluster.model_copy(update={"gpu": gpu})
+    err.print(
+        f"note: one pool ({pool.name!r}) is one GPU kind: searched as [cluster] gpu = "
+        f'"{cluster.gpu.name}", num_gpus = {cluster.num_gpus}',
+        markup=False,
+        highlight=False,
+    )
+    return replace(job, cluster=cluster, pools=(), between_pools=None, pools_data_parallel=False)
 
 
 def _titan_model_note(job: Job) -> None:

@@ -158,3 +158,28 @@ def test_write_plan_over_pools_notes_what_launch_refuses(
     assert "gpus_per_node differs between pools" in flat
     code, _, err = run(["launch", str(plan), "--target", "torchrun"], capsys)
     assert code == 2 and "gpus_per_node differs between pools" in " ".join(err.split())
+
+
+def test_one_pool_is_searched_as_its_one_kind_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One [[cluster.pools]] entry is one GPU kind: suggest gives what the same [cluster] gives
+    (the brute-force-checked one-kind search: every ZeRO stage, pp 1 too), not the pooled
+    search's ZeRO 1 pipelines (it ranked a ZeRO 1 layout first, 2% slower than ZeRO 2's)."""
+    train = "[training]\nseq_length = 4096\nglobal_batch_size = 64\n"
+    model = '[model]\nname = "llama3.1-8b"\n'
+    one = tmp_path / "one.toml"
+    one.write_text(
+        model + '[cluster]\n[[cluster.pools]]\nname = "a"\ngpu = "h100-sxm-80gb"\n'
+        "num_gpus = 16\n" + train
+    )
+    plain = tmp_path / "plain.toml"
+    plain.write_text(model + '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n' + train)
+    rows, notes = [], []
+    for path in (one, plain):
+        code, out, err = run(["suggest", str(path), "--json"], capsys)
+        assert code == 0, err
+        rows.append([(c["parallel"], c["performance"]) for c in json.loads(out)["candidates"]])
+        notes.append("one pool ('a') is one GPU kind" in " ".join(err.split()))
+    assert rows[0] == rows[1]
+    assert notes == [True, False]
