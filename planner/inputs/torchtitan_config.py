@@ -191,6 +191,14 @@ def _document(
             f'{where}: parallelism.context_parallel_load_balancer: "": torchtitan raises '
             "'cannot be an empty string' (ParallelismConfig.__post_init__); None turns it off"
         )
+    if cp > 1 and balancer not in ("headtail", "ptrr", None):
+        # any other name raises when CP shards (distributed/context_parallel.py:206-209 at
+        # e347b1e5, distributed/context_parallel/api.py:181-184 at b5bcd76c);
+        # "ptrr" (FlexAttention's balancer) balances a causal mask as headtail does
+        raise InputError(
+            f"{where}: parallelism.context_parallel_load_balancer: {balancer!r}: torchtitan "
+            "raises 'Invalid load_balancer_type' (one of 'headtail', 'ptrr', or None)"
+        )
     dp = rep * shard
     mbs = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else 0
     local, gbs = _batches(doc, where, dp, pp, mbs, toml)

@@ -92,6 +92,15 @@ def test_accumulation_without_pipelining_reads(tmp_path: Path) -> None:
             'context_parallel_degree = 2\ncontext_parallel_load_balancer = ""\n',
             r'parallelism\.context_parallel_load_balancer: "": torchtitan raises',
         ),
+        # context_parallel.py:206-209: a balancer other than headtail, ptrr or None raises
+        # once CP shards the sequence
+        (
+            "local_batch_size = 8\nseq_len = 8192\n",
+            "data_parallel_shard_degree = 4\ntensor_parallel_degree = 8\n"
+            'context_parallel_degree = 2\ncontext_parallel_load_balancer = "roundrobin"\n',
+            r"parallelism\.context_parallel_load_balancer: 'roundrobin': torchtitan raises "
+            r"'Invalid load_balancer_type'",
+        ),
         # a seq_len tp x 2 x cp does not divide (parallel_dims.py:365-372, asserted by
         # llama3/infra/parallelize.py:69-74), named in torchtitan's words, not Megatron's
         (
