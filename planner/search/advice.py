@@ -1,13 +1,15 @@
 """Single changes to a layout that save memory, with the bytes each saves.
 
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
-knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep, whole
-layers offloaded to the CPU; and for DeepSeek sparse attention on Megatron's dense path, its
-sparse kernels) and must still pass `planner.search.rules`; the total GPU count and the global
+knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep, expert
+tp, whole layers offloaded to the CPU, the modules whose saved inputs go to the host (the sets the
+search tries, `rungs.OFFLOAD_SETS`); and for DeepSeek sparse attention on Megatron's dense path,
+its sparse kernels) and must still pass `planner.search.rules`; the total GPU count and the global
 batch stay as they are, so more tp, cp or pp takes its factor from dp, and the change says so
 (`tp 8 -> 16 (+ dp 4 -> 2)`). Every value of a knob that can help is tried (each higher ZeRO
 stage, each smaller micro-batch, each other vpp, each tp, cp, pp the data-parallel ranks leave
-room for, each larger ep, the fewest offloaded layers that fit), and the cheapest of each knob
+room for, each larger ep, each other expert tp, the fewest offloaded layers that fit), and the
+cheapest of each knob
 is kept: the one that fits at the shortest step where some fits, else the one that saves most.
 A change makes the layout fit only where what it offloads fits in host memory too
 (`planner.model.host_memory`; `planner.search.host_advice` lists the changes for a layout over
@@ -24,6 +26,7 @@ from planner.inputs.plan import Job
 from planner.inputs.plan_layout import torchtitan_stages
 from planner.model import dsa, host_memory, memory
 from planner.search import rules
+from planner.search.rungs import OFFLOAD_SETS
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,14 @@ class Change:
 
     def describe(self) -> str:
         with_it = f" (+ {self.also})" if self.also else ""
-        return f"{self.field} {self.before} -> {self.after}{with_it}"
+        return f"{self.field} {_shown(self.before)} -> {_shown(self.after)}{with_it}"
+
+
+def _shown(value: object) -> str:
+    """A setting as `describe` writes it: a module list comma-joined ("none" when empty)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
 
 
 def _factors(n: int) -> list[int]:
@@ -102,6 +112,15 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
     experts = job.arch.num_moe_experts or 1
     for ep in (e for e in range(lay.ep + 1, experts + 1) if experts % e == 0):
         yield 9, "ep", ep, lay.with_(ep=ep)
+    if job.arch.is_moe:  # each other expert tp the stage's ranks leave room for beside ep:
+        # more splits each expert's weights, less leaves more expert-data-parallel ranks to
+        # shard their optimizer over
+        room = lay.tp * lay.cp * lay.dp // lay.ep
+        for etp in (e for e in range(1, room + 1) if room % e == 0 and e != lay.expert_tp):
+            yield 10, "etp", etp, lay.with_(etp=etp)
+    if not lay.offload_modules and not lay.cpu_offloading_num_layers:
+        for modules in OFFLOAD_SETS:  # the rules keep those the model and settings allow
+            yield 4, "offload_modules", modules, lay.with_(offload_modules=modules)
 
 
 def _titan_split(job: Job, lay: Layout) -> bool:
@@ -229,7 +248,7 @@ def memory_changes(
         saves = base.peak - rep.peak
         if saves <= 0:
             continue
-        before = getattr(layout, field)
+        before = layout.expert_tp if field == "etp" else getattr(layout, field)
         fits = rep.fits and host_memory.estimate(job, new).fits
         out.append(Change(field, before, after, new, saves, fits, order, also))
     out += _offload_layers(job, layout, headroom_pct, base.peak)

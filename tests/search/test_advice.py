@@ -97,3 +97,32 @@ def test_a_job_field_change_is_ordered_by_its_own_step_time() -> None:
         assert times == sorted(times)
     kernels = [c for c in changes if c.job is not None]
     assert kernels and all(step(c.job, c.layout) < step(job, lay) for c in kernels)
+
+
+def test_expert_tp_and_offloaded_modules_are_tried() -> None:
+    """Mixtral 8x7B at tp 1, dp 16, ep 8 (one expert a GPU): expert tp 2 halves each GPU's
+    expert weights, 3 x 4,096 x 14,336 x 32 layers / 2 = 2,818,572,288 parameters, and their
+    bf16 weights and fp32 main gradients (6 bytes each): 16,911,433,728 bytes (the optimizer
+    state stays: twice the share over half the expert-data-parallel ranks). The recipes'
+    module sets of fine-grained activation offloading (rungs.OFFLOAD_SETS) are tried too. Each
+    as described is what memory.estimate says of the edited layout."""
+    p = plan(
+        "mixtral-8x7b",
+        "h100-sxm-80gb",
+        16,
+        {"tp": 1, "pp": 1, "dp": 16, "ep": 8, "zero_stage": 1},
+        global_batch_size=64,
+    )
+    lay = p.require_layout()
+    found = by_name(advice.memory_changes(p.job, lay))
+    etp = found["etp 1 -> 2"]
+    base, split = (memory.estimate(p.job, x).stages[0] for x in (lay, etp.layout))
+    assert (base.weights + base.grads) - (split.weights + split.grads) == 16_911_433_728
+    assert base.optimizer == split.optimizer
+    offload = next(c for c in found.values() if c.field == "offload_modules")
+    assert offload.describe().startswith("offload_modules none -> ")
+    assert offload.layout.offload_modules in advice.OFFLOAD_SETS
+    for change in (etp, offload):
+        assert not violations(p.job, change.layout)
+        after = memory.estimate(p.job, change.layout).peak
+        assert memory.estimate(p.job, lay).peak - after == pytest.approx(change.saves)

@@ -74,13 +74,16 @@ def _value(text: str) -> Any:
             return kind(text)
         except ValueError:
             pass
+    if text == "none" or "," in text:  # a module list, as `Change.describe` writes it
+        return [] if text == "none" else text.split(",")
     return text
 
 
 def applied(d: dict[str, Any], c: Change) -> dict[str, Any]:
     """The plan edited as the change's words say: `field before -> after (+ field before ->
     after + flag ...)`, each part one field (a bare flag turned on)."""
-    parts = [f"{c.field} {c.before} -> {c.after}", *(c.also.split(" + ") if c.also else [])]
+    words = c.describe().split(" (+ ")[0]
+    parts = [words, *(c.also.split(" + ") if c.also else [])]
     out = copy.deepcopy(d)
     for part in parts:
         m = re.fullmatch(r"(\S+) (\S+) -> (\S+)", part)
