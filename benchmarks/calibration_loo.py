@@ -140,7 +140,7 @@ def held_out(pairs: list[tuple[str, MeasuredRun]], folds: int) -> dict[str, list
             errs["t0"].append(t)
             if m is not None:
                 errs["m0"].append(m)
-        with calibratable.calibrated(fit(rest).values):
+        with calibratable.calibrated(fit(rest, leave_one_out=False).values):
             for run in held:
                 t, m = _errors(run)
                 errs["t1"].append(t)
