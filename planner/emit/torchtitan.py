@@ -83,7 +83,6 @@ PLAN_NAMES = EraNames(
     "tp",
     "pp",
     "cp",
-    "training.fp8_recipe",
 )
 """How the TOML launch target names what e347b1e5 refuses: the plan's fields."""
 
@@ -95,8 +94,7 @@ def era_refusal(plan: Plan, name: str) -> InputError | None:
     job, lay = plan.job, plan.require_layout()
     rep = job.titan.dp_replicate
     degrees = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "rep": rep, "shard": lay.dp // rep}
-    recipe = job.fp8_recipe if job.precision == "fp8" else None
-    problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES, recipe)
+    problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES)
     if problem is None:
         return None
     field, value, why = problem

@@ -256,8 +256,6 @@ def _document(
         if training["precision"] == "fp8":
             training["fp8_recipe"] = float8.get("recipe_name", "tensorwise")
             titan["float8_all_gather"] = float8.get("enable_fsdp_float8_all_gather", False)
-            if toml:
-                torchtitan_toml.era_refusal(where, name, d, seq, training["fp8_recipe"])
     return {
         "model": {"name": FLAVORS[name, flavor]},
         "cluster": {"gpu": gpu, "num_gpus": d["world"]},

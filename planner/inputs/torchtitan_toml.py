@@ -154,7 +154,6 @@ class EraNames:
     tp_word: str
     pp_word: str
     cp_word: str
-    fp8_recipe: str
 
 
 TOML_NAMES = EraNames(
@@ -165,18 +164,12 @@ TOML_NAMES = EraNames(
     "tensor_parallel_degree",
     "pipeline_parallel_degree",
     "context_parallel_degree",
-    "quantize.linear.float8.recipe_name",
 )
-
-FLOAT8_TP = ("deepseek_v3",)
-"""e347b1e5's models whose tensor parallelism raises under a float8 recipe other than rowwise
-('Currently, float8 tensorwise TP is not tested for deepseekv3',
-models/deepseek_v3/infra/parallelize.py:75-87)."""
 
 
 def era_problem(
-    name: str, degrees: dict[str, int], seq: int, names: EraNames, fp8_recipe: str | None = None
-) -> tuple[str, int | str, str] | None:
+    name: str, degrees: dict[str, int], seq: int, names: EraNames
+) -> tuple[str, int, str] | None:
     """(field, value, why) of what torchtitan e347b1e5 raises on that a plan would take, named as
     `names` names them: context parallelism in `NO_CONTEXT_PARALLEL`, pipelining in
     `NO_PIPELINE`, replication without sharding (`degrees["shard"]` x cp 1) beside tp or pp (DDP:
@@ -184,8 +177,7 @@ def era_problem(
     fully_shard replicates over dp_replicate with an fsdp mesh of 1), and a seq_len that is not a
     multiple of tp x 2 x cp even at cp 1 (parallel_dims.py:365-372 `seq_len_divisor`, asserted by
     each model's parallelize.py, e.g. llama3/infra/parallelize.py:69-74; b5bcd76c asks it only
-    with cp > 1), tp > 1 of a `FLOAT8_TP` model under a float8 `fp8_recipe` other than rowwise
-    (None: no float8); None where it runs."""
+    with cp > 1); None where it runs."""
     tp, pp, cp, rep = degrees["tp"], degrees["pp"], degrees["cp"], degrees["rep"]
     if cp > 1 and name in NO_CONTEXT_PARALLEL:
         return names.cp, cp, f"at {ERA} {NO_CONTEXT_PARALLEL[name]}"
@@ -202,13 +194,6 @@ def era_problem(
                 f"(models/{name}/infra/parallelize.py)"
             ),
         )
-    if tp > 1 and name in FLOAT8_TP and fp8_recipe not in (None, "rowwise", "rowwise_with_gw_hp"):
-        why = (
-            f"{ERA}'s {name} raises 'Currently, float8 tensorwise TP is not tested for "
-            f"deepseekv3' at {names.tp_word} {tp} (models/{name}/infra/parallelize.py:75-87); "
-            "the rowwise recipes run"
-        )
-        return names.fp8_recipe, fp8_recipe, why
     divisor = tp * 2 * cp
     if seq % divisor:
         tpw, cpw = names.tp_word, names.cp_word
@@ -221,11 +206,9 @@ def era_problem(
     return None
 
 
-def era_refusal(
-    where: str, name: str, degrees: dict[str, int], seq: int, fp8_recipe: str | None = None
-) -> None:
+def era_refusal(where: str, name: str, degrees: dict[str, int], seq: int) -> None:
     """Raises `era_problem` of a TOML, in its own field names."""
-    problem = era_problem(name, degrees, seq, TOML_NAMES, fp8_recipe)
+    problem = era_problem(name, degrees, seq, TOML_NAMES)
     if problem is not None:
         field, value, why = problem
         raise InputError(f"{where}: {field}: {value}: {why} {MODULE}")

@@ -266,26 +266,3 @@ def test_the_cli_exits_2_naming_the_file(
     code, _, err = run(args, capsys)
     assert code == 2 and f"{path}: training.global_batch_size: 128" in err
     assert "Traceback" not in err
-
-
-def test_deepseek_float8_tensorwise_tp_is_refused(tmp_path: Path) -> None:
-    """e347b1e5's deepseek_v3/infra/parallelize.py:75-87 raises 'Currently, float8 tensorwise TP
-    is not tested for deepseekv3' with TP and a float8 recipe other than rowwise: the TOML
-    exits 2 naming the recipe; rowwise runs, as tensorwise without TP does."""
-    model = DSV3 + 'converters = ["float8"]\n'
-    training = "local_batch_size = 1\nseq_len = 4096\n"
-    tp = "data_parallel_shard_degree = 64\ntensor_parallel_degree = 2\nexpert_parallel_degree = 8\n"
-
-    def quantize(recipe: str) -> str:
-        return f'[quantize.linear.float8]\nrecipe_name = "{recipe}"\n'
-
-    msg = refused(
-        toml(tmp_path, model, training, tp, quantize("tensorwise")),
-        r"quantize\.linear\.float8\.recipe_name: tensorwise: .*float8 tensorwise TP",
-    )
-    assert "tensor_parallel_degree 2" in msg
-    assert read(toml(tmp_path, model, training, tp, quantize("rowwise"))).job.precision == "fp8"
-    alone = "data_parallel_shard_degree = 128\nexpert_parallel_degree = 8\n"
-    assert read(toml(tmp_path, model, training, alone, quantize("tensorwise"))).job.precision == (
-        "fp8"
-    )
