@@ -66,6 +66,7 @@ from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import deepep_spread, head_era
 from planner.search.rules.torchtitan import experts as torchtitan_experts
+from planner.search.rules.torchtitan_shapes import v_placement
 
 __all__ = [
     "RULES",
@@ -173,11 +174,16 @@ def violations(job: Job, layout: Layout) -> list[Violation]:
     return _broken(RULES, job, layout)
 
 
+TORCHTITAN_WARNINGS: tuple[Rule, ...] = (v_placement,)
+"""What a torchtitan plan runs that planner does not model, said and not refused."""
+
+
 def warnings(job: Job, layout: Layout) -> list[Violation]:
-    """What Megatron would warn about (or its tests never run) in an accepted layout; nothing
-    for a torchtitan plan (Megatron's warnings are about Megatron's code)."""
+    """What Megatron would warn about (or its tests never run) in an accepted layout; for a
+    torchtitan plan (Megatron's warnings are about Megatron's code) what planner does not model
+    of it (`TORCHTITAN_WARNINGS`)."""
     if job.framework == "torchtitan":
-        return []
+        return _broken(TORCHTITAN_WARNINGS, job, layout)
     return _broken(WARNINGS, job, layout)
 
 

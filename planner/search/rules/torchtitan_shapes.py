@@ -42,6 +42,28 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     )
 
 
+def v_placement(job: Job, lay: Layout) -> Violation | None:
+    """A warning (`rules.warnings`): torchtitan's V schedules put stages r and 2 pp - 1 - r on
+    rank r (e347b1e5 distributed/pipeline_parallel.py:447-469, b5bcd76c :551-567), so rank 0
+    holds the first and the last stage, the embedding and the output layer and loss; planner's
+    ranks hold stages r and r + pp, the loss on the last (`Layout.chunk_layers`), so its
+    per-rank layers, memory and time are not those of the run (its bubble and in-flight counts
+    are the V's)."""
+    if job.framework != "torchtitan" or lay.pp == 1:
+        return None
+    name = job.titan.schedule(lay.vpp)
+    if name not in V_SHAPED:
+        return None
+    return Violation(
+        "tt_v_placement",
+        "torchtitan.pipeline_schedule",
+        f"{name!r} places stages r and 2 x pp - 1 - r on rank r (the output layer and loss on "
+        "rank 0, beside the embedding); planner places stage k on rank k mod pp, the loss on "
+        "the last rank: each rank's layers and memory here are not the run's (not modelled); "
+        "Interleaved1F1B or InterleavedZeroBubble place stages as planner does",
+    )
+
+
 def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
     """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`)."""
     if not lay.dp * lay.micro_batch_size:
