@@ -161,7 +161,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         "data_parallel_shard_degree": lay.dp // rep,
         "fsdp_reshard_after_forward": titan.reshard_after_forward,
         "tensor_parallel_degree": lay.tp,
-        "disable_loss_parallel": job.cross_entropy != "pytorch",
+        "disable_loss_parallel": job.cross_entropy == "gathered",
         "enable_async_tensor_parallel": titan.async_tp,
         "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp,
@@ -170,6 +170,10 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     }
     if lay.pp > 1:
         parallelism["pipeline_parallel_schedule"] = titan.schedule(lay.vpp)
+        # e347b1e5 job_config.py:420 turns DualPipeV's EP / PP overlap on by default, which
+        # planner does not model and which raises beside activation checkpointing
+        # (distributed/dual_pipe_v.py:32-49): written off
+        parallelism["pipeline_parallel_expert_parallel_overlap"] = False
         parallelism["pipeline_parallel_microbatch_size"] = mbs
         parts, start = [], 0
         for stage in lay.stages(job.arch.num_layers):

@@ -115,6 +115,13 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
     refused = routing_refusal(plan, HEAD_COMMIT)
     if refused is not None:
         raise refused
+    if job.cross_entropy == "gathered" and lay.tp > 1:
+        raise _refuse(
+            plan,
+            "training.cross_entropy",
+            "runs the loss vocab-parallel under TP (components/loss.py:66-75, no "
+            'disable_loss_parallel): "gathered" is the TOML target\'s (e347b1e5); set "pytorch"',
+        )
     if lay.ep > 1 and lay.expert_tp > 1:
         raise _refuse(
             plan,

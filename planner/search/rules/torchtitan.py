@@ -178,6 +178,12 @@ def features(job: Job, lay: Layout) -> Violation | None:
             "parallel.moe_flex_dispatcher_num_sms",
             "DeepEP's default SM count under torchtitan",
         ),
+        (
+            job.cross_entropy == "fused",
+            "training.cross_entropy",
+            'torchtitan has no fused cross entropy: "pytorch" (loss parallel, vocab-split under '
+            'TP) or "gathered" (e347b1e5 disable_loss_parallel)',
+        ),
     )
     for broken, field, instead in megatron_only:
         if broken:
