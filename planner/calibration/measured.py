@@ -17,8 +17,9 @@ reached there.
 
 A log that cannot be from the GPU given is refused, naming its line: a device name that other
 programs printed (`nvidia-smi`, `torch.cuda.get_device_name`) of another GPU family, a logged
-throughput above the GPU's dense peak at the run's precision, or memory reserved beyond its
-capacity.
+throughput above the GPU's dense peak at the run's precision, or memory reserved or allocated
+beyond its capacity. (The log reader bounds every figure first: `megatron_log.MAX_ELAPSED_MS`,
+`MAX_MEMORY_MIB`.)
 """
 
 from __future__ import annotations
@@ -178,6 +179,12 @@ def _memory(run: megatron_log.LogRun, plan: Plan) -> tuple[StagePeak, ...]:
                 f"{run.where(rep.line)}: max reserved {rep.max_reserved_mib:.0f} MB is more than "
                 f"a {job.cluster.gpu.name} holds ({capacity / MIB:.0f}): this log is not from "
                 "that GPU (--gpu)"
+            )
+        if rep.max_allocated_mib * MIB > capacity * 1.01:  # allocated within reserved
+            raise InputError(
+                f"{run.where(rep.line)}: max allocated {rep.max_allocated_mib:.0f} MB is more "
+                f"than a {job.cluster.gpu.name} holds ({capacity / MIB:.0f}): this log is not "
+                "from that GPU (--gpu)"
             )
         stage = rep.rank // per_stage
         if tp_pp_dp and rep.rank < job.cluster.num_gpus:

@@ -125,7 +125,7 @@ def document(fit: Fit, gpu: str, logs: list[str]) -> dict[str, Any]:
             }
             | {k: None if v is None else _round(v / GIB) for k, v in gib.items()}
         )
-    return {
+    doc = {
         "calibration": {
             "gpu": gpu,
             "planner_version": __version__,
@@ -147,6 +147,42 @@ def document(fit: Fit, gpu: str, logs: list[str]) -> dict[str, Any]:
         },
         "residuals": residuals,
     }
+    _writable(doc)
+    return doc
+
+
+def _writable(doc: dict[str, Any]) -> None:
+    """Refuses (InputError, exit 2) a profile `read` would refuse, before it is written: a figure
+    that is not finite (a fit of absurd measurements overflowed), a time or size not above 0, a
+    constant outside its range. A residual's figure names its run (`file:line`), the others
+    their table and key."""
+
+    def check(where: str, key: str, value: Any, kind: type) -> None:
+        try:
+            _typed(where, key, value, kind)
+        except InputError as e:
+            raise InputError(
+                f"{e}: planner calibrate writes no profile its own reader refuses (not written)"
+            ) from None
+
+    for i, row in enumerate(doc["residuals"]):
+        for key, value in row.items():
+            if value is not None:
+                check(f"{row['run']}: residuals[{i}].{key}", key, value, RESIDUAL_KEYS[key])
+    for key, value in doc["calibration"].items():
+        if value is not None:
+            check(f"calibration.{key}", key, value, CALIBRATION_KEYS[key])
+    for name, table in doc["constants"].items():
+        for key, value in table.items():
+            if value is not None:
+                check(f"constants.{name}.{key}", key, value, CONSTANT_KEYS[key])
+        c, value = BY_KEY[name], table["value"]
+        if not c.lo <= value <= c.hi:
+            raise InputError(
+                f"constants.{name}.value: the fit gives {value}, outside [{c.lo:g}, {c.hi:g}] "
+                f"({c.what}): planner calibrate writes no profile its own reader refuses (not "
+                "written)"
+            )
 
 
 def render(fit: Fit, gpu: str, logs: list[str]) -> str:

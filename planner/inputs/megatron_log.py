@@ -39,7 +39,9 @@ restart's first two lines time its start-up, as the first run's do, and would en
 median if the runs were one. Lines of other
 programs are skipped, and device names they print (`nvidia-smi`, `torch.cuda.get_device_name`)
 are kept, so that a log of another GPU than the one given can be refused. A `nan` or `inf` on
-an iteration or memory line, an arguments block without its end, or an iteration line cut short
+an iteration or memory line, a figure past what a training step can measure (an iteration time
+under MIN_ELAPSED_MS or over MAX_ELAPSED_MS, a day; memory under MIN_MEMORY_MIB or over
+MAX_MEMORY_MIB, 16 TiB), an arguments block without its end, or an iteration line cut short
 (before its newline) are errors naming the line.
 """
 
@@ -144,6 +146,16 @@ positive figure, such as 1e-320, is no measurement, and its reciprocal overflows
 MIN_MEMORY_MIB = 1.0
 """The least memory a training rank's report can hold: its weights alone are more than 1 MiB."""
 
+MAX_ELAPSED_MS = 86_400_000.0
+"""The longest iteration time a log is taken to measure, one day (86,400,000 ms): the longest
+steps of the largest runs take minutes; a day per step is no training run (and 1e308 ms, which
+`float` reads, makes the fit's squares overflow to inf and nan)."""
+
+MAX_MEMORY_MIB = float(1 << 24)
+"""The most memory (MiB) a memory report is taken to hold, 16 TiB: over 50 times the largest
+catalog GPU's capacity (288 GB); a GPU's allocator cannot report more than the GPU holds. The
+GPU's own capacity is checked once the run's GPU is known (`planner.calibration.measured`)."""
+
 MAX_COUNT_DIGITS = 18
 """Digits of a rank, an iteration or a GPU count in a log (10^18 is past any of them; Python's
 int() refuses 4,300 digits with an error of its own)."""
@@ -197,6 +209,11 @@ def _iteration(m: re.Match[str], line: int, where: str) -> Iteration:
         raise InputError(
             f"{where}: {ELAPSED}: {fields[ELAPSED]} (must be at least {MIN_ELAPSED_MS} ms)"
         )
+    if elapsed > MAX_ELAPSED_MS:
+        raise InputError(
+            f"{where}: {ELAPSED}: {abbreviated(fields[ELAPSED])} (more than a day, "
+            f"{MAX_ELAPSED_MS:,.0f} ms, per iteration: not a training step)"
+        )
     tflops = _number(fields[THROUGHPUT], THROUGHPUT, where) if THROUGHPUT in fields else None
     batch = fields.get(BATCH)
     return Iteration(
@@ -218,6 +235,11 @@ def _memory(m: re.Match[str], line: int, where: str) -> MemoryReport:
         if value < MIN_MEMORY_MIB:  # a training rank always holds its weights
             raise InputError(
                 f"{where}: {name}: {fields[name]} MiB (must be at least {MIN_MEMORY_MIB:g})"
+            )
+        if value > MAX_MEMORY_MIB:
+            raise InputError(
+                f"{where}: {name}: {abbreviated(fields[name])} MiB (more than "
+                f"{MAX_MEMORY_MIB:,.0f} MiB, 16 TiB, far beyond any GPU's memory)"
             )
     rank, after = count(m.group(1), "Rank", where), count(m.group(2), "after", where)
     return MemoryReport(line, rank, after, *mib)

@@ -45,7 +45,13 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
             raise InputError(f"{where}: model.hf_config: expected a path (got {spelled(ref)})")
         hf_path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
         if not is_file(hf_path):
-            what = "is a directory" if is_dir(hf_path) else "no such file"
+            what = (
+                "is a directory"
+                if is_dir(hf_path)
+                else "not a regular file"
+                if _exists(hf_path)
+                else "no such file"
+            )
             raise InputError(f"{where}: model.hf_config: {what}: {hf_path} (got {spelled(ref)})")
         from planner.inputs.hf_import import load_hf_config
 
@@ -54,6 +60,15 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
         raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")
     inline = {"name": "inline", "source": f"inline in {where}", **table}
     return validate(ModelArch, inline, path, prefix="model")
+
+
+def _exists(path: Path) -> bool:
+    """Whether anything is at the path (a device such as /dev/null, a pipe); False for a name
+    the system refuses."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def resolve_cluster(section: ClusterSection, path: Path | None) -> ClusterSpec:

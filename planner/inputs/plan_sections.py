@@ -22,6 +22,7 @@ from planner.inputs.fields import (
     PositiveFloat,
     PositiveInt,
 )
+from planner.inputs.hardware import MAX_GPU_MEMORY_GIB
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_types import (
     AttentionKernel,
@@ -338,6 +339,7 @@ class TrainingSection(BaseModel):
     )
     rl_kv_cache_gib: NonNegativeFloat = Field(
         default=0.0,
+        le=MAX_GPU_MEMORY_GIB,  # a per-GPU cache: no more than a GPU's memory can be
         description="Megatron RL (--perform-rl-step): the rollout engine's KV cache on each GPU, "
         "GiB (--inference-dynamic-batching-buffer-size-gb)",
     )

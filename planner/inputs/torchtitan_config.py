@@ -106,6 +106,7 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
         raise InputError(f"{where}: not a TOML file: {e}") from None
     doc = parse_toml(text, where)
     torchtitan_toml.check_fields(doc, where)
+    _reduce_dtype(doc.get("training"), where, "training.mixed_precision_reduce")
     compile_ = doc.get("compile")
     if isinstance(compile_, dict):
         parts = compile_.get("components", ["model", "loss"])
@@ -118,14 +119,45 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
     return _document(doc, text, where, gpu, num_gpus, notes, True), notes
 
 
+def _degree(doc: dict[str, Any], where: str, key: str) -> int:
+    """A parallelism degree (default 1): at least 1, as torchtitan's ParallelDims asserts for
+    every degree but dp_shard (distributed/parallel_dims.py:45-46 at e347b1e5, :175-176 at
+    b5bcd76c: "Parallelism degree should be >= 1, except for dp_shard"), whether or not it is
+    used (an expert degree of a dense model too)."""
+    value = _get(doc, where, "parallelism", key, int, 1)
+    if value < 1:
+        raise InputError(
+            f"{where}: parallelism.{key}: must be at least 1 (got {value}): torchtitan's "
+            "ParallelDims asserts every degree but data_parallel_shard_degree >= 1"
+        )
+    return int(value)
+
+
+REDUCE_DTYPE = "float32"
+"""The one value torchtitan takes for training.mixed_precision_reduce, FSDP's gradient reduce dtype
+(`Literal["float32"]`: job_config.py:290 at e347b1e5, configs.py:102 at b5bcd76c), and the one
+planner models."""
+
+
+def _reduce_dtype(section: Any, where: str, field: str) -> None:
+    """Refuses a mixed_precision_reduce other than REDUCE_DTYPE (unset: the default), as
+    torchtitan_toml refuses mixed_precision_param off its default; `field` as the file spells
+    it."""
+    if not isinstance(section, dict) or "mixed_precision_reduce" not in section:
+        return
+    value = section["mixed_precision_reduce"]
+    if value != REDUCE_DTYPE:
+        raise InputError(
+            f"{where}: {field}: {spelled(value)}: torchtitan takes only {REDUCE_DTYPE!r} "
+            "(Literal['float32'], job_config.py:290 at e347b1e5), which planner models"
+        )
+
+
 def _degrees(doc: dict[str, Any], where: str, num_gpus: int | None) -> dict[str, int]:
     """replicate, shard (-1 resolved), tp, pp, cp and the GPUs they multiply to."""
 
     def degree(key: str) -> int:
-        value = _get(doc, where, "parallelism", key, int, 1)
-        if value < 1:
-            raise InputError(f"{where}: parallelism.{key}: must be at least 1 (got {value})")
-        return int(value)
+        return _degree(doc, where, key)
 
     rep = degree("data_parallel_replicate_degree")
     shard = _get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
@@ -226,8 +258,8 @@ def _document(
     if chunks != 1:
         titan["loss_chunks"] = chunks
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
-    ep = par("expert_parallel_degree", 1)
-    etp = par("expert_tensor_parallel_degree", 1)
+    ep = _degree(doc, where, "expert_parallel_degree")
+    etp = _degree(doc, where, "expert_tensor_parallel_degree")
     backend = par("expert_parallel_comm_backend", "standard", str)
     flex = ep > 1 and backend == "deepep"
     if toml:

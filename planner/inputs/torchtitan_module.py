@@ -33,6 +33,8 @@ SelectiveAC and FullAC the recompute; compile of the "model" component planner's
 from __future__ import annotations
 
 import ast
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -283,14 +285,24 @@ class Reader:
             return names[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             inner = self.value(node.operand, names)
+            if isinstance(inner, TooLarge):
+                return inner
             return -inner if _number(inner) else self._unread(node)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)):
             a, b = self.value(node.left, names), self.value(node.right, names)
+            big = next((v for v in (a, b) if isinstance(v, TooLarge)), None)
+            if big is not None:
+                return big  # the first number past the bound, with its line
             if not (_number(a) and _number(b)):
                 return self._unread(node)
+            for operand in (a, b):
+                if _too_large(operand):
+                    return self._too_large(node, operand)
             if isinstance(node.op, ast.Mult):
-                return a * b
-            return a + b if isinstance(node.op, ast.Add) else a - b
+                result = a * b
+            else:
+                result = a + b if isinstance(node.op, ast.Add) else a - b
+            return self._too_large(node, result) if _too_large(result) else result
         if isinstance(node, ast.Call):
             written = _dotted(node.func)
             if written is None or any(k.arg is None for k in node.keywords):
@@ -312,6 +324,22 @@ class Reader:
             return Record(callee, args, kwargs, node.lineno, self._text(node))
         return self._unread(node)
 
+    def _too_large(self, node: ast.AST, number: int | float) -> TooLarge:
+        """A number past MAX_MAGNITUDE (or not finite) that `node` computes, as a value not
+        read: an error naming this line where the plan needs it (`Document.need`), and no
+        larger number computed from it (a chain of products, `a2 = a1 * a1`, ..., squared
+        its digits at each line)."""
+        shown = (
+            f"{number:.3g}"
+            if isinstance(number, float)
+            else f"a number of {abs(number).bit_length():,} bits"
+        )
+        return TooLarge(
+            getattr(node, "lineno", 0),
+            f"{self._text(node)}: {shown}, beyond the 2**63 planner computes with (no token "
+            "count, degree or batch is that large)",
+        )
+
     def _imported_as(self, written: str) -> str:
         """A callee as its module names it: `from m import FullAC as F` makes `F.Config`
         FullAC.Config (the records are told apart by these names)."""
@@ -330,6 +358,25 @@ class Reader:
         text = ast.get_source_segment(self.source, node) or ast.dump(node)
         first = text.splitlines()[0] if text else text
         return first[:120] + (" ..." if first != text else "")
+
+
+MAX_MAGNITUDE = 2**63
+"""The largest magnitude of a number the reader computes (`Reader.value`'s arithmetic on
+literals), or takes as an operand: torchtitan's integer fields are int64 where they reach torch,
+and no token budget, degree or batch comes near it. Past it, or not finite, the value is
+`TooLarge` (exit 2 naming its line where the plan needs it); `**`, `<<` and the other operators
+are not evaluated at all (what the plan needs from them exits 2 as not read)."""
+
+
+@dataclass(frozen=True)
+class TooLarge(Unread):
+    """A number past MAX_MAGNITUDE: not read, and carried as is through the arithmetic on it."""
+
+
+def _too_large(number: int | float) -> bool:
+    if isinstance(number, float) and not math.isfinite(number):
+        return True
+    return abs(number) > MAX_MAGNITUDE
 
 
 def config_of(target: ast.expr) -> str | None:

@@ -84,6 +84,14 @@ class Document:
             )
         if balancer is None:
             par["context_parallel_load_balancer"] = None
+        reduce = lookup(self.values, ("training", "mixed_precision_reduce"))
+        if reduce is not None and reduce != "float32":  # unset: None, torchtitan's default
+            shown = self.need(("training", "mixed_precision_reduce"), object)
+            raise InputError(
+                f"{self.where}: config.training.mixed_precision_reduce: {spelled(shown)}: "
+                "torchtitan takes only 'float32' (Literal['float32'], configs.py:102 at "
+                "b5bcd76c), which planner models"
+            )
         tables: dict[str, Any] = {"model": model, "parallelism": par}
         self._converters(spec, tables)
         self._batch(par, tables)

@@ -222,14 +222,19 @@ def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:
 def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
     """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
     gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else Megatron-FSDP's own
-    suggested 40M parameters, param_and_grad_buffer.py: not DDP's max(40M, 1M x dp)). ZeRO-3
+    suggested 40M parameters, param_and_grad_buffer.py: not DDP's max(40M, 1M x dp)), at most
+    the larger buffer's (dense or expert) parameters of a model chunk. ZeRO-3
     (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
     (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
     units' bf16 parameters and gradients in the gradient dtype."""
     total = 0.0
     if layout.zero_stage >= 2:
         bucket = explicit_bucket(layout, dense + expert, nlayers)
-        total += job.grad_bytes * (DP_BUCKET_PARAMS if bucket is None else bucket)
+        size = DP_BUCKET_PARAMS if bucket is None else bucket
+        # a bucket holds at most its buffer's parameters: the dense and the expert parameters
+        # are buffers apart (Megatron's DDP buffers and expert_parallel_buffers), per model chunk
+        largest = max(dense, expert) / max(layout.vpp, 1)
+        total += job.grad_bytes * min(size, max(largest, 1.0))
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
         total += 2 * per_layer * (2.0 + job.grad_bytes)

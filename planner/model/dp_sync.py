@@ -41,15 +41,20 @@ def explicit_bucket(lay: Layout, stage_params: float, layers: int = 1) -> float 
     """Parameters per DDP bucket the layout sets: --ddp-bucket-size, or with --ddp-num-buckets
     n a model chunk's parameters // n (a stage of `stage_params` parameters holds vpp chunks;
     Megatron training.py resolve_ddp_bucket_size), never less than the stage's average tensor
-    (its `layers` decoder layers' DECODER_LAYER_TENSORS, the embedding and the output layer);
-    None where it sets neither."""
+    (its `layers` decoder layers' DECODER_LAYER_TENSORS, the embedding and the output layer)
+    and never more than a model chunk's parameters, the most a buffer holds (each chunk is its
+    own DDP with its own buffers; param_and_grad_buffer.py d98e8a64
+    `_compute_default_per_buffer_param_layout` closes a bucket at bucket_size parameters or at
+    the buffer's last parameter, so a bucket_size above the buffer makes one bucket of the
+    buffer); None where it sets neither."""
     if lay.ddp_bucket_size is not None:
         size = float(lay.ddp_bucket_size)
     elif lay.ddp_num_buckets is not None:
         size = stage_params / max(lay.vpp, 1) // lay.ddp_num_buckets
     else:
         return None
-    return max(size, stage_params / (max(layers, 1) * DECODER_LAYER_TENSORS + 2), 1.0)
+    floor = max(size, stage_params / (max(layers, 1) * DECODER_LAYER_TENSORS + 2), 1.0)
+    return min(floor, max(stage_params / max(lay.vpp, 1), 1.0))
 
 
 def bucket_params(lay: Layout, group_size: int, stage_params: float, layers: int = 1) -> float:
