@@ -265,6 +265,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--no-create-attention-mask-in-dataloader",))  # (buffers.dataloader_mask_bytes)
     if job.log_grad_stats:  # the gradient statistics the plan's step pays (cost.GRAD_STATS_S)
         a += [("--log-params-norm",), ("--log-num-zeros-in-grad",)]
+    if job.test_mode:  # the real-time attention checks the plan's step time counts
+        a.append(("--test-mode",))
     if job.weight_hash_interval:  # the check the plan's step time counts (model.weight_hash)
         a.append(("--check-weight-hash-across-dp-replicas-interval", str(job.weight_hash_interval)))
     a += optimizer_args(plan)

@@ -334,3 +334,23 @@ def test_k8s_pytorchjob_with_bad_replicas_is_bad_input() -> None:
     )
     with pytest.raises(InputError, match=r"<k8s>: spec.pytorchReplicaSpecs.Worker.replicas"):
         megatron_args.read(text, "h100-sxm-80gb", None, "<k8s>")
+
+
+def test_test_mode_is_launched_and_reads_back() -> None:
+    """training.test_mode -> --test-mode (TrainingConfig.test_mode, training_config.py:144 at
+    d98e8a64, copied to TransformerConfig.test_mode: attention.py:1938 runs its real-time checks
+    every forward, which the plan's step time counts); it was left off the line, so the run
+    skipped what the plan timed and the round trip lost it."""
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, test_mode=True)
+    assert "--test-mode" in flags(plan)
+    assert round_trip(plan).job.test_mode
+    assert "--test-mode" not in flags(make_plan("llama3.1-8b", 16, {"tp": 2}))
+
+
+def test_moe_act_recompute_on_a_dense_model_breaks_a_rule() -> None:
+    """TransformerConfig.__post_init__ (d98e8a64 transformer_config.py:1964-1967) raises 'moe_act
+    in recompute_modules is only supported with moe_grouped_gemm', which a dense model never
+    sets: the plan breaks a rule instead of launching a line Megatron refuses."""
+    plan = make_plan("llama3.1-8b", 8, {"recompute": "selective", "recompute_modules": ["moe_act"]})
+    with pytest.raises(InputError, match="recompute module moe_act needs a mixture of experts"):
+        check_plan(plan)

@@ -15,7 +15,8 @@ from planner.search.rules.base import Violation
 
 def recompute(job: Job, lay: Layout) -> Violation | None:
     """Modules only with selective, method and layer count only with full (TransformerConfig
-    asserts both ways); mla_up_proj needs MLA, gdn_norm_out a gated delta net; moe_act and
+    asserts both ways); mla_up_proj needs MLA, moe_act an MoE model, gdn_norm_out a gated delta
+    net; moe_act and
     layernorm cannot be recomputed under
     the delayed FP8 recipe."""
     mods = lay.recompute_modules
@@ -45,6 +46,14 @@ def recompute(job: Job, lay: Layout) -> Violation | None:
             "recompute_modules",
             "parallel.recompute_modules",
             "recompute module mla_up_proj needs multi-latent attention",
+        )
+    if "moe_act" in mods and not job.arch.is_moe:
+        # TransformerConfig.__post_init__ d98e8a64 :1964-1967: "moe_act in recompute_modules is
+        # only supported with moe_grouped_gemm", which a dense model has no experts for
+        return Violation(
+            "recompute_modules",
+            "parallel.recompute_modules",
+            "recompute module moe_act needs a mixture of experts (Megatron raises ValueError)",
         )
     if "gdn_norm_out" in mods and not job.arch.has_gdn:
         return Violation(
