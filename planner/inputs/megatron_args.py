@@ -48,12 +48,11 @@ from planner.inputs import megatron_layout as layout
 from planner.inputs.arch_fields import SoftmaxType
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
+from planner.inputs.megatron_choices import refuse_choices
 from planner.inputs.megatron_flags import (
-    CHOICES,
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
     REFUSED,
-    invalid_choice,
     megatron_flags,
     typo_of,
 )
@@ -236,7 +235,7 @@ def _read(
                 "rejects it, and it would change the layout"
             )
         unknown.append(flag)
-    _refuse_choices(flags, where)
+    refuse_choices(flags, where)
     line = Line(flags, where)
     notes = [n for n in (picked, entry_note(words)) if n is not None]
     missing: list[str] = []
@@ -290,29 +289,6 @@ def _read(
         "parallel": parallel,
     }
     return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
-
-
-def _refuse_choices(flags: dict[str, list[str]], where: str) -> None:
-    """Refuses a value outside the choices Megatron-LM's parser takes for the flag
-    (`megatron_flags.CHOICES`): argparse exits on it ("invalid choice"). A value still a shell
-    variable or a command's output is left to the flag's reading (which says so, or, for
-    --tokenizer-type, reads it by --tiktoken-pattern)."""
-    for flag, values in flags.items():
-        if flag not in CHOICES:
-            continue
-        if not values:
-            raise InputError(
-                f"{where}: {flag}: expected one argument, one of {', '.join(CHOICES[flag])} "
-                "(Megatron-LM's argparse refuses the flag without it)"
-            )
-        value = values[0]
-        if "$" in value or "`" in value:
-            continue
-        why = invalid_choice(flag, value)
-        if why is not None:
-            raise InputError(
-                f"{where}: {flag}: {why}: Megatron-LM's argparse refuses it (invalid choice)"
-            )
 
 
 def max_position_note(line: Line) -> list[str]:

@@ -10,7 +10,7 @@ fields (megatron/training/argument_utils.py `_extract_type`: TransformerConfig
 recompute_granularity Literal['full', 'selective'] :532, ModelParallelConfig
 cross_entropy_fusion_impl Literal['native', 'te'] :325, TransformerConfig transformer_impl
 Literal['local', 'transformer_engine', 'inference_optimized'] :1314). Where the Megatron-LM
-mirror is on this machine, `megatron_flags.CHOICES` is checked against those sources."""
+mirror is on this machine, `megatron_choices.CHOICES` is checked against those sources."""
 
 from __future__ import annotations
 
@@ -23,13 +23,8 @@ from cli_run import run
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_flags import (
-    CHOICES,
-    NOT_MODELLED,
-    READ,
-    invalid_choice,
-    megatron_flags,
-)
+from planner.inputs.megatron_choices import CHOICES, invalid_choice
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
 from planner.inputs.megatron_vocab import TOKENIZERS
 from tests.inputs.test_megatron_args import LLAMA3_8B
 
