@@ -132,3 +132,19 @@ def test_glm5_parameters_by_hand() -> None:
     arch = ZOO["glm-5"]
     assert params.params_total(arch) == 743_911_199_232
     assert arch.has_dsa and arch.moe_layers == [False] * 3 + [True] * 75
+
+
+def test_gemma2_slides_on_every_other_layer() -> None:
+    """Gemma 2 attends over a 4,096-token window on every other layer, the first included (HF
+    sliding_window 4096; NeMo Gemma2Config window_size (4096, 0)): the zoo's 2B spells it as
+    planner's HF importer reads a Gemma 2 config (tests/data/hf/gemma-2-9b.json: the same
+    family default), Megatron's left window 4095 with window_attn_skip_freq 2. It was missing,
+    and the 2B attended in full."""
+    from paths import HF
+
+    from planner.inputs.hf_import import load_hf_config
+
+    two_b = load_models(zoo_dir())["gemma2-2b"]
+    nine_b = load_hf_config(HF / "gemma-2-9b.json")
+    assert (two_b.window_size, two_b.window_attn_skip_freq) == (4095, 2)
+    assert (nine_b.window_size, nine_b.window_attn_skip_freq) == (4095, 2)
