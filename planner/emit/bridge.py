@@ -202,6 +202,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if (switch := activation_switch(job)) is not None:  # the activation as timed, fused or not
         model[switch[0]] = switch[1]  # (Bridge's Nemotron recipes fuse squared ReLU)
+    if job.test_mode:  # TransformerConfig.test_mode (2a75ac12 transformer_config.py:274): the
+        model["test_mode"] = True  # real-time attention checks the plan's step time counts
     if job.arch.has_dsa:  # TransformerConfig's DSA fields the plan decides (its shape: a note)
         model["dsa_kernel_backend"] = job.dsa_kernel_backend
         model["dsa_indexer_loss_coeff"] = job.dsa_indexer_loss_coeff

@@ -489,3 +489,15 @@ def test_overrides_clear_what_a_recipe_sets_and_the_plan_does_not() -> None:
     text = render(make_plan("qwen3-30b-a3b", 64, off, global_batch_size=512), "megatron-bridge")[1]
     words = [shlex.split(ln[2:]) for ln in text.splitlines() if ln.startswith("# ")]
     assert ["++env_vars.NVTE_CPU_OFFLOAD_V1=1"] in words
+
+
+def test_test_mode_is_the_models_field() -> None:
+    """training.test_mode -> model.test_mode (TransformerConfig.test_mode, Megatron-LM 2a75ac12
+    transformer_config.py:274, the real-time attention checks the plan's step time counts);
+    unset, no field (its default False)."""
+    plan = make_plan("llama3.1-8b", 16, {"tp": 2}, test_mode=True)
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    accepted(doc)
+    assert doc["model"]["test_mode"] is True
+    plain = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
+    assert "test_mode" not in plain["model"]
