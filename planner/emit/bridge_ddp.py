@@ -79,11 +79,12 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
 
 def _deferral(lay: Layout) -> dict[str, Any]:
     """CommOverlapConfig's deferral of the output layer's weight gradients, written either way:
-    recipes defer (recipes/gpt/h100/gpt3_175b.py:115-119, perf_recipes/llama/h100/llama3.py:312
-    and :368, perf_recipes/llama/gb200/llama3.py:514), and Bridge's setup keeps a user value
-    over its own False (comm_overlap.py:436 and `_override_user_cfgs`), so a plan that does not
-    defer writes False. With it, the limit always, since Bridge leaves it at -1 unless given
-    (comm_overlap.py:437), which Megatron's ModelParallelConfig refuses with the deferral on."""
+    recipes defer (Bridge's GPT-3 175B H100 recipe, gpt3_175b.py:115-119;
+    perf_recipes/llama/h100/llama3.py:312 and :368, perf_recipes/llama/gb200/llama3.py:514),
+    and Bridge's setup keeps a user value over its own False (comm_overlap.py:436 and
+    `_override_user_cfgs`), so a plan that does not defer writes False. With it, the limit
+    always, since Bridge leaves it at -1 unless given (comm_overlap.py:437), which Megatron's
+    ModelParallelConfig refuses with the deferral on."""
     if not lay.defer_embedding_wgrad_compute:
         return {"defer_embedding_wgrad_compute": False}
     return {

@@ -121,10 +121,11 @@ def test_the_tensorwise_presets_bf16_layers_are_noted() -> None:
 
 
 def test_a_plan_that_does_not_defer_writes_the_deferral_off() -> None:
-    """recipes/gpt/h100/gpt3_175b.py:115-119 (and perf_recipes/llama/h100/llama3.py:312) set
-    comm_overlap.defer_embedding_wgrad_compute True; Bridge's setup keeps a user value over its
-    own False (comm_overlap.py:436, `_override_user_cfgs`), so the override left it to the
-    recipe where the plan does not defer: now False, in the table and as a Hydra line."""
+    """Bridge's GPT-3 175B H100 recipe (gpt3_175b.py:115-119, and
+    perf_recipes/llama/h100/llama3.py:312) set comm_overlap.defer_embedding_wgrad_compute True;
+    Bridge's setup keeps a user value over its own False (comm_overlap.py:436,
+    `_override_user_cfgs`), so the override left it to the recipe where the plan does not
+    defer: now False, in the table and as a Hydra line."""
     plan = make_plan("llama3.1-8b", 16, {"tp": 2, "pp": 2})
     assert _doc(plan)["comm_overlap"]["defer_embedding_wgrad_compute"] is False
     assert "comm_overlap.defer_embedding_wgrad_compute=false" in _hydra(plan)
