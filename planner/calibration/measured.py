@@ -252,10 +252,11 @@ def read_runs(
             restart = _same_job(run, measurable)
             if restart is not None:
                 if notes is not None:
-                    first = restart.where(restart.args_line)
+                    first = restart.where(restart.args_line or restart.iterations[0].line)
                     notes.append(
-                        f"{run.where(run.args_line)}: the job of {first} again (a restart): "
-                        "measured on the run with more iteration lines"
+                        f"{run.where(run.args_line or run.iterations[0].line)}: a run of "
+                        f"{len(run.iterations)} iteration line(s), the job of {first} again "
+                        "(a restart): left out, measured on the run with more iteration lines"
                     )
                 continue
             plan = _plan(run, spec, num_gpus, plan_path, vocab_size)
@@ -275,10 +276,10 @@ def _same_job(
     run: megatron_log.LogRun, runs: list[megatron_log.LogRun]
 ) -> megatron_log.LogRun | None:
     """Another run of the same file with the same printed arguments (a job restarted from its
-    checkpoint) that logged more iteration lines, the first of them on a tie; None if there is
-    none or `run` is it. One job measured twice would weigh double in a fit."""
-    if not run.args:
-        return None
+    checkpoint; in a log without arguments blocks, which `--plan` completes, every start of the
+    job, `megatron_log` splitting them at their iteration numbers) that logged more iteration
+    lines, the first of them on a tie; None if there is none or `run` is it. One job measured
+    twice would weigh double in a fit."""
     twins = [r for r in runs if r.args == run.args]
     best = max(twins, key=lambda r: len(r.iterations), default=run)
     return None if best is run else best

@@ -24,25 +24,22 @@ Launchers prefix lines (`srun --label` writes `0: `, torchrun `[default0]:`); ev
 searched anywhere in a line, after terminal colour codes are removed. Lines end at newlines only
 (a progress bar's carriage returns stay inside its line, so line numbers are `grep -n`'s). A
 last line without its newline (a job still writing, or killed mid-line) is not read, said in
-`MegatronLog.notes`; so is a memory report another rank's output tore (two `[Rank N]` on one
-line: its figures may be the other rank's). A file may hold several runs (a job that
-restarted, or logs concatenated): each arguments block starts a new run. A log without
-arguments blocks (the last rank's own file, which `--plan` completes) shows a restart only in
-its iteration numbers: every start logs its first iteration (`training_log`'s
-`is_first_iteration`, training.py :3539), so a line whose iteration does not increase (a restart
-from an earlier checkpoint, or from scratch) or, once two lines past a run's first show its
-`--log-interval` (their gcd), one off that interval (a restart from the checkpoint of the last
-line: `iteration 21` after `20`) starts a new run. Of such runs the one with the most iteration
-lines (the first on a tie) is kept, as `planner.calibration.measured` measures a restart that
-printed its arguments again, and the others are left out, said in `MegatronLog.notes`: each
-restart's first two lines time its start-up, as the first run's do, and would enter the
-median if the runs were one. Lines of other
-programs are skipped, and device names they print (`nvidia-smi`, `torch.cuda.get_device_name`)
-are kept, so that a log of another GPU than the one given can be refused. A `nan` or `inf` on
-an iteration or memory line, a figure past what a training step can measure (an iteration time
-under MIN_ELAPSED_MS or over MAX_ELAPSED_MS, a day; memory under MIN_MEMORY_MIB or over
-MAX_MEMORY_MIB, 16 TiB), an arguments block without its end, or an iteration line cut short
-(before its newline) are errors naming the line.
+`MegatronLog.notes`; so is a memory report another rank's output tore (two `[Rank N]` on one line:
+its figures may be the other rank's). A file may hold several runs (a job that restarted, or logs
+concatenated): each arguments block starts a new run. A log without arguments blocks (the last
+rank's own file, which `--plan` completes) shows a restart only in its iteration numbers: every
+start logs its first iteration (`training_log`'s `is_first_iteration`, training.py :3539), so a
+line whose iteration does not increase (a restart from an earlier checkpoint, or from scratch) or,
+once two lines past a run's first show its `--log-interval` (their gcd), one off that interval (a
+restart from the checkpoint of the last line: `iteration 21` after `20`) starts a new run
+(`planner.calibration.measured` measures the runs of one job on the one with the most iteration
+lines): each restart's first two lines time its start-up, as the first run's do, and would enter
+the median if the runs were one. Lines of other programs are skipped, and device names they print
+(`nvidia-smi`, `torch.cuda.get_device_name`) are kept, so that a log of another GPU than the one
+given can be refused. A `nan` or `inf` on an iteration or memory line, a figure past what a
+training step can measure (an iteration time under MIN_ELAPSED_MS or over MAX_ELAPSED_MS, a day;
+memory under MIN_MEMORY_MIB or over MAX_MEMORY_MIB, 16 TiB), an arguments block without its end, or
+an iteration line cut short (before its newline) are errors naming the line.
 """
 
 from __future__ import annotations
@@ -314,7 +311,7 @@ def parse(text: str, path: Path) -> MegatronLog:
             f"{path}: not a Megatron-LM training log: no '--- arguments ---' block, no "
             f"'iteration N/M | ... {ELAPSED}' line and no memory report"
         )
-    return MegatronLog(path, _longest_restart(runs, notes), devices, notes)
+    return MegatronLog(path, runs, devices, notes)
 
 
 def _restarts(previous: list[Iteration], iteration: int) -> bool:
@@ -327,25 +324,3 @@ def _restarts(previous: list[Iteration], iteration: int) -> bool:
         return True
     aligned = [it.iteration for it in previous[1:]]
     return len(aligned) >= 2 and iteration % reduce(math.gcd, aligned) != 0
-
-
-def _longest_restart(runs: list[LogRun], notes: list[str]) -> list[LogRun]:
-    """The runs, of the runs without an arguments block (a log's start, split at its
-    restarts) the one with the most iteration lines only, the first on a tie; the others are
-    said in `notes`."""
-    restarts = [r for r in runs if r.args_line is None]
-    if len(restarts) < 2:
-        return runs
-    best = max(restarts, key=lambda r: len(r.iterations))
-    kept = best.where(best.iterations[0].line)
-    for run in restarts:
-        if run is not best:
-            first = run.iterations[0]
-            notes.append(
-                f"{run.where(first.line)}: a run of {len(run.iterations)} iteration line(s) "
-                f"from iteration {first.iteration}, one start of a job that restarted (no "
-                "arguments block; its iteration numbers show the restart): left out, measured "
-                f"on the run with more iteration lines, {kept} (each start's first two lines "
-                "time its start-up)"
-            )
-    return [r for r in runs if r.args_line is not None or r is best]

@@ -153,8 +153,9 @@ def recompute_bound(p: PoolSplitProblem, target: float = math.inf) -> float | No
     is off), memory-aware: each rank's least time at y layers (`_convex_times`), convex in y,
     so for each bound T on the slowest stage the least sum takes the cheapest marginal layers
     first (exact for the relaxation), T running upward as in `optimal_splits`, plus the least
-    tail (`_tail_floor`). With tails, the two parts are least at different splits: where that
-    leaves an order's bound below the best so far and below `target`, the order's optimum with
+    tail any split has with each rank's memory at its least (`least_tail`). With tails, the two
+    parts are least at different splits: where that leaves an order's bound below the best so
+    far and below `target`, the order's optimum with
     every rank's memory at its least and times without recompute (`best_of_order`, exact for
     that relaxation, and so also below every N's objective) is taken where it is higher. Where
     the optimum over every N >= 1 is at least `target`, what is returned may be any value at
@@ -168,27 +169,22 @@ def recompute_bound(p: PoolSplitProblem, target: float = math.inf) -> float | No
         if rows is None:
             weak = linear_optimum(p, least_memory=True)
             return None if weak is None else float(weak)
-        floor = _tail_floor(p, ks)
+        if not p.tail_us:
+            best = min(best, _convex_best(rows, L, m, best))
+            continue
+        # each rank's memory at its least over every N >= 1: None, no such split in this order
+        ranks = order_ranks(p, ks, True)
+        if ranks is None:
+            continue
+        floor = least_tail(ranks, L) or 0
         bound = _convex_best(rows, L, m, best - floor) + floor
-        if p.tail_us and bound < min(best, target):
+        if bound < min(best, target):
             # the order's relaxed optimum where it is below min(best, target), else something
             # above that
-            ranks = order_ranks(p, ks, True)
-            found = [] if ranks is None else best_of_order(ranks, L, m, min(best, target))
+            found = best_of_order(ranks, L, m, min(best, target))
             bound = max(bound, min((obj for obj, _, _ in found), default=math.inf))
         best = min(best, bound)
     return None if best == math.inf else best
-
-
-def _tail_floor(p: PoolSplitProblem, ks: tuple[int, ...]) -> int:
-    """No more than the tail of any split in the order `ks`, at any N: the least tail with each
-    rank's memory at its least over every N (`least_tail`; 0 without tails, or where nothing
-    fits)."""
-    if not p.tail_us:
-        return 0
-    ranks = order_ranks(p, ks, True)
-    least = None if ranks is None else least_tail(ranks, p.num_layers)
-    return least or 0
 
 
 def split_bound(p: PoolSplitProblem) -> float | None:

@@ -156,7 +156,12 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
     pp = layout.pp
     ya, yb, at = _at(job, layout)
     known = Recomputed() if known is None else known
-    names = ("ft", "lt", "rt", "fs", "ls", "f1", "l1")
+    # the tail (sync and optimizer step, as many with recompute: its windows and parameters
+    # are the same) is convex in y, the sync exposed beyond what the stage's backward hides,
+    # max(traffic - window, ...) of lines: the chords through the samples at 1, ya and yb, the
+    # larger (exact at the samples)
+    chords = [(ya, yb)] + ([(1, ya)] if ya > 1 else [])
+    names = ("ft", "lt", "rt", *(f"{x}{c}" for c in range(len(chords)) for x in "fl"))
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in names}
     for k, src in enumerate(_twins(job)):
         if src < k:  # the same cluster as an earlier pool: the same lines
@@ -176,18 +181,11 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
             grids["ft"][r].append(round(min(t_line[0][0], t_line[1][0])))
             grids["lt"][r].append(round(t_line[0][1]))
             grids["rt"][r].append(max(round(t_line[1][1] - t_line[0][1]), 0))
-            # the tail (sync and optimizer step, as many with recompute: its windows and
-            # parameters are the same) is convex in y, the sync exposed beyond what the
-            # stage's backward hides, max(traffic - window, ...) of lines: the chords through
-            # the samples at 1, ya and yb, the larger (exact at the samples)
             tail = {y: v[1][r] * 1e6 for (y, f), v in tim.items() if not f}
-            for n, (y0, y1) in (
-                ("s", (ya, yb)),
-                ("1", (1 if ya > 1 else ya, ya if ya > 1 else yb)),
-            ):
+            for c, (y0, y1) in enumerate(chords):
                 line = _line(tail[y0], tail[y1], y0, y1)
-                grids["f" + n][r].append(round(line[0]))
-                grids["l" + n][r].append(round(line[1]))
+                grids[f"f{c}"][r].append(round(line[0]))
+                grids[f"l{c}"][r].append(round(line[1]))
     g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
     return TimeLines(
         num_layers=job.arch.num_layers,
@@ -197,7 +195,7 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
         microbatches=layout.num_microbatches(job.global_batch_size),
         stages=pools.pool_stages(job, layout),
         boundary_us=round(_boundary_s(job, layout) * 1e6),
-        tail_us=((g["fs"], g["ls"]), (g["f1"], g["l1"])),
+        tail_us=tuple((g[f"f{c}"], g[f"l{c}"]) for c in range(len(chords))),
     )
 
 

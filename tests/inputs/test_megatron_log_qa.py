@@ -234,32 +234,44 @@ def _iterations(*numbers: int) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "numbers,kept,left_out",
+    "numbers,runs,kept",
     [
         # a restart from scratch (or an earlier checkpoint): iteration 1 after 20
-        ((1, 10, 20, 1, 10, 20, 30, 40), [1, 10, 20, 30, 40], 1),
+        ((1, 10, 20, 1, 10, 20, 30, 40), [[1, 10, 20], [1, 10, 20, 30, 40]], 1),
         # the first run the longer: the restart is left out
-        ((1, 10, 20, 30, 40, 1, 10, 20), [1, 10, 20, 30, 40], 1),
+        ((1, 10, 20, 30, 40, 1, 10, 20), [[1, 10, 20, 30, 40], [1, 10, 20]], 0),
         # resumed from the checkpoint of iteration 20: its first line, iteration 21, is off
         # the interval of 10 the lines 10, 20 show
-        ((1, 10, 20, 21, 30, 40, 50), [21, 30, 40, 50], 1),
+        ((1, 10, 20, 21, 30, 40, 50), [[1, 10, 20], [21, 30, 40, 50]], 1),
         # a tie: the first
-        ((1, 10, 20, 1, 10, 20), [1, 10, 20], 1),
+        ((1, 10, 20, 1, 10, 20), [[1, 10, 20], [1, 10, 20]], 0),
     ],
 )
 def test_restarts_without_arguments_blocks_are_runs_of_their_own(
-    numbers: tuple[int, ...], kept: list[int], left_out: int
+    tmp_path: Path, numbers: tuple[int, ...], runs: list[list[int]], kept: int
 ) -> None:
     """Every start logs its first iteration (training.py :3539, `is_first_iteration`), whose
     interval timer is not reset (:3289, `should_reset = not is_first_iteration`): the first two
     lines of each start time start-up. A log without arguments blocks was one run, every
-    restart's start-up in the median. Each start is now a run; the one with the most lines is
-    measured, as a restart that prints its arguments again is (measured.py `_same_job`)."""
+    restart's start-up in the median. Each start is now a run of the reader's, and the one with
+    the most lines is measured, as a restart that prints its arguments again is (measured.py
+    `_same_job`), the other said left out."""
+    from planner.calibration.measured import read_runs
+
     text = "\n".join(["starting", *_iterations(*numbers)]) + "\n"
     log = megatron_log.parse(text, Path("x.log"))
-    (run,) = log.runs
-    assert [it.iteration for it in run.iterations] == kept
-    assert len(log.notes) == left_out and "left out" in log.notes[0]
+    assert [[it.iteration for it in run.iterations] for run in log.runs] == runs
+    path = tmp_path / "x.log"
+    path.write_text(text)
+    plan = tmp_path / "plan.toml"  # the example's layout at the lines' global batch, 64
+    plan.write_text(PLAN.read_text().replace("global_batch_size = 128", "global_batch_size = 64"))
+    notes: list[str] = []
+    (measured,) = read_runs([path], "h100-sxm-80gb", 8, plan, None, notes)
+    lines = [ln for ln in text.splitlines() if " iteration " in ln]
+    first = lines.index(_iterations(runs[kept][0])[0], sum(map(len, runs[:kept]))) + 2
+    assert measured.where == f"{path}:{first}"
+    # the other start is said: left out, or (a tie, line for line the same) counted once
+    assert sum("left out" in n or "again: once" in n for n in notes) == 1
 
 
 @pytest.mark.parametrize("numbers", [(1, 10, 20, 30, 40), (1, 2, 3, 4, 5), (21, 30, 40, 50)])
