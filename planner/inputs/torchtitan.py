@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
-from planner.inputs.errors import spelled
+from planner.inputs.errors import InputError, spelled
 from planner.inputs.fields import Flag, PositiveInt
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
@@ -197,6 +197,24 @@ class TorchtitanSection(BaseModel):
         if self.pipeline_schedule is not None:
             return self.pipeline_schedule
         return default_schedule(vpp)
+
+
+REDUCE_DTYPE = "float32"
+"""The one value torchtitan takes for training.mixed_precision_reduce, FSDP's gradient reduce dtype
+(`Literal["float32"]`: job_config.py:290 at e347b1e5, configs.py:102 at b5bcd76c), and the one
+planner models."""
+
+
+def check_reduce_dtype(value: object, where: str, field: str) -> None:
+    """Refuses a mixed_precision_reduce other than REDUCE_DTYPE (None: unset, the default);
+    `field` as the file spells it (a TOML's `training.`, a Python module's
+    `config.training.`)."""
+    if value is not None and value != REDUCE_DTYPE:
+        raise InputError(
+            f"{where}: {field}: {spelled(value)}: torchtitan takes only {REDUCE_DTYPE!r} "
+            "(Literal['float32'], job_config.py:290 at e347b1e5, configs.py:102 at b5bcd76c), "
+            "which planner models"
+        )
 
 
 def default_schedule(vpp: int) -> str:

@@ -31,7 +31,13 @@ from planner.inputs import catalog, pipeline_layout, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import MODELS, SINGLE_STAGE, TORCHTITAN_COMMIT, default_schedule
+from planner.inputs.torchtitan import (
+    MODELS,
+    SINGLE_STAGE,
+    TORCHTITAN_COMMIT,
+    check_reduce_dtype,
+    default_schedule,
+)
 
 FLAVORS = {v: k for k, v in MODELS.items()}
 GPU_LINE = re.compile(r"^# planner-gpu: (\S+)$", re.MULTILINE)
@@ -106,7 +112,10 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
         raise InputError(f"{where}: not a TOML file: {e}") from None
     doc = parse_toml(text, where)
     torchtitan_toml.check_fields(doc, where)
-    _reduce_dtype(doc.get("training"), where, "training.mixed_precision_reduce")
+    training = doc.get("training")
+    if isinstance(training, dict):
+        field = "training.mixed_precision_reduce"
+        check_reduce_dtype(training.get("mixed_precision_reduce"), where, field)
     compile_ = doc.get("compile")
     if isinstance(compile_, dict):
         parts = compile_.get("components", ["model", "loss"])
@@ -133,38 +142,15 @@ def _degree(doc: dict[str, Any], where: str, key: str) -> int:
     return int(value)
 
 
-REDUCE_DTYPE = "float32"
-"""The one value torchtitan takes for training.mixed_precision_reduce, FSDP's gradient reduce dtype
-(`Literal["float32"]`: job_config.py:290 at e347b1e5, configs.py:102 at b5bcd76c), and the one
-planner models."""
-
-
-def _reduce_dtype(section: Any, where: str, field: str) -> None:
-    """Refuses a mixed_precision_reduce other than REDUCE_DTYPE (unset: the default), as
-    torchtitan_toml refuses mixed_precision_param off its default; `field` as the file spells
-    it."""
-    if not isinstance(section, dict) or "mixed_precision_reduce" not in section:
-        return
-    value = section["mixed_precision_reduce"]
-    if value != REDUCE_DTYPE:
-        raise InputError(
-            f"{where}: {field}: {spelled(value)}: torchtitan takes only {REDUCE_DTYPE!r} "
-            "(Literal['float32'], job_config.py:290 at e347b1e5), which planner models"
-        )
-
-
 def _degrees(doc: dict[str, Any], where: str, num_gpus: int | None) -> dict[str, int]:
     """replicate, shard (-1 resolved), tp, pp, cp and the GPUs they multiply to."""
 
-    def degree(key: str) -> int:
-        return _degree(doc, where, key)
-
-    rep = degree("data_parallel_replicate_degree")
+    rep = _degree(doc, where, "data_parallel_replicate_degree")
     shard = _get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
     tp, pp, cp = (
-        degree("tensor_parallel_degree"),
-        degree("pipeline_parallel_degree"),
-        degree("context_parallel_degree"),
+        _degree(doc, where, "tensor_parallel_degree"),
+        _degree(doc, where, "pipeline_parallel_degree"),
+        _degree(doc, where, "context_parallel_degree"),
     )
     if shard < 1 and shard != -1:
         raise InputError(

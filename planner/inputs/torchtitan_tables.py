@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.inputs.errors import InputError, spelled
+from planner.inputs.torchtitan import check_reduce_dtype
 from planner.inputs.torchtitan_baselines import (
     DEFAULTS,
     SECTION_FIELDS,
@@ -84,14 +85,9 @@ class Document:
             )
         if balancer is None:
             par["context_parallel_load_balancer"] = None
-        reduce = lookup(self.values, ("training", "mixed_precision_reduce"))
-        if reduce is not None and reduce != "float32":  # unset: None, torchtitan's default
-            shown = self.need(("training", "mixed_precision_reduce"), object)
-            raise InputError(
-                f"{self.where}: config.training.mixed_precision_reduce: {spelled(shown)}: "
-                "torchtitan takes only 'float32' (Literal['float32'], configs.py:102 at "
-                "b5bcd76c), which planner models"
-            )
+        if lookup(self.values, ("training", "mixed_precision_reduce")) is not None:
+            reduce = self.need(("training", "mixed_precision_reduce"), object)
+            check_reduce_dtype(reduce, self.where, "config.training.mixed_precision_reduce")
         tables: dict[str, Any] = {"model": model, "parallelism": par}
         self._converters(spec, tables)
         self._batch(par, tables)
