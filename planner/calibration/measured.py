@@ -174,18 +174,13 @@ def _memory(run: megatron_log.LogRun, plan: Plan) -> tuple[StagePeak, ...]:
     capacity = job.cluster.gpu.memory_gib * GIB
     best: dict[int, StagePeak] = {}
     for rep in run.memory:
-        if rep.max_reserved_mib * MIB > capacity * 1.01:
-            raise InputError(
-                f"{run.where(rep.line)}: max reserved {rep.max_reserved_mib:.0f} MB is more than "
-                f"a {job.cluster.gpu.name} holds ({capacity / MIB:.0f}): this log is not from "
-                "that GPU (--gpu)"
-            )
-        if rep.max_allocated_mib * MIB > capacity * 1.01:  # allocated within reserved
-            raise InputError(
-                f"{run.where(rep.line)}: max allocated {rep.max_allocated_mib:.0f} MB is more "
-                f"than a {job.cluster.gpu.name} holds ({capacity / MIB:.0f}): this log is not "
-                "from that GPU (--gpu)"
-            )
+        for name, mib in (("reserved", rep.max_reserved_mib), ("allocated", rep.max_allocated_mib)):
+            if mib * MIB > capacity * 1.01:
+                raise InputError(
+                    f"{run.where(rep.line)}: max {name} {mib:.0f} MB is more than a "
+                    f"{job.cluster.gpu.name} holds ({capacity / MIB:.0f}): this log is not from "
+                    "that GPU (--gpu)"
+                )
         stage = rep.rank // per_stage
         if tp_pp_dp and rep.rank < job.cluster.num_gpus:
             stage = rep.rank // (layout.tp * layout.cp) % layout.pp
