@@ -21,18 +21,19 @@ from planner.emit.common import optimizer_instances
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
-from planner.model.dp_sync import DP_BUCKET_PARAMS
+from planner.model.dp_sync import default_bucket
 
 
 def bucket_size(plan: Plan) -> int | None:
     """Parameters per DDP bucket as the plan was timed: its ddp_bucket_size, else Megatron-LM's
-    max(DP_BUCKET_PARAMS, 1M x dp x cp); None where the plan counts buckets (ddp_num_buckets)."""
+    default bucket over its dp x cp ranks (`dp_sync.default_bucket`); None where the plan counts
+    buckets (ddp_num_buckets)."""
     lay = plan.require_layout()
     if lay.ddp_num_buckets:
         return None
     if lay.ddp_bucket_size is not None:
         return lay.ddp_bucket_size
-    return max(DP_BUCKET_PARAMS, 1_000_000 * lay.dense_dp)
+    return default_bucket(lay.dense_dp)
 
 
 def _buckets(plan: Plan) -> dict[str, Any]:

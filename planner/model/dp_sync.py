@@ -63,7 +63,13 @@ def bucket_params(lay: Layout, group_size: int, stage_params: float, layers: int
     explicit = explicit_bucket(lay, stage_params, layers)
     if explicit is not None:
         return explicit
-    return float(max(DP_BUCKET_PARAMS, 1_000_000 * group_size))
+    return float(default_bucket(group_size))
+
+
+def default_bucket(group_size: int) -> int:
+    """Megatron-LM's bucket size where the command line gives none: max(DP_BUCKET_PARAMS, 1M x
+    the data-parallel group's ranks) parameters (training.py resolve_ddp_bucket_size)."""
+    return max(DP_BUCKET_PARAMS, 1_000_000 * group_size)
 
 
 def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
