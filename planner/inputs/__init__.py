@@ -5,17 +5,19 @@
   `plan_parallel` and `cluster_sections` (frozen, extra="forbid"), `precision_checks` the
   precision settings checked as Megatron-Core checks them; `plan_writer` writes one back;
   `job_request` the job of `suggest` / `scale` (job file, flags or the default)
-- `arch` the model (Megatron-LM field names), `hardware` GPUs, link tiers and clusters, `layout`
-  the parallel layout (degrees named as torchtitan's ParallelDims), `pipeline_layout` Megatron's
-  --pipeline-model-parallel-layout strings
+- `arch` the model (Megatron-LM field names; `arch_layers` its layer tables), `hardware` GPUs,
+  link tiers and clusters, `layout` the parallel layout (degrees named as torchtitan's
+  ParallelDims), `pipeline_layout` Megatron's --pipeline-model-parallel-layout strings
 - `catalog` the bundled `hardware_catalog/` and `model_zoo/`; `hf_import` (+ `hf_families`,
   `hf_fields`) a Hugging Face config.json; `megatron_args` an existing Megatron-LM command line
-  (`megatron_line` splits the text, `megatron_layout` / `megatron_vocab` / `megatron_values`
-  read flag groups, `megatron_flags` + megatron_flags.txt every flag Megatron's parser accepts);
+  (`megatron_line` splits the text, `megatron_model` / `megatron_layout` / `megatron_vocab` /
+  `megatron_values` read flag groups, `megatron_flags` + megatron_flags.txt every flag
+  Megatron's parser accepts);
   `megatron_log` a Megatron-LM training log's runs (`megatron_log_args` its printed arguments
   back into flags);
   `torchtitan` a plan's torchtitan settings and `torchtitan_config` a torchtitan job TOML read
-  back; `files` reading the user's files
+  back (`torchtitan_pipeline` its batches and stages; `torchtitan_module` and
+  `torchtitan_values` its Python configuration, read and not run); `files` reading the user's files
 - `errors` (exit codes, messages naming file, field and value), `fields` (strict input types),
   `units` (SI conversions; quantities as people write them)
 

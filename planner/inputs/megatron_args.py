@@ -3,11 +3,12 @@
 Teams gate the launch scripts they already have: `planner check --megatron-args train.sh --gpu
 h100-sxm-80gb --num-gpus 1024`. The text becomes flags (`megatron_line`: shell splitting,
 `NAME=value` substitution), and the flags that decide memory become a plan document for
-`planner.inputs.plan.parse_plan`: model shape and vocabulary here (`megatron_vocab` for the
-tokenizer's size, `megatron_values` for per-layer patterns), batch, precision, attention kernels
-and optimizer dtypes in `megatron_training`, the layout in `megatron_layout`. Flag names and
-meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses;
-`megatron_flags.txt` lists every flag its parser accepts).
+`planner.inputs.plan.parse_plan`: the model shape in `megatron_model` (`megatron_values` for
+per-layer patterns), the vocabulary here (`megatron_vocab` for the tokenizer's size), batch,
+precision, attention kernels and optimizer dtypes in `megatron_training`, the layout in
+`megatron_layout`. Flag names and meanings: Megatron-LM d98e8a64
+(`megatron/training/arguments.py`, the config dataclasses; `megatron_flags.txt` lists every flag
+its parser accepts).
 
 Megatron-LM flags the reader does not read do not change memory or layout; they are ignored
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from planner.inputs import (
     catalog,
@@ -45,7 +46,6 @@ from planner.inputs import (
     nemo_args,
 )
 from planner.inputs import megatron_layout as layout
-from planner.inputs.arch_fields import SoftmaxType
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
 from planner.inputs.megatron_choices import refuse_choices
@@ -56,7 +56,6 @@ from planner.inputs.megatron_flags import (
     megatron_flags,
     typo_of,
 )
-from planner.inputs.megatron_hybrid import model_fields as hybrid_fields
 from planner.inputs.megatron_line import (
     Launch,
     Line,
@@ -69,54 +68,11 @@ from planner.inputs.megatron_line import (
     runs_trained_model,
     tokens,
 )
-from planner.inputs.megatron_values import layer_pattern
+from planner.inputs.megatron_model import model_table
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 from planner.inputs.shell_run import Files
 
 __all__ = ["Reading", "load", "read", "to_plan", "tokens"]
-
-# flag -> ModelArch field (integer valued)
-MODEL_INT = {
-    "--num-layers": "num_layers",
-    "--hidden-size": "hidden_size",
-    "--ffn-hidden-size": "ffn_hidden_size",
-    "--num-attention-heads": "num_attention_heads",
-    "--num-query-groups": "num_query_groups",
-    "--kv-channels": "kv_channels",
-    "--max-position-embeddings": "max_position_embeddings",
-    "--num-experts": "num_moe_experts",
-    "--moe-router-topk": "moe_router_topk",
-    "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
-    "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
-    "--moe-latent-size": "moe_latent_size",
-    "--q-lora-rank": "q_lora_rank",
-    "--kv-lora-rank": "kv_lora_rank",
-    "--qk-head-dim": "qk_head_dim",
-    "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim",
-    "--v-head-dim": "v_head_dim",
-    "--mtp-num-layers": "mtp_num_layers",
-}
-MLA_DEFAULTS = {
-    "kv_lora_rank": 32,
-    "qk_head_dim": 128,
-    "qk_pos_emb_head_dim": 64,
-    "v_head_dim": 128,
-}
-"""Megatron-LM d98e8a64's argparse defaults of the MLA shape (arguments.py `_add_mla_args`;
---q-lora-rank None: the query unfactored), which a --multi-latent-attention line may leave out."""
-# flag -> ModelArch field set to a constant
-MODEL_SWITCH: dict[str, tuple[str, Any]] = {
-    "--untie-embeddings-and-output-weights": ("untie_embeddings_and_output_weights", True),
-    "--disable-bias-linear": ("add_bias_linear", False),
-    "--add-qkv-bias": ("add_qkv_bias", True),
-    "--qk-layernorm": ("qk_layernorm", True),
-    "--attention-output-gate": ("attention_output_gate", True),
-    "--multi-latent-attention": ("multi_latent_attention", True),
-}
-SOFTMAX_TYPES: tuple[str, ...] = get_args(SoftmaxType)
-"""--softmax-type's choices (`ModelArch.softmax_type`)."""
-# Megatron position embeddings that store what RoPE stores (YaRN and multimodal RoPE rescale it)
-_ROPE_LIKE = {"yarn": "rope", "mrope": "rope"}
 
 
 @dataclass(frozen=True)
@@ -239,7 +195,7 @@ def _read(
     line = Line(flags, where)
     notes = [n for n in (picked, entry_note(words)) if n is not None]
     missing: list[str] = []
-    model = _model(line, notes, missing)
+    model = model_table(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
     megatron_asserts.refuse(
         line, model["position_embedding_type"], parallel.get("vpp", 1), trains=not runs_model
@@ -311,82 +267,6 @@ def _blackwell(gpu: str) -> bool:
         return False
 
 
-def _model(line: Line, notes: list[str], missing: list[str]) -> dict[str, Any]:
-    where = line.where
-    model: dict[str, Any] = {}
-    for flag, field in MODEL_INT.items():
-        value = line.integer(flag)
-        if value is not None:
-            model[field] = value
-    if megatron_t5.is_t5(line):
-        model["num_layers"] = megatron_t5.t5_layers(line)
-    for flag, (field, value) in MODEL_SWITCH.items():
-        if line.has(flag):
-            model[field] = value
-    model.update(hybrid_fields(line, model, notes))
-    model.update(megatron_gdn.model_fields(line, "hybrid_layer_pattern" in model, notes))
-    model.update(megatron_dsa.model_fields(line, "hybrid_layer_pattern" in model, missing))
-    if not line.has("--group-query-attention"):
-        model.pop("num_query_groups", None)  # Megatron ignores it without the switch
-    else:  # TransformerConfig's argparse default (transformer_config.py d98e8a64)
-        model.setdefault("num_query_groups", 1)
-    if model.get("num_moe_experts") == 0:
-        del model["num_moe_experts"]  # validate_args: --num-experts 0 is a dense model
-    if model.get("multi_latent_attention"):
-        for field, default in MLA_DEFAULTS.items():
-            model.setdefault(field, default)
-    if line.has("--swiglu"):
-        model.update(gated_linear_unit=True, activation="swiglu")
-    elif line.has("--quick-geglu"):
-        model.update(gated_linear_unit=True, activation="geglu")
-    elif line.has("--squared-relu"):
-        model["activation"] = "squared_relu"
-    norm = line.text("--normalization")
-    if norm is not None:
-        model["normalization"] = norm
-    softmax = line.text("--softmax-type")
-    if softmax is not None:
-        if softmax not in SOFTMAX_TYPES:
-            raise InputError(
-                f"{where}: --softmax-type: expected one of {', '.join(SOFTMAX_TYPES)} "
-                f"(got {softmax!r})"
-            )
-        model["softmax_type"] = softmax
-    # Megatron's default (arguments.py): learned absolute position embeddings; the legacy
-    # --use-rotary-position-embeddings sets rope
-    position = line.text("--position-embedding-type") or "learned_absolute"
-    if line.has("--use-rotary-position-embeddings"):
-        position = "rope"
-    if position in _ROPE_LIKE:
-        notes.append(f"--position-embedding-type {position}: stores what rope stores")
-        position = _ROPE_LIKE[position]
-    model["position_embedding_type"] = position
-    freq = line.text("--moe-layer-freq")
-    if freq is not None:
-        model["moe_layer_freq"] = layer_pattern(freq, f"{where}: --moe-layer-freq")
-    model.update(_window(line, where))
-    for required in ("num_layers", "hidden_size", "num_attention_heads"):
-        if required not in model:
-            flag = next(f for f, v in MODEL_INT.items() if v == required)
-            why = ""
-            if line.has("--use-checkpoint-args"):
-                why = (
-                    " (--use-checkpoint-args takes it from the checkpoint, which planner does "
-                    "not read)"
-                )
-            raise InputError(f"{where}: {flag}: required to size the model, but not given{why}")
-    model.setdefault("ffn_hidden_size", _default_ffn(model))
-    return model
-
-
-def _default_ffn(model: dict[str, Any]) -> int:
-    """Megatron's default ffn_hidden_size: 4h, or int(4h x 2/3 / 64) x 64 with --swiglu."""
-    h = int(model["hidden_size"])
-    if model.get("gated_linear_unit"):
-        return int(4 * h * 2 / 3 / 64) * 64
-    return 4 * h
-
-
 @contextmanager
 def _shallow(where: str) -> Iterator[None]:
     """Reading a script (or a test configuration) nested beyond Python's recursion (thousands
@@ -414,31 +294,3 @@ def load(
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
     files = None if path == "-" else local_files  # what it sources, from the disk
     return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
-
-
-def _window(line: Line, where: str) -> dict[str, Any]:
-    """--window-size L,R (Megatron's tuple_type: ints, -1 an infinite side) and
-    --window-attn-skip-freq (an int or a 0/1 list expression, as --moe-layer-freq): a causal
-    window of L tokens before each query; none with L = -1 or without the flag."""
-    text = line.text("--window-size")
-    if text is None:
-        return {}
-    parts = text.strip("()").split(",")
-    try:
-        left, right = (int(p) for p in parts)
-    except ValueError:
-        raise InputError(
-            f"{where}: --window-size: expected two integers 'left,right' (got {text!r})"
-        ) from None
-    if left < -1 or right not in (0, -1):
-        raise InputError(
-            f"{where}: --window-size: planner models causal windows 'W,0' with W >= 0 or -1 "
-            f"(got {text!r})"
-        )
-    if left == -1:
-        return {}
-    out: dict[str, Any] = {"window_size": left}
-    freq = line.text("--window-attn-skip-freq")
-    if freq is not None:
-        out["window_attn_skip_freq"] = layer_pattern(freq, f"{where}: --window-attn-skip-freq")
-    return out

@@ -16,8 +16,9 @@ A TOML is read as e347b1e5 runs it: what that torchtitan raises on exits 2 namin
 model whose parallelize ignores it is the all-to-all, and float8's filter_fqns decides the
 precision (`torchtitan_toml.float8_filter`). Under pipelining a step of more than one
 gradient-accumulation step (several pipeline schedules) exits 2 in either form: planner's
-pipeline is one schedule of all the step's micro-batches (`_batches`). What is read otherwise
-than the file says is noted (`Plan.inert`, written as warnings).
+pipeline is one schedule of all the step's micro-batches (`torchtitan_pipeline.batches`, which
+reads the batches, the schedule and the stages). What is read otherwise than the file says is
+noted (`Plan.inert`, written as warnings).
 """
 
 from __future__ import annotations
@@ -27,56 +28,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import catalog, pipeline_layout, torchtitan_toml
+from planner.inputs import catalog, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import (
-    MODELS,
-    SINGLE_STAGE,
-    TORCHTITAN_COMMIT,
-    check_reduce_dtype,
-    default_schedule,
-)
+from planner.inputs.torchtitan import MODELS, check_reduce_dtype
+from planner.inputs.torchtitan_pipeline import batches, get, pipeline
 
 FLAVORS = {v: k for k, v in MODELS.items()}
 GPU_LINE = re.compile(r"^# planner-gpu: (\S+)$", re.MULTILINE)
 Notes = list[tuple[str, str]]
-
-
-def _get(doc: dict[str, Any], where: str, table: str, key: str, kind: type, default: Any) -> Any:
-    section = doc.get(table, {})
-    if not isinstance(section, dict):
-        raise InputError(f"{where}: {table}: expected a table (got {spelled(section)})")
-    value = section.get(key, default)
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok:
-        raise InputError(f"{where}: {table}.{key}: expected {kind.__name__} (got {spelled(value)})")
-    return value
-
-
-def _stages(parts: Any, where: str) -> tuple[str, ...]:
-    """module_fqns_per_model_part -> planner's stage strings (E, t, L)."""
-    field = f"{where}: parallelism.module_fqns_per_model_part"
-    if not isinstance(parts, list) or not parts or not all(isinstance(p, list) for p in parts):
-        raise InputError(
-            f"{field}: expected a list of lists of module names, one per stage "
-            f"(got {spelled(parts)})"
-        )
-    out = []
-    for part in parts:
-        stage = ""
-        for name in part:
-            if name == "tok_embeddings":
-                stage += "E"
-            elif isinstance(name, str) and re.fullmatch(r"layers\.\d+", name):
-                stage += "t"
-            elif name == "output":
-                stage += "L"
-            elif name != "norm":
-                raise InputError(f"{field}: unknown module {spelled(name)}")
-        out.append(stage)
-    return tuple(out)
 
 
 def _module(path: Path) -> tuple[Path, str | None] | None:
@@ -133,7 +94,7 @@ def _degree(doc: dict[str, Any], where: str, key: str) -> int:
     every degree but dp_shard (distributed/parallel_dims.py:45-46 at e347b1e5, :175-176 at
     b5bcd76c: "Parallelism degree should be >= 1, except for dp_shard"), whether or not it is
     used (an expert degree of a dense model too)."""
-    value = _get(doc, where, "parallelism", key, int, 1)
+    value = get(doc, where, "parallelism", key, int, 1)
     if value < 1:
         raise InputError(
             f"{where}: parallelism.{key}: must be at least 1 (got {value}): torchtitan's "
@@ -146,7 +107,7 @@ def _degrees(doc: dict[str, Any], where: str, num_gpus: int | None) -> dict[str,
     """replicate, shard (-1 resolved), tp, pp, cp and the GPUs they multiply to."""
 
     rep = _degree(doc, where, "data_parallel_replicate_degree")
-    shard = _get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
+    shard = get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
     tp, pp, cp = (
         _degree(doc, where, "tensor_parallel_degree"),
         _degree(doc, where, "pipeline_parallel_degree"),
@@ -189,18 +150,18 @@ def _document(
         if found is None:
             raise InputError(f"--torchtitan-config: {where} names no GPU; give --gpu NAME")
         gpu = found.group(1)
-    name = _get(doc, where, "model", "name", str, "llama3")
-    flavor = _get(doc, where, "model", "flavor", str, "debugmodel")
+    name = get(doc, where, "model", "name", str, "llama3")
+    flavor = get(doc, where, "model", "flavor", str, "debugmodel")
     if (name, flavor) not in FLAVORS:
         known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
         raise InputError(f"{where}: model.flavor: planner knows no {name} {flavor!r} ({known})")
 
     def par(key: str, default: Any, kind: type = int) -> Any:
-        return _get(doc, where, "parallelism", key, kind, default)
+        return get(doc, where, "parallelism", key, kind, default)
 
     d = _degrees(doc, where, num_gpus)
     rep, shard, tp, pp, cp = d["rep"], d["shard"], d["tp"], d["pp"], d["cp"]
-    seq = _get(doc, where, "training", "seq_len", int, 2048)
+    seq = get(doc, where, "training", "seq_len", int, 2048)
     if toml:
         torchtitan_toml.era_refusal(where, name, d, seq)
     balancer = doc.get("parallelism", {}).get("context_parallel_load_balancer", "headtail")
@@ -219,8 +180,8 @@ def _document(
         )
     dp = rep * shard
     mbs = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else 0
-    local, gbs = _batches(doc, where, dp, pp, mbs, toml)
-    converters = _get(doc, where, "model", "converters", list, [])
+    local, gbs = batches(doc, where, dp, pp, mbs, toml)
+    converters = get(doc, where, "model", "converters", list, [])
     training: dict[str, Any] = {
         "framework": "torchtitan",
         "seq_length": seq,
@@ -229,18 +190,18 @@ def _document(
     }
     if par("disable_loss_parallel", False, bool):
         training["cross_entropy"] = "gathered"
-    if _get(doc, where, "debug", "deterministic", bool, False):
+    if get(doc, where, "debug", "deterministic", bool, False):
         training["deterministic"] = True
     titan: dict[str, Any] = {
         "reshard_after_forward": par("fsdp_reshard_after_forward", "default", str),
         "dp_replicate": rep,
         # torchtitan turns async TP on only where tp > 1 (llama3/infra/parallelize.py)
         "async_tp": par("enable_async_tensor_parallel", False, bool) and tp > 1,
-        "compile": _get(doc, where, "compile", "enable", bool, False),
+        "compile": get(doc, where, "compile", "enable", bool, False),
     }
     if balancer is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
-    chunks = _get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss
+    chunks = get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss
     if chunks != 1:
         titan["loss_chunks"] = chunks
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
@@ -259,7 +220,7 @@ def _document(
             parallel["moe_token_dispatcher_type"] = "flex"
     parallel["micro_batch_size"] = mbs if pp > 1 else local
     if pp > 1:
-        _pipeline(doc, where, pp, parallel, titan)
+        pipeline(doc, where, pp, parallel, titan)
     parallel["zero_stage"] = 3 if shard * cp > 1 else 0
     _checkpointing(doc, where, parallel, titan)
     if training["precision"] == "fp8":
@@ -283,98 +244,14 @@ def _document(
     }
 
 
-def _batches(
-    doc: dict[str, Any], where: str, dp: int, pp: int, mbs: int, toml: bool
-) -> tuple[int, int]:
-    """(local batch, global batch) as torchtitan takes them: e347b1e5 train.py:195-215 (the
-    global a multiple of local x dp, gradient accumulation over global / (local x dp) steps)
-    and pipeline_parallel.py:186-193 (local_batch_size a multiple of the micro-batch);
-    b5bcd76c trainer.py:409-428 (`num_tokens_per_train_step` over the tokens of one step of
-    num_pp_microbatches micro-batches). Under pipelining each accumulation step is one call of
-    the schedule (e347b1e5 train.py:561 and :502-511; b5bcd76c trainer.py:856-899 and :827),
-    and planner's pipeline is one schedule of all the step's micro-batches: more than one
-    accumulation step with pp > 1 is refused, naming what to set for one."""
-    local = _get(doc, where, "training", "local_batch_size", int, 8)
-    given = _get(doc, where, "training", "global_batch_size", int, -1)
-    seq = _get(doc, where, "training", "seq_len", int, 2048)
-    step_field = (
-        "training.global_batch_size" if toml else "config.training.num_tokens_per_train_step"
-    )
-    if toml and local < 1:
-        raise InputError(f"{where}: training.local_batch_size: must be at least 1 (got {local})")
-    if toml and given == 0:  # train.py:201 asserts global_batch_size > 0
-        raise InputError(f"{where}: {step_field}: must be positive, or -1 (got 0)")
-    if pp > 1 and toml and (mbs < 1 or local % mbs):
-        raise InputError(
-            f"{where}: parallelism.pipeline_parallel_microbatch_size: {mbs}: torchtitan "
-            f"{TORCHTITAN_COMMIT[:8]} raises unless it divides training.local_batch_size "
-            f"({local}) (distributed/pipeline_parallel.py:186-193)"
-        )
-    gbs = given if given > 0 else local * dp
-    npp = local // mbs if pp > 1 else 1
-    if gbs % (local * dp):
-        if toml:
-            raise InputError(
-                f"{where}: {step_field}: {gbs} is not a multiple of training.local_batch_size x "
-                f"dp ({local} x {dp}): torchtitan {TORCHTITAN_COMMIT[:8]} asserts it "
-                "(train.py:201-209)"
-            )
-        raise InputError(
-            f"{where}: {step_field}: {gbs * seq} is not a multiple of the tokens of one "
-            "accumulation step, num_tokens_per_microbatch_per_dp_rank x num_pp_microbatches x "
-            f"dp ({local // npp * seq} x {npp} x {dp}): torchtitan raises (trainer.py:419-425)"
-        )
-    steps = gbs // (local * dp)
-    if pp == 1 or steps == 1:
-        return local, gbs
-    if toml:
-        raise InputError(
-            f"{where}: {step_field}: {gbs} is {steps} x training.local_batch_size {local} x dp "
-            f"{dp}: with pipeline_parallel_degree {pp} torchtitan {TORCHTITAN_COMMIT[:8]} runs "
-            f"{steps} pipeline schedules of {npp} micro-batches (local_batch_size / "
-            "pipeline_parallel_microbatch_size) a step (train.py:561, each calling "
-            "pp_schedule.step, :502-511), which planner does not model (its pipeline is one "
-            f"schedule of all {steps * npp}): set local_batch_size = {gbs // dp}"
-        )
-    raise InputError(
-        f"{where}: {step_field}: {gbs * seq} is {steps} accumulation steps of "
-        f"num_pp_microbatches {npp} x num_tokens_per_microbatch_per_dp_rank {mbs * seq} x dp "
-        f"{dp}: with pipeline_parallel_degree {pp} torchtitan runs {steps} pipeline schedules "
-        f"of {npp} micro-batches a step (trainer.py:856-899, pp_schedule.step each, :827), which "
-        f"planner does not model (its pipeline is one schedule of all {steps * npp}): set "
-        f"num_pp_microbatches = {steps * npp}"
-    )
-
-
-def _pipeline(
-    doc: dict[str, Any], where: str, pp: int, parallel: dict[str, Any], titan: dict[str, Any]
-) -> None:
-    """The schedule and the stages (module_fqns_per_model_part) with pipelining."""
-    schedule = _get(doc, where, "parallelism", "pipeline_parallel_schedule", str, "1F1B")
-    parts = doc.get("parallelism", {}).get("module_fqns_per_model_part")
-    vpp = 1 if schedule in SINGLE_STAGE else 2  # torchtitan's stages per rank by default
-    if parts is not None:
-        stages = _stages(parts, where)
-        if len(stages) % pp:
-            raise InputError(
-                f"{where}: parallelism.module_fqns_per_model_part: {len(stages)} stages, "
-                f"not a multiple of pipeline_parallel_degree ({pp})"
-            )
-        parallel["pipeline_model_parallel_layout"] = pipeline_layout.compact(stages)
-        vpp = max(len(stages) // pp, 1)
-    parallel["vpp"] = vpp
-    if schedule != default_schedule(vpp):
-        titan["pipeline_schedule"] = schedule
-
-
 def _checkpointing(
     doc: dict[str, Any], where: str, parallel: dict[str, Any], titan: dict[str, Any]
 ) -> None:
     """activation_checkpoint: mode none / full / selective with selective_ac_option "op" (per-op)
     or "N" (e347b1e5 distributed/activation_checkpoint.py:27-49, :177-183: every N-th layer of
     the rank by a counter, str.isdigit; N = 0 every layer, `not ac_freq`)."""
-    mode = _get(doc, where, "activation_checkpoint", "mode", str, "selective")
-    option = _get(doc, where, "activation_checkpoint", "selective_ac_option", str, "2")
+    mode = get(doc, where, "activation_checkpoint", "mode", str, "selective")
+    option = get(doc, where, "activation_checkpoint", "selective_ac_option", str, "2")
     if mode == "selective" and option != "op":
         if not re.fullmatch(r"[0-9]+", option):  # ASCII digits only: int() refuses "²"
             raise InputError(

@@ -11,10 +11,11 @@ function's result (relative imports resolve within a torchtitan tree: its own co
 read, `benchmarks/torchtitan_baselines.py`). The function is read, not run (no torch, no
 torchtitan): each right-hand side is a literal, arithmetic on literals, a name bound to one
 earlier, or a call, which stands for the configuration record it builds (its keyword arguments, the
-rest at torchtitan's defaults, `DEFAULTS`). A field the function leaves alone is the baseline's
-(`BASELINES`, each with its config_registry lines) or torchtitan's default. What the plan needs but
-the function computes in a way that is not read (a loop, a helper's result, an attribute of a call)
-exits 2 naming its line; what the plan does not need is not looked at. A section the plan reads
+rest at torchtitan's defaults, `DEFAULTS`), as `planner.inputs.torchtitan_values` reads them. A
+field the function leaves alone is the baseline's (`BASELINES`, each with its config_registry
+lines) or torchtitan's default. What the plan needs but the function computes in a way that is not
+read (a loop, a helper's result, an attribute of a call) exits 2 naming its line; what the plan
+does not need is not looked at. A section the plan reads
 (`SECTION_CLASSES`) is its class's record built with keyword arguments, or
 `dataclasses.replace(config.<section>, ...)` (its fields set one by one), else exits 2 naming the
 line; a field of another whole record (`config.loss.num_chunks = 4`) is set in it; a name
@@ -33,8 +34,6 @@ SelectiveAC and FullAC the recompute; compile of the "model" component planner's
 from __future__ import annotations
 
 import ast
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +44,18 @@ from planner.inputs.torchtitan_baselines import (
     TRAINER_FIELDS,
     Fields,
     Record,
-    Unread,
 )
 from planner.inputs.torchtitan_tables import Document
+from planner.inputs.torchtitan_values import Expressions, dotted_name
 
 
-class Reader:
-    """One module's config function, read into `Fields` (`fields`)."""
+class Reader(Expressions):
+    """One module's config function, read into `Fields` (`fields`); its right-hand sides'
+    values are `Expressions.value`."""
 
     def __init__(self, path: Path, tree: ast.Module, source: str) -> None:
-        self.path, self.tree, self.source = path, tree, source
-        self.imports: dict[str, str] = {}  # local name -> dotted origin
+        super().__init__(path, source)
+        self.tree = tree
         self.functions: dict[str, ast.FunctionDef] = {}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
@@ -68,7 +68,6 @@ class Reader:
                     self.imports[local] = alias.name if alias.asname else local
             elif isinstance(node, ast.FunctionDef):
                 self.functions[node.name] = node
-        self.model: str | None = None  # torchtitan's model module, from the baseline or imports
 
     def _origin(self, node: ast.ImportFrom) -> str:
         """The module imported from; a relative import resolved within a torchtitan tree
@@ -84,10 +83,6 @@ class Reader:
         )
         base = list(package[: len(package) - node.level + 1]) if package else ["."]
         return ".".join([*base, *([node.module] if node.module else [])])
-
-    def fail(self, node: ast.AST, why: str) -> InputError:
-        line = getattr(node, "lineno", 0)
-        return InputError(f"{self.path}:{line}: {why}")
 
     def config_function(self, name: str | None) -> ast.FunctionDef:
         """The function named, else the module's only one (or the one called planner_job)."""
@@ -127,7 +122,7 @@ class Reader:
                     raise self.fail(stmt, "the function must return the configuration it built")
                 return values
             if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
-                raise self.fail(stmt, f"planner reads assignments only: {self._text(stmt)}")
+                raise self.fail(stmt, f"planner reads assignments only: {self.text(stmt)}")
             target = stmt.targets[0]
             if isinstance(target, ast.Name):
                 base = self._baseline(stmt.value, depth)
@@ -144,7 +139,7 @@ class Reader:
                 continue
             path = self._path(target, config)
             if path is None:
-                raise self.fail(stmt, f"not a field of the configuration: {self._text(target)}")
+                raise self.fail(stmt, f"not a field of the configuration: {self.text(target)}")
             self._assign(stmt, path, values, names)
         raise self.fail(fn, "the function returns no configuration")
 
@@ -199,7 +194,7 @@ class Reader:
             node,
             f"config.{section}: planner reads {cls}(...) with keyword arguments, or "
             f"dataclasses.replace(config.{section}, ...), and does not evaluate "
-            f"{self._text(node)}",
+            f"{self.text(node)}",
         )
 
     def _replace(
@@ -210,7 +205,7 @@ class Reader:
         must be the one assigned to, and the arguments named."""
         if not isinstance(node, ast.Call):
             return None
-        callee = _dotted(node.func) or ""
+        callee = dotted_name(node.func) or ""
         head, _, name = callee.rpartition(".")
         origin = f"{self.imports.get(head, head)}.{name}" if head else self.imports.get(name, "")
         if origin != "dataclasses.replace":
@@ -218,23 +213,23 @@ class Reader:
         own = ".".join([config or "", *path])
         if (
             len(node.args) != 1
-            or _dotted(node.args[0]) != own
+            or dotted_name(node.args[0]) != own
             or any(k.arg is None for k in node.keywords)
         ):
             raise self.fail(
                 node,
                 f"planner reads dataclasses.replace({own}, name=value, ...) only (got "
-                f"{self._text(node)})",
+                f"{self.text(node)})",
             )
         return {str(k.arg): k.value for k in node.keywords}
 
     def _built(self, node: ast.Call, names: dict[str, Any]) -> Fields:
         """The fields of `Trainer.Config(...)`: its keyword arguments, whole records."""
         if not _trainer_config(node):
-            raise self.fail(node, f"expected Trainer.Config(...): {self._text(node)}")
+            raise self.fail(node, f"expected Trainer.Config(...): {self.text(node)}")
         rec = self.value(node, names)
         if not isinstance(rec, Record):  # Trainer.Config(**kwargs)
-            raise self.fail(node, f"planner does not evaluate {self._text(node)}")
+            raise self.fail(node, f"planner does not evaluate {self.text(node)}")
         out: Fields = {}
         for arg in node.keywords:
             key = str(arg.arg)
@@ -251,7 +246,7 @@ class Reader:
         """`llama3_70b()` (a baseline, or a config function of this module): its fields."""
         if not isinstance(node, ast.Call):
             return None
-        dotted = _dotted(node.func) or ""
+        dotted = dotted_name(node.func) or ""
         head, _, name = dotted.rpartition(".")
         if not head and name in self.functions:
             return self.run(self.functions[name], depth + 1)
@@ -272,135 +267,18 @@ class Reader:
 
     def _path(self, node: ast.expr, config: str | None) -> tuple[str, ...] | None:
         """`config.a.b` as ("a", "b"); None for anything else."""
-        head, *parts = (_dotted(node) or "").split(".")
+        head, *parts = (dotted_name(node) or "").split(".")
         return tuple(parts) if config is not None and head == config and parts else None
-
-    def value(self, node: ast.expr, names: dict[str, Any]) -> Any:
-        """The node's value: a literal, a Record, or Unread."""
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [self.value(e, names) for e in node.elts]
-        if isinstance(node, ast.Name) and node.id in names:
-            return names[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = self.value(node.operand, names)
-            if isinstance(inner, TooLarge):
-                return inner
-            return -inner if _number(inner) else self._unread(node)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)):
-            a, b = self.value(node.left, names), self.value(node.right, names)
-            big = next((v for v in (a, b) if isinstance(v, TooLarge)), None)
-            if big is not None:
-                return big  # the first number past the bound, with its line
-            if not (_number(a) and _number(b)):
-                return self._unread(node)
-            for operand in (a, b):
-                if _too_large(operand):
-                    return self._too_large(node, operand)
-            if isinstance(node.op, ast.Mult):
-                result = a * b
-            else:
-                result = a + b if isinstance(node.op, ast.Add) else a - b
-            return self._too_large(node, result) if _too_large(result) else result
-        if isinstance(node, ast.Call):
-            written = _dotted(node.func)
-            if written is None or any(k.arg is None for k in node.keywords):
-                return self._unread(node)
-            callee = self._imported_as(written)
-            if callee == "model_registry":
-                origin = self.imports.get(written, "")
-                if origin.startswith("torchtitan.models."):
-                    self.model = origin.split(".")[2]
-            last = callee.split(".")[-1]
-            if node.args and (last == "Config" or last in SECTION_CLASSES.values()):
-                raise self.fail(  # kw_only dataclasses (configs.py, every .Config)
-                    node,
-                    f"{callee} takes keyword arguments only (torchtitan's kw_only dataclass "
-                    f"raises TypeError): {self._text(node)}",
-                )
-            args = tuple(self.value(a, names) for a in node.args)
-            kwargs = {str(k.arg): self.value(k.value, names) for k in node.keywords}
-            return Record(callee, args, kwargs, node.lineno, self._text(node))
-        return self._unread(node)
-
-    def _too_large(self, node: ast.AST, number: int | float) -> TooLarge:
-        """A number past MAX_MAGNITUDE (or not finite) that `node` computes, as a value not
-        read: an error naming this line where the plan needs it (`Document.need`), and no
-        larger number computed from it (a chain of products, `a2 = a1 * a1`, ..., squared
-        its digits at each line)."""
-        shown = (
-            f"{number:.3g}"
-            if isinstance(number, float)
-            else f"a number of {abs(number).bit_length():,} bits"
-        )
-        return TooLarge(
-            getattr(node, "lineno", 0),
-            f"{self._text(node)}: {shown}, beyond the 2**63 planner computes with (no token "
-            "count, degree or batch is that large)",
-        )
-
-    def _imported_as(self, written: str) -> str:
-        """A callee as its module names it: `from m import FullAC as F` makes `F.Config`
-        FullAC.Config (the records are told apart by these names)."""
-        head, dot, rest = written.partition(".")
-        origin = self.imports.get(head)
-        if origin is None or "." not in origin:
-            return written
-        return origin.rpartition(".")[2] + dot + rest
-
-    def _unread(self, node: ast.AST) -> Unread:
-        return Unread(getattr(node, "lineno", 0), self._text(node))
-
-    def _text(self, node: ast.AST) -> str:
-        """The node's source for a one-line message: its first line, at most 120 characters
-        (an `if` block is shown by its `if ...:` line)."""
-        text = ast.get_source_segment(self.source, node) or ast.dump(node)
-        first = text.splitlines()[0] if text else text
-        return first[:120] + (" ..." if first != text else "")
-
-
-MAX_MAGNITUDE = 2**63
-"""The largest magnitude of a number the reader computes (`Reader.value`'s arithmetic on
-literals), or takes as an operand: torchtitan's integer fields are int64 where they reach torch,
-and no token budget, degree or batch comes near it. Past it, or not finite, the value is
-`TooLarge` (exit 2 naming its line where the plan needs it); `**`, `<<` and the other operators
-are not evaluated at all (what the plan needs from them exits 2 as not read)."""
-
-
-@dataclass(frozen=True)
-class TooLarge(Unread):
-    """A number past MAX_MAGNITUDE: not read, and carried as is through the arithmetic on it."""
-
-
-def _too_large(number: int | float) -> bool:
-    if isinstance(number, float) and not math.isfinite(number):
-        return True
-    return abs(number) > MAX_MAGNITUDE
 
 
 def config_of(target: ast.expr) -> str | None:
     """The name an assignment's `config.a.b` target starts from."""
-    head = (_dotted(target) or "").split(".")[0]
+    head = (dotted_name(target) or "").split(".")[0]
     return head or None
 
 
 def _trainer_config(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and _dotted(node.func) == "Trainer.Config"
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _dotted(node: ast.expr) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
+    return isinstance(node, ast.Call) and dotted_name(node.func) == "Trainer.Config"
 
 
 def tables(path: Path, function: str | None = None) -> tuple[dict[str, Any], str]:

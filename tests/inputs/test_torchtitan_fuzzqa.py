@@ -18,7 +18,7 @@ from cli_run import run
 
 from planner.inputs import torchtitan_config
 from planner.inputs.errors import InputError
-from planner.inputs.torchtitan_module import MAX_MAGNITUDE
+from planner.inputs.torchtitan_values import MAX_MAGNITUDE
 
 GPU = "h100-sxm-80gb"
 QWEN = 'name = "qwen3"\nflavor = "30B-A3B"\n'
