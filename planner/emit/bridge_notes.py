@@ -8,7 +8,10 @@ import shlex
 
 from planner.emit import bridge_precision, common
 from planner.emit.megatron import unflagged
+from planner.inputs.errors import InputError
+from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan
+from planner.search.rules.context import flash2_head_dims
 
 COMM_OVERLAP = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
 """The class a comm_overlap table must name (`_target_`) where the recipe leaves comm_overlap
@@ -44,9 +47,13 @@ def attention_backend(job: Job) -> str:
     FlashAttention-2. Bridge sets the YAML's string on the field as it is (omegaconf_utils.py
     `_apply_overrides`), which Megatron-Core's `_set_attention_backend` (language_module.py) does
     not match to its enum: Transformer Engine's NVTE_* variables then choose
-    (`environment`), and "auto" leaves it its own choice."""
+    (`environment`), and "auto" leaves it its own choice. Never "flash" for multi-latent
+    attention: FlashAttention-2 does not run its unequal head dims and the pinned backend leaves
+    Transformer Engine no other (`flash2_head_dims`, which `check_plan` refuses first)."""
     if not job.flash_attention:
         return "unfused"
+    if (broken := flash2_head_dims(job, Layout())) is not None:
+        raise InputError(f"{broken.field}: {broken.message}")
     return "flash" if job.attention_kernel == "flash2" else "auto"
 
 

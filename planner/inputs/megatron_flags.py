@@ -191,6 +191,7 @@ READ = frozenset(
         "--ddp-bucket-size",
         "--ddp-num-buckets",
         "--grad-reduce-in-bf16",
+        "--accumulate-allreduce-grads-in-fp32",
         "--use-precision-aware-optimizer",
         "--main-grads-dtype",
         "--exp-avg-dtype",

@@ -71,7 +71,7 @@ def training_table(
             "`not args.bf16` under --fp16): give one of them"
         )
     if line.has("--fp16"):
-        notes.append("--fp16: read as bf16 (the same bytes per value)")
+        notes.append(_fp16_note(line))
     elif not bf16:
         missing.append(
             "neither --bf16 nor --fp16: Megatron trains in fp32, planner counts bf16 weights and "
@@ -280,17 +280,51 @@ is no precision torch.set_float32_matmul_precision knows below "medium" (bf16 GE
 is read as."""
 
 
+def _fp16_note(line: Line) -> str:
+    """How --fp16 is read: as bf16 (the same bytes per value), its gradient buffers 16-bit
+    unless --accumulate-allreduce-grads-in-fp32 (`_optimizer_dtypes`; Megatron-FSDP's own flag
+    decides there)."""
+    note = "--fp16: read as bf16 (the same bytes per value)"
+    if line.has("--use-megatron-fsdp"):
+        return note
+    if line.has("--accumulate-allreduce-grads-in-fp32"):
+        return f"{note}; gradient buffers fp32 (--accumulate-allreduce-grads-in-fp32)"
+    return (
+        f"{note}; gradient buffers 16-bit: Megatron keeps them in the parameters' dtype, fp32 "
+        "only with --accumulate-allreduce-grads-in-fp32, which validate_args turns on for "
+        "--bf16 alone (arguments.py:1204-1217, d98e8a64)"
+    )
+
+
 def _optimizer_dtypes(line: Line) -> dict[str, Any]:
-    """Gradient buffers and Adam moments. Megatron keeps fp32 main grads unless
-    --grad-reduce-in-bf16, or --main-grads-dtype bf16 with the precision-aware optimizer;
-    Megatron-FSDP's grads default to the parameters' dtype (--megatron-fsdp-main-grads-dtype
-    auto: DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
-    megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`)."""
+    """Gradient buffers and Adam moments. The buffers are fp32 where Megatron's
+    accumulate_allreduce_grads_in_fp32 holds, else the parameters' dtype (training.py:2635
+    passes it as DistributedDataParallelConfig.grad_reduce_in_fp32, default False,
+    distributed_data_parallel_config.py:15; param_and_grad_buffer.py:924 `torch.float if
+    grad_reduce_in_fp32 else param.dtype`; Megatron-LM d98e8a64). validate_args turns it on
+    only under --bf16 (arguments.py:1204-1217), unless --grad-reduce-in-bf16, or --main-grads-dtype
+    bf16 (with the precision-aware optimizer, the only one that takes it), and asserts
+    --main-grads-dtype fp32 where --accumulate-allreduce-grads-in-fp32 is given (:1209-1211). So
+    --bf16 gives fp32 buffers unless one of those two, and --fp16 16-bit (fp16, planner's "bf16":
+    the same bytes) unless --accumulate-allreduce-grads-in-fp32 (--grad-reduce-in-bf16 and
+    --main-grads-dtype change nothing there). Megatron-FSDP's grads default to the parameters'
+    dtype (--megatron-fsdp-main-grads-dtype auto: DistributedDataParallelConfig.
+    megatron_fsdp_main_grads_dtype = None, resolved in megatron_fsdp/param_and_grad_buffer.py
+    `_resolve_group_grad_dtype`)."""
     out: dict[str, Any] = {}
     aware = line.has("--use-precision-aware-optimizer")
-    bf16_grads = line.has("--grad-reduce-in-bf16")
-    if aware and line.text("--main-grads-dtype") == "bf16":
-        bf16_grads = True
+    accumulate = line.has("--accumulate-allreduce-grads-in-fp32")
+    main_bf16 = line.text("--main-grads-dtype") == "bf16"
+    if line.has("--fp16"):
+        bf16_grads = not accumulate
+    else:
+        if accumulate and main_bf16 and line.has("--bf16"):
+            raise InputError(
+                f"{line.where}: --accumulate-allreduce-grads-in-fp32: not with --main-grads-dtype "
+                "bf16 (Megatron-LM d98e8a64 validate_args asserts --main-grads-dtype fp32 under "
+                "--bf16, arguments.py:1209-1211)"
+            )
+        bf16_grads = line.has("--grad-reduce-in-bf16") or (aware and main_bf16)
     if line.has("--use-megatron-fsdp"):
         fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
         bf16_grads = fsdp != "fp32"

@@ -25,6 +25,7 @@ from planner.search.rules.context import (
     context,
     context_attention,
     context_exchange,
+    flash2_head_dims,
 )
 from planner.search.rules.dsa import JOB_RULES as DSA_JOB_RULES
 from planner.search.rules.dsa import RULES as DSA_RULES
@@ -96,6 +97,7 @@ RULES: tuple[Rule, ...] = (
     context_attention,
     context_exchange,
     attention_sinks,
+    flash2_head_dims,
     sm_margin,
     t5_scope,
     sequence_parallel,
@@ -122,6 +124,7 @@ RULES: tuple[Rule, ...] = (
 
 JOB_RULES: tuple[Rule, ...] = (
     attention_sinks,
+    flash2_head_dims,
     graph_modules_rule,
     deterministic,
     positions,

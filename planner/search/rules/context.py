@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import CpCommType, Layout
 from planner.inputs.plan import Job
+from planner.model.cp_time import head_widths
 from planner.search.rules.base import Violation
 from planner.search.rules.dsa import context_exchange as dsa_exchange
 
@@ -82,6 +83,65 @@ def attention_sinks(job: Job, lay: Layout) -> Violation | None:
             f"and up, and its unfused one no FP8 ({gpu.name} is not Blackwell)",
         )
     return None
+
+
+def flash2_head_dims(job: Job, lay: Layout) -> Violation | None:
+    """Whether FlashAttention-2 (`attention_kernel` "flash2") runs the model's attention: it
+    needs the query / key and value heads equally wide, which multi-latent attention's are not
+    (`cp_time.head_widths`: qk_head_dim + qk_pos_emb_head_dim against v_head_dim; Megatron-LM
+    d98e8a64 multi_latent_attention.py:214-215 passes them as the core attention's k_channels
+    and v_channels, padding the value only for packed THD input, :85-99, which planner does not
+    plan). Megatron-LM on NVIDIA: Transformer Engine's get_attention_backend ("Filter: Head
+    dimension", TransformerEngine 002a3e57 dot_product_attention/utils.py) disables FA2 for
+    unequal head dims ("Disabling FlashAttention 2 as it does not support MLA"), and the
+    `--attention-backend flash --flash-attention-version 2` the plan launches with
+    (emit/megatron.py) turns the fused and unfused backends off (language_module.py:133-136,
+    NVTE_FUSED_ATTN=0, NVTE_UNFUSED_ATTN=0) and the other FlashAttention generations too
+    (:154-159, NVTE_FLASH_ATTN_V3/V4=0): DotProductAttention raises "No dot product attention
+    backend is available". (A Transformer Engine that reads NVTE_FLASH_ATTN alone, as
+    002a3e57's get_attention_backend does, runs FlashAttention-3 instead where it is installed
+    on Hopper: not the kernel the plan times either.) torchtitan: PyTorch SDPA's flash backend
+    refuses unequal head dims too (pytorch 001f694a
+    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp `check_head_dim_size_flash`), so SDPA
+    runs another backend than the one the plan times.
+    DeepSeek sparse attention runs its own core attention, not Transformer Engine's
+    (experimental_attention_variant_module_specs.py:104-108): no rule there."""
+    if job.attention_kernel != "flash2" or not job.flash_attention or job.arch.has_dsa:
+        return None
+    if job.framework == "megatron" and job.cluster.gpu.vendor != "nvidia":
+        return None  # (the megatron-args target pins no backend off NVIDIA: emit/megatron.py)
+    qk, v = head_widths(job.arch)
+    if qk == v:
+        return None
+    arch = job.arch
+    dims = (
+        f"query/key head dim {qk} = qk_head_dim {arch.qk_head_dim} + qk_pos_emb_head_dim "
+        f"{arch.qk_pos_emb_head_dim}, value head dim {v}"
+    )
+    if job.framework == "torchtitan":
+        why = (
+            "PyTorch SDPA's flash backend needs them equal (sdp_utils.cpp "
+            "check_head_dim_size_flash, pytorch 001f694a), so SDPA runs another kernel than "
+            "the FlashAttention-2 this plan times"
+        )
+    else:
+        why = (
+            "Transformer Engine disables FlashAttention-2 for unequal head dims "
+            "(get_attention_backend, TransformerEngine 002a3e57 dot_product_attention/utils.py: "
+            '"Disabling FlashAttention 2 as it does not support MLA"), and --attention-backend '
+            "flash --flash-attention-version 2 turns every other backend off (Megatron-LM "
+            "d98e8a64 language_module.py:133-136, 154-159), so DotProductAttention raises "
+            '"No dot product attention backend is available" (or, under a Transformer Engine '
+            "that ignores NVTE_FLASH_ATTN_V3, runs FlashAttention-3 where installed: not the "
+            "kernel this plan times)"
+        )
+    fix = " (on a Megatron-LM command line: --attention-backend auto or fused)"
+    return Violation(
+        "mla_flash2",
+        "training.attention_kernel",
+        f"attention_kernel 'flash2' with multi-latent attention ({dims}): {why}; set "
+        'attention_kernel = "fused"' + (fix if job.framework == "megatron" else ""),
+    )
 
 
 def context_exchange(job: Job, lay: Layout) -> Violation | None:
