@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli import render, report
+from planner.cli import render_catalog, report
 from planner.cli.common import JsonOpt, emit_json, out
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
@@ -45,9 +45,9 @@ def catalog_list(
         emit_json(data)
         return
     if gpus:
-        out.print(render.gpu_table(gpus))
+        out.print(render_catalog.gpu_table(gpus))
     if models:
-        out.print(render.model_table(models))
+        out.print(render_catalog.model_table(models))
 
 
 @app.command("show")
@@ -69,4 +69,4 @@ def catalog_show(
     if as_json:
         emit_json(data)
     else:
-        out.print(render.fields_table(f"{kind} {data['name']}", data))
+        out.print(render_catalog.fields_table(f"{kind} {data['name']}", data))

@@ -1,12 +1,11 @@
-"""Human output with rich: tables for the catalog and the per-stage memory breakdown.
+"""Human output with rich: the per-stage memory and time breakdowns of check and explain (the
+catalog's tables: `planner.cli.render_catalog`).
 
 The consoles (`planner.cli.common`) do not read rich markup, so names and paths a user gave print
 as they are ("x[bold]y" stays "x[bold]y"); the few styled lines pass markup=True and escape what
 they interpolate."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,11 +14,8 @@ from rich.table import Table
 from planner.cli import explain_notes
 from planner.emit.common import cost_text
 from planner.inputs import units
-from planner.inputs.arch import ModelArch
-from planner.inputs.hardware import GpuSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import params
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
@@ -51,60 +47,6 @@ def over(nbytes: float) -> str:
     return f"{max(1.0, nbytes / 2**20):.0f} MiB"
 
 
-def billions(n: float) -> str:
-    return f"{n / 1e9:.2f}B"
-
-
-def gpu_table(gpus: list[GpuSpec]) -> Table:
-    t = Table(title="GPUs (hardware_catalog/gpus)")
-    for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "scale-up", "node", "TDP W"):
-        t.add_column(col, justify="left" if col in ("name", "scale-up") else "right")
-    for g in gpus:
-        t.add_row(
-            g.name,
-            f"{g.peak_tflops_bf16:g}",
-            f"{g.peak_tflops_fp8:g}" if g.peak_tflops_fp8 else "-",
-            f"{g.memory_gib:.1f}",
-            f"{g.scaleup_name} x{g.scaleup_domain_gpus} "
-            f"{g.scaleup_bandwidth_gb_per_s_per_gpu:g} GB/s",
-            str(g.gpus_per_node),
-            f"{g.tdp_w:g}",
-        )
-    return t
-
-
-def model_table(models: list[ModelArch]) -> Table:
-    t = Table(
-        title="Models (model_zoo)",
-        caption="params: the main model, embedding and output layer counted, MTP layers not "
-        "(DeepSeek's 671B); active: what one token uses, the input embedding table counted "
-        "whole (OpenAI's 5.1B for gpt-oss-120b leaves it out: 5.7B here)",
-    )
-    for col in ("name", "layers", "hidden", "heads/groups", "experts", "params", "active"):
-        t.add_column(col, justify="left" if col == "name" else "right")
-    for m in models:
-        experts = f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "-"
-        t.add_row(
-            m.name,
-            str(m.num_layers),
-            str(m.hidden_size),
-            f"{m.num_attention_heads}/{m.query_groups}",
-            experts,
-            billions(params.params_total(m)),
-            billions(params.params_active(m)),
-        )
-    return t
-
-
-def fields_table(title: str, data: dict[str, Any]) -> Table:
-    t = Table(title=title, show_header=False)
-    t.add_column("field", style="bold")
-    t.add_column("value", overflow="fold")
-    for k, v in data.items():
-        t.add_row(k, "" if v is None else str(v))
-    return t
-
-
 def capacity_text(rep: MemoryReport) -> str:
     """'77.3 GiB (79.6 less 3% headroom)': the usable memory and where it comes from."""
     return f"{gib(rep.capacity)} GiB ({gib(rep.physical)} less {rep.headroom_pct:g}% headroom)"
@@ -116,6 +58,13 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
     timed = perf is not None and len(perf.stages) == len(rep.stages)
     t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
     cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
+    copies = any(st.grad_copy for st in rep.stages)  # the optimizer step's fp32 gradient copies
+    if copies:
+        cols.insert(6, "step copy")
+        t.caption = (
+            "step copy: the fp32 copies of 16-bit gradients the optimizer step makes after the "
+            "activations are freed; total holds the larger of the two (* the step)"
+        )
     pooled = any(st.pool for st in rep.stages)  # heterogeneous pools: each stage's pool and GPU
     if pooled:
         t.title = title.replace(capacity_text(rep), "per stage's GPU, less headroom") + (
@@ -131,8 +80,9 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
         cells = [f"{st.stage}{mark}", str(st.layers)]
         if pooled:
             cells[1:1] = [st.pool, st.gpu, gib(rep.room(st))]
-        cells += [gib(v) for v in (st.weights, st.grads, st.optimizer, st.activations, st.other)]
-        cells.append(gib(st.total))
+        parts = [st.weights, st.grads, st.optimizer, st.activations]
+        cells += [gib(v) for v in [*parts, *([st.grad_copy] if copies else []), st.other]]
+        cells.append(gib(st.total) + ("*" if st.at_step else ""))
         if timed and perf is not None:
             fwd, bwd = perf.stages[st.stage]
             cells += [f"{1e3 * fwd:,.1f}", f"{1e3 * bwd:,.1f}"]

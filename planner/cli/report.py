@@ -49,6 +49,7 @@ def stage_dict(st: StageMemory) -> dict[str, Any]:
         "grads_gib": _gib(st.grads),
         "optimizer_gib": _gib(st.optimizer),
         "activations_gib": _gib(st.activations),
+        "grad_copy_gib": _gib(st.grad_copy),
         "other_gib": _gib(st.other),
         "total_gib": _gib(st.total),
         "allocated_gib": _gib(st.allocated),

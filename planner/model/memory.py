@@ -22,6 +22,10 @@ Activations: `planner.model.activations` per layer and micro-batch; what a pipel
 its peak (the micro-batches in flight in Megatron's schedule, chunk by chunk, and the working set
 on top): `planner.model.stage_activations`.
 
+The optimizer step: with 16-bit gradient buffers Megatron's optimizer copies each gradient it
+updates into fp32 after the last backward (`rank_states.step_grad_copy`), when the activations are
+freed; a stage's peak is the larger of the two (`StageMemory.total`).
+
 Buffers, fixed costs and what the allocator counts: `planner.model.buffers`. Allocator
 fragmentation (FRAGMENTATION) is on activations and transient buffers.
 """
@@ -38,7 +42,7 @@ from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
-from planner.model.rank_states import rank_state
+from planner.model.rank_states import rank_state, step_grad_copy
 from planner.model.schedule import Chunks, layer_count
 from planner.model.shard import BF16, Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
@@ -94,6 +98,10 @@ class StageMemory:
     unallocated: float = 0.0
     """Of the above, what PyTorch's allocator does not count as allocated: the CUDA context, NCCL,
     the buffers other libraries allocate themselves, and the fragmentation (reserved but free)."""
+    grad_copy: float = 0.0
+    """The fp32 copies of 16-bit gradients the optimizer step makes
+    (`rank_states.step_grad_copy`, the allocator's fragmentation on them included): held at the
+    step, after the activations are freed, so the stage's peak holds the larger of the two."""
     pool: str = ""
     """The pool this stage runs on ("" for a one-kind cluster)."""
     gpu: str = ""
@@ -103,7 +111,16 @@ class StageMemory:
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations + self.other
+        """The stage's peak: the model states and buffers, and the larger of its activations
+        (in the backward) and the optimizer step's gradient copies."""
+        held = max(self.activations, self.grad_copy)
+        return self.weights + self.grads + self.optimizer + held + self.other
+
+    @property
+    def at_step(self) -> bool:
+        """Whether the stage peaks at the optimizer step (its gradient copies above its
+        activations), not in the backward."""
+        return self.grad_copy > self.activations
 
     @property
     def allocated(self) -> float:
@@ -160,6 +177,7 @@ def stage_memory(
     already; `shards`, where it makes `sh` and `per` once for every rank when first asked."""
     weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
+    copy = step_grad_copy(job, layout, rank, chunks)  # exact bytes: not scaled
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
@@ -173,7 +191,8 @@ def stage_memory(
         optimizer=optimizer,
         activations=acts * frag,
         other=cache + transient * frag + counted + outside,
-        unallocated=outside + (acts + transient) * (frag - 1),
+        unallocated=outside + (max(acts, copy) + transient) * (frag - 1),
+        grad_copy=copy * frag,
     )
 
 

@@ -96,6 +96,49 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
 
 
+MAIN_GRAD_COPY_BYTES = 4.0
+"""Per updated parameter: the fp32 copy of its 16-bit reduced gradient that Megatron's optimizer
+step makes (`copies_main_grads`)."""
+
+
+def copies_main_grads(job: Job) -> bool:
+    """Whether Megatron's optimizer step copies the reduced gradients into fp32 tensors of their
+    own: with 16-bit gradient buffers (`Job.main_grad_dtype`), `.float()` of each updated
+    parameter's gradient (Megatron-LM d98e8a64 optimizer.py:1093-1096,
+    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads, every parameter;
+    distrib_optimizer.py:2792, the shard's range), unless the precision-aware optimizer reads the
+    buffer itself (`.decoupled_grad`, :2783-2790), which it does where
+    use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (optimizer_config.py:407-414, with
+    fp8_recipe from --fp8-recipe, whose default "delayed" stands without FP8 too,
+    training.py:2612-2616): every precision but an FP8 recipe other than delayed scaling, or
+    with the CPU-offloaded optimizer. With fp32 buffers `.float()`
+    returns the buffer itself. Megatron-FSDP (ZeRO 2 / 3) and torchtitan's FSDP2 are not this
+    optimizer (`step_grad_copy`)."""
+    if job.main_grad_dtype != "bf16" or job.frozen_model or job.framework == "torchtitan":
+        return False
+    if not job.precision_aware_optimizer:
+        return True
+    decoupled = job.precision != "fp8" or job.fp8_recipe == "delayed"
+    return not (decoupled or job.optimizer_offload_fraction > 0)
+
+
+def step_grad_copy(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
+    """Bytes of the fp32 gradient copies on one GPU of pipeline rank `rank` at the optimizer step
+    (`copies_main_grads`): MAIN_GRAD_COPY_BYTES per parameter it updates, all of the stage's at
+    ZeRO 0 and its shard at ZeRO 1 (over each distributed-optimizer instance's slice of the
+    groups, as `_state_of`). They are made after the last backward, when the activations are
+    freed, and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none), so
+    they coexist with the model states but not the activations (`memory.StageMemory`)."""
+    if layout.zero_stage >= 2 or not copies_main_grads(job):
+        return 0.0
+    dense, expert = stage_params(job, layout, rank, chunks)
+    if layout.zero_stage == 1:
+        n = job.optimizer_instances
+        dense /= max(layout.dense_dp // n, 1)
+        expert /= max(layout.expert_dp // n, 1)
+    return MAIN_GRAD_COPY_BYTES * (dense + expert)
+
+
 def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:
     """What stays allocated on a GPU of pipeline rank `rank` between steps (what
     torch.cuda.memory_allocated() reads after one): weights, gradient buffers, optimizer states,

@@ -29,6 +29,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, fsdp2, muon_time, optimizer_offload, pools
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
+from planner.model.rank_states import copies_main_grads
 from planner.model.schedule import Chunks
 from planner.model.shard import BF16
 from planner.model.stage_params import quantised_decoder_params, stage_params
@@ -43,10 +44,11 @@ GRAD_NORM_READ_BYTES = 4.0
 Megatron-Core d98e8a64 DistributedOptimizer.get_main_grads_for_grad_norm takes the shard's main
 gradients only, not the whole local buffer."""
 MAIN_GRAD_COPY_BYTES = 2.0 + 4.0
-"""Per updated parameter with bf16 gradient buffers (`Job.main_grad_dtype`): the copy of its
-reduced gradient into an fp32 main gradient, read 2 and write 4 (d98e8a64
+"""Per updated parameter whose 16-bit gradient the step copies (`rank_states.copies_main_grads`):
+the copy of its reduced gradient into an fp32 main gradient, read 2 and write 4 (d98e8a64
 DistributedOptimizer._copy_model_grads_to_main_grads, `shard_model_grad.float()`, on the shard's
-range only; with fp32 buffers `.float()` returns the buffer itself and nothing moves)."""
+range only; with fp32 buffers `.float()` returns the buffer itself and nothing moves, and the
+precision-aware optimizer mostly reads the buffer in place)."""
 PARAM_COPY_BYTES = 4.0 + 2.0
 """Per updated parameter: the fp32 master weight read and the model's 16-bit weight written
 after the update (d98e8a64 _copy_main_params_to_model_params), a pass apart from Adam's."""
@@ -71,7 +73,7 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     # the rest: Adam's passes and the master's copy back over the GPU's share only
     on_gpu = 1.0 - job.optimizer_offload_fraction
     update = on_gpu * (ADAM_GRAD_READ_BYTES + PARAM_COPY_BYTES) + 2 * job.optimizer_bytes
-    copy = MAIN_GRAD_COPY_BYTES if job.main_grad_dtype == "bf16" else 0.0
+    copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job) else 0.0
     always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
     host = optimizer_offload.host_step_time(
         job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap
