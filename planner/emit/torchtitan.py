@@ -18,7 +18,16 @@ emitted TOML is checked against it):
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
 - [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
   name e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less
-  path, which alone takes the FSDP float8 all-gather).
+  path, which alone takes the FSDP float8 all-gather). Its filter_fqns keep the output layer in
+  bf16 and, in an MoE model, the router's gate (`router.gate`, as torchtitan's own MoE TOMLs
+  do: deepseek_v3/train_configs/deepseek_v3_671b.toml:74, llama4/train_configs/
+  llama4_17bx16e.toml:67), which planner times in bf16 (`planner.inputs.torchtitan.ROUTER_GATE`).
+- The routed experts are grouped GEMMs, which that converter leaves in bf16, as planner then
+  times them; with `[torchtitan] float8_experts` the grouped-GEMM converter too
+  (model.converters += "quantize.grouped_mm.float8", [quantize.grouped_mm.float8] fqns =
+  ["experts"]: `planner.inputs.torchtitan.FLOAT8_EXPERTS`), which e347b1e5 asserts without
+  pipelining and context parallelism (components/quantization/float8.py:193-198, refused by
+  field, naming the module target).
 What e347b1e5 raises on and b5bcd76c runs is refused (`era_refusal`), naming the module target.
 `planner.inputs.torchtitan_config` reads the file back into the same plan (`planner check
 --torchtitan-config FILE`).
@@ -35,12 +44,19 @@ from planner.inputs.plan_writer import toml_value
 from planner.inputs.torchtitan import (
     DEEPEP_MODELS,
     MODELS,
+    ROUTER_GATE,
     TOML_REMOVED,
     TORCHTITAN_COMMIT,
     no_flavor,
     zoo_flavor,
 )
-from planner.inputs.torchtitan_toml import FLOAT8, EraNames, era_problem
+from planner.inputs.torchtitan_float8 import (
+    EXPERT_FQNS,
+    FLOAT8,
+    GROUPED_FLOAT8,
+    grouped_float8_problem,
+)
+from planner.inputs.torchtitan_toml import EraNames, era_problem
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -139,7 +155,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
         )
     name, flavor = MODELS[zoo]
-    refused = era_refusal(plan, name)
+    refused = era_refusal(plan, name) or float8_experts_refusal(plan)
     if refused is not None:
         raise refused
     deepep = lay.ep > 1 and lay.moe_token_dispatcher_type == "flex"
@@ -228,14 +244,34 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         float8: dict[str, Any] = {
             "enable_fsdp_float8_all_gather": titan.float8_all_gather,
             "precompute_float8_dynamic_scale_for_fsdp": titan.float8_all_gather,
-            "filter_fqns": ["output"],
+            # the router's gate stays bf16, as planner times it (ROUTER_GATE)
+            "filter_fqns": ["output", ROUTER_GATE] if job.arch.is_moe else ["output"],
         }
         if job.fp8_recipe != "tensorwise":
             # tensorwise is the recipe-less path: e347b1e5 float8.py asserts a recipe_name is
             # never given with enable_fsdp_float8_all_gather
             float8 = {"recipe_name": job.fp8_recipe, **float8}
         out["quantize.linear.float8"] = float8
+        if titan.float8_experts:
+            model["converters"].append(GROUPED_FLOAT8)
+            out["quantize.grouped_mm.float8"] = {"fqns": list(EXPERT_FQNS)}
     return out
+
+
+def float8_experts_refusal(plan: Plan) -> InputError | None:
+    """`[torchtitan] float8_experts` where e347b1e5's grouped-GEMM float8 converter asserts:
+    with pipelining or context parallelism ("Float8 MoE training prototype does not yet support
+    pipeline parallelism" / "context parallelism", components/quantization/float8.py:193-198);
+    b5bcd76c runs them (its converter has no such assert, float8.py:216-266)."""
+    job, lay = plan.job, plan.require_layout()
+    problem = grouped_float8_problem(lay.pp, lay.cp, "pp", "cp")
+    if not job.titan.float8_experts or problem is None:
+        return None
+    where = str(plan.path) if plan.path else "<plan>"
+    return InputError(
+        f"{where}: torchtitan.float8_experts: true: {problem}; write the module (launch "
+        "--target torchtitan-module)"
+    )
 
 
 def _activation_checkpoint(plan: Plan) -> dict[str, Any]:

@@ -7,9 +7,13 @@ classes and functions the emitted module uses, and the test checks it against th
 The function starts from the model's baseline (`BASELINES`: its config_registry function, which
 sets the tokenizer folder, dataset, loss and logging) and sets what the plan decides:
 - `model_spec`: the flavor's `model_registry(...)`, with the float8 converter (rowwise recipes;
-  the LM head, `lm_head`, kept in bf16 as the TOML's filter did), the DeepEP dispatcher for a
-  plan with the flex dispatcher, FlexAttention for gpt-oss under CP (its default, varlen, does
-  not run CP);
+  the LM head, `lm_head`, kept in bf16 as the TOML's filter did, and in an MoE model the
+  router's gate, `router.gate`, as torchtitan's deepseek_v3_671b_float8 keeps it,
+  deepseek_v3/config_registry.py:261-264: planner times it in bf16), and with `[torchtitan]
+  float8_experts` the routed experts' Float8GroupedExpertsConverter (float8.py:216-266; without
+  it the experts, grouped GEMMs and not Linear, run in bf16, as planner then times them), the
+  DeepEP dispatcher for a plan with the flex dispatcher, FlexAttention for gpt-oss under CP (its
+  default, varlen, does not run CP);
 - `parallelism`: a whole ParallelismConfig (the baseline's presets, DeepSeek-V3's ep 2, Llama 3
   70B's tp 8, do not leak in): the degrees, reshard_after_forward, the schedule, its
   micro-batches (num_pp_microbatches: the per-rank batch over the micro-batch size) and the
@@ -18,11 +22,15 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
   batch x sequence), the context length, the steps; CUDA graphs off (on by default at HEAD; the
   prediction has no graph pool, and PP and EP refuse them);
 - `activation_checkpoint` (None, SelectiveAC per-op, FullAC), `compile` (async TP only with
-  compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism.
+  compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism;
+- the profiler off (`config.profiler.enable_profiling = False`): llama3_8b() and llama3_70b()
+  turn it on (llama3/config_registry.py:203-206, 276-279: a traced step every 100, with a
+  trace written per rank, tools/profiler.py), which the predicted steady-state step has not.
 
 What that torchtitan cannot run is refused, naming the plan's field: expert TP (EP borrows the TP
 ranks there), every-N-layers checkpointing, the tensorwise float8 recipe and its FSDP float8
-all-gather, a context beyond the flavor's RoPE table (a TP degree that does not divide the KV heads
+all-gather, float8 experts with DeepEP (components/quantization/utils.py:33-64 raises), a
+context beyond the flavor's RoPE table (a TP degree that does not divide the KV heads
 no plan has: `rules.torchtitan_shapes.heads`). The loss is the plan's (`[torchtitan] loss_chunks`):
 ChunkedLossWrapper over that many chunks, as the baselines run it with 8, or at 1 the whole logits'
 CrossEntropyLoss, which the prediction then counts. The prediction in the header is for the
@@ -40,7 +48,8 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS, no_flavor, zoo_flavor
+from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS, ROUTER_GATE, no_flavor, zoo_flavor
+from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 
 HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 """pytorch/torchtitan commit (2026-08-21) whose configuration API the module follows."""
@@ -142,6 +151,8 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
         )
     if titan.float8_all_gather:
         raise _refuse(plan, "torchtitan.float8_all_gather", "has no FSDP float8 all-gather")
+    if titan.float8_experts and lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
+        raise _refuse(plan, "torchtitan.float8_experts", f"true: {DEEPEP_GROUPED}")
     if job.precision not in ("bf16", "fp8"):
         raise _refuse(plan, "training.precision", f"{job.precision}: not written for it")
     if job.attention_kernel == "flash2":
@@ -160,12 +171,18 @@ def _model_spec(plan: Plan, model: str, flavor: str) -> tuple[str, list[str]]:
     job, lay = plan.job, plan.require_layout()
     args, imports = [repr(flavor)], []
     if job.precision == "fp8":
-        args.append(
-            "converters=[Float8LinearConverter.Config("
-            f"recipe_name={job.fp8_recipe!r}, filter_fqns=['lm_head'], "
-            f"model_compile_enabled={job.titan.compile})]"
-        )
-        imports.append("from torchtitan.components.quantization import Float8LinearConverter")
+        compiled = f"model_compile_enabled={job.titan.compile}"
+        kept = ["lm_head", ROUTER_GATE] if job.arch.is_moe else ["lm_head"]
+        converters = [
+            f"Float8LinearConverter.Config(recipe_name={job.fp8_recipe!r}, "
+            f"filter_fqns={kept!r}, {compiled})"
+        ]
+        names = "Float8LinearConverter"
+        if job.titan.float8_experts:
+            converters.append(f"Float8GroupedExpertsConverter.Config({compiled})")
+            names = "Float8GroupedExpertsConverter, Float8LinearConverter"
+        args.append(f"converters=[{', '.join(converters)}]")
+        imports.append(f"from torchtitan.components.quantization import {names}")
     if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
         args.append("moe_comm_backend='deepep'")
     if model == "gpt_oss" and lay.cp > 1:
@@ -253,6 +270,7 @@ def render(plan: Plan, job_name: str) -> str:
         ")",
         "config.checkpoint.enable = True",
         f"config.checkpoint.interval = {p.checkpoint_interval_steps}",
+        "config.profiler.enable_profiling = False",
     ]
     loss_fn = "CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))"
     if titan.loss_chunks > 1:

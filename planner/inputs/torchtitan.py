@@ -150,6 +150,34 @@ qwen3's and gpt_oss's build the plain ExpertParallel): DeepEP for the others is 
 Python configurations' (b5bcd76c, whose dispatchers every MoE model takes)."""
 
 
+FLOAT8_EXPERTS = (
+    "torchtitan converts the MoE's routed experts (GroupedExperts, grouped GEMMs, not "
+    "nn.Linear: the float8 linear converter leaves them in bf16) only through its separate "
+    "grouped-GEMM converter, which no baseline turns on: at e347b1e5 `quantize.grouped_mm.float8` "
+    "in model.converters with [quantize.grouped_mm.float8] fqns = ['experts'] (components/"
+    "quantization/float8.py:176-239, job_config.py:756-763, default fqns []), at b5bcd76c "
+    "Float8GroupedExpertsConverter.Config() in model_registry's converters (float8.py:216-266; "
+    "deepseek_v3/config_registry.py:248-269 deepseek_v3_671b_float8). Either way torchao's "
+    "dynamic rowwise scaling for the forward and both gradients, whatever the linear recipe "
+    "(pytorch/ao torchao/prototype/moe_training: Float8TrainingOpConfig's one recipe, "
+    "FP8_ROWWISE; _Float8GroupedMM at 01374eb5 scaled_grouped_mm.py runs the forward, grad_A "
+    "and grad_B as rowwise-scaled float8 grouped GEMMs)"
+)
+"""How torchtitan runs the routed experts in float8 (`TorchtitanSection.float8_experts`)."""
+
+FLOAT8_EXPERTS_RECIPE = "rowwise"
+"""The scaling of torchtitan's float8 experts (`FLOAT8_EXPERTS`): rowwise, at every linear
+recipe."""
+
+ROUTER_GATE = "router.gate"
+"""The MoE router's gate (`layers.<i>.moe.router.gate`, an nn.Linear at e347b1e5 models/moe/
+moe.py:224, a Linear.Config at b5bcd76c models/common/moe.py:195): the float8 linear converter
+converts it unless a filter_fqns entry matches, and torchtitan's own MoE float8 configurations
+filter it (e347b1e5 deepseek_v3_671b.toml:74, llama4_17bx16e.toml:67; b5bcd76c
+deepseek_v3/config_registry.py:262). planner times it in bf16 (`planner.model.moe_time.
+router_time`), so the launch targets filter it too."""
+
+
 class TorchtitanSection(BaseModel):
     """`[torchtitan]`: torchtitan's own settings (only with `[training] framework =
     "torchtitan"`). The degrees are `[parallel]`'s; dp = dp_replicate x the FSDP shard degree."""
@@ -181,6 +209,12 @@ class TorchtitanSection(BaseModel):
     float8_all_gather: Flag = Field(
         default=False,
         description="enable_fsdp_float8_all_gather (precision fp8, fp8_recipe tensorwise)",
+    )
+    float8_experts: Flag = Field(
+        default=False,
+        description="the MoE's routed experts in float8 too (precision fp8): torchtitan's "
+        "grouped-GEMM float8 converter, off by default (`FLOAT8_EXPERTS`); off, the experts "
+        "run in bf16 beside the float8 linear layers",
     )
     cp_load_balance: Flag = Field(
         default=True, description="context_parallel_load_balancer headtail (false: None)"

@@ -14,7 +14,9 @@ the `# planner-gpu:` header line planner writes; the GPU count the product of th
 A TOML is read as e347b1e5 runs it: what that torchtitan raises on exits 2 naming the field
 (`torchtitan_toml.era_refusal`, DeepSeek's DeepEP without EP or with expert TP), DeepEP for a
 model whose parallelize ignores it is the all-to-all, and float8's filter_fqns decides the
-precision (`torchtitan_toml.float8_filter`). Under pipelining a step of more than one
+precision (`torchtitan_float8.float8_filter`), the grouped float8 converter's fqns whether the
+routed experts are float8 (`[torchtitan] float8_experts`, `torchtitan_float8.float8_experts`; the
+linear filter leaves the experts in bf16). Under pipelining a step of more than one
 gradient-accumulation step (several pipeline schedules) exits 2 in either form: planner's
 pipeline is one schedule of all the step's micro-batches (`torchtitan_pipeline.batches`, which
 reads the batches, the schedule and the stages). What is read otherwise than the file says is
@@ -28,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import catalog, torchtitan_toml
+from planner.inputs import catalog, torchtitan_float8, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml
 from planner.inputs.plan import Plan, parse_plan
@@ -186,7 +188,7 @@ def _document(
         "framework": "torchtitan",
         "seq_length": seq,
         "global_batch_size": gbs,
-        "precision": torchtitan_toml.precision(converters, where),
+        "precision": torchtitan_float8.precision(converters, where),
     }
     if par("disable_loss_parallel", False, bool):
         training["cross_entropy"] = "gathered"
@@ -225,16 +227,37 @@ def _document(
     _checkpointing(doc, where, parallel, titan)
     if training["precision"] == "fp8":
         float8 = doc.get("quantize", {}).get("linear", {}).get("float8", {})
+        arch = catalog.get_model(FLAVORS[name, flavor])
+        moe = torchtitan_float8.moe_layers(arch.num_layers, arch.moe_layer_freq, arch.is_moe)
         if toml:
-            layers = catalog.get_model(FLAVORS[name, flavor]).num_layers
             fqns = float8.get("filter_fqns", [])
-            on, said = torchtitan_toml.float8_filter(where, name, layers, fqns)
+            on, said = torchtitan_float8.float8_filter(where, name, arch.num_layers, fqns, moe)
             notes.extend(said)
             if not on:
                 training["precision"] = "bf16"
         if training["precision"] == "fp8":
             training["fp8_recipe"] = float8.get("recipe_name", "tensorwise")
             titan["float8_all_gather"] = float8.get("enable_fsdp_float8_all_gather", False)
+        if torchtitan_float8.GROUPED_FLOAT8 in converters:
+            grouped = doc.get("quantize", {}).get("grouped_mm", {}).get("float8", {})
+            on = torchtitan_float8.float8_experts(where, moe, grouped.get("fqns", []))
+            if on and training["precision"] != "fp8":
+                raise InputError(
+                    f"{where}: quantize.linear.float8.filter_fqns: keeps every decoder linear in "
+                    "bf16 beside float8 routed experts (quantize.grouped_mm.float8), which "
+                    "planner does not model"
+                )
+            if toml:  # the converter's constructor asserts, whatever it converts
+                _grouped_era(where, pp, cp)
+            if on and flex:
+                raise InputError(f"{where}: {torchtitan_float8.DEEPEP_GROUPED}")
+            if on:
+                titan["float8_experts"] = True
+            else:
+                field = "quantize.grouped_mm.float8.fqns" if toml else "config.model_spec"
+                notes.append(
+                    (field, "the grouped float8 converter converts no routed experts here")
+                )
     return {
         "model": {"name": FLAVORS[name, flavor]},
         "cluster": {"gpu": gpu, "num_gpus": d["world"]},
@@ -242,6 +265,19 @@ def _document(
         "parallel": parallel,
         "torchtitan": titan,
     }
+
+
+def _grouped_era(where: str, pp: int, cp: int) -> None:
+    """The grouped float8 converter at degrees e347b1e5 asserts against
+    (`torchtitan_float8.grouped_float8_problem`)."""
+    problem = torchtitan_float8.grouped_float8_problem(
+        pp, cp, "parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree"
+    )
+    if problem is not None:
+        raise InputError(
+            f"{where}: model.converters: {torchtitan_float8.GROUPED_FLOAT8!r} {problem} "
+            f"{torchtitan_toml.MODULE}"
+        )
 
 
 def _checkpointing(

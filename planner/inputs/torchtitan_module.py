@@ -27,7 +27,10 @@ The values become the tables of a torchtitan TOML (`planner.inputs.torchtitan_co
 turns them into a plan as for a TOML): tokens per micro-batch per DP rank over the context length
 is the micro-batch, with pipelining times `num_pp_microbatches` the per-rank batch; tokens per
 step over the context length the global batch (-1: the per-rank batch x dp); the float8
-converter's recipe the FP8 recipe; `moe_comm_backend='deepep'` the flex dispatcher; None,
+converter's recipe the FP8 recipe (its filter_fqns without "router.gate" in an MoE model is
+said: planner times the gate in bf16); Float8GroupedExpertsConverter beside it `[torchtitan]
+float8_experts` (refused with DeepEP, which b5bcd76c raises on); `moe_comm_backend='deepep'` the
+flex dispatcher; None,
 SelectiveAC and FullAC the recompute; compile of the "model" component planner's compile.
 """
 

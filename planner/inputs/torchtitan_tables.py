@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.torchtitan import check_reduce_dtype
+from planner.inputs.torchtitan import MOE_MODELS, ROUTER_GATE, check_reduce_dtype
 from planner.inputs.torchtitan_baselines import (
     DEFAULTS,
     SECTION_FIELDS,
@@ -18,6 +18,7 @@ from planner.inputs.torchtitan_baselines import (
     Unread,
     lookup,
 )
+from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED, EXPERT_FQNS, GROUPED_FLOAT8, gate_note
 
 
 class Document:
@@ -154,30 +155,44 @@ class Document:
         )
 
     def _converters(self, spec: Record, tables: dict[str, Any]) -> None:
-        """The float8 converter as the TOML's float8 tables; the MoE dispatcher."""
+        """The float8 converters as the TOML's float8 tables (Float8LinearConverter's, and
+        Float8GroupedExpertsConverter's as the grouped converter of the routed experts,
+        `[torchtitan] float8_experts`, read beside the linear one only); the MoE dispatcher.
+        The grouped converter with DeepEP raises at b5bcd76c (components/quantization/
+        utils.py:33-64: `torchtitan_float8.DEEPEP_GROUPED`)."""
         converters = spec.kwargs.get("converters") or []
         if not isinstance(converters, list):
             raise InputError(
                 f"{self.where}:{spec.line}: config.model_spec: converters: planner does not "
                 f"evaluate {getattr(converters, 'text', spelled(converters))}"
             )
+        names: list[str] = []
         for conv in converters:
             name = conv.callee if isinstance(conv, Record) else spelled(conv)
+            if isinstance(conv, Record) and name.endswith("Float8GroupedExpertsConverter.Config"):
+                names.append(GROUPED_FLOAT8)
+                quantize = tables.setdefault("quantize", {})
+                quantize["grouped_mm"] = {"float8": {"fqns": list(EXPERT_FQNS)}}
+                continue
             if not (isinstance(conv, Record) and name.endswith("Float8LinearConverter.Config")):
                 raise InputError(
                     f"{self.where}: config.model_spec: converters: planner reads torchtitan's "
-                    f"Float8LinearConverter (got {name})"
+                    f"Float8LinearConverter and Float8GroupedExpertsConverter (got {name})"
                 )
-            tables["model"]["converters"] = ["float8"]
+            names.append("float8")
             recipe = conv.kwargs.get("recipe_name", "rowwise")
-            tables["quantize"] = {"linear": {"float8": {"recipe_name": recipe}}}
+            tables.setdefault("quantize", {})["linear"] = {"float8": {"recipe_name": recipe}}
             self._float8_filter(conv)
+        if names:
+            tables["model"]["converters"] = names
         backend = spec.kwargs.get("moe_comm_backend") or "standard"
         if backend not in ("standard", "deepep"):
             raise InputError(
                 f"{self.where}: config.model_spec: moe_comm_backend: planner models torchtitan's "
                 f"standard and deepep (got {spelled(backend)})"
             )
+        if backend == "deepep" and GROUPED_FLOAT8 in names:
+            raise InputError(f"{self.where}: config.model_spec: converters: {DEEPEP_GROUPED}")
         tables["parallelism"]["expert_parallel_comm_backend"] = backend
 
     def _float8_filter(self, conv: Record) -> None:
@@ -185,9 +200,11 @@ class Document:
         module stays bf16 where an entry is a substring of its name, components/quantization/
         utils.py:16-30): planner's torchtitan float8 keeps the output layer (`lm_head`) in bf16,
         as llama3_405b's ["lm_head"] (config_registry.py:314) does; without it the output layer
-        is float8 too, which planner times in bf16 (said). The router's gate ("router.gate",
-        deepseek_v3's config_registry.py:262) planner times at no precision either way; any other
-        entry is refused (which decoder linears it keeps in bf16 is not read)."""
+        is float8 too, which planner times in bf16 (said). In an MoE model it keeps the router's
+        gate ("router.gate", deepseek_v3's config_registry.py:262) in bf16 as planner times it;
+        without it the gate (a Linear.Config, models/common/moe.py:195, dims multiples of 16) is
+        float8 (said). Any other entry is refused (which decoder linears it keeps in bf16 is not
+        read)."""
         fqns = conv.kwargs.get("filter_fqns", [])
         field = "config.model_spec: converters: filter_fqns"
         if not isinstance(fqns, list) or not all(isinstance(f, str) for f in fqns):
@@ -210,6 +227,8 @@ class Document:
                     "times in bf16",
                 )
             )
+        if self.model in MOE_MODELS and ROUTER_GATE not in fqns:
+            self.notes.append(("config.model_spec.converters.filter_fqns", gate_note(fqns)))
 
     def _batch(self, par: dict[str, Any], tables: dict[str, Any]) -> None:
         """Tokens per micro-batch per DP rank and per step, over the context length."""

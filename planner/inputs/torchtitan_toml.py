@@ -13,11 +13,11 @@ Python's ast), for `planner.inputs.torchtitan_config`:
   its default only (`UNMODELLED`: FSDP's CPU offload, bf16 or fp32 parameters, the stages by
   layer count, a schedule from a CSV, forced load balance), as the Python configuration reader
   takes them (`planner.inputs.torchtitan_baselines.UNMODELLED`);
-- `model.converters` names the converters of e347b1e5's registry (`FLOAT8`: its float8 linear
-  converter, and the name torchtitan registered it under before 8a2686c4);
+- `model.converters` and the float8 converters' fields are read by
+  `planner.inputs.torchtitan_float8`;
 - what e347b1e5 raises on and the plan would take (`era_refusal`: the models without context
   parallelism or pipelining, DDP beside tp or pp, a seq_len tp x 2 x cp does not divide; and
-  DeepEP's conditions, `deepep`) exits 2 naming the field; `float8_filter` reads filter_fqns.
+  DeepEP's conditions, `deepep`) exits 2 naming the field.
 """
 
 from __future__ import annotations
@@ -32,12 +32,6 @@ from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan import DEEPEP_MODELS, TORCHTITAN_COMMIT
 
 SCHEMA = Path(__file__).with_name("torchtitan_job_config_schema.json")
-
-FLOAT8 = ("quantize.linear.float8", "float8")
-"""The float8 linear converter: e347b1e5's registered name
-(torchtitan/components/quantization/float8.py `register_model_converter`), and its name before
-pytorch/torchtitan 8a2686c4 (2025-09-30), which torchtitan's own TOMLs kept. Its grouped-GEMM and
-MX converters are not modelled."""
 
 UNMODELLED: dict[tuple[str, str], Any] = {
     ("training", "enable_cpu_offload"): False,
@@ -109,18 +103,6 @@ def _walk(table: dict[str, Any], prefix: str, where: str) -> None:
             f"{where}: {path}: torchtitan {TORCHTITAN_COMMIT[:8]} has no such {what} "
             "(torchtitan/config/job_config.py), and refuses the file"
         )
-
-
-def precision(converters: list[Any], where: str) -> str:
-    """fp8 where `model.converters` holds the float8 linear converter, else bf16; another
-    converter is refused."""
-    other = [c for c in converters if c not in FLOAT8]
-    if other:
-        raise InputError(
-            f"{where}: model.converters: {spelled(other[0])}: planner models torchtitan's float8 "
-            f"linear converter ({', '.join(FLOAT8)}) only"
-        )
-    return "fp8" if converters else "bf16"
 
 
 ERA = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
@@ -244,63 +226,3 @@ def deepep(where: str, name: str, backend: Any, ep: int, etp: int) -> tuple[bool
             "(models/deepseek_v3/infra/parallelize.py:107-111)"
         )
     return True, None
-
-
-_ATTENTION = ("attention.wq", "attention.wk", "attention.wv", "attention.wo")
-_FFN = ("feed_forward.w1", "feed_forward.w2", "feed_forward.w3")
-DECODER_LINEARS = {
-    "llama3": (*_ATTENTION, *_FFN),
-    "qwen3": _ATTENTION,
-    "gpt_oss": _ATTENTION,
-    "deepseek_v3": (
-        *("attention.wq_a", "attention.wq_b", "attention.wkv_a", "attention.wkv_b", "attention.wo"),
-        *_FFN,
-        *("moe.shared_experts.w1", "moe.shared_experts.w2", "moe.shared_experts.w3"),
-    ),
-}
-"""The nn.Linear modules of a decoder layer at e347b1e5 (models/<name>/model/model.py, the MoE's
-shared experts models/moe/moe.py), each under layers.<i>: what float8 converts. The MoE's routed
-experts are grouped GEMMs, not nn.Linear; its router's gate (`moe.router.gate`, which torchtitan's
-own TOMLs filter) is left out: planner times it at no precision either way. deepseek_v3's dense
-(feed_forward) and MoE (shared_experts) modules are listed for every layer."""
-
-
-def float8_filter(
-    where: str, name: str, num_layers: int, fqns: Any
-) -> tuple[bool, list[tuple[str, str]]]:
-    """quantize.linear.float8.filter_fqns as e347b1e5 reads it (components/quantization/
-    utils.py:10-27: a module is kept in bf16 where any entry is a substring of its name;
-    float8.py:62-63): (the decoder in float8, notes). planner's torchtitan float8 is the
-    decoder's linear layers with the output layer in bf16 (`filter_fqns = ["output"]`, what
-    launch writes); a filter that keeps every decoder linear in bf16 is read as bf16, one that
-    leaves the output layer in float8 is said (planner has no torchtitan float8 output layer:
-    `Job.fp8_output_proj` is Megatron's MXFP8), and one that keeps some decoder linears in bf16
-    and others not is refused."""
-    field = "quantize.linear.float8.filter_fqns"
-    if not isinstance(fqns, list) or not all(isinstance(f, str) for f in fqns):
-        raise InputError(f"{where}: {field}: expected a list of module names (got {spelled(fqns)})")
-    if "auto_filter_small_kn" in fqns:
-        raise InputError(
-            f'{where}: {field}: "auto_filter_small_kn": torchao\'s size-based filter '
-            "(float8.py:108-141) chooses the linears by their shapes, which planner does not model"
-        )
-    decoder = [f"layers.{i}.{m}" for i in range(num_layers) for m in DECODER_LINEARS[name]]
-    kept = [q for q in decoder if any(f in q for f in fqns)]
-    notes: list[tuple[str, str]] = []
-    if kept and len(kept) < len(decoder):
-        converted = next(q for q in decoder if q not in kept)
-        raise InputError(
-            f"{where}: {field}: {spelled(fqns)} keeps {kept[0]} in bf16 and converts "
-            f"{converted} to float8: planner models float8 on every decoder linear or none"
-        )
-    if kept:
-        notes.append((field, f"{spelled(fqns)} keeps every decoder linear in bf16: read as bf16"))
-    if not any(f in "output" for f in fqns):
-        notes.append(
-            (
-                field,
-                f"{spelled(fqns)} leaves the output layer to float8 (components/quantization/"
-                "utils.py:10-27), which planner times in bf16",
-            )
-        )
-    return not kept, notes

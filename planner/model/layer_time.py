@@ -106,6 +106,7 @@ from planner.model import (
     layer_parts,
     layer_tp,
     layer_traffic,
+    linear_time,
     mixers,
     moe_time,
     recompute_time,
@@ -332,7 +333,8 @@ def _core(
     streamed = max(streamed, KERNEL_MIN_S * small_kernels(job, lay, kind, len(p.lin.shapes)) - perm)
     fwd = gemm_fwd + attn_fwd + scan_fwd + streamed / 3 + perm / 2
     grads = 1 if job.frozen_model else 2  # dgrad, and wgrad unless the weights are frozen
-    wgrad = (grads - 1) * gemm_fwd * _wgrad_slowdown(job, gpu)
+    slow = _wgrad_slowdown(job, gpu)  # not on the GEMMs its recipe leaves alone
+    wgrad = (grads - 1) * (gemm_fwd * slow - (slow - 1) * linear_time.wgrad_exempt(job, p.lin))
     bwd = gemm_fwd + wgrad + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
     offload = act_bytes / host_link_bandwidth(job)
     return LayerCore(
@@ -380,7 +382,8 @@ def _wgrad_slowdown(job: Job, gpu: Gpu) -> float:
     """The weight-gradient GEMMs' time over the forward's: 1, but torchao's rowwise_with_gw_hp
     runs them in bf16 (the "gw" of its name kept in high precision) while the forward and input
     gradient run in FP8: the ratio of the large-GEMM rates (`Gpu.peak_linear` x `e_linear`, the
-    FP8 ceiling, over `peak_bf16` x `e_bf16`)."""
+    FP8 ceiling, over `peak_bf16` x `e_bf16`); not on torchtitan's routed experts, which the
+    recipe does not reach (`linear_time.wgrad_exempt`)."""
     if not (job.quantised and job.quant_recipe == "rowwise_with_gw_hp"):
         return 1.0
     return (gpu.peak_linear * gpu.e_linear) / (gpu.peak_bf16 * gpu.e_bf16)

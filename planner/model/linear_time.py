@@ -11,6 +11,7 @@ from typing import NamedTuple
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
 from planner.model import comms, gemm_shapes, layer_tp
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
@@ -34,9 +35,18 @@ def linear_times(
     """The linear layers of one layer of `kind` for `t` tokens per TP group at routing `load`:
     routed experts as a grouped GEMM with row-tile padding; FP8 adds the recipe's quantisation of
     each GEMM's input and output gradient per micro-batch (weights: once per step,
-    `weight_cast`); every GEMM on the SMs `Job.gemm_sm_margin` leaves it."""
+    `weight_cast`); the routed experts in their own precision and recipe (`experts_recipe`:
+    torchtitan's in bf16 unless float8_experts); every GEMM on the SMs `Job.gemm_sm_margin`
+    leaves it."""
     blackwell = job.cluster.gpu.is_blackwell
     quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if job.quantised else 0.0
+    expert_recipe = experts_recipe(job)
+    bf16_experts = job.quantised and expert_recipe is None  # beside quantised linear layers
+    expert_quant = quant
+    if bf16_experts:
+        expert_quant = 0.0
+    elif expert_recipe is not None and expert_recipe != job.quant_recipe:
+        expert_quant = quant_bytes(expert_recipe, blackwell, job.compiled)
     on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
     shapes = gemm_shapes.linear_gemms(
         job.arch, t, lay.tp, lay.ep, lay.expert_tp, kind, load, on_shard
@@ -48,10 +58,40 @@ def linear_times(
     slower = margin_slowdown(job)
     for (m, k, n, c), part in zip(shapes, parts, strict=True):
         rows = grouped_rows(m) if part == "expert" else m
-        times.append(slower * gemm_time(rows, k, n, gpu.peak_linear, gpu.ridge, gpu.e_linear, c))
-        casts.append(c * quant * (m * k + m * n) / gpu.hbm)
-        weight_cast += c * quant * k * n / gpu.hbm
+        peak, e, q = gpu.peak_linear, gpu.e_linear, quant
+        if part == "expert":
+            q = expert_quant
+            if bf16_experts:
+                peak, e = gpu.peak_bf16, gpu.e_bf16
+        times.append(slower * gemm_time(rows, k, n, peak, gpu.ridge, e, c))
+        casts.append(c * q * (m * k + m * n) / gpu.hbm)
+        weight_cast += c * q * k * n / gpu.hbm
     return LinearTimes(tuple(shapes), tuple(parts), tuple(times), tuple(casts), weight_cast)
+
+
+def experts_recipe(job: Job) -> str | None:
+    """How the routed experts' grouped GEMMs are quantised: the linear layers' recipe
+    (`Job.quant_recipe`; Megatron's TEGroupedLinear quantises them as its linear layers), None
+    where they run in bf16: a bf16 job, and a torchtitan one without `[torchtitan]
+    float8_experts` (its float8 linear converter converts nn.Linear modules only, and the
+    experts are grouped GEMMs: `planner.inputs.torchtitan.FLOAT8_EXPERTS`). torchtitan's float8
+    experts scale rowwise whatever the linear recipe."""
+    if not job.quantised:
+        return None
+    if job.framework != "torchtitan":
+        return job.quant_recipe
+    return FLOAT8_EXPERTS_RECIPE if job.titan.float8_experts else None
+
+
+def wgrad_exempt(job: Job, lin: LinearTimes) -> float:
+    """Forward seconds of the GEMMs among `lin` whose weight gradient a high-precision-wgrad
+    recipe (torchao's rowwise_with_gw_hp, `layer_time`'s wgrad slowdown) leaves alone: under
+    torchtitan the routed experts, which that recipe never reaches (in bf16 they are bf16
+    already; in float8 torchao's grouped GEMM runs all three in float8, `experts_recipe`); 0
+    elsewhere."""
+    if job.framework != "torchtitan":
+        return 0.0
+    return sum(t for t, part in zip(lin.times, lin.parts, strict=True) if part == "expert")
 
 
 def margin_slowdown(job: Job) -> float:

@@ -21,6 +21,7 @@ from planner.inputs.torchtitan import (
     MOE_MODELS,
     zoo_flavor,
 )
+from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_shapes import heads, schedule
 
@@ -256,6 +257,19 @@ def _compile_and_float8(job: Job, lay: Layout) -> Violation | None:
             "torchtitan.float8_all_gather",
             'the float8 FSDP all-gather needs precision "fp8" with fp8_recipe "tensorwise"',
         )
+    if titan.float8_experts and not (job.precision == "fp8" and job.arch.is_moe):
+        why = (
+            f'precision "{job.precision}": planner runs them in float8 beside the float8 '
+            'linear layers only (precision "fp8")'
+            if job.arch.is_moe
+            else f"{job.arch.name} has no routed experts"
+        )
+        return Violation(
+            "tt_float8_experts",
+            "torchtitan.float8_experts",
+            f"true: torchtitan's grouped-GEMM float8 converter of the MoE's routed experts, but "
+            f"{why}",
+        )
     divisor = lay.tp * 2 * lay.cp if lay.cp > 1 else lay.tp
     if job.seq_length % divisor:
         return Violation(
@@ -299,11 +313,14 @@ def deepep_spread(job: Job, ep: int, etp: int) -> bool:
 
 def python_config_era(job: Job, lay: Layout) -> str | None:
     """What makes the plan torchtitan's Python configurations' (b5bcd76c; the TOML target
-    refuses both): a chunked loss (`[torchtitan] loss_chunks` > 1), or DeepEP for a model whose
-    e347b1e5 parallelize ignores it (not in DEEPEP_MODELS: its TOML runs the all-to-all);
-    None where neither."""
+    refuses each): a chunked loss (`[torchtitan] loss_chunks` > 1), float8 experts with
+    pipelining or context parallelism (e347b1e5's grouped float8 converter asserts pp and cp 1:
+    `torchtitan_float8.grouped_float8_problem`), or DeepEP for a model whose e347b1e5 parallelize
+    ignores it (not in DEEPEP_MODELS: its TOML runs the all-to-all); None where none."""
     if job.titan.loss_chunks > 1:
         return f"with loss_chunks {job.titan.loss_chunks}"
+    if job.titan.float8_experts and (lay.pp > 1 or lay.cp > 1):
+        return f"with float8_experts at pp {lay.pp}, cp {lay.cp}"
     name = MODELS.get(_flavor(job), ("", ""))[0]
     if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex" and name not in DEEPEP_MODELS:
         return f"with DeepEP for {name or job.arch.name} (moe_token_dispatcher_type flex)"
@@ -353,7 +370,8 @@ def head_era(job: Job, lay: Layout) -> Violation | None:
 def deepep(job: Job, lay: Layout) -> Violation | None:
     """torchtitan's DeepEP (the flex dispatcher) needs expert parallelism, and at e347b1e5 runs
     without expert TP (models/llama4/infra/parallelize.py:114-125: ValueError at ep 1,
-    NotImplementedError with etp enabled; b5bcd76c's dispatchers need ep > 1 as well)."""
+    NotImplementedError with etp enabled; b5bcd76c's dispatchers need ep > 1 as well), and
+    without float8 experts (`torchtitan_float8.DEEPEP_GROUPED`: b5bcd76c raises)."""
     if not _titan(job) or lay.moe_token_dispatcher_type != "flex" or not job.arch.is_moe:
         return None
     field = "parallel.moe_token_dispatcher_type"
@@ -367,6 +385,8 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
             "tt_deepep", field, f"torchtitan's DeepEP runs without expert TP (etp "
             f"{lay.expert_tp}: NotImplementedError there); etp = 1 or the all-to-all dispatcher",
         )  # fmt: skip
+    if job.titan.float8_experts:
+        return Violation("tt_deepep", "torchtitan.float8_experts", f"true: {DEEPEP_GROUPED}")
     return None
 
 
