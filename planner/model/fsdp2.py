@@ -89,7 +89,10 @@ def states(
         # no data parallelism at all: nothing is sharded or gathered; the module keeps its fp32
         # parameters and autocast casts per use (bf16 copies are transient activations)
         return weights, grads, optimizer, 0.0, 0.0
-    fp8 = sum(fp8_params)
+    # float8 all-gather casts Float8Linear weights only (torchao's
+    # WeightWithDynamicFloat8CastTensor): the routed experts, grouped GEMMs whatever their
+    # precision (`[torchtitan] float8_experts`), are gathered in bf16
+    fp8 = fp8_params[0]
     total = dense + expert
     gathered_bytes = BF16 * (total - fp8) + (1.0 if job.titan.float8_all_gather else BF16) * fp8
     per_layer = total / nlayers if nlayers else 0.0

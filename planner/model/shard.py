@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.inputs.job import Job
 from planner.inputs.layout import RecomputePolicy
 from planner.inputs.plan_types import DsaKernelBackend
 from planner.model import dsa
@@ -20,6 +21,21 @@ LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
 precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
 linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
 `update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
+
+
+def linear_input_bytes(job: Job) -> float:
+    """Bytes per element a linear layer keeps of its input (`Shard.linear_bytes`): the
+    precision's (`LINEAR_INPUT_BYTES`, Transformer Engine's quantised copy), but under torchtitan
+    the bf16 input itself: torchao's float8 linear saves the high-precision input and weight and
+    casts them again in the backward (pytorch/ao 36027d82 torchao/float8/float8_linear.py:45,
+    `ctx.save_for_backward(input_hp, weight_hp_t)`), as its grouped GEMM does for the routed
+    experts. A compiled graph's partitioner may keep the float8 cast instead; not decidable
+    from the source, so the larger is counted."""
+    if job.framework == "torchtitan":
+        return BF16
+    return LINEAR_INPUT_BYTES[job.precision]
+
+
 MASK = 1
 """Bytes per element of a dropout's saved mask (torch.bool)."""
 

@@ -42,7 +42,7 @@ from planner.model.loss_activations import (
 )
 from planner.model.moe_working import moe_working
 from planner.model.schedule import Chunks, layer_count, schedule_name
-from planner.model.shard import LINEAR_INPUT_BYTES, Shard
+from planner.model.shard import Shard, linear_input_bytes
 from planner.model.torch_schedules import microbatch_group
 
 
@@ -141,7 +141,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         sequence_parallel=layout.sequence_parallel,
         etp=layout.expert_tp,
         recompute=policy,
-        linear_bytes=LINEAR_INPUT_BYTES[job.precision],
+        linear_bytes=linear_input_bytes(job),
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
