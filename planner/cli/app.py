@@ -7,14 +7,16 @@ suggest` a tenth of a second of start-up); `--help`, no command or an unknown on
 `app` (the module attribute) is the whole app.
 
 Exit codes: 0 success, 1 the answer is "no", 2 bad input (one message on stderr, no traceback
-unless --debug). With --json, an answer (exit 0 or 1) is exactly one JSON document on stdout; bad
-input leaves stdout empty (DESIGN.md section 2: its message goes to stderr).
+unless --debug, which prints it and keeps the exit code). With --json, an answer (exit 0 or 1) is
+exactly one JSON document on stdout; bad input leaves stdout empty (DESIGN.md section 2: its
+message goes to stderr).
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 from typing import Annotated
 
 import typer
@@ -106,8 +108,8 @@ def _main(args: list[str]) -> None:
     try:
         rc = build_app(command)(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as e:
-        if debug:
-            raise
+        if debug:  # the traceback, and still the error's exit code (1 would read "no")
+            traceback.print_exc()
         sys.stderr.write(f"planner: error: {e}\n")
         sys.exit(e.exit_code)
     except typer.Exit as e:
@@ -118,7 +120,7 @@ def _main(args: list[str]) -> None:
             e.show()
             sys.exit(code)
         if debug:
-            raise
+            traceback.print_exc()
         sys.stderr.write(f"planner: internal error: {type(e).__name__}: {e}\n")
         sys.exit(EXIT_BAD_INPUT)
     sys.exit(rc if isinstance(rc, int) else EXIT_OK)

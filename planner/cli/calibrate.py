@@ -11,7 +11,7 @@ from rich.table import Table
 
 from planner.calibration import profile as profiles
 from planner.calibration.measured import read_runs
-from planner.cli.common import JsonOpt, emit_json, err, out
+from planner.cli.common import JsonOpt, emit_json, err, out, path_given, whole
 from planner.inputs.errors import InputError
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
@@ -88,26 +88,41 @@ def fit_dict(f: Fit, path: Path, gpu: str, logs: list[str]) -> dict[str, Any]:
 
 
 def calibrate(
-    logs: Annotated[list[Path], typer.Argument(metavar="LOG...", help="Megatron-LM logs")],
+    logs: Annotated[
+        list[Path], typer.Argument(metavar="LOG...", parser=path_given, help="Megatron-LM logs")
+    ],
     gpu: Annotated[
         str | None,
         typer.Option("--gpu", help="catalog GPU the logs ran on, where they do not name it"),
     ] = None,
     num_gpus: Annotated[
         int | None,
-        typer.Option("--num-gpus", min=1, help="GPU count (default: each log's world_size)"),
+        typer.Option(
+            "--num-gpus", min=1, parser=whole(1), help="GPU count (default: each log's world_size)"
+        ),
     ] = None,
     plan_path: Annotated[
         Path | None,
-        typer.Option("--plan", help="the plan of logs that print no arguments block"),
+        typer.Option(
+            "--plan", parser=path_given, help="the plan of logs that print no arguments block"
+        ),
     ] = None,
     vocab_size: Annotated[
         int | None,
-        typer.Option("--vocab-size", min=1, help="the tokenizer's vocabulary, if not implied"),
+        typer.Option(
+            "--vocab-size",
+            min=1,
+            parser=whole(1),
+            help="the tokenizer's vocabulary, if not implied",
+        ),
     ] = None,
     out_path: Annotated[
         Path | None,
-        typer.Option("--out", help=f"profile to write (default: {profiles.default_path()})"),
+        typer.Option(
+            "--out",
+            parser=path_given,
+            help=f"profile to write (default: {profiles.default_path()})",
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

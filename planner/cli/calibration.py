@@ -13,7 +13,7 @@ import typer
 
 from planner.calibration import profile as profiles
 from planner.calibration.profile import Profile
-from planner.cli.common import err
+from planner.cli.common import err, path_given, text_given, whole
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.units import GIB
@@ -29,6 +29,7 @@ CalibrationOpt = Annotated[
     str | None,
     typer.Option(
         "--calibration",
+        parser=text_given,
         help=f"calibration profile from `planner calibrate` ('none': the shipped constants; "
         f"default: ${profiles.ENV}, else {profiles.default_path()} if it exists)",
     ),
@@ -37,6 +38,7 @@ MegatronLogOpt = Annotated[
     Path | None,
     typer.Option(
         "--megatron-log",
+        parser=path_given,
         help="a Megatron-LM training log: its printed arguments are the plan, and what it "
         "measured is shown beside the prediction",
     ),
@@ -49,6 +51,7 @@ LogGpusOpt = Annotated[
     typer.Option(
         "--num-gpus",
         min=1,
+        parser=whole(1),
         help="GPU count (--megatron-args: default its torchrun's; --megatron-log: its world_size)",
     ),
 ]

@@ -20,9 +20,12 @@ from planner.cli.common import (
     check_headroom,
     emit_json,
     err,
+    launch_warnings,
     module_note,
     out,
+    path_given,
     warn,
+    whole,
 )
 from planner.cli.host_text import host_line
 from planner.inputs import megatron_args, torchtitan_config
@@ -72,7 +75,7 @@ def plan_from_args(
         return check_plan(parse_plan(reading.doc, Path(where)))
     except InputError as e:  # --gpu / --num-gpus are flags, not lines of the script
         flags = JobArgs(gpu=gpu, num_gpus=num_gpus)
-        message = flags_named(name_flags(str(e), Path(where), flags), where)
+        message = flags_named(name_flags(str(e), Path(where), flags), where, reading.field_names)
         raise InputError(message) from None
 
 
@@ -125,7 +128,7 @@ def _plan_names_cluster(gpu: str | None, num_gpus: int | None) -> None:
 
 def check(
     plan_path: Annotated[
-        Path | None, typer.Argument(metavar="PLAN", help="plan file (TOML)")
+        Path | None, typer.Argument(metavar="PLAN", parser=path_given, help="plan file (TOML)")
     ] = None,
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
@@ -141,6 +144,7 @@ def check(
         typer.Option(
             "--num-gpus",
             min=1,
+            parser=whole(1),
             help="GPU count (--megatron-args: default its torchrun's; --megatron-log: default "
             "its world_size; --torchtitan-config)",
         ),
@@ -182,6 +186,12 @@ def check(
     ]
     if len(given) > 1:  # one reading of one job: the others would be ignored
         raise InputError(f"check: give one of {', '.join(given)}")
+    if megatron_args_path is None:  # options of a command line's reading, else ignored
+        for flag, value in (("--nemo-model", nemo_model), ("--verbose", verbose or None)):
+            if value is not None:
+                raise InputError(f"check: {flag}: only with --megatron-args")
+        if vocab_size is not None and megatron_log_path is None:
+            raise InputError("check: --vocab-size: only with --megatron-args or --megatron-log")
     if torchtitan_config is not None or framework is not None:
         plan = titan_plan(plan_path, torchtitan_config, framework, gpu, num_gpus)
     elif megatron_log_path is not None:
@@ -194,6 +204,8 @@ def check(
     prof = calibration.use(calibration_opt, plan.job)
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
+    if plan_path is not None:  # a plan file: what its launch would refuse
+        warned += launch_warnings(plan)
     module_note(plan)
     rep = memory.estimate(job, layout, headroom)
     host = host_memory.estimate(job, layout)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,12 +24,56 @@ out = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=Fa
 err = Console(stderr=True, markup=False, emoji=False)
 """stderr: the job planned, progress."""
 
+
+def whole(low: int | None = None, high: int | None = None) -> Callable[[Any], int]:
+    """The parser of an integer option (typer's `parser=`): plain decimal digits (a sign only
+    where `low` is None), within [low, high]; else a usage error (exit 2) naming the option and
+    the value. typer's own int took `16.0`, `1_6` and `8.0` as integers and refused `1e3`
+    without naming it. The option's `min` / `max` still show in --help; this applies them."""
+
+    def parse(value: Any) -> int:
+        if isinstance(value, int):  # a default
+            return value
+        text = str(value)
+        shown = repr(text if len(text) <= 40 else text[:40] + "...")
+        digits = r"[0-9]+" if low is not None and low >= 0 else r"[-+]?[0-9]+"
+        if not re.fullmatch(digits, text):
+            raise typer.BadParameter(f"expected an integer in decimal digits (got {shown})")
+        try:
+            number = int(text)
+        except ValueError:  # past Python's 4,300 digits
+            raise typer.BadParameter(f"an integer of {len(text):,} digits (got {shown})") from None
+        if (low is not None and number < low) or (high is not None and number > high):
+            bounds = f"at least {low}" if high is None else f"{low} to {high}"
+            raise typer.BadParameter(f"expected {bounds} (got {shown})")
+        return number
+
+    return parse
+
+
+def path_given(value: Any) -> Path:
+    """The parser of a path option or argument (typer's `parser=`): an empty one (an unset
+    `$OUTDIR`) is a usage error (exit 2) naming the option and `''`, where click's Path read it
+    as `.` (`launch --out ''` wrote into the working directory)."""
+    return Path(text_given(value))
+
+
+def text_given(value: Any) -> str:
+    """`path_given` for an option that holds a path as text (`--megatron-args`, where '-' is
+    standard input; `--calibration`, where 'none' is a word)."""
+    text = str(value)
+    if not text:
+        raise typer.BadParameter("expected a path (got '')")
+    return text
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="percent of GPU memory kept free")]
 TorchtitanConfigOpt = Annotated[
     Path | None,
     typer.Option(
         "--torchtitan-config",
+        parser=path_given,
         help="a torchtitan job config TOML (as launch --target torchtitan writes), or a "
         "Python configuration FILE.py[:FUNCTION] (as --target torchtitan-module writes); "
         "--gpu where it names none",
@@ -38,6 +84,7 @@ MegatronArgsOpt = Annotated[
     str | None,
     typer.Option(
         "--megatron-args",
+        parser=text_given,
         help="a file holding a Megatron-LM command line, launch script or test configuration "
         "(model_config.yaml) ('-' = stdin)",
     ),
@@ -47,6 +94,7 @@ VocabSizeOpt = Annotated[
     typer.Option(
         "--vocab-size",
         min=1,
+        parser=whole(1),
         help="the tokenizer's vocabulary, where the command line or log does not imply it "
         "(--megatron-args, --megatron-log)",
     ),
@@ -66,12 +114,18 @@ ModelOpt = Annotated[
 GpuOpt = Annotated[str | None, typer.Option(help=f"catalog GPU name {_default('cluster', 'gpu')}")]
 SeqOpt = Annotated[
     int | None,
-    typer.Option(min=1, help=f"tokens per sequence {_default('training', 'seq_length')}"),
+    typer.Option(
+        min=1,
+        parser=whole(1),
+        help=f"tokens per sequence {_default('training', 'seq_length')}",
+    ),
 ]
 BatchOpt = Annotated[
     int | None,
     typer.Option(
-        min=1, help=f"sequences per optimizer step {_default('training', 'global_batch_size')}"
+        min=1,
+        parser=whole(1),
+        help=f"sequences per optimizer step {_default('training', 'global_batch_size')}",
     ),
 ]
 PrecisionOpt = Annotated[
@@ -119,6 +173,27 @@ def warn(plan: Plan) -> list[str]:
     return lines
 
 
+def refusal_lines(plan: Plan) -> list[str]:
+    """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
+    launchers cannot start, a model a runtime cannot run), one line per reason naming the
+    targets."""
+    from planner.emit import launch
+
+    return [
+        f"launch --target {', '.join(targets)} refuses this plan: {message}"
+        for message, targets in launch.refusals(plan).items()
+    ]
+
+
+def launch_warnings(plan: Plan) -> list[str]:
+    """`refusal_lines` of a plan file, as warnings on stderr (`check` and `explain` PLAN: the
+    memory still fits, and the exit code says so; the plan's first launch would find them)."""
+    lines = refusal_lines(plan)
+    for line in lines:
+        sys.stderr.write(f"planner: warning: {line}\n")
+    return lines
+
+
 def launch_notes(path: Path) -> None:
     """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
     cannot run, a layout one of its targets cannot write), naming the targets, and what the
@@ -129,11 +204,10 @@ def launch_notes(path: Path) -> None:
 
     plan = load_plan(path)
     warn(plan)  # what `check` warns about the plan, as it says it
-    refused = launch.refusals(plan)
-    for message, targets in refused.items():
-        err.print(f"note: launch --target {', '.join(targets)} refuses this plan: {message}")
+    for line in refusal_lines(plan):
+        err.print(f"note: {line}")
     if plan.job.framework == "megatron" and not any(
-        t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts
+        t in launch.MEGATRON_LM_TARGETS for ts in launch.refusals(plan).values() for t in ts
     ):
         loss = launch.megatron_lm_loss_note(plan)
         if loss is not None:

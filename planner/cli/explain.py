@@ -19,8 +19,10 @@ from planner.cli.common import (
     VocabSizeOpt,
     check_headroom,
     emit_json,
+    launch_warnings,
     module_note,
     out,
+    path_given,
     warn,
 )
 from planner.cli.host_text import host_line
@@ -51,7 +53,7 @@ from planner.search.rules import check_plan
 
 def explain(
     plan_path: Annotated[
-        Path | None, typer.Argument(metavar="PLAN", help="plan file (TOML)")
+        Path | None, typer.Argument(metavar="PLAN", parser=path_given, help="plan file (TOML)")
     ] = None,
     as_json: JsonOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
@@ -67,7 +69,9 @@ def explain(
     checkpoint_interval_min: IntervalOpt = None,
     timeline_path: Annotated[
         Path | None,
-        typer.Option("--timeline", help="write one step's pipeline schedule as SVG"),
+        typer.Option(
+            "--timeline", parser=path_given, help="write one step's pipeline schedule as SVG"
+        ),
     ] = None,
     megatron_log_path: calibration.MegatronLogOpt = None,
     megatron_args_path: MegatronArgsOpt = None,
@@ -118,6 +122,8 @@ def explain(
     if timeline_path is not None:
         timeline.drawable(job, layout)  # before the work
     warned = warn(plan)
+    if plan_path is not None:  # a plan file: what its launch would refuse
+        warned += launch_warnings(plan)
     noted = module_note(plan)
     rep = memory.estimate(job, layout, headroom)
     host = host_memory.estimate(job, layout)

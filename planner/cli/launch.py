@@ -10,16 +10,22 @@ from typing import Annotated
 
 import typer
 
+from planner.cli.common import path_given
 from planner.emit import launch as launch_files
 
 
 def launch(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan file (TOML)")],
+    plan_path: Annotated[
+        Path, typer.Argument(metavar="PLAN", parser=path_given, help="plan file (TOML)")
+    ],
     target: Annotated[
         str, typer.Option("--target", help=f"one of {', '.join(launch_files.TARGETS)}")
     ],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="write into this directory (default: stdout)")
+        Path | None,
+        typer.Option(
+            "--out", parser=path_given, help="write into this directory (default: stdout)"
+        ),
     ] = None,
     job_name: Annotated[
         str | None, typer.Option("--job-name", help="job name (default: the plan file's stem)")

@@ -24,6 +24,7 @@ from planner.cli.common import (
     emit_json,
     err,
     out,
+    path_given,
 )
 from planner.cli.job_text import print_job
 from planner.cli.ops_options import (
@@ -94,7 +95,10 @@ DEFAULT_SIZES = "8..1024"
 
 def scale(
     job_path: Annotated[
-        Path | None, typer.Argument(metavar="JOB", help="job file: a plan without [parallel]")
+        Path | None,
+        typer.Argument(
+            metavar="JOB", parser=path_given, help="job file: a plan without [parallel]"
+        ),
     ] = None,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
@@ -122,7 +126,9 @@ def scale(
     threshold: Annotated[
         float, typer.Option(help="marginal efficiency below which added GPUs stop paying")
     ] = scaling.STOPS_PAYING_THRESHOLD,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="write the curve as SVG")] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", parser=path_given, help="write the curve as SVG")
+    ] = None,
     as_json: JsonOpt = False,
     calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:

@@ -30,6 +30,8 @@ from planner.cli.common import (
     err,
     launch_notes,
     out,
+    path_given,
+    whole,
 )
 from planner.cli.space_flags import bound, recompute_list, zero_list
 from planner.inputs.errors import EXIT_NO, InputError
@@ -42,19 +44,27 @@ from planner.search.suggest import check_found, check_space, explain_infeasible,
 from planner.search.top_k import Candidate
 
 RangeOpt = Annotated[str | None, typer.Option(help="pin (8) or bound (1-16, 4-, -8)")]
-MaxOpt = Annotated[int | None, typer.Option(help="upper bound")]
+MaxOpt = Annotated[int | None, typer.Option(parser=whole(), help="upper bound")]
 _gpus_default = f"(default: the job file's, else {DEFAULT_JOB['cluster']['num_gpus']})"
 
 
 def suggest(
     job_path: Annotated[
-        Path | None, typer.Argument(metavar="JOB", help="job file: a plan without [parallel]")
+        Path | None,
+        typer.Argument(
+            metavar="JOB", parser=path_given, help="job file: a plan without [parallel]"
+        ),
     ] = None,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
-    num_gpus: Annotated[int | None, typer.Option(min=1, help=f"GPUs {_gpus_default}")] = None,
+    num_gpus: Annotated[
+        int | None, typer.Option(min=1, parser=whole(1), help=f"GPUs {_gpus_default}")
+    ] = None,
     nodes: Annotated[
-        int | None, typer.Option(min=1, help="nodes of the GPU's gpus_per_node (or --num-gpus)")
+        int | None,
+        typer.Option(
+            min=1, parser=whole(1), help="nodes of the GPU's gpus_per_node (or --num-gpus)"
+        ),
     ] = None,
     seq_length: SeqOpt = None,
     global_batch_size: BatchOpt = None,
@@ -83,10 +93,12 @@ def suggest(
     recompute: Annotated[str | None, typer.Option(help="e.g. none or none,full")] = None,
     tp_across_nodes: Annotated[bool, typer.Option(help="TP beyond the NVLink domain")] = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,
-    top: Annotated[int, typer.Option(min=1, max=100, help="how many layouts to list")] = 5,
+    top: Annotated[
+        int, typer.Option(min=1, max=100, parser=whole(1, 100), help="how many layouts to list")
+    ] = 5,
     as_json: JsonOpt = False,
     write_plan: Annotated[
-        Path | None, typer.Option(help="write the top layout as a plan file")
+        Path | None, typer.Option(parser=path_given, help="write the top layout as a plan file")
     ] = None,
     force: Annotated[bool, typer.Option(help="overwrite --write-plan's file")] = False,
     objective: Annotated[

@@ -81,7 +81,8 @@ def slug(name: str, max_len: int = 40) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:max_len].strip("-")
     if not s:
         raise InputError(
-            f"--job-name: {name!r} has no letters or digits to build a Kubernetes/Slurm name from"
+            f"--job-name: {name!r} has no ASCII letters or digits (a-z, 0-9) to build a "
+            "Kubernetes/Slurm name from"
         )
     return s
 

@@ -46,6 +46,13 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Job, Plan
 
+ENVIRONMENT = (
+    "environment the prediction assumes (export it where the job runs; `check "
+    "--megatron-args` reads it from this line)"
+)
+"""The label of the header's environment line (`planner.inputs.megatron_line.ENVIRONMENT_LINE`
+reads the line back)."""
+
 NOT_IN_PLAN = (
     "not in the plan (add your own): data and tokenizer, --train-iters, learning rate, "
     "checkpoint paths, rotary base / rope scaling, norm epsilon, MoE router details"
@@ -388,7 +395,7 @@ def render(plan: Plan, job_name: str) -> str:
     lines = [
         *header(plan, "megatron-args", job_name, predict(plan)),
         f"Megatron-LM {training_script(plan)} arguments, shell-quoted, one flag per line",
-        f"environment: {env_summary(plan)}",
+        f"{ENVIRONMENT}: {env_summary(plan)}",
         NOT_IN_PLAN,
         *(f"note: {n}" for n in args.notes),
     ]

@@ -48,7 +48,7 @@ from planner.inputs import (
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
-from planner.inputs.megatron_choices import refuse_choices
+from planner.inputs.megatron_choices import refuse_choices, refuse_stray_words
 from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
@@ -60,10 +60,12 @@ from planner.inputs.megatron_line import (
     Launch,
     Line,
     entry_note,
+    flag_runs,
     flags_of,
     launch,
     local_files,
     no_flags,
+    planner_environment,
     read_words,
     runs_trained_model,
     tokens,
@@ -91,6 +93,9 @@ class Reading:
     """What the line asks for that planner does not model, and which way that errs."""
     kind: str = "Megatron-LM flags"
     """What the line's settings are, in messages: Megatron-LM flags or NeMo overrides."""
+    field_names: dict[str, str] | None = None
+    """The line's words for the plan fields errors name (`megatron_line.flags_named`): None,
+    Megatron-LM's flags (FLAG_OF_FIELD); a NeMo line's keys (`nemo_args.KEY_OF_FIELD`)."""
 
 
 def to_plan(
@@ -129,6 +134,9 @@ def read(
             launched = launch_files.read_job(text, where)
         else:
             launched = launch(text, where if files else None, files)
+    header_env = planner_environment(text)
+    if header_env:  # planner's megatron-args file: its header's environment, as launched
+        launched = replace(launched, env={**header_env, **launched.env})
     if num_gpus is not None:
         reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
     elif launched.world is None:
@@ -146,7 +154,20 @@ def read(
         reading = replace(reading, notes=(note, *reading.notes))
     if config is not None:
         reading = replace(reading, notes=(config.note, *reading.notes))
+    if header_env:
+        reading = replace(reading, notes=(_environment_note(header_env), *reading.notes))
     return reading
+
+
+def _environment_note(env: dict[str, str]) -> str:
+    """What a reading of planner's own megatron-args file says of the environment it applied
+    (`megatron_line.planner_environment`)."""
+    pairs = " ".join(f"{k}={v}" for k, v in env.items())
+    return (
+        f"environment read from the file's planner header: {pairs} (the environment its "
+        "prediction assumes, which planner's torchrun, slurm and k8s files export; a job "
+        "launched without it differs)"
+    )
 
 
 def _read(
@@ -162,7 +183,15 @@ def _read(
     env = launched.env
     if nemo_args.is_nemo_line(words):
         r = nemo_args.read(words, gpu, num_gpus, where, vocab_size, nemo_model)
-        return Reading(r.doc, r.ignored, r.unknown, r.notes, r.not_modelled, "NeMo overrides")
+        return Reading(
+            r.doc,
+            r.ignored,
+            r.unknown,
+            r.notes,
+            r.not_modelled,
+            "NeMo overrides",
+            nemo_args.KEY_OF_FIELD,
+        )
     if nemo_model is not None:
         holds = "holds Megatron-LM flags" if flags_of(words) else "holds no such overrides"
         raise InputError(
@@ -192,6 +221,7 @@ def _read(
             )
         unknown.append(flag)
     refuse_choices(flags, where)
+    refuse_stray_words(flag_runs(words), where)
     line = Line(flags, where)
     notes = [n for n in (picked, entry_note(words)) if n is not None]
     missing: list[str] = []

@@ -1,12 +1,17 @@
 """The values Megatron-LM's parser takes for the flags the reader reads that have `choices`
-(`CHOICES`), and the check of one value (`invalid_choice`), which `planner.inputs.megatron_args`
-runs on a command line before reading it: argparse exits on any other value ("invalid choice")
-before training starts."""
+(`CHOICES`), and the check of one value (`invalid_choice`); how many words each of those flags
+takes (`SWITCHES`, `NARGS`: `refuse_stray_words`). `planner.inputs.megatron_args` runs both on a
+command line before reading it: argparse exits on any other value ("invalid choice") or word
+("unrecognized arguments") before training starts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED
 from planner.inputs.megatron_vocab import TOKENIZERS
+from planner.inputs.shell_expand import not_known
 
 CHOICES: dict[str, tuple[str, ...]] = {
     # hand-written add_argument(..., choices=[...]) in megatron/training/arguments.py d98e8a64
@@ -109,3 +114,143 @@ def refuse_choices(flags: dict[str, list[str]], where: str) -> None:
             raise InputError(
                 f"{where}: {flag}: {why}: Megatron-LM's argparse refuses it (invalid choice)"
             )
+
+
+SWITCHES = frozenset(
+    {
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+        "--accumulate-allreduce-grads-in-fp32",
+        "--add-qkv-bias",
+        "--attention-output-gate",
+        "--bf16",
+        "--checkpoint-activations",
+        "--cross-entropy-loss-fusion",
+        "--defer-embedding-wgrad-compute",
+        "--deterministic-mode",
+        "--disable-bias-linear",
+        "--disable-dsa-indexer-scoring-relu",
+        "--disable-mamba-mem-eff-path",
+        "--dsa-indexer-use-sparse-loss",
+        "--enable-cuda-graph",
+        "--enable-mhc-connections",
+        "--external-cuda-graph",
+        "--fine-grained-activation-offloading",
+        "--first-last-layers-bf16",
+        "--fp16",
+        "--fp32-residual-connection",
+        "--fp4-param-gather",
+        "--fp8-output-proj",
+        "--fp8-param-gather",
+        "--grad-reduce-in-bf16",
+        "--group-query-attention",
+        "--is-hybrid-model",
+        "--keep-fp8-transpose-cache",
+        "--log-num-zeros-in-grad",
+        "--log-params-norm",
+        "--moe-grouped-gemm",
+        "--moe-layer-recompute",
+        "--moe-pad-expert-input-to-capacity",
+        "--moe-paged-stash",
+        "--moe-router-force-load-balancing",
+        "--moe-shared-expert-overlap",
+        "--moe-use-grouped-tensor",
+        "--mtp-use-repeated-layer",
+        "--multi-latent-attention",
+        "--muon-no-split-qkv",
+        "--no-bias-swiglu-fusion",
+        "--no-check-for-nan-in-loss-and-grad",
+        "--no-create-attention-mask-in-dataloader",
+        "--no-dsa-indexer-scoring-relu",
+        "--no-gradient-accumulation-fusion",
+        "--no-overlap-p2p-communication",
+        "--no-position-embedding",
+        "--no-rope-fusion",
+        "--no-use-layer-wise-param-layout",
+        "--optimizer-cpu-offload",
+        "--overlap-cpu-optimizer-d2h-h2d",
+        "--overlap-grad-reduce",
+        "--overlap-moe-expert-parallel-comm",
+        "--overlap-param-gather",
+        "--perform-rl-step",
+        "--qk-layernorm",
+        "--quick-geglu",
+        "--recompute-activations",
+        "--sequence-parallel",
+        "--squared-relu",
+        "--swiglu",
+        "--test-mode",
+        "--tp-comm-overlap",
+        "--untie-embeddings-and-output-weights",
+        "--use-checkpoint-args",
+        "--use-distributed-optimizer",
+        "--use-fused-weighted-squared-relu",
+        "--use-megatron-fsdp",
+        "--use-precision-aware-optimizer",
+        "--use-rotary-position-embeddings",
+        "--use-torch-fsdp2",
+        "--use-transformer-engine-op-fuser",
+    }
+)
+"""The flags the reader looks at (`READ`, `NOT_MODELLED`, `REFUSED`) that take no value in
+Megatron-LM d98e8a64's parser: `action='store_true'` / `'store_false'` in
+megatron/training/arguments.py, or a bool field of a config dataclass, which
+ArgumentGroupFactory turns into one (megatron/training/argument_utils.py
+`_build_argparse_kwargs_from_field`). A word after one is a word argparse cannot place
+(`refuse_stray_words`). tests/inputs/test_megatron_arity.py checks the table against those
+sources where the mirror is present."""
+
+NARGS: dict[str, str] = {
+    "--cp-comm-type": "+",  # arguments.py:3221
+    "--cuda-graph-modules": "+",  # arguments.py:2050
+    "--cuda-graph-scope": "+",  # arguments.py:2047
+    "--hierarchical-context-parallel-sizes": "+",  # ModelParallelConfig list[int]
+    "--offload-modules": "+",  # TransformerConfig list[str]
+    "--recompute-modules": "+",  # TransformerConfig list[str]
+    "--spec": "*",  # arguments.py:3645
+}
+"""The flags the reader looks at that take a list (argparse `nargs`: '+' one or more, '*' any
+number; a config dataclass's list field is nargs '+'). Every other one of them that is not in
+SWITCHES takes exactly one value (Megatron-LM d98e8a64)."""
+
+
+def arity_error(flag: str, values: list[str]) -> str | None:
+    """Why `values` cannot follow `flag` in Megatron-LM's parser (SWITCHES, NARGS, else exactly
+    one value), for a flag the reader looks at; None where they can, or for any other flag
+    (whose arity planner does not record)."""
+    if flag not in READ and flag not in NOT_MODELLED and flag not in REFUSED:
+        return None
+    nargs = NARGS.get(flag)
+    if flag in SWITCHES:
+        extra, takes = values, "takes no value"
+    elif nargs == "+" and not values:
+        return "expected at least one argument (got nothing)"
+    elif nargs is not None:
+        return None
+    elif not values:
+        return "expected one argument (got nothing)"
+    else:
+        extra, takes = values[1:], f"takes one value ({values[0]!r})"
+    if not extra:
+        return None
+    words = " ".join(extra)
+    held = next((w for w in extra if "$" in w or "`" in w), None)
+    if held is not None:  # bash may expand it to more flags, or to nothing
+        return f"{takes}, but {words!r} follows it: {held!r} is {not_known(held)}"
+    return (
+        f"{takes}, but {words!r} follows it: Megatron-LM's argparse exits on it "
+        f"(unrecognized arguments: {words})"
+    )
+
+
+def refuse_stray_words(runs: Iterable[tuple[str, list[str]]], where: str) -> None:
+    """Refuses a flag the reader looks at whose words do not fit its arity (`arity_error`), at
+    each place it is given (`megatron_line.flag_runs`: argparse parses an earlier one too):
+    Megatron-LM's argparse exits on them (pretrain_gpt.py parses without ignore_unknown_args:
+    "unrecognized arguments", "expected one argument"), where the reader would read the flag as
+    given and drop the word (`--use-distributed-optimizer 0` as the distributed optimizer on,
+    `--tensor-model-parallel-size 2 4` as tp 2)."""
+    for flag, values in runs:
+        why = arity_error(flag, values)
+        if why is not None:
+            raise InputError(f"{where}: {flag}: {why}")

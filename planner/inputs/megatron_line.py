@@ -19,6 +19,7 @@ from typing import TypeVar
 from planner.inputs import shell_run
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import READ
+from planner.inputs.shell_expand import not_known
 
 T = TypeVar("T")
 
@@ -103,6 +104,34 @@ def read_words(launched: Launch, where: str) -> tuple[list[str], str | None]:
     return list(pool[0]), note
 
 
+PLANNER_ARGS = re.compile(r"# planner \S+: megatron-args launch file for job ")
+"""The first line of planner's own megatron-args file (`planner.emit.common.header`, written by
+`planner.emit.megatron.render`)."""
+
+ENVIRONMENT_LINE = re.compile(r"# environment\b[^:]*: (.*)")
+"""Its header's environment line (`planner.emit.megatron.ENVIRONMENT`): `NAME=value` words and
+`(unset NAME)`."""
+
+
+def planner_environment(text: str) -> dict[str, str] | None:
+    """The environment planner's own megatron-args file names in its header (`PLANNER_ARGS`):
+    what its prediction assumes and what planner's torchrun, slurm and k8s launch files export
+    (`planner.emit.common.environment`), the `(unset NAME)` ones left out. None for any other
+    file (a comment of the user's is not read)."""
+    lines = text.splitlines()
+    if not lines or not PLANNER_ARGS.match(lines[0]):
+        return None
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        found = ENVIRONMENT_LINE.fullmatch(line)
+        if found is not None:
+            words = re.sub(r"\(unset [^)]*\)", " ", found.group(1)).split()
+            pairs = (w.partition("=") for w in words)
+            return {k: v for k, eq, v in pairs if eq and re.fullmatch(r"[A-Za-z_]\w*", k)}
+    return None
+
+
 def script(text: str) -> tuple[list[str], dict[str, str]]:
     """A script's `Launch` words and environment, nothing sourced."""
     read = launch(text)
@@ -169,19 +198,23 @@ def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:
     return out
 
 
-def flags_of(words: list[str]) -> dict[str, list[str]]:
-    """--flag -> the values that follow it (up to the next --flag); --a=b is split too. A flag
-    given twice keeps its last values, as argparse does."""
-    out: dict[str, list[str]] = {}
-    current: str | None = None
+def flag_runs(words: list[str]) -> list[tuple[str, list[str]]]:
+    """Each --flag of the words, in order, with the values that follow it (up to the next
+    --flag); --a=b is split too. A flag given twice is here twice."""
+    out: list[tuple[str, list[str]]] = []
     for w in words:
         if w.startswith("--"):
             name, _, value = w.partition("=")
-            current = name
-            out[current] = [value] if value else []
-        elif current is not None:
-            out[current].append(w)
+            out.append((name, [value] if value else []))
+        elif out:
+            out[-1][1].append(w)
     return out
+
+
+def flags_of(words: list[str]) -> dict[str, list[str]]:
+    """--flag -> the values that follow it (`flag_runs`). A flag given twice keeps its last
+    values, as argparse does."""
+    return dict(flag_runs(words))
 
 
 class Line:
@@ -204,24 +237,20 @@ class Line:
         self._use(flag)
         for v in self.flags.get(flag, ()):
             if "$" in v or "`" in v:
-                raise InputError(
-                    f"{self.where}: {flag}: {v!r} follows it, a shell variable or a command's "
-                    "output that the file does not set"
-                )
+                raise InputError(f"{self.where}: {flag}: {v!r} follows it, {not_known(v)}")
         return flag in self.flags
 
     def words(self, flag: str) -> list[str] | None:
-        """The values of a flag (None when absent); a value that is still a shell variable is
-        an error: the reader cannot know it."""
+        """The values of a flag (None when absent); a value that is still a shell variable, a
+        command's output or arithmetic planner does not evaluate is an error, which says which
+        (`shell_expand.not_known`): the reader cannot know it."""
         self._use(flag)
         if flag not in self.flags:
             return None
         values = self.flags[flag]
         for v in values:
-            if "$" in v:
-                raise InputError(
-                    f"{self.where}: {flag}: {v!r} is a shell variable the file does not set"
-                )
+            if "$" in v or "`" in v:
+                raise InputError(f"{self.where}: {flag}: {v!r} is {not_known(v)}")
         return values
 
     def text(self, flag: str) -> str | None:
@@ -312,9 +341,11 @@ command line (`flags_named`); fields two flags may set (vpp, the first / last st
 are left as they are."""
 
 
-def flags_named(message: str, where: str) -> str:
+def flags_named(message: str, where: str, names: dict[str, str] | None = None) -> str:
     """An error about the plan read from a command line, naming the flag beside the plan field
-    (`FILE: --pipeline-model-parallel-size (parallel.pp): ...`)."""
-    for field, flag in FLAG_OF_FIELD.items():
+    (`FILE: --pipeline-model-parallel-size (parallel.pp): ...`); `names` the line's own words
+    for the fields where it is not Megatron-LM's (a NeMo line's keys: `nemo_args.KEY_OF_FIELD`),
+    FLAG_OF_FIELD by default."""
+    for field, flag in (FLAG_OF_FIELD if names is None else names).items():
         message = message.replace(f"{where}: {field}: ", f"{where}: {flag} ({field}): ")
     return message

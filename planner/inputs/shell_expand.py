@@ -7,27 +7,27 @@ integers (`**` too), `$0` / `${BASH_SOURCE[0]}` (the script's path, where
 known), and `$(...)` of the commands that only rewrite a path (`dirname`, `basename`,
 `realpath`, `readlink -f`, `cd DIR && pwd`); unquoted expansions split on whitespace.
 
-What is not known stays as written (`Scope.blank_unset` aside): an unset variable, a positional
-parameter outside a function call, `$(command)` and backquotes keep their `$...` text, so that the
-reader of the words can say which value the file does not set.
+What is not known stays as written (`Scope.blank_unset` aside), one word however many spaces
+it holds: an unset variable, a positional parameter outside a function call, `$(command)`,
+backquotes and arithmetic planner does not evaluate (`planner.inputs.shell_arith`) keep their
+`$...` text, so that the reader of the words can say which value the file does not set.
 """
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from planner.inputs import shell_arith
 from planner.inputs.shell_lex import lex
 
 Value = str | list[str]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PARAM = re.compile(rf"^(#?)({_NAME}|[0-9]+|[@*#?$!])(\[[^]]*\])?(.*)$", re.S)
-_ARITH = re.compile(r"^[0-9+\-*/%() ]*$")  # `**` (power) is two of its `*`
 
 
 @dataclass
@@ -74,7 +74,7 @@ def expand(raw: str, run: Scope, split: bool = True) -> list[str]:
         if not split:
             cur.append(text)
             return
-        parts = text.split()
+        parts = _split(text)
         if not parts:
             return
         if text[:1].isspace() and (cur or quoted):
@@ -110,14 +110,49 @@ def expand(raw: str, run: Scope, split: bool = True) -> list[str]:
             quoted = True
             i = _double(raw, i + 1, run, cur, push_many)
         elif c == "$" or c == "`":
-            value, i = _dollar(raw, i, run)
-            push_split(" ".join(value) if isinstance(value, list) else value)
+            value, j = _dollar(raw, i, run)
+            if value == raw[i:j]:  # not known: its text kept whole, for the message to quote
+                cur.append(value)
+            else:
+                push_split(" ".join(value) if isinstance(value, list) else value)
+            i = j
         else:
             cur.append(c)
             i += 1
     if cur or quoted:
         fields.append("".join(cur))
     return fields
+
+
+def _split(text: str) -> list[str]:
+    """`text` split on whitespace, as bash splits an unquoted expansion's value, except inside
+    an expansion planner kept as written (`$(...)`, `$((...))`, `${...}`, backquotes: a value
+    that holds one is not known, and stays one word for the message that names it)."""
+    if "$" not in text and "`" not in text:
+        return text.split()
+    out: list[str] = []
+    cur: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            if cur:
+                out.append("".join(cur))
+                cur = []
+            i += 1
+            continue
+        if c == "`":
+            j = text.find("`", i + 1)
+            j = n if j < 0 else j + 1
+        elif text.startswith("$(", i) or text.startswith("${", i):
+            j = _close(text, i + 1, text[i + 1], ")" if text[i + 1] == "(" else "}")
+        else:
+            j = i + 1
+        cur.append(text[i:j])
+        i = j
+    if cur:
+        out.append("".join(cur))
+    return out
 
 
 def _double(raw: str, i: int, run: Scope, cur: list[str], many: Callable[[list[str]], None]) -> int:
@@ -165,6 +200,20 @@ def _dollar(raw: str, i: int, run: Scope) -> tuple[Value, int]:
     if isinstance(value, list) and name not in "@*":  # $A is ${A[0]}
         value = value[0] if value else ""
     return (_unknown(run, raw[i : i + m.end()], name) if value is None else value), i + m.end()
+
+
+def not_known(word: str) -> str:
+    """What the first expansion left as written in `word` (a `$` or a backquote) is, for a
+    message: `'WORD' is ...`."""
+    at = [k for k in (word.find("$"), word.find("`")) if k >= 0]
+    i = min(at) if at else 0
+    if word.startswith("$((", i):
+        end = _close(word, i + 1, "(", ")")
+        why = shell_arith.why(word[i + 3 : end - 2]) or "over values the file does not set"
+        return f"shell arithmetic planner does not evaluate ({why})"
+    if word.startswith("$(", i) or word[i : i + 1] == "`":
+        return "a command's output, which planner does not run"
+    return "a shell variable the file does not set"
 
 
 def _close(raw: str, i: int, open_: str, close: str) -> int:
@@ -293,57 +342,22 @@ def _trim(value: str, how: str, pattern: str) -> str:
 
 
 def _arith(expr: str, run: Scope, whole: str) -> str:
-    """$((expr)) over known integers (bash's integer arithmetic: + - * / %, parentheses);
-    `whole` where not known."""
+    """$((expr)) over known integers, as bash computes it (`planner.inputs.shell_arith`);
+    `whole` where not known. `$NAME` is the variable's text, a bare NAME its value as an
+    expression of its own (bash: `X=2+3; $((X*2))` is 10, `$(($X*2))` 8)."""
 
     def value(m: re.Match[str]) -> str:
-        v = lookup(m.group(1) or m.group(2), run)
-        return v if isinstance(v, str) else m.group(0)
+        name = m.group(1) or m.group(2) or m.group(3)
+        v = lookup(name, run)
+        if not isinstance(v, str):
+            return m.group(0)
+        return v if m.group(3) is None else f"({v})"
 
-    text = re.sub(rf"\$\{{({_NAME})\}}|\$?({_NAME})", value, expr)
-    if not _ARITH.match(text) or not text.strip() or len(text) > MAX_ARITH_CHARS:
-        return whole
+    text = re.sub(rf"\$\{{({_NAME})\}}|\$({_NAME})|(?<![0-9#])\b({_NAME})", value, expr)
     try:
-        return str(_integer(ast.parse(text.strip(), mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError, MemoryError, RecursionError):
-        return whole  # MemoryError: Python's parser on thousands of nested signs or brackets
-
-
-MAX_ARITH_CHARS = 1000
-"""The longest arithmetic expression evaluated: a launch script's are a few dozen characters; a
-fuzzer's 10,000 unary minus signs made Python's parser raise MemoryError."""
-
-_BINARY = {
-    ast.Pow: lambda a, b: _power(a, b),
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: int(a / b) if b else a // b,
-    ast.Mod: lambda a, b: a % b,
-}
-
-
-def _power(a: int, b: int) -> int:
-    """a ** b where bash's 64-bit integers hold it (bash refuses a negative exponent); not
-    known (ValueError) past them, where bash wraps around."""
-    if b < 0 or (abs(a) > 1 and b > 64):
-        raise ValueError("exponent out of range")
-    out = a**b
-    if abs(out) >= 1 << 63:
-        raise ValueError("past 64-bit integers")
-    return out
-
-
-def _integer(node: ast.expr) -> int:
-    """An integer expression's value; ValueError for anything else."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        v = _integer(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return int(_BINARY[type(node.op)](_integer(node.left), _integer(node.right)))
-    raise ValueError("not an integer expression")
+        return str(shell_arith.evaluate(text))
+    except shell_arith.Unknown:
+        return whole
 
 
 _PATH_COMMANDS = ("dirname", "basename", "realpath", "readlink", "pwd", "cd")

@@ -254,7 +254,15 @@ def _command(words: list[str], run: Run) -> bool | None:
             if i:
                 run.commands.append(words[:i])
             nodes = parse(words[i + 2])
-            inner = Run(env=dict(run.env), functions=run.functions, args=run.args, files=run.files)
+            # bash -c 'STRING' NAME ARGS...: NAME is its $0 (else the shell's own), ARGS its
+            # positional parameters ("$@", $1, ...; none without), as bash binds them
+            inner = Run(
+                env=dict(run.env),
+                functions=run.functions,
+                args=words[i + 4 :],
+                files=run.files,
+                script=words[i + 3] if i + 3 < len(words) else w,
+            )
             inner.assigned = run.assigned | assigned_names(nodes)
             _block(nodes, inner)
             run.commands += inner.commands

@@ -1,16 +1,18 @@
 """The plans and checks tests/emit/test_emit_megatron.py and test_megatron_round_trip.py share:
 a plan from a few tables (`make_plan`), its Megatron-LM flags (`flags`), what `planner check
 --megatron-args` reads back from its launch (`round_trip`) and the sameness that reading must
-keep (`assert_same`)."""
+keep (`assert_same`: the plan under the environment its header names)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from paths import PLANS, REPO
 
 from planner.emit import megatron
+from planner.emit.common import exports_expandable
 from planner.inputs import megatron_args
 from planner.inputs.plan import Plan, parse_plan
 from planner.model import memory
@@ -77,7 +79,12 @@ def assert_same(plan: Plan, back: Plan) -> None:
         assert back.job.fp4_param_gather == plan.job.fp4_param_gather
     for field in ("bf16_layers_at_start", "bf16_layers_at_end"):
         assert getattr(back.job, field) == getattr(plan.job, field), field
-    mine = memory.estimate(plan.job, plan.layout)
+    # the header's environment line is read back (QA s30 item 1): its expandable segments and
+    # GEMM SM margin, which the torchrun, slurm and k8s files export (emit.common.environment)
+    job = replace(plan.job, expandable_segments=True) if exports_expandable(plan) else plan.job
+    assert back.job.expandable_segments == job.expandable_segments
+    assert back.job.gemm_sm_margin == job.gemm_sm_margin
+    mine = memory.estimate(job, plan.layout)
     theirs = memory.estimate(back.job, back.layout)
     assert [st.total for st in theirs.stages] == [st.total for st in mine.stages]
     assert theirs.peak == mine.peak

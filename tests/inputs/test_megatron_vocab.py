@@ -23,7 +23,9 @@ SHAPE = (
 
 
 def vocab(text: str, given: int | None = None) -> int:
-    return megatron_args.read(SHAPE + text, "h100-sxm-80gb", 8, "train.sh", given).doc["model"][
+    # a launcher's words come before the flags: argparse refuses words after --bf16
+    line = f"{text} {SHAPE}" if text.startswith("torchrun ") else SHAPE + text
+    return megatron_args.read(line, "h100-sxm-80gb", 8, "train.sh", given).doc["model"][
         "vocab_size"
     ]
 

@@ -1,0 +1,189 @@
+"""Words after a Megatron-LM flag the reader reads that the flag does not take are refused, naming
+the flag and the word (QA s30 item 4: `--use-distributed-optimizer 0` was read as ZeRO 1,
+`--sequence-parallel no` turned sequence parallelism on, `--tensor-model-parallel-size 2 4` read
+tp 2, the stray word dropped).
+
+Oracle: Megatron-LM d98e8a64's argparse. pretrain_gpt.py:525 calls parse_and_validate_args
+without ignore_unknown_args, so megatron/training/arguments.py:132 runs `parser.parse_args()`,
+which exits 2 on a word no option takes ("unrecognized arguments: 0") and on an option without
+its value ("expected one argument"). The flags' arity: `action='store_true'` / `'store_false'`
+(--use-distributed-optimizer arguments.py:3156), a config dataclass's bool field, which
+ArgumentGroupFactory makes store_true / store_false (argument_utils.py
+`_build_argparse_kwargs_from_field`; ModelParallelConfig.sequence_parallel), `nargs`
+(--cp-comm-type nargs='+' arguments.py:3221), a list field (nargs '+'), else one value
+(ModelParallelConfig.tensor_model_parallel_size: int). Where the Megatron-LM mirror is on this
+machine, `SWITCHES` and `NARGS` are checked against those sources.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_choices import NARGS, SWITCHES, arity_error
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED
+from tests.inputs.test_megatron_args import LLAMA3_8B
+
+MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
+COMMIT = "d98e8a64"
+
+
+def _read(extra: str) -> megatron_args.Reading:
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    return megatron_args.read(text, "h100-sxm-80gb", 16, where="train.sh")
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "word"),
+    [
+        ("--use-distributed-optimizer 0", "--use-distributed-optimizer", "0"),
+        ("--sequence-parallel no", "--sequence-parallel", "no"),
+        ("--sequence-parallel=no", "--sequence-parallel", "no"),
+        ("--tensor-model-parallel-size 2 4", "--tensor-model-parallel-size", "4"),
+        ("--swiglu true", "--swiglu", "true"),
+        ("--micro-batch-size 1 2", "--micro-batch-size", "2"),
+    ],
+)
+def test_a_stray_word_after_a_read_flag_is_refused(extra: str, flag: str, word: str) -> None:
+    with pytest.raises(InputError) as info:
+        _read(extra)
+    msg = str(info.value)
+    assert msg.startswith(f"train.sh: {flag}: ") and repr(word) in msg
+    assert "unrecognized arguments" in msg
+
+
+def test_a_read_flag_without_its_value_is_refused() -> None:
+    with pytest.raises(InputError, match=r"train\.sh: --micro-batch-size: expected one argument"):
+        _read("--micro-batch-size")
+    with pytest.raises(InputError, match=r"--recompute-modules: expected at least one argument"):
+        _read("--recompute-modules")
+
+
+def test_an_unset_variable_after_a_switch_is_named() -> None:
+    with pytest.raises(InputError, match=r"--sequence-parallel: .*'\$SP'.*shell variable"):
+        _read("--sequence-parallel $SP")
+
+
+def test_lists_and_good_lines_still_read() -> None:
+    doc = _read("--recompute-modules core_attn mlp --cp-comm-type p2p --spec").doc
+    assert doc["parallel"]["tp"] == 2
+    assert _read("").doc["parallel"]["sequence_parallel"] is True
+
+
+def test_arity_of_other_flags_is_not_judged() -> None:
+    """Flags planner ignores: their arity is not recorded (megatron_flags.txt lists names)."""
+    assert arity_error("--log-interval", ["10", "20"]) is None
+    assert arity_error("--eval-iters", []) is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "word"),
+    [
+        ("--use-distributed-optimizer 0", "--use-distributed-optimizer", "0"),
+        ("--sequence-parallel no", "--sequence-parallel", "no"),
+        ("--tensor-model-parallel-size 2 4", "--tensor-model-parallel-size", "4"),
+    ],
+)
+def test_the_cli_exits_2_naming_flag_and_word(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, flag: str, word: str
+) -> None:
+    path = tmp_path / "train.sh"
+    path.write_text(LLAMA3_8B.replace("--bf16", f"--bf16 {extra}"))
+    argv = ["check", "--megatron-args", str(path), "--gpu", "h100-sxm-80gb", "--num-gpus", "16"]
+    code, out, err = run(argv, capsys)
+    assert code == 2, err
+    assert str(path) in err and flag in err and repr(word) in err
+    assert "Traceback" not in err and out == ""
+
+
+def _git(path: str) -> str:
+    out = subprocess.run(
+        ["git", "--git-dir", str(MIRROR), "show", f"{COMMIT}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def _kind(kw: dict[str, ast.expr]) -> str:
+    """'0' (no value), a nargs ('+', '*'), or '1' for add_argument's keywords."""
+    if "action" in kw:
+        return "0"
+    if "nargs" in kw:
+        return str(ast.literal_eval(kw["nargs"]))
+    return "1"
+
+
+def _hand_written() -> dict[str, str]:
+    """Flag -> kind for arguments.py's add_argument calls."""
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(_git("megatron/training/arguments.py"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    out[arg.value] = _kind(kw)
+    return out
+
+
+def _generated() -> dict[str, str]:
+    """Flag -> kind for the config dataclasses' fields, as ArgumentGroupFactory spells them."""
+    out: dict[str, str] = {}
+    for path in (
+        "megatron/core/model_parallel_config.py",
+        "megatron/core/transformer/transformer_config.py",
+        "megatron/training/config/training_config.py",
+        "megatron/training/config/common_config.py",
+    ):
+        for cls in ast.parse(_git(path)).body:
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for st in cls.body:
+                if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                    continue
+                name, ann = st.target.id, ast.unparse(st.annotation)
+                value, meta = st.value, {}
+                if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "field":
+                    kws = {k.arg: k.value for k in value.keywords}
+                    value = kws.get("default")
+                    md = kws.get("metadata")
+                    if isinstance(md, ast.Dict):
+                        for k, v in zip(md.keys, md.values, strict=True):
+                            if isinstance(k, ast.Constant) and isinstance(v, ast.Dict):
+                                meta = {
+                                    str(kk.value): vv
+                                    for kk, vv in zip(v.keys, v.values, strict=True)
+                                    if isinstance(kk, ast.Constant)
+                                }
+                names = ["--" + name.replace("_", "-")]
+                if ann in ("bool", "Optional[bool]", "bool | None"):
+                    kind = "0"
+                    if value is not None and ast.unparse(value) == "True":
+                        names = [f"--no-{names[0][2:]}", f"--disable-{names[0][2:]}"]
+                else:
+                    kind = "+" if "list[" in ann.lower() else "1"
+                if "arg_names" in meta:
+                    names = [ast.literal_eval(n) for n in meta["arg_names"].elts]  # type: ignore[attr-defined]
+                if "action" in meta or "nargs" in meta:
+                    kind = _kind(meta)
+                for n in names:
+                    out.setdefault(n, kind)
+    return out
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-LM mirror on this machine")
+def test_arity_matches_megatrons_parser_source() -> None:
+    """Each flag the reader looks at: no value where Megatron's parser stores a switch
+    (SWITCHES), NARGS where it takes a list, else one value; a hand-written add_argument wins
+    over a dataclass field of the same name (arguments.py excludes those fields)."""
+    kinds = {**_generated(), **_hand_written()}
+    for flag in READ | set(NOT_MODELLED) | set(REFUSED):
+        expected = "0" if flag in SWITCHES else NARGS.get(flag, "1")
+        assert kinds[flag] == expected, flag
