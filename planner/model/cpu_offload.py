@@ -62,4 +62,5 @@ def exposed_seconds(
         if layer < k:
             t = max(t, done[layer])
         t += bwd[layer]
-    return waited + t - sum(bwd)
+    # the waits are differences of float sums: clamped, a rounding error is not a gain
+    return max(0.0, waited + t - sum(bwd))

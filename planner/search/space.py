@@ -218,9 +218,14 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
 def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
     """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's as
     `torch_schedules.unmodelled` says, Megatron's interleaved one in whole groups of pp (its
-    default group: `rules.interleaved_microbatches`)."""
+    default group: `rules.interleaved_microbatches`): with `[torchtitan]
+    gradient_accumulation_steps` k > 1, pipelines whose k schedules split m evenly, each as
+    unmodelled says (`rules.torchtitan_shapes._accumulation`)."""
     if job.framework == "torchtitan":
-        return unmodelled(job.titan.schedule(vpp), pp, m) is None
+        k = job.titan.gradient_accumulation_steps
+        if k > 1 and (pp == 1 or m % k):
+            return False
+        return unmodelled(job.titan.schedule(vpp), pp, m // k) is None
     return vpp == 1 or (m % pp == 0 and m >= pp)
 
 
@@ -251,11 +256,14 @@ class Base:
     single: tuple[Rung, ...]
     ladders: tuple[Ladder, ...]
     twin_takes: frozenset[Rung] = frozenset()
-    """Rungs the base's EP-overlap twin takes as well, in no more time (with pipelines the overlap
-    only hides time). It holds one MoE layer's activations more (the merged forward and backward's
-    layer in flight, `planner.model.stage_activations`), so a variant of this base whose fastest
-    fitting rung is one of them is dominated by its twin where the twin fits with that rung too
-    (`planner.search.variants.best_variants` asks the memory model)."""
+    """Rungs the base's EP-overlap twin takes as well. It holds one MoE layer's activations more
+    (the merged forward and backward's layer in flight, `planner.model.stage_activations`), so a
+    variant of this base whose fastest fitting rung is one of them is dominated by its twin where
+    the twin fits with that rung too and is no slower (`planner.search.variants.best_variants`
+    asks the memory model, and the cost model where `twin_timed`)."""
+    twin_timed: bool = False
+    """Whether the twin's time must be asked: without pipelines the overlap can cost more than it
+    hides; with them it only hides time (the twin is never slower)."""
 
 
 def flex_backend(job: Job) -> FlexBackend:
@@ -270,9 +278,10 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
     """The base layouts of one shape, each with the rungs tried on it: TP overlap where sequence
     parallelism allows it; per MoE token dispatcher (alltoall, and flex where experts are spread);
     and where Megatron allows the EP all-to-all overlap (`rules.expert_overlap`) a second base
-    with it, taking the rungs Megatron allows with it. With pipelines the overlap only hides time:
-    there the plain base's variants whose fastest rung the overlap base takes too are
-    dominated where the twin fits with the same rung (`Base.twin_takes`)."""
+    with it, taking the rungs Megatron allows with it. The plain base's variants whose fastest
+    rung the overlap base takes too are dominated where the twin fits with the same rung and is
+    no slower (`Base.twin_takes`; with pipelines the overlap only hides time, without them its
+    time is asked, `Base.twin_timed`)."""
     sp = _sp(s.tp)
     titan = job.framework == "torchtitan"
     out: list[Base] = []
@@ -300,8 +309,7 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
         # `overlap` passed `rules.expert_overlap` without recompute, and a rung changes only
         # the recompute, offloading and TP-overlap fields: the rule's recompute condition decides
         allowed, ov_ladders, allowed_set = overlap_rungs(job, plain, space.recompute, offload)
-        takes = allowed_set if s.pp > 1 else frozenset()
-        out.append(Base(plain, tuple(single), tuple(ladders), takes))
+        out.append(Base(plain, tuple(single), tuple(ladders), allowed_set, s.pp == 1))
         out.append(Base(overlap, allowed, ov_ladders))
     return out
 
@@ -316,7 +324,8 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
     if all(b.layout.micro_batch_size == mbs for b in shape):
         return shape
     return [
-        Base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes) for b in shape
+        Base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes, b.twin_timed)
+        for b in shape
     ]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import host_memory, memory
+from planner.model import cost, host_memory, memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
@@ -64,8 +64,9 @@ def best_variants(
     only where it does not fit with it (a ladder's, below the smallest n that does); where it
     does not, each rung is tried either way, none too (a stage's fastest is then the faster of
     the two when none fits). A stage whose fastest fitting rung the base's EP-overlap twin takes
-    too (`Base.twin_takes`) yields nothing where the twin fits with it: the twin's variant
-    dominates it (the overlap holds one MoE layer more, so the twin may not fit). A base whose
+    too (`Base.twin_takes`) yields nothing where the twin fits with it and (without pipelines,
+    `Base.twin_timed`) is no slower: the twin's variant dominates it (the overlap holds one MoE
+    layer more, so the twin may not fit). A base whose
     own lower bound (`base_bound`, at its micro-batch size) exceeds `cut`, the K-th best time so
     far, yields nothing either (checked once some ZeRO stage's states fit); `floor`, the base's
     `bound.floors` at its structure's largest micro-batch size (the search has them from
@@ -189,7 +190,9 @@ def best_variants(
             continue
         rung, rep = picked
         best = Candidate(rung.on(zbase), rep, stage.time_of(rung))
-        twin = rung in base_of.twin_takes and _twin_fits(job, space, rung.on(zbase))
+        twin = rung in base_of.twin_takes and _twin_dominates(
+            job, space, rung.on(zbase), best.step_time if base_of.twin_timed else None
+        )
         if not twin and not any(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
         ):
@@ -197,10 +200,15 @@ def best_variants(
     return found
 
 
-def _twin_fits(job: Job, space: Space, layout: Layout) -> bool:
-    """Whether the layout's EP-overlap twin fits (`Base.twin_takes`)."""
+def _twin_dominates(job: Job, space: Space, layout: Layout, time: float | None) -> bool:
+    """Whether the layout's EP-overlap twin fits (`Base.twin_takes`) and, where `time` (the
+    layout's step time) is given (`Base.twin_timed`), takes no longer."""
     twin = layout.with_(ep_comm_overlap=True)
-    return memory.estimate(job, twin, space.headroom_pct, all_stages=False).fits
+    if not memory.estimate(job, twin, space.headroom_pct, all_stages=False).fits:
+        return False
+    if not host_memory.estimate(job, twin).fits:  # what it offloads: the host's budget
+        return False
+    return time is None or cost.estimate(job, twin).step_time_s <= time
 
 
 def states_fit(

@@ -45,3 +45,17 @@ def test_offloading_all_but_one_layer_shows_every_copy() -> None:
     # k = n - 1: each forward waits for the previous layer's copy, each backward for its own
     # reload, started as it is due: (n - 1) x each way
     assert exposed_seconds([1.0] * 6, [2.0] * 6, [0.5] * 6, 5) == pytest.approx(2 * 5 * 0.5)
+
+
+def test_short_transfers_are_never_a_gain() -> None:
+    """Transfers far shorter than the layers they hide under cost nothing, and never less than
+    nothing: the waits are differences of float sums, whose rounding (-4.3e-19 s here before
+    the clamp; QA: offloading looked 2e-16 s faster than none on gemma2-2b) must not rank an
+    offloading layout above the same layout without it."""
+    fwd = [6.074379962852603e-4, 7.671576291479621e-4, 6.958328667684434e-4]
+    fwd += [2.6633056045725955e-4, 8.018263669964836e-4]
+    bwd = [1.1823068700026079e-3, 2.0445431622009646e-4, 6.348592643527684e-4]
+    bwd += [4.464422204264773e-5, 1.2990922710509967e-3]
+    transfer = [9.204938554384979e-8, 8.812338589221555e-6, 6.864838541790798e-6]
+    transfer += [9.690406502940996e-6, 7.258526014465153e-6]
+    assert exposed_seconds(fwd, bwd, transfer, 2) == 0.0

@@ -26,6 +26,7 @@ from planner.model import cost, host_memory, memory
 from planner.search import rules, rungs
 from planner.search import space as space_mod
 from planner.search import top_k as search
+from planner.search.rules.context import exchange_for
 from planner.search.space import Base, Bound, Space, Structure
 from planner.search.splits import split_fields
 from planner.search.top_k import Candidate
@@ -116,6 +117,8 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         moe_flex_dispatcher_backend=(
                             space_mod.flex_backend(job) if dispatcher == "flex" else "deepep"
                         ),
+                        # the exchange Megatron runs (attention sinks: a2a only)
+                        cp_comm_type=exchange_for(job, tp, cp),
                     )
                     if _user_ok(space, lay, domain) and not rules.violations(job, lay):
                         out.append(lay)
@@ -269,6 +272,13 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         # tp = cp = 1 on H100: where Megatron allows the EP all-to-all overlap
         make_job("mixtral-8x7b", "h100-sxm-80gb", 32, 4096, 128),
         Space(tp=Bound(1, 1), cp=Bound(1, 1)),
+    ),
+    "gpt-oss-ep-overlap-no-pipeline": (
+        # pp 1, where the EP all-to-all overlap can cost more than it hides: a layout without it
+        # is dominated only where its twin fits and is no slower (QA: the search kept both);
+        # attention sinks, whose context parallelism runs the a2a exchange alone
+        make_job("gpt-oss-20b", "h100-sxm-80gb", 8, 4096, 16),
+        Space(pp=Bound(1, 1), mbs=Bound(1, 2), cp=Bound(1, 2)),
     ),
     "mixtral-forced-balance": (
         # random routing: the busiest rank's load falls with the micro-batch's tokens
