@@ -175,8 +175,9 @@ def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) ->
 
 
 def job_dict(job: Job, defaulted: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The job suggest planned; `defaulted`: its fields neither a job file nor a flag set."""
-    return {**job_values(job), "defaulted": list(defaulted)}
+    """The job suggest planned (its framework too: a torchtitan job's candidates read
+    differently); `defaulted`: its fields neither a job file nor a flag set."""
+    return {**job_values(job), "framework": job.framework, "defaulted": list(defaulted)}
 
 
 def suggest_dict(

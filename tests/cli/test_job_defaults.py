@@ -45,6 +45,7 @@ def test_suggest_json_lists_the_defaulted_fields(
     assert code == 0, err
     job = json.loads(out)["job"]
     assert job["defaulted"] == defaulted
+    assert job["framework"] == "megatron"  # none of these names another (plan_types.Framework)
     training = DEFAULT_JOB["training"]
     for key in ("seq_length", "global_batch_size", "precision"):
         if key in defaulted:
