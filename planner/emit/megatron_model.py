@@ -211,6 +211,10 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-router-force-load-balancing",))
     if arch.mtp_num_layers and not arch.is_hybrid:  # a hybrid pattern's '/' parts say it
         a.append(("--mtp-num-layers", str(arch.mtp_num_layers)))
+    if arch.mtp_num_layers and arch.mtp_use_repeated_layer:
+        # one MTP layer's weights for every depth (Megatron-LM d98e8a64 transformer_config.py:82,
+        # gpt_layer_specs.py:779-784); without the flag Megatron builds a layer per depth
+        a.append(("--mtp-use-repeated-layer",))
     return a
 
 

@@ -75,6 +75,8 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
         if line.has(flag):
             model[field] = value
     model.update(hybrid_fields(line, model, notes))
+    if model.get("mtp_num_layers") and line.has("--mtp-use-repeated-layer"):
+        model["mtp_use_repeated_layer"] = True  # a transformer's MTP too (gpt_layer_specs.py:779)
     model.update(megatron_gdn.model_fields(line, "hybrid_layer_pattern" in model, notes))
     model.update(megatron_dsa.model_fields(line, "hybrid_layer_pattern" in model, missing))
     if not line.has("--group-query-attention"):

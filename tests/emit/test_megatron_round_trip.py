@@ -354,3 +354,24 @@ def test_moe_act_recompute_on_a_dense_model_breaks_a_rule() -> None:
     plan = make_plan("llama3.1-8b", 8, {"recompute": "selective", "recompute_modules": ["moe_act"]})
     with pytest.raises(InputError, match="recompute module moe_act needs a mixture of experts"):
         check_plan(plan)
+
+
+@pytest.mark.parametrize("base", ["qwen3-30b-a3b", "nemotron3-super-120b-a12b"])
+def test_repeated_mtp_layer_is_launched_and_reads_back(base: str) -> None:
+    """One MTP layer's weights serve every depth (`mtp_use_repeated_layer`; Megatron-LM d98e8a64
+    transformer_config.py:82, gpt_layer_specs.py:779-784 for a transformer, the hybrid stack's
+    too): launch writes --mtp-use-repeated-layer (without it Megatron builds a layer per depth,
+    QA: the Nemotron 3 Super recipes read back 0.3 GiB heavier), and the line reads back to the
+    same parameters and memory, for a transformer (two depths) and a hybrid stack (its
+    pattern's)."""
+    zoo = catalog.get_model(base).model_dump(exclude_defaults=True)
+    model = {**zoo, "name": f"{base}-mtp", "mtp_use_repeated_layer": True, "mtp_num_layers": 2}
+    if zoo.get("hybrid_layer_pattern"):  # two depths of one '*E' layer, as the recipes set it
+        model["hybrid_layer_pattern"] = zoo["hybrid_layer_pattern"] + "/*E/*E"
+    plan = make_plan(model, 8, {"tp": 1, "ep": 8, "zero_stage": 1})
+    assert plan.job.arch.mtp_num_layers >= 1
+    assert flags(plan)["--mtp-use-repeated-layer"] == []
+    back = round_trip(plan)
+    assert back.job.arch.mtp_use_repeated_layer
+    assert params.params_total(back.job.arch) == params.params_total(plan.job.arch)
+    assert_same(plan, back)
