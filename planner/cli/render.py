@@ -16,10 +16,11 @@ from planner.emit.common import cost_text
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
-from planner.model.torch_schedules import microbatch_group
+from planner.model.torch_schedules import microbatch_group, schedule_microbatches
 from planner.ops.operations import Operations
 from planner.ops.resilience import Resilience
 from planner.search.advice import Change
@@ -225,23 +226,27 @@ def print_explain(
         console.print(line, markup=True, highlight=False)
     console.print(time_table(perf))
     name = schedule_name(job, layout)
+    runs = titan_accumulation.schedules_text(job, layout)  # torchtitan's gradient accumulation
     if layout.pp > 1:
         who = "torchtitan's" if job.framework == "torchtitan" else "Megatron-LM's"
+        each = f", {runs}, bubble" if runs else ", bubble"
+        each += f" {BUBBLE_TEXT[name]}" + (" each" if runs else "")
         console.print(
-            f"pipeline schedule: {who} {name}, bubble {BUBBLE_TEXT[name]} = "
+            f"pipeline schedule: {who} {name}{each} = "
             f"{_ms(perf.breakdown.bubble)} ms per step (F forward, B backward, W its weight "
             "gradients, p stages, v chunks per rank)",
             highlight=False,
         )
     if layout.pp > 1 and name in ("1F1B", "Interleaved1F1B"):
-        m = layout.num_microbatches(job.global_batch_size)
+        m = schedule_microbatches(job, layout)  # one schedule's (torchtitan: of k a step)
         group = microbatch_group(job, layout)
         shown = shown_microbatches(m, layout.pp, layout.vpp, 2 * layout.pp, group)
         kind = "1F1B" if layout.vpp == 1 else f"interleaved 1F1B ({layout.vpp} chunks per rank)"
         odd = "" if layout.vpp == 1 else " (f, b: odd chunks)"
         which = f"all {m}" if shown == m else f"a step of {shown} (of the {m} it runs)"
+        of = f" of one of the step's {titan_accumulation.steps(job)} schedules" if runs else ""
         console.print(
-            f"{kind} schedule drawn with {which} micro-batches, each stage's times "
+            f"{kind} schedule drawn with {which} micro-batches{of}, each stage's times "
             f"to scale: F forward, B backward{odd}, . idle"
         )
         fwd = [f for f, _ in perf.stages]

@@ -13,7 +13,9 @@ all-to-all overlap each rank runs one more warm-up forward (`schedule.warmup`). 
 drawn as a step of fewer micro-batches, said so: at most MAX_OPS forwards per rank, or when
 interleaved whole groups (of pp micro-batches, or the plan's microbatch_group_size_per_vp_stage),
 at least two (a steady state between the fill and the drain; the full step repeats it).
-Megatron's 1F1B and interleaved 1F1B only: torchtitan's other schedules (GPipe, zero-bubble, V
+A step of torchtitan's k pipeline schedules (`[torchtitan] gradient_accumulation_steps`) is drawn
+as its last, with its share of the DP traffic and the step's optimizer after it. Megatron's 1F1B
+and interleaved 1F1B only: torchtitan's other schedules (GPipe, zero-bubble, V
 schedules) run another order, which `pipeline_svg` refuses to draw as theirs.
 """
 
@@ -25,9 +27,10 @@ from planner.cli.plot import BLUE, FONT, GREEN, GREY, ORANGE, nice_linear_ticks
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import titan_accumulation
 from planner.model.performance import Performance
 from planner.model.schedule import schedule_name, shown_microbatches, simulate
-from planner.model.torch_schedules import microbatch_group
+from planner.model.torch_schedules import microbatch_group, schedule_microbatches
 
 MAX_OPS = 32
 """Forwards drawn per rank at most (micro-batches x chunks): enough for the fill, a steady state
@@ -55,7 +58,8 @@ def drawable(job: Job, layout: Layout) -> None:
 def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     """The SVG document (a string) of one step of `layout`, as `perf` (cost.estimate) models it."""
     drawable(job, layout)
-    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    m = schedule_microbatches(job, layout)  # one schedule's: torchtitan runs k a step
+    k = titan_accumulation.steps(job)  # the last drawn; the others end in their DP sync alone
     vpp = layout.vpp
     group = microbatch_group(job, layout)
     shown = shown_microbatches(m, layout.pp, vpp, max(MAX_OPS // vpp, 2 * layout.pp), group)
@@ -64,7 +68,7 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop, group, layout.ep_comm_overlap)
     pipe_end = max(op.end for rank in sched for op in rank)
     b = perf.breakdown
-    tail = b.dp_comm_exposed + b.optimizer + b.other + b.link_shared + perf.unscheduled_s
+    tail = (b.dp_comm_exposed + b.link_shared + perf.unscheduled_s) / k + b.optimizer + b.other
     total = pipe_end + tail
     span = WIDTH - LEFT - RIGHT
 
@@ -75,7 +79,8 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
     which = f"all {m}" if shown == m else f"a step of {shown} (of the {m} it runs)"
     title = f"{job.arch.name}, {layout.describe()}"
     kind = "1F1B" if vpp == 1 else "interleaved 1F1B"
-    sub = f"one step's {kind} schedule drawn with {which} micro-batches" + (
+    one = f"one step's {kind} schedule" if k == 1 else f"the last of a step's {k} {kind} schedules,"
+    sub = f"{one} drawn with {which} micro-batches" + (
         f", {vpp} model chunks per rank" if vpp > 1 else ""
     )
     body = [
@@ -143,7 +148,8 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         lx += 22 + 7 * len(label)
     hop = f"each PP send ({perf.p2p_hop * 1e3:.2f} ms) delays its receiver"
     foot = [
-        f"whole step {perf.step_time_s:.3f} s over {m} micro-batches, bubble "
+        f"whole step {perf.step_time_s:.3f} s over "
+        f"{titan_accumulation.schedules_text(job, layout) or f'{m} micro-batches'}, bubble "
         f"{b.bubble:.3f} s ({b.bubble / perf.step_time_s:.1%})",
         "times per micro-batch and stage include the exposed TP, CP, EP and PP traffic"
         if vpp == 1

@@ -12,9 +12,10 @@ emitted TOML is checked against it):
   stage by stage (tok_embeddings, layers.i, norm and output), so torchtitan runs planner's split
   (its stage count fixes the stages per rank); expert_parallel_degree,
   expert_tensor_parallel_degree, expert_parallel_comm_backend.
-- [training] local_batch_size is the per-data-parallel-rank batch: with PP all of
-  global / dp (torchtitan splits it into micro-batches of pipeline_parallel_microbatch_size),
-  without PP the micro-batch (train.py accumulates global / (local x dp) of them).
+- [training] local_batch_size is the per-data-parallel-rank batch: with PP one pipeline
+  schedule's, global / (dp x `[torchtitan] gradient_accumulation_steps` k) (torchtitan splits it
+  into micro-batches of pipeline_parallel_microbatch_size and runs k schedules a step, train.py
+  :561), without PP the micro-batch (train.py accumulates global / (local x dp) of them).
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
 - [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
   name e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less
@@ -171,7 +172,8 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     warmup, iters = int(schedule["--lr-warmup-iters"]), int(schedule["--train-iters"])
     rep = titan.dp_replicate
     mbs = lay.micro_batch_size
-    local = job.global_batch_size // lay.dp if lay.pp > 1 else mbs
+    k = titan.gradient_accumulation_steps  # pipeline schedules a step (1 without PP: rules)
+    local = job.global_batch_size // (lay.dp * k) if lay.pp > 1 else mbs
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": rep,
         "data_parallel_shard_degree": lay.dp // rep,

@@ -16,8 +16,10 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
   default, varlen, does not run CP);
 - `parallelism`: a whole ParallelismConfig (the baseline's presets, DeepSeek-V3's ep 2, Llama 3
   70B's tp 8, do not leak in): the degrees, reshard_after_forward, the schedule, its
-  micro-batches (num_pp_microbatches: the per-rank batch over the micro-batch size) and the
-  plan's stages (module_fqns_per_model_part, the last module now `lm_head`), the CP balancer;
+  micro-batches (num_pp_microbatches: one schedule's per-rank batch over the micro-batch size;
+  num_tokens_per_train_step over those tokens x dp is the step's schedules, `[torchtitan]
+  gradient_accumulation_steps`, trainer.py:409-428) and the plan's stages
+  (module_fqns_per_model_part, the last module now `lm_head`), the CP balancer;
 - `training`: tokens per micro-batch per DP rank (micro-batch x sequence), per step (global
   batch x sequence), the context length, the steps; CUDA graphs off (on by default at HEAD; the
   prediction has no graph pool, and PP and EP refuse them);
@@ -208,7 +210,9 @@ def _parallelism(plan: Plan) -> list[str]:
             names = ["lm_head" if m == "output" else m for m in stage_modules(stage, start)]
             parts.append(names)
             start += stage.count("t")
-        local = job.global_batch_size // lay.dp
+        # one schedule's per-rank batch: the step runs gradient_accumulation_steps of them
+        # (trainer.py:409-428: num_tokens_per_train_step over the schedule's tokens x dp)
+        local = job.global_batch_size // (lay.dp * titan.gradient_accumulation_steps)
         out += [
             f"pipeline_parallel_schedule={titan.schedule(lay.vpp)!r}",
             f"num_pp_microbatches={local // lay.micro_batch_size}",

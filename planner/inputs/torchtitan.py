@@ -226,6 +226,19 @@ class TorchtitanSection(BaseModel):
         "configurations' torchtitan); 1 = the whole logits at once (CrossEntropyLoss, e347b1e5)",
     )
 
+    gradient_accumulation_steps: PositiveInt = Field(
+        default=1,
+        description="with pipelining, the pipeline schedules a step runs, k: torchtitan's "
+        "gradient_accumulation_steps, global_batch_size / (local_batch_size x dp) (e347b1e5 "
+        "train.py:195-215; b5bcd76c trainer.py:409-428), each one pp_schedule.step of "
+        "local_batch_size / pipeline_parallel_microbatch_size micro-batches (e347b1e5 "
+        "train.py:502-511, :561; b5bcd76c trainer.py:827, :856-899), the optimizer once a "
+        "step; the step's micro-batches, global_batch_size / (dp x micro_batch_size), split into "
+        "k schedules of as many each (`planner.model.titan_accumulation`). 1 = one schedule "
+        "of them all; without pipelining planner's micro-batches are torchtitan's accumulation "
+        "steps already, so k > 1 needs pp > 1",
+    )
+
     def schedule(self, vpp: int) -> str:
         """The pipeline schedule torchtitan runs at `vpp` stages per rank."""
         if self.pipeline_schedule is not None:

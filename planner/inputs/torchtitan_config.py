@@ -17,10 +17,10 @@ model whose parallelize ignores it is the all-to-all, and float8's filter_fqns d
 precision (`torchtitan_float8.float8_filter`), the grouped float8 converter's fqns whether the
 routed experts are float8 (`[torchtitan] float8_experts`, `torchtitan_float8.float8_experts`; the
 linear filter leaves the experts in bf16). Under pipelining a step of more than one
-gradient-accumulation step (several pipeline schedules) exits 2 in either form: planner's
-pipeline is one schedule of all the step's micro-batches (`torchtitan_pipeline.batches`, which
-reads the batches, the schedule and the stages). What is read otherwise than the file says is
-noted (`Plan.inert`, written as warnings).
+gradient-accumulation step, each one pipeline schedule, reads in either form as `[torchtitan]
+gradient_accumulation_steps` (`torchtitan_pipeline.batches`, which reads the batches, the
+schedule and the stages). What is read otherwise than the file says is noted (`Plan.inert`,
+written as warnings).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _document(
         )
     dp = rep * shard
     mbs = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else 0
-    local, gbs = batches(doc, where, dp, pp, mbs, toml)
+    local, gbs, schedules = batches(doc, where, dp, pp, mbs, toml)
     converters = get(doc, where, "model", "converters", list, [])
     training: dict[str, Any] = {
         "framework": "torchtitan",
@@ -201,6 +201,8 @@ def _document(
         "async_tp": par("enable_async_tensor_parallel", False, bool) and tp > 1,
         "compile": get(doc, where, "compile", "enable", bool, False),
     }
+    if schedules > 1:  # gradient accumulation under pipelining: a schedule per step of it
+        titan["gradient_accumulation_steps"] = schedules
     if balancer is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
     chunks = get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss

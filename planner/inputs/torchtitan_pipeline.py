@@ -1,9 +1,10 @@
 """A torchtitan configuration's step and pipeline read into a plan's (for
-`planner.inputs.torchtitan_config`): the per-rank and global batch as torchtitan takes them
-(`batches`: a step of one pipeline schedule; gradient accumulation with pipelining exits 2 naming
-what to set), and with pipelining the schedule and its stages from module_fqns_per_model_part
-(`pipeline`: planner's stage strings, `planner.inputs.pipeline_layout`). `get` is a table's
-typed field, as every torchtitan table is read."""
+`planner.inputs.torchtitan_config`): the per-rank and global batch as torchtitan takes them and,
+with pipelining, the pipeline schedules a step runs, one per gradient-accumulation step
+(`batches`: `[torchtitan] gradient_accumulation_steps`), and the schedule and its stages from
+module_fqns_per_model_part (`pipeline`: planner's stage strings,
+`planner.inputs.pipeline_layout`). `get` is a table's typed field, as every torchtitan table is
+read."""
 
 from __future__ import annotations
 
@@ -28,15 +29,16 @@ def get(doc: dict[str, Any], where: str, table: str, key: str, kind: type, defau
 
 def batches(
     doc: dict[str, Any], where: str, dp: int, pp: int, mbs: int, toml: bool
-) -> tuple[int, int]:
-    """(local batch, global batch) as torchtitan takes them: e347b1e5 train.py:195-215 (the
-    global a multiple of local x dp, gradient accumulation over global / (local x dp) steps)
-    and pipeline_parallel.py:186-193 (local_batch_size a multiple of the micro-batch);
-    b5bcd76c trainer.py:409-428 (`num_tokens_per_train_step` over the tokens of one step of
-    num_pp_microbatches micro-batches). Under pipelining each accumulation step is one call of
-    the schedule (e347b1e5 train.py:561 and :502-511; b5bcd76c trainer.py:856-899 and :827),
-    and planner's pipeline is one schedule of all the step's micro-batches: more than one
-    accumulation step with pp > 1 is refused, naming what to set for one."""
+) -> tuple[int, int, int]:
+    """(local batch, global batch, pipeline schedules a step) as torchtitan takes them:
+    e347b1e5 train.py:195-215 (the global a multiple of local x dp, gradient accumulation over
+    global / (local x dp) steps) and pipeline_parallel.py:186-193 (local_batch_size a multiple
+    of the micro-batch); b5bcd76c trainer.py:409-428 (`num_tokens_per_train_step` over the
+    tokens of one step of num_pp_microbatches micro-batches). Under pipelining each
+    accumulation step is one call of the schedule (e347b1e5 train.py:561 and :502-511; b5bcd76c
+    trainer.py:856-899 and :827): their count is the plan's `[torchtitan]
+    gradient_accumulation_steps` (`planner.model.titan_accumulation`); without pipelining they
+    are planner's micro-batches, and the schedules 1."""
     local = get(doc, where, "training", "local_batch_size", int, 8)
     given = get(doc, where, "training", "global_batch_size", int, -1)
     seq = get(doc, where, "training", "seq_len", int, 2048)
@@ -67,26 +69,7 @@ def batches(
             "accumulation step, num_tokens_per_microbatch_per_dp_rank x num_pp_microbatches x "
             f"dp ({local // npp * seq} x {npp} x {dp}): torchtitan raises (trainer.py:419-425)"
         )
-    steps = gbs // (local * dp)
-    if pp == 1 or steps == 1:
-        return local, gbs
-    if toml:
-        raise InputError(
-            f"{where}: {step_field}: {gbs} is {steps} x training.local_batch_size {local} x dp "
-            f"{dp}: with pipeline_parallel_degree {pp} torchtitan {TORCHTITAN_COMMIT[:8]} runs "
-            f"{steps} pipeline schedules of {npp} micro-batches (local_batch_size / "
-            "pipeline_parallel_microbatch_size) a step (train.py:561, each calling "
-            "pp_schedule.step, :502-511), which planner does not model (its pipeline is one "
-            f"schedule of all {steps * npp}): set local_batch_size = {gbs // dp}"
-        )
-    raise InputError(
-        f"{where}: {step_field}: {gbs * seq} is {steps} accumulation steps of "
-        f"num_pp_microbatches {npp} x num_tokens_per_microbatch_per_dp_rank {mbs * seq} x dp "
-        f"{dp}: with pipeline_parallel_degree {pp} torchtitan runs {steps} pipeline schedules "
-        f"of {npp} micro-batches a step (trainer.py:856-899, pp_schedule.step each, :827), which "
-        f"planner does not model (its pipeline is one schedule of all {steps * npp}): set "
-        f"num_pp_microbatches = {steps * npp}"
-    )
+    return local, gbs, gbs // (local * dp) if pp > 1 else 1
 
 
 def pipeline(

@@ -64,6 +64,7 @@ from planner.model import (
     shared_link,
     stage_sync,
     t5,
+    titan_accumulation,
     weight_hash,
 )
 from planner.model.job_memo import ModelMemo
@@ -139,6 +140,8 @@ def compute_floor(job: Job, layout: Layout) -> float:
 
 def estimate(job: Job, layout: Layout) -> Performance:
     """Predicted step time and throughput of a layout that passed `planner.rules`."""
+    if titan_accumulation.steps(job) > 1:  # torchtitan: k pipeline schedules a step
+        return titan_accumulation.accumulate(job, layout, estimate)
     views = pools.replica_views(job, layout)  # data-parallel replicas across pools
     if views:
         return _replicas(job, layout, views)

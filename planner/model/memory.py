@@ -39,7 +39,7 @@ from operator import itemgetter
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, fsdp2, pools
+from planner.model import buffers, fsdp2, pools, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.rank_states import rank_state, step_grad_copy
@@ -305,6 +305,7 @@ def estimate(
     """Per-stage memory of a layout that passed `planner.search.rules`. With all_stages=False
     only the stages that can hold the peak are computed (the search's fast path; the peak is the
     same)."""
+    job = titan_accumulation.sub_job(job)  # torchtitan: one of its k pipeline schedules
     if job.pools:
         return _pooled(job, layout, headroom_pct)
     return _one_kind(job, layout, headroom_pct, all_stages)

@@ -43,12 +43,25 @@ def rounds(pp: int, m: int) -> int:
     return max(1, m // pp)
 
 
+def schedule_microbatches(job: Job, lay: Layout) -> int:
+    """Micro-batches one call of the pipeline schedule runs: the step's, global_batch_size / (dp x
+    micro_batch_size) (at least 1), over torchtitan's pipeline schedules a step (`[torchtitan]
+    gradient_accumulation_steps` k with pp > 1: each a pp_schedule.step of local_batch_size /
+    pipeline_parallel_microbatch_size, `planner.model.titan_accumulation`); all of them in
+    Megatron-LM's one schedule a step."""
+    m = max(lay.num_microbatches(job.global_batch_size), 1)
+    if job.framework == "torchtitan" and lay.pp > 1:
+        return max(m // job.titan.gradient_accumulation_steps, 1)
+    return m
+
+
 def microbatch_group(job: Job, lay: Layout) -> int | None:
     """Micro-batches a looped schedule runs through one chunk in a row: torch's
-    microbatches_per_round under torchtitan's Interleaved1F1B and InterleavedZeroBubble, else the
-    layout's Megatron group (None: Megatron's default, pp)."""
+    microbatches_per_round under torchtitan's Interleaved1F1B and InterleavedZeroBubble (of one
+    schedule's micro-batches, `schedule_microbatches`), else the layout's Megatron group (None:
+    Megatron's default, pp)."""
     if job.framework == "torchtitan" and lay.vpp > 1 and schedule_name(job, lay) in ROUNDS:
-        m = max(lay.num_microbatches(job.global_batch_size), 1)
+        m = schedule_microbatches(job, lay)
         return m // rounds(lay.pp, m)
     return lay.microbatch_group_size_per_vp_stage
 

@@ -44,18 +44,21 @@ def refused(path: Path, pattern: str) -> str:
 PP = "data_parallel_shard_degree = 4\ntensor_parallel_degree = 8\npipeline_parallel_degree = 4\n"
 
 
-def test_pipelining_with_gradient_accumulation_is_refused(tmp_path: Path) -> None:
+def test_pipelining_with_gradient_accumulation_reads_its_schedules(tmp_path: Path) -> None:
     """train.py:561 runs global / (local x dp) accumulation steps, each one pp_schedule.step
     (train.py:502-511) of local / microbatch micro-batches (pipeline_parallel.py:186-207):
-    local 8, global 128, dp 4 is 4 schedules of 8, which planner's one pipeline of 32 is not
-    (it was read so, predicting the same as local 32)."""
+    local 8, global 128, dp 4 is 4 schedules of 8, read as `[torchtitan]
+    gradient_accumulation_steps = 4` (it was refused; before that, read as one pipeline of 32)."""
     accum = "local_batch_size = 8\nglobal_batch_size = 128\nseq_len = 8192\n"
-    msg = refused(toml(tmp_path, training=accum, parallelism=PP), r"training\.global_batch_size")
-    assert "128 is 4 x training.local_batch_size 8 x dp 4" in msg
-    assert "set local_batch_size = 32" in msg and "train.py:561" in msg
-    one = "local_batch_size = 32\nglobal_batch_size = 128\nseq_len = 8192\n"
-    lay = read(toml(tmp_path, training=one, parallelism=PP)).require_layout()
+    plan = read(toml(tmp_path, training=accum, parallelism=PP))
+    lay = plan.require_layout()
     assert (lay.pp, lay.dp, lay.micro_batch_size, lay.num_microbatches(128)) == (4, 4, 1, 32)
+    assert plan.job.global_batch_size == 128 and plan.job.titan.gradient_accumulation_steps == 4
+    one = "local_batch_size = 32\nglobal_batch_size = 128\nseq_len = 8192\n"
+    plan = read(toml(tmp_path, training=one, parallelism=PP))
+    lay = plan.require_layout()
+    assert (lay.pp, lay.dp, lay.micro_batch_size, lay.num_microbatches(128)) == (4, 4, 1, 32)
+    assert plan.job.titan.gradient_accumulation_steps == 1
 
 
 def test_accumulation_without_pipelining_reads(tmp_path: Path) -> None:
@@ -260,9 +263,11 @@ def test_selective_ac_option_zero_and_beyond_the_layers(tmp_path: Path) -> None:
 def test_the_cli_exits_2_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    accum = "local_batch_size = 8\nglobal_batch_size = 128\nseq_len = 8192\n"
+    # train.py:201-209 asserts global % (local x dp) == 0 (accumulation under pipelining, this
+    # test's refusal until it was read as [torchtitan] gradient_accumulation_steps, reads now)
+    accum = "local_batch_size = 8\nglobal_batch_size = 100\nseq_len = 8192\n"
     path = toml(tmp_path, training=accum, parallelism=PP)
     args = ["check", "--torchtitan-config", str(path), "--gpu", "h100-sxm-80gb"]
     code, _, err = run(args, capsys)
-    assert code == 2 and f"{path}: training.global_batch_size: 128" in err
+    assert code == 2 and f"{path}: training.global_batch_size: 100" in err
     assert "Traceback" not in err

@@ -1,7 +1,8 @@
 """torchtitan Python configurations (b5bcd76c) QA found read as another job than torchtitan runs,
 or accepted where torchtitan raises (planner.inputs.torchtitan_module, torchtitan_tables): a
 record built otherwise than by literal keywords, an aliased baseline, a kw_only dataclass given
-positions, values torchtitan's __post_init__ refuses, pipelining with accumulation.
+positions, values torchtitan's __post_init__ refuses, pipelining with accumulation (its
+schedules, read as [torchtitan] gradient_accumulation_steps).
 
 Oracles: torchtitan b5bcd76c's source, cited per case (`git show b5bcd76c:<path>` in the
 pytorch/torchtitan mirror; tests/data/torchtitan_config_schema.json, its fields as
@@ -138,10 +139,11 @@ def test_a_baseline_from_another_models_registry_is_refused(tmp_path: Path) -> N
         _load(tmp_path, "", head)
 
 
-def test_pipelining_with_accumulation_is_refused(tmp_path: Path) -> None:
+def test_pipelining_with_accumulation_reads_its_schedules(tmp_path: Path) -> None:
     """trainer.py:856-899 runs num_tokens_per_train_step / (tokens x num_pp_microbatches x dp)
     groups, each one pp_schedule.step (:827) of num_pp_microbatches: 8 x 64 sequences at dp 2
-    and 8 micro-batches is 4 schedules, which planner's one pipeline of 32 is not."""
+    and 8 micro-batches is 4 schedules, read as `[torchtitan] gradient_accumulation_steps = 4`
+    (it was refused)."""
     par = (
         "    config.parallelism = ParallelismConfig(data_parallel_shard_degree=2,\n"
         "        tensor_parallel_degree=8, pipeline_parallel_degree=4, num_pp_microbatches={})\n"
@@ -149,10 +151,12 @@ def test_pipelining_with_accumulation_is_refused(tmp_path: Path) -> None:
         "    config.training.num_tokens_per_microbatch_per_dp_rank = 8192\n"
         "    config.training.num_tokens_per_train_step = 8192 * 64\n"
     )
-    with pytest.raises(InputError, match=r"is 4 accumulation steps .* num_pp_microbatches = 32"):
-        _load(tmp_path, par.format(8))
-    lay = _load(tmp_path, par.format(32)).require_layout()
+    four = _load(tmp_path, par.format(8))
+    lay = four.require_layout()
     assert (lay.pp, lay.dp, lay.micro_batch_size, lay.num_microbatches(64)) == (4, 2, 1, 32)
+    assert four.job.global_batch_size == 64 and four.job.titan.gradient_accumulation_steps == 4
+    one = _load(tmp_path, par.format(32))
+    assert one.require_layout() == lay and one.job.titan.gradient_accumulation_steps == 1
     with pytest.raises(InputError, match=r"is not a multiple of the tokens of one accumulation"):
         _load(tmp_path, par.format(32).replace("8192 * 64", "8192 * 96"))
 

@@ -26,7 +26,7 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
         return None
     name = job.titan.schedule(lay.vpp)
     if lay.pp == 1:
-        return None
+        return _accumulation(job, lay)
     if name in SINGLE_STAGE and lay.vpp != 1:
         want = "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
     elif name in V_SHAPED and lay.vpp != 2:
@@ -64,20 +64,57 @@ def v_placement(job: Job, lay: Layout) -> Violation | None:
     )
 
 
+def _accumulation(job: Job, lay: Layout) -> Violation | None:
+    """`[torchtitan] gradient_accumulation_steps` k: k > 1 needs pipelining (without it planner's
+    micro-batches are torchtitan's accumulation steps already, e347b1e5 train.py:561, the non-PP
+    forward_backward_step), and k divides the step's micro-batches, global_batch_size / (dp x
+    micro_batch_size): each of the k schedules runs as many (`planner.model.titan_accumulation`)."""
+    k = job.titan.gradient_accumulation_steps
+    if k == 1:
+        return None
+    field = "torchtitan.gradient_accumulation_steps"
+    if lay.pp == 1:
+        return Violation(
+            "tt_accumulation",
+            field,
+            f"{k}: pipeline schedules a step need pipeline_parallel_degree > 1; without "
+            "pipelining the micro-batches, global_batch_size / (dp x micro_batch_size), are "
+            "torchtitan's accumulation steps already: set it to 1",
+        )
+    m = lay.num_microbatches(job.global_batch_size) if lay.dp * lay.micro_batch_size else 0
+    if m % k == 0 and m:
+        return None
+    return Violation(
+        "tt_accumulation",
+        field,
+        f"{k} does not divide the step's micro-batches, global_batch_size / (dp x "
+        f"micro_batch_size) = {job.global_batch_size} / ({lay.dp} x {lay.micro_batch_size}) = "
+        f"{m}: each of the {k} pipeline schedules runs local_batch_size / "
+        "pipeline_parallel_microbatch_size of them",
+    )
+
+
 def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
-    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`)."""
+    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`), on one
+    schedule's micro-batches (as `torch_schedules.schedule_microbatches` counts them: of k a step
+    with `[torchtitan] gradient_accumulation_steps`, which must divide them first)."""
     if not lay.dp * lay.micro_batch_size:
         return None
-    m = lay.num_microbatches(job.global_batch_size)
+    if (wrong := _accumulation(job, lay)) is not None:
+        return wrong
+    k = job.titan.gradient_accumulation_steps  # it divides them (`_accumulation`)
+    m = lay.num_microbatches(job.global_batch_size) // k  # one schedule's
     why = torch_schedules.unmodelled(name, lay.pp, m)
     if why is None:
         return None
+    each, by = ("", "") if k == 1 else (f" / torchtitan.gradient_accumulation_steps {k}", f" / {k}")
     return Violation(
         "tt_microbatches",
         "training.global_batch_size",
         f"torchtitan's pipeline_parallel_schedule {name!r} at pipeline_parallel_degree {lay.pp} "
-        f"needs {why}; the micro-batches are global_batch_size / (dp x micro_batch_size) = "
-        f"{job.global_batch_size} / ({lay.dp} x {lay.micro_batch_size})",
+        f"needs {why}; the micro-batches of a schedule are global_batch_size / (dp x "
+        f"micro_batch_size){each} = {job.global_batch_size} / ({lay.dp} x "
+        f"{lay.micro_batch_size}){by} = {m}",
     )
 
 
