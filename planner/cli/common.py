@@ -185,30 +185,39 @@ def refusal_lines(plan: Plan) -> list[str]:
     ]
 
 
+def loss_line(plan: Plan) -> str | None:
+    """What the Megatron-LM targets launch differently where they do not refuse the plan
+    (`launch.megatron_lm_loss_note`: the loss Megatron-LM runs, with its step and peak); None
+    where they launch it as it is."""
+    from planner.emit import launch
+
+    if plan.job.framework != "megatron" or any(
+        t in launch.MEGATRON_LM_TARGETS for ts in launch.refusals(plan).values() for t in ts
+    ):
+        return None
+    return launch.megatron_lm_loss_note(plan)
+
+
 def launch_warnings(plan: Plan) -> list[str]:
     """`refusal_lines` of a plan file, as warnings on stderr (`check` and `explain` PLAN: the
-    memory still fits, and the exit code says so; the plan's first launch would find them)."""
+    memory still fits, and the exit code says so; the plan's first launch would find them), and
+    its `loss_line` as a note (what launch runs instead: not a fault of the plan)."""
     lines = refusal_lines(plan)
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
+    loss = loss_line(plan)
+    if loss is not None:
+        sys.stderr.write(f"planner: note: {loss}\n")
     return lines
 
 
 def launch_notes(path: Path) -> None:
-    """On stderr, what `planner launch` will refuse of the plan just written (a model a runtime
-    cannot run, a layout one of its targets cannot write), naming the targets, and what the
-    Megatron-LM targets launch differently (`launch.megatron_lm_loss_note`); before them, the
-    warnings `check` gives the plan (`common.warn`)."""
-    from planner.emit import launch
+    """On stderr, `refusal_lines` and `loss_line` of the plan just written, after the warnings
+    `check` gives the plan (`common.warn`)."""
     from planner.inputs.plan import load_plan
 
     plan = load_plan(path)
     warn(plan)  # what `check` warns about the plan, as it says it
-    for line in refusal_lines(plan):
+    loss = loss_line(plan)
+    for line in [*refusal_lines(plan), *([loss] if loss is not None else [])]:
         err.print(f"note: {line}")
-    if plan.job.framework == "megatron" and not any(
-        t in launch.MEGATRON_LM_TARGETS for ts in launch.refusals(plan).values() for t in ts
-    ):
-        loss = launch.megatron_lm_loss_note(plan)
-        if loss is not None:
-            err.print(f"note: {loss}")

@@ -178,10 +178,10 @@ def megatron_lm_loss_note(plan: Plan) -> str | None:
     )
     return (
         f"launch --target {', '.join(MEGATRON_LM_TARGETS)} run Megatron-LM, which refuses "
-        "Transformer Engine's fused cross entropy (the loss this plan was ranked with, as "
+        "Transformer Engine's fused cross entropy (the loss this plan names, as "
         f"Megatron-Bridge runs it): they launch {loss}, predicted step "
-        f"{run.step_time_s:.3f} s (ranked at {ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; "
-        f"to rank layouts with that loss, set training.{setting} in a job file"
+        f"{run.step_time_s:.3f} s (the plan's {ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; "
+        f"to plan with that loss, set training.{setting} (in a job file, suggest ranks with it)"
     )
 
 

@@ -224,7 +224,7 @@ def test_suggest_says_what_megatron_lm_launches_of_its_plan(
     assert step is not None
     assert f"predicted step {step.group(1)} s" in note
     ranked = cost.estimate(load_plan(path).job, load_plan(path).require_layout()).step_time_s
-    assert f"(ranked at {ranked:.3f} s)" in note
+    assert f"(the plan's {ranked:.3f} s)" in note
     assert "its unfused loss" in note and "training.loss_fusion = false" in note
     assert f"predicted: step {ranked:.3f} s" in render(load_plan(path), "megatron-bridge")[1]
 
