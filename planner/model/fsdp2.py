@@ -15,10 +15,12 @@ Mechanisms, from the code (not fitted to any published memory figure):
   PP, by default do not reshard after forward to avoid per-microbatch all-gathers"); [norm,
   output] reshard only under "always" (FSDP would prefetch them right back).
 - torch.distributed.pipelining (torch/distributed/pipelining/stage.py
-  `backward_maybe_with_nosync`): every backward but a step's last runs with
+  `backward_maybe_with_nosync`): every backward but a schedule's last runs with
   set_requires_gradient_sync(False) and set_reshard_after_backward(False); the last calls the
-  FSDP post-backward itself. So under PP a stage's parameters stay unsharded (bf16) from their
-  first all-gather to the step's last backward, whatever reshard_after_forward says once a
+  FSDP post-backward itself (once a step, or once per pipeline schedule where a step runs
+  several: `planner.model.titan_accumulation`, whose sub-steps this module prices). So under PP a
+  stage's parameters stay unsharded (bf16) from their first all-gather to the schedule's last
+  backward, whatever reshard_after_forward says once a
   backward has run (so "always" is counted like "default" at the peak: a bound, it only
   re-gathers parameters a forward freed), and its gradients accumulate unsharded across the
   micro-batches: FSDPParam.to_accumulated_grad_if_needed upcasts the bf16 unsharded gradient to

@@ -14,6 +14,8 @@ distributed/pipeline_parallel.py `build_pipeline_schedule` passes it):
   schedule with its micro-batch group (--microbatch-group-size-per-virtual-pipeline-stage) set
   to microbatches_per_round. So m = 10 at pp 4 runs 2 rounds of 5, where Megatron's rule (groups
   of pp, the last at least pp) refuses it.
+- Schedule1F1B raises unless m >= pp (its __init__: "Number of microbatches ... must be greater
+  than or equal to the number of stages"); ScheduleGPipe takes any m.
 - ScheduleDualPipeV raises unless m >= its stages, 2 pp.
 - ScheduleZBVZeroBubble lays out max(2 pp - 1, m) micro-batches and leaves the slots of those
   past m empty; ScheduleLoopedBFS takes any m.
@@ -71,6 +73,11 @@ def unmodelled(name: str, pp: int, m: int) -> str | None:
     in a way the model does not price (module docstring); None where it runs them as modelled."""
     if pp == 1:
         return None
+    if name == "1F1B" and m < pp:  # Schedule1F1B.__init__ (00722e64); GPipe takes any m
+        return (
+            f"at least pipeline_parallel_degree ({pp}) micro-batches (got {m}): torch raises "
+            "with fewer (Schedule1F1B)"
+        )
     if name in ROUNDS or name == "LoopedBFS":
         if m < pp:
             return (

@@ -241,6 +241,21 @@ def test_torch_refusals(name: str, pp: int, m: int, torch_raises: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "m", "torch_raises"),
+    [("1F1B", 3, True), ("1F1B", 4, False), ("GPipe", 3, False), ("GPipe", 1, False)],
+)
+def test_single_stage_schedules_refusals(name: str, m: int, torch_raises: bool) -> None:
+    """torch's Schedule1F1B raises where m < pp (its __init__, schedules.py 00722e64: "Number of
+    microbatches (3) must be greater than or equal to the number of stages (4)"); ScheduleGPipe
+    has no such check and runs any m (its fill-drain bubble is the closed form's at any m)."""
+    job, lay = _titan_layout(4, 1, m, name)
+    why = broken(job, lay).get("tt_microbatches")
+    assert (why is not None) == torch_raises
+    if why is not None:
+        assert "torch raises" in why.message and f"got {m}" in why.message
+
+
+@pytest.mark.parametrize(
     ("name", "m"), [("Interleaved1F1B", 3), ("LoopedBFS", 3), ("ZBVZeroBubble", 6)]
 )
 def test_unfilled_pipelines_refused_as_not_modelled(name: str, m: int) -> None:
