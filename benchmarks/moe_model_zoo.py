@@ -48,10 +48,30 @@ VOCAB_FROM_ZOO = {
 repository planner cannot open)."""
 
 
+USER_PATHS = {"--tokenizer-model": "user-tokenizer", "--data-path": "user-data"}
+"""Flags whose values the zoo's YAMLs take from the user's environment (${TOKENIZER_MODEL},
+${DATA_PATH}), empty in the extraction (envsubst of unset variables drops the word): a run sets
+them, so the line gets a stand-in path, as Megatron-LM's argparse needs one word after each
+(planner refuses the flag bare, as argparse does). The vocabulary comes from VOCAB_FROM_ZOO."""
+
+
+def with_user_paths(args: list[str]) -> list[str]:
+    """`args` with a USER_PATHS stand-in after each such flag that has no value."""
+    out: list[str] = []
+    for i, word in enumerate(args):
+        out.append(word)
+        bare = i + 1 == len(args) or args[i + 1].startswith("--")
+        if word in USER_PATHS and bare:
+            out.append(USER_PATHS[word])
+    return out
+
+
 def script_text(row: dict[str, Any]) -> str:
-    """The line as a launch script: its environment exported, then the training command."""
+    """The line as a launch script: its environment exported, then the training command (the
+    user's paths filled in, `with_user_paths`)."""
     env = [f"export {k}={shlex.quote(v)}" for k, v in row["env"].items()]
-    return "\n".join([*env, "python pretrain_gpt.py " + shlex.join(row["args"])]) + "\n"
+    words = with_user_paths(row["args"])
+    return "\n".join([*env, "python pretrain_gpt.py " + shlex.join(words)]) + "\n"
 
 
 TP1_OVERLAP = "--tp-comm-overlap: at --tensor-model-parallel-size 1"
