@@ -214,6 +214,10 @@ number; a config dataclass's list field is nargs '+'). Every other one of them t
 SWITCHES takes exactly one value (Megatron-LM d98e8a64)."""
 
 
+NOTHING = ": a variable empty or unset where the file is read expands to no word, as in bash"
+"""Why a value may be missing (the caller's environment is not read)."""
+
+
 def arity_error(flag: str, values: list[str]) -> str | None:
     """Why `values` cannot follow `flag` in Megatron-LM's parser (SWITCHES, NARGS, else exactly
     one value), for a flag the reader looks at; None where they can, or for any other flag
@@ -224,11 +228,11 @@ def arity_error(flag: str, values: list[str]) -> str | None:
     if flag in SWITCHES:
         extra, takes = values, "takes no value"
     elif nargs == "+" and not values:
-        return "expected at least one argument (got nothing)"
+        return f"expected at least one argument (got nothing{NOTHING})"
     elif nargs is not None:
         return None
     elif not values:
-        return "expected one argument (got nothing)"
+        return f"expected one argument (got nothing{NOTHING})"
     else:
         extra, takes = values[1:], f"takes one value ({values[0]!r})"
     if not extra:

@@ -187,3 +187,13 @@ def test_arity_matches_megatrons_parser_source() -> None:
     for flag in READ | set(NOT_MODELLED) | set(REFUSED):
         expected = "0" if flag in SWITCHES else NARGS.get(flag, "1")
         assert kinds[flag] == expected, flag
+
+
+def test_a_flag_left_without_its_value_says_why_it_may_be() -> None:
+    """bash drops an unquoted expansion of an empty or unset variable (`--vocab-file ${VOCAB}`
+    with VOCAB unset leaves `--vocab-file` bare), and argparse then exits "expected one
+    argument": the message says both (Megatron-LM d98e8a64 pretrain_gpt.py parses without
+    ignore_unknown_args)."""
+    why = arity_error("--tensor-model-parallel-size", [])
+    assert why is not None and why.startswith("expected one argument (got nothing")
+    assert "unset" in why and "expands to no word" in why
