@@ -23,6 +23,7 @@ from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import rules, top_k
 from planner.search import space as space_mod
+from planner.search.pins import check_reachable, flag_text
 from planner.search.rules import parallel as parallel_rules
 from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
@@ -68,6 +69,8 @@ def check_space(job: Job, space: Space) -> None:
         )
     if not space.recompute:
         raise InputError("--recompute: no recompute policy left to search")
+    # bounds that leave the search no layout before any memory is asked (`pins`)
+    check_reachable(job, space)
 
 
 def _check_pins(job: Job, space: Space) -> None:
@@ -101,12 +104,6 @@ def check_found(job: Job, found: list[tuple[Job, Layout]], path: Path | None) ->
             raise InputError("\n".join(f"{where}: {v.field}: {v.message}" for v in broken))
 
 
-def _flag(name: str, b: Bound) -> str:
-    if b.lo == b.hi:
-        return f"--{name} {b.lo}"
-    return f"--{name} {b.lo}-{b.hi if b.bounded_above() else ''}"
-
-
 def _check_degrees(n: int, space: Space) -> None:
     """Pins and bounds on tp, cp, pp, dp must leave some tp x cp x pp x dp equal to num_gpus."""
     names = ("tp", "cp", "pp", "dp")
@@ -122,7 +119,7 @@ def _check_degrees(n: int, space: Space) -> None:
                 if b_dp.admits(n // (tp * cp * pp)):
                     return
     default = Space()
-    given = " and ".join(_flag(k, b) for k, b in bounds.items() if b != getattr(default, k))
+    given = " and ".join(flag_text(k, b) for k, b in bounds.items() if b != getattr(default, k))
     lo = math.prod(b.lo for b in bounds.values())
     hi = math.prod(min(b.hi, n) for b in bounds.values())
     if lo > n:
