@@ -18,20 +18,17 @@ machine, `SWITCHES` and `NARGS` are checked against those sources.
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
 import pytest
 from cli_run import run
+from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_choices import NARGS, SWITCHES, arity_error
 from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED
 from tests.inputs.test_megatron_args import LLAMA3_8B
-
-MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
-COMMIT = "d98e8a64"
 
 
 def _read(extra: str) -> megatron_args.Reading:
@@ -102,16 +99,6 @@ def test_the_cli_exits_2_naming_flag_and_word(
     assert "Traceback" not in err and out == ""
 
 
-def _git(path: str) -> str:
-    out = subprocess.run(
-        ["git", "--git-dir", str(MIRROR), "show", f"{COMMIT}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout
-
-
 def _kind(kw: dict[str, ast.expr]) -> str:
     """'0' (no value), a nargs ('+', '*'), or '1' for add_argument's keywords."""
     if "action" in kw:
@@ -124,7 +111,7 @@ def _kind(kw: dict[str, ast.expr]) -> str:
 def _hand_written() -> dict[str, str]:
     """Flag -> kind for arguments.py's add_argument calls."""
     out: dict[str, str] = {}
-    for node in ast.walk(ast.parse(_git("megatron/training/arguments.py"))):
+    for node in ast.walk(ast.parse(source("megatron/training/arguments.py"))):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             kw = {k.arg: k.value for k in node.keywords if k.arg}
             for arg in node.args:
@@ -142,7 +129,7 @@ def _generated() -> dict[str, str]:
         "megatron/training/config/training_config.py",
         "megatron/training/config/common_config.py",
     ):
-        for cls in ast.parse(_git(path)).body:
+        for cls in ast.parse(source(path)).body:
             if not isinstance(cls, ast.ClassDef):
                 continue
             for st in cls.body:

@@ -15,11 +15,11 @@ mirror is on this machine, `megatron_choices.CHOICES` is checked against those s
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
 import pytest
 from cli_run import run
+from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
@@ -27,10 +27,6 @@ from planner.inputs.megatron_choices import CHOICES, invalid_choice
 from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
 from planner.inputs.megatron_vocab import TOKENIZERS
 from tests.inputs.test_megatron_args import LLAMA3_8B
-
-MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
-COMMIT = "d98e8a64"
-
 
 BASE = LLAMA3_8B.replace("--recompute-granularity selective ", "")
 
@@ -121,16 +117,6 @@ def test_good_values_and_shell_variables_still_read() -> None:
         _read("--transformer-impl $IMPL")  # left to the reading, which says what it is
 
 
-def _git(path: str) -> str:
-    out = subprocess.run(
-        ["git", "--git-dir", str(MIRROR), "show", f"{COMMIT}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout
-
-
 def _literal_choices(source: str) -> dict[str, tuple[str, ...]]:
     """field name -> the values of its Literal annotation, for every class of the file."""
     out: dict[str, tuple[str, ...]] = {}
@@ -159,7 +145,7 @@ def test_choices_match_megatrons_parser_source() -> None:
     fields ArgumentGroupFactory turns into choices."""
     read = READ | set(NOT_MODELLED)
     expected: dict[str, tuple[str, ...]] = {}
-    src = _git("megatron/training/arguments.py")
+    src = source("megatron/training/arguments.py")
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             kw = {k.arg: k.value for k in node.keywords}
@@ -173,7 +159,7 @@ def test_choices_match_megatrons_parser_source() -> None:
         "megatron/core/model_parallel_config.py",
         "megatron/training/config/training_config.py",
     ):
-        for field, values in _literal_choices(_git(path)).items():
+        for field, values in _literal_choices(source(path)).items():
             flag = "--" + field.replace("_", "-")
             flag = {"--fp8": "--fp8-format", "--fp4": "--fp4-format"}.get(flag, flag)
             if flag in read and flag not in expected:
