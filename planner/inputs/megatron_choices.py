@@ -237,6 +237,11 @@ def arity_error(flag: str, values: list[str]) -> str | None:
         extra, takes = values[1:], f"takes one value ({values[0]!r})"
     if not extra:
         return None
+    if not any(extra):  # `--switch=` (argparse: "ignored explicit argument ''") or `--x ""`
+        return (
+            f"{takes}, but an empty word follows it (--flag=, or ''): Megatron-LM's argparse "
+            "exits on it"
+        )
     words = " ".join(extra)
     held = next((w for w in extra if "$" in w or "`" in w), None)
     if held is not None:  # bash may expand it to more flags, or to nothing

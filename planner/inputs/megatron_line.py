@@ -200,12 +200,13 @@ def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:
 
 def flag_runs(words: list[str]) -> list[tuple[str, list[str]]]:
     """Each --flag of the words, in order, with the values that follow it (up to the next
-    --flag); --a=b is split too. A flag given twice is here twice."""
+    --flag); --a=b is split too, and --a= holds one empty value (argparse's explicit argument
+    '': a switch exits on it, "ignored explicit argument"). A flag given twice is here twice."""
     out: list[tuple[str, list[str]]] = []
     for w in words:
         if w.startswith("--"):
-            name, _, value = w.partition("=")
-            out.append((name, [value] if value else []))
+            name, eq, value = w.partition("=")
+            out.append((name, [value] if eq else []))
         elif out:
             out[-1][1].append(w)
     return out

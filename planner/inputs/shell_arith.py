@@ -189,39 +189,55 @@ _OPS: dict[str, Callable[[int, int], int]] = {
 
 
 class _Eval:
-    """A tree's value in bash's 64-bit integers; `wrapped` where a step left them."""
+    """A tree's value in bash's 64-bit integers; `wrapped` where a step left them. `noeval`: the
+    side of `?:`, `&&` or `||` bash does not take, which it still walks (expr.c's `noeval`):
+    there only a negative exponent stops it (bash 5.2 raises "exponent less than 0" whatever
+    noeval says), a division by 0 or a shift is not evaluated, and its value is thrown away."""
 
-    def __init__(self) -> None:
+    def __init__(self, noeval: bool = False) -> None:
         self.wrapped = False
+        self.noeval = noeval
 
     def fit(self, value: int) -> int:
         out = _wrap(value)
-        self.wrapped |= out != value
+        self.wrapped |= out != value and not self.noeval
         return out
+
+    def skip(self, node: Node) -> None:
+        """Walk the side bash does not take (`noeval`)."""
+        _Eval(noeval=True)(node)
 
     def __call__(self, node: Node) -> int:
         if isinstance(node, int):
             return self.fit(node)
         op = node[0]
         if op == "?":
-            return self(node[2]) if self(node[1]) else self(node[3])
-        if op == "&&":
-            return int(bool(self(node[1])) and bool(self(node[2])))
-        if op == "||":
-            return int(bool(self(node[1])) or bool(self(node[2])))
+            cond = self(node[1])
+            taken, other = (node[2], node[3]) if cond else (node[3], node[2])
+            value = self(taken)
+            self.skip(other)
+            return value
+        if op in ("&&", "||"):
+            first = bool(self(node[1]))
+            if first == (op == "||"):  # decided: the right side is walked, not evaluated
+                self.skip(node[2])
+                return int(first)
+            return int(bool(self(node[2])))
         if op[0] == "u" and len(node) == 2:
             v = self(node[1])
             return self.fit({"u-": -v, "u+": v, "u!": int(not v), "u~": ~v}[op])
         a, b = self(node[1]), self(node[2])
-        if op in ("/", "%"):
-            return self.fit(_divide(a, b, op))
         if op == "**":
             if b < 0:
                 raise Unknown("an exponent below 0, on which bash stops the script")
             exact = a**b if abs(a) < 2 or b <= BITS else None
             out = _wrap(pow(a, b, _MOD))
-            self.wrapped |= exact is None or exact != out
+            self.wrapped |= (exact is None or exact != out) and not self.noeval
             return out
+        if self.noeval and op in ("/", "%", "<<", ">>"):
+            return 0
+        if op in ("/", "%"):
+            return self.fit(_divide(a, b, op))
         if op in ("<<", ">>"):
             if not 0 <= b < BITS:
                 raise Unknown(f"a shift by {b}, whose result in bash depends on the machine")

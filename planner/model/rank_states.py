@@ -101,23 +101,29 @@ MAIN_GRAD_COPY_BYTES = 4.0
 step makes (`copies_main_grads`)."""
 
 
-def copies_main_grads(job: Job) -> bool:
+def copies_main_grads(job: Job, zero_stage: int) -> bool:
     """Whether Megatron's optimizer step copies the reduced gradients into fp32 tensors of their
-    own: with 16-bit gradient buffers (`Job.main_grad_dtype`), `.float()` of each updated
-    parameter's gradient (Megatron-LM d98e8a64 optimizer.py:1093-1096,
-    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads, every parameter;
-    distrib_optimizer.py:2792, the shard's range), unless the precision-aware optimizer reads the
-    buffer itself (`.decoupled_grad`, :2783-2790), which it does where
-    use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (optimizer_config.py:407-414, with
-    fp8_recipe from --fp8-recipe, whose default "delayed" stands without FP8 too,
-    training.py:2612-2616): every precision but an FP8 recipe other than delayed scaling, or
-    with the CPU-offloaded optimizer. With fp32 buffers `.float()`
-    returns the buffer itself. Megatron-FSDP (ZeRO 2 / 3) and torchtitan's FSDP2 are not this
-    optimizer (`step_grad_copy`)."""
+    own: with 16-bit gradient buffers (`Job.main_grad_dtype`; with fp32 ones the casts below
+    return the buffer itself), unless the precision-aware optimizer reads the buffer in place.
+    Megatron-LM d98e8a64:
+    - ZeRO 0 and 1: `.float()` of each updated parameter's gradient (optimizer.py:1093-1096,
+      Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads, every parameter;
+      distrib_optimizer.py:2792, the shard's range); the precision-aware optimizer reads the
+      buffer (`.decoupled_grad`, :2783-2790) where use_precision_aware_optimizer_no_fp8_or_ds_fp8
+      holds (optimizer_config.py:407-414, with fp8_recipe from --fp8-recipe, whose default
+      "delayed" stands without FP8 too, training.py:2612-2616): every precision but an FP8
+      recipe other than delayed scaling, or with the CPU-offloaded optimizer.
+    - Megatron-FSDP (ZeRO 2, 3): `optimizer_grad.to(param.dtype)` of the gradient shard into the
+      fp32 main weights' dtype (megatron_fsdp/param_and_grad_buffer.py:3377-3381, "a persistent
+      casted-copy", :3200-3204, freed at the next zero_grad_buffer), unless the gradient is
+      decoupled, which --use-precision-aware-optimizer makes it (training.py:2650).
+    torchtitan's FSDP2 reduces into fp32 shards: no copy."""
     if job.main_grad_dtype != "bf16" or job.frozen_model or job.framework == "torchtitan":
         return False
     if not job.precision_aware_optimizer:
         return True
+    if zero_stage >= 2:
+        return False
     decoupled = job.precision != "fp8" or job.fp8_recipe == "delayed"
     return not (decoupled or job.optimizer_offload_fraction > 0)
 
@@ -125,14 +131,15 @@ def copies_main_grads(job: Job) -> bool:
 def step_grad_copy(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     """Bytes of the fp32 gradient copies on one GPU of pipeline rank `rank` at the optimizer step
     (`copies_main_grads`): MAIN_GRAD_COPY_BYTES per parameter it updates, all of the stage's at
-    ZeRO 0 and its shard at ZeRO 1 (over each distributed-optimizer instance's slice of the
+    ZeRO 0 and its shard from ZeRO 1 (over each distributed-optimizer instance's slice of the
     groups, as `_state_of`). They are made after the last backward, when the activations are
-    freed, and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none), so
-    they coexist with the model states but not the activations (`memory.StageMemory`)."""
-    if layout.zero_stage >= 2 or not copies_main_grads(job):
+    freed, and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none; the
+    next zero_grad_buffer under Megatron-FSDP), so they coexist with the model states but not
+    the activations (`memory.StageMemory`)."""
+    if not copies_main_grads(job, layout.zero_stage):
         return 0.0
     dense, expert = stage_params(job, layout, rank, chunks)
-    if layout.zero_stage == 1:
+    if layout.zero_stage >= 1:
         n = job.optimizer_instances
         dense /= max(layout.dense_dp // n, 1)
         expert /= max(layout.expert_dp // n, 1)

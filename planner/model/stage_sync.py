@@ -73,7 +73,7 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     # the rest: Adam's passes and the master's copy back over the GPU's share only
     on_gpu = 1.0 - job.optimizer_offload_fraction
     update = on_gpu * (ADAM_GRAD_READ_BYTES + PARAM_COPY_BYTES) + 2 * job.optimizer_bytes
-    copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job) else 0.0
+    copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job, lay.zero_stage) else 0.0
     always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
     host = optimizer_offload.host_step_time(
         job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap

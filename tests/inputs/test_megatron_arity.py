@@ -184,3 +184,12 @@ def test_a_flag_left_without_its_value_says_why_it_may_be() -> None:
     why = arity_error("--tensor-model-parallel-size", [])
     assert why is not None and why.startswith("expected one argument (got nothing")
     assert "unset" in why and "expands to no word" in why
+
+
+@pytest.mark.parametrize("word", ["--sequence-parallel=", "--use-distributed-optimizer="])
+def test_a_switch_given_an_empty_explicit_value_is_refused(word: str) -> None:
+    """`--sequence-parallel=$SP` with SP empty passes argparse `--sequence-parallel=`, on which it
+    exits ("ignored explicit argument ''", Python 3.11 argparse `consume_optional` for a
+    store_true action given an explicit argument); planner read the switch as on."""
+    with pytest.raises(InputError, match="an empty word follows it"):
+        megatron_args.read(LLAMA3_8B + " " + word, "h100-sxm-80gb", 8, "train.sh")

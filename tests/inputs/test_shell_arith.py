@@ -43,6 +43,9 @@ EVALUATED = {
     "1 ? 4 : 5": 4,
     "0 && 1/0": 0,
     "1 || 1/0": 1,
+    "0 ? 1/0 : 5": 5,  # the side not taken is walked, its division not evaluated
+    "0 ? 2**64 : 7": 7,
+    "(0 && 1<<70) + 3": 3,
     "010": 8,
     "0x1f": 31,
     "2#101": 5,
@@ -109,3 +112,16 @@ def test_what_is_not_evaluated_is_named_whole(tp: str, what: str) -> None:
 def test_shifts_read_as_their_value() -> None:
     reading = megatron_args.read(LINE.format(tp="$((1<<1))"), "h100-sxm-80gb", 8, "train.sh")
     assert reading.doc["parallel"]["tp"] == 2
+
+
+@pytest.mark.parametrize(
+    "expr", ["1 ? 3 : 2 ** -1", "0 && 2**-1", "1 || 2**-1", "1 ? 2 : (3 ? 4**-2 : 1)"]
+)
+def test_a_negative_exponent_stops_bash_on_a_side_it_does_not_take(expr: str) -> None:
+    """bash 5.2.15 walks the side of `?:`, `&&`, `||` it does not take (expr.c `noeval`) and
+    still stops on a negative exponent there ("exponent less than 0"; QA s30: planner gave 3 and
+    0), where it evaluates no division there."""
+    assert "an exponent below 0" in shell_arith.why(expr)
+    if BASH is not None:
+        out = subprocess.run([BASH, "-c", f"echo $(({expr}))"], capture_output=True, text=True)
+        assert "exponent less than 0" in out.stderr

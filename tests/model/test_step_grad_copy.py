@@ -11,6 +11,9 @@ Oracles (Megatron-LM d98e8a64):
   delayed scaling runs (and the optimizer is not offloaded).
 - training.py:3044: `optimizer.zero_grad()` (set_to_none) at the next step's start frees them,
   before any forward: they never coexist with activations.
+- megatron_fsdp/param_and_grad_buffer.py:3377-3381: Megatron-FSDP casts the gradient shard to
+  the main weights' fp32 (`optimizer_grad.to(param.dtype)`) unless it is decoupled
+  (--use-precision-aware-optimizer, training.py:2650).
 - Hand arithmetic: Llama 3.1 8B has 8,030,261,248 parameters; 4 B each is 32.12e9 B =
   29.92 GiB at ZeRO 0, and 1/8 of it at ZeRO 1 over dp 8; the allocator's FRAGMENTATION (1.10)
   on top, as on the activations the copies reuse.
@@ -69,9 +72,17 @@ def test_which_runs_copy(kw: dict[str, object], copies: bool) -> None:
     assert (_copy(0, **kw) > 0) is copies
 
 
-def test_megatron_fsdp_makes_no_such_copy() -> None:
-    assert _copy(2, main_grad_dtype="bf16") == 0.0
-    assert _copy(3, main_grad_dtype="bf16") == 0.0
+def test_megatron_fsdp_copies_its_gradient_shard_unless_decoupled() -> None:
+    """Megatron-FSDP (ZeRO 2, 3) casts each gradient shard to the fp32 main weights' dtype at
+    the step (megatron_fsdp/param_and_grad_buffer.py:3377-3381, "a persistent casted-copy",
+    :3200-3204): 4 B x the shard, 1/8 of the parameters over dp 8 (QA: it was counted in the
+    step's time and left out of its memory); the precision-aware optimizer's decoupled gradient
+    (training.py:2650) makes none, whatever the FP8 recipe."""
+    for zero in (2, 3):
+        assert _copy(zero, main_grad_dtype="bf16") == pytest.approx(4.0 * PARAMS / 8)
+        assert _copy(zero, main_grad_dtype="fp32") == 0.0
+        aware = {"main_grad_dtype": "bf16", "optimizer_state_dtype": "bf16"}
+        assert _copy(zero, **aware, precision="fp8", fp8_recipe="tensorwise") == 0.0
 
 
 def test_the_peak_holds_the_larger_of_activations_and_the_copies() -> None:
