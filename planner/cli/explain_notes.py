@@ -5,8 +5,9 @@ an FP8 / NVFP4 plan, what FP8 attention saves it, what Megatron's deterministic 
 where the host's eager kernel issue floors the layers and what the shared experts' overlap would
 save (with the memory either switch adds: `planner.cli.switch_notes`), what an offloaded
 optimizer takes of the host and adds to the step, what deferred output-layer weight gradients
-hold, and whether the plan is in a regime where measured steps run well behind the model
-(`planner.model.known_gaps`); and which of them suggest gives its first pick."""
+hold, where torchtitan's V schedules place the stages, and whether the plan is in a regime where
+measured steps run well behind the model (`planner.model.known_gaps`); and which of them suggest
+gives its first pick."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from planner.model.known_gaps import (
 from planner.model.output_time import deferred_wgrad
 from planner.model.performance import Performance
 from planner.model.routing_load import memory_loads, rank_budget, stash_load, step_load
+from planner.model.schedule import schedule_name
 from planner.search.rules.fused_mlp import fused_grouped_mlp
 
 
@@ -60,6 +62,7 @@ def notes(
         host_text(job, layout, perf, headroom_pct),
         optimizer_offload_text(job, layout, perf),
         deferral_text(job, layout, perf),
+        v_placement_text(job, layout),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
     )
@@ -319,6 +322,20 @@ def deferral_text(job: Job, layout: Layout, perf: Performance) -> str | None:
         f"{(held - plain.total) / GIB:.2f} GiB of its {held / GIB:.1f} GiB; the flush runs "
         f"their {flush * 1e3:.1f} ms of GEMMs per step, the step {change - 1:+.1%} against the "
         "same plan without"
+    )
+
+
+def v_placement_text(job: Job, layout: Layout) -> str | None:
+    """torchtitan's V schedules (`Layout.v_stages`): rank r holds stages r and 2 pp - 1 - r, so
+    rank 0 the embedding, the output layer and the loss, as the table counts them."""
+    if not layout.v_stages or layout.pp == 1:
+        return None
+    last = 2 * layout.pp - 1
+    per_rank = "/".join(map(str, layout.stage_layers(job.arch.num_layers)))
+    return (
+        f"{schedule_name(job, layout)} places stages r and {last} - r on rank r: rank 0 holds "
+        f"stages 0 and {last}, the embedding, the output layer and the loss; decoder layers per "
+        f"rank {per_rank}"
     )
 
 

@@ -193,6 +193,8 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         # (distributed/dual_pipe_v.py:32-49): written off
         parallelism["pipeline_parallel_expert_parallel_overlap"] = False
         parallelism["pipeline_parallel_microbatch_size"] = mbs
+        # in stage order: torchtitan places them itself, stages r and 2 pp - 1 - r on rank r
+        # under its V schedules (the layout's placement, Layout.v_stages), r + c x pp otherwise
         parts, start = [], 0
         for stage in lay.stages(job.arch.num_layers):
             parts.append(stage_modules(stage, start))

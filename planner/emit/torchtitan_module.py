@@ -205,7 +205,7 @@ def _parallelism(plan: Plan) -> list[str]:
         f"expert_parallel_degree={lay.ep}",
     ]
     if lay.pp > 1:
-        parts, start = [], 0
+        parts, start = [], 0  # in stage order: torchtitan places them (Layout.v_stages)
         for stage in lay.stages(job.arch.num_layers):
             names = ["lm_head" if m == "output" else m for m in stage_modules(stage, start)]
             parts.append(names)

@@ -169,6 +169,12 @@ class Layout:
     whole pipeline replicas, one distributed-optimizer instance per pool (Megatron
     --num-distributed-optimizer-instances), and only the gradient all-reduce between instances
     crosses the link between pools (`planner.model.pools`)."""
+    v_stages: bool = False
+    """torchtitan's V placement (ZBVZeroBubble, DualPipeV at vpp 2; e347b1e5 distributed/
+    pipeline_parallel.py:447-469): rank r holds stages r and 2 pp - 1 - r, rank 0 the first and
+    the last (embedding, output layer, loss); False: stage k on rank k % pp (`stage_of`). Set
+    from the schedule where a layout is built (`torchtitan_pipeline.v_stages`), any other
+    refused (`rules.torchtitan_shapes.placement`)."""
 
     @property
     def cp_exchange(self) -> CpCommType | None:
@@ -208,8 +214,8 @@ class Layout:
         return global_batch_size // (self.dp * self.micro_batch_size)
 
     def stages(self, num_layers: int, mtp_layers: int = 0) -> tuple[str, ...]:
-        """What each of the pp x vpp virtual stages holds, in layer order (stage k on rank
-        k % pp, chunk k // pp; E embedding, t decoder layer, m MTP layer, L loss): the
+        """What each of the pp x vpp virtual stages holds, in layer order (stage k on the rank
+        `stage_of` says, chunk k // pp; E embedding, t decoder layer, m MTP layer, L loss): the
         `pipeline_layout`; else each rank's layers (`pipeline_layers` or the even split,
         counting the embedding and loss as a layer where the account_for flags say) in vpp
         chunks, the first chunks taking one more where they do not divide, the MTP layers in
@@ -219,7 +225,7 @@ class Layout:
     @property
     def even_split(self) -> bool:
         """Megatron's even split: no pipeline_layers, layout string or layer accounting."""
-        return self.split_key()[2:] == (None, None, False, False)
+        return self.split_key()[2:6] == (None, None, False, False)
 
     def split_key(self) -> _SplitKey:
         """The fields that decide the stages (the caches below are keyed on these alone: the
@@ -231,11 +237,18 @@ class Layout:
             self.pipeline_layout,
             self.account_for_embedding_in_pipeline_split,
             self.account_for_loss_in_pipeline_split,
+            self.v_stages,
         )
+
+    @property
+    def output_rank(self) -> int:
+        """The pipeline rank of the last stage (the output layer and the loss): pp - 1, or 0
+        under the V placement (`v_stages`)."""
+        return stage_of(self.pp, self.v_stages, self.pp * self.vpp - 1)[0]
 
     def chunk_layers(self, num_layers: int) -> tuple[tuple[range, ...], ...]:
         """The decoder layers of each rank's chunks, as index ranges: per rank, one range per
-        chunk (layers are numbered in stage order: chunk 0 of every rank, then chunk 1...)."""
+        chunk (layers are numbered in stage order, each stage where `stage_of` places it)."""
         return _chunk_layers(self.split_key(), num_layers)
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
@@ -294,18 +307,15 @@ class Layout:
             parts.append(f"vpp{self.vpp}")
         if self.dp_pools > 1:
             parts.append(f"dp-over-{self.dp_pools}-pools")
-        if self.sequence_parallel:
-            parts.append("sp")
-        if self.tp_comm_overlap:
-            parts.append("tpov")
-        if self.ep_comm_overlap:
-            parts.append("epov")
-        if self.moe_shared_expert_overlap:
-            parts.append("shov")
-        if not self.overlap_grad_reduce:
-            parts.append("grad-sync-exposed")
-        if self.zero_stage >= 1 and not self.overlap_param_gather:
-            parts.append("param-gather-exposed")
+        switches = (
+            (self.sequence_parallel, "sp"),
+            (self.tp_comm_overlap, "tpov"),
+            (self.ep_comm_overlap, "epov"),
+            (self.moe_shared_expert_overlap, "shov"),
+            (not self.overlap_grad_reduce, "grad-sync-exposed"),
+            (self.zero_stage >= 1 and not self.overlap_param_gather, "param-gather-exposed"),
+        )
+        parts += [name for on, name in switches if on]
         if self.moe_token_dispatcher_type != "alltoall":
             backend = self.moe_token_dispatcher_type == "flex"
             parts.append(self.moe_flex_dispatcher_backend if backend else "allgather")
@@ -340,36 +350,43 @@ def split_evenly(n: int, parts: int) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(parts)]
 
 
-_SplitKey = tuple[int, int, tuple[int, ...] | None, tuple[str, ...] | None, bool, bool]
-"""(pp, vpp, pipeline_layers, pipeline_layout, account for embedding, account for loss)."""
+_SplitKey = tuple[int, int, tuple[int, ...] | None, tuple[str, ...] | None, bool, bool, bool]
+"""(pp, vpp, pipeline_layers, pipeline_layout, account for embedding, account for loss, V)."""
+
+
+def stage_of(pp: int, v: bool, k: int) -> tuple[int, int]:
+    """(rank, chunk) of virtual stage k: chunk k // pp of rank k % pp, or under the V placement
+    (`Layout.v_stages`) in the odd chunks of rank pp - 1 - k % pp (back from the last rank)."""
+    c, r = divmod(k, pp)
+    return (pp - 1 - r if v and c % 2 else r), c
 
 
 @lru_cache(maxsize=4096)
 def _stages(key: _SplitKey, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
-    pp, vpp, pipeline_layers, layout, embedding, loss = key
+    pp, vpp, pipeline_layers, layout, embedding, loss, v = key
     if layout is not None:
         return layout
     e, lo = int(embedding), int(loss)
-    if pipeline_layers is not None:
-        per_rank = list(pipeline_layers)
-    else:
-        per_rank = split_evenly(num_layers + e + lo, pp)
+    given = pipeline_layers is not None
+    per_rank = list(pipeline_layers or ()) if given else split_evenly(num_layers + e + lo, pp)
     chunks = [split_evenly(n, vpp) for n in per_rank]
     # the embedding and the loss take a layer's place in the first and the last stage
     chunks[0][0] -= e
-    chunks[-1][-1] -= lo
-    return pipeline_layout.stages_of([[max(n, 0) for n in c] for c in chunks], mtp_layers)
+    chunks[stage_of(pp, v, pp * vpp - 1)[0]][-1] -= lo
+    placed = [stage_of(pp, v, k) for k in range(pp * vpp)]  # stages_of reads k at [k % pp]
+    looped = [[max(chunks[r][c], 0) for r, c in placed[q::pp]] for q in range(pp)]
+    return pipeline_layout.stages_of(looped, mtp_layers)
 
 
 @lru_cache(maxsize=4096)
 def _chunk_layers(key: _SplitKey, num_layers: int) -> tuple[tuple[range, ...], ...]:
     stages = _stages(key, num_layers, 0)
-    pp = key[0]
+    pp, v = key[0], key[6]
     out: list[list[range]] = [[] for _ in range(pp)]
     start = 0
-    for k, stage in enumerate(stages):
+    for k, stage in enumerate(stages):  # stage order: each rank's chunks come in chunk order
         n = stage.count("t")
-        out[k % pp].append(range(start, start + n))
+        out[stage_of(pp, v, k)[0]].append(range(start, start + n))
         start += n
     return tuple(tuple(r) for r in out)
 
@@ -377,4 +394,5 @@ def _chunk_layers(key: _SplitKey, num_layers: int) -> tuple[tuple[range, ...], .
 @lru_cache(maxsize=4096)
 def _mtp_rank(key: _SplitKey, num_layers: int, mtp_layers: int) -> int:
     stages = _stages(key, num_layers, mtp_layers)
-    return next(k for k, s in enumerate(stages) if "m" in s) % key[0]
+    k = next(k for k, s in enumerate(stages) if "m" in s)
+    return stage_of(key[0], key[6], k)[0]

@@ -1,5 +1,6 @@
 """The `[parallel]` table as a Layout (`layout_from_section`): dp and sequence parallelism
-derived, the pipeline split read (Megatron's layout string, or torchtitan's own split), and
+derived, the pipeline split read (Megatron's layout string, or torchtitan's own split), the
+stages placed as the schedule places them (`Layout.v_stages`: torchtitan's V schedules), and
 torchtitan's activation checkpointing mapped onto Megatron's recompute settings."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from planner.inputs.job import Job
 from planner.inputs.layout import Layout
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.torchtitan import SINGLE_STAGE
+from planner.inputs.torchtitan_pipeline import v_stages
 
 
 def _vpp(section: ParallelSection, stages: tuple[str, ...] | None) -> int:
@@ -109,6 +111,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
                 "stages of E, t, m, L separated by |, with x*n and (...)*n repeats, "
                 f"{pipeline_layout.MAX_CHARS:,} characters at most"
             )
+    vpp = _vpp(section, stages)
     layout = Layout(
         tp=section.tp,
         pp=section.pp,
@@ -116,7 +119,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         cp=section.cp,
         ep=section.ep,
         etp=section.etp,
-        vpp=_vpp(section, stages),
+        vpp=vpp,
         sequence_parallel=sp,
         micro_batch_size=section.micro_batch_size,
         zero_stage=section.zero_stage,
@@ -148,6 +151,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         defer_embedding_wgrad_compute=section.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=section.wgrad_deferral_limit,
         dp_pools=section.dp_pools,
+        v_stages=v_stages(job, vpp),  # the stages in stage order, placed by the schedule
     )
     return _torchtitan_recompute(job, section, layout, where)
 

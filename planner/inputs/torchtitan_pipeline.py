@@ -4,16 +4,33 @@ with pipelining, the pipeline schedules a step runs, one per gradient-accumulati
 (`batches`: `[torchtitan] gradient_accumulation_steps`), and the schedule and its stages from
 module_fqns_per_model_part (`pipeline`: planner's stage strings,
 `planner.inputs.pipeline_layout`). `get` is a table's typed field, as every torchtitan table is
-read."""
+read. `v_stages` says where torchtitan places the stages in a V (`Layout.v_stages`).
+
+module_fqns_per_model_part lists the stages in stage order whatever the schedule: torchtitan
+places them on the ranks itself (e347b1e5 distributed/pipeline_parallel.py:447-469, b5bcd76c
+:551-567: stages r and 2 pp - 1 - r on rank r under ZBVZeroBubble and DualPipeV, r + c x pp
+under the others), so they are read as the plan's stages as they are, and the layout built from
+them (`plan_layout.layout_from_section`) takes the placement from the schedule."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.torchtitan import SINGLE_STAGE, TORCHTITAN_COMMIT, default_schedule
+from planner.inputs.torchtitan import SINGLE_STAGE, TORCHTITAN_COMMIT, V_SHAPED, default_schedule
+
+if TYPE_CHECKING:
+    from planner.inputs.job import Job
+
+
+def v_stages(job: Job, vpp: int) -> bool:
+    """Whether a layout of the job at `vpp` stages per rank places them in a V
+    (`Layout.v_stages`): torchtitan running ZBVZeroBubble or DualPipeV, whose ranks hold
+    stages r and 2 pp - 1 - r (at any pp: with one rank its two stages are rank 0's either
+    way). Megatron-LM and torchtitan's other schedules place stage k on rank k % pp."""
+    return job.framework == "torchtitan" and job.titan.schedule(vpp) in V_SHAPED
 
 
 def get(doc: dict[str, Any], where: str, table: str, key: str, kind: type, default: Any) -> Any:

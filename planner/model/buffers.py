@@ -214,7 +214,7 @@ def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:
     host-to-device copy and TP broadcast (the same bytes per micro-batch) are not timed."""
     if not job.dataloader_attention_mask or job.framework != "megatron":
         return 0.0
-    if rank not in (0, layout.pp - 1):
+    if rank not in (0, layout.output_rank):
         return 0.0
     return layout.micro_batch_size * job.seq_length**2 / layout.cp
 

@@ -44,9 +44,8 @@ Mechanisms, from the code (not fitted to any published memory figure):
 
 from __future__ import annotations
 
-from planner.inputs.layout import Layout
+from planner.inputs.layout import Layout, stage_of
 from planner.inputs.plan import Job
-from planner.inputs.torchtitan import V_SHAPED
 from planner.model import comms
 from planner.model.job_memo import JobMemo
 
@@ -116,17 +115,17 @@ def pipeline_buffers(job: Job, lay: Layout, rank: int) -> float:
     """Bytes of torch pipelining's per-micro-batch receive buffers on pipeline rank `rank` (0
     without pipelining or for Megatron-LM, whose p2p buffers are transient): its stages are
     k = c x pp + rank for chunk c (looped schedules' placement), or rank and 2 pp - 1 - rank in
-    a V schedule (ZBVZeroBubble, DualPipeV: rank 0 holds the first and the last stage)."""
+    a V schedule (ZBVZeroBubble, DualPipeV: rank 0 holds the first and the last stage): the
+    layout's placement (`Layout.v_stages`, `layout.stage_of`)."""
     if job.framework != "torchtitan" or lay.pp == 1:
         return 0.0
     m = max(lay.num_microbatches(job.global_batch_size), 1)
     boundary = lay.micro_batch_size * job.seq_length / (lay.cp * lay.tp) * job.arch.hidden_size
     stages = lay.pp * lay.vpp
-    v_shape = job.titan.schedule(lay.vpp) in V_SHAPED and lay.vpp == 2
     count = 0
-    for c in range(lay.vpp):
-        k = c * lay.pp + rank if not v_shape else (rank if c == 0 else stages - 1 - rank)
-        count += (k != 0) + (k != stages - 1)
+    for k in range(stages):
+        if stage_of(lay.pp, lay.v_stages, k)[0] == rank:
+            count += (k != 0) + (k != stages - 1)
     return m * count * boundary * BF16
 
 

@@ -253,9 +253,11 @@ _PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()
 
 def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
     """The ranks that can hold the peak: among ranks with the same layers (each chunk's count of
-    each kind of layer) and the same role (first, last, holding the MTP layers or bf16 layers, or
-    none), the lowest
-    rank has the most micro-batches in flight and everything else equal. `ranks` is
+    each kind of layer) and the same role (first, holding the last stage, the MTP layers or bf16
+    layers, or none), the lowest rank has the most micro-batches in flight and everything else
+    equal; under the V placement (`Layout.v_stages`) rank r holds 2 pp - 1 - r (DualPipeV
+    2 pp - r) of chunk 0 and r + 1 of chunk 1 (`stage_activations.v_in_flight`, uncapped at
+    the m >= 2 pp - 1 torch runs), linear in r: the lowest or the highest. `ranks` is
     `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
     the split alone, remembered per both."""
     make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731
@@ -267,11 +269,15 @@ def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple
     arch = job.arch
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     seen: dict[tuple[object, ...], int] = {}
+    highest: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
         shape = tuple(arch.kind_counts((c,)) for c in chunks)
         bf16 = bool(bf16_ranges(job, chunks))  # its activations counted at 16 bits
-        seen.setdefault((shape, r == 0, r == layout.pp - 1, r == mtp, bf16), r)
-    return tuple(sorted(seen.values()))
+        role = (shape, r == 0, r == layout.output_rank, r == mtp, bf16)
+        seen.setdefault(role, r)
+        if layout.v_stages:  # a V's chunk 1 holds r + 1 micro-batches: the highest rank too
+            highest[role] = r
+    return tuple(sorted({*seen.values(), *highest.values()}))
 
 
 def state_floor(job: Job, layout: Layout) -> float:

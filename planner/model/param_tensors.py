@@ -68,7 +68,7 @@ def rank_tensors(arch: ModelArch, lay: Layout, rank: int, chunks: tuple[range, .
     n = sum(c * layer_tensors(arch, k, lay.ep) for k, c in zip(arch.kinds, counts, strict=True))
     if rank == 0:
         n += 1 + (1 if arch.position_embedding_type == "learned_absolute" else 0)
-    if rank == lay.pp - 1:
+    if rank == lay.output_rank:  # the last stage's (rank 0 in torchtitan's V)
         untied = arch.untie_embeddings_and_output_weights
         n += norm_tensors(arch) + (1 if lay.pp > 1 or untied else 0)
     return n

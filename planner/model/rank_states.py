@@ -62,7 +62,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     fp8_dense, fp8_expert = quantised_params(job, layout, rank, chunks)
     if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
         vocab = job.arch.padded_vocab(layout.tp)
-        out = output_params(job.arch, vocab) / layout.tp if rank == layout.pp - 1 else 0.0
+        out = output_params(job.arch, vocab) / layout.tp if rank == layout.output_rank else 0.0
         fp8 = (fp8_dense, fp8_expert)
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.quantised_weight_bytes(job, layout)
@@ -81,7 +81,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     weights = (dense - fp8_dense) * w_d + fp8_dense * w8_d
     weights += (expert - fp8_expert) * w_e + fp8_expert * w8_e
     cache = cache8 * (fp8_dense + fp8_expert)
-    if rank == layout.pp - 1:
+    if rank == layout.output_rank:
         cache += buffers.output_proj_cache_bytes(job, layout)
     transient = buffers.transient_bytes(job, layout, dense, expert, layer_count(chunks))
     optimizer = dense * o_d + expert * o_e

@@ -19,7 +19,9 @@ et al. 2024: a deferred W keeps only its GEMMs' inputs, which the 1F1B backward 
 ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V) and hold 2p and 2p + 1
 half-stage chunk micro-batches (ZB-V: "the same peak memory as 1F1B", p stages' worth; DualPipe
 README: PP + 1 with PP = 2p chunks), split as a 1F1B over the 2p chunks of the V would hold them:
-2p - 1 - r (DualPipeV 2p - r) of chunk 0 and r + 1 of chunk 1, each at most m.
+2p - 1 - r (DualPipeV 2p - r) of chunk 0 and r + 1 of chunk 1, each at most m. The layout places
+the V's stages so (`Layout.v_stages`): chunk 0 of rank r is stage r, chunk 1 stage 2p - 1 - r,
+the loss on rank 0 (`Layout.output_rank`).
 """
 
 from __future__ import annotations
@@ -329,7 +331,7 @@ def stage_activations(
     the logits buffers the pipeline still holds then; with PyTorch's loss, both)."""
     arch = job.arch
     vocab = arch.padded_vocab(layout.tp)
-    last = rank == layout.pp - 1
+    last = rank == layout.output_rank  # the loss's stage: rank 0 in torchtitan's V
     kept = list(_chunks_kept(arch, layout, per, chunks))
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)

@@ -53,17 +53,18 @@ def _mtp_params(job: Job, layout: Layout) -> tuple[float, float]:
 def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of pipeline rank `rank` (its decoder layers `chunks`)
     holds: the embedding (and a vision encoder, `planner.model.vision`) on rank 0, the output
-    layer and final norm on the last rank, the MTP layers on the rank whose last chunk holds them
-    (`Layout.mtp_rank`) with the word embedding they embed their input with (Megatron builds it
-    wherever MTP runs, gpt_model.py `pre_process or mtp_process`) and, where that is not the last
-    rank, a copy of the output layer (the MTP layers compute their own logits). Remembered per
-    model and per what it reads besides the model (the degrees that split the parameters, pp, the
-    MTP rank, the rank and its chunks, the vision or T5 encoder): the search asks for the same
-    stages of thousands of layouts."""
+    layer and final norm on the last stage's rank (`Layout.output_rank`: rank 0 in torchtitan's
+    V), the MTP layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word
+    embedding they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
+    `pre_process or mtp_process`) and, where that is not the output rank, a copy of the output
+    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
+    besides the model (the degrees that split the parameters, pp, the output and MTP ranks, the
+    rank and its chunks, the vision or T5 encoder): the search asks for the same stages of
+    thousands of layouts."""
     lay = layout
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
     encoders = (job.vision_encoder, job.t5_encoder)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, mtp, rank, chunks, encoders)
+    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, lay.output_rank, mtp, rank, chunks, encoders)
     return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
 
 
@@ -79,7 +80,7 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
         # encoder (LLaVA) sits before them
         dense += words / layout.tp + positions + vision.encoder_params(job, layout.tp)
         dense += t5.encoder_params(job, layout.tp)  # pp 1: with every decoder layer
-    if rank == layout.pp - 1:
+    if rank == layout.output_rank:  # the last stage's rank (rank 0 in torchtitan's V)
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
             dense += out / layout.tp
@@ -90,7 +91,7 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
         expert += mtp_expert
         if rank != 0:
             dense += words / layout.tp
-        if rank != layout.pp - 1:
+        if rank != layout.output_rank:
             dense += out / layout.tp
     return dense, expert
 

@@ -321,10 +321,10 @@ def rank_layers(
     """(layers of each kind, output layers) a rank runs per micro-batch: its decoder layers,
     plus on the MTP rank each MTP depth's layers (one decoder layer of the last layer's kind, or
     a hybrid stack's MTP pattern) and one more output layer and loss per depth, and the output
-    layer on the last rank."""
+    layer on the rank of the last stage (`Layout.output_rank`: rank 0 in torchtitan's V)."""
     arch = job.arch
     counts = arch.kind_counts(chunks)
-    heads = int(rank == lay.pp - 1)
+    heads = int(rank == lay.output_rank)
     if rank == t.mtp_rank:
         counts = tuple(a + b for a, b in zip(counts, arch.mtp_counts(), strict=True))
         heads += arch.mtp_num_layers

@@ -18,6 +18,7 @@ from typing import Any
 
 from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan_pipeline import v_stages
 from planner.model import memory
 from planner.model.torch_schedules import unmodelled
 from planner.search import rules
@@ -288,6 +289,7 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
     for dispatcher in _dispatchers(job, s, space):
         plain = s.layout(
             vpp=vpp,
+            v_stages=v_stages(job, vpp),  # torchtitan's V schedules place stages in a V
             micro_batch_size=mbs,
             **split_fields(split),
             tp_comm_overlap=sp and space.tp_comm_overlap and not titan,

@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan_pipeline import v_stages
 from planner.model import params
 from planner.search import solver
 
@@ -101,18 +102,22 @@ def splits(job: Job, space: SplitSpace, pp: int, vpp: int) -> list[Split]:
     where the user asks for interleaving (`free_form`), in the layout string's free form: the
     same balance over whole layers, each rank's layers in vpp chunks as even as they go, emitted
     as --pipeline-model-parallel-layout (whose virtual stages may differ or be empty); and
-    ACCOUNTED where it exists (`accounted_fits`)."""
+    ACCOUNTED where it exists (`accounted_fits`). Under torchtitan's V placement the output
+    layer sits on the first rank beside the embedding (`Layout.v_stages`): the balance weighs
+    it there."""
     L = job.arch.num_layers
     out: list[Split] = []
     if L % (pp * vpp) == 0:
         out.append(None)
     if space.uneven and pp > 1:
         extra = last_stage_extra(job.arch)
-        split = solver.balanced_split(L, pp, vpp, 0.0, extra)
+        # the output layer's rank: the first under torchtitan's V placement (Layout.v_stages)
+        ends = (extra, 0.0) if v_stages(job, vpp) else (0.0, extra)
+        split = solver.balanced_split(L, pp, vpp, *ends)
         if split is not None and len(set(split)) > 1:
             out.append(split)
         elif split is None and vpp <= free_form(space) and L % (pp * vpp):
-            free = solver.balanced_split(L, pp, 1, 0.0, extra)  # every rank >= 1 layer
+            free = solver.balanced_split(L, pp, 1, *ends)  # every rank >= 1 layer
             out += [free] if free is not None else []
         if accounted_fits(L, pp, vpp):
             out.append(ACCOUNTED)

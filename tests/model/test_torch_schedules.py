@@ -280,17 +280,17 @@ def test_dual_pipe_v_check_refuses_what_torch_raises_on(
     assert "training.global_batch_size" in err and "8; got 4" in err
 
 
-def test_v_schedules_warn_that_their_placement_is_not_modelled(tmp_path: Path) -> None:
+def test_v_schedules_place_their_stages_without_a_warning(tmp_path: Path) -> None:
     """torchtitan's V schedules put stages r and 2 pp - 1 - r on rank r (e347b1e5
     distributed/pipeline_parallel.py:447-469): rank 0 holds the embedding and the output layer
-    and loss. planner's ranks hold stages r and r + pp, so check says its per-rank judgement is
-    not the run's (a warning: the bubble and in-flight counts are modelled); the interleaved
-    schedules, which place stages as planner does, draw none."""
+    and loss. That placement is modelled (`Layout.v_stages`, tests/model/test_v_placement.py),
+    so check no longer warns that it is not (the warning tt_v_placement is gone); the
+    interleaved schedules place stage k on rank k mod pp, as before."""
     from planner.search.rules import warnings
 
     job, lay = _plan(tmp_path, 2, "ZBVZeroBubble")
-    said = warnings(job, lay)
-    assert [w.rule for w in said] == ["tt_v_placement"]
-    assert "rank 0" in said[0].message and said[0].field == "torchtitan.pipeline_schedule"
+    assert warnings(job, lay) == []
+    assert lay.v_stages and lay.output_rank == 0
     job, lay = _plan(tmp_path, 2, "Interleaved1F1B")
     assert warnings(job, lay) == []
+    assert not lay.v_stages and lay.output_rank == 3

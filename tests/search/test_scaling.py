@@ -258,10 +258,11 @@ def test_layout_change() -> None:
 
 def test_layout_change_names_every_field_but_dp() -> None:
     """Each Layout field is compared (a field added later must be named here or in
-    _CHANGE_FIELDS); the split's own fields go with pipeline_layers."""
+    _CHANGE_FIELDS); the split's own fields go with pipeline_layers (the stages' placement,
+    v_stages, is in the split's key: `Layout.split_key`)."""
     named = {attr for attr, _ in scaling._CHANGE_FIELDS}
     split = {"pipeline_layout", "account_for_embedding_in_pipeline_split"}
-    split |= {"account_for_loss_in_pipeline_split"}
+    split |= {"account_for_loss_in_pipeline_split", "v_stages"}
     assert {f.name for f in dataclasses.fields(Layout)} - named == {"dp"} | split
 
 

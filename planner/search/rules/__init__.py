@@ -67,7 +67,6 @@ from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import deepep_spread, head_era
 from planner.search.rules.torchtitan import experts as torchtitan_experts
-from planner.search.rules.torchtitan_shapes import v_placement
 
 __all__ = [
     "RULES",
@@ -177,8 +176,9 @@ def violations(job: Job, layout: Layout) -> list[Violation]:
     return _broken(RULES, job, layout)
 
 
-TORCHTITAN_WARNINGS: tuple[Rule, ...] = (v_placement,)
-"""What a torchtitan plan runs that planner does not model, said and not refused."""
+TORCHTITAN_WARNINGS: tuple[Rule, ...] = ()
+"""What a torchtitan plan runs that planner does not model, said and not refused (none: the V
+schedules' placement, once one, is modelled, `Layout.v_stages`)."""
 
 
 def warnings(job: Job, layout: Layout) -> list[Violation]:

@@ -23,7 +23,7 @@ from planner.inputs.torchtitan import (
 )
 from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 from planner.search.rules.base import Violation
-from planner.search.rules.torchtitan_shapes import heads, schedule
+from planner.search.rules.torchtitan_shapes import heads, placement, schedule
 
 
 def _flavor(job: Job) -> str:
@@ -390,5 +390,7 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (sharding, schedule, heads, experts, features, deepep, head_era, megatron_recipes)
+RULES = (
+    sharding, schedule, placement, heads, experts, features, deepep, head_era, megatron_recipes,
+)  # fmt: skip
 """The framework rules, in the order their messages are listed."""

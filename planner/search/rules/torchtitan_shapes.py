@@ -3,7 +3,8 @@
 others).
 
 Sources: pytorch/torchtitan e347b1e5 distributed/pipeline_parallel.py (single-stage schedules
-take one stage per rank, multi-stage ones at least two), torch's schedules for the micro-batches
+take one stage per rank, multi-stage ones at least two, V schedules two placed in a V: the
+layout's placement, `placement`), torch's schedules for the micro-batches
 (`planner.model.torch_schedules`), and b5bcd76c models/common/decoder.py (tp must divide the
 attention heads and the KV heads: "tensor_parallel_degree (..) must divide n_kv_heads"; at
 e347b1e5 a tp that does not divide them splits the K and V projections into parts of heads,
@@ -15,7 +16,9 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import SINGLE_STAGE, V_SHAPED
+from planner.inputs.torchtitan_pipeline import v_stages
 from planner.model import torch_schedules
+from planner.model.schedule import schedule_name
 from planner.search.rules.base import Violation
 
 
@@ -42,25 +45,24 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     )
 
 
-def v_placement(job: Job, lay: Layout) -> Violation | None:
-    """A warning (`rules.warnings`): torchtitan's V schedules put stages r and 2 pp - 1 - r on
-    rank r (e347b1e5 distributed/pipeline_parallel.py:447-469, b5bcd76c :551-567), so rank 0
-    holds the first and the last stage, the embedding and the output layer and loss; planner's
-    ranks hold stages r and r + pp, the loss on the last (`Layout.chunk_layers`), so its
-    per-rank layers, memory and time are not those of the run (its bubble and in-flight counts
-    are the V's)."""
-    if job.framework != "torchtitan" or lay.pp == 1:
+def placement(job: Job, lay: Layout) -> Violation | None:
+    """The layout places its stages as the schedule does (`Layout.v_stages`): in a V under
+    torchtitan's ZBVZeroBubble and DualPipeV (e347b1e5 distributed/pipeline_parallel.py:447-469,
+    b5bcd76c :551-567: stages r and 2 pp - 1 - r on rank r, the output layer and loss on rank 0
+    beside the embedding), stage k on rank k % pp under every other (Megatron-LM's and
+    torchtitan's looped schedules). Plans and the search build layouts so
+    (`torchtitan_pipeline.v_stages`); a layout that says otherwise would be judged on the wrong
+    ranks' layers and roles."""
+    want = v_stages(job, lay.vpp)
+    if lay.pp == 1 or lay.v_stages == want:
         return None
-    name = job.titan.schedule(lay.vpp)
-    if name not in V_SHAPED:
-        return None
+    name = schedule_name(job, lay)
+    runs = "stages r and 2 x pp - 1 - r on rank r" if want else "stage k on rank k mod pp"
     return Violation(
-        "tt_v_placement",
-        "torchtitan.pipeline_schedule",
-        f"{name!r} places stages r and 2 x pp - 1 - r on rank r (the output layer and loss on "
-        "rank 0, beside the embedding); planner places stage k on rank k mod pp, the loss on "
-        "the last rank: each rank's layers and memory here are not the run's (not modelled); "
-        "Interleaved1F1B or InterleavedZeroBubble place stages as planner does",
+        "tt_placement",
+        "torchtitan.pipeline_schedule" if job.framework == "torchtitan" else "training.framework",
+        f"the layout places its stages {'in a V' if lay.v_stages else 'looped'}, but "
+        f"{name!r} runs {runs}",
     )
 
 
