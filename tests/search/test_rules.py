@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.emit import megatron
+from planner.emit import megatron_pipeline
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.cluster_sections import ClusterSection
@@ -197,7 +197,7 @@ def test_pipeline_layers_need_a_layer_per_rank() -> None:
     assert_ok(job, Layout(pp=2, vpp=2, dp=1, pipeline_layers=(30, 2)))
     # launched as that string: rank 0's 31 layers in chunks of 16 and 15, rank 1's 1 and 0
     layout_arg = ("--pipeline-model-parallel-layout", "Et*16|t|t*15|L")
-    assert megatron.pipeline_args(job.arch, odd) == [layout_arg]
+    assert megatron_pipeline.pipeline_args(job.arch, odd) == [layout_arg]
 
 
 # --- virtual pipeline
