@@ -31,9 +31,10 @@ With a single run nothing can be left out; the band is then the uncalibrated mod
 planner's dev set (`DEV_SET_ERROR`).
 
 Memory: allocated = E + a·A per measured stage, with A the activations and transient buffers
-the model derives and E the rest (states counted exactly, buffers); `a` is
-`activation_scale`. It is fitted in closed form on relative errors with the same prior, and
-determined by the same rule.
+the model derives and E the rest (states counted exactly, buffers), taken as the tangent at
+the default scale (a stage whose peak is the optimizer step's gradient copies has A of its
+transient buffers alone); `a` is `activation_scale`. It is fitted in closed form on relative
+errors with the same prior, and determined by the same rule.
 """
 
 from __future__ import annotations
@@ -272,6 +273,10 @@ def _refit_left_out(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> np
     return np.array(out)
 
 
+SLOPE_STEP = 1e-3
+"""The activation-scale step over which `_fit_memory` takes a stage's allocated bytes' slope."""
+
+
 def _stage_allocated(run: MeasuredRun, stage: int, scale: float) -> float:
     with calibratable.calibrated({MEMORY_KEY: scale}):
         rep = memory.estimate(run.plan.job, run.plan.require_layout())
@@ -286,7 +291,10 @@ def _fit_memory(runs: Sequence[MeasuredRun]) -> tuple[float, bool, float, list[t
         if peak is None:
             continue
         e_plus_a = _stage_allocated(r, peak.stage, 1.0)
-        a = (_stage_allocated(r, peak.stage, 2.0) - e_plus_a) / 1.0
+        # the slope at the default scale: the peak is linear in it but for a kink where the
+        # optimizer step's gradient copies (unscaled) overtake the activations
+        # (`memory.StageMemory.total`), which a chord to scale 2 could straddle
+        a = (_stage_allocated(r, peak.stage, 1.0 + SLOPE_STEP) - e_plus_a) / SLOPE_STEP
         rows.append((r, peak.stage, peak.max_allocated_bytes, e_plus_a - a, a))
     spread = BY_KEY[MEMORY_KEY].spread
     default = DEFAULTS[MEMORY_KEY]

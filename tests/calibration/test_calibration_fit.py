@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import jobs
 import pytest
 from synthetic_logs import FITTED, write_log
 
-from planner.calibration.fit import DEV_SET_ERROR, fit
-from planner.calibration.measured import read_runs
+from planner.calibration.fit import DEV_SET_ERROR, MEMORY_KEY, fit
+from planner.calibration.measured import MeasuredRun, StagePeak, read_runs
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Plan
+from planner.model import memory
 from planner.model.calibratable import DEFAULTS
 
 GPU = "h100-sxm-80gb"
@@ -116,3 +120,21 @@ def test_a_cluster_at_the_matmul_ceiling_is_fitted_there(tmp_path: Path) -> None
         assert r.predicted_s / r.run.step_time_s - 1 == pytest.approx(0, abs=0.015)
     # an additive constant fitted to its floor of 0 keeps a finite relative spread
     assert all(math.isfinite(v) and v < 100 for v in f.relative_sd.values())
+
+
+def test_a_stage_peaking_at_the_optimizer_step_does_not_inform_the_activation_scale() -> None:
+    """Llama 3.1 8B at ZeRO 0 with 16-bit gradients on 8 H200, 4k tokens: 23.1 GiB of
+    activations against the optimizer step's 32.9 GiB of fp32 gradient copies (hand checked in
+    tests/model/test_step_grad_copy.py), so the peak is the step's, which the activation scale
+    does not move (ZeRO 0 has no transient buffers). Thirty logs measuring 10% more there leave
+    the scale at its default: the fit's slope is the tangent at scale 1, 0 here. A chord to scale 2
+    (46.2 GiB of activations, past the copies) gave the run a slope and pulled the scale up for
+    memory it does not hold."""
+    j = jobs.job("llama3.1-8b", "h200-sxm-141gb", 8, 4096, 64, main_grad_dtype="bf16")
+    lay = Layout(dp=8, zero_stage=0, recompute="none")
+    st = memory.estimate(j, lay).stages[0]
+    assert st.at_step and st.activations < st.grad_copy < 2 * st.activations
+    peak = (StagePeak(0, 0, 1, 1.1 * st.allocated),)
+    run = MeasuredRun("x.log:1", Plan(job=j, layout=lay), 1.0, 10, peak)
+    # the chord's fit of these 30 runs: scale 1.98, "determined"
+    assert fit([run] * 30, leave_one_out=False).values[MEMORY_KEY] == DEFAULTS[MEMORY_KEY]
