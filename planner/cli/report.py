@@ -11,11 +11,12 @@ from planner.inputs.hardware import GpuSpec
 from planner.inputs.job_request import job_values
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import host_memory, params
+from planner.model import host_memory, params, titan_accumulation
 from planner.model.host_memory import HostMemory
 from planner.model.known_gaps import optimistic
 from planner.model.memory import MemoryReport, StageMemory
 from planner.model.performance import Performance
+from planner.model.torch_schedules import schedule_microbatches
 from planner.ops import figures
 from planner.ops import operations as ops
 from planner.search.suggest import Infeasible
@@ -145,6 +146,10 @@ def _parallel(job: Job, lay: Layout) -> dict[str, Any]:
     is)."""
     d = layout_dict(plan_writer.spelled(job, lay))
     d["num_microbatches"] = lay.num_microbatches(job.global_batch_size)
+    # the pipeline schedules a step runs them in (torchtitan's gradient accumulation under
+    # pipelining: `model.titan_accumulation`), each of `microbatches_per_schedule`
+    d["pipeline_schedules"] = titan_accumulation.steps(job) if lay.pp > 1 else 1
+    d["microbatches_per_schedule"] = schedule_microbatches(job, lay)
     return d
 
 

@@ -12,10 +12,12 @@ the rules' messages, naming the field."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
+from cli_run import run
 from plan_text import write
 
 from planner.inputs.plan import Plan, load_plan
@@ -140,3 +142,25 @@ def test_the_rules_refuse_naming_the_field(
         assert not rules.violations(_plan(tmp_path, gbs, 1, parallel).job, lay)
     else:  # 1 reads right
         assert not rules.violations(_plan(tmp_path, gbs, 1, parallel, lay.pp).job, lay)
+
+
+def test_json_says_how_the_steps_micro_batches_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`suggest --json`'s candidates for a job of k = 2 schedules a step: `num_microbatches`
+    (global batch / (dp x micro-batch)) run as `pipeline_schedules` of
+    `microbatches_per_schedule` each (hand arithmetic on each row's own degrees)."""
+    job = (
+        PLAN.split("[parallel]")[0].format(gbs=32)
+        + "[torchtitan]\ngradient_accumulation_steps = 2\n"
+    )
+    path = write(tmp_path, job, "job.toml")
+    code, out, err = run(["suggest", str(path), "--top", "3", "--json"], capsys)
+    assert code == 0, err
+    candidates = json.loads(out)["candidates"]
+    assert candidates and all(c["parallel"]["pp"] > 1 for c in candidates)
+    for c in candidates:
+        par = c["parallel"]
+        m = 32 // (par["dp"] * par["micro_batch_size"])
+        assert (par["num_microbatches"], par["pipeline_schedules"]) == (m, 2)
+        assert par["microbatches_per_schedule"] == m // 2
