@@ -23,6 +23,7 @@ from planner.model import memory
 from planner.model.torch_schedules import unmodelled
 from planner.search import rules
 from planner.search.rules.context import exchange_for
+from planner.search.rules.torchtitan_shapes import stages_wanted
 from planner.search.rungs import Ladder, Rung, overlap_rungs, rungs
 from planner.search.splits import (
     Split,
@@ -217,7 +218,8 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
 
 
 def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
-    """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's as
+    """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's with the
+    stages per rank it takes (`torchtitan_shapes.stages_wanted`) as
     `torch_schedules.unmodelled` says, Megatron's interleaved one in whole groups of pp (its
     default group: `rules.interleaved_microbatches`): with `[torchtitan]
     gradient_accumulation_steps` k > 1, pipelines whose k schedules split m evenly, each as
@@ -226,7 +228,10 @@ def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
         k = job.titan.gradient_accumulation_steps
         if k > 1 and (pp == 1 or m % k):
             return False
-        return unmodelled(job.titan.schedule(vpp), pp, m // k) is None
+        name = job.titan.schedule(vpp)
+        if pp > 1 and stages_wanted(name, vpp) is not None:
+            return False  # a pinned schedule's stages per rank (QA: vpp 4 under ZB-V ranked)
+        return unmodelled(name, pp, m // k) is None
     return vpp == 1 or (m % pp == 0 and m >= pp)
 
 

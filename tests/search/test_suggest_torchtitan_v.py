@@ -86,3 +86,48 @@ def test_every_listed_v_layout_checks_as_suggest_scored_it() -> None:
         assert lay.chunk_layers(32) == c.layout.chunk_layers(32)
         assert cost.estimate(back.job, lay).step_time_s == c.step_time
         assert memory.estimate(back.job, lay).peak == c.memory.peak
+
+
+PINNED_JOB = """\
+[model]
+name = "llama3.1-8b"
+[cluster]
+gpu = "h100-sxm-80gb"
+num_gpus = {n}
+[training]
+framework = "torchtitan"
+seq_length = 8192
+global_batch_size = 32
+[torchtitan]
+pipeline_schedule = "{schedule}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("schedule", "n", "pp", "vpps"),
+    [
+        ("ZBVZeroBubble", 8, 2, {2}),
+        ("ZBVZeroBubble", 8, 4, {2}),
+        ("1F1B", 8, 2, {1}),
+        ("Interleaved1F1B", 8, 4, {2, 3, 4, 5, 6, 7, 8}),
+    ],
+)
+def test_a_pinned_schedule_is_searched_at_the_stages_it_takes(
+    schedule: str,
+    n: int,
+    pp: int,
+    vpps: set[int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A job that pins torchtitan's schedule, searched with --pp alone: every candidate at the
+    stages per rank the schedule takes (rules.torchtitan_shapes.schedule: ZB-V two, 1F1B one,
+    Interleaved1F1B two or more). QA: the search offered vpp 1, 4 or 6 beside them, and suggest
+    exited 2 on its own top row ("vpp 1: ... takes exactly two stages per rank")."""
+    path = write(tmp_path, PINNED_JOB.format(n=n, schedule=schedule), "job.toml")
+    argv = ["suggest", str(path), "--framework", "torchtitan", "--pp", str(pp), "--top", "5"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    candidates = json.loads(out)["candidates"]
+    assert candidates
+    assert {c["parallel"]["vpp"] for c in candidates} <= vpps

@@ -22,6 +22,19 @@ from planner.model.schedule import schedule_name
 from planner.search.rules.base import Violation
 
 
+def stages_wanted(name: str, vpp: int) -> str | None:
+    """What torchtitan's schedule `name` takes where vpp stages per rank are not it (1F1B / GPipe
+    one, ZBVZeroBubble and DualPipeV two, the other looped schedules two or more); None where
+    they are (the search offers only those: `space.options`)."""
+    if name in SINGLE_STAGE and vpp != 1:
+        return "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
+    if name in V_SHAPED and vpp != 2:
+        return "exactly two stages per rank"
+    if name not in SINGLE_STAGE and vpp < 2:
+        return "at least two stages per rank; 1F1B or GPipe take one"
+    return None
+
+
 def schedule(job: Job, lay: Layout) -> Violation | None:
     """The schedule takes the plan's stages per rank: 1F1B / GPipe one, ZBVZeroBubble and
     DualPipeV two, the other looped schedules two or more."""
@@ -30,13 +43,8 @@ def schedule(job: Job, lay: Layout) -> Violation | None:
     name = job.titan.schedule(lay.vpp)
     if lay.pp == 1:
         return _accumulation(job, lay)
-    if name in SINGLE_STAGE and lay.vpp != 1:
-        want = "one stage per rank; Interleaved1F1B, LoopedBFS or InterleavedZeroBubble take more"
-    elif name in V_SHAPED and lay.vpp != 2:
-        want = "exactly two stages per rank"
-    elif name not in SINGLE_STAGE and lay.vpp < 2:
-        want = "at least two stages per rank; 1F1B or GPipe take one"
-    else:
+    want = stages_wanted(name, lay.vpp)
+    if want is None:
         return _microbatches(job, lay, name)
     return Violation(
         "tt_schedule",
