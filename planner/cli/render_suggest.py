@@ -13,6 +13,7 @@ from planner.cli.render import capacity_text
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
+from planner.model import titan_accumulation
 from planner.model.known_gaps import optimistic
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
 from planner.search.splits import FREE_FORM_VPP
@@ -23,6 +24,14 @@ from planner.search.twins import Row
 
 _PARTS = {"compute": "compute"} | {k: v for k, v in COST_NAMES.items() if k != "other"}
 """Step-time components compared when explaining why #1 beats #2."""
+
+
+def _microbatches(job: Job, lay: Layout) -> str:
+    """The step's micro-batches, as "k x n" where torchtitan runs them in k pipeline schedules
+    of n (`model.titan_accumulation`)."""
+    k = titan_accumulation.steps(job) if lay.pp > 1 else 1
+    m = lay.num_microbatches(job.global_batch_size)
+    return f"{k}x{m // k}" if k > 1 else str(m)
 
 
 def _split(c: Candidate, num_layers: int) -> str:
@@ -59,7 +68,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             _ep(lay),
             str(lay.vpp),
             str(lay.micro_batch_size),
-            str(lay.num_microbatches(job.global_batch_size)),
+            _microbatches(job, lay),
             _split(c, job.arch.num_layers),
             str(lay.zero_stage),
             _savers(lay, job),
@@ -72,7 +81,8 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             p.bottleneck(),
         )
     t.caption = (
-        "m = micro-batches per step; split = layers on first/middle/last pipeline rank; "
+        "m = micro-batches per step (k x n: k pipeline schedules of n each); split = layers on "
+        "first/middle/last pipeline rank; "
         "MFU bf16pk (fp8pk, fp4pk) = model FLOPs against the GPU's dense bf16 (FP8, FP4) peak; "
         f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
         f"else {COMPUTE_BOUND}"

@@ -164,3 +164,23 @@ def test_json_says_how_the_steps_micro_batches_run(
         m = 32 // (par["dp"] * par["micro_batch_size"])
         assert (par["num_microbatches"], par["pipeline_schedules"]) == (m, 2)
         assert par["microbatches_per_schedule"] == m // 2
+
+
+def test_the_table_shows_the_schedules_micro_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """suggest's `m` column: a step's micro-batches as "k x n" under k = 2 schedules (the first
+    row's own degrees: 32 / (dp x mbs) micro-batches, hand arithmetic)."""
+    job = (
+        PLAN.split("[parallel]")[0].format(gbs=32)
+        + "[torchtitan]\ngradient_accumulation_steps = 2\n"
+    )
+    path = write(tmp_path, job, "job.toml")
+    code, out, err = run(["suggest", str(path), "--top", "1", "--json"], capsys)
+    assert code == 0, err
+    par = json.loads(out)["candidates"][0]["parallel"]
+    m = 32 // (par["dp"] * par["micro_batch_size"])
+    code, out, err = run(["suggest", str(path), "--top", "1"], capsys)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("│ 1 "))
+    assert f" 2x{m // 2} " in row
