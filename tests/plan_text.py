@@ -24,6 +24,16 @@ TRAINING = "[training]\nseq_length = 8192\nglobal_batch_size = 128\n"
 PARALLEL = "[parallel]\ntp = 1\npp = 1\n"
 
 
+def titan_job(gbs: int = 32, num_gpus: int = 8) -> str:
+    """Llama 3.1 8B on `num_gpus` H100 under torchtitan, 8k sequences, `gbs` a step: the job the
+    torchtitan pipeline tests plan (their [parallel] and [torchtitan] tables follow it)."""
+    cluster = CLUSTER.replace("num_gpus = 8", f"num_gpus = {num_gpus}")
+    training = (
+        f'[training]\nframework = "torchtitan"\nseq_length = 8192\nglobal_batch_size = {gbs}\n'
+    )
+    return MODEL + cluster + training
+
+
 def write(tmp_path: Path, text: str, name: str = "plan.toml") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from plan_text import write
+from plan_text import titan_job, write
 
 from planner.emit.launch import render
 from planner.inputs import torchtitan_config
@@ -25,16 +25,9 @@ from planner.inputs.plan import Plan, load_plan
 from planner.model import cost, memory
 from planner.search.rules import check_plan
 
-PLAN = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = 32
+PLAN = (
+    titan_job()
+    + """\
 [parallel]
 pp = 2
 dp = 4
@@ -44,6 +37,7 @@ recompute = "selective"
 [torchtitan]
 gradient_accumulation_steps = {k}
 """
+)
 
 TOML = """\
 # planner-gpu: h100-sxm-80gb

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plan_text import write
+from plan_text import titan_job, write
 
 from planner.emit.launch import render
 from planner.inputs import torchtitan_config
@@ -26,16 +26,9 @@ from planner.inputs.plan import Plan, load_plan
 from planner.model import cost, memory
 from planner.search.rules import check_plan
 
-PLAN = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = 32
+PLAN = (
+    titan_job()
+    + """\
 [parallel]
 pp = 2
 vpp = 2
@@ -45,6 +38,7 @@ recompute = "selective"
 [torchtitan]
 pipeline_schedule = "ZBVZeroBubble"
 """
+)
 
 SPLITS = {
     "torchtitan's own": ("", ((8, 7), (9, 8))),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
-from plan_text import write
+from plan_text import titan_job, write
 
 from planner.inputs.plan import Plan, load_plan
 from planner.model import cost, memory
@@ -26,15 +26,6 @@ from planner.model.torch_schedules import microbatch_group, schedule_microbatche
 from planner.search import rules
 
 PLAN = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = {gbs}
 [parallel]
 tp = 1
 {degrees}micro_batch_size = 1
@@ -49,7 +40,7 @@ def _plan(
     tmp_path: Path, gbs: int, k: int, parallel: str = "", pp: int = 2, titan: str = ""
 ) -> Plan:
     degrees = f"pp = {pp}\ndp = {8 // pp}\n"
-    text = PLAN.format(gbs=gbs, k=k, parallel=parallel, degrees=degrees, titan=titan)
+    text = titan_job(gbs) + PLAN.format(k=k, parallel=parallel, degrees=degrees, titan=titan)
     return load_plan(write(tmp_path, text, f"plan-{gbs}-{k}-{pp}-{len(parallel)}.toml"))
 
 
@@ -144,20 +135,26 @@ def test_the_rules_refuse_naming_the_field(
         assert not rules.violations(_plan(tmp_path, gbs, 1, parallel, lay.pp).job, lay)
 
 
+def _suggested(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str
+) -> tuple[list[dict], str]:
+    """`suggest`'s JSON candidates (top 3) and text table (top 1) for the 8B job at k = 2."""
+    path = write(tmp_path, titan_job() + "[torchtitan]\ngradient_accumulation_steps = 2\n")
+    outs = []
+    for argv in (["--top", "3", "--json"], ["--top", "1"]):
+        code, out, err = run(["suggest", str(path), *argv, *flags], capsys)
+        assert code == 0, err
+        outs.append(out)
+    return json.loads(outs[0])["candidates"], outs[1]
+
+
 def test_json_says_how_the_steps_micro_batches_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`suggest --json`'s candidates for a job of k = 2 schedules a step: `num_microbatches`
     (global batch / (dp x micro-batch)) run as `pipeline_schedules` of
     `microbatches_per_schedule` each (hand arithmetic on each row's own degrees)."""
-    job = (
-        PLAN.split("[parallel]")[0].format(gbs=32)
-        + "[torchtitan]\ngradient_accumulation_steps = 2\n"
-    )
-    path = write(tmp_path, job, "job.toml")
-    code, out, err = run(["suggest", str(path), "--top", "3", "--json"], capsys)
-    assert code == 0, err
-    candidates = json.loads(out)["candidates"]
+    candidates, _ = _suggested(tmp_path, capsys)
     assert candidates and all(c["parallel"]["pp"] > 1 for c in candidates)
     for c in candidates:
         par = c["parallel"]
@@ -171,16 +168,8 @@ def test_the_table_shows_the_schedules_micro_batches(
 ) -> None:
     """suggest's `m` column: a step's micro-batches as "k x n" under k = 2 schedules (the first
     row's own degrees: 32 / (dp x mbs) micro-batches, hand arithmetic)."""
-    job = (
-        PLAN.split("[parallel]")[0].format(gbs=32)
-        + "[torchtitan]\ngradient_accumulation_steps = 2\n"
-    )
-    path = write(tmp_path, job, "job.toml")
-    code, out, err = run(["suggest", str(path), "--top", "1", "--json"], capsys)
-    assert code == 0, err
-    par = json.loads(out)["candidates"][0]["parallel"]
+    candidates, table = _suggested(tmp_path, capsys)
+    par = candidates[0]["parallel"]
     m = 32 // (par["dp"] * par["micro_batch_size"])
-    code, out, err = run(["suggest", str(path), "--top", "1"], capsys)
-    assert code == 0, err
-    row = next(line for line in out.splitlines() if line.startswith("│ 1 "))
+    row = next(line for line in table.splitlines() if line.startswith("│ 1 "))
     assert f" 2x{m // 2} " in row

@@ -20,6 +20,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from plan_text import titan_job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan, parse_plan
@@ -37,16 +38,9 @@ and down 4096 x 14336, two RMSNorm weights: 218,112,000."""
 EDGE = V * H
 """The embedding, and the (untied) output layer: 525,336,576 each."""
 
-PLAN = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = 32
+PLAN = (
+    titan_job()
+    + """\
 [parallel]
 pp = 2
 vpp = 2
@@ -55,6 +49,7 @@ recompute = "{recompute}"
 [torchtitan]
 pipeline_schedule = "{schedule}"
 """
+)
 
 
 def titan_plan(schedule: str, recompute: str = "none") -> Plan:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
-from plan_text import write
+from plan_text import titan_job, write
 
 from planner.inputs import plan_writer
 from planner.inputs.plan import load_plan, parse_plan
@@ -26,19 +26,13 @@ from planner.search.rules import check_plan
 from planner.search.space import Bound, Space
 from planner.search.suggest import search_rows
 
-JOB = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = 8
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = 32
+JOB = (
+    titan_job()
+    + """\
 [torchtitan]
 pipeline_schedule = "ZBVZeroBubble"
 """
+)
 LAYER, EDGE, H = 218_112_000, 128_256 * 4096, 4096
 
 
@@ -88,21 +82,6 @@ def test_every_listed_v_layout_checks_as_suggest_scored_it() -> None:
         assert memory.estimate(back.job, lay).peak == c.memory.peak
 
 
-PINNED_JOB = """\
-[model]
-name = "llama3.1-8b"
-[cluster]
-gpu = "h100-sxm-80gb"
-num_gpus = {n}
-[training]
-framework = "torchtitan"
-seq_length = 8192
-global_batch_size = 32
-[torchtitan]
-pipeline_schedule = "{schedule}"
-"""
-
-
 @pytest.mark.parametrize(
     ("schedule", "n", "pp", "vpps"),
     [
@@ -124,7 +103,11 @@ def test_a_pinned_schedule_is_searched_at_the_stages_it_takes(
     stages per rank the schedule takes (rules.torchtitan_shapes.schedule: ZB-V two, 1F1B one,
     Interleaved1F1B two or more). QA: the search offered vpp 1, 4 or 6 beside them, and suggest
     exited 2 on its own top row ("vpp 1: ... takes exactly two stages per rank")."""
-    path = write(tmp_path, PINNED_JOB.format(n=n, schedule=schedule), "job.toml")
+    path = write(
+        tmp_path,
+        titan_job(num_gpus=n) + f'[torchtitan]\npipeline_schedule = "{schedule}"\n',
+        "job.toml",
+    )
     argv = ["suggest", str(path), "--framework", "torchtitan", "--pp", str(pp), "--top", "5"]
     code, out, err = run([*argv, "--json"], capsys)
     assert code == 0, err
