@@ -173,51 +173,44 @@ def warn(plan: Plan) -> list[str]:
     return lines
 
 
-def refusal_lines(plan: Plan) -> list[str]:
+def launch_lines(plan: Plan) -> tuple[list[str], str | None]:
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
-    targets."""
+    targets; and what the Megatron-LM targets launch differently where they do not refuse it
+    (`launch.megatron_lm_loss_note`: the loss Megatron-LM runs, with its step and peak), None
+    where they launch it as it is. The targets are rendered once for both."""
     from planner.emit import launch
 
-    return [
+    refused = launch.refusals(plan)
+    lines = [
         f"launch --target {', '.join(targets)} refuses this plan: {message}"
-        for message, targets in launch.refusals(plan).items()
+        for message, targets in refused.items()
     ]
-
-
-def loss_line(plan: Plan) -> str | None:
-    """What the Megatron-LM targets launch differently where they do not refuse the plan
-    (`launch.megatron_lm_loss_note`: the loss Megatron-LM runs, with its step and peak); None
-    where they launch it as it is."""
-    from planner.emit import launch
-
-    if plan.job.framework != "megatron" or any(
-        t in launch.MEGATRON_LM_TARGETS for ts in launch.refusals(plan).values() for t in ts
-    ):
-        return None
-    return launch.megatron_lm_loss_note(plan)
+    megatron = plan.job.framework == "megatron"
+    if not megatron or any(t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts):
+        return lines, None
+    return lines, launch.megatron_lm_loss_note(plan)
 
 
 def launch_warnings(plan: Plan) -> list[str]:
-    """`refusal_lines` of a plan file, as warnings on stderr (`check` and `explain` PLAN: the
-    memory still fits, and the exit code says so; the plan's first launch would find them), and
-    its `loss_line` as a note (what launch runs instead: not a fault of the plan)."""
-    lines = refusal_lines(plan)
+    """`launch_lines` of a plan file: the refusals as warnings on stderr (`check` and `explain`
+    PLAN: the memory still fits, and the exit code says so; the plan's first launch would find
+    them), the loss Megatron-LM launches as a note (not a fault of the plan)."""
+    lines, loss = launch_lines(plan)
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
-    loss = loss_line(plan)
     if loss is not None:
         sys.stderr.write(f"planner: note: {loss}\n")
     return lines
 
 
 def launch_notes(path: Path) -> None:
-    """On stderr, `refusal_lines` and `loss_line` of the plan just written, after the warnings
-    `check` gives the plan (`common.warn`)."""
+    """On stderr, `launch_lines` of the plan just written, after the warnings `check` gives
+    the plan (`common.warn`)."""
     from planner.inputs.plan import load_plan
 
     plan = load_plan(path)
     warn(plan)  # what `check` warns about the plan, as it says it
-    loss = loss_line(plan)
-    for line in [*refusal_lines(plan), *([loss] if loss is not None else [])]:
+    lines, loss = launch_lines(plan)
+    for line in [*lines, *([loss] if loss is not None else [])]:
         err.print(f"note: {line}")
