@@ -230,7 +230,7 @@ def _document(
     if training["precision"] == "fp8":
         float8 = doc.get("quantize", {}).get("linear", {}).get("float8", {})
         arch = catalog.get_model(FLAVORS[name, flavor])
-        moe = torchtitan_float8.moe_layers(arch.num_layers, arch.moe_layer_freq, arch.is_moe)
+        moe = [i for i, on in enumerate(arch.moe_layers) if on]
         if toml:
             fqns = float8.get("filter_fqns", [])
             on, said = torchtitan_float8.float8_filter(where, name, arch.num_layers, fqns, moe)

@@ -83,17 +83,6 @@ DEEPEP_GROUPED = (
 and both configuration readers)."""
 
 
-def moe_layers(num_layers: int, freq: int | tuple[int, ...], moe: bool = True) -> list[int]:
-    """The MoE layers of a model (`ModelArch.moe_layer_freq`: a per-layer 0/1 list, or every
-    freq-th layer from the first); none for a dense model (freq 1, no experts: pass
-    `ModelArch.is_moe` as `moe`)."""
-    if not moe:
-        return []
-    if isinstance(freq, tuple):
-        return [i for i in range(num_layers) if freq[i]]
-    return [i for i in range(num_layers) if i % freq == 0]
-
-
 def float8_experts(where: str, layers: list[int], fqns: Any) -> bool:
     """[quantize.grouped_mm.float8] fqns as e347b1e5 reads it (float8.py:221-225: a module is
     converted where an entry is a substring of its name): whether the routed experts of every
