@@ -48,11 +48,17 @@ VOCAB_FROM_ZOO = {
 repository planner cannot open)."""
 
 
-USER_PATHS = {"--tokenizer-model": "user-tokenizer", "--data-path": "user-data"}
+USER_PATHS = {
+    "--tokenizer-model": "user-tokenizer",
+    "--data-path": "user-data",
+    "--load": "user-checkpoint",
+    "--wandb-project": "user-project",
+}
 """Flags whose values the zoo's YAMLs take from the user's environment (${TOKENIZER_MODEL},
-${DATA_PATH}), empty in the extraction (envsubst of unset variables drops the word): a run sets
-them, so the line gets a stand-in path, as Megatron-LM's argparse needs one word after each
-(planner refuses the flag bare, as argparse does). The vocabulary comes from VOCAB_FROM_ZOO."""
+${DATA_PATH}, the checkpoint to load and the wandb project), empty in the extraction (envsubst of
+unset variables drops the word): a run sets them, so the line gets a stand-in, as Megatron-LM's
+argparse needs one word after each (planner refuses the flag bare, as argparse does). The
+vocabulary comes from VOCAB_FROM_ZOO."""
 
 
 def with_user_paths(args: list[str]) -> list[str]:

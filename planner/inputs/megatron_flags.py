@@ -1,8 +1,10 @@
 """Megatron-LM's command-line flags as data, and what the reader makes of each one.
 
 `megatron_flags.txt` (next to this module, shipped in the wheel) lists every option string
-Megatron-LM's parser accepts (NVIDIA/Megatron-LM d98e8a64, dumped from the parser that
-pretrain_gpt.py builds; its header says how). It is read at the first use, not at import.
+Megatron-LM's parser accepts (NVIDIA/Megatron-LM d98e8a64, the parser that pretrain_gpt.py
+builds), each with the words it takes, their type and choices (`FlagSpec`; written by
+benchmarks/megatron_flag_table.py, its header says how). It is read at the first use, not at
+import; `megatron_choices` checks a line's words against it as argparse does.
 
 A flag on a command line is one of:
 - read: the reader (`megatron_args`) turns it into a plan field (`READ`);
@@ -18,10 +20,28 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 FLAGS_FILE = "megatron_flags.txt"
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """How Megatron-LM's parser takes one option string's words (a line of FLAGS_FILE, whose
+    header says how each column is read from the source)."""
+
+    nargs: str
+    """'0' (a switch), '1' (argparse's nargs=None), '?', '+', '*', or a count."""
+    type: str
+    """What argparse calls on each word: str, bool, int, float, enum, one of arguments.py's own
+    callables (tuple_type, ...), or '-' for a switch."""
+    choices: tuple[str, ...] | None
+    """The values accepted after conversion (an enum's member names), None for any."""
+    where: str
+    """The file and line (under megatron/) that adds it."""
+
 
 TYPO_CUTOFF = 0.82
 """difflib similarity from which an unknown flag is taken for a misspelling of a flag the reader
@@ -33,10 +53,23 @@ score at most 0.80 (`--total-seq-length` against `--seq-length`) and must stay b
 
 
 @cache
+def flag_specs() -> dict[str, FlagSpec]:
+    """Every option string Megatron-LM's parser accepts, with how it takes its words (loaded
+    once, at first use)."""
+    text = resources.files("planner.inputs").joinpath(FLAGS_FILE).read_text(encoding="utf-8")
+    specs = {}
+    for line in text.splitlines():
+        if line.startswith("--"):
+            flag, nargs, kind, choices, where = line.split("\t")
+            listed = None if choices == "-" else tuple(choices.split(","))
+            specs[flag] = FlagSpec(nargs, kind, listed, where)
+    return specs
+
+
+@cache
 def megatron_flags() -> frozenset[str]:
     """Every option string Megatron-LM's parser accepts (loaded once, at first use)."""
-    text = resources.files("planner.inputs").joinpath(FLAGS_FILE).read_text(encoding="utf-8")
-    return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
+    return frozenset(flag_specs())
 
 
 PRECISION_FLAGS: tuple[str, ...] = (

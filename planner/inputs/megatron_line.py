@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from planner.inputs import shell_run
 from planner.inputs.errors import InputError
@@ -198,24 +198,34 @@ def _held_flags(env: dict[str, shell_run.Value]) -> list[str]:
     return out
 
 
-def flag_runs(words: list[str]) -> list[tuple[str, list[str]]]:
+class Run(NamedTuple):
+    """One --flag of a line and the words that follow it (`flag_runs`)."""
+
+    flag: str
+    values: list[str]
+    explicit: bool = False
+    """Whether the first value was given after '=' (`--flag=value`): argparse hands the option
+    that word alone, and only that word (a switch exits on it)."""
+
+
+def flag_runs(words: list[str]) -> list[Run]:
     """Each --flag of the words, in order, with the values that follow it (up to the next
-    --flag); --a=b is split too, and --a= holds one empty value (argparse's explicit argument
-    '': a switch exits on it, "ignored explicit argument"). A flag given twice is here twice."""
-    out: list[tuple[str, list[str]]] = []
+    --flag); --a=b is split too (`Run.explicit`), and --a= holds one empty value (argparse's
+    explicit argument ''). A flag given twice is here twice."""
+    out: list[Run] = []
     for w in words:
         if w.startswith("--"):
             name, eq, value = w.partition("=")
-            out.append((name, [value] if eq else []))
+            out.append(Run(name, [value] if eq else [], bool(eq)))
         elif out:
-            out[-1][1].append(w)
+            out[-1].values.append(w)
     return out
 
 
 def flags_of(words: list[str]) -> dict[str, list[str]]:
     """--flag -> the values that follow it (`flag_runs`). A flag given twice keeps its last
     values, as argparse does."""
-    return dict(flag_runs(words))
+    return {run.flag: run.values for run in flag_runs(words)}
 
 
 class Line:

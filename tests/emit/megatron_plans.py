@@ -9,21 +9,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paths import PLANS, REPO
+from paths import PLANS
 
 from planner.emit import megatron
 from planner.emit.common import exports_expandable
 from planner.inputs import megatron_args
+from planner.inputs.megatron_flags import megatron_flags
 from planner.inputs.plan import Plan, parse_plan
 from planner.model import memory
 
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))
 
-MEGATRON_FLAGS = {
-    line.strip()
-    for line in (REPO / "planner" / "inputs" / "megatron_flags.txt").read_text().splitlines()
-    if line.startswith("--")
-}
+MEGATRON_FLAGS = megatron_flags()
 """Every flag Megatron-LM d98e8a64's pretrain_gpt.py parser accepts, dumped from the parser
 itself (the file's header says how)."""
 

@@ -335,12 +335,18 @@ def test_unfused_attention_stores_the_scores() -> None:
     assert activations("--attention-backend unfused") - activations("") >= scores
 
 
-@pytest.mark.parametrize("sizes", ["'2 2'", "2 2", "2,2"])
-def test_hierarchical_context_parallel_sizes_multiply_to_cp(sizes: str) -> None:
-    # megatron_rules.md section 11: their product must equal cp (args.py:580-582); as one word
-    # (the functional tests' "2 2"), as two shell words, or comma-separated
-    doc = read(SMALL + f"--context-parallel-size 4 --hierarchical-context-parallel-sizes {sizes}")
+def test_hierarchical_context_parallel_sizes_multiply_to_cp() -> None:
+    # megatron_rules.md section 11: their product must equal cp (args.py:580-582); the flag takes
+    # one int per word (nargs="+", type=int: megatron_flags.txt), so argparse refuses "2 2" as one
+    # word and "2,2" (int() of either raises: "invalid int value")
+    doc = read(SMALL + "--context-parallel-size 4 --hierarchical-context-parallel-sizes 2 2")
     assert doc.doc["parallel"]["cp"] == 4
+    for one_word in ("'2 2'", "2,2"):
+        with pytest.raises(InputError, match="--hierarchical-context-parallel-sizes"):
+            read(
+                SMALL
+                + f"--context-parallel-size 4 --hierarchical-context-parallel-sizes {one_word}"
+            )
     with pytest.raises(InputError, match=r"product \(8\) must equal --context-parallel-size \(4\)"):
         read(SMALL + "--context-parallel-size 4 --hierarchical-context-parallel-sizes 2 4")
 
@@ -409,7 +415,8 @@ def test_window_flags() -> None:
     assert (arch.window_size, arch.window_attn_skip_freq) == (127, 2)
     listed = read(SMALL + "--window-size (63,0) --window-attn-skip-freq [1,1,1,0]").doc["model"]
     assert (listed["window_size"], listed["window_attn_skip_freq"]) == (63, [1, 1, 1, 0])
-    assert "window_size" not in read(SMALL + "--window-size -1,0").doc["model"]
+    # "-1,0" after a space is an option to argparse (not its negative-number pattern): "=" form
+    assert "window_size" not in read(SMALL + "--window-size=-1,0").doc["model"]
     for bad in ("128,5", "128", "a,b"):
         with pytest.raises(InputError, match="--window-size"):
             read(SMALL + f"--window-size {bad}")

@@ -12,7 +12,8 @@ ArgumentGroupFactory makes store_true / store_false (argument_utils.py
 `_build_argparse_kwargs_from_field`; ModelParallelConfig.sequence_parallel), `nargs`
 (--cp-comm-type nargs='+' arguments.py:3221), a list field (nargs '+'), else one value
 (ModelParallelConfig.tensor_model_parallel_size: int). Where the Megatron-LM mirror is on this
-machine, `SWITCHES` and `NARGS` are checked against those sources.
+machine, `switches()` and `list_nargs()` (read from megatron_flags.txt) are checked against
+those sources.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_choices import NARGS, SWITCHES, arity_error
+from planner.inputs.megatron_choices import arity_error, list_nargs, switches
 from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED
 from tests.inputs.test_megatron_args import LLAMA3_8B
 
@@ -41,7 +42,6 @@ def _read(extra: str) -> megatron_args.Reading:
     [
         ("--use-distributed-optimizer 0", "--use-distributed-optimizer", "0"),
         ("--sequence-parallel no", "--sequence-parallel", "no"),
-        ("--sequence-parallel=no", "--sequence-parallel", "no"),
         ("--tensor-model-parallel-size 2 4", "--tensor-model-parallel-size", "4"),
         ("--swiglu true", "--swiglu", "true"),
         ("--micro-batch-size 1 2", "--micro-batch-size", "2"),
@@ -53,6 +53,17 @@ def test_a_stray_word_after_a_read_flag_is_refused(extra: str, flag: str, word: 
     msg = str(info.value)
     assert msg.startswith(f"train.sh: {flag}: ") and repr(word) in msg
     assert "unrecognized arguments" in msg
+
+
+def test_a_switch_given_a_value_after_equals_is_refused() -> None:
+    """`--sequence-parallel=no`: argparse hands a store_true action the explicit argument and
+    exits, "ignored explicit argument 'no'" (CPython 3.12 Lib/argparse.py `consume_optional`:
+    a double-dash option whose action takes no argument)."""
+    with pytest.raises(InputError) as info:
+        _read("--sequence-parallel=no")
+    msg = str(info.value)
+    assert msg.startswith("train.sh: --sequence-parallel: ") and "--sequence-parallel=no" in msg
+    assert "ignored explicit argument 'no'" in msg
 
 
 def test_a_read_flag_without_its_value_is_refused() -> None:
@@ -73,10 +84,16 @@ def test_lists_and_good_lines_still_read() -> None:
     assert _read("").doc["parallel"]["sequence_parallel"] is True
 
 
-def test_arity_of_other_flags_is_not_judged() -> None:
-    """Flags planner ignores: their arity is not recorded (megatron_flags.txt lists names)."""
-    assert arity_error("--log-interval", ["10", "20"]) is None
-    assert arity_error("--eval-iters", []) is None
+def test_arity_of_other_megatron_flags_is_judged_too() -> None:
+    """Flags planner ignores are Megatron-LM's all the same: their arity comes from
+    megatron_flags.txt (--log-interval: LoggerConfig.log_interval, an int field, one value;
+    --eval-iters: ValidationConfig.eval_iters, likewise); a flag that is not Megatron-LM's is
+    not judged."""
+    why = arity_error("--log-interval", ["10", "20"])
+    assert why is not None and "unrecognized arguments: 20" in why
+    why = arity_error("--eval-iters", [])
+    assert why is not None and why.startswith("expected one argument")
+    assert arity_error("--zz-fork-only", ["1", "2"]) is None
 
 
 @pytest.mark.parametrize(
@@ -168,11 +185,12 @@ def _generated() -> dict[str, str]:
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-LM mirror on this machine")
 def test_arity_matches_megatrons_parser_source() -> None:
     """Each flag the reader looks at: no value where Megatron's parser stores a switch
-    (SWITCHES), NARGS where it takes a list, else one value; a hand-written add_argument wins
-    over a dataclass field of the same name (arguments.py excludes those fields)."""
+    (`switches`), `list_nargs` where it takes a list, else one value; a hand-written
+    add_argument wins over a dataclass field of the same name (arguments.py excludes those
+    fields)."""
     kinds = {**_generated(), **_hand_written()}
     for flag in READ | set(NOT_MODELLED) | set(REFUSED):
-        expected = "0" if flag in SWITCHES else NARGS.get(flag, "1")
+        expected = "0" if flag in switches() else list_nargs().get(flag, "1")
         assert kinds[flag] == expected, flag
 
 

@@ -10,7 +10,8 @@ fields (megatron/training/argument_utils.py `_extract_type`: TransformerConfig
 recompute_granularity Literal['full', 'selective'] :532, ModelParallelConfig
 cross_entropy_fusion_impl Literal['native', 'te'] :325, TransformerConfig transformer_impl
 Literal['local', 'transformer_engine', 'inference_optimized'] :1314). Where the Megatron-LM
-mirror is on this machine, `megatron_choices.CHOICES` is checked against those sources."""
+mirror is on this machine, `megatron_choices.choices_table()` (read from megatron_flags.txt) is
+checked against those sources."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_choices import CHOICES, invalid_choice
+from planner.inputs.megatron_choices import choices_table, invalid_choice
 from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
 from planner.inputs.megatron_vocab import TOKENIZERS
 from tests.inputs.test_megatron_args import LLAMA3_8B
@@ -91,7 +92,7 @@ def test_the_cli_exits_2_naming_file_flag_and_value(
 
 
 def test_every_choice_is_taken() -> None:
-    for flag, choices in CHOICES.items():
+    for flag, choices in choices_table().items():
         for choice in choices:
             assert invalid_choice(flag, choice) is None, (flag, choice)
         assert invalid_choice(flag, "not-a-choice") is not None
@@ -100,11 +101,11 @@ def test_every_choice_is_taken() -> None:
 
 
 def test_the_read_flags_are_the_ones_checked() -> None:
-    """Every CHOICES flag is a Megatron-LM flag the reader reads (or notes)."""
+    """Every `choices_table` flag is a Megatron-LM flag the reader reads (or notes)."""
     known = megatron_flags()
-    for flag in CHOICES:
+    for flag in choices_table():
         assert flag in known and (flag in READ or flag in NOT_MODELLED), flag
-    assert CHOICES["--tokenizer-type"] == TOKENIZERS
+    assert choices_table()["--tokenizer-type"] == TOKENIZERS
 
 
 def test_good_values_and_shell_variables_still_read() -> None:
@@ -141,8 +142,8 @@ def _literal_choices(source: str) -> dict[str, tuple[str, ...]]:
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-LM mirror on this machine")
 def test_choices_match_megatrons_parser_source() -> None:
     """Every flag the reader reads that has choices in Megatron-LM d98e8a64's parser is in
-    CHOICES, with the same values: arguments.py's add_argument(choices=...) and the Literal
-    fields ArgumentGroupFactory turns into choices."""
+    `choices_table()`, with the same values: arguments.py's add_argument(choices=...) and the
+    Literal fields ArgumentGroupFactory turns into choices."""
     read = READ | set(NOT_MODELLED)
     expected: dict[str, tuple[str, ...]] = {}
     src = source("megatron/training/arguments.py")
@@ -165,4 +166,5 @@ def test_choices_match_megatrons_parser_source() -> None:
             if flag in read and flag not in expected:
                 expected[flag] = values
     expected["--attention-backend"] = ("flash", "fused", "unfused", "local", "auto")  # the Enum
-    assert {f: set(v) for f, v in expected.items()} == {f: set(v) for f, v in CHOICES.items()}
+    table = choices_table()
+    assert {f: set(v) for f, v in expected.items()} == {f: set(v) for f, v in table.items()}

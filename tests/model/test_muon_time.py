@@ -143,7 +143,8 @@ def test_the_reader_reads_muons_knobs_and_refuses_bad_values() -> None:
     for bad, needle in (
         ("--muon-num-ns-steps 0", "--muon-num-ns-steps: expected at least 1 (got 0)"),
         ("--muon-num-ns-steps x", "--muon-num-ns-steps: expected an integer (got 'x')"),
-        ("--muon-tp-mode rowwise", "--muon-tp-mode: expected one of duplicated, blockwise"),
+        # the choices in the source's order (arguments.py:2651, d98e8a64)
+        ("--muon-tp-mode rowwise", "--muon-tp-mode: expected one of blockwise, duplicated"),
         ("--muon-fp32-matmul-prec highest", "--muon-fp32-matmul-prec: expected one of low"),
     ):
         with pytest.raises(InputError, match=re.escape(needle)):

@@ -1,0 +1,227 @@
+"""Every flag of Megatron-LM's parser is checked as its argparse checks it, not only the flags
+planner reads: `--log-interval abc`, `--ckpt-format foo`, `--eval-iters 1.5`, `--use-flash-attn
+yes` and `--lr` bare were accepted, and Megatron-LM exits on each before training starts.
+
+Oracles: CPython 3.12 Lib/argparse.py (Megatron-LM d98e8a64 pyproject.toml requires-python
+>=3.12; its parsing code is the same in the 3.11.7 these tests run on): `_parse_optional` (a word
+starting with '-' is an option unless it matches `^-\\d+$|^-\\d*\\.\\d+$` or has a space, Megatron
+having no option string that looks like a negative number), `consume_optional` (an explicit
+`--flag=value` gives the option that word alone; a switch given one exits "ignored explicit
+argument"), `_match_argument` ("expected one argument", "expected 3 arguments"), `_get_value`
+("invalid int value") and `_check_value` ("invalid choice"), and words no option takes
+("unrecognized arguments"). Each flag's arity, type and choices: megatron_flags.txt, which
+benchmarks/megatron_flag_table.py writes from Megatron-LM d98e8a64 (checked here against the mirror
+where it is present); the brute-force test builds a real argparse parser from it and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import pytest
+from megatron_mirror import MIRROR
+
+from benchmarks import megatron_flag_table
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_choices import is_option, refuse_choices, refuse_stray_words
+from planner.inputs.megatron_flags import FlagSpec, flag_specs
+from planner.inputs.megatron_line import flag_runs, flags_of
+
+LINE = (
+    "python pretrain_gpt.py --num-layers 2 --hidden-size 512 --num-attention-heads 8 "
+    "--vocab-size 1000 --seq-length 128 --max-position-embeddings 128 --bf16 "
+)
+
+
+def _read(extra: str) -> megatron_args.Reading:
+    return megatron_args.read(LINE + extra, "h100-sxm-80gb", 8, "train.sh")
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-LM mirror on this machine")
+def test_the_shipped_table_is_the_mirrors() -> None:
+    """megatron_flags.txt is what the generator reads from Megatron-LM d98e8a64 today."""
+    specs = megatron_flag_table.parser_specs(str(MIRROR))
+    assert megatron_flag_table.render(specs) == megatron_flag_table.TABLE.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flag", "spec"),
+    [
+        # LoggerConfig.log_interval: int (training_config.py:247): type int, one word
+        ("--log-interval", ("1", "int", None)),
+        # arguments.py:2910 add_argument('--use-flash-attn', action='store_true')
+        ("--use-flash-attn", ("0", "-", None)),
+        # arguments.py:2984 add_argument('--lr', type=float)
+        ("--lr", ("1", "float", None)),
+        # CheckpointConfig.ckpt_format: Literal[...] (training_config.py:486)
+        ("--ckpt-format", ("1", "str", ("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"))),
+        # TrainingConfig.rampup_batch_size: list[int] | None, argparse_meta nargs 3 (:20)
+        ("--rampup-batch-size", ("3", "int", None)),
+        # arguments.py:3255 add_argument('--data-path', nargs='*')
+        ("--data-path", ("*", "str", None)),
+        # arguments.py:2769 add_argument('--rl-partial-rollouts', BooleanOptionalAction)
+        ("--no-rl-partial-rollouts", ("0", "-", None)),
+        # TransformerConfig.attention_backend: AttnBackend (enums.py:51): its member names
+        ("--attention-backend", ("1", "enum", ("flash", "fused", "unfused", "local", "auto"))),
+    ],
+)
+def test_the_table_holds_each_flags_action(
+    flag: str, spec: tuple[str, str, tuple[str, ...] | None]
+) -> None:
+    got = flag_specs()[flag]
+    assert (got.nargs, got.type, got.choices) == spec
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "needle"),
+    [
+        # the issue's five
+        ("--log-interval abc", "--log-interval", "expected an integer (got 'abc')"),
+        ("--ckpt-format foo", "--ckpt-format", "expected one of torch, torch_dist"),
+        ("--eval-iters 1.5", "--eval-iters", "(invalid int value)"),
+        ("--use-flash-attn yes", "--use-flash-attn", "unrecognized arguments: yes"),
+        ("--lr", "--lr", "expected one argument (got nothing"),
+        # an earlier occurrence is parsed too
+        ("--log-interval x --log-interval 10", "--log-interval", "got 'x'"),
+        ("--use-flash-attn=1", "--use-flash-attn", "ignored explicit argument '1'"),
+        ("--no-rl-partial-rollouts yes", "--no-rl-partial-rollouts", "unrecognized arguments"),
+        ("--rampup-batch-size 16 16", "--rampup-batch-size", "expected 3 arguments (got 2)"),
+        ("--rampup-batch-size=16 16 100", "--rampup-batch-size", "expected 3 arguments"),
+        ("--data-path=a b", "--data-path", "unrecognized arguments: b"),
+        ("--lr 1e-4 2e-4", "--lr", "unrecognized arguments: 2e-4"),
+        ("--lr -x", "--lr", "'-x' follows it, which argparse takes for an option"),
+        ("--lr -1e-4", "--lr", "write --lr=-1e-4"),
+        ("--moe-aux-loss-coeff 0.1 x", "--moe-aux-loss-coeff", "expected a number (got 'x')"),
+        ("--moe-router-load-balancing-type aux_loss x", "--moe-router-load-balancing-type", "x"),
+        ("--attention-backend Flash", "--attention-backend", "KeyError"),
+        ("--exit-signal SIGFOO", "--exit-signal", "SIGUSR1"),
+        ("--cuda-graph-modules attn everything", "--cuda-graph-modules", "'everything'"),
+        ("--window-size 4096,x", "--window-size", "tuple_type"),
+        ("--no-rope-freq four", "--no-rope-freq", "int() of a word without '['"),
+        ("--no-rope-freq [1]*x", "--no-rope-freq", "only digits"),
+        ("--no-rope-freq ([1]*4", "--no-rope-freq", "SyntaxError"),
+        ("--ckpt-format", "--ckpt-format", "expected one argument, one of torch"),
+        ("--log-interval ''", "--log-interval", "(got '')"),
+        ("--no-load-optim ''", "--no-load-optim", "an empty word follows it"),
+    ],
+)
+def test_a_word_megatrons_argparse_refuses_is_refused(extra: str, flag: str, needle: str) -> None:
+    with pytest.raises(InputError) as info:
+        _read(extra)
+    msg = str(info.value)
+    assert msg.startswith(f"train.sh: {flag}: ") and needle in msg
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--log-interval 1_000",  # int('1_000') is 1000
+        "--log-interval ' 3'",  # int(' 3'): a word with a space is a value, int() strips it
+        "--lr inf",  # float('inf')
+        "--lr=-1e-4",  # an explicit argument may start with '-'
+        "--lr -0.5 --min-lr -1",  # negative numbers are values (no option looks like one)
+        "--eval-iters -1",
+        "--data-path a b c --data-path",  # nargs '*': any number of words, none too
+        "--rampup-batch-size 16 16 1000",
+        "--rl-partial-rollouts --no-rl-partial-rollouts",
+        "--use-flash-attn",
+        "--ckpt-format=torch_dist",
+        "--attention-backend flash",
+        "--exit-signal SIGUSR1",
+        "--cuda-graph-impl local --cuda-graph-modules attn mlp",
+        "--window-size 4096,0",
+        "--window-size (4096,0)",
+        "--no-rope-freq 4",
+        "--no-rope-freq '([0]*3+[1])*8'",
+        "--onnx-safe no",  # type=bool: bool('no') is True, never refused
+        "--moe-router-load-balancing-type aux_loss seq_aux_loss",
+        "--log-interval $LOG_INTERVAL",  # left: a variable the file does not set
+        "--save-interval 100 $EXTRA_ARGS",  # bash may expand it to more flags
+        "--zz-fork-only 1 2 -x",  # not Megatron-LM's: listed, not judged
+    ],
+)
+def test_forms_argparse_takes_still_read(extra: str) -> None:
+    assert _read(extra).doc["model"]["num_layers"] == 2
+
+
+def test_a_bare_double_dash_ends_the_options() -> None:
+    """`--` gives no option a word (CPython 3.12 `_get_nargs_pattern` drops '-' from an
+    optional's pattern: `--lr -- 1e-4` exits "expected one argument", checked on 3.12.1 and
+    3.13.0); the words after it are positionals, which planner leaves as it leaves flags that
+    are not Megatron-LM's."""
+    with pytest.raises(InputError, match="--lr: expected one argument"):
+        refuse_stray_words(flag_runs(["--lr", "--", "1e-4"]), "x")
+    refuse_stray_words(flag_runs(["--lr", "1", "--", "--use-flash-attn", "yes"]), "x")
+
+
+def test_option_like_words() -> None:
+    assert not is_option("-1") and not is_option("-0.5") and not is_option("-.5")
+    assert not is_option("-") and not is_option("") and not is_option("-a b")
+    assert is_option("-1e-4") and is_option("-x") and is_option("-inf")
+    assert is_option("--lr=-1") and is_option("--zz-unknown")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _Refused(message)
+
+
+def _oracle(specs: dict[str, FlagSpec]) -> _Parser:
+    """A real argparse parser with the flags' actions, built as Megatron-LM's is
+    (allow_abbrev=False), for the types argparse converts itself."""
+    parser = _Parser(allow_abbrev=False, add_help=False)
+    for flag, spec in specs.items():
+        if spec.nargs == "0":
+            parser.add_argument(flag, action="store_true")
+            continue
+        kind = {"int": int, "float": float, "str": str}[spec.type]
+        nargs = (
+            None if spec.nargs == "1" else int(spec.nargs) if spec.nargs.isdigit() else spec.nargs
+        )
+        choices = None if spec.choices is None else [kind(c) for c in spec.choices]
+        parser.add_argument(flag, nargs=nargs, type=kind, choices=choices)
+    return parser
+
+
+def _planner_refuses(words: list[str]) -> bool:
+    try:
+        refuse_choices(flags_of(words), "x")
+        refuse_stray_words(flag_runs(words), "x")
+    except InputError:
+        return True
+    return False
+
+
+def test_planner_agrees_with_argparse_on_every_small_line() -> None:
+    """Brute force: one flag of each (nargs, type, choices) kind the table holds for the types
+    argparse converts itself, followed by every sequence of up to two words of a pool (and
+    `--flag=word` then up to one word); planner refuses exactly the lines a real argparse parser
+    built from the same table refuses."""
+    kinds: dict[tuple[str, str, bool], str] = {}
+    for flag, spec in sorted(flag_specs().items()):
+        if spec.type in ("-", "int", "float", "str"):
+            kinds.setdefault((spec.nargs, spec.type, spec.choices is not None), flag)
+    assert len(kinds) >= 10
+    specs = {flag: flag_specs()[flag] for flag in kinds.values()}
+    parser = _oracle(specs)
+    pool = ["1", "x", "-1", "-0.5", "1.5", "inf", "", "1_0", " 3", "a b"]
+    checked = 0
+    for flag, spec in specs.items():
+        words = [*pool, *(spec.choices or ())[:1]]
+        lines = [[flag, *tail] for n in range(3) for tail in itertools.product(words, repeat=n)]
+        lines += [[f"{flag}={w}", *tail] for w in [*words, "-x"] for tail in ([], ["1"])]
+        for line in lines:
+            try:
+                parser.parse_args(line)
+                argparse_refuses = False
+            except _Refused:
+                argparse_refuses = True
+            assert _planner_refuses(line) == argparse_refuses, line
+            checked += 1
+    assert checked > 1000
