@@ -12,20 +12,37 @@ import typer
 
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Job
-from planner.inputs.units import parse_tokens
+from planner.inputs.units import MAX_TOKENS, format_tokens, parse_tokens
 from planner.ops import operations as ops
-from planner.ops.assumptions import AssumptionError, OpsParams
+from planner.ops.assumptions import (
+    MAX_CHECKPOINT_INTERVAL_MIN,
+    MAX_NODE_OVERHEAD_W,
+    MAX_PUE,
+    MIN_FAILURE_RATE_PER_GPU_DAY,
+    AssumptionError,
+    OpsParams,
+)
 from planner.ops.resilience import NoProgress
 
 TokensOpt = Annotated[
-    str | None, typer.Option("--tokens", help="token budget, e.g. 15T, 300B, 2.5e12")
+    str | None,
+    typer.Option(
+        "--tokens",
+        help=f"token budget, e.g. 15T, 300B, 2.5e12; at most {format_tokens(MAX_TOKENS)} (600x "
+        "Llama 3's 15T, and below 2^53 so that JSON holds it and its steps exactly)",
+    ),
 ]
 PriceOpt = Annotated[
     float | None, typer.Option("--price", help="$ per GPU-hour (default: the catalog's)")
 ]
 FailureRateOpt = Annotated[
     float | None,
-    typer.Option("--failure-rate", help="interruptions per GPU per day (default: Llama 3's)"),
+    typer.Option(
+        "--failure-rate",
+        help="interruptions per GPU per day (default: Llama 3's); at least "
+        f"{MIN_FAILURE_RATE_PER_GPU_DAY:g}, one per GPU in 2.7 billion years: no failures "
+        "(below it the checkpoint interval ran to hundreds of digits)",
+    ),
 ]
 RestartOpt = Annotated[
     float | None, typer.Option("--restart-min", help="minutes to restart after a failure")
@@ -34,15 +51,34 @@ StorageOpt = Annotated[
     float | None,
     typer.Option("--storage-gb-per-s", help="checkpoint write GB/s per node (default 1.0)"),
 ]
-PueOpt = Annotated[float | None, typer.Option("--pue", help="data-centre PUE (default 1.1)")]
-NodeWOpt = Annotated[float | None, typer.Option("--node-overhead-w", help="non-GPU watts per node")]
+PueOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--pue",
+        help=f"data-centre PUE, 1 to {MAX_PUE:g} (default 1.1; at 10, 9 W of cooling and power "
+        "delivery per IT watt)",
+    ),
+]
+NodeWOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--node-overhead-w",
+        help=f"non-GPU watts per node, at most {MAX_NODE_OVERHEAD_W:g} (over 200x a DGX H100's "
+        "4.6 kW)",
+    ),
+]
 GpuWOpt = Annotated[
     float | None, typer.Option("--gpu-power-w", help="watts per GPU (default: TDP)")
 ]
 AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint", help="asynchronous checkpoint save")]
 IntervalOpt = Annotated[
     float | None,
-    typer.Option("--checkpoint-interval-min", help="minutes between checkpoints (default: Daly)"),
+    typer.Option(
+        "--checkpoint-interval-min",
+        help="minutes between checkpoints (default: Daly); at most "
+        f"{MAX_CHECKPOINT_INTERVAL_MIN:g} (694 days: a run shorter than its interval saves "
+        "once, at its end)",
+    ),
 ]
 
 OPTION_NAMES = {

@@ -12,11 +12,11 @@ from planner.inputs import units
 from planner.ops import figures
 from planner.search import scaling
 
-SCALE_COLUMNS = (
+SCALE_COLUMNS = (  # the tokens/s are effective (with failures), in a second line: no wider
     "GPUs",
     "layout",
-    "tokens/s",
-    "tokens/s/GPU",
+    "tokens/s\n(eff.)",
+    "tokens/s/GPU\n(eff.)",
     "efficiency",
     "marginal",
     "goodput",
@@ -27,7 +27,11 @@ SCALE_COLUMNS = (
 
 
 def scale_rows(curve: scaling.ScaleCurve) -> list[tuple[str, ...]]:
-    """One row of strings per size, in SCALE_COLUMNS order."""
+    """One row of strings per size, in SCALE_COLUMNS order. The tokens/s are effective: with
+    failures (failure-free x goodput), as `--json`'s `operations.effective_tokens_per_s` and
+    `operations.effective_tokens_per_s_per_gpu` (`operations.tokens_per_s` and
+    `performance.tokens_per_s_per_gpu` are failure-free); the efficiency is the per-GPU one
+    over the first size's."""
     rows: list[tuple[str, ...]] = []
     for p in curve.points:
         o = p.operations
@@ -59,7 +63,8 @@ def scale_table(curve: scaling.ScaleCurve) -> Table:
     budget = f", {units.format_tokens(curve.tokens)} tokens" if curve.tokens else ""
     t = Table(
         title=f"Scaling {job.arch.name} on {job.cluster.gpu.name}, seq {job.seq_length}, "
-        f"global batch {job.global_batch_size}{budget} (tokens/s effective: with failures)"
+        f"global batch {job.global_batch_size}{budget} (tokens/s eff.: with failures, "
+        "failure-free x goodput)"
     )
     for col in SCALE_COLUMNS:
         t.add_column(col, justify="left" if col in ("layout", "note") else "right", overflow="fold")

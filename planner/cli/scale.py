@@ -133,7 +133,8 @@ def scale(
     calibration_opt: calibration.CalibrationOpt = None,
 ) -> None:
     """Best layout at each GPU count: tokens/s, per-GPU efficiency, cost per token, days, and
-    where adding GPUs stops paying. Exit 0, 1 when no size has a layout that fits."""
+    where adding GPUs stops paying. Exit 0; 1 when no size has a layout that fits; 2 for bad
+    input, and when no size makes progress under the failure settings."""
     sizes = parse_sizes(num_gpus if num_gpus is not None else DEFAULT_SIZES)
     scaling.check_threshold(threshold, "--threshold")
     params, budget, _ = ops_inputs(

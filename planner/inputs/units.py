@@ -56,6 +56,17 @@ def microseconds(value_us: float) -> float:
 
 # --- quantities as people write them
 
+JSON_EXACT_INT = 2**53
+"""Whole numbers JSON readers hold exactly: below 2^53 (a double's 53-bit significand;
+JavaScript's Number.MAX_SAFE_INTEGER is 2^53 - 1). Every count planner prints in `--json` (the
+token budget, its steps, the steps between checkpoints) stays below it."""
+
+MAX_TOKENS = 9 * 10**15
+"""The largest token budget `parse_tokens` reads: 9P, 600 times Llama 3's pre-training (some
+15T tokens: The Llama 3 Herd of Models, arXiv:2407.21783) and below JSON_EXACT_INT
+(9,007,199,254,740,992), so that the budget and its steps print exactly in `--json`. Past it a
+budget is a typo, and its days and dollars only long strings of digits."""
+
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
 _TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*\.?[0-9_]*(?:[eE][+-]?[0-9]+)?)\s*([KMBGTP]?)\s*$")
 
@@ -64,8 +75,8 @@ def parse_tokens(text: str, option: str) -> int:
     """A token count: '15T', '2.5e12', '300B', '1.2M', '500k', '1_000_000' -> int (> 0).
 
     Suffixes are decimal: K 1e3, M 1e6, B or G 1e9, T 1e12, P 1e15 (case-insensitive). Read
-    exactly, in decimal ('123456789012345678901' is that many tokens, not the nearest float); a
-    fraction of a token ('1.5') rounds half up."""
+    exactly, in decimal ('4503599627370494.5' rounds half up to ...495, where the nearest float
+    is ...494); a fraction of a token ('1.5') rounds half up. At most MAX_TOKENS (9P)."""
     m = _TOKENS_RE.match(text.upper()) if isinstance(text, str) else None
     if m is None:
         raise InputError(
@@ -79,11 +90,21 @@ def parse_tokens(text: str, option: str) -> int:
             f"point (1.5T) (got {text!r})"
         )
     try:
-        value = Decimal(number.replace("_", "").replace(",", "")) * _SUFFIX[suffix]
-    except InvalidOperation:
-        raise InputError(f"{option}: expected a token count (got {text!r})") from None
-    if not math.isfinite(float(value)):
-        raise InputError(f"{option}: too large to be a number (got {text!r})")
+        digits = Decimal(number.replace("_", "").replace(",", ""))
+    except InvalidOperation:  # a number's syntax, with an exponent past any Decimal's
+        digits = Decimal(0 if "E-" in number else "1e999")
+    # a number past 1e30 is past MAX_TOKENS at any suffix: refused before the product, which
+    # a large enough exponent ("1e999999T") overflows Decimal's context with
+    big = digits.adjusted() > 30
+    value = Decimal(0) if big else digits * _SUFFIX[suffix]
+    if big or value > MAX_TOKENS:
+        bound = (
+            f"at most {format_tokens(MAX_TOKENS)} tokens ({MAX_TOKENS:,}: 600 times Llama 3's "
+            "15T, and below 2^53, the largest whole number JSON holds exactly)"
+        )
+        if not math.isfinite(float(digits) * _SUFFIX[suffix]):
+            raise InputError(f"{option}: too large to be a number (got {text!r}); {bound}")
+        raise InputError(f"{option}: {bound} (got {text!r})")
     if value < 1:
         raise InputError(f"{option}: must be at least one token (got {text!r})")
     return int(value.to_integral_value(ROUND_HALF_UP))
@@ -92,12 +113,16 @@ def parse_tokens(text: str, option: str) -> int:
 def _scaled(x: float, units: tuple[tuple[str, float], ...], spec: str) -> str | None:
     """x in the largest of the (suffix, scale) units it reaches once written in `spec`, largest
     first (1.5e6 -> '1.5M'; 999,800 at 3 digits -> '1M', not '1e+03k'; 999.7 -> '1k'); None
-    below the smallest. The units are each 1,000 times the next."""
+    below the smallest. Past the largest (1,000 of it once rounded: 999.5 x it at 3 digits)
+    x in `spec` alone, without a unit ('1e+18'), never '1e+03' of the largest. The units are
+    each 1,000 times the next."""
     for i, (suffix, scale) in enumerate(units):
         text = f"{x / scale:{spec}}"
         if abs(float(text)) < 1:
             continue
-        if abs(float(text)) >= 1000 and i > 0:  # rounded up into the larger unit
+        if abs(float(text)) >= 1000:  # rounded up into the larger unit, or past the largest
+            if i == 0:
+                return f"{x:{spec}}"
             suffix, scale = units[i - 1]
             text = f"{x / scale:{spec}}"
         return f"{text}{suffix}"
@@ -110,20 +135,26 @@ def format_si(x: float, spec: str = ".3g") -> str:
 
 
 def format_tokens(n: float) -> str:
-    """15e12 -> '15T', 3e11 -> '300B', 1.2e6 -> '1.2M'."""
-    units = (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
+    """15e12 -> '15T', 3e11 -> '300B', 1.2e6 -> '1.2M', 1e15 -> '1P': every budget
+    `parse_tokens` reads (up to 9P) in a unit; 999.5T, which rounds to 1,000T, as '1P'."""
+    units = (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
     return _scaled(n, units, ".3g") or f"{n:.0f}"
 
 
 def format_money(usd: float) -> str:
-    """7.1e7 -> '$71M', 950 -> '$950'."""
-    scaled = _scaled(usd, (("B", 1e9), ("M", 1e6), ("k", 1e3)), ".3g")
+    """7.1e7 -> '$71M', 950 -> '$950', 2.5e12 -> '$2.5T'; from $999.5T, dollars in exponent
+    form ('$1e+15'), not '$1e+03T'."""
+    scaled = _scaled(usd, (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)), ".3g")
     return f"${scaled or f'{usd:,.0f}'}"
 
 
 def format_bytes(n: float) -> str:
-    """5.68e12 -> '5.68 TB'."""
-    return _scaled(n, ((" TB", 1e12), (" GB", 1e9), (" MB", 1e6)), ".3g") or f"{n:.0f} B"
+    """5.68e12 -> '5.68 TB', 2e15 -> '2 PB'."""
+    units = ((" PB", 1e15), (" TB", 1e12), (" GB", 1e9), (" MB", 1e6))
+    scaled = _scaled(n, units, ".3g")
+    if scaled is None:
+        return f"{n:.0f} B"
+    return scaled if scaled[-1] == "B" else f"{scaled} B"  # past the PB, '1e+18 B'
 
 
 def format_amount(x: float, decimals: int = 1) -> str:

@@ -28,6 +28,10 @@ Defaults (sources):
   575 W x gpus_per_node.
 - PUE = 1.10: Google's fleet-wide trailing average (1.10 in 2021, reported by CNBC 2022-04-13);
   the Uptime Institute's 2021 survey average for large data centres is 1.57.
+
+Bounds (each constant says why): a failure rate of at least MIN_FAILURE_RATE_PER_GPU_DAY, a PUE,
+node power and checkpoint interval of at most MAX_PUE, MAX_NODE_OVERHEAD_W and
+MAX_CHECKPOINT_INTERVAL_MIN; past them finite values printed hundreds of digits.
 """
 
 from __future__ import annotations
@@ -57,6 +61,37 @@ NODE_OVERHEAD_W_PER_GPU = (10_200 - 8 * 700) / 8
 
 PUE = 1.10
 """Power usage effectiveness: Google's fleet average (2021)."""
+
+
+MIN_FAILURE_RATE_PER_GPU_DAY = 1e-12
+"""The least failure rate: one interruption per GPU in 2.7 billion years, a run without failures
+for any purpose (give it to switch them off). Below it the time between interruptions and Daly's
+interval run to hundreds of digits (1e-300 printed a 153-digit `checkpoint_interval_steps`)."""
+
+MAX_PUE = 10.0
+"""The largest PUE: nine watts of cooling and power delivery per IT watt, six times the Uptime
+Institute's 2021 survey average (1.57). Past it a PUE is a typo, and the energy hundreds of
+digits (--pue 1e250)."""
+
+MAX_NODE_OVERHEAD_W = 1e6
+"""The largest non-GPU power per node: 1 MW, over 200 times a DGX H100's 4.6 kW
+(NODE_OVERHEAD_W_PER_GPU's source)."""
+
+MAX_CHECKPOINT_INTERVAL_MIN = 1e6
+"""The longest checkpoint interval given: a million minutes (694 days). A run shorter than its
+interval saves once, at its end, so no longer one changes a budget's figures; without a budget
+it is the interval's steps that it bounds (`resilience`: below 2^53)."""
+
+UPPER_BOUNDS = {
+    "pue": (MAX_PUE, "(nine watts of cooling and power delivery per IT watt)"),
+    "node_overhead_w": (MAX_NODE_OVERHEAD_W, "W (over 200 times a DGX H100's 4.6 kW)"),
+    "checkpoint_interval_min": (
+        MAX_CHECKPOINT_INTERVAL_MIN,
+        "minutes (694 days: a run shorter than its interval saves once, at its end)",
+    ),
+}
+"""The OpsParams fields with a largest value, and why (the price has none: a cost past a float
+is refused naming --price, `operations`)."""
 
 
 class AssumptionError(InputError):
@@ -125,4 +160,15 @@ class OpsParams:
         if self.pue < 1:
             raise AssumptionError(
                 "pue", f"must be >= 1 (facility power / IT power; got {self.pue!r})"
+            )
+        for name, (most, why) in UPPER_BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and value > most:
+                raise AssumptionError(name, f"{value!r} is too large: at most {most:g} {why}")
+        if self.failure_rate_per_gpu_day < MIN_FAILURE_RATE_PER_GPU_DAY:
+            raise AssumptionError(
+                "failure_rate_per_gpu_day",
+                f"{self.failure_rate_per_gpu_day!r} is too small: at least "
+                f"{MIN_FAILURE_RATE_PER_GPU_DAY:g} per GPU-day (one interruption per GPU in 2.7 "
+                "billion years: no failures; give it to switch them off)",
             )

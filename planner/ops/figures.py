@@ -29,7 +29,11 @@ def significant(x: float | None, digits: int = SIGNIFICANT_DIGITS) -> float | No
 
 def operations_dict(o: Operations) -> dict[str, Any]:
     """`scale --json`'s `operations` object (the keys of `explain --json`'s): days, GPU-hours,
-    cost, energy, checkpoint interval, goodput (the fraction of wall-clock time that trains)."""
+    cost, energy, checkpoint interval, goodput (the fraction of wall-clock time that trains).
+    `tokens_per_s` is failure-free (the cluster's, as `performance.tokens_per_s_per_gpu` is a
+    GPU's); `effective_tokens_per_s` and `effective_tokens_per_s_per_gpu` are with failures
+    (x goodput): `scale`'s "tokens/s (eff.)" and "tokens/s/GPU (eff.)" columns, its efficiency
+    the per-GPU one over the first size's."""
     r = o.resilience
     p = o.params
     sig = significant
@@ -50,6 +54,7 @@ def operations_dict(o: Operations) -> dict[str, Any]:
         "pue": o.pue,
         "tokens_per_s": sig(o.tokens_per_s),
         "effective_tokens_per_s": sig(o.effective_tokens_per_s),
+        "effective_tokens_per_s_per_gpu": sig(o.effective_tokens_per_s / o.num_gpus),
         "goodput": sig(r.goodput),
         "lost_to_checkpoints": sig(r.lost_checkpoint),
         "lost_to_failures": sig(r.lost_failures),

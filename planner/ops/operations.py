@@ -31,7 +31,7 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Job
 from planner.inputs.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from planner.model.performance import Performance
-from planner.ops.assumptions import NODE_OVERHEAD_W_PER_GPU, AssumptionError, OpsParams
+from planner.ops.assumptions import NODE_OVERHEAD_W_PER_GPU, PUE, AssumptionError, OpsParams
 from planner.ops.resilience import Resilience, num_nodes, resilience
 
 OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
@@ -167,12 +167,26 @@ def _check_gpu_power(watts: float | None, cluster: ClusterSpec) -> None:
     )
 
 
-def _finite(figure: str, value: float | None, terms: Callable[[], str]) -> None:
-    """An AssumptionError where finite options multiply past a float (--gpu-power-w 1e308: an
-    infinite facility power, which JSON cannot hold), naming each factor and where it came from
-    (an option, or the plan's GPU and price): `terms()`, spelled only then."""
+def _finite(figure: str, value: float | None, lead: str, terms: Callable[[], str]) -> None:
+    """An AssumptionError where finite options multiply past a float (an infinite figure, which
+    JSON cannot hold), under `lead`, the OpsParams field (or "tokens") of the option at fault,
+    naming each factor with its value and where it came from (an option, or the plan's GPU and
+    price): `terms()`, spelled only then. The bounds on the options (`assumptions`, the token
+    budget's `units.MAX_TOKENS`) leave only the price to take a figure there."""
     if value is not None and not math.isfinite(value):
-        raise AssumptionError("operations", f"the {figure} overflows a float: {terms()}")
+        raise AssumptionError(lead, f"the {figure} overflows a float: {terms()}")
+
+
+def _power_lead(job: Job, ops: OpsParams) -> str | None:
+    """The facility power's option furthest above its default (as a multiple of it): --pue or
+    --node-overhead-w (--gpu-power-w is at most the GPU's power, its default); None where
+    neither is above it."""
+    ratios = {"pue": ops.pue / PUE}
+    if ops.node_overhead_w is not None:
+        per_node = NODE_OVERHEAD_W_PER_GPU * job.cluster.gpus_per_node
+        ratios["node_overhead_w"] = ops.node_overhead_w / per_node
+    lead = max(ratios, key=lambda k: ratios[k])
+    return lead if ratios[lead] > 1 else None
 
 
 def training_steps(job: Job, tokens: int, given: str | None = None) -> int:
@@ -207,25 +221,34 @@ def operations(
         gpu_hours = n * wall / SECONDS_PER_HOUR
         cost = None if usd is None else gpu_hours * usd
         energy = facility * wall / SECONDS_PER_HOUR / 1e6  # W x h -> MWh
-    _finite(
-        "facility power",
-        facility,
-        lambda: (
+    power_lead = _power_lead(job, ops)
+
+    def power() -> str:
+        return (
             f"{n} GPUs x {gpu_w:.3g} W (--gpu-power-w or the GPU's power) + "
             f"{num_nodes(job)} nodes x {node_w:.3g} W (--node-overhead-w), "
             f"x PUE {ops.pue:.3g} (--pue)"
-        ),
-    )
+        )
+
+    _finite("facility power", facility, power_lead or "pue", power)
     if wall is not None and steps is not None:
         step_s = perf.step_time_s
 
         def budget() -> str:
-            return f"{steps:.3g} steps (--tokens) x {step_s:.3g} s / goodput"
+            return f"{steps:.3g} steps (--tokens {tokens:.3g}) x {step_s:.3g} s / goodput"
 
-        _finite("wall-clock time", wall, budget)
-        _finite("energy", energy, lambda: f"{facility:.3g} W x {wall:.3g} s ({budget()})")
+        _finite("wall-clock time", wall, "tokens", budget)
         _finite(
-            "cost", cost, lambda: f"{gpu_hours:.3g} GPU-hours x ${usd:.3g} (--price or the GPU's)"
+            "energy",
+            energy,
+            power_lead or "tokens",
+            lambda: f"{facility:.3g} W ({power()}) x {wall:.3g} s ({budget()})",
+        )
+        _finite(
+            "cost",
+            cost,
+            "tokens" if ops.price_usd_per_gpu_hour is None else "price_usd_per_gpu_hour",
+            lambda: f"{gpu_hours:.3g} GPU-hours ({budget()}) x ${usd:.3g} ({source})",
         )
     return Operations(
         num_gpus=n,
@@ -274,12 +297,13 @@ def objective_value(
     if objective == "goodput":
         return wall_per_mtok
     gpu_hours = job.cluster.num_gpus * wall_per_mtok / SECONDS_PER_HOUR
-    usd, _ = price(job, ops_params)
+    usd, source = price(job, ops_params)
     if usd is None:
         return gpu_hours
     _finite(
         "cost",
         gpu_hours * usd,
-        lambda: f"{gpu_hours:.3g} GPU-hours a million tokens x ${usd:.3g} (--price or the GPU's)",
+        "price_usd_per_gpu_hour",
+        lambda: f"{gpu_hours:.3g} GPU-hours a million tokens x ${usd:.3g} ({source})",
     )
     return gpu_hours * usd

@@ -234,6 +234,28 @@ def _no_progress(
     )
 
 
+def _too_many_steps(
+    ops: OpsParams, steps: int, step_time_s: float, m: float, write: float
+) -> AssumptionError:
+    """A checkpoint interval of 2^53 steps or more (no JSON reader holds the count exactly):
+    under --checkpoint-interval-min where given, else under the failure rate whose time between
+    interruptions the interval grows with. Only steps far shorter than any plan's take it past
+    the bounds on both (`assumptions`)."""
+    given = ops.checkpoint_interval_min
+    field = "checkpoint_interval_min" if given is not None else "failure_rate_per_gpu_day"
+    why = (
+        f"{given:g} minutes given"
+        if given is not None
+        else f"planned for an interruption every {_duration(m)} "
+        f"({ops.failure_rate_per_gpu_day:g} per GPU-day) and a write of {_duration(write)}"
+    )
+    return AssumptionError(
+        field,
+        f"the checkpoint interval, {steps:.3g} steps of {step_time_s:.3g} s ({why}), is past "
+        "2^53 steps, the largest whole number JSON holds exactly",
+    )
+
+
 def _duration(seconds: float) -> str:
     """`units.format_duration`, or seconds past a thousand days."""
     return units.format_duration(seconds) if seconds < 1e8 else f"{seconds:.2e} s"
@@ -285,14 +307,12 @@ def resilience(
     size = checkpoint_bytes(job)
     write = checkpoint_write_s(job, ops)
     m = mtbf_s(job, ops)
-    if not 0 < m < math.inf:
+    if not m > 0:  # at least MIN_FAILURE_RATE_PER_GPU_DAY, m is finite
         rate = f"{ops.failure_rate_per_gpu_day:g} per GPU-day on {job.cluster.num_gpus:,} GPUs"
-        why = (
-            "is too small a rate: the time between interruptions overflows a float"
-            if m == math.inf
-            else f"leaves no time between interruptions (MTBF {m:g} s)"
+        raise AssumptionError(
+            "failure_rate_per_gpu_day",
+            f"{rate} leaves no time between interruptions (MTBF {m:g} s)",
         )
-        raise AssumptionError("failure_rate_per_gpu_day", f"{rate} {why}")
     reload = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
     copy = host_copy_s(job, ops)
     # the blocking: the copy to host memory, then (synchronous) the write: the module docstring
@@ -313,13 +333,8 @@ def resilience(
             wall = math.inf
         return tau, delta, reload + lag, wall
 
-    if ops.checkpoint_interval_min is not None:
-        given = ops.checkpoint_interval_min * 60.0
-        if not math.isfinite(given):
-            raise AssumptionError(
-                "checkpoint_interval_min", f"{ops.checkpoint_interval_min:g} minutes is too long"
-            )
-        choices = [max(1, round(given / step_time_s))]
+    if ops.checkpoint_interval_min is not None:  # at most MAX_CHECKPOINT_INTERVAL_MIN
+        choices = [max(1, round(ops.checkpoint_interval_min * 60.0 / step_time_s))]
     elif ops.async_checkpoint:
         # Daly's for the copy, in whole steps not under the write (rounding went below it), or
         # the synchronous save's, where the next save waits for the write: the better one
@@ -335,6 +350,8 @@ def resilience(
     goodput = 1.0 / wall_per_work
     if not goodput >= MIN_GOODPUT:
         raise _no_progress(job, ops, (m, restart, tau, delta, write, copy), goodput, step_time_s)
+    if steps >= units.JSON_EXACT_INT:
+        raise _too_many_steps(ops, steps, step_time_s, m, write)
     lost_ckpt = goodput * delta / tau
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
     # per segment: restarts M (e^(L/M) - 1)(e^(R'/M) - 1) of the wall, tau / goodput

@@ -378,6 +378,10 @@ def test_budget_smaller_than_one_step() -> None:
         ("node_overhead_w", -1.0, "--node-overhead-w"),
         ("gpu_power_w", float("inf"), "--gpu-power-w"),
         ("checkpoint_interval_min", 0.0, "--checkpoint-interval-min"),
+        ("checkpoint_interval_min", 1e250, "--checkpoint-interval-min"),
+        ("failure_rate_per_gpu_day", 1e-300, "--failure-rate"),
+        ("pue", 1e300, "--pue"),
+        ("node_overhead_w", 1e300, "--node-overhead-w"),
         # no option sets the host copy's rate: it blocks under --async-checkpoint
         ("host_copy_gb_per_s", -5.0, "--async-checkpoint"),
     ],
@@ -397,7 +401,7 @@ def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
     per GPU-day on 32 GPUs is one every 86,400 / 3,200 = 27 s, against a 10 min restart, so
     Daly's e^(R / M) alone is e^(600 / 27) ~ 4e9 and goodput is below a billionth (the restart
     decides it); 1e308 per GPU-day leaves no time between interruptions (MTBF 0 s); a
-    checkpoint interval of 1e308 minutes is no number of seconds; and at 1e-9 GB/s per node
+    checkpoint interval of 1e308 minutes is past its bound; and at 1e-9 GB/s per node
     the reload of an 8B checkpoint (8.03e9 x 14 bytes, one node) takes ~1.1e11 s (storage)."""
     job = make_job(num_gpus=32)
     with pytest.raises(AssumptionError, match=r"no progress .* every 27\.0 s") as e:
@@ -406,7 +410,7 @@ def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
     with pytest.raises(AssumptionError, match="MTBF 0 s") as e:
         resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=1e308))
     assert e.value.field == "failure_rate_per_gpu_day"
-    with pytest.raises(AssumptionError, match="too long") as e:
+    with pytest.raises(AssumptionError, match=r"1e\+308 is too large: at most 1e\+06") as e:
         resilience.resilience(job, 2.0, OpsParams(checkpoint_interval_min=1e308))
     assert e.value.field == "checkpoint_interval_min"
     one_node = make_job(num_gpus=8)
@@ -421,8 +425,8 @@ def test_no_progress_is_refused_under_the_setting_that_decides_it() -> None:
     with pytest.raises(InputError, match=r"^--failure-rate: one step takes"), named_options():
         resilience.resilience(one_node, 1e9, OpsParams())
     # 1e-320 per GPU-day (a subnormal float): 86,400 / (1e-320 x 32) overflows to inf, an MTBF
-    # of no interruption at all, not "no time between interruptions"
-    with pytest.raises(AssumptionError, match="too small a rate") as e:
+    # of no interruption at all, below the least rate (assumptions.MIN_FAILURE_RATE_PER_GPU_DAY)
+    with pytest.raises(AssumptionError, match="1e-320 is too small: at least 1e-12") as e:
         resilience.resilience(job, 2.0, OpsParams(failure_rate_per_gpu_day=1e-320))
     assert e.value.field == "failure_rate_per_gpu_day"
     # one interruption every 86,400 / 32 s = 45 min: slow, but training
@@ -450,26 +454,35 @@ def test_cli_no_progress_exits_2_naming_the_option(
 
 
 @pytest.mark.parametrize(
-    ("options", "factor"),
+    ("options", "lead", "factor"),
     [
-        # 1 node x 1.7e308 W x PUE 1.1 > 1.8e308, the largest float (--gpu-power-w is at
-        # most the TDP: test_gpu_power_above_the_tdp_is_refused)
-        (["--node-overhead-w", "1.7e308"], "1 nodes x 1.7e+308 W (--node-overhead-w)"),
-        (["--pue", "1e308"], "PUE 1e+308 (--pue)"),
-        # finite power and time, their product (energy, cost) past a float
-        (["--tokens", "15T", "--node-overhead-w", "1e300"], "(--tokens)"),
-        (["--tokens", "1e300", "--price", "1e300"], "x $1e+300 (--price"),
+        # 1 node x 1.7e308 W x PUE 1.1 > 1.8e308, the largest float; then PUE 1e308; then a
+        # finite power whose energy over 15T tokens is past a float: now each past its bound
+        # (at most 1e6 W a node, a PUE of 10), named with its value
+        (["--node-overhead-w", "1.7e308"], "--node-overhead-w: 1.7e+308 is too large", ""),
+        (["--pue", "1e308"], "--pue: 1e+308 is too large", ""),
+        (["--tokens", "15T", "--node-overhead-w", "1e300"], "--node-overhead-w: 1e+300 is", ""),
+        # a cost past a float is the price's (the tokens are at most 9P): 1T tokens on the
+        # example's 8 GPUs are ~3e4 GPU-hours, x $1e305 = 3e309 > 1.8e308; it was reported
+        # under "operations", no option
+        (
+            ["--tokens", "1T", "--price", "1e305"],
+            "--price: the cost overflows a float",
+            "x $1e+305 (--price)",
+        ),
+        (["--tokens", "1e300", "--price", "1e300"], "--tokens: at most 9P tokens", ""),
     ],
 )
 def test_cli_figures_past_a_float_exit_2_naming_their_factors(
-    options: list[str], factor: str, capsys: pytest.CaptureFixture[str]
+    options: list[str], lead: str, factor: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A fuzzer's `--json` with Infinity in it (not JSON) and 'inf MWh': finite options whose
-    product overflows exit 2 naming each factor and the option it came from."""
+    product overflows exit 2 naming the option at fault first (it was "operations: the energy
+    overflows a float ... (--tokens)" for --pue 1e300), with its value, and each factor."""
     code, out, err = run(["explain", str(EXAMPLE), "--json", *options], capsys)
     assert code == 2 and not out, out
-    assert "planner: error: operations: the " in err and "overflows a float" in err
-    assert factor in err, err
+    assert f"planner: error: {lead}" in err, err
+    assert factor in err and "error: operations:" not in err, err
 
 
 # ----------------------------------------------------------------------------- objectives, headers

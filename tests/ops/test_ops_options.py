@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
+from paths import REPO
 
 from planner.cli.ops_options import named_options
 from planner.inputs import catalog
@@ -26,8 +27,10 @@ from planner.ops.resilience import NoProgress
 @pytest.mark.parametrize(
     ("text", "tokens"),
     [
-        # 21 digits: a float has 15-17, so float() then round() gave 123456789012345683968
-        ("123456789012345678901", 123_456_789_012_345_678_901),
+        # 2^52 - 1.5: floats are 1 apart there, so float() makes the tie ...494 (round half to
+        # even) and round() keeps it; read in decimal it rounds half up to ...495
+        ("4503599627370494.5", 4_503_599_627_370_495),
+        ("9P", 9 * 10**15),  # the largest budget (units.MAX_TOKENS)
         ("15T", 15 * 10**12),
         ("2.5e12", 2_500_000_000_000),
         ("1.2m", 1_200_000),
@@ -41,7 +44,7 @@ def test_budget_is_read_exactly(text: str, tokens: int) -> None:
     assert parse_tokens(text, "--tokens") == tokens
 
 
-@pytest.mark.parametrize("text", ["lots", "", "1e400", "0.4", "-5"])
+@pytest.mark.parametrize("text", ["lots", "", "1e400", "0.4", "-5", "123456789012345678901"])
 def test_bad_budget_names_the_option(text: str) -> None:
     with pytest.raises(InputError, match=r"^--tokens: "):
         parse_tokens(text, "--tokens")
@@ -103,3 +106,42 @@ def test_explain_checks_the_options_as_scale_does(
     code, out, _ = run(["explain", str(plan), "--tokens", "100M", "--json"], capsys)
     o = json.loads(out)["operations"]
     assert code == 0 and o["steps"] == 191 and 0 < o["energy_mwh"] < 0.01
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # exited 0 with 290-digit days and a 300-digit `tokens` in the JSON
+        (["--tokens", "1e300"], "--tokens: at most 9P tokens"),
+        # exited 0 with a 153-digit `checkpoint_interval_steps` (past 2^53)
+        (["--failure-rate", "1e-300"], "--failure-rate: 1e-300 is too small: at least 1e-12"),
+        # a 250-digit interval in steps without a budget
+        (["--checkpoint-interval-min", "1e250"], "--checkpoint-interval-min: 1e+250 is too large"),
+        # 290-digit MWh in explain's energy line
+        (["--tokens", "1T", "--pue", "1e250"], "--pue: 1e+250 is too large: at most 10"),
+        (["--node-overhead-w", "1e250"], "--node-overhead-w: 1e+250 is too large: at most 1e+06"),
+    ],
+)
+def test_absurd_finite_options_exit_2_naming_the_option_and_value(
+    options: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = REPO / "examples" / "llama3.1-8b-h100.toml"
+    code, out, err = run(["explain", str(plan), "--json", *options], capsys)
+    assert code == 2 and not out, out
+    assert f"planner: error: {message}" in err, err
+
+
+def test_the_bounds_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each bound is stated where the option is: 9P tokens, a failure rate of 1e-12, a PUE of
+    10, 1e6 W a node, 1e6 minutes between checkpoints."""
+    code, out, _ = run(["scale", "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0
+    for bound in (
+        "at most 9P",
+        "at least 1e-12",
+        "1 to 10",
+        "at most 1e+06 (over",
+        "at most 1e+06 (694",
+    ):
+        assert bound in text, bound
