@@ -302,6 +302,15 @@ def operations_table(o: Operations) -> Table:
             f"({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node x {nodes}, "
             f"PUE {o.pue:g})",
         )
+    else:  # no budget: the rates the operations options set, per million tokens and per hour
+        per_m = o.usd_per_million_tokens
+        rate = "unknown" if per_m is None else f"${per_m:.3g} per million tokens"
+        t.add_row("cost", f"{rate} ({o.price_source}); give --tokens for the total")
+        t.add_row(
+            "power",
+            f"{o.facility_power_w / 1e6:,.3f} MW ({o.gpu_power_w:g} W/GPU + "
+            f"{o.node_overhead_w:g} W/node x {nodes}, PUE {o.pue:g}); give --tokens for the energy",
+        )
     mode = "asynchronous" if r.async_checkpoint else "synchronous"
     t.add_row(
         "checkpoint",
