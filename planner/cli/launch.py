@@ -35,6 +35,8 @@ def launch(
     """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm, Kubernetes,
     torchtitan or Megatron-Bridge."""
     done = launch_files.launch(plan_path, target, out_dir, job_name, force)
+    if done.warning is not None:
+        print(f"planner: warning: {done.warning}", file=sys.stderr)
     if done.note is not None:
         print(f"note: {done.note}", file=sys.stderr)
     if done.path is None:

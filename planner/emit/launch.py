@@ -78,6 +78,22 @@ class Launched:
     path: Path | None = None
     note: str | None = None
     """What the user should know of the file written (`renamed`)."""
+    warning: str | None = None
+    """Where the launched plan is predicted not to fit (`unfit`): the file is still written,
+    as its header says, but a script that submits it should hear so on stderr."""
+
+
+def unfit(plan: Plan, where: Path) -> str | None:
+    """The warning for a launched plan whose peak memory exceeds its GPUs' usable memory (the
+    header's verdict, 'DOES NOT FIT'), None where it fits."""
+    rep = memory.estimate(plan.job, plan.require_layout())
+    if rep.fits:
+        return None
+    return (
+        f"{where}: the launched plan does not fit: peak {rep.peak / 2**30:.1f} GiB of "
+        f"{rep.capacity / 2**30:.1f} GiB usable (stage {rep.worst.stage}); `planner check` "
+        "exits 1 on it"
+    )
 
 
 def renamed(target: str, job_name: str) -> str | None:
@@ -223,10 +239,11 @@ def launch(
     plan = megatron_lm_loss(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
     note = renamed(target, job_name or plan_path.stem)
+    warning = unfit(plan, plan_path)
     if out_dir is None and target == "torchrun" and len(plan.job.pools) > 1:
-        return _pool_scripts(plan, job_name or plan_path.stem, note)
+        return replace(_pool_scripts(plan, job_name or plan_path.stem, note), warning=warning)
     if out_dir is None:
-        return Launched(text, note=note)
+        return Launched(text, note=note, warning=warning)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out: {out_dir} exists and is not a directory")
     name = check_job_name(job_name or plan_path.stem)
@@ -240,7 +257,7 @@ def launch(
             raise InputError(f"{path}: already exists; pass --force to overwrite it")
     for path, body in files:
         _write(path, body)
-    return Launched(text, files[0][0], note)
+    return Launched(text, files[0][0], note, warning)
 
 
 def _pool_scripts(plan: Plan, job_name: str, note: str | None) -> Launched:
