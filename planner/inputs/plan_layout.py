@@ -12,6 +12,7 @@ from planner.inputs.errors import InputError, spelled
 from planner.inputs.job import Job
 from planner.inputs.layout import Layout
 from planner.inputs.plan_parallel import ParallelSection
+from planner.inputs.titan_every_layers import stand_in
 from planner.inputs.torchtitan import SINGLE_STAGE
 from planner.inputs.torchtitan_pipeline import v_stages
 
@@ -159,11 +160,12 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
 def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:
     """torchtitan's activation checkpointing on the layout. Its modes are recompute "none",
     "full" (every layer), "selective" (per-op SAC) and, with `[torchtitan]
-    selective_layer_every = N`, "full" on every N-th layer of a rank (a counter over the rank's
-    layers, torchtitan activation_checkpoint.py `_apply_layer_sac`): Megatron's block method with
-    that many layers per virtual stage, in memory and time; none where N is above every rank's
-    layer count (e347b1e5 activation_checkpoint.py:37-40: layer k of the rank wrapped where
-    k % N == 0). Megatron's method / layer count / modules have no torchtitan setting."""
+    selective_layer_every = N`, "full" on every N-th layer of a rank: one counter over all the
+    rank's chunks in order, not one per chunk (e347b1e5 activation_checkpoint.py:24 and :37-40,
+    pipeline_parallel.py:136-142; `titan_every_layers`, which says which layers). The models
+    run it as `titan_every_layers.stand_in`: Megatron's block method, most // N layers per
+    chunk, or none where N is above every rank's layer count. Megatron's method / layer count /
+    modules have no torchtitan setting."""
     if job.framework != "torchtitan":
         return layout
     for name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
@@ -181,8 +183,4 @@ def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, wh
             f"{where}: torchtitan.selective_layer_every: {every} needs parallel.recompute = "
             f'"full" (got "{layout.recompute}")'
         )
-    ranks = layout.chunk_layers(job.arch.num_layers)
-    if all(sum(len(c) for c in chunks) < every for chunks in ranks):
-        return layout.with_(recompute="none")  # the counter reaches N on no rank: none wrapped
-    most = max(len(c) for chunks in ranks for c in chunks)
-    return layout.with_(recompute_method="block", recompute_num_layers=max(most // every, 1))
+    return stand_in(layout, job.arch.num_layers, every)

@@ -1,8 +1,10 @@
 """torchtitan's "selective layer every N" activation checkpointing in `planner suggest`: recompute
-"full" with `[torchtitan] selective_layer_every = N`, every N-th layer of a rank recomputed whole,
-which the model counts as Megatron's block recompute of most // N layers per chunk (`most` the
-rank's largest chunk, `planner.inputs.plan_layout.layout_from_section`): memory and time between
-no recompute and full.
+"full" with `[torchtitan] selective_layer_every = N`, every N-th layer of a rank recomputed whole
+(one counter over the rank's chunks in order, torchtitan e347b1e5:
+`planner.inputs.titan_every_layers`), which the model counts as Megatron's block recompute of
+most // N layers per chunk (`most` the largest chunk of any rank, `titan_every_layers.stand_in`,
+as `planner.inputs.plan_layout.layout_from_section` reads a plan): memory and time between no
+recompute and full.
 
 The certified search (`planner.search.top_k`) scores no block recompute for torchtitan, so this
 pass adds it once the settings variants are merged (`planner.search.titan_variants`), exactly:
@@ -44,7 +46,8 @@ from planner.search.twins import Row, fold
 
 def every_options(lay: Layout, num_layers: int) -> list[tuple[int, int]]:
     """(layers recomputed per chunk k, the smallest N giving it) for every N >= 2 with k below
-    the rank's largest chunk (k = that is full recompute), fewest layers first."""
+    the largest chunk of any rank (k = that is full recompute), fewest layers first; k =
+    most // N as `titan_every_layers.stand_in` counts N."""
     most = max(len(c) for chunks in lay.chunk_layers(num_layers) for c in chunks)
     by_k: dict[int, int] = {}
     for n in range(most, 1, -1):
