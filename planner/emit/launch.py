@@ -187,13 +187,14 @@ def megatron_lm_loss_note(plan: Plan) -> str | None:
     ranked, run = cost.estimate(plan.job, lay), cost.estimate(launched.job, lay)
     peak = memory.estimate(launched.job, lay).peak / 2**30
     native = launched.job.compiled_loss_fusion
+    targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
     loss, setting = (
         ("its compiled native fusion", "compiled_loss_fusion = true")
         if native
         else ("its unfused loss", "loss_fusion = false")
     )
     return (
-        f"launch --target {', '.join(MEGATRON_LM_TARGETS)} run Megatron-LM, which refuses "
+        f"launch --target {', '.join(targets)} run Megatron-LM, which refuses "
         "Transformer Engine's fused cross entropy (the loss this plan names, as "
         f"Megatron-Bridge runs it): they launch {loss}, predicted step "
         f"{run.step_time_s:.3f} s (the plan's {ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; "
