@@ -44,7 +44,10 @@ MegatronLogOpt = Annotated[
     ),
 ]
 LogGpuOpt = Annotated[
-    str | None, typer.Option("--gpu", help="catalog GPU (--megatron-args / --megatron-log)")
+    str | None,
+    typer.Option(
+        "--gpu", help="catalog GPU (--megatron-args / --megatron-log / --torchtitan-config)"
+    ),
 ]
 LogGpusOpt = Annotated[
     int | None,
@@ -52,7 +55,8 @@ LogGpusOpt = Annotated[
         "--num-gpus",
         min=1,
         parser=whole(1),
-        help="GPU count (--megatron-args: default its torchrun's; --megatron-log: its world_size)",
+        help="GPU count (--megatron-args: default its torchrun's; --megatron-log: its world_size; "
+        "--torchtitan-config: its degrees' product, needed where a degree is -1, the rest)",
     ),
 ]
 
