@@ -120,7 +120,8 @@ def optimizer_precision(plan: Plan) -> dict[str, object]:
 
 
 def preset(plan: Plan) -> str:
-    """The plan's preset (`PRESETS`); refused where there is none, and where it gathers FP8
+    """The plan's preset (`PRESETS`); refused where there is none (fp32 among them), and where it
+    gathers FP8
     parameters without the distributed optimizer (ZeRO 0): every FP8 preset but blockwise sets
     fp8_param_gather=True (`FP8_PARAM_GATHER`), synced to fp8_param (mixed_precision.py:81-87)
     and written over the model's and DDP's whatever the plan says, and Megatron-LM asserts the
@@ -128,6 +129,12 @@ def preset(plan: Plan) -> str:
     megatron-args refuses the plan (planner.emit.megatron_optimizer.needs_distributed_optimizer).
     An override cannot clear a field of a preset named by string (module docstring)."""
     job = plan.job
+    if job.precision == "fp32":
+        raise InputError(
+            f'{plan.path}: training.precision: "fp32": Megatron-Bridge has no fp32 '
+            "mixed-precision preset (mixed_precision.py registers bf16_* and fp16_* ones only); "
+            "launch it with --target megatron-args, which leaves out --bf16 and --fp16"
+        )
     key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
     if key not in PRESETS:
         raise InputError(

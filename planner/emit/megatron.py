@@ -159,8 +159,9 @@ def training_args(plan: Plan) -> list[Arg]:
     a: list[Arg] = [
         ("--micro-batch-size", str(lay.micro_batch_size)),
         ("--global-batch-size", str(job.global_batch_size)),
-        ("--bf16",),
     ]
+    if job.precision != "fp32":  # fp32: neither --bf16 nor --fp16 (planner.model.fp32)
+        a.append(("--bf16",))
     if job.precision == "fp8":
         # the recipe always, so Megatron does not fall back to delayed scaling; MXFP8 keeps
         # gradients in E4M3 too (Megatron-Bridge's MXFP8 preset)

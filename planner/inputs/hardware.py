@@ -150,6 +150,13 @@ class GpuSpec(BaseModel):
         description="dense FP32 on the CUDA cores (no tensor cores: what fp32 matmuls at "
         "torch's 'highest' precision run at)"
     )
+    peak_tflops_tf32: PositiveFloat | None = Field(
+        default=None,
+        description="dense TF32 on the tensor cores: what fp32 training's GEMMs run at "
+        "(Transformer Engine's cuBLASLt GEMMs of fp32 operands compute in "
+        "CUBLAS_COMPUTE_32F_FAST_TF32); None = no TF32 tensor cores, fp32 GEMMs at "
+        "peak_tflops_fp32",
+    )
     mamf_tflops_bf16: PositiveFloat | None = Field(
         default=None, description="measured Maximum Achievable Matmul FLOPS; None = not measured"
     )
@@ -246,12 +253,15 @@ class GpuSpec(BaseModel):
             return None
         return self.mamf_tflops_bf16 / self.peak_tflops_bf16
 
-    def peak_flops(self, precision: Literal["bf16", "fp8", "fp4"]) -> float:
-        """Dense peak FLOP/s for a precision (fp8 / fp4 only where the GPU has it)."""
+    def peak_flops(self, precision: Literal["bf16", "fp8", "fp4", "fp32"]) -> float:
+        """Dense peak FLOP/s for a precision (fp8 / fp4 only where the GPU has it): fp32's is its
+        GEMMs' rate, TF32 where the GPU has TF32 tensor cores (`peak_tflops_tf32`), else the
+        FP32 peak."""
         peaks = {
             "bf16": self.peak_tflops_bf16,
             "fp8": self.peak_tflops_fp8,
             "fp4": self.peak_tflops_fp4,
+            "fp32": self.peak_tflops_tf32 or self.peak_tflops_fp32,
         }
         value = peaks[precision]
         if value is None:

@@ -1,8 +1,8 @@
 """The `[training]` table of a plan read from Megatron-LM flags (for `megatron_args`): sequence
 length, the global batch (or a batch schedule's largest), precision and FP8 recipe, the attention
 kernels that keep the s x s scores, fused SwiGLU, MoE routing limits, gradient and optimizer-state
-dtypes, CUDA graphs, and the flags of `megatron_args_memory`. Flag names and meanings:
-Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses)."""
+dtypes (`megatron_dtypes`), CUDA graphs, and the flags of `megatron_args_memory`. Flag names and
+meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_dtypes import FP32_NOTE, fp16_note, optimizer_dtypes
 from planner.inputs.megatron_line import Line
 from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_types import CUDA_GRAPH_MODULES
@@ -42,7 +43,8 @@ def training_table(
         gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
     training["global_batch_size"] = gbs
     fp8, fp4, bf16 = line.has("--fp8-format"), line.has("--fp4-format"), line.has("--bf16")
-    training["precision"] = "fp8" if fp8 else "fp4" if fp4 else "bf16"
+    fp32 = not (fp8 or fp4 or bf16 or line.has("--fp16"))
+    training["precision"] = "fp8" if fp8 else "fp4" if fp4 else "fp32" if fp32 else "bf16"
     if fp4:
         training["fp4_param_gather"] = line.has("--fp4-param-gather")
         recipe = line.text("--fp4-recipe")
@@ -71,13 +73,16 @@ def training_table(
             "`not args.bf16` under --fp16): give one of them"
         )
     if line.has("--fp16"):
-        notes.append(_fp16_note(line))
-    elif not bf16:
+        notes.append(fp16_note(line))
+    elif fp32:
+        notes.append(FP32_NOTE)
+    elif not bf16:  # FP8 / NVFP4 GEMMs inside an fp32 model
         missing.append(
-            "neither --bf16 nor --fp16: Megatron trains in fp32, planner counts bf16 weights and "
-            "activations (the fp32 run needs more)"
+            "neither --bf16 nor --fp16: Megatron keeps fp32 parameters and runs all but the "
+            f"{training['precision']} GEMMs in fp32, planner counts bf16 weights and activations "
+            "(the fp32 run needs more)"
         )
-    _attention(line, training)
+    _attention(line, training, fp32)
     if line.has("--no-bias-swiglu-fusion"):
         training["fused_swiglu"] = False
     squared_moe = line.has("--squared-relu") and bool(line.integer("--num-experts"))
@@ -105,7 +110,7 @@ def training_table(
     if line.has("--moe-router-force-load-balancing"):
         training["moe_router_force_load_balancing"] = True
     _fused_grouped_mlp(line, training, notes)
-    training.update(_optimizer_dtypes(line))
+    training.update(optimizer_dtypes(line))
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel, notes))
     _cuda_graphs(line, training)
@@ -214,11 +219,14 @@ def _largest_batch(schedule: str, where: str) -> int:
     return max(sizes)
 
 
-def _attention(line: Line, training: dict[str, Any]) -> None:
+def _attention(line: Line, training: dict[str, Any], fp32: bool) -> None:
     """The s x s attention scores are stored by the unfused paths: TE's `unfused` backend, and
     MCore's own DotProductAttention, which `--attention-backend local` and `--transformer-impl
     local` select (megatron_rules.md section 10); flash / fused / auto keep none. `flash` pinned
-    to FlashAttention-2 (--flash-attention-version 2) is the plan's attention_kernel "flash2"."""
+    to FlashAttention-2 (--flash-attention-version 2) is the plan's attention_kernel "flash2".
+    In fp32 every path is unfused (`planner.model.fp32`), which precision "fp32" implies: flash
+    and fused have no kernel to run there, and Transformer Engine raises (they set
+    NVTE_UNFUSED_ATTN=0, language_module.py:130-140)."""
     backend = line.text("--attention-backend")
     impl = line.text("--transformer-impl")
     if backend == "local" and (line.words("--spec") or [""])[0] != "local":
@@ -226,6 +234,20 @@ def _attention(line: Line, training: dict[str, Any]) -> None:
             f"{line.where}: --attention-backend: 'local' needs --spec local (Megatron-LM "
             "asserts it, arguments.py:436-437)"
         )
+    if fp32:
+        if backend in ("flash", "fused"):
+            raise InputError(
+                f"{line.where}: --attention-backend: {backend} without --bf16 / --fp16: "
+                "FlashAttention and cuDNN attention take bf16 / fp16 only (Transformer Engine's "
+                "get_attention_backend finds no backend in fp32); use auto or unfused"
+            )
+        if (line.integer("--context-parallel-size") or 1) > 1:
+            raise InputError(
+                f"{line.where}: --context-parallel-size: without --bf16 / --fp16 the attention "
+                "runs Transformer Engine's unfused attention, which has no context parallelism "
+                "(get_attention_backend finds no backend); use 1"
+            )
+        return
     if backend in ("unfused", "local") or impl == "local":
         training["flash_attention"] = False
     elif backend == "flash" and line.integer("--flash-attention-version") == 2:
@@ -278,89 +300,6 @@ MUON_PRECISIONS = {"low": "medium", "medium": "medium", "high": "high"}
 """Megatron-LM's --muon-fp32-matmul-prec choices and the precision planner times each at: "low"
 is no precision torch.set_float32_matmul_precision knows below "medium" (bf16 GEMMs), which it
 is read as."""
-
-
-def _fp16_note(line: Line) -> str:
-    """How --fp16 is read: as bf16 (the same bytes per value), its gradient buffers 16-bit
-    unless --accumulate-allreduce-grads-in-fp32 (`_optimizer_dtypes`; Megatron-FSDP's own flag
-    decides there)."""
-    note = "--fp16: read as bf16 (the same bytes per value)"
-    if line.has("--use-megatron-fsdp"):
-        return note
-    if line.has("--accumulate-allreduce-grads-in-fp32"):
-        return f"{note}; gradient buffers fp32 (--accumulate-allreduce-grads-in-fp32)"
-    return (
-        f"{note}; gradient buffers 16-bit: Megatron keeps them in the parameters' dtype, fp32 "
-        "only with --accumulate-allreduce-grads-in-fp32, which validate_args turns on for "
-        "--bf16 alone (arguments.py:1204-1217, d98e8a64)"
-    )
-
-
-def _optimizer_dtypes(line: Line) -> dict[str, Any]:
-    """Gradient buffers and Adam moments. The buffers are fp32 where Megatron's
-    accumulate_allreduce_grads_in_fp32 holds, else the parameters' dtype (training.py:2635
-    passes it as DistributedDataParallelConfig.grad_reduce_in_fp32, default False,
-    distributed_data_parallel_config.py:15; param_and_grad_buffer.py:924 `torch.float if
-    grad_reduce_in_fp32 else param.dtype`; Megatron-LM d98e8a64). validate_args turns it on
-    only under --bf16 (arguments.py:1204-1217), unless --grad-reduce-in-bf16, or --main-grads-dtype
-    bf16 (with the precision-aware optimizer, the only one that takes it), and asserts
-    --main-grads-dtype fp32 where --accumulate-allreduce-grads-in-fp32 is given (:1209-1211). So
-    --bf16 gives fp32 buffers unless one of those two, and --fp16 16-bit (fp16, planner's "bf16":
-    the same bytes) unless --accumulate-allreduce-grads-in-fp32 (--grad-reduce-in-bf16 and
-    --main-grads-dtype change nothing there). Megatron-FSDP's grads default to the parameters'
-    dtype (--megatron-fsdp-main-grads-dtype auto: DistributedDataParallelConfig.
-    megatron_fsdp_main_grads_dtype = None, resolved in megatron_fsdp/param_and_grad_buffer.py
-    `_resolve_group_grad_dtype`)."""
-    out: dict[str, Any] = {}
-    aware = line.has("--use-precision-aware-optimizer")
-    accumulate = line.has("--accumulate-allreduce-grads-in-fp32")
-    main_bf16 = line.text("--main-grads-dtype") == "bf16"
-    if line.has("--fp16"):
-        bf16_grads = not accumulate
-    else:
-        if accumulate and main_bf16 and line.has("--bf16"):
-            raise InputError(
-                f"{line.where}: --accumulate-allreduce-grads-in-fp32: not with --main-grads-dtype "
-                "bf16 (Megatron-LM d98e8a64 validate_args asserts --main-grads-dtype fp32 under "
-                "--bf16, arguments.py:1209-1211)"
-            )
-        bf16_grads = line.has("--grad-reduce-in-bf16") or (aware and main_bf16)
-    if line.has("--use-megatron-fsdp"):
-        fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
-        bf16_grads = fsdp != "fp32"
-    if bf16_grads:
-        out["main_grad_dtype"] = "bf16"
-    if aware:
-        # both moments in 16 bits (each defaults to fp32)
-        moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
-        if all(m in ("bf16", "fp16") for m in moments):
-            out["optimizer_state_dtype"] = "bf16"
-    out.update(_optimizer_offload(line, aware))
-    return out
-
-
-def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
-    """--optimizer-cpu-offload: the share --optimizer-offload-fraction (argparse default 1.0) of
-    the optimizer on the host, with --overlap-cpu-optimizer-d2h-h2d or not; Megatron-LM d98e8a64
-    validate_args asserts the precision-aware optimizer with it (its other asserts are the plan's
-    rules: `planner.search.rules.optimizer.optimizer_offload`)."""
-    flag = "--optimizer-cpu-offload"
-    if not line.has(flag):
-        return {}
-    if not aware:
-        raise InputError(
-            f"{line.where}: {flag}: needs --use-precision-aware-optimizer (Megatron-LM asserts "
-            "it: the host optimizer reuses that path)"
-        )
-    fraction = line.number("--optimizer-offload-fraction")
-    fraction = 1.0 if fraction is None else min(max(fraction, 0.0), 1.0)  # a share of the count
-    out: dict[str, Any] = {
-        "optimizer_offload_fraction": fraction,
-        "optimizer_offload_overlap": line.has("--overlap-cpu-optimizer-d2h-h2d"),
-    }
-    if fraction == 0:  # all on the GPU, in the host optimizer's fp32 copies and moments
-        out["optimizer_state_dtype"] = "fp32"
-    return out
 
 
 def environment_fields(env: dict[str, str], training: dict[str, Any], where: str) -> None:

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Precision = Literal["bf16", "fp8", "fp4"]
+Precision = Literal["bf16", "fp8", "fp4", "fp32"]
 """The decoder's linear layers: bf16; FP8 (by `Fp8Recipe`); fp4 = NVFP4 (Transformer Engine's
 NVFP4BlockScaling: E2M1 values with an E4M3 scale per 16, random Hadamard transforms on the weight
-gradient's operands, 16 x 16 weight blocks; Megatron --fp4-format e2m1 --fp4-recipe nvfp4)."""
+gradient's operands, 16 x 16 weight blocks; Megatron --fp4-format e2m1 --fp4-recipe nvfp4); fp32 =
+Megatron-LM with neither --bf16 nor --fp16 (`planner.model.fp32`: fp32 parameters, gradients and
+activations, TF32 GEMMs, unfused attention)."""
+QUANTISED: tuple[Precision, ...] = ("fp8", "fp4")
+"""The precisions whose linear layers Transformer Engine quantises (FP8, NVFP4): not bf16 or
+fp32."""
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"]
 """Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
 torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""

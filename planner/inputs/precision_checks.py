@@ -1,5 +1,6 @@
 """The plan's precision settings checked as Megatron-Core checks them (exit 2 with the file, the
-field and the value): bf16 first / last layers, FP8 attention and the MXFP8 output layer."""
+field and the value): bf16 first / last layers, FP8 attention, the MXFP8 output layer, and what
+fp32 training runs with (`planner.model.fp32`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,53 @@ def check_precision(training: TrainingSection, arch: ModelArch, where: str) -> N
     _bf16_layers(training, arch, where)
     _fp8_attention(training, where)
     _fp8_output_proj(training, where)
+    _fp32(training, arch, where)
+
+
+def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """fp32 training as planner models it (`planner.model.fp32`): Megatron-LM's transformer
+    layers (dense, MoE, MLA) and nothing planner counts only in 16 bits; its gradient buffers
+    take the fp32 parameters' dtype (Megatron-LM d98e8a64 param_and_grad_buffer.py:924 with
+    grad_reduce_in_fp32 off: validate_args turns it on under --bf16 only, arguments.py:1205-1217);
+    and no FlashAttention-2 kernel: Transformer Engine's flash and fused backends take bf16 /
+    fp16 only (attention/dot_product_attention/utils.py `get_attention_backend`, "Filter: Data
+    type"), so pinning it (--attention-backend flash) finds no backend."""
+    if training.precision != "fp32":
+        return
+    field = f'{where}: training.precision: "fp32"'
+    if training.framework != "megatron":
+        raise InputError(
+            f"{field} is modelled for Megatron-LM (no --bf16 / --fp16); torchtitan trains in "
+            'bf16 here (mixed_precision_param = "bfloat16"): use precision "bf16"'
+        )
+    unmodelled = [
+        (arch.has_dsa, "DeepSeek sparse attention"),
+        (
+            any(k.mixer not in (None, "attention") for k in arch.kinds),
+            "Mamba / gated-delta-net layers",
+        ),
+        (training.t5_encoder is not None, "a T5 encoder"),
+        (training.vision_encoder is not None, "a vision encoder"),
+        (training.optimizer == "muon", "Muon (its fp32 master is counted)"),
+    ]
+    for present, what in unmodelled:
+        if present:
+            raise InputError(
+                f"{field} with {what}: not modelled (planner counts it as bf16 training); use "
+                'precision "bf16"'
+            )
+    if training.main_grad_dtype == "bf16":
+        raise InputError(
+            f'{where}: training.main_grad_dtype: "bf16" with precision "fp32": Megatron\'s '
+            "gradient buffers take the fp32 parameters' dtype (--grad-reduce-in-bf16 acts under "
+            '--bf16 only); set main_grad_dtype = "fp32"'
+        )
+    if training.attention_kernel == "flash2":
+        raise InputError(
+            f'{where}: training.attention_kernel: "flash2" with precision "fp32": '
+            "FlashAttention takes bf16 / fp16 only, and fp32 runs Transformer Engine's unfused "
+            'attention; leave attention_kernel = "fused"'
+        )
 
 
 def _bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -> None:
@@ -23,10 +71,10 @@ def _bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -> None
     if not start and not end:
         return
     name = "bf16_layers_at_start" if start else "bf16_layers_at_end"
-    if training.precision == "bf16":
+    if training.precision in ("bf16", "fp32"):
         raise InputError(
             f'{where}: training.{name}: layers kept in bf16 need precision "fp8" or "fp4" '
-            "(the whole model is bf16 already)"
+            f"(the whole model is {training.precision} already)"
         )
     if training.framework != "megatron":
         raise InputError(
@@ -52,8 +100,10 @@ def _fp8_attention(training: TrainingSection, where: str) -> None:
     if not training.fp8_attention:
         return
     field = f"{where}: training.fp8_attention"
-    if training.precision == "bf16":
-        raise InputError(f'{field}: FP8 attention needs precision "fp8" or "fp4" (got "bf16")')
+    if training.precision in ("bf16", "fp32"):
+        raise InputError(
+            f'{field}: FP8 attention needs precision "fp8" or "fp4" (got "{training.precision}")'
+        )
     if training.framework != "megatron":
         raise InputError(
             f"{field}: FP8 attention is Transformer Engine's (Megatron); torchtitan's float8 "

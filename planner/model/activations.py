@@ -43,6 +43,10 @@ attention.py, multi_latent_attention.py, mlp.py, and the MoE layer and experts m
                 (`planner.model.gdn.norm_out_widths`)
 Full recompute keeps only the layer input, 2Th (split by t under SP).
 
+fp32 training (`planner.model.fp32`): every 2 above is 4, the linear layers' inputs too, and the
+attention is unfused, its softmax output kept in fp32 (4 per score; with dropout 1 + 4 more);
+the masks stay 1 byte and what bf16 keeps in fp32 stays 4.
+
 PyTorch's per-op selective checkpointing (recompute policy "per_op", torchtitan's
 `selective_ac_option = "op"`) keeps the layer input, the attention kernel's output and log-sum-exp,
 and the 1st, 3rd, ... of the block's matmul outputs (its counter starts again at each block's
@@ -56,7 +60,8 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import dsa, flops, gdn, gemm_shapes, mixers
+from planner.model import dsa, flops, fp32, gdn, gemm_shapes, mixers
+from planner.model.fp32 import norm_in, widen, word
 from planner.model.moe_activations import moe_bytes
 from planner.model.scores import score_bytes
 from planner.model.shard import (
@@ -80,7 +85,7 @@ def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
     compiled) the gating keeps the output and its gate (a contiguous copy of the projection's
     gate slice), and the projection its own gated input."""
     if gated:
-        return 2 * nbytes + linear_in(nbytes, sh)
+        return 2 * widen(nbytes, sh) + linear_in(nbytes, sh)
     if not sh.flash_attention or sh.drops("core_attn"):
         return linear_in(nbytes, sh)
     return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0)
@@ -94,9 +99,9 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
         return _mla_bytes(arch, sh)
     T, h = sh.tokens, arch.hidden_size
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
+    rep = norm_in(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     out = _attention_out(BF16 * T * a * d, sh, arch.attention_output_gate)
-    part = BF16 * T * (a + 2 * g) * d + out + scores(arch, sh)
+    part = word(sh) * T * (a + 2 * g) * d + out + scores(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
@@ -142,14 +147,14 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
         arch.v_head_dim,
     )
     r_q = arch.q_lora_rank or 0
-    norm_out = 0.0 if sh.drops("layernorm") else BF16 * T * h
-    rep = norm_input(T, h, sh) + norm_out + masks(T, h, sh)
-    rep += BF16 * T * (r_q + r_kv + drope)  # the latents
+    norm_out = 0.0 if sh.drops("layernorm") else word(sh) * T * h
+    rep = norm_in(T, h, sh) + norm_out + masks(T, h, sh)
+    rep += word(sh) * T * (r_q + r_kv + drope)  # the latents
     if not sh.drops("mla_up_proj"):
         rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
     part = _attention_out(BF16 * T * a * dv, sh) + scores(arch, sh)
     if not sh.drops("mla_up_proj"):
-        part += BF16 * T * a * (2 * (dqk + drope) + dv)
+        part += word(sh) * T * a * (2 * (dqk + drope) + dv)
     return split(rep, part, sh)
 
 
@@ -159,8 +164,10 @@ def scores(arch: ModelArch, sh: Shard) -> float:
     with flash attention."""
     if sh.flash_attention or sh.drops("core_attn"):
         return 0.0
-    s = sh.seq_per_cp_rank
-    return score_bytes(arch.num_attention_heads, s, sh.micro_batch_size, sh.attention_dropout)
+    s, heads, b = sh.seq_per_cp_rank, arch.num_attention_heads, sh.micro_batch_size
+    if word(sh) == FP32:  # fp32's torch softmax (`fp32.SCORE_BYTES`)
+        return fp32.score_bytes(heads, s, b, sh.attention_dropout)
+    return score_bytes(heads, s, b, sh.attention_dropout)
 
 
 def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
@@ -168,12 +175,12 @@ def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:
     mlp module recomputed, its input (the residual stream) and the dropout mask."""
     T, h = sh.tokens, arch.hidden_size
     if sh.drops("mlp"):
-        return split(norm_input(T, h, sh) + masks(T, h, sh), 0.0, sh)
+        return split(norm_in(T, h, sh) + masks(T, h, sh), 0.0, sh)
     glu = 2 if arch.gated_linear_unit else 1
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
-    part = BF16 * T * ffn * glu + linear_in(BF16 * T * ffn, sh)
+    rep = norm_in(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
+    part = word(sh) * T * ffn * glu + linear_in(BF16 * T * ffn, sh)
     if glu == 2 and not sh.fused_swiglu:
-        part += BF16 * T * ffn  # silu(x), saved by the multiplication with the gate
+        part += word(sh) * T * ffn  # silu(x), saved by the multiplication with the gate
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
 
@@ -195,7 +202,7 @@ def linear_mixer_bytes(arch: ModelArch, sh: Shard, linear: mixers.LinearMixer) -
 
 def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
     """What full recompute keeps of a layer: its input, 2sbh (split by tp under SP)."""
-    nbytes = BF16 * sh.tokens * arch.hidden_size
+    nbytes = word(sh) * sh.tokens * arch.hidden_size
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 
@@ -208,12 +215,12 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     _, v_width = flops.attention_core_width(arch)
     attention_out = 0.0
     if layer_kind(is_moe).mixer == "attention":
-        attention_out = (BF16 * t * v_width + FP32 * t * a) / sh.tp
+        attention_out = (word(sh) * t * v_width + FP32 * t * a) / sh.tp
     # ep = 1 puts every expert on this rank with all k x t routed tokens: the same token-expert
     # pairs an expert-parallel rank receives, so the same bytes
     gemms = gemm_shapes.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
     saved, _, _ = gemm_shapes.per_op_split(arch, gemms, sh.tp, is_moe)
-    return layer_input_bytes(arch, sh) + attention_out + BF16 * saved
+    return layer_input_bytes(arch, sh) + attention_out + word(sh) * saved
 
 
 GRAPH_STATIC_TENSORS = 2
@@ -231,7 +238,7 @@ def graph_bytes(arch: ModelArch, sh: Shard) -> float:
     inputs, split by tp under sequence parallelism); 0 when the layers run eagerly."""
     if not sh.cuda_graphs:
         return 0.0
-    nbytes = GRAPH_STATIC_TENSORS * BF16 * sh.tokens * arch.hidden_size
+    nbytes = GRAPH_STATIC_TENSORS * word(sh) * sh.tokens * arch.hidden_size
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 

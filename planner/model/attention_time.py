@@ -2,7 +2,8 @@
 the whole key tiles it computes at the published kernels' rate (`planner.model.attention`, bf16
 or FP8), its softmax's exponentials at the GPU's special-function rate and its softmax's FP32
 work at the CUDA cores' rate, each direction the longest of the three, and FP8 attention's
-operand quantisation. `planner.model.layer_time` adds it to the layer; `efficiency` is its
+operand quantisation; in fp32 training the unfused attention that runs instead
+(`unfused_fp32`). `planner.model.layer_time` adds it to the layer; `efficiency` is its
 ATTENTION_EFFICIENCY, passed in so that a refit reaches it."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import NamedTuple
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
 from planner.model import attention, determinism, flops, gemm_shapes
-from planner.model.gemm import Gpu, fp32_peak
+from planner.model.gemm import Gpu, fp32_peak, gemm_time
 
 
 class Core(NamedTuple):
@@ -59,7 +60,10 @@ def core_attention(
     (`Job.fp8_attention`; the backward's longer in Megatron's deterministic mode,
     `determinism.attention_bwd_factor`), its exponentials (one per score computed, at the GPU's
     `exp_tera_per_s` x `attention.exp_fraction`) and its softmax's CUDA-core work
-    (`attention.alu_flops` per score at the FP32 peak), and FP8's quantisation traffic."""
+    (`attention.alu_flops` per score at the FP32 peak), and FP8's quantisation traffic. In fp32
+    training Transformer Engine runs its unfused attention instead (`unfused_fp32`)."""
+    if job.precision == "fp32":
+        return unfused_fp32(job, gpu, t, s, tp)
     arch, spec = job.arch, job.cluster.gpu
     qk_w, v_w = flops.attention_core_width(arch)
     heads = arch.num_attention_heads
@@ -89,6 +93,43 @@ def core_attention(
         quant,
         exp_fwd > max(fwd, alu_fwd),
         alu_fwd > max(fwd, exp_fwd),
+    )
+
+
+UNFUSED_FP32_SCORE_BYTES = (24.0, 36.0)
+"""HBM bytes per score of fp32 unfused attention's work besides its GEMMs, (forward, backward), by
+hand from Transformer Engine's UnfusedDotProductAttention with its torch softmax
+(`planner.model.fp32`): forward, the first batched GEMM writes the scores (4), the mask's
+in-place fill reads and writes them (8), the softmax reads them and writes its output (8), which
+the second GEMM reads (4); backward, the second GEMM writes the probabilities' gradient (4) and
+reads the probabilities for the values' (4), the softmax backward reads both and writes the
+scores' gradient (12), the mask's fill backward reads and writes it (8), and the first GEMM reads
+it twice, for the queries' and the keys' gradients (8)."""
+
+
+def unfused_fp32(job: Job, gpu: Gpu, t: float, s: int, tp: int) -> Core:
+    """fp32 attention for t local queries over s keys on a TP shard (`planner.model.fp32`):
+    Transformer Engine's unfused attention computes every score, masked or not, in two batched
+    GEMMs per head (QK^T, then the probabilities times V; the backward twice their work), which
+    torch runs in full fp32 on the CUDA cores (`gemm.fp32_peak`, 4-byte elements: twice the bf16
+    roofline's bytes per FLOP, at its large-GEMM fraction, as `muon_time` times highest
+    precision), and streams the scores through HBM (UNFUSED_FP32_SCORE_BYTES)."""
+    arch = job.arch
+    qk_w, v_w = flops.attention_core_width(arch)
+    heads = arch.num_attention_heads
+    peak = fp32_peak(job.cluster.gpu, gpu)
+    ridge = 2 * gpu.ridge * peak / gpu.peak_bf16
+    rows = min(t, s)  # a sample's queries per batched GEMM
+    count = heads / tp * t / rows
+    qk = gemm_time(rows, qk_w / heads, s, peak, ridge, gpu.e_bf16, count)
+    pv = gemm_time(rows, s, v_w / heads, peak, ridge, gpu.e_bf16, count)
+    scores = t * s * heads / tp
+    fwd_bytes, bwd_bytes = UNFUSED_FP32_SCORE_BYTES
+    return Core(
+        qk + pv + fwd_bytes * scores / gpu.hbm,
+        2 * (qk + pv) + bwd_bytes * scores / gpu.hbm,
+        0.0,
+        False,
     )
 
 

@@ -38,6 +38,7 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import rl_inference
 from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
+from planner.model.fp32 import quantised, weight_bytes
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -160,11 +161,11 @@ def dispatcher_bytes(job: Job, layout: Layout) -> float:
 
 def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     """(parameter bytes, cached copy bytes) per FP8 / NVFP4 GEMM weight element: 2 and 0 in
-    bf16. With fp8_param_gather / fp4_param_gather (which need a sharded optimizer) the
-    quantised data and, where kept, its transpose are the parameter; without it they are a cache
-    beside the bf16 weight."""
-    if not job.quantised:
-        return 2.0, 0.0
+    bf16 (4 and 0 in fp32, `fp32.weight_bytes`). With fp8_param_gather / fp4_param_gather
+    (which need a sharded optimizer) the quantised data and, where kept, its transpose are the
+    parameter; without it they are a cache beside the bf16 weight."""
+    if not quantised(job):
+        return weight_bytes(job), 0.0
     recipe = job.quant_recipe
     if recipe == "nvfp4":  # rows and columns, 4 bits each with an E4M3 scale per 16
         copies = 2 * (0.5 + 1.0 / 16)
@@ -226,7 +227,7 @@ def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlaye
     the larger buffer's (dense or expert) parameters of a model chunk. ZeRO-3
     (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
     (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
-    units' bf16 parameters and gradients in the gradient dtype."""
+    units' parameters (bf16; fp32 in fp32 training) and gradients in the gradient dtype."""
     total = 0.0
     if layout.zero_stage >= 2:
         bucket = explicit_bucket(layout, dense + expert, nlayers)
@@ -237,5 +238,5 @@ def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlaye
         total += job.grad_bytes * min(size, max(largest, 1.0))
     if layout.zero_stage == 3 and nlayers:
         per_layer = (dense + expert) / nlayers
-        total += 2 * per_layer * (2.0 + job.grad_bytes)
+        total += 2 * per_layer * (weight_bytes(job) + job.grad_bytes)
     return total

@@ -7,7 +7,9 @@ deferred output-layer weight gradients hold until the pipeline flush (`deferred_
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
-from planner.model.shard import BF16, FP32, Shard, norm_input
+from planner.model import fp32
+from planner.model.fp32 import norm_in, word
+from planner.model.shard import FP32, Shard
 
 GATHERED_LOSS_BYTES_PER_LOGIT = 24
 """Bytes per logit when the cross entropy runs on logits gathered over TP (no vocab-parallel
@@ -60,20 +62,22 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     layer's input) and the loss kernel's peak over the local logits (Megatron's
     MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT, under TP
     LOSS_PARALLEL_BYTES_PER_LOGIT; with the logits gathered over TP every rank also holds the
-    gathered logits' working set)."""
+    gathered logits' working set). In fp32 training (`planner.model.fp32`) the norm's values are
+    4 bytes and Megatron's loss keeps fp32.LOSS_BYTES_PER_LOGIT."""
     T, h = sh.tokens, arch.hidden_size
-    norm = norm_input(T, h, sh) + BF16 * T * h
+    norm = norm_in(T, h, sh) + word(sh) * T * h
     norm = norm / sh.tp if sh.sequence_parallel else norm
     local = T * padded_vocab / sh.tp
     if sh.cross_entropy == "gathered":
-        return norm + BF16 * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
+        return norm + word(sh) * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
         per = LOSS_PARALLEL_BYTES_PER_LOGIT if sh.tp > 1 else PYTORCH_LOSS_BYTES_PER_LOGIT
         if sh.loss_chunks > 1:
             return norm + per * local / sh.loss_chunks + chunk_gradient_bytes(T, h)
         return norm + per * local
     extra = COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT if sh.compiled_loss else 0
-    return norm + (MEGATRON_LOSS_BYTES_PER_LOGIT + extra) * local
+    fused = fp32.LOSS_BYTES_PER_LOGIT if word(sh) == FP32 else MEGATRON_LOSS_BYTES_PER_LOGIT
+    return norm + (fused + extra) * local
 
 
 def chunk_gradient_bytes(tokens: int, hidden: int) -> float:
@@ -101,6 +105,6 @@ def deferred_wgrad_bytes(arch: ModelArch, padded_vocab: int, sh: Shard, calls: i
     flag (..._ddp_average_in_collective: 2,340,560,384 against 1,902,255,616 bytes on A100);
     2 x (4,096 x 512 + 4,096 x 25,216) x 2 bytes = 0.393 GiB."""
     T, h = sh.tokens, arch.hidden_size
-    inputs = BF16 * T * h / (sh.tp if sh.sequence_parallel else 1)
-    grads = BF16 * T * padded_vocab / sh.tp
+    inputs = word(sh) * T * h / (sh.tp if sh.sequence_parallel else 1)
+    grads = word(sh) * T * padded_vocab / sh.tp
     return calls * (inputs + grads)

@@ -18,12 +18,15 @@ per token-expert pair the GPU's experts receive:
 
 Pairs: k x T/t x the routing load (`Shard.moe_load`). The dispatchers' permutations save only
 indices (moe_utils.permute / unpermute without probabilities, sort_chunks_by_idxs): no token
-tensor is kept for them, but they hold tokens while the layer runs (`dispatch_working_bytes`)."""
+tensor is kept for them, but they hold tokens while the layer runs (`dispatch_working_bytes`).
+In fp32 training every 16-bit value above is 4 bytes (`planner.model.fp32.word`); the router's
+fp32 tensors and the probabilities stay 4."""
 
 from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
-from planner.model.shard import BF16, FP32, Shard, linear_in, masks, norm_input
+from planner.model.fp32 import norm_in, widen, word
+from planner.model.shard import BF16, FP32, Shard, linear_in, masks
 
 
 def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
@@ -38,19 +41,20 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     assert arch.num_moe_experts is not None
     h, E = arch.hidden_size, arch.num_moe_experts
     local = sh.tokens / sh.tp
-    out = norm_input(local, h, sh) + masks(local, h, sh)
+    w = word(sh)  # 2 bytes (4 in fp32 training) a value the router's fp32 tensors aside
+    out = norm_in(local, h, sh) + masks(local, h, sh)
     if sh.drops("moe"):
         # the checkpointed MoE layer keeps its input, the norm output
-        return out + BF16 * local * h
+        return out + w * local * h
     if not sh.drops("layernorm"):
-        out += BF16 * local * h
+        out += w * local * h
     out += 2 * FP32 * local * E
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
-    out += expert_input_bytes(arch, sh) + n * (BF16 * F * glu + FP32)
+    out += expert_input_bytes(arch, sh) + n * (w * F * glu + FP32)
     if not sh.drops("moe_act"):  # (the checkpointed activation keeps none of them)
-        out += n * BF16 * F * _unfused_widths(arch, sh)
+        out += n * w * F * _unfused_widths(arch, sh)
     if arch.moe_latent_size:
         out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
@@ -58,7 +62,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     Fs = arch.moe_shared_expert_intermediate_size
     if Fs and not sh.drops("shared_experts"):
         out += shared_input_bytes(arch, sh)
-        out += local * (BF16 * Fs * glu + linear_in(BF16 * Fs, sh))
+        out += local * (w * Fs * glu + linear_in(BF16 * Fs, sh))
     return out
 
 
@@ -72,7 +76,7 @@ def shared_input_bytes(arch: ModelArch, sh: Shard) -> float:
         return 0.0
     if sh.shared_gathered:
         return (
-            BF16 * h * sh.tokens
+            word(sh) * h * sh.tokens
             if sh.shared_keeps_original
             else linear_in(BF16 * h * sh.tokens, sh)
         )
@@ -94,7 +98,7 @@ def fc1_input_bytes(arch: ModelArch, sh: Shard) -> float:
     """Bytes of one routed pair's fc1 input as fc1 saves it: its quantised copy, or the bf16
     original where `Shard.fc1_keeps_original`."""
     width = BF16 * arch.expert_hidden
-    return width if sh.fc1_keeps_original else linear_in(width, sh)
+    return widen(width, sh) if sh.fc1_keeps_original else linear_in(width, sh)
 
 
 def _unfused_widths(arch: ModelArch, sh: Shard) -> int:
@@ -136,15 +140,16 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     h = arch.expert_hidden
     n = pairs(arch, sh, sh.moe_work_load) * sh.etp
     local = sh.tokens / sh.tp
-    shared = BF16 * arch.hidden_size * local if arch.moe_shared_expert_intermediate_size else 0.0
+    w = word(sh)
+    shared = w * arch.hidden_size * local if arch.moe_shared_expert_intermediate_size else 0.0
     if dispatcher == "allgather":
-        return BF16 * h * (2 * local * sh.etp * ep + n)
+        return w * h * (2 * local * sh.etp * ep + n)
     tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n
     if dispatcher == "alltoall":
         tokens += arch.moe_router_topk * local  # the permuted local tokens (custom_forward's)
     elif dispatcher == "hybridep":
         tokens += local  # the combine's output
-    return BF16 * h * tokens + shared
+    return w * h * tokens + shared
 
 
 def backward_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -159,7 +164,7 @@ def backward_bytes(arch: ModelArch, sh: Shard) -> float:
     n = p * sh.etp
     F = arch.expert_ffn  # per pair before the expert-TP gather: p x F = n x F / etp
     tokens = max(2 * h * n, h * n + F * p, 2 * F * p)
-    return BF16 * (tokens + (F * p if sh.drops("moe_act") else 0.0))
+    return word(sh) * (tokens + (F * p if sh.drops("moe_act") else 0.0))
 
 
 def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2
+from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
 from planner.model.schedule import Chunks, layer_count
@@ -28,7 +29,8 @@ def state_bytes_per_param(
     optimizer_bytes: float = 12.0,
     weight_bytes: float = 2.0,
 ) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter: weight_bytes (2 in bf16), grad_bytes of
+    """(weights, grads, optimizer) bytes per parameter: weight_bytes (2 in bf16, 4 in fp32),
+    grad_bytes of
     gradient (4 fp32 main_grad, 2 bf16) and optimizer_bytes of fp32 master + Adam m, v (12; 8
     with bf16 moments); ZeRO stage z shards the optimizer (z >= 1), the gradients (z >= 2) and
     the weights (z = 3) over shard_group ranks."""
@@ -66,12 +68,13 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         fp8 = (fp8_dense, fp8_expert)
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.quantised_weight_bytes(job, layout)
-    z, opt, g = layout.zero_stage, job.optimizer_bytes, job.grad_bytes
+    z, g = layout.zero_stage, job.grad_bytes
+    opt, w = adam_bytes(job, z), weight_bytes(job)  # fp32 training: 4-byte weights, no master
     # each of Megatron's distributed-optimizer instances shards over its slice of the groups
     n = job.optimizer_instances
     dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
-    w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt)
-    w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt)
+    w_d, g_d, o_d = state_bytes_per_param(z, g, dense_dp, opt, w)
+    w_e, g_e, o_e = state_bytes_per_param(z, g, expert_dp, opt, w)
     if n > 1 and z == 3 and job.outer_dp_sharding_strategy == "optim":
         # Megatron-FSDP's HFSDP: the optimizer states shard over the instances too
         o_d = state_bytes_per_param(z, g, layout.dense_dp, opt)[2]

@@ -34,7 +34,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, cpu_offload, dsa, mixers, routing_load, t5, vision
+from planner.model import cp_time, cpu_offload, dsa, fp32, mixers, routing_load, t5, vision
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.job_memo import ModelMemo
 from planner.model.loss_activations import (
@@ -129,7 +129,8 @@ FUSED_HEAD_DIM_MULTIPLE = 8
 that are multiples of 8 (TE common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend`: "head
 dimension ... multiples of 8"; dot_product_attention/utils.py `get_attention_backend` likewise for
 flash-attn); any other (LLaVA's test model: 624 / 12 = 52) falls back to its unfused attention,
-which stores the s^2 scores."""
+which stores the s^2 scores, as fp32 training does whatever the head dimension
+(`planner.model.fp32`)."""
 
 
 def shard(job: Job, layout: Layout) -> Shard:
@@ -137,13 +138,15 @@ def shard(job: Job, layout: Layout) -> Shard:
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)
+    in_fp32, quantised = job.precision == "fp32", fp32.quantised(job)  # (`planner.model.fp32`)
+    flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
     out = Shard(
         tokens=s * layout.micro_batch_size,
         tp=layout.tp,
         sequence_parallel=layout.sequence_parallel,
         etp=layout.expert_tp,
         recompute=policy,
-        linear_bytes=linear_input_bytes(job),
+        linear_bytes=fp32.LINEAR_INPUT_BYTES if in_fp32 else linear_input_bytes(job),
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
@@ -156,14 +159,14 @@ def shard(job: Job, layout: Layout) -> Shard:
         fused_swiglu=job.fused_swiglu,
         weighted_experts=job.framework == "megatron",
         shared_keeps_original=job.framework == "megatron"
-        and job.quantised
+        and quantised
         and job.quant_recipe != "delayed",
         shared_gathered=layout.moe_shared_expert_overlap and layout.tp > 1,
         fc1_keeps_original="expert_fc1" in layout.offload_modules
-        and job.quantised
+        and quantised
         and not job.block_scaled,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
-        flash_attention=job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0,
+        flash_attention=flash and not in_fp32,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
         moe_load=kept,
         moe_work_load=working if working != kept else None,
@@ -307,8 +310,9 @@ def _peak(
 def _mtp_extra_bytes(arch: ModelArch, sh: Shard) -> float:
     """What an MTP layer keeps besides its transformer layer (multi_token_prediction.py): the
     inputs of enorm and hnorm (2h each), their concatenated outputs that eh_proj keeps (4h),
-    and its final norm's input and output (4h): 12 bytes per hidden element."""
-    nbytes = 12 * sh.tokens * arch.hidden_size
+    and its final norm's input and output (4h): 12 bytes per hidden element (24 in fp32
+    training: six values, `fp32.word`)."""
+    nbytes = 6 * fp32.word(sh) * sh.tokens * arch.hidden_size
     return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 

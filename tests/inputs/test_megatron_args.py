@@ -356,9 +356,10 @@ def test_precision_flags() -> None:
     fp16 = read(SMALL.replace("--bf16", "--fp16"))
     assert fp16.doc["training"]["precision"] == "bf16"  # the same 2 bytes per value
     assert any("--fp16" in n for n in fp16.notes) and not fp16.not_modelled
-    # neither: Megatron's params_dtype stays torch.float (arguments.py "Parameters dtype")
+    # neither: Megatron's params_dtype stays torch.float (arguments.py:1194): precision fp32
     fp32 = read(SMALL.replace("--bf16", ""))
-    assert any("fp32" in n for n in fp32.not_modelled)
+    assert fp32.doc["training"]["precision"] == "fp32" and not fp32.not_modelled
+    assert any("fp32 training" in n for n in fp32.notes)
     # the same with the LM head in MXFP8, whose flag once stood in the same if-chain
     mx = "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj"
     assert any("fp32" in n for n in read(SMALL.replace("--bf16", mx)).not_modelled)

@@ -1,0 +1,103 @@
+"""The dtypes a Megatron-LM line trains with (for `megatron_training`): how --fp16 and fp32 (neither
+--bf16 nor --fp16) are read, the gradient buffers' and Adam moments' dtypes, and the CPU-offloaded
+optimizer. Flag names and meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.errors import InputError
+from planner.inputs.megatron_line import Line
+
+FP32_NOTE = (
+    "neither --bf16 nor --fp16: fp32 training (fp32 weights, gradients and activations, GEMMs in "
+    "TF32, attention unfused; arguments.py:1194 params_dtype torch.float)"
+)
+
+
+def fp16_note(line: Line) -> str:
+    """How --fp16 is read: as bf16 (the same bytes per value), its gradient buffers 16-bit
+    unless --accumulate-allreduce-grads-in-fp32 (`optimizer_dtypes`; Megatron-FSDP's own flag
+    decides there)."""
+    note = "--fp16: read as bf16 (the same bytes per value)"
+    if line.has("--use-megatron-fsdp"):
+        return note
+    if line.has("--accumulate-allreduce-grads-in-fp32"):
+        return f"{note}; gradient buffers fp32 (--accumulate-allreduce-grads-in-fp32)"
+    return (
+        f"{note}; gradient buffers 16-bit: Megatron keeps them in the parameters' dtype, fp32 "
+        "only with --accumulate-allreduce-grads-in-fp32, which validate_args turns on for "
+        "--bf16 alone (arguments.py:1204-1217, d98e8a64)"
+    )
+
+
+def optimizer_dtypes(line: Line) -> dict[str, Any]:
+    """Gradient buffers and Adam moments. The buffers are fp32 where Megatron's
+    accumulate_allreduce_grads_in_fp32 holds, else the parameters' dtype (training.py:2635
+    passes it as DistributedDataParallelConfig.grad_reduce_in_fp32, default False,
+    distributed_data_parallel_config.py:15; param_and_grad_buffer.py:924 `torch.float if
+    grad_reduce_in_fp32 else param.dtype`; Megatron-LM d98e8a64). validate_args turns it on
+    only under --bf16 (arguments.py:1204-1217), unless --grad-reduce-in-bf16, or --main-grads-dtype
+    bf16 (with the precision-aware optimizer, the only one that takes it), and asserts
+    --main-grads-dtype fp32 where --accumulate-allreduce-grads-in-fp32 is given (:1209-1211). So
+    --bf16 gives fp32 buffers unless one of those two, and --fp16 16-bit (fp16, planner's "bf16":
+    the same bytes) unless --accumulate-allreduce-grads-in-fp32 (--grad-reduce-in-bf16 and
+    --main-grads-dtype change nothing there). Without --bf16 / --fp16 / FP8 / FP4 (fp32) the
+    parameters and so the buffers are fp32 whatever those flags say. Megatron-FSDP's grads
+    default to the parameters' dtype (--megatron-fsdp-main-grads-dtype auto:
+    DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
+    megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`), fp32 in fp32 training
+    (an explicit bf16 there is counted fp32 too: the safe side)."""
+    out: dict[str, Any] = {}
+    aware = line.has("--use-precision-aware-optimizer")
+    accumulate = line.has("--accumulate-allreduce-grads-in-fp32")
+    main_bf16 = line.text("--main-grads-dtype") == "bf16"
+    fp32 = not any(line.has(f) for f in ("--bf16", "--fp16", "--fp8-format", "--fp4-format"))
+    if line.has("--fp16"):
+        bf16_grads = not accumulate
+    elif fp32:
+        bf16_grads = False
+    else:
+        if accumulate and main_bf16 and line.has("--bf16"):
+            raise InputError(
+                f"{line.where}: --accumulate-allreduce-grads-in-fp32: not with --main-grads-dtype "
+                "bf16 (Megatron-LM d98e8a64 validate_args asserts --main-grads-dtype fp32 under "
+                "--bf16, arguments.py:1209-1211)"
+            )
+        bf16_grads = line.has("--grad-reduce-in-bf16") or (aware and main_bf16)
+    if line.has("--use-megatron-fsdp"):
+        fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
+        bf16_grads = fsdp != "fp32" and not fp32
+    if bf16_grads:
+        out["main_grad_dtype"] = "bf16"
+    if aware:
+        # both moments in 16 bits (each defaults to fp32)
+        moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
+        if all(m in ("bf16", "fp16") for m in moments):
+            out["optimizer_state_dtype"] = "bf16"
+    out.update(_optimizer_offload(line, aware))
+    return out
+
+
+def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
+    """--optimizer-cpu-offload: the share --optimizer-offload-fraction (argparse default 1.0) of
+    the optimizer on the host, with --overlap-cpu-optimizer-d2h-h2d or not; Megatron-LM d98e8a64
+    validate_args asserts the precision-aware optimizer with it (its other asserts are the plan's
+    rules: `planner.search.rules.optimizer.optimizer_offload`)."""
+    flag = "--optimizer-cpu-offload"
+    if not line.has(flag):
+        return {}
+    if not aware:
+        raise InputError(
+            f"{line.where}: {flag}: needs --use-precision-aware-optimizer (Megatron-LM asserts "
+            "it: the host optimizer reuses that path)"
+        )
+    fraction = line.number("--optimizer-offload-fraction")
+    fraction = 1.0 if fraction is None else min(max(fraction, 0.0), 1.0)  # a share of the count
+    out: dict[str, Any] = {
+        "optimizer_offload_fraction": fraction,
+        "optimizer_offload_overlap": line.has("--overlap-cpu-optimizer-d2h-h2d"),
+    }
+    if fraction == 0:  # all on the GPU, in the host optimizer's fp32 copies and moments
+        out["optimizer_state_dtype"] = "fp32"
+    return out

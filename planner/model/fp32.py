@@ -1,0 +1,108 @@
+"""What fp32 training (precision "fp32": a Megatron-LM line with neither --bf16 nor --fp16) keeps
+and runs that bf16 training does not. From NVIDIA/Megatron-LM d98e8a64 unless said otherwise:
+
+- weights: fp32 parameters (arguments.py:1194, params_dtype torch.float; no Float16Module,
+  training.py:2468-2470 wraps only under --fp16 / --bf16), 4 bytes (`weight_bytes`);
+- gradients: the buffers take the parameters' dtype (param_and_grad_buffer.py:924, with
+  grad_reduce_in_fp32 off: validate_args turns it on under --bf16 only, arguments.py:1205-1217),
+  fp32, and the optimizer reads them in place: FP32Optimizer sets param.grad = param.main_grad
+  (optimizer.py:1309-1310, prepare_grads), the distributed optimizer `.float()`s the fp32 shard,
+  which returns it (distrib_optimizer.py:2792), Megatron-FSDP `.to(param.dtype)` it the same
+  way (megatron_fsdp/param_and_grad_buffer.py:3377-3381): no step copy
+  (`rank_states.copies_main_grads`, fp32 buffers);
+- optimizer: no fp32 master beside an fp32 parameter (`adam_bytes`): FP32Optimizer without the
+  distributed optimizer (optimizer/__init__.py:683-686), and the distributed optimizer's shard of
+  an fp32 parameter is a view of it (distrib_optimizer.py:466-475); but Megatron-FSDP allocates
+  its main-weight buffer in megatron_fsdp_main_params_dtype, fp32 by default, whatever the
+  parameters' dtype (megatron_fsdp/param_and_grad_buffer.py:2689-2706;
+  distributed_data_parallel_config.py:188), and the precision-aware optimizer's Transformer
+  Engine FusedAdam (master_weights=True, optimizer/__init__.py:581) initialises a master for
+  every parameter (TransformerEngine 04912bf0 optimizers/fused_adam.py `initialize_state`);
+- activations: every value a layer keeps in 4 bytes where bf16 keeps 2 (`word`; the linear
+  layers' saved inputs too, `Shard.linear_bytes` 4, which is how a Shard says fp32); what bf16
+  training keeps in fp32 already (the router's logits and probabilities, a loss's fp32 tensors)
+  and the 1-byte dropout masks stay as they are;
+- attention: Transformer Engine runs neither FlashAttention nor cuDNN attention on fp32 inputs
+  (TransformerEngine a0b36d0c attention/dot_product_attention/utils.py `get_attention_backend`,
+  "Filter: Data type"), so its unfused attention runs, and keeps the s x s scores
+  (`SCORE_BYTES`); it has no context-parallel path (same function: "does not support context
+  parallelism"), so fp32 with cp > 1 finds no backend;
+- GEMMs: Transformer Engine's cuBLASLt GEMMs of fp32 operands compute in
+  CUBLAS_COMPUTE_32F_FAST_TF32 ("Use TF32 only for pure FP32 GEMM",
+  transformer_engine/common/gemm/cublaslt_gemm.cu `cublas_gemm`, TransformerEngine 5c62f728
+  and its NVFP4-era successors): the TF32 peak (`GpuSpec.peak_flops("fp32")`); the unfused
+  attention's batched matmuls are torch.baddbmm / bmm, full fp32 on the CUDA cores, since
+  torch.backends.cuda.matmul.allow_tf32 defaults to False (PyTorch >= 1.12, docs/notes/cuda.rst
+  "TensorFloat-32 (TF32) on Ampere (and later) devices") and Megatron sets no float32 matmul
+  precision (no allow_tf32 nor set_float32_matmul_precision under megatron/)."""
+
+from __future__ import annotations
+
+from planner.inputs.plan import Job
+from planner.inputs.plan_types import QUANTISED
+from planner.model.shard import BF16, FP32, MASK, Shard, norm_input
+
+LINEAR_INPUT_BYTES = float(FP32)
+"""What an fp32 linear layer keeps of its input per element (`Shard.linear_bytes`): the fp32
+input itself."""
+
+SCORE_BYTES = 4
+"""Bytes per score Transformer Engine's unfused attention keeps in fp32: FusedScaleMaskSoftmax
+takes its fused kernel only for 16-bit inputs (TransformerEngine c83f3857
+attention/dot_product_attention/softmax.py `is_kernel_available`: "input must be fp16"), and its
+torch softmax upcasts and casts back only 16-bit inputs (`forward_torch_softmax`), so it keeps
+the fp32 softmax output, which the second batched GEMM saves as its input too."""
+
+DROPOUT_SCORE_BYTES = MASK + FP32
+"""Attention dropout's mask (1) and its fp32 output (4), where the model has attention dropout
+(bf16: 1 + 2, `planner.model.scores.DROPOUT_BYTES_PER_SCORE`)."""
+
+LOSS_BYTES_PER_LOGIT = 4
+"""Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy on fp32 logits
+(tensor_parallel/cross_entropy.py): `.float()` returns the output layer's fp32 logits themselves
+(:25), which become the saved softmax in place (:42, :61-62), and the gradient is written over it
+(:88, :114) and handed to the fp32 output layer uncast: 4, against bf16's 2 + 4
+(`loss_activations.MEGATRON_LOSS_BYTES_PER_LOGIT`)."""
+
+
+def quantised(job: Job) -> bool:
+    """The decoder's linear layers run quantised (FP8 / NVFP4), not bf16 or fp32."""
+    return job.precision in QUANTISED
+
+
+def weight_bytes(job: Job) -> float:
+    """Bytes of one unquantised parameter: 4 in fp32 training, 2 in bf16 (the FP8 / NVFP4 GEMM
+    weights: `buffers.quantised_weight_bytes`)."""
+    return float(FP32) if job.precision == "fp32" else float(BF16)
+
+
+def adam_bytes(job: Job, zero_stage: int) -> float:
+    """Optimizer bytes per parameter on the GPU (`Job.optimizer_bytes`), less the fp32 master in
+    fp32 training where none is kept: without Megatron-FSDP (ZeRO 2 and 3 here) and without the
+    precision-aware optimizer (module docstring)."""
+    master = job.precision == "fp32" and zero_stage < 2 and not job.precision_aware_optimizer
+    return job.optimizer_bytes - (FP32 if master else 0.0)
+
+
+def word(sh: Shard) -> float:
+    """Bytes of one value a layer keeps that bf16 training keeps in 16 bits: 4 in fp32 training
+    (its Shard's linear inputs are 4 bytes: `LINEAR_INPUT_BYTES`), else 2 (bf16, and the
+    unquantised tensors of FP8 / NVFP4 runs)."""
+    return float(FP32) if sh.linear_bytes == LINEAR_INPUT_BYTES else float(BF16)
+
+
+def widen(nbytes: float, sh: Shard) -> float:
+    """`nbytes` counted in 16-bit values, in the values the Shard's training keeps (`word`)."""
+    return nbytes * word(sh) / BF16
+
+
+def norm_in(T: float, h: int, sh: Shard) -> float:
+    """What one norm keeps of its input (`shard.norm_input`), the input in the Shard's values."""
+    return norm_input(T, h, sh) + (word(sh) - BF16) * T * h
+
+
+def score_bytes(heads: int, s: int, micro_batch: int, dropout: bool) -> float:
+    """Bytes one layer's fp32 unfused attention keeps for `heads` heads of s x s scores per
+    sample: SCORE_BYTES, and DROPOUT_SCORE_BYTES where the model has attention dropout."""
+    per = SCORE_BYTES + (DROPOUT_SCORE_BYTES if dropout else 0)
+    return per * heads * s * s * micro_batch
