@@ -10,6 +10,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
 from planner.inputs.layout import Recompute, RecomputePolicy
 from planner.inputs.plan_types import (
+    QUANTISED,
     AttentionKernel,
     CrossEntropy,
     CudaGraphImpl,
@@ -211,8 +212,8 @@ class Job:
     @property
     def quantised(self) -> bool:
         """The decoder's linear layers run in FP8 or NVFP4 (Transformer Engine quantises their
-        operands), not bf16."""
-        return self.precision != "bf16"
+        operands), not bf16 or fp32."""
+        return self.precision in QUANTISED
 
     @property
     def compiled(self) -> bool:

@@ -38,7 +38,7 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import rl_inference
 from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
-from planner.model.fp32 import quantised, weight_bytes
+from planner.model.fp32 import weight_bytes
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -164,7 +164,7 @@ def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     bf16 (4 and 0 in fp32, `fp32.weight_bytes`). With fp8_param_gather / fp4_param_gather
     (which need a sharded optimizer) the quantised data and, where kept, its transpose are the
     parameter; without it they are a cache beside the bf16 weight."""
-    if not quantised(job):
+    if not job.quantised:
         return weight_bytes(job), 0.0
     recipe = job.quant_recipe
     if recipe == "nvfp4":  # rows and columns, 4 bits each with an E4M3 scale per 16

@@ -39,7 +39,6 @@ and runs that bf16 training does not. From NVIDIA/Megatron-LM d98e8a64 unless sa
 from __future__ import annotations
 
 from planner.inputs.plan import Job
-from planner.inputs.plan_types import QUANTISED
 from planner.model.shard import BF16, FP32, MASK, Shard, norm_input
 
 LINEAR_INPUT_BYTES = float(FP32)
@@ -63,11 +62,6 @@ LOSS_BYTES_PER_LOGIT = 4
 (:25), which become the saved softmax in place (:42, :61-62), and the gradient is written over it
 (:88, :114) and handed to the fp32 output layer uncast: 4, against bf16's 2 + 4
 (`loss_activations.MEGATRON_LOSS_BYTES_PER_LOGIT`)."""
-
-
-def quantised(job: Job) -> bool:
-    """The decoder's linear layers run quantised (FP8 / NVFP4), not bf16 or fp32."""
-    return job.precision in QUANTISED
 
 
 def weight_bytes(job: Job) -> float:

@@ -12,7 +12,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
-from planner.model import comms, fp32, gemm_shapes, layer_tp
+from planner.model import comms, gemm_shapes, layer_tp
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
 
@@ -39,7 +39,7 @@ def linear_times(
     torchtitan's in bf16 unless float8_experts); every GEMM on the SMs `Job.gemm_sm_margin`
     leaves it."""
     blackwell = job.cluster.gpu.is_blackwell
-    quantised = fp32.quantised(job)  # FP8 / NVFP4 (fp32's GEMMs run at its TF32 peak_linear)
+    quantised = job.quantised  # FP8 / NVFP4 (fp32's GEMMs run at its TF32 peak_linear)
     quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if quantised else 0.0
     expert_recipe = experts_recipe(job)
     bf16_experts = quantised and expert_recipe is None  # beside quantised linear layers
@@ -77,7 +77,7 @@ def experts_recipe(job: Job) -> str | None:
     float8_experts` (its float8 linear converter converts nn.Linear modules only, and the
     experts are grouped GEMMs: `planner.inputs.torchtitan.FLOAT8_EXPERTS`). torchtitan's float8
     experts scale rowwise whatever the linear recipe."""
-    if not fp32.quantised(job):
+    if not job.quantised:
         return None
     if job.framework != "torchtitan":
         return job.quant_recipe

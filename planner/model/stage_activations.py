@@ -138,7 +138,7 @@ def shard(job: Job, layout: Layout) -> Shard:
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)
-    in_fp32, quantised = job.precision == "fp32", fp32.quantised(job)  # (`planner.model.fp32`)
+    in_fp32, quantised = job.precision == "fp32", job.quantised  # (`planner.model.fp32`)
     flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
     out = Shard(
         tokens=s * layout.micro_batch_size,

@@ -11,7 +11,6 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params, t5, vision
 from planner.model.bf16_layers import bf16_ranges
-from planner.model.fp32 import quantised
 from planner.model.job_memo import ModelMemo
 from planner.model.schedule import Chunks
 
@@ -100,7 +99,7 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
 def quantised_decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of some decoder layers that are FP8 / NVFP4 GEMM weights: all
     but those of the layers kept in bf16 (`bf16_layers`); none in a bf16 or fp32 job."""
-    if not quantised(job):
+    if not job.quantised:
         return 0.0, 0.0
     dense, expert = decoder_params(job, layout, chunks)
     bf16_dense, bf16_expert = decoder_params(job, layout, bf16_ranges(job, chunks))
@@ -111,7 +110,7 @@ def quantised_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tup
     """(dense, expert) parameters of rank `rank` that are FP8 / NVFP4 GEMM weights: its decoder
     layers' (`quantised_decoder_params`; their norms and router counted in, a few thousandths)
     and its MTP layers'."""
-    if not quantised(job):
+    if not job.quantised:
         return 0.0, 0.0
     arch = job.arch
     dense, expert = quantised_decoder_params(job, layout, chunks)

@@ -172,3 +172,18 @@ def test_the_fp32_attention_runs_unfused_on_the_cuda_cores() -> None:
         job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64), gpu, 4096.0, 4096, 1, 1.0
     )
     assert core.fwd > 10 * bf16.fwd  # 67 against 989 TFLOP/s, and no causal skipping
+
+
+def test_fp32_is_not_quantised_and_pays_no_fp8_host_issue() -> None:
+    # Job.quantised means FP8 / NVFP4 linear layers; fp32 runs none (it read `!= "bf16"`), so
+    # its host issue per layer is bf16's, without FP8_ISSUE's quantisation kernels
+    from planner.model import host
+
+    lay = Layout(tp=2, dp=4, zero_stage=1, sequence_parallel=True)
+    kind = catalog.get_model("llama3.1-8b").kinds[0]
+    issue = {}
+    for p in ("bf16", "fp32", "fp8"):
+        j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision=p)
+        assert j.quantised == (p == "fp8")
+        issue[p] = host.issue_units(j, lay, kind)
+    assert issue["fp32"] == issue["bf16"] < issue["fp8"]
