@@ -177,7 +177,8 @@ def launch_lines(plan: Plan) -> tuple[list[str], str | None]:
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
     targets; and what the Megatron-LM targets launch differently where they do not refuse it
-    (`launch.megatron_lm_loss_note`: the loss Megatron-LM runs, with its step and peak), None
+    (`launch.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16 attention for FP8
+    attention, with its step and peak), None
     where they launch it as it is. The targets are rendered once for both."""
     from planner.emit import launch
 
@@ -189,7 +190,7 @@ def launch_lines(plan: Plan) -> tuple[list[str], str | None]:
     megatron = plan.job.framework == "megatron"
     if not megatron or any(t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts):
         return lines, None
-    return lines, launch.megatron_lm_loss_note(plan)
+    return lines, launch.megatron_lm_launched_note(plan)
 
 
 def launch_warnings(plan: Plan) -> list[str]:

@@ -151,54 +151,70 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
         )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
-    return file_name, renderer(megatron_lm_loss(plan, target), check_job_name(job_name))
+    return file_name, renderer(megatron_lm_launched(plan, target), check_job_name(job_name))
 
 
 MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
 """The targets that run Megatron-LM's own pretrain_gpt.py (d98e8a64)."""
 
 
-def megatron_lm_loss(plan: Plan, target: str) -> Plan:
-    """The plan as a Megatron-LM target launches it. Megatron-LM d98e8a64 refuses Transformer
-    Engine's fused cross entropy (arguments.py asserts `--cross-entropy-loss-fusion` off with
-    `--cross-entropy-fusion-impl te`: "disabled due to stability issues"; the Megatron-Core that
-    Megatron-Bridge pins only warns). A plan timed with it (`Job.megatron_loss` "te", the default
-    fused loss) is launched with Megatron-LM's compiled native fusion where that still fits (it
-    holds one more fp32 copy of the local logits: `training.compiled_loss_fusion`), else with its
-    unfused loss (no flag: TE's memory, twice its HBM traffic per logit), and the header predicts
-    the one launched."""
-    if target not in MEGATRON_LM_TARGETS or plan.job.megatron_loss != "te":
+def megatron_lm_launched(plan: Plan, target: str) -> Plan:
+    """The plan as a Megatron-LM target launches it, so that the file's header predicts the
+    run it starts.
+
+    - FP8 attention: Megatron-LM d98e8a64 has no flag for it (TransformerConfig's
+      fp8_dot_product_attention is left out of its command line, arguments.py:2333), so the
+      attention runs in bf16; the plan is launched with `fp8_attention` off, said in the file's
+      notes (`Plan.launch_notes`).
+    - The loss: Megatron-LM refuses Transformer Engine's fused cross entropy (arguments.py asserts
+      `--cross-entropy-loss-fusion` off with `--cross-entropy-fusion-impl te`: "disabled due to
+      stability issues"; the Megatron-Core that Megatron-Bridge pins only warns). A plan timed
+      with it (`Job.megatron_loss` "te", the default fused loss) is launched with Megatron-LM's
+      compiled native fusion where that still fits (it holds one more fp32 copy of the local
+      logits: `training.compiled_loss_fusion`), else with its unfused loss (no flag: TE's
+      memory, twice its HBM traffic per logit)."""
+    if target not in MEGATRON_LM_TARGETS:
         return plan
-    native = replace(plan.job, compiled_loss_fusion=True)
-    if memory.estimate(native, plan.require_layout()).fits:
-        return replace(plan, job=native)
-    return replace(plan, job=replace(plan.job, loss_fusion=False))
+    job, notes = plan.job, plan.launch_notes
+    if job.fp8_attention:
+        job, notes = replace(job, fp8_attention=False), (*notes, megatron.FP8_ATTENTION_NOTE)
+    if job.megatron_loss == "te":
+        native = replace(job, compiled_loss_fusion=True)
+        fits = memory.estimate(native, plan.require_layout()).fits
+        job = native if fits else replace(job, loss_fusion=False)
+    return plan if job is plan.job else replace(plan, job=job, launch_notes=notes)
 
 
-def megatron_lm_loss_note(plan: Plan) -> str | None:
-    """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan ranked with
-    Transformer Engine's fused cross entropy (`megatron_lm_loss`), with the step and peak they
-    predict, and how to rank with the loss they launch; None where they launch the plan as
-    it is."""
-    launched = megatron_lm_loss(plan, MEGATRON_LM_TARGETS[0])
+def megatron_lm_launched_note(plan: Plan) -> str | None:
+    """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan
+    (`megatron_lm_launched`: the loss of a plan ranked with Transformer Engine's fused cross
+    entropy, FP8 attention), with the step and peak they predict, and how to plan with what they
+    launch; None where they launch the plan as it is."""
+    launched = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0])
     if launched is plan:
         return None
     lay = plan.require_layout()
     ranked, run = cost.estimate(plan.job, lay), cost.estimate(launched.job, lay)
     peak = memory.estimate(launched.job, lay).peak / 2**30
-    native = launched.job.compiled_loss_fusion
     targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
-    loss, setting = (
-        ("its compiled native fusion", "compiled_loss_fusion = true")
-        if native
-        else ("its unfused loss", "loss_fusion = false")
-    )
+    changes, settings = [], []
+    if plan.job.megatron_loss == "te":
+        native = launched.job.compiled_loss_fusion
+        changes.append(
+            "refuses Transformer Engine's fused cross entropy (the loss this plan names, as "
+            "Megatron-Bridge runs it): they launch "
+            + ("its compiled native fusion" if native else "its unfused loss")
+        )
+        settings.append("compiled_loss_fusion = true" if native else "loss_fusion = false")
+    if plan.job.fp8_attention:
+        changes.append("has no flag for FP8 attention: they run the attention in bf16")
+        settings.append("fp8_attention = false")
     return (
-        f"launch --target {', '.join(targets)} run Megatron-LM, which refuses "
-        "Transformer Engine's fused cross entropy (the loss this plan names, as "
-        f"Megatron-Bridge runs it): they launch {loss}, predicted step "
-        f"{run.step_time_s:.3f} s (the plan's {ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; "
-        f"to plan with that loss, set training.{setting} (in a job file, suggest ranks with it)"
+        f"launch --target {', '.join(targets)} run Megatron-LM, which "
+        f"{'; and which '.join(changes)}; predicted step {run.step_time_s:.3f} s (the plan's "
+        f"{ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; to plan with that, set "
+        f"{' and '.join(f'training.{s}' for s in settings)} (in a job file, suggest ranks with "
+        "it)"
     )
 
 
@@ -236,8 +252,8 @@ def launch(
     """Render `target` for the plan file; write it under `out_dir` when given."""
     _target(target)  # before reading the plan: the cheaper message first
     # every file of the target (a pooled torchrun's per-pool scripts too) launches the loss
-    # Megatron-LM runs (`megatron_lm_loss`, which `render` applies for its callers alike)
-    plan = megatron_lm_loss(check_plan(load_plan(plan_path)), target)
+    # Megatron-LM runs (`megatron_lm_launched`, which `render` applies for its callers alike)
+    plan = megatron_lm_launched(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
     note = renamed(target, job_name or plan_path.stem)
     warning = unfit(plan, plan_path)

@@ -183,7 +183,7 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
     if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so (and where it says
-        # Transformer Engine's, which Megatron-LM refuses: `launch.megatron_lm_loss`), else
+        # Transformer Engine's, which Megatron-LM refuses: `launch.megatron_lm_launched`), else
         # Transformer Engine's (Megatron-Bridge's performance recipes' choice); without the flag
         # Megatron runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
@@ -307,15 +307,15 @@ def unflagged(plan: Plan) -> list[str]:
 FP8_ATTENTION_NOTE = (
     "training.fp8_attention = true has no Megatron-LM flag (TransformerConfig "
     "fp8_dot_product_attention is left out of its command line, megatron/training/arguments.py "
-    "@d98e8a64): this job runs its attention in bf16, slower than planned; Megatron-Bridge sets "
-    "it (mixed_precision.fp8_dot_product_attention)"
+    "@d98e8a64): this job runs its attention in bf16, as planner launch predicts it; "
+    "Megatron-Bridge sets it (mixed_precision.fp8_dot_product_attention)"
 )
 
 
 def arguments(plan: Plan) -> Arguments:
     """Every Megatron-LM argument the plan decides."""
-    notes = unflagged(plan)
-    if plan.job.fp8_attention:
+    notes = unflagged(plan) + list(plan.launch_notes)
+    if plan.job.fp8_attention:  # a caller that renders the plan as written
         notes.append(FP8_ATTENTION_NOTE)
     return Arguments(
         model=tuple(model_args(plan)),

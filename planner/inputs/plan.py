@@ -47,6 +47,9 @@ class Plan:
     model_ref: dict[str, Any] | None = None
     inert: tuple[tuple[str, str], ...] = ()
     """(field, message) for the settings the plan gives that change nothing (`inert.inert`)."""
+    launch_notes: tuple[str, ...] = ()
+    """What a launch target changed of the plan as written, said in its file's notes (the plan
+    as the Megatron-LM targets launch it: `planner.emit.launch.megatron_lm_launched`)."""
 
     def require_layout(self) -> Layout:
         """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""
