@@ -8,25 +8,10 @@ hair past it).
 from __future__ import annotations
 
 import pytest
+from jobs import job as make
 
-from planner.inputs import catalog
-from planner.inputs.hardware import ClusterSpec
-from planner.inputs.plan import Job
 from planner.ops import resilience
 from planner.ops.assumptions import AssumptionError, OpsParams
-
-
-def make_job(num_gpus: int = 8) -> Job:
-    g = catalog.get_gpu("h100-sxm-80gb")
-    cluster = ClusterSpec(
-        gpu=g, num_gpus=num_gpus, gpus_per_node=8, memory_gib=g.memory_gib, tiers=g.tiers
-    )
-    return Job(
-        arch=catalog.resolve_model("llama3.1-8b"),
-        cluster=cluster,
-        seq_length=8192,
-        global_batch_size=128,
-    )
 
 
 def test_checkpoint_interval_steps_stay_below_2_to_the_53() -> None:
@@ -36,7 +21,7 @@ def test_checkpoint_interval_steps_stay_below_2_to_the_53() -> None:
     every 86,400 / 8e-12 = 1.08e16 s) is sqrt(2 delta M) ~ sqrt(2 x 113 x 1.08e16) ~ 1.6e9 s,
     1.6e18 steps of 1e-9 s. No plan's step is that short; the bounds on the options alone keep
     every real plan's count below 2^53."""
-    job = make_job(num_gpus=8)
+    job = make("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128)
     given = OpsParams(checkpoint_interval_min=1e6)
     with pytest.raises(AssumptionError, match=r"6e\+16 steps .* past 2\^53") as e:
         resilience.resilience(job, 1e-9, given)

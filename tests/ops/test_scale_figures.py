@@ -11,31 +11,18 @@ from dataclasses import replace
 
 import pytest
 from cli_run import run
+from jobs import job
 
 from planner.cli import render_scale
-from planner.inputs import catalog, units
-from planner.inputs.hardware import ClusterSpec
+from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost
 from planner.model.performance import Performance
 from planner.search import scaling
 
-
-def _job(num_gpus: int = 8) -> Job:
-    g = catalog.get_gpu("h100-sxm-80gb")
-    cluster = ClusterSpec(
-        gpu=g, num_gpus=num_gpus, gpus_per_node=8, memory_gib=g.memory_gib, tiers=g.tiers
-    )
-    return Job(
-        arch=catalog.resolve_model("llama3.1-8b"),
-        cluster=cluster,
-        seq_length=8192,
-        global_batch_size=128,
-    )
-
-
-BASE_PERF = cost.estimate(_job(), Layout(tp=8, sequence_parallel=True))
+JOB = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 128)
+BASE_PERF = cost.estimate(JOB, Layout(tp=8, sequence_parallel=True))
 STEPS = {8: (Layout(tp=8), 2.0), 16: (Layout(tp=8, dp=2), 1.25)}
 """GPUs -> (layout, step time in s)."""
 
@@ -56,7 +43,7 @@ def test_the_table_prints_the_json_effective_figures() -> None:
     838,860.8 tokens/s, 52,428.8 a GPU. The effective figures are those x goodput (the
     default failure rate: below 1), and the efficiency at 16 is the ratio of the effective
     per-GPU figures, recomputable from the JSON alone."""
-    curve = scaling.scale(_job(), [8, 16], _best)
+    curve = scaling.scale(JOB, [8, 16], _best)
     data = render_scale.curve_dict(curve)
     rows = render_scale.scale_rows(curve)
     cols = render_scale.SCALE_COLUMNS
