@@ -129,7 +129,11 @@ BatchOpt = Annotated[
     ),
 ]
 PrecisionOpt = Annotated[
-    str | None, typer.Option(help=f"bf16, fp8 or fp4 (NVFP4) {_default('training', 'precision')}")
+    str | None,
+    typer.Option(
+        help="bf16, fp8, fp4 (NVFP4) or fp32 (a Megatron-LM line without --bf16 / --fp16: its "
+        f"GEMMs at the TF32 peak) {_default('training', 'precision')}"
+    ),
 ]
 
 

@@ -96,6 +96,15 @@ def core_attention(
     )
 
 
+def core_timed(job: Job) -> bool:
+    """Whether `core_attention` times the job's attention layers: with flash attention, and in
+    fp32 training whatever `flash_attention` says, since Transformer Engine runs its unfused
+    attention there either way (the plan's flash_attention = false launches it as
+    --attention-backend unfused: `unfused_fp32`); otherwise `layer_time` times Megatron's bf16
+    unfused path itself."""
+    return job.flash_attention or job.precision == "fp32"
+
+
 UNFUSED_FP32_SCORE_BYTES = (24.0, 36.0)
 """HBM bytes per score of fp32 unfused attention's work besides its GEMMs, (forward, backward), by
 hand from Transformer Engine's UnfusedDotProductAttention with its torch softmax

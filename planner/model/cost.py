@@ -16,9 +16,10 @@ and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under th
 micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of the SMs from it
 (`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
 backward (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
-activation send forward and one gradient send backward per micro-batch (t x h bf16, /tp with SP), on
-the critical path in 1F1B (blocking sends); when interleaved the sends overlap compute and the fill
-and drain expose up to one hop per chunk boundary, 2 (pp vpp - 1)
+activation send forward and one gradient send backward per micro-batch (t x h values, /tp with SP:
+bf16, fp32 in fp32 training, `fp32.value_bytes`), on the critical path in 1F1B (blocking sends);
+when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
+boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
@@ -51,6 +52,7 @@ documented physical or measured constant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
@@ -67,17 +69,17 @@ from planner.model import (
     titan_accumulation,
     weight_hash,
 )
+from planner.model.fp32 import value_bytes
 from planner.model.job_memo import ModelMemo
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
-from planner.model.performance import Performance, StepBreakdown
+from planner.model.performance import Performance, StepBreakdown, peak_label
 from planner.model.schedule import (
     flush_exposed,
     interleaved_p2p_exposed,
     schedule_bubble,
     schedule_name,
 )
-from planner.model.shard import BF16
 from planner.model.stage_offload import offload_exposed, offload_one_way
 from planner.model.stage_time import (
     a2a_floor,
@@ -155,7 +157,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     hops: tuple[tuple[float, float], ...] = ()
     if lay.pp > 1:
         t = lay.micro_batch_size * job.seq_length / lay.cp
-        size = t * arch.hidden_size * BF16 / (lay.tp if lay.sequence_parallel else 1)
+        # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`)
+        size = t * arch.hidden_size * value_bytes(job) / (lay.tp if lay.sequence_parallel else 1)
         stride = lay.tp * lay.cp * lay.dp
         if jobs:
             hops = pools.rank_hops(job, lay, size)
@@ -282,6 +285,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         p2p_hop=hop if interleaved else 0.0,
         peak_over_bf16=peak / bf16_peak,
         precision=job.precision,
+        peak_name=_peak_name(jobs or (job,)),
     )
 
 
@@ -305,6 +309,12 @@ def _step_flops(job: Job, policy: str, modules: tuple[str, ...]) -> tuple[float,
     return _FLOPS.get(job.arch, key, make)
 
 
+def _peak_name(jobs: Sequence[Job]) -> str:
+    """`Performance.peak_name` of the jobs of a step (one per pool)."""
+    tf32 = [j.cluster.gpu.peak_tflops_tf32 is not None for j in jobs]
+    return peak_label(jobs[0].precision, tf32)
+
+
 def _replicas(job: Job, layout: Layout, views: tuple[tuple[Job, Layout], ...]) -> Performance:
     """The data-parallel replicas across pools (`planner.model.pools`): each pool's replicas
     estimated as their own job, in lock-step, so the slowest pool's step is the job's; MFU
@@ -321,4 +331,5 @@ def _replicas(job: Job, layout: Layout, views: tuple[tuple[Job, Layout], ...]) -
         hardware_flops_per_step=slow.hardware_flops_per_step * len(views),
         mfu=model / (step * layout.num_gpus * peak),
         peak_over_bf16=peak / bf16_peak,
+        peak_name=_peak_name([j for j, _ in views]),
     )

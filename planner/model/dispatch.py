@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms
+from planner.model import comms, fp32
 from planner.model.comms import (
     Group,
     all_gather,
@@ -132,13 +132,17 @@ def moe_dispatch(
     dispatcher: str = "alltoall",
     n_fwd: int = 1,
     dispatch_bytes: float = BF16,
+    value_bytes: float = BF16,
 ) -> float:
     """Seconds per MoE layer and micro-batch of the token dispatcher: a dispatch and a combine in
     each forward pass (n_fwd: 2 when the layer's forward is recomputed) and their gradients in the
     backward (a combine-like send of the input gradients, a dispatch-like one of the output
     gradients). EP ranks are etp apart (MoE parallel folding). `dispatch_bytes` per element of the
     forward dispatch and of the backward's output-gradient dispatch (bf16; FP8_DISPATCH_BYTES
-    where the training code quantises them); combines always move bf16.
+    where the training code quantises them); `value_bytes` per element of the combines and the
+    all-gather dispatcher's tokens: the hidden states' dtype, bf16, fp32 in fp32 training
+    (`fp32.value_bytes`: Megatron's all-to-alls and gathers allocate their outputs in the
+    input's dtype, d98e8a64 tensor_parallel/mappings.py:145, 185, 441-447).
 
     alltoall (NCCL, Megatron's MoEAlltoAllTokenDispatcher): every (token, expert) copy travels on
     its own, so each rank sends S = tokens x topk x h x bytes x load per all-to-all
@@ -164,17 +168,20 @@ def moe_dispatch(
     passes = n_fwd + 1  # forward passes and the backward
     if dispatcher == "allgather":
         grp = place(cluster, 1, etp * ep)
-        gathered = r.tokens * grp.size * h * BF16
+        gathered = r.tokens * grp.size * h * value_bytes
         return passes * (all_gather(gathered, grp) + reduce_scatter(gathered, grp))
     if dispatcher == "flex" and etp > 1:
         folded = replace(r, topk=r.topk * etp, experts=r.experts * etp)
-        return moe_dispatch(cluster, 1, etp * ep, folded, dispatcher, n_fwd, dispatch_bytes)
+        return moe_dispatch(
+            cluster, 1, etp * ep, folded, dispatcher, n_fwd, dispatch_bytes, value_bytes
+        )
     gather = 0.0  # the all-to-all dispatcher's expert-TP gather (flex at etp > 1 returned above)
     if etp > 1:
         tp_grp = place(cluster, 1, etp)
         copies = r.tokens * r.topk * h * load * etp
         gather = passes * (
-            all_gather(copies * dispatch_bytes, tp_grp) + reduce_scatter(copies * BF16, tp_grp)
+            all_gather(copies * dispatch_bytes, tp_grp)
+            + reduce_scatter(copies * value_bytes, tp_grp)
         )
     grp = place(cluster, etp, ep)
     if grp.size <= 1:
@@ -197,9 +204,9 @@ def moe_dispatch(
             t_rdma = elems * remote / rdma if rdma else 0.0
             return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
 
-        return passes * (one(dispatch_bytes) + one(BF16))
+        return passes * (one(dispatch_bytes) + one(value_bytes))
     copies = r.tokens * r.topk * h * load
-    a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * BF16, grp)
+    a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * value_bytes, grp)
     return passes * a2a + gather
 
 
@@ -247,8 +254,8 @@ def layer_dispatch(
         group_topk=job.moe_router_group_topk,
         load=load,
     )
-    a2a = moe_dispatch(
-        job.cluster, lay.expert_tp, lay.ep, routing, lay.moe_token_dispatcher_type, n_fwd
-    )
+    word = fp32.value_bytes(job)  # bf16 hidden states; fp32 in fp32 training
+    kind = lay.moe_token_dispatcher_type
+    a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word)
     hidden = shared_overlap(a2a, n_fwd + 1, shared, grads) if lay.moe_shared_expert_overlap else 0.0
     return a2a, hidden

@@ -123,11 +123,12 @@ def data_parallel(
     in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
     reduction has no window (it starts after the backward), nor without
     `lay.overlap_param_gather` the parameter all-gather. `param_bytes`: (dense, expert) bytes
-    per parameter of the ZeRO 1/2 all-gather, 2 in bf16, 1 for FP8 weights with --fp8-param-gather
+    per parameter of the parameter all-gather (ZeRO 1-3), the parameters' dtype: 2 in bf16, 4 in
+    fp32 training (`fp32.value_bytes`), 1 for FP8 weights with --fp8-param-gather at ZeRO 1/2
     (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
 
     ZeRO 0-2 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
-    max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and bf16
+    max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and
     parameter all-gather (ZeRO 1/2), hidden behind the last micro-batch's backward and the next
     step's first forward (--overlap-grad-reduce / --overlap-param-gather; the backward window
     longer under the interleaved schedule, `reduce_window`); what exceeds its
@@ -138,7 +139,7 @@ def data_parallel(
     both across nodes, the same NICs carry both), and the last bucket of each shows.
 
     ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
-    bf16 parameter all-gather before its forward and again before its backward, and a gradient
+    parameter all-gather before its forward and again before its backward, and a gradient
     reduce-scatter after it, each a ring over all the group's ranks (`ring_latency`, paid per
     layer). The prefetch runs one unit ahead (PyTorch FSDP's forward / backward prefetch,
     Megatron-FSDP's next-bucket gather): a unit's all-gather hides only under the previous
@@ -151,7 +152,8 @@ def data_parallel(
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
     if lay.zero_stage == 3:
-        return _fsdp(groups, dense, expert, grad_bytes, fwd, bwd, m, max(layers, 1))
+        sizes = (grad_bytes, param_bytes)
+        return _fsdp(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
     parts: list[Part] = []
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0 or grp.size <= 1:
@@ -172,7 +174,7 @@ def _fsdp(
     groups: tuple[Group, Group],
     dense: float,
     expert: float,
-    grad_bytes: float,
+    sizes: tuple[float, tuple[float, float]],
     fwd: float,
     bwd: float,
     m: int,
@@ -183,12 +185,14 @@ def _fsdp(
     reduce-scattered over their own groups, but one after the other: FSDP issues every unit's
     all-gathers on one stream and its reduce-scatters on another (PyTorch FSDP2's comm context,
     shared by all the parameter groups under its root; Megatron-FSDP likewise), so their seconds
-    add before a unit's window comes off, whichever tiers bound the two groups."""
+    add before a unit's window comes off, whichever tiers bound the two groups. `sizes`: the
+    bytes per gradient element and the (dense, expert) bytes per gathered parameter."""
+    grad_bytes, param_bytes = sizes
     ag = rs = live = 0.0
-    for n_params, grp in zip((dense, expert), groups, strict=True):
+    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0 or grp.size <= 1:
             continue
-        ag += all_gather(n_params / u * BF16, grp)
+        ag += all_gather(n_params / u * p_bytes, grp)
         rs += reduce_scatter(n_params / u * grad_bytes, grp)
         live += n_params / u
     if live == 0:

@@ -39,6 +39,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model.activations import scores
+from planner.model.fp32 import word
 from planner.model.moe_activations import fc1_input_bytes, pairs
 from planner.model.shard import BF16, FP32, Shard, linear_in, split
 
@@ -54,50 +55,52 @@ def _big(nbytes: float, elem: float = BF16) -> float:
 
 def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
+    w = word(sh)  # a 16-bit value of bf16 training: 4 bytes in fp32
     rep = part = 0.0
     mla = arch.multi_latent_attention
     if "attn_norm" in modules and mla:
-        rep += BF16 * T * h
+        rep += w * T * h
     if "qkv_linear" in modules:
-        rep += BF16 * T * h if mla else BF16 * T * h + linear_in(BF16 * T * h, sh)
+        rep += w * T * h if mla else w * T * h + linear_in(BF16 * T * h, sh)
     if "core_attn" in modules:
         if mla:
             assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
             dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
             if not sh.drops("mla_up_proj"):
-                part += BF16 * T * a * (2 * dqk + dv)
-            out = BF16 * T * a * dv
+                part += w * T * a * (2 * dqk + dv)
+            out = w * T * a * dv
         else:
             d, g = arch.head_dim, arch.query_groups
-            part += BF16 * T * (a + 2 * g) * d
-            out = BF16 * T * a * d
+            part += w * T * (a + 2 * g) * d
+            out = w * T * a * d
         # the flash kernel saves its output; the unfused one its s^2 softmax output instead
         part += out if sh.flash_attention else scores(arch, sh)
     if "attn_proj" in modules:
         width = (arch.v_head_dim or 0) if mla else arch.head_dim
-        out = BF16 * T * a * width
+        out = w * T * a * width
         # with flash attention the projection's bf16 input is core_attn's tensor (counted there):
         # it adds its quantised copy under FP8 / NVFP4; without flash its own input
         quantised = out * sh.linear_bytes / BF16 if sh.quantised else 0.0
-        part += quantised if sh.flash_attention else linear_in(out, sh)
-    return _big(split(rep, part, sh))
+        part += quantised if sh.flash_attention else linear_in(out * BF16 / w, sh)
+    return _big(split(rep, part, sh), w)
 
 
 def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     h, local = arch.hidden_size, sh.tokens / sh.tp
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
+    w = word(sh)  # a 16-bit value of bf16 training: 4 bytes in fp32
     F = arch.expert_ffn
     fc1_in = n * sh.etp * fc1_input_bytes(arch, sh)
-    act_in = n * (BF16 * F * glu + FP32)
+    act_in = n * (w * F * glu + FP32)
     fc2_in = 0.0 if sh.drops("moe_act") else n * linear_in(BF16 * F, sh)
-    out = _big(BF16 * local * h) if "mlp_norm" in modules else 0.0
+    out = _big(w * local * h, w) if "mlp_norm" in modules else 0.0
     if "fused_group_mlp" in modules:
-        return out + _big(fc1_in + act_in + fc2_in)
+        return out + _big(fc1_in + act_in + fc2_in, w)
     if "expert_fc1" in modules:
-        out += _big(fc1_in)
+        out += _big(fc1_in, w)
     if "moe_act" in modules:
-        out += _big(act_in)
+        out += _big(act_in, w)
     return out
 
 

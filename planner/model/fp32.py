@@ -70,12 +70,33 @@ def weight_bytes(job: Job) -> float:
     return float(FP32) if job.precision == "fp32" else float(BF16)
 
 
+def value_bytes(job: Job) -> float:
+    """Bytes of one value that a collective, a point-to-point send or an elementwise kernel
+    moves where bf16 training moves a 16-bit one: 4 in fp32 training, 2 otherwise (the
+    unquantised tensors of FP8 / NVFP4 runs too). Megatron-LM d98e8a64 moves each tensor in its
+    own dtype, and fp32 training's activations, their gradients and its parameters are fp32: the
+    tensor-parallel collectives and the expert all-to-alls allocate their outputs in the input's
+    dtype (tensor_parallel/mappings.py:95, 145, 152, 185, 441-447); the pipeline's sends and
+    receives are config.pipeline_dtype (p2p_communication.py:340, 348), which is params_dtype
+    (training/argument_utils.py:306); the distributed optimizer's parameter buffer takes the
+    parameters' dtype (distributed/param_and_grad_buffer.py:921), as Megatron-FSDP's model
+    weight buffer does (megatron_fsdp/param_and_grad_buffer.py:1797-1798, its parameter
+    groups' dtype, :2631-2658). The gradients' bytes are `Job.grad_bytes` (fp32 buffers, 4, in
+    fp32 training: param_and_grad_buffer.py:924)."""
+    return float(FP32) if job.precision == "fp32" else float(BF16)
+
+
+def keeps_master(job: Job, zero_stage: int) -> bool:
+    """Whether the optimizer keeps an fp32 master weight beside each parameter (and so copies it
+    back after the update): always beside 16-bit parameters; in fp32 training only under
+    Megatron-FSDP (ZeRO 2 and 3 here) or the precision-aware optimizer (module docstring)."""
+    return job.precision != "fp32" or zero_stage >= 2 or job.precision_aware_optimizer
+
+
 def adam_bytes(job: Job, zero_stage: int) -> float:
     """Optimizer bytes per parameter on the GPU (`Job.optimizer_bytes`), less the fp32 master in
-    fp32 training where none is kept: without Megatron-FSDP (ZeRO 2 and 3 here) and without the
-    precision-aware optimizer (module docstring)."""
-    master = job.precision == "fp32" and zero_stage < 2 and not job.precision_aware_optimizer
-    return job.optimizer_bytes - (FP32 if master else 0.0)
+    fp32 training where none is kept (`keeps_master`)."""
+    return job.optimizer_bytes - (0.0 if keeps_master(job, zero_stage) else FP32)
 
 
 def word(sh: Shard) -> float:

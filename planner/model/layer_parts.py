@@ -13,7 +13,7 @@ from typing import NamedTuple
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations, attention_time, dsa, dsa_time, moe_activations
+from planner.model import activations, attention_time, dsa, dsa_time, fp32, moe_activations
 from planner.model.attention_time import Core
 from planner.model.gemm import Gpu
 from planner.model.job_memo import JobMemo
@@ -32,8 +32,9 @@ load, which HybridEP's budget may cap, is passed in and in the key)."""
 
 class Parts(NamedTuple):
     """A layer's linear GEMMs (`linear_times`), its core attention's forward, backward and FP8
-    quantisation seconds (0 without flash attention or an attention mixer), and its saved and
-    streamed activation bytes (`activation_bytes`)."""
+    quantisation seconds (0 without an attention mixer, and without flash attention outside
+    fp32 training: `attention_time.core_timed`), and its saved and streamed activation bytes
+    (`activation_bytes`)."""
 
     lin: LinearTimes
     attn_fwd: float
@@ -73,7 +74,7 @@ def parts(
     if kind.mixer == "attention" and job.arch.has_dsa:  # sparse attention and its indexer
         sparse = dsa_time.core_time(job, gpu, t, job.seq_length, lay.tp, efficiency)
         attn_fwd, attn_bwd = sparse.fwd, sparse.bwd
-    elif kind.mixer == "attention" and job.flash_attention:
+    elif kind.mixer == "attention" and attention_time.core_timed(job):
         arch = job.arch
         window = arch.window_size if kind.window else None
         s = job.seq_length
@@ -93,13 +94,16 @@ def parts(
 def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tuple[float, float]:
     """(saved, streamed): the saved-activation bytes of one layer per micro-batch
     (planner.model.activations, with fused norms, flash attention and bf16 inputs: the
-    unfused-norm, s^2 and FP8 traffic are added apart), and of them the proxy for the memory
-    traffic of its elementwise kernels: all but a MoE layer's routed-expert input
-    (`moe_activations.expert_input_bytes`), which only the token permutation writes and reads
-    (`moe_time.permute_time` prices it; counting it here too priced it twice). A MoE layer's
-    routed pairs at `load`, the step's (`routing_load.step_load`, as its GEMMs and
-    permutations), not memory's planning bound."""
+    unfused-norm, s^2 and FP8 traffic are added apart; in fp32 training fp32 values and the
+    unfused attention's s^2 scores, as memory counts them: `fp32.value_bytes`), and of them the
+    proxy for the memory traffic of its elementwise kernels: all but a MoE layer's routed-expert
+    input (`moe_activations.expert_input_bytes`), which only the token permutation writes and
+    reads (`moe_time.permute_time` prices it; counting it here too priced it twice), and fp32's
+    scores (`fp32.SCORE_BYTES` each), which `attention_time.unfused_fp32` streams with the
+    attention. A MoE layer's routed pairs at `load`, the step's (`routing_load.step_load`, as its
+    GEMMs and permutations), not memory's planning bound."""
     s_local = job.seq_length // lay.cp
+    in_fp32 = job.precision == "fp32"  # 4-byte values (`fp32.word`), unfused attention
     sh = Shard(
         tokens=s_local * lay.micro_batch_size,
         tp=lay.tp,
@@ -108,6 +112,9 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         seq_per_cp_rank=s_local,
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
+        linear_bytes=fp32.value_bytes(job),
+        flash_attention=not in_fp32,
+        attention_dropout=job.attention_dropout,  # (read only without flash attention)
     )
     if job.arch.has_dsa:
         sh = replace(sh, **dsa.shard_fields(job, lay.tp))
@@ -115,4 +122,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
     permuted = moe_activations.expert_input_bytes(job.arch, sh) if kind.moe else 0.0
     if kind.mixer == "attention" and job.arch.has_dsa:  # timed by dsa_time with the scores
         permuted += dsa.scores_kept(job.arch, sh)
+    if kind.mixer == "attention" and in_fp32:  # streamed by unfused_fp32 (its dropout's not)
+        heads = job.arch.num_attention_heads
+        permuted += fp32.score_bytes(heads, s_local, lay.micro_batch_size, False) / lay.tp
     return saved, saved - permuted

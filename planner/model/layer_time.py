@@ -45,7 +45,9 @@ precision (bf16, or FP8 with FP8 attention), span of keys and head dim
 special-function units compute the softmax's exponentials, one per score
 (`planner.model.attention_time`).
 Without flash attention (Megatron before 2023: the fused-softmax path) the full matrix is computed
-by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic.
+by batched GEMMs (M = K = s, N = head dim) and the s^2 softmax/dropout tensors add memory traffic;
+in fp32 training Transformer Engine's unfused attention runs whatever flash_attention says
+(`attention_time.core_timed`, `attention_time.unfused_fp32`).
 
 Non-GEMM work (norms, activation functions, dropout, residuals, rotary, softmax, cross-entropy) is
 memory-bound: ELEMENTWISE_PASSES x the bytes of the layer's saved activations (Korthikanti et al.
@@ -308,7 +310,7 @@ def _core(
     attn_fwd = attn_bwd = scan_fwd = scan_bwd = 0.0
     if (linear := mixers.of(kind)) is not None:
         scan_fwd, scan_bwd = linear.scan_time(arch, gpu, t, tp)
-    if kind.mixer == "attention" and (job.flash_attention or arch.has_dsa):
+    if kind.mixer == "attention" and (attention_time.core_timed(job) or arch.has_dsa):
         attn_fwd, attn_bwd = p.attn_fwd, p.attn_bwd
         cast += p.attn_quant
     elif kind.mixer == "attention":

@@ -26,8 +26,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import async_tp, comms, gemm_shapes, tp_overlap
+from planner.model.fp32 import value_bytes
 from planner.model.job_memo import JobMemo
-from planner.model.shard import BF16
 
 _Gemms = tuple[Sequence[tuple[float, float, float, float]], Sequence[float]]
 _Charges = tuple[float, float, float, float]
@@ -108,7 +108,7 @@ def _tp_charges(
         windows, widths = _mla_windows(arch, times, kind, windows)
         widths = _kept(widths, keep)
     cols = _kept(windows, keep)
-    size = t * arch.hidden_size * BF16
+    size = t * arch.hidden_size * value_bytes(job)  # the activations' dtype: 4 in fp32
     exposed, hidden = tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
         job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input, widths=widths,

@@ -5,6 +5,7 @@ computes them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.inputs.plan_types import Precision
@@ -63,6 +64,16 @@ than 5%, about the step-time model's own error (median |error| 4.0% on the 23 pu
 is not fitted on, benchmarks/fidelity.py), so naming it ("top cost: optimizer" at 0.2% of the
 step) would point at noise. A layout whose costs all stay below it is `COMPUTE_BOUND`."""
 
+
+def peak_label(precision: Precision, tf32: Sequence[bool]) -> str:
+    """`Performance.peak_name` of a job in `precision` on GPUs (one per pool) with (True) or
+    without TF32 tensor cores: "TF32" for fp32 on GPUs that all have them, "FP32" on GPUs that
+    have none, "TF32 / FP32" across pools of both; "" for the other precisions."""
+    if precision != "fp32":
+        return ""
+    return "TF32" if all(tf32) else "FP32" if not any(tf32) else "TF32 / FP32"
+
+
 COMPUTE_BOUND = "compute-bound"
 """What `Performance.bottleneck` says when no cost besides compute reaches BOTTLENECK_MIN_SHARE."""
 
@@ -77,7 +88,8 @@ class Performance:
     model_tflops_per_gpu: float
     mfu: float
     """Model FLOPs / (step time x GPUs x dense peak of the job's precision): against the FP8
-    (FP4) peak for an FP8 (NVFP4) job (`mfu_bf16_peak` / `mfu_fp8_peak` / `mfu_fp4_peak` say
+    (FP4) peak for an FP8 (NVFP4) job, the TF32 one for an fp32 job (its GEMMs' peak,
+    `GpuSpec.peak_flops`) (`mfu_bf16_peak` / `mfu_fp8_peak` / `mfu_fp4_peak`, `peak_name` say
     which)."""
     stages: tuple[tuple[float, float], ...] = ()
     """Per pipeline stage, the (forward, backward) seconds of one micro-batch: the stage's time
@@ -98,8 +110,13 @@ class Performance:
     stage times."""
     peak_over_bf16: float = 1.0
     """The dense peak `mfu` is taken against over the bf16 dense peak: 1 for a bf16 job, the FP8
-    / bf16 peak ratio (2 on Hopper) for an FP8 one, the FP4 / bf16 one for NVFP4."""
+    / bf16 peak ratio (2 on Hopper) for an FP8 one, the FP4 / bf16 one for NVFP4, the TF32 /
+    bf16 one (1/2) for fp32."""
     precision: Precision = "bf16"
+    peak_name: str = ""
+    """What `mfu_text` calls the peak `mfu` is taken against where it is not bf16's: "" for the
+    precision's own name (FP8, FP4); for fp32 "TF32" (the tensor-core peak its GEMMs run at),
+    or "FP32" on GPUs without TF32 tensor cores (`GpuSpec.peak_flops`; `peak_label`)."""
 
     @property
     def mfu_bf16_peak(self) -> float:
@@ -118,10 +135,12 @@ class Performance:
 
     def mfu_text(self) -> str:
         """ "MFU 40.5% of the bf16 peak", and for an FP8 (NVFP4) job ", 20.3% of the FP8 (FP4)
-        peak" after it: both labelled (explain, the launch files' headers)."""
+        peak" after it, for an fp32 one ", 81.0% of the TF32 peak": both labelled (explain, the
+        launch files' headers)."""
         text = f"MFU {self.mfu_bf16_peak:.1%} of the bf16 peak"
         if self.precision != "bf16":
-            text += f", {self.mfu:.1%} of the {self.precision.upper()} peak"
+            name = self.peak_name or self.precision.upper()
+            text += f", {self.mfu:.1%} of the {name} peak"
         return text
 
     def bottleneck(self) -> str:

@@ -13,12 +13,13 @@ Optimizer: memory-bound, pass by pass as Megatron-Core's distributed optimizer r
 an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the gradient,
 ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
 each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
-to the model's 16-bit weight; and the zeroing of the stage's whole gradient buffer before the
-next step, at HBM_EFFICIENCY x HBM bandwidth. torchtitan's FSDP2 makes only the norm's and Adam's
-passes (its fp32 shard is the master; its gradients are freed, not zeroed). A CPU-offloaded
-optimizer (`Job.optimizer_offload_fraction`) updates its share on the host
-(`planner.model.optimizer_offload`), under which the GPU updates the rest. Muon
-(`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
+to the model's 16-bit weight (`param_copy_bytes`: in fp32 training, where no master is kept, Adam
+reads and writes the fp32 parameter in its place and nothing is copied back); and the zeroing of
+the stage's whole gradient buffer before the next step, at HBM_EFFICIENCY x HBM bandwidth.
+torchtitan's FSDP2 makes only the norm's and Adam's passes (its fp32 shard is the master; its
+gradients are freed, not zeroed). A CPU-offloaded optimizer (`Job.optimizer_offload_fraction`)
+updates its share on the host (`planner.model.optimizer_offload`), under which the GPU updates the
+rest. Muon (`Job.optimizer`) adds its Newton-Schulz iterations over the decoder's matrices
 (`planner.model.muon_time`).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, fsdp2, muon_time, optimizer_offload, pools
+from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
 from planner.model.rank_states import copies_main_grads
@@ -54,6 +56,23 @@ PARAM_COPY_BYTES = 4.0 + 2.0
 after the update (d98e8a64 _copy_main_params_to_model_params), a pass apart from Adam's."""
 
 
+def param_copy_bytes(job: Job, zero_stage: int) -> float:
+    """Per updated parameter, the copy of the master weight back to the model's weight after the
+    update: PARAM_COPY_BYTES beside 16-bit weights; in fp32 training the master read and the
+    fp32 weight written (4 + 4) where a master is kept (`fp32.keeps_master`: Megatron-FSDP's
+    main weights, the precision-aware optimizer's), else nothing. Without a master Adam updates
+    the fp32 parameter in place: FP32Optimizer steps the parameters themselves
+    (optimizer/__init__.py:683-686), and the distributed optimizer's shard of an fp32 parameter
+    is a view of it (distrib_optimizer.py:466-475), so its copy back
+    (`shard_model_param.data.copy_(shard_main_param)`, :2886) copies a view of the parameter
+    buffer onto the same elements, which PyTorch returns at once (pytorch 00f7c46a
+    aten/src/ATen/native/Copy.cpp copy_impl: "Exit early if self and src are views of the
+    same data")."""
+    if not keeps_master(job, zero_stage):
+        return 0.0
+    return PARAM_COPY_BYTES if job.precision != "fp32" else 4.0 + value_bytes(job)
+
+
 def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:
     """Seconds of one stage's optimizer step, all memory-bound (module docstring): the passes
     over the shard this GPU updates (ZeRO >= 1: 1 / dp of the stage's parameters), and the
@@ -72,7 +91,9 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     # the CPU-offloaded share (optimizer_offload) is updated on the host, while the GPU updates
     # the rest: Adam's passes and the master's copy back over the GPU's share only
     on_gpu = 1.0 - job.optimizer_offload_fraction
-    update = on_gpu * (ADAM_GRAD_READ_BYTES + PARAM_COPY_BYTES) + 2 * job.optimizer_bytes
+    # (fp32 training without a master: the fp32 parameter is read and written in its place)
+    copy_back = param_copy_bytes(job, lay.zero_stage)
+    update = on_gpu * (ADAM_GRAD_READ_BYTES + copy_back) + 2 * job.optimizer_bytes
     copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job, lay.zero_stage) else 0.0
     always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
     host = optimizer_offload.host_step_time(
@@ -84,13 +105,15 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
 def gathered_param_bytes(
     job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
 ) -> tuple[float, float]:
-    """(dense, expert) bytes per parameter of the distributed optimizer's all-gather: the
-    decoder layers' FP8 weights as 1-byte data with fp8_param_gather, NVFP4 weights as half a
-    byte with fp4_param_gather (two values packed per uint8, param_and_grad_buffer.py d98e8a64:
-    "the param buffer stores packed bytes (half the logical numel)") (ZeRO 1/2), the rest
-    (and the decoder layers kept in bf16) bf16."""
+    """(dense, expert) bytes per parameter of the distributed optimizer's all-gather (and
+    Megatron-FSDP's, ZeRO 3): the decoder layers' FP8 weights as 1-byte data with
+    fp8_param_gather, NVFP4 weights as half a byte with fp4_param_gather (two values packed per
+    uint8, param_and_grad_buffer.py d98e8a64: "the param buffer stores packed bytes (half the
+    logical numel)") (ZeRO 1/2), the rest (and the decoder layers kept in bf16) bf16; in fp32
+    training all fp32 (`fp32.value_bytes`: the parameter buffers take the parameters' dtype)."""
     if not job.low_precision_params or lay.zero_stage not in (1, 2):
-        return BF16, BF16
+        plain = value_bytes(job)
+        return plain, plain
     fp8_dense, fp8_expert = quantised_decoder_params(job, lay, chunks)
     saved = BF16 - (0.5 if job.precision == "fp4" else 1.0)
 

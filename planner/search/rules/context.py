@@ -29,9 +29,25 @@ def context(job: Job, lay: Layout) -> Violation | None:
 
 
 def context_attention(job: Job, lay: Layout) -> Violation | None:
-    # Megatron's own DotProductAttention asserts "Context parallelism is only supported by
-    # TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
-    # (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels
+    """Whether an attention backend runs under the layout's context parallelism. Megatron's own
+    DotProductAttention asserts "Context parallelism is only supported by
+    TEDotProductAttention!", and Transformer Engine disables its unfused backend under CP
+    (get_attention_backend): CP runs only on the flash / cuDNN fused attention kernels. fp32
+    training (`planner.model.fp32`) has neither: they take bf16 / fp16 only (TransformerEngine
+    a0b36d0c attention/dot_product_attention/utils.py `get_attention_backend`, "Filter: Data
+    type"), so its unfused attention is the only backend, which has no context-parallel path
+    (the same function: "Disabling UnfusedDotProductAttention as it does not support context
+    parallelism"); the Megatron-LM line reader
+    refuses --context-parallel-size > 1 without --bf16 / --fp16 too
+    (`planner.inputs.megatron_training`)."""
+    if lay.cp > 1 and job.precision == "fp32":
+        return Violation(
+            "cp_fp32",
+            "parallel.cp",
+            f"context_parallel_size {lay.cp} with precision fp32: Transformer Engine runs fp32 "
+            "attention only in its unfused backend (flash and cuDNN attention take bf16 / fp16), "
+            "which has no context parallelism; use cp 1",
+        )
     if lay.cp > 1 and not job.flash_attention:
         return Violation(
             "cp_attention",
