@@ -45,6 +45,15 @@ class Job:
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
+    main_params_dtype: Literal["fp32", "fp16"] = "fp32"
+    """Megatron --main-params-dtype: the master weights Transformer Engine's FusedAdam keeps under
+    the precision-aware optimizer, which fp16 implies (2 bytes, unscaled to fp32 at each step:
+    `planner.model.adam_step`)."""
+    use_precision_aware_optimizer: bool = False
+    """Megatron --use-precision-aware-optimizer where nothing else here asks for it (fp32 moments
+    and master on the GPU): Transformer Engine's FusedAdam keeps the master's 16-bit remainder and
+    reads 16-bit gradients in place (`planner.model.adam_step`); `precision_aware_optimizer`
+    says whether the run has it at all."""
     optimizer_offload_fraction: float = 0.0
     """Megatron --optimizer-cpu-offload: the share of the updated parameters whose optimizer state
     lives in host memory (`optimizer_bytes`, `planner.model.optimizer_offload`); 0 = off."""
@@ -265,18 +274,25 @@ class Job:
 
     @property
     def precision_aware_optimizer(self) -> bool:
-        """Whether the run needs Megatron's --use-precision-aware-optimizer: for bf16 Adam
-        moments, and for the CPU-offloaded optimizer, which validate_args asserts it with."""
-        return self.optimizer_state_dtype == "bf16" or self.optimizer_offload_fraction > 0
+        """Whether the run has Megatron's --use-precision-aware-optimizer: given
+        (`use_precision_aware_optimizer`), or needed: for bf16 Adam moments, an fp16 master
+        (OptimizerConfig asserts fp32 ones without it, optimizer_config.py:468-480 @d98e8a64),
+        and the CPU-offloaded optimizer, which validate_args asserts it with."""
+        return (
+            self.optimizer_state_dtype == "bf16"
+            or self.optimizer_offload_fraction > 0
+            or self.use_precision_aware_optimizer
+            or self.main_params_dtype != "fp32"
+        )
 
     @property
     def optimizer_bytes(self) -> float:
-        """Optimizer bytes per parameter on the GPU: the fp32 master weight (4) and Adam's two
-        moments (4 + 4 in fp32, 2 + 2 in bf16). Megatron's precision-aware optimizer with
-        Transformer Engine >= 2.1 keeps only the master's 16-bit remainder
-        (store_param_remainders, on by default; OptimizerConfig @d98e8a64), 2 bytes fewer:
-        counting 4 is the safe side. With the optimizer offloaded to the CPU, the share kept on
-        the GPU at OFFLOAD_GPU_PART_BYTES each."""
+        """Optimizer bytes per parameter on the GPU, as the update reads and writes them: the
+        master weight counted in fp32 (4) and Adam's two moments (4 + 4 in fp32, 2 + 2 in bf16).
+        What Transformer Engine keeps of the master in 16 bits under the precision-aware
+        optimizer (its remainder, or an fp16 master) the memory model takes off
+        (`planner.model.adam_step.master_saving`). With the optimizer offloaded to the CPU, the
+        share kept on the GPU at OFFLOAD_GPU_PART_BYTES each."""
         if self.optimizer_offload_fraction > 0:
             return (1.0 - self.optimizer_offload_fraction) * OFFLOAD_GPU_PART_BYTES
         return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)

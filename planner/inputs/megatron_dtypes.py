@@ -76,6 +76,22 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
         if all(m in ("bf16", "fp16") for m in moments):
             out["optimizer_state_dtype"] = "bf16"
     out.update(_optimizer_offload(line, aware))
+    if aware and not line.has("--optimizer-cpu-offload"):
+        out.update(_master(line, "optimizer_state_dtype" in out))
+    return out
+
+
+def _master(line: Line, bf16_moments: bool) -> dict[str, Any]:
+    """The precision-aware optimizer on the GPU: its fp16 master (--main-params-dtype fp16,
+    which Megatron-FSDP replaces by its own --megatron-fsdp-main-params-dtype, arguments.py
+    help), and the flag itself where neither the moments nor the master say it
+    (`Job.use_precision_aware_optimizer`: fp32 moments, the master's 16-bit remainder,
+    gradients read in place)."""
+    out: dict[str, Any] = {}
+    if line.text("--main-params-dtype") == "fp16" and not line.has("--use-megatron-fsdp"):
+        out["main_params_dtype"] = "fp16"
+    elif not bf16_moments:
+        out["use_precision_aware_optimizer"] = True
     return out
 
 

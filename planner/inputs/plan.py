@@ -59,6 +59,8 @@ class Plan:
 
 
 TRAINING_AS_IS = (
+    "main_params_dtype",
+    "use_precision_aware_optimizer",
     "optimizer_offload_fraction",
     "optimizer_offload_overlap",
     "moe_expert_capacity_factor",

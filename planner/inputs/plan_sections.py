@@ -23,6 +23,7 @@ from planner.inputs.fields import (
     PositiveInt,
 )
 from planner.inputs.hardware import MAX_GPU_MEMORY_GIB
+from planner.inputs.plan_optimizer import OptimizerFields
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_types import (
     AttentionKernel,
@@ -31,8 +32,6 @@ from planner.inputs.plan_types import (
     CudaGraphModule,
     DsaKernelBackend,
     Fp8Recipe,
-    MuonPrecision,
-    MuonTpMode,
     Precision,
     SelectivePolicy,
 )
@@ -51,8 +50,9 @@ plans. A sequence of 2^35 tokens made the pipeline-split solver's integer step t
 bits."""
 
 
-class TrainingSection(BaseModel):
-    """`[training]`: sequence length, global batch (sequences per optimizer step), precision."""
+class TrainingSection(OptimizerFields):
+    """`[training]`: sequence length, global batch (sequences per optimizer step), precision;
+    the optimizer's fields are `OptimizerFields`'."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -65,24 +65,6 @@ class TrainingSection(BaseModel):
     global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
-    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
-        default="fp32",
-        description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
-        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); the master weight is counted in fp32",
-    )
-    optimizer_offload_fraction: NonNegativeFloat = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description="Megatron --optimizer-cpu-offload (--optimizer-offload-fraction, default 1): "
-        "this share of the updated parameters keeps its fp32 master and Adam moments in host "
-        "memory and is updated by the CPU (0 = off; planner.model.optimizer_offload)",
-    )
-    optimizer_offload_overlap: Flag = Field(
-        default=True,
-        description="with optimizer_offload_fraction: Megatron --overlap-cpu-optimizer-d2h-h2d, "
-        "the gradient copies out, the CPU update and the copies back pipelined over parameters",
-    )
     fused_norm: Flag | None = Field(
         default=None, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"
     )
@@ -295,47 +277,6 @@ class TrainingSection(BaseModel):
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "
         "to the kernels overlapped with it (the GEMMs run on the GPU's SMs less this, all step); "
         "launch exports it",
-    )
-    optimizer_instances: PositiveInt = Field(
-        default=1,
-        description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
-        "sharded over the data-parallel group / this many instances",
-    )
-    outer_dp_sharding_strategy: Literal["no_shard", "optim"] = Field(
-        default="no_shard",
-        description="Megatron --outer-dp-sharding-strategy, with Megatron-FSDP (zero_stage 3) over "
-        "optimizer_instances > 1: no_shard replicates each instance's states (HSDP); optim shards "
-        "the optimizer states over the instances too (params and gradients stay per instance)",
-    )
-    optimizer: Literal["adam", "muon"] = Field(
-        default="adam",
-        description="Megatron --optimizer: adam, or muon (Muon's fp32 master and one momentum "
-        "per decoder-layer matrix; the embeddings, output layer and norms stay on Adam)",
-    )
-    muon_whole_params: Flag = Field(
-        default=False,
-        description="muon with the distributed optimizer and --no-use-layer-wise-param-layout: "
-        "Megatron's layer-wise optimizer hands out whole parameters, so one rank keeps the "
-        "largest (the word embedding) whole",
-    )
-    muon_ns_steps: PositiveInt = Field(
-        default=5,
-        description="Megatron --muon-num-ns-steps: Newton-Schulz iterations per matrix and step",
-    )
-    muon_tp_mode: MuonTpMode = Field(
-        default="duplicated",
-        description="Megatron --muon-tp-mode: duplicated (each TP rank gathers and "
-        "orthogonalises the whole matrix), blockwise (each shard on its own) or distributed",
-    )
-    muon_split_qkv: Flag = Field(
-        default=True,
-        description="Megatron --muon-split-qkv (false: --muon-no-split-qkv): Q, K and V "
-        "orthogonalised apart",
-    )
-    muon_matmul_precision: MuonPrecision = Field(
-        default="medium",
-        description="Megatron --muon-fp32-matmul-prec / Megatron-Bridge "
-        "optimizer.muon_fp32_matmul_prec: medium (bf16 GEMMs), high (TF32) or highest (fp32)",
     )
     rl_kv_cache_gib: NonNegativeFloat = Field(
         default=0.0,

@@ -22,9 +22,10 @@ Activations: `planner.model.activations` per layer and micro-batch; what a pipel
 its peak (the micro-batches in flight in Megatron's schedule, chunk by chunk, and the working set
 on top): `planner.model.stage_activations`.
 
-The optimizer step: with 16-bit gradient buffers Megatron's optimizer copies each gradient it
-updates into fp32 after the last backward (`rank_states.step_grad_copy`), when the activations are
-freed; a stage's peak is the larger of the two (`StageMemory.total`).
+The optimizer step: after the last backward, when the activations are freed, Megatron's optimizer
+copies each 16-bit gradient it updates into fp32, Muon orthogonalises one matrix at a time and the
+precision-aware optimizer unscales its 16-bit states into fp32 (`rank_states.step_bytes`); a
+stage's peak is the larger of the two (`StageMemory.total`).
 
 Buffers, fixed costs and what the allocator counts: `planner.model.buffers`. Allocator
 fragmentation (FRAGMENTATION) is on activations and transient buffers.
@@ -42,7 +43,7 @@ from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
-from planner.model.rank_states import rank_state, step_grad_copy
+from planner.model.rank_states import rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.shard import BF16, Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
@@ -99,9 +100,10 @@ class StageMemory:
     """Of the above, what PyTorch's allocator does not count as allocated: the CUDA context, NCCL,
     the buffers other libraries allocate themselves, and the fragmentation (reserved but free)."""
     grad_copy: float = 0.0
-    """The fp32 copies of 16-bit gradients the optimizer step makes
-    (`rank_states.step_grad_copy`, the allocator's fragmentation on them included): held at the
-    step, after the activations are freed, so the stage's peak holds the larger of the two."""
+    """What the optimizer step holds beside the states (`rank_states.step_bytes`: the fp32 copies
+    of 16-bit gradients, Muon's working set, the unscaled 16-bit states; the allocator's
+    fragmentation on them included): after the activations are freed, so the stage's peak holds
+    the larger of the two."""
     pool: str = ""
     """The pool this stage runs on ("" for a one-kind cluster)."""
     gpu: str = ""
@@ -112,14 +114,14 @@ class StageMemory:
     @property
     def total(self) -> float:
         """The stage's peak: the model states and buffers, and the larger of its activations
-        (in the backward) and the optimizer step's gradient copies."""
+        (in the backward) and what the optimizer step holds (`grad_copy`)."""
         held = max(self.activations, self.grad_copy)
         return self.weights + self.grads + self.optimizer + held + self.other
 
     @property
     def at_step(self) -> bool:
-        """Whether the stage peaks at the optimizer step (its gradient copies above its
-        activations), not in the backward."""
+        """Whether the stage peaks at the optimizer step (`grad_copy` above its activations),
+        not in the backward."""
         return self.grad_copy > self.activations
 
     @property
@@ -177,7 +179,7 @@ def stage_memory(
     already; `shards`, where it makes `sh` and `per` once for every rank when first asked."""
     weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
-    copy = step_grad_copy(job, layout, rank, chunks)  # exact bytes: not scaled
+    copy = step_bytes(job, layout, rank, chunks)  # exact bytes: not scaled
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)

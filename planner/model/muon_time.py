@@ -1,5 +1,6 @@
 """Muon's optimizer step on one GPU: the Newton-Schulz orthogonalisation of each decoder matrix
-(`Job.optimizer = "muon"`; the memory side is `planner.model.optimizer_states`).
+(`Job.optimizer = "muon"`; the memory side is `planner.model.optimizer_states` and
+`planner.model.muon_step`).
 
 Megatron-LM d98e8a64 (--optimizer muon: megatron/core/optimizer/emerging_optimizers.py
 `TensorParallelMuon`, running NVIDIA-NeMo/Emerging-Optimizers fd77292
@@ -85,7 +86,7 @@ def matrices(
             expert.append((k, n, ks, ns, c))
         elif part == "mamba" and i == 0:
             continue  # in_proj: use_muon False
-        elif part == "attn" and i == 0 and split_qkv and not arch.multi_latent_attention:
+        elif part == "attn" and i == 0 and splits_qkv(arch, split_qkv):
             d, q, g = arch.head_dim, arch.num_attention_heads, arch.query_groups
             kv = max(g / tp, 1) * d  # KV heads are replicated when tp exceeds the groups
             gated = 2 if arch.attention_output_gate else 1  # the gate: a Q-sized matrix
@@ -96,6 +97,13 @@ def matrices(
         e = float(arch.num_moe_experts or 1)
         dense.append((h, e, h, e, 1))  # the router, not TP-split
     return dense, expert
+
+
+def splits_qkv(arch: ModelArch, split_qkv: bool) -> bool:
+    """Whether an attention layer's QKV weight is orthogonalised as its Q, K and V parts
+    (`matrices`' first two entries of such a layer: Q, with its gate, and K and V): with
+    --muon-split-qkv, unless the attention is MLA (no fused QKV weight)."""
+    return split_qkv and not arch.multi_latent_attention
 
 
 def ns_flops(rows: float, cols: float, steps: int = 5) -> float:

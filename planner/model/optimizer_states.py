@@ -6,8 +6,9 @@ Muon and the rest (embeddings, output layer, norms, biases) to Adam. A Muon matr
 fp32 master and one momentum buffer, `zeros_like` the master's fp32 gradient
 (NVIDIA-NeMo/Emerging-Optimizers faee14cd, orthogonalized_optimizers/orthogonalized_optimizer.py
 `step`): MUON_STATE_BYTES against Adam's 12 (Adam's --exp-avg-dtype does not apply to it). Its
-Newton-Schulz iterations run on one matrix at a time in the step, when no activations are held:
-not a peak.
+Newton-Schulz iterations run on one matrix at a time in the step, when no activations are held,
+beside the step's gradient copies: `planner.model.muon_step` counts the largest matrix's working
+set there (`rank_states.step_bytes`).
 
 With the distributed optimizer Megatron runs its layer-wise optimizer (arguments.py validate_args:
 --use-distributed-optimizer becomes use_layer_wise_distributed_optimizer). Its default path

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, fsdp2
+from planner.model import adam_step, buffers, fsdp2, muon_step
 from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
@@ -70,6 +70,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     w8, cache8 = buffers.quantised_weight_bytes(job, layout)
     z, g = layout.zero_stage, job.grad_bytes
     opt, w = adam_bytes(job, z), weight_bytes(job)  # fp32 training: 4-byte weights, no master
+    opt -= adam_step.master_saving(job, z)  # TE's 16-bit master or fp32 master's remainder
     # each of Megatron's distributed-optimizer instances shards over its slice of the groups
     n = job.optimizer_instances
     dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
@@ -92,11 +93,18 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         return (weights, 0.0, 0.0, cache, transient)
     if job.optimizer == "muon":
         decoder = decoder_params(job, layout, chunks)
-        words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
-        largest = min(dense - decoder[0], words)  # its embedding or output layer, if any
+        largest = _largest_adam(job, layout, dense, decoder[0])
         shards = (dense_dp, expert_dp)
         optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
     return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
+
+
+def _largest_adam(job: Job, layout: Layout, dense: float, decoder: float) -> float:
+    """Under Muon, the stage's largest Adam parameter on one GPU (`muon_optimizer_bytes`): its
+    word embedding or output layer, if any (0 without one); `dense` the stage's dense parameters,
+    `decoder` those of its decoder layers."""
+    words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
+    return min(dense - decoder, words)
 
 
 MAIN_GRAD_COPY_BYTES = 4.0
@@ -115,7 +123,8 @@ def copies_main_grads(job: Job, zero_stage: int) -> bool:
       buffer (`.decoupled_grad`, :2783-2790) where use_precision_aware_optimizer_no_fp8_or_ds_fp8
       holds (optimizer_config.py:407-414, with fp8_recipe from --fp8-recipe, whose default
       "delayed" stands without FP8 too, training.py:2612-2616): every precision but an FP8
-      recipe other than delayed scaling, or with the CPU-offloaded optimizer.
+      recipe other than delayed scaling, an fp16 master (`adam_step.decoupled`), or with the
+      CPU-offloaded optimizer.
     - Megatron-FSDP (ZeRO 2, 3): `optimizer_grad.to(param.dtype)` of the gradient shard into the
       fp32 main weights' dtype (megatron_fsdp/param_and_grad_buffer.py:3377-3381, "a persistent
       casted-copy", :3200-3204, freed at the next zero_grad_buffer), unless the gradient is
@@ -127,26 +136,58 @@ def copies_main_grads(job: Job, zero_stage: int) -> bool:
         return True
     if zero_stage >= 2:
         return False
-    decoupled = job.precision != "fp8" or job.fp8_recipe == "delayed"
-    return not (decoupled or job.optimizer_offload_fraction > 0)
+    return not (adam_step.decoupled(job) or job.optimizer_offload_fraction > 0)
+
+
+def updated_params(
+    job: Job, layout: Layout, rank: int, chunks: Chunks, states: bool = False
+) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of pipeline rank `rank` updates at the step: all of
+    the stage's at ZeRO 0, its shard from ZeRO 1 (over each distributed-optimizer instance's
+    slice of the groups, as `_state_of`); with `states`, the shard of their optimizer states
+    (under HFSDP's optim strategy over every instance too, as `_state_of`)."""
+    dense, expert = stage_params(job, layout, rank, chunks)
+    if layout.zero_stage >= 1:
+        n = job.optimizer_instances
+        if states and layout.zero_stage == 3 and job.outer_dp_sharding_strategy == "optim":
+            n = 1
+        dense /= max(layout.dense_dp // n, 1)
+        expert /= max(layout.expert_dp // n, 1)
+    return dense, expert
 
 
 def step_grad_copy(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     """Bytes of the fp32 gradient copies on one GPU of pipeline rank `rank` at the optimizer step
-    (`copies_main_grads`): MAIN_GRAD_COPY_BYTES per parameter it updates, all of the stage's at
-    ZeRO 0 and its shard from ZeRO 1 (over each distributed-optimizer instance's slice of the
-    groups, as `_state_of`). They are made after the last backward, when the activations are
-    freed, and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none; the
-    next zero_grad_buffer under Megatron-FSDP), so they coexist with the model states but not
-    the activations (`memory.StageMemory`)."""
+    (`copies_main_grads`): MAIN_GRAD_COPY_BYTES per parameter it updates (`updated_params`);
+    under Muon's whole-parameter dealing (`Job.muon_whole_params`) on the rank that is dealt the
+    largest parameter whole, as `muon_optimizer_bytes` counts its states: that parameter and a
+    dp-th of the rest. They are made after the last backward, when the activations are freed,
+    and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none; the next
+    zero_grad_buffer under Megatron-FSDP), so they coexist with the model states but not the
+    activations (`memory.StageMemory`)."""
     if not copies_main_grads(job, layout.zero_stage):
         return 0.0
-    dense, expert = stage_params(job, layout, rank, chunks)
-    if layout.zero_stage >= 1:
-        n = job.optimizer_instances
-        dense /= max(layout.dense_dp // n, 1)
-        expert /= max(layout.expert_dp // n, 1)
+    dense, expert = updated_params(job, layout, rank, chunks)
+    dense_dp = max(layout.dense_dp // job.optimizer_instances, 1)
+    if job.optimizer == "muon" and job.muon_whole_params and layout.zero_stage >= 1:
+        whole = stage_params(job, layout, rank, chunks)[0]
+        largest = _largest_adam(job, layout, whole, decoder_params(job, layout, chunks)[0])
+        if dense_dp > 1 and largest > 0:
+            dense = (whole - largest) / dense_dp + largest
     return MAIN_GRAD_COPY_BYTES * (dense + expert)
+
+
+def step_bytes(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
+    """Bytes the optimizer step holds on one GPU of pipeline rank `rank` beside the model states,
+    after the activations are freed: the fp32 gradient copies (`step_grad_copy`), and on top of
+    them Muon's orthogonalisation of its largest matrix (`muon_step.working_set`) or the
+    precision-aware optimizer's fp32 working copies of its 16-bit states
+    (`adam_step.unscaled_bytes`)."""
+    held = step_grad_copy(job, layout, rank, chunks) + muon_step.working_set(job, layout, chunks)
+    if adam_step.unscaled_states(job, layout.zero_stage):
+        updated = updated_params(job, layout, rank, chunks, states=True)
+        held += adam_step.unscaled_bytes(job, layout.zero_stage, updated)
+    return held
 
 
 def persistent_bytes(job: Job, layout: Layout, rank: int) -> float:

@@ -46,11 +46,13 @@ def test_the_offloaded_share_leaves_the_gpu(fraction: float) -> None:
 
 
 def test_bf16_moments_do_not_reach_the_gpu_share() -> None:
-    # --exp-avg-dtype bf16 makes the GPU's Adam 8 bytes; the host optimizer's GPU part keeps 12
+    # --exp-avg-dtype bf16 makes the GPU's Adam 6 bytes (2 + 2 moments and the fp32 master's
+    # int16 remainder, TransformerEngine 04912bf0 fused_adam.py `_initialize_state`:
+    # planner.model.adam_step); the host optimizer's GPU part keeps 12
     bf16 = replace(BASE, optimizer_state_dtype="bf16")
     half = replace(bf16, optimizer_offload_fraction=0.5)
     a = memory.estimate(bf16, LAYOUT).stages[0].optimizer
-    assert memory.estimate(half, LAYOUT).stages[0].optimizer == pytest.approx(a * 0.5 * 12 / 8)
+    assert memory.estimate(half, LAYOUT).stages[0].optimizer == pytest.approx(a * 0.5 * 12 / 6)
 
 
 def test_host_step_by_hand() -> None:

@@ -1,0 +1,105 @@
+"""Megatron's precision-aware optimizer (--use-precision-aware-optimizer,
+`Job.precision_aware_optimizer`): what Transformer Engine's FusedAdam keeps of the master weight,
+and the fp32 working copies of its 16-bit states at the step.
+
+Megatron-LM d98e8a64, TransformerEngine 04912bf0 (transformer_engine/pytorch/optimizers/
+fused_adam.py):
+- Megatron hands TE's FusedAdam the master (master_weights=True, master_weight_dtype
+  = --main-params-dtype, use_decoupled_grad) where use_precision_aware_optimizer_no_fp8_or_ds_fp8
+  holds (optimizer/__init__.py:564-584; optimizer_config.py:407-414: an fp16 master, any
+  precision but an FP8 recipe other than delayed scaling, or the CPU-offloaded optimizer), and
+  not under Megatron-FSDP, whose own main weights the optimizer steps (master_weights set False,
+  optimizer/__init__.py:1147-1161; ZeRO 2 and 3 here). The precision-aware optimizer runs only
+  with the distributed optimizer or Megatron-FSDP (:1057-1060).
+- TE keeps an fp16 master in 2 bytes (`_initialize_state`, dtype master_weight_dtype), and an fp32
+  master of a bf16 parameter as its 16-bit remainder, an int16 tensor, where
+  store_param_remainders holds (FusedAdam.__init__: "store_param_remainders and master_weights
+  and master_weight_dtype == torch.float32"; `_initialize_state` `torch.zeros_like(...,
+  dtype=torch.int16)`; the step reconstructs the fp32 value in its kernel,
+  multi_tensor_adam_param_remainder); Megatron passes store_param_remainders, True by default
+  (optimizer_config.py:192, False only before TE 2.1, :437-438; optimizer/__init__.py:587-588).
+  `master_saving`: 2 bytes per parameter fewer than the 4 `Job.optimizer_bytes` counts.
+- At each step FusedAdam unscales every state that is not fp32 into a fresh fp32 tensor
+  (`get_unscaled_state`: `.float()` of a bf16, fp16 or FP8 state; the remainder is passed as it
+  is), for every parameter of a parameter group before the group's kernels, and keeps them in its
+  lists until the group's states are scaled back ("del unscaled_lists" at the group's end):
+  4 bytes x the 16-bit states (`unscaled_states`) x the largest group's elements on the GPU
+  (`unscaled_bytes`). Megatron's groups split dense from expert parameters (_get_param_groups,
+  optimizer/__init__.py:350-356; the distributed optimizer builds an optimizer of each, :1178-1183
+  and :1215-1220, stepped one after the other) and the weight-decayed parameters from the norms
+  and biases (:113-120): the
+  largest group is counted as the rank's whole dense (or expert) shard, the safe side by the
+  norms and biases. The bf16 cast back (`_apply_scale`: `unscaled_state.bfloat16()`, one
+  parameter at a time) is not counted.
+- The gradients: the decoupled gradient is the 16-bit buffer itself (distrib_optimizer.py
+  :2783-2790), which the kernel reads as it is: no fp32 copy (`rank_states.copies_main_grads`).
+"""
+
+from __future__ import annotations
+
+from planner.inputs.plan import Job
+
+UNSCALED_BYTES = 4.0
+"""Bytes per element of a 16-bit state's fp32 working copy at the step (`.float()`)."""
+
+MASTER_SAVING_BYTES = 2.0
+"""What a 16-bit master (fp16, or an fp32 master's int16 remainder) saves over the fp32 one
+`Job.optimizer_bytes` counts."""
+
+
+def on_gpu_fused_adam(job: Job) -> bool:
+    """Whether Transformer Engine's FusedAdam steps Megatron's Adam with its 16-bit states: the
+    precision-aware optimizer, not offloaded (the CPU-offloaded optimizer's GPU share keeps fp32
+    states, `Job.optimizer_bytes`), under Megatron-LM."""
+    return (
+        job.precision_aware_optimizer
+        and job.optimizer == "adam"
+        and job.optimizer_offload_fraction == 0
+        and job.framework == "megatron"
+        and not job.frozen_model
+    )
+
+
+def decoupled(job: Job) -> bool:
+    """Megatron's use_precision_aware_optimizer_no_fp8_or_ds_fp8 (optimizer_config.py:407-414)
+    less its CPU-offload clause: the precision-aware optimizer with an fp16 master, or with any
+    precision but an FP8 recipe other than delayed scaling (--fp8-recipe's default "delayed"
+    stands without FP8 too, training.py:2612-2616)."""
+    if not job.precision_aware_optimizer:
+        return False
+    return job.main_params_dtype != "fp32" or job.precision != "fp8" or job.fp8_recipe == "delayed"
+
+
+def te_master(job: Job, zero_stage: int) -> bool:
+    """Whether TE's FusedAdam keeps the master weights (module docstring): with the distributed
+    optimizer (ZeRO 0 and 1 here) and the decoupled path."""
+    return on_gpu_fused_adam(job) and zero_stage < 2 and decoupled(job)
+
+
+def master_saving(job: Job, zero_stage: int) -> float:
+    """Bytes per parameter the master takes less than `Job.optimizer_bytes`' 4: an fp16 master,
+    or the remainder of an fp32 one of bf16 parameters (bf16 training, and FP8 / NVFP4 training
+    whose decoder weights stay bf16 parameters; fp32 parameters keep the whole fp32 master)."""
+    if not te_master(job, zero_stage):
+        return 0.0
+    if job.main_params_dtype == "fp16":
+        return MASTER_SAVING_BYTES
+    bf16_params = job.precision == "bf16" or (job.quantised and not job.low_precision_params)
+    return MASTER_SAVING_BYTES if bf16_params else 0.0
+
+
+def unscaled_states(job: Job, zero_stage: int) -> int:
+    """How many of a parameter's states FusedAdam unscales into fp32 at the step: the two bf16
+    moments, and an fp16 master (the remainder is read as it is)."""
+    if not on_gpu_fused_adam(job):
+        return 0
+    moments = 2 if job.optimizer_state_dtype == "bf16" else 0
+    master = te_master(job, zero_stage) and job.main_params_dtype == "fp16"
+    return moments + (1 if master else 0)
+
+
+def unscaled_bytes(job: Job, zero_stage: int, updated: tuple[float, float]) -> float:
+    """Bytes of the fp32 working copies at the step on a GPU that updates `updated` (dense,
+    expert) parameters: UNSCALED_BYTES x `unscaled_states` x the larger of the two (the largest
+    parameter group, module docstring)."""
+    return UNSCALED_BYTES * unscaled_states(job, zero_stage) * max(updated)
