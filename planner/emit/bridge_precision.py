@@ -88,10 +88,11 @@ def _muon(plan: Plan) -> dict[str, object]:
     }
 
 
-def _dtype(bf16: bool) -> str:
+def _dtype(half: bool, name: str = "torch.bfloat16") -> str:
     """A torch dtype as Bridge reads it back onto a field holding one (training/utils/
-    omegaconf_utils.py `_apply_overrides`: activation_map.py str_to_dtype)."""
-    return "torch.bfloat16" if bf16 else "torch.float32"
+    omegaconf_utils.py `_apply_overrides`: activation_map.py str_to_dtype): `name` for a 16-bit
+    field, else fp32."""
+    return name if half else "torch.float32"
 
 
 def optimizer_precision(plan: Plan) -> dict[str, object]:
@@ -105,7 +106,7 @@ def optimizer_precision(plan: Plan) -> dict[str, object]:
     aware = job.precision_aware_optimizer
     out: dict[str, object] = {
         "use_precision_aware_optimizer": aware,
-        "main_params_dtype": _dtype(False),
+        "main_params_dtype": _dtype(aware and job.main_params_dtype == "fp16", "torch.float16"),
         "main_grads_dtype": _dtype(aware and job.main_grad_dtype == "bf16"),
         "exp_avg_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),
         "exp_avg_sq_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),

@@ -42,6 +42,8 @@ def optimizer_args(plan: Plan) -> list[Arg]:
             a.append(("--main-grads-dtype", "bf16"))
         if job.optimizer_state_dtype == "bf16":
             a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+        if job.main_params_dtype == "fp16":  # TE's fp16 master (planner.model.adam_step)
+            a.append(("--main-params-dtype", "fp16"))
     if job.optimizer_offload_fraction > 0:  # the host optimizer, which asks for the above
         a += [
             ("--optimizer-cpu-offload",),

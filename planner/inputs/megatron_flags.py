@@ -307,7 +307,6 @@ READ = frozenset(
 
 NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
-    "--main-params-dtype": "16-bit main weights are counted as fp32",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
@@ -322,7 +321,6 @@ other than Megatron's default), they are read as the note says."""
 
 NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--megatron-fsdp-main-params-dtype": ("fp32",),
-    "--main-params-dtype": ("fp32",),
     "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no

@@ -26,6 +26,14 @@ def muon(job: Job, lay: Layout) -> Violation | None:
             f"optimizer = muon does not run with Megatron-FSDP (zero_stage {lay.zero_stage}; "
             "Megatron's validate_args asserts): use zero_stage 0 or 1",
         )
+    if job.precision_aware_optimizer:  # optimizer_config.py:434-436 @d98e8a64
+        return Violation(
+            "muon",
+            "training.optimizer",
+            "optimizer = muon with the precision-aware optimizer (bf16 moments, an fp16 master, "
+            "use_precision_aware_optimizer or the CPU-offloaded optimizer): Megatron's "
+            "OptimizerConfig asserts it runs with Adam only",
+        )
     return None
 
 

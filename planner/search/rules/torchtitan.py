@@ -156,6 +156,12 @@ def features(job: Job, lay: Layout) -> Violation | None:
         ),
         (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
         (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
+        (job.main_params_dtype != "fp32", "training.main_params_dtype", "fp32 only"),
+        (
+            job.use_precision_aware_optimizer,
+            "training.use_precision_aware_optimizer",
+            "Megatron's (Transformer Engine's FusedAdam) only",
+        ),
         (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
         (
             job.arch.is_moe and lay.moe_token_dispatcher_type == "allgather",
