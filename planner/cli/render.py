@@ -59,12 +59,13 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
     timed = perf is not None and len(perf.stages) == len(rep.stages)
     t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
     cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
-    copies = any(st.grad_copy for st in rep.stages)  # the optimizer step's fp32 gradient copies
+    copies = any(st.grad_copy for st in rep.stages)  # what the optimizer step holds
     if copies:
         cols.insert(6, "step copy")
         t.caption = (
-            "step copy: the fp32 copies of 16-bit gradients the optimizer step makes after the "
-            "activations are freed; total holds the larger of the two (* the step)"
+            "step copy: what the optimizer step holds after the activations are freed (fp32 "
+            "copies of 16-bit gradients, Muon's Newton-Schulz working set, the fp32 copies of "
+            "16-bit optimizer states); total holds the larger of the two (* the step)"
         )
     pooled = any(st.pool for st in rep.stages)  # heterogeneous pools: each stage's pool and GPU
     if pooled:
