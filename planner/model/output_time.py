@@ -10,9 +10,9 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, layer_time
+from planner.model.fp32 import value_bytes
 from planner.model.gemm import Gpu, gemm_time, quant_bytes
 from planner.model.linear_time import margin_slowdown
-from planner.model.shard import BF16
 
 UNFUSED_LOSS_BYTES_PER_LOGIT = 52.0
 """HBM bytes per local logit of Megatron-LM's unfused vocab-parallel cross entropy (its default,
@@ -58,7 +58,8 @@ def output_layer_time(job: Job, lay: Layout, gpu: Gpu) -> float:
     gather = 0.0
     if gathered and lay.tp > 1:
         # logits all-gathered forward, their gradient sliced backward
-        gather = comms.all_gather(t * vocab * lay.tp * BF16, comms.place(job.cluster, 1, lay.tp))
+        word = value_bytes(job)  # the logits' dtype: fp32 in fp32 training
+        gather = comms.all_gather(t * vocab * lay.tp * word, comms.place(job.cluster, 1, lay.tp))
     return (2 if job.frozen_model else 3) * fwd + ce + gather + quant
 
 
@@ -107,7 +108,7 @@ def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
     comm = 0.0
     if tp > 1:
         grp = comms.place(job.cluster, 1, tp)
-        wide, narrow = t * 2 * h * BF16, t * h * BF16
+        wide, narrow = t * 2 * h * value_bytes(job), t * h * value_bytes(job)
         comm = comms.all_gather(narrow, grp)  # the output's gather over the last dimension
         if lay.sequence_parallel:  # input gather, its re-gather and gradient reduce-scatter
             comm += 2 * comms.all_gather(wide, grp) + comms.reduce_scatter(wide, grp)

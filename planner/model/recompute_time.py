@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.fp32 import value_bytes
 from planner.model.gemm import Gpu
-from planner.model.shard import BF16
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ def module_time(
     (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
     of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
     once. core_attn: the attention kernel's forward. layernorm: the two norms (read and write
-    h per token, bf16). mla_up_proj: the q and kv up-projections and the rope / concatenation
-    writing q, k, v. moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
+    h per token). mla_up_proj: the q and kv up-projections and the rope / concatenation writing
+    q, k, v. Values are in the job's dtype (`fp32.value_bytes`: 4 bytes in fp32
+    training). moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
     mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
     experts and the shared experts, with the forward's token permutations; the shared experts).
     gdn_norm_out: a gated delta net's gated norm (read the kernel's output and the gate, write
@@ -54,6 +55,7 @@ def module_time(
     kind = layer_kind(moe)
     moe = kind.moe
     arch = job.arch
+    word = value_bytes(job)  # each value's bytes: 4 in fp32 training (planner.model.fp32)
     h = arch.hidden_size
     sp_tp = lay.tp if lay.sequence_parallel else 1
     glu = 2 if arch.gated_linear_unit else 1
@@ -63,8 +65,8 @@ def module_time(
         return sum(p.times[i] + p.casts[i] / 3 for i in sel)
 
     def act(rows: float, width: float) -> float:
-        # read the (gated) fc1 output, write the activation, bf16
-        return rows * width * (glu + 1) * BF16 / gpu.hbm
+        # read the (gated) fc1 output, write the activation, in the job's values
+        return rows * width * (glu + 1) * word / gpu.hbm
 
     routed = p.tokens * arch.moe_router_topk * p.load * lay.expert_tp / lay.tp
     fe = arch.expert_ffn / lay.expert_tp
@@ -72,7 +74,7 @@ def module_time(
     if module == "core_attn":
         return p.attn_fwd
     if module == "layernorm":
-        return kind.blocks * (p.tokens / sp_tp) * h * 2 * BF16 / gpu.hbm
+        return kind.blocks * (p.tokens / sp_tp) * h * 2 * word / gpu.hbm
     if module == "mla_up_proj":
         if not arch.multi_latent_attention:
             return 0.0
@@ -82,7 +84,7 @@ def module_time(
             / lay.tp
             * (2 * (arch.qk_head_dim + arch.qk_pos_emb_head_dim) + arch.v_head_dim)
         )
-        return gemms("mla_up") + 2 * p.tokens * width * BF16 / gpu.hbm
+        return gemms("mla_up") + 2 * p.tokens * width * word / gpu.hbm
     if module == "moe_act":
         return act(routed, fe) if moe else 0.0
     if module == "mlp":
@@ -96,8 +98,8 @@ def module_time(
     if module == "shared_experts":
         return gemms("shared") + act(p.tokens, fs) if moe else 0.0
     if module == "gdn_norm_out" and kind.mixer == "gdn":
-        # the gated norm reads the kernel's output and the gate and writes its output (bf16);
+        # the gated norm reads the kernel's output and the gate and writes its output;
         # its CP all-to-all, where there is one, is not charged again
         vd = arch.linear_num_value_heads * arch.linear_value_head_dim / lay.tp
-        return 3 * p.tokens * vd * BF16 / gpu.hbm
+        return 3 * p.tokens * vd * word / gpu.hbm
     return 0.0

@@ -186,3 +186,26 @@ def test_fp32_mfu_is_labelled_against_the_tf32_peak() -> None:
     bf16 = cost.estimate(_llama("bf16"), Layout(dp=8, micro_batch_size=1))
     assert bf16.mfu_text() == f"MFU {bf16.mfu:.1%} of the bf16 peak"
     assert isinstance(bf16, Performance)
+
+
+@pytest.mark.parametrize(("precision", "word"), [("bf16", 2), ("fp32", 4)])
+def test_recompute_and_the_output_layer_move_fp32_values(precision: str, word: int) -> None:
+    from planner.model import output_time, recompute_time
+
+    j = _llama(precision, cross_entropy="gathered")
+    lay = Layout(tp=2, dp=4, micro_batch_size=1)
+    gpu = layer_time.gpu_of(j)
+    p = recompute_time.Pieces(parts=(), times=(), casts=(), attn_fwd=0.0, tokens=1024, load=1.0)
+    kind = catalog.get_model("llama3.1-8b").kinds[0]
+    # two norms, each reading and writing 1024 x 4096 values: 2 x 2 x 1024 x 4096 x word bytes
+    norms = recompute_time.module_time(j, lay, gpu, kind, p, "layernorm")
+    assert norms == pytest.approx(2 * 2 * 1024 * H * word / gpu.hbm, rel=1e-12)
+    # gathered cross entropy all-gathers the 1024 x 128,256 logits over tp 2 in their dtype
+    sizes: list[float] = []
+    real = comms.all_gather
+    try:
+        comms.all_gather = lambda n, g: sizes.append(n) or real(n, g)  # type: ignore[assignment]
+        output_time.output_layer_time(j, lay, gpu)
+    finally:
+        comms.all_gather = real  # type: ignore[assignment]
+    assert sizes == [1024 * 128_256 * word]
