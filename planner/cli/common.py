@@ -177,13 +177,13 @@ def warn(plan: Plan) -> list[str]:
     return lines
 
 
-def launch_lines(plan: Plan) -> tuple[list[str], str | None]:
+def launch_lines(plan: Plan) -> tuple[list[str], list[str]]:
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
-    targets; and what the Megatron-LM targets launch differently where they do not refuse it
-    (`launch.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16 attention for FP8
-    attention, with its step and peak), None
-    where they launch it as it is. The targets are rendered once for both."""
+    targets; and what the targets that do not refuse it launch differently, with the step or
+    peak they predict (`launch.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16
+    attention for FP8 attention; `launch.bridge_launched_note`: Megatron-Bridge's optimizer
+    path), none where they launch it as it is. The targets are rendered once for both."""
     from planner.emit import launch
 
     refused = launch.refusals(plan)
@@ -191,21 +191,26 @@ def launch_lines(plan: Plan) -> tuple[list[str], str | None]:
         f"launch --target {', '.join(targets)} refuses this plan: {message}"
         for message, targets in refused.items()
     ]
-    megatron = plan.job.framework == "megatron"
-    if not megatron or any(t in launch.MEGATRON_LM_TARGETS for ts in refused.values() for t in ts):
-        return lines, None
-    return lines, launch.megatron_lm_launched_note(plan)
+    if plan.job.framework != "megatron":
+        return lines, []
+    refused_targets = {t for ts in refused.values() for t in ts}
+    notes = []
+    if not refused_targets & set(launch.MEGATRON_LM_TARGETS):
+        notes.append(launch.megatron_lm_launched_note(plan))
+    if "megatron-bridge" not in refused_targets and not plan.job.pools:
+        notes.append(launch.bridge_launched_note(plan))
+    return lines, [n for n in notes if n is not None]
 
 
 def launch_warnings(plan: Plan) -> list[str]:
     """`launch_lines` of a plan file: the refusals as warnings on stderr (`check` and `explain`
     PLAN: the memory still fits, and the exit code says so; the plan's first launch would find
-    them), the loss Megatron-LM launches as a note (not a fault of the plan)."""
-    lines, loss = launch_lines(plan)
+    them), what the targets launch differently as notes (not a fault of the plan)."""
+    lines, notes = launch_lines(plan)
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
-    if loss is not None:
-        sys.stderr.write(f"planner: note: {loss}\n")
+    for note in notes:
+        sys.stderr.write(f"planner: note: {note}\n")
     return lines
 
 
@@ -216,6 +221,6 @@ def launch_notes(path: Path) -> None:
 
     plan = load_plan(path)
     warn(plan)  # what `check` warns about the plan, as it says it
-    lines, loss = launch_lines(plan)
-    for line in [*lines, *([loss] if loss is not None else [])]:
+    lines, notes = launch_lines(plan)
+    for line in [*lines, *notes]:
         err.print(f"note: {line}")

@@ -281,7 +281,7 @@ def render(plan: Plan, job_name: str) -> str:
     tables = sections(plan)
     preset = bridge_precision.preset(plan)
     unset = _hydra_dict({"_target_": COMM_OVERLAP, **tables["comm_overlap"]})
-    notes = bridge_notes.notes(plan, "comm_overlap=" + unset)
+    notes = bridge_notes.notes(plan, "comm_overlap=" + unset) + list(plan.launch_notes)
     hydra: list[str] = []  # shell-quoted, to paste as they are (a list's spaces split words)
     for name, fields in tables.items():
         hydra += [shlex.quote(f"{name}.{k}={_scalar(v)}") for k, v in fields.items()]

@@ -31,7 +31,7 @@ from planner.emit.common import check_job_name
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
-from planner.model import cost, memory
+from planner.model import adam_step, cost, memory
 from planner.search.rules import check_plan
 
 Renderer = Callable[[Plan, str], str]
@@ -151,7 +151,7 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
         )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
-    return file_name, renderer(megatron_lm_launched(plan, target), check_job_name(job_name))
+    return file_name, renderer(launched(plan, target), check_job_name(job_name))
 
 
 MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
@@ -185,21 +185,65 @@ def megatron_lm_launched(plan: Plan, target: str) -> Plan:
     return plan if job is plan.job else replace(plan, job=job, launch_notes=notes)
 
 
+BRIDGE_OPTIMIZER_NOTE = (
+    'Megatron-Bridge\'s bf16 presets keep MixedPrecisionConfig.fp8_recipe = "tensorwise" '
+    "(mixed_precision.py:50 @067f987d) and copy it onto OptimizerConfig (:138-156), so with the "
+    "precision-aware optimizer Megatron-Core keeps its own fp32 master weights and copies the "
+    "gradients into fp32 at the step (optimizer_config.py:407-414 @d98e8a64), where Megatron-LM "
+    "keeps Transformer Engine's 16-bit remainder and reads them in place: the header predicts "
+    "the former"
+)
+
+
+def bridge_launched(plan: Plan) -> Plan:
+    """The plan as Megatron-Bridge launches it: its bf16 and bf16-with-NVFP4 presets give the
+    optimizer fp8_recipe "tensorwise" (BRIDGE_OPTIMIZER_NOTE), which turns the precision-aware
+    optimizer's decoupled path off (`Job.optimizer_fp8_recipe`); the FP8 presets set the plan's
+    own recipe."""
+    job = plan.job
+    if job.precision == "fp8" or not adam_step.decoupled(job) or job.main_params_dtype != "fp32":
+        return plan
+    bridge = replace(job, optimizer_fp8_recipe="tensorwise")
+    return replace(plan, job=bridge, launch_notes=(*plan.launch_notes, BRIDGE_OPTIMIZER_NOTE))
+
+
+def launched(plan: Plan, target: str) -> Plan:
+    """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`)."""
+    if target == "megatron-bridge":
+        return bridge_launched(plan)
+    return megatron_lm_launched(plan, target)
+
+
+def bridge_launched_note(plan: Plan) -> str | None:
+    """What --target megatron-bridge changes of the plan (`bridge_launched`), with the peak it
+    predicts; None where it launches the plan as it is."""
+    run = bridge_launched(plan)
+    if run is plan:
+        return None
+    lay = plan.require_layout()
+    peak = memory.estimate(run.job, lay).peak / 2**30
+    planned = memory.estimate(plan.job, lay).peak / 2**30
+    return (
+        f"launch --target megatron-bridge predicts peak {peak:.1f} GiB (the plan's "
+        f"{planned:.1f} GiB): {BRIDGE_OPTIMIZER_NOTE}"
+    )
+
+
 def megatron_lm_launched_note(plan: Plan) -> str | None:
     """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan
     (`megatron_lm_launched`: the loss of a plan ranked with Transformer Engine's fused cross
     entropy, FP8 attention), with the step and peak they predict, and how to plan with what they
     launch; None where they launch the plan as it is."""
-    launched = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0])
-    if launched is plan:
+    ran = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0])
+    if ran is plan:
         return None
     lay = plan.require_layout()
-    ranked, run = cost.estimate(plan.job, lay), cost.estimate(launched.job, lay)
-    peak = memory.estimate(launched.job, lay).peak / 2**30
+    ranked, run = cost.estimate(plan.job, lay), cost.estimate(ran.job, lay)
+    peak = memory.estimate(ran.job, lay).peak / 2**30
     targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
     changes, settings = [], []
     if plan.job.megatron_loss == "te":
-        native = launched.job.compiled_loss_fusion
+        native = ran.job.compiled_loss_fusion
         changes.append(
             "refuses Transformer Engine's fused cross entropy (the loss this plan names, as "
             "Megatron-Bridge runs it): they launch "
@@ -251,9 +295,9 @@ def launch(
 ) -> Launched:
     """Render `target` for the plan file; write it under `out_dir` when given."""
     _target(target)  # before reading the plan: the cheaper message first
-    # every file of the target (a pooled torchrun's per-pool scripts too) launches the loss
-    # Megatron-LM runs (`megatron_lm_launched`, which `render` applies for its callers alike)
-    plan = megatron_lm_launched(check_plan(load_plan(plan_path)), target)
+    # every file of the target (a pooled torchrun's per-pool scripts too) launches the plan as
+    # its training code runs it (`launched`, which `render` applies for its callers alike)
+    plan = launched(check_plan(load_plan(plan_path)), target)
     file_name, text = render(plan, target, job_name)
     note = renamed(target, job_name or plan_path.stem)
     warning = unfit(plan, plan_path)

@@ -80,6 +80,12 @@ class Job:
     selective_recompute: SelectivePolicy = "core_attn"
     fp8_recipe: Fp8Recipe = "delayed"
     """How FP8 scales are chosen (Megatron --fp8-recipe; read with precision fp8)."""
+    optimizer_fp8_recipe: Fp8Recipe | None = None
+    """The fp8_recipe Megatron-Core's OptimizerConfig sees where a launcher sets one apart from
+    the job's (not a plan field: Megatron-Bridge's bf16 presets, "tensorwise",
+    `planner.emit.launch.bridge_launched`); None: the job's own under FP8, Megatron-LM's default
+    "delayed" otherwise. It decides the precision-aware optimizer's path
+    (`planner.model.adam_step.decoupled`)."""
     moe_router_num_groups: int | None = None
     """Group-limited routing: the experts fall in this many groups (None = no groups). With one
     group per node the routing is node-limited (DeepSeek-V3: 8 groups, 4 per token)."""

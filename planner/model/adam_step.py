@@ -62,12 +62,15 @@ def on_gpu_fused_adam(job: Job) -> bool:
 
 def decoupled(job: Job) -> bool:
     """Megatron's use_precision_aware_optimizer_no_fp8_or_ds_fp8 (optimizer_config.py:407-414)
-    less its CPU-offload clause: the precision-aware optimizer with an fp16 master, or with any
-    precision but an FP8 recipe other than delayed scaling (--fp8-recipe's default "delayed"
-    stands without FP8 too, training.py:2612-2616)."""
+    less its CPU-offload clause: the precision-aware optimizer with an fp16 master, or with
+    OptimizerConfig's fp8_recipe None or delayed scaling. Megatron-LM's --fp8-recipe default
+    "delayed" stands without FP8 too (training.py:2612-2616); Megatron-Bridge's bf16 presets set
+    "tensorwise" (`Job.optimizer_fp8_recipe`), and there Megatron-Core keeps its own fp32
+    master and copies the gradients at the step."""
     if not job.precision_aware_optimizer:
         return False
-    return job.main_params_dtype != "fp32" or job.precision != "fp8" or job.fp8_recipe == "delayed"
+    recipe = job.optimizer_fp8_recipe or (job.fp8_recipe if job.precision == "fp8" else "delayed")
+    return job.main_params_dtype != "fp32" or recipe == "delayed"
 
 
 def te_master(job: Job, zero_stage: int) -> bool:
