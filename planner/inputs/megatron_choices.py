@@ -250,6 +250,11 @@ def arity_error(flag: str, values: list[str], explicit: bool = False) -> str | N
     if extra:
         words = " ".join(extra)
         return f"{takes}, but {words!r} follows it: {EXITS} (unrecognized arguments: {words})"
+    if cut is not None and not _held(cut):  # a single-dash word no option of the parser has
+        return (
+            f"{cut!r} follows it, which argparse takes for an option Megatron-LM's parser does "
+            f"not have: {EXITS} (unrecognized arguments: {cut})"
+        )
     return None
 
 
@@ -284,12 +289,16 @@ def refuse_stray_words(runs: Iterable[Run], where: str) -> None:
     word (`--use-distributed-optimizer 0` as the distributed optimizer on,
     `--tensor-model-parallel-size 2 4` as tp 2). A bare `--` ends the options: argparse takes
     no option's word from it (CPython 3.12 `_get_nargs_pattern` drops '-' for optionals: `--lr
-    -- 1e-4` is "expected one argument") and every word after it for a positional, which
-    Megatron-LM's parser has none of; those words are left, as a flag that is not Megatron-LM's
-    is."""
+    -- 1e-4` is "expected one argument") and it and every word after it for positionals, which
+    Megatron-LM's parser has none of: it exits ("unrecognized arguments: -- ...", CPython 3.11.7,
+    3.12.1 and 3.13.0), where the reader would read the flags after it."""
     for run in runs:
         if run.flag == "--":
-            return
+            raise InputError(
+                f"{where}: --: a bare '--' ends argparse's options, and it and the words after "
+                "it are positional arguments, which Megatron-LM's parser has none of: "
+                f"{EXITS} (unrecognized arguments)"
+            )
         why = arity_error(run.flag, run.values, run.explicit)
         if why is not None:
             raise InputError(f"{where}: {run.flag}: {why}")

@@ -150,10 +150,29 @@ def test_a_bare_double_dash_ends_the_options() -> None:
     """`--` gives no option a word (CPython 3.12 `_get_nargs_pattern` drops '-' from an
     optional's pattern: `--lr -- 1e-4` exits "expected one argument", checked on 3.12.1 and
     3.13.0); the words after it are positionals, which planner leaves as it leaves flags that
-    are not Megatron-LM's."""
+    are not Megatron-LM's; it and they are "unrecognized arguments" (CPython 3.11.7, 3.12.1,
+    3.13.0: a parser with --lr alone exits on `--lr 1 --`, `--lr 1 -- --x` and `--lr 1 -- 2`)."""
     with pytest.raises(InputError, match="--lr: expected one argument"):
         refuse_stray_words(flag_runs(["--lr", "--", "1e-4"]), "x")
-    refuse_stray_words(flag_runs(["--lr", "1", "--", "--use-flash-attn", "yes"]), "x")
+    for tail in ([], ["--use-flash-attn", "yes"], ["--tensor-model-parallel-size", "2"]):
+        with pytest.raises(InputError, match="unrecognized arguments"):
+            refuse_stray_words(flag_runs(["--lr", "1", "--", *tail]), "x")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--adam-beta1", "0.9", "-x"],
+        ["--bf16", "-v"],
+        ["--data-path", "a", "-1e-4"],
+        ["--recompute-modules", "core_attn", "-x"],
+    ],
+)
+def test_a_single_dash_word_after_a_flags_values_is_unrecognized(words: list[str]) -> None:
+    # CPython 3.11.7: a parser with --lr alone exits "unrecognized arguments: -x" on
+    # `--lr 1 -x`; an option-like word no option has is an unknown option, not a value
+    with pytest.raises(InputError, match="unrecognized arguments"):
+        refuse_stray_words(flag_runs(words), "x")
 
 
 def test_option_like_words() -> None:
