@@ -38,7 +38,7 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import rl_inference
 from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
-from planner.model.fp32 import weight_bytes
+from planner.model.fp32 import value_bytes, weight_bytes
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -152,7 +152,8 @@ def dispatcher_bytes(job: Job, layout: Layout) -> float:
     group = layout.ep * layout.expert_tp
     if layout.moe_flex_dispatcher_backend == "deepep":
         sms = layout.moe_flex_dispatcher_num_sms or DEEPEP_NUM_SMS
-        return _deepep_bytes(2 * h, group, sms)
+        # hidden bytes h x max(element size, 2): fp32 training's 4 (fused_a2a.py:33 @d98e8a64)
+        return _deepep_bytes(int(max(value_bytes(job), 2)) * h, group, sms)
     tokens = job.seq_length // layout.cp * layout.micro_batch_size // layout.tp * group
     domain = min(group, job.cluster.gpu.scaleup_domain_gpus)
     local_experts = arch.num_moe_experts // layout.ep

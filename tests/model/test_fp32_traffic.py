@@ -209,3 +209,21 @@ def test_recompute_and_the_output_layer_move_fp32_values(precision: str, word: i
     finally:
         comms.all_gather = real  # type: ignore[assignment]
     assert sizes == [1024 * 128_256 * word]
+
+
+def test_deepep_sizes_its_buffers_by_the_fp32_hidden_bytes() -> None:
+    # Megatron-LM d98e8a64 fused_a2a.py:33 sizes DeepEP's buffer by hidden x max(element size,
+    # 2) bytes: 4 h in fp32 training, 2 h in bf16. On 8 ranks (NVLink only) it holds, per
+    # channel (2 SMs) and NVLink peer, its received tokens' hidden bytes: fp32 adds
+    # sms / 2 x 8 x tokens x 2 h bytes
+    from planner.model import buffers
+
+    lay = Layout(dp=8, ep=8, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    sizes = {}
+    for p in ("bf16", "fp32"):
+        j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 64, precision=p)
+        sizes[p] = buffers.dispatcher_bytes(j, lay)
+    h = catalog.get_model("mixtral-8x7b").hidden_size
+    tokens = min((r, t) for r, t in buffers.DEEPEP_RECV_TOKENS.items() if r >= 8)[1][0]
+    added = buffers.DEEPEP_NUM_SMS // 2 * 8 * tokens * 2 * h
+    assert sizes["fp32"] - sizes["bf16"] == pytest.approx(added, rel=1e-12)
