@@ -284,8 +284,8 @@ def overlap(job: Job, lay: Layout) -> Violation | None:
 def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
     """--num-distributed-optimizer-instances N (`Job.optimizer_instances`): Megatron's
     parallel_state asserts that N divides the data-parallel size with CP and the expert
-    data-parallel size (Megatron-LM d98e8a64 parallel_state.py, initialize_model_parallel); their
-    outer sharding (--outer-dp-sharding-strategy optim) needs Megatron-FSDP's full sharding."""
+    data-parallel size (Megatron-LM d98e8a64 parallel_state.py, initialize_model_parallel): on
+    the degrees alone, so the search applies it to whole structures (`STRUCTURAL_RULES`)."""
     n = job.optimizer_instances
     if n > 1 and ((lay.dp * lay.cp) % n or lay.expert_dp % n):
         return Violation(
@@ -294,6 +294,12 @@ def optimizer_instances(job: Job, lay: Layout) -> Violation | None:
             f"optimizer_instances = {n} must divide dp x cp = {lay.dp * lay.cp} and the expert "
             f"data-parallel size {lay.expert_dp} (Megatron's parallel_state asserts)",
         )
+    return None
+
+
+def outer_dp_sharding(job: Job, lay: Layout) -> Violation | None:
+    """The optimizer instances' outer sharding (--outer-dp-sharding-strategy optim) needs
+    Megatron-FSDP's full sharding."""
     if job.outer_dp_sharding_strategy == "optim" and lay.zero_stage != 3:
         # megatron_fsdp fully_shard.py: "Sharding with Hybrid (Fully) Sharded Data Parallel
         # (HSDP) requires zero_dp_strategy to use FSDP ('optim_grads_params', 3)"
