@@ -126,8 +126,8 @@ def word_error(flag: str, spec: FlagSpec, word: str) -> str | None:
     `_get_value`: ValueError or TypeError is "invalid <type> value") or its choices
     (`_check_value`); None where it takes it. arguments.py's own type callables are reproduced
     as written (tuple_type :377, moe_freq_type :327, la_freq_type :352, no_rope_freq_type :304;
-    a layer pattern of a flag the reader reads is left to its own reading, `megatron_values`,
-    which refuses what these refuse and names where; a pattern's evaluation is not run)."""
+    every line, whether or not the reader reads the flag there (it reads --window-attn-skip-freq
+    only with a window); a pattern's evaluation is not run)."""
     kind = spec.type
     if kind in ("int", "float"):
         try:
@@ -143,7 +143,7 @@ def word_error(flag: str, spec: FlagSpec, word: str) -> str | None:
                 f"expected integers separated by commas (got {word!r}): {EXITS} (invalid "
                 "tuple_type value: arguments.py's tuple_type calls int() on each)"
             )
-    elif kind in FREQ_TYPES and flag not in READ:  # else `megatron_values` reads it, and says
+    elif kind in FREQ_TYPES:  # the reader reads some only where their layers exist
         why = _pattern_error(word)
         if why is not None:
             return f"expected an integer or a list expression (got {word!r}): {why}"

@@ -244,3 +244,18 @@ def test_planner_agrees_with_argparse_on_every_small_line() -> None:
             assert _planner_refuses(line) == argparse_refuses, line
             checked += 1
     assert checked > 1000
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--window-attn-skip-freq none",
+        "--window-attn-skip-freq 2.5",
+        "--linear-attention-freq x",
+    ],
+)
+def test_a_pattern_flag_is_checked_where_the_reader_does_not_read_it(extra: str) -> None:
+    # moe_freq_type / la_freq_type (arguments.py:304-375 @d98e8a64) call int() on a word without
+    # '[': argparse exits ("invalid ... value"), with or without the layers the flag describes
+    with pytest.raises(InputError, match="expected an integer or a list expression"):
+        _read(extra)
