@@ -77,7 +77,7 @@ def _nonempty(job: Job, space: Space) -> bool:
     (`top_k.search`, after `top_k.job_zero_stages` keeps fewer stages, and each of torchtitan's
     setting variants, `titan_variants`, over a narrower space): where there is none, the search
     finds nothing."""
-    for s in space_mod.structures(job, space, Counter()):
+    for s in space_mod.each_structure(job, space, Counter()):
         if space_mod.zero_stages(space, s.layout()) and space_mod.options(job, space, s):
             return True
     return False

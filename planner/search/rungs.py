@@ -213,6 +213,15 @@ def rungs(
     (a ladder) only where it is allowed: one pipeline stage, no recompute (`kinds` has none). With
     `Job.cuda_graphs` none that its graphs refuse (`rules.graphs`: per-layer ones no CPU
     offloading and no full recompute, any no graphed recompute with dropout)."""
+    single, ladders = rung_tuples(job, base, kinds, offload)
+    return list(single), list(ladders)
+
+
+def rung_tuples(
+    job: Job, base: Layout, kinds: tuple[Recompute, ...], offload: bool
+) -> tuple[tuple[Rung, ...], tuple[Ladder, ...]]:
+    """`rungs` as the tuples it remembers (the same objects for every base alike: the search's
+    bases hold them; not to be changed)."""
     memo = _RUNGS.of(job)
     key = _key(base, kinds, offload)
     hit = memo.get(key)
@@ -230,7 +239,7 @@ def rungs(
         single, ladders = _rungs(kinds, sel, fine, offload_up_to, longest, base.tp_comm_overlap)
         single = tuple(r for r in single if not _barred(job, r.recompute, r.modules, r.offload))
         hit = memo[key] = (single, ladders)
-    return list(hit[0]), list(hit[1])
+    return hit
 
 
 def _barred(job: Job, recompute: str, modules: tuple[str, ...], offload: int) -> bool:

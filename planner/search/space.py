@@ -7,24 +7,30 @@ recompute, offloading) tried on them. `planner.search.top_k` bounds, scores and 
 Pipeline splits (`planner.search.splits`): the even split, Megatron's first/last uneven form
 balanced by `planner.search.solver`, the embedding and loss counted as layers, and the layout
 string's free form (up to vpp 6, or to the top of the user's vpp bound: `splits.free_form`).
+The user's bounds themselves (`Space`, `Bound`) are `planner.search.space_bounds`'.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout, Recompute
+from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan_pipeline import v_stages
-from planner.model import memory
 from planner.model.torch_schedules import unmodelled
 from planner.search import rules
 from planner.search.rules.context import exchange_for
 from planner.search.rules.torchtitan_shapes import stages_wanted
-from planner.search.rungs import Ladder, Rung, overlap_rungs, rungs
+from planner.search.rungs import Ladder, Rung, overlap_rungs, rung_tuples
+from planner.search.space_bounds import CP_BOUND, Space
+from planner.search.space_bounds import MAX_CP as MAX_CP
+from planner.search.space_bounds import MAX_MICRO_BATCH as MAX_MICRO_BATCH
+from planner.search.space_bounds import RECOMPUTE_ORDER as RECOMPUTE_ORDER
+from planner.search.space_bounds import UNBOUNDED as UNBOUNDED
+from planner.search.space_bounds import Bound as Bound
 from planner.search.splits import (
     Split,
     divisors,
@@ -33,69 +39,6 @@ from planner.search.splits import (
     splits,
     vpp_candidates,
 )
-
-RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
-MAX_MICRO_BATCH = 16
-"""Largest micro-batch searched unless the user bounds it (larger ones only add memory)."""
-MAX_CP = 16
-"""Largest context-parallel degree searched unless the user bounds it (--cp, --max-cp)."""
-
-CP_BOUND = f"bound on cp (--cp, --max-cp, --no-cp; at most {MAX_CP} by default)"
-"""The rejection a structure's cp outside the search's bound gets: that bound is the user's, or
-MAX_CP where the user set none, so the reason names both rather than calling it the user's."""
-
-
-UNBOUNDED = 1 << 30
-"""A bound's upper end where the user gives none."""
-
-
-@dataclass(frozen=True)
-class Bound:
-    """An inclusive range for one degree; pin with lo == hi."""
-
-    lo: int = 1
-    hi: int = UNBOUNDED
-
-    def admits(self, value: int) -> bool:
-        return self.lo <= value <= self.hi
-
-    def bounded_above(self) -> bool:
-        """Whether the user gave an upper end (a pin, `LO-HI`, `-HI`, `--max-X`)."""
-        return self.hi < UNBOUNDED
-
-
-@dataclass(frozen=True)
-class Space:
-    """What the user pins, bounds, allows or forbids."""
-
-    tp: Bound = Bound()
-    pp: Bound = Bound()
-    cp: Bound = Bound(1, MAX_CP)
-    ep: Bound = Bound()
-    dp: Bound = Bound()
-    vpp: Bound = Bound()
-    mbs: Bound = Bound(1, MAX_MICRO_BATCH)
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
-    tp_across_nodes: bool = False
-    """Allow TP groups larger than the scale-up (NVLink) domain."""
-    uneven: bool = True
-    """Consider uneven pipeline splits (Megatron's first/last stage layer counts)."""
-    expert_tp: tuple[str, ...] = ("1", "tp")
-    """Expert-TP choices: 1 and/or equal to tp (Megatron's default)."""
-    tp_comm_overlap: bool = True
-    """Use --tp-comm-overlap wherever sequence parallelism allows it."""
-    ep_comm_overlap: bool = True
-    """Also try Megatron's EP all-to-all overlap wherever it is allowed."""
-    dispatchers: tuple[Dispatcher, ...] = ("alltoall", "flex")
-    """MoE token dispatchers to try where experts are spread (flex: DeepEP, or HybridEP on a
-    multi-node NVLink domain)."""
-    offload: bool = True
-    """Try offloading activations to host memory (one pipeline stage, no recompute)."""
-    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
-    framework: str = "megatron"
-    """The training code searched for: "torchtitan" searches what torchtitan runs (FSDP2 as
-    ZeRO 3, no Megatron-only overlap, offloading, recompute modules or block recompute)."""
 
 
 @dataclass(frozen=True)
@@ -143,9 +86,14 @@ def _sp(tp: int) -> bool:
 def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure]:
     """Every (tp, cp, pp, dp, ep, etp) that multiplies to the GPU count and passes the rules that
     concern only the degrees. Rejections are counted per rule (one per structure)."""
+    return list(each_structure(job, space, rejected))
+
+
+def each_structure(job: Job, space: Space, rejected: Counter[str]) -> Iterator[Structure]:
+    """`structures`, one at a time (a caller that needs only the first stops there), counting
+    the rejections up to the last one yielded."""
     n = job.cluster.num_gpus
     domain = job.cluster.tiers[0].span_gpus or n
-    out = []
     for tp in divisors(n):
         if not space.tp.admits(tp):
             rejected["user bound on tp"] += 1
@@ -163,8 +111,7 @@ def structures(job: Job, space: Space, rejected: Counter[str]) -> list[Structure
                     if why:
                         rejected[why] += 1
                     else:
-                        out.append(s)
-    return out
+                        yield s
 
 
 def _expert_options(job: Job, space: Space, tp: int, pp: int) -> Iterator[tuple[int, int]]:
@@ -272,6 +219,25 @@ class Base:
     hides; with them it only hides time (the twin is never slower)."""
 
 
+def _base(
+    layout: Layout,
+    single: tuple[Rung, ...],
+    ladders: tuple[Ladder, ...],
+    takes: frozenset[Rung] = frozenset(),
+    timed: bool = False,
+) -> Base:
+    """`Base(layout, single, ladders, takes, timed)` without the frozen dataclass's per-field
+    __init__ (Base has no __post_init__: its fields set whole are the base built with them; the
+    search makes some thirty thousand)."""
+    values = (layout, single, ladders, takes, timed)
+    new = object.__new__(Base)
+    object.__setattr__(new, "__dict__", dict(zip(_BASE_FIELDS, values, strict=True)))
+    return new
+
+
+_BASE_FIELDS = ("layout", "single", "ladders", "twin_takes", "twin_timed")
+
+
 def flex_backend(job: Job) -> FlexBackend:
     """The flex dispatcher's backend: HybridEP where the NVLink domain spans nodes (GB200 NVL72,
     its multi-node NVLink case), DeepEP elsewhere (Megatron-Bridge's apply_flex_dispatcher_backend
@@ -287,38 +253,62 @@ def bases(job: Job, s: Structure, mbs: int, vpp: int, split: Split, space: Space
     with it, taking the rungs Megatron allows with it. The plain base's variants whose fastest
     rung the overlap base takes too are dominated where the twin fits with the same rung and is
     no slower (`Base.twin_takes`; with pipelines the overlap only hides time, without them its
-    time is asked, `Base.twin_timed`)."""
-    sp = _sp(s.tp)
-    titan = job.framework == "torchtitan"
-    out: list[Base] = []
-    for dispatcher in _dispatchers(job, s, space):
-        plain = s.layout(
-            vpp=vpp,
-            v_stages=v_stages(job, vpp),  # torchtitan's V schedules place stages in a V
-            micro_batch_size=mbs,
+    time is asked, `Base.twin_timed`). A caller that asks for many shapes of one structure makes
+    them with one `ShapeBases`."""
+    return ShapeBases(job, space, s)(mbs, vpp, split)
+
+
+class ShapeBases:
+    """`bases` of the shapes of one structure: what they read of the structure alone (its token
+    dispatchers, and each one's layout before the shape's fields) made once, each shape's
+    fields then set on those layouts (the search asks for every shape of every structure;
+    tests/search/test_search_setup_memo.py: every option of the brute-forced problems as
+    `bases` afresh)."""
+
+    def __init__(self, job: Job, space: Space, s: Structure) -> None:
+        self.job, self.space, self.s = job, space, s
+        titan = job.framework == "torchtitan"
+        self.titan = titan
+        self.offload = space.offload and not titan
+        overlap = _sp(s.tp) and space.tp_comm_overlap and not titan
+        self.plains = [
+            s.layout(
+                tp_comm_overlap=overlap,
+                moe_token_dispatcher_type=dispatcher,
+                # the backend names the flex dispatcher's; other layouts keep the field's default
+                moe_flex_dispatcher_backend=(
+                    flex_backend(job) if dispatcher == "flex" and not titan else "deepep"
+                ),
+            )
+            for dispatcher in _dispatchers(job, s, space)
+        ]
+
+    def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
+        job, space = self.job, self.space
+        shape = {
+            "vpp": vpp,
+            "v_stages": v_stages(job, vpp),  # torchtitan's V schedules place stages in a V
+            "micro_batch_size": mbs,
             **split_fields(split),
-            tp_comm_overlap=sp and space.tp_comm_overlap and not titan,
-            moe_token_dispatcher_type=dispatcher,
-            # the backend names the flex dispatcher's; other layouts keep the field's default
-            moe_flex_dispatcher_backend=(
-                flex_backend(job) if dispatcher == "flex" and not titan else "deepep"
-            ),
-        )
-        offload = space.offload and not titan
-        single, ladders = rungs(job, plain, space.recompute, offload)
-        if titan:  # torchtitan: none, per-op selective (one rung) and full recompute
-            single = [r for r in single if r.modules == ("core_attn",)]
-            ladders = []
-        overlap = _ep_overlap(job, plain, space)
-        if overlap is None:
-            out.append(Base(plain, tuple(single), tuple(ladders)))
-            continue
-        # `overlap` passed `rules.expert_overlap` without recompute, and a rung changes only
-        # the recompute, offloading and TP-overlap fields: the rule's recompute condition decides
-        allowed, ov_ladders, allowed_set = overlap_rungs(job, plain, space.recompute, offload)
-        out.append(Base(plain, tuple(single), tuple(ladders), allowed_set, s.pp == 1))
-        out.append(Base(overlap, allowed, ov_ladders))
-    return out
+        }
+        out: list[Base] = []
+        for dispatched in self.plains:
+            plain = dispatched.with_(**shape)
+            single, ladders = rung_tuples(job, plain, space.recompute, self.offload)
+            if self.titan:  # torchtitan: none, per-op selective (one rung) and full recompute
+                single = tuple(r for r in single if r.modules == ("core_attn",))
+                ladders = ()
+            overlap = _ep_overlap(job, plain, space)
+            if overlap is None:
+                out.append(_base(plain, single, ladders))
+                continue
+            # `overlap` passed `rules.expert_overlap` without recompute, and a rung changes only
+            # the recompute, offloading and TP-overlap fields: the rule's recompute condition
+            # decides
+            ov_single, ov_ladders, ov_set = overlap_rungs(job, plain, space.recompute, self.offload)
+            out.append(_base(plain, single, ladders, ov_set, self.s.pp == 1))
+            out.append(_base(overlap, ov_single, ov_ladders))
+        return out
 
 
 def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
@@ -331,7 +321,7 @@ def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
     if all(b.layout.micro_batch_size == mbs for b in shape):
         return shape
     return [
-        Base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes, b.twin_timed)
+        _base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes, b.twin_timed)
         for b in shape
     ]
 
@@ -357,26 +347,3 @@ def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
         return None
     overlap = plain.with_(ep_comm_overlap=True)
     return None if rules.expert_overlap(job, overlap) else overlap
-
-
-def layouts_in(
-    job: Job,
-    space: Space,
-    s: Structure,
-    opts: list[Option],
-    of: Callable[[int, int, Split], list[Base]] | None = None,
-) -> int:
-    """Layouts the options of one structure stand for: each base times its ZeRO stages and every
-    rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's
-    `bases`, where the caller remembers them."""
-    # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
-    # (vpp, split) once, times its micro-batch sizes
-    shapes = Counter((vpp, split) for _, vpp, split in opts)
-    some_mbs = {(vpp, split): mbs for mbs, vpp, split in opts}
-    total = 0
-    for (vpp, split), sizes in shapes.items():
-        mbs = some_mbs[vpp, split]
-        for base in of(mbs, vpp, split) if of else bases(job, s, mbs, vpp, split, space):
-            per_zero = len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
-            total += sizes * len(zero_stages(space, base.layout)) * per_zero
-    return total

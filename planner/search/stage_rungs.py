@@ -11,6 +11,11 @@ while the bound is at most the fastest time found and not above the K-th best: t
 fastest (the first of equals) and the stages that keep nothing come out as if every rung had been
 estimated (tests/search/test_stage_rungs.py checks the pick against that plain minimum,
 tests/search/test_top_k.py the search against a brute force).
+
+Most rungs whose memory is asked do not fit, and most of those are over on the stage of one
+rank, the one nearest the capacity in the stage's last estimate: a single rung's memory is asked
+of that stage first (`StageRungs._hot_over`), and estimated whole only where that stage is not
+over (tests/search/test_search_setup_memo.py: the same answers as the estimate's).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, memory
+from planner.model import cost, memory, titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.search.bound import variant_bound
@@ -55,6 +60,10 @@ class StageRungs:
     bounds: dict[Rung, float] = field(default_factory=dict)
     misfits: list[Saved] = field(default_factory=list)
     """What `rungs.covers` reads (`rungs.saved`) of each rung known not to fit."""
+    hot: int = 0
+    """The pipeline rank of the stage nearest the capacity in this stage's last memory estimate
+    (rank 0 before one): a single rung's memory is asked of that rank's stage first
+    (`_hot_over`)."""
     twin_key: tuple[object, ...] | None = None
     """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
     without it (`space.bases` tries that first), whose failures are this stage's too: with the
@@ -89,14 +98,36 @@ class StageRungs:
                 self._misfit(rung)
                 return None
             lay = rung.on(self.zbase)
+            if _single(rung) and self._hot_over(lay):
+                self.lean_fails.setdefault((self.lean_key, rung), mbs)
+                self._misfit(rung)
+                return None
             rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
             self.over[rung] = rep.shortfall
+            self.hot = rep.worst.stage
             if not rep.fits:
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
                 self._misfit(rung)
                 return None
             self.known[rung] = rep
         return self.known[rung]
+
+    def _hot_over(self, lay: Layout) -> bool:
+        """Whether the stage of rank `hot` alone (`memory.stage_memory`, as `memory.estimate`
+        computes each stage of a one-kind job) is over the capacity: then so is the layout's
+        worst stage, and it does not fit (the estimate's stages always hold rank 0, and `hot`
+        is one of them: the stages that can hold the peak read the split, which no rung
+        changes). Its bytes over the capacity are not known then: only a single rung's memory
+        is asked this way (a ladder's bisection reads them, `smallest_fitting`). Most rungs
+        that do not fit are over on that one stage (DeepSeek-V3 on 2,048 H800: 1,659 of the
+        1,919 its search asks), which spares the estimate the other stages."""
+        job = titan_accumulation.sub_job(self.job)  # as `memory.estimate` takes it
+        if job.pools:  # each stage on its own pool's GPU: the estimate alone says
+            return False
+        chunks = lay.chunk_layers(job.arch.num_layers)
+        st = memory.stage_memory(job, lay, self.hot, chunks[self.hot])
+        capacity = memory.usable_bytes(job.cluster.capacity_bytes, self.headroom_pct)
+        return st.total - capacity > 0
 
     def _misfit(self, rung: Rung) -> None:
         """Record that the rung does not fit (`known`, and what `covers` reads of it)."""
@@ -160,6 +191,12 @@ class StageRungs:
         rep = self.fits(rungs[pick[1]])
         assert rep is not None
         return rungs[pick[1]], rep
+
+
+def _single(rung: Rung) -> bool:
+    """Whether the rung is none of a ladder's (`rungs.Ladder`: block recompute, whole-layer
+    offloading)."""
+    return rung.offload == 0 and rung.method != "block"
 
 
 def smallest_fitting(

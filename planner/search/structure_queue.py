@@ -11,6 +11,9 @@ below its (bound, index), and the floor is no more than the bound: so the struct
 in the order of their bounds, then index, exactly as if every one had been refined first
 (tests/search/test_search_queue.py), and one whose floor exceeds the search's cut is never
 refined (DeepSeek-V3 on 2,048 H800: about two thirds of the structures whose states fit).
+
+Beside the queue, what the search counts of every structure it queues: the layouts its bases
+stand for (`layouts_in`, the search's `space_size`), from the bases the queue builds anyway.
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ from planner.model.stage_time import a2a_floor, layout_times
 from planner.search.bound import Floors, floors_of, tp_floor_share
 from planner.search.rank_groups import rank_counts
 from planner.search.rungs import NONE
-from planner.search.space import Base, Option, Space, Structure, at_micro_batch, bases
+from planner.search.space import (
+    Base,
+    Option,
+    ShapeBases,
+    Space,
+    Structure,
+    at_micro_batch,
+    zero_stages,
+)
 from planner.search.splits import Split
 from planner.search.variants import states_fit
 
@@ -85,6 +96,7 @@ class Bases:
 
     def __init__(self, job: Job, space: Space, s: Structure) -> None:
         self.job, self.space, self.s = job, space, s
+        self.make: ShapeBases | None = None
         self.memo: dict[tuple[int, int, Split], list[Base]] = {}
         self.shapes: dict[tuple[int, Split], list[Base]] = {}
 
@@ -93,10 +105,51 @@ class Bases:
         if key not in self.memo:
             shape = self.shapes.get((vpp, split))
             if shape is None:
-                shape = bases(self.job, self.s, mbs, vpp, split, self.space)
+                if self.make is None:
+                    self.make = ShapeBases(self.job, self.space, self.s)
+                shape = self.make(mbs, vpp, split)
                 self.shapes[vpp, split] = shape
             self.memo[key] = at_micro_batch(shape, mbs)
         return self.memo[key]
+
+
+ShapeSizes = list[tuple[int, int, Split, int]]
+"""Each (vpp, split) of a structure's options, in their order, as (its last micro-batch size,
+vpp, split, how many micro-batch sizes it has): `shape_sizes`."""
+
+
+def shape_sizes(opts: list[Option]) -> ShapeSizes:
+    """The options' shapes with their micro-batch sizes counted (`ShapeSizes`): what
+    `layouts_in` reads of the options, the same for every structure that shares them."""
+    sizes = Counter((vpp, split) for _, vpp, split in opts)
+    some_mbs = {(vpp, split): mbs for mbs, vpp, split in opts}
+    return [(some_mbs[k], *k, n) for k, n in sizes.items()]
+
+
+def layouts_in(
+    job: Job,
+    space: Space,
+    s: Structure,
+    opts: list[Option],
+    of: Callable[[int, int, Split], list[Base]] | None = None,
+    sizes: ShapeSizes | None = None,
+) -> int:
+    """Layouts the options of one structure stand for: each base times its ZeRO stages and every
+    rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's
+    `bases`, where the caller remembers them; `sizes`: `shape_sizes(opts)`, where it has them."""
+    # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
+    # (vpp, split) once, times its micro-batch sizes
+    of = of or ShapeBases(job, space, s)
+    total = 0
+    zeros = -1  # the ZeRO stages read the structure's degrees alone: the same on every base
+    for mbs, vpp, split, n in shape_sizes(opts) if sizes is None else sizes:
+        per_zero = 0
+        for base in of(mbs, vpp, split):
+            if zeros < 0:
+                zeros = len(zero_stages(space, base.layout))
+            per_zero += len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
+        total += n * per_zero
+    return total * max(zeros, 0)
 
 
 @dataclass(frozen=True)
@@ -139,10 +192,12 @@ class StructureQueue:
         self._ready: list[Refined] = []  # a heap of refined ones not yet visited
         self.refined: list[Refined] = []  # every refined one, in the order refined
 
-    def add(self, i: int, s: Structure, opts: list[Option], of: Bases) -> None:
+    def add(
+        self, i: int, s: Structure, opts: list[Option], of: Bases, top_mbs: int | None = None
+    ) -> None:
         """Queue structure `s` (index `i`) on its floor, from its first option's shape at its
-        largest micro-batch size."""
-        top_mbs = max(o[0] for o in opts)
+        largest micro-batch size (`top_mbs`, where the caller has it)."""
+        top_mbs = max(o[0] for o in opts) if top_mbs is None else top_mbs
         _, vpp, split = opts[0]
         floor = structure_floor(self.job, [b.layout for b in of(top_mbs, vpp, split)])
         heapq.heappush(self._pending, (floor, i, s, opts, of))

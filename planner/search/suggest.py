@@ -152,7 +152,7 @@ def _min_peak(job: Job, space: Space, enough: float = 0.0) -> tuple[float, Layou
         vpp=Bound(1, 1),
     )
     best: tuple[float, Layout | None] = (float("inf"), None)
-    for s in space_mod.structures(job, lean, Counter()):
+    for s in space_mod.each_structure(job, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job, lean, s):
             for base in space_mod.bases(job, s, mbs, vpp, split, lean):
                 stages = space_mod.zero_stages(space, base.layout)

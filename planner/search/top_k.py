@@ -62,12 +62,19 @@ from planner.search.space import (
     RECOMPUTE_ORDER,
     Option,
     Space,
-    layouts_in,
     options,
     structures,
+    zero_stages,
 )
 from planner.search.splits import Split
-from planner.search.structure_queue import Bases, Queued, StructureQueue
+from planner.search.structure_queue import (
+    Bases,
+    Queued,
+    ShapeSizes,
+    StructureQueue,
+    layouts_in,
+    shape_sizes,
+)
 from planner.search.twins import TWIN_REL_TOL, Row, fold, same_time
 from planner.search.variants import Candidate, best_variants
 
@@ -248,17 +255,19 @@ def _search(
     # whose states fit) only when it may come next: `StructureQueue`
     queue = StructureQueue(job, space, rejected)
     space_size = 0
-    same_opts: dict[tuple[int, int], list[Option]] = {}  # `options` reads only s.dp and s.pp
+    # `options` reads only s.dp and s.pp: them, their shapes and largest micro-batch size once
+    same_opts: dict[tuple[int, int], tuple[list[Option], ShapeSizes, int]] = {}
     for i, s in enumerate(structs):
         if (s.dp, s.pp) not in same_opts:
-            same_opts[s.dp, s.pp] = options(job, space, s)
-        opts = same_opts[s.dp, s.pp]
+            opts = options(job, space, s)
+            same_opts[s.dp, s.pp] = opts, shape_sizes(opts), max((o[0] for o in opts), default=0)
+        opts, sizes, top_mbs = same_opts[s.dp, s.pp]
         if not opts:
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue
         of = Bases(job, space, s)
-        space_size += layouts_in(job, space, s, opts, of)
-        queue.add(i, s, opts, of)
+        space_size += layouts_in(job, space, s, opts, of, sizes)
+        queue.add(i, s, opts, of, top_mbs)
 
     best: list[Candidate] = []
     # the least of `ceiling` and _cutoff(best, ...), kept up to date with best
@@ -267,7 +276,7 @@ def _search(
     scored = expanded = 0
     last_report = t0
     lean: dict[int, dict[tuple[object, ...], int]] = {}  # each structure's lean_fails
-    ordered: dict[int, tuple[dict[tuple[int, Split], float], list[Option]]] = {}
+    ordered: dict[int, tuple[dict[tuple[int, Split], float], list[Option], list[int]]] = {}
 
     def cut_now() -> float | None:  # the cut as it falls, for the queue's first pass
         return cut
@@ -276,7 +285,7 @@ def _search(
         # the first pass refines the structures it reaches; the next visits them again in the
         # same order (those it did not reach have bounds above the cut, which only falls)
         passing = queue.visit(cut_now) if surveying or not survey else queue.in_order()
-        for visited, (bound, i, _, opts, too_big, of, tops) in enumerate(passing, 1):
+        for visited, (bound, i, s, opts, too_big, of, tops) in enumerate(passing, 1):
             if cut is not None and bound > cut:
                 break
             expanded += not surveying
@@ -285,12 +294,12 @@ def _search(
             # sizes ascending within one), none whose states fit in no ZeRO stage (not in `tops`:
             # none of its layouts fits), and none from the first whose bound exceeds the cut
             # (the cut only falls); each pass its own options of them (`_pass`), the order made
-            # once per structure
+            # once per structure, and its ZeRO stages (they read its degrees alone)
             if i not in ordered:
                 bounds = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
                 kept = sorted((o for o in opts if o[1:] in tops), key=lambda o: bounds[o[1:]])
-                ordered[i] = bounds, kept
-            shape_bound, kept = ordered[i]
+                ordered[i] = bounds, kept, zero_stages(space, s.layout())
+            shape_bound, kept, zeros = ordered[i]
             for mbs, vpp, split in _pass(kept, surveying, survey):
                 if cut is not None and shape_bound[vpp, split] > cut:
                     break
@@ -299,7 +308,7 @@ def _search(
                 for j, base in enumerate(of(mbs, vpp, split)):
                     floor = shape_tops[j]
                     variants = best_variants(
-                        job, space, base, rejected, too_big, cut, lean_fails, floor
+                        job, space, base, rejected, too_big, cut, lean_fails, floor, zeros
                     )
                     found += len(variants)
                     best += variants

@@ -45,6 +45,7 @@ def best_variants(
     cut: float | None,
     lean_fails: dict[tuple[object, ...], int],
     floor: Floors | None = None,
+    zeros: list[int] | None = None,
 ) -> list[Candidate]:
     """The base's non-dominated variants, scored: for each ZeRO stage (`space.zero_stages`) its
     fastest rung that fits (`planner.search.rungs`), unless a variant with no more sharding is
@@ -84,7 +85,9 @@ def best_variants(
     (`planner.model.host_memory`) is a budget apart: a stage whose offloaded optimizer alone is
     over it yields nothing, and a rung is picked only where its offloaded activations fit what
     is left (of a ladder, its smallest n that fits the GPU or none: the host's bytes grow with
-    n); what the GPU memory's shortcuts remember is the GPU's alone."""
+    n); what the GPU memory's shortcuts remember is the GPU's alone. `zeros`: the ZeRO stages
+    tried (`space.zero_stages`, which reads the base's degrees alone), where the caller has them
+    for its structure."""
     base, single, ladders = base_of.layout, base_of.single, base_of.ladders
     found: list[Candidate] = []
     limit = cut  # `cut` is checked once on the bound; `limit` against each stage's plain time
@@ -100,7 +103,7 @@ def best_variants(
                 return False
         return True
 
-    for z in zero_stages(space, base):
+    for z in zero_stages(space, base) if zeros is None else zeros:
         key = (base.split_key(), z)
         if _too_big(job, base, key, capacity, too_big):
             rejected["memory"] += 1
