@@ -241,7 +241,10 @@ _BASE_FIELDS = ("layout", "single", "ladders", "twin_takes", "twin_timed")
 def flex_backend(job: Job) -> FlexBackend:
     """The flex dispatcher's backend: HybridEP where the NVLink domain spans nodes (GB200 NVL72,
     its multi-node NVLink case), DeepEP elsewhere (Megatron-Bridge's apply_flex_dispatcher_backend
-    picks by GPU alike)."""
+    picks by GPU alike); HybridEP wherever the job caps each rank's tokens
+    (`moe_expert_rank_capacity_factor`, which only HybridEP takes: `rules.flex_settings`)."""
+    if job.moe_expert_rank_capacity_factor is not None:
+        return "hybridep"
     domain = job.cluster.tiers[0].span_gpus or job.cluster.num_gpus
     return "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
 
@@ -337,6 +340,8 @@ def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job)
     if flex and job.framework == "torchtitan":
         flex = rules.head_era(job, s.layout(moe_token_dispatcher_type="flex")) is None
+    if job.moe_expert_rank_capacity_factor is not None:  # HybridEP's alone (`flex_backend`)
+        return ["flex"] if flex and "flex" in space.dispatchers else []
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 

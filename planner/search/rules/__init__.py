@@ -36,6 +36,7 @@ from planner.search.rules.features import expert_overlap as feature_expert_overl
 from planner.search.rules.features import flex_runs, recompute_allows_overlap
 from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
+from planner.search.rules.fused_mlp import fused_mlp_etp
 from planner.search.rules.gdn import RULES as GDN_RULES
 from planner.search.rules.gdn import STRUCTURAL_RULES as GDN_STRUCTURAL
 from planner.search.rules.graphs import modules_rule as graph_modules_rule
@@ -147,6 +148,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     context_exchange,
     t5_scope,
     optimizer_instances,
+    fused_mlp_etp,
     *JOB_RULES,
     *HYBRID_STRUCTURAL,
     *GDN_STRUCTURAL,

@@ -22,12 +22,6 @@ def fused_grouped_mlp(job: Job, lay: Layout) -> Violation | None:
         )  # fmt: skip
     if not job.moe_fused_grouped_mlp:
         return None
-    if lay.expert_tp > 1:
-        return Violation(
-            "fused_mlp_etp", "parallel.etp", f"the fused grouped MLP (training."
-            f"moe_fused_grouped_mlp) runs without expert tensor parallelism; got "
-            f"expert_tensor_parallel_size {lay.expert_tp}",
-        )  # fmt: skip
     split = [m for m in ("expert_fc1", "moe_act") if m in lay.offload_modules]
     if split:
         return Violation(
@@ -38,4 +32,16 @@ def fused_grouped_mlp(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-RULES = (fused_grouped_mlp,)
+def fused_mlp_etp(job: Job, lay: Layout) -> Violation | None:
+    """The fused grouped MLP without expert tensor parallelism (module docstring): on the
+    degrees alone, so the search applies it to whole structures (`STRUCTURAL_RULES`)."""
+    if job.moe_fused_grouped_mlp and lay.expert_tp > 1:
+        return Violation(
+            "fused_mlp_etp", "parallel.etp", f"the fused grouped MLP (training."
+            f"moe_fused_grouped_mlp) runs without expert tensor parallelism; got "
+            f"expert_tensor_parallel_size {lay.expert_tp}",
+        )  # fmt: skip
+    return None
+
+
+RULES = (fused_mlp_etp, fused_grouped_mlp)
