@@ -92,6 +92,11 @@ class Layout:
     block (only the first recompute_num_layers layers of each virtual stage)."""
     recompute_num_layers: int = 1
     """Full recompute's group size (uniform) or recomputed layers per virtual stage (block)."""
+    recompute_every: int = 0
+    """torchtitan's every-N-th-layer checkpointing (`[torchtitan] selective_layer_every`, with
+    block full recompute): every N-th decoder layer of a rank, counted over its chunks in order,
+    recomputed whole, in place of block's first recompute_num_layers of each chunk
+    (`planner.inputs.titan_every_layers`); 0 none."""
     cpu_offloading_num_layers: int = 0
     """Decoder layers whose activations are offloaded to host memory (Megatron
     --cpu-offloading-num-layers; 0 = none)."""
@@ -330,9 +335,12 @@ class Layout:
         return " ".join(parts)
 
     def recompute_text(self) -> str:
-        """'none', 'selective(core_attn,mlp)', 'full', 'full(block 4)', 'full(uniform 2)'."""
+        """'none', 'selective(core_attn,mlp)', 'full', 'full(block 4)', 'full(uniform 2)',
+        'full(every 3)' (torchtitan's every N-th layer)."""
         if self.recompute == "selective" and self.recompute_modules != ("core_attn",):
             return f"selective({','.join(self.recompute_modules)})"
+        if self.recompute == "full" and self.recompute_every:
+            return f"full(every {self.recompute_every})"
         if self.recompute == "full" and (self.recompute_method, self.recompute_num_layers) != (
             "uniform",
             1,

@@ -162,10 +162,10 @@ def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, wh
     "full" (every layer), "selective" (per-op SAC) and, with `[torchtitan]
     selective_layer_every = N`, "full" on every N-th layer of a rank: one counter over all the
     rank's chunks in order, not one per chunk (e347b1e5 activation_checkpoint.py:24 and :37-40,
-    pipeline_parallel.py:136-142; `titan_every_layers`, which says which layers). The models
-    run it as `titan_every_layers.stand_in`: Megatron's block method, most // N layers per
-    chunk, or none where N is above every rank's layer count. Megatron's method / layer count /
-    modules have no torchtitan setting."""
+    pipeline_parallel.py:136-142; `titan_every_layers`, which says which layers): block full
+    recompute carrying N (`Layout.recompute_every`, `titan_every_layers.stand_in`), or none
+    where N is above every rank's layer count. Megatron's method / layer count / modules have
+    no torchtitan setting."""
     if job.framework != "torchtitan":
         return layout
     for name in ("recompute_method", "recompute_num_layers", "recompute_modules"):

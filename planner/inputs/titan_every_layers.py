@@ -76,16 +76,21 @@ def last_wrapped(chunks: Chunks, every: int) -> bool:
     return any(len(c) and w and w[-1] == c[-1] for c, w in zip(chunks, ws, strict=True))
 
 
+def block_ranges(lay: Layout, chunks: Chunks) -> Chunks:
+    """The layers of a rank (its `chunks`) that block full recompute runs recomputed, as
+    ranges: torchtitan's every N-th of the rank where the layout has `recompute_every`
+    (`recomputed`), else Megatron's first recompute_num_layers of each chunk."""
+    if lay.recompute_every:
+        return recomputed(chunks, lay.recompute_every)
+    k = lay.recompute_num_layers
+    return tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
+
+
 def stand_in(lay: Layout, num_layers: int, every: int) -> Layout:
-    """The layout whose memory and time planner's models give for every-N recompute of `lay`
-    (recompute "full"): Megatron's block recompute of most // N layers in every chunk (`most`
-    the largest chunk of any rank; at least 1), the first of each chunk; recompute none where
-    no rank holds N layers (none is wrapped). It counts each chunk's wrapped layers exactly
-    only where every chunk wraps that many, and leaves out the layer a chunk whose last layer
-    is wrapped rebuilds in its backward (`last_wrapped`): exact modelling needs the models to
-    read `recomputed` and `last_wrapped` per rank (no layout field carries N yet)."""
+    """The layout of every-N recompute of `lay` (recompute "full"): block full recompute with
+    `recompute_every` N, the models counting each rank's wrapped layers (`block_ranges`,
+    `last_wrapped`); recompute none where no rank holds N layers (none is wrapped)."""
     ranks = lay.chunk_layers(num_layers)
     if all(sum(map(len, chunks)) < every for chunks in ranks):
         return lay.with_(recompute="none")
-    most = max(len(c) for chunks in ranks for c in chunks)
-    return lay.with_(recompute_method="block", recompute_num_layers=max(most // every, 1))
+    return lay.with_(recompute_method="block", recompute_num_layers=1, recompute_every=every)

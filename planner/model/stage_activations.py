@@ -33,6 +33,7 @@ from functools import lru_cache
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cp_time, cpu_offload, dsa, fp32, mixers, routing_load, t5, vision
 from planner.model.fine_offload import offloaded_bytes, window_bytes
@@ -238,10 +239,14 @@ def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Ch
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
         return min(k, max(len(c) for c in chunks)) * full
+    if layout.recompute_every:  # torchtitan's every N-th layer: where a chunk's last is one
+        return full if last_wrapped(chunks, layout.recompute_every) else 0.0
     return full if any(0 < len(c) <= k for c in chunks) else 0.0
 
 
-def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> float:
+def chunk_kept(
+    arch: ModelArch, layout: Layout, per: PerLayer, chunk: range, ran: Chunks | None = None
+) -> float:
     """Activation bytes one micro-batch leaves in a chunk of layers until its backward.
 
     Full recompute, uniform with N = recompute_num_layers: the chunk's layers are checkpointed
@@ -264,9 +269,10 @@ def chunk_kept(arch: ModelArch, layout: Layout, per: PerLayer, chunk: range) -> 
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
         return math.ceil(n / k) * per.dense  # a layer input: the same for every kind
-    r = min(k, n)
-    rest = sub_counts(counts, arch.kind_counts((range(chunk.start, chunk.start + r),)))
-    return r * per.dense + per.full_total(rest)
+    if ran is None:  # the chunk's recomputed layers: Megatron's first k
+        ran = (range(chunk.start, chunk.start + min(k, n)),)
+    rest = sub_counts(counts, arch.kind_counts(ran))
+    return sum(map(len, ran)) * per.dense + per.full_total(rest)
 
 
 _KEPT: ModelMemo[tuple[object, ...], tuple[float, ...]] = ModelMemo()
@@ -285,8 +291,19 @@ def _chunks_kept(
         lay.recompute,
         lay.recompute_method,
         lay.recompute_num_layers,
+        lay.recompute_every,
         lay.cpu_offloading_num_layers,
     )
+    if lay.recompute == "full" and lay.recompute_every:  # torchtitan's every N-th of the rank
+        ws = wrapped(chunks, lay.recompute_every)
+        ran = [tuple(range(i, i + 1) for i in w) for w in ws]
+        return _KEPT.get(
+            arch,
+            key,
+            lambda: tuple(
+                chunk_kept(arch, lay, per, c, r) for c, r in zip(chunks, ran, strict=True)
+            ),
+        )
     return _KEPT.get(arch, key, lambda: tuple(chunk_kept(arch, lay, per, c) for c in chunks))
 
 

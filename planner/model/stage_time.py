@@ -30,6 +30,7 @@ from operator import itemgetter
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.titan_every_layers import block_ranges
 from planner.model import t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.gemm import Gpu
@@ -355,10 +356,9 @@ def _layer_mix(
     if not block and not low:
         return list(zip(t.layers, counts, strict=True)), heads
     arch = job.arch
-    k = lay.recompute_num_layers
-    # the layers run with the layout's recompute: all (and the MTP layers), or the first k of
-    # each chunk under block recompute; the rest run plain
-    ran = tuple(range(c.start, c.start + min(k, len(c))) for c in chunks) if block else chunks
+    # the layers run with the layout's recompute: all (and the MTP layers), or under block
+    # recompute the first k of each chunk (torchtitan's every N-th of the rank); the rest plain
+    ran = block_ranges(lay, chunks) if block else chunks
     as_set = arch.kind_counts(ran) if block else counts
     set_bf16 = arch.kind_counts(bf16_ranges(job, ran))
     plain_bf16 = sub_counts(arch.kind_counts(low), set_bf16)

@@ -13,6 +13,7 @@ from typing import TypeVar
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.titan_every_layers import block_ranges
 from planner.model.schedule import Chunks
 from planner.model.stage_time import LayoutTimes, rank_layers
 
@@ -75,7 +76,7 @@ def _rank_groups(
     each chunk (`stage_time.rank_mix`: those run recomputed, the rest plain). Remembered per
     model, split, MTP rank and block count (all they read)."""
     block = lay.recompute == "full" and lay.recompute_method == "block"
-    k = lay.recompute_num_layers if block else 0
+    k = (lay.recompute_num_layers, lay.recompute_every) if block else (0, 0)
     key = (id(job.arch), lay.split_key(), t.mtp_rank, k)
     hit = _GROUPS.get(key)
     if hit is not None and hit[0] is job.arch:
@@ -85,7 +86,7 @@ def _rank_groups(
     firsts: list[int] = []
     group: list[int] = []
     for rank, cs in enumerate(chunks):
-        ran = tuple(range(c.start, c.start + min(k, len(c))) for c in cs)
+        ran = block_ranges(lay, cs)
         kinds = (rank_layers(job, lay, rank, cs, t), arch.kind_counts(cs), rank == t.mtp_rank)
         mix_key = (*kinds, arch.kind_counts(ran) if block else None)
         if mix_key not in seen:

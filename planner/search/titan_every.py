@@ -1,19 +1,21 @@
 """torchtitan's "selective layer every N" activation checkpointing in `planner suggest`: recompute
 "full" with `[torchtitan] selective_layer_every = N`, every N-th layer of a rank recomputed whole
 (one counter over the rank's chunks in order, torchtitan e347b1e5:
-`planner.inputs.titan_every_layers`), which the model counts as Megatron's block recompute of
-most // N layers per chunk (`most` the largest chunk of any rank, `titan_every_layers.stand_in`,
-as `planner.inputs.plan_layout.layout_from_section` reads a plan): memory and time between no
-recompute and full.
+`planner.inputs.titan_every_layers`), the layout carrying N (`Layout.recompute_every`, as
+`planner.inputs.plan_layout.layout_from_section` reads a plan) and the models counting each
+rank's wrapped layers: memory and time between no recompute and full.
 
 The certified search (`planner.search.top_k`) scores no block recompute for torchtitan, so this
 pass adds it once the settings variants are merged (`planner.search.titan_variants`), exactly:
 every base layout of every variant whose lower bound (`bound.base_bound`, at its micro-batch size:
 no recompute is faster) is no more than the K-th merged step time is tried, with its fastest
-fitting N (the fewest layers recomputed: memory falls and time grows with them; the smallest N
-of a layer count). Such a candidate is listed unless a setting without it runs the base (with
-none, per-op selective or full recompute) at no more step time under any variant, or an earlier
-variant's every-N candidate does.
+fitting N (the largest that fits: a rank recomputes floor(its layers / N), memory falls and time
+grows with them; which chunks hold them shifts with N, so memory is monotone in N only nearly,
+and the bisection of `fewest_every` can pass over a larger N that fits: the brute force of
+tests/search/test_titan_variants.py, every N of every base, finds none on its problems). Such a
+candidate is listed unless a setting without it runs the base (with none, per-op selective or
+full recompute) at no more step time under any variant, or an earlier variant's every-N
+candidate does.
 """
 
 from __future__ import annotations
@@ -44,19 +46,19 @@ from planner.search.top_k import Candidate
 from planner.search.twins import Row, fold
 
 
-def every_options(lay: Layout, num_layers: int) -> list[tuple[int, int]]:
-    """(layers recomputed per chunk k, the smallest N giving it) for every N >= 2 with k below
-    the largest chunk of any rank (k = that is full recompute), fewest layers first; k =
-    most // N as `titan_every_layers.stand_in` counts N."""
-    most = max(len(c) for chunks in lay.chunk_layers(num_layers) for c in chunks)
-    by_k: dict[int, int] = {}
-    for n in range(most, 1, -1):
-        by_k[max(most // n, 1)] = n
-    return sorted((k, n) for k, n in by_k.items() if k < most)
+def every_options(lay: Layout, num_layers: int) -> list[int]:
+    """The N >= 2 of every-N recompute on the base, fewest layers recomputed first (the largest
+    N first): up to the most layers any rank holds (above, none is wrapped)."""
+    most = max(sum(map(len, chunks)) for chunks in lay.chunk_layers(num_layers))
+    return list(range(most, 1, -1))
 
 
-def on(lay: Layout, k: int) -> Layout:
-    return lay.with_(recompute="full", recompute_method="block", recompute_num_layers=k)
+def on(lay: Layout, n: int) -> Layout:
+    """The base with torchtitan's every-N recompute (`titan_every_layers.stand_in`'s layout,
+    whose models count each rank's wrapped layers)."""
+    return lay.with_(
+        recompute="full", recompute_method="block", recompute_num_layers=1, recompute_every=n
+    )
 
 
 def every_job(job: Job, n: int) -> Job:
@@ -79,7 +81,7 @@ def most_every(job: Job, space: Space, lay: Layout) -> memory.MemoryReport | Non
     options = every_options(lay, job.arch.num_layers)
     if not options:
         return None
-    return memory.estimate(job, on(lay, options[-1][0]), space.headroom_pct, False)
+    return memory.estimate(job, on(lay, options[-1]), space.headroom_pct, False)
 
 
 def fewest_every(
@@ -99,7 +101,7 @@ def fewest_every(
 
     def fits(i: int) -> bool:
         if i not in reports:
-            reports[i] = memory.estimate(job, on(lay, options[i][0]), space.headroom_pct, False)
+            reports[i] = memory.estimate(job, on(lay, options[i]), space.headroom_pct, False)
         return reports[i].fits
 
     if not options or not fits(len(options) - 1):
@@ -109,8 +111,8 @@ def fewest_every(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     for i in range(lo, len(options)):
-        k, n = options[i]
-        trial = on(lay, k)
+        n = options[i]
+        trial = on(lay, n)
         if fits(i) and not rules.violations(every_job(job, n), trial):
             return Candidate(trial, reports[i], cost.estimate(job, trial)), n
     return None

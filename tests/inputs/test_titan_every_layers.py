@@ -23,6 +23,7 @@ from plan_text import titan_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.inputs.titan_every_layers import (
+    block_ranges,
     counts,
     last_wrapped,
     rank_wrapped,
@@ -101,13 +102,17 @@ def test_v_ranks_by_hand(schedule: str) -> None:
     assert counts(lay, 32, 3) == ((2, 3), (3, 2))
 
 
-def test_the_stand_in_the_models_run() -> None:
-    # most // N of the largest chunk of any rank (9 layers at pp 2 x 2 stages): 9 // 2 = 4, and
-    # none where no rank holds N layers (17 at most here)
+def test_the_layout_the_models_run() -> None:
+    # block full recompute carrying N (`recompute_every`), and none where no rank holds N layers
+    # (17 at most here)
     lay = titan_layout(2, 2, "ZBVZeroBubble", 2)
-    got = stand_in(lay, 32, 2)
-    assert (got.recompute, got.recompute_method, got.recompute_num_layers) == ("full", "block", 4)
-    assert stand_in(lay, 32, 9).recompute_num_layers == 1
+    assert (lay.recompute, lay.recompute_method, lay.recompute_every) == ("full", "block", 2)
+    assert lay.recompute_text() == "full(every 2)"
     assert stand_in(lay, 32, 18).recompute == "none"
-    # what the plan reads: the same stand-in
-    assert titan_layout(2, 2, "ZBVZeroBubble", 2) == got
+    # what the models count as recomputed on rank 1: its every second layer, across its chunks
+    chunks = lay.chunk_layers(32)[1]
+    assert block_ranges(lay, chunks) == recomputed(chunks, 2)
+    assert [r.start for r in block_ranges(lay, chunks)] == [9, 11, 13, 15, 17, 19, 21, 23]
+    # Megatron's block: the first k of each chunk
+    meg = lay.with_(recompute_every=0, recompute_num_layers=2)
+    assert block_ranges(meg, chunks) == (range(8, 10), range(17, 19))

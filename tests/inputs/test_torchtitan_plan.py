@@ -14,6 +14,7 @@ from plan_text import CLUSTER, load_error, plan_text, write
 
 from planner.inputs import plan_writer
 from planner.inputs.plan import load_plan
+from planner.inputs.titan_every_layers import block_ranges
 from planner.search.rules import check_plan
 
 TITAN = "[training]\nframework = 'torchtitan'\nseq_length = 8192\nglobal_batch_size = 128\n"
@@ -222,7 +223,7 @@ def test_fp8_recipes_belong_to_their_framework(tmp_path: Path) -> None:
     assert "training.fp8_recipe" in msg and "rowwise" in msg
 
 
-def test_selective_layer_every_is_block_recompute(tmp_path: Path) -> None:
+def test_selective_layer_every_recomputes_every_nth_layer_of_a_rank(tmp_path: Path) -> None:
     # torchtitan's split of 32 layers on pp 2: 32 + 2 effective layers, 17 a stage, the
     # embedding and the output taking one each: 16 and 16; every 2nd layer = 8 a rank
     path = titan_plan(
@@ -232,7 +233,10 @@ def test_selective_layer_every_is_block_recompute(tmp_path: Path) -> None:
     )
     lay = check_plan(load_plan(path)).require_layout()
     assert lay.stage_layers(32) == (16, 16)
-    assert (lay.recompute, lay.recompute_method, lay.recompute_num_layers) == ("full", "block", 8)
+    assert (lay.recompute, lay.recompute_method, lay.recompute_every) == ("full", "block", 2)
+    # each rank's every second layer recomputed (torchtitan e347b1e5 activation_checkpoint.py
+    # :37-40, one count per rank): 8 of its 16
+    assert [len(block_ranges(lay, c)) for c in lay.chunk_layers(32)] == [8, 8]
 
 
 PLANS = [

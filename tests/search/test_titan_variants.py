@@ -22,6 +22,7 @@ from brute_force import _factorizations, _user_ok, make_job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.titan_every_layers import stand_in
 from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import cost, memory
 from planner.search import rules
@@ -142,18 +143,14 @@ def _best(job: Job, space: Space, base: Layout) -> Candidate | None:
 
 def _every_best(job: Job, space: Space, base: Layout) -> tuple[Candidate, int] | None:
     """The base's fastest fitting "every N-th layer" recompute under the job, over every N >= 2
-    (the plan's reading: block recompute of max(most // N, 1) layers of each chunk, `most` the
-    largest chunk; N with as many layers as the chunk is full recompute), the smallest N of
-    equals."""
+    up to the most layers a rank holds (the plan's reading, `titan_every_layers.stand_in`: each
+    rank's every N-th layer recomputed), the smallest N of equals."""
     if "full" not in space.recompute:
         return None
-    most = max(len(c) for chunks in base.chunk_layers(job.arch.num_layers) for c in chunks)
+    most = max(sum(map(len, chunks)) for chunks in base.chunk_layers(job.arch.num_layers))
     found = []
     for n in range(2, most + 1):
-        k = max(most // n, 1)
-        if k >= most:
-            continue
-        lay = base.with_(recompute="full", recompute_method="block", recompute_num_layers=k)
+        lay = stand_in(base.with_(recompute="full"), job.arch.num_layers, n)
         njob = replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
         if rules.violations(njob, lay):
             continue
