@@ -149,6 +149,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("recompute_modules", "recompute modules"),
     ("recompute_method", "recompute method"),
     ("recompute_num_layers", "recompute layers"),
+    ("recompute_every", "recompute every"),
     ("cpu_offloading_num_layers", "offload"),
     ("offload_modules", "offload modules"),
     ("activation_offload_fraction", "offload fraction"),
@@ -177,6 +178,7 @@ _DETAIL_OF = {
     "recompute_modules": "recompute",
     "recompute_method": "recompute",
     "recompute_num_layers": "recompute",
+    "recompute_every": "recompute",
     "moe_flex_dispatcher_backend": "moe_token_dispatcher_type",
     "moe_flex_dispatcher_num_sms": "moe_token_dispatcher_type",
 }
