@@ -32,10 +32,10 @@ from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import titan_accumulation
+from planner.model.in_flight import V_SCHEDULES
 from planner.model.performance import Performance
 from planner.model.schedule import schedule_name, shown_microbatches, simulate
 from planner.model.torch_schedules import microbatch_group, schedule_microbatches
-from planner.model.v_schedule import V_SCHEDULES
 
 MAX_OPS = 32
 """Forwards drawn per rank at most (micro-batches x chunks): enough for the fill, a steady state

@@ -11,7 +11,7 @@ Per GPU, the busiest pipeline rank's:
   runs one micro-batch at a time);
 - fine-grained offloading: each in-flight micro-batch's offloaded groups (`offloaded_bytes` of
   each layer, the first `Layout.activation_offload_fraction` of them), the in-flight count that
-  of the GPU's activations (`stage_activations.schedule_peak`): Megatron-LM d98e8a64
+  of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
   fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
   (`OffloadTensorPool`), as many as were ever in flight;
 - the offloaded optimizer: HOST_OPTIMIZER_BYTES per offloaded parameter of the GPU's
@@ -37,10 +37,11 @@ from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.fine_offload import offloaded_bytes
+from planner.model.in_flight import schedule_peak
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import schedule_name
 from planner.model.shard import BF16, Shard
-from planner.model.stage_activations import per_layer, schedule_peak, shard
+from planner.model.stage_activations import per_layer, shard
 from planner.model.stage_params import stage_params
 from planner.model.torch_schedules import microbatch_group
 

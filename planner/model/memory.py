@@ -258,7 +258,7 @@ def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tup
     each kind of layer) and the same role (first, holding the last stage, the MTP layers or bf16
     layers, or none), the lowest rank has the most micro-batches in flight and everything else
     equal; under the V placement (`Layout.v_stages`) rank r holds 2 pp - 1 - r (DualPipeV
-    2 pp - r) of chunk 0 and r + 1 of chunk 1 (`stage_activations.v_in_flight`, uncapped at
+    2 pp - r) of chunk 0 and r + 1 of chunk 1 (`in_flight.v_in_flight`, uncapped at
     the m >= 2 pp - 1 torch runs), linear in r: the lowest or the highest. `ranks` is
     `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
     the split alone, remembered per both."""

@@ -43,8 +43,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
-
 
 class VAction(NamedTuple):
     """One compute action of a V schedule on one rank."""

@@ -20,8 +20,9 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import memory, rank_states
+from planner.model.in_flight import in_flight
 from planner.model.shard import Shard
-from planner.model.stage_activations import in_flight, shard
+from planner.model.stage_activations import shard
 
 GB = 1e9
 

@@ -14,8 +14,8 @@ import pytest
 
 from planner.inputs.layout import Layout
 from planner.inputs.pipeline_layout import parse
+from planner.model.in_flight import schedule_peak
 from planner.model.schedule import op_order
-from planner.model.stage_activations import schedule_peak
 
 
 def brute_force(

@@ -1,5 +1,5 @@
 """torch.distributed.pipelining's schedules as torchtitan runs them: bubble and micro-batches in
-flight (planner.model.schedule.schedule_bubble, planner.model.stage_activations.schedule_peak).
+flight (planner.model.schedule.schedule_bubble, planner.model.in_flight.schedule_peak).
 
 Oracles: a brute-force timing of each op (1F1B through `schedule.simulate`, GPipe through the
 small event loop below); the cited closed forms by hand (ZB-H1 / ZB1P (p-1)(F+B-2W), Qi et al.
@@ -19,8 +19,8 @@ from plan_text import plan_text, write
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan, parse_plan
 from planner.model import cost, memory, schedule
+from planner.model.in_flight import schedule_peak, v_in_flight
 from planner.model.schedule import schedule_bubble
-from planner.model.stage_activations import schedule_peak, v_in_flight
 from planner.model.torch_schedules import microbatch_group
 from planner.search import rules
 from planner.search.rules import check_plan

@@ -1,0 +1,103 @@
+"""Activation micro-batches a pipeline rank holds at its peak, per model chunk, in each schedule
+(`planner.model.stage_activations` multiplies them by what each chunk keeps).
+
+In flight (NVIDIA/Megatron-LM d98e8a64 megatron/core/pipeline_parallel/schedules.py
+`get_pp_rank_microbatches`, `get_schedule_table`): rank r runs its warm-up forwards (1F1B:
+pp - r - 1; interleaved: 2(pp - r - 1) + (vpp - 1) x group, group =
+microbatch_group_size_per_vp_stage, default pp), then one forward and one backward at a time.
+Which chunk each forward ran through follows the schedule table (groups of `group` micro-batches,
+chunk by chunk), so with uneven chunks (a pipeline layout, the embedding or loss counted as a
+layer) each chunk's activations count as often as it is in flight (`schedule_peak`); with even
+chunks on rank 0 this is Korthikanti's 1 + (pp - 1)/(pp x vpp).
+
+torchtitan's other schedules (torch.distributed.pipelining, `schedule_peak`'s `name`): GPipe and
+LoopedBFS run every forward of the step before the first backward (all m x vpp chunk micro-batches
+in flight); InterleavedZeroBubble holds what interleaved 1F1B holds (ZB-H1 keeps 1F1B's peak, Qi
+et al. 2024: a deferred W keeps only its GEMMs' inputs, which the 1F1B backward frees no earlier);
+ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V) and hold 2p and 2p + 1
+half-stage chunk micro-batches (ZB-V: "the same peak memory as 1F1B", p stages' worth; DualPipe
+README: PP + 1 with PP = 2p chunks), split as a 1F1B over the 2p chunks of the V would hold them:
+2p - 1 - r (DualPipeV 2p - r) of chunk 0 and r + 1 of chunk 1, each at most m. The layout places
+the V's stages so (`Layout.v_stages`): chunk 0 of rank r is stage r, chunk 1 stage 2p - 1 - r,
+the loss on rank 0 (`Layout.output_rank`).
+"""
+
+from __future__ import annotations
+
+from planner.inputs.layout import Layout
+
+
+def group_size(layout: Layout, group: int | None = None) -> int:
+    """Micro-batches the interleaved schedule runs per chunk in a row: `group` where given
+    (`torch_schedules.microbatch_group`), else the layout's (default pp)."""
+    return group or layout.microbatch_group_size_per_vp_stage or layout.pp
+
+
+def in_flight(layout: Layout, rank: int, num_microbatches: int, group: int | None = None) -> int:
+    """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
+    its warm-up forwards and the steady state's next one. With the EP all-to-all overlap Megatron
+    runs one more warm-up forward (schedules.py:964-970) and then each forward merged with an
+    earlier micro-batch's backward, layer by layer, so that the one being built and the one being
+    released together hold one micro-batch's activations and one layer more
+    (`stage_activations`): the same count."""
+    pp, vpp = layout.pp, layout.vpp
+    total = num_microbatches * vpp
+    if vpp == 1:
+        return min(pp - rank, total)
+    warm = 2 * (pp - rank - 1) + (vpp - 1) * group_size(layout, group)
+    return min(warm + 1, total)
+
+
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+ALL_FORWARDS_FIRST = ("GPipe", "LoopedBFS")
+
+
+def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[int, int]:
+    """Chunk 0's and chunk 1's micro-batches in flight on rank `rank` of a V schedule."""
+    first = 2 * pp - rank - (0 if name == "DualPipeV" else 1)
+    return min(first, m), min(rank + 1, m)
+
+
+def schedule_peak(
+    kept: tuple[float, ...],
+    layout: Layout,
+    rank: int,
+    m: int,
+    name: str = "1F1B",
+    group: int | None = None,
+) -> float:
+    """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
+    micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
+    order, `planner.model.schedule.op_order`, with its micro-batch group), each forward adding its
+    chunk's bytes and each backward releasing the mirrored chunk's. The pattern repeats every
+    group x vpp steps, so one period after the warm-up holds the peak when the groups are whole;
+    a shorter last group (m not a multiple of the group) breaks the period, and the whole steady
+    state is walked. torchtitan's schedule `name` where it differs (module docstring); `group`
+    the schedule's micro-batch group where not the layout's (`torch_schedules.microbatch_group`:
+    torch's rounds)."""
+    vpp = len(kept)
+    if name in ALL_FORWARDS_FIRST:
+        return max(m, 1) * sum(kept)
+    if name in V_SCHEDULES and vpp == 2:
+        c0, c1 = v_in_flight(name, layout.pp, rank, max(m, 1))
+        return c0 * kept[0] + c1 * kept[1]
+    n_flight = in_flight(layout, rank, max(m, 1), group)
+    if vpp == 1:
+        return n_flight * kept[0]
+    total, group = m * vpp, group_size(layout, group)
+    warm = n_flight - 1 if n_flight < total else total
+    steady = total - warm if m % group else min(total - warm, group * vpp + 1)
+    order: list[int] = []
+    start = 0
+    while len(order) < warm + steady and start < m:
+        size = min(group, m - start)
+        for c in range(vpp):
+            order += [c] * size
+        start += group
+    held = sum(kept[c] for c in order[:warm])
+    peak = held
+    for j in range(steady):
+        held += kept[order[warm + j]]
+        peak = max(peak, held)
+        held -= kept[vpp - 1 - order[j]]
+    return peak
