@@ -7,10 +7,15 @@ tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from typing import Literal
 
-from planner.inputs import pipeline_layout
+from planner.inputs.layout_split import (
+    SplitKey,
+    split_chunk_layers,
+    split_mtp_rank,
+    split_stages,
+    stage_of,
+)
 
 Recompute = Literal["none", "selective", "full"]
 RecomputePolicy = Literal["none", "core_attn", "per_op", "full"]
@@ -225,15 +230,15 @@ class Layout:
         counting the embedding and loss as a layer where the account_for flags say) in vpp
         chunks, the first chunks taking one more where they do not divide, the MTP layers in
         the last stage."""
-        return _stages(self.split_key(), num_layers, mtp_layers)
+        return split_stages(self.split_key(), num_layers, mtp_layers)
 
     @property
     def even_split(self) -> bool:
         """Megatron's even split: no pipeline_layers, layout string or layer accounting."""
         return self.split_key()[2:6] == (None, None, False, False)
 
-    def split_key(self) -> _SplitKey:
-        """The fields that decide the stages (the caches below are keyed on these alone: the
+    def split_key(self) -> SplitKey:
+        """The fields that decide the stages (`layout_split`'s caches are keyed on these alone: the
         search asks for the stages of thousands of layouts that share a split)."""
         return (
             self.pp,
@@ -254,7 +259,7 @@ class Layout:
     def chunk_layers(self, num_layers: int) -> tuple[tuple[range, ...], ...]:
         """The decoder layers of each rank's chunks, as index ranges: per rank, one range per
         chunk (layers are numbered in stage order, each stage where `stage_of` places it)."""
-        return _chunk_layers(self.split_key(), num_layers)
+        return split_chunk_layers(self.split_key(), num_layers)
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers on each pipeline rank."""
@@ -283,7 +288,7 @@ class Layout:
         """The pipeline rank whose last chunk holds the MTP layers (None without them)."""
         if not mtp_layers:
             return None
-        return _mtp_rank(self.split_key(), num_layers, mtp_layers)
+        return split_mtp_rank(self.split_key(), num_layers, mtp_layers)
 
     def with_(self, **changes: object) -> Layout:
         """A copy with some fields changed (`dataclasses.replace` without its per-call field
@@ -350,57 +355,3 @@ class Layout:
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(Layout))
-
-
-def split_evenly(n: int, parts: int) -> list[int]:
-    """n items in `parts` parts as even as possible, the first parts one more."""
-    base, extra = divmod(n, parts)
-    return [base + (1 if c < extra else 0) for c in range(parts)]
-
-
-_SplitKey = tuple[int, int, tuple[int, ...] | None, tuple[str, ...] | None, bool, bool, bool]
-"""(pp, vpp, pipeline_layers, pipeline_layout, account for embedding, account for loss, V)."""
-
-
-def stage_of(pp: int, v: bool, k: int) -> tuple[int, int]:
-    """(rank, chunk) of virtual stage k: chunk k // pp of rank k % pp, or under the V placement
-    (`Layout.v_stages`) in the odd chunks of rank pp - 1 - k % pp (back from the last rank)."""
-    c, r = divmod(k, pp)
-    return (pp - 1 - r if v and c % 2 else r), c
-
-
-@lru_cache(maxsize=4096)
-def _stages(key: _SplitKey, num_layers: int, mtp_layers: int) -> tuple[str, ...]:
-    pp, vpp, pipeline_layers, layout, embedding, loss, v = key
-    if layout is not None:
-        return layout
-    e, lo = int(embedding), int(loss)
-    given = pipeline_layers is not None
-    per_rank = list(pipeline_layers or ()) if given else split_evenly(num_layers + e + lo, pp)
-    chunks = [split_evenly(n, vpp) for n in per_rank]
-    # the embedding and the loss take a layer's place in the first and the last stage
-    chunks[0][0] -= e
-    chunks[stage_of(pp, v, pp * vpp - 1)[0]][-1] -= lo
-    placed = [stage_of(pp, v, k) for k in range(pp * vpp)]  # stages_of reads k at [k % pp]
-    looped = [[max(chunks[r][c], 0) for r, c in placed[q::pp]] for q in range(pp)]
-    return pipeline_layout.stages_of(looped, mtp_layers)
-
-
-@lru_cache(maxsize=4096)
-def _chunk_layers(key: _SplitKey, num_layers: int) -> tuple[tuple[range, ...], ...]:
-    stages = _stages(key, num_layers, 0)
-    pp, v = key[0], key[6]
-    out: list[list[range]] = [[] for _ in range(pp)]
-    start = 0
-    for k, stage in enumerate(stages):  # stage order: each rank's chunks come in chunk order
-        n = stage.count("t")
-        out[stage_of(pp, v, k)[0]].append(range(start, start + n))
-        start += n
-    return tuple(tuple(r) for r in out)
-
-
-@lru_cache(maxsize=4096)
-def _mtp_rank(key: _SplitKey, num_layers: int, mtp_layers: int) -> int:
-    stages = _stages(key, num_layers, mtp_layers)
-    k = next(k for k, s in enumerate(stages) if "m" in s)
-    return stage_of(key[0], key[6], k)[0]
