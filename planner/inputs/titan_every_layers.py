@@ -21,7 +21,7 @@ chunk 0 (its second) and two of chunk 1 (its first and third).
 
 torchtitan b5bcd76c (the Python-config era) has no every-N option: activation_checkpoint.py
 :112-337 has FullAC (every block), SelectiveAC (per op) and MemoryBudgetAC, the config union
-:332-337 selecting one of them or none (`rules.torchtitan.head_era` refuses the setting there).
+:332-337 selecting one of them or none (`rules.torchtitan_era.head_era` refuses the setting there).
 
 `Layout.chunk_layers` numbers a rank's chunks in the same order (stage order, `stage_of`), so
 `wrapped` reads it directly.

@@ -107,6 +107,13 @@ def zoo_flavor(arch: ModelArch) -> str | None:
     return next((name for name in MODELS if _shape(catalog.get_model(name)) == shape), None)
 
 
+def flavor_name(arch: ModelArch) -> str:
+    """The zoo name of the torchtitan flavor `arch` is (`zoo_flavor`: by its shape), else its own
+    name: a port of a flavor's family under that family's name (a config.json of other sizes) is
+    planned as torchtitan runs that family, which `launch` then refuses by field."""
+    return zoo_flavor(arch) or arch.name
+
+
 def no_flavor(arch: ModelArch, limit: int = 4) -> str:
     """Why `zoo_flavor` finds none: the flavor whose model differs from `arch` in the fewest
     fields, and those fields (the first `limit`) with both values."""

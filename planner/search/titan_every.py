@@ -214,7 +214,7 @@ def add_every(job: Job, space: Space, top: int, found: Merged) -> Merged:
     if "full" not in space.recompute or "selective_layer_every" in given(job):
         return found
     if job.titan.loss_chunks > 1:  # the chunked loss's torchtitan has no every-N option
-        return found  # (rules.torchtitan.head_era)
+        return found  # (rules.torchtitan_era.head_era)
     t0 = time.perf_counter()
     extra, scored = _every_rows(job, space, found, top)
     rows = heapq.nsmallest(top, found.rows + extra, key=lambda e: e[0])

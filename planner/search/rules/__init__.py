@@ -67,8 +67,9 @@ from planner.search.rules.pools import pools
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
-from planner.search.rules.torchtitan import deepep_spread, head_era
+from planner.search.rules.torchtitan import deepep_spread
 from planner.search.rules.torchtitan import experts as torchtitan_experts
+from planner.search.rules.torchtitan_era import head_era
 
 __all__ = [
     "RULES",
