@@ -34,6 +34,14 @@ def titan_job(gbs: int = 32, num_gpus: int = 8) -> str:
     return MODEL + cluster + training
 
 
+def titan_pp2_vpp2(schedule: str, recompute: str = "none", split: str = "") -> str:
+    """`titan_job` at pp 2 x vpp 2 (4 stages) with FSDP2 (ZeRO 3) under torchtitan's pipeline
+    `schedule`, `split` a [parallel] line setting the stages (none: torchtitan's own split)."""
+    parallel = f'pp = 2\nvpp = 2\nzero_stage = 3\nrecompute = "{recompute}"\n{split}'
+    schedule_line = f'[torchtitan]\npipeline_schedule = "{schedule}"\n'
+    return titan_job() + "[parallel]\n" + parallel.rstrip("\n") + "\n" + schedule_line
+
+
 def write(tmp_path: Path, text: str, name: str = "plan.toml") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))

@@ -18,27 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plan_text import titan_job, write
+from plan_text import titan_pp2_vpp2, write
 
 from planner.emit.launch import render
 from planner.inputs import torchtitan_config
 from planner.inputs.plan import Plan, load_plan
 from planner.model import cost, memory
 from planner.search.rules import check_plan
-
-PLAN = (
-    titan_job()
-    + """\
-[parallel]
-pp = 2
-vpp = 2
-zero_stage = 3
-recompute = "selective"
-{split}
-[torchtitan]
-pipeline_schedule = "ZBVZeroBubble"
-"""
-)
 
 SPLITS = {
     "torchtitan's own": ("", ((8, 7), (9, 8))),
@@ -78,7 +64,9 @@ def test_a_v_plan_launched_checks_as_itself(
     tmp_path: Path, split: str, target: str, name: str, parts_of: Any
 ) -> None:
     given, halves = SPLITS[split]
-    plan: Plan = check_plan(load_plan(write(tmp_path, PLAN.format(split=given))))
+    plan: Plan = check_plan(
+        load_plan(write(tmp_path, titan_pp2_vpp2("ZBVZeroBubble", "selective", given)))
+    )
     lay = plan.require_layout()
     text = render(plan, target, "job")[1]
     parts = parts_of(text)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from plan_text import titan_job
+from plan_text import titan_pp2_vpp2
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan, parse_plan
@@ -38,24 +38,11 @@ and down 4096 x 14336, two RMSNorm weights: 218,112,000."""
 EDGE = V * H
 """The embedding, and the (untied) output layer: 525,336,576 each."""
 
-PLAN = (
-    titan_job()
-    + """\
-[parallel]
-pp = 2
-vpp = 2
-zero_stage = 3
-recompute = "{recompute}"
-[torchtitan]
-pipeline_schedule = "{schedule}"
-"""
-)
-
 
 def titan_plan(schedule: str, recompute: str = "none") -> Plan:
     """Llama 3.1 8B on 8 H100 under torchtitan: pp 2 x vpp 2 (4 stages, torchtitan's own
     split), dp 4 (FSDP2), 32 sequences of 8192: m = 8 micro-batches."""
-    text = PLAN.format(schedule=schedule, recompute=recompute)
+    text = titan_pp2_vpp2(schedule, recompute)
     return check_plan(parse_plan(tomllib.loads(text)))
 
 
@@ -154,7 +141,7 @@ def test_a_v_layouts_peak_candidates_take_its_highest_rank_too() -> None:
     """pp 4: ranks 1 and 2 both hold a one-layer chunk 0 and a 13-layer chunk 1; in the V
     rank 1 holds 6 x 1 + 2 x 13 = 32 layers' activations, rank 2 5 x 1 + 3 x 13 = 44 and the
     peak: the lowest of ranks alike is not the one with the most in flight."""
-    text = PLAN.format(schedule="ZBVZeroBubble", recompute="none")
+    text = titan_pp2_vpp2("ZBVZeroBubble")
     split = '\npp = 4\npipeline_model_parallel_layout = "Et|t|t|t|t|t*13|t*13|tL"\n'
     text = text.replace("\npp = 2\n", split)
     text = text.replace("global_batch_size = 32", "global_batch_size = 16")
