@@ -42,7 +42,7 @@ from planner.model.output_time import deferred_wgrad
 from planner.model.performance import Performance
 from planner.model.routing_load import memory_loads, rank_budget, stash_load, step_load
 from planner.model.schedule import schedule_name
-from planner.search.rules.fused_mlp import fused_grouped_mlp, fused_mlp_etp
+from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 
 
 def notes(
@@ -186,7 +186,7 @@ def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None
     """`fused_mlp_text` for a plan without the fused grouped MLP."""
     fused = replace(job, moe_fused_grouped_mlp=True)
     usable = job.framework == "megatron" and job.arch.is_moe and fusable_activation(job.arch)
-    refused = fused_grouped_mlp(fused, layout) or fused_mlp_etp(fused, layout)
+    refused = any(rule(fused, layout) for rule in FUSED_MLP_RULES)
     if not usable or not fused.grouped_mlp_fused or refused:
         return None
     saved = added(perf, fused, layout)

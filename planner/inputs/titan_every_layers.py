@@ -86,11 +86,18 @@ def block_ranges(lay: Layout, chunks: Chunks) -> Chunks:
     return tuple(range(c.start, c.start + min(k, len(c))) for c in chunks)
 
 
+def every_n(lay: Layout, every: int) -> Layout:
+    """`lay` with torchtitan's every-N recompute: block full recompute carrying N, the models
+    counting each rank's wrapped layers (`block_ranges`, `last_wrapped`)."""
+    return lay.with_(
+        recompute="full", recompute_method="block", recompute_num_layers=1, recompute_every=every
+    )
+
+
 def stand_in(lay: Layout, num_layers: int, every: int) -> Layout:
-    """The layout of every-N recompute of `lay` (recompute "full"): block full recompute with
-    `recompute_every` N, the models counting each rank's wrapped layers (`block_ranges`,
-    `last_wrapped`); recompute none where no rank holds N layers (none is wrapped)."""
+    """The layout of every-N recompute of `lay` (recompute "full"), as a plan reads it: `every_n`,
+    or recompute none where no rank holds N layers (none is wrapped)."""
     ranks = lay.chunk_layers(num_layers)
     if all(sum(map(len, chunks)) < every for chunks in ranks):
         return lay.with_(recompute="none")
-    return lay.with_(recompute_method="block", recompute_num_layers=1, recompute_every=every)
+    return every_n(lay, every)

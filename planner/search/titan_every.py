@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.titan_every_layers import every_n
 from planner.model import cost, memory
 from planner.search import rules
 from planner.search import space as space_mod
@@ -53,14 +54,6 @@ def every_options(lay: Layout, num_layers: int) -> list[int]:
     return list(range(most, 1, -1))
 
 
-def on(lay: Layout, n: int) -> Layout:
-    """The base with torchtitan's every-N recompute (`titan_every_layers.stand_in`'s layout,
-    whose models count each rank's wrapped layers)."""
-    return lay.with_(
-        recompute="full", recompute_method="block", recompute_num_layers=1, recompute_every=n
-    )
-
-
 def every_job(job: Job, n: int) -> Job:
     """The job with `selective_layer_every = n`: what torchtitan's rules read
     (`rules.torchtitan`). The model reads none of it (the layout's block recompute carries it,
@@ -81,7 +74,7 @@ def most_every(job: Job, space: Space, lay: Layout) -> memory.MemoryReport | Non
     options = every_options(lay, job.arch.num_layers)
     if not options:
         return None
-    return memory.estimate(job, on(lay, options[-1]), space.headroom_pct, False)
+    return memory.estimate(job, every_n(lay, options[-1]), space.headroom_pct, False)
 
 
 def fewest_every(
@@ -101,7 +94,7 @@ def fewest_every(
 
     def fits(i: int) -> bool:
         if i not in reports:
-            reports[i] = memory.estimate(job, on(lay, options[i]), space.headroom_pct, False)
+            reports[i] = memory.estimate(job, every_n(lay, options[i]), space.headroom_pct, False)
         return reports[i].fits
 
     if not options or not fits(len(options) - 1):
@@ -112,7 +105,7 @@ def fewest_every(
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     for i in range(lo, len(options)):
         n = options[i]
-        trial = on(lay, n)
+        trial = every_n(lay, n)
         if fits(i) and not rules.violations(every_job(job, n), trial):
             return Candidate(trial, reports[i], cost.estimate(job, trial)), n
     return None

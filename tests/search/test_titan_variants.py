@@ -264,17 +264,18 @@ def test_variants_share_the_layer_times_bit_for_bit() -> None:
     variant of the 70B problem and layouts with and without pipelining, HSDP and every-N
     recompute, what is read through the shared memo (filled by other variants first) and
     under the variant's job is bit for bit what a fresh job with the settings computes."""
+    from planner.inputs.titan_every_layers import every_n
     from planner.model.job_memo import JobMemo
     from planner.model.stage_time import LAYER_TIMES, layout_times
-    from planner.search.titan_every import every_job, on
+    from planner.search.titan_every import every_job
 
     job, _ = PROBLEMS["llama70b-64xh100"]
     base = Layout(tp=8, pp=2, dp=4, cp=1, etp=8, sequence_parallel=True, zero_stage=3)
     layouts = [
         base,
         base.with_(pp=1, dp=8, recompute="selective"),
-        on(base.with_(pp=1, dp=8, micro_batch_size=2), 16),
-        on(base, 8),
+        every_n(base.with_(pp=1, dp=8, micro_batch_size=2), 16),
+        every_n(base, 8),
     ]
     order = _every_variant(job)
     for v in order:
