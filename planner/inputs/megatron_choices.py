@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
-from functools import cache
 
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED, FlagSpec, flag_specs
@@ -53,32 +52,6 @@ NOTHING = ": a variable empty or unset where the file is read expands to no word
 """Why a value may be missing (the caller's environment is not read)."""
 
 EXITS = "Megatron-LM's argparse exits on it"
-
-
-@cache
-def choices_table() -> dict[str, tuple[str, ...]]:
-    """The choices of each flag the reader looks at whose parser action has them (argparse's
-    `choices`: add_argument's, a config field's Literal values or Enum member names,
-    megatron_flags.txt), as `megatron_args` refuses others up front."""
-    out = {}
-    for flag in sorted(LOOKED_AT):
-        spec = flag_specs()[flag]
-        if spec.choices is not None and spec.type in ("str", "int", "float", "enum"):
-            out[flag] = spec.choices
-    return out
-
-
-@cache
-def switches() -> frozenset[str]:
-    """The flags the reader looks at that take no value (store_true / store_false)."""
-    return frozenset(f for f in LOOKED_AT if flag_specs()[f].nargs == "0")
-
-
-@cache
-def list_nargs() -> dict[str, str]:
-    """The flags the reader looks at that take a list ('+', '*', or a count), and how many."""
-    specs = flag_specs()
-    return {f: specs[f].nargs for f in sorted(LOOKED_AT) if specs[f].nargs not in ("0", "1")}
 
 
 def _held(word: str) -> bool:

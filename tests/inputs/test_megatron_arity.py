@@ -12,7 +12,7 @@ ArgumentGroupFactory makes store_true / store_false (argument_utils.py
 `_build_argparse_kwargs_from_field`; ModelParallelConfig.sequence_parallel), `nargs`
 (--cp-comm-type nargs='+' arguments.py:3221), a list field (nargs '+'), else one value
 (ModelParallelConfig.tensor_model_parallel_size: int). Where the Megatron-LM mirror is on this
-machine, `switches()` and `list_nargs()` (read from megatron_flags.txt) are checked against
+machine, the words megatron_flags.txt gives each flag the reader looks at are checked against
 those sources.
 """
 
@@ -27,8 +27,8 @@ from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_choices import arity_error, list_nargs, switches
-from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED
+from planner.inputs.megatron_choices import arity_error
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED, flag_specs
 from tests.inputs.test_megatron_args import LLAMA3_8B
 
 
@@ -184,13 +184,13 @@ def _generated() -> dict[str, str]:
 
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-LM mirror on this machine")
 def test_arity_matches_megatrons_parser_source() -> None:
-    """Each flag the reader looks at: no value where Megatron's parser stores a switch
-    (`switches`), `list_nargs` where it takes a list, else one value; a hand-written
+    """Each flag the reader looks at: the words megatron_flags.txt says it takes (none for a
+    switch, a list's nargs, else one value) are what the parser's source says; a hand-written
     add_argument wins over a dataclass field of the same name (arguments.py excludes those
     fields)."""
     kinds = {**_generated(), **_hand_written()}
     for flag in READ | set(NOT_MODELLED) | set(REFUSED):
-        expected = "0" if flag in switches() else list_nargs().get(flag, "1")
+        expected = flag_specs()[flag].nargs  # the data file's: 0, 1, or a list's nargs
         assert kinds[flag] == expected, flag
 
 

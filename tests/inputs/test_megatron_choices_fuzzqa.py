@@ -10,7 +10,7 @@ fields (megatron/training/argument_utils.py `_extract_type`: TransformerConfig
 recompute_granularity Literal['full', 'selective'] :532, ModelParallelConfig
 cross_entropy_fusion_impl Literal['native', 'te'] :325, TransformerConfig transformer_impl
 Literal['local', 'transformer_engine', 'inference_optimized'] :1314). Where the Megatron-LM
-mirror is on this machine, `megatron_choices.choices_table()` (read from megatron_flags.txt) is
+mirror is on this machine, `choices_table()` (below, read from megatron_flags.txt) is
 checked against those sources."""
 
 from __future__ import annotations
@@ -24,10 +24,23 @@ from megatron_mirror import MIRROR, source
 
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_choices import choices_table, invalid_choice
-from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
+from planner.inputs.megatron_choices import LOOKED_AT, invalid_choice
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, flag_specs, megatron_flags
 from planner.inputs.megatron_vocab import TOKENIZERS
 from tests.inputs.test_megatron_args import LLAMA3_8B
+
+
+def choices_table() -> dict[str, tuple[str, ...]]:
+    """The choices of each flag the reader looks at whose parser action has them (argparse's
+    `choices`: add_argument's, a config field's Literal values or Enum member names,
+    megatron_flags.txt), as `megatron_args` refuses others up front."""
+    out = {}
+    for flag in sorted(LOOKED_AT):
+        spec = flag_specs()[flag]
+        if spec.choices is not None and spec.type in ("str", "int", "float", "enum"):
+            out[flag] = spec.choices
+    return out
+
 
 BASE = LLAMA3_8B.replace("--recompute-granularity selective ", "")
 
