@@ -61,12 +61,30 @@ def _held(word: str) -> bool:
 def is_option(word: str) -> bool:
     """Whether argparse takes the word for an option rather than a value (CPython 3.12
     `_parse_optional`): a word starting with '-' other than '-' itself, a negative number
-    (NEGATIVE_NUMBER) or one with a space; a Megatron-LM flag, or one with `=value`, always."""
+    (NEGATIVE_NUMBER) or one with a space; a Megatron-LM flag, or one with `=value`, and the
+    help option's `-h...` (`is_help`: even with a space), always."""
     if not word.startswith("-") or len(word) == 1:
         return False
-    if word.partition("=")[0] in flag_specs():
+    if word.partition("=")[0] in flag_specs() or is_help(word):
         return True
     return not NEGATIVE_NUMBER.match(word) and " " not in word
+
+
+HELP = (
+    "argparse takes it for the parser's help option (-h, --help: megatron/training/"
+    "arguments.py:119 builds the parser without add_help=False): Megatron-LM prints its usage "
+    "and exits, or exits on a value given to it (ignored explicit argument), before training "
+    "starts"
+)
+"""Why a line with `-h` (or `--help`) trains nothing."""
+
+
+def is_help(word: str) -> bool:
+    """Whether argparse takes the word for its help option (CPython 3.12 `_parse_optional` and
+    `_get_option_tuples`: a single-dash word is matched by its first two characters before
+    a space makes it a value): `-h` and `-hh` print the usage and exit 0; `-hx`, `-h=1`,
+    `-h-x` and `-h x` exit 2 ("ignored explicit argument", CPython 3.11.7 and 3.12.1)."""
+    return word.startswith("-h")
 
 
 def _words(choices: Iterable[str]) -> str:
@@ -220,6 +238,8 @@ def arity_error(flag: str, values: list[str], explicit: bool = False) -> str | N
         why = None if _held(word) else word_error(flag, spec, word)
         if why is not None:
             return why
+    if cut is not None and is_help(cut):  # before the end of parsing finds stray words
+        return f"{cut!r} follows it: {HELP}"
     if extra:
         words = " ".join(extra)
         return f"{takes}, but {words!r} follows it: {EXITS} (unrecognized arguments: {words})"
@@ -264,8 +284,17 @@ def refuse_stray_words(runs: Iterable[Run], where: str) -> None:
     no option's word from it (CPython 3.12 `_get_nargs_pattern` drops '-' for optionals: `--lr
     -- 1e-4` is "expected one argument") and it and every word after it for positionals, which
     Megatron-LM's parser has none of: it exits ("unrecognized arguments: -- ...", CPython 3.11.7,
-    3.12.1 and 3.13.0), where the reader would read the flags after it."""
+    3.12.1 and 3.13.0), where the reader would read the flags after it. The help option
+    (`--help`, `-h...` anywhere an option may be: `is_help`) trains nothing either, after a
+    flag that is not Megatron-LM's too; `--=1` is an option no parser has."""
     for run in runs:
+        if run.flag == "--help":
+            raise InputError(f"{where}: --help: {HELP}")
+        if run.flag == "--" and run.explicit:
+            raise InputError(
+                f"{where}: --={run.values[0]}: argparse takes it for an option, and no option "
+                f"is named '--': {EXITS} (unrecognized arguments)"
+            )
         if run.flag == "--":
             raise InputError(
                 f"{where}: --: a bare '--' ends argparse's options, and it and the words after "
@@ -273,5 +302,8 @@ def refuse_stray_words(runs: Iterable[Run], where: str) -> None:
                 f"{EXITS} (unrecognized arguments)"
             )
         why = arity_error(run.flag, run.values, run.explicit)
+        helps = run.values[1:] if run.explicit else run.values
+        if why is None and run.flag not in flag_specs():  # a fork's flag: -h is still help
+            why = next((f"{w!r} follows it: {HELP}" for w in helps if is_help(w)), None)
         if why is not None:
             raise InputError(f"{where}: {run.flag}: {why}")

@@ -211,11 +211,14 @@ class Run(NamedTuple):
 def flag_runs(words: list[str]) -> list[Run]:
     """Each --flag of the words, in order, with the values that follow it (up to the next
     --flag); --a=b is split too (`Run.explicit`), and --a= holds one empty value (argparse's
-    explicit argument ''). A flag given twice is here twice."""
+    explicit argument ''). A flag given twice is here twice. A word whose name (before '=')
+    holds a space (`'--x y'`, one quoted word) is a value: argparse takes it for one, no option
+    string matching it (CPython 3.12 `_parse_optional`: "if it contains a space, it was meant to
+    be a positional")."""
     out: list[Run] = []
     for w in words:
-        if w.startswith("--"):
-            name, eq, value = w.partition("=")
+        name, eq, value = w.partition("=")
+        if w.startswith("--") and " " not in name:
             out.append(Run(name, [value] if eq else [], bool(eq)))
         elif out:
             out[-1].values.append(w)
