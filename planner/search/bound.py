@@ -282,13 +282,15 @@ def fill_drain(job: Job, layout: Layout) -> int | None:
     interleaved 1F1B (d = vpp), and torchtitan's schedules whose bubble is that of the stages'
     whole forward and backward (`schedule.BUBBLE_TERMS` a = b = 1, w = 0: 1F1B and GPipe d = 1,
     Interleaved1F1B and LoopedBFS d = vpp); None for torchtitan's zero-bubble schedules, whose
-    stages' weight gradients fill the bubble (`schedule.schedule_bubble`)."""
+    stages' weight gradients fill the bubble (`schedule.schedule_bubble`; ZBVZeroBubble's,
+    `schedule.zbv_bubble`, is no (a, b, w, d) form): they get `size_floor`, which counts no
+    bubble, and every bubble is >= 0."""
     if job.framework == "megatron":
         return layout.vpp
-    a, b, w, d = BUBBLE_TERMS[schedule_name(job, layout)]
-    if (a, b, w) != (1.0, 1.0, 0.0):
+    terms = BUBBLE_TERMS.get(schedule_name(job, layout))
+    if terms is None or terms[:3] != (1.0, 1.0, 0.0):
         return None
-    return layout.vpp if d is None else d
+    return layout.vpp if terms[3] is None else terms[3]
 
 
 def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:

@@ -76,7 +76,9 @@ def test_each_schedule_by_hand() -> None:
         ("Interleaved1F1B", 2): 4.5,
         ("LoopedBFS", 2): 4.5,
         ("InterleavedZeroBubble", 2): 3 * (1 + 2 - 2) / 2,  # 1.5
-        ("ZBVZeroBubble", 2): 0.0,  # F = B - W = W: zero bubble
+        # torch's order leaves (p - 1) chunk forwards idle at F = I = W (B - W = 1 here):
+        # 3 x 1/2 (tests/model/test_zbv_bubble.py times the order itself)
+        ("ZBVZeroBubble", 2): 1.5,
         ("DualPipeV", 2): 3 * (1 + 2 * 2 - 3) / 2,  # (PP/2-1)(F&B+B-3W), half chunks: 3
     }
     for (name, vpp), bubble in want.items():
@@ -131,7 +133,9 @@ def test_torchtitan_plans_rank_their_schedules(tmp_path: Path) -> None:
         bubble[name] = cost.estimate(job, lay).breakdown.bubble
         peak[name] = max(st.activations for st in memory.estimate(job, lay).stages)
     assert bubble["GPipe"] == pytest.approx(bubble["1F1B"])
-    assert bubble["ZBVZeroBubble"] < bubble["InterleavedZeroBubble"] < bubble["Interleaved1F1B"]
+    # ZB-V and ZB1P both leave about (p - 1) F / 2 here (test_zbv_bubble.py), under 1F1B's
+    assert bubble["ZBVZeroBubble"] < bubble["Interleaved1F1B"]
+    assert bubble["InterleavedZeroBubble"] < bubble["Interleaved1F1B"]
     assert bubble["Interleaved1F1B"] < bubble["1F1B"]
     assert peak["GPipe"] > 2 * peak["1F1B"]  # m = 16 in flight against at most p = 4
 
@@ -144,9 +148,10 @@ def test_explain_names_the_schedule(tmp_path: Path, capsys: pytest.CaptureFixtur
     bubble = cost.estimate(job, lay).breakdown.bubble
     code, out, err = run(["explain", str(path)], capsys)
     assert code == 0, err
-    line = next(x for x in out.splitlines() if x.startswith("pipeline schedule:"))
-    assert "torchtitan's ZBVZeroBubble" in line and "(p-1)(F+B-3W)/2" in line
-    assert f"= {bubble * 1e3:,.0f} ms" in line
+    at = out.index("pipeline schedule:")
+    text = " ".join(out[at:].split())  # rich wraps the long formula
+    assert "torchtitan's ZBVZeroBubble" in text and "max(max(F,I)+(p-2)W" in text
+    assert f"= {bubble * 1e3:,.0f} ms" in text
 
 
 def broken(job: Job, lay: Layout) -> dict[str, rules.Violation]:
