@@ -131,8 +131,8 @@ BatchOpt = Annotated[
 PrecisionOpt = Annotated[
     str | None,
     typer.Option(
-        help="bf16, fp8, fp4 (NVFP4) or fp32 (a Megatron-LM line without --bf16 / --fp16: its "
-        f"GEMMs at the TF32 peak) {_default('training', 'precision')}"
+        help="bf16, fp16, fp8, fp4 (NVFP4) or fp32 (a Megatron-LM line without --bf16 / --fp16: "
+        f"its GEMMs at the TF32 peak) {_default('training', 'precision')}"
     ),
 ]
 

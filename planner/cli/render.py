@@ -215,7 +215,7 @@ def print_explain(
     line, host_fits = host
     console.print(
         f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
-        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}: "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision_text}: "
         f"{layout.describe()}",
         markup=True,
     )

@@ -19,33 +19,49 @@ from planner.inputs.units import gib
 from planner.model import cost, memory
 
 PRESETS = {
-    ("bf16", None): "bf16_mixed",
-    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
-    ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
-    ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
-    ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
-    ("fp4", None): "bf16_with_nvfp4_mixed",
+    ("bf16", "bf16", None): "bf16_mixed",
+    ("bf16", "fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("bf16", "fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+    ("bf16", "fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+    ("bf16", "fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
+    ("bf16", "fp4", None): "bf16_with_nvfp4_mixed",
+    ("fp16", "fp16", None): "fp16_mixed",
+    ("fp16", "fp8", "delayed"): "fp16_with_fp8_delayed_scaling_mixed",
+    ("fp16", "fp8", "tensorwise"): "fp16_with_fp8_current_scaling_mixed",
+    ("fp16", "fp8", "blockwise"): "fp16_with_fp8_subchannel_scaling_mixed",
+    ("fp16", "fp8", "mxfp8"): "fp16_with_mxfp8_mixed",
 }
-"""(precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset (mixed_precision.py)."""
+"""(parameters' dtype, precision, fp8 recipe) -> Megatron-Bridge mixed-precision preset
+(mixed_precision.py; it has no fp16 preset with NVFP4)."""
 
 FP8_PARAM_GATHER = {
     "bf16_with_fp8_delayed_scaling_mixed": True,  # mixed_precision.py:231
     "bf16_with_fp8_current_scaling_mixed": True,  # :302
     "bf16_with_mxfp8_mixed": True,  # :264
     "bf16_with_fp8_subchannel_scaling_mixed": False,  # :384
+    "fp16_with_fp8_delayed_scaling_mixed": True,  # :250
+    "fp16_with_fp8_current_scaling_mixed": True,  # :368
+    "fp16_with_mxfp8_mixed": True,  # :279
+    "fp16_with_fp8_subchannel_scaling_mixed": False,  # :400
 }
 """Each FP8 preset's fp8_param_gather (weights kept only in FP8 and all-gathered so)."""
 
-BF16_LAYERS = {"bf16_with_fp8_current_scaling_mixed": (1, 1)}  # mixed_precision.py:299-301
-"""Each preset's decoder layers kept in bf16, first and last: the tensorwise preset's
+BF16_LAYERS = {
+    "bf16_with_fp8_current_scaling_mixed": (1, 1),  # mixed_precision.py:299-301
+    "fp16_with_fp8_current_scaling_mixed": (1, 1),  # :365-367
+}
+"""Each preset's decoder layers kept in bf16, first and last: the tensorwise presets'
 first_last_layers_bf16=True with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16 1 and 1;
 the others leave MixedPrecisionConfig's first_last_layers_bf16=False (mixed_precision.py:53), no
 layer in bf16. The preset writes them over the model's (`update_config_with_precision_overrides`,
 mixed_precision.py:148-156), so a model field in the override cannot change them: a note does."""
 
-GRAD_REDUCE_IN_FP32 = True
-"""Every bf16 preset's grad_reduce_in_fp32 (MixedPrecisionConfig's default, mixed_precision.py
-:47), written over ddp.grad_reduce_in_fp32."""
+
+def grad_reduce_in_fp32(name: str) -> bool:
+    """A preset's grad_reduce_in_fp32, written over ddp.grad_reduce_in_fp32: the bf16 presets
+    keep MixedPrecisionConfig's default True (mixed_precision.py:47), the fp16 ones build on
+    fp16_mixed, which sets False (:212)."""
+    return not name.startswith("fp16")
 
 
 def optimizer_table(plan: Plan) -> dict[str, object]:
@@ -130,13 +146,20 @@ def preset(plan: Plan) -> str:
     megatron-args refuses the plan (planner.emit.megatron_optimizer.needs_distributed_optimizer).
     An override cannot clear a field of a preset named by string (module docstring)."""
     job = plan.job
-    if job.precision == "fp32":
+    field = "precision" if job.precision == job.params_dtype else "params_dtype"
+    if job.params_dtype == "fp32":
         raise InputError(
-            f'{plan.path}: training.precision: "fp32": Megatron-Bridge has no fp32 '
+            f'{plan.path}: training.{field}: "fp32": Megatron-Bridge has no fp32 '
             "mixed-precision preset (mixed_precision.py registers bf16_* and fp16_* ones only); "
             "launch it with --target megatron-args, which leaves out --bf16 and --fp16"
         )
-    key = (job.precision, job.fp8_recipe if job.precision == "fp8" else None)
+    if job.params_dtype == "fp16" and job.precision == "fp4":
+        raise InputError(
+            f'{plan.path}: training.params_dtype: "fp16" with precision "fp4": Megatron-Bridge '
+            "has no fp16 preset with NVFP4 (mixed_precision.py: bf16_with_nvfp4_mixed only); "
+            "launch it with --target megatron-args"
+        )
+    key = (job.params_dtype, job.precision, job.fp8_recipe if job.precision == "fp8" else None)
     if key not in PRESETS:
         raise InputError(
             f"{plan.path}: training.fp8_recipe: Megatron-Bridge has no mixed-precision preset "
@@ -166,7 +189,7 @@ def notes(plan: Plan) -> list[str]:
         run = replace(job, fp8_param_gather=gather)
         keeps = "only in FP8" if gather else "in bf16 beside their FP8 copies"
         fix = f"fp8_param_gather={planned}"
-        if name == PRESETS["fp8", "mxfp8"]:  # its reuse of the gradient buffer (:265) too:
+        if "mxfp8" in name:  # its reuse of the gradient buffer (:265) too:
             # Megatron-Core's DDP config asserts fp8_param_gather under it
             # (distributed_data_parallel_config.py:259-260, 2a75ac12)
             fix += " and reuse_grad_buf_for_mxfp8_param_ag=False"
@@ -174,12 +197,16 @@ def notes(plan: Plan) -> list[str]:
             f"{name} sets fp8_param_gather={gather} (weights {keeps}), the plan "
             f"{planned}: {_peaks(plan, run)}; set {fix} on the recipe's MixedPrecisionConfig"
         )
-    if job.main_grad_dtype == "bf16" and GRAD_REDUCE_IN_FP32:
-        run = replace(job, main_grad_dtype="fp32")
+    preset_fp32 = grad_reduce_in_fp32(name)
+    if (job.main_grad_dtype == "fp32") != preset_fp32:
+        run = replace(job, main_grad_dtype="fp32" if preset_fp32 else "bf16")
+        half = job.params_dtype  # 16-bit gradients take the parameters' dtype
+        reduced, planned_in = ("fp32", half) if preset_fp32 else (half, "fp32")
         out.append(
-            f"{name} reduces gradients in fp32 (grad_reduce_in_fp32=True, written over ddp), the "
-            f"plan in bf16: {_peaks(plan, run)}; set grad_reduce_in_fp32=False on the recipe's "
-            "MixedPrecisionConfig (Megatron-Bridge's performance recipes do)"
+            f"{name} reduces gradients in {reduced} (grad_reduce_in_fp32={preset_fp32}, written "
+            f"over ddp), the plan in {planned_in}: {_peaks(plan, run)}; set "
+            f"grad_reduce_in_fp32={not preset_fp32} on the recipe's MixedPrecisionConfig"
+            + (" (Megatron-Bridge's performance recipes do)" if preset_fp32 else "")
         )
     if job.precision == "fp4" and not (job.fp4_param_gather and lay.zero_stage):
         out.append(

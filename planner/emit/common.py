@@ -291,7 +291,7 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
     return [
         f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
         f"model {job.arch.name} on {gpus}, "
-        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision}",
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision_text}",
         f"layout: {lay.describe()}",
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
         f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "

@@ -160,8 +160,9 @@ def training_args(plan: Plan) -> list[Arg]:
         ("--micro-batch-size", str(lay.micro_batch_size)),
         ("--global-batch-size", str(job.global_batch_size)),
     ]
-    if job.precision != "fp32":  # fp32: neither --bf16 nor --fp16 (planner.model.fp32)
-        a.append(("--bf16",))
+    # the parameters' dtype: fp32 is neither --bf16 nor --fp16 (planner.model.fp32)
+    if job.params_dtype != "fp32":
+        a.append((f"--{job.params_dtype}",))
     if job.precision == "fp8":
         # the recipe always, so Megatron does not fall back to delayed scaling; MXFP8 keeps
         # gradients in E4M3 too (Megatron-Bridge's MXFP8 preset)
@@ -203,7 +204,11 @@ def training_args(plan: Plan) -> list[Arg]:
             ("--num-layers-at-start-in-bf16", str(job.bf16_layers_at_start)),
             ("--num-layers-at-end-in-bf16", str(job.bf16_layers_at_end)),
         ]
-    if job.main_grad_dtype == "bf16":
+    if job.params_dtype == "fp16" and job.main_grad_dtype == "fp32" and lay.zero_stage < 2:
+        # fp16 buffers are the parameters' dtype unless asked (validate_args turns fp32 on under
+        # --bf16 only, arguments.py:1204-1217); Megatron-FSDP's own flag says it above
+        a.append(("--accumulate-allreduce-grads-in-fp32",))
+    elif job.main_grad_dtype == "bf16" and job.params_dtype == "bf16":
         a.append(("--grad-reduce-in-bf16",))
     if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
         a.append(("--deterministic-mode",))

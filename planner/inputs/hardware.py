@@ -253,12 +253,15 @@ class GpuSpec(BaseModel):
             return None
         return self.mamf_tflops_bf16 / self.peak_tflops_bf16
 
-    def peak_flops(self, precision: Literal["bf16", "fp8", "fp4", "fp32"]) -> float:
-        """Dense peak FLOP/s for a precision (fp8 / fp4 only where the GPU has it): fp32's is its
-        GEMMs' rate, TF32 where the GPU has TF32 tensor cores (`peak_tflops_tf32`), else the
-        FP32 peak."""
+    def peak_flops(self, precision: Literal["bf16", "fp16", "fp8", "fp4", "fp32"]) -> float:
+        """Dense peak FLOP/s for a precision (fp8 / fp4 only where the GPU has it): fp16's is the
+        bf16 one (every catalog GPU's datasheet gives its dense FP16 and BF16 tensor rates as
+        one figure: NVIDIA A100, H100 / H200 / H800, L40S and Blackwell datasheets, AMD's CDNA 3
+        and 4 ones); fp32's is its GEMMs' rate, TF32 where the GPU has TF32 tensor cores
+        (`peak_tflops_tf32`), else the FP32 peak."""
         peaks = {
             "bf16": self.peak_tflops_bf16,
+            "fp16": self.peak_tflops_bf16,
             "fp8": self.peak_tflops_fp8,
             "fp4": self.peak_tflops_fp4,
             "fp32": self.peak_tflops_tf32 or self.peak_tflops_fp32,

@@ -19,8 +19,10 @@ from planner.inputs.plan_types import (
     Fp8Recipe,
     MuonPrecision,
     MuonTpMode,
+    ParamsDtype,
     Precision,
     SelectivePolicy,
+    params_dtype_of,
 )
 from planner.inputs.torchtitan import Framework, TorchtitanSection
 from planner.inputs.userbuffers import TE_DEFAULT, UbSlot
@@ -43,6 +45,9 @@ class Job:
     seq_length: int
     global_batch_size: int
     precision: Precision = "bf16"
+    quantised_params_dtype: ParamsDtype = "bf16"
+    """The parameters' dtype under an FP8 / NVFP4 precision (plan `training.params_dtype`);
+    `params_dtype` gives it for every precision."""
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
     main_params_dtype: Literal["fp32", "fp16"] = "fp32"
@@ -223,6 +228,21 @@ class Job:
         """What a layout's recompute setting recomputes in this training code: "selective" is
         the core attention (Megatron) or PyTorch's per-op policy."""
         return self.selective_recompute if recompute == "selective" else recompute
+
+    @property
+    def params_dtype(self) -> ParamsDtype:
+        """The parameters' dtype, which the activations, the collectives and the tensors a
+        quantised recipe leaves unquantised share (`ParamsDtype`): the precision itself, or under
+        FP8 / NVFP4 `quantised_params_dtype`."""
+        return params_dtype_of(self.precision, self.quantised_params_dtype)
+
+    @property
+    def precision_text(self) -> str:
+        """The precision as headers print it: "fp8", or "fp8 on fp32 parameters" where a quantised
+        recipe's parameters are not bf16."""
+        if self.quantised and self.params_dtype != "bf16":
+            return f"{self.precision} on {self.params_dtype} parameters"
+        return self.precision
 
     @property
     def quantised(self) -> bool:

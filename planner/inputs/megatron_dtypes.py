@@ -15,11 +15,17 @@ FP32_NOTE = (
 )
 
 
+FP32_QUANTISED_NOTE = (
+    "neither --bf16 nor --fp16: fp32 parameters, gradients and activations around the quantised "
+    "GEMMs (params_dtype fp32; attention unfused; arguments.py:1194 params_dtype torch.float)"
+)
+
+
 def fp16_note(line: Line) -> str:
-    """How --fp16 is read: as bf16 (the same bytes per value), its gradient buffers 16-bit
-    unless --accumulate-allreduce-grads-in-fp32 (`optimizer_dtypes`; Megatron-FSDP's own flag
-    decides there)."""
-    note = "--fp16: read as bf16 (the same bytes per value)"
+    """How --fp16 is read: fp16 parameters (precision fp16, or params_dtype fp16 under FP8 /
+    NVFP4), its gradient buffers 16-bit unless --accumulate-allreduce-grads-in-fp32
+    (`optimizer_dtypes`; Megatron-FSDP's own flag decides there)."""
+    note = "--fp16: fp16 parameters and activations (dynamic loss scaling)"
     if line.has("--use-megatron-fsdp"):
         return note
     if line.has("--accumulate-allreduce-grads-in-fp32"):
@@ -40,10 +46,10 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     only under --bf16 (arguments.py:1204-1217), unless --grad-reduce-in-bf16, or --main-grads-dtype
     bf16 (with the precision-aware optimizer, the only one that takes it), and asserts
     --main-grads-dtype fp32 where --accumulate-allreduce-grads-in-fp32 is given (:1209-1211). So
-    --bf16 gives fp32 buffers unless one of those two, and --fp16 16-bit (fp16, planner's "bf16":
-    the same bytes) unless --accumulate-allreduce-grads-in-fp32 (--grad-reduce-in-bf16 and
-    --main-grads-dtype change nothing there). Without --bf16 / --fp16 / FP8 / FP4 (fp32) the
-    parameters and so the buffers are fp32 whatever those flags say. Megatron-FSDP's grads
+    --bf16 gives fp32 buffers unless one of those two, and --fp16 16-bit (fp16, main_grad_dtype
+    "bf16": the same bytes) unless --accumulate-allreduce-grads-in-fp32 (--grad-reduce-in-bf16
+    and --main-grads-dtype change nothing there). Without --bf16 / --fp16 (fp32, FP8 / FP4 or
+    not) the parameters and so the buffers are fp32 whatever those flags say. Megatron-FSDP's grads
     default to the parameters' dtype (--megatron-fsdp-main-grads-dtype auto:
     DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
     megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`), fp32 in fp32 training
@@ -52,7 +58,7 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     aware = line.has("--use-precision-aware-optimizer")
     accumulate = line.has("--accumulate-allreduce-grads-in-fp32")
     main_bf16 = line.text("--main-grads-dtype") == "bf16"
-    fp32 = not any(line.has(f) for f in ("--bf16", "--fp16", "--fp8-format", "--fp4-format"))
+    fp32 = not (line.has("--bf16") or line.has("--fp16"))
     if line.has("--fp16"):
         bf16_grads = not accumulate
     elif fp32:

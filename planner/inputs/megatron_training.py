@@ -10,7 +10,12 @@ from typing import Any
 
 from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_dtypes import FP32_NOTE, fp16_note, optimizer_dtypes
+from planner.inputs.megatron_dtypes import (
+    FP32_NOTE,
+    FP32_QUANTISED_NOTE,
+    fp16_note,
+    optimizer_dtypes,
+)
 from planner.inputs.megatron_line import Line
 from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_types import CUDA_GRAPH_MODULES
@@ -43,8 +48,11 @@ def training_table(
         gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
     training["global_batch_size"] = gbs
     fp8, fp4, bf16 = line.has("--fp8-format"), line.has("--fp4-format"), line.has("--bf16")
-    fp32 = not (fp8 or fp4 or bf16 or line.has("--fp16"))
-    training["precision"] = "fp8" if fp8 else "fp4" if fp4 else "fp32" if fp32 else "bf16"
+    fp16 = line.has("--fp16")
+    params = "bf16" if bf16 else "fp16" if fp16 else "fp32"  # arguments.py:1194-1198
+    training["precision"] = "fp8" if fp8 else "fp4" if fp4 else params
+    if (fp8 or fp4) and params != "bf16":
+        training["params_dtype"] = params
     if fp4:
         training["fp4_param_gather"] = line.has("--fp4-param-gather")
         recipe = line.text("--fp4-recipe")
@@ -67,22 +75,16 @@ def training_table(
             training["fp8_recipe"] = recipe
     if line.has("--fp8-output-proj"):  # the plan's check repeats Megatron's: fp8 with mxfp8
         training["fp8_output_proj"] = True
-    if line.has("--fp16") and bf16:  # validate_args: `if args.fp16: assert not args.bf16`
+    if fp16 and bf16:  # validate_args: `if args.fp16: assert not args.bf16`
         raise InputError(
             f"{where}: --fp16: not with --bf16 (Megatron-LM d98e8a64 validate_args asserts "
             "`not args.bf16` under --fp16): give one of them"
         )
-    if line.has("--fp16"):
+    if fp16:
         notes.append(fp16_note(line))
-    elif fp32:
-        notes.append(FP32_NOTE)
-    elif not bf16:  # FP8 / NVFP4 GEMMs inside an fp32 model
-        missing.append(
-            "neither --bf16 nor --fp16: Megatron keeps fp32 parameters and runs all but the "
-            f"{training['precision']} GEMMs in fp32, planner counts bf16 weights and activations "
-            "(the fp32 run needs more)"
-        )
-    _attention(line, training, fp32)
+    elif params == "fp32":
+        notes.append(FP32_NOTE if not (fp8 or fp4) else FP32_QUANTISED_NOTE)
+    _attention(line, training, params == "fp32")
     if line.has("--no-bias-swiglu-fusion"):
         training["fused_swiglu"] = False
     squared_moe = line.has("--squared-relu") and bool(line.integer("--num-experts"))

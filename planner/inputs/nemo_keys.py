@@ -13,7 +13,7 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     trainer.strategy.ddp.grad_reduce_in_fp32,
       trainer.plugins.grad_reduce_in_fp32      main_grad_dtype fp32 (False: bf16)
     optim.config.use_distributed_optimizer     zero_stage 1 (False: 0)
-    trainer.plugins.precision                  bf16-mixed (16-mixed read as bf16: same bytes)
+    trainer.plugins.precision                  bf16-mixed, 16-mixed (precision / params_dtype fp16)
     trainer.plugins.fp8                        precision fp8 (with fp8_recipe, fp8_param_gather;
                                                model.config.fp8 / fp8_recipe are noted: NeMo
                                                writes the plugin's over them)

@@ -40,11 +40,9 @@ def training_table(
         )
     precision = line.get("trainer.plugins.precision", "bf16-mixed")
     if precision not in ("bf16-mixed", "16-mixed"):
-        raise line.fail(
-            "trainer.plugins.precision", "planner models bf16-mixed (and 16-mixed as bf16)"
-        )
-    if precision == "16-mixed":
-        notes.append("trainer.plugins.precision=16-mixed: read as bf16 (the same bytes per value)")
+        raise line.fail("trainer.plugins.precision", "planner models bf16-mixed and 16-mixed")
+    if precision == "16-mixed":  # fp16 parameters (NeMo's fp16_mixed: params_dtype torch.half)
+        out["precision"] = "fp16"
     for key in ("model.config.fp8", "model.config.fp8_recipe"):
         if key in line.values:  # megatron_strategy.py `connect`: the plugin's DtypeConfig wins
             notes.append(
@@ -52,6 +50,8 @@ def training_table(
                 "(update_config_with_dtype_overrides): give trainer.plugins.fp8 / fp8_recipe"
             )
     if line.get("trainer.plugins.fp8"):
+        if out["precision"] == "fp16":
+            out["params_dtype"] = "fp16"
         out["precision"] = "fp8"
         out["fp8_param_gather"] = _fp8_gather(line)
     _graphs(line, out)

@@ -28,7 +28,7 @@ from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import PlanFile, TrainingSection
 from planner.inputs.plan_types import CudaGraphImpl, CudaGraphModule
 from planner.inputs.pools import resolve_pools
-from planner.inputs.precision_checks import check_precision
+from planner.inputs.precision_checks import check_precision, quantised_params_dtype
 from planner.inputs.torchtitan import (
     Framework,
     TorchtitanSection,
@@ -151,6 +151,7 @@ def build_job(
         seq_length=training.seq_length,
         global_batch_size=training.global_batch_size,
         precision=training.precision,
+        quantised_params_dtype=quantised_params_dtype(training),
         main_grad_dtype=training.main_grad_dtype,
         optimizer_state_dtype=training.optimizer_state_dtype,
         flash_attention=given.get("flash_attention", True),

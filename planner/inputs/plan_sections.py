@@ -32,6 +32,7 @@ from planner.inputs.plan_types import (
     CudaGraphModule,
     DsaKernelBackend,
     Fp8Recipe,
+    ParamsDtype,
     Precision,
     SelectivePolicy,
 )
@@ -64,6 +65,12 @@ class TrainingSection(OptimizerFields):
     )
     global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     precision: Precision = "bf16"
+    params_dtype: ParamsDtype | None = Field(
+        default=None,
+        description="the parameters' dtype under precision fp8 / fp4 (Megatron --bf16, --fp16, or "
+        "neither: fp32 parameters and activations around the quantised GEMMs); bf16 if left "
+        "out; with another precision it is that precision",
+    )
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     fused_norm: Flag | None = Field(
         default=None, description="fused LayerNorm/RMSNorm kernels (false: plain PyTorch norms)"

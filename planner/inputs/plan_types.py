@@ -6,15 +6,23 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Precision = Literal["bf16", "fp8", "fp4", "fp32"]
-"""The decoder's linear layers: bf16; FP8 (by `Fp8Recipe`); fp4 = NVFP4 (Transformer Engine's
+Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
+"""The decoder's linear layers: bf16; fp16 (Megatron --fp16: fp16 parameters, activations and
+GEMMs with dynamic loss scaling; the same bytes and tensor-core rate as bf16, but no fp32 master
+remainder, `planner.model.adam_step`); FP8 (by `Fp8Recipe`); fp4 = NVFP4 (Transformer Engine's
 NVFP4BlockScaling: E2M1 values with an E4M3 scale per 16, random Hadamard transforms on the weight
 gradient's operands, 16 x 16 weight blocks; Megatron --fp4-format e2m1 --fp4-recipe nvfp4); fp32 =
 Megatron-LM with neither --bf16 nor --fp16 (`planner.model.fp32`: fp32 parameters, gradients and
-activations, TF32 GEMMs, unfused attention)."""
+activations, TF32 GEMMs, unfused attention). Under FP8 / NVFP4 the parameters and the unquantised
+values are in `ParamsDtype`."""
 QUANTISED: tuple[Precision, ...] = ("fp8", "fp4")
-"""The precisions whose linear layers Transformer Engine quantises (FP8, NVFP4): not bf16 or
+"""The precisions whose linear layers Transformer Engine quantises (FP8, NVFP4): not bf16, fp16 or
 fp32."""
+ParamsDtype = Literal["bf16", "fp16", "fp32"]
+"""The parameters' dtype (Megatron's params_dtype: --bf16, --fp16 or neither), which is also the
+dtype of the activations, the collectives and every tensor a quantised recipe leaves unquantised:
+the precision itself for bf16, fp16 and fp32, the plan's `training.params_dtype` under FP8 / NVFP4
+(bf16 unless given; fp32: `--fp8-format` without --bf16 / --fp16, `planner.model.fp32`)."""
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"]
 """Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
 torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
@@ -44,3 +52,13 @@ CUDA_GRAPH_MODULES: tuple[str, ...] = get_args(CudaGraphModule)
 CudaGraphImpl = Literal["local", "transformer_engine", "full_iteration"]
 """Megatron --cuda-graph-impl (d98e8a64, but "none"): per-layer graphs of Megatron-Core's own
 (local) or Transformer Engine's, or the whole training iteration as one graph."""
+
+
+def params_dtype_of(precision: Precision, quantised: ParamsDtype | None) -> ParamsDtype:
+    """The parameters' dtype of a run in `precision`: the precision itself, or under FP8 / NVFP4
+    the dtype given for them (`quantised`; bf16 where none is)."""
+    match precision:
+        case "fp8" | "fp4":
+            return quantised or "bf16"
+        case unquantised:
+            return unquantised

@@ -100,6 +100,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         "precision": job.precision,
         "main_grad_dtype": job.main_grad_dtype,
     }
+    if job.params_dtype != "bf16" and job.quantised:
+        training["params_dtype"] = job.params_dtype
     if job.optimizer_state_dtype != "fp32":
         training["optimizer_state_dtype"] = job.optimizer_state_dtype
     if job.framework != "megatron":

@@ -7,14 +7,49 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.plan_sections import TrainingSection
+from planner.inputs.plan_types import QUANTISED, ParamsDtype, params_dtype_of
 
 
 def check_precision(training: TrainingSection, arch: ModelArch, where: str) -> None:
     """Raise InputError where a precision setting cannot apply to the rest of `[training]`."""
+    _params_dtype(training, where)
     _bf16_layers(training, arch, where)
     _fp8_attention(training, where)
     _fp8_output_proj(training, where)
     _fp32(training, arch, where)
+
+
+def quantised_params_dtype(training: TrainingSection) -> ParamsDtype:
+    """`Job.quantised_params_dtype`: the plan's params_dtype under FP8 / NVFP4 (bf16 if left
+    out), bf16 under the other precisions (whose parameters are in the precision itself)."""
+    quantised = training.precision in QUANTISED
+    return training.params_dtype or "bf16" if quantised else "bf16"
+
+
+def params_dtype(training: TrainingSection) -> ParamsDtype:
+    """The parameters' dtype the plan trains with (`Job.params_dtype`)."""
+    return params_dtype_of(training.precision, training.params_dtype)
+
+
+def _params_dtype(training: TrainingSection, where: str) -> None:
+    """params_dtype names the parameters' dtype under FP8 / NVFP4; under bf16, fp16 and fp32 the
+    precision is the parameters' dtype, so another one contradicts it; torchtitan keeps bf16
+    parameters (b5bcd76c config/configs.py:94: mixed_precision_param takes "bfloat16" or
+    "float32", and its float32 is not Megatron's fp32 training: planner refuses it) and has no
+    fp16."""
+    given = training.params_dtype
+    if given is not None and training.precision not in QUANTISED and given != training.precision:
+        raise InputError(
+            f'{where}: training.params_dtype: "{given}" with precision "{training.precision}": '
+            "the parameters of a bf16, fp16 or fp32 run are in that dtype; params_dtype is for "
+            'precision "fp8" or "fp4" (or leave it out)'
+        )
+    if training.framework != "megatron" and params_dtype(training) == "fp16":
+        field = "params_dtype" if given == "fp16" else "precision"
+        raise InputError(
+            f'{where}: training.{field}: "fp16": torchtitan trains with bf16 parameters '
+            '(mixed_precision_param "bfloat16" or "float32", no float16); use "bf16"'
+        )
 
 
 def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
@@ -25,13 +60,16 @@ def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
     and no FlashAttention-2 kernel: Transformer Engine's flash and fused backends take bf16 /
     fp16 only (attention/dot_product_attention/utils.py `get_attention_backend`, "Filter: Data
     type"), so pinning it (--attention-backend flash) finds no backend."""
-    if training.precision != "fp32":
+    if params_dtype(training) != "fp32":
         return
-    field = f'{where}: training.precision: "fp32"'
+    if training.precision == "fp32":
+        field = f'{where}: training.precision: "fp32"'
+    else:
+        field = f'{where}: training.params_dtype: "fp32"'
     if training.framework != "megatron":
         raise InputError(
-            f"{field} is modelled for Megatron-LM (no --bf16 / --fp16); torchtitan trains in "
-            'bf16 here (mixed_precision_param = "bfloat16"): use precision "bf16"'
+            f"{field} is modelled for Megatron-LM (no --bf16 / --fp16); torchtitan trains with "
+            'bf16 parameters here (mixed_precision_param = "bfloat16"): use "bf16"'
         )
     unmodelled = [
         (arch.has_dsa, "DeepSeek sparse attention"),
@@ -46,20 +84,26 @@ def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
     for present, what in unmodelled:
         if present:
             raise InputError(
-                f"{field} with {what}: not modelled (planner counts it as bf16 training); use "
-                'precision "bf16"'
+                f"{field} with {what}: not modelled with fp32 parameters (planner counts it "
+                'in bf16); use "bf16"'
             )
     if training.main_grad_dtype == "bf16":
         raise InputError(
-            f'{where}: training.main_grad_dtype: "bf16" with precision "fp32": Megatron\'s '
+            f'{where}: training.main_grad_dtype: "bf16" with fp32 parameters: Megatron\'s '
             "gradient buffers take the fp32 parameters' dtype (--grad-reduce-in-bf16 acts under "
             '--bf16 only); set main_grad_dtype = "fp32"'
         )
     if training.attention_kernel == "flash2":
         raise InputError(
-            f'{where}: training.attention_kernel: "flash2" with precision "fp32": '
+            f'{where}: training.attention_kernel: "flash2" with fp32 parameters: '
             "FlashAttention takes bf16 / fp16 only, and fp32 runs Transformer Engine's unfused "
             'attention; leave attention_kernel = "fused"'
+        )
+    if training.fp8_attention:
+        raise InputError(
+            f"{where}: training.fp8_attention: true with fp32 parameters: the attention's inputs "
+            "are fp32, for which Transformer Engine has no fused (and so no FP8) attention "
+            'backend (get_attention_backend, "Filter: Data type"); set fp8_attention = false'
         )
 
 
@@ -71,7 +115,7 @@ def _bf16_layers(training: TrainingSection, arch: ModelArch, where: str) -> None
     if not start and not end:
         return
     name = "bf16_layers_at_start" if start else "bf16_layers_at_end"
-    if training.precision in ("bf16", "fp32"):
+    if training.precision not in QUANTISED:
         raise InputError(
             f'{where}: training.{name}: layers kept in bf16 need precision "fp8" or "fp4" '
             f"(the whole model is {training.precision} already)"
@@ -100,7 +144,7 @@ def _fp8_attention(training: TrainingSection, where: str) -> None:
     if not training.fp8_attention:
         return
     field = f"{where}: training.fp8_attention"
-    if training.precision in ("bf16", "fp32"):
+    if training.precision not in QUANTISED:
         raise InputError(
             f'{field}: FP8 attention needs precision "fp8" or "fp4" (got "{training.precision}")'
         )

@@ -82,12 +82,16 @@ def te_master(job: Job, zero_stage: int) -> bool:
 def master_saving(job: Job, zero_stage: int) -> float:
     """Bytes per parameter the master takes less than `Job.optimizer_bytes`' 4: an fp16 master,
     or the remainder of an fp32 one of bf16 parameters (bf16 training, and FP8 / NVFP4 training
-    whose decoder weights stay bf16 parameters; fp32 parameters keep the whole fp32 master)."""
+    whose decoder weights stay bf16 parameters). fp32 and FP8 / NVFP4 parameters keep the whole
+    fp32 master, and so do fp16 ones: TE stores the remainder only for a bfloat16 parameter
+    (TransformerEngine 04912bf0 optimizers/fused_adam.py `set_scaled_state`: `param.dtype ==
+    torch.bfloat16`), as Megatron-Core's checkpoint of it reads (d98e8a64
+    distrib_optimizer.py:1008, `store_param_remainders and self.config.bf16`)."""
     if not te_master(job, zero_stage):
         return 0.0
     if job.main_params_dtype == "fp16":
         return MASTER_SAVING_BYTES
-    bf16_params = job.precision == "bf16" or (job.quantised and not job.low_precision_params)
+    bf16_params = job.params_dtype == "bf16" and not job.low_precision_params
     return MASTER_SAVING_BYTES if bf16_params else 0.0
 
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
 from planner.model import attention, determinism, flops, gemm_shapes
+from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, fp32_peak, gemm_time
 
 
@@ -62,7 +63,7 @@ def core_attention(
     `exp_tera_per_s` x `attention.exp_fraction`) and its softmax's CUDA-core work
     (`attention.alu_flops` per score at the FP32 peak), and FP8's quantisation traffic. In fp32
     training Transformer Engine runs its unfused attention instead (`unfused_fp32`)."""
-    if job.precision == "fp32":
+    if job.params_dtype == "fp32":
         return unfused_fp32(job, gpu, t, s, tp)
     arch, spec = job.arch, job.cluster.gpu
     qk_w, v_w = flops.attention_core_width(arch)
@@ -102,7 +103,7 @@ def core_timed(job: Job) -> bool:
     attention there either way (the plan's flash_attention = false launches it as
     --attention-backend unfused: `unfused_fp32`); otherwise `layer_time` times Megatron's bf16
     unfused path itself."""
-    return job.flash_attention or job.precision == "fp32"
+    return job.flash_attention or job.params_dtype == "fp32"
 
 
 UNFUSED_FP32_SCORE_BYTES = (24.0, 36.0)
@@ -120,13 +121,13 @@ def unfused_fp32(job: Job, gpu: Gpu, t: float, s: int, tp: int) -> Core:
     """fp32 attention for t local queries over s keys on a TP shard (`planner.model.fp32`):
     Transformer Engine's unfused attention computes every score, masked or not, in two batched
     GEMMs per head (QK^T, then the probabilities times V; the backward twice their work), which
-    torch runs in full fp32 on the CUDA cores (`gemm.fp32_peak`, 4-byte elements: twice the bf16
-    roofline's bytes per FLOP, at its large-GEMM fraction, as `muon_time` times highest
-    precision), and streams the scores through HBM (UNFUSED_FP32_SCORE_BYTES)."""
+    torch runs in TF32 in NVIDIA's containers (`fp32.gemm_peak`, 4-byte elements: twice the bf16
+    roofline's bytes per FLOP, at its large-GEMM fraction), and streams the scores through HBM
+    (UNFUSED_FP32_SCORE_BYTES)."""
     arch = job.arch
     qk_w, v_w = flops.attention_core_width(arch)
     heads = arch.num_attention_heads
-    peak = fp32_peak(job.cluster.gpu, gpu)
+    peak = gemm_peak(job, gpu)
     ridge = 2 * gpu.ridge * peak / gpu.peak_bf16
     rows = min(t, s)  # a sample's queries per batched GEMM
     count = heads / tp * t / rows

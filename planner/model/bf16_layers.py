@@ -44,8 +44,12 @@ def bf16_ranges(job: Job, chunks: Chunks) -> Chunks:
 
 def bf16_twin(job: Job) -> Job:
     """The job with its linear layers in bf16: how its bf16 layers run (its GPU's bf16 peak, no
-    quantisation, no FP8 issue overhead)."""
+    quantisation, no FP8 issue overhead). Megatron runs them outside the FP8 / NVFP4 autocast, so
+    in the parameters' dtype (`Job.params_dtype`): fp16 ones in fp16, and in an fp32 model in fp32
+    (TF32 GEMMs, `planner.model.fp32`)."""
     memo = _TWINS.of(job)
     if "bf16" not in memo:
-        memo["bf16"] = replace(job, precision="bf16", bf16_layers_at_start=0, bf16_layers_at_end=0)
+        memo["bf16"] = replace(
+            job, precision=job.params_dtype, bf16_layers_at_start=0, bf16_layers_at_end=0
+        )
     return memo["bf16"]

@@ -164,7 +164,8 @@ def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     """(parameter bytes, cached copy bytes) per FP8 / NVFP4 GEMM weight element: 2 and 0 in
     bf16 (4 and 0 in fp32, `fp32.weight_bytes`). With fp8_param_gather / fp4_param_gather
     (which need a sharded optimizer) the quantised data and, where kept, its transpose are the
-    parameter; without it they are a cache beside the bf16 weight."""
+    parameter; without it they are a cache beside the parameter in its own dtype (bf16, fp16,
+    or fp32 in an fp32 model: `fp32.weight_bytes`)."""
     if not job.quantised:
         return weight_bytes(job), 0.0
     recipe = job.quant_recipe
@@ -178,7 +179,7 @@ def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
         copies = 1.0 if job.cluster.gpu.is_blackwell else 2.0
     if job.low_precision_params and layout.zero_stage >= 1:
         return copies, 0.0
-    return 2.0, copies
+    return weight_bytes(job), copies
 
 
 def output_proj_cache_bytes(job: Job, layout: Layout) -> float:

@@ -1,5 +1,9 @@
-"""What fp32 training (precision "fp32": a Megatron-LM line with neither --bf16 nor --fp16) keeps
-and runs that bf16 training does not. From NVIDIA/Megatron-LM d98e8a64 unless said otherwise:
+"""What training on fp32 parameters keeps and runs that bf16 training does not: precision "fp32"
+(a Megatron-LM line with neither --bf16 nor --fp16), and FP8 / NVFP4 GEMMs inside an fp32 model
+(params_dtype "fp32": --fp8-format or --fp4-format beside neither), where only the quantised
+GEMMs' operands differ (their linear layers keep the quantised copy of their input, and run at
+the FP8 / FP4 peak); all below holds for both, keyed on `Job.params_dtype`. From
+NVIDIA/Megatron-LM d98e8a64 unless said otherwise:
 
 - weights: fp32 parameters (arguments.py:1194, params_dtype torch.float; no Float16Module,
   training.py:2468-2470 wraps only under --fp16 / --bf16), 4 bytes (`weight_bytes`);
@@ -30,15 +34,23 @@ and runs that bf16 training does not. From NVIDIA/Megatron-LM d98e8a64 unless sa
 - GEMMs: Transformer Engine's cuBLASLt GEMMs of fp32 operands compute in
   CUBLAS_COMPUTE_32F_FAST_TF32 ("Use TF32 only for pure FP32 GEMM",
   transformer_engine/common/gemm/cublaslt_gemm.cu `cublas_gemm`, TransformerEngine 5c62f728
-  and its NVFP4-era successors): the TF32 peak (`GpuSpec.peak_flops("fp32")`); the unfused
-  attention's batched matmuls are torch.baddbmm / bmm, full fp32 on the CUDA cores, since
-  torch.backends.cuda.matmul.allow_tf32 defaults to False (PyTorch >= 1.12, docs/notes/cuda.rst
-  "TensorFloat-32 (TF32) on Ampere (and later) devices") and Megatron sets no float32 matmul
-  precision (no allow_tf32 nor set_float32_matmul_precision under megatron/)."""
+  and its NVFP4-era successors): the TF32 peak (`GpuSpec.peak_flops("fp32")`, `gemm_peak`); the
+  unfused attention's batched matmuls and Megatron's own output layer are torch.baddbmm / bmm /
+  matmul, which take TF32 too where Megatron runs: torch.backends.cuda.matmul.allow_tf32
+  defaults to False (PyTorch >= 1.12, docs/notes/cuda.rst "TensorFloat-32 (TF32) on Ampere
+  (and later) devices") and Megatron sets no float32 matmul precision, but NVIDIA's PyTorch
+  containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which turns it on (MONAI's documentation,
+  docs.monai.io precision_accelerating: "the container includes a layer ENV
+  TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"), and Megatron-LM builds on them (d98e8a64
+  docker/.ngc_version.dev, nvcr.io/nvidia/pytorch:26.06-py3). The functional test of FP8
+  inside an fp32 model (moe/deepseek_proxy_fsdp_ep2_fsdp2, an fp32 output layer over a 50k
+  vocabulary and unfused attention) agrees: on the CUDA cores' FP32 rate its step would be
+  about half again as long as measured (benchmarks/functional_steps.py)."""
 
 from __future__ import annotations
 
 from planner.inputs.plan import Job
+from planner.model.gemm import Gpu
 from planner.model.shard import BF16, FP32, MASK, Shard, norm_input
 
 LINEAR_INPUT_BYTES = float(FP32)
@@ -65,16 +77,18 @@ LOSS_BYTES_PER_LOGIT = 4
 
 
 def weight_bytes(job: Job) -> float:
-    """Bytes of one unquantised parameter: 4 in fp32 training, 2 in bf16 (the FP8 / NVFP4 GEMM
-    weights: `buffers.quantised_weight_bytes`)."""
-    return float(FP32) if job.precision == "fp32" else float(BF16)
+    """Bytes of one unquantised parameter: 4 with fp32 parameters, 2 in bf16 / fp16 (the FP8 /
+    NVFP4 GEMM weights: `buffers.quantised_weight_bytes`)."""
+    return float(FP32) if job.params_dtype == "fp32" else float(BF16)
 
 
 def value_bytes(job: Job) -> float:
     """Bytes of one value that a collective, a point-to-point send or an elementwise kernel
     moves where bf16 training moves a 16-bit one: 4 in fp32 training, 2 otherwise (the
     unquantised tensors of FP8 / NVFP4 runs too). Megatron-LM d98e8a64 moves each tensor in its
-    own dtype, and fp32 training's activations, their gradients and its parameters are fp32: the
+    own dtype, and with fp32 parameters the activations, their gradients and the parameters are
+    fp32 (under FP8 / NVFP4 too: only the GEMMs' operands are quantised, the layers' outputs take
+    the input's dtype): the
     tensor-parallel collectives and the expert all-to-alls allocate their outputs in the input's
     dtype (tensor_parallel/mappings.py:95, 145, 152, 185, 441-447); the pipeline's sends and
     receives are config.pipeline_dtype (p2p_communication.py:340, 348), which is params_dtype
@@ -83,14 +97,34 @@ def value_bytes(job: Job) -> float:
     weight buffer does (megatron_fsdp/param_and_grad_buffer.py:1797-1798, its parameter
     groups' dtype, :2631-2658). The gradients' bytes are `Job.grad_bytes` (fp32 buffers, 4, in
     fp32 training: param_and_grad_buffer.py:924)."""
-    return float(FP32) if job.precision == "fp32" else float(BF16)
+    return float(FP32) if job.params_dtype == "fp32" else float(BF16)
+
+
+def gemm_peak(job: Job, gpu: Gpu) -> float:
+    """Peak FLOP/s of a GEMM on unquantised operands in the parameters' dtype, at the job's
+    clock: the bf16 peak for 16-bit parameters, the TF32 one (`GpuSpec.peak_flops("fp32")`)
+    with fp32 ones (module docstring: Transformer Engine's and, in NVIDIA's containers, torch's).
+    The router's logits (Transformer Engine's general_gemm, moe_utils.py:1389-1394), routed
+    experts left unquantised beside quantised layers, the output layer (Megatron's own
+    ColumnParallelLinear but with --fp8-output-proj, gpt_model.py:272-276: torch.matmul forward
+    and backward, tensor_parallel/layers.py:459, :782) and the unfused attention's batched
+    matmuls."""
+    if job.params_dtype != "fp32":
+        return gpu.peak_bf16
+    spec = job.cluster.gpu
+    return spec.peak_flops("fp32") * gpu.peak_bf16 / spec.peak_flops("bf16")
 
 
 def keeps_master(job: Job, zero_stage: int) -> bool:
     """Whether the optimizer keeps an fp32 master weight beside each parameter (and so copies it
-    back after the update): always beside 16-bit parameters; in fp32 training only under
+    back after the update): always beside 16-bit parameters and quantised ones (--fp8-param-gather
+    / --fp4-param-gather: the distributed optimizer builds an fp32 main shard from a quantised
+    parameter, distrib_optimizer.py:421-441; of one on fp32 parameters the source decides
+    nothing, so the master is counted: the safe side); with fp32 parameters otherwise only under
     Megatron-FSDP (ZeRO 2 and 3 here) or the precision-aware optimizer (module docstring)."""
-    return job.precision != "fp32" or zero_stage >= 2 or job.precision_aware_optimizer
+    if job.params_dtype != "fp32" or job.low_precision_params:
+        return True
+    return zero_stage >= 2 or job.precision_aware_optimizer
 
 
 def adam_bytes(job: Job, zero_stage: int) -> float:
@@ -100,10 +134,10 @@ def adam_bytes(job: Job, zero_stage: int) -> float:
 
 
 def word(sh: Shard) -> float:
-    """Bytes of one value a layer keeps that bf16 training keeps in 16 bits: 4 in fp32 training
-    (its Shard's linear inputs are 4 bytes: `LINEAR_INPUT_BYTES`), else 2 (bf16, and the
-    unquantised tensors of FP8 / NVFP4 runs)."""
-    return float(FP32) if sh.linear_bytes == LINEAR_INPUT_BYTES else float(BF16)
+    """Bytes of one value a layer keeps that bf16 training keeps in 16 bits: 4 with fp32
+    parameters, else 2 (bf16, fp16, and the unquantised tensors of FP8 / NVFP4 runs on 16-bit
+    parameters): the Shard's `value_bytes`."""
+    return sh.value_bytes
 
 
 def widen(nbytes: float, sh: Shard) -> float:

@@ -103,7 +103,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
     attention. A MoE layer's routed pairs at `load`, the step's (`routing_load.step_load`, as its
     GEMMs and permutations), not memory's planning bound."""
     s_local = job.seq_length // lay.cp
-    in_fp32 = job.precision == "fp32"  # 4-byte values (`fp32.word`), unfused attention
+    in_fp32 = job.params_dtype == "fp32"  # 4-byte values (`fp32.word`), unfused attention
     sh = Shard(
         tokens=s_local * lay.micro_batch_size,
         tp=lay.tp,
@@ -113,6 +113,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
         linear_bytes=fp32.value_bytes(job),
+        value_bytes=fp32.value_bytes(job),
         flash_attention=not in_fp32,
         attention_dropout=job.attention_dropout,  # (read only without flash attention)
     )

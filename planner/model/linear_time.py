@@ -13,6 +13,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
 from planner.model import comms, gemm_shapes, layer_tp
+from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
 
@@ -62,8 +63,8 @@ def linear_times(
         peak, e, q = gpu.peak_linear, gpu.e_linear, quant
         if part == "expert":
             q = expert_quant
-            if bf16_experts:
-                peak, e = gpu.peak_bf16, gpu.e_bf16
+            if bf16_experts:  # in the parameters' dtype (TF32 in an fp32 model)
+                peak, e = gemm_peak(job, gpu), gpu.e_bf16
         times.append(slower * gemm_time(rows, k, n, peak, gpu.ridge, e, c))
         casts.append(c * q * (m * k + m * n) / gpu.hbm)
         weight_cast += c * q * k * n / gpu.hbm

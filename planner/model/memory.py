@@ -45,7 +45,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.rank_states import rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
-from planner.model.shard import BF16, Shard
+from planner.model.shard import Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
@@ -243,8 +243,8 @@ def _activations(
             sh, per = shards()
         sh = sh or shard(job, layout)
         per = per or per_layer(job.arch, sh)
-        if sh.quantised and bf16_ranges(job, chunks):  # 16-bit linear inputs (bf16_layers)
-            sh = replace(sh, linear_bytes=BF16)
+        if sh.quantised and bf16_ranges(job, chunks):  # unquantised inputs (bf16_layers)
+            sh = replace(sh, linear_bytes=sh.value_bytes)
             per = per_layer(job.arch, sh)
         acts = memo[key] = stage_activations(job, layout, rank, chunks, sh, per)
     return acts

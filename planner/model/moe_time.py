@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, gemm_time
 
 PERMUTE_BYTES_PER_ELEMENT = 16.0
@@ -20,12 +21,13 @@ write 2 bytes in bf16) and its unpermute scatters it back with its probability (
 
 def router_time(job: Job, lay: Layout, gpu: Gpu, t: float) -> float:
     """Forward seconds of the router's logits GEMM, the rank's tokens (its sequence-parallel
-    shard) x hidden x experts in bf16 (Megatron's TopKRouter; the backward, 2 x this, follows
-    from the layer's backward = 2 x forward)."""
+    shard) x hidden x experts in the parameters' dtype (Megatron's TopKRouter, Transformer
+    Engine's GEMM: `fp32.gemm_peak`; the backward, 2 x this, follows from the layer's
+    backward = 2 x forward)."""
     arch = job.arch
     tokens = t / (lay.tp if lay.sequence_parallel else 1)
     e = float(arch.num_moe_experts or 1)
-    return gemm_time(tokens, arch.hidden_size, e, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
+    return gemm_time(tokens, arch.hidden_size, e, gemm_peak(job, gpu), gpu.ridge, gpu.e_bf16)
 
 
 def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> float:

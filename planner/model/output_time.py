@@ -10,7 +10,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, layer_time
-from planner.model.fp32 import value_bytes
+from planner.model.fp32 import gemm_peak, value_bytes
 from planner.model.gemm import Gpu, gemm_time, quant_bytes
 from planner.model.linear_time import margin_slowdown
 
@@ -79,12 +79,13 @@ def deferred_wgrad(job: Job, lay: Layout, gpu: Gpu, m: int, calls_per_micro_batc
 
 def logits_gemm(job: Job, lay: Layout, gpu: Gpu) -> float:
     """Seconds of one logits GEMM of the output layer per micro-batch (t local tokens x h x the
-    TP shard of the padded vocabulary), at the bf16 rate or, with `Job.output_layer_in_fp8`, the
-    job's FP8 rate: the forward, and each of the backward's dgrad and wgrad."""
+    TP shard of the padded vocabulary), at the bf16 rate (with fp32 parameters the TF32 one,
+    `fp32.gemm_peak`) or, with `Job.output_layer_in_fp8`, the job's FP8 rate: the
+    forward, and each of the backward's dgrad and wgrad."""
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     vocab = job.arch.padded_vocab(lay.tp) / lay.tp
     fp8 = job.output_layer_in_fp8
-    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gpu.peak_bf16, gpu.e_bf16)
+    peak, e = (gpu.peak_linear, gpu.e_linear) if fp8 else (gemm_peak(job, gpu), gpu.e_bf16)
     return gemm_time(t, job.arch.hidden_size, vocab, peak, gpu.ridge, e)
 
 

@@ -138,7 +138,7 @@ class Performance:
         peak" after it, for an fp32 one ", 81.0% of the TF32 peak": both labelled (explain, the
         launch files' headers)."""
         text = f"MFU {self.mfu_bf16_peak:.1%} of the bf16 peak"
-        if self.precision != "bf16":
+        if self.precision not in ("bf16", "fp16"):  # fp16's peak is bf16's (GpuSpec.peak_flops)
             name = self.peak_name or self.precision.upper()
             text += f", {self.mfu:.1%} of the {name} peak"
         return text

@@ -16,9 +16,9 @@ from planner.model import dsa
 
 BF16 = 2
 FP32 = 4
-LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
 """Bytes per element a linear layer keeps of its input for the weight gradient, by the training's
-precision: bf16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
+precision: bf16, fp16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
 linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
 `update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
 
@@ -71,6 +71,9 @@ class Shard:
     flash_attention: bool = True
     linear_bytes: float = BF16
     """`LINEAR_INPUT_BYTES` of the training's precision."""
+    value_bytes: float = BF16
+    """Bytes of one unquantised value the layer keeps, in the parameters' dtype: 2 (bf16, fp16),
+    4 with fp32 parameters (`planner.model.fp32.word`)."""
     seq_per_cp_rank: int = 0
     """s / cp (for the s^2 attention-score term without flash attention)."""
     micro_batch_size: int = 1

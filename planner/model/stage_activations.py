@@ -45,7 +45,7 @@ def shard(job: Job, layout: Layout) -> Shard:
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)
-    in_fp32, quantised = job.precision == "fp32", job.quantised  # (`planner.model.fp32`)
+    in_fp32, quantised = job.params_dtype == "fp32", job.quantised  # (`planner.model.fp32`)
     flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
     out = Shard(
         tokens=s * layout.micro_batch_size,
@@ -53,7 +53,10 @@ def shard(job: Job, layout: Layout) -> Shard:
         sequence_parallel=layout.sequence_parallel,
         etp=layout.expert_tp,
         recompute=policy,
-        linear_bytes=fp32.LINEAR_INPUT_BYTES if in_fp32 else linear_input_bytes(job),
+        linear_bytes=fp32.LINEAR_INPUT_BYTES
+        if job.precision == "fp32"
+        else linear_input_bytes(job),
+        value_bytes=fp32.value_bytes(job),
         seq_per_cp_rank=s,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,

@@ -70,7 +70,7 @@ def param_copy_bytes(job: Job, zero_stage: int) -> float:
     same data")."""
     if not keeps_master(job, zero_stage):
         return 0.0
-    return PARAM_COPY_BYTES if job.precision != "fp32" else 4.0 + value_bytes(job)
+    return PARAM_COPY_BYTES if job.params_dtype != "fp32" else 4.0 + value_bytes(job)
 
 
 def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu) -> float:

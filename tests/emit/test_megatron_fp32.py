@@ -47,11 +47,13 @@ def test_a_line_without_bf16_or_fp16_trains_in_fp32() -> None:
     assert any("fp32 training" in n for n in reading.notes)
     job = parse_plan(reading.doc).job
     assert (job.precision, job.main_grad_dtype, job.flash_attention) == ("fp32", "fp32", True)
-    # --fp16 is read as before (bf16 bytes), and FP8 inside an fp32 model keeps its note
-    assert parse_plan(_read(" --fp16").doc).job.precision == "bf16"
+    # --fp16 and --bf16 set the parameters' dtype (arguments.py:1194-1205), and FP8 beside
+    # neither keeps fp32 parameters around its quantised GEMMs
+    assert parse_plan(_read(" --fp16").doc).job.precision == "fp16"
     assert read_job().precision == "bf16"  # --bf16
     fp8 = _read(" --fp8-format hybrid --fp8-recipe tensorwise")
-    assert fp8.doc["training"]["precision"] == "fp8" and fp8.not_modelled
+    assert fp8.doc["training"]["precision"] == "fp8" and not fp8.not_modelled
+    assert parse_plan(fp8.doc).job.params_dtype == "fp32"
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,7 @@ def test_bf16_refuses_fp32_accumulation_with_bf16_main_grads() -> None:
 def test_the_fp16_note_says_how_gradients_are_read() -> None:
     notes = megatron_args.read(LINE + "--fp16", "h100-sxm-80gb", None, "train.sh").notes
     (note,) = [n for n in notes if n.startswith("--fp16")]
-    assert "read as bf16" in note and "gradient buffers 16-bit" in note
+    assert "fp16 parameters" in note and "gradient buffers 16-bit" in note
     assert "--accumulate-allreduce-grads-in-fp32" in note
     extra = "--fp16 --accumulate-allreduce-grads-in-fp32"
     notes = megatron_args.read(LINE + extra, "h100-sxm-80gb", None, "train.sh").notes

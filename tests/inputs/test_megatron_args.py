@@ -354,15 +354,19 @@ def test_hierarchical_context_parallel_sizes_multiply_to_cp() -> None:
 def test_precision_flags() -> None:
     assert read(SMALL).doc["training"]["precision"] == "bf16"
     fp16 = read(SMALL.replace("--bf16", "--fp16"))
-    assert fp16.doc["training"]["precision"] == "bf16"  # the same 2 bytes per value
+    # arguments.py:1195-1197 (d98e8a64): --fp16 makes params_dtype torch.half
+    assert fp16.doc["training"]["precision"] == "fp16"
     assert any("--fp16" in n for n in fp16.notes) and not fp16.not_modelled
     # neither: Megatron's params_dtype stays torch.float (arguments.py:1194): precision fp32
     fp32 = read(SMALL.replace("--bf16", ""))
     assert fp32.doc["training"]["precision"] == "fp32" and not fp32.not_modelled
     assert any("fp32 training" in n for n in fp32.notes)
-    # the same with the LM head in MXFP8, whose flag once stood in the same if-chain
+    # the same with the LM head in MXFP8, whose flag once stood in the same if-chain: FP8 GEMMs
+    # on fp32 parameters (params_dtype torch.float), modelled
     mx = "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj"
-    assert any("fp32" in n for n in read(SMALL.replace("--bf16", mx)).not_modelled)
+    fp8_fp32 = read(SMALL.replace("--bf16", mx))
+    assert fp8_fp32.doc["training"]["params_dtype"] == "fp32" and not fp8_fp32.not_modelled
+    assert "params_dtype" not in read(SMALL + mx).doc["training"]  # bf16 parameters
     assert not read(SMALL + mx).not_modelled
 
 

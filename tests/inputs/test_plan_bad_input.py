@@ -269,10 +269,10 @@ def test_fp8_on_a100_is_rejected(tmp_path: Path) -> None:
 
 
 def test_unknown_precision(tmp_path: Path) -> None:
-    training = '[training]\nseq_length = 8192\nglobal_batch_size = 128\nprecision = "fp16"\n'
+    training = '[training]\nseq_length = 8192\nglobal_batch_size = 128\nprecision = "int8"\n'
     path = write(tmp_path, plan_text(training=training))
     msg = load_error(path)
-    assert f"{path}: training.precision:" in msg and '(got "fp16")' in msg
+    assert f"{path}: training.precision:" in msg and '(got "int8")' in msg
 
 
 def tiers(*spans: int | None) -> str:

@@ -161,7 +161,7 @@ def test_fine_grained_offloading_moves_fp32_values() -> None:
     T = 8192
     # qkv_linear: the fused norm's input and the QKV GEMM's input, T x h each
     for word in (2.0, 4.0):
-        sh = Shard(tokens=T, linear_bytes=word, flash_attention=word == 2.0)
+        sh = Shard(tokens=T, linear_bytes=word, value_bytes=word, flash_attention=word == 2.0)
         assert offloaded_bytes(arch, False, sh, frozenset({"qkv_linear"})) == 2 * word * T * H
 
 

@@ -131,7 +131,12 @@ def test_a_moe_layer_keeps_its_fp32_router_tensors_as_they_are() -> None:
     arch = catalog.get_model("mixtral-8x7b")  # h 4096, 8 experts, top-2, F 14336 gated
     T = 1024
     sh = Shard(
-        tokens=T, linear_bytes=4.0, flash_attention=False, hidden_dropout=False, moe_load=1.0
+        tokens=T,
+        linear_bytes=4.0,
+        value_bytes=4.0,
+        flash_attention=False,
+        hidden_dropout=False,
+        moe_load=1.0,
     )
     n = 2 * T  # token-expert pairs at an even load
     want = (
@@ -160,20 +165,25 @@ def test_the_linear_gemms_run_at_the_tf32_peak() -> None:
     assert times["fp32"] == pytest.approx(tuple(2 * t for t in times["bf16"]), rel=1e-12)
 
 
-def test_the_fp32_attention_runs_unfused_on_the_cuda_cores() -> None:
+def test_the_fp32_attention_runs_unfused_at_the_tf32_peak() -> None:
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64, precision="fp32")
     gpu = layer_time.gpu_of(j)
     core = attention_time.core_attention(j, gpu, 4096.0, 4096, 1, 1.0)
     scores = 4096 * 4096 * 32
     work = 2 * 2 * 4096 * 4096 * 32 * 128  # QK^T and PV over every score, forward
-    peak = fp32_peak(j.cluster.gpu, gpu)
-    # at most the CUDA cores' FP32 peak, plus the scores' HBM traffic (24 B forward, 36 back)
+    # torch's batched matmuls in TF32 (NVIDIA's containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1:
+    # planner.model.fp32): H100's 494.5 TFLOP/s, not the CUDA cores' 67
+    peak = 494.5e12
+    assert fp32_peak(j.cluster.gpu, gpu) == pytest.approx(67e12)  # what it is not timed at
+    # at most that peak, plus the scores' HBM traffic (24 B forward, 36 back)
     assert core.fwd >= work / peak + 24 * scores / gpu.hbm
     assert core.bwd >= 2 * work / peak + 36 * scores / gpu.hbm
+    # its GEMMs (the forward less the scores' traffic) faster than the CUDA cores could run them
+    assert core.fwd - 24 * scores / gpu.hbm < work / fp32_peak(j.cluster.gpu, gpu)
     bf16 = attention_time.core_attention(
         job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 64), gpu, 4096.0, 4096, 1, 1.0
     )
-    assert core.fwd > 10 * bf16.fwd  # 67 against 989 TFLOP/s, and no causal skipping
+    assert core.fwd > 4 * bf16.fwd  # half bf16's 989 TFLOP/s, and no causal skipping
 
 
 def test_fp32_is_not_quantised_and_pays_no_fp8_host_issue() -> None:

@@ -43,8 +43,12 @@ def test_fp32_without_cp_passes() -> None:
 
 def test_check_of_an_fp32_plan_with_cp_raises() -> None:
     plan = Plan(job=_job("fp32"), layout=Layout(cp=2, dp=4))
-    with pytest.raises(InputError, match="context_parallel_size 2 with precision fp32"):
+    with pytest.raises(InputError, match=r"context_parallel_size 2 with fp32 parameters"):
         rules.check_plan(plan)
+    # FP8 GEMMs inside an fp32 model: the attention's inputs are fp32 all the same
+    fp8 = Plan(job=replace(_job("fp8"), quantised_params_dtype="fp32"), layout=Layout(cp=2, dp=4))
+    with pytest.raises(InputError, match=r"fp32 parameters \(precision fp8\)"):
+        rules.check_plan(fp8)
 
 
 def test_the_search_offers_fp32_no_cp() -> None:

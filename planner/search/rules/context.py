@@ -40,11 +40,12 @@ def context_attention(job: Job, lay: Layout) -> Violation | None:
     parallelism"); the Megatron-LM line reader
     refuses --context-parallel-size > 1 without --bf16 / --fp16 too
     (`planner.inputs.megatron_training`)."""
-    if lay.cp > 1 and job.precision == "fp32":
+    if lay.cp > 1 and job.params_dtype == "fp32":  # FP8 / NVFP4 on fp32 parameters too
         return Violation(
             "cp_fp32",
             "parallel.cp",
-            f"context_parallel_size {lay.cp} with precision fp32: Transformer Engine runs fp32 "
+            f"context_parallel_size {lay.cp} with fp32 parameters (precision {job.precision}): "
+            "Transformer Engine runs fp32 "
             "attention only in its unfused backend (flash and cuDNN attention take bf16 / fp16), "
             "which has no context parallelism; use cp 1",
         )
