@@ -273,7 +273,7 @@ class ShapeBases:
         titan = job.framework == "torchtitan"
         self.titan = titan
         self.offload = space.offload and not titan
-        overlap = _sp(s.tp) and space.tp_comm_overlap and not titan
+        overlap = _sp(s.tp) and space.tp_comm_overlap and not titan and rules.bf16_values(job)
         self.plains = [
             s.layout(
                 tp_comm_overlap=overlap,
@@ -337,7 +337,7 @@ def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     configurations run it); a dense model has one base."""
     if not job.arch.is_moe:
         return ["alltoall"]
-    flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job)
+    flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job) and rules.bf16_values(job)
     if flex and job.framework == "torchtitan":
         flex = rules.head_era(job, s.layout(moe_token_dispatcher_type="flex")) is None
     if job.moe_expert_rank_capacity_factor is not None:  # HybridEP's alone (`flex_backend`)

@@ -64,6 +64,8 @@ from planner.search.rules.parallel import (
     world,
 )
 from planner.search.rules.pools import pools
+from planner.search.rules.precision import RULES as PRECISION_RULES
+from planner.search.rules.precision import bf16_values
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
@@ -76,6 +78,7 @@ __all__ = [
     "STRUCTURAL_RULES",
     "Rule",
     "Violation",
+    "bf16_values",
     "check_plan",
     "deepep_spread",
     "expert_overlap",
@@ -121,6 +124,7 @@ RULES: tuple[Rule, ...] = (
     *HYBRID_RULES,
     *GDN_RULES,
     *DSA_RULES,
+    *PRECISION_RULES,
     batch,
     positions,
 )
