@@ -16,6 +16,7 @@ from planner.inputs.units import GIB
 from planner.model import titan_accumulation
 from planner.model.known_gaps import optimistic
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
+from planner.search.rules import bf16_values
 from planner.search.splits import FREE_FORM_VPP
 from planner.search.suggest import Infeasible
 from planner.search.titan_variants import variant_text, variants
@@ -47,9 +48,10 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     noun = "layout" if len(cands) == 1 else "layouts"
     t = Table(title=f"Top {len(cands)} {noun} by {objective}, memory capacity {cap}")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
-    low = job.precision != "bf16"
+    own = _own_peak(job, cands)
+    low = own is not None
     cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"]
-    cols += [f"MFU {job.precision}pk"] if low else []
+    cols += [f"MFU {own}pk"] if own else []
     cols += ["top cost"]
     titan = job.framework == "torchtitan" and not job.pools
     if titan:
@@ -83,7 +85,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     t.caption = (
         "m = micro-batches per step (k x n: k pipeline schedules of n each); split = layers on "
         "first/middle/last pipeline rank; "
-        "MFU bf16pk (fp8pk, fp4pk) = model FLOPs against the GPU's dense bf16 (FP8, FP4) peak; "
+        f"{_mfu_caption(own)}; "
         f"top cost = largest cost besides compute if >= {BOTTLENECK_MIN_SHARE:.0%} of the step, "
         f"else {COMPUTE_BOUND}"
     )
@@ -106,6 +108,26 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     return t
 
 
+def _own_peak(job: Job, cands: list[Candidate]) -> str | None:
+    """The peak the table's second MFU column is against, as its label names it ("fp8", "fp4";
+    for fp32 "tf32", the TF32 tensor-core peak its GEMMs run at, or "fp32" on GPUs without TF32
+    tensor cores: `Performance.peak_name`, what explain's "of the TF32 peak" says); None where
+    `Performance.mfu_text` gives no second figure (bf16, and fp16, whose peak is bf16's)."""
+    if job.precision in ("bf16", "fp16"):
+        return None
+    name = cands[0].performance.peak_name if cands else ""
+    return (name or job.precision).lower().replace(" ", "")
+
+
+def _mfu_caption(own: str | None) -> str:
+    """What the MFU columns are against: the bf16 dense peak, and the job's own (`_own_peak`)."""
+    text = "MFU bf16pk = model FLOPs against the GPU's dense bf16 peak"
+    if own is None:
+        return text
+    names = {"tf32": "TF32 (fp32 training's GEMMs)", "fp32": "FP32 (no TF32 tensor cores)"}
+    return f"{text}, MFU {own}pk against its dense {names.get(own, own.upper())} peak"
+
+
 def _cp(lay: Layout) -> str:
     """CP with an exchange other than Megatron's default p2p ring."""
     return f"{lay.cp} {lay.cp_exchange}" if lay.cp_exchange else str(lay.cp)
@@ -123,13 +145,16 @@ def _ep(lay: Layout) -> str:
 def _savers(lay: Layout, job: Job) -> str:
     """The memory savers: recompute (with modules or method), CPU offloading (layers, or
     fine-grained: modules), and Megatron's TP overlap left off (its userbuffers freed) where
-    sequence parallelism would allow it (torchtitan has no userbuffers to free)."""
+    sequence parallelism would allow it (torchtitan has no userbuffers to free; fp16 and fp32
+    activations never run it, `rules.precision.tp_overlap_bf16`, so its absence there is no
+    choice)."""
     text = lay.recompute_text()
     if lay.cpu_offloading_num_layers:
         text += f" + offload {lay.cpu_offloading_num_layers}"
     if lay.offload_modules:
         text += f" + offload({','.join(lay.offload_modules)})"
-    if lay.sequence_parallel and not lay.tp_comm_overlap and job.framework == "megatron":
+    megatron = job.framework == "megatron" and bf16_values(job)
+    if lay.sequence_parallel and not lay.tp_comm_overlap and megatron:
         text += " + no tp overlap"
     return text
 

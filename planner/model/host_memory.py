@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import fp32
 from planner.model.fine_offload import offloaded_bytes
 from planner.model.in_flight import schedule_peak
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import schedule_name
-from planner.model.shard import BF16, Shard
+from planner.model.shard import Shard
 from planner.model.stage_activations import per_layer, shard
 from planner.model.stage_params import stage_params
 from planner.model.torch_schedules import microbatch_group
@@ -114,9 +115,13 @@ def pinned_roundup(nbytes: float) -> float:
 
 
 def _roundup(job: Job, sh: Shard) -> float:
-    """`pinned_roundup` of a layer's bf16 hidden-state tensor on one GPU (split over tp where
-    sequence parallel splits it)."""
-    nbytes = BF16 * sh.tokens * job.arch.hidden_size
+    """`pinned_roundup` of a layer's hidden-state tensor on one GPU (split over tp where sequence
+    parallel splits it), in the activations' dtype (`fp32.word`: 2 bytes, 4 in fp32 training):
+    the host copy takes the offloaded tensor's dtype (Megatron-LM d98e8a64
+    fine_grained_activation_offload.py:926, `allocate(src_tensor.shape, dtype=src_tensor.dtype)`).
+    A power-of-two factor leaves the ratio as it is (`pinned_roundup(2x) == pinned_roundup(x)`),
+    so fp32's 4 bytes round up as bf16's 2 do; the bytes are the tensor's all the same."""
+    nbytes = fp32.word(sh) * sh.tokens * job.arch.hidden_size
     return pinned_roundup(nbytes / sh.tp if sh.sequence_parallel else nbytes)
 
 

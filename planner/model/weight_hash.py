@@ -6,13 +6,16 @@ megatron/core/utils.py `check_param_hashes_across_dp_replicas(model, cross_check
 barrier, inside the interval timer whose time Megatron logs as the iteration time. For every
 parameter tensor of the rank's model chunks the host runs
 `hashlib.sha1(param.data.to("cpu").float().numpy(force=True))`: a synchronous device-to-host copy
-of the weight (its 16-bit values), a cast to fp32 on the host and SHA-1 over the 4-byte values, on
-the rank's one core; the 20-byte digests are then all-gathered over the data-parallel and expert
+of the weight in the parameters' dtype (`fp32.weight_bytes`: bf16 under --bf16, fp32 without
+--bf16 / --fp16, whose parameters are params_dtype torch.float, arguments.py:1194, and no
+Float16Module wraps them, training.py:2468-2470), a cast to fp32 on the host (a no-op on fp32
+weights: `.float()` returns the tensor itself) and SHA-1 over the 4-byte values, on the rank's
+one core; the 20-byte digests are then all-gathered over the data-parallel and expert
 data-parallel groups and compared (bytes per tensor: nothing next to the rest).
 
 One check on a pipeline rank: its parameters (`stage_params`, each GPU's own: the check runs
 before Megatron-FSDP's full sharding, which validate_args refuses with it) over the host link
-(`host_link_bandwidth`, BF16 bytes each) plus `host_seconds` of its parameters and tensors
+(`host_link_bandwidth`, `fp32.weight_bytes` each) plus `host_seconds` of its parameters and tensors
 (`param_tensors.rank_tensors`) on the job's host (`host.slowdown`). The busiest rank decides (the
 barrier waits for it); a step pays one check over N, the mean over N steps, which is what a step
 time predicts (a run's median step, over steps without a check, shows none of it).
@@ -22,10 +25,9 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import host
+from planner.model import fp32, host
 from planner.model.host_link import host_link_bandwidth
 from planner.model.param_tensors import rank_tensors
-from planner.model.shard import BF16
 from planner.model.stage_params import stage_params
 
 HASH_S_PER_PARAM = 3.66e-9
@@ -52,13 +54,14 @@ def host_seconds(params: float, tensors: int) -> float:
 def check_seconds(job: Job, lay: Layout) -> float:
     """Seconds of one check: the busiest pipeline rank's copy and hashing."""
     link = host_link_bandwidth(job)
+    word = fp32.weight_bytes(job)
     worst = 0.0
     for rank, chunks in enumerate(lay.chunk_layers(job.arch.num_layers)):
         dense, expert = stage_params(job, lay, rank, chunks)
         params = dense + expert
         tensors = rank_tensors(job.arch, lay, rank, chunks)
-        # `param.data` in the model's 16-bit dtype over the host link, then hashed there
-        seconds = BF16 * params / link + host_seconds(params, tensors) * host.slowdown(job)
+        # `param.data` in the parameters' dtype over the host link, then hashed there
+        seconds = word * params / link + host_seconds(params, tensors) * host.slowdown(job)
         worst = max(worst, seconds)
     return worst
 

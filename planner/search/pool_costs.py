@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, performance, pools, stage_params
+from planner.model import comms, cost, fp32, performance, pools, stage_params
 from planner.model.schedule import layer_count
-from planner.model.shard import BF16
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,9 @@ def slow_link(job: Job, layout: Layout, perf: performance.Performance) -> SlowLi
         return None
     fast = cost.estimate(pools.without_slow_link(job), layout)
     t = layout.micro_batch_size * job.seq_length / layout.cp
-    size = t * job.arch.hidden_size * BF16 / (layout.tp if layout.sequence_parallel else 1)
+    # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`)
+    word = fp32.value_bytes(job)
+    size = t * job.arch.hidden_size * word / (layout.tp if layout.sequence_parallel else 1)
     hop = comms.p2p(size, comms.achieved(job.between_pools, False))
     ranks = pools.rank_pools(job, layout)
     crossings = sum(a != b for a, b in itertools.pairwise(ranks))

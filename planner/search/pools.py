@@ -30,10 +30,9 @@ from dataclasses import dataclass, field, replace
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, memory, pools
+from planner.model import comms, cost, fp32, memory, pools
 from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
-from planner.model.shard import BF16
 from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_enum import best_splits
@@ -266,7 +265,10 @@ def _line(a: float, b: float, ya: int, yb: int) -> tuple[float, float]:
 def _boundary_s(job: Job, layout: Layout) -> float:
     """What one stage's pair of sends costs more on the slow link than inside a pool."""
     t = layout.micro_batch_size * job.seq_length / layout.cp
-    size = t * job.arch.hidden_size * BF16 / (layout.tp if layout.sequence_parallel else 1)
+    # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`), as
+    # `cost.estimate` sizes the same sends
+    word = fp32.value_bytes(job)
+    size = t * job.arch.hidden_size * word / (layout.tp if layout.sequence_parallel else 1)
     assert job.between_pools is not None
     wan = comms.p2p(size, comms.achieved(job.between_pools, False))
     inner = min(

@@ -50,6 +50,23 @@ def test_one_check_copies_and_hashes_every_weight_of_the_busiest_rank() -> None:
     assert weight_hash.check_seconds(hashed, split) < expected / 3
 
 
+def test_fp32_training_copies_4_byte_weights_to_the_host() -> None:
+    # Megatron-LM d98e8a64: without --bf16 / --fp16 params_dtype is torch.float
+    # (arguments.py:1194) and no Float16Module wraps the model (training.py:2468-2470), so the
+    # check's `param.data.to("cpu")` (megatron/core/utils.py:965) copies 4 bytes a parameter:
+    # Llama 3.1 8B's 8,030,261,248 parameters and 195 tensors (above) at 4 bytes each; the
+    # host's loop is the same (`.float()` of an fp32 tensor returns it)
+    base = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, precision="fp32")
+    params, tensors = 8_030_261_248, 195
+    expected = (
+        4 * params / host_link_bandwidth(base)
+        + weight_hash.HASH_S_PER_PARAM * params
+        + weight_hash.HASH_S_PER_TENSOR * tensors
+    )
+    hashed = replace(base, weight_hash_interval=1)
+    assert weight_hash.check_seconds(hashed, Layout(tp=1, pp=1, dp=8)) == pytest.approx(expected)
+
+
 def test_a_step_pays_one_check_over_the_interval() -> None:
     base = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(tp=1, pp=1, dp=8)
