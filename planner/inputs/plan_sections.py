@@ -51,6 +51,14 @@ plans. A sequence of 2^35 tokens made the pipeline-split solver's integer step t
 bits."""
 
 
+MAX_CAPACITY_FACTOR = 1e6
+"""The largest expert capacity factor, rank token budget or paged-stash factor a plan takes: an
+expert-parallel rank can receive no more than every token of its group routed to it (ep x
+top_k copies of its own share: a factor of the expert count at most, 384 in the model zoo), so
+a million is past any meaningful setting and keeps the byte counts finite (a factor of 1e305
+overflowed them to inf - inf, and the NaN working set read as none: "fits")."""
+
+
 class TrainingSection(OptimizerFields):
     """`[training]`: sequence length, global batch (sequences per optimizer step), precision;
     the optimizer's fields are `OptimizerFields`'."""
@@ -105,13 +113,16 @@ class TrainingSection(OptimizerFields):
         default=None, description="groups a token may use (None = the model's)"
     )
     moe_expert_capacity_factor: PositiveFloat | None = Field(
-        default=None, description="token dropping: tokens per expert at most this x the even share"
+        default=None,
+        le=MAX_CAPACITY_FACTOR,
+        description="token dropping: tokens per expert at most this x the even share",
     )
     moe_pad_expert_input_to_capacity: Flag = Field(
         default=False, description="pad every expert's tokens up to its capacity"
     )
     moe_expert_rank_capacity_factor: PositiveFloat | None = Field(
         default=None,
+        le=MAX_CAPACITY_FACTOR,
         description="Megatron --moe-expert-rank-capacity-factor (HybridEP): each expert-parallel "
         "rank's static token budget, this x its routed copies; its expert tensors are that big "
         "and tokens beyond it dropped (None = dropless, sized as routed)",
@@ -124,6 +135,8 @@ class TrainingSection(OptimizerFields):
     )
     moe_paged_stash_buffer_size_factor: FiniteFloat = Field(
         default=1.10,
+        ge=-MAX_CAPACITY_FACTOR,
+        le=MAX_CAPACITY_FACTOR,
         description="Megatron --moe-paged-stash-buffer-size-factor-cuda: the stash's size over "
         "the even share (negative: over the actual maxima, bounded by the budget)",
     )

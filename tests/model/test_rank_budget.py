@@ -212,3 +212,34 @@ def test_hybridep_budgets_need_the_grouped_experts() -> None:
     assert "--moe-use-grouped-tensor" in megatron.arguments(replace(grouped, job=gj)).flat()
     with pytest.raises(InputError, match=r"training\.moe_grouped_tensor"):
         render(replace(grouped, job=gj), "megatron-bridge")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "least"),
+    [
+        # the budget's int(tokens x top_k x c) rows: 4096 x 8 x 1e6 of 2048 wide, 2 bytes, 134 TB
+        ("--moe-expert-rank-capacity-factor", "1e305", 1.3e14),
+        # the stash at 1e6 x the even share: 4096 x 8 routed copies keep at least their 2048-wide
+        # bf16 input, 134 MB a layer, so past 1e6 x 67 MB however the layers share it
+        (
+            "--moe-expert-rank-capacity-factor 1.5 --moe-paged-stash "
+            "--moe-paged-stash-buffer-size-factor-cuda",
+            "1e308",
+            6.7e13,
+        ),
+        # token dropping caps the experts' tokens, pads nothing: the dropless run's memory
+        ("--moe-expert-capacity-factor", "1e305", 0.0),
+    ],
+)
+def test_absurd_factors_are_refused_and_the_largest_counts_finitely(
+    flag: str, value: str, least: float
+) -> None:
+    """A factor of 1e305 overflowed the byte counts to inf - inf, and the NaN working set read as
+    none: `check` said "fits" at the peak of factor 1.5. Above plan_sections.MAX_CAPACITY_FACTOR
+    (1e6) the plan is refused naming the field; at 1e6 the memory is counted, finitely (`least`:
+    hand arithmetic)."""
+    with pytest.raises(InputError, match=r"factor.*less than or equal to 1000000"):
+        _plan(f"{flag} {value}")
+    plan = _plan(f"{flag} 1e6")
+    peak = memory.estimate(plan.job, plan.require_layout()).peak
+    assert least < peak < float("inf")
