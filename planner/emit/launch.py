@@ -221,12 +221,20 @@ def bridge_launched_note(plan: Plan) -> str | None:
     if run is plan:
         return None
     lay = plan.require_layout()
-    peak = memory.estimate(run.job, lay).peak / 2**30
     planned = memory.estimate(plan.job, lay).peak / 2**30
     return (
-        f"launch --target megatron-bridge predicts peak {peak:.1f} GiB (the plan's "
-        f"{planned:.1f} GiB): {BRIDGE_OPTIMIZER_NOTE}"
+        f"launch --target megatron-bridge predicts {_peak_text(memory.estimate(run.job, lay))} "
+        f"(the plan's {planned:.1f} GiB): {BRIDGE_OPTIMIZER_NOTE}"
     )
+
+
+def _peak_text(report: memory.MemoryReport) -> str:
+    """ "peak 61.2 GiB", and where it is over the usable memory ", which does not fit (77.3 GiB
+    usable)": a launched run's peak as the notes give it."""
+    text = f"peak {report.peak / 2**30:.1f} GiB"
+    if not report.fits:
+        text += f", which does not fit ({report.capacity / 2**30:.1f} GiB usable)"
+    return text
 
 
 def megatron_lm_launched_note(plan: Plan) -> str | None:
@@ -239,7 +247,7 @@ def megatron_lm_launched_note(plan: Plan) -> str | None:
         return None
     lay = plan.require_layout()
     ranked, run = cost.estimate(plan.job, lay), cost.estimate(ran.job, lay)
-    peak = memory.estimate(ran.job, lay).peak / 2**30
+    peak = _peak_text(memory.estimate(ran.job, lay))
     targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
     changes, settings = [], []
     if plan.job.megatron_loss == "te":
@@ -256,7 +264,7 @@ def megatron_lm_launched_note(plan: Plan) -> str | None:
     return (
         f"launch --target {', '.join(targets)} run Megatron-LM, which "
         f"{'; and which '.join(changes)}; predicted step {run.step_time_s:.3f} s (the plan's "
-        f"{ranked.step_time_s:.3f} s), peak {peak:.1f} GiB; to plan with that, set "
+        f"{ranked.step_time_s:.3f} s), {peak}; to plan with that, set "
         f"{' and '.join(f'training.{s}' for s in settings)} (in a job file, suggest ranks with "
         "it)"
     )
