@@ -38,33 +38,23 @@ backward (recompute included) and W_r its weight-gradient part, generalised to u
                                                               Pipeline Parallelism", ICLR 2024,
                                                               arXiv:2401.10241, ZB-H1; the
                                                               DualPipe README's ZB1P row)
-  DualPipeV                      F + 2B - 3W         d = 2   (deepseek-ai/DualPipe README:
-                                                              (PP/2 - 1)(F&B + B - 3W) over PP =
-                                                              2p chunks of half a stage, F&B
-                                                              taken as F + B: the overlap it buys
-                                                              is communication, not modelled)
 
 g is never below 0. W = WGRAD_SHARE of the backward less its recompute: a linear layer's weight
 gradient GEMM has the dgrad GEMM's three dimensions (layer_time: backward = 2 x forward), and
 the GEMMs dominate.
 
-ZBVZeroBubble is priced from torch's own order (pytorch/pytorch 00722e64
-torch/distributed/pipelining/schedules.py, ScheduleZBVZeroBubble._calculate_single_rank_operations,
-rebuilt in `v_schedule.rank_order`), not from the ZB-V paper's (p-1)(F+B-3W)/2, which is 0 at
-F = I = W where torch's order idles p - 1 chunk forwards (`zbv_bubble`):
-
-  max(max(F, I) + (p-2) W,  (p-1)(I + X),  (2p-3) F - (p-2) I + (p-1) X + Y) / 2
-  with I = B - W, X = max(I - 2W, 0), Y = max(F - I - W, 0)
-
-of the mean F, B, W of the stages but the slowest (by F + B), whose fill and drain it is, as
-sum g - max g above. Exact for equal stages at m >= 2p - 1 (fewer: `torch_schedules.unmodelled`)
-against `v_schedule.simulate_v`; uneven stages: tests/model/test_zbv_bubble.py."""
+ZBVZeroBubble and DualPipeV are priced from torch's own order (`planner.model.v_bubble`: the
+longest path through each class's actions, exact for equal stages), not from their papers'
+formulas: ZB-V's (p-1)(F+B-3W)/2 is 0 at F = I = W, where torch's order idles p - 1 chunk
+forwards."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
+
+from planner.model.v_bubble import V_BUBBLES, v_bubble
 
 if TYPE_CHECKING:
     from planner.inputs.layout import Layout
@@ -80,10 +70,9 @@ BUBBLE_TERMS: dict[str, tuple[float, float, float, int | None]] = {
     "Interleaved1F1B": (1.0, 1.0, 0.0, None),
     "LoopedBFS": (1.0, 1.0, 0.0, None),
     "InterleavedZeroBubble": (1.0, 1.0, -2.0, None),
-    "DualPipeV": (1.0, 2.0, -3.0, 2),
 }
 """Schedule -> (a, b, w, d): per stage g = a F + b B + w W, bubble (sum g - max g) / d, d None for
-vpp (module docstring). ZBVZeroBubble's bubble is not of this form (`zbv_bubble`)."""
+vpp (module docstring). The V schedules' bubbles are not of this form (`v_bubble.V_BUBBLES`)."""
 
 BUBBLE_TEXT: dict[str, str] = {
     "1F1B": "(p-1)(F+B)",
@@ -93,7 +82,7 @@ BUBBLE_TEXT: dict[str, str] = {
     "InterleavedZeroBubble": "(p-1)(F+B-2W)/v",
     "ZBVZeroBubble": "max(max(F,I)+(p-2)W, (p-1)(I+X), (2p-3)F-(p-2)I+(p-1)X+Y)/2 "
     "(I = B-W, X = max(I-2W,0), Y = max(F-I-W,0))",
-    "DualPipeV": "(p-1)(F+2B-3W)/2",
+    "DualPipeV": "(max((p-2)F+(p-1)I, 2(p-1)F)+(p-1)max(I-W,0))/2 (I = B-W)",
 }
 """Each schedule's bubble with equal stages, as `explain` prints it."""
 
@@ -126,43 +115,11 @@ def schedule_bubble(
     weights = [
         WGRAD_SHARE * max(bwd - rec, 0.0) for (_, bwd), rec in zip(stages, recompute, strict=True)
     ]
-    if name == "ZBVZeroBubble":  # the mean of the stages but the slowest (module docstring)
-        slow = max(range(len(stages)), key=lambda r: sum(stages[r]))
-        rest = [(*stages[r], weights[r]) for r in range(len(stages)) if r != slow]
-        if not rest:
-            return 0.0
-        f, bwd, w = (sum(col) / len(rest) for col in zip(*rest, strict=True))
-        return zbv_bubble(len(stages), f, bwd, w)
+    if name in V_BUBBLES:
+        return v_bubble(name, stages, weights)
     a, b, w, d = BUBBLE_TERMS[name]
     g = [max(a * f + b * bwd + w * wt, 0.0) for (f, bwd), wt in zip(stages, weights, strict=True)]
     return (sum(g) - max(g)) / (vpp if d is None else d)
-
-
-def zbv_bubble(p: int, fwd: float, bwd: float, wgt: float) -> float:
-    """Idle seconds of torch's ScheduleZBVZeroBubble over p equal stages (p >= 2) and m >= 2p - 1
-    micro-batches, each stage's forward, whole backward and its weight-gradient part per
-    micro-batch (each of its two chunks half of them; I = bwd - wgt the input-gradient part).
-
-    The step is the longest path through torch's order (an action after the one before it on its
-    rank and the one it reads: `v_schedule.simulate_v`, p2p 0): one rank's whole work 2m (f + i +
-    w) (f, i, w a chunk's) plus a detour through the others. Summed as counts of f, i and w
-    (tests/model/test_zbv_bubble.py enumerates them), eight detours can be longest, the same
-    for every m >= 2p - 1; e.g. (p-1) i: the first micro-batch's chunk-1 input gradient
-    crosses ranks 0 .. p-1 while rank p-1 has run only its 2p forwards (warm-up: 1, p-1 pairs,
-    then chunk 1's F, I, W), plus (p-1)(i - 2w) where the last one's chunk-0 input gradient
-    crosses back to rank 0 while rank p-1 has only its 2p-1 deferred W left (cool-down: p-1
-    pairs of I without W). They group as the module docstring's max of three."""
-    i = bwd - wgt
-    x = max(i - 2 * wgt, 0.0)
-    y = max(fwd - i - wgt, 0.0)
-    return (
-        max(
-            max(fwd, i) + (p - 2) * wgt,
-            (p - 1) * (i + x),
-            (2 * p - 3) * fwd - (p - 2) * i + (p - 1) * x + y,
-        )
-        / 2
-    )
 
 
 def flush_exposed(drain: float, stages: Sequence[tuple[float, float]], vpp: int = 1) -> float:

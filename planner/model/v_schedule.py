@@ -34,8 +34,8 @@ Timing (`simulate_v`): an action starts when its rank is free and its input is r
 after the previous stage's forward of its micro-batch, an I or B after the next stage's (the last
 stage's after its own forward), a W after its own I; `p2p` seconds later where that ran on another
 rank. An overlapped pair starts when both of its inputs are ready and takes the forward's time
-plus the backward's: the cost model's reading of DualPipeV (`schedule.BUBBLE_TERMS`, F&B taken
-as F + B: what the overlap hides is communication, which planner does not model there).
+plus the backward's: the cost model's reading of DualPipeV (`v_bubble.dualpipev_bubble`, F&B
+taken as F + B: what the overlap hides is communication, which planner does not model there).
 """
 
 from __future__ import annotations

@@ -282,8 +282,8 @@ def fill_drain(job: Job, layout: Layout) -> int | None:
     interleaved 1F1B (d = vpp), and torchtitan's schedules whose bubble is that of the stages'
     whole forward and backward (`schedule.BUBBLE_TERMS` a = b = 1, w = 0: 1F1B and GPipe d = 1,
     Interleaved1F1B and LoopedBFS d = vpp); None for torchtitan's zero-bubble schedules, whose
-    stages' weight gradients fill the bubble (`schedule.schedule_bubble`; ZBVZeroBubble's,
-    `schedule.zbv_bubble`, is no (a, b, w, d) form): they get `size_floor`, which counts no
+    stages' weight gradients fill the bubble (`schedule.schedule_bubble`; the V schedules',
+    `v_bubble.V_BUBBLES`, are no (a, b, w, d) form): they get `size_floor`, which counts no
     bubble, and every bubble is >= 0."""
     if job.framework == "megatron":
         return layout.vpp

@@ -1,5 +1,5 @@
-"""torchtitan's ZBVZeroBubble bubble (planner.model.schedule.zbv_bubble, schedule_bubble) against
-torch's own order, timed.
+"""torchtitan's ZBVZeroBubble bubble (planner.model.v_bubble.zbv_bubble, through
+schedule.schedule_bubble) against torch's own order, timed.
 
 Oracles: `v_schedule.simulate_v` (p2p 0), torch's action order (pytorch/pytorch 00722e64
 torch/distributed/pipelining/schedules.py, ScheduleZBVZeroBubble._calculate_single_rank_operations,
@@ -17,7 +17,8 @@ import random
 
 import pytest
 
-from planner.model.schedule import schedule_bubble, zbv_bubble
+from planner.model.schedule import schedule_bubble
+from planner.model.v_bubble import zbv_bubble
 from planner.model.v_schedule import VAction, rank_order, simulate_v, stage
 
 ZBV = "ZBVZeroBubble"
