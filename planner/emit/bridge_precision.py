@@ -100,6 +100,7 @@ def _muon(plan: Plan) -> dict[str, object]:
         "muon_num_ns_steps": job.muon_ns_steps,
         "muon_tp_mode": job.muon_tp_mode,
         "muon_split_qkv": job.muon_split_qkv,
+        "muon_nesterov": job.muon_nesterov,
         "muon_fp32_matmul_prec": job.muon_matmul_precision,
     }
 

@@ -68,7 +68,7 @@ low, medium, high: no "highest")."""
 
 def _muon_knobs(plan: Plan) -> list[Arg]:
     """Muon's knobs where the plan leaves Megatron's defaults (5 iterations, duplicated TP mode,
-    Q / K / V apart, medium precision)."""
+    Q / K / V apart, medium precision, plain momentum)."""
     job = plan.job
     a: list[Arg] = []
     if job.muon_ns_steps != 5:
@@ -77,6 +77,8 @@ def _muon_knobs(plan: Plan) -> list[Arg]:
         a.append(("--muon-tp-mode", job.muon_tp_mode))
     if not job.muon_split_qkv:
         a.append(("--muon-no-split-qkv",))
+    if job.muon_nesterov:
+        a.append(("--muon-nesterov",))
     if job.muon_matmul_precision not in MUON_PRECISION_FLAG:
         raise InputError(
             f"{plan.path}: training.muon_matmul_precision: Megatron-LM's --muon-fp32-matmul-prec "

@@ -44,6 +44,7 @@ MUON = (
     "muon_tp_mode",
     "muon_split_qkv",
     "muon_matmul_precision",
+    "muon_nesterov",
 )
 """`[training]` settings only the Muon optimizer reads."""
 

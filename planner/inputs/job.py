@@ -164,6 +164,7 @@ class Job:
     muon_tp_mode: MuonTpMode = "duplicated"  # --muon-tp-mode
     muon_split_qkv: bool = True  # --muon-split-qkv (--muon-no-split-qkv: False)
     muon_matmul_precision: MuonPrecision = "medium"  # --muon-fp32-matmul-prec
+    muon_nesterov: bool = False  # --muon-nesterov (planner.model.muon_step)
     rl_kv_cache_bytes: float = 0.0  # planner.model.rl_inference
     rl_inference_parallel: tuple[int, int, int, int] | None = None  # (tp, pp, ep, etp)
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision

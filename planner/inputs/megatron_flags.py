@@ -214,6 +214,7 @@ READ = frozenset(
         "--muon-num-ns-steps",
         "--muon-tp-mode",
         "--muon-no-split-qkv",
+        "--muon-nesterov",
         "--muon-fp32-matmul-prec",
         "--use-megatron-fsdp",
         "--use-torch-fsdp2",

@@ -283,6 +283,8 @@ def _muon(line: Line) -> dict[str, Any]:
         out["muon_matmul_precision"] = MUON_PRECISIONS[precision]
     if line.has("--muon-no-split-qkv"):
         out["muon_split_qkv"] = False
+    if line.has("--muon-nesterov"):
+        out["muon_nesterov"] = True
     return out
 
 

@@ -92,6 +92,7 @@ TRAINING_AS_IS = (
     "muon_tp_mode",
     "muon_split_qkv",
     "muon_matmul_precision",
+    "muon_nesterov",
     "rl_inference_parallel",
     "vision_encoder",
     "t5_encoder",

@@ -89,3 +89,8 @@ class OptimizerFields(BaseModel):
         description="Megatron --muon-fp32-matmul-prec / Megatron-Bridge "
         "optimizer.muon_fp32_matmul_prec: medium (bf16 GEMMs), high (TF32) or highest (fp32)",
     )
+    muon_nesterov: Flag = Field(
+        default=False,
+        description="Megatron --muon-nesterov (OptimizerConfig.muon_nesterov): Nesterov momentum, "
+        "one more fp32 copy of each matrix's momentum shard while it is orthogonalised",
+    )

@@ -34,8 +34,11 @@ into Q (and its gate), K and V (emerging_optimizers.py:407-437): `reshape` copie
 strided view (4 L of QKV, made first), each part's result is held while the next is
 orthogonalised, and `torch.cat` joins them (4 L more) (`qkv_peak`). The stage's peak is its
 largest matrix's (`working_set`). Nesterov momentum (--muon-nesterov, off by default:
-OptimizerConfig.muon_nesterov) would add 4 L (`grad.lerp`, orthogonalized_optimizer.py:197): not
-modelled.
+OptimizerConfig.muon_nesterov, which Megatron hands the optimizer as `nesterov` by its name,
+emerging_optimizers.py:533-559) orthogonalises `grad.lerp(exp_avg, momentum)`, a new fp32 tensor
+of the parameter's shard (orthogonalized_optimizer.py:197; plain momentum passes the state
+itself), held until the update: 4 L more through the matrix's peak (`nesterov_bytes`), of the
+whole QKV shard where Q, K and V are split after it.
 """
 
 from __future__ import annotations
@@ -95,6 +98,12 @@ def qkv_peak(job: Job, parts: list[tuple[Matrix, Matrix]]) -> float:
     return peak
 
 
+def nesterov_bytes(job: Job, local: float) -> float:
+    """Nesterov momentum's copy of a parameter's momentum shard of `local` elements (module
+    docstring), held through its orthogonalisation; 0 with plain momentum."""
+    return FP32 * local if job.muon_nesterov else 0.0
+
+
 def _kind_peak(job: Job, layout: Layout, kind: LayerKind) -> float:
     arch, lay, split = job.arch, layout, job.muon_split_qkv
     dense, expert = matrices(arch, kind, lay.ep, lay.tp, lay.expert_tp, split)
@@ -103,10 +112,12 @@ def _kind_peak(job: Job, layout: Layout, kind: LayerKind) -> float:
     peak = 0.0
     if kind.mixer == "attention" and splits_qkv(arch, split):
         (q, q_probe), (kv, kv_probe) = pairs[0], pairs[1]
-        peak = qkv_peak(job, [(q, q_probe)] * int(q[4]) + [(kv, kv_probe)] * 2)
+        parts = [(q, q_probe)] * int(q[4]) + [(kv, kv_probe)] * 2
+        whole = sum(m[2] * m[3] for m, _ in parts)  # the QKV parameter's shard
+        peak = qkv_peak(job, parts) + nesterov_bytes(job, whole)
         pairs = pairs[2:]
     for m, probe in pairs:
-        peak = max(peak, matrix_peak(job, m, *_sides(m, probe)))
+        peak = max(peak, matrix_peak(job, m, *_sides(m, probe)) + nesterov_bytes(job, m[2] * m[3]))
     return peak
 
 

@@ -168,7 +168,8 @@ def _share(job: Job, group: list[Matrix], shards: int, tp: int, gpu: Gpu) -> flo
     total = sum(w * m[4] for w, m in zip(work, group, strict=True))
     count = sum(m[4] for m in group)
     gpu_s = max(total / shards, max(work))
-    per_matrix = MUON_MATRIX_KERNELS * host.KERNEL_ISSUE_S * host.slowdown(job)
+    kernels = MUON_MATRIX_KERNELS + (1 if job.muon_nesterov else 0)  # Nesterov's lerp
+    per_matrix = kernels * host.KERNEL_ISSUE_S * host.slowdown(job)
     host_s = math.ceil(count / shards) * per_matrix
     traffic = sum(_tp_traffic(job, m, tp) * m[4] for m in group) / shards
     return max(gpu_s, host_s) + traffic

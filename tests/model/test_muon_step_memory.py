@@ -24,8 +24,10 @@ from __future__ import annotations
 import pytest
 from jobs import job
 
+from planner.emit import megatron
+from planner.inputs import megatron_args
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import Job, parse_plan
 from planner.model import memory, muon_step, muon_time, rank_states
 
 PARAMS = 8_030_261_248
@@ -114,3 +116,22 @@ def test_whole_params_copies_the_largest_parameter_whole() -> None:
     chunks = LAYOUT.chunk_layers(j.arch.num_layers)[0]
     got = rank_states.step_grad_copy(j, LAYOUT, 0, chunks)
     assert got == pytest.approx(5_853_808_640)
+
+
+def test_nesterov_holds_a_copy_of_the_momentum_shard() -> None:
+    """--muon-nesterov: Emerging-Optimizers fd77292 orthogonalized_optimizer.py:197 orthogonalises
+    `grad.lerp(exp_avg, momentum)`, a new fp32 tensor of the parameter's shard held until the
+    update (plain momentum hands over the state itself). fc1 at tp 1: 14 E + 4 E = 18 E; the split
+    QKV's peak (369,098,752, above) grows by its whole shard, 4 x 25,165,824, and stays below."""
+    assert _working_set(muon_nesterov=True) == 18 * FC1 == 2_113_929_216
+    assert _working_set(muon_nesterov=True) - _working_set() == 4 * FC1
+    # read from a Megatron-LM line and written back (Megatron-LM d98e8a64 arguments.py:2633,
+    # OptimizerConfig.muon_nesterov, handed to TensorParallelMuon as `nesterov`)
+    line = (
+        "--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+        "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+        "--vocab-size 32000 --optimizer muon --muon-nesterov"
+    )
+    plan = parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 8))
+    assert plan.job.muon_nesterov
+    assert ("--muon-nesterov",) in megatron.arguments(plan).flat_args()
