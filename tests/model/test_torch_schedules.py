@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,27 @@ def test_v_schedules_place_their_stages_without_a_warning(tmp_path: Path) -> Non
     job, lay = _plan(tmp_path, 2, "Interleaved1F1B")
     assert warnings(job, lay) == []
     assert not lay.v_stages and lay.output_rank == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "vpp", "refused"),
+    [
+        ("ZBVZeroBubble", 2, True),
+        ("DualPipeV", 2, True),
+        ("InterleavedZeroBubble", 2, True),
+        ("Interleaved1F1B", 2, False),
+        ("1F1B", 1, False),
+    ],
+)
+def test_compiled_stages_refuse_the_split_backward_schedules(
+    tmp_path: Path, name: str, vpp: int, refused: bool
+) -> None:
+    """torch's zero-bubble and DualPipeV classes call `_check_torch_compile_compatibility`
+    ("we dont support input/weight backward split with torch.compile", pytorch/pytorch
+    torch/distributed/pipelining/schedules.py), and torchtitan b5bcd76c
+    experiments/graph_trainer/tests/test_numerics.py:355-357 says "torch.compile is incompatible
+    with those eager PP schedules"; the others run compiled blocks."""
+    job, lay = _plan(tmp_path, vpp, name)
+    assert "tt_schedule" not in broken(job, lay)
+    compiled = replace(job, torchtitan=job.titan.model_copy(update={"compile": True}))
+    assert ("tt_schedule" in broken(compiled, lay)) == refused

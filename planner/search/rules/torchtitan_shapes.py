@@ -35,14 +35,32 @@ def stages_wanted(name: str, vpp: int) -> str | None:
     return None
 
 
+SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+"""torch's schedules that split each backward into its input and weight gradients, which no
+compiled stage runs: each calls `_check_torch_compile_compatibility` ("we dont support
+input/weight backward split with torch.compile", pytorch/pytorch torch/distributed/pipelining/
+schedules.py), and torchtitan b5bcd76c says so of its per-block compile
+(experiments/graph_trainer/tests/test_numerics.py:355-357: "torch.compile is incompatible with
+those eager PP schedules")."""
+
+
 def schedule(job: Job, lay: Layout) -> Violation | None:
     """The schedule takes the plan's stages per rank: 1F1B / GPipe one, ZBVZeroBubble and
-    DualPipeV two, the other looped schedules two or more."""
+    DualPipeV two, the other looped schedules two or more; and the split-backward schedules run
+    uncompiled (`SPLIT_BACKWARD`)."""
     if job.framework != "torchtitan":
         return None
     name = job.titan.schedule(lay.vpp)
     if lay.pp == 1:
         return _accumulation(job, lay)
+    if job.titan.compile and name in SPLIT_BACKWARD:
+        return Violation(
+            "tt_schedule",
+            "torchtitan.compile",
+            f"true with pipeline_parallel_schedule {name!r}: torch's split-backward schedules "
+            'run no compiled stage (torchtitan: "torch.compile is incompatible with those eager '
+            'PP schedules"); set compile = false or another schedule',
+        )
     want = stages_wanted(name, lay.vpp)
     if want is None:
         return _microbatches(job, lay, name)
