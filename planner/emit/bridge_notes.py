@@ -123,7 +123,8 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
     if lay.zero_stage >= 2 and job.main_grad_dtype == "fp32":
         out.append(
             "Megatron-FSDP reduces gradients in ddp.megatron_fsdp_main_grads_dtype (unset: the "
-            "parameters' bf16), not grad_reduce_in_fp32: set it to torch.float32 in the recipe "
+            f"parameters' {job.params_dtype}), not grad_reduce_in_fp32: set it to torch.float32 "
+            "in the recipe "
             "(planned with fp32 gradients)"
         )
     out += unflagged(plan)

@@ -199,7 +199,9 @@ def notes(plan: Plan) -> list[str]:
             f"{planned}: {_peaks(plan, run)}; set {fix} on the recipe's MixedPrecisionConfig"
         )
     preset_fp32 = grad_reduce_in_fp32(name)
-    if (job.main_grad_dtype == "fp32") != preset_fp32:
+    # Megatron-FSDP reads its own gradient dtype (ddp.megatron_fsdp_main_grads_dtype, a note of
+    # bridge_notes), not the preset's grad_reduce_in_fp32
+    if (job.main_grad_dtype == "fp32") != preset_fp32 and lay.zero_stage < 2:
         run = replace(job, main_grad_dtype="fp32" if preset_fp32 else "bf16")
         half = job.params_dtype  # 16-bit gradients take the parameters' dtype
         reduced, planned_in = ("fp32", half) if preset_fp32 else (half, "fp32")

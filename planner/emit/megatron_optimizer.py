@@ -36,9 +36,10 @@ def optimizer_args(plan: Plan) -> list[Arg]:
             "set optimizer_state_dtype = 'fp32'",
         )
         a.append(("--use-precision-aware-optimizer",))
-        if job.main_grad_dtype == "bf16":
+        if job.main_grad_dtype == "bf16" and job.params_dtype == "bf16":
             # the optimizer's gradients in bf16 too (its --main-grads-dtype defaults to fp32;
-            # Megatron asserts it is fp32 without the precision-aware optimizer)
+            # Megatron asserts it is fp32 without the precision-aware optimizer); fp16's are
+            # 16-bit without it (validate_args reads it under --bf16 only, arguments.py:1204)
             a.append(("--main-grads-dtype", "bf16"))
         if job.optimizer_state_dtype == "bf16":
             a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]

@@ -56,6 +56,13 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     (an explicit bf16 there is counted fp32 too: the safe side)."""
     out: dict[str, Any] = {}
     aware = line.has("--use-precision-aware-optimizer")
+    distributed = line.has("--use-distributed-optimizer") or line.has("--use-megatron-fsdp")
+    if aware and not distributed:  # validate_args turns it on under Megatron-FSDP
+        raise InputError(
+            f"{line.where}: --use-precision-aware-optimizer: only with the distributed optimizer "
+            "(Megatron-LM d98e8a64 megatron/core/optimizer/__init__.py:1057-1060 raises "
+            "ValueError without it); add --use-distributed-optimizer"
+        )
     accumulate = line.has("--accumulate-allreduce-grads-in-fp32")
     main_bf16 = line.text("--main-grads-dtype") == "bf16"
     fp32 = not (line.has("--bf16") or line.has("--fp16"))

@@ -284,6 +284,13 @@ def reframe(job: Job, framework: Framework) -> Job:
             "torchtitan does not capture its training steps in CUDA graphs; set cuda_graphs = "
             "false"
         )
+    if framework == "torchtitan" and job.params_dtype != "bf16":  # as precision_checks refuses
+        raise InputError(
+            f"--framework: torchtitan, but the job trains with {job.params_dtype} parameters "
+            f"(precision {job.precision}): planner models torchtitan with bf16 parameters "
+            '(mixed_precision_param "bfloat16"; it has no float16, and fp32 training is modelled '
+            "for Megatron-LM only)"
+        )
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
     arch = trained_by(job.arch, framework)

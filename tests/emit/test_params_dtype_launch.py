@@ -14,8 +14,10 @@ from __future__ import annotations
 import pytest
 from megatron_plans import assert_same, flags, make_plan, round_trip
 
-from planner.emit import bridge_precision
+from planner.emit import bridge_notes, bridge_precision, megatron
+from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
+from planner.inputs.plan import reframe
 
 PAR = {"tp": 2, "zero_stage": 1}
 
@@ -99,3 +101,49 @@ def test_megatron_bridge_refuses_what_it_has_no_preset_for(
 def test_params_dtype_that_cannot_run_is_refused(training: dict[str, object], needle: str) -> None:
     with pytest.raises(InputError, match=needle):
         make_plan("llama3.1-8b", 8, {"tp": 2}, **training)
+
+
+def test_suggest_framework_torchtitan_refuses_non_bf16_parameters() -> None:
+    """`suggest --framework torchtitan` re-frames a Megatron job (`reframe`): the checks a plan
+    file with framework = "torchtitan" gets (torchtitan b5bcd76c config/configs.py:94: no
+    float16; fp32 training modelled for Megatron-LM only) hold there too."""
+    for training in ({"precision": "fp16"}, {"precision": "fp8", "params_dtype": "fp32"}):
+        job = make_plan("llama3.1-8b", 8, PAR, **training).job
+        with pytest.raises(InputError, match="--framework: torchtitan"):
+            reframe(job, "torchtitan")
+    assert reframe(make_plan("llama3.1-8b", 8, PAR).job, "torchtitan").framework == "torchtitan"
+
+
+def test_fp16_with_the_precision_aware_optimizer_reads_back_the_same_flags() -> None:
+    """Under --fp16 the gradient buffers are 16-bit without --main-grads-dtype (validate_args
+    reads it under --bf16 only, arguments.py:1204-1217): the launch leaves it out, so what was
+    read launches as it was written; and without the distributed optimizer Megatron raises
+    (megatron/core/optimizer/__init__.py:1057-1060), so the line is refused."""
+    plan = make_plan(
+        "llama3.1-8b",
+        8,
+        PAR,
+        precision="fp16",
+        main_grad_dtype="bf16",
+        optimizer_state_dtype="bf16",
+    )
+    got = flags(plan)
+    assert "--use-precision-aware-optimizer" in got and "--main-grads-dtype" not in got
+    back = round_trip(plan)
+    assert (back.job.precision, back.job.main_grad_dtype) == ("fp16", "bf16")
+    assert flags(back) == got
+    line = megatron.render(plan, "job")
+    for flag in ("--use-distributed-optimizer", "--overlap-param-gather"):
+        line = line.replace(flag, "")
+    with pytest.raises(InputError, match="only with the distributed optimizer"):
+        megatron_args.to_plan(line, "h100-sxm-80gb", 8)
+
+
+def test_an_fsdp_plan_gets_no_preset_gradient_note() -> None:
+    """Megatron-FSDP reduces in ddp.megatron_fsdp_main_grads_dtype (mcore_fsdp_adapter.py:141 @
+    d98e8a64), not the preset's grad_reduce_in_fp32: no note on the preset's, and the FSDP note
+    names the parameters' dtype."""
+    plan = make_plan("llama3.1-8b", 8, {"zero_stage": 3}, precision="fp16")
+    assert not [n for n in bridge_precision.notes(plan) if "reduces gradients in" in n]
+    (note,) = [n for n in bridge_notes.notes(plan, "") if "megatron_fsdp_main_grads_dtype" in n]
+    assert "parameters' fp16" in note
