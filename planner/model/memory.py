@@ -243,10 +243,11 @@ def _activations(
             sh, per = shards()
         sh = sh or shard(job, layout)
         per = per or per_layer(job.arch, sh)
+        quantised = None
         if sh.quantised and bf16_ranges(job, chunks):  # unquantised inputs (bf16_layers)
-            sh = replace(sh, linear_bytes=sh.value_bytes)
+            quantised, sh = per, replace(sh, linear_bytes=sh.value_bytes)
             per = per_layer(job.arch, sh)
-        acts = memo[key] = stage_activations(job, layout, rank, chunks, sh, per)
+        acts = memo[key] = stage_activations(job, layout, rank, chunks, sh, per, quantised)
     return acts
 
 

@@ -18,6 +18,7 @@ from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cp_time, cpu_offload, dsa, fp32, mixers, routing_load, t5, vision
+from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
 from planner.model.job_memo import ModelMemo
@@ -184,6 +185,24 @@ def chunk_kept(
     return sum(map(len, ran)) * per.dense + per.full_total(rest)
 
 
+def blended(
+    arch: ModelArch, whole: PerLayer, quantised: PerLayer, pieces: Chunks, chunk: range
+) -> PerLayer:
+    """A chunk's layer bytes where `pieces` of it run unquantised (bf16 first / last layers,
+    `bf16_layers.bf16_ranges`: their linear layers keep their inputs in the parameters' dtype,
+    `whole`) and the rest quantised (`quantised`): each kind's bytes at the share of its layers
+    in the chunk that are unquantised, so the chunk's total is exact (the recompute working sets
+    take `whole`, the larger)."""
+    counts = arch.kind_counts((chunk,))
+    inside = arch.kind_counts(tuple(p for p in pieces if chunk.start <= p.start < chunk.stop))
+
+    def mix(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+        shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
+        return tuple(q + s * (w - q) for w, q, s in zip(a, b, shares, strict=True))
+
+    return PerLayer(mix(whole.kept, quantised.kept), mix(whole.full, quantised.full))
+
+
 _KEPT: ModelMemo[tuple[object, ...], tuple[float, ...]] = ModelMemo()
 """`chunk_kept` of each chunk of a rank, per model and per what it reads besides the model: the
 layer bytes (`PerLayer`), the chunks and the recompute and offloading settings (the search
@@ -191,11 +210,11 @@ estimates the memory of each ZeRO stage and TP-overlap choice of a base with the
 
 
 def _chunks_kept(
-    arch: ModelArch, layout: Layout, per: PerLayer, chunks: Chunks
+    arch: ModelArch, layout: Layout, pers: tuple[PerLayer, ...], chunks: Chunks
 ) -> tuple[float, ...]:
     lay = layout
     key = (
-        per,
+        pers,
         chunks,
         lay.recompute,
         lay.recompute_method,
@@ -210,10 +229,14 @@ def _chunks_kept(
             arch,
             key,
             lambda: tuple(
-                chunk_kept(arch, lay, per, c, r) for c, r in zip(chunks, ran, strict=True)
+                chunk_kept(arch, lay, p, c, r) for p, c, r in zip(pers, chunks, ran, strict=True)
             ),
         )
-    return _KEPT.get(arch, key, lambda: tuple(chunk_kept(arch, lay, per, c) for c in chunks))
+    return _KEPT.get(
+        arch,
+        key,
+        lambda: tuple(chunk_kept(arch, lay, p, c) for p, c in zip(pers, chunks, strict=True)),
+    )
 
 
 _PEAKS: dict[tuple[object, ...], float] = {}
@@ -249,7 +272,13 @@ def _saved_loss_bytes(arch: ModelArch, vocab: int, sh: Shard) -> float:
 
 
 def stage_activations(
-    job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shard, per: PerLayer
+    job: Job,
+    layout: Layout,
+    rank: int,
+    chunks: Chunks,
+    sh: Shard,
+    per: PerLayer,
+    quantised: PerLayer | None = None,
 ) -> float:
     """Activation bytes at rank `rank`'s peak (before fragmentation): the micro-batches in flight
     (`schedule_peak`, the embedding's on the first chunk of rank 0, the MTP layers' in the chunk
@@ -258,11 +287,17 @@ def stage_activations(
     recomputed, the MoE dispatcher's tokens, the CP ring's K/V in flight. Megatron's loss and a
     layer's backward do not overlap (the loss backward frees the logits' buffers before the
     output layer's backward hands the gradient on): the larger counts (with a gathered loss, plus
-    the logits buffers the pipeline still holds then; with PyTorch's loss, both)."""
+    the logits buffers the pipeline still holds then; with PyTorch's loss, both). `quantised`:
+    where the rank holds bf16 first / last layers among FP8 / NVFP4 ones, `per` are the
+    unquantised layers' bytes and `quantised` the others' (`blended` per chunk)."""
     arch = job.arch
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.output_rank  # the loss's stage: rank 0 in torchtitan's V
-    kept = list(_chunks_kept(arch, layout, per, chunks))
+    pieces = bf16_ranges(job, chunks) if quantised is not None else ()
+    pers = tuple(
+        per if quantised is None else blended(arch, per, quantised, pieces, c) for c in chunks
+    )
+    kept = list(_chunks_kept(arch, layout, pers, chunks))
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)
         if job.t5_encoder is not None:  # pp 1 (rules.t5_scope): every decoder layer is here

@@ -82,3 +82,31 @@ def test_fp8_on_fp32_parameters_updates_them_in_place_without_a_master() -> None
     opt = {j.fp8_param_gather: memory.estimate(j, LAY).stages[0].optimizer for j in (kept, viewed)}
     # Adam's 12 bytes less the 4-byte master, over the N / 8 parameters each GPU updates
     assert opt[True] - opt[False] == pytest.approx(4 * N_8B / 8, rel=1e-9)
+
+
+@pytest.mark.parametrize("params", ["bf16", "fp32"])
+def test_bf16_first_and_last_layers_keep_unquantised_inputs_alone(params: str) -> None:
+    """--first-last-layers-bf16 2 + 2 of 32 on one stage: those four layers run outside the FP8
+    autocast and keep their linear inputs in the parameters' dtype, the other 28 their FP8 copies
+    (Megatron-Core d98e8a64 fp8_utils.py:711-727 `is_first_last_bf16_layer`: no FP8 context). By
+    hand: the stage keeps 4 x (unquantised - FP8) more than without them, not 32 x (the whole
+    stage counted unquantised before)."""
+    base = job(
+        "llama3.1-8b",
+        "h100-sxm-80gb",
+        8,
+        2048,
+        64,
+        precision="fp8",
+        fp8_recipe="tensorwise",
+        fp8_param_gather=False,
+        quantised_params_dtype=params,
+    )
+    split = replace(base, bf16_layers_at_start=2, bf16_layers_at_end=2)
+    sh = shard(base, LAY)
+    q = activations.layer_bytes(base.arch, False, sh)
+    b = activations.layer_bytes(base.arch, False, replace(sh, linear_bytes=sh.value_bytes))
+    assert b > q
+    grew = memory.estimate(split, LAY).stages[0].activations
+    grew -= memory.estimate(base, LAY).stages[0].activations
+    assert grew == pytest.approx(4 * (b - q) * memory.FRAGMENTATION, rel=1e-9)
