@@ -23,7 +23,7 @@ def quantised_params_dtype(training: TrainingSection) -> ParamsDtype:
     """`Job.quantised_params_dtype`: the plan's params_dtype under FP8 / NVFP4 (bf16 if left
     out), bf16 under the other precisions (whose parameters are in the precision itself)."""
     quantised = training.precision in QUANTISED
-    return training.params_dtype or "bf16" if quantised else "bf16"
+    return (training.params_dtype or "bf16") if quantised else "bf16"
 
 
 def params_dtype(training: TrainingSection) -> ParamsDtype:
