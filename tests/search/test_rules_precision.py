@@ -7,8 +7,8 @@ Oracles, each a source line at its commit:
   allocates the non-FP8 buffers in it, and comm_gemm_overlap.cpp:331-335 refuses to copy an input
   of another element size ("dtypes are not compatible"): fp32 (4 bytes) into bf16 (2); an fp16
   input passes and comes back typed bf16 (CommOverlap::get_buffer);
-- Megatron-LM d98e8a64 moe/token_dispatcher.py:1379 and moe/fused_a2a.py:176 hand the experts'
-  output to DeepEP's combine as it is; deepseek-ai/DeepEP dd758caf
+- Megatron-LM d98e8a64 moe/token_dispatcher.py:1379 and fused_a2a.py:176 (the same folder)
+  hand the experts' output to DeepEP's combine as it is; deepseek-ai/DeepEP dd758caf
   csrc/kernels/legacy/launch.cuh:104-111 launches bf16 only ("Unsupported type"),
   internode.cu:2373 asserts CUDA_R_16BF (so fp16 too); DeepEP hybrid-ep 94a9f8f
   csrc/hybrid_ep/utils.cuh:19 carries UINT16 or UINT8 tokens only and hybrid_ep.cu:223 asserts

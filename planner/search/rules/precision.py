@@ -17,7 +17,7 @@ whose buffers or kernels carry bf16 values only.
   (model_parallel_config.py:281 tp_comm_overlap_ag True; extensions/transformer_engine.py:1192).
 - The flex token dispatcher: its DeepEP backend hands the experts' output to DeepEP's
   `Buffer.combine` as it is (Megatron-LM d98e8a64 moe/token_dispatcher.py:1379,
-  moe/fused_a2a.py:176, and its dispatch's backward, :152), whose normal kernels take bf16
+  fused_a2a.py:176 beside it, and its dispatch's backward, :152), whose normal kernels take bf16
   only: the intranode combine launches through SWITCH_TYPES, CUDA_R_16BF alone, else
   "Unsupported type" (deepseek-ai/DeepEP dd758caf csrc/kernels/legacy/launch.cuh:104-111,
   intranode.cu:1110), the internode one asserts `type == CUDA_R_16BF` (internode.cu:2373),
