@@ -49,7 +49,6 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
     t = Table(title=f"Top {len(cands)} {noun} by {objective}, memory capacity {cap}")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "split", "zero", "recompute"]
     own = _own_peak(job, cands)
-    low = own is not None
     cols += ["peak GiB", "step s", "tok/s/GPU", "MFU bf16pk"]
     cols += [f"MFU {own}pk"] if own else []
     cols += ["top cost"]
@@ -79,7 +78,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             f"{p.step_time_s:.3f}" + ("+" if optimistic(job, lay) else ""),
             f"{p.tokens_per_s_per_gpu:,.0f}",
             f"{p.mfu_bf16_peak:.1%}",
-            *([f"{p.mfu:.1%}"] if low else []),
+            *([f"{p.mfu:.1%}"] if own else []),
             p.bottleneck(),
         )
     t.caption = (

@@ -28,7 +28,11 @@ from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import PlanFile, TrainingSection
 from planner.inputs.plan_types import CudaGraphImpl, CudaGraphModule
 from planner.inputs.pools import resolve_pools
-from planner.inputs.precision_checks import check_precision, quantised_params_dtype
+from planner.inputs.precision_checks import (
+    check_precision,
+    quantised_params_dtype,
+    titan_params,
+)
 from planner.inputs.torchtitan import (
     Framework,
     TorchtitanSection,
@@ -284,12 +288,11 @@ def reframe(job: Job, framework: Framework) -> Job:
             "torchtitan does not capture its training steps in CUDA graphs; set cuda_graphs = "
             "false"
         )
-    if framework == "torchtitan" and job.params_dtype != "bf16":  # as precision_checks refuses
+    why = titan_params(job.params_dtype) if framework == "torchtitan" else None
+    if why is not None:  # as a plan file's check (precision_checks) refuses it
         raise InputError(
             f"--framework: torchtitan, but the job trains with {job.params_dtype} parameters "
-            f"(precision {job.precision}): planner models torchtitan with bf16 parameters "
-            '(mixed_precision_param "bfloat16"; it has no float16, and fp32 training is modelled '
-            "for Megatron-LM only)"
+            f"(precision {job.precision}): {why}"
         )
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)

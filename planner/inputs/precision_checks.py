@@ -31,12 +31,28 @@ def params_dtype(training: TrainingSection) -> ParamsDtype:
     return params_dtype_of(training.precision, training.params_dtype)
 
 
+def titan_params(params: ParamsDtype) -> str | None:
+    """Why torchtitan does not train with `params` parameters as planner models it (None for
+    bf16): b5bcd76c config/configs.py:94's mixed_precision_param takes "bfloat16" or "float32",
+    no float16, and planner models fp32 training (`planner.model.fp32`) for Megatron-LM only.
+    A plan file's check (`_params_dtype`) and suggest --framework's (`plan.reframe`) both ask."""
+    if params == "fp16":
+        return (
+            'torchtitan trains with bf16 parameters (mixed_precision_param "bfloat16" or '
+            '"float32", no float16); use "bf16"'
+        )
+    if params == "fp32":
+        return (
+            "fp32 training is modelled for Megatron-LM (no --bf16 / --fp16); torchtitan trains "
+            'with bf16 parameters here (mixed_precision_param = "bfloat16"): use "bf16"'
+        )
+    return None
+
+
 def _params_dtype(training: TrainingSection, where: str) -> None:
     """params_dtype names the parameters' dtype under FP8 / NVFP4; under bf16, fp16 and fp32 the
-    precision is the parameters' dtype, so another one contradicts it; torchtitan keeps bf16
-    parameters (b5bcd76c config/configs.py:94: mixed_precision_param takes "bfloat16" or
-    "float32", and its float32 is not Megatron's fp32 training: planner refuses it) and has no
-    fp16."""
+    precision is the parameters' dtype, so another one contradicts it; and torchtitan trains
+    with bf16 parameters only (`titan_params`)."""
     given = training.params_dtype
     if given is not None and training.precision not in QUANTISED and given != training.precision:
         raise InputError(
@@ -44,12 +60,11 @@ def _params_dtype(training: TrainingSection, where: str) -> None:
             "the parameters of a bf16, fp16 or fp32 run are in that dtype; params_dtype is for "
             'precision "fp8" or "fp4" (or leave it out)'
         )
-    if training.framework != "megatron" and params_dtype(training) == "fp16":
-        field = "params_dtype" if given == "fp16" else "precision"
-        raise InputError(
-            f'{where}: training.{field}: "fp16": torchtitan trains with bf16 parameters '
-            '(mixed_precision_param "bfloat16" or "float32", no float16); use "bf16"'
-        )
+    params = params_dtype(training)
+    why = titan_params(params) if training.framework != "megatron" else None
+    if why is not None:
+        field = "params_dtype" if training.precision in QUANTISED else "precision"
+        raise InputError(f'{where}: training.{field}: "{params}": {why}')
 
 
 def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
@@ -66,11 +81,6 @@ def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
         field = f'{where}: training.precision: "fp32"'
     else:
         field = f'{where}: training.params_dtype: "fp32"'
-    if training.framework != "megatron":
-        raise InputError(
-            f"{field} is modelled for Megatron-LM (no --bf16 / --fp16); torchtitan trains with "
-            'bf16 parameters here (mixed_precision_param = "bfloat16"): use "bf16"'
-        )
     unmodelled = [
         (arch.has_dsa, "DeepSeek sparse attention"),
         (

@@ -191,7 +191,7 @@ def rank_order(name: str, pp: int, m: int, rank: int) -> list[Step]:
     raise ValueError(f"not a V schedule: {name}")
 
 
-def _needs(pp: int, a: VAction, rank: int) -> tuple[str, int, int] | None:
+def needs(pp: int, a: VAction, rank: int) -> tuple[str, int, int] | None:
     """What action `a` on `rank` waits for: ("F" or "B", stage, micro), "B" an input gradient
     (a whole backward or its I), or for a W its own I; None for the first stage's forward."""
     s = stage(pp, rank, a.chunk)
@@ -200,6 +200,13 @@ def _needs(pp: int, a: VAction, rank: int) -> tuple[str, int, int] | None:
     if a.kind == "W":
         return ("B", s, a.micro)
     return ("F", s, a.micro) if s == 2 * pp - 1 else ("B", s + 1, a.micro)
+
+
+def produced(pp: int, a: VAction, rank: int) -> tuple[str, int, int]:
+    """What action `a` on `rank` completes, as `needs` names it: ("F", "B" (a whole backward or
+    its I) or "W", stage, micro)."""
+    key = "F" if a.kind == "F" else ("W" if a.kind == "W" else "B")
+    return key, stage(pp, rank, a.chunk), a.micro
 
 
 def simulate_v(
@@ -227,7 +234,7 @@ def simulate_v(
     out: list[list[VOp]] = [[] for _ in range(pp)]
 
     def ready(rank: int, a: VAction) -> float | None:
-        need = _needs(pp, a, rank)
+        need = needs(pp, a, rank)
         if need is None:
             return 0.0
         if need not in done:
@@ -248,8 +255,7 @@ def simulate_v(
                     end = t + seconds(r, a.kind)
                     other = next((o for o in step if o is not a), None)
                     out[r].append(VOp(t, end, a.kind, a.micro, a.chunk, other))
-                    key = "F" if a.kind == "F" else ("W" if a.kind == "W" else "B")
-                    done[(key, stage(pp, r, a.chunk), a.micro)] = (end, r)
+                    done[produced(pp, a, r)] = (end, r)
                     t = end
                 clock[r] = t
                 pos[r] += 1

@@ -19,7 +19,7 @@ import pytest
 
 from planner.model.schedule import schedule_bubble
 from planner.model.v_bubble import zbv_bubble
-from planner.model.v_schedule import VAction, rank_order, simulate_v, stage
+from planner.model.v_schedule import needs, produced, rank_order, simulate_v
 
 ZBV = "ZBVZeroBubble"
 # a chunk's forward, input gradient and weight gradient (the brief's grid; I > W is recompute)
@@ -66,17 +66,6 @@ def test_random_equal_stages_and_long_steps() -> None:
 UNIT = {"F": (1, 0, 0), "I": (0, 1, 0), "W": (0, 0, 1)}
 
 
-def _reads(pp: int, a: VAction, rank: int) -> tuple[str, int, int] | None:
-    """The action `a` waits for, by stage: a forward the previous stage's, an input gradient the
-    next stage's (the last stage's its own forward), a weight gradient its own input gradient."""
-    s = stage(pp, rank, a.chunk)
-    if a.kind == "F":
-        return None if s == 0 else ("F", s - 1, a.micro)
-    if a.kind == "W":
-        return ("I", s, a.micro)
-    return ("F", s, a.micro) if s == 2 * pp - 1 else ("I", s + 1, a.micro)
-
-
 def _maximal(sums: set[tuple[int, int, int]]) -> set[tuple[int, int, int]]:
     return {v for v in sums if not any(u != v and all(map(int.__ge__, u, v)) for u in sums)}
 
@@ -92,13 +81,13 @@ def longest_paths(pp: int, m: int) -> set[tuple[int, int, int]]:
         for r in range(pp):
             while pos[r] < len(orders[r]):
                 a = orders[r][pos[r]]
-                need = _reads(pp, a, r)
+                need = needs(pp, a, r)  # torch's dependencies, as the simulation reads them
                 if need is not None and need not in ends:
                     break
                 start = last[r] | (ends[need] if need is not None else set())
                 unit = UNIT[a.kind]
                 last[r] = _maximal({tuple(map(int.__add__, v, unit)) for v in start})  # type: ignore[misc]
-                ends[(a.kind, stage(pp, r, a.chunk), a.micro)] = last[r]
+                ends[produced(pp, a, r)] = last[r]
                 pos[r] += 1
     return _maximal(set().union(*last))
 
