@@ -154,7 +154,9 @@ def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object,
     `_candidates` that passes the rules. More tp, cp or pp takes its factor from dp and says so
     (`dp 8 -> 4`: the plan's dp must change with it, or the world size no longer adds up). A tp
     change turns sequence parallelism on with it where the rules need it at the new tp (MoE
-    layers, torchtitan, DeepSeek sparse attention), and says so; no other change touches it.
+    layers, torchtitan, DeepSeek sparse attention) and from tp 1, where it had no meaning (the
+    plan file's default: on wherever tp > 1, so a plan that leaves it out and takes the new tp
+    runs with it), and says so; no other change touches it.
     What it changes with it is joined by " + " (`dp 8 -> 4 + sequence_parallel`)."""
     for order, field, after, new in _candidates(job, layout):
         if new is None:
@@ -163,7 +165,7 @@ def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object,
         if field == "tp" and not new.sequence_parallel:
             with_sp = new.with_(sequence_parallel=True)
             needed = rules.violations(job, new) and not rules.violations(job, with_sp)
-            if job.arch.is_moe or needed:
+            if job.arch.is_moe or needed or layout.tp == 1:
                 new = with_sp
                 also.append("sequence_parallel")
         if not rules.violations(job, new):

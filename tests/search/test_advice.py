@@ -126,3 +126,21 @@ def test_expert_tp_and_offloaded_modules_are_tried() -> None:
         assert not violations(p.job, change.layout)
         after = memory.estimate(p.job, change.layout).peak
         assert memory.estimate(p.job, lay).peak - after == pytest.approx(change.saves)
+
+
+def test_a_tp_change_from_tp_1_takes_sequence_parallelism_as_the_plan_file_would() -> None:
+    """Llama 3.1 8B on 8 A100 at tp 1, micro-batch 4, no sequence_parallel in the plan (QA's
+    case): `tp 1 -> 8` was priced without sequence parallelism (80.6 GiB, "does not fit"), but
+    the plan file's default turns it on at any tp > 1 (plan_parallel: "None = on when tp > 1"),
+    so a user who writes tp = 8 runs it, and fits; with it tp 4 fits already, and is offered.
+    Oracle: the plan with that tp written in, parsed and estimated as `check` does."""
+    parallel = {"tp": 1, "pp": 1, "micro_batch_size": 4, "zero_stage": 2, "recompute": "none"}
+    p = plan("llama3.1-8b", "a100-sxm-80gb", 8, parallel)
+    (tp,) = [c for c in advice.memory_changes(p.job, p.require_layout()) if c.field == "tp"]
+    assert tp.describe() == "tp 1 -> 4 (+ dp 8 -> 2 + sequence_parallel)"
+    edited = plan("llama3.1-8b", "a100-sxm-80gb", 8, {**parallel, "tp": 4})
+    assert edited.require_layout().sequence_parallel
+    rep = memory.estimate(edited.job, edited.require_layout())
+    assert tp.fits == rep.fits and rep.fits
+    before = memory.estimate(p.job, p.require_layout()).peak
+    assert rep.peak == pytest.approx(before - tp.saves, rel=1e-12)

@@ -78,8 +78,9 @@ def test_where_no_single_change_fits_a_gpu_change_is_paired_with_offloading_less
         fitting = [n for n, lay in enumerate(counts) if _fits_both(replace(c, layout=lay), job35)]
         steps = {n: cost.estimate(job35, counts[n]).step_time_s for n in fitting}
         assert c.after == min(fitting) and steps[min(fitting)] == min(steps.values())
-    # the tp change names the dp it takes its factor from: the plan's dp changes with it
-    assert "tp 1 -> 2 + dp 8 -> 4" in {c.also for c in paired}
+    # the tp change names the dp it takes its factor from: the plan's dp changes with it; and,
+    # from tp 1, the sequence parallelism the plan file turns on with any tp > 1
+    assert "tp 1 -> 2 + dp 8 -> 4 + sequence_parallel" in {c.also for c in paired}
 
 
 def test_the_optimizer_and_fine_grained_shares_are_the_fastest_hundredth_that_fits() -> None:
