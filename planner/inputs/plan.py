@@ -27,7 +27,7 @@ from planner.inputs.plan_layout import layout_from_section
 from planner.inputs.plan_resolve import resolve_cluster, resolve_model_table
 from planner.inputs.plan_sections import PlanFile, TrainingSection
 from planner.inputs.plan_types import CudaGraphImpl, CudaGraphModule
-from planner.inputs.pools import resolve_pools
+from planner.inputs.pools import above_catalog, resolve_pools
 from planner.inputs.precision_checks import (
     check_precision,
     quantised_params_dtype,
@@ -50,7 +50,9 @@ class Plan:
     path: Path | None = None
     model_ref: dict[str, Any] | None = None
     inert: tuple[tuple[str, str], ...] = ()
-    """(field, message) for the settings the plan gives that change nothing (`inert.inert`)."""
+    """(field, message) for the settings the plan gives that change nothing (`inert.inert`),
+    and for the memory overrides above the catalog GPU's that its verdicts rest on
+    (`pools.above_catalog`): each printed as a warning."""
     launch_notes: tuple[str, ...] = ()
     """What a launch target changed of the plan as written, said in its file's notes (the plan
     as the Megatron-LM targets launch it: `planner.emit.launch.megatron_lm_launched`)."""
@@ -254,7 +256,7 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     if titan and layout and titan.pipeline_schedule == default_schedule(layout.vpp):
         # one spelling of one plan: the schedule a plan would run anyway is left unnamed
         job = replace(job, torchtitan=titan.model_copy(update={"pipeline_schedule": None}))
-    unread = tuple(inert(doc.training, doc.parallel, job, layout))
+    unread = (*inert(doc.training, doc.parallel, job, layout), *above_catalog(doc.cluster))
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model), inert=unread)
 
 

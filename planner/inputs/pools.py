@@ -70,6 +70,29 @@ def one_kind(
     return validate(ClusterSpec, data, path, prefix=field)
 
 
+def above_catalog(section: ClusterSection) -> list[tuple[str, str]]:
+    """(field, warning) for each `memory_gib` override above its catalog GPU's memory: allowed,
+    for a variant with more (an HBM2e H100 of 94 GB), but every verdict then holds for that
+    memory, which the catalog's GPU does not have; so the user sees what the fit rests on."""
+    named = [("cluster", section)] if section.pools is None else []
+    named += [(f"cluster.pools[{k}]", pool) for k, pool in enumerate(section.pools or ())]
+    out = []
+    for field, one in named:
+        if one.memory_gib is None or one.gpu is None:
+            continue
+        gpu = catalog.get_gpu(one.gpu)  # resolved already: the name is the catalog's
+        if one.memory_gib > gpu.memory_gib:
+            out.append(
+                (
+                    f"{field}.memory_gib",
+                    f"memory_gib = {one.memory_gib:g} is above {gpu.name}'s "
+                    f"{gpu.memory_gib:.1f} GiB: the verdict holds for a GPU with that much "
+                    "memory (a larger variant), not for the catalog's",
+                )
+            )
+    return out
+
+
 def node_tiers(
     tiers: tuple[LinkTier, ...], catalog_node: int, per_node: int
 ) -> tuple[LinkTier, ...]:
