@@ -15,9 +15,10 @@ table or key, a value of the wrong type, or a value outside the constant's range
 (`calibratable.Constant.lo/hi`) is bad input naming the file and the key.
 
 Where a profile comes from when a command runs (`resolve`): `--calibration FILE`; else the
-environment variable PLANNER_CALIBRATION; else `calibration.toml` in the user's config
-directory ($XDG_CONFIG_HOME/planner, else ~/.config/planner), if `planner calibrate` wrote one
-there. `--calibration none` (or PLANNER_CALIBRATION=none) uses the shipped constants.
+environment variable PLANNER_CALIBRATION (where set and not empty); else `calibration.toml` in
+the user's config directory ($XDG_CONFIG_HOME/planner, else ~/.config/planner), if `planner
+calibrate` wrote one there. `--calibration none` (or PLANNER_CALIBRATION=none) uses the
+shipped constants.
 """
 
 from __future__ import annotations
@@ -291,7 +292,8 @@ def read(path: Path) -> Profile:
 
 def resolve(option: str | None) -> Profile | None:
     """The profile a command uses (see the module docstring), or None."""
-    text = option if option is not None else os.environ.get(ENV)
+    # an empty PLANNER_CALIBRATION is unset (CI systems often export empty variables)
+    text = option if option is not None else (os.environ.get(ENV) or "").strip() or None
     if text is not None:
         return None if text.strip().lower() == NONE else read(Path(text))
     path = default_path()

@@ -54,13 +54,16 @@ MAX_SIZES = 64
 """GPU counts one `--num-gpus` may list."""
 
 
-def _count(digits: str, option: str) -> int:
-    """One GPU count or step factor of the sizes, at most hardware.MAX_GPUS (a count with more
-    digits than any size could have is refused before int() reads it: Python refuses
-    4,300 digits, and a valid one has eight)."""
+def _count(digits: str, option: str, factor: bool = False) -> int:
+    """One GPU count (or, `factor`, the step factor) of the sizes, at most hardware.MAX_GPUS (a
+    count with more digits than any size could have is refused before int() reads it: Python
+    refuses 4,300 digits, and a valid one has eight)."""
     value = int(digits) if len(digits) <= len(str(MAX_GPUS)) else MAX_GPUS + 1
     if value > MAX_GPUS:
-        raise InputError(f"{option}: {abbreviated(digits)}: at most {MAX_GPUS:,} GPUs")
+        what = f"step factor {abbreviated(digits)}: at most {MAX_GPUS:,}"
+        if not factor:
+            what = f"{abbreviated(digits)}: at most {MAX_GPUS:,} GPUs"
+        raise InputError(f"{option}: {what}")
     return value
 
 
@@ -69,7 +72,8 @@ def parse_sizes(text: str, option: str = "--num-gpus") -> list[int]:
     s = text.replace(" ", "")
     m = re.fullmatch(r"(\d+)\.\.(\d+)(?:[x*](\d+))?", s)
     if m:
-        lo, hi, factor = (_count(g, option) for g in (m[1], m[2], m[3] or "2"))
+        lo, hi = _count(m[1], option), _count(m[2], option)
+        factor = _count(m[3] or "2", option, factor=True)
         if lo < 1 or hi < lo:
             raise InputError(f"{option}: expected LO..HI with 1 <= LO <= HI (got {text!r})")
         if factor < 2:

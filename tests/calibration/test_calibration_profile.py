@@ -89,6 +89,12 @@ def test_which_profile_a_command_uses(
     assert profile.resolve(None).path == default  # type: ignore[union-attr]
     monkeypatch.setenv(profile.ENV, str(written))
     assert profile.resolve(None).path == written  # type: ignore[union-attr]
+    # an empty variable is unset (QA: "PLANNER_CALIBRATION=" read the directory ".", exit 2
+    # naming neither the variable nor its value): the default file again
+    for empty in ("", "  "):
+        monkeypatch.setenv(profile.ENV, empty)
+        assert profile.resolve(None).path == default  # type: ignore[union-attr]
+    monkeypatch.setenv(profile.ENV, str(written))
     assert profile.resolve("none") is None
     other = tmp_path / "missing.toml"
     with pytest.raises(InputError):

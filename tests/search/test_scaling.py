@@ -88,6 +88,16 @@ def test_parse_sizes_rejects(text: str) -> None:
         parse_sizes(text)
 
 
+def test_an_oversized_step_factor_is_named_as_one() -> None:
+    """QA: '8..16x99999999999999999999' was refused as 'at most 16,777,216 GPUs', naming a GPU
+    count the command line does not give."""
+    with pytest.raises(InputError) as info:
+        parse_sizes("8..16x99999999999999999999")
+    assert "step factor" in str(info.value) and "GPUs" not in str(info.value)
+    with pytest.raises(InputError, match="at most 16,777,216 GPUs"):
+        parse_sizes("8..99999999999999999999")
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [
