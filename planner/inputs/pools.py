@@ -74,7 +74,8 @@ def above_catalog(section: ClusterSection) -> list[tuple[str, str]]:
     """(field, warning) for each `memory_gib` override above its catalog GPU's memory: allowed,
     for a variant with more (an HBM2e H100 of 94 GB), but every verdict then holds for that
     memory, which the catalog's GPU does not have; so the user sees what the fit rests on."""
-    named = [("cluster", section)] if section.pools is None else []
+    named: list[tuple[str, ClusterSection | PoolSection]] = []
+    named += [("cluster", section)] if section.pools is None else []
     named += [(f"cluster.pools[{k}]", pool) for k, pool in enumerate(section.pools or ())]
     out = []
     for field, one in named:
