@@ -18,6 +18,7 @@ from planner.inputs.job import Job
 from planner.inputs.layout import Layout
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_sections import TrainingSection
+from planner.inputs.titan_every_layers import wrapped
 
 DENSE_TRAINING = (
     "moe_expert_capacity_factor",
@@ -163,8 +164,11 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
         yield _note(p, "parallel", "wgrad_deferral_limit", "defer_embedding_wgrad_compute is off")
     if _given(p, "activation_offload_fraction") and not lay.offload_modules:
         yield _note(p, "parallel", "activation_offload_fraction", "offload_modules is empty")
-    if lay.offload_modules and lay.recompute == "full":
-        why = 'recompute is "full": a layer keeps only its input, which no module offloads'
+    if lay.offload_modules and lay.recompute == "full" and not _leaves_whole(lay, job):
+        why = (
+            'recompute is "full" on every layer: a layer keeps only its input, which no module '
+            "offloads"
+        )
         yield _note(p, "parallel", "offload_modules", why)
     if lay.pp == 1:
         for name in (
@@ -179,3 +183,21 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
             "launch leaves the flag out, which Megatron-LM refuses without one)"
         )
         yield _note(p, "parallel", "overlap_param_gather", why)
+
+
+def _leaves_whole(lay: Layout, job: Job) -> bool:
+    """Whether full recompute leaves some decoder layer whole, to run as without recompute (and
+    so offload its modules' inputs, planner.model.fine_offload.offloading_layers): a chunk of
+    more layers than block recompute's N (Megatron-LM d98e8a64 megatron/core/recompute.py
+    checkpoints a chunk's first N and calls the rest plainly), or a layer torchtitan's every-N-th
+    checkpointing does not wrap; uniform recompute checkpoints every layer."""
+    ranks = lay.chunk_layers(job.arch.num_layers)
+    if lay.recompute_every:
+        every = lay.recompute_every
+        return any(
+            len(c) > len(w)
+            for rank in ranks
+            for c, w in zip(rank, wrapped(rank, every), strict=True)
+        )
+    n = lay.recompute_num_layers
+    return lay.recompute_method == "block" and any(len(c) > n for rank in ranks for c in rank)

@@ -28,6 +28,18 @@ it saves (`planner.model.activations` terms, split over TP as there):
 
 What is on the GPU instead: the layer's other activations, and the offloaded groups of about two
 layers per rank (one being reloaded for its backward, one prefetched ahead), `window_bytes`.
+
+Under full recompute only the layers it leaves whole offload (`offloading_layers`): a checkpointed
+layer's forward runs under torch.no_grad (tensor_parallel/random.py:616, CheckpointFunction), so
+autograd saves nothing for the offload hooks to move, and the layer input the checkpoint saves
+(:628) is saved outside every module's offload context (those open inside the layer), so it stays
+on the GPU. Block recompute runs the layers after a chunk's first N without a checkpoint
+(megatron/core/recompute.py:167-181, `cf(*args)`), each module's offload on as set per layer
+whatever the recompute (transformer_layer.py:1544-1555, the experts' experts.py:254-267); uniform
+recompute checkpoints every layer. The activation offload fraction counts only the groups that
+moved bytes (fine_grained_activation_offload.py:650-655, `total_offload_bytes > 0`): those of
+the whole layers. (NVIDIA/Megatron-LM d98e8a64.)
+
 Megatron skips tensors below min_offloaded_tensor_size (1M elements, MIN_OFFLOADED_ELEMENTS): a
 module whose per-GPU share is smaller stays on the GPU here too (tested per module, a slight
 over-count on the GPU: the safe side for a memory gate).
@@ -38,6 +50,8 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
+from planner.inputs.layout import Layout
+from planner.inputs.titan_every_layers import wrapped
 from planner.model.activations import scores
 from planner.model.fp32 import word
 from planner.model.moe_activations import fc1_input_bytes, pairs
@@ -105,21 +119,71 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
 
 
 def offloaded_bytes(
-    arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, modules: frozenset[str]
+    arch: ModelArch,
+    is_moe: bool | LayerKind,
+    sh: Shard,
+    modules: frozenset[str],
+    recompute: bool = True,
 ) -> float:
     """Bytes of one layer's saved activations per micro-batch that fine-grained offloading keeps
     in host memory (module docstring), for a layer of a kind (or a transformer layer's MoE flag:
     a hybrid stack's layers offload their attention or MoE block's modules, a Mamba mixer or a
     gated delta net none: Megatron-Core marks no offload group in either);
     0 without modules, under full recompute (nothing is saved inside the checkpointed layer), or
-    for modules a checkpointed block (mlp, moe) discards."""
-    if not modules or sh.recompute in ("full", "per_op"):
+    for modules a checkpointed block (mlp, moe) discards. recompute=False ignores full and per-op
+    recompute: what a layer that full recompute leaves whole offloads (block recompute's layers
+    after the first N of a chunk, `offloading_layers`)."""
+    if not modules or (recompute and sh.recompute in ("full", "per_op")):
         return 0.0
     kind = layer_kind(is_moe)
     total = _attention_modules(arch, sh, modules) if kind.mixer == "attention" else 0.0
     if kind.moe and not sh.drops("moe"):
         total += _moe_modules(arch, sh, modules)
     return total
+
+
+def offloading_layers(
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+) -> tuple[tuple[int, ...], ...]:
+    """Per chunk of one rank, per layer kind (`ModelArch.kinds`): the layers whose offload groups
+    move (`offloaded_bytes(..., recompute=False)` each; module docstring): every layer without
+    full or per-op recompute; under full recompute those it leaves whole: a chunk's layers after
+    its first recompute_num_layers (block), none (uniform), those torchtitan's every-N-th
+    checkpointing does not wrap (`titan_every_layers.wrapped`); none under per-op recompute."""
+    zero = tuple(0 for _ in arch.kinds)
+    if not lay.offload_modules or sh.recompute == "per_op":
+        return tuple(zero for _ in chunks)
+    if sh.recompute != "full":
+        return tuple(arch.kind_counts((c,)) for c in chunks)
+    if lay.recompute_every:
+        ran = wrapped(chunks, lay.recompute_every)
+        return tuple(
+            tuple(
+                n - m
+                for n, m in zip(
+                    arch.kind_counts((c,)),
+                    arch.kind_counts(tuple(range(i, i + 1) for i in w)),
+                    strict=True,
+                )
+            )
+            for c, w in zip(chunks, ran, strict=True)
+        )
+    if lay.recompute_method == "uniform":
+        return tuple(zero for _ in chunks)
+    k = lay.recompute_num_layers
+    return tuple(arch.kind_counts((range(min(c.start + k, c.stop), c.stop),)) for c in chunks)
+
+
+def offloading_totals(
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+) -> tuple[int, ...]:
+    """`offloading_layers` over all of `chunks`: per layer kind, the rank's layers that move
+    their offload groups."""
+    out = [0] * len(arch.kinds)
+    for counts in offloading_layers(arch, lay, sh, chunks):
+        for j, n in enumerate(counts):
+            out[j] += n
+    return tuple(out)
 
 
 WINDOW_LAYERS = 2

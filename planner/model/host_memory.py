@@ -10,8 +10,9 @@ Per GPU, the busiest pipeline rank's:
   micro-batch (Transformer Engine's schedule, `cpu_offload`, keeps the others on the GPU; pp 1
   runs one micro-batch at a time);
 - fine-grained offloading: each in-flight micro-batch's offloaded groups (`offloaded_bytes` of
-  each layer, the first `Layout.activation_offload_fraction` of them), the in-flight count that
-  of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
+  each layer that moves them, `fine_offload.offloading_layers`: under full recompute only those
+  it leaves whole; the first `Layout.activation_offload_fraction` of them), the in-flight count
+  that of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
   fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
   (`OffloadTensorPool`), as many as were ever in flight;
 - the offloaded optimizer: HOST_OPTIMIZER_BYTES per offloaded parameter of the GPU's
@@ -37,7 +38,7 @@ from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fp32
-from planner.model.fine_offload import offloaded_bytes
+from planner.model.fine_offload import offloaded_bytes, offloading_layers
 from planner.model.in_flight import schedule_peak
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import schedule_name
@@ -137,15 +138,15 @@ def activation_bytes(job: Job, layout: Layout) -> float:
         first = range(chunk.start, chunk.start + min(k, len(chunk) - 1))
         host = per_layer(arch, sh).total(arch.kind_counts((first,)))
         return host * _roundup(job, sh)
-    each = [offloaded_bytes(arch, kind, sh, mods) for kind in arch.kinds]
+    each = [offloaded_bytes(arch, kind, sh, mods, recompute=False) for kind in arch.kinds]
     f = layout.activation_offload_fraction
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
     for rank, chunks in enumerate(ranks):
         per_chunk = tuple(
-            f * sum(n * b for n, b in zip(arch.kind_counts((c,)), each, strict=True))
-            for c in chunks
+            f * sum(n * b for n, b in zip(counts, each, strict=True))
+            for counts in offloading_layers(arch, layout, sh, chunks)
         )
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches

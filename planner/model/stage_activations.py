@@ -19,7 +19,7 @@ from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cp_time, cpu_offload, dsa, fp32, mixers, routing_load, t5, vision
 from planner.model.bf16_layers import bf16_ranges
-from planner.model.fine_offload import offloaded_bytes, window_bytes
+from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
 from planner.model.job_memo import ModelMemo
 from planner.model.loss_activations import (
@@ -97,6 +97,10 @@ class PerLayer:
     """What a layer of each kind keeps under the layout's recompute policy."""
     full: tuple[float, ...]
     """Without full recompute: the working set while one layer is recomputed."""
+    whole: tuple[float, ...]
+    """What a layer that full recompute leaves whole keeps (block recompute's layers after a
+    chunk's first N): `full` less what fine-grained offloading moves to the host from a layer
+    run without recompute (`fine_offload.offloading_layers`); `kept` without full recompute."""
 
     @property
     def dense(self) -> float:
@@ -108,9 +112,9 @@ class PerLayer:
         """Kept bytes of `counts[j]` layers of each kind j."""
         return sum(n * b for n, b in zip(counts, self.kept, strict=True))
 
-    def full_total(self, counts: tuple[int, ...]) -> float:
-        """Whole (not recomputed) bytes of `counts[j]` layers of each kind j."""
-        return sum(n * b for n, b in zip(counts, self.full, strict=True))
+    def whole_total(self, counts: tuple[int, ...]) -> float:
+        """Kept bytes of `counts[j]` layers of each kind j that full recompute leaves whole."""
+        return sum(n * b for n, b in zip(counts, self.whole, strict=True))
 
 
 @lru_cache(maxsize=4096)
@@ -118,14 +122,19 @@ def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     """Each kind's activations under `sh`, kept (what fine-grained offloading leaves on the GPU)
     and whole."""
     # fine-grained offloading: the listed modules' saved inputs wait in host memory, those of
-    # the first offload_fraction of the layers (the others keep theirs: on average that share)
+    # the first offload_fraction of the layers (the others keep theirs: on average that share);
+    # under full recompute only in the layers it leaves whole (`PerLayer.whole`)
     f = sh.offload_fraction
     kept = tuple(
         act.layer_bytes(arch, k, sh) - f * offloaded_bytes(arch, k, sh, sh.offload)
         for k in arch.kinds
     )
     full = tuple(act.layer_bytes(arch, k, sh, recompute=False) for k in arch.kinds)
-    return PerLayer(kept, full)
+    whole = tuple(
+        b - f * offloaded_bytes(arch, k, sh, sh.offload, recompute=False)
+        for k, b in zip(arch.kinds, full, strict=True)
+    )
+    return PerLayer(kept, full, whole)
 
 
 def sub_counts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -161,10 +170,12 @@ def chunk_kept(
 
     Full recompute, uniform with N = recompute_num_layers: the chunk's layers are checkpointed
     in groups of N, each group keeping its input only (ceil(n / N) layer inputs). Full
-    recompute, block N: the first N layers of the chunk keep their inputs, the rest everything
-    (Megatron counts N per model chunk, i.e. per virtual stage). CPU offloading (pp = 1, no
-    recompute; Megatron --cpu-offloading-num-layers N): Transformer Engine keeps at most n - N
-    layers' activations on the GPU, any n - N consecutive ones (`cpu_offload.peak_window`).
+    recompute, block N: the first N layers of the chunk keep their inputs (fine-grained
+    offloading moves none of them: `fine_offload`), the rest what a layer without recompute
+    keeps, offloading included (`PerLayer.whole`; Megatron counts N per model chunk, i.e. per
+    virtual stage). CPU offloading (pp = 1, no recompute; Megatron --cpu-offloading-num-layers
+    N): Transformer Engine keeps at most n - N layers' activations on the GPU, any n - N
+    consecutive ones (`cpu_offload.peak_window`).
     Otherwise each layer keeps what its recompute policy leaves (`PerLayer`)."""
     n, counts = len(chunk), arch.kind_counts((chunk,))
     if layout.recompute != "full":
@@ -182,17 +193,17 @@ def chunk_kept(
     if ran is None:  # the chunk's recomputed layers: Megatron's first k
         ran = (range(chunk.start, chunk.start + min(k, n)),)
     rest = sub_counts(counts, arch.kind_counts(ran))
-    return sum(map(len, ran)) * per.dense + per.full_total(rest)
+    return sum(map(len, ran)) * per.dense + per.whole_total(rest)
 
 
 def blended(
-    arch: ModelArch, whole: PerLayer, quantised: PerLayer, pieces: Chunks, chunk: range
+    arch: ModelArch, plain: PerLayer, quantised: PerLayer, pieces: Chunks, chunk: range
 ) -> PerLayer:
     """A chunk's layer bytes where `pieces` of it run unquantised (bf16 first / last layers,
     `bf16_layers.bf16_ranges`: their linear layers keep their inputs in the parameters' dtype,
-    `whole`) and the rest quantised (`quantised`): each kind's bytes at the share of its layers
+    `plain`) and the rest quantised (`quantised`): each kind's bytes at the share of its layers
     in the chunk that are unquantised, so the chunk's total is exact (the recompute working sets
-    take `whole`, the larger)."""
+    take `plain`, the larger)."""
     counts = arch.kind_counts((chunk,))
     inside = arch.kind_counts(tuple(p for p in pieces if chunk.start <= p.start < chunk.stop))
 
@@ -200,7 +211,11 @@ def blended(
         shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
         return tuple(q + s * (w - q) for w, q, s in zip(a, b, shares, strict=True))
 
-    return PerLayer(mix(whole.kept, quantised.kept), mix(whole.full, quantised.full))
+    return PerLayer(
+        mix(plain.kept, quantised.kept),
+        mix(plain.full, quantised.full),
+        mix(plain.whole, quantised.whole),
+    )
 
 
 _KEPT: ModelMemo[tuple[object, ...], tuple[float, ...]] = ModelMemo()
@@ -339,9 +354,15 @@ def stage_activations(
     both = sh.cross_entropy == "pytorch"
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
-    if sh.offload and present:
+    moving = offloading_totals(arch, layout, sh, chunks)
+    if sh.offload and any(moving):
         # the offloaded groups being reloaded and prefetched around the backward
-        stored += window_bytes(max(offloaded_bytes(arch, k, sh, sh.offload) for k in present))
+        each = (
+            offloaded_bytes(arch, k, sh, sh.offload, recompute=False)
+            for k, n in zip(arch.kinds, moving, strict=True)
+            if n
+        )
+        stored += window_bytes(max(each))
     acts = stored + (loss + working if both else max(loss, working))
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         acts += cp_time.exchange_bytes(arch, layout, sh.tokens)

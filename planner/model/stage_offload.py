@@ -9,7 +9,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cpu_offload
-from planner.model.fine_offload import offloaded_bytes, transfer_seconds
+from planner.model.fine_offload import offloaded_bytes, offloading_totals, transfer_seconds
 from planner.model.host_link import host_link_bandwidth
 from planner.model.layer_time import Layer
 from planner.model.schedule import Chunks
@@ -43,7 +43,9 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
 def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
     """Seconds per micro-batch a stage's host copies take one way over the host link (the
     forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
-    --cpu-offloading-num-layers k, each layer's offloaded groups under fine-grained offloading."""
+    --cpu-offloading-num-layers k, under fine-grained offloading the offloaded groups of each layer
+    that moves them (`fine_offload.offloading_layers`: under full recompute, those it leaves
+    whole)."""
     arch, k = job.arch, lay.cpu_offloading_num_layers
     if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
         layers = _stage_layers(job, chunks, t)
@@ -51,9 +53,9 @@ def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     if not lay.offload_modules:
         return 0.0
     sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
-    counts = arch.kind_counts(chunks)
+    counts = offloading_totals(arch, lay, sh, chunks)
     return lay.activation_offload_fraction * sum(
-        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods), link)
+        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods, recompute=False), link)
         for kind, n in zip(arch.kinds, counts, strict=True)
         if n
     )
@@ -65,16 +67,17 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
     to the host on a side stream while the layer's own forward goes on and come back, prefetched,
     under the previous layer's backward; a transfer (one way, the host link at
     HOST_LINK_EFFICIENCY) shows beyond the layer's forward, and beyond its backward, in the
-    layers that offload (`Layout.activation_offload_fraction` of them)."""
+    layers that offload (`fine_offload.offloading_layers`, `Layout.activation_offload_fraction` of
+    them)."""
     if not lay.offload_modules:
         return 0.0
     sh = shard(job, lay)
     mods, link = frozenset(lay.offload_modules), host_link_bandwidth(job)
     exposed = 0.0
-    counts = job.arch.kind_counts(chunks)
+    counts = offloading_totals(job.arch, lay, sh, chunks)
     for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
         if n:
-            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods), link)
+            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods, recompute=False), link)
             exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
     # only the first activation_offload_fraction of the layers move theirs
     return lay.activation_offload_fraction * exposed

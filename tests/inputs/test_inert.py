@@ -183,3 +183,26 @@ def test_a_written_plan_names_no_setting(
     code, _, err = run(["suggest", *argv, "--write-plan", str(path)], capsys)
     assert code == 0, err
     assert load_plan(path).inert == ()
+
+
+@pytest.mark.parametrize(
+    ("recompute", "warned"),
+    [
+        ('recompute_method = "uniform"\nrecompute_num_layers = 1', True),
+        # qwen3-30b-a3b has 48 layers, one chunk at pp 1: block 48 checkpoints all of them
+        ('recompute_method = "block"\nrecompute_num_layers = 48', True),
+        # block 3 calls the chunk's other 45 plainly, each offloading its modules' inputs
+        # (Megatron-LM d98e8a64 megatron/core/recompute.py; transformer_layer.py sets the
+        # offload flags per layer whatever the recompute)
+        ('recompute_method = "block"\nrecompute_num_layers = 3', False),
+    ],
+)
+def test_offload_under_full_recompute_is_inert_only_where_no_layer_is_left_whole(
+    tmp_path: Path, recompute: str, warned: bool
+) -> None:
+    parallel = (
+        '[parallel]\ntp = 2\npp = 1\nep = 8\nrecompute = "full"\n'
+        f'{recompute}\noffload_modules = ["expert_fc1"]\n'
+    )
+    plan = load_plan(write(tmp_path, plan_text(model=MOE_MODEL, parallel=parallel), "moe.toml"))
+    assert ("parallel.offload_modules" in [f for f, _ in plan.inert]) == warned
