@@ -138,6 +138,7 @@ DEFAULTS: Fields = {
     ("training", "max_context_length"): 2048,
     ("training", "disable_cuda_graphs"): False,
     ("activation_checkpoint",): Record("SelectiveAC.Config"),
+    ("checkpoint",): Record("CheckpointManager.Config"),
     ("compile", "enable"): False,
     ("compile", "enable_async_tensor_parallel"): False,
     ("compile", "components"): ["model", "loss"],
@@ -156,9 +157,9 @@ DEFAULTS: Fields = {
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
 :133-290, training :43-51, compile :293-313; the default activation checkpointing
-trainer.py:108-110; the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85; the
-`UNMODELLED` ones, configs.py:70-209 and 368), as benchmarks/data/torchtitan_head_config.md cites
-them."""
+trainer.py:108-110; the checkpointer's, trainer.py:105-107; the loss's, trainer.py:116; CUDA
+graphs on, configs.py:75-85; the `UNMODELLED` ones, configs.py:70-209 and 368), as
+benchmarks/data/torchtitan_head_config.md cites them."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:
@@ -293,3 +294,62 @@ UNMODELLED: frozenset[tuple[str, ...]] = frozenset(
 each at its torchtitan default only (`DEFAULTS`; the sequence-parallel switch, the stages by
 layer count, a schedule from a CSV, FSDP's CPU offload, fp32 parameters, forced load
 balance)."""
+
+
+_AC = ("debug", "determinism_check", "preserve_rng_state")
+_CHECKPOINT = (
+    "create_seed_checkpoint",
+    "enable",
+    "enable_first_step_checkpoint",
+    "exclude_from_loading",
+    "export_dtype",
+    "folder",
+    "initial_load_in_hf",
+    "initial_load_in_hf_quantized",
+    "initial_load_model_only",
+    "initial_load_path",
+    "interval",
+    "keep_latest_k",
+    "last_save_in_hf",
+    "last_save_model_only",
+    "load_only",
+    "load_step",
+)
+_AC_AT = "distributed/activation_checkpoint.py:120-140"
+_CHECKPOINT_AT = "components/checkpointer/base.py:274-325"
+RECORD_FIELDS: dict[str, tuple[frozenset[str], str]] = {
+    "FullAC.Config": (frozenset(_AC), f"{_AC_AT}, :169-171"),
+    "SelectiveAC.Config": (
+        frozenset([*_AC, "force_recompute_mm_shapes_by_fqns"]),
+        f"{_AC_AT}, :194-207",
+    ),
+    "MemoryBudgetAC.Config": (
+        frozenset([*_AC, "memory_budget", "visualize_memory_budget_pareto"]),
+        f"{_AC_AT}, :296-313",
+    ),
+    "CheckpointManager.Config": (
+        frozenset([*_CHECKPOINT, "async_mode"]),
+        f"{_CHECKPOINT_AT}, dcp.py:135-138",
+    ),
+    "TorchCheckpointingManager.Config": (
+        frozenset(_CHECKPOINT),
+        f"{_CHECKPOINT_AT}, torch_checkpointing.py:122-124",
+    ),
+    "BaseLoss.Config": (frozenset(), "components/loss.py:237-239"),
+    "ChunkedLossWrapper.Config": (
+        frozenset(["loss_fn", "num_chunks"]),
+        "components/loss.py:542-548",
+    ),
+    "CrossEntropyLoss.Config": (frozenset(["global_vocab_size"]), "components/loss.py:277-280"),
+}
+"""The fields of the records Trainer.Config holds whole that the reader knows, by class, and
+where they are at b5bcd76c (each a `@dataclass(kw_only=True, slots=True)`, torchtitan/ paths:
+another name set raises AttributeError, given as a keyword TypeError): activation checkpointing's
+three policies, the checkpointers (CheckpointManager.Config the default, trainer.py:105-107), the
+losses."""
+
+
+def record_fields(callee: str) -> tuple[frozenset[str], str] | None:
+    """`RECORD_FIELDS` of the class a record's callee names (`FullAC.Config`, or
+    `activation_checkpoint.FullAC.Config`); None for a class the reader does not know."""
+    return RECORD_FIELDS.get(".".join(callee.split(".")[-2:]))

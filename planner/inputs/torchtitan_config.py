@@ -32,7 +32,7 @@ from typing import Any
 
 from planner.inputs import catalog, torchtitan_float8, torchtitan_toml
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.files import parse_toml
+from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import MODELS, check_reduce_dtype
 from planner.inputs.torchtitan_pipeline import batches, get, pipeline
@@ -67,12 +67,7 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
 
         doc, text, notes = torchtitan_module.read(*module)
         return _document(doc, text, str(module[0]), gpu, num_gpus, notes, False), notes
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{where}: not a TOML file: {e}") from None
+    text = read_file(path)  # at most files.MAX_INPUT_CHARS, a regular file or a device
     doc = parse_toml(text, where)
     torchtitan_toml.check_fields(doc, where)
     training = doc.get("training")

@@ -18,9 +18,12 @@ read (a loop, a helper's result, an attribute of a call) exits 2 naming its line
 does not need is not looked at. A section the plan reads
 (`SECTION_CLASSES`) is its class's record built with keyword arguments, or
 `dataclasses.replace(config.<section>, ...)` (its fields set one by one), else exits 2 naming the
-line; a field of another whole record (`config.loss.num_chunks = 4`) is set in it; a name
-Trainer.Config lacks, and a `.Config` or section class given positions (kw_only dataclasses),
-exit 2 as torchtitan raises. A baseline is the function imported, whatever its local name, from
+line; a field of another whole record (`config.loss.num_chunks = 4`) is set in it, or in
+torchtitan's default one (`config.checkpoint.interval = 100`). A name Trainer.Config, a section
+or a record's class lacks (`SECTION_FIELDS`, `RECORD_FIELDS`: set, or given as a keyword), a
+field set on a None (`config.activation_checkpoint = None`), and a `.Config` or section class
+given positions (kw_only dataclasses) exit 2 naming the line, as torchtitan raises (its slotted
+dataclasses). A baseline is the function imported, whatever its local name, from
 its own model's config_registry.
 
 The values become the tables of a torchtitan TOML (`planner.inputs.torchtitan_config`, which
@@ -41,12 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs.errors import InputError
+from planner.inputs.files import read_file
 from planner.inputs.torchtitan_baselines import (
     BASELINES,
+    DEFAULTS,
     SECTION_CLASSES,
+    SECTION_FIELDS,
     TRAINER_FIELDS,
     Fields,
     Record,
+    record_fields,
 )
 from planner.inputs.torchtitan_tables import Document
 from planner.inputs.torchtitan_values import Expressions, dotted_name
@@ -172,7 +179,20 @@ class Reader(Expressions):
     def _assign_value(
         self, stmt: ast.Assign, path: tuple[str, ...], value: Any, values: Fields
     ) -> None:
-        outer = values.get(path[:1])
+        """`config.<path> = value` into `values`: a field of a record held whole set in the
+        record there, else in torchtitan's default one (`DEFAULTS`: config.checkpoint's,
+        config.activation_checkpoint's); a name its class lacks, or a field of a None, exits 2
+        naming the line, as torchtitan's slotted dataclasses raise AttributeError."""
+        key = path[:1]
+        outer = values[key] if key in values else DEFAULTS.get(key)
+        if len(path) > 1:
+            if outer is None and key in values:
+                raise self.fail(
+                    stmt,
+                    f"config.{'.'.join(path)}: config.{path[0]} is None here, and torchtitan "
+                    "raises AttributeError setting a field of it",
+                )
+            self._known_field(stmt, key, path[1], outer)
         if len(path) == 2 and path[0] not in SECTION_CLASSES and isinstance(outer, Record):
             if path[0] == "model_spec":
                 raise self.fail(
@@ -189,16 +209,49 @@ class Reader(Expressions):
 
     def _section(self, node: ast.expr, section: str, value: Any) -> Any:
         """A section's value as its class's record, else exit 2 naming the line: a helper's
-        result, `**kwargs`, an attribute, anything else is not read exactly."""
+        result, `**kwargs`, an attribute, anything else is not read exactly. A record's
+        keyword arguments are fields of its class (`_known_keywords`)."""
         cls = SECTION_CLASSES.get(section)
-        if cls is None or (isinstance(value, Record) and value.callee.split(".")[-1] == cls):
-            return value
-        raise self.fail(
-            node,
-            f"config.{section}: planner reads {cls}(...) with keyword arguments, or "
-            f"dataclasses.replace(config.{section}, ...), and does not evaluate "
-            f"{self.text(node)}",
-        )
+        if cls is not None and not (
+            isinstance(value, Record) and value.callee.split(".")[-1] == cls
+        ):
+            raise self.fail(
+                node,
+                f"config.{section}: planner reads {cls}(...) with keyword arguments, or "
+                f"dataclasses.replace(config.{section}, ...), and does not evaluate "
+                f"{self.text(node)}",
+            )
+        if isinstance(value, Record):
+            self._known_keywords(node, (section,), value)
+        return value
+
+    def _known_keywords(self, node: ast.AST, path: tuple[str, ...], record: Record) -> None:
+        """A record's keyword arguments, and those of the records given in them
+        (`loss_fn=CrossEntropyLoss.Config(...)`), are fields of its class where the reader
+        knows it (`_known_field`): torchtitan's kw_only dataclasses raise TypeError on another."""
+        for name, value in record.kwargs.items():
+            self._known_field(node, path, name, record)
+            if isinstance(value, Record):
+                self._known_keywords(node, (*path, name), value)
+
+    def _known_field(self, node: ast.AST, path: tuple[str, ...], name: str, holder: Any) -> None:
+        """`name` set in (or given to) `config.<path>`, whose value is `holder`: a field of the
+        section (`SECTION_FIELDS`, configs.py) or of the record's class (`record_fields`),
+        else exit 2 naming the line. A record of a class the reader does not know (the
+        optimizer's, a user's), or a value not read, is not looked into."""
+        known = None
+        if len(path) == 1 and path[0] in SECTION_FIELDS:
+            known = SECTION_FIELDS[path[0]], "configs.py"
+        elif isinstance(holder, Record):
+            known = record_fields(holder.callee)
+            if known is not None:
+                known = known[0], f"{holder.callee}, {known[1]}"
+        if known is not None and name not in known[0]:
+            raise self.fail(
+                node,
+                f"config.{'.'.join((*path, name))}: torchtitan b5bcd76c has no such field "
+                f"({known[1]})",
+            )
 
     def _replace(
         self, node: ast.expr, path: tuple[str, ...], config: str | None
@@ -297,12 +350,10 @@ def read(
     message))."""
     where = str(path)
     deep = InputError(f"{where}: expressions nested too deep to read")
+    source = read_file(path)  # at most files.MAX_INPUT_CHARS, a regular file or a device
     try:
-        source = path.read_text(encoding="utf-8")
         tree = ast.parse(source, filename=where)
-    except OSError as e:
-        raise InputError(f"{where}: cannot read: {e.strerror or e}") from None
-    except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+    except (SyntaxError, ValueError) as e:
         raise InputError(f"{where}: not a Python module: {e}") from None
     except (RecursionError, MemoryError):  # ast.parse's own depth limit (a 20,000-term sum)
         raise deep from None

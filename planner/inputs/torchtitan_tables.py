@@ -30,11 +30,28 @@ class Document:
         """(field, message): what is read otherwise than the configuration says."""
 
     def need(self, path: tuple[str, ...], kind: type | tuple[type, ...]) -> Any:
-        v = lookup(self.values, path)
-        name = "config." + ".".join(path)
+        """The field's value (`lookup`), of the kind given, else exit 2 naming the field."""
+        return self._checked(lookup(self.values, path), "config." + ".".join(path), kind)
+
+    def kwarg(
+        self, rec: Record, key: str, default: Any, name: str, kind: type | tuple[type, ...] = object
+    ) -> Any:
+        """A record's keyword argument (`default` where not given), a value the reader read
+        (`_checked`; of any kind unless `kind` says: the caller says what it expects); `name`
+        the field."""
+        return self._checked(rec.kwargs.get(key, default), name, kind)
+
+    def _checked(self, v: Any, name: str, kind: type | tuple[type, ...]) -> Any:
+        """The seam every value of the configuration passes before it reaches a table or a
+        message: one not read (`Unread`, or a call where a plain value is expected: `int('8')`,
+        `2**3`), in it or in a list it holds, exits 2 naming its line and text as written, never
+        planner's records; a value of another kind exits 2 naming the field."""
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(v, Unread) or (isinstance(v, Record) and Record not in kinds and v.line):
-            raise InputError(f"{self.where}:{v.line}: {name}: planner does not evaluate {v.text}")
+        bad = _not_read(v, Record in kinds)
+        if bad is not None:
+            at = f":{bad.line}" if bad.line else ""
+            text = bad.text or f"{getattr(bad, 'callee', '')}(...)"
+            raise InputError(f"{self.where}{at}: {name}: planner does not evaluate {text}")
         if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
             raise InputError(f"{self.where}: {name}: expected {_kinds(kind)} (got {spelled(v)})")
         return v
@@ -68,7 +85,9 @@ class Document:
     def tables(self) -> dict[str, Any]:
         self._known_fields()
         spec = self.need(("model_spec",), Record)
-        flavor = spec.args[0] if spec.args else spec.kwargs.get("flavor")
+        flavor = self._checked(
+            spec.args[0] if spec.args else spec.kwargs.get("flavor"), "config.model_spec", object
+        )
         if spec.callee != "model_registry" or not isinstance(flavor, str) or self.model is None:
             raise InputError(
                 f"{self.where}: config.model_spec: expected torchtitan.models.<model>'s "
@@ -137,7 +156,7 @@ class Document:
         """ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss."""
         loss = self.need(("loss",), Record)
         if loss.callee.endswith("ChunkedLossWrapper.Config"):
-            chunks = loss.kwargs.get("num_chunks", 8)
+            chunks = self.kwarg(loss, "num_chunks", 8, "config.loss.num_chunks")
             if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
                 return chunks
             raise InputError(
@@ -160,11 +179,11 @@ class Document:
         `[torchtitan] float8_experts`, read beside the linear one only); the MoE dispatcher.
         The grouped converter with DeepEP raises at b5bcd76c (components/quantization/
         utils.py:33-64: `torchtitan_float8.DEEPEP_GROUPED`)."""
-        converters = spec.kwargs.get("converters") or []
-        if not isinstance(converters, list):
+        field = "config.model_spec.converters"
+        converters = self.kwarg(spec, "converters", [], field, (list, type(None), Record)) or []
+        if not isinstance(converters, list):  # a call's record: what it builds is not read
             raise InputError(
-                f"{self.where}:{spec.line}: config.model_spec: converters: planner does not "
-                f"evaluate {getattr(converters, 'text', spelled(converters))}"
+                f"{self.where}:{spec.line}: {field}: planner does not evaluate {converters.text}"
             )
         names: list[str] = []
         for conv in converters:
@@ -180,12 +199,13 @@ class Document:
                     f"Float8LinearConverter and Float8GroupedExpertsConverter (got {name})"
                 )
             names.append("float8")
-            recipe = conv.kwargs.get("recipe_name", "rowwise")
+            recipe = self.kwarg(conv, "recipe_name", "rowwise", f"{field}: recipe_name")
             tables.setdefault("quantize", {})["linear"] = {"float8": {"recipe_name": recipe}}
             self._float8_filter(conv)
         if names:
             tables["model"]["converters"] = names
-        backend = spec.kwargs.get("moe_comm_backend") or "standard"
+        backend = self.kwarg(spec, "moe_comm_backend", None, "config.model_spec.moe_comm_backend")
+        backend = backend or "standard"
         if backend not in ("standard", "deepep"):
             raise InputError(
                 f"{self.where}: config.model_spec: moe_comm_backend: planner models torchtitan's "
@@ -205,12 +225,12 @@ class Document:
         without it the gate (a Linear.Config, models/common/moe.py:195, dims multiples of 16) is
         float8 (said). Any other entry is refused (which decoder linears it keeps in bf16 is not
         read)."""
-        fqns = conv.kwargs.get("filter_fqns", [])
         field = "config.model_spec: converters: filter_fqns"
+        fqns = self.kwarg(conv, "filter_fqns", [], field)
         if not isinstance(fqns, list) or not all(isinstance(f, str) for f in fqns):
             raise InputError(
                 f"{self.where}:{conv.line}: {field}: expected a list of module names (got "
-                f"{getattr(fqns, 'text', spelled(fqns))})"
+                f"{spelled(fqns)})"
             )
         other = [f for f in fqns if f not in ("lm_head", "router.gate")]
         if other:
@@ -273,6 +293,11 @@ class Document:
         }
 
     def _checkpointing(self, tables: dict[str, Any]) -> None:
+        """The policy's class is the mode. Of its fields (their names checked as they are set,
+        `torchtitan_module.Reader._known_field`), those that move time or what is saved in a
+        way planner does not model are taken at their defaults only (`AC_UNMODELLED`); the
+        others (preserve_rng_state, determinism_check) change no memory or time the plan
+        holds."""
         ac = self.need(("activation_checkpoint",), (Record, type(None)))
         modes = {"SelectiveAC.Config": "selective", "FullAC.Config": "full"}
         mode = "none" if ac is None else None
@@ -283,7 +308,26 @@ class Document:
                 f"{self.where}: config.activation_checkpoint: planner models None, "
                 f"SelectiveAC.Config() and FullAC.Config() (got {ac.callee if ac else ac})"
             )
+        for key, default in AC_UNMODELLED.items():
+            name = f"config.activation_checkpoint.{key}"
+            given = self.kwarg(ac, key, default, name) if ac is not None else default
+            if given != default:
+                raise InputError(
+                    f"{self.where}: {name}: {spelled(given)}: planner models torchtitan at its "
+                    f"default here ({spelled(default)})"
+                )
         tables["activation_checkpoint"] = {"mode": mode, "selective_ac_option": "op"}
+
+
+AC_UNMODELLED: dict[str, Any] = {
+    "debug": False,
+    "force_recompute_mm_shapes_by_fqns": ["moe.router.gate"],
+}
+"""Activation checkpointing's fields planner takes at b5bcd76c's defaults only
+(distributed/activation_checkpoint.py): `debug` captures debug information ("Will be slower",
+:136-140), SelectiveAC's `force_recompute_mm_shapes_by_fqns` recomputes every matmul of the
+shapes it names (:196-207), where planner's per-op policy keeps every second one
+(`planner.model.gemm_shapes`)."""
 
 
 _DEGREES = (
@@ -294,6 +338,16 @@ _DEGREES = (
     "context_parallel_degree",
     "expert_parallel_degree",
 )
+
+
+def _not_read(v: Any, records: bool) -> Unread | Record | None:
+    """The first part of `v` the reader did not evaluate: an Unread, a Record unless records
+    are expected (`records`: a list of them, the converters), in `v` or in a list it holds."""
+    if isinstance(v, Unread) or (isinstance(v, Record) and not records):
+        return v
+    if isinstance(v, list):
+        return next((b for b in (_not_read(e, records) for e in v) if b is not None), None)
+    return None
 
 
 def _kinds(kind: type | tuple[type, ...]) -> str:
