@@ -324,7 +324,10 @@ def stage_activations(
         arch.mtp_num_layers if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) else 0
     )
     if mtp:
-        layers = per.total(arch.mtp_counts())  # every depth's layers
+        # every depth's layers; block recompute leaves them whole (multi_token_prediction.py
+        # d98e8a64 :1630-1633: "not supported for MTP yet. Skipping recompute")
+        block = layout.recompute == "full" and layout.recompute_method == "block"
+        layers = (per.whole_total if block else per.total)(arch.mtp_counts())
         extra = _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh)
         kept[-1] += layers + mtp * extra
         loss = max(loss, logits)

@@ -39,6 +39,21 @@ def recompute(job: Job, lay: Layout) -> Violation | None:
             f"recompute_method ({lay.recompute_method}) and recompute_num_layers "
             f'({lay.recompute_num_layers}) need recompute = "full" (got "{lay.recompute}")',
         )
+    if (
+        lay.recompute == "full"
+        and lay.recompute_method == "uniform"
+        and lay.recompute_num_layers != 1
+        and job.arch.mtp_num_layers
+        and job.framework == "megatron"
+    ):
+        # the MTP layers' own checkpointing asserts it (multi_token_prediction.py d98e8a64
+        # :1621-1627, "recompute_num_layers must be 1 for MTP recompute"), at the first forward
+        return Violation(
+            "recompute_method",
+            "parallel.recompute_num_layers",
+            f"uniform full recompute of {lay.recompute_num_layers} layers a group with MTP "
+            "layers: Megatron's MTP recompute asserts recompute_num_layers = 1",
+        )
     if lay.recompute != "selective":
         return None
     if "mla_up_proj" in mods and not job.arch.multi_latent_attention:
