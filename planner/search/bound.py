@@ -26,6 +26,7 @@ from planner.model.stage_time import (
     mix_sums,
     rank_mix,
 )
+from planner.search.floor_layers import floor_layers
 from planner.search.fsdp_bound import applies as fsdp_applies
 from planner.search.fsdp_bound import fsdp_exposed
 from planner.search.rank_groups import rank_counts, rank_values
@@ -226,7 +227,7 @@ def _overlap_floors(
     outs: list[tuple[list[float], list[float]]] = [([], []) for _ in overlaps]
     for (counts, heads), times in rank_counts(job, lay, t):
         c = a2a = shared = tp = cp = 0.0
-        for k, n in zip(t.layers, counts, strict=True):
+        for k, n in zip(floor_layers(t), counts, strict=True):
             c += n * (k.fwd + k.bwd)
             a2a += n * k.ep
             shared += n * k.ep_shared

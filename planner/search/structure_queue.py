@@ -28,6 +28,7 @@ from planner.inputs.plan import Job
 from planner.model import comms, cost, memory
 from planner.model.stage_time import a2a_floor, layout_times
 from planner.search.bound import Floors, floors_of, tp_floor_share
+from planner.search.floor_layers import floor_layers
 from planner.search.rank_groups import rank_counts
 from planner.search.rungs import NONE
 from planner.search.space import (
@@ -74,7 +75,7 @@ def structure_floor(job: Job, shape: list[Layout]) -> float:
         c = a2a = shared = tp = cp = 0.0
         heads = ranks = 0
         for (counts, h), times in rank_counts(job, lay, t):
-            for k, n in zip(t.layers, counts, strict=True):
+            for k, n in zip(floor_layers(t), counts, strict=True):
                 c += times * n * (k.fwd + k.bwd)
                 a2a += times * n * k.ep
                 shared += times * n * k.ep_shared

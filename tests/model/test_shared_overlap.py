@@ -28,6 +28,7 @@ from planner.inputs.plan import parse_plan, reframe
 from planner.inputs.units import GIB
 from planner.model import comms, cost, dispatch, layer_time, memory
 from planner.model.layer_time import gpu_of
+from planner.model.stage_time import layout_times
 from planner.search.bound import lower_bound
 from planner.search.rules import violations
 
@@ -124,8 +125,8 @@ def test_the_step_shows_the_hidden_seconds_at_the_sms_share() -> None:
     job, lay = plan.job, plan.require_layout()
     off_lay = lay.with_(moe_shared_expert_overlap=False)
     on, off = cost.estimate(job, lay), cost.estimate(job, off_lay)
-    gpu = gpu_of(job)
-    per_layer = layer_time.layer_time(job, lay, gpu, True).ep_shared
+    # the step's layer (`layout_times`): its window widened by the host's slack (host_floor)
+    per_layer = layout_times(job, lay).layers[-1].ep_shared
     share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     m = 64 // lay.dp  # one micro-batch per data-parallel rank and step
     # pp 1: the one stage runs the 16 MoE layers m times; each hidden second still holds share
