@@ -133,7 +133,7 @@ def read(
         elif launch_files.is_job(text):  # `launch --target k8s`: its containers' words
             launched = launch_files.read_job(text, where)
         else:
-            launched = launch(text, where if files else None, files)
+            launched = launch(text, where if files else None, files, where)
     header_env = planner_environment(text)
     if header_env:  # planner's megatron-args file: its header's environment, as launched
         launched = replace(launched, env={**header_env, **launched.env})
@@ -156,6 +156,9 @@ def read(
         reading = replace(reading, notes=(config.note, *reading.notes))
     if header_env:
         reading = replace(reading, notes=(_environment_note(header_env), *reading.notes))
+    if launched.stopped is not None:  # bash stops there, after what is read (shell_stop)
+        note = f"{launched.stopped}; the commands launched before it are read"
+        reading = replace(reading, notes=(note, *reading.notes))
     return reading
 
 

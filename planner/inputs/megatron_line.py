@@ -59,15 +59,32 @@ class Launch:
     scripts: tuple[tuple[str, ...], ...] = ()
     """Each launched command that runs a Python script, from the script on, in order: where
     there are several, `read_words` picks the one to read."""
+    stopped: str | None = None
+    """Where bash stops before the file's end, after what it launched (`shell_run.Run.stopped`),
+    for a note."""
 
 
-def launch(text: str, path: str | None = None, files: shell_run.Files | None = None) -> Launch:
+def launch(
+    text: str,
+    path: str | None = None,
+    files: shell_run.Files | None = None,
+    where: str | None = None,
+) -> Launch:
     """The script read once (`planner.inputs.shell_run`): `path` its own (its `$0`), `files`
-    what reads the files it sources (none followed without)."""
+    what reads the files it sources (none followed without). Where bash stops before the
+    file's end (`planner.inputs.shell_stop`: a syntax error, `${X:?}`, a loop planner cannot see
+    end) having launched no flags, an error naming the file (`where`) and the line: the file
+    launches nothing there is to read (without `where`, a job's container: `Launch.stopped`)."""
     run = shell_run.commands(text, path, files)
     words = [w for cmd in run.commands for w in _script_args(cmd)]
     if not any(w.startswith("--") for w in words):  # a file of settings (MODEL_ARGS="--...")
         words = _held_flags(run.env) or words
+    stopped = None if run.stopped is None else str(run.stopped)
+    if where is not None and stopped is not None and not any(w.startswith("--") for w in words):
+        raise InputError(
+            f"{where}: {stopped}; nothing with flags is launched before it, so there is no run "
+            "to read"
+        )
     env = {k: v for k, v in run.env.items() if isinstance(v, str)}
     env.update(run.command_env)
     scripts = tuple(
@@ -75,7 +92,7 @@ def launch(text: str, path: str | None = None, files: shell_run.Files | None = N
         for c in run.commands
         if _script_at(c) is not None and not c[0].startswith("-")
     )
-    return Launch(words, env, _world_size(run.commands), scripts)
+    return Launch(words, env, _world_size(run.commands), scripts, stopped)
 
 
 def read_words(launched: Launch, where: str) -> tuple[list[str], str | None]:

@@ -11,6 +11,7 @@ What is not known stays as written (`Scope.blank_unset` aside), one word however
 it holds: an unset variable, a positional parameter outside a function call, `$(command)`,
 backquotes and arithmetic planner does not evaluate (`planner.inputs.shell_arith`) keep their
 `$...` text, so that the reader of the words can say which value the file does not set.
+`${NAME:?message}` on a name the file sets empty raises `shell_stop.Stops`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.inputs import shell_arith
+from planner.inputs import shell_arith, shell_stop
 from planner.inputs.shell_lex import lex
 
 Value = str | list[str]
@@ -302,7 +303,9 @@ def _operator(rest: str, value: Value | None, name: str, run: Scope, whole: str)
         if kind.endswith("+"):
             return "" if empty else one(word, run)
         if empty:
-            if kind.endswith("?"):
+            if kind.endswith("?"):  # bash exits where the file sets the name empty (shell_stop)
+                if value is not None:
+                    raise shell_stop.required(whole, name, one(word, run))
                 return whole
             text = one(word, run)
             if kind.endswith("="):
@@ -353,7 +356,8 @@ def _arith(expr: str, run: Scope, whole: str) -> str:
             return m.group(0)
         return v if m.group(3) is None else f"({v})"
 
-    text = re.sub(rf"\$\{{({_NAME})\}}|\$({_NAME})|(?<![0-9#])\b({_NAME})", value, expr)
+    dollar = rf"\$\{{({_NAME}|[0-9]+|#)\}}|\$({_NAME}|[0-9]|#)"  # $1, $#: a call's arguments
+    text = re.sub(rf"{dollar}|(?<![0-9#])\b({_NAME})", value, expr)
     try:
         return str(shell_arith.evaluate(text))
     except shell_arith.Unknown:

@@ -7,7 +7,12 @@ makes) and the compound commands scripts use: `if` / `elif` / `else`, `case`, `f
 `until` loops, `{ ...; }` and `( ... )` groups, function definitions, and `&&` / `||` / `|`
 chains. What it does not know (arithmetic commands `(( ))`, C-style `for`) it reads as plain
 words, never as an error: the reader of the words (`planner.inputs.shell_run`) decides what
-matters.
+matters. Each node has the line it starts on.
+
+A quote the file never closes (`shell_lex.Token.unclosed`) is bash's syntax error: bash parses
+and runs a script one complete command at a time (up to an unquoted newline), so the commands
+before the one it opens in run, and neither that one (`a; b 'c` runs no `a`) nor any after it
+does. `parse` ends the commands there with an `Unparsed` node.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Simple:
 
     assigns: list[tuple[str, bool, str | list[str]]] = field(default_factory=list)
     words: list[str] = field(default_factory=list)
+    line: int = 0
 
 
 @dataclass
@@ -36,12 +42,14 @@ class If:
     branches: list[tuple[list[Node], list[Node]]]
     """(condition, body) of the `if` and each `elif`."""
     otherwise: list[Node]
+    line: int = 0
 
 
 @dataclass
 class Case:
     word: str
     items: list[tuple[list[str], list[Node]]]
+    line: int = 0
 
 
 @dataclass
@@ -53,17 +61,22 @@ class Loop:
     """A for loop's raw words (None: "$@")."""
     cond: list[Node]
     body: list[Node]
+    line: int = 0
 
 
 @dataclass
 class Group:
     body: list[Node]
+    line: int = 0
+    subshell: bool = False
+    """`( ... )`, run in a subshell (`{ ...; }`: in the shell itself)."""
 
 
 @dataclass
 class Function:
     name: str
     body: list[Node]
+    line: int = 0
 
 
 @dataclass
@@ -72,14 +85,26 @@ class Chain:
 
     parts: list[Node]
     ops: list[str]
+    line: int = 0
+    piped: frozenset[int] = frozenset()
+    """The indices of the parts in a pipeline (`a | b`): each runs in a subshell of its own."""
 
 
-Node = Simple | If | Case | Loop | Group | Function | Chain
+@dataclass
+class Unparsed:
+    """Where bash's syntax error stops the script: a quote opened on `line` and never closed,
+    bash looking for `closes` to the end of the file (module docstring)."""
+
+    line: int
+    closes: str
+
+
+Node = Simple | If | Case | Loop | Group | Function | Chain | Unparsed
 
 
 def parse(text: str) -> list[Node]:
-    """The script's commands, in order."""
-    return _Parser(lex(text)).commands(frozenset())
+    """The script's commands, in order (ending with an `Unparsed` node at a syntax error)."""
+    return _Parser(lex(text)).script()
 
 
 class _Parser:
@@ -99,9 +124,34 @@ class _Parser:
         t = self.peek()
         return t is not None and not t.op and t.array is None and t.text in words
 
-    def skip_separators(self) -> None:
+    def skip_separators(self) -> bool:
+        """Past `;`, `&` and newlines; whether a newline was among them."""
+        newline = False
         while (t := self.peek()) is not None and t.op and t.text in ("\n", ";", "&"):
+            newline |= t.text == "\n"
             self.i += 1
+        return newline
+
+    def script(self) -> list[Node]:
+        """The top-level commands; at an unclosed quote, those of the complete command it is in
+        (from the last newline between commands) dropped and an `Unparsed` node in their place
+        (module docstring)."""
+        out: list[Node] = []
+        unit = 0  # where the complete command being read starts in `out`
+        last = self.toks[-1] if self.toks else None
+        unclosed = last if last is not None and last.unclosed is not None else None
+        while True:
+            if self.skip_separators():
+                unit = len(out)
+            t = self.peek()
+            if unclosed is not None and (t is None or t is unclosed):
+                del out[unit:]
+                return [*out, Unparsed(unclosed.line, unclosed.unclosed or "")]
+            if t is None or (t.op and t.text in (")", ";;")):
+                return out
+            node = self.chain(frozenset())
+            if node is not None:
+                out.append(node)
 
     def commands(self, stop: frozenset[str]) -> list[Node]:
         """Commands up to a word of `stop` in command position (or a `)` / `;;`)."""
@@ -118,6 +168,7 @@ class _Parser:
     def chain(self, stop: frozenset[str]) -> Node | None:
         parts: list[Node] = []
         ops: list[str] = []
+        piped: set[int] = set()
         while True:
             node = self.command(stop)
             if node is not None:
@@ -129,14 +180,26 @@ class _Parser:
                     self.i += 1
                 if node is not None:
                     ops.append("&&" if t.text == "|" else t.text)
+                    piped |= {len(parts) - 1, len(parts)} if t.text == "|" else set()
                 continue
             break
         if not parts:
             self.i += 1 if self.peek() is not None and not self.at_word(*stop) else 0
             return None
-        return parts[0] if len(parts) == 1 else Chain(parts, ops[: len(parts) - 1])
+        if len(parts) == 1:
+            return parts[0]
+        n = len(parts)
+        return Chain(parts, ops[: n - 1], parts[0].line, frozenset(k for k in piped if k < n))
 
     def command(self, stop: frozenset[str]) -> Node | None:
+        """The command at the next token, its `line` that token's."""
+        t = self.peek()
+        node = self._command(stop)
+        if node is not None and t is not None and not isinstance(node, Unparsed):
+            node.line = t.line
+        return node
+
+    def _command(self, stop: frozenset[str]) -> Node | None:
         t = self.peek()
         if t is None or self.at_word(*stop):
             return None
@@ -145,7 +208,7 @@ class _Parser:
                 self.i += 1
                 body = self.commands(frozenset())
                 self._expect_op(")")
-                return Group(body)
+                return Group(body, subshell=True)
             return None
         if t.array is None:
             if t.text == "if":

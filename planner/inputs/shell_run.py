@@ -11,7 +11,11 @@ after such tests; functions, called with their arguments; `bash -c "..."` string
 every item, the commands launched from their first item's pass alone; a name the file assigns
 on a path it does not take expands to nothing, as in bash (`Scope.assigned`). A condition on
 what cannot be known (`$(command)`, a file test) takes its first branch (`if`: the `then`
-branch; `case`: the `*` pattern where there is one); `while` / `until` bodies run once.
+branch; `case`: the `*` pattern where there is one); `while` / `until` loops run while their
+condition is known to hold (`shift` and `unset` followed), once where it is not known or a
+`break` / `return` is in them. Where bash stops before the file's end (a syntax error, `${X:?}`
+on a name the file sets empty, a loop or a recursion planner cannot see end:
+`planner.inputs.shell_stop`), the read stops there too (`Run.stopped`), with what ran before.
 
 Collected: every simple command's words but those of `echo`, `printf` and the shell's and
 coreutils' own commands (`NOT_LAUNCHES`): `torchrun ...`, `python pretrain_gpt.py ...`,
@@ -26,7 +30,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.inputs.shell_expand import Scope, Value, expand_all, one
+from planner.inputs import shell_stop
+from planner.inputs.shell_cond import evaluate
+from planner.inputs.shell_expand import Scope, expand_all, one
+from planner.inputs.shell_expand import Value as Value
 from planner.inputs.shell_parse import (
     DECLARES,
     Case,
@@ -37,8 +44,12 @@ from planner.inputs.shell_parse import (
     Loop,
     Node,
     Simple,
+    Unparsed,
     parse,
 )
+from planner.inputs.shell_stop import Stopped, Stops
+from planner.inputs.shell_vars import MAX_VALUE_CHARS as MAX_VALUE_CHARS
+from planner.inputs.shell_vars import assign, shift, unset
 
 NOT_LAUNCHES = frozenset(
     {"echo", "printf", "cd", "pushd", "popd", "mkdir", "rm", "cp", "mv", "ln", "touch", "cat"}
@@ -48,6 +59,7 @@ NOT_LAUNCHES = frozenset(
     | {"wc", "find", "basename", "dirname", "realpath", "readlink", "ulimit", "umask", "alias"}
     | {"shopt", "let", "nvidia-smi", "scontrol", "sinfo", "squeue", "wget", "curl", "git", "pip"}
     | {"pip3", "tar", "kill", "pkill", "ps", "which", "type", "command", "getopts", "mapfile"}
+    | {"break", "continue"}
 )
 """Commands that launch no training: their words are not collected."""
 
@@ -55,7 +67,7 @@ WRAPPERS = frozenset({"exec", "time", "nohup", "builtin"})
 """Words that run the rest of the command as the command."""
 
 MAX_CALL_DEPTH = 16
-"""Nested function calls followed (a recursive script stops there)."""
+"""Nested function calls followed (a recursive script stops there: `shell_stop.recursion`)."""
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
@@ -75,6 +87,8 @@ class Run(Scope):
     files: Files | None = None
     """Reads a file `source` / `.` names (its text, None where there is none to read); None:
     sourced files are not followed."""
+    stopped: Stopped | None = None
+    """Where bash stops before the file's end, and what it does there (`shell_stop`)."""
 
 
 Files = Callable[[str], str | None]
@@ -86,7 +100,10 @@ def commands(text: str, script: str | None = None, files: Files | None = None) -
     (`$0`), `files` what reads the files it sources."""
     nodes = parse(text)
     run = Run(script=script, files=files, assigned=assigned_names(nodes))
-    _block(nodes, run)
+    try:
+        _block(nodes, run)
+    except Stops as stop:
+        run.stopped = Stopped(stop.line or 0, stop.file, stop.what)
     return run
 
 
@@ -122,19 +139,37 @@ def _block(nodes: list[Node], run: Run) -> bool | None:
     unknown)."""
     status: bool | None = True
     for node in nodes:
-        status = _node(node, run)
+        try:
+            status = _node(node, run)
+        except Stops as stop:  # the line: the innermost command's
+            stop.line = node.line if stop.line is None else stop.line
+            raise
     return status
+
+
+def _subshell(nodes: list[Node], run: Run) -> bool | None:
+    """The nodes run in a subshell: where it exits (`shell_stop`), the script goes on."""
+    try:
+        return _block(nodes, run)
+    except Stops as stop:
+        if stop.hangs:
+            raise
+        return False
 
 
 def _node(node: Node, run: Run) -> bool | None:
     if isinstance(node, Simple):
         return _simple(node, run)
+    if isinstance(node, Unparsed):
+        stop = shell_stop.unclosed(node.closes)
+        stop.line = node.line
+        raise stop
     if isinstance(node, Chain):
-        status = _node(node.parts[0], run)
-        for op, part in zip(node.ops, node.parts[1:], strict=False):
+        status = _subshell(node.parts[:1], run) if 0 in node.piped else _node(node.parts[0], run)
+        for k, (op, part) in enumerate(zip(node.ops, node.parts[1:], strict=False), 1):
             if (op == "&&" and status is False) or (op == "||" and status is True):
                 continue
-            status = _node(part, run)
+            status = _subshell([part], run) if k in node.piped else _node(part, run)
         return status
     if isinstance(node, If):
         for cond, body in node.branches:
@@ -147,7 +182,7 @@ def _node(node: Node, run: Run) -> bool | None:
     if isinstance(node, Loop):
         return _loop(node, run)
     if isinstance(node, Group):
-        return _block(node.body, run)
+        return _subshell(node.body, run) if node.subshell else _block(node.body, run)
     if isinstance(node, Function):
         run.functions[node.name] = node.body
         return True
@@ -188,9 +223,9 @@ def _loop(node: Loop, run: Run) -> bool | None:
     """A `for` loop's body run for each item (up to MAX_LOOP_ITEMS: what it assigns accumulates
     as bash has it, `ARGS="$ARGS --$kv"`), the commands it launches collected from its first
     item's pass alone (a sweep that launches a run per item is read as its first run); a `while`
-    / `until` body once, where its condition is not false."""
+    / `until` loop by `_while`."""
     if node.kind not in ("for", "select"):
-        return True if _block(node.cond, run) is False else _block(node.body, run)
+        return _while(node, run)
     items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
     status: bool | None = True
     for k, item in enumerate(items[:MAX_LOOP_ITEMS]):
@@ -206,9 +241,36 @@ def _loop(node: Loop, run: Run) -> bool | None:
     return status
 
 
+def _while(node: Loop, run: Run) -> bool | None:
+    """A `while` / `until` loop run pass by pass while its condition is known to hold (the
+    commands launched from its first pass alone, as a `for` loop's); one pass where the
+    condition is not known or a `break` / `return` may end it (`shell_stop.breaks_out`).
+    Still holding after MAX_LOOP_ITEMS passes (or past MAX_LOOP_PASSES): `shell_stop.endless`."""
+    ends = node.kind == "until"  # the condition's status that ends the loop
+    may_break = shell_stop.breaks_out([*node.cond, *node.body])
+    status: bool | None = True
+    for k in range(MAX_LOOP_ITEMS + 1):
+        launched, env = len(run.commands), dict(run.command_env)
+        try:
+            cond = _block(node.cond, run)
+            if cond is ends or (k and cond is None):
+                return status
+            if k and (k == MAX_LOOP_ITEMS or run.passes >= MAX_LOOP_PASSES):
+                raise shell_stop.endless(node.kind, k)
+            run.passes += 1
+            status = _block(node.body, run)
+        finally:
+            if k:  # the first pass's commands alone
+                del run.commands[launched:]
+                run.command_env = env
+        if cond is None or may_break:
+            return status
+    return status
+
+
 def _simple(node: Simple, run: Run) -> bool | None:
     if node.words and node.words[0] in ("[", "[[", "test"):
-        return _test(_blank(node.words[1:], run))
+        return evaluate(_blank(node.words[1:], run))
     words = expand_all(node.words, run)
     while words and words[0] in WRAPPERS:
         words = words[1:]
@@ -220,7 +282,7 @@ def _simple(node: Simple, run: Run) -> bool | None:
             words = words[1:]
     if not words or os.path.basename(words[0]) in DECLARES:
         for name, append, value in node.assigns:
-            _assign(run, name, append, value)
+            assign(run, name, append, value)
         return True
     for name, _, value in node.assigns:  # the command's own environment
         if isinstance(value, str):
@@ -230,11 +292,15 @@ def _simple(node: Simple, run: Run) -> bool | None:
 
 def _command(words: list[str], run: Run) -> bool | None:
     name = os.path.basename(words[0])
-    if name == "true":
+    if name in ("true", ":"):
         return True
     if name == "false":
         return False
-    if words[0] in run.functions and run.depth < MAX_CALL_DEPTH:
+    if name in ("shift", "unset"):
+        return shift(words, run) if name == "shift" else unset(words, run, run.functions)
+    if words[0] in run.functions:
+        if run.depth >= MAX_CALL_DEPTH:
+            raise shell_stop.recursion(words[0], run.depth)
         saved, run.args = run.args, words[1:]
         run.depth += 1
         try:
@@ -244,9 +310,7 @@ def _command(words: list[str], run: Run) -> bool | None:
     if name in ("source", ".") and len(words) > 1:
         return _source(words[1], words[2:], run)
     if name == "eval":
-        nested = commands(" ".join(words[1:]))
-        run.commands += nested.commands
-        return None
+        return _eval(words[1:], run)
     if name in NOT_LAUNCHES:
         return None
     for i, w in enumerate(words[:-1]):  # bash -c "...": the string is the script
@@ -264,9 +328,14 @@ def _command(words: list[str], run: Run) -> bool | None:
                 script=words[i + 3] if i + 3 < len(words) else w,
             )
             inner.assigned = run.assigned | assigned_names(nodes)
-            _block(nodes, inner)
-            run.commands += inner.commands
-            run.command_env.update(inner.command_env)
+            try:  # a shell of its own: where it exits, this one goes on (a loop holds both)
+                _subshell(nodes, inner)
+            except Stops as stop:
+                stop.line = stop.file = None  # the line of the `bash -c` command
+                raise
+            finally:
+                run.commands += inner.commands
+                run.command_env.update(inner.command_env)
             return None
     run.commands.append(words)
     return None
@@ -287,80 +356,27 @@ def _source(path: str, args: list[str], run: Run) -> bool | None:
     run.assigned |= assigned_names(nodes)
     try:
         return _block(nodes, run)
+    except Stops as stop:  # a syntax error ends the sourced file alone (bash: status 2)
+        if stop.syntax:
+            return False
+        stop.file = path if stop.file is None else stop.file
+        raise
     finally:
         (run.script, run.args), run.depth = saved, run.depth - 1
 
 
-MAX_VALUE_CHARS = 1 << 16
-"""The most characters a variable's value (an array's, all its elements) holds: past it the
-value is not known, kept as the variable's own `${NAME}` text as an unset one is. No Megatron
-setting is that long, and a value that keeps its unset parts' text can double with each line
-(`a=${a}${a}`: a fuzzer's 30 lines took 25 s and gigabytes)."""
-
-
-def _assign(run: Run, name: str, append: bool, value: Value) -> None:
-    if isinstance(value, list):
-        elements = expand_all(value, run)
-        old = run.env.get(name)
-        base = (old if isinstance(old, list) else [old]) if append and old is not None else []
-        _set(run, name, base + elements)
-        return
-    text = one(value, run)
-    old = run.env.get(name)
-    if append and isinstance(old, list):
-        _set(run, name, [*old, text])
-    elif append and isinstance(old, str):
-        _set(run, name, old + text)
-    else:
-        _set(run, name, text)
-
-
-def _set(run: Run, name: str, value: Value) -> None:
-    """The variable set, or not known where its value passes MAX_VALUE_CHARS."""
-    size = len(value) if isinstance(value, str) else sum(map(len, value))
-    run.env[name] = value if size <= MAX_VALUE_CHARS else f"${{{name}}}"
-
-
-# --- tests ([ ], [[ ]], test)
-
-
-def _test(args: list[str]) -> bool | None:
-    """A test of known values; None where any operand is not known."""
-    args = [a for a in args if a not in ("]", "]]")]
-    if any("$" in a or "`" in a for a in args):
-        return None
-    for op in ("||", "-o"):
-        if op in args:
-            i = args.index(op)
-            a, b = _test(args[:i]), _test(args[i + 1 :])
-            return True if a or b else None if a is None or b is None else False
-    for op in ("&&", "-a"):
-        if op in args and args.index(op) > 0:
-            i = args.index(op)
-            a, b = _test(args[:i]), _test(args[i + 1 :])
-            return False if a is False or b is False else None if a is None or b is None else True
-    if args and args[0] == "!":
-        inner = _test(args[1:])
-        return None if inner is None else not inner
-    if len(args) == 1:
-        return args[0] != ""
-    if len(args) == 2 and args[0] in ("-z", "-n"):
-        return (args[1] == "") == (args[0] == "-z")
-    if len(args) == 3:
-        return _binary(*args)
-    return None
-
-
-def _binary(a: str, op: str, b: str) -> bool | None:
-    if op in ("=", "=="):
-        return fnmatch.fnmatchcase(a, b)
-    if op == "!=":
-        return not fnmatch.fnmatchcase(a, b)
-    ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__}
-    ints |= {"-gt": int.__gt__, "-ge": int.__ge__}
-    if op in ints:
-        try:
-            return bool(ints[op](int(a), int(b)))
-        except ValueError:
-            return None
+def _eval(words: list[str], run: Run) -> bool | None:
+    """`eval WORDS`: their commands collected (read in a scope of their own); a syntax error
+    ends the string alone, as in bash (`shell_stop`)."""
+    nodes = parse(" ".join(words))
+    nested = Run(assigned=assigned_names(nodes))
+    try:
+        _block(nodes, nested)
+    except Stops as stop:
+        if not stop.syntax:
+            stop.line = None  # the line of the `eval` command
+            raise
+        return False
+    finally:
+        run.commands += nested.commands
     return None
