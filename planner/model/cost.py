@@ -226,8 +226,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
             dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
             link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))
 
-    # the schedule's closed form (planner.model.schedule: 1F1B / interleaved, torchtitan's others)
-    bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp)
+    # the schedule's bubble (planner.model.schedule: 1F1B / interleaved, torchtitan's others;
+    # the V schedules' from torch's order at this m, planner.model.v_bubble)
+    bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp, m)
     flush = flush_exposed(drain, stages, lay.vpp)
     bubble += flush
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)

@@ -44,7 +44,7 @@ gradient GEMM has the dgrad GEMM's three dimensions (layer_time: backward = 2 x 
 the GEMMs dominate.
 
 ZBVZeroBubble and DualPipeV are priced from torch's own order (`planner.model.v_bubble`: the
-longest path through each class's actions, exact for equal stages), not from their papers'
+longest path through each class's actions at the step's m, exact), not from their papers'
 formulas: ZB-V's (p-1)(F+B-3W)/2 is 0 at F = I = W, where torch's order idles p - 1 chunk
 forwards."""
 
@@ -81,8 +81,10 @@ BUBBLE_TEXT: dict[str, str] = {
     "LoopedBFS": "(p-1)(F+B)/v",
     "InterleavedZeroBubble": "(p-1)(F+B-2W)/v",
     "ZBVZeroBubble": "max(max(F,I)+(p-2)W, (p-1)(I+X), (2p-3)F-(p-2)I+(p-1)X+Y)/2 "
-    "(I = B-W, X = max(I-2W,0), Y = max(F-I-W,0))",
-    "DualPipeV": "(max((p-2)F+(p-1)I, 2(p-1)F)+(p-1)max(I-W,0))/2 (I = B-W)",
+    "(I = B-W, X = max(I-2W,0), Y = max(F-I-W,0); uneven stages: the longest path through "
+    "torch's order)",
+    "DualPipeV": "(max((p-2)F+(p-1)I, 2(p-1)F)+(p-1)max(I-W,0))/2 (I = B-W; uneven stages: the "
+    "longest path through torch's order)",
 }
 """Each schedule's bubble with equal stages, as `explain` prints it."""
 
@@ -108,15 +110,17 @@ def schedule_bubble(
     stages: Sequence[tuple[float, float]],
     recompute: Sequence[float],
     vpp: int = 1,
+    m: int | None = None,
 ) -> float:
     """Bubble seconds of one step of schedule `name` (module docstring), from each stage's
     (forward, backward) seconds per micro-batch and the recompute inside that backward; 1F1B and
-    interleaved 1F1B give `pipeline_time`'s bubble."""
+    interleaved 1F1B give `pipeline_time`'s bubble. m, the micro-batches, only the V schedules
+    read (uneven stages' bubble depends on it; None: its limit, `v_bubble.v_bubble`)."""
     weights = [
         WGRAD_SHARE * max(bwd - rec, 0.0) for (_, bwd), rec in zip(stages, recompute, strict=True)
     ]
     if name in V_BUBBLES:
-        return v_bubble(name, stages, weights)
+        return v_bubble(name, stages, weights, m)
     a, b, w, d = BUBBLE_TERMS[name]
     g = [max(a * f + b * bwd + w * wt, 0.0) for (f, bwd), wt in zip(stages, weights, strict=True)]
     return (sum(g) - max(g)) / (vpp if d is None else d)

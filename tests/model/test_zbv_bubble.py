@@ -117,13 +117,12 @@ def test_the_eight_detours(pp: int) -> None:
             assert all(sum(map(int.__mul__, v, x)) <= best for v in paths)
 
 
-def test_uneven_stages_within_the_measured_gap() -> None:
-    """Uneven stages price the mean of the stages but the slowest. On these draws (rank 0, which
-    holds the embedding and the output layer, up to 40% slower, the others within 3%) the price
-    is never below the simulation (0.1% of the step allowed), and at most 10.5% of the step above
-    it (a slower rank 0 absorbs the others' fill, and its own starts at once)."""
+def test_uneven_stages_match_the_simulation() -> None:
+    """Uneven stages at the step's m (v_paths, tests/model/test_v_paths.py): rank 0, which holds
+    the embedding and the output layer, up to 40% slower, the others within 3%. The mean of the
+    stages but the slowest, priced before, was up to 10.5% of the step above the simulation on
+    these draws (a slower rank 0 absorbs the others' fill, and its own starts at once)."""
     rng = random.Random(5)
-    worst = [0.0, 0.0]
     for _ in range(150):
         pp = rng.randint(2, 8)
         m = rng.randint(2 * pp - 1, 4 * pp + 3)
@@ -134,12 +133,6 @@ def test_uneven_stages_within_the_measured_gap() -> None:
         fwd = [2 * f * x for x in u]
         bwd = [2 * (i + w) * x for x in u]
         wgt = [2 * w * x for x in u]
-        step = simulated(pp, m, fwd, bwd, wgt) + m * max(
-            a + b for a, b in zip(fwd, bwd, strict=True)
-        )
         rec = [b - 2 * x for b, x in zip(bwd, wgt, strict=True)]
-        gap = schedule_bubble(ZBV, list(zip(fwd, bwd, strict=True)), rec, 2) - simulated(
-            pp, m, fwd, bwd, wgt
-        )
-        worst = [min(worst[0], gap / step), max(worst[1], gap / step)]
-    assert worst[0] >= -0.001 and worst[1] <= 0.11, worst
+        got = schedule_bubble(ZBV, list(zip(fwd, bwd, strict=True)), rec, 2, m)
+        assert got == pytest.approx(simulated(pp, m, fwd, bwd, wgt), abs=1e-9), (pp, m)
