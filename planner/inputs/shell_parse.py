@@ -18,6 +18,7 @@ does. `parse` ends the commands there with an `Unparsed` node.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from planner.inputs.shell_lex import NAME_ASSIGN, Token, lex
@@ -100,6 +101,26 @@ class Unparsed:
 
 
 Node = Simple | If | Case | Loop | Group | Function | Chain | Unparsed
+
+
+def walk(nodes: list[Node]) -> Iterator[Node]:
+    """Every node of `nodes` and, at any depth, of their bodies, conditions and branches (in no
+    set order): what a script holds on any path, functions' bodies included."""
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Chain):
+            stack += node.parts
+        elif isinstance(node, If):
+            stack += [n for cond, body in node.branches for n in (*cond, *body)]
+            stack += node.otherwise
+        elif isinstance(node, Case):
+            stack += [n for _, body in node.items for n in body]
+        elif isinstance(node, Loop):
+            stack += [*node.cond, *node.body]
+        elif isinstance(node, Group | Function):
+            stack += node.body
 
 
 def parse(text: str) -> list[Node]:

@@ -46,6 +46,7 @@ from planner.inputs.shell_parse import (
     Simple,
     Unparsed,
     parse,
+    walk,
 )
 from planner.inputs.shell_stop import Stopped, Stops
 from planner.inputs.shell_vars import MAX_VALUE_CHARS as MAX_VALUE_CHARS
@@ -113,24 +114,11 @@ def assigned_names(nodes: list[Node]) -> frozenset[str]:
     (`Scope.assigned`). `read` and `mapfile` targets are not among them: what they hold is not
     known, not empty."""
     out: set[str] = set()
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
+    for node in walk(nodes):
         if isinstance(node, Simple):
             out.update(name for name, _, _ in node.assigns)
-        elif isinstance(node, Chain):
-            stack += node.parts
-        elif isinstance(node, If):
-            stack += [n for cond, body in node.branches for n in (*cond, *body)]
-            stack += node.otherwise
-        elif isinstance(node, Case):
-            stack += [n for _, body in node.items for n in body]
-        elif isinstance(node, Loop):
-            if node.kind in ("for", "select"):
-                out.add(node.var)
-            stack += [*node.cond, *node.body]
-        elif isinstance(node, Group | Function):
-            stack += node.body
+        elif isinstance(node, Loop) and node.kind in ("for", "select"):
+            out.add(node.var)
     return frozenset(out)
 
 

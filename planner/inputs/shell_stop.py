@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.shell_parse import Case, Chain, Function, Group, If, Loop, Node, Simple
+from planner.inputs.shell_parse import Node, Simple, walk
 
 
 class Stops(Exception):
@@ -97,21 +97,6 @@ def recursion(name: str, depth: int) -> Stops:
 def breaks_out(nodes: list[Node]) -> bool:
     """Whether a `break` or a `return` is among the nodes' commands, at any depth: a loop that
     holds one may end whatever its condition (planner does not follow which pass reaches it)."""
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Simple):
-            if node.words[:1] in (["break"], ["return"]):
-                return True
-        elif isinstance(node, Chain):
-            stack += node.parts
-        elif isinstance(node, If):
-            stack += [n for cond, body in node.branches for n in (*cond, *body)]
-            stack += node.otherwise
-        elif isinstance(node, Case):
-            stack += [n for _, body in node.items for n in body]
-        elif isinstance(node, Loop):
-            stack += [*node.cond, *node.body]
-        elif isinstance(node, Group | Function):
-            stack += node.body
-    return False
+    return any(
+        isinstance(n, Simple) and n.words[:1] in (["break"], ["return"]) for n in walk(nodes)
+    )
