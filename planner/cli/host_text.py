@@ -3,6 +3,8 @@ process pins for offloading against its share of the node's host memory."""
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 from planner.cli.render import gib, over
 from planner.inputs.plan import Job
 from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
@@ -10,8 +12,8 @@ from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
 
 def host_line(job: Job, host: HostMemory) -> str | None:
     """One line (rich markup) where the plan offloads anything: the pinned host bytes a GPU,
-    their parts, the budget and, where it is over, by how much; None where nothing is
-    offloaded."""
+    their parts, the budget and, where it is over, by how much (on pools, the pool with the
+    least headroom: `HostMemory.pool`); None where nothing is offloaded."""
     if host.total <= 0:
         return None
     parts = [
@@ -20,10 +22,13 @@ def host_line(job: Job, host: HostMemory) -> str | None:
         if b > 0
     ]
     share = f"{gib(host.share)} GiB a GPU's share of its node's host memory"
+    if host.pool:
+        share += f" in pool {host.pool!r}"
     if host.assumed:
+        where = escape(f"[[cluster.pools]] {host.pool!r}" if host.pool else "[cluster]")
         share += (
-            f" (assumed: {job.cluster.gpu.name} has no host memory in the catalog; set "
-            "[cluster] host_memory_gib_per_node)"
+            f" (assumed: {host.gpu or job.cluster.gpu.name} has no host memory in the catalog; "
+            f"set {where} host_memory_gib_per_node)"
         )
     budget = (
         f"{gib(host.capacity)} GiB usable ({share}, less {HOST_RESERVED_GIB_PER_GPU:g} GiB "

@@ -25,19 +25,24 @@ shape most offloaded tensors share.
 
 Capacity: the GPU's share of its node's host memory (`ClusterSpec.host_gib_per_gpu`: the plan's
 `host_memory_gib_per_node`, else the catalog's), else ASSUMED_GIB_PER_GPU, less
-HOST_RESERVED_GIB_PER_GPU for what every rank's process holds besides. Not counted: the staging
+HOST_RESERVED_GIB_PER_GPU for what every rank's process holds besides. On heterogeneous pools
+(`planner.model.pools`) each pool's stages are judged against that pool's nodes, as their GPU
+memory is (`memory.estimate`): the busiest of its own ranks against its own share, every pool
+running every stage where the data-parallel replicas span the pools (`pools.replica_views`);
+the pool with the least headroom is reported (`HostMemory.pool`). Not counted: the staging
 copies of checkpoint saves, the data loader's workers beyond the reserve, Megatron's paged-stash
 host buffers (moe_paged_stash_buffer_size_factor_cpu)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import fp32
+from planner.model import fp32, pools
 from planner.model.fine_offload import offloaded_bytes, offloading_layers
 from planner.model.in_flight import schedule_peak
 from planner.model.rank_states import state_bytes_per_param
@@ -75,6 +80,11 @@ class HostMemory:
     """The GPU's share of its node's host memory, bytes."""
     assumed: bool
     """Whether `share` is ASSUMED_GIB_PER_GPU (neither the plan nor the catalog gives it)."""
+    pool: str = ""
+    """On pools, the pool whose stages have the least headroom (the figures above are its);
+    "" on one kind of GPU."""
+    gpu: str = ""
+    """That pool's GPU ("" on one kind of GPU: the cluster's)."""
 
     @property
     def total(self) -> float:
@@ -126,14 +136,17 @@ def _roundup(job: Job, sh: Shard) -> float:
     return pinned_roundup(nbytes / sh.tp if sh.sequence_parallel else nbytes)
 
 
-def activation_bytes(job: Job, layout: Layout) -> float:
-    """Host bytes of offloaded activations on the busiest GPU (module docstring)."""
+def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
+    """Host bytes of offloaded activations on the busiest GPU (module docstring), of the
+    pipeline ranks `only` where given (one pool's)."""
     k, mods = layout.cpu_offloading_num_layers, frozenset(layout.offload_modules)
     if k <= 0 and not mods:
         return 0.0
     arch, sh = job.arch, shard(job, layout)
     ranks = layout.chunk_layers(arch.num_layers)
     if k > 0:  # pp 1 (rules.features): one rank, one chunk, one micro-batch at a time
+        if only is not None and 0 not in only:
+            return 0.0
         chunk = ranks[0][0]
         first = range(chunk.start, chunk.start + min(k, len(chunk) - 1))
         host = per_layer(arch, sh).total(arch.kind_counts((first,)))
@@ -144,6 +157,8 @@ def activation_bytes(job: Job, layout: Layout) -> float:
     name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
     for rank, chunks in enumerate(ranks):
+        if only is not None and rank not in only:
+            continue
         per_chunk = tuple(
             f * sum(n * b for n, b in zip(counts, each, strict=True))
             for counts in offloading_layers(arch, layout, sh, chunks)
@@ -155,9 +170,10 @@ def activation_bytes(job: Job, layout: Layout) -> float:
     return peak * _roundup(job, sh)
 
 
-def optimizer_bytes(job: Job, layout: Layout) -> float:
-    """Host bytes of the CPU-offloaded optimizer on the busiest GPU: HOST_OPTIMIZER_BYTES per
-    parameter of the offloaded fraction of its distributed-optimizer shard."""
+def optimizer_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
+    """Host bytes of the CPU-offloaded optimizer on the busiest GPU (of the pipeline ranks
+    `only` where given): HOST_OPTIMIZER_BYTES per parameter of the offloaded fraction of its
+    distributed-optimizer shard."""
     f = job.optimizer_offload_fraction
     if f <= 0 or job.frozen_model:
         return 0.0
@@ -166,6 +182,8 @@ def optimizer_bytes(job: Job, layout: Layout) -> float:
     expert_share = state_bytes_per_param(z, 0.0, max(layout.expert_dp // n, 1), 1.0)[2]
     most = 0.0
     for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
+        if only is not None and rank not in only:
+            continue
         dense, expert = stage_params(job, layout, rank, chunks)
         most = max(most, dense * dense_share + expert * expert_share)
     return HOST_OPTIMIZER_BYTES * f * most
@@ -174,11 +192,52 @@ def optimizer_bytes(job: Job, layout: Layout) -> float:
 def activation_budget(job: Job, layout: Layout) -> float:
     """Host bytes a GPU may pin for offloaded activations under the layout's ZeRO stage: the
     capacity less the offloaded optimizer's share (negative where that alone is over); what the
-    search holds each memory saver's `activation_bytes` to."""
-    return usable_bytes(share_bytes(job)[0]) - optimizer_bytes(job, layout)
+    one-kind search (`planner.search.variants`) holds each memory saver's `activation_bytes` to.
+    On pools, where stages' budgets differ, the least of them (a bound: `estimate` judges)."""
+    return min(
+        usable_bytes(share_bytes(j)[0]) - optimizer_bytes(j, lay, only)
+        for j, lay, only, _ in _stage_groups(job, layout)
+    )
+
+
+_Group = tuple[Job, Layout, frozenset[int] | None, str]
+
+
+def _stage_groups(job: Job, layout: Layout) -> list[_Group]:
+    """(job, layout, its pipeline ranks or None for all, pool name) of each group of stages that
+    shares one host: on one kind of GPU the whole pipeline; on pools each pool's ranks with the
+    pool's job (`pools.rank_pools`), or every stage on each pool's replicas (`replica_views`,
+    equal pools once)."""
+    if not job.pools:
+        return [(job, layout, None, "")]
+    views = pools.replica_views(job, layout)
+    if views:
+        out: list[_Group] = []
+        seen: set[int] = set()
+        for (j, lay), pool in zip(views, job.pools, strict=True):
+            if id(j) not in seen:
+                seen.add(id(j))
+                out.append((j, lay, None, pool.name))
+        return out
+    owners = pools.rank_pools(job, layout)
+    return [
+        (
+            pools.pool_job(job, k),
+            layout,
+            frozenset(r for r, o in enumerate(owners) if o == k),
+            p.name,
+        )
+        for k, p in enumerate(job.pools)
+    ]
 
 
 def estimate(job: Job, layout: Layout) -> HostMemory:
-    """The plan's host memory per GPU against its budget."""
-    share, assumed = share_bytes(job)
-    return HostMemory(activation_bytes(job, layout), optimizer_bytes(job, layout), share, assumed)
+    """The plan's host memory per GPU against its budget; on pools the pool with the least
+    headroom (module docstring)."""
+    out = []
+    for j, lay, only, name in _stage_groups(job, layout):
+        share, assumed = share_bytes(j)
+        acts, opt = activation_bytes(j, lay, only), optimizer_bytes(j, lay, only)
+        gpu = j.cluster.gpu.name if name else ""
+        out.append(HostMemory(acts, opt, share, assumed, name, gpu))
+    return max(out, key=lambda h: h.shortfall)
