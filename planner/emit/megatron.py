@@ -13,8 +13,10 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
 - Precision: `--fp8-format` with `--fp8-recipe` always (Megatron's default recipe is delayed);
   MXFP8 with `--fp8-param-gather` gathers in the gradient buffer
   (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); NVFP4 is
-  `--fp4-format e2m1 --fp4-recipe nvfp4` (with `--fp4-param-gather`); the optimizer's flags
-  (bf16 moments, the CPU-offloaded optimizer, Muon) are `planner.emit.megatron_optimizer`'s.
+  `--fp4-format e2m1 --fp4-recipe nvfp4` (with `--fp4-param-gather` where the plan gathers NVFP4
+  parameters, ZeRO >= 1: at ZeRO 0 the plan keeps bf16 weights, `FP4_PARAM_GATHER_NOTE`); the
+  optimizer's flags (bf16 moments, the CPU-offloaded optimizer, Muon) are
+  `planner.emit.megatron_optimizer`'s.
 - Pipeline split: `planner.emit.megatron_pipeline` (layers per virtual stage, first/last
   counts, or the layout string).
 - `--max-position-embeddings` is required and must be >= `--seq-length`: max of the two for
@@ -196,7 +198,7 @@ def training_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-mlp-glu-interleave-size", "32"))
     if job.precision == "fp4":
         a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
-        if job.fp4_param_gather:
+        if job.fp4_param_gather and lay.zero_stage >= 1:  # at ZeRO 0: FP4_PARAM_GATHER_NOTE
             a.append(("--fp4-param-gather",))
     if job.bf16_layers_at_start or job.bf16_layers_at_end:
         a += [
@@ -317,11 +319,23 @@ FP8_ATTENTION_NOTE = (
 )
 
 
+FP4_PARAM_GATHER_NOTE = (
+    "training.fp4_param_gather = true at zero_stage 0: --fp4-param-gather is left out, so this "
+    "job keeps bf16 weights beside their NVFP4 copies, as planner predicts it (the flag makes "
+    "Megatron-LM's weights NVFP4 parameters whatever the optimizer, argument_utils.py:313 and "
+    "transformer_block.py:357-359 @d98e8a64, which planner models only with the distributed "
+    "optimizer or FSDP); raise zero_stage to gather NVFP4 parameters"
+)
+
+
 def arguments(plan: Plan) -> Arguments:
     """Every Megatron-LM argument the plan decides."""
     notes = unflagged(plan) + list(plan.launch_notes)
     if plan.job.fp8_attention:  # a caller that renders the plan as written
         notes.append(FP8_ATTENTION_NOTE)
+    job = plan.job
+    if job.precision == "fp4" and job.fp4_param_gather and plan.require_layout().zero_stage == 0:
+        notes.append(FP4_PARAM_GATHER_NOTE)
     return Arguments(
         model=tuple(model_args(plan)),
         parallel=tuple(parallel_args(plan)),

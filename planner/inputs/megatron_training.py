@@ -55,6 +55,15 @@ def training_table(
         training["params_dtype"] = params
     if fp4:
         training["fp4_param_gather"] = line.has("--fp4-param-gather")
+        if training["fp4_param_gather"] and parallel.get("zero_stage") == 0:
+            raise InputError(
+                f"{where}: --fp4-param-gather: without --use-distributed-optimizer or FSDP "
+                "Megatron-LM still makes the NVFP4 weights the parameters (d98e8a64 "
+                "argument_utils.py:313, transformer_block.py:357-359; validate_args asserts the "
+                "distributed optimizer only for --fp8-param-gather), which planner models only "
+                "with a sharded optimizer; add --use-distributed-optimizer, or drop "
+                "--fp4-param-gather to keep bf16 weights beside their NVFP4 copies"
+            )
         recipe = line.text("--fp4-recipe")
         if recipe not in (None, "nvfp4"):
             raise InputError(
