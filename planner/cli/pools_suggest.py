@@ -94,6 +94,8 @@ def run(
         near = res.closest
         if res.refused is not None:
             msg += f": every layout breaks a rule of Megatron-LM's: {res.refused}"
+        elif res.host_over is not None:
+            msg += f": those that fit the GPUs are over a pool's host; the fastest, {res.host_over}"
         elif near is not None:  # the binding constraint: which stage, which pool, by how much
             pool = job.pools[near.pool]
             msg += (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import memory, performance
+from planner.model import host_memory, memory, performance
 from planner.search.solver import PoolSplit
 
 MICRO_BATCHES = (1, 2, 4)
@@ -27,6 +27,13 @@ class PoolPlan:
     split: PoolSplit | None
     """The solver's split of the pipeline over the pools (None: the data-parallel replicas
     span the pools, `planner.search.pool_data`)."""
+
+
+def host_fits(plan: PoolPlan | None) -> bool:
+    """Whether a scored plan's host memory fits too, each stage against its own pool's host
+    share (`host_memory.estimate`): the pooled searches keep no plan whose offloaded optimizer
+    or activations are over a pool's host, as the one-kind search keeps none (`variants`)."""
+    return plan is not None and host_memory.estimate(plan.job, plan.layout).fits
 
 
 def expert_degrees(job: Job, cp_dp: int) -> list[int]:

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute, ZeroStage
 from planner.inputs.plan import Job
+from planner.inputs.units import GIB
+from planner.model import host_memory
 from planner.search import pool_data
 from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
-from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, host_fits
 from planner.search.pools import (
     Recomputed,
     apply,
@@ -65,6 +67,8 @@ class PoolSearch:
     refused: str | None = None
     """When nothing fits and every layout `closest` tries breaks a rule of Megatron-LM's
     (`rules.violations`, a job's setting no layout can meet): the first such rule's message."""
+    host_over: str | None = None
+    """When the plans that fit the GPUs are all over a pool's host memory: the fastest's."""
     best_pipeline: PoolPlan | None = None
     """With data parallelism across the pools allowed: the best plan whose pipeline crosses
     the link, and (`data`) the search of those whose data-parallel replicas span the pools."""
@@ -221,10 +225,29 @@ def search(
             return usd if usd is not None else math.inf
         return p.performance.step_time_s
 
+    # each pool's host too (`pool_plan.host_fits`), judged of the plans found: the cut above
+    # reads every plan's step, so a plan that fits the hosts but was slower than K that do not
+    # can be missed (fewer rows), never one that does not fit shown
+    over = [p for p in plans if not host_fits(p)]
+    plans = [p for p in plans if host_fits(p)]
     near, refused = (None, None) if plans else closest(job, headroom_pct, todo)
+    host_over = None
+    if over and not plans:  # the fastest that fits the GPUs: its binding pool's host
+        h = host_memory.estimate(over[0].job, over[0].layout)
+        host_over = (
+            f"{over[0].layout.describe()} holds {h.total / GIB:.2f} GiB a GPU on pool "
+            f"{h.pool!r} (of its host's {h.capacity / GIB:.2f} GiB usable)"
+        )
     ranked = tuple(sorted(plans, key=key)[:top])
     return PoolSearch(
-        ranked, solved, layouts_seen, near, best_pipeline=best_pipeline, data=data, refused=refused
+        ranked,
+        solved,
+        layouts_seen,
+        near,
+        best_pipeline=best_pipeline,
+        data=data,
+        refused=refused,
+        host_over=host_over,
     )
 
 
