@@ -352,7 +352,8 @@ def operations_table(o: Operations) -> Table:
 def _interval_source(r: Resilience, given_min: float | None) -> str:
     """Where the checkpoint interval comes from: the option (and where less than half a step,
     the one step it became), Daly's optimum, or with asynchronous save the write it may not
-    start before (when that is the longer); a run shorter than that, the run."""
+    start before (when that is the longer; a whole step under it where that is the better, its
+    saves then waiting for the write); a run shorter than that, the run."""
     if r.whole_run:
         return "the whole run, shorter than the interval: one save, at its end"
     if given_min is not None:
@@ -360,5 +361,7 @@ def _interval_source(r: Resilience, given_min: float | None) -> str:
         short = r.interval_steps == 1 and given_min * 60.0 < step / 2
         return f"given {given_min:g} min, under a step: one step" if short else "given"
     if r.async_checkpoint and r.checkpoint_write_s > r.daly_interval_s:
+        if r.interval_s < r.checkpoint_write_s:  # the best whole step fell under the write
+            return "under the write time, each save waiting for the last; past Daly's optimum"
         return "the write time, past Daly's optimum"
     return "Daly optimum"

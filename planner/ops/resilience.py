@@ -30,9 +30,13 @@ checkpoints and delta the time a checkpoint blocks training:
                    for delta < 2M, else tau = M
 
 ("A higher order estimate of the optimum checkpoint interval for restart dumps", Future
-Generation Computer Systems 22 (2006) 303-312, the perturbation solution), tau rounded to whole
-steps (>= 1) and, for a run of a known length (a token budget), at most the run's steps: a run
-shorter than the interval checkpoints once, at its end, and a failure re-does it from the start.
+Generation Computer Systems 22 (2006) 303-312, the perturbation solution) estimate the optimum
+of T_wall below for a continuous tau. The interval is the whole number of steps (>= 1 and, for a
+run of a known length, a token budget, at most the run's steps) of least T_wall, found exactly
+(`checkpoint_interval.best_whole_steps` over each span where T_wall is unimodal in tau; Daly's
+rounded to the nearest step was not always it, and goodput then rose with the failure rate or
+with slower storage). A run shorter than the interval checkpoints once, at its end, and a
+failure re-does it from the start.
 
 Asynchronous checkpoints block for the copy H alone, and a save that starts before the previous
 write finished waits for it: delta = H + max(0, C - tau). A checkpoint is durable once written;
@@ -40,10 +44,17 @@ the training done meanwhile, min(C, tau), is lost with it at an interruption and
 restart (R' below). From one snapshot to the next durable point is then
 tau + delta + min(C, tau) = tau + H + C, the synchronous segment, and at any one tau
     e^(min(C, tau)/M) (e^((tau + delta)/M) - 1) <= e^((tau + H + C)/M) - 1:
-asynchronous save never trains less of the wall clock than synchronous save. Its interval is
-the better (by T_wall below) of Daly's for delta = H in whole steps no shorter than the write,
-and the synchronous save's (shorter than the write only where the write nears the time between
-interruptions).
+asynchronous save never trains less of the wall clock than synchronous save. T_wall is unimodal
+in tau over intervals no longer than the write (least near min(M, C)) and over those no shorter
+(least near max(C, Daly's for delta = H)): the interval is the better of the two spans' bests.
+
+The run's end. A run is done when its last checkpoint is durable (Megatron-LM saves at the end
+of training and its exit waits for an asynchronous write: d98e8a64 megatron/training/
+training.py:2056, :2130). A synchronous run counts that in its last segment; an asynchronous
+run's last write has no training after it to hide under, so its last segment is a synchronous
+one: a run of T_s in segments of tau adds M e^(R/M) (e^(min(C, tau)/M) - 1) (min(C, tau) without
+failures) to the steady-state T_wall below, and a run that saves once, at its end, is exactly
+the synchronous save's: tau + H + C without failures (blocking H + C, restart R).
 
 Goodput (the fraction of wall-clock time that trains) is Daly's complete cost model for
 solve time T_s:
@@ -56,7 +67,9 @@ it did, E[t | t < L], then a restart phase of M (e^(R'/M) - 1) that failures may
     wall = L + (M (e^(L/M) - 1) - L) + M (e^(L/M) - 1)(e^(R'/M) - 1)
 (the segment, the re-done work, the restarts; they sum to Daly's M e^(R'/M)(e^(L/M) - 1)):
 of the wall clock tau / wall trains (the goodput), delta / wall checkpoints, and the two failure
-terms over wall re-do work and restart. Effective tokens/s = tokens/s x goodput.
+terms over wall re-do work and restart (a run's last write: min(C, tau) checkpoints, its
+failures split alike). Effective tokens/s = tokens/s x goodput; without a run's length
+(`objective_value`) the steady state alone.
 
 Defaults (the failure rate, restart time, storage and host-copy rates) and their sources:
 planner/ops/assumptions.py.
@@ -72,6 +85,13 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GB, SECONDS_PER_DAY
 from planner.model import params as params_mod
 from planner.ops.assumptions import AssumptionError, OpsParams
+from planner.ops.checkpoint_interval import (
+    best_whole_steps,
+    daly_interval,
+    daly_wall_time,
+    final_write_s,
+    young_interval,
+)
 
 
 def checkpoint_bytes_per_param(job: Job) -> float:
@@ -80,47 +100,6 @@ def checkpoint_bytes_per_param(job: Job) -> float:
     weights beside them (torchtitan's parameters are the fp32 ones)."""
     moments = 2 * (4 if job.optimizer_state_dtype == "fp32" else 2)
     return (4 if job.framework == "torchtitan" else 2 + 4) + moments
-
-
-def young_interval(delta_s: float, mtbf_s: float) -> float:
-    """Young (1974): tau = sqrt(2 delta M), the first-order optimum compute time between
-    checkpoints that each cost delta, under Poisson failures with mean time M."""
-    return math.sqrt(2.0 * delta_s * mtbf_s)
-
-
-def daly_interval(delta_s: float, mtbf_s: float) -> float:
-    """Daly (2006), higher-order estimate:
-    sqrt(2 delta M)(1 + sqrt(delta/2M)/3 + delta/(9 x 2M)) - delta for delta < 2M, else M."""
-    if delta_s >= 2.0 * mtbf_s:
-        return mtbf_s
-    x = delta_s / (2.0 * mtbf_s)
-    return math.sqrt(2.0 * delta_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - delta_s
-
-
-def daly_wall_time(
-    solve_s: float,
-    tau_s: float,
-    delta_s: float,
-    mtbf_s: float,
-    restart_s: float,
-    lag_s: float = 0.0,
-) -> float:
-    """Daly (2006), complete model: expected wall-clock time to finish `solve_s` of work with a
-    checkpoint costing delta after every tau of work, restart R, exponential failures of mean M:
-    M e^(R/M) (e^((tau + delta)/M) - 1) solve / tau.
-
-    With a `lag` (an asynchronous save: the last `lag` of each span of tau + delta is training
-    under the write, lost with the checkpoint at an interruption, so it blocks delta - lag and
-    restarts in R + lag) the same model, M e^((R + lag)/M) (e^((tau + delta - lag)/M) - 1) solve
-    / tau, is spelled M e^(R/M) (e^((tau + delta)/M) - e^(lag/M)) solve / tau: the same float
-    operations as without the lag but a subtraction, so never above it in floating point."""
-    return (
-        mtbf_s
-        * math.exp(restart_s / mtbf_s)
-        * (math.expm1((tau_s + delta_s) / mtbf_s) - math.expm1(lag_s / mtbf_s))
-        * solve_s
-        / tau_s
-    )
 
 
 @dataclass(frozen=True)
@@ -133,7 +112,8 @@ class Resilience:
     """Time to write it to storage, all nodes in parallel (and to read it back)."""
     checkpoint_blocking_s: float
     """Time a checkpoint stops training: the host copy and the write, or with async save the host
-    copy alone (plus any wait for the previous write)."""
+    copy alone (plus any wait for the previous write; the one save of a whole run, at its end,
+    waits for its write too)."""
     mtbf_s: float
     """Mean time between job interruptions."""
     restart_s: float
@@ -299,8 +279,9 @@ figure could show: the settings are refused (`resilience`)."""
 def resilience(
     job: Job, step_time_s: float, ops: OpsParams, run_steps: int | None = None
 ) -> Resilience:
-    """Checkpoint cost, optimal interval (Daly, rounded to whole steps, at most `run_steps`, the
-    run's length where a token budget gives it), goodput and its losses.
+    """Checkpoint cost, optimal interval (the whole steps of least wall time by Daly's complete
+    model, at most `run_steps`, the run's length where a token budget gives it, whose last
+    write is then not hidden), goodput and its losses.
     Settings under which the job makes no progress (goodput below MIN_GOODPUT: interruptions
     far more often than the restart or the checkpoints take) are an AssumptionError naming the
     one that decides it and every figure behind it."""
@@ -320,42 +301,58 @@ def resilience(
     young = young_interval(delta0, m)
     daly = daly_interval(delta0, m)
 
-    def schedule(steps: int) -> tuple[float, float, float, float]:
-        """(tau, delta, R', wall time per unit of work) checkpointing every `steps` steps."""
+    run_s = None if run_steps is None else run_steps * step_time_s
+
+    def schedule(steps: int) -> tuple[float, float, float, float, float]:
+        """(tau, delta, R', the run's last write past a steady segment, wall time per unit of
+        work) checkpointing every `steps` steps: the module docstring."""
         tau = steps * step_time_s
-        lag = min(write, tau) if ops.async_checkpoint else 0.0  # training under the write
-        # async: waits for the previous write (copy + write - lag = the copy + any wait)
-        delta = copy + max(0.0, write - tau) if ops.async_checkpoint else delta0
+        if steps == run_steps or not ops.async_checkpoint:  # one save, or synchronous saves
+            lag, last, delta = 0.0, 0.0, copy + write
+        else:  # training under the write; the next save waits for what outlasts it
+            lag = min(write, tau)
+            last = 0.0 if run_s is None else lag
+            delta = copy + max(0.0, write - tau)
         try:
             # from one snapshot to the next durable point: the copy and the write past tau
             wall = daly_wall_time(1.0, tau, copy + write, m, reload, lag)
+            if last:  # the last save's write, with no training after it to hide under
+                wall += final_write_s(m, reload, last) / (run_s or 1.0)
         except OverflowError:  # e^(x) past the largest float: no progress
             wall = math.inf
-        return tau, delta, reload + lag, wall
+        return tau, delta, reload + lag, last, wall
 
+    def cost(steps: int) -> float:
+        return schedule(steps)[4]
+
+    top = run_steps if run_steps is not None else math.ceil(max(m, write) / step_time_s) + 1
     if ops.checkpoint_interval_min is not None:  # at most MAX_CHECKPOINT_INTERVAL_MIN
-        choices = [max(1, round(ops.checkpoint_interval_min * 60.0 / step_time_s))]
+        steps = max(1, round(ops.checkpoint_interval_min * 60.0 / step_time_s))
+        steps = steps if run_steps is None else min(steps, run_steps)  # it saves at its end
     elif ops.async_checkpoint:
-        # Daly's for the copy, in whole steps not under the write (rounding went below it), or
-        # the synchronous save's, where the next save waits for the write: the better one
-        own = max(1, round(max(daly, write) / step_time_s), math.ceil(write / step_time_s))
-        choices = [own, max(1, round(daly_interval(copy + write, m) / step_time_s))]
+        # the best whole step of each span where the cost is unimodal: intervals no longer
+        # than the write (least near min(M, write)), and no shorter (near max(write, Daly's))
+        under, over = math.floor(write / step_time_s), max(1, math.ceil(write / step_time_s))
+        spans = [(1, min(under, top)), (over, top)]
+        bests = [best_whole_steps(cost, lo, hi) for lo, hi in spans if lo <= hi]
+        steps = min(bests, key=cost)
     else:
-        choices = [max(1, round(daly / step_time_s))]
-    whole_run = run_steps is not None and min(choices) >= run_steps
-    if run_steps is not None:  # no interval outlasts the run: it saves at its end
-        choices = [min(k, run_steps) for k in choices]
-    steps = min(choices, key=lambda k: schedule(k)[3])
-    tau, delta, restart, wall_per_work = schedule(steps)
+        steps = best_whole_steps(cost, 1, top)
+    tau, delta, restart, last, wall_per_work = schedule(steps)
     goodput = 1.0 / wall_per_work
     if not goodput >= MIN_GOODPUT:
         raise _no_progress(job, ops, (m, restart, tau, delta, write, copy), goodput, step_time_s)
     if steps >= units.JSON_EXACT_INT:
         raise _too_many_steps(ops, steps, step_time_s, m, write)
-    lost_ckpt = goodput * delta / tau
+    last_share = 0.0 if run_s is None else last / run_s  # the last write per unit of work
+    lost_ckpt = goodput * (delta / tau + last_share)
     lost_fail = max(0.0, 1.0 - goodput - lost_ckpt)
-    # per segment: restarts M (e^(L/M) - 1)(e^(R'/M) - 1) of the wall, tau / goodput
-    restarts = m * math.expm1((tau + delta) / m) * math.expm1(restart / m) * goodput / tau
+    # per segment: restarts M (e^(L/M) - 1)(e^(R'/M) - 1) of the wall, tau / goodput; the last
+    # write's M (e^(lag/M) - 1)(e^(R/M) - 1) once a run
+    restarts = goodput * (
+        m * math.expm1((tau + delta) / m) * math.expm1(restart / m) / tau
+        + (m * math.expm1(last / m) * math.expm1(reload / m) / run_s if run_s else 0.0)
+    )
     return Resilience(
         checkpoint_bytes=size,
         checkpoint_write_s=write,
@@ -371,5 +368,5 @@ def resilience(
         lost_failures=lost_fail,
         lost_restart=min(lost_fail, restarts),
         async_checkpoint=ops.async_checkpoint,
-        whole_run=whole_run and steps == run_steps,
+        whole_run=steps == run_steps,
     )
