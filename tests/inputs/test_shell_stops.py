@@ -18,6 +18,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -107,18 +108,23 @@ def bash_runs(text: str, tmp_path: Path, env: dict[str, str] | None = None) -> t
     (tmp_path / "train.sh").write_text(text)
     path = f"{bin_dir}:{os.environ.get('PATH', '')}"
     assert BASH is not None
+    # its own process group, killed whole at the timeout: a loop in a `bash -c` it started
+    # would otherwise outlive the test, spinning a CPU
+    proc = subprocess.Popen(
+        [BASH, "train.sh"],
+        cwd=tmp_path,
+        env={"PATH": path, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=small_stack,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [BASH, "train.sh"],
-            cwd=tmp_path,
-            env={"PATH": path, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=3,
-            preexec_fn=small_stack,
-        )
-        err = done.stderr
+        _, err = proc.communicate(timeout=3)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         err = ""  # still running: a loop that does not end
     lines = out.read_text().splitlines() if out.exists() else []
     launches, cur = [], []
