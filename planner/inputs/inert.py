@@ -18,7 +18,7 @@ from planner.inputs.job import Job
 from planner.inputs.layout import Layout
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_sections import TrainingSection
-from planner.inputs.titan_every_layers import wrapped
+from planner.inputs.titan_every_layers import block_ranges
 
 DENSE_TRAINING = (
     "moe_expert_capacity_factor",
@@ -187,17 +187,11 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
 
 def _leaves_whole(lay: Layout, job: Job) -> bool:
     """Whether full recompute leaves some decoder layer whole, to run as without recompute (and
-    so offload its modules' inputs, planner.model.fine_offload.offloading_layers): a chunk of
-    more layers than block recompute's N (Megatron-LM d98e8a64 megatron/core/recompute.py
-    checkpoints a chunk's first N and calls the rest plainly), or a layer torchtitan's every-N-th
-    checkpointing does not wrap; uniform recompute checkpoints every layer."""
+    so offload its modules' inputs, planner.model.fine_offload.offloading_layers): a rank holding
+    more layers than block recompute runs recomputed (`titan_every_layers.block_ranges`:
+    Megatron's first N of each chunk, megatron/core/recompute.py d98e8a64, or torchtitan's every
+    N-th); uniform recompute checkpoints every layer."""
+    if lay.recompute_method != "block":
+        return False
     ranks = lay.chunk_layers(job.arch.num_layers)
-    if lay.recompute_every:
-        every = lay.recompute_every
-        return any(
-            len(c) > len(w)
-            for rank in ranks
-            for c, w in zip(rank, wrapped(rank, every), strict=True)
-        )
-    n = lay.recompute_num_layers
-    return lay.recompute_method == "block" and any(len(c) > n for rank in ranks for c in rank)
+    return any(sum(map(len, block_ranges(lay, r))) < sum(map(len, r)) for r in ranks)

@@ -51,7 +51,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
-from planner.inputs.titan_every_layers import wrapped
+from planner.inputs.titan_every_layers import block_ranges
 from planner.model.activations import scores
 from planner.model.fp32 import word
 from planner.model.moe_activations import fc1_input_bytes, pairs
@@ -149,29 +149,27 @@ def offloading_layers(
     move (`offloaded_bytes(..., recompute=False)` each; module docstring): every layer without
     full or per-op recompute; under full recompute those it leaves whole: a chunk's layers after
     its first recompute_num_layers (block), none (uniform), those torchtitan's every-N-th
-    checkpointing does not wrap (`titan_every_layers.wrapped`); none under per-op recompute."""
+    checkpointing does not wrap (both `titan_every_layers.block_ranges`, the layers the models
+    count recomputed); none under per-op recompute."""
     zero = tuple(0 for _ in arch.kinds)
     if not lay.offload_modules or sh.recompute == "per_op":
         return tuple(zero for _ in chunks)
     if sh.recompute != "full":
         return tuple(arch.kind_counts((c,)) for c in chunks)
-    if lay.recompute_every:
-        ran = wrapped(chunks, lay.recompute_every)
-        return tuple(
-            tuple(
-                n - m
-                for n, m in zip(
-                    arch.kind_counts((c,)),
-                    arch.kind_counts(tuple(range(i, i + 1) for i in w)),
-                    strict=True,
-                )
-            )
-            for c, w in zip(chunks, ran, strict=True)
-        )
     if lay.recompute_method == "uniform":
         return tuple(zero for _ in chunks)
-    k = lay.recompute_num_layers
-    return tuple(arch.kind_counts((range(min(c.start + k, c.stop), c.stop),)) for c in chunks)
+    ran = block_ranges(lay, chunks)
+    return tuple(
+        tuple(
+            n - r
+            for n, r in zip(
+                arch.kind_counts((c,)),
+                arch.kind_counts(tuple(x for x in ran if x.start in c)),
+                strict=True,
+            )
+        )
+        for c in chunks
+    )
 
 
 def offloading_totals(

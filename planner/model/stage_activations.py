@@ -357,8 +357,8 @@ def stage_activations(
     both = sh.cross_entropy == "pytorch"
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
-    moving = offloading_totals(arch, layout, sh, chunks)
-    if sh.offload and any(moving):
+    moving = offloading_totals(arch, layout, sh, chunks) if sh.offload else ()
+    if any(moving):
         # the offloaded groups being reloaded and prefetched around the backward
         each = (
             offloaded_bytes(arch, k, sh, sh.offload, recompute=False)
