@@ -264,20 +264,21 @@ def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | Non
 
 def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     """A plan with the optimizer offloaded to the CPU (`planner.model.optimizer_offload`): the
-    host memory it takes per GPU and per node (`host_memory.optimizer_bytes`, the busiest GPU's),
-    the GPU memory it frees and the seconds per step it adds, both against the same plan with the
-    optimizer on the GPU."""
+    host memory it takes per GPU and per node (`host_memory.by_pool`: the busiest GPU's; on pools
+    the pool whose nodes hold the most, with its own node size), the GPU memory it frees and the
+    seconds per step it adds, both against the same plan with the optimizer on the GPU."""
     f = job.optimizer_offload_fraction
     if f <= 0:
         return None
     on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
-    host = host_memory.optimizer_bytes(job, layout)
-    node = host * job.cluster.gpus_per_node
+    h = max(host_memory.by_pool(job, layout), key=lambda h: h.optimizer * h.per_node)
+    where = f" on pool {h.pool!r}" if h.pool else ""
     freed = memory.estimate(on_gpu, layout).peak - memory.estimate(job, layout).peak
     extra = added(perf, on_gpu, layout)
     return (
-        f"optimizer offloaded ({f:.0%} of it): {host / GIB:.1f} GiB of pinned host memory a GPU "
-        f"({node / GIB:.0f} GiB a node of {job.cluster.gpus_per_node}) hold its fp32 master, "
+        f"optimizer offloaded ({f:.0%} of it): {h.optimizer / GIB:.1f} GiB of pinned host memory"
+        f" a GPU{where} ({h.optimizer * h.per_node / GIB:.0f} GiB a node of {h.per_node}) hold"
+        " its fp32 master, "
         f"moments and gradient copy; it frees {freed / GIB:.1f} GiB at the peak and its CPU update "
         f"adds {extra:.3f} s to the {perf.step_time_s:.3f} s step against the optimizer on the GPU"
     )

@@ -85,6 +85,8 @@ class HostMemory:
     "" on one kind of GPU."""
     gpu: str = ""
     """That pool's GPU ("" on one kind of GPU: the cluster's)."""
+    per_node: int = 1
+    """GPUs a node of that pool (of the cluster on one kind of GPU), whose shares one host holds."""
 
     @property
     def total(self) -> float:
@@ -231,13 +233,19 @@ def _stage_groups(job: Job, layout: Layout) -> list[_Group]:
     ]
 
 
-def estimate(job: Job, layout: Layout) -> HostMemory:
-    """The plan's host memory per GPU against its budget; on pools the pool with the least
-    headroom (module docstring)."""
+def by_pool(job: Job, layout: Layout) -> list[HostMemory]:
+    """The plan's host memory per GPU against its budget for each group of stages that shares
+    one kind of host (`_stage_groups`): one entry on one kind of GPU, one a pool on pools."""
     out = []
     for j, lay, only, name in _stage_groups(job, layout):
         share, assumed = share_bytes(j)
         acts, opt = activation_bytes(j, lay, only), optimizer_bytes(j, lay, only)
         gpu = j.cluster.gpu.name if name else ""
-        out.append(HostMemory(acts, opt, share, assumed, name, gpu))
-    return max(out, key=lambda h: h.shortfall)
+        out.append(HostMemory(acts, opt, share, assumed, name, gpu, j.cluster.gpus_per_node))
+    return out
+
+
+def estimate(job: Job, layout: Layout) -> HostMemory:
+    """The plan's host memory per GPU against its budget; on pools the pool with the least
+    headroom (module docstring)."""
+    return max(by_pool(job, layout), key=lambda h: h.shortfall)

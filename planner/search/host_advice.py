@@ -139,12 +139,18 @@ def host_changes(
 ) -> list[Change]:
     """The changes that bring the layout's offloads within host memory and pass the rules,
     those that also fit GPU memory first, then cheapest (`advice.by_cost`); `Change.saves` is
-    the host bytes a GPU they free. Single changes: offloading less (`_candidates`), or one of
+    the host bytes a GPU they free (on pools, on the pool whose host binds before them). Single changes: offloading less (`_candidates`), or one of
     `advice.single_changes` that shrinks what is offloaded enough (recompute, a smaller
     micro-batch, more tp ...). Where none of these fits GPU memory too, each of the latter
     with offloading less on top (`Change.also` names it): offloading less puts back on the GPU
     what such a change takes off it."""
-    before = host_memory.estimate(job, layout).total
+    before = host_memory.estimate(job, layout)
+
+    def freed(j: Job, new: Layout, after: host_memory.HostMemory) -> float:
+        """Host bytes a GPU the change frees on the pool whose host binds before it (on pools
+        the least headroom can move to another pool, whose figures are not comparable)."""
+        same = [h for h in host_memory.by_pool(j, new) if h.pool == before.pool]
+        return before.total - (same[0] if same else after).total
 
     def evaluate(
         order: int, field: str, was: object, after: object, j: Job, new: Layout, also: str = ""
@@ -153,7 +159,7 @@ def host_changes(
         if not host.fits or rules.violations(j, new):
             return None
         fits = memory.estimate(j, new, headroom_pct).fits
-        saves = before - host.total
+        saves = freed(j, new, host)
         return Change(
             field, was, after, new, saves, fits, order, also, j if j is not job else None, "host"
         )
