@@ -25,11 +25,31 @@ DEPRECATED = {
 """Flags validate_args asserts unset ("no longer valid"), and what replaced each."""
 
 
+FP8_GATHER_TRAINING = (
+    "needs the distributed optimizer, Megatron-FSDP or torch FSDP2 in training "
+    "(validate_args asserts it, arguments.py:1095-1097; only inference, without gradients, runs "
+    "it alone)"
+)
+FP8_GATHER_INFERENCE = (
+    "without --use-distributed-optimizer or FSDP only inference runs it (validate_args, "
+    "arguments.py:1095-1097, lets it through where torch.is_grad_enabled() is false, as under "
+    "run_text_generation_server.py's @torch.inference_mode()), and there the FP8 weights are the "
+    "parameters (argument_utils.py:312 fp8_param, transformer_block.py:354-355 fp8_model_init); "
+    "planner reads this line as if it trained, which Megatron-LM refuses and planner models "
+    "only with a sharded optimizer: add --use-distributed-optimizer, or drop --fp8-param-gather"
+)
+"""Why --fp8-param-gather without a sharded optimizer is refused (Megatron-LM d98e8a64,
+megatron/training/): on a training line Megatron asserts; on an inference entry point's line
+it runs FP8 primary weights at ZeRO 0, which planner (bf16 weights beside an FP8 cache at
+ZeRO 0, `planner.model.buffers.quantised_weight_bytes`) does not model, as for
+--fp4-param-gather (`megatron_training`)."""
+
+
 def refuse(line: Line, position: str, vpp: int, trains: bool = True) -> None:
     """Raises where Megatron-LM refuses the line; `position` is the position embedding the line
     asks for (its default resolved), `vpp` the virtual pipeline size it asks for; `trains`, the
     line runs a training script (an inference entry point is let through what validate_args
-    allows there)."""
+    allows there, unless planner cannot read it as a training run: FP8_GATHER_INFERENCE)."""
     problem = _first_problem(line, position, vpp, trains)
     if problem is not None:
         flag, why = problem
@@ -105,12 +125,9 @@ def _sharding(line: Line, trains: bool) -> tuple[str, str] | None:
         return "--overlap-param-gather", (
             "needs the distributed optimizer, Megatron-FSDP or dist_muon (validate_args asserts it)"
         )
-    sharded = distributed or mfsdp or fsdp2
-    if trains and line.has("--fp8-param-gather") and not sharded:
-        return "--fp8-param-gather", (
-            "needs the distributed optimizer, Megatron-FSDP or torch FSDP2 in training "
-            "(validate_args asserts it; only inference, without gradients, runs it alone)"
-        )
+    sharded = distributed or mfsdp or fsdp2  # not dist_muon: validate_args maps it after
+    if line.has("--fp8-param-gather") and not sharded:
+        return "--fp8-param-gather", FP8_GATHER_TRAINING if trains else FP8_GATHER_INFERENCE
     ckpt = line.text("--ckpt-format") or "torch_dist"
     if mfsdp and ckpt != "fsdp_dtensor":
         return "--ckpt-format", (

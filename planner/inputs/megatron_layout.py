@@ -314,7 +314,12 @@ def _uneven(line: Line, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] |
 
 
 def _zero_stage(line: Line) -> int:
+    """ZeRO 1 for the distributed optimizer, and for --optimizer dist_muon, which validate_args
+    (Megatron-LM d98e8a64 arguments.py:1727-1736) makes muon with the layer-wise distributed
+    optimizer, as --optimizer muon --use-distributed-optimizer is (training.py:2262-2263 gives
+    both the distributed optimizer's sharded layout); 2 or 3 under FSDP."""
     distributed = line.has("--use-distributed-optimizer")  # forced on by Megatron-FSDP v1
+    distributed = distributed or line.text("--optimizer") == "dist_muon"
     if line.has("--use-torch-fsdp2"):
         return 3
     if line.has("--use-megatron-fsdp"):

@@ -153,6 +153,14 @@ def words(run: LogRun) -> list[str]:
             continue
         out.append(flag)
         out.extend(_value_words(flag, value, run.where(run.arg_lines.get(name))))
+    if (
+        args.get("use_layer_wise_distributed_optimizer") == "True"
+        and "--use-distributed-optimizer" not in out
+    ):
+        # validate_args turns --use-distributed-optimizer (and --optimizer dist_muon) into the
+        # layer-wise distributed optimizer and clears use_distributed_optimizer before printing
+        # (arguments.py :1725-1736): the plan's ZeRO 1 with Muon
+        out.append("--use-distributed-optimizer")
     return out
 
 

@@ -7,6 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.inputs.torchtitan_records import (
+    BASELINE_RECORDS,
+    OWN_RECORD_FIELDS,
+    TRAINER_DEFAULT_RECORDS,
+)
+
 Fields = dict[tuple[str, ...], Any]
 """Configuration values by field path, ("parallelism", "tensor_parallel_degree") -> 8; a whole
 record at a shorter path (("parallelism",) -> Record) holds its own fields."""
@@ -66,6 +72,7 @@ def _baseline(
         ("training", "max_context_length"): context,
         ("activation_checkpoint",): Record(f"{ac}.Config"),
     }
+    fields.update({(name,): Record(cls) for name, cls in BASELINE_RECORDS.items()})
     if graphs_off:
         fields["training", "disable_cuda_graphs"] = True
     fields.update({(name,): rec for name, rec in records.items()})
@@ -154,12 +161,14 @@ DEFAULTS: Fields = {
     ("training", "mixed_precision_param"): "bfloat16",
     ("training", "dtype"): "float32",
     ("debug", "moe_force_load_balance"): False,
+    **{(name,): Record(cls) for name, cls in TRAINER_DEFAULT_RECORDS.items()},
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
 :133-290, training :43-51, compile :293-313; the default activation checkpointing
 trainer.py:108-110; the checkpointer's, trainer.py:105-107; the loss's, trainer.py:116; CUDA
 graphs on, configs.py:75-85; the `UNMODELLED` ones, configs.py:70-209 and 368), as
-benchmarks/data/torchtitan_head_config.md cites them."""
+benchmarks/data/torchtitan_head_config.md cites them; the records of the fields the plan does not
+read (`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields are checked by name."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:
@@ -341,15 +350,18 @@ RECORD_FIELDS: dict[str, tuple[frozenset[str], str]] = {
         "components/loss.py:542-548",
     ),
     "CrossEntropyLoss.Config": (frozenset(["global_vocab_size"]), "components/loss.py:277-280"),
+    **OWN_RECORD_FIELDS,
 }
 """The fields of the records Trainer.Config holds whole that the reader knows, by class, and
 where they are at b5bcd76c (each a `@dataclass(kw_only=True, slots=True)`, torchtitan/ paths:
 another name set raises AttributeError, given as a keyword TypeError): activation checkpointing's
 three policies, the checkpointers (CheckpointManager.Config the default, trainer.py:105-107), the
-losses."""
+losses; and those the plan does not read (`torchtitan_records.OWN_RECORD_FIELDS`)."""
 
 
 def record_fields(callee: str) -> tuple[frozenset[str], str] | None:
     """`RECORD_FIELDS` of the class a record's callee names (`FullAC.Config`, or
-    `activation_checkpoint.FullAC.Config`); None for a class the reader does not know."""
-    return RECORD_FIELDS.get(".".join(callee.split(".")[-2:]))
+    `activation_checkpoint.FullAC.Config`; `CommConfig`, or `configs.CommConfig`); None for a
+    class the reader does not know."""
+    parts = callee.split(".")
+    return RECORD_FIELDS.get(".".join(parts[-2:])) or RECORD_FIELDS.get(parts[-1])

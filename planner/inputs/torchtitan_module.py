@@ -55,6 +55,7 @@ from planner.inputs.torchtitan_baselines import (
     Record,
     record_fields,
 )
+from planner.inputs.torchtitan_records import FACTORIES
 from planner.inputs.torchtitan_tables import Document
 from planner.inputs.torchtitan_values import Expressions, dotted_name
 
@@ -192,7 +193,7 @@ class Reader(Expressions):
                     f"config.{'.'.join(path)}: config.{path[0]} is None here, and torchtitan "
                     "raises AttributeError setting a field of it",
                 )
-            self._known_field(stmt, key, path[1], outer)
+            self._known_field(stmt, key, path[1], outer, attribute=True)
         if len(path) == 2 and path[0] not in SECTION_CLASSES and isinstance(outer, Record):
             if path[0] == "model_spec":
                 raise self.fail(
@@ -233,19 +234,29 @@ class Reader(Expressions):
             self._known_field(node, path, name, record)
             if isinstance(value, Record):
                 self._known_keywords(node, (*path, name), value)
+            elif isinstance(value, (list, tuple)):  # converters=[Float8LinearConverter.Config()]
+                for i, item in enumerate(value):
+                    if isinstance(item, Record):
+                        self._known_keywords(node, (*path, f"{name}[{i}]"), item)
 
-    def _known_field(self, node: ast.AST, path: tuple[str, ...], name: str, holder: Any) -> None:
-        """`name` set in (or given to) `config.<path>`, whose value is `holder`: a field of the
-        section (`SECTION_FIELDS`, configs.py) or of the record's class (`record_fields`),
-        else exit 2 naming the line. A record of a class the reader does not know (the
-        optimizer's, a user's), or a value not read, is not looked into."""
+    def _known_field(
+        self, node: ast.AST, path: tuple[str, ...], name: str, holder: Any, attribute: bool = False
+    ) -> None:
+        """`name` set in (or, not `attribute`, given as a keyword to) `config.<path>`, whose value
+        is `holder`: a field of the section (`SECTION_FIELDS`, configs.py) or of the record's
+        class (`record_fields`; set on a factory's result, of the class it returns,
+        `FACTORIES`), else exit 2 naming the line. A record of a class the reader does not know
+        (a user's), or a value not read, is not looked into."""
         known = None
         if len(path) == 1 and path[0] in SECTION_FIELDS:
             known = SECTION_FIELDS[path[0]], "configs.py"
         elif isinstance(holder, Record):
-            known = record_fields(holder.callee)
+            callee = holder.callee
+            if attribute:
+                callee = FACTORIES.get(callee.split(".")[-1], callee)
+            known = record_fields(callee)
             if known is not None:
-                known = known[0], f"{holder.callee}, {known[1]}"
+                known = known[0], f"{callee}, {known[1]}"
         if known is not None and name not in known[0]:
             raise self.fail(
                 node,

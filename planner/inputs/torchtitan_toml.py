@@ -11,8 +11,9 @@ Python's ast), for `planner.inputs.torchtitan_config`:
   be;
 - a field that moves memory, time or the stages in a way planner does not model is taken at
   its default only (`UNMODELLED`: FSDP's CPU offload, bf16 or fp32 parameters, the stages by
-  layer count, a schedule from a CSV, forced load balance), as the Python configuration reader
-  takes them (`planner.inputs.torchtitan_baselines.UNMODELLED`);
+  layer count, a schedule from a CSV, forced load balance; activation checkpointing's debug
+  capture, early stop and per-op forced recompute, `AC_UNMODELLED`), as the Python
+  configuration reader takes them (`planner.inputs.torchtitan_baselines.UNMODELLED`);
 - `model.converters` and the float8 converters' fields are read by
   `planner.inputs.torchtitan_float8`;
 - what e347b1e5 raises on and the plan would take (`era_refusal`: the models without context
@@ -78,7 +79,7 @@ def check_fields(doc: dict[str, Any], where: str) -> None:
     """Refuse a name the TOML's tables hold that JobConfig lacks, and an UNMODELLED field off
     its default; `where` the file."""
     _walk(doc, "", where)
-    for (table, key), default in UNMODELLED.items():
+    for (table, key), default in {**UNMODELLED, **_checkpointing_unmodelled(doc)}.items():
         section = doc.get(table)
         if isinstance(section, dict) and key in section and section[key] != default:
             shown = "unset" if default is None else spelled(default)
@@ -86,6 +87,32 @@ def check_fields(doc: dict[str, Any], where: str) -> None:
                 f"{where}: {table}.{key}: {spelled(section[key])}: planner models torchtitan at "
                 f"its default here ({shown})"
             )
+
+
+AC_UNMODELLED: dict[str, Any] = {"debug": False, "early_stop": False}
+"""e347b1e5's activation-checkpointing fields (job_config.py:651-717) that every checkpoint
+wrapper takes (distributed/activation_checkpoint.py:41-47, :130-137, :150-156) and that move
+the step time in a way planner does not model, with their defaults: `debug` captures debug
+information ("Will be slower", job_config.py:713-717), `early_stop` stops each recompute once
+the saved tensors are rematerialized (:675-679), where planner recomputes the whole forward.
+The Python configuration reader takes debug at its default too
+(`torchtitan_tables.AC_UNMODELLED`; b5bcd76c has no early_stop)."""
+FORCE_RECOMPUTE = "per_op_sac_force_recompute_mm_shapes_by_fqns"
+"""Per-op selective checkpointing's matmuls recomputed by shape (job_config.py:661-673, default
+["moe.router.gate"]), where planner's per-op policy keeps every second matmul
+(`planner.model.gemm_shapes`): taken at its default only where that policy runs."""
+
+
+def _checkpointing_unmodelled(doc: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """The activation-checkpointing fields taken at their defaults only, where checkpointing
+    runs (mode not "none"; the per-op list under selective_ac_option "op" only)."""
+    ac = doc.get("activation_checkpoint")
+    if not isinstance(ac, dict) or ac.get("mode", "selective") == "none":
+        return {}
+    out = {("activation_checkpoint", key): v for key, v in AC_UNMODELLED.items()}
+    if ac.get("mode", "selective") == "selective" and ac.get("selective_ac_option") == "op":
+        out["activation_checkpoint", FORCE_RECOMPUTE] = ["moe.router.gate"]
+    return out
 
 
 def _walk(table: dict[str, Any], prefix: str, where: str) -> None:
