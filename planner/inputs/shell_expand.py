@@ -3,20 +3,19 @@ quotes removed; `$NAME`, `${NAME}`, `${NAME:-word}` and the other default / alte
 `${#NAME}`, `${NAME[@]}`, `"${NAME[@]}"` (one word per element), `${NAME[*]}`, `${NAME[i]}`,
 `${NAME:offset:length}` (and of `$@` and arrays), `${NAME%suffix}` / `${NAME#prefix}`,
 `${NAME,,}` / `${NAME^^}` (and `,` / `^`: the first letter), `$((arithmetic))` over known
-integers (`**` too), `$0` / `${BASH_SOURCE[0]}` (the script's path, where
-known), and `$(...)` of the commands that only rewrite a path (`dirname`, `basename`,
-`realpath`, `readlink -f`, `cd DIR && pwd`); unquoted expansions split on whitespace.
+integers (`**` too), `$0` / `${BASH_SOURCE[0]}` (the script's path, where known), and `$(...)`
+of the commands that only rewrite a path (`dirname`, `basename`, `realpath`, `readlink -f`,
+`cd DIR && pwd`); unquoted expansions split on whitespace.
 
-What is not known stays as written (`Scope.blank_unset` aside), one word however many spaces
-it holds: an unset variable, a positional parameter outside a function call, `$(command)`,
-backquotes and arithmetic planner does not evaluate (`planner.inputs.shell_arith`) keep their
-`$...` text, so that the reader of the words can say which value the file does not set.
-`${NAME:?message}` on a name the file sets empty raises `shell_stop.Stops`.
+What is not known stays as written (`Scope.blank_unset` aside), one word however many spaces it
+holds: an unset variable, a positional parameter outside a function call, `$(command)`, backquotes
+and arithmetic planner does not evaluate (`planner.inputs.shell_arith`) keep their `$...` text, so
+that the reader of the words can say which value the file does not set. `${NAME:?message}` on a name
+the file sets empty (or unsets) raises `shell_stop.Stops`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 
 from planner.inputs import shell_arith, shell_stop
 from planner.inputs.shell_lex import lex
+from planner.inputs.shell_pattern import first, trim
 
 Value = str | list[str]
 
@@ -48,6 +48,12 @@ class Scope:
     them unset where it is expanded was assigned only on a path the script did not take, and
     expands as bash expands it, to nothing (an unset name the file never assigns comes from the
     environment, and stays not known)."""
+    gone: set[str] = field(default_factory=set)
+    """The names `unset` unset: unset whatever the environment held, until set again."""
+    guesses: int = 0
+    """Expansions that took as unset a name the environment may set (`blank_unset`, a default),
+    or read one set from such (`tainted`): a condition that made one is decided by a guess."""
+    tainted: set[str] = field(default_factory=set)  # planner.inputs.shell_vars.assign
 
 
 def expand_all(raws: list[str], run: Scope) -> list[str]:
@@ -231,15 +237,16 @@ def _close(raw: str, i: int, open_: str, close: str) -> int:
 
 
 def _unknown(run: Scope, whole: str, name: str) -> str:
-    """What an unset variable's expansion `whole` gives: nothing where it is known to be unset
-    (`_unset`), else its own text."""
+    """An unset variable's expansion `whole`: nothing where it is taken as unset (`_unset`)."""
     return "" if _unset(run, name) else whole
 
 
 def _unset(run: Scope, name: str) -> bool:
-    """Whether an unset name expands as bash expands it, empty: under `Run.blank_unset`, or
-    where the file assigns it elsewhere (`Scope.assigned`)."""
-    return run.blank_unset or name in run.assigned
+    """Whether an unset name is empty: after `unset`; a guess under `blank_unset` or where the
+    file assigns it elsewhere (`Scope.assigned`). Else the environment may set it."""
+    guess = name not in run.gone and (run.blank_unset or name in run.assigned)
+    run.guesses += guess
+    return guess or name in run.gone
 
 
 def lookup(name: str, run: Scope) -> Value | None:
@@ -256,6 +263,7 @@ def lookup(name: str, run: Scope) -> Value | None:
         return None if run.args is None else list(run.args)
     if name == "#":
         return None if run.args is None else str(len(run.args))
+    run.guesses += name in run.tainted
     return run.env.get(name)
 
 
@@ -300,48 +308,31 @@ def _operator(rest: str, value: Value | None, name: str, run: Scope, whole: str)
     if op is not None:
         kind, word = op.groups()
         empty = value is None or (kind.startswith(":") and value in ("", []))
+        if value is None and name not in run.gone:
+            run.guesses += 1  # the environment may set it
         if kind.endswith("+"):
             return "" if empty else one(word, run)
         if empty:
             if kind.endswith("?"):  # bash exits where the file sets the name empty (shell_stop)
-                if value is not None:
-                    raise shell_stop.required(whole, name, one(word, run))
+                if value is not None or name in run.gone:
+                    raise shell_stop.required(whole, name, one(word, run), value is not None)
                 return whole
             text = one(word, run)
             if kind.endswith("="):
                 run.env[name] = text
+                run.tainted.add(name)  # the environment may set it
             return text
         return value if value is not None else whole
     if value is None or isinstance(value, list):
         return whole
-    case = {",,": str.lower, "^^": str.upper, ",": _first(str.lower), "^": _first(str.upper)}
+    case = {",,": str.lower, "^^": str.upper, ",": first(str.lower), "^": first(str.upper)}
     if rest in case:  # ${V,,} ${V^^} ${V,} ${V^}: the case changed (all, or the first letter)
         return case[rest](value)
-    trim = re.match(r"^(%%|%|##|#)(.*)$", rest, re.S)
-    if trim is not None:
-        how, pattern = trim.group(1), one(trim.group(2), run)
-        return _trim(value, how, pattern)
+    cut = re.match(r"^(%%|%|##|#)(.*)$", rest, re.S)
+    if cut is not None:
+        how, pattern = cut.group(1), one(cut.group(2), run)
+        return trim(value, how, pattern)
     return whole
-
-
-def _first(change: Callable[[str], str]) -> Callable[[str], str]:
-    return lambda v: change(v[:1]) + v[1:]
-
-
-def _trim(value: str, how: str, pattern: str) -> str:
-    """${V%p}, ${V%%p}, ${V#p}, ${V##p}: the shortest / longest matching suffix or prefix off."""
-    cuts = range(len(value) + 1)
-    if how.startswith("%"):
-        order = reversed(cuts) if how == "%" else cuts
-        for k in order:
-            if fnmatch.fnmatchcase(value[k:], pattern):
-                return value[:k]
-        return value
-    order = cuts if how == "#" else reversed(cuts)
-    for k in order:
-        if fnmatch.fnmatchcase(value[:k], pattern):
-            return value[k:]
-    return value
 
 
 def _arith(expr: str, run: Scope, whole: str) -> str:

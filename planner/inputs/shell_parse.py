@@ -128,10 +128,23 @@ def parse(text: str) -> list[Node]:
     return _Parser(lex(text)).script()
 
 
+def parse_units(text: str) -> list[list[Node]]:
+    """The script's commands (`parse`) in its complete commands: those bash reads and runs as
+    one, up to an unquoted newline between commands (`a; b` one, `if ...\nfi; c` one). An
+    error that discards the rest of a command (bash's FUNCNEST: `planner.inputs.shell_exit`)
+    discards the rest of its unit."""
+    parser = _Parser(lex(text))
+    nodes = parser.script()
+    starts = sorted({0, *(k for k in parser.units if k < len(nodes))})
+    return [nodes[a:b] for a, b in zip(starts, [*starts[1:], len(nodes)], strict=True) if a < b]
+
+
 class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.toks = tokens
         self.i = 0
+        self.units: list[int] = []
+        """Where each complete command starts among the top-level commands (`parse_units`)."""
 
     def peek(self) -> Token | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -164,6 +177,7 @@ class _Parser:
         while True:
             if self.skip_separators():
                 unit = len(out)
+                self.units.append(unit)
             t = self.peek()
             if unclosed is not None and (t is None or t is unclosed):
                 del out[unit:]

@@ -13,9 +13,13 @@ on a path it does not take expands to nothing, as in bash (`Scope.assigned`). A 
 what cannot be known (`$(command)`, a file test) takes its first branch (`if`: the `then`
 branch; `case`: the `*` pattern where there is one); `while` / `until` loops run while their
 condition is known to hold (`shift` and `unset` followed), once where it is not known or a
-`break` / `return` is in them. Where bash stops before the file's end (a syntax error, `${X:?}`
-on a name the file sets empty, a loop or a recursion planner cannot see end:
-`planner.inputs.shell_stop`), the read stops there too (`Run.stopped`), with what ran before.
+`break` / `return` is in them. `exit`, `return`, `exec` and FUNCNEST end a shell, a call, a
+sourced file or a command where bash ends them (`planner.inputs.shell_exit`); where a way taken
+on a guess (`Run.guessed`, `Scope.guesses`) ends one having launched no run, the read takes
+another. Where bash stops before the file's end (a syntax error, `${X:?}` on a name the file
+sets empty or unsets, a loop or a recursion planner cannot see end: `planner.inputs.shell_stop`;
+an `exit` or an `exec`), the read stops there too (`Run.stopped`; none for an `exit` in the
+file's last command that leaves out nothing it may launch), with what ran before.
 
 Collected: every simple command's words but those of `echo`, `printf` and the shell's and
 coreutils' own commands (`NOT_LAUNCHES`): `torchrun ...`, `python pretrain_gpt.py ...`,
@@ -27,13 +31,15 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from planner.inputs import shell_stop
+from planner.inputs import shell_exit, shell_stop
 from planner.inputs.shell_cond import evaluate
-from planner.inputs.shell_expand import Scope, expand_all, one
+from planner.inputs.shell_exit import Exits
 from planner.inputs.shell_expand import Value as Value
+from planner.inputs.shell_expand import expand_all, one
+from planner.inputs.shell_loops import MAX_LOOP_ITEMS as MAX_LOOP_ITEMS
+from planner.inputs.shell_loops import MAX_LOOP_PASSES as MAX_LOOP_PASSES
+from planner.inputs.shell_loops import loop
 from planner.inputs.shell_parse import (
     DECLARES,
     Case,
@@ -45,81 +51,55 @@ from planner.inputs.shell_parse import (
     Node,
     Simple,
     Unparsed,
-    parse,
+    parse_units,
     walk,
 )
+from planner.inputs.shell_state import MAX_CALL_DEPTH as MAX_CALL_DEPTH
+from planner.inputs.shell_state import NOT_LAUNCHES, WRAPPERS, assigned_names, ends, guess, sure
+from planner.inputs.shell_state import Files as Files
+from planner.inputs.shell_state import Run as Run
 from planner.inputs.shell_stop import Stopped, Stops
 from planner.inputs.shell_vars import MAX_VALUE_CHARS as MAX_VALUE_CHARS
 from planner.inputs.shell_vars import assign, shift, unset
 
-NOT_LAUNCHES = frozenset(
-    {"echo", "printf", "cd", "pushd", "popd", "mkdir", "rm", "cp", "mv", "ln", "touch", "cat"}
-    | {"ls", "unset", "set", "shift", "source", ".", "exit", "return", "wait", "sleep", "trap"}
-    | {"read", "true", "false", "test", "[", "[[", "chmod", "tee", "date", "hostname", "export"}
-    | {"local", "declare", "readonly", "typeset", "sed", "grep", "awk", "head", "tail", "sort"}
-    | {"wc", "find", "basename", "dirname", "realpath", "readlink", "ulimit", "umask", "alias"}
-    | {"shopt", "let", "nvidia-smi", "scontrol", "sinfo", "squeue", "wget", "curl", "git", "pip"}
-    | {"pip3", "tar", "kill", "pkill", "ps", "which", "type", "command", "getopts", "mapfile"}
-    | {"break", "continue"}
-)
-"""Commands that launch no training: their words are not collected."""
-
-WRAPPERS = frozenset({"exec", "time", "nohup", "builtin"})
-"""Words that run the rest of the command as the command."""
-
-MAX_CALL_DEPTH = 16
-"""Nested function calls followed (a recursive script stops there: `shell_stop.recursion`)."""
-
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-
-
-@dataclass
-class Run(Scope):
-    """What reading a script found: the launched commands' words and the variables set (its
-    `Scope`), and what a command and a function call need besides."""
-
-    commands: list[list[str]] = field(default_factory=list)
-    command_env: dict[str, str] = field(default_factory=dict)
-    """`NAME=value` words before a collected command (its environment)."""
-    functions: dict[str, list[Node]] = field(default_factory=dict)
-    depth: int = 0
-    passes: int = 0
-    """Loop-body passes run so far (MAX_LOOP_PASSES)."""
-    files: Files | None = None
-    """Reads a file `source` / `.` names (its text, None where there is none to read); None:
-    sourced files are not followed."""
-    stopped: Stopped | None = None
-    """Where bash stops before the file's end, and what it does there (`shell_stop`)."""
-
-
-Files = Callable[[str], str | None]
-"""A path -> the file's text, or None where there is no file to read."""
+Units = list[list[Node]]
 
 
 def commands(text: str, script: str | None = None, files: Files | None = None) -> Run:
     """The script's launched commands and variables (module docstring); `script` its path
     (`$0`), `files` what reads the files it sources."""
-    nodes = parse(text)
-    run = Run(script=script, files=files, assigned=assigned_names(nodes))
-    try:
-        _block(nodes, run)
-    except Stops as stop:
-        run.stopped = Stopped(stop.line or 0, stop.file, stop.what)
+    units = parse_units(text)
+    run = Run(script=script, files=files, assigned=assigned_names([n for u in units for n in u]))
+    for k, unit in enumerate(units):
+        try:
+            _read([unit], run)
+        except Stops as stop:  # an exit that leaves nothing out is no news
+            if not isinstance(stop, Exits) or k + 1 < len(units) or _may_launch(unit, run):
+                run.stopped = Stopped(stop.line or 0, stop.file, stop.what)
+            break
     return run
 
 
-def assigned_names(nodes: list[Node]) -> frozenset[str]:
-    """The names the nodes assign a value anywhere (`NAME=value`, `NAME+=( ... )`, after
-    `export` / `local` too; a `for` loop's variable), on any path, in functions too
-    (`Scope.assigned`). `read` and `mapfile` targets are not among them: what they hold is not
-    known, not empty."""
-    out: set[str] = set()
-    for node in walk(nodes):
-        if isinstance(node, Simple):
-            out.update(name for name, _, _ in node.assigns)
-        elif isinstance(node, Loop) and node.kind in ("for", "select"):
-            out.add(node.var)
-    return frozenset(out)
+def _may_launch(nodes: list[Node], run: Run) -> bool:
+    """Whether the nodes may launch what `run` has not: it launched nothing, and a command
+    among them is not one of NOT_LAUNCHES."""
+    simple = (n for n in walk(nodes) if isinstance(n, Simple) and n.words)
+    return not run.commands and any(n.words[0] not in NOT_LAUNCHES for n in simple)
+
+
+def _read(units: Units, run: Run) -> bool | None:
+    """A file's or a string's complete commands (`shell_parse.parse_units`) run in order: a call
+    past FUNCNEST discards the rest of its own (`shell_exit`)."""
+    status: bool | None = True
+    for unit in units:
+        try:
+            status = _block(unit, run)
+        except Exits as stop:
+            if stop.kind != "funcnest":
+                raise
+            status = run.last = False
+    return status
 
 
 def _block(nodes: list[Node], run: Run) -> bool | None:
@@ -128,17 +108,20 @@ def _block(nodes: list[Node], run: Run) -> bool | None:
     status: bool | None = True
     for node in nodes:
         try:
-            status = _node(node, run)
+            status = run.last = _node(node, run)
         except Stops as stop:  # the line: the innermost command's
             stop.line = node.line if stop.line is None else stop.line
             raise
     return status
 
 
-def _subshell(nodes: list[Node], run: Run) -> bool | None:
-    """The nodes run in a subshell: where it exits (`shell_stop`), the script goes on."""
+def _subshell(units: Units, run: Run) -> bool | None:
+    """The commands run in a subshell: where it exits (`shell_exit`, `shell_stop`), the script
+    goes on, the subshell's status that of its `exit`."""
     try:
-        return _block(nodes, run)
+        return _read(units, run)
+    except Exits as stop:
+        return stop.status
     except Stops as stop:
         if stop.hangs:
             raise
@@ -153,28 +136,71 @@ def _node(node: Node, run: Run) -> bool | None:
         stop.line = node.line
         raise stop
     if isinstance(node, Chain):
-        status = _subshell(node.parts[:1], run) if 0 in node.piped else _node(node.parts[0], run)
-        for k, (op, part) in enumerate(zip(node.ops, node.parts[1:], strict=False), 1):
-            if (op == "&&" and status is False) or (op == "||" and status is True):
-                continue
-            status = _subshell([part], run) if k in node.piped else _node(part, run)
-        return status
+        return _chain(node, run)
     if isinstance(node, If):
-        for cond, body in node.branches:
-            taken = _block(cond, run)
-            if taken is not False:  # true, or undecidable: the first such branch
-                return _block(body, run)
-        return _block(node.otherwise, run)
+        return _if(node, run)
     if isinstance(node, Case):
         return _case(node, run)
     if isinstance(node, Loop):
-        return _loop(node, run)
+        return loop(node, run, _block)
     if isinstance(node, Group):
-        return _subshell(node.body, run) if node.subshell else _block(node.body, run)
+        return _subshell([node.body], run) if node.subshell else _block(node.body, run)
     if isinstance(node, Function):
         run.functions[node.name] = node.body
         return True
     return None
+
+
+def _part(chain: Chain, k: int, run: Run) -> bool | None:
+    part = chain.parts[k]
+    return _subshell([[part]], run) if k in chain.piped else _node(part, run)
+
+
+def _chain(node: Chain, run: Run) -> bool | None:
+    """`a && b || c`, `a | b`: a part after a status known by a guess (or not known) that ends
+    the shell having launched nothing is undone, the chain going on as if the status were the
+    other (`cd "$DIR" || exit`: `cd` succeeded)."""
+    guesses = run.guesses
+    status = run.last = _part(node, 0, run)
+    for k, op in enumerate(node.ops, 1):
+        known = sure(run, status is not None, guesses)
+        if (op == "&&" and status is False) or (op == "||" and status is True):
+            continue
+        if known:
+            status = _part(node, k, run)
+        else:
+            ended, status = guess(run, _part, node, k, run)
+            status = op == "||" if ended is not None else status
+        run.last = status
+    return status
+
+
+def _if(node: If, run: Run) -> bool | None:
+    """The first branch whose condition holds or is not known (`else` a branch whose condition
+    holds). Where that one was taken on a guess and ends the shell having launched nothing, the
+    first other that does not (the later ones first, then those skipped on a guess); where
+    every one ends, the script ends."""
+    ways = [*node.branches, ([], node.otherwise)]
+    never: set[int] = set()  # the branches surely not taken
+    for k, (cond, body) in enumerate(ways):
+        guesses = run.guesses
+        taken = _block(cond, run)
+        if sure(run, taken is not None, guesses) and taken is not None:
+            if taken:
+                return _block(body, run)
+            never.add(k)
+            continue
+        if taken is False:
+            continue
+        ended, status = guess(run, _block, body, run)
+        if ended is None:
+            return status
+        for j in [*range(k + 1, len(ways)), *range(k)]:
+            again, status = (ended, None) if j in never else guess(run, _block, ways[j][1], run)
+            if again is None:
+                return status
+        raise ended  # every way ends
+    return True
 
 
 def _blank(raws: list[str], run: Run) -> list[str]:
@@ -187,81 +213,44 @@ def _blank(raws: list[str], run: Run) -> list[str]:
 
 
 def _case(node: Case, run: Run) -> bool | None:
+    """The item the word matches; a word not known takes the default pattern, else the first
+    item. Taken on a guess and ending the shell having launched nothing (an argument loop's
+    `*) usage; exit 1`): none, as where no pattern matches, unless every item ends (and a `*`
+    leaves no way past them)."""
+    guesses = run.guesses
     word = " ".join(_blank([node.word], run))
     items = node.items
-    if "$" in word or "`" in word:  # not known: the default pattern, else the first item
-        chosen = next((b for p, b in items if "*" in p), items[0][1] if items else [])
-        return _block(chosen, run)
-    for patterns, body in items:
-        alternatives = [a for p in patterns for a in p.split("|")]  # fp8|mxfp8)
-        if any(fnmatch.fnmatchcase(word, one(a, run)) for a in alternatives):
-            return _block(body, run)
+    known = "$" not in word and "`" not in word
+    if known:
+        chosen = next((k for k, (p, _) in enumerate(items) if _matches(word, p, run)), None)
+    else:
+        chosen = next((k for k, (p, _) in enumerate(items) if "*" in p), 0 if items else None)
+    if sure(run, known, guesses) and chosen is not None:
+        return _block(items[chosen][1], run)
+    if chosen is None:
+        return True
+    ended, status = guess(run, _block, items[chosen][1], run)
+    if ended is None:
+        return status
+    others = [body for k, (_, body) in enumerate(items) if k != chosen]
+    if any("*" in p for p, _ in items) and all(ends(run, _block, b, run) for b in others):
+        raise ended  # every way ends
     return True
 
 
-MAX_LOOP_ITEMS = 1024
-"""The most items of a `for` loop whose body is run (a longer list: its first ones)."""
-
-MAX_LOOP_PASSES = 1 << 14
-"""The most loop-body passes a read runs over all its loops (nested loops multiply): past it, a
-loop runs its first item only, as every loop did before."""
-
-
-def _loop(node: Loop, run: Run) -> bool | None:
-    """A `for` loop's body run for each item (up to MAX_LOOP_ITEMS: what it assigns accumulates
-    as bash has it, `ARGS="$ARGS --$kv"`), the commands it launches collected from its first
-    item's pass alone (a sweep that launches a run per item is read as its first run); a `while`
-    / `until` loop by `_while`."""
-    if node.kind not in ("for", "select"):
-        return _while(node, run)
-    items = expand_all(node.items, run) if node.items is not None else list(run.args or [])
-    status: bool | None = True
-    for k, item in enumerate(items[:MAX_LOOP_ITEMS]):
-        if k and run.passes >= MAX_LOOP_PASSES:
-            break
-        run.passes += 1
-        run.env[node.var] = item
-        launched, env = len(run.commands), dict(run.command_env)
-        status = _block(node.body, run)
-        if k:  # the first pass's commands alone
-            del run.commands[launched:]
-            run.command_env = env
-    return status
-
-
-def _while(node: Loop, run: Run) -> bool | None:
-    """A `while` / `until` loop run pass by pass while its condition is known to hold (the
-    commands launched from its first pass alone, as a `for` loop's); one pass where the
-    condition is not known or a `break` / `return` may end it (`shell_stop.breaks_out`).
-    Still holding after MAX_LOOP_ITEMS passes (or past MAX_LOOP_PASSES): `shell_stop.endless`."""
-    ends = node.kind == "until"  # the condition's status that ends the loop
-    may_break = shell_stop.breaks_out([*node.cond, *node.body])
-    status: bool | None = True
-    for k in range(MAX_LOOP_ITEMS + 1):
-        launched, env = len(run.commands), dict(run.command_env)
-        try:
-            cond = _block(node.cond, run)
-            if cond is ends or (k and cond is None):
-                return status
-            if k and (k == MAX_LOOP_ITEMS or run.passes >= MAX_LOOP_PASSES):
-                raise shell_stop.endless(node.kind, k)
-            run.passes += 1
-            status = _block(node.body, run)
-        finally:
-            if k:  # the first pass's commands alone
-                del run.commands[launched:]
-                run.command_env = env
-        if cond is None or may_break:
-            return status
-    return status
+def _matches(word: str, patterns: list[str], run: Run) -> bool:
+    alternatives = [a for p in patterns for a in p.split("|")]  # fp8|mxfp8)
+    return any(fnmatch.fnmatchcase(word, one(a, run)) for a in alternatives)
 
 
 def _simple(node: Simple, run: Run) -> bool | None:
     if node.words and node.words[0] in ("[", "[[", "test"):
         return evaluate(_blank(node.words[1:], run))
     words = expand_all(node.words, run)
+    execs = False
     while words and words[0] in WRAPPERS:
-        words = words[1:]
+        execs |= words[0] == "exec"
+        words = shell_exit.exec_command(words[1:]) if words[0] == "exec" else words[1:]
     if words and words[0] == "env":
         words = words[1:]
         while words and re.match(rf"^{_NAME}=", words[0]):
@@ -275,7 +264,10 @@ def _simple(node: Simple, run: Run) -> bool | None:
     for name, _, value in node.assigns:  # the command's own environment
         if isinstance(value, str):
             run.command_env[name] = one(value, run)
-    return _command(words, run)
+    status = _command(words, run)
+    if execs:  # the command replaced the shell
+        raise shell_exit.execs(words)
+    return status
 
 
 def _command(words: list[str], run: Run) -> bool | None:
@@ -287,14 +279,13 @@ def _command(words: list[str], run: Run) -> bool | None:
     if name in ("shift", "unset"):
         return shift(words, run) if name == "shift" else unset(words, run, run.functions)
     if words[0] in run.functions:
-        if run.depth >= MAX_CALL_DEPTH:
-            raise shell_stop.recursion(words[0], run.depth)
-        saved, run.args = run.args, words[1:]
-        run.depth += 1
-        try:
-            return _block(run.functions[words[0]], run)
-        finally:
-            run.args, run.depth = saved, run.depth - 1
+        return _call(words, run)
+    if name == "exit":
+        raise shell_exit.exited(words, run.last)
+    if name == "return":  # at the top level: bash's error, and it goes on
+        if run.depth == 0:
+            return False
+        raise shell_exit.returned(words, run.last)
     if name in ("source", ".") and len(words) > 1:
         return _source(words[1], words[2:], run)
     if name == "eval":
@@ -305,19 +296,21 @@ def _command(words: list[str], run: Run) -> bool | None:
         if os.path.basename(w) in ("bash", "sh") and words[i + 1] == "-c" and i + 2 < len(words):
             if i:
                 run.commands.append(words[:i])
-            nodes = parse(words[i + 2])
+            units = parse_units(words[i + 2])
             # bash -c 'STRING' NAME ARGS...: NAME is its $0 (else the shell's own), ARGS its
             # positional parameters ("$@", $1, ...; none without), as bash binds them
             inner = Run(
                 env=dict(run.env),
+                gone=set(run.gone),
+                guessed=run.guessed,
                 functions=run.functions,
                 args=words[i + 4 :],
                 files=run.files,
                 script=words[i + 3] if i + 3 < len(words) else w,
             )
-            inner.assigned = run.assigned | assigned_names(nodes)
+            inner.assigned = run.assigned | assigned_names([n for u in units for n in u])
             try:  # a shell of its own: where it exits, this one goes on (a loop holds both)
-                _subshell(nodes, inner)
+                _subshell(units, inner)
             except Stops as stop:
                 stop.line = stop.file = None  # the line of the `bash -c` command
                 raise
@@ -329,9 +322,30 @@ def _command(words: list[str], run: Run) -> bool | None:
     return None
 
 
+def _call(words: list[str], run: Run) -> bool | None:
+    """A function called with its arguments: its `return` ends it; FUNCNEST (`shell_exit`)
+    and MAX_CALL_DEPTH bound the calls nested."""
+    limit = shell_exit.funcnest(run.env.get("FUNCNEST"))
+    if limit is not None and run.nest >= limit:
+        raise shell_exit.nested(words[0], limit)
+    if run.depth >= MAX_CALL_DEPTH:
+        raise shell_stop.recursion(words[0], run.depth, limit)
+    saved, run.args = run.args, words[1:]
+    run.depth, run.nest = run.depth + 1, run.nest + 1
+    try:
+        return _block(run.functions[words[0]], run)
+    except Exits as stop:
+        if stop.kind != "return":
+            raise
+        return stop.status
+    finally:
+        run.args, run.depth, run.nest = saved, run.depth - 1, run.nest - 1
+
+
 def _source(path: str, args: list[str], run: Run) -> bool | None:
     """`source PATH ARGS`: the file's commands run here, in this scope (its `$0` / BASH_SOURCE
-    its own path, its positional parameters ARGS where given), where `Run.files` reads it."""
+    its own path, its positional parameters ARGS where given), where `Run.files` reads it; its
+    `return` ends it."""
     if run.files is None or "$" in path or "`" in path or run.depth >= MAX_CALL_DEPTH:
         return None
     text = run.files(path)
@@ -340,11 +354,13 @@ def _source(path: str, args: list[str], run: Run) -> bool | None:
     saved = run.script, run.args
     run.script, run.args = path, (args or run.args)
     run.depth += 1
-    nodes = parse(text)
-    run.assigned |= assigned_names(nodes)
+    units = parse_units(text)
+    run.assigned |= assigned_names([n for u in units for n in u])
     try:
-        return _block(nodes, run)
+        return _read(units, run)
     except Stops as stop:  # a syntax error ends the sourced file alone (bash: status 2)
+        if isinstance(stop, Exits) and stop.kind == "return":
+            return stop.status
         if stop.syntax:
             return False
         stop.file = path if stop.file is None else stop.file
@@ -356,10 +372,11 @@ def _source(path: str, args: list[str], run: Run) -> bool | None:
 def _eval(words: list[str], run: Run) -> bool | None:
     """`eval WORDS`: their commands collected (read in a scope of their own); a syntax error
     ends the string alone, as in bash (`shell_stop`)."""
-    nodes = parse(" ".join(words))
-    nested = Run(assigned=assigned_names(nodes))
+    units = parse_units(" ".join(words))
+    nested = Run(assigned=assigned_names([n for u in units for n in u]), depth=run.depth)
+    nested.guessed = run.guessed
     try:
-        _block(nodes, nested)
+        _read(units, nested)
     except Stops as stop:
         if not stop.syntax:
             stop.line = None  # the line of the `eval` command

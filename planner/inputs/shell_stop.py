@@ -12,8 +12,9 @@ runs them):
   torchrun files require MASTER_ADDR so (tests/golden/launch-*.torchrun.sh line 29:
   `MASTER_ADDR="${MASTER_ADDR:?...}"`);
 - a function that calls itself deeper than planner follows (`shell_run.MAX_CALL_DEPTH`):
-  planner cannot see that the recursion ends; bash stops it at FUNCNEST where that is set, and
-  without it recurses until its stack overflows and the shell dies (SIGSEGV, exit 139);
+  planner cannot see that the recursion ends; bash stops it at FUNCNEST where that is set (a
+  FUNCNEST within planner's depth is followed: `planner.inputs.shell_exit`), and without it
+  recurses until its stack overflows and the shell dies (SIGSEGV, exit 139);
 - a `while` / `until` loop whose condition planner still finds true after every pass it runs,
   nothing in it breaking out (`breaks_out`): planner cannot see it end, and bash runs nothing
   after a loop that does not.
@@ -69,10 +70,12 @@ def unclosed(closes: str) -> Stops:
     )
 
 
-def required(whole: str, name: str, message: str) -> Stops:
-    """`whole`, `${NAME:?message}`, on a name the file sets empty."""
-    said = message or "parameter null or not set"
-    return Stops(f"{whole} with {name} set empty: bash prints '{name}: {said}' and exits")
+def required(whole: str, name: str, message: str, empty: bool = True) -> Stops:
+    """`whole`, `${NAME:?message}`, on a name the file sets empty (`empty`), or `${NAME?message}`
+    / `${NAME:?message}` on one it unsets (`unset NAME`)."""
+    said = message or ("parameter null or not set" if ":?" in whole else "parameter not set")
+    how = "set empty" if empty else "unset (`unset`)"
+    return Stops(f"{whole} with {name} {how}: bash prints '{name}: {said}' and exits")
 
 
 def endless(kind: str, passes: int) -> Stops:
@@ -85,12 +88,18 @@ def endless(kind: str, passes: int) -> Stops:
     )
 
 
-def recursion(name: str, depth: int) -> Stops:
-    """A function call nested past `depth` calls."""
+def recursion(name: str, depth: int, funcnest: int | None = None) -> Stops:
+    """A function call nested past `depth` calls (`funcnest`: the file's FUNCNEST, deeper)."""
+    bash = (
+        f"bash stops it at the file's FUNCNEST={funcnest} calls deep, deeper than planner "
+        "follows, and goes on with the next command"
+        if funcnest is not None
+        else "bash stops it at FUNCNEST where that is set, and without it recurses until its "
+        "stack overflows and the shell dies"
+    )
     return Stops(
         f"`{name}` is called {depth} calls deep (a function that calls itself): planner cannot "
-        "see the recursion end; bash stops it at FUNCNEST where that is set, and without it "
-        "recurses until its stack overflows and the shell dies",
+        f"see the recursion end; {bash}"
     )
 
 

@@ -23,13 +23,25 @@ def shift(words: list[str], run: Scope) -> bool | None:
 
 
 def unset(words: list[str], run: Scope, functions: dict[str, Any]) -> bool:
-    """`unset [-v] NAME...` / `unset -f NAME...`: the variables (functions) dropped."""
-    names = [w for w in words[1:] if not w.startswith("-")]
+    """`unset [-v] NAME...` / `unset -f NAME...`, as bash 5.2 has it: `-v` the variables, `-f`
+    the functions; neither, each name's variable, or its function where no variable has the
+    name (one the file has not set is taken as not in the environment). A variable unset is
+    unset whatever the environment held (`Scope.gone`). Both flags: bash's error, nothing
+    unset."""
+    flags, names = "", words[1:]
+    while names and names[0].startswith("-") and names[0] != "-":
+        flags, names = flags + names[0][1:], names[1:]
+        if flags.endswith("-"):  # `--`: names follow
+            break
+    if "f" in flags and "v" in flags:
+        return False
+    plain = "v" not in flags and "f" not in flags
     for name in names:
-        if "-f" in words[1:]:
+        if "f" in flags or (plain and name not in run.env and name in functions):
             functions.pop(name, None)
-        else:
+        if "f" not in flags:
             run.env.pop(name, None)
+            run.gone.add(name)
     return True
 
 
@@ -41,7 +53,17 @@ setting is that long, and a value that keeps its unset parts' text can double wi
 
 
 def assign(run: Scope, name: str, append: bool, value: Value) -> None:
-    """`NAME=value` / `NAME+=value` (an array's elements where `value` is a list)."""
+    """`NAME=value` / `NAME+=value` (an array's elements where `value` is a list); the name
+    `Scope.tainted` where the value took a guess (`${X:-d}` of a name the file does not set)."""
+    guesses = run.guesses
+    _assign(run, name, append, value)
+    if run.guesses == guesses and not (append and name in run.tainted):
+        run.tainted.discard(name)
+    else:
+        run.tainted.add(name)
+
+
+def _assign(run: Scope, name: str, append: bool, value: Value) -> None:
     if isinstance(value, list):
         elements = expand_all(value, run)
         old = run.env.get(name)

@@ -94,9 +94,11 @@ def small_stack() -> None:
     resource.setrlimit(resource.RLIMIT_STACK, (256 << 10, 256 << 10))
 
 
-def bash_runs(text: str, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[list, str]:
+def bash_runs(
+    text: str, tmp_path: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> tuple[list, str]:
     """The launches (each command's arguments from its Python script or `llm` on) bash makes
-    running the script as train.sh, and its stderr."""
+    running the script as train.sh (with `args`), and its stderr."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     out = tmp_path / "launched.txt"
@@ -111,7 +113,7 @@ def bash_runs(text: str, tmp_path: Path, env: dict[str, str] | None = None) -> t
     # its own process group, killed whole at the timeout: a loop in a `bash -c` it started
     # would otherwise outlive the test, spinning a CPU
     proc = subprocess.Popen(
-        [BASH, "train.sh"],
+        [BASH, "train.sh", *args],
         cwd=tmp_path,
         env={"PATH": path, **(env or {})},
         stdout=subprocess.PIPE,
