@@ -205,7 +205,7 @@ def check(
     job, layout = plan.job, plan.require_layout()
     warned = warn(plan)
     if plan_path is not None:  # a plan file: what its launch would refuse
-        warned += launch_warnings(plan)
+        warned += launch_warnings(plan, headroom)
     module_note(plan)
     rep = memory.estimate(job, layout, headroom)
     host = host_memory.estimate(job, layout)

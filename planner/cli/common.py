@@ -141,6 +141,16 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def headroom_header(headroom: float) -> list[str]:
+    """The plan file's header line for a plan ranked at a headroom other than the default, which
+    `check` and `launch` would otherwise judge it at (none at the default)."""
+    if headroom == DEFAULT_HEADROOM:
+        return []
+    h = f"{headroom:g}"
+    said = f"ranked with --headroom {h}: run planner check --headroom {h} and launch --headroom {h}"
+    return [said]
+
+
 def check_headroom(headroom: float) -> None:
     if not 0 <= headroom < 100:
         raise InputError(f"--headroom: must be in [0, 100) percent (got {headroom})")
@@ -177,13 +187,16 @@ def warn(plan: Plan) -> list[str]:
     return lines
 
 
-def launch_lines(plan: Plan) -> tuple[list[str], list[str]]:
+def launch_lines(
+    plan: Plan, headroom: float = DEFAULT_HEADROOM
+) -> tuple[list[str], list[str]]:
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
     targets; and what the targets that do not refuse it launch differently, with the step or
     peak they predict (`launch.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16
     attention for FP8 attention; `launch.bridge_launched_note`: Megatron-Bridge's optimizer
-    path), none where they launch it as it is. The targets are rendered once for both."""
+    path), none where they launch it as it is; their peaks judged at `headroom` percent. The
+    targets are rendered once for both."""
     from planner.emit import launch
 
     refused = launch.refusals(plan)
@@ -196,17 +209,17 @@ def launch_lines(plan: Plan) -> tuple[list[str], list[str]]:
     refused_targets = {t for ts in refused.values() for t in ts}
     notes = []
     if not refused_targets & set(launch.MEGATRON_LM_TARGETS):
-        notes.append(launch.megatron_lm_launched_note(plan))
+        notes.append(launch.megatron_lm_launched_note(plan, headroom))
     if "megatron-bridge" not in refused_targets and not plan.job.pools:
-        notes.append(launch.bridge_launched_note(plan))
+        notes.append(launch.bridge_launched_note(plan, headroom))
     return lines, [n for n in notes if n is not None]
 
 
-def launch_warnings(plan: Plan) -> list[str]:
+def launch_warnings(plan: Plan, headroom: float = DEFAULT_HEADROOM) -> list[str]:
     """`launch_lines` of a plan file: the refusals as warnings on stderr (`check` and `explain`
     PLAN: the memory still fits, and the exit code says so; the plan's first launch would find
     them), what the targets launch differently as notes (not a fault of the plan)."""
-    lines, notes = launch_lines(plan)
+    lines, notes = launch_lines(plan, headroom)
     for line in lines:
         sys.stderr.write(f"planner: warning: {line}\n")
     for note in notes:
@@ -214,13 +227,13 @@ def launch_warnings(plan: Plan) -> list[str]:
     return lines
 
 
-def launch_notes(path: Path) -> None:
+def launch_notes(path: Path, headroom: float = DEFAULT_HEADROOM) -> None:
     """On stderr, `launch_lines` of the plan just written, after the warnings `check` gives
     the plan (`common.warn`)."""
     from planner.inputs.plan import load_plan
 
     plan = load_plan(path)
     warn(plan)  # what `check` warns about the plan, as it says it
-    lines, notes = launch_lines(plan)
+    lines, notes = launch_lines(plan, headroom)
     for line in [*lines, *notes]:
         err.print(f"note: {line}")

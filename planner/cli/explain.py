@@ -123,7 +123,7 @@ def explain(
         timeline.drawable(job, layout)  # before the work
     warned = warn(plan)
     if plan_path is not None:  # a plan file: what its launch would refuse
-        warned += launch_warnings(plan)
+        warned += launch_warnings(plan, headroom)
     noted = module_note(plan)
     rep = memory.estimate(job, layout, headroom)
     host = host_memory.estimate(job, layout)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import path_given
+from planner.cli.common import DEFAULT_HEADROOM, HeadroomOpt, check_headroom, path_given
 from planner.emit import launch as launch_files
 
 
@@ -31,10 +31,13 @@ def launch(
         str | None, typer.Option("--job-name", help="job name (default: the plan file's stem)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,
 ) -> None:
     """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm, Kubernetes,
-    torchtitan or Megatron-Bridge."""
-    done = launch_files.launch(plan_path, target, out_dir, job_name, force)
+    torchtitan or Megatron-Bridge. --headroom: the one the plan was ranked with (its header
+    says so), which decides what the launch may use and whether it fits."""
+    check_headroom(headroom)
+    done = launch_files.launch(plan_path, target, out_dir, job_name, force, headroom)
     if done.warning is not None:
         print(f"planner: warning: {done.warning}", file=sys.stderr)
     if done.note is not None:

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from planner import __version__
-from planner.cli.common import emit_json, err, launch_notes, out
+from planner.cli.common import emit_json, err, headroom_header, launch_notes, out
 from planner.cli.report import host_dict, job_dict, layout_dict, memory_dict, performance_dict
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
@@ -110,7 +110,7 @@ def run(
         raise typer.Exit(EXIT_NO)
     best = res.plans[0]
     if write_plan is not None:
-        _write(job, best, write_plan, model_ref)
+        _write(job, best, write_plan, model_ref, space.headroom_pct)
     if as_json:
         doc: dict[str, Any] = {
             "candidates": [_plan_dict(p) for p in res.plans],
@@ -224,19 +224,22 @@ def _plan_dict(p: PoolPlan) -> dict[str, Any]:
     }
 
 
-def _write(job: Job, best: PoolPlan, path: Path, model_ref: dict[str, Any] | None) -> None:
+def _write(
+    job: Job, best: PoolPlan, path: Path, model_ref: dict[str, Any] | None, headroom: float
+) -> None:
     gpus = " + ".join(f"{q.cluster.num_gpus} x {q.cluster.gpu.name}" for q in best.job.pools)
     header = [
         f"planner {__version__} suggest: {job.arch.name} on {gpus} (pools in pipeline order)",
         f"predicted step {best.performance.step_time_s:.3f} s, "
         f"{best.performance.tokens_per_s_per_gpu:,.0f} tokens/s/GPU",
+        *headroom_header(headroom),
     ]
     table = plan_writer.model_table(job, model_ref, path)
     try:
         path.write_text(plan_writer.render(best.job, best.layout, table, header))
     except OSError as e:
         raise InputError(f"--write-plan: cannot write {path}: {e}") from None
-    launch_notes(path)
+    launch_notes(path, headroom)
 
 
 def across_dict(res: pool_search.PoolSearch) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from planner.cli.common import (
     check_headroom,
     emit_json,
     err,
+    headroom_header,
     launch_notes,
     out,
     path_given,
@@ -184,10 +185,7 @@ def suggest(
             f"{best.performance.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
             f"peak {best.memory.peak / 2**30:.1f} GiB",
         ]
-        if headroom != DEFAULT_HEADROOM:  # check's default would judge it otherwise
-            header.append(
-                f"ranked with --headroom {headroom:g}: run planner check --headroom {headroom:g}"
-            )
+        header += headroom_header(headroom)
         table = plan_writer.model_table(job, model_ref, write_plan)
         # a torchtitan candidate's own [torchtitan] settings (planner.search.titan_variants)
         plan_job = candidate_job(job, best)
@@ -195,7 +193,7 @@ def suggest(
             write_plan.write_text(plan_writer.render(plan_job, best.layout, table, header))
         except OSError as e:
             raise InputError(f"--write-plan: cannot write {write_plan}: {e}") from None
-        launch_notes(write_plan)
+        launch_notes(write_plan, headroom)
     if as_json:
         data = report.suggest_dict(job, res, rows, req.defaulted)
         calibration.add_json(data, prof)

@@ -69,6 +69,9 @@ POOL_TARGETS = ("slurm", "torchrun", "megatron-args")
 SCRIPTS = (".sh", ".sbatch")
 """Suffixes of the files written executable (the bash and sbatch scripts)."""
 
+HEADROOM = memory.DEFAULT_HEADROOM_PCT
+"""The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
+
 
 @dataclass(frozen=True)
 class Launched:
@@ -83,10 +86,10 @@ class Launched:
     as its header says, but a script that submits it should hear so on stderr."""
 
 
-def unfit(plan: Plan, where: Path) -> str | None:
-    """The warning for a launched plan whose peak memory exceeds its GPUs' usable memory (the
-    header's verdict, 'DOES NOT FIT'), None where it fits."""
-    rep = memory.estimate(plan.job, plan.require_layout())
+def unfit(plan: Plan, where: Path, headroom_pct: float = HEADROOM) -> str | None:
+    """The warning for a launched plan whose peak memory exceeds its GPUs' usable memory at
+    `headroom_pct` (the header's verdict, 'DOES NOT FIT'), None where it fits."""
+    rep = memory.estimate(plan.job, plan.require_layout(), headroom_pct)
     if rep.fits:
         return None
     return (
@@ -118,8 +121,11 @@ def _target(target: str) -> tuple[Renderer, str]:
     return TARGETS[target]
 
 
-def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, str]:
-    """(file name, text) of one target for a loaded plan."""
+def render(
+    plan: Plan, target: str, job_name: str | None = None, headroom_pct: float = HEADROOM
+) -> tuple[str, str]:
+    """(file name, text) of one target for a loaded plan, launched as `launched` says at
+    `headroom_pct`."""
     renderer, file_name = _target(target)
     need = FRAMEWORK.get(target, "megatron")
     if plan.job.framework != need:
@@ -151,14 +157,14 @@ def render(plan: Plan, target: str, job_name: str | None = None) -> tuple[str, s
         )
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
-    return file_name, renderer(launched(plan, target), check_job_name(job_name))
+    return file_name, renderer(launched(plan, target, headroom_pct), check_job_name(job_name))
 
 
 MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
 """The targets that run Megatron-LM's own pretrain_gpt.py (d98e8a64)."""
 
 
-def megatron_lm_launched(plan: Plan, target: str) -> Plan:
+def megatron_lm_launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
     """The plan as a Megatron-LM target launches it, so that the file's header predicts the
     run it starts.
 
@@ -172,7 +178,8 @@ def megatron_lm_launched(plan: Plan, target: str) -> Plan:
       with it (`Job.megatron_loss` "te", the default fused loss) is launched with Megatron-LM's
       compiled native fusion where that still fits (it holds one more fp32 copy of the local
       logits: `training.compiled_loss_fusion`), else with its unfused loss (no flag: TE's
-      memory, twice its HBM traffic per logit)."""
+      memory, twice its HBM traffic per logit); "fits" at `headroom_pct`, the headroom the
+      plan was ranked and is checked with."""
     if target not in MEGATRON_LM_TARGETS:
         return plan
     job, notes = plan.job, plan.launch_notes
@@ -180,7 +187,7 @@ def megatron_lm_launched(plan: Plan, target: str) -> Plan:
         job, notes = replace(job, fp8_attention=False), (*notes, megatron.FP8_ATTENTION_NOTE)
     if job.megatron_loss == "te":
         native = replace(job, compiled_loss_fusion=True)
-        fits = memory.estimate(native, plan.require_layout()).fits
+        fits = memory.estimate(native, plan.require_layout(), headroom_pct).fits
         job = native if fits else replace(job, loss_fusion=False)
     return plan if job is plan.job else replace(plan, job=job, launch_notes=notes)
 
@@ -207,14 +214,14 @@ def bridge_launched(plan: Plan) -> Plan:
     return replace(plan, job=bridge, launch_notes=(*plan.launch_notes, BRIDGE_OPTIMIZER_NOTE))
 
 
-def launched(plan: Plan, target: str) -> Plan:
+def launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
     """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`)."""
     if target == "megatron-bridge":
         return bridge_launched(plan)
-    return megatron_lm_launched(plan, target)
+    return megatron_lm_launched(plan, target, headroom_pct)
 
 
-def bridge_launched_note(plan: Plan) -> str | None:
+def bridge_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:
     """What --target megatron-bridge changes of the plan (`bridge_launched`), with the peak it
     predicts; None where it launches the plan as it is."""
     run = bridge_launched(plan)
@@ -223,7 +230,8 @@ def bridge_launched_note(plan: Plan) -> str | None:
     lay = plan.require_layout()
     planned = memory.estimate(plan.job, lay).peak / 2**30
     return (
-        f"launch --target megatron-bridge predicts {_peak_text(memory.estimate(run.job, lay))} "
+        "launch --target megatron-bridge predicts "
+        f"{_peak_text(memory.estimate(run.job, lay, headroom_pct))} "
         f"(the plan's {planned:.1f} GiB): {BRIDGE_OPTIMIZER_NOTE}"
     )
 
@@ -237,17 +245,17 @@ def _peak_text(report: memory.MemoryReport) -> str:
     return text
 
 
-def megatron_lm_launched_note(plan: Plan) -> str | None:
+def megatron_lm_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:
     """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan
     (`megatron_lm_launched`: the loss of a plan ranked with Transformer Engine's fused cross
     entropy, FP8 attention), with the step and peak they predict, and how to plan with what they
     launch; None where they launch the plan as it is."""
-    ran = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0])
+    ran = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0], headroom_pct)
     if ran is plan:
         return None
     lay = plan.require_layout()
     ranked, run = cost.estimate(plan.job, lay), cost.estimate(ran.job, lay)
-    peak = _peak_text(memory.estimate(ran.job, lay))
+    peak = _peak_text(memory.estimate(ran.job, lay, headroom_pct))
     targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
     changes, settings = [], []
     if plan.job.megatron_loss == "te":
@@ -300,15 +308,18 @@ def launch(
     out_dir: Path | None = None,
     job_name: str | None = None,
     force: bool = False,
+    headroom_pct: float = HEADROOM,
 ) -> Launched:
-    """Render `target` for the plan file; write it under `out_dir` when given."""
+    """Render `target` for the plan file; write it under `out_dir` when given. `headroom_pct`:
+    the headroom the plan was ranked with, which decides what the launch may use
+    (`megatron_lm_launched`) and whether it warns that the plan does not fit."""
     _target(target)  # before reading the plan: the cheaper message first
     # every file of the target (a pooled torchrun's per-pool scripts too) launches the plan as
     # its training code runs it (`launched`, which `render` applies for its callers alike)
-    plan = launched(check_plan(load_plan(plan_path)), target)
-    file_name, text = render(plan, target, job_name)
+    plan = launched(check_plan(load_plan(plan_path)), target, headroom_pct)
+    file_name, text = render(plan, target, job_name, headroom_pct)
     note = renamed(target, job_name or plan_path.stem)
-    warning = unfit(plan, plan_path)
+    warning = unfit(plan, plan_path, headroom_pct)
     if out_dir is None and target == "torchrun" and len(plan.job.pools) > 1:
         return replace(_pool_scripts(plan, job_name or plan_path.stem, note), warning=warning)
     if out_dir is None:

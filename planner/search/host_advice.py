@@ -139,11 +139,12 @@ def host_changes(
 ) -> list[Change]:
     """The changes that bring the layout's offloads within host memory and pass the rules,
     those that also fit GPU memory first, then cheapest (`advice.by_cost`); `Change.saves` is
-    the host bytes a GPU they free (on pools, on the pool whose host binds before them). Single changes: offloading less (`_candidates`), or one of
-    `advice.single_changes` that shrinks what is offloaded enough (recompute, a smaller
-    micro-batch, more tp ...). Where none of these fits GPU memory too, each of the latter
-    with offloading less on top (`Change.also` names it): offloading less puts back on the GPU
-    what such a change takes off it."""
+    the host bytes a GPU they free (on pools, on the pool whose host binds before them).
+    Single changes: offloading less (`_candidates`), or one of `advice.single_changes` that
+    shrinks what is offloaded enough (recompute, a smaller micro-batch, more tp ...). Where
+    none of these fits GPU memory too, each of the latter with offloading less on top
+    (`Change.also` names it): offloading less puts back on the GPU what such a change takes
+    off it."""
     before = host_memory.estimate(job, layout)
 
     def freed(j: Job, new: Layout, after: host_memory.HostMemory) -> float:
