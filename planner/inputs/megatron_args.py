@@ -71,6 +71,7 @@ from planner.inputs.megatron_line import (
     tokens,
 )
 from planner.inputs.megatron_model import model_table
+from planner.inputs.megatron_startup import micro_batch_note, refuse_unparsed
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 from planner.inputs.shell_run import Files
 
@@ -225,6 +226,7 @@ def _read(
         unknown.append(flag)
     refuse_choices(flags, where)
     refuse_stray_words(flag_runs(words), where)
+    refuse_unparsed(words, unknown, not runs_model, where)
     line = Line(flags, where)
     notes = [n for n in (picked, entry_note(words)) if n is not None]
     missing: list[str] = []
@@ -241,6 +243,7 @@ def _read(
     missing += megatron_args_memory.mimo(line, training)
     missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
     missing += megatron_args_memory.deterministic_sinks_note(line, model)
+    notes.extend(micro_batch_note(line, not runs_model))
     if "max_position_embeddings" not in model:
         model["max_position_embeddings"] = training["seq_length"]
         notes.extend(max_position_note(line))

@@ -4,8 +4,9 @@ past: `refuse` raises an InputError (exit 2) naming the flag and Megatron's chec
 
 Each check cites Megatron-LM d98e8a64: megatron/training/arguments.py (validate_args),
 megatron/training/argument_utils.py (TransformerConfig from the arguments) and
-megatron/core/optimizer/optimizer_config.py. Checks the reader needs to read a value anyway
-live beside that reading (recompute, virtual pipeline, CUDA graphs, weight shards).
+megatron/core/optimizer/optimizer_config.py; `megatron_startup` holds the rest (FSDP2's
+sizes, the batch, recompute, overlap and dispatcher pairs). Checks the reader needs to read a
+value anyway live beside that reading (recompute, virtual pipeline, CUDA graphs, weight shards).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_startup import first_problem
 
 if TYPE_CHECKING:
     from planner.inputs.megatron_line import Line
@@ -68,7 +70,8 @@ def _first_problem(line: Line, position: str, vpp: int, trains: bool) -> tuple[s
         _pipeline(line, vpp),
         _context(line),
     )
-    return next((c for c in checks if c is not None), None)
+    found = next((c for c in checks if c is not None), None)
+    return found if found is not None else first_problem(line, vpp, trains)
 
 
 def _position(line: Line, position: str) -> tuple[str, str] | None:

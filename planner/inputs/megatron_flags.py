@@ -200,7 +200,17 @@ READ = frozenset(
         "--pipeline-model-parallel-layout",
         "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split",
-        "--tp-comm-overlap",
+        "--tp-comm-overlap",  # and what it overlaps: megatron_tp_overlap
+        "--disable-tp-comm-overlap-ag",
+        "--no-tp-comm-overlap-ag",
+        "--disable-tp-comm-overlap-rs",
+        "--no-tp-comm-overlap-rs",
+        "--disable-tp-comm-bulk-dgrad",
+        "--no-tp-comm-bulk-dgrad",
+        "--disable-tp-comm-bulk-wgrad",
+        "--no-tp-comm-bulk-wgrad",
+        "--tp-comm-overlap-rs-dgrad",
+        "--tp-comm-overlap-cfg",
         "--overlap-moe-expert-parallel-comm",
         "--moe-token-dispatcher-type",
         "--moe-flex-dispatcher-backend",
@@ -313,6 +323,9 @@ NOT_MODELLED: dict[str, str] = {
     "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
+    "--batch-invariant-mode": "batch-invariant kernels (TransformerConfig d98e8a64 "
+    "transformer_config.py:1184-1189: 'will significantly affect speed') are timed as the "
+    "default kernels (step time under-estimated)",
     "--keep-fp8-transpose-cache": "Megatron-FSDP then keeps each FP8 weight's transpose through "
     "the step (about one byte per parameter, its README says), which is not counted (memory "
     "under-estimated)",

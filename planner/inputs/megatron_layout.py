@@ -18,6 +18,7 @@ from planner.inputs import megatron_hybrid
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.megatron_line import Line
+from planner.inputs.megatron_tp_overlap import tp_comm_overlap
 
 PARALLEL_INT = {
     "--tensor-model-parallel-size": "tp",
@@ -82,7 +83,7 @@ def parallel(
     for part in ("embedding", "loss"):
         if line.has(f"--account-for-{part}-in-pipeline-split"):
             out[f"account_for_{part}_in_pipeline_split"] = True
-    out["tp_comm_overlap"] = line.has("--tp-comm-overlap")
+    out["tp_comm_overlap"] = tp_comm_overlap(line, tp, notes)
     out["ep_comm_overlap"] = line.has("--overlap-moe-expert-parallel-comm")
     out["moe_shared_expert_overlap"] = line.has("--moe-shared-expert-overlap")
     out["zero_stage"] = _zero_stage(line)

@@ -20,6 +20,13 @@ from planner.inputs.megatron_line import Line
 from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
+FSDP2_FP8_GATHER_NOTE = (
+    "--fp8-param-gather: read off under --use-torch-fsdp2, as Megatron-LM runs it: validate_args "
+    "sets fp8_param_gather False there with Transformer Engine 2.0 or later (d98e8a64 "
+    "arguments.py:1051-1057, 'will fallback to bf16 all_gather')"
+)
+"""How a torch FSDP2 line with --fp8-param-gather is read: bf16 weights gathered in bf16."""
+
 
 def training_table(
     line: Line, parallel: dict[str, Any], num_gpus: int, notes: list[str], missing: list[str]
@@ -78,7 +85,11 @@ def training_table(
         training["bf16_layers_at_start"] = 1 if start is None else start
         training["bf16_layers_at_end"] = 1 if end is None else end
     if fp8:
-        training["fp8_param_gather"] = line.has("--fp8-param-gather")
+        gather = line.has("--fp8-param-gather")
+        if gather and line.has("--use-torch-fsdp2"):
+            gather = False
+            notes.append(FSDP2_FP8_GATHER_NOTE)
+        training["fp8_param_gather"] = gather
         recipe = line.text("--fp8-recipe")
         if recipe is not None:
             training["fp8_recipe"] = recipe
