@@ -54,6 +54,7 @@ DSA = ("dsa_kernel_backend", "dsa_indexer_loss_coeff", "dsa_indexer_use_sparse_l
 
 MEGATRON_TRAINING = (
     "compiled_loss_fusion",
+    "tp_userbuffers",
     "dataloader_attention_mask",
     "loss_fusion",
     "moe_grouped_tensor",

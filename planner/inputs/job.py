@@ -113,6 +113,10 @@ class Job:
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
     --moe-router-force-load-balancing; `planner.model.routing_load`)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
+    tp_userbuffers: bool = False
+    """Transformer Engine's TP-overlap userbuffers are allocated whatever the layout's
+    `tp_comm_overlap` (Megatron --tp-comm-overlap with its overlaps turned off: it still
+    initialises the communicators, initialize.py:164; `planner.inputs.megatron_tp_overlap`)."""
     loss_fusion: bool = True
     """A fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion, Transformer
     Engine's or the compiled native kernel; NeMo's and Megatron-Bridge's default); False:

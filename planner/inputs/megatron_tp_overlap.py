@@ -12,8 +12,8 @@ planner's overlap model is one switch, every slot overlapped or none. With all f
 overlaps its collective: read off. With some off, also read off: the collectives left exposed
 make the step slower than the overlap planner would time, so off is the conservative step time
 (the overlaps still on are timed exposed). Either way Megatron still allocates the userbuffers at
-start-up (megatron/training/initialize.py:164 `_initialize_tp_communicators`), which planner
-counts only with the switch on: the note says the peak leaves them out. --tp-comm-overlap-rs-dgrad
+start-up (megatron/training/initialize.py:164 `_initialize_tp_communicators`): the plan counts
+them (`training.tp_userbuffers`, `userbuffers_only`). --tp-comm-overlap-rs-dgrad
 (one more overlap) and --tp-comm-overlap-cfg (a YAML planner does not read) are timed as
 Transformer Engine's default slots, with a note.
 """
@@ -50,9 +50,21 @@ def tp_comm_overlap(line: Line, tp: int, notes: list[str] | None) -> bool:
         notes.append(
             f"--tp-comm-overlap: {which} turned off: timed without TP overlap (planner times "
             "every GEMM overlapped or none); the userbuffers Megatron-LM still allocates "
-            "(initialize.py:164) are not counted (memory under-estimated by them)"
+            "(initialize.py:164) are counted (training.tp_userbuffers)"
         )
         return False
     if given:
         notes.append(f"{', '.join(given)}: timed as Transformer Engine's default userbuffers slots")
     return True
+
+
+def userbuffers_only(line: Line, parallel: dict[str, object]) -> bool:
+    """The line allocates the userbuffers without overlapping (`Job.tp_userbuffers`):
+    --tp-comm-overlap at tp > 1 read as the plan's overlap off (`tp_comm_overlap`)."""
+    tp = parallel.get("tp", 1)
+    return (
+        line.has("--tp-comm-overlap")
+        and not parallel.get("tp_comm_overlap")
+        and isinstance(tp, int)
+        and tp > 1
+    )

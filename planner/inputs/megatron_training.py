@@ -17,6 +17,7 @@ from planner.inputs.megatron_dtypes import (
     optimizer_dtypes,
 )
 from planner.inputs.megatron_line import Line
+from planner.inputs.megatron_tp_overlap import userbuffers_only
 from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
@@ -136,6 +137,8 @@ def training_table(
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel, notes))
     _cuda_graphs(line, training)
+    if userbuffers_only(line, parallel):
+        training["tp_userbuffers"] = True
     return training
 
 

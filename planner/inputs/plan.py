@@ -77,6 +77,7 @@ TRAINING_AS_IS = (
     "moe_router_force_load_balancing",
     "cuda_graphs",
     "compiled_loss_fusion",
+    "tp_userbuffers",
     "loss_fusion",
     "log_grad_stats",
     "dataloader_attention_mask",

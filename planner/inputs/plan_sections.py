@@ -218,6 +218,12 @@ class TrainingSection(OptimizerFields):
         description="Megatron --cross-entropy-loss-fusion (native): the loss's torch.compile'd "
         "steps hold one more fp32 copy of the local logits at their peak",
     )
+    tp_userbuffers: Flag = Field(
+        default=False,
+        description="Transformer Engine's TP-overlap userbuffers are allocated though "
+        "parallel.tp_comm_overlap is off (Megatron --tp-comm-overlap with every overlap it turns "
+        "on disabled): counted in memory, not timed",
+    )
     loss_fusion: Flag = Field(
         default=True,
         description="a fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion; "

@@ -104,7 +104,7 @@ def te_workspace_bytes(job: Job, layout: Layout) -> float:
     recent = gpu.vendor == "nvidia" and not gpu.name.startswith(("a100", "l40s"))
     size = TE_WORKSPACE_BYTES["hopper_or_later" if recent else "older"]
     count = 1 + (TE_GROUPED_GEMM_STREAMS if job.arch.is_moe else 0)
-    count += TE_UB_STREAMS if layout.tp_comm_overlap and layout.tp > 1 else 0
+    count += TE_UB_STREAMS if userbuffers(job, layout) else 0
     return size * count
 
 
@@ -113,9 +113,15 @@ def workspace_bytes(job: Job, layout: Layout) -> float:
     return TORCH_WORKSPACE_BYTES + te_workspace_bytes(job, layout)
 
 
+def userbuffers(job: Job, layout: Layout) -> bool:
+    """Whether TE's TP-overlap userbuffers are allocated: with tp_comm_overlap at tp > 1, or
+    where the run allocates them without overlapping (`Job.tp_userbuffers`)."""
+    return (layout.tp_comm_overlap or job.tp_userbuffers) and layout.tp > 1
+
+
 def tp_overlap_bytes(job: Job, layout: Layout) -> float:
-    """TE's TP-overlap userbuffers on one GPU (0 without tp_comm_overlap)."""
-    if not (layout.tp_comm_overlap and layout.tp > 1):
+    """TE's TP-overlap userbuffers on one GPU (0 where `userbuffers` says none)."""
+    if not userbuffers(job, layout):
         return 0.0
     elems = job.seq_length * layout.micro_batch_size / layout.cp * job.arch.hidden_size
     # NVFP4 is not FP8: TE's userbuffers stay 16-bit there (the safe side for memory)
