@@ -187,9 +187,7 @@ def warn(plan: Plan) -> list[str]:
     return lines
 
 
-def launch_lines(
-    plan: Plan, headroom: float = DEFAULT_HEADROOM
-) -> tuple[list[str], list[str]]:
+def launch_lines(plan: Plan, headroom: float = DEFAULT_HEADROOM) -> tuple[list[str], list[str]]:
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
     targets; and what the targets that do not refuse it launch differently, with the step or

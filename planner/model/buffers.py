@@ -200,8 +200,12 @@ def output_proj_cache_bytes(job: Job, layout: Layout) -> float:
 
 def context_bytes(layout: Layout) -> float:
     """The CUDA context and the NCCL communicators of one GPU (outside PyTorch's allocator): the
-    same at every micro-batch size."""
-    groups = 1 + sum(d > 1 for d in (layout.tp, layout.pp, layout.cp, layout.ep, layout.dp))
+    same at every micro-batch size. With expert parallelism the expert gradients reduce (and
+    ZeRO gathers the expert parameters) over the expert-data-parallel group, a communicator of
+    its own (Megatron-LM d98e8a64 parallel_state.py:1457-1471, distributed_data_parallel.py:286
+    `intra_expt_dp_group` for the expert buffers), where it has more than one rank."""
+    sizes = (layout.tp, layout.pp, layout.cp, layout.ep, layout.dp)
+    groups = 1 + sum(d > 1 for d in sizes) + (layout.ep > 1 and layout.expert_dp > 1)
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
 
 

@@ -136,7 +136,9 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     (`DISPATCH_TOKENS`), with the shared experts' output (hidden wide per local token) held
     until the combine adds it. allgather gathers every token of the etp x ep group
     (MoEAllGatherTokenDispatcher) into its global buffer and unpermutes into a second one before
-    it keeps its experts' pairs."""
+    it keeps its experts' pairs. alltoall's permuted local tokens: k per local token, x the
+    capacity factor where it pads to capacity (`Shard.moe_send_load`). FP8 / FP4 experts:
+    `_quantised_tokens`."""
     h = arch.expert_hidden
     n = pairs(arch, sh, sh.moe_work_load) * sh.etp
     local = sh.tokens / sh.tp
@@ -145,25 +147,53 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     if dispatcher == "allgather":
         return w * h * (2 * local * sh.etp * ep + n)
     tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n
+    if sh.quantised and dispatcher in ("alltoall", "flex"):
+        tokens = _quantised_tokens(arch, sh, n)
     if dispatcher == "alltoall":
-        tokens += arch.moe_router_topk * local  # the permuted local tokens (custom_forward's)
+        # the permuted local tokens (custom_forward's)
+        tokens += arch.moe_router_topk * local * sh.moe_send_load
     elif dispatcher == "hybridep":
         tokens += local  # the combine's output
     return w * h * tokens + shared
 
 
+def _quantised_tokens(arch: ModelArch, sh: Shard, n: float) -> float:
+    """`DISPATCH_TOKENS` of alltoall / DeepEP (n pairs, expert_hidden-wide rows) where fc1 and
+    fc2 keep quantised copies of their inputs (Megatron-LM d98e8a64): the bf16 expert input
+    stays referenced while the experts run (routed_experts_compute's dispatched_input,
+    moe_layer.py:547-569) though fc1 keeps only its 8-bit copy, unless fc1 keeps the original
+    (`Shard.fc1_keeps_original`: then it is kept, not in flight); the bf16 activation output
+    (F wide per pair before the expert-TP gather) stays a local of TEGroupedMLP.forward
+    (experts.py:1026-1047) beside fc2's output, unless moe_act recompute discards it after fc2
+    (:1029-1030); with `Shard.expert_padding`, the padded input copy (:896-903) and, at the
+    unpadding (:1042-1044), the padded fc2 output beside the unpadded one. The moments, in rows:
+    fc2's end: received + input + padded + fc2 output + activation; the unpadding: those and
+    the unpadded output (the activation unless discarded); combine_preprocess: received +
+    input + output + its sort back (DeepEP's restore)."""
+    inp = 0.0 if sh.fc1_keeps_original else 1.0
+    pad = 1.0 if sh.expert_padding else 0.0
+    act = n / sh.etp * arch.expert_ffn / arch.expert_hidden  # F-wide rows in h-wide units
+    kept_act = 0.0 if sh.drops("moe_act") else act
+    fc2_end = n * (2 + inp + pad) + act
+    unpad = n * (2 + inp + 2 * pad) + kept_act if pad else 0.0
+    combine = n * (3 + inp)
+    return max(fc2_end, unpad, combine)
+
+
 def backward_bytes(arch: ModelArch, sh: Shard) -> float:
     """Bytes one MoE layer's backward holds beyond what its forward kept: two gradients of the
     pairs' tokens (expert_hidden wide) through the dispatcher, or the experts' own while their
-    activation runs backward (WeightedSwiGLUFunction.backward: fc2's input gradient and its
-    own input's, an expert-FFN-wide and a gated-width tensor per pair, beside the saved fc1
-    output; fused_bias_swiglu.py d98e8a64): per pair the larger of 2h, h + F and 2F, with the
-    recomputed activation (moe_act) one F more."""
+    activation and fc1 run backward (WeightedSwiGLUFunction.backward, fused_bias_swiglu.py
+    d98e8a64 :279-286 with weighted_swiglu_back :115-122: fc2's input gradient, F wide per pair,
+    beside the activation's input gradient, g x F wide, g = 2 gated, else 1; then fc1's
+    backward: its input gradient beside that one): per pair the largest of 2h, h + F,
+    F + gF and h + gF, with the recomputed activation (moe_act) one F more."""
     h = arch.expert_hidden
     p = pairs(arch, sh, sh.moe_work_load)
     n = p * sh.etp
     F = arch.expert_ffn  # per pair before the expert-TP gather: p x F = n x F / etp
-    tokens = max(2 * h * n, h * n + F * p, 2 * F * p)
+    gF = (2 if arch.gated_linear_unit else 1) * F * p
+    tokens = max(2 * h * n, h * n + F * p, F * p + gF, h * n + gF)
     return word(sh) * (tokens + (F * p if sh.drops("moe_act") else 0.0))
 
 

@@ -2,9 +2,10 @@
 working set for its MoE layers (`planner.model.stage_activations`), one layer at a time.
 
 The dispatcher's and the experts' tokens in flight (`moe_activations.dispatch_working_bytes`);
-under selective recompute of "moe" the block its backward rebuilds, with the forward's tokens in
-flight again (`_rebuilt_moe`); with the EP communication overlap the layer merged beyond a
-micro-batch; with the paged stash the expert tensors at the budget's rows (`_unstashed_bytes`).
+under selective recompute of "moe" the block its backward rebuilds, with the forward's or the
+backward's tokens in flight on top (`_rebuilt_moe`); with the EP communication overlap the
+layer merged beyond a micro-batch; with the paged stash the expert tensors at the budget's rows
+(`_unstashed_bytes`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import replace
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.model import activations as act
-from planner.model.moe_activations import dispatch_working_bytes, forward_bytes, moe_bytes
+from planner.model.moe_activations import dispatch_working_bytes, moe_bytes
 from planner.model.shard import Shard
 
 
@@ -23,8 +24,10 @@ def moe_working(arch: ModelArch, sh: Shard, layout: Layout, full: tuple[float, .
     layer kind's whole activations (`stage_activations.PerLayer.full`)."""
     dispatcher = _dispatcher(layout)
     moe = dispatch_working_bytes(arch, sh, dispatcher, layout.ep)
-    if sh.drops("moe"):  # the checkpointed MoE block rebuilt whole in its backward
-        moe = max(moe, _rebuilt_moe(arch, sh) + forward_bytes(arch, sh, dispatcher, layout.ep))
+    if sh.drops("moe"):
+        # the checkpointed MoE block rebuilt whole in its backward, alive while the rebuild's
+        # forward tokens and then its backward's are in flight (the larger: `moe`)
+        moe += _rebuilt_moe(arch, sh)
     if layout.ep_comm_overlap:
         # the merged forward and backward hold one layer beyond a micro-batch (`in_flight`)
         moe += max(b for b, k in zip(full, arch.kinds, strict=True) if k.moe)

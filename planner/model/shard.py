@@ -94,6 +94,15 @@ class Shard:
     """The routed experts' fc1 saves its bf16 input, not the FP8 copy: Megatron sets
     save_original_input on it when expert_fc1 is offloaded under an FP8 recipe other than MXFP8
     (experts.py d98e8a64, "to avoid the CPU overhead of multiple d2h copies")."""
+    expert_padding: bool = False
+    """TEGroupedMLP pads the routed experts' quantised tokens itself (FP8 / FP4 with the
+    alltoall dispatcher, without the fused grouped MLP; experts.py d98e8a64 :896-903, undone at
+    :1042-1044): a padded copy of its input and a padded fc2 output beside the unpadded one,
+    alive while the experts run (`moe_activations.forward_bytes`)."""
+    moe_send_load: float = 1.0
+    """The alltoall dispatcher's permuted local tokens relative to k per local token: the
+    capacity factor where Megatron pads each expert's tokens to capacity (token_dispatcher.py
+    d98e8a64 :518-525, num_out_tokens = capacity x E), else 1."""
     shared_keeps_original: bool = False
     """The shared experts' fc1 saves its bf16 input, not a quantised copy: Megatron sets
     save_original_input on it under an FP8 recipe other than delayed scaling, and under NVFP4,

@@ -76,6 +76,12 @@ def shard(job: Job, layout: Layout) -> Shard:
         fc1_keeps_original="expert_fc1" in layout.offload_modules
         and quantised
         and not job.block_scaled,
+        expert_padding=quantised
+        and layout.moe_token_dispatcher_type == "alltoall"
+        and not job.grouped_mlp_fused,
+        moe_send_load=job.moe_expert_capacity_factor or 1.0
+        if job.moe_pad_expert_input_to_capacity
+        else 1.0,
         sp_keeps_gathered_input=job.sp_keeps_gathered_input,
         flash_attention=flash and not in_fp32,
         modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
@@ -339,7 +345,13 @@ def stage_activations(
     if sh.recompute in ("full", "per_op") and n_layers:
         working = recompute_working(arch, layout, per, chunks)
     if arch.moe_in(chunks):
-        working = max(working, moe_working(arch, sh, layout, per.full))
+        moe = moe_working(arch, sh, layout, per.full)
+        if sh.recompute in ("full", "per_op") and n_layers:
+            # a recomputed MoE layer holds its rebuilt activations and its tokens in flight
+            # together, as a kept one does (`stored` + `working`)
+            only = tuple(b if k.moe else 0.0 for b, k in zip(per.full, arch.kinds, strict=True))
+            moe += recompute_working(arch, layout, replace(per, full=only), chunks)
+        working = max(working, moe)
     if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
         # DSA's indexer scores and its dense path's score copies while a layer runs
         working = max(working, dsa.working_bytes(arch, sh))
