@@ -149,6 +149,8 @@ def _moe(plan: Plan) -> dict[str, Any]:
     if job.moe_paged_stash:
         out["moe_paged_stash_buffer_size_factor_cuda"] = job.moe_paged_stash_buffer_size_factor
     out["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
+    if job.moe_router_dtype is not None:  # (left out: the model provider's own)
+        out["moe_router_dtype"] = job.moe_router_dtype
     return out
 
 

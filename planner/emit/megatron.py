@@ -190,6 +190,8 @@ def training_args(plan: Plan) -> list[Arg]:
         # Transformer Engine's (Megatron-Bridge's performance recipes' choice); without the flag
         # Megatron runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
+    if job.moe_router_dtype is not None and job.arch.is_moe:  # (planner.model.router_dtype)
+        a.append(("--moe-router-dtype", job.moe_router_dtype))
     if job.moe_grouped_tensor:  # not modelled; HybridEP's rank capacity factor takes it
         a.append(("--moe-use-grouped-tensor",))
     if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)

@@ -26,6 +26,7 @@ DENSE_TRAINING = (
     "moe_expert_rank_capacity_factor",
     "moe_paged_stash_buffer_size_factor",
     "moe_router_force_load_balancing",
+    "moe_router_dtype",
     "moe_grouped_tensor",
 )
 """`[training]` settings of the experts' layers: nothing reads them in a dense model."""
@@ -55,6 +56,7 @@ DSA = ("dsa_kernel_backend", "dsa_indexer_loss_coeff", "dsa_indexer_use_sparse_l
 MEGATRON_TRAINING = (
     "compiled_loss_fusion",
     "tp_userbuffers",
+    "moe_router_dtype",
     "dataloader_attention_mask",
     "loss_fusion",
     "moe_grouped_tensor",

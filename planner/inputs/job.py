@@ -112,6 +112,10 @@ class Job:
     moe_router_force_load_balancing: bool = False
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
     --moe-router-force-load-balancing; `planner.model.routing_load`)."""
+    moe_router_dtype: Literal["fp32", "fp64"] | None = None
+    """The router's dtype (Megatron --moe-router-dtype; None: the hidden states'): its
+    probabilities take it, and the allgather and alltoall dispatchers cast the expert output to
+    it for the reduce-scatter before the combine (`planner.model.router_dtype`)."""
     compiled_loss_fusion: bool = False  # Megatron --cross-entropy-loss-fusion (native impl)
     tp_userbuffers: bool = False
     """Transformer Engine's TP-overlap userbuffers are allocated whatever the layout's

@@ -135,6 +135,7 @@ READ = frozenset(
         "--moe-paged-stash-buffer-size-factor-cuda",
         "--moe-pad-expert-input-to-capacity",
         "--moe-router-force-load-balancing",
+        "--moe-router-dtype",
         # the experts' fused grouped MLP (megatron_training._fused_grouped_mlp)
         "--use-transformer-engine-op-fuser",
         "--moe-use-grouped-tensor",

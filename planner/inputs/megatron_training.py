@@ -132,6 +132,8 @@ def training_table(
         training["moe_paged_stash_buffer_size_factor"] = stash
     if line.has("--moe-router-force-load-balancing"):
         training["moe_router_force_load_balancing"] = True
+    if (router := line.text("--moe-router-dtype")) is not None:  # choices fp32, fp64
+        training["moe_router_dtype"] = router
     _fused_grouped_mlp(line, training, notes)
     training.update(optimizer_dtypes(line))
     training.update(_muon(line))

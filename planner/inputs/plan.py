@@ -75,6 +75,7 @@ TRAINING_AS_IS = (
     "moe_paged_stash_buffer_size_factor",
     "moe_pad_expert_input_to_capacity",
     "moe_router_force_load_balancing",
+    "moe_router_dtype",
     "cuda_graphs",
     "compiled_loss_fusion",
     "tp_userbuffers",

@@ -146,6 +146,12 @@ class TrainingSection(OptimizerFields):
         "uniformly, so every expert-parallel rank gets its even share up to sampling noise "
         "(Megatron --moe-router-force-load-balancing)",
     )
+    moe_router_dtype: Literal["fp32", "fp64"] | None = Field(
+        default=None,
+        description="Megatron --moe-router-dtype: the router's probabilities in fp32 / fp64, and "
+        "the allgather and alltoall dispatchers reduce-scatter the expert output in that dtype "
+        "before the combine (None: the hidden states' dtype)",
+    )
     cuda_graphs: Flag = Field(
         default=False,
         description="the decoder layers run as captured CUDA graphs (Megatron --cuda-graph-impl "

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms, fp32
+from planner.model import comms, fp32, router_dtype
 from planner.model.comms import (
     Group,
     all_gather,
@@ -133,6 +133,7 @@ def moe_dispatch(
     n_fwd: int = 1,
     dispatch_bytes: float = BF16,
     value_bytes: float = BF16,
+    combine_bytes: float | None = None,
 ) -> float:
     """Seconds per MoE layer and micro-batch of the token dispatcher: a dispatch and a combine in
     each forward pass (n_fwd: 2 when the layer's forward is recomputed) and their gradients in the
@@ -142,7 +143,11 @@ def moe_dispatch(
     where the training code quantises them); `value_bytes` per element of the combines and the
     all-gather dispatcher's tokens: the hidden states' dtype, bf16, fp32 in fp32 training
     (`fp32.value_bytes`: Megatron's all-to-alls and gathers allocate their outputs in the
-    input's dtype, d98e8a64 tensor_parallel/mappings.py:145, 185, 441-447).
+    input's dtype, d98e8a64 tensor_parallel/mappings.py:145, 185, 441-447); `combine_bytes` per
+    element of the reduce-scatter before the combine (the allgather dispatcher's combine, the
+    alltoall one's expert-TP reduce-scatter) and of its gradient's all-gather: Megatron casts the
+    expert output to the router probabilities' dtype there (`router_dtype.combine_bytes`; None:
+    `value_bytes`, and the alltoall's backward gather `dispatch_bytes`, as before).
 
     alltoall (NCCL, Megatron's MoEAlltoAllTokenDispatcher): every (token, expert) copy travels on
     its own, so each rank sends S = tokens x topk x h x bytes x load per all-to-all
@@ -168,8 +173,11 @@ def moe_dispatch(
     passes = n_fwd + 1  # forward passes and the backward
     if dispatcher == "allgather":
         grp = place(cluster, 1, etp * ep)
-        gathered = r.tokens * grp.size * h * value_bytes
-        return passes * (all_gather(gathered, grp) + reduce_scatter(gathered, grp))
+        gathered = r.tokens * grp.size * h
+        wide = gathered * (value_bytes if combine_bytes is None else combine_bytes)
+        # each forward: gather the tokens, reduce-scatter the output; the backward the reverse
+        fwd = all_gather(gathered * value_bytes, grp) + reduce_scatter(wide, grp)
+        return n_fwd * fwd + reduce_scatter(gathered * value_bytes, grp) + all_gather(wide, grp)
     if dispatcher == "flex" and etp > 1:
         folded = replace(r, topk=r.topk * etp, experts=r.experts * etp)
         return moe_dispatch(
@@ -179,10 +187,11 @@ def moe_dispatch(
     if etp > 1:
         tp_grp = place(cluster, 1, etp)
         copies = r.tokens * r.topk * h * load * etp
-        gather = passes * (
-            all_gather(copies * dispatch_bytes, tp_grp)
-            + reduce_scatter(copies * value_bytes, tp_grp)
-        )
+        rs = copies * (value_bytes if combine_bytes is None else combine_bytes)
+        ag = copies * (dispatch_bytes if combine_bytes is None else combine_bytes)
+        gather = n_fwd * (
+            all_gather(copies * dispatch_bytes, tp_grp) + reduce_scatter(rs, tp_grp)
+        ) + (all_gather(ag, tp_grp) + reduce_scatter(copies * value_bytes, tp_grp))
     grp = place(cluster, etp, ep)
     if grp.size <= 1:
         return gather
@@ -256,6 +265,7 @@ def layer_dispatch(
     )
     word = fp32.value_bytes(job)  # bf16 hidden states; fp32 in fp32 training
     kind = lay.moe_token_dispatcher_type
-    a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word)
+    wide = router_dtype.combine_bytes(job)  # --moe-router-dtype's reduce-scatter
+    a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word, wide)
     hidden = shared_overlap(a2a, n_fwd + 1, shared, grads) if lay.moe_shared_expert_overlap else 0.0
     return a2a, hidden

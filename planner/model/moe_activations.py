@@ -138,17 +138,22 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     (MoEAllGatherTokenDispatcher) into its global buffer and unpermutes into a second one before
     it keeps its experts' pairs. alltoall's permuted local tokens: k per local token, x the
     capacity factor where it pads to capacity (`Shard.moe_send_load`). FP8 / FP4 experts:
-    `_quantised_tokens`."""
+    `_quantised_tokens`. Under --moe-router-dtype (`Shard.combine_cast_bytes`) the combine's
+    reduce-scatter reads a copy of the expert output in the router's dtype, made beside it
+    (token_dispatcher.py d98e8a64 :365-367 allgather, over the gathered tokens; :829-833
+    alltoall, over the n pairs, with expert TP only)."""
     h = arch.expert_hidden
     n = pairs(arch, sh, sh.moe_work_load) * sh.etp
     local = sh.tokens / sh.tp
     w = word(sh)
     shared = w * arch.hidden_size * local if arch.moe_shared_expert_intermediate_size else 0.0
+    cast = sh.combine_cast_bytes / w  # the copy, in the hidden states' values
     if dispatcher == "allgather":
-        return w * h * (2 * local * sh.etp * ep + n)
-    tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n
+        return w * h * ((2 + cast) * local * sh.etp * ep + n)
+    cast = cast * n if dispatcher == "alltoall" and sh.etp > 1 else 0.0
+    tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n + cast
     if sh.quantised and dispatcher in ("alltoall", "flex"):
-        tokens = _quantised_tokens(arch, sh, n)
+        tokens = _quantised_tokens(arch, sh, n, cast)
     if dispatcher == "alltoall":
         # the permuted local tokens (custom_forward's)
         tokens += arch.moe_router_topk * local * sh.moe_send_load
@@ -157,7 +162,7 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     return w * h * tokens + shared
 
 
-def _quantised_tokens(arch: ModelArch, sh: Shard, n: float) -> float:
+def _quantised_tokens(arch: ModelArch, sh: Shard, n: float, cast: float = 0.0) -> float:
     """`DISPATCH_TOKENS` of alltoall / DeepEP (n pairs, expert_hidden-wide rows) where fc1 and
     fc2 keep quantised copies of their inputs (Megatron-LM d98e8a64): the bf16 expert input
     stays referenced while the experts run (routed_experts_compute's dispatched_input,
@@ -169,35 +174,41 @@ def _quantised_tokens(arch: ModelArch, sh: Shard, n: float) -> float:
     unpadding (:1042-1044), the padded fc2 output beside the unpadded one. The moments, in rows:
     fc2's end: received + input + padded + fc2 output + activation; the unpadding: those and
     the unpadded output (the activation unless discarded); combine_preprocess: received +
-    input + output + its sort back (DeepEP's restore)."""
+    input + output + its sort back (DeepEP's restore), and the router-dtype copy (`cast` rows,
+    `forward_bytes`)."""
     inp = 0.0 if sh.fc1_keeps_original else 1.0
     pad = 1.0 if sh.expert_padding else 0.0
     act = n / sh.etp * arch.expert_ffn / arch.expert_hidden  # F-wide rows in h-wide units
     kept_act = 0.0 if sh.drops("moe_act") else act
     fc2_end = n * (2 + inp + pad) + act
     unpad = n * (2 + inp + 2 * pad) + kept_act if pad else 0.0
-    combine = n * (3 + inp)
+    combine = n * (3 + inp) + cast
     return max(fc2_end, unpad, combine)
 
 
-def backward_bytes(arch: ModelArch, sh: Shard) -> float:
+def backward_bytes(arch: ModelArch, sh: Shard, dispatcher: str = "alltoall") -> float:
     """Bytes one MoE layer's backward holds beyond what its forward kept: two gradients of the
     pairs' tokens (expert_hidden wide) through the dispatcher, or the experts' own while their
     activation and fc1 run backward (WeightedSwiGLUFunction.backward, fused_bias_swiglu.py
     d98e8a64 :279-286 with weighted_swiglu_back :115-122: fc2's input gradient, F wide per pair,
     beside the activation's input gradient, g x F wide, g = 2 gated, else 1; then fc1's
     backward: its input gradient beside that one): per pair the largest of 2h, h + F,
-    F + gF and h + gF, with the recomputed activation (moe_act) one F more."""
+    F + gF and h + gF, with the recomputed activation (moe_act) one F more. Under
+    --moe-router-dtype with expert TP (alltoall), the output gradient's all-gather comes in the
+    router's dtype and is cast back beside it (`Shard.combine_cast_bytes`): h + that copy, if
+    more than 2h (the allgather dispatcher's forward, over every gathered token, is larger)."""
     h = arch.expert_hidden
     p = pairs(arch, sh, sh.moe_work_load)
     n = p * sh.etp
     F = arch.expert_ffn  # per pair before the expert-TP gather: p x F = n x F / etp
     gF = (2 if arch.gated_linear_unit else 1) * F * p
-    tokens = max(2 * h * n, h * n + F * p, F * p + gF, h * n + gF)
+    cast = sh.combine_cast_bytes if dispatcher == "alltoall" and sh.etp > 1 else 0.0
+    grads = max(2.0, 1.0 + cast / word(sh))
+    tokens = max(grads * h * n, h * n + F * p, F * p + gF, h * n + gF)
     return word(sh) * (tokens + (F * p if sh.drops("moe_act") else 0.0))
 
 
 def dispatch_working_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float:
     """Bytes one MoE layer holds while it runs, not kept afterwards: the larger of its forward's
     tokens in flight (`forward_bytes`) and its backward's (`backward_bytes`)."""
-    return max(forward_bytes(arch, sh, dispatcher, ep), backward_bytes(arch, sh))
+    return max(forward_bytes(arch, sh, dispatcher, ep), backward_bytes(arch, sh, dispatcher))

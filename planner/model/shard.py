@@ -103,6 +103,10 @@ class Shard:
     """The alltoall dispatcher's permuted local tokens relative to k per local token: the
     capacity factor where Megatron pads each expert's tokens to capacity (token_dispatcher.py
     d98e8a64 :518-525, num_out_tokens = capacity x E), else 1."""
+    combine_cast_bytes: float = 0.0
+    """Bytes per element of the copy of the expert output the allgather and alltoall dispatchers
+    cast to the router's dtype for the reduce-scatter before the combine, alive beside the
+    output (`router_dtype.cast_bytes`, `moe_activations.forward_bytes`); 0: no copy."""
     shared_keeps_original: bool = False
     """The shared experts' fc1 saves its bf16 input, not a quantised copy: Megatron sets
     save_original_input on it under an FP8 recipe other than delayed scaling, and under NVFP4,

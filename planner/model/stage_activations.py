@@ -28,6 +28,7 @@ from planner.model.loss_activations import (
     logits_bytes,
 )
 from planner.model.moe_working import moe_working
+from planner.model.router_dtype import cast_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.shard import Shard, linear_input_bytes
 from planner.model.torch_schedules import microbatch_group
@@ -79,6 +80,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         expert_padding=quantised
         and layout.moe_token_dispatcher_type == "alltoall"
         and not job.grouped_mlp_fused,
+        combine_cast_bytes=cast_bytes(job),
         moe_send_load=job.moe_expert_capacity_factor or 1.0
         if job.moe_pad_expert_input_to_capacity
         else 1.0,

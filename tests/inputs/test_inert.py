@@ -25,6 +25,7 @@ INERT = [
     ("training", "moe_expert_capacity_factor = 1.0", "a dense model routes no token"),
     ("training", "moe_pad_expert_input_to_capacity = true", "a dense model routes no token"),
     ("training", "moe_router_force_load_balancing = true", "a dense model has no router"),
+    ("training", 'moe_router_dtype = "fp32"', "a dense model has no router"),
     ("training", "muon_ns_steps = 3", "Adam runs no Newton-Schulz steps"),
     ("training", "muon_split_qkv = false", "Adam orthogonalises nothing (default true)"),
     ("training", 'muon_matmul_precision = "high"', "Adam runs no Newton-Schulz GEMMs"),
