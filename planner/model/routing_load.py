@@ -155,17 +155,21 @@ def memory_load(job: Job, lay: Layout) -> float:
 
 def memory_loads(job: Job, lay: Layout) -> tuple[float, float]:
     """(kept, working): the load of what the MoE layers keep for the backward, and of the tensors
-    of the layer running (`Shard.moe_load`, `Shard.moe_work_load`). Dropless: both
-    `memory_load`. Under HybridEP's budget c (`rank_budget`) the dispatch output and every expert
-    tensor after it have the budget's rows whatever the routing: both c. With Megatron's paged
-    stash (--moe-paged-stash) the kept expert tensors are copied into the stash (`stash_load`)
-    and the budget-sized ones freed; a step that overflows the stash is rerun dropless without it
+    of the layer running (`Shard.moe_load`, `Shard.moe_work_load`). Dropless: `memory_load`
+    for what the layers keep (summed over layers and micro-batches, their loads average out
+    toward it), and for the layer running at least the busiest rank the step expects of one
+    micro-batch (`step_load`: above MOE_LOAD_IMBALANCE at many ranks of few experts, 1.32 at 64
+    ranks of 4; a memory bound below that expectation was inconsistent, QA). Under HybridEP's
+    budget c (`rank_budget`) the dispatch output and every expert tensor after it have the
+    budget's rows whatever the routing: both c. With Megatron's paged stash
+    (--moe-paged-stash) the kept expert tensors are copied into the stash (`stash_load`) and
+    the budget-sized ones freed; a step that overflows the stash is rerun dropless without it
     (`prepare_for_rerun`), so the kept load is also at least the dropless one, and the running
     layer's at least that."""
     dropless = memory_load(job, lay)
     budget = rank_budget(job, lay)
-    if budget is None:
-        return dropless, dropless
+    if budget is None:  # the running layer: one micro-batch's busiest rank, as the step waits
+        return dropless, max(dropless, step_load(job, lay))
     if not job.moe_paged_stash:
         return budget, budget
     kept = max(stash_load(job, budget), dropless)

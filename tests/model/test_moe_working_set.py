@@ -11,7 +11,7 @@ import pytest
 from jobs import job
 
 from planner.inputs.layout import Layout
-from planner.model import buffers, moe_working, stage_activations
+from planner.model import buffers, moe_working, routing_load, stage_activations
 from planner.model import moe_activations as ma
 from planner.model.stage_activations import per_layer, shard
 
@@ -22,11 +22,15 @@ T = 4096  # tokens per micro-batch (seq 4096, micro-batch 1)
 def test_glu_expert_backward_holds_gated_gradient_beside_fc2_input_gradient() -> None:
     # WeightedSwiGLUFunction.backward (fused_bias_swiglu.py:279-286, weighted_swiglu_back
     # :115-122) holds fc2's input gradient (F) beside its gated input gradient (2F); fc1's
-    # backward then h + 2F. Mixtral 8x7B: h 4096, F 14336, k 2, ep 8, load 1.2:
-    # pairs p = 2 x 4096 x 1.2 = 9830.4; max(2h, h+F, 3F, h+2F) = 3F = 43008 words a pair.
+    # backward then h + 2F. Mixtral 8x7B: h 4096, F 14336, k 2, ep 8, the running layer's load
+    # the step's expected busiest rank (1.39 at 8 ranks of one expert, above the kept 1.2):
+    # pairs p = 2 x 4096 x load; max(2h, h+F, 3F, h+2F) = 3F = 43008 words a pair.
     j = job("mixtral-8x7b", "h100-sxm-80gb", 8, T, 64)
-    sh = shard(j, Layout(tp=1, pp=1, dp=8, ep=8))
-    p = 2 * T * 1.2
+    lay = Layout(tp=1, pp=1, dp=8, ep=8)
+    sh = shard(j, lay)
+    load = routing_load.step_load(j, lay)
+    assert sh.moe_work_load == load and 1.35 < load < 1.45
+    p = 2 * T * load
     assert ma.backward_bytes(j.arch, sh) == pytest.approx(2 * p * 3 * 14336)
 
 
@@ -40,7 +44,9 @@ def test_fp8_alltoall_forward_holds_bf16_input_and_padding_copies() -> None:
     j = job("deepseek-v3", "h800-sxm-80gb", 256, T, 1024, precision="fp8", fp8_recipe="blockwise")
     lay = Layout(tp=1, pp=8, dp=32, ep=32, moe_token_dispatcher_type="alltoall")
     sh = shard(j, lay)
-    n = 8 * T * 1.2
+    # the running layer's load: the step's busiest of 32 ranks of 8 experts, 1.2 (as kept)
+    assert sh.moe_work_load == pytest.approx(max(1.2, routing_load.step_load(j, lay)))
+    n = 8 * T * sh.moe_work_load
     hand = 2 * 7168 * (8 * T + 5 * n) + 2 * 2048 * n + 2 * 7168 * T
     assert ma.forward_bytes(j.arch, sh, "alltoall", 32) == pytest.approx(hand)
     # DeepEP (no padding by the experts): received, bf16 input, output, restore = 4n at the
