@@ -18,7 +18,7 @@ from pathlib import Path
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import memory
+from planner.model import host_memory, memory
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import rules, top_k
@@ -257,6 +257,8 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
     found: list[str | None] = []
     if lay is None:  # no leanest variant to size (its structures have none at vpp 1)
         binding = f"memory: no layout fits in the {cap / gib:.1f} GiB available per GPU"
+    elif peak <= cap and result.rejected.get("host memory"):
+        return _host_bound(job, space, lay, peak, cap)
     else:
         binding = (
             f"memory: the leanest layout ({lay.describe()}) needs "
@@ -265,6 +267,32 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
         found.append(_more_memory(job, space, peak, cap))
     found += [_more_gpus(job, space, cap), _shorter(job, space, cap)]
     return Infeasible(binding, [c for c in found if c is not None])
+
+
+def _host_bound(job: Job, space: Space, lay: Layout, peak: float, cap: float) -> Infeasible:
+    """Where layouts fit the GPUs but every one is over its host share (`variants` rejects them
+    on `host_memory`): host memory binds. The changes: the optimizer back on the GPU, or nodes
+    with the host memory the leanest layout pins, each confirmed by the search."""
+    gib = 2**30
+    host = host_memory.estimate(job, lay)
+    binding = (
+        f"host memory: layouts fit in GPU memory (the leanest, {lay.describe()}, needs "
+        f"{peak / gib:.1f} of {cap / gib:.1f} GiB) but pin more host memory than a GPU's share "
+        f"holds: the leanest {host.total / gib:.1f} GiB a GPU, {host.capacity / gib:.1f} usable"
+    )
+    found = []
+    if job.optimizer_offload_fraction > 0:
+        on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
+        if _found(on_gpu, space):
+            found.append("training.optimizer_offload_fraction 0 (the optimizer on the GPU)")
+    per_gpu = host.total / gib + host_memory.HOST_RESERVED_GIB_PER_GPU
+    node = math.ceil(per_gpu * job.cluster.gpus_per_node)
+    for size in range(node, node + CONFIRMS):
+        if _found(_cluster(job, host_memory_gib_per_node=float(size)), space):
+            field = "host_memory_gib_per_node"
+            found.append(f"nodes with at least {size} GiB of host memory ({field})")
+            break
+    return Infeasible(binding, found)
 
 
 BATCH_GROWTH = 16
