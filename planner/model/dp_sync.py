@@ -200,13 +200,27 @@ def _fsdp(
     f, b = fwd / u, bwd / u
     cap = FSDP_MAX_LIVE_PARAMS
     if cap is None or 2 * live <= cap:
-        shown_f = ag + (u - 1) * max(ag - f, 0.0)
-        shown_b = ag + rs + (u - 1) * max(ag + rs - b, 0.0)
+        shown_f = unit_pipeline(ag, f, u)
+        shown_b = unit_pipeline(ag + rs, b, u)
     else:
         shown_f = u * ag
         shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
     hidden = max(u * (2 * ag + rs) - shown_f - shown_b, 0.0)  # rounding: not -1e-16
     return m * (shown_f + shown_b), m * hidden
+
+
+def unit_pipeline(per_unit: float, window: float, units: int) -> float:
+    """Seconds that show of one pass (a forward or a backward) over `units` FSDP units whose
+    collectives take `per_unit` seconds each (a unit's all-gather, or in a backward the next
+    unit's all-gather and the previous one's reduce-scatter, which FSDP issues on their own
+    streams and so add), prefetched one unit ahead under `window` seconds of each unit's compute:
+    the first unit's gather (a backward's last reduce-scatter) has nothing to hide under, each
+    later unit shows max(per_unit - window, 0). Each unit's collective is its own NCCL call and
+    pays its ring latency. The physics of Megatron-FSDP's and PyTorch FSDP2's one-unit-ahead
+    prefetch alike (`_fsdp`, `planner.model.fsdp2.data_parallel_time`)."""
+    if units <= 0 or per_unit <= 0:
+        return 0.0
+    return per_unit + (units - 1) * max(per_unit - window, 0.0)
 
 
 Part = tuple[str, float, float, float, float]

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout, stage_of
 from planner.inputs.plan import Job
-from planner.model import comms
+from planner.model import comms, dp_sync
 from planner.model.job_memo import JobMemo
 
 BF16 = 2.0
@@ -86,10 +86,10 @@ def states(
     weights = FP32 * (dense / n_d + expert / n_e)
     grads = FP32 * (dense / n_d + expert / n_e)
     optimizer = ADAM * (dense / n_d + expert / n_e)
-    if n_d * n_e == 1 and job.titan.dp_replicate == 1 and lay.dp == 1 and lay.cp == 1:
-        # no data parallelism at all: nothing is sharded or gathered; the module keeps its fp32
-        # parameters and autocast casts per use (bf16 copies are transient activations)
-        return weights, grads, optimizer, 0.0, 0.0
+    # without data parallelism too: b5bcd76c's models/llama3/parallelize.py:57-77 calls
+    # apply_fsdp_to_decoder whatever the degrees ("with shard_degree=1 it is a no-op for the
+    # all-gather but still installs the MixedPrecisionPolicy"), so the bf16 unsharded copies
+    # and, under PP, the fp32 accumulated gradients are there as on a mesh of many
     # float8 all-gather casts Float8Linear weights only (torchao's
     # WeightWithDynamicFloat8CastTensor): the routed experts, grouped GEMMs whatever their
     # precision (`[torchtitan] float8_experts`), are gathered in bf16
@@ -135,18 +135,46 @@ recompute of a layout, whose parameters and groups, and so collectives, are the 
 
 
 def _collectives(
-    job: Job, n_params: float, stride: int, size: int, rep: int
+    job: Job, n_params: float, stride: int, size: int, rep: int, gathered: float = BF16
 ) -> tuple[float, float]:
-    """Seconds of one bf16 all-gather and of one fp32 reduce-scatter (with HSDP, the all-reduce
-    of the shards over the replicas after it) of `n_params` parameters over a shard group of
-    `size` ranks `stride` apart."""
+    """Seconds of one all-gather of `n_params` parameters at `gathered` bytes each (bf16; less
+    with float8 all-gather) and of one fp32 reduce-scatter of their gradients (with HSDP, the
+    all-reduce of the shards over the replicas after it) over a shard group of `size` ranks
+    `stride` apart."""
     shard = comms.place(job.cluster, stride, size)
-    ag = comms.all_gather(n_params * BF16, shard) if size > 1 else 0.0
+    ag = comms.all_gather(n_params * gathered, shard) if size > 1 else 0.0
     rs = comms.reduce_scatter(n_params * FP32, shard) if size > 1 else 0.0
     if rep > 1:
         replicas = comms.place(job.cluster, stride * size, rep)
         rs += comms.all_reduce(n_params * FP32 / size, replicas)
     return ag, rs
+
+
+def gathered_bytes_per_param(job: Job, dense: float, fp8: float) -> float:
+    """Bytes per dense parameter of FSDP2's all-gather: bf16, the `fp8` float8 linear weights
+    at 1 byte with enable_fsdp_float8_all_gather (as `states` keeps them gathered)."""
+    if not job.titan.float8_all_gather or dense <= 0:
+        return BF16
+    fp8 = min(fp8, dense)
+    return (BF16 * (dense - fp8) + 1.0 * fp8) / dense
+
+
+def _passes(job: Job, lay: Layout, m: int) -> tuple[tuple[int, int, int, bool], ...]:
+    """(count, gathers, reduces, backward) per kind of pass over a stage's blocks in one
+    (sub-)step: how many such passes, whether each block all-gathers and reduce-scatters in it,
+    and whether it runs in a backward (else a forward). Without PP, every micro-batch's forward
+    gathers each block and its backward reduce-scatters it (torchtitan's trainer keeps gradient
+    sync on across the accumulation; FSDP2 reshards after every backward,
+    reshard_after_backward True), the backward gathering again unless "never" kept the
+    forward's; under PP with "default"/"never" one gather in the first forward and one
+    reduce-scatter in the schedule's last backward; "always" under PP re-gathers in every
+    backward (and keeps it), so only the warm-up forwards gather."""
+    policy = job.titan.reshard_after_forward
+    if lay.pp == 1:
+        return ((m, 1, 0, False), (m, int(policy != "never"), 1, True))
+    if keeps_unsharded(job, lay) and policy != "always":
+        return ((1, 1, 0, False), (1, 0, 1, True))
+    return ((min(lay.pp, m), 1, 0, False), (m - 1, 1, 0, True), (1, 1, 1, True))
 
 
 def data_parallel_time(
@@ -157,40 +185,42 @@ def data_parallel_time(
     fwd: float,
     bwd: float,
     m: int,
+    layers: int = 1,
+    fp8: float = 0.0,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one stage's FSDP2 traffic, the shape of
-    `dp_sync.data_parallel`: under PP with parameters kept gathered ("default"/"never"), one bf16
-    all-gather per step (hidden under the first forward) and one fp32 reduce-scatter at the
-    last backward (hidden under it); "always" under PP, an all-gather per backward and per
-    warm-up forward, the reduce-scatter once; without PP, an all-gather before each
-    micro-batch's forward and backward and a reduce-scatter in each backward. HSDP adds the
-    all-reduce of the shards over the replicas, after the last reduce-scatter. An MoE model's
-    dense and expert parameters (their own meshes) share the windows: FSDP2 issues every
-    parameter group's all-gathers on one stream and its reduce-scatters on another (the comm
-    context shared under the root), so their seconds add before the window comes off.
-    `planner.model.cost` charges it for torchtitan plans in place of Megatron's ZeRO traffic
-    (`dp_sync.data_parallel`)."""
+    `dp_sync.data_parallel`, `fwd` / `bwd` one micro-batch's forward and backward seconds on the
+    stage, `layers` its blocks, `fp8` its float8 linear weights. Each block is an FSDP unit with
+    its own collectives (`_passes` says which, per pass), each its own NCCL call paying its
+    ring latency, prefetched one block ahead: FSDP2's forward prefetch and its backward prefetch
+    of the next block (`dp_sync.unit_pipeline`, the physics of Megatron-FSDP's ZeRO 3 in
+    `dp_sync._fsdp`). HSDP adds the all-reduce of the shards over the replicas after each
+    reduce-scatter. An MoE model's dense and expert parameters (their own meshes) share the
+    windows: FSDP2 issues every parameter group's all-gathers on one stream and its
+    reduce-scatters on another (the comm context shared under the root), so their seconds add
+    before the window comes off. `planner.model.cost` charges it for torchtitan plans in place
+    of Megatron's ZeRO traffic (`dp_sync.data_parallel`)."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
+    units = max(layers, 1)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
-    gathered = reduced = 0.0
+    per_param = (gathered_bytes_per_param(job, dense, fp8), BF16)
+    ag = rs = 0.0
     memo = COLLECTIVES.of(job)
-    for n_params, (stride, size) in zip((dense, expert), strides, strict=True):
+    for n_params, (stride, size), gathered in zip((dense, expert), strides, per_param, strict=True):
         if n_params <= 0 or size * rep <= 1:
             continue
-        key = (n_params, stride, size, rep, *comms.constants())
+        key = (n_params / units, stride, size, rep, gathered, *comms.constants())
         if (hit := memo.get(key)) is None:
-            hit = memo[key] = _collectives(job, n_params, stride, size, rep)
-        ag, rs = hit
-        if keeps_unsharded(job, lay) and job.titan.reshard_after_forward != "always":
-            gathers, reduces = 1, 1
-        elif lay.pp > 1:
-            # "always" under PP: every backward re-gathers what its forward freed (and keeps
-            # it), so a forward after a backward finds it gathered; the warm-up forwards gather
-            gathers, reduces = m + min(lay.pp, m), 1
-        else:
-            gathers, reduces = 2 * m, m
-        gathered += gathers * ag
-        reduced += reduces * rs
-    exposed = max(gathered - m * fwd, 0.0) + max(reduced - (bwd if lay.pp > 1 else m * bwd), 0.0)
-    return exposed, gathered + reduced - exposed
+            hit = memo[key] = _collectives(job, n_params / units, stride, size, rep, gathered)
+        ag += hit[0]
+        rs += hit[1]
+    if ag + rs <= 0:
+        return 0.0, 0.0
+    exposed = total = 0.0
+    for count, gathers, reduces, backward in _passes(job, lay, m):
+        per_unit = gathers * ag + reduces * rs
+        window = (bwd if backward else fwd) / units
+        exposed += count * dp_sync.unit_pipeline(per_unit, window, units)
+        total += count * units * per_unit
+    return exposed, max(total - exposed, 0.0)

@@ -34,7 +34,11 @@ from planner.model.layer_time import Layer
 from planner.model.rank_states import copies_main_grads
 from planner.model.schedule import Chunks
 from planner.model.shard import BF16
-from planner.model.stage_params import quantised_decoder_params, stage_params
+from planner.model.stage_params import (
+    quantised_decoder_params,
+    quantised_params,
+    stage_params,
+)
 from planner.model.stage_time import LayoutTimes, rank_layers
 
 ADAM_GRAD_READ_BYTES = 4.0
@@ -144,7 +148,9 @@ def stage_sync(
     if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
         dense = expert = 0.0
     if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
-        e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m)
+        blocks = sum(n for k, n in mix if k is not t.mtp_proj)
+        fp8 = quantised_params(job, lay, rank, chunks)[0]
+        e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8)
     else:
         e, hid = pools.data_parallel(
             job,

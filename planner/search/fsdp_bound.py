@@ -12,7 +12,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fsdp2
-from planner.model.stage_params import stage_params
+from planner.model.stage_params import quantised_params, stage_params
 from planner.model.stage_time import layout_times, mix_sums, rank_mix
 from planner.search.rungs import NONE
 
@@ -33,12 +33,15 @@ def fsdp_exposed(job: Job, layout: Layout) -> float:
 
     Why the sum is a bound. `cost.estimate` times the step at least m (F + B + r) + e(F, B) +
     overhead, with F and B the stage's forward and backward seconds per micro-batch (recompute
-    in B), r its TP, CP and exposed expert all-to-all, and e = max(G ag - m F, 0) + max(R rs -
-    m B, 0) the exposed FSDP2 traffic (G all-gathers, R reduce-scatters; the shards' SM share
-    of the hidden part only adds). m F + max(G ag - m F, 0) = max(m F, G ag) is nondecreasing in
-    F, and so in B: the sum holds at any F' <= F, B' <= B and r' <= r, as the layer times and
-    terms without memory savers are (recompute adds to B and to the step, never to less; the
-    collectives read the parameters, groups and settings, not the rung).
+    in B), r its TP, CP and exposed expert all-to-all, and e(F, B) the exposed FSDP2 traffic:
+    without PP, m forwards over u blocks each showing c_f + (u - 1) max(c_f - F / u, 0) and m
+    backwards each c_b + (u - 1) max(c_b - B / u, 0) (`dp_sync.unit_pipeline`; c the per-block
+    collectives, the shards' SM share of the hidden part only adds). m F + m (u - 1) max(c_f -
+    F / u, 0) has slope m / u > 0 in F where the max is positive and m elsewhere, so it is
+    nondecreasing in F, and likewise in B: the sum holds at any F' <= F, B' <= B and r' <= r,
+    as the layer times and terms without memory savers are (recompute adds to B and to the
+    step, never to less; the collectives read the parameters, groups and settings, not the
+    rung).
     tests/search/test_fsdp_bound.py checks the bound below every recompute policy of bases of
     its torchtitan problems, under several settings variants and every schedule."""
     lay = NONE.on(layout)
@@ -49,4 +52,6 @@ def fsdp_exposed(job: Job, layout: Layout) -> float:
     fwd += heads * t.out / 3
     bwd += 2 * heads * t.out / 3
     dense, expert = stage_params(job, lay, 0, chunks)
-    return fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m)[0]
+    blocks = sum(n for k, n in mix if k is not t.mtp_proj)
+    fp8 = quantised_params(job, lay, 0, chunks)[0]
+    return fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8)[0]

@@ -60,16 +60,18 @@ def test_never_keeps_parameters_gathered_even_without_pipeline(tmp_path: Path) -
 
 
 def test_pipelining_costs_more_than_megatron_zero3_said(tmp_path: Path) -> None:
-    # the same layout as Megatron-FSDP (per-micro-batch re-gathering) holds far less: the
-    # difference is the gathered bf16 parameters and fp32 gradients (6 bytes a parameter)
+    # the same layout as Megatron-FSDP (per-micro-batch re-gathering) keeps far smaller model
+    # states: the difference is the gathered bf16 parameters and fp32 gradients (6 bytes a
+    # parameter; Megatron-FSDP's own unsharded buffers are transient, `buffers.transient_bytes`)
     job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
-    titan = memory.estimate(job, lay).peak
     from dataclasses import replace
 
-    megatron = memory.estimate(replace(job, framework="megatron", torchtitan=None), lay).peak
+    mega = replace(job, framework="megatron", torchtitan=None)
     chunks = lay.chunk_layers(job.arch.num_layers)[1]
+    titan = memory.stage_memory(job, lay, 1, chunks)
+    megatron = memory.stage_memory(mega, lay, 1, chunks)
     p = sum(stage_params(job, lay, 1, chunks))
-    assert titan - megatron > 5 * p
+    assert (titan.weights + titan.grads) - (megatron.weights + megatron.grads) > 5 * p
 
 
 def test_fsdp2_traffic_once_per_step_under_pipelining(tmp_path: Path) -> None:
@@ -124,11 +126,13 @@ def test_step_time_charges_fsdp2_traffic_not_megatron_zero3(tmp_path: Path) -> N
 
 
 def test_dense_and_expert_shards_share_fsdp2_windows(tmp_path: Path) -> None:
-    """torchtitan's FSDP2 on an MoE model (Qwen3 30B-A3B, 16 H100, ep 8, no pipeline): the
-    dense and expert parameter groups' collectives share FSDP2's all-gather and reduce-scatter
-    streams, so exposed = max(G_d + G_e - m F, 0) + max(R_d + R_e - m B, 0) (hand arithmetic;
-    G, R each kind's gathers and reduce-scatters per step, read off with one window open), not
-    each kind's own excess: windows of 3/4 of the sums hide either kind alone."""
+    """torchtitan's FSDP2 on an MoE model (Qwen3 30B-A3B, 16 H100, ep 8, no pipeline): each of
+    the u blocks is an FSDP unit whose dense and expert collectives share FSDP2's all-gather and
+    reduce-scatter streams, prefetched one block ahead, so per micro-batch the forward shows
+    a + (u - 1) max(a - F / u, 0) and the backward c + (u - 1) max(c - B / u, 0), a = a_d + a_e
+    the block's two all-gathers, c = a + r_d + r_e with its reduce-scatters (hand arithmetic on
+    `fsdp2._collectives` of one block of each kind), not each kind's own excess: windows of 3/4
+    of the sums hide either kind alone."""
     model = '[model]\nname = "qwen3-30b-a3b"\n'
     cluster = '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n'
     plan = check_plan(
@@ -140,15 +144,14 @@ def test_dense_and_expert_shards_share_fsdp2_windows(tmp_path: Path) -> None:
         )
     )
     job, lay = plan.job, plan.require_layout()
-    m, dense, expert, big = 4, 3e9, 1e9, 1e9
-
-    def time(d: float, e: float, f: float, b: float) -> tuple[float, float]:
-        return fsdp2.data_parallel_time(job, lay, d, e, f, b, m)
-
-    g_d, g_e = time(dense, 0, 0, big)[0], time(0, expert, 0, big)[0]  # gathers alone show
-    r_d, r_e = time(dense, 0, big, 0)[0], time(0, expert, big, 0)[0]  # reduce-scatters alone
-    f, b = 0.75 * (g_d + g_e) / m, 0.75 * (r_d + r_e) / m
-    assert max(g_d, g_e) < m * f and max(r_d, r_e) < m * b  # alone, each kind would hide
-    exposed, hidden = time(dense, expert, f, b)
-    assert exposed == pytest.approx((g_d + g_e - m * f) + (r_d + r_e - m * b))
-    assert exposed + hidden == pytest.approx(g_d + g_e + r_d + r_e)
+    m, u, dense, expert = 4, 48, 3e9, 1e9
+    n_d, n_e = fsdp2.shard_groups(job, lay)
+    a_d, r_d = fsdp2._collectives(job, dense / u, lay.tp, n_d, 1)
+    a_e, r_e = fsdp2._collectives(job, expert / u, lay.expert_tp * lay.ep, n_e, 1)
+    a, c = a_d + a_e, a_d + a_e + r_d + r_e
+    f, b = 0.75 * a * u, 0.75 * c * u  # one micro-batch's forward and backward
+    assert max(a_d, a_e) < f / u and max(c - r_e - a_e, c - r_d - a_d) < b / u  # each alone hides
+    exposed, hidden = fsdp2.data_parallel_time(job, lay, dense, expert, f, b, m, u)
+    hand = m * (a + (u - 1) * (a - f / u)) + m * (c + (u - 1) * (c - b / u))
+    assert exposed == pytest.approx(hand)
+    assert exposed + hidden == pytest.approx(m * u * (a + c))

@@ -57,16 +57,17 @@ def test_written_variant_checks_to_the_same_step(
     """The top candidate's [torchtitan] settings travel: in --json (`torchtitan`), in the table
     and in the written plan, which `check` predicts at the same step time and peak (oracle: the
     suggest JSON of the same run). On Llama 3.1 70B / 64 H100 at tp 4, pp 1 the top layout runs
-    reshard_after_forward "never" (pp 1: one all-gather per step instead of two per
-    micro-batch)."""
+    dp_replicate 2 (HSDP: each block's all-gathers ring over 8 ranks, not 16; "never" no longer
+    wins at pp 1, where it still gathers once per micro-batch, FSDP2 resharding after each
+    backward)."""
     plan = tmp_path / "best.toml"
     cmd = ["suggest", *JOB, "--framework", "torchtitan", "--tp", "4", "--pp", "1"]
     code, out, err = run([*cmd, "--json", "--write-plan", str(plan)], capsys)
     assert code == 0, err
     best = json.loads(out)["candidates"][0]
-    assert best["torchtitan"]["reshard_after_forward"] == "never"
+    assert best["torchtitan"]["dp_replicate"] == 2
     assert best["parallel"]["pp"] == 1
-    assert 'reshard_after_forward = "never"' in plan.read_text()
+    assert "dp_replicate = 2" in plan.read_text()
     code, out, err = run(["check", str(plan), "--json"], capsys)
     assert code == 0, err
     checked = json.loads(out)
@@ -74,7 +75,7 @@ def test_written_variant_checks_to_the_same_step(
     assert checked["memory"]["peak_gib"] == best["memory"]["peak_gib"]
     code, out, err = run(cmd, capsys)
     assert code == 0, err
-    assert "reshard never" in out and "settings searched" in out
+    assert "hsdp 2" in out and "settings searched" in out
 
 
 def test_given_settings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
