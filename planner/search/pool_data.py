@@ -31,7 +31,7 @@ from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import cost, memory, pools
 from planner.search.bound import base_bound
-from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, host_fits
 from planner.search.rules import violations
 from planner.search.rules.context import exchange_for
 from planner.search.space import Space
@@ -129,6 +129,9 @@ class DataSearch:
     layouts: int
     scored: int
     least_bound_s: float | None = None
+    over: tuple[PoolPlan, ...] = ()
+    """Plans that fit the GPUs and are over a pool's host (`pool_plan.host_fits`): left out of
+    `plans` and of every bound's comparison, as each is scored."""
 
 
 def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataSearch:
@@ -148,6 +151,7 @@ def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataS
     todo = layouts(job)
     bounded = sorted((lower_bound_s(job, lay), i, lay) for i, lay in enumerate(todo))
     found: list[tuple[int, PoolPlan]] = []  # (place in the scan, plan)
+    over: list[PoolPlan] = []  # fit the GPUs, over a pool's host
     waiting: list[tuple[float, int, Layout]] = []
     scored = 0
     for place, (bound, _, lay) in enumerate(bounded):
@@ -160,15 +164,17 @@ def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataS
                 continue
         scored += 1
         plan = score(job, lay, headroom_pct)
-        if plan is not None:
+        if plan is not None and not host_fits(plan):
+            over.append(plan)
+        elif plan is not None:
             found.append((place, plan))
             bisect.insort(times, plan.performance.step_time_s)
     last = times[top - 1] if len(times) >= top else math.inf
-    found, extra = _waiting(job, headroom_pct, waiting, found, last)
+    found, extra = _waiting(job, headroom_pct, waiting, found, last, over)
     plans = [p for _, p in sorted(found, key=lambda f: f[0])]
     ranked = tuple(sorted(plans, key=lambda q: q.performance.step_time_s))
     least = bounded[0][0] if bounded else None
-    return DataSearch(ranked, len(todo), scored + extra, least)
+    return DataSearch(ranked, len(todo), scored + extra, least, tuple(over))
 
 
 def _waiting(
@@ -177,12 +183,14 @@ def _waiting(
     waiting: list[tuple[float, int, Layout]],
     found: list[tuple[int, PoolPlan]],
     last: float,
+    over: list[PoolPlan],
 ) -> tuple[list[tuple[int, PoolPlan]], int]:
     """`found` with the plans of the `waiting` layouts (floor, place in the scan, layout) that
     may matter: scored in order of their floor while it is at most `last` (the scan's final
     top-th best step: a plan that ties it may enter the top) or the best step found so far (a
     plan that ties it may be the first of equals), each with ROUNDING to spare; once a floor is
-    above both, every later layout's step is too. And how many were scored."""
+    above both, every later layout's step is too. And how many were scored; a plan over a
+    pool's host goes to `over` instead."""
     best = min((p.performance.step_time_s for _, p in found), default=math.inf)
     found = list(found)
     scored = 0
@@ -191,7 +199,9 @@ def _waiting(
             break
         scored += 1
         plan = score(job, lay, headroom_pct)
-        if plan is not None:
+        if plan is not None and not host_fits(plan):
+            over.append(plan)
+        elif plan is not None:
             found.append((place, plan))
             best = min(best, plan.performance.step_time_s)
     return found, scored

@@ -82,6 +82,7 @@ def optimal_splits(p: PoolSplitProblem) -> list[PoolSplit]:
             mem, times = stage_values(p, tuple(y), ks, 0)
             assert sum(y) == L and objective_of(p, times, tail_of(p, tuple(y), ks)) == obj
             assert all(v <= p.capacity_mib[k] for v, k in zip(mem, ks, strict=True))
+            assert all(v <= p.most(r, k) for r, (v, k) in enumerate(zip(y, ks, strict=True)))
             splits[ks, tuple(y)] = PoolSplit(tuple(y), ks, 0, int(obj), tuple(times))
     return [splits[key] for key in sorted(splits)][:TIES]
 
@@ -101,7 +102,7 @@ def _convex_times(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[list[float]]
             return None
         spare = p.capacity_mib[k] - p.fixed_mib[r][k]
         points: list[tuple[int, int]] = []
-        for y in range(1, L + 1):
+        for y in range(1, p.most(r, k) + 1):  # within its host's cap
             need = _need(y * p.layer_mib[r][k] - spare, rm, p.whole(r, k), y)
             if need is None:
                 if points:

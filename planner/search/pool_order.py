@@ -1,6 +1,6 @@
 """One order of the pools with the block recompute count N = 0, exactly (issue 25): each pipeline
-rank's lines (`order_ranks`: time a_r + b_r y_r, the layers its memory allows, its tail), and
-every split that may be optimal (`best_of_order`, `minimisers`), for
+rank's lines (`order_ranks`: time a_r + b_r y_r, the layers its memory and its pool's host
+allow, its tail), and every split that may be optimal (`best_of_order`, `minimisers`), for
 `planner.search.pool_enum`.
 
 With the order fixed, rank r's time is linear, t_r = a_r + b_r y_r (a_r its fixed time and
@@ -58,6 +58,7 @@ def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
     npools = len(p.stages)
     grids: tuple[Grid, ...] = (p.fixed_mib, p.layer_mib, p.recompute_mib, p.fixed_us)
     grids += (p.layer_us, p.recompute_us, *(g for line in p.tail_us for g in line), p.whole_mib)
+    grids += (p.most_layers,)
     cols = [
         (p.stages[k], p.capacity_mib[k], tuple(tuple(row[k] for row in g) for g in grids))
         for k in range(npools)
@@ -92,6 +93,7 @@ def order_ranks(p: PoolSplitProblem, ks: tuple[int, ...], least_memory: bool) ->
         # the least over c in [1, y]: c = y - 1 (one layer's saving short) or c = y (whole)
         spare -= min(p.whole(r, k), -saved) if least_memory else 0
         lo, hi = _interval(spare, per, L)
+        hi = min(hi, p.most(r, k))  # its host's cap
         if lo > hi:
             return None
         a = p.fixed_us[r][k] + p.boundary_us * hops(ks, r)

@@ -28,6 +28,11 @@ class PoolPlan:
     """The solver's split of the pipeline over the pools (None: the data-parallel replicas
     span the pools, `planner.search.pool_data`)."""
 
+    @property
+    def step_time(self) -> float:
+        """The step in seconds (what `planner.search.twins.fold` reads)."""
+        return self.performance.step_time_s
+
 
 def host_fits(plan: PoolPlan | None) -> bool:
     """Whether a scored plan's host memory fits too, each stage against its own pool's host

@@ -8,12 +8,15 @@ query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every p
 holds whole stages), pp the stages that makes, between the number of pools and the decoder
 layers; for a mixture of experts every ep dividing the experts and cp x dp (`expert_degrees`, EP
 inside a stage, expert TP = tp); micro-batch sizes 1, 2 and 4 where the global batch divides;
-ZeRO 1 and 2; Megatron's TP overlap off and on where tp > 1 (with sequence parallelism); vpp 1
-(interleaving over pools of different speeds is left out); recompute none with the solver's
-block count, or selective. Each of these is a layout of its own, bounded like the rest: ZeRO 2's
-memory may spare a slow layout its recompute, and the overlap lowers a layout's bound, so
-neither can be tried on the leaders alone. Ranked by step time, or by $ per token (`objective`
-"cost").
+ZeRO 1 only (`ZERO_STAGES`); Megatron's TP overlap off and on where tp > 1 (with sequence
+parallelism); vpp 1 (interleaving over pools of different speeds is left out); recompute none
+with the solver's block count, or selective (`pool_recompute`: where the one-kind search's
+rule says it can save memory, so not core_attn under flash attention). Each of these is a
+layout of its own, bounded like the rest: selective's memory may spare a slow layout its block
+recompute, and the overlap lowers a layout's bound, so neither can be tried on the leaders
+alone. Ranked by step time, or by $ per token (`objective` "cost"); twins
+(`planner.search.twins`: layouts that only trade cp for micro-batch size at the same step and
+split) are folded into one row, so the top K are K different layouts.
 """
 
 from __future__ import annotations
@@ -24,18 +27,22 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from planner.inputs.layout import Layout, Recompute, ZeroStage
+from planner.inputs.layout import Layout, ZeroStage
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import host_memory
+from planner.model.pools import pool_stages
 from planner.search import pool_data
 from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
-from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, host_fits
+from planner.search.pool_host import capped_bound_s, caps_allow, usable
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.pool_recompute import needless, recompute_rungs
 from planner.search.pools import (
     Recomputed,
     apply,
+    host_caps,
     lines_floor,
     plan_split,
     problem,
@@ -44,10 +51,11 @@ from planner.search.pools import (
 from planner.search.rules import violations
 from planner.search.rules.context import exchange_for
 from planner.search.solver import PoolSplitProblem, solve_pools
+from planner.search.top_k import simplicity
+from planner.search.twins import fold
 
 __all__ = ["MICRO_BATCHES", "PoolSearch", "expert_degrees", "layouts", "search"]
 
-RECOMPUTE: tuple[Recompute, ...] = ("none", "selective")
 ZERO_STAGES: tuple[ZeroStage, ...] = (1,)
 """The distributed optimizer alone: pools always pipeline (pp >= the number of pools >= 2),
 and Megatron-FSDP (ZeRO 2-3) with pp > 1 is what the one-kind search leaves out too
@@ -73,6 +81,9 @@ class PoolSearch:
     """With data parallelism across the pools allowed: the best plan whose pipeline crosses
     the link, and (`data`) the search of those whose data-parallel replicas span the pools."""
     data: pool_data.DataSearch | None = None
+    twins: tuple[tuple[PoolPlan, ...], ...] = ()
+    """Per plan: its twins folded into its row (`planner.search.twins`: the same layout but for
+    cp traded for micro-batch size, at the same step time), in rank order."""
 
     @property
     def best_data(self) -> PoolPlan | None:
@@ -126,6 +137,7 @@ def layouts(job: Job) -> list[Layout]:
     gcd = math.gcd(*(p.cluster.num_gpus for p in job.pools))
     node = min(p.cluster.gpus_per_node for p in job.pools)
     total = job.cluster.num_gpus
+    kinds = recompute_rungs(job)
     out = []
     for tp in (1, 2, 4, 8, 16):
         if tp > node or arch.num_attention_heads % tp or (arch.num_query_groups or tp) % tp:
@@ -144,22 +156,20 @@ def layouts(job: Job) -> list[Layout]:
                     if job.global_batch_size % (dp * mbs):
                         continue
                     overlaps = (False, True) if tp > 1 else (False,)
-                    for rc, zero, ov in itertools.product(RECOMPUTE, ZERO_STAGES, overlaps):
-                        out.append(
-                            Layout(
-                                tp=tp,
-                                pp=pp,
-                                dp=dp,
-                                cp=cp,
-                                cp_comm_type=exchange_for(job, tp, cp),
-                                ep=ep,
-                                sequence_parallel=tp > 1,
-                                tp_comm_overlap=ov,
-                                micro_batch_size=mbs,
-                                recompute=rc,
-                                zero_stage=zero,
-                            )
+                    for rung, zero, ov in itertools.product(kinds, ZERO_STAGES, overlaps):
+                        base = Layout(
+                            tp=tp,
+                            pp=pp,
+                            dp=dp,
+                            cp=cp,
+                            cp_comm_type=exchange_for(job, tp, cp),
+                            ep=ep,
+                            sequence_parallel=tp > 1,
+                            tp_comm_overlap=ov,
+                            micro_batch_size=mbs,
+                            zero_stage=zero,
                         )
+                        out.append(rung.on(base))
     return out
 
 
@@ -171,53 +181,56 @@ def search(
     progress: Callable[[str], None] | None = None,
 ) -> PoolSearch:
     """Solve the layouts' splits, most promising first, and rank what fits. A layout whose
-    `lower_bound_s` is no better than the top-th best exact step found is not solved (every
-    plan uses every GPU, so $ per token ranks as step time does)."""
+    bound (`_by_bound`) is no better than the step of the top-th row found (twins folded,
+    `row_cut`) is not solved (every plan uses every GPU, so $ per token ranks as step time
+    does). Fits: the GPUs' memory and every pool's host, each split kept within both
+    (`plan_split`, `pool_host`), so only plans that fit both form the cut."""
     todo = layouts(job)
     # bounded on the time lines alone; the memory lines only for the layouts solved
     recomputed = Recomputed()  # the none and selective layouts' samples, every layer recomputed
-    bounded = _by_bound(job, todo, recomputed)
+    refused_host: list[Layout] = []  # no split fits the hosts (`pool_host.layer_caps`)
+    bounded = _by_bound(job, todo, recomputed, refused_host)
     plans: list[PoolPlan] = []
+    over: list[PoolPlan] = []  # fit the GPUs, over a pool's host (`plan_split`)
     solved = 0
     # splits that only CP-SAT solves (recompute may beat none) wait for the others' plans, by
     # their memory-aware bound, so that the top-th best step may spare them (and OR-Tools)
     deferred: list[tuple[float, int, Layout, PoolSplitProblem]] = []
-    for i, (lay, times) in enumerate(bounded):
+    for i, (lay, times, bound) in enumerate(bounded):
         if progress is not None and i % 20 == 0:
             progress(f"pools: layout {i + 1} of {len(todo)}")
-        best = sorted(q.performance.step_time_s for q in plans)
-        if len(best) >= top and lower_bound_s(times) >= best[top - 1]:
+        cut = row_cut(plans, top)
+        if cut is not None and bound >= cut:
             break  # sorted by the bound: no later layout can enter the top
         p = problem(job, lay, headroom_pct, lay.recompute == "none", times, recomputed)
         if needs_solver(p):
-            bound = split_bound(p)
-            if bound is not None:  # None: no block recompute count fits it
-                deferred.append((bound * 1e-6, i, lay, p))
+            least = split_bound(p)
+            if least is not None:  # None: no block recompute count fits it
+                deferred.append((least * 1e-6, i, lay, p))
             continue
         solved += 1
-        cut = best[top - 1] if len(best) >= top else None
-        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
-        if plan is not None:
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over)
+        if plan is not None and not needless(plan, headroom_pct):
             plans.append(plan)
     for bound, _, lay, p in sorted(deferred, key=lambda d: d[:2]):
-        best = sorted(q.performance.step_time_s for q in plans)
-        cut = best[top - 1] if len(best) >= top else None
+        cut = row_cut(plans, top)
         if cut is not None and bound >= cut:
             break  # sorted by the bound
         solved += 1
-        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut)
-        if plan is not None:
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over)
+        if plan is not None and not needless(plan, headroom_pct):
             plans.append(plan)
 
     layouts_seen = len(todo)
     data, best_pipeline = None, None
     if job.pools_data_parallel:  # the replicas across the pools too (planner.search.pool_data)
-        known = [q.performance.step_time_s for q in plans]
+        known = [r.candidate.step_time for r in fold(sorted(plans, key=rank))]
         data = pool_data.search(job, headroom_pct, top, known)
         layouts_seen += data.layouts
         solved += data.scored
         best_pipeline = min(plans, key=lambda q: q.performance.step_time_s, default=None)
         plans += data.plans
+        over += data.over
 
     def key(p: PoolPlan) -> float:
         if objective == "cost":
@@ -225,22 +238,11 @@ def search(
             return usd if usd is not None else math.inf
         return p.performance.step_time_s
 
-    # each pool's host too (`pool_plan.host_fits`), judged of the plans found: the cut above
-    # reads every plan's step, so a plan that fits the hosts but was slower than K that do not
-    # can be missed (fewer rows), never one that does not fit shown
-    over = [p for p in plans if not host_fits(p)]
-    plans = [p for p in plans if host_fits(p)]
     near, refused = (None, None) if plans else closest(job, headroom_pct, todo)
-    host_over = None
-    if over and not plans:  # the fastest that fits the GPUs: its binding pool's host
-        h = host_memory.estimate(over[0].job, over[0].layout)
-        host_over = (
-            f"{over[0].layout.describe()} holds {h.total / GIB:.2f} GiB a GPU on pool "
-            f"{h.pool!r} (of its host's {h.capacity / GIB:.2f} GiB usable)"
-        )
-    ranked = tuple(sorted(plans, key=key)[:top])
+    host_over = None if plans else _host_over(job, over, refused_host)
+    rows = fold(sorted(plans, key=lambda q: (key(q), *rank(q))))[:top]
     return PoolSearch(
-        ranked,
+        tuple(r.candidate for r in rows),
         solved,
         layouts_seen,
         near,
@@ -248,33 +250,82 @@ def search(
         data=data,
         refused=refused,
         host_over=host_over,
+        twins=tuple(r.equivalents for r in rows),
     )
 
 
+def _host_over(job: Job, over: list[PoolPlan], refused: list[Layout]) -> str | None:
+    """Why nothing fits where it is the hosts: the fastest plan that fits the GPUs, its binding
+    pool's host; else the first layout (least bound) that no split fits the hosts, with the
+    smallest host among its pools (None: neither)."""
+    if over:
+        worst = min(over, key=lambda q: q.step_time)
+        h = host_memory.estimate(worst.job, worst.layout)
+        return (
+            f"{worst.layout.describe()} holds {h.total / GIB:.2f} GiB a GPU on pool "
+            f"{h.pool!r} (of its host's {h.capacity / GIB:.2f} GiB usable)"
+        )
+    if not refused:
+        return None
+    k = min(range(len(job.pools)), key=lambda k: usable(job, k))
+    return (
+        f"{refused[0].describe()}, whose every split offloads more optimizer than a pool's host "
+        f"holds (pool {job.pools[k].name!r}: {usable(job, k) / GIB:.2f} GiB usable a GPU)"
+    )
+
+
+def rank(plan: PoolPlan) -> tuple[float, tuple[int, ...]]:
+    """Step time first, `top_k.simplicity` breaking exact ties (as the one-kind search ranks:
+    of twins, the fewest cp ranks first)."""
+    return plan.step_time, simplicity(plan.layout)
+
+
+def row_cut(plans: list[PoolPlan], top: int) -> float | None:
+    """The step of the top-th row of `plans` ranked and their twins folded
+    (`planner.search.twins.fold`, as `top_k` cuts with `fold_twins`), None while fewer: a layout
+    whose bound is at least this holds nothing of the top rows (a twin of a row joins it)."""
+    rows = fold(sorted(plans, key=rank))
+    return rows[top - 1].candidate.step_time if len(rows) >= top else None
+
+
 def _by_bound(
-    job: Job, todo: list[Layout], recomputed: Recomputed
-) -> Iterator[tuple[Layout, TimeLines]]:
-    """The layouts with their time lines, in order of `lower_bound_s` (then of `todo`), each
-    layout's lines computed only when it may come next: queued first on `lines_floor`, no more
-    than that bound, and again on the bound itself once it comes first, so in the order of a
-    sort by the bound, without the lines of the layouts the search never reaches. A stage's
-    time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
-    (and of floors) serves a layout's ZeRO 1 and ZeRO 2."""
+    job: Job, todo: list[Layout], recomputed: Recomputed, refused: list[Layout]
+) -> Iterator[tuple[Layout, TimeLines, float]]:
+    """The layouts with their time lines and bound, in order of the bound (then of `todo`):
+    `lower_bound_s`, or where the plan offloads to the hosts the larger `capped_bound_s` (the
+    split within each pool's host: `pools.host_caps`); a layout no split of which fits the
+    hosts goes to `refused` instead. Each layout's lines are computed only when it may come
+    next: queued first on `lines_floor`, no more than that bound, again on `lower_bound_s` once
+    it comes first, and on the capped bound once that comes first, so in the order of a sort by
+    the bound, without the lines of the layouts the search never reaches. A stage's time per
+    micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines (and of
+    floors) serves a layout's ZeRO stages."""
     plains = [lay.with_(zero_stage=ZERO_STAGES[0]) for lay in todo]
     floors: dict[Layout, float] = {}
     lines: dict[Layout, TimeLines] = {}
-    queue: list[tuple[float, int, bool]] = []
+    queue: list[tuple[float, int, int]] = []  # (bound, place, what the bound is: 0, 1, 2)
+    caps = [host_caps(job, lay) for lay in todo]
     for i, plain in enumerate(plains):
+        if not caps_allow(caps[i], pool_stages(job, plain), job.arch.num_layers):
+            refused.append(todo[i])  # some pool's host holds too few layers in every order
+            continue
         if plain not in floors:
             floors[plain] = lines_floor(job, plain)
-        queue.append((floors[plain], i, False))
+        queue.append((floors[plain], i, 0))
     heapq.heapify(queue)
     while queue:
-        _, i, exact = heapq.heappop(queue)
+        bound, i, stage = heapq.heappop(queue)
         plain = plains[i]
-        if exact:
-            yield todo[i], lines[plain]
+        if stage == 2:
+            yield todo[i], lines[plain], bound
             continue
-        if plain not in lines:
-            lines[plain] = time_lines(job, plain, recomputed)
-        heapq.heappush(queue, (lower_bound_s(lines[plain]), i, True))
+        if stage == 0:
+            if plain not in lines:
+                lines[plain] = time_lines(job, plain, recomputed)
+            heapq.heappush(queue, (lower_bound_s(lines[plain]), i, 1))
+            continue
+        capped = capped_bound_s(lines[plain], caps[i]) if caps[i] else bound
+        if capped is None:
+            refused.append(todo[i])
+        else:
+            heapq.heappush(queue, (max(bound, capped), i, 2))

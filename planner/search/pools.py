@@ -17,8 +17,8 @@ its position, whatever pool runs it. A boundary between pools costs each of its 
 slow link's hop less the pool's own, per micro-batch (1F1B's blocking sends).
 
 The answer is scored by the exact model on the pools in the solver's order; where the line was
-optimistic about memory (the exact model is the judge), the pool's capacity is lowered by the
-excess and the split solved again.
+optimistic about memory (the exact model judges), the pool's capacity is lowered by the excess
+and the split solved again; a pool's host likewise (`planner.search.pool_host`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ from planner.model.memory import StageMemory
 from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_enum import best_splits
+from planner.search.pool_host import host_ok, layer_caps, pins_host, tightened
 from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
-from planner.search.solver import PoolSplit, PoolSplitProblem
+from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -97,8 +98,9 @@ def _at(job: Job, layout: Layout) -> tuple[int, int, Callable[[int, bool], Layou
 
     def at(y: int, full: bool) -> Layout:
         lay = base.with_(pipeline_layers=(y,) * pp)
-        if full:
-            return lay.with_(recompute="full", recompute_method="block", recompute_num_layers=y)
+        if full:  # selective's modules (unread under full) as Layout's default: `Recomputed`
+            lay = lay.with_(recompute="full", recompute_method="block", recompute_num_layers=y)
+            return lay.with_(recompute_modules=("core_attn",))
         return lay
 
     return ya, yb, at
@@ -122,8 +124,8 @@ Tails = tuple[float, ...]
 class Recomputed:
     """What the exact model said of the sample layouts with every layer recomputed (`_at`'s
     `full`), by pool and sample layout, kept by a search across the layouts it asks about: `_at`
-    sets their recompute, so layouts that differ only in their own (the searches' none and
-    selective) have the same ones, estimated once."""
+    sets their recompute and modules, so layouts that differ only in their own (the searches'
+    none and selective of any modules) have the same ones, estimated once."""
 
     times: dict[tuple[int, Layout], tuple[Stages, Tails]] = field(default_factory=dict)
     memory: dict[tuple[int, Layout], tuple[StageMemory, ...]] = field(default_factory=dict)
@@ -253,7 +255,17 @@ def problem(
         recompute=recompute,
         tail_us=times.tail_us,
         whole_mib=g["fr"],
+        most_layers=host_caps(job, layout),
     )
+
+
+def host_caps(job: Job, layout: Layout) -> Grid:
+    """`PoolSplitProblem.most_layers` (`pool_host.layer_caps` on `problem`'s samples)."""
+    if not pins_host(job, layout):  # nothing offloaded: no cap (without the samples)
+        return ()
+    ya, yb, at = _at(job, layout)
+    pj = _room(pools.pool_job(job, 0), yb * layout.pp)
+    return layer_caps(job, layout, lambda y: at(y, False), pj, ya, yb)
 
 
 def _line(a: float, b: float, ya: int, yb: int) -> tuple[float, float]:
@@ -337,20 +349,22 @@ def plan_split(
     recompute: bool = True,
     p: PoolSplitProblem | None = None,
     cutoff_s: float | None = None,
+    over: list[PoolPlan] | None = None,
 ) -> PoolPlan | None:
     """Solve the split of `layout`'s degrees over the pools and score it exactly; None when no
     split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings), or when
     the split's bound is at least `cutoff_s` (`pool_enum.best_splits`). Of equally good splits
     in the solver's objective, the exact model's fastest that fits is taken, the first in
-    (pools, layers) order among equally fast ones: a defined answer."""
+    (pools, layers) order among equally fast ones: a defined answer. Fits: the GPUs and every
+    host (`pool_host`); where only the GPUs fit, the fastest such goes to `over`."""
     if p is None:
         p = problem(job, layout, headroom_pct, recompute and layout.recompute == "none")
     cutoff_us = None if cutoff_s is None else cutoff_s * 1e6
+    missed: list[PoolPlan] = []  # fit the GPUs, over a host
     for _ in range(RESOLVE_TRIES):
         splits = best_splits(p, cutoff_us)
-        if not splits:
-            return None
         best: PoolPlan | None = None
+        miss: PoolPlan | None = None  # this try's fastest over a host
         first: memory.MemoryReport | None = None
         for split in splits:
             pj, lay = apply(job, layout, split)
@@ -360,16 +374,26 @@ def plan_split(
             first = first or mem
             if not mem.fits:
                 continue
-            perf = cost.estimate(pj, lay)
-            if best is None or perf.step_time_s < best.performance.step_time_s:
-                best = PoolPlan(pj, lay, mem, perf, split)
-        if best is not None or first is None:  # fits, or the rules refuse every split
-            return best
+            plan = PoolPlan(pj, lay, mem, cost.estimate(pj, lay), split)
+            if not host_ok(pj, lay):
+                miss = plan if miss is None or plan.step_time < miss.step_time else miss
+            elif best is None or plan.step_time < best.step_time:
+                best = plan
+        if best is not None or first is None:  # fits, none, or the rules refuse every split
+            break
+        if miss is not None:  # the GPUs fit: fewer layers where a host is over
+            missed.append(miss)
+            if (tight := tightened(job, p, miss)) is None:
+                break
+            p = tight
+            continue
         caps = list(p.capacity_mib)
         for st in first.stages:
-            over = math.ceil((st.total - st.capacity) / MIB)
+            excess = math.ceil((st.total - st.capacity) / MIB)
             k = next(i for i, q in enumerate(job.pools) if q.name == st.pool)
-            if over > 0:
-                caps[k] -= over
+            if excess > 0:
+                caps[k] -= excess
         p = replace(p, capacity_mib=tuple(caps))
-    return None
+    if best is None and missed and over is not None:
+        over.append(min(missed, key=lambda q: q.step_time))
+    return best

@@ -131,6 +131,7 @@ class PoolSplitProblem:
     Stage r on pool k with y decoder layers, c of them fully recomputed:
         memory  fixed_mib[r][k] + y layer_mib[r][k] + c recompute_mib[r][k]
                 + [c = y >= 1] whole_mib[r][k] <= capacity_mib[k]
+        host    y <= most_layers[r][k]   (its pool's host memory; empty grid: no cap)
         time    fixed_us[r][k]  + y layer_us[r][k]  + c recompute_us[r][k]
                 + boundary_us for each neighbour on another pool
         tail    max over the lines (f, l) of tail_us of f[r][k] + y l[r][k]   (once a step)
@@ -161,9 +162,17 @@ class PoolSplitProblem:
     without (block recompute frees its later layers first: `stage_activations.
     recompute_working`); empty: nothing."""
 
+    most_layers: Grid = ()
+    """The most decoder layers stage r holds on pool k within that pool's host memory (what the
+    stage offloads there grows with its layers: `planner.search.pool_host`); empty: no cap."""
+
     def whole(self, r: int, k: int) -> int:
         """`whole_mib[r][k]` (0 where the grid is empty)."""
         return self.whole_mib[r][k] if self.whole_mib else 0
+
+    def most(self, r: int, k: int) -> int:
+        """`most_layers[r][k]`, at most num_layers (num_layers where the grid is empty)."""
+        return min(self.most_layers[r][k], self.num_layers) if self.most_layers else self.num_layers
 
 
 @dataclass(frozen=True)
@@ -240,6 +249,7 @@ def may_fit(p: PoolSplitProblem) -> bool:
             per = p.layer_mib[r][k] + (min(p.recompute_mib[r][k], 0) if p.recompute else 0)
             # where memory falls with y (per <= 0), some y fits iff y = L does
             most = spare // per if per > 0 else (L if L * per <= spare else 0)
+            most = min(most, p.most(r, k))  # and its host's cap
             if most < 1:
                 break
             room += min(most, L)
@@ -307,6 +317,8 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
             mem = p.fixed_mib[r][k] + whole[r] * p.whole(r, k)
             mem += y[r] * p.layer_mib[r][k] + c[r] * p.recompute_mib[r][k]
             m.add(mem <= p.capacity_mib[k] + excess).only_enforce_if(x[r][k])
+            if not relax:  # the relaxed solve reports the GPUs' memory alone
+                m.add(y[r] <= p.most(r, k)).only_enforce_if(x[r][k])
             work = p.fixed_us[r][k] + y[r] * p.layer_us[r][k] + c[r] * p.recompute_us[r][k]
             hops = (b[r - 1] if r > 0 else 0) + (b[r] if r + 1 < pp else 0)
             m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
@@ -346,5 +358,7 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     # the re-check: every stage within its pool's memory, every layer placed once
     over = max(v - p.capacity_mib[k] for v, k in zip(used, pools, strict=True))
     assert sum(layers) == L and over <= solver.value(excess)
+    caps = (p.most(r, k) for r, k in enumerate(pools))
+    assert relax or all(y <= c for y, c in zip(layers, caps, strict=True))
     obj = objective_of(p, times, tail_of(p, layers, pools))
     return PoolSplit(layers, pools, nv, obj, tuple(times), max(over, 0))

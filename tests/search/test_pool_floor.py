@@ -79,16 +79,19 @@ def test_layouts_come_in_the_order_of_their_exact_bound(name: str) -> None:
     todo = pool_search.layouts(job)
     lines = {lay: pools.time_lines(job, lay) for lay in _plains(job)}
     want = sorted(todo, key=lambda lay: pool_bounds.lower_bound_s(lines[lay.with_(zero_stage=1)]))
-    got = list(pool_search._by_bound(job, todo, pools.Recomputed()))
-    assert [lay for lay, _ in got] == want
-    assert all(t == lines[lay.with_(zero_stage=1)] for lay, t in got)
+    got = list(pool_search._by_bound(job, todo, pools.Recomputed(), []))
+    assert [lay for lay, _, _ in got] == want
+    assert all(t == lines[lay.with_(zero_stage=1)] for lay, t, _ in got)
+    assert all(b == pool_bounds.lower_bound_s(t) for _, t, b in got)  # no host offload
 
 
 def test_shared_recomputed_samples_change_no_line() -> None:
     """One `Recomputed` across every layout, as the search keeps it: the same lines and problems
     as each layout's own estimates, and the none and selective layouts do share their samples
-    with every layer recomputed (two per pool and layout otherwise)."""
-    job = pool_job()
+    with every layer recomputed (two per pool and layout otherwise). Without flash attention,
+    where the search offers selective recompute (`pool_recompute`; under it none)."""
+    job = replace(pool_job(), flash_attention=False)
+    assert {lay.recompute for lay in pool_search.layouts(job)} == {"none", "selective"}
     shared = pools.Recomputed()
     plains = _plains(job)
     for lay in plains:

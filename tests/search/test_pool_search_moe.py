@@ -7,6 +7,7 @@ module on every plan, and brute force (every layout split and scored)."""
 
 from __future__ import annotations
 
+from pool_brute import top_steps
 from pool_problems import pool_job
 
 from planner.search import pool_search, pools
@@ -42,9 +43,7 @@ def test_pooled_moe_search_prunes_nothing_that_matters() -> None:
     job = pool_job("mixtral-8x7b")
     top = 3
     res = pool_search.search(job, 3.0, top=top)
-    every = [pools.plan_split(job, lay, 3.0) for lay in pool_search.layouts(job)]
-    plans = sorted((q for q in every if q is not None), key=lambda q: q.performance.step_time_s)
-    want = sorted(q.performance.step_time_s for q in plans)[:top]
+    want = top_steps(job, 3.0, top)  # every layout split (tests/search/pool_brute.py)
     assert [q.performance.step_time_s for q in res.plans] == want
     best = res.plans[0]
     assert best.layout.ep > 1
