@@ -286,14 +286,38 @@ class ShapeBases:
             for dispatcher in _dispatchers(job, s, space)
         ]
 
-    def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
-        job, space = self.job, self.space
-        shape = {
+    def layouts(
+        self, mbs: int, vpp: int, split: Split, plains: list[Layout] | None = None
+    ) -> list[Layout]:
+        """The layouts of `self(mbs, vpp, split)`'s bases, in their order, without their rungs
+        (each plain, and after it its EP-overlap twin where `ep_overlap` gives one); `plains`:
+        `plain_layouts(mbs, vpp, split)`, where the caller has them."""
+        out: list[Layout] = []
+        for plain in self.plain_layouts(mbs, vpp, split) if plains is None else plains:
+            out.append(plain)
+            overlap = ep_overlap(self.job, plain, self.space)
+            if overlap is not None:
+                out.append(overlap)
+        return out
+
+    def plain_layouts(self, mbs: int, vpp: int, split: Split) -> list[Layout]:
+        """The layouts of `self(mbs, vpp, split)`'s bases without the EP overlap, one per
+        dispatcher in the same order, without making the bases (their rungs and twins)."""
+        shape = self.shape_fields(mbs, vpp, split)
+        return [dispatched.with_(**shape) for dispatched in self.plains]
+
+    def shape_fields(self, mbs: int, vpp: int, split: Split) -> dict[str, Any]:
+        """The fields a shape sets on the structure's plains."""
+        return {
             "vpp": vpp,
-            "v_stages": v_stages(job, vpp),  # torchtitan's V schedules place stages in a V
+            "v_stages": v_stages(self.job, vpp),  # torchtitan's V schedules place stages in a V
             "micro_batch_size": mbs,
             **split_fields(split),
         }
+
+    def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
+        job, space = self.job, self.space
+        shape = self.shape_fields(mbs, vpp, split)
         out: list[Base] = []
         for dispatched in self.plains:
             plain = dispatched.with_(**shape)
@@ -301,7 +325,7 @@ class ShapeBases:
             if self.titan:  # torchtitan: none, per-op selective (one rung) and full recompute
                 single = tuple(r for r in single if r.modules == ("core_attn",))
                 ladders = ()
-            overlap = _ep_overlap(job, plain, space)
+            overlap = ep_overlap(job, plain, space)
             if overlap is None:
                 out.append(_base(plain, single, ladders))
                 continue
@@ -345,7 +369,7 @@ def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]
 
 
-def _ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
+def ep_overlap(job: Job, plain: Layout, space: Space) -> Layout | None:
     """The base with the EP all-to-all overlap, where `rules.expert_overlap` accepts it (its
     conditions on recompute are on the rungs); None elsewhere."""
     if not space.ep_comm_overlap or plain.ep == 1 or job.framework == "torchtitan":

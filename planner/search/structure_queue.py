@@ -13,7 +13,9 @@ in the order of their bounds, then index, exactly as if every one had been refin
 refined (DeepSeek-V3 on 2,048 H800: about two thirds of the structures whose states fit).
 
 Beside the queue, what the search counts of every structure it queues: the layouts its bases
-stand for (`layouts_in`, the search's `space_size`), from the bases the queue builds anyway.
+stand for (`layouts_in`, the search's `space_size`), counted without making them
+(`planner.search.shape_counts`); the queue reads the layouts of a structure's bases alone
+(`Bases.layouts`, `Bases.plain_layouts`), and the bases are made only where it is expanded.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory
 from planner.model.stage_time import a2a_floor, layout_times
+from planner.search import shape_counts
 from planner.search.bound import Floors, floors_of, tp_floor_share
 from planner.search.floor_layers import floor_layers
 from planner.search.rank_groups import rank_counts
 from planner.search.rungs import NONE
+from planner.search.shape_counts import VppCounts
 from planner.search.space import (
     Base,
     Option,
@@ -49,7 +53,8 @@ def structure_floor(job: Job, shape: list[Layout]) -> float:
     of the bases of its shapes whose states fit, at its largest micro-batch size), from one of
     its shapes (`shape`: that shape's bases at that size) and without asking memory: the
     search queues every structure on this first and computes its states and floors only when
-    it comes next (`planner.search.structure_queue`).
+    it comes next (`planner.search.structure_queue`). `shape` may hold the bases' layouts
+    without the EP overlap alone (`Bases.plain_layouts`): each is taken without it below.
 
     Why. A base's `lower_bound` is m x max_r g_r + overhead, g_r the rank's floor per
     micro-batch (`_overlap_floors`: compute c_r, the all-to-all floor a2a_floor(a_r, s_r, c_r),
@@ -100,6 +105,31 @@ class Bases:
         self.make: ShapeBases | None = None
         self.memo: dict[tuple[int, int, Split], list[Base]] = {}
         self.shapes: dict[tuple[int, Split], list[Base]] = {}
+        self.plains: dict[tuple[int, int, Split], list[Layout]] = {}  # `plain_layouts`'
+
+    def layouts(self, mbs: int, vpp: int, split: Split) -> list[Layout]:
+        """The layouts of the shape's bases, in their order (`ShapeBases.layouts`), without
+        making the bases where they are not made yet."""
+        if (mbs, vpp, split) in self.memo:
+            return [b.layout for b in self.memo[mbs, vpp, split]]
+        return self.counter().layouts(mbs, vpp, split, self.plain_layouts(mbs, vpp, split))
+
+    def plain_layouts(self, mbs: int, vpp: int, split: Split) -> list[Layout]:
+        """The layouts of the shape's bases without the EP overlap (`ShapeBases.plain_layouts`:
+        what `structure_floor` reads of them, each base taken without the overlap), without
+        making the bases where they are not made yet."""
+        key = (mbs, vpp, split)
+        if key in self.memo:
+            return [b.layout for b in self.memo[key] if not b.layout.ep_comm_overlap]
+        if key not in self.plains:  # asked again where the structure is refined
+            self.plains[key] = self.counter().plain_layouts(mbs, vpp, split)
+        return self.plains[key]
+
+    def counter(self) -> ShapeBases:
+        """The structure's `ShapeBases` (made once)."""
+        if self.make is None:
+            self.make = ShapeBases(self.job, self.space, self.s)
+        return self.make
 
     def __call__(self, mbs: int, vpp: int, split: Split) -> list[Base]:
         key = (mbs, vpp, split)
@@ -134,16 +164,34 @@ def layouts_in(
     opts: list[Option],
     of: Callable[[int, int, Split], list[Base]] | None = None,
     sizes: ShapeSizes | None = None,
+    alike: dict[tuple[object, ...], VppCounts] | None = None,
 ) -> int:
     """Layouts the options of one structure stand for: each base times its ZeRO stages and every
     rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's
-    `bases`, where the caller remembers them; `sizes`: `shape_sizes(opts)`, where it has them."""
+    `bases`, where the caller remembers them (a `Bases`: counted without making them,
+    `shape_counts.total`); `sizes`: `shape_sizes(opts)`, where it has them; `alike`: where the
+    caller keeps `shape_counts.vpp_counts` for its structures, keyed by `sizes`' identity (the
+    caller keeps them alive) and what those read of the structure (pp, TP overlap)."""
+    sizes = shape_sizes(opts) if sizes is None else sizes
+    if isinstance(of, Bases):
+        # the ZeRO stages read the structure's degrees alone: its layout's are every base's
+        made = of.counter()
+        if not made.plains:
+            return 0
+        key = (id(sizes), s.pp, made.plains[0].tp_comm_overlap)
+        counts = None if alike is None else alike.get(key)
+        if counts is None:
+            counts = shape_counts.vpp_counts(made, sizes)
+            if alike is not None:
+                alike[key] = counts
+        rungs = shape_counts.total(made, counts)
+        return rungs * len(zero_stages(space, s.layout())) if rungs else 0
     # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
     # (vpp, split) once, times its micro-batch sizes
     of = of or ShapeBases(job, space, s)
     total = 0
     zeros = -1  # the ZeRO stages read the structure's degrees alone: the same on every base
-    for mbs, vpp, split, n in shape_sizes(opts) if sizes is None else sizes:
+    for mbs, vpp, split, n in sizes:
         per_zero = 0
         for base in of(mbs, vpp, split):
             if zeros < 0:
@@ -200,7 +248,7 @@ class StructureQueue:
         largest micro-batch size (`top_mbs`, where the caller has it)."""
         top_mbs = max(o[0] for o in opts) if top_mbs is None else top_mbs
         _, vpp, split = opts[0]
-        floor = structure_floor(self.job, [b.layout for b in of(top_mbs, vpp, split)])
+        floor = structure_floor(self.job, of.plain_layouts(top_mbs, vpp, split))
         heapq.heappush(self._pending, (floor, i, s, opts, of))
 
     def visit(self, cut: Callable[[], float | None]) -> Iterator[Refined]:
@@ -250,12 +298,14 @@ class StructureQueue:
         fit = [
             k
             for k in dict.fromkeys((vpp, split) for _, vpp, split in opts)
-            if states_fit(self.job, self.space, of(top_mbs, *k)[0].layout, self.capacity, too_big)
+            if states_fit(
+                self.job, self.space, of.plain_layouts(top_mbs, *k)[0], self.capacity, too_big
+            )
         ]
         if not fit:
             rejected["memory"] += 1
             return
-        tops = {k: floors_of(self.job, [b.layout for b in of(top_mbs, *k)]) for k in fit}
+        tops = {k: floors_of(self.job, of.layouts(top_mbs, *k)) for k in fit}
         bound = min(f.lower_bound() for shape_tops in tops.values() for f in shape_tops)
         q: Refined = (bound, i, s, opts, too_big, of, tops)
         heapq.heappush(self._ready, q)

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory
+from planner.search.shape_counts import VppCounts
 from planner.search.space import (
     RECOMPUTE_ORDER,
     Option,
@@ -257,6 +258,7 @@ def _search(
     space_size = 0
     # `options` reads only s.dp and s.pp: them, their shapes and largest micro-batch size once
     same_opts: dict[tuple[int, int], tuple[list[Option], ShapeSizes, int]] = {}
+    alike: dict[tuple[object, ...], VppCounts] = {}  # `layouts_in`'s, keyed on same_opts' sizes
     for i, s in enumerate(structs):
         if (s.dp, s.pp) not in same_opts:
             opts = options(job, space, s)
@@ -266,8 +268,8 @@ def _search(
             rejected["no micro-batch / vpp satisfies the schedule"] += 1
             continue
         of = Bases(job, space, s)
-        space_size += layouts_in(job, space, s, opts, of, sizes)
         queue.add(i, s, opts, of, top_mbs)
+        space_size += layouts_in(job, space, s, opts, of, sizes, alike)
 
     best: list[Candidate] = []
     # the least of `ceiling` and _cutoff(best, ...), kept up to date with best
