@@ -13,6 +13,7 @@ from rich.table import Table
 
 from planner import __version__
 from planner.cli.common import emit_json, err, headroom_header, launch_notes, out
+from planner.cli.render_suggest import folded_lines
 from planner.cli.report import host_dict, job_dict, layout_dict, memory_dict, performance_dict
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
@@ -138,6 +139,8 @@ def run(
             f"{p.memory.peak / 2**30:.1f}/{p.memory.capacity / 2**30:.1f}",
         )
     out.print(t)
+    for line in folded_lines(res.twins):
+        out.print(line, highlight=False)
     for s in solo:
         price = "no price" if s.usd_per_mtok is None else f"${s.usd_per_mtok:.3f}/Mtok"
         step = "-" if s.step_time_s is None else f"{s.step_time_s:.3f} s"

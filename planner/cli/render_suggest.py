@@ -4,6 +4,8 @@ and rejected, and, when nothing fits, why and what would."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -16,6 +18,7 @@ from planner.inputs.units import GIB
 from planner.model import titan_accumulation
 from planner.model.known_gaps import optimistic
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, StepBreakdown
+from planner.search.pool_plan import PoolPlan
 from planner.search.rules import bf16_values
 from planner.search.splits import FREE_FORM_VPP
 from planner.search.suggest import Infeasible
@@ -180,15 +183,20 @@ def why_first(a: Candidate, b: Candidate) -> str:
 def twin_lines(rows: list[Row[Candidate]]) -> list[str]:
     """'#1 also: cp 2 x mbs 4 (dp 2, peak 70.7 GiB), ...' for each row with twins folded into it,
     under a line saying what they are."""
+    return folded_lines([r.equivalents for r in rows])
+
+
+def folded_lines(groups: Sequence[Sequence[Candidate | PoolPlan]]) -> list[str]:
+    """`twin_lines` of each row's folded twins (a pooled search's too, `PoolSearch.twins`)."""
     lines = [
         f"  #{i} also: "
         + ", ".join(
             f"cp {t.layout.cp} x mbs {t.layout.micro_batch_size} (dp {t.layout.dp}, "
             f"peak {t.memory.peak / GIB:.1f} GiB)"
-            for t in r.equivalents
+            for t in twins
         )
-        for i, r in enumerate(rows, 1)
-        if r.equivalents
+        for i, twins in enumerate(groups, 1)
+        if twins
     ]
     if not lines:
         return []
