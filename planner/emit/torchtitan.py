@@ -100,8 +100,10 @@ PLAN_NAMES = EraNames(
     "tp",
     "pp",
     "cp",
+    "parallel.dp",
 )
-"""How the TOML launch target names what e347b1e5 refuses: the plan's fields."""
+"""How the TOML launch target names what e347b1e5 refuses: the plan's fields (the shard degree
+`fp32_problem` names is dp, the replicate degree 1 there)."""
 
 
 def era_refusal(plan: Plan, name: str) -> InputError | None:
@@ -110,7 +112,14 @@ def era_refusal(plan: Plan, name: str) -> InputError | None:
     field names)."""
     job, lay = plan.job, plan.require_layout()
     rep = job.titan.dp_replicate
-    degrees = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "rep": rep, "shard": lay.dp // rep}
+    degrees = {
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "rep": rep,
+        "shard": lay.dp // rep,
+        "ep": lay.ep,
+    }
     problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES)
     if problem is None:
         return None

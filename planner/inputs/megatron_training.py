@@ -28,6 +28,17 @@ FSDP2_FP8_GATHER_NOTE = (
 )
 """How a torch FSDP2 line with --fp8-param-gather is read: bf16 weights gathered in bf16."""
 
+FSDP2_GRADS_NOTE = (
+    "--use-torch-fsdp2: gradients reduce-scattered and kept sharded in the parameters' 16-bit "
+    'dtype (main_grad_dtype "bf16"), copied to fp32 only at the optimizer step: Megatron-LM '
+    "d98e8a64 calls fully_shard without an mp_policy (distributed/"
+    "torch_fully_sharded_data_parallel.py:82-85) and gives it no DDP setting but "
+    "reshard_after_forward (training.py:2627-2629), so --accumulate-allreduce-grads-in-fp32 "
+    "does not reach it; its optimizer (not the distributed one) takes `grad.float()` per "
+    "parameter at the step (optimizer/optimizer.py:1092-1105)"
+)
+"""How a torch FSDP2 line's gradients are read, in 16-bit training."""
+
 
 def training_table(
     line: Line, parallel: dict[str, Any], num_gpus: int, notes: list[str], missing: list[str]
@@ -136,6 +147,9 @@ def training_table(
         training["moe_router_dtype"] = router
     _fused_grouped_mlp(line, training, notes)
     training.update(optimizer_dtypes(line))
+    if line.has("--use-torch-fsdp2") and params != "fp32":
+        training["main_grad_dtype"] = "bf16"  # (fp16's are 2 bytes too: the same bytes)
+        notes.append(FSDP2_GRADS_NOTE)
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel, notes))
     _cuda_graphs(line, training)

@@ -160,7 +160,8 @@ def _document(
     rep, shard, tp, pp, cp = d["rep"], d["shard"], d["tp"], d["pp"], d["cp"]
     seq = get(doc, where, "training", "seq_len", int, 2048)
     if toml:
-        torchtitan_toml.era_refusal(where, name, d, seq)
+        ep = _degree(doc, where, "expert_parallel_degree")
+        torchtitan_toml.era_refusal(where, name, {**d, "ep": ep}, seq)
     balancer = doc.get("parallelism", {}).get("context_parallel_load_balancer", "headtail")
     if balancer == "":  # job_config.py:439-444 at e347b1e5, configs.py:265-269 at b5bcd76c
         raise InputError(

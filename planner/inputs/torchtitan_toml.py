@@ -18,7 +18,8 @@ Python's ast), for `planner.inputs.torchtitan_config`:
   `planner.inputs.torchtitan_float8`;
 - what e347b1e5 raises on and the plan would take (`era_refusal`: the models without context
   parallelism or pipelining, DDP beside tp or pp, a seq_len tp x 2 x cp does not divide; and
-  DeepEP's conditions, `deepep`) exits 2 naming the field.
+  DeepEP's conditions, `deepep`) exits 2 naming the field, as does tp or pp without FSDP, which
+  it trains in fp32 (`fp32_problem`).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ class EraNames:
     tp_word: str
     pp_word: str
     cp_word: str
+    shard: str
 
 
 TOML_NAMES = EraNames(
@@ -173,7 +175,40 @@ TOML_NAMES = EraNames(
     "tensor_parallel_degree",
     "pipeline_parallel_degree",
     "context_parallel_degree",
+    "parallelism.data_parallel_shard_degree",
 )
+
+FSDP_WITH_EP = ("deepseek_v3", "gpt_oss", "llama4")
+"""e347b1e5's models that apply FSDP (and its mixed precision) with expert parallelism alone too
+(`fsdp_enabled or ep_enabled`: models/deepseek_v3/infra/parallelize.py:162,
+models/gpt_oss/infra/parallelize.py:125, models/llama4/infra/parallelize.py:181); llama3's and
+qwen3's apply it only where fsdp_enabled (llama3 :125, qwen3 :142)."""
+
+
+def fp32_problem(
+    name: str, degrees: dict[str, int], names: EraNames
+) -> tuple[str, int, str] | None:
+    """(field, value, why) where torchtitan e347b1e5 trains in fp32 what a plan models in bf16:
+    tp or pp without FSDP. There fsdp_enabled (dp_shard > 1 or cp > 1, distributed/
+    parallel_dims.py:334-335) is false, so no fully_shard installs its MixedPrecisionPolicy
+    (bf16 parameters), and maybe_enable_amp (distributed/utils.py:251-256) returns no autocast
+    beside tp or pp ("Mixed precision training is disabled"): the fp32 parameters
+    (training.dtype float32) run fp32 GEMMs, activations and gradients, which planner does not
+    model for torchtitan (its FSDP2 states are b5bcd76c's, whose parallelize installs the bf16
+    policy whatever the degrees). DDP (replicate > 1) beside tp or pp raises first
+    (`era_problem`); `FSDP_WITH_EP` apply FSDP with expert parallelism alone too."""
+    tp, pp, cp, ep = degrees["tp"], degrees["pp"], degrees["cp"], degrees.get("ep", 1)
+    if degrees["shard"] * cp > 1 or tp * pp == 1 or (ep > 1 and name in FSDP_WITH_EP):
+        return None
+    return (
+        names.shard,
+        degrees["shard"],
+        f"with {names.cp_word} {cp} beside {names.tp_word} {tp} and {names.pp_word} {pp} {ERA} "
+        f"applies no FSDP (models/{name}/infra/parallelize.py: fully_shard only where "
+        "fsdp_enabled) and turns mixed precision off ('Mixed precision training with TP or PP is "
+        "only supported when FSDP/HSDP/CP is enabled', distributed/utils.py:251-256): it trains "
+        "in fp32 what planner models in bf16; shard over 2 or more GPUs",
+    )
 
 
 def era_problem(
@@ -186,7 +221,8 @@ def era_problem(
     fully_shard replicates over dp_replicate with an fsdp mesh of 1), and a seq_len that is not a
     multiple of tp x 2 x cp even at cp 1 (parallel_dims.py:365-372 `seq_len_divisor`, asserted by
     each model's parallelize.py, e.g. llama3/infra/parallelize.py:69-74; b5bcd76c asks it only
-    with cp > 1); None where it runs."""
+    with cp > 1); and tp or pp without FSDP, which it trains in fp32 (`fp32_problem`;
+    `degrees["ep"]`, where given, the expert-parallel degree); None where it runs."""
     tp, pp, cp, rep = degrees["tp"], degrees["pp"], degrees["cp"], degrees["rep"]
     if cp > 1 and name in NO_CONTEXT_PARALLEL:
         return names.cp, cp, f"at {ERA} {NO_CONTEXT_PARALLEL[name]}"
@@ -203,6 +239,8 @@ def era_problem(
                 f"(models/{name}/infra/parallelize.py)"
             ),
         )
+    if (fp32 := fp32_problem(name, degrees, names)) is not None:
+        return fp32
     divisor = tp * 2 * cp
     if seq % divisor:
         tpw, cpw = names.tp_word, names.cp_word

@@ -80,7 +80,8 @@ def states(
     `nlayers` blocks and `output_params` of the output layer (0 off the last rank): weights are
     the fp32 shards and the bf16 (float8) parameters kept gathered, grads the fp32 shards and
     under PP the unsharded fp32 gradients accumulated over the step; `gathered` is always 0
-    (memory's FP8-cache slot) and `transient` the per-block buffers at the peak."""
+    (memory's FP8-cache slot) and `transient` the per-block buffers at the peak, or the chunked
+    loss's output-layer gradients where larger (`chunked_loss_transient`)."""
     dense, expert = params
     n_d, n_e = shard_groups(job, lay)
     weights = FP32 * (dense / n_d + expert / n_e)
@@ -103,12 +104,50 @@ def states(
             grads += FP32 * total  # unsharded gradients accumulated in reduce_dtype
         # the block gradient autograd writes (bf16) and foreach_reduce's fp32 input
         transient = (BF16 + FP32) * per_layer
+        transient = chunked_loss_transient(job, lay, output_params, per_layer, transient)
         return weights + gathered_bytes, grads, optimizer, 0.0, transient
     # resharded after forward: the running and the prefetched block, the output layer kept
     # from forward to backward unless "always", one block's gradient in bf16 and fp32
     kept_output = BF16 * output_params if job.titan.reshard_after_forward != "always" else 0.0
     transient = 2 * per_layer_bytes + (BF16 + FP32) * per_layer
+    transient = chunked_loss_transient(job, lay, output_params, per_layer, transient)
     return weights + kept_output, grads, optimizer, 0.0, transient
+
+
+def chunked_loss_transient(
+    job: Job, lay: Layout, output_params: float, per_layer: float, block: float
+) -> float:
+    """The transient bytes at the peak (`block`: a decoder block's, `states`) on the rank holding
+    the output layer's `output_params` (its local, TP-split share: the weight is Shard(0) over
+    TP, b5bcd76c models/common/decoder_sharding.py:370-371) under torchtitan's chunked loss
+    (`[torchtitan] loss_chunks` > 1), which runs the output layer and the loss's backward chunk
+    by chunk at the end of the forward, every decoder activation still alive (pytorch/torchtitan
+    b5bcd76c components/loss.py:658-706). [norm, output] is an FSDP unit whatever the degrees
+    (distributed/fsdp.py:260-265; llama3/parallelize.py:57-77), so the wrapper turns its
+    gradient sync off for chunks 0..N-2 and on for the last (:662-680): FSDP2's post-backward
+    (torch _fsdp_param_group.py `post_backward`) upcasts the first chunk's bf16 unsharded
+    gradient to reduce_dtype fp32 (_fsdp_param.py `to_accumulated_grad_if_needed`), adds each
+    later chunk's bf16 gradient into it (`accumulate_unsharded_grad_if_needed`), and at the last
+    chunk copies the fp32 sum into foreach_reduce's fp32 reduce-scatter input before the sum is
+    dropped: 8 bytes per output parameter at the loss (4 + 2 during an earlier chunk), and the
+    unsharded bf16 weight (2) that the wrapper gathers itself (:673) where "always" left it out
+    of the weights. The reduce-scatter input (4) stays referenced (the comm context's
+    reduce_scatter_state) until the next unit reduces: without PP the last block, whose
+    backward runs beside it with its own gathered parameters and bf16 gradient (`block` less
+    that block's fp32 input). Under PP no other unit reduces until the schedule's last backward
+    (stage.py `backward_maybe_with_nosync`), so the previous micro-batch's input (4, counted in
+    the grads as the output layer's accumulated gradient, `states`) is still there when the next
+    loss accumulates (4 + 2 on top; 4 + 4 at its last chunk, the old input released first).
+    The larger of these moments and `block`, each a bound of what is alive beside the peak's
+    activations."""
+    if job.titan.loss_chunks == 1 or output_params <= 0:
+        return block
+    if lay.pp > 1:
+        return max(block, (FP32 + BF16) * output_params)
+    gathered = BF16 * output_params if job.titan.reshard_after_forward == "always" else 0.0
+    at_loss = 2 * FP32 * output_params + gathered
+    after = block - FP32 * per_layer + FP32 * output_params
+    return max(block, at_loss, after)
 
 
 def pipeline_buffers(job: Job, lay: Layout, rank: int) -> float:
