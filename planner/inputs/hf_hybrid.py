@@ -17,7 +17,12 @@ nemotron3-nano-30b-a3b.toml, from Megatron-LM's own configurations of the same c
   --position-embedding-type none);
 - MLP and experts: squared ReLU (mlp_hidden_act relu2), intermediate_size the MLP layers' width,
   moe_intermediate_size the routed experts', n_shared_experts shared experts of
-  moe_shared_expert_intermediate_size each; group-limited routing only where n_group > 1.
+  moe_shared_expert_intermediate_size each; group-limited routing only where n_group > 1;
+  moe_latent_size (Nemotron 3 Super / Ultra; null or absent in Nano's) the latent MoE's width,
+  as Megatron-Bridge maps it (NVIDIA-NeMo/Megatron-Bridge 067f987d
+  src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py:320-321). The MTP depths such a
+  config may declare (num_nextn_predict_layers with mtp_hybrid_override_pattern, which the same
+  bridge reads, :276-284) are not read: no released config.json planner could check spells them.
 """
 
 from __future__ import annotations
@@ -72,4 +77,5 @@ def nemotron_h(r: Reader) -> Fields:
         "moe_shared_expert_intermediate_size": shared * width if width else None,
         "moe_router_num_groups": groups if groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups > 1 else None,
+        "moe_latent_size": r.opt_int("moe_latent_size"),
     }

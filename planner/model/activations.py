@@ -189,15 +189,27 @@ def linear_mixer_bytes(arch: ModelArch, sh: Shard, linear: mixers.LinearMixer) -
     delta net): the norm fused into in_proj (its input, and its output that in_proj keeps), what
     the mixer's training path keeps (`saved_widths`: the Mamba-2 mixer's zxBCdt, the scan's
     output, the gated norm's input and rstd, out_proj's input; the gated delta net's,
-    `planner.model.gdn`) and the dropout mask."""
+    `planner.model.gdn`), widened in fp32 training but for what is fp32 anyway (`fp32_widths`),
+    and the dropout mask. Under CP the Mamba-2 mixer's B and C are as wide as
+    `mamba.groups` makes them (`cp_of`)."""
     T, h = sh.tokens, arch.hidden_size
-    rep = norm_input(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
-    width, out_in = linear.saved_widths(arch)
+    rep = norm_in(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
+    width, out_in = linear.saved_widths(arch, sh.tp, cp_of(sh))
+    fixed = linear.fp32_widths(arch)
     if linear is gdn and sh.drops("gdn_norm_out"):
         dropped, out_in = gdn.norm_out_widths(arch), 0.0
         width -= dropped
-    part = T * (width - out_in) + linear_in(T * out_in, sh)
+        fixed = gdn.fp32_widths(arch, norm_out=False)
+    part = T * (widen(width - out_in - fixed, sh) + fixed) + linear_in(T * out_in, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
+
+
+def cp_of(sh: Shard) -> int:
+    """The context-parallel size a Shard splits the sequence over (`Shard.seq_length` / its
+    seq_per_cp_rank; 1 where it does not say)."""
+    if not sh.seq_length or not sh.seq_per_cp_rank:
+        return 1
+    return max(1, sh.seq_length // sh.seq_per_cp_rank)
 
 
 def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -158,15 +158,26 @@ def mixer_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, 
     return [(t, h, in_proj_width(arch) / tp, 1), (t, vd / tp, h, 1)]
 
 
-def saved_widths(arch: ModelArch) -> tuple[float, float]:
+def saved_widths(arch: ModelArch, tp: int = 1, cp: int = 1) -> tuple[float, float]:
     """(bytes per token split by tp, of which out_proj's saved input) that one mixer keeps
-    beyond its block's norm input, norm output and dropout mask (module docstring)."""
+    beyond its block's norm input, norm output and dropout mask (module docstring), in 16-bit
+    values but for `fp32_widths`. Under CP Megatron asserts both head counts divide tp x cp:
+    nothing is repeated, so tp and cp change nothing here."""
     n_k, n_v, d_k, _ = dims(arch)
     qk, vd = widths(arch)
     kernel = 4 * n_v * d_k + 2 * vd + 4 * n_v + 2 * n_v + 2 * CHUNK_SIZE * n_v
     norm = 2 * vd + 4 * n_v + 2 * vd + 2 * vd
     width = 2 * in_proj_width(arch) + 2 * conv_width(arch) + 4 * qk + 8 * n_k + kernel + norm
     return float(width + 2 * vd), 2.0 * vd
+
+
+def fp32_widths(arch: ModelArch, norm_out: bool = True) -> float:
+    """Of `saved_widths`, the bytes per token kept in fp32 whatever the training's dtype: the L2
+    norms' rstd (8 n_k), the kernel's g (4 n_v: FLA's chunk_local_cumsum in fp32) and, unless
+    gdn_norm_out drops it (norm_out False), the gated norm's rstd (4 n_v). FLA's A is written in
+    k's dtype (fp32 in fp32 training) and widens with the rest."""
+    n_k, n_v = arch.linear_num_key_heads, arch.linear_num_value_heads
+    return 8.0 * n_k + 4.0 * n_v + (4.0 * n_v if norm_out else 0.0)
 
 
 def norm_out_widths(arch: ModelArch) -> float:
@@ -183,14 +194,17 @@ def state_elements(arch: ModelArch) -> float:
     return n_v * d_k * d_v / CHUNK_SIZE
 
 
-def backward_working(arch: ModelArch, tokens: float, tp: int) -> float:
+def backward_working(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1, value_bytes: float = 2.0
+) -> float:
     """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU: the
-    recomputed w, u and states, v_new, dv (and its copy), the state gradients, dq, dk and dw."""
+    recomputed w, u and states, v_new, dv (and its copy), the state gradients, dq, dk and dw,
+    all in the values' dtype (`value_bytes`, 4 in fp32 training; cp changes nothing)."""
     _, n_v, d_k, _ = dims(arch)
     _, vd = widths(arch)
     vk = n_v * d_k
     per_token = 2 * vk + 2 * vd + 2 * state_elements(arch) * 2 + 3 * 2 * vd + 3 * 2 * vk
-    return tokens * per_token / tp
+    return tokens * per_token * value_bytes / 2.0 / tp
 
 
 def scan_flops(arch: ModelArch) -> tuple[float, float]:
@@ -220,11 +234,13 @@ def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float,
     return fwd, bwd
 
 
-def context_parallel_bytes(arch: ModelArch, tokens: float, tp: int) -> tuple[float, float]:
+def context_parallel_bytes(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1
+) -> tuple[float, float]:
     """(forward, backward) bytes one GPU sends through the context-parallel all-to-alls of one
     mixer per micro-batch (common.py `a2a_cp_to_hp`: qkvzba from sequence-sharded to
     head-sharded before the convolution; `a2a_hp_to_cp`: the gated norm's output back; the
-    backward moves their gradients)."""
+    backward moves their gradients). cp changes no width: the heads divide tp x cp."""
     _, vd = widths(arch)
     both = 2.0 * tokens * (in_proj_width(arch) + vd) / tp
     return both, both

@@ -110,6 +110,7 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         sequence_parallel=lay.sequence_parallel,
         etp=lay.expert_tp,
         seq_per_cp_rank=s_local,
+        seq_length=job.seq_length,  # the cp the mixers' widths read (`activations.cp_of`)
         micro_batch_size=lay.micro_batch_size,
         moe_load=load,
         linear_bytes=fp32.value_bytes(job),

@@ -61,7 +61,7 @@ def traffic(
         got = dispatch.layer_dispatch(job, lay, t, c.load, n, shared, c.grads)
     elif (linear := mixers.of(kind)) is not None:  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)
-        fwd_b, bwd_b = linear.context_parallel_bytes(arch, t, tp)
+        fwd_b, bwd_b = linear.context_parallel_bytes(arch, t, tp, lay.cp)
         got = (n * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp), 0.0)
     else:
         got = cp_time.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)

@@ -29,11 +29,23 @@ chunk states in its backward. Per token, what one M layer keeps for the backward
     out_proj's input (the norm's output)                                 2d
     the residual add's dropout mask                                      h         replicated w/o SP
 
-(`saved_widths`; the first and last lines are every block's, `planner.model.activations`). Its
-backward recomputes xBC after the convolution (d + 2gn), the fp32 chunk states and their bf16
-copy after the state passing (6 bytes per state element: H P n per chunk of Q tokens, d n / Q per
-token), their fp32 gradients (4 per element) and the fp32 C B^T blocks (Q g per token): the working
-set one M layer adds while its backward runs (`backward_working`).
+(`saved_widths`; the first and last lines are every block's, `planner.model.activations`; in
+fp32 training every 16-bit value is 4 bytes, the rstd stays 4: `fp32_widths`). Its backward
+recomputes xBC after the convolution (d + 2gn), the fp32 chunk states and their 16-bit copy after
+the state passing (6 bytes per state element: H P n per chunk of Q tokens, d n / Q per token),
+their fp32 gradients (4 per element) and the fp32 C B^T blocks (Q g per token), and allocates the
+gradients of its input and of xBC (`dzxbcdt = torch.empty_like(zxbcdt)`, `dxBC =
+torch.empty_like(xBC)`: state-spaces/mamba d757aef1 mamba_ssm/ops/triton/ssd_combined.py,
+`MambaSplitConv1dScanCombinedFn.backward`; 2(2d + 2gn + H) + 2(d + 2gn)): the working set one M
+layer adds while its backward runs (`backward_working`).
+
+Context parallelism (megatron/core/ssm/mamba_context_parallel.py:105-133, 171-190): the
+all-to-all before the convolution hands each CP rank the whole sequence for H / (tp cp) heads;
+where the groups on a TP rank, g / tp, are fewer than cp, it repeats each group's B and C
+cp / (g / tp) times before the exchange (`group_repeat_count`) and every CP rank holds one group
+(`ngroups_local_tpcp = 1`): B and C are then n wide per token of the whole sequence, as if the
+model had tp x cp groups (`groups`). What the scan saves and its backward allocates, and what the
+all-to-all moves, are that wide.
 
 FLOPs. Model FLOPs follow Megatron's count (megatron/training/training.py `mamba_layer_flops`):
 in_proj 2h(2d + 2gn + H), the scan 7dn, out_proj 2dh per token forward (Megatron writes d = 2h;
@@ -83,6 +95,20 @@ def in_proj_width(arch: ModelArch) -> int:
     return 2 * d + 2 * g * n + heads
 
 
+def groups(arch: ModelArch, tp: int = 1, cp: int = 1) -> int:
+    """The groups whose B and C the scan sees per token over tp x cp ranks: the model's g, or
+    tp x cp where context parallelism repeats each TP rank's g / tp groups to give every CP rank
+    one (mamba_context_parallel.py:119-125, `group_repeat_count = cp / (g / tp)`)."""
+    g = arch.mamba_num_groups
+    return g if cp == 1 or g // tp >= cp else tp * cp
+
+
+def zxbcdt_width(arch: ModelArch, tp: int = 1, cp: int = 1) -> int:
+    """The scan's input zxBCdt per token (split by tp, after the CP all-to-all: `groups`)."""
+    d, heads, _, n = inner_width(arch)
+    return 2 * d + 2 * groups(arch, tp, cp) * n + heads
+
+
 def mixer_params(arch: ModelArch) -> int:
     """One Mamba-2 mixer's parameters (the layer's norm, fused into in_proj, not included)."""
     d, heads, g, n = inner_width(arch)
@@ -105,19 +131,34 @@ def mixer_gemms(arch: ModelArch, t: float, tp: int) -> list[tuple[float, float, 
     return [(t, h, in_proj_width(arch) / tp, 1), (t, d / tp, h, 1)]
 
 
-def saved_widths(arch: ModelArch) -> tuple[float, float]:
+def saved_widths(arch: ModelArch, tp: int = 1, cp: int = 1) -> tuple[float, float]:
     """(bytes per token split by tp, of which out_proj's saved input) that one mixer keeps
-    beyond its block's norm input, norm output and dropout mask: zxBCdt, out_x, the gated norm's
-    input and rstd, out_proj's input (module docstring)."""
+    beyond its block's norm input, norm output and dropout mask: zxBCdt (B and C as wide as
+    `groups` makes them under CP), out_x, the gated norm's input and rstd, out_proj's input
+    (module docstring), in 16-bit values but for `fp32_widths`."""
     d, _, g, _ = inner_width(arch)
-    return 2.0 * in_proj_width(arch) + 2 * d + 2 * d + 4 * g + 2 * d, 2.0 * d
+    return 2.0 * zxbcdt_width(arch, tp, cp) + 2 * d + 2 * d + 4 * g + 2 * d, 2.0 * d
 
 
-def backward_working(arch: ModelArch, tokens: float, tp: int) -> float:
+def fp32_widths(arch: ModelArch) -> float:
+    """Of `saved_widths`, the bytes per token kept in fp32 whatever the training's dtype: the
+    gated norm's rstd, one per group."""
+    return 4.0 * arch.mamba_num_groups
+
+
+def backward_working(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1, value_bytes: float = 2.0
+) -> float:
     """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU: the
-    recomputed xBC, chunk states (fp32 and bf16) and their fp32 gradients, and C B^T in fp32."""
-    d, _, g, n = inner_width(arch)
-    per_token = 2 * (d + 2 * g * n) + (6 + 4) * d * n / CHUNK_SIZE + 4 * CHUNK_SIZE * g
+    recomputed xBC, chunk states (fp32 and a copy in the values' dtype) and their fp32
+    gradients, C B^T in fp32, and the gradients of zxBCdt and xBC (module docstring); B and C
+    as wide as `groups` makes them; `value_bytes` 4 in fp32 training."""
+    d, _, _, n = inner_width(arch)
+    g = groups(arch, tp, cp)
+    xbc = d + 2 * g * n
+    values = xbc + zxbcdt_width(arch, tp, cp) + xbc  # xBC, dzxbcdt, dxBC
+    states = (4 + value_bytes + 4) * d * n / CHUNK_SIZE
+    per_token = value_bytes * values + states + 4 * CHUNK_SIZE * g
     return tokens * per_token / tp
 
 
@@ -142,10 +183,12 @@ def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float,
     return fwd, bwd
 
 
-def context_parallel_bytes(arch: ModelArch, tokens: float, tp: int) -> tuple[float, float]:
+def context_parallel_bytes(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1
+) -> tuple[float, float]:
     """(forward, backward) bytes one GPU sends through the context-parallel all-to-alls of one
     mixer per micro-batch (megatron/core/ssm/mamba_context_parallel.py: zxBCdt from
-    sequence-sharded to head-sharded before the convolution, the output back after the scan;
-    the backward moves their gradients)."""
-    both = 2.0 * tokens * (in_proj_width(arch) + arch.mamba_inner) / tp
+    sequence-sharded to head-sharded before the convolution, B and C repeated first where
+    `groups` says so; the output back after the scan; the backward moves their gradients)."""
+    both = 2.0 * tokens * (zxbcdt_width(arch, tp, cp) + arch.mamba_inner) / tp
     return both, both

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.inputs.arch import ModelArch
+from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
-from planner.model import cp_time, cpu_offload, dsa, fp32, mixers, routing_load, t5, vision
+from planner.model import cp_time, cpu_offload, dsa, fp32, routing_load, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
@@ -27,7 +28,9 @@ from planner.model.loss_activations import (
     deferred_wgrad_bytes,
     logits_bytes,
 )
+from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
+from planner.model.mtp_activations import mtp_extra_bytes, saved_loss_bytes
 from planner.model.router_dtype import cast_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.shard import Shard, linear_input_bytes
@@ -60,6 +63,7 @@ def shard(job: Job, layout: Layout) -> Shard:
         else linear_input_bytes(job),
         value_bytes=fp32.value_bytes(job),
         seq_per_cp_rank=s,
+        seq_length=job.seq_length,
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
         cross_entropy=job.cross_entropy,
@@ -279,21 +283,6 @@ def _peak(
     return peak
 
 
-def _mtp_extra_bytes(arch: ModelArch, sh: Shard) -> float:
-    """What an MTP layer keeps besides its transformer layer (multi_token_prediction.py): the
-    inputs of enorm and hnorm (2h each), their concatenated outputs that eh_proj keeps (4h),
-    and its final norm's input and output (4h): 12 bytes per hidden element (24 in fp32
-    training: six values, `fp32.word`)."""
-    nbytes = 6 * fp32.word(sh) * sh.tokens * arch.hidden_size
-    return nbytes / sh.tp if sh.sequence_parallel else nbytes
-
-
-def _saved_loss_bytes(arch: ModelArch, vocab: int, sh: Shard) -> float:
-    """What a cross entropy's forward leaves until its backward: the fp32 softmax of the local
-    logits (4 bytes each)."""
-    return act.FP32 * sh.tokens * vocab / sh.tp
-
-
 def stage_activations(
     job: Job,
     layout: Layout,
@@ -336,7 +325,7 @@ def stage_activations(
         # d98e8a64 :1630-1633: "not supported for MTP yet. Skipping recompute")
         block = layout.recompute == "full" and layout.recompute_method == "block"
         layers = (per.whole_total if block else per.total)(arch.mtp_counts())
-        extra = _mtp_extra_bytes(arch, sh) + _saved_loss_bytes(arch, vocab, sh)
+        extra = mtp_extra_bytes(arch, sh) + saved_loss_bytes(vocab, sh)
         kept[-1] += layers + mtp * extra
         loss = max(loss, logits)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
@@ -357,11 +346,14 @@ def stage_activations(
     if arch.has_dsa and any(k.mixer == "attention" for k in arch.kinds):
         # DSA's indexer scores and its dense path's score copies while a layer runs
         working = max(working, dsa.working_bytes(arch, sh))
-    for kind, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True):
-        if n and (linear := mixers.of(kind)) is not None:
-            # a linear-time mixer's backward rebuilds what its forward did not keep (its chunk
-            # states, `backward_working`)
-            working = max(working, linear.backward_working(arch, sh.tokens, sh.tp))
+
+    def rebuilt(kind: LayerKind) -> float:  # a recomputed layer of a kind, whole
+        if sh.recompute not in ("full", "per_op") or not n_layers:
+            return 0.0
+        only = tuple(b if k == kind else 0.0 for b, k in zip(per.full, arch.kinds, strict=True))
+        return recompute_working(arch, layout, replace(per, full=only), chunks)
+
+    working = max(working, mixer_working(arch, layout.cp, sh, chunks, rebuilt))
     if last and sh.cross_entropy == "gathered":
         # the recomputed layer's working set comes after the loss backward has released all but
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)

@@ -93,3 +93,34 @@ def test_nemotron_h_without_a_pattern_names_the_field(tmp_path: Path) -> None:
     del cfg["hybrid_override_pattern"]
     with pytest.raises(InputError, match=r"config\.json: hybrid_override_pattern: required"):
         load_hf_config(_write(tmp_path, cfg))
+
+
+def test_nemotron_3_super_reads_its_latent_moe_width(tmp_path: Path) -> None:
+    """Nemotron 3 Super's shape as a NemotronH config.json (Nano's fields, the zoo entry's
+    sizes), with moe_latent_size 1024 as Megatron-Bridge reads it (067f987d
+    src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py:320-321: provider.moe_latent_size
+    = hf_config.moe_latent_size). Each routed expert then runs 1024 -> 2688 -> 1024 (squared
+    ReLU, no GLU): 512 x 2 x 1024 x 2688 = 2,818,572,288 expert parameters a MoE layer, as the
+    zoo entry (Megatron-LM's NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh) counts them, not
+    512 x 2 x 4096 x 2688 at the hidden width."""
+    zoo = catalog.get_model("nemotron3-super-120b-a12b")
+    cfg = json.loads((HF / "nemotron-3-nano-30b-a3b.json").read_text())
+    cfg.update(
+        hidden_size=4096,
+        num_hidden_layers=88,
+        hybrid_override_pattern=zoo.hybrid_layer_pattern,
+        mamba_num_heads=128,
+        n_routed_experts=512,
+        num_experts_per_tok=22,
+        moe_intermediate_size=2688,
+        intermediate_size=2688,
+        moe_shared_expert_intermediate_size=5376,
+        moe_latent_size=1024,
+    )
+    arch = load_hf_config(_write(tmp_path, cfg))
+    assert arch.moe_latent_size == 1024
+    experts = next(k for k in arch.kinds if k.moe)
+    assert params.kind_params(arch, experts)[1] == 512 * 2 * 1024 * 2688
+    assert params.params_total(arch) == params.params_total(zoo)
+    # Nano's config says null (or nothing): experts at the hidden width
+    assert load_hf_config(HF / "nemotron-3-nano-30b-a3b.json").moe_latent_size is None

@@ -4,8 +4,10 @@ Megatron runs it.
 
 Sources: Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py (`__post_init__`:
 linear_num_key_heads and linear_num_value_heads multiples of tp x cp) and
-megatron/core/ssm/gated_delta_net/common.py (`_GDNBase.__init__`: under FP8 the in_proj output
-width a multiple of 16)."""
+megatron/core/ssm/gated_delta_net/common.py:205-210 (`_GDNBase.__init__`: under FP8 the in_proj
+output width a multiple of `get_fp8_align_size(fp8_recipe)`, which is 32 for MXFP8 and 16 for
+every other recipe, megatron/core/fp8_utils.py:356-361; the assertion's message says 16
+whatever the recipe)."""
 
 from __future__ import annotations
 
@@ -30,14 +32,19 @@ def heads(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
+def fp8_align(job: Job) -> int:
+    """The multiple Megatron asserts of the in_proj width under FP8 (fp8_utils.py:356-361)."""
+    return 32 if job.fp8_recipe == "mxfp8" else 16
+
+
 def fp8(job: Job, lay: Layout) -> Violation | None:
-    width = gdn.in_proj_width(job.arch)
-    if job.arch.has_gdn and job.precision == "fp8" and width % 16:
+    width, align = gdn.in_proj_width(job.arch), fp8_align(job)
+    if job.arch.has_gdn and job.precision == "fp8" and width % align:
         return Violation(
             "gdn_fp8",
             "training.precision",
-            f"FP8 needs the gated delta net's in_proj width (2 qk + 2 vd + 2 value heads = "
-            f"{width}) to be a multiple of 16",
+            f"FP8 ({job.fp8_recipe}) needs the gated delta net's in_proj width (2 qk + 2 vd + "
+            f"2 value heads = {width}) to be a multiple of {align}",
         )
     return None
 
