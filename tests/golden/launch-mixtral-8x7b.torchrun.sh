@@ -2,7 +2,7 @@
 # planner 0.1.0: torchrun launch file for job 'launch-mixtral-8x7b' from launch-mixtral-8x7b.toml
 # model mixtral-8x7b on 64 x h100-sxm-80gb, seq 4096, global batch 256, bf16
 # layout: tp1 pp1 dp64 ep8 mbs1 zero3 recompute=selective
-# predicted: step 4.509 s, 3633.9 tokens/s/GPU, MFU 30.5% of the bf16 peak, peak memory 57.0 GiB of 77.3 GiB usable (fits)
+# predicted: step 4.509 s, 3633.9 tokens/s/GPU, MFU 30.5% of the bf16 peak, peak memory 57.3 GiB of 77.3 GiB usable (fits)
 # operations: checkpoint 654 GB (sync, write 81.7 s, blocks 82.1 s) every 4,787 steps = 6.0 h; MTBF 791.8 h at 0.000474 failures/GPU-day
 # operations: goodput 99.2% (checkpoints 0.4%, failures 0.4%); effective 230,753 tokens/s
 # 8 node(s) x 8 GPUs: run this same script on each node
