@@ -38,6 +38,9 @@ Mechanisms, from the code (not fitted to any published memory figure):
   the first holds one activation buffer per micro-batch of the step, every stage but the last
   one gradient buffer, each the stage boundary tensor: torchtitan's blocks end in sequence-
   parallel local tensors, [micro-batch, seq / (cp x tp), hidden] in bf16 (`pipeline_buffers`).
+- The [norm, output] unit's own gradients and reduce-scatter input, with the unchunked and the
+  chunked loss, and the chunked loss's per-micro-batch collectives under PP:
+  `output_layer_transient`, `per_micro_batch_output`.
 - float8 (torchao Float8Linear) with enable_fsdp_float8_all_gather: the linear weights are
   gathered and kept unsharded in float8 (1 byte); otherwise in bf16 and cast per use.
 """
@@ -48,6 +51,7 @@ from planner.inputs.layout import Layout, stage_of
 from planner.inputs.plan import Job
 from planner.model import comms, dp_sync
 from planner.model.job_memo import JobMemo
+from planner.model.params import output_params
 
 BF16 = 2.0
 FP32 = 4.0
@@ -80,8 +84,8 @@ def states(
     `nlayers` blocks and `output_params` of the output layer (0 off the last rank): weights are
     the fp32 shards and the bf16 (float8) parameters kept gathered, grads the fp32 shards and
     under PP the unsharded fp32 gradients accumulated over the step; `gathered` is always 0
-    (memory's FP8-cache slot) and `transient` the per-block buffers at the peak, or the chunked
-    loss's output-layer gradients where larger (`chunked_loss_transient`)."""
+    (memory's FP8-cache slot) and `transient` the per-block buffers at the peak, or the output
+    layer's gradients and reduce-scatter input where larger (`output_layer_transient`)."""
     dense, expert = params
     n_d, n_e = shard_groups(job, lay)
     weights = FP32 * (dense / n_d + expert / n_e)
@@ -104,48 +108,72 @@ def states(
             grads += FP32 * total  # unsharded gradients accumulated in reduce_dtype
         # the block gradient autograd writes (bf16) and foreach_reduce's fp32 input
         transient = (BF16 + FP32) * per_layer
-        transient = chunked_loss_transient(job, lay, output_params, per_layer, transient)
+        transient = output_layer_transient(job, lay, output_params, per_layer, transient)
         return weights + gathered_bytes, grads, optimizer, 0.0, transient
     # resharded after forward: the running and the prefetched block, the output layer kept
     # from forward to backward unless "always", one block's gradient in bf16 and fp32
     kept_output = BF16 * output_params if job.titan.reshard_after_forward != "always" else 0.0
     transient = 2 * per_layer_bytes + (BF16 + FP32) * per_layer
-    transient = chunked_loss_transient(job, lay, output_params, per_layer, transient)
+    transient = output_layer_transient(
+        job, lay, output_params, per_layer, transient, prefetched=per_layer_bytes
+    )
     return weights + kept_output, grads, optimizer, 0.0, transient
 
 
-def chunked_loss_transient(
-    job: Job, lay: Layout, output_params: float, per_layer: float, block: float
+def output_layer_transient(
+    job: Job,
+    lay: Layout,
+    output_params: float,
+    per_layer: float,
+    block: float,
+    prefetched: float = 0.0,
 ) -> float:
     """The transient bytes at the peak (`block`: a decoder block's, `states`) on the rank holding
     the output layer's `output_params` (its local, TP-split share: the weight is Shard(0) over
-    TP, b5bcd76c models/common/decoder_sharding.py:370-371) under torchtitan's chunked loss
-    (`[torchtitan] loss_chunks` > 1), which runs the output layer and the loss's backward chunk
-    by chunk at the end of the forward, every decoder activation still alive (pytorch/torchtitan
-    b5bcd76c components/loss.py:658-706). [norm, output] is an FSDP unit whatever the degrees
-    (distributed/fsdp.py:260-265; llama3/parallelize.py:57-77), so the wrapper turns its
-    gradient sync off for chunks 0..N-2 and on for the last (:662-680): FSDP2's post-backward
-    (torch _fsdp_param_group.py `post_backward`) upcasts the first chunk's bf16 unsharded
-    gradient to reduce_dtype fp32 (_fsdp_param.py `to_accumulated_grad_if_needed`), adds each
-    later chunk's bf16 gradient into it (`accumulate_unsharded_grad_if_needed`), and at the last
-    chunk copies the fp32 sum into foreach_reduce's fp32 reduce-scatter input before the sum is
-    dropped: 8 bytes per output parameter at the loss (4 + 2 during an earlier chunk), and the
-    unsharded bf16 weight (2) that the wrapper gathers itself (:673) where "always" left it out
-    of the weights. The reduce-scatter input (4) stays referenced (the comm context's
-    reduce_scatter_state) until the next unit reduces: without PP the last block, whose
-    backward runs beside it with its own gathered parameters and bf16 gradient (`block` less
-    that block's fp32 input). Under PP no other unit reduces until the schedule's last backward
-    (stage.py `backward_maybe_with_nosync`), so the previous micro-batch's input (4, counted in
-    the grads as the output layer's accumulated gradient, `states`) is still there when the next
-    loss accumulates (4 + 2 on top; 4 + 4 at its last chunk, the old input released first).
+    TP, b5bcd76c models/common/decoder_sharding.py:370-371), `prefetched` the bf16 (float8)
+    bytes of the last block, which the [norm, output] unit's pre-backward prefetches where the
+    blocks reshard after forward (0 where they stay gathered, counted in the weights). [norm,
+    output] is an FSDP unit whatever the degrees (distributed/fsdp.py:260-265;
+    llama3/parallelize.py:57-77) with MixedPrecisionPolicy(param_dtype bf16, reduce_dtype fp32)
+    (config/configs.py:94,102; llama3/parallelize.py:71-72). FSDP2's post-backward (pytorch
+    _fsdp_param_group.py `FSDPParamGroup.post_backward`, _fsdp_collectives.py `foreach_reduce`)
+    allocates the fp32 reduce-scatter input and copies the unsharded gradient into it before
+    dropping that gradient, and keeps the input referenced (comm_ctx.reduce_scatter_state) until
+    the next unit's post-backward releases it before making its own.
+
+    - Unchunked loss (`[torchtitan] loss_chunks` 1), without PP: at the loss's backward the
+      output layer's bf16 gradient and its fp32 input (6 bytes per output parameter) beside the
+      prefetched last block (and under "always" the output weight gathered again, 2); then the
+      last block's backward runs beside the held input (4): `block` less that block's fp32
+      input, not yet made.
+    - Chunked loss (ChunkedLossWrapper, b5bcd76c components/loss.py:658-706): the output layer
+      and the loss run chunk by chunk at the end of the forward, every decoder activation alive;
+      gradient sync is off for chunks 0..N-2 and on for the last (:662-680), so FSDP2 upcasts
+      the first chunk's bf16 gradient to fp32 (_fsdp_param.py `to_accumulated_grad_if_needed`),
+      adds each later one into it (`accumulate_unsharded_grad_if_needed`) and at the last chunk
+      copies the fp32 sum into the fp32 input: 8 bytes per output parameter (4 + 2 earlier),
+      and under "always" the bf16 weight the wrapper gathers itself (:673); the last block's
+      backward beside the held input as above. The wrapper gathers no decoder block.
+    - Under PP every backward but the schedule's last runs with sync off (stage.py
+      `backward_maybe_with_nosync`), so the grads (`states`) count the output layer's fp32
+      sum (4) through the step. Unchunked, the schedule's last backward copies that sum into a
+      fresh fp32 input (4 on top). Chunked, the wrapper turns sync on at each micro-batch's last
+      chunk (`data_parallel_time` charges that reduce-scatter): the previous micro-batch's
+      input (4, in the grads' place) is still held when the next loss accumulates (4 + 2 on
+      top; 4 + 4 at its last chunk, the old input released first).
+
     The larger of these moments and `block`, each a bound of what is alive beside the peak's
     activations."""
-    if job.titan.loss_chunks == 1 or output_params <= 0:
+    if output_params <= 0:
         return block
+    chunked = job.titan.loss_chunks > 1
     if lay.pp > 1:
-        return max(block, (FP32 + BF16) * output_params)
+        return max(block, (FP32 + (BF16 if chunked else 0.0)) * output_params)
     gathered = BF16 * output_params if job.titan.reshard_after_forward == "always" else 0.0
-    at_loss = 2 * FP32 * output_params + gathered
+    if chunked:
+        at_loss = 2 * FP32 * output_params + gathered
+    else:
+        at_loss = (BF16 + FP32) * output_params + gathered + prefetched
     after = block - FP32 * per_layer + FP32 * output_params
     return max(block, at_loss, after)
 
@@ -226,6 +254,7 @@ def data_parallel_time(
     m: int,
     layers: int = 1,
     fp8: float = 0.0,
+    output: float = 0.0,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one stage's FSDP2 traffic, the shape of
     `dp_sync.data_parallel`, `fwd` / `bwd` one micro-batch's forward and backward seconds on the
@@ -238,28 +267,72 @@ def data_parallel_time(
     windows: FSDP2 issues every parameter group's all-gathers on one stream and its
     reduce-scatters on another (the comm context shared under the root), so their seconds add
     before the window comes off. `planner.model.cost` charges it for torchtitan plans in place
-    of Megatron's ZeRO traffic (`dp_sync.data_parallel`)."""
+    of Megatron's ZeRO traffic (`dp_sync.data_parallel`).
+
+    `output`: the stage's output-layer parameters (TP-local; 0 off the last stage), which only
+    the chunked loss under PP (`per_micro_batch_output`) takes out of the blocks' units."""
     rep = job.titan.dp_replicate
     n_d, n_e = shard_groups(job, lay)
     units = max(layers, 1)
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
+    own = per_micro_batch_output(job, lay, output)
+    dense -= own
     per_param = (gathered_bytes_per_param(job, dense, fp8), BF16)
     ag = rs = 0.0
-    memo = COLLECTIVES.of(job)
     for n_params, (stride, size), gathered in zip((dense, expert), strides, per_param, strict=True):
-        if n_params <= 0 or size * rep <= 1:
-            continue
-        key = (n_params / units, stride, size, rep, gathered, *comms.constants())
-        if (hit := memo.get(key)) is None:
-            hit = memo[key] = _collectives(job, n_params / units, stride, size, rep, gathered)
+        hit = _memo_collectives(job, n_params / units, stride, size, rep, gathered)
         ag += hit[0]
         rs += hit[1]
-    if ag + rs <= 0:
-        return 0.0, 0.0
     exposed = total = 0.0
-    for count, gathers, reduces, backward in _passes(job, lay, m):
-        per_unit = gathers * ag + reduces * rs
-        window = (bwd if backward else fwd) / units
-        exposed += count * dp_sync.unit_pipeline(per_unit, window, units)
-        total += count * units * per_unit
+    if ag + rs > 0:
+        for count, gathers, reduces, backward in _passes(job, lay, m):
+            per_unit = gathers * ag + reduces * rs
+            window = (bwd if backward else fwd) / units
+            exposed += count * dp_sync.unit_pipeline(per_unit, window, units)
+            total += count * units * per_unit
+    if own > 0:
+        # the wrapper's own all-gather (:673, a blocking unshard nothing prefetches) shows;
+        # the reduce-scatter of its last chunk runs on its stream under the compute before
+        # the next micro-batch's loss (that micro-batch's forward at least, or the last's
+        # backward)
+        ag_o, rs_o = _memo_collectives(job, own, lay.tp, n_d, rep, BF16)
+        exposed += m * (ag_o + max(rs_o - fwd, 0.0))
+        total += m * (ag_o + rs_o)
     return exposed, max(total - exposed, 0.0)
+
+
+def per_micro_batch_output(job: Job, lay: Layout, output: float) -> float:
+    """The output-layer parameters (of the stage's `output`) that FSDP2 all-gathers and
+    reduce-scatters once per micro-batch rather than with the blocks: all of them under PP with
+    torchtitan's chunked loss, else 0. ChunkedLossWrapper (pytorch/torchtitan b5bcd76c
+    components/loss.py:658-706) gathers the [norm, output] unit itself before the first chunk
+    (:673), turns its gradient sync on for each micro-batch's last chunk (:677-680), and
+    reshards it after the loss (:702-706); the PP schedule's no-sync (stage.py
+    `backward_maybe_with_nosync`) covers the stage's backward, not the loss, which the last
+    stage runs in its forward step, and the decoder's forward skips the output layer
+    (models/common/decoder.py:293-298, trainer.py:498-513). Without PP the blocks' passes
+    (`_passes`) already gather and reduce every unit every micro-batch."""
+    if lay.pp == 1 or job.titan.loss_chunks == 1:
+        return 0.0
+    return max(output, 0.0)
+
+
+def output_share(job: Job, lay: Layout, rank: int) -> float:
+    """The output-layer parameters on one GPU of pipeline rank `rank`: its TP share on the
+    output rank (as `rank_states` counts them for `states`), 0 elsewhere or when tied."""
+    if rank != lay.output_rank:
+        return 0.0
+    return output_params(job.arch, job.arch.padded_vocab(lay.tp)) / lay.tp
+
+
+def _memo_collectives(
+    job: Job, n_params: float, stride: int, size: int, rep: int, gathered: float
+) -> tuple[float, float]:
+    """`_collectives` through `COLLECTIVES`; (0, 0) with nothing to move or no group."""
+    if n_params <= 0 or size * rep <= 1:
+        return 0.0, 0.0
+    memo = COLLECTIVES.of(job)
+    key = (n_params, stride, size, rep, gathered, *comms.constants())
+    if (hit := memo.get(key)) is None:
+        hit = memo[key] = _collectives(job, n_params, stride, size, rep, gathered)
+    return hit

@@ -150,7 +150,10 @@ def stage_sync(
     if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
         blocks = sum(n for k, n in mix if k is not t.mtp_proj)
         fp8 = quantised_params(job, lay, rank, chunks)[0]
-        e, hid = fsdp2.data_parallel_time(job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8)
+        out = fsdp2.output_share(job, lay, rank)
+        e, hid = fsdp2.data_parallel_time(
+            job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8, output=out
+        )
     else:
         e, hid = pools.data_parallel(
             job,

@@ -1,5 +1,5 @@
 """The output layer's FSDP2 gradients under torchtitan's chunked loss
-(`fsdp2.chunked_loss_transient`).
+(`fsdp2.output_layer_transient`).
 
 ChunkedLossWrapper (pytorch/torchtitan b5bcd76c torchtitan/components/loss.py:658-706) turns the
 [norm, output] unit's gradient sync off for chunks 0..N-2 and on for the last, at the end of the
@@ -45,7 +45,9 @@ def _transient(tmp_path: Path, titan: str, parallel: str = GPUS, rank: int = -1)
 def test_the_last_chunk_holds_the_fp32_sum_and_the_fp32_reduce_scatter_input(
     tmp_path: Path,
 ) -> None:
-    assert _transient(tmp_path, "loss_chunks = 1") == pytest.approx(10 * P / 32)
+    # unchunked: the output layer's bf16 gradient and fp32 input beside the prefetched last
+    # block, 6 V h + 2 p (tests/model/test_output_layer_fsdp2.py)
+    assert _transient(tmp_path, "loss_chunks = 1") == pytest.approx(6 * VH + 2 * P / 32)
     assert _transient(tmp_path, "loss_chunks = 8") == pytest.approx(8 * VH)  # 3.91 GiB
 
 
@@ -72,7 +74,7 @@ def test_the_last_block_beside_the_held_input_and_a_larger_block(tmp_path: Path)
     # blocks of p = 1 GB, an output layer of 1.2 G parameters: block 10 GB; at the loss
     # 9.6 GB; the last block's backward beside the output layer's fp32 input still held:
     # 10 - 4 (its own fp32 input not yet made) + 4.8 = 10.8 GB
-    got = fsdp2.chunked_loss_transient(job, lay, 1.2e9, 1e9, 10e9)
+    got = fsdp2.output_layer_transient(job, lay, 1.2e9, 1e9, 10e9)
     assert got == pytest.approx(10.8e9)
     # a small output layer leaves the block's buffers the peak
-    assert fsdp2.chunked_loss_transient(job, lay, 0.1e9, 1e9, 10e9) == pytest.approx(10e9)
+    assert fsdp2.output_layer_transient(job, lay, 0.1e9, 1e9, 10e9) == pytest.approx(10e9)

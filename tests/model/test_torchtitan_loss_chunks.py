@@ -6,11 +6,12 @@ Oracle: hand arithmetic on Llama 3.1 8B (hidden 4,096, vocabulary 128,256) at on
 8,192 tokens, tp 1: the loss holds PYTORCH_LOSS_BYTES_PER_LOGIT (12) bytes per local logit; in 8
 chunks it holds an eighth of them and 4 x 8,192 x 4,096 bytes of fp32 gradient, so the peak falls
 by 12 x 8,192 x 128,256 x 7 / 8 - 4 x 8,192 x 4,096 bytes, times the allocator allowance, less
-what the chunks' output-layer gradients hold at the loss above a block's FSDP2 buffers
-(`fsdp2.chunked_loss_transient`, tests/model/test_chunked_loss_head.py): 8 bytes per output
-parameter (128,256 x 4,096; planner counts the final norm with the decoder) against 10 per
-parameter of a 32nd of the rank's 8,030,261,248 (two gathered blocks in bf16, a block's bf16
-gradient and fp32 input)."""
+what the chunks' output-layer gradients hold at the loss above the unchunked loss's
+(`fsdp2.output_layer_transient`, tests/model/test_chunked_loss_head.py and
+tests/model/test_output_layer_fsdp2.py): 8 bytes per output parameter (128,256 x 4,096; planner
+counts the final norm with the decoder) against 6 per output parameter (its bf16 gradient and
+fp32 reduce-scatter input) and 2 per parameter of a 32nd of the rank's 8,030,261,248 (the last
+block, prefetched in bf16)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_eight_chunks_hold_an_eighth_of_the_logits_and_an_fp32_gradient() -> Non
     whole, chunked = _titan(1), _titan(8)
     drop = memory.estimate(whole, LAY).peak - memory.estimate(chunked, LAY).peak
     T, V, h = 8192, 128256, 4096
-    head = 8 * V * h - 10 * 8_030_261_248 / 32  # 4,202,692,608 - 2,509,456,640
+    head = 8 * V * h - (6 * V * h + 2 * 8_030_261_248 / 32)  # 4,202,692,608 - 3,653,910,784
     want = (12 * T * V * 7 / 8 - 4 * T * h - head) * memory.fragmentation(whole)
     assert drop == pytest.approx(want, rel=1e-9)
     assert drop > 9e9  # about 9.4 GB less at the loss
