@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cp_time, dispatch, mixers
+from planner.model import comms, cp_time, dispatch, fp32, mixers
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ def traffic(
     elif (linear := mixers.of(kind)) is not None:  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)
         fwd_b, bwd_b = linear.context_parallel_bytes(arch, t, tp, lay.cp)
-        got = (n * comms.all_to_all(fwd_b, grp) + comms.all_to_all(bwd_b, grp), 0.0)
+        word = fp32.value_bytes(job) / 2.0  # the mixers count 16-bit values; fp32 moves 4 bytes
+        got = (n * comms.all_to_all(word * fwd_b, grp) + comms.all_to_all(word * bwd_b, grp), 0.0)
     else:
         got = cp_time.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)
     c.traffic[what, n] = got

@@ -121,3 +121,27 @@ def test_a_recomputed_m_layer_is_rebuilt_beside_its_scans_backward(
     monkeypatch.setattr(stage_activations, "recompute_working", lambda *a: 0.0)
     stored = stage_activations.stage_activations(j, lay, 0, chunks, sh, per)
     assert acts - stored == pytest.approx(8192 * (213536 + 487936) / 8)
+
+
+def test_cp_all_to_all_moves_fp32_values_in_fp32_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the mixers count 16-bit values (`mamba.context_parallel_bytes`); fp32 training moves each
+    # in 4 bytes (fp32.value_bytes): Nemotron-H 56B, tp 8, cp 2, 8192 tokens (4096 a CP rank)
+    from planner.model import comms, cost, layer_traffic
+
+    lay = Layout(tp=8, pp=1, dp=4, cp=2, sequence_parallel=True, recompute="full")
+    sent: dict[str, list[float]] = {}
+    real = comms.all_to_all
+    for precision in ("bf16", "fp32"):
+        seen: list[float] = []
+
+        def spy(nbytes: float, *a: object, _seen: list[float] = seen, **k: object) -> float:
+            _seen.append(nbytes)
+            return real(nbytes, *a, **k)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(layer_traffic.comms, "all_to_all", spy)
+        cost.estimate(job("nemotronh-56b", "h100-sxm-80gb", 64, 8192, 64, precision=precision), lay)
+        sent[precision] = seen
+    arch = job("nemotronh-56b", "h100-sxm-80gb", 64, 8192, 64).arch
+    bf16 = mamba.context_parallel_bytes(arch, 4096, 8, 2)[0]
+    assert max(sent["bf16"]) == pytest.approx(bf16)
+    assert max(sent["fp32"]) == pytest.approx(2 * bf16)
