@@ -36,6 +36,7 @@ What e347b1e5 raises on and b5bcd76c runs is refused (`era_refusal`), naming the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from planner.emit.common import SCHEDULE, comment_block, header, predict
@@ -163,6 +164,13 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             f"{where}: training.attention_kernel: flash2 is torchtitan before Oct 2025; at "
             f"{TORCHTITAN_COMMIT[:8]} its SDPA tries cuDNN attention first "
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
+        )
+    if job.optimizer_state_dtype == "bf16":
+        raise InputError(
+            f"{where}: training.optimizer_state_dtype: bf16: torchtitan {TORCHTITAN_COMMIT[:8]} "
+            "keeps AdamW's moments in fp32 (optimizer.implementation for-loop, foreach or fused, "
+            "components/optimizer.py:300); write the module (launch --target torchtitan-module: "
+            'b5bcd76c\'s "fused_opt_states_bf16")'
         )
     name, flavor = MODELS[zoo]
     refused = era_refusal(plan, name) or float8_experts_refusal(plan)
@@ -299,8 +307,21 @@ def _activation_checkpoint(plan: Plan) -> dict[str, Any]:
     return {"mode": "full"}
 
 
+def shard_gather(plan: Plan) -> Plan:
+    """The plan as e347b1e5 runs it: enable_fsdp_float8_all_gather takes effect only where
+    data_parallel_shard_degree > 1 (components/quantization/float8.py:87-90, parallel_dims.py:
+    322-323), so at shard degree 1 the FSDP all-gather (over cp) is bf16 and the file writes it
+    off, its header predicting that."""
+    job, lay = plan.job, plan.require_layout()
+    if not job.titan.float8_all_gather or lay.dp // job.titan.dp_replicate > 1:
+        return plan
+    titan = job.titan.model_copy(update={"float8_all_gather": False})
+    return replace(plan, job=replace(job, torchtitan=titan))
+
+
 def render(plan: Plan, job_name: str) -> str:
-    """The whole TOML file, headed by the prediction."""
+    """The whole TOML file, headed by the prediction (of `shard_gather`'s plan)."""
+    plan = shard_gather(plan)
     p = predict(plan)
     tables = sections(plan, p.checkpoint_interval_steps)
     tables["job"]["description"] = job_name

@@ -267,6 +267,11 @@ def render(plan: Plan, job_name: str) -> str:
         f"config.compile = CompileConfig(enable={titan.compile}, "
         f"enable_async_tensor_parallel={async_tp})",
         f"config.optimizer = default_adamw(lr={lr!r})",
+        *(  # AdamW's moments in bf16 (components/optimizer/optimizer.py:109-123, :332-371)
+            ['config.optimizer.implementation = "fused_opt_states_bf16"']
+            if job.optimizer_state_dtype == "bf16"
+            else []
+        ),
         "config.lr_scheduler = LRSchedulersContainer.Config(",
         f"    warmup_steps={int(schedule['--lr-warmup-iters'])},",
         "    decay_type='cosine',",

@@ -161,14 +161,20 @@ DEFAULTS: Fields = {
     ("training", "mixed_precision_param"): "bfloat16",
     ("training", "dtype"): "float32",
     ("debug", "moe_force_load_balance"): False,
+    ("compile", "backend"): "inductor",
+    ("parallelism", "spmd_backend"): "spmd_types",
+    ("parallelism", "enable_fsdp_symm_mem"): False,
+    ("optimizer", "implementation"): "fused",
     **{(name,): Record(cls) for name, cls in TRAINER_DEFAULT_RECORDS.items()},
 }
 """torchtitan b5bcd76c's defaults of the fields read (torchtitan/config/configs.py: parallelism
-:133-290, training :43-51, compile :293-313; the default activation checkpointing
-trainer.py:108-110; the checkpointer's, trainer.py:105-107; the loss's, trainer.py:116; CUDA
-graphs on, configs.py:75-85; the `UNMODELLED` ones, configs.py:70-209 and 368), as
-benchmarks/data/torchtitan_head_config.md cites them; the records of the fields the plan does not
-read (`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields are checked by name."""
+:133-290 (spmd_backend :172, enable_fsdp_symm_mem :160), training :43-51, compile :293-313
+(backend :304); the optimizer's implementation, components/optimizer/optimizer.py:109-111; the
+default activation checkpointing trainer.py:108-110; the checkpointer's, trainer.py:105-107;
+the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85; the `UNMODELLED` ones,
+configs.py:70-209 and 368), as benchmarks/data/torchtitan_head_config.md cites them; the records
+of the fields the plan does not read (`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields
+are checked by name."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:

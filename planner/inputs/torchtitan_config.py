@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.inputs import catalog, torchtitan_float8, torchtitan_toml
+from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan import Plan, parse_plan
@@ -83,6 +84,13 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
             )
         if "model" not in parts:  # the loss alone compiled: the model runs eager
             doc = {**doc, "compile": {**compile_, "enable": False}}
+        elif compile_.get("enable", False):  # e347b1e5 parallelize.py:262-264 passes backend
+            backend = compile_.get("backend", refusals.FUSING_BACKEND)
+            said = refusals.compile_backend(where, "compile.backend", backend, False)
+            if said is not None:  # nothing fused: as compile off, async TP (inductor's) too
+                notes.append(("compile.backend", said))
+                par = {**doc.get("parallelism", {}), "enable_async_tensor_parallel": False}
+                doc = {**doc, "compile": {**compile_, "enable": False}, "parallelism": par}
     return _document(doc, text, where, gpu, num_gpus, notes, True), notes
 
 
@@ -162,6 +170,9 @@ def _document(
     if toml:
         ep = _degree(doc, where, "expert_parallel_degree")
         torchtitan_toml.era_refusal(where, name, {**d, "ep": ep}, seq)
+        refusals.toml_era(where, doc, pp, ep)
+    else:
+        refusals.symm_mem(where, doc["parallelism"].get("enable_fsdp_symm_mem"), gpu)
     balancer = doc.get("parallelism", {}).get("context_parallel_load_balancer", "headtail")
     if balancer == "":  # job_config.py:439-444 at e347b1e5, configs.py:265-269 at b5bcd76c
         raise InputError(
@@ -190,6 +201,8 @@ def _document(
         training["cross_entropy"] = "gathered"
     if get(doc, where, "debug", "deterministic", bool, False):
         training["deterministic"] = True
+    if get(doc, where, "optimizer", "state_dtype", str, "fp32") == "bf16":
+        training["optimizer_state_dtype"] = "bf16"  # fused_opt_states_bf16 (b5bcd76c)
     titan: dict[str, Any] = {
         "reshard_after_forward": par("fsdp_reshard_after_forward", "default", str),
         "dp_replicate": rep,
@@ -235,7 +248,11 @@ def _document(
                 training["precision"] = "bf16"
         if training["precision"] == "fp8":
             training["fp8_recipe"] = float8.get("recipe_name", "tensorwise")
-            titan["float8_all_gather"] = float8.get("enable_fsdp_float8_all_gather", False)
+            gather = float8.get("enable_fsdp_float8_all_gather", False)
+            if gather and shard == 1:
+                notes.append(("quantize.linear.float8.enable_fsdp_float8_all_gather", NO_GATHER))
+                gather = False
+            titan["float8_all_gather"] = gather
         if torchtitan_float8.GROUPED_FLOAT8 in converters:
             grouped = doc.get("quantize", {}).get("grouped_mm", {}).get("float8", {})
             on = torchtitan_float8.float8_experts(where, moe, grouped.get("fqns", []))
@@ -263,6 +280,13 @@ def _document(
         "parallel": parallel,
         "torchtitan": titan,
     }
+
+
+NO_GATHER = (
+    "true at data_parallel_shard_degree 1: torchtitan turns it on only where dp_shard > 1 "
+    "(components/quantization/float8.py:87-90, parallel_dims.py:322-323 at e347b1e5), so the "
+    "FSDP all-gather is bf16: read as false"
+)
 
 
 def _grouped_era(where: str, pp: int, cp: int) -> None:

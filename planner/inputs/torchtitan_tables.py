@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan import MOE_MODELS, ROUTER_GATE, check_reduce_dtype
 from planner.inputs.torchtitan_baselines import (
@@ -110,6 +111,7 @@ class Document:
             check_reduce_dtype(reduce, self.where, "config.training.mixed_precision_reduce")
         tables: dict[str, Any] = {"model": model, "parallelism": par}
         self._converters(spec, tables)
+        attn = self._model_spec(spec, par)
         self._batch(par, tables)
         self._checkpointing(tables)
         enable = self.need(("compile", "enable"), bool)
@@ -124,6 +126,17 @@ class Document:
                 "(CompileConfig.__post_init__, configs.py:306-312)"
             )
         par["enable_async_tensor_parallel"] = async_tp
+        if tables["compile"]["enable"]:
+            backend = self.need(("compile", "backend"), str)
+            field = "config.compile.backend"
+            said = refusals.compile_backend(self.where, field, backend, attn.startswith("flex"))
+            if said is not None:  # nothing fused: as compile off, async TP (inductor's) too
+                tables["compile"]["enable"] = par["enable_async_tensor_parallel"] = False
+                self.notes.append((field, said))
+        implementation = self.need(("optimizer", "implementation"), str)
+        optimizer = self.need(("optimizer",), (Record, type(None)))
+        states = refusals.optimizer_states(self.where, implementation, optimizer)
+        tables["optimizer"] = {"state_dtype": states}
         tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
         if self.need(("debug", "batch_invariant"), bool):
             raise InputError(
@@ -133,6 +146,33 @@ class Document:
         tables["loss"] = {"num_chunks": self._loss_chunks()}
         self._graphs(par)
         return tables
+
+    def _model_spec(self, spec: Record, par: dict[str, Any]) -> str:
+        """model_registry's keyword arguments and the degrees torchtitan checks them against
+        (`torchtitan_refusals`); the attention backend it builds. A flavor planner does not know
+        is refused first (`torchtitan_config`), its keywords not read."""
+        assert self.model is not None
+        if (
+            self.model,
+            spec.args[0] if spec.args else spec.kwargs.get("flavor"),
+        ) not in refusals.FLAVORS:
+            return "flex"
+        given = {
+            k: self.kwarg(spec, k, None, f"config.model_spec: {k}")
+            for k in spec.kwargs
+            if k != "converters"
+        }
+        attn = refusals.attention(self.where, self.model, {**given, "converters": None})
+        degrees = {
+            "cp": par["context_parallel_degree"],
+            "pp": par["pipeline_parallel_degree"],
+            "ep": par["expert_parallel_degree"],
+            "spmd_backend": self.need(("parallelism", "spmd_backend"), str),
+        }
+        refusals.model_spec(self.where, {**given, "attn_backend": attn}, degrees)
+        symm = self.need(("parallelism", "enable_fsdp_symm_mem"), bool)
+        par["enable_fsdp_symm_mem"] = symm
+        return attn
 
     def _graphs(self, par: dict[str, Any]) -> None:
         """torchtitan b5bcd76c captures the step in CUDA graphs unless told not to
@@ -200,6 +240,8 @@ class Document:
                 )
             names.append("float8")
             recipe = self.kwarg(conv, "recipe_name", "rowwise", f"{field}: recipe_name")
+            emulate = self.kwarg(conv, "emulate", False, f"{field}: emulate")
+            refusals.float8_emulate(self.where, f"{field}: emulate", emulate)
             tables.setdefault("quantize", {})["linear"] = {"float8": {"recipe_name": recipe}}
             self._float8_filter(conv)
         if names:

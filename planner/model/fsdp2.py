@@ -57,6 +57,15 @@ BF16 = 2.0
 FP32 = 4.0
 ADAM = 8.0
 """AdamW exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW on fp32 parameters)."""
+ADAM_BF16 = 4.0
+"""The two in bf16: `training.optimizer_state_dtype = "bf16"`, torchtitan b5bcd76c's optimizer
+implementation "fused_opt_states_bf16" (components/optimizer/optimizer.py:109-123, :332-371:
+zeros_like(p, dtype=torch.bfloat16) for each)."""
+
+
+def adam_bytes(job: Job) -> float:
+    """Bytes per parameter of AdamW's two moments, by `Job.optimizer_state_dtype`."""
+    return ADAM_BF16 if job.optimizer_state_dtype == "bf16" else ADAM
 
 
 def shard_groups(job: Job, lay: Layout) -> tuple[int, int]:
@@ -90,7 +99,7 @@ def states(
     n_d, n_e = shard_groups(job, lay)
     weights = FP32 * (dense / n_d + expert / n_e)
     grads = FP32 * (dense / n_d + expert / n_e)
-    optimizer = ADAM * (dense / n_d + expert / n_e)
+    optimizer = adam_bytes(job) * (dense / n_d + expert / n_e)
     # without data parallelism too: b5bcd76c's models/llama3/parallelize.py:57-77 calls
     # apply_fsdp_to_decoder whatever the degrees ("with shard_degree=1 it is a no-op for the
     # all-gather but still installs the MixedPrecisionPolicy"), so the bf16 unsharded copies

@@ -147,7 +147,12 @@ def features(job: Job, lay: Layout) -> Violation | None:
             for f in ("ddp_bucket_size", "ddp_num_buckets")
         ),
         (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
-        (job.optimizer_state_dtype != "fp32", "training.optimizer_state_dtype", "fp32 only"),
+        (
+            job.optimizer_state_dtype != "fp32" and job.optimizer != "adam",
+            "training.optimizer_state_dtype",
+            "bf16 moments are AdamW's only (b5bcd76c optimizer implementation \"fused_opt_states_"
+            'bf16", components/optimizer/optimizer.py:109-123)',
+        ),
         (job.main_params_dtype != "fp32", "training.main_params_dtype", "fp32 only"),
         (
             job.use_precision_aware_optimizer,
