@@ -109,7 +109,7 @@ def states(
     # precision (`[torchtitan] float8_experts`), are gathered in bf16
     fp8 = fp8_params[0]
     total = dense + expert
-    gathered_bytes = BF16 * (total - fp8) + (1.0 if job.titan.float8_all_gather else BF16) * fp8
+    gathered_bytes = BF16 * (total - fp8) + (1.0 if float8_gather(job, lay) else BF16) * fp8
     per_layer = total / nlayers if nlayers else 0.0
     per_layer_bytes = gathered_bytes / total * per_layer if total else 0.0
     if keeps_unsharded(job, lay):
@@ -224,6 +224,14 @@ def _collectives(
         replicas = comms.place(job.cluster, stride * size, rep)
         rs += comms.all_reduce(n_params * FP32 / size, replicas)
     return ag, rs
+
+
+def float8_gather(job: Job, lay: Layout) -> bool:
+    """Whether the float8 FSDP all-gather runs: `[torchtitan] float8_all_gather` where the
+    parameters are sharded over data parallelism, as torchtitan e347b1e5 turns it on only with
+    dp_shard > 1 (components/quantization/float8.py:87-90, `parallel_dims.dp_shard_enabled`);
+    at dp_shard 1 the linear weights are gathered (kept) in bf16."""
+    return job.titan.float8_all_gather and lay.dp // max(job.titan.dp_replicate, 1) > 1
 
 
 def gathered_bytes_per_param(job: Job, dense: float, fp8: float) -> float:
