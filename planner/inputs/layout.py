@@ -41,6 +41,11 @@ OffloadModule = Literal[
 """Megatron's --offload-modules with --fine-grained-activation-offloading
 (TransformerConfig.offload_modules, Megatron-LM d98e8a64): the submodules whose saved inputs go to
 host memory in the forward and come back before their backward (`planner.model.fine_offload`)."""
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
+"""TransformerConfig.min_offloaded_tensor_size's default (Megatron-LM d98e8a64
+transformer_config.py:1343): smaller tensors are not offloaded; the threshold fine-grained
+offloading is counted with (`planner.model.fine_offload`) and the most a line may set
+(`planner.inputs.megatron_startup`)."""
 RecomputeMethod = Literal["uniform", "block"]
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 FlexBackend = Literal["deepep", "hybridep"]

@@ -83,7 +83,7 @@ def parallel(
     for part in ("embedding", "loss"):
         if line.has(f"--account-for-{part}-in-pipeline-split"):
             out[f"account_for_{part}_in_pipeline_split"] = True
-    out["tp_comm_overlap"] = tp_comm_overlap(line, tp, notes)
+    out["tp_comm_overlap"] = tp_comm_overlap(line, notes)
     out["ep_comm_overlap"] = line.has("--overlap-moe-expert-parallel-comm")
     out["moe_shared_expert_overlap"] = line.has("--moe-shared-expert-overlap")
     out["zero_stage"] = _zero_stage(line)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from planner.inputs.errors import InputError
+from planner.inputs.layout import MIN_OFFLOADED_ELEMENTS
 from planner.inputs.megatron_flags import FORK_FLAGS, SCRIPT_FLAGS, megatron_flags
 
 if TYPE_CHECKING:
@@ -281,11 +282,6 @@ def _pipeline(line: Line, vpp: int) -> Problem:
             "(ModelParallelConfig raises, mpc:570-575)"
         )
     return None
-
-
-MIN_OFFLOADED_ELEMENTS = 1024 * 1024
-"""TransformerConfig.min_offloaded_tensor_size's default (tc:1343), the threshold planner's
-fine-grained offloading counts with (planner.model.fine_offload.MIN_OFFLOADED_ELEMENTS)."""
 
 
 def _offload(line: Line) -> Problem:

@@ -32,18 +32,15 @@ SUB_OVERLAPS = {
 
 OTHER_FLAGS = ("--tp-comm-overlap-rs-dgrad", "--tp-comm-overlap-cfg")
 
-FLAGS = frozenset({f for pair in SUB_OVERLAPS.values() for f in pair} | set(OTHER_FLAGS))
-"""The flags this module reads (`megatron_flags.READ`)."""
 
-
-def tp_comm_overlap(line: Line, tp: int, notes: list[str] | None) -> bool:
+def tp_comm_overlap(line: Line, notes: list[str] | None) -> bool:
     """The plan's tp_comm_overlap from the line (the module docstring); what is timed otherwise
-    than Megatron runs it goes to `notes`."""
+    than Megatron runs it goes to `notes` (the reader refuses the flag at tp 1 before)."""
     if not line.has("--tp-comm-overlap"):
         return False
     off = [name for name, flags in SUB_OVERLAPS.items() if any(line.has(f) for f in flags)]
     given = [f for f in OTHER_FLAGS if line.has(f)]
-    if notes is None or tp < 2:
+    if notes is None:
         return not off
     if off:
         which = "every overlap" if len(off) == len(SUB_OVERLAPS) else ", ".join(off)
@@ -60,11 +57,5 @@ def tp_comm_overlap(line: Line, tp: int, notes: list[str] | None) -> bool:
 
 def userbuffers_only(line: Line, parallel: dict[str, object]) -> bool:
     """The line allocates the userbuffers without overlapping (`Job.tp_userbuffers`):
-    --tp-comm-overlap at tp > 1 read as the plan's overlap off (`tp_comm_overlap`)."""
-    tp = parallel.get("tp", 1)
-    return (
-        line.has("--tp-comm-overlap")
-        and not parallel.get("tp_comm_overlap")
-        and isinstance(tp, int)
-        and tp > 1
-    )
+    --tp-comm-overlap (refused at tp 1) read as the plan's overlap off (`tp_comm_overlap`)."""
+    return line.has("--tp-comm-overlap") and not parallel.get("tp_comm_overlap")

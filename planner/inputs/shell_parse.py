@@ -1,4 +1,4 @@
-"""A launch script's tokens (`planner.inputs.shell_lex`) as shell commands (`parse`): the
+"""A launch script's tokens (`planner.inputs.shell_lex`) as shell commands (`parse_units`): the
 subset of bash that Megatron-LM's and its users' launch scripts are written in, read without
 running anything.
 
@@ -12,7 +12,7 @@ matters. Each node has the line it starts on.
 A quote the file never closes (`shell_lex.Token.unclosed`) is bash's syntax error: bash parses
 and runs a script one complete command at a time (up to an unquoted newline), so the commands
 before the one it opens in run, and neither that one (`a; b 'c` runs no `a`) nor any after it
-does. `parse` ends the commands there with an `Unparsed` node.
+does. `parse_units` ends the commands there with an `Unparsed` node.
 """
 
 from __future__ import annotations
@@ -123,13 +123,9 @@ def walk(nodes: list[Node]) -> Iterator[Node]:
             stack += node.body
 
 
-def parse(text: str) -> list[Node]:
-    """The script's commands, in order (ending with an `Unparsed` node at a syntax error)."""
-    return _Parser(lex(text)).script()
-
-
 def parse_units(text: str) -> list[list[Node]]:
-    """The script's commands (`parse`) in its complete commands: those bash reads and runs as
+    """The script's commands, in order (ending with an `Unparsed` node at a syntax error), in
+    its complete commands: those bash reads and runs as
     one, up to an unquoted newline between commands (`a; b` one, `if ...\nfi; c` one). An
     error that discards the rest of a command (bash's FUNCNEST: `planner.inputs.shell_exit`)
     discards the rest of its unit."""

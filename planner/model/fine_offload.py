@@ -50,16 +50,12 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.inputs.layout import Layout
+from planner.inputs.layout import MIN_OFFLOADED_ELEMENTS, Layout
 from planner.inputs.titan_every_layers import block_ranges
 from planner.model.activations import scores
 from planner.model.fp32 import word
 from planner.model.moe_activations import fc1_input_bytes, pairs
 from planner.model.shard import BF16, FP32, Shard, linear_in, split
-
-MIN_OFFLOADED_ELEMENTS = 1024 * 1024
-"""TransformerConfig.min_offloaded_tensor_size default (Megatron-LM d98e8a64): smaller tensors
-are not offloaded."""
 
 
 def _big(nbytes: float, elem: float = BF16) -> float:

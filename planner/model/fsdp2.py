@@ -234,10 +234,11 @@ def float8_gather(job: Job, lay: Layout) -> bool:
     return job.titan.float8_all_gather and lay.dp // max(job.titan.dp_replicate, 1) > 1
 
 
-def gathered_bytes_per_param(job: Job, dense: float, fp8: float) -> float:
+def gathered_bytes_per_param(job: Job, lay: Layout, dense: float, fp8: float) -> float:
     """Bytes per dense parameter of FSDP2's all-gather: bf16, the `fp8` float8 linear weights
-    at 1 byte with enable_fsdp_float8_all_gather (as `states` keeps them gathered)."""
-    if not job.titan.float8_all_gather or dense <= 0:
+    at 1 byte where the float8 all-gather runs (`float8_gather`, as `states` keeps them
+    gathered)."""
+    if not float8_gather(job, lay) or dense <= 0:
         return BF16
     fp8 = min(fp8, dense)
     return (BF16 * (dense - fp8) + 1.0 * fp8) / dense
@@ -294,7 +295,7 @@ def data_parallel_time(
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
     own = per_micro_batch_output(job, lay, output)
     dense -= own
-    per_param = (gathered_bytes_per_param(job, dense, fp8), BF16)
+    per_param = (gathered_bytes_per_param(job, lay, dense, fp8), BF16)
     ag = rs = 0.0
     for n_params, (stride, size), gathered in zip((dense, expert), strides, per_param, strict=True):
         hit = _memo_collectives(job, n_params / units, stride, size, rep, gathered)

@@ -34,9 +34,6 @@ from planner.model.fp32 import value_bytes
 ROUTER_DTYPE_BYTES = {"fp32": 4.0, "fp64": 8.0}
 """Bytes per element of --moe-router-dtype's choices."""
 
-CAST_DISPATCHERS = ("allgather", "alltoall")
-"""Megatron's dispatchers that reduce-scatter the expert output in the probabilities' dtype."""
-
 
 def combine_bytes(job: Job) -> float:
     """Bytes per element of the reduce-scatter before a MoE layer's combine, and of its

@@ -147,20 +147,21 @@ def host_changes(
     off it."""
     before = host_memory.estimate(job, layout)
 
-    def freed(j: Job, new: Layout, after: host_memory.HostMemory) -> float:
+    def freed(groups: list[host_memory.HostMemory], after: host_memory.HostMemory) -> float:
         """Host bytes a GPU the change frees on the pool whose host binds before it (on pools
         the least headroom can move to another pool, whose figures are not comparable)."""
-        same = [h for h in host_memory.by_pool(j, new) if h.pool == before.pool]
+        same = [h for h in groups if h.pool == before.pool]
         return before.total - (same[0] if same else after).total
 
     def evaluate(
         order: int, field: str, was: object, after: object, j: Job, new: Layout, also: str = ""
     ) -> Change | None:
-        host = host_memory.estimate(j, new)
+        groups = host_memory.by_pool(j, new)
+        host = max(groups, key=lambda h: h.shortfall)  # `host_memory.estimate`
         if not host.fits or rules.violations(j, new):
             return None
         fits = memory.estimate(j, new, headroom_pct).fits
-        saves = freed(j, new, host)
+        saves = freed(groups, host)
         return Change(
             field, was, after, new, saves, fits, order, also, j if j is not job else None, "host"
         )

@@ -31,9 +31,14 @@ from planner.inputs.layout import Layout, Recompute
 from planner.inputs.plan import Job
 from planner.model import cost, memory, pools
 from planner.search.bound import base_bound
-from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, host_fits
+from planner.search.pool_host import host_ok
+from planner.search.pool_plan import (
+    MICRO_BATCHES,
+    PoolPlan,
+    expert_degrees,
+    pool_layout,
+)
 from planner.search.rules import violations
-from planner.search.rules.context import exchange_for
 from planner.search.space import Space
 from planner.search.splits import split_fields, splits
 
@@ -72,14 +77,13 @@ def layouts(job: Job) -> list[Layout]:
                             if job.global_batch_size % (dp * mbs) or (tpov and tp == 1):
                                 continue
                             out.append(
-                                Layout(
-                                    tp=tp,
+                                pool_layout(
+                                    job,
+                                    tp,
+                                    cp,
                                     pp=pp,
                                     dp=dp,
-                                    cp=cp,
-                                    cp_comm_type=exchange_for(job, tp, cp),
                                     ep=ep,
-                                    sequence_parallel=tp > 1,
                                     micro_batch_size=mbs,
                                     **split_fields(split),
                                     tp_comm_overlap=tpov,
@@ -130,7 +134,7 @@ class DataSearch:
     scored: int
     least_bound_s: float | None = None
     over: tuple[PoolPlan, ...] = ()
-    """Plans that fit the GPUs and are over a pool's host (`pool_plan.host_fits`): left out of
+    """Plans that fit the GPUs and are over a pool's host (`pool_host.host_ok`): left out of
     `plans` and of every bound's comparison, as each is scored."""
 
 
@@ -164,7 +168,7 @@ def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataS
                 continue
         scored += 1
         plan = score(job, lay, headroom_pct)
-        if plan is not None and not host_fits(plan):
+        if plan is not None and not host_ok(plan.job, plan.layout):
             over.append(plan)
         elif plan is not None:
             found.append((place, plan))
@@ -199,7 +203,7 @@ def _waiting(
             break
         scored += 1
         plan = score(job, lay, headroom_pct)
-        if plan is not None and not host_fits(plan):
+        if plan is not None and not host_ok(plan.job, plan.layout):
             over.append(plan)
         elif plan is not None:
             found.append((place, plan))

@@ -89,8 +89,8 @@ def tightened(job: Job, p: PoolSplitProblem, plan: PoolPlan) -> PoolSplitProblem
     caps = [list(row) for row in p.most_layers]
     lowered = False
     for r, (y, k) in enumerate(zip(plan.split.layers, plan.split.pools, strict=True)):
+        # caps exist only where nothing but the optimizer is offloaded (`layer_caps`)
         held = host_memory.optimizer_bytes(plan.job, plan.layout, (r,))
-        held += host_memory.activation_bytes(plan.job, plan.layout, (r,))
         if held > usable(job, k) and caps[r][k] >= y:
             caps[r][k] = y - 1
             lowered = True

@@ -5,10 +5,12 @@ and `planner.search.pool_data`, its data-parallel replicas across them): the pla
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import host_memory, memory, performance
+from planner.model import memory, performance
+from planner.search.rules.context import exchange_for
 from planner.search.solver import PoolSplit
 
 MICRO_BATCHES = (1, 2, 4)
@@ -34,11 +36,13 @@ class PoolPlan:
         return self.performance.step_time_s
 
 
-def host_fits(plan: PoolPlan | None) -> bool:
-    """Whether a scored plan's host memory fits too, each stage against its own pool's host
-    share (`host_memory.estimate`): the pooled searches keep no plan whose offloaded optimizer
-    or activations are over a pool's host, as the one-kind search keeps none (`variants`)."""
-    return plan is not None and host_memory.estimate(plan.job, plan.layout).fits
+def pool_layout(job: Job, tp: int, cp: int, **fields: Any) -> Layout:
+    """A pooled search's layout of degrees `tp` and `cp` and the other `fields`: sequence
+    parallelism at tp > 1 and the CP exchange the job takes (`exchange_for`), as both pooled
+    searches (`pool_search`, `pool_data`) build them."""
+    return Layout(
+        tp=tp, cp=cp, cp_comm_type=exchange_for(job, tp, cp), sequence_parallel=tp > 1, **fields
+    )
 
 
 def expert_degrees(job: Job, cp_dp: int) -> list[int]:

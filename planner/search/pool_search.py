@@ -37,7 +37,7 @@ from planner.search.pool_bounds import TimeLines, lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pool_host import capped_bound_s, caps_allow, usable
-from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees
+from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, pool_layout
 from planner.search.pool_recompute import needless, recompute_rungs
 from planner.search.pools import (
     Recomputed,
@@ -49,9 +49,8 @@ from planner.search.pools import (
     time_lines,
 )
 from planner.search.rules import violations
-from planner.search.rules.context import exchange_for
 from planner.search.solver import PoolSplitProblem, solve_pools
-from planner.search.top_k import simplicity
+from planner.search.top_k import rank_key
 from planner.search.twins import fold
 
 __all__ = ["MICRO_BATCHES", "PoolSearch", "expert_degrees", "layouts", "search"]
@@ -157,14 +156,13 @@ def layouts(job: Job) -> list[Layout]:
                         continue
                     overlaps = (False, True) if tp > 1 else (False,)
                     for rung, zero, ov in itertools.product(kinds, ZERO_STAGES, overlaps):
-                        base = Layout(
-                            tp=tp,
+                        base = pool_layout(
+                            job,
+                            tp,
+                            cp,
                             pp=pp,
                             dp=dp,
-                            cp=cp,
-                            cp_comm_type=exchange_for(job, tp, cp),
                             ep=ep,
-                            sequence_parallel=tp > 1,
                             tp_comm_overlap=ov,
                             micro_batch_size=mbs,
                             zero_stage=zero,
@@ -224,7 +222,7 @@ def search(
     layouts_seen = len(todo)
     data, best_pipeline = None, None
     if job.pools_data_parallel:  # the replicas across the pools too (planner.search.pool_data)
-        known = [r.candidate.step_time for r in fold(sorted(plans, key=rank))]
+        known = [r.candidate.step_time for r in fold(sorted(plans, key=rank_key))]
         data = pool_data.search(job, headroom_pct, top, known)
         layouts_seen += data.layouts
         solved += data.scored
@@ -240,7 +238,7 @@ def search(
 
     near, refused = (None, None) if plans else closest(job, headroom_pct, todo)
     host_over = None if plans else _host_over(job, over, refused_host)
-    rows = fold(sorted(plans, key=lambda q: (key(q), *rank(q))))[:top]
+    rows = fold(sorted(plans, key=lambda q: (key(q), *rank_key(q))))[:top]
     return PoolSearch(
         tuple(r.candidate for r in rows),
         solved,
@@ -274,17 +272,11 @@ def _host_over(job: Job, over: list[PoolPlan], refused: list[Layout]) -> str | N
     )
 
 
-def rank(plan: PoolPlan) -> tuple[float, tuple[int, ...]]:
-    """Step time first, `top_k.simplicity` breaking exact ties (as the one-kind search ranks:
-    of twins, the fewest cp ranks first)."""
-    return plan.step_time, simplicity(plan.layout)
-
-
 def row_cut(plans: list[PoolPlan], top: int) -> float | None:
     """The step of the top-th row of `plans` ranked and their twins folded
     (`planner.search.twins.fold`, as `top_k` cuts with `fold_twins`), None while fewer: a layout
     whose bound is at least this holds nothing of the top rows (a twin of a row joins it)."""
-    rows = fold(sorted(plans, key=rank))
+    rows = fold(sorted(plans, key=rank_key))
     return rows[top - 1].candidate.step_time if len(rows) >= top else None
 
 

@@ -162,43 +162,29 @@ def layouts_in(
     space: Space,
     s: Structure,
     opts: list[Option],
-    of: Callable[[int, int, Split], list[Base]] | None = None,
+    of: Bases | None = None,
     sizes: ShapeSizes | None = None,
     alike: dict[tuple[object, ...], VppCounts] | None = None,
 ) -> int:
     """Layouts the options of one structure stand for: each base times its ZeRO stages and every
-    rung Megatron allows on it, the ladders counted whole. `of(mbs, vpp, split)`: the structure's
-    `bases`, where the caller remembers them (a `Bases`: counted without making them,
-    `shape_counts.total`); `sizes`: `shape_sizes(opts)`, where it has them; `alike`: where the
-    caller keeps `shape_counts.vpp_counts` for its structures, keyed by `sizes`' identity (the
-    caller keeps them alive) and what those read of the structure (pp, TP overlap)."""
+    rung Megatron allows on it, the ladders counted whole, without making the bases
+    (`shape_counts.total`). `of`: the structure's `Bases`, where the caller has them; `sizes`:
+    `shape_sizes(opts)`, where it has them; `alike`: where the caller keeps
+    `shape_counts.vpp_counts` for its structures, keyed by `sizes`' identity (the caller keeps
+    them alive) and what those read of the structure (pp, TP overlap)."""
     sizes = shape_sizes(opts) if sizes is None else sizes
-    if isinstance(of, Bases):
-        # the ZeRO stages read the structure's degrees alone: its layout's are every base's
-        made = of.counter()
-        if not made.plains:
-            return 0
-        key = (id(sizes), s.pp, made.plains[0].tp_comm_overlap)
-        counts = None if alike is None else alike.get(key)
-        if counts is None:
-            counts = shape_counts.vpp_counts(made, sizes)
-            if alike is not None:
-                alike[key] = counts
-        rungs = shape_counts.total(made, counts)
-        return rungs * len(zero_stages(space, s.layout())) if rungs else 0
-    # the bases' rungs and ZeRO stages do not depend on the micro-batch size: count each
-    # (vpp, split) once, times its micro-batch sizes
-    of = of or ShapeBases(job, space, s)
-    total = 0
-    zeros = -1  # the ZeRO stages read the structure's degrees alone: the same on every base
-    for mbs, vpp, split, n in sizes:
-        per_zero = 0
-        for base in of(mbs, vpp, split):
-            if zeros < 0:
-                zeros = len(zero_stages(space, base.layout))
-            per_zero += len(base.single) + sum(ld.hi - ld.lo + 1 for ld in base.ladders)
-        total += n * per_zero
-    return total * max(zeros, 0)
+    made = (of or Bases(job, space, s)).counter()
+    if not made.plains:
+        return 0
+    key = (id(sizes), s.pp, made.plains[0].tp_comm_overlap)
+    counts = None if alike is None else alike.get(key)
+    if counts is None:
+        counts = shape_counts.vpp_counts(made, sizes)
+        if alike is not None:
+            alike[key] = counts
+    rungs = shape_counts.total(made, counts)
+    # the ZeRO stages read the structure's degrees alone: its layout's are every base's
+    return rungs * len(zero_stages(space, s.layout())) if rungs else 0
 
 
 @dataclass(frozen=True)

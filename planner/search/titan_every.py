@@ -107,7 +107,7 @@ def fewest_every(
         n = options[i]
         trial = every_n(lay, n)
         if fits(i) and not rules.violations(every_job(job, n), trial):
-            return _smallest_of_equals(job, lay, options, i, reports, fits)
+            return _smallest_of_equals(job, lay, options, i, trial, reports, fits)
     return None
 
 
@@ -116,17 +116,18 @@ def _smallest_of_equals(
     lay: Layout,
     options: list[int],
     i: int,
+    first: Layout,
     reports: dict[int, memory.MemoryReport],
     fits: Callable[[int], bool],
 ) -> tuple[Candidate, int]:
-    """From the fewest-recompute layout that fits and the rules take (options[i]), the smallest
-    N whose step is as fast: two N can recompute as many layers a rank at other positions, the
-    same step with less memory (QA: N 7 and 6 at 3.2260893 s, 77.25 and 76.43 GiB), and the
-    brute force takes the smallest N of equals (tests/search/test_titan_variants.py). Memory
-    falls as N does, so each later option fits; the step does not fall, so the first slower one
-    ends the run."""
+    """From the fewest-recompute layout that fits and the rules take (`first`, options[i]), the
+    smallest N whose step is as fast: two N can recompute as many layers a rank at other
+    positions, the same step with less memory (QA: N 7 and 6 at 3.2260893 s, 77.25 and 76.43
+    GiB), and the brute force takes the smallest N of equals (tests/search/
+    test_titan_variants.py). Memory falls as N does, so each later option fits; the step does
+    not fall, so the first slower one ends the run."""
     n = options[i]
-    best = Candidate(every_n(lay, n), reports[i], cost.estimate(job, every_n(lay, n)))
+    best = Candidate(first, reports[i], cost.estimate(job, first))
     for k in range(i + 1, len(options)):
         trial = every_n(lay, options[k])
         perf = cost.estimate(job, trial)

@@ -76,7 +76,7 @@ from planner.search.structure_queue import (
     layouts_in,
     shape_sizes,
 )
-from planner.search.twins import TWIN_REL_TOL, Row, fold, same_time
+from planner.search.twins import TWIN_REL_TOL, Ranked, Row, fold, same_time
 from planner.search.variants import Candidate, best_variants
 
 __all__ = ["Candidate", "Queued", "SearchResult", "rank_key", "search", "simplicity"]
@@ -98,8 +98,9 @@ def simplicity(lay: Layout) -> tuple[int, ...]:
     )
 
 
-def rank_key(c: Candidate) -> tuple[float, tuple[int, ...]]:
-    """Step time first; `simplicity` breaks exact ties."""
+def rank_key(c: Ranked) -> tuple[float, tuple[int, ...]]:
+    """Step time first; `simplicity` breaks exact ties (of twins, the fewest cp ranks first;
+    a pooled search's plans too)."""
     return (c.step_time, simplicity(c.layout))
 
 

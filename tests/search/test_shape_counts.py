@@ -74,7 +74,7 @@ def test_layouts_in_counts_without_the_bases(name: str) -> None:
             continue
         sizes = sizes_of.setdefault((s.dp, s.pp), shape_sizes(opts))
         of = Bases(job, space, s)
-        got = layouts_in(job, space, s, opts, of, sizes, alike)  # type: ignore[arg-type]
+        got = layouts_in(job, space, s, opts, of, sizes, alike)
         assert not of.memo, "counting made bases"
         assert got == _count(job, space, s), s
         counted += got
