@@ -16,6 +16,7 @@ def check_precision(training: TrainingSection, arch: ModelArch, where: str) -> N
     _bf16_layers(training, arch, where)
     _fp8_attention(training, where)
     _fp8_output_proj(training, where)
+    _dsa_bf16(training, arch, where)
     _fp32(training, arch, where)
 
 
@@ -67,6 +68,23 @@ def _params_dtype(training: TrainingSection, where: str) -> None:
         raise InputError(f'{where}: training.{field}: "{params}": {why}')
 
 
+def _dsa_bf16(training: TrainingSection, arch: ModelArch, where: str) -> None:
+    """DeepSeek sparse attention trains with bf16 activations only: its indexer rotates q and k
+    (dsa_indexer_rotate_activation, on by default: Megatron-LM d98e8a64 transformer_config.py:348,
+    dsa.py:1311-1313), and rotate_activation asserts bf16 input (dsa.py:264-266). An fp16 or fp32
+    run's activations (and an FP8 / NVFP4 run's with fp16 or fp32 parameters) take the parameters'
+    dtype, so the first DSA layer's forward raises."""
+    params = params_dtype(training)
+    if not arch.has_dsa or params == "bf16":
+        return
+    field = "precision" if training.precision not in QUANTISED else "params_dtype"
+    raise InputError(
+        f'{where}: training.{field}: "{getattr(training, field)}" with DeepSeek sparse attention: '
+        f"its indexer's rotate_activation asserts bf16 input (Megatron-LM dsa.py:264-266), and "
+        f'{params} parameters give {params} activations; use "bf16"'
+    )
+
+
 def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
     """fp32 training as planner models it (`planner.model.fp32`): Megatron-LM's transformer
     layers (dense, MoE, MLA) and nothing planner counts only in 16 bits; its gradient buffers
@@ -82,7 +100,6 @@ def _fp32(training: TrainingSection, arch: ModelArch, where: str) -> None:
     else:
         field = f'{where}: training.params_dtype: "fp32"'
     unmodelled = [
-        (arch.has_dsa, "DeepSeek sparse attention"),
         (
             any(k.mixer not in (None, "attention") for k in arch.kinds),
             "Mamba / gated-delta-net layers",

@@ -216,3 +216,16 @@ def test_a_logs_printed_dsa_arguments_read_back() -> None:
     plain = LOG.replace(" dsa\n", " None\n")
     (run,) = megatron_log.parse(plain, Path("plain.log")).runs
     assert not any("dsa" in w for w in megatron_log_args.words(run))
+
+
+@pytest.mark.parametrize(
+    ("precision", "field"),
+    [("--fp16 ", "precision"), ("", "precision"), ("--fp16 --fp8-format hybrid ", "params_dtype")],
+)
+def test_dsa_needs_bf16_activations(precision: str, field: str) -> None:
+    # Megatron-LM d98e8a64 dsa.py:264-266: rotate_activation asserts bf16 input, and the indexer
+    # rotates q and k by default (transformer_config.py:348, dsa.py:1311-1313); --fp16, fp32
+    # (neither flag) and FP8 over fp16 parameters give activations of another dtype
+    r = read(BASE.replace("--bf16 ", precision) + DSA)
+    with pytest.raises(InputError, match=f"training.{field}: .* rotate_activation asserts bf16"):
+        check_plan(parse_plan(r.doc))
