@@ -18,14 +18,21 @@ BF16 = 2
 FP32 = 4
 LINEAR_INPUT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
 """Bytes per element a linear layer keeps of its input for the weight gradient, by the training's
-precision: bf16, fp16; FP8 8 bits; NVFP4 4 bits with a 1-byte E4M3 scale per 16 (Transformer Engine
-linear.py @d0067d0d keeps only the column-wise copy the wgrad GEMM reads:
-`update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
+precision: bf16, fp16; FP8 8 bits (per-tensor scales: delayed, tensorwise); NVFP4 4 bits with a
+1-byte E4M3 scale per 16 (Transformer Engine linear.py @d0067d0d keeps only the column-wise copy
+the wgrad GEMM reads: `update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
+
+BLOCK_SCALED_FP8_INPUT_BYTES = 1.0 + 1.0 / 32
+"""The FP8 column-wise copy with its block scales: MXFP8 one E8M0 byte per 32 values
+(TransformerEngine d0067d0d tensor/mxfp8_tensor.py:139-175, columnwise scale_inv [M/32, K]
+uint8); blockwise one fp32 per 1 x 128 (tensor/float8_blockwise_tensor.py:202-207,
+[ceil(M/128), K] fp32: 4/128 = 1/32 too)."""
 
 
 def linear_input_bytes(job: Job) -> float:
     """Bytes per element a linear layer keeps of its input (`Shard.linear_bytes`): the
-    precision's (`LINEAR_INPUT_BYTES`, Transformer Engine's quantised copy), but under torchtitan
+    precision's (`LINEAR_INPUT_BYTES`, Transformer Engine's quantised copy, with its block scales
+    under MXFP8 and blockwise FP8: `BLOCK_SCALED_FP8_INPUT_BYTES`), but under torchtitan
     the bf16 input itself: torchao's float8 linear saves the high-precision input and weight and
     casts them again in the backward (pytorch/ao 36027d82 torchao/float8/float8_linear.py:45,
     `ctx.save_for_backward(input_hp, weight_hp_t)`), as its grouped GEMM does for the routed
@@ -33,6 +40,8 @@ def linear_input_bytes(job: Job) -> float:
     from the source, so the larger is counted."""
     if job.framework == "torchtitan":
         return BF16
+    if job.precision == "fp8" and job.fp8_recipe in ("mxfp8", "blockwise"):
+        return BLOCK_SCALED_FP8_INPUT_BYTES
     return LINEAR_INPUT_BYTES[job.precision]
 
 
