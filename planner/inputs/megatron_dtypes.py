@@ -130,3 +130,29 @@ def _optimizer_offload(line: Line, aware: bool) -> dict[str, Any]:
     if fraction == 0:  # all on the GPU, in the host optimizer's fp32 copies and moments
         out["optimizer_state_dtype"] = "fp32"
     return out
+
+
+def fp8_wgrad_note(line: Line, fp8: bool) -> str | None:
+    """How --no-fp8-wgrad / --disable-fp8-wgrad (fp8_wgrad False, d98e8a64
+    transformer_config.py:631) is read: as a no-op, its note saying why; None when absent.
+    Megatron-LM passes it only to the delayed-scaling recipe, as `override_linear_precision=(False,
+    False, not fp8_wgrad)` (fp8_utils.py:772-776, TE >= 2.1; :805-809 before); the tensorwise,
+    blockwise, mxfp8 and custom recipes (:777-792) never take it. Transformer Engine from 2.0
+    (544dd14b4) has no such field in DelayedScaling (recipe/__init__.py, a pydantic dataclass that
+    drops the keyword) and no module reads it, so the wgrad GEMM stays FP8 and TE keeps the
+    quantised input for it (linear.py d0067d0d:619-621)."""
+    flag = next((f for f in ("--no-fp8-wgrad", "--disable-fp8-wgrad") if line.has(f)), None)
+    if flag is None:
+        return None
+    if not fp8:
+        return f"{flag}: no effect without --fp8-format (fp8_utils.py:772-776 reads it in FP8 only)"
+    recipe = line.text("--fp8-recipe") or "delayed"  # TransformerConfig's default recipe
+    why = (
+        "Transformer Engine 2.0 and later dropped DelayedScaling's override_linear_precision, "
+        "which is all Megatron-LM passes it to (fp8_utils.py:772-776): the weight-gradient GEMM "
+        "stays FP8 on the TE >= 2.1 planner models"
+        if recipe == "delayed"
+        else f"Megatron-LM passes it only to delayed scaling (fp8_utils.py:772-776), not to the "
+        f"{recipe} recipe (:777-792)"
+    )
+    return f"{flag}: read as a no-op: {why}"

@@ -89,6 +89,10 @@ PRECISION_FLAGS: tuple[str, ...] = (
 (`planner.emit.megatron`): bf16, FP8 with its recipe and param gather, the MXFP8 output layer,
 NVFP4, and the layers kept in bf16."""
 
+FP8_WGRAD_FLAGS = ("--no-fp8-wgrad", "--disable-fp8-wgrad")
+"""The two spellings of fp8_wgrad False (TransformerConfig d98e8a64 transformer_config.py:631),
+read as a no-op with a note (`megatron_dtypes.fp8_wgrad_note`); the launch does not write them."""
+
 READ = frozenset(
     {
         # model shape
@@ -279,6 +283,7 @@ READ = frozenset(
         "--loss-scale",  # (fp16's dynamic scaling turns the check off)
         # precision and kernels
         *PRECISION_FLAGS,
+        *FP8_WGRAD_FLAGS,
         "--fp16",
         "--attention-backend",
         "--flash-attention-version",  # with --attention-backend flash: attention_kernel
@@ -352,6 +357,10 @@ REFUSED: dict[str, str] = {
     "JSON (HeterogeneousTransformerConfig), which planner does not read",
     "--fp32-residual-connection": "the residual stream, and the tensors the pipeline sends, are "
     "then fp32 (TransformerConfig), which planner counts in bf16",
+    "--te-precision-config-file": "each matching module then runs the quantization recipe that "
+    "YAML names (d98e8a64 argument_utils.py:365-368 load_quantization_recipe, "
+    "arguments.py:2020-2022), a file planner does not read: planner does not model per-module "
+    "precision overrides",
 }
 """Megatron-LM flags that change memory in ways planner does not model and that it cannot bound
 by a note: a line with one is refused (exit 2) rather than judged with the memory under-counted.

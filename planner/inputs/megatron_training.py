@@ -13,6 +13,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.megatron_dtypes import (
     FP32_NOTE,
     FP32_QUANTISED_NOTE,
+    fp8_wgrad_note,
     fp16_note,
     optimizer_dtypes,
 )
@@ -105,6 +106,8 @@ def training_table(
         recipe = line.text("--fp8-recipe")
         if recipe is not None:
             training["fp8_recipe"] = recipe
+    if (wgrad := fp8_wgrad_note(line, fp8)) is not None:
+        notes.append(wgrad)
     if line.has("--fp8-output-proj"):  # the plan's check repeats Megatron's: fp8 with mxfp8
         training["fp8_output_proj"] = True
     if fp16 and bf16:  # validate_args: `if args.fp16: assert not args.bf16`
