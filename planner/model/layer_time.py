@@ -207,7 +207,8 @@ class Layer:
     """Of `ep`, the seconds the shared experts' GEMMs run under (Megatron
     --moe-shared-expert-overlap: `dispatch.shared_overlap`)."""
     weight_cast: float = 0.0
-    """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch)."""
+    """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch); 0
+    where they are cast on every use, in `fwd` and `bwd` (`linear_time.weights_cast_per_use`)."""
     offload: float = 0.0
     """Seconds to move the layer's saved activations over the host link one way (CPU
     offloading: out in the forward, back before the backward)."""
@@ -338,9 +339,13 @@ def _core(
     slow = _wgrad_slowdown(job, gpu)  # not on the GEMMs its recipe leaves alone
     wgrad = (grads - 1) * (gemm_fwd * slow - (slow - 1) * linear_time.wgrad_exempt(job, p.lin))
     bwd = gemm_fwd + wgrad + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
+    lin = p.lin
+    if linear_time.weights_cast_per_use(job, lay):  # each orientation in its own pass
+        fwd, bwd = fwd + lin.weight_cast / 2, bwd + lin.weight_cast / 2
+        lin = lin._replace(weight_cast=0.0)
     offload = act_bytes / host_link_bandwidth(job)
     return LayerCore(
-        *p.lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
+        *lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
     )
 
 

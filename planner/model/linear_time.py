@@ -12,7 +12,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
-from planner.model import comms, gemm_shapes, layer_tp
+from planner.model import comms, fsdp2, gemm_shapes, layer_tp
 from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
@@ -69,6 +69,17 @@ def linear_times(
         casts.append(c * q * (m * k + m * n) / gpu.hbm)
         weight_cast += c * q * k * n / gpu.hbm
     return LinearTimes(tuple(shapes), tuple(parts), tuple(times), tuple(casts), weight_cast)
+
+
+def weights_cast_per_use(job: Job, lay: Layout) -> bool:
+    """Whether the quantised linear layers cast their weights on every use rather than once per
+    step: torchtitan's float8 (torchao Float8Linear casts the bf16 weight in each forward and
+    again, in the other orientation, from the saved bf16 weight in each backward; pytorch/ao
+    36027d82 torchao/float8/float8_linear.py:73, :131; nothing is cached across micro-batches,
+    unlike Transformer Engine's is_first_microbatch), except where the float8 FSDP all-gather
+    runs (`fsdp2.float8_gather`: the shard is cast before each gather and the gathered float8
+    weight serves both GEMMs, which the once-per-step charge stands for)."""
+    return job.framework == "torchtitan" and job.quantised and not fsdp2.float8_gather(job, lay)
 
 
 def experts_recipe(job: Job) -> str | None:
