@@ -7,8 +7,8 @@ Its first `--optimizer-offload-fraction` of the shard's parameters (by count, in
 argument defaults to 1.0) get a pinned fp32 copy in host memory, updated there by torch's AdamW
 (fused=True); the rest a fp32 copy on the GPU, updated by the GPU's FusedAdam
 (`planner.inputs.job.OFFLOAD_GPU_PART_BYTES`, the memory side). Each step (`step`):
-1. device to host: each offloaded parameter's main gradient into a pinned host buffer
-   (`Job.grad_bytes` a parameter);
+1. device to host: each offloaded parameter's main gradient into a pinned fp32 host buffer
+   (D2H_BYTES a parameter);
 2. the CPU's AdamW over the offloaded share: it reads the fp32 master, gradient and two moments
    and writes back the master and moments, CPU_ADAM_BYTES of host memory a parameter;
 3. host to device: each updated fp32 master copied into the GPU's parameter (`copy_` of an fp32
@@ -37,6 +37,13 @@ from planner.model.host_link import gpu_share, host_link_bandwidth
 CPU_ADAM_BYTES = 4.0 * 4 + 4.0 * 3
 """Host-memory bytes per offloaded parameter of torch's AdamW step: the fp32 master, gradient,
 exp_avg and exp_avg_sq read (16), the master and both moments written (12)."""
+
+D2H_BYTES = 4.0
+"""Bytes per offloaded parameter copied to the host: its gradient, in fp32 whatever the GPU
+buffer's dtype. The host buffer takes the fp32 clone's dtype (hybrid_optimizer.py:106-113,
+`torch.empty(param.shape, dtype=param.dtype, ...)`), and a non-blocking copy converts on the GPU
+before the transfer (PyTorch aten/src/ATen/native/cuda/Copy.cu `copy_kernel_cuda`: "If
+non_blocking is true - type conversions are performed on the GPU")."""
 
 H2D_BYTES = 4.0
 """Bytes per offloaded parameter copied back to the GPU: the fp32 master (hybrid_optimizer.py
@@ -83,8 +90,30 @@ def host_step_time(job: Job, offloaded: float, overlap: bool) -> float:
         return 0.0
     link = host_link_bandwidth(job)
     parts = (
-        offloaded * job.grad_bytes / link,
+        offloaded * D2H_BYTES / link,
         offloaded * CPU_ADAM_BYTES / host_memory_bandwidth(job),
         offloaded * H2D_BYTES / link,
     )
     return max(parts) if overlap else sum(parts)
+
+
+def gpu_extra_bytes(job: Job, zero_stage: int) -> float:
+    """Bytes per parameter of the optimizer's shard that the offloaded optimizer keeps on the GPU
+    beyond `Job.optimizer_bytes` (its GPU share at OFFLOAD_GPU_PART_BYTES), between steps and so
+    at the activations' peak:
+    - ZeRO 2 / 3 (Megatron-FSDP): the fp32 main weights of the offloaded share too. The
+      optimizer's parameters are views of Megatron-FSDP's fp32 main-weight buffer, allocated
+      whatever the offload (megatron_fsdp/param_and_grad_buffer.py:2689-2706, :3250-3261), and
+      HybridDeviceOptimizer only clones the offloaded ones to the host (hybrid_optimizer.py:274):
+      4 x fraction.
+    - ZeRO 0 / 1 with bf16 gradient buffers: the GPU share's fp32 clones get
+      `grad.to(fp32_param.dtype)` (hybrid_optimizer.py:93), a new fp32 tensor the outer
+      zero_grad never clears (:445-455): it lives until the next step replaces it, 4 x (1 -
+      fraction). With fp32 buffers the cast returns the buffer itself.
+    None with fp32 parameters, which are their own masters (no clone, no cast)."""
+    f = job.optimizer_offload_fraction
+    if f <= 0 or job.framework != "megatron" or job.params_dtype == "fp32":
+        return 0.0
+    if zero_stage >= 2:
+        return D2H_BYTES * f
+    return D2H_BYTES * (1.0 - f) if job.main_grad_dtype == "bf16" else 0.0

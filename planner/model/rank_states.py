@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import adam_step, buffers, fsdp2, muon_step
+from planner.model import adam_step, buffers, fsdp2, muon_step, optimizer_offload
 from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
@@ -71,6 +71,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     z, g = layout.zero_stage, job.grad_bytes
     opt, w = adam_bytes(job, z), weight_bytes(job)  # fp32 training: 4-byte weights, no master
     opt -= adam_step.master_saving(job, z)  # TE's 16-bit master or fp32 master's remainder
+    opt += optimizer_offload.gpu_extra_bytes(job, z)  # what the CPU offload leaves on the GPU
     # each of Megatron's distributed-optimizer instances shards over its slice of the groups
     n = job.optimizer_instances
     dense_dp, expert_dp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
