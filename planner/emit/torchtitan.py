@@ -159,6 +159,13 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             "came with the Python configurations): set loss_chunks = 1, or write the module "
             "(launch --target torchtitan-module)"
         )
+    if titan.num_mtp_layers:
+        raise InputError(
+            f"{where}: torchtitan.num_mtp_layers: {titan.num_mtp_layers}: torchtitan "
+            f"{TORCHTITAN_COMMIT[:8]} has no multi-token prediction (it came with the Python "
+            "configurations, b5bcd76c models/deepseek_v3/mtp.py): write the module (launch "
+            "--target torchtitan-module)"
+        )
     if job.attention_kernel == "flash2":
         raise InputError(
             f"{where}: training.attention_kernel: flash2 is torchtitan before Oct 2025; at "

@@ -189,6 +189,8 @@ def _model_spec(plan: Plan, model: str, flavor: str) -> tuple[str, list[str]]:
         args.append("moe_comm_backend='deepep'")
     if model == "gpt_oss" and lay.cp > 1:
         args.append("attn_backend='flex'")
+    if job.titan.num_mtp_layers:  # deepseek_v3's MTP depths (__init__.py:616-628)
+        args.append(f"num_mtp_layers={job.titan.num_mtp_layers}")
     return f"model_registry({', '.join(args)})", imports
 
 
@@ -239,10 +241,13 @@ def render(plan: Plan, job_name: str) -> str:
     loss_imports = "CrossEntropyLoss"
     if titan.loss_chunks > 1:
         loss_imports = "ChunkedLossWrapper, CrossEntropyLoss"
+    loss_import = f"from torchtitan.components.loss import {loss_imports}"
+    if titan.num_mtp_layers:  # MTPLoss (models/deepseek_v3/mtp.py:321-406)
+        loss_import = f"from torchtitan.models.{model}.mtp import MTPLoss"
     imports = sorted(
         {
             "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
-            f"from torchtitan.components.loss import {loss_imports}",
+            loss_import,
             "from torchtitan.models.common.config_utils import decoder_vocab_size",
             "from torchtitan.config import CompileConfig, ParallelismConfig",
             f"from torchtitan.models.{model} import model_registry",
@@ -281,8 +286,12 @@ def render(plan: Plan, job_name: str) -> str:
         f"config.checkpoint.interval = {p.checkpoint_interval_steps}",
         "config.profiler.enable_profiling = False",
     ]
-    loss_fn = "CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))"
-    if titan.loss_chunks > 1:
+    vocab = "global_vocab_size=decoder_vocab_size(config.model_spec)"
+    loss_fn = f"CrossEntropyLoss.Config({vocab})"
+    if titan.num_mtp_layers:  # the main and each depth's loss
+        scale = f"mtp_scale={titan.mtp_scale!r}, " if titan.mtp_scale != 0.3 else ""
+        body.append(f"config.loss = MTPLoss.Config({scale}{vocab})")
+    elif titan.loss_chunks > 1:
         body += [
             "config.loss = ChunkedLossWrapper.Config(",
             f"    num_chunks={titan.loss_chunks},",

@@ -134,7 +134,7 @@ def build_job(
     check_fused_grouped_mlp(training, arch, where)
     check_t5(training, arch, where)
     framework = training.framework
-    arch = trained_by(arch, framework)
+    arch = trained_by(arch, framework, titan.num_mtp_layers if titan else 0)
     if training.framework == "megatron" and titan is not None:
         raise InputError(
             f'{where}: torchtitan: the [torchtitan] table needs training.framework = "torchtitan" '
@@ -262,13 +262,15 @@ def parse_plan(data: dict[str, Any], path: Path | None = None) -> Plan:
     return Plan(job=job, layout=layout, path=path, model_ref=dict(doc.model), inert=unread)
 
 
-def trained_by(arch: ModelArch, framework: Framework) -> ModelArch:
-    """The model as `framework` builds it: torchtitan's DeepSeek-V3 has no multi-token
-    prediction (pytorch/torchtitan e347b1e5: no MTP module in models/deepseek_v3; b5bcd76c's
-    model_registry builds num_mtp_layers = 0 unless asked, and its baselines do not ask), so a
-    zoo model's MTP layers are not trained, held or pipelined there."""
-    if framework == "torchtitan" and arch.mtp_num_layers and arch.hybrid_layer_pattern is None:
-        return arch.model_copy(update={"mtp_num_layers": 0, "mtp_use_repeated_layer": False})
+def trained_by(arch: ModelArch, framework: Framework, mtp: int = 0) -> ModelArch:
+    """The model as `framework` builds it: torchtitan builds DeepSeek-V3's multi-token prediction
+    only when asked (b5bcd76c models/deepseek_v3/__init__.py:616-628, num_mtp_layers = 0 unless
+    given; e347b1e5 has no MTP module), so a torchtitan plan's model has `mtp` MTP depths
+    (`[torchtitan] num_mtp_layers`), whatever the zoo model's: each its own copy (no repeated
+    layer, __init__.py:291-316)."""
+    titan = framework == "torchtitan" and arch.hybrid_layer_pattern is None
+    if titan and (arch.mtp_num_layers, arch.mtp_use_repeated_layer) != (mtp, False):
+        return arch.model_copy(update={"mtp_num_layers": mtp, "mtp_use_repeated_layer": False})
     return arch
 
 
@@ -298,6 +300,9 @@ def reframe(job: Job, framework: Framework) -> Job:
             f"--framework: torchtitan, but the job trains with {job.params_dtype} parameters "
             f"(precision {job.precision}): {why}"
         )
+    # torchtitan's default: no MTP layers (num_mtp_layers 0), whatever the model was trained
+    # with; MTP would hold the search to pp 1 and cp 1 (rules.torchtitan_mtp), so a job asks
+    # for it with [torchtitan] num_mtp_layers
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
     arch = trained_by(job.arch, framework)

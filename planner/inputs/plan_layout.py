@@ -27,19 +27,22 @@ def _vpp(section: ParallelSection, stages: tuple[str, ...] | None) -> int:
     return 1
 
 
-def torchtitan_stages(num_layers: int, stages: int) -> tuple[str, ...]:
+def torchtitan_stages(num_layers: int, stages: int, mtp: int = 0) -> tuple[str, ...]:
     """torchtitan's default split over its pp x vpp stages (pipeline_parallel.py
     `generate_llm_fqn_per_model_part`, first / last_stage_less_layers = 1): num_layers + 2
     "effective layers" split evenly, the first stages one more, the embedding and the norm and
     output taking one layer's place in the first and the last stage; in planner's stage strings
-    (E embedding, t decoder layer, L loss)."""
+    (E embedding, t decoder layer, L loss); `mtp` MTP layers (m) before the loss, where
+    torchtitan refuses them (models/deepseek_v3/mtp.py:196-206 at b5bcd76c: rules.mtp says so,
+    not the layout)."""
     per, extra = divmod(num_layers + 2, stages)
     out, left = [], num_layers
     for k in range(stages):
         n = per + (k < extra) - (k == 0) - (k == stages - 1)
         take = max(min(n, left), 0)
         left -= take
-        out.append(("E" if k == 0 else "") + "t" * take + ("L" if k == stages - 1 else ""))
+        last = "m" * mtp + "L" if k == stages - 1 else ""
+        out.append(("E" if k == 0 else "") + "t" * take + last)
     return tuple(out)
 
 
@@ -102,7 +105,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         # torchtitan's own split, unless the plan gives one
         named = job.titan.pipeline_schedule
         vpp = section.vpp or (2 if named is not None and named not in SINGLE_STAGE else 1)
-        stages = torchtitan_stages(job.arch.num_layers, section.pp * vpp)
+        stages = torchtitan_stages(job.arch.num_layers, section.pp * vpp, job.arch.mtp_num_layers)
     if section.pipeline_model_parallel_layout is not None:
         text = section.pipeline_model_parallel_layout
         stages = pipeline_layout.parse(text)

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.fields import Flag, PositiveInt
+from planner.inputs.fields import Flag, NonNegativeInt, PositiveInt
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
 """pytorch/torchtitan commit whose torchtitan/config/job_config.py the emitted TOML follows."""
@@ -84,8 +84,8 @@ NOT_SHAPE = frozenset(
 )
 """ModelArch fields no torchtitan flavor has: the model's names and where its figures come from,
 Megatron's vocabulary padding (torchtitan sizes the embedding and the output at the flavor's
-vocab_size, unpadded), and the multi-token prediction layers its flavors do not build (a
-torchtitan plan's model has none: `planner.inputs.plan.trained_by`)."""
+vocab_size, unpadded), and the multi-token prediction layers, which torchtitan builds only when
+asked (`TorchtitanSection.num_mtp_layers`, `planner.inputs.plan.trained_by`)."""
 
 
 def _shape(arch: ModelArch) -> dict[str, Any]:
@@ -149,6 +149,21 @@ max_context_length."""
 
 MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss"})
 """torchtitan models with MoE layers (torchtitan/models/moe), the only ones it runs EP for."""
+
+MTP_FAMILY = "deepseek_v3"
+"""The one torchtitan model whose model_registry takes num_mtp_layers (b5bcd76c
+models/deepseek_v3/__init__.py:616-628; the others' raise TypeError on it,
+`torchtitan_refusals.MODEL_REGISTRY`): its MTPDecoder (mtp.py:164-275) raises under pipeline
+and context parallelism (mtp.py:196-206) and with the chunked loss (mtp.py:268-272)."""
+
+
+def mtp_family(arch: ModelArch) -> str | None:
+    """The torchtitan model `arch`'s flavor belongs to where it is not MTP_FAMILY (it takes no
+    num_mtp_layers), else None (DeepSeek-V3's flavor, or a model of no flavor: planned as
+    torchtitan runs it, its launch refused by field)."""
+    name = MODELS.get(flavor_name(arch), (MTP_FAMILY, ""))[0]
+    return None if name == MTP_FAMILY else name
+
 
 DEEPEP_MODELS = ("deepseek_v3", "llama4")
 """The torchtitan models whose parallelize reads `expert_parallel_comm_backend` at
@@ -233,6 +248,19 @@ class TorchtitanSection(BaseModel):
         "configurations' torchtitan); 1 = the whole logits at once (CrossEntropyLoss, e347b1e5)",
     )
 
+    num_mtp_layers: NonNegativeInt = Field(
+        default=0,
+        description="DeepSeek-V3's multi-token prediction depths: model_registry(..., "
+        "num_mtp_layers=N) (b5bcd76c models/deepseek_v3/__init__.py:616-628; 0, its default, "
+        "builds none); each an MTPTransformerBlock of the last decoder layer's kind (mtp.py:"
+        "106-161), trained with MTPLoss at pp 1, cp 1 and the whole logits (`MTP_FAMILY`)",
+    )
+    mtp_scale: float = Field(
+        default=0.3,
+        ge=0,
+        description="MTPLoss.Config(mtp_scale=...), the MTP losses' weight (b5bcd76c "
+        "models/deepseek_v3/mtp.py:324-326; no bearing on memory or time)",
+    )
     gradient_accumulation_steps: PositiveInt = Field(
         default=1,
         description="with pipelining, the pipeline schedules a step runs, k: torchtitan's "

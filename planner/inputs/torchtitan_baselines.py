@@ -356,6 +356,10 @@ RECORD_FIELDS: dict[str, tuple[frozenset[str], str]] = {
         "components/loss.py:542-548",
     ),
     "CrossEntropyLoss.Config": (frozenset(["global_vocab_size"]), "components/loss.py:277-280"),
+    "MTPLoss.Config": (
+        frozenset(["mtp_scale", "global_vocab_size"]),
+        "models/deepseek_v3/mtp.py:324-328",
+    ),
     **OWN_RECORD_FIELDS,
 }
 """The fields of the records Trainer.Config holds whole that the reader knows, by class, and

@@ -217,6 +217,10 @@ def _document(
     chunks = get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss
     if chunks != 1:
         titan["loss_chunks"] = chunks
+    mtp = get(doc, where, "model", "num_mtp_layers", int, 0)  # a Python configuration's
+    if mtp:
+        titan["num_mtp_layers"] = mtp
+        titan["mtp_scale"] = get(doc, where, "loss", "mtp_scale", float, 0.3)
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
     ep = _degree(doc, where, "expert_parallel_degree")
     etp = _degree(doc, where, "expert_tensor_parallel_degree")

@@ -9,6 +9,7 @@ configs), `planner.inputs.torchtitan.TORCHTITAN_COMMIT`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from planner.inputs.errors import InputError, spelled
@@ -140,20 +141,73 @@ def model_spec(where: str, kwargs: dict[str, Any], degrees: dict[str, Any]) -> N
             "(models/common/token_dispatcher.py:1237-1241 at b5bcd76c)"
         )
     mtp = kwargs.get("num_mtp_layers", 0)
-    if mtp != 0:
-        if pp > 1 or cp > 1:
-            what = "pipeline" if pp > 1 else "context"
-            raise InputError(
-                f"{where}: {field}: num_mtp_layers {spelled(mtp)} with {what} parallelism: "
-                f"torchtitan raises 'MTP does not support {what} parallelism yet' "
-                "(models/deepseek_v3/mtp.py:197-206 at b5bcd76c)"
-            )
+    if not isinstance(mtp, int) or isinstance(mtp, bool) or mtp < 0:
         raise InputError(
-            f"{where}: {field}: num_mtp_layers {spelled(mtp)}: planner does not model "
-            "torchtitan's multi-token prediction layers (models/deepseek_v3/__init__.py:291-316, "
-            "mtp.py:106-161 at b5bcd76c): a torchtitan plan's model has none "
-            "(planner.inputs.plan.trained_by)"
+            f"{where}: {field}: num_mtp_layers: expected a non-negative int (got {spelled(mtp)})"
         )
+    if mtp and (pp > 1 or cp > 1):
+        what = "pipeline" if pp > 1 else "context"
+        raise InputError(
+            f"{where}: {field}: num_mtp_layers {spelled(mtp)} with {what} parallelism: "
+            f"torchtitan raises 'MTP does not support {what} parallelism yet.' "
+            "(models/deepseek_v3/mtp.py:196-206 at b5bcd76c)"
+        )
+
+
+def mtp_loss(where: str, loss: Any, mtp: int) -> None:
+    """The configuration's loss (`loss`, its record) beside `mtp` MTP depths: b5bcd76c's MTP
+    decoder returns a list of logits, the main and one per depth, that only MTPLoss takes
+    (models/deepseek_v3/mtp.py:267-275, :336-358), and refuses the chunked loss's skipped LM head
+    (:268-272); MTPLoss raises without MTP layers (:346-358)."""
+    callee = getattr(loss, "callee", "")
+    is_mtp = callee.endswith("MTPLoss.Config")
+    if mtp and callee.endswith("ChunkedLossWrapper.Config"):
+        raise InputError(
+            f"{where}: config.loss: ChunkedLossWrapper with num_mtp_layers {mtp}: torchtitan "
+            "raises 'skip_lm_head is not supported with MTP decoder until ChunkedLoss supports "
+            "MTP outputs.' (models/deepseek_v3/mtp.py:268-272 at b5bcd76c); set MTPLoss.Config"
+        )
+    if mtp and not is_mtp:
+        raise InputError(
+            f"{where}: config.loss: {callee} with num_mtp_layers {mtp}: the MTP decoder returns "
+            "a list of logits (models/deepseek_v3/mtp.py:267-275 at b5bcd76c) that only "
+            "MTPLoss takes; set MTPLoss.Config"
+        )
+    if is_mtp and not mtp:
+        raise InputError(
+            f"{where}: config.loss: MTPLoss without num_mtp_layers: torchtitan raises 'MTPLoss "
+            "expects a list of predictions' (models/deepseek_v3/mtp.py:346-350 at b5bcd76c)"
+        )
+
+
+def loss_table(where: str, loss: Any, mtp: int, kwarg: Callable[..., Any]) -> dict[str, Any]:
+    """The loss table of a configuration's `config.loss` record (`loss`) beside `mtp` MTP depths
+    (`mtp_loss`): ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss or
+    MTPLoss, and MTPLoss's mtp_scale (default 0.3, mtp.py:326); `kwarg` reads a keyword
+    argument (`torchtitan_tables.Document.kwarg`)."""
+    mtp_loss(where, loss, mtp)
+    if loss.callee.endswith("ChunkedLossWrapper.Config"):
+        chunks = kwarg(loss, "num_chunks", 8, "config.loss.num_chunks")
+        if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
+            return {"num_chunks": chunks}
+        raise InputError(
+            f"{where}:{loss.line}: config.loss: num_chunks: expected a positive int "
+            f"(got {spelled(chunks)})"
+        )
+    if loss.callee.endswith("CrossEntropyLoss.Config"):
+        return {"num_chunks": 1}
+    if loss.callee.endswith("MTPLoss.Config"):
+        scale = kwarg(loss, "mtp_scale", 0.3, "config.loss.mtp_scale", (int, float))
+        if isinstance(scale, bool) or scale < 0:
+            raise InputError(
+                f"{where}: config.loss.mtp_scale: expected a number >= 0 (got {spelled(scale)})"
+            )
+        return {"num_chunks": 1, "mtp_scale": float(scale)}
+    why = " (torchtitan's abstract default: set config.loss)" if "BaseLoss" in loss.callee else ""
+    raise InputError(
+        f"{where}: config.loss: planner models ChunkedLossWrapper, CrossEntropyLoss and MTPLoss "
+        f"(got {loss.callee}{why})"
+    )
 
 
 OPTIMIZER_IMPLEMENTATIONS = ("for-loop", "foreach", "fused", "fused_opt_states_bf16")

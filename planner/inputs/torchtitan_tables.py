@@ -112,6 +112,9 @@ class Document:
         tables: dict[str, Any] = {"model": model, "parallelism": par}
         self._converters(spec, tables)
         attn = self._model_spec(spec, par)
+        mtp = spec.kwargs.get("num_mtp_layers", 0)  # a non-negative int: refusals.model_spec
+        if mtp:
+            model["num_mtp_layers"] = mtp
         self._batch(par, tables)
         self._checkpointing(tables)
         enable = self.need(("compile", "enable"), bool)
@@ -143,7 +146,8 @@ class Document:
                 f"{self.where}: config.debug.batch_invariant: True: torchtitan raises "
                 "'Batch-invariant mode is not supported in pre-training' (trainer.py:119-122)"
             )
-        tables["loss"] = {"num_chunks": self._loss_chunks()}
+        loss = self.need(("loss",), Record)
+        tables["loss"] = refusals.loss_table(self.where, loss, mtp, self.kwarg)
         self._graphs(par)
         return tables
 
@@ -191,27 +195,6 @@ class Document:
                 f"{what}: torchtitan refuses CUDA graphs there (trainer.py:172-199 at "
                 "b5bcd76c); set it True"
             )
-
-    def _loss_chunks(self) -> int:
-        """ChunkedLossWrapper's num_chunks (default 8), 1 for a plain CrossEntropyLoss."""
-        loss = self.need(("loss",), Record)
-        if loss.callee.endswith("ChunkedLossWrapper.Config"):
-            chunks = self.kwarg(loss, "num_chunks", 8, "config.loss.num_chunks")
-            if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
-                return chunks
-            raise InputError(
-                f"{self.where}:{loss.line}: config.loss: num_chunks: expected a positive int "
-                f"(got {spelled(chunks)})"
-            )
-        if loss.callee.endswith("CrossEntropyLoss.Config"):
-            return 1
-        why = (
-            " (torchtitan's abstract default: set config.loss)" if "BaseLoss" in loss.callee else ""
-        )
-        raise InputError(
-            f"{self.where}: config.loss: planner models ChunkedLossWrapper and CrossEntropyLoss "
-            f"(got {loss.callee}{why})"
-        )
 
     def _converters(self, spec: Record, tables: dict[str, Any]) -> None:
         """The float8 converters as the TOML's float8 tables (Float8LinearConverter's, and

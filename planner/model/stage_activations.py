@@ -322,9 +322,13 @@ def stage_activations(
     )
     if mtp:
         # every depth's layers; block recompute leaves them whole (multi_token_prediction.py
-        # d98e8a64 :1630-1633: "not supported for MTP yet. Skipping recompute")
+        # d98e8a64 :1630-1633: "not supported for MTP yet. Skipping recompute"); torchtitan's
+        # activation checkpointing wraps model.layers only (b5bcd76c distributed/
+        # activation_checkpoint.py:155-160), so its MTP layers keep everything
         block = layout.recompute == "full" and layout.recompute_method == "block"
         layers = (per.whole_total if block else per.total)(arch.mtp_counts())
+        if job.framework == "torchtitan":
+            layers = sum(n * b for n, b in zip(arch.mtp_counts(), per.full, strict=True))
         extra = mtp_extra_bytes(arch, sh) + saved_loss_bytes(vocab, sh)
         kept[-1] += layers + mtp * extra
         loss = max(loss, logits)

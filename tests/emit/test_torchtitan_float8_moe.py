@@ -199,7 +199,8 @@ def test_rowwise_with_gw_hp_leaves_the_experts_weight_gradient_alone(tmp_path: P
     """torchao's rowwise_with_gw_hp keeps the linear layers' weight gradients in bf16; the
     experts are not its Float8Linear: their weight gradient runs at their own rate (bf16 here),
     so the layer's backward is its GEMMs' forward + the non-expert GEMMs' forward x the
-    slowdown + the experts' forward + the rest (layer_time._core, by hand from its fields)."""
+    slowdown + the experts' forward + the rest (layer_time._core, by hand from its fields), and
+    half the weights' cast, which torchao runs on every use (`linear_time.weights_cast_per_use`)."""
     plan = _checked(_plan(tmp_path, recipe="rowwise_with_gw_hp"))
     job, lay = plan.job, plan.require_layout()
     gpu = layer_time.gpu_of(job)
@@ -208,7 +209,9 @@ def test_rowwise_with_gw_hp_leaves_the_experts_weight_gradient_alone(tmp_path: P
     assert slow > 1.5
     experts = sum(tm for tm, p in zip(core.times, core.parts, strict=True) if p == "expert")
     rest = core.attn_bwd + 2 * core.streamed / 3 + core.perm / 2
-    want = core.gemm_fwd + (core.gemm_fwd - experts) * slow + experts + rest
+    cast = linear_time.linear_times(job, lay, gpu, _moe(job), core.t, core.load).weight_cast
+    assert core.weight_cast == 0.0 and cast > 0
+    want = core.gemm_fwd + (core.gemm_fwd - experts) * slow + experts + rest + cast / 2
     assert core.bwd == pytest.approx(want, rel=1e-12)
 
 

@@ -119,21 +119,59 @@ DS_MTP = "    config.model_spec = model_registry('671B', num_mtp_layers=1)\n"
 DS_TOKENS = "    config.training.num_tokens_per_microbatch_per_dp_rank = 4096\n"
 
 
+DS_LOSS = "    config.loss = MTPLoss.Config(mtp_scale=0.5)\n"
+DS_LOSS_IMPORT = "from torchtitan.models.deepseek_v3.mtp import MTPLoss\n"
+
+
 @pytest.mark.parametrize(
     ("more", "match"),
     [
-        ("", r"num_mtp_layers 1: planner does not model"),
         (", pipeline_parallel_degree=2", r"MTP does not support pipeline parallelism"),
         (", context_parallel_degree=2", r"MTP does not support context parallelism"),
     ],
 )
-def test_mtp_layers_are_refused(tmp_path: Path, more: str, match: str) -> None:
-    """b5bcd76c models/deepseek_v3/__init__.py:616-628 builds num_mtp_layers MTP blocks
-    (:291-316), which a torchtitan plan's model does not hold; mtp.py:197-206 raises with PP or
-    CP."""
-    body = DS_MTP + DS_PAR.format(more=more) + DS_TOKENS
+def test_mtp_layers_are_refused_with_pp_or_cp(tmp_path: Path, more: str, match: str) -> None:
+    """b5bcd76c models/deepseek_v3/mtp.py:196-206 raises with PP or CP."""
+    body = DS_MTP + DS_PAR.format(more=more) + DS_TOKENS + DS_LOSS
     with pytest.raises(InputError, match=match):
         _module(tmp_path, body, **DEEPSEEK)  # type: ignore[arg-type]
+
+
+def test_mtp_layers_are_read(tmp_path: Path) -> None:
+    """b5bcd76c models/deepseek_v3/__init__.py:616-628 builds num_mtp_layers MTP blocks
+    (:291-316), trained with MTPLoss (config_registry.py:76-82; mtp_scale, mtp.py:326): the plan's
+    model holds them and the loss weight is kept."""
+    body = DS_MTP + DS_PAR.format(more="") + DS_TOKENS + DS_LOSS
+    path = tmp_path / "job.py"
+    text = HEAD.format(model="deepseek_v3", base="deepseek_v3_671b")
+    path.write_text(DS_LOSS_IMPORT + text + body + "    return config\n")
+    plan = torchtitan_config.load(path, "h100-sxm-80gb", 512)
+    assert plan.job.titan.num_mtp_layers == 1 and plan.job.arch.mtp_num_layers == 1
+    assert plan.job.titan.mtp_scale == 0.5 and plan.job.titan.loss_chunks == 1
+
+
+@pytest.mark.parametrize(
+    ("loss", "mtp", "match"),
+    [
+        ("", DS_MTP, r"ChunkedLossWrapper with num_mtp_layers 1: torchtitan raises 'skip_lm_he"),
+        (
+            "    config.loss = CrossEntropyLoss.Config()\n",
+            DS_MTP,
+            r"CrossEntropyLoss.Config with num_mtp_layers 1: the MTP decoder returns a list",
+        ),
+        (DS_LOSS, "", r"MTPLoss without num_mtp_layers: torchtitan raises 'MTPLoss expects"),
+    ],
+)
+def test_the_loss_must_be_mtps(tmp_path: Path, loss: str, mtp: str, match: str) -> None:
+    """The baseline's ChunkedLossWrapper skips the LM head, which the MTP forward refuses
+    (b5bcd76c mtp.py:268-272); its list of logits is MTPLoss's only (:267-275, :346-350)."""
+    body = mtp + DS_PAR.format(more="") + DS_TOKENS + loss
+    path = tmp_path / "job.py"
+    text = HEAD.format(model="deepseek_v3", base="deepseek_v3_671b")
+    imports = DS_LOSS_IMPORT + "from torchtitan.components.loss import CrossEntropyLoss\n"
+    path.write_text(imports + text + body + "    return config\n")
+    with pytest.raises(InputError, match=match):
+        torchtitan_config.load(path, "h100-sxm-80gb", 512)
 
 
 @pytest.mark.parametrize(

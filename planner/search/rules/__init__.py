@@ -72,6 +72,7 @@ from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import deepep_spread
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 from planner.search.rules.torchtitan_era import head_era
+from planner.search.rules.torchtitan_mtp import mtp as torchtitan_mtp
 
 __all__ = [
     "RULES",
@@ -148,6 +149,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     experts,
     torchtitan_experts,
     head_era,
+    torchtitan_mtp,
     context,
     context_attention,
     context_exchange,

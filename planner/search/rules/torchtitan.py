@@ -22,6 +22,7 @@ from planner.inputs.torchtitan import (
 from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_era import head_era
+from planner.search.rules.torchtitan_mtp import mtp
 from planner.search.rules.torchtitan_shapes import heads, placement, schedule
 
 
@@ -339,5 +340,6 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
 
 RULES = (
     sharding, schedule, placement, heads, experts, features, deepep, head_era, megatron_recipes,
+    mtp,
 )  # fmt: skip
 """The framework rules, in the order their messages are listed."""

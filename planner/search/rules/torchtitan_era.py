@@ -12,12 +12,15 @@ from planner.search.rules.base import Violation
 
 def python_config_era(job: Job, lay: Layout) -> str | None:
     """What makes the plan torchtitan's Python configurations' (b5bcd76c; the TOML target
-    refuses each): a chunked loss (`[torchtitan] loss_chunks` > 1), float8 experts with
+    refuses each): a chunked loss (`[torchtitan] loss_chunks` > 1), MTP layers
+    (`[torchtitan] num_mtp_layers`: e347b1e5 has none), float8 experts with
     pipelining or context parallelism (e347b1e5's grouped float8 converter asserts pp and cp 1:
     `torchtitan_float8.grouped_float8_problem`), or DeepEP for a model whose e347b1e5 parallelize
     ignores it (not in DEEPEP_MODELS: its TOML runs the all-to-all); None where none."""
     if job.titan.loss_chunks > 1:
         return f"with loss_chunks {job.titan.loss_chunks}"
+    if job.titan.num_mtp_layers:  # e347b1e5 has no MTP module (b5bcd76c models/deepseek_v3/mtp.py)
+        return f"with num_mtp_layers {job.titan.num_mtp_layers}"
     if job.titan.float8_experts and (lay.pp > 1 or lay.cp > 1):
         return f"with float8_experts at pp {lay.pp}, cp {lay.cp}"
     name = MODELS.get(flavor_name(job.arch), ("", ""))[0]
