@@ -124,15 +124,21 @@ def moe_mlp_forward(arch: ModelArch) -> float:
     return 2.0 * mlp_matrices(arch) * (arch.expert_hidden * routed + h * shared) + latent
 
 
+def attended(arch: ModelArch, seq_length: int, kind: LayerKind) -> int:
+    """Keys a query of an attention layer of `kind` attends to: the sequence, or its sliding
+    window."""
+    if kind.window and arch.window_size is not None:
+        return min(seq_length, arch.window_size + 1)
+    return seq_length
+
+
 def layer_forward(arch: ModelArch, seq_length: int, moe: bool | LayerKind) -> float:
     """Forward FLOPs per token of one decoder layer of a kind (or a transformer layer's MoE
     flag): its mixer and its channel block."""
     kind = layer_kind(moe)
     out = 0.0
     if kind.mixer == "attention":
-        span = seq_length  # keys a query attends to: the sequence, or its sliding window
-        if kind.window and arch.window_size is not None:
-            span = min(seq_length, arch.window_size + 1)
+        span = attended(arch, seq_length, kind)
         out += attention_linear_forward(arch) + attention_core_forward(arch, span)
     elif (linear := mixers.of(kind)) is not None:
         out += linear.mixer_forward(arch)
@@ -192,7 +198,11 @@ def recompute_flops_per_token(
     up-projections, mlp the dense layers' MLPs, moe the MoE layers' experts (top-k routed and
     shared), shared_experts their shared experts; layernorm and moe_act re-run no matmul."""
     n_attn, n_mlp, n_moe = _block_counts(arch)
-    core = n_attn * attention_core_forward(arch, seq_length)
+    core = sum(
+        attention_core_forward(arch, attended(arch, seq_length, k))
+        for k in arch.layer_kinds
+        if k.mixer == "attention"
+    )
     if policy == "full":
         return decoder_forward(arch, seq_length)
     if policy == "per_op":

@@ -270,3 +270,16 @@ def test_sliding_window_layers_count_their_window() -> None:
     assert full - windowed == pytest.approx(2 * (s - 128) * 8192)
     # a sequence shorter than the window attends to all of it
     assert flops.layer_forward(arch, 64, MOE_WINDOW) == flops.layer_forward(arch, 64, MOE)
+
+
+def test_recomputed_core_attention_counts_each_layers_window() -> None:
+    # gpt-oss-20b at s = 131,072: 12 full-attention layers attend the whole sequence, 12
+    # windowed ones 128 keys; core attention re-run under selective recompute is, per token,
+    # 12 x core(s) + 12 x core(128), not 24 x core(s) (QA: HFU overstated by 20.6%)
+    arch = catalog.get_model("gpt-oss-20b")
+    s = 131_072
+    kinds = [k for k in arch.layer_kinds if k.mixer == "attention"]
+    n_win = sum(k.window for k in kinds)
+    assert (len(kinds), n_win) == (24, 12)
+    want = 12 * flops.attention_core_forward(arch, s) + 12 * flops.attention_core_forward(arch, 128)
+    assert flops.recompute_flops_per_token(arch, s, "core_attn") == pytest.approx(want)
