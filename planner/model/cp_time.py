@@ -92,16 +92,50 @@ def context_parallel(
     return (n_fwd + 1) * gather + comms.reduce_scatter(whole, grp), 0.0
 
 
-def exchange_bytes(arch: ModelArch, lay: Layout, t: float) -> float:
+def recomputed_passes(n_fwd: int, modules: tuple[str, ...]) -> int:
+    """Forward passes of the attention's exchange per micro-batch: a recomputed core attention
+    (Megatron-LM d98e8a64 attention.py:392-395, :1555-1556, the selective default) checkpoints
+    Transformer Engine's DotProductAttention, exchange included, so its backward runs the
+    exchange's forward again, as full recompute (n_fwd 2) does."""
+    return 2 if "core_attn" in modules else n_fwd
+
+
+def exchange_bytes(arch: ModelArch, lay: Layout, t: float, te: bool = True) -> float:
     """Bytes the exchange holds beyond the saved activations while one attention block runs, on
-    a rank of t local tokens: the ring's K/V chunk in flight from the neighbour, double-buffered
-    (p2p); the all-to-alls' receive buffers, a second copy of the rank's Q, K and V (a2a); the
-    gathered K and V, cp shares (all_gather)."""
+    a rank of t local tokens: the larger of its forward's and its backward's (Transformer Engine
+    d0067d0d context_parallel.py; K, V, Q, O the rank's key, value, query and output bytes, KV
+    = K + V, the block's output itself counted with the saved activations):
+
+    - p2p, forward on the last rank (every step full size under load balancing): the own K/V
+      copied into the first ring buffer and every received one, kept in a list until the
+      return (:1686-1707), and every step's partial output until the correction loop (:1672,
+      :1979-2026): cp (KV + O). Backward: two (2, KV) send/receive buffers and the q-sized dq
+      buffer (:2396-2401), plus one step's kernel gradients dq_, dk_, dv_ (:2498-2628):
+      5 KV + 2 Q.
+    - all_gather, forward: the gathered K and V while each is index-selected into a new copy
+      (:3215-3230): cp (KV + max(K, V)); later the output, its accumulator and two half-size
+      step outputs (:3249-3263): cp KV + 2 O beyond the output. Backward: the full-length
+      zeroed dK and dV (:3768-3777) under the re-gathered K and V and their index-selected
+      copy (:3788-3808), and dq (:3763-3767): cp (2 KV + max(K, V)) + Q.
+    - a2a: the all-to-alls' receive buffers, a second copy of the rank's Q, K and V.
+
+    DeepSeek sparse attention gathers its latent and indexer keys (`planner.model.dsa`): cp
+    shares of them. te=False (torchtitan's PyTorch ring attention, not Transformer Engine's):
+    the chunk in flight double-buffered, 2 KV, or the gathered cp KV."""
+    tp, cp = lay.tp, lay.cp
     if lay.cp_comm_type == "a2a":
-        return a2a_bytes(arch, t, lay.tp)[0]
+        return a2a_bytes(arch, t, tp)[0]
+    kv = kv_bytes(arch, t, tp)
+    if arch.has_dsa or not te:
+        return cp * kv if arch.has_dsa or lay.cp_comm_type == "all_gather" else 2 * kv
+    qk, v = head_widths(arch)
+    heads = t * arch.num_attention_heads / tp * BF16
+    q, o = heads * qk, heads * v
     if lay.cp_comm_type == "all_gather":
-        return lay.cp * kv_bytes(arch, t, lay.tp)
-    return 2 * kv_bytes(arch, t, lay.tp)
+        widest = kv * max(qk, v) / (qk + v)  # the larger of K and V
+        fwd = cp * kv + max(cp * widest, 2 * o)
+        return max(fwd, cp * (2 * kv + widest) + q)
+    return max(cp * (kv + o), 5 * kv + 2 * q)
 
 
 def context_parallel_ring(
@@ -113,10 +147,19 @@ def context_parallel_ring(
     attn_bwd: float,
     n_fwd: int,
 ) -> tuple[float, float]:
-    """(exposed, hidden) seconds per layer and micro-batch of ring attention: the K/V chunk
-    passes cp-1 hops per forward, K/V and their gradients per backward, each pass overlapped
-    with the attention kernel it feeds (Megatron's p2p context parallelism)."""
-    hop = comms.p2p(kv_bytes, comms.p2p_link(cluster, tp, cp))
-    fwd, bwd = (cp - 1) * hop, 2 * (cp - 1) * hop
-    exposed = n_fwd * max(fwd - attn_fwd, 0.0) + max(bwd - attn_bwd, 0.0)
-    return exposed, n_fwd * fwd + bwd - exposed
+    """(exposed, hidden) seconds per layer and micro-batch of ring attention (Megatron's p2p
+    context parallelism, Transformer Engine d0067d0d context_parallel.py), each hop hidden only
+    under the one step's partial attention it runs beside (a 1/cp share of the load-balanced
+    kernel). Forward: hop i+1 is sent at step i and waited for at step i+1 (:1697-1716): cp-1
+    hops of K/V, each exposed by what it takes beyond attn_fwd / cp. Backward (:2459-2495,
+    waited in the same step, :2717-2720): step 0 sends K/V, steps 1..cp-2 K/V with the dK/dV
+    gathered so far (one message of twice the bytes), step cp-1 dK/dV, each against
+    attn_bwd / cp. n_fwd: forward passes (2 when the attention is recomputed)."""
+    hop_link = comms.p2p_link(cluster, tp, cp)
+    hop, pair = comms.p2p(kv_bytes, hop_link), comms.p2p(2 * kv_bytes, hop_link)
+    step_f, step_b = attn_fwd / cp, attn_bwd / cp
+    fwd_exposed = (cp - 1) * max(hop - step_f, 0.0)
+    bwd_exposed = 2 * max(hop - step_b, 0.0) + (cp - 2) * max(pair - step_b, 0.0)
+    exposed = n_fwd * fwd_exposed + bwd_exposed
+    total = n_fwd * (cp - 1) * hop + 2 * hop + (cp - 2) * pair
+    return exposed, total - exposed

@@ -102,6 +102,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
     attention_time,
+    cp_time,
     determinism,
     gemm_shapes,
     host,
@@ -268,7 +269,8 @@ def layer_time(
             job, lay, kind, (shapes, times), t, n_fwd, modules
         )
     if lay.cp > 1 and kind.mixer is not None:
-        out.cp, out.cp_hidden = layer_traffic.traffic(job, lay, kind, c, "cp", n_fwd)
+        n_cp = cp_time.recomputed_passes(n_fwd, modules) if kind.mixer == "attention" else n_fwd
+        out.cp, out.cp_hidden = layer_traffic.traffic(job, lay, kind, c, "cp", n_cp)
     if moe and lay.ep * lay.expert_tp > 1 and not layer_tp.experts_on_gathered_input(job, lay):
         n_ep = 2 if lay.recompute == "full" or "moe" in modules else 1
         out.ep, out.ep_shared = layer_traffic.traffic(job, lay, kind, c, "ep", n_ep)

@@ -1,7 +1,8 @@
 """Activation bytes a pipeline rank holds at its peak: the micro-batches in flight through its
 model chunks in Megatron-LM's schedule, what each chunk keeps per micro-batch under the recompute
 policy (full, selective modules, CPU offloading), and the working set one operation adds on top
-(the loss, a recomputed layer, the MoE dispatcher's tokens, the CP ring's K/V).
+(the loss, a recomputed layer, the MoE dispatcher's tokens, the CP exchange's buffers:
+`cp_time.exchange_bytes`).
 
 In flight: `planner.model.in_flight` (the micro-batches each schedule holds, per chunk).
 """
@@ -18,7 +19,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
-from planner.model import cp_time, cpu_offload, dsa, fp32, routing_load, t5, vision
+from planner.model import cp_saved, cp_time, cpu_offload, dsa, fp32, routing_load, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
@@ -296,13 +297,18 @@ def stage_activations(
     (`schedule_peak`, the embedding's on the first chunk of rank 0, the MTP layers' in the chunk
     that holds them) and on top what one operation works with: the loss on the last stage
     (logits, and the saved softmax of the MTP losses computed before it), a layer being
-    recomputed, the MoE dispatcher's tokens, the CP ring's K/V in flight. Megatron's loss and a
+    recomputed, the MoE dispatcher's tokens, the CP exchange's buffers. Megatron's loss and a
     layer's backward do not overlap (the loss backward frees the logits' buffers before the
     output layer's backward hands the gradient on): the larger counts (with a gathered loss, plus
     the logits buffers the pipeline still holds then; with PyTorch's loss, both). `quantised`:
     where the rank holds bf16 first / last layers among FP8 / NVFP4 ones, `per` are the
     unquantised layers' bytes and `quantised` the others' (`blended` per chunk)."""
     arch = job.arch
+    more = cp_saved.out_part_bytes(job, layout, sh)
+    if any(more):  # a2a CP: Transformer Engine's own copy of each attention output
+        full = layout.recompute == "full"
+        per = cp_saved.plus(per, more, full)
+        quantised = None if quantised is None else cp_saved.plus(quantised, more, full)
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.output_rank  # the loss's stage: rank 0 in torchtitan's V
     pieces = bf16_ranges(job, chunks) if quantised is not None else ()
@@ -378,7 +384,8 @@ def stage_activations(
         stored += window_bytes(max(each))
     acts = stored + (loss + working if both else max(loss, working))
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
-        acts += cp_time.exchange_bytes(arch, layout, sh.tokens)
+        te = job.framework != "torchtitan"  # Transformer Engine's exchanges
+        acts += cp_time.exchange_bytes(arch, layout, sh.tokens, te)
     if last and layout.defer_embedding_wgrad_compute:
         acts += deferred_wgrad_bytes(arch, vocab, sh, deferred_calls(layout, m, 1 + mtp))
     return acts

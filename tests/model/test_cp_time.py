@@ -65,13 +65,20 @@ def test_p2p_is_the_ring_hidden_under_its_attention() -> None:
 
 
 def test_what_each_exchange_holds_while_the_attention_runs() -> None:
-    """p2p: two K/V chunks (double-buffered) = 32 MiB; a2a: a second Q, K, V = 48 MiB;
-    all_gather at cp 4: the gathered K/V = 64 MiB."""
+    """The larger of the forward's and the backward's working sets, TransformerEngine d0067d0d
+    context_parallel.py (KV 16 MiB, K = V = 8 MiB, Q = O = 32 MiB):
+    p2p cp 2: forward cp (KV + O) = 2 x 48 = 96 MiB (the ring's buffer list :1686-1707 and the
+    per-step outputs :1672); backward two (2, KV) buffers + dq buffer (:2396-2401) + one step's
+    dq_, dk_, dv_ = 5 x 16 + 2 x 32 = 144 MiB, the larger. p2p cp 8: 8 x 48 = 384 > 144.
+    a2a: a second Q, K, V = 48 MiB. all_gather cp 4: forward 4 x 16 + max(4 x 8, 2 x 32) =
+    128 MiB (:3215-3230, :3249-3263); backward zeroed dK, dV + gathered K, V + the index copy
+    of one + dq (:3763-3808) = 4 x (32 + 8) + 32 = 192 MiB, the larger."""
     arch = J.arch
-    assert cp_time.exchange_bytes(arch, Layout(cp=2), 4096) == 32 * MIB
+    assert cp_time.exchange_bytes(arch, Layout(cp=2), 4096) == 144 * MIB
+    assert cp_time.exchange_bytes(arch, Layout(cp=8), 4096) == 384 * MIB
     assert cp_time.exchange_bytes(arch, Layout(cp=2, cp_comm_type="a2a"), 4096) == 48 * MIB
     gathered = cp_time.exchange_bytes(arch, Layout(cp=4, cp_comm_type="all_gather"), 4096)
-    assert gathered == 64 * MIB
+    assert gathered == 192 * MIB
 
 
 def test_the_layer_charges_the_exchange_and_its_host_issue() -> None:
