@@ -229,6 +229,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     fsdp = lay.zero_stage >= 2
     if fsdp:  # as the megatron-args target: no full-size model built before it is sharded
         model["init_model_with_meta_device"] = True
+    if fsdp and lay.use_tp_pp_dp_mapping:  # 067f987d training/config.py:1124 asserts it off
+        raise InputError(
+            f"{plan.path}: parallel.use_tp_pp_dp_mapping: Megatron-Bridge refuses it with "
+            "Megatron-FSDP (zero_stage >= 2); launch with --target megatron-args, or unset it"
+        )
     schedule = {flag: value for flag, _, value in SCHEDULE}
     return {
         "model": model,
@@ -247,6 +252,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "ddp": bridge_ddp.ddp_table(plan),
         "optimizer": bridge_precision.optimizer_table(plan),
         "comm_overlap": bridge_ddp.comm_overlap_table(plan),
+        # DistributedInitConfig's rank order (067f987d training/initialize.py:817)
+        **({"dist": {"use_tp_pp_dp_mapping": True}} if lay.use_tp_pp_dp_mapping else {}),
         # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
         "dataset": {"seq_length": job.seq_length},
         # Megatron-FSDP saves and loads only in its own format (ConfigContainer.validate)

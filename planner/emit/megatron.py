@@ -107,6 +107,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
         if lay.moe_shared_expert_overlap:
             a.append(("--moe-shared-expert-overlap",))
+    if lay.use_tp_pp_dp_mapping:  # rank order tp-cp-ep-pp-dp (d98e8a64 initialize.py:395)
+        a.append(("--use-tp-pp-dp-mapping",))
     if lay.defer_embedding_wgrad_compute:
         a.append(("--defer-embedding-wgrad-compute",))
         if lay.wgrad_deferral_limit:

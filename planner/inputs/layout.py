@@ -1,7 +1,8 @@
 """Layout: one parallel layout (the `[parallel]` table, with dp resolved), a frozen value.
 
 Degree names follow torchtitan's ParallelDims; each says what 1 means. Megatron's rank order is
-tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest.
+tp-cp-ep-dp-pp: TP varies fastest (consecutive ranks, inside a node), PP slowest; tp-cp-ep-pp-dp
+under `use_tp_pp_dp_mapping` (DP slowest).
 """
 
 from __future__ import annotations
@@ -184,6 +185,11 @@ class Layout:
     whole pipeline replicas, one distributed-optimizer instance per pool (Megatron
     --num-distributed-optimizer-instances), and only the gradient all-reduce between instances
     crosses the link between pools (`planner.model.pools`)."""
+    use_tp_pp_dp_mapping: bool = False
+    """Megatron --use-tp-pp-dp-mapping (Bridge dist.use_tp_pp_dp_mapping): rank order
+    tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (Megatron-LM d98e8a64 initialize.py:395), so PP
+    ranks lie tp x cp apart and DP ranks tp x cp x pp apart (`planner.model.dp_sync.strides`).
+    Time only: no memory changes with it."""
     v_stages: bool = False
     """torchtitan's V placement (ZBVZeroBubble, DualPipeV at vpp 2; e347b1e5 distributed/
     pipeline_parallel.py:447-469): rank r holds stages r and 2 pp - 1 - r, rank 0 the first and
@@ -329,6 +335,7 @@ class Layout:
             (self.moe_shared_expert_overlap, "shov"),
             (not self.overlap_grad_reduce, "grad-sync-exposed"),
             (self.zero_stage >= 1 and not self.overlap_param_gather, "param-gather-exposed"),
+            (self.use_tp_pp_dp_mapping, "tp-pp-dp-order"),
         )
         parts += [name for on, name in switches if on]
         if self.moe_token_dispatcher_type != "alltoall":

@@ -273,6 +273,7 @@ READ = frozenset(
         "--moe-layer-recompute",
         "--cpu-offloading-num-layers",
         "--defer-embedding-wgrad-compute",
+        "--use-tp-pp-dp-mapping",
         "--moe-shared-expert-overlap",
         "--wgrad-deferral-limit",
         "--fine-grained-activation-offloading",

@@ -108,6 +108,8 @@ def parallel(
         if value is not None:
             out[key] = value
     out.update(_deferral(line))
+    if line.has("--use-tp-pp-dp-mapping"):  # rank order tp-cp-ep-pp-dp (initialize.py:395)
+        out["use_tp_pp_dp_mapping"] = True
     fine = line.words("--offload-modules")
     if line.has("--fine-grained-activation-offloading") and fine:
         out["offload_modules"] = fine

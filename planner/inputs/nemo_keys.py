@@ -32,6 +32,7 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     model.config.moe_token_dispatcher_type, moe_expert_capacity_factor, ...  the same
     model.config.defer_embedding_wgrad_compute, wgrad_deferral_limit   the same ([parallel])
     model.config.moe_shared_expert_overlap     the same ([parallel])
+    trainer.strategy.use_tp_pp_dp_mapping      the same ([parallel])
     model.config.moe_flex_dispatcher_num_sms (moe_deepep_num_sms, moe_hybridep_num_sms)
                                                moe_flex_dispatcher_num_sms ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
@@ -98,6 +99,8 @@ PARALLEL_SWITCHES = {
     "model.config.tp_comm_overlap": "tp_comm_overlap",
     "model.config.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
     "model.config.moe_shared_expert_overlap": "moe_shared_expert_overlap",
+    # MegatronStrategy's (Megatron-Bridge 067f987d docs/nemo2-migration-guide.md:823)
+    "trainer.strategy.use_tp_pp_dp_mapping": "use_tp_pp_dp_mapping",
 }
 TRAINING = {
     "data.seq_length": "seq_length",

@@ -155,9 +155,36 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         defer_embedding_wgrad_compute=section.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=section.wgrad_deferral_limit,
         dp_pools=section.dp_pools,
+        use_tp_pp_dp_mapping=section.use_tp_pp_dp_mapping,
         v_stages=v_stages(job, vpp),  # the stages in stage order, placed by the schedule
     )
+    _rank_order(job, layout, where)
     return _torchtitan_recompute(job, section, layout, where)
+
+
+def _rank_order(job: Job, layout: Layout, where: str) -> None:
+    """`use_tp_pp_dp_mapping` where Megatron runs it: not under torchtitan (its device mesh
+    order is fixed), not across pools (planner places a pool's ranks in the default order), and
+    with pp > 1 only where the expert grid's tp x ep equals the dense grid's tp x cp: Megatron
+    asserts equal data-parallel sizes of the attention and MoE layers unless the order ends in
+    pp, and identical pipeline groups (Megatron-LM d98e8a64 parallel_state.py:898-906)."""
+    if not layout.use_tp_pp_dp_mapping:
+        return
+    field = f"{where}: parallel.use_tp_pp_dp_mapping"
+    if job.framework == "torchtitan":
+        raise InputError(
+            f"{field}: a Megatron-LM setting; torchtitan's device mesh order is fixed "
+            "(pp, dp_replicate, dp_shard, cp, tp from the outermost: b5bcd76c "
+            "distributed/parallel_dims.py:309)"
+        )
+    if job.pools:
+        raise InputError(f"{field}: not with [[cluster.pools]] (pools hold whole pipeline stages)")
+    inner, expert = layout.tp * layout.cp, layout.expert_tp * layout.ep
+    if job.arch.is_moe and layout.pp > 1 and inner != expert:
+        raise InputError(
+            f"{field}: with pp > 1 Megatron needs expert tp x ep ({expert}) equal to tp x cp "
+            f"({inner}) under this order (its attention and MoE data-parallel sizes must match)"
+        )
 
 
 def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:

@@ -121,6 +121,12 @@ class ParallelSection(BaseModel):
         description="Megatron --wgrad-deferral-limit: output-layer calls per step whose weight "
         "gradient is deferred (0 = all)",
     )
+    use_tp_pp_dp_mapping: Flag = Field(
+        default=False,
+        description="Megatron --use-tp-pp-dp-mapping: rank order tp-cp-ep-pp-dp (pipeline "
+        "ranks tp x cp apart, data-parallel ranks tp x cp x pp apart) instead of tp-cp-ep-dp-pp; "
+        "Megatron-LM and Megatron-Bridge only",
+    )
     ddp_num_buckets: PositiveInt | None = Field(
         default=None,
         description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "

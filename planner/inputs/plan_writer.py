@@ -220,6 +220,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["dp_pools"] = layout.dp_pools
     if layout.moe_shared_expert_overlap:
         out["moe_shared_expert_overlap"] = True
+    if layout.use_tp_pp_dp_mapping:
+        out["use_tp_pp_dp_mapping"] = True
     if layout.defer_embedding_wgrad_compute:
         out["defer_embedding_wgrad_compute"] = True
         if layout.wgrad_deferral_limit:

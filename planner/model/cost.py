@@ -159,7 +159,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         t = lay.micro_batch_size * job.seq_length / lay.cp
         # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`)
         size = t * arch.hidden_size * value_bytes(job) / (lay.tp if lay.sequence_parallel else 1)
-        stride = lay.tp * lay.cp * lay.dp
+        stride = dp_sync.pp_stride(lay)  # tp x cp x dp; tp x cp under use_tp_pp_dp_mapping
         if jobs:
             hops = pools.rank_hops(job, lay, size)
             hop = max(max(h) for h in hops)

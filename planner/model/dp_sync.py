@@ -72,10 +72,26 @@ def default_bucket(group_size: int) -> int:
     return max(DP_BUCKET_PARAMS, 1_000_000 * group_size)
 
 
+def pp_stride(lay: Layout) -> int:
+    """Ranks between neighbouring pipeline stages: tp x cp x dp in Megatron's default order
+    tp-cp-ep-dp-pp, tp x cp under `use_tp_pp_dp_mapping` (order tp-cp-ep-pp-dp, Megatron-LM
+    d98e8a64 initialize.py:395; parallel_state.py RankGenerator: a token's stride is the product
+    of the sizes before it)."""
+    inner = lay.tp * lay.cp
+    return inner if lay.use_tp_pp_dp_mapping else inner * lay.dp
+
+
 def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Group]:
     """The groups gradients reduce over: dense parameters over dp x cp ranks tp apart, expert
     parameters over expert_dp ranks etp x ep apart (MoE parallel folding). The same for every
-    pipeline stage: place them once per layout."""
+    pipeline stage: place them once per layout. Under `use_tp_pp_dp_mapping` the data-parallel
+    ranks are pp times further apart: the expert group's etp x ep x pp (its grid has no cp), the
+    dense group's cp ranks tp apart inside blocks tp x cp x pp apart, placed at their mean
+    spacing tp x pp (exact where one node holds whole blocks; else fewer members per node than
+    the cp a node holds)."""
+    if lay.use_tp_pp_dp_mapping and lay.pp > 1:
+        dense = place(cluster, lay.tp * lay.pp, lay.dense_dp)
+        return dense, place(cluster, lay.expert_tp * lay.ep * lay.pp, lay.expert_dp)
     dense = place(cluster, lay.tp, lay.dense_dp)
     return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
 

@@ -169,6 +169,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ddp_num_buckets", "ddp-num-buckets"),
     ("defer_embedding_wgrad_compute", "defer-embedding-wgrad"),
     ("wgrad_deferral_limit", "wgrad-deferral-limit"),
+    ("use_tp_pp_dp_mapping", "tp-pp-dp order"),
     ("pipeline_layers", "pipeline split"),
 )
 """Every Layout field but dp, by the name `layout_change` gives it (pipeline_layers stands for the
