@@ -98,6 +98,7 @@ def schedule_peak(
     peak = held
     for j in range(steady):
         held += kept[order[warm + j]]
-        peak = max(peak, held)
+        if held > peak:  # max(peak, held), as max takes it (the first of equals), inline
+            peak = held
         held -= kept[vpp - 1 - order[j]]
     return peak

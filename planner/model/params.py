@@ -69,11 +69,29 @@ embeddings) one layer is 12h^2 + 13h, so the total is SC21 eq.(2)
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
+from functools import wraps
+from typing import TypeVar
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model import dsa, mixers
+from planner.model.job_memo import ModelMemo
+
+_T = TypeVar("_T")
+
+
+def _per_model(f: Callable[[ModelArch], _T]) -> Callable[[ModelArch], _T]:
+    """`f` remembered per model by identity (`ModelMemo`): `functools.cache` hashed the whole
+    pydantic model on every call (DeepSeek-V3's search: 7,600 of them, each hashing every
+    field); equal models computed apart get equal values."""
+    memo: ModelMemo[None, _T] = ModelMemo(64)
+
+    @wraps(f)
+    def remembered(arch: ModelArch) -> _T:
+        return memo.get(arch, None, lambda: f(arch))
+
+    return remembered
 
 
 def _norm_width(arch: ModelArch) -> int:
@@ -216,20 +234,20 @@ def layer_params(arch: ModelArch, i: int) -> tuple[int, int]:
     return kind_params(arch, arch.layer_kinds[i])
 
 
-@cache
+@_per_model
 def kind_table(arch: ModelArch) -> tuple[tuple[int, int], ...]:
     """`kind_params` of each of `arch.kinds`, in order (cached: the memory model asks per
     layout)."""
     return tuple(kind_params(arch, k) for k in arch.kinds)
 
 
-@cache
+@_per_model
 def replicated_table(arch: ModelArch) -> tuple[int, ...]:
     """`replicated_params` of each of `arch.kinds`, in order (cached, as `kind_table`)."""
     return tuple(replicated_params(arch, k) for k in arch.kinds)
 
 
-@cache
+@_per_model
 def layer_kinds(arch: ModelArch) -> tuple[tuple[int, int], tuple[int, int]]:
     """((non-expert, routed-expert) parameters of a dense layer, the same of an MoE layer); (0, 0)
     for a kind the model does not have. Cached: the memory model and the search ask per layout."""

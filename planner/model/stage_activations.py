@@ -10,8 +10,8 @@ In flight: `planner.model.in_flight` (the micro-batches each schedule holds, per
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass, fields, replace
+from operator import itemgetter
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
@@ -19,11 +19,12 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
-from planner.model import cp_saved, cp_time, cpu_offload, dsa, fp32, routing_load, t5, vision
+from planner.model import cp_saved, cp_time, cpu_offload, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
-from planner.model.job_memo import ModelMemo
+from planner.model.job_memo import JobMemo, ModelMemo
+from planner.model.layout_shard import make_shard
 from planner.model.loss_activations import (
     GATHERED_HELD_BYTES_PER_LOGIT,
     deferred_wgrad_bytes,
@@ -32,73 +33,25 @@ from planner.model.loss_activations import (
 from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
 from planner.model.mtp_activations import mtp_extra_bytes, saved_loss_bytes
-from planner.model.router_dtype import cast_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
-from planner.model.shard import Shard, linear_input_bytes
+from planner.model.shard import Shard
 from planner.model.torch_schedules import microbatch_group
 
-FUSED_HEAD_DIM_MULTIPLE = 8
-"""Transformer Engine runs its fused attention (cuDNN) and FlashAttention only on head dimensions
-that are multiples of 8 (TE common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend`: "head
-dimension ... multiples of 8"; dot_product_attention/utils.py `get_attention_backend` likewise for
-flash-attn); any other (LLaVA's test model: 624 / 12 = 52) falls back to its unfused attention,
-which stores the s^2 scores, as fp32 training does whatever the head dimension
-(`planner.model.fp32`)."""
+_SHARDS: JobMemo[tuple[object, ...], Shard] = JobMemo()
+_READ = itemgetter(
+    *(f.name for f in fields(Layout) if f.name not in ("zero_stage", "tp_comm_overlap"))
+)
 
 
 def shard(job: Job, layout: Layout) -> Shard:
-    """How a layout splits one layer's activations (`planner.model.shard.Shard`)."""
-    s = job.seq_length // layout.cp
-    policy = job.recompute_policy(layout.recompute)
-    kept, working = routing_load.memory_loads(job, layout)
-    in_fp32, quantised = job.params_dtype == "fp32", job.quantised  # (`planner.model.fp32`)
-    flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
-    out = Shard(
-        tokens=s * layout.micro_batch_size,
-        tp=layout.tp,
-        sequence_parallel=layout.sequence_parallel,
-        etp=layout.expert_tp,
-        recompute=policy,
-        linear_bytes=fp32.LINEAR_INPUT_BYTES
-        if job.precision == "fp32"
-        else linear_input_bytes(job),
-        value_bytes=fp32.value_bytes(job),
-        seq_per_cp_rank=s,
-        seq_length=job.seq_length,
-        micro_batch_size=layout.micro_batch_size,
-        fused_norm=job.fused_norm,
-        cross_entropy=job.cross_entropy,
-        compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
-        loss_chunks=job.titan.loss_chunks if job.framework == "torchtitan" else 1,
-        attention_dropout=job.attention_dropout,
-        hidden_dropout=job.hidden_dropout,
-        frozen=job.frozen_model,
-        fused_swiglu=job.fused_swiglu,
-        weighted_experts=job.framework == "megatron",
-        shared_keeps_original=job.framework == "megatron"
-        and quantised
-        and job.quant_recipe != "delayed",
-        shared_gathered=layout.moe_shared_expert_overlap and layout.tp > 1,
-        fc1_keeps_original="expert_fc1" in layout.offload_modules
-        and quantised
-        and not job.block_scaled,
-        expert_padding=quantised
-        and layout.moe_token_dispatcher_type == "alltoall"
-        and not job.grouped_mlp_fused,
-        combine_cast_bytes=cast_bytes(job),
-        moe_send_load=job.moe_expert_capacity_factor or 1.0
-        if job.moe_pad_expert_input_to_capacity
-        else 1.0,
-        sp_keeps_gathered_input=job.sp_keeps_gathered_input,
-        flash_attention=flash and not in_fp32,
-        modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
-        moe_load=kept,
-        moe_work_load=working if working != kept else None,
-        cuda_graphs=job.cuda_graphs,
-        offload=frozenset(layout.offload_modules),
-        offload_fraction=layout.activation_offload_fraction,
-    )
-    return replace(out, **dsa.shard_fields(job, layout.tp)) if job.arch.has_dsa else out
+    """How a layout splits one layer's activations (`planner.model.shard.Shard`), remembered per
+    job and layout fields (`_READ`: all but the ZeRO stage and the TP overlap, which nothing here
+    reads): a search asks it of each layout's memory, host memory and offload time."""
+    memo, key = _SHARDS.of(job), _READ(layout.__dict__)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = make_shard(job, layout)
+    return hit
 
 
 @dataclass(frozen=True)
@@ -130,10 +83,17 @@ class PerLayer:
         return sum(n * b for n, b in zip(counts, self.whole, strict=True))
 
 
-@lru_cache(maxsize=4096)
+_PER_LAYER: ModelMemo[Shard, PerLayer] = ModelMemo()
+
+
 def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     """Each kind's activations under `sh`, kept (what fine-grained offloading leaves on the GPU)
-    and whole."""
+    and whole; remembered per model (by identity: an lru_cache hashed the whole model) and
+    shard."""
+    return _PER_LAYER.get(arch, sh, lambda: _per_layer(arch, sh))
+
+
+def _per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
     # fine-grained offloading: the listed modules' saved inputs wait in host memory, those of
     # the first offload_fraction of the layers (the others keep theirs: on average that share);
     # under full recompute only in the layers it leaves whole (`PerLayer.whole`)

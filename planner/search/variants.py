@@ -103,8 +103,9 @@ def best_variants(
                 return False
         return True
 
+    split = base.split_key()  # the same for every ZeRO stage
     for z in zero_stages(space, base) if zeros is None else zeros:
-        key = (base.split_key(), z)
+        key = (split, z)
         if _too_big(job, base, key, capacity, too_big):
             rejected["memory"] += 1
             continue
@@ -222,8 +223,9 @@ def states_fit(
     overlap of the shape) fit in `capacity`; `too_big` records each stage's answer under
     `best_variants`'s key, which then need not estimate it again."""
     fit = False
+    split = base.split_key()
     for z in zero_stages(space, base):
-        fit |= not _too_big(job, base, (base.split_key(), z), capacity, too_big)
+        fit |= not _too_big(job, base, (split, z), capacity, too_big)
     return fit
 
 

@@ -1,0 +1,77 @@
+"""How a layout splits one layer's activations (`make_shard`: the `planner.model.shard.Shard`
+of a job and layout), built; `planner.model.stage_activations.shard` remembers it per job and
+layout."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import dsa, fp32, routing_load
+from planner.model.router_dtype import cast_bytes
+from planner.model.shard import Shard, linear_input_bytes
+
+FUSED_HEAD_DIM_MULTIPLE = 8
+"""Transformer Engine runs its fused attention (cuDNN) and FlashAttention only on head dimensions
+that are multiples of 8 (TE common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend`: "head
+dimension ... multiples of 8"; dot_product_attention/utils.py `get_attention_backend` likewise for
+flash-attn); any other (LLaVA's test model: 624 / 12 = 52) falls back to its unfused attention,
+which stores the s^2 scores, as fp32 training does whatever the head dimension
+(`planner.model.fp32`)."""
+
+
+def make_shard(job: Job, layout: Layout) -> Shard:
+    """How a layout splits one layer's activations (`planner.model.shard.Shard`), built
+    (`stage_activations.shard` remembers it)."""
+    s = job.seq_length // layout.cp
+    policy = job.recompute_policy(layout.recompute)
+    kept, working = routing_load.memory_loads(job, layout)
+    in_fp32, quantised = job.params_dtype == "fp32", job.quantised  # (`planner.model.fp32`)
+    flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
+    out = Shard(
+        tokens=s * layout.micro_batch_size,
+        tp=layout.tp,
+        sequence_parallel=layout.sequence_parallel,
+        etp=layout.expert_tp,
+        recompute=policy,
+        linear_bytes=fp32.LINEAR_INPUT_BYTES
+        if job.precision == "fp32"
+        else linear_input_bytes(job),
+        value_bytes=fp32.value_bytes(job),
+        seq_per_cp_rank=s,
+        seq_length=job.seq_length,
+        micro_batch_size=layout.micro_batch_size,
+        fused_norm=job.fused_norm,
+        cross_entropy=job.cross_entropy,
+        compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
+        loss_chunks=job.titan.loss_chunks if job.framework == "torchtitan" else 1,
+        attention_dropout=job.attention_dropout,
+        hidden_dropout=job.hidden_dropout,
+        frozen=job.frozen_model,
+        fused_swiglu=job.fused_swiglu,
+        weighted_experts=job.framework == "megatron",
+        shared_keeps_original=job.framework == "megatron"
+        and quantised
+        and job.quant_recipe != "delayed",
+        shared_gathered=layout.moe_shared_expert_overlap and layout.tp > 1,
+        fc1_keeps_original="expert_fc1" in layout.offload_modules
+        and quantised
+        and not job.block_scaled,
+        expert_padding=quantised
+        and layout.moe_token_dispatcher_type == "alltoall"
+        and not job.grouped_mlp_fused,
+        combine_cast_bytes=cast_bytes(job),
+        moe_send_load=job.moe_expert_capacity_factor or 1.0
+        if job.moe_pad_expert_input_to_capacity
+        else 1.0,
+        sp_keeps_gathered_input=job.sp_keeps_gathered_input,
+        flash_attention=flash and not in_fp32,
+        modules=frozenset(layout.recompute_modules) if policy == "core_attn" else frozenset(),
+        moe_load=kept,
+        moe_work_load=working if working != kept else None,
+        cuda_graphs=job.cuda_graphs,
+        offload=frozenset(layout.offload_modules),
+        offload_fraction=layout.activation_offload_fraction,
+    )
+    return replace(out, **dsa.shard_fields(job, layout.tp)) if job.arch.has_dsa else out
