@@ -101,8 +101,21 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
     rep = norm_in(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     out = _attention_out(BF16 * T * a * d, sh, arch.attention_output_gate)
-    part = word(sh) * T * (a + 2 * g) * d + out + scores(arch, sh)
+    part = word(sh) * T * (a + 2 * g) * d + out + scores(arch, sh) + _qk_norm_bytes(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
+
+
+def _qk_norm_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What the query and key norms keep (`ModelArch.qk_layernorm`, outside MLA): Megatron-LM
+    d98e8a64 builds them as TENorm (gpt_layer_specs.py:318, 327-332) on the split query and key
+    (attention.py:1931-1935), and Transformer Engine's RMSNorm saves a contiguous copy of its input
+    with one fp32 rstd per row (d0067d0d ops/basic/rmsnorm.py:189, :209): (a + g) heads of d
+    values and 4 bytes each, beside the rotated q and k the attention kernel keeps. Kept under
+    selective recompute (the norms are outside core attention)."""
+    if not arch.qk_layernorm:
+        return 0.0
+    rows = sh.tokens * (arch.num_attention_heads + arch.query_groups)
+    return rows * (word(sh) * arch.head_dim + FP32)
 
 
 def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:
@@ -160,10 +173,14 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
 
 def scores(arch: ModelArch, sh: Shard) -> float:
     """The s^2 scores of attention without a fused kernel (`planner.model.scores`: TE's fused or
-    torch softmax, and the dropout's where the model has it), dropped by the core_attn module; 0
-    with flash attention."""
-    if sh.flash_attention or sh.drops("core_attn"):
+    torch softmax, and the dropout's where the model has it), dropped by the core_attn module;
+    with flash attention its softmax statistics, one fp32 per head and token (TE d0067d0d
+    dot_product_attention/backends.py:1655-1664 saves aux_ctx_tensors, whose Stats are fp32
+    [b, h, sq, 1], cpp_extensions/fused_attn.py:406-407), as `per_op_bytes` counts them."""
+    if sh.drops("core_attn"):
         return 0.0
+    if sh.flash_attention:
+        return FP32 * sh.tokens * arch.num_attention_heads
     s, heads, b = sh.seq_per_cp_rank, arch.num_attention_heads, sh.micro_batch_size
     if word(sh) == FP32:  # fp32's torch softmax (`fp32.SCORE_BYTES`)
         return fp32.score_bytes(heads, s, b, sh.attention_dropout)

@@ -82,8 +82,10 @@ def test_table2_full_recompute() -> None:
 
 
 def test_flash_attention_drops_the_score_term() -> None:
-    # with flash attention nothing of size s^2 is stored: the selective value, with or without it
-    assert layer(8, True, "none", flash=True) == pytest.approx(layer(8, True, "core_attn"))
+    # with flash attention nothing of size s^2 is stored: the selective value, but for the
+    # kernel's fp32 log-sum-exp, 4 bytes a head and token (a / t heads a rank)
+    lse = 4 * S * B * A / 8
+    assert layer(8, True, "none", flash=True) == pytest.approx(layer(8, True, "core_attn") + lse)
 
 
 def test_gqa_and_swiglu_change_the_layer() -> None:
@@ -91,8 +93,9 @@ def test_gqa_and_swiglu_change_the_layer() -> None:
     # attention: replicated 2 (QKV in) + 1 (mask) + 2 (norm in) = 5; Q,K,V = 2(32+16)128/4096 = 3;
     #            output projection input 2  -> 10
     # MLP: replicated 5; fc1 output 2 * 2 * 14336/4096 = 14; activation output 2 * 3.5 = 7 -> 26
+    # and the flash kernel's fp32 log-sum-exp, 4 bytes x 32 heads a token
     sh = Shard(tokens=8192, seq_per_cp_rank=8192)
-    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(36 * 8192 * 4096)
+    assert act.layer_bytes(LLAMA8, False, sh) == pytest.approx(36 * 8192 * 4096 + 4 * 8192 * 32)
 
 
 def test_fp8_keeps_the_linear_inputs_in_8_bits() -> None:
@@ -111,7 +114,8 @@ def test_core_attn_recompute_drops_flash_attentions_16_bit_output_under_fp8() ->
     # and what the output projection saves of its output, not what the kernel saved: in bf16
     # that is the same 16-bit tensor (nothing saved: Megatron warns the module is not needed),
     # under FP8 only the 8-bit copy stays, so the 16-bit output goes: 2 sbh saved (2 bytes x s x
-    # a x d, a x d = h). It used to be kept, as if nothing were recomputed.
+    # a x d, a x d = h). It used to be kept, as if nothing were recomputed. Either way the
+    # kernel's fp32 log-sum-exp (4 bytes a head and token) goes with the checkpoint.
     def one(recompute: str, linear_bytes: float) -> float:
         sh = Shard(
             tokens=S,
@@ -121,8 +125,8 @@ def test_core_attn_recompute_drops_flash_attentions_16_bit_output_under_fp8() ->
         )
         return act.layer_bytes(GPT, False, sh)
 
-    assert one("none", 2.0) - one("core_attn", 2.0) == pytest.approx(0.0)
-    assert one("none", 1.0) - one("core_attn", 1.0) == pytest.approx(2 * S * H)
+    assert one("none", 2.0) - one("core_attn", 2.0) == pytest.approx(4 * S * A)
+    assert one("none", 1.0) - one("core_attn", 1.0) == pytest.approx(2 * S * H + 4 * S * A)
 
 
 def test_logits_are_split_by_tp() -> None:
@@ -153,7 +157,8 @@ def test_per_op_checkpointing_keeps_every_other_matmul_output(t: int) -> None:
 def test_per_op_working_set_is_the_whole_layer() -> None:
     T = 4096
     sh = Shard(tokens=T, recompute="per_op", seq_per_cp_rank=T)
-    assert act.layer_bytes(LLAMA8, False, sh, recompute=False) == pytest.approx(36 * 4096 * T)
+    whole = 36 * 4096 * T + 4 * 32 * T  # test_gqa_and_swiglu's layer, its log-sum-exp included
+    assert act.layer_bytes(LLAMA8, False, sh, recompute=False) == pytest.approx(whole)
 
 
 def test_loss_bytes_per_logit_by_implementation() -> None:

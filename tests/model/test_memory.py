@@ -238,13 +238,14 @@ TINY = {
         #   last stage: final norm input and output 4h = 256, then by loss kernel
         #     gathered: bf16 local logits 2V + the gathered working set 24V
         #     fused:    Megatron's 6V
-        #   the layer recomputed in the backward holds all of it (Korthikanti 34h = 2176) after
-        #   the loss backward: the larger of the two counts; on the gathered path the two bf16
-        #   logits buffers the pipeline still holds (4V) come on top of the recomputed layer
-        # V = 64: gathered max(256 + 128 + 1536, 2176 + 256) = 2432: 256 + 72 + 2432 = 2760;
-        #   fused max(256 + 384, 2176) = 2176: 256 + 72 + 2176 = 2504
-        (64, 2760, 2504),
-        # V = 1000: gathered max(256 + 2000 + 24000, 2176 + 4000) = 26256: 26584;
+        #   the layer recomputed in the backward holds all of it (Korthikanti 34h = 2176, and the
+        #   flash kernel's fp32 log-sum-exp, 4 bytes x 4 heads = 16: 2192) after the loss
+        #   backward: the larger of the two counts; on the gathered path the two bf16 logits
+        #   buffers the pipeline still holds (4V) come on top of the recomputed layer
+        # V = 64: gathered max(256 + 128 + 1536, 2192 + 256) = 2448: 256 + 72 + 2448 = 2776;
+        #   fused max(256 + 384, 2192) = 2192: 256 + 72 + 2192 = 2520
+        (64, 2776, 2520),
+        # V = 1000: gathered max(256 + 2000 + 24000, 2192 + 4000) = 26256: 26584;
         #   fused max(256 + 6000, 2176) = 6256: 256 + 72 + 6256 = 6584
         (1000, 26584, 6584),
     ],
