@@ -45,6 +45,7 @@ class PoolSection(BaseModel):
     )
     tiers: tuple[LinkTier, ...] | None = None
     host_memory_gib_per_node: PositiveFloat | None = Field(default=None, le=MAX_HOST_MEMORY_GIB)
+    gpus_per_domain_used: PositiveInt | None = None
     price_usd_per_gpu_hour: PositiveFloat | None = Field(
         default=None, description="None = the catalog GPU's price"
     )
@@ -91,4 +92,10 @@ class ClusterSection(BaseModel):
         default=None,
         le=MAX_HOST_MEMORY_GIB,
         description="host (CPU) memory per node, GiB, where it differs from the catalog's",
+    )
+    gpus_per_domain_used: PositiveInt | None = Field(
+        default=None,
+        description="GPUs the job uses of each innermost (NVLink) domain, 1..its span_gpus "
+        "(Slurm --segment x GPUs per node); default: the catalog's for a multi-domain job "
+        "(64 of an NVL72 rack) where num_gpus is a multiple of it, else the whole domain",
     )

@@ -130,6 +130,14 @@ BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
 """Catalog GPU names of compute capability 10+ (Blackwell)."""
 
 
+def check_domain_used(used: int | None, tiers: tuple[LinkTier, ...]) -> None:
+    """`gpus_per_domain_used` lies in 1..the innermost tier's span (set only where it has one)."""
+    span = tiers[0].span_gpus if tiers else None
+    if used is not None and (span is None or not 1 <= used <= span):
+        within = f"1..{span}, the innermost tier's span_gpus" if span else "unset: no span"
+        raise ValueError(f"gpus_per_domain_used ({used}) must be {within}")
+
+
 class GpuSpec(BaseModel):
     """One accelerator model, from one `hardware_catalog/gpus/<name>.toml` file."""
 
@@ -201,10 +209,13 @@ class GpuSpec(BaseModel):
     price_usd_per_gpu_hour: PositiveFloat | None = None
     price_source: Text = ""
     tiers: tuple[LinkTier, ...] = Field(description="network tiers, innermost first")
+    gpus_per_domain_used: PositiveInt | None = None
+    """GPUs a multi-domain job uses of each innermost domain (`ClusterSpec.domain_used`)."""
 
     @model_validator(mode="after")
     def _check(self) -> GpuSpec:
         check_tiers(self.tiers)
+        check_domain_used(self.gpus_per_domain_used, self.tiers)
         return self
 
     @property
@@ -291,10 +302,12 @@ class ClusterSpec(BaseModel):
     host_memory_gib_per_node: PositiveFloat | None = Field(
         default=None, le=MAX_HOST_MEMORY_GIB, description="the plan's; None = the catalog GPU's"
     )
+    gpus_per_domain_used: PositiveInt | None = None  # the plan's; None: `domain_used`
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         check_tiers(self.tiers, self.num_gpus)
+        check_domain_used(self.gpus_per_domain_used, self.tiers)
         if self.power_limit_w is not None and self.power_limit_w > self.gpu.tdp_w:
             raise ValueError(
                 f"power_limit_w ({self.power_limit_w:g}) is above {self.gpu.name}'s TDP "
@@ -332,6 +345,32 @@ class ClusterSpec(BaseModel):
         if gpu.host_memory_gib_per_node is None:
             return None
         return gpu.host_memory_gib_per_node / gpu.gpus_per_node
+
+    @property
+    def domain_used(self) -> int | None:
+        """GPUs the job uses of each innermost domain (None: no span, every GPU): the plan's
+        `gpus_per_domain_used`; else the catalog's where the job spans several of its domains
+        (tiers as the catalog's) in whole segments (num_gpus a multiple), as NVIDIA's MLPerf
+        GB200/GB300 runs allocate 16-tray segments of 72-GPU racks (Slurm SEGMENT=16, 4 GPUs a
+        tray: hardware_catalog/gpus/gb200-nvl72.toml); else the whole domain."""
+        span = self.tiers[0].span_gpus
+        if span is None or self.gpus_per_domain_used is not None:
+            return self.gpus_per_domain_used or span
+        used = self.gpu.gpus_per_domain_used
+        if used is None or span != self.gpu.tiers[0].span_gpus or self.num_gpus <= span:
+            return span
+        return used if self.num_gpus % used == 0 else span
+
+    @property
+    def placement_spans(self) -> tuple[int | None, ...]:
+        """The tiers' spans in ranks: the innermost is `domain_used`, each outer tier holds as
+        many of those as it holds domains (a job fills `domain_used` GPUs of each, rank r on
+        innermost domain r // domain_used: `planner.model.placement`)."""
+        spans = tuple(t.span_gpus for t in self.tiers)
+        used, span = self.domain_used, spans[0]
+        if used is None or span is None or used == span:
+            return spans
+        return tuple(s if s is None else s // span * used for s in spans)
 
     def tier_for_span(self, span_gpus: int) -> LinkTier:
         """The innermost tier whose span holds `span_gpus` consecutive ranks."""

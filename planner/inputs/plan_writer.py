@@ -94,6 +94,8 @@ def render(job: Job, layout: Layout, model: dict[str, Any], header: list[str]) -
         cluster["hbm_bandwidth_tb_per_s"] = job.cluster.hbm_bandwidth_tb_per_s
     if job.cluster.host_memory_gib_per_node is not None:
         cluster["host_memory_gib_per_node"] = job.cluster.host_memory_gib_per_node
+    if job.cluster.gpus_per_domain_used is not None:
+        cluster["gpus_per_domain_used"] = job.cluster.gpus_per_domain_used
     training: dict[str, Any] = {
         "seq_length": job.seq_length,
         "global_batch_size": job.global_batch_size,

@@ -66,6 +66,7 @@ def one_kind(
         "hbm_bandwidth_tb_per_s": section.hbm_bandwidth_tb_per_s,
         "tiers": section.tiers or node_tiers(gpu.tiers, gpu.gpus_per_node, per_node),
         "host_memory_gib_per_node": section.host_memory_gib_per_node,
+        "gpus_per_domain_used": section.gpus_per_domain_used,
     }
     return validate(ClusterSpec, data, path, prefix=field)
 

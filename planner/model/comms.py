@@ -1,12 +1,12 @@
 """Collective-communication time on the link tiers a process group actually spans.
 
-Placement. Megatron orders ranks tp-cp-ep-dp-pp (TP fastest, ecosystem.md 1.2), so a group of n
-ranks whose members are `stride` ranks apart lies on `stride x n` consecutive ranks;
-`ClusterSpec.tier_for_span` gives the innermost tier that holds them. When that is not the
-innermost tier, g = min(n, span_0 / stride) members share each innermost domain (an NVLink node)
-and k = n / g domains take part: a two-level group. Where the innermost tier is a full mesh
-(AMD's xGMI: a link per pair of GPUs, no switch) a group's members reach each other over their
-own links only: g - 1 of the span - 1 (`mesh_link`).
+Placement (`planner.model.placement`: rank r on domain r // `ClusterSpec.domain_used`). Megatron
+orders ranks tp-cp-ep-dp-pp (TP fastest, ecosystem.md 1.2), so a group of n ranks `stride` apart
+lies on `stride x n` consecutive ranks; every group of the kind is placed and the slowest sets the
+time (lockstep). A group over k innermost domains (NVLink nodes or racks) is two-level: g members
+on the fullest, g' on the emptiest (g = g' = n / k where groups line up with domains). In a
+full-mesh innermost tier (AMD's xGMI: a link per GPU pair, no switch) a group's members reach
+each other over their own links only: g - 1 of the span - 1 (`mesh_link`).
 
 Cost model (NVIDIA nccl-tests doc/PERFORMANCE.md; ecosystem.md section 4), S the payload in bytes,
 B the achieved bus bandwidth per GPU, α the per-message latency:
@@ -18,9 +18,9 @@ B the achieved bus bandwidth per GPU, α the per-message latency:
 Two-level groups are modelled hierarchically (stas00/ml-engineering network/README.md, quoted in
 ecosystem.md section 4): reduce-scatter inside the node over the inner link, all-reduce of the
 S/g shard across the k nodes over each GPU's own NIC, all-gather inside the node:
-    2(g-1)/g * S/B_in + 2(k-1)/k * (S/g)/B_out
-(reduce-scatter and all-gather take half of each term). An all-to-all sends (k-1)/k of its bytes
-over the NIC and (g-1)/n over NVLink at the same time, so the slower of the two counts.
+    2(g-1)/g * S/B_in + 2(k-1)/k * (S/g')/B_out
+(reduce-scatter and all-gather take half of each term). An all-to-all sends (n-g')/n of its bytes
+(aligned: (k-1)/k) over the NIC and (g-1)/n over NVLink at the same time; the slower counts.
 
 Latency (NCCL's own cost model, NVIDIA/nccl src/graph/tuning.cc @01afd20a `ncclTopoTuneModel`):
 reduce-scatter and all-gather run only as rings ("if (coll != ncclCollAllReduce && a !=
@@ -39,23 +39,21 @@ Overlap is not free: a collective hidden under compute runs on COMM_KERNEL_SMS o
 callers add it to the exposed time (TP in `planner.model.layer_time`, EP in
 `planner.model.stage_time`, DP in `planner.model.cost`).
 
-Data-parallel sync, built on these collectives, is `planner.model.dp_sync`; a layer's
-tensor-parallel collectives `planner.model.layer_tp.tensor_parallel_layer`; context parallelism's
-exchanges `planner.model.cp_time`.
-
-The MoE token dispatchers, built on these collectives, are `planner.model.dispatch`.
+Built on these collectives: data-parallel sync `planner.model.dp_sync`, a layer's tensor-parallel
+collectives `planner.model.layer_tp.tensor_parallel_layer`, context parallelism's exchanges
+`planner.model.cp_time`, the MoE token dispatchers `planner.model.dispatch`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
-from planner.model import nccl_shares
+from planner.model import nccl_shares, placement
 from planner.model.job_memo import ModelMemo
 from planner.model.nccl_shares import ALL_REDUCE, RING
 
@@ -180,6 +178,10 @@ class Group:
     nvlink: str | None = None
     """The NVLink family (`nccl_shares.family`) whose measured NCCL shares and call cost apply
     to the group's collectives; None where they do not (no NVLink domain: AMD's mesh, PCIe)."""
+    fewest: int | None = None
+    """Members on the emptiest domain, where shares differ (None: `per_domain`)."""
+    others: tuple[Group, ...] = ()
+    """The kind's other groups that may be slower (`placement.splits`; `_slowest`)."""
 
     def share(self, op: str) -> float:
         """NCCL's measured share of the inner link's bandwidth for collective class `op` among
@@ -236,19 +238,33 @@ def place(cluster: ClusterSpec, stride: int, size: int) -> Group:
 
 
 def _place(cluster: ClusterSpec, stride: int, size: int) -> Group:
-    """`place`, computed."""
+    """`place`, computed: the worst split of the kind's groups, the others that may be slower
+    kept (`placement.splits` over `ClusterSpec.placement_spans`: rank r on domain r // used)."""
     tiers = cluster.tiers
-    tier = cluster.tier_for_span(stride * size)
     nvlink = nccl_shares.family(cluster)
-    if size <= 1 or tier is tiers[0]:
-        n = max(size, 1)
-        return Group(n, n, 1, mesh_link(tiers[0], n), None, tier.name, nvlink)
-    span0 = tiers[0].span_gpus or stride * size
-    g = max(1, min(size, span0 // stride))
-    while size % g:
-        g -= 1
-    outer = achieved(tier, False)
-    return Group(size, g, size // g, mesh_link(tiers[0], g), outer, tier.name, nvlink)
+    if size <= 1:
+        tier = cluster.tier_for_span(stride * size)
+        return Group(1, 1, 1, mesh_link(tiers[0], 1), None, tier.name, nvlink)
+    found = placement.splits(cluster.placement_spans, stride, size, cluster.num_gpus)
+    groups = [_group(cluster, size, s, nvlink) for s in found]
+    return replace(groups[0], others=tuple(groups[1:])) if len(groups) > 1 else groups[0]
+
+
+def _group(cluster: ClusterSpec, n: int, split: placement.Split, nvlink: str | None) -> Group:
+    """A group of `n` ranks split as `split`. On a full mesh the emptiest domain's members have
+    the fewest links (`mesh_link`): the inner link is theirs."""
+    inner, tier = cluster.tiers[0], cluster.tiers[split.tier]
+    if split.domains == 1:
+        return Group(n, n, 1, mesh_link(inner, n), None, tier.name, nvlink)
+    g, few = split.most, split.fewest
+    link = mesh_link(inner, few if inner.mesh else g)
+    out = achieved(tier, False)
+    return Group(n, g, split.domains, link, out, tier.name, nvlink, None if few == g else few)
+
+
+def _slowest(f: Callable[..., float], size_bytes: float, grp: Group, *args: bool) -> float:
+    """The slowest group's time of collective `f` (`Group.others`)."""
+    return max(f(size_bytes, g, *args) for g in (replace(grp, others=()), *grp.others))
 
 
 def mesh_link(tier: LinkTier, members: int) -> Link:
@@ -309,6 +325,8 @@ def all_reduce(size_bytes: float, grp: Group, nccl: bool = True) -> float:
     NCCL's measured share of the link and with its call cost."""
     if grp.size <= 1 or size_bytes <= 0:
         return 0.0
+    if grp.others:
+        return _slowest(all_reduce, size_bytes, grp, nccl)
     call = grp.call(ALL_REDUCE) if nccl else 0.0
     if grp.outer is None:
         share = grp.share(ALL_REDUCE) if nccl else 1.0
@@ -323,7 +341,7 @@ def _half_bandwidth(size_bytes: float, grp: Group, nccl: bool) -> float:
     g, k = grp.per_domain, grp.domains
     t = (g - 1) / g * size_bytes / (grp.inner.bandwidth * (grp.share(RING) if nccl else 1.0))
     if grp.outer is not None:
-        t += (k - 1) / k * (size_bytes / g) / grp.outer.bandwidth
+        t += (k - 1) / k * (size_bytes / (grp.fewest or g)) / grp.outer.bandwidth
     return t
 
 
@@ -334,6 +352,8 @@ def reduce_scatter(size_bytes: float, grp: Group, nccl: bool = True) -> float:
     symmetric memory), at the link's point-to-point rate."""
     if grp.size <= 1 or size_bytes <= 0:
         return 0.0
+    if grp.others:
+        return _slowest(reduce_scatter, size_bytes, grp, nccl)
     call = grp.call(RING) if nccl else 0.0
     return _half_bandwidth(size_bytes, grp, nccl) + ring_latency(grp) + call
 
@@ -349,12 +369,15 @@ def all_to_all(size_bytes: float, grp: Group) -> float:
     n = grp.size
     if n <= 1 or size_bytes <= 0:
         return 0.0
+    if grp.others:
+        return _slowest(all_to_all, size_bytes, grp)
     if grp.outer is None:
         lat = _steps(n) * grp.inner.latency * LATENCY_SCALE
         return (n - 1) / n * size_bytes / grp.inner.bandwidth + lat
     g, k = grp.per_domain, grp.domains
     intra = (g - 1) / n * size_bytes / grp.inner.bandwidth
-    inter = (k - 1) / k * size_bytes / grp.outer.bandwidth
+    off = (k - 1) / k if grp.fewest is None else (n - grp.fewest) / n  # the emptiest's rank's
+    inter = off * size_bytes / grp.outer.bandwidth
     return max(intra, inter) + _steps(k) * grp.outer.latency * LATENCY_SCALE
 
 

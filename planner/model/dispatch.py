@@ -107,12 +107,37 @@ def fused_dispatch_fanout(grp: Group, r: Routing) -> tuple[float, float]:
     the GPUs of its groups (DeepSeek-V3's proxy in Megatron's MoE layer test: 8 groups on 8 GPUs,
     4 GPUs of 8 at most). Over the allowed nodes (GPUs) and their experts the top-k experts are
     spread evenly (`distinct_reached`)."""
-    k, g = grp.domains, grp.per_domain
+    k, g, n = grp.domains, grp.per_domain, grp.size  # n = k x g where groups line up
     nodes_allowed = _allowed(k, r)
-    gpus_allowed = min(nodes_allowed * g, _allowed(k * g, r))
+    gpus_allowed = min(nodes_allowed * g, _allowed(n, r))
     nodes = distinct_reached(nodes_allowed, round(r.experts * nodes_allowed / k), r.topk)
-    gpus = distinct_reached(gpus_allowed, round(r.experts * gpus_allowed / (k * g)), r.topk)
+    gpus = distinct_reached(gpus_allowed, round(r.experts * gpus_allowed / n), r.topk)
     return nodes, gpus
+
+
+def fused_dispatch(grp: Group, r: Routing, dispatch_bytes: float, value_bytes: float) -> float:
+    """Seconds of one flex dispatch and combine of one group (`moe_dispatch`). Where the group
+    splits unevenly (`Group.fewest`) the NVLink forwards are the fullest domain's (g - 1 of g)
+    and the NIC share the emptiest domain's rank's: (n - g')/n of its experts lie off its
+    domain ((k - 1)/k where groups line up)."""
+    nodes, gpus = fused_dispatch_fanout(grp, r)
+    n, k, g = grp.size, grp.domains, grp.per_domain
+    remote = nodes * ((k - 1) / k if grp.fewest is None else (n - grp.fewest) / n)
+    nvl_copies = gpus * (g - 1) / g
+    nvl = grp.inner.bandwidth / comms.SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
+    lat = grp.inner.latency
+    rdma = 0.0
+    if grp.outer is not None:
+        rdma = grp.outer.bandwidth / comms.SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
+        lat = grp.outer.latency
+
+    def one(nbytes: float) -> float:
+        elems = r.tokens * r.hidden * r.load * nbytes
+        t_nvl = elems * nvl_copies / nvl
+        t_rdma = elems * remote / rdma if rdma else 0.0
+        return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
+
+    return one(dispatch_bytes) + one(value_bytes)
 
 
 def _allowed(units: int, r: Routing) -> int:
@@ -196,24 +221,9 @@ def moe_dispatch(
     if grp.size <= 1:
         return gather
     if dispatcher == "flex":
-        nodes, gpus = fused_dispatch_fanout(grp, r)
-        k, g = grp.domains, grp.per_domain
-        remote = nodes * (k - 1) / k
-        nvl_copies = gpus * (g - 1) / g
-        nvl = grp.inner.bandwidth / comms.SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
-        lat = grp.inner.latency
-        rdma = 0.0
-        if grp.outer is not None:
-            rdma = grp.outer.bandwidth / comms.SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
-            lat = grp.outer.latency
-
-        def one(nbytes: float) -> float:
-            elems = r.tokens * h * load * nbytes
-            t_nvl = elems * nvl_copies / nvl
-            t_rdma = elems * remote / rdma if rdma else 0.0
-            return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
-
-        return passes * (one(dispatch_bytes) + one(value_bytes))
+        one_grp = replace(grp, others=())  # the kind's groups run in lockstep: the slowest counts
+        each = (fused_dispatch(g, r, dispatch_bytes, value_bytes) for g in (one_grp, *grp.others))
+        return passes * max(each)
     copies = r.tokens * r.topk * h * load
     a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * value_bytes, grp)
     return passes * a2a + gather

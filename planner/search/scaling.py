@@ -72,12 +72,25 @@ def job_at(job: Job, num_gpus: int) -> Job:
     except (ValidationError, ValueError) as e:
         raise InputError(f"num_gpus: {num_gpus} GPUs: {e}") from None
     out = replace(job, cluster=cluster)
-    if not job.pools:
-        # one layer's time reads the cluster's GPU, clocks, HBM and link tiers (a group's tier
-        # from its own span), never the number of GPUs: every size shares the layer-time memo
-        # (tests/search/test_scaling_memo.py)
+    if not job.pools and same_placement(job.cluster, cluster):
+        # one layer's time reads the cluster's GPU, clocks, HBM, link tiers and where its groups
+        # lie (`planner.model.placement`), never the number of GPUs otherwise: sizes that place
+        # alike share the layer-time memo (tests/search/test_scaling_memo.py)
         LAYER_TIMES.share(out, job)
     return out
+
+
+def same_placement(a: ClusterSpec, b: ClusterSpec) -> bool:
+    """Whether every group of a layout lies alike on both clusters: the same spans in ranks
+    (`ClusterSpec.placement_spans`, which reads the GPU count: `domain_used`) and both GPU
+    counts multiples of the largest finite one. `placement.every_split` places one period,
+    lcm(block, largest span), of a job's groups; a group's block divides the GPU count, so with
+    the span dividing it too the period is the same whole one on both sizes."""
+    spans = a.placement_spans
+    if spans != b.placement_spans:
+        return False
+    finite = [s for s in spans if s is not None]
+    return not finite or (a.num_gpus % finite[-1] == 0 and b.num_gpus % finite[-1] == 0)
 
 
 def search_best_layout(space: Space | None = None) -> BestLayout:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms
+from planner.model import placement
 from planner.search.rules.base import Violation
 
 
@@ -65,12 +65,16 @@ def node_limited_routing(job: Job, lay: Layout) -> Violation | None:
     topk = job.moe_router_group_topk
     if topk is None or lay.ep == 1:
         return None
-    span = comms.place(job.cluster, lay.expert_tp, lay.ep)
-    if topk > span.domains > 1:
+    c = job.cluster
+    # every EP group's domain count (groups that straddle domains unevenly touch different
+    # counts); the fewest of those over several nodes is where topk limits nothing first
+    counts = placement.domain_counts(c.placement_spans, lay.expert_tp, lay.ep, c.num_gpus)
+    spans = [k for k in counts if k > 1]
+    if spans and topk > min(spans):
         return Violation(
             "routing",
             "training.moe_router_group_topk",
-            f"moe_router_group_topk ({topk}) exceeds the {span.domains} nodes expert "
+            f"moe_router_group_topk ({topk}) exceeds the {min(spans)} nodes expert "
             "parallelism spans: a token cannot reach more",
         )
     return None
