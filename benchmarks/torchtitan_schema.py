@@ -37,6 +37,7 @@ FILES = (
     "torchtitan/components/loss.py",
     "torchtitan/tools/profiler.py",
     "torchtitan/models/common/config_utils.py",
+    "torchtitan/models/deepseek_v3/mtp.py",
     *(
         f"torchtitan/models/{m}/{f}"
         for m in ("llama3", "qwen3", "deepseek_v3", "gpt_oss")

@@ -3,13 +3,16 @@ torchtitan b5bcd76c) writes model_registry(..., num_mtp_layers=N) and MTPLoss (m
 __init__.py:616-628, mtp.py:321-406; config_registry.py:76-82 sets them so), and reads back as its
 plan; the TOML target (e347b1e5, no MTP module) refuses it, naming the field.
 
-Oracle: the plan itself (the same MTP depths, loss weight, step time and peak memory read back)."""
+Oracles: the plan itself (the same MTP depths, loss weight, step time and peak memory read back),
+and tests/data/torchtitan_config_schema.json (benchmarks/torchtitan_schema.py, mtp.py among its
+files) for every name and keyword the module uses."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from test_emit_torchtitan_module import check_module
 
 from planner.emit.launch import render
 from planner.inputs import torchtitan_config
@@ -49,6 +52,7 @@ def test_the_module_keeps_the_mtp_layers(tmp_path: Path, scale: str) -> None:
     want = f"config.loss = MTPLoss.Config({weight}global_vocab_size=decoder_vocab_size("
     assert want in module
     assert "ChunkedLossWrapper" not in module and "CrossEntropyLoss" not in module
+    check_module(module)  # every import, attribute and keyword as b5bcd76c defines it
     back_path = tmp_path / "planner_job.py"
     back_path.write_text(module)
     back = check_plan(torchtitan_config.load(back_path, None, None))
