@@ -234,6 +234,8 @@ def print_result(
         loss = (
             f"the loss in {chunks} chunks (today's torchtitan: --target torchtitan-module)"
             if chunks > 1
+            else "the loss on the whole logits (MTPLoss: today's torchtitan runs MTP so)"
+            if job.titan.num_mtp_layers
             else "the loss on the whole logits (torchtitan e347b1e5's TOML; today's torchtitan "
             "runs it in chunks: set [torchtitan] loss_chunks = 8 in the job to plan for it)"
         )

@@ -164,10 +164,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
 
 def _rank_order(job: Job, layout: Layout, where: str) -> None:
     """`use_tp_pp_dp_mapping` where Megatron runs it: not under torchtitan (its device mesh
-    order is fixed), not across pools (planner places a pool's ranks in the default order), and
-    with pp > 1 only where the expert grid's tp x ep equals the dense grid's tp x cp: Megatron
-    asserts equal data-parallel sizes of the attention and MoE layers unless the order ends in
-    pp, and identical pipeline groups (Megatron-LM d98e8a64 parallel_state.py:898-906)."""
+    order is fixed), nor across pools (planner places a pool's ranks in the default order); the
+    degrees it needs are a rule (`planner.search.rules.rank_order`)."""
     if not layout.use_tp_pp_dp_mapping:
         return
     field = f"{where}: parallel.use_tp_pp_dp_mapping"
@@ -179,12 +177,6 @@ def _rank_order(job: Job, layout: Layout, where: str) -> None:
         )
     if job.pools:
         raise InputError(f"{field}: not with [[cluster.pools]] (pools hold whole pipeline stages)")
-    inner, expert = layout.tp * layout.cp, layout.expert_tp * layout.ep
-    if job.arch.is_moe and layout.pp > 1 and inner != expert:
-        raise InputError(
-            f"{field}: with pp > 1 Megatron needs expert tp x ep ({expert}) equal to tp x cp "
-            f"({inner}) under this order (its attention and MoE data-parallel sizes must match)"
-        )
 
 
 def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:

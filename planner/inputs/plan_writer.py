@@ -242,7 +242,8 @@ def _pools_lines(job: Job) -> list[str]:
             pool["gpus_per_node"] = c.gpus_per_node
         if c.memory_gib != gpu.memory_gib:
             pool["memory_gib"] = c.memory_gib
-        for name in ("power_limit_w", "hbm_bandwidth_tb_per_s", "host_memory_gib_per_node"):
+        kept = ("power_limit_w", "hbm_bandwidth_tb_per_s", "host_memory_gib_per_node")
+        for name in (*kept, "gpus_per_domain_used"):
             if getattr(c, name) is not None:
                 pool[name] = getattr(c, name)
         if p.price_usd_per_gpu_hour is not None:

@@ -34,8 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
+from planner.inputs.arch_fields import MAX_LAYERS
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.fields import Flag, NonNegativeInt, PositiveInt
+from planner.inputs.fields import Flag, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
 """pytorch/torchtitan commit whose torchtitan/config/job_config.py the emitted TOML follows."""
@@ -250,14 +251,14 @@ class TorchtitanSection(BaseModel):
 
     num_mtp_layers: NonNegativeInt = Field(
         default=0,
+        le=MAX_LAYERS,
         description="DeepSeek-V3's multi-token prediction depths: model_registry(..., "
         "num_mtp_layers=N) (b5bcd76c models/deepseek_v3/__init__.py:616-628; 0, its default, "
         "builds none); each an MTPTransformerBlock of the last decoder layer's kind (mtp.py:"
         "106-161), trained with MTPLoss at pp 1, cp 1 and the whole logits (`MTP_FAMILY`)",
     )
-    mtp_scale: float = Field(
+    mtp_scale: NonNegativeFloat = Field(
         default=0.3,
-        ge=0,
         description="MTPLoss.Config(mtp_scale=...), the MTP losses' weight (b5bcd76c "
         "models/deepseek_v3/mtp.py:324-326; no bearing on memory or time)",
     )

@@ -9,9 +9,11 @@ configs), `planner.inputs.torchtitan.TORCHTITAN_COMMIT`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+from planner.inputs.arch_fields import MAX_LAYERS
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan import MODELS
 
@@ -141,9 +143,10 @@ def model_spec(where: str, kwargs: dict[str, Any], degrees: dict[str, Any]) -> N
             "(models/common/token_dispatcher.py:1237-1241 at b5bcd76c)"
         )
     mtp = kwargs.get("num_mtp_layers", 0)
-    if not isinstance(mtp, int) or isinstance(mtp, bool) or mtp < 0:
+    if not isinstance(mtp, int) or isinstance(mtp, bool) or not 0 <= mtp <= MAX_LAYERS:
         raise InputError(
-            f"{where}: {field}: num_mtp_layers: expected a non-negative int (got {spelled(mtp)})"
+            f"{where}: {field}: num_mtp_layers: expected an int in 0..{MAX_LAYERS} (got "
+            f"{spelled(mtp)})"
         )
     if mtp and (pp > 1 or cp > 1):
         what = "pipeline" if pp > 1 else "context"
@@ -198,9 +201,10 @@ def loss_table(where: str, loss: Any, mtp: int, kwarg: Callable[..., Any]) -> di
         return {"num_chunks": 1}
     if loss.callee.endswith("MTPLoss.Config"):
         scale = kwarg(loss, "mtp_scale", 0.3, "config.loss.mtp_scale", (int, float))
-        if isinstance(scale, bool) or scale < 0:
+        if isinstance(scale, bool) or not 0 <= scale < math.inf:
             raise InputError(
-                f"{where}: config.loss.mtp_scale: expected a number >= 0 (got {spelled(scale)})"
+                f"{where}: config.loss.mtp_scale: expected a finite number >= 0 (got "
+                f"{spelled(scale)})"
             )
         return {"num_chunks": 1, "mtp_scale": float(scale)}
     why = " (torchtitan's abstract default: set config.loss)" if "BaseLoss" in loss.callee else ""

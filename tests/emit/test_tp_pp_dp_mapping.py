@@ -23,6 +23,8 @@ from planner.inputs.megatron_log import LogRun
 from planner.inputs.megatron_log_args import words
 from planner.inputs.plan import parse_plan
 from planner.model import cost, memory
+from planner.search import advice
+from planner.search.rules import check_plan, violations
 
 FLAG = "--use-tp-pp-dp-mapping"
 PARALLEL = {"tp": 2, "pp": 4, "zero_stage": 1, "use_tp_pp_dp_mapping": True}
@@ -95,9 +97,21 @@ def test_moe_needs_expert_tp_x_ep_equal_to_tp_x_cp() -> None:
     """Mixtral 8x7B tp 2 pp 4 ep 8: expert dp 64 / (2 x 8 x 4) = 1 against dense dp 8, which
     Megatron asserts against under this order; ep 2 (etp 1) gives tp x cp = etp x ep = 2."""
     with pytest.raises(InputError, match=r"expert tp x ep \(16\) equal to tp x cp \(2\)"):
-        make_plan("mixtral-8x7b", 64, {**PARALLEL, "ep": 8})
-    ok = make_plan("mixtral-8x7b", 64, {**PARALLEL, "ep": 2, "etp": 1})
+        check_plan(make_plan("mixtral-8x7b", 64, {**PARALLEL, "ep": 8}))
+    ok = check_plan(make_plan("mixtral-8x7b", 64, {**PARALLEL, "ep": 2, "etp": 1}))
     assert ok.layout is not None and ok.layout.expert_dp == ok.layout.dp == 8
+
+
+def test_checks_advice_keeps_to_the_order() -> None:
+    """A rule, not an input check, so `check`'s single changes never break it (QA: ep 2 -> 8 and
+    tp 2 -> 4 were advised to a Qwen3-30B-A3B plan at pp 2, each then refused)."""
+    parallel = {**PARALLEL, "pp": 2, "ep": 2, "etp": 1, "micro_batch_size": 4}
+    plan = check_plan(make_plan("qwen3-30b-a3b", 64, parallel))
+    job, lay = plan.job, plan.require_layout()
+    assert not memory.estimate(job, lay).fits
+    changes = advice.memory_changes(job, lay)
+    assert changes and all(not violations(job, c.layout) for c in changes)
+    assert not any(c.field in ("parallel.ep", "parallel.tp") for c in changes)
 
 
 def test_64_h100_same_memory_other_step() -> None:

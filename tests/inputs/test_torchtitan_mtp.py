@@ -173,3 +173,27 @@ def test_suggest_framework_torchtitan_trains_without_mtp_unless_asked() -> None:
     asked = _plan(1).job
     assert "tt_mtp" not in [v.rule for v in rules.violations(asked, one)]
     assert "tt_mtp" in [v.rule for v in rules.violations(asked, two)]
+
+
+@pytest.mark.parametrize(
+    ("titan", "match"),
+    [
+        ({"num_mtp_layers": 10**18}, r"torchtitan.num_mtp_layers: .*less than or equal to 10000"),
+        ({"num_mtp_layers": 1, "mtp_scale": "0.3"}, r"torchtitan.mtp_scale: .*valid number"),
+        ({"num_mtp_layers": 1, "mtp_scale": True}, r"torchtitan.mtp_scale: .*valid number"),
+        ({"num_mtp_layers": 1, "mtp_scale": float("inf")}, r"torchtitan.mtp_scale: .*finite"),
+    ],
+)
+def test_bad_mtp_fields_exit_2_naming_them(titan: dict[str, Any], match: str) -> None:
+    """QA: 1e18 depths ran out of memory building the stage string (a traceback-class error),
+    and mtp_scale took a string, a boolean or inf, which the module target then wrote as
+    `mtp_scale=inf`, a name Python does not define."""
+    data: dict[str, Any] = {
+        "model": {"name": "deepseek-v3"},
+        "cluster": {"gpu": "h200-sxm-141gb", "num_gpus": 512},
+        "training": {"framework": "torchtitan", "seq_length": T, "global_batch_size": 512},
+        "parallel": {"ep": 64, "zero_stage": 3},
+        "torchtitan": titan,
+    }
+    with pytest.raises(InputError, match=match):
+        parse_plan(data)

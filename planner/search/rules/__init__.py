@@ -66,6 +66,7 @@ from planner.search.rules.parallel import (
 from planner.search.rules.pools import pools
 from planner.search.rules.precision import RULES as PRECISION_RULES
 from planner.search.rules.precision import bf16_values
+from planner.search.rules.rank_order import tp_pp_dp_order
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
@@ -99,6 +100,7 @@ RULES: tuple[Rule, ...] = (
     pipeline_split,
     vpp,
     experts,
+    tp_pp_dp_order,
     context,
     context_attention,
     context_exchange,
