@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms, fp32, router_dtype
+from planner.model import comms, fp32, router_dtype, routing_load
 from planner.model.comms import (
     Group,
     all_gather,
@@ -94,33 +94,52 @@ class Routing:
     """Groups one token's experts may come from (--moe-router-group-topk)."""
     load: float = 1.0
     """The busiest rank's tokens over the even share (`routing_load.step_load`)."""
+    node_load: float | None = None
+    """The busiest node's tokens over the even share (`routing_load.node_load`): what a GPU's
+    NIC receives under the fused dispatchers, its node's share (None: `load`)."""
 
 
-def fused_dispatch_fanout(grp: Group, r: Routing) -> tuple[float, float]:
+def fused_dispatch_fanout(grp: Group, r: Routing, etp: int = 1) -> tuple[float, float]:
     """(nodes, GPUs) one token reaches under a fused dispatcher, which sends it once per
     destination node over the NIC and forwards it once per destination GPU over NVLink (DeepEP's
     and HybridEP's hierarchical kernels, DeepSeek-V3 Sec. 3.2.2). With group-limited routing the
     experts are those of group_topk groups; EP ranks hold contiguous experts, as groups are
     contiguous (Megatron's router), so each group lies on ceil(units / groups) of the group's
-    nodes and of its GPUs, and a token may reach group_topk x that of either (`_allowed`):
+    nodes and of its EP ranks, and a token may reach group_topk x that of either (`_allowed`):
     node-limited routing (DeepSeek-V3's 8 groups on 8 nodes, 4 per token), and inside one node
     the GPUs of its groups (DeepSeek-V3's proxy in Megatron's MoE layer test: 8 groups on 8 GPUs,
-    4 GPUs of 8 at most). Over the allowed nodes (GPUs) and their experts the top-k experts are
-    spread evenly (`distinct_reached`)."""
+    4 GPUs of 8 at most). Over the allowed nodes (EP ranks) and their experts the top-k experts
+    are spread evenly (`distinct_reached`).
+
+    With expert TP (`grp` the etp x ep ranks) a chosen expert's etp ranks all get the token:
+    Megatron's flex dispatcher expands the routing map [tokens, ep, 1, local] over tp to ranks
+    ep_idx x etp + tp_idx (token_dispatcher.py d98e8a64 :1905-1918), adjacent ranks of one node
+    where etp <= its GPUs, so the nodes a token reaches are those of its top-k experts alone and
+    each EP rank reached is etp GPUs (where etp exceeds a node, each expert spans etp / g
+    nodes)."""
     k, g, n = grp.domains, grp.per_domain, grp.size  # n = k x g where groups line up
-    nodes_allowed = _allowed(k, r)
-    gpus_allowed = min(nodes_allowed * g, _allowed(n, r))
-    nodes = distinct_reached(nodes_allowed, round(r.experts * nodes_allowed / k), r.topk)
-    gpus = distinct_reached(gpus_allowed, round(r.experts * gpus_allowed / n), r.topk)
-    return nodes, gpus
+    ep = max(n // etp, 1)
+    span = max(etp // g, 1)  # nodes one expert's etp ranks cover
+    units = max(k // span, 1)  # disjoint node sets, each holding whole experts
+    nodes_allowed = _allowed(units, r)
+    nodes = span * distinct_reached(nodes_allowed, round(r.experts * nodes_allowed / units), r.topk)
+    ranks_allowed = min(nodes_allowed * max(g // etp, 1), _allowed(ep, r))
+    ranks = distinct_reached(ranks_allowed, round(r.experts * ranks_allowed / ep), r.topk)
+    return nodes, etp * ranks
 
 
-def fused_dispatch(grp: Group, r: Routing, dispatch_bytes: float, value_bytes: float) -> float:
-    """Seconds of one flex dispatch and combine of one group (`moe_dispatch`). Where the group
-    splits unevenly (`Group.fewest`) the NVLink forwards are the fullest domain's (g - 1 of g)
-    and the NIC share the emptiest domain's rank's: (n - g')/n of its experts lie off its
-    domain ((k - 1)/k where groups line up)."""
-    nodes, gpus = fused_dispatch_fanout(grp, r)
+def fused_dispatch(
+    grp: Group, r: Routing, dispatch_bytes: float, value_bytes: float, etp: int = 1
+) -> float:
+    """Seconds of one flex dispatch and combine of one group (`moe_dispatch`; etp: the expert-TP
+    ranks of each EP rank in it, `fused_dispatch_fanout`). Where the group splits unevenly
+    (`Group.fewest`) the NVLink forwards are the fullest domain's (g - 1 of g) and the NIC share
+    the emptiest domain's rank's: (n - g')/n of its experts lie off its domain ((k - 1)/k where
+    groups line up). The NVLink leg carries the busiest GPU's tokens (`Routing.load`); the NIC
+    leg its node's share (`Routing.node_load`): DeepEP's internode kernels send a token over the
+    NIC to the GPU of the same local index on each target node, which forwards it over NVLink
+    (DeepSeek-V3 Sec. 3.2.2), so each of a node's NICs receives 1/g of what all its GPUs get."""
+    nodes, gpus = fused_dispatch_fanout(grp, r, etp)
     n, k, g = grp.size, grp.domains, grp.per_domain
     remote = nodes * ((k - 1) / k if grp.fewest is None else (n - grp.fewest) / n)
     nvl_copies = gpus * (g - 1) / g
@@ -131,10 +150,12 @@ def fused_dispatch(grp: Group, r: Routing, dispatch_bytes: float, value_bytes: f
         rdma = grp.outer.bandwidth / comms.SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
         lat = grp.outer.latency
 
+    node_load = r.load if r.node_load is None else r.node_load
+
     def one(nbytes: float) -> float:
-        elems = r.tokens * r.hidden * r.load * nbytes
-        t_nvl = elems * nvl_copies / nvl
-        t_rdma = elems * remote / rdma if rdma else 0.0
+        elems = r.tokens * r.hidden * nbytes
+        t_nvl = elems * r.load * nvl_copies / nvl
+        t_rdma = elems * node_load * remote / rdma if rdma else 0.0
         return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
 
     return one(dispatch_bytes) + one(value_bytes)
@@ -191,8 +212,8 @@ def moe_dispatch(
     all-to-all dispatcher runs its all-to-all over the EP ranks, then all-gathers the copies it
     received over the etp ranks (AllGather-V: each ends with etp x its copies) and
     reduce-scatters the expert outputs before the combine; flex dispatches over the etp x ep
-    ranks with top_k x etp copies of each token over etp x E experts (every expert-TP rank of
-    a chosen expert gets the token).
+    ranks, every expert-TP rank of a chosen expert getting the token: the etp copies share the
+    expert's node, so they add NVLink forwards, not NIC sends (`fused_dispatch_fanout`).
     """
     h, load = r.hidden, r.load
     passes = n_fwd + 1  # forward passes and the backward
@@ -203,12 +224,16 @@ def moe_dispatch(
         # each forward: gather the tokens, reduce-scatter the output; the backward the reverse
         fwd = all_gather(gathered * value_bytes, grp) + reduce_scatter(wide, grp)
         return n_fwd * fwd + reduce_scatter(gathered * value_bytes, grp) + all_gather(wide, grp)
-    if dispatcher == "flex" and etp > 1:
-        folded = replace(r, topk=r.topk * etp, experts=r.experts * etp)
-        return moe_dispatch(
-            cluster, 1, etp * ep, folded, dispatcher, n_fwd, dispatch_bytes, value_bytes
+    if dispatcher == "flex":  # over the etp x ep ranks (`fused_dispatch_fanout`)
+        grp = place(cluster, 1, etp * ep)
+        if grp.size <= 1:
+            return 0.0
+        one_grp = replace(grp, others=())  # the kind's groups run in lockstep: the slowest counts
+        each = (
+            fused_dispatch(g, r, dispatch_bytes, value_bytes, etp) for g in (one_grp, *grp.others)
         )
-    gather = 0.0  # the all-to-all dispatcher's expert-TP gather (flex at etp > 1 returned above)
+        return passes * max(each)
+    gather = 0.0  # the all-to-all dispatcher's expert-TP gather
     if etp > 1:
         tp_grp = place(cluster, 1, etp)
         copies = r.tokens * r.topk * h * load * etp
@@ -220,10 +245,6 @@ def moe_dispatch(
     grp = place(cluster, etp, ep)
     if grp.size <= 1:
         return gather
-    if dispatcher == "flex":
-        one_grp = replace(grp, others=())  # the kind's groups run in lockstep: the slowest counts
-        each = (fused_dispatch(g, r, dispatch_bytes, value_bytes) for g in (one_grp, *grp.others))
-        return passes * max(each)
     copies = r.tokens * r.topk * h * load
     a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * value_bytes, grp)
     return passes * a2a + gather
@@ -262,8 +283,14 @@ def layer_dispatch(
 ) -> tuple[float, float]:
     """(seconds, seconds its shared experts hide) per micro-batch of one MoE layer's token
     dispatcher (`moe_dispatch`, `shared_overlap` with `Layout.moe_shared_expert_overlap`) for
-    `t` tokens per TP group at the step's routing `load`."""
+    `t` tokens per TP group at the step's routing `load`; the fused dispatchers' NIC leg at the
+    busiest node's (`routing_load.node_load`, at most `load`)."""
     arch = job.arch
+    kind = lay.moe_token_dispatcher_type
+    node_load = None  # the fused dispatchers' NIC leg: the busiest node's share
+    if kind == "flex":
+        nodes = place(job.cluster, 1, lay.expert_tp * lay.ep).domains
+        node_load = min(load, routing_load.node_load(job, lay, nodes))
     routing = Routing(
         tokens=t / (lay.tp if lay.sequence_parallel else 1),
         hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens
@@ -272,9 +299,9 @@ def layer_dispatch(
         groups=job.moe_router_num_groups,
         group_topk=job.moe_router_group_topk,
         load=load,
+        node_load=node_load,
     )
     word = fp32.value_bytes(job)  # bf16 hidden states; fp32 in fp32 training
-    kind = lay.moe_token_dispatcher_type
     wide = router_dtype.combine_bytes(job)  # --moe-router-dtype's reduce-scatter
     a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word, wide)
     hidden = shared_overlap(a2a, n_fwd + 1, shared, grads) if lay.moe_shared_expert_overlap else 0.0

@@ -32,19 +32,28 @@ def router_time(job: Job, lay: Layout, gpu: Gpu, t: float) -> float:
 
 def permute_time(job: Job, lay: Layout, gpu: Gpu, t: float, load: float) -> float:
     """Seconds per micro-batch, forward + backward, of the token permutations of one MoE layer:
-    PERMUTE_BYTES_PER_ELEMENT per element of each routed copy the busiest rank handles (its
-    tokens x top_k x the routing load; expert_hidden wide: a latent MoE permutes latent tokens),
-    once per `permutations` (`permuted_copies`: etp x where experts are split over etp ranks),
-    at the achieved HBM bandwidth. Half of it in the forward (the permute and the unpermute),
-    half in the backward (each reversed: the same bytes)."""
-    pairs = routed_pairs(job, lay, t, load)
-    return (
-        permuted_copies(job, lay)
-        * PERMUTE_BYTES_PER_ELEMENT
-        * pairs
-        * job.arch.expert_hidden
-        / gpu.hbm
-    )
+    PERMUTE_BYTES_PER_ELEMENT per element (expert_hidden wide: a latent MoE permutes latent
+    tokens) of each copy they move (`permuted_pairs`), at the achieved HBM bandwidth. Half of it
+    in the forward (the permute and the unpermute), half in the backward (each reversed: the
+    same bytes)."""
+    pairs = permuted_pairs(job, lay, t, load)
+    return PERMUTE_BYTES_PER_ELEMENT * pairs * job.arch.expert_hidden / gpu.hbm
+
+
+def permuted_pairs(job: Job, lay: Layout, t: float, load: float) -> float:
+    """The (token, expert) copies one MoE layer's permutations move each way per micro-batch on
+    the busiest rank. The fused and all-gather dispatchers permute what arrives: the rank's
+    `routed_pairs` (at the routing `load`) x `permuted_copies`. Megatron's alltoall dispatcher
+    permutes the rank's own copies before the dispatch (and restores them after the combine):
+    tokens x top_k at load 1, the routing map's size (token_dispatcher.py d98e8a64 :556, :671-675
+    num_out_tokens; capacity x E = the capacity factor x that with padding, :525), and only its
+    sort after the dispatch (`permutations` = 2) handles what arrives, etp x the routed pairs."""
+    if lay.moe_token_dispatcher_type != "alltoall":
+        return permuted_copies(job, lay) * routed_pairs(job, lay, t, load)
+    cf = job.moe_expert_capacity_factor
+    own = 1.0 if cf is None else (cf if job.moe_pad_expert_input_to_capacity else min(cf, 1.0))
+    sorted_ = (permutations(job, lay) - 1) * lay.expert_tp * routed_pairs(job, lay, t, load)
+    return routed_pairs(job, lay, t, own) + sorted_
 
 
 def permutations(job: Job, lay: Layout) -> int:

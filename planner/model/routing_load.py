@@ -143,6 +143,25 @@ def step_load(job: Job, lay: Layout) -> float:
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep), budget)
 
 
+def node_load(job: Job, lay: Layout, nodes: int) -> float:
+    """The busiest node's routed tokens over the even share where the expert-parallel group's
+    experts lie on `nodes` nodes (E / nodes each): `step_load` with the nodes in place of the
+    ranks, what a GPU's NIC receives under DeepEP's and HybridEP's internode dispatch
+    (`dispatch.fused_dispatch`). Learned routing: `learned_routing_load`(E, nodes), e.g.
+    DeepSeek-V3's 8 nodes of 32 experts 1 + 1.43 x 0.274 / sqrt(32) = 1.069 against its 64 ranks'
+    1.320; forced balance: `random_routing_load` over the nodes. Both count routed copies, not
+    the distinct tokens a node receives (a token reaching two of a node's experts crosses the NIC
+    once): an approximation of the node's spread. Capped as `step_load`; 1 (capped) on one node."""
+    budget = rank_budget(job, lay)
+    units = min(nodes, lay.ep)  # expert TP wider than a node: an expert spans etp / g nodes
+    if units <= 1:
+        return _capped(job, 1.0, budget)
+    if job.moe_router_force_load_balancing:
+        tokens, experts, topk, _ = _block(job, lay)
+        return _capped(job, random_routing_load(tokens, experts, topk, units), budget)
+    return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, units), budget)
+
+
 def memory_load(job: Job, lay: Layout) -> float:
     """The same load for memory, a bound rather than an expectation (module docstring):
     MEMORY_TAIL_SIGMAS spreads above the even share under forced balance over more than one

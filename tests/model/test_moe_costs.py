@@ -2,10 +2,12 @@
 
 Oracle: hand arithmetic. Mixtral 8x7B (h 4096, 8 experts, top-2) on H100, tp 1, one micro-batch of
 4096 tokens, routing load L (routing_load.memory_load): the permutations move 16 bytes per routed
-element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth, twice with Megatron's
-alltoall dispatcher where a rank holds more than one expert (it sorts the arrived copies by local
-expert and back: token_dispatcher.py @ d98e8a64, `sort_chunks_by_idxs` whenever
-num_local_experts > 1; with experts split over etp ranks, the copies its etp group gathered);
+element, 16 x 4096 x 2 x L x 4096 bytes at the achieved HBM bandwidth where they handle what
+arrives (the fused dispatchers); Megatron's alltoall dispatcher permutes the rank's own 4096 x 2
+copies at load 1 (token_dispatcher.py @ d98e8a64 :556, :671-675, num_out_tokens = tokens x top_k)
+and, where a rank holds more than one expert, sorts the arrived copies by local expert and back
+(`sort_chunks_by_idxs` whenever num_local_experts > 1; with experts split over etp ranks, the
+copies its etp group gathered), those at L;
 the router is a 4096 x 4096 x 8 GEMM on the additive roofline (gemm.gemm_time).
 """
 
@@ -30,23 +32,24 @@ def test_router_and_permutation_by_hand() -> None:
     gpu = gpu_of(j)
     load = memory_load(j, Layout(tp=1, pp=1, dp=8))
     perm = 16 * 4096 * 2 * load * 4096 / gpu.hbm
-    # ep 1: all 8 experts are local, so the alltoall dispatcher sorts: two permutations
-    assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(2 * perm)
-    # one expert per rank (ep 8), or a fused dispatcher (permutes on arrival): one
+    own = perm / load  # the alltoall dispatcher's permute of the rank's own copies, at load 1
+    # ep 1: all 8 experts are local, so the alltoall dispatcher sorts: own + the arrived copies
+    assert moe_time.permute_time(j, lay, gpu, 4096.0, load) == pytest.approx(own + perm)
+    # one expert per rank (ep 8): its own copies alone; a fused dispatcher permutes on arrival
     one_each = Layout(tp=1, pp=1, dp=8, ep=8)
-    assert moe_time.permute_time(j, one_each, gpu, 4096.0, load) == pytest.approx(perm)
+    assert moe_time.permute_time(j, one_each, gpu, 4096.0, load) == pytest.approx(own)
     flex = Layout(tp=1, pp=1, dp=8, ep=4, moe_token_dispatcher_type="flex")
     assert moe_time.permute_time(j, flex, gpu, 4096.0, load) == pytest.approx(perm)
     router = gemm_time(4096, 4096, 8, gpu.peak_bf16, gpu.ridge, gpu.e_bf16)
     assert moe_time.router_time(j, lay, gpu, 4096.0) == pytest.approx(router)
     # with sequence parallelism over tp 2 each rank routes and permutes half the tokens, and
     # with the experts split over etp 2 (Megatron's default etp = tp) it sorts the copies its
-    # etp pair gathered: half the tokens once, both halves once more, 3 x perm / 2
+    # etp pair gathered: its own half at load 1, both halves at L once more, own / 2 + perm
     sp = Layout(tp=2, pp=1, dp=4, sequence_parallel=True)
-    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(3 * perm / 2)
-    # at etp 1 the sort is of its own half only: 2 x perm / 2
+    assert moe_time.permute_time(j, sp, gpu, 4096.0, load) == pytest.approx(own / 2 + perm)
+    # at etp 1 the sort is of its own half only: (own + perm) / 2
     sp_etp1 = Layout(tp=2, pp=1, dp=4, etp=1, sequence_parallel=True)
-    assert moe_time.permute_time(j, sp_etp1, gpu, 4096.0, load) == pytest.approx(2 * perm / 2)
+    assert moe_time.permute_time(j, sp_etp1, gpu, 4096.0, load) == pytest.approx((own + perm) / 2)
     # a fused dispatcher over etp 2 x ep 2 permutes on arrival the copies of both etp ranks
     flex_etp = Layout(
         tp=2, pp=1, dp=4, ep=2, sequence_parallel=True, moe_token_dispatcher_type="flex"

@@ -103,13 +103,14 @@ def test_alltoall_without_ep_keeps_the_expert_tp_gather() -> None:
 
 @pytest.mark.usefixtures("no_latency")
 def test_fused_dispatch_sends_to_every_expert_tp_rank() -> None:
-    # flex over etp 2 x ep 4 on one 8-GPU node: Megatron hands DeepEP top_k x etp = 4 copies of
-    # each token over etp x E = 16 experts, 2 per GPU. Expected GPUs reached, 4 of 16 drawn
-    # without replacement: 8 (1 - C(14, 4) / C(16, 4)) = 3.6, 7/8 of them other GPUs; each gets
-    # the token once over NVLink at the fused kernels' efficiency. A dispatch and a combine (bf16)
-    # in the forward and again in the backward.
+    # flex over etp 2 x ep 4 on one 8-GPU node: Megatron expands the routing map
+    # [tokens, ep, 1, local] over tp (token_dispatcher.py d98e8a64 :1905-1918), so a chosen
+    # expert's 2 etp ranks both get the token. The token's 2 of 8 experts reach
+    # 4 (1 - C(6, 2) / C(8, 2)) = 1.857 of the 4 EP ranks (2 experts each), 2 GPUs each: 3.71
+    # GPUs, 7/8 of them other GPUs; each gets the token once over NVLink at the fused kernels'
+    # efficiency. A dispatch and a combine (bf16) in the forward and again in the backward.
     cluster = h100_cluster(8)
-    reached = 8 * (1 - comb(14, 4) / comb(16, 4))
+    reached = 2 * 4 * (1 - comb(6, 2) / comb(8, 2))
     nvl = (
         comms.place(cluster, 1, 8).inner.bandwidth
         / comms.SCALEUP_BUS_EFFICIENCY

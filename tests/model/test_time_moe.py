@@ -204,16 +204,19 @@ def test_grouped_gemm_pads_each_expert_to_its_row_tile() -> None:
 
 def test_deepseek_v3_example_uses_node_limited_deepep_traffic() -> None:
     # per MoE layer and micro-batch: 4096 tokens, 4 ops (dispatch and combine, forward and
-    # backward) of 4096 x 3.63 x 7/8 x 7168 x 2 bytes x 1.320 at 0.88 x 50 GB/s = 5.60 ms each;
-    # 1.320 the busiest of 64 ranks of 4 experts (routing_load.learned_routing_load:
-    # 1 + z(64) 0.274 / sqrt(4) = 1 + 2.3367 x 0.137)
+    # backward) of 4096 x 3.63 x 7/8 x 7168 x 2 bytes x 1.069 at 0.88 x 50 GB/s = 4.53 ms each
+    # over the NIC; 1.069 the busiest of 8 nodes of 32 experts (routing_load.node_load:
+    # 1 + z(8) 0.274 / sqrt(32) = 1 + 1.4342 x 0.04844), what each GPU's NIC receives: its
+    # node's share (DeepEP sends a token to the same-index GPU of each target node, DeepSeek-V3
+    # Sec. 3.2.2). The NVLink leg at the busiest GPU's 1.320 (64 ranks of 4 experts,
+    # 1 + z(64) 0.274 / sqrt(4)) over 7.36 GPUs is 3.57 ms, under it.
     plan = load_plan(EXAMPLE)
     lay = plan.require_layout()
     job = plan.job
     assert (job.moe_router_num_groups, job.moe_router_group_topk) == (8, 4)
     moe = layer_time.layer_time(job, lay, layer_time.gpu_of(job), True)
     nodes = 4 * (1 - comb(96, 8) / comb(128, 8))
-    op = 4096 * nodes * 7 / 8 * 7168 * 2 * 1.3201 / (0.88 * 50e9) + 5e-6
+    op = 4096 * nodes * 7 / 8 * 7168 * 2 * 1.06947 / (0.88 * 50e9) + 5e-6
     assert moe.ep == pytest.approx(4 * op, rel=1e-4)
     perf = cost.estimate(job, lay)
     # Megatron's EP overlap hides most of it under the other micro-batch's compute
