@@ -120,12 +120,20 @@ def userbuffers(job: Job, layout: Layout) -> bool:
 
 
 def tp_overlap_bytes(job: Job, layout: Layout) -> float:
-    """TE's TP-overlap userbuffers on one GPU (0 where `userbuffers` says none)."""
+    """TE's TP-overlap userbuffers on one GPU (0 where `userbuffers` says none). FP8 with
+    --first-last-layers-bf16 (bf16 layers at either end) allocates a second, unquantised set
+    beside the FP8 one: Megatron-LM d98e8a64 megatron/training/initialize.py:230-238 passes
+    both quantisation modes to `initialize_ub`, which builds every buffer once per mode
+    (TransformerEngine d0067d0d transformer_engine/pytorch/module/base.py:516), in 16 bits for
+    the unquantised one (:472-476)."""
     if not userbuffers(job, layout):
         return 0.0
     elems = job.seq_length * layout.micro_batch_size / layout.cp * job.arch.hidden_size
     # NVFP4 is not FP8: TE's userbuffers stay 16-bit there (the safe side for memory)
-    return elems * TP_OVERLAP_BUFFERS["fp8" if job.precision == "fp8" else "bf16"]
+    if job.precision != "fp8":
+        return elems * TP_OVERLAP_BUFFERS["bf16"]
+    bf16_ends = job.bf16_layers_at_start > 0 or job.bf16_layers_at_end > 0
+    return elems * (TP_OVERLAP_BUFFERS["fp8"] + (TP_OVERLAP_BUFFERS["bf16"] if bf16_ends else 0))
 
 
 def _deepep_bytes(hidden_bytes: int, ranks: int, sms: int) -> float:

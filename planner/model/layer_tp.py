@@ -112,6 +112,7 @@ def _tp_charges(
     exposed, hidden = tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
         job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input, widths=widths,
+        gathered=gathered_share(job),
     )  # fmt: skip
     plain = exposed + share * hidden
     shown = None
@@ -135,6 +136,28 @@ def _tp_charges(
         again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
     shown = exposed + share * hidden if shown is None else shown
     return shown + again, hidden, exposed + hidden + again, plain + again
+
+
+FP8_GATHER_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
+"""Scale bytes per element Transformer Engine gathers beside FP8 data (1 byte an element): MXFP8
+an E8M0 scale per 32 values; blockwise (the activations' 1 x 128 tiles, TransformerEngine
+d0067d0d pytorch/distributed.py `_all_gather_fp8_blockwise`, block_scaling_dim 1) a fp32 scale
+per 128; delayed / tensorwise one scalar per tensor (0 here)."""
+
+
+def gathered_share(job: Job) -> float:
+    """Bytes the sequence-parallel all-gathers of `tensor_parallel_layer` move per byte of the
+    layer's activations. Megatron-LM FP8 (Transformer Engine's linear layers): TE quantises the
+    input before its NCCL gathers, so they move FP8 data and scales (TransformerEngine d0067d0d
+    pytorch/module/layernorm_linear.py:309-313 and linear.py:408-411 the forward input gather,
+    layernorm_linear.py:787-791 the backward re-gather, module/base.py:1749 the row-parallel
+    linear's grad-output gather, each `gather_along_first_dim(..., quantizer=...)`); the
+    reduce-scatters stay 16-bit. torchtitan's TP plans gather in the activations' dtype (no
+    Float8 TP styles at b5bcd76c); NVFP4 is left at 16 bits (the safe side). Else 1."""
+    if job.framework != "megatron" or job.precision != "fp8":
+        return 1.0
+    scale = FP8_GATHER_SCALE_BYTES.get(job.quant_recipe, 0.0)
+    return (1.0 + scale) / value_bytes(job)
 
 
 def latents_gathered(job: Job, kind: LayerKind) -> bool:
@@ -213,6 +236,7 @@ def tensor_parallel_layer(
     overlap_backward: bool = True,
     regather: bool = True,
     widths: tuple[float, ...] | None = None,
+    gathered: float = 1.0,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
     activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
@@ -237,7 +261,11 @@ def tensor_parallel_layer(
     gathers less than its input (Megatron-Core's MLA gathers its latents: `flops.
     mla_gathered_width`): the forward gather, the backward reduce-scatter (all-reduce without
     sequence parallelism) of that input's gradient and its re-gather move that many bytes; the
-    row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide."""
+    row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide.
+
+    `gathered` (`gathered_share`): the bytes the sequence-parallel all-gathers (the input's
+    gather and re-gather, the output gradient's gather) move per activation byte; the
+    reduce-scatters move the activations' own."""
     grp = comms.place(cluster, 1, tp)
     ar = comms.all_reduce(act_bytes, grp)
     half = comms.reduce_scatter(act_bytes, grp)
@@ -247,9 +275,11 @@ def tensor_parallel_layer(
         # input's gather at its width); then (seconds, GEMM it can run under: 0 = none) of each
         # backward collective of the block
         if sequence_parallel:
-            col = comms.reduce_scatter(width * act_bytes, grp)
-            exposed += n_fwd * (col + half)  # the input's gather, the output's reduce-scatter
-            parts = [(half, 0.0), (col, window)] + ([(col, window)] if regather else [])
+            col = comms.reduce_scatter(width * act_bytes, grp)  # the input gradient's
+            gather = comms.all_gather(gathered * width * act_bytes, grp)  # the input's
+            grad_out = comms.all_gather(gathered * act_bytes, grp)  # the output gradient's
+            exposed += n_fwd * (gather + half)  # the input's gather, the output's reduce-scatter
+            parts = [(grad_out, 0.0), (col, window)] + ([(gather, window)] if regather else [])
         else:
             exposed += n_fwd * ar
             parts = [(comms.all_reduce(width * act_bytes, grp), window)]

@@ -156,6 +156,20 @@ def test_tp_overlap_userbuffers() -> None:
     assert buffers.tp_overlap_bytes(j, lay.with_(tp_comm_overlap=False)) == 0
 
 
+def test_tp_overlap_userbuffers_bf16_ends() -> None:
+    # FP8 with --first-last-layers-bf16: Megatron-LM d98e8a64 megatron/training/initialize.py
+    # :230-238 asks initialize_ub for the FP8 and the unquantised mode, and TransformerEngine
+    # d0067d0d pytorch/module/base.py:516 builds all 12 buffers per mode (bf16 ones at :472):
+    # 1 GiB FP8 set + 1.5 GiB bf16 set = 2.5 GiB at Llama 3 70B, seq 8192, h 8192
+    j = job("llama3.1-70b", "h100-sxm-80gb", 64, 8192, 256, precision="fp8")
+    lay = Layout(tp=4, pp=8, dp=2, sequence_parallel=True, tp_comm_overlap=True)
+    assert buffers.tp_overlap_bytes(replace(j, bf16_layers_at_start=1), lay) == 2.5 * GIB
+    assert buffers.tp_overlap_bytes(replace(j, bf16_layers_at_end=2), lay) == 2.5 * GIB
+    # NVFP4 (no --fp8): one unquantised set, bf16 ends or not
+    fp4 = replace(j, precision="fp4", bf16_layers_at_end=1)
+    assert buffers.tp_overlap_bytes(fp4, lay) == 1.5 * GIB
+
+
 def test_te_workspaces() -> None:
     # one 32 MiB + 1 KiB cuBLAS workspace on Hopper, 4 more for a MoE model's grouped GEMMs,
     # 3 more with TP overlap; 4 MiB before Hopper
