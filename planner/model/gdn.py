@@ -234,13 +234,25 @@ def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float,
     return fwd, bwd
 
 
+def context_parallel_a2as(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1
+) -> tuple[float, ...]:
+    """The bytes one GPU sends through each context-parallel all-to-all of one mixer's forward
+    per micro-batch, in order (Megatron-LM d98e8a64 megatron/core/ssm/gated_delta_net/
+    common.py:819-866 `a2a_cp_to_hp`: qkvzba in one all-to-all before the convolution, its
+    heads permuted first so that one unsectioned all-to-all serves every section;
+    :869-900 `a2a_hp_to_cp`: the gated norm's output back, 2 t vd / tp). The backward runs
+    each one's gradient through the same all-to-all. cp changes no width: the heads divide
+    tp x cp."""
+    _, vd = widths(arch)
+    return 2.0 * tokens * in_proj_width(arch) / tp, 2.0 * tokens * vd / tp
+
+
 def context_parallel_bytes(
     arch: ModelArch, tokens: float, tp: int, cp: int = 1
 ) -> tuple[float, float]:
     """(forward, backward) bytes one GPU sends through the context-parallel all-to-alls of one
-    mixer per micro-batch (common.py `a2a_cp_to_hp`: qkvzba from sequence-sharded to
-    head-sharded before the convolution; `a2a_hp_to_cp`: the gated norm's output back; the
-    backward moves their gradients). cp changes no width: the heads divide tp x cp."""
-    _, vd = widths(arch)
-    both = 2.0 * tokens * (in_proj_width(arch) + vd) / tp
+    mixer per micro-batch (`context_parallel_a2as`, summed; the backward moves their
+    gradients)."""
+    both = sum(context_parallel_a2as(arch, tokens, tp, cp))
     return both, both

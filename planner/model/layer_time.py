@@ -33,8 +33,9 @@ A layer is the blocks of its kind (`planner.inputs.hybrid.LayerKind`): a transfo
 attention (or gated delta net) and MLP or experts, or one block of a hybrid stack: attention, an
 MLP, experts, a Mamba-2 mixer or a gated delta net. A linear-time mixer's in_proj and out_proj are
 GEMMs like the others and its chunked scan is timed by its module's `scan_time`
-(`planner.model.mamba`, `planner.model.gdn`; its context parallelism: two all-to-alls each way,
-exposed).
+(`planner.model.mamba`, `planner.model.gdn`; its context parallelism: one all-to-all per tensor
+each way, exposed: the Mamba mixer's z, x, B, C, dt and output, six; the gated delta net's qkvzba
+and output, two; `layer_traffic.traffic`).
 
 Core attention with flash attention executes the whole key tiles under the causal mask (about
 half the s x s matrix, or a sliding window's tiles: the work, not the FLOP convention of

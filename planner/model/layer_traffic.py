@@ -1,8 +1,9 @@
 """A decoder layer's context-parallel and expert-parallel traffic per micro-batch, on what
 `planner.model.layer_time` computes of the layer before it (`LayerCore`: its GEMMs, tokens,
-routing load, attention times): the CP exchange (`cp_time.context_parallel`, or a Mamba mixer's
-all-to-alls) and the token dispatch (`dispatch.layer_dispatch`), each remembered on the core per
-number of forward passes (the only way the layer's recompute reaches them)."""
+routing load, attention times): the CP exchange (`cp_time.context_parallel`, or a linear mixer's
+all-to-alls, one per tensor each way) and the token dispatch (`dispatch.layer_dispatch`), each
+remembered on the core per number of forward passes (the only way the layer's recompute reaches
+them)."""
 
 from __future__ import annotations
 
@@ -61,9 +62,12 @@ def traffic(
         got = dispatch.layer_dispatch(job, lay, t, c.load, n, shared, c.grads)
     elif (linear := mixers.of(kind)) is not None:  # the mixer's sequence <-> head all-to-alls
         grp = comms.place(job.cluster, tp, lay.cp)
-        fwd_b, bwd_b = linear.context_parallel_bytes(arch, t, tp, lay.cp)
         word = fp32.value_bytes(job) / 2.0  # the mixers count 16-bit values; fp32 moves 4 bytes
-        got = (n * comms.all_to_all(word * fwd_b, grp) + comms.all_to_all(word * bwd_b, grp), 0.0)
+        # one all-to-all per tensor, each paying its latency (Mamba: six a pass); the backward
+        # runs each one's gradient through the same all-to-all
+        parts = linear.context_parallel_a2as(arch, t, tp, lay.cp)
+        one = sum(comms.all_to_all(word * b, grp) for b in parts)
+        got = ((n + 1) * one, 0.0)
     else:
         got = cp_time.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)
     c.traffic[what, n] = got

@@ -40,12 +40,12 @@ torch.empty_like(xBC)`: state-spaces/mamba d757aef1 mamba_ssm/ops/triton/ssd_com
 layer adds while its backward runs (`backward_working`).
 
 Context parallelism (megatron/core/ssm/mamba_context_parallel.py:105-133, 171-190): the
-all-to-all before the convolution hands each CP rank the whole sequence for H / (tp cp) heads;
-where the groups on a TP rank, g / tp, are fewer than cp, it repeats each group's B and C
-cp / (g / tp) times before the exchange (`group_repeat_count`) and every CP rank holds one group
-(`ngroups_local_tpcp = 1`): B and C are then n wide per token of the whole sequence, as if the
-model had tp x cp groups (`groups`). What the scan saves and its backward allocates, and what the
-all-to-all moves, are that wide.
+all-to-alls before the convolution (one per tensor, `context_parallel_a2as`) hand each CP rank
+the whole sequence for H / (tp cp) heads; where the groups on a TP rank, g / tp, are fewer than
+cp, it repeats each group's B and C cp / (g / tp) times before the exchange
+(`group_repeat_count`) and every CP rank holds one group (`ngroups_local_tpcp = 1`): B and C are
+then n wide per token of the whole sequence, as if the model had tp x cp groups (`groups`). What
+the scan saves and its backward allocates, and what the all-to-alls move, are that wide.
 
 FLOPs. Model FLOPs follow Megatron's count (megatron/training/training.py `mamba_layer_flops`):
 in_proj 2h(2d + 2gn + H), the scan 7dn, out_proj 2dh per token forward (Megatron writes d = 2h;
@@ -183,12 +183,27 @@ def scan_time(arch: ModelArch, gpu: Gpu, tokens: float, tp: int) -> tuple[float,
     return fwd, bwd
 
 
+def context_parallel_a2as(
+    arch: ModelArch, tokens: float, tp: int, cp: int = 1
+) -> tuple[float, ...]:
+    """The bytes one GPU sends through each context-parallel all-to-all of one mixer's forward
+    per micro-batch, in order, as Megatron runs them one tensor at a time (Megatron-LM d98e8a64
+    megatron/core/ssm/mamba_context_parallel.py:162, :165, :187, :190, :193 `_all_to_all_cp2hp`
+    of z, x, B, C and dt before the convolution, B and C repeated first where `groups` says so;
+    :208 `_all_to_all_hp2cp` of the scan's output y; called from mamba_mixer.py:512 and :728).
+    Each is a `_AllToAll` (tensor_parallel/mappings.py:424) whose backward runs the same
+    all-to-all on the gradient: the backward moves as many, as large."""
+    d, heads, _, n = inner_width(arch)
+    bc = groups(arch, tp, cp) * n
+    return tuple(2.0 * tokens * w / tp for w in (d, d, bc, bc, heads, d))
+
+
 def context_parallel_bytes(
     arch: ModelArch, tokens: float, tp: int, cp: int = 1
 ) -> tuple[float, float]:
     """(forward, backward) bytes one GPU sends through the context-parallel all-to-alls of one
-    mixer per micro-batch (megatron/core/ssm/mamba_context_parallel.py: zxBCdt from
-    sequence-sharded to head-sharded before the convolution, B and C repeated first where
-    `groups` says so; the output back after the scan; the backward moves their gradients)."""
-    both = 2.0 * tokens * (zxbcdt_width(arch, tp, cp) + arch.mamba_inner) / tp
+    mixer per micro-batch: zxBCdt from sequence-sharded to head-sharded before the convolution,
+    the output back after the scan (`context_parallel_a2as`, summed); the backward moves their
+    gradients."""
+    both = sum(context_parallel_a2as(arch, tokens, tp, cp))
     return both, both

@@ -41,6 +41,10 @@ class LinearMixer(Protocol):
         self, arch: ModelArch, tokens: float, tp: int, cp: int = 1
     ) -> tuple[float, float]: ...
 
+    def context_parallel_a2as(
+        self, arch: ModelArch, tokens: float, tp: int, cp: int = 1
+    ) -> tuple[float, ...]: ...
+
 
 _MODULES: dict[str, LinearMixer] = {"mamba": mamba, "gdn": gdn}
 

@@ -4,8 +4,8 @@ entry of its --recompute-modules re-runs its GEMMs' forward (their times from
 elementwise kernels' bytes once, at the GPU's achieved HBM bandwidth: core_attn the attention
 kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the experts'
 SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine, shared_experts the
-shared experts, gdn_norm_out the gated delta net's output norm. `layer_time` sums the modules a
-layout names into `Layer.recompute`.
+shared experts, gdn_norm_out the gated delta net's output norm and its CP all-to-all.
+`layer_time` sums the modules a layout names into `Layer.recompute`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import comms, gdn
 from planner.model.fp32 import value_bytes
 from planner.model.gemm import Gpu
 
@@ -49,7 +50,7 @@ def module_time(
     mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
     experts and the shared experts, with the forward's token permutations; the shared experts).
     gdn_norm_out: a gated delta net's gated norm (read the kernel's output and the gate, write
-    the norm's output, vd each per token).
+    the norm's output, vd each per token) and, under CP, its output's all-to-all.
     A module the layer lacks costs 0 (`moe`: the layer's kind, or a transformer layer's MoE
     flag)."""
     kind = layer_kind(moe)
@@ -98,8 +99,12 @@ def module_time(
     if module == "shared_experts":
         return gemms("shared") + act(p.tokens, fs) if moe else 0.0
     if module == "gdn_norm_out" and kind.mixer == "gdn":
-        # the gated norm reads the kernel's output and the gate and writes its output;
-        # its CP all-to-all, where there is one, is not charged again
+        # the gated norm reads the kernel's output and the gate and writes its output
         vd = arch.linear_num_value_heads * arch.linear_value_head_dim / lay.tp
-        return 3 * p.tokens * vd * word / gpu.hbm
+        norm = 3 * p.tokens * vd * word / gpu.hbm
+        # under CP the checkpointed function ends in the output's all-to-all (Megatron-LM
+        # d98e8a64 gated_delta_net/gdn.py:266-276 wraps common.py:347-368 `_gated_norm_and_a2a`,
+        # `a2a_hp_to_cp`): the backward runs it once more, in the job's values
+        out = gdn.context_parallel_a2as(arch, p.tokens, lay.tp, lay.cp)[-1] * word / 2.0
+        return norm + comms.all_to_all(out, comms.place(job.cluster, lay.tp, lay.cp))
     return 0.0

@@ -124,7 +124,7 @@ def test_a_recomputed_m_layer_is_rebuilt_beside_its_scans_backward(
 
 
 def test_cp_all_to_all_moves_fp32_values_in_fp32_training(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the mixers count 16-bit values (`mamba.context_parallel_bytes`); fp32 training moves each
+    # the mixers count 16-bit values (`mamba.context_parallel_a2as`); fp32 training moves each
     # in 4 bytes (fp32.value_bytes): Nemotron-H 56B, tp 8, cp 2, 8192 tokens (4096 a CP rank)
     from planner.model import comms, cost, layer_traffic
 
@@ -142,6 +142,8 @@ def test_cp_all_to_all_moves_fp32_values_in_fp32_training(monkeypatch: pytest.Mo
         cost.estimate(job("nemotronh-56b", "h100-sxm-80gb", 64, 8192, 64, precision=precision), lay)
         sent[precision] = seen
     arch = job("nemotronh-56b", "h100-sxm-80gb", 64, 8192, 64).arch
-    bf16 = mamba.context_parallel_bytes(arch, 4096, 8, 2)[0]
+    # the largest of the six all-to-alls (z, x or y: 2 x 4096 x 16384 / 8 = 16,777,216)
+    bf16 = max(mamba.context_parallel_a2as(arch, 4096, 8, 2))
+    assert bf16 == 16_777_216
     assert max(sent["bf16"]) == pytest.approx(bf16)
     assert max(sent["fp32"]) == pytest.approx(2 * bf16)
