@@ -36,9 +36,11 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import rl_inference
+from planner.model import params, rl_inference
 from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
 from planner.model.fp32 import value_bytes, weight_bytes
+from planner.model.schedule import Chunks
+from planner.model.stage_params import decoder_params
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -240,23 +242,46 @@ def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:
     return layout.micro_batch_size * job.seq_length**2 / layout.cp
 
 
-def transient_bytes(job: Job, layout: Layout, dense: float, expert: float, nlayers: int) -> float:
-    """Gradient and parameter buffers alive part of the step, counted at the peak. ZeRO-2: the
-    gradient bucket being reduce-scattered (`dp_sync.explicit_bucket`, else Megatron-FSDP's own
-    suggested 40M parameters, param_and_grad_buffer.py: not DDP's max(40M, 1M x dp)), at most
-    the larger buffer's (dense or expert) parameters of a model chunk. ZeRO-3
-    (Megatron-FSDP optim_grads_params, one FSDP unit per decoder layer): with double buffering
-    (docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a time) two
-    units' parameters (bf16; fp32 in fp32 training) and gradients in the gradient dtype."""
-    total = 0.0
-    if layout.zero_stage >= 2:
-        bucket = explicit_bucket(layout, dense + expert, nlayers)
-        size = DP_BUCKET_PARAMS if bucket is None else bucket
-        # a bucket holds at most its buffer's parameters: the dense and the expert parameters
-        # are buffers apart (Megatron's DDP buffers and expert_parallel_buffers), per model chunk
-        largest = max(dense, expert) / max(layout.vpp, 1)
-        total += job.grad_bytes * min(size, max(largest, 1.0))
-    if layout.zero_stage == 3 and nlayers:
-        per_layer = (dense + expert) / nlayers
-        total += 2 * per_layer * (weight_bytes(job) + job.grad_bytes)
-    return total
+def fsdp_units(
+    job: Job, layout: Layout, chunks: Chunks, dense: float, expert: float
+) -> tuple[float, float]:
+    """(the largest, the next largest beside it) Megatron-FSDP group of parameters one GPU of a
+    rank (its decoder layers `chunks`, `dense` + `expert` parameters in all) fetches whole at a
+    time. Every decoder layer is an FSDP unit (Megatron-LM d98e8a64 mcore_fsdp_adapter.py:163-171:
+    TransformerLayer, MoETransformerLayer, MambaLayer), one group whatever the bucket size (the
+    size splits only parameters outside units, param_and_grad_buffer.py:1858-1866); the others
+    (embedding, output layer, final norm) pack into buckets closed once they reach the suggested
+    size (`dp_sync.explicit_bucket`, else DP_BUCKET_PARAMS), so the word embedding's or the
+    output layer's one tensor is a group of its own. The largest is the rank's largest decoder
+    layer or that edge group; beside it the backward holds a decoder layer (the next unit's
+    gather or the previous one's reduce-scatter)."""
+    counts = job.arch.kind_counts(chunks)
+    table, whole = params.kind_table(job.arch), params.replicated_table(job.arch)
+    split = layout.ep * layout.expert_tp
+    layers = [
+        (d - w) / layout.tp + w + e / split
+        for n, (d, e), w in zip(counts, table, whole, strict=True)
+        if n
+    ]
+    layer = max(layers, default=0.0)
+    outside = max(dense + expert - sum(decoder_params(job, layout, chunks)), 0.0)
+    size = explicit_bucket(layout, dense + expert, sum(counts)) or DP_BUCKET_PARAMS
+    words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
+    return max(layer, min(outside, max(size, words))), layer
+
+
+def transient_bytes(job: Job, layout: Layout, units: tuple[float, float]) -> float:
+    """Gradient and parameter buffers alive part of the step, counted at the peak, from the
+    rank's `fsdp_units` (its largest Megatron-FSDP group and the decoder layer beside it).
+    ZeRO 2 (Megatron-FSDP optim_grads): the backward fetches each unit's gradient bucket whole
+    (param_and_grad_buffer.py d98e8a64 :1305, :3107-3111) and frees it once its reduce-scatter
+    is done, so the unit being back-propagated and the one being reduce-scattered hold theirs
+    (the double buffer's pool of two, :2526, :2553), in the gradient dtype. ZeRO 3
+    (optim_grads_params): besides those, the two units' gathered parameters (bf16; fp32 in fp32
+    training; docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a
+    time)."""
+    if layout.zero_stage < 2:
+        return 0.0
+    live = units[0] + units[1]
+    per_param = job.grad_bytes + (weight_bytes(job) if layout.zero_stage == 3 else 0.0)
+    return live * per_param

@@ -1,8 +1,8 @@
 """Data-parallel sync on the collectives of `planner.model.comms`: where a stage's gradient and
 parameter traffic goes (`data_parallel_groups`: dense parameters over the dp x cp ranks, expert
 parameters over the expert-dp ranks) and how much of it shows beyond its overlap windows
-(`data_parallel`): Megatron's DDP buckets for ZeRO 0-2, each its own collective; ZeRO-3 per
-decoder layer, every micro-batch, prefetched one layer ahead.
+(`data_parallel`): Megatron's DDP buckets for ZeRO 0-1, each its own collective; Megatron-FSDP's
+ZeRO 2 and 3 per decoder layer, every micro-batch, the next layer's under the current one's.
 """
 
 from __future__ import annotations
@@ -138,14 +138,16 @@ def data_parallel(
     one micro-batch's forward and backward seconds on the stage, the windows the traffic can hide
     in; `layers` the stage's decoder layers. Without `lay.overlap_grad_reduce` the gradient
     reduction has no window (it starts after the backward), nor without
-    `lay.overlap_param_gather` the parameter all-gather. `param_bytes`: (dense, expert) bytes
+    `lay.overlap_param_gather` the parameter all-gather; except that Megatron-FSDP turns the
+    first on at ZeRO 2 and 3 and the second at ZeRO 3 whatever the command line says
+    (Megatron-LM d98e8a64 megatron_fsdp.py:328-333). `param_bytes`: (dense, expert) bytes
     per parameter of the parameter all-gather (ZeRO 1-3), the parameters' dtype: 2 in bf16, 4 in
     fp32 training (`fp32.value_bytes`), 1 for FP8 weights with --fp8-param-gather at ZeRO 1/2
     (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
 
-    ZeRO 0-2 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
+    ZeRO 0-1 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
     max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and
-    parameter all-gather (ZeRO 1/2), hidden behind the last micro-batch's backward and the next
+    parameter all-gather (ZeRO 1), hidden behind the last micro-batch's backward and the next
     step's first forward (--overlap-grad-reduce / --overlap-param-gather; the backward window
     longer under the interleaved schedule, `reduce_window`); what exceeds its
     window, plus the first bucket's share of the compute before anything could be sent
@@ -153,6 +155,10 @@ def data_parallel(
     pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
     share its links and so one window: their seconds add before the window is taken off (with
     both across nodes, the same NICs carry both), and the last bucket of each shows.
+
+    ZeRO 2 (Megatron-FSDP optim_grads): per decoder layer, every micro-batch, the gradient
+    reduce-scatter under the next layer's backward, and once a step the parameter all-gather
+    (`_fsdp_grads`).
 
     ZeRO 3 (FSDP): each decoder layer is one unit with its own collectives, every micro-batch: a
     parameter all-gather before its forward and again before its backward, and a gradient
@@ -165,10 +171,12 @@ def data_parallel(
     implementation caps the live parameters below two units (FSDP_MAX_LIVE_PARAMS) nothing is
     prefetched: every all-gather shows, and only the reduce-scatters hide.
     """
-    bwd = bwd if lay.overlap_grad_reduce else 0.0
-    fwd = fwd if lay.overlap_param_gather else 0.0
-    if lay.zero_stage == 3:
+    bwd = bwd if lay.overlap_grad_reduce or lay.zero_stage >= 2 else 0.0
+    fwd = fwd if lay.overlap_param_gather or lay.zero_stage == 3 else 0.0
+    if lay.zero_stage >= 2:
         sizes = (grad_bytes, param_bytes)
+        if lay.zero_stage == 2:
+            return _fsdp_grads(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
         return _fsdp(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
     parts: list[Part] = []
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
@@ -223,6 +231,37 @@ def _fsdp(
         shown_b = u * ag + rs + (u - 1) * max(rs - b, 0.0)
     hidden = max(u * (2 * ag + rs) - shown_f - shown_b, 0.0)  # rounding: not -1e-16
     return m * (shown_f + shown_b), m * hidden
+
+
+def _fsdp_grads(
+    groups: tuple[Group, Group],
+    dense: float,
+    expert: float,
+    sizes: tuple[float, tuple[float, float]],
+    fwd: float,
+    bwd: float,
+    m: int,
+    u: int,
+) -> tuple[float, float]:
+    """`data_parallel`'s ZeRO 2 (Megatron-FSDP optim_grads) over `u` units (decoder layers):
+    (exposed, hidden) seconds per step. The weights stay whole, so no unit is gathered per
+    micro-batch; each unit's gradients are reduce-scattered after its backward in every
+    micro-batch (Megatron-LM d98e8a64 megatron_fsdp.py:761-787, grad_reduce_every_bprop for
+    optim_grads), under the next unit's backward (`unit_pipeline`, the last unit's shows), and
+    once a step the updated shards are all-gathered back into the whole weights, unit by unit
+    under the first micro-batch's forward (`fwd` 0: after nothing, all shown). `sizes` as
+    `_fsdp`'s; dense and expert collectives add as there (one stream each)."""
+    grad_bytes, param_bytes = sizes
+    ag = rs = 0.0
+    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
+        if n_params <= 0 or grp.size <= 1:
+            continue
+        ag += all_gather(n_params / u * p_bytes, grp)
+        rs += reduce_scatter(n_params / u * grad_bytes, grp)
+    shown_b = m * unit_pipeline(rs, bwd / u, u)
+    shown_f = unit_pipeline(ag, fwd / u, u)
+    hidden = max(u * (m * rs + ag) - shown_b - shown_f, 0.0)  # rounding: not -1e-16
+    return shown_b + shown_f, hidden
 
 
 def unit_pipeline(per_unit: float, window: float, units: int) -> float:

@@ -28,7 +28,7 @@ from planner.search.suggest import search_rows
 Q235: dict[str, Any] = {
     "model": {"name": "qwen3-235b-a22b"},
     "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 128},
-    "training": {"seq_length": 3968, "global_batch_size": 512, "precision": "fp8"},
+    "training": {"seq_length": 3840, "global_batch_size": 512, "precision": "fp8"},
     "parallel": {
         "tp": 4, "pp": 2, "cp": 2, "ep": 4, "sequence_parallel": True, "tp_comm_overlap": False,
         "micro_batch_size": 2, "zero_stage": 2, "recompute": "selective",
@@ -36,10 +36,10 @@ Q235: dict[str, Any] = {
         "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
     },
 }  # fmt: skip
-"""Qwen3-235B FP8 on 128 H100, eager and host-bound, 0.9 GiB under its 77.3 GiB (the report's
-q235_hostbound.toml at 3,968 tokens, with the norms and the MoE activation recomputed: the MoE
-working set and the q/k norms' inputs, counted since, put the report's 4,096 over); the graphs'
-1.6 GiB of static buffers put it over."""
+"""Qwen3-235B FP8 on 128 H100, eager and host-bound, 0.7 GiB under its 77.3 GiB (the report's
+q235_hostbound.toml at 3,840 tokens, with the norms and the MoE activation recomputed: the MoE
+working set, the q/k norms' inputs and Megatron-FSDP's whole unit buckets, counted since, put
+the report's 4,096 over); the graphs' 1.5 GiB of static buffers put it over."""
 
 L8: dict[str, Any] = {
     "model": {"name": "llama3.1-8b"},

@@ -132,14 +132,16 @@ def test_the_parameter_gather_shows_what_a_bucket_pipeline_does(send: float) -> 
 
 
 def test_zero3_without_windows_hides_nothing_not_less() -> None:
-    """ZeRO-3 with neither overlap: every unit's all-gathers and reduce-scatter show, so the
+    """ZeRO-3 with no window (no forward or backward to hide under; Megatron-FSDP forces both
+    overlaps on at ZeRO 3, megatron_fsdp.py:328-333 at d98e8a64, so the flags alone no longer
+    empty the windows): every unit's all-gathers and reduce-scatter show, so the
     hidden seconds are exactly 0 (the difference of two sums once came out at -1e-16, which
     explain's JSON printed as a negative hidden time). 3 layers of 1e9 parameters over 8 H100."""
     cluster = h100_cluster(8)
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=3, overlap_grad_reduce=False)
     lay = lay.with_(overlap_param_gather=False)
     groups = dp_sync.data_parallel_groups(cluster, lay)
-    exposed, hidden = dp_sync.data_parallel(groups, lay, 3e9, 0.0, 2.0, 0.1, 0.2, 4, layers=3)
+    exposed, hidden = dp_sync.data_parallel(groups, lay, 3e9, 0.0, 2.0, 0.0, 0.0, 4, layers=3)
     assert hidden == 0.0
     assert math.copysign(1.0, hidden) == 1.0
     ag = comms.all_gather(1e9 * 2.0, groups[0])

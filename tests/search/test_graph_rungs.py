@@ -74,9 +74,11 @@ def test_a_graphed_job_gets_no_cpu_offloading(tmp_path: Path) -> None:
     # the full-iteration graph runs CPU offloading (only per-layer graphs raise): as eager,
     # launched by every Megatron target (Megatron-Bridge's as its full_iteration graph)
     whole = replace(eager, cuda_graphs=True, cuda_graph_impl="full_iteration")
-    _, rows = search_rows(whole, Space(), 1)
-    lay = rows[0].candidate.layout
-    assert lay.cpu_offloading_num_layers > 0
+    # (its #1 offloaded until ZeRO 2 reduce-scattered every micro-batch; one of its top 8 does)
+    _, rows = search_rows(whole, Space(), 8)
+    offloading = [r.candidate.layout for r in rows if r.candidate.layout.cpu_offloading_num_layers]
+    assert offloading
+    lay = offloading[0]
     path = tmp_path / "whole.toml"
     path.write_text(plan_writer.render(whole, lay, {"name": "llama3.1-8b"}, []))
     refused = {t for ts in launch.refusals(load_plan(path)).values() for t in ts}

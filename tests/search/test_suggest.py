@@ -529,6 +529,9 @@ def test_write_plan_repeats_the_warnings_check_gives(
     `planner check` on the written plan, whose warning lines suggest now prints as they are."""
     plan = tmp_path / "w.toml"
     argv = ["suggest", "--model", "llama3.1-70b", "--num-gpus", "64", "--seq-length", "8192"]
+    # --zero 2,3: the pick ran Megatron-FSDP unasked until its ZeRO 2 reduce-scattered every
+    # micro-batch (megatron_fsdp.py:761-787 at d98e8a64)
+    argv += ["--zero", "2,3"]
     code, _, err = run([*argv, "--global-batch-size", "512", "--write-plan", str(plan)], capsys)
     assert code == 0, err
     code, _, checked = run(["check", str(plan)], capsys)
