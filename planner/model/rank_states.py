@@ -88,8 +88,10 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     cache = cache8 * (fp8_dense + fp8_expert)
     if rank == layout.output_rank:
         cache += buffers.output_proj_cache_bytes(job, layout)
-    units = buffers.fsdp_units(job, layout, chunks, dense, expert)
-    transient = buffers.transient_bytes(job, layout, units)
+    transient = 0.0
+    if layout.zero_stage >= 2:  # Megatron-FSDP's unit buffers
+        units = buffers.fsdp_units(job, layout, chunks, dense, expert)
+        transient = buffers.transient_bytes(job, layout, units)
     optimizer = dense * o_d + expert * o_e
     if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
         return (weights, 0.0, 0.0, cache, transient)
