@@ -83,12 +83,16 @@ def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
     Megatron-LM d98e8a64 TransformerConfig warns it is not needed for fused attention). With
     the output gate (`ModelArch.attention_output_gate`; attention.py `_apply_output_gate`,
     compiled) the gating keeps the output and its gate (a contiguous copy of the projection's
-    gate slice), and the projection its own gated input."""
+    gate slice), and the projection its own gated input. Under TE's all-to-all context
+    parallelism the kernel's own 16-bit output too (`Shard.cp_out_part`), but not where the core
+    attention is recomputed (its checkpoint saves nothing of that function)."""
+    kernel = sh.flash_attention and not sh.drops("core_attn")
+    out_part = nbytes if kernel and sh.cp_out_part else 0.0
     if gated:
-        return 2 * widen(nbytes, sh) + linear_in(nbytes, sh)
-    if not sh.flash_attention or sh.drops("core_attn"):
+        return 2 * widen(nbytes, sh) + linear_in(nbytes, sh) + out_part
+    if not kernel:
         return linear_in(nbytes, sh)
-    return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0)
+    return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0) + out_part
 
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -211,14 +211,7 @@ def _fsdp(
     shared by all the parameter groups under its root; Megatron-FSDP likewise), so their seconds
     add before a unit's window comes off, whichever tiers bound the two groups. `sizes`: the
     bytes per gradient element and the (dense, expert) bytes per gathered parameter."""
-    grad_bytes, param_bytes = sizes
-    ag = rs = live = 0.0
-    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
-        if n_params <= 0 or grp.size <= 1:
-            continue
-        ag += all_gather(n_params / u * p_bytes, grp)
-        rs += reduce_scatter(n_params / u * grad_bytes, grp)
-        live += n_params / u
+    ag, rs, live = _unit_collectives(groups, dense, expert, sizes, u)
     if live == 0:
         return 0.0, 0.0
     f, b = fwd / u, bwd / u
@@ -251,17 +244,32 @@ def _fsdp_grads(
     once a step the updated shards are all-gathered back into the whole weights, unit by unit
     under the first micro-batch's forward (`fwd` 0: after nothing, all shown). `sizes` as
     `_fsdp`'s; dense and expert collectives add as there (one stream each)."""
+    ag, rs, _ = _unit_collectives(groups, dense, expert, sizes, u)
+    shown_b = m * unit_pipeline(rs, bwd / u, u)
+    shown_f = unit_pipeline(ag, fwd / u, u)
+    hidden = max(u * (m * rs + ag) - shown_b - shown_f, 0.0)  # rounding: not -1e-16
+    return shown_b + shown_f, hidden
+
+
+def _unit_collectives(
+    groups: tuple[Group, Group],
+    dense: float,
+    expert: float,
+    sizes: tuple[float, tuple[float, float]],
+    u: int,
+) -> tuple[float, float, float]:
+    """One unit's (all-gather seconds, reduce-scatter seconds, parameters) over `u` units: its
+    dense and expert parameters over their own groups, their seconds added (one stream each,
+    `_fsdp`); a group of one rank moves nothing."""
     grad_bytes, param_bytes = sizes
-    ag = rs = 0.0
+    ag = rs = live = 0.0
     for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
         if n_params <= 0 or grp.size <= 1:
             continue
         ag += all_gather(n_params / u * p_bytes, grp)
         rs += reduce_scatter(n_params / u * grad_bytes, grp)
-    shown_b = m * unit_pipeline(rs, bwd / u, u)
-    shown_f = unit_pipeline(ag, fwd / u, u)
-    hidden = max(u * (m * rs + ag) - shown_b - shown_f, 0.0)  # rounding: not -1e-16
-    return shown_b + shown_f, hidden
+        live += n_params / u
+    return ag, rs, live
 
 
 def unit_pipeline(per_unit: float, window: float, units: int) -> float:

@@ -54,6 +54,10 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         shared_keeps_original=job.framework == "megatron"
         and quantised
         and job.quant_recipe != "delayed",
+        cp_out_part=layout.cp > 1
+        and layout.cp_comm_type == "a2a"
+        and job.framework == "megatron"
+        and not job.arch.has_dsa,
         shared_gathered=layout.moe_shared_expert_overlap and layout.tp > 1,
         fc1_keeps_original="expert_fc1" in layout.offload_modules
         and quantised

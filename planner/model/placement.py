@@ -100,15 +100,7 @@ def every_split(
     pattern repeats every lcm(block, largest span) ranks (each span divides the next), so one
     period of groups is placed. Only whole blocks are groups; a world under one block is taken
     as one block."""
-    block = stride * size
-    whole = max(world // block, 1) * block
-    finite = [s for s in spans if s is not None]
-    period = math.lcm(block, finite[-1]) if finite else block
-    found: set[Split] = set()
-    for base in range(0, min(whole, period), block):
-        for off in range(stride):
-            start = base + off
-            found.add(group_split(range(start, start + block, stride), spans))
+    found = _period_splits(spans, stride, size, world)
     kept = [s for s in found if not any(o != s and o.no_better(s) for o in found)]
     kept.sort(key=lambda s: (size - s.fewest, s.tier, s.domains, s.most), reverse=True)
     return tuple(kept)
@@ -122,16 +114,17 @@ def domain_counts(
     (`splits` keeps only the worst groups; a rule on the fewest reads this)."""
     if _aligned(spans, stride, size) is not None:
         return (splits(spans, stride, size, world)[0].domains,)
+    return tuple(sorted({s.domains for s in _period_splits(spans, stride, size, world)}))
+
+
+def _period_splits(spans: tuple[int | None, ...], stride: int, size: int, world: int) -> set[Split]:
+    """The distinct splits of every group of one period (`every_split`)."""
     block = stride * size
+    whole = max(world // block, 1) * block
     finite = [s for s in spans if s is not None]
     period = math.lcm(block, finite[-1]) if finite else block
-    whole = max(world // block, 1) * block
-    return tuple(
-        sorted(
-            {
-                group_split(range(base + off, base + off + block, stride), spans).domains
-                for base in range(0, min(whole, period), block)
-                for off in range(stride)
-            }
-        )
-    )
+    return {
+        group_split(range(base + off, base + off + block, stride), spans)
+        for base in range(0, min(whole, period), block)
+        for off in range(stride)
+    }

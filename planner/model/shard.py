@@ -121,6 +121,13 @@ class Shard:
     save_original_input on it under an FP8 recipe other than delayed scaling, and under NVFP4,
     unless selective recompute checkpoints the shared experts (shared_experts.py d98e8a64: the
     router already keeps that input)."""
+    cp_out_part: bool = False
+    """Transformer Engine's all-to-all context parallelism (Megatron --cp-comm-type a2a,
+    AttnFuncWithCPAndQKVOA2A) saves the head-sharded output before the return all-to-all,
+    `out_part` (TransformerEngine d0067d0d context_parallel.py:4545-4576, 16-bit), while the
+    output projection saves the new tensor the all-to-all returns (:4486-4500, :4517): the
+    attention output twice (`activations._attention_out`). Not DeepSeek sparse attention's own
+    gather, nor torchtitan's CP."""
     shared_gathered: bool = False
     """The shared experts' fc1 saves the TP group's gathered input (T tokens, not T/t): under
     --moe-shared-expert-overlap with TP, SharedExpertMLP gathers the sequence-parallel tokens

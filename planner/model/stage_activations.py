@@ -19,7 +19,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
-from planner.model import cp_saved, cp_time, cpu_offload, dsa, t5, vision
+from planner.model import cp_time, cpu_offload, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
@@ -264,11 +264,6 @@ def stage_activations(
     where the rank holds bf16 first / last layers among FP8 / NVFP4 ones, `per` are the
     unquantised layers' bytes and `quantised` the others' (`blended` per chunk)."""
     arch = job.arch
-    more = cp_saved.out_part_bytes(job, layout, sh)
-    if any(more):  # a2a CP: Transformer Engine's own copy of each attention output
-        full = layout.recompute == "full"
-        per = cp_saved.plus(per, more, full)
-        quantised = None if quantised is None else cp_saved.plus(quantised, more, full)
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.output_rank  # the loss's stage: rank 0 in torchtitan's V
     pieces = bf16_ranges(job, chunks) if quantised is not None else ()
