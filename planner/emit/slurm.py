@@ -6,6 +6,12 @@ the first node of the allocation (`scontrol show hostnames`), with the Slurm job
 rendezvous id. The `#SBATCH --job-name` is a slug of the job name (sbatch reads directives
 itself, not through a shell); the exact name lives in the quoted JOB_NAME variable. The argument
 arrays, settings and environment are those of `planner.emit.torchrun`.
+
+A plan priced on part of each multi-node NVLink domain (`ClusterSpec.domain_used`: 64 of an
+NVL72 rack's 72 GPUs, or the plan's `[cluster] gpus_per_domain_used`) asks Slurm for that
+placement: `#SBATCH --segment=N`, N nodes of one block (rack) per segment (Slurm >= 24.11's
+topology/block option; NVIDIA's MLPerf GB200/GB300 configs set SEGMENT=16 trays,
+mlcommons/training_results_v5.1 @4da2d1cd config_GB300_128x4x1xtp2pp1cp4_8b.sh:23-25).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from planner.emit.torchrun import (
     settings_block,
     torchrun_body,
 )
+from planner.inputs.errors import InputError
+from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Plan
 
 DEFAULT_TIME = "04:00:00"
@@ -39,18 +47,51 @@ def sbatch_name(job_name: str) -> str:
     return file_word(job_name, 64) or slug(job_name)
 
 
-def node_directives(nnodes: int, per: int, name: str | None) -> list[str]:
+def node_directives(
+    nnodes: int, per: int, name: str | None, segment: int | None = None
+) -> list[str]:
     """The #SBATCH options of one torchrun on each of `nnodes` nodes of `per` GPUs; with the
-    job's `name` (a whole job, or a heterogeneous job's first component) its name and output."""
+    job's `name` (a whole job, or a heterogeneous job's first component) its name and output;
+    with a `segment`, its nodes in segments of that many nodes of one block (`segment_nodes`)."""
     out = [f"--nodes={nnodes}", "--ntasks-per-node=1", f"--gpus-per-node={per}"]
+    out += [] if segment is None else [f"--segment={segment}"]
     out += ["--exclusive", f"--time={DEFAULT_TIME}"]
     return out if name is None else [f"--job-name={name}", *out, f"--output={name}-%j.out"]
+
+
+def segment_nodes(cluster: ClusterSpec, where: str, field: str) -> int | None:
+    """The Slurm segment, in nodes, that places the job as the plan is priced: rank r on NVLink
+    domain r // `domain_used` (`planner.model.placement`). None where a domain is one node or less
+    (8-GPU nodes: Slurm's nodes are the domains), the job fills every domain it uses (whatever block
+    Slurm picks is then priced right) or holds one node at most. A job within one used domain asks
+    for one segment of all its nodes. `field`: how messages name the plan's setting (`where`: the
+    plan file). Bad input where no segment places it: a domain share that is not whole nodes, or a
+    node count that is not whole segments (Slurm's sbatch --segment needs the node count a multiple
+    of the segment size)."""
+    span, used, per = cluster.tiers[0].span_gpus, cluster.domain_used, cluster.gpus_per_node
+    n = cluster.num_gpus
+    if span is None or used is None or span <= per or used >= span or n <= per:
+        return None
+    if used % per:
+        raise InputError(
+            f"{where}: {field}: {used} GPUs of each NVLink domain are not whole nodes of "
+            f"gpus_per_node ({per}): no Slurm --segment places the job so"
+        )
+    segment = min(used, n) // per
+    if (n // per) % segment:
+        raise InputError(
+            f"{where}: {field}: {used} GPUs ({segment} nodes) of each NVLink domain: the job's "
+            f"{n // per} nodes are not whole segments of {segment} (Slurm --segment)"
+        )
+    return segment
 
 
 def sbatch_directives(plan: Plan, name: str) -> list[str]:
     """The #SBATCH options of a job of one torchrun per node (Megatron-LM's and torchtitan's)."""
     n = nodes(plan)
-    return node_directives(n.nnodes, n.nproc_per_node, name)
+    field = "cluster.gpus_per_domain_used"
+    segment = segment_nodes(plan.job.cluster, str(plan.path), field)
+    return node_directives(n.nnodes, n.nproc_per_node, name, segment)
 
 
 FIRST_NODE_MASTER = (
@@ -102,7 +143,9 @@ def render_hetjob(plan: Plan, job_name: str) -> str:
         if k:
             sb += "#SBATCH hetjob\n"
         sb += f"# component {k}: pool {comment_safe(pool)}\n"
-        directives = node_directives(count, gpus, name if k == 0 else None)
+        field = f"cluster.pools[{k}].gpus_per_domain_used"
+        segment = segment_nodes(plan.job.pools[k].cluster, str(plan.path), field)
+        directives = node_directives(count, gpus, name if k == 0 else None, segment)
         sb += "".join(f"#SBATCH {d}\n" for d in directives)
     groups = ",".join(str(k) for k in range(len(pools)))
     return (

@@ -44,6 +44,7 @@ from planner.inputs import (
     megatron_training,
     megatron_yaml,
     nemo_args,
+    sbatch,
 )
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
@@ -155,6 +156,10 @@ def read(
         reading = replace(reading, notes=(note, *reading.notes))
     if config is not None:
         reading = replace(reading, notes=(config.note, *reading.notes))
+    segment = sbatch.domain_used(text, gpu, where)  # a Slurm script's #SBATCH --segment
+    if segment is not None:
+        reading.doc["cluster"]["gpus_per_domain_used"] = segment[0]
+        reading = replace(reading, notes=(segment[1], *reading.notes))
     if header_env:
         reading = replace(reading, notes=(_environment_note(header_env), *reading.notes))
     if launched.stopped is not None:  # bash stops there, after what is read (shell_stop)

@@ -120,16 +120,20 @@ def _why(job: Job, space: Space) -> tuple[str, bool]:
     tuples = _degrees(n, space)  # not empty: suggest._check_degrees refused that
     # 1. TP within the scale-up domain: `space.structures` skips every tp above it unless
     # --tp-across-nodes (`--tp 16` on 8-GPU H100 nodes), so no layout has such a tp.
-    domain = job.cluster.tiers[0].span_gpus or n
+    domain = job.cluster.domain_used or n  # of each domain, the GPUs the job holds
     if not space.tp_across_nodes:
         inside = [t for t in tuples if t[0] <= domain]
         if not inside:
             tps = _values({t[0] for t in tuples})
             what = "" if degree_flags == flag_text("tp", space.tp) else f" leave tp {tps} only,"
+            span = job.cluster.tiers[0].span_gpus or n
+            used = (
+                "" if domain == span else f"; the job holds {domain} of each: gpus_per_domain_used"
+            )
             return (
-                f"{degree_flags}:{what} beyond the scale-up domain ({domain} GPUs of "
-                f"{job.cluster.gpu.name} share NVLink): the search spans it with TP only under "
-                "--tp-across-nodes",
+                f"{degree_flags}:{what} beyond the scale-up domain ({span} GPUs of "
+                f"{job.cluster.gpu.name} share NVLink{used}): the search spans it with TP only "
+                "under --tp-across-nodes",
                 False,
             )
         tuples = inside

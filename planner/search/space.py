@@ -93,7 +93,7 @@ def each_structure(job: Job, space: Space, rejected: Counter[str]) -> Iterator[S
     """`structures`, one at a time (a caller that needs only the first stops there), counting
     the rejections up to the last one yielded."""
     n = job.cluster.num_gpus
-    domain = job.cluster.tiers[0].span_gpus or n
+    domain = job.cluster.domain_used or n  # the GPUs of each NVLink domain the job holds
     for tp in divisors(n):
         if not space.tp.admits(tp):
             rejected["user bound on tp"] += 1
