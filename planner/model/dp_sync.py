@@ -3,6 +3,8 @@ parameter traffic goes (`data_parallel_groups`: dense parameters over the dp x c
 parameters over the expert-dp ranks) and how much of it shows beyond its overlap windows
 (`data_parallel`): Megatron's DDP buckets for ZeRO 0-1, each its own collective; Megatron-FSDP's
 ZeRO 2 and 3 per decoder layer, every micro-batch, the next layer's under the current one's.
+Over several distributed-optimizer instances (--num-distributed-optimizer-instances):
+`planner.model.dp_instances`, on these windows and unit pipelines.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ def _fsdp(
     shared by all the parameter groups under its root; Megatron-FSDP likewise), so their seconds
     add before a unit's window comes off, whichever tiers bound the two groups. `sizes`: the
     bytes per gradient element and the (dense, expert) bytes per gathered parameter."""
-    ag, rs, live = _unit_collectives(groups, dense, expert, sizes, u)
+    ag, rs, live = unit_collectives(groups, dense, expert, sizes, u)
     if live == 0:
         return 0.0, 0.0
     f, b = fwd / u, bwd / u
@@ -244,14 +246,14 @@ def _fsdp_grads(
     once a step the updated shards are all-gathered back into the whole weights, unit by unit
     under the first micro-batch's forward (`fwd` 0: after nothing, all shown). `sizes` as
     `_fsdp`'s; dense and expert collectives add as there (one stream each)."""
-    ag, rs, _ = _unit_collectives(groups, dense, expert, sizes, u)
+    ag, rs, _ = unit_collectives(groups, dense, expert, sizes, u)
     shown_b = m * unit_pipeline(rs, bwd / u, u)
     shown_f = unit_pipeline(ag, fwd / u, u)
     hidden = max(u * (m * rs + ag) - shown_b - shown_f, 0.0)  # rounding: not -1e-16
     return shown_b + shown_f, hidden
 
 
-def _unit_collectives(
+def unit_collectives(
     groups: tuple[Group, Group],
     dense: float,
     expert: float,

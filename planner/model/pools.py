@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_sync
+from planner.model import comms, dp_instances, dp_sync
 from planner.model.job_memo import JobMemo
 from planner.model.shard import BF16
 
@@ -269,10 +269,9 @@ def _instance_traffic(
     whole = grp.size * pools
     per_bucket = dp_sync.bucket_params(lay, whole, stage_params, layers)
     buckets = max(1, math.ceil(n_params / per_bucket))
-    grad = n_params * job.grad_bytes / buckets
-    across = buckets * comms.all_reduce(grad / grp.size, link_group(job, pools))
-    red = buckets * comms.reduce_scatter(grad, grp) + across
-    gather = buckets * comms.all_gather(n_params * p_bytes / buckets, grp)
+    link = link_group(job, pools)
+    grads, params = n_params * job.grad_bytes, n_params * p_bytes
+    red, gather, across = dp_instances.bucket_traffic(grp, link, grads, params, buckets)
     return red, gather, buckets, across
 
 

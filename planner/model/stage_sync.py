@@ -3,7 +3,8 @@
 take longest.
 
 Sync: the stage's gradient reduction and parameter gathers (`planner.model.dp_sync` through
-`planner.model.pools`; torchtitan's FSDP2 in `planner.model.fsdp2`), hidden under the windows
+`planner.model.pools`; over several distributed-optimizer instances `planner.model.dp_instances`;
+torchtitan's FSDP2 in `planner.model.fsdp2`), hidden under the windows
 its forward and backward leave (the stage's layers, its output layers and, on the first rank, a
 vision encoder: `cost.estimate` passes them), what hides still holding `comms.sm_share` of the
 SMs.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, fsdp2, muon_time, optimizer_offload, pools
+from planner.model import comms, dp_instances, fsdp2, muon_time, optimizer_offload, pools
 from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
@@ -83,8 +84,13 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     zeroing of the stage's whole gradient buffer (Megatron's DDP zero_grad_buffer; counted so
     at every ZeRO stage, which keeps a higher stage never faster than a lower one, the
     dominance the search's stops rely on)."""
-    shard_d = lay.dense_dp if lay.zero_stage >= 1 else 1
-    shard_e = max(lay.expert_dp, 1) if lay.zero_stage >= 1 else 1
+    # over one of the distributed optimizer's instances (`Job.optimizer_instances`), as
+    # rank_states.updated_params shards them; HFSDP's optim strategy shards over all of them
+    n = job.optimizer_instances if dp_instances.applies(job, lay) else 1
+    if lay.zero_stage == 3 and job.outer_dp_sharding_strategy == "optim":
+        n = 1
+    shard_d = max(lay.dense_dp // n, 1) if lay.zero_stage >= 1 else 1
+    shard_e = max(lay.expert_dp // n, 1) if lay.zero_stage >= 1 else 1
     updated = dense / shard_d + expert / shard_e
     if job.framework == "torchtitan":
         # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
@@ -153,6 +159,18 @@ def stage_sync(
         out = fsdp2.output_share(job, lay, rank)
         e, hid = fsdp2.data_parallel_time(
             job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8, output=out
+        )
+    elif dp_instances.applies(job, lay):  # over --num-distributed-optimizer-instances
+        e, hid = dp_instances.data_parallel(
+            job,
+            lay,
+            dense,
+            expert,
+            fwd,
+            bwd,
+            t.m,
+            layers=sum(n for k, n in mix if k is not t.mtp_proj),
+            param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
         )
     else:
         e, hid = pools.data_parallel(
