@@ -252,9 +252,13 @@ def fsdp_units(
     size splits only parameters outside units, param_and_grad_buffer.py:1858-1866); the others
     (embedding, output layer, final norm) pack into buckets closed once they reach the suggested
     size (`dp_sync.explicit_bucket`, else DP_BUCKET_PARAMS), so the word embedding's or the
-    output layer's one tensor is a group of its own. The largest is the rank's largest decoder
-    layer or that edge group; beside it the backward holds a decoder layer (the next unit's
-    gather or the previous one's reduce-scatter)."""
+    output layer's one tensor is a group of its own. Without `Layout.overlap_grad_reduce` there
+    is no suggested size: Megatron-LM resolves the bucket size to None then (training.py:
+    2192-2193, whatever --ddp-bucket-size says), before Megatron-FSDP forces the overlap on
+    (megatron_fsdp.py:330-333), and a None size closes no bucket (param_and_grad_buffer.py:
+    1860-1864), so the parameters outside units are one group. The largest is the rank's
+    largest decoder layer or that edge group; beside it the backward holds a decoder layer (the
+    next unit's gather or the previous one's reduce-scatter)."""
     counts = job.arch.kind_counts(chunks)
     table, whole = params.kind_table(job.arch), params.replicated_table(job.arch)
     split = layout.ep * layout.expert_tp
@@ -265,6 +269,8 @@ def fsdp_units(
     ]
     layer = max(layers, default=0.0)
     outside = max(dense + expert - sum(decoder_params(job, layout, chunks)), 0.0)
+    if not layout.overlap_grad_reduce:
+        return max(layer, outside), layer
     size = explicit_bucket(layout, dense + expert, sum(counts)) or DP_BUCKET_PARAMS
     words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
     return max(layer, min(outside, max(size, words))), layer

@@ -161,6 +161,16 @@ def fused_dispatch(
     return one(dispatch_bytes) + one(value_bytes)
 
 
+def node_share(r: Routing, units: int) -> float:
+    """The chance one token reaches a given one of `units` nodes holding contiguous experts: its
+    expected distinct nodes (`distinct_reached` over the `_allowed` ones, as
+    `fused_dispatch_fanout`) over the nodes, alike for every node by symmetry."""
+    if units <= 1:
+        return 1.0
+    allowed = _allowed(units, r)
+    return distinct_reached(allowed, round(r.experts * allowed / units), r.topk) / units
+
+
 def _allowed(units: int, r: Routing) -> int:
     """The nodes or GPUs (`units` of them in the EP group, holding contiguous experts) whose
     experts one token may use: group_topk groups of `groups`, each on ceil(units / groups) of
@@ -287,10 +297,6 @@ def layer_dispatch(
     busiest node's (`routing_load.node_load`, at most `load`)."""
     arch = job.arch
     kind = lay.moe_token_dispatcher_type
-    node_load = None  # the fused dispatchers' NIC leg: the busiest node's share
-    if kind == "flex":
-        nodes = place(job.cluster, 1, lay.expert_tp * lay.ep).domains
-        node_load = min(load, routing_load.node_load(job, lay, nodes))
     routing = Routing(
         tokens=t / (lay.tp if lay.sequence_parallel else 1),
         hidden=arch.expert_hidden,  # a latent MoE dispatches its latent tokens
@@ -299,8 +305,12 @@ def layer_dispatch(
         groups=job.moe_router_num_groups,
         group_topk=job.moe_router_group_topk,
         load=load,
-        node_load=node_load,
     )
+    if kind == "flex":  # the fused dispatchers' NIC leg: the busiest node's share
+        nodes = place(job.cluster, 1, lay.expert_tp * lay.ep).domains
+        share = node_share(routing, min(nodes, lay.ep))
+        node_load = min(load, routing_load.node_load(job, lay, nodes, share))
+        routing = replace(routing, node_load=node_load)
     word = fp32.value_bytes(job)  # bf16 hidden states; fp32 in fp32 training
     wide = router_dtype.combine_bytes(job)  # --moe-router-dtype's reduce-scatter
     a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word, wide)

@@ -112,7 +112,7 @@ def _tp_charges(
     exposed, hidden = tensor_parallel_layer(
         job.cluster, tp, size, n_fwd, lay.sequence_parallel, cols,
         job.tp_backward_overlap, regather=not job.sp_keeps_gathered_input, widths=widths,
-        gathered=gathered_share(job),
+        gathered=gathered_share(job), grad_gathered=grad_output_share(job),
     )  # fmt: skip
     plain = exposed + share * hidden
     shown = None
@@ -138,26 +138,53 @@ def _tp_charges(
     return shown + again, hidden, exposed + hidden + again, plain + again
 
 
-FP8_GATHER_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
-"""Scale bytes per element Transformer Engine gathers beside FP8 data (1 byte an element): MXFP8
-an E8M0 scale per 32 values; blockwise (the activations' 1 x 128 tiles, TransformerEngine
-d0067d0d pytorch/distributed.py `_all_gather_fp8_blockwise`, block_scaling_dim 1) a fp32 scale
-per 128; delayed / tensorwise one scalar per tensor (0 here)."""
+FP8_GATHER_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128, "nvfp4": 1 / 16}
+"""Scale bytes per element Transformer Engine gathers beside quantised data: MXFP8 an E8M0 scale
+per 32 values; blockwise (the activations' 1 x 128 tiles, TransformerEngine d0067d0d
+pytorch/distributed.py `_all_gather_fp8_blockwise`, block_scaling_dim 1) a fp32 scale per 128;
+NVFP4 an E4M3 scale per 16 (`_all_gather_nvfp4` :1435-1458, the scales' padding cut off
+before the gather; its per-tensor amax is one fp32 value, not gathered: 0 here); delayed /
+tensorwise one scalar per tensor (0 here)."""
+
+GATHER_DATA_BYTES = {"nvfp4": 0.5}
+"""Data bytes per element of a quantised gather: NVFP4's E2M1 values, two to a byte; FP8's 1."""
+
+ROWWISE_ONLY_GATHER = ("delayed", "tensorwise")
+"""Recipes whose gathers move only the row-wise data: TE's per-tensor FP8 quantisers gather it
+and build the transpose after (`supports_only_rowwise_all_gather`, tensor/float8_tensor.py
+d0067d0d :190-194, :396-400; distributed.py `_all_gather_fp8`). The block-scaled ones gather
+each usage the quantiser asks for (`_all_gather_mxfp8`, `_start_all_gather_fp8_blockwise`,
+`_all_gather_nvfp4` :1435-1500: the row-wise and the column-wise data and scales apart)."""
 
 
 def gathered_share(job: Job) -> float:
-    """Bytes the sequence-parallel all-gathers of `tensor_parallel_layer` move per byte of the
-    layer's activations. Megatron-LM FP8 (Transformer Engine's linear layers): TE quantises the
-    input before its NCCL gathers, so they move FP8 data and scales (TransformerEngine d0067d0d
-    pytorch/module/layernorm_linear.py:309-313 and linear.py:408-411 the forward input gather,
-    layernorm_linear.py:787-791 the backward re-gather, module/base.py:1749 the row-parallel
-    linear's grad-output gather, each `gather_along_first_dim(..., quantizer=...)`); the
-    reduce-scatters stay 16-bit. torchtitan's TP plans gather in the activations' dtype (no
-    Float8 TP styles at b5bcd76c); NVFP4 is left at 16 bits (the safe side). Else 1."""
-    if job.framework != "megatron" or job.precision != "fp8":
+    """Bytes the sequence-parallel input all-gathers of `tensor_parallel_layer` (the forward
+    gather and the backward re-gather) move per byte of the layer's activations. Megatron-LM
+    FP8 / NVFP4 (Transformer Engine's linear layers): TE quantises the input before its NCCL
+    gathers, so they move the quantised data and scales of one usage (TransformerEngine d0067d0d
+    pytorch/module/layernorm_linear.py:296-313 and linear.py:403-411 the forward gather, row-wise
+    only; layernorm_linear.py:773-791 the backward re-gather, column-wise only,
+    module/_common.py:35-55); the reduce-scatters stay 16-bit. NVFP4: 4 bits and an E4M3 scale
+    per 16 values, 0.5625 bytes (`fill_userbuffers_buffer_for_all_gather` has no NVFP4 path:
+    module/base.py:754, so Userbuffers stay FP8-only, `tp_overlap`). torchtitan's TP plans gather
+    in the activations' dtype (no Float8 TP styles at b5bcd76c). Else 1."""
+    if job.framework != "megatron" or not job.quantised:
         return 1.0
-    scale = FP8_GATHER_SCALE_BYTES.get(job.quant_recipe, 0.0)
-    return (1.0 + scale) / value_bytes(job)
+    recipe = job.quant_recipe
+    per_usage = GATHER_DATA_BYTES.get(recipe, 1.0) + FP8_GATHER_SCALE_BYTES.get(recipe, 0.0)
+    return per_usage / value_bytes(job)
+
+
+def grad_output_share(job: Job) -> float:
+    """The same for the row-parallel linear's output-gradient gather: TE's linear.py d0067d0d
+    :903-905 asks its grad-output quantiser for both usages (dgrad the row-wise, wgrad the
+    column-wise) before the gather (module/base.py:1746-1750), so the block-scaled recipes (MXFP8,
+    blockwise, NVFP4) move both, twice `gathered_share`; the per-tensor FP8 ones the row-wise
+    data alone (`ROWWISE_ONLY_GATHER`)."""
+    share = gathered_share(job)
+    if job.framework != "megatron" or not job.quantised:
+        return share
+    return share if job.quant_recipe in ROWWISE_ONLY_GATHER else 2 * share
 
 
 def latents_gathered(job: Job, kind: LayerKind) -> bool:
@@ -237,6 +264,7 @@ def tensor_parallel_layer(
     regather: bool = True,
     widths: tuple[float, ...] | None = None,
     gathered: float = 1.0,
+    grad_gathered: float | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of one decoder layer's TP traffic per micro-batch, S = t x h
     activation bytes. Each block (attention, MLP; a hybrid stack's layers have one, a Mamba mixer
@@ -263,9 +291,11 @@ def tensor_parallel_layer(
     sequence parallelism) of that input's gradient and its re-gather move that many bytes; the
     row-parallel output's reduce-scatter (all-reduce) and its gradient's gather stay h wide.
 
-    `gathered` (`gathered_share`): the bytes the sequence-parallel all-gathers (the input's
-    gather and re-gather, the output gradient's gather) move per activation byte; the
-    reduce-scatters move the activations' own."""
+    `gathered` (`gathered_share`): the bytes the sequence-parallel input all-gathers (its
+    gather and re-gather) move per activation byte; `grad_gathered` (`grad_output_share`;
+    None: `gathered`) the output gradient's gather; the reduce-scatters move the activations'
+    own."""
+    grad_gathered = gathered if grad_gathered is None else grad_gathered
     grp = comms.place(cluster, 1, tp)
     ar = comms.all_reduce(act_bytes, grp)
     half = comms.reduce_scatter(act_bytes, grp)
@@ -277,7 +307,7 @@ def tensor_parallel_layer(
         if sequence_parallel:
             col = comms.reduce_scatter(width * act_bytes, grp)  # the input gradient's
             gather = comms.all_gather(gathered * width * act_bytes, grp)  # the input's
-            grad_out = comms.all_gather(gathered * act_bytes, grp)  # the output gradient's
+            grad_out = comms.all_gather(grad_gathered * act_bytes, grp)  # the output gradient's
             exposed += n_fwd * (gather + half)  # the input's gather, the output's reduce-scatter
             parts = [(grad_out, 0.0), (col, window)] + ([(gather, window)] if regather else [])
         else:

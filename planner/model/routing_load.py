@@ -143,21 +143,45 @@ def step_load(job: Job, lay: Layout) -> float:
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep), budget)
 
 
-def node_load(job: Job, lay: Layout, nodes: int) -> float:
-    """The busiest node's routed tokens over the even share where the expert-parallel group's
-    experts lie on `nodes` nodes (E / nodes each): `step_load` with the nodes in place of the
-    ranks, what a GPU's NIC receives under DeepEP's and HybridEP's internode dispatch
-    (`dispatch.fused_dispatch`). Learned routing: `learned_routing_load`(E, nodes), e.g.
-    DeepSeek-V3's 8 nodes of 32 experts 1 + 1.43 x 0.274 / sqrt(32) = 1.069 against its 64 ranks'
-    1.320; forced balance: `random_routing_load` over the nodes. Both count routed copies, not
-    the distinct tokens a node receives (a token reaching two of a node's experts crosses the NIC
-    once): an approximation of the node's spread. Capped as `step_load`; 1 (capped) on one node."""
+def distinct_spread(tokens: float, share: float) -> float:
+    """s / mu of the distinct tokens one node receives where each of `tokens` tokens, routed
+    independently, reaches it with probability `share`: binomial, sqrt((1 - share) / (tokens x
+    share)). 0 where every token reaches it."""
+    if tokens <= 0 or share >= 1.0 or share <= 0.0:
+        return 0.0
+    return math.sqrt((1.0 - share) / (tokens * share))
+
+
+def node_load(job: Job, lay: Layout, nodes: int, share: float | None = None) -> float:
+    """The busiest node's tokens over the even share where the expert-parallel group's experts
+    lie on `nodes` nodes (E / nodes each), what a GPU's NIC receives under DeepEP's and
+    HybridEP's internode dispatch (`dispatch.fused_dispatch`), which send a token once per node
+    it routes to (DeepEP dd758caf csrc/kernels/legacy/layout.cu:87, :100: a token counts once
+    in num_tokens_per_rdma_rank however many of the node's experts it picks).
+
+    Forced balance (random logits, then the router's own top-k, group limits included: Megatron
+    d98e8a64 router.py:861-871): a node's distinct tokens are binomial over the block's tokens
+    at `share`, the chance one token reaches it (`dispatch.node_share`: its expected distinct
+    nodes over the nodes), so the busiest of them carries 1 + z(nodes) x `distinct_spread` (the
+    nodes' counts taken as independent: one token's reach of two nodes correlates at -0.065 for
+    Qwen3-235B's 128 experts on 4 nodes, -0.080 for 256 on 8 without groups, which would add
+    3-4% to the excess); without `share`, `random_routing_load` over the nodes (routed
+    copies). DeepSeek-V3 at ep 64 on 8 nodes, 4 of 8 groups a token: share 3.63 / 8, spread
+    1.10 / sqrt(T), against the copies' 0.99 / sqrt(T) (over all 256 experts, centred as
+    `relative_spread`). Learned routing:
+    `learned_routing_load`(E, nodes), e.g. DeepSeek-V3's 8 nodes of 32 experts
+    1 + 1.43 x 0.274 / sqrt(32) = 1.069 against its 64 ranks' 1.320: routed copies, an
+    approximation of the node's spread (no per-expert load data to derive the distinct
+    tokens' from). Capped as `step_load`; 1 (capped) on one node."""
     budget = rank_budget(job, lay)
     units = min(nodes, lay.ep)  # expert TP wider than a node: an expert spans etp / g nodes
     if units <= 1:
         return _capped(job, 1.0, budget)
     if job.moe_router_force_load_balancing:
         tokens, experts, topk, _ = _block(job, lay)
+        if share is not None:
+            load = 1.0 + expected_max_normal(units) * distinct_spread(tokens, share)
+            return _capped(job, load, budget)
         return _capped(job, random_routing_load(tokens, experts, topk, units), budget)
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, units), budget)
 

@@ -128,3 +128,57 @@ def test_flex_nic_leg_takes_the_node_load() -> None:
     assert got == pytest.approx(18.15e-3, abs=0.05e-3)
     old = dispatch.moe_dispatch(cl, 1, 64, r, "flex")  # node_load None: the GPU's
     assert old == pytest.approx(4 * (elems * nodes * 7 / 8 * 1.3201 / rdma + lat))
+
+
+def _flex_forced(model: str, ep: int, **kw: object) -> tuple[object, Layout]:
+    j = job(model, "h800-sxm-80gb", ep, 4096, ep, moe_router_force_load_balancing=True, **kw)
+    return j, Layout(tp=1, pp=1, dp=ep, ep=ep, moe_token_dispatcher_type="flex")
+
+
+def test_forced_node_load_counts_distinct_tokens() -> None:
+    """Under forced balance a node's NIC receives each token once however many of its experts
+    the token picks (DeepEP dd758caf csrc/kernels/legacy/layout.cu:87, :100), so its count is
+    binomial over the block's T tokens at the chance p one token reaches it: the busiest of n
+    nodes 1 + z(n) sqrt((1 - p) / (T p)). Random logits still go through the group limits
+    (Megatron d98e8a64 router.py:861-871).
+
+    DeepSeek-V3, ep 64 on 8 nodes, 4 of 8 groups: a token reaches 4 (1 - C(96, 8) / C(128, 8))
+    = 3.6290 nodes, p = 0.45363, T = 4,096 x 64 = 262,144, z(8) = 1.4342:
+    1 + 1.4342 x 1.0975 / 512 = 1.003074 (the routed copies', over all 256 experts and centred
+    as `relative_spread`: 1 + 1.4342 x 0.9225 x sqrt(8 / 7) / 512 = 1.002762).
+    Qwen3-235B-A22B (128 experts, top 8, no groups), ep 32 on 4 nodes:
+    p = 1 - C(96, 8) / C(128, 8) = 0.90725, T = 131,072, z(4) = Phi^-1(3.625 / 4.25) = 1.04913:
+    1 + 1.04913 x 0.31973 / 362.04 = 1.000927 (copies: 0.59526 x sqrt(4 / 3), 1.001992)."""
+    cases = (
+        ("deepseek-v3", 64, 8, {"moe_router_num_groups": 8, "moe_router_group_topk": 4}),
+        ("qwen3-235b-a22b", 32, 4, {}),
+    )
+    for model, ep, nodes, kw in cases:
+        j, lay = _flex_forced(model, ep, **kw)
+        r = dispatch.Routing(
+            tokens=4096, hidden=j.arch.hidden_size, topk=8, experts=j.arch.num_moe_experts or 1,
+            groups=j.moe_router_num_groups, group_topk=j.moe_router_group_topk,
+        )  # fmt: skip
+        share = dispatch.node_share(r, nodes)
+        got = routing_load.node_load(j, lay, nodes, share)
+        if model == "deepseek-v3":
+            assert share == pytest.approx(4 * (1 - comb(96, 8) / comb(128, 8)) / 8)
+            assert got == pytest.approx(1.003074, abs=2e-6)
+            assert routing_load.node_load(j, lay, nodes) == pytest.approx(1.002762, abs=2e-6)
+        else:
+            assert share == pytest.approx(1 - comb(96, 8) / comb(128, 8))
+            assert got == pytest.approx(1.000927, abs=2e-6)
+            assert routing_load.node_load(j, lay, nodes) == pytest.approx(1.001992, abs=2e-6)
+
+
+def test_flex_layer_dispatch_reads_the_distinct_node_load() -> None:
+    """The flex layer's NIC leg takes the distinct-token node load (above: 1.000927 for
+    Qwen3-235B at ep 32 on 4 nodes), not the copies' (1.001992)."""
+    j, lay = _flex_forced("qwen3-235b-a22b", 32)
+    r = dispatch.Routing(tokens=4096, hidden=j.arch.hidden_size, topk=8, experts=128)
+    want = 1.0009265
+    load = routing_load.step_load(j, lay)
+    a2a, _ = dispatch.layer_dispatch(j, lay, 4096, load, 1, (), 1)
+    node = dispatch.Routing(**{**r.__dict__, "load": load, "node_load": want})
+    wd = 2.0  # bf16 hidden states
+    assert a2a == pytest.approx(dispatch.moe_dispatch(j.cluster, 1, 32, node, "flex", 1, wd, wd))

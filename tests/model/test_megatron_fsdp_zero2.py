@@ -116,3 +116,28 @@ def test_zero1_has_no_unit_buffers() -> None:
     """Megatron's distributed optimizer (ZeRO 1) keeps whole gradient buffers, no transient."""
     plan, lay = _plan(1, 8, 4)
     assert buffers.transient_bytes(plan.job, lay, (OUTPUT, LAYER)) == 0.0
+
+
+# Llama 3.1 70B at tp 8, pp 1: the parameters outside units are the word embedding and the
+# output layer (untied), each 132,120,576 (above), and the final norm's 8,192 (whole on every
+# TP rank): 264,249,344.
+EDGES = 2 * OUTPUT + 8_192
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_no_bucket_size_without_grad_reduce_overlap(zero: int) -> None:
+    """Without --overlap-grad-reduce Megatron-LM resolves the bucket size to None (d98e8a64
+    training.py:2192-2193), before Megatron-FSDP forces the overlap on (megatron_fsdp.py:
+    330-333); a None size closes no bucket (param_and_grad_buffer.py:1860-1864), so the
+    embedding, the output layer and the final norm are one group, whatever --ddp-bucket-size
+    (which the emitter drops there) says. With the overlap: the output layer's one tensor (over
+    the 40M default, and the explicit 50M). (Before: OUTPUT either way.)"""
+    plan, lay = _plan(zero, 8, 1)
+    job = plan.job
+    chunks = lay.chunk_layers(job.arch.num_layers)[0]
+    dense, expert = stage_params(job, lay, 0, chunks)
+    for size in (None, 50_000_000):
+        on = lay.with_(overlap_grad_reduce=True, ddp_bucket_size=size)
+        off = lay.with_(overlap_grad_reduce=False, ddp_bucket_size=size)
+        assert buffers.fsdp_units(job, on, chunks, dense, expert) == (OUTPUT, LAYER)
+        assert buffers.fsdp_units(job, off, chunks, dense, expert) == (EDGES, LAYER)
