@@ -199,18 +199,24 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
             f"{line.where}: --cuda-graph-impl: cannot be combined with --enable-cuda-graph or "
             "--external-cuda-graph (Megatron-LM asserts it)"
         )
-    if not (legacy or impl not in (None, "none")):
-        return
-    training["cuda_graphs"] = True
     flag = "--cuda-graph-modules" if line.has("--cuda-graph-modules") else "--cuda-graph-scope"
     words = ",".join(line.words(flag) or [])
     parts = graph_regions(words)
     if isinstance(parts, str):
         raise InputError(f"{line.where}: {flag}: {parts}")
-    if "full_iteration" in words.replace(" ", "").split(","):
-        impl = "full_iteration"  # the deprecated region: arguments.py migrates it to the impl
-    elif line.has("--external-cuda-graph"):
+    whole_step = "full_iteration" in words.replace(" ", "").split(",")
+    if line.has("--external-cuda-graph"):
         impl = "transformer_engine"
+    if whole_step and impl == "transformer_engine":  # cuda_graph_config.py:107-111 d98e8a64
+        raise InputError(
+            f"{line.where}: {flag}: full_iteration cannot be combined with "
+            "cuda_graph_impl='transformer_engine' (Megatron-Core asserts it)"
+        )
+    if not (legacy or whole_step or impl not in (None, "none")):
+        return
+    training["cuda_graphs"] = True
+    if whole_step:
+        impl = "full_iteration"  # the deprecated region: arguments.py migrates it to the impl
     elif impl in (None, "none"):  # --enable-cuda-graph
         impl = "local"
     training["cuda_graph_impl"] = impl
@@ -237,9 +243,19 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
 def graph_regions(text: str) -> list[str] | str:
     """The CUDA-graph regions a comma-separated list names ("[attn, moe_router]" too), repeats
     folded and "full" / "full_iteration" (the whole layer) left out; or, where it names one
-    Megatron-Core does not know, why (for the caller's message)."""
-    names = [w.strip(" '\"[]") for w in text.split(",")]
-    parts = [w for w in names if w and w not in ("full", "full_iteration")]
+    Megatron-Core does not know or names with another, why (for the caller's message)."""
+    names = [w for w in (w.strip(" '\"[]") for w in text.split(",")) if w]
+    if "full" in names and names != ["full"]:  # cuda_graph_config.py:39-40 d98e8a64
+        return (
+            f"{','.join(names)}: full (the whole layer) cannot be named with other regions "
+            "(Megatron-Core asserts it: full scope cannot be used with other scopes)"
+        )
+    if "full_iteration" in names and set(names) != {"full_iteration"}:  # arguments.py:1969-1971
+        return (
+            f"{','.join(names)}: full_iteration (the whole step) cannot be named with regions "
+            "(Megatron asserts --cuda-graph-modules empty under full_iteration)"
+        )
+    parts = [w for w in names if w not in ("full", "full_iteration")]
     bad = next((w for w in parts if w not in CUDA_GRAPH_MODULES), None)
     if bad is not None:
         return f"{bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full"

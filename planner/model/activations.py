@@ -268,8 +268,11 @@ between graphs are counted too."""
 
 def graph_bytes(arch: ModelArch, sh: Shard) -> float:
     """CUDA graphs' static buffers of one layer per micro-batch (GRAPH_STATIC_TENSORS layer
-    inputs, split by tp under sequence parallelism); 0 when the layers run eagerly."""
-    if not sh.cuda_graphs:
+    inputs, split by tp under sequence parallelism); 0 when the layers run eagerly, and under
+    a full-iteration graph, whose wrapper keeps static copies of the data loader's batches
+    only (FullCudaGraphWrapper's StaticBufferLoader, full_cuda_graph.py:97-135 d98e8a64): no
+    per-layer graph runner, so no static gradient buffers."""
+    if not sh.cuda_graphs or sh.cuda_graph_impl == "full_iteration":
         return 0.0
     nbytes = GRAPH_STATIC_TENSORS * word(sh) * sh.tokens * arch.hidden_size
     return nbytes / sh.tp if sh.sequence_parallel else nbytes

@@ -62,6 +62,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.model import determinism, gemm_shapes
+from planner.model.graph_capture import captured
 
 if TYPE_CHECKING:
     from planner.inputs.hybrid import LayerKind
@@ -300,8 +301,9 @@ def kernels(job: Job, lay: Layout, kind: LayerKind) -> float:
     return units * LAYER_KERNELS * determinism.issue_factor(job)
 
 
-def _graphed(name: CudaGraphModule, modules: tuple[CudaGraphModule, ...]) -> bool:
-    """Is the block captured? Every block when the whole layer is (no modules named); the
+def _graphed(name: CudaGraphModule, modules: frozenset[str]) -> bool:
+    """Is the block captured (`graph_capture.captured`: the local implementation captures the
+    preprocessing with the router)? Every block when the whole layer is (no modules named); the
     router's and the preprocessing's also under "moe", which captures the MoE block whole."""
     if not modules or name in modules:
         return True
@@ -314,8 +316,9 @@ def floor_s(job: Job, lay: Layout, kind: LayerKind) -> float:
     `Job.cuda_graph_modules`); the eager issue times `determinism.issue_factor` (Megatron's
     deterministic mode)."""
     graphed = eager = 0.0
+    regions = captured(job)
     for name, units in issue_blocks(job, lay, kind):
-        if job.cuda_graphs and _graphed(name, job.cuda_graph_modules):
+        if job.cuda_graphs and _graphed(name, regions):
             graphed += units
         else:
             eager += units

@@ -9,6 +9,7 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import dsa, fp32, routing_load
+from planner.model.graph_capture import keeps_pre_moe_norm
 from planner.model.router_dtype import cast_bytes
 from planner.model.shard import Shard, linear_input_bytes
 
@@ -75,6 +76,8 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         moe_load=kept,
         moe_work_load=working if working != kept else None,
         cuda_graphs=job.cuda_graphs,
+        cuda_graph_impl=job.cuda_graph_impl,
+        keeps_pre_moe_norm=keeps_pre_moe_norm(job, layout),
         offload=frozenset(layout.offload_modules),
         offload_fraction=layout.activation_offload_fraction,
     )

@@ -46,7 +46,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     if sh.drops("moe"):
         # the checkpointed MoE layer keeps its input, the norm output
         return out + w * local * h
-    if not sh.drops("layernorm"):
+    if not sh.drops_pre_moe_norm():  # (kept under TE's router graph: `Shard.keeps_pre_moe_norm`)
         out += w * local * h
     out += 2 * FP32 * local * E
     n = pairs(arch, sh)
@@ -80,7 +80,7 @@ def shared_input_bytes(arch: ModelArch, sh: Shard) -> float:
             if sh.shared_keeps_original
             else linear_in(BF16 * h * sh.tokens, sh)
         )
-    if sh.quantised and not sh.shared_keeps_original and not sh.drops("layernorm"):
+    if sh.quantised and not sh.shared_keeps_original and not sh.drops_pre_moe_norm():
         return local * h * sh.linear_bytes
     return 0.0
 

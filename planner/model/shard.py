@@ -11,7 +11,7 @@ from typing import Literal
 
 from planner.inputs.job import Job
 from planner.inputs.layout import RecomputePolicy
-from planner.inputs.plan_types import DsaKernelBackend
+from planner.inputs.plan_types import CudaGraphImpl, DsaKernelBackend
 from planner.model import dsa
 
 BF16 = 2
@@ -148,6 +148,13 @@ class Shard:
     static budget beside Megatron's paged stash, `routing_load.memory_loads`); None = moe_load."""
     cuda_graphs: bool = False
     """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
+    cuda_graph_impl: CudaGraphImpl | None = None
+    """Their implementation (`Job.cuda_graph_impl`; None: per-layer, local): a full-iteration
+    graph keeps no per-layer static buffers (`activations.graph_bytes`)."""
+    keeps_pre_moe_norm: bool = False
+    """A MoE layer keeps its pre-MLP norm's output though layernorm is recomputed: Megatron turns
+    that recompute off under Transformer Engine's router graphs (`graph_capture.keeps_pre_moe_norm`,
+    transformer_layer.py:481-527 d98e8a64)."""
     offload: frozenset[str] = frozenset()
     """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
     offload_fraction: float = 1.0
@@ -172,6 +179,11 @@ class Shard:
     def drops(self, module: str) -> bool:
         """Whether Megatron's selective recompute discards `module`'s saved activations."""
         return self.recompute == "core_attn" and module in self.modules
+
+    def drops_pre_moe_norm(self) -> bool:
+        """Whether a MoE layer's pre-MLP norm output is recomputed: layernorm among the modules,
+        unless Megatron keeps it for its router graph (`keeps_pre_moe_norm`)."""
+        return self.drops("layernorm") and not self.keeps_pre_moe_norm
 
 
 def masks(T: float, h: int, sh: Shard) -> float:

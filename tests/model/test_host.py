@@ -209,3 +209,22 @@ def test_graphed_regions_step_through_nodes_and_the_rest_is_issued() -> None:
     attn = replace(dense, cuda_graph_modules=("attn",))
     expected = 0.5 * node + 0.5 * host.HOST_LAYER_ISSUE_S
     assert host.floor_s(attn, LAY, DENSE) == pytest.approx(expected)
+
+
+def test_local_graphs_capture_the_preprocessing_with_the_router() -> None:
+    """Megatron-LM d98e8a64 transformer_config.py:2805-2815: the local implementation (and
+    None, which `planner launch` writes as local) appends moe_preprocess where moe_router is
+    named, so its floor is that of both named; Transformer Engine's captures only the router,
+    leaving the preprocessing's share (MOE_PREPROCESS_SHARE of MOE_ISSUE) issued eagerly."""
+    whole = replace(job("mixtral-8x7b", "gb200-nvl72", 8, 2048, 8), cuda_graphs=True)
+    both = replace(whole, cuda_graph_modules=("attn", "moe_router", "moe_preprocess"))
+    for impl in (None, "local"):
+        router = replace(both, cuda_graph_impl=impl, cuda_graph_modules=("attn", "moe_router"))
+        assert host.floor_s(router, LAY, MOE) == pytest.approx(host.floor_s(both, LAY, MOE))
+    te = replace(
+        both, cuda_graph_impl="transformer_engine", cuda_graph_modules=("attn", "moe_router")
+    )
+    node = host.HOST_LAYER_ISSUE_S / host.KERNEL_ISSUE_S * host.GRAPH_KERNEL_S
+    slow = host.HOST_CPU_SLOWDOWN["grace"] * host.HOST_LAYER_ISSUE_S
+    moved = host.MOE_PREPROCESS_SHARE * host.MOE_ISSUE * (slow - node)
+    assert host.floor_s(te, LAY, MOE) == pytest.approx(host.floor_s(both, LAY, MOE) + moved)

@@ -1,8 +1,8 @@
 """What Megatron's CUDA graphs refuse (`Job.cuda_graphs`, with `Job.cuda_graph_impl`: None is
 what `planner launch` writes, per-layer graphs, `planner.emit.common.cuda_graph_impl`).
 Megatron-LM d98e8a64's TransformerConfig.__post_init__ asserts, for the per-layer
-implementations (local, transformer_engine), the first two; for every implementation the last
-two (a full-iteration graph captures the recompute too):
+implementations (local, transformer_engine), the first two and the last two; for every
+implementation the two of dropout (a full-iteration graph captures the recompute too):
 
 - CPU offloading: "CUDA graphs not supported with CPU offloading" (ValueError);
 - full recompute: "full recompute is only supported with full iteration CUDA graph";
@@ -10,7 +10,12 @@ two (a full-iteration graph captures the recompute too):
   whole layer, `cuda_graph_modules` empty, the whole iteration, or `attn` among them):
   "attention dropout is not supported with graphed attention recomputation";
 - selective recompute of mlp or moe with hidden dropout where that block is graphed: "hidden
-  dropout is not supported with graphed MLP/MoE recomputation".
+  dropout is not supported with graphed MLP/MoE recomputation";
+- selective recompute of moe where Transformer Engine's graphs capture moe_router: "moe
+  recompute is not supported with moe_router CUDA graph" (transformer_config.py:2862-2869);
+- (`preprocess_conflict`, per-layer graphs) moe_preprocess captured (the local implementation
+  captures it with moe_router) with the alltoall dispatcher and an unpadded capacity factor
+  (transformer_config.py:2838-2852).
 
 The regions a job captures are asserted against its model too (`module_conflict`, a rule of the
 job alone). `rule` is the rule `planner check` applies; the search offers no such rung to a
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.graph_capture import captured
 from planner.search.rules.base import Violation
 
 
@@ -60,6 +66,13 @@ def rung_conflict(
             "(core_attn; TransformerConfig asserts it): set training.attention_dropout = false "
             "or recompute other modules",
         )
+    if job.cuda_graph_impl == "transformer_engine" and "moe" in modules and "moe_router" in graphed:
+        return (  # transformer_config.py:2862-2869
+            "parallel.recompute_modules",
+            "Megatron does not recompute the moe block while Transformer Engine's CUDA graphs "
+            "capture its router (moe_router; TransformerConfig asserts it): recompute other "
+            "modules or capture other regions",
+        )
     blocks = [b for b in ("mlp", "moe") if b in modules and (whole or b in graphed)]
     if job.hidden_dropout and blocks:
         return (
@@ -72,8 +85,36 @@ def rung_conflict(
 
 
 def conflict(job: Job, lay: Layout) -> tuple[str, str] | None:
-    """`rung_conflict` of a layout."""
-    return rung_conflict(job, lay.recompute, lay.recompute_modules, lay.cpu_offloading_num_layers)
+    """`rung_conflict` of a layout, then `preprocess_conflict`."""
+    found = rung_conflict(job, lay.recompute, lay.recompute_modules, lay.cpu_offloading_num_layers)
+    return found or preprocess_conflict(job, lay)
+
+
+def preprocess_conflict(job: Job, lay: Layout) -> tuple[str, str] | None:
+    """(plan field, why) where the MoE preprocess is captured (`graph_capture.captured`) with
+    the alltoall dispatcher and a capacity factor without padding to it: "moe_preprocess cuda
+    graph is not supported when there are DtoH copies and synchronizations in the preprocess step"
+    (transformer_config.py:2838-2852 d98e8a64, per-layer graphs)."""
+    if (
+        not job.cuda_graphs
+        or job.framework != "megatron"
+        or job.cuda_graph_impl == "full_iteration"
+    ):
+        return None
+    padded = job.moe_expert_capacity_factor is None or job.moe_pad_expert_input_to_capacity
+    if (
+        padded
+        or lay.moe_token_dispatcher_type != "alltoall"
+        or "moe_preprocess" not in captured(job)
+    ):
+        return None
+    return (
+        "parallel.moe_token_dispatcher_type",
+        "Megatron does not capture the MoE preprocess (moe_preprocess, which the local "
+        "implementation captures with moe_router) under the alltoall dispatcher with a capacity "
+        "factor but no padding to it (its DtoH copies; TransformerConfig asserts it): capture "
+        "other regions, pad to capacity or use another dispatcher",
+    )
 
 
 def module_conflict(job: Job) -> tuple[str, str] | None:
