@@ -31,6 +31,18 @@ fused_adam.py):
   largest group is counted as the rank's whole dense (or expert) shard, the safe side by the
   norms and biases. The bf16 cast back (`_apply_scale`: `unscaled_state.bfloat16()`, one
   parameter at a time) is not counted.
+- Time (`state_pass_bytes`, `weight_write_bytes`; `stage_sync.optimizer_time`): a bf16 moment
+  is read into its fp32 copy (`.float()`, 2 + 4 bytes), which the kernel reads and writes (4 + 4,
+  where `Job.optimizer_bytes` counts 2 + 2) and `_apply_scale` casts back
+  (`scaled_state.copy_(unscaled_state.bfloat16())`, fused_adam.py:265: the cast 4 + 2 and the
+  copy 2 + 2): 24 bytes, 20 more than counted. An fp16 master is unscaled (`.float()` and
+  `mul_`, 6 + 8) and scaled back (`aminmax` 4, `mul_` 8, `copy_` 6): 32 more than its fp32
+  4 + 4. The kernel writes the model's 16-bit weight itself (its fp32 master read and written
+  in place, or the bf16 weight and int16 remainder read and written, 8 bytes as the fp32
+  master's), so Megatron copies nothing back (distrib_optimizer.py:2820-2823: "main params are
+  held by self.optimizer"). TransformerEngine from v2.14 (459e7cf49, "Fuse scaling and
+  unscaling of bf16 momentums into kernels") reads bf16 moments in the kernel with no copies;
+  planner follows 04912bf0, as the working copies' memory above does.
 - The gradients: the decoupled gradient is the 16-bit buffer itself (distrib_optimizer.py
   :2783-2790), which the kernel reads as it is: no fp32 copy (`rank_states.copies_main_grads`).
 """
@@ -110,3 +122,37 @@ def unscaled_bytes(job: Job, zero_stage: int, updated: tuple[float, float]) -> f
     expert) parameters: UNSCALED_BYTES x `unscaled_states` x the larger of the two (the largest
     parameter group, module docstring)."""
     return UNSCALED_BYTES * unscaled_states(job, zero_stage) * max(updated)
+
+
+BF16_STATE_PASS_BYTES = (2.0 + 4.0) + (4.0 - 2.0) * 2 + (4.0 + 2.0) + (2.0 + 2.0)
+"""Per bf16 moment and update, beyond the 2 + 2 `Job.optimizer_bytes` counts: its fp32 copy
+(read 2, write 4), the kernel's fp32 read and write (2 more each way) and the cast back (read 4,
+write 2, then the copy into the state, read 2, write 2): 20 (module docstring)."""
+
+FP16_MASTER_PASS_BYTES = (2.0 + 4.0) + (4.0 + 4.0) + 4.0 + (4.0 + 4.0) + (4.0 + 2.0)
+"""Per fp16 master and update, beyond the fp32 master's 4 + 4: unscaled (`.float()` 2 + 4,
+`mul_` 4 + 4) and scaled back (`aminmax` 4, `mul_` 4 + 4, `copy_` 4 + 2): 32."""
+
+WEIGHT_WRITE_BYTES = 2.0
+"""The fused kernel's write of a 16-bit model weight, where no remainder is read and written in
+the master's place (module docstring)."""
+
+
+def state_pass_bytes(job: Job, zero_stage: int) -> float:
+    """HBM bytes per updated parameter FusedAdam's unscaling and scaling passes add to the
+    update `Job.optimizer_bytes` counts (module docstring): BF16_STATE_PASS_BYTES per bf16
+    moment, FP16_MASTER_PASS_BYTES for an fp16 master."""
+    if not on_gpu_fused_adam(job):
+        return 0.0
+    moments = 2 * BF16_STATE_PASS_BYTES if job.optimizer_state_dtype == "bf16" else 0.0
+    fp16_master = te_master(job, zero_stage) and job.main_params_dtype == "fp16"
+    return moments + (FP16_MASTER_PASS_BYTES if fp16_master else 0.0)
+
+
+def weight_write_bytes(job: Job) -> float:
+    """Where TE keeps the master (`te_master`), the bytes per updated parameter of its kernel's
+    write of the model weight in place of Megatron's copy back: none where the bf16 weight is
+    read and written with its int16 remainder (counted as the fp32 master), none for an fp32
+    weight (updated in place), else WEIGHT_WRITE_BYTES."""
+    remainder = job.main_params_dtype == "fp32" and master_saving(job, 0) > 0
+    return 0.0 if remainder or job.params_dtype == "fp32" else WEIGHT_WRITE_BYTES

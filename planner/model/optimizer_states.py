@@ -12,7 +12,10 @@ set there (`rank_states.step_bytes`).
 
 With the distributed optimizer Megatron runs its layer-wise optimizer (arguments.py validate_args:
 --use-distributed-optimizer becomes use_layer_wise_distributed_optimizer). Its default path
-shards byte-wise like the distributed optimizer (states / dp). Its legacy path
+(the layer-wise parameter layout) gives each data-parallel rank whole matrices of a bucket,
+about a dp-th of the states each (states / dp here); its gradient and parameter buffers are
+padded so that every shard is as long as the longest, which `planner.model.muon_layout` counts
+(`rank_states`: the run logs it, "Layerwise param layout ... overhead="). Its legacy path
 (--no-use-layer-wise-param-layout, `Job.muon_whole_params`; layer_wise_optimizer.py
 `_shard_params_ping_pong`) gives each data-parallel rank whole parameters, sorted by size and
 dealt out ping-pong: one rank keeps the largest parameter's states whole (the word embedding or

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import adam_step, buffers, fsdp2, muon_step, optimizer_offload
+from planner.model import adam_step, buffers, fsdp2, muon_layout, muon_step, optimizer_offload
 from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
@@ -53,7 +53,10 @@ def rank_state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     micro-batch size, recompute policy, offloading, dispatcher and TP overlap."""
     memo = _STATES.of(job)
     lay = layout
-    key = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage, lay.split_key(), rank)
+    # under Muon, with the buffers' bucketing (muon_layout)
+    buckets = (lay.overlap_grad_reduce, lay.ddp_bucket_size, lay.ddp_num_buckets)
+    key: tuple[object, ...] = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage)
+    key += (lay.split_key(), rank, *(buckets if job.optimizer == "muon" else ()))
     if key not in memo:
         memo[key] = _state_of(job, layout, rank, chunks)
     return memo[key]
@@ -100,6 +103,10 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         largest = _largest_adam(job, layout, dense, decoder[0])
         shards = (dense_dp, expert_dp)
         optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
+        # the layer-wise layout's shard padding, in the gradient and parameter buffers alike
+        pad_d, pad_e = muon_layout.padding(job, layout, rank, chunks)
+        weights += pad_d * w_d + pad_e * w_e
+        dense, expert = dense + pad_d, expert + pad_e
     return (weights, dense * g_d + expert * g_e, optimizer, cache, transient)
 
 

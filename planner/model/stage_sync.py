@@ -15,7 +15,10 @@ an fp32 main gradient (bf16 buffers only), the gradient norm's read, Adam's (the
 ADAM_GRAD_READ_BYTES, and its master weight and two moments read and written, Job.optimizer_bytes
 each way: 28 bytes with fp32 moments, 20 with bf16 ones) and the copy of the master weight back
 to the model's 16-bit weight (`param_copy_bytes`: in fp32 training, where no master is kept, Adam
-reads and writes the fp32 parameter in its place and nothing is copied back); and the zeroing of
+reads and writes the fp32 parameter in its place and nothing is copied back; under the
+precision-aware optimizer TE's FusedAdam writes the weight itself and round-trips its 16-bit
+states through fp32 copies, `adam_step.state_pass_bytes`); fp16's unscaling of the main
+gradients (`planner.model.loss_scale`); and the zeroing of
 the stage's whole gradient buffer before the next step, at HBM_EFFICIENCY x HBM bandwidth.
 torchtitan's FSDP2 makes only the norm's and Adam's passes (its fp32 shard is the master; its
 gradients are freed, not zeroed). A CPU-offloaded optimizer (`Job.optimizer_offload_fraction`)
@@ -29,9 +32,11 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, dp_instances, fsdp2, muon_time, optimizer_offload, pools
+from planner.model.adam_step import state_pass_bytes, te_master, weight_write_bytes
 from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
+from planner.model.loss_scale import unscale_bytes
 from planner.model.rank_states import copies_main_grads
 from planner.model.schedule import Chunks
 from planner.model.shard import BF16
@@ -102,9 +107,14 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     # the rest: Adam's passes and the master's copy back over the GPU's share only
     on_gpu = 1.0 - job.optimizer_offload_fraction
     # (fp32 training without a master: the fp32 parameter is read and written in its place)
-    copy_back = param_copy_bytes(job, lay.zero_stage)
-    update = on_gpu * (ADAM_GRAD_READ_BYTES + copy_back) + 2 * job.optimizer_bytes
-    copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job, lay.zero_stage) else 0.0
+    z = lay.zero_stage
+    copy_back = param_copy_bytes(job, z)
+    if te_master(job, z):  # TE's kernel writes the weight: no copy back (adam_step)
+        copy_back = weight_write_bytes(job)
+    passes = state_pass_bytes(job, z)  # its 16-bit states' fp32 round trips
+    update = on_gpu * (ADAM_GRAD_READ_BYTES + copy_back + passes) + 2 * job.optimizer_bytes
+    copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job, z) else 0.0
+    copy += unscale_bytes(job, z)  # fp16's unscaling of the main gradients
     always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
     host = optimizer_offload.host_step_time(
         job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap
