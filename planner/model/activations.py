@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.model import dsa, flops, fp32, gdn, gemm_shapes, mixers
+from planner.model import dsa, flops, fp32, gdn, gemm_shapes, mixers, per_op_saved
 from planner.model.fp32 import norm_in, widen, word
 from planner.model.moe_activations import moe_bytes
 from planner.model.scores import score_bytes
@@ -243,7 +243,8 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
     output (bf16) and log-sum-exp (fp32 per head and token), and the matmul outputs its policy
     saves (`planner.model.gemm_shapes.per_op_split`: every other one; MoE experts at the busiest
-    rank's load)."""
+    rank's load), and under TP the reduce-scatter outputs its policy saves
+    (`per_op_saved.reduce_scatter_bytes`; the all-to-alls' under EP: `stage_activations`)."""
     t, a = sh.tokens, arch.num_attention_heads
     _, v_width = flops.attention_core_width(arch)
     attention_out = 0.0
@@ -253,7 +254,8 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     # pairs an expert-parallel rank receives, so the same bytes
     gemms = gemm_shapes.linear_gemms(arch, t, sh.tp, 1, sh.etp, is_moe, sh.moe_load)
     saved, _, _ = gemm_shapes.per_op_split(arch, gemms, sh.tp, is_moe)
-    return layer_input_bytes(arch, sh) + attention_out + word(sh) * saved
+    scattered = per_op_saved.reduce_scatter_bytes(arch, layer_kind(is_moe), sh)
+    return layer_input_bytes(arch, sh) + attention_out + word(sh) * saved + scattered
 
 
 GRAPH_STATIC_TENSORS = 2

@@ -267,7 +267,7 @@ def layer_time(
     n_fwd = 2 if lay.recompute == "full" else 1  # forward passes per micro-batch
     if tp > 1:
         out.tp, out.tp_hidden, out.tp_traffic, out.tp_plain = layer_tp.tp_charges(
-            job, lay, kind, (shapes, times), t, n_fwd, modules
+            job, lay, kind, (shapes, times), t, n_fwd, layer_tp.replayed(policy, modules)
         )
     if lay.cp > 1 and kind.mixer is not None:
         n_cp = cp_time.recomputed_passes(n_fwd, modules) if kind.mixer == "attention" else n_fwd

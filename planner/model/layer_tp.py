@@ -134,8 +134,33 @@ def _tp_charges(
     again = 0.0
     if rerun & set(modules):
         again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
+    if PER_OP in modules:  # torchtitan's per-op replay: each block's input gather again
+        again += sum(keep) * _regather(job, lay, size)
     shown = exposed + share * hidden if shown is None else shown
     return shown + again, hidden, exposed + hidden + again, plain + again
+
+
+PER_OP = "per_op"
+"""The pseudo-module `replayed` adds to a per-op policy's (empty) recompute modules."""
+
+
+def replayed(policy: str, modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The recompute modules `tp_charges` reads: Megatron's selective set, or under
+    torchtitan's per-op policy `PER_OP`. Its save list keeps the reduce-scatters' outputs but
+    not the all-gathers' (pytorch/torchtitan b5bcd76c distributed/activation_checkpoint.py:61-63;
+    `planner.model.per_op_saved`), so the replay in the backward gathers each TP block's input
+    again (with SP the Shard(1) -> Replicate gather before the attention and the MLP, e347b1e5
+    models/llama3/infra/parallelize.py:223-238; without SP the block's output all-reduce, not
+    saved either)."""
+    return (*modules, PER_OP) if policy == PER_OP else modules
+
+
+def _regather(job: Job, lay: Layout, size: float) -> float:
+    """Seconds of one block's forward TP collective re-run by the per-op replay (`replayed`)."""
+    group = comms.place(job.cluster, 1, lay.tp)
+    if lay.sequence_parallel:
+        return comms.all_gather(size * gathered_share(job), group)
+    return comms.all_reduce(size, group)
 
 
 FP8_GATHER_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128, "nvfp4": 1 / 16}

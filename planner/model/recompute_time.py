@@ -2,9 +2,10 @@
 entry of its --recompute-modules re-runs its GEMMs' forward (their times from
 `planner.model.layer_time`, on the roofline of `planner.model.gemm`) and reads and writes its
 elementwise kernels' bytes once, at the GPU's achieved HBM bandwidth: core_attn the attention
-kernel, layernorm the two norms, mla_up_proj MLA's up-projections and rope, moe_act the experts'
-SwiGLU, mlp a dense MLP, moe the MoE block with one more dispatch and combine, shared_experts the
-shared experts, gdn_norm_out the gated delta net's output norm and its CP all-to-all.
+kernel, layernorm the norms not fused into a linear layer (`separate_norms`), mla_up_proj MLA's
+up-projections and rope, moe_act the experts' SwiGLU, mlp a dense MLP, moe the MoE block with one
+more dispatch and combine, shared_experts the shared experts, gdn_norm_out the gated delta net's
+output norm and its CP all-to-all.
 `layer_time` sums the modules a layout names into `Layer.recompute`.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -40,17 +42,17 @@ class Pieces:
 def module_time(
     job: Job, lay: Layout, gpu: Gpu, moe: bool | LayerKind, p: Pieces, module: str
 ) -> float:
-    """Seconds one recompute module re-runs in the backward of one layer per micro-batch
-    (Megatron --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third
-    of `casts`, the input side), and the HBM bytes of its elementwise kernels read and written
-    once. core_attn: the attention kernel's forward. layernorm: the two norms (read and write
-    h per token). mla_up_proj: the q and kv up-projections and the rope / concatenation writing
-    q, k, v. Values are in the job's dtype (`fp32.value_bytes`: 4 bytes in fp32
-    training). moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token).
-    mlp / moe / shared_experts: the block's GEMMs and activation (a dense layer's MLP; the
-    experts and the shared experts, with the forward's token permutations; the shared experts).
-    gdn_norm_out: a gated delta net's gated norm (read the kernel's output and the gate, write
-    the norm's output, vd each per token) and, under CP, its output's all-to-all.
+    """Seconds one recompute module re-runs in the backward of one layer per micro-batch (Megatron
+    --recompute-modules): its GEMMs' forward, the quantisation of their inputs (a third of `casts`,
+    the input side), and the HBM bytes of its elementwise kernels read and written once. core_attn:
+    the attention kernel's forward. layernorm: the layer's separate norms (`separate_norms`; read
+    and write h per token). mla_up_proj: the q and kv up-projections and the rope / concatenation
+    writing q, k, v. Values are in the job's dtype (`fp32.value_bytes`: 4 bytes in fp32 training).
+    moe_act: the experts' SwiGLU (read 2 x F_e, write F_e per routed token). mlp / moe /
+    shared_experts: the block's GEMMs and activation (a dense layer's MLP; the experts and the
+    shared experts, with the forward's token permutations; the shared experts). gdn_norm_out: a
+    gated delta net's gated norm (read the kernel's output and the gate, write the norm's output, vd
+    each per token) and, under CP, its output's all-to-all.
     A module the layer lacks costs 0 (`moe`: the layer's kind, or a transformer layer's MoE
     flag)."""
     kind = layer_kind(moe)
@@ -75,7 +77,7 @@ def module_time(
     if module == "core_attn":
         return p.attn_fwd
     if module == "layernorm":
-        return kind.blocks * (p.tokens / sp_tp) * h * 2 * word / gpu.hbm
+        return separate_norms(arch, kind) * (p.tokens / sp_tp) * h * 2 * word / gpu.hbm
     if module == "mla_up_proj":
         if not arch.multi_latent_attention:
             return 0.0
@@ -108,3 +110,15 @@ def module_time(
         out = gdn.context_parallel_a2as(arch, p.tokens, lay.tp, lay.cp)[-1] * word / 2.0
         return norm + comms.all_to_all(out, comms.place(job.cluster, lay.tp, lay.cp))
     return 0.0
+
+
+def separate_norms(arch: ModelArch, kind: LayerKind) -> int:
+    """The norms of a layer the layernorm module re-runs: those that are modules of their own.
+    Megatron recomputes a norm only where it is not an IdentityOp (Megatron-LM d98e8a64
+    transformer_layer.py:475-479 the input norm, :521-527 the pre-MLP norm); Transformer Engine's
+    layer specs fuse the input norm into linear_qkv and a dense MLP's into linear_fc1
+    (TELayerNormColumnParallelLinear), leaving IdentityOps, but keep MLA's input norm and an MoE
+    layer's pre-MLP norm separate: the norms whose outputs the memory side drops for the module
+    (`planner.model.activations`' MLA blocks, `moe_activations.moe_bytes`)."""
+    mla = kind.mixer == "attention" and arch.multi_latent_attention
+    return int(mla) + int(kind.moe)

@@ -33,7 +33,9 @@ from planner.model.loss_activations import (
 from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
 from planner.model.mtp_activations import mtp_extra_bytes, saved_loss_bytes
+from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
+from planner.model.selective_working import rebuilt_bytes
 from planner.model.shard import Shard
 from planner.model.torch_schedules import microbatch_group
 
@@ -108,6 +110,13 @@ def _per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
         for k, b in zip(arch.kinds, full, strict=True)
     )
     return PerLayer(kept, full, whole)
+
+
+def _with_a2a(arch: ModelArch, per: PerLayer, sh: Shard, ep: int) -> PerLayer:
+    """`per` with what torchtitan's per-op policy saves of the EP all-to-alls added to each
+    kind's kept bytes (`per_op_saved.all_to_all_bytes`)."""
+    extra = tuple(all_to_all_bytes(arch, k, sh, ep) for k in arch.kinds)
+    return replace(per, kept=tuple(b + e for b, e in zip(per.kept, extra, strict=True)))
 
 
 def sub_counts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -264,6 +273,9 @@ def stage_activations(
     where the rank holds bf16 first / last layers among FP8 / NVFP4 ones, `per` are the
     unquantised layers' bytes and `quantised` the others' (`blended` per chunk)."""
     arch = job.arch
+    if sh.recompute == "per_op" and layout.ep > 1:  # the EP all-to-alls' saved outputs
+        per = _with_a2a(arch, per, sh, layout.ep)
+        quantised = quantised and _with_a2a(arch, quantised, sh, layout.ep)
     vocab = arch.padded_vocab(layout.tp)
     last = rank == layout.output_rank  # the loss's stage: rank 0 in torchtitan's V
     pieces = bf16_ranges(job, chunks) if quantised is not None else ()
@@ -319,6 +331,9 @@ def stage_activations(
         return recompute_working(arch, layout, replace(per, full=only), chunks)
 
     working = max(working, mixer_working(arch, layout.cp, sh, chunks, rebuilt))
+    if n_layers:  # the module selective recompute rebuilds in the backward
+        present = [k for k, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True) if n]
+        working = max(working, rebuilt_bytes(arch, sh, present))
     if last and sh.cross_entropy == "gathered":
         # the recomputed layer's working set comes after the loss backward has released all but
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)
