@@ -124,7 +124,9 @@ def compute_floor(job: Job, layout: Layout) -> float:
     forward and backward were merged: its unmerged share grows as larger micro-batches leave fewer
     of them, and the bound holds at the structure's largest micro-batch; what the merged
     all-to-all hides still costs `comms.sm_share` of it, and recompute only lengthens the
-    window by less than it adds)."""
+    window by less than it adds). The first rank's own extra (`LayoutTimes.encoder`: a vision
+    encoder, the word embedding's backward) is left out, as the bounds' floors per kind of rank
+    leave it (`planner.search.bound.rank_floors`): a lower bound all the same."""
     t = layout_times(job, layout)
     m, out_layer = t.m, t.out
     share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
@@ -134,8 +136,6 @@ def compute_floor(job: Job, layout: Layout) -> float:
         c = sum(n * (k.fwd + k.bwd) for k, n in mix)
         a2a, shared = sum(n * k.ep for k, n in mix), sum(n * k.ep_shared for k, n in mix)
         c += a2a_floor(layout, a2a, shared, c, share)
-        if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
-            c += t.encoder.fwd + t.encoder.bwd
         worst = max(worst, c + heads * out_layer)
     return m * worst
 

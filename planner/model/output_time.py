@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, layer_time
+from planner.model import comms, embedding_grads, layer_time
 from planner.model.fp32 import gemm_peak, value_bytes
 from planner.model.gemm import Gpu, gemm_time, quant_bytes
 from planner.model.linear_time import margin_slowdown
@@ -99,13 +99,15 @@ def mtp_projection(job: Job, lay: Layout, gpu: Gpu) -> layer_time.Layer:
     gathered (and re-gathered, and its gradient reduce-scattered, backward) and its output's
     sequence scatter gathers the gradient backward; without, its input gradient is all-reduced.
     Every collective counted exposed: the module is one small GEMM with nothing else to hide
-    under. Model FLOPs count the projection (`flops.mtp_forward`)."""
+    under. Model FLOPs count the projection (`flops.mtp_forward`). The depth's own lookup of
+    the word embedding (multi_token_prediction.py:1302) adds its dense backward
+    (`embedding_grads.backward_time`)."""
     arch = job.arch
     t = float(lay.micro_batch_size * job.seq_length // lay.cp)
     h, tp = arch.hidden_size, lay.tp
     slower = margin_slowdown(job)
     fwd = slower * gemm_time(t, 2 * h, h / tp, gpu.peak_linear, gpu.ridge, gpu.e_linear)
-    bwd = (1 if job.frozen_model else 2) * fwd
+    bwd = (1 if job.frozen_model else 2) * fwd + embedding_grads.backward_time(job, lay, gpu)
     comm = 0.0
     if tp > 1:
         grp = comms.place(job.cluster, 1, tp)

@@ -89,8 +89,10 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
         mtp_dense, mtp_expert = _mtp_params(job, layout)
         dense += mtp_dense
         expert += mtp_expert
-        if rank != 0:
-            dense += words / layout.tp
+        if rank != 0:  # the MTP rank's own LanguageModelEmbedding (Megatron-LM d98e8a64
+            # gpt_model.py:173-181): its word embeddings split over tp, its learned position
+            # embeddings (language_model_embedding.py:47,71) whole
+            dense += words / layout.tp + positions
         if rank != layout.output_rank:
             dense += out / layout.tp
     return dense, expert

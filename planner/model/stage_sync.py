@@ -33,6 +33,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, dp_instances, fsdp2, muon_time, optimizer_offload, pools
 from planner.model.adam_step import state_pass_bytes, te_master, weight_write_bytes
+from planner.model.embedding_grads import sync_time as embedding_sync_time
 from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
 from planner.model.layer_time import Layer
@@ -195,8 +196,9 @@ def stage_sync(
             layers=sum(n for k, n in mix if k is not t.mtp_proj),
             param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
         )
-    # the hidden part holds comms.sm_share of the SMs of the compute it runs under
-    e += share * hid
+    # the hidden part holds comms.sm_share of the SMs of the compute it runs under; then, after
+    # the DP sync, the first and last ranks' word-embedding gradient all-reduce
+    e += share * hid + embedding_sync_time(job, lay, rank)
     o = optimizer_time(job, lay, dense, expert, t.gpu)
     if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
         counts = rank_layers(job, lay, rank, chunks, t)[0]

@@ -24,14 +24,14 @@ under.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from operator import itemgetter
 
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import block_ranges
-from planner.model import t5
+from planner.model import embedding_grads, t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
@@ -147,7 +147,8 @@ class LayoutTimes:
     bf16_plain: tuple[Layer, ...] = ()
     """The same without recompute (block full recompute's other layers)."""
     encoder: EncoderTime = field(default_factory=EncoderTime)
-    """The first rank's vision encoder per micro-batch (`vision_time`; zero without one)."""
+    """The first rank's own work per micro-batch: a vision encoder (`vision_time`; zero without
+    one) and the word embedding's dense backward (`embedding_grads.backward_time`)."""
     mtp_proj: Layer | None = None
     """One MTP depth's projection (`output_time.mtp_projection`), in the MTP rank's mix once per
     depth (`rank_mix`); None without MTP layers."""
@@ -196,7 +197,10 @@ def _layout_times(
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         twin = layout_times(bf16_twin(job), lay)
         bf16, bf16_plain = twin.layers, twin.plain
-    encoder = _encoder(job, lay)
+    # the first rank's word-embedding lookup's dense backward (each MTP depth's own lookup:
+    # `output_time.mtp_projection`)
+    enc = _encoder(job, lay)
+    encoder = replace(enc, bwd=enc.bwd + embedding_grads.backward_time(job, lay, gpu))
     proj = None if mtp is None else proj
     return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
 

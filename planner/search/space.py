@@ -273,7 +273,7 @@ class ShapeBases:
         titan = job.framework == "torchtitan"
         self.titan = titan
         self.offload = space.offload and not titan
-        overlap = _sp(s.tp) and space.tp_comm_overlap and not titan and rules.bf16_values(job)
+        overlap = _sp(s.tp) and space.tp_comm_overlap and not titan and rules.tp_overlap_runs(job)
         self.plains = [
             s.layout(
                 tp_comm_overlap=overlap,

@@ -89,9 +89,10 @@ def test_the_cuda_graphs_advice_is_given_only_where_the_plan_fits_with_them() ->
 
 
 def test_full_iteration_graphs_are_weighed_where_the_layout_needs_them() -> None:
-    """Full recompute runs only under full-iteration graphs: the note names them where they fit
-    (with what they add) and says they would not fit where they do not (the 8B plan on a GPU
-    with less memory than its graphed peak)."""
+    """Full recompute runs only under full-iteration graphs: the note names them, and they add
+    nothing at the peak (FullCudaGraphWrapper keeps static copies of the loader's batches only,
+    no per-layer graph buffers: full_cuda_graph.py:97-135 d98e8a64), so where the eager plan
+    fits, they fit."""
     d = {**L8, "parallel": {**L8["parallel"], "recompute": "full"}}
     p = parse_plan(d)
     j, lay = p.job, p.require_layout()
@@ -99,12 +100,8 @@ def test_full_iteration_graphs_are_weighed_where_the_layout_needs_them() -> None
     text = explain_notes.host_text(j, lay, cost.estimate(j, lay))
     assert text is not None and switch_notes.FULL_ITERATION_RUNS in text
     eager, graphed = memory.estimate(j, lay), memory.estimate(whole, lay)
-    gib = (eager.peak + 0.5 * (graphed.peak - eager.peak)) * eager.physical / eager.capacity / GIB
-    small = replace(j, cluster=j.cluster.model_copy(update={"memory_gib": gib}))
-    assert memory.estimate(small, lay).fits
-    note = explain_notes.host_text(small, lay, cost.estimate(small, lay))
-    assert note is not None and switch_notes.FULL_ITERATION_RUNS not in note
-    assert "full-iteration graphs, which run it, would not fit" in note
+    assert graphed.peak == eager.peak
+    assert "would not fit" not in text
 
 
 def _found(j: Job, space: Space | None = None) -> bool:

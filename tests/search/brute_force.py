@@ -96,6 +96,7 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
             dispatchers = list(space.dispatchers)
         else:
             eps, etps, dispatchers = [1], [tp], ["alltoall"]
+        overlap_runs = rules.tp_overlap_runs(job)
         for ep, etp, mbs in itertools.product(eps, etps, range(1, space_mod.MAX_MICRO_BATCH + 1)):
             if (gbs // dp) % mbs:
                 continue
@@ -112,7 +113,9 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         sequence_parallel=sp,
                         micro_batch_size=mbs,
                         **split_fields(split),
-                        tp_comm_overlap=sp and space.tp_comm_overlap,
+                        # the overlap where it can run (TE's userbuffers: bf16 activations
+                        # at the layer ends, no NVFP4: rules.precision), else without it
+                        tp_comm_overlap=sp and space.tp_comm_overlap and overlap_runs,
                         moe_token_dispatcher_type=dispatcher,
                         moe_flex_dispatcher_backend=(
                             space_mod.flex_backend(job) if dispatcher == "flex" else "deepep"

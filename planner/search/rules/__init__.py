@@ -65,7 +65,7 @@ from planner.search.rules.parallel import (
 )
 from planner.search.rules.pools import pools
 from planner.search.rules.precision import RULES as PRECISION_RULES
-from planner.search.rules.precision import bf16_values
+from planner.search.rules.precision import bf16_values, tp_overlap_runs
 from planner.search.rules.rank_order import tp_pp_dp_order
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
@@ -74,6 +74,7 @@ from planner.search.rules.torchtitan import deepep_spread
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 from planner.search.rules.torchtitan_era import head_era
 from planner.search.rules.torchtitan_mtp import mtp as torchtitan_mtp
+from planner.search.rules.torchtitan_tied import tied_pipeline as torchtitan_tied
 
 __all__ = [
     "RULES",
@@ -88,6 +89,7 @@ __all__ = [
     "head_era",
     "job_violations",
     "recompute_allows_overlap",
+    "tp_overlap_runs",
     "violations",
     "warnings",
 ]
@@ -152,6 +154,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     torchtitan_experts,
     head_era,
     torchtitan_mtp,
+    torchtitan_tied,
     context,
     context_attention,
     context_exchange,

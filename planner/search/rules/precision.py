@@ -15,6 +15,14 @@ whose buffers or kernels carry bf16 values only.
   bf16 (`CommOverlap::get_buffer`), so the GEMM reads fp16 bits as bf16: a wrong result, refused
   too. Megatron turns the all-gather overlap on with the flag
   (model_parallel_config.py:281 tp_comm_overlap_ag True; extensions/transformer_engine.py:1192).
+- TP communication overlap under NVFP4 (precision fp4): the all-gather overlap hands the linear
+  layer's input quantizer to `fill_userbuffers_buffer_for_all_gather` (TransformerEngine
+  d0067d0d pytorch/module/linear.py:413-419, layernorm_linear.py:302), which fills the buffer
+  for no quantizer, FP8 (delayed or current scaling) and MXFP8 only and otherwise raises
+  "Unsupported quantizer for Userbuffers" (module/base.py:644-754); an NVFP4Quantizer is none
+  of them. Only TE's cuBLASMp backend returns before that (base.py:630-633), and Megatron's
+  `initialize_ub` calls pass no `with_cublasmp` (d98e8a64 initialize.py:240-270; base.py:159
+  defaults it False).
 - The flex token dispatcher: its DeepEP backend hands the experts' output to DeepEP's
   `Buffer.combine` as it is (Megatron-LM d98e8a64 moe/token_dispatcher.py:1379,
   fused_a2a.py:176 beside it, and its dispatch's backward, :152), whose normal kernels take bf16
@@ -67,6 +75,28 @@ def tp_overlap_bf16(job: Job, lay: Layout) -> Violation | None:
     )
 
 
+def tp_overlap_runs(job: Job) -> bool:
+    """Whether Megatron's --tp-comm-overlap runs with the job's activations and GEMM precision:
+    bf16 activations (`bf16_values`) and not NVFP4 (module docstring). What the search should
+    ask before it offers the overlap."""
+    return bf16_values(job) and job.precision != "fp4"
+
+
+def tp_overlap_nvfp4(job: Job, lay: Layout) -> Violation | None:
+    """TP communication overlap under NVFP4 (module docstring: Transformer Engine's userbuffers
+    all-gather takes no NVFP4 quantizer)."""
+    if not lay.tp_comm_overlap or job.precision != "fp4" or job.framework == "torchtitan":
+        return None
+    return Violation(
+        "tp_overlap_nvfp4",
+        "parallel.tp_comm_overlap",
+        "tp_comm_overlap with precision fp4: Transformer Engine's userbuffers all-gather fills "
+        "its buffer for FP8 and MXFP8 inputs only and raises 'Unsupported quantizer for "
+        "Userbuffers' on NVFP4's (TE d0067d0d pytorch/module/base.py:754); set "
+        "tp_comm_overlap = false",
+    )
+
+
 def flex_bf16(job: Job, lay: Layout) -> Violation | None:
     """The flex dispatcher with fp16 or fp32 activations (module docstring: DeepEP's combine takes
     bf16 only, HybridEP 16-bit or FP8 tokens only)."""
@@ -86,5 +116,5 @@ def flex_bf16(job: Job, lay: Layout) -> Violation | None:
     )
 
 
-RULES = (tp_overlap_bf16, flex_bf16)
+RULES = (tp_overlap_bf16, tp_overlap_nvfp4, flex_bf16)
 """This module's rules, for `planner.search.rules.RULES`."""

@@ -24,6 +24,7 @@ from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_era import head_era
 from planner.search.rules.torchtitan_mtp import mtp
 from planner.search.rules.torchtitan_shapes import heads, placement, schedule
+from planner.search.rules.torchtitan_tied import tied_pipeline
 
 
 def _titan(job: Job) -> bool:
@@ -340,6 +341,6 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
 
 RULES = (
     sharding, schedule, placement, heads, experts, features, deepep, head_era, megatron_recipes,
-    mtp,
+    mtp, tied_pipeline,
 )  # fmt: skip
 """The framework rules, in the order their messages are listed."""
