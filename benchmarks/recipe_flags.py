@@ -40,6 +40,7 @@ SCOPE = frozenset(
         "--use-distributed-optimizer",
         "--optimizer",
         "--muon-tp-mode",
+        "--no-use-layer-wise-param-layout",
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
         "--fsdp-double-buffer",
@@ -172,10 +173,14 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
     f["--use-distributed-optimizer"] = ()  # on in every recipe (base), FSDP included
     if s.optimizer == "muon":
         # Bridge's optimizer "dist_muon" with use_distributed_optimizer False is Megatron-LM's
-        # "--optimizer muon --use-distributed-optimizer" (validate_args d98e8a64: dist_muon is
-        # deprecated for that spelling; both run the layer-wise distributed optimizer)
+        # "--optimizer muon --use-distributed-optimizer" (validate_args d98e8a64 arguments.py:
+        # 1725-1736: dist_muon is deprecated for that spelling; both run the layer-wise
+        # distributed optimizer) on its legacy path: Bridge's DDP wrap passes no
+        # use_layer_wise_distributed_optimizer (model_provider.py:698-706; False by default,
+        # Megatron-LM 2a75ac12 dist_utils.py:270), so no layer-wise parameter layout
         f["--optimizer"] = ("muon",)
         f["--muon-tp-mode"] = (str(s.muon_tp_mode),)
+        f["--no-use-layer-wise-param-layout"] = ()
     if s.zero_stage == 3:
         f["--use-megatron-fsdp"] = ()
         f["--data-parallel-sharding-strategy"] = ("optim_grads_params",)

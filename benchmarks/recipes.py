@@ -100,9 +100,15 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
     }
     if s.bf16_optimizer:
         training["optimizer_state_dtype"] = "bf16"
-    if s.optimizer == "muon":  # with zero_stage 1: Megatron's layer-wise distributed optimizer
+    if s.optimizer == "muon":
+        # Bridge's dist_muon runs the layer-wise optimizer's legacy whole-parameter path: its DDP
+        # wrap (models/model_provider.py:698-706) passes no use_layer_wise_distributed_optimizer
+        # (False: Megatron-LM 2a75ac12 training/models/dist_utils.py:270) and Kimi leaves
+        # ddp.use_distributed_optimizer False (recipes/kimi/h100/kimi_k2.py:74): one unpadded
+        # buffer, parameters dealt whole (Megatron-LM d98e8a64 core/optimizer/__init__.py:827-835)
         training["optimizer"] = "muon"
         training["muon_tp_mode"] = s.muon_tp_mode
+        training["muon_whole_params"] = True
     if s.optimizer_instances > 1:
         training["optimizer_instances"] = s.optimizer_instances
         if s.outer_optim:

@@ -85,15 +85,23 @@ def optimizer_table(plan: Plan) -> dict[str, object]:
 
 def _muon(plan: Plan) -> dict[str, object]:
     """OptimizerConfig's Muon fields: "dist_muon" runs Megatron-Core's layer-wise distributed
-    optimizer (Megatron-Bridge training/optim.py: layer_wise_distributed_optimizer = "dist" in
-    the name; its Kimi and DeepSeek-V4 Muon recipes then leave ddp.use_distributed_optimizer
-    False), plain "muon" every rank's whole update."""
+    optimizer (Megatron-Bridge 067f987d training/optim.py:109: "dist" in the name), plain "muon"
+    every rank's whole update. Bridge runs it on the legacy whole-parameter path only
+    (`Job.muon_whole_params`): its DDP wrap passes no use_layer_wise_distributed_optimizer
+    (models/model_provider.py:698-706 calls Megatron-LM's `_ddp_wrap`, whose default is False at
+    the pinned 2a75ac12, training/models/dist_utils.py:270), so the layer-wise parameter layout
+    is never computed (:326-336) and, with ddp.use_distributed_optimizer False as its Kimi K2
+    recipe sets it (recipes/kimi/h100/kimi_k2.py:74, :200), every parameter sits in one unpadded
+    buffer, dealt out whole (Megatron-LM d98e8a64 core/optimizer/__init__.py:827-835). A plan
+    priced on the layer-wise layout (sharded over more than one data-parallel rank) is refused."""
     job, lay = plan.job, plan.require_layout()
-    if job.muon_whole_params and lay.zero_stage >= 1:
+    sharded = lay.zero_stage >= 1 and max(lay.dense_dp, lay.expert_dp) > 1
+    if sharded and not job.muon_whole_params:
         raise InputError(
-            f"{plan.path}: training.muon_whole_params: Megatron-Bridge has no switch for the "
-            "layer-wise optimizer's legacy whole-parameter dealing; launch with --target "
-            "megatron-args, or set muon_whole_params = false"
+            f"{plan.path}: training.muon_whole_params: Megatron-Bridge's dist_muon runs the "
+            "layer-wise optimizer's legacy whole-parameter path (its DDP wrap computes no "
+            "layer-wise parameter layout), not the padded layout this plan is priced on; set "
+            "muon_whole_params = true, or launch with --target megatron-args"
         )
     return {
         "optimizer": "dist_muon" if lay.zero_stage >= 1 else "muon",

@@ -196,17 +196,23 @@ def test_kimi_k2_rows() -> None:
         assert (lay.pp, lay.vpp) == (pp, vpp), rid
     # the base recipe's optimizer (optimizer_utils.distributed_muon_with_cosine_annealing):
     # dist_muon = Muon with Megatron's layer-wise distributed optimizer (zero_stage 1), TP mode
-    # blockwise; param-gather overlap off in every row, grad-reduce overlap off on H100 only
+    # blockwise, on its legacy whole-parameter path (muon_whole_params; Megatron-LM's
+    # --no-use-layer-wise-param-layout): Bridge 067f987d wraps DDP without
+    # use_layer_wise_distributed_optimizer (models/model_provider.py:698-706; default False,
+    # Megatron-LM 2a75ac12 training/models/dist_utils.py:270) and the recipe sets
+    # ddp.use_distributed_optimizer False (recipes/kimi/h100/kimi_k2.py:74); param-gather overlap
+    # off in every row, grad-reduce overlap off on H100 only
     for r in (x for x in MODELLED if x.family == "kimi_k2"):
         plan = load_plan(r.plan_path)
         job, lay = plan.job, plan.require_layout()
         assert (job.optimizer, job.muon_tp_mode, lay.zero_stage) == ("muon", "blockwise", 1)
+        assert job.muon_whole_params, r.id
         assert not lay.overlap_param_gather
         assert lay.overlap_grad_reduce == (r.gpu != "H100"), r.id
         assert job.moe_router_num_groups is None and job.arch.mtp_num_layers == 0
         f = recipes.emitted_flags(plan)
         assert f["--optimizer"] == ("muon",) and f["--muon-tp-mode"] == ("blockwise",)
-        assert "--use-distributed-optimizer" in f
+        assert "--use-distributed-optimizer" in f and "--no-use-layer-wise-param-layout" in f
     # K6: MXFP8 with fp8_param_gather (and the grad-buffer reuse) off; K16 NVFP4 gathers fp4
     k6 = load_plan(BY_ID["K6"].plan_path).job
     assert (k6.precision, k6.fp8_recipe, k6.fp8_param_gather) == ("fp8", "mxfp8", False)
@@ -218,6 +224,31 @@ def test_kimi_k2_rows() -> None:
     k7 = load_plan(BY_ID["K7"].plan_path).job
     assert k7.cuda_graphs and k7.cuda_graph_modules == ("moe_router", "moe_preprocess")
     assert not load_plan(BY_ID["K13"].plan_path).job.cuda_graphs
+
+
+def test_kimi_k7_first_stage_optimizer_by_hand() -> None:
+    # K7 (GB200, 256 GPUs: tp 1, pp 4 x vpp 4, ep 64, dp 64, expert dp 256 / (64 x 4) = 1). Rank
+    # 0 holds chunks E+t*4, t*4, t*4, t*4: 16 layers, the first dense (kimi_bridge.py
+    # first_k_dense_replace 1). Per layer, MLA 7168 x 1536 + 1536 x 64 x 192 + 7168 x 576 +
+    # 512 x 64 x 256 + 8192 x 7168 = 101,122,048, norms 1536 + 512 + 2 x 7168 = 16,384; the dense
+    # MLP 3 x 7168 x 18432 = 396,361,728; a MoE layer's router 384 x 7168 + shared expert
+    # 3 x 7168 x 2048 = 46,792,704 and 6 of 384 experts 6 x 44,040,192 = 264,241,152; the word
+    # embedding 163,840 x 7168 = 1,174,405,120. Muon (8 bytes: fp32 master + momentum) on the
+    # decoder matrices, Adam (12) on the embedding and norms. The whole-parameter path deals the
+    # embedding whole to one rank (layer_wise_optimizer.py `_shard_params_ping_pong`) and about
+    # a 64th of the other dense parameters; the experts are not sharded (expert dp 1):
+    #   matrices 16 x 101,122,048 + 396,361,728 + 15 x 46,792,704 = 2,716,205,056
+    #   norms 16 x 16,384 = 262,144; experts 15 x 264,241,152 = 3,963,617,280
+    #   12 x 1,174,405,120 + (8 x 2,716,205,056 + 12 x 262,144) / 64 + 8 x 3,963,617,280
+    #   = 14,092,861,440 + 339,574,784 + 31,708,938,240 = 46,141,374,464 B = 42.97 GiB
+    # (planner prices the decoder's norms at Muon's 8 bytes too: 16,384 B less, within 1e-6;
+    # on the layer-wise layout, as planned before, K7 peaked at 259.2 of 179.5 GiB)
+    plan = load_plan(BY_ID["K7"].plan_path)
+    first = memory.estimate(plan.job, plan.require_layout()).stages[0]
+    assert first.optimizer == pytest.approx(46_141_374_464, rel=1e-6)
+    assert first.weights == pytest.approx(
+        2 * (2_716_205_056 + 262_144 + 1_174_405_120 + 3_963_617_280), rel=1e-3
+    )
 
 
 def test_nemotron_3_nano_rows() -> None:

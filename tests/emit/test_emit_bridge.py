@@ -101,11 +101,20 @@ def test_bridge_accepts_the_override(plan_path: Path) -> None:
 
 
 def test_muon_is_launched_as_bridges_muon() -> None:
-    # Megatron-Bridge training/optim.py picks the layer-wise distributed optimizer by "dist" in
-    # optimizer.optimizer; its Muon recipes (Kimi K2, DeepSeek-V4) then leave
-    # ddp.use_distributed_optimizer False
+    # Megatron-Bridge 067f987d training/optim.py:109 picks the layer-wise distributed optimizer by
+    # "dist" in optimizer.optimizer; its Kimi K2 recipe then leaves ddp.use_distributed_optimizer
+    # False (recipes/kimi/h100/kimi_k2.py:74), and its DDP wrap (models/model_provider.py:698-706)
+    # passes no use_layer_wise_distributed_optimizer (default False, Megatron-LM 2a75ac12
+    # training/models/dist_utils.py:270): the legacy whole-parameter path, which a plan prices
+    # with muon_whole_params = true (Megatron-LM d98e8a64 core/optimizer/__init__.py:827-835)
     plan = make_plan(
-        "llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_ns_steps=6, muon_tp_mode="blockwise"
+        "llama3.1-8b",
+        16,
+        {"tp": 2},
+        optimizer="muon",
+        muon_ns_steps=6,
+        muon_tp_mode="blockwise",
+        muon_whole_params=True,
     )
     doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
     accepted(doc)
@@ -120,9 +129,21 @@ def test_muon_is_launched_as_bridges_muon() -> None:
     assert yaml.safe_load(render(plain, "megatron-bridge")[1])["optimizer"]["optimizer"] == "muon"
     adam = yaml.safe_load(render(make_plan("llama3.1-8b", 16, {"tp": 2}), "megatron-bridge")[1])
     assert "optimizer" not in adam["optimizer"]
-    whole = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer="muon", muon_whole_params=True)
-    with pytest.raises(InputError, match=r"training\.muon_whole_params"):
-        render(whole, "megatron-bridge")
+
+
+def test_bridge_refuses_muon_priced_on_the_layer_wise_layout() -> None:
+    # the padded layer-wise layout (planner.model.muon_layout) needs DDP wrapped with
+    # use_layer_wise_distributed_optimizer (Megatron-LM 2a75ac12 dist_utils.py:326-336), which
+    # Bridge never passes (model_provider.py:698-706): refused, naming the field and both fixes
+    layered = make_plan("llama3.1-8b", 16, {"tp": 2}, optimizer="muon")  # dp 8, zero_stage 1
+    with pytest.raises(InputError, match=r"training\.muon_whole_params.*--target megatron-args"):
+        render(layered, "megatron-bridge")
+    # one data-parallel rank: no sharding, the two paths alike (layer_wise_optimizer.py at
+    # 2a75ac12 `shard_params` :631-636 returns at dp_cp size 1), so launched as priced
+    solo = make_plan("llama3.1-8b", 8, {"tp": 8}, optimizer="muon")
+    assert yaml.safe_load(render(solo, "megatron-bridge")[1])["optimizer"]["optimizer"] == (
+        "dist_muon"
+    )
 
 
 def test_the_override_carries_the_layout() -> None:
