@@ -153,9 +153,11 @@ def environment(plan: Plan) -> list[EnvVar]:
     move weights).
     NCCL settings come from Megatron-LM's own launch examples (examples/llama,
     examples/megatron_fsdp); on AMD the ROCm Megatron-LM guide's HSA_NO_SCRATCH_RECLAIM (RCCL
-    reads the NCCL_* names too). With pools (one vendor) every rank gets the same environment:
-    CUDA_DEVICE_MAX_CONNECTIONS "1" where any pool's GPU needs it (a Hopper pool beside a
-    Blackwell one: Blackwell takes "1" too, with fewer queues)."""
+    reads the NCCL_* names too), and NVTE_ROCM_ENABLE_MXFP8=1 with the mxfp8 recipe there, without
+    which ROCm Transformer Engine refuses MXFP8 (ROCm/TransformerEngine 030b7921
+    transformer_engine/pytorch/quantization.py:74-82). With pools (one vendor) every rank gets
+    the same environment: CUDA_DEVICE_MAX_CONNECTIONS "1" where any pool's GPU needs it (a Hopper
+    pool beside a Blackwell one: Blackwell takes "1" too, with fewer queues)."""
     lay = plan.require_layout()
     gpu = plan.job.cluster.gpu
     nvidia = gpu.vendor == "nvidia"  # pools are of one vendor (`planner.inputs.pools`)
@@ -211,6 +213,8 @@ def environment(plan: Plan) -> list[EnvVar]:
         )
     if gpu.vendor == "amd":
         env.append(EnvVar("HSA_NO_SCRATCH_RECLAIM", "1", "ROCm: keep kernel scratch allocated"))
+        if plan.job.precision == "fp8" and plan.job.fp8_recipe == "mxfp8":
+            env.append(EnvVar("NVTE_ROCM_ENABLE_MXFP8", "1", "ROCm TE: MXFP8 GEMMs (gfx950)"))
     return env
 
 

@@ -1,4 +1,4 @@
-"""GpuSpec, LinkTier, ClusterSpec: what the hardware is, as data.
+"""GpuSpec, LinkTier (`planner.inputs.tiers`), ClusterSpec: what the hardware is, as data.
 
 Network tiers are data, innermost first: the scale-up domain (NVLink / xGMI), then scale-out
 (InfiniBand / RoCE), then whatever a user adds (an oversubscribed spine, a cross-datacentre link).
@@ -8,34 +8,22 @@ this module is a constant of the code: they come from `hardware_catalog/gpus/*.t
 
 from __future__ import annotations
 
-import itertools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.inputs import units
-from planner.inputs.fields import (
-    Flag,
-    Label,
-    Name,
-    NonNegativeFloat,
-    PositiveFloat,
-    PositiveInt,
-    Text,
-)
+from planner.inputs.fields import Label, Name, PositiveFloat, PositiveInt, Text
+from planner.inputs.tiers import MAX_LATENCY_US as MAX_LATENCY_US
+from planner.inputs.tiers import MAX_LINK_GB_PER_S as MAX_LINK_GB_PER_S
+from planner.inputs.tiers import MIN_LINK_GB_PER_S as MIN_LINK_GB_PER_S
+from planner.inputs.tiers import LinkTier, check_domain_used, check_tiers
 
 MAX_GPUS = 1 << 24
 """GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
 far (~100,000-200,000 GPUs). Above it a count is a typo; below it the search's enumeration of
 divisors stays instant (it walks up to the square root)."""
 
-
-MIN_LINK_GB_PER_S = 1e-3
-"""The least link bandwidth a plan may give, decimal GB/s per GPU (1 MB/s, a hundredth of any
-wide-area link's): below it every step takes years, and the figures after it overflow."""
-
-MAX_LATENCY_US = 1e6
-"""The most per-message latency a plan may give, microseconds (one second)."""
 
 MIN_HBM_TB_PER_S = 0.01
 """The least HBM bandwidth a plan may give, TB/s (10 GB/s, a hundredth of any GPU's since 2017)."""
@@ -48,10 +36,6 @@ MAX_GPU_MEMORY_GIB = float(1 << 16)
 """The most memory a plan may give one GPU, GiB (64 TiB): some sixty times the largest announced
 (Rubin Ultra, 1 TB of HBM4e); above it a value is a typo (bytes, or MiB)."""
 
-MAX_LINK_GB_PER_S = 1e5
-"""The most link bandwidth a plan may give one GPU, decimal GB/s (100 TB/s): a hundred times
-NVLink 5's 900 GB/s per direction; above it a value is a typo (bits, or bytes)."""
-
 MAX_HOST_MEMORY_GIB = float(1 << 20)
 """Host (CPU) memory a node may have, GiB: 1 PiB, some hundred times the largest servers' (4-8 TiB
 of DIMMs); above it a value is a typo."""
@@ -61,81 +45,8 @@ MIN_POWER_SHARE = 0.1
 higher: H100 SXM at 200 of 700 W)."""
 
 
-class LinkTier(BaseModel):
-    """One level of the network, seen from one GPU."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: Name
-    span_gpus: PositiveInt | None = Field(
-        default=None, description="GPUs reachable inside this tier; None = every GPU (outermost)"
-    )
-    bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(
-        ge=MIN_LINK_GB_PER_S,
-        le=MAX_LINK_GB_PER_S,
-        description="line rate per GPU, one direction, decimal GB/s",
-    )
-    latency_us: NonNegativeFloat = Field(
-        default=5.0, le=MAX_LATENCY_US, description="per-message latency"
-    )
-    mesh: Flag = Field(
-        default=False,
-        description="the tier's GPUs are wired to each other directly, a link per pair (a full "
-        "mesh: AMD's xGMI), not through a switch: bandwidth_gb_per_s_per_gpu is a GPU's links to "
-        "all its span_gpus - 1 peers together, of which a group of g GPUs uses g - 1 "
-        "(planner.model.comms.place); innermost tier only",
-    )
-
-    @property
-    def bandwidth_bytes_per_s(self) -> float:
-        return units.gb_per_s(self.bandwidth_gb_per_s_per_gpu)
-
-    @property
-    def latency_s(self) -> float:
-        return units.microseconds(self.latency_us)
-
-
-def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> None:
-    """Tiers must be nested: spans grow, each divides the next, and the last reaches every GPU;
-    only the innermost may be a full mesh."""
-    if not tiers:
-        raise ValueError("at least one network tier is needed")
-    for tier in tiers:
-        if tier.mesh and (tier is not tiers[0] or (tier.span_gpus or 0) < 2):
-            raise ValueError(
-                f"tier '{tier.name}' has mesh = true: only the innermost tier, spanning 2 GPUs "
-                "or more, can be a full mesh"
-            )
-    for inner, outer in itertools.pairwise(tiers):
-        if inner.span_gpus is None:
-            raise ValueError(
-                f"tier '{inner.name}' has no span_gpus (= every GPU) but is not the outermost"
-            )
-        if outer.span_gpus is not None and (
-            outer.span_gpus <= inner.span_gpus or outer.span_gpus % inner.span_gpus
-        ):
-            raise ValueError(
-                f"tier '{outer.name}' span_gpus ({outer.span_gpus}) must be a larger multiple of "
-                f"tier '{inner.name}' span_gpus ({inner.span_gpus})"
-            )
-    last = tiers[-1]
-    if num_gpus is not None and last.span_gpus is not None and last.span_gpus < num_gpus:
-        raise ValueError(
-            f"the outermost tier '{last.name}' spans {last.span_gpus} GPUs but num_gpus is "
-            f"{num_gpus}: some GPUs cannot reach each other"
-        )
-
-
 BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
 """Catalog GPU names of compute capability 10+ (Blackwell)."""
-
-
-def check_domain_used(used: int | None, tiers: tuple[LinkTier, ...]) -> None:
-    """`gpus_per_domain_used` lies in 1..the innermost tier's span (set only where it has one)."""
-    span = tiers[0].span_gpus if tiers else None
-    if used is not None and (span is None or not 1 <= used <= span):
-        within = f"1..{span}, the innermost tier's span_gpus" if span else "unset: no span"
-        raise ValueError(f"gpus_per_domain_used ({used}) must be {within}")
 
 
 class GpuSpec(BaseModel):
@@ -182,6 +93,12 @@ class GpuSpec(BaseModel):
         description="the special-function units' exponentials (MUFU.EX2) per second, 10^12, at "
         "the clock of the dense peaks: what bounds a flash-attention kernel's softmax "
         "(planner.model.attention); None = not bounded",
+    )
+    amd_gfx: Literal["gfx942", "gfx950"] | None = Field(
+        default=None,
+        description="an AMD GPU's LLVM target, which ROCm Transformer Engine switches on: gfx942 "
+        "(CDNA3: MI300X, MI325X), gfx950 (CDNA4: MI350X, MI355X; MXFP8 tensor cores, a 64 MiB "
+        "GEMM workspace); None = NVIDIA, or not stated (read as gfx942)",
     )
     memory_gib: PositiveFloat = Field(description="usable capacity in GiB (2^30 bytes)")
     memory_label: str = Field(description="the vendor's label, e.g. '80 GB'")
@@ -246,6 +163,11 @@ class GpuSpec(BaseModel):
     def is_blackwell(self) -> bool:
         """Compute capability 10 or more (BLACKWELL_PREFIXES): MXFP8 tensor cores."""
         return self.vendor == "nvidia" and self.name.startswith(BLACKWELL_PREFIXES)
+
+    @property
+    def has_mxfp8(self) -> bool:
+        """MXFP8 tensor cores (1 x 32 blocks): Blackwell, or AMD CDNA4 (`amd_gfx` gfx950)."""
+        return self.is_blackwell or self.amd_gfx == "gfx950"
 
     @property
     def needs_one_device_connection(self) -> bool:

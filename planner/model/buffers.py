@@ -58,9 +58,17 @@ Engine's workspaces (`te_workspace_bytes`): cuBLAS / cuBLASLt workspaces (CUBLAS
 benchmarks/fit_allocated.py on the functional tests' mem-allocated-bytes after a step (model
 states plus the workspaces); the rows and the spread are in that script's output."""
 
-TE_WORKSPACE_BYTES = {"hopper_or_later": 32 * 2**20 + 1024, "older": 4 * 2**20}
+TE_WORKSPACE_BYTES = {
+    "hopper_or_later": 32 * 2**20 + 1024,
+    "older": 4 * 2**20,
+    "gfx942": 32 * 2**20,
+    "gfx950": 64 * 2**20,
+}
 """Transformer Engine's cuBLAS workspace (cpp_extensions/gemm.py
-`get_cublas_workspace_size_bytes`): 32 MiB + 1 KiB from compute capability 9, 4 MiB before."""
+`get_cublas_workspace_size_bytes`): 32 MiB + 1 KiB from compute capability 9, 4 MiB before; on
+ROCm (ROCm/TransformerEngine 01b52037 the same file :43-49) 64 MiB on gfx950, 32 MiB on the
+others (`GpuSpec.amd_gfx`). The grouped-GEMM and userbuffer copies below are the same there
+(`get_cublas_workspace`, grouped GEMMs through `general_grouped_gemm`)."""
 
 TE_GROUPED_GEMM_STREAMS = 4
 """Extra TE workspaces for grouped GEMMs (the MoE experts), one per compute stream
@@ -103,8 +111,9 @@ def te_workspace_bytes(job: Job, layout: Layout) -> float:
     """Transformer Engine's persistent cuBLAS workspaces on one GPU: one, plus one per compute
     stream for a MoE model's grouped GEMMs, plus TE_UB_STREAMS with TP overlap."""
     gpu = job.cluster.gpu
-    recent = gpu.vendor == "nvidia" and not gpu.name.startswith(("a100", "l40s"))
-    size = TE_WORKSPACE_BYTES["hopper_or_later" if recent else "older"]
+    recent = not gpu.name.startswith(("a100", "l40s"))
+    kind = "hopper_or_later" if recent else "older"
+    size = TE_WORKSPACE_BYTES[(gpu.amd_gfx or "gfx942") if gpu.vendor == "amd" else kind]
     count = 1 + (TE_GROUPED_GEMM_STREAMS if job.arch.is_moe else 0)
     count += TE_UB_STREAMS if userbuffers(job, layout) else 0
     return size * count

@@ -61,9 +61,10 @@ if TYPE_CHECKING:
     from planner.inputs.layout import Layout
 
 SCALEUP_BUS_EFFICIENCY = 0.80
-"""Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink, xGMI). Measured:
-H100 NVLink4 ~370 of 450 GB/s for ring collectives (0.82; NVIDIA/nccl-tests#212, nccl#1455),
-A100 NVLink3 ~235 of 300 GB/s (0.78; stas00/ml-engineering). ecosystem.md section 4."""
+"""Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink; a tier's own
+`bus_efficiency` overrides it: AMD's xGMI, 0.75). Measured: H100 NVLink4 ~370 of 450 GB/s for ring
+collectives (0.82; NVIDIA/nccl-tests#212, nccl#1455), A100 NVLink3 ~235 of 300 GB/s (0.78;
+stas00/ml-engineering). ecosystem.md section 4."""
 
 SCALEOUT_BUS_EFFICIENCY = 0.92
 """Achieved bus bandwidth / NIC line rate across nodes (InfiniBand / RoCE): NDR 400 Gb/s gives
@@ -159,8 +160,8 @@ class Link:
 
 
 def achieved(tier: LinkTier, innermost: bool) -> Link:
-    """A tier's line rate times the scale-up or scale-out bus efficiency."""
-    eff = SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY
+    """A tier's line rate times its own bus efficiency, or else the scale-up or scale-out one."""
+    eff = tier.bus_efficiency or (SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY)
     return Link(tier.bandwidth_bytes_per_s * eff, tier.latency_s)
 
 

@@ -166,26 +166,28 @@ def test_fp8_param_gather_halves_the_fp8_weights_all_gather() -> None:
 
 def test_a_full_mesh_gives_a_group_its_own_links_only() -> None:
     # MI300X: 7 xGMI links of 64 GB/s per direction, 448 together (the catalog's tier), each to
-    # one peer. A group of g GPUs in one node uses its g - 1 links, x 0.80 achieved
+    # one peer. A group of g GPUs in one node uses its g - 1 links, x 0.75 achieved
+    # (the xgmi tier's bus_efficiency: AMD's measured ~48 of 64 GB/s per link, rocm.blogs.amd.com
+    # "Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X", 2025-03-02)
     c = job("llama3.1-8b", "mi300x-192gb", 64, 4096, 64).cluster
     for size, peers in ((2, 1), (4, 3), (8, 7)):
         grp = comms.place(c, stride=1, size=size)
         assert grp.outer is None
-        assert grp.inner.bandwidth == pytest.approx(peers * 64e9 * 0.80)
+        assert grp.inner.bandwidth == pytest.approx(peers * 64e9 * 0.75)
     # strided: 4 ranks 2 apart (GPUs 0, 2, 4, 6 of a node) still reach 3 peers
-    assert comms.place(c, stride=2, size=4).inner.bandwidth == pytest.approx(3 * 64e9 * 0.80)
+    assert comms.place(c, stride=2, size=4).inner.bandwidth == pytest.approx(3 * 64e9 * 0.75)
     # a pipeline hop inside a node crosses the one link between the pair
-    assert comms.p2p_link(c, stride=1, size=4).bandwidth == pytest.approx(64e9 * 0.80)
+    assert comms.p2p_link(c, stride=1, size=4).bandwidth == pytest.approx(64e9 * 0.75)
     # two-level: 4 ranks 4 apart span two nodes, 2 per node: their pair's link inside, the NIC
     # (50 GB/s x 0.92) across
     grp = comms.place(c, stride=4, size=4)
     assert (grp.per_domain, grp.domains) == (2, 2)
-    assert grp.inner.bandwidth == pytest.approx(64e9 * 0.80)
+    assert grp.inner.bandwidth == pytest.approx(64e9 * 0.75)
     assert grp.outer is not None and grp.outer.bandwidth == pytest.approx(50e9 * 0.92)
-    # a TP all-reduce of 1 GB in a pair: 2 * 1/2 * 1e9 / 51.2e9 + 2 * 2 us, seven times the
+    # a TP all-reduce of 1 GB in a pair: 2 * 1/2 * 1e9 / 48e9 + 2 * 2 us, seven times the
     # bandwidth term a switch of the same aggregate rate would give
     pair = comms.place(c, stride=1, size=2)
-    assert comms.all_reduce(1e9, pair) == pytest.approx(1e9 / 51.2e9 + 4e-6)
+    assert comms.all_reduce(1e9, pair) == pytest.approx(1e9 / 48e9 + 4e-6)
 
 
 def test_nvlink_behind_a_switch_gives_any_group_the_whole_rate() -> None:

@@ -280,14 +280,33 @@ def routing(job: Job, lay: Layout) -> Violation | None:
 
 
 def fp8_recipe(job: Job, lay: Layout) -> Violation | None:
-    """mxfp8 scales blocks of 32 values in hardware only Blackwell has; Megatron leaves the check
-    to Transformer Engine, which fails at run time: refused here."""
-    if job.precision == "fp8" and job.fp8_recipe == "mxfp8" and not job.cluster.gpu.is_blackwell:
+    """Recipes the GPU's Transformer Engine cannot run; Megatron leaves the check to TE, which
+    asserts at run time (`check_recipe_support`): refused here. mxfp8 scales blocks of 32 values
+    in hardware only Blackwell and AMD CDNA4 have (`GpuSpec.has_mxfp8`; ROCm/TransformerEngine
+    030b7921 transformer_engine/pytorch/quantization.py:74-82, gfx95x only; torchtitan's MX
+    converters Blackwell only). blockwise
+    (Megatron-LM d98e8a64 fp8_utils.py:781-782: TE's Float8BlockScaling) has no ROCm GEMM: the
+    same file :103-107, "FP8 block scaled gemm not yet supported for ROCm", asserted at :127-139."""
+    if job.precision != "fp8":
+        return None
+    gpu = job.cluster.gpu
+    if job.fp8_recipe == "blockwise" and gpu.vendor == "amd":
         return Violation(
             "fp8_recipe",
             "training.fp8_recipe",
-            f'fp8_recipe "mxfp8" needs a Blackwell GPU (got {job.cluster.gpu.name}); use '
-            '"tensorwise" or "blockwise"',
+            f'fp8_recipe "blockwise" (Transformer Engine\'s Float8BlockScaling) has no ROCm GEMM '
+            f'(got {gpu.name}); use "tensorwise" or "delayed"'
+            + (' or "mxfp8"' if gpu.has_mxfp8 else ""),
+        )
+    # torchtitan's MX converters need CUDA capability 10 (b5bcd76c components/quantization/mx.py:70)
+    cores = gpu.is_blackwell if job.framework == "torchtitan" else gpu.has_mxfp8
+    if job.fp8_recipe == "mxfp8" and not cores:
+        other = '"tensorwise" or "blockwise"' if gpu.vendor == "nvidia" else '"tensorwise"'
+        where = "" if job.framework == "torchtitan" else " or AMD CDNA4 (MI350X, MI355X)"
+        return Violation(
+            "fp8_recipe",
+            "training.fp8_recipe",
+            f'fp8_recipe "mxfp8" needs a Blackwell GPU{where} (got {gpu.name}); use {other}',
         )
     return None
 
