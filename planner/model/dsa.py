@@ -244,7 +244,8 @@ def block_bytes(arch: ModelArch, sh: Shard) -> tuple[float, float]:
     indexer from its inputs, the absorbed query and the key; mla_up_proj (absorbed_mla.py's
     CheckpointWithoutOutput) frees q_nope, the absorbed query and the key once the attention has
     run and rebuilds them for the backward, so the kernels' saved views of them hold nothing
-    (backend none's fp32 copies stay)."""
+    (backend none's fp32 copies stay, and TileLang's padded or batch-major copies and the
+    CP-gathered key: `tilelang_inputs`)."""
     assert arch.qk_head_dim is not None
     t, s, mbs, tp, kernels, padded = _shape(arch, sh)
     q_w, v_w = widths(arch)
@@ -262,7 +263,8 @@ def block_bytes(arch: ModelArch, sh: Shard) -> tuple[float, float]:
         part += 4.0 * t * heads * q_w + scores_kept(arch, sh)  # the fp32 query, the scores
         whole += 4.0 * keys * q_w  # the key's fp32 copy
     elif kernels == "tilelang":
-        part += views * t * padded * q_w + t * padded  # the query, the head mask
+        query, whole = tilelang_inputs(arch, sh)
+        part += query + t * padded  # the query (and its copies), the head mask
         whole += 4.0 * t * index_slots(arch, s, kernels)
     else:
         part += views * t * padded * q_w + 4.0 * t * padded + 2.0 * t * (padded - heads) * v_w
@@ -272,7 +274,8 @@ def block_bytes(arch: ModelArch, sh: Shard) -> tuple[float, float]:
     whole += 2.0 * t * (h + r_q + d_i)  # the indexer's gathered inputs and its key norm's input
     k = min(indexer_dims(arch)[2], s)
     if sh.dsa_loss == "dense":
-        whole += t * (2.0 * n_i * d_i + 2.0 * n_i + 2.0 * d_i + 8.0 * k)
+        # q, weights and the top k on the local queries; k, the indexer key, gathered under CP
+        whole += t * (2.0 * n_i * d_i + 2.0 * n_i + 8.0 * k) + 2.0 * keys * d_i
         if kernels == "none":
             part += views * t * heads * q_w  # the loss keeps (a view of) the absorbed query
     elif sh.dsa_loss == "sparse":
@@ -281,6 +284,31 @@ def block_bytes(arch: ModelArch, sh: Shard) -> tuple[float, float]:
     else:
         whole += 2.0 * t * (n_i * d_i + d_i + n_i)  # the gradients cuDNN computed forward
     return part, whole
+
+
+def tilelang_inputs(arch: ModelArch, sh: Shard) -> tuple[float, float]:
+    """(query, key) bytes TileLang's sparse MLA leaves alive for the backward on one TP rank:
+    SparseMLA saves the query and key it runs (ops/sparse_mla.py:69), which
+    ops/tilelang_dsa.py:798-803 makes by `.permute(1, 0, 2, 3).contiguous()` (a copy when mbs > 1)
+    and, under 16 heads a rank, F.pad (a padded copy). Copies outlive mla_up_proj's discard
+    (absorbed_mla.py:906 frees only its outputs' storage, with every view of it); so does the
+    key context parallelism gathers (dsa.py:1835, :1856). The dense indexer loss also keeps the
+    original query and key (dsa.py:2013-2020, saved at :944)."""
+    t, s, mbs, tp, _, padded = _shape(arch, sh)
+    q_w = widths(arch)[0]
+    heads = arch.num_attention_heads / tp
+    q_copy, k_copy = padded > heads or mbs > 1, mbs > 1
+    k_new = bool(sh.seq_length) and sh.seq_length > sh.seq_per_cp_rank  # the CP-gathered key
+    kept = not sh.drops("mla_up_proj")  # the checkpoint's outputs (views of them too) stay
+    loss = sh.dsa_loss == "dense"
+    query = 2.0 * t * padded * q_w if q_copy else 0.0
+    if kept and (loss or not q_copy):
+        query += 2.0 * t * heads * q_w  # the attention's own query
+    keys = 2.0 * s * mbs * q_w
+    key = keys if k_copy else 0.0
+    if (kept or k_new) and (loss or not k_copy):
+        key += keys  # the attention's own key
+    return query, key
 
 
 def scores_kept(arch: ModelArch, sh: Shard) -> float:

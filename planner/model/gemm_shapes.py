@@ -108,6 +108,15 @@ def mla_gathered_width(arch: ModelArch) -> float:
     return (arch.q_lora_rank or arch.hidden_size) + arch.kv_lora_rank + arch.qk_pos_emb_head_dim
 
 
+def dsa_indexer_gathered_width(arch: ModelArch) -> float:
+    """The width of what DeepSeek sparse attention's indexer gathers over TP itself, beside
+    MLA's latents: the layer's input and the q latent (or the input again without one),
+    h + q_lora_rank (dsa.py d98e8a64 :1273-1275; `planner.model.dsa_comm`); 0 without DSA."""
+    if not arch.has_dsa:
+        return 0.0
+    return arch.hidden_size + (arch.q_lora_rank or arch.hidden_size)
+
+
 def _mixer_gemms(arch: ModelArch, kind: LayerKind) -> int:
     """How many of a layer's `linear_gemms` its mixer's projections are (they come first)."""
     if kind.mixer == "attention":

@@ -25,7 +25,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
-from planner.model import async_tp, comms, gemm_shapes, tp_overlap
+from planner.model import async_tp, comms, dsa_comm, gemm_shapes, tp_overlap
 from planner.model.fp32 import value_bytes
 from planner.model.job_memo import JobMemo
 
@@ -136,6 +136,7 @@ def _tp_charges(
         again = comms.all_reduce(size, comms.place(job.cluster, 1, tp))
     if PER_OP in modules:  # torchtitan's per-op replay: each block's input gather again
         again += sum(keep) * _regather(job, lay, size)
+    again += dsa_comm.indexer_gathers(job, lay, kind, t, n_fwd, modules)  # DSA's own gathers
     shown = exposed + share * hidden if shown is None else shown
     return shown + again, hidden, exposed + hidden + again, plain + again
 
