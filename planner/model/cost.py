@@ -17,7 +17,8 @@ micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of 
 (`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
 backward (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
 activation send forward and one gradient send backward per micro-batch (t x h values, /tp with SP:
-bf16, fp32 in fp32 training, `fp32.value_bytes`), on the critical path in 1F1B (blocking sends);
+bf16, fp32 in fp32 training, `fp32.value_bytes`), on the critical path in 1F1B (blocking sends;
+one exchange a micro-batch on the first and last stages, two between: `_exchanges`);
 when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
 boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
@@ -88,6 +89,8 @@ from planner.model.stage_time import (
     mix_sums,
     rank_mix,
 )
+from planner.model.v_bubble import V_BUBBLES
+from planner.model.v_p2p import v_p2p_exposed
 
 STEP_OVERHEAD_S = 0.01
 """Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data
@@ -166,7 +169,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         else:
             hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
-    pp_per_mb = 0.0 if interleaved else 2 * hop
+    exch = [0.0 if interleaved else _exchanges(lay.pp, r, hops, hop) for r in range(lay.pp)]
 
     dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
     share = comms.sm_share(job.cluster, job.gemm_sm_margin)
@@ -187,7 +190,6 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 comms.sm_share(job.cluster, job.gemm_sm_margin),
                 comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin),
             )
-            pp_per_mb = 0.0 if interleaved or not hops else sum(hops[rank])
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
         ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, ep_share, ep_s)
@@ -202,7 +204,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
             vis = lt.encoder
             c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
-        stage_times.append(c + rec + tp + cp + ep_e + off + pp_per_mb)
+        stage_times.append(c + rec + tp + cp + ep_e + off + exch[rank])
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
@@ -228,19 +230,24 @@ def estimate(job: Job, layout: Layout) -> Performance:
 
     # the schedule's bubble (planner.model.schedule: 1F1B / interleaved, torchtitan's others;
     # the V schedules' from torch's order at this m, planner.model.v_bubble)
-    bubble = schedule_bubble(schedule_name(job, lay), stages, [r[1] for r in rows], lay.vpp, m)
+    # (1F1B timed exactly in Megatron's order only: torchtitan's keeps the closed form)
+    name = schedule_name(job, lay)
+    exact = job.framework == "megatron" or name != "1F1B"
+    bubble = schedule_bubble(name, stages, [r[1] for r in rows], lay.vpp, m if exact else None)
     flush = flush_exposed(drain, stages, lay.vpp)
     bubble += flush
     worst = max(range(len(stage_times)), key=stage_times.__getitem__)
     c, rec, tp, tp_h, cp, cp_h, ep, ep_h, off, wcast = rows[worst]
-    if jobs:  # the slowest stage's own hops; the peak is the ranks' mean (equal GPU counts)
-        job, pp_per_mb = whole, (0.0 if interleaved or not hops else sum(hops[worst]))
+    if jobs:  # the peak is the ranks' mean (equal GPU counts)
+        job = whole
     peaks = [
         (j.cluster.gpu.peak_flops(j.precision), j.cluster.gpu.peak_flops("bf16"))
         for j in jobs or (job,)
     ]
-    pp_exposed = m * pp_per_mb
-    if interleaved:
+    pp_exposed = m * exch[worst]  # the slowest stage's own exchanges
+    if interleaved and name in V_BUBBLES:  # a V turns chunks locally: no wrap-around hops
+        pp_exposed += v_p2p_exposed(name, m, hop, stages, [r[1] for r in rows])
+    elif interleaved:
         fwds, bwds = zip(*stages, strict=True)
         pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
 
@@ -288,6 +295,17 @@ def estimate(job: Job, layout: Layout) -> Performance:
         precision=job.precision,
         peak_name=_peak_name(jobs or (job,)),
     )
+
+
+def _exchanges(pp: int, rank: int, hops: tuple[tuple[float, float], ...], hop: float) -> float:
+    """Seconds of 1F1B's blocking exchanges one micro-batch costs a rank: one with each
+    neighbour (send_forward_recv_backward with the next, send_backward_recv_forward with the
+    previous); the last rank's send_forward_recv_backward returns without communicating, and the
+    first rank's send_backward_recv_forward (Megatron-LM d98e8a64
+    pipeline_parallel/p2p_communication.py:549-550, :582-583), so they make one. `hops`: each
+    rank's (previous, next) hop with pools (`pools.rank_hops`), else `hop` each."""
+    prev, nxt = hops[rank] if hops else (hop, hop)
+    return (prev if rank > 0 else 0.0) + (nxt if rank < pp - 1 else 0.0)
 
 
 _FLOPS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()

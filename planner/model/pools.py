@@ -103,8 +103,8 @@ def rank_jobs(job: Job, layout: Layout) -> tuple[Job, ...]:
 
 def rank_hops(job: Job, layout: Layout, size_bytes: float) -> tuple[tuple[float, float], ...]:
     """Per pipeline rank, (hop to the previous rank, hop to the next rank) in seconds for one
-    message of `size_bytes`; a rank without that neighbour counts its own pool's hop (as the
-    uniform model charges 2 hops on every stage)."""
+    message of `size_bytes`; a rank without that neighbour holds its own pool's hop there, which
+    1F1B's exchanges leave out on the first and last ranks (`cost._exchanges`)."""
     pools = rank_pools(job, layout)
     counts = pool_stages(job, layout)
     stride = stage_gpus(layout)

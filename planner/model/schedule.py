@@ -19,7 +19,8 @@ the bubble is (p-1)/(v*m) of the ideal time m*t: the textbook (p-1)/m for 1F1B a
 interleaved chunks in its schedule table), each op when its rank is free and its input is ready:
 `explain` draws it. It agrees with the closed form exactly for equal stages and, in 1F1B, whenever
 the last stage is the slowest; otherwise 1F1B's closed form is the longer (a slow early stage's
-wait overlaps the others' fill); an interleaved one, with its exposed hops, lies within -1.5% ..
+warm-up overlaps the others' fill), and `schedule_bubble` times 1F1B exactly
+(`planner.model.one_f_one_b`); an interleaved one, with its exposed hops, lies within -1.5% ..
 +11.9% of it on 2,000 random uneven draws (tests/test_schedule.py). benchmarks/pipeline_schedule.py
 measures the gap with the model's per-stage times: 0 on the published runs with pp > 1, at most
 1.65% of the step on the Hagemann sweep and 0.43% on suggest's top picks, so the search keeps the
@@ -54,6 +55,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from planner.model import one_f_one_b
 from planner.model.v_bubble import V_BUBBLES, v_bubble
 
 if TYPE_CHECKING:
@@ -115,12 +117,17 @@ def schedule_bubble(
     """Bubble seconds of one step of schedule `name` (module docstring), from each stage's
     (forward, backward) seconds per micro-batch and the recompute inside that backward; 1F1B and
     interleaved 1F1B give `pipeline_time`'s bubble. m, the micro-batches, only the V schedules
-    read (uneven stages' bubble depends on it; None: its limit, `v_bubble.v_bubble`)."""
+    and 1F1B read (uneven stages' bubble depends on it; None: the V schedules' limit,
+    `v_bubble.v_bubble`, 1F1B's closed form; given, 1F1B's exact step, `one_f_one_b.step`, less
+    its steady state m max_r t_r)."""
     weights = [
         WGRAD_SHARE * max(bwd - rec, 0.0) for (_, bwd), rec in zip(stages, recompute, strict=True)
     ]
     if name in V_BUBBLES:
         return v_bubble(name, stages, weights, m)
+    if name == "1F1B" and m is not None:  # exact: a slow early stage's warm-up hides fill
+        fwd, bwd = zip(*stages, strict=True)
+        return one_f_one_b.step(fwd, bwd, m) - m * max(f + b for f, b in stages)
     a, b, w, d = BUBBLE_TERMS[name]
     g = [max(a * f + b * bwd + w * wt, 0.0) for (f, bwd), wt in zip(stages, weights, strict=True)]
     return (sum(g) - max(g)) / (vpp if d is None else d)

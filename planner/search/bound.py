@@ -29,6 +29,7 @@ from planner.model.stage_time import (
 from planner.search.floor_layers import floor_layers
 from planner.search.fsdp_bound import applies as fsdp_applies
 from planner.search.fsdp_bound import fsdp_exposed
+from planner.search.pipe_floor import pipeline_floor, scaled_floor
 from planner.search.rank_groups import rank_counts, rank_values
 from planner.search.rungs import NONE
 
@@ -133,6 +134,8 @@ class Floors:
     0 without the overlap (the floor is the charge)."""
     spare_total: float = 0.0
     """`spare_worst`'s term summed over the ranks."""
+    descending: tuple[float, ...] = ()
+    """The floors, largest first (`pipe_floor.scaled_floor`)."""
 
     def lower_bound(self) -> float:
         """`lower_bound` of the layout, bit for bit."""
@@ -163,7 +166,8 @@ def floors_of(job: Job, layouts: list[Layout]) -> list[Floors]:
         for x, (g, spare) in zip(group, per, strict=True):
             worst = max(g)
             at = spare[g.index(worst)]
-            out.append(Floors(x.micro_batch_size, m, worst, sum(g), other, at, sum(spare)))
+            desc = tuple(sorted(g, reverse=True))
+            out.append(Floors(x.micro_batch_size, m, worst, sum(g), other, at, sum(spare), desc))
         i += len(group)
     return out
 
@@ -185,7 +189,8 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     the fill and drain (d = `fill_drain`: vpp under Megatron) it is at least (m - 1/d) max_r h_r
     + sum_r h_r / d + overhead >= (m(top) / m) x ((m - 1/d) (worst + u spare_worst) + (total +
     u spare_total) / d) + overhead (the step's; max_r h_r at least the rank whose floor is
-    `worst`), taken here less 1e-12 of itself for rounding; elsewhere it is at least
+    `worst`; with d = 1, `pipe_floor.scaled_floor`), taken here less 1e-12 of itself for
+    rounding; elsewhere it is at least
     `lower_bound`, at least m(top) x worst + the step overhead (= `Floors.lower_bound`, the bound
     the search queued the structure on). tests/search/test_search_assumptions.py checks it below
     base_bound for every base of its problems."""
@@ -199,7 +204,10 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
             layout.pp, layout.vpp, layout.pp - 1, m, layout.microbatch_group_size_per_vp_stage
         )
         worst, total = worst + u * top.spare_worst, total + u * top.spare_total
-    scaled = top.m / m * ((m - 1 / d) * worst + total / d)
+    if d == 1:  # 1F1B's exact step (`one_f_one_b`): the floors' order over the ranks unknown
+        scaled = scaled_floor(top.descending, worst, top.m, m)
+    else:
+        scaled = top.m / m * ((m - 1 / d) * worst + total / d)
     return scaled * (1 - 1e-12) + top.other
 
 
@@ -248,7 +256,8 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     max_r t_r + (sum_r t_r - max_r t_r) / d (`schedule.pipeline_time`, `schedule_bubble`; the
     step adds only terms >= 0 to it, and the step overhead), which is (m - 1/d) max_r t_r +
     sum_r t_r / d: nondecreasing in every stage time t_r, as m >= 1 >= 1/d, so it holds at any
-    g_r <= t_r (with one stage, m t_1, its steady state). On one GPU kind g_r is the rank's own
+    g_r <= t_r (with one stage, m t_1, its steady state); with d = 1 the exact 1F1B step can
+    be less, and `pipeline_floor` bounds it. On one GPU kind g_r is the rank's own
     stage time without memory savers (`_plain_stage_times`: the stage time's composition is
     the same for both training codes), a floor under every rung's at this micro-batch; with
     pools the floors of `lower_bound`. torchtitan's zero-bubble schedules get `size_floor`.
@@ -258,12 +267,9 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     if d is None:
         out = size_floor(job, layout, known)
     else:
-        m, g = (
-            _stage_floors(job, layout)
-            if pools.rank_jobs(job, layout)
-            else _plain_stage_times(job, layout)
-        )
-        out = (m - 1 / d) * max(g) + sum(g) / d + cost.step_overhead_s(job)
+        pooled = bool(pools.rank_jobs(job, layout))
+        m, g = _stage_floors(job, layout) if pooled else _plain_stage_times(job, layout)
+        out = pipeline_floor(g, m, d, ordered=not pooled) + cost.step_overhead_s(job)
     if fsdp_applies(job, layout):  # FSDP2's exposed traffic beyond the stage's windows
         out = (out + fsdp_exposed(job, layout)) * (1 - 1e-12)
     return out
@@ -347,8 +353,8 @@ def variant_bound(job: Job, layout: Layout) -> float | None:
     terms `cost.estimate` sums, from the same functions on the same layer times (compute and the
     output layers, recompute, TP, CP, exposed expert all-to-all, exposed host offloading), less
     the terms that are >= 0 (point-to-point sends, a vision encoder on the first rank), then
-    Megatron's schedule as in `base_bound`, (m - 1/vpp) max_r t_r + sum_r t_r / vpp (1F1B's and
-    interleaved 1F1B's steady state and bubble, `schedule.schedule_bubble`), and the step's
+    Megatron's schedule as in `base_bound` (`pipeline_floor`: under 1F1B's and interleaved
+    1F1B's steady state and bubble, `schedule.schedule_bubble`), and the step's
     least host overhead; the DP sync, optimizer, shared link and the rest only add. Taken less
     1e-12 of itself (the estimate sums the same terms in another order). None where not claimed:
     other training codes' schedules, pools (each rank its own pool's job), and Megatron's
@@ -358,7 +364,7 @@ def variant_bound(job: Job, layout: Layout) -> float | None:
         return None
     m, out = rank_stage_times(job, layout)
     v = layout.vpp
-    step = (m - 1 / v) * max(out) + sum(out) / v + cost.step_overhead_s(job)
+    step = pipeline_floor(out, m, v, ordered=True) + cost.step_overhead_s(job)
     return step * (1 - 1e-12)
 
 
