@@ -33,6 +33,7 @@ fragmentation (FRAGMENTATION) is on activations and transient buffers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -283,21 +284,23 @@ def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple
     return tuple(sorted({*seen.values(), *highest.values()}))
 
 
-def state_floor(job: Job, layout: Layout) -> float:
+def state_floor(job: Job, layout: Layout, above: float = math.inf) -> float:
     """The most a stage that can hold the peak (`_peak_candidates`) keeps besides activations:
     a lower bound on `estimate(...).peak` that holds for every micro-batch size and recompute
     policy of the layout, with its TP overlap or without (the search rejects a ZeRO stage on it
-    before trying any of them; the overlap's userbuffers and workspaces are left out)."""
+    before trying any of them; the overlap's userbuffers and workspaces are left out). Once
+    the most so far exceeds `above` it is returned, the other stages not asked: more than
+    `above`, as the whole maximum is (the search asks whether it is over the capacity)."""
     ranks = layout.chunk_layers(job.arch.num_layers)
     lean = layout.with_(tp_comm_overlap=False)
     fixed = buffers.workspace_bytes(job, lean) + buffers.context_bytes(lean)
-    return max(
-        (
-            sum(rank_state(job, layout, r, ranks[r])) + fixed
-            for r in _peak_candidates(job, layout, ranks)
-        ),
-        default=0.0,
-    )
+    most = None
+    for r in _peak_candidates(job, layout, ranks):
+        one = sum(rank_state(job, layout, r, ranks[r])) + fixed
+        most = one if most is None else max(most, one)
+        if most > above:
+            break
+    return 0.0 if most is None else most
 
 
 def usable_bytes(physical: float, headroom_pct: float) -> float:

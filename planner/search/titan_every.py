@@ -185,7 +185,7 @@ def every_candidates(
                     if size_floor(job, lay, tops[j]) > cut:  # `bound.lower_bound` at this size
                         done.add(j)  # bounds every smaller size too
                     continue
-                if memory.state_floor(job, lay) > capacity:
+                if memory.state_floor(job, lay, capacity) > capacity:
                     continue
                 plain = lay.with_(recompute="none")
                 if cut is not None and cost.estimate(job, plain).step_time_s > cut:

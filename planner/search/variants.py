@@ -237,10 +237,12 @@ def _too_big(
     too_big: dict[tuple[object, ...], bool],
 ) -> bool:
     """Whether the base's states at ZeRO stage key[1] (`key` = (split key, stage)) alone
-    (`memory.state_floor`) exceed `capacity`, asked once per key (`too_big`)."""
+    (`memory.state_floor`, its stages asked until one is over) exceed `capacity`, asked once
+    per key (`too_big`)."""
     hit = too_big.get(key)
     if hit is None:
-        hit = too_big[key] = memory.state_floor(job, base.with_(zero_stage=key[1])) > capacity
+        lay = base.with_(zero_stage=key[1])
+        hit = too_big[key] = memory.state_floor(job, lay, capacity) > capacity
     return hit
 
 
