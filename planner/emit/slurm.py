@@ -65,18 +65,13 @@ def segment_nodes(cluster: ClusterSpec, where: str, field: str) -> int | None:
     (8-GPU nodes: Slurm's nodes are the domains), the job fills every domain it uses (whatever block
     Slurm picks is then priced right) or holds one node at most. A job within one used domain asks
     for one segment of all its nodes. `field`: how messages name the plan's setting (`where`: the
-    plan file). Bad input where no segment places it: a domain share that is not whole nodes, or a
-    node count that is not whole segments (Slurm's sbatch --segment needs the node count a multiple
-    of the segment size)."""
+    plan file). Bad input where no segment places it: a node count that is not whole segments
+    (Slurm's sbatch --segment needs the node count a multiple of the segment size); a domain share
+    of whole nodes the plan checks itself (`planner.inputs.tiers.check_domain_used`)."""
     span, used, per = cluster.tiers[0].span_gpus, cluster.domain_used, cluster.gpus_per_node
     n = cluster.num_gpus
     if span is None or used is None or span <= per or used >= span or n <= per:
         return None
-    if used % per:
-        raise InputError(
-            f"{where}: {field}: {used} GPUs of each NVLink domain are not whole nodes of "
-            f"gpus_per_node ({per}): no Slurm --segment places the job so"
-        )
     segment = min(used, n) // per
     if (n // per) % segment:
         raise InputError(

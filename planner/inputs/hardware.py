@@ -132,7 +132,7 @@ class GpuSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> GpuSpec:
         check_tiers(self.tiers)
-        check_domain_used(self.gpus_per_domain_used, self.tiers)
+        check_domain_used(self.gpus_per_domain_used, self.tiers, self.gpus_per_node)
         return self
 
     @property
@@ -229,7 +229,7 @@ class ClusterSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         check_tiers(self.tiers, self.num_gpus)
-        check_domain_used(self.gpus_per_domain_used, self.tiers)
+        check_domain_used(self.gpus_per_domain_used, self.tiers, self.gpus_per_node)
         if self.power_limit_w is not None and self.power_limit_w > self.gpu.tdp_w:
             raise ValueError(
                 f"power_limit_w ({self.power_limit_w:g}) is above {self.gpu.name}'s TDP "

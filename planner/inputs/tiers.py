@@ -102,9 +102,24 @@ def check_tiers(tiers: tuple[LinkTier, ...], num_gpus: int | None = None) -> Non
         )
 
 
-def check_domain_used(used: int | None, tiers: tuple[LinkTier, ...]) -> None:
-    """`gpus_per_domain_used` lies in 1..the innermost tier's span (set only where it has one)."""
+def check_domain_used(used: int | None, tiers: tuple[LinkTier, ...], per_node: int) -> None:
+    """`gpus_per_domain_used` lies in 1..the innermost tier's span (set only where it has one),
+    in whole nodes of `per_node` GPUs (a launch asks Slurm for whole nodes of a block,
+    `planner.emit.slurm.segment_nodes`); where a domain is one node, its every GPU (the launch
+    scripts run a process on each: another share would be priced but not launched)."""
     span = tiers[0].span_gpus if tiers else None
-    if used is not None and (span is None or not 1 <= used <= span):
+    if used is None:
+        return
+    if span is None or not 1 <= used <= span:
         within = f"1..{span}, the innermost tier's span_gpus" if span else "unset: no span"
         raise ValueError(f"gpus_per_domain_used ({used}) must be {within}")
+    if span <= per_node and used != span:
+        raise ValueError(
+            f"gpus_per_domain_used ({used}): an NVLink domain of {span} GPUs is one node here "
+            f"(gpus_per_node {per_node}), whose every GPU the launch uses: leave it unset or "
+            f"{span}"
+        )
+    if used % per_node:
+        raise ValueError(
+            f"gpus_per_domain_used ({used}) must be whole nodes of gpus_per_node ({per_node})"
+        )

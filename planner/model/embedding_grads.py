@@ -10,8 +10,9 @@ pipeline group (parallel_state.py:560-566 `default_embedding_ranks`, :1269), (pp
 pipeline stride apart (`dp_sync.pp_stride`: tp x cp x dp, or tp x cp under
 use_tp_pp_dp_mapping). The tensor is the V_padded / tp x h main gradient (`Job.grad_bytes`: fp32
 unless 16-bit main gradients); under Megatron-FSDP (ZeRO 2/3) the rank's local shard of it
-(:247-249 `orig_grad._local_tensor`: 1 / (dp x cp) of it). Untied without MTP, pp 1 or a frozen
-model: nothing (the weight getter returns None, the group has one rank, the gradient is None).
+(:247-249 `orig_grad._local_tensor`: 1 / (dp x cp) of it, of one optimizer instance's).
+Untied without MTP, pp 1 or a frozen model: nothing (the weight getter returns None, the group
+has one rank, the gradient is None).
 torchtitan refuses tied weights with pp > 1 (`planner.search.rules.torchtitan_tied`).
 
 Backward (`backward_time`): each lookup of the word embedding (the first rank's, and each MTP
@@ -48,7 +49,9 @@ def sync_bytes(job: Job, lay: Layout) -> float:
     if not shares_embedding(job, lay):
         return 0.0
     words = job.arch.padded_vocab(lay.tp) // lay.tp * job.arch.hidden_size
-    shard = lay.dense_dp if lay.zero_stage >= 2 else 1
+    # Megatron-FSDP shards over one optimizer instance's dp x cp ranks (mcore_fsdp_adapter.py
+    # :346-356, partial_data_parallel; `planner.model.dp_instances`)
+    shard = max(lay.dense_dp // job.optimizer_instances, 1) if lay.zero_stage >= 2 else 1
     return words * job.grad_bytes / shard
 
 

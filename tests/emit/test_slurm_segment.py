@@ -68,7 +68,6 @@ def test_8_gpu_nodes_write_no_segment() -> None:
 @pytest.mark.parametrize(
     ("num_gpus", "used", "what"),
     [
-        (128, 18, "18 GPUs of each NVLink domain are not whole nodes of gpus_per_node (4)"),
         (96, 64, "the job's 24 nodes are not whole segments of 16"),  # 24 % 16
     ],
 )
@@ -106,3 +105,28 @@ def test_each_hetjob_component_writes_its_pools_segment() -> None:
     text = slurm.render(plan, "het")
     components = text.split("#SBATCH hetjob\n")
     assert [_segment(c) for c in components] == [["16"], ["4"]]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "num_gpus", "used", "what"),
+    [
+        # 18 GPUs of a GB200 rack are 4.5 four-GPU trays: no Slurm segment of whole nodes
+        ("gb200-nvl72", 128, 18, "must be whole nodes of gpus_per_node (4)"),
+        # an H100 domain is its node: 4 of its 8 would be priced, all 8 launched (QA)
+        ("h100-sxm-80gb", 16, 4, "an NVLink domain of 8 GPUs is one node here"),
+    ],
+)
+def test_a_share_no_launch_places_exits_2_at_input(
+    gpu: str, num_gpus: int, used: int, what: str
+) -> None:
+    with pytest.raises(InputError, match=r"seg\.toml: cluster: gpus_per_domain_used") as e:
+        parse_plan(
+            {
+                "model": {"name": "llama3.1-8b"},
+                "cluster": {"gpu": gpu, "num_gpus": num_gpus, "gpus_per_domain_used": used},
+                "training": {"seq_length": 8192, "global_batch_size": 128},
+                "parallel": {"tp": 4},
+            },
+            Path("seg.toml"),
+        )
+    assert what in str(e.value)

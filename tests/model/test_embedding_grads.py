@@ -121,3 +121,15 @@ def test_mtp_rank_builds_its_position_embeddings() -> None:
         chunks = lay.chunk_layers(j.arch.num_layers)[rank]
         gap = stage_params(learned, lay, rank, chunks)[0] - stage_params(rope, lay, rank, chunks)[0]
         assert gap == 4096 * 2048
+
+
+def test_megatron_fsdp_instances_shard_over_one_instance() -> None:
+    """QA: under Megatron-FSDP with several optimizer instances the embedding gradient's local
+    shard is 1 / (dp / n) of it (mcore_fsdp_adapter.py:346-356 d98e8a64, partial data parallel):
+    gemma2-2b (vocab 256,000 x h 2,304, fp32 main gradient) at dp 8, 4 instances: 256,000 x 2,304
+    x 4 B / 2 = 1,179,648,000 B, four times the one-instance shard."""
+    j = job("gemma2-2b", "h100-sxm-80gb", 16, 4096, 64)
+    lay = GEMMA_PP2.with_(zero_stage=3)
+    one = embedding_grads.sync_bytes(j, lay)
+    four = embedding_grads.sync_bytes(replace(j, optimizer_instances=4), lay)
+    assert four == 256_000 * 2_304 * 4 / 2 == 4 * one
