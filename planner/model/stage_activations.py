@@ -32,7 +32,8 @@ from planner.model.loss_activations import (
 )
 from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
-from planner.model.mtp_activations import mtp_extra_bytes, saved_loss_bytes
+from planner.model.mtp_activations import mtp_kept, mtp_loss_kept
+from planner.model.mtp_precision import mtp_quantised
 from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.selective_working import rebuilt_bytes
@@ -264,8 +265,8 @@ def stage_activations(
 ) -> float:
     """Activation bytes at rank `rank`'s peak (before fragmentation): the micro-batches in flight
     (`schedule_peak`, the embedding's on the first chunk of rank 0, the MTP layers' in the chunk
-    that holds them) and on top what one operation works with: the loss on the last stage
-    (logits, and the saved softmax of the MTP losses computed before it), a layer being
+    that holds them, every MTP depth's loss on the loss stage, `mtp_activations`) and on top
+    what one operation works with: the loss on the last stage (logits), a layer being
     recomputed, the MoE dispatcher's tokens, the CP exchange's buffers. Megatron's loss and a
     layer's backward do not overlap (the loss backward frees the logits' buffers before the
     output layer's backward hands the gradient on): the larger counts (with a gathered loss, plus
@@ -289,22 +290,11 @@ def stage_activations(
             cross = 0.0 if layout.recompute == "full" else t5.cross_bytes(job, sh)
             kept[0] += t5.encoder_bytes(job, sh) + arch.num_layers * cross
     logits = logits_bytes(arch, vocab, sh)
-    loss = logits if last else 0.0
-    mtp = (
-        arch.mtp_num_layers if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) else 0
-    )
-    if mtp:
-        # every depth's layers; block recompute leaves them whole (multi_token_prediction.py
-        # d98e8a64 :1630-1633: "not supported for MTP yet. Skipping recompute"); torchtitan's
-        # activation checkpointing wraps model.layers only (b5bcd76c distributed/
-        # activation_checkpoint.py:155-160), so its MTP layers keep everything
-        block = layout.recompute == "full" and layout.recompute_method == "block"
-        layers = (per.whole_total if block else per.total)(arch.mtp_counts())
-        if job.framework == "torchtitan":
-            layers = sum(n * b for n, b in zip(arch.mtp_counts(), per.full, strict=True))
-        extra = mtp_extra_bytes(arch, sh) + saved_loss_bytes(vocab, sh)
-        kept[-1] += layers + mtp * extra
-        loss = max(loss, logits)
+    loss = logits if last else 0.0  # the MTP depths' logits too: on the loss stage alone
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        kept[-1] += mtp_layers_kept(job, layout, sh, per) + mtp_kept(job, layout, sh, last)
+    if last:  # every MTP depth's loss, wherever its layers ran
+        kept[-1] += mtp_loss_kept(job, layout, sh)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     group = microbatch_group(job, layout)
     stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group)
@@ -356,9 +346,26 @@ def stage_activations(
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
         acts += cp_time.exchange_bytes(arch, layout, sh.tokens, te)
-    if last and layout.defer_embedding_wgrad_compute:
-        acts += deferred_wgrad_bytes(arch, vocab, sh, deferred_calls(layout, m, 1 + mtp))
+    if last and layout.defer_embedding_wgrad_compute:  # the MTP depths' logits GEMMs too
+        calls = deferred_calls(layout, m, 1 + arch.mtp_num_layers)
+        acts += deferred_wgrad_bytes(arch, vocab, sh, calls)
     return acts
+
+
+def mtp_layers_kept(job: Job, layout: Layout, sh: Shard, per: PerLayer) -> float:
+    """What the MTP layers' transformer layers keep for one micro-batch on their rank: every
+    depth's; block recompute leaves them whole (Megatron-LM d98e8a64 multi_token_prediction.py
+    :1630-1633: "not supported for MTP yet. Skipping recompute"); torchtitan's activation
+    checkpointing wraps model.layers only (b5bcd76c distributed/activation_checkpoint.py:
+    155-160), so its MTP layers keep everything. Megatron's NVFP4 runs them in bf16
+    (`mtp_precision`): their linear layers keep 16-bit inputs."""
+    arch = job.arch
+    if sh.quantised and not mtp_quantised(job):
+        per = per_layer(arch, replace(sh, linear_bytes=sh.value_bytes))
+    if job.framework == "torchtitan":
+        return sum(n * b for n, b in zip(arch.mtp_counts(), per.full, strict=True))
+    block = layout.recompute == "full" and layout.recompute_method == "block"
+    return (per.whole_total if block else per.total)(arch.mtp_counts())
 
 
 def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:

@@ -1,7 +1,7 @@
 """Parameters one GPU of a pipeline rank holds, dense and expert: its decoder layers by kind (TP /
 EP x expert-TP split, but for what Megatron-Core keeps whole on every TP rank,
 `params.replicated_params`), the embedding on the first rank, the output layer and final norm on the
-last, the MTP layers (with the embedding and output copies Megatron builds for them) on theirs;
+last, the MTP layers (with the embedding copy Megatron builds for them) on theirs;
 and how many of them are FP8 GEMM weights. `planner.model.memory` turns them into bytes."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from planner.inputs.plan import Job
 from planner.model import params, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import ModelMemo
+from planner.model.mtp_precision import mtp_quantised
 from planner.model.schedule import Chunks
 
 _EDGES: ModelMemo[int, tuple[int, int, int, tuple[int, int]]] = ModelMemo()
@@ -56,8 +57,9 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     layer and final norm on the last stage's rank (`Layout.output_rank`: rank 0 in torchtitan's
     V), the MTP layers on the rank whose last chunk holds them (`Layout.mtp_rank`) with the word
     embedding they embed their input with (Megatron builds it wherever MTP runs, gpt_model.py
-    `pre_process or mtp_process`) and, where that is not the output rank, a copy of the output
-    layer (the MTP layers compute their own logits). Remembered per model and per what it reads
+    `pre_process or mtp_process`), but no output layer: on a stage before the loss stage
+    (Megatron's `mtp_standalone`) the loss stage's output layer computes their logits.
+    Remembered per model and per what it reads
     besides the model (the degrees that split the parameters, pp, the output and MTP ranks, the
     rank and its chunks, the vision or T5 encoder): the search asks for the same stages of
     thousands of layouts."""
@@ -93,8 +95,9 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
             # gpt_model.py:173-181): its word embeddings split over tp, its learned position
             # embeddings (language_model_embedding.py:47,71) whole
             dense += words / layout.tp + positions
-        if rank != layout.output_rank:
-            dense += out / layout.tp
+        # no output layer of its own: Megatron builds it on the loss stage alone
+        # (gpt_model.py:255 `if self.post_process`), which computes every depth's logits
+        # (:746 process_mtp_loss) from the hidden states the MTP stage sends it (:728)
     return dense, expert
 
 
@@ -111,12 +114,12 @@ def quantised_decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[
 def quantised_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
     """(dense, expert) parameters of rank `rank` that are FP8 / NVFP4 GEMM weights: its decoder
     layers' (`quantised_decoder_params`; their norms and router counted in, a few thousandths)
-    and its MTP layers'."""
+    and its MTP layers' where they run quantised (`mtp_precision.mtp_quantised`)."""
     if not job.quantised:
         return 0.0, 0.0
     arch = job.arch
     dense, expert = quantised_decoder_params(job, layout, chunks)
-    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+    if mtp_quantised(job) and rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
         mtp_dense, mtp_expert = _mtp_params(job, layout)
         dense += mtp_dense
         expert += mtp_expert

@@ -8,18 +8,14 @@ MoE layers, a hybrid stack's Mamba, attention, MLP and MoE layers) and the outpu
 memoised per job and per layout without the fields they do not read (`_layer_key`: the search
 scores thousands of layouts that differ only in pipeline, data-parallel, sharding and overlap
 fields). Per rank (`rank_layers`, `rank_mix`): its decoder layers of each kind, plus on the MTP
-rank each MTP layer (a decoder layer of the last layer's kind, or a hybrid stack's MTP pattern,
-and one more output layer) and the output layer on the last rank; with block full recompute only
+rank each MTP layer (a decoder layer of the last layer's kind, or a hybrid stack's MTP pattern;
+bf16 ones under Megatron's NVFP4, `mtp_precision`) and on the last rank the output layer, once
+more per MTP depth, wherever the MTP layers sit; with block full recompute only
 the first recompute_num_layers layers of each chunk are recomputed (Megatron --recompute-method
 block).
 
-EP overlap (`ep_exposed`, Megatron --overlap-moe-expert-parallel-comm: merged forward-backward,
-`schedule.unmerged_share`): a merged pair's all-to-all runs under the other micro-batch's compute,
-which loses `comms.sm_share` of the SMs to it (COMM_KERNEL_SMS: DeepSeek-V3's and DeepEP's 20;
-HybridEP docs/README_Hybrid-EP.md reaches the NIC's bandwidth with 8-16). CPU offloading
-(`stage_offload.offload_exposed`, Megatron --cpu-offloading-num-layers): Transformer Engine's
-schedule (`planner.model.cpu_offload`) shows each host transfer beyond the layers it may run
-under.
+EP overlap and CPU offloading exposure: `planner.model.ep_overlap` (`ep_exposed`, `a2a_floor`,
+re-exported here) and `planner.model.stage_offload`.
 """
 
 from __future__ import annotations
@@ -33,6 +29,8 @@ from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import block_ranges
 from planner.model import embedding_grads, t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
+from planner.model.ep_overlap import a2a_floor as a2a_floor
+from planner.model.ep_overlap import ep_exposed as ep_exposed
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.job_memo import JobMemo
@@ -40,8 +38,9 @@ from planner.model.layer_keys import LAYER_CORES
 from planner.model.layer_parts import ATTENTION_CORES, PARTS
 from planner.model.layer_time import Layer, gpu_of, layer_time
 from planner.model.layer_tp import TP_CHARGES
+from planner.model.mtp_precision import mtp_quantised
 from planner.model.output_time import mtp_projection, output_layer_time
-from planner.model.schedule import Chunks, unmerged_share
+from planner.model.schedule import Chunks
 from planner.model.stage_activations import sub_counts
 from planner.model.vision_time import EncoderTime, encoder_time
 
@@ -152,6 +151,11 @@ class LayoutTimes:
     mtp_proj: Layer | None = None
     """One MTP depth's projection (`output_time.mtp_projection`), in the MTP rank's mix once per
     depth (`rank_mix`); None without MTP layers."""
+    mtp_layers: tuple[Layer, ...] = ()
+    """Each kind's layer as the MTP layers run it where that is not as the decoder's: Megatron's
+    NVFP4 jobs run them in bf16 (`mtp_precision`), as the bf16 twin; empty otherwise."""
+    mtp_plain: tuple[Layer, ...] = ()
+    """The same without recompute (block full recompute leaves the MTP layers whole)."""
 
     @property
     def dense(self) -> Layer:
@@ -202,7 +206,11 @@ def _layout_times(
     enc = _encoder(job, lay)
     encoder = replace(enc, bwd=enc.bwd + embedding_grads.backward_time(job, lay, gpu))
     proj = None if mtp is None else proj
-    return LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
+    out = LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
+    if mtp is not None and job.quantised and not mtp_quantised(job):  # NVFP4: bf16 MTP layers
+        twin = layout_times(bf16_twin(job), lay)
+        out = replace(out, mtp_proj=twin.mtp_proj, mtp_layers=twin.layers, mtp_plain=twin.plain)
+    return out
 
 
 _NO_ENCODER = EncoderTime()
@@ -290,49 +298,21 @@ projection (`output_time.mtp_projection`) read: `LAYER_TIMES` keeps the two unde
 (_HEADS, their values), shared by the many layer keys that differ in nothing else."""
 
 
-def ep_exposed(
-    lay: Layout, rank: int, m: int, a2a: float, window: float, share: float, shared: float = 0.0
-) -> tuple[float, float]:
-    """(exposed, hidden) seconds per micro-batch of a stage's expert all-to-all (`a2a`, forward
-    and backward). Without `lay.ep_comm_overlap` all of it is exposed but the `shared` seconds
-    its shared experts run under (`Layer.ep_shared`, Megatron --moe-shared-expert-overlap). With
-    it (Megatron's merged forward-backward, `schedule.unmerged_share`), a merged pair's
-    all-to-all runs under the other micro-batch's compute (`window`: the stage's forward +
-    backward compute per micro-batch) and shows only beyond it; the forwards and backwards that
-    run alone expose theirs. The hidden part still takes `share` of the SMs (`comms.sm_share`)
-    from the compute it runs under: that much of it counts as exposed too. Optimistic otherwise:
-    each all-to-all really hides under one attention or MLP phase of the other pass."""
-    if not lay.ep_comm_overlap:
-        return a2a - (1 - share) * shared, shared
-    alone = unmerged_share(lay.pp, lay.vpp, rank, m, lay.microbatch_group_size_per_vp_stage)
-    shown = alone * a2a + (1 - alone) * max(a2a - window, 0.0)
-    hidden = a2a - shown
-    return shown + share * hidden, hidden
-
-
-def a2a_floor(lay: Layout, a2a: float, shared: float, window: float, share: float) -> float:
-    """The least a stage's expert all-to-all (`a2a`, of which `shared` under its shared experts)
-    adds to its `window` of compute per micro-batch, as `ep_exposed` charges it with every
-    forward and backward merged (the search's bounds: the merged share only shrinks as more
-    micro-batches run alone)."""
-    if lay.ep_comm_overlap:
-        return max(a2a - window, 0.0) + share * min(a2a, window)
-    return a2a - (1 - share) * shared
-
-
 def rank_layers(
     job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
 ) -> tuple[tuple[int, ...], int]:
     """(layers of each kind, output layers) a rank runs per micro-batch: its decoder layers,
     plus on the MTP rank each MTP depth's layers (one decoder layer of the last layer's kind, or
-    a hybrid stack's MTP pattern) and one more output layer and loss per depth, and the output
-    layer on the rank of the last stage (`Layout.output_rank`: rank 0 in torchtitan's V)."""
+    a hybrid stack's MTP pattern), and on the rank of the last stage (`Layout.output_rank`: rank
+    0 in torchtitan's V) the output layer and loss, once more per MTP depth: Megatron computes
+    every depth's logits there (Megatron-LM d98e8a64 gpt_model.py:728-746, process_mtp_loss in
+    multi_token_prediction.py:1010-1030), also where the MTP layers sit on an earlier stage
+    (pipeline_parallel_layer_layout.py:138-151 `mtp_standalone`)."""
     arch = job.arch
     counts = arch.kind_counts(chunks)
-    heads = int(rank == lay.output_rank)
+    heads = (1 + arch.mtp_num_layers) * int(rank == lay.output_rank)
     if rank == t.mtp_rank:
         counts = tuple(a + b for a, b in zip(counts, arch.mtp_counts(), strict=True))
-        heads += arch.mtp_num_layers
     return counts, heads
 
 
@@ -353,8 +333,21 @@ def rank_mix(
 def _layer_mix(
     job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes
 ) -> tuple[list[tuple[Layer, int]], int]:
-    """`rank_mix`'s decoder (and MTP) layers."""
+    """`rank_mix`'s decoder (and MTP) layers; MTP layers that run otherwise than the decoder's
+    (`LayoutTimes.mtp_layers`) as they run."""
     counts, heads = rank_layers(job, lay, rank, chunks, t)
+    if rank == t.mtp_rank and t.mtp_layers:
+        mtp = job.arch.mtp_counts()
+        mix, heads = _layer_mix_of(job, lay, chunks, t, sub_counts(counts, mtp), heads)
+        block = lay.recompute == "full" and lay.recompute_method == "block"
+        return mix + list(zip(t.mtp_plain if block else t.mtp_layers, mtp, strict=True)), heads
+    return _layer_mix_of(job, lay, chunks, t, counts, heads)
+
+
+def _layer_mix_of(
+    job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes, counts: tuple[int, ...], heads: int
+) -> tuple[list[tuple[Layer, int]], int]:
+    """`_layer_mix` of a rank's layers of each kind `counts`."""
     block = lay.recompute == "full" and lay.recompute_method == "block"
     low = bf16_ranges(job, chunks)
     if not block and not low:
