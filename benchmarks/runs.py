@@ -69,7 +69,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.cluster_sections import ClusterSection
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import TITAN_DROPOUT, Job
 from planner.inputs.plan_resolve import resolve_cluster
 from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import flops
@@ -310,6 +310,7 @@ def case_from_row(row: dict[str, Any]) -> Case:
             fp8_recipe="tensorwise",
             fp8_param_gather=False,
             expandable_segments=True,
+            **TITAN_DROPOUT,  # torchtitan's models have no dropout (planner.inputs.plan)
         )
     recompute = _recompute(par.get("recompute"))
     if rid == NEMOTRON:

@@ -116,6 +116,12 @@ TRAINING_AS_IS = (
 `planner.inputs.plan_writer` writes back where they differ from the Job's defaults."""
 
 
+TITAN_DROPOUT: dict[str, object] = {"attention_dropout": False, "hidden_dropout": False}
+"""torchtitan's models have no dropout: no dropout module or call in e347b1e5's models/llama3,
+qwen3, deepseek_v3 and moe, nor in b5bcd76c's models/common (`git grep -i dropout` finds none),
+so its jobs keep no dropout masks unless the plan's `[training]` says otherwise."""
+
+
 def build_job(
     arch: ModelArch,
     cluster: ClusterSpec,
@@ -154,6 +160,9 @@ def build_job(
     knobs.update({k: given[k] for k in knobs if k in given})
     if framework == "torchtitan" and "tp_backward_overlap" not in given and titan is not None:
         knobs["tp_backward_overlap"] = titan.async_tp
+    as_is = {name: getattr(training, name) for name in TRAINING_AS_IS}
+    if framework == "torchtitan":  # its models have no dropout (`TITAN_DROPOUT`)
+        as_is.update({k: v for k, v in TITAN_DROPOUT.items() if k not in training.model_fields_set})
     return Job(
         arch=arch,
         cluster=cluster,
@@ -171,7 +180,7 @@ def build_job(
         cuda_graph_impl=_graph_impl(training, where),
         framework=framework,
         torchtitan=titan,
-        **{name: getattr(training, name) for name in TRAINING_AS_IS},
+        **as_is,
         **knobs,  # type: ignore[arg-type]
     )
 
@@ -305,6 +314,8 @@ def reframe(job: Job, framework: Framework) -> Job:
     # for it with [torchtitan] num_mtp_layers
     titan = TorchtitanSection() if framework == "torchtitan" else None
     knobs = training_defaults(framework, False)
+    if framework == "torchtitan":
+        knobs.update(TITAN_DROPOUT)
     arch = trained_by(job.arch, framework)
     return replace(job, arch=arch, framework=framework, torchtitan=titan, **knobs)  # type: ignore[arg-type]
 

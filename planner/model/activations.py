@@ -242,8 +242,8 @@ def layer_input_bytes(arch: ModelArch, sh: Shard) -> float:
 def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     """What per-op selective checkpointing keeps of a layer: its input, the attention kernel's
     output (bf16) and log-sum-exp (fp32 per head and token), and the matmul outputs its policy
-    saves (`planner.model.gemm_shapes.per_op_split`: every other one; MoE experts at the busiest
-    rank's load), and under TP the reduce-scatter outputs its policy saves
+    saves (`planner.model.gemm_shapes.per_op_split`: every other aten.mm; none of the routed
+    experts' grouped GEMMs), and under TP the reduce-scatter outputs its policy saves
     (`per_op_saved.reduce_scatter_bytes`; the all-to-alls' under EP: `stage_activations`)."""
     t, a = sh.tokens, arch.num_attention_heads
     _, v_width = flops.attention_core_width(arch)

@@ -199,11 +199,15 @@ def _titan_mms(
     arch: ModelArch, gemms: Sequence[tuple[float, float, float, float]], tp: int, kind: LayerKind
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """A torchtitan layer's forward matmuls, from its `linear_gemms`, each as (output elements,
-    FLOPs), in two lists: those its per-op checkpointing counts one by one, in the order they run
-    (the attention's wq, wk and wv, which its models run as separate linears, or MLA's
-    projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a dense
-    MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit), and an MoE block's (routed and
-    shared experts, a latent MoE's projections)."""
+    FLOPs), in two lists: the aten.mm calls its per-op checkpointing counts one by one, in the
+    order they run (the attention's wq, wk and wv, which its models run as separate linears, or
+    MLA's projections as `attention_gemms` lists them, then wo; a Mamba mixer's projections; a
+    dense MLP's w1, w3 and w2, or fc1 and fc2 without a gated unit; an MoE block's latent
+    projections and its shared experts' w1, w3 and w2, which run after the routed experts,
+    e347b1e5 models/moe/moe.py:524-529, as separate linears, :67-68), and the routed experts'
+    grouped GEMMs (aten._grouped_mm), which the policy does not count. The router's gate, forced
+    to recompute and left out of the count (per_op_sac_force_recompute_mm_shapes_by_fqns,
+    config/job_config.py:661-663, activation_checkpoint.py:110-113), is no `linear_gemms` entry."""
     n_mixer = _mixer_gemms(arch, kind)
     n_dense = 2 if kind.ffn == "dense" else 0
     counted = list(gemms[: n_mixer + n_dense])
@@ -211,11 +215,17 @@ def _titan_mms(
         (m, k, _, _), kv = counted[0], kv_heads(arch, tp) * arch.head_dim
         q = arch.num_attention_heads * arch.head_dim / tp
         counted[:1] = [(m, k, q, 1), (m, k, kv, 1), (m, k, kv, 1)]
+    n_routed = 2 if kind.moe else 0
+    routed = gemms[n_mixer + n_dense : n_mixer + n_dense + n_routed]
+    moe_mms = list(gemms[n_mixer + n_dense + n_routed :])  # latent, then shared experts
+    if kind.moe and arch.moe_shared_expert_intermediate_size and arch.gated_linear_unit:
+        m, k, n, c = moe_mms[-2]  # the shared experts' fc1 as w1 and w3
+        moe_mms[-2:-1] = [(m, k, n / 2, c), (m, k, n / 2, c)]
     if n_dense and arch.gated_linear_unit:  # split fc1 into w1 and w3
         m, k, n, c = counted[-2]
         counted[-2:-1] = [(m, k, n / 2, c), (m, k, n / 2, c)]
-    ops = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in counted]
-    rest = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in gemms[n_mixer + n_dense :]]
+    ops = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in counted + moe_mms]
+    rest = [(m * n * c, 2.0 * m * k * n * c) for m, k, n, c in routed]
     return ops, rest
 
 
@@ -229,14 +239,16 @@ def per_op_split(
     `linear_gemms` on one GPU of TP size `tp`) under torchtitan's per-op selective activation
     checkpointing: its policy saves the output of every aten.mm but every second one, counted
     from the start of each transformer block's forward (pytorch/torchtitan ba246978,
-    parallelisms/parallelize_llama.py `_custom_policy`, Dec 2024; the same rule at b5bcd76c,
-    distributed/activation_checkpoint.py): the 1st, 3rd, ... of the counted matmuls
-    (`_titan_mms`) are kept, the others re-run in the backward with the elementwise work that
-    feeds them (for a Llama layer wq, wv, w1 and w2 kept; wk, wo and w3 re-run: 37% of an 8B
-    layer's linear FLOPs, not half). An MoE block's matmuls (grouped expert GEMMs and the rest,
-    whose ops and count the policy's list does not settle across versions) are taken as half
-    kept, half re-run."""
-    ops, rest = _titan_mms(arch, gemms, tp, layer_kind(moe))
-    saved = sum(e for e, _ in ops[0::2]) + sum(e for e, _ in rest) / 2
-    rerun = sum(f for _, f in ops[1::2]) + sum(f for _, f in rest) / 2
-    return saved, rerun, sum(f for _, f in ops) + sum(f for _, f in rest)
+    parallelisms/parallelize_llama.py `_custom_policy`, Dec 2024; the same rule at e347b1e5,
+    distributed/activation_checkpoint.py:109-117, and b5bcd76c): the 1st, 3rd, ... of the
+    counted matmuls (`_titan_mms`) are kept, the others re-run in the backward with the
+    elementwise work that feeds them (for a Llama layer wq, wv, w1 and w2 kept; wk, wo and w3
+    re-run: 37% of an 8B layer's linear FLOPs, not half). The routed experts' grouped GEMMs are
+    not on its save list (e347b1e5 models/deepseek_v3/infra/parallelize.py:33-47,
+    qwen3/infra/parallelize.py:39-53; b5bcd76c distributed/activation_checkpoint.py:31-94 lists
+    torch's compute-intensive ops, aten.linear and the collectives, no aten._grouped_mm): none
+    of their outputs kept, all three (w1, w3, w2) re-run."""
+    ops, routed = _titan_mms(arch, gemms, tp, layer_kind(moe))
+    saved = sum(e for e, _ in ops[0::2])
+    rerun = sum(f for _, f in ops[1::2]) + sum(f for _, f in routed)
+    return saved, rerun, sum(f for _, f in ops) + sum(f for _, f in routed)

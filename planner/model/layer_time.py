@@ -77,8 +77,8 @@ the layer's own kernels: TP by `planner.model.layer_tp` (what hides under the GE
 SMs), CP by `planner.model.cp_time`, EP by the token dispatcher (`dispatch.moe_dispatch`).
 Recompute: full repeats each layer's forward (compute, TP and EP traffic) before its backward;
 Megatron's selective recompute re-runs its --recompute-modules (`recompute_time`); torchtitan's
-per-op policy (saves every other matmul output of a block and the attention output) the linear
-GEMMs it does not save (`gemm_shapes.per_op_split`: by their share of the FLOPs) and the
+per-op policy (every other matmul output of a block, no grouped GEMM's, the attention output)
+the GEMMs it does not save (`gemm_shapes.per_op_split`: by their share of the FLOPs) and the
 elementwise forward. Rotary embeddings run as separate ops (`Job.fused_rope` false) add
 `attention_time.UNFUSED_ROPE_BYTES` per element they turn to the streamed work. CPU offloading:
 `Layer.offload`, the layer's saved activations over the GPU's host link one way

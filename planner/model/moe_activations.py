@@ -63,7 +63,25 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     if Fs and not sh.drops("shared_experts"):
         out += shared_input_bytes(arch, sh)
         out += local * (w * Fs * glu + linear_in(BF16 * Fs, sh))
-    return out
+        if glu == 2 and not sh.fused_swiglu:  # silu's output, as a dense MLP's (`mlp_bytes`)
+            out += w * local * Fs
+    return out + combine_bytes(arch, sh)
+
+
+def combine_bytes(arch: ModelArch, sh: Shard) -> float:
+    """The fp32 copy of the routed outputs torchtitan's combine keeps for its backward
+    (`Shard.weighted_experts` false): e347b1e5 models/moe/moe.py:541-549 runs
+    torch.bmm(top_scores (T, 1, k) fp32, routed_output_unsorted.float() (T, k, h)) with
+    score_before_experts False (Qwen3, DeepSeek-V3), and bmm's derivative for its first input
+    reads the second (derivatives.yaml `bmm`), so the fp32 (T, k, h) tensor is saved (in fp32
+    training `.float()` returns the buffer itself, saved all the same); b5bcd76c's
+    token_dispatcher.py:158-161 multiplies the fp32 copy by the scores likewise. T: the tokens of
+    the MoE block's input, replicated over TP (llama4/infra/parallelize.py:521-526 e347b1e5,
+    desired_input_layouts Replicate; the buffer is bs x slen x k rows, the rank's own tokens
+    after the combine all-to-all). Megatron's experts weight inside the activation: none."""
+    if sh.weighted_experts:
+        return 0.0
+    return FP32 * sh.tokens * arch.moe_router_topk * arch.hidden_size
 
 
 def shared_input_bytes(arch: ModelArch, sh: Shard) -> float:
