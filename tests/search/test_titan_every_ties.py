@@ -42,7 +42,7 @@ gradient_accumulation_steps = 2
 """
 
 
-HEADROOM = 2.9
+HEADROOM = 4.0
 
 
 def test_the_smallest_n_of_equals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
