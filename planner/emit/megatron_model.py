@@ -160,6 +160,10 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--add-qkv-bias",))
     if arch.qk_layernorm:
         a.append(("--qk-layernorm",))
+    if arch.qk_l2_norm:  # Megatron norms every layer, RoPE-less too (gpt_layer_specs.py:149)
+        a.append(("--qk-l2-norm",))
+    if arch.no_rope_freq is not None:
+        a.append(("--no-rope-freq", moe_layer_freq(arch.no_rope_freq)))
     if arch.attention_output_gate:
         a.append(("--attention-output-gate",))
     if arch.softmax_type != "vanilla":
@@ -191,6 +195,10 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-latent-size", str(arch.moe_latent_size)))
         if arch.moe_layer_freq != 1:
             a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
+        if arch.moe_router_score_function != "softmax":
+            a.append(("--moe-router-score-function", arch.moe_router_score_function))
+        if arch.moe_apply_probs_on_input:
+            a.append(("--moe-apply-probs-on-input",))
         job = plan.job
         if job.moe_router_num_groups is not None:
             a.append(("--moe-router-num-groups", str(job.moe_router_num_groups)))

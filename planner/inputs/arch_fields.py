@@ -77,6 +77,20 @@ class ArchFields(BaseModel):
         "denominator, 0 (off-by-one) or learned per head (learnable: gpt-oss's attention sinks)",
     )
     position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "rope"
+    no_rope_freq: PositiveInt | tuple[Annotated[Literal[0, 1], Integer], ...] | None = Field(
+        default=None,
+        description="Megatron --no-rope-freq (Llama 4): int N, every N-th layer applies no RoPE; "
+        "or a 1 (no RoPE) / 0 list, one per layer; None = RoPE in every layer",
+    )
+    qk_l2_norm: Flag = Field(
+        default=False,
+        description="Megatron --qk-l2-norm (Llama 4): a parameter-free L2 norm of q and k",
+    )
+    qk_l2_norm_rope_only: Flag = Field(
+        default=False,
+        description="with qk_l2_norm: only the RoPE layers norm q and k (HF and torchtitan "
+        "Llama 4); Megatron norms them in every layer",
+    )
     untie_embeddings_and_output_weights: Flag = False
 
     # --- mixture of experts (Megatron: --num-experts, --moe-*)
@@ -84,6 +98,12 @@ class ArchFields(BaseModel):
         default=None, le=MAX_EXPERTS, description="None = dense model"
     )
     moe_router_topk: PositiveInt = 2
+    moe_router_score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = "softmax"
+    moe_apply_probs_on_input: Flag = Field(
+        default=False,
+        description="Megatron --moe-apply-probs-on-input (Llama 4, top-1): the routed tokens "
+        "are scaled by their probability before the experts, not their outputs after",
+    )
     moe_ffn_hidden_size: PositiveInt | None = Field(
         default=None, description="per-expert MLP width; None = ffn_hidden_size"
     )

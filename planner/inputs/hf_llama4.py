@@ -10,10 +10,15 @@ the dense layers' MLP is intermediate_size_mlp wide (Megatron-Bridge's Llama 4 m
 same: ffn_hidden_size the dense MLP's, moe_shared_expert_intermediate_size the experts').
 Gated SiLU MLPs, RMSNorm, untied embeddings by default.
 
-Not ModelArch fields, noted: the chunked attention of three layers in four (each token attends
-within its attention_chunk_size chunk, timed as full causal attention: the same up to a chunk's
-length, the slower side beyond it), and use_qk_norm's parameter-free L2 norm of q and k on
-those layers (no parameters, a few elementwise passes)."""
+The RoPE-less layers: no_rope_layers (1 = RoPE) or every no_rope_layer_interval-th (default 4)
+-> no_rope_freq; use_qk_norm's parameter-free L2 norm of q and k runs on the RoPE layers only
+(Llama4TextAttention: `use_qk_norm and use_rope`) -> qk_l2_norm with qk_l2_norm_rope_only; the
+router's sigmoid scores scale the expert's input (Llama4TextMoe: top-1) ->
+moe_router_score_function sigmoid, moe_apply_probs_on_input.
+
+Noted, not modelled: the chunked attention of the RoPE layers (each token attends within its
+attention_chunk_size chunk), timed as full causal attention: the same up to a chunk's length, the
+slower side beyond it."""
 
 from __future__ import annotations
 
@@ -53,4 +58,19 @@ def llama4(r: Reader) -> Fields:
         **f,
         **moe(t, ("num_local_experts",), expert_ffn, moe_layers),
         "moe_shared_expert_intermediate_size": expert_ffn,
+        "moe_router_score_function": "sigmoid",
+        "moe_apply_probs_on_input": True,
+        **_no_rope(t, n),
     }
+
+
+def _no_rope(t: Reader, n: int) -> Fields:
+    """no_rope_freq from no_rope_layers (1 = a RoPE layer) or no_rope_layer_interval (transformers'
+    Llama4TextConfig default: every 4th layer without RoPE), and the L2 q/k norm of the others."""
+    listed = t.cfg.get("no_rope_layers")
+    if isinstance(listed, list) and len(listed) == n and set(listed) <= {0, 1}:
+        freq: int | tuple[int, ...] = tuple(1 - int(x) for x in listed)
+    else:
+        freq = t.opt_int("no_rope_layer_interval", default=4) or 4
+    norm = t.flag("use_qk_norm", True)
+    return {"no_rope_freq": freq, "qk_l2_norm": norm, "qk_l2_norm_rope_only": norm}

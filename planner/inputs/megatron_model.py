@@ -53,6 +53,8 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--qk-layernorm": ("qk_layernorm", True),
     "--attention-output-gate": ("attention_output_gate", True),
     "--multi-latent-attention": ("multi_latent_attention", True),
+    "--qk-l2-norm": ("qk_l2_norm", True),  # every layer (gpt_layer_specs.py:148-153)
+    "--moe-apply-probs-on-input": ("moe_apply_probs_on_input", True),
 }
 SOFTMAX_TYPES: tuple[str, ...] = get_args(SoftmaxType)
 """--softmax-type's choices (`ModelArch.softmax_type`)."""
@@ -114,9 +116,13 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
         notes.append(f"--position-embedding-type {position}: stores what rope stores")
         position = _ROPE_LIKE[position]
     model["position_embedding_type"] = position
-    freq = line.text("--moe-layer-freq")
-    if freq is not None:
-        model["moe_layer_freq"] = layer_pattern(freq, f"{where}: --moe-layer-freq")
+    for flag, field in (("--moe-layer-freq", "moe_layer_freq"), ("--no-rope-freq", "no_rope_freq")):
+        freq = line.text(flag)
+        if freq is not None:
+            model[field] = layer_pattern(freq, f"{where}: {flag}")
+    score = line.text("--moe-router-score-function")  # choices checked by megatron_choices
+    if score is not None:
+        model["moe_router_score_function"] = score
     model.update(_window(line, where))
     for required in ("num_layers", "hidden_size", "num_attention_heads"):
         if required not in model:

@@ -116,10 +116,26 @@ def _qk_norm_bytes(arch: ModelArch, sh: Shard) -> float:
     with one fp32 rstd per row (d0067d0d ops/basic/rmsnorm.py:189, :209): (a + g) heads of d
     values and 4 bytes each, beside the rotated q and k the attention kernel keeps. Kept under
     selective recompute (the norms are outside core attention)."""
-    if not arch.qk_layernorm:
-        return 0.0
     rows = sh.tokens * (arch.num_attention_heads + arch.query_groups)
-    return rows * (word(sh) * arch.head_dim + FP32)
+    return (
+        rows
+        * (word(sh) * arch.head_dim + FP32)
+        * (_l2_layers(arch) if arch.qk_l2_norm else arch.qk_layernorm)
+    )
+
+
+def _l2_layers(arch: ModelArch) -> float:
+    """The share of layers with `ModelArch.qk_l2_norm`'s L2 norm of q and k, each keeping what a
+    q/k RMSNorm keeps: Megatron-LM d98e8a64's L2Norm (torch_norm.py:94-106) runs under jit_fuser,
+    torch.compile by default (jit.py:16-33), whose graph keeps its 16-bit input and the fp32
+    rsqrt per row (eager, --disable-jit-fuser, it would keep x.float(), twice the input). Megatron
+    norms every layer (gpt_layer_specs.py:148-153, attention.py:1709-1711); HF and torchtitan
+    Llama 4 only the RoPE layers (`qk_l2_norm_rope_only`): all but 1 in `no_rope_freq`. It
+    replaces --qk-layernorm's norm where both are set (gpt_layer_specs.py:149)."""
+    freq = arch.no_rope_freq
+    if not arch.qk_l2_norm_rope_only or freq is None:
+        return 1.0
+    return 1 - (sum(freq) / len(freq) if isinstance(freq, tuple) else 1 / freq)
 
 
 def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:

@@ -53,6 +53,10 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
     out += expert_input_bytes(arch, sh) + n * (w * F * glu + FP32)
+    if arch.moe_apply_probs_on_input and sh.weighted_experts:
+        # Megatron-LM d98e8a64 experts.py:918-926: permuted_probs * permuted_local_hidden_states
+        # saves the dispatched tokens for the probabilities' gradient, beside fc1's input
+        out += pairs(arch, sh) * sh.etp * w * arch.expert_hidden
     if not sh.drops("moe_act"):  # (the checkpointed activation keeps none of them)
         out += n * w * F * _unfused_widths(arch, sh)
     if arch.moe_latent_size:
