@@ -21,7 +21,12 @@ Arg = tuple[str, ...]
 
 def _activation(arch: ModelArch, where: str) -> list[Arg]:
     if arch.gated_linear_unit and arch.activation in ("swiglu", "silu"):
-        return [("--swiglu",)]
+        if not arch.glu_linear_offset:
+            return [("--swiglu",), *_glu_clamp(arch)]
+        # a nonzero offset under the fused kernel needs quick_gelu (transformer_config.py:2440
+        # d98e8a64): gpt-oss's GLU, as Megatron-Bridge runs it (gpt_oss_bridge.py:82-84 067f987d)
+        offset = ("--glu-linear-offset", str(arch.glu_linear_offset))
+        return [("--quick-geglu",), offset, *_glu_clamp(arch)]
     if not arch.gated_linear_unit and arch.activation == "gelu":
         return []  # Megatron's default
     if not arch.gated_linear_unit and arch.activation == "squared_relu":
@@ -31,6 +36,12 @@ def _activation(arch: ModelArch, where: str) -> list[Arg]:
         f"{where}.activation: Megatron-LM pretrain_gpt.py has no flag for a {kind} MLP "
         f"(it offers gelu, --swiglu and --squared-relu)"
     )
+
+
+def _glu_clamp(arch: ModelArch) -> list[Arg]:
+    """--activation-func-clamp-value (gpt-oss: 7.0), `ModelArch.activation_func_clamp_value`."""
+    clamp = arch.activation_func_clamp_value
+    return [] if clamp is None else [("--activation-func-clamp-value", str(clamp))]
 
 
 def refuse_alibi(arch: ModelArch, where: str, runtime: str = "Megatron-LM") -> None:

@@ -9,7 +9,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs.fields import Flag, Integer, Label, Name, NonNegativeInt, PositiveInt, Text
+from planner.inputs.fields import (
+    FiniteFloat,
+    Flag,
+    Integer,
+    Label,
+    Name,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Text,
+)
 
 MAX_LAYERS = 10_000
 """Decoder layers a model may have. The deepest published decoders have about a hundred (GPT-3 96,
@@ -62,6 +72,18 @@ class ArchFields(BaseModel):
 
     gated_linear_unit: Flag = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
     activation: Literal["gelu", "swiglu", "geglu", "squared_relu", "relu", "silu"] = "gelu"
+    activation_func_clamp_value: PositiveFloat | None = Field(
+        default=None,
+        description="Megatron --activation-func-clamp-value (HF gpt-oss swiglu_limit): the GLU "
+        "clamps its gate half to at most this and its linear half to within +-this before the "
+        "activation (gpt-oss: 7.0); None = no clamp",
+    )
+    glu_linear_offset: FiniteFloat = Field(
+        default=0.0,
+        description="Megatron --glu-linear-offset: added to the GLU's linear half before the "
+        "product (gpt-oss: 1.0; with bias_activation_fusion Megatron allows it only for "
+        "quick-GELU, transformer_config.py:2440 d98e8a64)",
+    )
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")
     add_qkv_bias: Flag = Field(default=False, description="bias on QKV only (Qwen2)")

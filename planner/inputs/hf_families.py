@@ -250,15 +250,23 @@ def _gpt_oss(r: Reader) -> Fields:
     layers layer_types marks (`window`). The experts and the router always carry biases and
     attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring high when
     attention_bias is false). The per-head attention sinks (GptOssAttention.sinks): softmax_type
-    "learnable". Not expressible, noted in `source`: the router bias and the clamped GLU
-    (swiglu_limit; counted as SwiGLU)."""
+    "learnable". The experts' GLU (GptOssExperts) clamps its halves at swiglu_limit (7.0 by
+    default): activation_func_clamp_value, and adds 1 to the linear half: glu_linear_offset 1.0
+    (Megatron-Bridge 067f987d gpt_oss_bridge.py:83-84). Not expressible, noted in `source`: the
+    router bias."""
     f = llama(r, head_dim_default=64)
     every = [True] * f["num_layers"]
-    r.notes.append("router bias and the clamped GLU (swiglu_limit) not modelled")
+    limit = r.cfg.get("swiglu_limit")
+    limit = 7.0 if limit is None else limit
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < 1e30:
+        raise r.error("swiglu_limit", f"must be a positive number for {r.arch} (got {limit!r})")
+    r.notes.append("router bias not modelled")
     return {
         **f,
         "add_bias_linear": True,
         "softmax_type": "learnable",
+        "activation_func_clamp_value": float(limit),
+        "glu_linear_offset": 1.0,
         **moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),
         **window(r, f["num_layers"], every=False),
     }

@@ -7,6 +7,7 @@ Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses).
 
 from __future__ import annotations
 
+import math
 from typing import Any, get_args
 
 from planner.inputs import megatron_dsa, megatron_gdn, megatron_t5
@@ -96,6 +97,7 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
         model.update(gated_linear_unit=True, activation="geglu")
     elif line.has("--squared-relu"):
         model["activation"] = "squared_relu"
+    model.update(_glu_fields(line))
     norm = line.text("--normalization")
     if norm is not None:
         model["normalization"] = norm
@@ -136,6 +138,27 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
             raise InputError(f"{where}: {flag}: required to size the model, but not given{why}")
     model.setdefault("ffn_hidden_size", _default_ffn(model))
     return model
+
+
+def _glu_fields(line: Line) -> dict[str, float]:
+    """--activation-func-clamp-value and --glu-linear-offset (TransformerConfig d98e8a64
+    transformer_config.py:231, :235; gpt-oss: 7.0 and 1.0): `ModelArch`'s fields of the same
+    names. The clamp must be finite and positive (as Megatron asserts for SwiGLU, :2476-2482)."""
+    out: dict[str, float] = {}
+    clamp = line.number("--activation-func-clamp-value")
+    if clamp is not None:
+        if not 0 < clamp < math.inf:
+            raise InputError(
+                f"{line.where}: --activation-func-clamp-value: must be finite and greater than "
+                f"zero (got {clamp!r})"
+            )
+        out["activation_func_clamp_value"] = clamp
+    offset = line.number("--glu-linear-offset")
+    if offset is not None:
+        if not math.isfinite(offset):
+            raise InputError(f"{line.where}: --glu-linear-offset: must be finite (got {offset!r})")
+        out["glu_linear_offset"] = offset
+    return out
 
 
 def _default_ffn(model: dict[str, Any]) -> int:

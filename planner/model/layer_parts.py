@@ -117,6 +117,8 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         value_bytes=fp32.value_bytes(job),
         flash_attention=not in_fp32,
         attention_dropout=job.attention_dropout,  # (read only without flash attention)
+        # TE's fused grouped MLP clamps gpt-oss's GLU inside its op (`moe_activations.clamp_widths`)
+        te_grouped_mlp=job.moe_fused_grouped_mlp and job.framework == "megatron",
     )
     if job.arch.has_dsa:
         sh = replace(sh, **dsa.shard_fields(job, lay.tp))

@@ -52,6 +52,7 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
         weighted_experts=job.framework == "megatron",
+        te_grouped_mlp=job.moe_fused_grouped_mlp and job.framework == "megatron",
         shared_keeps_original=job.framework == "megatron"
         and quantised
         and job.quant_recipe != "delayed",

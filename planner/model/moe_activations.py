@@ -12,7 +12,8 @@ per token-expert pair the GPU's experts receive:
     router         fp32 logits and scores, 2 x 4E                               per local token
     experts        fc1's input 2h (8 bits under FP8) x etp (expert-TP gathers its ranks'
                    tokens); fc1's output 2F (x 2 gated: the fused SwiGLU's input); the weighted
-                   activation 2F, fc2's input (8 bits under FP8); the probability, 4   per pair
+                   activation 2F, fc2's input (8 bits under FP8); the probability, 4; a
+                   clamped GLU's copies (`clamp_widths`)                          per pair
     shared experts fc1's output and activation over the TP group's tokens, split by t; under
                    the shared-expert overlap fc1's gathered input, 2h per token of the group
 
@@ -58,7 +59,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         # saves the dispatched tokens for the probabilities' gradient, beside fc1's input
         out += pairs(arch, sh) * sh.etp * w * arch.expert_hidden
     if not sh.drops("moe_act"):  # (the checkpointed activation keeps none of them)
-        out += n * w * F * _unfused_widths(arch, sh)
+        out += n * w * F * (_unfused_widths(arch, sh) + clamp_widths(arch, sh))
     if arch.moe_latent_size:
         out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
@@ -138,6 +139,34 @@ def _unfused_widths(arch: ModelArch, sh: Shard) -> int:
     if sh.fused_swiglu:  # the fused weighted SwiGLU / squared ReLU kernels
         return 0
     return 3 if arch.gated_linear_unit else 1
+
+
+def clamp_widths(arch: ModelArch, sh: Shard) -> int:
+    """Expert-FFN-wide tensors per pair the clamped GLU (`ModelArch.activation_func_clamp_value`,
+    gpt-oss) keeps beyond `_unfused_widths`, where the activation is not recomputed (moe_act:
+    the checkpoint keeps only fc1's output). Megatron-LM d98e8a64: quick-GEGLU's fused kernel
+    (the only one a nonzero glu_linear_offset may take, transformer_config.py:2440) clamps
+    outside its autograd Function (fused_bias_geglu.py:424-432: chunk, two clamps, cat); each
+    clamp saves its input (derivatives.yaml `clamp`), a view of fc1's output (counted), and the
+    Function saves the clamped cat (:327): 2 more; the fused SwiGLU clamps inside its Function
+    (WeightedSwiGLUFunction, fused_bias_swiglu.py:275): none; the unfused GLU
+    (experts.py:998-1010) keeps the clamped gate half for the activation: 1. torchtitan's
+    gpt-oss experts (e347b1e5 models/gpt_oss/model/moe.py:86-93; b5bcd76c moe.py:67-74
+    addcmul), eager, keep the clamped gate, sigmoid's output, the gate product and the linear
+    half plus 1 (or clamped): 4, of which `_unfused_widths` counts 1; compiled
+    (`Shard.fused_swiglu`) the elementwise chain is recomputed from fc1's output, as the fused
+    SwiGLU's: none."""
+    if arch.activation_func_clamp_value is None or not arch.gated_linear_unit:
+        return 0
+    if sh.drops("moe_act"):
+        return 0
+    if not sh.weighted_experts:
+        return 0 if sh.fused_swiglu else 3
+    if sh.te_grouped_mlp:  # TE's fused op clamps inside (`Shard.te_grouped_mlp`)
+        return 0
+    if not sh.fused_swiglu:
+        return 1
+    return 2 if arch.activation == "geglu" or arch.glu_linear_offset != 0 else 0
 
 
 DISPATCH_TOKENS = {"alltoall": 3.0, "flex": 3.0, "hybridep": 1.0}

@@ -134,6 +134,11 @@ class Shard:
     itself and runs its linear layers without their parallel mode (shared_experts.py
     `pre_forward_comm`, d98e8a64), so fc1 keeps what it read instead of re-gathering it in its
     backward."""
+    te_grouped_mlp: bool = False
+    """Megatron's experts run as Transformer Engine's op fuser (--moe-fused-grouped-mlp's
+    use_transformer_engine_op_fuser, experts.py d98e8a64 :287-291): the GLU, clamped too, is one
+    TE op saving its input and the scales (ScaledClampedQGeGLU, :545-562; TE d0067d0d
+    ops/basic/swiglu.py:552-555): `moe_activations.clamp_widths`."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it
     (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""
