@@ -57,6 +57,7 @@ class ModelArch(ArchLayers):
                 f"moe_layer_freq has {len(self.moe_layer_freq)} entries but num_layers is "
                 f"{self.num_layers}"
             )
+        self._check_no_rope()
         self._check_window()
         self._check_linear_attention()
         self._check_dsa()
@@ -68,6 +69,7 @@ class ModelArch(ArchLayers):
                 f"({self.num_moe_experts})"
             )
         self._check_routing_groups()
+        self._check_megatron_pairs()
         learned = self.position_embedding_type == "learned_absolute"
         if learned and self.max_position_embeddings is None and self.seq_length is None:
             raise ValueError(
@@ -84,6 +86,30 @@ class ModelArch(ArchLayers):
             if self.attention_output_gate:  # TransformerConfig raises NotImplementedError
                 raise ValueError("attention_output_gate does not run with multi_latent_attention")
         return self
+
+    def _check_megatron_pairs(self) -> None:
+        """Settings Megatron-LM d98e8a64 refuses together: probabilities on the expert input only
+        with top-1 routing (moe/experts.py:918-921, :1475-1478); the L2 q/k norm not with
+        multi-latent attention (gpt_layer_specs.py:105, :245); a SwiGLU's clamp only with MoE
+        (transformer_config.py:2471-2486; gpt-oss's clamped GLU, with its offset, is a quick
+        GEGLU, not a SwiGLU)."""
+        if self.moe_apply_probs_on_input and self.moe_router_topk != 1:
+            raise ValueError(
+                f"moe_apply_probs_on_input needs moe_router_topk 1 (got {self.moe_router_topk})"
+            )
+        if self.qk_l2_norm and self.multi_latent_attention:
+            raise ValueError("qk_l2_norm does not run with multi_latent_attention")
+        swiglu = self.gated_linear_unit and self.activation in ("swiglu", "silu")
+        if (
+            self.activation_func_clamp_value is not None
+            and swiglu
+            and not self.glu_linear_offset
+            and self.num_moe_experts is None
+        ):
+            raise ValueError(
+                f"activation_func_clamp_value ({self.activation_func_clamp_value}) for a SwiGLU "
+                "needs a mixture of experts (num_moe_experts)"
+            )
 
     def _check_hybrid(self, text: str) -> None:
         """What Megatron asserts of a hybrid stack (hybrid_layer_allocation.py, mamba_mixer.py
@@ -185,6 +211,15 @@ class ModelArch(ArchLayers):
             raise ValueError(
                 f"moe_router_group_topk ({topk}) exceeds moe_router_num_groups ({groups})"
             )
+
+    def _check_no_rope(self) -> None:
+        """Megatron-LM d98e8a64 transformer_config.py:3140-3152 asserts an integer no_rope_freq
+        divides num_layers and a list of them is num_layers long."""
+        freq, n = self.no_rope_freq, self.num_layers
+        if isinstance(freq, int) and n % freq:
+            raise ValueError(f"no_rope_freq ({freq}) must divide num_layers ({n})")
+        if isinstance(freq, tuple) and len(freq) != n:
+            raise ValueError(f"no_rope_freq has {len(freq)} entries but num_layers is {n}")
 
     def _check_window(self) -> None:
         if self.window_size is None:

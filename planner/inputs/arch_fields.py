@@ -108,11 +108,6 @@ class ArchFields(BaseModel):
         default=False,
         description="Megatron --qk-l2-norm (Llama 4): a parameter-free L2 norm of q and k",
     )
-    qk_l2_norm_rope_only: Flag = Field(
-        default=False,
-        description="with qk_l2_norm: only the RoPE layers norm q and k (HF and torchtitan "
-        "Llama 4); Megatron norms them in every layer",
-    )
     untie_embeddings_and_output_weights: Flag = False
 
     # --- mixture of experts (Megatron: --num-experts, --moe-*)

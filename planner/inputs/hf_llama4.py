@@ -12,9 +12,10 @@ Gated SiLU MLPs, RMSNorm, untied embeddings by default.
 
 The RoPE-less layers: no_rope_layers (1 = RoPE) or every no_rope_layer_interval-th (default 4)
 -> no_rope_freq; use_qk_norm's parameter-free L2 norm of q and k runs on the RoPE layers only
-(Llama4TextAttention: `use_qk_norm and use_rope`) -> qk_l2_norm with qk_l2_norm_rope_only; the
-router's sigmoid scores scale the expert's input (Llama4TextMoe: top-1) ->
-moe_router_score_function sigmoid, moe_apply_probs_on_input.
+(Llama4TextAttention: `use_qk_norm and use_rope`) -> qk_l2_norm, which Megatron, the code planner
+launches, runs on every layer (gpt_layer_specs.py:148-153 d98e8a64); the router's sigmoid scores
+scale the expert's input (Llama4TextMoe: top-1) -> moe_router_score_function sigmoid,
+moe_apply_probs_on_input (top-1 only: Megatron asserts it, moe/experts.py:918-921).
 
 Noted, not modelled: the chunked attention of the RoPE layers (each token attends within its
 attention_chunk_size chunk), timed as full causal attention: the same up to a chunk's length, the
@@ -59,7 +60,7 @@ def llama4(r: Reader) -> Fields:
         **moe(t, ("num_local_experts",), expert_ffn, moe_layers),
         "moe_shared_expert_intermediate_size": expert_ffn,
         "moe_router_score_function": "sigmoid",
-        "moe_apply_probs_on_input": True,
+        "moe_apply_probs_on_input": t.opt_int("num_experts_per_tok", default=1) == 1,
         **_no_rope(t, n),
     }
 
@@ -73,4 +74,4 @@ def _no_rope(t: Reader, n: int) -> Fields:
     else:
         freq = t.opt_int("no_rope_layer_interval", default=4) or 4
     norm = t.flag("use_qk_norm", True)
-    return {"no_rope_freq": freq, "qk_l2_norm": norm, "qk_l2_norm_rope_only": norm}
+    return {"no_rope_freq": freq, "qk_l2_norm": norm}

@@ -119,7 +119,7 @@ def check_domain_used(used: int | None, tiers: tuple[LinkTier, ...], per_node: i
             f"(gpus_per_node {per_node}), whose every GPU the launch uses: leave it unset or "
             f"{span}"
         )
-    if used % per_node:
+    if span > per_node and used % per_node:
         raise ValueError(
             f"gpus_per_domain_used ({used}) must be whole nodes of gpus_per_node ({per_node})"
         )

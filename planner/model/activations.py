@@ -132,27 +132,14 @@ def _qk_norm_bytes(arch: ModelArch, sh: Shard) -> float:
     (attention.py:1931-1935), and Transformer Engine's RMSNorm saves a contiguous copy of its input
     with one fp32 rstd per row (d0067d0d ops/basic/rmsnorm.py:189, :209): (a + g) heads of d
     values and 4 bytes each, beside the rotated q and k the attention kernel keeps. Kept under
-    selective recompute (the norms are outside core attention)."""
+    selective recompute (the norms are outside core attention). `ModelArch.qk_l2_norm`'s L2Norm
+    (Megatron-LM torch_norm.py:94-106) keeps the same under jit_fuser, torch.compile by default
+    (jit.py:16-33: its 16-bit input and an fp32 rsqrt per row; eager, x.float(), twice the input),
+    on every layer (gpt_layer_specs.py:148-153, attention.py:1709-1711: HF's Llama 4 norms only its
+    RoPE layers, a code planner does not model; torchtitan's none), in place of --qk-layernorm's
+    norm where both are set (gpt_layer_specs.py:149)."""
     rows = sh.tokens * (arch.num_attention_heads + arch.query_groups)
-    return (
-        rows
-        * (word(sh) * arch.head_dim + FP32)
-        * (_l2_layers(arch) if arch.qk_l2_norm else arch.qk_layernorm)
-    )
-
-
-def _l2_layers(arch: ModelArch) -> float:
-    """The share of layers with `ModelArch.qk_l2_norm`'s L2 norm of q and k, each keeping what a
-    q/k RMSNorm keeps: Megatron-LM d98e8a64's L2Norm (torch_norm.py:94-106) runs under jit_fuser,
-    torch.compile by default (jit.py:16-33), whose graph keeps its 16-bit input and the fp32
-    rsqrt per row (eager, --disable-jit-fuser, it would keep x.float(), twice the input). Megatron
-    norms every layer (gpt_layer_specs.py:148-153, attention.py:1709-1711); HF and torchtitan
-    Llama 4 only the RoPE layers (`qk_l2_norm_rope_only`): all but 1 in `no_rope_freq`. It
-    replaces --qk-layernorm's norm where both are set (gpt_layer_specs.py:149)."""
-    freq = arch.no_rope_freq
-    if not arch.qk_l2_norm_rope_only or freq is None:
-        return 1.0
-    return 1 - (sum(freq) / len(freq) if isinstance(freq, tuple) else 1 / freq)
+    return rows * (word(sh) * arch.head_dim + FP32) * (arch.qk_l2_norm or arch.qk_layernorm)
 
 
 def _gathered_input_extra(T: int, h: int, sh: Shard) -> float:

@@ -74,13 +74,16 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
 
 
 def combine_bytes(arch: ModelArch, sh: Shard) -> float:
-    """The fp32 copy of the routed outputs torchtitan's combine keeps for its backward
-    (`Shard.weighted_experts` false): e347b1e5 models/moe/moe.py:541-549 runs
-    torch.bmm(top_scores (T, 1, k) fp32, routed_output_unsorted.float() (T, k, h)) with
-    score_before_experts False (Qwen3, DeepSeek-V3), and bmm's derivative for its first input
-    reads the second (derivatives.yaml `bmm`), so the fp32 (T, k, h) tensor is saved (in fp32
-    training `.float()` returns the buffer itself, saved all the same); b5bcd76c's
-    token_dispatcher.py:158-161 multiplies the fp32 copy by the scores likewise. T: the tokens of
+    """The fp32 (T, k, h) copy torchtitan's MoE keeps for the scores' gradient
+    (`Shard.weighted_experts` false), on either side of the experts (MoEArgs.score_before_experts).
+    After them (False: Qwen3, DeepSeek-V3, gpt-oss), e347b1e5 models/moe/moe.py:541-549 runs
+    torch.bmm(top_scores (T, 1, k) fp32, routed_output_unsorted.float() (T, k, h)), and bmm's
+    derivative for its first input reads the second (derivatives.yaml `bmm`), so the fp32 routed
+    outputs are saved; b5bcd76c's token_dispatcher.py:158-161 multiplies the fp32 copy by the
+    scores likewise. Before them (True, MoEArgs' default: Llama 4, moe.py:31), moe.py:517-521
+    multiplies routed_input.to(torch.float32) (T x k rows, h) by the sorted scores, and the
+    multiplication keeps that fp32 copy for the scores' gradient: the same 4 T k h bytes. In fp32
+    training `.float()` returns the buffer itself, saved all the same. T: the tokens of
     the MoE block's input, replicated over TP (llama4/infra/parallelize.py:521-526 e347b1e5,
     desired_input_layouts Replicate; the buffer is bs x slen x k rows, the rank's own tokens
     after the combine all-to-all). Megatron's experts weight inside the activation: none."""

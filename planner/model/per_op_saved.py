@@ -5,7 +5,11 @@ pytorch/torchtitan b5bcd76c distributed/activation_checkpoint.py:61-63 (`comm_op
 `_c10d_functional.reduce_scatter_tensor` and `_c10d_functional.all_to_all_single` output (e347b1e5
 has the reduce-scatter in models/llama3/infra/parallelize.py:43 and both in
 models/deepseek_v3/infra/parallelize.py:33-41). Its all-gathers are not on the list: the replay
-re-runs them (`planner.model.layer_tp`).
+re-runs them (`planner.model.layer_tp`). planner follows b5bcd76c's one list for every family;
+the TOML target's e347b1e5 lists per model, and qwen3's (models/qwen3/infra/parallelize.py:39-53)
+has no all-to-all (deepseek_v3's :40-41, gpt_oss's :49-50 and llama4's :58-59 have it), so a
+Qwen3 TOML run at ep > 1 recomputes the dispatch and combine instead of keeping
+`all_to_all_bytes` (an overcount there, not modelled per family).
 
 - Under TP (sequence parallel, as torchtitan's plans always are) each block ends in a
   reduce-scatter to Shard(1): the row-parallel wo and w2 (e347b1e5 models/llama3/infra/

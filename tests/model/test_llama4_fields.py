@@ -43,9 +43,6 @@ def test_l2_norm_keeps_what_the_qk_rmsnorm_keeps_on_its_layers() -> None:
     sh = Shard(tokens=T, seq_per_cp_rank=T)
     # Megatron: every layer, 2 x 36 x 128 + 4 x 36 = 9,360 bytes a token
     assert act.attention_bytes(l2, sh) - act.attention_bytes(bare, sh) == pytest.approx(T * 9360)
-    # HF / torchtitan: the RoPE layers, 3 in 4: 9,360 x 3/4 = 7,020 a token on average
-    rope = l2.model_copy(update={"qk_l2_norm_rope_only": True})
-    assert act.attention_bytes(rope, sh) - act.attention_bytes(bare, sh) == pytest.approx(T * 7020)
     # --qk-l2-norm replaces --qk-layernorm's norm (gpt_layer_specs.py:149): no second copy
     both = QWEN.model_copy(update={"qk_l2_norm": True})
     assert act.attention_bytes(both, sh) == act.attention_bytes(QWEN, sh)
@@ -87,7 +84,7 @@ def _scout(**text: Any) -> dict[str, Any]:
 
 def test_hf_llama4_fields() -> None:
     arch = arch_from_hf(_scout(), "scout.json")
-    assert (arch.no_rope_freq, arch.qk_l2_norm, arch.qk_l2_norm_rope_only) == (4, True, True)
+    assert (arch.no_rope_freq, arch.qk_l2_norm) == (4, True)
     assert arch.moe_router_score_function == "sigmoid" and arch.moe_apply_probs_on_input
     listed = arch_from_hf(_scout(no_rope_layers=[1, 0, 1, 1, 1, 1, 1, 0]), "scout.json")
     assert listed.no_rope_freq == (0, 1, 0, 0, 0, 0, 0, 1)  # HF 1 = RoPE, Megatron 1 = none
