@@ -58,7 +58,7 @@ from planner.inputs.torchtitan_float8 import (
     GROUPED_FLOAT8,
     grouped_float8_problem,
 )
-from planner.inputs.torchtitan_toml import EraNames, era_problem
+from planner.inputs.torchtitan_toml import PLAN_NAMES, era_problem
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -91,20 +91,6 @@ def routing_refusal(plan: Plan, commit: str) -> InputError | None:
         f"(the model's: {own[0]}, {own[1]}): torchtitan {commit[:8]} routes with its flavor's "
         "own groups, which this launch does not change; drop the override to launch it"
     )
-
-
-PLAN_NAMES = EraNames(
-    "parallel.cp",
-    "parallel.pp",
-    "torchtitan.dp_replicate",
-    "training.seq_length",
-    "tp",
-    "pp",
-    "cp",
-    "parallel.dp",
-)
-"""How the TOML launch target names what e347b1e5 refuses: the plan's fields (the shard degree
-`fp32_problem` names is dp, the replicate degree 1 there)."""
 
 
 def era_refusal(plan: Plan, name: str) -> InputError | None:

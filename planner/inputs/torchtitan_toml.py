@@ -178,6 +178,20 @@ TOML_NAMES = EraNames(
     "parallelism.data_parallel_shard_degree",
 )
 
+PLAN_NAMES = EraNames(
+    "parallel.cp",
+    "parallel.pp",
+    "torchtitan.dp_replicate",
+    "training.seq_length",
+    "tp",
+    "pp",
+    "cp",
+    "parallel.dp",
+)
+"""How a plan names what e347b1e5 refuses (the TOML launch target, `planner.emit.torchtitan`, and
+the search's rule for what only the module target writes, `rules.torchtitan_era`): the plan's
+fields (the shard degree `fp32_problem` names is dp, the replicate degree 1 there)."""
+
 FSDP_WITH_EP = ("deepseek_v3", "gpt_oss", "llama4")
 """e347b1e5's models that apply FSDP (and its mixed precision) with expert parallelism alone too
 (`fsdp_enabled or ep_enabled`: models/deepseek_v3/infra/parallelize.py:162,

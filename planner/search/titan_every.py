@@ -252,7 +252,8 @@ def _every_rows(
     """The every-N rows that can rank among the first `top` with the merged ones, and how many
     layouts were scored. A structure is visited only where its variant's search queued it with
     a bound not above the K-th merged time (`bound.below` >= that bound, less its 1e-12
-    rounding allowance: none of its bases would pass)."""
+    rounding allowance: none of its bases would pass), and not where only torchtitan's Python
+    configurations run the structure (`rules.head_era`: they have no every-N option)."""
     order, merged, memo, jobs = found.order, found.rows, found.memo, found.jobs
     cut = merged[top - 1][0][0] if len(merged) >= top else None
     out: list[tuple[RowKey, Row[Candidate]]] = []
@@ -267,6 +268,8 @@ def _every_rows(
         for s, known in found.queued[vi].within(cut).items():
             if cut is not None and known.bound * (1 - 1e-12) > cut:
                 continue
+            if rules.head_era(every_job(vjob, 2), s.layout()) is not None:
+                continue  # only the Python configurations run it: no every-N option there
             for lay, got in every_candidates(vjob, sp, s, cut, known):
                 scored += 1
                 c, n = got
