@@ -27,10 +27,6 @@ def _activation(arch: ModelArch, where: str) -> list[Arg]:
         # d98e8a64): gpt-oss's GLU, as Megatron-Bridge runs it (gpt_oss_bridge.py:82-84 067f987d)
         offset = ("--glu-linear-offset", str(arch.glu_linear_offset))
         return [("--quick-geglu",), offset, *_glu_clamp(arch)]
-    if arch.gated_linear_unit and arch.activation == "geglu":  # as the reader reads --quick-geglu
-        shift = arch.glu_linear_offset
-        offsets: list[Arg] = [("--glu-linear-offset", str(shift))] if shift else []
-        return [("--quick-geglu",), *offsets, *_glu_clamp(arch)]
     if not arch.gated_linear_unit and arch.activation == "gelu":
         return []  # Megatron's default
     if not arch.gated_linear_unit and arch.activation == "squared_relu":
@@ -38,7 +34,7 @@ def _activation(arch: ModelArch, where: str) -> list[Arg]:
     kind = f"gated {arch.activation}" if arch.gated_linear_unit else arch.activation
     raise InputError(
         f"{where}.activation: Megatron-LM pretrain_gpt.py has no flag for a {kind} MLP "
-        f"(it offers gelu, --swiglu, --quick-geglu and --squared-relu)"
+        f"(it offers gelu, --swiglu and --squared-relu)"
     )
 
 

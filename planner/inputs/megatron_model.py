@@ -93,6 +93,10 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
             model.setdefault(field, default)
     if line.has("--swiglu"):
         model.update(gated_linear_unit=True, activation="swiglu")
+    elif line.has("--quick-geglu") and line.text("--glu-linear-offset") not in (None, "0", "0.0"):
+        # gpt-oss's GLU as the writer writes it (planner.emit.megatron_model: a SwiGLU-shaped
+        # GLU with an offset under the fused kernel is quick_gelu, transformer_config.py:2440)
+        model.update(gated_linear_unit=True, activation="swiglu")
     elif line.has("--quick-geglu"):
         model.update(gated_linear_unit=True, activation="geglu")
     elif line.has("--squared-relu"):
