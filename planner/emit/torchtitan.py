@@ -58,7 +58,7 @@ from planner.inputs.torchtitan_float8 import (
     GROUPED_FLOAT8,
     grouped_float8_problem,
 )
-from planner.inputs.torchtitan_toml import PLAN_NAMES, era_problem
+from planner.inputs.torchtitan_toml import plan_era_problem
 
 GPU_LINE = "planner-gpu: "
 """A header comment naming the catalog GPU, which torchtitan's config has no field for (read
@@ -97,17 +97,7 @@ def era_refusal(plan: Plan, name: str) -> InputError | None:
     """What torchtitan e347b1e5 (the TOML era) refuses of a plan that `check` takes, which the
     module target's torchtitan (b5bcd76c) runs (`torchtitan_toml.era_problem`, in the plan's
     field names)."""
-    job, lay = plan.job, plan.require_layout()
-    rep = job.titan.dp_replicate
-    degrees = {
-        "tp": lay.tp,
-        "pp": lay.pp,
-        "cp": lay.cp,
-        "rep": rep,
-        "shard": lay.dp // rep,
-        "ep": lay.ep,
-    }
-    problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES)
+    problem = plan_era_problem(plan.job, plan.require_layout(), name)
     if problem is None:
         return None
     field, value, why = problem

@@ -89,7 +89,7 @@ class ModelArch(ArchLayers):
 
     def _check_megatron_pairs(self) -> None:
         """Settings Megatron-LM d98e8a64 refuses together: probabilities on the expert input only
-        with top-1 routing (moe/experts.py:918-921, :1475-1478); the L2 q/k norm not with
+        with top-1 routing (its MoE experts.py:918-921, :1475-1478); the L2 q/k norm not with
         multi-latent attention (gpt_layer_specs.py:105, :245); a SwiGLU's clamp only with MoE
         (transformer_config.py:2471-2486; gpt-oss's clamped GLU, with its offset, is a quick
         GEGLU, not a SwiGLU)."""

@@ -15,7 +15,7 @@ The RoPE-less layers: no_rope_layers (1 = RoPE) or every no_rope_layer_interval-
 (Llama4TextAttention: `use_qk_norm and use_rope`) -> qk_l2_norm, which Megatron, the code planner
 launches, runs on every layer (gpt_layer_specs.py:148-153 d98e8a64); the router's sigmoid scores
 scale the expert's input (Llama4TextMoe: top-1) -> moe_router_score_function sigmoid,
-moe_apply_probs_on_input (top-1 only: Megatron asserts it, moe/experts.py:918-921).
+moe_apply_probs_on_input (top-1 only: Megatron asserts it, its MoE experts.py:918-921).
 
 Noted, not modelled: the chunked attention of the RoPE layers (each token attends within its
 attention_chunk_size chunk), timed as full causal attention: the same up to a chunk's length, the

@@ -28,10 +28,14 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan import DEEPEP_MODELS, TORCHTITAN_COMMIT
+
+if TYPE_CHECKING:
+    from planner.inputs.job import Job
+    from planner.inputs.layout import Layout
 
 SCHEMA = Path(__file__).with_name("torchtitan_job_config_schema.json")
 
@@ -265,6 +269,22 @@ def era_problem(
         )
         return names.seq, seq, why
     return None
+
+
+def plan_era_problem(job: Job, lay: Layout, name: str) -> tuple[str, int, str] | None:
+    """`era_problem` of a plan's job and layout for e347b1e5's model `name`, in the plan's field
+    names (`PLAN_NAMES`): the TOML launch target's refusal and the search's rule for what only
+    the module target writes ask the same question."""
+    rep = job.titan.dp_replicate
+    degrees = {
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "rep": rep,
+        "shard": lay.dp // rep,
+        "ep": lay.ep,
+    }
+    return era_problem(name, degrees, job.seq_length, PLAN_NAMES)
 
 
 def era_refusal(where: str, name: str, degrees: dict[str, int], seq: int) -> None:

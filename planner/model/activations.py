@@ -111,15 +111,15 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
 
 
 def _sink_rescale_bytes(arch: ModelArch, sh: Shard) -> float:
-    """What torchtitan's attention sinks keep beyond the kernel's output (`Shard.weighted_experts`
-    false marks torchtitan's layers; Megatron's sinks are the fused kernel's softmax_offset):
+    """What torchtitan's attention sinks keep beyond the kernel's output (`Shard.torchtitan`;
+    Megatron's sinks are the fused kernel's softmax_offset):
     e347b1e5 models/gpt_oss/model/model.py:241-255 rescales FlexAttention's output by
     sigmoid(lse - sinks) and makes it contiguous for wo, so wo keeps its own 16-bit copy beside
     the output the kernel saved (with a quantised wo, its copy is `_attention_out`'s already);
     eager, the product also keeps sigmoid's fp32 output and its 16-bit cast, a per head: 4a + 2a.
     Compiled (`Shard.fused_norm`, compile's fusion of the elementwise ops in torchtitan) the
     scale is recomputed from the saved log-sum-exp, as a fused SwiGLU's activation is."""
-    if arch.softmax_type != "learnable" or sh.weighted_experts:
+    if arch.softmax_type != "learnable" or not sh.torchtitan:
         return 0.0
     T, a = sh.tokens, arch.num_attention_heads
     copy = 0.0 if sh.quantised else widen(BF16 * T * a * arch.head_dim, sh)

@@ -51,6 +51,7 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         hidden_dropout=job.hidden_dropout,
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
+        torchtitan=job.framework == "torchtitan",
         weighted_experts=job.framework == "megatron",
         te_grouped_mlp=job.moe_fused_grouped_mlp and job.framework == "megatron",
         shared_keeps_original=job.framework == "megatron"

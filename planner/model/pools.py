@@ -239,40 +239,24 @@ def data_parallel(
         return dp_sync.data_parallel(
             groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
         )
-    bwd = bwd if lay.overlap_grad_reduce else 0.0
-    fwd = fwd if lay.overlap_param_gather else 0.0
-    parts: list[dp_sync.Part] = []
-    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
-        if n_params <= 0:
-            continue
-        red, gather, buckets, _ = _instance_traffic(
-            job, lay, grp, n_params, dense + expert, layers, p_bytes
-        )
-        # the link between pools bounds every kind's sync: one window
-        parts.append(("between pools", red, gather, red / buckets, gather / buckets))
-    return dp_sync.windowed(parts, fwd, dp_sync.reduce_window(bwd, lay, m), bwd)
+    # the pools' instances are the distributed optimizer's, the link between pools its group
+    # across them: one window, every kind's all-reduce crossing the link
+    across = (*groups, link_group(job, lay.dp_pools))
+    return dp_instances.distributed_optimizer(
+        across, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
+    )
 
 
-def _instance_traffic(
-    job: Job,
-    lay: Layout,
-    grp: comms.Group,
-    n_params: float,
-    stage_params: float,
-    layers: int = 1,
-    p_bytes: float = BF16,
-) -> tuple[float, float, int, float]:
-    """(gradient seconds, parameter all-gather seconds, buckets, of the gradient seconds those
-    on the link) of one parameter kind: per bucket the instance's reduce-scatter and the link's
-    all-reduce of its shard, and the instance's all-gather."""
-    pools = lay.dp_pools
-    whole = grp.size * pools
-    per_bucket = dp_sync.bucket_params(lay, whole, stage_params, layers)
+def _link_traffic(
+    job: Job, lay: Layout, grp: comms.Group, n_params: float, stage_params: float, layers: int
+) -> float:
+    """Seconds one parameter kind's buckets spend on the link between pools: per bucket the
+    all-reduce of the instance's shard (`dp_instances.bucket_traffic`)."""
+    link = link_group(job, lay.dp_pools)
+    per_bucket = dp_sync.bucket_params(lay, grp.size * link.size, stage_params, layers)
     buckets = max(1, math.ceil(n_params / per_bucket))
-    link = link_group(job, pools)
-    grads, params = n_params * job.grad_bytes, n_params * p_bytes
-    red, gather, across = dp_instances.bucket_traffic(grp, link, grads, params, buckets)
-    return red, gather, buckets, across
+    grads = n_params * job.grad_bytes
+    return dp_instances.bucket_traffic(grp, link, grads, n_params * BF16, buckets)[2]
 
 
 def link_seconds(job: Job, lay: Layout, dense: float, expert: float, layers: int = 1) -> float:
@@ -280,7 +264,7 @@ def link_seconds(job: Job, lay: Layout, dense: float, expert: float, layers: int
     on the link between pools (the all-reduces of every bucket's shard, hidden or not)."""
     groups = dp_sync.data_parallel_groups(job.cluster, lay)
     return sum(
-        _instance_traffic(job, lay, grp, n, dense + expert, layers)[3]
+        _link_traffic(job, lay, grp, n, dense + expert, layers)
         for n, grp in zip((dense, expert), groups, strict=True)
         if n > 0
     )

@@ -18,10 +18,15 @@ from dataclasses import replace
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind
 from planner.model import activations as act
+from planner.model.job_memo import ModelMemo
 from planner.model.shard import Shard
 
 MOE_OWN = frozenset({"moe"})
 """The selective module whose rebuilt activations `planner.model.moe_working` counts."""
+
+
+_REBUILT: ModelMemo[tuple[Shard, tuple[LayerKind, ...]], float] = ModelMemo()
+"""`rebuilt_bytes` per model, shard and kinds present (each stage's activation estimate asks)."""
 
 
 def rebuilt_bytes(arch: ModelArch, sh: Shard, kinds: Iterable[LayerKind]) -> float:
@@ -30,6 +35,11 @@ def rebuilt_bytes(arch: ModelArch, sh: Shard, kinds: Iterable[LayerKind]) -> flo
     with it; 0 outside selective recompute."""
     if sh.recompute != "core_attn":
         return 0.0
+    present = tuple(kinds)
+    return _REBUILT.get(arch, (sh, present), lambda: _rebuilt(arch, sh, present))
+
+
+def _rebuilt(arch: ModelArch, sh: Shard, kinds: tuple[LayerKind, ...]) -> float:
     best = 0.0
     for kind in kinds:
         kept = act.layer_bytes(arch, kind, sh, recompute=False)

@@ -139,6 +139,8 @@ class Shard:
     use_transformer_engine_op_fuser, experts.py d98e8a64 :287-291): the GLU, clamped too, is one
     TE op saving its input and the scales (ScaledClampedQGeGLU, :545-562; TE d0067d0d
     ops/basic/swiglu.py:552-555): `moe_activations.clamp_widths`."""
+    torchtitan: bool = False
+    """The layers are torchtitan's model code (its attention-sink rescale: `activations`)."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it
     (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""

@@ -164,38 +164,23 @@ def stage_sync(
     dense, expert = stage_params(job, lay, rank, chunks)
     if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
         dense = expert = 0.0
+    layers = sum(n for k, n in mix if k is not t.mtp_proj)  # decoder blocks: FSDP units
     if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
-        blocks = sum(n for k, n in mix if k is not t.mtp_proj)
         fp8 = quantised_params(job, lay, rank, chunks)[0]
         out = fsdp2.output_share(job, lay, rank)
         e, hid = fsdp2.data_parallel_time(
-            job, lay, dense, expert, fwd, bwd, t.m, blocks, fp8, output=out
-        )
-    elif dp_instances.applies(job, lay):  # over --num-distributed-optimizer-instances
-        e, hid = dp_instances.data_parallel(
-            job,
-            lay,
-            dense,
-            expert,
-            fwd,
-            bwd,
-            t.m,
-            layers=sum(n for k, n in mix if k is not t.mtp_proj),
-            param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
+            job, lay, dense, expert, fwd, bwd, t.m, layers, fp8, output=out
         )
     else:
-        e, hid = pools.data_parallel(
-            job,
-            groups,
-            lay,
-            dense,
-            expert,
-            fwd,
-            bwd,
-            t.m,
-            layers=sum(n for k, n in mix if k is not t.mtp_proj),
-            param_bytes=gathered_param_bytes(job, lay, chunks, dense, expert),
-        )
+        p_bytes = gathered_param_bytes(job, lay, chunks, dense, expert)
+        if dp_instances.applies(job, lay):  # over --num-distributed-optimizer-instances
+            e, hid = dp_instances.data_parallel(
+                job, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes
+            )
+        else:
+            e, hid = pools.data_parallel(
+                job, groups, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes
+            )
     # the hidden part holds comms.sm_share of the SMs of the compute it runs under; then, after
     # the DP sync, the first and last ranks' word-embedding gradient all-reduce
     e += share * hid + embedding_sync_time(job, lay, rank)

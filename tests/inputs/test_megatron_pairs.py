@@ -22,7 +22,7 @@ def _arch(name: str, **update: Any) -> ModelArch:
 
 
 def test_probabilities_on_input_need_top_1() -> None:
-    # moe/experts.py:918-921 d98e8a64: "moe_apply_probs_on_input only works with
+    # Megatron-LM d98e8a64 MoE experts.py:918-921: "moe_apply_probs_on_input only works with
     # moe_router_topk=1"; Qwen3-30B-A3B routes to 8
     with pytest.raises(ValueError, match=r"moe_apply_probs_on_input needs moe_router_topk 1"):
         _arch("qwen3-30b-a3b", moe_apply_probs_on_input=True)

@@ -82,9 +82,9 @@ def test_torchtitans_sinks_keep_a_copy_of_the_attention_output() -> None:
     # eager: wo's contiguous copy 2 x 64 x 64 = 8,192 B per token, sigmoid's fp32 output 4 x 64
     # and its bf16 cast 2 x 64: 8,576 B per token; compiled the scale is rebuilt: 8,192
     vanilla = OSS.model_copy(update={"softmax_type": "vanilla"})
-    eager = shard(weighted_experts=False, fused_norm=False)
+    eager = shard(torchtitan=True, weighted_experts=False, fused_norm=False)
     assert attention_bytes(OSS, eager) - attention_bytes(vanilla, eager) == 8_576 * T
-    compiled = shard(weighted_experts=False, fused_norm=True)
+    compiled = shard(torchtitan=True, weighted_experts=False, fused_norm=True)
     assert attention_bytes(OSS, compiled) - attention_bytes(vanilla, compiled) == 8_192 * T
     megatron = shard()  # TE's fused attention takes the sinks as softmax_offset: nothing more
     assert attention_bytes(OSS, megatron) == attention_bytes(vanilla, megatron)

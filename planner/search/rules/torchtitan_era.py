@@ -10,7 +10,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import DEEPEP_MODELS, HEAD_CONTEXT, MODELS, flavor_name
-from planner.inputs.torchtitan_toml import PLAN_NAMES, era_problem
+from planner.inputs.torchtitan_toml import plan_era_problem
 from planner.search.rules.base import Violation
 
 
@@ -20,17 +20,8 @@ def toml_era_refusal(job: Job, lay: Layout) -> str | None:
     context parallelism or pipelining a model of that era lacks, DDP beside tp or pp, tp or pp
     without FSDP, a sequence not a multiple of tp x 2cp), as "at <field> <value>"; None where
     it runs."""
-    rep = job.titan.dp_replicate
-    degrees = {
-        "tp": lay.tp,
-        "pp": lay.pp,
-        "cp": lay.cp,
-        "rep": rep,
-        "shard": lay.dp // rep,
-        "ep": lay.ep,
-    }
     name = MODELS.get(flavor_name(job.arch), ("", ""))[0]
-    problem = era_problem(name, degrees, job.seq_length, PLAN_NAMES)
+    problem = plan_era_problem(job, lay, name)
     if problem is None:
         return None
     field, value, _ = problem
