@@ -59,9 +59,9 @@ def _up(value: float, divisor: int) -> int:
     return int(math.ceil(value / divisor) * divisor)
 
 
-def _emit(shapes: list[Shape], dp: int, divisor: int, loads: list[int]) -> int:
+def _emit(shapes: list[Shape], dp: int, divisor: int, loads: list[int], held: list[int]) -> int:
     """Elements of one bucket (`_emit_bucket`): its matrices dealt to dp shards, each shard
-    padded to the largest."""
+    padded to the largest; `held` gains each shard's matrix elements."""
     cap = sum(r * c for r, c in shapes) / dp * (1 + NUMEL_EPSILON)
     cursors = [0] * dp
     for r, c in sorted(shapes, key=lambda s: -max(s) * min(s) ** 2):
@@ -73,14 +73,23 @@ def _emit(shapes: list[Shape], dp: int, divisor: int, loads: list[int]) -> int:
             shard = min(range(dp), key=cursors.__getitem__)
         cursors[shard] = _up(cursors[shard], ALIGN) + n
         loads[shard] += max(r, c) * min(r, c) ** 2
+        held[shard] += n
     return dp * _up(max(cursors), divisor)
 
 
 def buffer_numel(shapes: Sequence[Shape], bucket_size: int | None, dp: int) -> int:
     """Elements of the layer-wise buffer of matrices `shapes` (forward order) over dp shards,
     padding included (module docstring; layer_wise_optimizer.py:242-423)."""
+    return lay_out(shapes, bucket_size, dp)[0]
+
+
+def lay_out(shapes: Sequence[Shape], bucket_size: int | None, dp: int) -> tuple[int, list[int]]:
+    """(`buffer_numel`, the matrix elements each of the dp shards holds over all buckets): data-
+    parallel rank r updates, and keeps the optimizer states of, shard r of every bucket
+    (layer_wise_optimizer.py:667-672, `_shard_params_from_layout`)."""
+    held = [0] * dp
     if not shapes:
-        return 0
+        return 0, held
     divisor = math.lcm(ALIGN, math.lcm(dp, 128) // dp)
     loads = [0] * dp  # Newton-Schulz cost per shard, over all buckets
     total = 0
@@ -93,17 +102,17 @@ def buffer_numel(shapes: Sequence[Shape], bucket_size: int | None, dp: int) -> i
             threshold = max(bucket_size, int(dp * largest * PADDING_FLOOR))
             absorbs = _up(min(placed), ALIGN) + n <= _up(max(placed), divisor)
             if numel >= threshold and not absorbs:
-                total += _emit(chunk, dp, divisor, loads)
+                total += _emit(chunk, dp, divisor, loads, held)
                 chunk, numel, largest, placed = [], 0, 0, [0] * dp
         s = min(range(dp), key=placed.__getitem__)
         placed[s] = _up(placed[s], ALIGN) + n
         chunk.append(shape)
         numel += n
         largest = max(largest, n)
-    return total + _emit(chunk, dp, divisor, loads)
+    return total + _emit(chunk, dp, divisor, loads, held), held
 
 
-def _layer_shapes(job: Job, layout: Layout, layer: int) -> tuple[list[Shape], list[Shape]]:
+def layer_shapes(job: Job, layout: Layout, layer: int) -> tuple[list[Shape], list[Shape]]:
     """(dense, expert) Muon matrices of decoder layer `layer` on one GPU, as parameters."""
     kind = job.arch.layer_kinds[layer]
     lay = layout
@@ -113,8 +122,21 @@ def _layer_shapes(job: Job, layout: Layout, layer: int) -> tuple[list[Shape], li
     return d, e
 
 
-_PADS: JobMemo[tuple[object, ...], tuple[float, float]] = JobMemo()
-"""`padding` per job and (degrees, instances, bucketing, rank's chunks)."""
+def matrix_elements(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) elements of the matrices Muon takes among decoder layers `chunks` on one
+    GPU (`layer_shapes`): Megatron's `_is_muon_excluded` (emerging_optimizers.py:140-147) leaves
+    the rest of the layers (1-D norms and biases; Mamba's in_proj, use_muon False) to Adam."""
+    dense = expert = 0.0
+    for chunk in chunks:
+        for layer in chunk:
+            d, e = layer_shapes(job, layout, layer)
+            dense += sum(r * c for r, c in d)
+            expert += sum(r * c for r, c in e)
+    return dense, expert
+
+
+_PADS: JobMemo[tuple[object, ...], tuple[float, float, float, float]] = JobMemo()
+"""`_walk` per job and (degrees, instances, bucketing, rank's chunks)."""
 
 
 def applies(job: Job, layout: Layout) -> bool:
@@ -146,6 +168,20 @@ def padding(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float,
     expert TP = TP). (0, 0) where the layout does not apply (`applies`)."""
     if not applies(job, layout):
         return 0.0, 0.0
+    return _walk(job, layout, rank, chunks)[:2]
+
+
+def largest_shards(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
+    """(dense, expert) Muon matrix elements of the fullest data-parallel shard on pipeline rank
+    `rank`, over its chunks' buffers (`lay_out`: rank r holds shard r of each): whose states the
+    worst GPU keeps. With experts in the dense buffer (`padding`), (theirs and the dense, 0).
+    (0, 0) where the layout does not apply (`applies`)."""
+    if not applies(job, layout):
+        return 0.0, 0.0
+    return _walk(job, layout, rank, chunks)[2:]
+
+
+def _walk(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float, float, float]:
     n = job.optimizer_instances
     dp, edp = max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1)
     bucket = _bucket_size(job, layout, rank, chunks)
@@ -159,17 +195,24 @@ def padding(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float,
 
 def _padding(
     job: Job, layout: Layout, chunks: Chunks, dps: tuple[int, int], bucket: int | None
-) -> tuple[float, float]:
+) -> tuple[float, float, float, float]:
     merged = layout.ep == 1 and layout.expert_tp == layout.tp
     pad_d = pad_e = 0.0
+    held_d, held_e = [0] * dps[0], [0] * dps[1]
     for i, chunk in enumerate(chunks):
         dense: list[Shape] = []
         expert: list[Shape] = []
         for layer in chunk:
-            d, e = _layer_shapes(job, layout, layer)
+            d, e = layer_shapes(job, layout, layer)
             dense += d + e if merged else d
             expert += [] if merged else e
         size = bucket if i == 0 else None
-        pad_d += buffer_numel(dense, size, dps[0]) - sum(r * c for r, c in dense)
-        pad_e += buffer_numel(expert, size, dps[1]) - sum(r * c for r, c in expert)
-    return pad_d, pad_e
+        (numel_d, shards_d), (numel_e, shards_e) = (
+            lay_out(dense, size, dps[0]),
+            lay_out(expert, size, dps[1]),
+        )
+        pad_d += numel_d - sum(r * c for r, c in dense)
+        pad_e += numel_e - sum(r * c for r, c in expert)
+        held_d = [a + b for a, b in zip(held_d, shards_d, strict=True)]
+        held_e = [a + b for a, b in zip(held_e, shards_e, strict=True)]
+    return pad_d, pad_e, float(max(held_d)), float(max(held_e))

@@ -102,7 +102,9 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         decoder = decoder_params(job, layout, chunks)
         largest = _largest_adam(job, layout, dense, decoder[0])
         shards = (dense_dp, expert_dp)
-        optimizer = muon_optimizer_bytes(job, layout, (dense, expert), decoder, largest, shards)
+        optimizer = muon_optimizer_bytes(
+            job, layout, (dense, expert), decoder, largest, shards, at=(rank, chunks)
+        )
         # the layer-wise layout's shard padding, in the gradient and parameter buffers alike
         pad_d, pad_e = muon_layout.padding(job, layout, rank, chunks)
         weights += pad_d * w_d + pad_e * w_e

@@ -234,18 +234,20 @@ def test_kimi_k7_first_stage_optimizer_by_hand() -> None:
     # MLP 3 x 7168 x 18432 = 396,361,728; a MoE layer's router 384 x 7168 + shared expert
     # 3 x 7168 x 2048 = 46,792,704 and 6 of 384 experts 6 x 44,040,192 = 264,241,152; the word
     # embedding 163,840 x 7168 = 1,174,405,120. Muon (8 bytes: fp32 master + momentum) on the
-    # decoder matrices, Adam (12) on the embedding and norms. The whole-parameter path deals the
-    # embedding whole to one rank (layer_wise_optimizer.py `_shard_params_ping_pong`) and about
-    # a 64th of the other dense parameters; the experts are not sharded (expert dp 1):
-    #   matrices 16 x 101,122,048 + 396,361,728 + 15 x 46,792,704 = 2,716,205,056
+    # decoder matrices, Adam (12) on the embedding and norms (emerging_optimizers.py:140-147).
+    # The whole-parameter path deals every dense parameter whole, sorted ascending, over ranks
+    # 0..63,63..0 (layer_wise_optimizer.py `_shard_params_ping_pong`, :726, :740, :744-754): the
+    # 64 norm tensors first (indices 0-63), then 15 routers (384 x 7168 = 2,752,512; indices
+    # 64-78), ..., 128 matrices in all, the word embedding last at index 191 -> rank 63, which
+    # also takes index 64's router (index 63's norm: planner spreads the norms evenly). The
+    # experts are not sharded (expert dp 1):
     #   norms 16 x 16,384 = 262,144; experts 15 x 264,241,152 = 3,963,617,280
-    #   12 x 1,174,405,120 + (8 x 2,716,205,056 + 12 x 262,144) / 64 + 8 x 3,963,617,280
-    #   = 14,092,861,440 + 339,574,784 + 31,708,938,240 = 46,141,374,464 B = 42.97 GiB
-    # (planner prices the decoder's norms at Muon's 8 bytes too: 16,384 B less, within 1e-6;
-    # on the layer-wise layout, as planned before, K7 peaked at 259.2 of 179.5 GiB)
+    #   12 x 1,174,405,120 + 8 x 2,752,512 + 12 x 262,144 / 64 + 8 x 3,963,617,280
+    #   = 14,092,861,440 + 22,020,096 + 49,152 + 31,708,938,240 = 45,823,868,928 B = 42.68 GiB
+    # (on the layer-wise layout, as planned before, K7 peaked at 259.2 of 179.5 GiB)
     plan = load_plan(BY_ID["K7"].plan_path)
     first = memory.estimate(plan.job, plan.require_layout()).stages[0]
-    assert first.optimizer == pytest.approx(46_141_374_464, rel=1e-6)
+    assert first.optimizer == pytest.approx(45_823_868_928, rel=1e-9)
     assert first.weights == pytest.approx(
         2 * (2_716_205_056 + 262_144 + 1_174_405_120 + 3_963_617_280), rel=1e-3
     )

@@ -60,22 +60,33 @@ def test_the_reader_reads_muon_and_its_sharding_path() -> None:
 def test_muon_keeps_eight_bytes_per_decoder_matrix_element_without_sharding() -> None:
     adam = 12 * (DENSE_DECODER + EXPERT + EDGE)
     assert optimizer_bytes("") == pytest.approx(adam)
-    # 4 bytes fewer per decoder parameter: 4 x 25,239,552 = 100,958,208
-    assert optimizer_bytes("--optimizer muon") == pytest.approx(adam - 4 * (DENSE_DECODER + EXPERT))
+    # 4 bytes fewer per decoder matrix element; the layers' 2,048 norm elements each stay on Adam
+    # (emerging_optimizers.py:140-147 `_is_muon_excluded`): 4 x (25,239,552 - 24,576)
+    muon_matrices = DENSE_DECODER - 12 * 2048 + EXPERT
+    assert optimizer_bytes("--optimizer muon") == pytest.approx(adam - 4 * muon_matrices)
 
 
 def test_layer_wise_layout_path_shards_like_the_distributed_optimizer() -> None:
-    # dense states over dp = 8; the experts' over their data-parallel group, 8 / ep 8 = 1
-    want = (8 * DENSE_DECODER + 12 * EDGE) / 8 + 8 * EXPERT
+    # Adam's states (norms and the edge) over dp = 8; the experts' over their data-parallel
+    # group, 8 / ep 8 = 1. Muon's matrices are dealt whole (layer_wise_optimizer.py:258-345, one
+    # bucket without --overlap-grad-reduce), by Newton-Schulz cost, descending: the 12 QKVs
+    # (786,432 each) one to every shard, then four more to shards 0-3; the 12 projections
+    # (262,144) to shards 4-7, three each; the 12 routers (4,096) two each to shards 0-3 at the
+    # cheapest: the fullest holds 2 x 786,432 + 2 x 4,096 = 1,581,056 (even share 1,579,008)
+    want = 8 * 1_581_056 + 12 * (12 * 2048 + EDGE) / 8 + 8 * EXPERT
     assert optimizer_bytes("--optimizer muon --use-distributed-optimizer") == pytest.approx(want)
 
 
 def test_whole_parameter_path_keeps_the_word_embedding_whole_on_one_rank() -> None:
     dist = "--optimizer muon --use-distributed-optimizer"
     legacy = optimizer_bytes(dist + " --no-use-layer-wise-param-layout")
-    # the rank dealt the embedding keeps its 12 bytes per element whole, not an eighth:
-    # 12 x 25,755,648 x 7 / 8 = 270,434,304 bytes more
-    assert legacy - optimizer_bytes(dist) == pytest.approx(12 * WORDS * 7 / 8)
+    # every dense parameter dealt whole by size, ascending, over ranks 0..7,7..0
+    # (`_shard_params_ping_pong`, :726, :740, :744-754): 50 norm tensors of 512, 12 routers,
+    # 12 projections, the positions, 12 QKVs, then the word embedding at index 87 -> rank 7,
+    # which also takes indices 55-56 (two routers) and 71-72 (two projections). planner spreads
+    # the small tensors and the positions (Adam's, 12 B) evenly over the 8 ranks.
+    rank7 = 12 * WORDS + 8 * (2 * 4096 + 2 * 262_144) + 12 * (50 * 512 + 1024 * 512) / 8
+    assert legacy == pytest.approx(rank7 + 8 * EXPERT)
     # the same sharding under Adam is Megatron's distributed optimizer: no whole parameters
     assert optimizer_bytes("--use-distributed-optimizer --no-use-layer-wise-param-layout") == (
         pytest.approx(12 * (DENSE_DECODER + EDGE) / 8 + 12 * EXPERT)
