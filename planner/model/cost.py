@@ -18,7 +18,9 @@ micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of 
 backward (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
 activation send forward and one gradient send backward per micro-batch (t x h values, /tp with SP:
 bf16, fp32 in fp32 training, `fp32.value_bytes`), on the critical path in 1F1B (blocking sends;
-one exchange a micro-batch on the first and last stages, two between: `_exchanges`);
+one exchange a micro-batch on the first and last stages, two between: `_exchanges`; with the MTP
+layers on their own stage (1 + D) x as much from it to the loss stage, each exchange after a
+shape swap: `mtp_hops`);
 when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
 boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
@@ -53,7 +55,7 @@ documented physical or measured constant.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
@@ -72,6 +74,7 @@ from planner.model import (
 )
 from planner.model.fp32 import value_bytes
 from planner.model.job_memo import ModelMemo
+from planner.model.mtp_hops import Hops, interleaved_extra, standalone_hops
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown, peak_label
@@ -155,19 +158,17 @@ def estimate(job: Job, layout: Layout) -> Performance:
     m = lt.m
 
     # PP point-to-point per micro-batch: activations forward, gradients backward
-    hop = 0.0
+    hop = size = 0.0
     jobs = pools.rank_jobs(job, lay)  # each rank's pool ((): one GPU kind)
     hops: tuple[tuple[float, float], ...] = ()
     if lay.pp > 1:
         t = lay.micro_batch_size * job.seq_length / lay.cp
         # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`)
         size = t * arch.hidden_size * value_bytes(job) / (lay.tp if lay.sequence_parallel else 1)
-        stride = dp_sync.pp_stride(lay)  # tp x cp x dp; tp x cp under use_tp_pp_dp_mapping
-        if jobs:
-            hops = pools.rank_hops(job, lay, size)
-            hop = max(max(h) for h in hops)
-        else:
-            hop = comms.p2p(size, comms.p2p_link(job.cluster, stride, lay.pp))
+        at = _hops_at(job, lay, bool(jobs))
+        every = at(size)
+        hops, hop = every if jobs else (), max(max(h) for h in every)
+        hops = standalone_hops(job, lay, size, at) or hops  # MTP on its own stage
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
     exch = [0.0 if interleaved else _exchanges(lay.pp, r, hops, hop) for r in range(lay.pp)]
 
@@ -250,6 +251,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     elif interleaved:
         fwds, bwds = zip(*stages, strict=True)
         pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
+        pp_exposed += interleaved_extra(job, lay, m, size, at)
 
     breakdown = StepBreakdown(
         compute=m * c + wcast,
@@ -295,6 +297,16 @@ def estimate(job: Job, layout: Layout) -> Performance:
         precision=job.precision,
         peak_name=_peak_name(jobs or (job,)),
     )
+
+
+def _hops_at(job: Job, lay: Layout, pooled: bool) -> Callable[[float], Hops]:
+    """Each pipeline rank's (previous, next) seconds for one message of nbytes: its pool's links
+    (`pools.rank_hops`), else the link between neighbours of a pipeline group (the stride: tp x
+    cp x dp, tp x cp under use_tp_pp_dp_mapping, `dp_sync.pp_stride`)."""
+    if pooled:
+        return lambda nbytes: pools.rank_hops(job, lay, nbytes)
+    link = comms.p2p_link(job.cluster, dp_sync.pp_stride(lay), lay.pp)
+    return lambda nbytes: ((comms.p2p(nbytes, link),) * 2,) * lay.pp
 
 
 def _exchanges(pp: int, rank: int, hops: tuple[tuple[float, float], ...], hop: float) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.inputs.hardware import ClusterSpec
+from planner.inputs.hardware import ClusterSpec, LinkTier
 from planner.model import comms, fp32, router_dtype, routing_load
 from planner.model.comms import (
     Group,
@@ -129,7 +129,12 @@ def fused_dispatch_fanout(grp: Group, r: Routing, etp: int = 1) -> tuple[float, 
 
 
 def fused_dispatch(
-    grp: Group, r: Routing, dispatch_bytes: float, value_bytes: float, etp: int = 1
+    cluster: ClusterSpec,
+    grp: Group,
+    r: Routing,
+    dispatch_bytes: float,
+    value_bytes: float,
+    etp: int = 1,
 ) -> float:
     """Seconds of one flex dispatch and combine of one group (`moe_dispatch`; etp: the expert-TP
     ranks of each EP rank in it, `fused_dispatch_fanout`). Where the group splits unevenly
@@ -143,11 +148,12 @@ def fused_dispatch(
     n, k, g = grp.size, grp.domains, grp.per_domain
     remote = nodes * ((k - 1) / k if grp.fewest is None else (n - grp.fewest) / n)
     nvl_copies = gpus * (g - 1) / g
-    nvl = grp.inner.bandwidth / comms.SCALEUP_BUS_EFFICIENCY * FUSED_EP_NVLINK_EFFICIENCY
+    nvl = line_rate(grp.inner, cluster.tiers[0], True) * FUSED_EP_NVLINK_EFFICIENCY
     lat = grp.inner.latency
     rdma = 0.0
     if grp.outer is not None:
-        rdma = grp.outer.bandwidth / comms.SCALEOUT_BUS_EFFICIENCY * FUSED_EP_RDMA_EFFICIENCY
+        tier = next(t for t in cluster.tiers if t.name == grp.tier_name)
+        rdma = line_rate(grp.outer, tier, False) * FUSED_EP_RDMA_EFFICIENCY
         lat = grp.outer.latency
 
     node_load = r.load if r.node_load is None else r.node_load
@@ -159,6 +165,13 @@ def fused_dispatch(
         return max(t_nvl, t_rdma) + lat * comms.LATENCY_SCALE
 
     return one(dispatch_bytes) + one(value_bytes)
+
+
+def line_rate(link: comms.Link, tier: LinkTier, innermost: bool) -> float:
+    """An achieved `link` of `tier` back at the line rate: its bandwidth over the bus efficiency
+    `comms.achieved` applied (the tier's own `bus_efficiency`, else the scale-up or scale-out
+    one: AMD's xGMI 0.75, NVLink 0.80), read off `comms.achieved` itself."""
+    return link.bandwidth * tier.bandwidth_bytes_per_s / comms.achieved(tier, innermost).bandwidth
 
 
 def node_share(r: Routing, units: int) -> float:
@@ -240,7 +253,8 @@ def moe_dispatch(
             return 0.0
         one_grp = replace(grp, others=())  # the kind's groups run in lockstep: the slowest counts
         each = (
-            fused_dispatch(g, r, dispatch_bytes, value_bytes, etp) for g in (one_grp, *grp.others)
+            fused_dispatch(cluster, g, r, dispatch_bytes, value_bytes, etp)
+            for g in (one_grp, *grp.others)
         )
         return passes * max(each)
     gather = 0.0  # the all-to-all dispatcher's expert-TP gather

@@ -94,10 +94,10 @@ def test_flex_takes_the_slowest_group_with_the_emptiest_domains_nic_share() -> N
     c = _gb200(1152, gpus_per_domain_used=72)
     grp = comms.place(c, 1, 32)
     r = Routing(tokens=4096, hidden=4096, topk=8, experts=256)
-    each = [fused_dispatch(g, r, 2.0, 2.0) for g in (replace(grp, others=()), *grp.others)]
+    each = [fused_dispatch(c, g, r, 2.0, 2.0) for g in (replace(grp, others=()), *grp.others)]
     assert moe_dispatch(c, 1, 32, r, "flex", 1, 2.0, 2.0) == pytest.approx(2 * max(each))
     aligned = replace(grp, others=(), fewest=None)  # the same group priced as k = 2 even halves
-    assert fused_dispatch(grp, r, 2.0, 2.0) > fused_dispatch(aligned, r, 2.0, 2.0)
+    assert fused_dispatch(c, grp, r, 2.0, 2.0) > fused_dispatch(c, aligned, r, 2.0, 2.0)
 
 
 def test_node_limited_routing_reads_the_group_over_fewest_racks() -> None:
