@@ -313,17 +313,20 @@ def estimate(
     layout: Layout,
     headroom_pct: float = DEFAULT_HEADROOM_PCT,
     all_stages: bool = True,
+    known: StageMemory | None = None,
 ) -> MemoryReport:
     """Per-stage memory of a layout that passed `planner.search.rules`. With all_stages=False
     only the stages that can hold the peak are computed (the search's fast path; the peak is the
-    same)."""
+    same). `known`: one rank's `stage_memory` of the layout, where the caller has it."""
     job = titan_accumulation.sub_job(job)  # torchtitan: one of its k pipeline schedules
     if job.pools:
         return _pooled(job, layout, headroom_pct)
-    return _one_kind(job, layout, headroom_pct, all_stages)
+    return _one_kind(job, layout, headroom_pct, all_stages, known)
 
 
-def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -> MemoryReport:
+def _one_kind(
+    job: Job, layout: Layout, headroom_pct: float, all_stages: bool, known: StageMemory | None
+) -> MemoryReport:
     chunks = layout.chunk_layers(job.arch.num_layers)
     ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
     fixed = buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
@@ -335,8 +338,10 @@ def _one_kind(job: Job, layout: Layout, headroom_pct: float, all_stages: bool) -
             made.append((sh, per_layer(job.arch, sh)))
         return made[0]
 
+    rest = (None, None, fixed, shards)  # `known` where it is that rank's
     stages = tuple(
-        stage_memory(job, layout, r, chunks[r], fixed=fixed, shards=shards) for r in ranks
+        known if known and known.stage == r else stage_memory(job, layout, r, chunks[r], *rest)
+        for r in ranks
     )
     physical = job.cluster.capacity_bytes
     return MemoryReport(
@@ -383,7 +388,7 @@ def _replica_stages(
         room = usable_bytes(j.cluster.capacity_bytes, headroom_pct)
         own = [
             replace(st, pool=pool.name, gpu=j.cluster.gpu.name, capacity=room)
-            for st in _one_kind(j, lay, headroom_pct, True).stages
+            for st in _one_kind(j, lay, headroom_pct, True, None).stages
         ]
         if out:
             own = [

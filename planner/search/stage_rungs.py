@@ -14,7 +14,7 @@ tests/search/test_top_k.py the search against a brute force).
 
 Most rungs whose memory is asked do not fit, and most of those are over on the stage of one
 rank, the one nearest the capacity in the stage's last estimate: a single rung's memory is asked
-of that stage first (`StageRungs._hot_over`), and estimated whole only where that stage is not
+of that stage first (`StageRungs._hot_stage`), and estimated whole only where that stage is not
 over (tests/search/test_search_setup_memo.py: the same answers as the estimate's).
 """
 
@@ -63,7 +63,7 @@ class StageRungs:
     hot: int = 0
     """The pipeline rank of the stage nearest the capacity in this stage's last memory estimate
     (rank 0 before one): a single rung's memory is asked of that rank's stage first
-    (`_hot_over`)."""
+    (`_hot_stage`)."""
     twin_key: tuple[object, ...] | None = None
     """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
     without it (`space.bases` tries that first), whose failures are this stage's too: with the
@@ -98,11 +98,13 @@ class StageRungs:
                 self._misfit(rung)
                 return None
             lay = rung.on(self.zbase)
-            if _single(rung) and self._hot_over(lay):
+            hot = self._hot_stage(lay) if _single(rung) else None
+            if hot is not None and hot.total - self._capacity() > 0:
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
                 self._misfit(rung)
                 return None
-            rep = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
+            # the hot stage, where asked, is the estimate's own (not computed again)
+            rep = memory.estimate(self.job, lay, self.headroom_pct, False, hot)
             self.over[rung] = rep.shortfall
             self.hot = rep.worst.stage
             if not rep.fits:
@@ -112,22 +114,27 @@ class StageRungs:
             self.known[rung] = rep
         return self.known[rung]
 
-    def _hot_over(self, lay: Layout) -> bool:
-        """Whether the stage of rank `hot` alone (`memory.stage_memory`, as `memory.estimate`
-        computes each stage of a one-kind job) is over the capacity: then so is the layout's
-        worst stage, and it does not fit (the estimate's stages always hold rank 0, and `hot`
-        is one of them: the stages that can hold the peak read the split, which no rung
-        changes). Its bytes over the capacity are not known then: only a single rung's memory
-        is asked this way (a ladder's bisection reads them, `smallest_fitting`). Most rungs
-        that do not fit are over on that one stage (DeepSeek-V3 on 2,048 H800: 1,659 of the
-        1,919 its search asks), which spares the estimate the other stages."""
+    def _hot_stage(self, lay: Layout) -> memory.StageMemory | None:
+        """The stage of rank `hot` alone (`memory.stage_memory`, as `memory.estimate` computes
+        each stage of a one-kind job: the same job, layout, rank and chunks, so the same
+        figures); None for pools (each stage on its own pool's GPU: the estimate alone says).
+        Where it is over the capacity so is the layout's worst stage, and it does not fit (the
+        estimate's stages always hold rank 0, and `hot` is one of them: the stages that can hold
+        the peak read the split, which no rung changes). Its bytes over the capacity are not
+        known then: only a single rung's memory is asked this way (a ladder's bisection reads
+        them, `smallest_fitting`). Most rungs that do not fit are over on that one stage
+        (DeepSeek-V3 on 2,048 H800: 1,659 of the 1,919 its search asks), which spares the
+        estimate the other stages; where it is not over, the estimate takes it as its own
+        stage of that rank (`memory.estimate`'s `known`) rather than computing it again."""
         job = titan_accumulation.sub_job(self.job)  # as `memory.estimate` takes it
-        if job.pools:  # each stage on its own pool's GPU: the estimate alone says
-            return False
+        if job.pools:
+            return None
         chunks = lay.chunk_layers(job.arch.num_layers)
-        st = memory.stage_memory(job, lay, self.hot, chunks[self.hot])
-        capacity = memory.usable_bytes(job.cluster.capacity_bytes, self.headroom_pct)
-        return st.total - capacity > 0
+        return memory.stage_memory(job, lay, self.hot, chunks[self.hot])
+
+    def _capacity(self) -> float:
+        job = titan_accumulation.sub_job(self.job)
+        return memory.usable_bytes(job.cluster.capacity_bytes, self.headroom_pct)
 
     def _misfit(self, rung: Rung) -> None:
         """Record that the rung does not fit (`known`, and what `covers` reads of it)."""

@@ -3,7 +3,7 @@ structure's bases made with one `space.ShapeBases` for all its shapes are `space
 afresh per shape; `structure_queue.layouts_in` is the count of every base's rungs times its
 ZeRO stages, base by base; `space.each_structure` yields `space.structures`, rejections and
 all; and `StageRungs.fits` on a single rung, which asks the stage of its hot rank alone first
-(`StageRungs._hot_over`), decides as the whole estimate (`memory.estimate`) does, and does not
+(`StageRungs._hot_stage`), decides as the whole estimate (`memory.estimate`) does, and does not
 ask the estimate where that stage is over the capacity. The search's answers themselves:
 tests/search/test_top_k.py's brute force."""
 
@@ -165,3 +165,35 @@ def test_a_rung_over_on_its_hot_stage_is_not_estimated(monkeypatch: pytest.Monke
     assert stage.fits(rungs.NONE) is None
     assert counting.calls == 0
     assert rejected["memory"] == 1
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "mixtral-8x7b-16xh100"])
+def test_hot_stage_is_not_computed_again(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a single rung's hot stage is not over the capacity, the estimate takes that stage as
+    its own (`memory.estimate`'s `known`): `memory.stage_memory` runs at most once per layout and
+    rank inside `StageRungs.fits`, and the report is the one `memory.estimate` makes afresh (the
+    oracle, equal field for field)."""
+    job, space, bases = _cases(name)
+    real = memory.stage_memory
+    seen: list[tuple[Layout, int]] = []
+
+    def counted(job: Job, lay: Layout, rank: int, *args: object, **kw: object) -> object:
+        seen.append((lay, rank))
+        return real(job, lay, rank, *args, **kw)  # type: ignore[arg-type]
+
+    fitted = 0
+    for base in bases:
+        single = rungs.rung_tuples(job, base, space.recompute, space.offload)[0]
+        for z in space_mod.zero_stages(space, base):
+            zbase = base.with_(zero_stage=z)
+            stage = StageRungs(job, zbase, space.headroom_pct, ("test",), {}, Counter())
+            for r in rungs.leaner_first(single):
+                seen.clear()
+                monkeypatch.setattr(memory, "stage_memory", counted)
+                rep = stage.fits(r)
+                monkeypatch.setattr(memory, "stage_memory", real)
+                assert len(seen) == len(set(seen)), r.on(zbase).describe()
+                want = memory.estimate(job, r.on(zbase), space.headroom_pct, all_stages=False)
+                assert rep == (want if want.fits else None)
+                fitted += rep is not None
+    assert fitted > 0
