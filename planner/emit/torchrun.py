@@ -153,13 +153,14 @@ def megatron_words(plan: Plan) -> str:
 
 def rdzv_words(n: Nodes, rdzv_id: str) -> list[tuple[str, ...]]:
     """torchrun's node counts and its c10d rendezvous on "$MASTER_ADDR", with the shell word
-    `rdzv_id` as its id."""
+    `rdzv_id` as its id, joined to its flag (torchrun's argparse would take an id starting with
+    "-", a job name's, for the next option and exit)."""
     return [
         ("--nnodes", q(str(n.nnodes))),
         ("--nproc-per-node", q(str(n.nproc_per_node))),
         ("--rdzv-backend", "c10d"),
         ("--rdzv-endpoint", f'"$MASTER_ADDR:{RDZV_PORT}"'),
-        ("--rdzv-id", rdzv_id),
+        (f"--rdzv-id={rdzv_id}",),
     ]
 
 

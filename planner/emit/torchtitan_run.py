@@ -44,7 +44,7 @@ TOML = Runs(
         "# the job config planner wrote (default: beside this script)",
         f'CONFIG_FILE="${{CONFIG_FILE:-{{beside}}/{CONFIG_NAME}}}"',
     ),
-    '-m torchtitan.train --job.config_file "$CONFIG_FILE" --job.description "$JOB_NAME" "$@"',
+    '-m torchtitan.train --job.config_file "$CONFIG_FILE" --job.description="$JOB_NAME" "$@"',
 )
 MODULE = Runs(
     (

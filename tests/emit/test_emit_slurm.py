@@ -84,13 +84,13 @@ def test_srun_starts_torchrun_with_the_first_node_as_rendezvous(tmp_path: Path) 
     assert res.returncode == 0, res.stderr.decode()
     assert (tmp_path / "argv.srun").read_text() == "torchrun\n"
     argv = (tmp_path / "argv").read_bytes()[:-1].decode().split("\0")
-    assert argv[:10] == [
+    assert argv[:9] == [
         *("--nnodes", "128", "--nproc-per-node", "8", "--rdzv-backend", "c10d"),
-        *("--rdzv-endpoint", f"node-a:{RDZV_PORT}", "--rdzv-id", "4242"),
+        *("--rdzv-endpoint", f"node-a:{RDZV_PORT}", "--rdzv-id=4242"),
     ]
-    assert argv[10] == "/mlm/pretrain_gpt.py"
+    assert argv[9] == "/mlm/pretrain_gpt.py"
     flat = arguments(plan).flat()
-    assert argv[11 : 11 + len(flat)] == flat
+    assert argv[10 : 10 + len(flat)] == flat
     assert argv[-6:] == [
         *("--save", f"checkpoints/{name}", "--load", f"checkpoints/{name}"),
         # the default interval is Daly's optimum for the plan (planner.ops.resilience)

@@ -7,6 +7,7 @@ own), compared word for word.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 from pathlib import Path
@@ -31,6 +32,7 @@ HOSTILE = [
     "two\nlines $(touch {d}/pwned4) ; touch {d}/pwned5",
     "$HOME ${{PATH}} \\ * ? [a] ~ # ! & | ; < > {{a,b}}",
     "--nnodes 1 -- ünïcødé ✓ \u2028 tab\there \x1b[31m",
+    "-smoke",
 ]
 
 
@@ -78,7 +80,7 @@ def expected_argv(plan: Plan, job_name: str, data: list[str]) -> list[str]:
     return [
         *("--nnodes", str(n.nnodes), "--nproc-per-node", str(n.nproc_per_node)),
         *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{RDZV_PORT}"),
-        *("--rdzv-id", job_name),
+        f"--rdzv-id={job_name}",
         "/opt/mlm dir/pretrain_gpt.py",
         *(w for a in args.model for w in a),
         *(w for a in args.parallel for w in a),
@@ -110,6 +112,13 @@ def test_hostile_job_names_reach_torchrun_intact(index: int, tmp_path: Path) -> 
     mock = ["--mock-data", "--tokenizer-type", "NullTokenizer"]
     assert recorded(tmp_path) == expected_argv(plan, name, mock)
     assert not list(tmp_path.glob("pwned*")), "a job name ran a command"
+    # torchrun reads its options with argparse (torch/distributed/run.py, --rdzv-id a str): a
+    # separate word starting with "-" would be taken for the next option and argparse would exit
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    for flag in ("--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id"):
+        parser.add_argument(flag)
+    known, _ = parser.parse_known_args(recorded(tmp_path)[:9])
+    assert known.rdzv_id == name
 
 
 def test_data_and_tokenizer_paths_with_spaces(tmp_path: Path) -> None:
