@@ -42,6 +42,7 @@ from planner.inputs.hf_shapes import (
     llama,
     moe,
     partial_rope,
+    router_score,
     tied,
     window,
 )
@@ -101,11 +102,15 @@ def _nested(r: Reader, key: str) -> Reader:
     return sub
 
 
-def _deepseek_v3(r: Reader) -> Fields:
+def _deepseek_v3(r: Reader, score: str = "sigmoid") -> Fields:
     """MLA + DeepSeekMoE. Layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq
     == 0; intermediate_size is the dense layers' MLP width. The fields that change the parameter
     count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
-    own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null."""
+    own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null. The router
+    (`router_score`): scoring_func, absent `score`: V3's sigmoid (Megatron-Bridge 067f987d
+    deepseek_v3_bridge.py:73, which also learns an expert bias, :74: no ModelArch field; Kimi K2,
+    GLM-5 and GLM-4.7-Flash route so too: kimi_bridge.py via scoring_func, glm5_bridge.py:102,
+    glm47_flash_bridge.py:85)."""
     f = llama(r)
     freq = r.opt_int("moe_layer_freq", default=1) or 1
     v_head_dim = r.req_int("v_head_dim")
@@ -124,6 +129,7 @@ def _deepseek_v3(r: Reader) -> Fields:
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": r.opt_int("n_group"),
         "moe_router_group_topk": r.opt_int("topk_group"),
+        **router_score(r, score),
     }
 
 
@@ -167,8 +173,9 @@ def _deepseek_v2(r: Reader) -> Fields:
     """DeepSeek-V2 / V2-Lite: DeepSeek-V3's shapes (`_deepseek_v3`: MLA, DeepSeekMoE, the dense
     first layers), no MTP layer, and routing groups only under topk_method
     "group_limited_greedy" (V2's device-limited routing, n_group 8 / topk_group 3); V2-Lite's
-    "greedy" routes over all experts (its n_group 1 / topk_group 1 group nothing)."""
-    f = _deepseek_v3(r)
+    "greedy" routes over all experts (its n_group 1 / topk_group 1 group nothing). Its router
+    is softmax (both published configs' scoring_func)."""
+    f = _deepseek_v3(r, score="softmax")
     method = r.choice("topk_method", "greedy", ("greedy", "group_limited_greedy"))
     if method != "group_limited_greedy":
         f["moe_router_num_groups"] = f["moe_router_group_topk"] = None
@@ -184,7 +191,9 @@ def _glm4_moe(r: Reader) -> Fields:
     moe_intermediate_size, top num_experts_per_tok); num_nextn_predict_layers MTP
     layers; routing groups only where n_group > 1 (the released models' 1 / 1 group nothing). The
     fields that change the parameter count are required, as for DeepSeek-V3. RoPE on part of
-    each head (partial_rotary_factor) is noted: timed as if whole."""
+    each head (partial_rotary_factor) is noted: timed as if whole. Its router is sigmoid
+    (Megatron-Bridge 067f987d glm45_bridge.py:74; transformers' Glm4MoeConfig has no
+    scoring_func: `router_score` reads one where given)."""
     f = llama(r)
     groups = r.opt_int("n_group")
     partial_rope(r)
@@ -197,6 +206,7 @@ def _glm4_moe(r: Reader) -> Fields:
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": groups if groups and groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups and groups > 1 else None,
+        **router_score(r, "sigmoid"),
     }
 
 
@@ -220,8 +230,9 @@ def _minimax_m2(r: Reader) -> Fields:
     shapes with head_dim, full attention on every layer (attn_type_list all 1: its 0, MiniMax-01's
     lightning attention, is refused), q/k RMSNorm where use_qk_norm; every layer MoE,
     num_local_experts experts of width intermediate_size, top num_experts_per_tok, a shared
-    expert of shared_intermediate_size where above 0; num_mtp_modules MTP layers where use_mtp.
-    RoPE on rotary_dim of each head is noted: timed as if whole."""
+    expert of shared_intermediate_size where above 0; num_mtp_modules MTP layers where use_mtp;
+    scoring_func's router (`router_score`; absent: sigmoid, Megatron-Bridge 067f987d
+    minimax_m2_bridge.py:167). RoPE on rotary_dim of each head is noted: timed as if whole."""
     f = llama(r)
     n = f["num_layers"]
     types = r.cfg.get("attn_type_list")
@@ -241,6 +252,7 @@ def _minimax_m2(r: Reader) -> Fields:
         **moe(r, ("num_local_experts",), f["ffn_hidden_size"], [True] * n),
         "moe_shared_expert_intermediate_size": shared or None,
         "mtp_num_layers": mtp,
+        **router_score(r, "sigmoid"),
     }
 
 

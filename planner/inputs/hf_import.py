@@ -16,6 +16,9 @@ files (tests/data/hf) and transformers' config classes:
   moe_router_topk, moe_intermediate_size -> moe_ffn_hidden_size; which layers are MoE
   (Qwen3-MoE decoder_sparse_step + mlp_only_layers, DeepSeek first_k_dense_replace +
   moe_layer_freq) -> moe_layer_freq, an int 1 when every layer is MoE, else a 0/1 list.
+  scoring_func ("softmax" / "sigmoid") -> moe_router_score_function where a family reads it
+  (DeepSeek, GLM, MiniMax-M2, Nemotron-H: `hf_shapes.router_score`, with the family's router
+  where absent: sigmoid but DeepSeek-V2's softmax); the learned expert bias is not modelled.
 - DeepSeek-V3 MLA: qk_nope_head_dim -> qk_head_dim, qk_rope_head_dim -> qk_pos_emb_head_dim,
   n_shared_experts x moe_intermediate_size -> moe_shared_expert_intermediate_size,
   num_nextn_predict_layers -> mtp_num_layers; group-limited routing n_group / topk_group ->
@@ -44,9 +47,9 @@ files (tests/data/hf) and transformers' config classes:
 - Qwen3-Next (qwen3_next): the layers layer_types marks "linear_attention" (or all but every
   full_attention_interval-th) -> linear_attention_freq (an int, or a 0/1 list), the linear_*
   sizes -> the gated delta net's; its gated attention -> attention_output_gate;
-  shared_expert_intermediate_size -> moe_shared_expert_intermediate_size. Qwen3.5 (qwen3_5,
-  qwen3_5_moe): the same fields in the config's text_config (its language model; the vision
-  encoder is not modelled, and noted).
+  shared_expert_intermediate_size -> moe_shared_expert_intermediate_size,
+  mtp_num_hidden_layers -> mtp_num_layers. Qwen3.5 (qwen3_5, qwen3_5_moe): the same fields in
+  the config's text_config (its language model; the vision encoder is not modelled, and noted).
 
 RoPE settings (rope_theta / rope_scaling, or the newer rope_parameters; rotary_pct,
 partial_rotary_factor) have no ModelArch field and are accepted in either spelling and ignored.

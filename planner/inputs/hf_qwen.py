@@ -163,18 +163,24 @@ def _gated_delta_nets(r: Reader, n: int) -> Fields:
     }
 
 
+def _mtp(r: Reader) -> Fields:
+    """mtp_num_hidden_layers -> mtp_num_layers (absent: none), as Megatron-Bridge 067f987d maps it
+    for every model (conversion/model_bridge.py:498); Qwen3-Next's, Qwen3.5's and Qwen3.5 MoE's
+    text config spell it."""
+    return {"mtp_num_layers": r.opt_int("mtp_num_hidden_layers", default=0, minimum=0)}
+
+
 def qwen3_next(r: Reader) -> Fields:
     """Qwen3-Next (transformers' Qwen3NextConfig, whose defaults are Qwen3-Next-80B-A3B's): Qwen3's
     MoE layout (`_qwen3_moe_shape`) with one shared expert of shared_expert_intermediate_size,
-    head_dim 256, and its gated delta nets (`_gated_delta_nets`); mtp_num_hidden_layers ->
-    mtp_num_layers (Megatron-Bridge maps it so, conversion/model_bridge.py)."""
+    head_dim 256, and its gated delta nets (`_gated_delta_nets`); its MTP layers (`_mtp`)."""
     f = _qwen3_moe_shape(r, head_dim_default=256)
     shared = r.opt_int("shared_expert_intermediate_size", default=512, minimum=0)
     return {
         **f,
         **_gated_delta_nets(r, f["num_layers"]),
         "moe_shared_expert_intermediate_size": shared or None,
-        "mtp_num_layers": r.opt_int("mtp_num_hidden_layers", default=0, minimum=0),
+        **_mtp(r),
     }
 
 
@@ -189,7 +195,9 @@ def qwen3_5_moe(r: Reader) -> Fields:
 
 def qwen3_5(r: Reader) -> Fields:
     """Qwen3.5 dense (Qwen3_5ForConditionalGeneration): Qwen3's dense shape in text_config with
-    head_dim 256 and the gated delta nets (`_gated_delta_nets`)."""
+    head_dim 256, the gated delta nets (`_gated_delta_nets`) and its MTP layers (`_mtp`: the dense
+    Qwen3.5 bridge converts their weights, Megatron-Bridge 067f987d
+    qwen_vl/qwen35_vl_bridge.py:365 `_get_dense_mtp_mappings`)."""
     t = text_config(r)
     f = qwen3_shape(t, head_dim_default=256)
-    return {**f, **_gated_delta_nets(t, f["num_layers"])}
+    return {**f, **_gated_delta_nets(t, f["num_layers"]), **_mtp(t)}

@@ -123,6 +123,16 @@ def moe(
     }
 
 
+SCORE_FUNCTIONS = ("softmax", "sigmoid")
+"""The scoring_func values read: the routers of the families that spell it."""
+
+
+def router_score(r: Reader, default: str) -> Fields:
+    """scoring_func -> moe_router_score_function, as Megatron-Bridge maps it for every model
+    (067f987d conversion/model_bridge.py:485); absent or null: `default`, the family's router."""
+    return {"moe_router_score_function": r.choice("scoring_func", default, SCORE_FUNCTIONS)}
+
+
 def dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: int = 1) -> Fields:
     """DeepSeekMoE's layout, which GLM-4.5 shares: layer i is MoE when i >= first_k_dense_replace
     and i % freq == 0; routed experts of moe_intermediate_size (`moe`) and n_shared_experts

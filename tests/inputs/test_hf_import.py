@@ -8,9 +8,11 @@ shows, the rest transformers' Qwen3NextConfig defaults, which are that model's; 
 qwen3.5-397b-a17b.json, composed: Megatron-Bridge 067f987d's Qwen35VLMoEModelProvider defaults
 for Qwen3.5-397B-A17B in the field names of transformers' Qwen3_5MoeTextConfig; qwen3.5-9b.json,
 composed: transformers' Qwen3_5TextConfig defaults, which its docstring calls the Qwen3.5-9B style
-configuration, with layer_types spelt out; deepseek-v3.2-exp.json, composed: deepseek-v3.json with
-the architecture, model_type and index_n_heads 64 / index_head_dim 128 / index_topk 2048 of the
-deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are DeepSeek-V3's;
+configuration, with layer_types spelt out; qwen3.6-27b.json, the Qwen/Qwen3.6-27B config.json
+as a QA pass copied it (2026-12-07; no pinned revision); deepseek-v3.2-exp.json, composed:
+deepseek-v3.json with the architecture, model_type and index_n_heads 64 / index_head_dim 128 /
+index_topk 2048 of the deepseek-ai/DeepSeek-V3.2-Exp card's config.json, whose other fields are
+DeepSeek-V3's;
 glm-5.json, composed: GlmMoeDsaConfig's defaults, which its docstring gives as GLM-5's
 (PrimeIntellect-ai/prime-rl @ 0030893e configuration_glm_moe_dsa.py), in config.json's field
 names; and seven configs read from copies of the published files, none at a pinned revision of
@@ -152,6 +154,15 @@ EXPECTED: dict[str, dict[str, Any]] = {
         num_query_groups=4, kv_channels=256, vocab_size=248320, num_moe_experts=None,
         qk_layernorm=True, attention_output_gate=True, linear_attention_freq=4,
         linear_num_key_heads=16, linear_num_value_heads=32,
+        untie_embeddings_and_output_weights=True,
+    ),
+    # Qwen3.6-27B (dense Qwen3.5 architecture): text_config's 64 layers of 24 heads x 256, 4 KV
+    # heads, every 4th full attention, 48 linear value heads; its mtp_num_hidden_layers 1
+    "qwen3.6-27b": dict(
+        num_layers=64, hidden_size=5120, ffn_hidden_size=17408, num_attention_heads=24,
+        num_query_groups=4, kv_channels=256, vocab_size=248320, num_moe_experts=None,
+        qk_layernorm=True, attention_output_gate=True, linear_attention_freq=4,
+        linear_num_key_heads=16, linear_num_value_heads=48, mtp_num_layers=1,
         untie_embeddings_and_output_weights=True,
     ),
     # models.yaml megatron note: first_k_dense_replace 3 -> --moe-layer-freq [0]*3+[1]*58 etc.
