@@ -23,12 +23,25 @@ data parallelism (`planner.model.pools`), with the instance link in place of the
 ZeRO 2 / 3 (Megatron-FSDP's hybrid FSDP, `fsdp`): every unit's all-gathers and reduce-scatters of
 every micro-batch run over the instance (DP-Shard, mcore_fsdp_adapter.py:346-432); only at the
 last micro-batch each unit's reduced shard is also all-reduced across the instances (no_shard),
-or reduce-scattered there (--outer-dp-sharding-strategy optim), on its own stream after the
-unit's reduce-scatter (megatron_fsdp.py:776-787, param_and_grad_buffer.py:4134-4225), so it
-hides under the next unit's backward as the reduce-scatter does; under optim each unit's shard
-is first all-gathered across the instances while microbatch_count is 0, the first micro-batch's
-forward and backward (megatron_fsdp.py:482-490, counted up at :905; param_and_grad_buffer.py:
-4543-4563, serial before the instance's gather).
+or reduce-scattered there (--outer-dp-sharding-strategy optim) (megatron_fsdp.py:776-787). The
+two run on streams of their own: the instance's reduce-scatter on the reduce-scatter stream
+(megatron_fsdp.py:406-411; param_and_grad_buffer.py:4037-4045), the reduction across the
+instances on `outer_fsdp_group_grad_reduce_stream` (:3849-3851), which waits for the
+reduce-scatter stream as it stands when the unit's reduction is issued (:4135-4139) and nothing
+else; the queue waits only on the outer stream's events, its capacity at least 1e9 elements
+(megatron_fsdp.py:420-443; param_and_grad_buffer.py:3915-3918, :3942-3944), so nothing holds
+the next unit's reduce-scatter back. Under optim each unit's shard is first all-gathered across the
+instances while microbatch_count is 0, the first micro-batch's forward and backward
+(megatron_fsdp.py:482-490, counted up at :905, reset after the step's sync at :1406), on
+`outer_fsdp_group_param_gather_stream`, which waits for the compute stream only; the
+instance's gather of that unit waits for it (param_and_grad_buffer.py:4540-4568), the next
+unit's gather across the instances does not wait for this one's over the instance. Each unit's
+collectives thus run as a pipeline over two links: where the instance sits inside one NVLink
+domain and the group across them one rank a domain (`disjoint_links`) a unit's traffic over
+the instance runs beside another unit's across the instances, at the pace of the slower link
+(`two_links`); where both cross the same NICs they share them and add. Between the first and
+the last micro-batch nothing crosses the instances (under no_shard only the last one's
+reductions do).
 """
 
 from __future__ import annotations
@@ -138,6 +151,31 @@ def distributed_optimizer(
     return dp_sync.windowed(parts, fwd, dp_sync.reduce_window(bwd, lay, m), bwd)
 
 
+def disjoint_links(intras: tuple[Group, Group], inter: Group) -> bool:
+    """Whether the instance's collectives and those across the instances run on links of their
+    own: every instance group (and every other split of its kind, `Group.others`) inside one
+    innermost domain, so over NVLink only, and the group across the instances one rank a
+    domain, so over the NICs only. Otherwise both cross the NICs and share them."""
+    if inter.per_domain != 1 or inter.domains <= 1:
+        return False
+    return all(g.domains == 1 for grp in intras for g in (grp, *grp.others))
+
+
+def two_links(intra: float, inter: float, window: float, units: int, apart: bool) -> float:
+    """Seconds that show of one pass over `units` FSDP units whose collectives take `intra`
+    seconds each over the instance and `inter` across the instances, one after the other for a
+    unit (a reduce-scatter, then its shard's reduction; a gather across, then over the
+    instance), under `window` seconds of each unit's compute. On links of their own (`apart`)
+    they pipeline with the compute as a three-stage flow shop of identical units: the first
+    unit's (the last one's) whole chain shows, each later unit max(intra, inter, window) less
+    its window; on a shared link they add (`dp_sync.unit_pipeline` of the sum)."""
+    if not apart:
+        return dp_sync.unit_pipeline(intra + inter, window, units)
+    if units <= 0 or intra + inter <= 0:
+        return 0.0
+    return intra + inter + (units - 1) * max(max(intra, inter) - window, 0.0)
+
+
 def fsdp(
     groups: Groups,
     lay: Layout,
@@ -153,11 +191,15 @@ def fsdp(
     """Megatron-FSDP's ZeRO 2 / 3 over the instances (module docstring), `u` units: (exposed,
     hidden) seconds per step. Each micro-batch's unit pipeline as `dp_sync`'s ZeRO 2 / 3 over
     the instance's groups (`dp_sync.unit_collectives`, `dp_sync.unit_pipeline`), the last
-    micro-batch's backward with each unit's reduction across the instances added to its
+    micro-batch's backward with each unit's reduction across the instances after its
     reduce-scatter, and under `optim` the first micro-batch's gathers (forward and backward)
-    with each unit's gather across the instances."""
+    with each unit's gather across the instances before its gather over the instance, both
+    `two_links` pipelines. Hidden: the seconds beside compute, at most the micro-batches'
+    compute (`fwd` and `bwd` each; collectives beside each other on links of their own are
+    neither shown nor under compute)."""
     *intras, inter = groups
-    ag, rs, _ = dp_sync.unit_collectives((intras[0], intras[1]), dense, expert, sizes, u)
+    pair = (intras[0], intras[1])
+    ag, rs, _ = dp_sync.unit_collectives(pair, dense, expert, sizes, u)
     grad_bytes, param_bytes = sizes
     o_red = o_gat = 0.0  # one unit's reduction and gather across the instances
     for n_params, grp, p_bytes in zip((dense, expert), intras, param_bytes, strict=True):
@@ -171,17 +213,23 @@ def fsdp(
             o_red += all_reduce(shard * grad_bytes, inter)
     f, b = fwd / u, bwd / u
     pipe = dp_sync.unit_pipeline
+    apart = disjoint_links(pair, inter)
+
+    def pipe2(intra: float, across: float, window: float) -> float:
+        return two_links(intra, across, window, u, apart)
+
     if lay.zero_stage == 2:  # the weights stay whole: one gather a step, under the forward
         total = u * (m * rs + o_red + ag)
-        shown = (m - 1) * pipe(rs, b, u) + pipe(rs + o_red, b, u) + pipe(ag, f, u)
+        shown = (m - 1) * pipe(rs, b, u) + pipe2(rs, o_red, b) + pipe(ag, f, u)
     else:
 
         def one(gat: float, red: float) -> float:  # one micro-batch's forward and backward
-            return pipe(ag + gat, f, u) + pipe(ag + gat + rs + red, b, u)
+            return pipe2(ag, gat, f) + pipe2(ag + rs, gat + red, b)
 
         total = u * (m * (2 * ag + rs) + 2 * o_gat + o_red)
         if m <= 1:
             shown = one(o_gat, o_red)
         else:
             shown = one(o_gat, 0.0) + one(0.0, o_red) + (m - 2) * one(0.0, 0.0)
-    return shown, max(total - shown, 0.0)  # rounding: not -1e-16
+    hidden = min(max(total - shown, 0.0), m * (fwd + bwd))  # rounding: not -1e-16
+    return shown, hidden

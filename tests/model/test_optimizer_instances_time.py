@@ -30,7 +30,7 @@ from jobs import h100_cluster
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Plan, parse_plan
-from planner.model import cost, dp_instances, dp_sync, stage_sync
+from planner.model import comms, cost, dp_instances, dp_sync, stage_sync
 from planner.model.stage_time import layout_times
 
 B_IN = 450e9 * 0.80 * 0.915  # NVLink, 8 ranks of one node, NCCL's ring share
@@ -97,7 +97,9 @@ def test_megatron_fsdp_zero3_by_hand() -> None:
     o_red = _ar_two_nodes(2.5e7)
     sizes = (2.0, (2.0, 2.0))
     shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 0.0, 0.0, 2, 4)
-    assert shown + hidden == pytest.approx(4 * (2 * (2 * ag + rs) + o_red))
+    # the reductions across the nodes run on the NICs beside the next units' NVLink traffic:
+    # only the last unit's shows (test_hfsdp_two_streams_by_hand)
+    assert shown == pytest.approx(4 * (2 * (2 * ag + rs)) + o_red)
     assert hidden == pytest.approx(0.0, abs=1e-12)
     shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 1e3, 1e3, 2, 4)
     assert shown == pytest.approx(2 * (2 * ag + rs) + o_red)
@@ -112,6 +114,70 @@ def test_megatron_fsdp_zero3_by_hand() -> None:
     shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 1e3, 1e3, 2, 4)
     assert shown == pytest.approx(2 * rs + o_red + ag)
     assert shown + hidden == pytest.approx(4 * (2 * rs + o_red + ag))
+
+
+def test_hfsdp_two_streams_by_hand() -> None:
+    """Megatron-FSDP runs a unit's reduce-scatter over the instance on the reduce-scatter stream
+    and its reduction across the instances on `outer_fsdp_group_grad_reduce_stream`, which waits
+    only for that reduce-scatter (megatron_fsdp.py:406-411, param_and_grad_buffer.py:3849-3851,
+    :4037-4045, :4135-4139); under optim the gather across the instances on its own stream, the
+    instance's gather waiting for it (:4540-4568). Here the instance is one NVLink node and the
+    group across two nodes one rank each: the links are disjoint, so a unit's NICs work runs
+    beside the next unit's NVLink work, a flow shop: the first (last) unit's whole chain shows,
+    each later one max(NVLink, NICs) less its window (before: their sum).
+
+    4 units of 1e8 parameters, bf16: per unit over the node ag = rs = 7/8 x 2e8 B / 329.4 GB/s
+    + 30.8 us = 562.1 us; the all-reduce of the 2.5e7-byte shard over the two nodes 2 x (1.25e7
+    / 46 GB/s + 5 us) + 21.6 us = 575.1 us; its ring reduce-scatter or all-gather 1.25e7 / 46
+    GB/s + 5 + 16.8 us = 293.5 us."""
+    lay, groups = _groups(3)
+    ag = rs = _rs_node(2e8)
+    o_red = _ar_two_nodes(2.5e7)
+    o_rs = 1 / 2 * 2.5e7 / B_OUT + 5e-6 + 16.8e-6
+    assert ag == pytest.approx(562.1e-6, abs=0.1e-6)
+    assert o_red == pytest.approx(575.1e-6, abs=0.1e-6)
+    assert o_rs == pytest.approx(293.5e-6, abs=0.1e-6)
+    assert dp_instances.disjoint_links((groups[0], groups[1]), groups[2])
+    sizes = (2.0, (2.0, 2.0))
+    # ZeRO 3, one micro-batch, a 0.8 ms window per unit in the backward, none in the forward:
+    # forward 4 ag; backward (ag + rs) + o_red + 3 x (max(ag + rs, o_red) - 0.8 ms)
+    shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 0.0, 3.2e-3, 1, 4)
+    back = (ag + rs) + o_red + 3 * (ag + rs - 0.8e-3)
+    assert shown == pytest.approx(4 * ag + back)  # before: + 3 x o_red more
+    # the rest, 4 (2 ag + rs + o_red) - shown = 4.13 ms, partly beside the other link only:
+    # hidden counts at most the 3.2 ms of compute
+    assert 4 * (2 * ag + rs + o_red) - shown > 3.2e-3
+    assert hidden == pytest.approx(3.2e-3)
+    # optim, 2 micro-batches, no windows: the first micro-batch's forward ag + o_rs + 3 ag
+    # (the NVLink gather the slower), its backward (ag + rs) + o_rs + 3 (ag + rs); the last's
+    # forward 4 ag, its backward (ag + rs) + o_rs + 3 (ag + rs)
+    shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 0.0, 0.0, 2, 4, optim=True)
+    assert shown == pytest.approx(4 * ag + 4 * (ag + rs) + o_rs + 4 * ag + 4 * (ag + rs) + 2 * o_rs)
+    assert hidden == 0.0  # no compute to hide under
+    # ZeRO 2, no windows: here the NICs are the slower link (o_red > rs): the last
+    # micro-batch's backward rs + o_red + 3 o_red, the first's 4 rs, one forward gather 4 ag
+    lay, groups = _groups(2)
+    shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 0.0, 0.0, 2, 4)
+    assert shown == pytest.approx(4 * rs + (rs + 4 * o_red) + 4 * ag)  # before: 4 rs + 4 o_red
+    assert hidden == 0.0
+
+
+def test_hfsdp_instances_across_nodes_share_the_nics() -> None:
+    """dp 32 on four nodes at N = 2: an instance is 16 ranks over two nodes (its ring crosses the
+    NICs), the group across the instances {r, r + 16}: both on the NICs, so they share them and
+    a unit's two collectives add, as before (no window: every second shows)."""
+    lay = Layout(tp=1, pp=1, dp=32, zero_stage=3)
+    groups = dp_instances.instance_groups(h100_cluster(32), lay, 2)
+    dense, expert, inter = groups
+    assert dense.domains == 2 and inter.per_domain == 1
+    assert not dp_instances.disjoint_links((dense, expert), inter)
+    sizes = (2.0, (2.0, 2.0))
+    ag = comms.all_gather(2e8, dense)
+    rs = comms.reduce_scatter(2e8, dense)
+    o_red = comms.all_reduce(2e8 / 16, inter)
+    shown, hidden = dp_instances.fsdp(groups, lay, 4e8, 0.0, sizes, 0.0, 0.0, 2, 4)
+    assert shown == pytest.approx(4 * (2 * (2 * ag + rs) + o_red))
+    assert hidden == pytest.approx(0.0, abs=1e-12)
 
 
 def test_one_instance_is_the_old_arithmetic() -> None:
