@@ -28,6 +28,7 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.model.fp32 import norm_in, widen, word
 from planner.model.shard import BF16, FP32, Shard, linear_in, masks
+from planner.model.titan_version import TitanVersion
 
 
 def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
@@ -49,7 +50,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         return out + w * local * h
     if not sh.drops_pre_moe_norm():  # (kept under TE's router graph: `Shard.keeps_pre_moe_norm`)
         out += w * local * h
-    out += 2 * FP32 * local * E
+    out += 2 * FP32 * local * E + router_copy_bytes(arch, sh)
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
@@ -71,6 +72,26 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         if glu == 2 and not sh.fused_swiglu:  # silu's output, as a dense MLP's (`mlp_bytes`)
             out += w * local * Fs
     return out + combine_bytes(arch, sh)
+
+
+def router_copy_bytes(arch: ModelArch, sh: Shard, version: TitanVersion | None = None) -> float:
+    """The fp32 copies torchtitan b5bcd76c's router gate keeps for its backward: since ab5ed59f
+    ("Execute moe.gate in float32") TokenChoiceTopKRouter.forward runs the gate under
+    torch.autocast(dtype=torch.float32) (models/common/moe.py:290-292), whose cast of the
+    linear's bf16 operands (FSDP2's bf16 parameters and activations) is recorded by autograd,
+    and the matmul saves the cast copies: the gate's input, 4h bytes per router token (for the
+    weight's gradient), and the gate weight, 4 E h bytes a layer (for the input's gradient).
+    e347b1e5 runs the gate in bf16 and casts only its logits (models/moe/moe.py:312-318), whose
+    `.to` saves nothing: none. An unknown version (None): counted, the larger. None in fp32
+    training (the cast returns the tensor itself, already saved) or outside torchtitan; per
+    local token, as the router's other tensors here (with EP off under TP b5bcd76c's gate reads
+    the replicated tokens, moe_sharding.py:89-125). A compiled block's partitioner may keep the
+    bf16 input and cast it again instead; not decidable from the source, so the larger."""
+    if not sh.torchtitan or word(sh) >= FP32 or version == "e347b1e5":
+        return 0.0
+    assert arch.num_moe_experts is not None
+    h = arch.hidden_size
+    return FP32 * h * (sh.tokens / sh.tp + arch.num_moe_experts)
 
 
 def combine_bytes(arch: ModelArch, sh: Shard) -> float:

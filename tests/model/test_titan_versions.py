@@ -1,0 +1,68 @@
+"""What torchtitan keeps for the backward by version: e347b1e5 (the job TOML's) and b5bcd76c
+(the Python configurations').
+
+Oracles (pytorch/torchtitan):
+- e347b1e5 models/qwen3/infra/parallelize.py:39-54, the per-op save list: no
+  `_c10d_functional.all_to_all_single` (deepseek_v3/infra/parallelize.py:41,
+  gpt_oss/infra/parallelize.py:50, llama4/infra/parallelize.py:59 have it); b5bcd76c
+  distributed/activation_checkpoint.py:61-63, one list for every model, with it.
+- b5bcd76c models/common/moe.py:290-292: the router gate under torch.autocast(float32), so the
+  matmul saves fp32 copies of its bf16 input (T x h) and weight (E x h); e347b1e5
+  models/moe/moe.py:312-318 runs the gate in bf16 and casts only the logits.
+Hand arithmetic in each test."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs import catalog
+from planner.inputs.hybrid import layer_kind
+from planner.model.moe_activations import moe_bytes, router_copy_bytes
+from planner.model.per_op_saved import all_to_all_bytes, saves_all_to_all
+from planner.model.shard import Shard
+
+QWEN3 = catalog.get_model("qwen3-30b-a3b")  # h 2048, top-8 of 128 experts
+V3 = catalog.get_model("deepseek-v3")  # h 7168, top-8 of 256 experts
+T = 4096
+
+
+def titan(**kw: object) -> Shard:
+    return Shard(tokens=T, seq_per_cp_rank=T, weighted_experts=False, moe_load=1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_qwen3_saves_no_all_to_all_at_e347b1e5() -> None:
+    assert not saves_all_to_all(QWEN3, "e347b1e5")
+    assert saves_all_to_all(V3, "e347b1e5")
+    assert saves_all_to_all(catalog.get_model("gpt-oss-20b"), "e347b1e5")
+    assert saves_all_to_all(QWEN3, "b5bcd76c")
+    assert saves_all_to_all(QWEN3)  # unknown version: the larger figure
+
+
+def test_all_to_all_bytes_by_version() -> None:
+    # received (8 x 4096 x load 1) and returned (8 x 4096) rows, 2048 wide, bf16:
+    # 2 x 2 x 8 x 4096 x 2048 = 268,435,456 bytes a layer at ep 8; none at e347b1e5 for Qwen3
+    moe, sh = layer_kind(True), titan()
+    assert all_to_all_bytes(QWEN3, moe, sh, 8) == pytest.approx(2 * 2 * 8 * 4096 * 2048)
+    assert all_to_all_bytes(QWEN3, moe, sh, 8, "b5bcd76c") == pytest.approx(268_435_456)
+    assert all_to_all_bytes(QWEN3, moe, sh, 8, "e347b1e5") == 0.0
+    # DeepSeek-V3 keeps its all-to-alls at e347b1e5: 2 x 2 x 8 x 4096 x 7168
+    assert all_to_all_bytes(V3, moe, sh, 8, "e347b1e5") == pytest.approx(939_524_096)
+
+
+def test_router_gate_fp32_copies_at_b5bcd76c() -> None:
+    # Qwen3-30B-A3B, 4096 local tokens, bf16: the fp32 input copy 4 x 4096 x 2048 = 33,554,432
+    # and the fp32 weight copy 4 x 128 x 2048 = 1,048,576: 34,603,008 bytes a MoE layer
+    sh = titan(torchtitan=True, fused_swiglu=True)
+    assert router_copy_bytes(QWEN3, sh, "b5bcd76c") == pytest.approx(34_603_008)
+    assert router_copy_bytes(QWEN3, sh, "e347b1e5") == 0.0
+    diff = moe_bytes(QWEN3, sh) - moe_bytes(QWEN3, titan(fused_swiglu=True))
+    assert diff == pytest.approx(34_603_008)  # unknown version: counted
+
+
+def test_router_gate_copy_under_tp_and_fp32() -> None:
+    # DeepSeek-V3 at tp 4: 1024 local tokens: 4 x 7168 x (1024 + 256) = 36,700,160 bytes; fp32
+    # training casts nothing (the input already fp32): none
+    sh = titan(torchtitan=True, tp=4, sequence_parallel=True)
+    assert router_copy_bytes(V3, sh) == pytest.approx(36_700_160)
+    assert router_copy_bytes(V3, titan(torchtitan=True, value_bytes=4.0)) == 0.0
+    assert router_copy_bytes(V3, titan(tp=4, sequence_parallel=True)) == 0.0  # not torchtitan
