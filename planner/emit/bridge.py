@@ -43,7 +43,7 @@ from planner.emit.common import (
 )
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import activation_switch
-from planner.emit.megatron_model import refuse_alibi
+from planner.emit.megatron_model import refuse_alibi, refuse_local_attention
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 
@@ -158,6 +158,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
     refuse_alibi(job.arch, f"{plan.path}: model", "Megatron-Bridge")
+    refuse_local_attention(plan, "Megatron-Bridge")
     model: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,

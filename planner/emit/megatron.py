@@ -38,7 +38,7 @@ from planner.emit.common import (
     optimizer_instances,
     predict,
 )
-from planner.emit.megatron_model import Arg, model_args, training_script
+from planner.emit.megatron_model import Arg, model_args, refuse_local_attention, training_script
 from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimizer_args
 from planner.emit.megatron_pipeline import pipeline_args
 from planner.inputs.layout import FSDP_STRATEGY
@@ -243,6 +243,7 @@ def training_args(plan: Plan) -> list[Arg]:
             ("--recompute-granularity", "selective"),
             ("--recompute-modules", *lay.recompute_modules),
         ]
+    refuse_local_attention(plan)
     if not job.flash_attention:
         a.append(("--attention-backend", "unfused"))
     elif job.attention_kernel == "flash2" and job.cluster.gpu.vendor == "nvidia":
@@ -255,6 +256,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--attention-dropout", "0.0"))
     if not job.hidden_dropout:
         a.append(("--hidden-dropout", "0.0"))
+    if not job.masked_softmax_fusion:  # read by Megatron's local attention (planner.model.scores)
+        a.append(("--no-masked-softmax-fusion",))
     if job.cuda_graphs:
         impl = cuda_graph_impl(plan)
         a.append(("--cuda-graph-impl", impl))

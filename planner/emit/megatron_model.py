@@ -55,6 +55,20 @@ def refuse_alibi(arch: ModelArch, where: str, runtime: str = "Megatron-LM") -> N
         )
 
 
+def refuse_local_attention(plan: Plan, runtime: str = "Megatron-LM") -> None:
+    """The launch targets write Transformer Engine's layer spec, whose unfused attention is TE's
+    (`Job.unfused_attention` "te"); Megatron-Core's own attention needs --transformer-impl local
+    or --spec local (arguments.py:436-437 @d98e8a64), the whole layer then without TE, which
+    planner does not write: a plan priced on it is refused, not launched as another job."""
+    kind = plan.job.unfused_attention
+    if kind != "te":
+        raise InputError(
+            f"{plan.path}: training.unfused_attention: {runtime} is launched with Transformer "
+            f"Engine's layers, whose unfused attention is 'te' (got {kind!r}, Megatron-Core's "
+            "local attention, --transformer-impl local, which planner does not write)"
+        )
+
+
 def _positions(plan: Plan, where: str) -> list[Arg]:
     arch, seq = plan.job.arch, plan.job.seq_length
     kind = arch.position_embedding_type

@@ -22,6 +22,7 @@ from planner.inputs.plan_types import (
     ParamsDtype,
     Precision,
     SelectivePolicy,
+    UnfusedAttention,
     params_dtype_of,
 )
 from planner.inputs.torchtitan import Framework, TorchtitanSection
@@ -178,6 +179,8 @@ class Job:
     vision_encoder: tuple[int, int, int] | None = None  # planner.model.vision
     t5_encoder: tuple[int, int] | None = None  # planner.model.t5: (layers, encoder tokens)
     attention_dropout: bool = True  # planner.model.scores
+    unfused_attention: UnfusedAttention = "te"  # without flash attention (planner.model.scores)
+    masked_softmax_fusion: bool = True  # Megatron's, for its local attention (planner.model.scores)
     hidden_dropout: bool = True  # the residual dropouts' masks (planner.model.activations)
     frozen_model: bool = False
     """The model's own parameters are frozen (`[training] frozen_model`): only modules outside it

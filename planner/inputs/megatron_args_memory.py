@@ -62,6 +62,7 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
         out["attention_dropout"] = False
     if line.number("--hidden-dropout") == 0:  # likewise
         out["hidden_dropout"] = False
+    out.update(softmax_fields(line))
     out.update(_rl_step(line, parallel))
     return out
 
@@ -243,3 +244,20 @@ def vision(
         model["max_position_embeddings"] = max(model["max_position_embeddings"], seq)
     layers = line.integer("--encoder-num-layers") or model["num_layers"]
     training["vision_encoder"] = [layers, patches + 1, patch]
+
+
+def softmax_fields(line: Line) -> dict[str, Any]:
+    """Which unfused attention keeps the scores (`planner.model.scores`): Megatron-Core's own
+    under --transformer-impl local or --attention-backend local, its torch softmax in fp32 with
+    --attention-softmax-in-fp32 or --apply-query-key-layer-scaling (d98e8a64 arguments.py:1714-1715;
+    TransformerConfig's attention_softmax_in_fp32, false from the command line otherwise); and
+    --no-masked-softmax-fusion (arguments.py:2887-2891), which only that attention reads."""
+    out: dict[str, Any] = {}
+    if line.text("--transformer-impl") == "local" or line.text("--attention-backend") == "local":
+        # looked up, not read: outside READ, so that NeMo's overrides of the two (whose TE
+        # attention ignores them) stay harmless (nemo_keys.classify refuses READ flags)
+        wide = {"--attention-softmax-in-fp32", "--apply-query-key-layer-scaling"} & set(line.flags)
+        out["unfused_attention"] = "local_fp32" if wide else "local"
+    if line.has("--no-masked-softmax-fusion"):
+        out["masked_softmax_fusion"] = False
+    return out

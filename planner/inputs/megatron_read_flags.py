@@ -228,6 +228,7 @@ READ = frozenset(
         "--flash-attention-version",  # with --attention-backend flash: attention_kernel
         "--transformer-impl",
         "--spec",
+        "--no-masked-softmax-fusion",  # training.masked_softmax_fusion (its local attention's)
         "--no-bias-swiglu-fusion",
         "--use-fused-weighted-squared-relu",  # an MoE's squared ReLU: training.fused_swiglu
         "--no-rope-fusion",

@@ -182,6 +182,9 @@ HARMLESS = frozenset(
         "data.num_val_samples",
         "data.num_test_samples",
         "model.config.seq_length",  # rotary tables; what trains is data.seq_length
+        # read by Megatron-Core's local attention only; NeMo builds TE's, which reads
+        # NVTE_MASKED_SOFTMAX_FUSION instead (TE d0067d0d dot_product_attention/softmax.py:264-266)
+        "model.config.masked_softmax_fusion",
         "optim.config.lr",
         "optim.config.min_lr",
         "optim.config.weight_decay",

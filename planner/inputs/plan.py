@@ -106,6 +106,8 @@ TRAINING_AS_IS = (
     "t5_encoder",
     "attention_dropout",
     "hidden_dropout",
+    "unfused_attention",
+    "masked_softmax_fusion",
     "attention_kernel",
     "frozen_model",
     "dsa_kernel_backend",

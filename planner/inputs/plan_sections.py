@@ -35,6 +35,7 @@ from planner.inputs.plan_types import (
     ParamsDtype,
     Precision,
     SelectivePolicy,
+    UnfusedAttention,
 )
 from planner.inputs.torchtitan import Framework, TorchtitanSection
 
@@ -345,6 +346,17 @@ class TrainingSection(OptimizerFields):
         default=True,
         description="the model has attention dropout (Megatron --attention-dropout > 0, its "
         "default 0.1): with an unfused attention, its mask and output per score",
+    )
+    unfused_attention: UnfusedAttention = Field(
+        default="te",
+        description="with flash_attention = false, which attention keeps the scores: te "
+        "(Transformer Engine's unfused), local / local_fp32 (Megatron --transformer-impl local: "
+        "its torch softmax in 16 bits, or in fp32 with --attention-softmax-in-fp32)",
+    )
+    masked_softmax_fusion: Flag = Field(
+        default=True,
+        description="Megatron's fused scale-mask-softmax kernel for its local attention, at most "
+        "4096 keys (false: --no-masked-softmax-fusion, the torch softmax)",
     )
     hidden_dropout: Flag = Field(
         default=True,

@@ -62,3 +62,11 @@ def params_dtype_of(precision: Precision, quantised: ParamsDtype | None) -> Para
             return quantised or "bf16"
         case unquantised:
             return unquantised
+
+
+UnfusedAttention = Literal["te", "local", "local_fp32"]
+"""Which attention runs without flash attention (`planner.model.scores`): Transformer Engine's
+UnfusedDotProductAttention (te), or Megatron-Core's own DotProductAttention (--transformer-impl
+local, --attention-backend local), whose torch softmax runs in the scores' 16 bits (local) or
+in fp32 (local_fp32: --attention-softmax-in-fp32, or --apply-query-key-layer-scaling, which sets
+it)."""

@@ -116,7 +116,9 @@ def activation_bytes(job: Job, lay: Layout, kind: LayerKind, load: float) -> tup
         linear_bytes=fp32.value_bytes(job),
         value_bytes=fp32.value_bytes(job),
         flash_attention=not in_fp32,
-        attention_dropout=job.attention_dropout,  # (read only without flash attention)
+        attention_dropout=job.attention_dropout,  # (these three read only without flash attention)
+        unfused_attention=job.unfused_attention,
+        masked_softmax_fusion=job.masked_softmax_fusion,
         # TE's fused grouped MLP clamps gpt-oss's GLU inside its op (`moe_activations.clamp_widths`)
         te_grouped_mlp=job.moe_fused_grouped_mlp and job.framework == "megatron",
     )

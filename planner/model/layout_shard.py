@@ -48,6 +48,8 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
         loss_chunks=job.titan.loss_chunks if job.framework == "torchtitan" else 1,
         attention_dropout=job.attention_dropout,
+        unfused_attention=job.unfused_attention,
+        masked_softmax_fusion=job.masked_softmax_fusion,
         hidden_dropout=job.hidden_dropout,
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,

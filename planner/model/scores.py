@@ -3,41 +3,64 @@ scores per head cost, by which softmax computes them.
 
 Transformer Engine's unfused attention (UnfusedDotProductAttention, used when neither FlashAttention
 nor cuDNN's fused attention takes the shape) runs its scaled, masked softmax through
-FusedScaleMaskSoftmax (NVIDIA/TransformerEngine c83f3857,
-transformer_engine/pytorch/attention/dot_product_attention/softmax.py):
+FusedScaleMaskSoftmax (NVIDIA/TransformerEngine d0067d0d,
+transformer_engine/pytorch/attention/dot_product_attention/softmax.py:296-329, built with
+softmax_in_fp32 true, :262, backends.py:383):
 
 - the fused kernel when `is_kernel_available`: 16 < s_k < 16384 and s_k a multiple of 8 (all a
   causal mask needs; without one it also wants s_q and b x heads multiples of 4, not checked).
   It saves its 16-bit softmax output (2 bytes per score, `FUSED_SOFTMAX_BYTES_PER_SCORE`), which
   the second batched GEMM saves as its input too;
-- otherwise `forward_torch_softmax`: the scores upcast to fp32 (softmax_in_fp32, the default), a
-  torch softmax whose fp32 output its backward keeps (4), cast back to 16 bits for the second
-  GEMM (2): 6 bytes per score.
+- otherwise `forward_torch_softmax` (:355-383): the scores upcast to fp32, a torch softmax whose
+  fp32 output its backward keeps (4), cast back to 16 bits (the cast keeps nothing).
 
-Either way the attention dropout between the softmax and the second GEMM adds its mask and its
-output (1 + 2 bytes, Korthikanti et al.'s 2 + 1 + 2 = 5 with the fused kernel) only where the model
-has attention dropout: torch's dropout at p = 0 returns its input (ATen Dropout.cpp), so the GEMM
-saves the softmax output itself. Check (Megatron-LM functional tests, --attention-backend unfused,
+Megatron-Core's own DotProductAttention (--transformer-impl local; Megatron-LM d98e8a64
+megatron/core/transformer/dot_product_attention.py:100-109) builds Megatron's FusedScaleMaskSoftmax
+with `scaled_masked_softmax_fusion=config.masked_softmax_fusion` (--no-masked-softmax-fusion turns
+it off, arguments.py:2887-2891) and `softmax_in_fp32=config.attention_softmax_in_fp32`, which the
+command line leaves false unless --attention-softmax-in-fp32 or --apply-query-key-layer-scaling
+(arguments.py:1714-1715, 3067). Its kernel runs only with the flag, 16 < s_k <= 4096 and s_q, s_k
+multiples of 4 (megatron/core/fusions/fused_softmax.py:253-260; b x heads a multiple of 4 and of
+the kernel's batches per block, not checked); otherwise its torch softmax (:313-340) saves its
+output: 4 bytes in fp32, 2 in the scores' 16 bits, where no cast follows.
+
+After the softmax the attention dropout adds its mask and its output (1 + 2 bytes,
+`DROPOUT_BYTES_PER_SCORE`) only where the model has attention dropout; the 16-bit probabilities
+before it are then kept by nothing (native_dropout's backward keeps only the mask), so the fp32
+torch path keeps 4 + 1 + 2 = 7 and the fused kernel Korthikanti et al.'s 2 + 1 + 2 = 5. Torch's
+dropout at p = 0 returns its input (ATen Dropout.cpp), so the second GEMM saves the probabilities
+themselves: the 16-bit softmax output (2), or the fp32 path's cast copy beside the fp32 output
+(4 + 2 = 6). Check (Megatron-LM functional tests, --attention-backend unfused,
 --attention-dropout 0.0, seq 4096, tp 2, 16 heads per rank, micro-batch 4: 2.1 GB of scores per
 layer at 2 bytes, 5.4 GB at 5): gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed peaks at 56.0 GiB on
 H100 (benchmarks/functional_tests.py); 5 bytes would put 14 layer-passes of in-flight scores alone
 at 75 GB, predicting 98.5 GiB; 2 bytes predict 53.5 GiB (-4.5%), and 52.3 / 44.1 / 44.7 GiB against
 53.6 / 38.4 / 45.8 measured for the same model's fp8, attention-CUDA-graph and selective-recompute
-cases.
+cases. And gpt3_mcore_tp2_pp2_uninstall_te (--transformer-impl local --no-masked-softmax-fusion
+--fp16 --apply-query-key-layer-scaling, attention dropout 0.1: 7 bytes per score) peaks at 1.94 GiB
+on A100.
 """
 
 from __future__ import annotations
+
+from planner.inputs.plan_types import UnfusedAttention
 
 FUSED_SOFTMAX_BYTES_PER_SCORE = 2
 """The fused kernel's 16-bit softmax output, which the second batched GEMM saves as its input
 where no dropout stands between them."""
 
-TORCH_SOFTMAX_BYTES_PER_SCORE = 6
-"""TE's torch softmax fallback: its fp32 output (4) and the 16-bit probabilities (2)."""
+FP32_SOFTMAX_BYTES_PER_SCORE = 4
+"""A torch softmax in fp32: its output, which its backward keeps."""
+
+CAST_BYTES_PER_SCORE = 2
+"""The fp32 softmax's output cast back to 16 bits, which the second GEMM keeps without dropout."""
 
 DROPOUT_BYTES_PER_SCORE = 3
 """Attention dropout's mask (1) and output (2): with the fused kernel's 2, Korthikanti et al.'s
 (2022) 5as^2b."""
+
+LOCAL_FUSED_MAX_KEYS = 4096
+"""Megatron's fused softmax kernels take at most 4096 keys (fused_softmax.py:256)."""
 
 
 def fused_softmax(s_k: int) -> bool:
@@ -45,9 +68,36 @@ def fused_softmax(s_k: int) -> bool:
     return 16 < s_k < 16384 and s_k % 8 == 0
 
 
-def score_bytes(heads: int, s: int, micro_batch: int, dropout: bool = True) -> float:
+def local_fused_softmax(s_k: int, fusion: bool = True) -> bool:
+    """Whether Megatron-Core's own attention runs its fused softmax kernel over s_k keys (causal,
+    s_q = s_k) with --masked-softmax-fusion as `fusion` says."""
+    return fusion and 16 < s_k <= LOCAL_FUSED_MAX_KEYS and s_k % 4 == 0
+
+
+def softmax_bytes(s: int, attention: UnfusedAttention = "te", fusion: bool = True) -> float:
+    """Bytes per score the softmax itself keeps: the fused kernel's 16-bit output, or the torch
+    softmax's output in fp32 (TE's always; Megatron's local_fp32) or in 16 bits (local)."""
+    fused = fused_softmax(s) if attention == "te" else local_fused_softmax(s, fusion)
+    if fused or attention == "local":
+        return FUSED_SOFTMAX_BYTES_PER_SCORE
+    return FP32_SOFTMAX_BYTES_PER_SCORE
+
+
+def score_bytes(
+    heads: int,
+    s: int,
+    micro_batch: int,
+    dropout: bool = True,
+    attention: UnfusedAttention = "te",
+    fusion: bool = True,
+) -> float:
     """Bytes one layer's unfused attention keeps for `heads` heads of s x s scores per sample: the
-    softmax path's bytes per score, and the dropout's where the model has attention dropout."""
-    per = FUSED_SOFTMAX_BYTES_PER_SCORE if fused_softmax(s) else TORCH_SOFTMAX_BYTES_PER_SCORE
-    per += DROPOUT_BYTES_PER_SCORE if dropout else 0
+    softmax's bytes per score, and then the dropout's mask and output where the model has
+    attention dropout, else the 16-bit cast of an fp32 softmax's output, which the second GEMM
+    keeps (a 16-bit softmax output is already what it keeps)."""
+    per = softmax_bytes(s, attention, fusion)
+    if dropout:
+        per += DROPOUT_BYTES_PER_SCORE
+    elif per == FP32_SOFTMAX_BYTES_PER_SCORE:
+        per += CAST_BYTES_PER_SCORE
     return per * heads * s * s * micro_batch

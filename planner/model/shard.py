@@ -11,7 +11,7 @@ from typing import Literal
 
 from planner.inputs.job import Job
 from planner.inputs.layout import RecomputePolicy
-from planner.inputs.plan_types import CudaGraphImpl, DsaKernelBackend
+from planner.inputs.plan_types import CudaGraphImpl, DsaKernelBackend, UnfusedAttention
 from planner.model import dsa
 
 BF16 = 2
@@ -93,6 +93,10 @@ class Shard:
     """torchtitan's ChunkedLossWrapper chunks (`TorchtitanSection.loss_chunks`; 1 = whole
     logits): `loss_activations.logits_bytes`."""
     attention_dropout: bool = True  # the model has attention dropout (`planner.model.scores`)
+    unfused_attention: UnfusedAttention = "te"  # whose softmax (`Job.unfused_attention`)
+    masked_softmax_fusion: bool = (
+        True  # Megatron's, for its local attention (`planner.model.scores`)
+    )
     hidden_dropout: bool = True
     """The model has hidden dropout: each residual add's and the embedding's dropout keeps its
     mask (`masks`)."""

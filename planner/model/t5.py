@@ -74,8 +74,9 @@ def cross_bytes(job: Job, sh: Shard) -> float:
     part = q + kv + (q if sh.flash_attention else act.linear_in(q, sh))
     if not sh.flash_attention:
         s = job.t5_encoder[1]
-        dropout = sh.attention_dropout
-        scores = score_bytes(arch.num_attention_heads, s, sh.micro_batch_size, dropout)
+        heads, b = arch.num_attention_heads, sh.micro_batch_size
+        kernel = (sh.unfused_attention, sh.masked_softmax_fusion)
+        scores = score_bytes(heads, s, b, sh.attention_dropout, *kernel)
         part += scores * sh.seq_per_cp_rank / s
     return act.split(rep, part, sh)
 
