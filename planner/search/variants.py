@@ -195,7 +195,11 @@ def best_variants(
         rung, rep = picked
         best = Candidate(rung.on(zbase), rep, stage.time_of(rung))
         twin = rung in base_of.twin_takes and _twin_dominates(
-            job, space, rung.on(zbase), best.step_time if base_of.twin_timed else None
+            job,
+            space,
+            rung.on(zbase),
+            best.step_time if base_of.twin_timed else None,
+            best.memory.peak,
         )
         if not twin and not any(
             c.layout.zero_stage <= z and c.step_time <= best.step_time for c in found
@@ -204,11 +208,16 @@ def best_variants(
     return found
 
 
-def _twin_dominates(job: Job, space: Space, layout: Layout, time: float | None) -> bool:
-    """Whether the layout's EP-overlap twin fits (`Base.twin_takes`) and, where `time` (the
-    layout's step time) is given (`Base.twin_timed`), takes no longer."""
+def _twin_dominates(
+    job: Job, space: Space, layout: Layout, time: float | None, peak: float
+) -> bool:
+    """Whether the layout's EP-overlap twin fits (`Base.twin_takes`) in no more memory than the
+    layout's `peak` (its one more in-flight micro-batch can take more: then the layout is an
+    alternative of its own, as the brute force lists it) and, where `time` (the layout's step
+    time) is given (`Base.twin_timed`), takes no longer."""
     twin = layout.with_(ep_comm_overlap=True)
-    if not memory.estimate(job, twin, space.headroom_pct, all_stages=False).fits:
+    rep = memory.estimate(job, twin, space.headroom_pct, all_stages=False)
+    if not rep.fits or rep.peak > peak:
         return False
     if not host_memory.estimate(job, twin).fits:  # what it offloads: the host's budget
         return False
