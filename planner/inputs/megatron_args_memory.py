@@ -242,7 +242,9 @@ def vision(
     training["seq_length"] = -(-seq // factor) * factor
     if "max_position_embeddings" in model:
         model["max_position_embeddings"] = max(model["max_position_embeddings"], seq)
-    layers = line.integer("--encoder-num-layers") or model["num_layers"]
+    # args.encoder_num_layers: --encoder-num-layers or --num-layers (validate_args, never both)
+    layers = line.integer("--encoder-num-layers") or line.integer("--num-layers")
+    layers = layers or model["num_layers"]
     training["vision_encoder"] = [layers, patches + 1, patch]
 
 

@@ -74,6 +74,11 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
             model[field] = value
     if megatron_t5.is_t5(line):
         model["num_layers"] = megatron_t5.t5_layers(line)
+    elif line.has("--img-h") and (line.has("--num-layers") or line.has("--encoder-num-layers")):
+        # LLaVA: validate_args' rule (arguments.py:1304-1311), then the language model's depth,
+        # --decoder-num-layers where given (pretrain_vlm.py:123-126, Megatron-LM d98e8a64)
+        layers = megatron_t5.t5_layers(line)
+        model["num_layers"] = line.integer("--decoder-num-layers") or layers
     for flag, (field, value) in MODEL_SWITCH.items():
         if line.has(flag):
             model[field] = value

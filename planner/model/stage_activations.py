@@ -285,10 +285,9 @@ def stage_activations(
     )
     kept = list(_chunks_kept(arch, layout, pers, chunks))
     if rank == 0:
-        kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh)
+        kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh, layout)
         if job.t5_encoder is not None:  # pp 1 (rules.t5_scope): every decoder layer is here
-            cross = 0.0 if layout.recompute == "full" else t5.cross_bytes(job, sh)
-            kept[0] += t5.encoder_bytes(job, sh) + arch.num_layers * cross
+            kept[0] += t5.encoder_bytes(job, sh, layout) + t5.cross_kept(job, sh, layout)
     logits = logits_bytes(arch, vocab, sh)
     loss = logits if last else 0.0  # the MTP depths' logits too: on the loss stage alone
     if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):

@@ -42,7 +42,7 @@ from planner.model.mtp_precision import mtp_quantised
 from planner.model.output_time import mtp_projection, output_layer_time
 from planner.model.schedule import Chunks
 from planner.model.stage_activations import sub_counts
-from planner.model.vision_time import EncoderTime, encoder_time
+from planner.model.vision_time import EncoderTime, block_of, encoder_time
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float, Layer | None]] = (
     JobMemo()
@@ -179,7 +179,8 @@ def layout_times(job: Job, lay: Layout) -> LayoutTimes:
     tkey = _times_key(job, lay)
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
     memo = LAYOUT_TIMES.of(job)
-    key = (*tkey, m, lay.recompute_method, mtp)
+    encoder = job.vision_encoder is not None or job.t5_encoder is not None
+    key = (*tkey, m, lay.recompute_method, block_of(lay) if encoder else None, mtp)
     hit = memo.get(key)
     if hit is None:
         hit = memo[key] = _layout_times(job, lay, tkey, m, mtp)
@@ -222,9 +223,9 @@ def _encoder(job: Job, lay: Layout) -> EncoderTime:
     if job.vision_encoder is None and job.t5_encoder is None:
         return _NO_ENCODER
     memo = ENCODER_TIMES.of(job)
-    key = _memo_key(lay)
+    key = (*_memo_key(lay), block_of(lay))
     if key not in memo:
-        memo[key] = encoder_time(job, _layer_key(lay), gpu_of(job))
+        memo[key] = encoder_time(job, _layer_key(lay), gpu_of(job), block_of(lay))
     return memo[key]
 
 

@@ -33,7 +33,7 @@ from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import attention_time, gemm_shapes, params
+from planner.model import attention_time, gemm_shapes, params, vision
 from planner.model import layer_time as lt
 from planner.model.gemm import Gpu, gemm_time
 from planner.model.layer_time import Layer
@@ -81,16 +81,31 @@ def cross_bytes(job: Job, sh: Shard) -> float:
     return act.split(rep, part, sh)
 
 
-def encoder_bytes(job: Job, sh: Shard) -> float:
+def encoder_bytes(job: Job, sh: Shard, lay: Layout) -> float:
     """Activation bytes the encoder's layers keep for one micro-batch (`sh` the decoder's split)
-    and its output, which every decoder layer's K/V projection reads (kept once); 0 without an
-    encoder."""
+    under the layout's recompute, and its output, which every decoder layer's K/V projection
+    reads (kept once); 0 without an encoder. pretrain_t5.py:94-95 builds the encoder from a copy
+    of the decoder's config, recompute included, as a block of its own: under block recompute
+    its first N layers keep their inputs and the rest everything (`vision.stack_kept`)."""
     if job.t5_encoder is None:
         return 0.0
     tokens = job.t5_encoder[1]
     esh = replace(sh, tokens=tokens * sh.micro_batch_size, seq_per_cp_rank=tokens)
     out = act.linear_in(act.BF16 * esh.tokens * job.arch.hidden_size, esh)
-    return job.t5_encoder[0] * act.layer_bytes(job.arch, DENSE, esh) + out
+    kept = act.layer_bytes(job.arch, DENSE, esh)
+    whole = act.layer_bytes(job.arch, DENSE, esh, recompute=False)
+    return vision.stack_kept(lay, job.t5_encoder[0], kept, whole) + out
+
+
+def cross_kept(job: Job, sh: Shard, lay: Layout) -> float:
+    """What the decoder layers' cross-attention blocks keep for one micro-batch (T5 runs on one
+    pipeline rank: every decoder layer): none in a layer full recompute reruns (its input is
+    all it keeps), `cross_bytes` in each other one (block recompute's layers after the first
+    N, every layer without full recompute)."""
+    n = job.arch.num_layers
+    if lay.recompute == "full":
+        n -= vision.recomputed_layers(lay, n)
+    return n * cross_bytes(job, sh)
 
 
 def cross_attention(job: Job, lay: Layout, gpu: Gpu, layer: Layer) -> Layer:

@@ -4,7 +4,10 @@ model's first layer, and their backward after its last (`planner.model.vision` g
 a copy of the language model's layer configuration, tensor-parallel like it, without sequence or
 context parallelism). Each encoder layer is timed as a dense layer of the language model's shape
 over tokens per image x micro-batch tokens (`planner.model.layer_time`), floored by its host issue
-(`planner.model.host_floor`), with the layout's recompute.
+(`planner.model.host_floor`), with the layout's recompute: each layer's rerun only in the layers
+that recompute reruns (`vision.recomputed_layers`: under block full recompute the encoder
+block's first N, Megatron-LM d98e8a64 recompute.py:167-181; pretrain_vlm.py:171 and
+pretrain_t5.py:94-95 copy the language model's config, recompute included).
 
 Not counted: the projector MLP and the patch convolution (two GEMMs and one of a layer's
 ~20, under a layer's time), and the encoder attention's lack of a causal mask (it attends to every
@@ -25,6 +28,7 @@ from planner.model import t5
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.layer_time import layer_time
+from planner.model.vision import recomputed_layers
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,19 @@ class EncoderTime:
     """Their TP traffic as the layers' time shows it (`Layer.tp`)."""
 
 
-def encoder_time(job: Job, lay: Layout, gpu: Gpu) -> EncoderTime:
+def block_of(lay: Layout) -> int | None:
+    """Block full recompute's N (recompute_num_layers), which `encoder_time` needs beside a
+    layer key that fixes the recompute method (`stage_time._layer_key`); None otherwise."""
+    block = lay.recompute == "full" and lay.recompute_method == "block"
+    return lay.recompute_num_layers if block else None
+
+
+def encoder_time(job: Job, lay: Layout, gpu: Gpu, block: int | None = None) -> EncoderTime:
     """The vision encoder's `EncoderTime`, or a T5 encoder's (`planner.model.t5`); zero without
-    one."""
+    one. `block`: block full recompute's N where `lay` does not say it (`block_of`); None:
+    `lay`'s own recompute method and N."""
+    if block is not None:
+        lay = lay.with_(recompute_method="block", recompute_num_layers=block)
     if job.t5_encoder is not None:
         return _stack(t5.encoder_job(job), lay, gpu, job.t5_encoder[0])
     if job.vision_encoder is None:
@@ -52,6 +66,7 @@ def encoder_time(job: Job, lay: Layout, gpu: Gpu) -> EncoderTime:
 
 def _stack(job: Job, lay: Layout, gpu: Gpu, layers: int) -> EncoderTime:
     """`layers` dense layers of `job` (the encoder's tokens as its sequence) on `lay`, each
-    floored by its host issue."""
+    floored by its host issue; the rerun in those recompute reruns (`vision.recomputed_layers`)."""
     one = issued_layer(layer_time(job, lay, gpu, DENSE), job, lay, DENSE)
-    return EncoderTime(layers * one.fwd, layers * (one.bwd + one.recompute), layers * one.tp)
+    rerun = recomputed_layers(lay, layers) * one.recompute
+    return EncoderTime(layers * one.fwd, layers * one.bwd + rerun, layers * one.tp)
