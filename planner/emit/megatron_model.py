@@ -222,6 +222,8 @@ def model_args(plan: Plan) -> list[Arg]:
             a.append(("--moe-layer-freq", moe_layer_freq(arch.moe_layer_freq)))
         if arch.moe_router_score_function != "softmax":
             a.append(("--moe-router-score-function", arch.moe_router_score_function))
+        if arch.moe_router_enable_expert_bias:  # the model's aux-loss-free balancing
+            a.append(("--moe-router-enable-expert-bias",))
         if arch.moe_apply_probs_on_input:
             a.append(("--moe-apply-probs-on-input",))
         job = plan.job

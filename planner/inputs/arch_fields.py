@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from planner.inputs.fields import (
     FiniteFloat,
@@ -116,6 +116,30 @@ class ArchFields(BaseModel):
     )
     moe_router_topk: PositiveInt = 2
     moe_router_score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = "softmax"
+    moe_router_enable_expert_bias: Flag = Field(
+        default=False,
+        description="Megatron --moe-router-enable-expert-bias (aux-loss-free balancing: "
+        "DeepSeek-V3, Kimi K2, GLM-4.5 / 5, Nemotron 3): an fp32 bias per expert added to the "
+        "scores that pick the top k, updated from the token counts each step; sigmoid or "
+        "sqrtsoftplus routers only",
+    )
+
+    @field_validator("moe_router_enable_expert_bias")
+    @classmethod
+    def _expert_bias_router(cls, bias: bool, info: ValidationInfo) -> bool:
+        """As Megatron-LM d98e8a64 refuses it (transformer_config.py:2617-2625, a ValueError for
+        any model, dense ones included, whose default router is softmax): the expert bias only
+        beside a sigmoid or sqrtsoftplus router, and (planner's) only in a mixture of experts."""
+        score = info.data.get("moe_router_score_function", "softmax")
+        if bias and info.data.get("num_moe_experts") is None:
+            raise ValueError("the expert bias is a router's, and the model has no experts")
+        if bias and score not in ("sigmoid", "sqrtsoftplus"):
+            raise ValueError(
+                f'needs moe_router_score_function "sigmoid" or "sqrtsoftplus" (got "{score}"), as '
+                "Megatron-LM asserts"
+            )
+        return bias
+
     moe_apply_probs_on_input: Flag = Field(
         default=False,
         description="Megatron --moe-apply-probs-on-input (Llama 4, top-1): the routed tokens "

@@ -102,15 +102,17 @@ def _nested(r: Reader, key: str) -> Reader:
     return sub
 
 
-def _deepseek_v3(r: Reader, score: str = "sigmoid") -> Fields:
+def _deepseek_v3(r: Reader, score: str = "sigmoid", bias: bool = True) -> Fields:
     """MLA + DeepSeekMoE. Layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq
     == 0; intermediate_size is the dense layers' MLP width. The fields that change the parameter
     count are required (their defaults differ between transformers' DeepseekV3Config and DeepSeek's
     own configuration_deepseek.py); q_lora_rank and n_shared_experts may be null. The router
     (`router_score`): scoring_func, absent `score`: V3's sigmoid (Megatron-Bridge 067f987d
-    deepseek_v3_bridge.py:73, which also learns an expert bias, :74: no ModelArch field; Kimi K2,
-    GLM-5 and GLM-4.7-Flash route so too: kimi_bridge.py via scoring_func, glm5_bridge.py:102,
-    glm47_flash_bridge.py:85)."""
+    deepseek_v3_bridge.py:73), with the aux-loss-free expert bias (:74) where `bias` and
+    topk_method is "noaux_tc" (DeepSeek's configs; absent: transformers' DeepseekV3TopkRouter,
+    which always has e_score_correction_bias); Kimi K2, GLM-5 and GLM-4.7-Flash route so too:
+    kimi_bridge.py via scoring_func and :62, glm5_bridge.py:102-103,
+    glm47_flash_bridge.py:85-86)."""
     f = llama(r)
     freq = r.opt_int("moe_layer_freq", default=1) or 1
     v_head_dim = r.req_int("v_head_dim")
@@ -129,7 +131,7 @@ def _deepseek_v3(r: Reader, score: str = "sigmoid") -> Fields:
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": r.opt_int("n_group"),
         "moe_router_group_topk": r.opt_int("topk_group"),
-        **router_score(r, score),
+        **router_score(r, score, bias and r.cfg.get("topk_method", "noaux_tc") == "noaux_tc"),
     }
 
 
@@ -175,7 +177,7 @@ def _deepseek_v2(r: Reader) -> Fields:
     "group_limited_greedy" (V2's device-limited routing, n_group 8 / topk_group 3); V2-Lite's
     "greedy" routes over all experts (its n_group 1 / topk_group 1 group nothing). Its router
     is softmax (both published configs' scoring_func)."""
-    f = _deepseek_v3(r, score="softmax")
+    f = _deepseek_v3(r, score="softmax", bias=False)  # (deepseek_v2_bridge.py: no expert bias)
     method = r.choice("topk_method", "greedy", ("greedy", "group_limited_greedy"))
     if method != "group_limited_greedy":
         f["moe_router_num_groups"] = f["moe_router_group_topk"] = None
@@ -193,7 +195,7 @@ def _glm4_moe(r: Reader) -> Fields:
     fields that change the parameter count are required, as for DeepSeek-V3. RoPE on part of
     each head (partial_rotary_factor) is noted: timed as if whole. Its router is sigmoid
     (Megatron-Bridge 067f987d glm45_bridge.py:74; transformers' Glm4MoeConfig has no
-    scoring_func: `router_score` reads one where given)."""
+    scoring_func: `router_score` reads one where given), with the expert bias (:76)."""
     f = llama(r)
     groups = r.opt_int("n_group")
     partial_rope(r)
@@ -206,7 +208,7 @@ def _glm4_moe(r: Reader) -> Fields:
         "mtp_num_layers": r.opt_int("num_nextn_predict_layers", default=0, minimum=0),
         "moe_router_num_groups": groups if groups and groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups and groups > 1 else None,
-        **router_score(r, "sigmoid"),
+        **router_score(r, "sigmoid", expert_bias=True),
     }
 
 
@@ -232,7 +234,8 @@ def _minimax_m2(r: Reader) -> Fields:
     num_local_experts experts of width intermediate_size, top num_experts_per_tok, a shared
     expert of shared_intermediate_size where above 0; num_mtp_modules MTP layers where use_mtp;
     scoring_func's router (`router_score`; absent: sigmoid, Megatron-Bridge 067f987d
-    minimax_m2_bridge.py:167). RoPE on rotary_dim of each head is noted: timed as if whole."""
+    minimax_m2_bridge.py:167, with the expert bias, :168). RoPE on rotary_dim of each head is
+    noted: timed as if whole."""
     f = llama(r)
     n = f["num_layers"]
     types = r.cfg.get("attn_type_list")
@@ -252,7 +255,7 @@ def _minimax_m2(r: Reader) -> Fields:
         **moe(r, ("num_local_experts",), f["ffn_hidden_size"], [True] * n),
         "moe_shared_expert_intermediate_size": shared or None,
         "mtp_num_layers": mtp,
-        **router_score(r, "sigmoid"),
+        **router_score(r, "sigmoid", expert_bias=True),
     }
 
 

@@ -21,7 +21,7 @@ nemotron3-nano-30b-a3b.toml, from Megatron-LM's own configurations of the same c
   moe_latent_size (Nemotron 3 Super / Ultra; null or absent in Nano's) the latent MoE's width,
   as Megatron-Bridge maps it (NVIDIA-NeMo/Megatron-Bridge 067f987d
   src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py:320-321); the router sigmoid (the
-  same bridge, :311, with an expert bias, :312, that ModelArch has no field for; a scoring_func
+  same bridge, :311, with the expert bias, :312: moe_router_enable_expert_bias; a scoring_func
   the config spells is read: `router_score`). The MTP depths such a
   config may declare (num_nextn_predict_layers with mtp_hybrid_override_pattern, which the same
   bridge reads, :276-284) are not read: no released config.json planner could check spells them.
@@ -80,5 +80,5 @@ def nemotron_h(r: Reader) -> Fields:
         "moe_router_num_groups": groups if groups > 1 else None,
         "moe_router_group_topk": r.opt_int("topk_group") if groups > 1 else None,
         "moe_latent_size": r.opt_int("moe_latent_size"),
-        **router_score(r, "sigmoid"),
+        **router_score(r, "sigmoid", expert_bias=True),
     }

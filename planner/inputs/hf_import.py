@@ -18,7 +18,9 @@ files (tests/data/hf) and transformers' config classes:
   moe_layer_freq) -> moe_layer_freq, an int 1 when every layer is MoE, else a 0/1 list.
   scoring_func ("softmax" / "sigmoid") -> moe_router_score_function where a family reads it
   (DeepSeek, GLM, MiniMax-M2, Nemotron-H: `hf_shapes.router_score`, with the family's router
-  where absent: sigmoid but DeepSeek-V2's softmax); the learned expert bias is not modelled.
+  where absent: sigmoid but DeepSeek-V2's softmax); moe_router_enable_expert_bias where the
+  family's Megatron-Bridge bridge sets it (aux-loss-free balancing: DeepSeek-V3 noaux_tc, GLM,
+  MiniMax-M2, Nemotron-H).
 - DeepSeek-V3 MLA: qk_nope_head_dim -> qk_head_dim, qk_rope_head_dim -> qk_pos_emb_head_dim,
   n_shared_experts x moe_intermediate_size -> moe_shared_expert_intermediate_size,
   num_nextn_predict_layers -> mtp_num_layers; group-limited routing n_group / topk_group ->

@@ -127,10 +127,19 @@ SCORE_FUNCTIONS = ("softmax", "sigmoid")
 """The scoring_func values read: the routers of the families that spell it."""
 
 
-def router_score(r: Reader, default: str) -> Fields:
+def router_score(r: Reader, default: str, expert_bias: bool = False) -> Fields:
     """scoring_func -> moe_router_score_function, as Megatron-Bridge maps it for every model
-    (067f987d conversion/model_bridge.py:485); absent or null: `default`, the family's router."""
-    return {"moe_router_score_function": r.choice("scoring_func", default, SCORE_FUNCTIONS)}
+    (067f987d conversion/model_bridge.py:485); absent or null: `default`, the family's router.
+    `expert_bias`: the family's bridge learns an expert bias (moe_router_enable_expert_bias),
+    which Megatron-LM refuses beside softmax (d98e8a64 transformer_config.py:2617-2625): a
+    softmax router the config spells drops it, with a note."""
+    score = r.choice("scoring_func", default, SCORE_FUNCTIONS)
+    if expert_bias and score == "softmax":
+        r.notes.append("scoring_func softmax: no expert bias (Megatron takes it with sigmoid only)")
+    return {
+        "moe_router_score_function": score,
+        "moe_router_enable_expert_bias": expert_bias and score != "softmax",
+    }
 
 
 def dense_first_moe(r: Reader, num_layers: int, experts: tuple[str, ...], freq: int = 1) -> Fields:

@@ -56,6 +56,9 @@ MODEL_SWITCH: dict[str, tuple[str, Any]] = {
     "--multi-latent-attention": ("multi_latent_attention", True),
     "--qk-l2-norm": ("qk_l2_norm", True),  # every layer (gpt_layer_specs.py:148-153)
     "--moe-apply-probs-on-input": ("moe_apply_probs_on_input", True),
+    # aux-loss-free balancing (TransformerConfig d98e8a64 transformer_config.py:816); its
+    # --moe-router-bias-update-rate (:821) changes no size or time and is left unread
+    "--moe-router-enable-expert-bias": ("moe_router_enable_expert_bias", True),
 }
 SOFTMAX_TYPES: tuple[str, ...] = get_args(SoftmaxType)
 """--softmax-type's choices (`ModelArch.softmax_type`)."""

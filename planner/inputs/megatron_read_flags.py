@@ -64,6 +64,7 @@ READ = frozenset(
         "--moe-latent-size",
         "--moe-router-score-function",
         "--moe-apply-probs-on-input",
+        "--moe-router-enable-expert-bias",
         "--qk-l2-norm",
         "--no-rope-freq",
         "--moe-layer-freq",

@@ -73,6 +73,7 @@ MODEL_ARGS=(
     --moe-shared-expert-intermediate-size 2048
     --moe-layer-freq '[0]*3+[1]*58'
     --moe-router-score-function sigmoid
+    --moe-router-enable-expert-bias
     --moe-router-num-groups 8
     --moe-router-group-topk 4
     --mtp-num-layers 1
