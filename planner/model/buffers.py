@@ -26,7 +26,8 @@ allocated_gib but in the total):
     Megatron's hidden bytes, fused_a2a.py `get_buffer`);
   - HybridEP's buffer (DeepEP hybrid-ep branch, csrc/hybrid_ep/buffer/intranode.cu): sized for
     the worst case of every token of the EP group landing on one rank, dispatch and combine
-    sharing it (use_shared_buffer, the default).
+    sharing it (use_shared_buffer, the default); across NVLink domains its RDMA buffers and
+    always the all-gathered routing map (`hybridep_bytes`).
 
 Constants fitted by benchmarks/fit_allocated.py say so; the others are physical and sourced.
 """
@@ -36,7 +37,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import params, rl_inference
+from planner.model import comms, params, rl_inference
 from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
 from planner.model.fp32 import value_bytes, weight_bytes
 from planner.model.schedule import Chunks
@@ -88,23 +89,34 @@ DEEPEP_NUM_SMS = 20
 are sized for that many (`Layout.moe_flex_dispatcher_num_sms`: DeepEP's `Config` takes
 `Buffer.num_sms`, and its size hints grow with the channels)."""
 
-DEEPEP_RECV_TOKENS = {
-    2: (256, 128),
-    4: (256, 128),
-    8: (256, 128),
-    16: (288, 128),
-    24: (288, 128),
-    32: (288, 128),
-    48: (288, 128),
-    64: (288, 128),
-    96: (480, 128),
-    128: (560, 128),
-    144: (720, 128),
-    160: (720, 128),
+DEEPEP_CONFIGS = {
+    2: ((24, 256, 6, 128), (10, 256, 6, 128)),
+    4: ((6, 256, 6, 128), (9, 256, 6, 128)),
+    8: ((6, 256, 6, 128), (4, 256, 6, 128)),
+    16: ((36, 288, 20, 128), (4, 288, 12, 128)),
+    24: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    32: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    48: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    64: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    96: ((20, 480, 12, 128), (1, 480, 8, 128)),
+    128: ((20, 560, 12, 128), (1, 560, 8, 128)),
+    144: ((32, 720, 12, 128), (2, 720, 8, 128)),
+    160: ((28, 720, 12, 128), (2, 720, 8, 128)),
 }
-"""DeepEP's recommended configs by EP size (deep_ep/buffers/legacy.py get_dispatch_config /
-get_combine_config): the NVLink and RDMA receive chunk sizes in tokens (the larger of the two
-configs)."""
+"""DeepEP's recommended (dispatch, combine) configs by EP size, each (NVLink send, NVLink
+receive, RDMA send, RDMA receive) chunk tokens (deepseek-ai/DeepEP dd758caf
+deep_ep/buffers/legacy.py:245-258, :279-292). Megatron sizes its buffer with both
+(Megatron-LM d98e8a64 fused_a2a.py:48-58); a group of another size fails their
+`assert num_ranks in config_map` (`planner.search.rules.flex_groups`)."""
+
+DEEPEP_NVL_PEERS = 8
+"""DeepEP's legacy kernels' NVLink peers (csrc/legacy/buffer.hpp:23, :120-121 at dd758caf): the
+rest of the group is reached over RDMA, also inside a larger NVLink domain (Megatron builds its
+Buffer without allow_mnnvl, fused_a2a.py:68, so DeepEP sets NVSHMEM_DISABLE_MNNVL,
+deep_ep/buffers/legacy.py:124-126)."""
+
+DEEPEP_SOURCE_META_BYTES = 8
+"""sizeof(SourceMeta), two ints (csrc/kernels/legacy/internode.cu:22-45 at dd758caf)."""
 
 
 def te_workspace_bytes(job: Job, layout: Layout) -> float:
@@ -147,28 +159,67 @@ def tp_overlap_bytes(job: Job, layout: Layout) -> float:
     return elems * (TP_OVERLAP_BUFFERS["fp8"] + (TP_OVERLAP_BUFFERS["bf16"] if bf16_ends else 0))
 
 
+def _align(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
 def _deepep_bytes(hidden_bytes: int, ranks: int, sms: int) -> float:
-    """DeepEP normal-mode NVLink + RDMA buffer sizes on `sms` SMs (csrc/legacy/config.hpp
-    hints: per channel of two SMs and received token the data, 16 bytes of source metadata, 128
-    top-k indices (8 bytes) and weights (4), 128 fp32 scales; 8 NVLink peers)."""
-    nvl_tokens, rdma_tokens = DEEPEP_RECV_TOKENS[
-        min((r for r in DEEPEP_RECV_TOKENS if r >= ranks), default=160)
-    ]
+    """DeepEP normal-mode NVLink + RDMA buffer bytes on `sms` SMs: the larger of the dispatch
+    and combine configs' hints (csrc/legacy/config.hpp:53-99 at dd758caf), each per channel
+    of two SMs and received token the data, the source metadata, 128 top-k indices (8 bytes)
+    and weights (4) and 128 fp32 scales, rounded up to 128 bytes; the RDMA receive chunk first
+    rounded up to a multiple of the RDMA send chunk (the Config constructor, config.hpp:47:
+    128 -> 140 at ep 16, 132 at ep 96-160). A size DeepEP has no config for takes the next
+    (the rule `flex_groups` refuses it)."""
+    key = min((r for r in DEEPEP_CONFIGS if r >= ranks), default=max(DEEPEP_CONFIGS))
     channels = sms // 2
-    nvl_ranks, rdma_ranks = min(ranks, 8), max(ranks // 8, 1)
-    per_token = hidden_bytes + 16 + 128 * 8 + 128 * 4 + 128 * 4
-    nvl = channels * nvl_ranks * (nvl_tokens * per_token + (2 * rdma_ranks + 3) * 4)
-    if ranks <= 8:
-        return nvl
-    rdma = channels * rdma_ranks * (rdma_tokens * 2 * (per_token + 16) + (8 * 2 + 2) * 2 * 4)
-    return nvl + rdma
+    nvl_ranks = min(ranks, DEEPEP_NVL_PEERS)
+    rdma_ranks = max(ranks // DEEPEP_NVL_PEERS, 1)
+    per_token = hidden_bytes + DEEPEP_SOURCE_META_BYTES + 128 * 8 + 128 * 4 + 128 * 4
+    nvl = rdma = 0
+    for _, nvl_recv, rdma_send, rdma_recv in DEEPEP_CONFIGS[key]:
+        head = channels * nvl_ranks * (2 * rdma_ranks + 3) * 4
+        nvl = max(nvl, _align(head + channels * nvl_ranks * nvl_recv * per_token, 128))
+        if ranks <= DEEPEP_NVL_PEERS:
+            continue
+        recv = _align(rdma_recv, rdma_send)
+        head = channels * rdma_ranks * (DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4
+        body = channels * rdma_ranks * recv * 2 * (per_token + 16)  # + an int4 per token
+        rdma = max(rdma, _align(head + body, 128))
+    return float(nvl + rdma)
+
+
+def hybridep_bytes(tokens: int, h: int, local_experts: int, per_domain: int, nodes: int) -> float:
+    """HybridEP's buffers on one GPU for `tokens` per rank, `local_experts` per rank, its group
+    `per_domain` ranks on each of `nodes` NVLink domains (DeepEP hybrid-ep 94a9f8f6; bf16
+    tokens: Megatron asserts no FP8 dispatch, fused_a2a.py:327 at d98e8a64). Intra-domain
+    (csrc/hybrid_ep/buffer/intranode.cu, dispatch and combine sharing it): every token of the
+    group, h bf16 values, a fp32 probability per expert of the domain and a fp32 scale per 128
+    values. Across domains (hybrid_ep.cu:92-99 allocates them where num_of_nodes > 1;
+    buffer/internode_doca.cu:388-420, :559-576): dispatch the rank's own tokens (values, a
+    probability per expert of the group, scales) and the other domains' (values, a probability
+    per expert of the domain, scales), combine the other domains' twice (reduction and group:
+    bf16 values and probabilities). Always (hybrid_ep.cu:99): the all-gathered routing map,
+    a bool per expert of the group and token of the group (extension/allgather.cu:142-147).
+    The flags are left out (kilobytes)."""
+    group = per_domain * nodes
+    domain_probs = 4 * local_experts * per_domain
+    scales = 4 * (h // 128)
+    total = tokens * group * (2 * h + domain_probs + scales)
+    if nodes > 1:
+        others = tokens * (nodes - 1)
+        total += tokens * (2 * h + domain_probs * nodes + scales)
+        total += others * (2 * h + domain_probs + scales)
+        total += 2 * others * (2 * h + domain_probs)
+    return float(total + local_experts * group * tokens * group)
 
 
 def dispatcher_bytes(job: Job, layout: Layout) -> float:
     """The flex dispatcher's communication buffers on one GPU (0 for alltoall / allgather, which
-    use NCCL): DeepEP's from its size hints; HybridEP's for every token of the EP group (tokens
-    per rank x the ep x etp ranks) of h bf16 values, a fp32 probability per local expert of each
-    rank of the NVLink domain and a fp32 scale per 128 values."""
+    use NCCL): DeepEP's from its size hints (8 NVLink peers, the rest over RDMA, whatever the
+    NVLink domain); HybridEP's (`hybridep_bytes`) over the ep x etp ranks as they are placed on
+    NVLink domains (`comms.place`; HybridEP takes the ranks it reaches over NVLink as a domain,
+    deep_ep/hybrid_ep_buffer.py:62-84 at 94a9f8f6)."""
     arch = job.arch
     if not arch.is_moe or layout.moe_token_dispatcher_type != "flex":
         return 0.0
@@ -179,10 +230,11 @@ def dispatcher_bytes(job: Job, layout: Layout) -> float:
         sms = layout.moe_flex_dispatcher_num_sms or DEEPEP_NUM_SMS
         # hidden bytes h x max(element size, 2): fp32 training's 4 (fused_a2a.py:33 @d98e8a64)
         return _deepep_bytes(int(max(value_bytes(job), 2)) * h, group, sms)
-    tokens = job.seq_length // layout.cp * layout.micro_batch_size // layout.tp * group
-    domain = min(group, job.cluster.gpu.scaleup_domain_gpus)
+    tokens = job.seq_length // layout.cp * layout.micro_batch_size // layout.tp
+    placed = comms.place(job.cluster, 1, group)
+    nodes = max(group // placed.per_domain, 1)
     local_experts = arch.num_moe_experts // layout.ep
-    return tokens * (2 * h + 4 * local_experts * domain + 4 * (h // 128))
+    return hybridep_bytes(tokens, h, local_experts, placed.per_domain, nodes)
 
 
 def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:

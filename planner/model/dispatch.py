@@ -55,6 +55,9 @@ its own (test_internode.py `num_rdma_token_sent`): x 3/4 and x 7/8 of it leave t
 EP 64 kernel-only 48-51 GB/s algorithm bandwidth (0.96-1.0 before the local share is taken out,
 0.84-0.89 after)."""
 
+DEEPEP_NVL_PEERS = 8
+"""NVLink peers of DeepEP's legacy (normal-mode) kernels (`flex_group`)."""
+
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 """Bytes per element of an FP8 dispatch: e4m3 values plus one fp32 scale per 128 (DeepEP's
 `per_token_cast_to_fp8`, DeepSeek-V3 Sec. 3.3.2). Megatron-LM's DeepEP and HybridEP paths dispatch
@@ -203,8 +206,10 @@ def moe_dispatch(
     dispatch_bytes: float = BF16,
     value_bytes: float = BF16,
     combine_bytes: float | None = None,
+    nvl_peers: int | None = None,
 ) -> float:
-    """Seconds per MoE layer and micro-batch of the token dispatcher: a dispatch and a combine in
+    """Seconds per MoE layer and micro-batch of the token dispatcher (`nvl_peers`: the flex
+    backend's NVLink peers, `flex_group`): a dispatch and a combine in
     each forward pass (n_fwd: 2 when the layer's forward is recomputed) and their gradients in the
     backward (a combine-like send of the input gradients, a dispatch-like one of the output
     gradients). EP ranks are etp apart (MoE parallel folding). `dispatch_bytes` per element of the
@@ -248,7 +253,7 @@ def moe_dispatch(
         fwd = all_gather(gathered * value_bytes, grp) + reduce_scatter(wide, grp)
         return n_fwd * fwd + reduce_scatter(gathered * value_bytes, grp) + all_gather(wide, grp)
     if dispatcher == "flex":  # over the etp x ep ranks (`fused_dispatch_fanout`)
-        grp = place(cluster, 1, etp * ep)
+        grp = flex_group(cluster, etp * ep, nvl_peers)
         if grp.size <= 1:
             return 0.0
         one_grp = replace(grp, others=())  # the kind's groups run in lockstep: the slowest counts
@@ -272,6 +277,55 @@ def moe_dispatch(
     copies = r.tokens * r.topk * h * load
     a2a = all_to_all(copies * dispatch_bytes, grp) + all_to_all(copies * value_bytes, grp)
     return passes * a2a + gather
+
+
+def nvl_peers(job: Job, lay: Layout) -> int | None:
+    """The NVLink peers of the job's flex backend: DEEPEP_NVL_PEERS for Megatron's DeepEP (its
+    legacy Buffer), None (the whole domain) for HybridEP and torchtitan's DeepEP V2
+    ElasticBuffer (pytorch/torchtitan b5bcd76c torchtitan/distributed/deepep/deepep.py:371)."""
+    if lay.moe_flex_dispatcher_backend == "deepep" and job.framework == "megatron":
+        return DEEPEP_NVL_PEERS
+    return None
+
+
+def flex_group(cluster: ClusterSpec, size: int, peers: int | None) -> Group:
+    """The flex dispatcher's group of `size` adjacent ranks as its backend sees it, NVLink
+    reaching at most `peers` of them (None: the whole NVLink domain, `place`). HybridEP uses
+    the whole domain (multi-node NVLink included). Megatron's DeepEP (`nvl_peers`): its legacy
+    kernels fix the NVLink peers at 8 (deepseek-ai/DeepEP dd758caf csrc/legacy/buffer.hpp:23,
+    :120-121) and Megatron builds the Buffer without allow_mnnvl (Megatron-LM d98e8a64
+    fused_a2a.py:68), so DeepEP sets NVSHMEM_DISABLE_MNNVL (deep_ep/buffers/legacy.py:124-126):
+    on a domain larger than 8 (GB200 NVL72) each 8 ranks share NVLink and reach the rest over
+    the NIC, the first tier beyond NVLink (or the group's own outer tier where it has one)."""
+    grp = place(cluster, 1, size)
+    if peers is None or size <= peers or len(cluster.tiers) < 2:
+        return grp
+    groups = [replace(grp, others=()), *grp.others]
+    if all(g.per_domain <= peers for g in groups):
+        return grp
+    out = [_deepep_split(cluster, g, peers) for g in groups]
+    return replace(out[0], others=tuple(out[1:]))
+
+
+def _deepep_split(cluster: ClusterSpec, grp: Group, peers: int) -> Group:
+    """`grp` (one placement, no others) cut into DeepEP's NVLink sets of `peers` ranks."""
+    if grp.per_domain <= peers:
+        return grp
+    tier = cluster.tiers[1]
+    if grp.outer is not None:
+        tier = next(t for t in cluster.tiers if t.name == grp.tier_name)
+    domains = math.ceil(grp.size / peers)
+    fewest = grp.size - (domains - 1) * peers
+    return Group(
+        grp.size,
+        peers,
+        domains,
+        comms.mesh_link(cluster.tiers[0], peers),
+        comms.achieved(tier, False),
+        tier.name,
+        grp.nvlink,
+        None if fewest == peers else fewest,
+    )
 
 
 def expert_all_to_all(
@@ -320,13 +374,16 @@ def layer_dispatch(
         group_topk=job.moe_router_group_topk,
         load=load,
     )
+    peers = nvl_peers(job, lay)
     if kind == "flex":  # the fused dispatchers' NIC leg: the busiest node's share
-        nodes = place(job.cluster, 1, lay.expert_tp * lay.ep).domains
+        nodes = flex_group(job.cluster, lay.expert_tp * lay.ep, peers).domains
         share = node_share(routing, min(nodes, lay.ep))
         node_load = min(load, routing_load.node_load(job, lay, nodes, share))
         routing = replace(routing, node_load=node_load)
     word = fp32.value_bytes(job)  # bf16 hidden states; fp32 in fp32 training
     wide = router_dtype.combine_bytes(job)  # --moe-router-dtype's reduce-scatter
-    a2a = moe_dispatch(job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word, wide)
+    a2a = moe_dispatch(
+        job.cluster, lay.expert_tp, lay.ep, routing, kind, n_fwd, word, word, wide, peers
+    )
     hidden = shared_overlap(a2a, n_fwd + 1, shared, grads) if lay.moe_shared_expert_overlap else 0.0
     return a2a, hidden

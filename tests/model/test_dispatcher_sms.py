@@ -82,7 +82,8 @@ def test_deepep_buffers_grow_with_its_channels() -> None:
     job, lay = plan.job, plan.require_layout()
     # every term of DeepEP's size hints is per channel (two SMs): 16 channels against 10
     default = buffers.dispatcher_bytes(job, lay.with_(moe_flex_dispatcher_num_sms=None))
-    assert buffers.dispatcher_bytes(job, lay) == pytest.approx(default * 16 / 10)
+    # up to the 128-byte rounding of each hint (DeepEP dd758caf csrc/legacy/config.hpp:71, :97)
+    assert buffers.dispatcher_bytes(job, lay) == pytest.approx(default * 16 / 10, abs=2 * 128 * 2)
     # HybridEP's buffers are per token, whatever its SMs
     hybrid = lay.with_(moe_flex_dispatcher_backend="hybridep")
     assert buffers.dispatcher_bytes(job, hybrid) == buffers.dispatcher_bytes(

@@ -231,6 +231,6 @@ def test_deepep_sizes_its_buffers_by_the_fp32_hidden_bytes() -> None:
         j = job("mixtral-8x7b", "h100-sxm-80gb", 8, 4096, 64, precision=p)
         sizes[p] = buffers.dispatcher_bytes(j, lay)
     h = catalog.get_model("mixtral-8x7b").hidden_size
-    tokens = min((r, t) for r, t in buffers.DEEPEP_RECV_TOKENS.items() if r >= 8)[1][0]
+    tokens = buffers.DEEPEP_CONFIGS[8][0][1]  # NVLink receive chunk at 8 ranks: 256
     added = buffers.DEEPEP_NUM_SMS // 2 * 8 * tokens * 2 * h
     assert sizes["fp32"] - sizes["bf16"] == pytest.approx(added, rel=1e-12)

@@ -126,23 +126,33 @@ def test_fp8_weight_bytes_per_recipe(
 
 
 def test_deepep_buffers_from_its_size_hints() -> None:
-    # DeepEP normal mode, 20 SMs = 10 channels, h = 7168 bf16 (14,336 bytes per token), per
-    # received token 14,336 + 16 (meta) + 128 x 8 + 128 x 4 + 128 x 4 = 16,400 bytes.
-    # ep 8: NVLink only, 256 tokens per channel and rank: 10 x 8 x (256 x 16,400 + 5 x 4)
-    assert buffers._deepep_bytes(14_336, 8, 20) == 335_873_600
-    # ep 32: NVLink 10 x 8 x (288 x 16,400 + 11 x 4) = 377,859,520; RDMA over 4 nodes
-    # 10 x 4 x (128 x 2 x (16,400 + 16) + 18 x 2 x 4) = 168,105,600
-    assert buffers._deepep_bytes(14_336, 32, 20) == 377_859_520 + 168_105_600
+    # DeepEP normal mode (deepseek-ai/DeepEP dd758caf csrc/legacy/config.hpp:53-99), 20 SMs =
+    # 10 channels, h = 7168 bf16 (14,336 bytes per token), per received token 14,336 + 8
+    # (SourceMeta, two ints: csrc/kernels/legacy/internode.cu:22-45) + 128 x 8 + 128 x 4 +
+    # 128 x 4 = 16,392 bytes; each hint rounded up to 128 bytes.
+    # ep 8: NVLink only, 256 tokens per channel and rank: 10 x 8 x (256 x 16,392 + 5 x 4)
+    # = 335,709,760 -> 335,709,824
+    assert buffers._deepep_bytes(14_336, 8, 20) == 335_709_824
+    # ep 32: NVLink 10 x 8 x (288 x 16,392 + 11 x 4) = 377,675,200 -> 377,675,264; RDMA over
+    # 4 nodes 10 x 4 x (128 x 2 x (16,392 + 16) + 18 x 2 x 4) = 168,023,680 (a multiple of 128)
+    assert buffers._deepep_bytes(14_336, 32, 20) == 377_675_264 + 168_023_680
+    # ep 16: the dispatch config's RDMA receive chunk 128 rounds up to a multiple of its send
+    # chunk 20: 140 (config.hpp:47; legacy.py:250 Config(.., 36, 288, 20, 128)), the combine's
+    # to 132 (send 12). NVLink 10 x 8 x (288 x 16,392 + 7 x 4) = 377,673,920 -> 377,673,984;
+    # RDMA 10 x 2 x (140 x 2 x 16,408 + 144) = 91,887,680 -> 91,887,744
+    assert buffers._deepep_bytes(14_336, 16, 20) == 377_673_984 + 91_887_744
 
 
 def test_hybridep_buffer_holds_every_token_of_the_ep_group() -> None:
     # DeepSeek-V3 on 256 B200, ep 8 (recipe D7): 4096 tokens per rank x 8 ranks, each with
     # h bf16 values (14,336 bytes), a fp32 probability per local expert (32) of each of the 8
-    # ranks of the NVLink domain (1,024) and a fp32 scale per 128 values (224): 510,656,512
+    # ranks of the NVLink domain (1,024) and a fp32 scale per 128 values (224): 510,656,512;
+    # and the all-gathered routing map always (DeepEP hybrid-ep 94a9f8f6 hybrid_ep.cu:99,
+    # extension/allgather.cu:142-147): 256 experts x 32,768 tokens, 1 byte each = 8,388,608
     j = job("deepseek-v3", "b200-sxm-180gb", 256, 4096, 4096)
     lay = Layout(pp=16, dp=16, ep=8, etp=1, moe_token_dispatcher_type="flex")
     flex = lay.with_(moe_flex_dispatcher_backend="hybridep")
-    assert buffers.dispatcher_bytes(j, flex) == 32_768 * 15_584 == 510_656_512
+    assert buffers.dispatcher_bytes(j, flex) == 510_656_512 + 8_388_608
     assert buffers.dispatcher_bytes(j, lay.with_(moe_token_dispatcher_type="alltoall")) == 0
 
 

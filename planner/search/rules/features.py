@@ -11,6 +11,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.search.rules.base import Violation
+from planner.search.rules.flex_groups import flex_group
 
 
 def recompute(job: Job, lay: Layout) -> Violation | None:
@@ -384,6 +385,7 @@ RULES = (
     offloading,
     fine_offloading,
     dispatch,
+    flex_group,
     routing,
     fp8_recipe,
     bf16_layers,
