@@ -358,12 +358,17 @@ def _dispatchers(job: Job, s: Structure, space: Space) -> list[Dispatcher]:
     EP > 1, torchtitan's EP > 1 without expert TP: `rules.deepep_spread`) on a GPU it runs on
     (`rules.flex_runs`) and, for torchtitan, where the era that runs DeepEP for the model runs
     the job's other settings (`rules.head_era`: no tensorwise float8 where only the Python
-    configurations run it); a dense model has one base."""
+    configurations run it), for Megatron where its backend builds the group (`rules.flex_group`);
+    a dense model has one base."""
     if not job.arch.is_moe:
         return ["alltoall"]
     flex = rules.deepep_spread(job, s.ep, s.etp) and rules.flex_runs(job) and rules.bf16_values(job)
     if flex and job.framework == "torchtitan":
         flex = rules.head_era(job, s.layout(moe_token_dispatcher_type="flex")) is None
+    elif flex:  # a group size its backend builds (`rules.flex_group`)
+        backend = flex_backend(job)
+        lay = s.layout(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend)
+        flex = rules.flex_group(job, lay) is None
     if job.moe_expert_rank_capacity_factor is not None:  # HybridEP's alone (`flex_backend`)
         return ["flex"] if flex and "flex" in space.dispatchers else []
     return [d for d in space.dispatchers if d != "flex" or flex] or ["alltoall"]

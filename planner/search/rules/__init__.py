@@ -34,6 +34,7 @@ from planner.search.rules.feature_warnings import WARNINGS
 from planner.search.rules.features import RULES as FEATURE_RULES
 from planner.search.rules.features import expert_overlap as feature_expert_overlap
 from planner.search.rules.features import flex_runs, recompute_allows_overlap
+from planner.search.rules.flex_groups import flex_group
 from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.fused_mlp import fused_mlp_etp
@@ -85,6 +86,7 @@ __all__ = [
     "check_plan",
     "deepep_spread",
     "expert_overlap",
+    "flex_group",
     "flex_runs",
     "head_era",
     "job_violations",
