@@ -31,7 +31,7 @@ import json
 import shlex
 from typing import Any
 
-from planner.emit import bridge_ddp, bridge_notes, bridge_precision, bridge_split
+from planner.emit import bridge_ddp, bridge_model, bridge_notes, bridge_precision, bridge_split
 from planner.emit.bridge_notes import COMM_OVERLAP, attention_backend
 from planner.emit.common import (
     SCHEDULE,
@@ -205,6 +205,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if (switch := activation_switch(job)) is not None:  # the activation as timed, fused or not
         model[switch[0]] = switch[1]  # (Bridge's Nemotron recipes fuse squared ReLU)
+    model |= bridge_model.shape_fields(job.arch)  # the recipe's model made the plan's
     if job.test_mode:  # TransformerConfig.test_mode (2a75ac12 transformer_config.py:274): the
         model["test_mode"] = True  # real-time attention checks the plan's step time counts
     if job.arch.has_dsa:  # TransformerConfig's DSA fields the plan decides (its shape: a note)

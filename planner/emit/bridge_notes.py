@@ -87,11 +87,11 @@ def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
     """The env_vars the plan needs, by why: `CONNECTIONS` from the plan's environment,
     NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading (config.py raises without it on
     Transformer Engine >= 2.10), `DETERMINISM_ENV` in deterministic mode, `ATTENTION_ENV` for an
-    unfused or FlashAttention-2 plan, NVTE_ROCM_ENABLE_MXFP8 as the plan's environment sets it
-    (MXFP8 on AMD, `common.environment`)."""
+    unfused or FlashAttention-2 plan, the kernel choices the plan's environment sets
+    (`common.PLAN_KERNEL_ENV`: the GEMMs' SM margin, TE's fused grouped MLP, MXFP8 on AMD)."""
     groups = _connections(plan)
     for var in common.environment(plan):
-        if var.name == "NVTE_ROCM_ENABLE_MXFP8" and var.value is not None:
+        if var.name in common.PLAN_KERNEL_ENV and var.value is not None:
             groups[var.why] = {var.name: var.value}
     if (backend := attention_backend(plan.job)) in ATTENTION_ENV:
         groups[f"attention_backend {backend}"] = ATTENTION_ENV[backend]

@@ -128,6 +128,12 @@ def optimizer_instances(plan: Plan) -> int:
     return lay.dp_pools if lay.dp_pools > 1 else plan.job.optimizer_instances
 
 
+PLAN_KERNEL_ENV = ("NVTE_EXT_MARGIN_SM", "NVTE_CUTEDSL_FUSED_GROUPED_MLP", "NVTE_ROCM_ENABLE_MXFP8")
+"""The variables of `environment` that choose the kernels the plan was timed with (its GEMMs'
+SM margin, TE's fused grouped MLP, ROCm's MXFP8 GEMMs): every launch target sets them, Megatron-
+Bridge in its env_vars (`planner.emit.bridge_notes`) as the scripts export them."""
+
+
 def environment(plan: Plan) -> list[EnvVar]:
     """The environment Megatron-LM needs for this plan, with the reason for each setting.
 

@@ -28,10 +28,18 @@ from planner.emit import (
     torchtitan_run,
 )
 from planner.emit.common import check_job_name
+from planner.emit.launch_pricing import HEADROOM as HEADROOM
+from planner.emit.launch_pricing import MEGATRON_LM_TARGETS as MEGATRON_LM_TARGETS
+from planner.emit.launch_pricing import POOL_TARGETS as POOL_TARGETS
+from planner.emit.launch_pricing import bridge_launched as bridge_launched
+from planner.emit.launch_pricing import bridge_launched_note as bridge_launched_note
+from planner.emit.launch_pricing import launched as launched
+from planner.emit.launch_pricing import megatron_lm_launched as megatron_lm_launched
+from planner.emit.launch_pricing import megatron_lm_launched_note as megatron_lm_launched_note
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
-from planner.model import adam_step, cost, memory
+from planner.model import memory
 from planner.search.rules import check_plan
 
 Renderer = Callable[[Plan, str], str]
@@ -63,14 +71,9 @@ target's configuration)."""
 FRAMEWORK = {"torchtitan": "torchtitan", "torchtitan-module": "torchtitan"}
 """target -> the plan framework it needs (the others launch Megatron-LM)."""
 
-POOL_TARGETS = ("slurm", "torchrun", "megatron-args")
-"""The targets that launch a plan over pools (planner.emit.pools)."""
 
 SCRIPTS = (".sh", ".sbatch")
 """Suffixes of the files written executable (the bash and sbatch scripts)."""
-
-HEADROOM = memory.DEFAULT_HEADROOM_PCT
-"""The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
 
 
 @dataclass(frozen=True)
@@ -155,127 +158,55 @@ def render(
             "Megatron-LM's pretrain_gpt.py, Megatron-Bridge's GPT recipes and torchtitan, all "
             "decoder-only); run Megatron-LM's T5 example, pretrain_t5.py, with the plan's layout"
         )
+    if need == "megatron" and (field := _unlaunched(plan, target)) is not None:
+        raise InputError(f"{plan.path}: training.{field[0]}: {field[1]}")
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
     return file_name, renderer(launched(plan, target, headroom_pct), check_job_name(job_name))
 
 
-MEGATRON_LM_TARGETS = ("megatron-args", "torchrun", "slurm", "k8s")
-"""The targets that run Megatron-LM's own pretrain_gpt.py (d98e8a64)."""
-
-
-def megatron_lm_launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
-    """The plan as a Megatron-LM target launches it, so that the file's header predicts the
-    run it starts.
-
-    - FP8 attention: Megatron-LM d98e8a64 has no flag for it (TransformerConfig's
-      fp8_dot_product_attention is left out of its command line, arguments.py:2333), so the
-      attention runs in bf16; the plan is launched with `fp8_attention` off, said in the file's
-      notes (`Plan.launch_notes`).
-    - The loss: Megatron-LM refuses Transformer Engine's fused cross entropy (arguments.py asserts
-      `--cross-entropy-loss-fusion` off with `--cross-entropy-fusion-impl te`: "disabled due to
-      stability issues"; the Megatron-Core that Megatron-Bridge pins only warns). A plan timed
-      with it (`Job.megatron_loss` "te", the default fused loss) is launched with Megatron-LM's
-      compiled native fusion where that still fits (it holds one more fp32 copy of the local
-      logits: `training.compiled_loss_fusion`), else with its unfused loss (no flag: TE's
-      memory, twice its HBM traffic per logit); "fits" at `headroom_pct`, the headroom the
-      plan was ranked and is checked with."""
-    if target not in MEGATRON_LM_TARGETS:
-        return plan
-    job, notes = plan.job, plan.launch_notes
-    if job.fp8_attention:
-        job, notes = replace(job, fp8_attention=False), (*notes, megatron.FP8_ATTENTION_NOTE)
-    if job.megatron_loss == "te":
-        native = replace(job, compiled_loss_fusion=True)
-        fits = memory.estimate(native, plan.require_layout(), headroom_pct).fits
-        job = native if fits else replace(job, loss_fusion=False)
-    return plan if job is plan.job else replace(plan, job=job, launch_notes=notes)
-
-
-BRIDGE_OPTIMIZER_NOTE = (
-    'Megatron-Bridge\'s bf16 presets keep MixedPrecisionConfig.fp8_recipe = "tensorwise" '
-    "(mixed_precision.py:50 @067f987d) and copy it onto OptimizerConfig (:138-156), so with the "
-    "precision-aware optimizer Megatron-Core keeps its own fp32 master weights and copies the "
-    "gradients into fp32 at the step (optimizer_config.py:407-414 @d98e8a64), where Megatron-LM "
-    "keeps Transformer Engine's 16-bit remainder and reads them in place: the header predicts "
-    "the former"
-)
-
-
-def bridge_launched(plan: Plan) -> Plan:
-    """The plan as Megatron-Bridge launches it: its bf16 and bf16-with-NVFP4 presets give the
-    optimizer fp8_recipe "tensorwise" (BRIDGE_OPTIMIZER_NOTE), which turns the precision-aware
-    optimizer's decoupled path off (`Job.optimizer_fp8_recipe`); the FP8 presets set the plan's
-    own recipe."""
+def _unlaunched(plan: Plan, target: str) -> tuple[str, str] | None:
+    """(field, why) for a plan part the Megatron targets cannot launch: each starts
+    pretrain_gpt.py (Megatron-Bridge its GPT recipe), which neither holds an RL rollout's KV
+    cache or inference engine (Megatron-LM's train_rl.py and its many flags do) nor builds a
+    vision encoder (its multimodal examples do); the file would launch the bare language model
+    this plan prices with them. TP userbuffers without an overlap (`Job.tp_userbuffers`): where
+    the target cannot allocate them alone."""
     job = plan.job
-    if job.precision == "fp8" or not adam_step.decoupled(job) or job.main_params_dtype != "fp32":
-        return plan
-    bridge = replace(job, optimizer_fp8_recipe="tensorwise")
-    return replace(plan, job=bridge, launch_notes=(*plan.launch_notes, BRIDGE_OPTIMIZER_NOTE))
-
-
-def launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
-    """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`)."""
-    if target == "megatron-bridge":
-        return bridge_launched(plan)
-    return megatron_lm_launched(plan, target, headroom_pct)
-
-
-def bridge_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:
-    """What --target megatron-bridge changes of the plan (`bridge_launched`), with the peak it
-    predicts; None where it launches the plan as it is."""
-    run = bridge_launched(plan)
-    if run is plan:
-        return None
+    if job.rl_kv_cache_bytes:
+        value = f"{job.rl_kv_cache_bytes / 2**30:g} GiB"
+        return "rl_kv_cache_gib", f"{value}: " + _RL_WHY
+    if job.rl_inference_parallel is not None:
+        return "rl_inference_parallel", f"{list(job.rl_inference_parallel)}: " + _RL_WHY
     lay = plan.require_layout()
-    planned = memory.estimate(plan.job, lay).peak / 2**30
-    return (
-        "launch --target megatron-bridge predicts "
-        f"{_peak_text(memory.estimate(run.job, lay, headroom_pct))} "
-        f"(the plan's {planned:.1f} GiB): {BRIDGE_OPTIMIZER_NOTE}"
-    )
-
-
-def _peak_text(report: memory.MemoryReport) -> str:
-    """ "peak 61.2 GiB", and where it is over the usable memory ", which does not fit (77.3 GiB
-    usable)": a launched run's peak as the notes give it."""
-    text = f"peak {report.peak / 2**30:.1f} GiB"
-    if not report.fits:
-        text += f", which does not fit ({report.capacity / 2**30:.1f} GiB usable)"
-    return text
-
-
-def megatron_lm_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:
-    """What the Megatron-LM targets (`MEGATRON_LM_TARGETS`) change of a plan
-    (`megatron_lm_launched`: the loss of a plan ranked with Transformer Engine's fused cross
-    entropy, FP8 attention), with the step and peak they predict, and how to plan with what they
-    launch; None where they launch the plan as it is."""
-    ran = megatron_lm_launched(plan, MEGATRON_LM_TARGETS[0], headroom_pct)
-    if ran is plan:
-        return None
-    lay = plan.require_layout()
-    ranked, run = cost.estimate(plan.job, lay), cost.estimate(ran.job, lay)
-    peak = _peak_text(memory.estimate(ran.job, lay, headroom_pct))
-    targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
-    changes, settings = [], []
-    if plan.job.megatron_loss == "te":
-        native = ran.job.compiled_loss_fusion
-        changes.append(
-            "refuses Transformer Engine's fused cross entropy (the loss this plan names, as "
-            "Megatron-Bridge runs it): they launch "
-            + ("its compiled native fusion" if native else "its unfused loss")
+    if job.tp_userbuffers and lay.tp > 1 and not lay.tp_comm_overlap:
+        if not lay.sequence_parallel:  # Megatron-LM's --tp-comm-overlap asserts it
+            return "tp_userbuffers", (
+                "true without sequence_parallel: the flag that allocates the userbuffers, "
+                "--tp-comm-overlap, needs --sequence-parallel (arguments.py:1441-1442 "
+                "@d98e8a64); set parallel.sequence_parallel = true or tp_userbuffers = false"
+            )
+        if target == "megatron-bridge":
+            return "tp_userbuffers", (
+                "true: Megatron-Bridge allocates the userbuffers only with its TP overlap "
+                "(comm_overlap.tp_comm_overlap), which planner does not write with every "
+                "overlap off; launch with --target megatron-args (--tp-comm-overlap with each "
+                "--disable-tp-comm-* flag) or set tp_userbuffers = false"
+            )
+    if job.vision_encoder is not None:
+        return "vision_encoder", (
+            f"{list(job.vision_encoder)}: no launch target builds a vision encoder (the targets "
+            "launch pretrain_gpt.py and Megatron-Bridge's GPT recipes; Megatron-LM's multimodal "
+            "examples do); remove it to launch the language model alone"
         )
-        settings.append("compiled_loss_fusion = true" if native else "loss_fusion = false")
-    if plan.job.fp8_attention:
-        changes.append("has no flag for FP8 attention: they run the attention in bf16")
-        settings.append("fp8_attention = false")
-    return (
-        f"launch --target {', '.join(targets)} run Megatron-LM, which "
-        f"{'; and which '.join(changes)}; predicted step {run.step_time_s:.3f} s (the plan's "
-        f"{ranked.step_time_s:.3f} s), {peak}; to plan with that, set "
-        f"{' and '.join(f'training.{s}' for s in settings)} (in a job file, suggest ranks with "
-        "it)"
-    )
+    return None
+
+
+_RL_WHY = (
+    "no launch target runs the RL step (Megatron-LM's train_rl.py with its inference flags; "
+    "the targets launch pretrain_gpt.py and Megatron-Bridge's pretraining recipes, which hold "
+    "no rollout KV cache or inference engine); remove it to launch the pretraining step"
+)
 
 
 def refusals(plan: Plan) -> dict[str, list[str]]:

@@ -42,6 +42,7 @@ from planner.emit.megatron_model import Arg, model_args, refuse_local_attention,
 from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimizer_args
 from planner.emit.megatron_pipeline import pipeline_args
 from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.megatron_tp_overlap import SUB_OVERLAPS
 from planner.inputs.plan import Job, Plan
 
 ENVIRONMENT = (
@@ -92,6 +93,9 @@ def parallel_args(plan: Plan) -> list[Arg]:
         a.append(("--sequence-parallel",))
     if lay.tp_comm_overlap:
         a.append(("--tp-comm-overlap",))
+    elif plan.job.tp_userbuffers and lay.tp > 1:  # the userbuffers without an overlap: each
+        a.append(("--tp-comm-overlap",))  # overlap off (argument_utils.py:194 @d98e8a64 adds
+        a += [(flags[0],) for flags in SUB_OVERLAPS.values()]  # --disable-*), read back so
     if arch.is_moe:
         a += [
             ("--expert-model-parallel-size", str(lay.ep)),
@@ -307,8 +311,8 @@ def unflagged(plan: Plan) -> list[str]:
         )
     if job.cross_entropy != "fused":
         notes.append(
-            f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (its loss is "
-            "the fused vocab-parallel kernel)"
+            f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (it runs its "
+            "vocab-parallel cross entropy over the local logits)"
         )
     if job.recompute_policy(plan.require_layout().recompute) == "per_op":
         notes.append(

@@ -57,6 +57,9 @@ def _fits(annotation: str, value: Any) -> bool:
         if literals and not re.search(r"\bstr\b", a):
             return any(repr(value) in lit.replace('"', "'") for lit in literals)
         return bool(re.search(r"\bstr\b", a)) or any(repr(value) in x for x in literals)
+    if isinstance(value, list) and value and all(type(x) is int for x in value):
+        # an int list: a List[int] field, or a Tuple[int,int] one of two (OmegaConf's list)
+        return "List[int]" in a or ("Tuple[int,int]" in a and len(value) == 2)
     if isinstance(value, list):
         return "List[str]" in a or "list[str]" in a
     return False
