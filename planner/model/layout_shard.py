@@ -54,6 +54,7 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         frozen=job.frozen_model,
         fused_swiglu=job.fused_swiglu,
         torchtitan=job.framework == "torchtitan",
+        router_tokens_whole=job.framework == "torchtitan" and layout.ep == 1 and layout.tp > 1,
         weighted_experts=job.framework == "megatron",
         te_grouped_mlp=job.moe_fused_grouped_mlp and job.framework == "megatron",
         shared_keeps_original=job.framework == "megatron"

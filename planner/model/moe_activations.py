@@ -50,7 +50,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         return out + w * local * h
     if not sh.drops_pre_moe_norm():  # (kept under TE's router graph: `Shard.keeps_pre_moe_norm`)
         out += w * local * h
-    out += 2 * FP32 * local * E + router_copy_bytes(arch, sh)
+    out += 2 * FP32 * router_tokens(sh) * E + router_copy_bytes(arch, sh)
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn
@@ -74,6 +74,12 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     return out + combine_bytes(arch, sh)
 
 
+def router_tokens(sh: Shard) -> float:
+    """Tokens one GPU's router scores per micro-batch: its 1/tp share, or every token of the TP
+    group where the gate's input is replicated (`Shard.router_tokens_whole`)."""
+    return sh.tokens if sh.router_tokens_whole else sh.tokens / sh.tp
+
+
 def router_copy_bytes(arch: ModelArch, sh: Shard, version: TitanVersion | None = None) -> float:
     """The fp32 copies torchtitan b5bcd76c's router gate keeps for its backward: since ab5ed59f
     ("Execute moe.gate in float32") TokenChoiceTopKRouter.forward runs the gate under
@@ -84,14 +90,14 @@ def router_copy_bytes(arch: ModelArch, sh: Shard, version: TitanVersion | None =
     e347b1e5 runs the gate in bf16 and casts only its logits (models/moe/moe.py:312-318), whose
     `.to` saves nothing: none. An unknown version (None): counted, the larger. None in fp32
     training (the cast returns the tensor itself, already saved) or outside torchtitan; per
-    local token, as the router's other tensors here (with EP off under TP b5bcd76c's gate reads
-    the replicated tokens, moe_sharding.py:89-125). A compiled block's partitioner may keep the
+    token the router scores (`router_tokens`: with EP off under TP b5bcd76c's gate reads the
+    replicated tokens, moe_sharding.py:89-125). A compiled block's partitioner may keep the
     bf16 input and cast it again instead; not decidable from the source, so the larger."""
     if not sh.torchtitan or word(sh) >= FP32 or version == "e347b1e5":
         return 0.0
     assert arch.num_moe_experts is not None
     h = arch.hidden_size
-    return FP32 * h * (sh.tokens / sh.tp + arch.num_moe_experts)
+    return FP32 * h * (router_tokens(sh) + arch.num_moe_experts)
 
 
 def combine_bytes(arch: ModelArch, sh: Shard) -> float:

@@ -52,14 +52,17 @@ def muon_optimizer_bytes(
     largest: float,
     shards: tuple[int, int],
     at: tuple[int, Chunks] | None = None,
+    per: tuple[float, float] | None = None,
 ) -> float:
     """Optimizer bytes on the fullest GPU of a stage holding `stage` (dense, expert) parameters,
     of which `decoder` are decoder-layer ones; `largest` is the stage's largest Adam parameter on
     one GPU (its word embedding or output layer; 0 without one); `shards` the (dense, expert)
     groups ZeRO-1 shards over; `at` the stage's (pipeline rank, decoder-layer chunks), without
-    which the figure is the even share (module docstring)."""
+    which the figure is the even share (module docstring). `per`: (Muon's, Adam's) bytes per
+    parameter the GPU keeps, in place of their states' (with `at`: the step's fp32 gradient
+    copies of the parameters it updates, `rank_states.step_grad_copy`)."""
     if at is not None:
-        return _worst_gpu_bytes(job, layout, stage, decoder, largest, shards, at)
+        return _worst_gpu_bytes(job, layout, stage, decoder, largest, shards, at, per)
     (dense, expert), (dense_dec, expert_dec) = stage, decoder
     muon, adam = MUON_STATE_BYTES, job.optimizer_bytes
     dense_total = muon * dense_dec + adam * (dense - dense_dec)
@@ -82,13 +85,14 @@ def _worst_gpu_bytes(
     largest: float,
     shards: tuple[int, int],
     at: tuple[int, Chunks],
+    per: tuple[float, float] | None = None,
 ) -> float:
     """`muon_optimizer_bytes` with the rank: the matrices Muon takes
     (`muon_layout.matrix_elements`) at MUON_STATE_BYTES, everything else (`_is_muon_excluded`,
     emerging_optimizers.py:145-147: norms, biases, embeddings, output layer) at Adam's bytes,
     the Muon states of the fullest shard (module docstring)."""
     rank, chunks = at
-    muon, adam = MUON_STATE_BYTES, job.optimizer_bytes
+    muon, adam = per or (MUON_STATE_BYTES, job.optimizer_bytes)
     mat_d, mat_e = muon_layout.matrix_elements(job, layout, chunks)
     rest = (max(stage[0] - mat_d, 0.0), max(stage[1] - mat_e, 0.0))
     if layout.zero_stage < 1:

@@ -172,21 +172,25 @@ def updated_params(
 def step_grad_copy(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     """Bytes of the fp32 gradient copies on one GPU of pipeline rank `rank` at the optimizer step
     (`copies_main_grads`): MAIN_GRAD_COPY_BYTES per parameter it updates (`updated_params`);
-    under Muon's whole-parameter dealing (`Job.muon_whole_params`) on the rank that is dealt the
-    largest parameter whole, as `muon_optimizer_bytes` counts its states: that parameter and a
-    dp-th of the rest. They are made after the last backward, when the activations are freed,
-    and freed at the next step's optimizer.zero_grad (training.py:3044, set_to_none; the next
-    zero_grad_buffer under Megatron-FSDP), so they coexist with the model states but not the
-    activations (`memory.StageMemory`)."""
+    under Muon from ZeRO 1 on the rank that updates the most, as `muon_optimizer_bytes` counts its
+    states (the layer-wise layout's fullest shard, or the whole-parameter deal's fullest rank),
+    at MAIN_GRAD_COPY_BYTES a parameter. They are made after the last backward, when the
+    activations are freed, and freed at the next step's optimizer.zero_grad (training.py:3044,
+    set_to_none; the next zero_grad_buffer under Megatron-FSDP), so they coexist with the model
+    states but not the activations (`memory.StageMemory`)."""
     if not copies_main_grads(job, layout.zero_stage):
         return 0.0
+    if job.optimizer == "muon" and layout.zero_stage >= 1:
+        n = job.optimizer_instances
+        shards = (max(layout.dense_dp // n, 1), max(layout.expert_dp // n, 1))
+        stage = stage_params(job, layout, rank, chunks)
+        decoder = decoder_params(job, layout, chunks)
+        largest = _largest_adam(job, layout, stage[0], decoder[0])
+        per = (MAIN_GRAD_COPY_BYTES, MAIN_GRAD_COPY_BYTES)
+        return muon_optimizer_bytes(
+            job, layout, stage, decoder, largest, shards, (rank, chunks), per
+        )
     dense, expert = updated_params(job, layout, rank, chunks)
-    dense_dp = max(layout.dense_dp // job.optimizer_instances, 1)
-    if job.optimizer == "muon" and job.muon_whole_params and layout.zero_stage >= 1:
-        whole = stage_params(job, layout, rank, chunks)[0]
-        largest = _largest_adam(job, layout, whole, decoder_params(job, layout, chunks)[0])
-        if dense_dp > 1 and largest > 0:
-            dense = (whole - largest) / dense_dp + largest
     return MAIN_GRAD_COPY_BYTES * (dense + expert)
 
 

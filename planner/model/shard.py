@@ -145,6 +145,10 @@ class Shard:
     ops/basic/swiglu.py:552-555): `moe_activations.clamp_widths`."""
     torchtitan: bool = False
     """The layers are torchtitan's model code (its attention-sink rescale: `activations`)."""
+    router_tokens_whole: bool = False
+    """The MoE router reads every token of the TP group, not a 1/tp share: torchtitan with EP
+    off under TP replicates the gate's input (b5bcd76c models/common/moe_sharding.py:91-92,
+    :113-123, `tp=spmd.R`): `moe_activations.router_tokens`."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it
     (Megatron's TEGroupedMLP; torchtitan weights the tokens outside): `moe_activations`."""

@@ -58,16 +58,20 @@ def test_the_worked_example() -> None:
     independent re-derivation, /tmp/qa2s36/lw_pad.py, gives the same), and 47.210 GiB with the
     fullest shard's Muon states: the layer-wise deal (layer_wise_optimizer.py:258-345, brute-forced
     in test_muon_shards) gives one rank 889,192,448 matrix elements, a 4096 x 4096 projection
-    (16,777,216) over the even 6,979,321,856 / 8, x 8 B = 0.125 GiB."""
+    (16,777,216) over the even 6,979,321,856 / 8, x 8 B = 0.125 GiB; that rank's step copies
+    the projection's gradient too, 4 B x 1.10: 47.279 GiB."""
     assert _working_set() == 14 * FC1 == 1_644_167_168
     j = _muon(main_grad_dtype="bf16")
     st = memory.estimate(j, LAYOUT).stages[0]
-    step = 4 * PARAMS / 8 + 14 * FC1
-    assert step == 5_659_297_792
+    # the copies are of the fullest layer-wise shard's parameters: one 4096 x 4096 projection
+    # (16,777,216) over the even share (below)
+    step = 4 * (PARAMS / 8 + 16_777_216) + 14 * FC1
+    assert step == 5_726_406_656
     assert st.grad_copy == pytest.approx(step * memory.FRAGMENTATION)
-    assert round(st.grad_copy / 2**30, 3) == 5.798
+    assert round(st.grad_copy / 2**30, 3) == 5.866  # 5.798 GiB for the even shard
     assert st.at_step
-    assert round(st.total / 2**30, 3) == round(47.085 + 16_777_216 * 8 / 2**30, 3) == 47.21
+    extra = 16_777_216 * (8 + 4 * memory.FRAGMENTATION) / 2**30
+    assert round(st.total / 2**30, 3) == round(47.085 + extra, 3) == 47.279
 
 
 def test_fp32_gradients_make_no_copy_but_the_working_set_stays() -> None:
@@ -114,14 +118,18 @@ def test_the_split_qkv_holds_its_parts() -> None:
 
 
 def test_whole_params_copies_the_largest_parameter_whole() -> None:
-    """--no-use-layer-wise-param-layout (`muon_whole_params`): the rank dealt the word embedding
-    (128,256 x 4,096 = 525,336,576) whole keeps its states whole (`muon_optimizer_bytes`), and
-    the step copies its gradients as it updates them: 4 x ((8,030,261,248 - 525,336,576) / 8 +
-    525,336,576) = 4 x 1,463,452,160 = 5,853,808,640 B (the even shard copied 4,015,130,624)."""
+    """--no-use-layer-wise-param-layout (`muon_whole_params`): every parameter is dealt whole,
+    sorted ascending, over ranks 0..7,7..0 (layer_wise_optimizer.py:726, :740, :744-754), and the
+    step copies the gradients of those a rank updates. After the 65 norms (indices 0-64, spread
+    evenly here: 65 x 4,096 / 8 = 33,280) come 32 each of the projection (16,777,216), QKV
+    (25,165,824), fc2 (58,720,256) and fc1 (117,440,512): 4 of each to every rank, 872,415,232;
+    then the word embedding and the output layer (128,256 x 4,096 = 525,336,576 each) at
+    indices 193 and 194 -> ranks 1 and 2 whole: 4 x (872,448,512 + 525,336,576) = 5,591,140,352
+    B on the fullest (the even shard copied 4,015,130,624)."""
     j = _muon(main_grad_dtype="bf16", muon_whole_params=True)
     chunks = LAYOUT.chunk_layers(j.arch.num_layers)[0]
     got = rank_states.step_grad_copy(j, LAYOUT, 0, chunks)
-    assert got == pytest.approx(5_853_808_640)
+    assert got == pytest.approx(4 * (872_448_512 + 525_336_576)) == 5_591_140_352
 
 
 def test_nesterov_holds_a_copy_of_the_momentum_shard() -> None:

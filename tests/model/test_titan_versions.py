@@ -13,13 +13,18 @@ Hand arithmetic in each test."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.inputs import catalog
 from planner.inputs.hybrid import layer_kind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import parse_plan
 from planner.model.moe_activations import moe_bytes, router_copy_bytes
 from planner.model.per_op_saved import all_to_all_bytes, saves_all_to_all
 from planner.model.shard import Shard
+from planner.model.stage_activations import shard
 
 QWEN3 = catalog.get_model("qwen3-30b-a3b")  # h 2048, top-8 of 128 experts
 V3 = catalog.get_model("deepseek-v3")  # h 7168, top-8 of 256 experts
@@ -66,3 +71,26 @@ def test_router_gate_copy_under_tp_and_fp32() -> None:
     assert router_copy_bytes(V3, sh) == pytest.approx(36_700_160)
     assert router_copy_bytes(V3, titan(torchtitan=True, value_bytes=4.0)) == 0.0
     assert router_copy_bytes(V3, titan(tp=4, sequence_parallel=True)) == 0.0  # not torchtitan
+
+
+def test_router_reads_every_token_with_ep_off_under_tp() -> None:
+    # torchtitan b5bcd76c models/common/moe_sharding.py:91-92, :113-123: EP off, the gate's input
+    # is replicated over TP (tp=spmd.R), so the gate scores all 4096 tokens, not 1024: the fp32
+    # copy 4 x 7168 x (4096 + 256) = 124,780,544 bytes, and the router's fp32 scores and
+    # probabilities 2 x 4 x 4096 x 256 against 2 x 4 x 1024 x 256 (3 x 2,097,152 more)
+    whole = titan(torchtitan=True, tp=4, sequence_parallel=True, router_tokens_whole=True)
+    share = titan(torchtitan=True, tp=4, sequence_parallel=True)
+    assert router_copy_bytes(V3, whole) == pytest.approx(124_780_544)
+    copies = 124_780_544 - 36_700_160
+    assert moe_bytes(V3, whole) - moe_bytes(V3, share) == pytest.approx(copies + 3 * 2_097_152)
+
+
+def test_the_layout_says_when_the_router_reads_every_token() -> None:
+    # a torchtitan layout with ep 1 under tp 4 replicates the gate's input; with ep 4 (tokens
+    # dispatched from each rank's share) or outside torchtitan it does not
+    job = parse_plan({"model": {"name": "qwen3-30b-a3b"}, "cluster": {"gpu": "h100-sxm-80gb",
+        "num_gpus": 8}, "training": {"seq_length": 4096, "global_batch_size": 8,
+        "framework": "torchtitan"}}).job  # fmt: skip
+    assert shard(job, Layout(tp=4, dp=2)).router_tokens_whole
+    assert not shard(job, Layout(tp=4, dp=2, ep=2)).router_tokens_whole
+    assert not shard(replace(job, framework="megatron"), Layout(tp=4, dp=2)).router_tokens_whole
