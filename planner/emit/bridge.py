@@ -258,11 +258,22 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         **({"dist": {"use_tp_pp_dp_mapping": True}} if lay.use_tp_pp_dp_mapping else {}),
         # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
         "dataset": {"seq_length": job.seq_length},
-        # Megatron-FSDP saves and loads only in its own format (ConfigContainer.validate)
-        **({"checkpoint": {"ckpt_format": "fsdp_dtensor"}} if fsdp else {}),
+        **_checkpoint(fsdp, job.async_save),
         # config.py asserts the loss's NaN check off under a full-iteration graph
         **({"rerun_state_machine": {"check_for_nan_in_loss": False}} if whole_step else {}),
     }
+
+
+def _checkpoint(fsdp: bool, async_save: bool) -> dict[str, Any]:
+    """CheckpointConfig's overrides: Megatron-FSDP saves and loads only in its own format
+    (ConfigContainer.validate); async_save's persistent worker (use_persistent_ckpt_worker,
+    True by default, 067f987d training/config.py:516, asserted at :603; started at setup,
+    state.py:410-432, where checkpoint.save is set) is a process with a CUDA context of its own
+    on each GPU (`planner.model.buffers.async_save_worker_bytes`)."""
+    table: dict[str, Any] = {"ckpt_format": "fsdp_dtensor"} if fsdp else {}
+    if async_save:
+        table["async_save"] = True
+    return {"checkpoint": table} if table else {}
 
 
 def _scalar(v: Any) -> str:

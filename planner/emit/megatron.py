@@ -229,6 +229,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--use-fused-weighted-squared-relu",))
     if not job.dataloader_attention_mask:  # no [mbs, 1, s, s] mask per micro-batch on the GPU
         a.append(("--no-create-attention-mask-in-dataloader",))  # (buffers.dataloader_mask_bytes)
+    if job.async_save:  # validate_args drops --async-save without the worker (arguments.py:1814)
+        a += [("--async-save",), ("--use-persistent-ckpt-worker",)]  # (its context: buffers)
     if job.log_grad_stats:  # the gradient statistics the plan's step pays (cost.GRAD_STATS_S)
         a += [("--log-params-norm",), ("--log-num-zeros-in-grad",)]
     if job.test_mode:  # the real-time attention checks the plan's step time counts

@@ -131,6 +131,9 @@ class Job:
     """Megatron-LM's dataloader builds each sample's causal mask and get_batch moves it to the
     first and the last pipeline stage (its default; --no-create-attention-mask-in-dataloader
     off, which planner launch writes): `planner.model.buffers.dataloader_mask_bytes`."""
+    async_save: bool = False
+    """Megatron --async-save with its persistent checkpoint worker: one more process per GPU,
+    holding a CUDA context there all run (`planner.model.buffers.async_save_worker_bytes`)."""
     test_mode: bool = False  # Megatron --test-mode (planner.model.host.REALTIME_TEST_OPS)
     deterministic: bool = False  # Megatron --deterministic-mode (planner.model.determinism)
     weight_hash_interval: int = 0  # Megatron --check-weight-hash-across-dp-replicas-interval

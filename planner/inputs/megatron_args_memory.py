@@ -51,6 +51,8 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
         out["test_mode"] = True
     if not line.has("--no-create-attention-mask-in-dataloader"):  # Megatron's default: built
         out["dataloader_attention_mask"] = True
+    if line.has("--async-save"):
+        out.update(_async_save(line, notes))
     if line.has("--deterministic-mode"):
         out["deterministic"] = True
     if (hashed := line.integer(HASH_FLAG)) is not None:
@@ -65,6 +67,24 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
     out.update(softmax_fields(line))
     out.update(_rl_step(line, parallel))
     return out
+
+
+ASYNC_SAVE_NOTE = (
+    "--async-save: read off without --use-persistent-ckpt-worker, as Megatron-LM runs it: "
+    "validate_args turns it off for a distributed checkpoint (d98e8a64 arguments.py:1814-1820), "
+    "and a legacy one (--ckpt-format torch) cannot save asynchronously (checkpointing.py:764-767)"
+)
+"""How a line with --async-save but no persistent worker is read: no worker, no second context."""
+
+
+def _async_save(line: Line, notes: list[str]) -> dict[str, Any]:
+    """training.async_save of a line with --async-save: the persistent worker's process (and its
+    CUDA context) exists only with --use-persistent-ckpt-worker beside it (d98e8a64
+    training/initialize.py:79-80)."""
+    if line.has("--use-persistent-ckpt-worker"):
+        return {"async_save": True}
+    notes.append(ASYNC_SAVE_NOTE)
+    return {}
 
 
 def loss_fields(fused: bool | None, impl: str | None) -> dict[str, bool]:

@@ -241,6 +241,8 @@ READ = frozenset(
         "--log-num-zeros-in-grad",
         "--test-mode",
         "--no-create-attention-mask-in-dataloader",  # training.dataloader_attention_mask
+        "--async-save",  # training.async_save, with --use-persistent-ckpt-worker
+        "--use-persistent-ckpt-worker",
         "--check-weight-hash-across-dp-replicas-interval",
         "--perform-rl-step",
         "--attention-dropout",

@@ -82,6 +82,7 @@ TRAINING_AS_IS = (
     "loss_fusion",
     "log_grad_stats",
     "dataloader_attention_mask",
+    "async_save",
     "test_mode",
     "deterministic",
     "weight_hash_interval",

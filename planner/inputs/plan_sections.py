@@ -250,6 +250,12 @@ class TrainingSection(OptimizerFields):
         "first and the last pipeline stage hold it on the GPU through each forward; planner "
         "launch writes the flag that turns it off",
     )
+    async_save: Flag = Field(
+        default=False,
+        description="Megatron --async-save with --use-persistent-ckpt-worker (Megatron-Bridge "
+        "checkpoint.async_save): a checkpoint worker process beside each rank, with a CUDA "
+        "context of its own on that rank's GPU for the whole run (planner.model.buffers)",
+    )
     test_mode: Flag = Field(
         default=False,
         description="Megatron --test-mode: with QK layernorm, every attention forward all-gathers "

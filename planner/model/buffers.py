@@ -48,6 +48,16 @@ CUDA_CONTEXT_BYTES = 0.8 * GIB
 allocator: about 500-600 MiB of context on Hopper with CUDA 12 (nvidia-smi of an idle process) and
 the modules Transformer Engine loads."""
 
+ASYNC_SAVE_WORKER_BYTES = 600 * 2**20
+"""The CUDA context of Megatron-LM's persistent checkpoint worker (`Job.async_save`), a process of
+its own (forkserver) on each rank's GPU from start to exit (d98e8a64 training/initialize.py:79-80;
+dist_checkpointing/strategies/async_utils.py:565 `torch.cuda.set_device`). It runs no GEMM and
+no Transformer Engine kernel: with CUDA's lazy module loading it is the idle process's context
+`CUDA_CONTEXT_BYTES` rests on, at the top of its 500-600 MiB. It allocates no device memory: the
+trainer's tensors reach it over CUDA IPC (torch.multiprocessing queues, async_utils.py:19, :418)
+and its copy (:582, filesystem_async.py:243 `tensor.to("cpu", non_blocking=True)`) lands in host
+memory."""
+
 NCCL_BYTES_PER_GROUP = 0.25 * GIB
 """NCCL communicator buffers: NCCL_BUFFSIZE (4 MiB) x protocols x channels (up to 32) per peer
 connection; about 0.2-0.3 GiB for each process group a rank communicates in."""
@@ -280,11 +290,18 @@ def context_bytes(layout: Layout) -> float:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
 
 
+def async_save_worker_bytes(job: Job) -> float:
+    """The persistent checkpoint worker's CUDA context on each GPU of a Megatron job with
+    `async_save` (`ASYNC_SAVE_WORKER_BYTES`); 0 without."""
+    return ASYNC_SAVE_WORKER_BYTES if job.async_save and job.framework == "megatron" else 0.0
+
+
 def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     """(allocated, not allocated) fixed bytes of one GPU: the persistent workspaces and an RL
-    step's rollout engine (`planner.model.rl_inference`); the CUDA
-    context, NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers."""
+    step's rollout engine (`planner.model.rl_inference`); the CUDA context (and the checkpoint
+    worker's), NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers."""
     outside = context_bytes(layout) + tp_overlap_bytes(job, layout) + dispatcher_bytes(job, layout)
+    outside += async_save_worker_bytes(job)
     return workspace_bytes(job, layout) + rl_inference.resident_bytes(job, layout), outside
 
 
