@@ -7,13 +7,13 @@ window_size, softmax_type), so a field left out keeps the recipe's value, not Me
 default: each field below is written with the plan's value whatever it is (null and the default
 included), under its TransformerConfig name (Megatron-LM 2a75ac12
 megatron/core/transformer/transformer_config.py: mtp_num_layers :68, softmax_type :163,
-glu_linear_offset :224, activation_func_clamp_value :228, window_size :240,
-window_attn_skip_freq :244, qk_l2_norm :255, no_rope_freq :284, linear_attention_freq :356,
-moe_shared_expert_intermediate_size :687, moe_router_score_function :794,
-moe_router_enable_expert_bias :802, moe_apply_probs_on_input :927), all of which
-GPTModelProvider takes (tests/data/megatron_bridge_config_schema.json). A hybrid Mamba stack's
-pattern carries its MTP and linear-attention layers (HybridModelProvider), so those two are left
-to it there.
+glu_linear_offset :224, activation_func_clamp_value :228, qk_l2_norm :255, no_rope_freq :284,
+linear_attention_freq :356, moe_shared_expert_intermediate_size :687,
+moe_router_score_function :794, moe_router_enable_expert_bias :802, moe_apply_probs_on_input
+:927), all of which GPTModelProvider takes (tests/data/megatron_bridge_config_schema.json). A
+hybrid Mamba stack's pattern carries its MTP and linear-attention layers (HybridModelProvider),
+so those two are left to it there. The sliding window is left to the recipe with a note
+(`window_note`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,20 @@ from typing import Any
 from planner.inputs.arch import ModelArch
 
 
+def window_note(arch: ModelArch) -> str | None:
+    """The sliding window is the one shape field left to the recipe's provider: providers read
+    window_size their own way (Gemma 3's takes the HF count, an int, and subtracts one on each
+    local layer, gemma3_provider.py:72, :251 at 067f987d, where Gemma 2's and gpt-oss's take
+    Megatron-Core's (W, 0) tuple), so no one value is right for every recipe."""
+    if arch.window_size is None:
+        return None
+    return (
+        f"sliding-window attention: planned with a window of {arch.window_size} tokens on the "
+        f"layers window_attn_skip_freq={arch.window_attn_skip_freq} leaves local: the recipe's "
+        "model must set them (its provider reads window_size its own way)"
+    )
+
+
 def _freq(freq: int | tuple[int, ...] | None) -> int | list[int] | None:
     """A layer-frequency field as TransformerConfig takes it: an int N, a list, or None."""
     return list(freq) if isinstance(freq, tuple) else freq
@@ -30,12 +44,9 @@ def _freq(freq: int | tuple[int, ...] | None) -> int | list[int] | None:
 
 def shape_fields(arch: ModelArch) -> dict[str, Any]:
     """The model table's shape fields for `arch` (the module docstring)."""
-    window = None if arch.window_size is None else [arch.window_size, 0]  # causal: right 0
     out: dict[str, Any] = {
         "activation_func_clamp_value": arch.activation_func_clamp_value,
         "glu_linear_offset": float(arch.glu_linear_offset),
-        "window_size": window,
-        "window_attn_skip_freq": _freq(arch.window_attn_skip_freq),
         "softmax_type": arch.softmax_type,
         "qk_l2_norm": arch.qk_l2_norm,
         "no_rope_freq": _freq(arch.no_rope_freq),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import bridge_precision, common
+from planner.emit import bridge_model, bridge_precision, common
 from planner.emit.megatron import unflagged
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
@@ -122,6 +122,9 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
             f"{a.dsa_indexer_head_dim}, dsa_indexer_topk={a.dsa_indexer_topk}: the recipe's "
             "model must set them"
         )
+    window = bridge_model.window_note(job.arch)
+    if window is not None:
+        out.append(window)
     if job.log_grad_stats:
         out.append("gradient statistics: set logger.log_params_norm=true too (planned with both)")
     if lay.zero_stage >= 2 and job.main_grad_dtype == "fp32":

@@ -15,6 +15,7 @@ def check_precision(training: TrainingSection, arch: ModelArch, where: str) -> N
     _params_dtype(training, where)
     _bf16_layers(training, arch, where)
     _fp8_attention(training, where)
+    _local_attention(training, where)
     _fp8_output_proj(training, where)
     _dsa_bf16(training, arch, where)
     _fp32(training, arch, where)
@@ -189,6 +190,17 @@ def _fp8_attention(training: TrainingSection, where: str) -> None:
         raise InputError(
             f"{field}: FP8 attention is the fused attention kernel's; it needs "
             "flash_attention = true"
+        )
+
+
+def _local_attention(training: TrainingSection, where: str) -> None:
+    """Megatron-Core's own attention (--transformer-impl local) has no flash path: it always
+    materialises the s x s scores (d98e8a64 dot_product_attention.py:100-109), so a plan that
+    names it must say flash_attention = false (the Megatron-args reader sets both)."""
+    if training.unfused_attention != "te" and training.flash_attention is not False:
+        raise InputError(
+            f"{where}: training.unfused_attention: {training.unfused_attention!r} is Megatron's "
+            "local attention, which keeps the s x s scores: it needs flash_attention = false"
         )
 
 

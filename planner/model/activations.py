@@ -208,9 +208,8 @@ def scores(arch: ModelArch, sh: Shard) -> float:
     s, heads, b = sh.seq_per_cp_rank, arch.num_attention_heads, sh.micro_batch_size
     if word(sh) == FP32:  # fp32's torch softmax (`fp32.SCORE_BYTES`)
         return fp32.score_bytes(heads, s, b, sh.attention_dropout)
-    return score_bytes(
-        heads, s, b, sh.attention_dropout, sh.unfused_attention, sh.masked_softmax_fusion
-    )
+    kernel = (sh.unfused_attention, sh.masked_softmax_fusion, sh.tp)
+    return score_bytes(heads, s, b, sh.attention_dropout, *kernel)
 
 
 def mlp_bytes(arch: ModelArch, ffn: int, sh: Shard) -> float:

@@ -68,16 +68,30 @@ def fused_softmax(s_k: int) -> bool:
     return 16 < s_k < 16384 and s_k % 8 == 0
 
 
-def local_fused_softmax(s_k: int, fusion: bool = True) -> bool:
+def batches_per_block(s_k: int) -> int:
+    """The fused kernel's batches per thread block (Megatron's scaled_masked_softmax
+    get_batch_per_block, the same in its copies, e.g. ColossalAI's): 128 threads in warps of
+    min(next power of two of s_k, 32) lanes, two batches a warp up to 128 keys, else one."""
+    width = 1 << max(s_k - 1, 0).bit_length()
+    return 128 // min(width, 32) * (2 if width <= 128 else 1)
+
+
+def local_fused_softmax(s_k: int, fusion: bool = True, batches: int = 4) -> bool:
     """Whether Megatron-Core's own attention runs its fused softmax kernel over s_k keys (causal,
-    s_q = s_k) with --masked-softmax-fusion as `fusion` says."""
-    return fusion and 16 < s_k <= LOCAL_FUSED_MAX_KEYS and s_k % 4 == 0
+    s_q = s_k) with --masked-softmax-fusion as `fusion` says, for `batches` = micro-batch x heads
+    per TP rank: a multiple of 4 and of the kernel's batches per block (fused_softmax.py:251-265,
+    the causal kernel's condition)."""
+    keys = fusion and 16 < s_k <= LOCAL_FUSED_MAX_KEYS and s_k % 4 == 0
+    return keys and batches % 4 == 0 and batches % batches_per_block(s_k) == 0
 
 
-def softmax_bytes(s: int, attention: UnfusedAttention = "te", fusion: bool = True) -> float:
+def softmax_bytes(
+    s: int, attention: UnfusedAttention = "te", fusion: bool = True, batches: int = 4
+) -> float:
     """Bytes per score the softmax itself keeps: the fused kernel's 16-bit output, or the torch
-    softmax's output in fp32 (TE's always; Megatron's local_fp32) or in 16 bits (local)."""
-    fused = fused_softmax(s) if attention == "te" else local_fused_softmax(s, fusion)
+    softmax's output in fp32 (TE's always; Megatron's local_fp32) or in 16 bits (local);
+    `batches` the micro-batch x heads per TP rank (`local_fused_softmax`)."""
+    fused = fused_softmax(s) if attention == "te" else local_fused_softmax(s, fusion, batches)
     if fused or attention == "local":
         return FUSED_SOFTMAX_BYTES_PER_SCORE
     return FP32_SOFTMAX_BYTES_PER_SCORE
@@ -90,12 +104,14 @@ def score_bytes(
     dropout: bool = True,
     attention: UnfusedAttention = "te",
     fusion: bool = True,
+    tp: int = 1,
 ) -> float:
     """Bytes one layer's unfused attention keeps for `heads` heads of s x s scores per sample: the
     softmax's bytes per score, and then the dropout's mask and output where the model has
     attention dropout, else the 16-bit cast of an fp32 softmax's output, which the second GEMM
-    keeps (a 16-bit softmax output is already what it keeps)."""
-    per = softmax_bytes(s, attention, fusion)
+    keeps (a 16-bit softmax output is already what it keeps); `tp` splits the heads over the
+    ranks Megatron's kernel runs on (`local_fused_softmax`'s batches)."""
+    per = softmax_bytes(s, attention, fusion, micro_batch * max(heads // tp, 1))
     if dropout:
         per += DROPOUT_BYTES_PER_SCORE
     elif per == FP32_SOFTMAX_BYTES_PER_SCORE:

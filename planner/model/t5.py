@@ -75,7 +75,7 @@ def cross_bytes(job: Job, sh: Shard) -> float:
     if not sh.flash_attention:
         s = job.t5_encoder[1]
         heads, b = arch.num_attention_heads, sh.micro_batch_size
-        kernel = (sh.unfused_attention, sh.masked_softmax_fusion)
+        kernel = (sh.unfused_attention, sh.masked_softmax_fusion, sh.tp)
         scores = score_bytes(heads, s, b, sh.attention_dropout, *kernel)
         part += scores * sh.seq_per_cp_rank / s
     return act.split(rep, part, sh)

@@ -67,7 +67,7 @@ def test_bytes_per_score_by_softmax_path(
 def test_kernel_key_limits() -> None:
     # fused_softmax.py:256 `16 < sk <= 4096`, :258 `sk % 4 == 0`; TE softmax.py:304-307
     assert scores.local_fused_softmax(4096) and not scores.local_fused_softmax(4100)
-    assert not scores.local_fused_softmax(16) and scores.local_fused_softmax(20)
+    assert not scores.local_fused_softmax(16, True, 8) and scores.local_fused_softmax(20, True, 8)
     assert not scores.local_fused_softmax(1024, fusion=False)
     assert scores.fused_softmax(16376) and not scores.fused_softmax(16384)
 
@@ -157,3 +157,34 @@ def test_nemo_override_of_the_fusion_is_harmless() -> None:
     assert nemo_keys.classify({"model.config.masked_softmax_fusion": False}, "x", []) == [
         "model.config.masked_softmax_fusion"
     ]
+
+
+def test_the_local_kernel_needs_whole_blocks_of_batches() -> None:
+    # fused_softmax.py:251-265 @d98e8a64: b x heads per TP rank a multiple of 4 and, for the
+    # causal kernel, of its batches per block (get_batch_per_block: 128 threads, warps of
+    # min(2^ceil(log2 s_k), 32) lanes, 2 batches a warp up to 128 keys): 8 at s_k <= 128, else 4
+    assert [scores.batches_per_block(s) for s in (32, 128, 256, 4096)] == [8, 8, 4, 4]
+    # Llama 2 13B's 40 heads at tp 8, micro-batch 2: 10 batches, not a multiple of 4: the torch
+    # softmax in fp32 (local_fp32), 4 + 2 bytes a score without dropout, not the kernel's 2
+    per_score = 40 * 4096**2 * 2
+    assert scores.score_bytes(40, 4096, 2, False, "local_fp32", True, tp=8) == 6 * per_score
+    # at tp 4, 20 batches: the kernel
+    assert scores.score_bytes(40, 4096, 2, False, "local_fp32", True, tp=4) == 2 * per_score
+    # s_k = 128: 8 batches a block; 12 batches (a multiple of 4) are not whole blocks
+    assert not scores.local_fused_softmax(128, True, 12)
+    assert scores.local_fused_softmax(128, True, 16)
+
+
+def test_local_attention_needs_flash_off() -> None:
+    # Megatron-Core's own attention has no flash path (dot_product_attention.py:100-109): a plan
+    # naming it with flash attention on is refused, naming the field
+    doc = {
+        "model": {"name": "llama2-7b"},
+        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_size": 8, "unfused_attention": "local"},
+        "parallel": {"tp": 8},
+    }
+    with pytest.raises(InputError, match=r"training\.unfused_attention.*flash_attention = false"):
+        parse_plan(doc)
+    doc["training"]["flash_attention"] = False  # type: ignore[index]
+    assert parse_plan(doc).job.unfused_attention == "local"
