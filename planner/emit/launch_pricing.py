@@ -17,6 +17,19 @@ HEADROOM = memory.DEFAULT_HEADROOM_PCT
 """The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
 
 
+FLAGLESS = (
+    ("fused_norm", True, "runs Megatron-Core's fused norms"),
+    ("sp_keeps_gathered_input", False, "re-gathers the sequence-parallel input in backward"),
+    (
+        "tp_backward_overlap",
+        True,
+        "overlaps its column-parallel backward's TP collectives with the dgrad and wgrad GEMMs",
+    ),
+)
+"""The flagless training-code choices (`megatron.unflagged`): (the Job field, the value
+Megatron-Core runs, what the launched job then does, in words)."""
+
+
 def core_launched(job: Job) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     """(the job as Megatron-Core runs it, the notes saying so, the plan settings that plan it):
     the training-code choices neither Megatron-LM nor Megatron-Bridge has a switch for
@@ -28,28 +41,14 @@ def core_launched(job: Job) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     the target writes)."""
     changed: dict[str, object] = {}
     notes, settings = [], []
-    if not job.fused_norm:
-        changed["fused_norm"] = True
-        settings.append("fused_norm = true")
-        notes.append(
-            "training.fused_norm = false has no Megatron flag: this job runs Megatron-Core's "
-            "fused norms, as planner launch predicts it"
-        )
-    if job.sp_keeps_gathered_input:
-        changed["sp_keeps_gathered_input"] = False
-        settings.append("sp_keeps_gathered_input = false")
-        notes.append(
-            "training.sp_keeps_gathered_input = true has no Megatron flag: this job re-gathers "
-            "the sequence-parallel input in backward, as planner launch predicts it"
-        )
-    if not job.tp_backward_overlap:
-        changed["tp_backward_overlap"] = True
-        settings.append("tp_backward_overlap = true")
-        notes.append(
-            "training.tp_backward_overlap = false has no Megatron flag: this job's column-"
-            "parallel backward overlaps the TP collectives with the dgrad and wgrad GEMMs, as "
-            "planner launch predicts it"
-        )
+    for field, launched, runs in FLAGLESS:
+        if getattr(job, field) != launched:
+            changed[field] = launched
+            settings.append(f"{field} = {str(launched).lower()}")
+            notes.append(
+                f"training.{field} = {str(not launched).lower()} has no Megatron flag: this job "
+                f"{runs}, as planner launch predicts it"
+            )
     if job.cross_entropy != "fused":
         changed["cross_entropy"] = "fused"  # its note: `cross_entropy_note`, once the loss is set
         settings.append('cross_entropy = "fused"')
