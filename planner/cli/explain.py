@@ -132,7 +132,7 @@ def explain(
     if wanted:
         check_ops(job, params, budget, tokens)  # --tokens as written, --gpu-power-w vs the TDP
         with named_options():
-            ops = operations.operations(job, perf, budget, params)
+            ops = operations.operations(job, perf, budget, params, layout.zero_stage)
     if timeline_path is not None:
         svg = timeline.pipeline_svg(job, layout, perf)
         plot.write_svg(timeline_path, svg, "--timeline")

@@ -260,7 +260,7 @@ def predict(plan: Plan) -> Prediction:
     perf = cost.estimate(plan.job, lay)
     rep = memory.estimate(plan.job, lay)
     try:
-        o = operations(plan.job, perf, None)
+        o = operations(plan.job, perf, None, zero_stage=lay.zero_stage)
     except AssumptionError as e:  # the header's checkpoint interval and goodput need them
         where = str(plan.path) if plan.path else "<plan>"
         raise InputError(

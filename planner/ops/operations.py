@@ -204,12 +204,18 @@ def training_steps(job: Job, tokens: int, given: str | None = None) -> int:
 
 
 def operations(
-    job: Job, perf: Performance, tokens: int | None, ops: OpsParams | None = None
+    job: Job,
+    perf: Performance,
+    tokens: int | None,
+    ops: OpsParams | None = None,
+    zero_stage: int = 0,
 ) -> Operations:
-    """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`)."""
+    """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`);
+    `zero_stage`, the layout's: the checkpoint's size and so its copy and write times read it
+    (`resilience`: Megatron-FSDP's fsdp_dtensor checkpoint at ZeRO 2 / 3)."""
     ops = ops or OpsParams()
     steps = None if tokens is None else training_steps(job, tokens)
-    res = resilience(job, perf.step_time_s, ops, steps)
+    res = resilience(job, perf.step_time_s, ops, steps, zero_stage=zero_stage)
     n = job.cluster.num_gpus
     tps = job.tokens_per_step / perf.step_time_s
     usd, source = price(job, ops)
@@ -277,6 +283,7 @@ def objective_value(
     perf: Performance,
     objective: str,
     ops_params: OpsParams | None = None,
+    zero_stage: int = 0,
 ) -> float:
     """A score to rank layouts by (lower is better), per million tokens trained:
 
@@ -293,7 +300,8 @@ def objective_value(
     s_per_mtok = perf.step_time_s / job.tokens_per_step * 1e6
     if objective == "throughput":
         return s_per_mtok
-    wall_per_mtok = s_per_mtok / resilience(job, perf.step_time_s, ops_params).goodput
+    res = resilience(job, perf.step_time_s, ops_params, zero_stage=zero_stage)
+    wall_per_mtok = s_per_mtok / res.goodput
     if objective == "goodput":
         return wall_per_mtok
     gpu_hours = job.cluster.num_gpus * wall_per_mtok / SECONDS_PER_HOUR

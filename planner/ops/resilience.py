@@ -1,11 +1,14 @@
 """Checkpoints, failures and goodput: how much of the wall clock a job spends training.
 
-Checkpoint. Size = (params_total + mtp_params) x `checkpoint_bytes_per_param` (the MTP layers
-are saved too): under Megatron-LM bf16 weights (2) + fp32 master weights (4) + Adam m and v
-(4 + 4, or 2 + 2 with `optimizer_state_dtype = "bf16"`): 14 or 10; under torchtitan the fp32
-parameters FSDP2 shards (4) + m and v (4 + 4): 12. Gradients are not saved (the next step
-rebuilds them). Muon's one momentum buffer is counted as Adam's two (the Adam that trains its
-embeddings and norms keeps both): the safe side, a checkpoint no smaller than it is. Megatron
+Checkpoint. Size = (params_total + mtp_params) x `checkpoint_bytes_per_param`
+(`planner.model.checkpoint_size`; the MTP layers are saved too): under Megatron-LM bf16 weights
+(2) + fp32 master weights (4) + Adam m and v (4 + 4, or 2 + 2 with `optimizer_state_dtype =
+"bf16"`): 14 or 10; with Transformer Engine's FusedAdam holding the master (the precision-aware
+optimizer) 2 + the int16 remainder 2 + fp32 m and v 8: 12; under Megatron-FSDP (ZeRO 2 / 3) the
+fp32 main weights and the moments, 12; under torchtitan the fp32 parameters FSDP2 shards (4) + m
+and v (4 + 4): 12. Gradients are not saved (the next step rebuilds them). Muon's one momentum
+buffer is counted as Adam's two (the Adam that trains its embeddings and norms keeps both): the
+safe side, a checkpoint no smaller than it is. Megatron
 Core's distributed checkpoint (`--ckpt-format torch_dist`, fully parallel save) shards the state
 so that every GPU writes a distinct 1/N of it; the job writes at nodes x storage bandwidth per
 node, so
@@ -84,6 +87,7 @@ from planner.inputs import units
 from planner.inputs.plan import Job
 from planner.inputs.units import GB, SECONDS_PER_DAY
 from planner.model import params as params_mod
+from planner.model.checkpoint_size import checkpoint_bytes_per_param
 from planner.ops.assumptions import AssumptionError, OpsParams
 from planner.ops.checkpoint_interval import (
     best_whole_steps,
@@ -92,14 +96,6 @@ from planner.ops.checkpoint_interval import (
     final_write_s,
     young_interval,
 )
-
-
-def checkpoint_bytes_per_param(job: Job) -> float:
-    """Bytes per parameter of a checkpoint (the module docstring): Adam's two moments at the
-    job's optimizer_state_dtype, the fp32 master weights and, under Megatron-LM, the bf16
-    weights beside them (torchtitan's parameters are the fp32 ones)."""
-    moments = 2 * (4 if job.optimizer_state_dtype == "fp32" else 2)
-    return (4 if job.framework == "torchtitan" else 2 + 4) + moments
 
 
 @dataclass(frozen=True)
@@ -247,23 +243,25 @@ def num_nodes(job: Job) -> int:
     return sum(-(-c.num_gpus // c.gpus_per_node) for c in clusters)
 
 
-def checkpoint_bytes(job: Job) -> float:
-    """(params_total + mtp_params) x `checkpoint_bytes_per_param` (weights, fp32 master weights,
-    Adam m and v): the MTP layers are trained and saved with the rest (DeepSeek-V3's published
-    checkpoint is 671B + 14B of MTP module, of which 11.6B are the layers planner counts)."""
+def checkpoint_bytes(job: Job, zero_stage: int = 0) -> float:
+    """(params_total + mtp_params) x `checkpoint_bytes_per_param` under the layout's ZeRO stage
+    (weights, master weights, Adam m and v): the MTP layers are trained and saved with the rest
+    (DeepSeek-V3's published checkpoint is 671B + 14B of MTP module, of which 11.6B are the
+    layers planner counts)."""
     params = params_mod.params_total(job.arch) + params_mod.mtp_params(job.arch)
-    return float(params * checkpoint_bytes_per_param(job))
+    return float(params * checkpoint_bytes_per_param(job, zero_stage))
 
 
-def checkpoint_write_s(job: Job, ops: OpsParams) -> float:
+def checkpoint_write_s(job: Job, ops: OpsParams, zero_stage: int = 0) -> float:
     """Size / (nodes x per-node storage bandwidth): every GPU writes its own 1/N shard."""
     bandwidth = num_nodes(job) * ops.storage_gb_per_s_per_node * GB
-    return checkpoint_bytes(job) / bandwidth
+    return checkpoint_bytes(job, zero_stage) / bandwidth
 
 
-def host_copy_s(job: Job, ops: OpsParams) -> float:
+def host_copy_s(job: Job, ops: OpsParams, zero_stage: int = 0) -> float:
     """Size / N / host copy rate: each GPU copies its own shard to host memory."""
-    return checkpoint_bytes(job) / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)
+    size = checkpoint_bytes(job, zero_stage)
+    return size / job.cluster.num_gpus / (ops.host_copy_gb_per_s * GB)
 
 
 def mtbf_s(job: Job, ops: OpsParams) -> float:
@@ -277,16 +275,21 @@ figure could show: the settings are refused (`resilience`)."""
 
 
 def resilience(
-    job: Job, step_time_s: float, ops: OpsParams, run_steps: int | None = None
+    job: Job,
+    step_time_s: float,
+    ops: OpsParams,
+    run_steps: int | None = None,
+    zero_stage: int = 0,
 ) -> Resilience:
     """Checkpoint cost, optimal interval (the whole steps of least wall time by Daly's complete
     model, at most `run_steps`, the run's length where a token budget gives it, whose last
     write is then not hidden), goodput and its losses.
     Settings under which the job makes no progress (goodput below MIN_GOODPUT: interruptions
     far more often than the restart or the checkpoints take) are an AssumptionError naming the
-    one that decides it and every figure behind it."""
-    size = checkpoint_bytes(job)
-    write = checkpoint_write_s(job, ops)
+    one that decides it and every figure behind it. `zero_stage`, the layout's (the checkpoint's
+    size depends on it: `checkpoint_size`); 0, the distributed optimizer's, where not given."""
+    size = checkpoint_bytes(job, zero_stage)
+    write = checkpoint_write_s(job, ops, zero_stage)
     m = mtbf_s(job, ops)
     if not m > 0:  # at least MIN_FAILURE_RATE_PER_GPU_DAY, m is finite
         rate = f"{ops.failure_rate_per_gpu_day:g} per GPU-day on {job.cluster.num_gpus:,} GPUs"
@@ -295,7 +298,7 @@ def resilience(
             f"{rate} leaves no time between interruptions (MTBF {m:g} s)",
         )
     reload = ops.restart_min * 60.0 + write  # restart, then read the checkpoint back
-    copy = host_copy_s(job, ops)
+    copy = host_copy_s(job, ops, zero_stage)
     # the blocking: the copy to host memory, then (synchronous) the write: the module docstring
     delta0 = copy if ops.async_checkpoint else copy + write
     young = young_interval(delta0, m)

@@ -272,7 +272,7 @@ def scale(
         runs, lay, perf = resolved(j, found)
         titan = runs.titan if runs.framework == "torchtitan" else None
         try:
-            o = ops.operations(runs, perf, tokens, ops_params)
+            o = ops.operations(runs, perf, tokens, ops_params, lay.zero_stage)
         except NoProgress as e:  # this size only: more GPUs, more interruptions
             stalled.append(e)
             raw.append(ScalePoint(n, lay, perf, None, note=e.problem, titan=titan))

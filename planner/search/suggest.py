@@ -374,7 +374,8 @@ def search_rows(
         params = OpsParams()
 
         def score(r: Row[Candidate]) -> tuple[float, tuple[float, tuple[int, ...]]]:
-            value = ops.objective_value(job, r.candidate.performance, objective, params)
+            zero = r.candidate.layout.zero_stage
+            value = ops.objective_value(job, r.candidate.performance, objective, params, zero)
             return value, rank_key(r.candidate)
 
         rows = sorted(rows, key=score)

@@ -139,11 +139,18 @@ def test_checkpoint_size_and_write_time_by_hand() -> None:
 
 
 def test_checkpoint_size_follows_the_optimizer_state_and_framework() -> None:
-    """bf16 Adam moments (Megatron's precision-aware optimizer) halve m and v: 2 + 4 + 2 + 2 =
-    10 bytes; torchtitan's FSDP2 shards fp32 parameters, with no bf16 copy: 4 + 4 + 4 = 12."""
+    """bf16 Adam moments need Megatron's precision-aware optimizer, whose TE FusedAdam holds the
+    master: the checkpoint asks it for each state (Megatron-LM d98e8a64
+    distrib_optimizer.py:1098-1109, `get_unscaled_state`), a bf16 moment saved as fp32 (TE
+    fused_adam.py:344-349), the master as its int16 remainder (:335-339): 2 + 2 + 4 + 4 = 12, not
+    10; where Megatron-Core keeps its own master (a tensorwise FP8 recipe for the optimizer), the
+    states as they are: 2 + 4 + 2 + 2 = 10. torchtitan's FSDP2 shards fp32 parameters, with no
+    bf16 copy: 4 + 4 + 4 = 12."""
     job = make_job("llama3.1-405b", num_gpus=16_384)
     bf16 = replace(job, optimizer_state_dtype="bf16")
-    assert resilience.checkpoint_bytes(bf16) == 405_853_388_800 * 10
+    assert resilience.checkpoint_bytes(bf16) == 405_853_388_800 * 12
+    own = replace(bf16, optimizer_fp8_recipe="tensorwise")
+    assert resilience.checkpoint_bytes(own) == 405_853_388_800 * 10
     titan = replace(job, framework="torchtitan")
     assert resilience.checkpoint_bytes(titan) == 405_853_388_800 * 12
 
@@ -652,3 +659,19 @@ def test_checkpoint_counts_the_mtp_layers() -> None:
     saved = resilience.checkpoint_bytes(job) / 14
     assert saved == pytest.approx(685e9 - 2 * 129_280 * 7_168, rel=2e-3)
     assert saved > 671.5e9  # the main model alone is 671.03B
+
+
+def test_operations_size_the_checkpoint_by_the_layouts_zero_stage() -> None:
+    """`operations` and the goodput objective pass the layout's ZeRO stage to `resilience`: at
+    ZeRO 3 the checkpoint is Megatron-FSDP's fsdp_dtensor, the fp32 main weights and the fp32
+    moments with no 16-bit copy (Megatron-LM d98e8a64 megatron_fsdp.py:1403,
+    distrib_optimizer.py:1635-1657): 4 + 4 + 4 = 12 bytes a parameter, not the distributed
+    optimizer's 2 + 4 + 4 + 4 = 14 (hand arithmetic)."""
+    job = make_job("llama3.1-405b", num_gpus=16_384)
+    perf = cost.estimate(job, Layout(tp=8, pp=16, dp=128, zero_stage=3))
+    zero3 = ops.operations(job, perf, None, zero_stage=3).resilience
+    assert zero3.checkpoint_bytes == 405_853_388_800 * 12
+    assert ops.operations(job, perf, None).resilience.checkpoint_bytes == 405_853_388_800 * 14
+    want = resilience.resilience(job, perf.step_time_s, OpsParams(), zero_stage=3).goodput
+    got = ops.objective_value(job, perf, "goodput", zero_stage=3)
+    assert got == pytest.approx(perf.step_time_s / job.tokens_per_step * 1e6 / want, rel=1e-12)
