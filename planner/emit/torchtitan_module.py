@@ -50,7 +50,14 @@ from planner.emit.common import SCHEDULE, comment_block, header, predict
 from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.torchtitan import HEAD_CONTEXT, MODELS, ROUTER_GATE, no_flavor, zoo_flavor
+from planner.inputs.torchtitan import (
+    HEAD_CONTEXT,
+    HEAD_GONE,
+    MODELS,
+    ROUTER_GATE,
+    no_flavor,
+    zoo_flavor,
+)
 from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 
 HEAD_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
@@ -93,6 +100,7 @@ from the 70B one with its own tokenizer folder (the same vocabulary): `llama3_40
 float8 converter inside `model_registry` (Float8LinearConverter's constructor raises without
 torchao or below SM89), before the module could replace its model_spec."""
 
+
 AC = {"none": ("None", None), "selective": ("SelectiveAC.Config()", "SelectiveAC")}
 """recompute -> (activation_checkpoint's value, the class it imports); else full."""
 FULL_AC = ("FullAC.Config()", "FullAC")
@@ -121,8 +129,17 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
             f"has no flavor of {job.arch.name!r}: {no_flavor(job.arch)}; it runs "
             f"{', '.join(BASELINES)} (each chosen by the model's shape, not its name)",
         )
-    base = BASELINES[zoo]
     model, flavor = MODELS[zoo]
+    base = BASELINES.get(zoo)
+    if base is None:
+        why = HEAD_GONE.get(model, "which has no config_registry baseline there")
+        raise _refuse(
+            plan,
+            "model",
+            f"has no {model} {flavor} ({job.arch.name!r} is that flavor, {why}): it runs "
+            f"{', '.join(BASELINES)}; "
+            "write the TOML job config (launch --target torchtitan)",
+        )
     refused = routing_refusal(plan, HEAD_COMMIT)
     if refused is not None:
         raise refused

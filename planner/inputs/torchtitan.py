@@ -69,9 +69,15 @@ MODELS: dict[str, tuple[str, str]] = {
     "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
     "gpt-oss-20b": ("gpt_oss", "20b"),
     "gpt-oss-120b": ("gpt_oss", "120b"),
+    "llama4-17bx16e-titan": ("llama4", "17bx16e"),
+    "llama4-17bx128e-titan": ("llama4", "17bx128e"),
 }
 """planner zoo name -> torchtitan (model.name, model.flavor): the flavors torchtitan defines
-(torchtitan/models/<name>/__init__.py at TORCHTITAN_COMMIT) with the same shape."""
+(torchtitan/models/<name>/__init__.py at TORCHTITAN_COMMIT) with the same shape. Llama 4's
+(models/llama4/__init__.py:38-60) are not HF Scout / Maverick (no RoPE-less layers, no q/k norm):
+their own zoo entries; models/llama4 is gone from the Python configurations' torchtitan
+(deprecated in d92336fe, before b5bcd76c), so only the TOML target writes them
+(`planner.emit.torchtitan_module.BASELINES` has none)."""
 
 NOT_SHAPE = frozenset(
     {
@@ -134,6 +140,10 @@ def no_flavor(arch: ModelArch, limit: int = 4) -> str:
     return f"the nearest, {model} {flavor} (planner's {name}), differs in {shown}{more}"
 
 
+HEAD_GONE = {"llama4": "whose models/llama4 torchtitan deleted in d92336fe, before b5bcd76c"}
+"""torchtitan models of a TOML flavor (`MODELS`) that its Python configurations (b5bcd76c) no
+longer have, and why: only the TOML target writes them."""
+
 HEAD_CONTEXT: dict[str, int] = {
     "llama3.1-8b": 131_072,
     "llama3.1-70b": 131_072,
@@ -148,7 +158,7 @@ HEAD_CONTEXT: dict[str, int] = {
 from (the config_registry baselines of `planner.emit.torchtitan_module`): they refuse a longer
 max_context_length."""
 
-MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss"})
+MOE_MODELS: frozenset[str] = frozenset({"deepseek_v3", "qwen3", "gpt_oss", "llama4"})
 """torchtitan models with MoE layers (torchtitan/models/moe), the only ones it runs EP for."""
 
 MTP_FAMILY = "deepseek_v3"

@@ -94,6 +94,13 @@ class Document:
                 f"{self.where}: config.model_spec: expected torchtitan.models.<model>'s "
                 f"model_registry(flavor, ...) (got {spelled(spec.callee)})"
             )
+        if self.model not in refusals.MODEL_REGISTRY:  # llama4: a TOML flavor (e347b1e5) only
+            gone = " (deleted in d92336fe)" if self.model == "llama4" else ""
+            raise InputError(
+                f"{self.where}: config.model_spec: torchtitan b5bcd76c has no "
+                f"torchtitan.models.{self.model}{gone}; planner reads the model_registry of "
+                f"{', '.join(refusals.MODEL_REGISTRY)}"
+            )
         model: dict[str, Any] = {"name": self.model, "flavor": flavor}
         par = {k: self.need(("parallelism", k), int) for k in _DEGREES}
         text_keys = ("fsdp_reshard_after_forward", "pipeline_parallel_schedule")

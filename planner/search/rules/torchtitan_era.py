@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.torchtitan import DEEPEP_MODELS, HEAD_CONTEXT, MODELS, flavor_name
+from planner.inputs.torchtitan import (
+    DEEPEP_MODELS,
+    HEAD_CONTEXT,
+    HEAD_GONE,
+    MODELS,
+    flavor_name,
+)
 from planner.inputs.torchtitan_toml import plan_era_problem
 from planner.search.rules.base import Violation
 
@@ -58,6 +64,14 @@ def head_era(job: Job, lay: Layout) -> Violation | None:
     if job.framework != "torchtitan" or (era := python_config_era(job, lay)) is None:
         return None
     head = f"{era} (torchtitan's Python configurations)"
+    name = MODELS.get(flavor_name(job.arch), ("", ""))[0]
+    if name in HEAD_GONE:  # a plan only they write, of a model they do not have
+        return Violation(
+            "tt_head_model",
+            "model.name",
+            f"{head} have no {name} ({job.arch.name!r}, {HEAD_GONE[name]}): no torchtitan "
+            "target writes the plan",
+        )
     if job.titan.selective_layer_every is not None:
         return Violation(
             "tt_head_every",
