@@ -56,6 +56,10 @@ ZOO_BIASED = {
     "nemotron3-nano-30b-a3b",
     "nemotron3-super-120b-a12b",
     "nemotron3-ultra-550b-a55b",
+    # torchtitan e347b1e5's Llama 4 flavors: sigmoid scores (moe.py:27) and the expert bias its
+    # load_balance_coeff 1e-3 keeps (moe.py:38, :456-463)
+    "llama4-17bx16e-titan",
+    "llama4-17bx128e-titan",
 }
 
 
@@ -91,7 +95,7 @@ def test_a_softmax_scoring_func_drops_the_bias(tmp_path: Path) -> None:
 def test_zoo_sigmoid_routers_learn_the_bias() -> None:
     for name, arch in catalog.models().items():
         assert arch.moe_router_enable_expert_bias is (name in ZOO_BIASED), name
-        # every zoo'd sigmoid router trains with it (none is Llama 4's top-1, which has none)
+        # every zoo'd sigmoid router trains with it (HF Llama 4's top-1 is imported, not zoo'd)
         assert (arch.moe_router_score_function == "sigmoid") is (name in ZOO_BIASED), name
 
 
