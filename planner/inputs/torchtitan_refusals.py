@@ -80,7 +80,7 @@ ATTENTION_DEFAULT = {"gpt_oss": "varlen"}
 """model_registry's attn_backend default where it is not "flex" (gpt_oss/__init__.py:391)."""
 
 ATTENTION_BACKENDS = ("flex", "flex_flash", "varlen")
-"""The language-model attention backends b5bcd76c builds (models/common/config_utils.py:71-104:
+"""The language-model attention backends b5bcd76c builds (models common config_utils.py:71-104:
 "sdpa" raises 'no longer supported for language models', any other name 'Unknown backend')."""
 
 
@@ -99,12 +99,12 @@ def attention(where: str, model: str, kwargs: dict[str, Any]) -> str:
     if backend == "sdpa":
         raise InputError(
             f"{where}: {field}: attn_backend 'sdpa': torchtitan raises 'sdpa is no longer "
-            "supported for language models' (models/common/config_utils.py:97-101 at b5bcd76c)"
+            "supported for language models' (models common config_utils.py:97-101 at b5bcd76c)"
         )
     if backend not in ATTENTION_BACKENDS:
         raise InputError(
             f"{where}: {field}: attn_backend {spelled(backend)}: torchtitan raises 'Unknown "
-            "backend' (models/common/config_utils.py:102-103 at b5bcd76c)"
+            "backend' (models common config_utils.py:102-103 at b5bcd76c)"
         )
     return str(backend)
 
@@ -133,7 +133,7 @@ def model_spec(where: str, kwargs: dict[str, Any], degrees: dict[str, Any]) -> N
         raise InputError(
             f"{where}: {field}: tp_gemm_backend {spelled(gemm)}: planner models the TP linears "
             "with separate all-gather / reduce-scatter beside the GEMM ('default'); 'dist_gemm' "
-            "folds them into the GEMM over symmetric memory (models/common/config_utils.py:62-68,"
+            "folds them into the GEMM over symmetric memory (models common config_utils.py:62-68,"
             " :221-229 at b5bcd76c), which is not modelled"
         )
     if kwargs.get("moe_comm_backend") == "deepep" and ep == 1:

@@ -139,7 +139,7 @@ def output_layer_transient(
 ) -> float:
     """The transient bytes at the peak (`block`: a decoder block's, `states`) on the rank holding
     the output layer's `output_params` (its local, TP-split share: the weight is Shard(0) over
-    TP, b5bcd76c models/common/decoder_sharding.py:370-371), `prefetched` the bf16 (float8)
+    TP, b5bcd76c models common decoder_sharding.py:370-371), `prefetched` the bf16 (float8)
     bytes of the last block, which the [norm, output] unit's pre-backward prefetches where the
     blocks reshard after forward (0 where they stay gathered, counted in the weights). [norm,
     output] is an FSDP unit whatever the degrees (distributed/fsdp.py:260-265;

@@ -241,7 +241,7 @@ def tp_blocks(job: Job, lay: Layout, kind: LayerKind) -> tuple[bool, ...]:
     ones (Megatron-Core's SharedExpertMLP, a ColumnParallelLinear / RowParallelLinear pair on the
     layer's TP group; torchtitan's dense-family plan for shared_experts), or torchtitan's routed
     experts sharded over TP without expert parallelism (its MoE wrapper replicates the input over
-    TP only when EP is off: models/common/moe_sharding.py `_moe_sharding_config` @b5bcd76c).
+    TP only when EP is off: common moe_sharding.py `_moe_sharding_config` @b5bcd76c).
     Otherwise the token dispatcher routes each rank's own sequence shard (Megatron-LM
     token_dispatcher.py @d98e8a64: the input is [S/TP, B, H]) and any expert-TP gather of the
     routed copies is the dispatcher's traffic (`dispatch.moe_dispatch`)."""

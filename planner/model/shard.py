@@ -147,7 +147,7 @@ class Shard:
     """The layers are torchtitan's model code (its attention-sink rescale: `activations`)."""
     router_tokens_whole: bool = False
     """The MoE router reads every token of the TP group, not a 1/tp share: torchtitan with EP
-    off under TP replicates the gate's input (b5bcd76c models/common/moe_sharding.py:91-92,
+    off under TP replicates the gate's input (b5bcd76c common moe_sharding.py:91-92,
     :113-123, `tp=spmd.R`): `moe_activations.router_tokens`."""
     weighted_experts: bool = True
     """The routed experts weight their activation by the routing probabilities inside it

@@ -4,7 +4,7 @@ read from Megatron lines, HF configs and the zoo, written by the megatron-args l
 Oracles:
 - Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py:816 (the field, default
   False) and :2617-2625 (a ValueError unless the score function is sigmoid or sqrtsoftplus);
-  megatron/core/transformer/moe/router.py:180-195 (the E-sized fp32 buffers it adds);
+  megatron/core/transformer MoE router.py:180-195 (the E-sized fp32 buffers it adds);
 - Megatron-Bridge 067f987d, the bridges that set it for the fixtures' families:
   deepseek/deepseek_v3_bridge.py:74, glm/glm45_bridge.py:76, glm/glm47_flash_bridge.py:86,
   glm_moe_dsa/glm5_bridge.py:103, kimi/kimi_bridge.py:62, minimax_m2/minimax_m2_bridge.py:168,

@@ -10,7 +10,7 @@ Oracles: Megatron-LM d98e8a64
 - megatron/core/tensor_parallel/layers.py:358-362 (F.embedding: a dense V/tp x h gradient) and
   distributed/distributed_data_parallel.py:578 (`param.main_grad.add_(param.grad.data)`);
 - megatron/core/models/gpt/gpt_model.py:173-181 (the MTP rank builds a LanguageModelEmbedding)
-  and models/common/embeddings/language_model_embedding.py:47,71 (its learned position
+  and models/common embeddings language_model_embedding.py:47,71 (its learned position
   embeddings, max_position_embeddings x h, not split over TP).
 Hand arithmetic in the comments.
 """

@@ -6,7 +6,7 @@ run (no figures), and hand arithmetic in comments. Megatron's token dispatchers 
 sequence-parallel input as it is ([S/TP, B, H], token_dispatcher.py) and gather over expert-TP
 ranks only what they route; a shared expert is a ColumnParallelLinear / RowParallelLinear pair on
 the TP group, the dense MLP's collectives. torchtitan replicates the MoE block's input over TP
-only without expert parallelism (models/common/moe_sharding.py `_moe_sharding_config`).
+only without expert parallelism (common moe_sharding.py `_moe_sharding_config`).
 """
 
 from __future__ import annotations

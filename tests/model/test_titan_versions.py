@@ -74,7 +74,7 @@ def test_router_gate_copy_under_tp_and_fp32() -> None:
 
 
 def test_router_reads_every_token_with_ep_off_under_tp() -> None:
-    # torchtitan b5bcd76c models/common/moe_sharding.py:91-92, :113-123: EP off, the gate's input
+    # torchtitan b5bcd76c common moe_sharding.py:91-92, :113-123: EP off, the gate's input
     # is replicated over TP (tp=spmd.R), so the gate scores all 4096 tokens, not 1024: the fp32
     # copy 4 x 7168 x (4096 + 256) = 124,780,544 bytes, and the router's fp32 scores and
     # probabilities 2 x 4 x 4096 x 256 against 2 x 4 x 1024 x 256 (3 x 2,097,152 more)

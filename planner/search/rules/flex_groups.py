@@ -1,6 +1,6 @@
 """Flex dispatcher group sizes its backends refuse (the ep x etp ranks it dispatches over).
 
-Megatron-LM's DeepEP (d98e8a64 megatron/core/transformer/moe/fused_a2a.py:48-51) asks DeepEP
+Megatron-LM's DeepEP (d98e8a64 megatron/core/transformer MoE fused_a2a.py:48-51) asks DeepEP
 for its configs of the group size, and deepseek-ai/DeepEP dd758caf deep_ep/buffers/legacy.py:259,
 :293 assert `num_ranks in config_map` (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160:
 `buffers.DEEPEP_CONFIGS`; its Buffer also asserts at most 8 x 20 ranks and a multiple of 8 above

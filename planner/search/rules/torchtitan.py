@@ -69,7 +69,7 @@ def experts(job: Job, lay: Layout) -> Violation | None:
     """EP only for torchtitan's MoE models, expert TP 1 or tp, and ep x etp dividing
     dp_shard x cp x tp (its expert mesh). Without EP the experts are tensor-parallel over the
     whole tp mesh (e347b1e5 models/llama4/infra/parallelize.py `apply_moe_ep_tp`: no ep mesh ->
-    `TensorParallel()` on tp_mesh; b5bcd76c the same, models/common/MOE_SHARDING.md): expert TP
+    `TensorParallel()` on tp_mesh; b5bcd76c the same, models common MOE_SHARDING.md): expert TP
     is tp there, as the configuration reader reads it."""
     if not _titan(job):
         return None
