@@ -191,11 +191,11 @@ def launch_lines(plan: Plan, headroom: float = DEFAULT_HEADROOM) -> tuple[list[s
     """What `planner launch` refuses of the plan (`emit.launch.refusals`: a node count its
     launchers cannot start, a model a runtime cannot run), one line per reason naming the
     targets; and what the targets that do not refuse it launch differently, with the step or
-    peak they predict (`launch.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16
-    attention for FP8 attention; `launch.bridge_launched_note`: Megatron-Bridge's optimizer
+    peak they predict (`launch_pricing.megatron_lm_launched_note`: the loss Megatron-LM runs, bf16
+    attention for FP8 attention; `launch_pricing.bridge_launched_note`: Megatron-Bridge's optimizer
     path), none where they launch it as it is; their peaks judged at `headroom` percent. The
     targets are rendered once for both."""
-    from planner.emit import launch
+    from planner.emit import launch, launch_pricing
 
     refused = launch.refusals(plan)
     lines = [
@@ -206,10 +206,10 @@ def launch_lines(plan: Plan, headroom: float = DEFAULT_HEADROOM) -> tuple[list[s
         return lines, []
     refused_targets = {t for ts in refused.values() for t in ts}
     notes = []
-    if not refused_targets & set(launch.MEGATRON_LM_TARGETS):
-        notes.append(launch.megatron_lm_launched_note(plan, headroom))
+    if not refused_targets & set(launch_pricing.MEGATRON_LM_TARGETS):
+        notes.append(launch_pricing.megatron_lm_launched_note(plan, headroom))
     if "megatron-bridge" not in refused_targets and not plan.job.pools:
-        notes.append(launch.bridge_launched_note(plan, headroom))
+        notes.append(launch_pricing.bridge_launched_note(plan, headroom))
     return lines, [n for n in notes if n is not None]
 
 

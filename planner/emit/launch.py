@@ -28,14 +28,7 @@ from planner.emit import (
     torchtitan_run,
 )
 from planner.emit.common import check_job_name
-from planner.emit.launch_pricing import HEADROOM as HEADROOM
-from planner.emit.launch_pricing import MEGATRON_LM_TARGETS as MEGATRON_LM_TARGETS
-from planner.emit.launch_pricing import POOL_TARGETS as POOL_TARGETS
-from planner.emit.launch_pricing import bridge_launched as bridge_launched
-from planner.emit.launch_pricing import bridge_launched_note as bridge_launched_note
-from planner.emit.launch_pricing import launched as launched
-from planner.emit.launch_pricing import megatron_lm_launched as megatron_lm_launched
-from planner.emit.launch_pricing import megatron_lm_launched_note as megatron_lm_launched_note
+from planner.emit.launch_pricing import HEADROOM, POOL_TARGETS, launched
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan

@@ -192,8 +192,9 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
     if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so (and where it says
-        # Transformer Engine's, which Megatron-LM refuses: `launch.megatron_lm_launched`), else
-        # Transformer Engine's (Megatron-Bridge's performance recipes' choice); without the flag
+        # Transformer Engine's, which Megatron-LM refuses:
+        # `launch_pricing.megatron_lm_launched`), else Transformer Engine's (Megatron-Bridge's
+        # performance recipes' choice); without the flag
         # Megatron runs its unfused loss (output_time.UNFUSED_LOSS_BYTES_PER_LOGIT)
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
     if job.moe_router_dtype is not None and job.arch.is_moe:  # (planner.model.router_dtype)

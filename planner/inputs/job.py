@@ -89,8 +89,8 @@ class Job:
     optimizer_fp8_recipe: Fp8Recipe | None = None
     """The fp8_recipe Megatron-Core's OptimizerConfig sees where a launcher sets one apart from
     the job's (not a plan field: Megatron-Bridge's bf16 presets, "tensorwise",
-    `planner.emit.launch.bridge_launched`); None: the job's own under FP8, Megatron-LM's default
-    "delayed" otherwise. It decides the precision-aware optimizer's path
+    `planner.emit.launch_pricing.bridge_launched`); None: the job's own under FP8, Megatron-LM's
+    default "delayed" otherwise. It decides the precision-aware optimizer's path
     (`planner.model.adam_step.decoupled`)."""
     moe_router_num_groups: int | None = None
     """Group-limited routing: the experts fall in this many groups (None = no groups). With one

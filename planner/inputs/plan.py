@@ -55,7 +55,7 @@ class Plan:
     (`pools.above_catalog`): each printed as a warning."""
     launch_notes: tuple[str, ...] = ()
     """What a launch target changed of the plan as written, said in its file's notes (the plan
-    as the Megatron-LM targets launch it: `planner.emit.launch.megatron_lm_launched`)."""
+    as the Megatron-LM targets launch it: `planner.emit.launch_pricing.megatron_lm_launched`)."""
 
     def require_layout(self) -> Layout:
         """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""

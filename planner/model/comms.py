@@ -159,10 +159,14 @@ class Link:
     latency: float
 
 
+def bus_efficiency(tier: LinkTier, innermost: bool) -> float:
+    """A tier's own bus efficiency, or else the scale-up or scale-out one."""
+    return tier.bus_efficiency or (SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY)
+
+
 def achieved(tier: LinkTier, innermost: bool) -> Link:
-    """A tier's line rate times its own bus efficiency, or else the scale-up or scale-out one."""
-    eff = tier.bus_efficiency or (SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY)
-    return Link(tier.bandwidth_bytes_per_s * eff, tier.latency_s)
+    """A tier's line rate times its bus efficiency (`bus_efficiency`)."""
+    return Link(tier.bandwidth_bytes_per_s * bus_efficiency(tier, innermost), tier.latency_s)
 
 
 @dataclass(frozen=True)

@@ -172,9 +172,9 @@ def fused_dispatch(
 
 def line_rate(link: comms.Link, tier: LinkTier, innermost: bool) -> float:
     """An achieved `link` of `tier` back at the line rate: its bandwidth over the bus efficiency
-    `comms.achieved` applied (the tier's own `bus_efficiency`, else the scale-up or scale-out
-    one: AMD's xGMI 0.75, NVLink 0.80), read off `comms.achieved` itself."""
-    return link.bandwidth * tier.bandwidth_bytes_per_s / comms.achieved(tier, innermost).bandwidth
+    `comms.achieved` applied (`comms.bus_efficiency`: the tier's own, else the scale-up or
+    scale-out one: AMD's xGMI 0.75, NVLink 0.80)."""
+    return link.bandwidth / comms.bus_efficiency(tier, innermost)
 
 
 def node_share(r: Routing, units: int) -> float:

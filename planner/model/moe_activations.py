@@ -28,7 +28,6 @@ from __future__ import annotations
 from planner.inputs.arch import ModelArch
 from planner.model.fp32 import norm_in, widen, word
 from planner.model.shard import BF16, FP32, Shard, linear_in, masks
-from planner.model.titan_version import TitanVersion
 
 
 def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
@@ -80,7 +79,7 @@ def router_tokens(sh: Shard) -> float:
     return sh.tokens if sh.router_tokens_whole else sh.tokens / sh.tp
 
 
-def router_copy_bytes(arch: ModelArch, sh: Shard, version: TitanVersion | None = None) -> float:
+def router_copy_bytes(arch: ModelArch, sh: Shard) -> float:
     """The fp32 copies torchtitan b5bcd76c's router gate keeps for its backward: since ab5ed59f
     ("Execute moe.gate in float32") TokenChoiceTopKRouter.forward runs the gate under
     torch.autocast(dtype=torch.float32) (models/common/moe.py:290-292), whose cast of the
@@ -88,12 +87,12 @@ def router_copy_bytes(arch: ModelArch, sh: Shard, version: TitanVersion | None =
     and the matmul saves the cast copies: the gate's input, 4h bytes per router token (for the
     weight's gradient), and the gate weight, 4 E h bytes a layer (for the input's gradient).
     e347b1e5 runs the gate in bf16 and casts only its logits (models/moe/moe.py:312-318), whose
-    `.to` saves nothing: none. An unknown version (None): counted, the larger. None in fp32
-    training (the cast returns the tensor itself, already saved) or outside torchtitan; per
+    `.to` saves nothing; a plan does not say which version runs it: counted, the larger. None in
+    fp32 training (the cast returns the tensor itself, already saved) or outside torchtitan; per
     token the router scores (`router_tokens`: with EP off under TP b5bcd76c's gate reads the
     replicated tokens, moe_sharding.py:89-125). A compiled block's partitioner may keep the
     bf16 input and cast it again instead; not decidable from the source, so the larger."""
-    if not sh.torchtitan or word(sh) >= FP32 or version == "e347b1e5":
+    if not sh.torchtitan or word(sh) >= FP32:
         return 0.0
     assert arch.num_moe_experts is not None
     h = arch.hidden_size

@@ -27,9 +27,6 @@ fullest rank, the one every rank must fit.
 
 The dense and the expert states' fullest shards are added, as if one GPU held both (it does
 where the expert group has one rank or the experts share the dense buffer; else a bound).
-Without the rank (`muon_optimizer_bytes` with no `at`) planner falls back to the even share,
-every decoder parameter at MUON_STATE_BYTES: a floor of the figure with it, but on the legacy
-path (whose fallback keeps the largest parameter whole and a dp-th of all the rest).
 """
 
 from __future__ import annotations
@@ -51,46 +48,18 @@ def muon_optimizer_bytes(
     decoder: tuple[float, float],
     largest: float,
     shards: tuple[int, int],
-    at: tuple[int, Chunks] | None = None,
+    at: tuple[int, Chunks],
     per: tuple[float, float] | None = None,
 ) -> float:
     """Optimizer bytes on the fullest GPU of a stage holding `stage` (dense, expert) parameters,
     of which `decoder` are decoder-layer ones; `largest` is the stage's largest Adam parameter on
     one GPU (its word embedding or output layer; 0 without one); `shards` the (dense, expert)
-    groups ZeRO-1 shards over; `at` the stage's (pipeline rank, decoder-layer chunks), without
-    which the figure is the even share (module docstring). `per`: (Muon's, Adam's) bytes per
-    parameter the GPU keeps, in place of their states' (with `at`: the step's fp32 gradient
-    copies of the parameters it updates, `rank_states.step_grad_copy`)."""
-    if at is not None:
-        return _worst_gpu_bytes(job, layout, stage, decoder, largest, shards, at, per)
-    (dense, expert), (dense_dec, expert_dec) = stage, decoder
-    muon, adam = MUON_STATE_BYTES, job.optimizer_bytes
-    dense_total = muon * dense_dec + adam * (dense - dense_dec)
-    expert_total = muon * expert_dec + adam * (expert - expert_dec)
-    if layout.zero_stage < 1:
-        return dense_total + expert_total
-    dense_dp, expert_dp = shards
-    if job.muon_whole_params and dense_dp > 1 and largest > 0:
-        # the rank that is dealt the largest parameter keeps it whole
-        whole = adam * largest
-        return (dense_total - whole) / dense_dp + whole + expert_total / expert_dp
-    return dense_total / dense_dp + expert_total / expert_dp
-
-
-def _worst_gpu_bytes(
-    job: Job,
-    layout: Layout,
-    stage: tuple[float, float],
-    decoder: tuple[float, float],
-    largest: float,
-    shards: tuple[int, int],
-    at: tuple[int, Chunks],
-    per: tuple[float, float] | None = None,
-) -> float:
-    """`muon_optimizer_bytes` with the rank: the matrices Muon takes
-    (`muon_layout.matrix_elements`) at MUON_STATE_BYTES, everything else (`_is_muon_excluded`,
-    emerging_optimizers.py:145-147: norms, biases, embeddings, output layer) at Adam's bytes,
-    the Muon states of the fullest shard (module docstring)."""
+    groups ZeRO-1 shards over; `at` the stage's (pipeline rank, decoder-layer chunks). The
+    matrices Muon takes (`muon_layout.matrix_elements`) at MUON_STATE_BYTES, everything else
+    (`_is_muon_excluded`, emerging_optimizers.py:145-147: norms, biases, embeddings, output
+    layer) at Adam's bytes, the Muon states of the fullest shard (module docstring). `per`:
+    (Muon's, Adam's) bytes per parameter the GPU keeps, in place of their states' (the step's
+    fp32 gradient copies of the parameters it updates, `rank_states.step_grad_copy`)."""
     rank, chunks = at
     muon, adam = per or (MUON_STATE_BYTES, job.optimizer_bytes)
     mat_d, mat_e = muon_layout.matrix_elements(job, layout, chunks)

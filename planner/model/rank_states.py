@@ -103,7 +103,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
         largest = _largest_adam(job, layout, dense, decoder[0])
         shards = (dense_dp, expert_dp)
         optimizer = muon_optimizer_bytes(
-            job, layout, (dense, expert), decoder, largest, shards, at=(rank, chunks)
+            job, layout, (dense, expert), decoder, largest, shards, (rank, chunks)
         )
         # the layer-wise layout's shard padding, in the gradient and parameter buffers alike
         pad_d, pad_e = muon_layout.padding(job, layout, rank, chunks)

@@ -179,7 +179,8 @@ def test_check_of_a_launchable_plan_warns_nothing_of_launch(
 ) -> None:
     code, _, err = run(["check", str(LLAMA)], capsys)
     assert code == 0 and "refuses this plan" not in err and "warning: launch" not in err
-    # what the Megatron-LM targets launch instead (emit.launch.megatron_lm_launched_note) is a note
+    # what the Megatron-LM targets launch instead is a note
+    # (emit.launch_pricing.megatron_lm_launched_note)
     assert "planner: note: launch --target megatron-args" in err
 
 

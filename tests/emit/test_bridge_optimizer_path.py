@@ -19,7 +19,7 @@ import re
 import pytest
 from megatron_plans import make_plan
 
-from planner.emit import bridge, launch
+from planner.emit import bridge, launch_pricing
 from planner.model import memory
 
 PARAMS = 8_030_261_248
@@ -39,7 +39,7 @@ def _plan(**training: object):  # type: ignore[no-untyped-def]
 def test_bridge_keeps_megatron_cores_fp32_master_and_gradient_copy() -> None:
     plan = _plan()
     lay = plan.require_layout()
-    run = launch.bridge_launched(plan)
+    run = launch_pricing.bridge_launched(plan)
     assert run is not plan and run.job.optimizer_fp8_recipe == "tensorwise"
     lm, br = memory.estimate(plan.job, lay).stages[0], memory.estimate(run.job, lay).stages[0]
     assert br.optimizer - lm.optimizer == pytest.approx(2 / 8 * PARAMS, rel=1e-9)
@@ -66,10 +66,10 @@ def test_bridge_keeps_megatron_cores_fp32_master_and_gradient_copy() -> None:
 )
 def test_bridge_launches_these_as_planned(training: dict[str, object]) -> None:
     plan = _plan(**training)
-    assert launch.bridge_launched(plan) is plan
-    assert launch.bridge_launched_note(plan) is None
+    assert launch_pricing.bridge_launched(plan) is plan
+    assert launch_pricing.bridge_launched_note(plan) is None
 
 
 def test_megatron_lm_keeps_the_plans_path() -> None:
     plan = _plan()
-    assert launch.launched(plan, "megatron-args").job.optimizer_fp8_recipe is None
+    assert launch_pricing.launched(plan, "megatron-args").job.optimizer_fp8_recipe is None

@@ -5,7 +5,7 @@ Oracle: planner's own memory model at the two headrooms, and `check` of the laun
 plan is Llama 3.1 8B on 8 H100 at 8192 tokens and global batch 32, tp 1 with Megatron-FSDP's ZeRO
 3 (once suggest's first pick at --headroom 10): 69.1 GiB of the 71.7 GiB usable (79.6 GiB x
 0.90). Megatron-LM refuses TE's fused loss, so a Megatron-LM target launches its compiled native
-fusion where that fits, else the unfused loss (planner.emit.launch.megatron_lm_launched); the
+fusion where that fits, else the unfused loss (launch_pricing.megatron_lm_launched); the
 native fusion's extra fp32 copy of the local logits (8192 x 128256 x 4 B = 3.9 GiB at tp 1, mbs
 1) brings it to 73.0 GiB: within 3%'s 77.3 GiB, over 10%'s 71.7 GiB. The header test takes
 suggest's own pick at 10%."""
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cli_run import run
 
-from planner.emit.launch import megatron_lm_launched
+from planner.emit.launch_pricing import megatron_lm_launched
 from planner.inputs.plan import load_plan
 from planner.model import memory
 

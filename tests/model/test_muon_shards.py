@@ -39,7 +39,7 @@ def plan(extra: str) -> Plan:
     return parse_plan(megatron_args.read(LINE + extra, "h100-sxm-80gb", 4, "t", 50_257).doc)
 
 
-def bytes_of(p: Plan, with_rank: bool) -> float:
+def bytes_of(p: Plan) -> float:
     job, lay = p.job, p.layout
     assert lay is not None
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
@@ -47,9 +47,8 @@ def bytes_of(p: Plan, with_rank: bool) -> float:
     decoder = stage_params.decoder_params(job, lay, chunks)
     words = job.arch.padded_vocab(lay.tp) * job.arch.hidden_size / lay.tp
     largest = min(dense - decoder[0], words)  # as rank_states passes it
-    at = (0, chunks) if with_rank else None
     shards = (lay.dense_dp, lay.expert_dp)
-    return muon_optimizer_bytes(job, lay, (dense, expert), decoder, largest, shards, at)
+    return muon_optimizer_bytes(job, lay, (dense, expert), decoder, largest, shards, (0, chunks))
 
 
 # per layer: QKV 768 x 256 = 196,608, proj 256 x 256 = 65,536, fc1 1,024 x 256 and fc2
@@ -81,22 +80,15 @@ def test_fullest_shard_by_hand_at_dp_4() -> None:
     assert muon_layout.largest_shards(p.job, p.layout, 0, chunks) == (FULLEST, 0)
     # 8 bytes on the fullest shard's matrices, 12 on a quarter of everything else:
     # 8 x 458,752 + 12 x (2,048 + 13,140,480) / 4 = 3,670,016 + 39,427,584
-    assert bytes_of(p, True) == pytest.approx(43_097_600)
-    # before: every decoder parameter at 8 bytes, an even quarter of each:
-    # 8 x (1,572,864 + 2,048) / 4 + 12 x 13,140,480 / 4 = 3,149,824 + 39,421,440
-    assert bytes_of(p, False) == pytest.approx(42_571_264)
+    # (before: every decoder parameter at 8 bytes, an even quarter of each:
+    # 8 x (1,572,864 + 2,048) / 4 + 12 x 13,140,480 / 4 = 42,571,264)
+    assert bytes_of(p) == pytest.approx(43_097_600)
 
 
 def test_norms_take_adams_bytes_without_sharding() -> None:
     p = plan("")
     # 8 x 1,572,864 + 12 x (2,048 + 13,140,480); before, the norms at 8: 8,192 bytes fewer
-    assert bytes_of(p, True) == pytest.approx(8 * MATRICES + 12 * (NORMS + EDGE))
-    assert bytes_of(p, True) - bytes_of(p, False) == pytest.approx(4 * NORMS)
-
-
-def test_the_even_share_stays_a_floor_of_the_layer_wise_path() -> None:
-    for extra in ("", "--use-distributed-optimizer"):
-        assert bytes_of(plan(extra), False) <= bytes_of(plan(extra), True)
+    assert bytes_of(p) == pytest.approx(8 * MATRICES + 12 * (NORMS + EDGE))
 
 
 def test_whole_parameter_deal_against_the_full_parameter_list() -> None:
@@ -116,8 +108,8 @@ def test_whole_parameter_deal_against_the_full_parameter_list() -> None:
     # Megatron does; it spreads the positions' and norms' states evenly at 12 bytes:
     # 12 x (262,144 + 2,560) / 4 = 794,112 on rank 3 in place of the positions' nothing there
     # and the two norm tensors rank 3 is dealt (positions 3 and 4 of the loop), 12 x 2 x 256
-    assert bytes_of(p, True) == pytest.approx(exact + 794_112 - 12 * 2 * 256)
-    assert bytes_of(p, False) == 158_471_680  # before: a quarter of all but the embedding
+    # (before: a quarter of all but the embedding, 158,471,680)
+    assert bytes_of(p) == pytest.approx(exact + 794_112 - 12 * 2 * 256)
 
 
 # --- brute force ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""What torchtitan keeps for the backward by version: e347b1e5 (the job TOML's) and b5bcd76c
-(the Python configurations').
+"""What torchtitan keeps for the backward where its versions differ, e347b1e5 (the job TOML's) and
+b5bcd76c (the Python configurations'): planner counts the larger, a plan not naming its version.
 
 Oracles (pytorch/torchtitan):
 - e347b1e5 models/qwen3/infra/parallelize.py:39-54, the per-op save list: no
@@ -22,7 +22,7 @@ from planner.inputs.hybrid import layer_kind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model.moe_activations import moe_bytes, router_copy_bytes
-from planner.model.per_op_saved import all_to_all_bytes, saves_all_to_all
+from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.shard import Shard
 from planner.model.stage_activations import shard
 
@@ -35,33 +35,22 @@ def titan(**kw: object) -> Shard:
     return Shard(tokens=T, seq_per_cp_rank=T, weighted_experts=False, moe_load=1.0, **kw)  # type: ignore[arg-type]
 
 
-def test_qwen3_saves_no_all_to_all_at_e347b1e5() -> None:
-    assert not saves_all_to_all(QWEN3, "e347b1e5")
-    assert saves_all_to_all(V3, "e347b1e5")
-    assert saves_all_to_all(catalog.get_model("gpt-oss-20b"), "e347b1e5")
-    assert saves_all_to_all(QWEN3, "b5bcd76c")
-    assert saves_all_to_all(QWEN3)  # unknown version: the larger figure
-
-
-def test_all_to_all_bytes_by_version() -> None:
-    # received (8 x 4096 x load 1) and returned (8 x 4096) rows, 2048 wide, bf16:
-    # 2 x 2 x 8 x 4096 x 2048 = 268,435,456 bytes a layer at ep 8; none at e347b1e5 for Qwen3
+def test_all_to_all_bytes_keep_the_larger_figure() -> None:
+    # received (8 x 4096 x load 1) and returned (8 x 4096) rows, 2048 wide, bf16, b5bcd76c's one
+    # list (a plan does not name its version): 2 x 2 x 8 x 4096 x 2048 = 268,435,456 bytes a
+    # layer at ep 8; DeepSeek-V3: 2 x 2 x 8 x 4096 x 7168
     moe, sh = layer_kind(True), titan()
-    assert all_to_all_bytes(QWEN3, moe, sh, 8) == pytest.approx(2 * 2 * 8 * 4096 * 2048)
-    assert all_to_all_bytes(QWEN3, moe, sh, 8, "b5bcd76c") == pytest.approx(268_435_456)
-    assert all_to_all_bytes(QWEN3, moe, sh, 8, "e347b1e5") == 0.0
-    # DeepSeek-V3 keeps its all-to-alls at e347b1e5: 2 x 2 x 8 x 4096 x 7168
-    assert all_to_all_bytes(V3, moe, sh, 8, "e347b1e5") == pytest.approx(939_524_096)
+    assert all_to_all_bytes(QWEN3, moe, sh, 8) == pytest.approx(268_435_456)
+    assert all_to_all_bytes(V3, moe, sh, 8) == pytest.approx(939_524_096)
 
 
 def test_router_gate_fp32_copies_at_b5bcd76c() -> None:
     # Qwen3-30B-A3B, 4096 local tokens, bf16: the fp32 input copy 4 x 4096 x 2048 = 33,554,432
     # and the fp32 weight copy 4 x 128 x 2048 = 1,048,576: 34,603,008 bytes a MoE layer
     sh = titan(torchtitan=True, fused_swiglu=True)
-    assert router_copy_bytes(QWEN3, sh, "b5bcd76c") == pytest.approx(34_603_008)
-    assert router_copy_bytes(QWEN3, sh, "e347b1e5") == 0.0
+    assert router_copy_bytes(QWEN3, sh) == pytest.approx(34_603_008)
     diff = moe_bytes(QWEN3, sh) - moe_bytes(QWEN3, titan(fused_swiglu=True))
-    assert diff == pytest.approx(34_603_008)  # unknown version: counted
+    assert diff == pytest.approx(34_603_008)  # the version unknown: counted, the larger
 
 
 def test_router_gate_copy_under_tp_and_fp32() -> None:
