@@ -24,8 +24,7 @@ Training runs FLA's kernels (fla-org/flash-linear-attention bc3b101d: fla/module
 unless marked), beyond its block's norm input and output and dropout mask
 (`planner.model.activations`):
 
-    in_proj's output qkvzba, held by the gates' views of it (alpha)   2(2qk + 2vd + 2n_v)
-    the convolution's input, the copy FLA's causal_conv1d saves       2(2qk + vd)
+    in_proj's output qkvzba, held by views of it (alpha, conv input)  2(2qk + 2vd + 2n_v)
     the L2 norm's output and its fp32 rstd (per q and k head)         4qk + 8n_k
     the kernel's q, k (n_v heads each, repeat_interleave) and v      4 n_v d_k + 2vd
     its g (fp32 chunk-local cumsum), beta, and A (C wide per head)    4n_v + 2n_v + 2C n_v
@@ -33,8 +32,15 @@ unless marked), beyond its block's norm input and output and dropout mask
     the norm's output and the gate z's copy (the SiLU gate's input)   2vd + 2vd
     out_proj's input                                                  2vd
 
-(`saved_widths`). Its backward recomputes w and u (the WY representation) and the chunk states
-h, and holds v_new, dv, the state gradients dh and dq, dk, dw while it runs (`backward_working`):
+(`saved_widths`). The convolution's input is no copy: Megatron transposes qkvzba (gdn.py:187)
+and splits qkv off it (:191, `_split_projection` :295), a strided view, which it hands to FLA's
+causal_conv1d (:232-240, the triton backend); FLA takes x as it is (fla/modules/conv/
+causal_conv1d.py:16 and conv/triton/ops.py:369 `@input_guard(no_guard_contiguous=["x"])`) and
+saves that view (ops.py:392; the same at :366 and :389 in v0.5.1, the version Megatron's
+pyproject.toml:140 pins, and since FLA 9afb9fb8 took strided inputs), whose storage is
+qkvzba, counted whole above. Its backward (chunk.py `chunk_gated_delta_rule_bwd`) recomputes
+w and u (the WY representation) and the chunk states h, and holds v_new, dv, the state
+gradients dh, dq, dk, dw and the WY gradients' dk2 and dv while it runs (`backward_working`):
 the states are n_v d_k d_v per chunk of C = 64 tokens, bf16 (chunk_delta_h.py `k.new_empty`).
 Megatron's --deterministic-mode runs a PyTorch reference of the rule (gdn.py
 `torch_chunk_gated_delta_rule`) that keeps more; planner counts the FLA path.
@@ -167,7 +173,8 @@ def saved_widths(arch: ModelArch, tp: int = 1, cp: int = 1) -> tuple[float, floa
     qk, vd = widths(arch)
     kernel = 4 * n_v * d_k + 2 * vd + 4 * n_v + 2 * n_v + 2 * CHUNK_SIZE * n_v
     norm = 2 * vd + 4 * n_v + 2 * vd + 2 * vd
-    width = 2 * in_proj_width(arch) + 2 * conv_width(arch) + 4 * qk + 8 * n_k + kernel + norm
+    # the convolution's saved input is a view into qkvzba (module docstring): no bytes of its own
+    width = 2 * in_proj_width(arch) + 4 * qk + 8 * n_k + kernel + norm
     return float(width + 2 * vd), 2.0 * vd
 
 
@@ -197,14 +204,22 @@ def state_elements(arch: ModelArch) -> float:
 def backward_working(
     arch: ModelArch, tokens: float, tp: int, cp: int = 1, value_bytes: float = 2.0
 ) -> float:
-    """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU: the
-    recomputed w, u and states, v_new, dv (and its copy), the state gradients, dq, dk and dw,
-    all in the values' dtype (`value_bytes`, 4 in fp32 training; cp changes nothing)."""
+    """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU, at
+    its peak: FLA bc3b101d fla/ops/gated_delta_rule/chunk.py:233 (v0.5.1 :221), the WY
+    gradients `prepare_wy_repr_bwd`, which allocates dk2, a new dv, db and dg2 (wy_fast.py:318-
+    321; v0.5.1 :289-292) while the function's locals are alive: the recomputed w, u (:147)
+    and states h with v_new (:160), the state gradients dh and the dv they update (:202),
+    dq, dk, dw and dg (:217). Per token and value head: w, dq, dk, dw, dk2 5 d_k; u, v_new,
+    dv, the new dv 4 d_v; h and dh 2 x d_k d_v / C; db 1; in the values' dtype (`value_bytes`,
+    4 in fp32 training); dg and dg2 (FLA's ops common chunk_o.py:741, summed at :778; like g,
+    FLA's cumsum, fp32) 4 bytes each whatever the dtype: 10 n_v bytes in all with db, 0.3% of
+    Qwen3-Next's working set. The earlier steps hold less: the state-gradient pass (:202) w, u,
+    h, v_new, dh and two dv; dq/dk/dw (:217) one dv and no dk2. cp changes nothing."""
     _, n_v, d_k, _ = dims(arch)
     _, vd = widths(arch)
     vk = n_v * d_k
-    per_token = 2 * vk + 2 * vd + 2 * state_elements(arch) * 2 + 3 * 2 * vd + 3 * 2 * vk
-    return tokens * per_token * value_bytes / 2.0 / tp
+    values = 5 * vk + 4 * vd + 2 * state_elements(arch) + n_v
+    return tokens * (value_bytes * values + 8.0 * n_v) / tp
 
 
 def scan_flops(arch: ModelArch) -> tuple[float, float]:

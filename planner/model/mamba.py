@@ -31,13 +31,25 @@ chunk states in its backward. Per token, what one M layer keeps for the backward
 
 (`saved_widths`; the first and last lines are every block's, `planner.model.activations`; in
 fp32 training every 16-bit value is 4 bytes, the rstd stays 4: `fp32_widths`). Its backward
-recomputes xBC after the convolution (d + 2gn), the fp32 chunk states and their 16-bit copy after
-the state passing (6 bytes per state element: H P n per chunk of Q tokens, d n / Q per token),
-their fp32 gradients (4 per element) and the fp32 C B^T blocks (Q g per token), and allocates the
-gradients of its input and of xBC (`dzxbcdt = torch.empty_like(zxbcdt)`, `dxBC =
-torch.empty_like(xBC)`: state-spaces/mamba d757aef1 mamba_ssm/ops/triton/ssd_combined.py,
-`MambaSplitConv1dScanCombinedFn.backward`; 2(2d + 2gn + H) + 2(d + 2gn)): the working set one M
-layer adds while its backward runs (`backward_working`).
+(state-spaces/mamba 0048fbf2, the commit Megatron's pyproject.toml:250 pins, mamba_ssm/ops/
+triton/ssd_combined.py `MambaSplitConv1dScanCombinedFn.backward` :903) recomputes xBC after the
+convolution (:919-923, d + 2gn) and allocates the gradients of its input and of xBC
+(`dzxbcdt = torch.empty_like(zxbcdt)` :928, `dxBC = torch.empty_like(xBC)` :930; the scan's
+dx, dB, dC, dz and ddt are views of them), then runs `_mamba_chunk_scan_combined_bwd` (:397),
+whose peak is the state passing's backward (:461-471): alive then are dt's clone (:440, in
+the values' dtype) and the fp32 dA_cumsum and dt (:441, ssd_chunk_state.py:724-725), H each;
+C B^T in fp32 (:443, Q g per token); the recomputed chunk states in fp32 (:444-447: H P n
+per chunk of Q tokens, d n / Q per token); the z gate's dout_x (:450, ssd_chunk_scan.py:1386
+`torch.empty_like(dout)`, d); the fp32 state gradients (:455); and the state dtype's
+dstates and states_converted `_state_passing_bwd` allocates (ssd_state_passing.py:241, :243;
+Megatron passes state_dtype, its params dtype: mamba_mixer.py:229-230, :704-705): 4 + 4 + 2 + 2
+bytes per state element in bf16 states, 4 + 4 + 4 in fp32 ones (nothing to convert). After it
+the fp32 dstates go, and in bf16 the fp32 states too (8 bytes a state element, 4 in fp32): more
+than the fp32 partial dB, dC and d(C B^T) the later kernels allocate take at any length worth
+planning (ssd_chunk_state.py:940, ssd_chunk_scan.py:1488, :1537: 4 x nsplits x g (2n + Q) a
+token, nsplits set at :938-939, fewer the more chunks x heads there are per SM; Nemotron-H 56B
+at tp 4, seq 4608 on an H100: nsplits 2, 10240 bytes a token against 8 d n / Q / tp = 65536
+freed). That is the working set one M layer adds while its backward runs (`backward_working`).
 
 Context parallelism (megatron/core/ssm/mamba_context_parallel.py:105-133, 171-190): the
 all-to-alls before the convolution (one per tensor, `context_parallel_a2as`) hand each CP rank
@@ -71,6 +83,12 @@ D_CONV = 4
 
 CHUNK_SIZE = 128
 """The SSD kernels' chunk length Q (MambaMixer's chunk_size default)."""
+
+STATE_PASSING_BWD_BYTES = 12.0
+"""Bytes per chunk-state element alive in the backward's state passing (mamba_ssm 0048fbf2
+ssd_combined.py:444-471): the recomputed fp32 states (4), their fp32 gradients (4), and the
+gradients and states `_state_passing_bwd` writes in the state dtype (ssd_state_passing.py:241,
+:243; 2 + 2 in bf16; in fp32 training 4 and no converted copy): 12 either way."""
 
 SSD_STATE_BYTES_FWD = 12.0
 """HBM bytes per chunk-state element in the forward (mamba_ssm ssd_combined.py): the chunk-state
@@ -149,16 +167,19 @@ def fp32_widths(arch: ModelArch) -> float:
 def backward_working(
     arch: ModelArch, tokens: float, tp: int, cp: int = 1, value_bytes: float = 2.0
 ) -> float:
-    """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU: the
-    recomputed xBC, chunk states (fp32 and a copy in the values' dtype) and their fp32
-    gradients, C B^T in fp32, and the gradients of zxBCdt and xBC (module docstring); B and C
-    as wide as `groups` makes them; `value_bytes` 4 in fp32 training."""
-    d, _, _, n = inner_width(arch)
+    """Bytes one mixer's backward holds beyond what it kept, for `tokens` tokens on one GPU, at
+    its peak, the state passing's backward (module docstring): in the values' dtype
+    (`value_bytes`, 4 in fp32 training) the recomputed xBC, dzxbcdt, dxBC, the z gate's dout_x
+    (d) and dt's clone (H); the fp32 dA_cumsum and dt (8 H); C B^T in fp32 (4 Q g); 12 bytes
+    per chunk-state element (the fp32 states and gradients and their copies in the state
+    dtype; in fp32 training three fp32 tensors: 12 too). B and C as wide as `groups` makes
+    them."""
+    d, heads, _, n = inner_width(arch)
     g = groups(arch, tp, cp)
     xbc = d + 2 * g * n
-    values = xbc + zxbcdt_width(arch, tp, cp) + xbc  # xBC, dzxbcdt, dxBC
-    states = (4 + value_bytes + 4) * d * n / CHUNK_SIZE
-    per_token = value_bytes * values + states + 4 * CHUNK_SIZE * g
+    values = xbc + zxbcdt_width(arch, tp, cp) + xbc + d + heads  # xBC, dzxbcdt, dxBC, dout_x, dt
+    states = STATE_PASSING_BWD_BYTES * d * n / CHUNK_SIZE
+    per_token = value_bytes * values + states + 4 * CHUNK_SIZE * g + 8 * heads
     return tokens * per_token / tp
 
 

@@ -83,33 +83,58 @@ def test_gdn_gemms_by_hand() -> None:
 def test_gdn_activation_bytes_by_hand() -> None:
     T = 512
     sh = Shard(tokens=T, seq_per_cp_rank=T)
-    # split by tp, per token: qkvzba 2 x 328 = 656; the conv's input copy 2 x 192 = 384; the L2
-    # norm's output 4 qk = 128 and rstd 8 n_k = 16; the kernel's q and k 4 n_v d_k = 256, v
-    # 2 vd = 256, g 4 n_v = 16, beta 2 n_v = 8, A 2 x 64 x n_v = 512; its output 2 vd = 256,
-    # the norm's rstd 4 n_v = 16, the norm's output 256, the gate's copy 256; out_proj's input
-    # 256: 3272, of which out_proj's input 256
-    assert gdn.saved_widths(TINY) == (3272.0, 256.0)
+    # split by tp, per token: qkvzba 2 x 328 = 656; the L2 norm's output 4 qk = 128 and rstd
+    # 8 n_k = 16; the kernel's q and k 4 n_v d_k = 256, v 2 vd = 256, g 4 n_v = 16, beta 2 n_v
+    # = 8, A 2 x 64 x n_v = 512; its output 2 vd = 256, the norm's rstd 4 n_v = 16, the norm's
+    # output 256, the gate's copy 256; out_proj's input 256: 2888, of which out_proj's input 256.
+    # The convolution's input adds nothing: Megatron-LM d98e8a64 gdn.py:187/:191/:295 hand FLA's
+    # causal_conv1d (:232-240) a strided view of qkvzba, and FLA bc3b101d skips the contiguous
+    # copy for x (fla/modules/conv/causal_conv1d.py:16, conv/triton/ops.py:369
+    # `no_guard_contiguous=["x"]`) and saves x itself (ops.py:392; v0.5.1 :366, :389): the
+    # view's storage is the qkvzba counted above (a 2 x 192 = 384 copy was counted before)
+    assert gdn.saved_widths(TINY) == (2888.0, 256.0)
     # replicated as every block's: norm input 2h, in_proj's input 2h, dropout mask h = 320
     block = act.layer_bytes(TINY, GDN, sh)
-    assert block == pytest.approx(T * (320 + 3272))
+    assert block == pytest.approx(T * (320 + 2888))
     mlp = act.mlp_bytes(TINY, 256, sh)
     assert act.layer_bytes(TINY, DENSE_GDN, sh) == pytest.approx(block + mlp)
     # TP 2 with sequence parallelism splits all of it
     sp = Shard(tokens=T, tp=2, sequence_parallel=True, seq_per_cp_rank=T)
-    assert act.layer_bytes(TINY, GDN, sp) == pytest.approx(T * 3592 / 2)
+    assert act.layer_bytes(TINY, GDN, sp) == pytest.approx(T * 3208 / 2)
     # --recompute-modules gdn_norm_out drops the norm's output 2 vd = 256, its rstd 4 n_v = 16
     # and out_proj's input 256: 528 per token; the other modules leave the mixer alone
     norm_out = Shard(tokens=T, recompute="core_attn", modules=frozenset({"gdn_norm_out"}))
-    assert act.layer_bytes(TINY, GDN, norm_out) == pytest.approx(T * (3592 - 528))
+    assert act.layer_bytes(TINY, GDN, norm_out) == pytest.approx(T * (3208 - 528))
     others = Shard(tokens=T, recompute="core_attn", modules=frozenset({"layernorm", "mlp"}))
-    assert act.layer_bytes(TINY, GDN, others) == pytest.approx(T * 3592)
+    assert act.layer_bytes(TINY, GDN, others) == pytest.approx(T * 3208)
+
+
+def test_qwen3_next_gdn_saved_bytes_by_hand() -> None:
+    # Qwen3-Next (h 2048, n_k 16, n_v 32, d_k = d_v = 128: qk 2048, vd 4096), tp 1, per token:
+    # in_proj's output qkvzba 2 (2 x 2048 + 2 x 4096 + 2 x 32) = 24704 (the conv's input a view
+    # of it: no copy, as above); the L2 norm's output 4 qk = 8192 and rstd 8 n_k = 128; the
+    # kernel's q and k 4 n_v d_k = 16384, v 2 vd = 8192, g 4 n_v = 128, beta 2 n_v = 64, A
+    # 2 x 64 x 32 = 4096; its output 8192, the norm's rstd 128, the norm's output 8192, the
+    # gate's copy 8192; out_proj's input 8192: 94784
+    arch = catalog.get_model("qwen3-next-80b-a3b")
+    assert gdn.saved_widths(arch) == (94784.0, 8192.0)
+    # with the block's norm input 2h, in_proj's input 2h and dropout mask h (5 x 2048 = 10240):
+    # 105024 a token (121408 with a 2 x 8192 = 16384 copy of the conv's input)
+    T = 512
+    sh = Shard(tokens=T, seq_per_cp_rank=T)
+    assert act.linear_mixer_bytes(arch, sh, gdn) == pytest.approx(T * 105024)
 
 
 def test_gdn_backward_working_set_by_hand() -> None:
-    # w 2 n_v d_k = 128, u 2 vd = 256, the states and their gradients 2 x 2 x n_v d_k d_v / 64
-    # = 128, v_new, dv and its copy 3 x 256 = 768, dq, dk, dw 3 x 128 = 384: 1664 per token
-    assert gdn.backward_working(TINY, 100, 1) == pytest.approx(100 * 1664)
-    assert gdn.backward_working(TINY, 100, 2) == pytest.approx(100 * 832)
+    # At its peak, FLA bc3b101d fla/ops/gated_delta_rule/chunk.py:233 (prepare_wy_repr_bwd),
+    # the locals of chunk_gated_delta_rule_bwd are alive: w (:147) 2 n_v d_k = 128, u 2 vd =
+    # 256, the states h and their gradients dh (:160, :202) 2 x 2 x n_v d_k d_v / 64 = 128,
+    # v_new and the dv dh updates (:160, :202) 2 x 256, dq, dk, dw (:217) 3 x 128 = 384 and dg
+    # (fp32, chunk_o.py:741) 4 n_v = 16; prepare_wy_repr_bwd adds (wy_fast.py:318-321) dk2
+    # 2 n_v d_k = 128, a new dv 256, dg2 (fp32, like g) 16 and db 2 n_v = 8:
+    # 128 + 256 + 128 + 512 + 384 + 16 + 128 + 256 + 16 + 8 = 1832 per token
+    assert gdn.backward_working(TINY, 100, 1) == pytest.approx(100 * 1832)
+    assert gdn.backward_working(TINY, 100, 2) == pytest.approx(100 * 916)
 
 
 def test_gdn_scan_time_by_hand() -> None:

@@ -100,12 +100,30 @@ def test_single_block_activations_are_their_blocks() -> None:
 
 
 def test_mamba_backward_working_set_by_hand() -> None:
-    # recomputed xBC 2 x (d + 2gn) = 320; chunk states fp32 + bf16 and their fp32 gradients
-    # 10 x d n / Q = 10 x 128 x 8 / 128 = 80; C B^T in fp32 4 Q g = 1024; and the gradients
-    # MambaSplitConv1dScanCombinedFn.backward allocates (state-spaces/mamba d757aef1
-    # mamba_ssm/ops/triton/ssd_combined.py: dzxbcdt = torch.empty_like(zxbcdt), 2 x 296 = 592;
-    # dxBC = torch.empty_like(xBC), 2 x 160 = 320): 2336 per token
-    assert mamba.backward_working(TINY, 100, 1) == pytest.approx(100 * 2336)
+    # state-spaces/mamba 0048fbf2 (Megatron-LM d98e8a64 pyproject.toml:250), mamba_ssm/ops/
+    # triton/ssd_combined.py MambaSplitConv1dScanCombinedFn.backward: recomputed xBC (:919-923)
+    # 2 x (d + 2gn) = 320; dzxbcdt = torch.empty_like(zxbcdt) (:928) 2 x 296 = 592; dxBC =
+    # torch.empty_like(xBC) (:930) 2 x 160 = 320. Alive at its peak, inside _state_passing_bwd
+    # (:461-471): dt.clone() (:440) 2H = 16; the fp32 dA_cumsum and dt (:441,
+    # ssd_chunk_state.py:724-725) 8H = 64; C B^T in fp32 (:443) 4 Q g = 1024; dout_x (:450,
+    # ssd_chunk_scan.py:1386 torch.empty_like(dout)) 2d = 256; per state element (d n / Q =
+    # 128 x 8 / 128 = 8 a token) the fp32 states (:444-447) 4, the fp32 dstates (:455) 4, and
+    # bf16 dstates and states_converted (ssd_state_passing.py:241, :243) 2 + 2: 12 x 8 = 96.
+    # 320 + 592 + 320 + 16 + 64 + 1024 + 256 + 96 = 2688 per token
+    assert mamba.backward_working(TINY, 100, 1) == pytest.approx(100 * 2688)
+    assert mamba.backward_working(TINY, 100, 2) == pytest.approx(100 * 1344)
+
+
+def test_nemotron_h_backward_working_set_by_hand() -> None:
+    # Nemotron-H 56B (d 16384, H 256, g 8, n 256), tp 1, per token, the same lines as above:
+    # xBC 2 x (16384 + 4096) = 40960, dzxbcdt 2 x 37120 = 74240, dxBC 40960, dout_x 2d = 32768,
+    # dt's clone 2H = 512, fp32 dA_cumsum and dt 8H = 2048, C B^T 4 x 128 x 8 = 4096, states
+    # 12 x 16384 x 256 / 128 = 393216: 588800 (before: 10 bytes a state element, no dout_x,
+    # dt's clone or fp32 dt: 487936)
+    from planner.inputs import catalog
+
+    arch = catalog.get_model("nemotronh-56b")
+    assert mamba.backward_working(arch, 1, 1) == pytest.approx(588800)
 
 
 def test_ssd_scan_time_by_hand() -> None:

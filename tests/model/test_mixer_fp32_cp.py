@@ -47,23 +47,26 @@ def test_fp32_mamba_layer_by_hand() -> None:
 
 def test_fp32_gdn_layer_by_hand() -> None:
     # h 64, n_k 2, n_v 4, d_k 16, d_v 32 (qk 32, vd 128, in_proj 328, conv 192). Replicated 576
-    # as above; split: qkvzba 4 x 328 = 1312, the conv's input 4 x 192 = 768, the L2 norm's
-    # output 8 qk = 256 and rstd 8 n_k = 16 (fp32), q and k 8 n_v d_k = 512, v 4 vd = 512, g
-    # 4 n_v = 16 (fp32), beta 4 n_v = 16, A 4 x 64 x n_v = 1024, the output 4 vd = 512 and the
-    # norm's rstd 16 (fp32), the norm's output 512, the gate's copy 512, out_proj's input 512:
-    # 6496. Total 7072 per token
-    assert act.layer_bytes(GDN_TINY, GDN, fp32_shard()) == pytest.approx(T * 7072)
-    # gdn_norm_out drops the norm's output 512, its rstd 16, out_proj's input 512: 6032
+    # as above; split: qkvzba 4 x 328 = 1312 (the conv's input a view of it, no copy:
+    # test_gdn.py), the L2 norm's output 8 qk = 256 and rstd 8 n_k = 16 (fp32), q and k
+    # 8 n_v d_k = 512, v 4 vd = 512, g 4 n_v = 16 (fp32), beta 4 n_v = 16, A 4 x 64 x n_v =
+    # 1024, the output 4 vd = 512 and the norm's rstd 16 (fp32), the norm's output 512, the
+    # gate's copy 512, out_proj's input 512: 5728. Total 6304 per token
+    assert act.layer_bytes(GDN_TINY, GDN, fp32_shard()) == pytest.approx(T * 6304)
+    # gdn_norm_out drops the norm's output 512, its rstd 16, out_proj's input 512: 5264
     norm_out = fp32_shard(recompute="core_attn", modules=frozenset({"gdn_norm_out"}))
-    assert act.layer_bytes(GDN_TINY, GDN, norm_out) == pytest.approx(T * 6032)
+    assert act.layer_bytes(GDN_TINY, GDN, norm_out) == pytest.approx(T * 5264)
 
 
 def test_fp32_backward_working_sets_by_hand() -> None:
-    # Mamba: xBC, dzxbcdt and dxBC 4 x (160 + 296 + 160) = 2464; the states fp32, their fp32
-    # copy and fp32 gradients 12 x d n / Q = 96; C B^T 4 Q g = 1024: 3584 per token
-    assert mamba.backward_working(TINY, 100, 1, value_bytes=4.0) == pytest.approx(100 * 3584)
-    # GDN: every tensor of its 1664 bf16 bytes a token (test_gdn.py) in fp32: 3328
-    assert gdn.backward_working(GDN_TINY, 100, 1, value_bytes=4.0) == pytest.approx(100 * 3328)
+    # Mamba (test_mamba.py's lines): xBC, dzxbcdt, dxBC, dout_x and dt's clone 4 x (160 + 296
+    # + 160 + 128 + 8) = 3008; fp32 dA_cumsum and dt 8H = 64; the fp32 states, their fp32
+    # gradients and _state_passing_bwd's fp32 dstates (states_dtype fp32: nothing converted,
+    # ssd_state_passing.py:242) 12 x d n / Q = 96; C B^T 4 Q g = 1024: 4192 per token
+    assert mamba.backward_working(TINY, 100, 1, value_bytes=4.0) == pytest.approx(100 * 4192)
+    # GDN (test_gdn.py's lines): its 1832 bf16 bytes a token less the fp32 dg, dg2 (32) are 900
+    # values, 4 bytes each in fp32: 3600, and dg, dg2 stay 32: 3632
+    assert gdn.backward_working(GDN_TINY, 100, 1, value_bytes=4.0) == pytest.approx(100 * 3632)
 
 
 @pytest.mark.parametrize(
@@ -110,8 +113,8 @@ def test_a_recomputed_m_layer_is_rebuilt_beside_its_scans_backward(
     # group: an M layer whole keeps norm input 2h + in_proj's input 2h + mask h = 40960 and
     # zxBCdt 2W 74240 + out_x, the norm's input, out_proj's input 3 x 2d = 98304 + rstd 4g 32:
     # 213536 (the largest kind: an MLP keeps 40960 + 4 x 32768 = 172032); the scan's backward
-    # 2(d + 2gn) x 2 + 2W = 40960 + 40960 + 74240, states 10 d n / 128 = 327680, C B^T
-    # 4 x 128 x 8 = 4096: 487936. Both split by 8 over 8192 tokens, held together.
+    # 588800 (test_mamba.py's Nemotron-H count). Both split by 8 over 8192 tokens, held
+    # together.
     j = job("nemotronh-56b", "h100-sxm-80gb", 64, 8192, 64)
     lay = Layout(tp=8, pp=4, dp=2, sequence_parallel=True, recompute="full")
     sh, chunks = shard(j, lay), lay.chunk_layers(j.arch.num_layers)[0]
@@ -120,7 +123,7 @@ def test_a_recomputed_m_layer_is_rebuilt_beside_its_scans_backward(
     monkeypatch.setattr(stage_activations, "mixer_working", lambda *a: 0.0)
     monkeypatch.setattr(stage_activations, "recompute_working", lambda *a: 0.0)
     stored = stage_activations.stage_activations(j, lay, 0, chunks, sh, per)
-    assert acts - stored == pytest.approx(8192 * (213536 + 487936) / 8)
+    assert acts - stored == pytest.approx(8192 * (213536 + 588800) / 8)
 
 
 def test_cp_all_to_all_moves_fp32_values_in_fp32_training(monkeypatch: pytest.MonkeyPatch) -> None:
