@@ -123,6 +123,39 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     return always / gpu.hbm + max(update * updated / gpu.hbm, host)
 
 
+def gathers_in_grad_buffer(job: Job, lay: Layout) -> bool:
+    """Whether the distributed optimizer gathers the MXFP8 weights through the gradient buffer
+    in bf16: MXFP8 with fp8_param_gather at ZeRO 1 (Megatron's DDP; Megatron-FSDP, ZeRO >= 2,
+    turns the reuse off, arguments.py:1137 d98e8a64). There the buffer of the quantised weights
+    is one shared buffer in the gradient dtype (param_and_grad_buffer.py:1160-1179), whose
+    param_data is bf16: the buffer itself under bf16 gradients, a bf16 view of its first half
+    under fp32 ones. TE cannot map MXFP8 storage into a parameter buffer (TransformerEngine
+    002a3e57 tensor/utils.py replace_raw_data raises NotImplementedError for MXFP8Tensor;
+    Megatron's arguments.py:1580-1586 says so), so --reuse-grad-buf-for-mxfp8-param-ag is the
+    path that runs, and the one `planner.emit.megatron` emits with it."""
+    return (
+        job.framework != "torchtitan"
+        and job.precision == "fp8"
+        and job.fp8_recipe == "mxfp8"
+        and job.low_precision_params
+        and lay.zero_stage == 1
+    )
+
+
+def gather_zero_time(job: Job, lay: Layout, rank: int, chunks: Chunks, gpu: Gpu) -> float:
+    """Seconds per step of zeroing the gradient buffer a second time where the MXFP8 weights are
+    gathered through it (`gathers_in_grad_buffer`): after each bucket's all-gather,
+    _post_param_sync quantises the gathered bf16 values into TE's storage and zeroes the
+    bucket's param_data for the gradients to accumulate into (param_and_grad_buffer.py:301-335,
+    `bucket.param_data.zero_()`), on top of the zero_grad_buffer before the step
+    (training.py:3041, `optimizer_time`'s pass): BF16 bytes written per quantised weight of the
+    rank (param_data is bf16 under either gradient dtype), at HBM bandwidth. 0 elsewhere."""
+    if not gathers_in_grad_buffer(job, lay) or job.frozen_model:
+        return 0.0
+    fp8_dense, fp8_expert = quantised_params(job, lay, rank, chunks)
+    return BF16 * (fp8_dense + fp8_expert) / gpu.hbm
+
+
 def gathered_param_bytes(
     job: Job, lay: Layout, chunks: Chunks, dense: float, expert: float
 ) -> tuple[float, float]:
@@ -131,7 +164,13 @@ def gathered_param_bytes(
     fp8_param_gather, NVFP4 weights as half a byte with fp4_param_gather (two values packed per
     uint8, param_and_grad_buffer.py d98e8a64: "the param buffer stores packed bytes (half the
     logical numel)") (ZeRO 1/2), the rest (and the decoder layers kept in bf16) bf16; in fp32
-    training all fp32 (`fp32.value_bytes`: the parameter buffers take the parameters' dtype)."""
+    training all fp32 (`fp32.value_bytes`: the parameter buffers take the parameters' dtype).
+    MXFP8 weights gathered through the gradient buffer (`gathers_in_grad_buffer`) move bf16:
+    the optimizer writes the fp32 master into that buffer as bf16
+    (distrib_optimizer.py:2904-2930 `_copy_main_params_to_param_buffer`) and the all-gather
+    runs on bucket.param_data (param_and_grad_buffer.py:521)."""
+    if gathers_in_grad_buffer(job, lay):
+        return BF16, BF16
     if not job.low_precision_params or lay.zero_stage not in (1, 2):
         plain = value_bytes(job)
         return plain, plain
@@ -185,6 +224,7 @@ def stage_sync(
     # the DP sync, the first and last ranks' word-embedding gradient all-reduce
     e += share * hid + embedding_sync_time(job, lay, rank)
     o = optimizer_time(job, lay, dense, expert, t.gpu)
+    o += gather_zero_time(job, lay, rank, chunks, t.gpu)  # MXFP8's gather buffer, zeroed again
     if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
         counts = rank_layers(job, lay, rank, chunks, t)[0]
         o += muon_time.step_time(job, lay, counts, t.gpu)
