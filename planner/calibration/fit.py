@@ -10,12 +10,13 @@ where θ0 are the shipped defaults, s_k each constant's prior spread (`Constant.
 far a cluster plausibly sits from the default) and σ = `OBSERVATION_SD` the model's residual
 on a run once its constants are right. That is the maximum a posteriori estimate under a
 log-normal prior (normal for the overhead); Gauss-Newton solves it, with the Jacobian by
-finite differences in θ.
+finite differences in θ (`planner.calibration.gauss_newton`).
 
-Which constants the runs determine: `selection.select`, at the defaults (a constant joins
-while the runs halve its prior spread and it lowers the objective by more than Akaike's 2; one
-the runs cannot tell from another keeps its default, as the other does). The others keep
-their defaults and are reported as such; only the chosen are fitted, in the order chosen.
+Which constants the runs determine: `selection.select`, at the defaults (of every set of
+constants whose prior spreads the runs halve, the one whose fit, `descend` with the weights
+held, leaves the least objective plus Akaike's 2 per constant; one the runs cannot tell from
+another keeps its default, as the other does). The others keep their defaults and are reported
+as such; only the chosen are fitted, in the order `select` gives them.
 
 Leave-one-out error: up to `REFIT_RUNS` runs, by its definition: each run left out, the
 selection and the fit run again on the others, and the run predicted with their constants
@@ -40,33 +41,33 @@ errors with the same prior, and determined by the same rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from planner.calibration.gauss_newton import (
+    ITERATIONS,
+    descend,
+    from_theta,
+    gauss_newton,
+    jacobian,
+    log_times,
+    robust_weights,
+    to_theta,
+)
 from planner.calibration.measured import MeasuredRun
 from planner.calibration.selection import DETERMINED_RATIO, OBSERVATION_SD, TIME_KEYS, select
-from planner.model import calibratable, cost, memory
+from planner.model import calibratable, memory
 from planner.model.calibratable import BY_KEY, DEFAULTS
 
-STEP = 0.02
-"""Finite-difference step in log(constant) (a linear constant's: a twentieth of its spread)."""
-ITERATIONS = 8
-"""Gauss-Newton (and IRLS) iterations at most; they stop once a step moves every constant by
-less than 5% of its finite-difference step."""
-BACKTRACKS = 6
-"""Halvings of a Gauss-Newton step that raises the objective, at most, before the fit stops."""
 SELECTION_ROUNDS = 3
 """Rounds of selecting and fitting (see `_fit_time`)."""
 REFIT_RUNS = 16
 """Runs up to which the left-out errors are refits (`_refit_left_out`: n fits of n - 1 runs,
 about 0.3 s for 10 runs of the functional tests on a 2-core machine, n² as n grows); beyond,
 the PRESS shortcut."""
-ROBUST_SCALE = 0.1
-"""c of the Cauchy loss (`robust_weights`): a run 10% off weighs half; about the uncalibrated
-model's median error on its held-out dev set (7.0%, `DEV_SET_ERROR`)."""
 DEV_SET_ERROR = (0.070, 0.343)
 """(median, worst) |relative error| of the uncalibrated throughput on planner's held-out dev set
 (benchmarks/fidelity.py: the published runs not fitted and the MLPerf submissions, 72 rows;
@@ -101,94 +102,17 @@ class Fit:
     """Expected relative step-time error after calibration."""
     band_basis: str
     order: tuple[str, ...] = ()
-    """The time constants fitted, in the order the selection chose them."""
+    """The time constants fitted, in the order `select` gives them (what each alone takes off
+    the objective, most first)."""
     inseparable: dict[str, str] = field(default_factory=dict)
     """Constants kept at their defaults because the runs cannot tell them from another (key:
     that other), though fitting them would have lowered the objective enough."""
 
 
-def to_theta(key: str, value: float) -> float:
-    """A constant in fitting coordinates: its log, or itself for an additive one (`linear`)."""
-    return value if BY_KEY[key].linear else math.log(value)
-
-
-def from_theta(key: str, theta: float) -> float:
-    return theta if BY_KEY[key].linear else math.exp(theta)
-
-
-def _step(key: str) -> float:
-    c = BY_KEY[key]
-    return c.spread / 20 if c.linear else STEP
-
-
-def _log_times(runs: Sequence[MeasuredRun], theta: Mapping[str, float]) -> np.ndarray:
-    with calibratable.calibrated({k: from_theta(k, v) for k, v in theta.items()}):
-        return np.array(
-            [math.log(cost.estimate(r.plan.job, r.plan.require_layout()).step_time_s) for r in runs]
-        )
-
-
-def _jacobian(
-    runs: Sequence[MeasuredRun], theta: dict[str, float], keys: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray]:
-    base = _log_times(runs, theta)
-    cols = []
-    for k in keys:
-        shifted = dict(theta, **{k: theta[k] + _step(k)})
-        cols.append((_log_times(runs, shifted) - base) / _step(k))
-    return base, np.array(cols).T.reshape(len(runs), len(keys))
-
-
-def _clamp(key: str, theta: float) -> float:
-    c = BY_KEY[key]
-    return min(max(theta, to_theta(key, c.lo)), to_theta(key, c.hi))
-
-
-def _gauss_newton(
-    runs: Sequence[MeasuredRun], measured: np.ndarray, theta0: dict[str, float], free: list[str]
-) -> tuple[dict[str, float], np.ndarray, np.ndarray, np.ndarray]:
-    """The MAP fit of the `free` constants (robustly weighted): (θ, residuals, Jacobian of the
-    free constants at θ, weights)."""
-    theta = dict(theta0)
-    prior = np.diag([1 / BY_KEY[k].spread ** 2 for k in free])
-
-    def objective(th: dict[str, float], resid: np.ndarray, weights: np.ndarray) -> float:
-        dev = np.array([th[k] - theta0[k] for k in free])
-        return float(weights @ resid**2) / OBSERVATION_SD**2 + float(dev @ prior @ dev)
-
-    for _ in range(ITERATIONS if free else 0):
-        base, jac = _jacobian(runs, theta, free)
-        resid = base - measured
-        weights = robust_weights(resid)
-        dev = np.array([theta[k] - theta0[k] for k in free])
-        a = jac.T @ (weights[:, None] * jac) / OBSERVATION_SD**2 + prior
-        g = jac.T @ (weights * resid) / OBSERVATION_SD**2 + prior @ dev
-        delta = -np.linalg.solve(a, g)
-        # a step that does not lower the objective is halved (up to BACKTRACKS times): the
-        # model has kinks (a GEMM efficiency above the part's matmul ceiling changes nothing,
-        # `layer_time`), where a full Gauss-Newton step jumps across and back
-        now = objective(theta, resid, weights)
-        for _ in range(BACKTRACKS):
-            trial = dict(theta)
-            for i, k in enumerate(free):
-                trial[k] = _clamp(k, theta[k] + delta[i])
-            if objective(trial, _log_times(runs, trial) - measured, weights) <= now:
-                break
-            delta = delta / 2
-        else:
-            break  # no step lowers it: theta is the fit
-        theta = trial
-        if float(np.max(np.abs(delta / np.array([_step(k) for k in free])))) < 0.05:
-            break
-    base, jac = _jacobian(runs, theta, free)
-    resid = base - measured
-    return theta, resid, jac, robust_weights(resid)
-
-
 class _TimeFit(NamedTuple):
     theta: dict[str, float]
     free: list[str]
-    """The fitted constants in the order chosen: the order of `jac`'s columns."""
+    """The fitted constants in `select`'s order: the order of `jac`'s columns."""
     inseparable: dict[str, str]
     determined: dict[str, bool]
     sd: dict[str, float]
@@ -204,18 +128,26 @@ def _fit_time(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> _TimeFit
     """Select, fit, and select again with the weights the fit gives (a run far off at the
     defaults but not after the fit is not an outlier), until the selection holds."""
     measured = np.array([math.log(r.step_time_s) for r in runs])
-    base0, jac0 = _jacobian(runs, theta0, TIME_KEYS)
+    base0, jac0 = jacobian(runs, theta0, TIME_KEYS)
     weights = robust_weights(base0 - measured)
     free: list[str] | None = None
     theta, resid, jac = dict(theta0), base0 - measured, np.zeros((len(runs), 0))
     inseparable: dict[str, str] = {}
+
+    def start(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return base0, jac0[:, [TIME_KEYS.index(k) for k in keys]]
+
     for _ in range(SELECTION_ROUNDS):
-        root = np.sqrt(weights)
-        chosen, inseparable = select(jac0 * root[:, None], root * (base0 - measured))
+        root, held = np.sqrt(weights), weights
+
+        def objective(keys: list[str], held: np.ndarray = held) -> float:
+            return descend(runs, measured, theta0, keys, start(keys), held)[1]
+
+        chosen, inseparable = select(jac0 * root[:, None], root * (base0 - measured), objective)
         if chosen == free:
             break
         free = chosen
-        theta, resid, jac, weights = _gauss_newton(runs, measured, theta0, free)
+        theta, resid, jac, weights = gauss_newton(runs, measured, theta0, free, start(free))
     free = free or []
     sd = {k: BY_KEY[k].spread for k in TIME_KEYS}
     if free:
@@ -234,14 +166,6 @@ def _fit_time(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> _TimeFit
         base0 - measured,
         jac * np.sqrt(weights)[:, None],
     )
-
-
-def robust_weights(resid: np.ndarray) -> np.ndarray:
-    """Iteratively reweighted least squares for Cauchy's loss, log(1 + (r/c)²) with c =
-    ROBUST_SCALE: a run within a few c counts almost fully, a run far off (a log of another
-    program, an unmodelled setting, 3x the model's time) counts as good as not, so it can
-    neither drag the constants nor bring in one of its own."""
-    return 1 / (1 + (resid / ROBUST_SCALE) ** 2)
 
 
 def _leave_one_out(
@@ -269,7 +193,7 @@ def _refit_left_out(runs: Sequence[MeasuredRun], theta0: dict[str, float]) -> np
     out = []
     for i, run in enumerate(runs):
         theta = _fit_time([*runs[:i], *runs[i + 1 :]], theta0).theta
-        out.append(float(_log_times([run], theta)[0]) - math.log(run.step_time_s))
+        out.append(float(log_times([run], theta)[0]) - math.log(run.step_time_s))
     return np.array(out)
 
 
@@ -333,7 +257,7 @@ def fit(runs: Sequence[MeasuredRun], leave_one_out: bool = True) -> Fit:
         raise ValueError("fit needs at least one run")
     theta0 = {k: to_theta(k, DEFAULTS[k]) for k in TIME_KEYS}
     theta, free, inseparable, determined, sd, resid, resid0, jac = _fit_time(runs, theta0)
-    # `free` in the order chosen, the order of the Jacobian's columns (its prior and deviation
+    # `free` in `select`'s order, the order of the Jacobian's columns (its prior and deviation
     # in any other order put each constant's against another's column)
     dev = np.array([theta[k] - theta0[k] for k in free])
     loo = None

@@ -49,11 +49,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.inputs.hardware import ClusterSpec, LinkTier
-from planner.model import nccl_shares, placement
+from planner.model import nccl_shares, placement, sm_count
 from planner.model.job_memo import ModelMemo
 from planner.model.nccl_shares import ALL_REDUCE, RING
 
@@ -62,14 +61,18 @@ if TYPE_CHECKING:
 
 SCALEUP_BUS_EFFICIENCY = 0.80
 """Achieved NCCL bus bandwidth / line rate inside the scale-up domain (NVLink; a tier's own
-`bus_efficiency` overrides it: AMD's xGMI, 0.75). Measured: H100 NVLink4 ~370 of 450 GB/s for ring
-collectives (0.82; NVIDIA/nccl-tests#212, nccl#1455), A100 NVLink3 ~235 of 300 GB/s (0.78;
-stas00/ml-engineering). ecosystem.md section 4."""
+`bus_efficiency` replaces it, scaled as this is calibrated: AMD's xGMI, 0.75). Measured: H100
+NVLink4 ~370 of 450 GB/s for ring collectives (0.82; NVIDIA/nccl-tests#212, nccl#1455), A100
+NVLink3 ~235 of 300 GB/s (0.78; stas00/ml-engineering). ecosystem.md section 4."""
 
 SCALEOUT_BUS_EFFICIENCY = 0.92
 """Achieved bus bandwidth / NIC line rate across nodes (InfiniBand / RoCE): NDR 400 Gb/s gives
 46-48 of 50 GB/s per NIC (0.92-0.96; nccl-tests#290, #267), HDR ~24 of 25 GB/s (nccl#412)."""
 
+
+SHIPPED_BUS_EFFICIENCY = (SCALEUP_BUS_EFFICIENCY, SCALEOUT_BUS_EFFICIENCY)
+"""The two above as shipped (a calibration sets them at call time: `bus_efficiency` scales a
+tier's own measured efficiency by the calibrated one over this)."""
 
 LATENCY_SCALE = 1.0
 """Multiplier on every collective and point-to-point latency charge (dimensionless). 1.0 = the
@@ -86,37 +89,6 @@ nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py: proj_fprop num_s
 16, bulk wgrad overlaps 4-24); NCCL runs one thread block per channel, 16-32 channels on NVLink.
 One count for all of them (`sm_share`), but for the userbuffers overlaps themselves, which hold
 their SMs as their configuration sets (`planner.model.tp_overlap`)."""
-
-GPU_SMS: tuple[tuple[str, int], ...] = (
-    ("a100", 108),
-    ("b200", 148),
-    ("gb200", 148),
-    ("b300", 148),
-    ("gb300", 148),
-    ("l40s", 142),
-    ("mi35", 256),
-    ("mi3", 304),
-)
-"""SMs (AMD: compute units) per GPU by catalog-name prefix: NVIDIA A100 Tensor Core GPU
-Architecture whitepaper (108), Blackwell B200 (148: 2 dies x 74), L40S datasheet (142), AMD
-Instinct MI300X / MI325X data sheets (304 CUs), MI350X / MI355X (CDNA 4: 8 dies of 32 CUs, 256;
-servethehome.com "AMD MI350 and CDNA 4 Architecture Launched with ROCm 7"); the rest take the
-H100 whitepaper's 132 (SXM5; H800 and H200 are the same GH100 part). Blackwell Ultra (B300,
-GB300) is the same two-die design with up to 160 SMs per GPU (NVIDIA's "Inside NVIDIA Blackwell
-Ultra" architecture blog, as its Hot Chips 2025 coverage quotes it); no enabled count of the
-shipped parts was found, so they take B200's 148, a floor (more SMs only shrink what a
-communication kernel or an SM margin takes)."""
-
-
-def gpu_sms(cluster: ClusterSpec) -> int:
-    """The cluster GPU's SMs (AMD: compute units), `GPU_SMS`."""
-    return _sms_of(cluster.gpu.name)
-
-
-@cache
-def _sms_of(name: str) -> int:
-    """`GPU_SMS` by catalog name (the search asks it for every estimate: looked up once)."""
-    return next((n for prefix, n in GPU_SMS if name.startswith(prefix)), 132)
 
 
 def sm_share(cluster: ClusterSpec, margin: int = 0) -> float:
@@ -148,7 +120,7 @@ def ep_sm_share(cluster: ClusterSpec, layout: Layout, margin: int = 0) -> float:
 
 def _held(cluster: ClusterSpec, sms: int, margin: int) -> float:
     """Share of the GPU's SMs a kernel on `sms` of them takes beyond the GEMMs' `margin`."""
-    return min(1.0, max(sms - margin, 0) / gpu_sms(cluster))
+    return min(1.0, max(sms - margin, 0) / sm_count.gpu_sms(cluster))
 
 
 @dataclass(frozen=True)
@@ -160,8 +132,15 @@ class Link:
 
 
 def bus_efficiency(tier: LinkTier, innermost: bool) -> float:
-    """A tier's own bus efficiency, or else the scale-up or scale-out one."""
-    return tier.bus_efficiency or (SCALEUP_BUS_EFFICIENCY if innermost else SCALEOUT_BUS_EFFICIENCY)
+    """The scale-up or scale-out bus efficiency; where the catalog measured the tier's own
+    (AMD's xGMI, 0.75), that one times the constant over its shipped value, so that a
+    profile's `scaleup_bandwidth` moves it too (0.4 halves it: 0.75 x 0.4 / 0.8 = 0.375) and
+    the shipped constants leave it as measured (the ratio is 1.0 exactly)."""
+    if innermost:
+        value, shipped = SCALEUP_BUS_EFFICIENCY, SHIPPED_BUS_EFFICIENCY[0]
+    else:
+        value, shipped = SCALEOUT_BUS_EFFICIENCY, SHIPPED_BUS_EFFICIENCY[1]
+    return value if tier.bus_efficiency is None else tier.bus_efficiency * (value / shipped)
 
 
 def achieved(tier: LinkTier, innermost: bool) -> Link:

@@ -12,7 +12,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
-from planner.model import comms, fsdp2, gemm_shapes, layer_tp
+from planner.model import fsdp2, gemm_shapes, layer_tp, sm_count
 from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
@@ -113,5 +113,5 @@ def margin_slowdown(job: Job) -> float:
     margin` SMs, gemm.cpp and the grouped-GEMM wrappers): S / (S - margin)."""
     if not job.gemm_sm_margin:
         return 1.0
-    sms = comms.gpu_sms(job.cluster)
+    sms = sm_count.gpu_sms(job.cluster)
     return sms / (sms - min(job.gemm_sm_margin, sms - 1))

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.inputs.userbuffers import UbSlot
-from planner.model import comms
+from planner.model import comms, sm_count
 from planner.model.async_tp import hidden_share
 
 BLOCK_SLOTS: tuple[tuple[str, str], ...] = (("qkv", "proj"), ("fc1", "fc2"))
@@ -77,7 +77,7 @@ def floor_share(
     `layer_traffic` charge is at least its seconds times the least of these); without the
     overlap `comms.sm_share` of what hides, less the GEMMs' `margin` (`planner.search.bound`
     bounds with it)."""
-    sms = comms.gpu_sms(cluster)
+    sms = sm_count.gpu_sms(cluster)
     shares = [comms.sm_share(cluster, margin)]
     for name in block_slots(0) + block_slots(1):
         slot = slots[name]
@@ -101,7 +101,7 @@ def layer_traffic(
     GEMM takes as long as its forward) the five collectives of the module docstring, each as its
     slot sets it; `held`, what they take from their GEMMs' SMs."""
     grp = comms.place(cluster, 1, tp)
-    sms = comms.gpu_sms(cluster)
+    sms = sm_count.gpu_sms(cluster)
     rs = comms.reduce_scatter(act_bytes, grp, nccl=False)  # userbuffers' own exchange
     ag = comms.all_gather(act_bytes / 2, grp, nccl=False) if fp8 else rs
     exposed = total = held = 0.0

@@ -202,15 +202,20 @@ def test_a_calibration_changes_the_prediction_and_only_while_applied(
     profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The profile moves the prediction toward the logs; the next command without it predicts
-    as before (main restores the shipped constants)."""
+    as before (main restores the shipped constants). What moves is the measured stage's
+    allocated memory (the activation scale): the two fixture logs (one model on 8 GPUs, 1.15 and
+    1.12 s a step) cannot tell a per-step overhead from the attention efficiency (their Jacobian
+    columns' cosine is -0.999), so no time constant is fitted."""
     argv = ["explain", "--megatron-log", str(LOGS[0]), *GPU, "--json"]
     _, plain, _ = run(argv, capsys)
     _, calibrated, _ = run([*argv, "--calibration", str(profile)], capsys)
     _, again, _ = run(argv, capsys)
-    step = [json.loads(x)["performance"]["step_time_s"] for x in (plain, calibrated, again)]
-    measured = json.loads(plain)["measured"]["step_time_s"]
-    assert step[0] == step[2] != step[1]
-    assert abs(step[1] / measured - 1) < abs(step[0] / measured - 1)
+    docs = [json.loads(x) for x in (plain, calibrated, again)]
+    measured = docs[0]["measured"]
+    alloc = [d["memory"]["stages"][measured["stage"]]["allocated_gib"] for d in docs]
+    assert alloc[0] == alloc[2] != alloc[1]
+    target = measured["max_allocated_gib"]
+    assert abs(alloc[1] - target) < abs(alloc[0] - target)
 
 
 def test_an_attempt_that_died_before_logging_is_left_out(

@@ -155,7 +155,7 @@ def test_float_fields_take_numbers_only(
 def test_sm_margin_must_leave_the_gemms_an_sm(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # H100 SXM5 has 132 SMs (comms.GPU_SMS): a margin of 132 leaves none, 131 leaves one
+    # H100 SXM5 has 132 SMs (sm_count.GPU_SMS): a margin of 132 leaves none, 131 leaves one
     err = bad(["check", str(with_training(tmp_path, "gemm_sm_margin = 132"))], capsys)
     assert "training.gemm_sm_margin" in err and "h100-sxm-80gb has 132" in err
     code, _, err = run(["check", str(with_training(tmp_path, "gemm_sm_margin = 131"))], capsys)

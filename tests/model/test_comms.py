@@ -13,7 +13,7 @@ from jobs import h100_cluster, job
 
 from planner.inputs import catalog
 from planner.inputs.hardware import ClusterSpec
-from planner.model import comms, dp_sync, layer_tp
+from planner.model import calibratable, comms, dp_sync, layer_tp
 
 
 def test_ring_all_reduce_by_hand() -> None:
@@ -195,3 +195,18 @@ def test_nvlink_behind_a_switch_gives_any_group_the_whole_rate() -> None:
     for size in (2, 4, 8):
         assert comms.place(c, stride=1, size=size).inner.bandwidth == pytest.approx(450e9 * 0.80)
     assert comms.p2p_link(c, stride=1, size=4).bandwidth == pytest.approx(450e9 * 0.80)
+
+
+def test_a_calibrated_scaleup_bandwidth_scales_a_tier_of_its_own_measured_efficiency() -> None:
+    # MI300X's xGMI tier carries its own measured bus efficiency, 0.75 (the catalog's source,
+    # above); the scale-up constant ships at 0.80. A profile's scaleup_bandwidth 0.4 halves the
+    # constant, so it halves the tier's too: 0.75 x 0.4 / 0.8 = 0.375 (hand arithmetic). It was
+    # read only where a tier had none, so on every AMD part a profile changed nothing.
+    c = job("llama3.1-8b", "mi300x-192gb", 64, 4096, 64).cluster
+    xgmi = c.tiers[0]
+    assert xgmi.bus_efficiency == 0.75 and comms.bus_efficiency(xgmi, True) == 0.75
+    with calibratable.calibrated({"scaleup_bandwidth": 0.4}):
+        assert comms.bus_efficiency(xgmi, True) == pytest.approx(0.375)
+        # a TP group of 8 in a node, over its 7 links of 64 GB/s: 448e9 x 0.375
+        assert comms.place(c, stride=1, size=8).inner.bandwidth == pytest.approx(448e9 * 0.375)
+    assert comms.place(c, stride=1, size=8).inner.bandwidth == pytest.approx(448e9 * 0.75)

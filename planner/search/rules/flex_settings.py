@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms
+from planner.model import sm_count
 from planner.search.rules.base import Violation
 
 STASHED_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
@@ -23,7 +23,7 @@ def dispatcher_sms(job: Job, lay: Layout) -> Violation | None:
     sms = lay.moe_flex_dispatcher_num_sms
     if not job.arch.is_moe or lay.moe_token_dispatcher_type != "flex" or sms is None:
         return None
-    total = comms.gpu_sms(job.cluster)
+    total = sm_count.gpu_sms(job.cluster)
     if sms > total:
         return Violation(
             "dispatcher_sms", "parallel.moe_flex_dispatcher_num_sms",

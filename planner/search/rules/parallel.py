@@ -10,7 +10,7 @@ from __future__ import annotations
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms
+from planner.model import sm_count
 from planner.search.rules.base import Violation
 
 
@@ -203,8 +203,8 @@ def experts(job: Job, lay: Layout) -> Violation | None:
 
 def sm_margin(job: Job, lay: Layout) -> Violation | None:
     """Transformer Engine's GEMM SM margin (NVTE_EXT_MARGIN_SM, `Job.gemm_sm_margin`) must leave
-    the GEMMs an SM of the GPU's (`comms.gpu_sms`)."""
-    sms = comms.gpu_sms(job.cluster)
+    the GEMMs an SM of the GPU's (`sm_count.gpu_sms`)."""
+    sms = sm_count.gpu_sms(job.cluster)
     if job.gemm_sm_margin < sms:
         return None
     return Violation(
