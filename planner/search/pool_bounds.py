@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.search.pool_step_bound import Line, order_floor
 from planner.search.solver import Grid, PoolSplitProblem, TailLines
 
 
@@ -29,56 +31,87 @@ class TimeLines:
     as 0, the least a tail is."""
 
 
-def lower_bound_s(p: PoolSplitProblem | TimeLines) -> float:
-    """Seconds no split of the problem beats, memory aside, in the solver's objective
-    (m - 1) max_r t_r + sum_r t_r: the larger of two bounds.
+def lower_bound_s(p: PoolSplitProblem | TimeLines, tight: bool = True) -> float:
+    """Seconds no split of the problem beats, memory aside: a lower bound of the EXACT 1F1B
+    step plus its tail (`planner.model.one_f_one_b.step`, what the exact model scores), not of
+    the solver's closed form (m - 1) max_r t_r + sum_r t_r, which is above the exact step where
+    an earlier stage is the slowest: the larger of two bounds.
 
-    Any order: max_r t_r is at least the slowest stage of the fluid split (each rank at its
-    fastest pool's per-layer time, layers divisible), and sum_r t_r at least every layer at the
-    fastest per-layer time plus each rank's least fixed time.
+    Any order: the step is at least m max_r t_r (`one_f_one_b.floor`, the slowest rank's term),
+    and max_r t_r at least the slowest stage of the fluid split (each rank at its fastest pool's
+    per-layer time, layers divisible).
 
     Per order of the pools (`_order_bound`, the least over the orders): with the order fixed,
     each rank's pool and pool boundaries are known, and so its a_r (fixed time plus the boundary
-    hops) and b_r (per layer) with t_r >= a_r + y_r b_r (recompute adds c_r x recompute_us >= 0).
-    With y_r >= 1 and sum_r y_r = L (real y_r, a relaxation of the integer layers):
-    max_r t_r >= max_r (a_r + b_r), and >= T_w = (L + sum_r a_r / b_r) / sum_r 1 / b_r, as
-    every y_r <= (max_r t_r - a_r) / b_r and they sum to L; sum_r t_r >= sum_r (a_r + b_r)
-    + (L - pp) min_r b_r (every layer past each rank's first at the least per-layer time), and
-    the tail (`_tail_bound`). Each part is minimised separately, so their sum is at most the
-    objective's least value."""
-    return max(_any_order_bound(p), _order_bound(p)) * 1e-6
+    hops) and b_r (per layer) with t_r >= a_r + y_r b_r (recompute adds c_r x recompute_us >= 0),
+    y_r >= 1, sum_r y_r = L: `pool_step_bound.order_floor` (its proof there), plus the tail
+    (`_tail_bound`). Each part is minimised separately, so their sum is at most the least exact
+    step of any split. Without `tight`: `order_floor`'s cheap weightings alone (no simplex)."""
+    return max(_any_order_bound(p), _order_bound(p, tight=tight)) * 1e-6
 
 
 def _any_order_bound(p: PoolSplitProblem | TimeLines) -> float:
-    """`lower_bound_s`'s part for any order, in microseconds."""
-    rates = [1 / max(min(row), 1) for row in p.layer_us]
-    fluid = p.num_layers / sum(rates)
-    total = p.num_layers * min(map(min, p.layer_us)) + sum(max(min(row), 0) for row in p.fixed_us)
-    return (p.microbatches - 1) * fluid + total
+    """`lower_bound_s`'s part for any order, in microseconds: m x the fluid slowest stage T.
+    Rank r's time on any pool is at least a_r + b_r y_r with a_r, b_r its least fixed and
+    per-layer times over the pools (boundary hops >= 0 dropped), so with b_r > 0 every
+    y_r <= (T - a_r) / b_r, and as they sum to L, T >= (L + sum_r a_r / b_r) / sum_r 1 / b_r
+    (0, no bound claimed, where some b_r is not positive)."""
+    least = [(min(f), min(g)) for f, g in zip(p.fixed_us, p.layer_us, strict=True)]
+    if min(b for _, b in least) <= 0:
+        return 0.0
+    fluid = (p.num_layers + sum(a / b for a, b in least)) / sum(1 / b for _, b in least)
+    return p.microbatches * max(fluid, 0.0)
 
 
-def _order_bound(p: PoolSplitProblem | TimeLines) -> float:
-    """`lower_bound_s`'s per-order part in microseconds (0 where a per-layer time is not
-    positive: no bound claimed)."""
+def order_lines(p: PoolSplitProblem | TimeLines, ks: Sequence[int], caps: Grid = ()) -> list[Line]:
+    """Each rank's (a, b, 1, most) in the order `ks` (the ranks' pools): fixed time plus its
+    boundary hops, per-layer time, at most its cap (`caps`, [rank][pool]; empty: L) layers."""
+    L = p.num_layers
+    out = []
+    for r, k in enumerate(ks):
+        a = float(p.fixed_us[r][k])
+        a += p.boundary_us * ((r > 0 and ks[r - 1] != k) + (r + 1 < len(ks) and ks[r + 1] != k))
+        out.append((a, float(p.layer_us[r][k]), 1, min(caps[r][k], L) if caps else L))
+    return out
+
+
+def _order_bound(p: PoolSplitProblem | TimeLines, caps: Grid = (), tight: bool = True) -> float:
+    """`lower_bound_s`'s per-order part in microseconds, each rank within its cap (`caps`;
+    inf: no order fits them)."""
     pp, L, m = sum(p.stages), p.num_layers, p.microbatches
     if pp > L:
         return 0.0
     best = math.inf
-    for order in itertools.permutations(range(len(p.stages))):
+    for order in _orders(p, caps):
         ks = [k for k in order for _ in range(p.stages[k])]
-        a = [float(p.fixed_us[r][k]) for r, k in enumerate(ks)]
-        b = [p.layer_us[r][k] for r, k in enumerate(ks)]
-        if min(b) <= 0:
-            return 0.0
-        for r in range(pp - 1):
-            if ks[r] != ks[r + 1]:
-                a[r] += p.boundary_us
-                a[r + 1] += p.boundary_us
-        slowest = max(max(x + y for x, y in zip(a, b, strict=True)), 0.0)
-        fluid = (L + sum(x / y for x, y in zip(a, b, strict=True))) / sum(1 / y for y in b)
-        total = sum(a) + sum(b) + (L - pp) * min(b)
-        best = min(best, (m - 1) * max(slowest, fluid) + total + _tail_bound(p, ks))
+        bound = order_floor(order_lines(p, ks, caps), L, m, tight)
+        if bound < best:
+            best = min(best, bound + _tail_bound(p, ks))
     return best
+
+
+def _orders(p: PoolSplitProblem | TimeLines, caps: Grid) -> list[tuple[int, ...]]:
+    """The pools' orders, twins (equal stages and columns in every table the bound reads) in
+    index order only: swapping twins changes no rank's lines, hops or tail."""
+    grids = (p.fixed_us, p.layer_us, *(g for line in p.tail_us for g in line), caps)
+    cols = [
+        (p.stages[k], tuple(tuple(row[k] for row in g) for g in grids))
+        for k in range(len(p.stages))
+    ]
+    return [
+        o
+        for o in itertools.permutations(range(len(p.stages)))
+        if all(cols[i] != cols[j] or i < j for i, j in itertools.combinations(o, 2))
+    ]
+
+
+def capped_bound_s(p: PoolSplitProblem | TimeLines, caps: Grid) -> float | None:
+    """`lower_bound_s` with each rank on pool k at most caps[r][k] layers (its pool's host:
+    `planner.search.pool_host`), so no less than it (None: no order fits the caps)."""
+    if sum(p.stages) > p.num_layers:
+        return None
+    bound = _order_bound(p, caps)
+    return None if bound == math.inf else max(bound, _any_order_bound(p)) * 1e-6
 
 
 def _tail_bound(p: PoolSplitProblem | TimeLines, ks: list[int]) -> float:

@@ -28,6 +28,7 @@ from planner.search.pool_order import (
     order_ranks,
     rank_pools,
 )
+from planner.search.pool_step_bound import order_floor
 from planner.search.solver import (
     PoolSplit,
     PoolSplitProblem,
@@ -189,13 +190,23 @@ def recompute_bound(p: PoolSplitProblem, target: float = math.inf) -> float | No
 
 
 def split_bound(p: PoolSplitProblem) -> float | None:
-    """A lower bound of the objective over every N (None: nothing fits): N = 0's optimum, or
-    `recompute_bound`, the less."""
-    exact = linear_optimum(p)
-    rb = recompute_bound(p)
-    if exact is None:
-        return rb
-    return float(exact) if rb is None else min(float(exact), rb)
+    """A lower bound of the EXACT 1F1B step plus tail (`pool_step_bound`, not of the solver's
+    closed form, which is above it where an earlier stage is the slowest) over every split and
+    every N (None: nothing fits), memory-aware: per order, each rank's layers within what its
+    memory allows at its least over every N (`order_ranks` with `least_memory` where recompute
+    is on: N = 0's memory is no less, recompute_mib <= 0), its time without recompute (which
+    only adds), `pool_step_bound.order_floor` plus the order's least tail (`least_tail`)."""
+    best = math.inf
+    for ks in rank_pools(p):
+        ranks = order_ranks(p, ks, p.recompute)
+        if ranks is None:
+            continue
+        floor = order_floor(
+            [(a, b, lo, hi) for a, b, lo, hi, _ in ranks], p.num_layers, p.microbatches
+        )
+        if floor < best:
+            best = min(best, floor + (least_tail(ranks, p.num_layers) or 0))
+    return None if best == math.inf else best
 
 
 def _convex_best(rows: list[list[float]], L: int, m: int, best: float) -> float:
@@ -248,16 +259,15 @@ def best_splits(p: PoolSplitProblem, cutoff_us: float | None = None) -> list[Poo
     """The optimal assignments of `p` (`solve_pools`'s objective), best first: where no N >= 1
     can beat N = 0 (`recompute_bound`), every optimal one with N = 0 by enumeration
     (`optimal_splits`: the fewest layers recomputed), else CP-SAT's (`solve_pools`); [] when
-    none fits, or when the bound over every N is at least `cutoff_us` (the split cannot enter
-    the top)."""
+    none fits, or, before CP-SAT, when `split_bound` (of the exact step over every split and N)
+    is at least `cutoff_us`, an exact step (the split cannot enter the top)."""
     if sum(p.stages) > p.num_layers or not may_fit(p):
         return []
     ties = optimal_splits(p)
-    target = min([*(t.objective for t in ties[:1]), math.inf if cutoff_us is None else cutoff_us])
-    rb = recompute_bound(p, target)
+    rb = recompute_bound(p, ties[0].objective if ties else math.inf)
     if rb is None or (ties and rb >= ties[0].objective):
         return ties
-    if cutoff_us is not None and min([rb, *(t.objective for t in ties[:1])]) >= cutoff_us:
-        return []
+    if cutoff_us is not None and (least := split_bound(p)) is not None and least >= cutoff_us:
+        return []  # not the closed-form values: the cut is an exact step
     split = solve_pools(p)
     return [] if split is None else [split]

@@ -27,8 +27,8 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import host_memory, pools
+from planner.search import pool_bounds
 from planner.search.pool_bounds import TimeLines
-from planner.search.pool_enum import linear_optimum
 from planner.search.pool_plan import PoolPlan
 from planner.search.solver import Grid, PoolSplitProblem
 
@@ -99,29 +99,12 @@ def tightened(job: Job, p: PoolSplitProblem, plan: PoolPlan) -> PoolSplitProblem
 
 def capped_bound_s(times: TimeLines, caps: Grid) -> float | None:
     """Seconds no split within the layer caps `caps` beats, the GPUs' memory aside (None: no
-    split keeps every stage within its pool's host): the least objective of the time lines with
-    no block recompute, each rank's layers within its cap (`pool_enum.linear_optimum`, exact for
-    that relaxation; recompute only adds time, recompute_us >= 0, and the tails do not read it),
-    so no less than `pool_bounds.lower_bound_s`, which drops the caps and the integers too."""
-    zeros = tuple((0,) * len(times.stages) for _ in times.fixed_us)
-    relaxed = PoolSplitProblem(
-        num_layers=times.num_layers,
-        stages=times.stages,
-        capacity_mib=(0,) * len(times.stages),
-        fixed_mib=zeros,
-        layer_mib=zeros,
-        recompute_mib=zeros,
-        fixed_us=times.fixed_us,
-        layer_us=times.layer_us,
-        recompute_us=times.recompute_us,
-        boundary_us=times.boundary_us,
-        microbatches=times.microbatches,
-        recompute=False,
-        tail_us=times.tail_us,
-        most_layers=caps,
-    )
-    best = linear_optimum(relaxed)
-    return None if best is None else best * 1e-6
+    split keeps every stage within its pool's host): a lower bound of the EXACT 1F1B step plus
+    its tail over the splits of each order with every rank's layers within its cap
+    (`pool_bounds.capped_bound_s`, `pool_step_bound.order_floor`: recompute only adds time,
+    recompute_us >= 0, and the tails do not read it), so no less than
+    `pool_bounds.lower_bound_s`, which drops the caps."""
+    return pool_bounds.capped_bound_s(times, caps)
 
 
 def caps_allow(caps: Grid, stages: tuple[int, ...], num_layers: int) -> bool:

@@ -1,7 +1,12 @@
 """`planner suggest` on a cluster of pools (issue 25): the uniform degrees searched here, the
 per-stage part (layers per stage, the pools' order, block recompute) exactly
 (`planner.search.pools.plan_split`), every answer scored by the exact model; a layout
-whose split's bound is no better than the top-th best step so far is not solved.
+whose split's bound is no better than the top-th best step so far is not solved. The split is
+chosen by the solver's objective, 1F1B's closed form, and scored by the exact step
+(`one_f_one_b.step`, no more than the closed form): the top K are certified as "each layout's
+best split under the solver's objective, scored exactly", the bounds being of the exact step of
+every split (`planner.search.pool_step_bound`), so of that one's too; a split the closed form
+ranks lower may have a shorter exact step, and is not sought.
 
 The degrees: tp a power of two within every pool's node and dividing the attention heads and
 query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool
@@ -42,8 +47,8 @@ from planner.search.pool_recompute import needless, recompute_rungs
 from planner.search.pools import (
     Recomputed,
     apply,
+    floor_lines,
     host_caps,
-    lines_floor,
     plan_split,
     problem,
     time_lines,
@@ -285,39 +290,53 @@ def _by_bound(
 ) -> Iterator[tuple[Layout, TimeLines, float]]:
     """The layouts with their time lines and bound, in order of the bound (then of `todo`):
     `lower_bound_s`, or where the plan offloads to the hosts the larger `capped_bound_s` (the
-    split within each pool's host: `pools.host_caps`); a layout no split of which fits the
-    hosts goes to `refused` instead. Each layout's lines are computed only when it may come
-    next: queued first on `lines_floor`, no more than that bound, again on `lower_bound_s` once
-    it comes first, and on the capped bound once that comes first, so in the order of a sort by
-    the bound, without the lines of the layouts the search never reaches. A stage's time per
-    micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines (and of
-    floors) serves a layout's ZeRO stages."""
+    split within each pool's host: `pools.host_caps`), each a bound of the exact step of every
+    split (`pool_step_bound`); a layout no split of which fits the hosts goes to `refused`
+    instead. Each layout's bounds are computed only when it may come next: queued first on
+    `lower_bound_s` of `pools.floor_lines` without the simplex (`tight` off), again with it once
+    it comes first, again on `lower_bound_s` of its time lines once that comes first, and on
+    the capped bound once that comes first, each time the larger of the bounds so far (each
+    bounds the same steps), so in the order of a sort by the last, without the simplex or the
+    lines of the layouts the search never reaches. A stage's time per micro-batch does not read
+    the ZeRO stage (`stage_time._FIXED`): one set of lines (and of floors) serves a layout's
+    ZeRO stages."""
     plains = [lay.with_(zero_stage=ZERO_STAGES[0]) for lay in todo]
-    floors: dict[Layout, float] = {}
+    least: dict[Layout, TimeLines | None] = {}  # floor lines
+    floors: dict[tuple[Layout, bool], float] = {}
     lines: dict[Layout, TimeLines] = {}
-    queue: list[tuple[float, int, int]] = []  # (bound, place, what the bound is: 0, 1, 2)
+    queue: list[tuple[float, int, int]] = []  # (bound, place, what the bound is: 0 .. 3)
     caps = [host_caps(job, lay) for lay in todo]
+
+    def floor(plain: Layout, tight: bool) -> float:
+        if (plain, tight) not in floors:
+            if plain not in least:
+                least[plain] = floor_lines(job, plain)
+            low = least[plain]
+            floors[plain, tight] = 0.0 if low is None else lower_bound_s(low, tight) * (1 - 1e-9)
+        return floors[plain, tight]
+
     for i, plain in enumerate(plains):
         if not caps_allow(caps[i], pool_stages(job, plain), job.arch.num_layers):
             refused.append(todo[i])  # some pool's host holds too few layers in every order
             continue
-        if plain not in floors:
-            floors[plain] = lines_floor(job, plain)
-        queue.append((floors[plain], i, 0))
+        queue.append((floor(plain, False), i, 0))
     heapq.heapify(queue)
     while queue:
         bound, i, stage = heapq.heappop(queue)
         plain = plains[i]
-        if stage == 2:
+        if stage == 3:
             yield todo[i], lines[plain], bound
             continue
         if stage == 0:
+            heapq.heappush(queue, (max(bound, floor(plain, True)), i, 1))
+            continue
+        if stage == 1:
             if plain not in lines:
                 lines[plain] = time_lines(job, plain, recomputed)
-            heapq.heappush(queue, (lower_bound_s(lines[plain]), i, 1))
+            heapq.heappush(queue, (max(bound, lower_bound_s(lines[plain])), i, 2))
             continue
         capped = capped_bound_s(lines[plain], caps[i]) if caps[i] else bound
         if capped is None:
             refused.append(todo[i])
         else:
-            heapq.heappush(queue, (max(bound, capped), i, 2))
+            heapq.heappush(queue, (max(bound, capped), i, 3))

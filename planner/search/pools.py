@@ -34,7 +34,7 @@ from planner.model import comms, cost, fp32, memory, pools
 from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
 from planner.search.bound import rank_stage_times
-from planner.search.pool_bounds import TimeLines, lower_bound_s
+from planner.search.pool_bounds import TimeLines
 from planner.search.pool_enum import best_splits
 from planner.search.pool_host import host_ok, layer_caps, pins_host, tightened
 from planner.search.pool_plan import PoolPlan
@@ -301,19 +301,20 @@ def apply(job: Job, layout: Layout, split: PoolSplit) -> tuple[Job, Layout]:
     return ordered, lay
 
 
-def lines_floor(job: Job, layout: Layout) -> float:
-    """No more than `lower_bound_s(time_lines(job, layout))`, without the exact model's
-    estimates: `lower_bound_s` of lines whose every coefficient is no more than `time_lines`'
-    (it only grows with each fixed and per-layer time), less 1e-9 of itself for rounding.
+def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
+    """Lines whose every coefficient is no more than `time_lines`', without the exact model's
+    estimates: each bound of their least exact step (`pool_bounds.lower_bound_s`, less 1e-9 of
+    itself for rounding) bounds the exact lines' too, the step only growing with each stage
+    time, and so does `lower_bound_s` of the exact lines but for the simplex's rounding.
 
     A rank's stage time at the two sample counts, as `bound.rank_stage_times` sums it from the
     layer times, leaves out only terms that are >= 0 and the same at both counts (its sends, a
     vision encoder): its line through them has the exact line's slope and no more than its
     intercept. `time_lines` rounds both to the microsecond (by 1/2 at most); here 1 us less,
-    rounded down. None of it claimed (0) for other training codes than Megatron, or with the
-    deferred output-layer weight gradients (tests/search/test_pool_floor.py checks it below)."""
+    rounded down. None for other training codes than Megatron, or with the deferred
+    output-layer weight gradients (tests/search/test_pool_floor.py checks it below)."""
     if job.framework != "megatron" or layout.defer_embedding_wgrad_compute:
-        return 0.0
+        return None
     pp = layout.pp
     ya, yb, at = _at(job, layout)
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in ("ft", "lt")}
@@ -330,7 +331,7 @@ def lines_floor(job: Job, layout: Layout) -> float:
             grids["ft"][r].append(math.floor(min(lines[0][0], lines[1][0]) - 1))
             grids["lt"][r].append(math.floor(lines[0][1] - 1))
     g = {n: tuple(tuple(row) for row in rows) for n, rows in grids.items()}
-    least = TimeLines(
+    return TimeLines(
         num_layers=job.arch.num_layers,
         fixed_us=g["ft"],
         layer_us=g["lt"],
@@ -339,7 +340,6 @@ def lines_floor(job: Job, layout: Layout) -> float:
         stages=pools.pool_stages(job, layout),
         boundary_us=round(_boundary_s(job, layout) * 1e6),
     )
-    return lower_bound_s(least) * (1 - 1e-9)
 
 
 def plan_split(
