@@ -159,6 +159,8 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
             if _given(p, name):
                 why = f'moe_token_dispatcher_type is "{lay.moe_token_dispatcher_type}", not "flex"'
                 yield _note(p, "parallel", name, why)
+    if p.sequence_parallel and lay.tp == 1:  # arguments.py:1433-1439 d98e8a64
+        yield _note(p, "parallel", "sequence_parallel", "tp is 1 (Megatron turns it off there)")
     if _given(p, "cp_comm_type") and lay.cp == 1:
         yield _note(p, "parallel", "cp_comm_type", "cp is 1")
     if _given(p, "microbatch_group_size_per_vp_stage") and lay.vpp == 1:

@@ -116,14 +116,23 @@ def _fsdp2(line: Line) -> Problem:
     return None
 
 
+def moe_needs_sequence_parallel(experts: bool, tp: int, sequence_parallel: bool) -> bool:
+    """Whether Megatron's MoE layer raises ValueError at its first training forward: a model
+    with experts, an attention TP group of more than one rank (MoELayer's attn_tp_group is the
+    TP group, transformer MoE moe_layer.py:181 d98e8a64) and no sequence parallelism
+    (moe_layer.py:636-640); whatever the dispatcher or expert TP. The Megatron-args reader
+    (`first_problem`) and the plan's rule (`rules.parallel.sequence_parallel`) share it."""
+    return experts and tp > 1 and not sequence_parallel
+
+
 def _moe_sequence_parallel(line: Line, trains: bool) -> Problem:
     tp = line.integer("--tensor-model-parallel-size") or 1
-    experts = line.integer("--num-experts")
-    if trains and experts and tp > 1 and not line.has("--sequence-parallel"):
+    experts = bool(line.integer("--num-experts"))
+    if trains and moe_needs_sequence_parallel(experts, tp, line.has("--sequence-parallel")):
         return "--sequence-parallel", (
             f"not given with experts at tensor-parallel size {tp}: the first MoE layer's "
-            "forward in training raises ValueError (megatron/core/transformer/moe/moe_layer.py:"
-            "636-640); add --sequence-parallel"
+            "forward in training raises ValueError (Megatron-Core transformer MoE "
+            "moe_layer.py:636-640); add --sequence-parallel"
         )
     return None
 

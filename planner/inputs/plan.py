@@ -206,8 +206,12 @@ def check_t5(training: TrainingSection, arch: ModelArch, where: str) -> None:
 
 
 def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModule, ...]:
-    """`training.cuda_graph_modules` as the job keeps it, checked as Megatron-Core checks it
-    (TransformerConfig, d98e8a64): only with CUDA graphs, and moe_preprocess with moe_router."""
+    """`training.cuda_graph_modules` as the job keeps it, checked and completed as Megatron-Core
+    does (TransformerConfig, d98e8a64): only with CUDA graphs; the local implementation (None's,
+    which `planner launch` writes, too) appends moe_router where moe_preprocess is named
+    (transformer_config.py:2806-2816), so its later checks (moe with moe_router, a region of
+    experts on a dense model: `rules.graphs.module_conflict`) see the router; Transformer
+    Engine's asserts moe_preprocess with moe_router (transformer_config.py:2821-2824)."""
     mods = training.cuda_graph_modules
     if not mods:
         return ()
@@ -216,9 +220,11 @@ def _graph_modules(training: TrainingSection, where: str) -> tuple[CudaGraphModu
             f"{where}: training.cuda_graph_modules: {mods} needs training.cuda_graphs = true"
         )
     if "moe_preprocess" in mods and "moe_router" not in mods:
+        if training.cuda_graph_impl in (None, "local"):
+            return (*dict.fromkeys(mods), "moe_router")
         raise InputError(
-            f"{where}: training.cuda_graph_modules: moe_preprocess needs moe_router (Megatron-Core "
-            f"asserts it; got {mods})"
+            f"{where}: training.cuda_graph_modules: moe_preprocess needs moe_router under "
+            f'cuda_graph_impl "{training.cuda_graph_impl}" (Megatron-Core asserts it; got {mods})'
         )
     return tuple(dict.fromkeys(mods))
 

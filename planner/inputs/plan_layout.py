@@ -76,7 +76,9 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         dp = n // model_size
     else:
         dp = section.dp
-    sp = section.sequence_parallel if section.sequence_parallel is not None else section.tp > 1
+    # Megatron turns sequence parallelism off at tp 1, with a warning (arguments.py:1433-1439
+    # d98e8a64), before it asserts it on for TP overlap (:1441): read so (`inert` notes it)
+    sp = section.sequence_parallel is not False and section.tp > 1
     _stages_fit(job, section, where)
     if section.recompute_modules == () and section.recompute == "selective":
         raise InputError(

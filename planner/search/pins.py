@@ -282,7 +282,7 @@ def _no_option(job: Job, space: Space, structs: list[Structure]) -> tuple[str, b
             True,
         )
     # 8. The pipeline schedule runs the step's micro-batches m = global_batch_size / (dp x mbs):
-    # Megatron's interleaved one needs m >= pp and a multiple of it (its default group of pp,
+    # Megatron's interleaved one needs m >= pp (in the group the search gives it, `space.group_of`,
     # `rules.parallel.interleaved_microbatches`; vpp 1 always runs), torchtitan's as
     # `torch_schedules.unmodelled` and `[torchtitan] gradient_accumulation_steps` say
     # (`rules.torchtitan_shapes.schedule`). The most micro-batches a structure gets is its
@@ -294,7 +294,9 @@ def _no_option(job: Job, space: Space, structs: list[Structure]) -> tuple[str, b
         m = gbs // (s.dp * mbs)
         for v in vpps(s):
             rule = torchtitan_shapes.schedule if titan else parallel_rules.vpp
-            broken = rule(job, s.layout(vpp=v, micro_batch_size=mbs))
+            group = space_mod.group_of(job, s.pp, s.dp, v, mbs)
+            lay = s.layout(vpp=v, micro_batch_size=mbs, microbatch_group_size_per_vp_stage=group)
+            broken = rule(job, lay)
             if broken is not None and (example is None or m > example[0]):
                 where = f"pp {s.pp} vpp {v} dp {s.dp} mbs {mbs}"
                 example = (m, where, broken.message)

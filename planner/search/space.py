@@ -23,6 +23,7 @@ from planner.inputs.torchtitan_pipeline import v_stages
 from planner.model.torch_schedules import unmodelled
 from planner.search import rules
 from planner.search.rules.context import exchange_for
+from planner.search.rules.parallel import least_group
 from planner.search.rules.torchtitan_shapes import stages_wanted
 from planner.search.rungs import Ladder, Rung, overlap_rungs, rung_tuples
 from planner.search.space_bounds import CP_BOUND, Space
@@ -167,8 +168,8 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
 def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
     """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's with the
     stages per rank it takes (`torchtitan_shapes.stages_wanted`) as
-    `torch_schedules.unmodelled` says, Megatron's interleaved one in whole groups of pp (its
-    default group: `rules.interleaved_microbatches`): with `[torchtitan]
+    `torch_schedules.unmodelled` says, Megatron's interleaved one wherever some micro-batch
+    group runs m (`group_of`): with `[torchtitan]
     gradient_accumulation_steps` k > 1, pipelines whose k schedules split m evenly, each as
     unmodelled says (`rules.torchtitan_shapes._accumulation`)."""
     if job.framework == "torchtitan":
@@ -179,7 +180,19 @@ def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
         if pp > 1 and stages_wanted(name, vpp) is not None:
             return False  # a pinned schedule's stages per rank (QA: vpp 4 under ZB-V ranked)
         return unmodelled(name, pp, m // k) is None
-    return vpp == 1 or (m % pp == 0 and m >= pp)
+    return vpp == 1 or least_group(pp, m) is not None
+
+
+def group_of(job: Job, pp: int, dp: int, vpp: int, mbs: int) -> int | None:
+    """The micro-batch group a Megatron layout of the search runs: the smallest Megatron takes
+    (`rules.parallel.least_group`, schedules.py:1160-1180 d98e8a64), None where that is its
+    default pp (model_parallel_config.py:567-568) or nothing is grouped (vpp 1, torchtitan).
+    Never slower in planner's model: the step reads the group only through the EP overlap's
+    unmerged warm-up (`schedule.unmerged_share`), which grows with it."""
+    if vpp == 1 or job.framework == "torchtitan":
+        return None
+    g = least_group(pp, job.global_batch_size // (dp * mbs))
+    return None if g == pp else g
 
 
 def zero_stages(space: Space, base: Layout) -> list[int]:
@@ -308,8 +321,10 @@ class ShapeBases:
 
     def shape_fields(self, mbs: int, vpp: int, split: Split) -> dict[str, Any]:
         """The fields a shape sets on the structure's plains."""
+        group = group_of(self.job, self.s.pp, self.s.dp, vpp, mbs)
         return {
             "vpp": vpp,
+            "microbatch_group_size_per_vp_stage": group,
             "v_stages": v_stages(self.job, vpp),  # torchtitan's V schedules place stages in a V
             "micro_batch_size": mbs,
             **split_fields(split),
@@ -338,18 +353,20 @@ class ShapeBases:
         return out
 
 
-def at_micro_batch(shape: list[Base], mbs: int) -> list[Base]:
+def at_micro_batch(shape: list[Base], mbs: int, job: Job) -> list[Base]:
     """`bases` of the same structure, vpp and split at micro-batch size `mbs`: each base with its
-    layout's micro_batch_size set, and the same rungs. Nothing else `bases` decides reads the
-    micro-batch size: the dispatchers read the structure, the rungs (`rungs.rungs`) the split and
-    the TP overlap, `rules.expert_overlap` the degrees, vpp, dispatcher and recompute
-    (tests/search/test_search_memo.py checks it over every option of the brute-forced
-    problems)."""
+    layout's micro_batch_size and micro-batch group (`group_of`) set, and the same rungs.
+    Nothing else `bases` decides reads the micro-batch size: the dispatchers read the
+    structure, the rungs (`rungs.rungs`) the split and the TP overlap, `rules.expert_overlap`
+    the degrees, vpp, dispatcher and recompute (tests/search/test_search_memo.py checks it over
+    every option of the brute-forced problems)."""
     if all(b.layout.micro_batch_size == mbs for b in shape):
         return shape
+    lay = shape[0].layout  # all() is true of no base: there is one
+    group = group_of(job, lay.pp, lay.dp, lay.vpp, mbs)
+    new = {"micro_batch_size": mbs, "microbatch_group_size_per_vp_stage": group}
     return [
-        _base(b.layout.with_(micro_batch_size=mbs), b.single, b.ladders, b.twin_takes, b.twin_timed)
-        for b in shape
+        _base(b.layout.with_(**new), b.single, b.ladders, b.twin_takes, b.twin_timed) for b in shape
     ]
 
 

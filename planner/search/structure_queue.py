@@ -140,7 +140,7 @@ class Bases:
                     self.make = ShapeBases(self.job, self.space, self.s)
                 shape = self.make(mbs, vpp, split)
                 self.shapes[vpp, split] = shape
-            self.memo[key] = at_micro_batch(shape, mbs)
+            self.memo[key] = at_micro_batch(shape, mbs, self.job)
         return self.memo[key]
 
 

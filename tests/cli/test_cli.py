@@ -423,9 +423,34 @@ def test_explain_human_output_names_the_bottleneck() -> None:
 def test_megatron_warnings_are_reported_not_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Mixtral with ep 2 and tp 2 without sequence parallelism: Megatron-LM's
-    # ModelParallelConfig.__post_init__ warns and trains, so check exits 0 or 1 (never 2),
-    # names the field on stderr and lists the warning in --json
+    # Megatron-FSDP (ZeRO 3) with pp 2: Megatron asserts nothing of the pair, and its own
+    # tests never run it (`rules.feature_warnings.fsdp_untested`), so check exits 0 or 1 (never
+    # 2), names the field on stderr and lists the warning in --json
+    plan = tmp_path / "fsdp.toml"
+    plan.write_text(
+        '[model]\nname = "llama3.1-8b"\n'
+        '[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 16\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 64\n"
+        '[parallel]\ntp = 1\npp = 2\nzero_stage = 3\nrecompute = "full"\n'
+    )
+    for command in ("check", "explain"):
+        code, out, err = run([command, str(plan), "--json"], capsys)
+        assert code in (0, 1), err
+        (line,) = json.loads(out)["warnings"]
+        assert line.startswith(f"{plan}: parallel.zero_stage: Megatron-FSDP (zero_stage 3)")
+        assert f"planner: warning: {line}" in err
+    # at ZeRO 1 there is nothing to warn about
+    plan.write_text(plan.read_text().replace("zero_stage = 3", "zero_stage = 1"))
+    _, out, err = run(["check", str(plan), "--json"], capsys)
+    assert json.loads(out)["warnings"] == [] and "warning" not in err
+
+
+def test_moe_with_tp_without_sequence_parallel_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Mixtral with tp 2 and ep 2 without sequence parallelism: Megatron's MoE layer raises
+    ValueError at its first training forward (transformer MoE moe_layer.py:636-640 d98e8a64),
+    so check exits 2 naming the field, no traceback."""
     plan = tmp_path / "moe.toml"
     plan.write_text(
         '[model]\nname = "mixtral-8x7b"\n'
@@ -433,16 +458,9 @@ def test_megatron_warnings_are_reported_not_refused(
         "[training]\nseq_length = 4096\nglobal_batch_size = 64\n"
         '[parallel]\ntp = 2\npp = 2\nep = 2\nsequence_parallel = false\nrecompute = "full"\n'
     )
-    for command in ("check", "explain"):
-        code, out, err = run([command, str(plan), "--json"], capsys)
-        assert code in (0, 1), err
-        (line,) = json.loads(out)["warnings"]
-        assert line.startswith(f"{plan}: parallel.sequence_parallel: Megatron warns")
-        assert f"planner: warning: {line}" in err
-    # with sequence parallelism there is nothing to warn about
-    plan.write_text(plan.read_text().replace("false", "true"))
-    _, out, err = run(["check", str(plan), "--json"], capsys)
-    assert json.loads(out)["warnings"] == [] and "warning" not in err
+    code, _, err = run(["check", str(plan)], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"{plan}: parallel.sequence_parallel: experts at tensor_model_parallel_size 2" in err
 
 
 def explained_parts(plan: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, float], str]:

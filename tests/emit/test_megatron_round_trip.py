@@ -146,12 +146,18 @@ def test_cuda_graphs_emit_mcore_graphs_and_read_back() -> None:
 
 def test_graph_modules_need_graphs_and_the_router_first() -> None:
     """training.cuda_graph_modules is refused without cuda_graphs, and moe_preprocess without
-    moe_router (TransformerConfig asserts it), naming the field."""
+    moe_router under Transformer Engine's graphs (TransformerConfig asserts it there,
+    transformer_config.py:2821-2824 d98e8a64), naming the field."""
     with pytest.raises(InputError, match=r"training\.cuda_graph_modules.*cuda_graphs"):
         make_plan("llama3.1-8b", 16, {"tp": 2}, cuda_graph_modules=["attn"])
     with pytest.raises(InputError, match=r"training\.cuda_graph_modules.*moe_router"):
         make_plan(
-            "mixtral-8x7b", 16, {"ep": 8}, cuda_graphs=True, cuda_graph_modules=["moe_preprocess"]
+            "mixtral-8x7b",
+            16,
+            {"ep": 8},
+            cuda_graphs=True,
+            cuda_graph_impl="transformer_engine",
+            cuda_graph_modules=["moe_preprocess"],
         )
 
 

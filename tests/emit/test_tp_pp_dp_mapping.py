@@ -102,6 +102,19 @@ def test_moe_needs_expert_tp_x_ep_equal_to_tp_x_cp() -> None:
     assert ok.layout is not None and ok.layout.expert_dp == ok.layout.dp == 8
 
 
+def test_a_dense_model_with_cp_and_pp_is_refused_too() -> None:
+    """Megatron builds the expert grid for a dense model too (parallel_state.py:870-895, etp =
+    tp, ep = 1) and asserts its data-parallel size equal to the dense one's whenever the order
+    does not end in pp (:898-901). Llama 3.1 8B on 16 GPUs, tp 2 pp 2 cp 2: dense dp = 16 /
+    (2 x 2 x 2) = 2, expert dp = 16 / (2 x 1 x 2) = 4, so Megatron asserts; cp 1 (dp 4): both
+    16 / (2 x 2) = 4, it runs."""
+    parallel = {**PARALLEL, "pp": 2, "cp": 2}
+    with pytest.raises(InputError, match=r"expert tp x ep \(2\) equal to tp x cp \(4\)"):
+        check_plan(make_plan("llama3.1-8b", 16, parallel, seq_length=8192))
+    ok = check_plan(make_plan("llama3.1-8b", 16, {**parallel, "cp": 1}))
+    assert ok.layout is not None and ok.layout.dp == 4
+
+
 def test_checks_advice_keeps_to_the_order() -> None:
     """A rule, not an input check, so `check`'s single changes never break it (QA: ep 2 -> 8 and
     tp 2 -> 4 were advised to a Qwen3-30B-A3B plan at pp 2, each then refused)."""

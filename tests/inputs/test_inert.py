@@ -207,3 +207,17 @@ def test_offload_under_full_recompute_is_inert_only_where_no_layer_is_left_whole
     )
     plan = load_plan(write(tmp_path, plan_text(model=MOE_MODEL, parallel=parallel), "moe.toml"))
     assert ("parallel.offload_modules" in [f for f, _ in plan.inert]) == warned
+
+
+def test_sequence_parallel_at_tp_1_is_named_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Megatron turns sequence parallelism off at tp 1 with a warning, not an error
+    (arguments.py:1433-1439 d98e8a64): check takes the plan and names the setting."""
+    parallel = '[parallel]\ntp = 1\npp = 1\nzero_stage = 1\nrecompute = "full"\n'
+    parallel += "sequence_parallel = true\n"
+    path = write(tmp_path, plan_text(parallel=parallel))
+    code, out, err = run(["check", str(path), "--json"], capsys)
+    assert code == 0, err
+    line = f"{path}: parallel.sequence_parallel: sequence_parallel = true has no effect"
+    assert any(w.startswith(line) for w in json.loads(out)["warnings"])

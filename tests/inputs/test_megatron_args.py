@@ -622,12 +622,16 @@ def test_cuda_graph_modules_are_read(extra: str, modules: tuple[str, ...]) -> No
     ("extra", "flag"),
     [
         ("--cuda-graph-impl local --cuda-graph-modules attention", "--cuda-graph-modules"),
-        ("--cuda-graph-impl local --cuda-graph-modules moe_preprocess", "moe_preprocess"),
+        (
+            "--cuda-graph-impl transformer_engine --cuda-graph-modules moe_preprocess",
+            "moe_preprocess",
+        ),
     ],
 )
 def test_bad_cuda_graph_modules_are_bad_input(extra: str, flag: str) -> None:
-    """A region Megatron-Core does not know, and moe_preprocess without moe_router (Megatron-Core
-    asserts it), are refused naming what is wrong."""
+    """A region Megatron-Core does not know, and moe_preprocess without moe_router under
+    Transformer Engine's graphs (transformer_config.py:2821-2824 d98e8a64 asserts it; the local
+    implementation appends the router first, :2806-2816), are refused naming what is wrong."""
     text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
     with pytest.raises(InputError, match=flag):
         parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 16))

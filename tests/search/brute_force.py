@@ -78,6 +78,19 @@ def _user_ok(space: Space, lay: Layout, domain: int) -> bool:
     return all(getattr(space, k).admits(v) for k, v in degrees.items())
 
 
+def smallest_group(pp: int, vpp: int, m: int) -> int | None:
+    """The micro-batch group of an interleaved layout, by Megatron's rule at schedules.py:
+    1160-1180 (d98e8a64: ValueError unless pp <= g <= m, RuntimeError if 0 < m mod g < pp),
+    the smallest g it takes (the least warm-up: 2 (pp - r - 1) + (vpp - 1) g forwards,
+    schedules.py:960-965); None where that is Megatron's default, pp
+    (model_parallel_config.py:567-568), or vpp is 1. Where no g runs (m < pp), pp, which the
+    rules then refuse."""
+    if vpp == 1:
+        return None
+    runs = [g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp]
+    return None if not runs or runs[0] == pp else runs[0]
+
+
 def all_layouts(job: Job, space: Space) -> list[Layout]:
     """Every base layout of the space that Megatron's rules and the user's rules accept (before
     ZeRO and the memory-saving rungs, which `all_variants` expands)."""
@@ -110,6 +123,9 @@ def all_layouts(job: Job, space: Space) -> list[Layout]:
                         ep=ep,
                         etp=etp,
                         vpp=vpp,
+                        microbatch_group_size_per_vp_stage=smallest_group(
+                            pp, vpp, gbs // (dp * mbs)
+                        ),
                         sequence_parallel=sp,
                         micro_batch_size=mbs,
                         **split_fields(split),
@@ -256,6 +272,12 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
     "llama8b-tiny-memory": (
         make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, memory_gib=24),
         Space(zero_stages=(0, 1)),
+    ),
+    "llama8b-micro-batch-groups": (
+        # global batch 6 on tp 2: pp 4 dp 1 runs m = 6 micro-batches, pp 2 dp 2 runs 3, neither
+        # a multiple of pp: interleaving needs a micro-batch group other than pp (6 and 3)
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 4096, 6),
+        Space(tp=Bound(2, 2), cp=Bound(1, 1), mbs=Bound(1, 2), vpp=Bound(1, 4)),
     ),
     "llama70b-uneven": (
         # no interleaving: the CP-SAT split (41, 39) beats the even one

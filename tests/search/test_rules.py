@@ -24,7 +24,7 @@ from planner.inputs.plan_layout import layout_from_section
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_resolve import resolve_cluster
 from planner.search import rules
-from planner.search.rules import Violation, check_plan, violations, warnings
+from planner.search.rules import Violation, check_plan, violations
 
 # llama3.1-8b: 32 layers, 32 heads, 8 query groups, RoPE, dense
 # mixtral-8x7b: 32 layers, 32 heads, 8 query groups, 8 experts
@@ -256,20 +256,25 @@ def test_expert_grid_must_divide_world() -> None:
     assert "(2 x 8 x 1 = 16)" in v.message
 
 
-def test_moe_with_tp_without_sequence_parallel_is_only_warned() -> None:
-    # ModelParallelConfig.__post_init__ warns (does not raise) when ep > 1 and tp > 1 run
-    # without sequence parallelism
+def test_moe_with_tp_without_sequence_parallel_is_refused() -> None:
+    """ModelParallelConfig only warns, but the MoE layer raises ValueError at its first training
+    forward wherever its attention TP group (the TP group, transformer MoE moe_layer.py:181
+    d98e8a64) has more than one rank and sequence parallelism is off (moe_layer.py:636-640),
+    at any ep, dispatcher or expert TP."""
     job = make_job("mixtral-8x7b", num_gpus=8)
-    lay = Layout(tp=2, dp=4, ep=2, sequence_parallel=False)
-    assert_ok(job, lay)
-    (w,) = [w for w in warnings(job, lay) if w.rule == "moe_sp"]
-    assert w.field == "parallel.sequence_parallel"
-    assert "expert_model_parallel_size (2)" in w.message
-    assert "tensor_model_parallel_size (2)" in w.message
-    # with ep 1 Megatron says nothing; with sequence parallelism neither
-    assert not [w for w in warnings(job, Layout(tp=2, dp=4)) if w.rule == "moe_sp"]
-    sp = Layout(tp=2, dp=4, ep=2, sequence_parallel=True)
-    assert not [w for w in warnings(job, sp) if w.rule == "moe_sp"]
+    for lay in (
+        Layout(tp=2, dp=4, ep=2, sequence_parallel=False),
+        Layout(tp=2, dp=4, sequence_parallel=False),  # ep 1: the check reads no ep
+        Layout(tp=2, dp=4, ep=4, etp=1, sequence_parallel=False),  # nor expert TP
+        Layout(tp=2, dp=4, ep=4, sequence_parallel=False, moe_token_dispatcher_type="allgather"),
+    ):
+        v = broken(job, lay)["moe_tp_sp"]
+        assert v.field == "parallel.sequence_parallel"
+        assert "tensor_model_parallel_size 2" in v.message
+    # with sequence parallelism, at tp 1, or without experts it runs
+    assert_ok(job, Layout(tp=2, dp=4, ep=2, sequence_parallel=True))
+    assert_ok(job, Layout(dp=8, ep=2))
+    assert_ok(make_job(num_gpus=8), Layout(tp=2, dp=4, sequence_parallel=False))
 
 
 def test_ep_needs_an_moe_model() -> None:
@@ -307,11 +312,15 @@ def test_context_parallelism_needs_flash_attention() -> None:
     assert_ok(make_job(num_gpus=4), Layout(cp=4, dp=1))
 
 
-def test_sequence_parallel_needs_tp() -> None:
+def test_sequence_parallel_at_tp1_is_off_not_refused() -> None:
+    """Megatron turns sequence parallelism off at tp 1 with a warning (arguments.py:1433-1439
+    d98e8a64) and then asserts it on for TP overlap (:1441-1442): sequence parallelism alone
+    at tp 1 runs, with TP overlap it does not."""
     job = make_job(num_gpus=8)
-    v = broken(job, Layout(dp=8, sequence_parallel=True))["sp_tp1"]
-    assert v.field == "parallel.sequence_parallel"
-    assert "tensor_model_parallel_size > 1 (got 1)" in v.message
+    assert_ok(job, Layout(dp=8, sequence_parallel=True))
+    v = broken(job, Layout(dp=8, sequence_parallel=True, tp_comm_overlap=True))["tp_overlap_sp"]
+    assert v.field == "parallel.tp_comm_overlap"
+    assert "turns it off at tensor_model_parallel_size 1" in v.message
     assert_ok(job, Layout(tp=2, dp=4, sequence_parallel=True))
 
 
@@ -401,10 +410,11 @@ def test_learned_positions_cap_seq_length() -> None:
 
 
 def test_all_broken_rules_are_reported() -> None:
-    # one layout, three independent faults: sp at tp 1, ep on a dense model, mbs 3 over gbs 64
+    # one layout, three independent faults: TP overlap at tp 1 (no sequence parallelism there,
+    # arguments.py:1433-1442 d98e8a64), ep on a dense model, mbs 3 over gbs 64
     job = make_job(num_gpus=8)
-    found = broken(job, Layout(dp=8, ep=2, sequence_parallel=True, micro_batch_size=3))
-    assert set(found) == {"sp_tp1", "ep_dense", "batch"}
+    found = broken(job, Layout(dp=8, ep=2, tp_comm_overlap=True, micro_batch_size=3))
+    assert set(found) == {"tp_overlap_sp", "ep_dense", "batch"}
 
 
 # --- from the [parallel] table
@@ -427,7 +437,9 @@ def checked(job: Job, section: ParallelSection, path: Path | None) -> Layout:
 
 def test_check_plan_raises_one_input_error_with_every_violation() -> None:
     job = make_job(num_gpus=8)
-    section = ParallelSection(ep=2, sequence_parallel=True)
+    # two faults: ep on a dense model, TP overlap at tp 1 (sequence parallelism is off there,
+    # arguments.py:1433-1442 d98e8a64)
+    section = ParallelSection(ep=2, sequence_parallel=True, tp_comm_overlap=True)
     with pytest.raises(InputError) as info:
         checked(job, section, Path("plan.toml"))
     lines = str(info.value).splitlines()
@@ -435,8 +447,16 @@ def test_check_plan_raises_one_input_error_with_every_violation() -> None:
         "plan.toml: parallel.ep: expert_model_parallel_size (2) needs a mixture-of-experts model"
         in lines
     )
-    assert any(line.startswith("plan.toml: parallel.sequence_parallel: ") for line in lines)
+    assert any(line.startswith("plan.toml: parallel.tp_comm_overlap: ") for line in lines)
     assert len(lines) == 2
+
+
+def test_sequence_parallel_at_tp1_reads_as_off() -> None:
+    """A plan's sequence_parallel = true at tp 1 is read off, as Megatron turns it off there
+    (arguments.py:1433-1439 d98e8a64): the plan passes check."""
+    job = make_job(num_gpus=8)
+    lay = checked(job, ParallelSection(sequence_parallel=True), Path("plan.toml"))
+    assert lay.tp == 1 and not lay.sequence_parallel
 
 
 def test_layout_from_section_dp_not_whole() -> None:

@@ -80,25 +80,10 @@ def node_limited_routing(job: Job, lay: Layout) -> Violation | None:
     return None
 
 
-def moe_without_sp(job: Job, lay: Layout) -> Violation | None:
-    """ModelParallelConfig.__post_init__ (Megatron-LM d98e8a64) only warns when expert and tensor
-    parallelism run without sequence parallelism; it trains (each TP rank then routes every
-    token of the micro-batch)."""
-    if lay.ep > 1 and lay.tp > 1 and not lay.sequence_parallel:
-        return Violation(
-            "moe_sp",
-            "parallel.sequence_parallel",
-            f"Megatron warns: expert_model_parallel_size ({lay.ep}) with "
-            f"tensor_model_parallel_size ({lay.tp}) > 1 should use sequence_parallel = true",
-        )
-    return None
-
-
 WARNINGS = (
     overlap_connections,
     core_attention,
     fsdp_untested,
     node_limited_routing,
-    moe_without_sp,
 )
 """What Megatron warns about (or its own tests never run): reported, not refused."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
+from planner.inputs.megatron_startup import moe_needs_sequence_parallel
 from planner.inputs.plan import Job
 from planner.model import sm_count
 from planner.search.rules.base import Violation
@@ -172,6 +173,11 @@ def interleaved_microbatches(lay: Layout, m: int) -> Violation | None:
     return None
 
 
+def least_group(pp: int, m: int) -> int | None:
+    """The smallest group `interleaved_microbatches` takes at m micro-batches (None: m < pp)."""
+    return next((g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp), None)
+
+
 def experts(job: Job, lay: Layout) -> Violation | None:
     E = job.arch.num_moe_experts
     if E is None:
@@ -233,17 +239,23 @@ def sequence_split(job: Job, lay: Layout) -> Violation | None:
 
 
 def sequence_parallel(job: Job, lay: Layout) -> Violation | None:
-    if lay.sequence_parallel and lay.tp == 1:
+    """Megatron's MoE layer needs sequence parallelism at tp > 1 (`moe_needs_sequence_parallel`;
+    torchtitan's: `rules.torchtitan`), TP overlap too (arguments.py:1441-1442 d98e8a64), which
+    it turns off at tp 1 (:1433-1439: a plan is read so, `plan_layout`, `inert` notes it)."""
+    moe, megatron = job.arch.is_moe, job.framework == "megatron"
+    if megatron and moe_needs_sequence_parallel(moe, lay.tp, lay.sequence_parallel):
         return Violation(
-            "sp_tp1",
+            "moe_tp_sp",
             "parallel.sequence_parallel",
-            "sequence_parallel = true needs tensor_model_parallel_size > 1 (got 1)",
+            f"experts at tensor_model_parallel_size {lay.tp} need sequence_parallel = true "
+            "(Megatron's MoE layer raises ValueError in training: moe_layer.py:636-640)",
         )
-    if lay.tp_comm_overlap and not lay.sequence_parallel:
+    if lay.tp_comm_overlap and not (lay.sequence_parallel and lay.tp > 1):
         return Violation(
             "tp_overlap_sp",
             "parallel.tp_comm_overlap",
-            "tp_comm_overlap = true needs sequence_parallel = true (Megatron validate_args)",
+            "tp_comm_overlap = true needs sequence_parallel = true (Megatron validate_args; it "
+            "turns it off at tensor_model_parallel_size 1)",
         )
     return None
 
