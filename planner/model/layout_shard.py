@@ -22,6 +22,47 @@ which stores the s^2 scores, as fp32 training does whatever the head dimension
 (`planner.model.fp32`)."""
 
 
+SHARD_UNREAD = frozenset(
+    {
+        "pp",
+        "dp",
+        "vpp",
+        "zero_stage",
+        "recompute_method",
+        "recompute_num_layers",
+        "recompute_every",
+        "cpu_offloading_num_layers",
+        "moe_flex_dispatcher_num_sms",
+        "pipeline_layers",
+        "pipeline_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "tp_comm_overlap",
+        "ep_comm_overlap",
+        "overlap_grad_reduce",
+        "microbatch_group_size_per_vp_stage",
+        "overlap_param_gather",
+        "ddp_bucket_size",
+        "defer_embedding_wgrad_compute",
+        "wgrad_deferral_limit",
+        "ddp_num_buckets",
+        "dp_pools",
+        "use_tp_pp_dp_mapping",
+        "v_stages",
+    }
+)
+"""The layout fields `make_shard` does not read. It reads the degrees tp, cp, ep and etp
+(`Layout.expert_tp`), sequence parallelism, the micro-batch size, the recompute policy and
+modules, the offloaded modules and fraction, the CP exchange, the shared-expert overlap, the token
+dispatcher and its backend: itself, and through `routing_load.memory_loads` (the micro-batch size,
+cp, tp, sequence parallelism, ep, etp, the dispatcher and its backend) and
+`graph_capture.keeps_pre_moe_norm` (the shared-expert overlap, the dispatcher); `dsa.shard_fields`
+reads tp, `router_dtype`, `fp32` and `shard` the job alone. No pipeline, data-parallel, ZeRO,
+schedule-overlap, block-recompute or whole-layer offloading field: `stage_activations.shard`
+remembers one shard for the layouts that differ only in those (DeepSeek-V3 on 2,048 H800: 662
+shards for the 2,214 layouts its search asks; tests/model/test_shard_memo.py builds them afresh)."""
+
+
 def make_shard(job: Job, layout: Layout) -> Shard:
     """How a layout splits one layer's activations (`planner.model.shard.Shard`), built
     (`stage_activations.shard` remembers it)."""

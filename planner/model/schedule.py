@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.model import one_f_one_b
@@ -181,6 +182,7 @@ def warmup(
     return min(warm + (1 if ep_overlap else 0), total)
 
 
+@lru_cache(maxsize=1 << 16)
 def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = None) -> float:
     """Share of a rank's forwards (and of its backwards) that Megatron's EP all-to-all overlap
     (--overlap-moe-expert-parallel-comm) cannot pair with another micro-batch's backward (or
@@ -190,7 +192,9 @@ def unmerged_share(pp: int, vpp: int, rank: int, m: int, group: int | None = Non
     its own forward. With pipelines (interleaved: the overlap needs vpp there) the warm-up runs
     one forward more, so that every merged pair's forward and backward are independent
     (get_pp_rank_microbatches, Megatron-LM d98e8a64 schedules.py:966-970), and one more backward
-    runs alone after. `group`: the layout's micro-batches per virtual-stage group (None: pp)."""
+    runs alone after. `group`: the layout's micro-batches per virtual-stage group (None: pp).
+    Remembered (a function of its integers alone; the search's EP-overlap bounds and estimates
+    ask it of every rank of every layout they time)."""
     total = m * vpp
     return min(1.0, warmup(pp, vpp, rank, total, group, ep_overlap=True) / total)
 

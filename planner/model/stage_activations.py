@@ -24,7 +24,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
 from planner.model.job_memo import JobMemo, ModelMemo
-from planner.model.layout_shard import make_shard
+from planner.model.layout_shard import SHARD_UNREAD, make_shard
 from planner.model.loss_activations import (
     GATHERED_HELD_BYTES_PER_LOGIT,
     deferred_wgrad_bytes,
@@ -41,15 +41,13 @@ from planner.model.shard import Shard
 from planner.model.torch_schedules import microbatch_group
 
 _SHARDS: JobMemo[tuple[object, ...], Shard] = JobMemo()
-_READ = itemgetter(
-    *(f.name for f in fields(Layout) if f.name not in ("zero_stage", "tp_comm_overlap"))
-)
+_READ = itemgetter(*(f.name for f in fields(Layout) if f.name not in SHARD_UNREAD))
 
 
 def shard(job: Job, layout: Layout) -> Shard:
     """How a layout splits one layer's activations (`planner.model.shard.Shard`), remembered per
-    job and layout fields (`_READ`: all but the ZeRO stage and the TP overlap, which nothing here
-    reads): a search asks it of each layout's memory, host memory and offload time."""
+    job and the layout fields `make_shard` reads (`_READ`: all but `SHARD_UNREAD`): a search
+    asks it of each layout's memory, host memory and offload time."""
     memo, key = _SHARDS.of(job), _READ(layout.__dict__)
     hit = memo.get(key)
     if hit is None:

@@ -204,8 +204,9 @@ def _layout_times(
         bf16, bf16_plain = twin.layers, twin.plain
     # the first rank's word-embedding lookup's dense backward (each MTP depth's own lookup:
     # `output_time.mtp_projection`)
-    enc = _encoder(job, lay)
-    encoder = replace(enc, bwd=enc.bwd + embedding_grads.backward_time(job, lay, gpu))
+    enc = _encoder(job, lay)  # built whole: `dataclasses.replace` walks its fields each time
+    bwd = enc.bwd + embedding_grads.backward_time(job, lay, gpu)
+    encoder = EncoderTime(fwd=enc.fwd, bwd=bwd, tp=enc.tp)
     proj = None if mtp is None else proj
     out = LayoutTimes(gpu, m, layers, out_layer, plain, mtp, bf16, bf16_plain, encoder, proj)
     if mtp is not None and job.quantised and not mtp_quantised(job):  # NVFP4: bf16 MTP layers

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, memory, titan_accumulation
+from planner.model import buffers, cost, memory, titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.search.bound import variant_bound
@@ -64,6 +64,8 @@ class StageRungs:
     """The pipeline rank of the stage nearest the capacity in this stage's last memory estimate
     (rank 0 before one): a single rung's memory is asked of that rank's stage first
     (`_hot_stage`)."""
+    fixed: dict[bool, tuple[float, float]] = field(default_factory=dict)
+    """`buffers.fixed_bytes` of the stage's rungs, by their TP overlap (`_hot_stage`)."""
     twin_key: tuple[object, ...] | None = None
     """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
     without it (`space.bases` tries that first), whose failures are this stage's too: with the
@@ -130,7 +132,15 @@ class StageRungs:
         if job.pools:
             return None
         chunks = lay.chunk_layers(job.arch.num_layers)
-        return memory.stage_memory(job, lay, self.hot, chunks[self.hot])
+        # the fixed buffers read of a rung only its TP overlap (`buffers.fixed_bytes`: the
+        # degrees, the micro-batch size, the dispatcher, its backend and SMs, and the TP
+        # overlap; a rung sets the recompute and offloading fields besides), so the stage's are
+        # asked once per overlap (tests/search/test_stage_fixed.py)
+        overlap = lay.tp_comm_overlap
+        fixed = self.fixed.get(overlap)
+        if fixed is None:
+            fixed = self.fixed[overlap] = buffers.fixed_bytes(job, lay)
+        return memory.stage_memory(job, lay, self.hot, chunks[self.hot], fixed=fixed)
 
     def _capacity(self) -> float:
         job = titan_accumulation.sub_job(self.job)

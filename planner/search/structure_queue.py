@@ -125,6 +125,13 @@ class Bases:
             self.plains[key] = self.counter().plain_layouts(mbs, vpp, split)
         return self.plains[key]
 
+    def shape_layout(self, mbs: int, vpp: int, split: Split) -> Layout:
+        """One layout of the shape's bases at micro-batch size `mbs`: the structure's first
+        plain layout with the shape's fields (`ShapeBases.plain_layouts`' first), without
+        making the bases or remembering it."""
+        make = self.counter()
+        return make.plains[0].with_(**make.shape_fields(mbs, vpp, split))
+
     def counter(self) -> ShapeBases:
         """The structure's `ShapeBases` (made once)."""
         if self.make is None:

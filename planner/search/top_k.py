@@ -77,7 +77,7 @@ from planner.search.structure_queue import (
     shape_sizes,
 )
 from planner.search.twins import TWIN_REL_TOL, Ranked, Row, fold, same_time
-from planner.search.variants import Candidate, best_variants
+from planner.search.variants import Candidate, best_variants, bound_exits
 
 __all__ = ["Candidate", "Queued", "SearchResult", "rank_key", "search", "simplicity"]
 
@@ -308,7 +308,21 @@ def _search(
                     break
                 shape_tops = tops[vpp, split]
                 found = 0
+                # the bases `best_variants` answers [] for at once (their states too big, or
+                # their floor's `below` over the cut), counted alike, without making them
+                exits, lead = [False] * len(shape_tops), 0
+                if cut is not None:
+                    shape = of.shape_layout(mbs, vpp, split)
+                    exits, lead = bound_exits(job, space, shape, shape_tops, cut, too_big, zeros)
+                if all(exits):
+                    if lead:
+                        rejected["memory"] += lead * len(exits)
+                    continue
                 for j, base in enumerate(of(mbs, vpp, split)):
+                    if exits[j]:
+                        if lead:
+                            rejected["memory"] += lead
+                        continue
                     floor = shape_tops[j]
                     variants = best_variants(
                         job, space, base, rejected, too_big, cut, lean_fails, floor, zeros

@@ -208,6 +208,43 @@ def best_variants(
     return found
 
 
+def bound_exits(
+    job: Job,
+    space: Space,
+    shape: Layout,
+    floors: list[Floors],
+    cut: float,
+    too_big: dict[tuple[object, ...], bool],
+    zeros: list[int],
+) -> tuple[list[bool], int]:
+    """Which bases of one shape at one micro-batch size `best_variants` answers [] for before
+    its first estimate (each base's `floors`, `floors[j]` of the j-th, under `cut`), and the
+    ZeRO stages it counts under "memory" for each on the way: those of `zeros` whose states are
+    too big (`_too_big`) before the first that is not, every one where none is. Each such base
+    is answered so (no other count, no estimate, nothing remembered but `too_big`): it has no
+    ZeRO stage whose states fit, or `bound.below` of its floor exceeds `cut`.
+
+    `shape` is any layout of the shape at the micro-batch size: a shape's bases differ only in
+    their token dispatcher (and its backend), TP overlap and EP overlap (`space.ShapeBases`:
+    each structure's plain layouts with the shape's fields, the EP overlap set on a twin; at a
+    micro-batch size, that size set, `space.at_micro_batch`), and neither the split key (the
+    states' key: pp, vpp, the split's fields, the V placement) nor `below` (the framework and
+    vpp, or torchtitan's schedule by vpp, `fill_drain`; the micro-batches, dp and micro-batch
+    size; pp, vpp and the micro-batch group for the unmerged share) reads any of those. So the
+    search skips those bases, counting the same, without making them
+    (tests/search/test_search_exits.py: the same answers and counts as `best_variants`)."""
+    split = shape.split_key()
+    capacity = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
+    lead = 0
+    for z in zeros:
+        if not _too_big(job, shape, (split, z), capacity, too_big):
+            break
+        lead += 1
+    else:  # no ZeRO stage's states fit: every base is answered [] after counting them all
+        return [True] * len(floors), lead
+    return [below(job, floor, shape) > cut for floor in floors], lead
+
+
 def _twin_dominates(
     job: Job, space: Space, layout: Layout, time: float | None, peak: float
 ) -> bool:
