@@ -29,7 +29,8 @@ prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data
 gradients' window is the last micro-batch's backward, longer under the interleaved schedule,
 whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`; where the links are
 slower than the compute, also the first bucket's share of it, before which nothing could be
-sent: `dp_sync.windowed`). Hidden
+sent: `dp_sync.windowed`; each window also holds the stage's waits on the exposed traffic of
+links other than DP's, `stage_sync.other_link_seconds`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
 (under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead). On GPUs
 without NVLink every transfer shares the GPU's one PCIe link: the step is at least that link's
@@ -211,10 +212,14 @@ def estimate(job: Job, layout: Layout) -> Performance:
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
         # DP traffic and optimizer: the stage where they take longest decides (ranks with the
         # same layers, as counted in their mix, and role move the same bytes: computed once)
-        key = (tuple(n for _, n in mix), heads, rank == 0, id(job))
+        # (its windows: the compute and the waits on other links' exposed traffic,
+        # `stage_sync.other_link_seconds`: the DP stream runs for the stage's whole busy time)
+        extra = stage_sync.other_link_seconds(job, lay, dp_groups, (tp, cp, ep_e, off))
+        w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
+        key = (tuple(n for _, n in mix), heads, rank == 0, id(job), w_f, w_b)
         if key not in dp_seen:
             dp_seen[key] = stage_sync.stage_sync(
-                job, lay, rank, chunks, mix, lt, dp_groups, share, fwd, bwd
+                job, lay, rank, chunks, mix, lt, dp_groups, share, w_f, w_b
             )
         e, hid, o = dp_seen[key]
         tails.append(e + o)

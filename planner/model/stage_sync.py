@@ -31,7 +31,15 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_instances, fsdp2, muon_time, optimizer_offload, pools
+from planner.model import (
+    comms,
+    dp_instances,
+    fsdp2,
+    muon_time,
+    optimizer_offload,
+    pools,
+    shared_link,
+)
 from planner.model.adam_step import state_pass_bytes, te_master, weight_write_bytes
 from planner.model.embedding_grads import sync_time as embedding_sync_time
 from planner.model.fp32 import keeps_master, value_bytes
@@ -181,6 +189,66 @@ def gathered_param_bytes(
         return BF16 - saved * min(fp8, n) / n if n > 0 else BF16
 
     return mean(fp8_dense, dense), mean(fp8_expert, expert)
+
+
+def other_link_seconds(
+    job: Job,
+    lay: Layout,
+    groups: tuple[comms.Group, comms.Group],
+    exposed: tuple[float, float, float, float],
+) -> float:
+    """Seconds per micro-batch of a stage's `exposed` (TP, CP, expert all-to-all, host offload
+    copies) traffic that runs on links other than its data-parallel groups' (`groups`,
+    `dp_sync.data_parallel_groups`): time the stage waits with the DP stream free to send.
+
+    The DP collectives run on NCCL's stream beside the compute stream (Megatron-LM d98e8a64
+    param_and_grad_buffer.py:676-684, async under --overlap-grad-reduce; FSDP's streams, the
+    same) for the stage's whole busy time, not only while it computes: the seconds the compute
+    stream waits on another link's transfer are window too. A slower GPU lengthens the compute by
+    at least what it shortens any one such wait (each is the transfer beyond the compute it
+    runs under): with the waits in them, the windows no longer shrink as the compute grows.
+
+    Which links are other: a TP, CP or EP group whose bounding tier (`comms.Group.tier_name`: TP
+    over 1 x tp, CP over tp x cp, EP over etp x ep as `comms.place` puts them) is not one of the
+    DP groups' (NVLink TP beside DP over the NIC; CP across nodes shares the NIC with DP across
+    nodes, and NVLink CP the NVLink with NVLink DP: those are not counted). The host copies go
+    over the GPU's link to host memory (`host_link`), off every tier, except where the GPU has
+    no NVLink (`shared_link.applies`): there its one PCIe link carries everything and nothing
+    counts. Approximations: on the 8-GPU NVLink boards a GPU's host copies and its GPUDirect
+    traffic to the NIC cross the same x16 link to their PCIe switch (host_link: the copies take
+    its uplink's share, half of it), contention not modelled, as `shared_link` leaves it on
+    NVLink GPUs; traffic hidden on DP's own link is not taken off the windows (the step model
+    lets every hidden stream use the compute it runs under). Not counted: the pipeline's
+    blocking sends (on the pipeline's own link, often the NIC DP uses), and the idle time after
+    a stage's last backward while the drain reaches the first stage, which would need each
+    stage's end from the schedule (`cost.estimate` adds the sync after the whole pipeline)."""
+    if shared_link.applies(job.cluster):
+        return 0.0
+    tp, cp, ep, off = exposed
+    cluster = job.cluster
+    dp_tiers = {g.tier_name for grp in groups if grp.size > 1 for g in (grp, *grp.others)}
+    extra = off
+    for seconds, stride, size in (
+        (tp, 1, lay.tp),
+        (cp, lay.tp, lay.cp),
+        (ep, lay.expert_tp, lay.ep),
+    ):
+        if seconds > 0 and comms.place(cluster, stride, size).tier_name not in dp_tiers:
+            extra += seconds
+    return extra
+
+
+def sync_windows(fwd: float, bwd: float, rec: float, extra: float) -> tuple[float, float]:
+    """The (forward, backward) windows a stage's DP traffic hides in per micro-batch: its
+    forward `fwd` and backward `bwd` (recompute `rec` in it) and the `extra` seconds it waits on
+    other links (`other_link_seconds`), split as its forward and backward compute without the
+    recompute (fwd : bwd - rec; the exposed seconds are not timed pass by pass), so the split
+    does not move with the recompute policy (`planner.search.fsdp_bound` splits its windows
+    alike)."""
+    plain = fwd + bwd - rec
+    if extra <= 0 or plain <= 0:
+        return fwd, bwd
+    return fwd + extra * fwd / plain, bwd + extra * (bwd - rec) / plain
 
 
 def stage_sync(

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import fsdp2
+from planner.model import comms, fsdp2
 from planner.model.stage_params import quantised_params, stage_params
-from planner.model.stage_time import layout_times, mix_sums, rank_mix
+from planner.model.stage_sync import sync_windows
+from planner.model.stage_time import ep_exposed, layout_times, mix_sums, rank_mix
 from planner.search.rungs import NONE
 
 
@@ -42,15 +43,29 @@ def fsdp_exposed(job: Job, layout: Layout) -> float:
     as the layer times and terms without memory savers are (recompute adds to B and to the
     step, never to less; the collectives read the parameters, groups and settings, not the
     rung).
+
+    The windows also hold the waits on other links (`stage_sync.other_link_seconds`: x <= r of
+    the stage's exposed seconds, split F : B - recompute, `stage_sync.sync_windows`, a split no
+    rung moves), so the step is g_f(F + p x) + g_b(B + (1 - p) x) + m (r - x), with g(W) = m W +
+    e(W) nondecreasing and, e being nonincreasing, g(W + d) <= g(W) + m d: at least
+    g_f(F + p r) + g_b(B + (1 - p) r). The bound takes its own r' <= r (the stage time's TP, CP
+    and exposed expert all-to-all that `bound.base_bound` counts) into both windows alike, and
+    adds e(F' + p r', B' + (1 - p) r'): m (F' + B' + r') plus that is g_f(F' + p r') +
+    g_b(B' + (1 - p) r'), no more than the step.
     tests/search/test_fsdp_bound.py checks the bound below every recompute policy of bases of
     its torchtitan problems, under several settings variants and every schedule."""
     lay = NONE.on(layout)
     t = layout_times(job, lay)
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
     mix, heads = rank_mix(job, lay, 0, chunks, t)
-    _, fwd, bwd, *_ = mix_sums(mix)
+    c, fwd, bwd, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
     fwd += heads * t.out / 3
     bwd += 2 * heads * t.out / 3
+    # r': the stage's exposed seconds as `bound._plain_stage_times` counts them
+    tp = min(tp, sum(n * k.tp_plain for k, n in mix))
+    share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
+    ep_e, _ = ep_exposed(lay, 0, t.m, ep, c + rec, share, ep_s)
+    fwd, bwd = sync_windows(fwd, bwd, rec, tp + cp + ep_e)
     dense, expert = stage_params(job, lay, 0, chunks)
     blocks = sum(n for k, n in mix if k is not t.mtp_proj)
     fp8 = quantised_params(job, lay, 0, chunks)[0]
