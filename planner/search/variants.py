@@ -130,17 +130,21 @@ def best_variants(
             return fits
 
         dispatcher = base.moe_token_dispatcher_type
+        group = base.microbatch_group_size_per_vp_stage  # `space.group_of`: m's, not mbs's
         stage = StageRungs(
             job,
             zbase,
             space.headroom_pct,
-            (key, dispatcher, base.ep_comm_overlap),
+            (key, group, dispatcher, base.ep_comm_overlap),
             lean_fails,
             rejected,
-            twin_key=(key, dispatcher, False) if base.ep_comm_overlap else None,
+            twin_key=(key, group, dispatcher, False) if base.ep_comm_overlap else None,
         )
-        # memory grows with the micro-batch (the options come smallest first): where the
-        # leanest rungs did not fit at a smaller one, none fits here (none holds less)
+        # memory grows with the micro-batch at one micro-batch group (the options come smallest
+        # first): where the leanest rungs did not fit at a smaller one, none fits here (none
+        # holds less); not across groups: the interleaved warm-up holds (vpp - 1) g micro-batches
+        # (schedules.py:964-965 d98e8a64), and a larger micro-batch can take a much smaller g
+        # (Llama 3.1 8B pp 2 vpp 6, 100 sequences: mbs 4 g 5 holds 112 on rank 0, mbs 5 g 2 65)
         if lean_fails.get(stage.lean_key, math.inf) <= mbs or stage.failed():
             rejected["memory"] += 1
             continue
