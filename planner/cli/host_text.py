@@ -11,14 +11,19 @@ from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
 
 
 def host_line(job: Job, host: HostMemory) -> str | None:
-    """One line (rich markup) where the plan offloads anything: the pinned host bytes a GPU,
+    """One line (rich markup) where the plan pins anything (offloads, or stages checkpoint
+    saves): the pinned host bytes a GPU,
     their parts, the budget and, where it is over, by how much (on pools, the pool with the
     least headroom: `HostMemory.pool`); None where nothing is offloaded."""
     if host.total <= 0:
         return None
     parts = [
         f"{what} {gib(b)}"
-        for what, b in (("activations", host.activations), ("optimizer", host.optimizer))
+        for what, b in (
+            ("activations", host.activations),
+            ("optimizer", host.optimizer),
+            ("checkpoint staging", host.checkpoint),
+        )
         if b > 0
     ]
     share = f"{gib(host.share)} GiB a GPU's share of its node's host memory"
@@ -40,5 +45,6 @@ def host_line(job: Job, host: HostMemory) -> str | None:
     return (
         f"[red]does not fit in host memory[/]: {pinned} of {budget}, "
         f"{over(host.shortfall)} over; offload less (fewer layers or modules, or a smaller "
-        "optimizer_offload_fraction) or set the node's host_memory_gib_per_node"
+        "optimizer_offload_fraction), spread the checkpoint over more GPUs, or set the node's "
+        "host_memory_gib_per_node"
     )

@@ -106,11 +106,13 @@ def performance_dict(perf: Performance, sparse_attention: bool) -> dict[str, Any
 
 
 def host_dict(host: HostMemory) -> dict[str, Any]:
-    """`memory.host`: what a GPU's process pins for offloading (`planner.model.host_memory`),
-    against its share of the node's host memory less the process's reserve."""
+    """`memory.host`: what a GPU's process pins for offloading and for staging its checkpoint
+    saves (`planner.model.host_memory`), against its share of the node's host memory less the
+    process's reserve."""
     return {
         "activations_gib": _gib(host.activations),
         "optimizer_gib": _gib(host.optimizer),
+        "checkpoint_staging_gib": _gib(host.checkpoint),
         "total_gib": _gib(host.total),
         "capacity_gib": _gib(host.capacity),
         "share_gib": _gib(host.share),

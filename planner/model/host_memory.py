@@ -2,8 +2,10 @@
 share of its node's host memory: CPU offloading of whole layers (Megatron
 --cpu-offloading-num-layers, `planner.model.cpu_offload`), fine-grained activation offloading
 (--offload-modules, `planner.model.fine_offload`) and the CPU-offloaded optimizer
-(--optimizer-cpu-offload, `planner.model.optimizer_offload`). Without any of them a plan pins
-nothing planner counts (`HostMemory.total` 0) and the check always passes.
+(--optimizer-cpu-offload, `planner.model.optimizer_offload`); and, offloading or not, the
+pinned copies a checkpoint save stages its share in (`planner.model.host_checkpoint`: every
+Megatron plan saves). A plan that neither offloads nor stages (torchtitan's) pins nothing planner
+counts (`HostMemory.total` 0) and the check always passes.
 
 Per GPU, the busiest pipeline rank's:
 - whole-layer offloading (pp 1): the activations of the first min(k, n - 1) layers of one
@@ -16,7 +18,10 @@ Per GPU, the busiest pipeline rank's:
   fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
   (`OffloadTensorPool`), as many as were ever in flight;
 - the offloaded optimizer: HOST_OPTIMIZER_BYTES per offloaded parameter of the GPU's
-  distributed-optimizer shard.
+  distributed-optimizer shard, and the round-up of its two pinned fp32 blocks a parameter's
+  piece (the master and the gradient buffer), piece by piece (`planner.model.host_pinned`);
+- checkpoint staging: the GPU's share of the checkpoint, its offloaded optimizer state aside,
+  each tensor a pinned block (`planner.model.host_checkpoint`).
 Both activation paths take their host tensors from PyTorch's pinned-memory allocator
 (`torch.empty(..., pin_memory=True)`), which rounds every block up to a power of two
 (pytorch aten/src/ATen/core/CachingHostAllocator.h, `allocate`: "Round up the allocation to the
@@ -29,13 +34,15 @@ HOST_RESERVED_GIB_PER_GPU for what every rank's process holds besides. On hetero
 (`planner.model.pools`) each pool's stages are judged against that pool's nodes, as their GPU
 memory is (`memory.estimate`): the busiest of its own ranks against its own share, every pool
 running every stage where the data-parallel replicas span the pools (`pools.replica_views`);
-the pool with the least headroom is reported (`HostMemory.pool`). Not counted: the staging
-copies of checkpoint saves, the data loader's workers beyond the reserve, Megatron's paged-stash
-host buffers (moe_paged_stash_buffer_size_factor_cpu)."""
+the pool with the least headroom is reported (`HostMemory.pool`). Not counted: the data
+loader's workers beyond the reserve, Megatron's paged-stash host buffers
+(moe_paged_stash_buffer_size_factor_cpu), the offloaded optimizer's transient 16-bit blocks
+(one a size class, cached and taken again: `host_pinned`), the pinned rounding of the norms,
+biases and routers apart from the walk's ratio, Megatron-FSDP's and torchtitan's synchronous
+checkpoint copies (pageable, one tensor at a time)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -44,9 +51,17 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fp32, pools
 from planner.model.fine_offload import offloaded_bytes, offloading_layers
+from planner.model.host_checkpoint import rank_staging_bytes, stages
+from planner.model.host_pinned import (
+    MASTER_BYTES,
+    PINNED_TENSORS,
+    Rounding,
+    pinned_block,
+    rank_rounding,
+)
 from planner.model.in_flight import schedule_peak
 from planner.model.rank_states import state_bytes_per_param
-from planner.model.schedule import schedule_name
+from planner.model.schedule import Chunks, schedule_name
 from planner.model.shard import Shard
 from planner.model.stage_activations import per_layer, shard
 from planner.model.stage_params import stage_params
@@ -75,7 +90,8 @@ class HostMemory:
     activations: float
     """Offloaded activations (whole layers or fine-grained groups), pinned round-up included."""
     optimizer: float
-    """The CPU-offloaded optimizer's share (HOST_OPTIMIZER_BYTES per offloaded parameter)."""
+    """The CPU-offloaded optimizer's share (HOST_OPTIMIZER_BYTES per offloaded parameter), its
+    pinned blocks' round-up included."""
     share: float
     """The GPU's share of its node's host memory, bytes."""
     assumed: bool
@@ -87,10 +103,13 @@ class HostMemory:
     """That pool's GPU ("" on one kind of GPU: the cluster's)."""
     per_node: int = 1
     """GPUs a node of that pool (of the cluster on one kind of GPU), whose shares one host holds."""
+    checkpoint: float = 0.0
+    """The pinned staging of checkpoint saves (`host_checkpoint.rank_staging_bytes`); it and
+    `optimizer` are those of the rank whose sum of the two is the most (`rank_fixed_bytes`)."""
 
     @property
     def total(self) -> float:
-        return self.activations + self.optimizer
+        return self.activations + self.optimizer + self.checkpoint
 
     @property
     def capacity(self) -> float:
@@ -122,9 +141,7 @@ def share_bytes(job: Job) -> tuple[float, bool]:
 def pinned_roundup(nbytes: float) -> float:
     """What PyTorch's pinned allocator takes for a block of `nbytes`, over `nbytes`: the next
     power of two's share (1 for an exact power, just under 2 past one)."""
-    if nbytes <= 1:
-        return 1.0
-    return 2.0 ** math.ceil(math.log2(nbytes)) / nbytes
+    return pinned_block(nbytes) / nbytes if nbytes > 1 else 1.0
 
 
 def _roundup(job: Job, sh: Shard) -> float:
@@ -174,30 +191,84 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
 
 def optimizer_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
     """Host bytes of the CPU-offloaded optimizer on the busiest GPU (of the pipeline ranks
-    `only` where given): HOST_OPTIMIZER_BYTES per parameter of the offloaded fraction of its
-    distributed-optimizer shard."""
+    `only` where given): `rank_optimizer_bytes`' most."""
+    if not _offloads_optimizer(job):
+        return 0.0
+    return max(
+        (rank_optimizer_bytes(job, layout, r, c) for r, c in _ranks(job, layout, only)),
+        default=0.0,
+    )
+
+
+def rank_optimizer_bytes(
+    job: Job, layout: Layout, rank: int, chunks: Chunks, rounding: Rounding = "exact"
+) -> float:
+    """Host bytes of the CPU-offloaded optimizer on a GPU of pipeline rank `rank` (its decoder
+    layers `chunks`): HOST_OPTIMIZER_BYTES per parameter of the offloaded fraction of its
+    distributed-optimizer shard, and the round-up of its pinned master and gradient blocks
+    (`host_pinned.rank_rounding` of the shard's pieces; of whole parameters at ZeRO 0;
+    `rounding`: exact, or a floor or a ceiling of it, `host_pinned.Rounding`)."""
     f = job.optimizer_offload_fraction
-    if f <= 0 or job.frozen_model:
+    if not _offloads_optimizer(job):
         return 0.0
     n, z = job.optimizer_instances, layout.zero_stage
     dense_share = state_bytes_per_param(z, 0.0, max(layout.dense_dp // n, 1), 1.0)[2]
     expert_share = state_bytes_per_param(z, 0.0, max(layout.expert_dp // n, 1), 1.0)[2]
-    most = 0.0
-    for rank, chunks in enumerate(layout.chunk_layers(job.arch.num_layers)):
-        if only is not None and rank not in only:
-            continue
-        dense, expert = stage_params(job, layout, rank, chunks)
-        most = max(most, dense * dense_share + expert * expert_share)
-    return HOST_OPTIMIZER_BYTES * f * most
+    dense, expert = stage_params(job, layout, rank, chunks)
+    ratios = (1.0, 1.0)
+    if rounding != "floor":
+        up = rounding == "ceiling"
+        ratios = rank_rounding(job, layout, rank, chunks, whole=z == 0, ceiling=up)
+    per = [HOST_OPTIMIZER_BYTES + PINNED_TENSORS * MASTER_BYTES * (r - 1) for r in ratios]
+    return f * (dense * dense_share * per[0] + expert * expert_share * per[1])
+
+
+def rank_fixed_bytes(
+    job: Job, layout: Layout, rank: int, chunks: Chunks, rounding: Rounding = "exact"
+) -> tuple[float, float]:
+    """(offloaded optimizer, checkpoint staging) host bytes a GPU of pipeline rank `rank` (its
+    decoder layers `chunks`) pins whatever it offloads of its activations; `rounding` "floor"
+    or "ceiling": bounds of them without the walk of the pinned pieces (`host_pinned.Rounding`)."""
+    opt = rank_optimizer_bytes(job, layout, rank, chunks, rounding)
+    return opt, rank_staging_bytes(job, layout, rank, chunks, rounding)
+
+
+def _busiest_fixed(
+    job: Job, layout: Layout, only: Collection[int] | None = None
+) -> tuple[float, float]:
+    """`rank_fixed_bytes` of the rank (of `only` where given) whose sum is the most."""
+    if not (_offloads_optimizer(job) or stages(job, layout.zero_stage)):
+        return 0.0, 0.0
+    parts = (rank_fixed_bytes(job, layout, r, c) for r, c in _ranks(job, layout, only))
+    return max(parts, key=sum, default=(0.0, 0.0))
+
+
+def _offloads_optimizer(job: Job) -> bool:
+    """Whether the job offloads its optimizer (a fraction > 0 of a model that trains)."""
+    return job.optimizer_offload_fraction > 0 and not job.frozen_model
+
+
+def _ranks(job: Job, layout: Layout, only: Collection[int] | None) -> list[tuple[int, Chunks]]:
+    """(rank, its chunks) of the layout's pipeline ranks, of `only` where given."""
+    ranks = enumerate(layout.chunk_layers(job.arch.num_layers))
+    return [(r, c) for r, c in ranks if only is None or r in only]
+
+
+def fixed_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
+    """Host bytes the busiest GPU (of the pipeline ranks `only` where given) pins whatever it
+    offloads of its activations: the offloaded optimizer and the checkpoint staging of the
+    rank whose sum is the most (`rank_fixed_bytes`)."""
+    return sum(_busiest_fixed(job, layout, only))
 
 
 def activation_budget(job: Job, layout: Layout) -> float:
     """Host bytes a GPU may pin for offloaded activations under the layout's ZeRO stage: the
-    capacity less the offloaded optimizer's share (negative where that alone is over); what the
+    capacity less the offloaded optimizer's share and the checkpoint staging (negative where
+    they alone are over); what the
     one-kind search (`planner.search.variants`) holds each memory saver's `activation_bytes` to.
     On pools, where stages' budgets differ, the least of them (a bound: `estimate` judges)."""
     return min(
-        usable_bytes(share_bytes(j)[0]) - optimizer_bytes(j, lay, only)
+        usable_bytes(share_bytes(j)[0]) - fixed_bytes(j, lay, only)
         for j, lay, only, _ in _stage_groups(job, layout)
     )
 
@@ -239,10 +310,24 @@ def by_pool(job: Job, layout: Layout) -> list[HostMemory]:
     out = []
     for j, lay, only, name in _stage_groups(job, layout):
         share, assumed = share_bytes(j)
-        acts, opt = activation_bytes(j, lay, only), optimizer_bytes(j, lay, only)
+        acts, (opt, ckpt) = activation_bytes(j, lay, only), _busiest_fixed(j, lay, only)
         gpu = j.cluster.gpu.name if name else ""
-        out.append(HostMemory(acts, opt, share, assumed, name, gpu, j.cluster.gpus_per_node))
+        out.append(HostMemory(acts, opt, share, assumed, name, gpu, j.cluster.gpus_per_node, ckpt))
     return out
+
+
+def fits_below_ceiling(job: Job, layout: Layout) -> bool:
+    """Whether every host holds the plan with each pinned block of the optimizer and the staging
+    taken at its ceiling (`host_pinned.rounding_ceiling`, no less than the walk of the pieces):
+    where so, `estimate(...).fits` (a sufficient test, without the walk)."""
+    for j, lay, only, _ in _stage_groups(job, layout):
+        fixed = max(
+            (sum(rank_fixed_bytes(j, lay, r, c, "ceiling")) for r, c in _ranks(j, lay, only)),
+            default=0.0,
+        )
+        if activation_bytes(j, lay, only) + fixed > usable_bytes(share_bytes(j)[0]):
+            return False
+    return True
 
 
 def estimate(job: Job, layout: Layout) -> HostMemory:

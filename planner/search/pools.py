@@ -36,7 +36,7 @@ from planner.model.memory import StageMemory
 from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines
 from planner.search.pool_enum import best_splits
-from planner.search.pool_host import host_ok, layer_caps, pins_host, tightened
+from planner.search.pool_host import host_ok, layer_caps, tightened
 from planner.search.pool_plan import PoolPlan
 from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
@@ -260,12 +260,8 @@ def problem(
 
 
 def host_caps(job: Job, layout: Layout) -> Grid:
-    """`PoolSplitProblem.most_layers` (`pool_host.layer_caps` on `problem`'s samples)."""
-    if not pins_host(job, layout):  # nothing offloaded: no cap (without the samples)
-        return ()
-    ya, yb, at = _at(job, layout)
-    pj = _room(pools.pool_job(job, 0), yb * layout.pp)
-    return layer_caps(job, layout, lambda y: at(y, False), pj, ya, yb)
+    """`PoolSplitProblem.most_layers` (`pool_host.layer_caps`)."""
+    return layer_caps(job, layout)
 
 
 def _line(a: float, b: float, ya: int, yb: int) -> tuple[float, float]:

@@ -271,20 +271,37 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
 
 def _host_bound(job: Job, space: Space, lay: Layout, peak: float, cap: float) -> Infeasible:
     """Where layouts fit the GPUs but every one is over its host share (`variants` rejects them
-    on `host_memory`): host memory binds. The changes: the optimizer back on the GPU, or nodes
-    with the host memory the leanest layout pins, each confirmed by the search."""
+    on `host_memory`): host memory binds, the leanest layout's pinned bytes named by part (the
+    checkpoint saves' staging, `host_checkpoint`, said to be what is over where the rest fits).
+    The changes: the optimizer back on the GPU, saves without --async-save (which ZeRO 2/3 then
+    make without pinned staging), or nodes with the host memory the leanest layout pins, each
+    confirmed by the search."""
     gib = 2**30
     host = host_memory.estimate(job, lay)
+    parts = ", ".join(
+        f"{what} {b / gib:.1f} GiB"
+        for what, b in (
+            ("optimizer", host.optimizer),
+            ("checkpoint staging", host.checkpoint),
+            ("activations", host.activations),
+        )
+        if b > 0
+    )
     binding = (
         f"host memory: layouts fit in GPU memory (the leanest, {lay.describe()}, needs "
         f"{peak / gib:.1f} of {cap / gib:.1f} GiB) but pin more host memory than a GPU's share "
         f"holds: the leanest {host.total / gib:.1f} GiB a GPU, {host.capacity / gib:.1f} usable"
+        f" ({parts})"
     )
+    if host.checkpoint > 0 and host.total - host.checkpoint <= host.capacity:
+        binding += "; it fits but for the pinned staging of its checkpoint saves"
     found = []
     if job.optimizer_offload_fraction > 0:
         on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
         if _found(on_gpu, space):
             found.append("training.optimizer_offload_fraction 0 (the optimizer on the GPU)")
+    if host.checkpoint > 0 and job.async_save and _found(replace(job, async_save=False), space):
+        found.append("training.async_save false (ZeRO 2/3's synchronous saves stage nothing)")
     per_gpu = host.total / gib + host_memory.HOST_RESERVED_GIB_PER_GPU
     node = math.ceil(per_gpu * job.cluster.gpus_per_node)
     for size in range(node, node + CONFIRMS):

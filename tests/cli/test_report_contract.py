@@ -114,3 +114,31 @@ def test_sparse_attention_mfu_is_labelled(
         perf = json.loads(out)["candidates"][0]["performance"]
         assert perf["sparse_attention_counted_dense"] is sparse
         assert (perf["mfu"] > 1.0) is sparse  # above what a GPU computes: the count, not the run
+
+
+def test_check_reports_the_checkpoint_staging(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every Megatron save at ZeRO 1 stages a GPU's share of the checkpoint in pinned host memory
+    (Megatron-LM d98e8a64 filesystem_async.py:243, `planner.model.host_checkpoint`); a
+    synchronous ZeRO 2 save does not: check --json's `memory.host` names it apart, within its
+    total (nothing else is pinned: no offload), and the text names it too."""
+    base = (
+        '[model]\nname = "llama3.1-8b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
+        "[training]\nseq_length = 4096\nglobal_batch_size = 64\n"
+        "[parallel]\ntp = 2\nzero_stage = {z}\n"
+    )
+    plan = tmp_path / "plan.toml"
+    staged = {}
+    for z in (1, 2):
+        plan.write_text(base.format(z=z))
+        code, out, _ = run(["check", str(plan), "--json"], capsys)
+        host = json.loads(out)["memory"]["host"]
+        assert code == 0 and host["activations_gib"] == host["optimizer_gib"] == 0
+        assert host["checkpoint_staging_gib"] == host["total_gib"]
+        staged[z] = host["checkpoint_staging_gib"]
+    # 8.03e9 parameters over tp 2 x dp 4: 2 B of bf16 weights a parameter alone is 1.87 GiB
+    assert staged[1] > 2 * 8.03e9 / 8 / 2**30 and staged[2] == 0
+    plan.write_text(base.format(z=1))
+    code, out, _ = run(["check", str(plan)], capsys)
+    assert code == 0 and "checkpoint staging" in out

@@ -12,7 +12,11 @@ d98e8a64 megatron/training/vocab_utils.py:58); the final norm's 8192 whole. Per 
 optimizer pins 16 B (host_memory.HOST_OPTIMIZER_BYTES) per parameter of its ZeRO-1 shard (/ dp
 128):
 - h100 stage, 59 layers + output: 6,443,425,792 / 128 x 16 = 805,428,224 B = 0.750 GiB;
-- a100 stage, embedding + 21 layers: 2,378,514,432 / 128 x 16 = 297,314,304 B = 0.277 GiB.
+- a100 stage, embedding + 21 layers: 2,378,514,432 / 128 x 16 = 297,314,304 B = 0.277 GiB;
+and the round-up of the 8 of those 16 B that are pinned fp32 blocks (the master and the
+gradient buffer, a block each a piece, planner.model.host_pinned; the moments are pageable):
+each block is under twice its bytes, so each stage pins between 16 B and 24 B a parameter
+(`_pinned`; the round-up by hand: tests/model/test_host_pinned.py).
 A pool of 260 GiB nodes of 8 GPUs allows 260 / 8 - 32 (HOST_RESERVED_GIB_PER_GPU) = 0.5 GiB; the
 catalog's 2 TiB nodes (DGX A100 640GB, DGX H100) 2048 / 8 - 32 = 224 GiB."""
 
@@ -40,6 +44,12 @@ H100_STAGE = H100_PARAMS / 128 * 16  # bytes a GPU
 A100_STAGE = A100_PARAMS / 128 * 16
 
 
+def _pinned(got: float, exact: float) -> bool:
+    """Whether `got` is the offloaded optimizer's bytes of a stage whose 16 B a parameter come
+    to `exact`: at least those, less than 24 B a parameter (module docstring)."""
+    return exact < got < exact * 24 / 16
+
+
 def _plan(tmp_path: Path, small_pool: str) -> Path:
     """The example with the optimizer offloaded and `small_pool`'s nodes at 260 GiB."""
     text = EXAMPLE.read_text().replace(
@@ -63,7 +73,7 @@ def test_h100_stage_over_its_own_pool(tmp_path: Path, capsys: pytest.CaptureFixt
     plan = load_plan(_plan(tmp_path, "h100"))
     host = host_memory.estimate(plan.job, plan.require_layout())
     assert (host.pool, host.gpu) == ("h100", "h100-sxm-80gb")
-    assert host.optimizer == pytest.approx(H100_STAGE, rel=1e-6)
+    assert _pinned(host.optimizer, H100_STAGE)
     assert host.share == 32.5 * GIB
     assert host.capacity == 0.5 * GIB
     assert not host.fits
@@ -79,7 +89,7 @@ def test_a100_stage_fits_its_own_pool(tmp_path: Path, capsys: pytest.CaptureFixt
     plan = load_plan(_plan(tmp_path, "a100"))
     host = host_memory.estimate(plan.job, plan.require_layout())
     assert host.pool == "a100"
-    assert host.optimizer == pytest.approx(A100_STAGE, rel=1e-6)
+    assert _pinned(host.optimizer, A100_STAGE)
     assert host.capacity == 0.5 * GIB
     assert host.fits
     code, out, _ = run(["check", str(_plan(tmp_path, "a100"))], capsys)
@@ -92,7 +102,7 @@ def test_each_pool_with_its_ranks(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, "h100"))
     job, lay = plan.job, plan.require_layout()
     per_rank = [host_memory.optimizer_bytes(job, lay, {r}) for r in range(lay.pp)]
-    assert per_rank == pytest.approx([A100_STAGE, H100_STAGE], rel=1e-6)
+    assert _pinned(per_rank[0], A100_STAGE) and _pinned(per_rank[1], H100_STAGE)
     assert host_memory.optimizer_bytes(job, lay) == max(per_rank)
 
 
@@ -144,5 +154,5 @@ def test_replicas_across_pools_each_against_its_own() -> None:
     _, (view, vlay) = pools.replica_views(job, lay)
     dense, expert = stage_params(view, vlay, 0, vlay.chunk_layers(8)[0])
     assert (host.pool, host.gpu, host.capacity) == ("p1", "a100-sxm-80gb", 1 * GIB)
-    assert host.optimizer == pytest.approx(16 * (dense + expert) / 8)
-    assert host.fits == (16 * (dense + expert) / 8 <= GIB)
+    assert _pinned(host.optimizer, 16 * (dense + expert) / 8)
+    assert host.fits == (host.total <= GIB)

@@ -2,7 +2,10 @@
 those that fit the GPUs cut first and then filtered (QA: with the h100 pool's host at 37 GiB a
 GPU, 5 GiB usable after HOST_RESERVED_GIB_PER_GPU's 32, the three fastest layouts that fit the
 GPUs offload 5.16 GiB of optimizer a GPU there; `suggest` showed two plans at 1.018 s and
-1.020 s while plans of 0.999 s, 1.001 s and 1.016 s fit).
+1.020 s while plans of 0.999 s, 1.001 s and 1.016 s fit; figures from before the pinned
+round-up and the checkpoint staging were counted, which leave no split within 5 GiB: the host
+here is 38.25 GiB a GPU, where the fastest plan of a roomy host is over it and some of the
+uncapped solver's splits fit).
 
 Oracles, both with the model's own functions and no bound, cut or early stop:
 - the splits the solver finds without the host caps (`pool_enum.best_splits` of the problem with
@@ -76,13 +79,20 @@ def uncapped_steps(job: Job, top: int) -> list[float]:
 
 
 def test_the_top_plans_are_the_fastest_that_fit_the_hosts() -> None:
-    # 296 GiB over 8 GPUs: 37 GiB a GPU, 5 GiB usable (hand arithmetic: 37 - 32)
-    job = _job(296.0)
+    # 306 GiB over 8 GPUs: 38.25 GiB a GPU, 6.25 GiB usable (hand arithmetic: 38.25 - 32); with
+    # the pinned round-up and the checkpoint staging counted (`host_memory`), 296 GiB (5 GiB
+    # usable) left no uncapped split that fits, and the premise needs some that do
+    job = _job(306.0)
+    # the premise: the fastest plan with room to spare on the host (2048 GiB: 224 GiB usable a
+    # GPU) is over this host, so the host changes the answer
+    roomy = pool_search.search(_job(2048.0), HEAD, top=1).plans[0]
+    over = pools.apply(job, roomy.layout, roomy.split) if roomy.split else None
+    assert over is not None and not host_memory.estimate(*over).fits
     res = pool_search.search(job, HEAD, top=TOP)
     got = [p.performance.step_time_s for p in res.plans]
     assert all(host_memory.estimate(p.job, p.layout).fits for p in res.plans)
     fits = [q for q in every_plan(job, HEAD) if host_memory.estimate(q.job, q.layout).fits]
     assert got == [r.candidate.performance.step_time_s for r in rows(fits, TOP)]
-    # at least as fast as the uncapped splits that fit (0.9987, 1.0005, 1.0158 s: QA)
+    # at least as fast as the uncapped splits that fit, some of which do (finite)
     want = uncapped_steps(job, TOP)
-    assert len(got) == TOP and all(g <= w for g, w in zip(got, want, strict=True))
+    assert len(got) == TOP and all(g <= w < math.inf for g, w in zip(got, want, strict=True))

@@ -6,8 +6,11 @@ with the host rejections only in the counts).
 Oracle: hand arithmetic. Llama 3.1 8B (8.03e9 parameters) on 8 H100 with nodes of 300 GiB of
 host memory (300 / 8 - 32 reserved = 5.5 GiB usable a GPU) and the optimizer wholly offloaded:
 the layout that pins least (tp 8, ZeRO 3 over dp 1) pins 16 B x 8.03e9 / 8 = 14.96 GiB a GPU,
-so nodes need (14.96 + 32) x 8 = 375.7 -> 376 GiB; with the optimizer on the GPU nothing is
-pinned. That is not the GPU-leanest layout, since Megatron-FSDP keeps the offloaded share's fp32
+and the round-up of its pinned fp32 master and gradient (8 of the 16 B) to powers of two, a
+block a parameter: 4352 / 3832 of those bytes (tests/model/test_host_pinned.py's hand sum of
+Llama 3.1 8B's tp-8 blocks), 15.99 GiB a GPU, so nodes need (15.99 + 32) x 8 = 383.9 -> 384
+GiB (its synchronous ZeRO 3 save stages nothing pinned); with the optimizer on the GPU nothing
+is pinned. That is not the GPU-leanest layout, since Megatron-FSDP keeps the offloaded share's fp32
 main weights on the GPU: the node size is bisected to the least that fits, not read off it."""
 
 from __future__ import annotations
@@ -47,11 +50,35 @@ def test_host_memory_binds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "GiB a GPU, 5.5 usable" in doc["binding"]
     assert doc["changes"] == [
         "training.optimizer_offload_fraction 0 (the optimizer on the GPU)",
-        "nodes with at least 376 GiB of host memory (host_memory_gib_per_node)",
+        "nodes with at least 384 GiB of host memory (host_memory_gib_per_node)",
     ]
 
 
 def test_the_changes_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _suggest(tmp_path, capsys, fraction=0.0)[0] == 0
-    assert _suggest(tmp_path, capsys, host=376)[0] == 0
-    assert _suggest(tmp_path, capsys, host=375)[0] == 1  # 375.7 rounds up
+    assert _suggest(tmp_path, capsys, host=384)[0] == 0
+    assert _suggest(tmp_path, capsys, host=383)[0] == 1  # 383.9 rounds up
+
+
+ASYNC = JOB + "async_save = {async_save}\n"
+
+
+def test_the_checkpoint_staging_binds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing offloaded, but --async-save: every save, ZeRO 2/3's too, stages a GPU's share of
+    the checkpoint in pinned host memory (`host_checkpoint`; Megatron-LM d98e8a64
+    filesystem_async.py:243), over 8 GPUs of one 8.03e9-parameter model more than the 5.5 GiB
+    usable (2 B of bf16 weights a parameter alone: 2 x 8.03e9 / 8 = 1.87 GiB, and the optimizer
+    state besides). The binding names the staging as all there is (nothing offloaded) and the
+    change to synchronous saves, which ZeRO 2/3 make without pinned copies; that job fits."""
+    path = tmp_path / "job.toml"
+    path.write_text(ASYNC.format(host=300, fraction=0.0, async_save="true"))
+    code, out, _ = run(["suggest", str(path), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 1 and doc["binding"].startswith("host memory:")
+    assert doc["binding"].endswith("it fits but for the pinned staging of its checkpoint saves")
+    assert "(checkpoint staging " in doc["binding"]
+    assert doc["changes"][0] == (
+        "training.async_save false (ZeRO 2/3's synchronous saves stage nothing)"
+    )
+    path.write_text(ASYNC.format(host=300, fraction=0.0, async_save="false"))
+    assert run(["suggest", str(path), "--json"], capsys)[0] == 0
