@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, render, report
+from planner.cli import calibration, render, report, switch_notes
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -219,7 +219,9 @@ def check(
     elif not host.fits:
         changes = host_advice.host_changes(job, layout, headroom, step_time)
     if as_json:
-        data = report.plan_dict(job.arch, layout, rep, cost.estimate(job, layout), host)
+        perf = cost.estimate(job, layout)
+        issue = switch_notes.host_seconds(job, layout)
+        data = report.plan_dict(job.arch, layout, rep, perf, host, issue)
         data["changes"] = [
             {
                 "change": c.describe(),

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, explain_notes, plot, render, report, timeline
+from planner.cli import calibration, explain_notes, plot, render, report, switch_notes, timeline
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -138,7 +138,8 @@ def explain(
         plot.write_svg(timeline_path, svg, "--timeline")
     link = pool_costs.slow_link(job, layout, perf)  # heterogeneous pools: the slow link's share
     if as_json:
-        data = report.plan_dict(job.arch, layout, rep, perf, host)
+        issue = switch_notes.host_seconds(job, layout)
+        data = report.plan_dict(job.arch, layout, rep, perf, host, issue)
         if link is not None:
             data["performance"]["between_pools"] = report.slow_link_dict(link)
         if ops is not None:

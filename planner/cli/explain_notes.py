@@ -177,9 +177,18 @@ def fused_mlp_text(job: Job, layout: Layout, perf: Performance) -> str | None:
         )
     saved = -added(perf, replace(job, moe_fused_grouped_mlp=False), layout)
     return (
-        f"fused grouped MLP: the experts' activation and quantisation in the GEMM epilogues save "
-        f"{saved:.3f} s of the {perf.step_time_s + saved:.3f} s step unfused"
+        "fused grouped MLP: the experts' activation and quantisation in the GEMM epilogues "
+        + saving_text(saved, perf.step_time_s, "unfused")
     )
+
+
+def saving_text(saved: float, step_s: float, without: str) -> str:
+    """ "save S s of the T s step `without`", or, where the feature saves less than the
+    thousandth of a second the notes print (or costs time), that it saves nothing here with
+    both steps (not "save -0.000 s")."""
+    if round(saved, 3) > 0:
+        return f"save {saved:.3f} s of the {step_s + saved:.3f} s step {without}"
+    return f"save nothing here (the step takes {step_s:.3f} s, {step_s + saved:.3f} s {without})"
 
 
 def _fused_mlp_advice(job: Job, layout: Layout, perf: Performance) -> str | None:
@@ -228,9 +237,8 @@ def fp8_attention_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     core = attention_time.core_attention(
         job, gpu, t, job.seq_length, layout.tp, layer_time.ATTENTION_EFFICIENCY
     )
-    text = (
-        f"FP8 attention: the fused attention's matmuls in FP8 save {saved:.3f} s of the "
-        f"{perf.step_time_s + saved:.3f} s step with bf16 attention"
+    text = "FP8 attention: the fused attention's matmuls in FP8 " + saving_text(
+        saved, perf.step_time_s, "with bf16 attention"
     )
     if core.exp_bound:
         rate = job.cluster.gpu.exp_tera_per_s

@@ -11,14 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli import explain_notes
+from planner.cli import explain_notes, switch_notes
 from planner.emit.common import cost_text
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import titan_accumulation
 from planner.model.memory import MemoryReport
-from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, COST_NAMES, Performance
+from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, Performance
 from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
 from planner.model.torch_schedules import microbatch_group, schedule_microbatches
 from planner.ops.operations import Operations
@@ -266,21 +266,20 @@ def print_explain(
     )
     for line in explain_notes.notes(job, layout, perf, rep.headroom_pct):
         console.print(line, highlight=False)
-    console.print(top_cost_text(perf))
+    console.print(top_cost_text(perf, switch_notes.host_seconds(job, layout)))
 
 
-def top_cost_text(perf: Performance) -> str:
-    """explain's verdict on the step: its largest cost besides compute with its share, or
+def top_cost_text(perf: Performance, host_issue_s: float = 0.0) -> str:
+    """explain's verdict on the step: its largest cost besides compute with its share, the
+    host's eager kernel issue (`host_issue_s`, `Performance.top_cost`) among them, or
     compute-bound when none reaches BOTTLENECK_MIN_SHARE (`Performance.bottleneck`)."""
-    name = perf.bottleneck()
-    if name == COMPUTE_BOUND:
+    if perf.bottleneck(host_issue_s) == COMPUTE_BOUND:
         return (
             f"{COMPUTE_BOUND}: no cost besides compute reaches {BOTTLENECK_MIN_SHARE:.0%} "
             "of the step"
         )
-    field = next(f for f, n in COST_NAMES.items() if n == name)
-    share = float(getattr(perf.breakdown, field)) / perf.step_time_s
-    return f"largest cost besides compute: {name} ({share:.0%} of the step)"
+    name, seconds = perf.top_cost(host_issue_s)
+    return f"largest cost besides compute: {name} ({seconds / perf.step_time_s:.0%} of the step)"
 
 
 def operations_table(o: Operations) -> Table:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli import explain_notes
+from planner.cli import explain_notes, switch_notes
 from planner.cli.render import capacity_text
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -82,7 +82,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             f"{p.tokens_per_s_per_gpu:,.0f}",
             f"{p.mfu_bf16_peak:.1%}",
             *([f"{p.mfu:.1%}"] if own else []),
-            p.bottleneck(),
+            p.bottleneck(switch_notes.host_seconds(job, lay)),
         )
     t.caption = (
         "m = micro-batches per step (k x n: k pipeline schedules of n each); split = layers on "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from planner.cli import switch_notes
 from planner.inputs import plan_writer, units
 from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import GpuSpec
@@ -79,7 +80,9 @@ def gpu_dict(gpu: GpuSpec) -> dict[str, Any]:
     return gpu.model_dump(mode="json")
 
 
-def performance_dict(perf: Performance, sparse_attention: bool) -> dict[str, Any]:
+def performance_dict(
+    perf: Performance, sparse_attention: bool, host_issue_s: float = 0.0
+) -> dict[str, Any]:
     """`performance` of the JSON; `sparse_attention`, the model's attention is DeepSeek's sparse
     attention, whose model FLOPs (Megatron-LM's count) are still dense causal attention's: its
     MFU can pass 100% at long context (`sparse_attention_counted_dense`)."""
@@ -96,7 +99,8 @@ def performance_dict(perf: Performance, sparse_attention: bool) -> dict[str, Any
         "hardware_flops_per_step": perf.hardware_flops_per_step,
         "causal_attention_halved": False,
         "sparse_attention_counted_dense": sparse_attention,
-        "bottleneck": perf.bottleneck(),
+        "bottleneck": perf.bottleneck(host_issue_s),
+        "host_issue_s": round(host_issue_s, 4),
         "breakdown_s": {k: round(float(v), 4) for k, v in asdict(b).items()},
         "stages": [
             {"stage": r, "forward_s": round(f, 6), "backward_s": round(bw, 6)}
@@ -122,14 +126,21 @@ def host_dict(host: HostMemory) -> dict[str, Any]:
 
 
 def plan_dict(
-    arch: ModelArch, layout: Layout, rep: MemoryReport, perf: Performance, host: HostMemory
+    arch: ModelArch,
+    layout: Layout,
+    rep: MemoryReport,
+    perf: Performance,
+    host: HostMemory,
+    host_issue_s: float = 0.0,
 ) -> dict[str, Any]:
     """The object `check --json` and `explain --json` print (DESIGN.md section 2 keys); `fits`
-    needs both the GPU's memory and the host's (`memory.host`)."""
+    needs both the GPU's memory and the host's (`memory.host`); `host_issue_s`, the seconds the
+    host's eager kernel issue adds to the step (`switch_notes.host_seconds`), which
+    `performance.bottleneck` weighs."""
     return {
         "fits": rep.fits and host.fits,
         "memory": {**memory_dict(rep), "host": host_dict(host)},
-        "performance": performance_dict(perf, arch.has_dsa),
+        "performance": performance_dict(perf, arch.has_dsa, host_issue_s),
         "model": model_dict(arch),
         "parallel": layout_dict(layout),
     }
@@ -167,7 +178,9 @@ def candidate_dict(job: Job, c: Candidate, twins: tuple[Candidate, ...] = ()) ->
     steps ran well behind the model: known_gaps.optimistic) and `equivalents`: the layouts
     folded into this one (planner.search.twins.Row), each as its `parallel` and
     `memory.peak_gib`."""
-    d = plan_dict(job.arch, c.layout, c.memory, c.performance, host_memory.estimate(job, c.layout))
+    host = host_memory.estimate(job, c.layout)
+    issue = switch_notes.host_seconds(job, c.layout)
+    d = plan_dict(job.arch, c.layout, c.memory, c.performance, host, issue)
     d["parallel"] = _parallel(job, c.layout)
     d["plan_parallel"] = plan_parallel(job, c.layout)
     d["performance"]["optimistic"] = optimistic(job, c.layout)

@@ -6,13 +6,16 @@ where it would not fit, the note says so instead of advising it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.plan_types import CudaGraphImpl
 from planner.inputs.units import GIB
 from planner.model import cost, memory
 from planner.model.performance import BOTTLENECK_MIN_SHARE, Performance
+from planner.search import rules
 from planner.search.rules import graphs
 from planner.search.rules.shared_overlap import shared_expert_overlap
 
@@ -82,6 +85,62 @@ def shared_overlap_text(
     )
 
 
+GRAPH_IMPLS: tuple[CudaGraphImpl, ...] = ("transformer_engine", "full_iteration")
+"""The CUDA-graph implementations `host_text` tries, in this order, where the job's own one is
+refused on its layout (`planner.search.rules.graphs`, `features._graph_conflict`: Transformer
+Engine's per-layer graphs run the fine-grained offloading the local ones refuse, full-iteration
+graphs CPU offloading and full recompute too)."""
+
+_RUNS_CLAUSE = re.compile(
+    r'; training\.cuda_graph_impl = "[^)]*runs it|, or set training\.cuda_graph_impl'
+)
+"""A refusal's clause naming implementations that run the layout (`rules.graphs`,
+`features._graph_conflict`): dropped where none of them runs it either."""
+
+
+def _graphed_runs(job: Job, layout: Layout) -> tuple[Job | None, str | None]:
+    """(the job with every layer captured in CUDA graphs, in its own implementation or else the
+    first of GRAPH_IMPLS, that `rules.violations` accepts on the layout, or None where none is;
+    why its own implementation is refused, or None where it runs). A rule the plan already breaks
+    eager does not count against its graphs."""
+    eager = {v.rule for v in rules.violations(job, layout)}
+    own = replace(job, cuda_graphs=True, cuda_graph_modules=())
+    why: str | None = None
+    for impl in (own.cuda_graph_impl, *(i for i in GRAPH_IMPLS if i != own.cuda_graph_impl)):
+        graphed = replace(own, cuda_graph_impl=impl)
+        broken = [v for v in rules.violations(graphed, layout) if v.rule not in eager]
+        if not broken:
+            return graphed, why
+        if why is None:
+            barred = graphs.conflict(graphed, layout)
+            why = barred[1] if barred is not None else broken[0].message
+    return None, why
+
+
+def _host_graphed(job: Job, layout: Layout) -> tuple[Job | None, Job | None, str | None]:
+    """(the job with every layer captured in CUDA graphs that the host's seconds are priced at:
+    `_graphed_runs`' where one runs, else the job's own implementation; the one that runs or
+    None; why the job's own is refused or None), all None where nothing is left to capture or
+    the job runs no CUDA graphs (torchtitan)."""
+    if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
+        return None, None, None
+    runs, why = _graphed_runs(job, layout)
+    return runs or replace(job, cuda_graphs=True, cuda_graph_modules=()), runs, why
+
+
+def host_seconds(job: Job, layout: Layout) -> float:
+    """The seconds the host's eager kernel issue adds to the plan's step, which sit in its
+    compute: the step less the same layout's with its layers captured (`_host_graphed`), as
+    `host_text` states it; 0 where nothing is left to capture or below BOTTLENECK_MIN_SHARE of
+    the step (no note says it). What `Performance.bottleneck` weighs against the other costs."""
+    graphed = _host_graphed(job, layout)[0]
+    if graphed is None:
+        return 0.0
+    perf = cost.estimate(job, layout)
+    extra = added(perf, graphed, layout)
+    return extra if extra >= BOTTLENECK_MIN_SHARE * perf.step_time_s else 0.0
+
+
 def host_text(
     job: Job, layout: Layout, perf: Performance, headroom_pct: float = memory.DEFAULT_HEADROOM_PCT
 ) -> str | None:
@@ -89,28 +148,29 @@ def host_text(
     per step it adds over the same layout with every layer captured in CUDA graphs, when that is
     at least BOTTLENECK_MIN_SHARE of the step; with Megatron, the switch that removes it and the
     memory the graphs add at the peak, where the plan still fits with them at `headroom_pct`;
-    else why it does not take them: the layout (`planner.search.rules.graphs`: CPU offloading,
-    full recompute, graphed recompute with dropout; where full-iteration graphs would run it,
-    whether they fit), or the memory."""
-    if (job.cuda_graphs and not job.cuda_graph_modules) or job.framework == "torchtitan":
+    else why it does not take them: the memory, or the layout (every rule `planner check`
+    applies, `rules.violations`: where the job's own implementation is refused, the first of
+    GRAPH_IMPLS that runs it is named and the seconds and memory are those of it; where none
+    does, no switch is advised, and the seconds are those of the job's own implementation)."""
+    graphed, runs, why = _host_graphed(job, layout)
+    if graphed is None:
         return None  # nothing left to capture, or no CUDA graphs to capture it with
-    graphed = replace(job, cuda_graphs=True, cuda_graph_modules=())
     extra = added(perf, graphed, layout)
     if extra < BOTTLENECK_MIN_SHARE * perf.step_time_s:
         return None
-    barred = graphs.conflict(graphed, layout)
-    if barred is not None:  # rules.graphs: what Megatron's per-layer graphs do not run
-        fix = f"CUDA graphs would remove it, but {barred[1]}"
-        whole = replace(graphed, cuda_graph_impl="full_iteration")
-        if FULL_ITERATION_RUNS in fix and graphs.conflict(whole, layout) is None:
-            fits, more, over = _weigh(job, layout, whole, layout, headroom_pct)
-            if fits:
-                fix += _more_text(more)
-            else:
-                fix = fix.replace(FULL_ITERATION_RUNS, "") + (
-                    f"; full-iteration graphs, which run it, would not fit: {more:.1f} GiB "
-                    f"more at the peak, {over:.1f} GiB over"
-                )
+    if runs is None:  # no implementation runs the layout: say why, advise none
+        fix = f"CUDA graphs would remove it, but {_RUNS_CLAUSE.sub('', why or '')}"
+    elif why is not None:  # another implementation runs what the job's own refuses
+        impl = f'training.cuda_graph_impl = "{runs.cuda_graph_impl}"'
+        fix = f"CUDA graphs would remove it, but {_RUNS_CLAUSE.sub('', why)}"
+        fits, more, over = _weigh(job, layout, runs, layout, headroom_pct)
+        if fits:
+            fix += f"; {impl} runs it{_more_text(more)}"
+        else:
+            fix += (
+                f"; {impl}, which runs it, would not fit: {more:.1f} GiB more at the peak, "
+                f"{over:.1f} GiB over"
+            )
     else:
         switch = (
             "CUDA graphs of the whole layer (training.cuda_graph_modules unset)"

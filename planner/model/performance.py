@@ -74,6 +74,11 @@ def peak_label(precision: Precision, tf32: Sequence[bool]) -> str:
     return "TF32" if all(tf32) else "FP32" if not any(tf32) else "TF32 / FP32"
 
 
+HOST_ISSUE = "host kernel issue"
+"""How `Performance.top_cost` names the host's eager kernel issue where it is the largest cost
+besides compute (explain's note on it: "host-bound: issuing the layers' kernels eagerly adds
+...")."""
+
 COMPUTE_BOUND = "compute-bound"
 """What `Performance.bottleneck` says when no cost besides compute reaches BOTTLENECK_MIN_SHARE."""
 
@@ -143,12 +148,26 @@ class Performance:
             text += f", {self.mfu:.1%} of the {name} peak"
         return text
 
-    def bottleneck(self) -> str:
-        """The largest cost other than compute, e.g. "bubble" or "TP traffic", when it takes at
-        least BOTTLENECK_MIN_SHARE of the step time; else COMPUTE_BOUND. (The suggest table's
-        "top cost", explain's "largest cost besides compute", JSON `performance.bottleneck`.)"""
+    def top_cost(self, host_issue_s: float = 0.0) -> tuple[str, float]:
+        """(how output names the largest cost other than compute, its seconds): the largest of
+        COST_NAMES, or HOST_ISSUE where `host_issue_s` is larger. `host_issue_s`: the seconds the
+        host's eager kernel issue adds to the step, which sit inside `breakdown.compute` (the
+        layers floored by it, `planner.model.host_floor`): the step less the same layout's with
+        its layers captured in CUDA graphs (`planner.cli.switch_notes.host_seconds`), 0 where
+        the caller does not weigh it."""
         b = self.breakdown
-        name = max(COST_NAMES, key=lambda f: float(getattr(b, f)))
-        if float(getattr(b, name)) < BOTTLENECK_MIN_SHARE * self.step_time_s:
+        field = max(COST_NAMES, key=lambda f: float(getattr(b, f)))
+        seconds = float(getattr(b, field))
+        if host_issue_s > seconds:
+            return HOST_ISSUE, host_issue_s
+        return COST_NAMES[field], seconds
+
+    def bottleneck(self, host_issue_s: float = 0.0) -> str:
+        """The largest cost other than compute (`top_cost`), e.g. "bubble", "TP traffic" or
+        HOST_ISSUE, when it takes at least BOTTLENECK_MIN_SHARE of the step time; else
+        COMPUTE_BOUND. (The suggest table's "top cost", explain's "largest cost besides
+        compute", JSON `performance.bottleneck`.)"""
+        name, seconds = self.top_cost(host_issue_s)
+        if seconds < BOTTLENECK_MIN_SHARE * self.step_time_s:
             return COMPUTE_BOUND
-        return COST_NAMES[name]
+        return name

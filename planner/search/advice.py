@@ -149,6 +149,12 @@ def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> 
     return out
 
 
+def field_value(layout: Layout, field: str) -> object:
+    """The layout's value of a `single_changes` field, as a change names it: etp is
+    `Layout.expert_tp` (the field `etp` is None where it follows tp)."""
+    return layout.expert_tp if field == "etp" else getattr(layout, field)
+
+
 def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object, Layout, str]]:
     """(rank, field, new value, layout, what it changes with it) of every single change of
     `_candidates` that passes the rules. More tp, cp or pp takes its factor from dp and says so
@@ -250,7 +256,7 @@ def memory_changes(
         saves = base.peak - rep.peak
         if saves <= 0:
             continue
-        before = layout.expert_tp if field == "etp" else getattr(layout, field)
+        before = field_value(layout, field)
         fits = rep.fits and host_memory.estimate(job, new).fits
         out.append(Change(field, before, after, new, saves, fits, order, also))
     out += _offload_layers(job, layout, headroom_pct, base.peak)

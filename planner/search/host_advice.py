@@ -169,12 +169,14 @@ def host_changes(
     out = [evaluate(*c) for c in _candidates(job, layout, headroom_pct, cost)]
     gpu_side = list(advice.single_changes(job, layout))
     for order, field, after, new, also in gpu_side:
-        out.append(evaluate(order + 4, field, getattr(layout, field), after, job, new, also))
+        was = advice.field_value(layout, field)
+        out.append(evaluate(order + 4, field, was, after, job, new, also))
     found = [c for c in out if c is not None]
     pairs: dict[int, str] = {}  # a paired change's GPU knob, by the change's id
     if not any(c.fits for c in found):
         for order, field, after, g, also in gpu_side:
-            first = f"{field} {getattr(layout, field)} -> {after}" + (f" + {also}" if also else "")
+            was = advice.field_value(layout, field)
+            first = f"{field} {was} -> {after}" + (f" + {also}" if also else "")
             for o, f, was, to, j, new in _candidates(job, g, headroom_pct, cost):
                 c = evaluate(o + order + 4, f, was, to, j, new, first)
                 if c is not None:

@@ -23,9 +23,9 @@ from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.search import rules, top_k
 from planner.search import space as space_mod
+from planner.search.lean_peak import min_peak
 from planner.search.pins import check_reachable, flag_text
 from planner.search.rules import parallel as parallel_rules
-from planner.search.rungs import leanest
 from planner.search.space import Bound, Space
 from planner.search.top_k import Candidate, SearchResult, rank_key
 from planner.search.twins import Row
@@ -139,43 +139,13 @@ class Infeasible:
     changes: list[str]
 
 
-def _min_peak(job: Job, space: Space, enough: float = 0.0) -> tuple[float, Layout | None]:
-    """The smallest peak memory any layout of the space reaches, and that layout: every structure
-    at its leanest, the most sharding the space searches on it (ZeRO 3 at pp 1 and cp 1, else the
-    highest stage allowed there: `space.zero_stages`), the leanest memory savers, the smallest
-    micro-batch, no interleaving. The first at or below `enough` is returned as soon as found
-    (whether any fits is all some callers ask)."""
-    lean = replace(
-        space,
-        recompute=(space.recompute[-1],),
-        mbs=Bound(space.mbs.lo, space.mbs.lo),
-        vpp=Bound(1, 1),
-    )
-    best: tuple[float, Layout | None] = (float("inf"), None)
-    for s in space_mod.each_structure(job, lean, Counter()):
-        for mbs, vpp, split in space_mod.options(job, lean, s):
-            for base in space_mod.bases(job, s, mbs, vpp, split, lean):
-                stages = space_mod.zero_stages(space, base.layout)
-                if not stages:
-                    continue
-                zbase = base.layout.with_(zero_stage=max(stages))
-                for rung in leanest(base.single, base.ladders) or list(base.single):
-                    lay = rung.on(zbase)
-                    peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
-                    if peak < best[0]:
-                        best = (peak, lay)
-                        if peak <= enough:
-                            return best
-    return best
-
-
 GPU_DOUBLINGS = 6
 """More GPUs are looked for up to 2^6 = 64 times the job's."""
 
 CONFIRMS = 4
 """Searches (`_found`) a proposed change may take to confirm it: the leanest layout
-(`_min_peak`) sees the memory, not every rule a searched layout meets; where it fits and the
-search finds nothing, the next value is tried, up to this many."""
+(`lean_peak.min_peak`) sees the memory, not every rule a searched layout meets; where it fits
+and the search finds nothing, the next value is tried, up to this many."""
 
 
 def _found(job: Job, space: Space) -> bool:
@@ -198,7 +168,7 @@ def _more_gpus(job: Job, space: Space, cap: float) -> str | None:
     top = max(n // per_node + 1, (n << GPU_DOUBLINGS) // per_node)
 
     def lean(nodes: int) -> bool:
-        return _min_peak(_cluster(job, num_gpus=nodes * per_node), space, cap)[0] <= cap
+        return min_peak(_cluster(job, num_gpus=nodes * per_node), space, cap)[0] <= cap
 
     below, nodes = n // per_node, n // per_node + 1
     while not lean(nodes):
@@ -222,7 +192,7 @@ def _shorter(job: Job, space: Space, cap: float) -> str | None:
     while seq > 256 and tries < CONFIRMS:
         seq //= 2
         trial = replace(job, seq_length=seq)
-        if _min_peak(trial, space, cap)[0] <= cap:
+        if min_peak(trial, space, cap)[0] <= cap:
             tries += 1
             if _found(trial, space):
                 return f"seq_length {seq} instead of {job.seq_length}"
@@ -252,7 +222,7 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
         top += "".join(f"; {v.field}: {v.message}" for v in rules.job_violations(job))
         return Infeasible(f"no layout passes the rules: {top}", changes)
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
-    peak, lay = _min_peak(job, space)
+    peak, lay = min_peak(job, space)
     gib = 2**30
     found: list[str | None] = []
     if lay is None:  # no leanest variant to size (its structures have none at vpp 1)
