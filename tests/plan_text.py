@@ -60,7 +60,7 @@ def load_error(path: Path) -> str:
     return str(info.value)
 
 
-def offload_plan(tmp_path: Path, host_gib_per_node: int, layers: int) -> Path:
+def offload_plan(tmp_path: Path, host_gib_per_node: float, layers: int) -> Path:
     """Llama 3.1 8B on 8 H100 at 8192 tokens, tp 1 pp 1 ZeRO 1, `layers` layers' activations
     offloaded to the host (`cpu_offloading_num_layers`), on nodes of `host_gib_per_node` GiB
     (the host-memory tests: planner.model.host_memory, planner.search.host_advice)."""

@@ -4,7 +4,16 @@ host memory holds (planner.search.host_advice), and that GPU memory's changes co
 Oracles: hand arithmetic on Llama 3.1 8B's offloaded layers (each 8192-token micro-batch's layer
 is 1.125 GiB on the host: 24 of them 27 GiB, tests/model/test_host_memory.py), and brute force
 over the knob each change turns (every layer count, every hundredth of a fraction), judged by
-the host and GPU models themselves."""
+the host and GPU models themselves.
+
+Every plan here also pins its share of each checkpoint save (planner.model.host_checkpoint:
+ZeRO 1 under Megatron stages its tensors pinned, whatever it offloads): 8.03e9 / 8 parameters a
+GPU at tp 1, each 2 B of bf16 weights and 12 B of fp32 master and moments (checkpoint_size),
+13.1 GiB, and each pinned block rounded up to a power of two (host_pinned: the weights' blocks
+x 1.137, the optimizer state's pieces x 1.203 on this layout), 15.6 GiB. The hosts below are
+the budgets the offloads were written against plus that staging (`_staging`: the model's own
+figure, `HostMemory.checkpoint`, held to the hand bounds above), so that the activations have
+the usable GiB each test names."""
 
 from __future__ import annotations
 
@@ -24,7 +33,7 @@ from planner.model import cost, host_memory, memory
 from planner.search import advice, host_advice
 
 
-def _host(gib_per_gpu: int, **kw: object) -> Job:
+def _host(gib_per_gpu: float, **kw: object) -> Job:
     """Llama 3.1 8B on 8 H100 at 8192 tokens, a node's host memory `gib_per_gpu` x 8."""
     base = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64, **kw)
     node = {"host_memory_gib_per_node": 8 * gib_per_gpu}
@@ -32,6 +41,21 @@ def _host(gib_per_gpu: int, **kw: object) -> Job:
 
 
 LAYERS = Layout(tp=1, pp=1, dp=8, zero_stage=1, cpu_offloading_num_layers=24)
+PARAMS = 8_030_261_248  # Llama 3.1 8B's parameters (the catalog's count)
+
+
+def _staging(job: Job, layout: Layout) -> float:
+    """GiB a GPU pins to stage a checkpoint save (`HostMemory.checkpoint`), held to the module
+    docstring's hand bounds on a tp 1 dp 8 ZeRO-1 layout with the optimizer on the GPU: at least
+    14 B a parameter over 8 GPUs (unrounded), under twice that (a pinned block is under twice
+    its bytes)."""
+    staged = host_memory.estimate(job, layout).checkpoint
+    if (layout.tp, layout.dp, job.optimizer_offload_fraction) == (1, 8, 0.0):
+        assert 14 * PARAMS / 8 <= staged < 2 * 14 * PARAMS / 8
+    return staged / GIB
+
+
+STAGED = _staging(_host(48), LAYERS)  # 15.6 GiB (the module docstring)
 
 
 def _fits_both(c: advice.Change, job: Job) -> bool:
@@ -40,9 +64,10 @@ def _fits_both(c: advice.Change, job: Job) -> bool:
 
 
 def test_fewer_layers_is_the_most_that_fits_the_host_and_is_judged_on_the_gpu() -> None:
-    # 48 GiB a GPU, 16 usable; 24 layers pin 24 x 1.125 = 27 GiB. 14 layers (15.75 GiB) is the
-    # most that fits; the 10 layers back on the GPU (+11.25 GiB on 74.0) overflow its 77.3
-    job48 = _host(48)
+    # 48 GiB a GPU and the staging, 16 usable besides it; 24 layers pin 24 x 1.125 = 27 GiB.
+    # 14 layers (15.75 GiB) is the most that fits; the 10 layers back on the GPU (+11.25 GiB on
+    # 74.0) overflow its 77.3. cp 2 dp 4 stages as much (the same 8 GPUs share the checkpoint)
+    job48 = _host(48 + STAGED)
     assert memory.estimate(job48, LAYERS).fits and not host_memory.estimate(job48, LAYERS).fits
     per_layer = host_memory.estimate(job48, LAYERS).activations / 24
     assert per_layer / GIB == pytest.approx(1.125, rel=0.01)
@@ -58,15 +83,23 @@ def test_fewer_layers_is_the_most_that_fits_the_host_and_is_judged_on_the_gpu() 
     assert not fewer.fits  # the GPU's 74.0 + 11.25 GiB
     # context parallelism halves each layer's tokens: 13.5 GiB, and the GPU's share shrinks too
     (cp,) = [c for c in changes if c.field == "cp"]
+    assert _staging(job48, cp.layout) == pytest.approx(STAGED, rel=1e-9)
     assert cp.fits and cp.after == 2 and _fits_both(cp, job48)
     assert changes[0].fits  # those that fit come first
 
 
 def test_where_no_single_change_fits_a_gpu_change_is_paired_with_offloading_less() -> None:
-    # 35 GiB a GPU, 3 usable: even cp 8's 27 / 8 = 3.4 GiB is over, so no single change fits
-    # both; each GPU change with the fewest layers that then fit the GPU does (the fastest step:
-    # the brute force over every layer count of the changed layout, judged by the models)
-    job35 = _host(35)
+    # 35 GiB a GPU and the least staging of any layout a change leads to, 3 usable besides it:
+    # even cp 8's or tp 8's 27 / 8 = 3.4 GiB is over, so no single change fits both; each GPU
+    # change with the fewest layers that then fit the GPU does (the fastest step: the brute
+    # force over every layer count of the changed layout, judged by the models). The staging
+    # differs by layout only in its blocks' round-up: tp 8 dp 1's (whole weights, pieces over
+    # one rank) is the least of the tp / cp ones, 0.75 GiB under tp 1's; ZeRO 2 / 3 stage
+    # nothing (Megatron-FSDP's synchronous save, host_checkpoint), but leave 27 GiB offloaded
+    tp8 = LAYERS.with_(tp=8, dp=1, sequence_parallel=True)
+    least = min(_staging(_host(35), lay) for lay in (LAYERS, LAYERS.with_(cp=8, dp=1), tp8))
+    assert least == _staging(_host(35), tp8) < STAGED
+    job35 = _host(35 + least)
     changes = host_advice.host_changes(job35, LAYERS)
     singles = [c for c in changes if not c.also or c.field != "cpu_offloading_num_layers"]
     assert singles and not any(c.fits for c in singles)
@@ -84,32 +117,43 @@ def test_where_no_single_change_fits_a_gpu_change_is_paired_with_offloading_less
 
 
 def test_the_optimizer_and_fine_grained_shares_are_the_fastest_hundredth_that_fits() -> None:
-    # the whole optimizer shard on the host: 16 bytes x 8.03e9 / 8 = 14.96 GiB, with 8 usable;
-    # the GPU holds all of it (recompute full), so every hundredth up to 0.53 fits both, and the
+    # a share x of the optimizer on the host, per parameter of the GPU's 8.03e9 / 8: its 16 B,
+    # 8 of them in the two pinned fp32 blocks a piece, which round up x 1.203 (host_pinned):
+    # 16 + 8 x 0.203 = 17.63 x B; and the checkpoint staging of what the host does not already
+    # hold (host_checkpoint): 2 B x 1.137 of weights + 12 B x 1.203 x (1 - x) of state (the
+    # module docstring). Together 16.71 + 3.19 x B, 15.63 + 2.98 x GiB (the model's: `_staging`
+    # at x 0, `HostMemory.total` at 1, 18.60 GiB). With 17 usable (49 GiB a GPU), every x up to
+    # (17 - 15.63) / 2.98 = 0.46 fits the host and none over it, the whole optimizer included;
+    # the GPU holds all of it (recompute full), so every hundredth up to 0.46 fits both, and the
     # fastest is a few hundredths: their CPU update overlaps the GPU's on the rest
-    job40 = _host(40, optimizer_offload_fraction=1.0)
+    job49 = _host(49, optimizer_offload_fraction=1.0)
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, recompute="full")
-    assert memory.estimate(job40, lay).fits and not host_memory.estimate(job40, lay).fits
+    assert memory.estimate(job49, lay).fits and not host_memory.estimate(job49, lay).fits
+    none = _staging(replace(job49, optimizer_offload_fraction=0.0), lay)
+    whole = host_memory.estimate(job49, lay)
+    assert 16 * PARAMS / 8 < whole.optimizer < 24 * PARAMS / 8  # a block under twice its bytes
+    slope = whole.total / GIB - none  # the host's GiB are linear in x
+    assert (17 - none) / slope == pytest.approx(0.46, abs=0.005)
 
     def step(j: Job, new: Layout) -> float:
         return cost.estimate(j, new).step_time_s
 
-    changes = host_advice.host_changes(job40, lay, cost=step)
+    changes = host_advice.host_changes(job49, lay, cost=step)
     (opt,) = [c for c in changes if c.field == "training.optimizer_offload_fraction"]
     assert opt.job is not None and opt.before == 1.0 and opt.fits and not opt.also
 
     def opt_job(x: float) -> Job:
-        return replace(job40, optimizer_offload_fraction=x)
+        return replace(job49, optimizer_offload_fraction=x)
 
     # brute force: every hundredth that fits both, the fastest by the step-time model
-    fitting = [i / 100 for i in range(100) if _fits_both(replace(opt, job=opt_job(i / 100)), job40)]
-    assert fitting == [i / 100 for i in range(54)]  # 8 / 14.96 = 0.535
+    fitting = [i / 100 for i in range(100) if _fits_both(replace(opt, job=opt_job(i / 100)), job49)]
+    assert fitting == [i / 100 for i in range(47)]  # (17 - 15.63) / 2.98 = 0.46
     best = min(fitting, key=lambda x: step(opt_job(x), lay))
     assert opt.after == best == 0.02
     # with no step-time model, the least on the host
     (least,) = [
         c
-        for c in host_advice.host_changes(job40, lay)
+        for c in host_advice.host_changes(job49, lay)
         if c.field == "training.optimizer_offload_fraction"
     ]
     assert least.after == 0.0
@@ -118,7 +162,7 @@ def test_the_optimizer_and_fine_grained_shares_are_the_fastest_hundredth_that_fi
     modules = Layout(
         tp=1, pp=1, dp=8, zero_stage=1, offload_modules=("attn_norm", "qkv_linear", "core_attn")
     )
-    job33 = _host(33)  # 1 GiB usable
+    job33 = _host(33 + _staging(_host(33), modules))  # 1 GiB usable besides the staging
     assert host_memory.estimate(job33, modules).activations > 1 * GIB
     changes = host_advice.host_changes(job33, modules)
     (share,) = [c for c in changes if c.field == "activation_offload_fraction" and not c.also]
@@ -147,7 +191,7 @@ def test_a_gpu_memory_change_that_leaves_the_host_over_does_not_make_it_fit() ->
 def test_check_lists_the_changes_for_host_memory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan = offload_plan(tmp_path, 8 * 48, 24)  # 48 GiB a GPU, 16 usable
+    plan = offload_plan(tmp_path, 8 * (48 + STAGED), 24)  # 16 GiB usable besides the staging
     code, out, _ = run(["check", str(plan)], capsys)
     assert (
         code == 1 and "Changes that make it fit" in out and "cp 1 -> 2 (+ dp 8 -> 4) saves" in out
