@@ -17,15 +17,7 @@ def host_line(job: Job, host: HostMemory) -> str | None:
     least headroom: `HostMemory.pool`); None where nothing is offloaded."""
     if host.total <= 0:
         return None
-    parts = [
-        f"{what} {gib(b)}"
-        for what, b in (
-            ("activations", host.activations),
-            ("optimizer", host.optimizer),
-            ("checkpoint staging", host.checkpoint),
-        )
-        if b > 0
-    ]
+    parts = [f"{what} {gib(b)}" for what, b in host.parts()]
     share = f"{gib(host.share)} GiB a GPU's share of its node's host memory"
     if host.pool:
         share += f" in pool {host.pool!r}"

@@ -28,7 +28,12 @@ def _moments(job: Job) -> float:
 
 
 def checkpoint_bytes_per_param(job: Job, zero_stage: int = 0) -> float:
-    """Bytes per parameter of a checkpoint under the layout's ZeRO stage (module docstring)."""
+    """Bytes per parameter of a checkpoint under the layout's ZeRO stage (module docstring); a
+    frozen model's parameters have no optimizer state to save (Megatron's DDP and optimizer
+    skip parameters without requires_grad: distributed_data_parallel.py:180-181,
+    optimizer/__init__.py:332 d98e8a64): its weights alone."""
+    if job.frozen_model:
+        return 4.0 if job.params_dtype == "fp32" or job.framework == "torchtitan" else 2.0
     if job.framework == "torchtitan":
         return 4.0 + _moments(job)
     if zero_stage >= 2:  # Megatron-FSDP's fsdp_dtensor: fp32 main weights + the state

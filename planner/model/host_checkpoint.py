@@ -94,6 +94,8 @@ def rank_staging_bytes(
     if rounding != "floor":
         up = rounding == "ceiling"
         whole = rank_rounding(job, layout, rank, chunks, whole=True, ceiling=up)
-        cut = rank_rounding(job, layout, rank, chunks, ceiling=up)
+        # without the distributed optimizer the state is saved as whole tensors shaped like
+        # the parameters (optimizer.py:1194-1215), as `host_memory` rounds them at ZeRO 0
+        cut = rank_rounding(job, layout, rank, chunks, whole=layout.zero_stage == 0, ceiling=up)
     held = dense * (weights * whole[0] + state * cut[0])
     return held + expert * (weights * whole[1] + state * cut[1])

@@ -111,6 +111,15 @@ class HostMemory:
     def total(self) -> float:
         return self.activations + self.optimizer + self.checkpoint
 
+    def parts(self) -> list[tuple[str, float]]:
+        """The pinned parts that are not 0, named as explain and suggest print them."""
+        named = (
+            ("activations", self.activations),
+            ("optimizer", self.optimizer),
+            ("checkpoint staging", self.checkpoint),
+        )
+        return [(what, b) for what, b in named if b > 0]
+
     @property
     def capacity(self) -> float:
         return usable_bytes(self.share)

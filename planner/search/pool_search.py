@@ -272,8 +272,9 @@ def _host_over(job: Job, over: list[PoolPlan], refused: list[Layout]) -> str | N
         return None
     k = min(range(len(job.pools)), key=lambda k: usable(job, k))
     return (
-        f"{refused[0].describe()}, whose every split offloads more optimizer than a pool's host "
-        f"holds (pool {job.pools[k].name!r}: {usable(job, k) / GIB:.2f} GiB usable a GPU)"
+        f"{refused[0].describe()}, whose every split pins more host memory (the offloaded "
+        f"optimizer, the checkpoint saves' staging) than a pool's host holds (pool "
+        f"{job.pools[k].name!r}: {usable(job, k) / GIB:.2f} GiB usable a GPU)"
     )
 
 

@@ -248,15 +248,7 @@ def _host_bound(job: Job, space: Space, lay: Layout, peak: float, cap: float) ->
     confirmed by the search."""
     gib = 2**30
     host = host_memory.estimate(job, lay)
-    parts = ", ".join(
-        f"{what} {b / gib:.1f} GiB"
-        for what, b in (
-            ("optimizer", host.optimizer),
-            ("checkpoint staging", host.checkpoint),
-            ("activations", host.activations),
-        )
-        if b > 0
-    )
+    parts = ", ".join(f"{what} {b / gib:.1f} GiB" for what, b in host.parts())
     binding = (
         f"host memory: layouts fit in GPU memory (the leanest, {lay.describe()}, needs "
         f"{peak / gib:.1f} of {cap / gib:.1f} GiB) but pin more host memory than a GPU's share "

@@ -144,7 +144,8 @@ def best_variants(
         # first): where the leanest rungs did not fit at a smaller one, none fits here (none
         # holds less); not across groups: the interleaved warm-up holds (vpp - 1) g micro-batches
         # (schedules.py:964-965 d98e8a64), and a larger micro-batch can take a much smaller g
-        # (Llama 3.1 8B pp 2 vpp 6, 100 sequences: mbs 4 g 5 holds 112 on rank 0, mbs 5 g 2 65)
+        # (Llama 3.1 8B pp 2 vpp 6, 100 sequences: rank 0's warm-up is 28 chunks of 4 at mbs 4,
+        # g 5, and 13 of 5 at mbs 5, g 2)
         if lean_fails.get(stage.lean_key, math.inf) <= mbs or stage.failed():
             rejected["memory"] += 1
             continue

@@ -121,3 +121,29 @@ def test_the_ceiling_is_never_below_the_walk() -> None:
         dp = rng.choice((1, 2, 3, 8, 64, 128, 512))
         walk = host_pinned.rounding(sizes, bucket, dp)
         assert walk <= host_pinned.rounding_ceiling(sizes, bucket, dp)
+
+
+def test_a_frozen_model_stages_its_weights_alone() -> None:
+    # QA: Megatron's DDP and optimizer skip parameters without requires_grad
+    # (distributed_data_parallel.py:180-181, optimizer/__init__.py:332): no optimizer state is
+    # saved for a frozen model; the bf16 weights alone, 2 B a parameter, each tensor whole in its
+    # block: 2 x PARAMS x RATIO (the ratio of the whole tensors at tp 8, above)
+    frozen = replace(JOB, frozen_model=True)
+    staged = host_checkpoint.staging_bytes(frozen, TP8)
+    assert staged == pytest.approx(2 * PARAMS * RATIO, rel=1e-3)
+    assert staged < host_checkpoint.staging_bytes(JOB, TP8) / 5
+
+
+def test_without_the_distributed_optimizer_the_state_is_staged_whole() -> None:
+    # QA: at ZeRO 0 the fp32 masters and moments are saved as whole tensors shaped like the
+    # parameters (optimizer.py:1194-1215), so they round as the weights do, not as the
+    # distributed optimizer's pieces. tp 4 dp 2, fp32 sizes and blocks a layer: QKV 6,291,456
+    # elements 24 MiB -> 32, proj 4,194,304 16 -> 16, fc1 29,360,128 112 -> 128, fc2 14,680,064
+    # 56 -> 64: 208 in 240; the embedding and output layer 128,256 padded to 128 x 4 = 128,512
+    # rows / 4 x 4096 = 131,596,288 elements, 502 MiB -> 512 each. 14 B a parameter
+    # (2 + 4 + 8) over dp 2, the fully parallel save's share
+    ratio = (32 * 240 + 2 * 512) / (32 * 208 + 2 * 502)
+    params = 32 * (54_525_952 + 2 * 4096) + 2 * 131_596_288 + 4096
+    zero0 = Layout(tp=4, pp=1, dp=2, zero_stage=0)
+    staged = host_checkpoint.staging_bytes(JOB, zero0)
+    assert staged == pytest.approx(14 * params / 2 * ratio, rel=1e-3)
