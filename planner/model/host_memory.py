@@ -243,12 +243,13 @@ def rank_fixed_bytes(
 
 
 def _busiest_fixed(
-    job: Job, layout: Layout, only: Collection[int] | None = None
+    job: Job, layout: Layout, only: Collection[int] | None = None, rounding: Rounding = "exact"
 ) -> tuple[float, float]:
     """`rank_fixed_bytes` of the rank (of `only` where given) whose sum is the most."""
     if not (_offloads_optimizer(job) or stages(job, layout.zero_stage)):
         return 0.0, 0.0
-    parts = (rank_fixed_bytes(job, layout, r, c) for r, c in _ranks(job, layout, only))
+    ranks = _ranks(job, layout, only)
+    parts = (rank_fixed_bytes(job, layout, r, c, rounding) for r, c in ranks)
     return max(parts, key=sum, default=(0.0, 0.0))
 
 
@@ -263,21 +264,25 @@ def _ranks(job: Job, layout: Layout, only: Collection[int] | None) -> list[tuple
     return [(r, c) for r, c in ranks if only is None or r in only]
 
 
-def fixed_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
+def fixed_bytes(
+    job: Job, layout: Layout, only: Collection[int] | None = None, rounding: Rounding = "exact"
+) -> float:
     """Host bytes the busiest GPU (of the pipeline ranks `only` where given) pins whatever it
     offloads of its activations: the offloaded optimizer and the checkpoint staging of the
-    rank whose sum is the most (`rank_fixed_bytes`)."""
-    return sum(_busiest_fixed(job, layout, only))
+    rank whose sum is the most (`rank_fixed_bytes`; `rounding` "ceiling": no less, "floor":
+    no more, without the walk of the pinned pieces)."""
+    return sum(_busiest_fixed(job, layout, only, rounding))
 
 
-def activation_budget(job: Job, layout: Layout) -> float:
+def activation_budget(job: Job, layout: Layout, rounding: Rounding = "exact") -> float:
     """Host bytes a GPU may pin for offloaded activations under the layout's ZeRO stage: the
     capacity less the offloaded optimizer's share and the checkpoint staging (negative where
     they alone are over); what the
     one-kind search (`planner.search.variants`) holds each memory saver's `activation_bytes` to.
-    On pools, where stages' budgets differ, the least of them (a bound: `estimate` judges)."""
+    On pools, where stages' budgets differ, the least of them (a bound: `estimate` judges).
+    `rounding` "ceiling" gives no more than the exact budget, "floor" no less (cheap bounds)."""
     return min(
-        usable_bytes(share_bytes(j)[0]) - fixed_bytes(j, lay, only)
+        usable_bytes(share_bytes(j)[0]) - fixed_bytes(j, lay, only, rounding)
         for j, lay, only, _ in _stage_groups(job, layout)
     )
 

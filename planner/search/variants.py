@@ -116,15 +116,18 @@ def best_variants(
                 return []
             cut = None  # checked once: the bound does not depend on the ZeRO stage
         zbase = base.with_(zero_stage=z)  # past the bound: most bases stop before it
-        budget = host_memory.activation_budget(job, zbase)
-        if budget < 0:  # the offloaded optimizer alone is over the host's (higher stages less)
+        # the host's budget for offloaded activations, exact only where its cheap lower bound
+        # (the pinned blocks at their ceilings) does not decide (the walk of the pinned pieces
+        # is most of a budget's cost, and a roomy host never needs it)
+        budget = Budget(job, zbase)
+        if budget.below(0.0):  # the offloaded optimizer and the staging alone are over it
             rejected["host memory"] += 1
             continue
 
-        def host_fits(rung: Rung, zbase: Layout = zbase, budget: float = budget) -> bool:
+        def host_fits(rung: Rung, zbase: Layout = zbase, budget: Budget = budget) -> bool:
             if not rung.offload and not rung.offload_modules:
                 return True  # nothing offloaded: the budget is not negative (above)
-            fits = host_memory.activation_bytes(job, rung.on(zbase)) <= budget
+            fits = not budget.below(host_memory.activation_bytes(job, rung.on(zbase)))
             if not fits:
                 rejected["host memory"] += 1
             return fits
@@ -264,6 +267,24 @@ def _twin_dominates(
     if not host_memory.estimate(job, twin).fits:  # what it offloads: the host's budget
         return False
     return time is None or cost.estimate(job, twin).step_time_s <= time
+
+
+class Budget:
+    """`host_memory.activation_budget` of a base at one ZeRO stage, asked only where its lower
+    bound (rounding "ceiling": every pinned block at its ceiling, no less than the exact bytes)
+    cannot answer: `below(x)` is exactly `activation_budget(job, layout) < x`."""
+
+    def __init__(self, job: Job, layout: Layout) -> None:
+        self.job, self.layout = job, layout
+        self.least = host_memory.activation_budget(job, layout, "ceiling")
+        self.exact: float | None = None
+
+    def below(self, x: float) -> bool:
+        if self.least >= x:
+            return False
+        if self.exact is None:
+            self.exact = host_memory.activation_budget(self.job, self.layout)
+        return self.exact < x
 
 
 def states_fit(
