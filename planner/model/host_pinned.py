@@ -144,6 +144,10 @@ def bucket_size(job: Job, layout: Layout, rank: int, chunk: int) -> int | None:
     return max(DEFAULT_BUCKET, 1_000_000 * layout.dense_dp)
 
 
+_SIZES: JobMemo[tuple[object, ...], tuple[list[int], list[int]]] = JobMemo()
+"""A decoder layer's (dense, expert) parameter sizes per job, kind and (tp, ep, expert tp)."""
+
+
 def chunk_sizes(
     job: Job, layout: Layout, rank: int, chunk: int, chunks: Chunks
 ) -> tuple[list[int], list[int]]:
@@ -156,12 +160,13 @@ def chunk_sizes(
     if rank == 0 and chunk == 0:
         dense.append(words)
     kinds = job.arch.layer_kinds
-    each: dict[object, tuple[list[int], list[int]]] = {}  # a layer's sizes read its kind alone
+    each = _SIZES.of(job)  # a layer's sizes read its kind and the degrees alone (layer_shapes)
     for layer in chunks[chunk]:
-        if kinds[layer] not in each:
+        key = (kinds[layer], lay.tp, lay.ep, lay.expert_tp)
+        if key not in each:
             d, e = layer_shapes(job, lay, layer)
-            each[kinds[layer]] = [r * c for r, c in d], [r * c for r, c in e]
-        d_sizes, e_sizes = each[kinds[layer]]
+            each[key] = [r * c for r, c in d], [r * c for r, c in e]
+        d_sizes, e_sizes = each[key]
         dense += d_sizes
         expert += e_sizes
     last = rank == lay.output_rank and chunk == len(chunks) - 1

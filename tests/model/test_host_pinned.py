@@ -21,6 +21,7 @@ from planner.cli.host_text import host_line
 from planner.inputs.layout import Layout
 from planner.inputs.units import GIB
 from planner.model import host_checkpoint, host_memory, host_pinned
+from planner.model.muon_layout import layer_shapes
 from planner.model.stage_params import stage_params
 
 JOB = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
@@ -147,3 +148,24 @@ def test_without_the_distributed_optimizer_the_state_is_staged_whole() -> None:
     zero0 = Layout(tp=4, pp=1, dp=2, zero_stage=0)
     staged = host_checkpoint.staging_bytes(JOB, zero0)
     assert staged == pytest.approx(14 * params / 2 * ratio, rel=1e-3)
+
+
+def test_the_layer_sizes_memo_keeps_apart_what_layer_shapes_reads() -> None:
+    # chunk_sizes memoises a layer's sizes per job, kind, tp, ep and expert tp, all that
+    # muon_layout.layer_shapes reads (its matrices call): asked after other degrees, each
+    # layout's sizes equal layer_shapes' own, layer by layer (the oracle)
+    moe = job("deepseek-v3", "h800-sxm-80gb", 256, 4096, 512)
+    lays = [
+        Layout(tp=tp, pp=4, dp=256 // (tp * 4), ep=ep, etp=etp, zero_stage=1)
+        for tp, ep, etp in ((1, 8, 1), (2, 8, 1), (2, 16, 2), (4, 8, 1), (1, 32, 1))
+    ]
+    for lay in lays + lays[::-1]:
+        chunks = lay.chunk_layers(moe.arch.num_layers)[1]
+        dense, expert = host_pinned.chunk_sizes(moe, lay, 1, 0, chunks)
+        want_d: list[int] = []
+        want_e: list[int] = []
+        for layer in chunks[0]:
+            d, e = layer_shapes(moe, lay, layer)
+            want_d += [r * c for r, c in d]
+            want_e += [r * c for r, c in e]
+        assert (dense, expert) == (want_d, want_e), lay.describe()
