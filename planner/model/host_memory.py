@@ -201,7 +201,7 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
 def optimizer_bytes(job: Job, layout: Layout, only: Collection[int] | None = None) -> float:
     """Host bytes of the CPU-offloaded optimizer on the busiest GPU (of the pipeline ranks
     `only` where given): `rank_optimizer_bytes`' most."""
-    if not _offloads_optimizer(job):
+    if not offloads_optimizer(job):
         return 0.0
     return max(
         (rank_optimizer_bytes(job, layout, r, c) for r, c in _ranks(job, layout, only)),
@@ -218,7 +218,7 @@ def rank_optimizer_bytes(
     (`host_pinned.rank_rounding` of the shard's pieces; of whole parameters at ZeRO 0;
     `rounding`: exact, or a floor or a ceiling of it, `host_pinned.Rounding`)."""
     f = job.optimizer_offload_fraction
-    if not _offloads_optimizer(job):
+    if not offloads_optimizer(job):
         return 0.0
     n, z = job.optimizer_instances, layout.zero_stage
     dense_share = state_bytes_per_param(z, 0.0, max(layout.dense_dp // n, 1), 1.0)[2]
@@ -246,14 +246,14 @@ def _busiest_fixed(
     job: Job, layout: Layout, only: Collection[int] | None = None, rounding: Rounding = "exact"
 ) -> tuple[float, float]:
     """`rank_fixed_bytes` of the rank (of `only` where given) whose sum is the most."""
-    if not (_offloads_optimizer(job) or stages(job, layout.zero_stage)):
+    if not (offloads_optimizer(job) or stages(job, layout.zero_stage)):
         return 0.0, 0.0
     ranks = _ranks(job, layout, only)
     parts = (rank_fixed_bytes(job, layout, r, c, rounding) for r, c in ranks)
     return max(parts, key=sum, default=(0.0, 0.0))
 
 
-def _offloads_optimizer(job: Job) -> bool:
+def offloads_optimizer(job: Job) -> bool:
     """Whether the job offloads its optimizer (a fraction > 0 of a model that trains)."""
     return job.optimizer_offload_fraction > 0 and not job.frozen_model
 
@@ -334,14 +334,11 @@ def fits_below_ceiling(job: Job, layout: Layout) -> bool:
     """Whether every host holds the plan with each pinned block of the optimizer and the staging
     taken at its ceiling (`host_pinned.rounding_ceiling`, no less than the walk of the pieces):
     where so, `estimate(...).fits` (a sufficient test, without the walk)."""
-    for j, lay, only, _ in _stage_groups(job, layout):
-        fixed = max(
-            (sum(rank_fixed_bytes(j, lay, r, c, "ceiling")) for r, c in _ranks(j, lay, only)),
-            default=0.0,
-        )
-        if activation_bytes(j, lay, only) + fixed > usable_bytes(share_bytes(j)[0]):
-            return False
-    return True
+    return all(
+        activation_bytes(j, lay, only) + fixed_bytes(j, lay, only, "ceiling")
+        <= usable_bytes(share_bytes(j)[0])
+        for j, lay, only, _ in _stage_groups(job, layout)
+    )
 
 
 def estimate(job: Job, layout: Layout) -> HostMemory:

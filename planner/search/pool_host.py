@@ -34,8 +34,6 @@ from planner.model import host_checkpoint, host_memory, pools
 from planner.model.host_pinned import Rounding
 from planner.model.job_memo import JobMemo
 from planner.model.schedule import Chunks
-from planner.search import pool_bounds
-from planner.search.pool_bounds import TimeLines
 from planner.search.pool_plan import PoolPlan
 from planner.search.solver import Grid, PoolSplitProblem
 
@@ -49,7 +47,7 @@ def pins_host(job: Job, layout: Layout) -> bool:
     (`host_checkpoint.stages`); where not, its host bytes are 0, which every budget (>= 0)
     holds."""
     offloads = layout.cpu_offloading_num_layers > 0 or bool(layout.offload_modules)
-    optimizer = job.optimizer_offload_fraction > 0 and not job.frozen_model
+    optimizer = host_memory.offloads_optimizer(job)
     return offloads or optimizer or host_checkpoint.stages(job, layout.zero_stage)
 
 
@@ -184,16 +182,6 @@ def tightened(job: Job, p: PoolSplitProblem, plan: PoolPlan) -> PoolSplitProblem
             caps[r][k] = y - 1
             lowered = True
     return replace(p, most_layers=tuple(map(tuple, caps))) if lowered else None
-
-
-def capped_bound_s(times: TimeLines, caps: Grid) -> float | None:
-    """Seconds no split within the layer caps `caps` beats, the GPUs' memory aside (None: no
-    split keeps every stage within its pool's host): a lower bound of the EXACT 1F1B step plus
-    its tail over the splits of each order with every rank's layers within its cap
-    (`pool_bounds.capped_bound_s`, `pool_step_bound.order_floor`: recompute only adds time,
-    recompute_us >= 0, and the tails do not read it), so no less than
-    `pool_bounds.lower_bound_s`, which drops the caps."""
-    return pool_bounds.capped_bound_s(times, caps)
 
 
 def caps_allow(caps: Grid, stages: tuple[int, ...], num_layers: int) -> bool:

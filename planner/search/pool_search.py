@@ -38,10 +38,10 @@ from planner.inputs.units import GIB
 from planner.model import host_memory
 from planner.model.pools import pool_stages
 from planner.search import pool_data
-from planner.search.pool_bounds import TimeLines, lower_bound_s
+from planner.search.pool_bounds import TimeLines, capped_bound_s, lower_bound_s
 from planner.search.pool_costs import usd_per_million_tokens
 from planner.search.pool_enum import needs_solver, split_bound
-from planner.search.pool_host import capped_bound_s, caps_allow, usable
+from planner.search.pool_host import caps_allow, usable
 from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, pool_layout
 from planner.search.pool_recompute import needless, recompute_rungs
 from planner.search.pools import (

@@ -1,7 +1,7 @@
 """The split solver within each pool's host memory (`PoolSplitProblem.most_layers`: the most
 layers a rank holds on a pool, `planner.search.pool_host`): CP-SAT (`solve_pools`), the exact
 enumeration (`pool_enum.optimal_splits`, `best_splits`), the feasibility check (`may_fit`) and
-the host-aware bound (`pool_host.capped_bound_s`).
+the host-aware bound (`pool_bounds.capped_bound_s`).
 
 Oracle: brute force over every composition of the layers, every order of the pools in
 contiguous blocks and every block recompute count (as tests/search/test_solver_pools.py), each
@@ -16,8 +16,7 @@ from dataclasses import replace
 import pytest
 
 from planner.search import pool_enum
-from planner.search.pool_bounds import TimeLines
-from planner.search.pool_host import capped_bound_s
+from planner.search.pool_bounds import TimeLines, capped_bound_s
 from planner.search.solver import (
     PoolSplitProblem,
     may_fit,

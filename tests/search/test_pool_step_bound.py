@@ -1,7 +1,7 @@
 """The pooled search's bounds against the EXACT 1F1B step they prune by (the exact model's
 pipeline time, `planner.model.one_f_one_b.step`, is below the solver's closed form
 (m - 1) max + sum where an earlier stage is the slowest): `pool_bounds.lower_bound_s`,
-`pool_host.capped_bound_s` and `pool_enum.split_bound` were bounds of the closed form, above the
+`pool_bounds.capped_bound_s` and `pool_enum.split_bound` were bounds of the closed form, above the
 least exact step of some problems, and so pruned layouts whose splits beat the cut.
 
 Oracles:
@@ -28,8 +28,7 @@ from pool_brute import every_plan, rows
 from planner.inputs.plan import Job, parse_plan
 from planner.model.one_f_one_b import step
 from planner.search import pool_enum, pool_search
-from planner.search.pool_bounds import TimeLines, lower_bound_s
-from planner.search.pool_host import capped_bound_s
+from planner.search.pool_bounds import TimeLines, capped_bound_s, lower_bound_s
 from planner.search.solver import PoolSplitProblem, stage_values, tail_of
 from tests.search.test_solver_pools import compositions, random_problem
 
