@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
+from bridge_schema import _accepted
 from jobs import TINY_DSA
 from megatron_plans import MEGATRON_FLAGS, assert_same, flags, make_plan, round_trip
-from test_emit_bridge import _accepted
 
 from planner.emit.launch import render
 from planner.inputs.errors import InputError

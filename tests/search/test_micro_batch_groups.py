@@ -3,7 +3,7 @@ Megatron runs them with a micro-batch group g other than its default pp
 (--microbatch-group-size-per-virtual-pipeline-stage; Megatron-LM d98e8a64 schedules.py:1160-1180
 raises only unless pp <= g <= m, or where 0 < m mod g < pp; model_parallel_config.py:441-449
 shows m = 5 run in groups of 3). The search gives such a layout the smallest g Megatron takes
-(`space.group_of`); the brute force (tests/search/brute_force.py `smallest_group`, its problem
+(`space.group_of`); the brute force (tests/search/brute_force_space.py `smallest_group`, its problem
 "llama8b-micro-batch-groups") enumerates the same space by hand, and test_top_k.py compares."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""planner.search.rules: every Megatron-LM validation rule, broken and just kept.
+"""planner.search.rules: Megatron-LM's validation rules of the layout's degrees, heads, query
+groups, sequence parallelism, pipeline split, batch and positions, broken and just kept.
 
 Each "broken" case checks that the rule fires and that its message prints both values (Megatron's
 style: "num_attention_heads (32) must be a multiple of tensor_model_parallel_size (5)"); each
@@ -8,49 +9,11 @@ integer arithmetic in the comments.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
-
-import pytest
+from rules_cases import assert_ok, broken, make_job
 
 from planner.emit import megatron_pipeline
-from planner.inputs import catalog
 from planner.inputs.arch import ModelArch
-from planner.inputs.cluster_sections import ClusterSection
-from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job, Plan
-from planner.inputs.plan_layout import layout_from_section
-from planner.inputs.plan_parallel import ParallelSection
-from planner.inputs.plan_resolve import resolve_cluster
-from planner.search import rules
-from planner.search.rules import Violation, check_plan, violations
-
-# llama3.1-8b: 32 layers, 32 heads, 8 query groups, RoPE, dense
-# mixtral-8x7b: 32 layers, 32 heads, 8 query groups, 8 experts
-
-
-def make_job(
-    model: str | ModelArch = "llama3.1-8b",
-    num_gpus: int = 8,
-    seq_length: int = 4096,
-    global_batch_size: int = 64,
-    gpu: str = "h100-sxm-80gb",
-) -> Job:
-    arch = catalog.get_model(model) if isinstance(model, str) else model
-    cluster = resolve_cluster(ClusterSection(gpu=gpu, num_gpus=num_gpus), None)
-    return Job(
-        arch=arch, cluster=cluster, seq_length=seq_length, global_batch_size=global_batch_size
-    )
-
-
-def broken(job: Job, layout: Layout) -> dict[str, Violation]:
-    found = violations(job, layout)
-    return {v.rule: v for v in found}
-
-
-def assert_ok(job: Job, layout: Layout) -> None:
-    assert violations(job, layout) == []
 
 
 def tiny(heads: int, groups: int | None = None, **fields: object) -> ModelArch:
@@ -224,165 +187,6 @@ def test_interleaved_schedule_needs_microbatches_multiple_of_pp() -> None:
     assert_ok(make_job(num_gpus=8, global_batch_size=16), Layout(pp=4, vpp=2, dp=2))
 
 
-# --- mixture of experts
-
-
-def test_experts_must_split_over_ep() -> None:
-    job = make_job("mixtral-8x7b", num_gpus=6, global_batch_size=60)
-    v = broken(job, Layout(dp=6, ep=3))["experts_ep"]
-    assert v.field == "parallel.ep"
-    # 8 % 3 = 2
-    assert v.message == ("num_moe_experts (8) must be a multiple of expert_model_parallel_size (3)")
-    assert_ok(make_job("mixtral-8x7b", num_gpus=8), Layout(dp=8, ep=4))  # 8 % 4 == 0
-    assert_ok(make_job("mixtral-8x7b", num_gpus=8), Layout(dp=8, ep=8))  # 8 % 8 == 0
-
-
-def test_expert_grid_must_divide_world() -> None:
-    # etp 1 x ep 8 x pp 2 = 16 ranks per expert grid, but the world is 8
-    job = make_job("mixtral-8x7b", num_gpus=8)
-    v = broken(job, Layout(pp=2, dp=4, ep=8, etp=1))["expert_grid"]
-    assert v.field == "parallel.ep"
-    assert "num_gpus (8) must be a multiple of" in v.message
-    assert "(1 x 8 x 2 = 16)" in v.message
-    # ep 4: 1 x 4 x 2 = 8 divides 8
-    assert_ok(job, Layout(pp=2, dp=4, ep=4, etp=1))
-    # etp defaults to tp: tp 2 x ep 4 x pp 1 = 8 divides 8; tp 2 x ep 8 = 16 does not
-    assert_ok(job, Layout(tp=2, dp=4, ep=4, sequence_parallel=True))
-    v = broken(job, Layout(tp=2, dp=4, ep=8, sequence_parallel=True))["expert_grid"]
-    assert "(2 x 8 x 1 = 16)" in v.message
-    # an etp other than tp is named: etp 2 x ep 8 x pp 1 = 16 does not divide 8
-    v = broken(job, Layout(dp=8, ep=8, etp=2))["expert_grid"]
-    assert v.field == "parallel.etp"
-    assert "(2 x 8 x 1 = 16)" in v.message
-
-
-def test_moe_with_tp_without_sequence_parallel_is_refused() -> None:
-    """ModelParallelConfig only warns, but the MoE layer raises ValueError at its first training
-    forward wherever its attention TP group (the TP group, transformer MoE moe_layer.py:181
-    d98e8a64) has more than one rank and sequence parallelism is off (moe_layer.py:636-640),
-    at any ep, dispatcher or expert TP."""
-    job = make_job("mixtral-8x7b", num_gpus=8)
-    for lay in (
-        Layout(tp=2, dp=4, ep=2, sequence_parallel=False),
-        Layout(tp=2, dp=4, sequence_parallel=False),  # ep 1: the check reads no ep
-        Layout(tp=2, dp=4, ep=4, etp=1, sequence_parallel=False),  # nor expert TP
-        Layout(tp=2, dp=4, ep=4, sequence_parallel=False, moe_token_dispatcher_type="allgather"),
-    ):
-        v = broken(job, lay)["moe_tp_sp"]
-        assert v.field == "parallel.sequence_parallel"
-        assert "tensor_model_parallel_size 2" in v.message
-    # with sequence parallelism, at tp 1, or without experts it runs
-    assert_ok(job, Layout(tp=2, dp=4, ep=2, sequence_parallel=True))
-    assert_ok(job, Layout(dp=8, ep=2))
-    assert_ok(make_job(num_gpus=8), Layout(tp=2, dp=4, sequence_parallel=False))
-
-
-def test_ep_needs_an_moe_model() -> None:
-    job = make_job(num_gpus=8)
-    v = broken(job, Layout(dp=8, ep=2))["ep_dense"]
-    assert v.field == "parallel.ep"
-    assert "expert_model_parallel_size (2)" in v.message
-
-
-# --- context and sequence parallelism
-
-
-def test_seq_length_must_split_over_two_cp() -> None:
-    # load balancing splits the sequence into 2 x cp chunks: 4096 % 6 = 4
-    job = make_job(num_gpus=3)
-    v = broken(job, Layout(cp=3, dp=1))["seq_cp"]
-    assert v.field == "parallel.cp"
-    assert (
-        v.message == "seq_length (4096) must be a multiple of 2 x context_parallel_size (2 x 3 = 6)"
-    )
-    assert_ok(make_job(num_gpus=4), Layout(cp=4, dp=1))  # 4096 % 8 == 0
-    # seq 4100: 4100 % (2 x 2) == 0 but 4100 % (2 x 4) = 4
-    assert_ok(make_job(num_gpus=2, seq_length=4100), Layout(cp=2, dp=1))
-    assert "seq_cp" in broken(make_job(num_gpus=4, seq_length=4100), Layout(cp=4, dp=1))
-
-
-def test_context_parallelism_needs_flash_attention() -> None:
-    """Megatron's local attention asserts CP == 1 and Transformer Engine drops its unfused
-    backend under CP: a job without flash attention cannot use cp > 1."""
-    job = replace(make_job(num_gpus=4), flash_attention=False)
-    v = broken(job, Layout(cp=4, dp=1))["cp_attention"]
-    assert v.field == "parallel.cp"
-    assert "training.flash_attention is false" in v.message
-    assert_ok(job, Layout(dp=4))
-    assert_ok(make_job(num_gpus=4), Layout(cp=4, dp=1))
-
-
-def test_sequence_parallel_at_tp1_is_off_not_refused() -> None:
-    """Megatron turns sequence parallelism off at tp 1 with a warning (arguments.py:1433-1439
-    d98e8a64) and then asserts it on for TP overlap (:1441-1442): sequence parallelism alone
-    at tp 1 runs, with TP overlap it does not."""
-    job = make_job(num_gpus=8)
-    assert_ok(job, Layout(dp=8, sequence_parallel=True))
-    v = broken(job, Layout(dp=8, sequence_parallel=True, tp_comm_overlap=True))["tp_overlap_sp"]
-    assert v.field == "parallel.tp_comm_overlap"
-    assert "turns it off at tensor_model_parallel_size 1" in v.message
-    assert_ok(job, Layout(tp=2, dp=4, sequence_parallel=True))
-
-
-def test_param_gather_overlap_needs_grad_reduce_overlap() -> None:
-    job = make_job(num_gpus=8)
-    v = broken(job, Layout(dp=8, overlap_grad_reduce=False))["param_gather_overlap"]
-    assert v.field == "parallel.overlap_param_gather"
-    assert "needs overlap_grad_reduce = true" in v.message
-    assert_ok(job, Layout(dp=8, overlap_grad_reduce=False, overlap_param_gather=False))
-    # without a sharded optimizer there is no parameter all-gather to overlap
-    assert_ok(job, Layout(dp=8, zero_stage=0, overlap_grad_reduce=False))
-
-
-def test_ep_comm_overlap_conditions() -> None:
-    """TransformerConfig asserts ep > 1, vpp with pp > 1, no full recompute and at most one MTP
-    layer; before Blackwell TP or CP with it is only a warning in validate_args (NVIDIA runs
-    DeepSeek-V3 at tp 2 with it), reported and not refused."""
-    job = make_job("mixtral-8x7b", num_gpus=16)
-    ov = Layout(dp=16, ep=8, ep_comm_overlap=True)
-    assert_ok(job, ov)
-    assert_ok(job, Layout(pp=2, vpp=2, dp=8, ep=8, ep_comm_overlap=True))
-    v = broken(job, Layout(dp=16, ep_comm_overlap=True))["ep_overlap_ep"]
-    assert v.field == "parallel.ep_comm_overlap"
-    assert "expert_model_parallel_size > 1" in v.message
-    v = broken(job, Layout(pp=2, dp=8, ep=8, ep_comm_overlap=True))["ep_overlap_vpp"]
-    assert "pipeline_model_parallel_size (2)" in v.message
-    assert "ep_overlap_recompute" in broken(job, ov.with_(recompute="full"))
-    assert_ok(job, ov.with_(recompute="selective"))
-    # recomputing the whole MoE layer is barred too; the allgather dispatcher cannot overlap
-    moe_recompute = ov.with_(recompute="selective", recompute_modules=("moe",))
-    assert "ep_overlap_recompute" in broken(job, moe_recompute)
-    assert "ep_overlap_dispatcher" in broken(job, ov.with_(moe_token_dispatcher_type="allgather"))
-    # Megatron-FSDP under the interleaved schedule: combined_1f1b.py (d98e8a64) asserts "EP
-    # overlap 1F1B with FSDP is not supported for interleaved pipeline parallelism"; at pp 1 it
-    # runs, and ZeRO 1 runs interleaved
-    interleaved = Layout(pp=2, vpp=2, dp=8, ep=8, ep_comm_overlap=True)
-    assert "ep_overlap_fsdp" in broken(job, interleaved.with_(zero_stage=3))
-    assert "ep_overlap_fsdp" not in broken(job, interleaved.with_(zero_stage=1))
-    assert "ep_overlap_fsdp" not in broken(job, ov.with_(zero_stage=3))
-    tp2 = Layout(tp=2, dp=8, ep=8, sequence_parallel=True, ep_comm_overlap=True)
-    assert_ok(job, tp2)
-    (w,) = rules.warnings(job, tp2)
-    assert w.rule == "connections" and "tp (2) or cp (1)" in w.message
-    assert "h100-sxm-80gb" in w.message
-    assert [
-        w.rule for w in rules.warnings(job, Layout(cp=2, dp=8, ep=8, ep_comm_overlap=True))
-    ] == ["connections"]
-    # Blackwell does not need CUDA_DEVICE_MAX_CONNECTIONS=1 for TP: nothing to warn about
-    b200 = make_job("mixtral-8x7b", num_gpus=16, gpu="b200-sxm-180gb")
-    assert_ok(b200, tp2)
-    assert rules.warnings(b200, tp2) == []
-    # DeepSeek-V3 has one MTP layer: allowed; two are not
-    two = catalog.get_model("deepseek-v3").model_copy(update={"mtp_num_layers": 2})
-    v = broken(make_job(two, num_gpus=64), Layout(dp=64, ep=64, ep_comm_overlap=True))[
-        "ep_overlap_mtp"
-    ]
-    assert "(model has 2)" in v.message
-    assert "ep_overlap_mtp" not in broken(
-        make_job("deepseek-v3", num_gpus=64), Layout(dp=64, ep=64, ep_comm_overlap=True)
-    )
-
-
 # --- batch
 
 
@@ -415,57 +219,3 @@ def test_all_broken_rules_are_reported() -> None:
     job = make_job(num_gpus=8)
     found = broken(job, Layout(dp=8, ep=2, tp_comm_overlap=True, micro_batch_size=3))
     assert set(found) == {"tp_overlap_sp", "ep_dense", "batch"}
-
-
-# --- from the [parallel] table
-
-
-def test_layout_from_section_derives_dp_and_sp() -> None:
-    job = make_job(num_gpus=64)
-    lay = layout_from_section(job, ParallelSection(tp=4, pp=2, cp=2), None)
-    assert lay.dp == 4  # 64 / (4 x 2 x 2)
-    assert lay.sequence_parallel is True  # default on when tp > 1
-    assert layout_from_section(job, ParallelSection(tp=1, pp=1), None).sequence_parallel is False
-
-
-def checked(job: Job, section: ParallelSection, path: Path | None) -> Layout:
-    """The layout of a plan with this [parallel] table, once check_plan has passed it."""
-    plan = check_plan(Plan(job, layout_from_section(job, section, path), path))
-    assert plan.layout is not None
-    return plan.layout
-
-
-def test_check_plan_raises_one_input_error_with_every_violation() -> None:
-    job = make_job(num_gpus=8)
-    # two faults: ep on a dense model, TP overlap at tp 1 (sequence parallelism is off there,
-    # arguments.py:1433-1442 d98e8a64)
-    section = ParallelSection(ep=2, sequence_parallel=True, tp_comm_overlap=True)
-    with pytest.raises(InputError) as info:
-        checked(job, section, Path("plan.toml"))
-    lines = str(info.value).splitlines()
-    assert (
-        "plan.toml: parallel.ep: expert_model_parallel_size (2) needs a mixture-of-experts model"
-        in lines
-    )
-    assert any(line.startswith("plan.toml: parallel.tp_comm_overlap: ") for line in lines)
-    assert len(lines) == 2
-
-
-def test_sequence_parallel_at_tp1_reads_as_off() -> None:
-    """A plan's sequence_parallel = true at tp 1 is read off, as Megatron turns it off there
-    (arguments.py:1433-1439 d98e8a64): the plan passes check."""
-    job = make_job(num_gpus=8)
-    lay = checked(job, ParallelSection(sequence_parallel=True), Path("plan.toml"))
-    assert lay.tp == 1 and not lay.sequence_parallel
-
-
-def test_layout_from_section_dp_not_whole() -> None:
-    job = make_job(num_gpus=8)
-    with pytest.raises(InputError, match=r"num_gpus \(8\) must be a multiple of tp x pp x cp"):
-        layout_from_section(job, ParallelSection(tp=3), None)
-
-
-def test_check_plan_passes_a_clean_layout() -> None:
-    job = make_job(num_gpus=16)
-    lay = checked(job, ParallelSection(tp=2, pp=2, micro_batch_size=2), None)
-    assert lay == Layout(tp=2, pp=2, dp=4, sequence_parallel=True, micro_batch_size=2)

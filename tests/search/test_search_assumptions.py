@@ -21,13 +21,8 @@ from planner.search import space as space_mod
 from planner.search import variants as variants_mod
 from planner.search.rungs import NONE
 from planner.search.space import Space
-from tests.search.brute_force import (
-    PROBLEMS,
-    base_variants,
-    make_job,
-    sample_layouts,
-    variants_of,
-)
+from tests.search.brute_force import PROBLEMS, make_job, sample_layouts, variants_of
+from tests.search.brute_force_space import base_variants
 
 
 @pytest.mark.parametrize("name", ["llama8b-16xh100-s4096", "mixtral-8x7b-16xh100", "llama8b-fp8"])

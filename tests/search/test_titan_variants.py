@@ -18,7 +18,8 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from brute_force import _factorizations, _user_ok, make_job
+from brute_force import make_job
+from brute_force_space import _factorizations, _user_ok
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
