@@ -28,8 +28,10 @@ DENSE_TRAINING = (
     "moe_router_force_load_balancing",
     "moe_router_dtype",
     "moe_grouped_tensor",
+    "moe_fused_grouped_mlp",
 )
-"""`[training]` settings of the experts' layers: nothing reads them in a dense model."""
+"""`[training]` settings of the experts' layers: nothing reads them in a dense model (the fused
+grouped MLP is read as off there, `plan.build_job`)."""
 
 DENSE_PARALLEL = (
     "etp",
@@ -138,7 +140,8 @@ def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
 
 def _recompute(t: TrainingSection, p: ParallelSection, lay: Layout) -> Iterator[tuple[str, str]]:
     """Which modules selective recompute runs, set where the layout recomputes none or whole
-    layers (recompute_modules other than the default are refused there: rules.features)."""
+    layers: Megatron reads them only with selective recompute (`plan_layout._recompute_modules`,
+    which also keeps the one case it refuses)."""
     if lay.recompute == "selective":
         return
     why = f'recompute is "{lay.recompute}", not "selective"'
@@ -161,6 +164,14 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
                 yield _note(p, "parallel", name, why)
     if p.sequence_parallel and lay.tp == 1:  # arguments.py:1433-1439 d98e8a64
         yield _note(p, "parallel", "sequence_parallel", "tp is 1 (Megatron turns it off there)")
+    if job.framework == "torchtitan" and job.titan.async_tp and lay.tp == 1:
+        # b5bcd76c distributed/compile.py:49-52 and :80 (no TP mesh: returns), e347b1e5
+        # llama3/infra/parallelize.py:76-96 (only under tp_enabled): ignored, without a word
+        why = (
+            "async_tp = true has no effect: tp is 1 (torchtitan enables async TP on the TP "
+            "mesh only, and runs without one: distributed/compile.py:49-52, :80 at b5bcd76c)"
+        )
+        yield "torchtitan.async_tp", why
     if _given(p, "cp_comm_type") and lay.cp == 1:
         yield _note(p, "parallel", "cp_comm_type", "cp is 1")
     if _given(p, "microbatch_group_size_per_vp_stage") and lay.vpp == 1:
@@ -168,6 +179,14 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
         yield _note(p, "parallel", "microbatch_group_size_per_vp_stage", why)
     if _given(p, "wgrad_deferral_limit") and not lay.defer_embedding_wgrad_compute:
         yield _note(p, "parallel", "wgrad_deferral_limit", "defer_embedding_wgrad_compute is off")
+    twice = next((m for k, m in enumerate(p.offload_modules) if m in p.offload_modules[:k]), None)
+    if twice is not None:  # read once (`plan_layout`)
+        why = (
+            f"offload_modules = {spelled(p.offload_modules)} names {twice} more than once: "
+            "Megatron only asks whether a module is in the list (transformer_layer.py:"
+            "1544-1553 d98e8a64), so it is offloaded once"
+        )
+        yield "parallel.offload_modules", why
     if _given(p, "activation_offload_fraction") and not lay.offload_modules:
         yield _note(p, "parallel", "activation_offload_fraction", "offload_modules is empty")
     if lay.offload_modules and lay.recompute == "full" and not _leaves_whole(lay, job):

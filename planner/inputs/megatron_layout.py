@@ -343,7 +343,9 @@ def _recompute(line: Line) -> dict[str, Any]:
     --recompute-granularity says (arguments.py); selective takes neither --recompute-method
     (validate_args asserts) nor --recompute-num-layers, full needs both (TransformerConfig
     raises); the deprecated --moe-layer-recompute is selective recompute with "moe" added to the
-    modules, and refused with full recompute; --checkpoint-activations makes Megatron exit."""
+    modules, and refused with full recompute; --checkpoint-activations makes Megatron exit.
+    --recompute-modules without selective recompute is passed on, for the plan to read as
+    Megatron does (`plan_layout._recompute_modules`)."""
     if line.has("--checkpoint-activations"):
         raise InputError(
             f"{line.where}: --checkpoint-activations: Megatron-LM exits on it (no longer valid): "
@@ -353,6 +355,9 @@ def _recompute(line: Line) -> dict[str, Any]:
     if line.has("--recompute-activations"):
         granularity = "selective"  # arguments.py overrides --recompute-granularity with it
     moe_layer = line.has("--moe-layer-recompute")
+    # modules without selective recompute: Megatron reads them as unread (`plan_layout`)
+    given = line.words("--recompute-modules")
+    unread = {"recompute_modules": given} if given else {}
     method = line.text("--recompute-method")
     layers = line.integer("--recompute-num-layers")
     if granularity == "full":
@@ -371,7 +376,8 @@ def _recompute(line: Line) -> dict[str, Any]:
                 f"{line.where}: {missing}: not given; full recompute needs --recompute-method "
                 "(uniform or block) and --recompute-num-layers (TransformerConfig raises)"
             )
-        return {"recompute": "full", "recompute_method": method, "recompute_num_layers": layers}
+        return {"recompute": "full", "recompute_method": method, "recompute_num_layers": layers,
+                **unread}  # fmt: skip
     if granularity == "selective" or moe_layer:
         for flag, value in (("--recompute-method", method), ("--recompute-num-layers", layers)):
             if value is not None:
@@ -385,4 +391,4 @@ def _recompute(line: Line) -> dict[str, Any]:
         if moe_layer and "moe" not in modules:
             modules = [*modules, "moe"]
         return {"recompute": "selective", "recompute_modules": modules}
-    return {"recompute": "none"}
+    return {"recompute": "none", **unread}

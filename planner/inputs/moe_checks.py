@@ -29,15 +29,15 @@ def fusable_activation(arch: ModelArch) -> bool:
 
 
 def check_fused_grouped_mlp(training: TrainingSection, arch: ModelArch, where: str) -> None:
-    """Raise InputError where the fused grouped MLP cannot be built for this model or code."""
-    if not training.moe_fused_grouped_mlp:
+    """Raise InputError where the fused grouped MLP cannot be built for this model or code. A
+    dense model has no experts to build it for: read as off (`plan.build_job`; `inert` notes
+    it), as Megatron-LM builds it only in the experts (transformer MoE experts.py:286-291,
+    d98e8a64), and the launch targets then leave --use-transformer-engine-op-fuser out (on a
+    dense model that flag builds each dense MLP as Transformer Engine's TEFusedMLP instead,
+    gpt_layer_specs.py:534-539 via megatron/training/models/gpt.py:105-106: not timed)."""
+    if not training.moe_fused_grouped_mlp or not arch.is_moe:
         return
     field = f"{where}: training.moe_fused_grouped_mlp"
-    if not arch.is_moe:
-        raise InputError(
-            f"{field}: the fused grouped MLP runs a mixture of experts' experts; {arch.name} has "
-            "none; set moe_fused_grouped_mlp = false"
-        )
     if training.framework != "megatron":
         raise InputError(
             f"{field}: the fused grouped MLP is Megatron-Core's (--use-transformer-engine-op-"
@@ -62,7 +62,11 @@ def fused_mlp_reading(
     if not op_fuser:
         return False, None
     if not experts:
-        return False, f"{flag}: no grouped-GEMM experts to fuse; read as without it"
+        return False, (
+            f"{flag}: no grouped-GEMM experts to fuse; read as without it (the dense MLPs it "
+            "builds as Transformer Engine's TEFusedMLP, gpt_layer_specs.py:534-539 d98e8a64, "
+            "are timed and sized as unfused ones)"
+        )
     if glu and interleave != 32:
         return False, (
             f"{flag}: without a GLU interleave of 32 (--moe-mlp-glu-interleave-size) Transformer "

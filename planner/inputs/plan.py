@@ -164,6 +164,7 @@ def build_job(
     if framework == "torchtitan" and "tp_backward_overlap" not in given and titan is not None:
         knobs["tp_backward_overlap"] = titan.async_tp
     as_is = {name: getattr(training, name) for name in TRAINING_AS_IS}
+    as_is["moe_fused_grouped_mlp"] = training.moe_fused_grouped_mlp and arch.is_moe  # moe_checks
     if framework == "torchtitan":  # its models have no dropout (`TITAN_DROPOUT`)
         as_is.update({k: v for k, v in TITAN_DROPOUT.items() if k not in training.model_fields_set})
     return Job(

@@ -10,7 +10,7 @@ from pathlib import Path
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.job import Job
-from planner.inputs.layout import Layout
+from planner.inputs.layout import Layout, RecomputeModule
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.titan_every_layers import stand_in
 from planner.inputs.torchtitan import SINGLE_STAGE
@@ -130,11 +130,14 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         micro_batch_size=section.micro_batch_size,
         zero_stage=section.zero_stage,
         recompute=section.recompute,
-        recompute_modules=section.recompute_modules or ("core_attn",),
+        recompute_modules=_recompute_modules(section, where),
         recompute_method=section.recompute_method or "uniform",
         recompute_num_layers=section.recompute_num_layers or 1,
         cpu_offloading_num_layers=section.cpu_offloading_num_layers,
-        offload_modules=section.offload_modules,
+        # Megatron only asks whether a module is in the list (transformer_layer.py:1544-1553,
+        # attention.py:397-410, experts.py:254-267 d98e8a64): one named twice runs once
+        # (`inert` notes it)
+        offload_modules=tuple(dict.fromkeys(section.offload_modules)),
         activation_offload_fraction=section.activation_offload_fraction,
         moe_token_dispatcher_type=section.moe_token_dispatcher_type,
         moe_flex_dispatcher_backend=section.moe_flex_dispatcher_backend,
@@ -162,6 +165,28 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     )
     _rank_order(job, layout, where)
     return _torchtitan_recompute(job, section, layout, where)
+
+
+def _recompute_modules(section: ParallelSection, where: str) -> tuple[RecomputeModule, ...]:
+    """The modules selective recompute runs: as given; Megatron's default ["core_attn"] where
+    none are given or the recompute is not selective. Megatron reads the list only with
+    --recompute-granularity selective (TransformerConfig's checks sit under it,
+    transformer_config.py:1943-2011 d98e8a64, and every module asks for it: attention.py:392-395,
+    transformer_layer.py:473-475, experts.py:269-272, moe_layer.py:247-255), so elsewhere it runs
+    as not given (`inert` notes it), except that --overlap-moe-expert-parallel-comm asserts "moe"
+    absent from it whatever the granularity (transformer_config.py:3030-3032)."""
+    given = section.recompute_modules
+    if section.recompute == "selective":
+        return given or ("core_attn",)
+    if given and "moe" in given and section.ep_comm_overlap:
+        raise InputError(
+            f"{where}: parallel.recompute_modules: {spelled(given)} with ep_comm_overlap = true: "
+            "Megatron asserts 'disable moe in recompute_modules when enabling "
+            "overlap_moe_expert_parallel_comm' whatever the recompute granularity "
+            f'(transformer_config.py:3030-3032 d98e8a64; recompute is "{section.recompute}"): '
+            "drop moe from recompute_modules"
+        )
+    return ("core_attn",)
 
 
 def _rank_order(job: Job, layout: Layout, where: str) -> None:

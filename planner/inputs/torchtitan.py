@@ -226,7 +226,8 @@ class TorchtitanSection(BaseModel):
         default=1, description="HSDP replicas (data_parallel_replicate_degree); 1 = plain FSDP"
     )
     async_tp: Flag = Field(
-        default=False, description="enable_async_tensor_parallel (needs compile and tp > 1)"
+        default=False,
+        description="enable_async_tensor_parallel (needs compile; at tp 1 torchtitan ignores it)",
     )
     compile: Flag = Field(default=False, description="torch.compile each transformer block")
     pipeline_schedule: Schedule | None = Field(

@@ -15,19 +15,13 @@ from planner.search.rules.flex_groups import flex_group
 
 
 def recompute(job: Job, lay: Layout) -> Violation | None:
-    """Modules only with selective, method and layer count only with full (TransformerConfig
-    asserts both ways); mla_up_proj needs MLA, moe_act an MoE model, gdn_norm_out a gated delta
-    net; moe_act and
-    layernorm cannot be recomputed under
-    the delayed FP8 recipe."""
+    """Method and layer count only with full (TransformerConfig asserts it); mla_up_proj needs
+    MLA, moe_act an MoE model, gdn_norm_out a gated delta net; moe_act and layernorm cannot be
+    recomputed under the delayed FP8 recipe. The modules without selective recompute are not
+    refused: Megatron reads them only under it (transformer_config.py:1943 d98e8a64, and each
+    module's own check, e.g. attention.py:392-395), and so do planner's model and launch targets
+    (a plan reads them as not given: `plan_layout._recompute_modules`)."""
     mods = lay.recompute_modules
-    if lay.recompute != "selective" and mods != ("core_attn",):
-        return Violation(
-            "recompute_modules",
-            "parallel.recompute_modules",
-            f'recompute_modules ({", ".join(mods)}) needs recompute = "selective" '
-            f'(got "{lay.recompute}")',
-        )
     if lay.recompute != "full" and (lay.recompute_method, lay.recompute_num_layers) != (
         "uniform",
         1,
@@ -124,19 +118,17 @@ MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
 
 def fine_offloading(job: Job, lay: Layout) -> Violation | None:
     """--offload-modules (with --fine-grained-activation-offloading), as TransformerConfig
-    asserts: each module once; not with --cpu-offloading-num-layers; attn_proj only with
+    asserts: not with --cpu-offloading-num-layers; attn_proj only with
     core_attn; no module inside the experts while selective recompute checkpoints the whole MoE
     layer; under CUDA graphs what `_graph_conflict` says; fused_group_mlp not with expert_fc1 or
     moe_act (the feature's documentation). The expert modules need an MoE model (documented as
-    MoE only)."""
+    MoE only). A module named twice is no violation: Megatron only asks whether each is in the
+    list, and a plan keeps it once (`plan_layout`)."""
     mods = lay.offload_modules
     if not mods:
         return None
     field = "parallel.offload_modules"
     listed = ", ".join(mods)
-    twice = next((m for k, m in enumerate(mods) if m in mods[:k]), None)
-    if twice is not None:
-        return Violation("offload_twice", field, f"offload module {twice} is listed twice")
     if lay.cpu_offloading_num_layers:
         return Violation(
             "offload_both", field, f"offload_modules ({listed}) cannot be combined with "

@@ -14,7 +14,13 @@ from planner.search.rules.base import Violation
 
 def fused_grouped_mlp(job: Job, lay: Layout) -> Violation | None:
     """See the module docstring."""
-    if "fused_group_mlp" in lay.offload_modules and not job.moe_fused_grouped_mlp:
+    # (a dense model: `features.fine_offloading` refuses the expert module itself, and the
+    # switch is read as off there, `plan.build_job`)
+    if (
+        "fused_group_mlp" in lay.offload_modules
+        and job.arch.is_moe
+        and not job.moe_fused_grouped_mlp
+    ):
         return Violation(
             "fused_mlp_offload", "parallel.offload_modules", "offload module fused_group_mlp "
             "needs training.moe_fused_grouped_mlp = true (Megatron's "

@@ -168,13 +168,6 @@ def features(job: Job, lay: Layout) -> Violation | None:
             'torchtitan dispatches with all-to-all ("alltoall") or DeepEP ("flex")',
         ),
         (
-            job.arch.is_moe
-            and lay.moe_token_dispatcher_type == "flex"
-            and lay.moe_flex_dispatcher_backend != "deepep",
-            "parallel.moe_flex_dispatcher_backend",
-            'torchtitan has DeepEP ("deepep") only',
-        ),
-        (
             job.moe_expert_rank_capacity_factor is not None or job.moe_paged_stash,
             "training.moe_expert_rank_capacity_factor",
             "torchtitan's DeepEP is dropless, with no paged stash",
@@ -198,6 +191,16 @@ def features(job: Job, lay: Layout) -> Violation | None:
                 field,
                 f"a Megatron-LM setting torchtitan does not run ({instead})",
             )
+    backend = lay.moe_flex_dispatcher_backend
+    if job.arch.is_moe and lay.moe_token_dispatcher_type == "flex" and backend != "deepep":
+        return Violation(
+            "tt_flex_backend",
+            "parallel.moe_flex_dispatcher_backend",
+            f'"{backend}": planner models torchtitan\'s DeepEP ("deepep") only: e347b1e5 has '
+            'no other (config/job_config.py:474: "standard" or "deepep"), and b5bcd76c\'s '
+            'moe_comm_backend "hybridep" (torchtitan models common config_utils.py:402-408) is not '
+            'modelled; use "deepep", or framework = "megatron"',
+        )
     if lay.recompute_modules != ("core_attn",):
         return Violation(
             "tt_megatron_only",
@@ -223,27 +226,33 @@ def features(job: Job, lay: Layout) -> Violation | None:
         return Violation(
             "tt_sp",
             "parallel.sequence_parallel",
-            f"torchtitan always runs sequence parallelism with tensor_parallel_degree {lay.tp}",
+            f"false at tensor_parallel_degree {lay.tp}: planner models torchtitan's tensor "
+            "parallelism with sequence parallelism only, as e347b1e5 always runs it "
+            "(llama3/infra/parallelize.py:181-233); b5bcd76c's "
+            "parallelism.enable_sequence_parallel = False (config/configs.py:169) is not modelled",
         )
     return _compile_and_float8(job, lay)
 
 
 def _compile_and_float8(job: Job, lay: Layout) -> Violation | None:
     titan = job.titan
-    if titan.async_tp and not (titan.compile and lay.tp > 1):
+    if titan.async_tp and not titan.compile:
+        # at tp 1 torchtitan ignores it (`inert` notes it): only compile is asserted
         return Violation(
             "tt_async_tp",
             "torchtitan.async_tp",
-            f"enable_async_tensor_parallel needs torchtitan.compile = true and tp > 1 (got "
-            f"compile {str(titan.compile).lower()}, tp {lay.tp})",
+            "true needs torchtitan.compile = true: torchtitan raises 'Async TP requires 'model' "
+            "in --compile.components and --compile.enable' (b5bcd76c config/configs.py:306-313; "
+            "e347b1e5 distributed/tensor_parallel.py:20-23 at tp > 1)",
         )
     if job.precision == "fp4":
         return Violation(
             "tt_fp4",
             "training.precision",
-            'planner models NVFP4 (precision "fp4") as Megatron-LM runs it with Transformer '
-            "Engine; torchtitan's converters are torchao's float8 (and MX) recipes: use "
-            'framework = "megatron" or precision "fp8"',
+            '"fp4": planner models NVFP4 as Megatron-LM runs it with Transformer Engine, not '
+            "torchtitan's: e347b1e5 has no NVFP4 converter, and b5bcd76c's NVFP4LinearConverter "
+            "(components/quantization/nvfp4.py:268-305, torchao's kernels on compute capability "
+            '10.0 and later) is not modelled: use framework = "megatron" or precision "fp8"',
         )
     if job.precision == "fp8" and job.fp8_recipe not in (
         "tensorwise",
