@@ -255,7 +255,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
         pp_exposed += v_p2p_exposed(name, m, hop, stages, [r[1] for r in rows])
     elif interleaved:
         fwds, bwds = zip(*stages, strict=True)
-        pp_exposed += interleaved_p2p_exposed(lay.vpp, m, hop, fwds, bwds)
+        pp_exposed += interleaved_p2p_exposed(
+            lay.vpp, m, hop, fwds, bwds, lay.microbatch_group_size_per_vp_stage
+        )
         pp_exposed += interleaved_extra(job, lay, m, size, at)
 
     breakdown = StepBreakdown(

@@ -103,15 +103,18 @@ def reduce_window(bwd: float, lay: Layout, m: int) -> float:
     micro-batch's backward on the stage (`bwd`, all its model chunks). Without interleaving, the
     last micro-batch's backward: the buckets become final as it runs. With vpp chunks, each chunk
     syncs its own buckets once its last micro-batch's backward is done (Megatron-LM d98e8a64
-    schedules.py, forward_backward_pipelining_with_interleaving: grad sync enabled per chunk at
-    its last micro-batch), and the cooldown runs the last group of g = min(pp, m) micro-batches
-    through the chunks from the last to the first, g at a time: the last chunk's gradients are
-    final (vpp - 1) x g chunk backwards before the stage's end, the first chunk's within its
-    own. The window is then (1 + (vpp - 1) g) / vpp backwards, which vpp = 1 makes one."""
+    schedules.py:1422, 1446-1447: grad sync enabled per chunk at its last micro-batch), and the
+    cooldown runs the last group's L micro-batches through the chunks from the last to the first,
+    L at a time (backward k mirrors table entry k, schedules.py:1248): the last chunk's gradients
+    are final (vpp - 1) x L chunk backwards before the stage's end, the first chunk's within its
+    own. The last group holds L = m mod g micro-batches, g where g divides m (the table,
+    schedules.py:989-1003), g the layout's micro-batch group (default pp). The window is then
+    (1 + (vpp - 1) L) / vpp backwards, which vpp = 1 makes one."""
     if lay.vpp <= 1:
         return bwd
-    group = min(lay.pp, max(m, 1))
-    return bwd * (1 + (lay.vpp - 1) * group) / lay.vpp
+    g = min(lay.microbatch_group_size_per_vp_stage or lay.pp, max(m, 1))
+    last = m % g or g
+    return bwd * (1 + (lay.vpp - 1) * last) / lay.vpp
 
 
 def _per_bucket(

@@ -305,27 +305,39 @@ def simulate(
 
 
 def interleaved_p2p_exposed(
-    vpp: int, m: int, hop: float, fwd: Sequence[float], bwd: Sequence[float]
+    vpp: int,
+    m: int,
+    hop: float,
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    group: int | None = None,
 ) -> float:
     """Seconds of point-to-point traffic one step of the interleaved schedule exposes, its sends
     overlapped with compute: `hop` one activation (or gradient) message, fwd and bwd one
-    micro-batch's forward and backward through each rank (as `simulate` takes them).
+    micro-batch's forward and backward through each rank (as `simulate` takes them), `group`
+    the micro-batch group g (--microbatch-group-size-per-virtual-pipeline-stage, default pp).
 
     Narayanan et al. 2021 (section 2.2.2): interleaving multiplies the sends v-fold. On the fill,
     the first micro-batch's activations reach the last rank after pp - 1 hops, and each of the
     vpp - 1 times they wrap round to rank 0 for the next chunk they make pp more hops, while the
-    slowest rank s is busy with the other pp - 1 micro-batches of its chunk: a wrap exposes
-    pp x hop less that slack, (pp - 1) f_s - sum of the other ranks' f, over vpp. The gradients
-    do the same on the drain. With equal stages that is 2 (pp vpp - 1) hops, against 2 (pp - 1)
-    without interleaving. In the steady state a hop hides behind the chunk forward that runs
-    meanwhile; a longer one adds its excess once per (micro-batch, chunk).
-    Checked against `simulate(..., p2p=hop)`: exact for equal stages while a hop is shorter than a
-    chunk's forward, an upper bound beyond; with uneven stages see tests/test_schedule.py."""
+    slowest rank s is busy with the other n - 1 micro-batches of its chunk's group: a wrap
+    exposes pp x hop less that slack, (n - 1) t_s - sum of the other ranks' t, over vpp, with
+    n = g on the fill (the first group; Megatron-LM d98e8a64 schedules.py:989-1003 runs each
+    chunk's g micro-batches before the next chunk's) and n = the last group's m mod g (g where
+    g divides m) on the drain, whose backwards mirror the table (schedules.py:1248). With equal
+    stages and g = pp that is 2 (pp vpp - 1) hops, against 2 (pp - 1) without interleaving; a
+    larger g hides g - pp more chunk forwards (backwards) of each wrap. In the steady state a hop
+    hides behind the chunk forward that runs meanwhile; a longer one adds its excess once per
+    (micro-batch, chunk).
+    Checked against `simulate(..., p2p=hop, group=g)`: exact for equal stages while a hop is
+    shorter than a chunk's forward, an upper bound beyond; with uneven stages see
+    tests/model/test_schedule.py and tests/model/test_p2p_group.py."""
     pp = len(fwd)
+    g = group or pp
     s = max(range(pp), key=lambda r: fwd[r] + bwd[r])
     out = 2 * (pp - 1) * hop + m * vpp * max(0.0, hop - min(fwd) / vpp)
-    for t in (fwd, bwd):
-        slack = ((pp - 1) * t[s] - (sum(t) - t[s])) / vpp
+    for t, n in ((fwd, g), (bwd, m % g or g)):
+        slack = ((n - 1) * t[s] - (sum(t) - t[s])) / vpp
         out += (vpp - 1) * max(0.0, pp * hop - slack)
     return out
 

@@ -1,0 +1,63 @@
+"""What `space.group_of`'s docstring says of the micro-batch group g: the smallest g Megatron
+takes is the leanest, not always the fastest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.plan import parse_plan
+from planner.model import memory
+from planner.model.cost import estimate
+
+_PLAN: dict[str, Any] = {
+    "model": {"name": "llama3.1-8b"},
+    "cluster": {"gpu": "l40s-48gb", "num_gpus": 64},
+    "training": {
+        "seq_length": 2048,
+        "global_batch_size": 128,
+        "precision": "bf16",
+        "main_grad_dtype": "fp32",
+    },
+    "parallel": {
+        "tp": 1,
+        "pp": 4,
+        "dp": 16,
+        "vpp": 6,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+        "micro_batch_size": 1,
+        "zero_stage": 1,
+        "recompute": "none",
+        "pipeline_layers": [8, 9, 9, 6],
+    },
+}
+
+
+class _Planned:
+    def __init__(self, g: int) -> None:
+        plan = parse_plan({**_PLAN, "parallel": {**_PLAN["parallel"], _G: g}})
+        assert plan.layout is not None
+        self.job, self.layout = plan.job, plan.layout
+
+
+_G = "microbatch_group_size_per_vp_stage"
+
+
+def _at(g: int) -> _Planned:
+    """The plan at micro-batch group g."""
+    return _Planned(g)
+
+
+def test_largest_group_is_faster_and_bigger_than_the_least() -> None:
+    # m = 128 / (16 x 1) = 8; Megatron takes g 4 (the least) and 8 (schedules.py:1160-1180
+    # d98e8a64). The last group holds 8 mod g or g micro-batches (schedules.py:989-1003): 4 at
+    # g 4, 8 at g 8, so the DP reduce window is (1 + 5 x 8) / 6 = 41/6 backwards at g 8 against
+    # (1 + 5 x 4) / 6 = 21/6 at g 4, and the step's exposed DP traffic (which shows on this job:
+    # 64 L40S over PCIe and the NICs) falls with it; the warm-up holds (vpp - 1) g = 20 more chunk
+    # micro-batches at g 8 (schedules.py:964-965), so the peak grows.
+    lean, wide = (_at(4), _at(8))
+    at_lean, at_wide = estimate(lean.job, lean.layout), estimate(wide.job, wide.layout)
+    assert at_wide.breakdown.dp_comm_exposed < at_lean.breakdown.dp_comm_exposed
+    assert at_wide.step_time_s < at_lean.step_time_s
+    peak = [memory.estimate(p.job, p.layout).worst.total for p in (lean, wide)]
+    assert peak[0] < peak[1] <= memory.usable_bytes(lean.job.cluster.capacity_bytes, 3.0)
