@@ -18,10 +18,12 @@ A source whose loader is missing is skipped with a note (`SOURCES`: the hook a n
 
 Prints predicted and measured tokens/s/GPU, the relative error, predicted and published MFU where
 the source's convention is ours (model FLOPs, no causal halving, no recompute: SC21's derived
-eq.(7) figure, Korthikanti, Megatron-Core r0.8), the largest non-compute cost, and marks with *
-the rows benchmarks/fit_constants.py fits on. Then median and worst |error| for the fit rows and
-the rest, per source (published: per paper), per family (dense / MoE) and per training code
-(Megatron family: Megatron-LM, Megatron-Core, NeMo, MLPerf's NeMo reference; other: torchtitan).
+eq.(7) figure, Korthikanti, Megatron-Core r0.8), the largest non-compute cost as suggest's "top
+cost" names it (the host's eager kernel issue among them: `switch_notes.host_seconds`), and
+marks with * the rows benchmarks/fit_constants.py fits on. Then median and worst |error| for the
+fit rows and the rest, per source (published: per paper), per family (dense / MoE) and per
+training code (Megatron family: Megatron-LM, Megatron-Core, NeMo, MLPerf's NeMo reference; other:
+torchtitan).
 Target on the held-out Megatron-family runs: median |error| <= 5%, worst <= 15%. Then the
 held-out Megatron rows by GPU, and the MLPerf rows by round (the software of the day), family
 and whether explain flags the layout as optimistic (known_gaps.optimistic).
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks.calibration_loo import hash_fold
 from benchmarks.functional_steps import one_tray
 from benchmarks.runs import Case, load_published
+from planner.cli import switch_notes
 from planner.model import performance
 from planner.model.known_gaps import optimistic
 
@@ -150,7 +153,7 @@ def _print_row(c: Case, p: performance.Performance, err: float) -> None:
     print(
         f"{c.id[:41] + fit:42s} {c.job.arch.name[:20]:20s} {lay[:44]:44s} "
         f"{c.tokens_per_s_per_gpu:9.1f} {p.tokens_per_s_per_gpu:9.1f} {err:+7.1%} {mfu_pub:>7s} "
-        f"{mfu_pred:>8s}  {p.bottleneck()}"
+        f"{mfu_pred:>8s}  {p.bottleneck(switch_notes.host_seconds(c.job, c.layout))}"
     )
 
 

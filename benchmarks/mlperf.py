@@ -79,6 +79,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.runs import Case, cluster
+from planner.cli import switch_notes
 from planner.inputs import catalog, pipeline_layout, userbuffers
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -250,7 +251,8 @@ def main() -> None:
         print(
             f"{c.id:36s} {c.raw['hardware']['catalog']:14s} {c.job.cluster.num_gpus:5d} "
             f"{lay[:44]:44s} {step_time_s(c.raw):7.3f} {c.tokens_per_s_per_gpu:9.1f} "
-            f"{p.tokens_per_s_per_gpu:9.1f} {err:+7.1%}  {p.bottleneck()}"
+            f"{p.tokens_per_s_per_gpu:9.1f} {err:+7.1%}  "
+            f"{p.bottleneck(switch_notes.host_seconds(c.job, c.layout))}"
         )
     print("\nerror = predicted / measured tokens/s/GPU - 1")
     for g, es in groups.items():

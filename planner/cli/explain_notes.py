@@ -274,22 +274,39 @@ def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str |
     """A plan with the optimizer offloaded to the CPU (`planner.model.optimizer_offload`): the
     host memory it takes per GPU and per node (`host_memory.by_pool`: the busiest GPU's; on pools
     the pool whose nodes hold the most, with its own node size), the GPU memory it frees and the
-    seconds per step it adds, both against the same plan with the optimizer on the GPU."""
+    seconds per step it adds, both against the same plan with the optimizer on the GPU in the
+    plan's moment dtype (without --optimizer-cpu-offload, --exp-avg-dtype bf16 reaches the GPU's
+    Adam). The host's moments are fp32 whatever the plan's dtype: Megatron-LM d98e8a64 builds
+    the host optimizer as torch AdamW (optimizer/__init__.py:11, :517-544) with no moment
+    dtypes, on fp32 copies (param_update_in_fp32), whose moments are zeros_like them
+    (`host_memory.HOST_OPTIMIZER_BYTES`)."""
     f = job.optimizer_offload_fraction
     if f <= 0:
         return None
-    on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
+    on_gpu = replace(job, optimizer_offload_fraction=0.0)
     h = max(host_memory.by_pool(job, layout), key=lambda h: h.optimizer * h.per_node)
     where = f" on pool {h.pool!r}" if h.pool else ""
     freed = memory.estimate(on_gpu, layout).peak - memory.estimate(job, layout).peak
     extra = added(perf, on_gpu, layout)
+    moments = "moments"
+    if job.optimizer_state_dtype != "fp32":
+        moments = (
+            f"moments in fp32 (the plan's {job.optimizer_state_dtype} moments do not reach "
+            "Megatron's host optimizer)"
+        )
     return (
         f"optimizer offloaded ({f:.0%} of it): {h.optimizer / GIB:.1f} GiB of pinned host memory"
         f" a GPU{where} ({h.optimizer * h.per_node / GIB:.0f} GiB a node of {h.per_node}) hold"
-        " its fp32 master, "
-        f"moments and gradient copy; it frees {freed / GIB:.1f} GiB at the peak and its CPU update "
-        f"adds {extra:.3f} s to the {perf.step_time_s:.3f} s step against the optimizer on the GPU"
+        f" its fp32 master, {moments} and gradient copy; it frees {freed / GIB:.1f} GiB at the "
+        f"peak and its CPU update adds {extra:.3f} s to the {perf.step_time_s:.3f} s step "
+        f"against the optimizer on the GPU{_moments_on_gpu(job)}"
     )
+
+
+def _moments_on_gpu(job: Job) -> str:
+    """How the comparison's GPU optimizer keeps its moments, where not in fp32."""
+    dtype = job.optimizer_state_dtype
+    return "" if dtype == "fp32" else f" with {dtype} moments"
 
 
 def one_micro_batch_text(job: Job, layout: Layout) -> str | None:

@@ -70,7 +70,7 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
             str(lay.dp),
             _cp(lay),
             _ep(lay),
-            str(lay.vpp),
+            _vpp(lay),
             str(lay.micro_batch_size),
             _microbatches(job, lay),
             _split(c, job.arch.num_layers),
@@ -100,6 +100,11 @@ def candidates_table(job: Job, cands: list[Candidate], objective: str) -> Table:
         )
     if any(c.layout.cp_exchange for c in cands):
         t.caption += "; cp a2a / all_gather = the context-parallel exchange (--cp-comm-type)"
+    if any(_group(c.layout) for c in cands):
+        t.caption += (
+            "; vpp v gN = interleaved in groups of N micro-batches a virtual stage "
+            "(--microbatch-group-size-per-virtual-pipeline-stage; else pp)"
+        )
     if any(c.layout.ep_comm_overlap for c in cands):
         t.caption += "; ov = EP all-to-all overlapped (--overlap-moe-expert-parallel-comm)"
     if any(optimistic(job, c.layout) for c in cands):
@@ -133,6 +138,19 @@ def _mfu_caption(own: str | None) -> str:
 def _cp(lay: Layout) -> str:
     """CP with an exchange other than Megatron's default p2p ring."""
     return f"{lay.cp} {lay.cp_exchange}" if lay.cp_exchange else str(lay.cp)
+
+
+def _group(lay: Layout) -> int | None:
+    """The micro-batch group the layout sets for its interleaved schedule (None: Megatron's pp,
+    or not interleaved, where nothing reads it)."""
+    return lay.microbatch_group_size_per_vp_stage if lay.vpp > 1 else None
+
+
+def _vpp(lay: Layout) -> str:
+    """VPP with the micro-batch group where the layout sets one (`space.group_of`): two rows of
+    one vpp run different schedules where their groups differ."""
+    g = _group(lay)
+    return f"{lay.vpp} g{g}" if g is not None else str(lay.vpp)
 
 
 def _ep(lay: Layout) -> str:

@@ -314,7 +314,8 @@ class Layout:
         return new
 
     def describe(self) -> str:
-        """Short human form, e.g. 'tp8 pp16 dp128 mbs1 zero1 recompute=none'."""
+        """Short human form, e.g. 'tp8 pp16 dp128 mbs1 zero1 recompute=none' ('vpp5 g6': five
+        chunks a rank, run in groups of six micro-batches, where the layout sets the group)."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
@@ -326,6 +327,8 @@ class Layout:
             parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
+            if self.microbatch_group_size_per_vp_stage is not None:  # else Megatron's pp
+                parts.append(f"g{self.microbatch_group_size_per_vp_stage}")
         if self.dp_pools > 1:
             parts.append(f"dp-over-{self.dp_pools}-pools")
         switches = (

@@ -13,6 +13,7 @@ from planner.model import host_memory, memory
 from planner.search import space as space_mod
 from planner.search.rungs import Rung, covers, leanest
 from planner.search.space import Bound, Space
+from planner.search.variants import Budget
 
 
 def _lean_kinds(space: Space) -> tuple[Recompute, ...]:
@@ -45,14 +46,65 @@ def min_peak(job: Job, space: Space, enough: float = 0.0) -> tuple[float, Layout
                 rungs = leanest(base.single, base.ladders) or list(base.single)
                 for zero in space_mod.zero_stages(space, base.layout):
                     zbase = base.layout.with_(zero_stage=zero)
+                    peaks = _Peaks(job, zbase, space.headroom_pct)
+                    if not peaks.below(rungs, best[0]):
+                        continue  # no rung the host's budget holds is leaner
                     for rung in _held(job, zbase, rungs):
-                        lay = rung.on(zbase)
-                        peak = memory.estimate(job, lay, space.headroom_pct, all_stages=False).peak
+                        lay, peak = rung.on(zbase), peaks.of(rung)
                         if peak < best[0]:
                             best = (peak, lay)
                             if peak <= enough:
                                 return best
     return best
+
+
+class _Peaks:
+    """Peak GPU memory of a base's rungs at one ZeRO stage, each estimated once, and whether
+    some rung `_held` gives may be under a peak already found (`below`), asked before the
+    host's budget for offloaded bytes is (its walk of the pinned pieces took most of a MoE
+    job's advice: DeepSeek-V3 on 8 H100, 14 `min_peak` calls)."""
+
+    def __init__(self, job: Job, zbase: Layout, headroom_pct: float) -> None:
+        self.job, self.zbase, self.headroom_pct = job, zbase, headroom_pct
+        self.seen: dict[Rung, float] = {}
+
+    def below(self, rungs: list[Rung], peak: float) -> bool:
+        """Whether a rung `_held` gives of `rungs` may need less than `peak`: not where the
+        base's states alone need as much (`memory.state_floor`, a floor under every rung's
+        peak), nor where every rung does as it is, as `_held` gives a rung as it is, or with
+        fewer layers offloaded whole, which keeps longer windows of layers on the GPU
+        (`cpu_offload.peak_window`: the most of the windows of n - k layers grows as k falls)."""
+        if not self.job.pools and memory.state_floor(self.job, self.zbase, peak) >= peak:
+            return False
+        return any(self.of(r) < peak for r in rungs)
+
+    def of(self, rung: Rung) -> float:
+        if rung not in self.seen:
+            lay = rung.on(self.zbase)
+            report = memory.estimate(self.job, lay, self.headroom_pct, all_stages=False)
+            self.seen[rung] = report.peak
+        return self.seen[rung]
+
+
+class _HostBudget:
+    """`host_memory.activation_budget` of a base at one ZeRO stage, asked in steps: its ceiling
+    (rounding "floor", no walk of the pinned pieces) answers "no" to bytes above it,
+    `variants.Budget` (its floor, then the exact budget) the rest: `holds(x)` is exactly
+    `activation_budget(job, zbase) >= x`."""
+
+    def __init__(self, job: Job, zbase: Layout) -> None:
+        self.job, self.zbase = job, zbase
+        self.most: float | None = None
+        self.budget: Budget | None = None
+
+    def holds(self, x: float) -> bool:
+        if self.most is None:
+            self.most = host_memory.activation_budget(self.job, self.zbase, "floor")
+        if x > self.most:
+            return False
+        if self.budget is None:
+            self.budget = Budget(self.job, self.zbase)
+        return not self.budget.below(x)
 
 
 def _uncovered(rungs: list[Rung]) -> list[Rung]:
@@ -65,7 +117,7 @@ def _uncovered(rungs: list[Rung]) -> list[Rung]:
 def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
     """Of the rungs, as the host's budget holds them (`_host_held`), those no other covers
     (`_uncovered`); the covered are held only where a rung covering them is over the budget."""
-    budget = host_memory.activation_budget(job, zbase)
+    budget = _HostBudget(job, zbase)
     kept = _uncovered(rungs)
     held = [h for r in kept if (h := _host_held(job, zbase, r, budget)) is not None]
     if len(held) == len(kept):
@@ -73,7 +125,7 @@ def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
     return _uncovered([h for r in rungs if (h := _host_held(job, zbase, r, budget)) is not None])
 
 
-def _host_held(job: Job, zbase: Layout, rung: Rung, budget: float) -> Rung | None:
+def _host_held(job: Job, zbase: Layout, rung: Rung, budget: _HostBudget) -> Rung | None:
     """The rung as the search takes it under the host's budget for offloaded activations
     (`host_memory.activation_budget`, as `variants` holds each rung to it): one that offloads
     nothing as it is (where the offloaded optimizer alone is over the budget, `_host_bound` says
@@ -85,7 +137,7 @@ def _host_held(job: Job, zbase: Layout, rung: Rung, budget: float) -> Rung | Non
         return rung
 
     def fits(r: Rung) -> bool:
-        return host_memory.activation_bytes(job, r.on(zbase)) <= budget
+        return budget.holds(host_memory.activation_bytes(job, r.on(zbase)))
 
     if fits(rung):
         return rung

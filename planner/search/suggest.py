@@ -259,9 +259,15 @@ def _host_bound(job: Job, space: Space, lay: Layout, peak: float, cap: float) ->
         binding += "; it fits but for the pinned staging of its checkpoint saves"
     found = []
     if job.optimizer_offload_fraction > 0:
-        on_gpu = replace(job, optimizer_offload_fraction=0.0, optimizer_state_dtype="fp32")
+        # on the GPU the plan's moment dtype holds (--exp-avg-dtype reaches the GPU's Adam once
+        # --optimizer-cpu-offload is gone; the host optimizer's are fp32 whatever it says)
+        on_gpu = replace(job, optimizer_offload_fraction=0.0)
         if _found(on_gpu, space):
-            found.append("training.optimizer_offload_fraction 0 (the optimizer on the GPU)")
+            dtype = job.optimizer_state_dtype
+            moments = "" if dtype == "fp32" else f", {dtype} moments"
+            found.append(
+                f"training.optimizer_offload_fraction 0 (the optimizer on the GPU{moments})"
+            )
     if host.checkpoint > 0 and job.async_save and _found(replace(job, async_save=False), space):
         found.append("training.async_save false (ZeRO 2/3's synchronous saves stage nothing)")
     per_gpu = host.total / gib + host_memory.HOST_RESERVED_GIB_PER_GPU
