@@ -4,9 +4,10 @@ and `planner.search.pool_data`, its data-parallel replicas across them): the pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory, performance
@@ -54,3 +55,15 @@ def expert_degrees(job: Job, cp_dp: int) -> list[int]:
     if not job.arch.is_moe or experts is None:
         return [1]
     return [e for e in range(1, experts + 1) if experts % e == 0 and cp_dp % e == 0]
+
+
+def apply(job: Job, layout: Layout, split: PoolSplit) -> tuple[Job, Layout]:
+    """The job with its pools in the split's pipeline order and the layout with its stages."""
+    order = list(dict.fromkeys(split.pools))
+    ordered = replace(job, pools=tuple(job.pools[k] for k in order))
+    stages = pipeline_layout.stages_of([[y] for y in split.layers], job.arch.mtp_num_layers)
+    lay = layout.with_(pipeline_layers=None, pipeline_layout=stages, vpp=1)
+    if split.recompute_layers:
+        n = split.recompute_layers
+        lay = lay.with_(recompute="full", recompute_method="block", recompute_num_layers=n)
+    return ordered, lay

@@ -2,11 +2,14 @@
 per-stage part (layers per stage, the pools' order, block recompute) exactly
 (`planner.search.pools.plan_split`), every answer scored by the exact model; a layout
 whose split's bound is no better than the top-th best step so far is not solved. The split is
-chosen by the solver's objective, 1F1B's closed form, and scored by the exact step
-(`one_f_one_b.step`, no more than the closed form): the top K are certified as "each layout's
-best split under the solver's objective, scored exactly", the bounds being of the exact step of
-every split (`planner.search.pool_step_bound`), so of that one's too; a split the closed form
-ranks lower may have a shorter exact step, and is not sought.
+solved under the solver's objective, 1F1B's closed form, scored by the exact step
+(`one_f_one_b.step`, no more than the closed form), and then every order and split of the
+layers whose bound is below both that step and the cut is scored exactly
+(`planner.search.pool_exact`, the least block recompute count that fits each) where the
+bound's box holds at most `pool_exact.SPLITS` splits: the top K are certified as "each
+layout's split the exact model's fastest where at most 2,048 splits are left to bound, else the
+best under the solver's objective, scored exactly", the bounds being of the exact step of every
+split (`planner.search.pool_step_bound`), so of whichever one a layout is given.
 
 The degrees: tp a power of two within every pool's node and dividing the attention heads and
 query groups, cp 1 or 2, dp such that a stage's tp x cp x dp GPUs divide every pool (so each pool

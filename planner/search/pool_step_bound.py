@@ -46,9 +46,9 @@ least tail of the order adds to it (each part at its own least: their sum is no 
 sum at the best split).
 
 What it covers: every split of the order, not only the solver's. The solver's split is chosen
-by the closed form (`planner.search.pool_enum`), and the exact model may prefer another; the
-pooled search's certificate is "each layout's best split under the solver's objective, scored
-exactly", and as this bound is below the exact step of every split, it is below that one's.
+by the closed form (`planner.search.pool_enum`), and the exact model may prefer another, which
+`planner.search.pool_exact` seeks where the splits left to bound are few; whichever split a
+layout is given, this bound is below its exact step, as below every split's.
 
 Tightness: the D = 0 paths alone leave out the stages after r, 14% below the closed form for
 equal ranks (pp 8, m 16); with D = 2 the paths of equal ranks are all (m - 1 + pp) t, the closed

@@ -27,7 +27,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from planner.inputs import pipeline_layout
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, fp32, memory, pools
@@ -36,10 +35,12 @@ from planner.model.memory import StageMemory
 from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines
 from planner.search.pool_enum import best_splits
+from planner.search.pool_exact import refine, scorer
 from planner.search.pool_host import host_ok, layer_caps, tightened
-from planner.search.pool_plan import PoolPlan
+from planner.search.pool_order import rank_pools
+from planner.search.pool_plan import PoolPlan, apply
 from planner.search.rules import violations
-from planner.search.solver import Grid, PoolSplit, PoolSplitProblem
+from planner.search.solver import Grid, PoolSplitProblem
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -285,18 +286,6 @@ def _boundary_s(job: Job, layout: Layout) -> float:
     return max(wan - inner, 0.0)
 
 
-def apply(job: Job, layout: Layout, split: PoolSplit) -> tuple[Job, Layout]:
-    """The job with its pools in the split's pipeline order and the layout with its stages."""
-    order = list(dict.fromkeys(split.pools))
-    ordered = replace(job, pools=tuple(job.pools[k] for k in order))
-    stages = pipeline_layout.stages_of([[y] for y in split.layers], job.arch.mtp_num_layers)
-    lay = layout.with_(pipeline_layers=None, pipeline_layout=stages, vpp=1)
-    if split.recompute_layers:
-        n = split.recompute_layers
-        lay = lay.with_(recompute="full", recompute_method="block", recompute_num_layers=n)
-    return ordered, lay
-
-
 def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
     """Lines whose every coefficient is no more than `time_lines`', without the exact model's
     estimates: each bound of their least exact step (`pool_bounds.lower_bound_s`, less 1e-9 of
@@ -351,7 +340,9 @@ def plan_split(
     split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings), or when
     the split's bound is at least `cutoff_s` (`pool_enum.best_splits`). Of equally good splits
     in the solver's objective, the exact model's fastest that fits is taken, the first in
-    (pools, layers) order among equally fast ones: a defined answer. Fits: the GPUs and every
+    (pools, layers) order among equally fast ones: a defined answer; then every split whose
+    bound is below its step and `cutoff_s`, where few (`pool_exact.refine`): the exact model's
+    fastest, the first in (pools, layers) order of equally fast ones. Fits: the GPUs and every
     host (`pool_host`); where only the GPUs fit, the fastest such goes to `over`."""
     if p is None:
         p = problem(job, layout, headroom_pct, recompute and layout.recompute == "none")
@@ -392,4 +383,7 @@ def plan_split(
         p = replace(p, capacity_mib=tuple(caps))
     if best is None and missed and over is not None:
         over.append(min(missed, key=lambda q: q.step_time))
-    return best
+    if best is None:
+        return None
+    score = scorer(job, layout, headroom_pct, p)
+    return refine(p, rank_pools(p), best, score, cutoff_s).plan

@@ -135,7 +135,9 @@ def test_no_cp_sat_without_recompute(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_plan_split_takes_the_exact_models_fastest_tie() -> None:
     """Llama 3.1 8B on 16 H100 + 16 H100 (twins): where the solver's objective ties, the plan is
-    the exact model's fastest split that fits, and the first such in (pools, layers) order."""
+    no slower than the exact model's fastest of the tied splits that fit, and where as fast,
+    no later in (pools, layers) order (the splits `pool_exact` scores beside them include them:
+    (step, pools, layers) is least over more splits)."""
     from planner.model import cost, memory
     from planner.search import pool_search
 
@@ -155,10 +157,8 @@ def test_plan_split_takes_the_exact_models_fastest_tie() -> None:
                 steps.append((cost.estimate(pj, sl).step_time_s, s.pools, s.layers))
         if steps:
             want = min(steps)
-            assert plan.performance.step_time_s == want[0]
-            assert (plan.split.pools, plan.split.layers) == min(
-                x[1:] for x in steps if x[0] == want[0]
-            )
+            assert plan.split is not None
+            assert (plan.performance.step_time_s, plan.split.pools, plan.split.layers) <= want
     assert tied >= 1
 
 
