@@ -30,7 +30,8 @@ gradients' window is the last micro-batch's backward, longer under the interleav
 whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`; where the links are
 slower than the compute, also the first bucket's share of it, before which nothing could be
 sent: `dp_sync.windowed`; each window also holds the stage's waits on the exposed traffic of
-links other than DP's, `stage_sync.other_link_seconds`). Hidden
+links other than DP's, `stage_sync.other_link_seconds`, less the seconds DP's own link carries
+other hidden traffic, `stage_sync.dp_link_hidden`). Hidden
 TP, EP and DP traffic still holds `comms.sm_share` of the SMs: that share of it counts as exposed
 (under TP overlap's userbuffers, their SM margin on the GEMMs they run beside instead). On GPUs
 without NVLink every transfer shares the GPU's one PCIe link: the step is at least that link's
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -179,10 +181,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
-    tails: list[float] = []
-    dp_exp = dp_hid = opt = 0.0
-    dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
-    link_busy = 0.0  # the busiest rank's shared PCIe link (planner.model.shared_link)
+    syncs: list[tuple[Any, ...]] = []  # each rank's DP sync's inputs
     drain = 0.0  # the last stage's deferred output-layer wgrads (output_time.deferred_wgrad)
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
@@ -210,28 +209,39 @@ def estimate(job: Job, layout: Layout) -> Performance:
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
-        # DP traffic and optimizer: the stage where they take longest decides (ranks with the
-        # same layers, as counted in their mix, and role move the same bytes: computed once)
-        # (its windows: the compute and the waits on other links' exposed traffic,
-        # `stage_sync.other_link_seconds`: the DP stream runs for the stage's whole busy time)
-        extra = stage_sync.other_link_seconds(job, lay, dp_groups, (tp, cp, ep_e, off))
-        w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
-        key = (tuple(n for _, n in mix), heads, rank == 0, id(job), w_f, w_b)
-        if key not in dp_seen:
-            dp_seen[key] = stage_sync.stage_sync(
-                job, lay, rank, chunks, mix, lt, dp_groups, share, w_f, w_b
-            )
-        e, hid, o = dp_seen[key]
-        tails.append(e + o)
-        if e + o >= dp_exp + opt:
-            dp_exp, dp_hid, opt = e, hid, o
+        # DP traffic and optimizer (below); its windows:
+        # the compute and the waits on other links' exposed traffic (the DP stream runs for
+        # the stage's whole busy time, `stage_sync.other_link_seconds`) less what its own
+        # link carries of other hidden traffic (`stage_sync.dp_link_hidden`)
+        exposed = (tp, cp, ep_e, off)
+        extra = stage_sync.link_window_seconds(job, lay, dp_groups, exposed, (tp_h, cp_h, ep_h))
+        per_mb = 0.0
         if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
             sends = 2 * lay.vpp * (max(hops[rank]) if hops else hop) if lay.pp > 1 else 0.0
             per_mb = sum(n * (k.tp_traffic + k.ep) for k, n in mix)
             per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt)
-            if rank == 0:
-                per_mb += lt.encoder.tp
-            dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
+            per_mb += lt.encoder.tp if rank == 0 else 0.0
+        syncs.append((job, lt, dp_groups, share, chunks, mix, heads, fwd, bwd, rec, extra, per_mb))
+
+    dp_exp = dp_hid = opt = link_busy = 0.0  # link_busy: the busiest shared PCIe link's
+    dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
+    tails: list[float] = []
+    for rank, (pj, plt, groups, sh, chunks, mix, heads, fwd, bwd, rec, extra, per_mb) in enumerate(
+        syncs
+    ):
+        w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
+        # ranks with the same layers, as counted in their mix, and role move the same bytes
+        key = (tuple(n for _, n in mix), heads, rank == 0, id(pj), w_f, w_b)
+        if key not in dp_seen:
+            dp_seen[key] = stage_sync.stage_sync(
+                pj, lay, rank, chunks, mix, plt, groups, sh, w_f, w_b
+            )
+        e, hid, o = dp_seen[key]
+        tails.append(e + o)
+        if e + o >= dp_exp + opt:  # the stage where they take longest decides
+            dp_exp, dp_hid, opt = e, hid, o
+        if shared_link.applies(pj.cluster):
+            dp_traffic = e + (1 - sh) * hid  # e holds sh x hid of the SMs, not traffic
             link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))
 
     # the schedule's bubble (planner.model.schedule: 1F1B / interleaved, torchtitan's others;

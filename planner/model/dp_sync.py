@@ -91,11 +91,15 @@ def data_parallel_groups(cluster: ClusterSpec, lay: Layout) -> tuple[Group, Grou
     dense group's cp ranks tp apart inside blocks tp x cp x pp apart, placed at their mean
     spacing tp x pp (exact where one node holds whole blocks; else fewer members per node than
     the cp a node holds)."""
-    if lay.use_tp_pp_dp_mapping and lay.pp > 1:
-        dense = place(cluster, lay.tp * lay.pp, lay.dense_dp)
-        return dense, place(cluster, lay.expert_tp * lay.ep * lay.pp, lay.expert_dp)
-    dense = place(cluster, lay.tp, lay.dense_dp)
-    return dense, place(cluster, lay.expert_tp * lay.ep, lay.expert_dp)
+    (dense_stride, dense), (expert_stride, expert) = data_parallel_strides(lay)
+    return place(cluster, dense_stride, dense), place(cluster, expert_stride, expert)
+
+
+def data_parallel_strides(lay: Layout) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The dense and expert data-parallel groups' (stride, size) in ranks, as
+    `data_parallel_groups` places them."""
+    pp = lay.pp if lay.use_tp_pp_dp_mapping and lay.pp > 1 else 1
+    return (lay.tp * pp, lay.dense_dp), (lay.expert_tp * lay.ep * pp, lay.expert_dp)
 
 
 def reduce_window(bwd: float, lay: Layout, m: int) -> float:

@@ -65,7 +65,10 @@ def issued(
     slack -= layer.cp - cp
     tp, hidden, plain = _tp(layer, slack, shares[0])
     slack -= layer.tp - tp
+    # the ring's seconds the slack hides are hidden traffic still (on CP's link, which DP may
+    # share: `stage_sync.dp_link_hidden`), not gone
     out = replace(layer, fwd=fwd, bwd=bwd, recompute=rec, cp=cp, tp=tp, tp_hidden=hidden)
+    out = replace(out, cp_hidden=layer.cp_hidden + layer.cp - cp)
     return replace(out, tp_plain=plain, ep_shared=_ep(layer, slack, shares[1]))
 
 

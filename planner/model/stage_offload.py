@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cpu_offload
+from planner.model import cpu_offload, shared_link
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, transfer_seconds
 from planner.model.host_link import host_link_bandwidth
 from planner.model.layer_time import Layer
@@ -35,9 +35,25 @@ def offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     if k <= 0:
         return fine_offload_exposed(job, lay, chunks, t)
     layers = _stage_layers(job, chunks, t)
+    busy = [copy_windows(job, x) for x in layers]  # each layer's compute and waits on other links
     return cpu_offload.exposed_seconds(
-        [x.fwd for x in layers], [x.bwd for x in layers], [x.offload for x in layers], k
+        [f for f, _ in busy], [b for _, b in busy], [x.offload for x in layers], k
     )
+
+
+def copy_windows(job: Job, layer: Layer) -> tuple[float, float]:
+    """A layer's (forward, backward) seconds its host copies can run under: its compute and,
+    where the GPU has NVLink, the seconds it waits on its TP and CP traffic (`Layer.tp`,
+    `Layer.cp`, split as the compute), which go over NVLink or the NIC while the copies go over
+    the host link (the DP sync's windows hold them alike, `stage_sync.other_link_seconds`). A
+    slower GPU then never shows more of a copy than its compute grows: the waits shrink by no
+    more than the compute under them grows. On a PCIe-only GPU (`shared_link.applies`) the copies
+    share the link those waits are on: the compute alone."""
+    fwd, bwd = layer.fwd, layer.bwd
+    waits = 0.0 if shared_link.applies(job.cluster) else layer.tp + layer.cp
+    if waits <= 0.0 or fwd + bwd <= 0.0:
+        return fwd, bwd
+    return fwd + waits * fwd / (fwd + bwd), bwd + waits * bwd / (fwd + bwd)
 
 
 def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
@@ -78,6 +94,7 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
     for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
         if n:
             sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods, recompute=False), link)
-            exposed += n * (max(sec - layer.fwd, 0.0) + max(sec - layer.bwd, 0.0))
+            fwd, bwd = copy_windows(job, layer)
+            exposed += n * (max(sec - fwd, 0.0) + max(sec - bwd, 0.0))
     # only the first activation_offload_fraction of the layers move theirs
     return lay.activation_offload_fraction * exposed
