@@ -60,6 +60,7 @@ from planner.model.host_pinned import (
     rank_rounding,
 )
 from planner.model.in_flight import schedule_peak
+from planner.model.job_memo import JobMemo
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import Chunks, schedule_name
 from planner.model.shard import Shard
@@ -280,7 +281,38 @@ def activation_budget(job: Job, layout: Layout, rounding: Rounding = "exact") ->
     they alone are over); what the
     one-kind search (`planner.search.variants`) holds each memory saver's `activation_bytes` to.
     On pools, where stages' budgets differ, the least of them (a bound: `estimate` judges).
-    `rounding` "ceiling" gives no more than the exact budget, "floor" no less (cheap bounds)."""
+    `rounding` "ceiling" gives no more than the exact budget, "floor" no less (cheap bounds).
+    On one GPU kind remembered per job under `budget_key`, what it reads of the layout: the
+    search asks it of every micro-batch size, token dispatcher and overlap of a structure."""
+    if job.pools:
+        return _activation_budget(job, layout, rounding)
+    memo = _BUDGETS.of(job)
+    key = (rounding, *budget_key(layout))
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _activation_budget(job, layout, rounding)
+    return hit
+
+
+def budget_key(layout: Layout) -> tuple[object, ...]:
+    """What `activation_budget` reads of a layout on one GPU kind: the ZeRO stage (what is
+    offloaded and staged, `host_checkpoint.split_bytes`); the degrees (tp, ep and expert-TP
+    split the parameters, `stage_params` and `host_pinned.chunk_sizes`; dp x cp and the expert
+    data-parallel size tp x pp x cp x dp / (ep x expert-TP) shard them); the split (each rank's
+    chunks, the output and MTP ranks, `Layout.split_key`); and the DDP buckets
+    (`host_pinned.bucket_size`). Not the micro-batch size, the token dispatcher, the TP and EP
+    overlaps or the memory savers (tests/model/test_host_budget_memo.py)."""
+    lay = layout
+    degrees = (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.expert_tp)
+    buckets = (lay.overlap_grad_reduce, lay.ddp_bucket_size, lay.ddp_num_buckets)
+    return (lay.zero_stage, degrees, lay.split_key(), buckets)
+
+
+_BUDGETS: JobMemo[tuple[object, ...], float] = JobMemo()
+"""`activation_budget` per one-kind job, rounding and `budget_key`."""
+
+
+def _activation_budget(job: Job, layout: Layout, rounding: Rounding) -> float:
     return min(
         usable_bytes(share_bytes(j)[0]) - fixed_bytes(j, lay, only, rounding)
         for j, lay, only, _ in _stage_groups(job, layout)

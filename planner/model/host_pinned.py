@@ -121,11 +121,16 @@ def rounding_ceiling(sizes: Sequence[int], bucket_size: int | None, dp: int) -> 
     parts of the padded buckets, the elements with each parameter's alignment (< PARAM_ALIGN)
     and each bucket's end (< lcm(dp, BUCKET_ALIGN); at most a bucket a parameter): under
     2 x padded / elements (1.0 with no parameters)."""
-    total = sum(sizes)
+    return ceiling_of(sum(sizes), len(sizes), bucket_size, dp)
+
+
+def ceiling_of(total: int, count: int, bucket_size: int | None, dp: int) -> float:
+    """`rounding_ceiling` of `count` parameters of `total` elements in all: all it reads of
+    their sizes."""
     if total <= 0:
         return 1.0
-    buckets = 1 if bucket_size is None else len(sizes)
-    padded = total + PARAM_ALIGN * len(sizes) + buckets * math.lcm(dp, BUCKET_ALIGN)
+    buckets = 1 if bucket_size is None else count
+    padded = total + PARAM_ALIGN * count + buckets * math.lcm(dp, BUCKET_ALIGN)
     return 2.0 * padded / total
 
 
@@ -160,19 +165,66 @@ def chunk_sizes(
     if rank == 0 and chunk == 0:
         dense.append(words)
     kinds = job.arch.layer_kinds
-    each = _SIZES.of(job)  # a layer's sizes read its kind and the degrees alone (layer_shapes)
     for layer in chunks[chunk]:
-        key = (kinds[layer], lay.tp, lay.ep, lay.expert_tp)
-        if key not in each:
-            d, e = layer_shapes(job, lay, layer)
-            each[key] = [r * c for r, c in d], [r * c for r, c in e]
-        d_sizes, e_sizes = each[key]
+        d_sizes, e_sizes = _layer_sizes(job, lay, kinds[layer], layer)
         dense += d_sizes
         expert += e_sizes
-    last = rank == lay.output_rank and chunk == len(chunks) - 1
-    if last and (lay.pp > 1 or arch.untie_embeddings_and_output_weights):
+    if _holds_output(job, lay, rank, chunk, chunks):
         dense.append(words)
     return dense, expert
+
+
+def _layer_sizes(job: Job, lay: Layout, kind: object, layer: int) -> tuple[list[int], list[int]]:
+    """(dense, expert) parameter sizes of decoder layer `layer` (of kind `kind`) on one GPU,
+    remembered per job, kind and (tp, ep, expert tp): a layer's sizes read its kind and the
+    degrees alone (`muon_layout.layer_shapes`)."""
+    each = _SIZES.of(job)
+    key = (kind, lay.tp, lay.ep, lay.expert_tp)
+    if key not in each:
+        d, e = layer_shapes(job, lay, layer)
+        each[key] = [r * c for r, c in d], [r * c for r, c in e]
+    return each[key]
+
+
+def _holds_output(job: Job, lay: Layout, rank: int, chunk: int, chunks: Chunks) -> bool:
+    """Whether rank `rank`'s chunk `chunk` lists the output layer (the last stage's, where it is
+    not the word embedding itself: pp 1 with tied weights)."""
+    last = rank == lay.output_rank and chunk == len(chunks) - 1
+    return last and (lay.pp > 1 or job.arch.untie_embeddings_and_output_weights)
+
+
+_TOTALS: JobMemo[tuple[object, ...], tuple[int, int, int, int]] = JobMemo()
+"""A decoder layer's (dense elements, dense parameters, expert elements, expert parameters) per
+job, kind and (tp, ep, expert tp): `_layer_sizes`' sums and lengths."""
+
+
+def chunk_totals(
+    job: Job, layout: Layout, rank: int, chunk: int, chunks: Chunks
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(elements, parameters) of `chunk_sizes`' dense and expert lists, without making them
+    (all `rounding_ceiling` reads of them): the same integers, from each kind's layer counts in
+    the chunk (`ModelArch.kind_counts`)."""
+    arch, lay = job.arch, layout
+    d_total = d_n = e_total = e_n = 0
+    words = arch.padded_vocab(lay.tp) // lay.tp * arch.hidden_size
+    if rank == 0 and chunk == 0:
+        d_total, d_n = d_total + words, d_n + 1
+    if _holds_output(job, lay, rank, chunk, chunks):
+        d_total, d_n = d_total + words, d_n + 1
+    memo = _TOTALS.of(job)
+    for kind, n in zip(arch.kinds, arch.kind_counts((chunks[chunk],)), strict=True):
+        if not n:
+            continue
+        key = (kind, lay.tp, lay.ep, lay.expert_tp)
+        sums = memo.get(key)
+        if sums is None:
+            d, e = _layer_sizes(job, lay, kind, arch.layer_kinds.index(kind))
+            sums = memo[key] = (sum(d), len(d), sum(e), len(e))
+        d_total += n * sums[0]
+        d_n += n * sums[1]
+        e_total += n * sums[2]
+        e_n += n * sums[3]
+    return (d_total, d_n), (e_total, e_n)
 
 
 _RATIOS: JobMemo[tuple[object, ...], tuple[float, float]] = JobMemo()
@@ -212,13 +264,17 @@ def rank_rounding(
 def _rank_rounding(
     job: Job, layout: Layout, rank: int, chunks: Chunks, dps: tuple[int, int], ceiling: bool
 ) -> tuple[float, float]:
-    ratio = rounding_ceiling if ceiling else rounding
     weighted = [0.0, 0.0]
     totals = [0.0, 0.0]
     for i in range(len(chunks)):
         size = bucket_size(job, layout, rank, i)
+        if ceiling:  # the sizes' sums and counts alone (`chunk_totals`: the same integers)
+            for k, (total, n) in enumerate(chunk_totals(job, layout, rank, i, chunks)):
+                weighted[k] += ceiling_of(total, n, size, dps[k]) * total
+                totals[k] += total
+            continue
         for k, sizes in enumerate(chunk_sizes(job, layout, rank, i, chunks)):
-            weighted[k] += ratio(sizes, size, dps[k]) * sum(sizes)
+            weighted[k] += rounding(sizes, size, dps[k]) * sum(sizes)
             totals[k] += sum(sizes)
     dense, expert = (w / t if t > 0 else 1.0 for w, t in zip(weighted, totals, strict=True))
     return dense, expert
