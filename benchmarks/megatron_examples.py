@@ -10,9 +10,9 @@ as `check` takes it where --num-gpus is not given; a script whose launcher says 
 256 and 1,024 GPUs ("fits" at the first count where it fits, else "does not fit" at the first
 that reads, else the refusal); with `--vocab-size` for the tokenizer files planner cannot
 open (default 128,256, Llama 3's; a script that sets its own vocabulary keeps it); what a
-script sources is read from the same commit. Printed: each script's verdict (with its layout
-and peak, or the refusal's first line), the count of each, and the refusals grouped by their
-message's gist.
+script sources is read from the same commit, and a script or sourced file that is a symbolic
+link as the file it names. Printed: each script's verdict (with its layout and peak, or the
+refusal's first line), the count of each, and the refusals grouped by their message's gist.
 
 Read means exit 0 or 1 at some count: the launch script became a plan. A refusal is right where
 the script itself cannot run as written (a positional parameter without default, a layout its
@@ -55,20 +55,32 @@ def scripts(gitdir: str) -> list[str]:
     return sorted(n for n in names if n.endswith(".sh"))
 
 
-def repo_files(gitdir: str) -> Callable[[str], str | None]:
-    """What a script sources, read from the same commit (paths from the repository's root, as
-    the examples are run from it); None for a path outside it or not there."""
+LINK_HOPS = 40
+"""The most symbolic links followed from one path (Linux's MAXSYMLINKS, a loop's end)."""
 
-    def read(path: str) -> str | None:
-        name = os.path.normpath(path)
+
+def show(gitdir: str, name: str) -> str | None:
+    """The text of the file at `name` in HEAD, following symbolic links (git mode 120000, whose
+    blob is the target path, relative to the link's folder) within the same commit; None for a
+    path not there, outside the repository, or a link loop."""
+    for _ in range(LINK_HOPS):
+        name = os.path.normpath(name)
         if name.startswith(("/", "..")):
             return None
-        done = subprocess.run(
-            ["git", "-C", gitdir, "show", f"HEAD:{name}"], capture_output=True, text=True
-        )
-        return done.stdout if done.returncode == 0 else None
+        entry = git(gitdir, "ls-tree", "HEAD", "--", name).split(maxsplit=3)
+        if len(entry) < 4 or entry[1] != "blob":
+            return None
+        text = git(gitdir, "cat-file", "blob", entry[2])
+        if entry[0] != "120000":
+            return text
+        name = os.path.join(os.path.dirname(name), text)
+    return None
 
-    return read
+
+def repo_files(gitdir: str) -> Callable[[str], str | None]:
+    """What a script sources, read from the same commit (paths from the repository's root, as
+    the examples are run from it; `show`); None for a path outside it or not there."""
+    return lambda path: show(gitdir, path)
 
 
 def verdict(
@@ -114,7 +126,7 @@ def main() -> None:
     refusals: Counter[str] = Counter()
     files = repo_files(args.gitdir)
     for name in scripts(args.gitdir):
-        text = git(args.gitdir, "show", f"HEAD:{name}")
+        text = show(args.gitdir, name) or ""  # a link to a file not there: nothing to read
         what, detail = verdict(text, name, args.gpu, args.vocab_size, files)
         tally[what] += 1
         if what == "refused":

@@ -14,8 +14,10 @@ Megatron-LM flags the reader does not read do not change memory or layout; they 
 and listed (`Reading.ignored`); those that change memory in ways planner does not model are
 named in `Reading.not_modelled`. Words after the script that are not Megatron-LM flags (a
 fork's, an inference script's) are listed too (`Reading.unknown`; a launcher's options before
-the script are not read, `megatron_line.launch`), unless they look like a misspelt flag
-the reader reads, which is an error (`megatron_flags.typo_of`) on a training line; a line that
+the script are not read, `megatron_line.launch`), except on Megatron-LM's own training entry
+points, whose parser exits on them (`megatron_startup.ENTRY_POINTS`), and unless they look like
+a misspelt flag the reader reads, which is an error (`megatron_flags.typo_of`) on a training
+line; a line that
 launches only a generation / inference entry point keeps its own flags
 (`megatron_line.runs_trained_model`). T5's encoder-decoder lines are read by `megatron_t5`;
 hybrid Mamba stacks by `megatron_hybrid`; gated delta nets by `megatron_gdn`, DeepSeek sparse
@@ -49,7 +51,7 @@ from planner.inputs import (
 from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
-from planner.inputs.megatron_choices import refuse_choices, refuse_stray_words
+from planner.inputs.megatron_choices import held_notes, refuse_choices, refuse_stray_words
 from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
@@ -139,8 +141,9 @@ def read(
     header_env = planner_environment(text)
     if header_env:  # planner's megatron-args file: its header's environment, as launched
         launched = replace(launched, env={**header_env, **launched.env})
+    guessed = config is not None and config.assumed  # its entry point planner's guess
     if num_gpus is not None:
-        reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model)
+        reading = _read(launched, gpu, num_gpus, where, vocab_size, nemo_model, guessed)
     elif launched.world is None:
         why = (
             "a test configuration does not hold its GPU count (its CI recipe does: Megatron-LM's "
@@ -151,7 +154,7 @@ def read(
         raise InputError(f"{where}: --num-gpus: {why}: give --num-gpus N")
     else:
         count, how = launched.world
-        reading = _read(launched, gpu, count, where, vocab_size, nemo_model)
+        reading = _read(launched, gpu, count, where, vocab_size, nemo_model, guessed)
         note = f"GPU count {count:,}: the launcher's {how}"
         reading = replace(reading, notes=(note, *reading.notes))
     if config is not None:
@@ -186,8 +189,10 @@ def _read(
     where: str,
     vocab_size: int | None,
     nemo_model: str | None,
+    guessed: bool = False,
 ) -> Reading:
-    """`read` of the script's launched words and environment at `num_gpus`."""
+    """`read` of the script's launched words and environment at `num_gpus`; `guessed`: the
+    entry point is planner's guess (`megatron_yaml.Config.assumed`)."""
     words, picked = read_words(launched, where)
     env = launched.env
     if nemo_args.is_nemo_line(words):
@@ -229,17 +234,20 @@ def _read(
                 "rejects it, and it would change the layout"
             )
         unknown.append(flag)
-    refuse_choices(flags, where)
-    refuse_stray_words(flag_runs(words), where)
-    refuse_unparsed(words, unknown, not runs_model, where)
+    try:
+        refuse_choices(flags, where)
+        refuse_stray_words(flag_runs(words), where)
+    except InputError as e:
+        raise InputError(f"{e}{_other_parser(words, runs_model)}") from None
+    refuse_unparsed(words, unknown, not runs_model, where, named=not guessed)
     line = Line(flags, where)
     notes = [n for n in (picked, entry_note(words)) if n is not None]
+    notes.extend(held_notes(flag_runs(words)))
     missing: list[str] = []
     model = model_table(line, notes, missing)
     parallel = layout.parallel(line, model["num_layers"], num_gpus, missing)
-    megatron_asserts.refuse(
-        line, model["position_embedding_type"], parallel.get("vpp", 1), trains=not runs_model
-    )
+    vpp = megatron_asserts.virtual_size(parallel)  # a layout's or hybrid pattern's too
+    megatron_asserts.refuse(line, model["position_embedding_type"], vpp, trains=not runs_model)
     training = megatron_training.training_table(line, parallel, num_gpus, notes, missing)
     training.update(megatron_dsa.training_fields(line, notes))
     megatron_training.environment_fields(env, training, where)
@@ -286,6 +294,18 @@ def _read(
         "parallel": parallel,
     }
     return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
+
+
+def _other_parser(words: list[str], runs_model: bool) -> str:
+    """What a refusal of a line's words adds where its script is no Megatron-LM entry point
+    (tools/checkpoint/checkpoint_inspector.py, a click command): its own parser may take them."""
+    scripts = [Path(w).name for w in words if w.endswith(".py")]
+    if runs_model or entry_note(words) is None:
+        return ""
+    return (
+        f" ({scripts[-1]} is no Megatron-LM training entry point: its own parser decides; "
+        "planner reads a training line's flags)"
+    )
 
 
 def max_position_note(line: Line) -> list[str]:

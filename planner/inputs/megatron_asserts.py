@@ -11,8 +11,9 @@ value anyway live beside that reading (recompute, virtual pipeline, CUDA graphs,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_startup import first_problem
 
@@ -45,6 +46,21 @@ megatron/training/): on a training line Megatron asserts; on an inference entry 
 it runs FP8 primary weights at ZeRO 0, which planner (bf16 weights beside an FP8 cache at
 ZeRO 0, `planner.model.buffers.quantised_weight_bytes`) does not model, as for
 --fp4-param-gather (`megatron_training`)."""
+
+
+def virtual_size(parallel: dict[str, Any]) -> int:
+    """The virtual pipeline size validate_args sets before its asserts, from the reader's
+    `[parallel]` table: a pipeline layout's stages over pp (arguments.py:941-952; a hybrid
+    pattern's '|' segments over pp, :855-860, which `megatron_hybrid.split` writes as such a
+    layout), else the size the flags give (`megatron_layout`'s vpp). A layout that does not
+    parse or divide is 1 here: the plan refuses it (`plan_layout`)."""
+    text = parallel.get("pipeline_model_parallel_layout")
+    if text is None:
+        return int(parallel.get("vpp", 1))
+    stages, pp = pipeline_layout.parse(text), int(parallel.get("pp", 1))
+    if stages is None or len(stages) % pp:
+        return 1
+    return len(stages) // pp
 
 
 def refuse(line: Line, position: str, vpp: int, trains: bool = True) -> None:

@@ -58,6 +58,13 @@ def _held(word: str) -> bool:
     return "$" in word or "`" in word
 
 
+def unset_variable(word: str) -> bool:
+    """Whether a word still held is only a shell variable (`$EXTRA`, `${ARGS[@]}`), not a
+    command's output or arithmetic, which a script runs to print words (`$(parallel_args 2)`:
+    flags, most likely)."""
+    return "$" in word and "`" not in word and "$(" not in word
+
+
 def is_option(word: str) -> bool:
     """Whether argparse takes the word for an option rather than a value (CPython 3.12
     `_parse_optional`): a word starting with '-' other than '-' itself, a negative number
@@ -232,6 +239,8 @@ def arity_error(flag: str, values: list[str], explicit: bool = False) -> str | N
     if extra and not any(extra):  # `--switch ""`
         return f"{takes}, but an empty word follows it (--flag=, or ''): {EXITS}"
     held = next((w for w in following if _held(w)), None)
+    if n == "0" and given is None and extra and all(unset_variable(w) for w in extra):
+        return None  # a switch takes none of them, whatever they expand to (`held_notes`)
     if extra and held is not None:  # bash may expand it to more flags, or to nothing
         return f"{takes}, but {' '.join(extra)!r} follows it: {held!r} is {not_known(held)}"
     for word in taken:
@@ -272,6 +281,27 @@ def refuse_choices(flags: dict[str, list[str]], where: str) -> None:
         why = word_error(flag, spec, value)
         if why is not None:
             raise InputError(f"{where}: {flag}: {why}")
+
+
+def held_notes(runs: Iterable[Run]) -> list[str]:
+    """Notes for the words after a Megatron-LM switch that are all still shell variables the
+    file does not set (`--sequence-parallel ${EXTRA}`, `unset_variable`): the switch takes none
+    of them whatever they expand to, so they cannot change what it takes (`arity_error` lets
+    them be); bash expands an unset unquoted one to no word; flags the caller might set in it
+    are not read. A command's output there is still refused (it prints words, flags most
+    likely)."""
+    notes = []
+    for run in runs:
+        spec = flag_specs().get(run.flag)
+        if spec is None or spec.nargs != "0" or run.explicit or not run.values:
+            continue
+        if all(unset_variable(w) for w in run.values):
+            words = " ".join(run.values)
+            notes.append(
+                f"{run.flag} {words}: {words!r} is {not_known(run.values[0])}, read as no words "
+                "(what it may expand to is not read); a switch takes none of them"
+            )
+    return notes
 
 
 def refuse_stray_words(runs: Iterable[Run], where: str) -> None:

@@ -14,7 +14,9 @@ A flag on a command line is one of:
   model say so in a note (`NOT_MODELLED`);
 - not a Megatron-LM flag (a launcher's, an inference script's): ignored and listed, unless it
   looks like a misspelt flag the reader reads (`typo_of`), which argparse would reject too
-  (`allow_abbrev=False`) and which would change the layout if it were spelt right.
+  (`allow_abbrev=False`) and which would change the layout if it were spelt right, or the line
+  runs one of Megatron-LM's entry points whose parser is this table's
+  (`megatron_startup.ENTRY_POINTS`), which exits on it.
 """
 
 from __future__ import annotations

@@ -328,7 +328,9 @@ PARSER = (
 )
 
 
-def refuse_unparsed(words: list[str], unknown: Iterable[str], trains: bool, where: str) -> None:
+def refuse_unparsed(
+    words: list[str], unknown: Iterable[str], trains: bool, where: str, named: bool = True
+) -> None:
     """Refuses, on a line that runs one of Megatron-LM's pretrain_*.py scripts (whose parser is
     `megatron_flags`' alone, SCRIPT_FLAGS aside), what Megatron-LM's argparse rejects and the
     reader would otherwise read past (PARSER): a flag that abbreviates one of Megatron's
@@ -336,7 +338,8 @@ def refuse_unparsed(words: list[str], unknown: Iterable[str], trains: bool, wher
     between the script
     and its first flag (`pretrain_gpt.py @args.txt --num-layers ...`: no positional takes it, an
     `@file` is not read). A word that is still a shell variable or a command's output is left to
-    the reader's own message (bash may expand it to flags)."""
+    the reader's own message (bash may expand it to flags). On one of ENTRY_POINTS, a flag the
+    parser lacks (`_refuse_unknown`), unless `named` is False: the script is planner's guess."""
     script = words[0].rsplit("/", 1)[-1] if words else ""
     if not trains or not (script.startswith("pretrain_") and script.endswith(".py")):
         return  # another script's parser (train.py's extra arguments), a launcher's flags
@@ -350,6 +353,38 @@ def refuse_unparsed(words: list[str], unknown: Iterable[str], trains: bool, wher
             )
     for word in words[1:]:
         if word.startswith("--") and " " not in word.partition("=")[0]:
-            return  # the first flag (`megatron_line.flag_runs`)
+            break  # the first flag (`megatron_line.flag_runs`)
         if "$" not in word and "`" not in word:
             raise InputError(f"{where}: {word}: a word before the first flag: {PARSER}")
+    if named:
+        _refuse_unknown(script, unknown, where)
+
+
+ENTRY_POINTS = {
+    "pretrain_gpt.py": "pretrain_gpt.py:525-528",
+    "pretrain_hybrid.py": "pretrain_hybrid.py:542-545",
+    "pretrain_mamba.py": "pretrain_mamba.py:16-19 runs pretrain_hybrid.py, whose :542-545",
+    "pretrain_bert.py": "pretrain_bert.py:185, in examples, bert",
+    "pretrain_t5.py": "pretrain_t5.py:273, in examples, t5",
+}
+"""Megatron-LM's training entry points whose parser is `megatron_flags`' (no flags of their own;
+pretrain_gpt.py's and pretrain_hybrid.py's add only ModelOpt's, which that table holds), and
+where each calls parse_and_validate_args without ignore_unknown_args, which defaults to False
+(arguments.py:88): parse_args then calls parser.parse_args() (arguments.py:129-132), which
+exits on an unrecognized argument. pretrain_vlm.py and train_rl.py add flags of their own
+(extra_args_provider), so their unknown words stay listed, as a fork's do."""
+
+
+def _refuse_unknown(script: str, unknown: Iterable[str], where: str) -> None:
+    """Refuses the first flag Megatron-LM's parser lacks on a line that runs one of
+    ENTRY_POINTS, unless the line holds a known fork's flag (FORK_FLAGS: its own script of
+    that name, whose parser has more) or the flag is still a shell variable."""
+    called = ENTRY_POINTS.get(script)
+    flags = [f for f in unknown if "$" not in f and "`" not in f]
+    if called is None or not flags or FORK_FLAGS.intersection(unknown):
+        return
+    raise InputError(
+        f"{where}: {flags[0]}: not a Megatron-LM flag; {script} parses its line with "
+        f"ignore_unknown_args=False ({called}), so argparse exits on it: unrecognized "
+        "arguments (arguments.py:129-132); drop it or use its current name"
+    )

@@ -19,13 +19,17 @@ What the tokenizer's size is:
 A `--vocab-size` without `--tokenizer-type` is read as the size meant, with a note: Megatron
 itself would build the script's default tokenizer and ignore it (planner's own launch files and
 many hand-written lines say only `--vocab-size`).
-`planner check --vocab-size N` always wins over what the line implies, except a
-`--padded-vocab-size` on the line, which is what Megatron uses.
+`planner check --vocab-size N` is the size of a tokenizer file planner does not open (a
+HuggingFace or SentencePiece model, a --vocab-file): it wins over planner's reading of such a
+file (a line's --vocab-size, a public size assumed for it), never over a size the line fixes
+itself (a `--padded-vocab-size`, which is what Megatron uses; NullTokenizer's or TikTokenizer's
+`--vocab-size`; a built-in tokenizer's public vocabulary without --vocab-file; a `--vocab-size`
+without --tokenizer-type), which keeps it with a note.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from planner.inputs.errors import InputError
@@ -132,27 +136,20 @@ def script_of(words: list[str]) -> str | None:
 
 
 def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
-    """The vocabulary the line trains with; `given` is `planner check --vocab-size`."""
+    """The vocabulary the line trains with; `given` is `planner check --vocab-size`, used only
+    where the line leaves the size to a tokenizer file planner does not open (`_line_size`)."""
     if flags.padded_vocab_size is not None:
         return Vocabulary(flags.padded_vocab_size, True, "--padded-vocab-size")
+    kind, how = _tokenizer(flags)
+    fixed = _line_size(flags, kind, how)
+    if fixed is not None:
+        if given is not None and given != fixed.size:
+            note = f"{fixed.note}; planner's --vocab-size {given} is not used: the line fixes it"
+            return replace(fixed, note=note)
+        return fixed
     if given is not None:
         return Vocabulary(given, False, f"--vocab-size {given} given to planner")
-    kind = flags.tokenizer_type
-    how = "--tokenizer-type"
-    if kind is None:
-        script = flags.script or DEFAULT_SCRIPT
-        if flags.vocab_size is not None:
-            # the size the line states (planner's own launch files, hand-written lines)
-            return Vocabulary(
-                flags.vocab_size,
-                False,
-                f"--vocab-size {flags.vocab_size} without --tokenizer-type (Megatron would "
-                f"use {script}'s default {SCRIPT_TOKENIZER[script]}; add --tokenizer-type "
-                "NullTokenizer to train with exactly this size)",
-            )
-        kind, how = SCRIPT_TOKENIZER[script], f"{script}'s default tokenizer"
-    if "$" in kind and flags.tiktoken_pattern is not None:
-        kind, how = "TikTokenizer", tiktoken_kind(kind, flags.tiktoken_pattern)
+    assert kind is not None  # a line-stated size without --tokenizer-type is `_line_size`'s
     if "$" in kind:
         raise InputError(
             f"{where}: --tokenizer-type: {kind!r} is a shell variable the file does not set: "
@@ -163,19 +160,12 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
             f"{where}: --tokenizer-type: unknown tokenizer {kind!r} (Megatron-LM accepts "
             f"{', '.join(TOKENIZERS)})"
         )
-    line = flags.vocab_size
-    if kind in ("NullTokenizer", "NullMultimodalTokenizer"):
-        if line is None:
-            raise InputError(
-                f"{where}: --vocab-size: {kind} has exactly --vocab-size tokens, but it is not "
-                "given (or give it with `planner check --vocab-size N`)"
-            )
-        return Vocabulary(line, False, f"{kind}: --vocab-size {line}")
-    if kind == "TikTokenizer":
-        size = line if line is not None else TIKTOKEN_DEFAULT
-        via = "" if how == "--tokenizer-type" else f" ({how})"
-        return Vocabulary(size, False, f"TikTokenizer{via}: {size}")
-    if kind in PUBLIC_VOCAB:
+    if kind in NULL_TOKENIZERS:
+        raise InputError(
+            f"{where}: --vocab-size: {kind} has exactly --vocab-size tokens, but it is not "
+            "given (or give it with `planner check --vocab-size N`)"
+        )
+    if kind in PUBLIC_VOCAB:  # a --vocab-file assumed the public one, or a guessed default
         size, source = PUBLIC_VOCAB[kind]
         note = f"{kind} ({how}): {size}, {source}"
         if flags.vocab_file is not None:
@@ -183,6 +173,7 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
         return Vocabulary(size, False, note)
     # the size is in the tokenizer model, which planner does not open
     model = flags.tokenizer_model or flags.vocab_file
+    line = flags.vocab_size
     if line is not None:
         return Vocabulary(
             line,
@@ -199,6 +190,59 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
         f"{model or '(no --tokenizer-model given)'}, which planner does not open: give the size "
         "with `planner check --vocab-size N`"
     )
+
+
+NULL_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer")
+"""Tokenizers of exactly --vocab-size tokens (Megatron-LM d98e8a64 build_tokenizer.py:96-102
+passes it; megatron/core/tokenizers/text/libraries/null_tokenizer.py:16-18 keeps it as is)."""
+
+
+def _tokenizer(flags: VocabFlags) -> tuple[str | None, str]:
+    """The tokenizer the line builds and how that is known; None for a line that states
+    --vocab-size without --tokenizer-type (read as the size meant)."""
+    kind = flags.tokenizer_type
+    if kind is None:
+        if flags.vocab_size is not None:
+            return None, "--vocab-size"
+        script = flags.script or DEFAULT_SCRIPT
+        return SCRIPT_TOKENIZER[script], f"{script}'s default tokenizer"
+    if "$" in kind and flags.tiktoken_pattern is not None:
+        return "TikTokenizer", tiktoken_kind(kind, flags.tiktoken_pattern)
+    return kind, "--tokenizer-type"
+
+
+def _line_size(flags: VocabFlags, kind: str | None, how: str) -> Vocabulary | None:
+    """The size where the line fixes it without a tokenizer file planner does not open: a
+    --vocab-size without --tokenizer-type; NullTokenizer's --vocab-size; TikTokenizer's
+    --vocab-size or its default (build_tokenizer.py:58-66 passes the flag, not the file's
+    size); a built-in tokenizer's public vocabulary, downloaded where no --vocab-file is given
+    (megatron/core/tokenizers/text/libraries/megatron_hf_tokenizer.py:114-118), where the line
+    names the tokenizer or a training script whose default it is (SCRIPT_TOKENIZER; another
+    script's default is not known).
+    None where the size is a file's (or the line does not say enough to read it)."""
+    line = flags.vocab_size
+    if kind is None and line is not None:  # the size the line states (planner's own launch
+        script = flags.script or DEFAULT_SCRIPT  # files, hand-written lines)
+        return Vocabulary(
+            line,
+            False,
+            f"--vocab-size {line} without --tokenizer-type (Megatron would use {script}'s "
+            f"default {SCRIPT_TOKENIZER[script]}; add --tokenizer-type NullTokenizer to train "
+            "with exactly this size)",
+        )
+    if kind is None:
+        return None
+    if kind in NULL_TOKENIZERS and line is not None:
+        return Vocabulary(line, False, f"{kind}: --vocab-size {line}")
+    if kind == "TikTokenizer":
+        size = line if line is not None else TIKTOKEN_DEFAULT
+        via = "" if how == "--tokenizer-type" else f" ({how})"
+        return Vocabulary(size, False, f"TikTokenizer{via}: {size}")
+    named = flags.tokenizer_type is not None or flags.script is not None  # not a guessed default
+    if kind in PUBLIC_VOCAB and flags.vocab_file is None and named:
+        size, source = PUBLIC_VOCAB[kind]
+        return Vocabulary(size, False, f"{kind} ({how}): {size}, {source}")
+    return None
 
 
 def tiktoken_kind(variable: str, pattern: str) -> str:

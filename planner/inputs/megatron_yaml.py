@@ -70,6 +70,9 @@ class Config:
 
     launch: Launch
     note: str
+    assumed: bool = False
+    """The entry point is planner's guess (the file does not say which: `_script`): a flag its
+    parser lacks is then listed, not refused (`megatron_startup.refuse_unparsed`)."""
 
 
 def read(text: str, where: str) -> Config:
@@ -100,7 +103,8 @@ def read(text: str, where: str) -> Config:
         + ("" if nemo else f", after {script} ({why})")
         + (f"; {', '.join(later)} (a later run's) not read" if later else "")
     )
-    return Config(Launch(([] if nemo else [script]) + words, env, None), note)
+    launched = Launch(([] if nemo else [script]) + words, env, None)
+    return Config(launched, note, why == ASSUMED)
 
 
 def _compose(text: str, where: str) -> Node:
@@ -222,4 +226,7 @@ def _script(where: str, mode: str | None) -> tuple[str, str]:
             return SCRIPTS[family], f"the CI's script for the {family} family"
         if "test_cases" in parts[:-3]:
             return DEFAULT_SCRIPT, f"the CI's script for the {family} family"
-    return DEFAULT_SCRIPT, "assumed: the file does not name its script"
+    return DEFAULT_SCRIPT, ASSUMED
+
+
+ASSUMED = "assumed: the file does not name its script"

@@ -280,9 +280,13 @@ def test_an_equals_sign_after_two_dashes_names_no_option() -> None:
 
 
 def test_a_flag_not_megatrons_is_listed_not_judged() -> None:
-    # Megatron-LM's own parser exits ("unrecognized arguments: --zz-unknown 1"); a fork or an
-    # extra_args_provider may add the flag, so planner lists it
-    assert _read("--zz-unknown 1 -v").unknown == ("--zz-unknown",)
+    # Megatron-LM's own parser exits ("unrecognized arguments: --zz-unknown 1"), and so does
+    # planner on pretrain_gpt.py (pretrain_gpt.py:525-528, arguments.py:129-132); a fork's
+    # script or an extra_args_provider may add the flag, so planner lists it there
+    with pytest.raises(InputError, match="--zz-unknown: not a Megatron-LM flag"):
+        _read("--zz-unknown 1 -v")
+    fork = (LINE + "--zz-unknown 1 -v").replace("pretrain_gpt.py", "pretrain_fork.py")
+    assert megatron_args.read(fork, "h100-sxm-80gb", 8, "t").unknown == ("--zz-unknown",)
 
 
 def test_an_unknown_name_with_a_spaced_value_is_read_as_a_flag() -> None:

@@ -286,8 +286,9 @@ def test_a_power_past_64_bit_integers_is_not_known() -> None:
 def test_flags_a_command_would_print_are_not_known() -> None:
     """`$(parallel_args 2)` and `$(cat args.txt)` hold flags bash would pass: after a flag
     that takes no value the reader could drop them unnoticed (it read tp 1 where the script
-    runs tp 2); they are named instead."""
-    for words in ("$(parallel_args 2)", "$(cat args.txt)", "`cat args.txt`", "$ARGS"):
+    runs tp 2); they are named instead. (A variable the file does not set there, `$ARGS`, is
+    read as no words with a note: test_megatron_arity_switch.py.)"""
+    for words in ("$(parallel_args 2)", "$(cat args.txt)", "`cat args.txt`"):
         text = f"torchrun pretrain_gpt.py --num-layers 2 {TAIL} --use-distributed-optimizer {words}"
         with pytest.raises(InputError, match=r"--use-distributed-optimizer: .* follows it"):
             megatron_args.read(text, "h100-sxm-80gb", 8, "train.sh", 1000)
