@@ -26,8 +26,9 @@ boundary, 2 (pp vpp - 1)
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
-gradients' window is the last micro-batch's backward, longer under the interleaved schedule,
-whose chunks sync one by one during the cooldown: `dp_sync.reduce_window`; where the links are
+gradients' window is the last micro-batch's backward, `dp_sync.reduce_window`; under the
+interleaved schedule each chunk's buckets launch whole during the cooldown, and what outlasts it
+is exposed, `interleaved_sync.chunk_exposed`; where the links are
 slower than the compute, also the first bucket's share of it, before which nothing could be
 sent: `dp_sync.windowed`; each window also holds the stage's waits on the exposed traffic of
 links other than DP's, `stage_sync.other_link_seconds`, less the seconds DP's own link carries

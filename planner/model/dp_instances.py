@@ -53,6 +53,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import dp_sync
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
+from planner.model.interleaved_sync import chunk_sync
 from planner.model.shard import BF16
 
 Groups = tuple[Group, Group, Group]
@@ -148,7 +149,8 @@ def distributed_optimizer(
             grp, inter, n_params * grad_bytes, n_params * p_bytes, buckets
         )
         parts.append((inter.tier_name, red, gather, red / buckets, gather / buckets))
-    return dp_sync.windowed(parts, fwd, dp_sync.reduce_window(bwd, lay, m), bwd)
+    window, chunked = dp_sync.reduce_window(bwd, lay, m), chunk_sync(bwd, lay, m)
+    return dp_sync.windowed(parts, fwd, window, bwd, chunked)
 
 
 def disjoint_links(intras: tuple[Group, Group], inter: Group) -> bool:

@@ -15,6 +15,12 @@ from collections.abc import Callable, Iterable
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
+from planner.model.interleaved_sync import (
+    Chunked,
+    chunk_exposed,
+    chunk_sync,
+    last_group,
+)
 from planner.model.shard import BF16
 
 FSDP_MAX_LIVE_PARAMS: float | None = None
@@ -104,21 +110,22 @@ def data_parallel_strides(lay: Layout) -> tuple[tuple[int, int], tuple[int, int]
 
 def reduce_window(bwd: float, lay: Layout, m: int) -> float:
     """Seconds of backward the gradient reduce-scatters (all-reduces) can hide under, from one
-    micro-batch's backward on the stage (`bwd`, all its model chunks). Without interleaving, the
-    last micro-batch's backward: the buckets become final as it runs. With vpp chunks, each chunk
-    syncs its own buckets once its last micro-batch's backward is done (Megatron-LM d98e8a64
-    schedules.py:1422, 1446-1447: grad sync enabled per chunk at its last micro-batch), and the
-    cooldown runs the last group's L micro-batches through the chunks from the last to the first,
-    L at a time (backward k mirrors table entry k, schedules.py:1248): the last chunk's gradients
-    are final (vpp - 1) x L chunk backwards before the stage's end, the first chunk's within its
-    own. The last group holds L = m mod g micro-batches, g where g divides m (the table,
-    schedules.py:989-1003), g the layout's micro-batch group (default pp). The window is then
-    (1 + (vpp - 1) L) / vpp backwards, which vpp = 1 makes one."""
+    micro-batch's backward on the stage (`bwd`, all its model chunks), where each bucket goes
+    as soon as it is final. Without interleaving, the last micro-batch's backward: the buckets
+    become final as it runs (Megatron-LM d98e8a64 schedules.py:2432-2434, 2459-2461: on the
+    first stage; the others launch once their backwards are done, during the drain, which
+    hides at least as much). With vpp chunks, each chunk's buckets become final once its last
+    micro-batch's backward is done (schedules.py:1422-1425, the path without grad_sync_func,
+    --no-align-grad-reduce), and the cooldown runs the last group's L micro-batches through the
+    chunks from the last to the first, L at a time (backward k mirrors table entry k,
+    schedules.py:1248): the last chunk's gradients are final (vpp - 1) x L chunk backwards
+    before the stage's end, the first chunk's within its own. The last group holds L = m mod g
+    micro-batches, g where g divides m (the table, schedules.py:989-1003), g the layout's
+    micro-batch group (default pp). The window is then (1 + (vpp - 1) L) / vpp backwards, which
+    vpp = 1 makes one. Megatron's default launches each chunk whole instead (`chunk_sync`)."""
     if lay.vpp <= 1:
         return bwd
-    g = min(lay.microbatch_group_size_per_vp_stage or lay.pp, max(m, 1))
-    last = m % g or g
-    return bwd * (1 + (lay.vpp - 1) * last) / lay.vpp
+    return bwd * (1 + (lay.vpp - 1) * last_group(lay, m)) / lay.vpp
 
 
 def _per_bucket(
@@ -157,8 +164,9 @@ def data_parallel(
     ZeRO 0-1 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
     max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and
     parameter all-gather (ZeRO 1), hidden behind the last micro-batch's backward and the next
-    step's first forward (--overlap-grad-reduce / --overlap-param-gather; the backward window
-    longer under the interleaved schedule, `reduce_window`); what exceeds its
+    step's first forward (--overlap-grad-reduce / --overlap-param-gather; under the interleaved
+    schedule each chunk's buckets launch together during the cooldown, `chunk_sync`, and what
+    outlasts the compute is `chunk_exposed`); what exceeds its
     window, plus the first bucket's share of the compute before anything could be sent
     (`windowed`), is exposed, and never less than one bucket. Each bucket is its own collective and
     pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
@@ -200,7 +208,8 @@ def data_parallel(
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
-    return windowed(parts, fwd, reduce_window(bwd, lay, m), bwd)
+    window, chunked = reduce_window(bwd, lay, m), chunk_sync(bwd, lay, m)
+    return windowed(parts, fwd, window, bwd, chunked)
 
 
 def _fsdp(
@@ -301,7 +310,11 @@ parameter all-gather seconds, and those of its last bucket of each)."""
 
 
 def windowed(
-    parts: Iterable[Part], fwd: float, bwd: float, bwd_one: float | None = None
+    parts: Iterable[Part],
+    fwd: float,
+    bwd: float,
+    bwd_one: float | None = None,
+    chunked: Chunked | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds of bucketed syncs whose gradients hide under a backward window
     of `bwd` and parameter gathers under a forward window of `fwd` seconds. Kinds bound by the
@@ -316,7 +329,9 @@ def windowed(
     the backward is. c is the tier's first bucket's share (the smallest of its kinds') of one
     micro-batch's backward, `bwd_one` (None: `bwd`, the window without interleaving). The
     parameter all-gathers mirror it: the first bucket's gather runs before any forward
-    compute can use it, each later one under the previous bucket's forward."""
+    compute can use it, each later one under the previous bucket's forward. `chunked`: the
+    interleaved schedule's whole-chunk launches (`chunk_sync`), the gradients' exposed part
+    `chunk_exposed` instead."""
     one = bwd if bwd_one is None else bwd_one
     on_tier: dict[str, list[float]] = {}
     for tier, *seconds in parts:
@@ -328,7 +343,12 @@ def windowed(
             acc[4] = min(acc[4], red_last / red if red > 0 else gather_last / gather)
     exposed = hidden = 0.0
     for red, gather, red_last, gather_last, frac in on_tier.values():
-        e_red = max(red - bwd + one * frac, red_last) if bwd > 0 else red
+        if bwd <= 0:
+            e_red = red
+        elif chunked is not None:
+            e_red = chunk_exposed(red, chunked)
+        else:
+            e_red = max(red - bwd + one * frac, red_last)
         e_gat = max(gather - fwd + fwd * frac, gather_last) if fwd > 0 else gather
         exposed += e_red + e_gat
         hidden += (red - e_red) + (gather - e_gat)

@@ -25,6 +25,7 @@ the loss on rank 0 (`Layout.output_rank`).
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
+from planner.model.early_receives import early_counts
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -65,6 +66,7 @@ def schedule_peak(
     m: int,
     name: str = "1F1B",
     group: int | None = None,
+    message: float = 0.0,
 ) -> float:
     """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
@@ -74,7 +76,10 @@ def schedule_peak(
     a shorter last group (m not a multiple of the group) breaks the period, and the whole steady
     state is walked. torchtitan's schedule `name` where it differs (module docstring); `group`
     the schedule's micro-batch group where not the layout's (`torch_schedules.microbatch_group`:
-    torch's rounds)."""
+    torch's rounds). `message`: the bytes of one pipeline receive, where Megatron's interleaved
+    schedule holds those `early_receives.early_counts` counts (rank 0's and the last rank's
+    with a group above pp: every op of the step is walked, each moment holding its early
+    receives too)."""
     vpp = len(kept)
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
@@ -86,6 +91,10 @@ def schedule_peak(
         return n_flight * kept[0]
     total, group = m * vpp, group_size(layout, group)
     warm = n_flight - 1 if n_flight < total else total
+    if message and rank in (0, layout.pp - 1):
+        early = early_counts(layout.pp, vpp, max(m, 1), group)
+        if any(early):
+            return _with_early(kept, max(m, 1), group, warm, early, message, rank == 0)
     steady = total - warm if m % group else min(total - warm, group * vpp + 1)
     order: list[int] = []
     start = 0
@@ -101,4 +110,39 @@ def schedule_peak(
         if held > peak:  # max(peak, held), as max takes it (the first of equals), inline
             peak = held
         held -= kept[vpp - 1 - order[j]]
+    return peak
+
+
+def _with_early(
+    kept: tuple[float, ...],
+    m: int,
+    group: int,
+    warm: int,
+    early: tuple[int, ...],
+    message: float,
+    first: bool,
+) -> float:
+    """`schedule_peak` walking every op (the warm-up forwards, one forward and one backward at
+    a time, the cool-down backwards), after each one the activations held plus `message` per
+    early receive: `early` indexed by the forwards done on the first rank (`first`), by the
+    backwards done on the last."""
+    vpp = len(kept)
+    order = [
+        c
+        for start in range(0, m, group)
+        for c in range(vpp)
+        for _ in range(m - start if start + group >= m else group)
+    ]
+    total = len(order)
+    ops = "F" * warm + "FB" * (total - warm) + "B" * warm
+    held = peak = 0.0
+    fwd = bwd = 0  # ops of each kind done
+    for op in ops:
+        if op == "F":
+            held += kept[order[fwd]]
+            fwd += 1
+        else:
+            held -= kept[vpp - 1 - order[bwd]]
+            bwd += 1
+        peak = max(peak, held + message * early[fwd if first else bwd])
     return peak

@@ -25,8 +25,9 @@ optimizer sharded over the instance, the reduce-scatter of each gradient bucket 
 all-gather over the instance's ranks. Only the all-reduce of each bucket's reduce-scatter shard
 between the P instances crosses the link (`data_parallel`): one group of P ranks, one per pool,
 per shard, every GPU on its own share of the link; after each bucket's reduce-scatter on the same
-communication stream, hidden under the last micro-batch's backward (the interleaved schedule's
-longer window, `dp_sync.reduce_window`) as far as `overlap_grad_reduce` allows. The pools run
+communication stream, hidden under the last micro-batch's backward (under the interleaved schedule
+each chunk's buckets launch whole, `interleaved_sync.chunk_sync`) as far as `overlap_grad_reduce`
+allows. The pools run
 in lock-step: the slowest pool's replica sets the step (`planner.model.cost`).
 """
 

@@ -237,18 +237,25 @@ def _chunks_kept(
 
 _PEAKS: dict[tuple[object, ...], float] = {}
 """`schedule_peak` per what it reads: the chunks' bytes, pp, vpp, the micro-batch group, the
-rank, the micro-batches and the schedule (no model constant: never stale)."""
+rank, the micro-batches, the schedule and the early receives' message bytes (no model constant:
+never stale)."""
 
 
 def _peak(
-    kept: tuple[float, ...], layout: Layout, rank: int, m: int, name: str, group: int | None
+    kept: tuple[float, ...],
+    layout: Layout,
+    rank: int,
+    m: int,
+    name: str,
+    group: int | None,
+    message: float = 0.0,
 ) -> float:
-    key = (kept, layout.pp, layout.vpp, group_size(layout, group), rank, m, name)
+    key = (kept, layout.pp, layout.vpp, group_size(layout, group), rank, m, name, message)
     peak = _PEAKS.get(key)
     if peak is None:
         if len(_PEAKS) >= 1 << 16:
             _PEAKS.clear()
-        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group)
+        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group, message)
     return peak
 
 
@@ -294,7 +301,13 @@ def stage_activations(
         kept[-1] += mtp_loss_kept(job, layout, sh)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     group = microbatch_group(job, layout)
-    stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group)
+    # Megatron's interleaved schedule receives hidden states early at a group above pp
+    # (`early_receives`): each [s / cp (/ tp under SP), b, h] in the parameters' dtype
+    message = 0.0
+    if job.framework != "torchtitan" and layout.vpp > 1:
+        message = sh.value_bytes * sh.tokens * arch.hidden_size
+        message /= sh.tp if sh.sequence_parallel else 1
+    stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group, message)
     n_layers = layer_count(chunks)
     working = 0.0
     if sh.recompute in ("full", "per_op") and n_layers:
